@@ -1,0 +1,204 @@
+//! Per-worker counters. Each worker writes only its own cache-padded block; the
+//! management core reads them all and sums. Relaxed atomics compile to plain loads and
+//! stores on x86, so counting costs the same as a plain integer without data races.
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a frame was dropped. Every drop in the data plane has exactly one reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DropReason {
+    /// Shorter than the header it claims to carry (Ethernet, VLAN, ARP, IPv4, ICMP).
+    Truncated,
+    /// An EtherType Sluice does not handle (anything but IPv4 and ARP).
+    UnknownEthertype,
+    /// IPv6 frames: parsed later, dropped for now.
+    Ipv6,
+    /// IPv4 header inconsistent: version, IHL, total length.
+    BadIpv4Header,
+    /// IPv4 header checksum wrong.
+    BadIpv4Checksum,
+    /// IPv4 fragment (non-first or more-fragments set) addressed to us.
+    Ipv4Fragment,
+    /// IPv4 packet whose destination is not one of the appliance's addresses.
+    NotLocal,
+    /// IPv4 protocol with no handler (for the appliance's own addresses).
+    UnsupportedProtocol,
+    /// ARP that is not Ethernet/IPv4, or has bad lengths.
+    BadArp,
+    /// ARP request for an address that is not ours (learned from, not answered).
+    ArpNotForUs,
+    /// ARP reply (learned from, nothing to send back).
+    ArpReply,
+    /// ICMP message other than echo request.
+    IcmpNotEcho,
+    /// ICMP checksum wrong.
+    BadIcmpChecksum,
+    /// Frame with a source MAC that is multicast or broadcast.
+    BadSourceMac,
+    /// Frame addressed to another station's unicast MAC.
+    NotOurMac,
+    /// TX queue full: the frame could not be transmitted.
+    TxFull,
+}
+
+impl DropReason {
+    pub const COUNT: usize = 16;
+    pub const ALL: [DropReason; Self::COUNT] = [
+        DropReason::Truncated,
+        DropReason::UnknownEthertype,
+        DropReason::Ipv6,
+        DropReason::BadIpv4Header,
+        DropReason::BadIpv4Checksum,
+        DropReason::Ipv4Fragment,
+        DropReason::NotLocal,
+        DropReason::UnsupportedProtocol,
+        DropReason::BadArp,
+        DropReason::ArpNotForUs,
+        DropReason::ArpReply,
+        DropReason::IcmpNotEcho,
+        DropReason::BadIcmpChecksum,
+        DropReason::BadSourceMac,
+        DropReason::NotOurMac,
+        DropReason::TxFull,
+    ];
+
+    /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::UnknownEthertype => "unknown_ethertype",
+            DropReason::Ipv6 => "ipv6",
+            DropReason::BadIpv4Header => "bad_ipv4_header",
+            DropReason::BadIpv4Checksum => "bad_ipv4_checksum",
+            DropReason::Ipv4Fragment => "ipv4_fragment",
+            DropReason::NotLocal => "not_local",
+            DropReason::UnsupportedProtocol => "unsupported_protocol",
+            DropReason::BadArp => "bad_arp",
+            DropReason::ArpNotForUs => "arp_not_for_us",
+            DropReason::ArpReply => "arp_reply",
+            DropReason::IcmpNotEcho => "icmp_not_echo",
+            DropReason::BadIcmpChecksum => "bad_icmp_checksum",
+            DropReason::BadSourceMac => "bad_source_mac",
+            DropReason::NotOurMac => "not_our_mac",
+            DropReason::TxFull => "tx_full",
+        }
+    }
+}
+
+/// What the data plane did with a frame, besides dropping it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Event {
+    ArpReplied,
+    IcmpEchoReplied,
+    NeighbourLearned,
+    NeighbourTableFull,
+}
+
+impl Event {
+    pub const COUNT: usize = 4;
+    pub const ALL: [Event; Self::COUNT] = [
+        Event::ArpReplied,
+        Event::IcmpEchoReplied,
+        Event::NeighbourLearned,
+        Event::NeighbourTableFull,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::ArpReplied => "arp_replied",
+            Event::IcmpEchoReplied => "icmp_echo_replied",
+            Event::NeighbourLearned => "neighbour_learned",
+            Event::NeighbourTableFull => "neighbour_table_full",
+        }
+    }
+}
+
+/// One worker's counters, alone on its cache lines so workers never share a line.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct WorkerCounters {
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    /// TSC cycles spent in iterations that received at least one packet.
+    pub busy_cycles: AtomicU64,
+    /// TSC cycles in all iterations, busy or idle.
+    pub total_cycles: AtomicU64,
+    /// Loop iterations (polls), busy or idle.
+    pub polls: AtomicU64,
+    pub drops: [AtomicU64; DropReason::COUNT],
+    pub events: [AtomicU64; Event::COUNT],
+}
+
+/// Adds to a counter owned by a single writer. A load and a store instead of an atomic
+/// read-modify-write: only this core writes, others only read.
+#[inline(always)]
+pub fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(counter.load(Relaxed).wrapping_add(by), Relaxed);
+}
+
+impl WorkerCounters {
+    #[inline(always)]
+    pub fn drop(&self, reason: DropReason) {
+        bump(&self.drops[reason as usize], 1);
+    }
+    #[inline(always)]
+    pub fn event(&self, event: Event) {
+        bump(&self.events[event as usize], 1);
+    }
+    pub fn drops_snapshot(&self) -> [u64; DropReason::COUNT] {
+        std::array::from_fn(|i| self.drops[i].load(Relaxed))
+    }
+    pub fn events_snapshot(&self) -> [u64; Event::COUNT] {
+        std::array::from_fn(|i| self.events[i].load(Relaxed))
+    }
+    /// Resets every counter to zero (used by the management core only).
+    pub fn zero(&self) {
+        for c in [
+            &self.rx_packets,
+            &self.rx_bytes,
+            &self.tx_packets,
+            &self.tx_bytes,
+            &self.busy_cycles,
+            &self.total_cycles,
+            &self.polls,
+        ] {
+            c.store(0, Relaxed);
+        }
+        self.drops.iter().for_each(|c| c.store(0, Relaxed));
+        self.events.iter().for_each(|c| c.store(0, Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_table_matches_discriminants() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?} out of order in ALL");
+        }
+        for (i, e) in Event::ALL.iter().enumerate() {
+            assert_eq!(*e as usize, i, "{e:?} out of order in ALL");
+        }
+        let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::COUNT, "drop reason names must be unique");
+    }
+
+    #[test]
+    fn counters_sit_on_their_own_cache_lines() {
+        assert_eq!(std::mem::align_of::<WorkerCounters>(), 128);
+        let c = WorkerCounters::default();
+        c.drop(DropReason::Truncated);
+        c.drop(DropReason::Truncated);
+        c.event(Event::ArpReplied);
+        assert_eq!(c.drops_snapshot()[DropReason::Truncated as usize], 2);
+        assert_eq!(c.events_snapshot()[Event::ArpReplied as usize], 1);
+        c.zero();
+        assert_eq!(c.drops_snapshot().iter().sum::<u64>(), 0);
+    }
+}

@@ -1,0 +1,3 @@
+//! The worker side: counters, the local responder (ARP/ICMP for the appliance's own
+//! addresses), the neighbour table, and the run-to-completion loop.
+pub mod counters;

@@ -1,0 +1,10 @@
+//! Sluice: an L4 load-balancing appliance on DPDK.
+//!
+//! Packet logic (`wire`, `dataplane::local`, ...) works on byte slices and is testable
+//! without DPDK; `dpdk` is the thin owning layer over the C library.
+pub mod config;
+pub mod control;
+pub mod dataplane;
+pub mod dpdk;
+pub mod emulator;
+pub mod wire;
