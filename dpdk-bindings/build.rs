@@ -4,7 +4,8 @@
 use std::env;
 use std::path::PathBuf;
 
-const SETUP_HINT: &str = "run `sudo scripts/setup.sh` (installs dpdk, libdpdk-dev, libclang-dev, pkg-config)";
+const SETUP_HINT: &str =
+    "run `sudo scripts/setup.sh` (installs dpdk, libdpdk-dev, libclang-dev, pkg-config)";
 
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
@@ -37,6 +38,7 @@ fn main() {
         .allowlist_var("RTE_.*")
         .allowlist_var("SLUICE_.*")
         .allowlist_var("SOCKET_ID_ANY")
+        .allowlist_var("RING_F_.*")
         // These packed/aligned headers make rustc reject the generated layout.
         .opaque_type("rte_l2tpv2_combined_msg_hdr")
         .opaque_type("rte_gtp_psc_generic_hdr")
@@ -93,7 +95,12 @@ fn libclang_present() -> bool {
     if env::var_os("LIBCLANG_PATH").is_some() {
         return true;
     }
-    let dirs = ["/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/lib64", "/usr/local/lib"];
+    let dirs = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib",
+        "/usr/lib64",
+        "/usr/local/lib",
+    ];
     dirs.iter().any(|d| {
         std::fs::read_dir(d).ok().is_some_and(|rd| {
             rd.flatten()

@@ -4,6 +4,7 @@
 //! without DPDK; `dpdk` is the thin owning layer over the C library.
 pub mod config;
 pub mod control;
+pub mod daemon;
 pub mod dataplane;
 pub mod dpdk;
 pub mod emulator;

@@ -4,7 +4,12 @@
 //! `rte_softrss`, ...) are reachable through bindgen's generated C wrappers, which have
 //! the same names as the inline functions. Each is a real call: use them per burst, not
 //! per packet. Flag macros built with `RTE_BIT64` are exported as `SLUICE_*` constants.
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(clippy::all)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

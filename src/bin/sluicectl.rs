@@ -1,1 +1,409 @@
-fn main(){}
+//! `sluicectl`: the command-line client of the sluice daemon's control socket.
+//!
+//! Exit status: 0 on success, 1 when the request fails (no daemon, timeout, daemon
+//! error), 2 on bad usage. Errors are one line on stderr: `sluicectl: <what is wrong>`.
+use sluice::control::client;
+use sluice::control::protocol::Request;
+use sluice::control::status::{render_status, render_xstats, StatusReport, XstatsReport};
+use sluice::control::DEFAULT_SOCKET_PATH;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const USAGE: &str = "\
+Usage: sluicectl [-S|--socket PATH] [--timeout SECS] [--json] <command>
+
+Queries and controls a running sluice daemon through its control socket.
+
+Commands:
+  status          ports, lcores, drop and event counters
+  xstats PORT_ID  the NIC's extended statistics for one port
+  zero            reset every port, lcore, drop and event counter to zero
+
+Options:
+  -S, --socket PATH   control socket (default: $SLUICE_SOCKET, else /run/sluice/sluice.sock)
+      --timeout SECS  give up after SECS seconds (default 5; fractions allowed)
+      --json          print the daemon's result as JSON instead of text
+  -h, --help          print this help
+      --version       print the version
+
+Exit status: 0 success, 1 request failed, 2 bad usage.
+";
+
+/// Environment variable naming the control socket when `--socket` is not given.
+const SOCKET_ENV: &str = "SLUICE_SOCKET";
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest accepted `--timeout`; anything larger is almost certainly a typo.
+const MAX_TIMEOUT_SECS: f64 = 3600.0;
+
+/// A sluicectl command, parsed from the positional arguments.
+#[derive(Clone, Debug, PartialEq)]
+enum Command {
+    Status,
+    Xstats { port: u16 },
+    Zero,
+}
+
+impl Command {
+    /// Parses `<name> [args...]`. New commands add one arm here and one in `request`.
+    fn parse(name: &str, args: &[String]) -> Result<Command, UsageError> {
+        let command = match name {
+            "status" => Command::Status,
+            "xstats" => {
+                let [port] = args else {
+                    return Err(UsageError::new("xstats takes exactly one PORT_ID"));
+                };
+                let port = port.parse::<u16>().map_err(|_| {
+                    UsageError::new(format!("xstats: PORT_ID must be 0-65535, not \"{port}\""))
+                })?;
+                return Ok(Command::Xstats { port });
+            }
+            "zero" => Command::Zero,
+            other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
+        };
+        match args.first() {
+            Some(extra) => Err(UsageError::new(format!(
+                "{name} takes no arguments (got \"{extra}\")"
+            ))),
+            None => Ok(command),
+        }
+    }
+
+    fn request(&self) -> Request {
+        match self {
+            Command::Status => Request::Status,
+            Command::Xstats { port } => Request::Xstats { port: *port },
+            Command::Zero => Request::ZeroCounters,
+        }
+    }
+
+    /// Turns the daemon's result into the text shown without `--json`.
+    fn render(&self, result: serde_json::Value) -> Result<String, String> {
+        let unexpected =
+            |error: serde_json::Error| format!("unexpected reply from daemon: {error}");
+        match self {
+            Command::Status => Ok(render_status(
+                &serde_json::from_value::<StatusReport>(result).map_err(unexpected)?,
+            )),
+            Command::Xstats { .. } => Ok(render_xstats(
+                &serde_json::from_value::<XstatsReport>(result).map_err(unexpected)?,
+            )),
+            Command::Zero => Ok("counters zeroed\n".to_string()),
+        }
+    }
+}
+
+/// Everything needed to run one command.
+#[derive(Clone, Debug, PartialEq)]
+struct Options {
+    socket: PathBuf,
+    timeout: Duration,
+    json: bool,
+    command: Command,
+}
+
+/// What the command line asks for.
+#[derive(Clone, Debug, PartialEq)]
+enum Invocation {
+    Help,
+    Version,
+    Run(Options),
+}
+
+/// A command line that cannot be understood (exit status 2).
+#[derive(Clone, Debug, PartialEq)]
+struct UsageError(String);
+
+impl UsageError {
+    fn new(message: impl Into<String>) -> UsageError {
+        UsageError(message.into())
+    }
+}
+
+/// Parses the arguments after the program name. Options may appear before or after the
+/// command; `--` ends option parsing. `env_socket` is `$SLUICE_SOCKET`.
+fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation, UsageError> {
+    let mut socket: Option<PathBuf> = None;
+    let mut timeout = DEFAULT_TIMEOUT;
+    let mut json = false;
+    let mut positional: Vec<String> = Vec::new();
+
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        // `--name=value` is accepted for options that take a value.
+        let (name, inline_value) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |option: &str| -> Result<String, UsageError> {
+            inline_value
+                .clone()
+                .or_else(|| args.next().cloned())
+                .ok_or_else(|| UsageError::new(format!("{option} needs a value")))
+        };
+        match name {
+            "-h" | "--help" => return Ok(Invocation::Help),
+            "--version" => return Ok(Invocation::Version),
+            "-S" | "--socket" => {
+                let path = value(name)?;
+                if path.is_empty() {
+                    return Err(UsageError::new(format!("{name} needs a non-empty path")));
+                }
+                socket = Some(PathBuf::from(path));
+            }
+            "--timeout" => timeout = parse_timeout(&value(name)?)?,
+            "--json" if inline_value.is_none() => json = true,
+            "--" => {
+                positional.extend(args.by_ref().cloned());
+            }
+            _ if name.starts_with('-') && name.len() > 1 => {
+                return Err(UsageError::new(format!("unknown option \"{arg}\"")))
+            }
+            _ => positional.push(arg.clone()),
+        }
+    }
+
+    let Some((name, command_args)) = positional.split_first() else {
+        return Err(UsageError::new("no command given"));
+    };
+    let command = Command::parse(name, command_args)?;
+    let socket = socket
+        .or_else(|| {
+            env_socket
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET_PATH));
+    Ok(Invocation::Run(Options {
+        socket,
+        timeout,
+        json,
+        command,
+    }))
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, UsageError> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds > 0.0 && seconds <= MAX_TIMEOUT_SECS => {
+            Ok(Duration::from_secs_f64(seconds))
+        }
+        _ => Err(UsageError::new(format!(
+            "--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECS}, not \"{text}\""
+        ))),
+    }
+}
+
+/// Sends the request and produces the text to print.
+fn run(options: &Options) -> Result<String, String> {
+    let result = client::request(&options.socket, &options.command.request(), options.timeout)
+        .map_err(|error| error.to_string())?;
+    if options.json {
+        let mut text = serde_json::to_string_pretty(&result).map_err(|error| error.to_string())?;
+        text.push('\n');
+        Ok(text)
+    } else {
+        options.command.render(result)
+    }
+}
+
+/// Prints `sluicectl: <message>` as exactly one line.
+fn report_error(message: &str) {
+    let flattened: Vec<&str> = message
+        .split(['\n', '\r'])
+        .filter(|s| !s.is_empty())
+        .collect();
+    eprintln!("sluicectl: {}", flattened.join(" "));
+}
+
+fn print(text: &str) -> ExitCode {
+    match io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`sluicectl status | head`): nothing left to tell it.
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) => {
+            report_error(&format!("cannot write output: {error}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match parse_args(&args, std::env::var(SOCKET_ENV).ok()) {
+        Ok(Invocation::Help) => print(USAGE),
+        Ok(Invocation::Version) => print(&format!("sluicectl {}\n", env!("CARGO_PKG_VERSION"))),
+        Ok(Invocation::Run(options)) => match run(&options) {
+            Ok(text) => print(&text),
+            Err(message) => {
+                report_error(&message);
+                ExitCode::FAILURE
+            }
+        },
+        Err(UsageError(message)) => {
+            report_error(&format!("{message} (see sluicectl --help)"));
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn parse(args: &[&str]) -> Result<Invocation, UsageError> {
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        parse_args(&args, None)
+    }
+
+    fn options(args: &[&str]) -> Options {
+        match parse(args) {
+            Ok(Invocation::Run(options)) => options,
+            other => panic!("expected a command, got {other:?}"),
+        }
+    }
+
+    fn usage_error(args: &[&str]) -> String {
+        parse(args).expect_err("expected a usage error").0
+    }
+
+    #[test]
+    fn defaults_apply_when_only_a_command_is_given() {
+        assert_eq!(
+            options(&["status"]),
+            Options {
+                socket: PathBuf::from(DEFAULT_SOCKET_PATH),
+                timeout: DEFAULT_TIMEOUT,
+                json: false,
+                command: Command::Status,
+            }
+        );
+    }
+
+    #[test]
+    fn options_may_come_before_or_after_the_command() {
+        let expected = Options {
+            socket: PathBuf::from("/tmp/s.sock"),
+            timeout: Duration::from_millis(1500),
+            json: true,
+            command: Command::Xstats { port: 3 },
+        };
+        assert_eq!(
+            options(&[
+                "-S",
+                "/tmp/s.sock",
+                "--timeout",
+                "1.5",
+                "xstats",
+                "3",
+                "--json"
+            ]),
+            expected
+        );
+        assert_eq!(
+            options(&[
+                "xstats",
+                "--json",
+                "3",
+                "--socket=/tmp/s.sock",
+                "--timeout=1.5"
+            ]),
+            expected
+        );
+        assert_eq!(options(&["--", "zero"]).command, Command::Zero);
+    }
+
+    #[test]
+    fn socket_comes_from_flag_then_environment_then_default() {
+        let socket_of = |args: &[&str], env: Option<&str>| -> PathBuf {
+            let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+            match parse_args(&args, env.map(String::from)) {
+                Ok(Invocation::Run(options)) => options.socket,
+                other => panic!("expected a command, got {other:?}"),
+            }
+        };
+        assert_eq!(
+            socket_of(&["status"], Some("/env.sock")),
+            Path::new("/env.sock")
+        );
+        assert_eq!(
+            socket_of(&["status"], Some("")),
+            Path::new(DEFAULT_SOCKET_PATH)
+        );
+        assert_eq!(
+            socket_of(&["-S", "/flag.sock", "status"], Some("/env.sock")),
+            Path::new("/flag.sock")
+        );
+    }
+
+    #[test]
+    fn help_and_version_win_over_everything_else() {
+        assert_eq!(parse(&["status", "--help"]), Ok(Invocation::Help));
+        assert_eq!(parse(&["-h"]), Ok(Invocation::Help));
+        assert_eq!(parse(&["--version", "bogus"]), Ok(Invocation::Version));
+    }
+
+    #[test]
+    fn bad_usage_is_explained() {
+        assert_eq!(usage_error(&[]), "no command given");
+        assert_eq!(
+            usage_error(&["frobnicate"]),
+            "unknown command \"frobnicate\""
+        );
+        assert_eq!(usage_error(&["status", "-x"]), "unknown option \"-x\"");
+        assert_eq!(
+            usage_error(&["status", "now"]),
+            "status takes no arguments (got \"now\")"
+        );
+        assert_eq!(usage_error(&["xstats"]), "xstats takes exactly one PORT_ID");
+        assert_eq!(
+            usage_error(&["xstats", "1", "2"]),
+            "xstats takes exactly one PORT_ID"
+        );
+        assert_eq!(
+            usage_error(&["xstats", "eth0"]),
+            "xstats: PORT_ID must be 0-65535, not \"eth0\""
+        );
+        assert_eq!(usage_error(&["status", "-S"]), "-S needs a value");
+        assert_eq!(
+            usage_error(&["status", "--socket="]),
+            "--socket needs a non-empty path"
+        );
+        assert_eq!(
+            usage_error(&["status", "--json=yes"]),
+            "unknown option \"--json=yes\""
+        );
+        for bad in ["0", "-1", "abc", "NaN", "inf", "7200"] {
+            assert!(
+                usage_error(&["status", "--timeout", bad]).starts_with("--timeout must be"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn commands_map_to_protocol_requests() {
+        assert_eq!(Command::Status.request(), Request::Status);
+        assert_eq!(
+            Command::Xstats { port: 4 }.request(),
+            Request::Xstats { port: 4 }
+        );
+        assert_eq!(Command::Zero.request(), Request::ZeroCounters);
+    }
+
+    #[test]
+    fn rendering_rejects_a_reply_of_the_wrong_shape() {
+        let error = Command::Status
+            .render(serde_json::json!([1, 2]))
+            .unwrap_err();
+        assert!(
+            error.starts_with("unexpected reply from daemon: "),
+            "{error}"
+        );
+        assert_eq!(
+            Command::Zero.render(serde_json::Value::Null).unwrap(),
+            "counters zeroed\n"
+        );
+    }
+}

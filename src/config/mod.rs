@@ -1,1 +1,247 @@
-//! (in progress)
+//! The daemon's TOML configuration: EAL settings, lcores, control socket, ports and
+//! the loopback peer emulator. `docs/CONFIG.md` is the reference for the file format;
+//! `config/*.toml` are commented examples.
+//!
+//! Loading is strict: unknown keys are rejected by name, and every error carries the
+//! file, line, column and field path of the offending value, e.g.
+//! `config/x.toml:14:13: ports[0].addresses[1]: "198.18.0.300/24" is not an IPv4
+//! address with prefix (expected a.b.c.d/n)`.
+//!
+//! How: `tree` parses the text into values that remember their byte offsets,
+//! `reader` gives typed, path-aware access to them, `fields` validates each kind of
+//! field, and `schema` knows the layout, the defaults and the cross-field rules.
+
+mod cidr;
+mod fields;
+mod reader;
+mod schema;
+mod source;
+mod tree;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use cidr::{Ipv4Cidr, ParseCidrError};
+
+use source::Source;
+
+/// A loaded, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was loaded from (for messages and reloads).
+    pub path: PathBuf,
+    pub eal: EalConfig,
+    pub lcores: LcoreConfig,
+    pub control: ControlConfig,
+    pub ports: Vec<PortConfig>,
+    /// The peer emulator; defaults when the file has no `[loopback]` section.
+    pub loopback: LoopbackConfig,
+}
+
+/// `[eal]`: how DPDK's environment is initialised.
+#[derive(Debug, Clone)]
+pub struct EalConfig {
+    /// false: run on ordinary memory (`--no-huge --no-shconf`), for tests and demos.
+    pub hugepages: bool,
+    /// Memory to reserve at startup, in MB (`-m`).
+    pub memory_mb: u32,
+    /// `--file-prefix`: separates the runtime files of DPDK processes on one host.
+    pub file_prefix: String,
+    /// Appended verbatim to the EAL argv.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for EalConfig {
+    fn default() -> Self {
+        EalConfig {
+            hugepages: true,
+            memory_mb: 256,
+            file_prefix: "sluice".to_string(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// `[lcores]`: which CPU cores (DPDK lcore ids) do what.
+#[derive(Debug, Clone)]
+pub struct LcoreConfig {
+    /// The main lcore: control socket, stats, health checks, sync.
+    pub management: u32,
+    /// Worker i polls RX queue i and transmits on TX queue i of every port.
+    pub workers: Vec<u32>,
+}
+
+/// `[control]`: the management interface.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    /// The Unix socket sluicectl connects to (absolute, < 108 bytes).
+    pub socket: PathBuf,
+}
+
+/// One `[[ports]]` table: a NIC or virtual device and the appliance's addresses on it.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    pub name: String,
+    pub device: PortDevice,
+    /// Overrides the device's own MAC address.
+    pub mac: Option<[u8; 6]>,
+    /// The appliance's own IPv4 addresses on this port (1..=16); ARP and ICMP are
+    /// answered for these.
+    pub addresses: Vec<Ipv4Cidr>,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+    /// Toeplitz key (40 or 52 bytes); `None` keeps the driver's default.
+    pub rss_key: Option<Vec<u8>>,
+    pub mtu: Option<u16>,
+}
+
+/// Where a port's packets come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortDevice {
+    /// A PCI NIC bound to a DPDK driver, in full form "0000:03:00.0" (EAL `-a`).
+    Pci(String),
+    /// A virtual device spec, e.g. "net_af_packet0,iface=veth0" (EAL `--vdev`).
+    Vdev(String),
+    /// An in-process net_ring pair; the built-in peer emulator drives the far side.
+    Loopback,
+}
+
+/// `[loopback]`: the built-in peer emulator behind a `loopback = true` port.
+#[derive(Debug, Clone)]
+pub struct LoopbackConfig {
+    /// Emulated neighbours, at the port's first address +1, +2, ...
+    pub peers: u16,
+    /// Each peer sends ARP, then ICMP echo, at this interval.
+    pub ping_interval_ms: u64,
+    /// Every Nth emulated frame is malformed (0 = never).
+    pub garbage_every: u32,
+    /// How often the daemon prints testpmd-style stats.
+    pub stats_interval_ms: u64,
+}
+
+impl Default for LoopbackConfig {
+    fn default() -> Self {
+        LoopbackConfig {
+            peers: 4,
+            ping_interval_ms: 100,
+            garbage_every: 10,
+            stats_interval_ms: 1000,
+        }
+    }
+}
+
+/// Why a config file was rejected, and where.
+///
+/// Displays as `{file}:{line}:{column}: {field}: {message}`, the form editors and
+/// terminals recognise. `line` and `column` are 1-based and point at the offending
+/// value, or at the table header when a key is missing (1:1 for the top level).
+/// `line == 0` means the file could not be read at all; it displays as
+/// `{file}: {message}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: usize,
+    pub column: usize,
+    /// Field path such as `ports[0].addresses[1]`; empty if not about one field.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.display();
+        if self.line == 0 {
+            return write!(f, "{file}: {}", self.message);
+        }
+        write!(f, "{file}:{}:{}: ", self.line, self.column)?;
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            field: String::new(),
+            message: format!("cannot read config file: {e}"),
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Validates `text`; `path` is only used in errors and kept in `Config::path`.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let source = Source { text, path };
+        let root = tree::parse(text).map_err(|e| source.syntax_error(&e))?;
+        schema::read_config(root, path).map_err(|e| source.error(e))
+    }
+
+    /// The EAL argv (argv[0] = "sluice"):
+    /// `-l <mgmt,workers...> --main-lcore <mgmt> --file-prefix <p>`, then
+    /// `--no-huge -m <mb> --no-shconf` without hugepages or `-m <mb>` with them,
+    /// then `--no-pci` or `-a <pci>` per PCI port, `--vdev <spec>` per vdev port,
+    /// and finally `extra_args`. Loopback ports are not in the argv: the daemon
+    /// creates them after EAL init with `rte_eth_from_rings`.
+    pub fn eal_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec!["sluice".into()];
+        let lcores: Vec<String> = std::iter::once(self.lcores.management)
+            .chain(self.lcores.workers.iter().copied())
+            .map(|id| id.to_string())
+            .collect();
+        args.extend(["-l".into(), lcores.join(",")]);
+        args.extend(["--main-lcore".into(), self.lcores.management.to_string()]);
+        args.extend(["--file-prefix".into(), self.eal.file_prefix.clone()]);
+        let memory = self.eal.memory_mb.to_string();
+        if self.eal.hugepages {
+            args.extend(["-m".into(), memory]);
+        } else {
+            // No shared config either: nothing in hugetlbfs to share, and two test
+            // processes must not collide on /var/run/dpdk.
+            args.extend([
+                "--no-huge".into(),
+                "-m".into(),
+                memory,
+                "--no-shconf".into(),
+            ]);
+        }
+        let pci: Vec<&String> = self.ports.iter().filter_map(|p| p.pci()).collect();
+        if pci.is_empty() {
+            // Otherwise the EAL probes every bound NIC on the host.
+            args.push("--no-pci".into());
+        }
+        for addr in pci {
+            args.extend(["-a".into(), addr.clone()]);
+        }
+        for port in &self.ports {
+            if let PortDevice::Vdev(spec) = &port.device {
+                args.extend(["--vdev".into(), spec.clone()]);
+            }
+        }
+        args.extend(self.eal.extra_args.iter().cloned());
+        args
+    }
+
+    /// The index of the port called `name` in `ports`.
+    pub fn port_index(&self, name: &str) -> Option<usize> {
+        self.ports.iter().position(|p| p.name == name)
+    }
+}
+
+impl PortConfig {
+    fn pci(&self) -> Option<&String> {
+        match &self.device {
+            PortDevice::Pci(addr) => Some(addr),
+            _ => None,
+        }
+    }
+}

@@ -127,6 +127,8 @@ pub struct WorkerCounters {
     pub total_cycles: AtomicU64,
     /// Loop iterations (polls), busy or idle.
     pub polls: AtomicU64,
+    /// Entries in this worker's neighbour table (a gauge, not a count).
+    pub neighbour_entries: AtomicU64,
     pub drops: [AtomicU64; DropReason::COUNT],
     pub events: [AtomicU64; Event::COUNT],
 }
@@ -186,7 +188,11 @@ mod tests {
         let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), DropReason::COUNT, "drop reason names must be unique");
+        assert_eq!(
+            names.len(),
+            DropReason::COUNT,
+            "drop reason names must be unique"
+        );
     }
 
     #[test]

@@ -1,3 +1,6 @@
 //! The worker side: counters, the local responder (ARP/ICMP for the appliance's own
 //! addresses), the neighbour table, and the run-to-completion loop.
 pub mod counters;
+pub mod local;
+pub mod neighbour;
+pub mod worker;

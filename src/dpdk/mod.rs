@@ -1,1 +1,21 @@
-//! (in progress)
+//! The thin, owning layer over DPDK. Every DPDK object has one Rust owner whose `Drop`
+//! releases it; per-lcore objects (`RxQueue`, `TxQueue`) are `Send` but not `Sync`, so
+//! the type system keeps a queue on one lcore. Packet bytes are reached through mbuf
+//! fields read from Rust, never through a per-packet FFI call.
+mod burst;
+mod eal;
+mod error;
+mod lcore;
+mod mempool;
+mod port;
+mod ring;
+
+pub use burst::{Burst, BURST_SIZE};
+pub use eal::Eal;
+pub use error::DpdkError;
+pub use lcore::{
+    current_lcore, launch_on_lcore, register_thread, tsc, tsc_hz, wait_lcore, LaunchError,
+};
+pub use mempool::Mempool;
+pub use port::{LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue};
+pub use ring::{PacketRing, RingPortPair};

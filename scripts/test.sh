@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, then formatting, lints, unit tests,
+# DPDK integration tests, golden-packet tests and end-to-end tests in namespaces.
+# Needs root (DPDK, network namespaces). Usage: sudo scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/test.sh: run as root (DPDK and network namespaces need it)" >&2
+  exit 1
+fi
+
+bash scripts/setup.sh
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy -D warnings"
+cargo clippy --release --all-targets -- -D warnings
+
+echo "== cargo test (unit, DPDK integration, golden pcap, namespaces)"
+# Test binaries run one after another; tests inside one binary may run in parallel
+# (each starts its own daemon with its own file prefix and namespace names).
+cargo test --release --workspace -- --test-threads=2

@@ -1,0 +1,298 @@
+#!/usr/bin/env bash
+# Sluice network-namespace test bed.
+#
+#   scripts/testbed.sh up NAME [N_REAL_SERVERS]   build it, print KEY=VALUE facts
+#   scripts/testbed.sh down NAME                  remove everything named NAME-*
+#   scripts/testbed.sh status NAME                show what exists
+#
+# Layout (NAME is [a-z0-9]{1,8}; every name below starts with "NAME-"):
+#
+#   namespace NAME-sw    bridge NAME-br (the switch: STP off, mcast_snooping 0)
+#                        ports NAME-plb, NAME-pc, NAME-pr1 .. NAME-prN
+#   namespace NAME-lb    NAME-lb0  the appliance's veth: up, NO address, forwarding off
+#   namespace NAME-c     NAME-c0   client, 198.18.0.100/24
+#   namespace NAME-rsI   NAME-rI   real server I, 198.18.0.(10+I)/24
+#
+# Sluice attaches to NAME-lb0 with net_af_packet (run it with `ip netns exec NAME-lb`)
+# and is expected to own 198.18.0.1 (APPLIANCE_IP). Every veth end has its offloads off
+# (checksum, TSO, GSO, GRO), IPv6 is disabled in every namespace (no DAD/RS/MLD noise
+# on the wire) and nothing is connected to the host's own network: no traffic leaves
+# the namespaces. Veths are created directly inside their namespaces, so no interface
+# ever appears in the root namespace.
+#
+# `up` fails (exit 1, nothing touched) when any namespace of NAME already exists; if it
+# fails half-way it removes what it built. `down` removes every namespace and interface
+# of NAME (and stops processes still running inside those namespaces, e.g. a Sluice
+# left by a crashed test), even when half-built, and never touches anything else.
+set -euo pipefail
+
+PROG="scripts/testbed.sh"
+MAX_RS=32
+SUBNET_PREFIX="198.18.0"
+PREFIX_LEN=24
+APPLIANCE_IP="${SUBNET_PREFIX}.1"
+CLIENT_IP="${SUBNET_PREFIX}.100"
+
+die() {
+  echo "$PROG: $*" >&2
+  exit 1
+}
+
+usage() {
+  cat >&2 <<EOF
+usage: $PROG up NAME [N_REAL_SERVERS]
+       $PROG down NAME
+       $PROG status NAME
+NAME: 1-8 characters [a-z0-9]; N_REAL_SERVERS: 0..$MAX_RS (default 0)
+EOF
+  exit 2
+}
+
+check_name() {
+  [[ "${1:-}" =~ ^[a-z0-9]{1,8}$ ]] || die "invalid NAME '${1:-}': use 1-8 characters [a-z0-9]"
+}
+
+need_root() {
+  [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces, veth, bridge)"
+  local t
+  for t in ip ethtool sysctl; do
+    command -v "$t" >/dev/null 2>&1 || die "'$t' not found (run scripts/setup.sh)"
+  done
+}
+
+# Every namespace whose name belongs to NAME (exact patterns, nothing else).
+namespaces_of() {
+  local name="$1"
+  ip netns list 2>/dev/null | awk '{print $1}' |
+    grep -E "^${name}-(sw|lb|c|rs[0-9]+)$" || true
+}
+
+# Interfaces in the ROOT namespace that belong to NAME (normally none; only a
+# half-built bed made by hand or an interrupted older run could leave some).
+root_links_of() {
+  local name="$1"
+  ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
+    grep -E "^${name}-(br|lb0|plb|c0|pc|r[0-9]+|pr[0-9]+)$" || true
+}
+
+nsx() {
+  local ns="$1"
+  shift
+  ip netns exec "$ns" "$@"
+}
+
+# Offloads off on one veth end: no TSO/GSO super-frames and no half-computed
+# checksums reach af_packet or the peers. Features a driver cannot change are
+# reported by ethtool on stderr; only failure to change everything is fatal.
+offloads_off() {
+  local ns="$1" ifname="$2"
+  nsx "$ns" ethtool -K "$ifname" rx off tx off sg off tso off gso off gro off >/dev/null 2>&1 ||
+    nsx "$ns" ethtool -K "$ifname" tx off tso off gso off >/dev/null ||
+    die "ethtool -K $ifname (in $ns) failed"
+  local feat
+  feat="$(nsx "$ns" ethtool -k "$ifname")"
+  for f in tx-checksumming tcp-segmentation-offload generic-segmentation-offload; do
+    grep -qE "^$f: off" <<<"$feat" || die "$ifname (in $ns): $f is still on"
+  done
+}
+
+new_namespace() {
+  local ns="$1"
+  ip netns add "$ns"
+  nsx "$ns" ip link set lo up
+  # No IPv6 on any interface created later in this namespace.
+  nsx "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+  nsx "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+  nsx "$ns" sysctl -qw net.ipv4.ip_forward=0
+}
+
+# One endpoint: veth EP in namespace NS, its peer SWPORT in the switch namespace,
+# enslaved to the bridge. Both ends are created directly in their namespaces.
+attach() {
+  local name="$1" ns="$2" ep="$3" swport="$4"
+  ip link add "$ep" netns "$ns" type veth peer name "$swport" netns "${name}-sw"
+  offloads_off "$ns" "$ep"
+  offloads_off "${name}-sw" "$swport"
+  nsx "${name}-sw" ip link set "$swport" master "${name}-br"
+  nsx "${name}-sw" ip link set "$swport" up
+  nsx "$ns" ip link set "$ep" up
+}
+
+mac_of() {
+  nsx "$1" cat "/sys/class/net/$2/address"
+}
+
+BUILDING=""
+# On a failed or interrupted `up`, remove the half-built bed (only after the lock
+# was taken, so another run's bed is never touched).
+on_exit() {
+  local rc=$?
+  if [ -n "$BUILDING" ] && [ "$rc" -ne 0 ]; then
+    echo "$PROG: up $BUILDING failed (exit $rc), removing what was built" >&2
+    cmd_down "$BUILDING" >/dev/null 2>&1 || true
+  fi
+  exit "$rc"
+}
+
+cmd_up() {
+  local name="$1" nrs="$2"
+  [[ "$nrs" =~ ^[0-9]+$ ]] && [ "$nrs" -le "$MAX_RS" ] ||
+    die "invalid N_REAL_SERVERS '$nrs': use 0..$MAX_RS"
+
+  local existing
+  existing="$(namespaces_of "$name" | tr '\n' ' ')"
+  [ -z "$existing" ] ||
+    die "test bed '$name' already exists (namespaces: ${existing% }); run '$PROG down $name' first"
+  # `ip netns add` of the switch namespace is the lock: it fails if another `up` of
+  # the same NAME won the race, and then nothing of the other run is touched.
+  if ! ip netns add "${name}-sw" 2>/dev/null; then
+    die "test bed '$name' already exists (namespace ${name}-sw); run '$PROG down $name' first"
+  fi
+  # From here on, every namespace of NAME is ours: remove all of it on any failure.
+  BUILDING="$name"
+  trap on_exit EXIT
+  trap 'exit 130' INT TERM
+
+  nsx "${name}-sw" ip link set lo up
+  nsx "${name}-sw" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+  nsx "${name}-sw" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+  nsx "${name}-sw" ip link add "${name}-br" type bridge stp_state 0 forward_delay 0 mcast_snooping 0
+  nsx "${name}-sw" ip link set "${name}-br" up
+
+  # The appliance: up, unaddressed, forwarding off, so the kernel never answers for it.
+  new_namespace "${name}-lb"
+  nsx "${name}-lb" sysctl -qw net.ipv4.conf.all.forwarding=0
+  attach "$name" "${name}-lb" "${name}-lb0" "${name}-plb"
+  nsx "${name}-lb" sysctl -qw "net.ipv4.conf.${name}-lb0.forwarding=0"
+  nsx "${name}-lb" sysctl -qw "net.ipv4.conf.${name}-lb0.arp_ignore=8"
+  if [ -n "$(nsx "${name}-lb" ip -o addr show dev "${name}-lb0")" ]; then
+    die "${name}-lb0 unexpectedly has an address"
+  fi
+
+  new_namespace "${name}-c"
+  attach "$name" "${name}-c" "${name}-c0" "${name}-pc"
+  nsx "${name}-c" ip addr add "${CLIENT_IP}/${PREFIX_LEN}" dev "${name}-c0"
+
+  local i
+  for ((i = 1; i <= nrs; i++)); do
+    new_namespace "${name}-rs$i"
+    attach "$name" "${name}-rs$i" "${name}-r$i" "${name}-pr$i"
+    nsx "${name}-rs$i" ip addr add "${SUBNET_PREFIX}.$((10 + i))/${PREFIX_LEN}" dev "${name}-r$i"
+  done
+
+  BUILDING=""
+
+  echo "TESTBED=$name"
+  echo "SW_NS=${name}-sw"
+  echo "BRIDGE=${name}-br"
+  echo "LB_NS=${name}-lb"
+  echo "LB_IF=${name}-lb0"
+  echo "LB_MAC=$(mac_of "${name}-lb" "${name}-lb0")"
+  echo "APPLIANCE_IP=$APPLIANCE_IP"
+  echo "PREFIX_LEN=$PREFIX_LEN"
+  echo "CLIENT_NS=${name}-c"
+  echo "CLIENT_IF=${name}-c0"
+  echo "CLIENT_IP=$CLIENT_IP"
+  echo "CLIENT_MAC=$(mac_of "${name}-c" "${name}-c0")"
+  echo "RS_COUNT=$nrs"
+  local list=""
+  for ((i = 1; i <= nrs; i++)); do
+    echo "RS${i}_NS=${name}-rs$i"
+    echo "RS${i}_IF=${name}-r$i"
+    echo "RS${i}_IP=${SUBNET_PREFIX}.$((10 + i))"
+    echo "RS${i}_MAC=$(mac_of "${name}-rs$i" "${name}-r$i")"
+    list="$list ${name}-rs$i"
+  done
+  echo "RS_NS=${list# }"
+}
+
+# Stops whatever still runs inside a namespace of this test bed (TERM, then KILL
+# after 3 s). Only pids that `ip netns pids` reports for that namespace are signalled.
+stop_processes() {
+  local ns="$1" pids i
+  pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
+  [ -n "${pids// /}" ] || return 0
+  echo "$PROG: stopping processes left in $ns: $pids" >&2
+  # shellcheck disable=SC2086
+  kill -TERM $pids 2>/dev/null || true
+  for ((i = 0; i < 30; i++)); do
+    pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
+    [ -n "${pids// /}" ] || return 0
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
+}
+
+cmd_down() {
+  local name="$1" ns link
+  for ns in $(namespaces_of "$name"); do
+    stop_processes "$ns"
+  done
+  # Deleting a namespace destroys its veth ends, and with them their peers.
+  for ns in $(namespaces_of "$name"); do
+    ip netns del "$ns" 2>/dev/null || ip netns del "$ns"
+  done
+  for link in $(root_links_of "$name"); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  # A namespace is freed asynchronously after `ip netns del`; wait (bounded) until
+  # the veth peers are gone too, so a following `up` of the same NAME cannot collide.
+  local left i
+  for ((i = 0; i < 50; i++)); do
+    left="$(namespaces_of "$name")$(root_links_of "$name")"
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  [ -z "$left" ] || die "down $name: still present: $(echo "$left" | tr '\n' ' ')"
+  echo "$PROG: test bed '$name' is down"
+}
+
+cmd_status() {
+  local name="$1" ns found=0
+  for ns in $(namespaces_of "$name"); do
+    found=1
+    echo "== namespace $ns"
+    nsx "$ns" ip -br link show | grep -v '^lo ' || true
+    nsx "$ns" ip -br -4 addr show | grep -v '^lo ' || true
+    local pids
+    pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
+    [ -z "${pids// /}" ] || echo "processes: $pids"
+  done
+  local links
+  links="$(root_links_of "$name")"
+  if [ -n "$links" ]; then
+    found=1
+    echo "== root namespace links of $name: $(echo "$links" | tr '\n' ' ')"
+  fi
+  if [ "$found" -eq 0 ]; then
+    echo "test bed '$name' does not exist"
+    return 1
+  fi
+}
+
+main() {
+  [ $# -ge 2 ] || usage
+  local cmd="$1" name="$2"
+  check_name "$name"
+  case "$cmd" in
+    up)
+      [ $# -le 3 ] || usage
+      need_root
+      cmd_up "$name" "${3:-0}"
+      ;;
+    down)
+      [ $# -eq 2 ] || usage
+      need_root
+      cmd_down "$name"
+      ;;
+    status)
+      [ $# -eq 2 ] || usage
+      need_root
+      cmd_status "$name"
+      ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,237 @@
+//! One validation helper per kind of field. Each reads a `Field`, checks it, and
+//! returns the typed value or an `Invalid` that names the field and says what is
+//! wrong and what would be right.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use super::reader::{Check, Field};
+use super::Ipv4Cidr;
+
+/// DPDK builds with RTE_MAX_LCORE = 128 on Debian: higher ids cannot be used.
+pub(super) const MAX_LCORE: i64 = 127;
+/// `sun_path` in `struct sockaddr_un` is 108 bytes including the terminating NUL.
+const SUN_PATH_MAX: usize = 108;
+
+/// An lcore id (0..=127).
+pub(super) fn lcore_id(f: &Field) -> Check<u32> {
+    f.int(0..=MAX_LCORE)
+}
+
+/// `--file-prefix`: DPDK turns it into file names under /var/run/dpdk and
+/// /dev/hugepages, so it is kept to characters that are safe there.
+pub(super) fn file_prefix(f: &Field) -> Check<String> {
+    let s = f.str()?;
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if s.is_empty() || s.len() > 32 {
+        return Err(f.invalid(format!("{s:?} must be 1..=32 characters long")));
+    }
+    match s.chars().find(|&c| !ok_char(c)) {
+        Some(c) => Err(f.invalid(format!(
+            "{s:?} contains {c:?}; only letters, digits, '_' and '-' are allowed"
+        ))),
+        None => Ok(s.to_string()),
+    }
+}
+
+/// The control socket path: absolute (the daemon may chdir, and sluicectl must find
+/// the same file) and short enough for `sockaddr_un`.
+pub(super) fn socket_path(f: &Field) -> Check<PathBuf> {
+    let s = f.str()?;
+    if !s.starts_with('/') {
+        return Err(f.invalid(format!("{s:?} is not an absolute path")));
+    }
+    if s.ends_with('/') {
+        return Err(f.invalid(format!("{s:?} names a directory, not a socket file")));
+    }
+    if s.contains('\0') {
+        return Err(f.invalid("contains a NUL byte"));
+    }
+    if s.len() >= SUN_PATH_MAX {
+        return Err(f.invalid(format!(
+            "path is {} bytes long; a Unix socket path must be shorter than {SUN_PATH_MAX}",
+            s.len()
+        )));
+    }
+    Ok(PathBuf::from(s))
+}
+
+/// A port name, as shown by sluicectl and used in logs: short, lowercase, no spaces
+/// (15 characters is also what a Linux interface name allows).
+pub(super) fn port_name(f: &Field) -> Check<String> {
+    let s = f.str()?;
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
+    if s.is_empty() || s.len() > 15 {
+        return Err(f.invalid(format!("{s:?} must be 1..=15 characters long")));
+    }
+    match s.chars().find(|&c| !ok_char(c)) {
+        Some(c) => Err(f.invalid(format!(
+            "{s:?} contains {c:?}; only a-z, 0-9, '_' and '-' are allowed"
+        ))),
+        None => Ok(s.to_string()),
+    }
+}
+
+/// A PCI address, `DDDD:BB:DD.F` or `BB:DD.F`, returned in the full lowercase form
+/// DPDK uses as the device name (so the daemon can look the port up by it).
+pub(super) fn pci_address(f: &Field) -> Check<String> {
+    let s = f.str()?;
+    parse_pci(s).ok_or_else(|| {
+        f.invalid(format!(
+            "{s:?} is not a PCI address (expected DDDD:BB:DD.F, e.g. \"0000:03:00.0\"; see `dpdk-devbind.py --status`)"
+        ))
+    })
+}
+
+fn parse_pci(s: &str) -> Option<String> {
+    let (domain, bus_dev_fn) = match s.split(':').count() {
+        3 => s.split_once(':')?,
+        2 => ("0000", s),
+        _ => return None,
+    };
+    let (bus, dev_fn) = bus_dev_fn.split_once(':')?;
+    let (dev, func) = dev_fn.split_once('.')?;
+    let domain = hex_exact(domain, 4)?;
+    let bus = hex_exact(bus, 2)?;
+    let dev = hex_exact(dev, 2).filter(|&d| d <= 0x1f)?;
+    let func = hex_exact(func, 1).filter(|&f| f <= 7)?;
+    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func}"))
+}
+
+/// Exactly `len` hex digits.
+fn hex_exact(s: &str, len: usize) -> Option<u32> {
+    if s.len() != len || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(s, 16).ok()
+}
+
+/// A DPDK virtual device spec, `net_<driver><n>[,key=value...]`. Only ethdev
+/// drivers (`net_*`) make ports; anything else would leave the port missing.
+pub(super) fn vdev_spec(f: &Field) -> Check<String> {
+    let s = f.str()?;
+    if !s.starts_with("net_") {
+        return Err(f.invalid(format!(
+            "{s:?} does not start with \"net_\" (expected an ethdev vdev such as \"net_af_packet0,iface=veth0\")"
+        )));
+    }
+    let name = vdev_name(s);
+    if name.len() == "net_".len() {
+        return Err(f.invalid(format!("{s:?} has no driver name after \"net_\"")));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || c == '_'))
+    {
+        return Err(f.invalid(format!(
+            "{s:?}: device name {name:?} contains {c:?} (only letters, digits and '_')"
+        )));
+    }
+    if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(f.invalid(format!("{s:?} contains {c:?}")));
+    }
+    Ok(s.to_string())
+}
+
+/// The device name of a vdev spec: the part before the first ','.
+pub(super) fn vdev_name(spec: &str) -> &str {
+    spec.split(',').next().unwrap_or(spec)
+}
+
+/// A MAC override: six colon-separated hex octets, unicast and not all-zero (the
+/// port's own address must be a valid source address).
+pub(super) fn mac_address(f: &Field) -> Check<[u8; 6]> {
+    let s = f.str()?;
+    let mac = parse_mac(s).ok_or_else(|| {
+        f.invalid(format!(
+            "{s:?} is not a MAC address (expected six hex octets, e.g. \"02:00:00:00:00:01\")"
+        ))
+    })?;
+    if mac[0] & 1 != 0 {
+        return Err(f.invalid(format!(
+            "{s:?} is a multicast address; a port needs a unicast MAC (first octet even)"
+        )));
+    }
+    if mac == [0; 6] {
+        return Err(f.invalid(format!("{s:?} is the all-zero address")));
+    }
+    Ok(mac)
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for octet in mac.iter_mut() {
+        *octet = u8::try_from(hex_exact(parts.next()?, 2)?).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// One of the appliance's own addresses on a port. It must be usable as a source
+/// and answerable by ARP, so no special, multicast or subnet-edge addresses.
+pub(super) fn port_address(f: &Field) -> Check<Ipv4Cidr> {
+    let s = f.str()?;
+    let cidr: Ipv4Cidr = s.parse().map_err(|e| f.invalid(format!("{e}")))?;
+    let addr = cidr.addr;
+    let reject = |why: &str| Err(f.invalid(format!("{s:?}: {addr} {why}")));
+    if addr.is_unspecified() {
+        return reject("is the unspecified address");
+    }
+    if addr.is_multicast() {
+        return reject("is a multicast address");
+    }
+    if addr == Ipv4Addr::BROADCAST {
+        return reject("is the limited broadcast address");
+    }
+    // /31 (RFC 3021) and /32 have no network or broadcast address to avoid.
+    if cidr.prefix_len <= 30 {
+        if addr == cidr.network() {
+            return reject(&format!("is the network address of {}", prefix_of(&cidr)));
+        }
+        if addr == cidr.broadcast() {
+            return reject(&format!("is the broadcast address of {}", prefix_of(&cidr)));
+        }
+    }
+    Ok(cidr)
+}
+
+fn prefix_of(cidr: &Ipv4Cidr) -> String {
+    format!("{}/{}", cidr.network(), cidr.prefix_len)
+}
+
+/// RX/TX ring size: PMDs want a power of two, and 64..=4096 is what the common NICs
+/// (and every vdev) accept.
+pub(super) fn desc_count(f: &Field) -> Check<u16> {
+    let n: u16 = f.int(64..=4096)?;
+    if !n.is_power_of_two() {
+        return Err(f.invalid(format!("{n} is not a power of two (64..=4096)")));
+    }
+    Ok(n)
+}
+
+/// A Toeplitz RSS key in hex: 40 bytes (Intel) or 52 bytes (Mellanox, newer Intel).
+/// Sluice computes the same hash in software, so the key must be exactly right.
+pub(super) fn rss_key(f: &Field) -> Check<Vec<u8>> {
+    let s = f.str()?;
+    if let Some((i, c)) = s.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
+        return Err(f.invalid(format!(
+            "not hex: {c:?} at position {i} (expected 80 or 104 hex digits)"
+        )));
+    }
+    if s.len() != 80 && s.len() != 104 {
+        return Err(f.invalid(format!(
+            "{} hex digits; an RSS key is exactly 40 or 52 bytes (80 or 104 hex digits)",
+            s.len()
+        )));
+    }
+    // Every char is an ASCII hex digit, so byte-pair slicing is safe.
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| f.invalid(e.to_string())))
+        .collect()
+}
+
+/// An L3 MTU: 68 is the IPv4 minimum, 9000 the usual jumbo frame.
+pub(super) fn mtu(f: &Field) -> Check<u16> {
+    f.int(68..=9000)
+}

@@ -1,0 +1,138 @@
+//! Positions in the config text: byte offsets to line and column, and a best-effort
+//! field path for toml's own (syntax) errors, which come with a span but no path.
+
+use std::path::Path;
+
+use super::reader::Invalid;
+use super::ConfigError;
+
+/// The text being parsed, for turning byte offsets into positions.
+pub(super) struct Source<'a> {
+    pub text: &'a str,
+    pub path: &'a Path,
+}
+
+impl Source<'_> {
+    pub fn error(&self, e: Invalid) -> ConfigError {
+        let (line, column) = line_column(self.text, e.at);
+        ConfigError {
+            file: self.path.to_path_buf(),
+            line,
+            column,
+            field: e.field,
+            message: e.message,
+        }
+    }
+
+    /// toml's own errors (syntax, duplicate keys) carry a span but no field path;
+    /// the path is recovered from the surrounding text.
+    pub fn syntax_error(&self, e: &toml::de::Error) -> ConfigError {
+        let at = e.span().map_or(0, |s| s.start);
+        self.error(Invalid {
+            at,
+            field: field_at(self.text, at),
+            // toml's messages span lines ("invalid array\nexpected `]`"): keep one line.
+            message: format!("invalid TOML: {}", one_line(e.message())),
+        })
+    }
+}
+
+fn one_line(message: &str) -> String {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.join(": ")
+}
+
+/// 1-based line and column (in characters) of byte offset `at`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// Best-effort field path for a syntax error at byte `at`: the enclosing table
+/// (`[eal]`, the n-th `[[ports]]`) plus the key on that line, if the line is a
+/// `key = value` line. A line inside a multi-line value yields just the table.
+fn field_at(text: &str, at: usize) -> String {
+    let mut table = String::new();
+    let mut array_counts: std::collections::HashMap<String, usize> = Default::default();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if let Some(name) = header_name(trimmed, "[[") {
+            let n = array_counts.entry(name.to_string()).or_insert(0);
+            table = format!("{name}[{n}]");
+            *n += 1;
+        } else if let Some(name) = header_name(trimmed, "[") {
+            table = name.to_string();
+        }
+        let on_error_line = at < offset + line.len();
+        offset += line.len();
+        if !on_error_line {
+            continue;
+        }
+        if trimmed.starts_with('[') {
+            return table;
+        }
+        return match trimmed.split_once('=') {
+            Some((key, _)) if is_bare_key(key.trim()) => join_path(&table, key.trim()),
+            _ => table,
+        };
+    }
+    table
+}
+
+/// The name in a `[name]` or `[[name]]` header line (tolerating a broken closer).
+fn header_name<'a>(line: &'a str, open: &str) -> Option<&'a str> {
+    let rest = line.strip_prefix(open)?;
+    let name = rest.split(']').next().unwrap_or(rest).trim();
+    (!name.is_empty() && !name.starts_with('[')).then_some(name)
+}
+
+/// A bare or dotted key (`rx_desc`, `eal.hugepages`); a quoted one is not guessed at.
+fn is_bare_key(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ' '))
+}
+
+fn join_path(table: &str, key: &str) -> String {
+    if table.is_empty() {
+        key.to_string()
+    } else {
+        format!("{table}.{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_count_characters_not_bytes() {
+        let text = "a = 1\nb = \"ßß\" x\n";
+        let at = text.find('x').unwrap();
+        assert_eq!(line_column(text, at), (2, 10));
+        assert_eq!(line_column(text, 0), (1, 1));
+        assert_eq!(line_column(text, 10_000), (3, 1));
+    }
+
+    #[test]
+    fn syntax_field_paths() {
+        let text = "top = 1\n[eal]\nx = 1\n[[ports]]\n[[ports]]\nmtu = 1 2\naddresses = [\n  \"a=b\",\n]\n";
+        let at = |needle: &str| field_at(text, text.find(needle).unwrap());
+        assert_eq!(at("top"), "top");
+        assert_eq!(at("x = 1"), "eal.x");
+        assert_eq!(at("mtu"), "ports[1].mtu");
+        assert_eq!(at("\"a=b\""), "ports[1]");
+        assert_eq!(at("[[ports]]\nmtu"), "ports[1]");
+    }
+}

@@ -1,0 +1,401 @@
+//! The control wire protocol: line-delimited JSON over a Unix stream socket.
+//!
+//! A client writes one request object per line and reads exactly one response line per
+//! request, in order; a connection may carry any number of requests. Requests are tagged
+//! by `cmd`, so adding a command is adding one [`Request`] variant:
+//!
+//! ```text
+//! -> {"cmd":"status"}
+//! <- {"ok":true,"result":{...}}
+//! -> {"cmd":"xstats","port":7}
+//! <- {"ok":false,"error":"no port 7"}
+//! ```
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// The longest request line the server accepts, excluding the newline. Requests are
+/// small commands; the cap bounds what a hostile client can make the daemon buffer.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// One command sent to the daemon. Variants without fields take no arguments; unknown
+/// fields are rejected so a misspelt argument never silently widens a command (for
+/// example `zero_counters` with a stray `port` must not zero every port unnoticed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// The whole-appliance status report ([`crate::control::status::StatusReport`]).
+    Status,
+    /// The NIC's extended statistics for one port
+    /// ([`crate::control::status::XstatsReport`]).
+    Xstats { port: u16 },
+    /// Reset every port, lcore, drop and event counter to zero.
+    ZeroCounters,
+}
+
+impl Request {
+    /// The wire name of this request, as in its `cmd` field.
+    pub fn command_name(&self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::Xstats { .. } => "xstats",
+            Request::ZeroCounters => "zero_counters",
+        }
+    }
+
+    /// The request as one protocol line, newline included.
+    pub fn to_line(&self) -> String {
+        let mut line = serde_json::to_string(self).expect("a Request always serialises");
+        line.push('\n');
+        line
+    }
+}
+
+/// The reply to one request: either `{"ok":true,"result":...}` or
+/// `{"ok":false,"error":"..."}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    /// A successful reply carrying `result`.
+    pub fn success(result: Value) -> Response {
+        Response {
+            ok: true,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    /// A failed reply. The message is flattened to one line because clients print it
+    /// as `sluicectl: <message>` and scripts grep it.
+    pub fn failure(message: impl Into<String>) -> Response {
+        Response {
+            ok: false,
+            result: None,
+            error: Some(one_line(&message.into())),
+        }
+    }
+
+    /// The reply as one protocol line, newline included.
+    pub fn to_line(&self) -> String {
+        let mut line = serde_json::to_string(self).expect("a Response always serialises");
+        line.push('\n');
+        line
+    }
+
+    /// The result of a successful reply or the daemon's error text. A success whose
+    /// result was `null` arrives without a `result` field after the JSON round trip
+    /// (serde reads `null` as `None`), so it maps back to `Value::Null`.
+    pub fn into_result(self) -> Result<Value, String> {
+        if self.ok {
+            Ok(self.result.unwrap_or(Value::Null))
+        } else {
+            Err(self
+                .error
+                .unwrap_or_else(|| "daemon reported an error without a message".to_string()))
+        }
+    }
+}
+
+/// Why a request line could not be turned into a [`Request`]. Each variant displays as
+/// one line suitable for an error response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// The line is longer than [`MAX_REQUEST_BYTES`]; the server closes the connection
+    /// because it cannot find where the next request starts without buffering the rest.
+    Oversize,
+    /// Not valid JSON (including invalid UTF-8).
+    Malformed(String),
+    /// Valid JSON, but not an object.
+    NotAnObject,
+    /// An object without a string `cmd` field.
+    MissingCmd,
+    /// `cmd` names no known command; `known` lists the ones that exist.
+    UnknownCommand { cmd: String, known: String },
+    /// A known command with missing, mistyped or unexpected arguments.
+    BadArguments { cmd: String, detail: String },
+}
+
+impl ProtocolError {
+    /// Whether the server must close the connection after reporting this error.
+    pub fn closes_connection(&self) -> bool {
+        matches!(self, ProtocolError::Oversize)
+    }
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtocolError::Oversize => write!(
+                f,
+                "request line longer than the {MAX_REQUEST_BYTES}-byte limit; closing connection"
+            ),
+            ProtocolError::Malformed(detail) => write!(f, "malformed request: {detail}"),
+            ProtocolError::NotAnObject => {
+                write!(
+                    f,
+                    "request must be a JSON object such as {{\"cmd\":\"status\"}}"
+                )
+            }
+            ProtocolError::MissingCmd => {
+                write!(
+                    f,
+                    "request has no \"cmd\" string field, e.g. {{\"cmd\":\"status\"}}"
+                )
+            }
+            ProtocolError::UnknownCommand { cmd, known } => {
+                write!(f, "unknown command \"{cmd}\" (known commands: {known})")
+            }
+            ProtocolError::BadArguments { cmd, detail } => {
+                write!(f, "bad arguments for command \"{cmd}\": {detail}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// Parses one request line (without its newline; a trailing `\r` is tolerated).
+pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
+    if line.len() > MAX_REQUEST_BYTES {
+        return Err(ProtocolError::Oversize);
+    }
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let value: Value = serde_json::from_slice(line)
+        .map_err(|error| ProtocolError::Malformed(one_line(&error.to_string())))?;
+    let object = value.as_object().ok_or(ProtocolError::NotAnObject)?;
+    let cmd = match object.get("cmd") {
+        Some(Value::String(cmd)) => cmd.clone(),
+        _ => return Err(ProtocolError::MissingCmd),
+    };
+    let request = serde_json::from_value::<Request>(value.clone())
+        .map_err(|error| classify_error(cmd.clone(), &error))?;
+    reject_unknown_fields(&cmd, object, &request)?;
+    Ok(request)
+}
+
+/// serde's `deny_unknown_fields` covers struct variants but not unit variants of an
+/// internally tagged enum, so also compare the received fields with the ones the parsed
+/// request writes back: anything extra (and not `null`) was not understood.
+fn reject_unknown_fields(
+    cmd: &str,
+    received: &serde_json::Map<String, Value>,
+    request: &Request,
+) -> Result<(), ProtocolError> {
+    let understood = serde_json::to_value(request).expect("a Request always serialises");
+    let unknown: Vec<&str> = received
+        .iter()
+        .filter(|(key, value)| !value.is_null() && understood.get(key.as_str()).is_none())
+        .map(|(key, _)| key.as_str())
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(ProtocolError::BadArguments {
+        cmd: cmd.to_string(),
+        detail: format!("unknown field `{}`", unknown.join("`, `")),
+    })
+}
+
+/// Turns serde's error into ours. serde reports an unknown tag as
+/// "unknown variant `x`, expected one of `a`, `b`"; the list comes from the enum itself,
+/// so reusing it keeps the known-command list in step with [`Request`] with no second
+/// list to maintain.
+fn classify_error(cmd: String, error: &serde_json::Error) -> ProtocolError {
+    let message = error.to_string();
+    if message.starts_with("unknown variant") {
+        let known = message
+            .split_once("expected ")
+            .map(|(_, expected)| expected.trim_start_matches("one of ").replace('`', ""))
+            .unwrap_or_else(|| message.clone());
+        ProtocolError::UnknownCommand { cmd, known }
+    } else {
+        ProtocolError::BadArguments {
+            cmd,
+            detail: one_line(&message),
+        }
+    }
+}
+
+/// Collapses line breaks so a message can never split a protocol or terminal line.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests_round_trip_through_their_wire_form() {
+        let cases = [
+            (Request::Status, r#"{"cmd":"status"}"#),
+            (Request::Xstats { port: 3 }, r#"{"cmd":"xstats","port":3}"#),
+            (Request::ZeroCounters, r#"{"cmd":"zero_counters"}"#),
+        ];
+        for (request, wire) in cases {
+            assert_eq!(request.to_line(), format!("{wire}\n"));
+            assert_eq!(parse_request(wire.as_bytes()), Ok(request.clone()));
+            assert_eq!(request.command_name(), json_cmd(wire));
+        }
+    }
+
+    fn json_cmd(wire: &str) -> String {
+        let value: Value = serde_json::from_str(wire).unwrap();
+        value["cmd"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn trailing_carriage_return_is_tolerated() {
+        assert_eq!(
+            parse_request(b"{\"cmd\":\"status\"}\r"),
+            Ok(Request::Status)
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_reported_on_one_line() {
+        let error = parse_request(b"{\"cmd\":").unwrap_err();
+        assert!(matches!(error, ProtocolError::Malformed(_)), "{error:?}");
+        let text = error.to_string();
+        assert!(text.starts_with("malformed request: "), "{text}");
+        assert!(!text.contains('\n'));
+        assert!(!error.closes_connection());
+    }
+
+    #[test]
+    fn invalid_utf8_is_malformed_not_a_panic() {
+        let error = parse_request(b"{\"cmd\":\"\xff\xfe\"}").unwrap_err();
+        assert!(matches!(error, ProtocolError::Malformed(_)), "{error:?}");
+    }
+
+    #[test]
+    fn non_object_and_missing_cmd_are_distinguished() {
+        assert_eq!(parse_request(b"[1,2]"), Err(ProtocolError::NotAnObject));
+        assert_eq!(
+            parse_request(b"\"status\""),
+            Err(ProtocolError::NotAnObject)
+        );
+        assert_eq!(parse_request(b"{}"), Err(ProtocolError::MissingCmd));
+        assert_eq!(
+            parse_request(b"{\"cmd\":7}"),
+            Err(ProtocolError::MissingCmd)
+        );
+    }
+
+    #[test]
+    fn unknown_command_lists_every_known_command() {
+        let error = parse_request(b"{\"cmd\":\"reboot\"}").unwrap_err();
+        let text = error.to_string();
+        assert_eq!(
+            text,
+            "unknown command \"reboot\" (known commands: status, xstats, zero_counters)"
+        );
+    }
+
+    #[test]
+    fn missing_argument_names_the_field() {
+        let error = parse_request(b"{\"cmd\":\"xstats\"}").unwrap_err();
+        assert_eq!(
+            error,
+            ProtocolError::BadArguments {
+                cmd: "xstats".into(),
+                detail: "missing field `port`".into()
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "bad arguments for command \"xstats\": missing field `port`"
+        );
+    }
+
+    #[test]
+    fn mistyped_and_out_of_range_arguments_are_rejected() {
+        for line in [
+            &b"{\"cmd\":\"xstats\",\"port\":\"zero\"}"[..],
+            b"{\"cmd\":\"xstats\",\"port\":70000}",
+            b"{\"cmd\":\"xstats\",\"port\":-1}",
+        ] {
+            let error = parse_request(line).unwrap_err();
+            assert!(
+                matches!(&error, ProtocolError::BadArguments { cmd, .. } if cmd == "xstats"),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unexpected_arguments_are_rejected_even_on_commands_without_fields() {
+        let error = parse_request(b"{\"cmd\":\"zero_counters\",\"port\":1}").unwrap_err();
+        assert!(
+            matches!(&error, ProtocolError::BadArguments { cmd, detail }
+                if cmd == "zero_counters" && detail.contains("port")),
+            "{error:?}"
+        );
+        assert_eq!(
+            parse_request(b"{\"cmd\":\"status\",\"verbose\":true}")
+                .unwrap_err()
+                .to_string(),
+            "bad arguments for command \"status\": unknown field `verbose`"
+        );
+        let error = parse_request(b"{\"cmd\":\"xstats\",\"port\":1,\"prot\":2}").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "bad arguments for command \"xstats\": unknown field `prot`, expected `port`"
+        );
+    }
+
+    #[test]
+    fn oversize_lines_are_rejected_before_parsing_and_close_the_connection() {
+        let line = vec![b' '; MAX_REQUEST_BYTES + 1];
+        let error = parse_request(&line).unwrap_err();
+        assert_eq!(error, ProtocolError::Oversize);
+        assert!(error.closes_connection());
+        assert!(error.to_string().contains("65536-byte limit"));
+        // A line of exactly the limit is still accepted (trailing blanks are valid JSON).
+        let mut padded = b"{\"cmd\":\"status\"}".to_vec();
+        padded.resize(MAX_REQUEST_BYTES, b' ');
+        assert_eq!(parse_request(&padded), Ok(Request::Status));
+    }
+
+    #[test]
+    fn responses_serialise_without_the_absent_field() {
+        let success = Response::success(json!({"a": 1}));
+        assert_eq!(success.to_line(), "{\"ok\":true,\"result\":{\"a\":1}}\n");
+        let failure = Response::failure("no port 9");
+        assert_eq!(
+            failure.to_line(),
+            "{\"ok\":false,\"error\":\"no port 9\"}\n"
+        );
+    }
+
+    #[test]
+    fn failure_messages_are_flattened_to_one_line() {
+        let failure = Response::failure("first\nsecond\r\n third");
+        assert_eq!(failure.error.as_deref(), Some("first second third"));
+    }
+
+    #[test]
+    fn into_result_maps_null_success_and_errors() {
+        let parsed: Response = serde_json::from_str("{\"ok\":true,\"result\":null}").unwrap();
+        assert_eq!(parsed.into_result(), Ok(Value::Null));
+        let parsed: Response = serde_json::from_str("{\"ok\":false,\"error\":\"boom\"}").unwrap();
+        assert_eq!(parsed.into_result(), Err("boom".to_string()));
+        let parsed: Response = serde_json::from_str("{\"ok\":false}").unwrap();
+        assert!(parsed
+            .into_result()
+            .unwrap_err()
+            .contains("without a message"));
+    }
+}

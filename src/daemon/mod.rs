@@ -1,0 +1,343 @@
+//! The appliance process: brings up the EAL, ports and workers from a config, runs the
+//! management loop (control requests, periodic stats, shutdown) on the main lcore, and
+//! tears everything down in reverse order.
+mod signals;
+mod stats;
+
+use crate::config::{Config, PortDevice};
+use crate::control::protocol::Request;
+use crate::control::server::{ControlServer, Handler};
+use crate::dataplane::counters::WorkerCounters;
+use crate::dataplane::local::LocalResponder;
+use crate::dataplane::worker::{Worker, WorkerPort};
+use crate::dpdk::{
+    launch_on_lcore, wait_lcore, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
+};
+use crate::emulator::Emulator;
+use crossbeam::channel::{self, Receiver, Sender};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Command-line options of `sluice`.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub config: PathBuf,
+    /// Stop by itself after this long (demos and tests).
+    pub duration: Option<Duration>,
+    /// Print testpmd-style stats this often; loopback configs default to their
+    /// `stats_interval_ms`, others to never.
+    pub stats_interval: Option<Duration>,
+}
+
+/// A port as the management core keeps it.
+pub struct PortEntry {
+    pub port: Port,
+    pub name: String,
+    pub mac: [u8; 6],
+    pub addresses: Vec<String>,
+}
+
+/// Everything the management core owns while the appliance runs. Field order is drop
+/// order: ports before the rings they sit on, rings before the mempool, the EAL last.
+struct Appliance {
+    emulator: Option<Emulator>,
+    ports: Vec<PortEntry>,
+    _emulator_ports: Vec<Port>,
+    _ring_pairs: Vec<RingPortPair>,
+    _pool: Arc<Mempool>,
+    _eal: Eal,
+}
+
+/// Requests from the control thread, answered on the management loop.
+type ControlCall = (Request, Sender<Result<serde_json::Value, String>>);
+
+/// Runs the appliance until a signal or the duration ends it.
+pub fn run(opts: &Options) -> Result<(), String> {
+    let cfg = Config::load(&opts.config).map_err(|e| e.to_string())?;
+    signals::install().map_err(|e| format!("installing signal handlers: {e}"))?;
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters: Vec<Arc<WorkerCounters>> = cfg
+        .lcores
+        .workers
+        .iter()
+        .map(|_| Arc::new(WorkerCounters::default()))
+        .collect();
+
+    let mut app = bring_up(&cfg)?;
+    launch_workers(&cfg, &mut app, &counters, &stop)?;
+    let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
+    let server = ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
+        .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()));
+    let server = match server {
+        Ok(s) => s,
+        Err(e) => {
+            stop.store(true, Ordering::SeqCst);
+            join_workers(&cfg);
+            return Err(e);
+        }
+    };
+    log::info!(
+        "sluice up: {} port(s), {} worker(s), control socket {}",
+        app.ports.len(),
+        counters.len(),
+        cfg.control.socket.display()
+    );
+    let stats_interval = opts.stats_interval.or_else(|| {
+        app.emulator
+            .as_ref()
+            .map(|_| Duration::from_millis(cfg.loopback.stats_interval_ms))
+    });
+    let mut view = stats::StatsView::new(&cfg, started);
+    management_loop(
+        &mut app,
+        &counters,
+        &calls_rx,
+        &mut view,
+        opts.duration,
+        stats_interval,
+        started,
+    );
+
+    log::info!("shutting down");
+    drop(server);
+    stop.store(true, Ordering::SeqCst);
+    join_workers(&cfg);
+    if let Some(em) = app.emulator.take() {
+        let final_stats = em.stop();
+        println!("{}", final_stats.summary());
+    }
+    view.print(&app.ports, &counters, None);
+    for p in &mut app.ports {
+        if let Err(e) = p.port.stop() {
+            log::warn!("{e}");
+        }
+    }
+    drop(app);
+    log::info!("sluice stopped");
+    Ok(())
+}
+
+fn bring_up(cfg: &Config) -> Result<Appliance, String> {
+    let eal = Eal::init(&cfg.eal_args())
+        .map_err(|e| format!("{e} (EAL arguments: {})", cfg.eal_args().join(" ")))?;
+    for &lcore in &cfg.lcores.workers {
+        // SAFETY: plain query of the EAL's lcore table.
+        if unsafe { dpdk_sys::rte_lcore_is_enabled(lcore) } == 0 {
+            return Err(format!(
+                "{}: lcores.workers: lcore {lcore} is not available to the EAL (this machine has {} CPUs)",
+                cfg.path.display(),
+                std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            ));
+        }
+    }
+    let queues = cfg.lcores.workers.len() as u16;
+    let descriptors: u32 = cfg
+        .ports
+        .iter()
+        .map(|p| (p.rx_desc as u32 + p.tx_desc as u32) * queues as u32 * 2)
+        .sum();
+    // Room for every descriptor, every worker's bursts in flight and the emulator; a
+    // power of two minus one as rte_mempool prefers.
+    let wanted = descriptors + 8192;
+    let count = wanted.next_power_of_two() - 1;
+    let pool = Arc::new(Mempool::new("sluice_mbufs", count, 256, 2048).map_err(|e| e.to_string())?);
+
+    let mut ports = Vec::new();
+    let mut ring_pairs = Vec::new();
+    let mut emulator_ports = Vec::new();
+    for pc in &cfg.ports {
+        let id = match &pc.device {
+            PortDevice::Pci(addr) => eal
+                .port_by_name(addr)
+                .map_err(|e| format!("port {}: {e}", pc.name))?,
+            PortDevice::Vdev(spec) => {
+                let name = spec.split(',').next().unwrap_or(spec);
+                eal.port_by_name(name)
+                    .map_err(|e| format!("port {}: {e}", pc.name))?
+            }
+            PortDevice::Loopback => {
+                let pair = RingPortPair::new(&format!("lo_{}", pc.name), queues, 1024)
+                    .map_err(|e| format!("port {}: {e}", pc.name))?;
+                let mut far = Port::new(pair.b);
+                far.configure(
+                    &PortSettings {
+                        queues,
+                        rx_desc: pc.rx_desc,
+                        tx_desc: pc.tx_desc,
+                        ..Default::default()
+                    },
+                    &pool,
+                )
+                .map_err(|e| e.to_string())?;
+                far.start().map_err(|e| e.to_string())?;
+                emulator_ports.push(far);
+                let id = pair.a;
+                ring_pairs.push(pair);
+                id
+            }
+        };
+        let mut port = Port::new(id);
+        let settings = PortSettings {
+            queues,
+            rx_desc: pc.rx_desc,
+            tx_desc: pc.tx_desc,
+            mtu: pc.mtu,
+            mac: pc.mac,
+            rss: (queues > 1 || pc.rss_key.is_some()).then(|| RssSettings {
+                hash_fields: dpdk_sys::SLUICE_ETH_RSS_IP
+                    | dpdk_sys::SLUICE_ETH_RSS_TCP
+                    | dpdk_sys::SLUICE_ETH_RSS_UDP,
+                key: pc.rss_key.clone(),
+            }),
+        };
+        port.configure(&settings, &pool)
+            .map_err(|e| format!("port {}: {e}", pc.name))?;
+        port.start().map_err(|e| format!("port {}: {e}", pc.name))?;
+        let mac = port.mac().map_err(|e| e.to_string())?;
+        log::info!(
+            "port {} ({}): id {id}, driver {}, MAC {}, {} queue(s), link {}",
+            pc.name,
+            port.device_name(),
+            port.driver_name(),
+            crate::wire::ethernet::MacAddr(mac),
+            queues,
+            if port.link().up { "up" } else { "down" }
+        );
+        ports.push(PortEntry {
+            port,
+            name: pc.name.clone(),
+            mac,
+            addresses: pc.addresses.iter().map(|a| a.to_string()).collect(),
+        });
+    }
+
+    let emulator = match emulator_ports.first_mut() {
+        Some(far) => {
+            let idx = cfg
+                .ports
+                .iter()
+                .position(|p| matches!(p.device, PortDevice::Loopback))
+                .expect("a loopback port exists when an emulator port does");
+            let pc = &cfg.ports[idx];
+            Some(
+                Emulator::start(
+                    far.take_queues().map_err(|e| e.to_string())?,
+                    pool.clone(),
+                    &cfg.loopback,
+                    ports[idx].mac,
+                    pc.addresses[0],
+                )
+                .map_err(|e| format!("peer emulator: {e}"))?,
+            )
+        }
+        None => None,
+    };
+    Ok(Appliance {
+        emulator,
+        ports,
+        _emulator_ports: emulator_ports,
+        _ring_pairs: ring_pairs,
+        _pool: pool,
+        _eal: eal,
+    })
+}
+
+fn launch_workers(
+    cfg: &Config,
+    app: &mut Appliance,
+    counters: &[Arc<WorkerCounters>],
+    stop: &Arc<AtomicBool>,
+) -> Result<(), String> {
+    let mut queues: Vec<_> = app
+        .ports
+        .iter_mut()
+        .map(|p| p.port.take_queues().map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    for (w, &lcore) in cfg.lcores.workers.iter().enumerate().rev() {
+        let ports: Vec<WorkerPort> = queues
+            .iter_mut()
+            .zip(&cfg.ports)
+            .zip(&app.ports)
+            .map(|((q, pc), entry)| {
+                let (rx, tx) = q.pop().expect("one queue pair per worker");
+                let addrs: Vec<_> = pc.addresses.iter().map(|a| a.addr).collect();
+                WorkerPort {
+                    rx,
+                    tx,
+                    responder: LocalResponder::new(entry.mac, &addrs),
+                }
+            })
+            .collect();
+        let worker = Worker::new(w as u16, ports, counters[w].clone(), stop.clone());
+        launch_on_lcore(lcore, move || worker.run()).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn join_workers(cfg: &Config) {
+    for &lcore in &cfg.lcores.workers {
+        let rc = wait_lcore(lcore);
+        if rc != 0 {
+            log::warn!("worker on lcore {lcore} exited with {rc}");
+        }
+    }
+}
+
+/// The control thread forwards each request to the management loop and waits for the
+/// answer, so every piece of appliance state has exactly one owner.
+fn control_handler(calls: Sender<ControlCall>) -> Handler {
+    Arc::new(move |req: Request| {
+        let (reply_tx, reply_rx) = channel::bounded(1);
+        calls
+            .send_timeout((req, reply_tx), Duration::from_secs(1))
+            .map_err(|_| "the management loop is busy or shutting down".to_string())?;
+        reply_rx
+            .recv_timeout(Duration::from_secs(2))
+            .map_err(|_| "the management loop did not answer in time".to_string())?
+    })
+}
+
+fn management_loop(
+    app: &mut Appliance,
+    counters: &[Arc<WorkerCounters>],
+    calls: &Receiver<ControlCall>,
+    view: &mut stats::StatsView,
+    duration: Option<Duration>,
+    stats_interval: Option<Duration>,
+    started: Instant,
+) {
+    let mut next_stats = stats_interval.map(|i| Instant::now() + i);
+    loop {
+        if let Some(sig) = signals::received() {
+            log::info!("signal {sig} received");
+            break;
+        }
+        if duration.is_some_and(|d| started.elapsed() >= d) {
+            log::info!("duration elapsed");
+            break;
+        }
+        while let Ok((req, reply)) = calls.try_recv() {
+            let answer = view.answer(
+                req,
+                &app.ports,
+                counters,
+                app.emulator.as_ref().map(Emulator::stats),
+            );
+            let _ = reply.send(answer);
+        }
+        if let (Some(at), Some(every)) = (next_stats, stats_interval) {
+            if Instant::now() >= at {
+                view.print(
+                    &app.ports,
+                    counters,
+                    app.emulator.as_ref().map(Emulator::stats),
+                );
+                next_stats = Some(at + every);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,37 @@
+//! SIGINT/SIGTERM set a flag the management loop polls; nothing else runs in the
+//! handler (it must be async-signal-safe).
+use std::sync::atomic::{AtomicI32, Ordering};
+
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    RECEIVED.store(sig, Ordering::SeqCst);
+}
+
+/// Installs the handlers for SIGINT and SIGTERM.
+pub fn install() -> std::io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sigaction with a zeroed struct plus a handler that only stores to an
+        // atomic (async-signal-safe); SA_RESTART keeps blocking syscalls in other
+        // threads from failing with EINTR.
+        let rc = unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            act.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The signal that asked us to stop, if any.
+pub fn received() -> Option<i32> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}

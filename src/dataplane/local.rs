@@ -1,0 +1,803 @@
+//! The local responder: answers ARP and ICMP echo for the appliance's own IPv4
+//! addresses, rewriting the received frame in place into the reply so nothing is
+//! allocated or copied. It also feeds the neighbour table from ARP (RFC 826 merge).
+//!
+//! Checks run in a fixed order and every rejected frame gets exactly one
+//! [`DropReason`]; the frame is only modified once it is known to be answered.
+
+use std::net::Ipv4Addr;
+
+use crate::dataplane::counters::{DropReason, Event, WorkerCounters};
+use crate::dataplane::neighbour::{Learn, NeighbourTable};
+use crate::wire::ethernet::{self, EtherType, MacAddr};
+use crate::wire::{arp, icmp, ipv4, IpProtocol, WireError};
+
+/// Most IPv4 addresses one responder answers for (the config enforces the same limit).
+pub const MAX_LOCAL_ADDRS: usize = 16;
+
+/// TTL of the echo replies we originate.
+const REPLY_TTL: u8 = ipv4::DEFAULT_TTL;
+
+/// What to do with a frame after [`LocalResponder::process`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The frame was rewritten in place into a reply of the same length: transmit it
+    /// back out of the port it arrived on.
+    Reply,
+    /// Drop the frame; the caller counts the reason.
+    Drop(DropReason),
+}
+
+/// Answers ARP and ICMP echo for our MAC and up to [`MAX_LOCAL_ADDRS`] IPv4 addresses.
+#[derive(Clone, Debug)]
+pub struct LocalResponder {
+    mac: MacAddr,
+    /// A fixed array scanned linearly: at most 16 compares, no hashing, no pointers.
+    addrs: [Ipv4Addr; MAX_LOCAL_ADDRS],
+    addr_count: usize,
+}
+
+impl LocalResponder {
+    /// # Panics
+    /// If more than [`MAX_LOCAL_ADDRS`] addresses are given (the config rejects that
+    /// earlier, so reaching it here is a bug).
+    pub fn new(mac: [u8; 6], addrs: &[Ipv4Addr]) -> Self {
+        assert!(
+            addrs.len() <= MAX_LOCAL_ADDRS,
+            "at most {MAX_LOCAL_ADDRS} local addresses, got {}",
+            addrs.len()
+        );
+        let mut table = [Ipv4Addr::UNSPECIFIED; MAX_LOCAL_ADDRS];
+        table[..addrs.len()].copy_from_slice(addrs);
+        LocalResponder {
+            mac: MacAddr(mac),
+            addrs: table,
+            addr_count: addrs.len(),
+        }
+    }
+
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    pub fn addrs(&self) -> &[Ipv4Addr] {
+        &self.addrs[..self.addr_count]
+    }
+
+    /// `ip` is one of the appliance's own addresses.
+    #[inline]
+    pub fn is_local(&self, ip: Ipv4Addr) -> bool {
+        self.addrs().contains(&ip)
+    }
+
+    /// Handles one received frame: rewrites it into an ARP reply or ICMP echo reply
+    /// (`Verdict::Reply`) or says why it must be dropped. Never panics, whatever the
+    /// bytes; never allocates. Counts the events (replies, neighbours learned) itself;
+    /// the caller counts drops.
+    pub fn process(
+        &self,
+        frame: &mut [u8],
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Verdict {
+        match self.respond(frame, neighbours, now_tsc, counters) {
+            Ok(()) => Verdict::Reply,
+            Err(reason) => Verdict::Drop(reason),
+        }
+    }
+
+    fn respond(
+        &self,
+        frame: &mut [u8],
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Result<(), DropReason> {
+        let eth = ethernet::Frame::new_checked(&*frame).map_err(|_| DropReason::Truncated)?;
+        let peer_mac = eth.src_addr();
+        if peer_mac.is_multicast() {
+            return Err(DropReason::BadSourceMac);
+        }
+        let dst_mac = eth.dst_addr();
+        if dst_mac != self.mac && !dst_mac.is_broadcast() {
+            return Err(DropReason::NotOurMac);
+        }
+        let l2 = ethernet::parse_l2(frame).map_err(|_| DropReason::Truncated)?;
+        // VLAN tags stay where they are: the reply leaves on the same VLAN(s).
+        let (l2_header, l3) = frame.split_at_mut(l2.l3_offset);
+        match l2.ethertype {
+            EtherType::ARP => self.answer_arp(l2_header, l3, neighbours, now_tsc, counters),
+            EtherType::IPV4 => self.answer_ipv4(l2_header, l3, peer_mac, counters),
+            EtherType::IPV6 => Err(DropReason::Ipv6),
+            _ => Err(DropReason::UnknownEthertype),
+        }
+    }
+
+    fn answer_arp(
+        &self,
+        l2_header: &mut [u8],
+        l3: &mut [u8],
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Result<(), DropReason> {
+        let mut packet = arp::Packet::new_checked(l3).map_err(|err| match err {
+            WireError::Truncated => DropReason::Truncated,
+            _ => DropReason::BadArp,
+        })?;
+        let operation = packet.operation();
+        if let arp::Operation::Unknown(_) = operation {
+            return Err(DropReason::BadArp);
+        }
+        let sender_mac = packet.sender_hardware_addr();
+        let sender_ip = packet.sender_protocol_addr();
+        let target_ip = packet.target_protocol_addr();
+        let target_is_ours = self.is_local(target_ip);
+
+        if self.may_learn(sender_ip, sender_mac) {
+            // RFC 826: refresh a known sender from any ARP; add a new one only when the
+            // packet is for us, so one chatty segment cannot fill the table.
+            let learned = if target_is_ours {
+                Some(neighbours.learn(sender_ip, sender_mac, now_tsc))
+            } else {
+                neighbours.update_existing(sender_ip, sender_mac, now_tsc)
+            };
+            match learned {
+                Some(Learn::Inserted) => counters.event(Event::NeighbourLearned),
+                Some(Learn::Full) => counters.event(Event::NeighbourTableFull),
+                _ => {}
+            }
+        }
+
+        match operation {
+            arp::Operation::Request if target_is_ours => {
+                // The reply goes to the sender hardware address (RFC 826); a group
+                // address there cannot be answered.
+                if !sender_mac.is_unicast() {
+                    return Err(DropReason::BadArp);
+                }
+                packet.set_operation(arp::Operation::Reply);
+                packet.set_sender_hardware_addr(self.mac);
+                packet.set_sender_protocol_addr(target_ip);
+                packet.set_target_hardware_addr(sender_mac);
+                packet.set_target_protocol_addr(sender_ip);
+                self.address_reply(l2_header, sender_mac);
+                counters.event(Event::ArpReplied);
+                Ok(())
+            }
+            arp::Operation::Request => Err(DropReason::ArpNotForUs),
+            _ => Err(DropReason::ArpReply),
+        }
+    }
+
+    /// Whether an ARP sender may enter the neighbour table: a real host address with a
+    /// unicast MAC. Probes (sender 0.0.0.0, RFC 5227) and anyone claiming one of our
+    /// own addresses are not learned.
+    fn may_learn(&self, ip: Ipv4Addr, mac: MacAddr) -> bool {
+        mac.is_unicast()
+            && mac != MacAddr::ZERO
+            && !ip.is_unspecified()
+            && !ip.is_broadcast()
+            && !ip.is_multicast()
+            && !self.is_local(ip)
+    }
+
+    fn answer_ipv4(
+        &self,
+        l2_header: &mut [u8],
+        l3: &mut [u8],
+        peer_mac: MacAddr,
+        counters: &WorkerCounters,
+    ) -> Result<(), DropReason> {
+        let mut packet = ipv4::Packet::new_checked(l3).map_err(|err| match err {
+            WireError::Truncated => DropReason::Truncated,
+            _ => DropReason::BadIpv4Header,
+        })?;
+        if !packet.verify_checksum() {
+            return Err(DropReason::BadIpv4Checksum);
+        }
+        let our_ip = packet.dst_addr();
+        if !self.is_local(our_ip) {
+            return Err(DropReason::NotLocal);
+        }
+        if packet.is_fragment() {
+            return Err(DropReason::Ipv4Fragment);
+        }
+        if packet.protocol() != IpProtocol::ICMP {
+            return Err(DropReason::UnsupportedProtocol);
+        }
+        let peer_ip = packet.src_addr();
+        // A source that is not a single remote host (RFC 1812 martians) would turn our
+        // reply into a broadcast or a reflection: never answer it.
+        if peer_ip.is_unspecified()
+            || peer_ip.is_broadcast()
+            || peer_ip.is_multicast()
+            || peer_ip.is_loopback()
+        {
+            return Err(DropReason::BadIpv4Header);
+        }
+
+        let mut message =
+            icmp::Packet::new_checked(packet.payload_mut()).map_err(|_| DropReason::Truncated)?;
+        if !message.verify_checksum() {
+            return Err(DropReason::BadIcmpChecksum);
+        }
+        if !message.is_echo_request() {
+            return Err(DropReason::IcmpNotEcho);
+        }
+        message.echo_request_to_reply();
+
+        packet.set_src_addr(our_ip);
+        packet.set_dst_addr(peer_ip);
+        packet.set_ttl(REPLY_TTL);
+        // Options are blanked (end-of-list), not reflected: echoing a source route or
+        // a half-filled record route back would be wrong, and the length must stay.
+        packet.options_mut().fill(0);
+        packet.fill_checksum();
+        self.address_reply(l2_header, peer_mac);
+        counters.event(Event::IcmpEchoReplied);
+        Ok(())
+    }
+
+    /// Addresses the Ethernet header from us to `to`; VLAN tags are left untouched.
+    fn address_reply(&self, l2_header: &mut [u8], to: MacAddr) {
+        let mut eth = ethernet::Frame::new_unchecked(l2_header);
+        eth.set_dst_addr(to);
+        eth.set_src_addr(self.mac);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::test_util::XorShift;
+
+    const OUR_MAC: [u8; 6] = [0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c];
+    const CLIENT_MAC: MacAddr = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
+    const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+    const VLAN_CLIENT_MAC: MacAddr = MacAddr([0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc]);
+    const VLAN_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const OUR_OTHER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+
+    // Frames as a Linux host sends them (no FCS; short frames padded to 60 bytes), and
+    // the replies expected byte for byte. Checksums computed independently.
+
+    // Broadcast "who has 10.0.0.2? tell 10.0.0.1".
+    static ARP_REQUEST: [u8; 60] = [
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x08, 0x06, 0x00,
+        0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x0a, 0x00,
+        0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+    // "10.0.0.2 is at 00:1b:21:0a:0b:0c", unicast back, padding kept.
+    static ARP_REPLY: [u8; 60] = [
+        0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x08, 0x06, 0x00,
+        0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x02, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x0a, 0x00,
+        0x00, 0x02, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x0a, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+    // 802.1Q VLAN 100: who has 192.0.2.10? tell 192.0.2.1 (padded to 64 bytes).
+    static VLAN_ARP_REQUEST: [u8; 64] = [
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc, 0x81, 0x00, 0x00,
+        0x64, 0x08, 0x06, 0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0xaa,
+        0xbb, 0xcc, 0xc0, 0x00, 0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0x00, 0x02,
+        0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00,
+    ];
+    // Its reply, on the same VLAN.
+    static VLAN_ARP_REPLY: [u8; 64] = [
+        0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x81, 0x00, 0x00,
+        0x64, 0x08, 0x06, 0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x02, 0x00, 0x1b, 0x21, 0x0a,
+        0x0b, 0x0c, 0xc0, 0x00, 0x02, 0x0a, 0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc, 0xc0, 0x00, 0x02,
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00,
+    ];
+    // `ping` from 10.0.0.1 (three hops away: TTL 61), 56 bytes of data.
+    static ECHO_REQUEST: [u8; 98] = [
+        0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x08, 0x00, 0x45,
+        0x00, 0x00, 0x54, 0x4c, 0x2f, 0x40, 0x00, 0x3d, 0x01, 0xdd, 0x77, 0x0a, 0x00, 0x00, 0x01,
+        0x0a, 0x00, 0x00, 0x02, 0x08, 0x00, 0x00, 0x33, 0x0d, 0x05, 0x00, 0x03, 0xe1, 0xb7, 0xa3,
+        0x66, 0x00, 0x00, 0x00, 0x00, 0xa2, 0xd3, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x11,
+        0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20,
+        0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f,
+        0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37,
+    ];
+    // Its reply: addresses swapped, TTL 64, type 0, both checksums updated.
+    static ECHO_REPLY: [u8; 98] = [
+        0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x08, 0x00, 0x45,
+        0x00, 0x00, 0x54, 0x4c, 0x2f, 0x40, 0x00, 0x40, 0x01, 0xda, 0x77, 0x0a, 0x00, 0x00, 0x02,
+        0x0a, 0x00, 0x00, 0x01, 0x00, 0x00, 0x08, 0x33, 0x0d, 0x05, 0x00, 0x03, 0xe1, 0xb7, 0xa3,
+        0x66, 0x00, 0x00, 0x00, 0x00, 0xa2, 0xd3, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x11,
+        0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20,
+        0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f,
+        0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37,
+    ];
+    // QinQ (S-tag 10, C-tag 20), TTL 255, 4 bytes of data, then 6 bytes of padding.
+    static QINQ_ECHO_REQUEST: [u8; 60] = [
+        0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc, 0x88, 0xa8, 0x00,
+        0x0a, 0x81, 0x00, 0x00, 0x14, 0x08, 0x00, 0x45, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00,
+        0xff, 0x01, 0x37, 0xd1, 0xc0, 0x00, 0x02, 0x01, 0xc0, 0x00, 0x02, 0x0a, 0x08, 0x00, 0x18,
+        0x2e, 0x00, 0x01, 0x01, 0x00, 0x70, 0x69, 0x6e, 0x67, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+    // Its reply, tags and padding as they were.
+    static QINQ_ECHO_REPLY: [u8; 60] = [
+        0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x88, 0xa8, 0x00,
+        0x0a, 0x81, 0x00, 0x00, 0x14, 0x08, 0x00, 0x45, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00,
+        0x40, 0x01, 0xf6, 0xd1, 0xc0, 0x00, 0x02, 0x0a, 0xc0, 0x00, 0x02, 0x01, 0x00, 0x00, 0x20,
+        0x2e, 0x00, 0x01, 0x01, 0x00, 0x70, 0x69, 0x6e, 0x67, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+    // IHL 7: a record-route option and a NOP; odd-length data.
+    static OPTIONS_ECHO_REQUEST: [u8; 53] = [
+        0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x08, 0x00, 0x47,
+        0x00, 0x00, 0x27, 0x12, 0x34, 0x40, 0x00, 0x40, 0x01, 0x07, 0x98, 0x0a, 0x00, 0x00, 0x01,
+        0x0a, 0x00, 0x00, 0x02, 0x07, 0x07, 0x04, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0x24,
+        0x8b, 0x00, 0x07, 0x00, 0x09, 0x6f, 0x64, 0x64,
+    ];
+    // Its reply: options blanked to end-of-list, header checksum recomputed.
+    static OPTIONS_ECHO_REPLY: [u8; 53] = [
+        0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x08, 0x00, 0x47,
+        0x00, 0x00, 0x27, 0x12, 0x34, 0x40, 0x00, 0x40, 0x01, 0x12, 0xa0, 0x0a, 0x00, 0x00, 0x02,
+        0x0a, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x2c,
+        0x8b, 0x00, 0x07, 0x00, 0x09, 0x6f, 0x64, 0x64,
+    ];
+
+    struct Harness {
+        responder: LocalResponder,
+        neighbours: NeighbourTable,
+        counters: WorkerCounters,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            Harness::with_table(NeighbourTable::with_capacity(16))
+        }
+
+        fn with_table(neighbours: NeighbourTable) -> Harness {
+            Harness {
+                responder: LocalResponder::new(OUR_MAC, &[OUR_IP, OUR_OTHER_IP]),
+                neighbours,
+                counters: WorkerCounters::default(),
+            }
+        }
+
+        fn process(&mut self, frame: &mut [u8]) -> Verdict {
+            self.responder
+                .process(frame, &mut self.neighbours, 1000, &self.counters)
+        }
+
+        /// Processes a copy and asserts the verdict is the given drop.
+        fn expect_drop(&mut self, frame: &[u8], reason: DropReason) {
+            let mut copy = frame.to_vec();
+            assert_eq!(self.process(&mut copy), Verdict::Drop(reason));
+        }
+
+        fn event(&self, event: Event) -> u64 {
+            self.counters.events_snapshot()[event as usize]
+        }
+    }
+
+    /// Rewrites the IPv4 header of an untagged frame and fixes its checksum.
+    fn edit_ipv4(frame: &[u8], edit: impl FnOnce(&mut ipv4::Packet<&mut [u8]>)) -> Vec<u8> {
+        let mut copy = frame.to_vec();
+        let mut packet = ipv4::Packet::new_unchecked(&mut copy[14..]);
+        edit(&mut packet);
+        packet.fill_checksum();
+        copy
+    }
+
+    /// Rewrites the ICMP message of an untagged, option-less frame; fixes its checksum.
+    fn edit_icmp(frame: &[u8], edit: impl FnOnce(&mut icmp::Packet<&mut [u8]>)) -> Vec<u8> {
+        let mut copy = frame.to_vec();
+        let mut message = icmp::Packet::new_unchecked(&mut copy[34..]);
+        edit(&mut message);
+        message.fill_checksum();
+        copy
+    }
+
+    #[test]
+    fn arp_request_becomes_exact_reply() {
+        let mut h = Harness::new();
+        let mut frame = ARP_REQUEST;
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(frame, ARP_REPLY);
+        assert_eq!(h.event(Event::ArpReplied), 1);
+        assert_eq!(h.event(Event::NeighbourLearned), 1);
+        assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(CLIENT_MAC));
+        // Asked again: answered again, the neighbour is only refreshed.
+        let mut again = ARP_REQUEST;
+        assert_eq!(h.process(&mut again), Verdict::Reply);
+        assert_eq!(h.event(Event::NeighbourLearned), 1);
+    }
+
+    #[test]
+    fn vlan_tagged_arp_keeps_its_tag() {
+        let mut h = Harness::new();
+        let mut frame = VLAN_ARP_REQUEST;
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(frame, VLAN_ARP_REPLY);
+        assert_eq!(h.neighbours.lookup(VLAN_CLIENT_IP), Some(VLAN_CLIENT_MAC));
+    }
+
+    #[test]
+    fn unicast_arp_request_is_answered() {
+        // Linux re-validates its cache with unicast requests to our MAC.
+        let mut h = Harness::new();
+        let mut frame = ARP_REQUEST;
+        frame[..6].copy_from_slice(&OUR_MAC);
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(frame, ARP_REPLY);
+    }
+
+    #[test]
+    fn arp_probe_is_answered_but_not_learned() {
+        // RFC 5227 probe: sender IP 0.0.0.0. We defend the address, learn nothing.
+        let mut h = Harness::new();
+        let mut frame = ARP_REQUEST;
+        frame[28..32].fill(0);
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(
+            frame[38..42],
+            [0, 0, 0, 0],
+            "target protocol address is the prober's"
+        );
+        assert_eq!(MacAddr::from_bytes(&frame[..6]), CLIENT_MAC);
+        assert!(h.neighbours.is_empty());
+        assert_eq!(h.event(Event::NeighbourLearned), 0);
+    }
+
+    #[test]
+    fn arp_with_group_sender_mac_is_not_learned_nor_answered() {
+        let mut h = Harness::new();
+        let mut frame = ARP_REQUEST;
+        frame[22..28].copy_from_slice(&[0x01, 0x00, 0x5e, 0x00, 0x00, 0x01]);
+        h.expect_drop(&frame, DropReason::BadArp);
+        assert!(h.neighbours.is_empty());
+    }
+
+    #[test]
+    fn arp_for_another_host_only_refreshes_known_senders() {
+        let mut h = Harness::new();
+        let mut not_for_us = ARP_REQUEST;
+        not_for_us[38..42].copy_from_slice(&[10, 0, 0, 99]);
+        h.expect_drop(&not_for_us, DropReason::ArpNotForUs);
+        assert!(h.neighbours.is_empty(), "strangers are not inserted");
+
+        h.neighbours
+            .learn(CLIENT_IP, MacAddr([2, 0, 0, 0, 0, 1]), 0);
+        h.expect_drop(&not_for_us, DropReason::ArpNotForUs);
+        assert_eq!(
+            h.neighbours.lookup(CLIENT_IP),
+            Some(CLIENT_MAC),
+            "known one updated"
+        );
+        assert_eq!(h.event(Event::NeighbourLearned), 0);
+    }
+
+    #[test]
+    fn arp_reply_to_us_is_learned_then_dropped() {
+        let mut h = Harness::new();
+        // The client answering an ARP request of ours: unicast to our MAC.
+        let mut reply = ARP_REPLY;
+        {
+            let mut eth = ethernet::Frame::new_unchecked(&mut reply[..]);
+            eth.set_dst_addr(MacAddr(OUR_MAC));
+            eth.set_src_addr(CLIENT_MAC);
+        }
+        let mut packet = arp::Packet::new_unchecked(&mut reply[14..]);
+        packet.set_sender_hardware_addr(CLIENT_MAC);
+        packet.set_sender_protocol_addr(CLIENT_IP);
+        packet.set_target_hardware_addr(MacAddr(OUR_MAC));
+        packet.set_target_protocol_addr(OUR_IP);
+        h.expect_drop(&reply, DropReason::ArpReply);
+        assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(CLIENT_MAC));
+        assert_eq!(h.event(Event::NeighbourLearned), 1);
+    }
+
+    #[test]
+    fn full_neighbour_table_is_counted() {
+        let mut h = Harness::with_table(NeighbourTable::with_capacity(1));
+        h.neighbours
+            .learn(Ipv4Addr::new(10, 0, 0, 77), CLIENT_MAC, 0);
+        let mut frame = ARP_REQUEST;
+        assert_eq!(h.process(&mut frame), Verdict::Reply, "still answered");
+        assert_eq!(h.event(Event::NeighbourTableFull), 1);
+        assert_eq!(h.neighbours.lookup(CLIENT_IP), None);
+    }
+
+    #[test]
+    fn senders_claiming_our_address_are_not_learned() {
+        let mut h = Harness::new();
+        let mut frame = ARP_REQUEST;
+        frame[28..32].copy_from_slice(&OUR_OTHER_IP.octets());
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert!(h.neighbours.is_empty());
+    }
+
+    #[test]
+    fn echo_request_becomes_exact_reply() {
+        let mut h = Harness::new();
+        let mut frame = ECHO_REQUEST;
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(frame, ECHO_REPLY);
+        assert_eq!(h.event(Event::IcmpEchoReplied), 1);
+        assert!(
+            h.neighbours.is_empty(),
+            "ICMP does not feed the neighbour table"
+        );
+    }
+
+    #[test]
+    fn qinq_echo_with_padding_keeps_tags_and_padding() {
+        let mut h = Harness::new();
+        let mut frame = QINQ_ECHO_REQUEST;
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(frame, QINQ_ECHO_REPLY);
+    }
+
+    #[test]
+    fn echo_options_are_blanked() {
+        let mut h = Harness::new();
+        let mut frame = OPTIONS_ECHO_REQUEST;
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(frame, OPTIONS_ECHO_REPLY);
+    }
+
+    #[test]
+    fn broadcast_mac_echo_is_answered_unicast() {
+        let mut h = Harness::new();
+        let mut frame = ECHO_REQUEST;
+        frame[..6].fill(0xff);
+        assert_eq!(h.process(&mut frame), Verdict::Reply);
+        assert_eq!(frame, ECHO_REPLY);
+    }
+
+    #[test]
+    fn incremental_icmp_checksum_equals_full_recompute() {
+        let mut rng = XorShift(0x1234_5678_9abc_def1);
+        let mut h = Harness::new();
+        for _ in 0..500 {
+            // Random ident, sequence and data of random length, valid checksum.
+            let data_len = rng.below(64);
+            let mut frame = ECHO_REQUEST[..42].to_vec();
+            frame.resize(42 + data_len, 0);
+            rng.fill(&mut frame[38..]);
+            let frame = edit_ipv4(&frame, |ip| ip.set_total_len((28 + data_len) as u16));
+            let mut frame = edit_icmp(&frame, |_| {});
+            assert_eq!(h.process(&mut frame), Verdict::Reply);
+            let mut message = icmp::Packet::new_unchecked(&mut frame[34..]);
+            let incremental = message.checksum();
+            message.fill_checksum();
+            assert_eq!(incremental, message.checksum());
+        }
+    }
+
+    #[test]
+    fn every_drop_reason_that_process_can_give() {
+        use DropReason::*;
+        let mut h = Harness::new();
+
+        // Ethernet.
+        h.expect_drop(&ECHO_REQUEST[..13], Truncated);
+        h.expect_drop(&QINQ_ECHO_REQUEST[..17], Truncated);
+        let mut frame = ECHO_REQUEST;
+        frame[6] = 0x01;
+        h.expect_drop(&frame, BadSourceMac);
+        frame[6..12].fill(0xff);
+        h.expect_drop(&frame, BadSourceMac);
+        let mut frame = ECHO_REQUEST;
+        frame[5] = 0x0d;
+        h.expect_drop(&frame, NotOurMac);
+        frame[..6].copy_from_slice(&[0x01, 0x00, 0x5e, 0x00, 0x00, 0xfb]);
+        h.expect_drop(&frame, NotOurMac);
+        let mut frame = ECHO_REQUEST;
+        frame[12..14].copy_from_slice(&[0x86, 0xdd]);
+        h.expect_drop(&frame, Ipv6);
+        frame[12..14].copy_from_slice(&[0x88, 0xcc]); // LLDP
+        h.expect_drop(&frame, UnknownEthertype);
+
+        // ARP.
+        h.expect_drop(&ARP_REQUEST[..14 + 27], Truncated);
+        let mut frame = ARP_REQUEST;
+        frame[15] = 6; // IEEE 802 hardware
+        h.expect_drop(&frame, BadArp);
+        let mut frame = ARP_REQUEST;
+        frame[19] = 16; // protocol length of IPv6
+        h.expect_drop(&frame, BadArp);
+        let mut frame = ARP_REQUEST;
+        frame[21] = 3; // RARP request
+        h.expect_drop(&frame, BadArp);
+        let mut frame = ARP_REQUEST;
+        frame[41] = 3;
+        h.expect_drop(&frame, ArpNotForUs);
+        let mut frame = ARP_REPLY;
+        frame[..6].copy_from_slice(&OUR_MAC);
+        frame[6..12].copy_from_slice(&CLIENT_MAC.0);
+        h.expect_drop(&frame, ArpReply);
+
+        // IPv4.
+        h.expect_drop(&ECHO_REQUEST[..14 + 19], Truncated);
+        h.expect_drop(&ECHO_REQUEST[..97], Truncated);
+        h.expect_drop(
+            &edit_ipv4(&ECHO_REQUEST, |ip| ip.set_total_len(99)),
+            Truncated,
+        );
+        let mut frame = ECHO_REQUEST;
+        frame[14] = 0x65;
+        h.expect_drop(&frame, BadIpv4Header);
+        h.expect_drop(
+            &edit_ipv4(&ECHO_REQUEST, |ip| ip.set_total_len(19)),
+            BadIpv4Header,
+        );
+        let mut frame = ECHO_REQUEST;
+        frame[14] = 0x44; // IHL 4
+        h.expect_drop(&frame, BadIpv4Header);
+        let mut frame = ECHO_REQUEST;
+        frame[24] ^= 0xff;
+        h.expect_drop(&frame, BadIpv4Checksum);
+        let to_other = edit_ipv4(&ECHO_REQUEST, |ip| {
+            ip.set_dst_addr(Ipv4Addr::new(10, 0, 0, 3))
+        });
+        h.expect_drop(&to_other, NotLocal);
+        let more_frags = edit_ipv4(&ECHO_REQUEST, |ip| ip.set_fragmentation(false, true, 0));
+        h.expect_drop(&more_frags, Ipv4Fragment);
+        let later_frag = edit_ipv4(&ECHO_REQUEST, |ip| ip.set_fragmentation(false, false, 64));
+        h.expect_drop(&later_frag, Ipv4Fragment);
+        let tcp = edit_ipv4(&ECHO_REQUEST, |ip| ip.set_protocol(IpProtocol::TCP));
+        h.expect_drop(&tcp, UnsupportedProtocol);
+        for martian in [
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::BROADCAST,
+            Ipv4Addr::new(224, 0, 0, 1),
+            Ipv4Addr::LOCALHOST,
+        ] {
+            let frame = edit_ipv4(&ECHO_REQUEST, |ip| ip.set_src_addr(martian));
+            h.expect_drop(&frame, BadIpv4Header);
+        }
+
+        // ICMP.
+        let short = edit_ipv4(&ECHO_REQUEST[..14 + 20 + 7], |ip| ip.set_total_len(27));
+        h.expect_drop(&short, Truncated);
+        let mut frame = ECHO_REQUEST;
+        frame[60] ^= 0x01;
+        h.expect_drop(&frame, BadIcmpChecksum);
+        let reply = edit_icmp(&ECHO_REQUEST, |m| m.set_msg_type(icmp::Message::ECHO_REPLY));
+        h.expect_drop(&reply, IcmpNotEcho);
+        let code1 = edit_icmp(&ECHO_REQUEST, |m| m.set_msg_code(1));
+        h.expect_drop(&code1, IcmpNotEcho);
+
+        assert_eq!(
+            h.event(Event::ArpReplied) + h.event(Event::IcmpEchoReplied),
+            0
+        );
+    }
+
+    #[test]
+    fn dropped_frames_are_left_untouched() {
+        let mut h = Harness::new();
+        let mut frame = ECHO_REQUEST;
+        frame[60] ^= 0x01;
+        let before = frame;
+        assert_eq!(
+            h.process(&mut frame),
+            Verdict::Drop(DropReason::BadIcmpChecksum)
+        );
+        assert_eq!(frame, before);
+    }
+
+    #[test]
+    fn responder_addresses() {
+        let responder = LocalResponder::new(OUR_MAC, &[OUR_IP]);
+        assert_eq!(responder.mac(), MacAddr(OUR_MAC));
+        assert_eq!(responder.addrs(), &[OUR_IP]);
+        assert!(responder.is_local(OUR_IP) && !responder.is_local(CLIENT_IP));
+        assert!(
+            !responder.is_local(Ipv4Addr::UNSPECIFIED),
+            "unused slots never match"
+        );
+        let full: Vec<_> = (0..16).map(|i| Ipv4Addr::new(10, 1, 0, i)).collect();
+        assert_eq!(LocalResponder::new(OUR_MAC, &full).addrs().len(), 16);
+    }
+
+    #[test]
+    #[should_panic(expected = "at most 16 local addresses")]
+    fn too_many_addresses_panics() {
+        let addrs: Vec<_> = (0..17).map(|i| Ipv4Addr::new(10, 1, 0, i)).collect();
+        LocalResponder::new(OUR_MAC, &addrs);
+    }
+
+    /// Length up to which a fixture is essential (beyond it: Ethernet padding).
+    fn essential_len(frame: &[u8]) -> usize {
+        let l2 = ethernet::parse_l2(frame).unwrap();
+        match l2.ethertype {
+            EtherType::ARP => l2.l3_offset + arp::PACKET_LEN,
+            _ => {
+                l2.l3_offset
+                    + ipv4::Packet::new_checked(&frame[l2.l3_offset..])
+                        .unwrap()
+                        .total_len() as usize
+            }
+        }
+    }
+
+    const VALID_FRAMES: [&[u8]; 5] = [
+        &ARP_REQUEST,
+        &VLAN_ARP_REQUEST,
+        &ECHO_REQUEST,
+        &QINQ_ECHO_REQUEST,
+        &OPTIONS_ECHO_REQUEST,
+    ];
+
+    #[test]
+    fn every_truncation_drops_as_truncated() {
+        let mut h = Harness::new();
+        for valid in VALID_FRAMES {
+            let essential = essential_len(valid);
+            for len in 0..=valid.len() {
+                let mut copy = valid[..len].to_vec();
+                let verdict = h.process(&mut copy);
+                if len < essential {
+                    assert_eq!(verdict, Verdict::Drop(DropReason::Truncated), "len {len}");
+                } else {
+                    assert_eq!(verdict, Verdict::Reply, "len {len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn never_panics_on_random_or_mutated_frames() {
+        let mut rng = XorShift(0x0bad_5eed_0bad_5eed);
+        let mut h = Harness::with_table(NeighbourTable::with_capacity(8));
+        let mut buf = [0u8; 256];
+        let mut replies = 0;
+        // Pure noise: almost always dropped at the MAC checks.
+        for _ in 0..3000 {
+            let len = rng.below(buf.len() + 1);
+            rng.fill(&mut buf[..len]);
+            if let Verdict::Reply = h.process(&mut buf[..len]) {
+                replies += 1;
+            }
+        }
+        assert_eq!(replies, 0, "noise is never answered");
+        // Noise behind a valid L2 header, to reach the ARP and IPv4 parsers.
+        for _ in 0..3000 {
+            let len = 14 + rng.below(buf.len() - 14 + 1);
+            rng.fill(&mut buf[..len]);
+            buf[..6].copy_from_slice(&OUR_MAC);
+            buf[6] &= 0xfe;
+            let ethertype: [u8; 2] = match rng.below(3) {
+                0 => [0x08, 0x06],
+                1 => [0x08, 0x00],
+                _ => [0x81, 0x00],
+            };
+            buf[12..14].copy_from_slice(&ethertype);
+            if let Verdict::Reply = h.process(&mut buf[..len]) {
+                replies += 1;
+            }
+        }
+        // Valid frames with a few random bytes changed: the deepest paths.
+        for _ in 0..5000 {
+            let valid = VALID_FRAMES[rng.below(VALID_FRAMES.len())];
+            let mut copy = valid.to_vec();
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(copy.len());
+                copy[at] = rng.next_u64() as u8;
+            }
+            let cut = if rng.below(4) == 0 {
+                rng.below(copy.len() + 1)
+            } else {
+                copy.len()
+            };
+            if h.process(&mut copy[..cut]) == Verdict::Reply {
+                // Whatever got through was answered from us, back to a unicast peer.
+                let eth = ethernet::Frame::new_checked(&copy[..cut]).unwrap();
+                assert_eq!(eth.src_addr(), MacAddr(OUR_MAC));
+                assert!(eth.dst_addr().is_unicast());
+                replies += 1;
+            }
+        }
+        assert!(replies > 100, "mutations must still reach the reply paths");
+    }
+}

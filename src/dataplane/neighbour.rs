@@ -1,0 +1,394 @@
+//! The worker's IPv4 neighbour table (ARP cache): IPv4 address -> MAC address.
+//!
+//! Fixed capacity, allocated once at construction: the data plane never allocates, and
+//! a flood of ARP from a segment cannot grow memory; when full, new entries are refused
+//! and the caller counts it. Open addressing with linear probing over at least twice as
+//! many slots as entries keeps probe sequences short; removal shifts entries back
+//! instead of leaving tombstones, so lookups never slow down over time.
+
+use std::net::Ipv4Addr;
+
+use crate::wire::MacAddr;
+
+/// What [`NeighbourTable::learn`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Learn {
+    /// A new entry was added.
+    Inserted,
+    /// The entry existed with another MAC, which was replaced.
+    Updated,
+    /// The entry existed with the same MAC; only its timestamp was refreshed.
+    Unchanged,
+    /// No entry existed and the table is full: nothing was stored.
+    Full,
+}
+
+/// One learned neighbour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Neighbour {
+    pub ip: Ipv4Addr,
+    pub mac: MacAddr,
+    /// TSC when the entry was last learned or confirmed.
+    pub updated_tsc: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    occupied: bool,
+    neighbour: Neighbour,
+}
+
+const EMPTY: Slot = Slot {
+    occupied: false,
+    neighbour: Neighbour {
+        ip: Ipv4Addr::UNSPECIFIED,
+        mac: MacAddr::ZERO,
+        updated_tsc: 0,
+    },
+};
+
+pub struct NeighbourTable {
+    slots: Box<[Slot]>,
+    /// log2 of `slots.len()`, for the hash.
+    slot_bits: u32,
+    capacity: usize,
+    len: usize,
+}
+
+impl NeighbourTable {
+    /// A table holding at most `capacity` neighbours; all memory is allocated here.
+    pub fn with_capacity(capacity: usize) -> NeighbourTable {
+        // Load factor at most 1/2; at least two slots so the hash shift stays below 64.
+        let slot_count = capacity.saturating_mul(2).max(2).next_power_of_two();
+        NeighbourTable {
+            slots: vec![EMPTY; slot_count].into_boxed_slice(),
+            slot_bits: slot_count.trailing_zeros(),
+            capacity,
+            len: 0,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len >= self.capacity
+    }
+
+    /// Fibonacci hashing: the multiply spreads every address bit into the top bits, so
+    /// hosts that differ only in their network part do not collide.
+    #[inline]
+    fn home_slot(&self, ip: Ipv4Addr) -> usize {
+        let h = (u32::from(ip) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - self.slot_bits)) as usize
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// The slot holding `ip`, or the empty slot where it would go. Terminates because
+    /// the table always has an empty slot (len <= capacity < slot count).
+    #[inline]
+    fn probe(&self, ip: Ipv4Addr) -> (usize, bool) {
+        let mut index = self.home_slot(ip);
+        loop {
+            let slot = &self.slots[index];
+            if !slot.occupied {
+                return (index, false);
+            }
+            if slot.neighbour.ip == ip {
+                return (index, true);
+            }
+            index = (index + 1) & self.mask();
+        }
+    }
+
+    #[inline]
+    pub fn lookup(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+        self.get(ip).map(|n| n.mac)
+    }
+
+    pub fn get(&self, ip: Ipv4Addr) -> Option<&Neighbour> {
+        match self.probe(ip) {
+            (index, true) => Some(&self.slots[index].neighbour),
+            _ => None,
+        }
+    }
+
+    /// Inserts or updates `ip -> mac`. Never allocates; refuses new entries when full.
+    pub fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Learn {
+        let (index, found) = self.probe(ip);
+        if found {
+            return Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
+        }
+        if self.is_full() {
+            return Learn::Full;
+        }
+        self.slots[index] = Slot {
+            occupied: true,
+            neighbour: Neighbour {
+                ip,
+                mac,
+                updated_tsc: now_tsc,
+            },
+        };
+        self.len += 1;
+        Learn::Inserted
+    }
+
+    /// Updates `ip` only if it is already known (the RFC 826 merge step for ARP packets
+    /// not addressed to us); `None` when it is not in the table.
+    pub fn update_existing(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Option<Learn> {
+        match self.probe(ip) {
+            (index, true) => Some(Self::refresh(
+                &mut self.slots[index].neighbour,
+                mac,
+                now_tsc,
+            )),
+            _ => None,
+        }
+    }
+
+    fn refresh(neighbour: &mut Neighbour, mac: MacAddr, now_tsc: u64) -> Learn {
+        neighbour.updated_tsc = now_tsc;
+        if neighbour.mac == mac {
+            Learn::Unchanged
+        } else {
+            neighbour.mac = mac;
+            Learn::Updated
+        }
+    }
+
+    /// Removes `ip`, returning its entry.
+    pub fn remove(&mut self, ip: Ipv4Addr) -> Option<Neighbour> {
+        match self.probe(ip) {
+            (index, true) => {
+                let removed = self.slots[index].neighbour;
+                self.remove_at(index);
+                Some(removed)
+            }
+            _ => None,
+        }
+    }
+
+    /// Empties slot `hole` and shifts later members of its probe run back, so every
+    /// entry stays reachable from its home slot without tombstones.
+    fn remove_at(&mut self, mut hole: usize) {
+        self.slots[hole] = EMPTY;
+        self.len -= 1;
+        let mask = self.mask();
+        let mut index = (hole + 1) & mask;
+        while self.slots[index].occupied {
+            let home = self.home_slot(self.slots[index].neighbour.ip);
+            // The entry may move into the hole unless its home lies cyclically in
+            // (hole, index]: then the hole is before its home and it must stay.
+            let home_after_hole =
+                (index.wrapping_sub(home) & mask) < (index.wrapping_sub(hole) & mask);
+            if !home_after_hole {
+                self.slots[hole] = self.slots[index];
+                self.slots[index] = EMPTY;
+                hole = index;
+            }
+            index = (index + 1) & mask;
+        }
+    }
+
+    /// Removes entries not refreshed for more than `max_age_tsc` cycles; returns how
+    /// many went.
+    pub fn expire(&mut self, now_tsc: u64, max_age_tsc: u64) -> usize {
+        let before = self.len;
+        let mut index = 0;
+        while index < self.slots.len() {
+            let slot = &self.slots[index];
+            if slot.occupied && now_tsc.saturating_sub(slot.neighbour.updated_tsc) > max_age_tsc {
+                // Shifting may pull an unvisited entry into `index`: look at it again.
+                self.remove_at(index);
+            } else {
+                index += 1;
+            }
+        }
+        before - self.len
+    }
+
+    pub fn clear(&mut self) {
+        self.slots.fill(EMPTY);
+        self.len = 0;
+    }
+
+    /// All entries, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Neighbour> + '_ {
+        self.slots
+            .iter()
+            .filter(|slot| slot.occupied)
+            .map(|slot| &slot.neighbour)
+    }
+}
+
+impl core::fmt::Debug for NeighbourTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("NeighbourTable")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn mac(last: u8) -> MacAddr {
+        MacAddr([0x02, 0, 0, 0, 0, last])
+    }
+
+    #[test]
+    fn learn_lookup_update() {
+        let mut table = NeighbourTable::with_capacity(4);
+        let ip = Ipv4Addr::new(10, 0, 0, 1);
+        assert!(table.is_empty());
+        assert_eq!(table.lookup(ip), None);
+        assert_eq!(table.learn(ip, mac(1), 100), Learn::Inserted);
+        assert_eq!(table.lookup(ip), Some(mac(1)));
+        assert_eq!(table.learn(ip, mac(1), 200), Learn::Unchanged);
+        assert_eq!(table.get(ip).unwrap().updated_tsc, 200);
+        assert_eq!(table.learn(ip, mac(2), 300), Learn::Updated);
+        assert_eq!(table.lookup(ip), Some(mac(2)));
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn update_existing_never_inserts() {
+        let mut table = NeighbourTable::with_capacity(4);
+        let known = Ipv4Addr::new(10, 0, 0, 1);
+        let stranger = Ipv4Addr::new(10, 0, 0, 9);
+        table.learn(known, mac(1), 0);
+        assert_eq!(table.update_existing(stranger, mac(9), 5), None);
+        assert_eq!(table.lookup(stranger), None);
+        assert_eq!(
+            table.update_existing(known, mac(3), 5),
+            Some(Learn::Updated)
+        );
+        assert_eq!(
+            table.update_existing(known, mac(3), 6),
+            Some(Learn::Unchanged)
+        );
+        assert_eq!(table.lookup(known), Some(mac(3)));
+    }
+
+    #[test]
+    fn full_table_refuses_new_but_updates_existing() {
+        let mut table = NeighbourTable::with_capacity(3);
+        for i in 1..=3 {
+            assert_eq!(
+                table.learn(Ipv4Addr::new(10, 0, 0, i), mac(i), 0),
+                Learn::Inserted
+            );
+        }
+        assert!(table.is_full());
+        let slots_before = table.slots.as_ptr();
+        assert_eq!(
+            table.learn(Ipv4Addr::new(10, 0, 0, 4), mac(4), 0),
+            Learn::Full
+        );
+        assert_eq!(
+            table.learn(Ipv4Addr::new(10, 0, 0, 2), mac(9), 1),
+            Learn::Updated
+        );
+        assert_eq!(table.len(), 3);
+        assert_eq!(table.slots.as_ptr(), slots_before, "no reallocation");
+        let mut ips: Vec<_> = table.iter().map(|n| n.ip).collect();
+        ips.sort();
+        assert_eq!(ips, [1, 2, 3].map(|i| Ipv4Addr::new(10, 0, 0, i)));
+    }
+
+    #[test]
+    fn zero_capacity_is_always_full() {
+        let mut table = NeighbourTable::with_capacity(0);
+        assert_eq!(
+            table.learn(Ipv4Addr::new(1, 2, 3, 4), mac(1), 0),
+            Learn::Full
+        );
+        assert_eq!(table.lookup(Ipv4Addr::new(1, 2, 3, 4)), None);
+    }
+
+    #[test]
+    fn expire_and_remove() {
+        let mut table = NeighbourTable::with_capacity(8);
+        for i in 1..=8u8 {
+            table.learn(Ipv4Addr::new(10, 0, 0, i), mac(i), i as u64 * 10);
+        }
+        assert_eq!(
+            table.remove(Ipv4Addr::new(10, 0, 0, 1)).unwrap().mac,
+            mac(1)
+        );
+        assert_eq!(table.remove(Ipv4Addr::new(10, 0, 0, 1)), None);
+        // At tsc 100 with max age 50, entries updated before tsc 50 go: 2, 3, 4.
+        assert_eq!(table.expire(100, 50), 3);
+        assert_eq!(table.len(), 4);
+        for i in 5..=8u8 {
+            assert_eq!(table.lookup(Ipv4Addr::new(10, 0, 0, i)), Some(mac(i)));
+        }
+        table.clear();
+        assert!(table.is_empty() && table.iter().next().is_none());
+    }
+
+    /// Random operations against a `HashMap` model: probe runs, wrap-around and
+    /// backward-shift removal must keep every entry reachable.
+    #[test]
+    fn matches_a_model_under_random_operations() {
+        let mut rng = crate::wire::test_util::XorShift(0xdead_beef_cafe_f00d);
+        let mut table = NeighbourTable::with_capacity(50);
+        let mut model: HashMap<Ipv4Addr, (MacAddr, u64)> = HashMap::new();
+        for step in 0..50_000u64 {
+            // Few distinct addresses, many collisions: a 7-bit host part in two nets.
+            let r = rng.next_u64();
+            let ip = Ipv4Addr::new(10, (r >> 8) as u8 & 1, 0, r as u8 & 0x7f);
+            match r >> 60 {
+                0..=8 => {
+                    let m = mac((r >> 16) as u8 & 3);
+                    let expected = match model.get(&ip) {
+                        Some((old, _)) if *old == m => Learn::Unchanged,
+                        Some(_) => Learn::Updated,
+                        None if model.len() >= 50 => Learn::Full,
+                        None => Learn::Inserted,
+                    };
+                    assert_eq!(table.learn(ip, m, step), expected);
+                    if expected != Learn::Full {
+                        model.insert(ip, (m, step));
+                    }
+                }
+                9..=13 => {
+                    assert_eq!(
+                        table.remove(ip).map(|n| n.mac),
+                        model.remove(&ip).map(|e| e.0)
+                    );
+                }
+                14 => {
+                    let max_age = 200;
+                    let expected = model.len();
+                    model.retain(|_, (_, tsc)| step - *tsc <= max_age);
+                    assert_eq!(table.expire(step, max_age), expected - model.len());
+                }
+                _ => {}
+            }
+            assert_eq!(table.lookup(ip), model.get(&ip).map(|e| e.0));
+            assert_eq!(table.len(), model.len());
+        }
+        for (ip, (m, _)) in &model {
+            assert_eq!(table.lookup(*ip), Some(*m));
+        }
+        assert_eq!(table.iter().count(), model.len());
+    }
+}

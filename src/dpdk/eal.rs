@@ -1,0 +1,94 @@
+use super::error::{check, DpdkError};
+use std::ffi::CString;
+use std::os::raw::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static INITIALISED: AtomicBool = AtomicBool::new(false);
+
+/// The DPDK Environment Abstraction Layer. `rte_eal_init` may run once per process, so
+/// `Eal::init` succeeds once; dropping the `Eal` runs `rte_eal_cleanup`. Drop every port,
+/// ring and mempool before the `Eal`.
+pub struct Eal {
+    /// `/var/run/dpdk/<file-prefix>`: the EAL creates it and `rte_eal_cleanup` leaves
+    /// it behind, so we remove it on drop.
+    runtime_dir: Option<std::path::PathBuf>,
+}
+
+impl Eal {
+    /// Initialises the EAL with `args` (argv\[0\] first, as on a command line).
+    pub fn init(args: &[String]) -> Result<Eal, DpdkError> {
+        if INITIALISED.swap(true, Ordering::SeqCst) {
+            return Err(DpdkError::other(
+                "rte_eal_init",
+                "the EAL is already initialised in this process (it runs once per process)",
+            ));
+        }
+        let owned: Vec<CString> = args
+            .iter()
+            .map(|a| CString::new(a.as_str()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| DpdkError::other("rte_eal_init", "argument contains a NUL byte"))?;
+        // rte_eal_init may permute argv; give it its own array of pointers. The strings
+        // themselves outlive the call (and the EAL keeps no pointer into them that we
+        // later free: they live until the end of this function, and the EAL copies what
+        // it keeps, e.g. vdev specs, into its own devargs).
+        let mut argv: Vec<*mut c_char> = owned.iter().map(|s| s.as_ptr() as *mut c_char).collect();
+        // SAFETY: argv holds argc valid NUL-terminated strings; the EAL is not yet
+        // initialised in this process (guarded by INITIALISED).
+        let rc = unsafe { dpdk_sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
+        if rc < 0 {
+            return Err(DpdkError::from_code("rte_eal_init", rc));
+        }
+        log::info!("EAL up: {}", args.join(" "));
+        // SAFETY: returns a pointer to a static string inside the EAL, valid after init.
+        let dir = unsafe { std::ffi::CStr::from_ptr(dpdk_sys::rte_eal_get_runtime_dir()) };
+        let runtime_dir = Some(std::path::PathBuf::from(dir.to_string_lossy().into_owned()))
+            .filter(|p| !p.as_os_str().is_empty());
+        Ok(Eal { runtime_dir })
+    }
+
+    /// Number of lcores the EAL was given.
+    pub fn lcore_count(&self) -> u32 {
+        // SAFETY: the EAL is initialised (we exist).
+        unsafe { dpdk_sys::rte_lcore_count() }
+    }
+
+    /// Number of ethdev ports that exist (probed or created).
+    pub fn port_count(&self) -> u16 {
+        // SAFETY: the EAL is initialised.
+        unsafe { dpdk_sys::rte_eth_dev_count_avail() }
+    }
+
+    /// Port id of the ethdev with this name (a vdev name such as `net_pcap0`, or a PCI
+    /// address as the EAL names it).
+    pub fn port_by_name(&self, name: &str) -> Result<u16, DpdkError> {
+        let c = CString::new(name).map_err(|_| DpdkError::other("port lookup", "NUL in name"))?;
+        let mut id = 0u16;
+        // SAFETY: c is a valid C string; id is a valid out pointer.
+        check(&format!("rte_eth_dev_get_port_by_name({name})"), unsafe {
+            dpdk_sys::rte_eth_dev_get_port_by_name(c.as_ptr(), &mut id)
+        })?;
+        Ok(id)
+    }
+}
+
+impl Drop for Eal {
+    fn drop(&mut self) {
+        // SAFETY: called once, after the owner dropped the objects it created; other
+        // lcores have been waited for by the daemon before the Eal goes out of scope.
+        let rc = unsafe { dpdk_sys::rte_eal_cleanup() };
+        if rc < 0 {
+            log::warn!(
+                "rte_eal_cleanup: {}",
+                DpdkError::from_code("rte_eal_cleanup", rc)
+            );
+        }
+        if let Some(dir) = &self.runtime_dir {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("removing DPDK runtime directory {}: {e}", dir.display());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,508 @@
+use super::burst::{Burst, BURST_SIZE};
+use super::error::{check, DpdkError};
+use super::mempool::Mempool;
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::marker::PhantomData;
+
+/// How to set up a port.
+#[derive(Debug, Clone, Default)]
+pub struct PortSettings {
+    /// RX and TX queues: one pair per worker.
+    pub queues: u16,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+    pub mtu: Option<u16>,
+    /// MAC address to set instead of the device's own.
+    pub mac: Option<[u8; 6]>,
+    /// Receive-side scaling; ignored (with a log line) when the device has no RSS.
+    pub rss: Option<RssSettings>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RssSettings {
+    /// `SLUICE_ETH_RSS_*` bits.
+    pub hash_fields: u64,
+    /// Toeplitz key; the device's default when `None`.
+    pub key: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStatus {
+    pub up: bool,
+    pub speed_mbps: u32,
+    pub full_duplex: bool,
+}
+
+/// The basic ethdev counters (`rte_eth_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    /// Dropped by the NIC because no RX descriptor was free (the worker fell behind).
+    pub rx_missed: u64,
+    pub rx_errors: u64,
+    pub tx_errors: u64,
+    /// RX mbuf allocation failures (mempool empty).
+    pub rx_nombuf: u64,
+}
+
+/// An ethdev port. Dropping it stops and closes the device. Queues handed out by
+/// `take_queues` must no longer be polled when the port drops.
+pub struct Port {
+    id: u16,
+    queues: u16,
+    configured: bool,
+    started: bool,
+    queues_taken: bool,
+    /// The configured MAC when the device cannot take it (net_ring): `mac()` returns it.
+    software_mac: Option<[u8; 6]>,
+}
+
+impl Port {
+    /// Takes ownership of ethdev `id` (probed by the EAL or created from rings).
+    pub fn new(id: u16) -> Port {
+        Port {
+            id,
+            queues: 0,
+            configured: false,
+            started: false,
+            queues_taken: false,
+            software_mac: None,
+        }
+    }
+
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    pub fn queue_count(&self) -> u16 {
+        self.queues
+    }
+
+    fn info(&self) -> Result<dpdk_sys::rte_eth_dev_info, DpdkError> {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: info is a valid out pointer; id names an existing port.
+        check("rte_eth_dev_info_get", unsafe {
+            dpdk_sys::rte_eth_dev_info_get(self.id, &mut info)
+        })?;
+        Ok(info)
+    }
+
+    /// The PMD's name (`net_ring`, `net_af_packet`, `net_ixgbe`, ...).
+    pub fn driver_name(&self) -> String {
+        match self.info() {
+            // SAFETY: driver_name points at a static string inside the PMD.
+            Ok(info) if !info.driver_name.is_null() => unsafe {
+                CStr::from_ptr(info.driver_name)
+                    .to_string_lossy()
+                    .into_owned()
+            },
+            _ => String::from("unknown"),
+        }
+    }
+
+    /// The ethdev's name (vdev name or PCI address).
+    pub fn device_name(&self) -> String {
+        let mut buf = [0 as std::os::raw::c_char; 64];
+        // SAFETY: buf is 64 bytes >= RTE_ETH_NAME_MAX_LEN.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_get_name_by_port(self.id, buf.as_mut_ptr()) };
+        if rc < 0 {
+            return format!("port{}", self.id);
+        }
+        // SAFETY: DPDK wrote a NUL-terminated string into buf.
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Configures queues, RSS, MTU and MAC, and sets up every RX queue on `pool`.
+    pub fn configure(&mut self, s: &PortSettings, pool: &Mempool) -> Result<(), DpdkError> {
+        if self.started {
+            return Err(DpdkError::other(
+                "port configure",
+                "port is running; stop it first",
+            ));
+        }
+        let info = self.info()?;
+        if s.queues == 0 || s.queues > info.max_rx_queues || s.queues > info.max_tx_queues {
+            return Err(DpdkError::other(
+                format!("port {} configure", self.id),
+                format!(
+                    "{} queues requested; the device supports {} RX / {} TX",
+                    s.queues, info.max_rx_queues, info.max_tx_queues
+                ),
+            ));
+        }
+        let mut conf = dpdk_sys::rte_eth_conf::default();
+        let mut key = s.rss.as_ref().and_then(|r| r.key.clone());
+        if let Some(rss) = &s.rss {
+            let supported = rss.hash_fields & info.flow_type_rss_offloads;
+            if supported == 0 {
+                log::info!(
+                    "port {}: {} has no RSS for the requested fields; queues are fed without hashing",
+                    self.id,
+                    self.driver_name()
+                );
+            } else {
+                if supported != rss.hash_fields {
+                    log::warn!(
+                        "port {}: RSS fields {:#x} reduced to {:#x} (device capability)",
+                        self.id,
+                        rss.hash_fields,
+                        supported
+                    );
+                }
+                conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+                conf.rx_adv_conf.rss_conf.rss_hf = supported;
+                if let Some(k) = key.as_mut() {
+                    conf.rx_adv_conf.rss_conf.rss_key = k.as_mut_ptr();
+                    conf.rx_adv_conf.rss_conf.rss_key_len = k.len() as u8;
+                }
+            }
+        }
+        // SAFETY: conf is fully initialised; rss_key (if set) points into `key`, which
+        // lives until the end of this function (DPDK copies it during configure).
+        check(
+            &format!("rte_eth_dev_configure(port {})", self.id),
+            unsafe { dpdk_sys::rte_eth_dev_configure(self.id, s.queues, s.queues, &conf) },
+        )?;
+        if let Some(mtu) = s.mtu {
+            // SAFETY: configured port id.
+            check(&format!("set MTU {mtu} on port {}", self.id), unsafe {
+                dpdk_sys::rte_eth_dev_set_mtu(self.id, mtu)
+            })?;
+        }
+        if let Some(mac) = s.mac {
+            let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
+            // SAFETY: addr is a valid ether address.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(self.id, &mut addr) };
+            if rc == -(libc::ENOTSUP) {
+                // Virtual devices such as net_ring cannot change their address. Use the
+                // configured MAC in software, and receive frames sent to it.
+                log::info!(
+                    "port {}: {} cannot set its MAC; answering as {} in software (promiscuous)",
+                    self.id,
+                    self.driver_name(),
+                    crate::wire::ethernet::MacAddr(mac)
+                );
+                self.software_mac = Some(mac);
+                // SAFETY: plain call on a valid port; failure only means the device
+                // already delivers every frame (rings, pcap).
+                let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(self.id) };
+            } else {
+                check(&format!("set MAC on port {}", self.id), rc)?;
+            }
+        }
+        let (mut rx_desc, mut tx_desc) = (s.rx_desc, s.tx_desc);
+        // SAFETY: valid out pointers.
+        check("rte_eth_dev_adjust_nb_rx_tx_desc", unsafe {
+            dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(self.id, &mut rx_desc, &mut tx_desc)
+        })?;
+        // SAFETY: plain query.
+        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(self.id) };
+        let socket = if socket < 0 { 0 } else { socket as u32 };
+        for q in 0..s.queues {
+            // SAFETY: queue q < configured count; a null rx_conf means device defaults;
+            // pool outlives the port by the daemon's drop order.
+            check(&format!("rx queue {q} setup on port {}", self.id), unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    self.id,
+                    q,
+                    rx_desc,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            })?;
+            // SAFETY: as above, null tx_conf = defaults.
+            check(&format!("tx queue {q} setup on port {}", self.id), unsafe {
+                dpdk_sys::rte_eth_tx_queue_setup(self.id, q, tx_desc, socket, std::ptr::null())
+            })?;
+        }
+        self.queues = s.queues;
+        self.configured = true;
+        Ok(())
+    }
+
+    pub fn start(&mut self) -> Result<(), DpdkError> {
+        if !self.configured {
+            return Err(DpdkError::other("port start", "port not configured"));
+        }
+        // SAFETY: configured port.
+        check(&format!("rte_eth_dev_start(port {})", self.id), unsafe {
+            dpdk_sys::rte_eth_dev_start(self.id)
+        })?;
+        self.started = true;
+        Ok(())
+    }
+
+    pub fn stop(&mut self) -> Result<(), DpdkError> {
+        if self.started {
+            // SAFETY: started port; no lcore polls it any more (caller's contract).
+            check(&format!("rte_eth_dev_stop(port {})", self.id), unsafe {
+                dpdk_sys::rte_eth_dev_stop(self.id)
+            })?;
+            self.started = false;
+        }
+        Ok(())
+    }
+
+    /// Hands out the queue tokens, once: one (RX, TX) pair per queue index.
+    pub fn take_queues(&mut self) -> Result<Vec<(RxQueue, TxQueue)>, DpdkError> {
+        if !self.configured || self.queues_taken {
+            return Err(DpdkError::other(
+                "take queues",
+                "port not configured, or queues already taken",
+            ));
+        }
+        self.queues_taken = true;
+        Ok((0..self.queues)
+            .map(|q| {
+                (
+                    RxQueue {
+                        port: self.id,
+                        queue: q,
+                        _one_lcore: PhantomData,
+                    },
+                    TxQueue {
+                        port: self.id,
+                        queue: q,
+                        _one_lcore: PhantomData,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    pub fn mac(&self) -> Result<[u8; 6], DpdkError> {
+        if let Some(mac) = self.software_mac {
+            return Ok(mac);
+        }
+        let mut addr = dpdk_sys::rte_ether_addr::default();
+        // SAFETY: valid out pointer.
+        check("rte_eth_macaddr_get", unsafe {
+            dpdk_sys::rte_eth_macaddr_get(self.id, &mut addr)
+        })?;
+        Ok(addr.addr_bytes)
+    }
+
+    pub fn link(&self) -> LinkStatus {
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid out pointer; _nowait never blocks.
+        let rc = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id, &mut link) };
+        if rc < 0 {
+            return LinkStatus::default();
+        }
+        LinkStatus {
+            // bindgen emits no accessor for link_status: bit 2 of the bitfield unit.
+            up: link._bitfield_1.get(2, 1) == 1,
+            speed_mbps: link.link_speed,
+            full_duplex: link.link_duplex() == 1,
+        }
+    }
+
+    pub fn stats(&self) -> Result<PortStats, DpdkError> {
+        let mut s = dpdk_sys::rte_eth_stats::default();
+        // SAFETY: valid out pointer.
+        check("rte_eth_stats_get", unsafe {
+            dpdk_sys::rte_eth_stats_get(self.id, &mut s)
+        })?;
+        Ok(PortStats {
+            rx_packets: s.ipackets,
+            tx_packets: s.opackets,
+            rx_bytes: s.ibytes,
+            tx_bytes: s.obytes,
+            rx_missed: s.imissed,
+            rx_errors: s.ierrors,
+            tx_errors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    pub fn reset_stats(&self) -> Result<(), DpdkError> {
+        // SAFETY: plain call on a valid port.
+        check("rte_eth_stats_reset", unsafe {
+            dpdk_sys::rte_eth_stats_reset(self.id)
+        })?;
+        // Not every PMD has xstats; a failure to reset them is not an error.
+        // SAFETY: plain call on a valid port.
+        let _ = unsafe { dpdk_sys::rte_eth_xstats_reset(self.id) };
+        Ok(())
+    }
+
+    /// Extended statistics: every counter the PMD exposes, by name.
+    pub fn xstats(&self) -> Result<Vec<(String, u64)>, DpdkError> {
+        // SAFETY: a null array with size 0 asks for the count.
+        let n = check("rte_eth_xstats_get_names", unsafe {
+            dpdk_sys::rte_eth_xstats_get_names(self.id, std::ptr::null_mut(), 0)
+        })? as usize;
+        let mut names = vec![dpdk_sys::rte_eth_xstat_name::default(); n];
+        let mut values = vec![dpdk_sys::rte_eth_xstat::default(); n];
+        // SAFETY: both arrays have n elements.
+        let got_names = check("rte_eth_xstats_get_names", unsafe {
+            dpdk_sys::rte_eth_xstats_get_names(self.id, names.as_mut_ptr(), n as u32)
+        })? as usize;
+        // SAFETY: as above.
+        let got = check("rte_eth_xstats_get", unsafe {
+            dpdk_sys::rte_eth_xstats_get(self.id, values.as_mut_ptr(), n as u32)
+        })? as usize;
+        let got = got.min(got_names).min(n);
+        Ok(values[..got]
+            .iter()
+            .filter_map(|v| {
+                let name = names.get(v.id as usize)?;
+                // SAFETY: DPDK NUL-terminates names within the 64-byte array.
+                let s = unsafe { CStr::from_ptr(name.name.as_ptr()) };
+                Some((s.to_string_lossy().into_owned(), v.value))
+            })
+            .collect())
+    }
+
+    /// Redirection table size (0 when the device has no RSS).
+    pub fn reta_size(&self) -> Result<u16, DpdkError> {
+        Ok(self.info()?.reta_size)
+    }
+
+    /// Writes the RSS redirection table: entry i sends hash bucket i to queue `reta[i]`.
+    pub fn set_reta(&self, reta: &[u16]) -> Result<(), DpdkError> {
+        let group = dpdk_sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let mut conf =
+            vec![dpdk_sys::rte_eth_rss_reta_entry64::default(); reta.len().div_ceil(group)];
+        for (i, q) in reta.iter().enumerate() {
+            conf[i / group].mask |= 1 << (i % group);
+            conf[i / group].reta[i % group] = *q;
+        }
+        // SAFETY: conf covers reta.len() entries in groups of 64.
+        check("rte_eth_dev_rss_reta_update", unsafe {
+            dpdk_sys::rte_eth_dev_rss_reta_update(self.id, conf.as_mut_ptr(), reta.len() as u16)
+        })?;
+        Ok(())
+    }
+
+    /// Reads the RSS redirection table.
+    pub fn reta(&self) -> Result<Vec<u16>, DpdkError> {
+        let size = self.reta_size()? as usize;
+        let group = dpdk_sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let mut conf = vec![
+            dpdk_sys::rte_eth_rss_reta_entry64 {
+                mask: u64::MAX,
+                reta: [0; 64]
+            };
+            size.div_ceil(group)
+        ];
+        // SAFETY: conf covers `size` entries.
+        check("rte_eth_dev_rss_reta_query", unsafe {
+            dpdk_sys::rte_eth_dev_rss_reta_query(self.id, conf.as_mut_ptr(), size as u16)
+        })?;
+        Ok((0..size).map(|i| conf[i / group].reta[i % group]).collect())
+    }
+
+    /// The RSS hash fields and key in force.
+    pub fn rss_conf(&self) -> Result<RssSettings, DpdkError> {
+        let mut key = vec![0u8; 64];
+        let mut conf = dpdk_sys::rte_eth_rss_conf {
+            rss_key: key.as_mut_ptr(),
+            rss_key_len: key.len() as u8,
+            rss_hf: 0,
+        };
+        // SAFETY: rss_key points at a 64-byte buffer, as rss_key_len says.
+        check("rte_eth_dev_rss_hash_conf_get", unsafe {
+            dpdk_sys::rte_eth_dev_rss_hash_conf_get(self.id, &mut conf)
+        })?;
+        key.truncate(conf.rss_key_len as usize);
+        Ok(RssSettings {
+            hash_fields: conf.rss_hf,
+            key: Some(key),
+        })
+    }
+
+    pub fn enable_promiscuous(&self) -> Result<(), DpdkError> {
+        // SAFETY: plain call on a valid port.
+        check("rte_eth_promiscuous_enable", unsafe {
+            dpdk_sys::rte_eth_promiscuous_enable(self.id)
+        })?;
+        Ok(())
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            log::warn!("{e}");
+        }
+        // SAFETY: the port is stopped and no queue is polled any more.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
+        if rc < 0 {
+            log::warn!(
+                "{}",
+                DpdkError::from_code(format!("close port {}", self.id), rc)
+            );
+        }
+    }
+}
+
+/// The right to receive on one queue of one port. `Send` (it moves to its lcore once)
+/// but not `Sync`: DPDK queues are not thread-safe, so exactly one lcore polls each.
+pub struct RxQueue {
+    port: u16,
+    queue: u16,
+    _one_lcore: PhantomData<Cell<()>>,
+}
+
+impl RxQueue {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Receives up to a free burst's worth of packets into `burst` (appending).
+    #[inline]
+    pub fn rx(&mut self, burst: &mut Burst) -> usize {
+        let room = BURST_SIZE - burst.len();
+        // SAFETY: the destination slots are inside the burst's array; this token is the
+        // only poller of (port, queue); the burst owns what DPDK hands back.
+        unsafe {
+            let dst = burst.storage().add(burst.len());
+            let n = dpdk_sys::rte_eth_rx_burst(self.port, self.queue, dst, room as u16) as usize;
+            burst.set_len(burst.len() + n);
+            n
+        }
+    }
+}
+
+/// The right to transmit on one queue of one port (see `RxQueue`).
+pub struct TxQueue {
+    port: u16,
+    queue: u16,
+    _one_lcore: PhantomData<Cell<()>>,
+}
+
+impl TxQueue {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Transmits the burst; what the device did not accept stays in `burst`, in order,
+    /// for the caller to count and free (or retry).
+    #[inline]
+    pub fn tx(&mut self, burst: &mut Burst) -> usize {
+        if burst.is_empty() {
+            return 0;
+        }
+        // SAFETY: the first len slots are owned mbufs; DPDK takes ownership of the first
+        // n it returns, which we then forget with consume_front.
+        let n = unsafe {
+            dpdk_sys::rte_eth_tx_burst(self.port, self.queue, burst.storage(), burst.len() as u16)
+        } as usize;
+        burst.consume_front(n);
+        n
+    }
+}

@@ -1,0 +1,773 @@
+//! Shared fixtures for Sluice's integration tests (tiers 2 and 3 of docs/TESTING.md).
+//!
+//! - [`require_root`]: fails (never skips) a test that is not run as root.
+//! - [`unique_tag`]: short names unique per process and call, so test binaries and
+//!   tests can run side by side (DPDK file prefixes, test-bed names, sockets).
+//! - [`run_bounded`]: runs a command with a deadline; every external command goes
+//!   through it, so no test can hang.
+//! - [`Testbed`]: `scripts/testbed.sh up` with a unique name; `Drop` runs `down`, also
+//!   when the test panics.
+//! - [`Daemon`]: writes a config into a temp dir, starts `sluice` (optionally inside a
+//!   network namespace), waits until `sluicectl status` answers, stops it with a
+//!   signal within a bound; `Drop` kills it if still running and prints its output
+//!   when the test failed.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// The daemon and the CLI under test, built by Cargo for this test run.
+pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+pub const SLUICECTL: &str = env!("CARGO_BIN_EXE_sluicectl");
+/// Debian's interpreter: the one that sees python3-scapy (the `python3` first on PATH
+/// may be another build).
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// How long a daemon gets to answer its first `sluicectl status`.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a daemon gets to exit after SIGTERM/SIGINT.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn tool(name: &str) -> PathBuf {
+    repo_root().join("tests/tools").join(name)
+}
+
+/// Fails the test with a clear message unless it runs as root. Tests that need root
+/// (DPDK's runtime directory, AF_PACKET, network namespaces) are never skipped
+/// silently: a green run means they really ran.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test must run as root (it starts DPDK and/or builds network namespaces); \
+         run e.g. `sudo -E cargo test --release --test <name>` (euid is {euid})"
+    );
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A 7-character [0-9a-z] tag, unique among all live processes on this host and all
+/// calls in this process: 5 base-36 digits of the pid (pid_max <= 2^22 < 36^5), then 2
+/// of a per-process counter. Used for test-bed names, DPDK file prefixes and paths.
+pub fn unique_tag() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    assert!(
+        n < 36 * 36,
+        "unique_tag: more than 1296 tags in one process"
+    );
+    format!("{}{}", base36(std::process::id(), 5), base36(n, 2))
+}
+
+fn base36(mut v: u32, width: usize) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = vec![b'0'; width];
+    for slot in out.iter_mut().rev() {
+        *slot = DIGITS[(v % 36) as usize];
+        v /= 36;
+    }
+    assert_eq!(v, 0, "value does not fit in {width} base-36 digits");
+    String::from_utf8(out).unwrap()
+}
+
+/// The output of a command that ran to completion.
+#[derive(Debug)]
+pub struct CmdOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The command line, for messages.
+    pub what: String,
+}
+
+impl CmdOutput {
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+
+    /// Panics with the whole output unless the command succeeded.
+    pub fn expect_success(self, context: &str) -> CmdOutput {
+        assert!(self.success(), "{context}: {}", self.describe());
+        self
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "`{}` exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.what, self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+fn describe_command(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Collects a pipe into a shared buffer on a thread of its own.
+fn drain<R: Read + Send + 'static>(mut pipe: R, buf: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
+    thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.lock().unwrap().extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+}
+
+fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
+    String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
+}
+
+/// Waits for `child` to exit, polling, for at most `timeout`.
+fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() >= deadline => return None,
+            Ok(None) => thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("waiting for child {}: {e}", child.id()),
+        }
+    }
+}
+
+/// Runs `cmd` to completion with stdin closed and stdout/stderr captured. Panics if it
+/// cannot be started or does not finish within `timeout` (it is killed first).
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> CmdOutput {
+    let what = describe_command(cmd);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let err = Arc::new(Mutex::new(Vec::new()));
+    let t_out = drain(child.stdout.take().unwrap(), out.clone());
+    let t_err = drain(child.stderr.take().unwrap(), err.clone());
+    match wait_with_deadline(&mut child, timeout) {
+        Some(status) => {
+            // The pipes close when the command exits (none of ours leave children
+            // holding them), so the readers finish.
+            let _ = t_out.join();
+            let _ = t_err.join();
+            CmdOutput {
+                status,
+                stdout: text(&out),
+                stderr: text(&err),
+                what,
+            }
+        }
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`{what}` did not finish within {timeout:?}; killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                text(&out),
+                text(&err)
+            );
+        }
+    }
+}
+
+/// `ip netns exec NS ARGS...`, bounded.
+pub fn netns_exec(ns: &str, args: &[&str], timeout: Duration) -> CmdOutput {
+    run_bounded(
+        Command::new("ip").args(["netns", "exec", ns]).args(args),
+        timeout,
+    )
+}
+
+/// Polls `probe` every `every` until it returns `Some`, for at most `timeout`.
+pub fn wait_for<T>(
+    timeout: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(every);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Network-namespace test bed
+
+pub fn testbed_script() -> PathBuf {
+    repo_root().join("scripts/testbed.sh")
+}
+
+/// A test bed from `scripts/testbed.sh` (see the script's header for the layout):
+/// switch namespace, client, N real servers, and the appliance's namespace with its
+/// unaddressed veth. Removed by `Drop` (even when the test panics) or by [`down`].
+///
+/// [`down`]: Testbed::down
+pub struct Testbed {
+    pub name: String,
+    facts: BTreeMap<String, String>,
+    is_up: bool,
+}
+
+impl Testbed {
+    /// Builds a test bed with a fresh unique name and `real_servers` real servers.
+    pub fn up(real_servers: u32) -> Testbed {
+        require_root();
+        // "t" + 7 characters: the script allows [a-z0-9]{1,8}.
+        let name = format!("t{}", unique_tag());
+        let out = run_bounded(
+            Command::new(testbed_script()).args(["up", &name, &real_servers.to_string()]),
+            Duration::from_secs(60),
+        );
+        if !out.success() {
+            // The script removes a half-built bed itself; make sure anyway.
+            let _ = run_testbed_down(&name);
+            panic!("testbed up {name} failed: {}", out.describe());
+        }
+        let facts: BTreeMap<String, String> = out
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        let bed = Testbed {
+            name,
+            facts,
+            is_up: true,
+        };
+        assert_eq!(
+            bed.fact("TESTBED"),
+            bed.name,
+            "testbed up printed: {}",
+            out.stdout
+        );
+        bed
+    }
+
+    /// A `KEY=VALUE` fact printed by `testbed.sh up` (panics if absent).
+    pub fn fact(&self, key: &str) -> &str {
+        self.facts.get(key).unwrap_or_else(|| {
+            panic!(
+                "testbed {}: no fact {key} (have {:?})",
+                self.name, self.facts
+            )
+        })
+    }
+
+    pub fn facts(&self) -> &BTreeMap<String, String> {
+        &self.facts
+    }
+
+    pub fn lb_ns(&self) -> &str {
+        self.fact("LB_NS")
+    }
+    pub fn lb_if(&self) -> &str {
+        self.fact("LB_IF")
+    }
+    pub fn lb_mac(&self) -> &str {
+        self.fact("LB_MAC")
+    }
+    pub fn appliance_ip(&self) -> &str {
+        self.fact("APPLIANCE_IP")
+    }
+    pub fn client_ns(&self) -> &str {
+        self.fact("CLIENT_NS")
+    }
+    pub fn client_if(&self) -> &str {
+        self.fact("CLIENT_IF")
+    }
+    pub fn client_ip(&self) -> &str {
+        self.fact("CLIENT_IP")
+    }
+
+    /// Runs a command inside one of this bed's namespaces, bounded.
+    pub fn exec(&self, ns: &str, args: &[&str], timeout: Duration) -> CmdOutput {
+        assert!(
+            ns.starts_with(&format!("{}-", self.name)),
+            "namespace {ns} is not part of test bed {}",
+            self.name
+        );
+        netns_exec(ns, args, timeout)
+    }
+
+    /// Every namespace on the host whose name belongs to this bed.
+    pub fn namespaces_left(&self) -> Vec<String> {
+        namespaces_named(&self.name)
+    }
+
+    /// Removes the bed now (idempotent) and returns the script's output.
+    pub fn down(&mut self) -> CmdOutput {
+        self.is_up = false;
+        run_testbed_down(&self.name)
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if self.is_up {
+            let out = run_testbed_down(&self.name);
+            if !out.success() {
+                eprintln!(
+                    "warning: testbed down {} failed: {}",
+                    self.name,
+                    out.describe()
+                );
+            }
+        }
+    }
+}
+
+fn run_testbed_down(name: &str) -> CmdOutput {
+    run_bounded(
+        Command::new(testbed_script()).args(["down", name]),
+        Duration::from_secs(60),
+    )
+}
+
+/// Names in `ip netns list` that are `NAME` or start with `NAME-`.
+pub fn namespaces_named(name: &str) -> Vec<String> {
+    let out = run_bounded(
+        Command::new("ip").args(["netns", "list"]),
+        Duration::from_secs(10),
+    )
+    .expect_success("ip netns list");
+    out.stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|ns| *ns == name || ns.starts_with(&format!("{name}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------
+// The daemon
+
+/// One `[[ports]]` entry.
+#[derive(Clone, Debug)]
+pub struct PortSpec {
+    pub name: String,
+    /// `Some(vdev)` for an EAL virtual device, `None` for `loopback = true`.
+    pub vdev: Option<String>,
+    pub mac: Option<String>,
+    pub addresses: Vec<String>,
+}
+
+impl PortSpec {
+    pub fn vdev(name: &str, vdev: &str, addresses: &[&str]) -> PortSpec {
+        PortSpec {
+            name: name.into(),
+            vdev: Some(vdev.into()),
+            mac: None,
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    pub fn loopback(name: &str, mac: &str, addresses: &[&str]) -> PortSpec {
+        PortSpec {
+            name: name.into(),
+            vdev: None,
+            mac: Some(mac.into()),
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    pub fn with_mac(mut self, mac: &str) -> PortSpec {
+        self.mac = Some(mac.into());
+        self
+    }
+}
+
+/// A Sluice configuration plus how to run it. Create with [`DaemonConfig::new`], which
+/// also makes the temp dir holding the config file and the control socket.
+pub struct DaemonConfig {
+    pub dir: tempfile::TempDir,
+    pub tag: String,
+    pub file_prefix: String,
+    pub socket: PathBuf,
+    pub workers: Vec<u32>,
+    pub ports: Vec<PortSpec>,
+    /// `[loopback]` section lines (e.g. `peers = 2`); written when non-empty.
+    pub loopback: Vec<String>,
+    /// Run inside this network namespace (`ip netns exec`).
+    pub netns: Option<String>,
+    /// Extra command-line arguments for `sluice`.
+    pub args: Vec<String>,
+}
+
+impl DaemonConfig {
+    pub fn new(ports: Vec<PortSpec>) -> DaemonConfig {
+        let tag = unique_tag();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("sluice-test-{tag}-"))
+            .tempdir()
+            .expect("creating a temp dir");
+        let socket = dir.path().join("ctl.sock");
+        assert!(
+            socket.as_os_str().len() < 108,
+            "socket path too long: {}",
+            socket.display()
+        );
+        DaemonConfig {
+            file_prefix: format!("sl-{tag}"),
+            tag,
+            dir,
+            socket,
+            workers: vec![1],
+            ports,
+            loopback: Vec::new(),
+            netns: None,
+            args: Vec::new(),
+        }
+    }
+
+    pub fn in_netns(mut self, ns: &str) -> DaemonConfig {
+        self.netns = Some(ns.into());
+        self
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    pub fn toml(&self) -> String {
+        let mut t = String::new();
+        let q = |s: &str| format!("{s:?}");
+        writeln!(
+            t,
+            "[eal]\nhugepages = false\nmemory_mb = 256\nfile_prefix = {}\n",
+            q(&self.file_prefix)
+        )
+        .unwrap();
+        let workers: Vec<String> = self.workers.iter().map(|w| w.to_string()).collect();
+        writeln!(
+            t,
+            "[lcores]\nmanagement = 0\nworkers = [{}]\n",
+            workers.join(", ")
+        )
+        .unwrap();
+        writeln!(
+            t,
+            "[control]\nsocket = {}\n",
+            q(&self.socket.to_string_lossy())
+        )
+        .unwrap();
+        for p in &self.ports {
+            writeln!(t, "[[ports]]\nname = {}", q(&p.name)).unwrap();
+            match &p.vdev {
+                Some(v) => writeln!(t, "vdev = {}", q(v)).unwrap(),
+                None => writeln!(t, "loopback = true").unwrap(),
+            }
+            if let Some(mac) = &p.mac {
+                writeln!(t, "mac = {}", q(mac)).unwrap();
+            }
+            let addrs: Vec<String> = p.addresses.iter().map(|a| q(a)).collect();
+            writeln!(t, "addresses = [{}]\n", addrs.join(", ")).unwrap();
+        }
+        if !self.loopback.is_empty() {
+            writeln!(t, "[loopback]\n{}", self.loopback.join("\n")).unwrap();
+        }
+        t
+    }
+
+    /// Writes the config file and returns its path.
+    pub fn write(&self) -> PathBuf {
+        let path = self.path("sluice.toml");
+        std::fs::write(&path, self.toml()).expect("writing the config");
+        path
+    }
+}
+
+/// The DPDK runtime directories that exist for `prefix` (should be none after exit).
+pub fn dpdk_runtime_dirs(prefix: &str) -> Vec<PathBuf> {
+    ["/var/run/dpdk", "/run/dpdk"]
+        .iter()
+        .map(|d| Path::new(d).join(prefix))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// A running (or exited) `sluice` process.
+pub struct Daemon {
+    pub config: DaemonConfig,
+    pub config_path: PathBuf,
+    child: Child,
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<JoinHandle<()>>,
+    exit: Option<ExitStatus>,
+}
+
+impl Daemon {
+    /// Starts the daemon and waits (at most [`READY_TIMEOUT`]) until `sluicectl status`
+    /// answers. Panics with the daemon's output if it exits or never answers.
+    pub fn start(config: DaemonConfig) -> Daemon {
+        let mut d = Daemon::spawn(config);
+        d.wait_ready(READY_TIMEOUT);
+        d
+    }
+
+    /// Writes the config and starts the daemon, without waiting for anything.
+    pub fn spawn(config: DaemonConfig) -> Daemon {
+        let config_path = config.write();
+        let mut cmd = match &config.netns {
+            Some(ns) => {
+                // `ip netns exec` execs the program: the child pid is sluice's own.
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, SLUICE]);
+                c
+            }
+            None => Command::new(SLUICE),
+        };
+        cmd.arg("--config").arg(&config_path).args(&config.args);
+        let what = describe_command(&cmd);
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let readers = vec![
+            drain(child.stdout.take().unwrap(), stdout.clone()),
+            drain(child.stderr.take().unwrap(), stderr.clone()),
+        ];
+        Daemon {
+            config,
+            config_path,
+            child,
+            stdout,
+            stderr,
+            readers,
+            exit: None,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.config.socket
+    }
+
+    pub fn stderr_text(&self) -> String {
+        text(&self.stderr)
+    }
+
+    pub fn stdout_text(&self) -> String {
+        text(&self.stdout)
+    }
+
+    /// Config, stdout and stderr, for failure messages.
+    pub fn dump(&self) -> String {
+        format!(
+            "--- sluice config {} ---\n{}--- sluice stdout ---\n{}\n--- sluice stderr ---\n{}",
+            self.config_path.display(),
+            self.config.toml(),
+            self.stdout_text(),
+            self.stderr_text()
+        )
+    }
+
+    /// Exit status if the process has exited (reaped once, remembered).
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exit = Some(status);
+                self.join_readers();
+            }
+        }
+        self.exit
+    }
+
+    fn join_readers(&mut self) {
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+
+    /// Polls until `sluicectl status` answers; panics if the daemon exits first or the
+    /// time runs out.
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                panic!(
+                    "sluice exited with {status} before answering on its control socket\n{}",
+                    self.dump()
+                );
+            }
+            if self.config.socket.exists() && self.ctl(&["--timeout", "1", "status"]).success() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "sluice did not answer `sluicectl status` within {timeout:?}\n{}",
+                    self.dump()
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `sluicectl --socket SOCKET ARGS...`, bounded (15 s).
+    pub fn ctl(&self, args: &[&str]) -> CmdOutput {
+        run_bounded(
+            Command::new(SLUICECTL)
+                .arg("--socket")
+                .arg(&self.config.socket)
+                .args(args),
+            Duration::from_secs(15),
+        )
+    }
+
+    /// `sluicectl status --json`, parsed. Panics (with the daemon's output) on failure.
+    pub fn status(&self) -> serde_json::Value {
+        let out = self.ctl(&["status", "--json"]);
+        assert!(
+            out.success(),
+            "sluicectl status --json failed: {}\n{}",
+            out.describe(),
+            self.dump()
+        );
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "sluicectl status --json printed invalid JSON ({e}):\n{}",
+                out.stdout
+            )
+        })
+    }
+
+    /// Sends a signal to the daemon.
+    pub fn signal(&self, sig: libc::c_int) {
+        if self.exit.is_some() {
+            return;
+        }
+        // SAFETY: kill(2) on our own child's pid; the child is not reaped yet (exit is
+        // None and only try_exit/wait reap it), so the pid cannot have been reused.
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({}, {sig}): {}",
+            self.pid(),
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Waits at most `timeout` for the daemon to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            if let Some(status) = wait_with_deadline(&mut self.child, timeout) {
+                self.exit = Some(status);
+                self.join_readers();
+            }
+        }
+        self.exit
+    }
+
+    /// Sends `sig` and returns the exit status; panics if the daemon is still running
+    /// after [`EXIT_TIMEOUT`] (Drop then kills it).
+    pub fn stop_with(&mut self, sig: libc::c_int) -> ExitStatus {
+        self.signal(sig);
+        let started = Instant::now();
+        match self.wait_exit(EXIT_TIMEOUT) {
+            Some(status) => {
+                eprintln!(
+                    "sluice exited with {status} {:?} after signal {sig}",
+                    started.elapsed()
+                );
+                status
+            }
+            None => panic!(
+                "sluice still running {EXIT_TIMEOUT:?} after signal {sig}\n{}",
+                self.dump()
+            ),
+        }
+    }
+
+    /// SIGTERM, then the exit status (bounded by [`EXIT_TIMEOUT`]).
+    pub fn terminate(&mut self) -> ExitStatus {
+        self.stop_with(libc::SIGTERM)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let mut killed = false;
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            killed = true;
+            if wait_with_deadline(&mut self.child, Duration::from_secs(5)).is_some() {
+                self.join_readers();
+            }
+        }
+        let clean = matches!(self.exit, Some(s) if s.success());
+        if thread::panicking() || killed || !clean {
+            eprintln!(
+                "=== sluice (pid {}) {} ===\n{}",
+                self.pid(),
+                if killed {
+                    "was still running and got killed".to_string()
+                } else {
+                    format!("exited with {:?}", self.exit)
+                },
+                self.dump()
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Status JSON helpers
+
+/// `status["drops"][reason]`, 0 when absent.
+pub fn drop_count(status: &serde_json::Value, reason: &str) -> u64 {
+    status["drops"][reason].as_u64().unwrap_or(0)
+}
+
+/// `status["events"][name]`; panics when absent (every event is always reported).
+pub fn event_count(status: &serde_json::Value, name: &str) -> u64 {
+    status["events"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("status has no events.{name}: {status}"))
+}
+
+/// The port entry called `name` in `status["ports"]`.
+pub fn port<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["ports"]
+        .as_array()
+        .and_then(|ports| ports.iter().find(|p| p["name"] == name))
+        .unwrap_or_else(|| panic!("status has no port {name:?}: {status}"))
+}
+
+/// A numeric field of a port entry; panics when absent.
+pub fn port_counter(status: &serde_json::Value, port_name: &str, field: &str) -> u64 {
+    port(status, port_name)[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("port {port_name} has no numeric {field}: {status}"))
+}

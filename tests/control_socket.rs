@@ -1,0 +1,565 @@
+//! The control socket end to end: a `ControlServer` with a canned handler, driven through
+//! `client::request`, raw sockets, and the built `sluicectl` binary.
+use serde_json::{json, Value};
+use sluice::control::client::{self, ClientError};
+use sluice::control::protocol::Request;
+use sluice::control::server::{ControlServer, Handler};
+use sluice::control::status::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn sample_report() -> StatusReport {
+    let counters = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+        pairs
+            .iter()
+            .map(|(name, count)| (name.to_string(), *count))
+            .collect()
+    };
+    StatusReport {
+        version: "0.1.0".into(),
+        pid: 31337,
+        uptime_ms: 3_723_000,
+        ports: vec![PortStatus {
+            id: 0,
+            name: "net_ring0".into(),
+            driver: "net_ring".into(),
+            mac: "02:53:4c:00:00:01".into(),
+            addresses: vec!["192.0.2.1/24".into()],
+            link_up: true,
+            speed_mbps: 10_000,
+            rx_packets: 1001,
+            rx_bytes: 64_064,
+            tx_packets: 998,
+            tx_bytes: 63_872,
+            rx_missed: 4,
+            rx_errors: 0,
+            tx_errors: 0,
+            rx_nombuf: 2,
+        }],
+        lcores: vec![
+            LcoreStatus {
+                lcore: 0,
+                role: "management".into(),
+                worker: None,
+                busy_percent: 1.0,
+                rx_packets: 0,
+                tx_packets: 0,
+                polls: 0,
+            },
+            LcoreStatus {
+                lcore: 1,
+                role: "worker".into(),
+                worker: Some(0),
+                busy_percent: 12.5,
+                rx_packets: 1001,
+                tx_packets: 998,
+                polls: 50_000,
+            },
+        ],
+        drops: counters(&[("bad_ipv4_checksum", 3), ("not_local", 0), ("truncated", 1)]),
+        events: counters(&[("arp_replied", 2), ("icmp_echo_replied", 5)]),
+        neighbours: 2,
+    }
+}
+
+/// A stand-in for the daemon's handler.
+struct FakeDaemon {
+    server: ControlServer,
+    zeroed: Arc<AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+impl FakeDaemon {
+    fn start() -> FakeDaemon {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.sock");
+        let zeroed = Arc::new(AtomicUsize::new(0));
+        let handler: Handler = {
+            let zeroed = Arc::clone(&zeroed);
+            Arc::new(move |request| match request {
+                Request::Status => Ok(serde_json::to_value(sample_report()).unwrap()),
+                Request::Xstats { port: 0 } => Ok(serde_json::to_value(XstatsReport {
+                    port: 0,
+                    name: "net_ring0".into(),
+                    stats: vec![
+                        ("rx_good_packets".into(), 1001),
+                        ("tx_good_packets".into(), 998),
+                    ],
+                })
+                .unwrap()),
+                Request::Xstats { port } => Err(format!("no port {port}\n(ports: 0)")),
+                Request::ZeroCounters => {
+                    zeroed.fetch_add(1, Ordering::SeqCst);
+                    Ok(Value::Null)
+                }
+            })
+        };
+        let server = ControlServer::spawn(&path, handler).unwrap();
+        FakeDaemon {
+            server,
+            zeroed,
+            _dir: dir,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.server.path()
+    }
+}
+
+fn sluicectl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluicectl"))
+        .args(args)
+        .env_remove("SLUICE_SOCKET")
+        .output()
+        .expect("sluicectl runs")
+}
+
+fn sluicectl_at(path: &Path, args: &[&str]) -> Output {
+    let path = path.to_str().unwrap();
+    let mut full = vec!["-S", path];
+    full.extend_from_slice(args);
+    sluicectl(&full)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// Asserts a failed run: the exit code, and exactly one `sluicectl: ...` line on stderr.
+fn assert_failure(output: &Output, code: i32) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stderr: {}",
+        stderr(output)
+    );
+    assert!(output.stdout.is_empty(), "stdout: {}", stdout(output));
+    let text = stderr(output);
+    assert_eq!(text.lines().count(), 1, "one line expected: {text:?}");
+    assert!(text.starts_with("sluicectl: "), "{text}");
+    text.trim_end().to_string()
+}
+
+#[test]
+fn client_request_returns_the_daemons_status_report() {
+    let daemon = FakeDaemon::start();
+    let result = client::request(daemon.path(), &Request::Status, TIMEOUT).unwrap();
+    let report: StatusReport = serde_json::from_value(result).unwrap();
+    assert_eq!(report, sample_report());
+}
+
+#[test]
+fn client_request_surfaces_the_daemons_error_text() {
+    let daemon = FakeDaemon::start();
+    let error = client::request(daemon.path(), &Request::Xstats { port: 9 }, TIMEOUT).unwrap_err();
+    assert!(matches!(error, ClientError::Daemon(_)), "{error:?}");
+    assert_eq!(error.to_string(), "no port 9 (ports: 0)");
+}
+
+#[test]
+fn status_text_shows_port_lcore_and_drop_lines() {
+    let daemon = FakeDaemon::start();
+    let output = sluicectl_at(daemon.path(), &["status"]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("sluice 0.1.0  pid 31337  up 01:02:03  neighbours 2\n"),
+        "{text}"
+    );
+    let port_row = text
+        .lines()
+        .find(|line| line.contains("net_ring0"))
+        .expect("port row");
+    assert_eq!(
+        words(port_row),
+        [
+            "0",
+            "net_ring0",
+            "net_ring",
+            "02:53:4c:00:00:01",
+            "up",
+            "10G",
+            "1001",
+            "64064",
+            "998",
+            "63872",
+            "4",
+            "0",
+            "0",
+            "2",
+            "192.0.2.1/24"
+        ]
+    );
+    let worker_row = text
+        .lines()
+        .find(|line| line.contains(" worker "))
+        .expect("lcore row");
+    assert_eq!(
+        words(worker_row),
+        ["1", "worker", "0", "12.5", "1001", "998", "50000"]
+    );
+    let drops: Vec<Vec<&str>> = text
+        .split("\ndrops (total 4)\n")
+        .nth(1)
+        .expect("drops section")
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .map(words)
+        .collect();
+    assert_eq!(
+        drops,
+        [
+            ["bad_ipv4_checksum", "3"],
+            ["not_local", "0"],
+            ["truncated", "1"]
+        ]
+    );
+    assert!(text.contains("\nevents (total 7)\n"), "{text}");
+    assert!(output.stderr.is_empty());
+}
+
+#[test]
+fn status_json_parses_back_to_the_report() {
+    let daemon = FakeDaemon::start();
+    for args in [&["status", "--json"][..], &["--json", "status"]] {
+        let output = sluicectl_at(daemon.path(), args);
+        assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+        let text = stdout(&output);
+        assert!(text.lines().count() > 1, "pretty-printed: {text}");
+        let report: StatusReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(report, sample_report());
+    }
+}
+
+#[test]
+fn xstats_and_zero_commands_reach_the_daemon() {
+    let daemon = FakeDaemon::start();
+    let output = sluicectl_at(daemon.path(), &["xstats", "0"]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "port 0 (net_ring0): 2 extended statistics\n  rx_good_packets  1001\n  tx_good_packets   998\n"
+    );
+
+    let output = sluicectl_at(daemon.path(), &["xstats", "9"]);
+    assert_eq!(
+        assert_failure(&output, 1),
+        "sluicectl: no port 9 (ports: 0)"
+    );
+
+    assert_eq!(daemon.zeroed.load(Ordering::SeqCst), 0);
+    let output = sluicectl_at(daemon.path(), &["zero"]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    assert_eq!(stdout(&output), "counters zeroed\n");
+    assert_eq!(daemon.zeroed.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn socket_file_is_a_socket_with_mode_0600() {
+    let daemon = FakeDaemon::start();
+    let metadata = std::fs::symlink_metadata(daemon.path()).unwrap();
+    assert!(metadata.file_type().is_socket());
+    assert_eq!(metadata.permissions().mode() & 0o7777, 0o600);
+}
+
+/// The 0600 mode is what keeps other users out: run sluicectl as `nobody` against a
+/// socket in a world-traversable directory. Needs root (to switch user) and util-linux
+/// `setpriv`; elsewhere the mode check above is what remains.
+#[test]
+fn other_users_get_permission_denied() {
+    let is_root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !is_root || !setpriv.exists() {
+        eprintln!("skipped: needs root and /usr/bin/setpriv");
+        return;
+    }
+    let daemon = FakeDaemon::start();
+    let dir = daemon.path().parent().unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let output = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_sluicectl"))
+        .arg("-S")
+        .arg(daemon.path())
+        .arg("status")
+        .env_remove("SLUICE_SOCKET")
+        .output()
+        .unwrap();
+    assert_eq!(
+        assert_failure(&output, 1),
+        format!(
+            "sluicectl: permission denied on {} (the control socket is root-only; run as root)",
+            daemon.path().display()
+        )
+    );
+}
+
+#[test]
+fn socket_path_can_come_from_the_environment() {
+    let daemon = FakeDaemon::start();
+    let output = Command::new(env!("CARGO_BIN_EXE_sluicectl"))
+        .arg("status")
+        .env("SLUICE_SOCKET", daemon.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    assert!(stdout(&output).contains("net_ring0"));
+}
+
+#[test]
+fn bad_usage_exits_2_with_one_line() {
+    let cases: [(&[&str], &str); 5] = [
+        (&[], "sluicectl: no command given (see sluicectl --help)"),
+        (
+            &["bogus"],
+            "sluicectl: unknown command \"bogus\" (see sluicectl --help)",
+        ),
+        (
+            &["status", "--frob"],
+            "sluicectl: unknown option \"--frob\" (see sluicectl --help)",
+        ),
+        (
+            &["xstats", "port0"],
+            "sluicectl: xstats: PORT_ID must be 0-65535, not \"port0\" (see sluicectl --help)",
+        ),
+        (
+            &["status", "--socket"],
+            "sluicectl: --socket needs a value (see sluicectl --help)",
+        ),
+    ];
+    for (args, expected) in cases {
+        assert_eq!(
+            assert_failure(&sluicectl(args), 2),
+            expected,
+            "args {args:?}"
+        );
+    }
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let help = sluicectl(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = stdout(&help);
+    assert!(text.starts_with("Usage: sluicectl "), "{text}");
+    for command in [
+        "status",
+        "xstats PORT_ID",
+        "zero",
+        "--json",
+        "SLUICE_SOCKET",
+    ] {
+        assert!(text.contains(command), "help mentions {command}");
+    }
+    let version = sluicectl(&["--version"]);
+    assert_eq!(version.status.code(), Some(0));
+    assert_eq!(
+        stdout(&version),
+        format!("sluicectl {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn missing_socket_exits_1_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nobody-home.sock");
+    let output = sluicectl_at(&path, &["status"]);
+    assert_eq!(
+        assert_failure(&output, 1),
+        format!(
+            "sluicectl: no sluice daemon at {} (is it running? check control.socket in the config)",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn socket_is_removed_when_the_server_is_dropped() {
+    let daemon = FakeDaemon::start();
+    let path = daemon.path().to_path_buf();
+    assert!(path.exists());
+    drop(daemon.server);
+    assert!(!path.exists());
+    let output = sluicectl_at(&path, &["status"]);
+    assert!(assert_failure(&output, 1).contains("no sluice daemon at"));
+}
+
+/// A raw connection for sending arbitrary bytes.
+struct RawClient {
+    stream: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl RawClient {
+    fn connect(path: &Path) -> RawClient {
+        let stream = UnixStream::connect(path).unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let reader = BufReader::new(stream.try_clone().unwrap());
+        RawClient { stream, reader }
+    }
+
+    /// Sends `bytes` and returns the error text of the single reply.
+    fn expect_error(&mut self, bytes: &[u8]) -> String {
+        self.stream.write_all(bytes).unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let reply: Value = serde_json::from_str(&line).expect("reply is JSON");
+        assert_eq!(reply["ok"], json!(false), "{line}");
+        reply["error"].as_str().expect("error text").to_string()
+    }
+
+    fn expect_closed(&mut self) {
+        let mut rest = Vec::new();
+        match self.reader.read_to_end(&mut rest) {
+            Ok(_) => assert!(rest.is_empty(), "unexpected bytes {rest:?}"),
+            Err(error) => assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset),
+        }
+    }
+}
+
+/// A normal status request succeeds once the abusive connections have been dealt with.
+/// Until then the only acceptable failure is the server's clear "too many connections"
+/// refusal (abusers may hold every slot for up to the 2 s request timeout).
+fn status_still_works(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client::request(path, &Request::Status, TIMEOUT) {
+            Ok(result) => {
+                let report: StatusReport = serde_json::from_value(result).unwrap();
+                assert_eq!(report, sample_report());
+                return;
+            }
+            Err(error) => {
+                let text = error.to_string();
+                assert!(text.starts_with("too many control connections"), "{text}");
+                assert!(Instant::now() < deadline, "slots never freed");
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+#[test]
+fn hostile_clients_do_not_disturb_the_server() {
+    let daemon = FakeDaemon::start();
+    let path = daemon.path().to_path_buf();
+
+    // Garbage, binary bytes and an unknown command each get an error on a connection
+    // that stays usable.
+    let mut client = RawClient::connect(&path);
+    assert!(client
+        .expect_error(b"GET / HTTP/1.1\r\n")
+        .starts_with("malformed request"));
+    assert!(client
+        .expect_error(b"\x00\xff\xfe\x01binary\x00\n")
+        .starts_with("malformed request"));
+    assert!(client
+        .expect_error(b"{\"cmd\":\"rm -rf\"}\n")
+        .starts_with("unknown command"));
+    assert!(client
+        .expect_error(b"[\"status\"]\n")
+        .starts_with("request must be a JSON object"));
+    client.stream.write_all(b"{\"cmd\":\"status\"}\n").unwrap();
+    let mut line = String::new();
+    client.reader.read_line(&mut line).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&line).unwrap()["ok"],
+        json!(true)
+    );
+
+    // An oversize line gets an error and the connection is closed. The flood is
+    // written from a thread because the server stops reading at the limit.
+    let mut flooder = RawClient::connect(&path);
+    let mut flood = flooder.stream.try_clone().unwrap();
+    let writer = thread::spawn(move || {
+        let _ = flood.write_all(&vec![b'{'; 1024 * 1024]);
+    });
+    let mut line = String::new();
+    flooder.reader.read_line(&mut line).unwrap();
+    let reply: Value = serde_json::from_str(&line).unwrap();
+    assert!(
+        reply["error"].as_str().unwrap().contains("byte limit"),
+        "{line}"
+    );
+    flooder.expect_closed();
+    writer.join().unwrap();
+
+    // Half lines followed by a disconnect.
+    for _ in 0..20 {
+        let mut stream = UnixStream::connect(&path).unwrap();
+        stream.write_all(b"{\"cmd\":\"sta").unwrap();
+    }
+    // Connections that connect and vanish, or say nothing at all.
+    let idle: Vec<UnixStream> = (0..8)
+        .map(|_| UnixStream::connect(&path).unwrap())
+        .collect();
+    for _ in 0..20 {
+        drop(UnixStream::connect(&path).unwrap());
+    }
+    status_still_works(&path);
+
+    // Many clients at once: each either gets its answer or a clear "too many" refusal;
+    // nothing hangs and nothing else goes wrong.
+    let started = Instant::now();
+    let outcomes: Vec<Result<(), String>> = (0..64)
+        .map(|_| {
+            let path = path.clone();
+            thread::spawn(move || {
+                client::request(&path, &Request::Status, TIMEOUT)
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|handle| handle.join().unwrap())
+        .collect();
+    assert!(started.elapsed() < TIMEOUT, "took {:?}", started.elapsed());
+    assert!(outcomes.iter().any(Result::is_ok), "{outcomes:?}");
+    for outcome in &outcomes {
+        if let Err(error) = outcome {
+            assert!(error.starts_with("too many control connections"), "{error}");
+        }
+    }
+
+    // Silent clients holding every slot get a well-behaved client refused with a clear
+    // message, but only until the request timeout frees the slots.
+    drop(idle);
+    status_still_works(&path);
+    let hogs: Vec<UnixStream> = (0..16)
+        .map(|_| UnixStream::connect(&path).unwrap())
+        .collect();
+    let refused = client::request(&path, &Request::Status, TIMEOUT).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "too many control connections (limit 16); try again"
+    );
+    let blocked_at = Instant::now();
+    status_still_works(&path);
+    assert!(blocked_at.elapsed() < Duration::from_secs(4));
+    drop(hogs);
+
+    let output = sluicectl_at(&path, &["status"]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+}
