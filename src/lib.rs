@@ -8,4 +8,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod dpdk;
 pub mod emulator;
+pub mod flow;
+pub mod sched;
+pub mod service;
 pub mod wire;

@@ -39,10 +39,32 @@ pub enum DropReason {
     NotOurMac,
     /// TX queue full: the frame could not be transmitted.
     TxFull,
+    /// IPv4 header with options on a forwarded packet (not supported, as in Katran).
+    Ipv4Options,
+    /// TCP header shorter than 20 bytes or data offset past the end of the packet.
+    BadTcpHeader,
+    /// UDP length field below 8 or past the end of the packet.
+    BadUdpHeader,
+    /// TCP or UDP checksum wrong on a packet Sluice rewrites.
+    BadL4Checksum,
+    /// TCP segment without SYN and without a session (IPVS drops these too).
+    TcpNoSession,
+    /// Packet to a service port that has no session and no usable real server.
+    NoRealServer,
+    /// The worker's session table is full: the new connection is refused.
+    SessionTableFull,
+    /// The next hop's MAC is not known yet (an ARP request has been sent).
+    NeighbourUnresolved,
+    /// Packet to a VIP on a port or protocol without a virtual service.
+    NoService,
+    /// Packet would exceed the MTU after encapsulation (ICMP frag-needed sent when DF).
+    TooBig,
+    /// ICMP error quoting a packet of no known session.
+    IcmpErrorNoSession,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 27;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -60,6 +82,17 @@ impl DropReason {
         DropReason::BadSourceMac,
         DropReason::NotOurMac,
         DropReason::TxFull,
+        DropReason::Ipv4Options,
+        DropReason::BadTcpHeader,
+        DropReason::BadUdpHeader,
+        DropReason::BadL4Checksum,
+        DropReason::TcpNoSession,
+        DropReason::NoRealServer,
+        DropReason::SessionTableFull,
+        DropReason::NeighbourUnresolved,
+        DropReason::NoService,
+        DropReason::TooBig,
+        DropReason::IcmpErrorNoSession,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -81,6 +114,17 @@ impl DropReason {
             DropReason::BadSourceMac => "bad_source_mac",
             DropReason::NotOurMac => "not_our_mac",
             DropReason::TxFull => "tx_full",
+            DropReason::Ipv4Options => "ipv4_options",
+            DropReason::BadTcpHeader => "bad_tcp_header",
+            DropReason::BadUdpHeader => "bad_udp_header",
+            DropReason::BadL4Checksum => "bad_l4_checksum",
+            DropReason::TcpNoSession => "tcp_no_session",
+            DropReason::NoRealServer => "no_real_server",
+            DropReason::SessionTableFull => "session_table_full",
+            DropReason::NeighbourUnresolved => "neighbour_unresolved",
+            DropReason::NoService => "no_service",
+            DropReason::TooBig => "too_big",
+            DropReason::IcmpErrorNoSession => "icmp_error_no_session",
         }
     }
 }

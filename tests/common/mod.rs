@@ -720,10 +720,16 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let mut killed = false;
         if self.try_exit().is_none() {
-            let _ = self.child.kill();
+            // Still running (the test failed half-way): SIGTERM first so DPDK cleans
+            // up its runtime directory, SIGKILL if that does not work within 5 s.
             killed = true;
-            if wait_with_deadline(&mut self.child, Duration::from_secs(5)).is_some() {
-                self.join_readers();
+            self.signal(libc::SIGTERM);
+            if self.wait_exit(Duration::from_secs(5)).is_none() {
+                let _ = self.child.kill();
+                if let Some(status) = wait_with_deadline(&mut self.child, Duration::from_secs(5)) {
+                    self.exit = Some(status);
+                    self.join_readers();
+                }
             }
         }
         let clean = matches!(self.exit, Some(s) if s.success());

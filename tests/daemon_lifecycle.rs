@@ -1,0 +1,307 @@
+//! The daemon's life cycle: clean exit on SIGTERM and SIGINT (exit 0, no DPDK runtime
+//! directory, no control socket left), exit 1 with `file:line:col` on a bad config,
+//! exit 1 with a one-line message and no leftovers on a start-up failure, exit 2 on
+//! bad usage, and a test bed that leaves no namespace behind after `down`.
+//!
+//! Run: `cargo test --release --test daemon_lifecycle` (as root).
+mod common;
+
+use common::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const OUR_MAC: &str = "02:53:4c:00:00:01";
+
+/// A loopback-mode daemon: one in-process port with the built-in peer emulator (two
+/// peers that ARP and ping the appliance).
+fn loopback_config() -> DaemonConfig {
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        OUR_MAC,
+        &["198.18.0.1/24"],
+    )]);
+    // Pings every 20 ms; ARP refreshes every 16th round (320 ms), so both counters
+    // move within a second.
+    cfg.loopback = vec!["peers = 2".into(), "ping_interval_ms = 20".into()];
+    cfg
+}
+
+/// Starts a loopback daemon, checks it really answers (ARP and echo replies grow over
+/// at least a second), stops it with `sig` and checks it cleaned up after itself.
+fn runs_then_stops_cleanly_on(sig: libc::c_int) {
+    require_root();
+    let mut daemon = Daemon::start(loopback_config());
+    let prefix = daemon.config.file_prefix.clone();
+    assert!(
+        daemon.socket().exists(),
+        "control socket missing while running"
+    );
+
+    let first = daemon.status();
+    let (arp0, icmp0) = (
+        event_count(&first, "arp_replied"),
+        event_count(&first, "icmp_echo_replied"),
+    );
+    let started = Instant::now();
+    let grown = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+        let s = daemon.status();
+        let grew = event_count(&s, "arp_replied") > arp0 && event_count(&s, "icmp_echo_replied") > icmp0;
+        (grew && started.elapsed() >= Duration::from_secs(1)).then_some(s)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "arp_replied / icmp_echo_replied did not grow from {arp0} / {icmp0} within 5 s: {:#}\n{}",
+            daemon.status(),
+            daemon.dump()
+        )
+    });
+    assert!(port_counter(&grown, "lan0", "rx_packets") > 0, "{grown:#}");
+    assert!(port_counter(&grown, "lan0", "tx_packets") > 0, "{grown:#}");
+
+    let t = Instant::now();
+    let status = daemon.stop_with(sig);
+    assert!(
+        status.success(),
+        "sluice exited with {status} after signal {sig} (expected 0)\n{}",
+        daemon.dump()
+    );
+    assert!(t.elapsed() <= EXIT_TIMEOUT, "exit took {:?}", t.elapsed());
+    let left = dpdk_runtime_dirs(&prefix);
+    assert!(
+        left.is_empty(),
+        "DPDK runtime directory left behind: {left:?}"
+    );
+    assert!(
+        !daemon.socket().exists(),
+        "control socket {} left behind",
+        daemon.socket().display()
+    );
+}
+
+#[test]
+fn sigterm_exits_zero_and_cleans_up() {
+    runs_then_stops_cleanly_on(libc::SIGTERM);
+}
+
+#[test]
+fn sigint_exits_zero_and_cleans_up() {
+    runs_then_stops_cleanly_on(libc::SIGINT);
+}
+
+#[test]
+fn testbed_down_leaves_no_namespace() {
+    require_root();
+    let mut bed = Testbed::up(1);
+    let name = bed.name.clone();
+    let all = bed.namespaces_left();
+    assert_eq!(all.len(), 4, "sw, lb, c, rs1 expected: {all:?}");
+
+    // e2e style: Sluice in the appliance namespace, answering the client.
+    let cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={}", bed.lb_if()),
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(bed.lb_ns());
+    let mut daemon = Daemon::start(cfg);
+    let client = bed.client_ns().to_string();
+    let ping = bed.exec(
+        &client,
+        &[
+            "ping",
+            "-n",
+            "-c",
+            "2",
+            "-W",
+            "1",
+            "-i",
+            "0.2",
+            "198.18.0.1",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(
+        ping.success(),
+        "ping: {}\n{}",
+        ping.describe(),
+        daemon.dump()
+    );
+    let status = daemon.terminate();
+    assert!(
+        status.success(),
+        "sluice exited with {status}\n{}",
+        daemon.dump()
+    );
+
+    let down = bed.down();
+    assert!(down.success(), "testbed down: {}", down.describe());
+    let left = namespaces_named(&name);
+    assert!(left.is_empty(), "namespaces left after down: {left:?}");
+    let links = run_bounded(
+        Command::new("ip").args(["-o", "link", "show"]),
+        Duration::from_secs(10),
+    )
+    .expect_success("ip link show");
+    assert!(
+        !links.stdout.contains(&format!("{name}-")),
+        "interfaces of {name} in the root namespace:\n{}",
+        links.stdout
+    );
+    // A second down of the same name is harmless.
+    assert!(bed.down().success());
+}
+
+#[test]
+fn testbed_down_stops_a_daemon_left_running_and_removes_everything() {
+    require_root();
+    let mut bed = Testbed::up(0);
+    let name = bed.name.clone();
+    let cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={}", bed.lb_if()),
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(bed.lb_ns());
+    let mut daemon = Daemon::start(cfg);
+    // As after a crashed test: the daemon is still running when the bed goes down.
+    let down = bed.down();
+    assert!(down.success(), "testbed down: {}", down.describe());
+    assert!(
+        namespaces_named(&name).is_empty(),
+        "namespaces left: {:?}",
+        namespaces_named(&name)
+    );
+    let exit = daemon.wait_exit(EXIT_TIMEOUT);
+    assert!(
+        exit.is_some(),
+        "sluice still running after testbed down\n{}",
+        daemon.dump()
+    );
+    // `down` sends SIGTERM first, so the daemon shut down cleanly.
+    assert!(
+        exit.unwrap().success(),
+        "sluice exited with {exit:?}\n{}",
+        daemon.dump()
+    );
+}
+
+#[test]
+fn bad_config_exits_one_with_file_line_col() {
+    require_root();
+    let cfg = loopback_config();
+    let path = cfg.write();
+    // Replace `memory_mb = 256` (line 3 of the generated file) by a string.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("memory_mb"))
+        .unwrap()
+        + 1;
+    std::fs::write(
+        &path,
+        text.replace("memory_mb = 256", "memory_mb = \"lots\""),
+    )
+    .unwrap();
+
+    let out = run_bounded(
+        Command::new(SLUICE).arg("--config").arg(&path),
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "expected exit 1: {}",
+        out.describe()
+    );
+    let want = format!("sluice: {}:{line}:", path.display());
+    let msg = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with(&want))
+        .unwrap_or_else(|| {
+            panic!(
+                "no line starting with {want:?} in stderr: {}",
+                out.describe()
+            )
+        });
+    // `<file>:<line>:<col>: <field>: <message>`
+    let rest = &msg[want.len()..];
+    let (col, rest) = rest.split_once(": ").unwrap_or(("", ""));
+    assert!(
+        col.parse::<u32>().is_ok_and(|c| c >= 1),
+        "no column in {msg:?}"
+    );
+    assert!(
+        rest.contains("memory_mb"),
+        "the field is not named in {msg:?}"
+    );
+    assert!(
+        dpdk_runtime_dirs(&cfg.file_prefix).is_empty(),
+        "DPDK runtime dir left behind"
+    );
+    assert!(!cfg.socket.exists(), "control socket left behind");
+}
+
+#[test]
+fn startup_failure_exits_one_without_leftovers() {
+    require_root();
+    // A valid config whose device cannot be opened: the failure comes after (or
+    // during) EAL initialisation, so the error path has to clean up.
+    let cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        "net_af_packet0,iface=sl-nosuchif0",
+        &["198.18.0.1/24"],
+    )]);
+    let path = cfg.write();
+    let out = run_bounded(
+        Command::new(SLUICE).arg("--config").arg(&path),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "expected exit 1: {}",
+        out.describe()
+    );
+    let errors: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("sluice: "))
+        .collect();
+    assert_eq!(
+        errors.len(),
+        1,
+        "expected one `sluice: ...` error line: {}",
+        out.describe()
+    );
+    let left = dpdk_runtime_dirs(&cfg.file_prefix);
+    assert!(
+        left.is_empty(),
+        "DPDK runtime directory left behind: {left:?}\n{}",
+        out.describe()
+    );
+    assert!(!cfg.socket.exists(), "control socket left behind");
+}
+
+#[test]
+fn bad_usage_exits_two() {
+    for args in [
+        &["--bogus"][..],
+        &[][..],
+        &["--config"][..],
+        &["--config", "/x", "--duration", "-1"][..],
+    ] {
+        let out = run_bounded(Command::new(SLUICE).args(args), Duration::from_secs(10));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "sluice {args:?}: {}",
+            out.describe()
+        );
+        assert!(
+            out.stderr.contains("usage"),
+            "sluice {args:?}: no usage on stderr: {}",
+            out.describe()
+        );
+    }
+}
