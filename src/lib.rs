@@ -9,6 +9,8 @@ pub mod dataplane;
 pub mod dpdk;
 pub mod emulator;
 pub mod flow;
+pub mod forward;
 pub mod sched;
 pub mod service;
+pub mod session;
 pub mod wire;

@@ -36,6 +36,12 @@ fn runs_then_stops_cleanly_on(sig: libc::c_int) {
         daemon.socket().exists(),
         "control socket missing while running"
     );
+    // The runtime directory exists while DPDK runs, so its absence later means
+    // something (and the path checked is the right one).
+    assert!(
+        !dpdk_runtime_dirs(&prefix).is_empty(),
+        "no DPDK runtime directory /var/run/dpdk/{prefix} while running"
+    );
 
     let first = daemon.status();
     let (arp0, icmp0) = (

@@ -158,8 +158,9 @@ fn client_kernel_resolves_and_pings_the_appliance() {
     let status = daemon.status();
     let arp_replied = event_count(&status, "arp_replied") - before_arp;
     let icmp_replied = event_count(&status, "icmp_echo_replied") - before_icmp;
+    // At least the kernel's own resolution before the ping, plus every arping reply.
     assert!(
-        arp_replied >= 1 + from_us as u64,
+        arp_replied > from_us as u64,
         "arp_replied grew by {arp_replied}: {status:#}"
     );
     assert!(

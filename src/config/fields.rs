@@ -7,6 +7,9 @@ use std::path::PathBuf;
 
 use super::reader::{Check, Field};
 use super::Ipv4Cidr;
+use crate::flow::Protocol;
+use crate::sched::SchedulerKind;
+use crate::service::model::ForwardMode;
 
 /// DPDK builds with RTE_MAX_LCORE = 128 on Debian: higher ids cannot be used.
 pub(super) const MAX_LCORE: i64 = 127;
@@ -234,4 +237,112 @@ pub(super) fn rss_key(f: &Field) -> Check<Vec<u8>> {
 /// An L3 MTU: 68 is the IPv4 minimum, 9000 the usual jumbo frame.
 pub(super) fn mtu(f: &Field) -> Check<u16> {
     f.int(68..=9000)
+}
+
+/// A session timeout in seconds. 2147483 s is the largest value IPVS accepts
+/// (`ipvsadm --set`): `INT_MAX` jiffies at HZ=1000.
+pub(super) fn timeout_s(f: &Field) -> Check<u32> {
+    f.int(1..=2_147_483)
+}
+
+/// Sessions per worker. Any count in range is fine: the table rounds its buckets
+/// up itself.
+pub(super) fn session_capacity(f: &Field) -> Check<u32> {
+    f.int(1024..=67_108_864)
+}
+
+/// The session timer-wheel tick. Below 10 ms the wheel costs more than it buys;
+/// above 1 s the shortest timeouts (`close` = 10 s) lose their precision.
+pub(super) fn tick_ms(f: &Field) -> Check<u32> {
+    f.int(10..=1000)
+}
+
+/// A service's protocol: "tcp" or "udp" (lowercase, as ipvsadm's -t / -u).
+pub(super) fn protocol(f: &Field) -> Check<Protocol> {
+    match f.str()? {
+        "tcp" => Ok(Protocol::Tcp),
+        "udp" => Ok(Protocol::Udp),
+        s => Err(f.invalid(format!("unknown protocol {s:?} (known: tcp, udp)"))),
+    }
+}
+
+/// A TCP or UDP port number (0 is not a port a client can connect to).
+pub(super) fn l4_port(f: &Field) -> Check<u16> {
+    f.int(1..=65535)
+}
+
+/// A plain dotted-quad IPv4 address that can be a unicast destination: not
+/// 0.0.0.0, multicast or 255.255.255.255. `what` names it in messages ("VIP").
+fn unicast_ip(f: &Field, what: &str) -> Check<Ipv4Addr> {
+    let s = f.str()?;
+    let ip: Ipv4Addr = s.parse().map_err(|_| {
+        f.invalid(format!(
+            "{s:?} is not an IPv4 address (expected a.b.c.d, without a prefix)"
+        ))
+    })?;
+    let reject = |why: &str| Err(f.invalid(format!("{what} {ip} {why}")));
+    if ip.is_unspecified() {
+        return reject("is the unspecified address");
+    }
+    if ip.is_multicast() {
+        return reject("is a multicast address");
+    }
+    if ip == Ipv4Addr::BROADCAST {
+        return reject("is the limited broadcast address");
+    }
+    Ok(ip)
+}
+
+/// A service's virtual IP.
+pub(super) fn vip(f: &Field) -> Check<Ipv4Addr> {
+    unicast_ip(f, "VIP")
+}
+
+/// A real server's address.
+pub(super) fn real_server_ip(f: &Field) -> Check<Ipv4Addr> {
+    unicast_ip(f, "real server")
+}
+
+/// A scheduler name, as `ipvsadm -s` takes it.
+pub(super) fn scheduler(f: &Field) -> Check<SchedulerKind> {
+    f.str()?.parse().map_err(|e: String| f.invalid(e))
+}
+
+/// A forwarding mode name: dr, nat, tun or fullnat.
+pub(super) fn forward_mode(f: &Field) -> Check<ForwardMode> {
+    f.str()?.parse().map_err(|e: String| f.invalid(e))
+}
+
+/// `ipvsadm -p`: up to 31 days, as IPVS allows.
+pub(super) fn persistence_timeout(f: &Field) -> Check<u32> {
+    f.int(1..=2_678_400)
+}
+
+/// `ipvsadm -M`: a dotted-quad netmask whose one bits are contiguous from the top
+/// (255.255.255.0, not 255.0.255.0). 0.0.0.0 is contiguous too: one real server
+/// for every client.
+pub(super) fn netmask(f: &Field) -> Check<Ipv4Addr> {
+    let s = f.str()?;
+    let mask: Ipv4Addr = s.parse().map_err(|_| {
+        f.invalid(format!(
+            "{s:?} is not a netmask (expected a.b.c.d, e.g. \"255.255.255.0\")"
+        ))
+    })?;
+    let bits = u32::from(mask);
+    if bits.leading_ones() + bits.trailing_zeros() != 32 {
+        return Err(f.invalid(format!(
+            "{s:?} is not a contiguous netmask (its one bits must all come first, e.g. \"255.255.255.0\")"
+        )));
+    }
+    Ok(mask)
+}
+
+/// A real server's weight (`ipvsadm -w`): 0 drains it.
+pub(super) fn weight(f: &Field) -> Check<u32> {
+    f.int(0..=65535)
+}
+
+/// A connection threshold (`ipvsadm -x` / `-y`); 0 means none.
+pub(super) fn conn_threshold(f: &Field) -> Check<u32> {
+    f.int(0..=i64::from(u32::MAX))
 }

@@ -1,5 +1,6 @@
-//! The daemon's TOML configuration: EAL settings, lcores, control socket, ports and
-//! the loopback peer emulator. `docs/CONFIG.md` is the reference for the file format;
+//! The daemon's TOML configuration: EAL settings, lcores, control socket, ports, the
+//! loopback peer emulator, session timeouts and table sizes, and the virtual services
+//! with their real servers. `docs/CONFIG.md` is the reference for the file format;
 //! `config/*.toml` are commented examples.
 //!
 //! Loading is strict: unknown keys are rejected by name, and every error carries the
@@ -22,9 +23,13 @@ mod tree;
 mod tests;
 
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 pub use cidr::{Ipv4Cidr, ParseCidrError};
+
+use crate::sched::SchedulerKind;
+use crate::service::model::{ForwardMode, ServiceKey};
 
 use source::Source;
 
@@ -39,6 +44,12 @@ pub struct Config {
     pub ports: Vec<PortConfig>,
     /// The peer emulator; defaults when the file has no `[loopback]` section.
     pub loopback: LoopbackConfig,
+    /// Session idle timeouts; ipvsadm's defaults when there is no `[timeouts]`.
+    pub timeouts: TimeoutsConfig,
+    /// Session table sizing; defaults when there is no `[sessions]`.
+    pub sessions: SessionsConfig,
+    /// The virtual services, in file order (none when there is no `[[services]]`).
+    pub services: Vec<ServiceConfig>,
 }
 
 /// `[eal]`: how DPDK's environment is initialised.
@@ -133,6 +144,89 @@ impl Default for LoopbackConfig {
     }
 }
 
+/// `[timeouts]`: how long an idle session is kept, per TCP state and for UDP, in
+/// seconds. The defaults are those of IPVS (`ipvsadm --set 900 120 300` and the
+/// kernel's per-state table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeoutsConfig {
+    /// ESTABLISHED (`ipvsadm --set` tcp).
+    pub tcp_s: u32,
+    /// FIN_WAIT (`ipvsadm --set` tcpfin).
+    pub tcpfin_s: u32,
+    /// Any UDP session (`ipvsadm --set` udp).
+    pub udp_s: u32,
+    pub syn_recv_s: u32,
+    pub syn_sent_s: u32,
+    pub time_wait_s: u32,
+    pub close_s: u32,
+    pub close_wait_s: u32,
+    pub last_ack_s: u32,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        TimeoutsConfig {
+            tcp_s: 900,
+            tcpfin_s: 120,
+            udp_s: 300,
+            syn_recv_s: 60,
+            syn_sent_s: 120,
+            time_wait_s: 120,
+            close_s: 10,
+            close_wait_s: 60,
+            last_ack_s: 30,
+        }
+    }
+}
+
+/// `[sessions]`: the per-worker session tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionsConfig {
+    /// Sessions each worker can hold (not necessarily a power of two).
+    pub capacity: u32,
+    /// Timer-wheel tick in milliseconds: timeouts are accurate to about one tick.
+    pub tick_ms: u32,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            capacity: 1 << 20,
+            tick_ms: 100,
+        }
+    }
+}
+
+/// One `[[services]]` table: a virtual service (`ipvsadm -A`) and its real servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// Protocol, VIP and port; unique across services.
+    pub key: ServiceKey,
+    pub scheduler: SchedulerKind,
+    /// `ipvsadm -p [timeout] -M netmask`: (timeout in seconds, client netmask).
+    pub persistence: Option<(u32, Ipv4Addr)>,
+    /// In file order (`ipvsadm -a`); may be empty.
+    pub real_servers: Vec<RealServerConfig>,
+    /// The line of the service's `[[services]]` header (or inline table), so later
+    /// errors about the service (e.g. from the data plane) can point at it.
+    pub line: usize,
+}
+
+/// One `[[services.real_servers]]` table (`ipvsadm -a`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RealServerConfig {
+    pub ip: Ipv4Addr,
+    /// Defaults to the service port; may differ only for nat and fullnat.
+    pub port: u16,
+    /// `-w`: 0..=65535; 0 takes no new sessions (drain).
+    pub weight: u32,
+    pub mode: ForwardMode,
+    /// `-x`: stop sending new sessions at this many active ones (0 = no limit).
+    pub upper: u32,
+    /// `-y`: resume below this many (0 = IPVS's default of 3/4 of `upper`).
+    pub lower: u32,
+}
+
 /// Why a config file was rejected, and where.
 ///
 /// Displays as `{file}:{line}:{column}: {field}: {message}`, the form editors and
@@ -183,7 +277,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let source = Source { text, path };
         let root = tree::parse(text).map_err(|e| source.syntax_error(&e))?;
-        schema::read_config(root, path).map_err(|e| source.error(e))
+        schema::read_config(root, &source).map_err(|e| source.error(e))
     }
 
     /// The EAL argv (argv[0] = "sluice"):
@@ -234,6 +328,11 @@ impl Config {
     /// The index of the port called `name` in `ports`.
     pub fn port_index(&self, name: &str) -> Option<usize> {
         self.ports.iter().position(|p| p.name == name)
+    }
+
+    /// The service with this protocol, VIP and port.
+    pub fn service(&self, key: &ServiceKey) -> Option<&ServiceConfig> {
+        self.services.iter().find(|s| s.key == *key)
     }
 }
 

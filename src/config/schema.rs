@@ -1,19 +1,25 @@
 //! The config file's layout: which sections and keys exist, their defaults, and the
 //! rules that involve more than one field (uniqueness across ports, the loopback
-//! section, lcore overlap).
+//! section, lcore overlap, duplicate services and real servers, VIPs that are the
+//! appliance's own addresses, ports that only NAT can change).
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::path::Path;
 
 use super::fields;
 use super::reader::{Check, Field, Location, Table};
+use super::source::Source;
 use super::tree::Node;
 use super::{
-    Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig, PortDevice,
+    Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig,
+    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig,
 };
+use crate::sched::SchedulerKind;
+use crate::service::model::{ForwardMode, ServiceKey};
 
-const ROOT_KEYS: &[&str] = &["eal", "lcores", "control", "ports", "loopback"];
+const ROOT_KEYS: &[&str] = &[
+    "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "services",
+];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers"];
 const CONTROL_KEYS: &[&str] = &["socket"];
@@ -36,28 +42,65 @@ const LOOPBACK_KEYS: &[&str] = &[
     "stats_interval_ms",
 ];
 
+const TIMEOUT_KEYS: &[&str] = &[
+    "tcp",
+    "tcpfin",
+    "udp",
+    "syn_recv",
+    "syn_sent",
+    "time_wait",
+    "close",
+    "close_wait",
+    "last_ack",
+];
+const SESSION_KEYS: &[&str] = &["capacity", "tick_ms"];
+const SERVICE_KEYS: &[&str] = &[
+    "proto",
+    "vip",
+    "port",
+    "scheduler",
+    "persistence_timeout",
+    "persistence_netmask",
+    "real_servers",
+];
+const REAL_SERVER_KEYS: &[&str] = &["ip", "port", "weight", "mode", "upper", "lower"];
+
 const DEFAULT_SOCKET: &str = "/run/sluice/sluice.sock";
 const DEFAULT_DESC: u16 = 1024;
 /// Without hugepages DPDK still needs room for its own heap and one mempool.
 const MIN_NO_HUGE_MB: u32 = 64;
 const MAX_WORKERS: usize = 64;
 const MAX_ADDRESSES: usize = 16;
+/// ipvsadm defaults to `-s wlc`; Sluice's weighted scheduler, and so its default,
+/// is wrr.
+const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::Wrr;
+/// `-g`, ipvsadm's default.
+const DEFAULT_MODE: ForwardMode = ForwardMode::Dr;
+const DEFAULT_WEIGHT: u32 = 1;
+/// `-M` when `-p` is given alone: every client address is its own group.
+const DEFAULT_PERSISTENCE_NETMASK: Ipv4Addr = Ipv4Addr::BROADCAST;
 
 /// Reads and validates a parsed document.
-pub(super) fn read_config(root: Node, path: &Path) -> Check<Config> {
+pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let root = Table::root(root, ROOT_KEYS)?;
     let eal = read_eal(&root)?;
     let lcores = read_lcores(&root)?;
     let control = read_control(&root)?;
     let ports = read_ports(&root)?;
     let loopback = read_loopback(&root, &ports)?;
+    let timeouts = read_timeouts(&root)?;
+    let sessions = read_sessions(&root)?;
+    let services = read_services(&root, &ports, source)?;
     Ok(Config {
-        path: path.to_path_buf(),
+        path: source.path.to_path_buf(),
         eal,
         lcores,
         control,
         ports: ports.into_iter().map(|p| p.config).collect(),
         loopback,
+        timeouts,
+        sessions,
+        services,
     })
 }
 
@@ -158,9 +201,7 @@ fn read_ports(root: &Table) -> Check<Vec<PortRead>> {
     let list = root
         .get("ports")
         .ok_or_else(|| root.missing("ports", "at least one [[ports]] table is required"))?;
-    let items = list.array().map_err(|_| {
-        list.invalid("expected an array of tables: write each port as a [[ports]] table")
-    })?;
+    let items = table_array(&list, "port", "[[ports]]")?;
     if items.is_empty() {
         return Err(list.invalid("at least one port is required"));
     }
@@ -172,6 +213,16 @@ fn read_ports(root: &Table) -> Check<Vec<PortRead>> {
         ports.push(port);
     }
     Ok(ports)
+}
+
+/// The elements of an array of tables (`[[header]]`); a single `[header]` table is
+/// the usual mistake, so the message says how to write it.
+fn table_array(f: &Field, what: &str, header: &str) -> Check<Vec<Field>> {
+    f.array().map_err(|_| {
+        f.invalid(format!(
+            "expected an array of tables: write each {what} as a {header} table"
+        ))
+    })
 }
 
 fn read_port(f: &Field) -> Check<PortRead> {
@@ -296,8 +347,20 @@ fn claim<K: std::hash::Hash + Eq>(
     at: &Location,
     what: &str,
 ) -> Check<()> {
+    claim_with(seen, key, at, |first| {
+        format!("{what} is already used by {first}")
+    })
+}
+
+/// `claim` with its own message; `taken` gets the field path of the first use.
+fn claim_with<K: std::hash::Hash + Eq>(
+    seen: &mut HashMap<K, String>,
+    key: K,
+    at: &Location,
+    taken: impl FnOnce(&str) -> String,
+) -> Check<()> {
     if let Some(first) = seen.get(&key) {
-        return Err(at.invalid(format!("{what} is already used by {first}")));
+        return Err(at.invalid(taken(first)));
     }
     seen.insert(key, at.field.clone());
     Ok(())
@@ -362,4 +425,172 @@ fn check_peers_fit(port: &PortConfig, peers: u16) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `[timeouts]`: every key optional, each defaulting to IPVS's value.
+fn read_timeouts(root: &Table) -> Check<TimeoutsConfig> {
+    let d = TimeoutsConfig::default();
+    let Some(t) = root.table("timeouts", TIMEOUT_KEYS)? else {
+        return Ok(d);
+    };
+    let get = |key: &str, default: u32| t.or(key, default, fields::timeout_s);
+    Ok(TimeoutsConfig {
+        tcp_s: get("tcp", d.tcp_s)?,
+        tcpfin_s: get("tcpfin", d.tcpfin_s)?,
+        udp_s: get("udp", d.udp_s)?,
+        syn_recv_s: get("syn_recv", d.syn_recv_s)?,
+        syn_sent_s: get("syn_sent", d.syn_sent_s)?,
+        time_wait_s: get("time_wait", d.time_wait_s)?,
+        close_s: get("close", d.close_s)?,
+        close_wait_s: get("close_wait", d.close_wait_s)?,
+        last_ack_s: get("last_ack", d.last_ack_s)?,
+    })
+}
+
+fn read_sessions(root: &Table) -> Check<SessionsConfig> {
+    let d = SessionsConfig::default();
+    let Some(t) = root.table("sessions", SESSION_KEYS)? else {
+        return Ok(d);
+    };
+    Ok(SessionsConfig {
+        capacity: t.or("capacity", d.capacity, fields::session_capacity)?,
+        tick_ms: t.or("tick_ms", d.tick_ms, fields::tick_ms)?,
+    })
+}
+
+/// `[[services]]`: zero or more, each (protocol, VIP, port) at most once.
+fn read_services(root: &Table, ports: &[PortRead], source: &Source) -> Check<Vec<ServiceConfig>> {
+    let Some(list) = root.get("services") else {
+        return Ok(Vec::new());
+    };
+    let items = table_array(&list, "service", "[[services]]")?;
+    let mut seen: HashMap<ServiceKey, String> = HashMap::new();
+    let mut services = Vec::with_capacity(items.len());
+    for item in &items {
+        let service = read_service(item, ports, source)?;
+        claim_with(&mut seen, service.key, &item.location(), |first| {
+            format!(
+                "service {} is defined twice: {first} has the same protocol, VIP and port",
+                service.key
+            )
+        })?;
+        services.push(service);
+    }
+    Ok(services)
+}
+
+fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<ServiceConfig> {
+    let t = f.table(SERVICE_KEYS)?;
+    let proto = fields::protocol(&t.require("proto")?)?;
+    let vip_field = t.require("vip")?;
+    let vip = fields::vip(&vip_field)?;
+    if let Some(own) = own_address(ports, vip) {
+        return Err(vip_field.invalid(format!(
+            "VIP {vip} is one of the appliance's own addresses ({own}); a VIP needs an address of its own"
+        )));
+    }
+    let port = fields::l4_port(&t.require("port")?)?;
+    Ok(ServiceConfig {
+        key: ServiceKey { proto, vip, port },
+        scheduler: t.or("scheduler", DEFAULT_SCHEDULER, fields::scheduler)?,
+        persistence: read_persistence(&t)?,
+        real_servers: read_real_servers(&t, port, ports)?,
+        line: source.line(f.node.start()),
+    })
+}
+
+/// The field path of the port address equal to `ip`, if any.
+fn own_address(ports: &[PortRead], ip: Ipv4Addr) -> Option<&str> {
+    ports.iter().find_map(|p| {
+        p.config
+            .addresses
+            .iter()
+            .zip(&p.address_at)
+            .find(|(cidr, _)| cidr.addr == ip)
+            .map(|(_, at)| at.field.as_str())
+    })
+}
+
+/// `persistence_timeout` (`-p`) with an optional `persistence_netmask` (`-M`); the
+/// netmask means nothing without the timeout.
+fn read_persistence(t: &Table) -> Check<Option<(u32, Ipv4Addr)>> {
+    let timeout = t.optional("persistence_timeout", fields::persistence_timeout)?;
+    let netmask_field = t.get("persistence_netmask");
+    let netmask = netmask_field.as_ref().map(fields::netmask).transpose()?;
+    match (timeout, netmask_field) {
+        (Some(timeout), _) => Ok(Some((
+            timeout,
+            netmask.unwrap_or(DEFAULT_PERSISTENCE_NETMASK),
+        ))),
+        (None, Some(f)) => Err(f.invalid(
+            "only applies to a persistent service: set `persistence_timeout` too (ipvsadm -M needs -p)",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `[[services.real_servers]]`: zero or more, each (address, port) at most once.
+fn read_real_servers(
+    t: &Table,
+    service_port: u16,
+    ports: &[PortRead],
+) -> Check<Vec<RealServerConfig>> {
+    let Some(list) = t.get("real_servers") else {
+        return Ok(Vec::new());
+    };
+    let items = table_array(&list, "real server", "[[services.real_servers]]")?;
+    let mut seen: HashMap<(Ipv4Addr, u16), String> = HashMap::new();
+    let mut servers = Vec::with_capacity(items.len());
+    for item in &items {
+        let rs = read_real_server(item, service_port, ports)?;
+        claim_with(&mut seen, (rs.ip, rs.port), &item.location(), |first| {
+            format!(
+                "real server {}:{} is already in this service ({first})",
+                rs.ip, rs.port
+            )
+        })?;
+        servers.push(rs);
+    }
+    Ok(servers)
+}
+
+fn read_real_server(f: &Field, service_port: u16, ports: &[PortRead]) -> Check<RealServerConfig> {
+    let t = f.table(REAL_SERVER_KEYS)?;
+    let ip_field = t.require("ip")?;
+    let ip = fields::real_server_ip(&ip_field)?;
+    if let Some(own) = own_address(ports, ip) {
+        return Err(ip_field.invalid(format!(
+            "real server {ip} is one of the appliance's own addresses ({own})"
+        )));
+    }
+    let mode = t.or("mode", DEFAULT_MODE, fields::forward_mode)?;
+    let port = t.or("port", service_port, |f| {
+        let port = fields::l4_port(f)?;
+        if port != service_port && !matches!(mode, ForwardMode::Nat | ForwardMode::FullNat) {
+            let default = if t.get("mode").is_none() { " (the default)" } else { "" };
+            return Err(f.invalid(format!(
+                "port {port} differs from the service port {service_port}, but mode {mode}{default} keeps the destination port: only nat and fullnat can change it (as in ipvsadm)"
+            )));
+        }
+        Ok(port)
+    })?;
+    let weight = t.or("weight", DEFAULT_WEIGHT, fields::weight)?;
+    let upper = t.or("upper", 0, fields::conn_threshold)?;
+    let lower = t.or("lower", 0, |f| {
+        let lower = fields::conn_threshold(f)?;
+        if upper != 0 && lower > upper {
+            return Err(f.invalid(format!(
+                "{lower} is above the upper threshold {upper}: an overloaded server would count as recovered at once"
+            )));
+        }
+        Ok(lower)
+    })?;
+    Ok(RealServerConfig {
+        ip,
+        port,
+        weight,
+        mode,
+        upper,
+        lower,
+    })
 }

@@ -1,6 +1,7 @@
 //! Positions in the config text: byte offsets to line and column, and a best-effort
 //! field path for toml's own (syntax) errors, which come with a span but no path.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::reader::Invalid;
@@ -22,6 +23,11 @@ impl Source<'_> {
             field: e.field,
             message: e.message,
         }
+    }
+
+    /// The 1-based line of byte offset `at`.
+    pub fn line(&self, at: usize) -> usize {
+        line_column(self.text, at).0
     }
 
     /// toml's own errors (syntax, duplicate keys) carry a span but no field path;
@@ -59,20 +65,26 @@ fn line_column(text: &str, at: usize) -> (usize, usize) {
 }
 
 /// Best-effort field path for a syntax error at byte `at`: the enclosing table
-/// (`[eal]`, the n-th `[[ports]]`) plus the key on that line, if the line is a
-/// `key = value` line. A line inside a multi-line value yields just the table.
+/// (`[eal]`, the n-th `[[ports]]`, `services[1].real_servers[0]`) plus the key on
+/// that line, if the line is a `key = value` line. A line inside a multi-line value
+/// yields just the table.
 fn field_at(text: &str, at: usize) -> String {
     let mut table = String::new();
-    let mut array_counts: std::collections::HashMap<String, usize> = Default::default();
+    // Arrays of tables by resolved path ("services[1].real_servers"): elements so far.
+    let mut array_counts: HashMap<String, usize> = HashMap::new();
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
         let trimmed = line.trim();
         if let Some(name) = header_name(trimmed, "[[") {
-            let n = array_counts.entry(name.to_string()).or_insert(0);
-            table = format!("{name}[{n}]");
+            let array = match name.rsplit_once('.') {
+                Some((parent, last)) => join_path(&resolve(parent, &array_counts), last.trim()),
+                None => name.to_string(),
+            };
+            let n = array_counts.entry(array.clone()).or_insert(0);
+            table = format!("{array}[{n}]");
             *n += 1;
         } else if let Some(name) = header_name(trimmed, "[") {
-            table = name.to_string();
+            table = resolve(name, &array_counts);
         }
         let on_error_line = at < offset + line.len();
         offset += line.len();
@@ -88,6 +100,20 @@ fn field_at(text: &str, at: usize) -> String {
         };
     }
     table
+}
+
+/// A dotted table name as a field path: every part that is an array of tables
+/// stands for its latest element (`services.real_servers` after two `[[services]]`
+/// is `services[1].real_servers`), as in TOML.
+fn resolve(name: &str, array_counts: &HashMap<String, usize>) -> String {
+    let mut path = String::new();
+    for part in name.split('.') {
+        path = join_path(&path, part.trim());
+        if let Some(n) = array_counts.get(&path) {
+            path = format!("{path}[{}]", n.saturating_sub(1));
+        }
+    }
+    path
 }
 
 /// The name in a `[name]` or `[[name]]` header line (tolerating a broken closer).
@@ -134,5 +160,13 @@ mod tests {
         assert_eq!(at("mtu"), "ports[1].mtu");
         assert_eq!(at("\"a=b\""), "ports[1]");
         assert_eq!(at("[[ports]]\nmtu"), "ports[1]");
+
+        let text = "[[services]]\n[[services.real_servers]]\nip = 1 2\n[[services]]\n\
+                    [services.x]\na = 1 2\n[[services.real_servers]]\n[[services.real_servers]]\n\
+                    port = 1 2\n";
+        let at = |needle: &str| field_at(text, text.find(needle).unwrap());
+        assert_eq!(at("ip"), "services[0].real_servers[0].ip");
+        assert_eq!(at("a = 1"), "services[1].x.a");
+        assert_eq!(at("port"), "services[1].real_servers[1].port");
     }
 }

@@ -5,6 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::flow::Protocol;
 
 /// A small valid config. Line numbers matter to the tests below:
 /// 1 [eal], 2 hugepages, 3 memory_mb, 4 file_prefix, 6 [lcores], 7 management,
@@ -38,6 +39,36 @@ name = "lan1"
 vdev = "net_null0"
 addresses = ["198.18.1.1/24"]
 "#;
+
+/// A service, appended to BASE: lines 21 [[services]], 22 proto, 23 vip, 24 port,
+/// 25 scheduler, 27 [[services.real_servers]], 28 ip, 29 weight,
+/// 31 [[services.real_servers]], 32 ip, 33 mode. A second copy starts at line 34.
+const SERVICE: &str = r#"[[services]]
+proto = "tcp"
+vip = "198.18.1.1"
+port = 80
+scheduler = "rr"
+
+[[services.real_servers]]
+ip = "198.18.0.11"
+weight = 1
+
+[[services.real_servers]]
+ip = "198.18.0.12"
+mode = "dr"
+"#;
+
+/// BASE plus SERVICE with the first occurrence of `from` replaced by `to`.
+fn service_with(from: &str, to: &str) -> String {
+    assert!(SERVICE.contains(from), "SERVICE has no {from:?}");
+    format!("{BASE}{}", SERVICE.replacen(from, to, 1))
+}
+
+/// BASE, SERVICE, then a second service: SERVICE with `from` replaced by `to`.
+fn two_services(from: &str, to: &str) -> String {
+    assert!(SERVICE.contains(from), "SERVICE has no {from:?}");
+    format!("{BASE}{SERVICE}{}", SERVICE.replacen(from, to, 1))
+}
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("test.toml"))
@@ -710,6 +741,25 @@ fn example_loopback() {
         vec!["198.18.0.1/24".parse::<Ipv4Cidr>().unwrap()]
     );
     assert_eq!(cfg.loopback.peers, 4);
+    assert_eq!(cfg.timeouts, TimeoutsConfig::default());
+    assert_eq!(cfg.sessions.capacity, 65536);
+    assert_eq!(cfg.services.len(), 1);
+    let svc = &cfg.services[0];
+    assert_eq!(svc.key.to_string(), "TCP 198.18.1.1:80");
+    assert_eq!(svc.scheduler, SchedulerKind::Rr);
+    assert_eq!(svc.persistence, None);
+    let servers: Vec<_> = svc
+        .real_servers
+        .iter()
+        .map(|r| (r.ip.to_string(), r.port, r.weight, r.mode))
+        .collect();
+    assert_eq!(
+        servers,
+        vec![
+            ("198.18.0.2".to_string(), 8080, 1, ForwardMode::Nat),
+            ("198.18.0.3".to_string(), 8080, 2, ForwardMode::Nat),
+        ]
+    );
     assert_eq!(
         cfg.eal_args(),
         strings(&[
@@ -738,6 +788,24 @@ fn example_netns() {
         PortDevice::Vdev("net_af_packet0,iface=sl-lb0".into())
     );
     assert_eq!(cfg.ports[0].addresses[0].addr, Ipv4Addr::new(198, 18, 0, 1));
+    assert_eq!(cfg.timeouts, TimeoutsConfig::default());
+    assert_eq!(cfg.sessions, SessionsConfig::default());
+    assert_eq!(cfg.services.len(), 1);
+    let svc = &cfg.services[0];
+    assert_eq!(svc.key.to_string(), "TCP 198.18.0.100:80");
+    assert_eq!(svc.scheduler, SchedulerKind::Wrr);
+    assert_eq!(svc.persistence, Some((300, Ipv4Addr::BROADCAST)));
+    assert!(svc
+        .real_servers
+        .iter()
+        .all(|r| r.mode == ForwardMode::Dr && r.port == 80));
+    assert_eq!(
+        svc.real_servers
+            .iter()
+            .map(|r| r.weight)
+            .collect::<Vec<_>>(),
+        vec![1, 3]
+    );
     assert_eq!(
         cfg.eal_args(),
         strings(&[
@@ -768,6 +836,31 @@ fn example_baremetal() {
     assert!(matches!(cfg.ports[0].device, PortDevice::Pci(_)));
     assert_eq!(cfg.ports[0].rss_key.as_ref().map(Vec::len), Some(40));
     assert_eq!(
+        (
+            cfg.timeouts.tcp_s,
+            cfg.timeouts.syn_recv_s,
+            cfg.timeouts.close_s
+        ),
+        (900, 30, 10)
+    );
+    assert_eq!(cfg.sessions.capacity, 2_097_152);
+    let svc = &cfg.services[0];
+    assert_eq!(svc.key.to_string(), "TCP 203.0.113.80:443");
+    assert_eq!(
+        svc.persistence,
+        Some((600, Ipv4Addr::new(255, 255, 255, 0)))
+    );
+    assert_eq!(svc.real_servers.len(), 3);
+    assert!(svc
+        .real_servers
+        .iter()
+        .all(|r| r.mode == ForwardMode::FullNat && r.port == 8443));
+    assert_eq!(
+        (svc.real_servers[0].upper, svc.real_servers[0].lower),
+        (20000, 15000)
+    );
+    assert_eq!(svc.real_servers[2].weight, 0);
+    assert_eq!(
         cfg.eal_args(),
         strings(&[
             "sluice",
@@ -784,4 +877,678 @@ fn example_baremetal() {
             "--log-level=lib.eal:notice",
         ])
     );
+}
+
+// ---- timeouts, sessions, services: valid input ---------------------------------
+
+#[test]
+fn new_sections_default_when_absent() {
+    let cfg = parse(BASE).unwrap();
+    let t = &cfg.timeouts;
+    assert_eq!(
+        [
+            t.tcp_s,
+            t.tcpfin_s,
+            t.udp_s,
+            t.syn_recv_s,
+            t.syn_sent_s,
+            t.time_wait_s,
+            t.close_s,
+            t.close_wait_s,
+            t.last_ack_s
+        ],
+        [900, 120, 300, 60, 120, 120, 10, 60, 30]
+    );
+    assert_eq!(cfg.timeouts, TimeoutsConfig::default());
+    assert_eq!(cfg.sessions.capacity, 1_048_576);
+    assert_eq!(cfg.sessions.tick_ms, 100);
+    assert!(cfg.services.is_empty());
+    // Empty sections are the same as absent ones.
+    let cfg = parse(&format!("{BASE}[timeouts]\n[sessions]\n")).unwrap();
+    assert_eq!(cfg.timeouts, TimeoutsConfig::default());
+    assert_eq!(cfg.sessions, SessionsConfig::default());
+    assert!(parse(&format!("services = []\n{BASE}"))
+        .unwrap()
+        .services
+        .is_empty());
+}
+
+#[test]
+fn service_defaults() {
+    let text = service_with("scheduler = \"rr\"\n", "");
+    let cfg = parse(&text).unwrap();
+    assert_eq!(cfg.services.len(), 1);
+    let svc = &cfg.services[0];
+    assert_eq!(
+        svc.key,
+        ServiceKey {
+            proto: Protocol::Tcp,
+            vip: Ipv4Addr::new(198, 18, 1, 1),
+            port: 80
+        }
+    );
+    assert_eq!(svc.line, 21);
+    assert_eq!(svc.scheduler, SchedulerKind::Wrr);
+    assert_eq!(svc.persistence, None);
+    assert_eq!(
+        svc.real_servers[0],
+        RealServerConfig {
+            ip: Ipv4Addr::new(198, 18, 0, 11),
+            port: 80,
+            weight: 1,
+            mode: ForwardMode::Dr,
+            upper: 0,
+            lower: 0,
+        }
+    );
+    assert_eq!(svc.real_servers[1].port, 80);
+    assert_eq!(cfg.service(&svc.key).map(|s| s.line), Some(21));
+    // A service without real servers is allowed (ipvsadm -A alone).
+    let bare = format!("{BASE}[[services]]\nproto = \"udp\"\nvip = \"198.18.1.2\"\nport = 53\n");
+    let cfg = parse(&bare).unwrap();
+    assert!(cfg.services[0].real_servers.is_empty());
+    assert_eq!(cfg.services[0].key.proto, Protocol::Udp);
+}
+
+#[test]
+fn full_valid_example() {
+    let text = format!(
+        r#"{BASE}
+[timeouts]
+tcp = 7200
+tcpfin = 60
+udp = 30
+syn_recv = 30
+syn_sent = 20
+time_wait = 90
+close = 5
+close_wait = 45
+last_ack = 15
+
+[sessions]
+capacity = 100000
+tick_ms = 10
+
+[[services]]
+proto = "tcp"
+vip = "198.18.1.1"
+port = 443
+scheduler = "wrr"
+persistence_timeout = 300
+persistence_netmask = "255.255.255.0"
+
+  [[services.real_servers]]
+  ip = "10.0.0.11"
+  port = 8443
+  weight = 3
+  mode = "nat"
+  upper = 1000
+  lower = 500
+
+  [[services.real_servers]]
+  ip = "10.0.0.12"
+  port = 9443
+  weight = 0
+  mode = "fullnat"
+
+  [[services.real_servers]]
+  ip = "10.0.0.11"
+  port = 443
+  mode = "tun"
+
+[[services]]
+proto = "udp"
+vip = "198.18.1.1"
+port = 443
+persistence_timeout = 60
+
+  [[services.real_servers]]
+  ip = "10.0.0.21"
+  mode = "dr"
+  upper = 10
+  lower = 10
+
+[[services]]
+proto = "tcp"
+vip = "198.18.1.1"
+port = 80
+"#
+    );
+    let cfg = parse(&text).unwrap();
+    let t = &cfg.timeouts;
+    assert_eq!(
+        [
+            t.tcp_s,
+            t.tcpfin_s,
+            t.udp_s,
+            t.syn_recv_s,
+            t.syn_sent_s,
+            t.time_wait_s,
+            t.close_s,
+            t.close_wait_s,
+            t.last_ack_s
+        ],
+        [7200, 60, 30, 30, 20, 90, 5, 45, 15]
+    );
+    assert_eq!(
+        cfg.sessions,
+        SessionsConfig {
+            capacity: 100_000,
+            tick_ms: 10
+        }
+    );
+    assert_eq!(cfg.services.len(), 3);
+    let https = &cfg.services[0];
+    assert_eq!(https.key.to_string(), "TCP 198.18.1.1:443");
+    assert_eq!(https.line, 37);
+    assert_eq!(https.scheduler, SchedulerKind::Wrr);
+    assert_eq!(
+        https.persistence,
+        Some((300, Ipv4Addr::new(255, 255, 255, 0)))
+    );
+    assert_eq!(
+        https.real_servers,
+        vec![
+            RealServerConfig {
+                ip: Ipv4Addr::new(10, 0, 0, 11),
+                port: 8443,
+                weight: 3,
+                mode: ForwardMode::Nat,
+                upper: 1000,
+                lower: 500,
+            },
+            RealServerConfig {
+                ip: Ipv4Addr::new(10, 0, 0, 12),
+                port: 9443,
+                weight: 0,
+                mode: ForwardMode::FullNat,
+                upper: 0,
+                lower: 0,
+            },
+            RealServerConfig {
+                ip: Ipv4Addr::new(10, 0, 0, 11),
+                port: 443,
+                weight: 1,
+                mode: ForwardMode::Tun,
+                upper: 0,
+                lower: 0,
+            },
+        ]
+    );
+    // Same VIP and port, other protocol: a different service.
+    let dns = &cfg.services[1];
+    assert_eq!(dns.key.proto, Protocol::Udp);
+    assert_eq!(dns.line, 64);
+    assert_eq!(dns.persistence, Some((60, Ipv4Addr::BROADCAST)));
+    assert_eq!(
+        (dns.real_servers[0].upper, dns.real_servers[0].lower),
+        (10, 10)
+    );
+    assert_eq!(cfg.services[2].line, 76);
+    assert!(cfg.services[2].real_servers.is_empty());
+}
+
+#[test]
+fn inline_services_parse() {
+    let text = format!(
+        "{BASE}services = [\n  {{ proto = \"udp\", vip = \"198.18.1.9\", port = 53, \
+         real_servers = [{{ ip = \"198.18.0.20\", port = 5353, mode = \"nat\" }}] }},\n]\n"
+    );
+    // `services = [...]` after [loopback] belongs to [loopback]: put it first.
+    assert_rejected(&text, 21, "loopback.services", "unknown key `services`");
+    let text = format!(
+        "services = [\n  {{ proto = \"udp\", vip = \"198.18.1.9\", port = 53, \
+         real_servers = [{{ ip = \"198.18.0.20\", port = 5353, mode = \"nat\" }}] }},\n]\n{BASE}"
+    );
+    let cfg = parse(&text).unwrap();
+    assert_eq!(cfg.services[0].line, 2);
+    assert_eq!(cfg.services[0].real_servers[0].port, 5353);
+    assert_rejected(
+        &text.replacen("5353", "0", 1),
+        2,
+        "services[0].real_servers[0].port",
+        "out of range (1..=65535)",
+    );
+}
+
+#[test]
+fn timeouts_partial_and_out_of_range() {
+    let t = |kv: &str| format!("{BASE}[timeouts]\n{kv}\n");
+    let cfg = parse(&t("tcp = 60\nclose = 2147483")).unwrap();
+    assert_eq!((cfg.timeouts.tcp_s, cfg.timeouts.close_s), (60, 2_147_483));
+    assert_eq!(cfg.timeouts.tcpfin_s, 120);
+    assert_eq!(cfg.timeouts.udp_s, 300);
+    assert_rejected(
+        &t("tcp = 0"),
+        22,
+        "timeouts.tcp",
+        "out of range (1..=2147483)",
+    );
+    assert_rejected(
+        &t("udp = 300\nlast_ack = 2147484"),
+        23,
+        "timeouts.last_ack",
+        "out of range (1..=2147483)",
+    );
+    assert_rejected(
+        &t("syn_recv = \"60s\""),
+        22,
+        "timeouts.syn_recv",
+        "expected an integer",
+    );
+    let err = assert_rejected(
+        &t("fin_wait = 120"),
+        22,
+        "timeouts.fin_wait",
+        "unknown key `fin_wait`",
+    );
+    assert!(err.message.contains("tcpfin, udp, syn_recv"), "{err}");
+}
+
+#[test]
+fn sessions_out_of_range() {
+    let s = |kv: &str| format!("{BASE}[sessions]\n{kv}\n");
+    // Not a power of two is fine.
+    assert_eq!(
+        parse(&s("capacity = 3000")).unwrap().sessions.capacity,
+        3000
+    );
+    assert_eq!(parse(&s("tick_ms = 1000")).unwrap().sessions.tick_ms, 1000);
+    assert_rejected(
+        &s("capacity = 1023"),
+        22,
+        "sessions.capacity",
+        "out of range (1024..=67108864)",
+    );
+    assert_rejected(
+        &s("capacity = 67108865"),
+        22,
+        "sessions.capacity",
+        "out of range (1024..=67108864)",
+    );
+    assert_rejected(
+        &s("tick_ms = 9"),
+        22,
+        "sessions.tick_ms",
+        "out of range (10..=1000)",
+    );
+    assert_rejected(
+        &s("tick_ms = 1001"),
+        22,
+        "sessions.tick_ms",
+        "out of range (10..=1000)",
+    );
+}
+
+// ---- errors: services --------------------------------------------------------
+
+#[test]
+fn duplicate_service() {
+    let err = assert_rejected(
+        &two_services("scheduler = \"rr\"", "scheduler = \"wrr\""),
+        34,
+        "services[1]",
+        "service TCP 198.18.1.1:80 is defined twice",
+    );
+    assert!(err.message.contains("services[0]"), "{err}");
+    assert_eq!(err.column, 1);
+    // Another port, VIP or protocol is another service.
+    parse(&two_services("port = 80", "port = 81")).unwrap();
+    parse(&two_services("198.18.1.1", "198.18.1.2")).unwrap();
+    parse(&two_services("\"tcp\"", "\"udp\"")).unwrap();
+}
+
+#[test]
+fn duplicate_real_server() {
+    let text = service_with("198.18.0.12", "198.18.0.11");
+    let err = assert_rejected(
+        &text,
+        31,
+        "services[0].real_servers[1]",
+        "real server 198.18.0.11:80 is already in this service",
+    );
+    assert!(err.message.contains("services[0].real_servers[0]"), "{err}");
+    // Same address, another port (NAT): a different real server.
+    let text = service_with(
+        "198.18.0.12\"\nmode = \"dr\"",
+        "198.18.0.11\"\nmode = \"nat\"\nport = 81",
+    );
+    assert_eq!(parse(&text).unwrap().services[0].real_servers[1].port, 81);
+    // The same real server in two services is fine.
+    parse(&two_services("port = 80", "port = 81")).unwrap();
+}
+
+#[test]
+fn vip_special_addresses() {
+    let at = |vip: &str, needle: &str| {
+        assert_rejected(
+            &service_with("198.18.1.1", vip),
+            23,
+            "services[0].vip",
+            needle,
+        );
+    };
+    at("0.0.0.0", "VIP 0.0.0.0 is the unspecified address");
+    at("224.0.0.1", "VIP 224.0.0.1 is a multicast address");
+    at("239.255.255.250", "multicast");
+    at("255.255.255.255", "limited broadcast");
+    at("198.18.1.1/32", "is not an IPv4 address (expected a.b.c.d");
+    at("198.18.1", "is not an IPv4 address");
+    assert_rejected(
+        &service_with("vip = \"198.18.1.1\"", "vip = 3323070721"),
+        23,
+        "services[0].vip",
+        "expected a string",
+    );
+}
+
+#[test]
+fn vip_is_a_port_address() {
+    let err = assert_rejected(
+        &service_with("198.18.1.1", "198.18.0.1"),
+        23,
+        "services[0].vip",
+        "VIP 198.18.0.1 is one of the appliance's own addresses",
+    );
+    assert!(err.message.contains("ports[0].addresses[0]"), "{err}");
+    // Any port's address, not just the first: lan1 has 198.18.1.1, SERVICE's VIP.
+    let text = format!("{}{SERVICE}", two_ports("lan1", "lan1"));
+    assert_rejected(&text, 27, "services[0].vip", "ports[1].addresses[0]");
+    // Real servers cannot be the appliance either.
+    assert_rejected(
+        &service_with("198.18.0.11", "198.18.0.1"),
+        28,
+        "services[0].real_servers[0].ip",
+        "real server 198.18.0.1 is one of the appliance's own addresses (ports[0].addresses[0])",
+    );
+    assert_rejected(
+        &service_with("198.18.0.11", "255.255.255.255"),
+        28,
+        "services[0].real_servers[0].ip",
+        "real server 255.255.255.255 is the limited broadcast address",
+    );
+}
+
+#[test]
+fn real_server_port_only_changes_with_nat() {
+    // dr written out.
+    let err = assert_rejected(
+        &service_with("mode = \"dr\"", "mode = \"dr\"\nport = 8080"),
+        34,
+        "services[0].real_servers[1].port",
+        "port 8080 differs from the service port 80, but mode dr keeps the destination port",
+    );
+    assert!(err.message.contains("only nat and fullnat"), "{err}");
+    // dr by default.
+    assert_rejected(
+        &service_with("weight = 1", "weight = 1\nport = 8080"),
+        30,
+        "services[0].real_servers[0].port",
+        "mode dr (the default) keeps the destination port",
+    );
+    assert_rejected(
+        &service_with("mode = \"dr\"", "mode = \"tun\"\nport = 8080"),
+        34,
+        "services[0].real_servers[1].port",
+        "mode tun keeps",
+    );
+    // The service port written out is fine with any mode.
+    parse(&service_with("mode = \"dr\"", "mode = \"tun\"\nport = 80")).unwrap();
+    for mode in ["nat", "fullnat"] {
+        let text = service_with("mode = \"dr\"", &format!("mode = \"{mode}\"\nport = 8080"));
+        assert_eq!(parse(&text).unwrap().services[0].real_servers[1].port, 8080);
+    }
+}
+
+#[test]
+fn unknown_scheduler() {
+    let err = assert_rejected(
+        &service_with("\"rr\"", "\"lcx\""),
+        25,
+        "services[0].scheduler",
+        "unknown scheduler \"lcx\" (known: ",
+    );
+    for kind in SchedulerKind::ALL {
+        assert!(err.message.contains(kind.name()), "{err}");
+    }
+}
+
+#[test]
+fn unknown_forward_mode() {
+    let err = assert_rejected(
+        &service_with("\"dr\"", "\"masq\""),
+        33,
+        "services[0].real_servers[1].mode",
+        "unknown forwarding mode \"masq\" (known: ",
+    );
+    for mode in ForwardMode::ALL {
+        assert!(err.message.contains(mode.name()), "{err}");
+    }
+    // Names are lowercase, as in the docs.
+    assert_rejected(
+        &service_with("\"dr\"", "\"DR\""),
+        33,
+        "services[0].real_servers[1].mode",
+        "unknown forwarding mode",
+    );
+}
+
+#[test]
+fn unknown_protocol() {
+    assert_rejected(
+        &service_with("\"tcp\"", "\"sctp\""),
+        22,
+        "services[0].proto",
+        "unknown protocol \"sctp\" (known: tcp, udp)",
+    );
+    assert_rejected(
+        &service_with("\"tcp\"", "\"TCP\""),
+        22,
+        "services[0].proto",
+        "unknown protocol",
+    );
+}
+
+#[test]
+fn netmask_without_persistence_timeout() {
+    let text = service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\npersistence_netmask = \"255.255.255.0\"",
+    );
+    assert_rejected(
+        &text,
+        26,
+        "services[0].persistence_netmask",
+        "set `persistence_timeout` too",
+    );
+    let ok = text.replacen("port = 80", "port = 80\npersistence_timeout = 2678400", 1);
+    let cfg = parse(&ok).unwrap();
+    assert_eq!(
+        cfg.services[0].persistence,
+        Some((2_678_400, Ipv4Addr::new(255, 255, 255, 0)))
+    );
+}
+
+#[test]
+fn bad_persistence() {
+    let p = |kv: &str| service_with("scheduler = \"rr\"", &format!("scheduler = \"rr\"\n{kv}"));
+    assert_rejected(
+        &p("persistence_timeout = 0"),
+        26,
+        "services[0].persistence_timeout",
+        "out of range (1..=2678400)",
+    );
+    assert_rejected(
+        &p("persistence_timeout = 2678401"),
+        26,
+        "services[0].persistence_timeout",
+        "out of range (1..=2678400)",
+    );
+    let mask = |m: &str| {
+        p(&format!(
+            "persistence_timeout = 60\npersistence_netmask = \"{m}\""
+        ))
+    };
+    for bad in ["255.0.255.0", "0.255.255.255", "255.255.255.1"] {
+        assert_rejected(
+            &mask(bad),
+            27,
+            "services[0].persistence_netmask",
+            "is not a contiguous netmask",
+        );
+    }
+    assert_rejected(
+        &mask("255.255.255.0/24"),
+        27,
+        "services[0].persistence_netmask",
+        "is not a netmask",
+    );
+    for good in ["0.0.0.0", "255.255.128.0", "255.255.255.255"] {
+        let cfg = parse(&mask(good)).unwrap();
+        assert_eq!(cfg.services[0].persistence.unwrap().1.to_string(), good);
+    }
+}
+
+#[test]
+fn service_number_ranges() {
+    assert_rejected(
+        &service_with("port = 80", "port = 0"),
+        24,
+        "services[0].port",
+        "out of range (1..=65535)",
+    );
+    assert_rejected(
+        &service_with("port = 80", "port = 65536"),
+        24,
+        "services[0].port",
+        "out of range (1..=65535)",
+    );
+    assert_rejected(
+        &service_with("weight = 1", "weight = 65536"),
+        29,
+        "services[0].real_servers[0].weight",
+        "out of range (0..=65535)",
+    );
+    assert_rejected(
+        &service_with("weight = 1", "weight = -1"),
+        29,
+        "services[0].real_servers[0].weight",
+        "out of range",
+    );
+    let drained = parse(&service_with("weight = 1", "weight = 0")).unwrap();
+    assert_eq!(drained.services[0].real_servers[0].weight, 0);
+    assert_rejected(
+        &service_with("weight = 1", "upper = -1"),
+        29,
+        "services[0].real_servers[0].upper",
+        "out of range (0..=4294967295)",
+    );
+}
+
+#[test]
+fn lower_threshold_above_upper() {
+    assert_rejected(
+        &service_with("weight = 1", "upper = 100\nlower = 101"),
+        30,
+        "services[0].real_servers[0].lower",
+        "101 is above the upper threshold 100",
+    );
+    // Without an upper threshold the lower one is unused, as in IPVS.
+    let cfg = parse(&service_with("weight = 1", "lower = 101")).unwrap();
+    assert_eq!(cfg.services[0].real_servers[0].lower, 101);
+}
+
+#[test]
+fn missing_service_keys() {
+    for (key, line) in [("proto", 22), ("vip", 23), ("port", 24)] {
+        let line_text = SERVICE.lines().nth(line - 21).unwrap();
+        assert!(line_text.starts_with(key));
+        let text = service_with(&format!("{line_text}\n"), "");
+        assert_rejected(
+            &text,
+            21,
+            &format!("services[0].{key}"),
+            &format!("missing required key `{key}`"),
+        );
+    }
+    assert_rejected(
+        &service_with("ip = \"198.18.0.12\"\n", ""),
+        31,
+        "services[0].real_servers[1].ip",
+        "missing required key `ip`",
+    );
+}
+
+#[test]
+fn services_unknown_keys_and_shapes() {
+    let err = assert_rejected(
+        &service_with("scheduler", "sched"),
+        25,
+        "services[0].sched",
+        "unknown key `sched`",
+    );
+    assert!(err.message.contains("persistence_netmask"), "{err}");
+    assert_rejected(
+        &service_with("weight", "wieght"),
+        29,
+        "services[0].real_servers[0].wieght",
+        "unknown key `wieght`",
+    );
+    assert_rejected(
+        &service_with("[[services]]", "[services]"),
+        21,
+        "services",
+        "write each service as a [[services]] table",
+    );
+    let single_rs = format!(
+        "{BASE}[[services]]\nproto = \"tcp\"\nvip = \"198.18.1.1\"\nport = 80\n\
+         [services.real_servers]\nip = \"198.18.0.11\"\n"
+    );
+    assert_rejected(
+        &single_rs,
+        25,
+        "services[0].real_servers",
+        "write each real server as a [[services.real_servers]] table",
+    );
+    assert_rejected(
+        &format!("services = [1]\n{BASE}"),
+        1,
+        "services[0]",
+        "expected a table",
+    );
+    // A syntax error inside a nested array of tables names the table.
+    assert_rejected(
+        &service_with("weight = 1", "weight = 1 1"),
+        29,
+        "services[0].real_servers[0].weight",
+        "invalid TOML",
+    );
+}
+
+#[test]
+fn docs_examples_of_new_sections_parse() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/CONFIG.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let blocks: Vec<&str> = doc
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .filter(|b| {
+            ["[timeouts]", "[sessions]", "[[services]]", "services = ["]
+                .iter()
+                .any(|h| b.starts_with(h))
+        })
+        .collect();
+    assert_eq!(blocks.len(), 5, "{blocks:?}");
+    for block in blocks {
+        // Top-level keys go before BASE's first header, tables after its last.
+        let text = if block.starts_with("services = [") {
+            format!("{block}{BASE}")
+        } else {
+            format!("{BASE}{block}")
+        };
+        if let Err(e) = parse(&text) {
+            panic!("{e} in:\n{block}");
+        }
+    }
 }

@@ -3,6 +3,8 @@
 use std::hash::Hash;
 use std::net::Ipv4Addr;
 
+pub mod parse;
+
 /// What a session table needs of a key: cheap to copy, hash and compare.
 pub trait FlowKey: Copy + Eq + Hash + std::fmt::Debug + Send + 'static {
     /// The same flow seen from the other end (source and destination swapped).
@@ -82,9 +84,18 @@ mod tests {
     #[test]
     fn key_is_compact_and_reverses() {
         assert_eq!(std::mem::size_of::<FlowKey4>(), 16);
-        let k = FlowKey4::new(Protocol::Tcp, [198, 18, 0, 100].into(), 40000, [198, 18, 1, 1].into(), 80);
+        let k = FlowKey4::new(
+            Protocol::Tcp,
+            [198, 18, 0, 100].into(),
+            40000,
+            [198, 18, 1, 1].into(),
+            80,
+        );
         let r = k.reversed();
-        assert_eq!((r.src_addr(), r.sport, r.dst_addr(), r.dport), (k.dst_addr(), 80, k.src_addr(), 40000));
+        assert_eq!(
+            (r.src_addr(), r.sport, r.dst_addr(), r.dport),
+            (k.dst_addr(), 80, k.src_addr(), 40000)
+        );
         assert_eq!(r.reversed(), k);
     }
 }

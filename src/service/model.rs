@@ -1,5 +1,11 @@
 //! Plain data shared by config, control and data plane.
+//!
+//! Everything here is a value: the management core edits these through
+//! [`ServiceTable`](super::table::ServiceTable) and workers read copies of them in an
+//! immutable [`Snapshot`](super::snapshot::Snapshot).
 use crate::flow::Protocol;
+use crate::sched::SchedulerKind;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
@@ -19,7 +25,12 @@ pub enum ForwardMode {
 }
 
 impl ForwardMode {
-    pub const ALL: [ForwardMode; 4] = [ForwardMode::Dr, ForwardMode::Nat, ForwardMode::Tun, ForwardMode::FullNat];
+    pub const ALL: [ForwardMode; 4] = [
+        ForwardMode::Dr,
+        ForwardMode::Nat,
+        ForwardMode::Tun,
+        ForwardMode::FullNat,
+    ];
 
     /// The config/JSON name.
     pub fn name(self) -> &'static str {
@@ -60,8 +71,11 @@ impl FromStr for ForwardMode {
 }
 
 /// What identifies a virtual service: protocol, VIP and port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Port 0 is ipvsadm's "all ports" service, which is only valid with persistence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ServiceKey {
+    #[serde(with = "protocol_name")]
     pub proto: Protocol,
     pub vip: Ipv4Addr,
     pub port: u16,
@@ -71,5 +85,245 @@ impl fmt::Display for ServiceKey {
     /// As ipvsadm prints it: `TCP  198.18.1.1:80`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}:{}", self.proto.name(), self.vip, self.port)
+    }
+}
+
+impl ServiceKey {
+    pub fn new(proto: Protocol, vip: Ipv4Addr, port: u16) -> Self {
+        ServiceKey { proto, vip, port }
+    }
+}
+
+impl Serialize for ForwardMode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ForwardMode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// `Protocol` lives in `flow` and carries no serde; services name it `"tcp"` / `"udp"`.
+mod protocol_name {
+    use crate::flow::Protocol;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(proto: &Protocol, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(match proto {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Protocol, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        match name.to_ascii_lowercase().as_str() {
+            "tcp" => Ok(Protocol::Tcp),
+            "udp" => Ok(Protocol::Udp),
+            _ => Err(serde::de::Error::custom(format!(
+                "unknown protocol {name:?} (known: tcp, udp)"
+            ))),
+        }
+    }
+}
+
+/// The largest weight ipvsadm accepts (`-w 0..65535`).
+pub const MAX_WEIGHT: u32 = 65535;
+
+/// One real server (an ipvsadm "destination") of a virtual service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RealServer {
+    /// Assigned by the table; stable across edits and never reused within a run, so
+    /// per-worker stats keyed by it survive snapshot swaps.
+    pub id: u32,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    /// 0..=[`MAX_WEIGHT`]. 0 drains: no new connections, existing ones continue.
+    pub weight: u32,
+    pub mode: ForwardMode,
+    /// Upper connection threshold (`ipvsadm -x`); 0 = no limit.
+    pub upper: u32,
+    /// Lower connection threshold (`ipvsadm -y`); 0 = none.
+    pub lower: u32,
+}
+
+impl RealServer {
+    /// Whether schedulers may give this server new connections.
+    #[inline]
+    pub fn accepts_new(&self) -> bool {
+        self.weight > 0
+    }
+}
+
+/// What an operator supplies for a real server (`ipvsadm -a/-e`); the table adds the id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RealServerSpec {
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub weight: u32,
+    pub mode: ForwardMode,
+    pub upper: u32,
+    pub lower: u32,
+}
+
+impl RealServerSpec {
+    /// A real server without connection thresholds.
+    pub fn new(ip: Ipv4Addr, port: u16, weight: u32, mode: ForwardMode) -> Self {
+        RealServerSpec {
+            ip,
+            port,
+            weight,
+            mode,
+            upper: 0,
+            lower: 0,
+        }
+    }
+
+    /// Sets the upper (`-x`) and lower (`-y`) connection thresholds.
+    pub fn with_thresholds(mut self, upper: u32, lower: u32) -> Self {
+        self.upper = upper;
+        self.lower = lower;
+        self
+    }
+}
+
+/// Client affinity as `ipvsadm -p timeout -M netmask`: connections from one client
+/// network go to the same real server until the template times out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Persistence {
+    pub timeout_s: u32,
+    pub netmask: Ipv4Addr,
+}
+
+impl Persistence {
+    /// ipvsadm's default for `-p` without a value.
+    pub const DEFAULT_TIMEOUT_S: u32 = 300;
+
+    /// Per-client persistence (netmask /32), as `-p timeout` without `-M`.
+    pub fn new(timeout_s: u32) -> Self {
+        Persistence {
+            timeout_s,
+            netmask: Ipv4Addr::BROADCAST,
+        }
+    }
+
+    /// Whether the netmask is contiguous ones followed by zeros.
+    pub fn netmask_is_contiguous(&self) -> bool {
+        let mask = u32::from(self.netmask);
+        mask.leading_ones() + mask.trailing_zeros() == 32
+    }
+}
+
+/// A virtual service and its real servers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Service {
+    /// Assigned by the table; stable across edits and never reused within a run.
+    pub id: u32,
+    pub key: ServiceKey,
+    pub scheduler: SchedulerKind,
+    pub persistence: Option<Persistence>,
+    /// In the order they were added; schedulers index into this slice.
+    pub real_servers: Vec<RealServer>,
+}
+
+impl Service {
+    /// Index of the real server `ip:port`, as ipvsadm identifies a destination.
+    pub fn server_index(&self, ip: Ipv4Addr, port: u16) -> Option<usize> {
+        self.real_servers
+            .iter()
+            .position(|rs| rs.ip == ip && rs.port == port)
+    }
+
+    /// The real server `ip:port`.
+    pub fn server(&self, ip: Ipv4Addr, port: u16) -> Option<&RealServer> {
+        self.server_index(ip, port).map(|i| &self.real_servers[i])
+    }
+
+    /// Whether any real server can take a new connection (some weight > 0).
+    pub fn has_available_server(&self) -> bool {
+        self.real_servers.iter().any(RealServer::accepts_new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_service() -> Service {
+        Service {
+            id: 7,
+            key: ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, 1), 53),
+            scheduler: SchedulerKind::Wrr,
+            persistence: Some(Persistence {
+                timeout_s: 60,
+                netmask: Ipv4Addr::new(255, 255, 255, 0),
+            }),
+            real_servers: vec![RealServer {
+                id: 3,
+                ip: Ipv4Addr::new(10, 0, 0, 2),
+                port: 5353,
+                weight: 2,
+                mode: ForwardMode::FullNat,
+                upper: 100,
+                lower: 50,
+            }],
+        }
+    }
+
+    #[test]
+    fn service_round_trips_through_json_with_readable_names() {
+        let service = sample_service();
+        let json = serde_json::to_string(&service).unwrap();
+        assert!(json.contains(r#""proto":"udp""#), "{json}");
+        assert!(json.contains(r#""scheduler":"wrr""#), "{json}");
+        assert!(json.contains(r#""mode":"fullnat""#), "{json}");
+        assert!(json.contains(r#""vip":"198.18.1.1""#), "{json}");
+        let back: Service = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, service);
+    }
+
+    #[test]
+    fn unknown_names_are_rejected_when_deserializing() {
+        let json = serde_json::to_string(&sample_service()).unwrap();
+        for (good, bad) in [
+            (r#""udp""#, r#""sctp""#),
+            (r#""wrr""#, r#""fastest""#),
+            (r#""fullnat""#, r#""bridge""#),
+        ] {
+            let broken = json.replace(good, bad);
+            assert!(
+                serde_json::from_str::<Service>(&broken).is_err(),
+                "{broken}"
+            );
+        }
+    }
+
+    #[test]
+    fn netmask_contiguity() {
+        let mut p = Persistence::new(300);
+        assert!(p.netmask_is_contiguous());
+        p.netmask = Ipv4Addr::new(255, 255, 0, 0);
+        assert!(p.netmask_is_contiguous());
+        p.netmask = Ipv4Addr::UNSPECIFIED;
+        assert!(p.netmask_is_contiguous());
+        p.netmask = Ipv4Addr::new(255, 0, 255, 0);
+        assert!(!p.netmask_is_contiguous());
+    }
+
+    #[test]
+    fn server_lookup_and_availability() {
+        let mut service = sample_service();
+        assert_eq!(
+            service.server_index(Ipv4Addr::new(10, 0, 0, 2), 5353),
+            Some(0)
+        );
+        assert!(service.server(Ipv4Addr::new(10, 0, 0, 2), 53).is_none());
+        assert!(service.has_available_server());
+        service.real_servers[0].weight = 0;
+        assert!(!service.has_available_server());
     }
 }

@@ -13,7 +13,19 @@ impl Message {
     pub const DEST_UNREACHABLE: Message = Message(3);
     pub const ECHO_REQUEST: Message = Message(8);
     pub const TIME_EXCEEDED: Message = Message(11);
+    pub const PARAMETER_PROBLEM: Message = Message(12);
+
+    /// An error message that quotes the offending datagram (RFC 792, RFC 1122 3.2.2):
+    /// destination unreachable, source quench, redirect, time exceeded, parameter
+    /// problem. Never sent in response to another error.
+    pub const fn is_error(self) -> bool {
+        matches!(self.0, 3 | 4 | 5 | 11 | 12)
+    }
 }
+
+/// Destination-unreachable code "fragmentation needed and DF set" (RFC 792), whose
+/// second header word carries the next-hop MTU (RFC 1191).
+pub const CODE_FRAG_NEEDED: u8 = 4;
 
 mod field {
     pub const TYPE: usize = 0;
@@ -22,6 +34,9 @@ mod field {
     /// The second header word; for echo messages the identifier and sequence number.
     pub const ECHO_IDENT: usize = 4;
     pub const ECHO_SEQ_NO: usize = 6;
+    /// Destination unreachable / fragmentation needed: 16 unused bits, then the MTU.
+    pub const UNUSED: usize = 4;
+    pub const NEXT_HOP_MTU: usize = 6;
     pub const DATA: usize = 8;
 }
 
@@ -82,6 +97,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read_u16(self.buffer.as_ref(), field::ECHO_SEQ_NO)
     }
 
+    /// Next-hop MTU of a fragmentation-needed message (RFC 1191).
+    pub fn next_hop_mtu(&self) -> u16 {
+        read_u16(self.buffer.as_ref(), field::NEXT_HOP_MTU)
+    }
+
     /// Everything after the 8-byte header.
     pub fn data(&self) -> &[u8] {
         &self.buffer.as_ref()[field::DATA..]
@@ -118,6 +138,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         write_u16(self.buffer.as_mut(), field::ECHO_SEQ_NO, value);
     }
 
+    /// Writes the second header word of a fragmentation-needed message: the unused
+    /// half zeroed, then the next-hop MTU (RFC 1191).
+    pub fn set_next_hop_mtu(&mut self, mtu: u16) {
+        write_u16(self.buffer.as_mut(), field::UNUSED, 0);
+        write_u16(self.buffer.as_mut(), field::NEXT_HOP_MTU, mtu);
+    }
+
     pub fn data_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[field::DATA..]
     }
@@ -137,7 +164,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         self.set_msg_type(Message::ECHO_REPLY);
         let new_word = read_u16(self.buffer.as_ref(), field::TYPE);
         let value = checksum::update16(self.checksum(), old_word, new_word);
-        self.set_checksum(value);
+        if value == 0 {
+            // RFC 1624's update cannot tell the two one's-complement zeros apart: for a
+            // message that sums to +0 (an all-zero echo reply) it yields 0x0000 where
+            // only 0xffff verifies. Rare, so settle it with a full recompute.
+            self.fill_checksum();
+        } else {
+            self.set_checksum(value);
+        }
     }
 }
 
@@ -226,6 +260,18 @@ mod tests {
         0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37,
     ];
 
+    #[test]
+    fn all_zero_echo_reply_gets_the_checksum_that_verifies() {
+        // id 0, seq 0, no data: the request's checksum is 0xf7ff and the reply message
+        // is all zeros, whose only verifying checksum is 0xffff (not 0x0000).
+        let mut bytes = [0x08, 0x00, 0xf7, 0xff, 0x00, 0x00, 0x00, 0x00];
+        let mut packet = Packet::new_checked(&mut bytes[..]).unwrap();
+        assert!(packet.verify_checksum());
+        packet.echo_request_to_reply();
+        assert_eq!(packet.checksum(), 0xffff);
+        assert!(packet.verify_checksum());
+    }
+
     // Port unreachable quoting an IPv4/UDP header (type 3 code 3), checksum valid.
     static PORT_UNREACHABLE: [u8; 36] = [
         0x03, 0x03, 0xf7, 0xed, 0x00, 0x00, 0x00, 0x00, 0x45, 0x00, 0x00, 0x1c, 0x00, 0x00, 0x40,
@@ -254,6 +300,28 @@ mod tests {
         assert!(packet.verify_checksum());
         assert!(!packet.is_echo_request());
         assert_eq!(Repr::parse(&packet), Err(WireError::Unsupported));
+    }
+
+    #[test]
+    fn error_types_and_next_hop_mtu() {
+        for t in [3, 4, 5, 11, 12] {
+            assert!(Message(t).is_error(), "{t}");
+        }
+        for t in [0, 8, 13, 14, 255] {
+            assert!(!Message(t).is_error(), "{t}");
+        }
+        let mut buf = PORT_UNREACHABLE;
+        buf[4..8].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        let mut packet = Packet::new_checked(&mut buf[..]).unwrap();
+        packet.set_msg_code(CODE_FRAG_NEEDED);
+        packet.set_next_hop_mtu(1480);
+        assert_eq!(packet.next_hop_mtu(), 1480);
+        packet.fill_checksum();
+        assert!(packet.verify_checksum());
+        assert_eq!(
+            buf[..8],
+            [0x03, 0x04, buf[2], buf[3], 0x00, 0x00, 0x05, 0xc8]
+        );
     }
 
     #[test]

@@ -723,7 +723,9 @@ impl Drop for Daemon {
             // Still running (the test failed half-way): SIGTERM first so DPDK cleans
             // up its runtime directory, SIGKILL if that does not work within 5 s.
             killed = true;
-            self.signal(libc::SIGTERM);
+            // Never panic in Drop (it may run during a panic): no assertion here.
+            // SAFETY: as in `signal`; the child is not reaped yet.
+            unsafe { libc::kill(self.pid(), libc::SIGTERM) };
             if self.wait_exit(Duration::from_secs(5)).is_none() {
                 let _ = self.child.kill();
                 if let Some(status) = wait_with_deadline(&mut self.child, Duration::from_secs(5)) {
@@ -738,7 +740,10 @@ impl Drop for Daemon {
                 "=== sluice (pid {}) {} ===\n{}",
                 self.pid(),
                 if killed {
-                    "was still running and got killed".to_string()
+                    format!(
+                        "was still running at the end of the test; stopped: {:?}",
+                        self.exit
+                    )
                 } else {
                     format!("exited with {:?}", self.exit)
                 },

@@ -1,0 +1,503 @@
+//! Immutable configuration snapshots and their RCU-style publication to workers.
+//!
+//! The management core edits a [`ServiceTable`], builds a [`Snapshot`] from it and
+//! [`publish`](SnapshotPublisher::publish)es it. Each worker owns a [`SnapshotReader`]
+//! and calls [`refresh`](SnapshotReader::refresh) once per RX burst, then reads
+//! [`current`](SnapshotReader::current) for every packet of the burst.
+//!
+//! **Cost per packet: none.** `current` is a plain reference to the reader's own `Arc`.
+//! **Cost per burst:** one relaxed atomic load of the published generation, compared
+//! with the reader's cached copy. Only when they differ (once per configuration change)
+//! does the reader take the publisher's mutex, for as long as it takes to clone an
+//! `Arc`. The mutex is therefore touched by each worker once per change, never per
+//! packet, and the publisher holds it only for a pointer swap.
+//!
+//! **Visibility bound.** A change is seen by a worker at its first `refresh` after the
+//! generation store becomes visible to its core, i.e. within one burst: a burst takes
+//! microseconds, so new sessions use the new configuration microseconds after
+//! `publish` returns. Packets already inside the current burst finish with the old
+//! snapshot. A worker that polls an idle queue still loops, so it refreshes too.
+//!
+//! **No torn reads.** A snapshot is never mutated after it is built; a reader holds
+//! either the old `Arc` or the new one, never a mixture. An old snapshot is freed when
+//! its last holder lets go, which may be a worker: that free happens once per change,
+//! inside `refresh`, not on the per-packet path.
+use super::model::{Service, ServiceKey};
+use super::table::ServiceTable;
+use crossbeam::utils::CachePadded;
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One immutable view of every virtual service, as the workers read it.
+#[derive(Debug)]
+pub struct Snapshot {
+    generation: u64,
+    services: Vec<Service>,
+    by_key: HashMap<ServiceKey, usize>,
+    /// Sorted and deduplicated, for [`Snapshot::is_vip`].
+    vips: Vec<Ipv4Addr>,
+}
+
+impl Snapshot {
+    /// The configuration before any service exists (generation 0).
+    pub fn empty() -> Self {
+        Snapshot::from_services(0, Vec::new())
+    }
+
+    /// A snapshot of everything in `table`, in the table's order. Use a generation
+    /// larger than the last one published, e.g. [`ServiceTable::version`].
+    pub fn build(generation: u64, table: &ServiceTable) -> Self {
+        Snapshot::from_services(generation, table.services().cloned().collect())
+    }
+
+    /// A snapshot of `services` as given. Keys are expected to be unique (as a
+    /// [`ServiceTable`] guarantees); if one repeats, lookups find its first occurrence.
+    pub fn from_services(generation: u64, services: Vec<Service>) -> Self {
+        let mut by_key = HashMap::with_capacity(services.len());
+        for (index, service) in services.iter().enumerate() {
+            by_key.entry(service.key).or_insert(index);
+        }
+        let mut vips: Vec<Ipv4Addr> = services.iter().map(|s| s.key.vip).collect();
+        vips.sort_unstable();
+        vips.dedup();
+        Snapshot {
+            generation,
+            services,
+            by_key,
+            vips,
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// All services; a service's position here is its index for [`Snapshot::find_index`]
+    /// (workers can keep per-service state, such as schedulers, in a parallel `Vec`).
+    pub fn services(&self) -> &[Service] {
+        &self.services
+    }
+
+    /// The virtual addresses of all services, sorted, each once.
+    pub fn vips(&self) -> &[Ipv4Addr] {
+        &self.vips
+    }
+
+    #[inline]
+    pub fn find(&self, key: &ServiceKey) -> Option<&Service> {
+        self.find_index(key).map(|index| &self.services[index])
+    }
+
+    #[inline]
+    pub fn find_index(&self, key: &ServiceKey) -> Option<usize> {
+        self.by_key.get(key).copied()
+    }
+
+    /// Whether `addr` is the VIP of some service (on any protocol or port), e.g. to
+    /// answer ARP and ICMP echo for it.
+    #[inline]
+    pub fn is_vip(&self, addr: Ipv4Addr) -> bool {
+        self.vips.binary_search(&addr).is_ok()
+    }
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot::empty()
+    }
+}
+
+/// `publish` was given a snapshot whose generation is not newer than the current one;
+/// readers compare generations, so they would never pick it up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaleGeneration {
+    pub current: u64,
+    pub offered: u64,
+}
+
+impl fmt::Display for StaleGeneration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "snapshot generation {} is not newer than the published generation {}",
+            self.offered, self.current
+        )
+    }
+}
+
+impl std::error::Error for StaleGeneration {}
+
+/// State shared by the publisher and its readers.
+struct Shared {
+    /// Read by every worker once per burst and written once per change: its own cache
+    /// line, so the mutex's lock word changing does not evict it from the readers.
+    generation: CachePadded<AtomicU64>,
+    current: Mutex<Arc<Snapshot>>,
+}
+
+/// The management side: swaps in new snapshots.
+pub struct SnapshotPublisher {
+    shared: Arc<Shared>,
+}
+
+impl SnapshotPublisher {
+    pub fn new(initial: Snapshot) -> Self {
+        SnapshotPublisher {
+            shared: Arc::new(Shared {
+                generation: CachePadded::new(AtomicU64::new(initial.generation)),
+                current: Mutex::new(Arc::new(initial)),
+            }),
+        }
+    }
+
+    /// Makes `snapshot` the current one; readers adopt it at their next `refresh`.
+    /// Refused, changing nothing, unless its generation is newer than the current one.
+    pub fn publish(&self, snapshot: Snapshot) -> Result<(), StaleGeneration> {
+        let generation = snapshot.generation;
+        let snapshot = Arc::new(snapshot);
+        let previous = {
+            let mut current = self.shared.current.lock();
+            if generation <= current.generation {
+                return Err(StaleGeneration {
+                    current: current.generation,
+                    offered: generation,
+                });
+            }
+            let previous = std::mem::replace(&mut *current, snapshot);
+            // Stored under the lock so the atomic never runs ahead of or behind the
+            // snapshot a reader would find there. Relaxed is enough: the atomic is only
+            // a "something changed" hint, and the snapshot itself is handed over
+            // through the mutex, which orders the reads of its contents.
+            self.shared.generation.store(generation, Ordering::Relaxed);
+            previous
+        };
+        // If no reader holds the old snapshot any more, free it outside the lock.
+        drop(previous);
+        Ok(())
+    }
+
+    /// The generation to give the next snapshot when not using the table's version.
+    pub fn next_generation(&self) -> u64 {
+        self.generation() + 1
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.shared.current.lock().generation
+    }
+
+    /// The snapshot readers currently converge on.
+    pub fn current(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.shared.current.lock())
+    }
+
+    /// A reader for one worker, starting at the current snapshot.
+    pub fn reader(&self) -> SnapshotReader {
+        let snapshot = self.current();
+        SnapshotReader {
+            shared: Arc::clone(&self.shared),
+            cached_generation: snapshot.generation,
+            snapshot,
+        }
+    }
+}
+
+impl Default for SnapshotPublisher {
+    fn default() -> Self {
+        SnapshotPublisher::new(Snapshot::empty())
+    }
+}
+
+/// A worker's handle: its own `Arc` of the snapshot in use, replaced only by `refresh`.
+pub struct SnapshotReader {
+    shared: Arc<Shared>,
+    snapshot: Arc<Snapshot>,
+    cached_generation: u64,
+}
+
+impl SnapshotReader {
+    /// Adopts the published snapshot if it changed since the last call; returns whether
+    /// it did (the worker then rebuilds anything derived from it, e.g. schedulers).
+    /// Call once per burst; see the module documentation for the cost and the bound.
+    #[inline]
+    pub fn refresh(&mut self) -> bool {
+        if self.shared.generation.load(Ordering::Relaxed) == self.cached_generation {
+            return false;
+        }
+        self.adopt_published()
+    }
+
+    // Out of line: runs once per configuration change, keeps `refresh` small to inline.
+    #[cold]
+    #[inline(never)]
+    fn adopt_published(&mut self) -> bool {
+        let published = Arc::clone(&self.shared.current.lock());
+        // The generation is taken from the snapshot itself, never from the atomic, so
+        // cache and content always agree.
+        self.cached_generation = published.generation;
+        if Arc::ptr_eq(&published, &self.snapshot) {
+            return false;
+        }
+        // The old snapshot is dropped here, after the lock was released.
+        self.snapshot = published;
+        true
+    }
+
+    /// The snapshot in use; stable between two `refresh` calls.
+    #[inline]
+    pub fn current(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// The snapshot in use, to keep it alive beyond the next `refresh`.
+    pub fn current_arc(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.snapshot)
+    }
+}
+
+impl Clone for SnapshotReader {
+    fn clone(&self) -> Self {
+        SnapshotReader {
+            shared: Arc::clone(&self.shared),
+            snapshot: Arc::clone(&self.snapshot),
+            cached_generation: self.cached_generation,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::Protocol;
+    use crate::sched::SchedulerKind;
+    use crate::service::model::{ForwardMode, RealServer, RealServerSpec};
+    use std::sync::atomic::AtomicBool;
+
+    fn key(vip_last: u8, port: u16) -> ServiceKey {
+        ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, vip_last), port)
+    }
+
+    #[test]
+    fn build_indexes_services_and_vips() {
+        let mut table = ServiceTable::new();
+        for k in [key(2, 80), key(1, 443), key(1, 80)] {
+            table.add_service(k, SchedulerKind::Rr, None).unwrap();
+        }
+        let udp = ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, 2), 80);
+        table.add_service(udp, SchedulerKind::Rr, None).unwrap();
+        let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 1), 80, 4, ForwardMode::Dr);
+        table.add_server(key(1, 80), spec).unwrap();
+
+        let snap = Snapshot::build(table.version(), &table);
+        assert_eq!(snap.generation(), table.version());
+        assert_eq!(snap.services().len(), 4);
+        assert_eq!(
+            snap.vips(),
+            &[Ipv4Addr::new(198, 18, 1, 1), Ipv4Addr::new(198, 18, 1, 2)]
+        );
+        assert!(snap.is_vip(Ipv4Addr::new(198, 18, 1, 2)));
+        assert!(!snap.is_vip(Ipv4Addr::new(198, 18, 1, 3)));
+        for service in snap.services() {
+            assert_eq!(snap.find(&service.key), Some(service));
+        }
+        let index = snap.find_index(&key(1, 80)).unwrap();
+        assert_eq!(snap.services()[index].real_servers[0].weight, 4);
+        assert!(snap.find(&key(1, 8080)).is_none());
+        assert!(snap
+            .find(&ServiceKey::new(
+                Protocol::Udp,
+                Ipv4Addr::new(198, 18, 1, 1),
+                80
+            ))
+            .is_none());
+    }
+
+    #[test]
+    fn a_snapshot_is_unaffected_by_later_table_edits() {
+        let mut table = ServiceTable::new();
+        table
+            .add_service(key(1, 80), SchedulerKind::Rr, None)
+            .unwrap();
+        let snap = Snapshot::build(1, &table);
+        table.delete_service(key(1, 80)).unwrap();
+        assert!(snap.find(&key(1, 80)).is_some());
+        assert!(snap.is_vip(Ipv4Addr::new(198, 18, 1, 1)));
+    }
+
+    #[test]
+    fn empty_snapshot() {
+        let snap = Snapshot::empty();
+        assert_eq!(snap.generation(), 0);
+        assert!(snap.services().is_empty() && snap.vips().is_empty());
+        assert!(!snap.is_vip(Ipv4Addr::new(198, 18, 1, 1)));
+    }
+
+    #[test]
+    fn reader_sees_a_publish_exactly_once() {
+        let publisher = SnapshotPublisher::default();
+        let mut reader = publisher.reader();
+        assert!(!reader.refresh());
+        assert_eq!(reader.current().generation(), 0);
+
+        let mut table = ServiceTable::new();
+        table
+            .add_service(key(1, 80), SchedulerKind::Rr, None)
+            .unwrap();
+        publisher
+            .publish(Snapshot::build(table.version(), &table))
+            .unwrap();
+        let held = reader.current_arc();
+        assert!(reader.refresh());
+        assert!(!reader.refresh());
+        assert_eq!(reader.current().generation(), 1);
+        assert!(reader.current().find(&key(1, 80)).is_some());
+        // What the worker kept from before is still intact.
+        assert_eq!(held.generation(), 0);
+        assert!(held.services().is_empty());
+        // A reader created now starts current.
+        let mut late = publisher.reader();
+        assert!(!late.refresh());
+        assert_eq!(late.current().generation(), 1);
+    }
+
+    #[test]
+    fn readers_skip_intermediate_generations() {
+        let publisher = SnapshotPublisher::default();
+        let mut reader = publisher.reader();
+        for generation in 1..=5 {
+            publisher
+                .publish(Snapshot::from_services(generation, Vec::new()))
+                .unwrap();
+        }
+        assert!(reader.refresh());
+        assert_eq!(reader.current().generation(), 5);
+        assert_eq!(publisher.generation(), 5);
+        assert_eq!(publisher.next_generation(), 6);
+    }
+
+    #[test]
+    fn stale_generations_are_refused_and_change_nothing() {
+        let publisher = SnapshotPublisher::new(Snapshot::from_services(7, Vec::new()));
+        let mut reader = publisher.reader();
+        for offered in [7, 3] {
+            let err = publisher
+                .publish(Snapshot::from_services(offered, Vec::new()))
+                .unwrap_err();
+            assert_eq!(
+                err,
+                StaleGeneration {
+                    current: 7,
+                    offered
+                }
+            );
+            assert!(err.to_string().contains("not newer"));
+        }
+        assert!(!reader.refresh());
+        assert_eq!(publisher.current().generation(), 7);
+    }
+
+    #[test]
+    fn reader_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<SnapshotReader>();
+        assert_send::<SnapshotPublisher>();
+        fn assert_sync<T: Sync>() {}
+        assert_sync::<SnapshotPublisher>();
+    }
+
+    /// A snapshot whose every part encodes its generation: the number of services, the
+    /// ports, the weights and the VIP set. A reader that saw parts of two snapshots
+    /// would find a mismatch.
+    fn coded_snapshot(generation: u64) -> Snapshot {
+        let service_count = 1 + (generation % 7) as usize;
+        let weight = (generation % 65536) as u32;
+        let services = (0..service_count)
+            .map(|i| Service {
+                id: i as u32 + 1,
+                key: key(1 + i as u8, 1000 + (generation % 50_000) as u16),
+                scheduler: SchedulerKind::Wrr,
+                persistence: None,
+                real_servers: (0..3)
+                    .map(|j| RealServer {
+                        id: j + 1,
+                        ip: Ipv4Addr::new(10, 0, i as u8, j as u8 + 1),
+                        port: 80,
+                        weight,
+                        mode: ForwardMode::Nat,
+                        upper: 0,
+                        lower: 0,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Snapshot::from_services(generation, services)
+    }
+
+    fn assert_consistent(snap: &Snapshot) {
+        let generation = snap.generation();
+        let expected_services = 1 + (generation % 7) as usize;
+        assert_eq!(snap.services().len(), expected_services, "gen {generation}");
+        assert_eq!(snap.vips().len(), expected_services, "gen {generation}");
+        let port = 1000 + (generation % 50_000) as u16;
+        for (i, service) in snap.services().iter().enumerate() {
+            assert_eq!(service.key.port, port, "gen {generation}");
+            assert_eq!(snap.find_index(&service.key), Some(i), "gen {generation}");
+            assert!(snap.is_vip(service.key.vip));
+            for rs in &service.real_servers {
+                assert_eq!(u64::from(rs.weight), generation % 65536, "gen {generation}");
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_readers_never_see_a_half_applied_change() {
+        const PUBLISHES: u64 = 5000;
+        const READERS: usize = 4;
+        let publisher = SnapshotPublisher::new(coded_snapshot(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..READERS)
+            .map(|_| {
+                let mut reader = publisher.reader();
+                let done = Arc::clone(&done);
+                std::thread::spawn(move || {
+                    let mut last_generation = 0;
+                    let (mut refreshes, mut changes) = (0u64, 0u64);
+                    loop {
+                        // Read `done` first so the final refresh below runs after the
+                        // last publish.
+                        let finished = done.load(Ordering::Acquire);
+                        if reader.refresh() {
+                            changes += 1;
+                        }
+                        refreshes += 1;
+                        let snap = reader.current();
+                        assert!(snap.generation() >= last_generation, "went backwards");
+                        last_generation = snap.generation();
+                        assert_consistent(snap);
+                        if finished {
+                            break;
+                        }
+                    }
+                    (last_generation, refreshes, changes)
+                })
+            })
+            .collect();
+
+        for generation in 1..=PUBLISHES {
+            publisher.publish(coded_snapshot(generation)).unwrap();
+            if generation % 64 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        done.store(true, Ordering::Release);
+
+        for handle in readers {
+            let (last, refreshes, changes) = handle.join().unwrap();
+            assert_eq!(last, PUBLISHES, "a reader missed the final snapshot");
+            assert!(changes >= 1 && changes <= refreshes);
+        }
+    }
+}

@@ -1,0 +1,1126 @@
+//! The per-worker session table: a preallocated slab of one-cache-line entries, one
+//! hash map from either direction's 5-tuple to a slab index, and a timer wheel
+//! threaded through the entries. See the module docs of [`crate::session`].
+use core::fmt;
+use std::net::Ipv4Addr;
+
+use hashbrown::HashMap;
+
+use super::state::{self, Direction, TcpState, Transition, UDP_STATE_NAME};
+use super::timeouts::TickTimeouts;
+use super::timer::{Advance, Timed, TimerLink, TimerWheel, MAX_DELAY_TICKS, MAX_INDEX, NIL};
+use crate::flow::{FlowKey, FlowKey4, Protocol};
+use crate::service::model::ForwardMode;
+use crate::wire::tcp::TcpFlags;
+
+/// Timer wheel size when none is given: 4096 slots, 41 s per revolution at 10 ms ticks.
+pub const DEFAULT_WHEEL_SLOTS: usize = 4096;
+
+/// Largest table: slab indices must fit in 31 bits (the map stores `index << 1 | dir`).
+pub const MAX_CAPACITY: usize = MAX_INDEX as usize;
+
+/// A session's index in its worker's table. Valid until the session is removed or
+/// expires; the slot is then reused, so ids must not be kept across packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(u32);
+
+impl SessionId {
+    #[inline]
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Per-session flag bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SessionFlags(u8);
+
+impl SessionFlags {
+    /// No packet from the real server seen (yet): client packets use the INPUT-ONLY
+    /// transitions. Set for DR and TUN at creation, cleared by the first reply seen,
+    /// as IPVS's `IP_VS_CONN_F_NOOUTPUT`.
+    pub const NO_OUTPUT: SessionFlags = SessionFlags(1 << 0);
+    /// The slot holds a live session (managed by the table).
+    const IN_USE: SessionFlags = SessionFlags(1 << 7);
+
+    pub const fn empty() -> SessionFlags {
+        SessionFlags(0)
+    }
+
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    #[inline]
+    pub const fn contains(self, other: SessionFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    #[inline]
+    pub fn insert(&mut self, other: SessionFlags) {
+        self.0 |= other.0;
+    }
+
+    #[inline]
+    pub fn remove(&mut self, other: SessionFlags) {
+        self.0 &= !other.0;
+    }
+}
+
+/// One connection through the load balancer: exactly one 64-byte cache line, so the
+/// per-packet path touches one line of the slab.
+///
+/// Addresses are IPv4 in host order (as in [`FlowKey4`]). IPv6 would not grow this
+/// entry: either a second entry type (two lines, in its own table, as IPv6 keys are
+/// their own `FlowKey` type anyway), or the four addresses replaced by one `u32` index
+/// into a per-worker side table of IPv6 address sets.
+///
+/// Layout (bytes): addresses 0..16, ports 16..24, MAC 24..30, protocol, mode, service
+/// and real server ids 32..40, state, flags, 2 spare, creation tick, packet count,
+/// timer link 52..64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct Session {
+    pub client_addr: u32,
+    pub vip: u32,
+    pub real_addr: u32,
+    /// FullNAT local address (the source towards the real server); 0 otherwise.
+    pub local_addr: u32,
+    pub client_port: u16,
+    pub vport: u16,
+    pub real_port: u16,
+    /// FullNAT local port; 0 otherwise.
+    pub local_port: u16,
+    /// The real server's MAC for DR; all zero while unresolved.
+    pub real_mac: [u8; 6],
+    pub proto: Protocol,
+    pub mode: ForwardMode,
+    /// The virtual service, as numbered by the service snapshot.
+    pub service: u32,
+    /// The real server, as numbered by the service snapshot.
+    pub real: u32,
+    state: TcpState,
+    flags: SessionFlags,
+    spare: u16,
+    /// Tick at which the table took the session in.
+    pub created: u32,
+    /// Packets seen, both directions (wraps).
+    pub packets: u32,
+    timer: TimerLink,
+}
+
+impl Session {
+    /// A new session for the client-side key `in_key` (client -> VIP:port), to be
+    /// forwarded to `real_addr:real_port` in `mode`. TCP starts in NONE, waiting for
+    /// its first segment to be classified; DR and TUN start with
+    /// [`SessionFlags::NO_OUTPUT`].
+    pub fn new(
+        in_key: &FlowKey4,
+        mode: ForwardMode,
+        service: u32,
+        real: u32,
+        real_addr: Ipv4Addr,
+        real_port: u16,
+    ) -> Session {
+        let flags = match mode {
+            ForwardMode::Dr | ForwardMode::Tun => SessionFlags::NO_OUTPUT,
+            ForwardMode::Nat | ForwardMode::FullNat => SessionFlags::empty(),
+        };
+        Session {
+            client_addr: in_key.src,
+            vip: in_key.dst,
+            real_addr: u32::from(real_addr),
+            local_addr: 0,
+            client_port: in_key.sport,
+            vport: in_key.dport,
+            real_port,
+            local_port: 0,
+            real_mac: [0; 6],
+            proto: in_key.proto,
+            mode,
+            service,
+            real,
+            state: TcpState::None,
+            flags,
+            spare: 0,
+            created: 0,
+            packets: 0,
+            timer: TimerLink::new(),
+        }
+    }
+
+    /// Sets the FullNAT local address and port.
+    pub fn with_local(mut self, addr: Ipv4Addr, port: u16) -> Session {
+        self.local_addr = u32::from(addr);
+        self.local_port = port;
+        self
+    }
+
+    /// The key of client packets: client -> VIP:port.
+    pub fn in_key(&self) -> FlowKey4 {
+        FlowKey4 {
+            src: self.client_addr,
+            dst: self.vip,
+            sport: self.client_port,
+            dport: self.vport,
+            proto: self.proto,
+        }
+    }
+
+    /// The key of real-server packets when they come back through Sluice: towards the
+    /// client for NAT, towards the local address for FullNAT; `None` for DR and TUN.
+    pub fn reply_key(&self) -> Option<FlowKey4> {
+        let (dst, dport) = match self.mode {
+            ForwardMode::Nat => (self.client_addr, self.client_port),
+            ForwardMode::FullNat => (self.local_addr, self.local_port),
+            ForwardMode::Dr | ForwardMode::Tun => return None,
+        };
+        Some(FlowKey4 {
+            src: self.real_addr,
+            dst,
+            sport: self.real_port,
+            dport,
+            proto: self.proto,
+        })
+    }
+
+    #[inline]
+    pub fn state(&self) -> TcpState {
+        self.state
+    }
+
+    /// The state column of `ipvsadm -Lnc`.
+    pub fn state_name(&self) -> &'static str {
+        match self.proto {
+            Protocol::Tcp => self.state.name(),
+            Protocol::Udp => UDP_STATE_NAME,
+        }
+    }
+
+    /// Counts in the real server's ActiveConn (else InActConn).
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        self.proto == Protocol::Tcp && state::is_active(self.state)
+    }
+
+    #[inline]
+    pub fn flags(&self) -> SessionFlags {
+        let mut flags = self.flags;
+        flags.remove(SessionFlags::IN_USE);
+        flags
+    }
+
+    /// Moves the TCP state on a segment with `flags` seen in `dir` (as returned by
+    /// [`SessionTable::lookup`]). While [`SessionFlags::NO_OUTPUT`] is set, client
+    /// segments use the INPUT-ONLY table; a segment from the real server clears it.
+    pub fn on_tcp_segment(&mut self, dir: Direction, flags: TcpFlags) -> Transition {
+        debug_assert_eq!(self.proto, Protocol::Tcp);
+        let table = match dir {
+            Direction::Outbound => {
+                self.flags.remove(SessionFlags::NO_OUTPUT);
+                Direction::Outbound
+            }
+            Direction::Inbound if self.flags.contains(SessionFlags::NO_OUTPUT) => {
+                Direction::InputOnly
+            }
+            other => other,
+        };
+        let transition = state::transition(self.state, table, flags);
+        self.state = transition.to;
+        transition
+    }
+
+    /// Sets the state directly (a session synced from a peer, a LISTEN template).
+    pub fn set_state(&mut self, to: TcpState) -> Transition {
+        let transition = Transition {
+            from: self.state,
+            to,
+        };
+        self.state = to;
+        transition
+    }
+
+    /// The tick the session expires at, unless touched again.
+    #[inline]
+    pub fn deadline(&self) -> u32 {
+        self.timer.deadline()
+    }
+
+    #[inline]
+    fn in_use(&self) -> bool {
+        self.flags.contains(SessionFlags::IN_USE)
+    }
+
+    fn vacant() -> Session {
+        let any_key = FlowKey4::new(
+            Protocol::Tcp,
+            Ipv4Addr::UNSPECIFIED,
+            0,
+            Ipv4Addr::UNSPECIFIED,
+            0,
+        );
+        let mut session = Session::new(&any_key, ForwardMode::Dr, 0, 0, Ipv4Addr::UNSPECIFIED, 0);
+        session.flags = SessionFlags::empty();
+        session
+    }
+}
+
+impl Timed for Session {
+    #[inline]
+    fn timer(&self) -> &TimerLink {
+        &self.timer
+    }
+    #[inline]
+    fn timer_mut(&mut self) -> &mut TimerLink {
+        &mut self.timer
+    }
+}
+
+/// Why [`SessionTable::insert`] refused a session. Nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InsertError {
+    /// Every slot is in use.
+    TableFull,
+    /// A session already owns this key: the client key for `Inbound`, the reply key
+    /// for `Outbound`. The reply key is checked first.
+    KeyExists(Direction),
+}
+
+impl fmt::Display for InsertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InsertError::TableFull => f.write_str("session table full"),
+            InsertError::KeyExists(Direction::Outbound) => {
+                f.write_str("a session already owns the reply key")
+            }
+            InsertError::KeyExists(_) => f.write_str("a session already owns the client key"),
+        }
+    }
+}
+
+impl std::error::Error for InsertError {}
+
+/// The keys a session is filed under, kept apart from the entry: they are needed only
+/// to remove the session, so they stay out of the hot cache line.
+#[derive(Clone, Copy, Debug)]
+struct SessionKeys<K> {
+    inbound: K,
+    reply: Option<K>,
+}
+
+/// The map value: slab index and the direction of the key.
+#[inline]
+fn map_value(index: u32, dir: Direction) -> u32 {
+    index << 1 | (dir == Direction::Outbound) as u32
+}
+
+/// One worker's sessions. Every operation is O(1) and, after construction, none
+/// allocates.
+pub struct SessionTable<K: FlowKey> {
+    slab: Box<[Session]>,
+    keys: Box<[Option<SessionKeys<K>>]>,
+    map: HashMap<K, u32>,
+    wheel: TimerWheel,
+    /// First vacant slot; vacant slots are chained through their timer link's `next`.
+    free_head: u32,
+    len: u32,
+}
+
+impl<K: FlowKey> SessionTable<K> {
+    /// A table for `capacity` sessions with a [`DEFAULT_WHEEL_SLOTS`] wheel at tick 0.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self::with_wheel(capacity, DEFAULT_WHEEL_SLOTS, 0)
+    }
+
+    /// A table for `capacity` sessions, with a timer wheel of `wheel_slots` slots (a
+    /// power of two) whose clock starts at `now_tick`.
+    pub fn with_wheel(capacity: usize, wheel_slots: usize, now_tick: u32) -> Self {
+        assert!(
+            capacity <= MAX_CAPACITY,
+            "session table capacity {capacity} above {MAX_CAPACITY}"
+        );
+        let mut slab = vec![Session::vacant(); capacity].into_boxed_slice();
+        for (index, session) in slab.iter_mut().enumerate() {
+            session.timer.next = if index + 1 < capacity {
+                index as u32 + 1
+            } else {
+                NIL
+            };
+        }
+        // Room for two keys per session, with the buckets at most half full so that
+        // hashbrown's tombstones are rare and its in-place cleanup never needs to grow
+        // the table (it would if more than half its capacity were live).
+        let map = HashMap::with_capacity(capacity.saturating_mul(7) / 2);
+        SessionTable {
+            slab,
+            keys: vec![None; capacity].into_boxed_slice(),
+            map,
+            wheel: TimerWheel::new(wheel_slots, now_tick),
+            free_head: if capacity > 0 { 0 } else { NIL },
+            len: 0,
+        }
+    }
+
+    /// Sessions in the table.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Sessions the table can hold.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.slab.len()
+    }
+
+    /// The session filed under `key`, and which of its keys that is.
+    #[inline]
+    pub fn lookup(&self, key: &K) -> Option<(SessionId, Direction)> {
+        self.map.get(key).map(|&value| {
+            let dir = if value & 1 == 0 {
+                Direction::Inbound
+            } else {
+                Direction::Outbound
+            };
+            (SessionId(value >> 1), dir)
+        })
+    }
+
+    /// Adds `session`, filed under `in_key` (client -> VIP:port) and, when replies come
+    /// through Sluice, `reply_key`; it expires `timeout_ticks` after `now_tick` unless
+    /// touched. Refuses, changing nothing, when the table is full or a key is taken.
+    pub fn insert(
+        &mut self,
+        in_key: K,
+        reply_key: Option<K>,
+        mut session: Session,
+        now_tick: u32,
+        timeout_ticks: u32,
+    ) -> Result<SessionId, InsertError> {
+        if let Some(reply) = reply_key {
+            if reply == in_key || self.map.contains_key(&reply) {
+                return Err(InsertError::KeyExists(Direction::Outbound));
+            }
+        }
+        let index = self.free_head;
+        match self.map.entry(in_key) {
+            hashbrown::hash_map::Entry::Occupied(_) => {
+                return Err(InsertError::KeyExists(Direction::Inbound))
+            }
+            hashbrown::hash_map::Entry::Vacant(vacant) => {
+                if index == NIL {
+                    return Err(InsertError::TableFull);
+                }
+                vacant.insert(map_value(index, Direction::Inbound));
+            }
+        }
+        if let Some(reply) = reply_key {
+            self.map
+                .insert(reply, map_value(index, Direction::Outbound));
+        }
+        let slot = index as usize;
+        self.free_head = self.slab[slot].timer.next;
+        session.flags.insert(SessionFlags::IN_USE);
+        session.created = now_tick;
+        session.timer = TimerLink::new();
+        self.slab[slot] = session;
+        self.keys[slot] = Some(SessionKeys {
+            inbound: in_key,
+            reply: reply_key,
+        });
+        self.len += 1;
+        let deadline = now_tick.wrapping_add(timeout_ticks.min(MAX_DELAY_TICKS));
+        self.wheel
+            .schedule(&mut self.slab[..], index, now_tick, deadline);
+        Ok(SessionId(index))
+    }
+
+    #[inline]
+    pub fn get(&self, id: SessionId) -> Option<&Session> {
+        self.slab.get(id.0 as usize).filter(|s| s.in_use())
+    }
+
+    /// The session, to update its fields. Its keys and timer stay under the table's
+    /// control.
+    #[inline]
+    pub fn get_mut(&mut self, id: SessionId) -> Option<&mut Session> {
+        self.slab.get_mut(id.0 as usize).filter(|s| s.in_use())
+    }
+
+    /// Makes the session expire `timeout_ticks` after `now_tick`. O(1); a later
+    /// deadline is only written into the entry (see the timer's lazy re-arming).
+    /// Returns false if there is no such session.
+    #[inline]
+    pub fn touch(&mut self, id: SessionId, now_tick: u32, timeout_ticks: u32) -> bool {
+        if self.get(id).is_none() {
+            return false;
+        }
+        let deadline = now_tick.wrapping_add(timeout_ticks.min(MAX_DELAY_TICKS));
+        self.wheel
+            .schedule(&mut self.slab[..], id.0, now_tick, deadline);
+        true
+    }
+
+    /// The per-packet update, as IPVS does it: counts the packet, moves a TCP session's
+    /// state on the segment's `flags` (ignored for UDP), and re-arms the session with
+    /// the timeout of its (new) state. `dir` is the direction [`Self::lookup`] gave.
+    pub fn on_packet(
+        &mut self,
+        id: SessionId,
+        dir: Direction,
+        flags: TcpFlags,
+        now_tick: u32,
+        timeouts: &TickTimeouts,
+    ) -> Option<Transition> {
+        let session = self.get_mut(id)?;
+        session.packets = session.packets.wrapping_add(1);
+        let transition = match session.proto {
+            Protocol::Tcp => session.on_tcp_segment(dir, flags),
+            Protocol::Udp => Transition {
+                from: session.state,
+                to: session.state,
+            },
+        };
+        let timeout = timeouts.session(session.proto, session.state);
+        self.touch(id, now_tick, timeout);
+        Some(transition)
+    }
+
+    /// Removes the session: its keys, its timer and its slot. Returns it.
+    pub fn remove(&mut self, id: SessionId) -> Option<Session> {
+        let session = *self.get(id)?;
+        self.wheel.cancel(&mut self.slab[..], id.0);
+        release(
+            id.0,
+            &mut self.slab[id.0 as usize],
+            &mut self.keys,
+            &mut self.map,
+            &mut self.free_head,
+            &mut self.len,
+        );
+        Some(session)
+    }
+
+    /// Removes the sessions whose deadline has come by `now_tick`, examining at most
+    /// `budget` entries. `on_expire` sees each one just before it is removed, to update
+    /// per-real-server counts or free a FullNAT port. Call again while
+    /// [`Advance::caught_up`] is false.
+    pub fn expire(
+        &mut self,
+        now_tick: u32,
+        budget: usize,
+        mut on_expire: impl FnMut(SessionId, &Session),
+    ) -> Advance {
+        let SessionTable {
+            slab,
+            keys,
+            map,
+            wheel,
+            free_head,
+            len,
+        } = self;
+        wheel.advance(&mut slab[..], now_tick, budget, |index, session| {
+            on_expire(SessionId(index), session);
+            release(index, session, keys, map, free_head, len);
+        })
+    }
+
+    /// Every live session, in slab order (a full scan: for listings, not per packet).
+    pub fn iter(&self) -> impl Iterator<Item = (SessionId, &Session)> + '_ {
+        self.slab
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.in_use())
+            .map(|(index, s)| (SessionId(index as u32), s))
+    }
+
+    /// The tick the timer wheel has processed up to.
+    pub fn wheel_tick(&self) -> u32 {
+        self.wheel.now()
+    }
+
+    /// Bytes allocated for the table at its capacity: slab, keys, hash map (computed
+    /// from hashbrown's layout: buckets of `(K, u32)` plus one control byte each) and
+    /// timer wheel. Constant after construction.
+    pub fn memory_bytes(&self) -> usize {
+        let slab = std::mem::size_of_val::<[Session]>(&self.slab);
+        let keys = std::mem::size_of_val::<[Option<SessionKeys<K>>]>(&self.keys);
+        let map = hashbrown_bytes::<(K, u32)>(self.map.capacity());
+        std::mem::size_of::<Self>() + slab + keys + map + self.wheel.memory_bytes()
+    }
+
+    /// The map's item capacity (to check it never grows).
+    #[cfg(test)]
+    fn map_capacity(&self) -> usize {
+        self.map.capacity()
+    }
+}
+
+/// Returns a session's slot to the free list and its keys out of the map. The timer
+/// must already be disarmed.
+fn release<K: FlowKey>(
+    index: u32,
+    session: &mut Session,
+    keys: &mut [Option<SessionKeys<K>>],
+    map: &mut HashMap<K, u32>,
+    free_head: &mut u32,
+    len: &mut u32,
+) {
+    debug_assert!(!session.timer.is_armed());
+    if let Some(SessionKeys { inbound, reply }) = keys[index as usize].take() {
+        map.remove(&inbound);
+        if let Some(reply) = reply {
+            map.remove(&reply);
+        }
+    }
+    session.flags = SessionFlags::empty();
+    session.timer.next = *free_head;
+    *free_head = index;
+    *len -= 1;
+}
+
+/// Bytes hashbrown allocates for a table of `T` with item capacity `capacity`: it
+/// keeps 1/8 of the buckets empty (one for tables of 8 buckets or fewer) and has one
+/// control byte per bucket plus a trailing group of 16.
+fn hashbrown_bytes<T>(capacity: usize) -> usize {
+    const GROUP: usize = 16;
+    let buckets = match capacity {
+        0 => return 0,
+        1..=7 => capacity + 1,
+        _ => capacity / 7 * 8,
+    };
+    let data = (buckets * std::mem::size_of::<T>()).next_multiple_of(GROUP);
+    data + buckets + GROUP
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::timeouts::Timeouts;
+    use std::collections::{HashMap as StdHashMap, HashSet};
+
+    fn ip(n: u32) -> Ipv4Addr {
+        Ipv4Addr::from(n)
+    }
+
+    fn client_key(client: u32, cport: u16) -> FlowKey4 {
+        FlowKey4::new(
+            Protocol::Tcp,
+            ip(0x0a00_0000 + client),
+            cport,
+            ip(0xc612_0101),
+            80,
+        )
+    }
+
+    fn nat(client: u32, cport: u16, rs: u32) -> (FlowKey4, Option<FlowKey4>, Session) {
+        let key = client_key(client, cport);
+        let s = Session::new(&key, ForwardMode::Nat, 1, rs, ip(0xc0a8_0000 + rs), 8080);
+        (key, s.reply_key(), s)
+    }
+
+    fn dr(client: u32, cport: u16, rs: u32) -> (FlowKey4, Option<FlowKey4>, Session) {
+        let key = client_key(client, cport);
+        let s = Session::new(&key, ForwardMode::Dr, 1, rs, ip(0xc0a8_0000 + rs), 80);
+        (key, s.reply_key(), s)
+    }
+
+    /// Expires everything due at `now`, returning the expired ids sorted.
+    fn expire_all(table: &mut SessionTable<FlowKey4>, now: u32) -> Vec<SessionId> {
+        let mut expired = Vec::new();
+        while !table
+            .expire(now, usize::MAX, |id, _| expired.push(id))
+            .caught_up
+        {}
+        expired.sort();
+        expired
+    }
+
+    #[test]
+    fn session_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Session>(), 64);
+        assert_eq!(std::mem::align_of::<Session>(), 64);
+        assert_eq!(std::mem::size_of::<TimerLink>(), 12);
+    }
+
+    #[test]
+    fn nat_session_found_from_both_directions() {
+        let mut table = SessionTable::with_capacity(16);
+        let (key, reply, s) = nat(1, 40000, 2);
+        let reply = reply.unwrap();
+        assert_eq!(
+            (reply.src_addr(), reply.sport, reply.dst_addr(), reply.dport),
+            (ip(0xc0a8_0002), 8080, ip(0x0a00_0001), 40000)
+        );
+        let id = table.insert(key, Some(reply), s, 0, 100).unwrap();
+        assert_eq!(table.lookup(&key), Some((id, Direction::Inbound)));
+        assert_eq!(table.lookup(&reply), Some((id, Direction::Outbound)));
+        assert_eq!(table.lookup(&key.reversed()), None);
+        assert_eq!(table.len(), 1);
+        let got = table.get(id).unwrap();
+        assert_eq!(got.in_key(), key);
+        assert_eq!(got.state(), TcpState::None);
+        assert_eq!(got.deadline(), 100);
+        assert!(!got.flags().contains(SessionFlags::NO_OUTPUT));
+    }
+
+    #[test]
+    fn fullnat_reply_key_goes_to_the_local_address() {
+        let key = client_key(1, 40000);
+        let s = Session::new(&key, ForwardMode::FullNat, 1, 2, ip(0xc0a8_0002), 8080)
+            .with_local(ip(0xc0a8_00fe), 5001);
+        let reply = s.reply_key().unwrap();
+        assert_eq!((reply.dst_addr(), reply.dport), (ip(0xc0a8_00fe), 5001));
+        let mut table = SessionTable::with_capacity(4);
+        let id = table.insert(key, Some(reply), s, 0, 10).unwrap();
+        assert_eq!(table.lookup(&reply), Some((id, Direction::Outbound)));
+    }
+
+    #[test]
+    fn dr_session_has_only_the_client_key() {
+        let mut table = SessionTable::with_capacity(16);
+        let (key, reply, s) = dr(1, 40000, 2);
+        assert_eq!(reply, None);
+        let id = table.insert(key, None, s, 0, 100).unwrap();
+        assert_eq!(table.lookup(&key), Some((id, Direction::Inbound)));
+        let session = table.get(id).unwrap();
+        assert!(session.flags().contains(SessionFlags::NO_OUTPUT));
+        let rs_to_client =
+            FlowKey4::new(Protocol::Tcp, ip(0xc0a8_0002), 80, ip(0x0a00_0001), 40000);
+        assert_eq!(table.lookup(&rs_to_client), None);
+        assert_eq!(table.map.len(), 1);
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_without_change() {
+        let mut table = SessionTable::with_capacity(16);
+        let (key, reply, s) = nat(1, 40000, 2);
+        let id = table.insert(key, reply, s, 0, 100).unwrap();
+        // Same client key, different reply key.
+        let (_, other_reply, s2) = nat(1, 40000, 3);
+        assert_eq!(
+            table.insert(key, other_reply, s2, 0, 100),
+            Err(InsertError::KeyExists(Direction::Inbound))
+        );
+        assert_eq!(table.lookup(&other_reply.unwrap()), None);
+        // Different client key, same reply key (same client and port on another VIP).
+        let other_key = FlowKey4 {
+            dst: key.dst + 1,
+            ..key
+        };
+        assert_eq!(
+            table.insert(other_key, reply, s2, 0, 100),
+            Err(InsertError::KeyExists(Direction::Outbound))
+        );
+        assert_eq!(table.lookup(&other_key), None);
+        // A reply key equal to the client key.
+        assert_eq!(
+            table.insert(other_key, Some(other_key), s2, 0, 100),
+            Err(InsertError::KeyExists(Direction::Outbound))
+        );
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.map.len(), 2);
+        assert_eq!(table.lookup(&key), Some((id, Direction::Inbound)));
+        assert_eq!(table.wheel.armed(), 1);
+    }
+
+    #[test]
+    fn full_table_is_refused_cleanly() {
+        let mut table = SessionTable::with_capacity(3);
+        for port in 0..3 {
+            let (key, reply, s) = nat(1, port, 2);
+            table.insert(key, reply, s, 0, 100).unwrap();
+        }
+        let (key, reply, s) = nat(1, 99, 2);
+        assert_eq!(
+            table.insert(key, reply, s, 0, 100),
+            Err(InsertError::TableFull)
+        );
+        assert_eq!(table.lookup(&key), None);
+        assert_eq!(table.lookup(&reply.unwrap()), None);
+        assert_eq!(
+            (table.len(), table.map.len(), table.wheel.armed()),
+            (3, 6, 3)
+        );
+        // An existing key is still reported as such when full.
+        let (key0, reply0, s0) = nat(1, 0, 2);
+        assert_eq!(
+            table.insert(key0, reply0, s0, 0, 100),
+            Err(InsertError::KeyExists(Direction::Outbound))
+        );
+        // Zero capacity: always full.
+        let mut empty = SessionTable::with_capacity(0);
+        assert_eq!(
+            empty.insert(key, None, s, 0, 1),
+            Err(InsertError::TableFull)
+        );
+    }
+
+    #[test]
+    fn remove_frees_keys_slot_and_timer() {
+        let mut table = SessionTable::with_capacity(1);
+        let (key, reply, s) = nat(1, 40000, 2);
+        let id = table.insert(key, reply, s, 0, 100).unwrap();
+        let removed = table.remove(id).unwrap();
+        assert_eq!(removed.in_key(), key);
+        assert_eq!(table.remove(id), None);
+        assert_eq!(table.get(id), None);
+        assert!(!table.touch(id, 1, 10));
+        assert_eq!(table.lookup(&key), None);
+        assert_eq!(table.lookup(&reply.unwrap()), None);
+        assert_eq!(
+            (table.len(), table.map.len(), table.wheel.armed()),
+            (0, 0, 0)
+        );
+        // The single slot is reusable, with the same keys.
+        let id2 = table.insert(key, reply, s, 5, 100).unwrap();
+        assert_eq!(id2, id);
+        assert_eq!(table.get(id2).unwrap().created, 5);
+        assert_eq!(expire_all(&mut table, 104), []);
+        assert_eq!(expire_all(&mut table, 105), [id2]);
+    }
+
+    #[test]
+    fn expiry_calls_back_once_per_session_and_frees_keys() {
+        let mut table = SessionTable::with_wheel(64, 16, 0);
+        let mut ids = Vec::new();
+        for port in 0..40u16 {
+            let (key, reply, s) = if port % 2 == 0 {
+                nat(1, port, 2)
+            } else {
+                dr(1, port, 2)
+            };
+            ids.push((
+                table
+                    .insert(key, reply, s, 0, 10 + u32::from(port))
+                    .unwrap(),
+                key,
+                reply,
+            ));
+        }
+        let mut seen = Vec::new();
+        while !table
+            .expire(29, 3, |id, session| {
+                assert_eq!(session.real, 2);
+                seen.push((id, session.in_key()));
+            })
+            .caught_up
+        {}
+        assert_eq!(seen.len(), 20);
+        let unique: HashSet<SessionId> = seen.iter().map(|(id, _)| *id).collect();
+        assert_eq!(unique.len(), 20);
+        for (id, key, reply) in &ids[..20] {
+            assert!(seen.contains(&(*id, *key)));
+            assert_eq!(table.lookup(key), None);
+            if let Some(reply) = reply {
+                assert_eq!(table.lookup(reply), None);
+            }
+        }
+        for (id, key, _) in &ids[20..] {
+            assert_eq!(table.lookup(key), Some((*id, Direction::Inbound)));
+        }
+        assert_eq!(table.len(), 20);
+        assert_eq!(expire_all(&mut table, 1000).len(), 20);
+        assert!(table.is_empty());
+        assert_eq!(table.map.len(), 0);
+    }
+
+    #[test]
+    fn touch_postpones_expiry() {
+        let mut table = SessionTable::with_wheel(8, 16, 0);
+        let (key, reply, s) = nat(1, 40000, 2);
+        let id = table.insert(key, reply, s, 0, 10).unwrap();
+        assert_eq!(expire_all(&mut table, 9), []);
+        assert!(table.touch(id, 9, 100));
+        assert_eq!(table.get(id).unwrap().deadline(), 109);
+        assert_eq!(expire_all(&mut table, 108), []);
+        assert_eq!(expire_all(&mut table, 109), [id]);
+    }
+
+    #[test]
+    fn on_packet_moves_state_and_timeout() {
+        let mut t = Timeouts::default();
+        t.set_tcp_tcpfin_udp(900, 120, 300).unwrap();
+        let ticks = t.in_ticks(1000); // one-second ticks keep the numbers readable
+        let mut table = SessionTable::with_capacity(8);
+        let (key, _, s) = dr(1, 40000, 2);
+        let id = table
+            .insert(key, None, s, 0, ticks.tcp(TcpState::None))
+            .unwrap();
+        let syn = table.on_packet(id, Direction::Inbound, TcpFlags::SYN, 0, &ticks);
+        assert_eq!(syn.unwrap().to, TcpState::SynRecv);
+        assert_eq!(table.get(id).unwrap().deadline(), 60);
+        let ack = table
+            .on_packet(id, Direction::Inbound, TcpFlags::ACK, 1, &ticks)
+            .unwrap();
+        assert_eq!(
+            ack.activity_change(),
+            Some(state::ActivityChange::BecameActive)
+        );
+        assert!(table.get(id).unwrap().is_active());
+        assert_eq!(table.get(id).unwrap().deadline(), 901);
+        // DR: a client FIN means FIN_WAIT (INPUT-ONLY table), and the shorter timeout
+        // takes effect at once.
+        let fin = table
+            .on_packet(
+                id,
+                Direction::Inbound,
+                TcpFlags::FIN | TcpFlags::ACK,
+                2,
+                &ticks,
+            )
+            .unwrap();
+        assert_eq!(fin.to, TcpState::FinWait);
+        assert_eq!(
+            fin.activity_change(),
+            Some(state::ActivityChange::BecameInactive)
+        );
+        assert_eq!(table.get(id).unwrap().state_name(), "FIN_WAIT");
+        assert_eq!(table.get(id).unwrap().packets, 3);
+        assert_eq!(expire_all(&mut table, 121), []);
+        assert_eq!(expire_all(&mut table, 122), [id]);
+    }
+
+    #[test]
+    fn reply_clears_no_output() {
+        let mut s = dr(1, 40000, 2).2;
+        s.on_tcp_segment(Direction::Inbound, TcpFlags::SYN);
+        s.on_tcp_segment(Direction::Inbound, TcpFlags::ACK);
+        // INPUT-ONLY: client FIN -> FIN_WAIT.
+        let mut input_only = s;
+        assert_eq!(
+            input_only
+                .on_tcp_segment(Direction::Inbound, TcpFlags::FIN)
+                .to,
+            TcpState::FinWait
+        );
+        // Once the server was seen, the INPUT table applies: client FIN -> CLOSE_WAIT.
+        s.on_tcp_segment(Direction::Outbound, TcpFlags::ACK);
+        assert!(!s.flags().contains(SessionFlags::NO_OUTPUT));
+        assert_eq!(
+            s.on_tcp_segment(Direction::Inbound, TcpFlags::FIN).to,
+            TcpState::CloseWait
+        );
+    }
+
+    #[test]
+    fn udp_sessions_show_as_udp_and_are_inactive() {
+        let key = FlowKey4::new(Protocol::Udp, ip(1), 5000, ip(2), 53);
+        let s = Session::new(&key, ForwardMode::Nat, 1, 1, ip(3), 53);
+        let ticks = Timeouts::default().in_ticks(1000);
+        let mut table = SessionTable::with_capacity(2);
+        let id = table.insert(key, s.reply_key(), s, 0, ticks.udp()).unwrap();
+        let t = table
+            .on_packet(id, Direction::Outbound, TcpFlags::empty(), 10, &ticks)
+            .unwrap();
+        assert!(!t.changed());
+        let s = table.get(id).unwrap();
+        assert_eq!(
+            (s.state_name(), s.is_active(), s.deadline()),
+            ("UDP", false, 310)
+        );
+    }
+
+    #[test]
+    fn iter_lists_live_sessions() {
+        let mut table = SessionTable::with_capacity(8);
+        let mut ids = Vec::new();
+        for port in 0..5 {
+            let (key, reply, s) = nat(1, port, 2);
+            ids.push(table.insert(key, reply, s, 0, 10).unwrap());
+        }
+        table.remove(ids[1]);
+        table.remove(ids[3]);
+        let listed: Vec<SessionId> = table.iter().map(|(id, _)| id).collect();
+        assert_eq!(listed, [ids[0], ids[2], ids[4]]);
+    }
+
+    #[test]
+    fn memory_per_session_at_one_million() {
+        let table: SessionTable<FlowKey4> = SessionTable::with_capacity(1_000_000);
+        let per_session = table.memory_bytes() as f64 / table.capacity() as f64;
+        println!(
+            "capacity {}: {} bytes, {per_session:.1} bytes per session",
+            table.capacity(),
+            table.memory_bytes()
+        );
+        // 64 (entry) + 32 (keys) + 4 Mi buckets of 21 bytes (map) over 1 M sessions.
+        assert!((184.0..184.5).contains(&per_session), "{per_session}");
+        assert!(table.map_capacity() >= 2_000_000);
+    }
+
+    #[test]
+    fn hashbrown_bytes_matches_its_layout() {
+        // 4 buckets hold 3 items; 16 buckets hold 14; 4 Mi buckets hold 3.5 Mi.
+        assert_eq!(hashbrown_bytes::<(FlowKey4, u32)>(3), 80 + 4 + 16);
+        assert_eq!(hashbrown_bytes::<(FlowKey4, u32)>(14), 320 + 16 + 16);
+        assert_eq!(
+            hashbrown_bytes::<(FlowKey4, u32)>(3_670_016),
+            4_194_304 * 21 + 16
+        );
+        let map: HashMap<FlowKey4, u32> = HashMap::with_capacity(1000);
+        assert_eq!(map.capacity(), 1792); // 2048 buckets
+    }
+
+    /// Small xorshift64* generator: deterministic, no dependency.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    struct Model {
+        in_key: FlowKey4,
+        reply: Option<FlowKey4>,
+        deadline: u32,
+    }
+
+    #[test]
+    fn randomized_against_a_model() {
+        const CAPACITY: usize = 200;
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut table = SessionTable::with_wheel(CAPACITY, 16, 0);
+        let map_capacity = table.map_capacity();
+        let memory = table.memory_bytes();
+        let mut model: StdHashMap<SessionId, Model> = StdHashMap::new();
+        let mut keys: StdHashMap<FlowKey4, (SessionId, Direction)> = StdHashMap::new();
+        let mut live: Vec<SessionId> = Vec::new();
+        let mut now: u32 = 0;
+        let mut counts = [0usize; 6];
+
+        for _ in 0..100_000 {
+            match rng.below(100) {
+                0..=39 => {
+                    // Insert: small key spaces so that collisions happen.
+                    let client = rng.below(16) as u32;
+                    let port = rng.below(16) as u16;
+                    let rs = rng.below(4) as u32;
+                    let mut key = client_key(client, port);
+                    key.dst += rng.below(2) as u32;
+                    let mode = [ForwardMode::Nat, ForwardMode::Dr][rng.below(2) as usize];
+                    let s = Session::new(&key, mode, 7, rs, ip(0xc0a8_0000 + rs), 8080);
+                    let reply = s.reply_key();
+                    let timeout = rng.below(100) as u32;
+                    let want = if reply.is_some_and(|r| keys.contains_key(&r)) {
+                        Err(InsertError::KeyExists(Direction::Outbound))
+                    } else if keys.contains_key(&key) {
+                        Err(InsertError::KeyExists(Direction::Inbound))
+                    } else if model.len() == CAPACITY {
+                        Err(InsertError::TableFull)
+                    } else {
+                        Ok(())
+                    };
+                    let got = table.insert(key, reply, s, now, timeout);
+                    assert_eq!(got.map(|_| ()), want);
+                    if let Ok(id) = got {
+                        assert!(!model.contains_key(&id));
+                        keys.insert(key, (id, Direction::Inbound));
+                        if let Some(r) = reply {
+                            keys.insert(r, (id, Direction::Outbound));
+                        }
+                        model.insert(
+                            id,
+                            Model {
+                                in_key: key,
+                                reply,
+                                deadline: now + timeout,
+                            },
+                        );
+                        live.push(id);
+                        counts[0] += 1;
+                    }
+                }
+                40..=59 => {
+                    // Lookup of a random key, live or not, either direction.
+                    let mut key = client_key(rng.below(16) as u32, rng.below(16) as u16);
+                    if rng.below(2) == 0 {
+                        key = FlowKey4 {
+                            src: 0xc0a8_0000 + rng.below(4) as u32,
+                            sport: 8080,
+                            ..key.reversed()
+                        };
+                    }
+                    assert_eq!(table.lookup(&key), keys.get(&key).copied());
+                    counts[1] += 1;
+                }
+                60..=69 if !live.is_empty() => {
+                    let id = live.swap_remove(rng.below(live.len() as u64) as usize);
+                    let m = model.remove(&id).unwrap();
+                    keys.remove(&m.in_key);
+                    if let Some(r) = m.reply {
+                        keys.remove(&r);
+                    }
+                    assert_eq!(table.remove(id).unwrap().in_key(), m.in_key);
+                    counts[2] += 1;
+                }
+                70..=84 if !live.is_empty() => {
+                    let id = live[rng.below(live.len() as u64) as usize];
+                    let timeout = rng.below(200) as u32;
+                    assert!(table.touch(id, now, timeout));
+                    model.get_mut(&id).unwrap().deadline = now + timeout;
+                    counts[3] += 1;
+                }
+                _ => {
+                    // Time passes; expire, sometimes with a tiny budget.
+                    now += rng.below(20) as u32;
+                    let budget = if rng.below(4) == 0 {
+                        1 + rng.below(3) as usize
+                    } else {
+                        usize::MAX
+                    };
+                    let mut expired = Vec::new();
+                    let step = table.expire(now, budget, |id, s| {
+                        assert_eq!(s.in_key(), model[&id].in_key);
+                        expired.push(id);
+                    });
+                    assert!(step.examined <= budget);
+                    for id in &expired {
+                        let m = model.remove(id).unwrap();
+                        assert!(m.deadline <= now, "expired early");
+                        keys.remove(&m.in_key);
+                        if let Some(r) = m.reply {
+                            keys.remove(&r);
+                        }
+                        live.retain(|l| l != id);
+                    }
+                    if step.caught_up {
+                        // Nothing due may remain.
+                        assert!(model.values().all(|m| m.deadline > now), "expired late");
+                        counts[4] += 1;
+                    }
+                    counts[5] += expired.len();
+                }
+            }
+            assert_eq!(table.len(), model.len());
+        }
+        // Every kind of operation happened, many times.
+        assert!(counts.iter().all(|&c| c > 1000), "{counts:?}");
+        for (id, m) in &model {
+            assert_eq!(table.get(*id).unwrap().in_key(), m.in_key);
+        }
+        assert_eq!(table.map.len(), keys.len());
+        assert_eq!(table.iter().count(), model.len());
+        // Nothing was reallocated.
+        assert_eq!(table.map_capacity(), map_capacity);
+        assert_eq!(table.memory_bytes(), memory);
+    }
+}
