@@ -2,12 +2,16 @@
 //! in-process ring port pair, answers ARP and ICMP echo and counts a malformed frame.
 //! One test function only: the EAL initialises once per process.
 use sluice::dataplane::counters::{DropReason, Event, WorkerCounters};
+use sluice::dataplane::forwarder::Forwarder;
 use sluice::dataplane::local::LocalResponder;
+use sluice::dataplane::realserver_stats;
 use sluice::dataplane::worker::{Worker, WorkerPort};
 use sluice::dpdk::{
     launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair,
 };
 use sluice::emulator::frames::{self, Garbage, Reply};
+use sluice::service::SnapshotPublisher;
+use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,16 +79,25 @@ fn worker_answers_arp_and_ping_over_net_ring() {
     assert!(lb.take_queues().is_err(), "queues are handed out once");
     let counters = Arc::new(WorkerCounters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let worker = Worker::new(
-        0,
-        vec![WorkerPort {
-            rx,
-            tx,
-            responder: LocalResponder::new(LB_MAC, &[lb_ip]),
-        }],
-        counters.clone(),
-        stop.clone(),
+    // No virtual services: the worker only answers for its own address.
+    let publisher = SnapshotPublisher::default();
+    let hz = sluice::dpdk::tsc_hz();
+    let forwarder = Forwarder::new(
+        1024,
+        publisher.reader(),
+        Timeouts::default().in_ticks(100),
+        hz / 10,
+        hz,
+        Arc::new(realserver_stats::new_table()),
     );
+    let port = WorkerPort {
+        rx,
+        tx,
+        responder: LocalResponder::new(LB_MAC, &[lb_ip]),
+        addr: lb_ip,
+        mtu: 1500,
+    };
+    let worker = Worker::new(0, vec![port], forwarder, counters.clone(), stop.clone());
     launch_on_lcore(1, move || worker.run()).unwrap();
 
     let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();

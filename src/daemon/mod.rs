@@ -8,12 +8,16 @@ use crate::config::{Config, PortDevice};
 use crate::control::protocol::Request;
 use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::counters::WorkerCounters;
+use crate::dataplane::forwarder::Forwarder;
 use crate::dataplane::local::LocalResponder;
+use crate::dataplane::realserver_stats::{self, RealServerCounters, MAX_REAL_SERVER_IDS};
 use crate::dataplane::worker::{Worker, WorkerPort};
 use crate::dpdk::{
     launch_on_lcore, wait_lcore, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
 };
 use crate::emulator::Emulator;
+use crate::service::{Persistence, RealServerSpec, ServiceTable, Snapshot, SnapshotPublisher};
+use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,8 +70,18 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .map(|_| Arc::new(WorkerCounters::default()))
         .collect();
 
+    let mut services = services_from_config(&cfg)?;
+    let publisher = SnapshotPublisher::new(Snapshot::build(1, &services.table));
+    services.generation = 1;
+    let real_servers: Vec<Arc<Box<[RealServerCounters]>>> = cfg
+        .lcores
+        .workers
+        .iter()
+        .map(|_| Arc::new(realserver_stats::new_table()))
+        .collect();
+
     let mut app = bring_up(&cfg)?;
-    launch_workers(&cfg, &mut app, &counters, &stop)?;
+    launch_workers(&cfg, &mut app, &counters, &real_servers, &publisher, &stop)?;
     let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
     let server = ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
         .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()));
@@ -245,12 +259,78 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
     })
 }
 
+/// The management core's view of the services: the editable table and the generation
+/// of the last snapshot published from it.
+pub struct Services {
+    pub table: ServiceTable,
+    pub generation: u64,
+}
+
+fn services_from_config(cfg: &Config) -> Result<Services, String> {
+    let mut table = ServiceTable::new();
+    for sc in &cfg.services {
+        let at = |e: crate::service::ServiceError| {
+            format!("{}:{}: services: {e}", cfg.path.display(), sc.line)
+        };
+        let persistence = sc
+            .persistence
+            .map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
+        table
+            .add_service(sc.key, sc.scheduler, persistence)
+            .map_err(at)?;
+        for rs in &sc.real_servers {
+            let spec = RealServerSpec::new(rs.ip, rs.port, rs.weight, rs.mode)
+                .with_thresholds(rs.upper, rs.lower);
+            let id = table.add_server(sc.key, spec).map_err(at)?;
+            check_real_server_id(id)?;
+        }
+    }
+    Ok(Services {
+        table,
+        generation: 0,
+    })
+}
+
+/// Per-worker real-server counters are indexed by id; ids are never reused.
+pub fn check_real_server_id(id: u32) -> Result<(), String> {
+    if id as usize >= MAX_REAL_SERVER_IDS {
+        return Err(format!(
+            "real-server id space exhausted ({MAX_REAL_SERVER_IDS} additions in this process); restart sluice"
+        ));
+    }
+    Ok(())
+}
+
+fn timeouts_from_config(cfg: &Config) -> Timeouts {
+    let t = &cfg.timeouts;
+    let mut out = Timeouts::default();
+    for (state, secs) in [
+        (TcpState::Established, t.tcp_s),
+        (TcpState::FinWait, t.tcpfin_s),
+        (TcpState::SynRecv, t.syn_recv_s),
+        (TcpState::SynSent, t.syn_sent_s),
+        (TcpState::TimeWait, t.time_wait_s),
+        (TcpState::Close, t.close_s),
+        (TcpState::CloseWait, t.close_wait_s),
+        (TcpState::LastAck, t.last_ack_s),
+    ] {
+        out.set_tcp_ms(state, secs.saturating_mul(1000));
+    }
+    out.set_udp_ms(t.udp_s.saturating_mul(1000));
+    out
+}
+
 fn launch_workers(
     cfg: &Config,
     app: &mut Appliance,
     counters: &[Arc<WorkerCounters>],
+    real_servers: &[Arc<Box<[RealServerCounters]>>],
+    publisher: &SnapshotPublisher,
     stop: &Arc<AtomicBool>,
 ) -> Result<(), String> {
+    let timeouts = timeouts_from_config(cfg).in_ticks(cfg.sessions.tick_ms);
+    let hz = crate::dpdk::tsc_hz();
+    let tsc_per_tick = hz / 1000 * cfg.sessions.tick_ms as u64;
     let mut queues: Vec<_> = app
         .ports
         .iter_mut()
@@ -268,10 +348,26 @@ fn launch_workers(
                     rx,
                     tx,
                     responder: LocalResponder::new(entry.mac, &addrs),
+                    addr: addrs[0],
+                    mtu: pc.mtu.unwrap_or(1500),
                 }
             })
             .collect();
-        let worker = Worker::new(w as u16, ports, counters[w].clone(), stop.clone());
+        let forwarder = Forwarder::new(
+            cfg.sessions.capacity as usize,
+            publisher.reader(),
+            timeouts,
+            tsc_per_tick,
+            hz,
+            real_servers[w].clone(),
+        );
+        let worker = Worker::new(
+            w as u16,
+            ports,
+            forwarder,
+            counters[w].clone(),
+            stop.clone(),
+        );
         launch_on_lcore(lcore, move || worker.run()).map_err(|e| e.to_string())?;
     }
     Ok(())

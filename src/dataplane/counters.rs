@@ -173,6 +173,11 @@ pub struct WorkerCounters {
     pub polls: AtomicU64,
     /// Entries in this worker's neighbour table (a gauge, not a count).
     pub neighbour_entries: AtomicU64,
+    /// Live sessions in this worker's table (a gauge).
+    pub sessions: AtomicU64,
+    /// Sessions created and expired (counts).
+    pub sessions_created: AtomicU64,
+    pub sessions_expired: AtomicU64,
     pub drops: [AtomicU64; DropReason::COUNT],
     pub events: [AtomicU64; Event::COUNT],
 }
@@ -209,6 +214,8 @@ impl WorkerCounters {
             &self.busy_cycles,
             &self.total_cycles,
             &self.polls,
+            &self.sessions_created,
+            &self.sessions_expired,
         ] {
             c.store(0, Relaxed);
         }

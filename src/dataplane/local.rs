@@ -81,10 +81,43 @@ impl LocalResponder {
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Verdict {
-        match self.respond(frame, neighbours, now_tsc, counters) {
+        self.process_with_vips(frame, neighbours, now_tsc, counters, &[])
+    }
+
+    /// As [`process`](Self::process), also answering for the virtual service
+    /// addresses in `vips` (sorted): Sluice owns its VIPs on the wire, so clients
+    /// resolve and ping them like its own addresses.
+    pub fn process_with_vips(
+        &self,
+        frame: &mut [u8],
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+        vips: &[Ipv4Addr],
+    ) -> Verdict {
+        let me = Answering {
+            responder: self,
+            vips,
+        };
+        match me.respond(frame, neighbours, now_tsc, counters) {
             Ok(()) => Verdict::Reply,
             Err(reason) => Verdict::Drop(reason),
         }
+    }
+}
+
+/// A responder together with the VIPs it answers for on this burst.
+struct Answering<'a> {
+    responder: &'a LocalResponder,
+    /// Sorted virtual service addresses.
+    vips: &'a [Ipv4Addr],
+}
+
+impl Answering<'_> {
+    /// `ip` is one of our addresses or a VIP.
+    #[inline]
+    fn owns(&self, ip: Ipv4Addr) -> bool {
+        self.responder.is_local(ip) || self.vips.binary_search(&ip).is_ok()
     }
 
     fn respond(
@@ -100,7 +133,7 @@ impl LocalResponder {
             return Err(DropReason::BadSourceMac);
         }
         let dst_mac = eth.dst_addr();
-        if dst_mac != self.mac && !dst_mac.is_broadcast() {
+        if dst_mac != self.responder.mac && !dst_mac.is_broadcast() {
             return Err(DropReason::NotOurMac);
         }
         let l2 = ethernet::parse_l2(frame).map_err(|_| DropReason::Truncated)?;
@@ -133,7 +166,7 @@ impl LocalResponder {
         let sender_mac = packet.sender_hardware_addr();
         let sender_ip = packet.sender_protocol_addr();
         let target_ip = packet.target_protocol_addr();
-        let target_is_ours = self.is_local(target_ip);
+        let target_is_ours = self.owns(target_ip);
 
         if self.may_learn(sender_ip, sender_mac) {
             // RFC 826: refresh a known sender from any ARP; add a new one only when the
@@ -158,7 +191,7 @@ impl LocalResponder {
                     return Err(DropReason::BadArp);
                 }
                 packet.set_operation(arp::Operation::Reply);
-                packet.set_sender_hardware_addr(self.mac);
+                packet.set_sender_hardware_addr(self.responder.mac);
                 packet.set_sender_protocol_addr(target_ip);
                 packet.set_target_hardware_addr(sender_mac);
                 packet.set_target_protocol_addr(sender_ip);
@@ -180,7 +213,7 @@ impl LocalResponder {
             && !ip.is_unspecified()
             && !ip.is_broadcast()
             && !ip.is_multicast()
-            && !self.is_local(ip)
+            && !self.owns(ip)
     }
 
     fn answer_ipv4(
@@ -198,7 +231,7 @@ impl LocalResponder {
             return Err(DropReason::BadIpv4Checksum);
         }
         let our_ip = packet.dst_addr();
-        if !self.is_local(our_ip) {
+        if !self.owns(our_ip) {
             return Err(DropReason::NotLocal);
         }
         if packet.is_fragment() {
@@ -244,7 +277,7 @@ impl LocalResponder {
     fn address_reply(&self, l2_header: &mut [u8], to: MacAddr) {
         let mut eth = ethernet::Frame::new_unchecked(l2_header);
         eth.set_dst_addr(to);
-        eth.set_src_addr(self.mac);
+        eth.set_src_addr(self.responder.mac);
     }
 }
 

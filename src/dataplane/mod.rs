@@ -1,6 +1,8 @@
 //! The worker side: counters, the local responder (ARP/ICMP for the appliance's own
 //! addresses), the neighbour table, and the run-to-completion loop.
 pub mod counters;
+pub mod forwarder;
 pub mod local;
 pub mod neighbour;
+pub mod realserver_stats;
 pub mod worker;

@@ -1,27 +1,34 @@
 //! The run-to-completion loop of one worker lcore: RX burst -> process -> TX burst, on
-//! every port, until told to stop. The worker owns its queues, its neighbour table and
-//! its counters' only writer; it takes no lock and makes no syscall.
+//! every port, until told to stop. The worker owns its queues, its neighbour table, its
+//! session table and its counters' only writer; it takes no lock and makes no syscall.
 use super::counters::{bump, DropReason, WorkerCounters};
-use super::local::{LocalResponder, Verdict};
+use super::forwarder::{Action, Forwarder, PortContext};
+use super::local::LocalResponder;
 use super::neighbour::NeighbourTable;
 use crate::dpdk::{tsc, Burst, RxQueue, TxQueue};
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Neighbour entries per worker; inserting beyond this is refused and counted.
 pub const NEIGHBOUR_CAPACITY: usize = 4096;
 
-/// One port as a worker sees it: its own queue pair and the port's local responder.
+/// One port as a worker sees it: its own queue pair, the port's local responder, and
+/// what the forwarder needs to source packets from it.
 pub struct WorkerPort {
     pub rx: RxQueue,
     pub tx: TxQueue,
     pub responder: LocalResponder,
+    /// Source address of Sluice's own ARP, ICMP and tunnel packets on this port.
+    pub addr: Ipv4Addr,
+    pub mtu: u16,
 }
 
 pub struct Worker {
     pub id: u16,
     pub ports: Vec<WorkerPort>,
     pub neighbours: NeighbourTable,
+    pub forwarder: Forwarder,
     pub counters: Arc<WorkerCounters>,
     pub stop: Arc<AtomicBool>,
 }
@@ -30,6 +37,7 @@ impl Worker {
     pub fn new(
         id: u16,
         ports: Vec<WorkerPort>,
+        forwarder: Forwarder,
         counters: Arc<WorkerCounters>,
         stop: Arc<AtomicBool>,
     ) -> Self {
@@ -37,6 +45,7 @@ impl Worker {
             id,
             ports,
             neighbours: NeighbourTable::with_capacity(NEIGHBOUR_CAPACITY),
+            forwarder,
             counters,
             stop,
         }
@@ -49,10 +58,12 @@ impl Worker {
         let mut tx = Burst::new();
         while !self.stop.load(Relaxed) {
             let start = tsc();
+            self.forwarder.poll(start, &self.counters);
             let mut received = 0;
             for port in &mut self.ports {
                 received += poll_port(
                     port,
+                    &mut self.forwarder,
                     &mut self.neighbours,
                     &self.counters,
                     start,
@@ -76,6 +87,7 @@ impl Worker {
 #[inline]
 fn poll_port(
     port: &mut WorkerPort,
+    forwarder: &mut Forwarder,
     neighbours: &mut NeighbourTable,
     counters: &WorkerCounters,
     now: u64,
@@ -86,24 +98,37 @@ fn poll_port(
     if n == 0 {
         return 0;
     }
+    let ctx = PortContext {
+        responder: &port.responder,
+        mac: port.responder.mac(),
+        addr: port.addr,
+        mtu: port.mtu,
+    };
     let mut rx_bytes = 0u64;
     let mut tx_bytes = 0u64;
     rx.prefetch(0);
     for i in 0..n {
         rx.prefetch(i + 1);
-        let frame = rx.packet_mut(i);
-        let len = frame.len() as u64;
-        rx_bytes += len;
-        match port.responder.process(frame, neighbours, now, counters) {
-            Verdict::Reply => {
-                // tx can hold a whole burst, and it is empty at the start of each poll.
-                rx.move_to(i, tx);
-                tx_bytes += len;
+        rx_bytes += rx.packet_len(i) as u64;
+        let action = forwarder.handle(rx, i, &ctx, neighbours, now, counters);
+        let send = match action {
+            Action::Transmit => true,
+            Action::TransmitInstead(reason) => {
+                counters.drop(reason);
+                true
             }
-            Verdict::Drop(reason) => counters.drop(reason),
+            Action::Drop(reason) => {
+                counters.drop(reason);
+                false
+            }
+        };
+        if send {
+            // tx can hold a whole burst, and it is empty at the start of each poll.
+            tx_bytes += rx.packet_len(i) as u64;
+            rx.move_to(i, tx);
         }
     }
-    // Dropped packets are still in rx (replies were moved out); one bulk free.
+    // Dropped packets are still in rx (sent ones were moved out); one bulk free.
     rx.free_all();
     bump(&counters.rx_packets, n as u64);
     bump(&counters.rx_bytes, rx_bytes);

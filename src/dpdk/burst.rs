@@ -171,6 +171,25 @@ impl Burst {
         true
     }
 
+    /// Grows packet `i` by `n` bytes at the front (into the mbuf's headroom, as
+    /// `rte_pktmbuf_prepend`); the new bytes are uninitialised packet space. Returns
+    /// false, changing nothing, when the headroom is too small.
+    pub fn prepend(&mut self, i: usize, n: u16) -> bool {
+        assert!(i < self.len);
+        // SAFETY: owned live mbuf; we move data_off back within the buffer only after
+        // checking there is room, and keep data_len/pkt_len consistent.
+        unsafe {
+            let mb = &mut *self.mbufs[i];
+            if mb.data_off < n || mb.data_len as u32 + n as u32 > u16::MAX as u32 {
+                return false;
+            }
+            mb.data_off -= n;
+            mb.data_len += n;
+            mb.pkt_len += n as u32;
+        }
+        true
+    }
+
     /// Frees every packet still held (one bulk call).
     pub fn free_all(&mut self) {
         if self.len > 0 {

@@ -97,8 +97,10 @@ pub struct Session {
     pub real_port: u16,
     /// FullNAT local port; 0 otherwise.
     pub local_port: u16,
-    /// The real server's MAC for DR; all zero while unresolved.
-    pub real_mac: [u8; 6],
+    /// The one next-hop MAC the data plane cannot cheaply look up. DR/TUN: the real
+    /// server's (all zero while unresolved). NAT/FullNAT: the MAC the client's packets
+    /// came from, i.e. the next hop back towards the client.
+    pub peer_mac: [u8; 6],
     pub proto: Protocol,
     pub mode: ForwardMode,
     /// The virtual service, as numbered by the service snapshot.
@@ -141,7 +143,7 @@ impl Session {
             vport: in_key.dport,
             real_port,
             local_port: 0,
-            real_mac: [0; 6],
+            peer_mac: [0; 6],
             proto: in_key.proto,
             mode,
             service,

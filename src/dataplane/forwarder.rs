@@ -1,0 +1,640 @@
+//! The forwarding core of one worker: classify a frame, find or create its session,
+//! rewrite it for its mode (DR, NAT, TUN) and say where it goes. Owns the worker's
+//! session table and scheduler instances; reads services from the RCU snapshot.
+use super::counters::{bump, DropReason, WorkerCounters};
+use super::local::{LocalResponder, Verdict};
+use super::neighbour::NeighbourTable;
+use super::realserver_stats::RealServerCounters;
+use crate::dpdk::Burst;
+use crate::flow::parse::{classify, PacketKind, Parsed};
+use crate::flow::{FlowKey, FlowKey4, Protocol};
+use crate::forward::{self, MtuCheck, QuoteRewrite};
+use crate::sched::{self, PickContext, Scheduler, ServerLoad};
+use crate::service::{ForwardMode, ServiceKey, SnapshotReader};
+use crate::session::{Direction, Session, SessionTable, TickTimeouts, Transition};
+use crate::wire::arp;
+use crate::wire::ethernet::{self, EtherType, MacAddr};
+use crate::wire::tcp::TcpFlags;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Sessions expired per poll at most, so expiry never stalls the RX loop.
+const EXPIRY_BUDGET: usize = 64;
+/// Slots of the ARP-request rate limiter (direct-mapped by address).
+const ARP_LIMITER_SLOTS: usize = 64;
+
+/// What the port a frame arrived on looks like to the forwarder.
+pub struct PortContext<'a> {
+    pub responder: &'a LocalResponder,
+    pub mac: MacAddr,
+    /// The port's first address: source of Sluice's own ARP, ICMP and tunnel packets.
+    pub addr: Ipv4Addr,
+    pub mtu: u16,
+}
+
+/// What to do with a frame after `Forwarder::handle`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Transmit the (rewritten) frame on the port it came from.
+    Transmit,
+    /// Drop it, counting the reason.
+    Drop(DropReason),
+    /// The frame was turned into something else Sluice must send (an ARP request for
+    /// an unresolved next hop, an ICMP frag-needed): transmit it, and count the
+    /// original packet as dropped for `reason`.
+    TransmitInstead(DropReason),
+}
+
+pub struct Forwarder {
+    sessions: SessionTable<FlowKey4>,
+    snapshot: SnapshotReader,
+    /// One scheduler per service, by snapshot index; rebuilt when the snapshot changes.
+    schedulers: Vec<Box<dyn Scheduler>>,
+    /// Scratch for the loads handed to a scheduler (capacity kept across picks).
+    loads: Vec<ServerLoad>,
+    timeouts: TickTimeouts,
+    tsc_per_tick: u64,
+    now_tick: u32,
+    real_servers: Arc<Box<[RealServerCounters]>>,
+    /// (address, TSC of the last ARP request we sent for it).
+    arp_sent: [(u32, u64); ARP_LIMITER_SLOTS],
+    arp_interval_tsc: u64,
+    ip_ident: u16,
+}
+
+impl Forwarder {
+    pub fn new(
+        capacity: usize,
+        snapshot: SnapshotReader,
+        timeouts: TickTimeouts,
+        tsc_per_tick: u64,
+        tsc_hz: u64,
+        real_servers: Arc<Box<[RealServerCounters]>>,
+    ) -> Self {
+        let mut f = Forwarder {
+            sessions: SessionTable::with_capacity(capacity),
+            snapshot,
+            schedulers: Vec::new(),
+            loads: Vec::new(),
+            timeouts,
+            tsc_per_tick: tsc_per_tick.max(1),
+            now_tick: 0,
+            real_servers,
+            arp_sent: [(0, 0); ARP_LIMITER_SLOTS],
+            // At most ten ARP requests a second per unresolved address.
+            arp_interval_tsc: tsc_hz / 10,
+            ip_ident: 0,
+        };
+        f.rebuild_schedulers();
+        f
+    }
+
+    /// Once per poll: pick up a new service snapshot (one atomic load when nothing
+    /// changed), advance the clock and expire due sessions within a budget.
+    pub fn poll(&mut self, now_tsc: u64, counters: &WorkerCounters) {
+        if self.snapshot.refresh() {
+            self.rebuild_schedulers();
+        }
+        self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
+        let Forwarder {
+            sessions,
+            real_servers,
+            ..
+        } = self;
+        let mut expired = 0;
+        sessions.expire(self.now_tick, EXPIRY_BUDGET, |_, s| {
+            expired += 1;
+            let c = &real_servers[s.real as usize];
+            let gauge = if s.is_active() {
+                &c.active
+            } else {
+                &c.inactive
+            };
+            RealServerCounters::gauge_add(gauge, -1);
+        });
+        if expired > 0 {
+            bump(&counters.sessions_expired, expired);
+        }
+        counters.sessions.store(self.sessions.len() as u64, Relaxed);
+    }
+
+    /// The VIPs of the current snapshot (sorted), for the local responder.
+    pub fn vips(&self) -> &[Ipv4Addr] {
+        self.snapshot.current().vips()
+    }
+
+    pub fn sessions(&self) -> &SessionTable<FlowKey4> {
+        &self.sessions
+    }
+
+    fn rebuild_schedulers(&mut self) {
+        let snap = self.snapshot.current();
+        self.schedulers = snap
+            .services()
+            .iter()
+            .map(|s| sched::build(s.scheduler, &s.real_servers))
+            .collect();
+        let widest = snap
+            .services()
+            .iter()
+            .map(|s| s.real_servers.len())
+            .max()
+            .unwrap_or(0);
+        self.loads.reserve(widest);
+        log::info!(
+            "worker: service snapshot {} ({} services)",
+            snap.generation(),
+            snap.services().len()
+        );
+    }
+
+    /// Handles frame `i` of `burst`. Never panics; allocates nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        port: &PortContext,
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Action {
+        let frame = burst.packet_mut(i);
+        let Ok(eth) = ethernet::Frame::new_checked(&*frame) else {
+            return Action::Drop(DropReason::Truncated);
+        };
+        if eth.src_addr().is_multicast() {
+            return Action::Drop(DropReason::BadSourceMac);
+        }
+        let to = eth.dst_addr();
+        if to != port.mac && !to.is_broadcast() {
+            return Action::Drop(DropReason::NotOurMac);
+        }
+        let parsed = match classify(frame) {
+            Ok(p) => p,
+            Err(reason) => return Action::Drop(reason),
+        };
+        let vips = self.snapshot.current().vips();
+        let owns = |ip: Ipv4Addr| port.responder.is_local(ip) || vips.binary_search(&ip).is_ok();
+        match parsed.kind {
+            PacketKind::Arp => local(
+                port.responder
+                    .process_with_vips(frame, neighbours, now_tsc, counters, vips),
+            ),
+            PacketKind::Icmp { dst, icmp_type, .. } => {
+                if icmp_type.is_error() {
+                    self.icmp_error(burst, i, &parsed, port, neighbours, now_tsc)
+                } else if owns(dst) {
+                    local(
+                        port.responder
+                            .process_with_vips(frame, neighbours, now_tsc, counters, vips),
+                    )
+                } else {
+                    Action::Drop(DropReason::NotLocal)
+                }
+            }
+            PacketKind::OtherIpv4 { dst, .. } => Action::Drop(if owns(dst) {
+                DropReason::UnsupportedProtocol
+            } else {
+                DropReason::NotLocal
+            }),
+            PacketKind::Tcp { key, flags, .. } => self.l4(
+                burst, i, &parsed, key, flags, port, neighbours, now_tsc, counters,
+            ),
+            PacketKind::Udp { key } => self.l4(
+                burst,
+                i,
+                &parsed,
+                key,
+                TcpFlags::empty(),
+                port,
+                neighbours,
+                now_tsc,
+                counters,
+            ),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn l4(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        parsed: &Parsed,
+        key: FlowKey4,
+        flags: TcpFlags,
+        port: &PortContext,
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Action {
+        let bytes = burst.packet_len(i) as u64;
+        if let Some((id, dir)) = self.sessions.lookup(&key) {
+            if let Some(t) = self
+                .sessions
+                .on_packet(id, dir, flags, self.now_tick, &self.timeouts)
+            {
+                let s = self.sessions.get(id).expect("looked up just now");
+                account(&self.real_servers[s.real as usize], t);
+            }
+            let s = *self.sessions.get(id).expect("looked up just now");
+            let c = &self.real_servers[s.real as usize];
+            match dir {
+                Direction::Outbound => c.count_out(bytes),
+                _ => c.count_in(bytes),
+            }
+            let action = self.forward(burst, i, parsed, &s, dir, port, neighbours, now_tsc);
+            if let (Action::Transmit, ForwardMode::Dr | ForwardMode::Tun) = (action, s.mode) {
+                // Cache a freshly resolved next hop in the session.
+                if s.peer_mac == [0; 6] {
+                    if let (Some(mac), Some(live)) = (
+                        neighbours.lookup(Ipv4Addr::from(s.real_addr)),
+                        self.sessions.get_mut(id),
+                    ) {
+                        live.peer_mac = mac.0;
+                    }
+                }
+            }
+            return action;
+        }
+
+        // No session: a new connection to a virtual service?
+        let vip = key.dst_addr();
+        let snap = self.snapshot.current();
+        let Some(index) = snap.find_index(&ServiceKey::new(key.proto, vip, key.dport)) else {
+            let reason = if port.responder.is_local(vip) {
+                DropReason::UnsupportedProtocol
+            } else if snap.is_vip(vip) {
+                DropReason::NoService
+            } else {
+                DropReason::NotLocal
+            };
+            return Action::Drop(reason);
+        };
+        let opens_connection =
+            flags.contains(TcpFlags::SYN) && !flags.intersects(TcpFlags::ACK | TcpFlags::RST);
+        if key.proto == Protocol::Tcp && !opens_connection {
+            return Action::Drop(DropReason::TcpNoSession);
+        }
+        let service = &snap.services()[index];
+        self.loads.clear();
+        for rs in &service.real_servers {
+            let c = &self.real_servers[rs.id as usize];
+            self.loads.push(ServerLoad {
+                active: c.active.load(Relaxed) as u32,
+                inactive: c.inactive.load(Relaxed) as u32,
+            });
+        }
+        let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads);
+        let Some(pick) = self
+            .schedulers
+            .get_mut(index)
+            .and_then(|s| s.pick(&service.real_servers, &ctx))
+        else {
+            return Action::Drop(DropReason::NoRealServer);
+        };
+        let rs = &service.real_servers[pick];
+        let reply_key = match rs.mode {
+            ForwardMode::Dr | ForwardMode::Tun => None,
+            ForwardMode::Nat => Some(FlowKey4::new(
+                key.proto,
+                rs.ip,
+                rs.port,
+                key.src_addr(),
+                key.sport,
+            )),
+            // FullNAT needs local-address pools (a later issue): refuse cleanly.
+            ForwardMode::FullNat => return Action::Drop(DropReason::NoRealServer),
+        };
+        let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ip, rs.port);
+        session.created = self.now_tick;
+        session.peer_mac = match rs.mode {
+            ForwardMode::Nat | ForwardMode::FullNat => burst.packet(i)[6..12]
+                .try_into()
+                .expect("checked Ethernet header"),
+            ForwardMode::Dr | ForwardMode::Tun => {
+                neighbours.lookup(rs.ip).map(|m| m.0).unwrap_or([0; 6])
+            }
+        };
+        let first_timeout = self.timeouts.session(key.proto, session.state());
+        let id = match self
+            .sessions
+            .insert(key, reply_key, session, self.now_tick, first_timeout)
+        {
+            Ok(id) => id,
+            Err(crate::session::InsertError::TableFull) => {
+                return Action::Drop(DropReason::SessionTableFull)
+            }
+            // A NAT reply key already taken: the same client port towards the same real
+            // server through another VIP. Refuse rather than cross two sessions.
+            Err(crate::session::InsertError::KeyExists(_)) => {
+                return Action::Drop(DropReason::NoRealServer)
+            }
+        };
+        bump(&counters.sessions_created, 1);
+        let c = &self.real_servers[rs.id as usize];
+        bump(&c.connections, 1);
+        RealServerCounters::gauge_add(&c.inactive, 1);
+        if let Some(t) =
+            self.sessions
+                .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts)
+        {
+            account(c, t);
+        }
+        c.count_in(bytes);
+        let s = *self.sessions.get(id).expect("inserted just now");
+        self.forward(
+            burst,
+            i,
+            parsed,
+            &s,
+            Direction::Inbound,
+            port,
+            neighbours,
+            now_tsc,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        parsed: &Parsed,
+        s: &Session,
+        dir: Direction,
+        port: &PortContext,
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+    ) -> Action {
+        let rs_ip = Ipv4Addr::from(s.real_addr);
+        match (s.mode, dir) {
+            (ForwardMode::Nat, Direction::Outbound) => {
+                let frame = burst.packet_mut(i);
+                if let Err(r) = forward::snat(frame, parsed, Ipv4Addr::from(s.vip), s.vport) {
+                    return Action::Drop(r);
+                }
+                done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
+            }
+            (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
+            (mode, _) => {
+                let Some(rs_mac) = self.next_hop(s, neighbours) else {
+                    return self.request_resolution(burst, i, parsed, rs_ip, port, now_tsc);
+                };
+                match mode {
+                    ForwardMode::Dr => {
+                        done(forward::dr::forward(burst.packet_mut(i), rs_mac, port.mac))
+                    }
+                    ForwardMode::Nat => {
+                        let frame = burst.packet_mut(i);
+                        if let Err(r) = forward::dnat(frame, parsed, rs_ip, s.real_port) {
+                            return Action::Drop(r);
+                        }
+                        done(forward::dr::forward(frame, rs_mac, port.mac))
+                    }
+                    ForwardMode::Tun => self.tunnel(burst, i, parsed, rs_ip, rs_mac, port),
+                    ForwardMode::FullNat => Action::Drop(DropReason::NoRealServer),
+                }
+            }
+        }
+    }
+
+    fn next_hop(&self, s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
+        if s.peer_mac != [0; 6] && s.mode != ForwardMode::Nat {
+            return Some(MacAddr(s.peer_mac));
+        }
+        neighbours.lookup(Ipv4Addr::from(s.real_addr))
+    }
+
+    fn tunnel(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        parsed: &Parsed,
+        rs_ip: Ipv4Addr,
+        rs_mac: MacAddr,
+        port: &PortContext,
+    ) -> Action {
+        match forward::check_mtu(burst.packet(i), parsed, port.mtu) {
+            MtuCheck::Fits => {}
+            MtuCheck::FragNeeded { next_hop_mtu } => {
+                let frame = burst.packet_mut(i);
+                return match forward::frag_needed(frame, parsed, next_hop_mtu, port.addr, port.mac)
+                {
+                    Some(len) if burst.set_packet_len(i, len as u16) => {
+                        Action::TransmitInstead(DropReason::TooBig)
+                    }
+                    _ => Action::Drop(DropReason::TooBig),
+                };
+            }
+            MtuCheck::TooBig => return Action::Drop(DropReason::TooBig),
+        }
+        if !burst.prepend(i, forward::tun::OUTER_HEADER_LEN as u16) {
+            return Action::Drop(DropReason::TooBig);
+        }
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let l2_len = parsed.l3;
+        match forward::encapsulate(
+            burst.packet_mut(i),
+            l2_len,
+            port.addr,
+            rs_ip,
+            rs_mac,
+            port.mac,
+            self.ip_ident,
+        ) {
+            Ok(len) if burst.set_packet_len(i, len as u16) => Action::Transmit,
+            Ok(_) => Action::Drop(DropReason::TooBig),
+            Err(r) => Action::Drop(r),
+        }
+    }
+
+    /// The next hop is unknown: turn this packet into an ARP request for it (rate
+    /// limited per address) and drop the original; the sender's retransmission finds
+    /// the neighbour resolved.
+    fn request_resolution(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        parsed: &Parsed,
+        target: Ipv4Addr,
+        port: &PortContext,
+        now_tsc: u64,
+    ) -> Action {
+        let slot = &mut self.arp_sent
+            [(u32::from(target) as usize).wrapping_mul(2654435761) % ARP_LIMITER_SLOTS];
+        if slot.0 == u32::from(target) && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
+            return Action::Drop(DropReason::NeighbourUnresolved);
+        }
+        *slot = (u32::from(target), now_tsc);
+        let frame = burst.packet_mut(i);
+        match write_arp_request(frame, parsed.l2.l3_offset, port.mac, port.addr, target) {
+            Some(len) if burst.set_packet_len(i, len as u16) => {
+                Action::TransmitInstead(DropReason::NeighbourUnresolved)
+            }
+            _ => Action::Drop(DropReason::NeighbourUnresolved),
+        }
+    }
+
+    /// An ICMP error quoting one of our sessions' packets goes where that session's
+    /// traffic goes, translated for NAT.
+    #[allow(clippy::too_many_arguments)]
+    fn icmp_error(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        parsed: &Parsed,
+        port: &PortContext,
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+    ) -> Action {
+        let Some(quote) = forward::parse_error(burst.packet(i), parsed) else {
+            return Action::Drop(DropReason::IcmpErrorNoSession);
+        };
+        let Some((id, dir)) = self.sessions.lookup(&quote.key.reversed()) else {
+            return Action::Drop(DropReason::IcmpErrorNoSession);
+        };
+        let s = *self.sessions.get(id).expect("looked up just now");
+        match (s.mode, dir) {
+            (ForwardMode::Nat, Direction::Outbound) => {
+                let frame = burst.packet_mut(i);
+                let rewrite = QuoteRewrite::towards_client(Ipv4Addr::from(s.vip), s.vport);
+                if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
+                    return Action::Drop(r);
+                }
+                done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
+            }
+            (ForwardMode::Nat, _) => {
+                let rs_ip = Ipv4Addr::from(s.real_addr);
+                let Some(rs_mac) = neighbours.lookup(rs_ip) else {
+                    return self.request_resolution(burst, i, parsed, rs_ip, port, now_tsc);
+                };
+                let frame = burst.packet_mut(i);
+                let rewrite = QuoteRewrite::towards_real_server(rs_ip, s.real_port);
+                if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
+                    return Action::Drop(r);
+                }
+                done(forward::dr::forward(frame, rs_mac, port.mac))
+            }
+            (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound | Direction::InputOnly) => self
+                .forward(
+                    burst,
+                    i,
+                    parsed,
+                    &s,
+                    Direction::Inbound,
+                    port,
+                    neighbours,
+                    now_tsc,
+                ),
+            _ => Action::Drop(DropReason::IcmpErrorNoSession),
+        }
+    }
+}
+
+/// Applies a session transition to the real server's active/inactive gauges.
+#[inline]
+fn account(c: &RealServerCounters, t: Transition) {
+    use crate::session::ActivityChange;
+    match t.activity_change() {
+        Some(ActivityChange::BecameActive) => {
+            RealServerCounters::gauge_add(&c.inactive, -1);
+            RealServerCounters::gauge_add(&c.active, 1);
+        }
+        Some(ActivityChange::BecameInactive) => {
+            RealServerCounters::gauge_add(&c.active, -1);
+            RealServerCounters::gauge_add(&c.inactive, 1);
+        }
+        None => {}
+    }
+}
+
+#[inline]
+fn local(v: Verdict) -> Action {
+    match v {
+        Verdict::Reply => Action::Transmit,
+        Verdict::Drop(r) => Action::Drop(r),
+    }
+}
+
+#[inline]
+fn done(r: Result<(), DropReason>) -> Action {
+    match r {
+        Ok(()) => Action::Transmit,
+        Err(reason) => Action::Drop(reason),
+    }
+}
+
+/// Rewrites `frame` into a broadcast ARP who-has `target` from (`mac`, `ip`), keeping
+/// any VLAN tags before `l3`. Returns the new length (at least the 60-byte minimum),
+/// or None when the buffer is too short.
+pub fn write_arp_request(
+    frame: &mut [u8],
+    l3: usize,
+    mac: MacAddr,
+    ip: Ipv4Addr,
+    target: Ipv4Addr,
+) -> Option<usize> {
+    let end = l3 + arp::PACKET_LEN;
+    let len = end.max(60);
+    if frame.len() < len || l3 < ethernet::HEADER_LEN {
+        return None;
+    }
+    {
+        let mut eth = ethernet::Frame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(MacAddr::BROADCAST);
+        eth.set_src_addr(mac);
+    }
+    // The innermost EtherType sits just before L3 (after any VLAN tags).
+    frame[l3 - 2..l3].copy_from_slice(&EtherType::ARP.0.to_be_bytes());
+    let repr = arp::Repr {
+        operation: arp::Operation::Request,
+        sender_hardware_addr: mac,
+        sender_protocol_addr: ip,
+        target_hardware_addr: MacAddr::ZERO,
+        target_protocol_addr: target,
+    };
+    repr.emit(&mut arp::Packet::new_unchecked(&mut frame[l3..end]));
+    frame[end..len].fill(0);
+    Some(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arp_request_written_over_a_tcp_frame() {
+        let mut frame = [0xaau8; 74];
+        let mac = MacAddr([2, 0x53, 0x4c, 0, 0, 1]);
+        let len = write_arp_request(
+            &mut frame,
+            14,
+            mac,
+            [198, 18, 0, 1].into(),
+            [198, 18, 0, 11].into(),
+        )
+        .unwrap();
+        assert_eq!(len, 60);
+        assert_eq!(&frame[0..6], &[0xff; 6]);
+        assert_eq!(&frame[6..12], &mac.0);
+        assert_eq!(&frame[12..14], &[0x08, 0x06]);
+        let p = arp::Packet::new_checked(&frame[14..42]).unwrap();
+        let r = arp::Repr::parse(&p).unwrap();
+        assert_eq!(r.operation, arp::Operation::Request);
+        assert_eq!(r.sender_protocol_addr, Ipv4Addr::new(198, 18, 0, 1));
+        assert_eq!(r.target_protocol_addr, Ipv4Addr::new(198, 18, 0, 11));
+        assert!(frame[42..60].iter().all(|&b| b == 0), "padding zeroed");
+        assert_eq!(
+            write_arp_request(
+                &mut [0u8; 40],
+                14,
+                mac,
+                Ipv4Addr::UNSPECIFIED,
+                Ipv4Addr::UNSPECIFIED
+            ),
+            None
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! Per-worker, per-real-server counters: connections, packets and bytes each way, and
+//! the active/inactive gauges `ipvsadm -Ln` shows. Indexed by the real server's stable
+//! id; written only by the owning worker, summed by the management core on request.
+use super::counters::bump;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Real-server ids a process can hand out (ids are never reused; see
+/// `service::ServiceTable`). 64 bytes each per worker: 4 MiB per worker.
+pub const MAX_REAL_SERVER_IDS: usize = 65536;
+
+#[repr(C, align(64))]
+#[derive(Default, Debug)]
+pub struct RealServerCounters {
+    /// Sessions created towards this real server.
+    pub connections: AtomicU64,
+    /// Client -> real server.
+    pub in_packets: AtomicU64,
+    pub in_bytes: AtomicU64,
+    /// Real server -> client (NAT only: DR and TUN replies bypass Sluice).
+    pub out_packets: AtomicU64,
+    pub out_bytes: AtomicU64,
+    /// Live sessions in ESTABLISHED (a gauge, wrapping arithmetic).
+    pub active: AtomicU64,
+    /// Live sessions in any other state, UDP included (a gauge).
+    pub inactive: AtomicU64,
+}
+
+impl RealServerCounters {
+    #[inline]
+    pub fn gauge_add(gauge: &AtomicU64, delta: i64) {
+        gauge.store(gauge.load(Relaxed).wrapping_add(delta as u64), Relaxed);
+    }
+
+    #[inline]
+    pub fn count_in(&self, bytes: u64) {
+        bump(&self.in_packets, 1);
+        bump(&self.in_bytes, bytes);
+    }
+
+    #[inline]
+    pub fn count_out(&self, bytes: u64) {
+        bump(&self.out_packets, 1);
+        bump(&self.out_bytes, bytes);
+    }
+
+    /// Zeroes the traffic counters; the gauges describe live sessions and stay.
+    pub fn zero_traffic(&self) {
+        for c in [
+            &self.connections,
+            &self.in_packets,
+            &self.in_bytes,
+            &self.out_packets,
+            &self.out_bytes,
+        ] {
+            c.store(0, Relaxed);
+        }
+    }
+}
+
+/// One worker's table of real-server counters.
+pub fn new_table() -> Box<[RealServerCounters]> {
+    (0..MAX_REAL_SERVER_IDS)
+        .map(|_| RealServerCounters::default())
+        .collect()
+}
+
+/// The sums over workers for one real server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RealServerTotals {
+    pub connections: u64,
+    pub in_packets: u64,
+    pub in_bytes: u64,
+    pub out_packets: u64,
+    pub out_bytes: u64,
+    pub active: u64,
+    pub inactive: u64,
+}
+
+impl RealServerTotals {
+    /// Sums real server `id` over the workers' tables.
+    pub fn sum(tables: &[std::sync::Arc<Box<[RealServerCounters]>>], id: u32) -> Self {
+        let mut t = RealServerTotals::default();
+        let (mut active, mut inactive) = (0u64, 0u64);
+        for table in tables {
+            let Some(c) = table.get(id as usize) else {
+                continue;
+            };
+            t.connections += c.connections.load(Relaxed);
+            t.in_packets += c.in_packets.load(Relaxed);
+            t.in_bytes += c.in_bytes.load(Relaxed);
+            t.out_packets += c.out_packets.load(Relaxed);
+            t.out_bytes += c.out_bytes.load(Relaxed);
+            active = active.wrapping_add(c.active.load(Relaxed));
+            inactive = inactive.wrapping_add(c.inactive.load(Relaxed));
+        }
+        // A worker's gauge may be read between its increment and decrement on another
+        // worker's session; the sum over workers is never negative in a quiet state.
+        t.active = if (active as i64) < 0 { 0 } else { active };
+        t.inactive = if (inactive as i64) < 0 { 0 } else { inactive };
+        t
+    }
+}
