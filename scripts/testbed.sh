@@ -5,6 +5,18 @@
 #   scripts/testbed.sh down NAME                  remove everything named NAME-*
 #   scripts/testbed.sh status NAME                show what exists
 #
+# Set-up for forwarding tests, on a bed that is up (each idempotent, each fails with
+# exit 1 when the bed does not exist):
+#
+#   scripts/testbed.sh dr-vip NAME VIP...         every real server holds each VIP on lo
+#                                                 (/32) and neither answers nor announces
+#                                                 it: arp_ignore=1, arp_announce=2 (DR, TUN)
+#   scripts/testbed.sh rs-gateway NAME GW         every real server's default route goes
+#                                                 via GW (NAT: Sluice's address)
+#   scripts/testbed.sh client-addr NAME A/LEN [GW] the client's address becomes A/LEN (the
+#                                                 old one is removed), default route via
+#                                                 GW if given; prints CLIENT_IP=A
+#
 # Layout (NAME is [a-z0-9]{1,8}; every name below starts with "NAME-"):
 #
 #   namespace NAME-sw    bridge NAME-br (the switch: STP off, mcast_snooping 0)
@@ -43,6 +55,9 @@ usage() {
 usage: $PROG up NAME [N_REAL_SERVERS]
        $PROG down NAME
        $PROG status NAME
+       $PROG dr-vip NAME VIP...
+       $PROG rs-gateway NAME GW
+       $PROG client-addr NAME ADDR/LEN [GW]
 NAME: 1-8 characters [a-z0-9]; N_REAL_SERVERS: 0..$MAX_RS (default 0)
 EOF
   exit 2
@@ -271,6 +286,76 @@ cmd_status() {
   fi
 }
 
+check_ipv4() {
+  local a="$1" o
+  [[ "$a" =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] || die "invalid IPv4 address '$a'"
+  for o in "${BASH_REMATCH[@]:1}"; do
+    [ "$o" -le 255 ] || die "invalid IPv4 address '$a'"
+  done
+}
+
+# The real-server namespaces of NAME, in order (rs1, rs2, ...).
+rs_namespaces_of() {
+  namespaces_of "$1" | grep -E -- "-rs[0-9]+$" | sed -E 's/^(.*-rs)([0-9]+)$/\2 \1\2/' |
+    sort -n | cut -d' ' -f2 || true
+}
+
+require_bed() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "${1}-sw" ||
+    die "test bed '$1' does not exist (run '$PROG up $1 N' first)"
+}
+
+# DR (and TUN): the VIP on lo of every real server, which must neither answer ARP for
+# it (arp_ignore=1: only for addresses of the receiving interface) nor use it as the
+# sender address of its own ARP requests (arp_announce=2: the best local address for
+# the target), or the client would learn the VIP at a real server's MAC.
+cmd_dr_vip() {
+  local name="$1" ns i vip
+  shift
+  [ $# -ge 1 ] || usage
+  for vip in "$@"; do check_ipv4 "$vip"; done
+  require_bed "$name"
+  for ns in $(rs_namespaces_of "$name"); do
+    i="${ns##*-rs}"
+    for conf in all "${name}-r$i"; do
+      nsx "$ns" sysctl -qw "net.ipv4.conf.${conf}.arp_ignore=1"
+      nsx "$ns" sysctl -qw "net.ipv4.conf.${conf}.arp_announce=2"
+    done
+    for vip in "$@"; do
+      nsx "$ns" ip addr replace "$vip/32" dev lo
+    done
+  done
+}
+
+# NAT: replies to clients must go back through Sluice.
+cmd_rs_gateway() {
+  local name="$1" gw="$2" ns
+  check_ipv4 "$gw"
+  require_bed "$name"
+  for ns in $(rs_namespaces_of "$name"); do
+    nsx "$ns" ip route replace default via "$gw"
+  done
+}
+
+# Moves the client to another subnet (e.g. in front of a NAT appliance whose real
+# servers are on the bed's 198.18.0.0/24).
+cmd_client_addr() {
+  local name="$1" addr="$2" gw="${3:-}"
+  [[ "$addr" =~ ^([0-9.]+)/([0-9]{1,2})$ ]] || die "invalid address '$addr' (expected a.b.c.d/n)"
+  local ip="${BASH_REMATCH[1]}" len="${BASH_REMATCH[2]}"
+  check_ipv4 "$ip"
+  [ "$len" -le 32 ] || die "invalid prefix length in '$addr'"
+  [ -z "$gw" ] || check_ipv4 "$gw"
+  require_bed "$name"
+  nsx "${name}-c" ip addr flush dev "${name}-c0"
+  nsx "${name}-c" ip addr add "$addr" dev "${name}-c0"
+  if [ -n "$gw" ]; then
+    nsx "${name}-c" ip route replace default via "$gw"
+  fi
+  nsx "${name}-c" ip neigh flush all
+  echo "CLIENT_IP=$ip"
+}
+
 main() {
   [ $# -ge 2 ] || usage
   local cmd="$1" name="$2"
@@ -290,6 +375,22 @@ main() {
       [ $# -eq 2 ] || usage
       need_root
       cmd_status "$name"
+      ;;
+    dr-vip)
+      [ $# -ge 3 ] || usage
+      need_root
+      shift 2
+      cmd_dr_vip "$name" "$@"
+      ;;
+    rs-gateway)
+      [ $# -eq 3 ] || usage
+      need_root
+      cmd_rs_gateway "$name" "$3"
+      ;;
+    client-addr)
+      [ $# -eq 3 ] || [ $# -eq 4 ] || usage
+      need_root
+      cmd_client_addr "$name" "$3" "${4:-}"
       ;;
     *) usage ;;
   esac

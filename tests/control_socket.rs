@@ -69,6 +69,9 @@ fn sample_report() -> StatusReport {
         drops: counters(&[("bad_ipv4_checksum", 3), ("not_local", 0), ("truncated", 1)]),
         events: counters(&[("arp_replied", 2), ("icmp_echo_replied", 5)]),
         neighbours: 2,
+        sessions: 5,
+        sessions_created: 9,
+        sessions_expired: 4,
     }
 }
 
@@ -102,6 +105,10 @@ impl FakeDaemon {
                     zeroed.fetch_add(1, Ordering::SeqCst);
                     Ok(Value::Null)
                 }
+                other => Err(format!(
+                    "{} not served by this fake daemon",
+                    other.command_name()
+                )),
             })
         };
         let server = ControlServer::spawn(&path, handler).unwrap();

@@ -3,8 +3,11 @@
 //! Exit status: 0 on success, 1 when the request fails (no daemon, timeout, daemon
 //! error), 2 on bad usage. Errors are one line on stderr: `sluicectl: <what is wrong>`.
 use sluice::control::client;
+use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
-use sluice::control::status::{render_status, render_xstats, StatusReport, XstatsReport};
+use sluice::control::status::{
+    render_services, render_status, render_xstats, ServicesReport, StatusReport, XstatsReport,
+};
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -17,9 +20,17 @@ Usage: sluicectl [-S|--socket PATH] [--timeout SECS] [--json] <command>
 Queries and controls a running sluice daemon through its control socket.
 
 Commands:
-  status          ports, lcores, drop and event counters
+  status          ports, lcores, drop and event counters, sessions
   xstats PORT_ID  the NIC's extended statistics for one port
   zero            reset every port, lcore, drop and event counter to zero
+
+ipvsadm syntax (alias ipvsadm=sluicectl):
+  -A|-E -t|-u VIP:port [-s rr|wrr] [-p [timeout] [-M netmask]]   add/edit a service
+  -D -t|-u VIP:port                                              delete a service
+  -a|-e -t|-u VIP:port -r RIP[:port] [-g|-m|-i] [-w weight] [-x upper] [-y lower]
+  -d -t|-u VIP:port -r RIP[:port]                                delete a real server
+  -C                                                             clear all services
+  -L|-l [-n] [--stats]                                           list services
 
 Options:
   -S, --socket PATH   control socket (default: $SLUICE_SOCKET, else /run/sluice/sluice.sock)
@@ -41,8 +52,12 @@ const MAX_TIMEOUT_SECS: f64 = 3600.0;
 #[derive(Clone, Debug, PartialEq)]
 enum Command {
     Status,
-    Xstats { port: u16 },
+    Xstats {
+        port: u16,
+    },
     Zero,
+    /// An ipvsadm-syntax command (`-A`, `-a`, `-L`, ...).
+    Ipvsadm(ipvsadm::Command),
 }
 
 impl Command {
@@ -75,6 +90,7 @@ impl Command {
             Command::Status => Request::Status,
             Command::Xstats { port } => Request::Xstats { port: *port },
             Command::Zero => Request::ZeroCounters,
+            Command::Ipvsadm(c) => c.request.clone(),
         }
     }
 
@@ -90,6 +106,13 @@ impl Command {
                 &serde_json::from_value::<XstatsReport>(result).map_err(unexpected)?,
             )),
             Command::Zero => Ok("counters zeroed\n".to_string()),
+            Command::Ipvsadm(c) => match c.output {
+                ipvsadm::Output::List { stats } => Ok(render_services(
+                    &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
+                    stats,
+                )),
+                ipvsadm::Output::Quiet => Ok(String::new()),
+            },
         }
     }
 }
@@ -128,6 +151,9 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
     let mut timeout = DEFAULT_TIMEOUT;
     let mut json = false;
     let mut positional: Vec<String> = Vec::new();
+    // ipvsadm syntax: everything from the first ipvsadm command option on, except the
+    // options above that sluicectl itself takes.
+    let mut ipvsadm_args: Vec<String> = Vec::new();
 
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -157,6 +183,11 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
             "--" => {
                 positional.extend(args.by_ref().cloned());
             }
+            _ if !ipvsadm_args.is_empty()
+                || (positional.is_empty() && ipvsadm::is_command(name)) =>
+            {
+                ipvsadm_args.push(arg.clone());
+            }
             _ if name.starts_with('-') && name.len() > 1 => {
                 return Err(UsageError::new(format!("unknown option \"{arg}\"")))
             }
@@ -164,10 +195,14 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
         }
     }
 
-    let Some((name, command_args)) = positional.split_first() else {
-        return Err(UsageError::new("no command given"));
+    let command = if ipvsadm_args.is_empty() {
+        let Some((name, command_args)) = positional.split_first() else {
+            return Err(UsageError::new("no command given"));
+        };
+        Command::parse(name, command_args)?
+    } else {
+        Command::Ipvsadm(ipvsadm::parse(&ipvsadm_args).map_err(UsageError::new)?)
     };
-    let command = Command::parse(name, command_args)?;
     let socket = socket
         .or_else(|| {
             env_socket

@@ -311,6 +311,10 @@ mod tests {
             Request::Status => Ok(json!({"up": true})),
             Request::Xstats { port } => Err(format!("no port {port}")),
             Request::ZeroCounters => Ok(Value::Null),
+            other => Err(format!(
+                "{} not served by this test handler",
+                other.command_name()
+            )),
         })
     }
 

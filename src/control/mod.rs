@@ -8,6 +8,7 @@
 //!
 //! `docs/CLI.md` documents the protocol and the command-line tool.
 pub mod client;
+pub mod ipvsadm;
 pub mod protocol;
 pub mod server;
 pub mod status;

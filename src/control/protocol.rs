@@ -10,9 +10,12 @@
 //! -> {"cmd":"xstats","port":7}
 //! <- {"ok":false,"error":"no port 7"}
 //! ```
+use crate::sched::SchedulerKind;
+use crate::service::{Persistence, RealServerSpec, ServiceKey};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::net::Ipv4Addr;
 
 /// The longest request line the server accepts, excluding the newline. Requests are
 /// small commands; the cap bounds what a hostile client can make the daemon buffer.
@@ -31,6 +34,44 @@ pub enum Request {
     Xstats { port: u16 },
     /// Reset every port, lcore, drop and event counter to zero.
     ZeroCounters,
+    /// Virtual services with their real servers and counters (`ipvsadm -Ln`).
+    ListServices,
+    /// `-A`: add a virtual service (scheduler defaults to wrr).
+    AddService {
+        service: ServiceKey,
+        #[serde(default)]
+        scheduler: Option<SchedulerKind>,
+        #[serde(default)]
+        persistence: Option<Persistence>,
+    },
+    /// `-E`: change a service's scheduler or persistence.
+    EditService {
+        service: ServiceKey,
+        #[serde(default)]
+        scheduler: Option<SchedulerKind>,
+        #[serde(default)]
+        persistence: Option<Persistence>,
+    },
+    /// `-D`: delete a service; its sessions continue until they end, as in IPVS.
+    DeleteService { service: ServiceKey },
+    /// `-a`: add a real server to a service.
+    AddServer {
+        service: ServiceKey,
+        server: RealServerSpec,
+    },
+    /// `-e`: change a real server's weight, mode or thresholds.
+    EditServer {
+        service: ServiceKey,
+        server: RealServerSpec,
+    },
+    /// `-d`: remove a real server; its sessions continue until they end.
+    DeleteServer {
+        service: ServiceKey,
+        ip: Ipv4Addr,
+        port: u16,
+    },
+    /// `-C`: delete every service.
+    Clear,
 }
 
 impl Request {
@@ -40,6 +81,14 @@ impl Request {
             Request::Status => "status",
             Request::Xstats { .. } => "xstats",
             Request::ZeroCounters => "zero_counters",
+            Request::ListServices => "list_services",
+            Request::AddService { .. } => "add_service",
+            Request::EditService { .. } => "edit_service",
+            Request::DeleteService { .. } => "delete_service",
+            Request::AddServer { .. } => "add_server",
+            Request::EditServer { .. } => "edit_server",
+            Request::DeleteServer { .. } => "delete_server",
+            Request::Clear => "clear",
         }
     }
 
@@ -300,7 +349,9 @@ mod tests {
         let text = error.to_string();
         assert_eq!(
             text,
-            "unknown command \"reboot\" (known commands: status, xstats, zero_counters)"
+            "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
+             list_services, add_service, edit_service, delete_service, add_server, \
+             edit_server, delete_server, clear)"
         );
     }
 

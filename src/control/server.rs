@@ -520,6 +520,10 @@ mod tests {
             Request::Xstats { port: 13 } => panic!("deliberate handler panic"),
             Request::Xstats { port } => Err(format!("no port {port}")),
             Request::ZeroCounters => Ok(Value::Null),
+            other => Err(format!(
+                "{} not served by this test handler",
+                other.command_name()
+            )),
         })
     }
 

@@ -20,6 +20,14 @@ pub struct StatusReport {
     pub events: BTreeMap<String, u64>,
     /// Entries in the neighbour (ARP) table.
     pub neighbours: u64,
+    /// Live sessions, summed over workers.
+    #[serde(default)]
+    pub sessions: u64,
+    /// Sessions created and expired since start (or the last zeroing).
+    #[serde(default)]
+    pub sessions_created: u64,
+    #[serde(default)]
+    pub sessions_expired: u64,
 }
 
 /// One DPDK port and its basic counters (`rte_eth_stats`).
@@ -79,6 +87,11 @@ pub fn render_status(report: &StatusReport) -> String {
         report.pid,
         format_uptime(report.uptime_ms),
         report.neighbours
+    );
+    let _ = writeln!(
+        out,
+        "sessions {} (created {}, expired {})",
+        report.sessions, report.sessions_created, report.sessions_expired
     );
 
     out.push_str("\nports\n");
@@ -343,6 +356,9 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             neighbours: 3,
+            sessions: 0,
+            sessions_created: 0,
+            sessions_expired: 0,
         }
     }
 
@@ -506,5 +522,156 @@ mod tests {
         assert_eq!(format_uptime(0), "00:00:00");
         assert_eq!(format_uptime(3_661_999), "01:01:01");
         assert_eq!(format_uptime(2 * 86_400_000 + 5_000), "2d 00:00:05");
+    }
+}
+
+/// `sluicectl -L`: virtual services, their real servers and counters summed over
+/// workers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServicesReport {
+    pub services: Vec<ServiceStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// "tcp" or "udp".
+    pub proto: String,
+    pub vip: String,
+    pub port: u16,
+    pub scheduler: String,
+    /// Persistence timeout in seconds, when set (`-p`).
+    pub persistence_s: Option<u32>,
+    pub real_servers: Vec<RealServerStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RealServerStatus {
+    pub ip: String,
+    pub port: u16,
+    pub weight: u32,
+    /// "dr", "nat", "tun" or "fullnat".
+    pub mode: String,
+    pub active: u64,
+    pub inactive: u64,
+    pub connections: u64,
+    pub in_packets: u64,
+    pub out_packets: u64,
+    pub in_bytes: u64,
+    pub out_bytes: u64,
+}
+
+fn ipvsadm_forward(mode: &str) -> &str {
+    match mode {
+        "dr" => "Route",
+        "nat" => "Masq",
+        "tun" => "Tunnel",
+        "fullnat" => "FullNat",
+        other => other,
+    }
+}
+
+/// Renders the report in `ipvsadm -Ln` layout (or `ipvsadm -Ln --stats` with `stats`),
+/// so scripts that parse ipvsadm's columns keep working.
+pub fn render_services(report: &ServicesReport, stats: bool) -> String {
+    let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
+    if stats {
+        out += "Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes\n";
+        out += "  -> RemoteAddress:Port\n";
+    } else {
+        out += "Prot LocalAddress:Port Scheduler Flags\n";
+        out += "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n";
+    }
+    for s in &report.services {
+        let proto = s.proto.to_uppercase();
+        let local = format!("{}:{}", s.vip, s.port);
+        if stats {
+            let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
+            let _ = writeln!(
+                out,
+                "{proto:<4} {local:<26} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                sum(|r| r.connections),
+                sum(|r| r.in_packets),
+                sum(|r| r.out_packets),
+                sum(|r| r.in_bytes),
+                sum(|r| r.out_bytes)
+            );
+        } else {
+            let persistent = s
+                .persistence_s
+                .map(|p| format!(" persistent {p}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "{proto:<4} {local} {}{persistent}", s.scheduler);
+        }
+        for r in &s.real_servers {
+            let remote = format!("{}:{}", r.ip, r.port);
+            if stats {
+                let _ = writeln!(
+                    out,
+                    "  -> {remote:<26} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    r.connections, r.in_packets, r.out_packets, r.in_bytes, r.out_bytes
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  -> {remote:<28} {:<7} {:<6} {:<10} {:<10}",
+                    ipvsadm_forward(&r.mode),
+                    r.weight,
+                    r.active,
+                    r.inactive
+                );
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod services_tests {
+    use super::*;
+
+    fn report() -> ServicesReport {
+        ServicesReport {
+            services: vec![ServiceStatus {
+                proto: "tcp".into(),
+                vip: "198.18.1.1".into(),
+                port: 80,
+                scheduler: "rr".into(),
+                persistence_s: None,
+                real_servers: vec![RealServerStatus {
+                    ip: "198.18.0.11".into(),
+                    port: 80,
+                    weight: 1,
+                    mode: "dr".into(),
+                    active: 2,
+                    inactive: 1,
+                    connections: 3,
+                    in_packets: 15,
+                    in_bytes: 900,
+                    ..Default::default()
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn list_matches_ipvsadm_columns() {
+        let text = render_services(&report(), false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "Prot LocalAddress:Port Scheduler Flags");
+        assert_eq!(lines[3], "TCP  198.18.1.1:80 rr");
+        assert_eq!(
+            lines[4],
+            "  -> 198.18.0.11:80               Route   1      2          1         "
+        );
+        // The seed-000 pipeline: the last field of each real-server line is InActConn.
+        assert_eq!(lines[4].split_whitespace().last(), Some("1"));
+    }
+
+    #[test]
+    fn stats_sum_real_servers_into_the_service_line() {
+        let text = render_services(&report(), true);
+        let service = text.lines().find(|l| l.starts_with("TCP")).unwrap();
+        let fields: Vec<&str> = service.split_whitespace().collect();
+        assert_eq!(fields, ["TCP", "198.18.1.1:80", "3", "15", "0", "900", "0"]);
     }
 }

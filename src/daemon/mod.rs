@@ -1,8 +1,11 @@
 //! The appliance process: brings up the EAL, ports and workers from a config, runs the
 //! management loop (control requests, periodic stats, shutdown) on the main lcore, and
 //! tears everything down in reverse order.
+mod services;
 mod signals;
 mod stats;
+
+pub use services::{check_real_server_id, Services};
 
 use crate::config::{Config, PortDevice};
 use crate::control::protocol::Request;
@@ -10,13 +13,13 @@ use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::Forwarder;
 use crate::dataplane::local::LocalResponder;
-use crate::dataplane::realserver_stats::{self, RealServerCounters, MAX_REAL_SERVER_IDS};
+use crate::dataplane::realserver_stats::{self, RealServerCounters};
 use crate::dataplane::worker::{Worker, WorkerPort};
 use crate::dpdk::{
     launch_on_lcore, wait_lcore, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
 };
 use crate::emulator::Emulator;
-use crate::service::{Persistence, RealServerSpec, ServiceTable, Snapshot, SnapshotPublisher};
+use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::path::PathBuf;
@@ -70,7 +73,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .map(|_| Arc::new(WorkerCounters::default()))
         .collect();
 
-    let mut services = services_from_config(&cfg)?;
+    let mut services = Services::from_config(&cfg)?;
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &services.table));
     services.generation = 1;
     let real_servers: Vec<Arc<Box<[RealServerCounters]>>> = cfg
@@ -82,6 +85,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
 
     let mut app = bring_up(&cfg)?;
     launch_workers(&cfg, &mut app, &counters, &real_servers, &publisher, &stop)?;
+    // From here on, only the management loop touches the registry.
     let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
     let server = ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
         .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()));
@@ -105,9 +109,15 @@ pub fn run(opts: &Options) -> Result<(), String> {
             .map(|_| Duration::from_millis(cfg.loopback.stats_interval_ms))
     });
     let mut view = stats::StatsView::new(&cfg, started);
+    let mut registry = Registry {
+        services,
+        publisher,
+        real_servers,
+    };
     management_loop(
         &mut app,
         &counters,
+        &mut registry,
         &calls_rx,
         &mut view,
         opts.duration,
@@ -259,48 +269,6 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
     })
 }
 
-/// The management core's view of the services: the editable table and the generation
-/// of the last snapshot published from it.
-pub struct Services {
-    pub table: ServiceTable,
-    pub generation: u64,
-}
-
-fn services_from_config(cfg: &Config) -> Result<Services, String> {
-    let mut table = ServiceTable::new();
-    for sc in &cfg.services {
-        let at = |e: crate::service::ServiceError| {
-            format!("{}:{}: services: {e}", cfg.path.display(), sc.line)
-        };
-        let persistence = sc
-            .persistence
-            .map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
-        table
-            .add_service(sc.key, sc.scheduler, persistence)
-            .map_err(at)?;
-        for rs in &sc.real_servers {
-            let spec = RealServerSpec::new(rs.ip, rs.port, rs.weight, rs.mode)
-                .with_thresholds(rs.upper, rs.lower);
-            let id = table.add_server(sc.key, spec).map_err(at)?;
-            check_real_server_id(id)?;
-        }
-    }
-    Ok(Services {
-        table,
-        generation: 0,
-    })
-}
-
-/// Per-worker real-server counters are indexed by id; ids are never reused.
-pub fn check_real_server_id(id: u32) -> Result<(), String> {
-    if id as usize >= MAX_REAL_SERVER_IDS {
-        return Err(format!(
-            "real-server id space exhausted ({MAX_REAL_SERVER_IDS} additions in this process); restart sluice"
-        ));
-    }
-    Ok(())
-}
-
 fn timeouts_from_config(cfg: &Config) -> Timeouts {
     let t = &cfg.timeouts;
     let mut out = Timeouts::default();
@@ -396,9 +364,18 @@ fn control_handler(calls: Sender<ControlCall>) -> Handler {
     })
 }
 
+/// What the management loop edits and publishes: the services and their counters.
+struct Registry {
+    services: Services,
+    publisher: SnapshotPublisher,
+    real_servers: Vec<Arc<Box<[RealServerCounters]>>>,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn management_loop(
     app: &mut Appliance,
     counters: &[Arc<WorkerCounters>],
+    registry: &mut Registry,
     calls: &Receiver<ControlCall>,
     view: &mut stats::StatsView,
     duration: Option<Duration>,
@@ -416,12 +393,26 @@ fn management_loop(
             break;
         }
         while let Ok((req, reply)) = calls.try_recv() {
-            let answer = view.answer(
-                req,
-                &app.ports,
-                counters,
-                app.emulator.as_ref().map(Emulator::stats),
-            );
+            let answer = if Services::handles(&req) {
+                let Registry {
+                    services,
+                    publisher,
+                    real_servers,
+                } = registry;
+                services.handle(req, publisher, real_servers)
+            } else {
+                if req == Request::ZeroCounters {
+                    for table in &registry.real_servers {
+                        table.iter().for_each(RealServerCounters::zero_traffic);
+                    }
+                }
+                view.answer(
+                    req,
+                    &app.ports,
+                    counters,
+                    app.emulator.as_ref().map(Emulator::stats),
+                )
+            };
             let _ = reply.send(answer);
         }
         if let (Some(at), Some(every)) = (next_stats, stats_interval) {

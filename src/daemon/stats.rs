@@ -69,6 +69,10 @@ impl StatsView {
                 self.last_cycles.iter_mut().for_each(|c| *c = (0, 0));
                 Ok(serde_json::json!({"zeroed": true}))
             }
+            other => Err(format!(
+                "{} is handled by the service registry",
+                other.command_name()
+            )),
         }
     }
 
@@ -125,6 +129,15 @@ impl StatsView {
             drops,
             events,
             neighbours,
+            sessions: counters.iter().map(|c| c.sessions.load(Relaxed)).sum(),
+            sessions_created: counters
+                .iter()
+                .map(|c| c.sessions_created.load(Relaxed))
+                .sum(),
+            sessions_expired: counters
+                .iter()
+                .map(|c| c.sessions_expired.load(Relaxed))
+                .sum(),
         }
     }
 

@@ -160,7 +160,7 @@ impl RealServer {
 }
 
 /// What an operator supplies for a real server (`ipvsadm -a/-e`); the table adds the id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RealServerSpec {
     pub ip: Ipv4Addr,
     pub port: u16,

@@ -415,6 +415,9 @@ pub struct DaemonConfig {
     pub netns: Option<String>,
     /// Extra command-line arguments for `sluice`.
     pub args: Vec<String>,
+    /// Raw TOML appended after everything else (e.g. `[timeouts]`, `[sessions]`,
+    /// `[[services]]` sections), verbatim.
+    pub extra_toml: Vec<String>,
 }
 
 impl DaemonConfig {
@@ -440,6 +443,7 @@ impl DaemonConfig {
             loopback: Vec::new(),
             netns: None,
             args: Vec::new(),
+            extra_toml: Vec::new(),
         }
     }
 
@@ -488,6 +492,9 @@ impl DaemonConfig {
         }
         if !self.loopback.is_empty() {
             writeln!(t, "[loopback]\n{}", self.loopback.join("\n")).unwrap();
+        }
+        for extra in &self.extra_toml {
+            writeln!(t, "\n{extra}").unwrap();
         }
         t
     }
@@ -781,4 +788,216 @@ pub fn port_counter(status: &serde_json::Value, port_name: &str, field: &str) ->
     port(status, port_name)[field]
         .as_u64()
         .unwrap_or_else(|| panic!("port {port_name} has no numeric {field}: {status}"))
+}
+
+// ---------------------------------------------------------------------------------
+// Forwarding: services, real-server statistics, background servers in namespaces
+
+/// `status["sessions"]`: live sessions over all workers; panics when absent.
+pub fn session_count(status: &serde_json::Value) -> u64 {
+    status["sessions"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("status has no numeric `sessions`: {status}"))
+}
+
+impl Daemon {
+    /// `sluicectl -L -n --stats --json` (ipvsadm -Ln --stats), parsed: `{"services":
+    /// [{"proto", "vip", "port", "scheduler", "real_servers": [{"ip", "port", "weight",
+    /// "mode", "active", "inactive", "connections", "in_packets", ...}]}]}`.
+    pub fn list_services(&self) -> serde_json::Value {
+        let out = self.ctl(&["-L", "-n", "--stats", "--json"]);
+        assert!(
+            out.success(),
+            "sluicectl -L -n --stats --json failed: {}\n{}",
+            out.describe(),
+            self.dump()
+        );
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "sluicectl -L -n --stats --json printed invalid JSON ({e}):\n{}",
+                out.stdout
+            )
+        })
+    }
+}
+
+/// The service `proto vip:port` in a [`Daemon::list_services`] result, if listed.
+pub fn find_service<'a>(
+    list: &'a serde_json::Value,
+    proto: &str,
+    vip: &str,
+    port: u16,
+) -> Option<&'a serde_json::Value> {
+    list["services"]
+        .as_array()?
+        .iter()
+        .find(|s| s["proto"] == proto && s["vip"] == vip && s["port"].as_u64() == Some(port as u64))
+}
+
+/// Real server `rip` (any port) of service `proto vip:port`; panics when absent.
+pub fn real_server<'a>(
+    list: &'a serde_json::Value,
+    proto: &str,
+    vip: &str,
+    port: u16,
+    rip: &str,
+) -> &'a serde_json::Value {
+    find_service(list, proto, vip, port)
+        .and_then(|s| s["real_servers"].as_array())
+        .and_then(|rs| rs.iter().find(|r| r["ip"] == rip))
+        .unwrap_or_else(|| panic!("no real server {rip} in {proto} {vip}:{port}: {list:#}"))
+}
+
+/// A numeric field of a real-server entry; panics when absent.
+pub fn rs_counter(rs: &serde_json::Value, field: &str) -> u64 {
+    rs[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("real server has no numeric {field}: {rs}"))
+}
+
+/// A long-running helper (an HTTP server in a real-server namespace, ...). Started
+/// with [`BackgroundProcess::spawn`]; `Drop` sends SIGTERM, then SIGKILL after 3 s, and
+/// reaps it, so nothing outlives the test (test-bed `down` is the second line of
+/// defence: it stops whatever still runs in the bed's namespaces).
+pub struct BackgroundProcess {
+    pub what: String,
+    child: Child,
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl BackgroundProcess {
+    /// `ip netns exec NS ARGS...` (the child pid is the program's own: `ip netns exec`
+    /// execs it), or ARGS directly when `ns` is None.
+    pub fn spawn(ns: Option<&str>, args: &[&str]) -> BackgroundProcess {
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).args(args);
+                c
+            }
+            None => {
+                let mut c = Command::new(args[0]);
+                c.args(&args[1..]);
+                c
+            }
+        };
+        let what = describe_command(&cmd);
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        drain(child.stdout.take().unwrap(), stdout.clone());
+        drain(child.stderr.take().unwrap(), stderr.clone());
+        BackgroundProcess {
+            what,
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn stdout_text(&self) -> String {
+        text(&self.stdout)
+    }
+
+    pub fn stderr_text(&self) -> String {
+        text(&self.stderr)
+    }
+
+    /// Still running?
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits (bounded) until `probe` holds, failing early with the process's output if
+    /// it exits. For "the server has bound its sockets" and the like.
+    pub fn wait_until(&mut self, timeout: Duration, what: &str, mut probe: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if probe() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "`{}` exited with {status} before {what}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    self.what,
+                    self.stdout_text(),
+                    self.stderr_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`{}`: not {what} within {timeout:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                self.what,
+                self.stdout_text(),
+                self.stderr_text()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for BackgroundProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) on our own child, not reaped yet (try_wait said running).
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            if wait_with_deadline(&mut self.child, Duration::from_secs(3)).is_none() {
+                let _ = self.child.kill();
+                let _ = wait_with_deadline(&mut self.child, Duration::from_secs(3));
+            }
+        }
+        if thread::panicking() {
+            eprintln!(
+                "=== `{}` ===\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                self.what,
+                self.stdout_text(),
+                self.stderr_text()
+            );
+        }
+    }
+}
+
+impl Testbed {
+    /// Number of real servers (`RS_COUNT`).
+    pub fn rs_count(&self) -> u32 {
+        self.fact("RS_COUNT").parse().expect("RS_COUNT is a number")
+    }
+    /// Namespace of real server `i` (1-based).
+    pub fn rs_ns(&self, i: u32) -> &str {
+        self.fact(&format!("RS{i}_NS"))
+    }
+    pub fn rs_ip(&self, i: u32) -> &str {
+        self.fact(&format!("RS{i}_IP"))
+    }
+    pub fn rs_if(&self, i: u32) -> &str {
+        self.fact(&format!("RS{i}_IF"))
+    }
+    pub fn rs_mac(&self, i: u32) -> &str {
+        self.fact(&format!("RS{i}_MAC"))
+    }
+
+    /// Runs `scripts/testbed.sh CMD NAME ARGS...` (one of the set-up subcommands
+    /// `dr-vip`, `rs-gateway`, `client-addr`), bounded; panics on failure. `KEY=VALUE`
+    /// lines it prints update the bed's facts (`client-addr` prints `CLIENT_IP`).
+    pub fn configure(&mut self, cmd: &str, args: &[&str]) -> CmdOutput {
+        let out = run_bounded(
+            Command::new(testbed_script())
+                .arg(cmd)
+                .arg(&self.name)
+                .args(args),
+            Duration::from_secs(60),
+        )
+        .expect_success(&format!("testbed.sh {cmd} {}", self.name));
+        for (k, v) in out.stdout.lines().filter_map(|l| l.split_once('=')) {
+            self.facts
+                .insert(k.trim().to_string(), v.trim().to_string());
+        }
+        out
+    }
 }

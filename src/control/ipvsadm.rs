@@ -1,0 +1,398 @@
+//! `ipvsadm` command-line syntax, turned into control requests, so that
+//! `alias ipvsadm=sluicectl` keeps existing scripts working. Covered so far: services
+//! (`-A/-E/-D`), real servers (`-a/-e/-d`), `-C`, and listing (`-L/-l` with `-n`,
+//! `--stats`). The rest of ipvsadm's options arrive with the control-plane work.
+use super::protocol::Request;
+use crate::flow::Protocol;
+use crate::sched::SchedulerKind;
+use crate::service::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_WEIGHT};
+use std::net::Ipv4Addr;
+
+/// How the CLI shows the daemon's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// `-L`: the ipvsadm table (or the `--stats` table).
+    List { stats: bool },
+    /// A change: nothing to print on success, as ipvsadm.
+    Quiet,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Command {
+    pub request: Request,
+    pub output: Output,
+}
+
+/// The ipvsadm command options (the first argument of an ipvsadm invocation).
+pub fn is_command(arg: &str) -> bool {
+    const LONG: &[&str] = &[
+        "--add-service",
+        "--edit-service",
+        "--delete-service",
+        "--add-server",
+        "--edit-server",
+        "--delete-server",
+        "--clear",
+        "--list",
+    ];
+    if LONG.contains(&arg) {
+        return true;
+    }
+    let mut chars = arg.chars();
+    chars.next() == Some('-') && chars.next().is_some_and(|c| "AEDaedCLl".contains(c))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    AddService,
+    EditService,
+    DeleteService,
+    AddServer,
+    EditServer,
+    DeleteServer,
+    Clear,
+    List,
+}
+
+/// Splits bundled short options (`-Ln` -> `-L -n`); long options and values pass.
+fn expand(args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in args {
+        if a.len() > 2
+            && a.starts_with('-')
+            && !a.starts_with("--")
+            && a[1..].chars().all(|c| c.is_ascii_alphabetic())
+        {
+            out.extend(a[1..].chars().map(|c| format!("-{c}")));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// Parses an ipvsadm command line (without the program name).
+pub fn parse(args: &[String]) -> Result<Command, String> {
+    let args = expand(args);
+    let mut verb: Option<Verb> = None;
+    let mut service: Option<ServiceKey> = None;
+    let mut scheduler: Option<SchedulerKind> = None;
+    let mut persistence: Option<u32> = None;
+    let mut netmask: Option<Ipv4Addr> = None;
+    let mut server: Option<(Ipv4Addr, Option<u16>)> = None;
+    let mut mode: Option<ForwardMode> = None;
+    let mut weight: Option<u32> = None;
+    let mut upper: Option<u32> = None;
+    let mut lower: Option<u32> = None;
+    let mut stats = false;
+
+    let mut it = args.iter().peekable();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("option {name} requires an argument"))
+        };
+        let mut set_verb = |v: Verb| match verb.replace(v) {
+            Some(_) => {
+                Err("only one command (-A, -E, -D, -a, -e, -d, -C, -L) may be given".to_string())
+            }
+            None => Ok(()),
+        };
+        match arg.as_str() {
+            "-A" | "--add-service" => set_verb(Verb::AddService)?,
+            "-E" | "--edit-service" => set_verb(Verb::EditService)?,
+            "-D" | "--delete-service" => set_verb(Verb::DeleteService)?,
+            "-a" | "--add-server" => set_verb(Verb::AddServer)?,
+            "-e" | "--edit-server" => set_verb(Verb::EditServer)?,
+            "-d" | "--delete-server" => set_verb(Verb::DeleteServer)?,
+            "-C" | "--clear" => set_verb(Verb::Clear)?,
+            "-L" | "-l" | "--list" => set_verb(Verb::List)?,
+            "-t" | "--tcp-service" => service = Some(parse_service(Protocol::Tcp, &value(arg)?)?),
+            "-u" | "--udp-service" => service = Some(parse_service(Protocol::Udp, &value(arg)?)?),
+            "-s" | "--scheduler" => scheduler = Some(value(arg)?.parse::<SchedulerKind>()?),
+            "-p" | "--persistent" => {
+                // The timeout is optional, as in ipvsadm (default 300 s).
+                let timeout = match it.peek() {
+                    Some(v) if v.chars().all(|c| c.is_ascii_digit()) => {
+                        let v = it.next().expect("peeked");
+                        parse_number("persistence timeout", v, 1, 2_678_400)?
+                    }
+                    _ => Persistence::DEFAULT_TIMEOUT_S,
+                };
+                persistence = Some(timeout);
+            }
+            "-M" | "--netmask" => {
+                let v = value(arg)?;
+                netmask = Some(v.parse().map_err(|_| format!("illegal netmask \"{v}\""))?);
+            }
+            "-r" | "--real-server" => server = Some(parse_server(&value(arg)?)?),
+            "-g" | "--gatewaying" => mode = Some(ForwardMode::Dr),
+            "-m" | "--masquerading" => mode = Some(ForwardMode::Nat),
+            "-i" | "--ipip" => mode = Some(ForwardMode::Tun),
+            "-b" | "--fullnat" => mode = Some(ForwardMode::FullNat),
+            "-w" | "--weight" => {
+                weight = Some(parse_number("weight", &value(arg)?, 0, MAX_WEIGHT)?)
+            }
+            "-x" | "--u-threshold" => {
+                upper = Some(parse_number("upper threshold", &value(arg)?, 0, u32::MAX)?)
+            }
+            "-y" | "--l-threshold" => {
+                lower = Some(parse_number("lower threshold", &value(arg)?, 0, u32::MAX)?)
+            }
+            "-n" | "--numeric" | "--exact" => {}
+            "--stats" => stats = true,
+            other => return Err(format!("unknown or unsupported option \"{other}\"")),
+        }
+    }
+
+    let verb = verb.ok_or("no command given (one of -A, -E, -D, -a, -e, -d, -C, -L)")?;
+    let needs_service =
+        || service.ok_or_else(|| "this command needs a service: -t|-u VIP:port".to_string());
+    let persistence = match (persistence, netmask) {
+        (Some(timeout_s), mask) => Some(Persistence {
+            timeout_s,
+            netmask: mask.unwrap_or(Ipv4Addr::BROADCAST),
+        }),
+        (None, Some(_)) => return Err("-M/--netmask needs -p/--persistent".into()),
+        (None, None) => None,
+    };
+    let spec = |service: ServiceKey| -> Result<RealServerSpec, String> {
+        let (ip, port) = server.ok_or("this command needs a real server: -r RIP[:port]")?;
+        let spec = RealServerSpec::new(
+            ip,
+            port.unwrap_or(service.port),
+            weight.unwrap_or(1),
+            mode.unwrap_or(ForwardMode::Dr),
+        );
+        Ok(spec.with_thresholds(upper.unwrap_or(0), lower.unwrap_or(0)))
+    };
+    let (request, output) = match verb {
+        Verb::List => (Request::ListServices, Output::List { stats }),
+        Verb::Clear => (Request::Clear, Output::Quiet),
+        Verb::AddService => (
+            Request::AddService {
+                service: needs_service()?,
+                scheduler,
+                persistence,
+            },
+            Output::Quiet,
+        ),
+        Verb::EditService => (
+            Request::EditService {
+                service: needs_service()?,
+                scheduler,
+                persistence,
+            },
+            Output::Quiet,
+        ),
+        Verb::DeleteService => (
+            Request::DeleteService {
+                service: needs_service()?,
+            },
+            Output::Quiet,
+        ),
+        Verb::AddServer => {
+            let service = needs_service()?;
+            (
+                Request::AddServer {
+                    service,
+                    server: spec(service)?,
+                },
+                Output::Quiet,
+            )
+        }
+        Verb::EditServer => {
+            let service = needs_service()?;
+            (
+                Request::EditServer {
+                    service,
+                    server: spec(service)?,
+                },
+                Output::Quiet,
+            )
+        }
+        Verb::DeleteServer => {
+            let service = needs_service()?;
+            let s = spec(service)?;
+            (
+                Request::DeleteServer {
+                    service,
+                    ip: s.ip,
+                    port: s.port,
+                },
+                Output::Quiet,
+            )
+        }
+    };
+    Ok(Command { request, output })
+}
+
+fn parse_service(proto: Protocol, text: &str) -> Result<ServiceKey, String> {
+    let (ip, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("illegal virtual server address \"{text}\" (expected VIP:port)"))?;
+    let vip: Ipv4Addr = ip
+        .parse()
+        .map_err(|_| format!("illegal virtual server address \"{text}\""))?;
+    let port = parse_number("port", port, 0, u16::MAX as u32)? as u16;
+    Ok(ServiceKey::new(proto, vip, port))
+}
+
+fn parse_server(text: &str) -> Result<(Ipv4Addr, Option<u16>), String> {
+    let (ip, port) = match text.rsplit_once(':') {
+        Some((ip, port)) => (
+            ip,
+            Some(parse_number("port", port, 0, u16::MAX as u32)? as u16),
+        ),
+        None => (text, None),
+    };
+    let ip = ip
+        .parse()
+        .map_err(|_| format!("illegal real server address \"{text}\""))?;
+    Ok((ip, port))
+}
+
+fn parse_number(what: &str, text: &str, min: u32, max: u32) -> Result<u32, String> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| format!("illegal {what} \"{text}\" (expected {min}..={max})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(line: &str) -> Result<Command, String> {
+        parse(
+            &line
+                .split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn key(proto: Protocol, vip: [u8; 4], port: u16) -> ServiceKey {
+        ServiceKey::new(proto, vip.into(), port)
+    }
+
+    #[test]
+    fn service_commands() {
+        assert_eq!(
+            p("-A -t 198.18.1.1:80 -s rr").unwrap().request,
+            Request::AddService {
+                service: key(Protocol::Tcp, [198, 18, 1, 1], 80),
+                scheduler: Some(SchedulerKind::Rr),
+                persistence: None
+            }
+        );
+        assert_eq!(
+            p("-E -u 198.18.1.1:53 -p 60 -M 255.255.255.0")
+                .unwrap()
+                .request,
+            Request::EditService {
+                service: key(Protocol::Udp, [198, 18, 1, 1], 53),
+                scheduler: None,
+                persistence: Some(Persistence {
+                    timeout_s: 60,
+                    netmask: [255, 255, 255, 0].into()
+                })
+            }
+        );
+        assert_eq!(
+            p("-A -t 198.18.1.1:443 -p").unwrap().request,
+            Request::AddService {
+                service: key(Protocol::Tcp, [198, 18, 1, 1], 443),
+                scheduler: None,
+                persistence: Some(Persistence::new(Persistence::DEFAULT_TIMEOUT_S))
+            }
+        );
+        assert_eq!(
+            p("-D -t 198.18.1.1:80").unwrap().request,
+            Request::DeleteService {
+                service: key(Protocol::Tcp, [198, 18, 1, 1], 80)
+            }
+        );
+        assert_eq!(p("-C").unwrap().request, Request::Clear);
+    }
+
+    #[test]
+    fn server_commands_default_like_ipvsadm() {
+        let svc = key(Protocol::Tcp, [198, 18, 1, 1], 80);
+        assert_eq!(
+            p("-a -t 198.18.1.1:80 -r 198.18.0.11").unwrap().request,
+            Request::AddServer {
+                service: svc,
+                server: RealServerSpec::new([198, 18, 0, 11].into(), 80, 1, ForwardMode::Dr)
+            }
+        );
+        assert_eq!(
+            p("-e -t 198.18.1.1:80 -r 198.18.0.11:8080 -m -w 3 -x 100 -y 10")
+                .unwrap()
+                .request,
+            Request::EditServer {
+                service: svc,
+                server: RealServerSpec::new([198, 18, 0, 11].into(), 8080, 3, ForwardMode::Nat)
+                    .with_thresholds(100, 10)
+            }
+        );
+        assert_eq!(
+            p("-d -t 198.18.1.1:80 -r 198.18.0.11").unwrap().request,
+            Request::DeleteServer {
+                service: svc,
+                ip: [198, 18, 0, 11].into(),
+                port: 80
+            }
+        );
+        assert_eq!(
+            p("-a -t 198.18.1.1:80 -r 198.18.0.12 -i").unwrap().request,
+            {
+                Request::AddServer {
+                    service: svc,
+                    server: RealServerSpec::new([198, 18, 0, 12].into(), 80, 1, ForwardMode::Tun),
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn listing_with_bundled_flags() {
+        assert_eq!(p("-Ln").unwrap().output, Output::List { stats: false });
+        assert_eq!(
+            p("-L -n --stats").unwrap().output,
+            Output::List { stats: true }
+        );
+        assert!(is_command("-Ln") && is_command("-a") && is_command("--list"));
+        assert!(!is_command("status") && !is_command("-S") && !is_command("--json"));
+    }
+
+    #[test]
+    fn bad_input_is_named() {
+        for (line, needle) in [
+            ("-A", "needs a service"),
+            ("-A -t 198.18.1.1", "expected VIP:port"),
+            ("-A -t 198.18.1.300:80", "illegal virtual server address"),
+            (
+                "-A -t 198.18.1.1:80 -s nosuch",
+                "unknown scheduler \"nosuch\"",
+            ),
+            ("-a -t 198.18.1.1:80", "needs a real server"),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.11 -w 70000",
+                "illegal weight \"70000\"",
+            ),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.11 -w",
+                "requires an argument",
+            ),
+            ("-A -D -t 198.18.1.1:80", "only one command"),
+            ("-A -t 198.18.1.1:80 -M 255.0.0.0", "needs -p"),
+            ("-L --bogus", "unknown or unsupported option \"--bogus\""),
+            ("-n", "no command given"),
+        ] {
+            let err = p(line).expect_err(line);
+            assert!(err.contains(needle), "{line}: {err}");
+        }
+    }
+}

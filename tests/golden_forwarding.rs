@@ -1,0 +1,309 @@
+//! Tier 2, golden packets for the forwarding core: scapy writes an input pcap in which
+//! a client talks to a DR, a NAT and a TUN virtual service (TCP handshake, data and
+//! FIN; UDP request and, for NAT, reply; ICMP errors of each session; every malformed
+//! class in between; an oversize DF packet for TUN), and three real servers answer
+//! Sluice's ARP and, for NAT, the client. Sluice reads it through net_pcap, and the
+//! output is checked frame by frame by scapy and tshark (IPv4/TCP/UDP/ICMP checksum
+//! validation on), the drop counters and the real-server statistics exactly.
+//!
+//! Run: `cargo test --release --test golden_forwarding` (as root).
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+const OUR_MAC: &str = "02:53:4c:00:00:01";
+const OUR_ADDR: &str = "198.18.0.1/24";
+
+fn golden_tool() -> std::path::PathBuf {
+    tool("golden_forwarding.py")
+}
+
+/// The checker itself: it must accept the expected frames and reject a set of broken
+/// variants (flipped payload byte, TTL changed, wrong port, missing, extra and swapped
+/// frames, an ARP request for a stranger). Needs scapy and tshark, not root.
+#[test]
+fn golden_forwarding_checker_rejects_broken_output() {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("sluice-gf-selftest-{}-", unique_tag()))
+        .tempdir()
+        .expect("temp dir");
+    let out = run_bounded(
+        Command::new(PYTHON)
+            .arg(golden_tool())
+            .arg("selftest")
+            .arg(dir.path()),
+        Duration::from_secs(300),
+    );
+    assert!(out.success(), "checker self-test failed: {}", out.describe());
+    assert!(
+        out.stdout.contains("selftest OK"),
+        "self-test output: {}",
+        out.stdout
+    );
+}
+
+/// DR, NAT and TUN with TCP and UDP, ICMP errors, frag-needed and every malformed
+/// class, in one run.
+#[test]
+fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
+    require_root();
+    let cfg = DaemonConfig::new(Vec::new());
+    let in_pcap = cfg.path("in.pcap");
+    let out_pcap = cfg.path("out.pcap");
+    let expect_json = cfg.path("expect.json");
+    let summary_json = cfg.path("summary.json");
+
+    // 1. Input frames, expectations and the services config.
+    run_bounded(
+        Command::new(PYTHON)
+            .arg(golden_tool())
+            .arg("make")
+            .arg(&in_pcap)
+            .arg(&expect_json),
+        Duration::from_secs(120),
+    )
+    .expect_success("golden_forwarding.py make");
+    let expect: Value = serde_json::from_str(&std::fs::read_to_string(&expect_json).unwrap())
+        .expect("expectations JSON");
+    let input_frames = expect["input_frames"].as_u64().unwrap();
+    let outputs = expect["outputs"].as_array().unwrap().len() as u64;
+    assert!(
+        input_frames >= 50 && outputs >= 30,
+        "suspiciously small fixture"
+    );
+
+    // 2. Sluice on net_pcap with the services.
+    let mut cfg = cfg;
+    let vdev = format!(
+        "net_pcap0,rx_pcap={},tx_pcap={}",
+        in_pcap.display(),
+        out_pcap.display()
+    );
+    cfg.ports = vec![PortSpec::vdev("lan0", &vdev, &[OUR_ADDR]).with_mac(OUR_MAC)];
+    cfg.extra_toml
+        .push(expect["services_toml"].as_str().unwrap().to_string());
+    let mut daemon = Daemon::start(cfg);
+
+    // Every input frame received by the port and the worker; then (bounded) every
+    // expected output sent. If outputs are missing, go on: the checker says which.
+    let worker_rx = |s: &Value| -> u64 {
+        s["lcores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l["rx_packets"].as_u64())
+            .sum()
+    };
+    let received = wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
+        let s = daemon.status();
+        (port_counter(&s, "lan0", "rx_packets") >= input_frames && worker_rx(&s) >= input_frames)
+            .then_some(())
+    });
+    assert!(
+        received.is_some(),
+        "sluice did not receive all {input_frames} input frames within 20 s; last status: {}\n{}",
+        daemon.status(),
+        daemon.dump()
+    );
+    let _ = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+        (port_counter(&daemon.status(), "lan0", "tx_packets") >= outputs).then_some(())
+    });
+    // Nothing more can arrive (the pcap PMD reads its file once); settle, re-read.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = daemon.status();
+    std::thread::sleep(Duration::from_millis(300));
+    let status = daemon.status();
+    assert_eq!(
+        (before["drops"].clone(), port_counter(&before, "lan0", "tx_packets")),
+        (status["drops"].clone(), port_counter(&status, "lan0", "tx_packets")),
+        "counters still moving after the input ended"
+    );
+    let list = daemon.list_services();
+
+    // 3. SIGTERM closes the port, which flushes out.pcap.
+    let exit = daemon.terminate();
+    assert!(
+        exit.success(),
+        "sluice exited with {exit}\n{}",
+        daemon.dump()
+    );
+
+    // 4. The output, frame by frame.
+    let check = run_bounded(
+        Command::new(PYTHON)
+            .arg(golden_tool())
+            .arg("check")
+            .arg(&in_pcap)
+            .arg(&out_pcap)
+            .arg(&expect_json)
+            .arg(&summary_json),
+        Duration::from_secs(180),
+    );
+    eprintln!("{}", check.stdout);
+    let summary: Value = std::fs::read_to_string(&summary_json)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let arp_requests = summary["arp_requests"].as_u64().unwrap_or(0);
+
+    // 5. Counters: port and lcore packet counts, every drop reason exactly, events,
+    // sessions, and the real servers' statistics.
+    let mut problems = Problems::default();
+    problems.eq(
+        "ports[lan0].rx_packets".into(),
+        port_counter(&status, "lan0", "rx_packets"),
+        input_frames,
+    );
+    problems.eq(
+        "ports[lan0].tx_packets (expected outputs + Sluice's own ARP requests)".into(),
+        port_counter(&status, "lan0", "tx_packets"),
+        outputs + arp_requests,
+    );
+    for field in ["rx_missed", "rx_errors", "tx_errors", "rx_nombuf"] {
+        problems.eq(
+            format!("ports[lan0].{field}"),
+            port_counter(&status, "lan0", field),
+            0,
+        );
+    }
+    let mut want_drops: std::collections::BTreeMap<String, u64> = expect["drops"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    // An ARP request from Sluice replaces a packet it could not forward yet.
+    *want_drops
+        .entry("neighbour_unresolved".into())
+        .or_default() += arp_requests;
+    let got_drops = status["drops"]
+        .as_object()
+        .expect("status.drops is an object");
+    for reason in want_drops.keys() {
+        if !got_drops.contains_key(reason) {
+            problems.fail(format!("drops.{reason}: not reported by sluicectl status"));
+        }
+    }
+    let mut reasons: Vec<&String> = want_drops.keys().chain(got_drops.keys()).collect();
+    reasons.sort();
+    reasons.dedup();
+    for reason in reasons {
+        let want = want_drops.get(reason).copied().unwrap_or(0);
+        problems.eq(format!("drops.{reason}"), drop_count(&status, reason), want);
+    }
+    for (event, want) in expect["events"].as_object().unwrap() {
+        problems.eq(
+            format!("events.{event}"),
+            event_count(&status, event),
+            want.as_u64().unwrap(),
+        );
+    }
+    problems.eq(
+        "neighbours".into(),
+        status["neighbours"].as_u64().unwrap_or(u64::MAX),
+        expect["events"]["neighbour_learned"].as_u64().unwrap(),
+    );
+    problems.eq(
+        "sessions".into(),
+        status["sessions"].as_u64().unwrap_or(u64::MAX),
+        expect["sessions"].as_u64().unwrap(),
+    );
+
+    // Real servers (ipvsadm -Ln --stats): exact connections; all TCP sessions are
+    // closed, so none active; packet counts between the TCP/UDP frames forwarded and
+    // those plus the ICMP errors and too-big packets of their sessions.
+    for (rip, want) in expect["real_servers"].as_object().unwrap() {
+        let vip = want["vip"].as_str().unwrap();
+        let mode = want["mode"].as_str().unwrap();
+        let mut sum = |field: &str| -> u64 {
+            [("tcp", 80u16), ("udp", 3333u16)]
+                .iter()
+                .map(|(proto, port)| {
+                    let rs = real_server(&list, proto, vip, *port, rip);
+                    if rs["mode"] != mode {
+                        problems.fail(format!("{proto} {vip}:{port} -> {rip}: mode {}", rs["mode"]));
+                    }
+                    rs[field].as_u64().unwrap_or_else(|| {
+                        panic!("real server {rip} has no numeric {field}: {rs}")
+                    })
+                })
+                .sum()
+        };
+        let (conns, active, inactive) = (sum("connections"), sum("active"), sum("inactive"));
+        let (inp, outp) = (sum("in_packets"), sum("out_packets"));
+        let (in_bytes, out_bytes) = (sum("in_bytes"), sum("out_bytes"));
+        let n = |k: &str| want[k].as_u64().unwrap();
+        let mut verify = |what: &str, ok: bool, detail: String| {
+            if !ok {
+                problems.fail(format!("real server {rip} ({mode}) {what}: {detail}"));
+            }
+        };
+        verify(
+            "connections",
+            conns == n("connections"),
+            format!("{conns}, expected {}", n("connections")),
+        );
+        verify("active", active == 0, format!("{active}, expected 0"));
+        verify(
+            "inactive",
+            inactive == n("connections"),
+            format!("{inactive}, expected {}", n("connections")),
+        );
+        verify(
+            "in_packets",
+            (n("in_min")..=n("in_max")).contains(&inp),
+            format!("{inp}, expected {}..={}", n("in_min"), n("in_max")),
+        );
+        verify(
+            "out_packets",
+            (n("out_min")..=n("out_max")).contains(&outp),
+            format!("{outp}, expected {}..={}", n("out_min"), n("out_max")),
+        );
+        verify(
+            "in_bytes",
+            in_bytes >= 40 * inp && (inp == 0) == (in_bytes == 0),
+            format!("{in_bytes} for {inp} packets"),
+        );
+        verify(
+            "out_bytes",
+            out_bytes >= 40 * outp && (outp == 0) == (out_bytes == 0),
+            format!("{out_bytes} for {outp} packets"),
+        );
+    }
+
+    assert!(
+        check.success(),
+        "golden check failed:\n{}\ncounters:\n  {}\n{}",
+        check.describe(),
+        problems.0.join("\n  "),
+        daemon.dump()
+    );
+    assert!(
+        problems.0.is_empty(),
+        "status counters differ from the expectations:\n  {}\nstatus: {status:#}\nservices: {list:#}",
+        problems.0.join("\n  ")
+    );
+    assert!(
+        dpdk_runtime_dirs(&daemon.config.file_prefix).is_empty(),
+        "DPDK runtime dir left behind"
+    );
+}
+
+/// Counter mismatches, collected so that one run reports all of them.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn eq(&mut self, what: String, got: u64, want: u64) {
+        if got != want {
+            self.0.push(format!("{what}: got {got}, expected {want}"));
+        }
+    }
+
+    fn fail(&mut self, what: String) {
+        self.0.push(what);
+    }
+}
