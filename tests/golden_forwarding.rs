@@ -37,7 +37,11 @@ fn golden_forwarding_checker_rejects_broken_output() {
             .arg(dir.path()),
         Duration::from_secs(300),
     );
-    assert!(out.success(), "checker self-test failed: {}", out.describe());
+    assert!(
+        out.success(),
+        "checker self-test failed: {}",
+        out.describe()
+    );
     assert!(
         out.stdout.contains("selftest OK"),
         "self-test output: {}",
@@ -117,8 +121,14 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
     std::thread::sleep(Duration::from_millis(300));
     let status = daemon.status();
     assert_eq!(
-        (before["drops"].clone(), port_counter(&before, "lan0", "tx_packets")),
-        (status["drops"].clone(), port_counter(&status, "lan0", "tx_packets")),
+        (
+            before["drops"].clone(),
+            port_counter(&before, "lan0", "tx_packets")
+        ),
+        (
+            status["drops"].clone(),
+            port_counter(&status, "lan0", "tx_packets")
+        ),
         "counters still moving after the input ended"
     );
     let list = daemon.list_services();
@@ -176,9 +186,7 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
         .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
         .collect();
     // An ARP request from Sluice replaces a packet it could not forward yet.
-    *want_drops
-        .entry("neighbour_unresolved".into())
-        .or_default() += arp_requests;
+    *want_drops.entry("neighbour_unresolved".into()).or_default() += arp_requests;
     let got_drops = status["drops"]
         .as_object()
         .expect("status.drops is an object");
@@ -224,11 +232,14 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
                 .map(|(proto, port)| {
                     let rs = real_server(&list, proto, vip, *port, rip);
                     if rs["mode"] != mode {
-                        problems.fail(format!("{proto} {vip}:{port} -> {rip}: mode {}", rs["mode"]));
+                        problems.fail(format!(
+                            "{proto} {vip}:{port} -> {rip}: mode {}",
+                            rs["mode"]
+                        ));
                     }
-                    rs[field].as_u64().unwrap_or_else(|| {
-                        panic!("real server {rip} has no numeric {field}: {rs}")
-                    })
+                    rs[field]
+                        .as_u64()
+                        .unwrap_or_else(|| panic!("real server {rip} has no numeric {field}: {rs}"))
                 })
                 .sum()
         };
