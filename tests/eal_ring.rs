@@ -97,7 +97,14 @@ fn worker_answers_arp_and_ping_over_net_ring() {
         addr: lb_ip,
         mtu: 1500,
     };
-    let worker = Worker::new(0, vec![port], forwarder, counters.clone(), stop.clone());
+    let worker = Worker::new(
+        0,
+        pool.clone(),
+        vec![port],
+        forwarder,
+        counters.clone(),
+        stop.clone(),
+    );
     launch_on_lcore(1, move || worker.run()).unwrap();
 
     let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();

@@ -53,7 +53,7 @@ struct Appliance {
     ports: Vec<PortEntry>,
     _emulator_ports: Vec<Port>,
     _ring_pairs: Vec<RingPortPair>,
-    _pool: Arc<Mempool>,
+    pool: Arc<Mempool>,
     _eal: Eal,
 }
 
@@ -264,7 +264,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         ports,
         _emulator_ports: emulator_ports,
         _ring_pairs: ring_pairs,
-        _pool: pool,
+        pool,
         _eal: eal,
     })
 }
@@ -331,6 +331,7 @@ fn launch_workers(
         );
         let worker = Worker::new(
             w as u16,
+            app.pool.clone(),
             ports,
             forwarder,
             counters[w].clone(),

@@ -61,6 +61,7 @@ pub struct Forwarder {
     arp_sent: [(u32, u64); ARP_LIMITER_SLOTS],
     arp_interval_tsc: u64,
     ip_ident: u16,
+    snapshot_changed: bool,
 }
 
 impl Forwarder {
@@ -85,6 +86,8 @@ impl Forwarder {
             // At most ten ARP requests a second per unresolved address.
             arp_interval_tsc: tsc_hz / 10,
             ip_ident: 0,
+            // The first poll resolves the real servers of the initial snapshot.
+            snapshot_changed: true,
         };
         f.rebuild_schedulers();
         f
@@ -94,6 +97,7 @@ impl Forwarder {
     /// changed), advance the clock and expire due sessions within a budget.
     pub fn poll(&mut self, now_tsc: u64, counters: &WorkerCounters) {
         if self.snapshot.refresh() {
+            self.snapshot_changed = true;
             self.rebuild_schedulers();
         }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
@@ -117,6 +121,35 @@ impl Forwarder {
             bump(&counters.sessions_expired, expired);
         }
         counters.sessions.store(self.sessions.len() as u64, Relaxed);
+    }
+
+    /// Calls `send` for each real server of the current snapshot whose MAC is not
+    /// known yet (at most ten times a second per address), so the first client packet
+    /// towards it usually finds it resolved. Runs once per second and on every new
+    /// snapshot, never per packet.
+    pub fn resolve_real_servers(
+        &mut self,
+        neighbours: &NeighbourTable,
+        now_tsc: u64,
+        mut send: impl FnMut(Ipv4Addr),
+    ) {
+        let snap = self.snapshot.current();
+        for rs in snap.services().iter().flat_map(|s| s.real_servers.iter()) {
+            if neighbours.lookup(rs.ip).is_some() {
+                continue;
+            }
+            let slot = &mut self.arp_sent[limiter_slot(rs.ip)];
+            if slot.0 == u32::from(rs.ip) && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
+                continue;
+            }
+            *slot = (u32::from(rs.ip), now_tsc);
+            send(rs.ip);
+        }
+    }
+
+    /// Whether a new snapshot arrived since the last call (the first call says yes).
+    pub fn take_snapshot_changed(&mut self) -> bool {
+        std::mem::take(&mut self.snapshot_changed)
     }
 
     /// The VIPs of the current snapshot (sorted), for the local responder.
@@ -531,6 +564,11 @@ impl Forwarder {
             _ => Action::Drop(DropReason::IcmpErrorNoSession),
         }
     }
+}
+
+#[inline]
+fn limiter_slot(ip: Ipv4Addr) -> usize {
+    (u32::from(ip) as usize).wrapping_mul(2654435761) % ARP_LIMITER_SLOTS
 }
 
 /// Applies a session transition to the real server's active/inactive gauges.

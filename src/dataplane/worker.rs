@@ -2,10 +2,11 @@
 //! every port, until told to stop. The worker owns its queues, its neighbour table, its
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
 use super::counters::{bump, DropReason, WorkerCounters};
-use super::forwarder::{Action, Forwarder, PortContext};
+use super::forwarder::{write_arp_request, Action, Forwarder, PortContext};
 use super::local::LocalResponder;
 use super::neighbour::NeighbourTable;
-use crate::dpdk::{tsc, Burst, RxQueue, TxQueue};
+use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
+use crate::wire::ethernet;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -26,6 +27,8 @@ pub struct WorkerPort {
 
 pub struct Worker {
     pub id: u16,
+    /// Source of the mbufs for Sluice's own packets (ARP requests for real servers).
+    pub pool: Arc<Mempool>,
     pub ports: Vec<WorkerPort>,
     pub neighbours: NeighbourTable,
     pub forwarder: Forwarder,
@@ -36,6 +39,7 @@ pub struct Worker {
 impl Worker {
     pub fn new(
         id: u16,
+        pool: Arc<Mempool>,
         ports: Vec<WorkerPort>,
         forwarder: Forwarder,
         counters: Arc<WorkerCounters>,
@@ -43,6 +47,7 @@ impl Worker {
     ) -> Self {
         Worker {
             id,
+            pool,
             ports,
             neighbours: NeighbourTable::with_capacity(NEIGHBOUR_CAPACITY),
             forwarder,
@@ -56,9 +61,15 @@ impl Worker {
         log::info!("worker {} polling {} port(s)", self.id, self.ports.len());
         let mut rx = Burst::new();
         let mut tx = Burst::new();
+        let second = tsc_hz();
+        let mut next_resolve = 0u64;
         while !self.stop.load(Relaxed) {
             let start = tsc();
             self.forwarder.poll(start, &self.counters);
+            if self.forwarder.take_snapshot_changed() || start >= next_resolve {
+                next_resolve = start + second;
+                self.resolve_real_servers(start);
+            }
             let mut received = 0;
             for port in &mut self.ports {
                 received += poll_port(
@@ -80,6 +91,41 @@ impl Worker {
         }
         log::info!("worker {} stopped", self.id);
         0
+    }
+}
+
+impl Worker {
+    /// Sends ARP requests for real servers whose MAC is unknown, from the first port
+    /// (Sluice is one-armed so far: clients and real servers share its port).
+    fn resolve_real_servers(&mut self, now: u64) {
+        let Some(port) = self.ports.first_mut() else {
+            return;
+        };
+        let mut out = Burst::new();
+        let (pool, mac, addr) = (&self.pool, port.responder.mac(), port.addr);
+        self.forwarder
+            .resolve_real_servers(&self.neighbours, now, |target| {
+                if out.is_full() || !out.alloc_from(pool, 1) {
+                    return;
+                }
+                let i = out.len() - 1;
+                out.set_packet_len(i, 60);
+                match write_arp_request(out.packet_mut(i), ethernet::HEADER_LEN, mac, addr, target)
+                {
+                    Some(len) => {
+                        out.set_packet_len(i, len as u16);
+                    }
+                    // Cannot happen: a 60-byte frame always holds an Ethernet+ARP request.
+                    // Should it ever, send nothing rather than a malformed frame.
+                    None => out.free_all(),
+                }
+            });
+        let queued = out.len() as u64;
+        let sent = port.tx.tx(&mut out) as u64;
+        bump(&self.counters.tx_packets, sent);
+        if sent < queued {
+            (sent..queued).for_each(|_| WorkerCounters::drop(&self.counters, DropReason::TxFull));
+        }
     }
 }
 

@@ -1,0 +1,910 @@
+//! Tier 3, forwarding end to end with real kernels: a test bed (scripts/testbed.sh)
+//! with a client and three real servers, each running a small HTTP server that answers
+//! with its own name and logs the client's address (tests/tools/e2e_apps.py), and
+//! Sluice on net_af_packet in front of them.
+//!
+//! - DR: the VIPs on every real server's `lo` with arp_ignore=1 / arp_announce=2; 300
+//!   curl requests on new connections through an rr VIP (100/100/100 +-2) and 300
+//!   through a wrr 3:2:1 VIP (150/100/50 +-2 % of 300), all succeed, every real server
+//!   logs the client's own address; UDP echo; a service added and removed through the
+//!   control socket.
+//! - NAT: the same with the client on another subnet, the real servers' default route
+//!   via Sluice and port mapping 80 -> 8080; UDP echo.
+//! - UDP session expiry: with `[timeouts] udp = 2` and `tick_ms = 10` the sessions of a
+//!   UDP exchange disappear within a bounded wait (not before the timeout), the real
+//!   servers' counts return to 0, and a new datagram makes a new session.
+//!
+//! The tests in this file run one at a time (each runs a polling worker on lcore 1;
+//! two at once on a 2-core machine would starve each other).
+//!
+//! Run: `cargo test --release --test e2e_forwarding` (as root).
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const APPLIANCE: &str = "198.18.0.1";
+const REQUESTS: u64 = 300;
+const PARALLEL: &str = "4";
+/// curl's bound per request; the whole batch is bounded too.
+const CURL_MAX_TIME: &str = "5";
+const BATCH_TIMEOUT: Duration = Duration::from_secs(120);
+const UDP_PORT: u16 = 3333;
+
+fn apps() -> String {
+    tool("e2e_apps.py").to_string_lossy().into_owned()
+}
+
+/// A test bed with 3 real servers plus everything that must stop before it goes:
+/// the servers (and the daemon, declared after this in each test).
+struct Lab {
+    // Fields drop in this order: servers first, the bed last.
+    servers: Vec<BackgroundProcess>,
+    dir: tempfile::TempDir,
+    bed: Testbed,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let bed = Testbed::up(3);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("sluice-e2e-{}-", bed.name))
+            .tempdir()
+            .expect("temp dir");
+        Lab {
+            bed,
+            dir,
+            servers: Vec::new(),
+        }
+    }
+
+    fn log_path(&self, i: u32) -> PathBuf {
+        self.dir.path().join(format!("rs{i}.log"))
+    }
+
+    /// Starts `e2e_apps.py serve` on every real server with the given listen
+    /// addresses, and waits until each has bound its sockets.
+    fn start_servers(&mut self, http: &[String], udp: &[String]) {
+        for i in 1..=self.bed.rs_count() {
+            let ready = self.dir.path().join(format!("rs{i}.ready"));
+            let log = self.log_path(i);
+            let name = format!("rs{i}");
+            let mut args: Vec<String> = vec![
+                PYTHON.into(),
+                apps(),
+                "serve".into(),
+                "--name".into(),
+                name,
+                "--log".into(),
+                log.to_string_lossy().into_owned(),
+                "--ready".into(),
+                ready.to_string_lossy().into_owned(),
+            ];
+            for h in http {
+                args.push("--http".into());
+                args.push(h.clone());
+            }
+            for u in udp {
+                args.push("--udp".into());
+                args.push(u.clone());
+            }
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut p = BackgroundProcess::spawn(Some(self.bed.rs_ns(i)), &argv);
+            p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
+            self.servers.push(p);
+        }
+    }
+
+    /// A user-space IP-in-IP decapsulator (TUN device `sltun0`) on every real server,
+    /// for tunnelled services: this kernel has no ipip module.
+    fn start_decapsulators(&mut self) {
+        for i in 1..=self.bed.rs_count() {
+            let ready = self.dir.path().join(format!("rs{i}.decap.ready"));
+            let log = self.dir.path().join(format!("rs{i}.ipip.log"));
+            let (ready_s, log_s) = (
+                ready.to_string_lossy().into_owned(),
+                log.to_string_lossy().into_owned(),
+            );
+            let mut p = BackgroundProcess::spawn(
+                Some(self.bed.rs_ns(i)),
+                &[
+                    PYTHON,
+                    &apps(),
+                    "decap",
+                    "--tun",
+                    "sltun0",
+                    "--log",
+                    &log_s,
+                    "--ready",
+                    &ready_s,
+                ],
+            );
+            p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
+            self.servers.push(p);
+        }
+    }
+
+    /// Sluice on the appliance's veth with these addresses and extra config.
+    fn daemon(&self, addresses: &[&str], extra_toml: String) -> Daemon {
+        let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+            "lan0",
+            &format!("net_af_packet0,iface={}", self.bed.lb_if()),
+            addresses,
+        )])
+        .in_netns(self.bed.lb_ns());
+        cfg.extra_toml.push(extra_toml);
+        Daemon::start(cfg)
+    }
+
+    /// Sluice learns every real server (their ARP requests for its address, merged as
+    /// RFC 826 says) and the client resolves `client_target` through Sluice: no
+    /// connection of the measured runs waits for a neighbour.
+    fn prewarm(&self, daemon: &Daemon, client_target: &str) {
+        let client = self.bed.client_ns();
+        self.bed
+            .exec(
+                client,
+                &["ip", "neigh", "flush", "all"],
+                Duration::from_secs(10),
+            )
+            .expect_success("ip neigh flush");
+        for i in 1..=self.bed.rs_count() {
+            let ns = self.bed.rs_ns(i);
+            self.bed
+                .exec(
+                    ns,
+                    &["ip", "neigh", "flush", "all"],
+                    Duration::from_secs(10),
+                )
+                .expect_success("ip neigh flush");
+            let ping = self.bed.exec(
+                ns,
+                &["ping", "-n", "-c", "1", "-W", "2", APPLIANCE],
+                Duration::from_secs(10),
+            );
+            assert!(
+                ping.success(),
+                "real server {i} cannot ping Sluice: {}\n{}",
+                ping.describe(),
+                daemon.dump()
+            );
+        }
+        let ping = self.bed.exec(
+            client,
+            &["ping", "-n", "-c", "1", "-W", "2", client_target],
+            Duration::from_secs(10),
+        );
+        assert!(
+            ping.success(),
+            "the client cannot ping {client_target} (answered by Sluice): {}\n{}",
+            ping.describe(),
+            daemon.dump()
+        );
+        let want = u64::from(self.bed.rs_count()) + 1;
+        let status = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+            let s = daemon.status();
+            (s["neighbours"].as_u64().unwrap_or(0) >= want).then_some(s)
+        });
+        assert!(
+            status.is_some(),
+            "Sluice did not learn the client and the {} real servers: {:#}",
+            want - 1,
+            daemon.status()
+        );
+    }
+
+    /// `count` curl requests (new connections, PARALLEL at a time) from the client.
+    fn curl(&self, url: &str, count: u64) -> Value {
+        self.curl_with(url, count, &[])
+    }
+
+    fn curl_with(&self, url: &str, count: u64, extra: &[&str]) -> Value {
+        let count_s = count.to_string();
+        let mut args = vec![
+            PYTHON,
+            "",
+            "curl",
+            url,
+            "--count",
+            &count_s,
+            "--parallel",
+            PARALLEL,
+            "--max-time",
+            CURL_MAX_TIME,
+        ];
+        let apps = apps();
+        args[1] = &apps;
+        args.extend_from_slice(extra);
+        let out = self.bed.exec(self.bed.client_ns(), &args, BATCH_TIMEOUT);
+        let v: Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("curl batch printed no JSON ({e}): {}", out.describe()));
+        eprintln!(
+            "{count} requests to {url}: {} ok in {} s, by real server {}",
+            v["ok"], v["seconds"], v["bodies"]
+        );
+        v
+    }
+
+    /// UDP exchanges with `addr:port` from the client.
+    fn udp(&self, addr: &str, port: u16, count: u32, sport_base: u16) -> (CmdOutput, Value) {
+        let out = self.bed.exec(
+            self.bed.client_ns(),
+            &[
+                PYTHON,
+                &apps(),
+                "udp",
+                addr,
+                &port.to_string(),
+                "--count",
+                &count.to_string(),
+                "--sport-base",
+                &sport_base.to_string(),
+                "--timeout",
+                "2",
+            ],
+            Duration::from_secs(u64::from(count) * 3 + 10),
+        );
+        let v: Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("udp client printed no JSON ({e}): {}", out.describe()));
+        (out, v)
+    }
+
+    /// Real server `i`'s log lines of `kind` ("http" or "udp").
+    fn log_lines(&self, i: u32, kind: &str) -> Vec<String> {
+        read_log(&self.log_path(i))
+            .into_iter()
+            .filter(|l| l.starts_with(&format!("{kind} ")))
+            .collect()
+    }
+
+    /// Every checksum error counter of the kernels in the bed must be 0: a checksum
+    /// Sluice got wrong shows up here even if a retransmission hid it.
+    fn assert_no_checksum_errors(&self) {
+        let mut namespaces = vec![self.bed.client_ns().to_string()];
+        for i in 1..=self.bed.rs_count() {
+            namespaces.push(self.bed.rs_ns(i).to_string());
+        }
+        for ns in namespaces {
+            let out = self
+                .bed
+                .exec(
+                    &ns,
+                    &[
+                        "nstat",
+                        "-asz",
+                        "TcpInCsumErrors",
+                        "UdpInCsumErrors",
+                        "IcmpInCsumErrors",
+                    ],
+                    Duration::from_secs(10),
+                )
+                .expect_success("nstat");
+            for line in out.stdout.lines().filter(|l| !l.starts_with('#')) {
+                let mut w = line.split_whitespace();
+                let (Some(name), Some(value)) = (w.next(), w.next()) else {
+                    continue;
+                };
+                assert_eq!(value, "0", "{ns}: {name} = {value}\n{}", out.stdout);
+            }
+        }
+    }
+}
+
+fn read_log(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `[[services]]` TOML for one service over the three real servers.
+fn service_toml(
+    proto: &str,
+    vip: &str,
+    port: u16,
+    scheduler: &str,
+    real_servers: &[(&str, u16, u32, &str)],
+) -> String {
+    let mut t = format!(
+        "[[services]]\nproto = \"{proto}\"\nvip = \"{vip}\"\nport = {port}\nscheduler = \"{scheduler}\"\n"
+    );
+    for (ip, rport, weight, mode) in real_servers {
+        t.push_str(&format!(
+            "\n  [[services.real_servers]]\n  ip = \"{ip}\"\n  port = {rport}\n  weight = {weight}\n  mode = \"{mode}\"\n"
+        ));
+    }
+    t
+}
+
+/// Asserts a batch: every request succeeded, and each real server got its share
+/// within `tolerance`. Returns the counts by real-server name.
+fn assert_spread(
+    batch: &Value,
+    want: &[(&str, u64)],
+    tolerance: u64,
+    daemon: &Daemon,
+) -> BTreeMap<String, u64> {
+    let counts: BTreeMap<String, u64> = batch["bodies"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let total: u64 = want.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        batch["ok"].as_u64(),
+        Some(total),
+        "not every request succeeded: {batch:#}\nstatus: {:#}\n{}",
+        daemon.status(),
+        daemon.dump()
+    );
+    for (name, n) in want {
+        let got = counts.get(*name).copied().unwrap_or(0);
+        assert!(
+            got.abs_diff(*n) <= tolerance,
+            "{name} answered {got} of {total} requests, expected {n} +- {tolerance}: {counts:?}"
+        );
+    }
+    assert_eq!(
+        counts.len(),
+        want.len(),
+        "answers from unexpected servers: {counts:?}"
+    );
+    counts
+}
+
+/// The HTTP log lines of each real server since `before[i]`: their number equals the
+/// answers it gave, and every one names `client_ip`.
+fn assert_logs(lab: &Lab, before: &[usize], counts: &BTreeMap<String, u64>, client_ip: &str) {
+    for i in 1..=lab.bed.rs_count() {
+        let lines = lab.log_lines(i, "http");
+        let new = &lines[before[i as usize - 1]..];
+        let answered = counts.get(&format!("rs{i}")).copied().unwrap_or(0);
+        assert_eq!(
+            new.len() as u64,
+            answered,
+            "rs{i} logged {} requests but answered {answered}",
+            new.len()
+        );
+        for l in new {
+            let ip = l.split_whitespace().nth(1).unwrap_or("");
+            assert_eq!(
+                ip, client_ip,
+                "rs{i} saw a client other than the real one: {l:?}"
+            );
+        }
+    }
+}
+
+fn http_log_len(lab: &Lab) -> Vec<usize> {
+    (1..=lab.bed.rs_count())
+        .map(|i| lab.log_lines(i, "http").len())
+        .collect()
+}
+
+/// Sluice's own statistics for a service agree with what the real servers saw.
+fn assert_rs_stats(
+    daemon: &Daemon,
+    lab: &Lab,
+    vip: &str,
+    port: u16,
+    counts: &BTreeMap<String, u64>,
+    nat: bool,
+) {
+    let list = daemon.list_services();
+    for i in 1..=lab.bed.rs_count() {
+        let rs = real_server(&list, "tcp", vip, port, lab.bed.rs_ip(i));
+        let answered = counts.get(&format!("rs{i}")).copied().unwrap_or(0);
+        let conns = rs_counter(rs, "connections");
+        assert_eq!(
+            conns, answered,
+            "Sluice counted {conns} connections to rs{i}, which answered {answered}: {rs}"
+        );
+        let inp = rs_counter(rs, "in_packets");
+        assert!(
+            inp >= 4 * conns,
+            "rs{i}: {inp} packets in for {conns} connections (SYN, ACK, request, FIN at least): {rs}"
+        );
+        let outp = rs_counter(rs, "out_packets");
+        if nat {
+            assert!(
+                outp >= 3 * conns,
+                "rs{i}: {outp} packets out for {conns} NAT connections (SYN-ACK, response, FIN at least): {rs}"
+            );
+        } else {
+            assert_eq!(
+                outp, 0,
+                "rs{i}: DR replies must not pass Sluice, yet out_packets = {outp}: {rs}"
+            );
+        }
+    }
+}
+
+fn stop(mut daemon: Daemon) {
+    let exit = daemon.terminate();
+    assert!(
+        exit.success(),
+        "sluice exited with {exit}\n{}",
+        daemon.dump()
+    );
+    assert!(
+        dpdk_runtime_dirs(&daemon.config.file_prefix).is_empty(),
+        "DPDK runtime dir left behind"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+
+const DR_VIP_RR: &str = "198.18.0.200";
+const DR_VIP_WRR: &str = "198.18.0.201";
+const DR_VIP_ADDED: &str = "198.18.0.202";
+
+#[test]
+fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
+    require_root();
+    let _serial = lock();
+    let mut lab = Lab::new();
+    lab.bed
+        .configure("dr-vip", &[DR_VIP_RR, DR_VIP_WRR, DR_VIP_ADDED]);
+    lab.start_servers(&["0.0.0.0:80".into()], &[format!("{DR_VIP_RR}:{UDP_PORT}")]);
+    let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let rr: Vec<(&str, u16, u32, &str)> = rips.iter().map(|r| (r.as_str(), 80, 1, "dr")).collect();
+    let wrr: Vec<(&str, u16, u32, &str)> = rips
+        .iter()
+        .zip([3, 2, 1])
+        .map(|(r, w)| (r.as_str(), 80, w, "dr"))
+        .collect();
+    let udp: Vec<(&str, u16, u32, &str)> = rips
+        .iter()
+        .map(|r| (r.as_str(), UDP_PORT, 1, "dr"))
+        .collect();
+    let toml = [
+        service_toml("tcp", DR_VIP_RR, 80, "rr", &rr),
+        service_toml("tcp", DR_VIP_WRR, 80, "wrr", &wrr),
+        service_toml("udp", DR_VIP_RR, UDP_PORT, "rr", &udp),
+    ]
+    .join("\n");
+    let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
+    lab.prewarm(&daemon, DR_VIP_RR);
+
+    // The VIP resolves to Sluice, never to a real server (arp_ignore=1 on them).
+    let port_mac = port(&daemon.status(), "lan0")["mac"]
+        .as_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    let neigh = lab
+        .bed
+        .exec(
+            lab.bed.client_ns(),
+            &["ip", "neigh", "show", DR_VIP_RR],
+            Duration::from_secs(10),
+        )
+        .expect_success("ip neigh show");
+    assert!(
+        neigh.stdout.to_ascii_lowercase().contains(&port_mac),
+        "the client resolved the VIP {DR_VIP_RR} to {:?}, not to Sluice's {port_mac}",
+        neigh.stdout
+    );
+    let client_ip = lab.bed.client_ip().to_string();
+
+    // rr: 100/100/100 (+-2).
+    let before = http_log_len(&lab);
+    let batch = lab.curl(&format!("http://{DR_VIP_RR}/"), REQUESTS);
+    let counts = assert_spread(
+        &batch,
+        &[("rs1", 100), ("rs2", 100), ("rs3", 100)],
+        2,
+        &daemon,
+    );
+    assert_logs(&lab, &before, &counts, &client_ip);
+    assert_rs_stats(&daemon, &lab, DR_VIP_RR, 80, &counts, false);
+
+    // wrr 3:2:1: 150/100/50 (+-2 % of 300).
+    let before = http_log_len(&lab);
+    let batch = lab.curl(&format!("http://{DR_VIP_WRR}/"), REQUESTS);
+    let counts = assert_spread(
+        &batch,
+        &[("rs1", 150), ("rs2", 100), ("rs3", 50)],
+        6,
+        &daemon,
+    );
+    assert_logs(&lab, &before, &counts, &client_ip);
+    assert_rs_stats(&daemon, &lab, DR_VIP_WRR, 80, &counts, false);
+
+    // UDP echo through the VIP: 9 new flows, rr 3/3/3, replies straight from the
+    // real servers (bound to the VIP).
+    let (out, v) = lab.udp(DR_VIP_RR, UDP_PORT, 9, 42000);
+    assert!(
+        out.success(),
+        "UDP echo through {DR_VIP_RR}:{UDP_PORT}: {}\nstatus: {:#}",
+        out.describe(),
+        daemon.status()
+    );
+    for i in 1..=3 {
+        let n = v["replies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r.as_str().unwrap().starts_with(&format!("rs{i} ")))
+            .count();
+        assert_eq!(n, 3, "rs{i} echoed {n} of 9 datagrams (rr): {v}");
+        let logged = lab.log_lines(i, "udp");
+        assert_eq!(logged.len(), 3, "rs{i} udp log: {logged:?}");
+        assert!(
+            logged
+                .iter()
+                .all(|l| l.split_whitespace().nth(1) == Some(&client_ip)),
+            "rs{i} saw another client address: {logged:?}"
+        );
+    }
+
+    // A service added and removed through the control socket (ipvsadm syntax).
+    let vs = format!("{DR_VIP_ADDED}:80");
+    let rs2 = format!("{}:80", lab.bed.rs_ip(2));
+    daemon
+        .ctl(&["-A", "-t", &vs, "-s", "rr"])
+        .expect_success("sluicectl -A");
+    daemon
+        .ctl(&["-a", "-t", &vs, "-r", &rs2, "-g", "-w", "1"])
+        .expect_success("sluicectl -a");
+    let list = daemon.list_services();
+    let added = real_server(&list, "tcp", DR_VIP_ADDED, 80, lab.bed.rs_ip(2));
+    assert_eq!(added["mode"], "dr", "{added}");
+    assert_eq!(added["weight"], 1, "{added}");
+    let batch = lab.curl(&format!("http://{DR_VIP_ADDED}/"), 6);
+    assert_spread(&batch, &[("rs2", 6)], 0, &daemon);
+    daemon
+        .ctl(&["-d", "-t", &vs, "-r", &rs2])
+        .expect_success("sluicectl -d");
+    let list = daemon.list_services();
+    let svc = find_service(&list, "tcp", DR_VIP_ADDED, 80)
+        .unwrap_or_else(|| panic!("service {vs} gone after -d: {list:#}"));
+    assert_eq!(
+        svc["real_servers"].as_array().map(Vec::len),
+        Some(0),
+        "{svc}"
+    );
+    daemon
+        .ctl(&["-D", "-t", &vs])
+        .expect_success("sluicectl -D");
+    let list = daemon.list_services();
+    assert!(
+        find_service(&list, "tcp", DR_VIP_ADDED, 80).is_none(),
+        "service {vs} still listed after -D: {list:#}"
+    );
+
+    lab.assert_no_checksum_errors();
+    let status = daemon.status();
+    assert_eq!(drop_count(&status, "tx_full"), 0, "{status:#}");
+    stop(daemon);
+}
+
+const NAT_CLIENT: &str = "198.18.2.100/24";
+const NAT_GATEWAY: &str = "198.18.2.1";
+const NAT_VIP_RR: &str = "198.18.1.1";
+const NAT_VIP_WRR: &str = "198.18.1.2";
+const NAT_HTTP_PORT: u16 = 8080;
+const NAT_UDP_PORT: u16 = 4444;
+
+/// The NAT layout: the client on 198.18.2.0/24 behind Sluice's second address, the
+/// real servers' default route via Sluice's 198.18.0.1.
+fn nat_lab() -> Lab {
+    let mut lab = Lab::new();
+    lab.bed.configure("client-addr", &[NAT_CLIENT, NAT_GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers(
+        &[format!("0.0.0.0:{NAT_HTTP_PORT}")],
+        &[format!("0.0.0.0:{NAT_UDP_PORT}")],
+    );
+    lab
+}
+
+fn nat_addresses() -> [String; 2] {
+    [format!("{APPLIANCE}/24"), format!("{NAT_GATEWAY}/24")]
+}
+
+#[test]
+fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
+    require_root();
+    let _serial = lock();
+    let lab = nat_lab();
+    let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let rr: Vec<(&str, u16, u32, &str)> = rips
+        .iter()
+        .map(|r| (r.as_str(), NAT_HTTP_PORT, 1, "nat"))
+        .collect();
+    let wrr: Vec<(&str, u16, u32, &str)> = rips
+        .iter()
+        .zip([3, 2, 1])
+        .map(|(r, w)| (r.as_str(), NAT_HTTP_PORT, w, "nat"))
+        .collect();
+    let udp: Vec<(&str, u16, u32, &str)> = rips
+        .iter()
+        .map(|r| (r.as_str(), NAT_UDP_PORT, 1, "nat"))
+        .collect();
+    let toml = [
+        service_toml("tcp", NAT_VIP_RR, 80, "rr", &rr),
+        service_toml("tcp", NAT_VIP_WRR, 80, "wrr", &wrr),
+        service_toml("udp", NAT_VIP_RR, UDP_PORT, "rr", &udp),
+    ]
+    .join("\n");
+    let addrs = nat_addresses();
+    let daemon = lab.daemon(&[&addrs[0], &addrs[1]], toml);
+    lab.prewarm(&daemon, NAT_GATEWAY);
+    let client_ip = lab.bed.client_ip().to_string();
+    assert_eq!(client_ip, "198.18.2.100");
+
+    let before = http_log_len(&lab);
+    let batch = lab.curl(&format!("http://{NAT_VIP_RR}/"), REQUESTS);
+    let counts = assert_spread(
+        &batch,
+        &[("rs1", 100), ("rs2", 100), ("rs3", 100)],
+        2,
+        &daemon,
+    );
+    assert_logs(&lab, &before, &counts, &client_ip);
+    assert_rs_stats(&daemon, &lab, NAT_VIP_RR, 80, &counts, true);
+
+    let before = http_log_len(&lab);
+    let batch = lab.curl(&format!("http://{NAT_VIP_WRR}/"), REQUESTS);
+    let counts = assert_spread(
+        &batch,
+        &[("rs1", 150), ("rs2", 100), ("rs3", 50)],
+        6,
+        &daemon,
+    );
+    assert_logs(&lab, &before, &counts, &client_ip);
+    assert_rs_stats(&daemon, &lab, NAT_VIP_WRR, 80, &counts, true);
+
+    // UDP echo: the replies come back through Sluice, from the VIP.
+    let (out, v) = lab.udp(NAT_VIP_RR, UDP_PORT, 9, 42000);
+    assert!(
+        out.success(),
+        "UDP echo through {NAT_VIP_RR}:{UDP_PORT}: {}\nstatus: {:#}",
+        out.describe(),
+        daemon.status()
+    );
+    for i in 1..=3 {
+        let n = v["replies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r.as_str().unwrap().starts_with(&format!("rs{i} ")))
+            .count();
+        assert_eq!(n, 3, "rs{i} echoed {n} of 9 datagrams (rr): {v}");
+        let logged = lab.log_lines(i, "udp");
+        assert!(
+            logged.len() == 3
+                && logged.iter().all(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.get(1) == Some(&client_ip.as_str())
+                        && w.get(3) == Some(&format!("0.0.0.0:{NAT_UDP_PORT}").as_str())
+                }),
+            "rs{i} udp log: {logged:?}"
+        );
+    }
+
+    lab.assert_no_checksum_errors();
+    let status = daemon.status();
+    assert_eq!(drop_count(&status, "tx_full"), 0, "{status:#}");
+    stop(daemon);
+}
+
+#[test]
+fn udp_sessions_expire_after_the_configured_timeout() {
+    require_root();
+    let _serial = lock();
+    let lab = nat_lab();
+    let vip = "198.18.1.3";
+    let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let udp: Vec<(&str, u16, u32, &str)> = rips
+        .iter()
+        .map(|r| (r.as_str(), NAT_UDP_PORT, 1, "nat"))
+        .collect();
+    let toml = format!(
+        "[timeouts]\nudp = 2\n\n[sessions]\ntick_ms = 10\n\n{}",
+        service_toml("udp", vip, UDP_PORT, "rr", &udp)
+    );
+    let addrs = nat_addresses();
+    let daemon = lab.daemon(&[&addrs[0], &addrs[1]], toml);
+    lab.prewarm(&daemon, NAT_GATEWAY);
+    assert_eq!(
+        session_count(&daemon.status()),
+        0,
+        "sessions before any traffic"
+    );
+
+    // 6 flows (fixed source ports), 2 per real server.
+    let (out, v) = lab.udp(vip, UDP_PORT, 6, 41000);
+    assert!(
+        out.success(),
+        "UDP echo through {vip}:{UDP_PORT}: {}\nstatus: {:#}",
+        out.describe(),
+        daemon.status()
+    );
+    let last_reply = Instant::now();
+    let status = daemon.status();
+    let live = session_count(&status);
+    let list = daemon.list_services();
+    let per_rs: Vec<(u64, u64, u64)> = (1..=3)
+        .map(|i| {
+            let rs = real_server(&list, "udp", vip, UDP_PORT, lab.bed.rs_ip(i));
+            (
+                rs_counter(rs, "active"),
+                rs_counter(rs, "inactive"),
+                rs_counter(rs, "connections"),
+            )
+        })
+        .collect();
+    assert!(
+        last_reply.elapsed() < Duration::from_millis(1500),
+        "reading the counters took too long to tell anything about expiry"
+    );
+    assert_eq!(live, 6, "sessions right after 6 exchanges: {status:#}\n{v}");
+    for (i, (active, inactive, conns)) in per_rs.iter().enumerate() {
+        assert_eq!(
+            (*active + *inactive, *conns),
+            (2, 2),
+            "rs{}: active {active} + inactive {inactive}, connections {conns}: {list:#}",
+            i + 1
+        );
+    }
+
+    // Expiry: within the timeout plus a margin; never well before it.
+    let expired_at = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        (session_count(&daemon.status()) == 0).then(Instant::now)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "UDP sessions still live 10 s after the exchange (udp timeout 2 s): {:#}",
+            daemon.status()
+        )
+    });
+    let after = expired_at.duration_since(last_reply);
+    eprintln!("UDP sessions expired {after:?} after the last reply (timeout 2 s)");
+    assert!(
+        after >= Duration::from_millis(1500),
+        "sessions expired after {after:?}, before the 2 s UDP timeout"
+    );
+    let list = daemon.list_services();
+    for i in 1..=3 {
+        let rs = real_server(&list, "udp", vip, UDP_PORT, lab.bed.rs_ip(i));
+        assert_eq!(
+            (rs_counter(rs, "active"), rs_counter(rs, "inactive")),
+            (0, 0),
+            "rs{i} still counts sessions after expiry: {rs}"
+        );
+        assert_eq!(
+            rs_counter(rs, "connections"),
+            2,
+            "connections is cumulative: {rs}"
+        );
+    }
+
+    // The same flow again: a new session, scheduled afresh.
+    let (out, _) = lab.udp(vip, UDP_PORT, 1, 41000);
+    assert!(out.success(), "UDP after expiry: {}", out.describe());
+    assert_eq!(session_count(&daemon.status()), 1);
+    let list = daemon.list_services();
+    let total: u64 = (1..=3)
+        .map(|i| {
+            rs_counter(
+                real_server(&list, "udp", vip, UDP_PORT, lab.bed.rs_ip(i)),
+                "connections",
+            )
+        })
+        .sum();
+    assert_eq!(total, 7, "a new session after expiry: {list:#}");
+
+    lab.assert_no_checksum_errors();
+    stop(daemon);
+}
+
+const TUN_VIP: &str = "198.18.0.203";
+
+/// TUN end to end: Sluice encapsulates, each real server's user-space decapsulator
+/// hands the inner packet to its kernel (VIP on lo), the replies go to the client
+/// directly. Then a POST larger than the tunnel's MTU: Sluice answers the client's
+/// 1500-byte DF segments with frag-needed (MTU 1480), the client's kernel lowers its
+/// path MTU and the upload completes.
+#[test]
+fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
+    require_root();
+    let _serial = lock();
+    let mut lab = Lab::new();
+    lab.bed.configure("dr-vip", &[TUN_VIP]);
+    lab.start_decapsulators();
+    lab.start_servers(&["0.0.0.0:80".into()], &[]);
+    let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let rs: Vec<(&str, u16, u32, &str)> = rips.iter().map(|r| (r.as_str(), 80, 1, "tun")).collect();
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24")],
+        service_toml("tcp", TUN_VIP, 80, "rr", &rs),
+    );
+    lab.prewarm(&daemon, TUN_VIP);
+    let client_ip = lab.bed.client_ip().to_string();
+
+    let before = http_log_len(&lab);
+    let batch = lab.curl(&format!("http://{TUN_VIP}/"), 30);
+    let counts = assert_spread(&batch, &[("rs1", 10), ("rs2", 10), ("rs3", 10)], 2, &daemon);
+    assert_logs(&lab, &before, &counts, &client_ip);
+    let list = daemon.list_services();
+    for i in 1..=3 {
+        let entry = real_server(&list, "tcp", TUN_VIP, 80, lab.bed.rs_ip(i));
+        assert_eq!(entry["mode"], "tun", "{entry}");
+        let answered = counts.get(&format!("rs{i}")).copied().unwrap_or(0);
+        assert_eq!(rs_counter(entry, "connections"), answered, "{entry}");
+        assert_eq!(rs_counter(entry, "out_packets"), 0, "{entry}");
+        // Everything reached the server through the tunnel, from Sluice's address.
+        let ipip = read_log(&lab.dir.path().join(format!("rs{i}.ipip.log")));
+        assert!(
+            ipip.len() as u64 >= 4 * answered,
+            "rs{i} decapsulated {} packets for {answered} connections",
+            ipip.len()
+        );
+        for l in &ipip {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(
+                (w.get(1).copied(), w.get(2).copied(), w.get(3).copied()),
+                (Some(APPLIANCE), Some(client_ip.as_str()), Some(TUN_VIP)),
+                "rs{i} tunnel log line {l:?}"
+            );
+        }
+    }
+
+    // Path MTU: a 20000-byte upload in 1500-byte segments with DF.
+    let too_big_before = drop_count(&daemon.status(), "too_big");
+    let batch = lab.curl_with(&format!("http://{TUN_VIP}/"), 1, &["--post-bytes", "20000"]);
+    assert_eq!(
+        batch["ok"].as_u64(),
+        Some(1),
+        "the upload through the tunnel failed: {batch:#}\nstatus: {:#}",
+        daemon.status()
+    );
+    let body = batch["bodies"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    assert!(
+        body.ends_with(" 20000"),
+        "the real server received {body:?}"
+    );
+    let too_big = drop_count(&daemon.status(), "too_big") - too_big_before;
+    assert!(
+        too_big >= 1,
+        "no segment was too big for the tunnel: {:#}",
+        daemon.status()
+    );
+    let route = lab
+        .bed
+        .exec(
+            lab.bed.client_ns(),
+            &["ip", "route", "get", TUN_VIP],
+            Duration::from_secs(10),
+        )
+        .expect_success("ip route get");
+    assert!(
+        route.stdout.contains("mtu 1480"),
+        "the client did not learn the path MTU 1480 from Sluice's frag-needed: {}",
+        route.stdout
+    );
+
+    lab.assert_no_checksum_errors();
+    stop(daemon);
+}
