@@ -50,6 +50,7 @@
 //! With the buckets at most half full that is rare, and the map could only grow if,
 //! at that very moment, more live keys than 1.75 per session of capacity were in it:
 //! a nearly full table of mostly NAT sessions.
+pub mod hugemem;
 pub mod state;
 pub mod table;
 pub mod timeouts;

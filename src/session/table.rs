@@ -4,7 +4,13 @@
 use core::fmt;
 use std::net::Ipv4Addr;
 
-use hashbrown::HashMap;
+use allocator_api2::vec::Vec as HugeVec;
+use hashbrown::DefaultHashBuilder;
+
+use super::hugemem::HugePageAlloc;
+
+/// The session index: both directions' keys, in huge-page-backed memory.
+type HashMap<K, V> = hashbrown::HashMap<K, V, DefaultHashBuilder, HugePageAlloc>;
 
 use super::state::{self, Direction, TcpState, Transition, UDP_STATE_NAME};
 use super::timeouts::TickTimeouts;
@@ -325,8 +331,8 @@ fn map_value(index: u32, dir: Direction) -> u32 {
 /// One worker's sessions. Every operation is O(1) and, after construction, none
 /// allocates.
 pub struct SessionTable<K: FlowKey> {
-    slab: Box<[Session]>,
-    keys: Box<[Option<SessionKeys<K>>]>,
+    slab: HugeVec<Session, HugePageAlloc>,
+    keys: HugeVec<Option<SessionKeys<K>>, HugePageAlloc>,
     map: HashMap<K, u32>,
     wheel: TimerWheel,
     /// First vacant slot; vacant slots are chained through their timer link's `next`.
@@ -347,7 +353,8 @@ impl<K: FlowKey> SessionTable<K> {
             capacity <= MAX_CAPACITY,
             "session table capacity {capacity} above {MAX_CAPACITY}"
         );
-        let mut slab = vec![Session::vacant(); capacity].into_boxed_slice();
+        let mut slab = HugeVec::with_capacity_in(capacity, HugePageAlloc);
+        slab.resize(capacity, Session::vacant());
         for (index, session) in slab.iter_mut().enumerate() {
             session.timer.next = if index + 1 < capacity {
                 index as u32 + 1
@@ -358,10 +365,16 @@ impl<K: FlowKey> SessionTable<K> {
         // Room for two keys per session, with the buckets at most half full so that
         // hashbrown's tombstones are rare and its in-place cleanup never needs to grow
         // the table (it would if more than half its capacity were live).
-        let map = HashMap::with_capacity(capacity.saturating_mul(7) / 2);
+        let map = HashMap::with_capacity_and_hasher_in(
+            capacity.saturating_mul(7) / 2,
+            DefaultHashBuilder::default(),
+            HugePageAlloc,
+        );
+        let mut keys = HugeVec::with_capacity_in(capacity, HugePageAlloc);
+        keys.resize(capacity, None);
         SessionTable {
             slab,
-            keys: vec![None; capacity].into_boxed_slice(),
+            keys,
             map,
             wheel: TimerWheel::new(wheel_slots, now_tick),
             free_head: if capacity > 0 { 0 } else { NIL },
@@ -971,7 +984,11 @@ mod tests {
             hashbrown_bytes::<(FlowKey4, u32)>(3_670_016),
             4_194_304 * 21 + 16
         );
-        let map: HashMap<FlowKey4, u32> = HashMap::with_capacity(1000);
+        let map: HashMap<FlowKey4, u32> = HashMap::with_capacity_and_hasher_in(
+            1000,
+            DefaultHashBuilder::default(),
+            HugePageAlloc,
+        );
         assert_eq!(map.capacity(), 1792); // 2048 buckets
     }
 
