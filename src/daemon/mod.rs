@@ -251,6 +251,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
                     far.take_queues().map_err(|e| e.to_string())?,
                     pool.clone(),
                     &cfg.loopback,
+                    &cfg.services,
                     ports[idx].mac,
                     pc.addresses[0],
                 )
