@@ -4,6 +4,7 @@ use std::hash::Hash;
 use std::net::Ipv4Addr;
 
 pub mod parse;
+pub mod rss;
 
 /// What a session table needs of a key: cheap to copy, hash and compare.
 pub trait FlowKey: Copy + Eq + Hash + std::fmt::Debug + Send + 'static {

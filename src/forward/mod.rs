@@ -16,6 +16,10 @@
 //! | TUN  | `-i` | [`tun::encapsulate`]: an outer IPv4 header (protocol 4) from our address to the RIP, MACs as in DR; the inner packet untouched. Over-MTU packets with DF get [`icmp::frag_needed`] instead. | An `ipip` tunnel device that accepts the VIP (`ip link set tunl0 up; ip addr add VIP/32 dev tunl0`), `rp_filter` 0 on it, ARP settings as DR; MTU/MSS sized for the 20-byte overhead; replies go straight to the client. |
 //! | FullNAT | `-b` | [`nat::rewrite`] with both ends: client:cport→VIP:vport becomes LIP:lport→RIP:rport and back. | Nothing: it replies to LIP:lport, which routes to Sluice. It no longer sees the client address. |
 //!
+//! FullNAT's local ports come from [`laddr::PortPool`], per worker, chosen so that the
+//! NIC's RSS brings each reply back to the worker owning the session; [`toa`] carries
+//! the client address to the real server in a TCP option and clamps the MSS for it.
+//!
 //! # Decisions
 //!
 //! - **TTL is not decremented**, in any mode. Sluice is a load balancer in front of
@@ -42,7 +46,9 @@ use crate::wire::ipv4;
 
 pub mod dr;
 pub mod icmp;
+pub mod laddr;
 pub mod nat;
+pub mod toa;
 pub mod tun;
 
 pub use icmp::{frag_needed, nat_translate_error, parse_error, IcmpErrorQuote, QuoteRewrite};

@@ -1,0 +1,987 @@
+//! FullNAT local addresses (LIPs) and ports: per-worker pools that only hand out a
+//! local port whose reply comes back, through the NIC's own RSS, to the worker that
+//! allocated it. No flow-director rule, no redirect ring: plain Toeplitz RSS is enough.
+//!
+//! # The problem
+//!
+//! A FullNAT session sends client traffic to the real server as `LIP:lport ->
+//! RIP:rport`. The real server answers `RIP:rport -> LIP:lport`, and the NIC picks the
+//! RX queue of that reply as `RETA[toeplitz(RIP, LIP, rport, lport) & (S - 1)]` (`S`
+//! the table size). The worker that created the session must be the one that receives
+//! the reply, so it may only use local ports whose reply hash lands on its queue. The
+//! reply tuple contains the real server, so "which worker owns `LIP:lport`" has no
+//! answer on its own: it depends on `RIP:rport`.
+//!
+//! # The scheme: the hash is linear
+//!
+//! The Toeplitz hash XORs one key window per input bit set (see
+//! [`crate::flow::rss`]), so it splits along the input bytes:
+//!
+//! ```text
+//! toeplitz(RIP, LIP, rport, lport) = toeplitz(RIP, LIP, rport, 0) ^ toeplitz(0, 0, 0, lport)
+//! RETA index                       = context(RIP, rport, LIP)     ^ class(lport)      (low log2 S bits)
+//! ```
+//!
+//! - `class(lport)` depends on the key only. It is computed for every port once, when
+//!   the pool is built, and each worker keeps its free ports of a LIP in one FIFO list
+//!   per class: `S` lists (128 on ixgbe, 512 on i40e).
+//! - `context` is computed per new session from six table loads (the real server's
+//!   address and port bytes; each LIP's part is precomputed). The reply of `lport` lands on worker `q` iff
+//!   `RETA[context ^ class(lport)] == q`, i.e. iff `class(lport)` is in
+//!   `context ^ {j : RETA[j] == q}`. [`PortPool::allocate`] finds a non-empty free
+//!   list among those classes with bitmaps (the non-empty classes, permuted by
+//!   `context`, ANDed with the worker's RETA entries): at most `S / 64` word
+//!   operations (2 on ixgbe, 8 on i40e), no loop over ports, then pops the list's
+//!   head.
+//!
+//! The result is exact for any key, any RETA (weighted, any number of queues), any
+//! real server, and also when the NIC hashes addresses only ([`HashFields::L3`]:
+//! every port is then in class 0, and a worker can use a LIP towards a real server only
+//! when `RETA[context]` is its own queue; more LIPs spread that). The tests check every
+//! handed-out port through the full hash and RETA for random real servers.
+//!
+//! # What follows from it
+//!
+//! - **Every worker's pool holds every port of every LIP.** The same `LIP:lport` can be
+//!   in use on two workers at once, but then towards two different `RIP:rport`: for one
+//!   destination the hash partitions the ports among the workers, so two workers never
+//!   hand out the same reply 4-tuple. This needs (a) all workers' pools built with the
+//!   key, RETA and [`HashFields`] the NIC port receiving the replies uses, and (b) a LIP
+//!   in at most one pool per worker (DPVS also ties a local address to one service).
+//!   TCP and UDP may share a pool (conservative) or have one each.
+//! - **Capacity.** A worker can have every port of a LIP in use (towards different real
+//!   servers). Towards one `RIP:rport` it can use the ports whose class it owns for that
+//!   context: `ports * owned entries / S`, i.e. `ports / N` with a round-robin RETA over
+//!   N workers. All workers together can use every port towards each real server.
+//! - **Changes.** A new RETA changes only which classes a worker owns:
+//!   [`PortPool::set_reta`] rewrites the ownership bitmap, no port is recomputed (replies
+//!   of sessions opened before the change may then arrive elsewhere: the caller moves or
+//!   redirects them). A new key or hash fields change the classes: build new pools.
+//! - **Port reuse.** Released ports go to the tail of their class list, and successive
+//!   allocations rotate over the classes, so a port is reused as late as possible: a real
+//!   server may still hold the previous connection on it in TIME_WAIT.
+//!
+//! # Alternatives rejected
+//!
+//! - *Hash the replies on `LIP:lport` only* (`RTE_ETH_RSS_L3_DST_ONLY |
+//!   RTE_ETH_RSS_L4_DST_ONLY`), making the owner of a port independent of the real
+//!   server: igb, ixgbe, virtio, vmxnet3 and others cannot select fields, which is the
+//!   very set of NICs this design is for; and on a one-arm set-up the same field choice
+//!   would hash every client connection to a VIP:port on one queue.
+//! - *Pools per (LIP, real server), built lazily*: memory and build time grow with the
+//!   number of real servers, and the first session towards a new real server would build
+//!   a pool on the packet path.
+//!
+//! # Cost
+//!
+//! No allocation after [`PortPool::build`]. [`PortPool::allocate`]: six table loads, the
+//! bitmap scan above on the round-robin LIP, and only when that LIP has no suitable port
+//! for this destination, the same on the next LIPs (at most the number of LIPs).
+//! [`PortPool::release`]: finds the LIP among the pool's few (a linear scan over a
+//! handful of addresses, cheaper than hashing), then O(1).
+//!
+//! Memory per worker (measured by the `memory_for_a_realistic_config` test): 4 LIPs,
+//! ports 1024..=65535 (64 512 each), RETA of 128 entries: **557 144 bytes (544 KiB)**;
+//! with a 512-entry RETA: **563 528 bytes (550 KiB)**. Per LIP: two bytes of list link
+//! and one bit of in-use flag per port, four bytes per RETA entry for list heads and
+//! tails; per pool, 6 KiB of hash tables. Four workers: 2.2 MB.
+
+use core::fmt;
+use core::ops::RangeInclusive;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use crate::flow::rss::{HashFields, Reta, Toeplitz};
+
+/// End of a free list. Port 0 is never pooled, so offsets stay below 65 535.
+const NIL: u16 = u16::MAX;
+/// Reply tuple bytes: RIP 0..4, LIP 4..8, rport 8..10, lport 10..12.
+const REPLY_TUPLE_LEN: usize = 12;
+const LIP_AT: usize = 4;
+const RPORT_AT: usize = 8;
+const LPORT_AT: usize = 10;
+
+/// Why a pool could not be built or retargeted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolError {
+    /// No local address given.
+    NoLocalAddress,
+    /// A local address given twice.
+    DuplicateLocalAddress(Ipv4Addr),
+    /// An empty port range, or one that includes port 0.
+    PortRange { first: u16, last: u16 },
+    /// The RETA size is not a power of two (no NIC has such a table, and the XOR of
+    /// hash parts only predicts the NIC's index when it is a bit mask).
+    RetaSize(usize),
+    /// `set_reta` with a table of another size than the pool was built for.
+    RetaSizeChanged { built: usize, given: usize },
+    /// No RETA entry sends packets to the worker's queue: it could never get a reply.
+    QueueNotInReta(u16),
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolError::NoLocalAddress => f.write_str("no local address"),
+            PoolError::DuplicateLocalAddress(lip) => write!(f, "local address {lip} given twice"),
+            PoolError::PortRange { first, last } => {
+                write!(
+                    f,
+                    "bad local port range {first}..={last} (non-empty, from 1)"
+                )
+            }
+            PoolError::RetaSize(size) => {
+                write!(
+                    f,
+                    "RSS redirection table of {size} entries (power of two needed)"
+                )
+            }
+            PoolError::RetaSizeChanged { built, given } => {
+                write!(
+                    f,
+                    "redirection table of {given} entries for a pool built for {built}"
+                )
+            }
+            PoolError::QueueNotInReta(queue) => {
+                write!(f, "queue {queue} is in no entry of the redirection table")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+/// Why a release was refused (the pool is unchanged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseError {
+    /// The address is not one of the pool's.
+    UnknownAddress,
+    /// The port is outside the pool's range.
+    PortOutOfRange,
+    /// The port is not in use (released twice, or never allocated).
+    NotInUse,
+}
+
+/// One LIP's state in one worker's pool, as `dpip addr show -s` shows it per lcore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaddrCounters {
+    pub lip: Ipv4Addr,
+    /// Ports in use by this worker.
+    pub used: u32,
+    /// Ports not in use by this worker (towards one real server only the share its
+    /// RETA entries own is usable; see the module doc).
+    pub free: u32,
+    /// Allocation attempts on this LIP that found no suitable free port.
+    pub misses: u64,
+}
+
+/// One LIP: free ports in FIFO lists per class, and which ports are in use.
+#[derive(Debug)]
+struct LaddrPool {
+    lip: Ipv4Addr,
+    /// The LIP's part of the reply hash, masked to the RETA index bits.
+    lip_part: u16,
+    /// Per class: first and last free port offset, or `NIL`.
+    head: Box<[u16]>,
+    tail: Box<[u16]>,
+    /// Per port offset: the next free port of its class, or `NIL`.
+    next: Box<[u16]>,
+    /// Per port offset, one bit: allocated.
+    in_use: Box<[u64]>,
+    /// Per class, one bit: its free list is not empty.
+    nonempty: Box<[u64]>,
+    /// RETA index to start the next search at, so allocations rotate over classes.
+    rotor: usize,
+    used: u32,
+    misses: u64,
+}
+
+impl LaddrPool {
+    fn push_tail(&mut self, class: usize, offset: u16) {
+        self.next[offset as usize] = NIL;
+        match self.tail[class] {
+            NIL => {
+                self.head[class] = offset;
+                self.nonempty[class / 64] |= 1 << (class % 64);
+            }
+            last => self.next[last as usize] = offset,
+        }
+        self.tail[class] = offset;
+    }
+
+    fn pop_head(&mut self, class: usize) -> Option<u16> {
+        let offset = *self.head.get(class)?;
+        if offset == NIL {
+            return None;
+        }
+        let next = self.next[offset as usize];
+        self.head[class] = next;
+        if next == NIL {
+            self.tail[class] = NIL;
+            self.nonempty[class / 64] &= !(1 << (class % 64));
+        }
+        self.next[offset as usize] = NIL;
+        Some(offset)
+    }
+
+    fn in_use(&self, offset: u16) -> bool {
+        self.in_use[offset as usize / 64] & (1 << (offset % 64)) != 0
+    }
+
+    /// Takes a free port whose class `c` satisfies `owned[c ^ context]`, starting the
+    /// search at the rotor. `owned` and `nonempty` have the same number of words, a
+    /// power of two; `context` and every index are below the RETA size.
+    fn take(&mut self, context: u16, owned: &[u64], class_mask: u16) -> Option<u16> {
+        let words = owned.len();
+        let word_mask = words - 1;
+        let (context_word, context_bit) = (context as usize >> 6, context as u32 & 63);
+        let (start_word, start_bit) = ((self.rotor >> 6) & word_mask, self.rotor & 63);
+        // Word `w` of the answer covers RETA indices j = 64w..64w+63; the class of
+        // index j is j ^ context, found in word w ^ context_word, bit permuted by the
+        // low six bits of the context. Visit the start word's upper part first and its
+        // lower part last, so the search wraps around the rotor.
+        for step in 0..=words {
+            let w = (start_word + step) & word_mask;
+            let classes = self.nonempty.get(w ^ context_word).copied().unwrap_or(0);
+            let mut candidates = xor_permute(classes, context_bit) & owned[w];
+            if step == 0 {
+                candidates &= u64::MAX << start_bit;
+            } else if step == words {
+                candidates &= !(u64::MAX << start_bit);
+            }
+            if candidates != 0 {
+                let index = (w << 6) | candidates.trailing_zeros() as usize;
+                let offset = self.pop_head(index ^ context as usize)?;
+                self.in_use[offset as usize / 64] |= 1 << (offset % 64);
+                self.used += 1;
+                self.rotor = (index + 1) & class_mask as usize;
+                return Some(offset);
+            }
+        }
+        None
+    }
+}
+
+/// `x` with bit `i` moved to bit `i ^ m` (`m < 64`): one swap of bit blocks per bit
+/// of `m`, six steps at most, no loop over bits.
+#[inline(always)]
+fn xor_permute(mut x: u64, m: u32) -> u64 {
+    const LOW_HALVES: [u64; 6] = [
+        0x5555_5555_5555_5555,
+        0x3333_3333_3333_3333,
+        0x0f0f_0f0f_0f0f_0f0f,
+        0x00ff_00ff_00ff_00ff,
+        0x0000_ffff_0000_ffff,
+        0x0000_0000_ffff_ffff,
+    ];
+    for (t, mask) in LOW_HALVES.into_iter().enumerate() {
+        if m & (1 << t) != 0 {
+            let shift = 1 << t;
+            x = ((x & mask) << shift) | ((x >> shift) & mask);
+        }
+    }
+    x
+}
+
+/// One worker's FullNAT local ports over a set of LIPs; see the module doc.
+#[derive(Debug)]
+pub struct PortPool {
+    owner_queue: u16,
+    fields: HashFields,
+    first_port: u16,
+    port_count: u32,
+    /// RETA size - 1: the hash bits the NIC uses.
+    class_mask: u16,
+    /// Per RETA index, one bit: the entry is `owner_queue`.
+    owned: Box<[u64]>,
+    /// Per reply-tuple byte position and value: its part of the hash, masked.
+    tables: Box<[[u16; 256]; REPLY_TUPLE_LEN]>,
+    laddrs: Box<[LaddrPool]>,
+    /// The LIP the next allocation tries first (round robin, as DPVS).
+    next_laddr: usize,
+    /// Allocations refused because no LIP had a suitable port.
+    exhausted: u64,
+}
+
+impl PortPool {
+    /// Builds the pool of the worker receiving replies on `owner_queue`, for `lips`
+    /// and the local ports in `ports` (not including 0), given the key, RETA and hash
+    /// fields of the NIC port the replies arrive on. Every port of every LIP starts
+    /// free. This is the only allocation the pool does.
+    pub fn build(
+        lips: &[Ipv4Addr],
+        ports: RangeInclusive<u16>,
+        toeplitz: &Toeplitz,
+        reta: &Reta,
+        fields: HashFields,
+        owner_queue: u16,
+    ) -> Result<PortPool, PoolError> {
+        if lips.is_empty() {
+            return Err(PoolError::NoLocalAddress);
+        }
+        for (i, &lip) in lips.iter().enumerate() {
+            if lips[..i].contains(&lip) {
+                return Err(PoolError::DuplicateLocalAddress(lip));
+            }
+        }
+        let (first, last) = (*ports.start(), *ports.end());
+        if first == 0 || first > last {
+            return Err(PoolError::PortRange { first, last });
+        }
+        let size = reta.size();
+        if !size.is_power_of_two() {
+            return Err(PoolError::RetaSize(size));
+        }
+        // Reta guarantees size <= 65 536, so the mask fits 16 bits.
+        let class_mask = (size - 1) as u16;
+
+        let mut tables = Box::new([[0u16; 256]; REPLY_TUPLE_LEN]);
+        for (position, table) in tables.iter_mut().enumerate() {
+            if fields == HashFields::L3 && position >= RPORT_AT {
+                continue; // ports are not hashed: they contribute nothing
+            }
+            for (value, entry) in table.iter_mut().enumerate() {
+                let part = toeplitz
+                    .byte_contribution(position, value as u8)
+                    .unwrap_or(0);
+                *entry = (part & class_mask as u32) as u16;
+            }
+        }
+
+        let words = size.div_ceil(64);
+        let mut pool = PortPool {
+            owner_queue,
+            fields,
+            first_port: first,
+            port_count: (last - first) as u32 + 1,
+            class_mask,
+            owned: vec![0u64; words].into_boxed_slice(),
+            tables,
+            laddrs: Box::new([]),
+            next_laddr: 0,
+            exhausted: 0,
+        };
+        pool.set_reta(reta)?;
+
+        let count = pool.port_count as usize;
+        let laddrs: Vec<LaddrPool> = lips
+            .iter()
+            .map(|&lip| {
+                let mut laddr = LaddrPool {
+                    lip,
+                    lip_part: pool.lip_part(lip),
+                    head: vec![NIL; size].into_boxed_slice(),
+                    tail: vec![NIL; size].into_boxed_slice(),
+                    next: vec![NIL; count].into_boxed_slice(),
+                    in_use: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
+                    nonempty: vec![0u64; words].into_boxed_slice(),
+                    rotor: 0,
+                    used: 0,
+                    misses: 0,
+                };
+                // Ascending, so each class hands its ports out in port order at first.
+                for offset in 0..count as u16 {
+                    let class = pool.port_class(first + offset) as usize;
+                    laddr.push_tail(class, offset);
+                }
+                laddr
+            })
+            .collect();
+        pool.laddrs = laddrs.into_boxed_slice();
+        Ok(pool)
+    }
+
+    /// Takes the new RETA (same size, e.g. after rebalancing queues): only the worker's
+    /// owned entries change, free lists stay. No allocation.
+    pub fn set_reta(&mut self, reta: &Reta) -> Result<(), PoolError> {
+        let built = self.class_mask as usize + 1;
+        if reta.size() != built {
+            return Err(PoolError::RetaSizeChanged {
+                built,
+                given: reta.size(),
+            });
+        }
+        if !reta.serves(self.owner_queue) {
+            return Err(PoolError::QueueNotInReta(self.owner_queue));
+        }
+        self.owned.fill(0);
+        for (index, &queue) in reta.entries().iter().enumerate() {
+            if queue == self.owner_queue {
+                self.owned[index / 64] |= 1 << (index % 64);
+            }
+        }
+        Ok(())
+    }
+
+    fn lip_part(&self, lip: Ipv4Addr) -> u16 {
+        lip.octets()
+            .iter()
+            .enumerate()
+            .fold(0, |acc, (i, &b)| acc ^ self.tables[LIP_AT + i][b as usize])
+    }
+
+    /// The class of a local port: its part of the reply hash, masked.
+    #[inline]
+    fn port_class(&self, lport: u16) -> u16 {
+        let [high, low] = lport.to_be_bytes();
+        self.tables[LPORT_AT][high as usize] ^ self.tables[LPORT_AT + 1][low as usize]
+    }
+
+    /// The real server's part of the reply hash (without the LIP's), masked.
+    #[inline]
+    fn server_part(&self, rs: SocketAddrV4) -> u16 {
+        let [a, b, c, d] = rs.ip().octets();
+        let [p, q] = rs.port().to_be_bytes();
+        let t = &self.tables;
+        t[0][a as usize]
+            ^ t[1][b as usize]
+            ^ t[2][c as usize]
+            ^ t[3][d as usize]
+            ^ t[RPORT_AT][p as usize]
+            ^ t[RPORT_AT + 1][q as usize]
+    }
+
+    /// A local address and port for a new session towards the real server `rs`
+    /// (`RIP:rport`), whose replies `rs -> LIP:lport` the NIC delivers to this worker's
+    /// queue. LIPs are tried round robin; a LIP with no suitable free port counts a
+    /// miss and the next is tried. `None` when no LIP can serve: the session is refused
+    /// (counted in [`PortPool::exhausted`]).
+    #[inline]
+    pub fn allocate(&mut self, rs: SocketAddrV4) -> Option<(Ipv4Addr, u16)> {
+        let server_part = self.server_part(rs);
+        let count = self.laddrs.len();
+        let mut index = self.next_laddr;
+        for _ in 0..count {
+            let laddr = &mut self.laddrs[index];
+            index = if index + 1 == count { 0 } else { index + 1 };
+            let context = server_part ^ laddr.lip_part;
+            if let Some(offset) = laddr.take(context, &self.owned, self.class_mask) {
+                self.next_laddr = index;
+                return Some((laddr.lip, self.first_port + offset));
+            }
+            laddr.misses += 1;
+        }
+        self.exhausted += 1;
+        None
+    }
+
+    /// Like [`PortPool::allocate`] on one given LIP only (`None` also when `lip` is not
+    /// the pool's; a miss is counted only for a LIP of the pool).
+    #[inline]
+    pub fn allocate_on(&mut self, lip: Ipv4Addr, rs: SocketAddrV4) -> Option<u16> {
+        let server_part = self.server_part(rs);
+        let laddr = self.laddrs.iter_mut().find(|laddr| laddr.lip == lip)?;
+        let context = server_part ^ laddr.lip_part;
+        match laddr.take(context, &self.owned, self.class_mask) {
+            Some(offset) => Some(self.first_port + offset),
+            None => {
+                laddr.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Returns a port to its LIP's pool when its session ends. The port goes to the
+    /// tail of its list (reused last).
+    #[inline]
+    pub fn release(&mut self, lip: Ipv4Addr, lport: u16) -> Result<(), ReleaseError> {
+        let offset = lport
+            .checked_sub(self.first_port)
+            .filter(|&offset| (offset as u32) < self.port_count)
+            .ok_or(ReleaseError::PortOutOfRange)?;
+        let class = self.port_class(lport) as usize;
+        let laddr = self
+            .laddrs
+            .iter_mut()
+            .find(|laddr| laddr.lip == lip)
+            .ok_or(ReleaseError::UnknownAddress)?;
+        if !laddr.in_use(offset) {
+            return Err(ReleaseError::NotInUse);
+        }
+        laddr.in_use[offset as usize / 64] &= !(1 << (offset % 64));
+        laddr.used -= 1;
+        laddr.push_tail(class, offset);
+        Ok(())
+    }
+
+    /// Whether `lport` on `lip` is allocated on this worker.
+    pub fn is_in_use(&self, lip: Ipv4Addr, lport: u16) -> bool {
+        let Some(offset) = lport
+            .checked_sub(self.first_port)
+            .filter(|&offset| (offset as u32) < self.port_count)
+        else {
+            return false;
+        };
+        self.laddrs
+            .iter()
+            .find(|laddr| laddr.lip == lip)
+            .is_some_and(|laddr| laddr.in_use(offset))
+    }
+
+    /// Per-LIP state, in the order the LIPs were given.
+    pub fn counters(&self) -> impl Iterator<Item = LaddrCounters> + '_ {
+        self.laddrs.iter().map(|laddr| LaddrCounters {
+            lip: laddr.lip,
+            used: laddr.used,
+            free: self.port_count - laddr.used,
+            misses: laddr.misses,
+        })
+    }
+
+    /// Allocations refused because no LIP had a suitable port.
+    pub fn exhausted(&self) -> u64 {
+        self.exhausted
+    }
+
+    pub fn lips(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.laddrs.iter().map(|laddr| laddr.lip)
+    }
+
+    pub fn port_range(&self) -> RangeInclusive<u16> {
+        self.first_port..=(self.first_port as u32 + self.port_count - 1) as u16
+    }
+
+    pub fn owner_queue(&self) -> u16 {
+        self.owner_queue
+    }
+
+    pub fn fields(&self) -> HashFields {
+        self.fields
+    }
+
+    /// Bytes the pool occupies, its heap parts included.
+    pub fn memory_bytes(&self) -> usize {
+        let words = |slice: &[u64]| core::mem::size_of_val(slice);
+        let halves = |slice: &[u16]| core::mem::size_of_val(slice);
+        core::mem::size_of::<Self>()
+            + core::mem::size_of_val(&*self.tables)
+            + words(&self.owned)
+            + core::mem::size_of_val(&*self.laddrs)
+            + self
+                .laddrs
+                .iter()
+                .map(|laddr| {
+                    halves(&laddr.head)
+                        + halves(&laddr.tail)
+                        + halves(&laddr.next)
+                        + words(&laddr.in_use)
+                        + words(&laddr.nonempty)
+                })
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::rss::{DEFAULT_RSS_KEY, SYMMETRIC_RSS_KEY};
+    use crate::wire::test_util::XorShift;
+    use std::collections::HashSet;
+
+    const LIPS: [Ipv4Addr; 4] = [
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 2),
+        Ipv4Addr::new(10, 0, 0, 3),
+        Ipv4Addr::new(10, 0, 0, 4),
+    ];
+
+    fn random_rs(rng: &mut XorShift) -> SocketAddrV4 {
+        SocketAddrV4::new(Ipv4Addr::from(rng.next_u64() as u32), rng.next_u64() as u16)
+    }
+
+    /// The queue the NIC delivers the reply `rs -> lip:lport` to: the full hash, the
+    /// real table, nothing from the pool.
+    fn reply_queue(
+        toeplitz: &Toeplitz,
+        reta: &Reta,
+        fields: HashFields,
+        rs: SocketAddrV4,
+        lip: Ipv4Addr,
+        lport: u16,
+    ) -> u16 {
+        reta.queue(toeplitz.hash_tuple(fields, *rs.ip(), lip, rs.port(), lport))
+    }
+
+    fn pools(
+        toeplitz: &Toeplitz,
+        reta: &Reta,
+        fields: HashFields,
+        lips: &[Ipv4Addr],
+        ports: RangeInclusive<u16>,
+        workers: u16,
+    ) -> Vec<PortPool> {
+        (0..workers)
+            .map(|q| PortPool::build(lips, ports.clone(), toeplitz, reta, fields, q).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn xor_permute_moves_every_bit() {
+        let mut rng = XorShift(3);
+        for _ in 0..200 {
+            let x = rng.next_u64();
+            let m = rng.below(64) as u32;
+            let permuted = xor_permute(x, m);
+            for i in 0..64 {
+                assert_eq!((permuted >> i) & 1, (x >> (i ^ m as usize)) & 1);
+            }
+        }
+    }
+
+    /// Every port a worker gets, for random real servers, has its reply delivered to
+    /// that worker by the full Toeplitz hash and the RETA: for several keys, table
+    /// sizes (under and over 64), queue counts (3 is not a power of two), a weighted
+    /// table, and address-only hashing.
+    #[test]
+    fn every_port_handed_out_hashes_to_its_worker() {
+        let mut rng = XorShift(0x0dd_ba11);
+        let weighted = Reta::from_entries((0..64).map(|i| [0, 0, 0, 1, 2][i % 5]).collect());
+        let cases = [
+            (
+                DEFAULT_RSS_KEY,
+                Reta::new_round_robin(128, 4).unwrap(),
+                HashFields::L3L4,
+            ),
+            (
+                DEFAULT_RSS_KEY,
+                Reta::new_round_robin(512, 3).unwrap(),
+                HashFields::L3L4,
+            ),
+            (
+                SYMMETRIC_RSS_KEY,
+                Reta::new_round_robin(16, 2).unwrap(),
+                HashFields::L3L4,
+            ),
+            (DEFAULT_RSS_KEY, weighted.unwrap(), HashFields::L3L4),
+            (
+                DEFAULT_RSS_KEY,
+                Reta::new_round_robin(128, 4).unwrap(),
+                HashFields::L3,
+            ),
+        ];
+        for (key, reta, fields) in cases {
+            let toeplitz = Toeplitz::new(&key).unwrap();
+            let workers = reta.entries().iter().max().unwrap() + 1;
+            let mut pools = pools(&toeplitz, &reta, fields, &LIPS, 1024..=65535, workers);
+            let mut handed = 0;
+            for _ in 0..20_000 {
+                let rs = random_rs(&mut rng);
+                let q = rng.below(workers as usize);
+                if let Some((lip, lport)) = pools[q].allocate(rs) {
+                    assert_eq!(
+                        reply_queue(&toeplitz, &reta, fields, rs, lip, lport),
+                        q as u16,
+                        "{fields:?} worker {q}: {rs} -> {lip}:{lport}"
+                    );
+                    handed += 1;
+                }
+                if let Some(lport) = pools[q].allocate_on(LIPS[3], rs) {
+                    let queue = reply_queue(&toeplitz, &reta, fields, rs, LIPS[3], lport);
+                    assert_eq!(queue, q as u16);
+                }
+            }
+            // With ports hashed a worker always finds one; with addresses only, some
+            // (RS, LIP) pairs belong to other workers and all four LIPs may fail.
+            match fields {
+                HashFields::L3L4 => assert_eq!(handed, 20_000),
+                HashFields::L3 => assert!(handed > 10_000, "{handed}"),
+            }
+        }
+    }
+
+    /// Towards one real server the workers' ports partition the range: no port is
+    /// handed out twice, and all workers together use every port.
+    #[test]
+    fn one_real_server_partitions_the_ports_among_workers() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 4).unwrap();
+        let lips = [LIPS[0]];
+        let ports = 20_000..=29_999u16;
+        let mut pools = pools(&toeplitz, &reta, HashFields::L3L4, &lips, ports.clone(), 4);
+        let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 11), 8080);
+        let mut seen = HashSet::new();
+        for (q, pool) in pools.iter_mut().enumerate() {
+            let mut mine = 0;
+            while let Some((lip, lport)) = pool.allocate(rs) {
+                assert!(seen.insert(lport), "port {lport} handed out twice");
+                assert_eq!(
+                    reply_queue(&toeplitz, &reta, HashFields::L3L4, rs, lip, lport),
+                    q as u16
+                );
+                mine += 1;
+            }
+            // About a quarter each: the port classes are spread evenly by the key.
+            assert!((2000..3000).contains(&mine), "worker {q}: {mine}");
+            assert_eq!(pool.exhausted(), 1);
+            let counters = pool.counters().next().unwrap();
+            assert_eq!((counters.used, counters.misses), (mine, 1));
+            assert_eq!(counters.free, 10_000 - mine);
+        }
+        assert_eq!(seen.len(), 10_000);
+        assert_eq!(seen, ports.collect::<HashSet<_>>());
+    }
+
+    #[test]
+    fn no_port_twice_and_release_returns_it() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 2).unwrap();
+        let mut pool = PortPool::build(
+            &LIPS[..2],
+            5000..=5999,
+            &toeplitz,
+            &reta,
+            HashFields::L3L4,
+            1,
+        )
+        .unwrap();
+        let mut rng = XorShift(17);
+        let mut in_use = HashSet::new();
+        // Many real servers: a worker can fill both LIPs completely. Near the end a
+        // random real server may find none of the last ports usable: retry.
+        for _ in 0..1_000_000 {
+            if let Some(pair) = pool.allocate(random_rs(&mut rng)) {
+                assert!(in_use.insert(pair), "{pair:?} handed out twice");
+                assert!(pool.is_in_use(pair.0, pair.1));
+            }
+            if in_use.len() == 2000 {
+                break;
+            }
+        }
+        assert_eq!(in_use.len(), 2000);
+        assert!(pool.counters().all(|c| c.used == 1000 && c.free == 0));
+
+        let (lip, lport) = *in_use.iter().next().unwrap();
+        assert_eq!(pool.release(lip, lport), Ok(()));
+        assert!(!pool.is_in_use(lip, lport));
+        assert_eq!(pool.release(lip, lport), Err(ReleaseError::NotInUse));
+        assert_eq!(
+            pool.release(Ipv4Addr::new(1, 2, 3, 4), lport),
+            Err(ReleaseError::UnknownAddress)
+        );
+        assert_eq!(pool.release(lip, 4999), Err(ReleaseError::PortOutOfRange));
+        assert_eq!(pool.release(lip, 6000), Err(ReleaseError::PortOutOfRange));
+        // The one free port comes back, for a real server whose reply it serves.
+        let again = loop {
+            if let Some(pair) = pool.allocate(random_rs(&mut rng)) {
+                break pair;
+            }
+        };
+        assert_eq!(again, (lip, lport));
+    }
+
+    #[test]
+    fn released_ports_are_reused_last() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(64, 1).unwrap();
+        let mut pool =
+            PortPool::build(&LIPS[..1], 1..=4096, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
+        let rs = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 443);
+        let (lip, first) = pool.allocate(rs).unwrap();
+        pool.release(lip, first).unwrap();
+        // Every other port goes out before the released one comes back.
+        let mut order = Vec::new();
+        while let Some((_, lport)) = pool.allocate(rs) {
+            order.push(lport);
+        }
+        assert_eq!(order.len(), 4096);
+        // Its class's list is FIFO and allocations rotate over the 64 classes: it comes
+        // back in the last round, after every class has given all its other ports.
+        let position = order.iter().position(|&p| p == first).unwrap();
+        assert!(position >= 4096 - 64, "reused at {position}");
+        // Consecutive allocations rotate over the classes.
+        let classes: HashSet<_> = order[..64].iter().map(|&p| pool.port_class(p)).collect();
+        assert!(classes.len() >= 60, "{}", classes.len());
+    }
+
+    /// The issue's exhaustion case: 8 ports, 20 concurrent sessions.
+    #[test]
+    fn exhaustion_counts_misses_and_recovers() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 1).unwrap();
+        let lip = LIPS[0];
+        let mut pool =
+            PortPool::build(&[lip], 40000..=40007, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
+        let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 11), 80);
+        let results: Vec<_> = (0..20).map(|_| pool.allocate(rs)).collect();
+        let granted: Vec<_> = results.iter().flatten().copied().collect();
+        assert_eq!(granted.len(), 8);
+        assert!(results[8..].iter().all(Option::is_none));
+        assert_eq!(
+            pool.counters().next(),
+            Some(LaddrCounters {
+                lip,
+                used: 8,
+                free: 0,
+                misses: 12
+            })
+        );
+        assert_eq!(pool.exhausted(), 12);
+        // Sessions expire: their ports come back and new sessions succeed.
+        for &(lip, lport) in &granted[..3] {
+            pool.release(lip, lport).unwrap();
+        }
+        for _ in 0..3 {
+            assert!(pool.allocate(rs).is_some());
+        }
+        assert_eq!(pool.allocate(rs), None);
+        let counters = pool.counters().next().unwrap();
+        assert_eq!((counters.used, counters.free, counters.misses), (8, 0, 13));
+    }
+
+    #[test]
+    fn set_reta_moves_ownership_without_rebuilding() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let before = Reta::new_round_robin(128, 4).unwrap();
+        let mut pool =
+            PortPool::build(&LIPS, 1024..=65535, &toeplitz, &before, HashFields::L3L4, 2).unwrap();
+        // Queue 2 now owns every other entry.
+        let after =
+            Reta::from_entries((0..128).map(|i| if i % 2 == 0 { 2 } else { 0 }).collect()).unwrap();
+        pool.set_reta(&after).unwrap();
+        let mut rng = XorShift(8);
+        for _ in 0..5000 {
+            let rs = random_rs(&mut rng);
+            let (lip, lport) = pool.allocate(rs).unwrap();
+            assert_eq!(
+                reply_queue(&toeplitz, &after, HashFields::L3L4, rs, lip, lport),
+                2
+            );
+        }
+        assert_eq!(
+            pool.set_reta(&Reta::new_round_robin(64, 4).unwrap()),
+            Err(PoolError::RetaSizeChanged {
+                built: 128,
+                given: 64
+            })
+        );
+        assert_eq!(
+            pool.set_reta(&Reta::new_round_robin(128, 2).unwrap()),
+            Err(PoolError::QueueNotInReta(2))
+        );
+    }
+
+    #[test]
+    fn build_errors() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 4).unwrap();
+        let build = |lips: &[Ipv4Addr], ports, reta: &Reta, q| {
+            PortPool::build(lips, ports, &toeplitz, reta, HashFields::L3L4, q).map(|_| ())
+        };
+        assert_eq!(build(&[], 1..=2, &reta, 0), Err(PoolError::NoLocalAddress));
+        assert_eq!(
+            build(&[LIPS[0], LIPS[1], LIPS[0]], 1..=2, &reta, 0),
+            Err(PoolError::DuplicateLocalAddress(LIPS[0]))
+        );
+        assert_eq!(
+            build(&LIPS, 0..=10, &reta, 0),
+            Err(PoolError::PortRange { first: 0, last: 10 })
+        );
+        #[allow(clippy::reversed_empty_ranges)]
+        let empty = 10..=9;
+        assert_eq!(
+            build(&LIPS, empty, &reta, 0),
+            Err(PoolError::PortRange { first: 10, last: 9 })
+        );
+        let odd = Reta::new_round_robin(100, 4).unwrap();
+        assert_eq!(build(&LIPS, 1..=2, &odd, 0), Err(PoolError::RetaSize(100)));
+        assert_eq!(
+            build(&LIPS, 1..=2, &reta, 4),
+            Err(PoolError::QueueNotInReta(4))
+        );
+        assert!(PoolError::QueueNotInReta(4).to_string().contains("queue 4"));
+        // The widest range: every port but 0.
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let pool =
+            PortPool::build(&LIPS[..1], 1..=65535, &toeplitz, &reta, HashFields::L3L4, 3).unwrap();
+        assert_eq!(pool.port_range(), 1..=65535);
+        assert_eq!(pool.counters().next().unwrap().free, 65535);
+        assert_eq!(pool.owner_queue(), 3);
+        assert_eq!(pool.fields(), HashFields::L3L4);
+        assert_eq!(pool.lips().collect::<Vec<_>>(), [LIPS[0]]);
+    }
+
+    #[test]
+    fn memory_for_a_realistic_config() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        for reta_size in [128, 512] {
+            let reta = Reta::new_round_robin(reta_size, 4).unwrap();
+            let pools = pools(&toeplitz, &reta, HashFields::L3L4, &LIPS, 1024..=65535, 4);
+            let per_worker = pools[0].memory_bytes();
+            println!(
+                "port pool, 4 LIPs x ports 1024..=65535, RETA {reta_size}: {per_worker} bytes \
+                 per worker ({} KiB), {} bytes for 4 workers",
+                per_worker / 1024,
+                per_worker * 4
+            );
+            assert!(pools.iter().all(|p| p.memory_bytes() == per_worker));
+            // Two bytes of link and a bit per port, four bytes per class, per LIP.
+            let floor = 4 * (64_512 * 2 + 64_512 / 8 + reta_size * 4);
+            assert!(per_worker >= floor && per_worker < floor + 16 * 1024);
+            let expected = match reta_size {
+                128 => 557_144,
+                _ => 563_528,
+            };
+            assert_eq!(per_worker, expected, "update the module doc");
+        }
+    }
+
+    /// Random allocations and releases, valid and bogus, with random real servers on
+    /// several table sizes: nothing panics and the counters stay consistent with an
+    /// independent model.
+    #[test]
+    fn fuzz_never_panics_and_counts_stay_consistent() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let mut rng = XorShift(0xc0ff_ee00_1234_5678);
+        for (size, queues, ports) in [
+            (128, 4, 1..=300u16),
+            (8, 3, 65000..=65535),
+            (1024, 2, 7..=7),
+        ] {
+            let reta = Reta::new_round_robin(size, queues).unwrap();
+            let q = rng.below(queues as usize) as u16;
+            let mut pool = PortPool::build(
+                &LIPS[..3],
+                ports.clone(),
+                &toeplitz,
+                &reta,
+                HashFields::L3L4,
+                q,
+            )
+            .unwrap();
+            let mut model: HashSet<(Ipv4Addr, u16)> = HashSet::new();
+            for _ in 0..50_000 {
+                match rng.below(4) {
+                    0 | 1 => {
+                        let rs = random_rs(&mut rng);
+                        if let Some(pair) = pool.allocate(rs) {
+                            assert!(model.insert(pair));
+                            assert!(ports.contains(&pair.1));
+                            let queue =
+                                reply_queue(&toeplitz, &reta, HashFields::L3L4, rs, pair.0, pair.1);
+                            assert_eq!(queue, q);
+                        }
+                    }
+                    2 => {
+                        if let Some(&pair) = model.iter().next() {
+                            assert_eq!(pool.release(pair.0, pair.1), Ok(()));
+                            model.remove(&pair);
+                        }
+                    }
+                    _ => {
+                        let lip = if rng.below(2) == 0 {
+                            LIPS[rng.below(4)]
+                        } else {
+                            Ipv4Addr::from(rng.next_u64() as u32)
+                        };
+                        let lport = rng.next_u64() as u16;
+                        let expected = model.remove(&(lip, lport));
+                        assert_eq!(pool.release(lip, lport).is_ok(), expected);
+                    }
+                }
+            }
+            let used: u32 = pool.counters().map(|c| c.used).sum();
+            assert_eq!(used as usize, model.len());
+            let count = ports.len() as u32;
+            assert!(pool.counters().all(|c| c.used + c.free == count));
+        }
+    }
+}
