@@ -263,6 +263,31 @@ impl Lab {
             .collect()
     }
 
+    /// The kernels' view, for failure messages: link counters (drops) in the switch and
+    /// appliance namespaces, TCP/UDP counters of the client and the real servers, and
+    /// the host's per-CPU backlog drops.
+    fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        let name = &self.bed.name;
+        let run = |ns: &str, args: &[&str]| {
+            let o = netns_exec(ns, args, Duration::from_secs(10));
+            format!("--- {ns}: {} ---\n{}{}", args.join(" "), o.stdout, o.stderr)
+        };
+        out += &run(&format!("{name}-sw"), &["ip", "-s", "link"]);
+        out += &run(self.bed.lb_ns(), &["ip", "-s", "link"]);
+        let mut kernels = vec![self.bed.client_ns().to_string()];
+        kernels.extend((1..=self.bed.rs_count()).map(|i| self.bed.rs_ns(i).to_string()));
+        for ns in &kernels {
+            out += &run(ns, &["nstat", "-as"]);
+            out += &run(ns, &["ip", "neigh"]);
+        }
+        out += &format!(
+            "--- /proc/net/softnet_stat (hex; 2nd column: backlog drops) ---\n{}",
+            std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default()
+        );
+        out
+    }
+
     /// Every checksum error counter of the kernels in the bed must be 0: a checksum
     /// Sluice got wrong shows up here even if a retransmission hid it.
     fn assert_no_checksum_errors(&self) {
@@ -330,6 +355,7 @@ fn service_toml(
 /// Asserts a batch: every request succeeded, and each real server got its share
 /// within `tolerance`. Returns the counts by real-server name.
 fn assert_spread(
+    lab: &Lab,
     batch: &Value,
     want: &[(&str, u64)],
     tolerance: u64,
@@ -347,9 +373,11 @@ fn assert_spread(
     assert_eq!(
         batch["ok"].as_u64(),
         Some(total),
-        "not every request succeeded: {batch:#}\nstatus: {:#}\n{}",
+        "not every request succeeded: {batch:#}\nstatus: {:#}\nservices: {:#}\n{}\n{}",
         daemon.status(),
-        daemon.dump()
+        daemon.list_services(),
+        daemon.dump(),
+        lab.diagnostics()
     );
     for (name, n) in want {
         let got = counts.get(*name).copied().unwrap_or(0);
@@ -504,6 +532,7 @@ fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let before = http_log_len(&lab);
     let batch = lab.curl(&format!("http://{DR_VIP_RR}/"), REQUESTS);
     let counts = assert_spread(
+        &lab,
         &batch,
         &[("rs1", 100), ("rs2", 100), ("rs3", 100)],
         2,
@@ -516,6 +545,7 @@ fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let before = http_log_len(&lab);
     let batch = lab.curl(&format!("http://{DR_VIP_WRR}/"), REQUESTS);
     let counts = assert_spread(
+        &lab,
         &batch,
         &[("rs1", 150), ("rs2", 100), ("rs3", 50)],
         6,
@@ -565,7 +595,7 @@ fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     assert_eq!(added["mode"], "dr", "{added}");
     assert_eq!(added["weight"], 1, "{added}");
     let batch = lab.curl(&format!("http://{DR_VIP_ADDED}/"), 6);
-    assert_spread(&batch, &[("rs2", 6)], 0, &daemon);
+    assert_spread(&lab, &batch, &[("rs2", 6)], 0, &daemon);
     daemon
         .ctl(&["-d", "-t", &vs, "-r", &rs2])
         .expect_success("sluicectl -d");
@@ -597,6 +627,12 @@ const NAT_GATEWAY: &str = "198.18.2.1";
 const NAT_VIP_RR: &str = "198.18.1.1";
 const NAT_VIP_WRR: &str = "198.18.1.2";
 const NAT_HTTP_PORT: u16 = 8080;
+/// The wrr service's real port. Each service has real ports of its own: a client that
+/// reuses a source port towards the other VIP would otherwise need a second session
+/// with the same real-server-side 5-tuple (RIP:rport <-> client:port), which Sluice
+/// refuses (the SYN is dropped as `no_real_server`; the client retries a second later),
+/// and that would measure this limitation instead of the spread.
+const NAT_HTTP_PORT_WRR: u16 = 8081;
 const NAT_UDP_PORT: u16 = 4444;
 
 /// The NAT layout: the client on 198.18.2.0/24 behind Sluice's second address, the
@@ -606,7 +642,10 @@ fn nat_lab() -> Lab {
     lab.bed.configure("client-addr", &[NAT_CLIENT, NAT_GATEWAY]);
     lab.bed.configure("rs-gateway", &[APPLIANCE]);
     lab.start_servers(
-        &[format!("0.0.0.0:{NAT_HTTP_PORT}")],
+        &[
+            format!("0.0.0.0:{NAT_HTTP_PORT}"),
+            format!("0.0.0.0:{NAT_HTTP_PORT_WRR}"),
+        ],
         &[format!("0.0.0.0:{NAT_UDP_PORT}")],
     );
     lab
@@ -629,7 +668,7 @@ fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let wrr: Vec<(&str, u16, u32, &str)> = rips
         .iter()
         .zip([3, 2, 1])
-        .map(|(r, w)| (r.as_str(), NAT_HTTP_PORT, w, "nat"))
+        .map(|(r, w)| (r.as_str(), NAT_HTTP_PORT_WRR, w, "nat"))
         .collect();
     let udp: Vec<(&str, u16, u32, &str)> = rips
         .iter()
@@ -650,6 +689,7 @@ fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let before = http_log_len(&lab);
     let batch = lab.curl(&format!("http://{NAT_VIP_RR}/"), REQUESTS);
     let counts = assert_spread(
+        &lab,
         &batch,
         &[("rs1", 100), ("rs2", 100), ("rs3", 100)],
         2,
@@ -661,6 +701,7 @@ fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let before = http_log_len(&lab);
     let batch = lab.curl(&format!("http://{NAT_VIP_WRR}/"), REQUESTS);
     let counts = assert_spread(
+        &lab,
         &batch,
         &[("rs1", 150), ("rs2", 100), ("rs3", 50)],
         6,
@@ -839,7 +880,13 @@ fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
 
     let before = http_log_len(&lab);
     let batch = lab.curl(&format!("http://{TUN_VIP}/"), 30);
-    let counts = assert_spread(&batch, &[("rs1", 10), ("rs2", 10), ("rs3", 10)], 2, &daemon);
+    let counts = assert_spread(
+        &lab,
+        &batch,
+        &[("rs1", 10), ("rs2", 10), ("rs3", 10)],
+        2,
+        &daemon,
+    );
     assert_logs(&lab, &before, &counts, &client_ip);
     let list = daemon.list_services();
     for i in 1..=3 {

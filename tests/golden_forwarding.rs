@@ -116,6 +116,7 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
         (port_counter(&daemon.status(), "lan0", "tx_packets") >= outputs).then_some(())
     });
     // Nothing more can arrive (the pcap PMD reads its file once); settle, re-read.
+    // (Sluice's own ARP requests for real servers it does not know may still go out.)
     std::thread::sleep(Duration::from_millis(300));
     let before = daemon.status();
     std::thread::sleep(Duration::from_millis(300));
@@ -123,11 +124,11 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
     assert_eq!(
         (
             before["drops"].clone(),
-            port_counter(&before, "lan0", "tx_packets")
+            port_counter(&before, "lan0", "rx_packets")
         ),
         (
             status["drops"].clone(),
-            port_counter(&status, "lan0", "tx_packets")
+            port_counter(&status, "lan0", "rx_packets")
         ),
         "counters still moving after the input ended"
     );
@@ -167,11 +168,16 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
         port_counter(&status, "lan0", "rx_packets"),
         input_frames,
     );
-    problems.eq(
-        "ports[lan0].tx_packets (expected outputs + Sluice's own ARP requests)".into(),
-        port_counter(&status, "lan0", "tx_packets"),
-        outputs + arp_requests,
-    );
+    // Sluice may ARP for the real servers on its own (at start, before their replies
+    // in the input are read): out.pcap holds every such request, the status only those
+    // sent before it was read.
+    let tx = port_counter(&status, "lan0", "tx_packets");
+    if !(outputs..=outputs + arp_requests).contains(&tx) {
+        problems.fail(format!(
+            "ports[lan0].tx_packets: got {tx}, expected the {outputs} outputs plus at most \
+             the {arp_requests} ARP requests from Sluice"
+        ));
+    }
     for field in ["rx_missed", "rx_errors", "tx_errors", "rx_nombuf"] {
         problems.eq(
             format!("ports[lan0].{field}"),
@@ -179,14 +185,14 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
             0,
         );
     }
-    let mut want_drops: std::collections::BTreeMap<String, u64> = expect["drops"]
+    // Each real server's ARP reply comes first in the input, so no packet ever waits
+    // for a neighbour: neighbour_unresolved is 0 even when Sluice ARPs on its own.
+    let want_drops: std::collections::BTreeMap<String, u64> = expect["drops"]
         .as_object()
         .unwrap()
         .iter()
         .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
         .collect();
-    // An ARP request from Sluice replaces a packet it could not forward yet.
-    *want_drops.entry("neighbour_unresolved".into()).or_default() += arp_requests;
     let got_drops = status["drops"]
         .as_object()
         .expect("status.drops is an object");
@@ -226,8 +232,19 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
     for (rip, want) in expect["real_servers"].as_object().unwrap() {
         let vip = want["vip"].as_str().unwrap();
         let mode = want["mode"].as_str().unwrap();
+        let services: Vec<(String, u16)> = want["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s[0].as_str().unwrap().to_string(),
+                    s[1].as_u64().unwrap() as u16,
+                )
+            })
+            .collect();
         let mut sum = |field: &str| -> u64 {
-            [("tcp", 80u16), ("udp", 3333u16)]
+            services
                 .iter()
                 .map(|(proto, port)| {
                     let rs = real_server(&list, proto, vip, *port, rip);

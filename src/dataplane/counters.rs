@@ -61,10 +61,14 @@ pub enum DropReason {
     TooBig,
     /// ICMP error quoting a packet of no known session.
     IcmpErrorNoSession,
+    /// NAT: the real-server side tuple (RIP:rport <-> client:cport) is taken by another
+    /// session (the same client port through another VIP to the same real server); the
+    /// real server could not tell the two connections apart, so the new one is refused.
+    NatTupleInUse,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 28;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -93,6 +97,7 @@ impl DropReason {
         DropReason::NoService,
         DropReason::TooBig,
         DropReason::IcmpErrorNoSession,
+        DropReason::NatTupleInUse,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -125,6 +130,7 @@ impl DropReason {
             DropReason::NoService => "no_service",
             DropReason::TooBig => "too_big",
             DropReason::IcmpErrorNoSession => "icmp_error_no_session",
+            DropReason::NatTupleInUse => "nat_tuple_in_use",
         }
     }
 }

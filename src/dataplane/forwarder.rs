@@ -263,7 +263,21 @@ impl Forwarder {
         counters: &WorkerCounters,
     ) -> Action {
         let bytes = burst.packet_len(i) as u64;
-        if let Some((id, dir)) = self.sessions.lookup(&key) {
+        let mut found = self.sessions.lookup(&key);
+        if let Some((id, Direction::Inbound | Direction::InputOnly)) = found {
+            if opens_connection(flags)
+                && self
+                    .sessions
+                    .get(id)
+                    .is_some_and(reusable_for_new_connection)
+            {
+                // The client reuses the port of a finished connection: retire the old
+                // session and schedule afresh, as IPVS does (conn_reuse_mode).
+                self.retire(id, counters);
+                found = None;
+            }
+        }
+        if let Some((id, dir)) = found {
             if let Some(t) = self
                 .sessions
                 .on_packet(id, dir, flags, self.now_tick, &self.timeouts)
@@ -305,9 +319,7 @@ impl Forwarder {
             };
             return Action::Drop(reason);
         };
-        let opens_connection =
-            flags.contains(TcpFlags::SYN) && !flags.intersects(TcpFlags::ACK | TcpFlags::RST);
-        if key.proto == Protocol::Tcp && !opens_connection {
+        if key.proto == Protocol::Tcp && !opens_connection(flags) {
             return Action::Drop(DropReason::TcpNoSession);
         }
         let service = &snap.services()[index];
@@ -362,7 +374,7 @@ impl Forwarder {
             // A NAT reply key already taken: the same client port towards the same real
             // server through another VIP. Refuse rather than cross two sessions.
             Err(crate::session::InsertError::KeyExists(_)) => {
-                return Action::Drop(DropReason::NoRealServer)
+                return Action::Drop(DropReason::NatTupleInUse)
             }
         };
         bump(&counters.sessions_created, 1);
@@ -387,6 +399,20 @@ impl Forwarder {
             neighbours,
             now_tsc,
         )
+    }
+
+    /// Removes a session before its timeout, keeping the real server's gauges right.
+    fn retire(&mut self, id: crate::session::SessionId, counters: &WorkerCounters) {
+        if let Some(s) = self.sessions.remove(id) {
+            let c = &self.real_servers[s.real as usize];
+            let gauge = if s.is_active() {
+                &c.active
+            } else {
+                &c.inactive
+            };
+            RealServerCounters::gauge_add(gauge, -1);
+            bump(&counters.sessions_expired, 1);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -564,6 +590,26 @@ impl Forwarder {
             _ => Action::Drop(DropReason::IcmpErrorNoSession),
         }
     }
+}
+
+/// A TCP segment that opens a connection: SYN without ACK or RST.
+#[inline]
+fn opens_connection(flags: TcpFlags) -> bool {
+    flags.contains(TcpFlags::SYN) && !flags.intersects(TcpFlags::ACK | TcpFlags::RST)
+}
+
+/// A TCP session whose connection is over, so a new SYN on its tuple starts a new
+/// connection: TIME_WAIT or CLOSE, or FIN_WAIT where Sluice only sees the client side
+/// (DR/TUN), as IPVS's `is_new_conn_expected`.
+#[inline]
+fn reusable_for_new_connection(s: &Session) -> bool {
+    use crate::session::{SessionFlags, TcpState};
+    s.proto == Protocol::Tcp
+        && match s.state() {
+            TcpState::TimeWait | TcpState::Close => true,
+            TcpState::FinWait => s.flags().contains(SessionFlags::NO_OUTPUT),
+            _ => false,
+        }
 }
 
 #[inline]

@@ -598,8 +598,8 @@ def expected_stats(F):
     conn = {"dr": 2, "nat": 3, "tun": 2}
     stats = {}
     for mode, (vip, rip, _, _, _) in MODES.items():
-        stats[rip] = {"mode": mode, "vip": vip, "connections": conn[mode], "in_min": 0, "in_max": 0,
-                      "out_min": 0, "out_max": 0}
+        stats[rip] = {"mode": mode, "vip": vip, "services": [["tcp", VIP_TCP_PORT], ["udp", VIP_UDP_PORT]],
+                      "connections": conn[mode], "in_min": 0, "in_max": 0, "out_min": 0, "out_max": 0}
     for name, raw, dropped, outs in F:
         p = Ether(raw)
         if IP not in p or (TCP not in p and UDP not in p and ICMP not in p):
