@@ -205,6 +205,8 @@ impl Bench<'_> {
             let now = tsc();
             self.fwd.poll(now, self.counters);
             let start = tsc();
+            // As the worker does: one pass to warm the session table, then handle.
+            self.fwd.prefetch_sessions(&burst);
             for i in 0..n {
                 burst.prefetch(i + 1);
                 if self.fwd.handle(

@@ -152,7 +152,7 @@ fn poll_port(
     };
     let mut rx_bytes = 0u64;
     let mut tx_bytes = 0u64;
-    rx.prefetch(0);
+    forwarder.prefetch_sessions(rx);
     for i in 0..n {
         rx.prefetch(i + 1);
         rx_bytes += rx.packet_len(i) as u64;
