@@ -7,11 +7,12 @@
 //! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]` (defaults 1000000 and
 //! 20000000). Needs root (DPDK). Prints a markdown table.
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::dataplane::forwarder::{Action, Forwarder, PortContext};
+use sluice::dataplane::forwarder::{Action, Forwarder, PortContext, RssView};
 use sluice::dataplane::local::LocalResponder;
 use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::realserver_stats;
 use sluice::dpdk::{tsc, tsc_hz, Burst, Eal, Mempool, BURST_SIZE};
+use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use sluice::flow::Protocol;
 use sluice::sched::SchedulerKind;
 use sluice::service::{
@@ -115,6 +116,12 @@ fn main() {
         hz / 10,
         hz,
         Arc::new(realserver_stats::new_table()),
+        RssView {
+            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
+            reta: Reta::new_round_robin(128, 1).unwrap(),
+            fields: HashFields::L3L4,
+            queue: 0,
+        },
     );
     let counters = WorkerCounters::default();
     let responder = LocalResponder::new(LB_MAC, &[lb_ip]);

@@ -2,7 +2,7 @@
 //! in-process ring port pair, answers ARP and ICMP echo and counts a malformed frame.
 //! One test function only: the EAL initialises once per process.
 use sluice::dataplane::counters::{DropReason, Event, WorkerCounters};
-use sluice::dataplane::forwarder::Forwarder;
+use sluice::dataplane::forwarder::{Forwarder, RssView};
 use sluice::dataplane::local::LocalResponder;
 use sluice::dataplane::realserver_stats;
 use sluice::dataplane::worker::{Worker, WorkerPort};
@@ -10,6 +10,7 @@ use sluice::dpdk::{
     launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair,
 };
 use sluice::emulator::frames::{self, Garbage, Reply};
+use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use sluice::service::SnapshotPublisher;
 use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -89,6 +90,12 @@ fn worker_answers_arp_and_ping_over_net_ring() {
         hz / 10,
         hz,
         Arc::new(realserver_stats::new_table()),
+        RssView {
+            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
+            reta: Reta::new_round_robin(128, 1).unwrap(),
+            fields: HashFields::L3L4,
+            queue: 0,
+        },
     );
     let port = WorkerPort {
         rx,

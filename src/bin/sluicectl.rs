@@ -6,7 +6,8 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
-    render_services, render_status, render_xstats, ServicesReport, StatusReport, XstatsReport,
+    render_laddrs, render_services, render_status, render_xstats, LaddrReport, ServicesReport,
+    StatusReport, XstatsReport,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
@@ -31,6 +32,9 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
   -L|-l [-n] [--stats]                                           list services
+  -P|--add-laddr -t|-u VIP:port -z LIP [-F ifname]               add a FullNAT local address
+  -Q|--del-laddr -t|-u VIP:port -z LIP [-F ifname]               delete a local address
+  -G|--get-laddr -t|-u VIP:port                                  list a service's local addresses
 
 Options:
   -S, --socket PATH   control socket (default: $SLUICE_SOCKET, else /run/sluice/sluice.sock)
@@ -112,6 +116,9 @@ impl Command {
                     stats,
                 )),
                 ipvsadm::Output::Quiet => Ok(String::new()),
+                ipvsadm::Output::Laddrs => Ok(render_laddrs(
+                    &serde_json::from_value::<LaddrReport>(result).map_err(unexpected)?,
+                )),
             },
         }
     }

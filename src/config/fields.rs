@@ -303,6 +303,16 @@ pub(super) fn real_server_ip(f: &Field) -> Check<Ipv4Addr> {
     unicast_ip(f, "real server")
 }
 
+/// A FullNAT local address: the source of packets to real servers, so also not a
+/// loopback address (a real server would never send a reply to it).
+pub(super) fn local_address(f: &Field) -> Check<Ipv4Addr> {
+    let ip = unicast_ip(f, "local address")?;
+    if ip.is_loopback() {
+        return Err(f.invalid(format!("local address {ip} is a loopback address")));
+    }
+    Ok(ip)
+}
+
 /// A scheduler name, as `ipvsadm -s` takes it.
 pub(super) fn scheduler(f: &Field) -> Check<SchedulerKind> {
     f.str()?.parse().map_err(|e: String| f.invalid(e))

@@ -207,6 +207,12 @@ pub struct ServiceConfig {
     pub persistence: Option<(u32, Ipv4Addr)>,
     /// In file order (`ipvsadm -a`); may be empty.
     pub real_servers: Vec<RealServerConfig>,
+    /// FullNAT local addresses (`ipvsadm --add-laddr`, as in DPVS), in file order:
+    /// at most 64, no duplicates, none a VIP, a real server or a port's own address.
+    /// Required (at least one) when a real server uses `mode = "fullnat"`.
+    pub local_addresses: Vec<Ipv4Addr>,
+    /// TOA: the client address as a TCP option in FullNAT sessions (tcp only).
+    pub toa: bool,
     /// The line of the service's `[[services]]` header (or inline table), so later
     /// errors about the service (e.g. from the data plane) can point at it.
     pub line: usize,

@@ -1,7 +1,8 @@
 //! The config file's layout: which sections and keys exist, their defaults, and the
 //! rules that involve more than one field (uniqueness across ports, the loopback
 //! section, lcore overlap, duplicate services and real servers, VIPs that are the
-//! appliance's own addresses, ports that only NAT can change).
+//! appliance's own addresses, ports that only NAT can change, FullNAT local addresses
+//! that must be present and must not be a VIP, a real server or a port address).
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -14,8 +15,9 @@ use super::{
     Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig,
     PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig,
 };
+use crate::flow::Protocol;
 use crate::sched::SchedulerKind;
-use crate::service::model::{ForwardMode, ServiceKey};
+use crate::service::model::{ForwardMode, ServiceKey, MAX_LOCAL_ADDRESSES};
 
 const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "services",
@@ -61,6 +63,8 @@ const SERVICE_KEYS: &[&str] = &[
     "scheduler",
     "persistence_timeout",
     "persistence_netmask",
+    "local_addresses",
+    "toa",
     "real_servers",
 ];
 const REAL_SERVER_KEYS: &[&str] = &["ip", "port", "weight", "mode", "upper", "lower"];
@@ -458,6 +462,14 @@ fn read_sessions(root: &Table) -> Check<SessionsConfig> {
     })
 }
 
+/// A service as read, with the places the cross-service checks need to point at.
+struct ServiceRead {
+    config: ServiceConfig,
+    /// `services[i]`.
+    path: String,
+    local_address_at: Vec<Location>,
+}
+
 /// `[[services]]`: zero or more, each (protocol, VIP, port) at most once.
 fn read_services(root: &Table, ports: &[PortRead], source: &Source) -> Check<Vec<ServiceConfig>> {
     let Some(list) = root.get("services") else {
@@ -468,18 +480,17 @@ fn read_services(root: &Table, ports: &[PortRead], source: &Source) -> Check<Vec
     let mut services = Vec::with_capacity(items.len());
     for item in &items {
         let service = read_service(item, ports, source)?;
-        claim_with(&mut seen, service.key, &item.location(), |first| {
-            format!(
-                "service {} is defined twice: {first} has the same protocol, VIP and port",
-                service.key
-            )
+        let key = service.config.key;
+        claim_with(&mut seen, key, &item.location(), |first| {
+            format!("service {key} is defined twice: {first} has the same protocol, VIP and port")
         })?;
         services.push(service);
     }
-    Ok(services)
+    check_local_address_roles(&services)?;
+    Ok(services.into_iter().map(|s| s.config).collect())
 }
 
-fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<ServiceConfig> {
+fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<ServiceRead> {
     let t = f.table(SERVICE_KEYS)?;
     let proto = fields::protocol(&t.require("proto")?)?;
     let vip_field = t.require("vip")?;
@@ -490,13 +501,122 @@ fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<Service
         )));
     }
     let port = fields::l4_port(&t.require("port")?)?;
-    Ok(ServiceConfig {
-        key: ServiceKey { proto, vip, port },
-        scheduler: t.or("scheduler", DEFAULT_SCHEDULER, fields::scheduler)?,
-        persistence: read_persistence(&t)?,
-        real_servers: read_real_servers(&t, port, ports)?,
-        line: source.line(f.node.start()),
+    let scheduler = t.or("scheduler", DEFAULT_SCHEDULER, fields::scheduler)?;
+    let persistence = read_persistence(&t)?;
+    let (local_addresses, local_address_at) = read_local_addresses(&t, ports)?;
+    let toa = t.or("toa", false, |f| {
+        let toa = f.bool()?;
+        if toa && proto != Protocol::Tcp {
+            return Err(f.invalid(
+                "TOA is a TCP option: only a tcp service can carry it (UDP has no options to put it in)",
+            ));
+        }
+        Ok(toa)
+    })?;
+    let real_servers = read_real_servers(&t, port, ports)?;
+    check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
+    Ok(ServiceRead {
+        config: ServiceConfig {
+            key: ServiceKey { proto, vip, port },
+            scheduler,
+            persistence,
+            real_servers,
+            local_addresses,
+            toa,
+            line: source.line(f.node.start()),
+        },
+        path: f.path.clone(),
+        local_address_at,
     })
+}
+
+/// `local_addresses`: FullNAT source addresses (DPVS's `--add-laddr`), at most
+/// [`MAX_LOCAL_ADDRESSES`], each once per service (several services may share one),
+/// none of them a port's own address. Returned with their places.
+fn read_local_addresses(t: &Table, ports: &[PortRead]) -> Check<(Vec<Ipv4Addr>, Vec<Location>)> {
+    let Some(f) = t.get("local_addresses") else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let items = f.array()?;
+    if items.len() > MAX_LOCAL_ADDRESSES {
+        return Err(f.invalid(format!(
+            "{} local addresses; a service may have at most {MAX_LOCAL_ADDRESSES}",
+            items.len()
+        )));
+    }
+    let mut seen: HashMap<Ipv4Addr, String> = HashMap::new();
+    let mut addresses = Vec::with_capacity(items.len());
+    for item in &items {
+        let ip = fields::local_address(item)?;
+        if let Some(own) = own_address(ports, ip) {
+            return Err(item.invalid(format!(
+                "local address {ip} is one of the appliance's own addresses ({own}); a local address needs an address of its own"
+            )));
+        }
+        claim_with(&mut seen, ip, &item.location(), |first| {
+            format!("local address {ip} is listed twice in this service ({first})")
+        })?;
+        addresses.push(ip);
+    }
+    Ok((addresses, items.iter().map(Field::location).collect()))
+}
+
+/// FullNAT rewrites the client's address to one of the service's local addresses, so
+/// a service with a fullnat real server needs at least one.
+fn check_fullnat_has_local_address(
+    t: &Table,
+    servers: &[RealServerConfig],
+    local_addresses: &[Ipv4Addr],
+) -> Check<()> {
+    if !local_addresses.is_empty() {
+        return Ok(());
+    }
+    let Some(i) = servers
+        .iter()
+        .position(|rs| rs.mode == ForwardMode::FullNat)
+    else {
+        return Ok(());
+    };
+    let why = format!(
+        "real server {}:{} ({}.real_servers[{i}]) uses mode fullnat, which needs at least one local address to use as the source towards the real servers",
+        servers[i].ip,
+        servers[i].port,
+        t.location().field
+    );
+    match t.get("local_addresses") {
+        Some(f) => Err(f.invalid(format!("no local addresses, but {why}"))),
+        None => Err(t.missing("local_addresses", &why)),
+    }
+}
+
+/// Sluice answers ARP for its local addresses and sends FullNAT traffic from them, so
+/// none may also be a VIP or a real server, of this service or any other.
+fn check_local_address_roles(services: &[ServiceRead]) -> Check<()> {
+    if services.iter().all(|s| s.config.local_addresses.is_empty()) {
+        return Ok(());
+    }
+    let mut roles: HashMap<Ipv4Addr, String> = HashMap::new();
+    for s in services {
+        let key = s.config.key;
+        roles
+            .entry(key.vip)
+            .or_insert_with(|| format!("the VIP of {key} ({}.vip)", s.path));
+        for (i, rs) in s.config.real_servers.iter().enumerate() {
+            roles.entry(rs.ip).or_insert_with(|| {
+                format!("a real server of {key} ({}.real_servers[{i}])", s.path)
+            });
+        }
+    }
+    for s in services {
+        for (ip, at) in s.config.local_addresses.iter().zip(&s.local_address_at) {
+            if let Some(role) = roles.get(ip) {
+                return Err(at.invalid(format!(
+                    "local address {ip} is {role}; a local address needs an address of its own"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The field path of the port address equal to `ip`, if any.

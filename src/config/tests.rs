@@ -855,6 +855,7 @@ fn example_baremetal() {
         .real_servers
         .iter()
         .all(|r| r.mode == ForwardMode::FullNat && r.port == 8443));
+    assert!(!svc.local_addresses.is_empty());
     assert_eq!(
         (svc.real_servers[0].upper, svc.real_servers[0].lower),
         (20000, 15000)
@@ -942,6 +943,8 @@ fn service_defaults() {
         }
     );
     assert_eq!(svc.real_servers[1].port, 80);
+    assert!(svc.local_addresses.is_empty());
+    assert!(!svc.toa);
     assert_eq!(cfg.service(&svc.key).map(|s| s.line), Some(21));
     // A service without real servers is allowed (ipvsadm -A alone).
     let bare = format!("{BASE}[[services]]\nproto = \"udp\"\nvip = \"198.18.1.2\"\nport = 53\n");
@@ -976,6 +979,8 @@ port = 443
 scheduler = "wrr"
 persistence_timeout = 300
 persistence_netmask = "255.255.255.0"
+local_addresses = ["198.18.0.50", "198.18.0.51"]
+toa = true
 
   [[services.real_servers]]
   ip = "10.0.0.11"
@@ -1078,14 +1083,20 @@ port = 80
     // Same VIP and port, other protocol: a different service.
     let dns = &cfg.services[1];
     assert_eq!(dns.key.proto, Protocol::Udp);
-    assert_eq!(dns.line, 64);
+    assert_eq!(dns.line, 66);
     assert_eq!(dns.persistence, Some((60, Ipv4Addr::BROADCAST)));
     assert_eq!(
         (dns.real_servers[0].upper, dns.real_servers[0].lower),
         (10, 10)
     );
-    assert_eq!(cfg.services[2].line, 76);
+    assert_eq!(cfg.services[2].line, 78);
     assert!(cfg.services[2].real_servers.is_empty());
+    assert_eq!(
+        https.local_addresses,
+        vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)]
+    );
+    assert!(https.toa);
+    assert!(dns.local_addresses.is_empty() && !dns.toa);
 }
 
 #[test]
@@ -1295,7 +1306,12 @@ fn real_server_port_only_changes_with_nat() {
     // The service port written out is fine with any mode.
     parse(&service_with("mode = \"dr\"", "mode = \"tun\"\nport = 80")).unwrap();
     for mode in ["nat", "fullnat"] {
-        let text = service_with("mode = \"dr\"", &format!("mode = \"{mode}\"\nport = 8080"));
+        let text = service_with("mode = \"dr\"", &format!("mode = \"{mode}\"\nport = 8080"))
+            .replacen(
+                "port = 80\n",
+                "port = 80\nlocal_addresses = [\"198.18.0.50\"]\n",
+                1,
+            );
         assert_eq!(parse(&text).unwrap().services[0].real_servers[1].port, 8080);
     }
 }
@@ -1525,6 +1541,255 @@ fn services_unknown_keys_and_shapes() {
     );
 }
 
+// ---- FullNAT local addresses and TOA ----------------------------------------------
+
+/// BASE plus SERVICE with `kv` after the scheduler line (line 26), and the second real
+/// server switched to fullnat (line 34 after the insertion).
+fn fullnat_service(kv: &str) -> String {
+    service_with("scheduler = \"rr\"", &format!("scheduler = \"rr\"\n{kv}")).replacen(
+        "mode = \"dr\"",
+        "mode = \"fullnat\"",
+        1,
+    )
+}
+
+#[test]
+fn local_addresses_and_toa_parse() {
+    let cfg = parse(&fullnat_service(
+        "local_addresses = [\"198.18.0.50\", \"10.9.0.1\", \"198.18.0.49\"]\ntoa = true",
+    ))
+    .unwrap();
+    let svc = &cfg.services[0];
+    // File order is kept.
+    assert_eq!(
+        svc.local_addresses,
+        vec![
+            Ipv4Addr::new(198, 18, 0, 50),
+            Ipv4Addr::new(10, 9, 0, 1),
+            Ipv4Addr::new(198, 18, 0, 49)
+        ]
+    );
+    assert!(svc.toa);
+    assert_eq!(svc.real_servers[1].mode, ForwardMode::FullNat);
+    // toa = false written out, and local addresses without any fullnat server.
+    let text = service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nlocal_addresses = [\"198.18.0.50\"]\ntoa = false",
+    );
+    let svc = &parse(&text).unwrap().services[0];
+    assert_eq!(svc.local_addresses, vec![Ipv4Addr::new(198, 18, 0, 50)]);
+    assert!(!svc.toa);
+    // Two services may share a local address, as in DPVS.
+    let lips = "port = 80\nlocal_addresses = [\"198.18.0.50\"]";
+    let text = format!(
+        "{BASE}{}{}",
+        SERVICE.replacen("port = 80", lips, 1),
+        SERVICE
+            .replacen("port = 80", lips, 1)
+            .replacen("80", "81", 1)
+    );
+    let cfg = parse(&text).unwrap();
+    assert_eq!(cfg.services[1].key.port, 81);
+    assert_eq!(
+        cfg.services[1].local_addresses,
+        cfg.services[0].local_addresses
+    );
+    // Up to 64.
+    let many: Vec<String> = (1..=64).map(|i| format!("\"198.18.2.{i}\"")).collect();
+    let text = fullnat_service(&format!("local_addresses = [{}]", many.join(", ")));
+    assert_eq!(parse(&text).unwrap().services[0].local_addresses.len(), 64);
+}
+
+#[test]
+fn fullnat_needs_a_local_address() {
+    let text = service_with("mode = \"dr\"", "mode = \"fullnat\"");
+    let err = assert_rejected(
+        &text,
+        21,
+        "services[0].local_addresses",
+        "missing key `local_addresses`: real server 198.18.0.12:80 (services[0].real_servers[1]) uses mode fullnat",
+    );
+    assert!(err.message.contains("at least one local address"), "{err}");
+    assert_eq!(err.column, 1);
+    assert_rejected(
+        &fullnat_service("local_addresses = []"),
+        26,
+        "services[0].local_addresses",
+        "no local addresses, but real server 198.18.0.12:80",
+    );
+    // Only fullnat needs one.
+    for mode in ["nat", "tun", "dr"] {
+        parse(&service_with(
+            "mode = \"dr\"",
+            &format!("mode = \"{mode}\""),
+        ))
+        .unwrap();
+    }
+    // The first fullnat server is named.
+    let text = fullnat_service("").replacen("weight = 1", "weight = 1\nmode = \"fullnat\"", 1);
+    assert_rejected(
+        &text,
+        21,
+        "services[0].local_addresses",
+        "real server 198.18.0.11:80 (services[0].real_servers[0])",
+    );
+}
+
+#[test]
+fn bad_local_addresses() {
+    let at = |lips: &str, field: &str, needle: &str| {
+        assert_rejected(
+            &fullnat_service(&format!("local_addresses = {lips}")),
+            26,
+            field,
+            needle,
+        )
+    };
+    at(
+        "[\"198.18.0.300\"]",
+        "services[0].local_addresses[0]",
+        "\"198.18.0.300\" is not an IPv4 address (expected a.b.c.d, without a prefix)",
+    );
+    at(
+        "[\"198.18.0.50\", \"198.18.0.51/32\"]",
+        "services[0].local_addresses[1]",
+        "is not an IPv4 address",
+    );
+    at(
+        "[\"0.0.0.0\"]",
+        "services[0].local_addresses[0]",
+        "local address 0.0.0.0 is the unspecified address",
+    );
+    at(
+        "[\"224.0.0.5\"]",
+        "services[0].local_addresses[0]",
+        "local address 224.0.0.5 is a multicast address",
+    );
+    at(
+        "[\"255.255.255.255\"]",
+        "services[0].local_addresses[0]",
+        "limited broadcast",
+    );
+    at(
+        "[\"127.0.0.2\"]",
+        "services[0].local_addresses[0]",
+        "local address 127.0.0.2 is a loopback address",
+    );
+    at(
+        "[1]",
+        "services[0].local_addresses[0]",
+        "invalid type: integer `1`, expected a string",
+    );
+    at(
+        "\"198.18.0.50\"",
+        "services[0].local_addresses",
+        "expected an array",
+    );
+    let err = at(
+        "[\"198.18.0.50\", \"198.18.0.51\", \"198.18.0.50\"]",
+        "services[0].local_addresses[2]",
+        "local address 198.18.0.50 is listed twice in this service",
+    );
+    assert!(
+        err.message.contains("services[0].local_addresses[0]"),
+        "{err}"
+    );
+    let many: Vec<String> = (1..=65).map(|i| format!("\"198.18.2.{i}\"")).collect();
+    at(
+        &format!("[{}]", many.join(", ")),
+        "services[0].local_addresses",
+        "65 local addresses; a service may have at most 64",
+    );
+}
+
+#[test]
+fn local_address_must_be_an_address_of_its_own() {
+    let at = |lip: &str, field: &str, needle: &str| {
+        assert_rejected(
+            &fullnat_service(&format!("local_addresses = [\"198.18.0.50\", \"{lip}\"]")),
+            26,
+            field,
+            needle,
+        )
+    };
+    at(
+        "198.18.0.1",
+        "services[0].local_addresses[1]",
+        "local address 198.18.0.1 is one of the appliance's own addresses (ports[0].addresses[0])",
+    );
+    at(
+        "198.18.1.1",
+        "services[0].local_addresses[1]",
+        "local address 198.18.1.1 is the VIP of TCP 198.18.1.1:80 (services[0].vip)",
+    );
+    at(
+        "198.18.0.12",
+        "services[0].local_addresses[1]",
+        "local address 198.18.0.12 is a real server of TCP 198.18.1.1:80 (services[0].real_servers[1])",
+    );
+    // Any service's VIP or real server, before or after this one.
+    let second =
+        SERVICE
+            .replacen("198.18.1.1", "198.18.1.2", 1)
+            .replacen("198.18.0.11", "198.18.0.21", 1);
+    let text = format!(
+        "{}{second}",
+        fullnat_service("local_addresses = [\"198.18.1.2\"]")
+    );
+    assert_rejected(
+        &text,
+        26,
+        "services[0].local_addresses[0]",
+        "local address 198.18.1.2 is the VIP of TCP 198.18.1.2:80 (services[1].vip)",
+    );
+    let text = format!(
+        "{}{second}",
+        fullnat_service("local_addresses = [\"198.18.0.21\"]")
+    );
+    assert_rejected(
+        &text,
+        26,
+        "services[0].local_addresses[0]",
+        "local address 198.18.0.21 is a real server of TCP 198.18.1.2:80 (services[1].real_servers[0])",
+    );
+    let text = format!(
+        "{BASE}{second}{}",
+        SERVICE.replacen(
+            "port = 80",
+            "port = 80\nlocal_addresses = [\"198.18.1.2\"]",
+            1
+        )
+    );
+    assert_rejected(
+        &text,
+        38,
+        "services[1].local_addresses[0]",
+        "is the VIP of TCP 198.18.1.2:80 (services[0].vip)",
+    );
+}
+
+#[test]
+fn toa_is_a_tcp_boolean() {
+    assert_rejected(
+        &fullnat_service("local_addresses = [\"198.18.0.50\"]\ntoa = \"yes\""),
+        27,
+        "services[0].toa",
+        "invalid type: string \"yes\", expected a boolean",
+    );
+    let udp = fullnat_service("local_addresses = [\"198.18.0.50\"]\ntoa = true")
+        .replacen("\"tcp\"", "\"udp\"", 1);
+    assert_rejected(&udp, 27, "services[0].toa", "TOA is a TCP option");
+    let cfg = parse(&udp.replacen("toa = true", "toa = false", 1)).unwrap();
+    assert!(!cfg.services[0].toa);
+    let err = assert_rejected(
+        &service_with("scheduler", "tao = true\nscheduler"),
+        25,
+        "services[0].tao",
+        "unknown key `tao`",
+    );
+    assert!(err.message.contains("local_addresses, toa"), "{err}");
+}
+
 #[test]
 fn docs_examples_of_new_sections_parse() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/CONFIG.md");
@@ -1539,7 +1804,7 @@ fn docs_examples_of_new_sections_parse() {
                 .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 5, "{blocks:?}");
+    assert_eq!(blocks.len(), 6, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {

@@ -1,7 +1,9 @@
 //! `ipvsadm` command-line syntax, turned into control requests, so that
 //! `alias ipvsadm=sluicectl` keeps existing scripts working. Covered so far: services
-//! (`-A/-E/-D`), real servers (`-a/-e/-d`), `-C`, and listing (`-L/-l` with `-n`,
-//! `--stats`). The rest of ipvsadm's options arrive with the control-plane work.
+//! (`-A/-E/-D`), real servers (`-a/-e/-d`), `-C`, listing (`-L/-l` with `-n`,
+//! `--stats`), and DPVS's FullNAT local addresses (`-P|--add-laddr`,
+//! `-Q|--del-laddr`, `-G|--get-laddr` with `-z LIP` and `-F ifname`). The rest of
+//! ipvsadm's options arrive with the control-plane work.
 use super::protocol::Request;
 use crate::flow::Protocol;
 use crate::sched::SchedulerKind;
@@ -15,6 +17,10 @@ pub enum Output {
     List { stats: bool },
     /// A change: nothing to print on success, as ipvsadm.
     Quiet,
+    /// `--get-laddr`: the service's local addresses, one per line
+    /// ([`render_laddrs`](super::status::render_laddrs) of a
+    /// [`LaddrReport`](super::status::LaddrReport)).
+    Laddrs,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -34,13 +40,19 @@ pub fn is_command(arg: &str) -> bool {
         "--delete-server",
         "--clear",
         "--list",
+        "--add-laddr",
+        "--del-laddr",
+        "--get-laddr",
     ];
     if LONG.contains(&arg) {
         return true;
     }
     let mut chars = arg.chars();
-    chars.next() == Some('-') && chars.next().is_some_and(|c| "AEDaedCLl".contains(c))
+    chars.next() == Some('-') && chars.next().is_some_and(|c| "AEDaedCLlPQG".contains(c))
 }
+
+/// The command options, for messages.
+const COMMANDS: &str = "-A, -E, -D, -a, -e, -d, -C, -L, -P, -Q, -G";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verb {
@@ -52,6 +64,9 @@ enum Verb {
     DeleteServer,
     Clear,
     List,
+    AddLaddr,
+    DelLaddr,
+    GetLaddr,
 }
 
 /// Splits bundled short options (`-Ln` -> `-L -n`); long options and values pass.
@@ -85,6 +100,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut upper: Option<u32> = None;
     let mut lower: Option<u32> = None;
     let mut stats = false;
+    let mut laddr: Option<(String, Ipv4Addr)> = None;
+    let mut ifname = false;
 
     let mut it = args.iter().peekable();
     while let Some(arg) = it.next() {
@@ -94,9 +111,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 .ok_or_else(|| format!("option {name} requires an argument"))
         };
         let mut set_verb = |v: Verb| match verb.replace(v) {
-            Some(_) => {
-                Err("only one command (-A, -E, -D, -a, -e, -d, -C, -L) may be given".to_string())
-            }
+            Some(_) => Err(format!("only one command ({COMMANDS}) may be given")),
             None => Ok(()),
         };
         match arg.as_str() {
@@ -108,6 +123,22 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "-d" | "--delete-server" => set_verb(Verb::DeleteServer)?,
             "-C" | "--clear" => set_verb(Verb::Clear)?,
             "-L" | "-l" | "--list" => set_verb(Verb::List)?,
+            "-P" | "--add-laddr" => set_verb(Verb::AddLaddr)?,
+            "-Q" | "--del-laddr" => set_verb(Verb::DelLaddr)?,
+            "-G" | "--get-laddr" => set_verb(Verb::GetLaddr)?,
+            "-z" | "--laddr" => {
+                let v = value(arg)?;
+                let ip = v
+                    .parse()
+                    .map_err(|_| format!("illegal local address \"{v}\" (expected a.b.c.d)"))?;
+                laddr = Some((arg.clone(), ip));
+            }
+            // DPVS binds the address to this interface; Sluice answers ARP for local
+            // addresses on every port, so the name is accepted and not used.
+            "-F" | "--ifname" => {
+                value(arg)?;
+                ifname = true;
+            }
             "-t" | "--tcp-service" => service = Some(parse_service(Protocol::Tcp, &value(arg)?)?),
             "-u" | "--udp-service" => service = Some(parse_service(Protocol::Udp, &value(arg)?)?),
             "-s" | "--scheduler" => scheduler = Some(value(arg)?.parse::<SchedulerKind>()?),
@@ -146,7 +177,23 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         }
     }
 
-    let verb = verb.ok_or("no command given (one of -A, -E, -D, -a, -e, -d, -C, -L)")?;
+    let verb = verb.ok_or_else(|| format!("no command given (one of {COMMANDS})"))?;
+    if !matches!(verb, Verb::AddLaddr | Verb::DelLaddr) {
+        if let Some((option, _)) = &laddr {
+            return Err(format!(
+                "option {option} only applies to --add-laddr and --del-laddr"
+            ));
+        }
+        if ifname {
+            return Err("option -F/--ifname only applies to --add-laddr and --del-laddr".into());
+        }
+    }
+    let needs_laddr = || {
+        laddr
+            .as_ref()
+            .map(|(_, ip)| *ip)
+            .ok_or_else(|| "this command needs a local address: -z LIP".to_string())
+    };
     let needs_service =
         || service.ok_or_else(|| "this command needs a service: -t|-u VIP:port".to_string());
     let persistence = match (persistence, netmask) {
@@ -224,6 +271,26 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 Output::Quiet,
             )
         }
+        Verb::AddLaddr => (
+            Request::AddLaddr {
+                service: needs_service()?,
+                ip: needs_laddr()?,
+            },
+            Output::Quiet,
+        ),
+        Verb::DelLaddr => (
+            Request::DelLaddr {
+                service: needs_service()?,
+                ip: needs_laddr()?,
+            },
+            Output::Quiet,
+        ),
+        Verb::GetLaddr => (
+            Request::GetLaddr {
+                service: needs_service()?,
+            },
+            Output::Laddrs,
+        ),
     };
     Ok(Command { request, output })
 }
@@ -365,6 +432,114 @@ mod tests {
         );
         assert!(is_command("-Ln") && is_command("-a") && is_command("--list"));
         assert!(!is_command("status") && !is_command("-S") && !is_command("--json"));
+    }
+
+    #[test]
+    fn local_address_commands_in_dpvs_syntax() {
+        let svc = key(Protocol::Tcp, [198, 18, 1, 1], 80);
+        let lip = Ipv4Addr::new(198, 18, 0, 50);
+        let add = Command {
+            request: Request::AddLaddr {
+                service: svc,
+                ip: lip,
+            },
+            output: Output::Quiet,
+        };
+        for line in [
+            "--add-laddr -t 198.18.1.1:80 -z 198.18.0.50",
+            "--add-laddr -z 198.18.0.50 -t 198.18.1.1:80 -F dpdk0",
+            "-P -t 198.18.1.1:80 --laddr 198.18.0.50 --ifname lan0",
+        ] {
+            assert_eq!(p(line).unwrap(), add, "{line}");
+        }
+        let udp = key(Protocol::Udp, [198, 18, 1, 1], 53);
+        assert_eq!(
+            p("--del-laddr -u 198.18.1.1:53 -z 198.18.0.50 -F dpdk0").unwrap(),
+            Command {
+                request: Request::DelLaddr {
+                    service: udp,
+                    ip: lip
+                },
+                output: Output::Quiet,
+            }
+        );
+        assert_eq!(
+            p("-Q -u 198.18.1.1:53 -z 198.18.0.50").unwrap().request,
+            Request::DelLaddr {
+                service: udp,
+                ip: lip
+            }
+        );
+        for line in ["--get-laddr -t 198.18.1.1:80", "-G -t 198.18.1.1:80"] {
+            assert_eq!(
+                p(line).unwrap(),
+                Command {
+                    request: Request::GetLaddr { service: svc },
+                    output: Output::Laddrs,
+                },
+                "{line}"
+            );
+        }
+        for arg in [
+            "--add-laddr",
+            "--del-laddr",
+            "--get-laddr",
+            "-P",
+            "-Q",
+            "-G",
+        ] {
+            assert!(is_command(arg), "{arg}");
+        }
+        assert!(!is_command("-z") && !is_command("-F") && !is_command("--laddr"));
+    }
+
+    #[test]
+    fn bad_local_address_commands_are_named() {
+        for (line, needle) in [
+            ("--add-laddr -z 198.18.0.50", "needs a service"),
+            (
+                "--add-laddr -t 198.18.1.1:80",
+                "needs a local address: -z LIP",
+            ),
+            (
+                "--del-laddr -t 198.18.1.1:80 -F dpdk0",
+                "needs a local address",
+            ),
+            (
+                "--add-laddr -t 198.18.1.1:80 -z 198.18.0.300",
+                "illegal local address \"198.18.0.300\"",
+            ),
+            (
+                "--add-laddr -t 198.18.1.1:80 -z 198.18.0.50/32",
+                "illegal local address",
+            ),
+            (
+                "--add-laddr -t 198.18.1.1:80 -z",
+                "option -z requires an argument",
+            ),
+            (
+                "--add-laddr -t 198.18.1.1:80 -z 198.18.0.50 -F",
+                "option -F requires an argument",
+            ),
+            ("--get-laddr", "needs a service"),
+            (
+                "--get-laddr -t 198.18.1.1:80 -z 198.18.0.50",
+                "option -z only applies to --add-laddr and --del-laddr",
+            ),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.11 --laddr 198.18.0.50",
+                "option --laddr only applies",
+            ),
+            ("-A -t 198.18.1.1:80 -F dpdk0", "-F/--ifname only applies"),
+            (
+                "--add-laddr --del-laddr -t 198.18.1.1:80 -z 198.18.0.50",
+                "only one command",
+            ),
+            ("-P -G -t 198.18.1.1:80", "-P, -Q, -G"),
+        ] {
+            let err = p(line).expect_err(line);
+            assert!(err.contains(needle), "{line}: {err}");
+        }
     }
 
     #[test]

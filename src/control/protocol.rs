@@ -72,6 +72,14 @@ pub enum Request {
     },
     /// `-C`: delete every service.
     Clear,
+    /// `--add-laddr` (DPVS): add a FullNAT local address to a service.
+    AddLaddr { service: ServiceKey, ip: Ipv4Addr },
+    /// `--del-laddr` (DPVS): remove a local address; sessions using it continue until
+    /// they end.
+    DelLaddr { service: ServiceKey, ip: Ipv4Addr },
+    /// `--get-laddr` (DPVS): a service's local addresses, answered as
+    /// `{"service": {...}, "local_addresses": ["a.b.c.d", ...]}`.
+    GetLaddr { service: ServiceKey },
 }
 
 impl Request {
@@ -89,6 +97,9 @@ impl Request {
             Request::EditServer { .. } => "edit_server",
             Request::DeleteServer { .. } => "delete_server",
             Request::Clear => "clear",
+            Request::AddLaddr { .. } => "add_laddr",
+            Request::DelLaddr { .. } => "del_laddr",
+            Request::GetLaddr { .. } => "get_laddr",
         }
     }
 
@@ -300,6 +311,66 @@ mod tests {
         }
     }
 
+    #[test]
+    fn local_address_requests_round_trip_through_their_wire_form() {
+        let service = ServiceKey::new(crate::flow::Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80);
+        let ip = Ipv4Addr::new(198, 18, 0, 50);
+        let svc = r#""service":{"proto":"tcp","vip":"198.18.1.1","port":80}"#;
+        let cases = [
+            (
+                Request::AddLaddr { service, ip },
+                format!(r#"{{"cmd":"add_laddr",{svc},"ip":"198.18.0.50"}}"#),
+            ),
+            (
+                Request::DelLaddr { service, ip },
+                format!(r#"{{"cmd":"del_laddr",{svc},"ip":"198.18.0.50"}}"#),
+            ),
+            (
+                Request::GetLaddr { service },
+                format!(r#"{{"cmd":"get_laddr",{svc}}}"#),
+            ),
+        ];
+        for (request, wire) in cases {
+            assert_eq!(request.to_line(), format!("{wire}\n"));
+            assert_eq!(parse_request(wire.as_bytes()), Ok(request.clone()));
+            assert_eq!(request.command_name(), json_cmd(&wire));
+        }
+    }
+
+    #[test]
+    fn local_address_requests_check_their_arguments() {
+        let svc = r#""service":{"proto":"tcp","vip":"198.18.1.1","port":80}"#;
+        for (line, cmd, needle) in [
+            (
+                format!(r#"{{"cmd":"add_laddr",{svc}}}"#),
+                "add_laddr",
+                "missing field `ip`",
+            ),
+            (
+                format!(r#"{{"cmd":"del_laddr",{svc},"ip":"198.18.0.300"}}"#),
+                "del_laddr",
+                "invalid IPv4 address syntax",
+            ),
+            (
+                r#"{"cmd":"get_laddr"}"#.to_string(),
+                "get_laddr",
+                "missing field `service`",
+            ),
+            (
+                format!(r#"{{"cmd":"get_laddr",{svc},"ip":"198.18.0.50"}}"#),
+                "get_laddr",
+                "unknown field `ip`",
+            ),
+        ] {
+            let error = parse_request(line.as_bytes()).unwrap_err();
+            assert!(
+                matches!(&error, ProtocolError::BadArguments { cmd: c, detail }
+                    if c == cmd && detail.contains(needle)),
+                "{line}: {error:?}"
+            );
+        }
+    }
+
     fn json_cmd(wire: &str) -> String {
         let value: Value = serde_json::from_str(wire).unwrap();
         value["cmd"].as_str().unwrap().to_string()
@@ -351,7 +422,7 @@ mod tests {
             text,
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
-             edit_server, delete_server, clear)"
+             edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr)"
         );
     }
 

@@ -1,9 +1,11 @@
 //! The status and xstats reports: built by the daemon, carried as JSON, rendered as text
 //! by `sluicectl`. Keeping both sides on these types means a field added here shows up
 //! in `--json` output with no protocol change.
+use crate::service::ServiceKey;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::net::Ipv4Addr;
 
 /// Everything `sluicectl status` shows.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -542,6 +544,13 @@ pub struct ServiceStatus {
     /// Persistence timeout in seconds, when set (`-p`).
     pub persistence_s: Option<u32>,
     pub real_servers: Vec<RealServerStatus>,
+    /// FullNAT local addresses (`--add-laddr`), in the order they were added. Only in
+    /// the JSON: the ipvsadm text layout has no place for them (see `--get-laddr`).
+    #[serde(default)]
+    pub local_addresses: Vec<String>,
+    /// Whether TOA (the client address as a TCP option) is on for FullNAT sessions.
+    #[serde(default)]
+    pub toa: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -625,6 +634,25 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
     out
 }
 
+/// `--get-laddr`: one service's FullNAT local addresses, in the order they were added.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaddrReport {
+    pub service: ServiceKey,
+    pub local_addresses: Vec<Ipv4Addr>,
+}
+
+/// Renders `--get-laddr` as DPVS's ipvsadm lays it out: the service with the number of
+/// local addresses, then one local address per line in the last column.
+pub fn render_laddrs(report: &LaddrReport) -> String {
+    let mut out = format!("{:<20} {:<8} {}\n", "VIP:VPORT", "TOTAL", "LIP");
+    let service = format!("{}:{}", report.service.vip, report.service.port);
+    let _ = writeln!(out, "{service:<20} {}", report.local_addresses.len());
+    for lip in &report.local_addresses {
+        let _ = writeln!(out, "{:<20} {:<8} {lip}", "", "");
+    }
+    out
+}
+
 #[cfg(test)]
 mod services_tests {
     use super::*;
@@ -649,6 +677,8 @@ mod services_tests {
                     in_bytes: 900,
                     ..Default::default()
                 }],
+                local_addresses: vec!["198.18.0.50".into()],
+                toa: true,
             }],
         }
     }
@@ -665,6 +695,80 @@ mod services_tests {
         );
         // The seed-000 pipeline: the last field of each real-server line is InActConn.
         assert_eq!(lines[4].split_whitespace().last(), Some("1"));
+    }
+
+    #[test]
+    fn local_addresses_and_toa_stay_out_of_the_ipvsadm_text() {
+        let mut bare = report();
+        bare.services[0].local_addresses.clear();
+        bare.services[0].toa = false;
+        for stats in [false, true] {
+            assert_eq!(
+                render_services(&report(), stats),
+                render_services(&bare, stats)
+            );
+        }
+    }
+
+    #[test]
+    fn services_report_json_carries_local_addresses_and_defaults_without_them() {
+        let json = serde_json::to_value(report()).unwrap();
+        assert_eq!(
+            json["services"][0]["local_addresses"],
+            serde_json::json!(["198.18.0.50"])
+        );
+        assert_eq!(json["services"][0]["toa"], serde_json::json!(true));
+        let back: ServicesReport = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, report());
+        // A reply from a daemon that predates them still parses.
+        let mut old = json;
+        let service = old["services"][0].as_object_mut().unwrap();
+        service.remove("local_addresses");
+        service.remove("toa");
+        let back: ServicesReport = serde_json::from_value(old).unwrap();
+        assert!(back.services[0].local_addresses.is_empty());
+        assert!(!back.services[0].toa);
+    }
+
+    #[test]
+    fn laddrs_render_one_per_line_under_the_service() {
+        let report = LaddrReport {
+            service: ServiceKey::new(crate::flow::Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80),
+            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
+        };
+        let expected: String = [
+            "VIP:VPORT            TOTAL    LIP",
+            "198.18.1.1:80        2",
+            "                              198.18.0.50",
+            "                              198.18.0.51",
+        ]
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect();
+        assert_eq!(render_laddrs(&report), expected);
+        let text = render_laddrs(&report);
+        let lips: Vec<&str> = text
+            .lines()
+            .skip(2)
+            .map(|l| l.split_whitespace().last().unwrap())
+            .collect();
+        assert_eq!(lips, ["198.18.0.50", "198.18.0.51"]);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "service": {"proto": "tcp", "vip": "198.18.1.1", "port": 80},
+                "local_addresses": ["198.18.0.50", "198.18.0.51"]
+            })
+        );
+        let empty = LaddrReport {
+            local_addresses: Vec::new(),
+            ..report
+        };
+        assert_eq!(
+            render_laddrs(&empty),
+            "VIP:VPORT            TOTAL    LIP\n198.18.1.1:80        0\n"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::config::{Config, PortDevice};
 use crate::control::protocol::Request;
 use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::counters::WorkerCounters;
-use crate::dataplane::forwarder::Forwarder;
+use crate::dataplane::forwarder::{Forwarder, RssView};
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::realserver_stats::{self, RealServerCounters};
 use crate::dataplane::worker::{Worker, WorkerPort};
@@ -19,6 +19,7 @@ use crate::dpdk::{
     launch_on_lcore, wait_lcore, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
 };
 use crate::emulator::Emulator;
+use crate::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
@@ -329,6 +330,7 @@ fn launch_workers(
             tsc_per_tick,
             hz,
             real_servers[w].clone(),
+            rss_view(cfg, app, w as u16)?,
         );
         let worker = Worker::new(
             w as u16,
@@ -341,6 +343,34 @@ fn launch_workers(
         launch_on_lcore(lcore, move || worker.run()).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// How replies spread over the workers' queues, for FullNAT local-port choice: the
+/// first port's key and RETA when the device has RSS, else the defaults a NIC would
+/// use (with one worker every port is the worker's own either way).
+fn rss_view(cfg: &Config, app: &Appliance, queue: u16) -> Result<RssView, String> {
+    let queues = cfg.lcores.workers.len() as u16;
+    let first = app.ports.first().map(|p| &p.port);
+    let key = cfg
+        .ports
+        .first()
+        .and_then(|p| p.rss_key.clone())
+        .unwrap_or_else(|| DEFAULT_RSS_KEY.to_vec());
+    let reta = match first
+        .and_then(|p| p.reta().ok())
+        .filter(|r| !r.is_empty() && r.len().is_power_of_two())
+    {
+        Some(entries) => Reta::from_entries(entries),
+        None => Reta::new_round_robin(128, queues),
+    }
+    .map_err(|e| format!("RSS redirection table: {e}"))?;
+    let toeplitz = Toeplitz::new(&key).map_err(|e| format!("RSS key: {e}"))?;
+    Ok(RssView {
+        toeplitz,
+        reta,
+        fields: HashFields::L3L4,
+        queue,
+    })
 }
 
 fn join_workers(cfg: &Config) {

@@ -1,9 +1,10 @@
 //! The management core's service registry: built from the config, edited by control
-//! requests (ipvsadm `-A/-E/-D/-a/-e/-d/-C`), published to the workers as immutable
-//! snapshots, and listed with the workers' per-real-server counters.
+//! requests (ipvsadm `-A/-E/-D/-a/-e/-d/-C`, DPVS's `--add-laddr/--del-laddr`),
+//! published to the workers as immutable snapshots, and listed with the workers'
+//! per-real-server counters.
 use crate::config::Config;
 use crate::control::protocol::Request;
-use crate::control::status::{RealServerStatus, ServiceStatus, ServicesReport};
+use crate::control::status::{LaddrReport, RealServerStatus, ServiceStatus, ServicesReport};
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
 };
@@ -11,6 +12,7 @@ use crate::sched::SchedulerKind;
 use crate::service::{
     Persistence, RealServerSpec, ServiceError, ServiceTable, Snapshot, SnapshotPublisher,
 };
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 /// Scheduler of a service added without `-s`: weighted, so weights mean something.
@@ -20,6 +22,9 @@ pub const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::Wrr;
 pub struct Services {
     pub table: ServiceTable,
     pub generation: u64,
+    /// The ports' own addresses, which can never be local addresses (the table does
+    /// not know the ports).
+    pub own_addresses: Vec<Ipv4Addr>,
 }
 
 /// Per-worker real-server counters are indexed by id; ids are never reused.
@@ -49,10 +54,21 @@ impl Services {
                 let id = table.add_server(sc.key, spec).map_err(at)?;
                 check_real_server_id(id)?;
             }
+            for &ip in &sc.local_addresses {
+                table.add_laddr(sc.key, ip).map_err(at)?;
+            }
+            if sc.toa {
+                table.set_toa(sc.key, true).map_err(at)?;
+            }
         }
         Ok(Services {
             table,
             generation: 0,
+            own_addresses: cfg
+                .ports
+                .iter()
+                .flat_map(|p| p.addresses.iter().map(|a| a.addr))
+                .collect(),
         })
     }
 
@@ -68,6 +84,9 @@ impl Services {
                 | Request::EditServer { .. }
                 | Request::DeleteServer { .. }
                 | Request::Clear
+                | Request::AddLaddr { .. }
+                | Request::DelLaddr { .. }
+                | Request::GetLaddr { .. }
         )
     }
 
@@ -118,6 +137,22 @@ impl Services {
                 t.clear();
                 Ok(())
             }
+            Request::AddLaddr { service, ip } => {
+                if t.get(service).is_some() && self.own_addresses.contains(&ip) {
+                    return Err(format!(
+                        "invalid local address {ip}: it is one of the appliance's own port addresses"
+                    ));
+                }
+                t.add_laddr(service, ip)
+            }
+            Request::DelLaddr { service, ip } => t.del_laddr(service, ip),
+            Request::GetLaddr { service } => {
+                let report = LaddrReport {
+                    service,
+                    local_addresses: t.laddrs(service).map_err(|e| e.to_string())?.to_vec(),
+                };
+                return serde_json::to_value(report).map_err(|e| e.to_string());
+            }
             other => return Err(format!("{} is not a service command", other.command_name())),
         };
         changed.map_err(|e| e.to_string())?;
@@ -167,8 +202,243 @@ impl Services {
                             }
                         })
                         .collect(),
+                    local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
+                    toa: s.toa,
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::Protocol;
+    use crate::service::{ForwardMode, ServiceKey};
+    use serde_json::json;
+    use std::path::Path;
+
+    const CONFIG: &str = r#"[lcores]
+management = 0
+workers = [1]
+
+[[ports]]
+name = "lan0"
+vdev = "net_null0"
+addresses = ["198.18.0.1/24"]
+
+[[services]]
+proto = "tcp"
+vip = "198.18.1.1"
+port = 80
+local_addresses = ["198.18.0.50", "198.18.0.51"]
+toa = true
+
+  [[services.real_servers]]
+  ip = "10.0.0.11"
+  port = 8080
+  mode = "fullnat"
+
+[[services]]
+proto = "udp"
+vip = "198.18.1.1"
+port = 53
+"#;
+
+    fn http() -> ServiceKey {
+        ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80)
+    }
+
+    fn dns() -> ServiceKey {
+        ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, 1), 53)
+    }
+
+    fn lip(last: u8) -> Ipv4Addr {
+        Ipv4Addr::new(198, 18, 0, last)
+    }
+
+    fn setup() -> (Services, SnapshotPublisher) {
+        let cfg = Config::parse(CONFIG, Path::new("test.toml")).unwrap();
+        let mut services = Services::from_config(&cfg).unwrap();
+        let publisher = SnapshotPublisher::new(Snapshot::build(1, &services.table));
+        services.generation = 1;
+        (services, publisher)
+    }
+
+    fn call(
+        services: &mut Services,
+        publisher: &SnapshotPublisher,
+        req: Request,
+    ) -> Result<serde_json::Value, String> {
+        services.handle(req, publisher, &[])
+    }
+
+    #[test]
+    fn config_local_addresses_and_toa_reach_the_table_and_the_snapshot() {
+        let (services, publisher) = setup();
+        let svc = services.table.get(http()).unwrap();
+        assert_eq!(svc.local_addresses, vec![lip(50), lip(51)]);
+        assert!(svc.toa);
+        assert_eq!(svc.real_servers[0].mode, ForwardMode::FullNat);
+        assert!(!services.table.get(dns()).unwrap().toa);
+        assert_eq!(services.own_addresses, vec![lip(1)]);
+        let snap = publisher.current();
+        assert_eq!(snap.local_addresses(), &[lip(50), lip(51)]);
+        assert!(snap.is_local_address(lip(51)));
+        assert_eq!(snap.vips(), &[Ipv4Addr::new(198, 18, 1, 1)]);
+    }
+
+    #[test]
+    fn laddr_requests_edit_publish_and_list() {
+        let (mut services, publisher) = setup();
+        let got = call(
+            &mut services,
+            &publisher,
+            Request::GetLaddr { service: http() },
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({
+                "service": {"proto": "tcp", "vip": "198.18.1.1", "port": 80},
+                "local_addresses": ["198.18.0.50", "198.18.0.51"]
+            })
+        );
+        // A query publishes nothing.
+        assert_eq!(publisher.generation(), 1);
+
+        let add = Request::AddLaddr {
+            service: dns(),
+            ip: lip(50),
+        };
+        assert_eq!(
+            call(&mut services, &publisher, add).unwrap(),
+            json!({"generation": 2})
+        );
+        assert_eq!(services.generation, 2);
+        assert_eq!(
+            publisher.current().find(&dns()).unwrap().local_addresses,
+            vec![lip(50)]
+        );
+        let del = Request::DelLaddr {
+            service: http(),
+            ip: lip(50),
+        };
+        call(&mut services, &publisher, del).unwrap();
+        let snap = publisher.current();
+        assert_eq!(snap.generation(), 3);
+        assert_eq!(snap.find(&http()).unwrap().local_addresses, vec![lip(51)]);
+        // 198.18.0.50 is still dns's.
+        assert_eq!(snap.local_addresses(), &[lip(50), lip(51)]);
+
+        let report = services.report(&[]);
+        let http_status = &report.services[0];
+        assert_eq!(http_status.proto, "tcp");
+        assert_eq!(http_status.local_addresses, vec!["198.18.0.51".to_string()]);
+        assert!(http_status.toa);
+        assert_eq!(
+            report.services[1].local_addresses,
+            vec!["198.18.0.50".to_string()]
+        );
+        assert!(!report.services[1].toa);
+        let listed = call(&mut services, &publisher, Request::ListServices).unwrap();
+        assert_eq!(
+            listed["services"][0]["local_addresses"],
+            json!(["198.18.0.51"])
+        );
+        assert_eq!(listed["services"][0]["toa"], json!(true));
+    }
+
+    #[test]
+    fn bad_laddr_requests_change_and_publish_nothing() {
+        let (mut services, publisher) = setup();
+        let missing = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 9), 80);
+        for (req, needle) in [
+            (
+                Request::AddLaddr {
+                    service: missing,
+                    ip: lip(60),
+                },
+                "No such service: TCP 198.18.1.9:80",
+            ),
+            (
+                Request::DelLaddr {
+                    service: missing,
+                    ip: lip(50),
+                },
+                "No such service",
+            ),
+            (Request::GetLaddr { service: missing }, "No such service"),
+            (
+                Request::AddLaddr {
+                    service: http(),
+                    ip: lip(50),
+                },
+                "Local address already exists: 198.18.0.50 in TCP 198.18.1.1:80",
+            ),
+            (
+                Request::DelLaddr {
+                    service: http(),
+                    ip: lip(60),
+                },
+                "No such local address: 198.18.0.60 in TCP 198.18.1.1:80",
+            ),
+            (
+                Request::AddLaddr {
+                    service: http(),
+                    ip: lip(1),
+                },
+                "invalid local address 198.18.0.1: it is one of the appliance's own port addresses",
+            ),
+            (
+                Request::AddLaddr {
+                    service: dns(),
+                    ip: Ipv4Addr::new(198, 18, 1, 1),
+                },
+                "already the VIP of",
+            ),
+            (
+                Request::AddLaddr {
+                    service: dns(),
+                    ip: Ipv4Addr::new(10, 0, 0, 11),
+                },
+                "already a real server of TCP 198.18.1.1:80",
+            ),
+            (
+                Request::AddLaddr {
+                    service: dns(),
+                    ip: Ipv4Addr::new(224, 0, 0, 1),
+                },
+                "not a unicast address",
+            ),
+        ] {
+            let before: Vec<_> = services.table.services().cloned().collect();
+            let err = call(&mut services, &publisher, req.clone()).unwrap_err();
+            assert!(err.contains(needle), "{req:?}: {err}");
+            assert_eq!(
+                services.table.services().cloned().collect::<Vec<_>>(),
+                before
+            );
+            assert_eq!(publisher.generation(), 1, "{req:?}");
+            assert_eq!(services.generation, 1);
+        }
+    }
+
+    #[test]
+    fn laddr_requests_are_service_requests() {
+        for req in [
+            Request::AddLaddr {
+                service: http(),
+                ip: lip(50),
+            },
+            Request::DelLaddr {
+                service: http(),
+                ip: lip(50),
+            },
+            Request::GetLaddr { service: http() },
+        ] {
+            assert!(Services::handles(&req), "{req:?}");
+        }
+        assert!(!Services::handles(&Request::Status));
     }
 }

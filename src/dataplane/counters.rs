@@ -65,10 +65,13 @@ pub enum DropReason {
     /// session (the same client port through another VIP to the same real server); the
     /// real server could not tell the two connections apart, so the new one is refused.
     NatTupleInUse,
+    /// FullNAT: no local address/port left for this worker towards that real server
+    /// (or the service has no local address yet).
+    LaddrExhausted,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 28;
+    pub const COUNT: usize = 29;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -98,6 +101,7 @@ impl DropReason {
         DropReason::TooBig,
         DropReason::IcmpErrorNoSession,
         DropReason::NatTupleInUse,
+        DropReason::LaddrExhausted,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -131,6 +135,7 @@ impl DropReason {
             DropReason::TooBig => "too_big",
             DropReason::IcmpErrorNoSession => "icmp_error_no_session",
             DropReason::NatTupleInUse => "nat_tuple_in_use",
+            DropReason::LaddrExhausted => "laddr_exhausted",
         }
     }
 }

@@ -7,7 +7,9 @@ use super::neighbour::NeighbourTable;
 use super::realserver_stats::RealServerCounters;
 use crate::dpdk::Burst;
 use crate::flow::parse::{classify, PacketKind, Parsed};
+use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::{FlowKey, FlowKey4, Protocol};
+use crate::forward::laddr::PortPool;
 use crate::forward::{self, MtuCheck, QuoteRewrite};
 use crate::sched::{self, PickContext, Scheduler, ServerLoad};
 use crate::service::{ForwardMode, ServiceKey, SnapshotReader};
@@ -62,7 +64,27 @@ pub struct Forwarder {
     arp_interval_tsc: u64,
     ip_ident: u16,
     snapshot_changed: bool,
+    /// VIPs and FullNAT local addresses of the snapshot, sorted: the addresses Sluice
+    /// answers ARP and ping for besides its port addresses. Rebuilt per snapshot.
+    owned: Vec<Ipv4Addr>,
+    /// FullNAT local-port pools, by service id; kept across snapshots while the
+    /// service's local addresses stay the same.
+    pools: hashbrown::HashMap<u32, PortPool>,
+    rss: RssView,
 }
+
+/// How the NIC spreads replies over queues, for choosing FullNAT local ports whose
+/// replies come back to this worker.
+pub struct RssView {
+    pub toeplitz: Toeplitz,
+    pub reta: Reta,
+    pub fields: HashFields,
+    /// This worker's RX queue.
+    pub queue: u16,
+}
+
+/// FullNAT local ports handed out (DPVS's default range).
+pub const LOCAL_PORTS: std::ops::RangeInclusive<u16> = 1024..=65535;
 
 impl Forwarder {
     pub fn new(
@@ -72,6 +94,7 @@ impl Forwarder {
         tsc_per_tick: u64,
         tsc_hz: u64,
         real_servers: Arc<Box<[RealServerCounters]>>,
+        rss: RssView,
     ) -> Self {
         let mut f = Forwarder {
             sessions: SessionTable::with_capacity(capacity),
@@ -88,6 +111,9 @@ impl Forwarder {
             ip_ident: 0,
             // The first poll resolves the real servers of the initial snapshot.
             snapshot_changed: true,
+            owned: Vec::new(),
+            pools: hashbrown::HashMap::new(),
+            rss,
         };
         f.rebuild_schedulers();
         f
@@ -154,7 +180,7 @@ impl Forwarder {
 
     /// The VIPs of the current snapshot (sorted), for the local responder.
     pub fn vips(&self) -> &[Ipv4Addr] {
-        self.snapshot.current().vips()
+        &self.owned
     }
 
     pub fn sessions(&self) -> &SessionTable<FlowKey4> {
@@ -175,6 +201,41 @@ impl Forwarder {
             .max()
             .unwrap_or(0);
         self.loads.reserve(widest);
+        self.owned.clear();
+        self.owned.extend_from_slice(snap.vips());
+        self.owned.extend_from_slice(snap.local_addresses());
+        self.owned.sort_unstable();
+        self.owned.dedup();
+        let rss = &self.rss;
+        let mut pools = std::mem::take(&mut self.pools);
+        pools.retain(|id, pool| {
+            snap.services()
+                .iter()
+                .any(|s| s.id == *id && pool.lips().eq(s.local_addresses.iter().copied()))
+        });
+        for s in snap.services() {
+            let fullnat = s
+                .real_servers
+                .iter()
+                .any(|r| r.mode == ForwardMode::FullNat);
+            if !fullnat || s.local_addresses.is_empty() || pools.contains_key(&s.id) {
+                continue;
+            }
+            match PortPool::build(
+                &s.local_addresses,
+                LOCAL_PORTS,
+                &rss.toeplitz,
+                &rss.reta,
+                rss.fields,
+                rss.queue,
+            ) {
+                Ok(pool) => {
+                    pools.insert(s.id, pool);
+                }
+                Err(e) => log::warn!("service {}: no FullNAT port pool: {e}", s.key),
+            }
+        }
+        self.pools = pools;
         log::info!(
             "worker: service snapshot {} ({} services)",
             snap.generation(),
@@ -236,7 +297,7 @@ impl Forwarder {
             Ok(p) => p,
             Err(reason) => return Action::Drop(reason),
         };
-        let vips = self.snapshot.current().vips();
+        let vips = &self.owned[..];
         let owns = |ip: Ipv4Addr| port.responder.is_local(ip) || vips.binary_search(&ip).is_ok();
         match parsed.kind {
             PacketKind::Arp => local(
@@ -368,6 +429,7 @@ impl Forwarder {
             return Action::Drop(DropReason::NoRealServer);
         };
         let rs = &service.real_servers[pick];
+        let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ip, rs.port);
         let reply_key = match rs.mode {
             ForwardMode::Dr | ForwardMode::Tun => None,
             ForwardMode::Nat => Some(FlowKey4::new(
@@ -377,10 +439,19 @@ impl Forwarder {
                 key.src_addr(),
                 key.sport,
             )),
-            // FullNAT needs local-address pools (a later issue): refuse cleanly.
-            ForwardMode::FullNat => return Action::Drop(DropReason::NoRealServer),
+            ForwardMode::FullNat => {
+                let target = std::net::SocketAddrV4::new(rs.ip, rs.port);
+                let Some((lip, lport)) = self
+                    .pools
+                    .get_mut(&service.id)
+                    .and_then(|p| p.allocate(target))
+                else {
+                    return Action::Drop(DropReason::LaddrExhausted);
+                };
+                session = session.with_local(lip, lport);
+                Some(FlowKey4::new(key.proto, rs.ip, rs.port, lip, lport))
+            }
         };
-        let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ip, rs.port);
         session.created = self.now_tick;
         session.peer_mac = match rs.mode {
             ForwardMode::Nat | ForwardMode::FullNat => burst.packet(i)[6..12]
@@ -397,12 +468,14 @@ impl Forwarder {
         {
             Ok(id) => id,
             Err(crate::session::InsertError::TableFull) => {
-                return Action::Drop(DropReason::SessionTableFull)
+                release_local_port(&mut self.pools, &session);
+                return Action::Drop(DropReason::SessionTableFull);
             }
             // A NAT reply key already taken: the same client port towards the same real
             // server through another VIP. Refuse rather than cross two sessions.
             Err(crate::session::InsertError::KeyExists(_)) => {
-                return Action::Drop(DropReason::NatTupleInUse)
+                release_local_port(&mut self.pools, &session);
+                return Action::Drop(DropReason::NatTupleInUse);
             }
         };
         bump(&counters.sessions_created, 1);
@@ -432,6 +505,7 @@ impl Forwarder {
     /// Removes a session before its timeout, keeping the real server's gauges right.
     fn retire(&mut self, id: crate::session::SessionId, counters: &WorkerCounters) {
         if let Some(s) = self.sessions.remove(id) {
+            release_local_port(&mut self.pools, &s);
             let c = &self.real_servers[s.real as usize];
             let gauge = if s.is_active() {
                 &c.active
@@ -464,6 +538,16 @@ impl Forwarder {
                 }
                 done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
             }
+            (ForwardMode::FullNat, Direction::Outbound) => {
+                // RS -> LIP:lport becomes VIP:vport -> client:cport.
+                let frame = burst.packet_mut(i);
+                let src = (Ipv4Addr::from(s.vip), s.vport);
+                let dst = (Ipv4Addr::from(s.client_addr), s.client_port);
+                if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
+                    return Action::Drop(r);
+                }
+                done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
+            }
             (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
             (mode, _) => {
                 let Some(rs_mac) = self.next_hop(s, neighbours) else {
@@ -481,14 +565,23 @@ impl Forwarder {
                         done(forward::dr::forward(frame, rs_mac, port.mac))
                     }
                     ForwardMode::Tun => self.tunnel(burst, i, parsed, rs_ip, rs_mac, port),
-                    ForwardMode::FullNat => Action::Drop(DropReason::NoRealServer),
+                    ForwardMode::FullNat => {
+                        // client:cport -> VIP:vport becomes LIP:lport -> RIP:rport.
+                        let frame = burst.packet_mut(i);
+                        let src = (Ipv4Addr::from(s.local_addr), s.local_port);
+                        let dst = (rs_ip, s.real_port);
+                        if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
+                            return Action::Drop(r);
+                        }
+                        done(forward::dr::forward(frame, rs_mac, port.mac))
+                    }
                 }
             }
         }
     }
 
     fn next_hop(&self, s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
-        if s.peer_mac != [0; 6] && s.mode != ForwardMode::Nat {
+        if s.peer_mac != [0; 6] && matches!(s.mode, ForwardMode::Dr | ForwardMode::Tun) {
             return Some(MacAddr(s.peer_mac));
         }
         neighbours.lookup(Ipv4Addr::from(s.real_addr))
@@ -584,21 +677,33 @@ impl Forwarder {
         };
         let s = *self.sessions.get(id).expect("looked up just now");
         match (s.mode, dir) {
-            (ForwardMode::Nat, Direction::Outbound) => {
+            (ForwardMode::Nat | ForwardMode::FullNat, Direction::Outbound) => {
                 let frame = burst.packet_mut(i);
-                let rewrite = QuoteRewrite::towards_client(Ipv4Addr::from(s.vip), s.vport);
+                let mut rewrite = QuoteRewrite::towards_client(Ipv4Addr::from(s.vip), s.vport);
+                if s.mode == ForwardMode::FullNat {
+                    // The error was addressed to LIP:lport about LIP:lport -> RS.
+                    let client = (Ipv4Addr::from(s.client_addr), s.client_port);
+                    rewrite.outer_dst = Some(client.0);
+                    rewrite.inner_src = Some(client);
+                }
                 if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
                     return Action::Drop(r);
                 }
                 done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
             }
-            (ForwardMode::Nat, _) => {
+            (ForwardMode::Nat | ForwardMode::FullNat, _) => {
                 let rs_ip = Ipv4Addr::from(s.real_addr);
                 let Some(rs_mac) = neighbours.lookup(rs_ip) else {
                     return self.request_resolution(burst, i, parsed, rs_ip, port, now_tsc);
                 };
                 let frame = burst.packet_mut(i);
-                let rewrite = QuoteRewrite::towards_real_server(rs_ip, s.real_port);
+                let mut rewrite = QuoteRewrite::towards_real_server(rs_ip, s.real_port);
+                if s.mode == ForwardMode::FullNat {
+                    // The real server knows the client as LIP:lport.
+                    let local = (Ipv4Addr::from(s.local_addr), s.local_port);
+                    rewrite.outer_src = Some(local.0);
+                    rewrite.inner_dst = Some(local);
+                }
                 if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
                     return Action::Drop(r);
                 }
@@ -616,6 +721,16 @@ impl Forwarder {
                     now_tsc,
                 ),
             _ => Action::Drop(DropReason::IcmpErrorNoSession),
+        }
+    }
+}
+
+/// Returns a FullNAT session's local port to its service's pool (no-op otherwise, or
+/// when the pool was rebuilt for other local addresses since).
+fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session) {
+    if s.mode == ForwardMode::FullNat && s.local_port != 0 {
+        if let Some(pool) = pools.get_mut(&s.service) {
+            let _ = pool.release(Ipv4Addr::from(s.local_addr), s.local_port);
         }
     }
 }

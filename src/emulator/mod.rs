@@ -1219,6 +1219,8 @@ mod tests {
                     lower: 0,
                 })
                 .collect(),
+            local_addresses: Vec::new(),
+            toa: false,
             line: 1,
         }
     }

@@ -134,6 +134,11 @@ mod protocol_name {
 /// The largest weight ipvsadm accepts (`-w 0..65535`).
 pub const MAX_WEIGHT: u32 = 65535;
 
+/// The most local addresses (FullNAT source addresses) one service may have. Each
+/// one is a pool of about 64k source ports per real server, so 64 is far beyond
+/// what any service needs, and it keeps per-worker pool memory bounded.
+pub const MAX_LOCAL_ADDRESSES: usize = 64;
+
 /// One real server (an ipvsadm "destination") of a virtual service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RealServer {
@@ -228,6 +233,15 @@ pub struct Service {
     pub persistence: Option<Persistence>,
     /// In the order they were added; schedulers index into this slice.
     pub real_servers: Vec<RealServer>,
+    /// FullNAT local addresses (LIPs, `ipvsadm --add-laddr`), in the order they were
+    /// added: the source addresses of FullNAT sessions towards the real servers.
+    /// Without one, new FullNAT sessions are refused (DR, NAT and TUN need none).
+    #[serde(default)]
+    pub local_addresses: Vec<Ipv4Addr>,
+    /// Insert the client's address and port as a TCP option (TOA, kind 254) into
+    /// FullNAT sessions towards the real servers. Off by default; TCP only.
+    #[serde(default)]
+    pub toa: bool,
 }
 
 impl Service {
@@ -246,6 +260,18 @@ impl Service {
     /// Whether any real server can take a new connection (some weight > 0).
     pub fn has_available_server(&self) -> bool {
         self.real_servers.iter().any(RealServer::accepts_new)
+    }
+
+    /// Whether some real server is reached by FullNAT, and so needs a local address.
+    pub fn has_fullnat_server(&self) -> bool {
+        self.real_servers
+            .iter()
+            .any(|rs| rs.mode == ForwardMode::FullNat)
+    }
+
+    /// Whether `ip` is one of this service's local addresses.
+    pub fn has_local_address(&self, ip: Ipv4Addr) -> bool {
+        self.local_addresses.contains(&ip)
     }
 }
 
@@ -271,6 +297,8 @@ mod tests {
                 upper: 100,
                 lower: 50,
             }],
+            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
+            toa: true,
         }
     }
 
@@ -282,8 +310,35 @@ mod tests {
         assert!(json.contains(r#""scheduler":"wrr""#), "{json}");
         assert!(json.contains(r#""mode":"fullnat""#), "{json}");
         assert!(json.contains(r#""vip":"198.18.1.1""#), "{json}");
+        assert!(
+            json.contains(r#""local_addresses":["198.18.0.50","198.18.0.51"]"#),
+            "{json}"
+        );
+        assert!(json.contains(r#""toa":true"#), "{json}");
         let back: Service = serde_json::from_str(&json).unwrap();
         assert_eq!(back, service);
+    }
+
+    #[test]
+    fn json_from_before_local_addresses_still_parses() {
+        let mut value = serde_json::to_value(sample_service()).unwrap();
+        let object = value.as_object_mut().unwrap();
+        object.remove("local_addresses");
+        object.remove("toa");
+        let back: Service = serde_json::from_value(value).unwrap();
+        assert!(back.local_addresses.is_empty());
+        assert!(!back.toa);
+        assert_eq!(back.real_servers, sample_service().real_servers);
+    }
+
+    #[test]
+    fn fullnat_and_local_address_queries() {
+        let mut service = sample_service();
+        assert!(service.has_fullnat_server());
+        assert!(service.has_local_address(Ipv4Addr::new(198, 18, 0, 51)));
+        assert!(!service.has_local_address(Ipv4Addr::new(198, 18, 0, 52)));
+        service.real_servers[0].mode = ForwardMode::Nat;
+        assert!(!service.has_fullnat_server());
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct Snapshot {
     by_key: HashMap<ServiceKey, usize>,
     /// Sorted and deduplicated, for [`Snapshot::is_vip`].
     vips: Vec<Ipv4Addr>,
+    /// Every service's FullNAT local addresses, sorted and deduplicated, for
+    /// [`Snapshot::is_local_address`].
+    local_addresses: Vec<Ipv4Addr>,
 }
 
 impl Snapshot {
@@ -64,11 +67,18 @@ impl Snapshot {
         let mut vips: Vec<Ipv4Addr> = services.iter().map(|s| s.key.vip).collect();
         vips.sort_unstable();
         vips.dedup();
+        let mut local_addresses: Vec<Ipv4Addr> = services
+            .iter()
+            .flat_map(|s| s.local_addresses.iter().copied())
+            .collect();
+        local_addresses.sort_unstable();
+        local_addresses.dedup();
         Snapshot {
             generation,
             services,
             by_key,
             vips,
+            local_addresses,
         }
     }
 
@@ -87,6 +97,12 @@ impl Snapshot {
         &self.vips
     }
 
+    /// The FullNAT local addresses of all services, sorted, each once (a local address
+    /// may serve several services).
+    pub fn local_addresses(&self) -> &[Ipv4Addr] {
+        &self.local_addresses
+    }
+
     #[inline]
     pub fn find(&self, key: &ServiceKey) -> Option<&Service> {
         self.find_index(key).map(|index| &self.services[index])
@@ -102,6 +118,13 @@ impl Snapshot {
     #[inline]
     pub fn is_vip(&self, addr: Ipv4Addr) -> bool {
         self.vips.binary_search(&addr).is_ok()
+    }
+
+    /// Whether `addr` is a FullNAT local address of some service, e.g. to answer ARP
+    /// for it and to recognise real servers' replies.
+    #[inline]
+    pub fn is_local_address(&self, addr: Ipv4Addr) -> bool {
+        self.local_addresses.binary_search(&addr).is_ok()
     }
 }
 
@@ -316,6 +339,36 @@ mod tests {
     }
 
     #[test]
+    fn local_addresses_of_all_services_sorted_and_deduplicated() {
+        let mut table = ServiceTable::new();
+        for k in [key(1, 80), key(1, 443), key(2, 80)] {
+            table.add_service(k, SchedulerKind::Rr, None).unwrap();
+        }
+        let lip = |last: u8| Ipv4Addr::new(198, 18, 0, last);
+        table.add_laddr(key(1, 80), lip(52)).unwrap();
+        table.add_laddr(key(1, 80), lip(50)).unwrap();
+        table.add_laddr(key(1, 443), lip(51)).unwrap();
+        table.add_laddr(key(1, 443), lip(50)).unwrap();
+        let snap = Snapshot::build(table.version(), &table);
+        assert_eq!(snap.local_addresses(), &[lip(50), lip(51), lip(52)]);
+        assert!(snap.is_local_address(lip(51)));
+        assert!(!snap.is_local_address(lip(53)));
+        // VIPs are unchanged by local addresses, and the other way round.
+        assert_eq!(
+            snap.vips(),
+            &[Ipv4Addr::new(198, 18, 1, 1), Ipv4Addr::new(198, 18, 1, 2)]
+        );
+        assert!(!snap.is_vip(lip(50)));
+        assert!(!snap.is_local_address(Ipv4Addr::new(198, 18, 1, 1)));
+        // Each service keeps its own list in the order it was added.
+        assert_eq!(
+            snap.find(&key(1, 80)).unwrap().local_addresses,
+            vec![lip(52), lip(50)]
+        );
+        assert!(snap.find(&key(2, 80)).unwrap().local_addresses.is_empty());
+    }
+
+    #[test]
     fn a_snapshot_is_unaffected_by_later_table_edits() {
         let mut table = ServiceTable::new();
         table
@@ -332,6 +385,7 @@ mod tests {
         let snap = Snapshot::empty();
         assert_eq!(snap.generation(), 0);
         assert!(snap.services().is_empty() && snap.vips().is_empty());
+        assert!(snap.local_addresses().is_empty());
         assert!(!snap.is_vip(Ipv4Addr::new(198, 18, 1, 1)));
     }
 
@@ -431,6 +485,8 @@ mod tests {
                         lower: 0,
                     })
                     .collect(),
+                local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50 + i as u8)],
+                toa: false,
             })
             .collect();
         Snapshot::from_services(generation, services)
@@ -441,6 +497,11 @@ mod tests {
         let expected_services = 1 + (generation % 7) as usize;
         assert_eq!(snap.services().len(), expected_services, "gen {generation}");
         assert_eq!(snap.vips().len(), expected_services, "gen {generation}");
+        assert_eq!(
+            snap.local_addresses().len(),
+            expected_services,
+            "gen {generation}"
+        );
         let port = 1000 + (generation % 50_000) as u16;
         for (i, service) in snap.services().iter().enumerate() {
             assert_eq!(service.key.port, port, "gen {generation}");

@@ -6,8 +6,10 @@
 //! leaves the table exactly as it was (an invalid weight never becomes 0, a rejected
 //! service never half-exists).
 use super::model::{
-    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_WEIGHT,
+    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
+    MAX_WEIGHT,
 };
+use crate::flow::Protocol;
 use crate::sched::SchedulerKind;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,6 +59,32 @@ pub enum ServiceError {
     PersistenceNetmaskInvalid(Ipv4Addr),
     /// 2^32 ids handed out in one run; ids are never reused, so none are left.
     IdsExhausted,
+    LocalAddressExists {
+        service: ServiceKey,
+        ip: Ipv4Addr,
+    },
+    NoSuchLocalAddress {
+        service: ServiceKey,
+        ip: Ipv4Addr,
+    },
+    /// A service already has [`MAX_LOCAL_ADDRESSES`].
+    TooManyLocalAddresses(ServiceKey),
+    /// A local address is not an address a real server can reply to.
+    BadLocalAddress {
+        ip: Ipv4Addr,
+        why: &'static str,
+    },
+    /// One address in two roles: a local address that is also a VIP or a real server.
+    /// `role` is what `ip` already is ("the VIP", "a real server", "a local
+    /// address") of `holder`. Sluice answers ARP for its local addresses and VIPs and
+    /// sends to real servers, so the two roles would break each other.
+    AddressConflict {
+        ip: Ipv4Addr,
+        role: &'static str,
+        holder: ServiceKey,
+    },
+    /// TOA is a TCP option: a UDP service cannot carry it.
+    ToaNeedsTcp(ServiceKey),
 }
 
 impl fmt::Display for ServiceError {
@@ -104,6 +132,27 @@ impl fmt::Display for ServiceError {
                 write!(f, "illegal persistent netmask {mask}: not contiguous")
             }
             ServiceError::IdsExhausted => f.write_str("no service or real server ids left"),
+            ServiceError::LocalAddressExists { service, ip } => {
+                write!(f, "Local address already exists: {ip} in {service}")
+            }
+            ServiceError::NoSuchLocalAddress { service, ip } => {
+                write!(f, "No such local address: {ip} in {service}")
+            }
+            ServiceError::TooManyLocalAddresses(service) => write!(
+                f,
+                "Too many local addresses: {service} already has {MAX_LOCAL_ADDRESSES}"
+            ),
+            ServiceError::BadLocalAddress { ip, why } => {
+                write!(f, "invalid local address {ip}: {why}")
+            }
+            ServiceError::AddressConflict { ip, role, holder } => write!(
+                f,
+                "address {ip} is already {role} of {holder}; a local address cannot also be a VIP or a real server"
+            ),
+            ServiceError::ToaNeedsTcp(service) => write!(
+                f,
+                "TOA is a TCP option: it cannot be enabled on {service}"
+            ),
         }
     }
 }
@@ -152,6 +201,7 @@ impl ServiceTable {
             return Err(ServiceError::ServiceExists(key));
         }
         validate_service(&key, persistence.as_ref())?;
+        self.check_not_local_address(key.vip)?;
         let id = take_id(&mut self.next_service_id)?;
         self.services.insert(
             key,
@@ -161,6 +211,8 @@ impl ServiceTable {
                 scheduler,
                 persistence,
                 real_servers: Vec::new(),
+                local_addresses: Vec::new(),
+                toa: false,
             },
         );
         self.version += 1;
@@ -196,6 +248,11 @@ impl ServiceTable {
     }
 
     /// `ipvsadm -a`. The server goes to the end of the service's list. Returns its id.
+    ///
+    /// A FullNAT server may be added to a service that has no local address yet (as
+    /// in DPVS, where `--add-laddr` often follows `-a`), but new FullNAT sessions to
+    /// it are refused until the service has one. Its address may not be a local
+    /// address of any service.
     pub fn add_server(
         &mut self,
         key: ServiceKey,
@@ -213,6 +270,7 @@ impl ServiceTable {
             });
         }
         validate_server(&key, &spec)?;
+        self.check_not_local_address(spec.ip)?;
         let id = take_id(&mut self.next_server_id)?;
         let service = self.services.get_mut(&key).expect("looked up above");
         service.real_servers.push(real_server(id, &spec));
@@ -269,6 +327,98 @@ impl ServiceTable {
         Ok(removed)
     }
 
+    /// `ipvsadm --add-laddr` (DPVS): adds a FullNAT local address to the end of the
+    /// service's list. The address must be unicast, not loopback, not already in this
+    /// service, and neither a VIP nor a real server of any service. The same local
+    /// address may serve several services, as in DPVS.
+    pub fn add_laddr(&mut self, key: ServiceKey, ip: Ipv4Addr) -> Result<(), ServiceError> {
+        let service = self
+            .services
+            .get(&key)
+            .ok_or(ServiceError::NoSuchService(key))?;
+        if service.has_local_address(ip) {
+            return Err(ServiceError::LocalAddressExists { service: key, ip });
+        }
+        if service.local_addresses.len() >= MAX_LOCAL_ADDRESSES {
+            return Err(ServiceError::TooManyLocalAddresses(key));
+        }
+        validate_local_address(ip)?;
+        for other in self.services.values() {
+            let role = if other.key.vip == ip {
+                "the VIP"
+            } else if other.real_servers.iter().any(|rs| rs.ip == ip) {
+                "a real server"
+            } else {
+                continue;
+            };
+            return Err(ServiceError::AddressConflict {
+                ip,
+                role,
+                holder: other.key,
+            });
+        }
+        let service = self.services.get_mut(&key).expect("looked up above");
+        service.local_addresses.push(ip);
+        self.version += 1;
+        Ok(())
+    }
+
+    /// `ipvsadm --del-laddr` (DPVS). The other addresses keep their order. Removing
+    /// the last one is allowed even with FullNAT real servers: new FullNAT sessions
+    /// are then refused until a local address is added again; existing sessions keep
+    /// the address they have until they end.
+    pub fn del_laddr(&mut self, key: ServiceKey, ip: Ipv4Addr) -> Result<(), ServiceError> {
+        let service = self
+            .services
+            .get_mut(&key)
+            .ok_or(ServiceError::NoSuchService(key))?;
+        let index = service
+            .local_addresses
+            .iter()
+            .position(|&a| a == ip)
+            .ok_or(ServiceError::NoSuchLocalAddress { service: key, ip })?;
+        service.local_addresses.remove(index);
+        self.version += 1;
+        Ok(())
+    }
+
+    /// `ipvsadm --get-laddr` (DPVS): the service's local addresses, in the order they
+    /// were added.
+    pub fn laddrs(&self, key: ServiceKey) -> Result<&[Ipv4Addr], ServiceError> {
+        self.services
+            .get(&key)
+            .map(|s| s.local_addresses.as_slice())
+            .ok_or(ServiceError::NoSuchService(key))
+    }
+
+    /// Turns TOA (the client address as a TCP option in FullNAT sessions) on or off.
+    /// Only TCP services can turn it on; turning it off is always allowed.
+    pub fn set_toa(&mut self, key: ServiceKey, toa: bool) -> Result<(), ServiceError> {
+        let service = self
+            .services
+            .get_mut(&key)
+            .ok_or(ServiceError::NoSuchService(key))?;
+        if toa && key.proto != Protocol::Tcp {
+            return Err(ServiceError::ToaNeedsTcp(key));
+        }
+        service.toa = toa;
+        self.version += 1;
+        Ok(())
+    }
+
+    /// Refuses `ip` as a new VIP or real server if some service uses it as a local
+    /// address.
+    fn check_not_local_address(&self, ip: Ipv4Addr) -> Result<(), ServiceError> {
+        match self.services.values().find(|s| s.has_local_address(ip)) {
+            Some(holder) => Err(ServiceError::AddressConflict {
+                ip,
+                role: "a local address",
+                holder: holder.key,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// `ipvsadm -C`. Id counters are not reset: ids are never reused within a run.
     pub fn clear(&mut self) {
         self.services.clear();
@@ -318,6 +468,19 @@ fn real_server(id: u32, spec: &RealServerSpec) -> RealServer {
 
 fn is_unicast(addr: Ipv4Addr) -> bool {
     !(addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast())
+}
+
+/// A FullNAT local address is the source of packets to real servers, which must be
+/// able to reply to it.
+fn validate_local_address(ip: Ipv4Addr) -> Result<(), ServiceError> {
+    let why = if !is_unicast(ip) {
+        "not a unicast address"
+    } else if ip.is_loopback() {
+        "a loopback address"
+    } else {
+        return Ok(());
+    };
+    Err(ServiceError::BadLocalAddress { ip, why })
 }
 
 fn validate_service(
@@ -745,6 +908,156 @@ mod tests {
         assert_eq!(table.version(), 2);
         table.clear();
         assert_eq!(table.version(), 3);
+    }
+
+    const LIP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 50);
+
+    #[test]
+    fn local_addresses_are_added_in_order_listed_and_deleted() {
+        let mut table = table_with_http();
+        assert_eq!(table.laddrs(http()).unwrap(), &[] as &[Ipv4Addr]);
+        let second = Ipv4Addr::new(198, 18, 0, 51);
+        let third = Ipv4Addr::new(198, 18, 0, 49);
+        for ip in [LIP, second, third] {
+            table.add_laddr(http(), ip).unwrap();
+        }
+        assert_eq!(table.laddrs(http()).unwrap(), &[LIP, second, third]);
+        assert_eq!(table.version(), 4);
+        table.del_laddr(http(), second).unwrap();
+        assert_eq!(table.laddrs(http()).unwrap(), &[LIP, third]);
+        assert_eq!(table.get(http()).unwrap().local_addresses, vec![LIP, third]);
+        // Another service may share a local address, as in DPVS.
+        let udp = ServiceKey::new(Protocol::Udp, VIP, 53);
+        table.add_service(udp, SchedulerKind::Rr, None).unwrap();
+        table.add_laddr(udp, LIP).unwrap();
+        // Deleting a service takes its local addresses with it.
+        let removed = table.delete_service(http()).unwrap();
+        assert_eq!(removed.local_addresses, vec![LIP, third]);
+        assert_eq!(table.laddrs(udp).unwrap(), &[LIP]);
+    }
+
+    #[test]
+    fn local_address_errors_change_nothing() {
+        let mut table = table_with_http();
+        table.add_laddr(http(), LIP).unwrap();
+        let other = ServiceKey::new(Protocol::Udp, VIP, 80);
+        assert_rejected(&mut table, "No such service: UDP 198.18.1.1:80", |t| {
+            t.add_laddr(other, LIP)
+        });
+        assert_rejected(&mut table, "No such service", |t| t.del_laddr(other, LIP));
+        assert_eq!(
+            table.laddrs(other).unwrap_err(),
+            ServiceError::NoSuchService(other)
+        );
+        assert_rejected(
+            &mut table,
+            "Local address already exists: 198.18.0.50 in TCP 198.18.1.1:80",
+            |t| t.add_laddr(http(), LIP),
+        );
+        assert_rejected(
+            &mut table,
+            "No such local address: 198.18.0.51 in TCP 198.18.1.1:80",
+            |t| t.del_laddr(http(), Ipv4Addr::new(198, 18, 0, 51)),
+        );
+        for (ip, why) in [
+            (Ipv4Addr::UNSPECIFIED, "not a unicast address"),
+            (Ipv4Addr::BROADCAST, "not a unicast address"),
+            (Ipv4Addr::new(239, 1, 1, 1), "not a unicast address"),
+            (Ipv4Addr::new(127, 0, 0, 2), "a loopback address"),
+        ] {
+            assert_rejected(&mut table, why, |t| t.add_laddr(http(), ip));
+        }
+    }
+
+    #[test]
+    fn at_most_64_local_addresses_per_service() {
+        let mut table = table_with_http();
+        for i in 0..MAX_LOCAL_ADDRESSES {
+            table
+                .add_laddr(http(), Ipv4Addr::new(198, 18, 2, i as u8 + 1))
+                .unwrap();
+        }
+        assert_rejected(
+            &mut table,
+            "Too many local addresses: TCP 198.18.1.1:80 already has 64",
+            |t| t.add_laddr(http(), Ipv4Addr::new(198, 18, 3, 1)),
+        );
+        // A duplicate is still named as such.
+        assert_rejected(&mut table, "Local address already exists", |t| {
+            t.add_laddr(http(), Ipv4Addr::new(198, 18, 2, 1))
+        });
+    }
+
+    #[test]
+    fn a_local_address_is_never_a_vip_or_a_real_server() {
+        let mut table = table_with_http();
+        let udp = ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, 2), 53);
+        table.add_service(udp, SchedulerKind::Rr, None).unwrap();
+        table
+            .add_server(udp, rs(7, 53, 1, ForwardMode::Nat))
+            .unwrap();
+        // Any service's VIP or real server, not only this service's.
+        assert_rejected(
+            &mut table,
+            "address 198.18.1.2 is already the VIP of UDP 198.18.1.2:53",
+            |t| t.add_laddr(http(), Ipv4Addr::new(198, 18, 1, 2)),
+        );
+        assert_rejected(&mut table, "already the VIP of TCP 198.18.1.1:80", |t| {
+            t.add_laddr(http(), VIP)
+        });
+        assert_rejected(
+            &mut table,
+            "address 10.0.0.7 is already a real server of UDP 198.18.1.2:53",
+            |t| t.add_laddr(http(), Ipv4Addr::new(10, 0, 0, 7)),
+        );
+        // And the other way round.
+        table.add_laddr(udp, LIP).unwrap();
+        let lip_service = ServiceKey::new(Protocol::Tcp, LIP, 80);
+        assert_rejected(
+            &mut table,
+            "address 198.18.0.50 is already a local address of UDP 198.18.1.2:53",
+            |t| {
+                t.add_service(lip_service, SchedulerKind::Rr, None)
+                    .map(drop)
+            },
+        );
+        let lip_server = RealServerSpec::new(LIP, 80, 1, ForwardMode::FullNat);
+        assert_rejected(&mut table, "already a local address", |t| {
+            t.add_server(http(), lip_server).map(drop)
+        });
+    }
+
+    #[test]
+    fn fullnat_servers_may_precede_their_local_addresses() {
+        let mut table = table_with_http();
+        table
+            .add_server(http(), rs(1, 8080, 1, ForwardMode::FullNat))
+            .unwrap();
+        assert!(table.get(http()).unwrap().has_fullnat_server());
+        assert!(table.laddrs(http()).unwrap().is_empty());
+        table.add_laddr(http(), LIP).unwrap();
+        // The last one may go too: new FullNAT sessions are refused until one is back.
+        table.del_laddr(http(), LIP).unwrap();
+        assert!(table.laddrs(http()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn toa_is_off_by_default_and_tcp_only() {
+        let mut table = table_with_http();
+        assert!(!table.get(http()).unwrap().toa);
+        table.set_toa(http(), true).unwrap();
+        assert!(table.get(http()).unwrap().toa);
+        table.set_toa(http(), false).unwrap();
+        assert!(!table.get(http()).unwrap().toa);
+        let udp = ServiceKey::new(Protocol::Udp, VIP, 53);
+        assert_rejected(&mut table, "No such service", |t| t.set_toa(udp, true));
+        table.add_service(udp, SchedulerKind::Rr, None).unwrap();
+        assert_rejected(
+            &mut table,
+            "TOA is a TCP option: it cannot be enabled on UDP 198.18.1.1:53",
+            |t| t.set_toa(udp, true),
+        );
+        table.set_toa(udp, false).unwrap();
     }
 
     #[test]
