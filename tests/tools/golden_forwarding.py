@@ -39,6 +39,11 @@ The contract encoded here (see docs/TESTING.md, "Golden forwarding"):
   * ICMP errors quoting a NAT session's packet are translated (outer address, quoted
     address and port, checksums); for DR/TUN they go where the session's packets go.
   * Ethernet padding of a forwarded frame may be kept or trimmed (DR, NAT).
+  * Port reuse (IPVS conn_reuse): a SYN (no ACK/RST) on the tuple of a TCP session in
+    TIME_WAIT/CLOSE (DR/TUN: also FIN_WAIT) retires it (sessions_expired) and is
+    scheduled afresh (rr: the next real server); on an ESTABLISHED session it follows
+    the session and takes no scheduler pick. A NAT SYN whose reply tuple (RIP:rport ->
+    client:port) a session of another VIP holds is dropped (nat_tuple_in_use).
 """
 
 import argparse
@@ -88,13 +93,21 @@ MODES = {
     "nat": ("198.18.0.220", "198.18.0.12", "02:00:00:00:00:12", 8080, 4444),
     "tun": ("198.18.0.230", "198.18.0.13", "02:00:00:00:00:13", 80, 3333),
 }
-RIPS = [m[1] for m in MODES.values()]
+# Two more NAT TCP services (VIP port 80, real port 8080): one with rr over two real
+# servers, for port reuse after a finished connection (IPVS conn_reuse); one whose only
+# real server is the NAT real server above, for the NAT reply-tuple conflict.
+RR_VIP = "198.18.0.221"
+RR_SERVERS = [("198.18.0.14", "02:00:00:00:00:14"), ("198.18.0.15", "02:00:00:00:00:15")]  # rr order
+SHARED_VIP = "198.18.0.222"
+NAT_TCP_RPORT = MODES["nat"][3]
+RIPS = [m[1] for m in MODES.values()] + [ip for ip, _ in RR_SERVERS]
+RS_MACS = {**{m[1]: m[2] for m in MODES.values()}, **dict(RR_SERVERS)}
 
 # Every drop reason `sluicectl status --json` reports (all compared, zeros included).
 DROP_REASONS = base.DROP_REASONS + [
     "ipv4_options", "bad_tcp_header", "bad_udp_header", "bad_l4_checksum", "tcp_no_session",
     "no_real_server", "session_table_full", "neighbour_unresolved", "no_service", "too_big",
-    "icmp_error_no_session",
+    "icmp_error_no_session", "nat_tuple_in_use",
 ]
 
 
@@ -242,8 +255,12 @@ def nat_rewrite(raw, src=None, sport=None, dst=None, dport=None):
     return [new + padding, new] if padding else [new]
 
 
-def expect_nat_in(name, raw):
-    vip, rip, rs_mac, tport, uport = MODES["nat"]
+def expect_nat_in(name, raw, rip=None):
+    """raw DNATed towards rip (default: the NAT mode's real server) at the real port of
+    its protocol."""
+    _, nat_rip, _, tport, uport = MODES["nat"]
+    rip = rip or nat_rip
+    rs_mac = RS_MACS[rip]
     p = Ether(strip_pad(raw))
     is_tcp = TCP in p
     l4 = "TCP" if is_tcp else "UDP"
@@ -256,8 +273,9 @@ def expect_nat_in(name, raw):
     return out("nat-in", name, alts, rs_mac, fields, zero_eq=[24] + l4_zero_eq(raw))
 
 
-def expect_nat_out(name, raw):
-    vip = MODES["nat"][0]
+def expect_nat_out(name, raw, vip=None):
+    """A real server's reply SNATed to vip (default: the NAT mode's VIP)."""
+    vip = vip or MODES["nat"][0]
     p = Ether(strip_pad(raw))
     is_tcp = TCP in p
     l4 = "TCP" if is_tcp else "UDP"
@@ -390,6 +408,11 @@ def services_toml():
             t += ["[[services]]", f'proto = "{proto}"', f'vip = "{vip}"', f"port = {vport}",
                   'scheduler = "rr"', "", "  [[services.real_servers]]", f'  ip = "{rip}"',
                   f"  port = {rport}", "  weight = 1", f'  mode = "{mode}"', ""]
+    for vip, rips in ((RR_VIP, [ip for ip, _ in RR_SERVERS]), (SHARED_VIP, [MODES["nat"][1]])):
+        t += ["[[services]]", 'proto = "tcp"', f'vip = "{vip}"', f"port = {VIP_TCP_PORT}", 'scheduler = "rr"', ""]
+        for rip in rips:
+            t += ["  [[services.real_servers]]", f'  ip = "{rip}"', f"  port = {NAT_TCP_RPORT}", "  weight = 1",
+                  '  mode = "nat"', ""]
     return "\n".join(t)
 
 
@@ -403,10 +426,26 @@ def http_response(name):
 
 
 def build():
+    """The input frames, and the sessions ledger: per (VIP, RIP), the sessions created,
+    those retired by a new SYN on their tuple, and those ESTABLISHED at the end."""
     F = []  # (name, raw, drop, outputs)
+    ledger = {}
 
-    def fwd(name, raw, expect):
-        F.append((name, raw, None, [expect(name, raw)]))
+    def entry(key):
+        return ledger.setdefault(key, {"connections": 0, "retired": 0, "active": 0})
+
+    def fwd(name, raw, expect, opens=False, retires=None, active=False):
+        """opens: the frame creates a session (counted on the real server it goes to);
+        retires: (VIP, RIP) of the finished session it replaces; active: the session it
+        creates is ESTABLISHED when the input ends."""
+        outs = [expect(name, raw)]
+        F.append((name, raw, None, outs))
+        if opens:
+            e = entry(session_of(raw, outs, None))
+            e["connections"] += 1
+            e["active"] += int(active)
+        if retires:
+            entry(retires)["retired"] += 1
 
     def drop(name, raw, reason):
         F.append((name, raw, reason, []))
@@ -419,6 +458,8 @@ def build():
     # --- neighbours: the real servers answer Sluice's who-has (learned, dropped) ----
     for mode, (_, rip, rs_mac, _, _) in MODES.items():
         drop(f"ARP reply from the {mode} real server", arp_reply_from(rs_mac, rip), "arp_reply")
+    for rip, rs_mac in RR_SERVERS:
+        drop(f"ARP reply from the rr real server {rip}", arp_reply_from(rs_mac, rip), "arp_reply")
     # --- the client resolves Sluice and every VIP, and pings two of them -------------
     for target in (OUR_IP, vdr, vnat, vtun):
         raw = arp_request(CLIENT_MAC, c, target)
@@ -434,7 +475,8 @@ def build():
 
     # --- DR, TCP: handshake, data, FIN (only client -> server passes Sluice) ---------
     cp = 40001
-    fwd("DR TCP SYN", tcp(c, cp, vdr, 80, "S", 1000, options=mss, ip_id=101), lambda n, r: expect_dr(n, r, "dr"))
+    fwd("DR TCP SYN", tcp(c, cp, vdr, 80, "S", 1000, options=mss, ip_id=101), lambda n, r: expect_dr(n, r, "dr"),
+        opens=True)
     drop("runt: Ethernet + 12 bytes of IPv4 to the DR VIP",
          tcp(c, cp, vdr, 80, "S", 1000)[:14 + 12], "truncated")
     fwd("DR TCP ACK of the SYN-ACK (padded to 60)", tcp(c, cp, vdr, 80, "A", 1001, 5001, ip_id=102, pad_to=60),
@@ -447,9 +489,14 @@ def build():
         tcp(c, cp, vdr, 80, "FA", 1001 + len(http_request(vdr)), 5100, ip_id=105), lambda n, r: expect_dr(n, r, "dr"))
     fwd("DR TCP last ACK", tcp(c, cp, vdr, 80, "A", 1002 + len(http_request(vdr)), 5101, ip_id=106),
         lambda n, r: expect_dr(n, r, "dr"))
+    # The session is in FIN_WAIT, and DR sees only the client side: a new SYN on the
+    # same port retires it and opens a new connection (one real server: the same one).
+    fwd("DR TCP SYN reusing the port of the connection in FIN_WAIT",
+        tcp(c, cp, vdr, 80, "S", 6000, options=mss, ip_id=107), lambda n, r: expect_dr(n, r, "dr"),
+        opens=True, retires=(vdr, MODES["dr"][1]))
     # --- DR, UDP -----------------------------------------------------------------------
     dr_udp = udp(c, 40002, vdr, VIP_UDP_PORT, b"dr udp request " + payload(21, 1), ip_id=201)
-    fwd("DR UDP request", dr_udp, lambda n, r: expect_dr(n, r, "dr"))
+    fwd("DR UDP request", dr_udp, lambda n, r: expect_dr(n, r, "dr"), opens=True)
     fwd("DR UDP second datagram, TOS 0xb8, no DF",
         udp(c, 40002, vdr, VIP_UDP_PORT, b"again", ip_id=202, tos=0xB8, df=False, pad_to=60),
         lambda n, r: expect_dr(n, r, "dr"))
@@ -497,7 +544,7 @@ def build():
     rq = http_request(vnat)
     rs = http_response("rs2")
     syn = tcp(c, cp, vnat, 80, "S", 7000, options=mss, ip_id=301, ttl=61)
-    fwd("NAT TCP SYN (TTL 61)", syn, lambda n, r: expect_nat_in(n, r))
+    fwd("NAT TCP SYN (TTL 61)", syn, lambda n, r: expect_nat_in(n, r), opens=True)
     fwd("NAT TCP SYN-ACK from the real server",
         tcp(rip_nat, 8080, c, cp, "SA", 9000, 7001, options=mss, ip_id=401, src_mac=nat_rs_mac), nat_tcp_rs)
     fwd("NAT TCP ACK (padded to 60)", tcp(c, cp, vnat, 80, "A", 7001, 9001, ip_id=302, pad_to=60),
@@ -531,7 +578,7 @@ def build():
     # --- NAT, UDP: request and reply, a datagram without checksum, ICMP both ways ------
     cp = 40004
     nat_udp_req = udp(c, cp, vnat, VIP_UDP_PORT, b"nat udp request " + payload(33, 5), ip_id=501)
-    fwd("NAT UDP request", nat_udp_req, lambda n, r: expect_nat_in(n, r))
+    fwd("NAT UDP request", nat_udp_req, lambda n, r: expect_nat_in(n, r), opens=True)
     nat_udp_reply = udp(rip_nat, MODES["nat"][4], c, cp, b"rs2 " + payload(40, 6), ip_id=601, src_mac=nat_rs_mac)
     fwd("NAT UDP reply", nat_udp_reply, lambda n, r: expect_nat_out(n, r))
     # The real server's port is closed: it answers the DNATed request with port
@@ -554,12 +601,83 @@ def build():
                                      {"IPerror.src": rip_nat, "IPerror.dst": c,
                                       "UDPerror.sport": MODES["nat"][4], "UDPerror.dport": cp}))
     fwd("NAT UDP without checksum (0 stays 0), padded",
-        udp(c, 40005, vnat, VIP_UDP_PORT, b"no sum", ip_id=503, chksum=0, pad_to=60), lambda n, r: expect_nat_in(n, r))
+        udp(c, 40005, vnat, VIP_UDP_PORT, b"no sum", ip_id=503, chksum=0, pad_to=60), lambda n, r: expect_nat_in(n, r),
+        opens=True)
+
+    # --- NAT, rr over A and B: port reuse after TIME_WAIT (IPVS conn_reuse) ----------
+    (rip_a, mac_a), (rip_b, mac_b) = RR_SERVERS
+    rport = NAT_TCP_RPORT
+
+    def rr_in(rip):
+        return lambda n, r: expect_nat_in(n, r, rip)
+
+    def rr_out(n, r):
+        return expect_nat_out(n, r, RR_VIP)
+
+    cp = 40020
+    rq = http_request(RR_VIP)
+    rs = http_response("rr-a")
+    fwd("rr TCP SYN from port 40020 (first rr pick: A)",
+        tcp(c, cp, RR_VIP, 80, "S", 20000, options=mss, ip_id=1101), rr_in(rip_a), opens=True)
+    fwd("rr TCP SYN-ACK from A", tcp(rip_a, rport, c, cp, "SA", 30000, 20001, options=mss, ip_id=1201,
+                                     src_mac=mac_a), rr_out)
+    fwd("rr TCP ACK to A", tcp(c, cp, RR_VIP, 80, "A", 20001, 30001, ip_id=1102), rr_in(rip_a))
+    fwd("rr TCP request to A", tcp(c, cp, RR_VIP, 80, "PA", 20001, 30001, data=rq, ip_id=1103), rr_in(rip_a))
+    fwd("rr TCP response from A", tcp(rip_a, rport, c, cp, "PA", 30001, 20001 + len(rq), data=rs, ip_id=1202,
+                                      src_mac=mac_a), rr_out)
+    fwd("rr TCP FIN from the client (CLOSE_WAIT)",
+        tcp(c, cp, RR_VIP, 80, "FA", 20001 + len(rq), 30001 + len(rs), ip_id=1104), rr_in(rip_a))
+    fwd("rr TCP FIN from A (TIME_WAIT)", tcp(rip_a, rport, c, cp, "FA", 30001 + len(rs), 20002 + len(rq),
+                                             ip_id=1203, src_mac=mac_a), rr_out)
+    fwd("rr TCP last ACK from the client", tcp(c, cp, RR_VIP, 80, "A", 20002 + len(rq), 30002 + len(rs),
+                                               ip_id=1105), rr_in(rip_a))
+    fwd("rr TCP SYN reusing port 40020 after TIME_WAIT: rescheduled, next rr pick B",
+        tcp(c, cp, RR_VIP, 80, "S", 25000, options=mss, ip_id=1106), rr_in(rip_b), opens=True,
+        retires=(RR_VIP, rip_a), active=True)
+    # The retired session's reply tuple is gone: a late segment from A matches nothing.
+    drop("rr TCP late ACK from A for the retired connection",
+         tcp(rip_a, rport, c, cp, "A", 30002 + len(rs), 20002 + len(rq), ip_id=1204, src_mac=mac_a), "not_local")
+    fwd("rr TCP SYN-ACK from B for the new connection",
+        tcp(rip_b, rport, c, cp, "SA", 50000, 25001, options=mss, ip_id=1301, src_mac=mac_b), rr_out)
+    fwd("rr TCP ACK to B (ESTABLISHED)", tcp(c, cp, RR_VIP, 80, "A", 25001, 50001, ip_id=1107), rr_in(rip_b))
+    # A SYN on an ESTABLISHED session is not a new connection: it follows the session
+    # (to A, although B is next in rotation) and takes no rr pick.
+    cp = 40021
+    fwd("rr TCP SYN from port 40021 (rr pick: A)",
+        tcp(c, cp, RR_VIP, 80, "S", 21000, options=mss, ip_id=1111), rr_in(rip_a), opens=True, active=True)
+    fwd("rr TCP SYN-ACK from A for port 40021",
+        tcp(rip_a, rport, c, cp, "SA", 31000, 21001, options=mss, ip_id=1211, src_mac=mac_a), rr_out)
+    fwd("rr TCP ACK to A for port 40021 (ESTABLISHED)", tcp(c, cp, RR_VIP, 80, "A", 21001, 31001, ip_id=1112),
+        rr_in(rip_a))
+    fwd("rr TCP SYN on the ESTABLISHED session of port 40021: not rescheduled, still A",
+        tcp(c, cp, RR_VIP, 80, "S", 21500, options=mss, ip_id=1113), rr_in(rip_a))
+    fwd("rr TCP request to A on port 40021",
+        tcp(c, cp, RR_VIP, 80, "PA", 21001, 31001, data=rq, ip_id=1114), rr_in(rip_a))
+    fwd("rr TCP SYN from port 40022 (rr pick: B)",
+        tcp(c, 40022, RR_VIP, 80, "S", 22000, options=mss, ip_id=1121), rr_in(rip_b), opens=True)
+
+    # --- NAT tuple conflict: two VIPs, one real server 198.18.0.12:8080 ----------------
+    cp = 40030
+    fwd("NAT TCP SYN from port 40030 to the NAT VIP",
+        tcp(c, cp, vnat, 80, "S", 23000, options=mss, ip_id=1131), lambda n, r: expect_nat_in(n, r), opens=True)
+    # Same client port to another VIP, scheduled to the same RIP:8080: its reply tuple
+    # (RIP:8080 -> client:40030) belongs to the first session.
+    drop("NAT TCP SYN from port 40030 to the shared VIP (same real server): tuple in use",
+         tcp(c, cp, SHARED_VIP, 80, "S", 24000, options=mss, ip_id=1132), "nat_tuple_in_use")
+    fwd("NAT TCP SYN-ACK for port 40030: still from the NAT VIP",
+        tcp(rip_nat, rport, c, cp, "SA", 33000, 23001, options=mss, ip_id=1231, src_mac=nat_rs_mac),
+        lambda n, r: expect_nat_out(n, r))
+    fwd("NAT TCP SYN from port 40031 to the shared VIP",
+        tcp(c, 40031, SHARED_VIP, 80, "S", 24100, options=mss, ip_id=1133), lambda n, r: expect_nat_in(n, r),
+        opens=True)
+    fwd("NAT TCP SYN-ACK for port 40031 from the shared VIP",
+        tcp(rip_nat, rport, c, 40031, "SA", 34000, 24101, options=mss, ip_id=1232, src_mac=nat_rs_mac),
+        lambda n, r: expect_nat_out(n, r, SHARED_VIP))
 
     # --- TUN, TCP ----------------------------------------------------------------------
     cp = 40006
     tun = lambda n, r: expect_tun(n, r)  # noqa: E731
-    fwd("TUN TCP SYN", tcp(c, cp, vtun, 80, "S", 3000, options=mss, ip_id=701), tun)
+    fwd("TUN TCP SYN", tcp(c, cp, vtun, 80, "S", 3000, options=mss, ip_id=701), tun, opens=True)
     fwd("TUN TCP ACK (padded to 60: padding not tunnelled)", tcp(c, cp, vtun, 80, "A", 3001, 8001, ip_id=702,
                                                                  pad_to=60), tun)
     fwd("TUN TCP request, TOS 0x10", tcp(c, cp, vtun, 80, "PA", 3001, 8001, data=http_request(vtun), ip_id=703,
@@ -569,7 +687,7 @@ def build():
     # --- TUN, UDP, and the MTU ---------------------------------------------------------
     cp = 40007
     fwd("TUN UDP request, TOS 0xb8, no DF", udp(c, cp, vtun, VIP_UDP_PORT, b"tun udp " + payload(30, 7), ip_id=801,
-                                                tos=0xB8, df=False), tun)
+                                                tos=0xB8, df=False), tun, opens=True)
     # 1480 bytes inside: exactly 1500 once encapsulated, the largest that fits.
     fwd("TUN UDP of 1480 bytes with DF (fits exactly)",
         udp(c, cp, vtun, VIP_UDP_PORT, payload(1480 - 28, 8), ip_id=802), tun)
@@ -587,39 +705,75 @@ def build():
     fwd("NAT UDP final datagram", udp(c, 40004, vnat, VIP_UDP_PORT, b"final", ip_id=504),
         lambda n, r: expect_nat_in(n, r))
     fwd("TUN UDP final datagram", udp(c, 40007, vtun, VIP_UDP_PORT, b"final", ip_id=805), tun)
-    return F
+    return F, ledger
 
 
 # Real servers' expected statistics (sluicectl -L -n --stats --json).
-def expected_stats(F):
-    """Per real server: connections (sessions created), and the inbound/outbound
-    TCP/UDP frames that reached it, as exact lower bounds; ICMP errors and dropped
-    packets of a session may or may not be counted."""
-    conn = {"dr": 2, "nat": 3, "tun": 2}
+MAC_TO_RIP = {mac: ip for ip, mac in RS_MACS.items()}
+# VIPs served by one real server whatever the packet (DR and TUN).
+SOLE_RIP = {MODES[m][0]: MODES[m][1] for m in ("dr", "tun")}
+
+
+def session_of(raw, outs, dropped):
+    """(VIP, RIP) of the session an input frame is counted on, from the frame and its
+    expected output; None when it is counted on no real server. From a real server
+    (NAT reply, ICMP error): the VIP it leaves as. To a VIP: the real server the output
+    goes to; a too-big packet for TUN, the tunnel's real server."""
+    p = Ether(raw)
+    if IP not in p or (TCP not in p and UDP not in p and ICMP not in p):
+        return None
+    if ICMP in p and p[ICMP].type == 8:
+        return None
+    ip = p[IP]
+    if ip.src in RIPS:
+        if not outs:
+            return None
+        return (Ether(bytes.fromhex(outs[0]["alts"][0]))[IP].src, ip.src)
+    if outs and outs[0]["kind"] in ("dr", "nat-in", "tun", "icmp-nat"):
+        return (ip.dst, MAC_TO_RIP[outs[0]["eth_dst"]])
+    if dropped == "too_big":
+        return (ip.dst, SOLE_RIP[ip.dst])
+    return None
+
+
+def expected_stats(F, ledger):
+    """One entry per (VIP, RIP): the real server's services on that VIP; connections
+    (sessions created), active (ESTABLISHED at the end) and inactive (the others, less
+    those retired by a new SYN on their tuple), exact; and the inbound/outbound TCP/UDP
+    frames that reached it, as exact lower bounds, ICMP errors and dropped packets of a
+    session being counted or not."""
     stats = {}
     for mode, (vip, rip, _, _, _) in MODES.items():
-        stats[rip] = {"mode": mode, "vip": vip, "services": [["tcp", VIP_TCP_PORT], ["udp", VIP_UDP_PORT]],
-                      "connections": conn[mode], "in_min": 0, "in_max": 0, "out_min": 0, "out_max": 0}
+        stats[(vip, rip)] = {"mode": mode, "services": [["tcp", VIP_TCP_PORT], ["udp", VIP_UDP_PORT]]}
+    for vip, rips in ((RR_VIP, [ip for ip, _ in RR_SERVERS]), (SHARED_VIP, [MODES["nat"][1]])):
+        for rip in rips:
+            stats[(vip, rip)] = {"mode": "nat", "services": [["tcp", VIP_TCP_PORT]]}
+    for (vip, rip), s in stats.items():
+        led = ledger.get((vip, rip), {"connections": 0, "retired": 0, "active": 0})
+        s.update({"vip": vip, "rip": rip, "connections": led["connections"], "active": led["active"],
+                  "inactive": led["connections"] - led["retired"] - led["active"],
+                  "in_min": 0, "in_max": 0, "out_min": 0, "out_max": 0})
+    assert set(ledger) <= set(stats), ledger
     for name, raw, dropped, outs in F:
-        p = Ether(raw)
-        if IP not in p or (TCP not in p and UDP not in p and ICMP not in p):
+        key = session_of(raw, outs, dropped)
+        if key is None:
             continue
-        for mode, (vip, rip, rs_mac, _, _) in MODES.items():
-            s = stats[rip]
-            icmp = ICMP in p and p[ICMP].type != 8
-            if p[IP].dst == vip and (outs or dropped == "too_big") and not (ICMP in p and p[ICMP].type == 8):
-                s["in_max"] += 1
-                if outs and not icmp and dropped is None:
-                    s["in_min"] += 1
-            if p[IP].src == rip and outs and mode == "nat":
-                s["out_max"] += 1
-                if not icmp:
-                    s["out_min"] += 1
-    return stats
+        s = stats[key]
+        p = Ether(raw)
+        icmp = ICMP in p
+        if p[IP].src in RIPS:
+            s["out_max"] += 1
+            if not icmp:
+                s["out_min"] += 1
+        else:
+            s["in_max"] += 1
+            if not icmp and dropped is None:
+                s["in_min"] += 1
+    return list(stats.values())
 
 
 def cmd_make(args):
-    F = build()
+    F, ledger = build()
     outputs, drops = [], {r: 0 for r in DROP_REASONS}
     for index, (name, raw, dropped, outs) in enumerate(F):
         if dropped is not None:
@@ -634,12 +788,15 @@ def cmd_make(args):
         writer.write_packet(raw, sec=1_700_000_000 + i, usec=0)
     writer.close()
     back = [bytes(p) for p in rdpcap(args.in_pcap)]
+    created = sum(e["connections"] for e in ledger.values())
+    retired = sum(e["retired"] for e in ledger.values())
     assert back == [raw for _, raw, _, _ in F], "pcap round trip changed the frames"
     expect = {
         "appliance": {"mac": OUR_MAC, "ip": OUR_IP, "mtu": MTU},
         "client": {"mac": CLIENT_MAC, "ip": CLIENT_IP},
         "modes": {m: {"vip": v[0], "rip": v[1], "rs_mac": v[2], "tcp_rport": v[3], "udp_rport": v[4]}
                   for m, v in MODES.items()},
+        "rips": RIPS,
         "services_toml": services_toml(),
         "input_frames": len(F),
         "frames": [{"index": i, "name": n, "drop": d, "outputs": len(o), "len": len(r)}
@@ -648,10 +805,14 @@ def cmd_make(args):
         "drops": drops,
         "events": {"arp_replied": sum(1 for o in outputs if o["kind"] == "arp-reply"),
                    "icmp_echo_replied": sum(1 for o in outputs if o["kind"] == "echo-reply"),
-                   "neighbour_learned": 1 + len(MODES), "neighbour_table_full": 0},
-        # Live sessions at the end: DR TCP+UDP, NAT TCP+2 UDP, TUN TCP+UDP.
-        "sessions": 7,
-        "real_servers": expected_stats(F),
+                   # the client and every real server
+                   "neighbour_learned": 1 + len(RIPS), "neighbour_table_full": 0},
+        # Nothing expires (timeouts of 600 s): only a SYN reusing a finished
+        # connection's tuple retires a session.
+        "sessions_created": created,
+        "sessions_expired": retired,
+        "sessions": created - retired,
+        "real_servers": expected_stats(F, ledger),
     }
     with open(args.expect_json, "w") as f:
         json.dump(expect, f, indent=1)
@@ -937,7 +1098,7 @@ def cmd_check(args):
         print(f"FAIL: {args.out_pcap} does not exist (was the port closed cleanly?)")
         return 1
     all_out = [bytes(p) for p in rdpcap(args.out_pcap)] if os.path.getsize(args.out_pcap) > 24 else []
-    rips = [m["rip"] for m in expect["modes"].values()]
+    rips = expect["rips"]
     arp_requests = [i for i, o in enumerate(all_out) if is_our_arp_request(o, rips)]
     if arp_requests:
         notes.append(f"{len(arp_requests)} ARP request(s) from Sluice for real servers (allowed): "
@@ -1091,6 +1252,28 @@ def cmd_selftest(args):
     expect_result("arp-request-for-a-stranger",
                   [bytes(Ether(src=OUR_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=OUR_MAC, psrc=OUR_IP,
                                                                            pdst="198.18.0.99"))] + good, False)
+    # Port reuse and the tuple conflict: what a daemon without conn_reuse, or one that
+    # reschedules too eagerly, or one that crosses two sessions, would send.
+    inputs = [bytes(p) for p in rdpcap(in_pcap)]
+
+    def output_named(prefix):
+        return next(i for i, e in enumerate(expect["outputs"]) if e["name"].startswith(prefix))
+
+    def sent_to(i, rip):
+        """Expected output i as if its input had been DNATed towards rip instead."""
+        e = expect["outputs"][i]
+        return bytes.fromhex(expect_nat_in(e["name"], inputs[e["input_index"]], rip)["alts"][-1])
+
+    (rip_a, _), (rip_b, _) = RR_SERVERS
+    reuse = output_named("rr TCP SYN reusing port 40020")
+    expect_result("reused-port-syn-to-the-old-real-server",
+                  good[:reuse] + [sent_to(reuse, rip_a)] + good[reuse + 1:], False)
+    est = output_named("rr TCP SYN on the ESTABLISHED session")
+    expect_result("established-syn-rescheduled", good[:est] + [sent_to(est, rip_b)] + good[est + 1:], False)
+    conflict = next(f["index"] for f in expect["frames"] if f["drop"] == "nat_tuple_in_use")
+    at = sum(1 for e in expect["outputs"] if e["input_index"] < conflict)
+    crossed = bytes.fromhex(expect_nat_in("", inputs[conflict])["alts"][-1])
+    expect_result("conflicting-nat-syn-forwarded", good[:at] + [crossed] + good[at:], False)
     if failures:
         print("SELFTEST FAILED:\n  " + "\n  ".join(failures))
         return 1
