@@ -403,6 +403,13 @@ impl Forwarder {
                 DropReason::UnsupportedProtocol
             } else if snap.is_vip(vip) {
                 DropReason::NoService
+            } else if snap.is_local_address(vip) {
+                // To a FullNAT local address but no session: a late or stray reply.
+                if key.proto == Protocol::Tcp {
+                    DropReason::TcpNoSession
+                } else {
+                    DropReason::NoService
+                }
             } else {
                 DropReason::NotLocal
             };

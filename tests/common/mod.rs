@@ -1001,3 +1001,457 @@ impl Testbed {
         out
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Golden-packet runs: the counters a golden tool expects (golden_forwarding.py's
+// expectation format, also written by golden_fullnat.py)
+
+/// Counter mismatches, collected so that one run reports all of them.
+#[derive(Default, Debug)]
+pub struct Mismatches(pub Vec<String>);
+
+impl Mismatches {
+    pub fn eq(&mut self, what: String, got: u64, want: u64) {
+        if got != want {
+            self.0.push(format!("{what}: got {got}, expected {want}"));
+        }
+    }
+
+    pub fn fail(&mut self, what: String) {
+        self.0.push(what);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn report(&self) -> String {
+        self.0.join("\n  ")
+    }
+}
+
+/// Compares `sluicectl status --json` (`status`) and `sluicectl -L -n --stats --json`
+/// (`list`) with a golden tool's expectations (`expect`): every drop reason exactly
+/// (those the tool does not name must be 0, and every one it names must be reported),
+/// `events`, `neighbours` (= `events.neighbour_learned`), `sessions`,
+/// `sessions_created` and `sessions_expired`, and per entry of `real_servers` ({rip,
+/// vip, mode, services: [[proto, port]...], connections, active, inactive, in_min,
+/// in_max, out_min, out_max}, summed over its services): exact connections, active and
+/// inactive, packets within bounds, at least 40 bytes a packet, and the mode.
+pub fn golden_counter_mismatches(
+    status: &serde_json::Value,
+    list: &serde_json::Value,
+    expect: &serde_json::Value,
+) -> Mismatches {
+    let mut m = Mismatches::default();
+    let want_drops: BTreeMap<String, u64> = expect["drops"]
+        .as_object()
+        .expect("expectations have `drops`")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    let got_drops = status["drops"]
+        .as_object()
+        .expect("status.drops is an object");
+    for reason in want_drops.keys() {
+        if !got_drops.contains_key(reason) {
+            m.fail(format!("drops.{reason}: not reported by sluicectl status"));
+        }
+    }
+    let mut reasons: Vec<&String> = want_drops.keys().chain(got_drops.keys()).collect();
+    reasons.sort();
+    reasons.dedup();
+    for reason in reasons {
+        let want = want_drops.get(reason).copied().unwrap_or(0);
+        m.eq(format!("drops.{reason}"), drop_count(status, reason), want);
+    }
+    for (event, want) in expect["events"]
+        .as_object()
+        .expect("expectations have `events`")
+    {
+        m.eq(
+            format!("events.{event}"),
+            event_count(status, event),
+            want.as_u64().unwrap(),
+        );
+    }
+    m.eq(
+        "neighbours".into(),
+        status["neighbours"].as_u64().unwrap_or(u64::MAX),
+        expect["events"]["neighbour_learned"].as_u64().unwrap(),
+    );
+    for field in ["sessions", "sessions_created", "sessions_expired"] {
+        m.eq(
+            field.into(),
+            status[field].as_u64().unwrap_or(u64::MAX),
+            expect[field].as_u64().unwrap(),
+        );
+    }
+    for want in expect["real_servers"].as_array().expect("`real_servers`") {
+        let rip = want["rip"].as_str().unwrap();
+        let vip = want["vip"].as_str().unwrap();
+        let mode = want["mode"].as_str().unwrap();
+        let services: Vec<(String, u16)> = want["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s[0].as_str().unwrap().into(), s[1].as_u64().unwrap() as u16))
+            .collect();
+        let mut sum = |field: &str| -> u64 {
+            services
+                .iter()
+                .map(|(proto, port)| {
+                    let rs = real_server(list, proto, vip, *port, rip);
+                    if rs["mode"] != mode {
+                        m.fail(format!(
+                            "{proto} {vip}:{port} -> {rip}: mode {}",
+                            rs["mode"]
+                        ));
+                    }
+                    rs_counter(rs, field)
+                })
+                .sum()
+        };
+        let (conns, active, inactive) = (sum("connections"), sum("active"), sum("inactive"));
+        let (inp, outp) = (sum("in_packets"), sum("out_packets"));
+        let (in_bytes, out_bytes) = (sum("in_bytes"), sum("out_bytes"));
+        let n = |k: &str| want[k].as_u64().unwrap();
+        let what = format!("real server {rip} of {vip} {services:?} ({mode})");
+        m.eq(format!("{what} connections"), conns, n("connections"));
+        m.eq(format!("{what} active"), active, n("active"));
+        m.eq(format!("{what} inactive"), inactive, n("inactive"));
+        for (field, got, lo, hi) in [
+            ("in_packets", inp, n("in_min"), n("in_max")),
+            ("out_packets", outp, n("out_min"), n("out_max")),
+        ] {
+            if !(lo..=hi).contains(&got) {
+                m.fail(format!("{what} {field}: {got}, expected {lo}..={hi}"));
+            }
+        }
+        for (field, bytes, packets) in [("in_bytes", in_bytes, inp), ("out_bytes", out_bytes, outp)]
+        {
+            if bytes < 40 * packets || (packets == 0) != (bytes == 0) {
+                m.fail(format!("{what} {field}: {bytes} for {packets} packets"));
+            }
+        }
+    }
+    m
+}
+
+impl Daemon {
+    /// SIGTERM; asserts exit 0 and that no DPDK runtime directory is left.
+    pub fn stop_clean(mut self) {
+        let exit = self.terminate();
+        assert!(exit.success(), "sluice exited with {exit}\n{}", self.dump());
+        assert!(
+            dpdk_runtime_dirs(&self.config.file_prefix).is_empty(),
+            "DPDK runtime dir left behind"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// End to end with applications: a test bed whose real servers run
+// tests/tools/e2e_apps.py (HTTP answering their own name, UDP echo, logs of the
+// client address each saw) and a client that runs curl and UDP exchanges.
+
+/// `[[services]]` TOML: one service, `extra` lines after its header (e.g.
+/// `local_addresses = [...]`), then `real_servers` as (ip, port, weight, mode).
+pub fn service_section(
+    proto: &str,
+    vip: &str,
+    port: u16,
+    scheduler: &str,
+    extra: &[String],
+    real_servers: &[(&str, u16, u32, &str)],
+) -> String {
+    let mut t = format!(
+        "[[services]]\nproto = \"{proto}\"\nvip = \"{vip}\"\nport = {port}\nscheduler = \"{scheduler}\"\n"
+    );
+    for line in extra {
+        t.push_str(line);
+        t.push('\n');
+    }
+    for (ip, rport, weight, mode) in real_servers {
+        t.push_str(&format!(
+            "\n  [[services.real_servers]]\n  ip = \"{ip}\"\n  port = {rport}\n  weight = {weight}\n  mode = \"{mode}\"\n"
+        ));
+    }
+    t
+}
+
+/// The lines of a file (none when it does not exist).
+pub fn read_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A test bed with real servers running `e2e_apps.py serve`, plus the helpers to drive
+/// the client. Fields drop in order: the servers first, the bed last (a daemon
+/// declared after the lab in a test drops before it).
+pub struct AppLab {
+    pub servers: Vec<BackgroundProcess>,
+    pub dir: tempfile::TempDir,
+    pub bed: Testbed,
+}
+
+impl AppLab {
+    /// Appliance address every bed uses (`APPLIANCE_IP`).
+    pub const APPLIANCE: &'static str = "198.18.0.1";
+    /// curl's bound per request (seconds).
+    pub const CURL_MAX_TIME: &'static str = "5";
+    /// Bound of a whole curl batch.
+    pub const BATCH_TIMEOUT: Duration = Duration::from_secs(120);
+
+    pub fn new(real_servers: u32) -> AppLab {
+        let bed = Testbed::up(real_servers);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("sluice-e2e-{}-", bed.name))
+            .tempdir()
+            .expect("temp dir");
+        AppLab {
+            bed,
+            dir,
+            servers: Vec::new(),
+        }
+    }
+
+    pub fn apps() -> String {
+        tool("e2e_apps.py").to_string_lossy().into_owned()
+    }
+
+    pub fn log_path(&self, i: u32) -> PathBuf {
+        self.dir.path().join(format!("rs{i}.log"))
+    }
+
+    /// Starts `e2e_apps.py serve --name rsI` on every real server with these listen
+    /// addresses (`ADDR:PORT`) and waits until each has bound its sockets.
+    pub fn start_servers(&mut self, http: &[String], udp: &[String]) {
+        for i in 1..=self.bed.rs_count() {
+            let ready = self.dir.path().join(format!("rs{i}.ready"));
+            let mut args: Vec<String> = vec![
+                PYTHON.into(),
+                Self::apps(),
+                "serve".into(),
+                "--name".into(),
+                format!("rs{i}"),
+                "--log".into(),
+                self.log_path(i).to_string_lossy().into_owned(),
+                "--ready".into(),
+                ready.to_string_lossy().into_owned(),
+            ];
+            for h in http {
+                args.extend(["--http".into(), h.clone()]);
+            }
+            for u in udp {
+                args.extend(["--udp".into(), u.clone()]);
+            }
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut p = BackgroundProcess::spawn(Some(self.bed.rs_ns(i)), &argv);
+            p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
+            self.servers.push(p);
+        }
+    }
+
+    /// Sluice on the appliance's veth (net_af_packet) with these addresses and config.
+    pub fn daemon(&self, addresses: &[&str], extra_toml: String) -> Daemon {
+        let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+            "lan0",
+            &format!("net_af_packet0,iface={}", self.bed.lb_if()),
+            addresses,
+        )])
+        .in_netns(self.bed.lb_ns());
+        cfg.extra_toml.push(extra_toml);
+        Daemon::start(cfg)
+    }
+
+    /// Flushes every neighbour cache; each real server pings Sluice (which learns it)
+    /// and the client pings `client_target` through Sluice; waits until Sluice knows
+    /// the client and every real server.
+    pub fn prewarm(&self, daemon: &Daemon, client_target: &str) {
+        let t = Duration::from_secs(10);
+        let client = self.bed.client_ns();
+        self.bed
+            .exec(client, &["ip", "neigh", "flush", "all"], t)
+            .expect_success("ip neigh flush");
+        for i in 1..=self.bed.rs_count() {
+            let ns = self.bed.rs_ns(i);
+            self.bed
+                .exec(ns, &["ip", "neigh", "flush", "all"], t)
+                .expect_success("ip neigh flush");
+            let ping = self.bed.exec(
+                ns,
+                &["ping", "-n", "-c", "1", "-W", "2", Self::APPLIANCE],
+                t,
+            );
+            assert!(
+                ping.success(),
+                "real server {i} cannot ping Sluice: {}\n{}",
+                ping.describe(),
+                daemon.dump()
+            );
+        }
+        let ping = self.bed.exec(
+            client,
+            &["ping", "-n", "-c", "1", "-W", "2", client_target],
+            t,
+        );
+        assert!(
+            ping.success(),
+            "the client cannot ping {client_target} (answered by Sluice): {}\n{}",
+            ping.describe(),
+            daemon.dump()
+        );
+        let want = u64::from(self.bed.rs_count()) + 1;
+        let known = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+            (daemon.status()["neighbours"].as_u64().unwrap_or(0) >= want).then_some(())
+        });
+        assert!(
+            known.is_some(),
+            "Sluice did not learn the client and the {} real servers: {:#}",
+            want - 1,
+            daemon.status()
+        );
+    }
+
+    /// `count` curl requests to `url` from the client, each on a new connection,
+    /// `parallel` at a time, bounded; `e2e_apps.py curl`'s JSON.
+    pub fn curl(&self, url: &str, count: u64, parallel: u32, extra: &[&str]) -> serde_json::Value {
+        let (apps, count_s, parallel_s) = (Self::apps(), count.to_string(), parallel.to_string());
+        let mut args = vec![
+            PYTHON,
+            &apps,
+            "curl",
+            url,
+            "--count",
+            &count_s,
+            "--parallel",
+            &parallel_s,
+            "--max-time",
+            Self::CURL_MAX_TIME,
+        ];
+        args.extend_from_slice(extra);
+        let out = self
+            .bed
+            .exec(self.bed.client_ns(), &args, Self::BATCH_TIMEOUT);
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("curl batch printed no JSON ({e}): {}", out.describe()));
+        eprintln!(
+            "{count} requests to {url}: {} ok in {} s, by real server {}",
+            v["ok"], v["seconds"], v["bodies"]
+        );
+        v
+    }
+
+    /// `count` UDP exchanges with `addr:port` from the client (`e2e_apps.py udp`):
+    /// the command's output and its JSON.
+    pub fn udp(
+        &self,
+        addr: &str,
+        port: u16,
+        count: u32,
+        sport_base: u16,
+    ) -> (CmdOutput, serde_json::Value) {
+        let out = self.bed.exec(
+            self.bed.client_ns(),
+            &[
+                PYTHON,
+                &Self::apps(),
+                "udp",
+                addr,
+                &port.to_string(),
+                "--count",
+                &count.to_string(),
+                "--sport-base",
+                &sport_base.to_string(),
+                "--timeout",
+                "2",
+            ],
+            Duration::from_secs(u64::from(count) * 3 + 10),
+        );
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("udp client printed no JSON ({e}): {}", out.describe()));
+        (out, v)
+    }
+
+    /// Real server `i`'s log lines of `kind` ("http" or "udp"): `KIND CLIENT_IP
+    /// CLIENT_PORT LOCAL_IP:LOCAL_PORT`.
+    pub fn log_lines(&self, i: u32, kind: &str) -> Vec<String> {
+        read_lines(&self.log_path(i))
+            .into_iter()
+            .filter(|l| l.starts_with(&format!("{kind} ")))
+            .collect()
+    }
+
+    /// The number of HTTP log lines of each real server, to tell a batch's lines apart.
+    pub fn http_log_len(&self) -> Vec<usize> {
+        (1..=self.bed.rs_count())
+            .map(|i| self.log_lines(i, "http").len())
+            .collect()
+    }
+
+    /// A curl batch's answers by real-server name (`rs1`...).
+    pub fn answers(batch: &serde_json::Value) -> BTreeMap<String, u64> {
+        batch["bodies"]
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The kernels' view, for failure messages: link counters of the switch and the
+    /// appliance, TCP/UDP counters and neighbours of the client and real servers.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        let name = &self.bed.name;
+        let run = |ns: &str, args: &[&str]| {
+            let o = netns_exec(ns, args, Duration::from_secs(10));
+            format!("--- {ns}: {} ---\n{}{}", args.join(" "), o.stdout, o.stderr)
+        };
+        out += &run(&format!("{name}-sw"), &["ip", "-s", "link"]);
+        out += &run(self.bed.lb_ns(), &["ip", "-s", "link"]);
+        let mut kernels = vec![self.bed.client_ns().to_string()];
+        kernels.extend((1..=self.bed.rs_count()).map(|i| self.bed.rs_ns(i).to_string()));
+        for ns in &kernels {
+            out += &run(ns, &["nstat", "-as"]);
+            out += &run(ns, &["ip", "neigh"]);
+        }
+        out
+    }
+
+    /// Every checksum error counter of the bed's kernels must be 0: a checksum Sluice
+    /// got wrong shows up here even if a retransmission hid it.
+    pub fn assert_no_checksum_errors(&self) {
+        let mut namespaces = vec![self.bed.client_ns().to_string()];
+        namespaces.extend((1..=self.bed.rs_count()).map(|i| self.bed.rs_ns(i).to_string()));
+        for ns in namespaces {
+            let out = self
+                .bed
+                .exec(
+                    &ns,
+                    &[
+                        "nstat",
+                        "-asz",
+                        "TcpInCsumErrors",
+                        "UdpInCsumErrors",
+                        "IcmpInCsumErrors",
+                    ],
+                    Duration::from_secs(10),
+                )
+                .expect_success("nstat");
+            for line in out.stdout.lines().filter(|l| !l.starts_with('#')) {
+                let mut w = line.split_whitespace();
+                let (Some(name), Some(value)) = (w.next(), w.next()) else {
+                    continue;
+                };
+                assert_eq!(value, "0", "{ns}: {name} = {value}\n{}", out.stdout);
+            }
+        }
+    }
+}
