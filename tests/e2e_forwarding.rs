@@ -23,7 +23,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,302 +30,45 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 const APPLIANCE: &str = "198.18.0.1";
 const REQUESTS: u64 = 300;
-const PARALLEL: &str = "4";
-/// curl's bound per request; the whole batch is bounded too.
-const CURL_MAX_TIME: &str = "5";
-const BATCH_TIMEOUT: Duration = Duration::from_secs(120);
+const PARALLEL: u32 = 4;
 const UDP_PORT: u16 = 3333;
 
-fn apps() -> String {
-    tool("e2e_apps.py").to_string_lossy().into_owned()
-}
-
-/// A test bed with 3 real servers plus everything that must stop before it goes:
-/// the servers (and the daemon, declared after this in each test).
-struct Lab {
-    // Fields drop in this order: servers first, the bed last.
-    servers: Vec<BackgroundProcess>,
-    dir: tempfile::TempDir,
-    bed: Testbed,
-}
-
-impl Lab {
-    fn new() -> Lab {
-        let bed = Testbed::up(3);
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("sluice-e2e-{}-", bed.name))
-            .tempdir()
-            .expect("temp dir");
-        Lab {
-            bed,
-            dir,
-            servers: Vec::new(),
-        }
-    }
-
-    fn log_path(&self, i: u32) -> PathBuf {
-        self.dir.path().join(format!("rs{i}.log"))
-    }
-
-    /// Starts `e2e_apps.py serve` on every real server with the given listen
-    /// addresses, and waits until each has bound its sockets.
-    fn start_servers(&mut self, http: &[String], udp: &[String]) {
-        for i in 1..=self.bed.rs_count() {
-            let ready = self.dir.path().join(format!("rs{i}.ready"));
-            let log = self.log_path(i);
-            let name = format!("rs{i}");
-            let mut args: Vec<String> = vec![
-                PYTHON.into(),
-                apps(),
-                "serve".into(),
-                "--name".into(),
-                name,
-                "--log".into(),
-                log.to_string_lossy().into_owned(),
-                "--ready".into(),
-                ready.to_string_lossy().into_owned(),
-            ];
-            for h in http {
-                args.push("--http".into());
-                args.push(h.clone());
-            }
-            for u in udp {
-                args.push("--udp".into());
-                args.push(u.clone());
-            }
-            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut p = BackgroundProcess::spawn(Some(self.bed.rs_ns(i)), &argv);
-            p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
-            self.servers.push(p);
-        }
-    }
-
-    /// A user-space IP-in-IP decapsulator (TUN device `sltun0`) on every real server,
-    /// for tunnelled services: this kernel has no ipip module.
-    fn start_decapsulators(&mut self) {
-        for i in 1..=self.bed.rs_count() {
-            let ready = self.dir.path().join(format!("rs{i}.decap.ready"));
-            let log = self.dir.path().join(format!("rs{i}.ipip.log"));
-            let (ready_s, log_s) = (
-                ready.to_string_lossy().into_owned(),
-                log.to_string_lossy().into_owned(),
-            );
-            let mut p = BackgroundProcess::spawn(
-                Some(self.bed.rs_ns(i)),
-                &[
-                    PYTHON,
-                    &apps(),
-                    "decap",
-                    "--tun",
-                    "sltun0",
-                    "--log",
-                    &log_s,
-                    "--ready",
-                    &ready_s,
-                ],
-            );
-            p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
-            self.servers.push(p);
-        }
-    }
-
-    /// Sluice on the appliance's veth with these addresses and extra config.
-    fn daemon(&self, addresses: &[&str], extra_toml: String) -> Daemon {
-        let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
-            "lan0",
-            &format!("net_af_packet0,iface={}", self.bed.lb_if()),
-            addresses,
-        )])
-        .in_netns(self.bed.lb_ns());
-        cfg.extra_toml.push(extra_toml);
-        Daemon::start(cfg)
-    }
-
-    /// Sluice learns every real server (their ARP requests for its address, merged as
-    /// RFC 826 says) and the client resolves `client_target` through Sluice: no
-    /// connection of the measured runs waits for a neighbour.
-    fn prewarm(&self, daemon: &Daemon, client_target: &str) {
-        let client = self.bed.client_ns();
-        self.bed
-            .exec(
-                client,
-                &["ip", "neigh", "flush", "all"],
-                Duration::from_secs(10),
-            )
-            .expect_success("ip neigh flush");
-        for i in 1..=self.bed.rs_count() {
-            let ns = self.bed.rs_ns(i);
-            self.bed
-                .exec(
-                    ns,
-                    &["ip", "neigh", "flush", "all"],
-                    Duration::from_secs(10),
-                )
-                .expect_success("ip neigh flush");
-            let ping = self.bed.exec(
-                ns,
-                &["ping", "-n", "-c", "1", "-W", "2", APPLIANCE],
-                Duration::from_secs(10),
-            );
-            assert!(
-                ping.success(),
-                "real server {i} cannot ping Sluice: {}\n{}",
-                ping.describe(),
-                daemon.dump()
-            );
-        }
-        let ping = self.bed.exec(
-            client,
-            &["ping", "-n", "-c", "1", "-W", "2", client_target],
-            Duration::from_secs(10),
+/// A user-space IP-in-IP decapsulator (TUN device `sltun0`) on every real server,
+/// for tunnelled services: this kernel has no ipip module.
+fn start_decapsulators(lab: &mut AppLab) {
+    for i in 1..=lab.bed.rs_count() {
+        let ready = lab.dir.path().join(format!("rs{i}.decap.ready"));
+        let log = lab.dir.path().join(format!("rs{i}.ipip.log"));
+        let (ready_s, log_s) = (
+            ready.to_string_lossy().into_owned(),
+            log.to_string_lossy().into_owned(),
         );
-        assert!(
-            ping.success(),
-            "the client cannot ping {client_target} (answered by Sluice): {}\n{}",
-            ping.describe(),
-            daemon.dump()
-        );
-        let want = u64::from(self.bed.rs_count()) + 1;
-        let status = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
-            let s = daemon.status();
-            (s["neighbours"].as_u64().unwrap_or(0) >= want).then_some(s)
-        });
-        assert!(
-            status.is_some(),
-            "Sluice did not learn the client and the {} real servers: {:#}",
-            want - 1,
-            daemon.status()
-        );
-    }
-
-    /// `count` curl requests (new connections, PARALLEL at a time) from the client.
-    fn curl(&self, url: &str, count: u64) -> Value {
-        self.curl_with(url, count, &[])
-    }
-
-    fn curl_with(&self, url: &str, count: u64, extra: &[&str]) -> Value {
-        let count_s = count.to_string();
-        let mut args = vec![
-            PYTHON,
-            "",
-            "curl",
-            url,
-            "--count",
-            &count_s,
-            "--parallel",
-            PARALLEL,
-            "--max-time",
-            CURL_MAX_TIME,
-        ];
-        let apps = apps();
-        args[1] = &apps;
-        args.extend_from_slice(extra);
-        let out = self.bed.exec(self.bed.client_ns(), &args, BATCH_TIMEOUT);
-        let v: Value = serde_json::from_str(out.stdout.trim())
-            .unwrap_or_else(|e| panic!("curl batch printed no JSON ({e}): {}", out.describe()));
-        eprintln!(
-            "{count} requests to {url}: {} ok in {} s, by real server {}",
-            v["ok"], v["seconds"], v["bodies"]
-        );
-        v
-    }
-
-    /// UDP exchanges with `addr:port` from the client.
-    fn udp(&self, addr: &str, port: u16, count: u32, sport_base: u16) -> (CmdOutput, Value) {
-        let out = self.bed.exec(
-            self.bed.client_ns(),
+        let mut p = BackgroundProcess::spawn(
+            Some(lab.bed.rs_ns(i)),
             &[
                 PYTHON,
-                &apps(),
-                "udp",
-                addr,
-                &port.to_string(),
-                "--count",
-                &count.to_string(),
-                "--sport-base",
-                &sport_base.to_string(),
-                "--timeout",
-                "2",
+                &AppLab::apps(),
+                "decap",
+                "--tun",
+                "sltun0",
+                "--log",
+                &log_s,
+                "--ready",
+                &ready_s,
             ],
-            Duration::from_secs(u64::from(count) * 3 + 10),
         );
-        let v: Value = serde_json::from_str(out.stdout.trim())
-            .unwrap_or_else(|e| panic!("udp client printed no JSON ({e}): {}", out.describe()));
-        (out, v)
-    }
-
-    /// Real server `i`'s log lines of `kind` ("http" or "udp").
-    fn log_lines(&self, i: u32, kind: &str) -> Vec<String> {
-        read_log(&self.log_path(i))
-            .into_iter()
-            .filter(|l| l.starts_with(&format!("{kind} ")))
-            .collect()
-    }
-
-    /// The kernels' view, for failure messages: link counters (drops) in the switch and
-    /// appliance namespaces, TCP/UDP counters of the client and the real servers, and
-    /// the host's per-CPU backlog drops.
-    fn diagnostics(&self) -> String {
-        let mut out = String::new();
-        let name = &self.bed.name;
-        let run = |ns: &str, args: &[&str]| {
-            let o = netns_exec(ns, args, Duration::from_secs(10));
-            format!("--- {ns}: {} ---\n{}{}", args.join(" "), o.stdout, o.stderr)
-        };
-        out += &run(&format!("{name}-sw"), &["ip", "-s", "link"]);
-        out += &run(self.bed.lb_ns(), &["ip", "-s", "link"]);
-        let mut kernels = vec![self.bed.client_ns().to_string()];
-        kernels.extend((1..=self.bed.rs_count()).map(|i| self.bed.rs_ns(i).to_string()));
-        for ns in &kernels {
-            out += &run(ns, &["nstat", "-as"]);
-            out += &run(ns, &["ip", "neigh"]);
-        }
-        out += &format!(
-            "--- /proc/net/softnet_stat (hex; 2nd column: backlog drops) ---\n{}",
-            std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default()
-        );
-        out
-    }
-
-    /// Every checksum error counter of the kernels in the bed must be 0: a checksum
-    /// Sluice got wrong shows up here even if a retransmission hid it.
-    fn assert_no_checksum_errors(&self) {
-        let mut namespaces = vec![self.bed.client_ns().to_string()];
-        for i in 1..=self.bed.rs_count() {
-            namespaces.push(self.bed.rs_ns(i).to_string());
-        }
-        for ns in namespaces {
-            let out = self
-                .bed
-                .exec(
-                    &ns,
-                    &[
-                        "nstat",
-                        "-asz",
-                        "TcpInCsumErrors",
-                        "UdpInCsumErrors",
-                        "IcmpInCsumErrors",
-                    ],
-                    Duration::from_secs(10),
-                )
-                .expect_success("nstat");
-            for line in out.stdout.lines().filter(|l| !l.starts_with('#')) {
-                let mut w = line.split_whitespace();
-                let (Some(name), Some(value)) = (w.next(), w.next()) else {
-                    continue;
-                };
-                assert_eq!(value, "0", "{ns}: {name} = {value}\n{}", out.stdout);
-            }
-        }
+        p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
+        lab.servers.push(p);
     }
 }
 
-fn read_log(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+/// [`AppLab::diagnostics`] plus the host's per-CPU backlog drops, for failure messages.
+fn diagnostics(lab: &AppLab) -> String {
+    format!(
+        "{}--- /proc/net/softnet_stat (hex; 2nd column: backlog drops) ---\n{}",
+        lab.diagnostics(),
+        std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default()
+    )
 }
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
@@ -355,7 +97,7 @@ fn service_toml(
 /// Asserts a batch: every request succeeded, and each real server got its share
 /// within `tolerance`. Returns the counts by real-server name.
 fn assert_spread(
-    lab: &Lab,
+    lab: &AppLab,
     batch: &Value,
     want: &[(&str, u64)],
     tolerance: u64,
@@ -377,7 +119,7 @@ fn assert_spread(
         daemon.status(),
         daemon.list_services(),
         daemon.dump(),
-        lab.diagnostics()
+        diagnostics(lab)
     );
     for (name, n) in want {
         let got = counts.get(*name).copied().unwrap_or(0);
@@ -396,7 +138,7 @@ fn assert_spread(
 
 /// The HTTP log lines of each real server since `before[i]`: their number equals the
 /// answers it gave, and every one names `client_ip`.
-fn assert_logs(lab: &Lab, before: &[usize], counts: &BTreeMap<String, u64>, client_ip: &str) {
+fn assert_logs(lab: &AppLab, before: &[usize], counts: &BTreeMap<String, u64>, client_ip: &str) {
     for i in 1..=lab.bed.rs_count() {
         let lines = lab.log_lines(i, "http");
         let new = &lines[before[i as usize - 1]..];
@@ -417,16 +159,10 @@ fn assert_logs(lab: &Lab, before: &[usize], counts: &BTreeMap<String, u64>, clie
     }
 }
 
-fn http_log_len(lab: &Lab) -> Vec<usize> {
-    (1..=lab.bed.rs_count())
-        .map(|i| lab.log_lines(i, "http").len())
-        .collect()
-}
-
 /// Sluice's own statistics for a service agree with what the real servers saw.
 fn assert_rs_stats(
     daemon: &Daemon,
-    lab: &Lab,
+    lab: &AppLab,
     vip: &str,
     port: u16,
     counts: &BTreeMap<String, u64>,
@@ -484,7 +220,7 @@ const DR_VIP_ADDED: &str = "198.18.0.202";
 fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     require_root();
     let _serial = lock();
-    let mut lab = Lab::new();
+    let mut lab = AppLab::new(3);
     lab.bed
         .configure("dr-vip", &[DR_VIP_RR, DR_VIP_WRR, DR_VIP_ADDED]);
     lab.start_servers(&["0.0.0.0:80".into()], &[format!("{DR_VIP_RR}:{UDP_PORT}")]);
@@ -529,8 +265,8 @@ fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let client_ip = lab.bed.client_ip().to_string();
 
     // rr: 100/100/100 (+-2).
-    let before = http_log_len(&lab);
-    let batch = lab.curl(&format!("http://{DR_VIP_RR}/"), REQUESTS);
+    let before = lab.http_log_len();
+    let batch = lab.curl(&format!("http://{DR_VIP_RR}/"), REQUESTS, PARALLEL, &[]);
     let counts = assert_spread(
         &lab,
         &batch,
@@ -542,8 +278,8 @@ fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     assert_rs_stats(&daemon, &lab, DR_VIP_RR, 80, &counts, false);
 
     // wrr 3:2:1: 150/100/50 (+-2 % of 300).
-    let before = http_log_len(&lab);
-    let batch = lab.curl(&format!("http://{DR_VIP_WRR}/"), REQUESTS);
+    let before = lab.http_log_len();
+    let batch = lab.curl(&format!("http://{DR_VIP_WRR}/"), REQUESTS, PARALLEL, &[]);
     let counts = assert_spread(
         &lab,
         &batch,
@@ -594,7 +330,7 @@ fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let added = real_server(&list, "tcp", DR_VIP_ADDED, 80, lab.bed.rs_ip(2));
     assert_eq!(added["mode"], "dr", "{added}");
     assert_eq!(added["weight"], 1, "{added}");
-    let batch = lab.curl(&format!("http://{DR_VIP_ADDED}/"), 6);
+    let batch = lab.curl(&format!("http://{DR_VIP_ADDED}/"), 6, PARALLEL, &[]);
     assert_spread(&lab, &batch, &[("rs2", 6)], 0, &daemon);
     daemon
         .ctl(&["-d", "-t", &vs, "-r", &rs2])
@@ -637,8 +373,8 @@ const NAT_UDP_PORT: u16 = 4444;
 
 /// The NAT layout: the client on 198.18.2.0/24 behind Sluice's second address, the
 /// real servers' default route via Sluice's 198.18.0.1.
-fn nat_lab() -> Lab {
-    let mut lab = Lab::new();
+fn nat_lab() -> AppLab {
+    let mut lab = AppLab::new(3);
     lab.bed.configure("client-addr", &[NAT_CLIENT, NAT_GATEWAY]);
     lab.bed.configure("rs-gateway", &[APPLIANCE]);
     lab.start_servers(
@@ -686,8 +422,8 @@ fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     let client_ip = lab.bed.client_ip().to_string();
     assert_eq!(client_ip, "198.18.2.100");
 
-    let before = http_log_len(&lab);
-    let batch = lab.curl(&format!("http://{NAT_VIP_RR}/"), REQUESTS);
+    let before = lab.http_log_len();
+    let batch = lab.curl(&format!("http://{NAT_VIP_RR}/"), REQUESTS, PARALLEL, &[]);
     let counts = assert_spread(
         &lab,
         &batch,
@@ -698,8 +434,8 @@ fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     assert_logs(&lab, &before, &counts, &client_ip);
     assert_rs_stats(&daemon, &lab, NAT_VIP_RR, 80, &counts, true);
 
-    let before = http_log_len(&lab);
-    let batch = lab.curl(&format!("http://{NAT_VIP_WRR}/"), REQUESTS);
+    let before = lab.http_log_len();
+    let batch = lab.curl(&format!("http://{NAT_VIP_WRR}/"), REQUESTS, PARALLEL, &[]);
     let counts = assert_spread(
         &lab,
         &batch,
@@ -865,9 +601,9 @@ const TUN_VIP: &str = "198.18.0.203";
 fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
     require_root();
     let _serial = lock();
-    let mut lab = Lab::new();
+    let mut lab = AppLab::new(3);
     lab.bed.configure("dr-vip", &[TUN_VIP]);
-    lab.start_decapsulators();
+    start_decapsulators(&mut lab);
     lab.start_servers(&["0.0.0.0:80".into()], &[]);
     let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
     let rs: Vec<(&str, u16, u32, &str)> = rips.iter().map(|r| (r.as_str(), 80, 1, "tun")).collect();
@@ -878,8 +614,8 @@ fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
     lab.prewarm(&daemon, TUN_VIP);
     let client_ip = lab.bed.client_ip().to_string();
 
-    let before = http_log_len(&lab);
-    let batch = lab.curl(&format!("http://{TUN_VIP}/"), 30);
+    let before = lab.http_log_len();
+    let batch = lab.curl(&format!("http://{TUN_VIP}/"), 30, PARALLEL, &[]);
     let counts = assert_spread(
         &lab,
         &batch,
@@ -896,7 +632,7 @@ fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
         assert_eq!(rs_counter(entry, "connections"), answered, "{entry}");
         assert_eq!(rs_counter(entry, "out_packets"), 0, "{entry}");
         // Everything reached the server through the tunnel, from Sluice's address.
-        let ipip = read_log(&lab.dir.path().join(format!("rs{i}.ipip.log")));
+        let ipip = read_lines(&lab.dir.path().join(format!("rs{i}.ipip.log")));
         assert!(
             ipip.len() as u64 >= 4 * answered,
             "rs{i} decapsulated {} packets for {answered} connections",
@@ -914,7 +650,12 @@ fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
 
     // Path MTU: a 20000-byte upload in 1500-byte segments with DF.
     let too_big_before = drop_count(&daemon.status(), "too_big");
-    let batch = lab.curl_with(&format!("http://{TUN_VIP}/"), 1, &["--post-bytes", "20000"]);
+    let batch = lab.curl(
+        &format!("http://{TUN_VIP}/"),
+        1,
+        PARALLEL,
+        &["--post-bytes", "20000"],
+    );
     assert_eq!(
         batch["ok"].as_u64(),
         Some(1),

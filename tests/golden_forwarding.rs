@@ -167,7 +167,7 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
 
     // 5. Counters: port and lcore packet counts, every drop reason exactly, events,
     // sessions, and the real servers' statistics.
-    let mut problems = Problems::default();
+    let mut problems = Mismatches::default();
     problems.eq(
         "ports[lan0].rx_packets".into(),
         port_counter(&status, "lan0", "rx_packets"),
@@ -192,133 +192,16 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
     }
     // Each real server's ARP reply comes first in the input, so no packet ever waits
     // for a neighbour: neighbour_unresolved is 0 even when Sluice ARPs on its own.
-    let want_drops: std::collections::BTreeMap<String, u64> = expect["drops"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-        .collect();
-    let got_drops = status["drops"]
-        .as_object()
-        .expect("status.drops is an object");
-    for reason in want_drops.keys() {
-        if !got_drops.contains_key(reason) {
-            problems.fail(format!("drops.{reason}: not reported by sluicectl status"));
-        }
-    }
-    let mut reasons: Vec<&String> = want_drops.keys().chain(got_drops.keys()).collect();
-    reasons.sort();
-    reasons.dedup();
-    for reason in reasons {
-        let want = want_drops.get(reason).copied().unwrap_or(0);
-        problems.eq(format!("drops.{reason}"), drop_count(&status, reason), want);
-    }
-    for (event, want) in expect["events"].as_object().unwrap() {
-        problems.eq(
-            format!("events.{event}"),
-            event_count(&status, event),
-            want.as_u64().unwrap(),
-        );
-    }
-    problems.eq(
-        "neighbours".into(),
-        status["neighbours"].as_u64().unwrap_or(u64::MAX),
-        expect["events"]["neighbour_learned"].as_u64().unwrap(),
-    );
-    // Live, created and expired sessions: nothing times out during the run, so the
-    // expired ones are exactly those a SYN retired by reusing a finished connection's
-    // tuple.
-    for field in ["sessions", "sessions_created", "sessions_expired"] {
-        problems.eq(
-            field.into(),
-            status[field].as_u64().unwrap_or(u64::MAX),
-            expect[field].as_u64().unwrap(),
-        );
-    }
-
-    // Real servers (ipvsadm -Ln --stats), per VIP: exact connections, active (the
-    // connections still ESTABLISHED) and inactive (the others, less those retired);
-    // packet counts between the TCP/UDP frames forwarded and those plus the ICMP errors
-    // and too-big packets of their sessions.
-    for want in expect["real_servers"].as_array().unwrap() {
-        let rip = want["rip"].as_str().unwrap();
-        let vip = want["vip"].as_str().unwrap();
-        let mode = want["mode"].as_str().unwrap();
-        let services: Vec<(String, u16)> = want["services"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                (
-                    s[0].as_str().unwrap().to_string(),
-                    s[1].as_u64().unwrap() as u16,
-                )
-            })
-            .collect();
-        let mut sum = |field: &str| -> u64 {
-            services
-                .iter()
-                .map(|(proto, port)| {
-                    let rs = real_server(&list, proto, vip, *port, rip);
-                    if rs["mode"] != mode {
-                        problems.fail(format!(
-                            "{proto} {vip}:{port} -> {rip}: mode {}",
-                            rs["mode"]
-                        ));
-                    }
-                    rs[field]
-                        .as_u64()
-                        .unwrap_or_else(|| panic!("real server {rip} has no numeric {field}: {rs}"))
-                })
-                .sum()
-        };
-        let (conns, active, inactive) = (sum("connections"), sum("active"), sum("inactive"));
-        let (inp, outp) = (sum("in_packets"), sum("out_packets"));
-        let (in_bytes, out_bytes) = (sum("in_bytes"), sum("out_bytes"));
-        let n = |k: &str| want[k].as_u64().unwrap();
-        let mut verify = |what: &str, ok: bool, detail: String| {
-            if !ok {
-                problems.fail(format!(
-                    "real server {rip} of {vip} ({mode}) {what}: {detail}"
-                ));
-            }
-        };
-        verify(
-            "connections",
-            conns == n("connections"),
-            format!("{conns}, expected {}", n("connections")),
-        );
-        verify(
-            "active",
-            active == n("active"),
-            format!("{active}, expected {}", n("active")),
-        );
-        verify(
-            "inactive",
-            inactive == n("inactive"),
-            format!("{inactive}, expected {}", n("inactive")),
-        );
-        verify(
-            "in_packets",
-            (n("in_min")..=n("in_max")).contains(&inp),
-            format!("{inp}, expected {}..={}", n("in_min"), n("in_max")),
-        );
-        verify(
-            "out_packets",
-            (n("out_min")..=n("out_max")).contains(&outp),
-            format!("{outp}, expected {}..={}", n("out_min"), n("out_max")),
-        );
-        verify(
-            "in_bytes",
-            in_bytes >= 40 * inp && (inp == 0) == (in_bytes == 0),
-            format!("{in_bytes} for {inp} packets"),
-        );
-        verify(
-            "out_bytes",
-            out_bytes >= 40 * outp && (outp == 0) == (out_bytes == 0),
-            format!("{out_bytes} for {outp} packets"),
-        );
-    }
+    // Every drop reason exactly, events, neighbours, and the live, created and expired
+    // sessions: nothing times out during the run, so the expired ones are exactly those
+    // a SYN retired by reusing a finished connection's tuple. Real servers (ipvsadm -Ln
+    // --stats), per VIP: exact connections, active (the connections still ESTABLISHED)
+    // and inactive (the others, less those retired); packet counts between the TCP/UDP
+    // frames forwarded and those plus the ICMP errors and too-big packets of their
+    // sessions.
+    problems
+        .0
+        .extend(golden_counter_mismatches(&status, &list, &expect).0);
 
     assert!(
         check.success(),
@@ -336,20 +219,4 @@ fn golden_dr_nat_tun_forwarding_and_malformed_drops() {
         dpdk_runtime_dirs(&daemon.config.file_prefix).is_empty(),
         "DPDK runtime dir left behind"
     );
-}
-
-/// Counter mismatches, collected so that one run reports all of them.
-#[derive(Default)]
-struct Problems(Vec<String>);
-
-impl Problems {
-    fn eq(&mut self, what: String, got: u64, want: u64) {
-        if got != want {
-            self.0.push(format!("{what}: got {got}, expected {want}"));
-        }
-    }
-
-    fn fail(&mut self, what: String) {
-        self.0.push(what);
-    }
 }
