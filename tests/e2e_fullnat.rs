@@ -268,3 +268,94 @@ fn fullnat_rr_spreads_60_connections_and_real_servers_see_only_local_addresses()
     }
     daemon.stop_clean();
 }
+
+/// TOA: with `toa = true`, the client's first ACK reaches the real server carrying
+/// TCP option 254 with the real client address and port (read by
+/// `tests/tools/toa_reader.py` sniffing the real server's interface), the real
+/// server's kernel accepts the segments (no checksum errors) and the HTTP exchange
+/// completes; `status` counts one insertion per connection and no "no room".
+#[test]
+fn fullnat_toa_carries_the_client_address_to_the_real_server() {
+    require_root();
+    let mut lab = AppLab::new(1);
+    lab.start_servers(&[format!("0.0.0.0:{HTTP_PORT}")], &[]);
+    let rip = lab.bed.rs_ip(1).to_string();
+    let extra = vec![
+        format!("local_addresses = [\"{}\"]", LIPS[0]),
+        "toa = true".to_string(),
+    ];
+    let toml = service_section(
+        "tcp",
+        VIP,
+        80,
+        "rr",
+        &extra,
+        &[(rip.as_str(), HTTP_PORT, 1, "fullnat")],
+    );
+    let daemon = lab.daemon(&[&format!("{}/24", AppLab::APPLIANCE)], toml);
+    lab.prewarm(&daemon, VIP);
+    let client_ip = lab.bed.client_ip().to_string();
+    let inserted_before = event_count(&daemon.status(), "toa_inserted");
+
+    let reader_script = format!("{}/tests/tools/toa_reader.py", env!("CARGO_MANIFEST_DIR"));
+    let port_arg = HTTP_PORT.to_string();
+    let mut reader = BackgroundProcess::spawn(
+        Some(lab.bed.rs_ns(1)),
+        &[
+            "/usr/bin/python3",
+            &reader_script,
+            "--iface",
+            lab.bed.rs_if(1),
+            "--port",
+            &port_arg,
+            "--count",
+            "3",
+            "--timeout",
+            "20",
+        ],
+    );
+    // scapy takes a moment to import and open its socket.
+    std::thread::sleep(Duration::from_secs(3));
+    let batch = lab.curl(&format!("http://{VIP}/"), 3, 1, &[]);
+    assert_eq!(
+        batch["ok"].as_u64(),
+        Some(3),
+        "requests failed: {batch:#}\n{}",
+        daemon.dump()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(25);
+    while reader.running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let seen = reader.stdout_text();
+    let carried = seen
+        .lines()
+        .filter(|l| l.contains(&format!("toa={client_ip}:")))
+        .count();
+    assert_eq!(
+        carried,
+        3,
+        "the real server should see TOA with the client {client_ip} once per connection:\n{seen}\n{}",
+        reader.stderr_text()
+    );
+    let status = daemon.status();
+    assert_eq!(
+        event_count(&status, "toa_inserted") - inserted_before,
+        3,
+        "{status:#}"
+    );
+    assert_eq!(event_count(&status, "toa_no_room"), 0, "{status:#}");
+    let csum = lab.bed.exec(
+        lab.bed.rs_ns(1),
+        &["nstat", "-az", "TcpInCsumErrors"],
+        Duration::from_secs(10),
+    );
+    assert!(
+        csum.stdout
+            .lines()
+            .filter(|l| l.starts_with("TcpInCsumErrors"))
+            .all(|l| l.split_whitespace().nth(1) == Some("0")),
+        "the real server saw TCP checksum errors: {}",
+        csum.stdout
+    );
+}

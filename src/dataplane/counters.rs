@@ -148,15 +148,21 @@ pub enum Event {
     IcmpEchoReplied,
     NeighbourLearned,
     NeighbourTableFull,
+    /// FullNAT: the client address was written into a segment as TOA.
+    ToaInserted,
+    /// FullNAT: the segment had no room for TOA (it went on without).
+    ToaNoRoom,
 }
 
 impl Event {
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 6;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
         Event::NeighbourLearned,
         Event::NeighbourTableFull,
+        Event::ToaInserted,
+        Event::ToaNoRoom,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -164,6 +170,8 @@ impl Event {
             Event::IcmpEchoReplied => "icmp_echo_replied",
             Event::NeighbourLearned => "neighbour_learned",
             Event::NeighbourTableFull => "neighbour_table_full",
+            Event::ToaInserted => "toa_inserted",
+            Event::ToaNoRoom => "toa_no_room",
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The forwarding core of one worker: classify a frame, find or create its session,
 //! rewrite it for its mode (DR, NAT, TUN) and say where it goes. Owns the worker's
 //! session table and scheduler instances; reads services from the RCU snapshot.
-use super::counters::{bump, DropReason, WorkerCounters};
+use super::counters::{bump, DropReason, Event, WorkerCounters};
 use super::local::{LocalResponder, Verdict};
 use super::neighbour::NeighbourTable;
 use super::realserver_stats::RealServerCounters;
@@ -13,7 +13,7 @@ use crate::forward::laddr::PortPool;
 use crate::forward::{self, MtuCheck, QuoteRewrite};
 use crate::sched::{self, PickContext, Scheduler, ServerLoad};
 use crate::service::{ForwardMode, ServiceKey, SnapshotReader};
-use crate::session::{Direction, Session, SessionTable, TickTimeouts, Transition};
+use crate::session::{Direction, Session, SessionFlags, SessionTable, TickTimeouts, Transition};
 use crate::wire::arp;
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::tcp::TcpFlags;
@@ -392,6 +392,9 @@ impl Forwarder {
                     }
                 }
             }
+            if action == Action::Transmit && s.flags().contains(SessionFlags::TOA_PENDING) {
+                self.toa(burst, i, parsed, id, &s, dir, flags, port, counters);
+            }
             return action;
         }
 
@@ -456,6 +459,9 @@ impl Forwarder {
                     return Action::Drop(DropReason::LaddrExhausted);
                 };
                 session = session.with_local(lip, lport);
+                if service.toa && key.proto == Protocol::Tcp {
+                    session.set_flags(SessionFlags::TOA_PENDING);
+                }
                 Some(FlowKey4::new(key.proto, rs.ip, rs.port, lip, lport))
             }
         };
@@ -507,6 +513,53 @@ impl Forwarder {
             neighbours,
             now_tsc,
         )
+    }
+
+    /// FullNAT TOA, after the segment was rewritten: the real server's SYN-ACK gets its
+    /// MSS lowered by the option's 8 bytes (so segments carrying TOA still fit the
+    /// path), and the client's first ACK or data segment gets the client address as
+    /// TCP option 254. Once that segment has passed, the session stops asking.
+    #[allow(clippy::too_many_arguments)]
+    fn toa(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        parsed: &Parsed,
+        id: crate::session::SessionId,
+        s: &Session,
+        dir: Direction,
+        flags: TcpFlags,
+        port: &PortContext,
+        counters: &WorkerCounters,
+    ) {
+        let syn = flags.contains(TcpFlags::SYN);
+        match dir {
+            Direction::Outbound if syn && flags.contains(TcpFlags::ACK) => {
+                let _ = forward::toa::clamp_mss(
+                    burst.packet_mut(i),
+                    parsed,
+                    forward::toa::TOA_LEN as u16,
+                );
+            }
+            Direction::Inbound if !syn && flags.contains(TcpFlags::ACK) => {
+                let client = (Ipv4Addr::from(s.client_addr), s.client_port);
+                let buf = burst.packet_with_tailroom_mut(i);
+                let max = buf.len().min(parsed.l3 + port.mtu as usize);
+                match forward::toa::insert(buf, parsed, client, max) {
+                    Ok(forward::toa::InsertOutcome::Inserted { new_len })
+                        if burst.set_packet_len(i, new_len as u16) =>
+                    {
+                        counters.event(Event::ToaInserted)
+                    }
+                    Ok(forward::toa::InsertOutcome::Replaced) => counters.event(Event::ToaInserted),
+                    _ => counters.event(Event::ToaNoRoom),
+                }
+                if let Some(live) = self.sessions.get_mut(id) {
+                    live.clear_flags(SessionFlags::TOA_PENDING);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Removes a session before its timeout, keeping the real server's gauges right.

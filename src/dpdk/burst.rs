@@ -99,6 +99,22 @@ impl Burst {
         }
     }
 
+    /// Packet `i`'s bytes followed by the free space after them in the mbuf (its
+    /// tailroom): for rewrites that grow the packet in place. Call `set_packet_len`
+    /// with the new length afterwards.
+    #[inline]
+    pub fn packet_with_tailroom_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.len);
+        let m = self.mbufs[i];
+        // SAFETY: as in packet_mut; the slice ends at the end of the mbuf's data buffer
+        // (buf_len), which the mbuf owns, and data_off <= buf_len always holds.
+        unsafe {
+            let mb = &*m;
+            let room = mb.buf_len.saturating_sub(mb.data_off) as usize;
+            std::slice::from_raw_parts_mut((mb.buf_addr as *mut u8).add(mb.data_off as usize), room)
+        }
+    }
+
     /// Packet `i`'s bytes (first segment).
     #[inline(always)]
     pub fn packet(&self, i: usize) -> &[u8] {

@@ -52,6 +52,9 @@ impl SessionFlags {
     /// transitions. Set for DR and TUN at creation, cleared by the first reply seen,
     /// as IPVS's `IP_VS_CONN_F_NOOUTPUT`.
     pub const NO_OUTPUT: SessionFlags = SessionFlags(1 << 0);
+    /// FullNAT with TOA: the client address still has to be inserted into the first
+    /// ACK/data segment towards the real server.
+    pub const TOA_PENDING: SessionFlags = SessionFlags(1 << 1);
     /// The slot holds a live session (managed by the table).
     const IN_USE: SessionFlags = SessionFlags(1 << 7);
 
@@ -222,6 +225,20 @@ impl Session {
         let mut flags = self.flags;
         flags.remove(SessionFlags::IN_USE);
         flags
+    }
+
+    /// Sets the data-plane flags in `flags` (`NO_OUTPUT`, `TOA_PENDING`).
+    pub fn set_flags(&mut self, flags: SessionFlags) {
+        let mut f = flags;
+        f.remove(SessionFlags::IN_USE);
+        self.flags.insert(f);
+    }
+
+    /// Clears the data-plane flags in `flags`.
+    pub fn clear_flags(&mut self, flags: SessionFlags) {
+        let mut f = flags;
+        f.remove(SessionFlags::IN_USE);
+        self.flags.remove(f);
     }
 
     /// Moves the TCP state on a segment with `flags` seen in `dir` (as returned by
