@@ -359,3 +359,93 @@ fn fullnat_toa_carries_the_client_address_to_the_real_server() {
         csum.stdout
     );
 }
+
+/// Port-pool exhaustion (issue 4): one local address with 8 local ports and 20 UDP
+/// flows from 20 client ports at once: 8 are echoed, 12 are refused and counted as
+/// `laddr_exhausted`; nothing crashes. Once the sessions expire (`udp = 2`), new flows
+/// get ports again.
+#[test]
+fn fullnat_port_pool_exhaustion_refuses_cleanly_and_recovers() {
+    require_root();
+    let mut lab = AppLab::new(1);
+    lab.start_servers(&[], &[format!("0.0.0.0:{UDP_RPORT}")]);
+    let rip = lab.bed.rs_ip(1).to_string();
+    let extra = vec![format!("local_addresses = [\"{}\"]", LIPS[0])];
+    let toml = format!(
+        "[timeouts]\nudp = 2\n\n[sessions]\ntick_ms = 10\nlocal_port_first = 2000\nlocal_port_last = 2007\n\n{}",
+        service_section("udp", VIP, UDP_VPORT, "rr", &extra, &[(rip.as_str(), UDP_RPORT, 1, "fullnat")])
+    );
+    let daemon = lab.daemon(&[&format!("{}/24", AppLab::APPLIANCE)], toml);
+    lab.prewarm(&daemon, VIP);
+
+    // 20 sockets, one datagram each, then collect the echoes (bounded).
+    let script = format!(
+        r#"
+import socket, select, time
+socks = []
+for i in range(20):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 0))
+    s.sendto(b"flow%d" % i, ("{VIP}", {UDP_VPORT}))
+    socks.append(s)
+echoed = 0
+deadline = time.time() + 3
+pending = list(socks)
+while pending and time.time() < deadline:
+    ready, _, _ = select.select(pending, [], [], 0.2)
+    for s in ready:
+        s.recvfrom(2048)
+        echoed += 1
+        pending.remove(s)
+print(echoed)
+"#
+    );
+    let flows = |label: &str| -> u64 {
+        let out = lab
+            .bed
+            .exec(
+                lab.bed.client_ns(),
+                &["/usr/bin/python3", "-c", &script],
+                Duration::from_secs(15),
+            )
+            .expect_success(label);
+        out.stdout
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{label}: {:?}", out.stdout))
+    };
+    let exhausted_before = drop_count(&daemon.status(), "laddr_exhausted");
+    assert_eq!(
+        flows("first 20 flows"),
+        8,
+        "only the 8 local ports can carry flows\n{}",
+        daemon.dump()
+    );
+    let status = daemon.status();
+    assert_eq!(
+        drop_count(&status, "laddr_exhausted") - exhausted_before,
+        12,
+        "{status:#}"
+    );
+
+    // After the UDP timeout the ports are back in the pool.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while daemon.status()["sessions"].as_u64() != Some(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sessions never expired: {:#}",
+            daemon.status()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        flows("20 flows after expiry"),
+        8,
+        "ports must be reusable after expiry\n{}",
+        daemon.dump()
+    );
+    assert_eq!(
+        drop_count(&daemon.status(), "laddr_exhausted") - exhausted_before,
+        24
+    );
+}

@@ -257,6 +257,11 @@ pub(super) fn tick_ms(f: &Field) -> Check<u32> {
     f.int(10..=1000)
 }
 
+/// A FullNAT local port bound (port 0 is never handed out).
+pub(super) fn local_port(f: &Field) -> Check<u16> {
+    f.int(1..=65535)
+}
+
 /// A service's protocol: "tcp" or "udp" (lowercase, as ipvsadm's -t / -u).
 pub(super) fn protocol(f: &Field) -> Check<Protocol> {
     match f.str()? {

@@ -186,6 +186,9 @@ pub struct SessionsConfig {
     pub capacity: u32,
     /// Timer-wheel tick in milliseconds: timeouts are accurate to about one tick.
     pub tick_ms: u32,
+    /// FullNAT local ports handed out, per local address and worker (inclusive).
+    pub local_port_first: u16,
+    pub local_port_last: u16,
 }
 
 impl Default for SessionsConfig {
@@ -193,6 +196,8 @@ impl Default for SessionsConfig {
         SessionsConfig {
             capacity: 1 << 20,
             tick_ms: 100,
+            local_port_first: 1024,
+            local_port_last: 65535,
         }
     }
 }

@@ -55,7 +55,7 @@ const TIMEOUT_KEYS: &[&str] = &[
     "close_wait",
     "last_ack",
 ];
-const SESSION_KEYS: &[&str] = &["capacity", "tick_ms"];
+const SESSION_KEYS: &[&str] = &["capacity", "tick_ms", "local_port_first", "local_port_last"];
 const SERVICE_KEYS: &[&str] = &[
     "proto",
     "vip",
@@ -456,9 +456,23 @@ fn read_sessions(root: &Table) -> Check<SessionsConfig> {
     let Some(t) = root.table("sessions", SESSION_KEYS)? else {
         return Ok(d);
     };
+    let first = t.or("local_port_first", d.local_port_first, fields::local_port)?;
+    let last = t.or("local_port_last", d.local_port_last, fields::local_port)?;
+    if first > last {
+        let at = t
+            .get("local_port_last")
+            .or_else(|| t.get("local_port_first"));
+        if let Some(f) = at {
+            return Err(f.invalid(format!(
+                "local_port_first {first} is above local_port_last {last}"
+            )));
+        }
+    }
     Ok(SessionsConfig {
         capacity: t.or("capacity", d.capacity, fields::session_capacity)?,
         tick_ms: t.or("tick_ms", d.tick_ms, fields::tick_ms)?,
+        local_port_first: first,
+        local_port_last: last,
     })
 }
 

@@ -1039,7 +1039,9 @@ port = 80
         cfg.sessions,
         SessionsConfig {
             capacity: 100_000,
-            tick_ms: 10
+            tick_ms: 10,
+            local_port_first: 1024,
+            local_port_last: 65535,
         }
     );
     assert_eq!(cfg.services.len(), 3);
@@ -1816,4 +1818,26 @@ fn docs_examples_of_new_sections_parse() {
             panic!("{e} in:\n{block}");
         }
     }
+}
+
+#[test]
+fn local_port_range() {
+    let s = |kv: &str| format!("{BASE}[sessions]\n{kv}\n");
+    let cfg = parse(&s("local_port_first = 2000\nlocal_port_last = 2007")).unwrap();
+    assert_eq!(
+        (cfg.sessions.local_port_first, cfg.sessions.local_port_last),
+        (2000, 2007)
+    );
+    assert_rejected(
+        &s("local_port_first = 0"),
+        22,
+        "sessions.local_port_first",
+        "out of range (1..=65535)",
+    );
+    assert_rejected(
+        &s("local_port_first = 3000\nlocal_port_last = 2000"),
+        23,
+        "sessions.local_port_last",
+        "local_port_first 3000 is above local_port_last 2000",
+    );
 }

@@ -332,6 +332,8 @@ fn launch_workers(
             real_servers[w].clone(),
             rss_view(cfg, app, w as u16)?,
         );
+        let mut forwarder = forwarder;
+        forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         let worker = Worker::new(
             w as u16,
             app.pool.clone(),

@@ -71,6 +71,7 @@ pub struct Forwarder {
     /// service's local addresses stay the same.
     pools: hashbrown::HashMap<u32, PortPool>,
     rss: RssView,
+    local_ports: std::ops::RangeInclusive<u16>,
 }
 
 /// How the NIC spreads replies over queues, for choosing FullNAT local ports whose
@@ -114,6 +115,7 @@ impl Forwarder {
             owned: Vec::new(),
             pools: hashbrown::HashMap::new(),
             rss,
+            local_ports: LOCAL_PORTS,
         };
         f.rebuild_schedulers();
         f
@@ -130,11 +132,13 @@ impl Forwarder {
         let Forwarder {
             sessions,
             real_servers,
+            pools,
             ..
         } = self;
         let mut expired = 0;
         sessions.expire(self.now_tick, EXPIRY_BUDGET, |_, s| {
             expired += 1;
+            release_local_port(pools, s);
             let c = &real_servers[s.real as usize];
             let gauge = if s.is_active() {
                 &c.active
@@ -171,6 +175,14 @@ impl Forwarder {
             *slot = (u32::from(rs.ip), now_tsc);
             send(rs.ip);
         }
+    }
+
+    /// Sets the FullNAT local ports handed out per local address (`[sessions]
+    /// local_port_first/last`) and rebuilds the pools. Call before traffic.
+    pub fn set_local_ports(&mut self, ports: std::ops::RangeInclusive<u16>) {
+        self.local_ports = ports;
+        self.pools.clear();
+        self.rebuild_schedulers();
     }
 
     /// Whether a new snapshot arrived since the last call (the first call says yes).
@@ -223,7 +235,7 @@ impl Forwarder {
             }
             match PortPool::build(
                 &s.local_addresses,
-                LOCAL_PORTS,
+                self.local_ports.clone(),
                 &rss.toeplitz,
                 &rss.reta,
                 rss.fields,
