@@ -323,7 +323,7 @@ fn launch_workers(
                 }
             })
             .collect();
-        let forwarder = Forwarder::new(
+        let mut forwarder = Forwarder::new(
             cfg.sessions.capacity as usize,
             publisher.reader(),
             timeouts,
@@ -332,7 +332,6 @@ fn launch_workers(
             real_servers[w].clone(),
             rss_view(cfg, app, w as u16)?,
         );
-        let mut forwarder = forwarder;
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         let worker = Worker::new(
             w as u16,
