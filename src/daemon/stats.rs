@@ -150,16 +150,17 @@ impl StatsView {
         emulator: Option<&EmulatorStats>,
     ) {
         let now = Instant::now();
-        let readings: Vec<_> = ports
+        // One reading per port, so the totals and the rates below agree.
+        let stats: Vec<_> = ports
             .iter()
-            .map(|p| {
-                let s = p.port.stats().unwrap_or_default();
-                (s.rx_packets, s.rx_bytes, s.tx_packets, s.tx_bytes)
-            })
+            .map(|p| p.port.stats().unwrap_or_default())
+            .collect();
+        let readings: Vec<PortReading> = stats
+            .iter()
+            .map(|s| (s.rx_packets, s.rx_bytes, s.tx_packets, s.tx_bytes))
             .collect();
         let mut out = String::new();
-        for (i, p) in ports.iter().enumerate() {
-            let s = p.port.stats().unwrap_or_default();
+        for (i, (p, s)) in ports.iter().zip(&stats).enumerate() {
             out += &format!(
                 "\n  ######################## NIC statistics for port {:<2} ({}) ########################\n",
                 p.port.id(),

@@ -190,11 +190,6 @@ impl Forwarder {
         std::mem::take(&mut self.snapshot_changed)
     }
 
-    /// The VIPs of the current snapshot (sorted), for the local responder.
-    pub fn vips(&self) -> &[Ipv4Addr] {
-        &self.owned
-    }
-
     pub fn sessions(&self) -> &SessionTable<FlowKey4> {
         &self.sessions
     }
@@ -379,15 +374,14 @@ impl Forwarder {
             }
         }
         if let Some((id, dir)) = found {
-            if let Some(t) = self
+            let transition = self
                 .sessions
-                .on_packet(id, dir, flags, self.now_tick, &self.timeouts)
-            {
-                let s = self.sessions.get(id).expect("looked up just now");
-                account(&self.real_servers[s.real as usize], t);
-            }
+                .on_packet(id, dir, flags, self.now_tick, &self.timeouts);
             let s = *self.sessions.get(id).expect("looked up just now");
             let c = &self.real_servers[s.real as usize];
+            if let Some(t) = transition {
+                account(c, t);
+            }
             match dir {
                 Direction::Outbound => c.count_out(bytes),
                 _ => c.count_in(bytes),
