@@ -141,6 +141,7 @@ fn main() {
     let counters = WorkerCounters::default();
     let responder = LocalResponder::new(LB_MAC, &[lb_ip]);
     let port = PortContext {
+        redirected: false,
         responder: &responder,
         mac: MacAddr(LB_MAC),
         addr: lb_ip,

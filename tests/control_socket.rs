@@ -55,6 +55,7 @@ fn sample_report() -> StatusReport {
                 rx_packets: 0,
                 tx_packets: 0,
                 polls: 0,
+                ..LcoreStatus::default()
             },
             LcoreStatus {
                 lcore: 1,
@@ -64,6 +65,11 @@ fn sample_report() -> StatusReport {
                 rx_packets: 1001,
                 tx_packets: 998,
                 polls: 50_000,
+                sessions: 12,
+                sessions_created: 30,
+                redirected_out: 4,
+                redirected_in: 2,
+                neighbours: 3,
             },
         ],
         drops: counters(&[("bad_ipv4_checksum", 3), ("not_local", 0), ("truncated", 1)]),
@@ -222,7 +228,7 @@ fn status_text_shows_port_lcore_and_drop_lines() {
         .expect("lcore row");
     assert_eq!(
         words(worker_row),
-        ["1", "worker", "0", "12.5", "1001", "998", "50000"]
+        ["1", "worker", "0", "12.5", "1001", "998", "50000", "12", "30", "4", "2"]
     );
     let drops: Vec<Vec<&str>> = text
         .split("\ndrops (total 4)\n")

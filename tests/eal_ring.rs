@@ -4,6 +4,7 @@
 use sluice::dataplane::counters::{DropReason, Event, WorkerCounters};
 use sluice::dataplane::forwarder::{Forwarder, RssView};
 use sluice::dataplane::local::LocalResponder;
+use sluice::dataplane::mesh::Mesh;
 use sluice::dataplane::realserver_stats;
 use sluice::dataplane::worker::{Worker, WorkerPort};
 use sluice::dpdk::{
@@ -111,6 +112,7 @@ fn worker_answers_arp_and_ping_over_net_ring() {
         forwarder,
         counters.clone(),
         stop.clone(),
+        Arc::new(Mesh::new("eal_ring", 1).unwrap()),
     );
     launch_on_lcore(1, move || worker.run()).unwrap();
 

@@ -83,6 +83,10 @@ pub struct LcoreConfig {
     pub management: u32,
     /// Worker i polls RX queue i and transmits on TX queue i of every port.
     pub workers: Vec<u32>,
+    /// The CPU each worker lcore runs on, when not its own id (EAL `--lcores
+    /// lcore@cpu`): lets several workers share a CPU for functional tests of the
+    /// multi-worker data plane on a small machine (oversubscribed: not for speed).
+    pub cpus: Option<Vec<u32>>,
 }
 
 /// `[control]`: the management interface.
@@ -299,11 +303,23 @@ impl Config {
     /// creates them after EAL init with `rte_eth_from_rings`.
     pub fn eal_args(&self) -> Vec<String> {
         let mut args: Vec<String> = vec!["sluice".into()];
-        let lcores: Vec<String> = std::iter::once(self.lcores.management)
-            .chain(self.lcores.workers.iter().copied())
-            .map(|id| id.to_string())
-            .collect();
-        args.extend(["-l".into(), lcores.join(",")]);
+        let lcores = &self.lcores;
+        match &lcores.cpus {
+            None => {
+                let ids: Vec<String> = std::iter::once(lcores.management)
+                    .chain(lcores.workers.iter().copied())
+                    .map(|id| id.to_string())
+                    .collect();
+                args.extend(["-l".into(), ids.join(",")]);
+            }
+            Some(cpus) => {
+                let map: Vec<String> = std::iter::once((lcores.management, lcores.management))
+                    .chain(lcores.workers.iter().copied().zip(cpus.iter().copied()))
+                    .map(|(lcore, cpu)| format!("{lcore}@{cpu}"))
+                    .collect();
+                args.extend(["--lcores".into(), map.join(",")]);
+            }
+        }
         args.extend(["--main-lcore".into(), self.lcores.management.to_string()]);
         args.extend(["--file-prefix".into(), self.eal.file_prefix.clone()]);
         let memory = self.eal.memory_mb.to_string();

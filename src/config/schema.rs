@@ -23,7 +23,7 @@ const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "services",
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
-const LCORE_KEYS: &[&str] = &["management", "workers"];
+const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
 const CONTROL_KEYS: &[&str] = &["socket"];
 const PORT_KEYS: &[&str] = &[
     "name",
@@ -141,9 +141,21 @@ fn read_lcores(root: &Table) -> Check<LcoreConfig> {
     let management = fields::lcore_id(&t.require("management")?)?;
     let workers_field = t.require("workers")?;
     let workers = read_workers(&workers_field, management)?;
+    let cpus = t.optional("cpus", |f| {
+        let items = f.array()?;
+        if items.len() != workers.len() {
+            return Err(f.invalid(format!(
+                "{} CPU(s) for {} worker(s): give one CPU per worker, in the same order",
+                items.len(),
+                workers.len()
+            )));
+        }
+        items.iter().map(fields::lcore_id).collect()
+    })?;
     Ok(LcoreConfig {
         management,
         workers,
+        cpus,
     })
 }
 

@@ -1841,3 +1841,29 @@ fn local_port_range() {
         "local_port_first 3000 is above local_port_last 2000",
     );
 }
+
+#[test]
+fn worker_cpus_map_lcores_onto_shared_cpus() {
+    let cfg = parse(&base_with(
+        "workers = [1]",
+        "workers = [1, 2, 3]\ncpus = [1, 1, 0]",
+    ))
+    .unwrap();
+    assert_eq!(cfg.lcores.cpus, Some(vec![1, 1, 0]));
+    let args = cfg.eal_args();
+    let at = args.iter().position(|a| a == "--lcores").expect("--lcores");
+    assert_eq!(args[at + 1], "0@0,1@1,2@1,3@0");
+    assert!(!args.contains(&"-l".to_string()), "{args:?}");
+    assert_rejected(
+        &base_with("workers = [1]", "workers = [1, 2]\ncpus = [1]"),
+        9,
+        "lcores.cpus",
+        "1 CPU(s) for 2 worker(s)",
+    );
+    assert_rejected(
+        &base_with("workers = [1]", "workers = [1]\ncpus = [\"x\"]"),
+        9,
+        "lcores.cpus[0]",
+        "expected an integer",
+    );
+}

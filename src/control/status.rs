@@ -67,6 +67,20 @@ pub struct LcoreStatus {
     pub rx_packets: u64,
     pub tx_packets: u64,
     pub polls: u64,
+    /// Workers: live sessions in the worker's table, sessions it created.
+    #[serde(default)]
+    pub sessions: u64,
+    #[serde(default)]
+    pub sessions_created: u64,
+    /// Workers: packets handed to another worker's redirect ring (NAT replies that
+    /// arrived here but belong there) and taken from this worker's own.
+    #[serde(default)]
+    pub redirected_out: u64,
+    #[serde(default)]
+    pub redirected_in: u64,
+    /// Workers: entries in the worker's neighbour table.
+    #[serde(default)]
+    pub neighbours: u64,
 }
 
 /// The NIC's extended statistics for one port, in the driver's order.
@@ -155,6 +169,10 @@ pub fn render_status(report: &StatusReport) -> String {
             ("RX-PKTS", Align::Right),
             ("TX-PKTS", Align::Right),
             ("POLLS", Align::Right),
+            ("SESSIONS", Align::Right),
+            ("CREATED", Align::Right),
+            ("REDIR-OUT", Align::Right),
+            ("REDIR-IN", Align::Right),
         ]);
         for lcore in &report.lcores {
             table.row(vec![
@@ -167,6 +185,10 @@ pub fn render_status(report: &StatusReport) -> String {
                 lcore.rx_packets.to_string(),
                 lcore.tx_packets.to_string(),
                 lcore.polls.to_string(),
+                lcore.sessions.to_string(),
+                lcore.sessions_created.to_string(),
+                lcore.redirected_out.to_string(),
+                lcore.redirected_in.to_string(),
             ]);
         }
         table.render_into(&mut out);
@@ -347,6 +369,11 @@ mod tests {
                     rx_packets: 1234,
                     tx_packets: 1200,
                     polls: 99_000,
+                    sessions: 17,
+                    sessions_created: 40,
+                    redirected_out: 5,
+                    redirected_in: 6,
+                    neighbours: 3,
                 },
             ],
             drops: [("truncated", 5), ("bad_arp", 0), ("tx_full", 2)]
@@ -435,11 +462,23 @@ mod tests {
         let text = render_status(&sample());
         assert_eq!(
             words(line_with(&text, "management")),
-            ["0", "management", "-", "0.5", "0", "0", "0"]
+            [
+                "0",
+                "management",
+                "-",
+                "0.5",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0"
+            ]
         );
         assert_eq!(
             words(line_with(&text, "worker ")),
-            ["2", "worker", "0", "37.3", "1234", "1200", "99000"]
+            ["2", "worker", "0", "37.3", "1234", "1200", "99000", "17", "40", "5", "6"]
         );
     }
 

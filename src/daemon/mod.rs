@@ -13,12 +13,13 @@ use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, RssView};
 use crate::dataplane::local::LocalResponder;
+use crate::dataplane::mesh::{Mesh, REDIRECT_RING_SIZE};
 use crate::dataplane::realserver_stats::{self, RealServerCounters};
 use crate::dataplane::worker::{Worker, WorkerPort};
 use crate::dpdk::{
     launch_on_lcore, wait_lcore, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
 };
-use crate::emulator::Emulator;
+use crate::emulator::{Emulator, NicRss};
 use crate::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::{TcpState, Timeouts};
@@ -52,6 +53,8 @@ pub struct PortEntry {
 struct Appliance {
     emulator: Option<Emulator>,
     ports: Vec<PortEntry>,
+    /// The workers' inboxes (their rings hold mbufs: dropped before the pool).
+    mesh: Arc<Mesh>,
     _emulator_ports: Vec<Port>,
     _ring_pairs: Vec<RingPortPair>,
     pool: Arc<Mempool>,
@@ -128,11 +131,18 @@ pub fn run(opts: &Options) -> Result<(), String> {
 
     log::info!("shutting down");
     drop(server);
+    // The emulated network goes quiet first and the workers get a moment to finish
+    // what is in their rings, so the final counts on both sides describe the same
+    // packets.
+    let final_stats = app.emulator.take().map(|em| {
+        let stats = em.stop();
+        std::thread::sleep(Duration::from_millis(200));
+        stats
+    });
     stop.store(true, Ordering::SeqCst);
     join_workers(&cfg);
-    if let Some(em) = app.emulator.take() {
-        let final_stats = em.stop();
-        println!("{}", final_stats.summary());
+    if let Some(stats) = final_stats {
+        println!("{}", stats.summary());
     }
     view.print(&app.ports, &counters, None);
     for p in &mut app.ports {
@@ -166,7 +176,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         .sum();
     // Room for every descriptor, every worker's bursts in flight and the emulator; a
     // power of two minus one as rte_mempool prefers.
-    let wanted = descriptors + 8192;
+    let wanted = descriptors + queues as u32 * REDIRECT_RING_SIZE + 8192;
     let count = wanted.next_power_of_two() - 1;
     let pool = Arc::new(Mempool::new("sluice_mbufs", count, 256, 2048).map_err(|e| e.to_string())?);
 
@@ -247,9 +257,11 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
                 .position(|p| matches!(p.device, PortDevice::Loopback))
                 .expect("a loopback port exists when an emulator port does");
             let pc = &cfg.ports[idx];
+            let (toeplitz, reta) = nic_rss(cfg, &ports)?;
             Some(
                 Emulator::start(
                     far.take_queues().map_err(|e| e.to_string())?,
+                    Some(NicRss { toeplitz, reta }),
                     pool.clone(),
                     &cfg.loopback,
                     &cfg.services,
@@ -261,9 +273,13 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         }
         None => None,
     };
+    let mesh = Arc::new(
+        Mesh::new("sluice", cfg.lcores.workers.len()).map_err(|e| format!("worker rings: {e}"))?,
+    );
     Ok(Appliance {
         emulator,
         ports,
+        mesh,
         _emulator_ports: emulator_ports,
         _ring_pairs: ring_pairs,
         pool,
@@ -340,25 +356,39 @@ fn launch_workers(
             forwarder,
             counters[w].clone(),
             stop.clone(),
+            app.mesh.clone(),
         );
         launch_on_lcore(lcore, move || worker.run()).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
-/// How replies spread over the workers' queues, for FullNAT local-port choice: the
-/// first port's key and RETA when the device has RSS, else the defaults a NIC would
-/// use (with one worker every port is the worker's own either way).
+/// How replies spread over the workers' queues, for FullNAT local-port choice and NAT
+/// redirects.
 fn rss_view(cfg: &Config, app: &Appliance, queue: u16) -> Result<RssView, String> {
+    let (toeplitz, reta) = nic_rss(cfg, &app.ports)?;
+    Ok(RssView {
+        toeplitz,
+        reta,
+        fields: HashFields::L3L4,
+        queue,
+    })
+}
+
+/// The first port's RSS key and redirection table as the NIC applies them: read back
+/// from the device when it has RSS, else the defaults a NIC would use (net_ring has
+/// none; the loopback emulator then hashes with these). With one worker every packet
+/// is the worker's own either way.
+fn nic_rss(cfg: &Config, ports: &[PortEntry]) -> Result<(Toeplitz, Reta), String> {
     let queues = cfg.lcores.workers.len() as u16;
-    let first = app.ports.first().map(|p| &p.port);
     let key = cfg
         .ports
         .first()
         .and_then(|p| p.rss_key.clone())
         .unwrap_or_else(|| DEFAULT_RSS_KEY.to_vec());
-    let reta = match first
-        .and_then(|p| p.reta().ok())
+    let reta = match ports
+        .first()
+        .and_then(|p| p.port.reta().ok())
         .filter(|r| !r.is_empty() && r.len().is_power_of_two())
     {
         Some(entries) => Reta::from_entries(entries),
@@ -366,12 +396,7 @@ fn rss_view(cfg: &Config, app: &Appliance, queue: u16) -> Result<RssView, String
     }
     .map_err(|e| format!("RSS redirection table: {e}"))?;
     let toeplitz = Toeplitz::new(&key).map_err(|e| format!("RSS key: {e}"))?;
-    Ok(RssView {
-        toeplitz,
-        reta,
-        fields: HashFields::L3L4,
-        queue,
-    })
+    Ok((toeplitz, reta))
 }
 
 fn join_workers(cfg: &Config) {

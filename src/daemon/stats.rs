@@ -104,8 +104,8 @@ impl StatsView {
             for (e, v) in Event::ALL.iter().zip(c.events_snapshot()) {
                 *events.get_mut(e.name()).unwrap() += v;
             }
-            // Workers learn independently; the largest table is the best count of
-            // distinct neighbours without merging tables across cores.
+            // Workers share what they learn, so tables converge; the largest is the
+            // best count of distinct neighbours without merging tables across cores.
             neighbours = neighbours.max(c.neighbour_entries.load(Relaxed));
             lcores.push(LcoreStatus {
                 lcore: self.worker_lcores[w],
@@ -118,6 +118,11 @@ impl StatsView {
                 rx_packets: c.rx_packets.load(Relaxed),
                 tx_packets: c.tx_packets.load(Relaxed),
                 polls: c.polls.load(Relaxed),
+                sessions: c.sessions.load(Relaxed),
+                sessions_created: c.sessions_created.load(Relaxed),
+                redirected_out: c.events[Event::RedirectedOut as usize].load(Relaxed),
+                redirected_in: c.events[Event::RedirectedIn as usize].load(Relaxed),
+                neighbours: c.neighbour_entries.load(Relaxed),
             });
         }
         StatusReport {
@@ -199,12 +204,16 @@ impl StatsView {
             let (pb, pt) = self.last_cycles[w];
             self.last_cycles[w] = (busy, total);
             out += &format!(
-                "  worker {w} (lcore {}): busy {:5.1}% now, {:5.1}% overall; rx {} tx {}\n",
+                "  worker {w} (lcore {}): busy {:5.1}% now, {:5.1}% overall; rx {} tx {}; sessions {} (created {}); redirected out {} in {}\n",
                 self.worker_lcores[w],
                 busy_percent(busy.saturating_sub(pb), total.saturating_sub(pt)),
                 busy_percent(busy, total),
                 c.rx_packets.load(Relaxed),
-                c.tx_packets.load(Relaxed)
+                c.tx_packets.load(Relaxed),
+                c.sessions.load(Relaxed),
+                c.sessions_created.load(Relaxed),
+                c.events[Event::RedirectedOut as usize].load(Relaxed),
+                c.events[Event::RedirectedIn as usize].load(Relaxed),
             );
         }
         let report = self.status(ports, counters, emulator);

@@ -68,10 +68,13 @@ pub enum DropReason {
     /// FullNAT: no local address/port left for this worker towards that real server
     /// (or the service has no local address yet).
     LaddrExhausted,
+    /// Multi-worker: the packet belongs to another worker's session and that worker's
+    /// redirect ring is full.
+    RedirectRingFull,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 29;
+    pub const COUNT: usize = 30;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -102,6 +105,7 @@ impl DropReason {
         DropReason::IcmpErrorNoSession,
         DropReason::NatTupleInUse,
         DropReason::LaddrExhausted,
+        DropReason::RedirectRingFull,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -136,6 +140,7 @@ impl DropReason {
             DropReason::IcmpErrorNoSession => "icmp_error_no_session",
             DropReason::NatTupleInUse => "nat_tuple_in_use",
             DropReason::LaddrExhausted => "laddr_exhausted",
+            DropReason::RedirectRingFull => "redirect_ring_full",
         }
     }
 }
@@ -152,10 +157,20 @@ pub enum Event {
     ToaInserted,
     /// FullNAT: the segment had no room for TOA (it went on without).
     ToaNoRoom,
+    /// NAT: a real server's reply arrived on this worker but its session lives on
+    /// another; it was handed to the owner's redirect ring.
+    RedirectedOut,
+    /// A packet another worker redirected here was taken from this worker's ring.
+    RedirectedIn,
+    /// A neighbour this worker learned was offered to the other workers.
+    NeighbourShared,
+    /// A neighbour update could not be offered to another worker (its inbox was
+    /// full); that worker learns it from the next ARP instead.
+    NeighbourShareLost,
 }
 
 impl Event {
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 10;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -163,6 +178,10 @@ impl Event {
         Event::NeighbourTableFull,
         Event::ToaInserted,
         Event::ToaNoRoom,
+        Event::RedirectedOut,
+        Event::RedirectedIn,
+        Event::NeighbourShared,
+        Event::NeighbourShareLost,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -172,6 +191,10 @@ impl Event {
             Event::NeighbourTableFull => "neighbour_table_full",
             Event::ToaInserted => "toa_inserted",
             Event::ToaNoRoom => "toa_no_room",
+            Event::RedirectedOut => "redirected_out",
+            Event::RedirectedIn => "redirected_in",
+            Event::NeighbourShared => "neighbour_shared",
+            Event::NeighbourShareLost => "neighbour_share_lost",
         }
     }
 }
@@ -216,6 +239,12 @@ impl WorkerCounters {
     #[inline(always)]
     pub fn event(&self, event: Event) {
         bump(&self.events[event as usize], 1);
+    }
+    #[inline(always)]
+    pub fn event_n(&self, event: Event, n: u64) {
+        if n > 0 {
+            bump(&self.events[event as usize], n);
+        }
     }
     pub fn drops_snapshot(&self) -> [u64; DropReason::COUNT] {
         std::array::from_fn(|i| self.drops[i].load(Relaxed))

@@ -33,6 +33,8 @@ pub struct PortContext<'a> {
     /// The port's first address: source of Sluice's own ARP, ICMP and tunnel packets.
     pub addr: Ipv4Addr,
     pub mtu: u16,
+    /// The frames come from another worker's redirect ring: never redirect them again.
+    pub redirected: bool,
 }
 
 /// What to do with a frame after `Forwarder::handle`.
@@ -46,6 +48,9 @@ pub enum Action {
     /// an unresolved next hop, an ICMP frag-needed): transmit it, and count the
     /// original packet as dropped for `reason`.
     TransmitInstead(DropReason),
+    /// The frame belongs to a session of the worker owning this RX queue (a NAT reply
+    /// the NIC's hash put elsewhere): hand it to that worker's redirect ring.
+    Redirect(u16),
 }
 
 pub struct Forwarder {
@@ -82,6 +87,32 @@ pub struct RssView {
     pub fields: HashFields,
     /// This worker's RX queue.
     pub queue: u16,
+}
+
+/// For a packet no session of this worker matches: if it is a reply from a NAT real
+/// server, the queue (= worker) the client's packets of that connection hash to, when
+/// that is another worker. In one-arm NAT the reply tuple (RIP:rport -> CIP:cport)
+/// shares no address with the request tuple (CIP:cport -> VIP:vport), so the NIC's hash
+/// puts it on an arbitrary queue; the owner is found by hashing the request tuple,
+/// whose VIP the snapshot gives (the first service using that real server in NAT mode
+/// when several do). Redirected packets are never redirected again.
+fn nat_reply_owner(
+    snap: &crate::service::Snapshot,
+    rss: &RssView,
+    key: &FlowKey4,
+    redirected: bool,
+) -> Option<u16> {
+    if redirected {
+        return None;
+    }
+    let &(vip, vport) = snap
+        .nat_reply_services(key.proto, key.src_addr(), key.sport)
+        .first()?;
+    let hash = rss
+        .toeplitz
+        .hash_tuple(rss.fields, key.dst_addr(), vip, key.dport, vport);
+    let owner = rss.reta.queue(hash);
+    (owner != rss.queue).then_some(owner)
 }
 
 /// FullNAT local ports handed out (DPVS's default range).
@@ -419,6 +450,8 @@ impl Forwarder {
                 } else {
                     DropReason::NoService
                 }
+            } else if let Some(owner) = nat_reply_owner(snap, &self.rss, &key, port.redirected) {
+                return Action::Redirect(owner);
             } else {
                 DropReason::NotLocal
             };

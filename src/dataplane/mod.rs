@@ -3,6 +3,7 @@
 pub mod counters;
 pub mod forwarder;
 pub mod local;
+pub mod mesh;
 pub mod neighbour;
 pub mod realserver_stats;
 pub mod worker;

@@ -53,7 +53,17 @@ pub struct NeighbourTable {
     slot_bits: u32,
     capacity: usize,
     len: usize,
+    /// Entries added or changed by `learn`/`update_existing` since the last
+    /// `take_changes`, for the worker to share with the other workers (a NIC delivers
+    /// ARP to one queue only). Fixed size; overflow is reported by `take_changes`.
+    changes: [(Ipv4Addr, MacAddr); CHANGES],
+    changes_len: usize,
+    changes_lost: usize,
 }
+
+/// Changes remembered between two `take_changes` calls (a worker calls it after every
+/// burst, and a burst holds at most 32 frames).
+const CHANGES: usize = 32;
 
 impl NeighbourTable {
     /// A table holding at most `capacity` neighbours; all memory is allocated here.
@@ -65,6 +75,9 @@ impl NeighbourTable {
             slot_bits: slot_count.trailing_zeros(),
             capacity,
             len: 0,
+            changes: [(Ipv4Addr::UNSPECIFIED, MacAddr::ZERO); CHANGES],
+            changes_len: 0,
+            changes_lost: 0,
         }
     }
 
@@ -127,7 +140,16 @@ impl NeighbourTable {
     }
 
     /// Inserts or updates `ip -> mac`. Never allocates; refuses new entries when full.
+    /// A new or changed entry is remembered for `take_changes`.
     pub fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Learn {
+        let learned = self.learn_shared(ip, mac, now_tsc);
+        self.remember(learned, ip, mac);
+        learned
+    }
+
+    /// `learn` for an entry another worker learned and shared: not remembered again,
+    /// so updates never bounce between workers.
+    pub fn learn_shared(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Learn {
         let (index, found) = self.probe(ip);
         if found {
             return Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
@@ -150,14 +172,36 @@ impl NeighbourTable {
     /// Updates `ip` only if it is already known (the RFC 826 merge step for ARP packets
     /// not addressed to us); `None` when it is not in the table.
     pub fn update_existing(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Option<Learn> {
-        match self.probe(ip) {
-            (index, true) => Some(Self::refresh(
-                &mut self.slots[index].neighbour,
-                mac,
-                now_tsc,
-            )),
-            _ => None,
+        let (index, true) = self.probe(ip) else {
+            return None;
+        };
+        let learned = Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
+        self.remember(learned, ip, mac);
+        Some(learned)
+    }
+
+    fn remember(&mut self, learned: Learn, ip: Ipv4Addr, mac: MacAddr) {
+        if !matches!(learned, Learn::Inserted | Learn::Updated) {
+            return;
         }
+        match self.changes.get_mut(self.changes_len) {
+            Some(slot) => {
+                *slot = (ip, mac);
+                self.changes_len += 1;
+            }
+            None => self.changes_lost += 1,
+        }
+    }
+
+    /// Calls `each` for every entry added or changed since the last call, oldest first,
+    /// and forgets them; returns how many changes did not fit in between (lost for
+    /// sharing, not for this table).
+    pub fn take_changes(&mut self, mut each: impl FnMut(Ipv4Addr, MacAddr)) -> usize {
+        for &(ip, mac) in &self.changes[..self.changes_len] {
+            each(ip, mac);
+        }
+        self.changes_len = 0;
+        std::mem::take(&mut self.changes_lost)
     }
 
     fn refresh(neighbour: &mut Neighbour, mac: MacAddr, now_tsc: u64) -> Learn {
@@ -390,5 +434,28 @@ mod tests {
             assert_eq!(table.lookup(*ip), Some(*m));
         }
         assert_eq!(table.iter().count(), model.len());
+    }
+
+    #[test]
+    fn changes_are_remembered_once_for_sharing_and_shared_ones_are_not() {
+        let mut table = NeighbourTable::with_capacity(64);
+        let (a, b) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let (m1, m2) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        assert_eq!(table.learn(a, m1, 1), Learn::Inserted);
+        assert_eq!(table.learn(a, m1, 2), Learn::Unchanged);
+        assert_eq!(table.update_existing(a, m2, 3), Some(Learn::Updated));
+        assert_eq!(table.learn_shared(b, m1, 4), Learn::Inserted);
+        let mut seen = Vec::new();
+        assert_eq!(table.take_changes(|ip, mac| seen.push((ip, mac))), 0);
+        assert_eq!(seen, vec![(a, m1), (a, m2)]);
+        assert_eq!(table.take_changes(|_, _| panic!("already taken")), 0);
+        assert_eq!(table.lookup(b), Some(m1));
+
+        for i in 0..(CHANGES as u8 + 5) {
+            table.learn(Ipv4Addr::new(198, 19, 0, i), m1, 5);
+        }
+        let mut count = 0;
+        assert_eq!(table.take_changes(|_, _| count += 1), 5);
+        assert_eq!(count, CHANGES);
     }
 }

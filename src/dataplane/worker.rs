@@ -1,9 +1,10 @@
 //! The run-to-completion loop of one worker lcore: RX burst -> process -> TX burst, on
 //! every port, until told to stop. The worker owns its queues, its neighbour table, its
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
-use super::counters::{bump, DropReason, WorkerCounters};
+use super::counters::{bump, DropReason, Event, WorkerCounters};
 use super::forwarder::{write_arp_request, Action, Forwarder, PortContext};
 use super::local::LocalResponder;
+use super::mesh::Mesh;
 use super::neighbour::NeighbourTable;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
 use crate::wire::ethernet;
@@ -34,6 +35,8 @@ pub struct Worker {
     pub forwarder: Forwarder,
     pub counters: Arc<WorkerCounters>,
     pub stop: Arc<AtomicBool>,
+    /// The other workers' inboxes and this worker's own (index `id`).
+    pub mesh: Arc<Mesh>,
 }
 
 impl Worker {
@@ -44,6 +47,7 @@ impl Worker {
         forwarder: Forwarder,
         counters: Arc<WorkerCounters>,
         stop: Arc<AtomicBool>,
+        mesh: Arc<Mesh>,
     ) -> Self {
         Worker {
             id,
@@ -53,6 +57,7 @@ impl Worker {
             forwarder,
             counters,
             stop,
+            mesh,
         }
     }
 
@@ -63,6 +68,10 @@ impl Worker {
         let mut tx = Burst::new();
         let second = tsc_hz();
         let mut next_resolve = 0u64;
+        let mut redirects = Redirects {
+            out: (0..self.mesh.workers()).map(|_| Burst::new()).collect(),
+        };
+        let me = self.id as usize;
         while !self.stop.load(Relaxed) {
             let start = tsc();
             self.forwarder.poll(start, &self.counters);
@@ -70,18 +79,29 @@ impl Worker {
                 next_resolve = start + second;
                 self.resolve_real_servers(start);
             }
-            let mut received = 0;
-            for port in &mut self.ports {
+            let neighbours = &mut self.neighbours;
+            self.mesh.take_neighbours(me, |ip, mac| {
+                neighbours.learn_shared(ip, mac, start);
+            });
+            let mut received = self.drain_redirected(start, &mut rx, &mut tx, &mut redirects);
+            for (index, port) in self.ports.iter_mut().enumerate() {
                 received += poll_port(
                     port,
+                    index as u16,
                     &mut self.forwarder,
                     &mut self.neighbours,
                     &self.counters,
                     start,
                     &mut rx,
                     &mut tx,
+                    &mut redirects,
                 );
+                send_redirects(&self.mesh, &self.counters, &mut redirects);
             }
+            self.share_neighbours();
+            self.counters
+                .neighbour_entries
+                .store(self.neighbours.len() as u64, Relaxed);
             let cycles = tsc().wrapping_sub(start);
             bump(&self.counters.total_cycles, cycles);
             bump(&self.counters.polls, 1);
@@ -95,6 +115,65 @@ impl Worker {
 }
 
 impl Worker {
+    /// Handles the packets other workers redirected here, grouped by the port they
+    /// arrived on; returns how many there were.
+    fn drain_redirected(
+        &mut self,
+        now: u64,
+        rx: &mut Burst,
+        tx: &mut Burst,
+        redirects: &mut Redirects,
+    ) -> usize {
+        let Some(ring) = self.mesh.redirect_ring(self.id as usize) else {
+            return 0;
+        };
+        let n = ring.dequeue(rx);
+        if n == 0 {
+            return 0;
+        }
+        self.counters.event_n(Event::RedirectedIn, n as u64);
+        let mut same_port = Burst::new();
+        while !rx.is_empty() {
+            let port_index = rx.port(0);
+            let mut i = 0;
+            while i < rx.len() {
+                if rx.port(i) == port_index {
+                    rx.move_to(i, &mut same_port);
+                }
+                i += 1;
+            }
+            rx.compact_moved();
+            match self.ports.get_mut(port_index as usize) {
+                Some(port) => process(
+                    port,
+                    port_index,
+                    true,
+                    &mut self.forwarder,
+                    &mut self.neighbours,
+                    &self.counters,
+                    now,
+                    &mut same_port,
+                    tx,
+                    redirects,
+                ),
+                // Cannot happen (the port field is ours): free rather than misroute.
+                None => same_port.free_all(),
+            }
+        }
+        n
+    }
+
+    /// Offers what the neighbour table learned since the last poll to the other workers.
+    fn share_neighbours(&mut self) {
+        let (mesh, me, counters) = (&self.mesh, self.id as usize, &self.counters);
+        let lost = self.neighbours.take_changes(|ip, mac| {
+            counters.event(Event::NeighbourShared);
+            let full = mesh.share_neighbour(me, ip, mac);
+            counters.event_n(Event::NeighbourShareLost, full as u64);
+        });
+        counters.event_n(Event::NeighbourShareLost, lost as u64);
+    }
+
     /// Sends ARP requests for real servers whose MAC is unknown, from the first port
     /// (Sluice is one-armed so far: clients and real servers share its port).
     fn resolve_real_servers(&mut self, now: u64) {
@@ -129,26 +208,78 @@ impl Worker {
     }
 }
 
+/// What poll_port hands to other workers during one burst: per destination worker, the
+/// packets redirected to it.
+struct Redirects {
+    out: Vec<Burst>,
+}
+
+/// Hands the redirected packets of one burst to their owners' rings; what a full ring
+/// refuses is counted and freed.
+fn send_redirects(mesh: &Mesh, counters: &WorkerCounters, redirects: &mut Redirects) {
+    for (owner, out) in redirects.out.iter_mut().enumerate() {
+        if out.is_empty() {
+            continue;
+        }
+        if let Some(ring) = mesh.redirect_ring(owner) {
+            let taken = ring.enqueue(out);
+            counters.event_n(Event::RedirectedOut, taken as u64);
+        }
+        for _ in 0..out.len() {
+            counters.drop(DropReason::RedirectRingFull);
+        }
+        out.free_all();
+    }
+}
+
 /// One burst from one port: returns how many packets were received.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn poll_port(
     port: &mut WorkerPort,
+    port_index: u16,
     forwarder: &mut Forwarder,
     neighbours: &mut NeighbourTable,
     counters: &WorkerCounters,
     now: u64,
     rx: &mut Burst,
     tx: &mut Burst,
+    redirects: &mut Redirects,
 ) -> usize {
     let n = port.rx.rx(rx);
     if n == 0 {
         return 0;
     }
+    bump(&counters.rx_packets, n as u64);
+    process(
+        port, port_index, false, forwarder, neighbours, counters, now, rx, tx, redirects,
+    );
+    n
+}
+
+/// Handles every packet of `rx` (all from `port`), transmits what is to be sent on the
+/// port's queue, queues redirected packets in `redirects` and frees the rest.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn process(
+    port: &mut WorkerPort,
+    port_index: u16,
+    redirected: bool,
+    forwarder: &mut Forwarder,
+    neighbours: &mut NeighbourTable,
+    counters: &WorkerCounters,
+    now: u64,
+    rx: &mut Burst,
+    tx: &mut Burst,
+    redirects: &mut Redirects,
+) {
+    let n = rx.len();
     let ctx = PortContext {
         responder: &port.responder,
         mac: port.responder.mac(),
         addr: port.addr,
         mtu: port.mtu,
+        redirected,
     };
     let mut rx_bytes = 0u64;
     let mut tx_bytes = 0u64;
@@ -167,6 +298,19 @@ fn poll_port(
                 counters.drop(reason);
                 false
             }
+            Action::Redirect(owner) => {
+                // The owner learns the port from the mbuf (ring PMDs leave it unset).
+                rx.set_port(i, port_index);
+                // Counted once the owner's ring took it (send_redirects).
+                let moved = match redirects.out.get_mut(owner as usize) {
+                    Some(out) => rx.move_to(i, out),
+                    None => false,
+                };
+                if !moved {
+                    counters.drop(DropReason::RedirectRingFull);
+                }
+                false
+            }
         };
         if send {
             // tx can hold a whole burst, and it is empty at the start of each poll.
@@ -176,7 +320,6 @@ fn poll_port(
     }
     // Dropped packets are still in rx (sent ones were moved out); one bulk free.
     rx.free_all();
-    bump(&counters.rx_packets, n as u64);
     bump(&counters.rx_bytes, rx_bytes);
     let queued = tx.len();
     let sent = port.tx.tx(tx);
@@ -190,8 +333,4 @@ fn poll_port(
     }
     bump(&counters.tx_packets, sent as u64);
     bump(&counters.tx_bytes, tx_bytes);
-    counters
-        .neighbour_entries
-        .store(neighbours.len() as u64, Relaxed);
-    n
 }

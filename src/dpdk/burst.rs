@@ -75,6 +75,19 @@ impl Burst {
         true
     }
 
+    /// Closes the gaps `move_to` left, keeping the remaining packets in order.
+    pub fn compact_moved(&mut self) {
+        let mut kept = 0;
+        for i in 0..self.len {
+            if !self.mbufs[i].is_null() {
+                self.mbufs[kept] = self.mbufs[i];
+                kept += 1;
+            }
+        }
+        self.mbufs[kept..self.len].fill(std::ptr::null_mut());
+        self.len = kept;
+    }
+
     /// Forgets the (moved-out) contents without freeing: use after every packet was
     /// moved with `move_to`.
     pub fn clear_moved(&mut self) {
@@ -136,6 +149,22 @@ impl Burst {
         assert!(i < self.len);
         // SAFETY: live mbuf owned by this burst.
         unsafe { (*self.mbufs[i]).pkt_len }
+    }
+
+    /// The port field of packet `i`'s mbuf: which port it arrived on, where the data
+    /// plane records it before handing the packet to another worker.
+    #[inline]
+    pub fn port(&self, i: usize) -> u16 {
+        assert!(i < self.len);
+        // SAFETY: live mbuf owned by this burst.
+        unsafe { (*self.mbufs[i]).port }
+    }
+
+    #[inline]
+    pub fn set_port(&mut self, i: usize, port: u16) {
+        assert!(i < self.len);
+        // SAFETY: owned live mbuf; a plain field write.
+        unsafe { (*self.mbufs[i]).port = port }
     }
 
     /// Prefetches packet `i`'s first data cache line (no-op past the end).

@@ -3,31 +3,42 @@ use super::error::{check, DpdkError};
 use std::ffi::CString;
 use std::ptr::NonNull;
 
-/// A single-producer/single-consumer ring of mbufs: the bounded channel between two
-/// lcores. A full ring refuses packets; it never blocks.
+/// A ring of mbufs: the bounded channel between lcores. A full ring refuses packets;
+/// it never blocks. Single consumer always; single producer unless built with
+/// [`PacketRing::new_multi_producer`].
 pub struct PacketRing {
     raw: NonNull<dpdk_sys::rte_ring>,
 }
 
 // SAFETY: an SP/SC rte_ring is safe to use from one producer and one consumer thread at
-// a time; callers keep to that (the ring is handed to exactly those two owners).
+// a time, an MP/SC one from any number of producers and one consumer; callers keep to
+// that (the ring is handed to exactly those owners).
 unsafe impl Send for PacketRing {}
 // SAFETY: see above; the ring's own head/tail protocol orders the two sides.
 unsafe impl Sync for PacketRing {}
 
 impl PacketRing {
-    /// `size` must be a power of two; the ring holds `size - 1` packets.
+    /// A single-producer/single-consumer ring. `size` must be a power of two; the ring
+    /// holds `size - 1` packets.
     pub fn new(name: &str, size: u32) -> Result<Self, DpdkError> {
+        Self::create(
+            name,
+            size,
+            dpdk_sys::RING_F_SP_ENQ | dpdk_sys::RING_F_SC_DEQ,
+        )
+    }
+
+    /// A ring any lcore may enqueue to (compare-and-swap on the producer head) and one
+    /// lcore dequeues from: the inbox of a worker that every other worker feeds.
+    pub fn new_multi_producer(name: &str, size: u32) -> Result<Self, DpdkError> {
+        Self::create(name, size, dpdk_sys::RING_F_SC_DEQ)
+    }
+
+    fn create(name: &str, size: u32, flags: u32) -> Result<Self, DpdkError> {
         let c = CString::new(name).map_err(|_| DpdkError::other("ring", "NUL in name"))?;
-        // SAFETY: valid name; SP/SC flags as documented for this type.
-        let raw = unsafe {
-            dpdk_sys::rte_ring_create(
-                c.as_ptr(),
-                size,
-                dpdk_sys::SOCKET_ID_ANY,
-                dpdk_sys::RING_F_SP_ENQ | dpdk_sys::RING_F_SC_DEQ,
-            )
-        };
+        // SAFETY: valid name; the flags match what the constructors document.
+        let raw =
+            unsafe { dpdk_sys::rte_ring_create(c.as_ptr(), size, dpdk_sys::SOCKET_ID_ANY, flags) };
         NonNull::new(raw)
             .map(|raw| PacketRing { raw })
             .ok_or_else(|| DpdkError::from_code(format!("rte_ring_create({name})"), 0))

@@ -93,7 +93,14 @@ pub struct Answer {
 /// The real server's answer to a TCP segment it received as `me` (its own address; the
 /// port is the segment's destination port): `Ok(None)` for the ACKs that need no answer,
 /// `Err` saying what is wrong with a segment no correct path can have delivered.
-pub fn serve_tcp(s: &Segment, me: Ipv4Addr) -> Result<Option<Answer>, &'static str> {
+/// `sees_client`: the real server sees the client's own address (NAT, DR, TUN), so a
+/// request naming another sender is a wrong rewrite; false for FullNAT, where it sees
+/// a local address of the appliance instead.
+pub fn serve_tcp(
+    s: &Segment,
+    me: Ipv4Addr,
+    sees_client: bool,
+) -> Result<Option<Answer>, &'static str> {
     let (client, port) = (s.e.src, s.e.sport);
     let isn = |client_isn: u32| server_isn(client, port, client_isn);
     let f = s.flags;
@@ -118,7 +125,7 @@ pub fn serve_tcp(s: &Segment, me: Ipv4Addr) -> Result<Option<Answer>, &'static s
         let Some((token, from, from_port)) = read_request(s.payload) else {
             return Err("a real server received a corrupted request");
         };
-        if (from, from_port) != (client, port) {
+        if sees_client && (from, from_port) != (client, port) {
             return Err("a real server received a request from another address or port than its client's (source NAT?)");
         }
         let y = isn(s.seq.wrapping_sub(1));
@@ -156,9 +163,15 @@ pub fn serve_tcp(s: &Segment, me: Ipv4Addr) -> Result<Option<Answer>, &'static s
 }
 
 /// The real server's response to a UDP request received as `me`.
-pub fn serve_udp(s: &Segment, me: Ipv4Addr) -> Result<[u8; MSG_LEN], &'static str> {
+pub fn serve_udp(
+    s: &Segment,
+    me: Ipv4Addr,
+    sees_client: bool,
+) -> Result<[u8; MSG_LEN], &'static str> {
     match read_request(s.payload) {
-        Some((token, from, from_port)) if (from, from_port) == (s.e.src, s.e.sport) => {
+        Some((token, from, from_port))
+            if !sees_client || (from, from_port) == (s.e.src, s.e.sport) =>
+        {
             Ok(response(token, me, s.e.dport))
         }
         Some(_) => Err("a real server received a datagram from another address or port than its client's (source NAT?)"),
@@ -428,8 +441,12 @@ mod tests {
     fn through_server(c: &Conn, out: Out) -> Option<(Answer, [u8; MSG_LEN])> {
         let req = request(c.token, CLIENT, c.port);
         let payload: &[u8] = if out.request { &req } else { &[] };
-        let a = serve_tcp(&seg(to_server(), out.seq, out.ack, out.flags, payload), RS)
-            .expect("server accepts every client segment");
+        let a = serve_tcp(
+            &seg(to_server(), out.seq, out.ack, out.flags, payload),
+            RS,
+            true,
+        )
+        .expect("server accepts every client segment");
         a.map(|a| (a, a.response.unwrap_or([0; MSG_LEN])))
     }
 
@@ -551,28 +568,31 @@ mod tests {
             PSH | ACK,
             &req,
         );
-        assert!(serve_tcp(&good, RS).unwrap().is_some());
+        assert!(serve_tcp(&good, RS, true).unwrap().is_some());
         let mut wrong_ack = good;
         wrong_ack.ack ^= 0x100;
         assert_eq!(
-            serve_tcp(&wrong_ack, RS),
+            serve_tcp(&wrong_ack, RS, true),
             Err("a real server received a request acknowledging the wrong sequence number")
         );
         // The client's source changed on the way (a NAT that should not be there).
         let mut natted = good;
         natted.e.src = Ipv4Addr::new(198, 18, 0, 1);
-        assert!(serve_tcp(&natted, RS).is_err());
+        assert!(serve_tcp(&natted, RS, true).is_err());
         let mut stray_ack = good;
         stray_ack.payload = &[];
         stray_ack.flags = ACK;
         stray_ack.ack = 12345;
         assert_eq!(
-            serve_tcp(&stray_ack, RS),
+            serve_tcp(&stray_ack, RS, true),
             Err("a real server received an ACK that fits no step of the exchange")
         );
         let mut rst = good;
         rst.flags = RST;
-        assert_eq!(serve_tcp(&rst, RS), Err("a real server received a RST"));
+        assert_eq!(
+            serve_tcp(&rst, RS, true),
+            Err("a real server received a RST")
+        );
     }
 
     #[test]
@@ -583,7 +603,7 @@ mod tests {
         let req = request(c.token, CLIENT, c.port);
         let mut e = to_server();
         e.dport = 5353;
-        let resp = serve_udp(&seg(e, 0, 0, 0, &req), RS).unwrap();
+        let resp = serve_udp(&seg(e, 0, 0, 0, &req), RS, true).unwrap();
         assert_eq!(
             c.on_reply(&seg(to_client(), 0, 0, 0, &resp)),
             Ok(Step::Done {
@@ -592,7 +612,7 @@ mod tests {
             })
         );
         assert!(
-            serve_udp(&seg(e, 0, 0, 0, &resp), RS).is_err(),
+            serve_udp(&seg(e, 0, 0, 0, &resp), RS, true).is_err(),
             "a response is no request"
         );
     }

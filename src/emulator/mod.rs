@@ -10,8 +10,17 @@
 //! * **Real servers**: every configured real server is emulated (a peer when its
 //!   address is one, a host of its own otherwise). It answers the appliance's ARP
 //!   who-has and serves what the appliance forwards: NAT replies go back through the
-//!   appliance (its gateway); DR and TUN replies go from the VIP straight to the client,
-//!   handed over inside the emulator as a switch would.
+//!   appliance (its gateway), FullNAT replies go back to the appliance's local address;
+//!   DR and TUN replies go from the VIP straight to the client, handed over inside the
+//!   emulator as a switch would.
+//!
+//! **RSS.** A net_ring port has no hash of its own, so the emulator plays the NIC's
+//! part: it sends every frame on the queue a NIC with the appliance's Toeplitz key and
+//! redirection table would deliver it to (TCP/UDP over addresses and ports, other IPv4
+//! over addresses, anything else to queue 0), and checks for each reply through the
+//! appliance whether that queue is the one the connection's client packets land on
+//! (the owner worker's). Multi-worker tests compare that count with the appliance's
+//! redirect counter.
 //!
 //! Every frame received is checked (addresses, ports, sequence numbers, checksums) and
 //! anything wrong is counted as bad and logged once per kind. Every `garbage_every`th
@@ -23,6 +32,7 @@ pub mod frames;
 
 use crate::config::{Ipv4Cidr, LoopbackConfig, ServiceConfig};
 use crate::dpdk::{register_thread, tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
+use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::Protocol;
 use crate::service::ForwardMode;
 use conn::{Conn, Out, Stage, Step, TABLE_SIZE};
@@ -86,6 +96,11 @@ pub struct EmulatorStats {
     pub duplicates: AtomicU64,
     /// Exchanges not opened because the connection table had no free slot.
     pub table_full: AtomicU64,
+    /// Real servers' replies sent through the appliance (NAT, FullNAT), and how many of
+    /// them went on a queue other than the one their connection's client packets use
+    /// (RSS emulation: a worker that does not own the session receives them).
+    pub replies_via_appliance: AtomicU64,
+    pub replies_off_owner: AtomicU64,
     /// Completed exchanges per service and real server, by the server the response
     /// named, in config order.
     pub real_servers: Vec<ServedBy>,
@@ -144,7 +159,7 @@ impl EmulatorStats {
             self.tcp_time_sum_ns.load(Relaxed) as f64 / completed as f64 / 1e6
         };
         out += &format!(
-            "\n          tcp opened {opened} completed {completed} failed {failed} in flight {}, time avg {avg_ms:.2} ms max {:.2} ms; udp round trips {round_trips}/{requests} failed {udp_failed} in flight {}; retransmits {} duplicates {} table full {} arp answered {}",
+            "\n          tcp opened {opened} completed {completed} failed {failed} in flight {}, time avg {avg_ms:.2} ms max {:.2} ms; udp round trips {round_trips}/{requests} failed {udp_failed} in flight {}; retransmits {} duplicates {} table full {} arp answered {}; replies via the appliance {} (off the owner's queue {})",
             opened.saturating_sub(completed + failed),
             self.tcp_time_max_ns.load(Relaxed) as f64 / 1e6,
             requests.saturating_sub(round_trips + udp_failed),
@@ -152,6 +167,8 @@ impl EmulatorStats {
             self.duplicates.load(Relaxed),
             self.table_full.load(Relaxed),
             self.arp_answered.load(Relaxed),
+            self.replies_via_appliance.load(Relaxed),
+            self.replies_off_owner.load(Relaxed),
         );
         let mut last_service = "";
         for rs in &self.real_servers {
@@ -185,6 +202,40 @@ impl Traffic {
         }
     }
 }
+
+/// The hash a NIC with several RX queues applies to what it receives: the appliance
+/// port's Toeplitz key and redirection table.
+#[derive(Clone, Debug)]
+pub struct NicRss {
+    pub toeplitz: Toeplitz,
+    pub reta: Reta,
+}
+
+impl NicRss {
+    /// The RX queue a NIC puts `frame` on: TCP/UDP by addresses and ports, other IPv4 by
+    /// addresses, everything else (ARP) on queue 0. Fragments hash by addresses only.
+    pub fn queue(&self, frame: &[u8]) -> u16 {
+        if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+            return 0;
+        }
+        let ip = &frame[14..];
+        let ihl = (ip[0] & 0x0f) as usize * 4;
+        let addr = |o: usize| Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]);
+        let (src, dst) = (addr(12), addr(16));
+        let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
+        let l4 = matches!(ip[9], 6 | 17) && !fragment && ip.len() >= ihl + 4;
+        let hash = if l4 {
+            let port = |o: usize| u16::from_be_bytes([ip[ihl + o], ip[ihl + o + 1]]);
+            self.toeplitz
+                .hash_tuple(HashFields::L3L4, src, dst, port(0), port(2))
+        } else {
+            self.toeplitz.hash_tuple(HashFields::L3, src, dst, 0, 0)
+        };
+        self.reta.queue(hash)
+    }
+}
+
+type ServerSideKey = (Ipv4Addr, u16, Ipv4Addr, u16);
 
 /// One emulated neighbour that pings the appliance.
 struct Peer {
@@ -245,8 +296,11 @@ pub struct Emulator {
 impl Emulator {
     /// Starts the emulated hosts on the far port's queue pairs, towards the appliance at
     /// `appliance_mac` / `appliance`, with clients and real servers for `services`.
+    /// With `rss`, frames go on the queue that hash selects (see the module docs).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         queues: Vec<(RxQueue, TxQueue)>,
+        rss: Option<NicRss>,
         pool: Arc<Mempool>,
         cfg: &LoopbackConfig,
         services: &[ServiceConfig],
@@ -270,6 +324,10 @@ impl Emulator {
         };
         let (client_count, service_count) = (world.clients.len(), world.services.len());
         let mut run = Run {
+            rss: rss.filter(|_| queues.len() > 1),
+            by_isn: HashMap::new(),
+            server_side: HashMap::new(),
+            server_key: vec![None; TABLE_SIZE],
             out: (0..queues.len()).map(|_| Burst::new()).collect(),
             queues,
             pool,
@@ -476,10 +534,8 @@ impl World {
                     continue;
                 };
                 let (ip, port) = match rs.mode {
-                    ForwardMode::Nat => (rs.ip, rs.port),
+                    ForwardMode::Nat | ForwardMode::FullNat => (rs.ip, rs.port),
                     ForwardMode::Dr | ForwardMode::Tun => (svc.key.vip, svc.key.port),
-                    // Sluice does not forward FullNAT yet: nothing arrives to serve.
-                    ForwardMode::FullNat => continue,
                 };
                 let ep = Endpoint {
                     host,
@@ -532,6 +588,17 @@ enum Via {
 /// The emulator thread's state.
 struct Run {
     queues: Vec<(RxQueue, TxQueue)>,
+    /// The NIC hash to emulate; None with one queue.
+    rss: Option<NicRss>,
+    /// Open TCP exchanges by the client's initial sequence number (which no mode
+    /// rewrites), so a real server can tell which exchange a SYN belongs to.
+    by_isn: HashMap<u32, usize>,
+    /// The tuple a real server sees (source, source port, its own address and port)
+    /// -> exchange slot, learned from the SYN (TCP) or the request (UDP); and per slot
+    /// its key, to forget it. FullNAT may use one local port towards several real
+    /// servers at once, so the real server's side is part of the key.
+    server_side: HashMap<ServerSideKey, usize>,
+    server_key: Vec<Option<ServerSideKey>>,
     /// One TX burst per queue, sent when full and after every poll.
     out: Vec<Burst>,
     pool: Arc<Mempool>,
@@ -633,6 +700,12 @@ impl Run {
     }
 
     fn push(&mut self, q: usize, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
+        let mut frame = [0u8; frames::MAX_FRAME];
+        let len = build(&mut frame);
+        let q = match &self.rss {
+            Some(rss) => rss.queue(&frame[..len]) as usize,
+            None => q,
+        };
         if self.out[q].is_full() {
             self.flush_queue(q);
         }
@@ -642,9 +715,8 @@ impl Run {
             return false;
         }
         let i = out.len() - 1;
-        out.set_packet_len(i, frames::MAX_FRAME as u16);
-        let len = build(out.packet_mut(i));
         out.set_packet_len(i, len as u16);
+        out.packet_mut(i).copy_from_slice(&frame[..len]);
         true
     }
 
@@ -753,7 +825,19 @@ impl Run {
             self.stats.table_full.fetch_add(1, Relaxed);
             return;
         };
-        let udp = self.services[service].proto == Protocol::Udp;
+        let svc = &self.services[service];
+        let udp = svc.proto == Protocol::Udp;
+        // The queue the client's packets land on: the owner worker's.
+        let queue = match &self.rss {
+            Some(rss) => rss.reta.queue(rss.toeplitz.hash_tuple(
+                HashFields::L3L4,
+                self.clients[client].ip,
+                svc.vip,
+                port,
+                svc.port,
+            )),
+            None => (slot % self.queues.len().max(1)) as u16,
+        };
         self.token = self.token.wrapping_add(1);
         // xorshift64
         self.rng ^= self.rng << 13;
@@ -764,7 +848,7 @@ impl Run {
             udp,
             client: client as u16,
             service: service as u16,
-            queue: (slot % self.queues.len().max(1)) as u16,
+            queue,
             port,
             token: self.token,
             iss: self.rng as u32,
@@ -772,6 +856,9 @@ impl Run {
             ..Conn::default()
         };
         self.open += 1;
+        if !udp {
+            self.by_isn.insert(self.rng as u32, slot);
+        }
         let counter = if udp {
             &self.stats.udp_requests
         } else {
@@ -868,6 +955,12 @@ impl Run {
     }
 
     fn free(&mut self, slot: usize) {
+        if !self.conns[slot].udp {
+            self.by_isn.remove(&self.conns[slot].iss);
+        }
+        if let Some(key) = self.server_key[slot].take() {
+            self.server_side.remove(&key);
+        }
         self.conns[slot] = Conn::default();
         self.open -= 1;
     }
@@ -1007,7 +1100,10 @@ impl Run {
                 && e.proto == proto
                 && e.ip == s.e.dst
                 && e.port == s.e.dport
-                && matches!(e.mode, ForwardMode::Nat | ForwardMode::Dr)
+                && matches!(
+                    e.mode,
+                    ForwardMode::Nat | ForwardMode::FullNat | ForwardMode::Dr
+                )
         });
         if let Some(ep) = ep {
             return self.serve(q, ep, proto, s);
@@ -1058,17 +1154,29 @@ impl Run {
         }
     }
 
-    /// A real server answers `s`: through the appliance for NAT, straight to the
-    /// client for DR and TUN.
+    /// A real server answers `s`: through the appliance for NAT and FullNAT, straight
+    /// to the client for DR and TUN.
     fn serve(&mut self, q: usize, ep: usize, proto: Protocol, s: &Segment) {
         let ep = self.endpoints[ep];
         let me = self.hosts[ep.host];
-        let Some(c) = self.by_ip.get(&s.e.src).and_then(|&h| self.hosts[h].client) else {
-            return self.bad("packet for a real server from an address no emulated client has");
+        let via_appliance = matches!(ep.mode, ForwardMode::Nat | ForwardMode::FullNat);
+        // FullNAT: the real server sees one of the appliance's local addresses.
+        let sees_client = ep.mode != ForwardMode::FullNat;
+        let client = self.by_ip.get(&s.e.src).and_then(|&h| self.hosts[h].client);
+        let c = match client {
+            Some(c) => c,
+            None if !sees_client => usize::MAX,
+            None => {
+                return self.bad("packet for a real server from an address no emulated client has")
+            }
         };
-        let dst_mac = match ep.mode {
-            ForwardMode::Nat => self.appliance_mac,
-            _ => self.clients[c].mac,
+        if !sees_client && client.is_some() {
+            return self.bad("FullNAT real server sees a client's own address (no source NAT)");
+        }
+        let dst_mac = if via_appliance {
+            self.appliance_mac
+        } else {
+            self.clients[c].mac
         };
         let e = Endpoints {
             src_mac: me.mac,
@@ -1080,7 +1188,7 @@ impl Run {
         };
         let mut frame = [0u8; frames::MAX_FRAME];
         let len = match proto {
-            Protocol::Tcp => match conn::serve_tcp(s, me.ip) {
+            Protocol::Tcp => match conn::serve_tcp(s, me.ip, sees_client) {
                 Ok(Some(a)) => {
                     let payload: &[u8] = match &a.response {
                         Some(r) => r,
@@ -1091,16 +1199,23 @@ impl Run {
                 Ok(None) => return,
                 Err(why) => return self.bad(why),
             },
-            Protocol::Udp => match conn::serve_udp(s, me.ip) {
+            Protocol::Udp => match conn::serve_udp(s, me.ip, sees_client) {
                 Ok(r) => frames::udp_datagram(&mut frame, &e, &r),
                 Err(why) => return self.bad(why),
             },
         };
-        if ep.mode == ForwardMode::Nat {
-            self.emit(q, |buf| {
+        if via_appliance {
+            let off_owner = self.reply_off_owner(proto, s, &frame[..len]);
+            let sent = self.emit(q, |buf| {
                 buf[..len].copy_from_slice(&frame[..len]);
                 len
             });
+            if let (true, Some(off)) = (sent, off_owner) {
+                self.stats.replies_via_appliance.fetch_add(1, Relaxed);
+                if off {
+                    self.stats.replies_off_owner.fetch_add(1, Relaxed);
+                }
+            }
         } else {
             // The client reads the very bytes a switch would have carried.
             match frames::parse(&frame[..len]) {
@@ -1113,6 +1228,34 @@ impl Run {
                 _ => unreachable!("the emulator's own frame does not parse"),
             }
         }
+    }
+
+    /// RSS emulation: whether the NIC hash puts a real server's `reply` to `s` on
+    /// another queue than its connection's client packets (the owner worker's); None
+    /// without RSS or when the connection is unknown. The connection is found by the
+    /// client's initial sequence number on a SYN (no mode rewrites it), by the
+    /// request's payload for UDP, then by the source the real server sees.
+    fn reply_off_owner(&mut self, proto: Protocol, s: &Segment, reply: &[u8]) -> Option<bool> {
+        let rss = self.rss.as_ref()?;
+        let key = (s.e.src, s.e.sport, s.e.dst, s.e.dport);
+        let learned = match proto {
+            Protocol::Tcp if s.flags == frames::tcp_flags::SYN => self.by_isn.get(&s.seq).copied(),
+            Protocol::Udp => conn::read_request(s.payload)
+                .map(|(_, _, port)| (port, port as usize % TABLE_SIZE))
+                .filter(|&(port, slot)| {
+                    self.conns[slot].stage != Stage::Free && self.conns[slot].port == port
+                })
+                .map(|(_, slot)| slot),
+            Protocol::Tcp => None,
+        };
+        if let Some(slot) = learned {
+            if let Some(old) = self.server_key[slot].replace(key) {
+                self.server_side.remove(&old);
+            }
+            self.server_side.insert(key, slot);
+        }
+        let slot = *self.server_side.get(&key)?;
+        Some(rss.queue(reply) != self.conns[slot].queue)
     }
 
     /// A reply for client `c`.

@@ -22,8 +22,9 @@
 //! either the old `Arc` or the new one, never a mixture. An old snapshot is freed when
 //! its last holder lets go, which may be a worker: that free happens once per change,
 //! inside `refresh`, not on the per-packet path.
-use super::model::{Service, ServiceKey};
+use super::model::{ForwardMode, Service, ServiceKey};
 use super::table::ServiceTable;
+use crate::flow::Protocol;
 use crossbeam::utils::CachePadded;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
@@ -43,6 +44,10 @@ pub struct Snapshot {
     /// Every service's FullNAT local addresses, sorted and deduplicated, for
     /// [`Snapshot::is_local_address`].
     local_addresses: Vec<Ipv4Addr>,
+    /// NAT real servers (protocol, address, port) -> the services (VIP, port) they
+    /// serve in NAT mode: a reply from one names its client but not the VIP, and the
+    /// VIP is what the owner worker's RSS hash used.
+    nat_reply_services: HashMap<(Protocol, Ipv4Addr, u16), Vec<(Ipv4Addr, u16)>>,
 }
 
 impl Snapshot {
@@ -73,12 +78,24 @@ impl Snapshot {
             .collect();
         local_addresses.sort_unstable();
         local_addresses.dedup();
+        let mut nat_reply_services: HashMap<_, Vec<_>> = HashMap::new();
+        for s in &services {
+            for rs in s.real_servers.iter().filter(|r| r.mode == ForwardMode::Nat) {
+                let served = nat_reply_services
+                    .entry((s.key.proto, rs.ip, rs.port))
+                    .or_default();
+                if !served.contains(&(s.key.vip, s.key.port)) {
+                    served.push((s.key.vip, s.key.port));
+                }
+            }
+        }
         Snapshot {
             generation,
             services,
             by_key,
             vips,
             local_addresses,
+            nat_reply_services,
         }
     }
 
@@ -125,6 +142,21 @@ impl Snapshot {
     #[inline]
     pub fn is_local_address(&self, addr: Ipv4Addr) -> bool {
         self.local_addresses.binary_search(&addr).is_ok()
+    }
+}
+
+impl Snapshot {
+    /// The services (VIP, port) for which `proto` `addr:port` is a NAT real server, in
+    /// snapshot order; empty for any other address.
+    pub fn nat_reply_services(
+        &self,
+        proto: Protocol,
+        addr: Ipv4Addr,
+        port: u16,
+    ) -> &[(Ipv4Addr, u16)] {
+        self.nat_reply_services
+            .get(&(proto, addr, port))
+            .map_or(&[], Vec::as_slice)
     }
 }
 

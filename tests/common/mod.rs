@@ -408,6 +408,8 @@ pub struct DaemonConfig {
     pub file_prefix: String,
     pub socket: PathBuf,
     pub workers: Vec<u32>,
+    /// `[lcores] cpus`: the CPU of each worker lcore (several may share one).
+    pub cpus: Option<Vec<u32>>,
     pub ports: Vec<PortSpec>,
     /// `[loopback]` section lines (e.g. `peers = 2`); written when non-empty.
     pub loopback: Vec<String>,
@@ -439,6 +441,7 @@ impl DaemonConfig {
             dir,
             socket,
             workers: vec![1],
+            cpus: None,
             ports,
             loopback: Vec::new(),
             netns: None,
@@ -468,10 +471,15 @@ impl DaemonConfig {
         let workers: Vec<String> = self.workers.iter().map(|w| w.to_string()).collect();
         writeln!(
             t,
-            "[lcores]\nmanagement = 0\nworkers = [{}]\n",
+            "[lcores]\nmanagement = 0\nworkers = [{}]",
             workers.join(", ")
         )
         .unwrap();
+        if let Some(cpus) = &self.cpus {
+            let cpus: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+            writeln!(t, "cpus = [{}]", cpus.join(", ")).unwrap();
+        }
+        t.push('\n');
         writeln!(
             t,
             "[control]\nsocket = {}\n",

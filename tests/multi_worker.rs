@@ -1,0 +1,221 @@
+//! The multi-worker data plane in loopback emulation: 2 and 4 workers (sharing CPU 1:
+//! oversubscribed, a functional test), the emulator playing a NIC with RSS (each frame
+//! goes on the queue the appliance port's Toeplitz key and RETA select) and 10,000+
+//! TCP connections per run through FullNAT or NAT.
+//!
+//! What each run proves, from two independent counts: the emulator knows, for every
+//! real-server reply it sends through the appliance, whether the NIC hash puts it on
+//! the queue of the connection's owner (the queue its client packets use); the workers
+//! count what they redirect to each other.
+//! - FullNAT: the local ports the workers chose make every reply land on its owner:
+//!   zero replies off the owner's queue, zero redirects, nothing dropped for want of a
+//!   session.
+//! - NAT (one arm): replies land anywhere; every one that lands elsewhere is
+//!   redirected to its owner: redirects out = redirects in = the emulator's count.
+//!
+//! Run: `cargo test --release --test multi_worker` (as root).
+mod common;
+
+use common::*;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The runs take turns: their workers busy-poll CPU 1.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Connections each run must complete.
+const FLOWS: u64 = 10_000;
+/// 20 clients, one connection each every 10 ms: 2,000 new connections per second.
+const DURATION_S: u64 = 9;
+
+struct Worker {
+    sessions_created: u64,
+    redirected_out: u64,
+    redirected_in: u64,
+}
+
+struct Outcome {
+    summary: String,
+    workers: Vec<Worker>,
+    drops: String,
+    context: String,
+}
+
+fn run(workers: u32, mode: &str) -> Outcome {
+    require_root();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )]);
+    cfg.workers = (1..=workers).collect();
+    cfg.cpus = Some(vec![1; workers as usize]);
+    cfg.loopback = vec![
+        "peers = 20".into(),
+        "ping_interval_ms = 10".into(),
+        "garbage_every = 0".into(),
+        "stats_interval_ms = 100000".into(),
+    ];
+    let extra = if mode == "fullnat" {
+        vec!["local_addresses = [\"198.18.0.200\", \"198.18.0.201\"]".to_string()]
+    } else {
+        Vec::new()
+    };
+    cfg.extra_toml = vec![
+        "[sessions]\ncapacity = 65536\ntick_ms = 100".into(),
+        service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "rr",
+            &extra,
+            &[
+                ("198.18.0.2", 8080, 1, mode),
+                ("198.18.0.3", 8080, 1, mode),
+                ("198.18.0.4", 8080, 1, mode),
+            ],
+        ),
+    ];
+    cfg.args = vec!["--duration".into(), DURATION_S.to_string()];
+    let mut daemon = Daemon::start(cfg);
+    let status = daemon
+        .wait_exit(Duration::from_secs(DURATION_S) + EXIT_TIMEOUT)
+        .unwrap_or_else(|| panic!("sluice did not stop by itself\n{}", daemon.dump()));
+    let context = daemon.dump();
+    assert!(status.success(), "sluice exited with {status}\n{context}");
+    let stdout = daemon.stdout_text();
+    let summary = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("arp "))
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!summary.is_empty(), "no emulator summary\n{context}");
+    // The final statistics, printed after the workers stopped.
+    let finals = &stdout[stdout.rfind("arp ").unwrap()..];
+    let workers: Vec<Worker> = (0..workers)
+        .map(|w| {
+            let line = finals
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("worker {w} (lcore")))
+                .unwrap_or_else(|| panic!("no final line for worker {w}\n{context}"));
+            Worker {
+                sessions_created: number_after(line, "(created "),
+                redirected_out: number_after(line, "redirected out "),
+                redirected_in: number_after(line, " in "),
+            }
+        })
+        .collect();
+    let drops = finals
+        .lines()
+        .find(|l| l.trim_start().starts_with("drops"))
+        .unwrap_or("")
+        .to_string();
+    // For the record (cargo test -- --nocapture).
+    eprintln!("{} worker(s), {mode}:\n{summary}\n{drops}", workers.len());
+    for (w, worker) in workers.iter().enumerate() {
+        eprintln!(
+            "  worker {w}: sessions created {} redirected out {} in {}",
+            worker.sessions_created, worker.redirected_out, worker.redirected_in
+        );
+    }
+    Outcome {
+        summary,
+        workers,
+        drops,
+        context,
+    }
+}
+
+/// The number after the first `key` in `text`.
+fn number_after(text: &str, key: &str) -> u64 {
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no `{key}` in:\n{text}"));
+    text[at + key.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after `{key}` in:\n{text}"))
+}
+
+/// Every connection completed, nothing was wrong, and every worker owned a share.
+fn check_common(o: &Outcome) {
+    let s = &o.summary;
+    let ctx = format!("{s}\n{}\n{}", o.drops, o.context);
+    assert_eq!(number_after(s, "bad "), 0, "bad frames\n{ctx}");
+    assert_eq!(number_after(s, "failed "), 0, "failed connections\n{ctx}");
+    let completed = number_after(s, "completed ");
+    assert!(
+        completed >= FLOWS,
+        "only {completed} connections completed\n{ctx}"
+    );
+    for (w, worker) in o.workers.iter().enumerate() {
+        assert!(
+            worker.sessions_created > completed / (o.workers.len() as u64 * 4),
+            "worker {w} created only {} sessions: RSS did not spread\n{ctx}",
+            worker.sessions_created
+        );
+    }
+    // SYN-ACK, response and FIN-ACK per connection: all but a few (a client ISN two
+    // open connections share) are attributed to their connection.
+    let via = number_after(s, "replies via the appliance ");
+    assert!(
+        via * 100 >= completed * 3 * 99,
+        "{via} replies attributed for {completed} connections\n{ctx}"
+    );
+    for reason in ["tcp_no_session=", "redirect_ring_full=", "not_local="] {
+        assert!(!o.drops.contains(reason), "drops {reason}\n{ctx}");
+    }
+}
+
+fn check_fullnat(workers: u32) {
+    let o = run(workers, "fullnat");
+    check_common(&o);
+    let ctx = format!("{}\n{}\n{}", o.summary, o.drops, o.context);
+    assert_eq!(
+        number_after(&o.summary, "off the owner's queue "),
+        0,
+        "FullNAT replies reached a worker that does not own their session\n{ctx}"
+    );
+    let redirected: u64 = o.workers.iter().map(|w| w.redirected_out).sum();
+    assert_eq!(redirected, 0, "FullNAT needed redirects\n{ctx}");
+    assert!(!o.drops.contains("laddr_exhausted="), "{ctx}");
+}
+
+fn check_nat(workers: u32) {
+    let o = run(workers, "nat");
+    check_common(&o);
+    let ctx = format!("{}\n{}\n{}", o.summary, o.drops, o.context);
+    let off = number_after(&o.summary, "off the owner's queue ");
+    let via = number_after(&o.summary, "replies via the appliance ");
+    // With N queues about (N-1)/N of the replies land elsewhere; at least a quarter.
+    assert!(off * 4 >= via, "only {off} of {via} off the owner\n{ctx}");
+    let out: u64 = o.workers.iter().map(|w| w.redirected_out).sum();
+    let inn: u64 = o.workers.iter().map(|w| w.redirected_in).sum();
+    assert_eq!(out, off, "redirects out != replies off the owner\n{ctx}");
+    assert_eq!(inn, out, "redirects in != out\n{ctx}");
+}
+
+#[test]
+fn fullnat_replies_reach_their_owner_with_two_workers() {
+    check_fullnat(2);
+}
+
+#[test]
+fn nat_replies_are_redirected_to_their_owner_with_two_workers() {
+    check_nat(2);
+}
+
+#[test]
+fn fullnat_replies_reach_their_owner_with_four_workers() {
+    check_fullnat(4);
+}
+
+#[test]
+fn nat_replies_are_redirected_to_their_owner_with_four_workers() {
+    check_nat(4);
+}
