@@ -5,8 +5,9 @@ use sluice::dataplane::counters::{DropReason, Event, WorkerCounters};
 use sluice::dataplane::forwarder::{Forwarder, RssView};
 use sluice::dataplane::local::LocalResponder;
 use sluice::dataplane::mesh::Mesh;
+use sluice::dataplane::query::Mailbox;
 use sluice::dataplane::realserver_stats;
-use sluice::dataplane::worker::{Worker, WorkerPort};
+use sluice::dataplane::worker::{Links, Worker, WorkerPort};
 use sluice::dpdk::{
     launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair,
 };
@@ -111,8 +112,11 @@ fn worker_answers_arp_and_ping_over_net_ring() {
         vec![port],
         forwarder,
         counters.clone(),
-        stop.clone(),
-        Arc::new(Mesh::new("eal_ring", 1).unwrap()),
+        Links {
+            stop: stop.clone(),
+            mesh: Arc::new(Mesh::new("eal_ring", 1).unwrap()),
+            mailbox: Arc::new(Mailbox::default()),
+        },
     );
     launch_on_lcore(1, move || worker.run()).unwrap();
 

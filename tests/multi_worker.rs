@@ -79,6 +79,8 @@ fn run(workers: u32, mode: &str) -> Outcome {
     ];
     cfg.args = vec!["--duration".into(), DURATION_S.to_string()];
     let mut daemon = Daemon::start(cfg);
+    std::thread::sleep(Duration::from_secs(DURATION_S / 2));
+    check_listings(&daemon, workers, mode);
     let status = daemon
         .wait_exit(Duration::from_secs(DURATION_S) + EXIT_TIMEOUT)
         .unwrap_or_else(|| panic!("sluice did not stop by itself\n{}", daemon.dump()));
@@ -126,6 +128,59 @@ fn run(workers: u32, mode: &str) -> Outcome {
         workers,
         drops,
         context,
+    }
+}
+
+/// While traffic flows: `-Lnc` lists sessions of every worker, with the local address
+/// for FullNAT only, and seed 000's pipeline (`awk 'NR>1{print $NF}'`) yields real
+/// servers; `--get-laddr` shows every worker's pool on both local addresses.
+fn check_listings(daemon: &Daemon, workers: u32, mode: &str) {
+    let out = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let conns = json["connections"].as_array().expect("connections");
+    assert!(conns.len() > 100, "only {} sessions listed", conns.len());
+    let servers = ["198.18.0.2:8080", "198.18.0.3:8080", "198.18.0.4:8080"];
+    for w in 0..workers {
+        let mine: Vec<_> = conns.iter().filter(|c| c["worker"] == w).collect();
+        assert!(!mine.is_empty(), "no session of worker {w} listed");
+    }
+    for c in conns {
+        assert_eq!(c["virtual"], "198.18.1.1:80", "{c}");
+        assert!(servers.contains(&c["destination"].as_str().unwrap()), "{c}");
+        match (mode, c["local"].as_str()) {
+            ("fullnat", Some(l)) => assert!(l.starts_with("198.18.0.20"), "{c}"),
+            ("nat", None) => {}
+            _ => panic!("{mode}: wrong local address in {c}"),
+        }
+    }
+    let text = daemon.ctl(&["-Lnc"]);
+    assert!(text.success(), "{}", text.describe());
+    let lasts: Vec<&str> = text
+        .stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert!(lasts.len() > 100, "{}", text.stdout);
+    assert!(
+        lasts
+            .iter()
+            .all(|l| *l == "destination" || servers.contains(l)),
+        "awk '{{print $NF}}' gives something else than real servers:\n{}",
+        text.stdout
+    );
+    if mode == "fullnat" {
+        let laddr = daemon.ctl(&["-G", "-t", "198.18.1.1:80", "--json"]);
+        assert!(laddr.success(), "{}", laddr.describe());
+        let json: serde_json::Value = serde_json::from_str(&laddr.stdout).expect("JSON");
+        let pools = json["pools"].as_array().expect("pools");
+        assert_eq!(pools.len() as u32, workers * 2, "{json}");
+        let used: u64 = pools.iter().map(|p| p["used"].as_u64().unwrap()).sum();
+        assert!(used > 0, "no port in use: {json}");
+        for p in pools {
+            assert_eq!(p["misses"], 0, "{json}");
+        }
     }
 }
 

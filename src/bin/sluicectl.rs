@@ -6,8 +6,8 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
-    render_laddrs, render_services, render_status, render_xstats, LaddrReport, ServicesReport,
-    StatusReport, XstatsReport,
+    render_connections, render_laddrs, render_services, render_status, render_xstats,
+    ConnectionsReport, LaddrReport, ServicesReport, StatusReport, XstatsReport,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
@@ -32,6 +32,9 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
   -L|-l [-n] [--stats]                                           list services
+  -L|-l [-n] -c                                                  list connections: [worker]proto,
+                                                                 expire, state, client, VIP,
+                                                                 FullNAT local address, real server
   -P|--add-laddr -t|-u VIP:port -z LIP [-F ifname]               add a FullNAT local address
   -Q|--del-laddr -t|-u VIP:port -z LIP [-F ifname]               delete a local address
   -G|--get-laddr -t|-u VIP:port                                  list a service's local addresses
@@ -114,6 +117,9 @@ impl Command {
                 ipvsadm::Output::List { stats } => Ok(render_services(
                     &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
                     stats,
+                )),
+                ipvsadm::Output::Connections => Ok(render_connections(
+                    &serde_json::from_value::<ConnectionsReport>(result).map_err(unexpected)?,
                 )),
                 ipvsadm::Output::Quiet => Ok(String::new()),
                 ipvsadm::Output::Laddrs => Ok(render_laddrs(

@@ -1,7 +1,7 @@
 //! `ipvsadm` command-line syntax, turned into control requests, so that
 //! `alias ipvsadm=sluicectl` keeps existing scripts working. Covered so far: services
 //! (`-A/-E/-D`), real servers (`-a/-e/-d`), `-C`, listing (`-L/-l` with `-n`,
-//! `--stats`), and DPVS's FullNAT local addresses (`-P|--add-laddr`,
+//! `--stats`, `-c`), and DPVS's FullNAT local addresses (`-P|--add-laddr`,
 //! `-Q|--del-laddr`, `-G|--get-laddr` with `-z LIP` and `-F ifname`). The rest of
 //! ipvsadm's options arrive with the control-plane work.
 use super::protocol::Request;
@@ -15,6 +15,9 @@ use std::net::Ipv4Addr;
 pub enum Output {
     /// `-L`: the ipvsadm table (or the `--stats` table).
     List { stats: bool },
+    /// `-Lc`: the connection entries
+    /// ([`render_connections`](super::status::render_connections)).
+    Connections,
     /// A change: nothing to print on success, as ipvsadm.
     Quiet,
     /// `--get-laddr`: the service's local addresses, one per line
@@ -100,6 +103,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut upper: Option<u32> = None;
     let mut lower: Option<u32> = None;
     let mut stats = false;
+    let mut connections = false;
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
 
@@ -173,11 +177,18 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "-n" | "--numeric" | "--exact" => {}
             "--stats" => stats = true,
+            "-c" | "--connection" => connections = true,
             other => return Err(format!("unknown or unsupported option \"{other}\"")),
         }
     }
 
     let verb = verb.ok_or_else(|| format!("no command given (one of {COMMANDS})"))?;
+    if connections && verb != Verb::List {
+        return Err("option -c/--connection only applies to -L/--list".into());
+    }
+    if connections && stats {
+        return Err("options -c/--connection and --stats cannot be combined".into());
+    }
     if !matches!(verb, Verb::AddLaddr | Verb::DelLaddr) {
         if let Some((option, _)) = &laddr {
             return Err(format!(
@@ -215,6 +226,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Ok(spec.with_thresholds(upper.unwrap_or(0), lower.unwrap_or(0)))
     };
     let (request, output) = match verb {
+        Verb::List if connections => (Request::ListConnections { max: None }, Output::Connections),
         Verb::List => (Request::ListServices, Output::List { stats }),
         Verb::Clear => (Request::Clear, Output::Quiet),
         Verb::AddService => (
@@ -426,6 +438,15 @@ mod tests {
     #[test]
     fn listing_with_bundled_flags() {
         assert_eq!(p("-Ln").unwrap().output, Output::List { stats: false });
+        let lnc = p("-Lnc").unwrap();
+        assert_eq!(lnc.request, Request::ListConnections { max: None });
+        assert_eq!(lnc.output, Output::Connections);
+        assert!(p("-A -t 198.18.1.1:80 -c")
+            .unwrap_err()
+            .contains("only applies to -L"));
+        assert!(p("-L -c --stats")
+            .unwrap_err()
+            .contains("cannot be combined"));
         assert_eq!(
             p("-L -n --stats").unwrap().output,
             Output::List { stats: true }

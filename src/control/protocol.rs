@@ -80,7 +80,17 @@ pub enum Request {
     /// `--get-laddr` (DPVS): a service's local addresses, answered as
     /// `{"service": {...}, "local_addresses": ["a.b.c.d", ...]}`.
     GetLaddr { service: ServiceKey },
+    /// `-Lnc`: the workers' sessions ([`crate::control::status::ConnectionsReport`]),
+    /// at most `max` of them (default [`DEFAULT_MAX_CONNECTIONS`]).
+    ListConnections {
+        #[serde(default)]
+        max: Option<u32>,
+    },
 }
+
+/// Sessions `-Lnc` lists unless asked for another bound: about 30 MB of JSON, under
+/// the client's 64 MiB reply cap.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 200_000;
 
 impl Request {
     /// The wire name of this request, as in its `cmd` field.
@@ -100,6 +110,7 @@ impl Request {
             Request::AddLaddr { .. } => "add_laddr",
             Request::DelLaddr { .. } => "del_laddr",
             Request::GetLaddr { .. } => "get_laddr",
+            Request::ListConnections { .. } => "list_connections",
         }
     }
 
@@ -303,6 +314,10 @@ mod tests {
             (Request::Status, r#"{"cmd":"status"}"#),
             (Request::Xstats { port: 3 }, r#"{"cmd":"xstats","port":3}"#),
             (Request::ZeroCounters, r#"{"cmd":"zero_counters"}"#),
+            (
+                Request::ListConnections { max: Some(5) },
+                r#"{"cmd":"list_connections","max":5}"#,
+            ),
         ];
         for (request, wire) in cases {
             assert_eq!(request.to_line(), format!("{wire}\n"));
@@ -422,7 +437,8 @@ mod tests {
             text,
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
-             edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr)"
+             edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
+             list_connections)"
         );
     }
 

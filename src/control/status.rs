@@ -673,21 +673,115 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
     out
 }
 
-/// `--get-laddr`: one service's FullNAT local addresses, in the order they were added.
+/// `--get-laddr`: one service's FullNAT local addresses, in the order they were added,
+/// and each worker's port pool on each of them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LaddrReport {
     pub service: ServiceKey,
     pub local_addresses: Vec<Ipv4Addr>,
+    /// Per worker and local address (as DPVS's `dpip addr show -s` per lcore); empty
+    /// when the service has no FullNAT real server (no pools) or before traffic.
+    #[serde(default)]
+    pub pools: Vec<LaddrPoolStatus>,
+}
+
+/// One worker's ports on one local address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaddrPoolStatus {
+    pub worker: u16,
+    pub lip: Ipv4Addr,
+    /// Ports this worker has in use on the address.
+    pub used: u32,
+    /// Ports of this worker's share not in use.
+    pub free: u32,
+    /// Allocations on this address that found no suitable free port.
+    pub misses: u64,
 }
 
 /// Renders `--get-laddr` as DPVS's ipvsadm lays it out: the service with the number of
-/// local addresses, then one local address per line in the last column.
+/// local addresses, then one local address per line in the last column; then, when
+/// there are pools, one line per worker and address with its port counts.
 pub fn render_laddrs(report: &LaddrReport) -> String {
     let mut out = format!("{:<20} {:<8} {}\n", "VIP:VPORT", "TOTAL", "LIP");
     let service = format!("{}:{}", report.service.vip, report.service.port);
     let _ = writeln!(out, "{service:<20} {}", report.local_addresses.len());
     for lip in &report.local_addresses {
         let _ = writeln!(out, "{:<20} {:<8} {lip}", "", "");
+    }
+    if !report.pools.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<8} {:<16} {:>8} {:>8} {:>10}",
+            "WORKER", "LIP", "USED", "FREE", "MISS"
+        );
+        for p in &report.pools {
+            let _ = writeln!(
+                out,
+                "{:<8} {:<16} {:>8} {:>8} {:>10}",
+                p.worker,
+                p.lip.to_string(),
+                p.used,
+                p.free,
+                p.misses
+            );
+        }
+    }
+    out
+}
+
+/// `-Lnc`: the sessions of every worker.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConnectionsReport {
+    pub connections: Vec<ConnectionStatus>,
+    /// More sessions exist than the listing's bound allowed.
+    pub truncated: bool,
+}
+
+/// One session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionStatus {
+    /// The worker whose table holds the session (DPVS's `[lcore]`).
+    pub worker: u16,
+    /// `"tcp"` or `"udp"`.
+    pub proto: String,
+    /// Seconds until it expires unless a packet refreshes it.
+    pub expires_s: u32,
+    /// IPVS state name.
+    pub state: String,
+    pub client: String,
+    #[serde(rename = "virtual")]
+    pub virtual_service: String,
+    /// FullNAT: the local address and port the real server sees.
+    #[serde(default)]
+    pub local: Option<String>,
+    pub destination: String,
+}
+
+/// Renders `-Lnc`: ipvsadm's columns (`pro expire state source virtual destination`,
+/// the real server last so `awk '{print $NF}'` pipelines keep working) with DPVS's
+/// additions: the worker as `[w]` before the protocol and the FullNAT local address
+/// before the destination (`-` for other modes).
+pub fn render_connections(report: &ConnectionsReport) -> String {
+    let mut out = String::from("IPVS connection entries\n");
+    let _ = writeln!(
+        out,
+        "pro expire state       source                virtual               local                 destination"
+    );
+    for c in &report.connections {
+        let expire = format!("{:02}:{:02}", c.expires_s / 60, c.expires_s % 60);
+        let _ = writeln!(
+            out,
+            "{:<6} {expire:<6} {:<11} {:<21} {:<21} {:<21} {}",
+            format!("[{}]{}", c.worker, c.proto.to_uppercase()),
+            c.state,
+            c.client,
+            c.virtual_service,
+            c.local.as_deref().unwrap_or("-"),
+            c.destination
+        );
+    }
+    if report.truncated {
+        out.push_str("(more sessions exist than this listing holds)\n");
     }
     out
 }
@@ -770,10 +864,126 @@ mod services_tests {
     }
 
     #[test]
+    fn laddr_pools_render_per_worker_after_the_addresses() {
+        let report = LaddrReport {
+            service: ServiceKey::new(crate::flow::Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80),
+            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50)],
+            pools: vec![
+                LaddrPoolStatus {
+                    worker: 0,
+                    lip: Ipv4Addr::new(198, 18, 0, 50),
+                    used: 3,
+                    free: 32253,
+                    misses: 0,
+                },
+                LaddrPoolStatus {
+                    worker: 1,
+                    lip: Ipv4Addr::new(198, 18, 0, 50),
+                    used: 8,
+                    free: 0,
+                    misses: 12,
+                },
+            ],
+        };
+        let text = render_laddrs(&report);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("WORKER"))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec!["WORKER", "LIP", "USED", "FREE", "MISS"],
+                vec!["0", "198.18.0.50", "3", "32253", "0"],
+                vec!["1", "198.18.0.50", "8", "0", "12"],
+            ]
+        );
+    }
+
+    #[test]
+    fn connections_render_ipvsadm_columns_with_worker_and_local_address() {
+        let conn = |worker, local: Option<&str>, rs: &str| ConnectionStatus {
+            worker,
+            proto: "tcp".into(),
+            expires_s: 899,
+            state: "ESTABLISHED".into(),
+            client: "198.18.0.9:40000".into(),
+            virtual_service: "198.18.1.1:80".into(),
+            local: local.map(str::to_string),
+            destination: rs.into(),
+        };
+        let report = ConnectionsReport {
+            connections: vec![
+                conn(0, None, "198.18.0.2:8080"),
+                conn(1, Some("198.18.0.50:1031"), "198.18.0.3:8080"),
+            ],
+            truncated: false,
+        };
+        let text = render_connections(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "IPVS connection entries");
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "pro",
+                "expire",
+                "state",
+                "source",
+                "virtual",
+                "local",
+                "destination"
+            ]
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            [
+                "[0]TCP",
+                "14:59",
+                "ESTABLISHED",
+                "198.18.0.9:40000",
+                "198.18.1.1:80",
+                "-",
+                "198.18.0.2:8080"
+            ]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            [
+                "[1]TCP",
+                "14:59",
+                "ESTABLISHED",
+                "198.18.0.9:40000",
+                "198.18.1.1:80",
+                "198.18.0.50:1031",
+                "198.18.0.3:8080"
+            ]
+        );
+        // Seed 000's pipeline: `awk 'NR>1{print $NF}'` gives the real servers.
+        let last: Vec<&str> = lines[2..]
+            .iter()
+            .map(|l| l.split_whitespace().last().unwrap())
+            .collect();
+        assert_eq!(last, ["198.18.0.2:8080", "198.18.0.3:8080"]);
+        assert!(!text.contains("more sessions"));
+        let cut = ConnectionsReport {
+            truncated: true,
+            ..report
+        };
+        assert!(
+            render_connections(&cut).ends_with("(more sessions exist than this listing holds)\n")
+        );
+        let json = serde_json::to_value(&cut.connections[1]).unwrap();
+        assert_eq!(json["virtual"], "198.18.1.1:80");
+        assert_eq!(json["local"], "198.18.0.50:1031");
+    }
+
+    #[test]
     fn laddrs_render_one_per_line_under_the_service() {
         let report = LaddrReport {
             service: ServiceKey::new(crate::flow::Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80),
             local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
+            pools: Vec::new(),
         };
         let expected: String = [
             "VIP:VPORT            TOTAL    LIP",
@@ -797,7 +1007,8 @@ mod services_tests {
             json,
             serde_json::json!({
                 "service": {"proto": "tcp", "vip": "198.18.1.1", "port": 80},
-                "local_addresses": ["198.18.0.50", "198.18.0.51"]
+                "local_addresses": ["198.18.0.50", "198.18.0.51"],
+                "pools": []
             })
         );
         let empty = LaddrReport {

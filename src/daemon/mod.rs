@@ -8,14 +8,16 @@ mod stats;
 pub use services::{check_real_server_id, Services};
 
 use crate::config::{Config, PortDevice};
-use crate::control::protocol::Request;
+use crate::control::protocol::{Request, DEFAULT_MAX_CONNECTIONS};
 use crate::control::server::{ControlServer, Handler};
+use crate::control::status::{ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, RssView};
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{Mesh, REDIRECT_RING_SIZE};
+use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters};
-use crate::dataplane::worker::{Worker, WorkerPort};
+use crate::dataplane::worker::{Links, Worker, WorkerPort};
 use crate::dpdk::{
     launch_on_lcore, wait_lcore, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
 };
@@ -87,8 +89,22 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .map(|_| Arc::new(realserver_stats::new_table()))
         .collect();
 
+    let mailboxes: Vec<Arc<Mailbox>> = cfg
+        .lcores
+        .workers
+        .iter()
+        .map(|_| Arc::new(Mailbox::default()))
+        .collect();
     let mut app = bring_up(&cfg)?;
-    launch_workers(&cfg, &mut app, &counters, &real_servers, &publisher, &stop)?;
+    launch_workers(
+        &cfg,
+        &mut app,
+        &counters,
+        &real_servers,
+        &publisher,
+        &stop,
+        &mailboxes,
+    )?;
     // From here on, only the management loop touches the registry.
     let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
     let server = ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
@@ -117,6 +133,8 @@ pub fn run(opts: &Options) -> Result<(), String> {
         services,
         publisher,
         real_servers,
+        mailboxes,
+        tick_ms: cfg.sessions.tick_ms,
     };
     management_loop(
         &mut app,
@@ -313,6 +331,7 @@ fn launch_workers(
     real_servers: &[Arc<Box<[RealServerCounters]>>],
     publisher: &SnapshotPublisher,
     stop: &Arc<AtomicBool>,
+    mailboxes: &[Arc<Mailbox>],
 ) -> Result<(), String> {
     let timeouts = timeouts_from_config(cfg).in_ticks(cfg.sessions.tick_ms);
     let hz = crate::dpdk::tsc_hz();
@@ -355,8 +374,11 @@ fn launch_workers(
             ports,
             forwarder,
             counters[w].clone(),
-            stop.clone(),
-            app.mesh.clone(),
+            Links {
+                stop: stop.clone(),
+                mesh: app.mesh.clone(),
+                mailbox: mailboxes[w].clone(),
+            },
         );
         launch_on_lcore(lcore, move || worker.run()).map_err(|e| e.to_string())?;
     }
@@ -422,11 +444,98 @@ fn control_handler(calls: Sender<ControlCall>) -> Handler {
     })
 }
 
-/// What the management loop edits and publishes: the services and their counters.
+/// What the management loop edits and publishes: the services and their counters, and
+/// the workers' mailboxes for what only they can read.
 struct Registry {
     services: Services,
     publisher: SnapshotPublisher,
     real_servers: Vec<Arc<Box<[RealServerCounters]>>>,
+    mailboxes: Vec<Arc<Mailbox>>,
+    tick_ms: u32,
+}
+
+/// How long a worker may take to answer one question (it answers between two polls).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Registry {
+    /// `-Lnc`: every worker's sessions, chunk by chunk, at most `max` in all.
+    fn connections(&self, max: u32) -> Result<serde_json::Value, String> {
+        let mut report = ConnectionsReport::default();
+        for (w, mailbox) in self.mailboxes.iter().enumerate() {
+            let mut from = Some(0);
+            while let Some(start) = from {
+                let room = (max as usize)
+                    .saturating_sub(report.connections.len())
+                    .min(CONNECTIONS_PER_CHUNK);
+                if room == 0 {
+                    report.truncated = true;
+                    break;
+                }
+                let query = Query::Connections {
+                    from: start,
+                    out: Vec::with_capacity(room),
+                    next: None,
+                };
+                let Query::Connections { out, next, .. } = mailbox
+                    .ask(query, QUERY_TIMEOUT)
+                    .map_err(|e| format!("worker {w}: {e}"))?
+                else {
+                    return Err(format!("worker {w}: answered another question"));
+                };
+                from = next;
+                report
+                    .connections
+                    .extend(out.iter().map(|c| ConnectionStatus {
+                        worker: c.worker,
+                        proto: c.proto.name().to_ascii_lowercase(),
+                        expires_s: (c.expires_ticks as u64 * self.tick_ms as u64 / 1000) as u32,
+                        state: c.state.to_string(),
+                        client: c.client.to_string(),
+                        virtual_service: c.virtual_service.to_string(),
+                        local: c.local.map(|l| l.to_string()),
+                        destination: c.real_server.to_string(),
+                    }));
+            }
+        }
+        serde_json::to_value(report).map_err(|e| e.to_string())
+    }
+
+    /// `--get-laddr`: the service's local addresses with every worker's pool on them.
+    fn laddrs(&mut self, req: Request) -> Result<serde_json::Value, String> {
+        let Request::GetLaddr { service } = req else {
+            return Err("not a --get-laddr request".into());
+        };
+        let answer = self
+            .services
+            .handle(req, &self.publisher, &self.real_servers)?;
+        let mut report: LaddrReport = serde_json::from_value(answer).map_err(|e| e.to_string())?;
+        let Some(id) = self.services.table.get(service).map(|s| s.id) else {
+            return serde_json::to_value(report).map_err(|e| e.to_string());
+        };
+        for (w, mailbox) in self.mailboxes.iter().enumerate() {
+            let query = Query::Pools {
+                out: Vec::with_capacity(4096),
+            };
+            let Query::Pools { out } = mailbox
+                .ask(query, QUERY_TIMEOUT)
+                .map_err(|e| format!("worker {w}: {e}"))?
+            else {
+                return Err(format!("worker {w}: answered another question"));
+            };
+            report.pools.extend(
+                out.iter()
+                    .filter(|p| p.service == id)
+                    .map(|p| LaddrPoolStatus {
+                        worker: p.worker,
+                        lip: p.counters.lip,
+                        used: p.counters.used,
+                        free: p.counters.free,
+                        misses: p.counters.misses,
+                    }),
+            );
+        }
+        serde_json::to_value(report).map_err(|e| e.to_string())
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -451,11 +560,16 @@ fn management_loop(
             break;
         }
         while let Ok((req, reply)) = calls.try_recv() {
-            let answer = if Services::handles(&req) {
+            let answer = if let Request::ListConnections { max } = req {
+                registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
+            } else if matches!(req, Request::GetLaddr { .. }) {
+                registry.laddrs(req)
+            } else if Services::handles(&req) {
                 let Registry {
                     services,
                     publisher,
                     real_servers,
+                    ..
                 } = registry;
                 services.handle(req, publisher, real_servers)
             } else {

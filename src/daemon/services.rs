@@ -150,6 +150,8 @@ impl Services {
                 let report = LaddrReport {
                     service,
                     local_addresses: t.laddrs(service).map_err(|e| e.to_string())?.to_vec(),
+                    // The workers' pools are added by the management loop.
+                    pools: Vec::new(),
                 };
                 return serde_json::to_value(report).map_err(|e| e.to_string());
             }
@@ -301,7 +303,8 @@ port = 53
             got,
             json!({
                 "service": {"proto": "tcp", "vip": "198.18.1.1", "port": 80},
-                "local_addresses": ["198.18.0.50", "198.18.0.51"]
+                "local_addresses": ["198.18.0.50", "198.18.0.51"],
+                "pools": []
             })
         );
         // A query publishes nothing.

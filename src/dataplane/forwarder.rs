@@ -4,6 +4,7 @@
 use super::counters::{bump, DropReason, Event, WorkerCounters};
 use super::local::{LocalResponder, Verdict};
 use super::neighbour::NeighbourTable;
+use super::query::{ConnectionEntry, PoolEntry, Query};
 use super::realserver_stats::RealServerCounters;
 use crate::dpdk::Burst;
 use crate::flow::parse::{classify, PacketKind, Parsed};
@@ -17,7 +18,7 @@ use crate::session::{Direction, Session, SessionFlags, SessionTable, TickTimeout
 use crate::wire::arp;
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::tcp::TcpFlags;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -205,6 +206,50 @@ impl Forwarder {
             }
             *slot = (u32::from(rs.ip), now_tsc);
             send(rs.ip);
+        }
+    }
+
+    /// Answers a management query from this worker's own state; fills at most the
+    /// room the query brought (never allocates).
+    pub fn answer(&self, query: &mut Query, worker: u16) {
+        match query {
+            Query::Connections { from, out, next } => {
+                *next = None;
+                let now = self.now_tick;
+                for (index, s) in self.sessions.iter_from(*from) {
+                    if out.len() == out.capacity() {
+                        *next = Some(index);
+                        break;
+                    }
+                    let addr = |ip: u32, port: u16| SocketAddrV4::new(Ipv4Addr::from(ip), port);
+                    out.push(ConnectionEntry {
+                        worker,
+                        proto: s.proto,
+                        state: s.state_name(),
+                        // Due but not yet swept (expiry runs within a budget): 0.
+                        expires_ticks: (s.deadline().wrapping_sub(now) as i32).max(0) as u32,
+                        client: addr(s.client_addr, s.client_port),
+                        virtual_service: addr(s.vip, s.vport),
+                        local: (s.mode == ForwardMode::FullNat)
+                            .then(|| addr(s.local_addr, s.local_port)),
+                        real_server: addr(s.real_addr, s.real_port),
+                    });
+                }
+            }
+            Query::Pools { out } => {
+                for (&service, pool) in &self.pools {
+                    for counters in pool.counters() {
+                        if out.len() == out.capacity() {
+                            return;
+                        }
+                        out.push(PoolEntry {
+                            worker,
+                            service,
+                            counters,
+                        });
+                    }
+                }
+            }
         }
     }
 

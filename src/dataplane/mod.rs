@@ -5,5 +5,6 @@ pub mod forwarder;
 pub mod local;
 pub mod mesh;
 pub mod neighbour;
+pub mod query;
 pub mod realserver_stats;
 pub mod worker;

@@ -6,6 +6,7 @@ use super::forwarder::{write_arp_request, Action, Forwarder, PortContext};
 use super::local::LocalResponder;
 use super::mesh::Mesh;
 use super::neighbour::NeighbourTable;
+use super::query::Mailbox;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
 use crate::wire::ethernet;
 use std::net::Ipv4Addr;
@@ -34,9 +35,17 @@ pub struct Worker {
     pub neighbours: NeighbourTable,
     pub forwarder: Forwarder,
     pub counters: Arc<WorkerCounters>,
+    pub links: Links,
+}
+
+/// What connects a worker to the rest of the process.
+pub struct Links {
+    /// Set by the management core to end the loop.
     pub stop: Arc<AtomicBool>,
     /// The other workers' inboxes and this worker's own (index `id`).
     pub mesh: Arc<Mesh>,
+    /// Questions from the management core (listings of sessions and port pools).
+    pub mailbox: Arc<Mailbox>,
 }
 
 impl Worker {
@@ -46,8 +55,7 @@ impl Worker {
         ports: Vec<WorkerPort>,
         forwarder: Forwarder,
         counters: Arc<WorkerCounters>,
-        stop: Arc<AtomicBool>,
-        mesh: Arc<Mesh>,
+        links: Links,
     ) -> Self {
         Worker {
             id,
@@ -56,8 +64,7 @@ impl Worker {
             neighbours: NeighbourTable::with_capacity(NEIGHBOUR_CAPACITY),
             forwarder,
             counters,
-            stop,
-            mesh,
+            links,
         }
     }
 
@@ -69,18 +76,24 @@ impl Worker {
         let second = tsc_hz();
         let mut next_resolve = 0u64;
         let mut redirects = Redirects {
-            out: (0..self.mesh.workers()).map(|_| Burst::new()).collect(),
+            out: (0..self.links.mesh.workers())
+                .map(|_| Burst::new())
+                .collect(),
         };
         let me = self.id as usize;
-        while !self.stop.load(Relaxed) {
+        while !self.links.stop.load(Relaxed) {
             let start = tsc();
             self.forwarder.poll(start, &self.counters);
             if self.forwarder.take_snapshot_changed() || start >= next_resolve {
                 next_resolve = start + second;
                 self.resolve_real_servers(start);
             }
+            let (forwarder, id) = (&self.forwarder, self.id);
+            self.links
+                .mailbox
+                .serve(|query| forwarder.answer(query, id));
             let neighbours = &mut self.neighbours;
-            self.mesh.take_neighbours(me, |ip, mac| {
+            self.links.mesh.take_neighbours(me, |ip, mac| {
                 neighbours.learn_shared(ip, mac, start);
             });
             let mut received = self.drain_redirected(start, &mut rx, &mut tx, &mut redirects);
@@ -96,7 +109,7 @@ impl Worker {
                     &mut tx,
                     &mut redirects,
                 );
-                send_redirects(&self.mesh, &self.counters, &mut redirects);
+                send_redirects(&self.links.mesh, &self.counters, &mut redirects);
             }
             self.share_neighbours();
             self.counters
@@ -124,7 +137,7 @@ impl Worker {
         tx: &mut Burst,
         redirects: &mut Redirects,
     ) -> usize {
-        let Some(ring) = self.mesh.redirect_ring(self.id as usize) else {
+        let Some(ring) = self.links.mesh.redirect_ring(self.id as usize) else {
             return 0;
         };
         let n = ring.dequeue(rx);
@@ -165,7 +178,7 @@ impl Worker {
 
     /// Offers what the neighbour table learned since the last poll to the other workers.
     fn share_neighbours(&mut self) {
-        let (mesh, me, counters) = (&self.mesh, self.id as usize, &self.counters);
+        let (mesh, me, counters) = (&self.links.mesh, self.id as usize, &self.counters);
         let lost = self.neighbours.take_changes(|ip, mac| {
             counters.event(Event::NeighbourShared);
             let full = mesh.share_neighbour(me, ip, mac);

@@ -595,6 +595,16 @@ impl<K: FlowKey> SessionTable<K> {
             .map(|(index, s)| (SessionId(index as u32), s))
     }
 
+    /// Live sessions from slab index `from` on, in slab order, with their indices: a
+    /// resumable scan for listings read in chunks.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = (usize, &Session)> + '_ {
+        self.slab
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter(|(_, s)| s.in_use())
+    }
+
     /// The tick the timer wheel has processed up to.
     pub fn wheel_tick(&self) -> u32 {
         self.wheel.now()

@@ -1,0 +1,151 @@
+//! Questions the management core asks a worker about state only that worker may touch:
+//! its session table (`sluicectl -Lnc`) and its FullNAT port pools (`--get-laddr`).
+//!
+//! The management core allocates the answer's room and posts the query in the
+//! worker's [`Mailbox`]; the worker, between two polls, fills at most that room (no
+//! allocation, a bounded stall) and posts it back. A long listing is read in chunks
+//! with a cursor, so a worker with a million sessions never stops for the whole scan.
+use crate::flow::Protocol;
+use crate::forward::laddr::LaddrCounters;
+use crossbeam::queue::ArrayQueue;
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+/// Sessions a worker lists per chunk: a few hundred microseconds of its time.
+pub const CONNECTIONS_PER_CHUNK: usize = 4096;
+
+/// One session as `-Lnc` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionEntry {
+    pub worker: u16,
+    pub proto: Protocol,
+    /// IPVS state name (`ESTABLISHED`, `FIN_WAIT`, ..., `UDP`).
+    pub state: &'static str,
+    /// Ticks until the session expires unless a packet refreshes it.
+    pub expires_ticks: u32,
+    pub client: SocketAddrV4,
+    pub virtual_service: SocketAddrV4,
+    /// FullNAT: the local address and port the real server sees.
+    pub local: Option<SocketAddrV4>,
+    pub real_server: SocketAddrV4,
+}
+
+/// One local address of one service's pool on one worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolEntry {
+    pub worker: u16,
+    pub service: u32,
+    pub counters: LaddrCounters,
+}
+
+#[derive(Debug)]
+pub enum Query {
+    /// Sessions from slab index `from` on, at most `out`'s capacity; `next` says where
+    /// to continue (None: the scan reached the end).
+    Connections {
+        from: usize,
+        out: Vec<ConnectionEntry>,
+        next: Option<usize>,
+    },
+    /// Every local address of every port pool, at most `out`'s capacity.
+    Pools { out: Vec<PoolEntry> },
+}
+
+/// One worker's mailbox: one question at a time.
+#[derive(Debug)]
+pub struct Mailbox {
+    asked: ArrayQueue<Query>,
+    answered: ArrayQueue<Query>,
+}
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        Mailbox {
+            asked: ArrayQueue::new(1),
+            answered: ArrayQueue::new(1),
+        }
+    }
+}
+
+impl Mailbox {
+    /// Management core: posts `query` and waits at most `timeout` for the answer.
+    /// Err when the worker did not answer in time (it may be stopped); a late answer
+    /// is discarded by the next call.
+    pub fn ask(&self, query: Query, timeout: Duration) -> Result<Query, String> {
+        while self.answered.pop().is_some() {}
+        if self.asked.push(query).is_err() {
+            // A question left by a call that timed out: replace it.
+            let _ = self.asked.pop();
+            return Err("the worker has not taken the previous question yet".into());
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(answer) = self.answered.pop() {
+                return Ok(answer);
+            }
+            if Instant::now() >= deadline {
+                let _ = self.asked.pop();
+                return Err(format!("no answer within {} ms", timeout.as_millis()));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Worker: answers a pending question with `answer`, if there is one. One atomic
+    /// load when there is none.
+    #[inline]
+    pub fn serve(&self, answer: impl FnOnce(&mut Query)) {
+        if let Some(mut query) = self.asked.pop() {
+            answer(&mut query);
+            let _ = self.answered.push(query);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_question_is_answered_by_the_serving_thread() {
+        let mailbox = Arc::new(Mailbox::default());
+        let worker = {
+            let mailbox = mailbox.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut served = false;
+                while !served && Instant::now() < deadline {
+                    mailbox.serve(|q| {
+                        if let Query::Connections { next, .. } = q {
+                            *next = Some(7);
+                        }
+                        served = true;
+                    });
+                }
+            })
+        };
+        let answer = mailbox
+            .ask(
+                Query::Connections {
+                    from: 0,
+                    out: Vec::with_capacity(4),
+                    next: None,
+                },
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        worker.join().unwrap();
+        assert!(matches!(answer, Query::Connections { next: Some(7), .. }));
+    }
+
+    #[test]
+    fn nobody_serving_times_out_and_leaves_the_mailbox_usable() {
+        let mailbox = Mailbox::default();
+        let q = || Query::Pools { out: Vec::new() };
+        let err = mailbox.ask(q(), Duration::from_millis(20)).unwrap_err();
+        assert!(err.contains("no answer"), "{err}");
+        mailbox.serve(|_| panic!("the timed-out question was withdrawn"));
+        assert!(mailbox.ask(q(), Duration::from_millis(5)).is_err());
+    }
+}
