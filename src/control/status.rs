@@ -81,6 +81,13 @@ pub struct LcoreStatus {
     /// Workers: entries in the worker's neighbour table.
     #[serde(default)]
     pub neighbours: u64,
+    /// Workers: TSC cycles of polls that received packets (cycles per packet =
+    /// `busy_cycles / rx_packets`, what the benchmark harness reports).
+    #[serde(default)]
+    pub busy_cycles: u64,
+    /// Workers: bytes allocated for the session table at its capacity.
+    #[serde(default)]
+    pub session_table_bytes: u64,
 }
 
 /// The NIC's extended statistics for one port, in the driver's order.

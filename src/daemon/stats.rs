@@ -123,6 +123,8 @@ impl StatsView {
                 redirected_out: c.events[Event::RedirectedOut as usize].load(Relaxed),
                 redirected_in: c.events[Event::RedirectedIn as usize].load(Relaxed),
                 neighbours: c.neighbour_entries.load(Relaxed),
+                busy_cycles: c.busy_cycles.load(Relaxed),
+                session_table_bytes: c.session_table_bytes.load(Relaxed),
             });
         }
         StatusReport {

@@ -217,6 +217,8 @@ pub struct WorkerCounters {
     pub neighbour_entries: AtomicU64,
     /// Live sessions in this worker's table (a gauge).
     pub sessions: AtomicU64,
+    /// Bytes allocated for the session table (set once at start).
+    pub session_table_bytes: AtomicU64,
     /// Sessions created and expired (counts).
     pub sessions_created: AtomicU64,
     pub sessions_expired: AtomicU64,

@@ -81,6 +81,9 @@ impl Worker {
                 .collect(),
         };
         let me = self.id as usize;
+        self.counters
+            .session_table_bytes
+            .store(self.forwarder.sessions().memory_bytes() as u64, Relaxed);
         while !self.links.stop.load(Relaxed) {
             let start = tsc();
             self.forwarder.poll(start, &self.counters);
