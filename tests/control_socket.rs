@@ -70,6 +70,8 @@ fn sample_report() -> StatusReport {
                 redirected_out: 4,
                 redirected_in: 2,
                 neighbours: 3,
+                busy_cycles: 0,
+                session_table_bytes: 0,
             },
         ],
         drops: counters(&[("bad_ipv4_checksum", 3), ("not_local", 0), ("truncated", 1)]),

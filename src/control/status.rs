@@ -381,6 +381,8 @@ mod tests {
                     redirected_out: 5,
                     redirected_in: 6,
                     neighbours: 3,
+                    busy_cycles: 0,
+                    session_table_bytes: 0,
                 },
             ],
             drops: [("truncated", 5), ("bad_arp", 0), ("tx_full", 2)]
