@@ -274,3 +274,135 @@ fn fullnat_replies_reach_their_owner_with_four_workers() {
 fn nat_replies_are_redirected_to_their_owner_with_four_workers() {
     check_nat(4);
 }
+
+/// Persistence with two workers: the NIC hashes one client's connections (different
+/// source ports) to both workers, and the shared template table still pins each client
+/// to one real server; templates are listed as IPVS lists them. Removing a real server
+/// moves its clients' templates to the others.
+#[test]
+fn persistence_pins_each_client_across_workers() {
+    require_root();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )]);
+    cfg.workers = vec![1, 2];
+    cfg.cpus = Some(vec![1, 1]);
+    cfg.loopback = vec![
+        "peers = 8".into(),
+        "ping_interval_ms = 20".into(),
+        "garbage_every = 0".into(),
+        "stats_interval_ms = 100000".into(),
+    ];
+    cfg.extra_toml = vec![service_section(
+        "tcp",
+        "198.18.1.1",
+        80,
+        "rr",
+        &["persistence_timeout = 60".to_string()],
+        &[
+            ("198.18.0.2", 8080, 1, "nat"),
+            ("198.18.0.3", 8080, 1, "nat"),
+            ("198.18.0.4", 8080, 1, "nat"),
+        ],
+    )];
+    cfg.args = vec!["--duration".into(), "30".into()];
+    let mut daemon = Daemon::start(cfg);
+    std::thread::sleep(Duration::from_secs(3));
+
+    let listing = |daemon: &Daemon| -> Vec<serde_json::Value> {
+        let out = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+        assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+        let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+        json["connections"].as_array().expect("connections").clone()
+    };
+    let entries = listing(&daemon);
+    let ip = |addr: &serde_json::Value| {
+        addr.as_str()
+            .unwrap()
+            .split(':')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let mut by_client: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut workers_per_client: std::collections::BTreeMap<
+        String,
+        std::collections::BTreeSet<u64>,
+    > = Default::default();
+    let mut templates = Vec::new();
+    for e in &entries {
+        if e["state"] == "NONE" {
+            assert!(
+                e["worker"].is_null(),
+                "a template belongs to no worker: {e}"
+            );
+            templates.push(e.clone());
+            continue;
+        }
+        by_client
+            .entry(ip(&e["client"]))
+            .or_default()
+            .insert(e["destination"].as_str().unwrap().to_string());
+        workers_per_client
+            .entry(ip(&e["client"]))
+            .or_default()
+            .insert(e["worker"].as_u64().unwrap());
+    }
+    assert!(
+        by_client.len() >= 8,
+        "too few clients listed: {by_client:?}"
+    );
+    for (client, servers) in &by_client {
+        assert_eq!(servers.len(), 1, "client {client} reached {servers:?}");
+    }
+    assert!(
+        workers_per_client.values().any(|w| w.len() == 2),
+        "no client's connections spread over both workers: the test proves nothing\n{workers_per_client:?}"
+    );
+    let used: std::collections::BTreeSet<&String> = by_client.values().flatten().collect();
+    assert!(
+        used.len() >= 2,
+        "rr pinned every client to one server: {used:?}"
+    );
+    assert_eq!(
+        templates.len(),
+        by_client.len(),
+        "one template per client: {templates:?}"
+    );
+    for t in &templates {
+        let client = ip(&t["client"]);
+        assert!(t["client"].as_str().unwrap().ends_with(":0"), "{t}");
+        assert_eq!(
+            Some(t["destination"].as_str().unwrap().to_string()),
+            by_client
+                .get(&client)
+                .and_then(|s| s.iter().next().cloned()),
+            "template and sessions of {client} disagree"
+        );
+    }
+    let text = daemon.ctl(&["-Lnc"]);
+    assert!(text.stdout.contains("[-]TCP"), "{}", text.stdout);
+
+    // Remove a real server that has clients: their templates move elsewhere.
+    let removed = used.iter().next().unwrap().to_string();
+    let out = daemon.ctl(&["-d", "-t", "198.18.1.1:80", "-r", &removed]);
+    assert!(out.success(), "{}", out.describe());
+    std::thread::sleep(Duration::from_secs(2));
+    let after = listing(&daemon);
+    let moved: Vec<_> = after.iter().filter(|e| e["state"] == "NONE").collect();
+    assert!(moved.len() >= by_client.len(), "templates lost: {moved:?}");
+    for t in moved {
+        assert_ne!(t["destination"].as_str().unwrap(), removed, "{t}");
+        assert_ne!(t["destination"], "-", "{t}");
+    }
+    let status = daemon.status();
+    assert!(
+        status["events"]["persist_followed"].as_u64().unwrap() > 50,
+        "{status}"
+    );
+    daemon.stop_clean();
+}

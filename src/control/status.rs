@@ -749,8 +749,9 @@ pub struct ConnectionsReport {
 /// One session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionStatus {
-    /// The worker whose table holds the session (DPVS's `[lcore]`).
-    pub worker: u16,
+    /// The worker whose table holds the session (DPVS's `[lcore]`); none for a
+    /// persistence template (shared by all workers).
+    pub worker: Option<u16>,
     /// `"tcp"` or `"udp"`.
     pub proto: String,
     /// Seconds until it expires unless a packet refreshes it.
@@ -781,7 +782,11 @@ pub fn render_connections(report: &ConnectionsReport) -> String {
         let _ = writeln!(
             out,
             "{:<6} {expire:<6} {:<11} {:<21} {:<21} {:<21} {}",
-            format!("[{}]{}", c.worker, c.proto.to_uppercase()),
+            format!(
+                "[{}]{}",
+                c.worker.map_or_else(|| "-".to_string(), |w| w.to_string()),
+                c.proto.to_uppercase()
+            ),
             c.state,
             c.client,
             c.virtual_service,
@@ -913,7 +918,7 @@ mod services_tests {
     #[test]
     fn connections_render_ipvsadm_columns_with_worker_and_local_address() {
         let conn = |worker, local: Option<&str>, rs: &str| ConnectionStatus {
-            worker,
+            worker: Some(worker),
             proto: "tcp".into(),
             expires_s: 899,
             state: "ESTABLISHED".into(),

@@ -24,6 +24,7 @@ use crate::dpdk::{
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use crate::service::{Snapshot, SnapshotPublisher};
+use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::path::PathBuf;
@@ -95,16 +96,17 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .iter()
         .map(|_| Arc::new(Mailbox::default()))
         .collect();
+    let persist = Arc::new(PersistTable::with_capacity(PERSIST_TEMPLATES));
     let mut app = bring_up(&cfg)?;
-    launch_workers(
-        &cfg,
-        &mut app,
-        &counters,
-        &real_servers,
-        &publisher,
-        &stop,
-        &mailboxes,
-    )?;
+    let shared = Shared {
+        counters: &counters,
+        real_servers: &real_servers,
+        publisher: &publisher,
+        stop: &stop,
+        mailboxes: &mailboxes,
+        persist: &persist,
+    };
+    launch_workers(&cfg, &mut app, &shared)?;
     // From here on, only the management loop touches the registry.
     let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
     let server = ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
@@ -135,6 +137,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         real_servers,
         mailboxes,
         tick_ms: cfg.sessions.tick_ms,
+        persist,
     };
     management_loop(
         &mut app,
@@ -324,15 +327,28 @@ fn timeouts_from_config(cfg: &Config) -> Timeouts {
     out
 }
 
-fn launch_workers(
-    cfg: &Config,
-    app: &mut Appliance,
-    counters: &[Arc<WorkerCounters>],
-    real_servers: &[Arc<Box<[RealServerCounters]>>],
-    publisher: &SnapshotPublisher,
-    stop: &Arc<AtomicBool>,
-    mailboxes: &[Arc<Mailbox>],
-) -> Result<(), String> {
+/// Persistence templates kept (all services, all workers): 8 MiB.
+const PERSIST_TEMPLATES: usize = 262_144;
+
+/// What every worker shares with the management core.
+struct Shared<'a> {
+    counters: &'a [Arc<WorkerCounters>],
+    real_servers: &'a [Arc<Box<[RealServerCounters]>>],
+    publisher: &'a SnapshotPublisher,
+    stop: &'a Arc<AtomicBool>,
+    mailboxes: &'a [Arc<Mailbox>],
+    persist: &'a Arc<PersistTable>,
+}
+
+fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<(), String> {
+    let Shared {
+        counters,
+        real_servers,
+        publisher,
+        stop,
+        mailboxes,
+        persist,
+    } = shared;
     let timeouts = timeouts_from_config(cfg).in_ticks(cfg.sessions.tick_ms);
     let hz = crate::dpdk::tsc_hz();
     let tsc_per_tick = hz / 1000 * cfg.sessions.tick_ms as u64;
@@ -368,6 +384,7 @@ fn launch_workers(
             rss_view(cfg, app, w as u16)?,
         );
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
+        forwarder.set_persistence((*persist).clone());
         let worker = Worker::new(
             w as u16,
             app.pool.clone(),
@@ -375,7 +392,7 @@ fn launch_workers(
             forwarder,
             counters[w].clone(),
             Links {
-                stop: stop.clone(),
+                stop: (*stop).clone(),
                 mesh: app.mesh.clone(),
                 mailbox: mailboxes[w].clone(),
             },
@@ -452,6 +469,7 @@ struct Registry {
     real_servers: Vec<Arc<Box<[RealServerCounters]>>>,
     mailboxes: Vec<Arc<Mailbox>>,
     tick_ms: u32,
+    persist: Arc<PersistTable>,
 }
 
 /// How long a worker may take to answer one question (it answers between two polls).
@@ -486,7 +504,7 @@ impl Registry {
                 report
                     .connections
                     .extend(out.iter().map(|c| ConnectionStatus {
-                        worker: c.worker,
+                        worker: Some(c.worker),
                         proto: c.proto.name().to_ascii_lowercase(),
                         expires_s: (c.expires_ticks as u64 * self.tick_ms as u64 / 1000) as u32,
                         state: c.state.to_string(),
@@ -497,7 +515,40 @@ impl Registry {
                     }));
             }
         }
+        self.templates(&mut report, max);
         serde_json::to_value(report).map_err(|e| e.to_string())
+    }
+
+    /// Persistence templates as IPVS lists them among the connections: state `NONE`,
+    /// the client network with port 0, no worker (all workers share them).
+    fn templates(&self, report: &mut ConnectionsReport, max: u32) {
+        let tsc_per_tick = (crate::dpdk::tsc_hz() / 1000 * self.tick_ms as u64).max(1);
+        let now = (crate::dpdk::tsc() / tsc_per_tick) as u32;
+        for (key, template) in self.persist.live(now) {
+            if report.connections.len() >= max as usize {
+                report.truncated = true;
+                return;
+            }
+            let Some(service) = self.services.table.services().find(|s| s.id == key.service) else {
+                continue;
+            };
+            let destination = service
+                .real_servers
+                .iter()
+                .find(|r| r.id == template.real)
+                .map_or_else(|| "-".to_string(), |r| format!("{}:{}", r.ip, r.port));
+            let left = template.expires.wrapping_sub(now) as u64;
+            report.connections.push(ConnectionStatus {
+                worker: None,
+                proto: service.key.proto.name().to_ascii_lowercase(),
+                expires_s: (left * self.tick_ms as u64 / 1000) as u32,
+                state: "NONE".into(),
+                client: format!("{}:0", std::net::Ipv4Addr::from(key.network)),
+                virtual_service: format!("{}:{}", service.key.vip, service.key.port),
+                local: None,
+                destination,
+            });
+        }
     }
 
     /// `--get-laddr`: the service's local addresses with every worker's pool on them.

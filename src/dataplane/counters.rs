@@ -167,10 +167,18 @@ pub enum Event {
     /// A neighbour update could not be offered to another worker (its inbox was
     /// full); that worker learns it from the next ARP instead.
     NeighbourShareLost,
+    /// Persistence: a new connection went where its client network's template said.
+    PersistFollowed,
+    /// Persistence: a template was evicted early to make room (the template table is
+    /// full in that bucket); that client may be scheduled afresh.
+    PersistEvicted,
+    /// Persistence: another worker was writing the template's slot; the connection
+    /// was scheduled but no template recorded (the next one records it).
+    PersistBusy,
 }
 
 impl Event {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 13;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -182,6 +190,9 @@ impl Event {
         Event::RedirectedIn,
         Event::NeighbourShared,
         Event::NeighbourShareLost,
+        Event::PersistFollowed,
+        Event::PersistEvicted,
+        Event::PersistBusy,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -195,6 +206,9 @@ impl Event {
             Event::RedirectedIn => "redirected_in",
             Event::NeighbourShared => "neighbour_shared",
             Event::NeighbourShareLost => "neighbour_share_lost",
+            Event::PersistFollowed => "persist_followed",
+            Event::PersistEvicted => "persist_evicted",
+            Event::PersistBusy => "persist_busy",
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::forward::laddr::PortPool;
 use crate::forward::{self, MtuCheck, QuoteRewrite};
 use crate::sched::{self, PickContext, Scheduler, ServerLoad};
 use crate::service::{ForwardMode, ServiceKey, SnapshotReader};
+use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
 use crate::session::{Direction, Session, SessionFlags, SessionTable, TickTimeouts, Transition};
 use crate::wire::arp;
 use crate::wire::ethernet::{self, EtherType, MacAddr};
@@ -76,6 +77,10 @@ pub struct Forwarder {
     /// FullNAT local-port pools, by service id; kept across snapshots while the
     /// service's local addresses stay the same.
     pools: hashbrown::HashMap<u32, PortPool>,
+    /// Persistence templates, shared by all workers (`set_persistence`).
+    persist: Option<Arc<PersistTable>>,
+    /// Session-clock ticks per second, for template timeouts.
+    ticks_per_second: u32,
     rss: RssView,
     local_ports: std::ops::RangeInclusive<u16>,
 }
@@ -88,6 +93,38 @@ pub struct RssView {
     pub fields: HashFields,
     /// This worker's RX queue.
     pub queue: u16,
+}
+
+/// A connection pinned by a persistence template ended: the template lives on for the
+/// service's timeout from now, as an IPVS template outlives the connections it
+/// controls.
+fn extend_template(
+    persist: &Option<Arc<PersistTable>>,
+    snap: &crate::service::Snapshot,
+    s: &Session,
+    now: u32,
+    ticks_per_second: u32,
+) {
+    let (Some(table), true) = (persist, s.flags().contains(SessionFlags::PERSISTENT)) else {
+        return;
+    };
+    let Some(p) = snap
+        .services()
+        .iter()
+        .find(|svc| svc.id == s.service)
+        .and_then(|svc| svc.persistence)
+    else {
+        return;
+    };
+    let key = TemplateKey {
+        service: s.service,
+        network: s.client_addr & u32::from(p.netmask),
+    };
+    table.refresh(
+        key,
+        now.wrapping_add(p.timeout_s.saturating_mul(ticks_per_second).max(1)),
+        now,
+    );
 }
 
 /// For a packet no session of this worker matches: if it is a reply from a NAT real
@@ -146,6 +183,8 @@ impl Forwarder {
             snapshot_changed: true,
             owned: Vec::new(),
             pools: hashbrown::HashMap::new(),
+            persist: None,
+            ticks_per_second: (tsc_hz / tsc_per_tick.max(1)).clamp(1, u32::MAX as u64) as u32,
             rss,
             local_ports: LOCAL_PORTS,
         };
@@ -165,12 +204,17 @@ impl Forwarder {
             sessions,
             real_servers,
             pools,
+            persist,
+            snapshot,
+            ticks_per_second,
+            now_tick,
             ..
         } = self;
         let mut expired = 0;
-        sessions.expire(self.now_tick, EXPIRY_BUDGET, |_, s| {
+        sessions.expire(*now_tick, EXPIRY_BUDGET, |_, s| {
             expired += 1;
             release_local_port(pools, s);
+            extend_template(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
             let c = &real_servers[s.real as usize];
             let gauge = if s.is_active() {
                 &c.active
@@ -259,6 +303,12 @@ impl Forwarder {
         self.local_ports = ports;
         self.pools.clear();
         self.rebuild_schedulers();
+    }
+
+    /// Shares the persistence templates of all workers. Without it, services with
+    /// persistence are scheduled connection by connection.
+    pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
+        self.persist = Some(table);
     }
 
     /// Whether a new snapshot arrived since the last call (the first call says yes).
@@ -514,16 +564,72 @@ impl Forwarder {
                 inactive: c.inactive.load(Relaxed) as u32,
             });
         }
-        let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads);
-        let Some(pick) = self
-            .schedulers
-            .get_mut(index)
-            .and_then(|s| s.pick(&service.real_servers, &ctx))
-        else {
-            return Action::Drop(DropReason::NoRealServer);
+        // Persistence (`-p`): a live template of the client's network decides, as long
+        // as its real server is still in the service (weight 0 included, as IPVS with
+        // expire_quiescent_template off); otherwise the scheduler does, and the choice
+        // becomes the template.
+        let now = self.now_tick;
+        let template = match (&service.persistence, &self.persist) {
+            (Some(p), Some(table)) => Some((
+                table,
+                TemplateKey {
+                    service: service.id,
+                    network: u32::from(key.src_addr()) & u32::from(p.netmask),
+                },
+                now.wrapping_add(p.timeout_s.saturating_mul(self.ticks_per_second).max(1)),
+            )),
+            _ => None,
         };
+        let position = |real: u32| service.real_servers.iter().position(|r| r.id == real);
+        let followed = template.and_then(|(table, k, _)| {
+            let t = table.lookup(k, now)?;
+            let found = position(t.real);
+            if found.is_none() {
+                // Its real server left the service: the template goes, as in IPVS.
+                table.remove(k);
+            }
+            found
+        });
+        let pick = match followed {
+            Some(i) => {
+                counters.event(Event::PersistFollowed);
+                i
+            }
+            None => {
+                let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads);
+                let Some(mut pick) = self
+                    .schedulers
+                    .get_mut(index)
+                    .and_then(|s| s.pick(&service.real_servers, &ctx))
+                else {
+                    return Action::Drop(DropReason::NoRealServer);
+                };
+                if let Some((table, k, expires)) = template {
+                    let real = service.real_servers[pick].id;
+                    match table.bind(k, Template { real, expires }, now) {
+                        Bind::Created => {}
+                        Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
+                        Bind::Busy => counters.event(Event::PersistBusy),
+                        // Another worker pinned this network an instant ago.
+                        Bind::Existing(other) => {
+                            if let Some(i) = position(other) {
+                                counters.event(Event::PersistFollowed);
+                                pick = i;
+                            }
+                        }
+                    }
+                }
+                pick
+            }
+        };
+        if let (Some(_), Some((table, k, expires))) = (followed, template) {
+            table.refresh(k, expires, now);
+        }
         let rs = &service.real_servers[pick];
         let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ip, rs.port);
+        if template.is_some() {
+            session.set_flags(SessionFlags::PERSISTENT);
+        }
         let reply_key = match rs.mode {
             ForwardMode::Dr | ForwardMode::Tun => None,
             ForwardMode::Nat => Some(FlowKey4::new(
@@ -650,6 +756,13 @@ impl Forwarder {
     fn retire(&mut self, id: crate::session::SessionId, counters: &WorkerCounters) {
         if let Some(s) = self.sessions.remove(id) {
             release_local_port(&mut self.pools, &s);
+            extend_template(
+                &self.persist,
+                self.snapshot.current(),
+                &s,
+                self.now_tick,
+                self.ticks_per_second,
+            );
             let c = &self.real_servers[s.real as usize];
             let gauge = if s.is_active() {
                 &c.active

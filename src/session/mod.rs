@@ -51,6 +51,7 @@
 //! at that very moment, more live keys than 1.75 per session of capacity were in it:
 //! a nearly full table of mostly NAT sessions.
 pub mod hugemem;
+pub mod persist;
 pub mod state;
 pub mod table;
 pub mod timeouts;

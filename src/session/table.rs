@@ -55,6 +55,8 @@ impl SessionFlags {
     /// FullNAT with TOA: the client address still has to be inserted into the first
     /// ACK/data segment towards the real server.
     pub const TOA_PENDING: SessionFlags = SessionFlags(1 << 1);
+    /// Created under a persistence template: its end extends the template.
+    pub const PERSISTENT: SessionFlags = SessionFlags(1 << 2);
     /// The slot holds a live session (managed by the table).
     const IN_USE: SessionFlags = SessionFlags(1 << 7);
 

@@ -1,0 +1,411 @@
+//! Persistence templates (`ipvsadm -p timeout -M netmask`), shared by all workers.
+//!
+//! A template says "connections from client network N to service S go to real server
+//! R until time T". The NIC hashes a client's connections (different source ports) to
+//! different workers, so per-worker templates would send one client to several real
+//! servers: the table is shared.
+//!
+//! **Layout.** A set-associative cache: a key hashes to one bucket of [`WAYS`] slots;
+//! a new template takes a free or expired slot of its bucket, else evicts the slot
+//! that expires first (counted: that client's next connection may be scheduled
+//! afresh, as if its template had timed out). Fixed size, allocated once.
+//!
+//! **Concurrency.** Each slot is a seqlock: a sequence number, odd while a writer
+//! updates the slot, and the key/value words. Readers never wait or write: they retry
+//! a few times on a torn read and otherwise report a miss. Writers claim a slot by a
+//! compare-and-swap of the sequence (even -> odd) and give up, never spin, when
+//! another writer holds it. So no worker ever blocks another. Two workers creating the
+//! same client's first template at the same instant may both miss and each schedule
+//! one connection; the second writer then finds the first one's template and follows
+//! it (first writer wins), so from then on the client is pinned.
+//!
+//! **Time** is in session-clock ticks (`[sessions] tick_ms`), the workers' common
+//! clock (TSC / tick length), so expiry needs no syscall.
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// Slots per bucket.
+pub const WAYS: usize = 4;
+/// Torn reads retried before a lookup reports a miss.
+const READ_RETRIES: usize = 4;
+
+/// Which template: a service (by id) and a client network (address & netmask).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TemplateKey {
+    pub service: u32,
+    pub network: u32,
+}
+
+impl TemplateKey {
+    /// Packed, never 0 (0 marks an empty slot).
+    fn word(self) -> u64 {
+        (u64::from(self.service) + 1) << 32 | u64::from(self.network)
+    }
+
+    fn from_word(word: u64) -> TemplateKey {
+        TemplateKey {
+            service: ((word >> 32) - 1) as u32,
+            network: word as u32,
+        }
+    }
+}
+
+/// Where a template sends connections, and until when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Template {
+    /// The real server's id.
+    pub real: u32,
+    /// Session-clock tick after which the template is void.
+    pub expires: u32,
+}
+
+impl Template {
+    fn word(self) -> u64 {
+        u64::from(self.real) << 32 | u64::from(self.expires)
+    }
+
+    fn from_word(word: u64) -> Template {
+        Template {
+            real: (word >> 32) as u32,
+            expires: word as u32,
+        }
+    }
+
+    /// Whether the template still holds at `now` (tick arithmetic wraps).
+    pub fn is_live(self, now: u32) -> bool {
+        (self.expires.wrapping_sub(now) as i32) > 0
+    }
+}
+
+#[derive(Default)]
+#[repr(align(32))]
+struct Slot {
+    seq: AtomicU32,
+    key: AtomicU64,
+    value: AtomicU64,
+}
+
+/// What [`PersistTable::bind`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    /// A new template now pins the client network to the given real server.
+    Created,
+    /// A live template existed (another worker was first): follow its real server.
+    Existing(u32),
+    /// A live template of another client network was evicted to make room.
+    CreatedEvicting,
+    /// Another writer held the slot: nothing was recorded.
+    Busy,
+}
+
+pub struct PersistTable {
+    slots: Box<[Slot]>,
+    bucket_mask: usize,
+}
+
+impl PersistTable {
+    /// A table for about `capacity` templates (rounded up to a power of two buckets
+    /// of [`WAYS`] slots); all memory is allocated here.
+    pub fn with_capacity(capacity: usize) -> PersistTable {
+        let buckets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
+        PersistTable {
+            slots: (0..buckets * WAYS).map(|_| Slot::default()).collect(),
+            bucket_mask: buckets - 1,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn bucket(&self, key: TemplateKey) -> &[Slot] {
+        // Fibonacci hashing of the packed key spreads networks and services.
+        let h = key.word().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let b = (h >> 32) as usize & self.bucket_mask;
+        &self.slots[b * WAYS..(b + 1) * WAYS]
+    }
+
+    /// A consistent (key, value) of `slot`, or None after a few torn reads.
+    fn read(slot: &Slot) -> Option<(u64, u64)> {
+        for _ in 0..READ_RETRIES {
+            let before = slot.seq.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let key = slot.key.load(Ordering::Relaxed);
+            let value = slot.value.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if slot.seq.load(Ordering::Relaxed) == before {
+                return Some((key, value));
+            }
+        }
+        None
+    }
+
+    /// Writes `slot` if no other writer holds it and it still holds `expected_key`
+    /// (what the caller read when it chose the slot). Err(None) when a writer held it,
+    /// Err(Some((key, value))) when its content changed meanwhile.
+    fn write(
+        slot: &Slot,
+        expected_key: u64,
+        key: u64,
+        value: u64,
+    ) -> Result<(), Option<(u64, u64)>> {
+        let seq = slot.seq.load(Ordering::Relaxed);
+        if seq & 1 == 1
+            || slot
+                .seq
+                .compare_exchange(
+                    seq,
+                    seq.wrapping_add(1),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return Err(None);
+        }
+        let (current_key, current_value) = (
+            slot.key.load(Ordering::Relaxed),
+            slot.value.load(Ordering::Relaxed),
+        );
+        if current_key != expected_key {
+            slot.seq.store(seq, Ordering::Release);
+            return Err(Some((current_key, current_value)));
+        }
+        slot.key.store(key, Ordering::Relaxed);
+        slot.value.store(value, Ordering::Relaxed);
+        slot.seq.store(seq.wrapping_add(2), Ordering::Release);
+        Ok(())
+    }
+
+    /// The live template for `key` at `now`.
+    pub fn lookup(&self, key: TemplateKey, now: u32) -> Option<Template> {
+        let word = key.word();
+        self.bucket(key)
+            .iter()
+            .find_map(|slot| match Self::read(slot) {
+                Some((k, v)) if k == word => {
+                    Some(Template::from_word(v)).filter(|t| t.is_live(now))
+                }
+                _ => None,
+            })
+    }
+
+    /// Records that `key` goes to `template.real` until `template.expires`, unless a
+    /// live template for `key` exists already (then that one's real server is
+    /// returned, unchanged: the first writer wins).
+    pub fn bind(&self, key: TemplateKey, template: Template, now: u32) -> Bind {
+        let word = key.word();
+        let bucket = self.bucket(key);
+        // The slot to write: this key's own, else a free or expired one, else the one
+        // expiring first.
+        // (slot, the key it held, whether that is a live template of another key)
+        let mut target: Option<(usize, u64, bool)> = None;
+        let mut soonest: Option<(usize, u64, u32)> = None;
+        for (i, slot) in bucket.iter().enumerate() {
+            // A slot being written may be this key's: do not risk a second copy.
+            let Some((k, v)) = Self::read(slot) else {
+                return Bind::Busy;
+            };
+            let t = Template::from_word(v);
+            if k == word {
+                if t.is_live(now) {
+                    return Bind::Existing(t.real);
+                }
+                target = Some((i, k, false));
+                break;
+            }
+            if k == 0 || !t.is_live(now) {
+                target.get_or_insert((i, k, false));
+                continue;
+            }
+            let left = t.expires.wrapping_sub(now);
+            if soonest.is_none_or(|(_, _, l)| left < l) {
+                soonest = Some((i, k, left));
+            }
+        }
+        let (index, expected, evicting) = match (target, soonest) {
+            (Some(t), _) => t,
+            (None, Some((i, k, _))) => (i, k, true),
+            (None, None) => return Bind::Busy,
+        };
+        match Self::write(&bucket[index], expected, word, template.word()) {
+            Ok(()) if evicting => Bind::CreatedEvicting,
+            Ok(()) => Bind::Created,
+            // Another worker bound this very key first: follow it.
+            Err(Some((k, v))) if k == word && Template::from_word(v).is_live(now) => {
+                Bind::Existing(Template::from_word(v).real)
+            }
+            Err(_) => Bind::Busy,
+        }
+    }
+
+    /// Extends `key`'s template to at least `expires` (a new connection used it, or
+    /// one it controlled ended). No-op when the template is gone or a writer holds it.
+    pub fn refresh(&self, key: TemplateKey, expires: u32, now: u32) {
+        let word = key.word();
+        for slot in self.bucket(key) {
+            if let Some((k, v)) = Self::read(slot) {
+                let t = Template::from_word(v);
+                if k == word && t.is_live(now) {
+                    if (expires.wrapping_sub(t.expires) as i32) > 0 {
+                        let _ = Self::write(slot, word, word, Template { expires, ..t }.word());
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Removes `key`'s template (its real server left the service).
+    pub fn remove(&self, key: TemplateKey) {
+        let word = key.word();
+        for slot in self.bucket(key) {
+            if matches!(Self::read(slot), Some((k, _)) if k == word) {
+                let _ = Self::write(slot, word, 0, 0);
+                return;
+            }
+        }
+    }
+
+    /// Every live template at `now` (a full scan: for listings).
+    pub fn live(&self, now: u32) -> impl Iterator<Item = (TemplateKey, Template)> + '_ {
+        self.slots.iter().filter_map(move |slot| {
+            let (k, v) = Self::read(slot)?;
+            let t = Template::from_word(v);
+            (k != 0 && t.is_live(now)).then(|| (TemplateKey::from_word(k), t))
+        })
+    }
+
+    /// Bytes allocated.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.slots)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn key(network: u32) -> TemplateKey {
+        TemplateKey {
+            service: 3,
+            network,
+        }
+    }
+
+    fn template(real: u32, expires: u32) -> Template {
+        Template { real, expires }
+    }
+
+    #[test]
+    fn a_template_pins_until_it_expires() {
+        let table = PersistTable::with_capacity(64);
+        assert_eq!(table.lookup(key(10), 0), None);
+        assert_eq!(table.bind(key(10), template(7, 100), 0), Bind::Created);
+        assert_eq!(table.lookup(key(10), 99), Some(template(7, 100)));
+        assert_eq!(table.lookup(key(10), 100), None, "expired at its tick");
+        // Another service, same network: its own template.
+        let other = TemplateKey {
+            service: 4,
+            network: 10,
+        };
+        assert_eq!(table.lookup(other, 50), None);
+        // An expired template is replaced.
+        assert_eq!(table.bind(key(10), template(8, 300), 150), Bind::Created);
+        assert_eq!(table.lookup(key(10), 200), Some(template(8, 300)));
+    }
+
+    #[test]
+    fn the_first_writer_wins_and_refresh_only_extends() {
+        let table = PersistTable::with_capacity(64);
+        assert_eq!(table.bind(key(1), template(7, 100), 0), Bind::Created);
+        assert_eq!(table.bind(key(1), template(9, 500), 10), Bind::Existing(7));
+        table.refresh(key(1), 400, 20);
+        assert_eq!(table.lookup(key(1), 20), Some(template(7, 400)));
+        table.refresh(key(1), 200, 20);
+        assert_eq!(
+            table.lookup(key(1), 20),
+            Some(template(7, 400)),
+            "never shortened"
+        );
+        table.remove(key(1));
+        assert_eq!(table.lookup(key(1), 20), None);
+        table.refresh(key(1), 900, 20);
+        assert_eq!(table.lookup(key(1), 20), None, "refresh does not recreate");
+    }
+
+    #[test]
+    fn a_full_bucket_evicts_the_template_expiring_first() {
+        let table = PersistTable::with_capacity(WAYS); // one bucket
+        for n in 0..WAYS as u32 {
+            assert_eq!(table.bind(key(n), template(n, 100 + n), 0), Bind::Created);
+        }
+        assert_eq!(
+            table.bind(key(99), template(5, 500), 0),
+            Bind::CreatedEvicting
+        );
+        assert_eq!(table.lookup(key(0), 1), None, "the soonest to expire went");
+        for n in 1..WAYS as u32 {
+            assert!(table.lookup(key(n), 1).is_some());
+        }
+        let mut live: Vec<u32> = table.live(1).map(|(k, _)| k.network).collect();
+        live.sort();
+        assert_eq!(live, [1, 2, 3, 99]);
+    }
+
+    #[test]
+    fn ticks_wrap_around() {
+        let table = PersistTable::with_capacity(8);
+        let now = u32::MAX - 10;
+        table.bind(key(1), template(2, now.wrapping_add(20)), now);
+        assert!(table.lookup(key(1), now.wrapping_add(15)).is_some());
+        assert!(table.lookup(key(1), now.wrapping_add(25)).is_none());
+    }
+
+    #[test]
+    fn concurrent_writers_agree_on_one_real_server_per_network() {
+        // Four threads race to bind the same 1000 networks, each proposing its own
+        // real server; afterwards every network has exactly one template, and every
+        // thread that got Existing was told that template's server.
+        let table = Arc::new(PersistTable::with_capacity(4096));
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let table = table.clone();
+                std::thread::spawn(move || {
+                    (0..1000u32)
+                        .map(|n| match table.bind(key(n), template(t, 1000), 0) {
+                            Bind::Created | Bind::CreatedEvicting => (n, Some(t)),
+                            Bind::Existing(r) => (n, Some(r)),
+                            Bind::Busy => (n, None),
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<Vec<(u32, Option<u32>)>> =
+            threads.into_iter().map(|h| h.join().unwrap()).collect();
+        let mut disagreements = 0;
+        for n in 0..1000u32 {
+            let stored = table
+                .lookup(key(n), 1)
+                .expect("every network has a template")
+                .real;
+            for r in &results {
+                // Busy binds recorded nothing; every other bind must name the
+                // stored server (a slot is re-checked under its claim).
+                if let Some(real) = r[n as usize].1 {
+                    if real != stored {
+                        disagreements += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            disagreements, 0,
+            "binds that disagree with the stored template"
+        );
+    }
+}
