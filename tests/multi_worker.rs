@@ -309,7 +309,7 @@ fn persistence_pins_each_client_across_workers() {
         ],
     )];
     cfg.args = vec!["--duration".into(), "30".into()];
-    let mut daemon = Daemon::start(cfg);
+    let daemon = Daemon::start(cfg);
     std::thread::sleep(Duration::from_secs(3));
 
     let listing = |daemon: &Daemon| -> Vec<serde_json::Value> {

@@ -13,6 +13,7 @@ use crate::control::server::{ControlServer, Handler};
 use crate::control::status::{ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, RssView};
+use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{Mesh, REDIRECT_RING_SIZE};
 use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
@@ -385,6 +386,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         );
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         forwarder.set_persistence((*persist).clone());
+        forwarder.set_load_view(LoadView::new(real_servers.to_vec(), w, hz));
         let worker = Worker::new(
             w as u16,
             app.pool.clone(),

@@ -2,6 +2,7 @@
 //! rewrite it for its mode (DR, NAT, TUN) and say where it goes. Owns the worker's
 //! session table and scheduler instances; reads services from the RCU snapshot.
 use super::counters::{bump, DropReason, Event, WorkerCounters};
+use super::loads::LoadView;
 use super::local::{LocalResponder, Verdict};
 use super::neighbour::NeighbourTable;
 use super::query::{ConnectionEntry, PoolEntry, Query};
@@ -62,6 +63,8 @@ pub struct Forwarder {
     schedulers: Vec<Box<dyn Scheduler>>,
     /// Scratch for the loads handed to a scheduler (capacity kept across picks).
     loads: Vec<ServerLoad>,
+    /// Real-server loads over all workers (`set_load_view`; own worker only before).
+    load_view: LoadView,
     timeouts: TickTimeouts,
     tsc_per_tick: u64,
     now_tick: u32,
@@ -171,6 +174,7 @@ impl Forwarder {
             snapshot,
             schedulers: Vec::new(),
             loads: Vec::new(),
+            load_view: LoadView::new(vec![real_servers.clone()], 0, tsc_hz),
             timeouts,
             tsc_per_tick: tsc_per_tick.max(1),
             now_tick: 0,
@@ -305,6 +309,13 @@ impl Forwarder {
         self.rebuild_schedulers();
     }
 
+    /// Lets the load-aware schedulers see every worker's connections (see
+    /// [`LoadView`] for the staleness bound). Call before traffic.
+    pub fn set_load_view(&mut self, view: LoadView) {
+        self.load_view = view;
+        self.rebuild_schedulers();
+    }
+
     /// Shares the persistence templates of all workers. Without it, services with
     /// persistence are scheduled connection by connection.
     pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
@@ -334,6 +345,8 @@ impl Forwarder {
             .max()
             .unwrap_or(0);
         self.loads.reserve(widest);
+        self.load_view
+            .reset(snap.services().iter().map(|s| s.real_servers.as_slice()));
         self.owned.clear();
         self.owned.extend_from_slice(snap.vips());
         self.owned.extend_from_slice(snap.local_addresses());
@@ -556,14 +569,8 @@ impl Forwarder {
             return Action::Drop(DropReason::TcpNoSession);
         }
         let service = &snap.services()[index];
-        self.loads.clear();
-        for rs in &service.real_servers {
-            let c = &self.real_servers[rs.id as usize];
-            self.loads.push(ServerLoad {
-                active: c.active.load(Relaxed) as u32,
-                inactive: c.inactive.load(Relaxed) as u32,
-            });
-        }
+        self.load_view
+            .loads(index, &service.real_servers, now_tsc, &mut self.loads);
         // Persistence (`-p`): a live template of the client's network decides, as long
         // as its real server is still in the service (weight 0 included, as IPVS with
         // expire_quiescent_template off); otherwise the scheduler does, and the choice

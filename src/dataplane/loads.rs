@@ -1,0 +1,188 @@
+//! Real-server loads as the load-aware schedulers (lc, wlc, sed, nq, lblc, lblcr, p2c)
+//! see them: active and inactive connections summed over **all** workers.
+//!
+//! Each worker counts its own sessions per real server (`realserver_stats`, one writer
+//! per line). Reading every other worker's lines on every new connection would cost a
+//! cache miss per real server per worker, so other workers' counts are summed lazily:
+//! per service, at most once per refresh interval, and added to this worker's own
+//! counts read fresh each time.
+//!
+//! **Staleness bound.** A decision sees this worker's connections exactly and the
+//! other workers' as they were at most one refresh interval ago ([`REFRESH`]): the
+//! error is what the other workers opened or closed in that interval. With `W`
+//! workers each opening `r` connections per second spread evenly, a real server's
+//! count is off by at most about `(W - 1) * r * REFRESH / servers`.
+use super::realserver_stats::RealServerCounters;
+use crate::sched::ServerLoad;
+use crate::service::model::RealServer;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How old the other workers' counts may be.
+pub const REFRESH: Duration = Duration::from_micros(500);
+
+/// One worker's view of every worker's real-server counters.
+pub struct LoadView {
+    /// Every worker's table, by worker index.
+    tables: Vec<Arc<Box<[RealServerCounters]>>>,
+    me: usize,
+    refresh_tsc: u64,
+    /// Per service (snapshot index): when the others' sums were taken, and the sums
+    /// (indexed like the service's real servers).
+    others: Vec<(Option<u64>, Vec<ServerLoad>)>,
+}
+
+impl LoadView {
+    /// `tables[me]` is this worker's own; `tsc_hz` converts [`REFRESH`] to TSC cycles.
+    pub fn new(tables: Vec<Arc<Box<[RealServerCounters]>>>, me: usize, tsc_hz: u64) -> Self {
+        LoadView {
+            tables,
+            me,
+            refresh_tsc: (tsc_hz as u128 * REFRESH.as_nanos() / 1_000_000_000) as u64,
+            others: Vec::new(),
+        }
+    }
+
+    /// Sizes the caches for a new snapshot's services (off the packet path: called when
+    /// the worker adopts a snapshot) and forgets the old sums.
+    pub fn reset<'a>(&mut self, services: impl Iterator<Item = &'a [RealServer]>) {
+        self.others.clear();
+        for servers in services {
+            self.others
+                .push((None, vec![ServerLoad::default(); servers.len()]));
+        }
+    }
+
+    /// Fills `out` with the loads of `servers` (service `index` of the snapshot the
+    /// view was reset for) at `now_tsc`. Never allocates once `out` has room.
+    pub fn loads(
+        &mut self,
+        index: usize,
+        servers: &[RealServer],
+        now_tsc: u64,
+        out: &mut Vec<ServerLoad>,
+    ) {
+        out.clear();
+        let own = &self.tables[self.me];
+        let Some((taken, others)) = self.others.get_mut(index) else {
+            // Not reset for this snapshot: own counts only.
+            out.extend(servers.iter().map(|rs| load_of(own, rs.id)));
+            return;
+        };
+        let stale = taken.is_none_or(|t| now_tsc.wrapping_sub(t) >= self.refresh_tsc);
+        if stale && others.len() == servers.len() {
+            for (sum, rs) in others.iter_mut().zip(servers) {
+                *sum = ServerLoad::default();
+                for (w, table) in self.tables.iter().enumerate() {
+                    if w != self.me {
+                        let l = load_of(table, rs.id);
+                        sum.active = sum.active.wrapping_add(l.active);
+                        sum.inactive = sum.inactive.wrapping_add(l.inactive);
+                    }
+                }
+            }
+            *taken = Some(now_tsc);
+        }
+        out.extend(servers.iter().enumerate().map(|(i, rs)| {
+            let mine = load_of(own, rs.id);
+            let theirs = others.get(i).copied().unwrap_or_default();
+            ServerLoad {
+                active: mine.active.wrapping_add(theirs.active),
+                inactive: mine.inactive.wrapping_add(theirs.inactive),
+            }
+        }));
+    }
+}
+
+fn load_of(table: &[RealServerCounters], id: u32) -> ServerLoad {
+    match table.get(id as usize) {
+        Some(c) => ServerLoad {
+            active: c.active.load(Relaxed) as u32,
+            inactive: c.inactive.load(Relaxed) as u32,
+        },
+        None => ServerLoad::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::realserver_stats;
+    use crate::service::ForwardMode;
+    use std::net::Ipv4Addr;
+
+    fn servers(n: u32) -> Vec<RealServer> {
+        (1..=n)
+            .map(|id| RealServer {
+                id,
+                ip: Ipv4Addr::new(10, 0, 0, id as u8),
+                port: 80,
+                weight: 1,
+                mode: ForwardMode::Nat,
+                upper: 0,
+                lower: 0,
+            })
+            .collect()
+    }
+
+    fn open(table: &[RealServerCounters], id: u32, active: bool) {
+        let c = &table[id as usize];
+        RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
+    }
+
+    #[test]
+    fn own_counts_are_fresh_others_refresh_after_the_interval() {
+        let tables: Vec<_> = (0..2)
+            .map(|_| Arc::new(realserver_stats::new_table()))
+            .collect();
+        let hz = 1_000_000_000; // 1 cycle = 1 ns
+        let mut view = LoadView::new(tables.clone(), 0, hz);
+        let rs = servers(2);
+        view.reset(std::iter::once(rs.as_slice()));
+        let mut out = Vec::new();
+        view.loads(0, &rs, 0, &mut out);
+        assert_eq!(out, vec![ServerLoad::default(); 2]);
+
+        open(&tables[0], 1, true); // mine
+        open(&tables[1], 2, true); // another worker's
+        open(&tables[1], 2, false);
+        view.loads(0, &rs, 100_000, &mut out); // 100 us later: others not re-read
+        assert_eq!(
+            out[0],
+            ServerLoad {
+                active: 1,
+                inactive: 0
+            }
+        );
+        assert_eq!(out[1], ServerLoad::default());
+        view.loads(0, &rs, 600_000, &mut out); // past REFRESH (500 us)
+        assert_eq!(
+            out[1],
+            ServerLoad {
+                active: 1,
+                inactive: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_service_the_view_was_not_reset_for_uses_own_counts() {
+        let tables: Vec<_> = (0..2)
+            .map(|_| Arc::new(realserver_stats::new_table()))
+            .collect();
+        let mut view = LoadView::new(tables.clone(), 1, 1_000_000_000);
+        let rs = servers(1);
+        open(&tables[0], 1, true);
+        open(&tables[1], 1, false);
+        let mut out = Vec::new();
+        view.loads(3, &rs, 0, &mut out);
+        assert_eq!(
+            out,
+            vec![ServerLoad {
+                active: 0,
+                inactive: 1
+            }]
+        );
+    }
+}
