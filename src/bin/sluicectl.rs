@@ -6,8 +6,9 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
-    render_connections, render_laddrs, render_services, render_status, render_xstats,
-    ConnectionsReport, LaddrReport, ServicesReport, StatusReport, XstatsReport,
+    render_connections, render_laddrs, render_save, render_services, render_status,
+    render_timeouts, render_xstats, ConnectionsReport, LaddrReport, ServicesReport, StatusReport,
+    XstatsReport,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
@@ -32,6 +33,12 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
   -L|-l [-n] [--stats]                                           list services
+  -L|-l [-n] --timeout                                           session timeouts (tcp tcpfin udp)
+  --set TCP TCPFIN UDP                                           set them (seconds, 0 keeps one)
+  -Z                                                             zero all counters
+  -S [-n]                                                        print the services as ipvsadm-save
+  -R                                                             apply ipvsadm-save lines from stdin,
+                                                                 all or nothing, as one change
   -L|-l [-n] -c                                                  list connections: [worker]proto,
                                                                  expire, state, client, VIP,
                                                                  FullNAT local address, real server
@@ -40,8 +47,10 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   -G|--get-laddr -t|-u VIP:port                                  list a service's local addresses
 
 Options:
-  -S, --socket PATH   control socket (default: $SLUICE_SOCKET, else /run/sluice/sluice.sock)
-      --timeout SECS  give up after SECS seconds (default 5; fractions allowed)
+  -S, --socket PATH   control socket (default: $SLUICE_SOCKET, else /run/sluice/sluice.sock);
+                      -S without a path is ipvsadm's save
+      --timeout SECS  give up after SECS seconds (default 5; fractions allowed); without
+                      a number it is ipvsadm's -L --timeout
       --json          print the daemon's result as JSON instead of text
   -h, --help          print this help
       --version       print the version
@@ -118,6 +127,10 @@ impl Command {
                     &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
                     stats,
                 )),
+                ipvsadm::Output::Timeouts => Ok(render_timeouts(&result)),
+                ipvsadm::Output::Save => Ok(render_save(
+                    &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
+                )),
                 ipvsadm::Output::Connections => Ok(render_connections(
                     &serde_json::from_value::<ConnectionsReport>(result).map_err(unexpected)?,
                 )),
@@ -168,13 +181,26 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
     // options above that sluicectl itself takes.
     let mut ipvsadm_args: Vec<String> = Vec::new();
 
-    let mut args = args.iter();
+    let mut args = args.iter().peekable();
     while let Some(arg) = args.next() {
         // `--name=value` is accepted for options that take a value.
         let (name, inline_value) = match arg.split_once('=') {
             Some((name, value)) if name.starts_with("--") => (name, Some(value.to_string())),
             _ => (arg.as_str(), None),
         };
+        // ipvsadm's `-S` (save) takes no value; sluicectl's `-S PATH` always does, and a
+        // path never starts with '-'. `--timeout` likewise: with a number it is the
+        // request timeout, without one ipvsadm's `-L --timeout`.
+        let next_is_value = args.peek().is_some_and(|next| !next.starts_with('-'));
+        let next_is_number = args.peek().is_some_and(|next| next.parse::<f64>().is_ok());
+        let ipvsadm_mode = !ipvsadm_args.is_empty() || positional.is_empty();
+        if inline_value.is_none()
+            && ipvsadm_mode
+            && ((name == "-S" && !next_is_value) || (name == "--timeout" && !next_is_number))
+        {
+            ipvsadm_args.push(arg.clone());
+            continue;
+        }
         let mut value = |option: &str| -> Result<String, UsageError> {
             inline_value
                 .clone()
@@ -242,9 +268,42 @@ fn parse_timeout(text: &str) -> Result<Duration, UsageError> {
     }
 }
 
+/// `-R`: the ipvsadm-save lines on stdin as one batch; blank lines and `#` comments
+/// are skipped, every line must be a change. An unparsable line names its number and
+/// sends nothing.
+fn restore_batch(input: impl io::BufRead) -> Result<Request, String> {
+    let mut requests = Vec::new();
+    for (n, line) in input.lines().enumerate() {
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        let text = line.trim();
+        if text.is_empty() || text.starts_with('#') {
+            continue;
+        }
+        let args: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+        let command = ipvsadm::parse(&args).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let is_change = command.output == ipvsadm::Output::Quiet
+            && !matches!(
+                command.request,
+                Request::Batch { .. } | Request::ZeroCounters | Request::SetTimeouts { .. }
+            );
+        if !is_change {
+            return Err(format!(
+                "line {}: only service and real-server changes can be restored: {text}",
+                n + 1
+            ));
+        }
+        requests.push(command.request);
+    }
+    Ok(Request::Batch { requests })
+}
+
 /// Sends the request and produces the text to print.
 fn run(options: &Options) -> Result<String, String> {
-    let result = client::request(&options.socket, &options.command.request(), options.timeout)
+    let mut request = options.command.request();
+    if matches!(&request, Request::Batch { requests } if requests.is_empty()) {
+        request = restore_batch(io::stdin().lock())?;
+    }
+    let result = client::request(&options.socket, &request, options.timeout)
         .map_err(|error| error.to_string())?;
     if options.json {
         let mut text = serde_json::to_string_pretty(&result).map_err(|error| error.to_string())?;
@@ -314,6 +373,59 @@ mod tests {
 
     fn usage_error(args: &[&str]) -> String {
         parse(args).expect_err("expected a usage error").0
+    }
+
+    #[test]
+    fn ipvsadm_save_and_timeout_flags_do_not_clash_with_sluicectl_options() {
+        let request = |args: &[&str]| options(args).command.request();
+        assert_eq!(request(&["-S"]), Request::ListServices);
+        assert_eq!(
+            options(&["-S", "-n"]).command,
+            Command::Ipvsadm(ipvsadm::parse(&["-S".to_string()]).unwrap())
+        );
+        let o = options(&["-S", "/x.sock", "-L", "-n"]);
+        assert_eq!(
+            (o.socket.to_str(), o.command.request()),
+            (Some("/x.sock"), Request::ListServices)
+        );
+        assert_eq!(request(&["-L", "--timeout"]), Request::GetTimeouts);
+        let o = options(&["--timeout", "2", "-L", "-n"]);
+        assert_eq!(
+            (o.timeout, o.command.request()),
+            (Duration::from_secs(2), Request::ListServices)
+        );
+        assert_eq!(
+            request(&["--set", "60", "0", "30"]),
+            Request::SetTimeouts {
+                tcp: 60,
+                tcpfin: 0,
+                udp: 30
+            }
+        );
+        assert!(usage_error(&["--set", "60", "x", "30"]).contains("tcpfin timeout"));
+        assert!(usage_error(&["--set", "60"]).contains("three values"));
+        assert_eq!(request(&["-Z"]), Request::ZeroCounters);
+    }
+
+    #[test]
+    fn restore_reads_save_lines_as_one_batch() {
+        let input = "# saved\n-A -t 198.18.1.1:80 -s rr\n\n-a -t 198.18.1.1:80 -r 198.18.0.2:8080 -m -w 2\n";
+        let Request::Batch { requests } = restore_batch(input.as_bytes()).unwrap() else {
+            panic!("not a batch");
+        };
+        assert_eq!(requests.len(), 2);
+        assert!(matches!(requests[0], Request::AddService { .. }));
+        assert!(matches!(requests[1], Request::AddServer { .. }));
+        let bad = "-A -t 198.18.1.1:80 -s rr\n-a -t 198.18.1.1:80 -r 198.18.0.2 -w 70000\n";
+        let err = restore_batch(bad.as_bytes()).unwrap_err();
+        assert!(
+            err.starts_with("line 2: ") && err.contains("weight"),
+            "{err}"
+        );
+        let query = "-L -n\n";
+        assert!(restore_batch(query.as_bytes())
+            .unwrap_err()
+            .contains("line 1: only"));
     }
 
     #[test]

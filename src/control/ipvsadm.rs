@@ -8,6 +8,7 @@ use super::protocol::Request;
 use crate::flow::Protocol;
 use crate::sched::SchedulerKind;
 use crate::service::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_WEIGHT};
+use crate::session::timeouts::MAX_TIMEOUT_SECS;
 use std::net::Ipv4Addr;
 
 /// How the CLI shows the daemon's answer.
@@ -15,6 +16,11 @@ use std::net::Ipv4Addr;
 pub enum Output {
     /// `-L`: the ipvsadm table (or the `--stats` table).
     List { stats: bool },
+    /// `-L --timeout`: `Timeout (tcp tcpfin udp): 900 120 300`.
+    Timeouts,
+    /// `-S`: the services as ipvsadm-save lines
+    /// ([`render_save`](super::status::render_save)).
+    Save,
     /// `-Lc`: the connection entries
     /// ([`render_connections`](super::status::render_connections)).
     Connections,
@@ -46,16 +52,20 @@ pub fn is_command(arg: &str) -> bool {
         "--add-laddr",
         "--del-laddr",
         "--get-laddr",
+        "--zero",
+        "--save",
+        "--restore",
+        "--set",
     ];
     if LONG.contains(&arg) {
         return true;
     }
     let mut chars = arg.chars();
-    chars.next() == Some('-') && chars.next().is_some_and(|c| "AEDaedCLlPQG".contains(c))
+    chars.next() == Some('-') && chars.next().is_some_and(|c| "AEDaedCLlPQGZSR".contains(c))
 }
 
 /// The command options, for messages.
-const COMMANDS: &str = "-A, -E, -D, -a, -e, -d, -C, -L, -P, -Q, -G";
+const COMMANDS: &str = "-A, -E, -D, -a, -e, -d, -C, -L, -Z, -S, -R, --set, -P, -Q, -G";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verb {
@@ -70,6 +80,10 @@ enum Verb {
     AddLaddr,
     DelLaddr,
     GetLaddr,
+    Zero,
+    Save,
+    Restore,
+    Set,
 }
 
 /// Splits bundled short options (`-Ln` -> `-L -n`); long options and values pass.
@@ -104,6 +118,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut lower: Option<u32> = None;
     let mut stats = false;
     let mut connections = false;
+    let mut show_timeouts = false;
+    let mut set_values: Option<[u32; 3]> = None;
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
 
@@ -130,6 +146,21 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "-P" | "--add-laddr" => set_verb(Verb::AddLaddr)?,
             "-Q" | "--del-laddr" => set_verb(Verb::DelLaddr)?,
             "-G" | "--get-laddr" => set_verb(Verb::GetLaddr)?,
+            "-Z" | "--zero" => set_verb(Verb::Zero)?,
+            "-S" | "--save" => set_verb(Verb::Save)?,
+            "-R" | "--restore" => set_verb(Verb::Restore)?,
+            "--set" => {
+                set_verb(Verb::Set)?;
+                let mut values = [0u32; 3];
+                for (slot, name) in values.iter_mut().zip(["tcp", "tcpfin", "udp"]) {
+                    let v = it.next().ok_or(
+                        "--set needs three values: tcp tcpfin udp (seconds, 0 keeps a value)",
+                    )?;
+                    *slot = parse_number(&format!("{name} timeout"), v, 0, MAX_TIMEOUT_SECS)?;
+                }
+                set_values = Some(values);
+            }
+            "--timeout" => show_timeouts = true,
             "-z" | "--laddr" => {
                 let v = value(arg)?;
                 let ip = v
@@ -189,6 +220,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     if connections && stats {
         return Err("options -c/--connection and --stats cannot be combined".into());
     }
+    if show_timeouts && verb != Verb::List {
+        return Err("option --timeout only applies to -L/--list".into());
+    }
+    if matches!(verb, Verb::Zero | Verb::Save | Verb::Restore | Verb::Set) && service.is_some() {
+        return Err("-Z, -S, -R and --set apply to every service: drop -t/-u".into());
+    }
     if !matches!(verb, Verb::AddLaddr | Verb::DelLaddr) {
         if let Some((option, _)) = &laddr {
             return Err(format!(
@@ -226,7 +263,21 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Ok(spec.with_thresholds(upper.unwrap_or(0), lower.unwrap_or(0)))
     };
     let (request, output) = match verb {
+        Verb::List if show_timeouts => (Request::GetTimeouts, Output::Timeouts),
         Verb::List if connections => (Request::ListConnections { max: None }, Output::Connections),
+        Verb::Zero => (Request::ZeroCounters, Output::Quiet),
+        Verb::Save => (Request::ListServices, Output::Save),
+        // The CLI reads the commands from stdin and sends them as one batch.
+        Verb::Restore => (
+            Request::Batch {
+                requests: Vec::new(),
+            },
+            Output::Quiet,
+        ),
+        Verb::Set => {
+            let [tcp, tcpfin, udp] = set_values.expect("set with --set");
+            (Request::SetTimeouts { tcp, tcpfin, udp }, Output::Quiet)
+        }
         Verb::List => (Request::ListServices, Output::List { stats }),
         Verb::Clear => (Request::Clear, Output::Quiet),
         Verb::AddService => (
@@ -452,7 +503,8 @@ mod tests {
             Output::List { stats: true }
         );
         assert!(is_command("-Ln") && is_command("-a") && is_command("--list"));
-        assert!(!is_command("status") && !is_command("-S") && !is_command("--json"));
+        assert!(!is_command("status") && !is_command("--json"));
+        assert!(is_command("-S") && is_command("-Z") && is_command("-R") && is_command("--set"));
     }
 
     #[test]

@@ -86,6 +86,13 @@ pub enum Request {
         #[serde(default)]
         max: Option<u32>,
     },
+    /// `--set tcp tcpfin udp`: session timeouts in seconds; 0 keeps a value.
+    SetTimeouts { tcp: u32, tcpfin: u32, udp: u32 },
+    /// `-L --timeout`: `{"tcp":s,"tcpfin":s,"udp":s}`.
+    GetTimeouts,
+    /// Service changes applied all or none and published as one snapshot (`-R`):
+    /// `{"generation":N,"applied":count}`, or the first failing command's error.
+    Batch { requests: Vec<Request> },
 }
 
 /// Sessions `-Lnc` lists unless asked for another bound: about 30 MB of JSON, under
@@ -111,6 +118,9 @@ impl Request {
             Request::DelLaddr { .. } => "del_laddr",
             Request::GetLaddr { .. } => "get_laddr",
             Request::ListConnections { .. } => "list_connections",
+            Request::SetTimeouts { .. } => "set_timeouts",
+            Request::GetTimeouts => "get_timeouts",
+            Request::Batch { .. } => "batch",
         }
     }
 
@@ -438,7 +448,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections)"
+             list_connections, set_timeouts, get_timeouts, batch)"
         );
     }
 

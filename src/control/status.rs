@@ -591,6 +591,9 @@ pub struct ServiceStatus {
     pub scheduler: String,
     /// Persistence timeout in seconds, when set (`-p`).
     pub persistence_s: Option<u32>,
+    /// Persistence netmask (`-M`), when persistence is set.
+    #[serde(default)]
+    pub persistence_netmask: Option<String>,
     pub real_servers: Vec<RealServerStatus>,
     /// FullNAT local addresses (`--add-laddr`), in the order they were added. Only in
     /// the JSON: the ipvsadm text layout has no place for them (see `--get-laddr`).
@@ -615,6 +618,11 @@ pub struct RealServerStatus {
     pub out_packets: u64,
     pub in_bytes: u64,
     pub out_bytes: u64,
+    /// Connection thresholds (`-x`, `-y`); 0 = none.
+    #[serde(default)]
+    pub upper: u32,
+    #[serde(default)]
+    pub lower: u32,
 }
 
 fn ipvsadm_forward(mode: &str) -> &str {
@@ -653,9 +661,13 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
                 sum(|r| r.out_bytes)
             );
         } else {
+            // ipvsadm: "persistent 300" and, for a netmask other than /32, "mask M".
             let persistent = s
                 .persistence_s
-                .map(|p| format!(" persistent {p}"))
+                .map(|p| match s.persistence_netmask.as_deref() {
+                    Some(m) if m != "255.255.255.255" => format!(" persistent {p} mask {m}"),
+                    _ => format!(" persistent {p}"),
+                })
                 .unwrap_or_default();
             let _ = writeln!(out, "{proto:<4} {local} {}{persistent}", s.scheduler);
         }
@@ -677,6 +689,61 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
                     r.inactive
                 );
             }
+        }
+    }
+    out
+}
+
+/// `-L --timeout`, as ipvsadm prints it.
+pub fn render_timeouts(timeouts: &serde_json::Value) -> String {
+    let get = |k: &str| timeouts[k].as_u64().unwrap_or(0);
+    format!(
+        "Timeout (tcp tcpfin udp): {} {} {}\n",
+        get("tcp"),
+        get("tcpfin"),
+        get("udp")
+    )
+}
+
+/// `-S`: the services as `ipvsadm-save -n` lines, which `-R` reads back: one `-A` per
+/// service (scheduler, persistence), one `-a` per real server (mode, weight,
+/// thresholds when set), and DPVS's `-P` for FullNAT local addresses. TOA is a
+/// config-file setting and is not saved.
+pub fn render_save(report: &ServicesReport) -> String {
+    let mut out = String::new();
+    for s in &report.services {
+        let flag = if s.proto == "udp" { "-u" } else { "-t" };
+        let service = format!("{flag} {}:{}", s.vip, s.port);
+        let mut line = format!("-A {service} -s {}", s.scheduler);
+        if let Some(p) = s.persistence_s {
+            let _ = write!(line, " -p {p}");
+            if let Some(mask) = s
+                .persistence_netmask
+                .as_deref()
+                .filter(|m| *m != "255.255.255.255")
+            {
+                let _ = write!(line, " -M {mask}");
+            }
+        }
+        let _ = writeln!(out, "{line}");
+        for r in &s.real_servers {
+            let mode = match r.mode.as_str() {
+                "nat" => "-m",
+                "tun" => "-i",
+                "fullnat" => "-b",
+                _ => "-g",
+            };
+            let mut line = format!("-a {service} -r {}:{} {mode} -w {}", r.ip, r.port, r.weight);
+            if r.upper > 0 {
+                let _ = write!(line, " -x {}", r.upper);
+            }
+            if r.lower > 0 {
+                let _ = write!(line, " -y {}", r.lower);
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        for lip in &s.local_addresses {
+            let _ = writeln!(out, "-P {service} -z {lip}");
         }
     }
     out
@@ -812,6 +879,7 @@ mod services_tests {
                 port: 80,
                 scheduler: "rr".into(),
                 persistence_s: None,
+                persistence_netmask: None,
                 real_servers: vec![RealServerStatus {
                     ip: "198.18.0.11".into(),
                     port: 80,
@@ -828,6 +896,74 @@ mod services_tests {
                 toa: true,
             }],
         }
+    }
+
+    #[test]
+    fn save_prints_ipvsadm_save_lines() {
+        let mut r = report();
+        r.services[0].persistence_s = Some(600);
+        r.services[0].persistence_netmask = Some("255.255.255.0".into());
+        r.services[0].real_servers.push(RealServerStatus {
+            ip: "198.18.0.12".into(),
+            port: 8080,
+            weight: 3,
+            mode: "fullnat".into(),
+            upper: 100,
+            lower: 10,
+            ..Default::default()
+        });
+        r.services.push(ServiceStatus {
+            proto: "udp".into(),
+            vip: "198.18.1.2".into(),
+            port: 53,
+            scheduler: "wrr".into(),
+            persistence_s: Some(300),
+            persistence_netmask: Some("255.255.255.255".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            render_save(&r),
+            "-A -t 198.18.1.1:80 -s rr -p 600 -M 255.255.255.0\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.11:80 -g -w 1\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.12:8080 -b -w 3 -x 100 -y 10\n\
+             -P -t 198.18.1.1:80 -z 198.18.0.50\n\
+             -A -u 198.18.1.2:53 -s wrr -p 300\n"
+        );
+        // Every line parses back as the command it stands for.
+        for line in render_save(&r).lines() {
+            let args: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            let parsed = crate::control::ipvsadm::parse(&args).unwrap();
+            assert_eq!(
+                parsed.output,
+                crate::control::ipvsadm::Output::Quiet,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_render_as_ipvsadm() {
+        let t = serde_json::json!({"tcp": 900, "tcpfin": 120, "udp": 300});
+        assert_eq!(
+            render_timeouts(&t),
+            "Timeout (tcp tcpfin udp): 900 120 300\n"
+        );
+    }
+
+    #[test]
+    fn list_shows_persistence_and_its_mask_as_ipvsadm() {
+        let mut r = report();
+        r.services[0].persistence_s = Some(300);
+        r.services[0].persistence_netmask = Some("255.255.255.255".into());
+        assert_eq!(
+            render_services(&r, false).lines().nth(3),
+            Some("TCP  198.18.1.1:80 rr persistent 300")
+        );
+        r.services[0].persistence_netmask = Some("255.255.0.0".into());
+        assert_eq!(
+            render_services(&r, false).lines().nth(3),
+            Some("TCP  198.18.1.1:80 rr persistent 300 mask 255.255.0.0")
+        );
     }
 
     #[test]

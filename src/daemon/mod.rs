@@ -82,7 +82,9 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .collect();
 
     let mut services = Services::from_config(&cfg)?;
-    let publisher = SnapshotPublisher::new(Snapshot::build(1, &services.table));
+    let publisher = SnapshotPublisher::new(
+        Snapshot::build(1, &services.table).with_timeouts(services.timeouts),
+    );
     services.generation = 1;
     let real_servers: Vec<Arc<Box<[RealServerCounters]>>> = cfg
         .lcores
@@ -309,7 +311,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
     })
 }
 
-fn timeouts_from_config(cfg: &Config) -> Timeouts {
+pub(crate) fn timeouts_from_config(cfg: &Config) -> Timeouts {
     let t = &cfg.timeouts;
     let mut out = Timeouts::default();
     for (state, secs) in [

@@ -12,6 +12,7 @@ use crate::sched::SchedulerKind;
 use crate::service::{
     Persistence, RealServerSpec, ServiceError, ServiceTable, Snapshot, SnapshotPublisher,
 };
+use crate::session::Timeouts;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -21,10 +22,21 @@ pub const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::Wrr;
 /// The editable table and the generation of the last snapshot published from it.
 pub struct Services {
     pub table: ServiceTable,
+    /// Session timeouts: the config's, then `--set` changes; published with every
+    /// snapshot.
+    pub timeouts: Timeouts,
     pub generation: u64,
     /// The ports' own addresses, which can never be local addresses (the table does
     /// not know the ports).
     pub own_addresses: Vec<Ipv4Addr>,
+}
+
+/// What one request did to the services.
+enum Applied {
+    /// The table (or the timeouts) changed: publish.
+    Changed,
+    /// A query: this is the answer.
+    Answer(serde_json::Value),
 }
 
 /// Per-worker real-server counters are indexed by id; ids are never reused.
@@ -63,6 +75,7 @@ impl Services {
         }
         Ok(Services {
             table,
+            timeouts: super::timeouts_from_config(cfg),
             generation: 0,
             own_addresses: cfg
                 .ports
@@ -87,22 +100,66 @@ impl Services {
                 | Request::AddLaddr { .. }
                 | Request::DelLaddr { .. }
                 | Request::GetLaddr { .. }
+                | Request::SetTimeouts { .. }
+                | Request::GetTimeouts
+                | Request::Batch { .. }
         )
     }
 
     /// Applies one request. A change is validated by the table first (nothing changes
     /// on error) and then published to every worker as one new snapshot, so no worker
-    /// ever sees half of it.
+    /// ever sees half of it. A batch (`-R`, reload) is applied whole or not at all, and
+    /// published as one snapshot.
     pub fn handle(
         &mut self,
         req: Request,
         publisher: &SnapshotPublisher,
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> Result<serde_json::Value, String> {
+        if let Request::Batch { requests } = req {
+            let (saved_table, saved_timeouts) = (self.table.clone(), self.timeouts);
+            let count = requests.len();
+            for (i, r) in requests.into_iter().enumerate() {
+                let outcome = match r {
+                    Request::Batch { .. } => Err("batches do not nest".to_string()),
+                    r => self.apply(r, counters),
+                };
+                let error = match outcome {
+                    Ok(Applied::Changed) => continue,
+                    Ok(Applied::Answer(_)) => "not a change".to_string(),
+                    Err(e) => e,
+                };
+                self.table = saved_table;
+                self.timeouts = saved_timeouts;
+                return Err(format!(
+                    "command {} of {count}: {error} (nothing was changed)",
+                    i + 1
+                ));
+            }
+            self.publish(publisher)?;
+            return Ok(serde_json::json!({ "generation": self.generation, "applied": count }));
+        }
+        match self.apply(req, counters)? {
+            Applied::Answer(v) => Ok(v),
+            Applied::Changed => {
+                self.publish(publisher)?;
+                Ok(serde_json::json!({ "generation": self.generation }))
+            }
+        }
+    }
+
+    /// One request against the table, without publishing.
+    fn apply(
+        &mut self,
+        req: Request,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> Result<Applied, String> {
         let t = &mut self.table;
         let changed = match req {
             Request::ListServices => {
-                return serde_json::to_value(self.report(counters)).map_err(|e| e.to_string());
+                return serde_json::to_value(self.report(counters))
+                    .map(Applied::Answer)
+                    .map_err(|e| e.to_string());
             }
             Request::AddService {
                 service,
@@ -146,6 +203,20 @@ impl Services {
                 t.add_laddr(service, ip)
             }
             Request::DelLaddr { service, ip } => t.del_laddr(service, ip),
+            Request::GetTimeouts => {
+                let (tcp, tcpfin, udp) = self.timeouts.get();
+                return Ok(Applied::Answer(
+                    serde_json::json!({ "tcp": tcp, "tcpfin": tcpfin, "udp": udp }),
+                ));
+            }
+            Request::SetTimeouts { tcp, tcpfin, udp } => {
+                let mut next = self.timeouts;
+                next.set_tcp_tcpfin_udp(tcp, tcpfin, udp)
+                    .map_err(|e| e.to_string())?;
+                self.timeouts = next;
+                log::info!("lb=config op=set-timeouts tcp={tcp} tcpfin={tcpfin} udp={udp}");
+                Ok(())
+            }
             Request::GetLaddr { service } => {
                 let report = LaddrReport {
                     service,
@@ -153,20 +224,21 @@ impl Services {
                     // The workers' pools are added by the management loop.
                     pools: Vec::new(),
                 };
-                return serde_json::to_value(report).map_err(|e| e.to_string());
+                return serde_json::to_value(report)
+                    .map(Applied::Answer)
+                    .map_err(|e| e.to_string());
             }
             other => return Err(format!("{} is not a service command", other.command_name())),
         };
         changed.map_err(|e| e.to_string())?;
-        self.publish(publisher)?;
-        Ok(serde_json::json!({ "generation": self.generation }))
+        Ok(Applied::Changed)
     }
 
     /// Publishes the table as the workers' next snapshot.
     pub fn publish(&mut self, publisher: &SnapshotPublisher) -> Result<(), String> {
         let generation = publisher.next_generation();
         publisher
-            .publish(Snapshot::build(generation, &self.table))
+            .publish(Snapshot::build(generation, &self.table).with_timeouts(self.timeouts))
             .map_err(|e| e.to_string())?;
         self.generation = generation;
         Ok(())
@@ -184,6 +256,7 @@ impl Services {
                     port: s.key.port,
                     scheduler: s.scheduler.name().into(),
                     persistence_s: s.persistence.map(|p| p.timeout_s),
+                    persistence_netmask: s.persistence.map(|p| p.netmask.to_string()),
                     real_servers: s
                         .real_servers
                         .iter()
@@ -201,6 +274,8 @@ impl Services {
                                 out_packets: t.out_packets,
                                 in_bytes: t.in_bytes,
                                 out_bytes: t.out_bytes,
+                                upper: r.upper,
+                                lower: r.lower,
                             }
                         })
                         .collect(),

@@ -84,6 +84,8 @@ pub struct Forwarder {
     persist: Option<Arc<PersistTable>>,
     /// Session-clock ticks per second, for template timeouts.
     ticks_per_second: u32,
+    /// Milliseconds per session-clock tick.
+    tick_ms: u32,
     rss: RssView,
     local_ports: std::ops::RangeInclusive<u16>,
 }
@@ -189,6 +191,8 @@ impl Forwarder {
             pools: hashbrown::HashMap::new(),
             persist: None,
             ticks_per_second: (tsc_hz / tsc_per_tick.max(1)).clamp(1, u32::MAX as u64) as u32,
+            tick_ms: (tsc_per_tick as u128 * 1000 / tsc_hz.max(1) as u128)
+                .clamp(1, u32::MAX as u128) as u32,
             rss,
             local_ports: LOCAL_PORTS,
         };
@@ -201,6 +205,10 @@ impl Forwarder {
     pub fn poll(&mut self, now_tsc: u64, counters: &WorkerCounters) {
         if self.snapshot.refresh() {
             self.snapshot_changed = true;
+            if let Some(t) = self.snapshot.current().timeouts() {
+                // `--set`: new timeouts apply to each session's next packet.
+                self.timeouts = t.in_ticks(self.tick_ms);
+            }
             self.rebuild_schedulers();
         }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;

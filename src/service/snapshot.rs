@@ -25,6 +25,7 @@
 use super::model::{ForwardMode, Service, ServiceKey};
 use super::table::ServiceTable;
 use crate::flow::Protocol;
+use crate::session::Timeouts;
 use crossbeam::utils::CachePadded;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
@@ -48,6 +49,9 @@ pub struct Snapshot {
     /// serve in NAT mode: a reply from one names its client but not the VIP, and the
     /// VIP is what the owner worker's RSS hash used.
     nat_reply_services: HashMap<(Protocol, Ipv4Addr, u16), Vec<(Ipv4Addr, u16)>>,
+    /// Session timeouts (`ipvsadm --set`), when the publisher sets them; workers keep
+    /// their start-up timeouts otherwise.
+    timeouts: Option<Timeouts>,
 }
 
 impl Snapshot {
@@ -96,6 +100,7 @@ impl Snapshot {
             vips,
             local_addresses,
             nat_reply_services,
+            timeouts: None,
         }
     }
 
@@ -146,6 +151,16 @@ impl Snapshot {
 }
 
 impl Snapshot {
+    /// The same snapshot carrying session timeouts for the workers to adopt.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = Some(timeouts);
+        self
+    }
+
+    pub fn timeouts(&self) -> Option<&Timeouts> {
+        self.timeouts.as_ref()
+    }
+
     /// The services (VIP, port) for which `proto` `addr:port` is a NAT real server, in
     /// snapshot order; empty for any other address.
     pub fn nat_reply_services(

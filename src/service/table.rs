@@ -163,7 +163,7 @@ impl std::error::Error for ServiceError {}
 ///
 /// Keep one table for the life of the process and apply config reloads as edits to it:
 /// ids come from this table's counters, which is what makes them unique and stable.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ServiceTable {
     /// Ordered by key (protocol, VIP, port): listings are stable and do not depend on
     /// the order commands were issued in.
