@@ -13,4 +13,5 @@ pub mod forward;
 pub mod sched;
 pub mod service;
 pub mod session;
+pub mod simulate;
 pub mod wire;

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage: sluice --config FILE [--duration SECS] [--stats-interval MS]
+       sluice simulate WORKLOAD [OPTIONS]   (what-if scheduler simulation, no DPDK;
+                                             see sluice simulate --help, docs/SIMULATE.md)
 
   --config FILE          TOML configuration (see docs/CONFIG.md; examples in config/)
   --duration SECS        stop by itself after SECS seconds (demos, tests)
@@ -58,10 +60,13 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("simulate") {
+        return sluice::simulate::cli::main(&args[1..]);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
     let opts = match parse_args(&args) {
         Ok(Some(o)) => o,
         Ok(None) => {

@@ -15,29 +15,130 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 
+pub mod dh;
+pub mod fo;
+pub mod lblc;
+pub mod lblcr;
+pub mod lc;
+mod locality;
+pub mod mh;
+pub mod nq;
+pub mod p2c;
+pub mod rng;
 pub mod rr;
+pub mod sed;
+pub mod sh;
+pub mod wlc;
+pub mod wrandom;
 pub mod wrr;
 
+pub use dh::DestinationHashing;
+pub use fo::WeightedFailover;
+pub use lblc::LocalityLeastConnection;
+pub use lblcr::LocalityLeastConnectionReplicated;
+pub use lc::LeastConnection;
+pub use mh::Maglev;
+pub use nq::NeverQueue;
+pub use p2c::PowerOfTwoChoices;
 pub use rr::RoundRobin;
+pub use sed::ShortestExpectedDelay;
+pub use sh::SourceHashing;
+pub use wlc::WeightedLeastConnection;
+pub use wrandom::WeightedRandom;
 pub use wrr::SmoothWeightedRoundRobin;
 
 /// The scheduling algorithms, by their ipvsadm names.
+///
+/// IPVS also skips a server flagged overloaded by its upper connection threshold
+/// (`ipvsadm -x`); Sluice's schedulers do not look at thresholds: only weight 0 keeps
+/// a server from new connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchedulerKind {
     /// Round robin over real servers with weight > 0.
     Rr,
     /// Smooth weighted round robin (nginx semantics).
     Wrr,
+    /// Least connection: smallest `active * 256 + inactive` (IPVS `ip_vs_lc`).
+    Lc,
+    /// Weighted least connection: smallest `(active * 256 + inactive) / weight`
+    /// (IPVS `ip_vs_wlc`). The default scheduler, as in ipvsadm.
+    Wlc,
+    /// Shortest expected delay: smallest `(active + 1) * 256 / weight` (`ip_vs_sed`).
+    Sed,
+    /// Never queue: an idle server (no active connection) first, else sed (`ip_vs_nq`).
+    Nq,
+    /// Destination hashing over a 256-bucket table (`ip_vs_dh`).
+    Dh,
+    /// Source hashing over a 256-bucket table (`ip_vs_sh`), flags sh-port and
+    /// sh-fallback.
+    Sh,
+    /// Locality-based least connection (`ip_vs_lblc`).
+    Lblc,
+    /// Locality-based least connection with replication (`ip_vs_lblcr`).
+    Lblcr,
+    /// Maglev hashing (`ip_vs_mh`), flags mh-port and mh-fallback.
+    Mh,
+    /// Weighted random.
+    Wrandom,
+    /// Power of two choices on active connections.
+    P2c,
+    /// Weighted failover: the available server with the highest weight (`ip_vs_fo`).
+    Fo,
 }
 
 impl SchedulerKind {
-    pub const ALL: &'static [SchedulerKind] = &[SchedulerKind::Rr, SchedulerKind::Wrr];
+    pub const ALL: &'static [SchedulerKind] = &[
+        SchedulerKind::Rr,
+        SchedulerKind::Wrr,
+        SchedulerKind::Lc,
+        SchedulerKind::Wlc,
+        SchedulerKind::Sed,
+        SchedulerKind::Nq,
+        SchedulerKind::Dh,
+        SchedulerKind::Sh,
+        SchedulerKind::Lblc,
+        SchedulerKind::Lblcr,
+        SchedulerKind::Mh,
+        SchedulerKind::Wrandom,
+        SchedulerKind::P2c,
+        SchedulerKind::Fo,
+    ];
+
+    /// ipvsadm's default when `-s` is not given.
+    pub const DEFAULT: SchedulerKind = SchedulerKind::Wlc;
 
     pub fn name(self) -> &'static str {
         match self {
             SchedulerKind::Rr => "rr",
             SchedulerKind::Wrr => "wrr",
+            SchedulerKind::Lc => "lc",
+            SchedulerKind::Wlc => "wlc",
+            SchedulerKind::Sed => "sed",
+            SchedulerKind::Nq => "nq",
+            SchedulerKind::Dh => "dh",
+            SchedulerKind::Sh => "sh",
+            SchedulerKind::Lblc => "lblc",
+            SchedulerKind::Lblcr => "lblcr",
+            SchedulerKind::Mh => "mh",
+            SchedulerKind::Wrandom => "wrandom",
+            SchedulerKind::P2c => "p2c",
+            SchedulerKind::Fo => "fo",
         }
+    }
+
+    /// Whether `pick` reads [`PickContext::loads`]: the data plane gathers the
+    /// per-server connection counts only for these.
+    pub fn uses_loads(self) -> bool {
+        matches!(
+            self,
+            SchedulerKind::Lc
+                | SchedulerKind::Wlc
+                | SchedulerKind::Sed
+                | SchedulerKind::Nq
+                | SchedulerKind::Lblc
+                | SchedulerKind::Lblcr
+                | SchedulerKind::P2c
+        )
     }
 }
 
@@ -74,6 +175,143 @@ impl<'de> Deserialize<'de> for SchedulerKind {
     }
 }
 
+/// Scheduler flags, as ipvsadm's `-b`/`--sched-flags` names them. Each only affects
+/// its scheduler (`sh-*` for sh, `mh-*` for mh).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SchedFlags {
+    /// `sh-fallback`: when the hashed bucket's server is unavailable (weight 0), sh
+    /// walks the table for an available one instead of refusing the connection.
+    pub sh_fallback: bool,
+    /// `sh-port`: sh hashes the client's source port together with its address.
+    pub sh_port: bool,
+    /// `mh-fallback`: as sh-fallback, for mh (see [`mh`] for when it matters).
+    pub mh_fallback: bool,
+    /// `mh-port`: mh hashes the client's source port together with its address.
+    pub mh_port: bool,
+}
+
+impl SchedFlags {
+    /// The flag names, in the order [`fmt::Display`] writes them.
+    pub const NAMES: [&'static str; 4] = ["sh-fallback", "sh-port", "mh-fallback", "mh-port"];
+
+    fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
+        match name {
+            "sh-fallback" => Some(&mut self.sh_fallback),
+            "sh-port" => Some(&mut self.sh_port),
+            "mh-fallback" => Some(&mut self.mh_fallback),
+            "mh-port" => Some(&mut self.mh_port),
+            _ => None,
+        }
+    }
+
+    fn values(&self) -> [bool; 4] {
+        [
+            self.sh_fallback,
+            self.sh_port,
+            self.mh_fallback,
+            self.mh_port,
+        ]
+    }
+
+    /// Whether no flag is set.
+    pub fn is_empty(&self) -> bool {
+        self.values().iter().all(|&set| !set)
+    }
+
+    /// An error naming the first flag set that `kind` does not use, as ipvsadm refuses
+    /// `-s rr -b sh-port` ("incompatible scheduler flag").
+    pub fn check_compatible(&self, kind: SchedulerKind) -> Result<(), String> {
+        let prefix = match kind {
+            SchedulerKind::Sh => "sh-",
+            SchedulerKind::Mh => "mh-",
+            _ => "",
+        };
+        match Self::NAMES
+            .iter()
+            .zip(self.values())
+            .find(|(name, set)| *set && (prefix.is_empty() || !name.starts_with(prefix)))
+        {
+            Some((name, _)) => Err(format!(
+                "scheduler flag {name:?} does not apply to scheduler {kind}"
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+impl FromStr for SchedFlags {
+    type Err = String;
+    /// ipvsadm's `-b` value: comma-separated flag names (`sh-fallback,sh-port`); the
+    /// empty string is no flag. Spaces around names are ignored.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut flags = SchedFlags::default();
+        if s.trim().is_empty() {
+            return Ok(flags);
+        }
+        for name in s.split(',').map(str::trim) {
+            match flags.flag_mut(name) {
+                Some(flag) => *flag = true,
+                None => {
+                    return Err(format!(
+                        "unknown scheduler flag {name:?} (known: {})",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(flags)
+    }
+}
+
+impl fmt::Display for SchedFlags {
+    /// Comma-separated, as ipvsadm takes them; empty when none is set.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (name, set) in Self::NAMES.iter().zip(self.values()) {
+            if set {
+                if !first {
+                    f.write_str(",")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The seed of [`SchedulerParams::default`]; workers pass their own.
+pub const DEFAULT_SEED: u64 = 0x5eed_51c1_ce5c_4ed0;
+
+/// What some schedulers need besides the servers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulerParams {
+    /// Maglev lookup table size M (mh only); must be prime. Default 65537.
+    pub maglev_table_size: u32,
+    pub flags: SchedFlags,
+    /// Seed of the random schedulers (wrandom, p2c). The data plane passes one per
+    /// worker so workers do not draw the same sequence.
+    pub seed: u64,
+}
+
+impl Default for SchedulerParams {
+    fn default() -> Self {
+        SchedulerParams {
+            maglev_table_size: mh::DEFAULT_TABLE_SIZE,
+            flags: SchedFlags::default(),
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+impl SchedulerParams {
+    /// An error if [`build_with`] would have to replace a value (a non-prime or
+    /// out-of-range Maglev table size). For config and control-plane checks.
+    pub fn validate(&self) -> Result<(), String> {
+        mh::check_table_size(self.maglev_table_size)
+    }
+}
+
 /// Load of one real server as the scheduler sees it (same index as the servers slice).
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct ServerLoad {
@@ -83,14 +321,33 @@ pub struct ServerLoad {
     pub inactive: u32,
 }
 
+impl ServerLoad {
+    pub const fn new(active: u32, inactive: u32) -> Self {
+        ServerLoad { active, inactive }
+    }
+
+    /// IPVS's `ip_vs_dest_conn_overhead`: `active * 256 + inactive`, so an active
+    /// connection weighs 256 inactive ones. At most about 2^40: no overflow in u64.
+    #[inline]
+    pub fn overhead(self) -> u64 {
+        (u64::from(self.active) << 8) + u64::from(self.inactive)
+    }
+}
+
 /// What a scheduler may look at besides the servers themselves.
 #[derive(Clone, Copy, Debug)]
 pub struct PickContext<'a> {
     /// Source of the new connection (for hashing schedulers such as sh and mh).
     pub client: Ipv4Addr,
     pub client_port: u16,
-    /// Per-server loads, indexed like the `servers` slice; may be empty for schedulers
-    /// that ignore load.
+    /// Destination address of the new connection (dh, lblc, lblcr); 0.0.0.0 unless set
+    /// with [`PickContext::with_destination`].
+    pub destination: Ipv4Addr,
+    /// A monotonic clock in milliseconds (lblc and lblcr expire their entries with it);
+    /// 0 unless set with [`PickContext::with_now_ms`].
+    pub now_ms: u64,
+    /// Per-server loads, indexed like the `servers` slice; may be empty or shorter for
+    /// schedulers that ignore load. A missing load counts as zero connections.
     pub loads: &'a [ServerLoad],
 }
 
@@ -99,8 +356,26 @@ impl<'a> PickContext<'a> {
         PickContext {
             client,
             client_port,
+            destination: Ipv4Addr::UNSPECIFIED,
+            now_ms: 0,
             loads,
         }
+    }
+
+    pub fn with_destination(mut self, destination: Ipv4Addr) -> Self {
+        self.destination = destination;
+        self
+    }
+
+    pub fn with_now_ms(mut self, now_ms: u64) -> Self {
+        self.now_ms = now_ms;
+        self
+    }
+
+    /// The load of server `index`; zero when `loads` does not reach it.
+    #[inline]
+    pub fn load(&self, index: usize) -> ServerLoad {
+        self.loads.get(index).copied().unwrap_or_default()
     }
 }
 
@@ -119,11 +394,52 @@ pub trait Scheduler: Send {
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize>;
 }
 
-/// A fresh scheduler of `kind` for `servers`; state starts from the beginning.
+/// Whether `index` is a server of `servers` that takes new connections: how the
+/// schedulers that keep indices check them against the slice they are given.
+#[inline]
+pub(crate) fn available(servers: &[RealServer], index: usize) -> bool {
+    servers.get(index).is_some_and(RealServer::accepts_new)
+}
+
+/// A fresh scheduler of `kind` for `servers` with default [`SchedulerParams`].
 pub fn build(kind: SchedulerKind, servers: &[RealServer]) -> Box<dyn Scheduler> {
+    build_with(kind, servers, &SchedulerParams::default())
+}
+
+/// A fresh scheduler of `kind` for `servers`; state starts from the beginning.
+///
+/// Never fails: a Maglev table size that [`SchedulerParams::validate`] rejects is
+/// replaced by the default (65537) with a warning. Building mh costs a table
+/// population (about a millisecond for 1000 servers): do it off the packet path.
+pub fn build_with(
+    kind: SchedulerKind,
+    servers: &[RealServer],
+    params: &SchedulerParams,
+) -> Box<dyn Scheduler> {
     match kind {
         SchedulerKind::Rr => Box::new(RoundRobin::new(servers)),
         SchedulerKind::Wrr => Box::new(SmoothWeightedRoundRobin::new(servers)),
+        SchedulerKind::Lc => Box::new(LeastConnection::new(servers)),
+        SchedulerKind::Wlc => Box::new(WeightedLeastConnection::new(servers)),
+        SchedulerKind::Sed => Box::new(ShortestExpectedDelay::new(servers)),
+        SchedulerKind::Nq => Box::new(NeverQueue::new(servers)),
+        SchedulerKind::Dh => Box::new(DestinationHashing::new(servers)),
+        SchedulerKind::Sh => Box::new(SourceHashing::new(servers, params.flags)),
+        SchedulerKind::Lblc => Box::new(LocalityLeastConnection::new(servers)),
+        SchedulerKind::Lblcr => Box::new(LocalityLeastConnectionReplicated::new(servers)),
+        SchedulerKind::Mh => Box::new(
+            Maglev::new(servers, params.maglev_table_size, params.flags).unwrap_or_else(|e| {
+                log::warn!(
+                    "mh: {e}; using the default table size {}",
+                    mh::DEFAULT_TABLE_SIZE
+                );
+                Maglev::new(servers, mh::DEFAULT_TABLE_SIZE, params.flags)
+                    .expect("the default table size is valid")
+            }),
+        ),
+        SchedulerKind::Wrandom => Box::new(WeightedRandom::new(servers, params.seed)),
+        SchedulerKind::P2c => Box::new(PowerOfTwoChoices::new(servers, params.seed)),
+        SchedulerKind::Fo => Box::new(WeightedFailover::new(servers)),
     }
 }
 
@@ -162,6 +478,67 @@ pub(crate) mod test_support {
                 None => '-',
             })
             .collect()
+    }
+
+    /// A real server `ip:port` with `weight` (id 0: tests that need ids use `servers`).
+    pub fn server(ip: [u8; 4], port: u16, weight: u32) -> RealServer {
+        RealServer {
+            id: 0,
+            ip: Ipv4Addr::from(ip),
+            port,
+            weight,
+            mode: ForwardMode::Dr,
+            upper: 0,
+            lower: 0,
+        }
+    }
+
+    /// Loads from `(active, inactive)` pairs.
+    pub fn loads(pairs: &[(u32, u32)]) -> Vec<ServerLoad> {
+        pairs
+            .iter()
+            .map(|&(active, inactive)| ServerLoad::new(active, inactive))
+            .collect()
+    }
+
+    /// The default test client with `loads`.
+    pub fn ctx_with(loads: &[ServerLoad]) -> PickContext<'_> {
+        PickContext::new(Ipv4Addr::new(198, 18, 0, 100), 40000, loads)
+    }
+
+    /// A connection from `client:port` without loads.
+    pub fn ctx_from(client: Ipv4Addr, port: u16) -> PickContext<'static> {
+        PickContext::new(client, port, &[])
+    }
+
+    /// A connection to `destination` at `now_ms` with `loads`.
+    pub fn ctx_to(destination: Ipv4Addr, now_ms: u64, loads: &[ServerLoad]) -> PickContext<'_> {
+        ctx_with(loads)
+            .with_destination(destination)
+            .with_now_ms(now_ms)
+    }
+
+    /// Client `i` of a large population: distinct addresses in 100.64.0.0/10 and
+    /// distinct ports, spread so that neighbours differ in every octet.
+    pub fn client(i: u32) -> (Ipv4Addr, u16) {
+        let spread = i.wrapping_mul(0x9e37_79b1);
+        let addr = Ipv4Addr::from(0x6440_0000 | (spread >> 10));
+        (addr, 1024 + (i % 60000) as u16)
+    }
+
+    /// Each server's share of `hits`, compared with its share of the weights: the
+    /// largest relative deviation (0.01 = 1%) over servers with weight > 0.
+    pub fn worst_relative_error(hits: &[usize], weights: &[u32]) -> f64 {
+        let total_hits: usize = hits.iter().sum();
+        let total_weight: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+        hits.iter()
+            .zip(weights)
+            .filter(|(_, &w)| w > 0)
+            .map(|(&h, &w)| {
+                let expected = total_hits as f64 * f64::from(w) / total_weight as f64;
+                (h as f64 - expected).abs() / expected
+            })
+            .fold(0.0, f64::max)
     }
 
     /// How many times each index is picked in `count` picks.
@@ -214,5 +591,141 @@ mod tests {
             assert_eq!(serde_json::from_str::<SchedulerKind>(&json).unwrap(), kind);
         }
         assert!("fastest".parse::<SchedulerKind>().is_err());
+    }
+
+    #[test]
+    fn all_ipvs_names_and_the_default() {
+        let names: Vec<_> = SchedulerKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            names.join(" "),
+            "rr wrr lc wlc sed nq dh sh lblc lblcr mh wrandom p2c fo"
+        );
+        assert_eq!(SchedulerKind::DEFAULT, SchedulerKind::Wlc);
+        let with_loads: Vec<_> = SchedulerKind::ALL
+            .iter()
+            .filter(|k| k.uses_loads())
+            .map(|k| k.name())
+            .collect();
+        assert_eq!(with_loads.join(" "), "lc wlc sed nq lblc lblcr p2c");
+    }
+
+    #[test]
+    fn no_kind_picks_a_draining_server_whatever_the_context() {
+        let servers = servers(&[0, 3, 0, 1, 0, 2, 0]);
+        let weights: Vec<u32> = servers.iter().map(|s| s.weight).collect();
+        let load = loads(&[(0, 0), (5, 1), (0, 0), (1, 0), (0, 0), (2, 9), (0, 0)]);
+        let params = SchedulerParams {
+            flags: "sh-fallback,mh-fallback".parse().unwrap(),
+            ..SchedulerParams::default()
+        };
+        for &kind in SchedulerKind::ALL {
+            for with_flags in [false, true] {
+                let p = if with_flags {
+                    params.clone()
+                } else {
+                    SchedulerParams::default()
+                };
+                let mut scheduler = build_with(kind, &servers, &p);
+                for i in 0..2000u32 {
+                    let (addr, port) = client(i);
+                    let ctx = PickContext::new(addr, port, &load)
+                        .with_destination(Ipv4Addr::from(i.wrapping_mul(7919)))
+                        .with_now_ms(u64::from(i) * 1000);
+                    if let Some(pick) = scheduler.pick(&servers, &ctx) {
+                        assert!(weights[pick] > 0, "{kind} picked draining server {pick}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_kind_survives_short_loads_and_a_changed_list() {
+        let four = servers(&[1, 2, 3, 4]);
+        let two = servers(&[1, 1]);
+        let short = loads(&[(3, 1)]);
+        for &kind in SchedulerKind::ALL {
+            let mut scheduler = build(kind, &four);
+            for loads in [&[][..], &short[..]] {
+                assert!(scheduler.pick(&four, &ctx_with(loads)).is_some(), "{kind}");
+                // A caller that did not rebuild: no panic, and any pick is in range.
+                if let Some(i) = scheduler.pick(&two, &ctx_with(loads)) {
+                    assert!(i < 2, "{kind}");
+                }
+                assert_eq!(scheduler.pick(&[], &ctx_with(loads)), None, "{kind}");
+            }
+        }
+    }
+
+    #[test]
+    fn sched_flags_parse_like_ipvsadm() {
+        assert_eq!("".parse::<SchedFlags>(), Ok(SchedFlags::default()));
+        let flags: SchedFlags = "sh-fallback,sh-port".parse().unwrap();
+        assert!(flags.sh_fallback && flags.sh_port && !flags.mh_fallback && !flags.mh_port);
+        let flags: SchedFlags = "mh-port, mh-fallback".parse().unwrap();
+        assert!(flags.mh_fallback && flags.mh_port && !flags.sh_fallback);
+        assert_eq!(flags.to_string(), "mh-fallback,mh-port");
+        let all: SchedFlags = "mh-port,sh-port,mh-fallback,sh-fallback".parse().unwrap();
+        assert_eq!(all.to_string(), "sh-fallback,sh-port,mh-fallback,mh-port");
+        assert_eq!(all.to_string().parse::<SchedFlags>(), Ok(all));
+        let err = "sh-port,flag-9".parse::<SchedFlags>().unwrap_err();
+        assert_eq!(
+            err,
+            "unknown scheduler flag \"flag-9\" (known: sh-fallback, sh-port, mh-fallback, mh-port)"
+        );
+        assert!("sh-port,".parse::<SchedFlags>().is_err());
+    }
+
+    #[test]
+    fn sched_flags_compatibility() {
+        let sh: SchedFlags = "sh-port".parse().unwrap();
+        assert_eq!(sh.check_compatible(SchedulerKind::Sh), Ok(()));
+        assert!(sh.check_compatible(SchedulerKind::Mh).is_err());
+        assert!(sh.check_compatible(SchedulerKind::Rr).is_err());
+        let none = SchedFlags::default();
+        assert!(none.is_empty());
+        for &kind in SchedulerKind::ALL {
+            assert_eq!(none.check_compatible(kind), Ok(()));
+        }
+    }
+
+    #[test]
+    fn params_default_and_validation() {
+        let params = SchedulerParams::default();
+        assert_eq!(params.maglev_table_size, 65537);
+        assert_eq!(params.flags, SchedFlags::default());
+        assert_eq!(params.seed, DEFAULT_SEED);
+        assert_eq!(params.validate(), Ok(()));
+        let bad = SchedulerParams {
+            maglev_table_size: 65536,
+            ..SchedulerParams::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("prime"));
+        // build_with does not fail: it falls back to the default size.
+        let servers = servers(&[1, 1]);
+        let mut mh = build_with(SchedulerKind::Mh, &servers, &bad);
+        assert!(mh.pick(&servers, &ctx()).is_some());
+    }
+
+    #[test]
+    fn pick_context_defaults_and_builders() {
+        let load = loads(&[(2, 3)]);
+        let ctx = PickContext::new(Ipv4Addr::new(1, 2, 3, 4), 5, &load);
+        assert_eq!(ctx.destination, Ipv4Addr::UNSPECIFIED);
+        assert_eq!(ctx.now_ms, 0);
+        let ctx = ctx
+            .with_destination(Ipv4Addr::new(9, 9, 9, 9))
+            .with_now_ms(42);
+        assert_eq!(
+            (ctx.destination, ctx.now_ms),
+            (Ipv4Addr::new(9, 9, 9, 9), 42)
+        );
+        assert_eq!(ctx.load(0), ServerLoad::new(2, 3));
+        assert_eq!(ctx.load(0).overhead(), 2 * 256 + 3);
+        assert_eq!(ctx.load(7), ServerLoad::default());
+        assert_eq!(
+            ServerLoad::new(u32::MAX, u32::MAX).overhead(),
+            u64::from(u32::MAX) * 257
+        );
     }
 }

@@ -183,6 +183,17 @@ mod tests {
     }
 
     #[test]
+    fn one_million_picks_match_the_weights_within_1_percent() {
+        let weights = [1, 2, 3, 4, 10];
+        let servers = servers(&weights);
+        let mut wrr = SmoothWeightedRoundRobin::new(&servers);
+        let hits = histogram(&mut wrr, &servers, 1_000_000);
+        // 1 000 000 picks = 50 000 whole cycles of 20: exact, not just within 1%.
+        assert_eq!(hits, vec![50_000, 100_000, 150_000, 200_000, 500_000]);
+        assert!(worst_relative_error(&hits, &weights) < 0.01);
+    }
+
+    #[test]
     fn max_weights_do_not_overflow() {
         let servers = servers(&[65535; 200]);
         let mut wrr = SmoothWeightedRoundRobin::new(&servers);

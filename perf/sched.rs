@@ -1,0 +1,118 @@
+//! Micro-benchmark of the schedulers: nanoseconds per `pick` for every kind with 10,
+//! 100 and 1000 real servers, and the Maglev table build time (1000 servers, M =
+//! 65537). No DPDK, no root.
+//!
+//! Run: `cargo bench --bench sched -- [PICKS]` (default 1000000 picks per cell).
+//! Prints a markdown table.
+//!
+//! Each pick sees a new client (address and port from a counter, spread by a
+//! multiplicative hash) and, for lblc/lblcr, one of 4096 destinations with a clock
+//! advancing 1 ms per pick. Loads are synthetic and move: the picked server gains an
+//! active connection and a pseudo-randomly chosen one loses one, so the load-based
+//! schedulers see changing counts. The timed loop includes that bookkeeping (a few
+//! nanoseconds), the same for every scheduler.
+use sluice::sched::{self, PickContext, SchedulerKind, SchedulerParams, ServerLoad};
+use sluice::service::{ForwardMode, RealServer};
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+const SIZES: [usize; 3] = [10, 100, 1000];
+
+/// `n` servers 10.h.l.1:80 with weights 1..=5.
+fn servers(n: usize) -> Vec<RealServer> {
+    (0..n)
+        .map(|i| RealServer {
+            id: i as u32 + 1,
+            ip: Ipv4Addr::new(10, (i >> 8) as u8, i as u8, 1),
+            port: 80,
+            weight: 1 + (i % 5) as u32,
+            mode: ForwardMode::Dr,
+            upper: 0,
+            lower: 0,
+        })
+        .collect()
+}
+
+/// Nanoseconds per pick over `picks` picks.
+fn ns_per_pick(kind: SchedulerKind, n: usize, picks: u32) -> f64 {
+    let servers = servers(n);
+    let params = SchedulerParams {
+        flags: "sh-port,mh-port".parse().unwrap(),
+        seed: 0x1234_5678,
+        ..SchedulerParams::default()
+    };
+    let mut scheduler = sched::build_with(kind, &servers, &params);
+    // Synthetic loads: a few active connections each, some inactive.
+    let mut loads: Vec<ServerLoad> = (0..n)
+        .map(|i| ServerLoad::new((i * 7 % 13) as u32, (i * 11 % 17) as u32))
+        .collect();
+    let mut run = |count: u32, loads: &mut Vec<ServerLoad>| {
+        let mut checksum = 0usize;
+        for i in 0..count {
+            let spread = i.wrapping_mul(0x9e37_79b1);
+            let client = Ipv4Addr::from(0x6440_0000 | (spread >> 10));
+            let destination = Ipv4Addr::from(0xc612_0000 | (spread >> 20));
+            let ctx = PickContext::new(client, 1024 + (i & 0x7fff) as u16, loads)
+                .with_destination(destination)
+                .with_now_ms(u64::from(i));
+            let pick = scheduler.pick(&servers, &ctx);
+            if let Some(p) = pick {
+                checksum = checksum.wrapping_add(p);
+                loads[p].active += 1;
+                let other = (spread as usize >> 7) % n;
+                loads[other].active = loads[other].active.saturating_sub(1);
+            }
+        }
+        black_box(checksum);
+    };
+    run(picks / 10, &mut loads); // warm up: tables, caches, branch predictors
+    let start = Instant::now();
+    run(picks, &mut loads);
+    start.elapsed().as_nanos() as f64 / f64::from(picks)
+}
+
+/// Median build time of a 1000-server Maglev table, and all samples.
+fn maglev_build(samples: usize) -> (f64, Vec<f64>) {
+    let servers = servers(1000);
+    let mut times: Vec<f64> = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            let table = sched::Maglev::new(&servers, 65537, Default::default()).unwrap();
+            let elapsed = start.elapsed().as_secs_f64() * 1e3;
+            black_box(table);
+            elapsed
+        })
+        .collect();
+    let all = times.clone();
+    times.sort_by(f64::total_cmp);
+    (times[samples / 2], all)
+}
+
+fn main() {
+    let picks: u32 = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    println!("ns per pick ({picks} picks per cell, weights 1..=5, moving synthetic loads):");
+    println!();
+    println!("| scheduler | 10 servers | 100 servers | 1000 servers |");
+    println!("|---|---:|---:|---:|");
+    for &kind in SchedulerKind::ALL {
+        let cells: Vec<String> = SIZES
+            .iter()
+            .map(|&n| format!("{:.1}", ns_per_pick(kind, n, picks)))
+            .collect();
+        println!("| {kind} | {} |", cells.join(" | "));
+    }
+    let (median, all) = maglev_build(15);
+    println!();
+    println!(
+        "Maglev table build, 1000 servers, M = 65537: median {median:.3} ms over {} builds \
+         (min {:.3}, max {:.3})",
+        all.len(),
+        all.iter().copied().fold(f64::INFINITY, f64::min),
+        all.iter().copied().fold(0.0, f64::max),
+    );
+}

@@ -1,0 +1,169 @@
+//! ipvsadm's table commands against a running daemon: `-S` / `-C` / `-R` round trip,
+//! `--set` and `-L --timeout`, `-Z`, and bad input that must change nothing.
+//!
+//! Run: `cargo test --release --test cli_ipvsadm` (as root).
+mod common;
+
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+/// The daemons take turns: each busy-polls lcore 1.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn daemon() -> (std::sync::MutexGuard<'static, ()>, Daemon) {
+    require_root();
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )]);
+    cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
+    cfg.extra_toml = vec![
+        service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "rr",
+            &[
+                "persistence_timeout = 600".into(),
+                "persistence_netmask = \"255.255.255.0\"".into(),
+            ],
+            &[("198.18.0.2", 8080, 1, "nat"), ("198.18.0.3", 80, 3, "dr")],
+        ),
+        service_section(
+            "udp",
+            "198.18.1.2",
+            53,
+            "wrr",
+            &["local_addresses = [\"198.18.0.50\", \"198.18.0.51\"]".into()],
+            &[("198.18.0.4", 5353, 2, "fullnat")],
+        ),
+    ];
+    (turn, Daemon::start(cfg))
+}
+
+fn ok(daemon: &Daemon, args: &[&str]) -> String {
+    let out = daemon.ctl(args);
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    out.stdout
+}
+
+/// `sluicectl -R < file`, bounded.
+fn restore(daemon: &Daemon, input: &str) -> CmdOutput {
+    let file = daemon
+        .socket()
+        .with_file_name(format!("restore-{}.txt", unique_tag()));
+    std::fs::write(&file, input).unwrap();
+    let line = format!(
+        "{} --socket {} -R < {}",
+        env!("CARGO_BIN_EXE_sluicectl"),
+        daemon.socket().display(),
+        file.display()
+    );
+    run_bounded(
+        Command::new("sh").args(["-c", &line]),
+        Duration::from_secs(15),
+    )
+}
+
+#[test]
+fn save_clear_restore_gives_back_the_same_table() {
+    let (_turn, daemon) = daemon();
+    let saved = ok(&daemon, &["-S", "-n"]);
+    assert_eq!(
+        saved,
+        "-A -t 198.18.1.1:80 -s rr -p 600 -M 255.255.255.0\n\
+         -a -t 198.18.1.1:80 -r 198.18.0.2:8080 -m -w 1\n\
+         -a -t 198.18.1.1:80 -r 198.18.0.3:80 -g -w 3\n\
+         -A -u 198.18.1.2:53 -s wrr\n\
+         -a -u 198.18.1.2:53 -r 198.18.0.4:5353 -b -w 2\n\
+         -P -u 198.18.1.2:53 -z 198.18.0.50\n\
+         -P -u 198.18.1.2:53 -z 198.18.0.51\n"
+    );
+    // The emulated client connects meanwhile: compare without the connection counts
+    // (the restored real servers are new ones, with counts of their own).
+    let without_counts = |text: String| -> Vec<String> {
+        text.lines()
+            .map(|l| match l.trim_start().starts_with("->") {
+                true => l.split_whitespace().take(4).collect::<Vec<_>>().join(" "),
+                false => l.to_string(),
+            })
+            .collect()
+    };
+    let listed = without_counts(ok(&daemon, &["-L", "-n"]));
+    ok(&daemon, &["-C"]);
+    assert_eq!(ok(&daemon, &["-S"]), "", "-C left services");
+    let out = restore(&daemon, &saved);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(ok(&daemon, &["-S", "-n"]), saved);
+    assert_eq!(without_counts(ok(&daemon, &["-L", "-n"])), listed);
+    // As ipvsadm: the FullNAT addresses come back too.
+    assert!(ok(&daemon, &["-G", "-u", "198.18.1.2:53"]).contains("198.18.0.51"));
+    daemon.stop_clean();
+}
+
+#[test]
+fn a_bad_restore_line_changes_nothing() {
+    let (_turn, daemon) = daemon();
+    let before = ok(&daemon, &["-S", "-n"]);
+    // Line 2 is fine on its own, line 3 fails in the daemon (no such service): the
+    // batch is refused whole, line 2's service does not appear.
+    let input = "-C\n-A -t 198.18.9.9:80 -s rr\n-a -t 198.18.7.7:80 -r 198.18.0.2:80 -m\n";
+    let out = restore(&daemon, input);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("command 3 of 3") && out.stderr.contains("nothing was changed"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(ok(&daemon, &["-S", "-n"]), before);
+    // An unparsable line is caught before anything is sent.
+    let out = restore(&daemon, "-C\n-A -t 198.18.9.9:80 -s fastest\n");
+    assert!(!out.success());
+    assert!(
+        out.stderr.contains("line 2: unknown scheduler"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(ok(&daemon, &["-S", "-n"]), before);
+    daemon.stop_clean();
+}
+
+#[test]
+fn timeouts_are_set_and_shown_as_ipvsadm_does() {
+    let (_turn, daemon) = daemon();
+    assert_eq!(
+        ok(&daemon, &["-L", "--timeout"]),
+        "Timeout (tcp tcpfin udp): 900 120 300\n"
+    );
+    ok(&daemon, &["--set", "60", "0", "30"]);
+    assert_eq!(
+        ok(&daemon, &["-L", "--timeout"]),
+        "Timeout (tcp tcpfin udp): 60 120 30\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&daemon, &["-L", "--timeout", "--json"])).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"tcp": 60, "tcpfin": 120, "udp": 30})
+    );
+    for bad in [
+        vec!["--set", "60", "x", "30"],
+        vec!["--set", "60"],
+        vec!["--set", "99999999", "0", "0"],
+        vec!["--set", "1", "1", "1", "-t", "198.18.1.1:80"],
+    ] {
+        let out = daemon.ctl(&bad);
+        assert!(!out.success(), "{bad:?} accepted");
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.describe());
+    }
+    assert_eq!(
+        ok(&daemon, &["-L", "--timeout"]),
+        "Timeout (tcp tcpfin udp): 60 120 30\n",
+        "a refused --set changed the timeouts"
+    );
+    ok(&daemon, &["-Z"]);
+    daemon.stop_clean();
+}
