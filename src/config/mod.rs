@@ -222,6 +222,10 @@ pub struct ServiceConfig {
     pub local_addresses: Vec<Ipv4Addr>,
     /// TOA: the client address as a TCP option in FullNAT sessions (tcp only).
     pub toa: bool,
+    /// `ipvsadm -b`: scheduler flags (only the scheduler's own).
+    pub sched_flags: crate::sched::SchedFlags,
+    /// Maglev table size (mh), a prime; the default 65537 when `None`.
+    pub mh_table_size: Option<u32>,
     /// The line of the service's `[[services]]` header (or inline table), so later
     /// errors about the service (e.g. from the data plane) can point at it.
     pub line: usize,

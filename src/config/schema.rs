@@ -16,7 +16,7 @@ use super::{
     PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig,
 };
 use crate::flow::Protocol;
-use crate::sched::SchedulerKind;
+use crate::sched::{SchedFlags, SchedulerKind};
 use crate::service::model::{ForwardMode, ServiceKey, MAX_LOCAL_ADDRESSES};
 
 const ROOT_KEYS: &[&str] = &[
@@ -65,6 +65,8 @@ const SERVICE_KEYS: &[&str] = &[
     "persistence_netmask",
     "local_addresses",
     "toa",
+    "scheduler_flags",
+    "mh_table_size",
     "real_servers",
 ];
 const REAL_SERVER_KEYS: &[&str] = &["ip", "port", "weight", "mode", "upper", "lower"];
@@ -77,7 +79,6 @@ const MAX_WORKERS: usize = 64;
 const MAX_ADDRESSES: usize = 16;
 /// ipvsadm defaults to `-s wlc`; Sluice's weighted scheduler, and so its default,
 /// is wrr.
-const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::Wrr;
 /// `-g`, ipvsadm's default.
 const DEFAULT_MODE: ForwardMode = ForwardMode::Dr;
 const DEFAULT_WEIGHT: u32 = 1;
@@ -527,7 +528,19 @@ fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<Service
         )));
     }
     let port = fields::l4_port(&t.require("port")?)?;
-    let scheduler = t.or("scheduler", DEFAULT_SCHEDULER, fields::scheduler)?;
+    let scheduler = t.or("scheduler", SchedulerKind::DEFAULT, fields::scheduler)?;
+    let sched_flags = t.or("scheduler_flags", SchedFlags::default(), |f| {
+        let flags: SchedFlags = f.str()?.parse().map_err(|e: String| f.invalid(e))?;
+        flags
+            .check_compatible(scheduler)
+            .map_err(|e| f.invalid(e))?;
+        Ok(flags)
+    })?;
+    let mh_table_size = t.optional("mh_table_size", |f| {
+        let size: u32 = f.int(1..=u32::MAX as i64)?;
+        crate::sched::mh::check_table_size(size).map_err(|e| f.invalid(e))?;
+        Ok(size)
+    })?;
     let persistence = read_persistence(&t)?;
     let (local_addresses, local_address_at) = read_local_addresses(&t, ports)?;
     let toa = t.or("toa", false, |f| {
@@ -549,6 +562,8 @@ fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<Service
             real_servers,
             local_addresses,
             toa,
+            sched_flags,
+            mh_table_size,
             line: source.line(f.node.start()),
         },
         path: f.path.clone(),

@@ -929,7 +929,7 @@ fn service_defaults() {
         }
     );
     assert_eq!(svc.line, 21);
-    assert_eq!(svc.scheduler, SchedulerKind::Wrr);
+    assert_eq!(svc.scheduler, SchedulerKind::Wlc);
     assert_eq!(svc.persistence, None);
     assert_eq!(
         svc.real_servers[0],
@@ -1866,4 +1866,26 @@ fn worker_cpus_map_lcores_onto_shared_cpus() {
         "lcores.cpus[0]",
         "expected an integer",
     );
+}
+
+#[test]
+fn scheduler_flags_and_maglev_table_size() {
+    let with = |extra: &str| service_with("scheduler = \"rr\"", extra);
+    let cfg = parse(&with(
+        "scheduler = \"mh\"\nscheduler_flags = \"mh-port\"\nmh_table_size = 251",
+    ))
+    .unwrap();
+    let svc = &cfg.services[0];
+    assert_eq!(svc.sched_flags.to_string(), "mh-port");
+    assert_eq!(svc.mh_table_size, Some(251));
+    let err = parse(&with("scheduler = \"rr\"\nscheduler_flags = \"sh-port\"")).unwrap_err();
+    assert_eq!(err.field, "services[0].scheduler_flags", "{err}");
+    assert!(
+        err.to_string().contains("does not apply to scheduler rr"),
+        "{err}"
+    );
+    let err = parse(&with("scheduler = \"mh\"\nscheduler_flags = \"mh-turbo\"")).unwrap_err();
+    assert!(err.to_string().contains("unknown scheduler flag"), "{err}");
+    let err = parse(&with("scheduler = \"mh\"\nmh_table_size = 65536")).unwrap_err();
+    assert_eq!(err.field, "services[0].mh_table_size", "{err}");
 }

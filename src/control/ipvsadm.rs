@@ -6,7 +6,7 @@
 //! ipvsadm's options arrive with the control-plane work.
 use super::protocol::Request;
 use crate::flow::Protocol;
-use crate::sched::SchedulerKind;
+use crate::sched::{SchedFlags, SchedulerKind};
 use crate::service::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_WEIGHT};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
 use std::net::Ipv4Addr;
@@ -118,6 +118,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut lower: Option<u32> = None;
     let mut stats = false;
     let mut connections = false;
+    let mut sched_flags: Option<SchedFlags> = None;
     let mut show_timeouts = false;
     let mut set_values: Option<[u32; 3]> = None;
     let mut laddr: Option<(String, Ipv4Addr)> = None;
@@ -196,6 +197,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "-g" | "--gatewaying" => mode = Some(ForwardMode::Dr),
             "-m" | "--masquerading" => mode = Some(ForwardMode::Nat),
             "-i" | "--ipip" => mode = Some(ForwardMode::Tun),
+            // ipvsadm's `-b FLAGS` on a service command; DPVS's `-b` (FullNAT) on a
+            // real-server command.
+            "--sched-flags" => sched_flags = Some(value(arg)?.parse::<SchedFlags>()?),
+            "-b" if matches!(verb, Some(Verb::AddService | Verb::EditService)) => {
+                sched_flags = Some(value(arg)?.parse::<SchedFlags>()?)
+            }
             "-b" | "--fullnat" => mode = Some(ForwardMode::FullNat),
             "-w" | "--weight" => {
                 weight = Some(parse_number("weight", &value(arg)?, 0, MAX_WEIGHT)?)
@@ -285,6 +292,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 service: needs_service()?,
                 scheduler,
                 persistence,
+                sched_flags,
             },
             Output::Quiet,
         ),
@@ -293,6 +301,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 service: needs_service()?,
                 scheduler,
                 persistence,
+                sched_flags,
             },
             Output::Quiet,
         ),
@@ -414,8 +423,30 @@ mod tests {
             Request::AddService {
                 service: key(Protocol::Tcp, [198, 18, 1, 1], 80),
                 scheduler: Some(SchedulerKind::Rr),
-                persistence: None
+                persistence: None,
+                sched_flags: None
             }
+        );
+        assert_eq!(
+            p("-A -t 198.18.1.1:80 -s sh -b sh-port,sh-fallback")
+                .unwrap()
+                .request,
+            Request::AddService {
+                service: key(Protocol::Tcp, [198, 18, 1, 1], 80),
+                scheduler: Some(SchedulerKind::Sh),
+                persistence: None,
+                sched_flags: Some("sh-fallback,sh-port".parse().unwrap())
+            }
+        );
+        assert!(p("-A -t 198.18.1.1:80 -s sh -b sh-quick")
+            .unwrap_err()
+            .contains("unknown scheduler flag"));
+        // -b on a real server is DPVS's FullNAT.
+        let fullnat = p("-a -t 198.18.1.1:80 -r 198.18.0.2:80 -b")
+            .unwrap()
+            .request;
+        assert!(
+            matches!(fullnat, Request::AddServer { server, .. } if server.mode == ForwardMode::FullNat)
         );
         assert_eq!(
             p("-E -u 198.18.1.1:53 -p 60 -M 255.255.255.0")
@@ -427,7 +458,8 @@ mod tests {
                 persistence: Some(Persistence {
                     timeout_s: 60,
                     netmask: [255, 255, 255, 0].into()
-                })
+                }),
+                sched_flags: None
             }
         );
         assert_eq!(
@@ -435,7 +467,8 @@ mod tests {
             Request::AddService {
                 service: key(Protocol::Tcp, [198, 18, 1, 1], 443),
                 scheduler: None,
-                persistence: Some(Persistence::new(Persistence::DEFAULT_TIMEOUT_S))
+                persistence: Some(Persistence::new(Persistence::DEFAULT_TIMEOUT_S)),
+                sched_flags: None
             }
         );
         assert_eq!(

@@ -10,7 +10,7 @@
 //! -> {"cmd":"xstats","port":7}
 //! <- {"ok":false,"error":"no port 7"}
 //! ```
-use crate::sched::SchedulerKind;
+use crate::sched::{SchedFlags, SchedulerKind};
 use crate::service::{Persistence, RealServerSpec, ServiceKey};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -43,6 +43,9 @@ pub enum Request {
         scheduler: Option<SchedulerKind>,
         #[serde(default)]
         persistence: Option<Persistence>,
+        /// `-b sh-port,...`.
+        #[serde(default)]
+        sched_flags: Option<SchedFlags>,
     },
     /// `-E`: change a service's scheduler or persistence.
     EditService {
@@ -51,6 +54,8 @@ pub enum Request {
         scheduler: Option<SchedulerKind>,
         #[serde(default)]
         persistence: Option<Persistence>,
+        #[serde(default)]
+        sched_flags: Option<SchedFlags>,
     },
     /// `-D`: delete a service; its sessions continue until they end, as in IPVS.
     DeleteService { service: ServiceKey },

@@ -594,6 +594,9 @@ pub struct ServiceStatus {
     /// Persistence netmask (`-M`), when persistence is set.
     #[serde(default)]
     pub persistence_netmask: Option<String>,
+    /// Scheduler flags (`-b`), comma-separated; empty when none.
+    #[serde(default)]
+    pub sched_flags: String,
     pub real_servers: Vec<RealServerStatus>,
     /// FullNAT local addresses (`--add-laddr`), in the order they were added. Only in
     /// the JSON: the ipvsadm text layout has no place for them (see `--get-laddr`).
@@ -715,6 +718,9 @@ pub fn render_save(report: &ServicesReport) -> String {
         let flag = if s.proto == "udp" { "-u" } else { "-t" };
         let service = format!("{flag} {}:{}", s.vip, s.port);
         let mut line = format!("-A {service} -s {}", s.scheduler);
+        if !s.sched_flags.is_empty() {
+            let _ = write!(line, " -b {}", s.sched_flags);
+        }
         if let Some(p) = s.persistence_s {
             let _ = write!(line, " -p {p}");
             if let Some(mask) = s
@@ -880,6 +886,7 @@ mod services_tests {
                 scheduler: "rr".into(),
                 persistence_s: None,
                 persistence_netmask: None,
+                sched_flags: String::new(),
                 real_servers: vec![RealServerStatus {
                     ip: "198.18.0.11".into(),
                     port: 80,

@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 /// Scheduler of a service added without `-s`: weighted, so weights mean something.
-pub const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::Wrr;
+pub const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::DEFAULT;
 
 /// The editable table and the generation of the last snapshot published from it.
 pub struct Services {
@@ -72,6 +72,9 @@ impl Services {
             if sc.toa {
                 table.set_toa(sc.key, true).map_err(at)?;
             }
+            table
+                .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
+                .map_err(at)?;
         }
         Ok(Services {
             table,
@@ -165,17 +168,41 @@ impl Services {
                 service,
                 scheduler,
                 persistence,
-            } => t
-                .add_service(service, scheduler.unwrap_or(DEFAULT_SCHEDULER), persistence)
-                .map(drop),
+                sched_flags,
+            } => {
+                let scheduler = scheduler.unwrap_or(DEFAULT_SCHEDULER);
+                let flags = sched_flags.unwrap_or_default();
+                // Checked before the service exists, so a bad flag adds nothing.
+                flags.check_compatible(scheduler)?;
+                t.add_service(service, scheduler, persistence)
+                    .and_then(|_| t.set_sched_params(service, flags, None))
+                    .inspect(|()| {
+                        log::info!("lb=config op=add-svc svc={service} sched={scheduler}")
+                    })
+            }
             Request::EditService {
                 service,
                 scheduler,
                 persistence,
+                sched_flags,
             } => {
-                let current = t.get(service).map(|s| s.scheduler);
-                let scheduler = scheduler.or(current).unwrap_or(DEFAULT_SCHEDULER);
+                let current = t.get(service).map(|s| (s.scheduler, s.sched_flags));
+                let scheduler = scheduler
+                    .or(current.map(|c| c.0))
+                    .unwrap_or(DEFAULT_SCHEDULER);
+                // Without -b the flags stay, unless the new scheduler cannot use them.
+                let flags = sched_flags.unwrap_or_else(|| {
+                    current
+                        .map(|c| c.1)
+                        .filter(|f| f.check_compatible(scheduler).is_ok())
+                        .unwrap_or_default()
+                });
+                flags.check_compatible(scheduler)?;
                 t.edit_service(service, scheduler, persistence)
+                    .and_then(|()| t.set_sched_params(service, flags, None))
+                    .inspect(|()| {
+                        log::info!("lb=config op=edit-svc svc={service} sched={scheduler}")
+                    })
             }
             Request::DeleteService { service } => t.delete_service(service).map(drop),
             Request::AddServer { service, server } => {
@@ -257,6 +284,7 @@ impl Services {
                     scheduler: s.scheduler.name().into(),
                     persistence_s: s.persistence.map(|p| p.timeout_s),
                     persistence_netmask: s.persistence.map(|p| p.netmask.to_string()),
+                    sched_flags: s.sched_flags.to_string(),
                     real_servers: s
                         .real_servers
                         .iter()

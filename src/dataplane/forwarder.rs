@@ -13,7 +13,7 @@ use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::{FlowKey, FlowKey4, Protocol};
 use crate::forward::laddr::PortPool;
 use crate::forward::{self, MtuCheck, QuoteRewrite};
-use crate::sched::{self, PickContext, Scheduler, ServerLoad};
+use crate::sched::{self, Maglev, PickContext, Scheduler, ServerLoad};
 use crate::service::{ForwardMode, ServiceKey, SnapshotReader};
 use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
 use crate::session::{Direction, Session, SessionFlags, SessionTable, TickTimeouts, Transition};
@@ -341,10 +341,18 @@ impl Forwarder {
 
     fn rebuild_schedulers(&mut self) {
         let snap = self.snapshot.current();
+        // Workers draw different random sequences (wrandom, p2c); Maglev tables come
+        // prebuilt with the snapshot.
+        let seed = sched::DEFAULT_SEED
+            ^ (u64::from(self.rss.queue) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         self.schedulers = snap
             .services()
             .iter()
-            .map(|s| sched::build(s.scheduler, &s.real_servers))
+            .enumerate()
+            .map(|(i, s)| match snap.maglev(i) {
+                Some(table) => Box::new(Maglev::clone(table)) as Box<dyn Scheduler>,
+                None => sched::build_with(s.scheduler, &s.real_servers, &s.scheduler_params(seed)),
+            })
             .collect();
         let widest = snap
             .services()
@@ -577,8 +585,12 @@ impl Forwarder {
             return Action::Drop(DropReason::TcpNoSession);
         }
         let service = &snap.services()[index];
-        self.load_view
-            .loads(index, &service.real_servers, now_tsc, &mut self.loads);
+        if service.scheduler.uses_loads() {
+            self.load_view
+                .loads(index, &service.real_servers, now_tsc, &mut self.loads);
+        } else {
+            self.loads.clear();
+        }
         // Persistence (`-p`): a live template of the client's network decides, as long
         // as its real server is still in the service (weight 0 included, as IPVS with
         // expire_quiescent_template off); otherwise the scheduler does, and the choice
@@ -611,7 +623,9 @@ impl Forwarder {
                 i
             }
             None => {
-                let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads);
+                let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads)
+                    .with_destination(vip)
+                    .with_now_ms(u64::from(now).wrapping_mul(u64::from(self.tick_ms)));
                 let Some(mut pick) = self
                     .schedulers
                     .get_mut(index)

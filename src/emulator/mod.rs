@@ -1363,6 +1363,8 @@ mod tests {
                 })
                 .collect(),
             local_addresses: Vec::new(),
+            sched_flags: Default::default(),
+            mh_table_size: None,
             toa: false,
             line: 1,
         }

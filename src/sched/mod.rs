@@ -280,6 +280,19 @@ impl fmt::Display for SchedFlags {
     }
 }
 
+impl Serialize for SchedFlags {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for SchedFlags {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The seed of [`SchedulerParams::default`]; workers pass their own.
 pub const DEFAULT_SEED: u64 = 0x5eed_51c1_ce5c_4ed0;
 

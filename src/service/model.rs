@@ -4,7 +4,7 @@
 //! [`ServiceTable`](super::table::ServiceTable) and workers read copies of them in an
 //! immutable [`Snapshot`](super::snapshot::Snapshot).
 use crate::flow::Protocol;
-use crate::sched::SchedulerKind;
+use crate::sched::{SchedFlags, SchedulerKind};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -242,9 +242,29 @@ pub struct Service {
     /// FullNAT sessions towards the real servers. Off by default; TCP only.
     #[serde(default)]
     pub toa: bool,
+    /// Scheduler flags (`ipvsadm -b sh-port,...`); only the service's scheduler's
+    /// own flags may be set.
+    #[serde(default)]
+    pub sched_flags: SchedFlags,
+    /// Maglev lookup table size (mh only), a prime.
+    #[serde(default = "default_mh_table_size")]
+    pub mh_table_size: u32,
+}
+
+fn default_mh_table_size() -> u32 {
+    crate::sched::mh::DEFAULT_TABLE_SIZE
 }
 
 impl Service {
+    /// What the service's scheduler is built with, for worker `seed`.
+    pub fn scheduler_params(&self, seed: u64) -> crate::sched::SchedulerParams {
+        crate::sched::SchedulerParams {
+            maglev_table_size: self.mh_table_size,
+            flags: self.sched_flags,
+            seed,
+        }
+    }
+
     /// Index of the real server `ip:port`, as ipvsadm identifies a destination.
     pub fn server_index(&self, ip: Ipv4Addr, port: u16) -> Option<usize> {
         self.real_servers
@@ -299,6 +319,8 @@ mod tests {
             }],
             local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
             toa: true,
+            sched_flags: "mh-port".parse().unwrap(),
+            mh_table_size: 251,
         }
     }
 

@@ -25,6 +25,7 @@
 use super::model::{ForwardMode, Service, ServiceKey};
 use super::table::ServiceTable;
 use crate::flow::Protocol;
+use crate::sched::{Maglev, SchedulerKind};
 use crate::session::Timeouts;
 use crossbeam::utils::CachePadded;
 use hashbrown::HashMap;
@@ -52,6 +53,9 @@ pub struct Snapshot {
     /// Session timeouts (`ipvsadm --set`), when the publisher sets them; workers keep
     /// their start-up timeouts otherwise.
     timeouts: Option<Timeouts>,
+    /// Per service (same index): the Maglev table of an mh service, built here, on
+    /// the management core, so workers adopt it without a millisecond-long build.
+    maglev: Vec<Option<Arc<Maglev>>>,
 }
 
 impl Snapshot {
@@ -93,7 +97,17 @@ impl Snapshot {
                 }
             }
         }
+        let maglev = services
+            .iter()
+            .map(|s| {
+                (s.scheduler == SchedulerKind::Mh)
+                    .then(|| Maglev::new(&s.real_servers, s.mh_table_size, s.sched_flags).ok())
+                    .flatten()
+                    .map(Arc::new)
+            })
+            .collect();
         Snapshot {
+            maglev,
             generation,
             services,
             by_key,
@@ -159,6 +173,11 @@ impl Snapshot {
 
     pub fn timeouts(&self) -> Option<&Timeouts> {
         self.timeouts.as_ref()
+    }
+
+    /// The prebuilt Maglev table of service `index`, when it uses mh.
+    pub fn maglev(&self, index: usize) -> Option<&Arc<Maglev>> {
+        self.maglev.get(index)?.as_ref()
     }
 
     /// The services (VIP, port) for which `proto` `addr:port` is a NAT real server, in
@@ -534,6 +553,8 @@ mod tests {
                     .collect(),
                 local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50 + i as u8)],
                 toa: false,
+                sched_flags: Default::default(),
+                mh_table_size: crate::sched::mh::DEFAULT_TABLE_SIZE,
             })
             .collect();
         Snapshot::from_services(generation, services)

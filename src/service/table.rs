@@ -10,7 +10,7 @@ use super::model::{
     MAX_WEIGHT,
 };
 use crate::flow::Protocol;
-use crate::sched::SchedulerKind;
+use crate::sched::{SchedFlags, SchedulerKind};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -59,6 +59,9 @@ pub enum ServiceError {
     PersistenceNetmaskInvalid(Ipv4Addr),
     /// 2^32 ids handed out in one run; ids are never reused, so none are left.
     IdsExhausted,
+    /// Scheduler flags the scheduler does not take, or a Maglev table size that is
+    /// not a usable prime.
+    SchedulerParams(String),
     LocalAddressExists {
         service: ServiceKey,
         ip: Ipv4Addr,
@@ -153,6 +156,7 @@ impl fmt::Display for ServiceError {
                 f,
                 "TOA is a TCP option: it cannot be enabled on {service}"
             ),
+            ServiceError::SchedulerParams(reason) => f.write_str(reason),
         }
     }
 }
@@ -213,6 +217,8 @@ impl ServiceTable {
                 real_servers: Vec::new(),
                 local_addresses: Vec::new(),
                 toa: false,
+                sched_flags: SchedFlags::default(),
+                mh_table_size: crate::sched::mh::DEFAULT_TABLE_SIZE,
             },
         );
         self.version += 1;
@@ -402,6 +408,30 @@ impl ServiceTable {
             return Err(ServiceError::ToaNeedsTcp(key));
         }
         service.toa = toa;
+        self.version += 1;
+        Ok(())
+    }
+
+    /// Sets the scheduler flags (`-b`) and, for mh, the Maglev table size. Both are
+    /// checked against the service's scheduler; nothing changes on error.
+    pub fn set_sched_params(
+        &mut self,
+        key: ServiceKey,
+        flags: SchedFlags,
+        mh_table_size: Option<u32>,
+    ) -> Result<(), ServiceError> {
+        let service = self
+            .services
+            .get_mut(&key)
+            .ok_or(ServiceError::NoSuchService(key))?;
+        flags
+            .check_compatible(service.scheduler)
+            .map_err(ServiceError::SchedulerParams)?;
+        let size = mh_table_size.unwrap_or(service.mh_table_size);
+        crate::sched::mh::check_table_size(size)
+            .map_err(|e| ServiceError::SchedulerParams(format!("mh table size: {e}")))?;
+        service.sched_flags = flags;
+        service.mh_table_size = size;
         self.version += 1;
         Ok(())
     }
