@@ -186,3 +186,95 @@ mod tests {
         );
     }
 }
+
+/// The staleness bound in action. Worker 0 schedules with the real lc scheduler;
+/// worker 1 opens a run of connections per refresh interval, interleaved with worker
+/// 0's decisions and all on one server
+/// (clients pinned there, say by persistence): the worst case for worker 0's view.
+/// At every decision of worker 0 the test compares the loads it saw with the true
+/// totals: the error must stay within what worker 1 did in one refresh interval.
+#[cfg(test)]
+mod skew_tests {
+    use super::*;
+    use crate::dataplane::realserver_stats;
+    use crate::sched::{self, PickContext, SchedulerKind};
+    use crate::service::ForwardMode;
+    use std::net::Ipv4Addr;
+
+    /// The largest error (true minus seen, active connections of one server) over
+    /// all of worker 0's decisions, and how many decisions lc would have made
+    /// differently with the true counts.
+    fn view_error(run: u64) -> (u64, u64) {
+        let servers: Vec<RealServer> = (1..=4)
+            .map(|id| RealServer {
+                id,
+                ip: Ipv4Addr::new(10, 0, 0, id as u8),
+                port: 80,
+                weight: 1,
+                mode: ForwardMode::Nat,
+                upper: 0,
+                lower: 0,
+            })
+            .collect();
+        let tables: Vec<_> = (0..2)
+            .map(|_| Arc::new(realserver_stats::new_table()))
+            .collect();
+        let step = REFRESH.as_nanos() as u64;
+        let mut view = LoadView::new(tables.clone(), 0, 1_000_000_000);
+        view.reset(std::iter::once(servers.as_slice()));
+        let mut lc = sched::build(SchedulerKind::Lc, &servers);
+        let mut fresh_lc = sched::build(SchedulerKind::Lc, &servers);
+        let (mut seen, mut truth) = (Vec::new(), Vec::new());
+        let (mut now, mut worst, mut different) = (0u64, 0u64, 0u64);
+        let open = |w: usize, index: usize| {
+            let c = &tables[w][servers[index].id as usize];
+            RealServerCounters::gauge_add(&c.active, 1);
+        };
+        for _ in 0..50 {
+            for i in 0..run {
+                // Worker 1 keeps opening while worker 0 decides.
+                open(1, 0);
+                // Worker 0's decisions are spread over the interval.
+                view.loads(0, &servers, now + i * step / run.max(1), &mut seen);
+                truth.clear();
+                truth.extend(servers.iter().map(|rs| {
+                    ServerLoad {
+                        active: tables
+                            .iter()
+                            .map(|t| t[rs.id as usize].active.load(Relaxed) as u32)
+                            .sum(),
+                        inactive: 0,
+                    }
+                }));
+                for (s, t) in seen.iter().zip(&truth) {
+                    worst = worst.max(u64::from(t.active - s.active));
+                }
+                let client = Ipv4Addr::new(198, 18, 0, 9);
+                let pick = lc
+                    .pick(&servers, &PickContext::new(client, 40000, &seen))
+                    .expect("a server");
+                let ideal = fresh_lc
+                    .pick(&servers, &PickContext::new(client, 40000, &truth))
+                    .expect("a server");
+                different += u64::from(pick != ideal);
+                open(0, pick);
+            }
+            now += step;
+        }
+        (worst, different)
+    }
+
+    #[test]
+    fn the_view_is_off_by_at_most_one_interval_of_the_other_worker() {
+        for run in [1u64, 4, 16, 64] {
+            let (worst, _) = view_error(run);
+            assert!(worst <= run, "run {run}: view off by {worst}");
+        }
+        // Staleness is real and does change decisions: the test can tell.
+        let (worst, different) = view_error(64);
+        assert!(
+            worst > 0 && different > 0,
+            "off by {worst}, {different} different"
+        );
+    }
+}
