@@ -597,6 +597,10 @@ pub struct ServiceStatus {
     /// Scheduler flags (`-b`), comma-separated; empty when none.
     #[serde(default)]
     pub sched_flags: String,
+    /// Whether some real server can take a new connection (weight > 0); when not,
+    /// new connections are dropped and an `lb=alert` line was logged.
+    #[serde(default)]
+    pub available: bool,
     pub real_servers: Vec<RealServerStatus>,
     /// FullNAT local addresses (`--add-laddr`), in the order they were added. Only in
     /// the JSON: the ipvsadm text layout has no place for them (see `--get-laddr`).
@@ -887,6 +891,7 @@ mod services_tests {
                 persistence_s: None,
                 persistence_netmask: None,
                 sched_flags: String::new(),
+                available: true,
                 real_servers: vec![RealServerStatus {
                     ip: "198.18.0.11".into(),
                     port: 80,

@@ -86,6 +86,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         Snapshot::build(1, &services.table).with_timeouts(services.timeouts),
     );
     services.generation = 1;
+    services.alert_on_unavailable();
     let real_servers: Vec<Arc<Box<[RealServerCounters]>>> = cfg
         .lcores
         .workers

@@ -10,7 +10,8 @@ use crate::dataplane::realserver_stats::{
 };
 use crate::sched::SchedulerKind;
 use crate::service::{
-    Persistence, RealServerSpec, ServiceError, ServiceTable, Snapshot, SnapshotPublisher,
+    Persistence, RealServerSpec, ServiceError, ServiceKey, ServiceTable, Snapshot,
+    SnapshotPublisher,
 };
 use crate::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -29,6 +30,10 @@ pub struct Services {
     /// The ports' own addresses, which can never be local addresses (the table does
     /// not know the ports).
     pub own_addresses: Vec<Ipv4Addr>,
+    /// Services with no real server able to take a new connection, as of the last
+    /// publish, and how many times a service became so (alerts raised).
+    pub unavailable: Vec<ServiceKey>,
+    pub alerts: u64,
 }
 
 /// What one request did to the services.
@@ -85,6 +90,8 @@ impl Services {
                 .iter()
                 .flat_map(|p| p.addresses.iter().map(|a| a.addr))
                 .collect(),
+            unavailable: Vec::new(),
+            alerts: 0,
         })
     }
 
@@ -268,7 +275,30 @@ impl Services {
             .publish(Snapshot::build(generation, &self.table).with_timeouts(self.timeouts))
             .map_err(|e| e.to_string())?;
         self.generation = generation;
+        self.alert_on_unavailable();
         Ok(())
+    }
+
+    /// Seed 004: when every real server of a service weighs 0 (or there is none), new
+    /// connections to it are dropped; say so once when it happens and once when it
+    /// ends, not on every packet.
+    pub fn alert_on_unavailable(&mut self) {
+        let now: Vec<ServiceKey> = self
+            .table
+            .services()
+            .filter(|s| !s.has_available_server())
+            .map(|s| s.key)
+            .collect();
+        for key in now.iter().filter(|k| !self.unavailable.contains(k)) {
+            log::warn!("lb=alert svc={key} reason=no-available-rs (every real server has weight 0, or none is left): new connections are dropped");
+            self.alerts += 1;
+        }
+        for key in self.unavailable.iter().filter(|k| !now.contains(k)) {
+            if self.table.get(*key).is_some() {
+                log::info!("lb=alert-clear svc={key} reason=rs-available");
+            }
+        }
+        self.unavailable = now;
     }
 
     /// The listing for `sluicectl -L`, with counters summed over workers.
@@ -307,6 +337,7 @@ impl Services {
                             }
                         })
                         .collect(),
+                    available: s.has_available_server(),
                     local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
                 })
@@ -376,6 +407,35 @@ port = 53
         req: Request,
     ) -> Result<serde_json::Value, String> {
         services.handle(req, publisher, &[])
+    }
+
+    #[test]
+    fn all_weights_zero_alerts_once_per_transition() {
+        let (mut services, publisher) = setup();
+        // The udp service has no real server at all: unavailable from the start.
+        services.alert_on_unavailable();
+        assert_eq!(
+            (services.alerts, services.unavailable.clone()),
+            (1, vec![dns()])
+        );
+        let weight = |w: u32| Request::EditServer {
+            service: http(),
+            server: RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 11), 8080, w, ForwardMode::FullNat),
+        };
+        call(&mut services, &publisher, weight(0)).unwrap();
+        assert_eq!(services.alerts, 2, "http lost its last server");
+        call(&mut services, &publisher, weight(0)).unwrap();
+        assert_eq!(services.alerts, 2, "still drained: no new alert");
+        call(&mut services, &publisher, weight(3)).unwrap();
+        assert_eq!(services.unavailable, vec![dns()]);
+        call(&mut services, &publisher, weight(0)).unwrap();
+        assert_eq!(services.alerts, 3, "drained again: a new transition");
+        let listed = call(&mut services, &publisher, Request::ListServices).unwrap();
+        assert_eq!(listed["services"][0]["available"], false);
+        // An invalid weight changes nothing and raises nothing (seed 004: a bad
+        // weight never becomes 0).
+        assert!(call(&mut services, &publisher, weight(70_000)).is_err());
+        assert_eq!(services.alerts, 3);
     }
 
     #[test]
