@@ -1,0 +1,263 @@
+//! Tier 3, every scheduler end to end with real kernels: a NAT test bed (client on its
+//! own subnet, three real servers running `e2e_apps.py` with weights 3:2:1), one VIP
+//! whose scheduler is switched with `sluicectl -E` (a hot change) before each batch of
+//! 60 curl requests on new connections, 4 at a time. Each batch must succeed entirely
+//! and its spread must match the scheduler's contract, stated per scheduler below.
+//!
+//! Run: `cargo test --release --test e2e_schedulers` (as root).
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+
+const APPLIANCE: &str = "198.18.0.1";
+const CLIENT: &str = "198.18.2.100/24";
+const GATEWAY: &str = "198.18.2.1";
+const VIP: &str = "198.18.1.1";
+const HTTP_PORT: u16 = 8080;
+const REQUESTS: u64 = 60;
+
+/// The tests take turns: each daemon busy-polls lcore 1.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+const PARALLEL: u32 = 4;
+
+/// What a batch's spread (rs1, rs2, rs3 with weights 3, 2, 1) must look like.
+fn check(scheduler: &str, n: [u64; 3]) -> Result<(), String> {
+    let [a, b, c] = n;
+    let total = a + b + c;
+    let max = *n.iter().max().unwrap();
+    let near = |got: u64, want: u64, slack: u64| got.abs_diff(want) <= slack;
+    let ok = match scheduler {
+        // Strict turns over the servers, weights ignored.
+        "rr" => n.iter().all(|&x| near(x, total / 3, 2)),
+        // Smooth weighted round robin: exactly 3:2:1 per 6 picks.
+        "wrr" => near(a, total / 2, 3) && near(b, total / 3, 3) && near(c, total / 6, 3),
+        // Fewest connections, weights ignored; finished connections linger as
+        // inactive sessions and count too: near-even.
+        "lc" => n.iter().all(|&x| near(x, total / 3, 6)),
+        // (active*256 + inactive) / weight: the lingering inactive sessions make the
+        // spread follow the weights.
+        "wlc" => near(a, total / 2, 6) && near(b, total / 3, 6) && near(c, total / 6, 6),
+        // (active+1)*256/weight with at most 4 connections at once: the light server
+        // only gets one when the others hold 3 and 2; the heavy one gets most.
+        "sed" => a > b && c * 10 <= total,
+        // An idle server first (list order), else sed: the first one takes most.
+        "nq" => a == max && a * 2 >= total,
+        // One destination (the VIP), one client: hashing sends everything to one
+        // server; locality stays put while that server is not overloaded.
+        "dh" | "sh" | "mh" => max == total,
+        "lblc" | "lblcr" => max * 10 >= total * 7,
+        // Weighted random: every server gets some, the heaviest more than the lightest.
+        "wrandom" => n.iter().all(|&x| x > 0) && a > c,
+        // Power of two choices: the less loaded of two candidates (finished
+        // connections linger as inactive and count): near-even.
+        "p2c" => n.iter().all(|&x| near(x, total / 3, 8)),
+        // Weighted failover: the heaviest available server takes everything.
+        "fo" => a == total,
+        other => return Err(format!("no contract for {other}")),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{scheduler}: spread {n:?} breaks its contract"))
+    }
+}
+
+/// `sluicectl -R` with `input` on stdin.
+fn restore(daemon: &Daemon, input: &str) -> CmdOutput {
+    let file = daemon
+        .socket()
+        .with_file_name(format!("restore-{}.txt", unique_tag()));
+    std::fs::write(&file, input).unwrap();
+    let line = format!(
+        "{} --socket {} -R < {}",
+        env!("CARGO_BIN_EXE_sluicectl"),
+        daemon.socket().display(),
+        file.display()
+    );
+    run_bounded(
+        std::process::Command::new("sh").args(["-c", &line]),
+        std::time::Duration::from_secs(15),
+    )
+}
+
+#[test]
+fn every_scheduler_meets_its_contract_with_real_connections() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = AppLab::new(3);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers(&[format!("0.0.0.0:{HTTP_PORT}")], &[]);
+    let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let servers: Vec<(&str, u16, u32, &str)> = rips
+        .iter()
+        .zip([3, 2, 1])
+        .map(|(r, w)| (r.as_str(), HTTP_PORT, w, "nat"))
+        .collect();
+    let toml = service_section("tcp", VIP, 80, "rr", &[], &servers);
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    lab.prewarm(&daemon, GATEWAY);
+
+    let mut failures = Vec::new();
+    let mut results: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    for scheduler in [
+        "rr", "wrr", "lc", "wlc", "sed", "nq", "dh", "sh", "lblc", "lblcr", "mh", "wrandom", "p2c",
+        "fo",
+    ] {
+        // A fresh service per scheduler (delete, add, add its real servers as one
+        // batch): new real-server ids, so no counts linger from the previous batch.
+        // The old sessions finish on their own.
+        let mut commands = format!("-D -t {VIP}:80\n-A -t {VIP}:80 -s {scheduler}\n");
+        for (ip, port, weight, _) in &servers {
+            commands += &format!("-a -t {VIP}:80 -r {ip}:{port} -m -w {weight}\n");
+        }
+        let restore = restore(&daemon, &commands);
+        assert!(restore.success(), "{}", restore.describe());
+        let batch = lab.curl(&format!("http://{VIP}/"), REQUESTS, PARALLEL, &[]);
+        let answers = AppLab::answers(&batch);
+        let n = [
+            answers.get("rs1").copied().unwrap_or(0),
+            answers.get("rs2").copied().unwrap_or(0),
+            answers.get("rs3").copied().unwrap_or(0),
+        ];
+        if batch["ok"].as_u64() != Some(REQUESTS) {
+            failures.push(format!(
+                "{scheduler}: {} of {REQUESTS} requests ok: {batch}",
+                batch["ok"]
+            ));
+        }
+        if let Err(e) = check(scheduler, n) {
+            failures.push(e);
+        }
+        results.insert(scheduler.to_string(), n);
+    }
+    eprintln!("spread per scheduler (rs1:rs2:rs3 = weights 3:2:1): {results:?}");
+    assert!(
+        failures.is_empty(),
+        "{}\nall: {results:?}\n{}",
+        failures.join("\n"),
+        daemon.dump()
+    );
+    lab.assert_no_checksum_errors();
+    daemon.stop_clean();
+}
+
+#[test]
+fn the_contracts_can_fail() {
+    // The checks above are not vacuous: a spread that breaks each contract is caught.
+    assert!(check("rr", [30, 20, 10]).is_err());
+    assert!(check("wrr", [20, 20, 20]).is_err());
+    assert!(check("wlc", [20, 20, 20]).is_err());
+    assert!(check("fo", [59, 1, 0]).is_err());
+    assert!(check("mh", [30, 30, 0]).is_err());
+    assert!(check("sed", [20, 20, 20]).is_err());
+    assert!(check("wrandom", [40, 20, 0]).is_err());
+    assert!(check("p2c", [40, 15, 5]).is_err());
+    assert!(check("rr", [20, 20, 20]).is_ok());
+}
+
+/// Draining (weight 0), end to end with UDP sessions: an established session (the same
+/// client address and port) keeps going to its real server after that server's weight
+/// drops to 0, and no new session lands there. Weight back up: it takes new ones again.
+#[test]
+fn weight_zero_drains_new_sessions_and_keeps_established_ones() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = AppLab::new(3);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers(&[], &["0.0.0.0:4444".to_string()]);
+    let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let servers: Vec<(&str, u16, u32, &str)> =
+        rips.iter().map(|r| (r.as_str(), 4444, 1, "nat")).collect();
+    let toml = service_section("udp", VIP, 3333, "rr", &[], &servers);
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    lab.prewarm(&daemon, GATEWAY);
+    let server_of = |reply: &serde_json::Value| -> String {
+        reply
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    // An established session from port 45000.
+    let (out, v) = lab.udp(VIP, 3333, 1, 45000);
+    assert!(out.success(), "{}", out.describe());
+    let pinned = server_of(&v["replies"][0]);
+    let index: usize = pinned.trim_start_matches("rs").parse().unwrap();
+    let drained = &rips[index - 1];
+    let edit = daemon.ctl(&[
+        "-e",
+        "-u",
+        &format!("{VIP}:3333"),
+        "-r",
+        &format!("{drained}:4444"),
+        "-m",
+        "-w",
+        "0",
+    ]);
+    assert!(edit.success(), "{}", edit.describe());
+
+    // The established session still reaches its server...
+    let (out, v) = lab.udp(VIP, 3333, 1, 45000);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(server_of(&v["replies"][0]), pinned, "{v}");
+    // ...and 30 new sessions all go elsewhere.
+    let (out, v) = lab.udp(VIP, 3333, 30, 46000);
+    assert!(out.success(), "{}", out.describe());
+    let landed: Vec<String> = v["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(server_of)
+        .collect();
+    assert_eq!(landed.len(), 30);
+    assert!(
+        !landed.contains(&pinned),
+        "a new session reached drained {pinned}: {landed:?}"
+    );
+    let listed = daemon.ctl(&["-L", "-n", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let rs = real_server(&json, "udp", VIP, 3333, drained);
+    assert_eq!(rs_counter(rs, "weight"), 0, "{rs}");
+    assert_eq!(
+        rs_counter(rs, "connections"),
+        1,
+        "only the first session: {rs}"
+    );
+
+    // Weight back: new sessions reach it again.
+    let edit = daemon.ctl(&[
+        "-e",
+        "-u",
+        &format!("{VIP}:3333"),
+        "-r",
+        &format!("{drained}:4444"),
+        "-m",
+        "-w",
+        "1",
+    ]);
+    assert!(edit.success(), "{}", edit.describe());
+    let (out, v) = lab.udp(VIP, 3333, 30, 47000);
+    assert!(out.success(), "{}", out.describe());
+    let landed: Vec<String> = v["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(server_of)
+        .collect();
+    assert!(
+        landed.contains(&pinned),
+        "{pinned} not back in rotation: {landed:?}"
+    );
+    daemon.stop_clean();
+}
