@@ -167,3 +167,93 @@ fn timeouts_are_set_and_shown_as_ipvsadm_does() {
     ok(&daemon, &["-Z"]);
     daemon.stop_clean();
 }
+
+/// Seed 000's incident in miniature: every client pinned to one of four real servers
+/// (persistence with netmask 0.0.0.0) next to a balanced rr service. `sluicectl skew`
+/// flags the first and not the second; `-L --rate` shows the traffic.
+#[test]
+fn skew_flags_a_pinned_service_and_rates_show_traffic() {
+    require_root();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )]);
+    cfg.loopback = vec![
+        "peers = 4".into(),
+        "ping_interval_ms = 50".into(),
+        "garbage_every = 0".into(),
+    ];
+    let four: Vec<(&str, u16, u32, &str)> =
+        ["198.18.0.2", "198.18.0.3", "198.18.0.4", "198.18.0.5"]
+            .into_iter()
+            .map(|ip| (ip, 8080, 1, "nat"))
+            .collect();
+    let four_other: Vec<(&str, u16, u32, &str)> =
+        four.iter().map(|&(ip, _, w, m)| (ip, 8081, w, m)).collect();
+    cfg.extra_toml = vec![
+        service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "rr",
+            &[
+                "persistence_timeout = 600".into(),
+                "persistence_netmask = \"0.0.0.0\"".into(),
+            ],
+            &four,
+        ),
+        service_section("tcp", "198.18.1.2", 80, "rr", &[], &four_other),
+    ];
+    let daemon = Daemon::start(cfg);
+    std::thread::sleep(Duration::from_secs(3));
+    let skew = ok(&daemon, &["skew"]);
+    let pinned = skew
+        .split("TCP 198.18.1.2:80")
+        .next()
+        .expect("the pinned service first");
+    assert!(
+        pinned.contains("WARN connection skew 400% > 300%"),
+        "pinned service not flagged:\n{skew}"
+    );
+    let balanced = skew
+        .split("TCP 198.18.1.2:80")
+        .nth(1)
+        .expect("the rr service");
+    assert!(
+        !balanced.contains("WARN"),
+        "balanced service flagged:\n{skew}"
+    );
+    // One service only, with a threshold above its skew: no warning.
+    let one = ok(
+        &daemon,
+        &["skew", "-t", "198.18.1.1:80", "--threshold", "500"],
+    );
+    assert!(
+        one.starts_with("TCP 198.18.1.1:80") && !one.contains("198.18.1.2"),
+        "{one}"
+    );
+    assert!(!one.contains("WARN"), "{one}");
+    for bad in [
+        vec!["skew", "-t", "nowhere"],
+        vec!["skew", "--window", "0"],
+        vec!["skew", "--bogus", "1"],
+    ] {
+        let out = daemon.ctl(&bad);
+        assert!(
+            !out.success() && out.stderr.starts_with("sluicectl: skew:"),
+            "{bad:?}: {}",
+            out.describe()
+        );
+    }
+    // -L --rate: the rr service takes about 4 clients x 20 connections a second.
+    let rates = ok(&daemon, &["-L", "-n", "--rate"]);
+    let line = rates
+        .lines()
+        .find(|l| l.starts_with("TCP  198.18.1.2:80"))
+        .unwrap_or_else(|| panic!("{rates}"));
+    let cps: u64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!((20..=200).contains(&cps), "CPS {cps}: {rates}");
+    daemon.stop_clean();
+}

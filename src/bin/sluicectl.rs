@@ -6,9 +6,9 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
-    render_connections, render_laddrs, render_save, render_services, render_status,
-    render_timeouts, render_xstats, ConnectionsReport, LaddrReport, ServicesReport, StatusReport,
-    XstatsReport,
+    render_connections, render_laddrs, render_rates, render_save, render_services, render_skew,
+    render_status, render_timeouts, render_xstats, ConnectionsReport, LaddrReport, ServicesReport,
+    StatusReport, XstatsReport, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
@@ -25,6 +25,9 @@ Commands:
   status          ports, lcores, drop and event counters, sessions
   xstats PORT_ID  the NIC's extended statistics for one port
   zero            reset every port, lcore, drop and event counter to zero
+  skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
+                  connection/rate skew per real server (seed 000): max/avg ratios,
+                  WARN above PCT (default 300), advisory on long-lived traffic
 
 ipvsadm syntax (alias ipvsadm=sluicectl):
   -A|-E -t|-u VIP:port [-s rr|wrr] [-p [timeout] [-M netmask]]   add/edit a service
@@ -72,6 +75,12 @@ enum Command {
         port: u16,
     },
     Zero,
+    /// `skew [-t|-u VIP:port] [--window S] [--threshold PCT]`.
+    Skew {
+        service: Option<String>,
+        window_s: Option<u32>,
+        threshold_pct: u32,
+    },
     /// An ipvsadm-syntax command (`-A`, `-a`, `-L`, ...).
     Ipvsadm(ipvsadm::Command),
 }
@@ -91,6 +100,7 @@ impl Command {
                 return Ok(Command::Xstats { port });
             }
             "zero" => Command::Zero,
+            "skew" => return Command::parse_skew(args),
             other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
         };
         match args.first() {
@@ -101,8 +111,49 @@ impl Command {
         }
     }
 
+    fn parse_skew(args: &[String]) -> Result<Command, UsageError> {
+        let (mut service, mut window_s, mut threshold_pct) =
+            (None, None, DEFAULT_SKEW_THRESHOLD_PCT);
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let Some(v) = it.next() else {
+                return Err(UsageError::new(format!("skew: {a} needs a value")));
+            };
+            let number = |what: &str, max: u32| {
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=max).contains(n))
+                    .ok_or_else(|| {
+                        UsageError::new(format!("skew: {what} must be 1-{max}, not \"{v}\""))
+                    })
+            };
+            match a.as_str() {
+                "-t" | "-u" => {
+                    v.parse::<std::net::SocketAddrV4>()
+                        .map_err(|_| UsageError::new(format!("skew: \"{v}\" is not VIP:port")))?;
+                    service = Some(v.clone());
+                }
+                "--window" => window_s = Some(number("--window (seconds)", 60)?),
+                "--threshold" => threshold_pct = number("--threshold (percent)", 100_000)?,
+                other => {
+                    return Err(UsageError::new(format!(
+                        "skew: unknown argument \"{other}\""
+                    )))
+                }
+            }
+        }
+        Ok(Command::Skew {
+            service,
+            window_s,
+            threshold_pct,
+        })
+    }
+
     fn request(&self) -> Request {
         match self {
+            Command::Skew { window_s, .. } => Request::ServiceRates {
+                window_s: *window_s,
+            },
             Command::Status => Request::Status,
             Command::Xstats { port } => Request::Xstats { port: *port },
             Command::Zero => Request::ZeroCounters,
@@ -122,12 +173,24 @@ impl Command {
                 &serde_json::from_value::<XstatsReport>(result).map_err(unexpected)?,
             )),
             Command::Zero => Ok("counters zeroed\n".to_string()),
+            Command::Skew {
+                service,
+                threshold_pct,
+                ..
+            } => Ok(render_skew(
+                &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
+                service.as_deref(),
+                *threshold_pct,
+            )),
             Command::Ipvsadm(c) => match c.output {
                 ipvsadm::Output::List { stats } => Ok(render_services(
                     &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
                     stats,
                 )),
                 ipvsadm::Output::Timeouts => Ok(render_timeouts(&result)),
+                ipvsadm::Output::Rates => Ok(render_rates(
+                    &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
+                )),
                 ipvsadm::Output::Save => Ok(render_save(
                     &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
                 )),
@@ -227,6 +290,8 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
             {
                 ipvsadm_args.push(arg.clone());
             }
+            // `skew` takes options of its own.
+            _ if positional.first().is_some_and(|c| c == "skew") => positional.push(arg.clone()),
             _ if name.starts_with('-') && name.len() > 1 => {
                 return Err(UsageError::new(format!("unknown option \"{arg}\"")))
             }

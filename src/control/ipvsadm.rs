@@ -18,6 +18,9 @@ pub enum Output {
     List { stats: bool },
     /// `-L --timeout`: `Timeout (tcp tcpfin udp): 900 120 300`.
     Timeouts,
+    /// `-L --rate`: connections, packets and bytes per second
+    /// ([`render_rates`](super::status::render_rates)).
+    Rates,
     /// `-S`: the services as ipvsadm-save lines
     /// ([`render_save`](super::status::render_save)).
     Save,
@@ -120,6 +123,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut connections = false;
     let mut sched_flags: Option<SchedFlags> = None;
     let mut show_timeouts = false;
+    let mut rate = false;
     let mut set_values: Option<[u32; 3]> = None;
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
@@ -215,6 +219,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "-n" | "--numeric" | "--exact" => {}
             "--stats" => stats = true,
+            "--rate" => rate = true,
             "-c" | "--connection" => connections = true,
             other => return Err(format!("unknown or unsupported option \"{other}\"")),
         }
@@ -226,6 +231,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
     if connections && stats {
         return Err("options -c/--connection and --stats cannot be combined".into());
+    }
+    if rate && (verb != Verb::List || stats || connections) {
+        return Err("option --rate only applies to -L/--list, without --stats or -c".into());
     }
     if show_timeouts && verb != Verb::List {
         return Err("option --timeout only applies to -L/--list".into());
@@ -271,6 +279,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     };
     let (request, output) = match verb {
         Verb::List if show_timeouts => (Request::GetTimeouts, Output::Timeouts),
+        Verb::List if rate => (Request::ListServices, Output::Rates),
         Verb::List if connections => (Request::ListConnections { max: None }, Output::Connections),
         Verb::Zero => (Request::ZeroCounters, Output::Quiet),
         Verb::Save => (Request::ListServices, Output::Save),

@@ -95,6 +95,12 @@ pub enum Request {
     SetTimeouts { tcp: u32, tcpfin: u32, udp: u32 },
     /// `-L --timeout`: `{"tcp":s,"tcpfin":s,"udp":s}`.
     GetTimeouts,
+    /// The services listing with rates over the last `window_s` seconds (1-60,
+    /// default 2 as IPVS): `sluicectl skew --window`.
+    ServiceRates {
+        #[serde(default)]
+        window_s: Option<u32>,
+    },
     /// Service changes applied all or none and published as one snapshot (`-R`):
     /// `{"generation":N,"applied":count}`, or the first failing command's error.
     Batch { requests: Vec<Request> },
@@ -125,6 +131,7 @@ impl Request {
             Request::ListConnections { .. } => "list_connections",
             Request::SetTimeouts { .. } => "set_timeouts",
             Request::GetTimeouts => "get_timeouts",
+            Request::ServiceRates { .. } => "service_rates",
             Request::Batch { .. } => "batch",
         }
     }
@@ -453,7 +460,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, batch)"
         );
     }
 

@@ -630,6 +630,17 @@ pub struct RealServerStatus {
     pub upper: u32,
     #[serde(default)]
     pub lower: u32,
+    /// Per second over the listing's window (`-L --rate`: 2 s, as IPVS).
+    #[serde(default)]
+    pub cps: u64,
+    #[serde(default)]
+    pub in_pps: u64,
+    #[serde(default)]
+    pub out_pps: u64,
+    #[serde(default)]
+    pub in_bps: u64,
+    #[serde(default)]
+    pub out_bps: u64,
 }
 
 fn ipvsadm_forward(mode: &str) -> &str {
@@ -697,6 +708,138 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
                 );
             }
         }
+    }
+    out
+}
+
+/// `-L --rate`, in ipvsadm's layout: per service and real server, connections, packets
+/// and bytes per second each way.
+pub fn render_rates(report: &ServicesReport) -> String {
+    let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
+    out += "Prot LocalAddress:Port                 CPS    InPPS   OutPPS    InBPS   OutBPS\n";
+    out += "  -> RemoteAddress:Port\n";
+    for s in &report.services {
+        let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
+        let local = format!("{}:{}", s.vip, s.port);
+        let _ = writeln!(
+            out,
+            "{:<4} {local:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            s.proto.to_uppercase(),
+            sum(|r| r.cps),
+            sum(|r| r.in_pps),
+            sum(|r| r.out_pps),
+            sum(|r| r.in_bps),
+            sum(|r| r.out_bps)
+        );
+        for r in &s.real_servers {
+            let remote = format!("{}:{}", r.ip, r.port);
+            let _ = writeln!(
+                out,
+                "  -> {remote:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                r.cps, r.in_pps, r.out_pps, r.in_bps, r.out_bps
+            );
+        }
+    }
+    out
+}
+
+/// Connection skew above this (max over average, percent) earns a WARN (seed 000).
+pub const DEFAULT_SKEW_THRESHOLD_PCT: u32 = 300;
+/// In-packets per new connection above this: traffic rides on a few long-lived
+/// connections, and L4 balance is luck (seed 000's rule of thumb, with in-packets as
+/// the L4 proxy for requests).
+pub const PACKETS_PER_CONNECTION_ADVISORY: u64 = 1000;
+
+/// max / average of `values`, in percent (100 = even); 0 without traffic.
+pub fn skew_pct(values: &[u64]) -> u64 {
+    let total: u64 = values.iter().sum();
+    if values.is_empty() || total == 0 {
+        return 0;
+    }
+    let max = *values.iter().max().unwrap();
+    max * 100 * values.len() as u64 / total
+}
+
+/// `sluicectl skew`: per service, each real server's connections (active + inactive,
+/// as `ipvsadm -Lnc` counts them), new connections/s, packets/s and bytes/s, the
+/// max/avg skew of each, a WARN when connection skew passes `threshold_pct`, and an
+/// advisory when in-packets per new connection pass [`PACKETS_PER_CONNECTION_ADVISORY`].
+pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u32) -> String {
+    let mut out = String::new();
+    for s in &report.services {
+        let name = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+        if only.is_some_and(|o| o != format!("{}:{}", s.vip, s.port)) {
+            continue;
+        }
+        let conns: Vec<u64> = s
+            .real_servers
+            .iter()
+            .map(|r| r.active + r.inactive)
+            .collect();
+        let cps: Vec<u64> = s.real_servers.iter().map(|r| r.cps).collect();
+        let pps: Vec<u64> = s
+            .real_servers
+            .iter()
+            .map(|r| r.in_pps + r.out_pps)
+            .collect();
+        let bps: Vec<u64> = s
+            .real_servers
+            .iter()
+            .map(|r| r.in_bps + r.out_bps)
+            .collect();
+        let _ = writeln!(out, "{name} ({})", s.scheduler);
+        let _ = writeln!(
+            out,
+            "  {:<24} {:>8} {:>8} {:>10} {:>12}",
+            "RemoteAddress:Port", "Conns", "CPS", "PPS", "BPS"
+        );
+        for (i, r) in s.real_servers.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  {:<24} {:>8} {:>8} {:>10} {:>12}",
+                format!("{}:{}", r.ip, r.port),
+                conns[i],
+                cps[i],
+                pps[i],
+                bps[i]
+            );
+        }
+        let (sc, scps, spps, sbps) = (
+            skew_pct(&conns),
+            skew_pct(&cps),
+            skew_pct(&pps),
+            skew_pct(&bps),
+        );
+        let _ = writeln!(
+            out,
+            "  skew max/avg: conns {sc}%  cps {scps}%  pps {spps}%  bps {sbps}%"
+        );
+        if sc > u64::from(threshold_pct) {
+            let _ = writeln!(
+                out,
+                "  WARN connection skew {sc}% > {threshold_pct}% on {name}: one real server holds far more connections than the average"
+            );
+        }
+        let (new, inp): (u64, u64) = (
+            cps.iter().sum(),
+            s.real_servers.iter().map(|r| r.in_pps).sum(),
+        );
+        if inp > 0 && (new == 0 || inp / new.max(1) > PACKETS_PER_CONNECTION_ADVISORY) {
+            let per = match inp.checked_div(new) {
+                Some(n) => format!("{n} in-packets per new connection"),
+                None => "no new connections".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  ADVISORY {per} (in-packets are the L4 proxy for requests): traffic rides on few long-lived connections, so L4 balance is luck (seed 000); balance requests at L7 or recycle connections"
+            );
+        }
+    }
+    if out.is_empty() {
+        out = match only {
+            Some(o) => format!("no service {o}\n"),
+            None => "no services\n".to_string(),
+        };
     }
     out
 }
@@ -951,6 +1094,77 @@ mod services_tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn skew_ratios_warnings_and_the_long_lived_advisory() {
+        assert_eq!(skew_pct(&[47, 6, 5, 4, 4, 3, 3, 2]), 47 * 100 * 8 / 74);
+        assert_eq!(skew_pct(&[10, 10, 10]), 100);
+        assert_eq!(skew_pct(&[0, 0]), 0);
+        let mut r = report();
+        let rs = |ip: &str, active: u64, cps: u64, in_pps: u64| RealServerStatus {
+            ip: ip.into(),
+            port: 80,
+            active,
+            cps,
+            in_pps,
+            ..Default::default()
+        };
+        // Seed 000: 78 long connections, 47 on one server, 6000+ packets/s, no new
+        // connections.
+        r.services[0].real_servers = vec![
+            rs("10.0.3.14", 47, 0, 3600),
+            rs("10.0.3.11", 6, 0, 460),
+            rs("10.0.3.17", 5, 0, 380),
+            rs("10.0.3.12", 4, 0, 300),
+            rs("10.0.3.13", 4, 0, 300),
+            rs("10.0.3.15", 4, 0, 300),
+            rs("10.0.3.16", 4, 0, 300),
+            rs("10.0.3.18", 4, 0, 300),
+        ];
+        let text = render_skew(&r, None, DEFAULT_SKEW_THRESHOLD_PCT);
+        assert!(text.contains("WARN connection skew 482% > 300%"), "{text}");
+        assert!(text.contains("ADVISORY no new connections"), "{text}");
+        let calm = render_skew(&r, None, 500);
+        assert!(!calm.contains("WARN"), "{calm}");
+        // Many new connections for the packets: no advisory.
+        for s in &mut r.services[0].real_servers {
+            s.cps = 100;
+        }
+        assert!(!render_skew(&r, None, 300).contains("ADVISORY"));
+        assert_eq!(
+            render_skew(&r, Some("198.18.9.9:80"), 300),
+            "no service 198.18.9.9:80\n"
+        );
+    }
+
+    #[test]
+    fn rates_render_in_ipvsadm_layout() {
+        let mut r = report();
+        r.services[0].real_servers[0].cps = 12;
+        r.services[0].real_servers[0].in_pps = 340;
+        let text = render_rates(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "Prot",
+                "LocalAddress:Port",
+                "CPS",
+                "InPPS",
+                "OutPPS",
+                "InBPS",
+                "OutBPS"
+            ]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["TCP", "198.18.1.1:80", "12", "340", "0", "0", "0"]
+        );
+        assert_eq!(
+            lines[4].split_whitespace().collect::<Vec<_>>(),
+            ["->", "198.18.0.11:80", "12", "340", "0", "0", "0"]
+        );
     }
 
     #[test]

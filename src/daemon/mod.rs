@@ -1,6 +1,7 @@
 //! The appliance process: brings up the EAL, ports and workers from a config, runs the
 //! management loop (control requests, periodic stats, shutdown) on the main lcore, and
 //! tears everything down in reverse order.
+mod rates;
 mod services;
 mod signals;
 mod stats;
@@ -606,6 +607,7 @@ fn management_loop(
     started: Instant,
 ) {
     let mut next_stats = stats_interval.map(|i| Instant::now() + i);
+    let mut next_rates = Instant::now();
     loop {
         if let Some(sig) = signals::received() {
             log::info!("signal {sig} received");
@@ -642,6 +644,16 @@ fn management_loop(
                 )
             };
             let _ = reply.send(answer);
+        }
+        let now = Instant::now();
+        if now >= next_rates {
+            next_rates = now + Duration::from_secs(1);
+            let Registry {
+                services,
+                real_servers,
+                ..
+            } = registry;
+            services.rates.sample(&services.table, real_servers, now);
         }
         if let (Some(at), Some(every)) = (next_stats, stats_interval) {
             if Instant::now() >= at {

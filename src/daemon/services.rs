@@ -16,6 +16,7 @@ use crate::service::{
 use crate::session::Timeouts;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Scheduler of a service added without `-s`: weighted, so weights mean something.
 pub const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::DEFAULT;
@@ -34,6 +35,8 @@ pub struct Services {
     /// publish, and how many times a service became so (alerts raised).
     pub unavailable: Vec<ServiceKey>,
     pub alerts: u64,
+    /// Per-real-server rates, sampled once a second by the management loop.
+    pub rates: super::rates::Rates,
 }
 
 /// What one request did to the services.
@@ -92,6 +95,7 @@ impl Services {
                 .collect(),
             unavailable: Vec::new(),
             alerts: 0,
+            rates: Default::default(),
         })
     }
 
@@ -100,6 +104,7 @@ impl Services {
         matches!(
             req,
             Request::ListServices
+                | Request::ServiceRates { .. }
                 | Request::AddService { .. }
                 | Request::EditService { .. }
                 | Request::DeleteService { .. }
@@ -166,8 +171,14 @@ impl Services {
     ) -> Result<Applied, String> {
         let t = &mut self.table;
         let changed = match req {
-            Request::ListServices => {
-                return serde_json::to_value(self.report(counters))
+            Request::ListServices | Request::ServiceRates { .. } => {
+                let window = match req {
+                    Request::ServiceRates { window_s: Some(s) } => {
+                        Duration::from_secs(u64::from(s.clamp(1, super::rates::MAX_WINDOW_S)))
+                    }
+                    _ => super::rates::DEFAULT_WINDOW,
+                };
+                return serde_json::to_value(self.report(counters, window))
                     .map(Applied::Answer)
                     .map_err(|e| e.to_string());
             }
@@ -302,7 +313,11 @@ impl Services {
     }
 
     /// The listing for `sluicectl -L`, with counters summed over workers.
-    pub fn report(&self, counters: &[Arc<Box<[RealServerCounters]>>]) -> ServicesReport {
+    pub fn report(
+        &self,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+        window: Duration,
+    ) -> ServicesReport {
         ServicesReport {
             services: self
                 .table
@@ -320,6 +335,7 @@ impl Services {
                         .iter()
                         .map(|r| {
                             let t = RealServerTotals::sum(counters, r.id);
+                            let rate = self.rates.rate(r.id, window);
                             RealServerStatus {
                                 ip: r.ip.to_string(),
                                 port: r.port,
@@ -334,6 +350,11 @@ impl Services {
                                 out_bytes: t.out_bytes,
                                 upper: r.upper,
                                 lower: r.lower,
+                                cps: rate.cps.round() as u64,
+                                in_pps: rate.in_pps.round() as u64,
+                                out_pps: rate.out_pps.round() as u64,
+                                in_bps: rate.in_bps.round() as u64,
+                                out_bps: rate.out_bps.round() as u64,
                             }
                         })
                         .collect(),
@@ -497,7 +518,7 @@ port = 53
         // 198.18.0.50 is still dns's.
         assert_eq!(snap.local_addresses(), &[lip(50), lip(51)]);
 
-        let report = services.report(&[]);
+        let report = services.report(&[], super::super::rates::DEFAULT_WINDOW);
         let http_status = &report.services[0];
         assert_eq!(http_status.proto, "tcp");
         assert_eq!(http_status.local_addresses, vec!["198.18.0.51".to_string()]);
