@@ -94,6 +94,8 @@ pub struct LcoreConfig {
 pub struct ControlConfig {
     /// The Unix socket sluicectl connects to (absolute, < 108 bytes).
     pub socket: PathBuf,
+    /// Where the Prometheus endpoint listens (`GET /metrics`); none by default.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// One `[[ports]]` table: a NIC or virtual device and the appliance's addresses on it.

@@ -24,7 +24,7 @@ const ROOT_KEYS: &[&str] = &[
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
-const CONTROL_KEYS: &[&str] = &["socket"];
+const CONTROL_KEYS: &[&str] = &["socket", "metrics"];
 const PORT_KEYS: &[&str] = &[
     "name",
     "pci",
@@ -190,12 +190,20 @@ fn read_workers(f: &Field, management: u32) -> Check<Vec<u32>> {
 }
 
 fn read_control(root: &Table) -> Check<ControlConfig> {
-    let socket = match root.table("control", CONTROL_KEYS)? {
-        Some(t) => t.optional("socket", fields::socket_path)?,
-        None => None,
+    let (socket, metrics) = match root.table("control", CONTROL_KEYS)? {
+        Some(t) => (
+            t.optional("socket", fields::socket_path)?,
+            t.optional("metrics", |f| {
+                f.str()?
+                    .parse::<std::net::SocketAddr>()
+                    .map_err(|_| f.invalid("expected ADDRESS:PORT, for example \"127.0.0.1:9101\""))
+            })?,
+        ),
+        None => (None, None),
     };
     Ok(ControlConfig {
         socket: socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
+        metrics,
     })
 }
 

@@ -1889,3 +1889,20 @@ fn scheduler_flags_and_maglev_table_size() {
     let err = parse(&with("scheduler = \"mh\"\nmh_table_size = 65536")).unwrap_err();
     assert_eq!(err.field, "services[0].mh_table_size", "{err}");
 }
+
+#[test]
+fn metrics_address() {
+    let text = base_with(
+        "[control]\nsocket = \"/run/sluice/test.sock\"\n",
+        "[control]\nsocket = \"/run/sluice/test.sock\"\nmetrics = \"127.0.0.1:9101\"\n",
+    );
+    let cfg = parse(&text).unwrap();
+    assert_eq!(cfg.control.metrics, Some("127.0.0.1:9101".parse().unwrap()));
+    let bad = base_with(
+        "[control]\nsocket = \"/run/sluice/test.sock\"\n",
+        "[control]\nsocket = \"/run/sluice/test.sock\"\nmetrics = \"localhost\"\n",
+    );
+    let err = parse(&bad).unwrap_err();
+    assert_eq!(err.field, "control.metrics", "{err}");
+    assert!(err.to_string().contains("ADDRESS:PORT"), "{err}");
+}

@@ -101,6 +101,8 @@ pub enum Request {
         #[serde(default)]
         window_s: Option<u32>,
     },
+    /// The Prometheus exposition text, as a JSON string (what `/metrics` serves).
+    Metrics,
     /// Service changes applied all or none and published as one snapshot (`-R`):
     /// `{"generation":N,"applied":count}`, or the first failing command's error.
     Batch { requests: Vec<Request> },
@@ -133,6 +135,7 @@ impl Request {
             Request::GetTimeouts => "get_timeouts",
             Request::ServiceRates { .. } => "service_rates",
             Request::Batch { .. } => "batch",
+            Request::Metrics => "metrics",
         }
     }
 
@@ -460,7 +463,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, service_rates, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, batch)"
         );
     }
 

@@ -1,6 +1,7 @@
 //! The appliance process: brings up the EAL, ports and workers from a config, runs the
 //! management loop (control requests, periodic stats, shutdown) on the main lcore, and
 //! tears everything down in reverse order.
+mod metrics;
 mod rates;
 mod services;
 mod signals;
@@ -11,7 +12,9 @@ pub use services::{check_real_server_id, Services};
 use crate::config::{Config, PortDevice};
 use crate::control::protocol::{Request, DEFAULT_MAX_CONNECTIONS};
 use crate::control::server::{ControlServer, Handler};
-use crate::control::status::{ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport};
+use crate::control::status::{
+    ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, StatusReport,
+};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, RssView};
 use crate::dataplane::loads::LoadView;
@@ -25,7 +28,7 @@ use crate::dpdk::{
 };
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
-use crate::service::{Snapshot, SnapshotPublisher};
+use crate::service::{ServiceKey, Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
@@ -114,9 +117,18 @@ pub fn run(opts: &Options) -> Result<(), String> {
     launch_workers(&cfg, &mut app, &shared)?;
     // From here on, only the management loop touches the registry.
     let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
-    let server = ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
-        .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()));
-    let server = match server {
+    let metrics_server = match cfg.control.metrics {
+        Some(addr) => metrics::MetricsServer::spawn(addr, control_handler(calls_tx.clone()))
+            .map(Some)
+            .map_err(|e| format!("{}: control.metrics {addr}: {e}", cfg.path.display())),
+        None => Ok(None),
+    };
+    let server = metrics_server.and_then(|m| {
+        ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
+            .map(|s| (s, m))
+            .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))
+    });
+    let (server, metrics_server) = match server {
         Ok(s) => s,
         Err(e) => {
             stop.store(true, Ordering::SeqCst);
@@ -157,6 +169,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
 
     log::info!("shutting down");
     drop(server);
+    drop(metrics_server);
     // The emulated network goes quiet first and the workers get a moment to finish
     // what is in their rings, so the final counts on both sides describe the same
     // packets.
@@ -557,6 +570,29 @@ impl Registry {
         }
     }
 
+    /// The Prometheus exposition text, from the same reports as `sluicectl status`,
+    /// `-L -n` and `--get-laddr`.
+    fn metrics(&mut self, status: &StatusReport) -> Result<serde_json::Value, String> {
+        let services = self
+            .services
+            .report(&self.real_servers, rates::DEFAULT_WINDOW);
+        let with_laddrs: Vec<ServiceKey> = self
+            .services
+            .table
+            .services()
+            .filter(|s| !s.local_addresses.is_empty())
+            .map(|s| s.key)
+            .collect();
+        let mut pools = Vec::new();
+        for service in with_laddrs {
+            let report = self.laddrs(Request::GetLaddr { service })?;
+            pools.push(serde_json::from_value(report).map_err(|e| e.to_string())?);
+        }
+        Ok(serde_json::Value::String(metrics::render(
+            status, &services, &pools,
+        )))
+    }
+
     /// `--get-laddr`: the service's local addresses with every worker's pool on them.
     fn laddrs(&mut self, req: Request) -> Result<serde_json::Value, String> {
         let Request::GetLaddr { service } = req else {
@@ -618,7 +654,14 @@ fn management_loop(
             break;
         }
         while let Ok((req, reply)) = calls.try_recv() {
-            let answer = if let Request::ListConnections { max } = req {
+            let answer = if req == Request::Metrics {
+                let status = view.status(
+                    &app.ports,
+                    counters,
+                    app.emulator.as_ref().map(Emulator::stats),
+                );
+                registry.metrics(&status)
+            } else if let Request::ListConnections { max } = req {
                 registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             } else if matches!(req, Request::GetLaddr { .. }) {
                 registry.laddrs(req)

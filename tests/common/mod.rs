@@ -417,6 +417,8 @@ pub struct DaemonConfig {
     pub netns: Option<String>,
     /// Extra command-line arguments for `sluice`.
     pub args: Vec<String>,
+    /// `[control] metrics` (the Prometheus endpoint's ADDRESS:PORT), when set.
+    pub metrics: Option<String>,
     /// Raw TOML appended after everything else (e.g. `[timeouts]`, `[sessions]`,
     /// `[[services]]` sections), verbatim.
     pub extra_toml: Vec<String>,
@@ -442,6 +444,7 @@ impl DaemonConfig {
             socket,
             workers: vec![1],
             cpus: None,
+            metrics: None,
             ports,
             loopback: Vec::new(),
             netns: None,
@@ -482,10 +485,14 @@ impl DaemonConfig {
         t.push('\n');
         writeln!(
             t,
-            "[control]\nsocket = {}\n",
+            "[control]\nsocket = {}",
             q(&self.socket.to_string_lossy())
         )
         .unwrap();
+        if let Some(m) = &self.metrics {
+            writeln!(t, "metrics = {}", q(m)).unwrap();
+        }
+        t.push('\n');
         for p in &self.ports {
             writeln!(t, "[[ports]]\nname = {}", q(&p.name)).unwrap();
             match &p.vdev {

@@ -1,0 +1,393 @@
+//! Prometheus metrics: the text exposition format (version 0.0.4) built from the very
+//! reports `sluicectl status --json` and `-L -n --json` print, so the two always agree,
+//! and a minimal HTTP endpoint (`[control] metrics = "addr:port"`) on its own thread
+//! that asks the management loop for them, like the control socket does.
+use crate::control::protocol::Request;
+use crate::control::server::Handler;
+use crate::control::status::{skew_pct, LaddrReport, ServicesReport, StatusReport};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One metric family: HELP and TYPE once, then its samples.
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl<'a> Family<'a> {
+    fn new(out: &'a mut String, name: &str, kind: &str, help: &str) -> Self {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        Family { out }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.out, "{name} {value}");
+            return;
+        }
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
+        let _ = writeln!(self.out, "{name}{{{}}} {value}", labels.join(","));
+    }
+}
+
+/// Label values escape backslash, quote and newline.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The exposition text for one scrape.
+pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrReport]) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    Family::new(o, "sluice_up", "gauge", "1 while the appliance runs.").sample("sluice_up", &[], 1);
+    Family::new(o, "sluice_uptime_seconds", "gauge", "Seconds since start.").sample(
+        "sluice_uptime_seconds",
+        &[],
+        status.uptime_ms as f64 / 1000.0,
+    );
+
+    type PortGetter = fn(&crate::control::status::PortStatus) -> u64;
+    let port_counters: [(&str, &str, PortGetter); 4] = [
+        (
+            "sluice_port_rx_packets_total",
+            "Packets the port received.",
+            |p| p.rx_packets,
+        ),
+        (
+            "sluice_port_tx_packets_total",
+            "Packets the port sent.",
+            |p| p.tx_packets,
+        ),
+        (
+            "sluice_port_rx_missed_total",
+            "Packets the NIC dropped for want of room.",
+            |p| p.rx_missed,
+        ),
+        (
+            "sluice_port_rx_nombuf_total",
+            "RX failures for want of mbufs.",
+            |p| p.rx_nombuf,
+        ),
+    ];
+    for (name, help, get) in port_counters {
+        let mut f = Family::new(o, name, "counter", help);
+        for p in &status.ports {
+            f.sample(name, &[("port", &p.name)], get(p));
+        }
+    }
+
+    type LcoreGetter = fn(&crate::control::status::LcoreStatus) -> u64;
+    let worker_metrics: [(&str, &str, &str, LcoreGetter); 7] = [
+        (
+            "sluice_worker_rx_packets_total",
+            "counter",
+            "Packets the worker received.",
+            |l| l.rx_packets,
+        ),
+        (
+            "sluice_worker_tx_packets_total",
+            "counter",
+            "Packets the worker sent.",
+            |l| l.tx_packets,
+        ),
+        (
+            "sluice_worker_busy_cycles_total",
+            "counter",
+            "TSC cycles of polls that received packets.",
+            |l| l.busy_cycles,
+        ),
+        (
+            "sluice_worker_sessions",
+            "gauge",
+            "Live sessions in the worker's table.",
+            |l| l.sessions,
+        ),
+        (
+            "sluice_worker_sessions_created_total",
+            "counter",
+            "Sessions the worker created.",
+            |l| l.sessions_created,
+        ),
+        (
+            "sluice_worker_redirected_out_total",
+            "counter",
+            "Packets handed to their owner worker's ring.",
+            |l| l.redirected_out,
+        ),
+        (
+            "sluice_worker_redirected_in_total",
+            "counter",
+            "Packets taken from this worker's redirect ring.",
+            |l| l.redirected_in,
+        ),
+    ];
+    for (name, kind, help, get) in worker_metrics {
+        let mut f = Family::new(o, name, kind, help);
+        for l in status.lcores.iter().filter(|l| l.worker.is_some()) {
+            let worker = l.worker.unwrap_or(0).to_string();
+            f.sample(
+                name,
+                &[("worker", &worker), ("lcore", &l.lcore.to_string())],
+                get(l),
+            );
+        }
+    }
+
+    let mut f = Family::new(
+        o,
+        "sluice_drops_total",
+        "counter",
+        "Packets dropped, by reason.",
+    );
+    for (reason, n) in &status.drops {
+        f.sample("sluice_drops_total", &[("reason", reason)], n);
+    }
+    let mut f = Family::new(
+        o,
+        "sluice_events_total",
+        "counter",
+        "Data-plane events, by kind.",
+    );
+    for (event, n) in &status.events {
+        f.sample("sluice_events_total", &[("event", event)], n);
+    }
+    Family::new(
+        o,
+        "sluice_sessions",
+        "gauge",
+        "Live sessions over all workers.",
+    )
+    .sample("sluice_sessions", &[], status.sessions);
+
+    type RsGetter = fn(&crate::control::status::RealServerStatus) -> u64;
+    let rs_metrics: [(&str, &str, &str, RsGetter); 10] = [
+        (
+            "sluice_rs_connections_total",
+            "counter",
+            "Sessions created towards the real server.",
+            |r| r.connections,
+        ),
+        (
+            "sluice_rs_in_packets_total",
+            "counter",
+            "Packets client -> real server.",
+            |r| r.in_packets,
+        ),
+        (
+            "sluice_rs_out_packets_total",
+            "counter",
+            "Packets real server -> client (NAT, FullNAT).",
+            |r| r.out_packets,
+        ),
+        (
+            "sluice_rs_in_bytes_total",
+            "counter",
+            "Bytes client -> real server.",
+            |r| r.in_bytes,
+        ),
+        (
+            "sluice_rs_out_bytes_total",
+            "counter",
+            "Bytes real server -> client.",
+            |r| r.out_bytes,
+        ),
+        (
+            "sluice_rs_active_connections",
+            "gauge",
+            "Sessions in ESTABLISHED (ipvsadm ActiveConn).",
+            |r| r.active,
+        ),
+        (
+            "sluice_rs_inactive_connections",
+            "gauge",
+            "Sessions in other states (ipvsadm InActConn).",
+            |r| r.inactive,
+        ),
+        (
+            "sluice_rs_weight",
+            "gauge",
+            "The real server's weight (0: draining).",
+            |r| u64::from(r.weight),
+        ),
+        (
+            "sluice_rs_connections_per_second",
+            "gauge",
+            "New connections per second (2 s window).",
+            |r| r.cps,
+        ),
+        (
+            "sluice_rs_in_packets_per_second",
+            "gauge",
+            "Client -> real server packets per second (2 s window).",
+            |r| r.in_pps,
+        ),
+    ];
+    for (name, kind, help, get) in rs_metrics {
+        let mut f = Family::new(o, name, kind, help);
+        for s in &services.services {
+            let service = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+            for r in &s.real_servers {
+                let rs = format!("{}:{}", r.ip, r.port);
+                f.sample(name, &[("service", &service), ("rs", &rs)], get(r));
+            }
+        }
+    }
+    let mut f = Family::new(
+        o,
+        "sluice_service_available",
+        "gauge",
+        "1 when some real server can take a new connection (weight > 0).",
+    );
+    for s in &services.services {
+        let service = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+        f.sample(
+            "sluice_service_available",
+            &[("service", &service)],
+            u8::from(s.available),
+        );
+    }
+    let mut f = Family::new(
+        o,
+        "sluice_service_connection_skew_ratio",
+        "gauge",
+        "Max over average of the real servers' connections (1 = even; sluicectl skew).",
+    );
+    for s in &services.services {
+        let service = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+        let conns: Vec<u64> = s
+            .real_servers
+            .iter()
+            .map(|r| r.active + r.inactive)
+            .collect();
+        f.sample(
+            "sluice_service_connection_skew_ratio",
+            &[("service", &service)],
+            skew_pct(&conns) as f64 / 100.0,
+        );
+    }
+
+    let pool_metrics: [(&str, &str, &str); 3] = [
+        (
+            "sluice_laddr_ports_used",
+            "gauge",
+            "FullNAT local ports in use, per worker and local address.",
+        ),
+        (
+            "sluice_laddr_ports_free",
+            "gauge",
+            "FullNAT local ports of the worker's share not in use.",
+        ),
+        (
+            "sluice_laddr_misses_total",
+            "counter",
+            "Allocations that found no suitable free port.",
+        ),
+    ];
+    for (i, (name, kind, help)) in pool_metrics.into_iter().enumerate() {
+        let mut f = Family::new(o, name, kind, help);
+        for report in pools {
+            let service = report.service.to_string();
+            for p in &report.pools {
+                let value = match i {
+                    0 => u64::from(p.used),
+                    1 => u64::from(p.free),
+                    _ => p.misses,
+                };
+                let (worker, lip) = (p.worker.to_string(), p.lip.to_string());
+                f.sample(
+                    name,
+                    &[("service", &service), ("lip", &lip), ("worker", &worker)],
+                    value,
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The HTTP endpoint: `GET /metrics` answers the exposition text, anything else 404.
+/// One scrape at a time (Prometheus scrapes rarely); every read and write is bounded.
+pub struct MetricsServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    pub fn spawn(addr: SocketAddr, handler: Handler) -> std::io::Result<MetricsServer> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_thread = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("sluice-metrics".into())
+            .spawn(move || {
+                while !stop_thread.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => serve(stream, &handler),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(20))
+                        }
+                        Err(e) => {
+                            log::warn!("metrics endpoint: {e}");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                }
+            })?;
+        log::info!("metrics on http://{addr}/metrics");
+        Ok(MetricsServer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(mut stream: TcpStream, handler: &Handler) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    // The request head, at most 8 KiB.
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut words = line.split_whitespace();
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (status, body) = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?"))
+    {
+        match handler(Request::Metrics) {
+            Ok(v) => ("200 OK", v.as_str().unwrap_or_default().to_string()),
+            Err(e) => ("503 Service Unavailable", format!("{e}\n")),
+        }
+    } else {
+        ("404 Not Found", "only GET /metrics is served\n".to_string())
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes());
+}
