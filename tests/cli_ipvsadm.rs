@@ -165,6 +165,13 @@ fn timeouts_are_set_and_shown_as_ipvsadm_does() {
         "a refused --set changed the timeouts"
     );
     ok(&daemon, &["-Z"]);
+    // The change is in the events log, stamped, in seed 004's style; the refused ones
+    // are not.
+    let events = ok(&daemon, &["events"]);
+    let set: Vec<&str> = events.lines().filter(|l| l.contains("op=set-timeouts")).collect();
+    assert_eq!(set.len(), 1, "{events}");
+    assert!(set[0].ends_with("lb=config op=set-timeouts tcp=60 tcpfin=0 udp=30"), "{events}");
+    assert!(set[0].starts_with("20") && set[0].contains('T'), "{events}");
     daemon.stop_clean();
 }
 

@@ -6,9 +6,9 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
-    render_connections, render_laddrs, render_rates, render_save, render_services, render_skew,
-    render_status, render_timeouts, render_xstats, ConnectionsReport, LaddrReport, ServicesReport,
-    StatusReport, XstatsReport, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_connections, render_events, render_laddrs, render_rates, render_save, render_services,
+    render_skew, render_status, render_timeouts, render_xstats, ConnectionsReport, LaddrReport,
+    ServicesReport, StatusReport, XstatsReport, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
@@ -25,6 +25,7 @@ Commands:
   status          ports, lcores, drop and event counters, sessions
   xstats PORT_ID  the NIC's extended statistics for one port
   zero            reset every port, lcore, drop and event counter to zero
+  events          recent config changes and alerts (lb=... lines, UTC)
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
                   connection/rate skew per real server (seed 000): max/avg ratios,
                   WARN above PCT (default 300), advisory on long-lived traffic
@@ -75,6 +76,8 @@ enum Command {
         port: u16,
     },
     Zero,
+    /// Recent config changes and alerts.
+    Events,
     /// `skew [-t|-u VIP:port] [--window S] [--threshold PCT]`.
     Skew {
         service: Option<String>,
@@ -100,6 +103,7 @@ impl Command {
                 return Ok(Command::Xstats { port });
             }
             "zero" => Command::Zero,
+            "events" => Command::Events,
             "skew" => return Command::parse_skew(args),
             other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
         };
@@ -151,6 +155,7 @@ impl Command {
 
     fn request(&self) -> Request {
         match self {
+            Command::Events => Request::Events,
             Command::Skew { window_s, .. } => Request::ServiceRates {
                 window_s: *window_s,
             },
@@ -173,6 +178,7 @@ impl Command {
                 &serde_json::from_value::<XstatsReport>(result).map_err(unexpected)?,
             )),
             Command::Zero => Ok("counters zeroed\n".to_string()),
+            Command::Events => Ok(render_events(&result)),
             Command::Skew {
                 service,
                 threshold_pct,

@@ -103,6 +103,8 @@ pub enum Request {
     },
     /// The Prometheus exposition text, as a JSON string (what `/metrics` serves).
     Metrics,
+    /// The recent config changes and alerts: `{"events":[{"unix_ms":N,"line":"lb=..."}]}`.
+    Events,
     /// Service changes applied all or none and published as one snapshot (`-R`):
     /// `{"generation":N,"applied":count}`, or the first failing command's error.
     Batch { requests: Vec<Request> },
@@ -136,6 +138,7 @@ impl Request {
             Request::ServiceRates { .. } => "service_rates",
             Request::Batch { .. } => "batch",
             Request::Metrics => "metrics",
+            Request::Events => "events",
         }
     }
 
@@ -463,7 +466,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, events, batch)"
         );
     }
 

@@ -844,6 +844,42 @@ pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u
     out
 }
 
+/// `sluicectl events`: one line per event, oldest first, stamped in UTC.
+pub fn render_events(events: &serde_json::Value) -> String {
+    let mut out = String::new();
+    for e in events["events"].as_array().into_iter().flatten() {
+        let ms = e["unix_ms"].as_u64().unwrap_or(0);
+        let _ = writeln!(out, "{} {}", utc(ms), e["line"].as_str().unwrap_or(""));
+    }
+    if out.is_empty() {
+        out.push_str("no events\n");
+    }
+    out
+}
+
+/// `2026-11-30T11:55:27.123Z` for milliseconds since the Unix epoch (proleptic
+/// Gregorian calendar, Howard Hinnant's days-to-civil).
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
 /// `-L --timeout`, as ipvsadm prints it.
 pub fn render_timeouts(timeouts: &serde_json::Value) -> String {
     let get = |k: &str| timeouts[k].as_u64().unwrap_or(0);
@@ -1164,6 +1200,24 @@ mod services_tests {
         assert_eq!(
             lines[4].split_whitespace().collect::<Vec<_>>(),
             ["->", "198.18.0.11:80", "12", "340", "0", "0", "0"]
+        );
+    }
+
+    #[test]
+    fn events_are_stamped_in_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc(1_796_039_727_123), "2026-11-30T11:55:27.123Z");
+        let events = serde_json::json!({"events": [
+            {"unix_ms": 1_796_039_727_123u64, "line": "lb=config op=clear"}
+        ]});
+        assert_eq!(
+            render_events(&events),
+            "2026-11-30T11:55:27.123Z lb=config op=clear\n"
+        );
+        assert_eq!(
+            render_events(&serde_json::json!({"events": []})),
+            "no events\n"
         );
     }
 

@@ -37,6 +37,72 @@ pub struct Services {
     pub alerts: u64,
     /// Per-real-server rates, sampled once a second by the management loop.
     pub rates: super::rates::Rates,
+    /// The last [`EVENTS_KEPT`] config changes and alerts (`sluicectl events`), as
+    /// (milliseconds since the Unix epoch, `lb=...` line).
+    pub events: std::collections::VecDeque<(u64, String)>,
+}
+
+/// Events `sluicectl events` can show.
+pub const EVENTS_KEPT: usize = 256;
+
+/// `vip:port/proto`, one token for `key=value` event lines.
+fn svc(key: &ServiceKey) -> String {
+    format!(
+        "{}:{}/{}",
+        key.vip,
+        key.port,
+        key.proto.name().to_ascii_lowercase()
+    )
+}
+
+/// The event line of a change request (seed 004's `lb=...` style).
+fn describe(req: &Request) -> Option<String> {
+    let line = match req {
+        Request::AddService {
+            service, scheduler, ..
+        } => format!(
+            "lb=config op=add-svc svc={} sched={}",
+            svc(service),
+            scheduler.unwrap_or(DEFAULT_SCHEDULER)
+        ),
+        Request::EditService {
+            service, scheduler, ..
+        } => match scheduler {
+            Some(s) => format!("lb=config op=edit-svc svc={} sched={s}", svc(service)),
+            None => format!("lb=config op=edit-svc svc={}", svc(service)),
+        },
+        Request::DeleteService { service } => format!("lb=config op=del-svc svc={}", svc(service)),
+        Request::AddServer { service, server } | Request::EditServer { service, server } => {
+            let op = if matches!(req, Request::AddServer { .. }) {
+                "add-rs"
+            } else {
+                "edit-rs"
+            };
+            format!(
+                "lb=config op={op} svc={} rs={}:{} weight={} mode={}",
+                svc(service),
+                server.ip,
+                server.port,
+                server.weight,
+                server.mode.name()
+            )
+        }
+        Request::DeleteServer { service, ip, port } => {
+            format!("lb=config op=del-rs svc={} rs={ip}:{port}", svc(service))
+        }
+        Request::Clear => "lb=config op=clear".to_string(),
+        Request::AddLaddr { service, ip } => {
+            format!("lb=config op=add-laddr svc={} lip={ip}", svc(service))
+        }
+        Request::DelLaddr { service, ip } => {
+            format!("lb=config op=del-laddr svc={} lip={ip}", svc(service))
+        }
+        Request::SetTimeouts { tcp, tcpfin, udp } => {
+            format!("lb=config op=set-timeouts tcp={tcp} tcpfin={tcpfin} udp={udp}")
+        }
+        _ => return None,
+    };
+    Some(line)
 }
 
 /// What one request did to the services.
@@ -96,6 +162,7 @@ impl Services {
             unavailable: Vec::new(),
             alerts: 0,
             rates: Default::default(),
+            events: Default::default(),
         })
     }
 
@@ -118,6 +185,7 @@ impl Services {
                 | Request::SetTimeouts { .. }
                 | Request::GetTimeouts
                 | Request::Batch { .. }
+                | Request::Events
         )
     }
 
@@ -131,9 +199,18 @@ impl Services {
         publisher: &SnapshotPublisher,
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> Result<serde_json::Value, String> {
+        if let Request::Events = req {
+            let events: Vec<serde_json::Value> = self
+                .events
+                .iter()
+                .map(|(ms, line)| serde_json::json!({ "unix_ms": ms, "line": line }))
+                .collect();
+            return Ok(serde_json::json!({ "events": events }));
+        }
         if let Request::Batch { requests } = req {
             let (saved_table, saved_timeouts) = (self.table.clone(), self.timeouts);
             let count = requests.len();
+            let lines: Vec<String> = requests.iter().filter_map(describe).collect();
             for (i, r) in requests.into_iter().enumerate() {
                 let outcome = match r {
                     Request::Batch { .. } => Err("batches do not nest".to_string()),
@@ -151,12 +228,20 @@ impl Services {
                     i + 1
                 ));
             }
+            for line in lines {
+                self.record(line);
+            }
+            self.record(format!("lb=config op=batch commands={count}"));
             self.publish(publisher)?;
             return Ok(serde_json::json!({ "generation": self.generation, "applied": count }));
         }
+        let line = describe(&req);
         match self.apply(req, counters)? {
             Applied::Answer(v) => Ok(v),
             Applied::Changed => {
+                if let Some(line) = line {
+                    self.record(line);
+                }
                 self.publish(publisher)?;
                 Ok(serde_json::json!({ "generation": self.generation }))
             }
@@ -194,9 +279,6 @@ impl Services {
                 flags.check_compatible(scheduler)?;
                 t.add_service(service, scheduler, persistence)
                     .and_then(|_| t.set_sched_params(service, flags, None))
-                    .inspect(|()| {
-                        log::info!("lb=config op=add-svc svc={service} sched={scheduler}")
-                    })
             }
             Request::EditService {
                 service,
@@ -218,9 +300,6 @@ impl Services {
                 flags.check_compatible(scheduler)?;
                 t.edit_service(service, scheduler, persistence)
                     .and_then(|()| t.set_sched_params(service, flags, None))
-                    .inspect(|()| {
-                        log::info!("lb=config op=edit-svc svc={service} sched={scheduler}")
-                    })
             }
             Request::DeleteService { service } => t.delete_service(service).map(drop),
             Request::AddServer { service, server } => {
@@ -259,7 +338,6 @@ impl Services {
                 next.set_tcp_tcpfin_udp(tcp, tcpfin, udp)
                     .map_err(|e| e.to_string())?;
                 self.timeouts = next;
-                log::info!("lb=config op=set-timeouts tcp={tcp} tcpfin={tcpfin} udp={udp}");
                 Ok(())
             }
             Request::GetLaddr { service } => {
@@ -300,16 +378,42 @@ impl Services {
             .filter(|s| !s.has_available_server())
             .map(|s| s.key)
             .collect();
+        let mut pending = Vec::new();
         for key in now.iter().filter(|k| !self.unavailable.contains(k)) {
-            log::warn!("lb=alert svc={key} reason=no-available-rs (every real server has weight 0, or none is left): new connections are dropped");
             self.alerts += 1;
+            pending.push(format!(
+                "lb=alert svc={} reason=no-available-rs (every real server has weight 0, or none is left): new connections are dropped",
+                svc(key)
+            ));
         }
         for key in self.unavailable.iter().filter(|k| !now.contains(k)) {
             if self.table.get(*key).is_some() {
-                log::info!("lb=alert-clear svc={key} reason=rs-available");
+                pending.push(format!(
+                    "lb=alert-clear svc={} reason=rs-available",
+                    svc(key)
+                ));
             }
         }
         self.unavailable = now;
+        for line in pending {
+            self.record(line);
+        }
+    }
+
+    /// Logs an event line and keeps it for `sluicectl events`.
+    pub fn record(&mut self, line: String) {
+        if line.starts_with("lb=alert ") {
+            log::warn!("{line}");
+        } else {
+            log::info!("{line}");
+        }
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        if self.events.len() == EVENTS_KEPT {
+            self.events.pop_front();
+        }
+        self.events.push_back((ms, line));
     }
 
     /// The listing for `sluicectl -L`, with counters summed over workers.
