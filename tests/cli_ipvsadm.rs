@@ -168,9 +168,15 @@ fn timeouts_are_set_and_shown_as_ipvsadm_does() {
     // The change is in the events log, stamped, in seed 004's style; the refused ones
     // are not.
     let events = ok(&daemon, &["events"]);
-    let set: Vec<&str> = events.lines().filter(|l| l.contains("op=set-timeouts")).collect();
+    let set: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains("op=set-timeouts"))
+        .collect();
     assert_eq!(set.len(), 1, "{events}");
-    assert!(set[0].ends_with("lb=config op=set-timeouts tcp=60 tcpfin=0 udp=30"), "{events}");
+    assert!(
+        set[0].ends_with("lb=config op=set-timeouts tcp=60 tcpfin=0 udp=30"),
+        "{events}"
+    );
     assert!(set[0].starts_with("20") && set[0].contains('T'), "{events}");
     daemon.stop_clean();
 }
@@ -262,5 +268,86 @@ fn skew_flags_a_pinned_service_and_rates_show_traffic() {
         .unwrap_or_else(|| panic!("{rates}"));
     let cps: u64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!((20..=200).contains(&cps), "CPS {cps}: {rates}");
+    daemon.stop_clean();
+}
+
+/// `sluicectl reload`: a bad file changes nothing and names file, line and field; a
+/// good one is applied as its difference (weights, a removed and an added real server,
+/// a new service) in one change; a second reload of the same file changes nothing.
+#[test]
+fn reload_applies_the_config_files_difference() {
+    let (_turn, mut daemon) = daemon();
+    let before = ok(&daemon, &["-S", "-n"]);
+    let path = daemon.config.path("sluice.toml");
+    let original = std::fs::read_to_string(&path).unwrap();
+
+    let bad = original.replace("scheduler = \"wrr\"", "scheduler = \"fastest\"");
+    assert_ne!(bad, original, "the fixture changed");
+    std::fs::write(&path, &bad).unwrap();
+    let out = daemon.ctl(&["reload"]);
+    assert!(!out.success());
+    assert!(
+        out.stderr.contains("sluice.toml:") && out.stderr.contains("scheduler"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(ok(&daemon, &["-S", "-n"]), before);
+
+    // 198.18.0.3 leaves, 198.18.0.2 weighs 5, 198.18.0.6 joins; a new service.
+    let mut cfg = daemon.config.toml();
+    cfg = cfg.replace(
+        &service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "rr",
+            &[
+                "persistence_timeout = 600".into(),
+                "persistence_netmask = \"255.255.255.0\"".into(),
+            ],
+            &[("198.18.0.2", 8080, 1, "nat"), ("198.18.0.3", 80, 3, "dr")],
+        ),
+        &service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "rr",
+            &[
+                "persistence_timeout = 600".into(),
+                "persistence_netmask = \"255.255.255.0\"".into(),
+            ],
+            &[
+                ("198.18.0.2", 8080, 5, "nat"),
+                ("198.18.0.6", 8080, 1, "nat"),
+            ],
+        ),
+    );
+    cfg += &service_section(
+        "tcp",
+        "198.18.1.3",
+        443,
+        "sh",
+        &[],
+        &[("198.18.0.7", 443, 1, "dr")],
+    );
+    std::fs::write(&path, &cfg).unwrap();
+    assert!(ok(&daemon, &["reload"]).starts_with("reloaded: 5 change(s)"));
+    let saved = ok(&daemon, &["-S", "-n"]);
+    assert!(
+        saved.contains("-a -t 198.18.1.1:80 -r 198.18.0.2:8080 -m -w 5\n"),
+        "{saved}"
+    );
+    assert!(
+        saved.contains("-a -t 198.18.1.1:80 -r 198.18.0.6:8080 -m -w 1\n"),
+        "{saved}"
+    );
+    assert!(!saved.contains("198.18.0.3"), "{saved}");
+    assert!(saved.contains("-A -t 198.18.1.3:443 -s sh\n"), "{saved}");
+    assert!(
+        saved.contains("-P -u 198.18.1.2:53 -z 198.18.0.51\n"),
+        "untouched service lost: {saved}"
+    );
+    assert!(ok(&daemon, &["reload"]).starts_with("reloaded: 0 change(s)"));
+    assert!(ok(&daemon, &["events"]).contains("op=reload"));
     daemon.stop_clean();
 }

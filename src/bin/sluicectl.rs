@@ -26,6 +26,8 @@ Commands:
   xstats PORT_ID  the NIC's extended statistics for one port
   zero            reset every port, lcore, drop and event counter to zero
   events          recent config changes and alerts (lb=... lines, UTC)
+  reload          re-read the config file; apply its services' differences as one
+                  all-or-nothing change (ports, lcores and sessions need a restart)
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
                   connection/rate skew per real server (seed 000): max/avg ratios,
                   WARN above PCT (default 300), advisory on long-lived traffic
@@ -78,6 +80,8 @@ enum Command {
     Zero,
     /// Recent config changes and alerts.
     Events,
+    /// Apply the config file's services as a diff.
+    Reload,
     /// `skew [-t|-u VIP:port] [--window S] [--threshold PCT]`.
     Skew {
         service: Option<String>,
@@ -104,6 +108,7 @@ impl Command {
             }
             "zero" => Command::Zero,
             "events" => Command::Events,
+            "reload" => Command::Reload,
             "skew" => return Command::parse_skew(args),
             other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
         };
@@ -156,6 +161,7 @@ impl Command {
     fn request(&self) -> Request {
         match self {
             Command::Events => Request::Events,
+            Command::Reload => Request::Reload,
             Command::Skew { window_s, .. } => Request::ServiceRates {
                 window_s: *window_s,
             },
@@ -179,6 +185,10 @@ impl Command {
             )),
             Command::Zero => Ok("counters zeroed\n".to_string()),
             Command::Events => Ok(render_events(&result)),
+            Command::Reload => Ok(format!(
+                "reloaded: {} change(s) applied\n",
+                result["applied"].as_u64().unwrap_or(0)
+            )),
             Command::Skew {
                 service,
                 threshold_pct,

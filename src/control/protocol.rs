@@ -103,6 +103,10 @@ pub enum Request {
     },
     /// The Prometheus exposition text, as a JSON string (what `/metrics` serves).
     Metrics,
+    /// Re-read the config file and apply the difference of its services (and
+    /// timeouts) as one batch: `{"applied":N,"generation":G}`; a bad file changes
+    /// nothing and names file, line and field.
+    Reload,
     /// The recent config changes and alerts: `{"events":[{"unix_ms":N,"line":"lb=..."}]}`.
     Events,
     /// Service changes applied all or none and published as one snapshot (`-R`):
@@ -139,6 +143,7 @@ impl Request {
             Request::Batch { .. } => "batch",
             Request::Metrics => "metrics",
             Request::Events => "events",
+            Request::Reload => "reload",
         }
     }
 
@@ -466,7 +471,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, events, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, events, reload, batch)"
         );
     }
 

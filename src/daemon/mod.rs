@@ -155,6 +155,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         mailboxes,
         tick_ms: cfg.sessions.tick_ms,
         persist,
+        config_path: cfg.path.clone(),
     };
     management_loop(
         &mut app,
@@ -489,6 +490,8 @@ struct Registry {
     mailboxes: Vec<Arc<Mailbox>>,
     tick_ms: u32,
     persist: Arc<PersistTable>,
+    /// The config file, for `sluicectl reload`.
+    config_path: PathBuf,
 }
 
 /// How long a worker may take to answer one question (it answers between two polls).
@@ -568,6 +571,34 @@ impl Registry {
                 destination,
             });
         }
+    }
+
+    /// `sluicectl reload`: the config file's services and timeouts, applied as the
+    /// difference to the running table in one batch (all or nothing). Other sections
+    /// (ports, lcores, EAL, sessions) need a restart and are not compared.
+    fn reload(&mut self) -> Result<serde_json::Value, String> {
+        let cfg = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        let desired = Services::from_config(&cfg)?;
+        let mut requests = services::diff(&self.services.table, &desired.table)?;
+        let (tcp, tcpfin, udp) = desired.timeouts.get();
+        if desired.timeouts != self.services.timeouts {
+            requests.push(Request::SetTimeouts { tcp, tcpfin, udp });
+        }
+        if requests.is_empty() {
+            return Ok(serde_json::json!({ "applied": 0, "generation": self.services.generation }));
+        }
+        self.services.record(format!(
+            "lb=config op=reload file={} commands={}",
+            self.config_path.display(),
+            requests.len()
+        ));
+        let Registry {
+            services,
+            publisher,
+            real_servers,
+            ..
+        } = self;
+        services.handle(Request::Batch { requests }, publisher, real_servers)
     }
 
     /// The Prometheus exposition text, from the same reports as `sluicectl status`,
@@ -661,6 +692,8 @@ fn management_loop(
                     app.emulator.as_ref().map(Emulator::stats),
                 );
                 registry.metrics(&status)
+            } else if req == Request::Reload {
+                registry.reload()
             } else if let Request::ListConnections { max } = req {
                 registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             } else if matches!(req, Request::GetLaddr { .. }) {

@@ -42,6 +42,89 @@ pub struct Services {
     pub events: std::collections::VecDeque<(u64, String)>,
 }
 
+/// The requests that turn `current` into `desired` (a config reload's diff), in an
+/// order the table accepts: removals first, then additions and edits. TOA is not an
+/// ipvsadm request: a reload that changes it reports that instead of ignoring it.
+pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Request>, String> {
+    let mut out = Vec::new();
+    let spec = |r: &crate::service::model::RealServer| {
+        RealServerSpec::new(r.ip, r.port, r.weight, r.mode).with_thresholds(r.upper, r.lower)
+    };
+    for s in current.services() {
+        if desired.get(s.key).is_none() {
+            out.push(Request::DeleteService { service: s.key });
+        }
+    }
+    for d in desired.services() {
+        let key = d.key;
+        match current.get(key) {
+            None => out.push(Request::AddService {
+                service: key,
+                scheduler: Some(d.scheduler),
+                persistence: d.persistence,
+                sched_flags: Some(d.sched_flags),
+            }),
+            Some(c) => {
+                if c.toa != d.toa {
+                    return Err(format!(
+                        "{key}: toa changes need a restart (not an ipvsadm change)"
+                    ));
+                }
+                if (c.scheduler, c.persistence, c.sched_flags)
+                    != (d.scheduler, d.persistence, d.sched_flags)
+                {
+                    out.push(Request::EditService {
+                        service: key,
+                        scheduler: Some(d.scheduler),
+                        persistence: d.persistence,
+                        sched_flags: Some(d.sched_flags),
+                    });
+                }
+                for r in &c.real_servers {
+                    if d.server(r.ip, r.port).is_none() {
+                        out.push(Request::DeleteServer {
+                            service: key,
+                            ip: r.ip,
+                            port: r.port,
+                        });
+                    }
+                }
+                for lip in &c.local_addresses {
+                    if !d.local_addresses.contains(lip) {
+                        out.push(Request::DelLaddr {
+                            service: key,
+                            ip: *lip,
+                        });
+                    }
+                }
+            }
+        }
+        let existing = current.get(key);
+        for lip in &d.local_addresses {
+            if !existing.is_some_and(|c| c.local_addresses.contains(lip)) {
+                out.push(Request::AddLaddr {
+                    service: key,
+                    ip: *lip,
+                });
+            }
+        }
+        for r in &d.real_servers {
+            match existing.and_then(|c| c.server(r.ip, r.port)) {
+                None => out.push(Request::AddServer {
+                    service: key,
+                    server: spec(r),
+                }),
+                Some(old) if spec(old) != spec(r) => out.push(Request::EditServer {
+                    service: key,
+                    server: spec(r),
+                }),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Events `sluicectl events` can show.
 pub const EVENTS_KEPT: usize = 256;
 
