@@ -276,7 +276,7 @@ fn skew_flags_a_pinned_service_and_rates_show_traffic() {
 /// a new service) in one change; a second reload of the same file changes nothing.
 #[test]
 fn reload_applies_the_config_files_difference() {
-    let (_turn, mut daemon) = daemon();
+    let (_turn, daemon) = daemon();
     let before = ok(&daemon, &["-S", "-n"]);
     let path = daemon.config.path("sluice.toml");
     let original = std::fs::read_to_string(&path).unwrap();
