@@ -10,7 +10,7 @@ use crate::wire::ethernet::MacAddr;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One port's (rx packets, rx bytes, tx packets, tx bytes) at a point in time.
 type PortReading = (u64, u64, u64, u64);
@@ -64,7 +64,13 @@ impl StatsView {
                 for p in ports {
                     p.port.reset_stats().map_err(|e| e.to_string())?;
                 }
-                counters.iter().for_each(|c| c.zero());
+                // The workers zero their own counters at their next poll; wait for
+                // them (microseconds) so the reply means it is done.
+                counters.iter().for_each(|c| c.request_zero());
+                let deadline = Instant::now() + Duration::from_millis(500);
+                while counters.iter().any(|c| c.zero_pending()) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
                 self.last = None;
                 self.last_cycles.iter_mut().for_each(|c| *c = (0, 0));
                 Ok(serde_json::json!({"zeroed": true}))

@@ -1,7 +1,10 @@
 //! Per-worker counters. Each worker writes only its own cache-padded block; the
 //! management core reads them all and sums. Relaxed atomics compile to plain loads and
 //! stores on x86, so counting costs the same as a plain integer without data races.
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 /// Why a frame was dropped. Every drop in the data plane has exactly one reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -238,6 +241,8 @@ pub struct WorkerCounters {
     pub sessions_expired: AtomicU64,
     pub drops: [AtomicU64; DropReason::COUNT],
     pub events: [AtomicU64; Event::COUNT],
+    /// Set by the management core (`sluicectl zero`), cleared by the worker once done.
+    pub zero_requested: std::sync::atomic::AtomicBool,
 }
 
 /// Adds to a counter owned by a single writer. A load and a store instead of an atomic
@@ -268,7 +273,28 @@ impl WorkerCounters {
     pub fn events_snapshot(&self) -> [u64; Event::COUNT] {
         std::array::from_fn(|i| self.events[i].load(Relaxed))
     }
-    /// Resets every counter to zero (used by the management core only).
+    /// Asks the owning worker to zero its counters at its next poll. The worker is
+    /// their only writer and updates them with a plain load and store, so a zero
+    /// written by another thread would be overwritten by the next update.
+    pub fn request_zero(&self) {
+        self.zero_requested.store(true, Release);
+    }
+
+    /// Worker: zeroes the counters if the management core asked. One load when not.
+    #[inline]
+    pub fn zero_if_requested(&self) {
+        if self.zero_requested.load(Relaxed) && self.zero_requested.swap(false, Acquire) {
+            self.zero();
+        }
+    }
+
+    /// Whether a requested zero is still pending.
+    pub fn zero_pending(&self) -> bool {
+        self.zero_requested.load(Acquire)
+    }
+
+    /// Resets every counter to zero: by the worker that writes them (see
+    /// [`WorkerCounters::request_zero`]), or by anyone when no worker runs.
     pub fn zero(&self) {
         for c in [
             &self.rx_packets,
@@ -308,6 +334,25 @@ mod tests {
             DropReason::COUNT,
             "drop reason names must be unique"
         );
+    }
+
+    #[test]
+    fn a_requested_zero_is_done_by_the_writer() {
+        let c = WorkerCounters::default();
+        bump(&c.polls, 7);
+        c.request_zero();
+        assert!(c.zero_pending());
+        assert_eq!(
+            c.polls.load(Relaxed),
+            7,
+            "nothing zeroed behind the writer's back"
+        );
+        c.zero_if_requested();
+        assert!(!c.zero_pending());
+        assert_eq!(c.polls.load(Relaxed), 0);
+        bump(&c.polls, 1);
+        c.zero_if_requested();
+        assert_eq!(c.polls.load(Relaxed), 1, "no zero without a request");
     }
 
     #[test]

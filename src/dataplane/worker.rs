@@ -87,6 +87,7 @@ impl Worker {
         while !self.links.stop.load(Relaxed) {
             let start = tsc();
             self.forwarder.poll(start, &self.counters);
+            self.counters.zero_if_requested();
             if self.forwarder.take_snapshot_changed() || start >= next_resolve {
                 next_resolve = start + second;
                 self.resolve_real_servers(start);
