@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use std::process::Command;
 use std::time::Duration;
 
 /// The daemons take turns: each busy-polls lcore 1.
@@ -50,24 +49,6 @@ fn ok(daemon: &Daemon, args: &[&str]) -> String {
     out.stdout
 }
 
-/// `sluicectl -R < file`, bounded.
-fn restore(daemon: &Daemon, input: &str) -> CmdOutput {
-    let file = daemon
-        .socket()
-        .with_file_name(format!("restore-{}.txt", unique_tag()));
-    std::fs::write(&file, input).unwrap();
-    let line = format!(
-        "{} --socket {} -R < {}",
-        env!("CARGO_BIN_EXE_sluicectl"),
-        daemon.socket().display(),
-        file.display()
-    );
-    run_bounded(
-        Command::new("sh").args(["-c", &line]),
-        Duration::from_secs(15),
-    )
-}
-
 #[test]
 fn save_clear_restore_gives_back_the_same_table() {
     let (_turn, daemon) = daemon();
@@ -95,7 +76,7 @@ fn save_clear_restore_gives_back_the_same_table() {
     let listed = without_counts(ok(&daemon, &["-L", "-n"]));
     ok(&daemon, &["-C"]);
     assert_eq!(ok(&daemon, &["-S"]), "", "-C left services");
-    let out = restore(&daemon, &saved);
+    let out = daemon.restore(&saved);
     assert!(out.success(), "{}", out.describe());
     assert_eq!(ok(&daemon, &["-S", "-n"]), saved);
     assert_eq!(without_counts(ok(&daemon, &["-L", "-n"])), listed);
@@ -111,7 +92,7 @@ fn a_bad_restore_line_changes_nothing() {
     // Line 2 is fine on its own, line 3 fails in the daemon (no such service): the
     // batch is refused whole, line 2's service does not appear.
     let input = "-C\n-A -t 198.18.9.9:80 -s rr\n-a -t 198.18.7.7:80 -r 198.18.0.2:80 -m\n";
-    let out = restore(&daemon, input);
+    let out = daemon.restore(input);
     assert!(!out.success(), "{}", out.describe());
     assert!(
         out.stderr.contains("command 3 of 3") && out.stderr.contains("nothing was changed"),
@@ -120,7 +101,7 @@ fn a_bad_restore_line_changes_nothing() {
     );
     assert_eq!(ok(&daemon, &["-S", "-n"]), before);
     // An unparsable line is caught before anything is sent.
-    let out = restore(&daemon, "-C\n-A -t 198.18.9.9:80 -s fastest\n");
+    let out = daemon.restore("-C\n-A -t 198.18.9.9:80 -s fastest\n");
     assert!(!out.success());
     assert!(
         out.stderr.contains("line 2: unknown scheduler"),

@@ -63,24 +63,6 @@ fn check(scheduler: &str, n: [u64; 3]) -> Result<(), String> {
     }
 }
 
-/// `sluicectl -R` with `input` on stdin.
-fn restore(daemon: &Daemon, input: &str) -> CmdOutput {
-    let file = daemon
-        .socket()
-        .with_file_name(format!("restore-{}.txt", unique_tag()));
-    std::fs::write(&file, input).unwrap();
-    let line = format!(
-        "{} --socket {} -R < {}",
-        env!("CARGO_BIN_EXE_sluicectl"),
-        daemon.socket().display(),
-        file.display()
-    );
-    run_bounded(
-        std::process::Command::new("sh").args(["-c", &line]),
-        std::time::Duration::from_secs(15),
-    )
-}
-
 #[test]
 fn every_scheduler_meets_its_contract_with_real_connections() {
     require_root();
@@ -115,7 +97,7 @@ fn every_scheduler_meets_its_contract_with_real_connections() {
         for (ip, port, weight, _) in &servers {
             commands += &format!("-a -t {VIP}:80 -r {ip}:{port} -m -w {weight}\n");
         }
-        let restore = restore(&daemon, &commands);
+        let restore = daemon.restore(&commands);
         assert!(restore.success(), "{}", restore.describe());
         let batch = lab.curl(&format!("http://{VIP}/"), REQUESTS, PARALLEL, &[]);
         let answers = AppLab::answers(&batch);

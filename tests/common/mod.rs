@@ -667,6 +667,21 @@ impl Daemon {
         )
     }
 
+    /// `sluicectl --socket SOCKET -R` with `input` on stdin, bounded (15 s).
+    pub fn restore(&self, input: &str) -> CmdOutput {
+        let file = self.config.path(&format!("restore-{}.txt", unique_tag()));
+        std::fs::write(&file, input).expect("writing the restore input");
+        let line = format!(
+            "{SLUICECTL} --socket {} -R < {}",
+            self.config.socket.display(),
+            file.display()
+        );
+        run_bounded(
+            Command::new("sh").args(["-c", &line]),
+            Duration::from_secs(15),
+        )
+    }
+
     /// `sluicectl status --json`, parsed. Panics (with the daemon's output) on failure.
     pub fn status(&self) -> serde_json::Value {
         let out = self.ctl(&["status", "--json"]);
