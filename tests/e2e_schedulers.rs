@@ -177,17 +177,21 @@ fn weight_zero_drains_new_sessions_and_keeps_established_ones() {
     let pinned = server_of(&v["replies"][0]);
     let index: usize = pinned.trim_start_matches("rs").parse().unwrap();
     let drained = &rips[index - 1];
-    let edit = daemon.ctl(&[
-        "-e",
-        "-u",
-        &format!("{VIP}:3333"),
-        "-r",
-        &format!("{drained}:4444"),
-        "-m",
-        "-w",
-        "0",
-    ]);
-    assert!(edit.success(), "{}", edit.describe());
+    let set_weight = |weight: &str| {
+        let rs = format!("{drained}:4444");
+        let edit = daemon.ctl(&[
+            "-e",
+            "-u",
+            &format!("{VIP}:3333"),
+            "-r",
+            &rs,
+            "-m",
+            "-w",
+            weight,
+        ]);
+        assert!(edit.success(), "{}", edit.describe());
+    };
+    set_weight("0");
 
     // The established session still reaches its server...
     let (out, v) = lab.udp(VIP, 3333, 1, 45000);
@@ -218,17 +222,7 @@ fn weight_zero_drains_new_sessions_and_keeps_established_ones() {
     );
 
     // Weight back: new sessions reach it again.
-    let edit = daemon.ctl(&[
-        "-e",
-        "-u",
-        &format!("{VIP}:3333"),
-        "-r",
-        &format!("{drained}:4444"),
-        "-m",
-        "-w",
-        "1",
-    ]);
-    assert!(edit.success(), "{}", edit.describe());
+    set_weight("1");
     let (out, v) = lab.udp(VIP, 3333, 30, 47000);
     assert!(out.success(), "{}", out.describe());
     let landed: Vec<String> = v["replies"]

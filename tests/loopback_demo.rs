@@ -101,20 +101,6 @@ fn final_summary(stdout: &str) -> String {
         .join("\n")
 }
 
-/// The number after the first `key` (e.g. "bad ") in `text`.
-fn number_after(text: &str, key: &str) -> u64 {
-    let at = text
-        .find(key)
-        .unwrap_or_else(|| panic!("no `{key}` in:\n{text}"));
-    let digits: String = text[at + key.len()..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits
-        .parse()
-        .unwrap_or_else(|_| panic!("no number after `{key}` in:\n{text}"))
-}
-
 /// The emulator's completed exchanges per real server of `service` (as in `TCP
 /// 198.18.1.1:80`), from its summary line `TCP 198.18.1.1:80 -> a:p N, b:q M`.
 fn served(summary: &str, service: &str) -> Vec<(String, u64)> {

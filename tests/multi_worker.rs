@@ -184,19 +184,6 @@ fn check_listings(daemon: &Daemon, workers: u32, mode: &str) {
     }
 }
 
-/// The number after the first `key` in `text`.
-fn number_after(text: &str, key: &str) -> u64 {
-    let at = text
-        .find(key)
-        .unwrap_or_else(|| panic!("no `{key}` in:\n{text}"));
-    text[at + key.len()..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap_or_else(|_| panic!("no number after `{key}` in:\n{text}"))
-}
-
 /// Every connection completed, nothing was wrong, and every worker owned a share.
 fn check_common(o: &Outcome) {
     let s = &o.summary;

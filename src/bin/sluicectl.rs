@@ -213,7 +213,7 @@ impl Command {
                 ipvsadm::Output::Connections => Ok(render_connections(
                     &serde_json::from_value::<ConnectionsReport>(result).map_err(unexpected)?,
                 )),
-                ipvsadm::Output::Quiet => Ok(String::new()),
+                ipvsadm::Output::Quiet | ipvsadm::Output::Restore => Ok(String::new()),
                 ipvsadm::Output::Laddrs => Ok(render_laddrs(
                     &serde_json::from_value::<LaddrReport>(result).map_err(unexpected)?,
                 )),
@@ -380,10 +380,13 @@ fn restore_batch(input: impl io::BufRead) -> Result<Request, String> {
 
 /// Sends the request and produces the text to print.
 fn run(options: &Options) -> Result<String, String> {
-    let mut request = options.command.request();
-    if matches!(&request, Request::Batch { requests } if requests.is_empty()) {
-        request = restore_batch(io::stdin().lock())?;
-    }
+    let restore =
+        matches!(&options.command, Command::Ipvsadm(c) if c.output == ipvsadm::Output::Restore);
+    let request = if restore {
+        restore_batch(io::stdin().lock())?
+    } else {
+        options.command.request()
+    };
     let result = client::request(&options.socket, &request, options.timeout)
         .map_err(|error| error.to_string())?;
     if options.json {

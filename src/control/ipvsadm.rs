@@ -29,6 +29,9 @@ pub enum Output {
     Connections,
     /// A change: nothing to print on success, as ipvsadm.
     Quiet,
+    /// `-R`: the CLI reads ipvsadm-save lines from stdin and sends them as one
+    /// [`Request::Batch`]; the request here is that batch, still empty.
+    Restore,
     /// `--get-laddr`: the service's local addresses, one per line
     /// ([`render_laddrs`](super::status::render_laddrs) of a
     /// [`LaddrReport`](super::status::LaddrReport)).
@@ -283,12 +286,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Verb::List if connections => (Request::ListConnections { max: None }, Output::Connections),
         Verb::Zero => (Request::ZeroCounters, Output::Quiet),
         Verb::Save => (Request::ListServices, Output::Save),
-        // The CLI reads the commands from stdin and sends them as one batch.
         Verb::Restore => (
             Request::Batch {
                 requests: Vec::new(),
             },
-            Output::Quiet,
+            Output::Restore,
         ),
         Verb::Set => {
             let [tcp, tcpfin, udp] = set_values.expect("set with --set");

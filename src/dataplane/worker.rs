@@ -75,11 +75,9 @@ impl Worker {
         let mut tx = Burst::new();
         let second = tsc_hz();
         let mut next_resolve = 0u64;
-        let mut redirects = Redirects {
-            out: (0..self.links.mesh.workers())
-                .map(|_| Burst::new())
-                .collect(),
-        };
+        let mut redirects: Redirects = (0..self.links.mesh.workers())
+            .map(|_| Burst::new())
+            .collect();
         let me = self.id as usize;
         self.counters
             .session_table_bytes
@@ -227,14 +225,12 @@ impl Worker {
 
 /// What poll_port hands to other workers during one burst: per destination worker, the
 /// packets redirected to it.
-struct Redirects {
-    out: Vec<Burst>,
-}
+type Redirects = Vec<Burst>;
 
 /// Hands the redirected packets of one burst to their owners' rings; what a full ring
 /// refuses is counted and freed.
 fn send_redirects(mesh: &Mesh, counters: &WorkerCounters, redirects: &mut Redirects) {
-    for (owner, out) in redirects.out.iter_mut().enumerate() {
+    for (owner, out) in redirects.iter_mut().enumerate() {
         if out.is_empty() {
             continue;
         }
@@ -319,7 +315,7 @@ fn process(
                 // The owner learns the port from the mbuf (ring PMDs leave it unset).
                 rx.set_port(i, port_index);
                 // Counted once the owner's ring took it (send_redirects).
-                let moved = match redirects.out.get_mut(owner as usize) {
+                let moved = match redirects.get_mut(owner as usize) {
                     Some(out) => rx.move_to(i, out),
                     None => false,
                 };

@@ -1485,3 +1485,17 @@ impl AppLab {
         }
     }
 }
+
+/// The number after the first `key` (e.g. "bad ") in `text`.
+pub fn number_after(text: &str, key: &str) -> u64 {
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no `{key}` in:\n{text}"));
+    let digits: String = text[at + key.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after `{key}` in:\n{text}"))
+}
