@@ -10,6 +10,7 @@ pub mod dpdk;
 pub mod emulator;
 pub mod flow;
 pub mod forward;
+pub mod health;
 pub mod sched;
 pub mod service;
 pub mod session;

@@ -7,5 +7,5 @@ pub mod table;
 pub use model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_WEIGHT,
 };
-pub use snapshot::{Snapshot, SnapshotPublisher, SnapshotReader, StaleGeneration};
+pub use snapshot::{HealthOverlay, Snapshot, SnapshotPublisher, SnapshotReader, StaleGeneration};
 pub use table::{ServiceError, ServiceTable};

@@ -56,6 +56,9 @@ pub struct Snapshot {
     /// Per service (same index): the Maglev table of an mh service, built here, on
     /// the management core, so workers adopt it without a millisecond-long build.
     maglev: Vec<Option<Arc<Maglev>>>,
+    /// Per service (same index): answer a new TCP connection with an RST when no real
+    /// server can take it (health checking's `all_down = "rst"`).
+    reset_when_down: Vec<bool>,
 }
 
 impl Snapshot {
@@ -67,7 +70,37 @@ impl Snapshot {
     /// A snapshot of everything in `table`, in the table's order. Use a generation
     /// larger than the last one published, e.g. [`ServiceTable::version`].
     pub fn build(generation: u64, table: &ServiceTable) -> Self {
-        Snapshot::from_services(generation, table.services().cloned().collect())
+        Snapshot::build_with_health(generation, table, &HealthOverlay::default())
+    }
+
+    /// As [`Snapshot::build`], with health checking's view laid over the table:
+    /// evicted real servers are scheduled as if they weighed 0 (the table keeps their
+    /// weight: eviction and weight stay separate), and the services that reset new TCP
+    /// connections when no server can take them are marked.
+    pub fn build_with_health(
+        generation: u64,
+        table: &ServiceTable,
+        health: &HealthOverlay,
+    ) -> Self {
+        let services = table
+            .services()
+            .map(|s| {
+                let mut s = s.clone();
+                for rs in s.real_servers.iter_mut() {
+                    if health.evicted.contains(&rs.id) {
+                        rs.weight = 0;
+                    }
+                }
+                s
+            })
+            .collect();
+        let mut snap = Snapshot::from_services(generation, services);
+        snap.reset_when_down = snap
+            .services
+            .iter()
+            .map(|s| health.reset_when_down.contains(&s.key))
+            .collect();
+        snap
     }
 
     /// A snapshot of `services` as given. Keys are expected to be unique (as a
@@ -115,6 +148,7 @@ impl Snapshot {
             local_addresses,
             nat_reply_services,
             timeouts: None,
+            reset_when_down: Vec::new(),
         }
     }
 
@@ -164,7 +198,23 @@ impl Snapshot {
     }
 }
 
+/// Health checking's part of a snapshot (see [`Snapshot::build_with_health`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealthOverlay {
+    /// Ids of evicted real servers.
+    pub evicted: std::collections::HashSet<u32>,
+    /// Services whose new TCP connections get an RST when no real server can take them.
+    pub reset_when_down: std::collections::HashSet<ServiceKey>,
+}
+
 impl Snapshot {
+    /// Whether a new TCP connection to service `index` that no real server can take is
+    /// answered with an RST (rather than dropped).
+    #[inline]
+    pub fn resets_when_down(&self, index: usize) -> bool {
+        self.reset_when_down.get(index).copied().unwrap_or(false)
+    }
+
     /// The same snapshot carrying session timeouts for the workers to adopt.
     pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = Some(timeouts);

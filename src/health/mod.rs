@@ -1,0 +1,522 @@
+//! Health checking, run by the management core: active TCP and HTTP probes sent
+//! through the data plane, passive detection from the workers' counts, and the
+//! eviction and restoration of real servers (`lb=evict` / `lb=restore`, seed 004).
+//!
+//! Probes leave through worker 0 (`dataplane::mesh::Mesh::health_inject`), which
+//! fills in the MAC addresses from its neighbour table, and the real servers' answers
+//! (TCP to the probe source address and ports) come back from whichever worker the
+//! NIC gave them to (`Mesh::health_replies`). The monitor owns every probe's state;
+//! workers only move frames. Eviction never touches a weight: the management core
+//! publishes snapshots in which evicted servers are scheduled as weight 0
+//! (`service::HealthOverlay`).
+pub mod probe;
+pub mod spec;
+pub mod verdict;
+
+use crate::service::{HealthOverlay, ServiceKey, ServiceTable};
+use probe::{Check, Endpoints, Probe, Segment};
+use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use verdict::{Change, PassiveDelta, Verdict};
+
+/// Workers' passive counts for one real server, summed over workers (wrapping
+/// counters; the monitor looks at differences).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassiveTotals {
+    pub answered: u32,
+    pub unanswered: u32,
+    pub refused: u32,
+}
+
+/// A change the management core logs and publishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthEvent {
+    pub service: ServiceKey,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub change: Change,
+}
+
+impl HealthEvent {
+    /// The event line of seed 004: `lb=evict svc=VIP:port rs=IP:port reason=2fail`.
+    pub fn line(&self) -> String {
+        let (op, reason) = match &self.change {
+            Change::Evicted { reason } => ("evict", reason),
+            Change::Restored { reason } => ("restore", reason),
+        };
+        format!(
+            "lb={op} svc={}:{}:{} rs={}:{} reason={reason}",
+            self.service.proto.name().to_lowercase(),
+            self.service.vip,
+            self.service.port,
+            self.ip,
+            self.port
+        )
+    }
+}
+
+/// The monitor's own counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MonitorStats {
+    pub probes_sent: u64,
+    pub probes_ok: u64,
+    pub probes_failed: u64,
+    pub probes_timed_out: u64,
+    /// Probes not started: no free source port, or no frame could be queued.
+    pub probes_skipped: u64,
+    pub replies: u64,
+    /// Frames to the probe ports that belong to no probe in flight (late answers).
+    pub stray_replies: u64,
+}
+
+struct Target {
+    service: ServiceKey,
+    ip: Ipv4Addr,
+    port: u16,
+    spec: CheckSpec,
+    verdict: Verdict,
+    next_probe_ms: u64,
+    last_outcome: Option<String>,
+    passive_seen: Option<PassiveTotals>,
+}
+
+struct InFlight {
+    target: u32,
+    probe: Probe,
+    started_ms: u64,
+    deadline_ms: u64,
+}
+
+/// One real server's health, for `sluicectl health` and the metrics.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TargetReport {
+    pub service: String,
+    pub ip: String,
+    pub port: u16,
+    pub check: CheckKind,
+    pub probe_port: u16,
+    pub interval_ms: u32,
+    pub timeout_ms: u32,
+    pub fall: u32,
+    pub rise: u32,
+    pub retry_ms: u32,
+    pub passive: bool,
+    pub evicted: bool,
+    pub evictions: u64,
+    pub restores: u64,
+    pub last_reason: String,
+    pub last_outcome: Option<String>,
+    /// Milliseconds since the last eviction or restoration (none yet: since start).
+    pub since_change_ms: u64,
+}
+
+pub struct HealthMonitor {
+    cfg: HealthConfig,
+    source: Ipv4Addr,
+    service_checks: HashMap<ServiceKey, (CheckOverride, Option<AllDown>)>,
+    server_checks: HashMap<(ServiceKey, Ipv4Addr, u16), CheckOverride>,
+    /// By real-server id.
+    targets: BTreeMap<u32, Target>,
+    /// By local (source) port.
+    in_flight: HashMap<u16, InFlight>,
+    next_port: u16,
+    rng: u64,
+    table_version: Option<u64>,
+    /// The table's services as of the last reconcile.
+    services: Vec<ServiceKey>,
+    pub stats: MonitorStats,
+}
+
+/// What a service and its real servers override, from the config.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub services: HashMap<ServiceKey, (CheckOverride, Option<AllDown>)>,
+    pub servers: HashMap<(ServiceKey, Ipv4Addr, u16), CheckOverride>,
+}
+
+impl HealthMonitor {
+    pub fn new(cfg: HealthConfig, source: Ipv4Addr, overrides: Overrides, seed: u64) -> Self {
+        HealthMonitor {
+            next_port: *cfg.source_ports.start(),
+            cfg,
+            source,
+            service_checks: overrides.services,
+            server_checks: overrides.servers,
+            targets: BTreeMap::new(),
+            in_flight: HashMap::new(),
+            rng: seed | 1,
+            table_version: None,
+            services: Vec::new(),
+            stats: MonitorStats::default(),
+        }
+    }
+
+    /// New settings (a config reload): every server's check is worked out again at
+    /// the next tick; verdicts are kept.
+    pub fn reconfigure(&mut self, cfg: HealthConfig, overrides: Overrides) {
+        self.cfg = cfg;
+        self.service_checks = overrides.services;
+        self.server_checks = overrides.servers;
+        self.table_version = None;
+    }
+
+    pub fn source(&self) -> Ipv4Addr {
+        self.source
+    }
+
+    pub fn source_ports(&self) -> std::ops::RangeInclusive<u16> {
+        self.cfg.source_ports.clone()
+    }
+
+    /// The effective check of a real server.
+    pub fn spec_for(&self, service: ServiceKey, ip: Ipv4Addr, port: u16) -> CheckSpec {
+        let mut spec = self.cfg.defaults.clone();
+        if let Some((o, _)) = self.service_checks.get(&service) {
+            spec = o.apply(&spec);
+        }
+        if let Some(o) = self.server_checks.get(&(service, ip, port)) {
+            spec = o.apply(&spec);
+        }
+        spec
+    }
+
+    /// Evictions and reset-when-down services for the next snapshot.
+    pub fn overlay(&self) -> HealthOverlay {
+        HealthOverlay {
+            evicted: self
+                .targets
+                .iter()
+                .filter(|(_, t)| t.verdict.evicted)
+                .map(|(&id, _)| id)
+                .collect(),
+            reset_when_down: self
+                .services
+                .iter()
+                .filter(|k| self.all_down_for(k) == AllDown::Rst)
+                .copied()
+                .collect(),
+        }
+    }
+
+    /// What a service does when no real server can take a new connection.
+    pub fn all_down_for(&self, service: &ServiceKey) -> AllDown {
+        self.service_checks
+            .get(service)
+            .and_then(|(_, a)| *a)
+            .unwrap_or(self.cfg.all_down)
+    }
+
+    fn random(&mut self) -> u64 {
+        // xorshift64*: enough to spread probes and pick sequence numbers.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Follows the service table: new real servers get a check (first probe at a
+    /// random point of their first interval, so a thousand servers are not probed in
+    /// one burst), removed ones lose theirs. Returns whether anyone's eviction ended
+    /// this way (a removed or unwatched server).
+    fn reconcile(&mut self, table: &ServiceTable, now_ms: u64) -> bool {
+        if self.table_version == Some(table.version()) {
+            return false;
+        }
+        self.table_version = Some(table.version());
+        self.services = table.services().map(|s| s.key).collect();
+        let mut present = std::collections::HashSet::new();
+        let mut changed = false;
+        for s in table.services() {
+            for rs in &s.real_servers {
+                let spec = self.spec_for(s.key, rs.ip, rs.port);
+                if !spec.watches() {
+                    continue;
+                }
+                present.insert(rs.id);
+                let jitter = self.random() % u64::from(spec.interval_ms.max(1));
+                match self.targets.get_mut(&rs.id) {
+                    Some(t) => {
+                        if t.spec.kind != spec.kind && spec.kind != CheckKind::None {
+                            t.next_probe_ms = now_ms + jitter;
+                        }
+                        t.spec = spec;
+                    }
+                    None => {
+                        self.targets.insert(
+                            rs.id,
+                            Target {
+                                service: s.key,
+                                ip: rs.ip,
+                                port: rs.port,
+                                spec,
+                                verdict: Verdict::default(),
+                                next_probe_ms: now_ms + jitter,
+                                last_outcome: None,
+                                passive_seen: None,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        self.targets.retain(|id, t| {
+            let keep = present.contains(id);
+            changed |= !keep && t.verdict.evicted;
+            keep
+        });
+        let targets = &self.targets;
+        self.in_flight
+            .retain(|_, f| targets.contains_key(&f.target));
+        changed
+    }
+
+    /// A frame the workers handed up (TCP to the probe source); `send` transmits.
+    pub fn on_frame(
+        &mut self,
+        frame: &[u8],
+        now_ms: u64,
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Vec<HealthEvent> {
+        self.stats.replies += 1;
+        let Some(seg) = probe::parse_segment(frame) else {
+            self.stats.stray_replies += 1;
+            return Vec::new();
+        };
+        self.on_segment(&seg, now_ms, send)
+    }
+
+    fn on_segment(
+        &mut self,
+        seg: &Segment,
+        now_ms: u64,
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Vec<HealthEvent> {
+        let port = seg.to.port();
+        let Some(f) = self.in_flight.get_mut(&port) else {
+            self.stats.stray_replies += 1;
+            return Vec::new();
+        };
+        if f.probe.ends.remote != seg.from || *seg.to.ip() != self.source {
+            self.stats.stray_replies += 1;
+            return Vec::new();
+        }
+        let mut tx = |b: &[u8]| {
+            send(b);
+        };
+        let Some(outcome) = f.probe.on_segment(seg, &mut tx) else {
+            return Vec::new();
+        };
+        let f = self.in_flight.remove(&port).expect("present above");
+        self.conclude(f.target, f.started_ms, outcome, now_ms)
+    }
+
+    /// A probe's verdict. Probes keep a fixed rate (the next one is due an interval
+    /// after this one started, not after its verdict), so a dead server is evicted
+    /// within `fall * interval + timeout` of its death.
+    fn conclude(
+        &mut self,
+        id: u32,
+        started_ms: u64,
+        outcome: probe::Outcome,
+        now_ms: u64,
+    ) -> Vec<HealthEvent> {
+        let Some(t) = self.targets.get_mut(&id) else {
+            return Vec::new();
+        };
+        let ok = outcome.is_ok();
+        if ok {
+            self.stats.probes_ok += 1;
+        } else {
+            self.stats.probes_failed += 1;
+        }
+        t.last_outcome = Some(match &outcome {
+            Ok(()) => "ok".into(),
+            Err(e) => e.clone(),
+        });
+        let change = t.verdict.on_probe(&t.spec, ok, now_ms);
+        if let Some(delay) = t.verdict.next_probe_in(&t.spec, ok) {
+            t.next_probe_ms = started_ms + delay;
+        }
+        change
+            .map(|change| HealthEvent {
+                service: t.service,
+                ip: t.ip,
+                port: t.port,
+                change,
+            })
+            .into_iter()
+            .collect()
+    }
+
+    /// Timeouts, passive counts, due probes. `passive` gives a real server's summed
+    /// worker counts; `send` queues a frame for transmission (false: not queued).
+    /// Returns the changes and whether the overlay changed for another reason.
+    pub fn tick(
+        &mut self,
+        table: &ServiceTable,
+        now_ms: u64,
+        passive: impl Fn(u32) -> PassiveTotals,
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> (Vec<HealthEvent>, bool) {
+        let reconciled = self.reconcile(table, now_ms);
+        let mut events = Vec::new();
+        let expired: Vec<u16> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| now_ms >= f.deadline_ms)
+            .map(|(&p, _)| p)
+            .collect();
+        for port in expired {
+            let f = self.in_flight.remove(&port).expect("listed above");
+            f.probe.abort(&mut |b| {
+                send(b);
+            });
+            self.stats.probes_timed_out += 1;
+            events.extend(self.conclude(f.target, f.started_ms, Err("timeout".into()), now_ms));
+        }
+        let ids: Vec<u32> = self.targets.keys().copied().collect();
+        for id in ids {
+            let t = self.targets.get_mut(&id).expect("listed above");
+            let totals = passive(id);
+            let delta = match t.passive_seen {
+                Some(seen) => PassiveDelta {
+                    answered: totals.answered.wrapping_sub(seen.answered) & PASSIVE_FIELD_MASK,
+                    unanswered: totals.unanswered.wrapping_sub(seen.unanswered)
+                        & PASSIVE_FIELD_MASK,
+                    refused: totals.refused.wrapping_sub(seen.refused) & PASSIVE_FIELD_MASK,
+                },
+                None => PassiveDelta::default(),
+            };
+            t.passive_seen = Some(totals);
+            let mut changes = Vec::new();
+            changes.extend(t.verdict.on_passive(&t.spec, delta, now_ms));
+            changes.extend(t.verdict.on_time(&t.spec, now_ms));
+            if let Some(Change::Evicted { .. }) = changes.first() {
+                if t.spec.kind != CheckKind::None {
+                    // Passive eviction with an active check: the check restores it,
+                    // after the back-off.
+                    t.next_probe_ms = t.verdict.retry_at_ms;
+                }
+            }
+            let (service, ip, port) = (t.service, t.ip, t.port);
+            events.extend(changes.into_iter().map(|change| HealthEvent {
+                service,
+                ip,
+                port,
+                change,
+            }));
+            let due = t.spec.kind != CheckKind::None
+                && now_ms >= t.next_probe_ms
+                && !self.in_flight.values().any(|f| f.target == id);
+            if due {
+                self.start_probe(id, now_ms, send);
+            }
+        }
+        (events, reconciled)
+    }
+
+    fn start_probe(&mut self, id: u32, now_ms: u64, send: &mut impl FnMut(&[u8]) -> bool) {
+        let Some(port) = self.free_port() else {
+            self.stats.probes_skipped += 1;
+            return;
+        };
+        let isn = self.random() as u32;
+        let jitter = self.random();
+        let source = self.source;
+        let t = self.targets.get_mut(&id).expect("caller checked");
+        let remote = SocketAddrV4::new(t.ip, t.spec.port.unwrap_or(t.port));
+        let check = match t.spec.kind {
+            CheckKind::Http => Check::http(&t.spec.path, t.ip, t.spec.expect),
+            _ => Check::Tcp,
+        };
+        // The next probe is planned now, so a lost frame cannot stop the checks; a
+        // verdict re-plans it. A little jitter keeps servers spread out over time.
+        let interval = u64::from(t.spec.interval_ms);
+        t.next_probe_ms = now_ms + interval + jitter % (interval / 20 + 1);
+        let deadline_ms = now_ms + u64::from(t.spec.timeout_ms);
+        let mut queued = true;
+        let ends = Endpoints {
+            local: SocketAddrV4::new(source, port),
+            remote,
+        };
+        let probe = Probe::start(ends, check, isn, &mut |b| queued &= send(b));
+        if !queued {
+            self.stats.probes_skipped += 1;
+            return;
+        }
+        self.stats.probes_sent += 1;
+        self.in_flight.insert(
+            port,
+            InFlight {
+                target: id,
+                probe,
+                started_ms: now_ms,
+                deadline_ms,
+            },
+        );
+    }
+
+    fn free_port(&mut self) -> Option<u16> {
+        let range = self.cfg.source_ports.clone();
+        let span = u32::from(*range.end() - *range.start()) + 1;
+        for _ in 0..span {
+            let p = self.next_port;
+            self.next_port = if p >= *range.end() {
+                *range.start()
+            } else {
+                p + 1
+            };
+            if !self.in_flight.contains_key(&p) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Every watched real server, in id order.
+    pub fn report(&self, now_ms: u64) -> Vec<TargetReport> {
+        self.targets
+            .values()
+            .map(|t| TargetReport {
+                service: format!(
+                    "{}:{}:{}",
+                    t.service.proto.name().to_lowercase(),
+                    t.service.vip,
+                    t.service.port
+                ),
+                ip: t.ip.to_string(),
+                port: t.port,
+                check: t.spec.kind,
+                probe_port: t.spec.port.unwrap_or(t.port),
+                interval_ms: t.spec.interval_ms,
+                timeout_ms: t.spec.timeout_ms,
+                fall: t.spec.fall,
+                rise: t.spec.rise,
+                retry_ms: t.spec.retry_ms,
+                passive: t.spec.passive,
+                evicted: t.verdict.evicted,
+                evictions: t.verdict.evictions,
+                restores: t.verdict.restores,
+                last_reason: t.verdict.last_reason.clone(),
+                last_outcome: t.last_outcome.clone(),
+                since_change_ms: now_ms.saturating_sub(t.verdict.changed_at_ms),
+            })
+            .collect()
+    }
+
+    /// Evictions so far of real server `id` and whether it is evicted now.
+    pub fn eviction_state(&self, id: u32) -> Option<(bool, u64)> {
+        self.targets
+            .get(&id)
+            .map(|t| (t.verdict.evicted, t.verdict.evictions))
+    }
+}
+
+/// Passive counters wrap at this many bits per field (they share one word per real
+/// server in the workers' tables).
+pub const PASSIVE_FIELD_BITS: u32 = 21;
+pub const PASSIVE_FIELD_MASK: u32 = (1 << PASSIVE_FIELD_BITS) - 1;
+
+#[cfg(test)]
+mod tests;

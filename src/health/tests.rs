@@ -1,0 +1,359 @@
+//! The monitor end to end without a network: probes leave as frames, answers come
+//! back as frames built by the probe module, time is given.
+use super::probe::{parse_segment, write_segment, Endpoints, MAX_FRAME_LEN};
+use super::*;
+use crate::flow::Protocol;
+use crate::sched::SchedulerKind;
+use crate::service::{ForwardMode, RealServerSpec};
+use crate::wire::tcp::TcpFlags;
+
+const SOURCE: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+
+fn key() -> ServiceKey {
+    ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80)
+}
+
+fn table(servers: u8) -> ServiceTable {
+    let mut t = ServiceTable::new();
+    t.add_service(key(), SchedulerKind::Rr, None).unwrap();
+    for i in 0..servers {
+        let spec =
+            RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 11 + i), 8080, 1, ForwardMode::Nat);
+        t.add_server(key(), spec).unwrap();
+    }
+    t
+}
+
+fn monitor(kind: CheckKind) -> HealthMonitor {
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind,
+            interval_ms: 100,
+            timeout_ms: 50,
+            fall: 2,
+            rise: 2,
+            retry_ms: 300,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    HealthMonitor::new(cfg, SOURCE, Overrides::default(), 42)
+}
+
+/// A real server's answer to the probe frame `probe` (flags given).
+fn answer(probe: &[u8], flags: TcpFlags, payload: &[u8]) -> Vec<u8> {
+    let p = parse_segment(probe).unwrap();
+    let ends = Endpoints {
+        local: p.to,
+        remote: p.from,
+    };
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let n = write_segment(
+        &mut buf,
+        &ends,
+        5000,
+        p.seq.wrapping_add(1),
+        flags,
+        None,
+        payload,
+    );
+    buf[..n].to_vec()
+}
+
+struct Net {
+    sent: Vec<Vec<u8>>,
+}
+
+impl Net {
+    fn tick(&mut self, m: &mut HealthMonitor, t: &ServiceTable, now: u64) -> Vec<HealthEvent> {
+        let mut send = |f: &[u8]| {
+            self.sent.push(f.to_vec());
+            true
+        };
+        m.tick(t, now, |_| PassiveTotals::default(), &mut send).0
+    }
+
+    /// SYNs sent since the last call.
+    fn syns(&mut self) -> Vec<Vec<u8>> {
+        let out = self
+            .sent
+            .iter()
+            .filter(|f| parse_segment(f).unwrap().flags == TcpFlags::SYN)
+            .cloned()
+            .collect();
+        self.sent.clear();
+        out
+    }
+}
+
+#[test]
+fn probes_are_spread_over_the_first_interval_and_then_repeat() {
+    let t = table(20);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let mut first_at = Vec::new();
+    for now in 0..100 {
+        net.tick(&mut m, &t, now);
+        for _ in net.syns() {
+            first_at.push(now);
+        }
+    }
+    assert_eq!(first_at.len(), 20, "one probe each in the first interval");
+    let distinct: std::collections::HashSet<_> = first_at.iter().collect();
+    assert!(
+        distinct.len() >= 10,
+        "spread out, not one burst: {first_at:?}"
+    );
+    // Unanswered, they time out after 50 ms: one failure each, nobody evicted yet.
+    for now in 100..150 {
+        assert!(net.tick(&mut m, &t, now).is_empty());
+    }
+    assert_eq!(m.stats.probes_timed_out, 20);
+}
+
+#[test]
+fn silent_server_is_evicted_after_fall_timeouts_and_restored_after_rise_answers() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let mut events = Vec::new();
+    let mut now = 0;
+    while events.is_empty() && now < 1000 {
+        events = net.tick(&mut m, &t, now);
+        now += 1;
+    }
+    let evicted_at = now - 1;
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].line(),
+        "lb=evict svc=tcp:198.18.1.1:80 rs=198.18.0.11:8080 reason=2fail"
+    );
+    // Two probes, each failing at its 50 ms timeout, the second within 2 intervals + timeout.
+    assert!(
+        evicted_at <= 2 * 100 + 50 + 10,
+        "evicted at {evicted_at} ms"
+    );
+    assert_eq!(m.overlay().evicted.len(), 1);
+    net.syns();
+    // Evicted: the next probe starts retry_ms (300 ms) after the failed one started
+    // (which timed out 50 ms later).
+    let mut next_syn = None;
+    for n in evicted_at + 1..evicted_at + 400 {
+        net.tick(&mut m, &t, n);
+        if let Some(s) = net.syns().pop() {
+            next_syn = Some((n, s));
+            break;
+        }
+    }
+    let (at, syn) = next_syn.expect("a retry probe");
+    assert!(at >= evicted_at + 250, "retry after {} ms", at - evicted_at);
+    // It answers twice (rise 2): restored.
+    let synack = answer(&syn, TcpFlags::SYN | TcpFlags::ACK, &[]);
+    let mut send = |_: &[u8]| true;
+    assert!(m.on_frame(&synack, at + 1, &mut send).is_empty());
+    let mut restored = Vec::new();
+    for n in at + 2..at + 300 {
+        net.tick(&mut m, &t, n);
+        if let Some(s) = net.syns().pop() {
+            let a = answer(&s, TcpFlags::SYN | TcpFlags::ACK, &[]);
+            restored = m.on_frame(&a, n, &mut send);
+            break;
+        }
+    }
+    assert_eq!(restored.len(), 1, "restored by the second answer");
+    assert!(
+        restored[0].line().starts_with("lb=restore"),
+        "{}",
+        restored[0].line()
+    );
+    assert!(m.overlay().evicted.is_empty());
+    assert_eq!(m.stats.probes_ok, 2);
+}
+
+#[test]
+fn refused_probes_evict_without_waiting_for_the_timeout() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let mut send = |_: &[u8]| true;
+    let mut events = Vec::new();
+    for now in 0..300 {
+        net.tick(&mut m, &t, now);
+        for s in net.syns() {
+            let rst = answer(&s, TcpFlags::RST | TcpFlags::ACK, &[]);
+            events.extend(m.on_frame(&rst, now, &mut send));
+        }
+        if !events.is_empty() {
+            // Second refusal: at most one interval after the first probe.
+            assert!(now < 200, "evicted at {now}");
+            break;
+        }
+    }
+    assert_eq!(events.len(), 1);
+    assert_eq!(m.stats.probes_timed_out, 0);
+    assert_eq!(m.report(0)[0].last_outcome.as_deref(), Some("refused"));
+}
+
+#[test]
+fn http_check_evicts_a_server_answering_500() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Http);
+    let mut net = Net { sent: Vec::new() };
+    let mut send = |_: &[u8]| true;
+    let mut events = Vec::new();
+    for now in 0..300 {
+        net.tick(&mut m, &t, now);
+        for s in net.syns() {
+            let synack = answer(&s, TcpFlags::SYN | TcpFlags::ACK, &[]);
+            let mut request = Vec::new();
+            let mut capture = |f: &[u8]| {
+                request.push(f.to_vec());
+                true
+            };
+            assert!(m.on_frame(&synack, now, &mut capture).is_empty());
+            let req = parse_segment(&request[0]).unwrap();
+            assert!(req.payload.starts_with(b"GET / HTTP/1.0"));
+            // The server's status line, at its next sequence number.
+            let ends = Endpoints {
+                local: req.to,
+                remote: req.from,
+            };
+            let mut buf = [0u8; MAX_FRAME_LEN];
+            let n = write_segment(
+                &mut buf,
+                &ends,
+                5001,
+                req.seq.wrapping_add(req.payload.len() as u32),
+                TcpFlags::ACK | TcpFlags::PSH,
+                None,
+                b"HTTP/1.0 500 Internal Server Error\r\n\r\n",
+            );
+            events.extend(m.on_frame(&buf[..n], now, &mut send));
+        }
+        if !events.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(events.len(), 1, "two 500s evict");
+    assert_eq!(m.report(0)[0].last_outcome.as_deref(), Some("status 500"));
+}
+
+#[test]
+fn answers_from_elsewhere_are_stray() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let mut syn = None;
+    for now in 0..100 {
+        net.tick(&mut m, &t, now);
+        if let Some(s) = net.syns().pop() {
+            syn = Some(s);
+            break;
+        }
+    }
+    let syn = syn.unwrap();
+    let p = parse_segment(&syn).unwrap();
+    // The right ports, the wrong server.
+    let ends = Endpoints {
+        local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 99), p.to.port()),
+        remote: p.from,
+    };
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let n = write_segment(
+        &mut buf,
+        &ends,
+        1,
+        p.seq + 1,
+        TcpFlags::SYN | TcpFlags::ACK,
+        None,
+        &[],
+    );
+    let mut send = |_: &[u8]| true;
+    assert!(m.on_frame(&buf[..n], 100, &mut send).is_empty());
+    assert!(m.on_frame(b"not a frame", 100, &mut send).is_empty());
+    assert_eq!(m.stats.stray_replies, 2);
+    assert_eq!(m.stats.probes_ok, 0);
+}
+
+#[test]
+fn passive_counts_evict_and_removal_ends_an_eviction() {
+    let mut t = table(2);
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            passive: true,
+            passive_fall: 3,
+            retry_ms: 1000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 7);
+    let ids: Vec<u32> = t
+        .get(key())
+        .unwrap()
+        .real_servers
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    let mut send = |_: &[u8]| -> bool { panic!("no active check: nothing is sent") };
+    let counts = std::cell::Cell::new(0u32);
+    let passive = |id: u32| PassiveTotals {
+        unanswered: if id == ids[0] { counts.get() } else { 0 },
+        answered: if id == ids[1] { counts.get() } else { 0 },
+        refused: 0,
+    };
+    assert!(m.tick(&t, 0, passive, &mut send).0.is_empty());
+    counts.set(2);
+    assert!(m.tick(&t, 1, passive, &mut send).0.is_empty());
+    counts.set(3);
+    let (events, _) = m.tick(&t, 2, passive, &mut send);
+    assert_eq!(events.len(), 1);
+    assert!(
+        events[0].line().ends_with("reason=passive-3fail"),
+        "{}",
+        events[0].line()
+    );
+    assert_eq!(m.overlay().evicted, [ids[0]].into_iter().collect());
+    // After the back-off it is tried again (probation).
+    let (events, _) = m.tick(&t, 1002, passive, &mut send);
+    assert!(events[0].line().starts_with("lb=restore"), "{events:?}");
+    // Evict again, then remove it from the service: the eviction goes with it.
+    counts.set(10);
+    assert_eq!(m.tick(&t, 1003, passive, &mut send).0.len(), 1);
+    t.delete_server(key(), Ipv4Addr::new(198, 18, 0, 11), 8080)
+        .unwrap();
+    m.tick(&t, 1004, passive, &mut send);
+    assert!(m.overlay().evicted.is_empty());
+}
+
+#[test]
+fn overrides_and_all_down_per_service() {
+    let t = table(2);
+    let mut o = Overrides::default();
+    o.services.insert(
+        key(),
+        (
+            CheckOverride {
+                kind: Some(CheckKind::Http),
+                path: Some("/health".into()),
+                ..Default::default()
+            },
+            Some(AllDown::Rst),
+        ),
+    );
+    o.servers.insert(
+        (key(), Ipv4Addr::new(198, 18, 0, 12), 8080),
+        CheckOverride {
+            kind: Some(CheckKind::Tcp),
+            port: Some(9000),
+            ..Default::default()
+        },
+    );
+    let mut m = HealthMonitor::new(HealthConfig::default(), SOURCE, o, 1);
+    let mut send = |_: &[u8]| true;
+    m.tick(&t, 0, |_| PassiveTotals::default(), &mut send);
+    let r = m.report(0);
+    assert_eq!((r[0].check, r[0].probe_port), (CheckKind::Http, 8080));
+    assert_eq!((r[1].check, r[1].probe_port), (CheckKind::Tcp, 9000));
+    assert_eq!(m.overlay().reset_when_down, [key()].into_iter().collect());
+}
