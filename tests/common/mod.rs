@@ -939,6 +939,11 @@ impl BackgroundProcess {
         text(&self.stderr)
     }
 
+    /// Waits at most `timeout` for the process to exit on its own; its exit status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        wait_with_deadline(&mut self.child, timeout)
+    }
+
     /// Still running?
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -1260,6 +1265,18 @@ impl AppLab {
     /// Starts `e2e_apps.py serve --name rsI` on every real server with these listen
     /// addresses (`ADDR:PORT`) and waits until each has bound its sockets.
     pub fn start_servers(&mut self, http: &[String], udp: &[String]) {
+        let listen: Vec<(&str, &str)> = http
+            .iter()
+            .map(|h| ("--http", h.as_str()))
+            .chain(udp.iter().map(|u| ("--udp", u.as_str())))
+            .collect();
+        self.start_servers_listening(&listen);
+    }
+
+    /// As [`start_servers`](AppLab::start_servers), with any of `serve`'s listen
+    /// options as (option, `ADDR:PORT`) pairs: `("--http", ..)`, `("--udp", ..)`,
+    /// `("--echo", ..)`.
+    pub fn start_servers_listening(&mut self, listen: &[(&str, &str)]) {
         for i in 1..=self.bed.rs_count() {
             let ready = self.dir.path().join(format!("rs{i}.ready"));
             let mut args: Vec<String> = vec![
@@ -1273,11 +1290,8 @@ impl AppLab {
                 "--ready".into(),
                 ready.to_string_lossy().into_owned(),
             ];
-            for h in http {
-                args.extend(["--http".into(), h.clone()]);
-            }
-            for u in udp {
-                args.extend(["--udp".into(), u.clone()]);
+            for (option, addr) in listen {
+                args.extend([option.to_string(), addr.to_string()]);
             }
             let argv: Vec<&str> = args.iter().map(String::as_str).collect();
             let mut p = BackgroundProcess::spawn(Some(self.bed.rs_ns(i)), &argv);

@@ -3,6 +3,7 @@
 bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
 
     e2e_apps.py serve --name NAME --log FILE --ready FILE [--http ADDR:PORT]... [--udp ADDR:PORT]...
+                      [--echo ADDR:PORT]...
         A real server. HTTP on each --http address: every GET is answered with
         "NAME\\n", every POST with "NAME BYTES_RECEIVED\\n" (HTTP/1.0, connection
         closed), and logged as
@@ -10,8 +11,11 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         address: each datagram is answered with b"NAME " + the datagram, from the
         address it was sent to (bind to the VIP for direct routing), and logged as
         "udp CLIENT_IP CLIENT_PORT LOCAL_IP:LOCAL_PORT". The log is flushed per line.
-        FILE given with --ready is created once every socket is bound. Runs until
-        SIGTERM/SIGINT.
+        Line echo on each --echo address (TCP, keep-alive): every line received is
+        answered with "NAME LINE\\n" on the same connection until the client closes;
+        each accepted connection is logged as "echo CLIENT_IP CLIENT_PORT
+        LOCAL_IP:LOCAL_PORT". FILE given with --ready is created once every socket is
+        bound. Runs until SIGTERM/SIGINT.
 
     e2e_apps.py decap --tun DEV --log FILE --ready FILE
         A user-space IP-in-IP (RFC 2003) decapsulator for a real server whose kernel
@@ -33,6 +37,23 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         given, an ephemeral one otherwise): send b"ping I", wait for one reply.
         Prints one JSON object: {"ok": N_OK, "replies": ["...", ...], "failures": [...],
         "last_reply_at": UNIX_TIME}. Exit 0 when every exchange got its reply.
+
+    e2e_apps.py stream ADDR PORT [--long N] [--interval-ms MS] [--new-per-s R]
+                      [--duration S] [--timeout S] --out FILE [--ready FILE] [--stop FILE]
+        Traffic against line-echo servers (serve --echo), for hot changes under load.
+        N long-lived connections, each sending "L<i> <seq>" every MS milliseconds and
+        checking every answer: the echo of that line, always from the same server.
+        Meanwhile R new short connections a second (each: connect, one "N<j>" line,
+        its answer, close), each recorded with wall-clock (time.time()) stamps: t_start
+        before connect, t_connected when connect returned (null if it never did), t_end
+        after the close or the failure, and the server that answered or the failure.
+        FILE given with --ready is created once every long connection got its first
+        answer (or failed). Stops after S seconds or as soon as the --stop file exists,
+        whichever comes first; every socket operation is bounded by --timeout. Writes
+        one JSON object to --out (atomically) and prints it:
+        {"long": [{"server", "sent", "ok", "failures": [...]}],
+         "new": [{"t_start", "t_connected", "t_end", "server", "error"}],
+         "seconds": ELAPSED}. Exit 0 when nothing failed.
 """
 
 import argparse
@@ -41,6 +62,7 @@ import json
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -99,7 +121,25 @@ def cmd_serve(args):
         daemon_threads = True
         request_queue_size = 128
 
+    class EchoHandler(socketserver.StreamRequestHandler):
+        def handle(self):
+            client_ip, client_port = self.client_address[:2]
+            local = self.connection.getsockname()
+            log.line(f"echo {client_ip} {client_port} {local[0]}:{local[1]}")
+            try:
+                for line in self.rfile:
+                    self.wfile.write(name.encode() + b" " + line.rstrip(b"\r\n") + b"\n")
+                    self.wfile.flush()
+            except OSError:
+                pass  # the client's problem: it records the failure
+
+    class EchoServer(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+        request_queue_size = 128
+
     servers = [Server(addr_port(a), Handler) for a in args.http]
+    servers += [EchoServer(addr_port(a), EchoHandler) for a in args.echo]
     udp_socks = []
     for a in args.udp:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -120,7 +160,7 @@ def cmd_serve(args):
         threading.Thread(target=udp_loop, args=(s,), daemon=True).start()
     if args.ready:
         write_ready(args.ready)
-    print(f"{name}: serving http {args.http} udp {args.udp}", flush=True)
+    print(f"{name}: serving http {args.http} udp {args.udp} echo {args.echo}", flush=True)
     wait_for_stop()
     return 0
 
@@ -242,6 +282,123 @@ def cmd_udp(args):
     return 0 if not failures else 1
 
 
+class LineConn:
+    """A TCP connection exchanging lines, every operation bounded by `timeout`."""
+
+    def __init__(self, addr, port, timeout):
+        self.sock = socket.create_connection((addr, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rfile = self.sock.makefile("rb")
+
+    def ask(self, line):
+        """Sends `line`, returns (server, None) for a correct echo, else (None, why)."""
+        self.sock.sendall(line.encode() + b"\n")
+        answer = self.rfile.readline()
+        if not answer.endswith(b"\n"):
+            return None, f"{line!r}: answer {answer!r} (connection closed?)"
+        server, _, echoed = answer.decode(errors="replace").rstrip("\n").partition(" ")
+        if echoed != line:
+            return None, f"{line!r}: answer {answer!r} is not its echo"
+        return server, None
+
+    def close(self):
+        self.rfile.close()
+        self.sock.close()
+
+
+def cmd_stream(args):
+    start = time.time()
+    deadline = start + args.duration
+    stop = threading.Event()
+
+    def stopping():
+        return stop.is_set() or time.time() >= deadline or (args.stop and os.path.exists(args.stop))
+
+    def long_conn(i, rec, started):
+        seq, conn = 0, None
+        try:
+            conn = LineConn(args.addr, args.port, args.timeout)
+            while True:
+                line = f"L{i} {seq}"
+                seq += 1
+                rec["sent"] += 1
+                server, err = conn.ask(line)
+                if err:
+                    rec["failures"].append(err)
+                    return
+                if rec["server"] is None:
+                    rec["server"] = server
+                    started.set()
+                elif server != rec["server"]:
+                    rec["failures"].append(f"{line!r}: answered by {server}, not {rec['server']}")
+                    return
+                rec["ok"] += 1
+                if stop.wait(args.interval_ms / 1000.0):
+                    return
+        except OSError as e:
+            rec["failures"].append(f"#{seq}: {e!r}")
+        finally:
+            started.set()
+            if conn:
+                conn.close()
+
+    def new_conn(j):
+        rec = {"t_start": time.time(), "t_connected": None, "t_end": None, "server": None, "error": None}
+        conn = None
+        try:
+            conn = LineConn(args.addr, args.port, args.timeout)
+            rec["t_connected"] = time.time()
+            server, err = conn.ask(f"N{j}")
+            rec["server"], rec["error"] = server, err
+        except OSError as e:
+            rec["error"] = repr(e)
+        finally:
+            if conn:
+                conn.close()
+            rec["t_end"] = time.time()
+        return rec
+
+    longs = [{"server": None, "sent": 0, "ok": 0, "failures": []} for _ in range(args.long)]
+    started = [threading.Event() for _ in range(args.long)]
+    threads = [threading.Thread(target=long_conn, args=(i, longs[i], started[i]), daemon=True)
+               for i in range(args.long)]
+    for t in threads:
+        t.start()
+    for e in started:
+        e.wait(max(0.0, deadline - time.time()))
+    if args.ready:
+        write_ready(args.ready)
+
+    futures = []
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        j, period = 0, 1.0 / args.new_per_s if args.new_per_s > 0 else None
+        next_at = time.time()
+        while not stopping():
+            if period is None:
+                time.sleep(0.05)
+                continue
+            if time.time() >= next_at:
+                futures.append(pool.submit(new_conn, j))
+                j += 1
+                next_at += period
+            time.sleep(max(0.0, min(0.05, next_at - time.time())))
+        stop.set()
+        new = [f.result() for f in futures]
+    for t in threads:
+        t.join(args.timeout + args.interval_ms / 1000.0 + 1)
+        if t.is_alive():
+            longs[threads.index(t)]["failures"].append("still running at the end")
+    out = {"long": longs, "new": new, "seconds": round(time.time() - start, 3)}
+    text = json.dumps(out)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text + "\n")
+    os.rename(tmp, args.out)
+    print(text)
+    failed = any(r["failures"] or r["server"] is None for r in longs) or any(r["error"] for r in new)
+    return 1 if failed else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -251,6 +408,7 @@ def main():
     s.add_argument("--ready")
     s.add_argument("--http", action="append", default=[])
     s.add_argument("--udp", action="append", default=[])
+    s.add_argument("--echo", action="append", default=[])
     c = sub.add_parser("curl")
     c.add_argument("url")
     c.add_argument("--count", type=int, required=True)
@@ -267,8 +425,20 @@ def main():
     u.add_argument("--count", type=int, required=True)
     u.add_argument("--sport-base", type=int, default=0)
     u.add_argument("--timeout", type=float, default=2.0)
+    st = sub.add_parser("stream")
+    st.add_argument("addr")
+    st.add_argument("port", type=int)
+    st.add_argument("--long", type=int, default=20)
+    st.add_argument("--interval-ms", type=int, default=50)
+    st.add_argument("--new-per-s", type=float, default=20.0)
+    st.add_argument("--duration", type=float, default=30.0)
+    st.add_argument("--timeout", type=float, default=5.0)
+    st.add_argument("--out", required=True)
+    st.add_argument("--ready")
+    st.add_argument("--stop")
     args = p.parse_args()
-    return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap}[args.cmd](args)
+    return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap,
+            "stream": cmd_stream}[args.cmd](args)
 
 
 if __name__ == "__main__":
