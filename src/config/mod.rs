@@ -48,6 +48,9 @@ pub struct Config {
     pub timeouts: TimeoutsConfig,
     /// Session table sizing; defaults when there is no `[sessions]`.
     pub sessions: SessionsConfig,
+    /// Health checking's defaults and probe source; defaults when there is no
+    /// `[health]` (no active check, no passive detection).
+    pub health: crate::health::spec::HealthConfig,
     /// The virtual services, in file order (none when there is no `[[services]]`).
     pub services: Vec<ServiceConfig>,
 }
@@ -228,6 +231,11 @@ pub struct ServiceConfig {
     pub sched_flags: crate::sched::SchedFlags,
     /// Maglev table size (mh), a prime; the default 65537 when `None`.
     pub mh_table_size: Option<u32>,
+    /// The service's `health` table: what it changes in `[health]`'s check.
+    pub health: crate::health::spec::CheckOverride,
+    /// What new connections get when no real server can take them; `[health]`'s
+    /// `all_down` when `None`.
+    pub all_down: Option<crate::health::spec::AllDown>,
     /// The line of the service's `[[services]]` header (or inline table), so later
     /// errors about the service (e.g. from the data plane) can point at it.
     pub line: usize,
@@ -242,6 +250,8 @@ pub struct RealServerConfig {
     /// `-w`: 0..=65535; 0 takes no new sessions (drain).
     pub weight: u32,
     pub mode: ForwardMode,
+    /// The real server's `health` table: what it changes in its service's check.
+    pub health: crate::health::spec::CheckOverride,
     /// `-x`: stop sending new sessions at this many active ones (0 = no limit).
     pub upper: u32,
     /// `-y`: resume below this many (0 = IPVS's default of 3/4 of `upper`).

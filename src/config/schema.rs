@@ -15,12 +15,16 @@ use super::{
     Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig,
     PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig,
 };
+use crate::health::spec::{
+    AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
+};
 use crate::flow::Protocol;
 use crate::sched::{SchedFlags, SchedulerKind};
 use crate::service::model::{ForwardMode, ServiceKey, MAX_LOCAL_ADDRESSES};
 
 const ROOT_KEYS: &[&str] = &[
-    "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "services",
+    "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health",
+    "services",
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
@@ -67,9 +71,33 @@ const SERVICE_KEYS: &[&str] = &[
     "toa",
     "scheduler_flags",
     "mh_table_size",
+    "health",
     "real_servers",
 ];
-const REAL_SERVER_KEYS: &[&str] = &["ip", "port", "weight", "mode", "upper", "lower"];
+const REAL_SERVER_KEYS: &[&str] = &["ip", "port", "weight", "mode", "upper", "lower", "health"];
+/// The keys of a check, in `[health]` (defaults), a service's and a real server's
+/// `health` table.
+const CHECK_KEYS: &[&str] = &[
+    "check",
+    "interval_ms",
+    "timeout_ms",
+    "fall",
+    "rise",
+    "retry_ms",
+    "port",
+    "path",
+    "expect",
+    "passive",
+    "passive_fall",
+];
+/// `[health]` alone: where probes come from and appliance-wide behaviour.
+const HEALTH_ONLY_KEYS: &[&str] = &[
+    "source",
+    "source_port_first",
+    "source_port_last",
+    "passive_syn_ms",
+    "all_down",
+];
 
 const DEFAULT_SOCKET: &str = "/run/sluice/sluice.sock";
 const DEFAULT_DESC: u16 = 1024;
@@ -95,7 +123,8 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let loopback = read_loopback(&root, &ports)?;
     let timeouts = read_timeouts(&root)?;
     let sessions = read_sessions(&root)?;
-    let services = read_services(&root, &ports, source)?;
+    let health = read_health(&root)?;
+    let services = read_services(&root, &ports, source, &health.defaults)?;
     Ok(Config {
         path: source.path.to_path_buf(),
         eal,
@@ -105,8 +134,106 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
         loopback,
         timeouts,
         sessions,
+        health,
         services,
     })
+}
+
+/// `[health]`: the default check of every real server plus the probe source.
+fn read_health(root: &Table) -> Check<HealthConfig> {
+    let d = HealthConfig::default();
+    let keys: Vec<&str> = CHECK_KEYS.iter().chain(HEALTH_ONLY_KEYS).copied().collect();
+    let Some(t) = root.table("health", &keys)? else {
+        return Ok(d);
+    };
+    let defaults = read_check_fields(&t)?.apply(&d.defaults);
+    check_spec(&t, &defaults)?;
+    let first = t.or("source_port_first", *d.source_ports.start(), fields::local_port)?;
+    let last = t.or("source_port_last", *d.source_ports.end(), fields::local_port)?;
+    if first > last {
+        let f = t.get("source_port_last").or_else(|| t.get("source_port_first"));
+        if let Some(f) = f {
+            return Err(f.invalid(format!(
+                "source_port_first {first} is above source_port_last {last}"
+            )));
+        }
+    }
+    Ok(HealthConfig {
+        source: t.optional("source", |f| {
+            f.str()?
+                .parse::<Ipv4Addr>()
+                .map_err(|_| f.invalid("expected an IPv4 address, for example \"198.18.0.1\""))
+        })?,
+        source_ports: first..=last,
+        defaults,
+        all_down: t.or("all_down", d.all_down, read_all_down)?,
+        passive_syn_ms: t.or("passive_syn_ms", d.passive_syn_ms, |f| f.int(1..=60_000))?,
+    })
+}
+
+fn read_all_down(f: &Field) -> Check<AllDown> {
+    AllDown::parse(f.str()?).ok_or_else(|| {
+        f.invalid("expected \"drop\" (new connections are dropped) or \"rst\" (new TCP connections get an RST)")
+    })
+}
+
+/// The check keys of a `health` table, each validated on its own.
+fn read_check_fields(t: &Table) -> Check<CheckOverride> {
+    Ok(CheckOverride {
+        kind: t.optional("check", |f| {
+            CheckKind::parse(f.str()?)
+                .ok_or_else(|| f.invalid("expected \"none\", \"tcp\" or \"http\""))
+        })?,
+        interval_ms: t.optional("interval_ms", |f| f.int(10..=3_600_000))?,
+        timeout_ms: t.optional("timeout_ms", |f| f.int(1..=3_600_000))?,
+        fall: t.optional("fall", |f| f.int(1..=1000))?,
+        rise: t.optional("rise", |f| f.int(1..=1000))?,
+        retry_ms: t.optional("retry_ms", |f| f.int(10..=86_400_000))?,
+        port: t.optional("port", fields::l4_port)?,
+        path: t.optional("path", |f| {
+            let path = f.str()?;
+            if !path.starts_with('/')
+                || path.len() > MAX_PATH_LEN
+                || path.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(f.invalid(format!(
+                    "expected an HTTP path starting with '/', without spaces, at most {MAX_PATH_LEN} bytes"
+                )));
+            }
+            Ok(path.to_string())
+        })?,
+        expect: t.optional("expect", |f| f.int(100..=599))?,
+        passive: t.optional("passive", Field::bool)?,
+        passive_fall: t.optional("passive_fall", |f| f.int(1..=1000))?,
+    })
+}
+
+/// The rules across a check's fields, pointed at the field that breaks them.
+fn check_spec(t: &Table, spec: &CheckSpec) -> Check<()> {
+    if let Err((field, why)) = spec.validate() {
+        return Err(match t.get(field).or_else(|| t.get("interval_ms")) {
+            Some(f) => f.invalid(why),
+            None => t.missing(field, &why),
+        });
+    }
+    Ok(())
+}
+
+/// A service's or real server's `health` table: its overrides, checked against the
+/// checks they produce from `base`.
+fn read_check_override(
+    t: &Table,
+    key: &str,
+    base: &CheckSpec,
+    extra: &[&str],
+) -> Check<(CheckOverride, Option<Table>)> {
+    let keys: Vec<&str> = CHECK_KEYS.iter().chain(extra).copied().collect();
+    let Some(h) = t.table(key, &keys)? else {
+        return Ok((CheckOverride::default(), None));
+    };
+    let o = read_check_fields(&h)?;
+    check_spec(&h, &o.apply(base))?;
+    Ok((o, Some(h)))
 }
 
 fn read_eal(root: &Table) -> Check<EalConfig> {
@@ -506,7 +633,12 @@ struct ServiceRead {
 }
 
 /// `[[services]]`: zero or more, each (protocol, VIP, port) at most once.
-fn read_services(root: &Table, ports: &[PortRead], source: &Source) -> Check<Vec<ServiceConfig>> {
+fn read_services(
+    root: &Table,
+    ports: &[PortRead],
+    source: &Source,
+    checks: &CheckSpec,
+) -> Check<Vec<ServiceConfig>> {
     let Some(list) = root.get("services") else {
         return Ok(Vec::new());
     };
@@ -514,7 +646,7 @@ fn read_services(root: &Table, ports: &[PortRead], source: &Source) -> Check<Vec
     let mut seen: HashMap<ServiceKey, String> = HashMap::new();
     let mut services = Vec::with_capacity(items.len());
     for item in &items {
-        let service = read_service(item, ports, source)?;
+        let service = read_service(item, ports, source, checks)?;
         let key = service.config.key;
         claim_with(&mut seen, key, &item.location(), |first| {
             format!("service {key} is defined twice: {first} has the same protocol, VIP and port")
@@ -525,7 +657,12 @@ fn read_services(root: &Table, ports: &[PortRead], source: &Source) -> Check<Vec
     Ok(services.into_iter().map(|s| s.config).collect())
 }
 
-fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<ServiceRead> {
+fn read_service(
+    f: &Field,
+    ports: &[PortRead],
+    source: &Source,
+    checks: &CheckSpec,
+) -> Check<ServiceRead> {
     let t = f.table(SERVICE_KEYS)?;
     let proto = fields::protocol(&t.require("proto")?)?;
     let vip_field = t.require("vip")?;
@@ -560,7 +697,12 @@ fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<Service
         }
         Ok(toa)
     })?;
-    let real_servers = read_real_servers(&t, port, ports)?;
+    let (health, health_table) = read_check_override(&t, "health", checks, &["all_down"])?;
+    let all_down = match &health_table {
+        Some(h) => h.optional("all_down", read_all_down)?,
+        None => None,
+    };
+    let real_servers = read_real_servers(&t, port, ports, &health.apply(checks))?;
     check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
     Ok(ServiceRead {
         config: ServiceConfig {
@@ -572,6 +714,8 @@ fn read_service(f: &Field, ports: &[PortRead], source: &Source) -> Check<Service
             toa,
             sched_flags,
             mh_table_size,
+            health,
+            all_down,
             line: source.line(f.node.start()),
         },
         path: f.path.clone(),
@@ -703,6 +847,7 @@ fn read_real_servers(
     t: &Table,
     service_port: u16,
     ports: &[PortRead],
+    checks: &CheckSpec,
 ) -> Check<Vec<RealServerConfig>> {
     let Some(list) = t.get("real_servers") else {
         return Ok(Vec::new());
@@ -711,7 +856,7 @@ fn read_real_servers(
     let mut seen: HashMap<(Ipv4Addr, u16), String> = HashMap::new();
     let mut servers = Vec::with_capacity(items.len());
     for item in &items {
-        let rs = read_real_server(item, service_port, ports)?;
+        let rs = read_real_server(item, service_port, ports, checks)?;
         claim_with(&mut seen, (rs.ip, rs.port), &item.location(), |first| {
             format!(
                 "real server {}:{} is already in this service ({first})",
@@ -723,7 +868,12 @@ fn read_real_servers(
     Ok(servers)
 }
 
-fn read_real_server(f: &Field, service_port: u16, ports: &[PortRead]) -> Check<RealServerConfig> {
+fn read_real_server(
+    f: &Field,
+    service_port: u16,
+    ports: &[PortRead],
+    checks: &CheckSpec,
+) -> Check<RealServerConfig> {
     let t = f.table(REAL_SERVER_KEYS)?;
     let ip_field = t.require("ip")?;
     let ip = fields::real_server_ip(&ip_field)?;
@@ -754,11 +904,13 @@ fn read_real_server(f: &Field, service_port: u16, ports: &[PortRead]) -> Check<R
         }
         Ok(lower)
     })?;
+    let (health, _) = read_check_override(&t, "health", checks, &[])?;
     Ok(RealServerConfig {
         ip,
         port,
         weight,
         mode,
+        health,
         upper,
         lower,
     })

@@ -130,12 +130,7 @@ pub const EVENTS_KEPT: usize = 256;
 
 /// `vip:port/proto`, one token for `key=value` event lines.
 fn svc(key: &ServiceKey) -> String {
-    format!(
-        "{}:{}/{}",
-        key.vip,
-        key.port,
-        key.proto.name().to_ascii_lowercase()
-    )
+    key.event_name()
 }
 
 /// The event line of a change request (seed 004's `lb=...` style).

@@ -1358,6 +1358,7 @@ mod tests {
                     port,
                     weight: 1,
                     mode,
+                    health: Default::default(),
                     upper: 0,
                     lower: 0,
                 })
@@ -1366,6 +1367,8 @@ mod tests {
             sched_flags: Default::default(),
             mh_table_size: None,
             toa: false,
+            health: Default::default(),
+            all_down: None,
             line: 1,
         }
     }

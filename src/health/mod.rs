@@ -46,10 +46,8 @@ impl HealthEvent {
             Change::Restored { reason } => ("restore", reason),
         };
         format!(
-            "lb={op} svc={}:{}:{} rs={}:{} reason={reason}",
-            self.service.proto.name().to_lowercase(),
-            self.service.vip,
-            self.service.port,
+            "lb={op} svc={} rs={}:{} reason={reason}",
+            self.service.event_name(),
             self.ip,
             self.port
         )
@@ -479,12 +477,7 @@ impl HealthMonitor {
         self.targets
             .values()
             .map(|t| TargetReport {
-                service: format!(
-                    "{}:{}:{}",
-                    t.service.proto.name().to_lowercase(),
-                    t.service.vip,
-                    t.service.port
-                ),
+                service: t.service.event_name(),
                 ip: t.ip.to_string(),
                 port: t.port,
                 check: t.spec.kind,

@@ -126,7 +126,7 @@ fn silent_server_is_evicted_after_fall_timeouts_and_restored_after_rise_answers(
     assert_eq!(events.len(), 1);
     assert_eq!(
         events[0].line(),
-        "lb=evict svc=tcp:198.18.1.1:80 rs=198.18.0.11:8080 reason=2fail"
+        "lb=evict svc=198.18.1.1:80/tcp rs=198.18.0.11:8080 reason=2fail"
     );
     // Two probes, each failing at its 50 ms timeout, the second within 2 intervals + timeout.
     assert!(

@@ -92,6 +92,16 @@ impl ServiceKey {
     pub fn new(proto: Protocol, vip: Ipv4Addr, port: u16) -> Self {
         ServiceKey { proto, vip, port }
     }
+
+    /// How event lines name a service: `198.18.1.1:80/tcp`.
+    pub fn event_name(&self) -> String {
+        format!(
+            "{}:{}/{}",
+            self.vip,
+            self.port,
+            self.proto.name().to_ascii_lowercase()
+        )
+    }
 }
 
 impl Serialize for ForwardMode {
