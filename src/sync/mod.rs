@@ -11,4 +11,6 @@
 //!   worker owns a synced session.
 //! - [`vrrp`]: the VRRPv3 (RFC 5798) state machine; the packet is `crate::wire::vrrp`.
 pub mod auth;
+pub mod events;
+pub mod receiver;
 pub mod wire;
