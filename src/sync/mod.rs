@@ -13,4 +13,5 @@
 pub mod auth;
 pub mod events;
 pub mod receiver;
+pub mod vrrp;
 pub mod wire;
