@@ -7,11 +7,13 @@
 //! - [`wire`]: the versioned sync message format (header, records, builder).
 //! - [`auth`]: the optional HMAC-SHA256 trailer.
 //! - [`events`]: per-worker bounded event rings and the IPVS-style sync policy.
+//! - [`sender`]: batching drained events into messages, dumps, resync requests.
 //! - [`receiver`]: validation of a received datagram, reject counters, and which
 //!   worker owns a synced session.
 //! - [`vrrp`]: the VRRPv3 (RFC 5798) state machine; the packet is `crate::wire::vrrp`.
 pub mod auth;
 pub mod events;
 pub mod receiver;
+pub mod sender;
 pub mod vrrp;
 pub mod wire;
