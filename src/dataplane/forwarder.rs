@@ -139,7 +139,7 @@ fn extend_template(
 /// puts it on an arbitrary queue; the owner is found by hashing the request tuple,
 /// whose VIP the snapshot gives (the first service using that real server in NAT mode
 /// when several do). Redirected packets are never redirected again.
-fn nat_reply_owner(
+pub(crate) fn nat_reply_owner(
     snap: &crate::service::Snapshot,
     rss: &RssView,
     key: &FlowKey4,
