@@ -10,8 +10,8 @@ use crate::dataplane::realserver_stats::{
 };
 use crate::sched::SchedulerKind;
 use crate::service::{
-    HealthOverlay, Persistence, RealServerSpec, ServiceError, ServiceKey, ServiceTable, Snapshot,
-    SnapshotPublisher,
+    HealthOverlay, NatRoute, Persistence, RealServerSpec, ServiceError, ServiceKey, ServiceTable,
+    Snapshot, SnapshotPublisher,
 };
 use crate::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -45,6 +45,11 @@ pub struct Services {
     pub health: HealthOverlay,
     /// Evictions so far, by real-server id.
     pub evictions: std::collections::HashMap<u32, u64>,
+    /// NAT real servers as of the last publish, and those removed since (with when),
+    /// kept in snapshots for the longest session timeout so the replies of sessions
+    /// they still carry reach their owner worker.
+    pub nat_routes: std::collections::HashSet<NatRoute>,
+    pub departed_nat: std::collections::HashMap<NatRoute, std::time::Instant>,
 }
 
 /// The requests that turn `current` into `desired` (a config reload's diff), in an
@@ -248,6 +253,8 @@ impl Services {
             events: Default::default(),
             health: HealthOverlay::default(),
             evictions: Default::default(),
+            nat_routes: Default::default(),
+            departed_nat: Default::default(),
         })
     }
 
@@ -444,10 +451,20 @@ impl Services {
 
     /// Publishes the table as the workers' next snapshot.
     pub fn publish(&mut self, publisher: &SnapshotPublisher) -> Result<(), String> {
+        let now = std::time::Instant::now();
+        let routes = NatRoute::all(&self.table);
+        for gone in self.nat_routes.difference(&routes) {
+            self.departed_nat.insert(*gone, now);
+        }
+        let keep = Duration::from_millis(u64::from(self.timeouts.longest_ms()));
+        self.departed_nat
+            .retain(|r, at| !routes.contains(r) && now.duration_since(*at) <= keep);
+        self.nat_routes = routes;
+        let departed: Vec<NatRoute> = self.departed_nat.keys().copied().collect();
         let generation = publisher.next_generation();
         publisher
             .publish(
-                Snapshot::build_with_health(generation, &self.table, &self.health)
+                Snapshot::build_with(generation, &self.table, &self.health, &departed)
                     .with_timeouts(self.timeouts),
             )
             .map_err(|e| e.to_string())?;
@@ -635,6 +652,49 @@ port = 53
         req: Request,
     ) -> Result<serde_json::Value, String> {
         services.handle(req, publisher, &[])
+    }
+
+    #[test]
+    fn a_removed_nat_server_keeps_routing_its_replies_to_their_owner() {
+        let (mut services, publisher) = setup();
+        let rip = Ipv4Addr::new(10, 0, 0, 12);
+        let server = RealServerSpec::new(rip, 8080, 1, crate::service::ForwardMode::Nat);
+        call(
+            &mut services,
+            &publisher,
+            Request::AddServer {
+                service: http(),
+                server,
+            },
+        )
+        .unwrap();
+        let routed = |p: &SnapshotPublisher| {
+            p.current()
+                .nat_reply_services(Protocol::Tcp, rip, 8080)
+                .to_vec()
+        };
+        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        let delete = Request::DeleteServer {
+            service: http(),
+            ip: rip,
+            port: 8080,
+        };
+        call(&mut services, &publisher, delete).unwrap();
+        // Gone from the service, still known for its sessions' replies.
+        assert!(publisher
+            .current()
+            .find(&http())
+            .unwrap()
+            .server(rip, 8080)
+            .is_none());
+        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        // Sessions outlive their last packet by the longest timeout at most: then the
+        // route goes.
+        services.departed_nat.values_mut().for_each(|at| {
+            *at -= Duration::from_millis(u64::from(services.timeouts.longest_ms()) + 1000)
+        });
+        call(&mut services, &publisher, Request::Clear).unwrap();
+        assert!(routed(&publisher).is_empty());
     }
 
     #[test]

@@ -7,5 +7,7 @@ pub mod table;
 pub use model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_WEIGHT,
 };
-pub use snapshot::{HealthOverlay, Snapshot, SnapshotPublisher, SnapshotReader, StaleGeneration};
+pub use snapshot::{
+    HealthOverlay, NatRoute, Snapshot, SnapshotPublisher, SnapshotReader, StaleGeneration,
+};
 pub use table::{ServiceError, ServiceTable};

@@ -70,17 +70,20 @@ impl Snapshot {
     /// A snapshot of everything in `table`, in the table's order. Use a generation
     /// larger than the last one published, e.g. [`ServiceTable::version`].
     pub fn build(generation: u64, table: &ServiceTable) -> Self {
-        Snapshot::build_with_health(generation, table, &HealthOverlay::default())
+        Snapshot::build_with(generation, table, &HealthOverlay::default(), &[])
     }
 
     /// As [`Snapshot::build`], with health checking's view laid over the table:
     /// evicted real servers are scheduled as if they weighed 0 (the table keeps their
     /// weight: eviction and weight stay separate), and the services that reset new TCP
-    /// connections when no server can take them are marked.
-    pub fn build_with_health(
+    /// connections when no server can take them are marked. `departed` are NAT real
+    /// servers no longer in the table whose sessions may still be live: their replies
+    /// must still find their owner worker (removed real servers keep their sessions).
+    pub fn build_with(
         generation: u64,
         table: &ServiceTable,
         health: &HealthOverlay,
+        departed: &[NatRoute],
     ) -> Self {
         let services = table
             .services()
@@ -95,6 +98,15 @@ impl Snapshot {
             })
             .collect();
         let mut snap = Snapshot::from_services(generation, services);
+        for route in departed {
+            let served = snap
+                .nat_reply_services
+                .entry((route.proto, route.real_ip, route.real_port))
+                .or_default();
+            if !served.contains(&(route.vip, route.vport)) {
+                served.push((route.vip, route.vport));
+            }
+        }
         snap.reset_when_down = snap
             .services
             .iter()
@@ -195,6 +207,38 @@ impl Snapshot {
     #[inline]
     pub fn is_local_address(&self, addr: Ipv4Addr) -> bool {
         self.local_addresses.binary_search(&addr).is_ok()
+    }
+}
+
+/// A NAT real server of a service, as the workers need it to send the server's
+/// replies to the worker owning their session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NatRoute {
+    pub proto: Protocol,
+    pub real_ip: Ipv4Addr,
+    pub real_port: u16,
+    pub vip: Ipv4Addr,
+    pub vport: u16,
+}
+
+impl NatRoute {
+    /// Every NAT real server of every service in `table`.
+    pub fn all(table: &ServiceTable) -> std::collections::HashSet<NatRoute> {
+        table
+            .services()
+            .flat_map(|s| {
+                s.real_servers
+                    .iter()
+                    .filter(|r| r.mode == ForwardMode::Nat)
+                    .map(move |r| NatRoute {
+                        proto: s.key.proto,
+                        real_ip: r.ip,
+                        real_port: r.port,
+                        vip: s.key.vip,
+                        vport: s.key.port,
+                    })
+            })
+            .collect()
     }
 }
 
@@ -417,6 +461,41 @@ mod tests {
 
     fn key(vip_last: u8, port: u16) -> ServiceKey {
         ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, vip_last), port)
+    }
+
+    #[test]
+    fn health_overlay_schedules_evicted_servers_as_weight_0_and_marks_reset_services() {
+        let mut table = ServiceTable::new();
+        table
+            .add_service(key(1, 80), SchedulerKind::Rr, None)
+            .unwrap();
+        table
+            .add_service(key(1, 443), SchedulerKind::Rr, None)
+            .unwrap();
+        let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 1), 80, 4, ForwardMode::Dr);
+        let evicted = table.add_server(key(1, 80), spec).unwrap();
+        let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 2), 80, 2, ForwardMode::Dr);
+        table.add_server(key(1, 80), spec).unwrap();
+        let health = HealthOverlay {
+            evicted: [evicted].into_iter().collect(),
+            reset_when_down: [key(1, 443)].into_iter().collect(),
+        };
+        let snap = Snapshot::build_with(2, &table, &health, &[]);
+        let weights: Vec<u32> = snap
+            .find(&key(1, 80))
+            .unwrap()
+            .real_servers
+            .iter()
+            .map(|r| r.weight)
+            .collect();
+        assert_eq!(weights, vec![0, 2]);
+        // The table keeps the configured weight.
+        assert_eq!(table.get(key(1, 80)).unwrap().real_servers[0].weight, 4);
+        let i80 = snap.find_index(&key(1, 80)).unwrap();
+        let i443 = snap.find_index(&key(1, 443)).unwrap();
+        assert!(!snap.resets_when_down(i80));
+        assert!(snap.resets_when_down(i443));
+        assert!(!Snapshot::build(3, &table).resets_when_down(i443));
     }
 
     #[test]

@@ -77,6 +77,17 @@ impl Timeouts {
         self.tcp_ms[state as usize]
     }
 
+    /// The longest timeout of any state or protocol, in milliseconds: how long a
+    /// session can outlive the last packet that renewed it.
+    pub fn longest_ms(&self) -> u32 {
+        self.tcp_ms
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(self.udp_ms)
+    }
+
     /// The timeout of a UDP session, in milliseconds.
     #[inline]
     pub fn udp_ms(&self) -> u32 {
