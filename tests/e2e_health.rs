@@ -724,7 +724,7 @@ fn healthy_servers_under_load_are_never_evicted() {
     let mut requests = 0u64;
     let mut batch = 0u32;
     while started.elapsed() < RUN {
-        let port = if batch % 2 == 0 { 80 } else { 81 };
+        let port = if batch.is_multiple_of(2) { 80 } else { 81 };
         curl_all_ok(&lab, &daemon, &format!("http://{VIP}:{port}/"), 100, 4);
         requests += 100;
         batch += 1;
