@@ -15,4 +15,5 @@ pub mod sched;
 pub mod service;
 pub mod session;
 pub mod simulate;
+pub mod sync;
 pub mod wire;

@@ -6,9 +6,9 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
-    render_connections, render_events, render_laddrs, render_rates, render_save, render_services,
-    render_skew, render_status, render_timeouts, render_xstats, ConnectionsReport, LaddrReport,
-    ServicesReport, StatusReport, XstatsReport, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
+    render_services, render_skew, render_status, render_timeouts, render_xstats, ConnectionsReport,
+    LaddrReport, ServicesReport, StatusReport, XstatsReport, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
@@ -28,6 +28,8 @@ Commands:
   events          recent config changes and alerts (lb=... lines, UTC)
   reload          re-read the config file; apply its services' differences as one
                   all-or-nothing change (ports, lcores and sessions need a restart)
+  health          health checks: each watched real server's check, state (up or
+                  EVICTED), evictions and last probe result; probe counters
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
                   connection/rate skew per real server (seed 000): max/avg ratios,
                   WARN above PCT (default 300), advisory on long-lived traffic
@@ -80,6 +82,8 @@ enum Command {
     Zero,
     /// Recent config changes and alerts.
     Events,
+    /// Health checks: state and verdict of every watched real server.
+    Health,
     /// Apply the config file's services as a diff.
     Reload,
     /// `skew [-t|-u VIP:port] [--window S] [--threshold PCT]`.
@@ -108,6 +112,7 @@ impl Command {
             }
             "zero" => Command::Zero,
             "events" => Command::Events,
+            "health" => Command::Health,
             "reload" => Command::Reload,
             "skew" => return Command::parse_skew(args),
             other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
@@ -161,6 +166,7 @@ impl Command {
     fn request(&self) -> Request {
         match self {
             Command::Events => Request::Events,
+            Command::Health => Request::Health,
             Command::Reload => Request::Reload,
             Command::Skew { window_s, .. } => Request::ServiceRates {
                 window_s: *window_s,
@@ -185,6 +191,7 @@ impl Command {
             )),
             Command::Zero => Ok("counters zeroed\n".to_string()),
             Command::Events => Ok(render_events(&result)),
+            Command::Health => Ok(render_health(&result)),
             Command::Reload => Ok(format!(
                 "reloaded: {} change(s) applied\n",
                 result["applied"].as_u64().unwrap_or(0)

@@ -15,16 +15,15 @@ use super::{
     Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig,
     PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig,
 };
+use crate::flow::Protocol;
 use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
 };
-use crate::flow::Protocol;
 use crate::sched::{SchedFlags, SchedulerKind};
 use crate::service::model::{ForwardMode, ServiceKey, MAX_LOCAL_ADDRESSES};
 
 const ROOT_KEYS: &[&str] = &[
-    "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health",
-    "services",
+    "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "services",
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
@@ -148,10 +147,20 @@ fn read_health(root: &Table) -> Check<HealthConfig> {
     };
     let defaults = read_check_fields(&t)?.apply(&d.defaults);
     check_spec(&t, &defaults)?;
-    let first = t.or("source_port_first", *d.source_ports.start(), fields::local_port)?;
-    let last = t.or("source_port_last", *d.source_ports.end(), fields::local_port)?;
+    let first = t.or(
+        "source_port_first",
+        *d.source_ports.start(),
+        fields::local_port,
+    )?;
+    let last = t.or(
+        "source_port_last",
+        *d.source_ports.end(),
+        fields::local_port,
+    )?;
     if first > last {
-        let f = t.get("source_port_last").or_else(|| t.get("source_port_first"));
+        let f = t
+            .get("source_port_last")
+            .or_else(|| t.get("source_port_first"));
         if let Some(f) = f {
             return Err(f.invalid(format!(
                 "source_port_first {first} is above source_port_last {last}"

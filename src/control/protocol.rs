@@ -109,6 +109,9 @@ pub enum Request {
     Reload,
     /// The recent config changes and alerts: `{"events":[{"unix_ms":N,"line":"lb=..."}]}`.
     Events,
+    /// Health checking: every watched real server's check and verdict, and the
+    /// monitor's probe counters (`health::HealthReport`).
+    Health,
     /// Service changes applied all or none and published as one snapshot (`-R`):
     /// `{"generation":N,"applied":count}`, or the first failing command's error.
     Batch { requests: Vec<Request> },
@@ -143,6 +146,7 @@ impl Request {
             Request::Batch { .. } => "batch",
             Request::Metrics => "metrics",
             Request::Events => "events",
+            Request::Health => "health",
             Request::Reload => "reload",
         }
     }
@@ -471,7 +475,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, batch)"
         );
     }
 

@@ -641,6 +641,12 @@ pub struct RealServerStatus {
     pub in_bps: u64,
     #[serde(default)]
     pub out_bps: u64,
+    /// Evicted by health checking (no new connections; the weight stays).
+    #[serde(default)]
+    pub evicted: bool,
+    /// Times health checking evicted it.
+    #[serde(default)]
+    pub evictions: u64,
 }
 
 fn ipvsadm_forward(mode: &str) -> &str {
@@ -854,6 +860,65 @@ pub fn render_events(events: &serde_json::Value) -> String {
     if out.is_empty() {
         out.push_str("no events\n");
     }
+    out
+}
+
+/// `sluicectl health`: one line per watched real server, then the probe counters.
+pub fn render_health(report: &serde_json::Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<24} {:<21} {:<5} {:<8} {:>9} {:>6} {:<22} {:>10}",
+        "Service", "RealServer", "Check", "State", "Evictions", "Fall", "LastProbe", "SinceChange"
+    );
+    for t in report["targets"].as_array().into_iter().flatten() {
+        let rs = format!(
+            "{}:{}",
+            t["ip"].as_str().unwrap_or("?"),
+            t["port"].as_u64().unwrap_or(0)
+        );
+        let state = if t["evicted"].as_bool().unwrap_or(false) {
+            "EVICTED"
+        } else {
+            "up"
+        };
+        let check = t["check"].as_str().unwrap_or("?");
+        let check = if t["passive"].as_bool().unwrap_or(false) {
+            format!("{check}+p")
+        } else {
+            check.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "{:<24} {:<21} {:<5} {:<8} {:>9} {:>6} {:<22} {:>9.1}s",
+            t["service"].as_str().unwrap_or("?"),
+            rs,
+            check,
+            state,
+            t["evictions"].as_u64().unwrap_or(0),
+            format!(
+                "{}/{}",
+                t["fall"].as_u64().unwrap_or(0),
+                t["rise"].as_u64().unwrap_or(0)
+            ),
+            t["last_outcome"].as_str().unwrap_or("-"),
+            t["since_change_ms"].as_u64().unwrap_or(0) as f64 / 1000.0
+        );
+    }
+    let s = &report["stats"];
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "probes from {}: sent {} ok {} failed {} (timed out {}) skipped {}; replies {} stray {}",
+        report["source"].as_str().unwrap_or("?"),
+        n("probes_sent"),
+        n("probes_ok"),
+        n("probes_failed"),
+        n("probes_timed_out"),
+        n("probes_skipped"),
+        n("replies"),
+        n("stray_replies")
+    );
     out
 }
 

@@ -169,7 +169,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     .sample("sluice_sessions", &[], status.sessions);
 
     type RsGetter = fn(&crate::control::status::RealServerStatus) -> u64;
-    let rs_metrics: [(&str, &str, &str, RsGetter); 10] = [
+    let rs_metrics: [(&str, &str, &str, RsGetter); 12] = [
         (
             "sluice_rs_connections_total",
             "counter",
@@ -230,6 +230,18 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
             "Client -> real server packets per second (2 s window).",
             |r| r.in_pps,
         ),
+        (
+            "sluice_rs_evicted",
+            "gauge",
+            "1 while health checking keeps the real server out of scheduling.",
+            |r| u64::from(r.evicted),
+        ),
+        (
+            "sluice_rs_evictions_total",
+            "counter",
+            "Times health checking evicted the real server.",
+            |r| r.evictions,
+        ),
     ];
     for (name, kind, help, get) in rs_metrics {
         let mut f = Family::new(o, name, kind, help);
@@ -245,7 +257,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         o,
         "sluice_service_available",
         "gauge",
-        "1 when some real server can take a new connection (weight > 0).",
+        "1 when some real server can take a new connection (weight > 0, not evicted); 0 raises the all-down alert.",
     );
     for s in &services.services {
         let service = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);

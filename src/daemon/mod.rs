@@ -21,13 +21,14 @@ use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{Mesh, REDIRECT_RING_SIZE};
 use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
-use crate::dataplane::realserver_stats::{self, RealServerCounters};
+use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
 use crate::dpdk::{
-    launch_on_lcore, wait_lcore, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
+    launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
 };
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
+use crate::health::{HealthMonitor, HealthReport, Overrides};
 use crate::service::{ServiceKey, Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
@@ -148,7 +149,16 @@ pub fn run(opts: &Options) -> Result<(), String> {
             .map(|_| Duration::from_millis(cfg.loopback.stats_interval_ms))
     });
     let mut view = stats::StatsView::new(&cfg, started);
+    let health_source = crate::health::source_of(&cfg).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
     let mut registry = Registry {
+        health: HealthMonitor::new(
+            cfg.health.clone(),
+            health_source,
+            Overrides::from_config(&cfg),
+            // Different appliances probe at different moments.
+            u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
+        ),
+        started,
         services,
         publisher,
         real_servers,
@@ -404,6 +414,13 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         );
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         forwarder.set_persistence((*persist).clone());
+        if let Some(source) = crate::health::source_of(cfg) {
+            forwarder.set_health(
+                source,
+                cfg.health.source_ports.clone(),
+                cfg.health.passive_syn_ms,
+            );
+        }
         forwarder.set_load_view(LoadView::new(real_servers.to_vec(), w, hz));
         let worker = Worker::new(
             w as u16,
@@ -492,6 +509,9 @@ struct Registry {
     persist: Arc<PersistTable>,
     /// The config file, for `sluicectl reload`.
     config_path: PathBuf,
+    health: HealthMonitor,
+    /// The health monitor's clock starts here.
+    started: Instant,
 }
 
 /// How long a worker may take to answer one question (it answers between two polls).
@@ -576,9 +596,72 @@ impl Registry {
     /// `sluicectl reload`: the config file's services and timeouts, applied as the
     /// difference to the running table in one batch (all or nothing). Other sections
     /// (ports, lcores, EAL, sessions) need a restart and are not compared.
+    /// Health checking's turn of the management loop: answers from the workers, then
+    /// timeouts, passive counts and due probes; evictions and restorations are logged
+    /// and published as a new snapshot.
+    fn tick_health(&mut self, mesh: &Mesh, pool: &Mempool) {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        let mut send = |frame: &[u8]| -> bool {
+            let mut out = Burst::new();
+            if !out.alloc_from(pool, 1) || !out.set_packet_len(0, frame.len() as u16) {
+                return false;
+            }
+            out.packet_mut(0).copy_from_slice(frame);
+            // A full ring leaves the mbuf in `out`, which frees it.
+            mesh.health_inject().enqueue(&mut out) == 1
+        };
+        let mut events = Vec::new();
+        let mut answers = Burst::new();
+        // Bounded: at most a ring's worth per tick.
+        for _ in 0..(crate::dataplane::mesh::HEALTH_RING_SIZE as usize / crate::dpdk::BURST_SIZE) {
+            if mesh.health_replies().dequeue(&mut answers) == 0 {
+                break;
+            }
+            for i in 0..answers.len() {
+                events.extend(self.health.on_frame(answers.packet(i), now_ms, &mut send));
+            }
+            answers.free_all();
+        }
+        let counters = &self.real_servers;
+        let (more, _) = self.health.tick(
+            &self.services.table,
+            now_ms,
+            |id| RealServerTotals::sum(counters, id).passive,
+            &mut send,
+        );
+        events.extend(more);
+        for e in &events {
+            if matches!(e.change, crate::health::verdict::Change::Evicted { .. }) {
+                *self.services.evictions.entry(e.id).or_default() += 1;
+            }
+            self.services.record(e.line());
+        }
+        let overlay = self.health.overlay();
+        if overlay != self.services.health {
+            self.services.health = overlay;
+            if let Err(e) = self.services.publish(&self.publisher) {
+                log::warn!("health: publishing the evictions failed: {e}");
+            }
+        }
+    }
+
+    fn health_report(&self) -> Result<serde_json::Value, String> {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        serde_json::to_value(HealthReport {
+            source: self.health.source().to_string(),
+            targets: self.health.report(now_ms),
+            stats: self.health.stats,
+        })
+        .map_err(|e| e.to_string())
+    }
+
     fn reload(&mut self) -> Result<serde_json::Value, String> {
         let cfg = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         let desired = Services::from_config(&cfg)?;
+        // Health settings apply from the next tick (the probe source and ports need a
+        // restart: the workers were told them at start).
+        self.health
+            .reconfigure(cfg.health.clone(), Overrides::from_config(&cfg));
         let mut requests = services::diff(&self.services.table, &desired.table)?;
         let (tcp, tcpfin, udp) = desired.timeouts.get();
         if desired.timeouts != self.services.timeouts {
@@ -694,6 +777,8 @@ fn management_loop(
                 registry.metrics(&status)
             } else if req == Request::Reload {
                 registry.reload()
+            } else if req == Request::Health {
+                registry.health_report()
             } else if let Request::ListConnections { max } = req {
                 registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             } else if matches!(req, Request::GetLaddr { .. }) {
@@ -721,6 +806,7 @@ fn management_loop(
             };
             let _ = reply.send(answer);
         }
+        registry.tick_health(&app.mesh, &app.pool);
         let now = Instant::now();
         if now >= next_rates {
             next_rates = now + Duration::from_secs(1);

@@ -10,7 +10,7 @@ use crate::dataplane::realserver_stats::{
 };
 use crate::sched::SchedulerKind;
 use crate::service::{
-    Persistence, RealServerSpec, ServiceError, ServiceKey, ServiceTable, Snapshot,
+    HealthOverlay, Persistence, RealServerSpec, ServiceError, ServiceKey, ServiceTable, Snapshot,
     SnapshotPublisher,
 };
 use crate::session::Timeouts;
@@ -40,6 +40,11 @@ pub struct Services {
     /// The last [`EVENTS_KEPT`] config changes and alerts (`sluicectl events`), as
     /// (milliseconds since the Unix epoch, `lb=...` line).
     pub events: std::collections::VecDeque<(u64, String)>,
+    /// Health checking's evictions (and all-down behaviour), laid over the table in
+    /// every snapshot.
+    pub health: HealthOverlay,
+    /// Evictions so far, by real-server id.
+    pub evictions: std::collections::HashMap<u32, u64>,
 }
 
 /// The requests that turn `current` into `desired` (a config reload's diff), in an
@@ -241,6 +246,8 @@ impl Services {
             alerts: 0,
             rates: Default::default(),
             events: Default::default(),
+            health: HealthOverlay::default(),
+            evictions: Default::default(),
         })
     }
 
@@ -439,7 +446,10 @@ impl Services {
     pub fn publish(&mut self, publisher: &SnapshotPublisher) -> Result<(), String> {
         let generation = publisher.next_generation();
         publisher
-            .publish(Snapshot::build(generation, &self.table).with_timeouts(self.timeouts))
+            .publish(
+                Snapshot::build_with_health(generation, &self.table, &self.health)
+                    .with_timeouts(self.timeouts),
+            )
             .map_err(|e| e.to_string())?;
         self.generation = generation;
         self.alert_on_unavailable();
@@ -453,14 +463,19 @@ impl Services {
         let now: Vec<ServiceKey> = self
             .table
             .services()
-            .filter(|s| !s.has_available_server())
+            .filter(|s| !self.has_available_server(s))
             .map(|s| s.key)
             .collect();
         let mut pending = Vec::new();
         for key in now.iter().filter(|k| !self.unavailable.contains(k)) {
             self.alerts += 1;
+            let fate = if self.health.reset_when_down.contains(key) {
+                "new TCP connections get an RST"
+            } else {
+                "new connections are dropped"
+            };
             pending.push(format!(
-                "lb=alert svc={} reason=no-available-rs (every real server has weight 0, or none is left): new connections are dropped",
+                "lb=alert svc={} reason=no-available-rs (every real server is evicted or has weight 0, or none is left): {fate}",
                 svc(key)
             ));
         }
@@ -476,6 +491,14 @@ impl Services {
         for line in pending {
             self.record(line);
         }
+    }
+
+    /// Whether some real server of `s` can take a new connection: weight above 0 and
+    /// not evicted.
+    pub fn has_available_server(&self, s: &crate::service::Service) -> bool {
+        s.real_servers
+            .iter()
+            .any(|r| r.accepts_new() && !self.health.evicted.contains(&r.id))
     }
 
     /// Logs an event line and keeps it for `sluicectl events`.
@@ -537,10 +560,12 @@ impl Services {
                                 out_pps: rate.out_pps.round() as u64,
                                 in_bps: rate.in_bps.round() as u64,
                                 out_bps: rate.out_bps.round() as u64,
+                                evicted: self.health.evicted.contains(&r.id),
+                                evictions: self.evictions.get(&r.id).copied().unwrap_or(0),
                             }
                         })
                         .collect(),
-                    available: s.has_available_server(),
+                    available: self.has_available_server(s),
                     local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
                 })

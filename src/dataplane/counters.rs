@@ -74,10 +74,13 @@ pub enum DropReason {
     /// Multi-worker: the packet belongs to another worker's session and that worker's
     /// redirect ring is full.
     RedirectRingFull,
+    /// A health probe's answer could not be handed to the management core (its ring
+    /// is full); the probe times out.
+    HealthRingFull,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 30;
+    pub const COUNT: usize = 31;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -109,6 +112,7 @@ impl DropReason {
         DropReason::NatTupleInUse,
         DropReason::LaddrExhausted,
         DropReason::RedirectRingFull,
+        DropReason::HealthRingFull,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -144,6 +148,7 @@ impl DropReason {
             DropReason::NatTupleInUse => "nat_tuple_in_use",
             DropReason::LaddrExhausted => "laddr_exhausted",
             DropReason::RedirectRingFull => "redirect_ring_full",
+            DropReason::HealthRingFull => "health_ring_full",
         }
     }
 }
@@ -178,10 +183,17 @@ pub enum Event {
     /// Persistence: another worker was writing the template's slot; the connection
     /// was scheduled but no template recorded (the next one records it).
     PersistBusy,
+    /// A new TCP connection to a service with no available real server was answered
+    /// with an RST (`all_down = "rst"`).
+    AllDownReset,
+    /// A health probe frame from the management core was transmitted (worker 0).
+    HealthProbeSent,
+    /// A real server's answer to a health probe was handed to the management core.
+    HealthReplyUp,
 }
 
 impl Event {
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 16;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -196,6 +208,9 @@ impl Event {
         Event::PersistFollowed,
         Event::PersistEvicted,
         Event::PersistBusy,
+        Event::AllDownReset,
+        Event::HealthProbeSent,
+        Event::HealthReplyUp,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -212,6 +227,9 @@ impl Event {
             Event::PersistFollowed => "persist_followed",
             Event::PersistEvicted => "persist_evicted",
             Event::PersistBusy => "persist_busy",
+            Event::AllDownReset => "all_down_reset",
+            Event::HealthProbeSent => "health_probe_sent",
+            Event::HealthReplyUp => "health_reply_up",
         }
     }
 }

@@ -6,7 +6,7 @@ use super::loads::LoadView;
 use super::local::{LocalResponder, Verdict};
 use super::neighbour::NeighbourTable;
 use super::query::{ConnectionEntry, PoolEntry, Query};
-use super::realserver_stats::RealServerCounters;
+use super::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::Burst;
 use crate::flow::parse::{classify, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
@@ -54,6 +54,8 @@ pub enum Action {
     /// The frame belongs to a session of the worker owning this RX queue (a NAT reply
     /// the NIC's hash put elsewhere): hand it to that worker's redirect ring.
     Redirect(u16),
+    /// An answer to a health probe: hand it to the management core.
+    Punt,
 }
 
 pub struct Forwarder {
@@ -88,6 +90,12 @@ pub struct Forwarder {
     tick_ms: u32,
     rss: RssView,
     local_ports: std::ops::RangeInclusive<u16>,
+    /// Health probes' source address and ports: TCP to them goes to the management
+    /// core (`Action::Punt`).
+    health_source: Option<(Ipv4Addr, std::ops::RangeInclusive<u16>)>,
+    /// Passive detection: a client SYN resent this many ticks after the session began,
+    /// with nothing from the real server, counts as unanswered.
+    passive_syn_ticks: u32,
 }
 
 /// How the NIC spreads replies over queues, for choosing FullNAT local ports whose
@@ -139,7 +147,7 @@ fn extend_template(
 /// puts it on an arbitrary queue; the owner is found by hashing the request tuple,
 /// whose VIP the snapshot gives (the first service using that real server in NAT mode
 /// when several do). Redirected packets are never redirected again.
-fn nat_reply_owner(
+pub(crate) fn nat_reply_owner(
     snap: &crate::service::Snapshot,
     rss: &RssView,
     key: &FlowKey4,
@@ -195,6 +203,8 @@ impl Forwarder {
                 .clamp(1, u32::MAX as u128) as u32,
             rss,
             local_ports: LOCAL_PORTS,
+            health_source: None,
+            passive_syn_ticks: u32::MAX,
         };
         f.rebuild_schedulers();
         f
@@ -228,6 +238,9 @@ impl Forwarder {
             release_local_port(pools, s);
             extend_template(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
             let c = &real_servers[s.real as usize];
+            if expired_unanswered(s) {
+                c.count_passive(Passive::Unanswered);
+            }
             let gauge = if s.is_active() {
                 &c.active
             } else {
@@ -326,6 +339,19 @@ impl Forwarder {
 
     /// Shares the persistence templates of all workers. Without it, services with
     /// persistence are scheduled connection by connection.
+    /// Health checking: TCP to `source` on `ports` is a probe's answer (handed to the
+    /// management core), and a client SYN resent `passive_syn_ms` or more after the
+    /// first, unanswered, counts against its real server.
+    pub fn set_health(
+        &mut self,
+        source: Ipv4Addr,
+        ports: std::ops::RangeInclusive<u16>,
+        passive_syn_ms: u32,
+    ) {
+        self.health_source = Some((source, ports));
+        self.passive_syn_ticks = passive_syn_ms.div_ceil(self.tick_ms.max(1));
+    }
+
     pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
         self.persist = Some(table);
     }
@@ -533,6 +559,11 @@ impl Forwarder {
                 .sessions
                 .on_packet(id, dir, flags, self.now_tick, &self.timeouts);
             let s = *self.sessions.get(id).expect("looked up just now");
+            if let Some(t) = transition {
+                if key.proto == Protocol::Tcp && !s.flags().contains(SessionFlags::ANSWERED) {
+                    self.observe_new_connection(id, &s, dir, flags, t.from);
+                }
+            }
             let c = &self.real_servers[s.real as usize];
             if let Some(t) = transition {
                 account(c, t);
@@ -563,6 +594,11 @@ impl Forwarder {
         let vip = key.dst_addr();
         let snap = self.snapshot.current();
         let Some(index) = snap.find_index(&ServiceKey::new(key.proto, vip, key.dport)) else {
+            if let Some((source, ports)) = &self.health_source {
+                if key.proto == Protocol::Tcp && vip == *source && ports.contains(&key.dport) {
+                    return Action::Punt;
+                }
+            }
             let reason = if port.responder.is_local(vip) {
                 DropReason::UnsupportedProtocol
             } else if snap.is_vip(vip) {
@@ -631,6 +667,15 @@ impl Forwarder {
                     .get_mut(index)
                     .and_then(|s| s.pick(&service.real_servers, &ctx))
                 else {
+                    if key.proto == Protocol::Tcp && snap.resets_when_down(index) {
+                        let frame = burst.packet_mut(i);
+                        if let Ok(len) = forward::reset::answer_with_rst(frame, parsed, port.mac) {
+                            if burst.set_packet_len(i, len as u16) {
+                                counters.event(Event::AllDownReset);
+                                return Action::TransmitInstead(DropReason::NoRealServer);
+                            }
+                        }
+                    }
                     return Action::Drop(DropReason::NoRealServer);
                 };
                 if let Some((table, k, expires)) = template {
@@ -778,6 +823,48 @@ impl Forwarder {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Passive health detection, for a TCP session its real server has not answered
+    /// yet: the first segment from the server (an RST to the SYN is a refusal,
+    /// anything else an answer), or in DR/TUN the client's handshake-completing ACK,
+    /// counts as answered; a client SYN resent after the passive window, unanswered.
+    fn observe_new_connection(
+        &mut self,
+        id: crate::session::SessionId,
+        s: &Session,
+        dir: Direction,
+        flags: TcpFlags,
+        from: crate::session::TcpState,
+    ) {
+        let c = &self.real_servers[s.real as usize];
+        let counted = match dir {
+            Direction::Outbound => {
+                let refused =
+                    flags.contains(TcpFlags::RST) && from == crate::session::TcpState::SynRecv;
+                c.count_passive(if refused {
+                    Passive::Refused
+                } else {
+                    Passive::Answered
+                });
+                SessionFlags::ANSWERED
+            }
+            _ if flags.contains(TcpFlags::ACK) && !flags.contains(TcpFlags::SYN) => {
+                c.count_passive(Passive::Answered);
+                SessionFlags::ANSWERED
+            }
+            _ if flags == TcpFlags::SYN
+                && !s.flags().contains(SessionFlags::PASSIVE_COUNTED)
+                && self.now_tick.wrapping_sub(s.created) >= self.passive_syn_ticks =>
+            {
+                c.count_passive(Passive::Unanswered);
+                SessionFlags::PASSIVE_COUNTED
+            }
+            _ => return,
+        };
+        if let Some(live) = self.sessions.get_mut(id) {
+            live.set_flags(counted);
         }
     }
 
@@ -1023,6 +1110,16 @@ fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session
 
 /// A TCP segment that opens a connection: SYN without ACK or RST.
 #[inline]
+/// A TCP session that ends without its real server ever answering (NAT and FullNAT:
+/// Sluice sees the answers; DR and TUN rely on resent SYNs instead, since an expired
+/// half-open session there may be a spoofed SYN).
+fn expired_unanswered(s: &Session) -> bool {
+    s.proto == Protocol::Tcp
+        && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
+        && !s.flags().contains(SessionFlags::ANSWERED)
+        && !s.flags().contains(SessionFlags::PASSIVE_COUNTED)
+}
+
 fn opens_connection(flags: TcpFlags) -> bool {
     flags.contains(TcpFlags::SYN) && !flags.intersects(TcpFlags::ACK | TcpFlags::RST)
 }

@@ -6,7 +6,11 @@
 //! - a neighbour queue for ARP entries another worker learned (a NIC delivers ARP to
 //!   one queue, so without it only that worker would know the real servers' MACs).
 //!
-//! Both refuse when full and the sender counts it; nothing blocks.
+//! And two rings link the workers with the management core's health checker: probes
+//! go out through worker 0 (`health_inject`, one producer, one consumer), answers
+//! come back from any worker (`health_replies`, any producer, one consumer).
+//!
+//! All refuse when full and the sender counts it; nothing blocks.
 use crate::dpdk::{DpdkError, PacketRing};
 use crate::wire::MacAddr;
 use crossbeam::queue::ArrayQueue;
@@ -16,10 +20,14 @@ use std::net::Ipv4Addr;
 pub const REDIRECT_RING_SIZE: u32 = 2048;
 /// Neighbour updates a worker's inbox holds.
 pub const NEIGHBOUR_INBOX: usize = 1024;
+/// Health probe frames in flight between the management core and the workers.
+pub const HEALTH_RING_SIZE: u32 = 1024;
 
 pub struct Mesh {
     redirect: Vec<PacketRing>,
-    neighbours: Vec<ArrayQueue<(Ipv4Addr, MacAddr)>>,
+    neighbours: NeighbourInboxes,
+    health_inject: PacketRing,
+    health_replies: PacketRing,
 }
 
 impl Mesh {
@@ -32,10 +40,23 @@ impl Mesh {
             .collect::<Result<_, _>>()?;
         Ok(Mesh {
             redirect,
-            neighbours: (0..workers)
-                .map(|_| ArrayQueue::new(NEIGHBOUR_INBOX))
-                .collect(),
+            neighbours: NeighbourInboxes::new(workers, NEIGHBOUR_INBOX),
+            health_inject: PacketRing::new(&format!("{name}_hc_out"), HEALTH_RING_SIZE)?,
+            health_replies: PacketRing::new_multi_producer(
+                &format!("{name}_hc_in"),
+                HEALTH_RING_SIZE,
+            )?,
         })
+    }
+
+    /// Probe frames from the management core, for worker 0 to transmit.
+    pub fn health_inject(&self) -> &PacketRing {
+        &self.health_inject
+    }
+
+    /// Answers to probes, from the workers to the management core.
+    pub fn health_replies(&self) -> &PacketRing {
+        &self.health_replies
     }
 
     pub fn workers(&self) -> usize {
@@ -50,16 +71,33 @@ impl Mesh {
     /// Offers a learned neighbour to every worker but `from`; returns how many inboxes
     /// were full.
     pub fn share_neighbour(&self, from: usize, ip: Ipv4Addr, mac: MacAddr) -> usize {
-        self.neighbours
+        self.neighbours.share(from, ip, mac)
+    }
+
+    /// Takes the neighbour updates waiting for worker `w`.
+    pub fn take_neighbours(&self, w: usize, each: impl FnMut(Ipv4Addr, MacAddr)) {
+        self.neighbours.take(w, each)
+    }
+}
+
+/// One bounded queue of neighbour updates per worker.
+struct NeighbourInboxes(Vec<ArrayQueue<(Ipv4Addr, MacAddr)>>);
+
+impl NeighbourInboxes {
+    fn new(workers: usize, capacity: usize) -> Self {
+        NeighbourInboxes((0..workers).map(|_| ArrayQueue::new(capacity)).collect())
+    }
+
+    fn share(&self, from: usize, ip: Ipv4Addr, mac: MacAddr) -> usize {
+        self.0
             .iter()
             .enumerate()
             .filter(|&(w, q)| w != from && q.push((ip, mac)).is_err())
             .count()
     }
 
-    /// Takes the neighbour updates waiting for worker `w`.
-    pub fn take_neighbours(&self, w: usize, mut each: impl FnMut(Ipv4Addr, MacAddr)) {
-        if let Some(q) = self.neighbours.get(w) {
+    fn take(&self, w: usize, mut each: impl FnMut(Ipv4Addr, MacAddr)) {
+        if let Some(q) = self.0.get(w) {
             while let Some((ip, mac)) = q.pop() {
                 each(ip, mac);
             }
@@ -74,21 +112,18 @@ mod tests {
     #[test]
     fn neighbours_reach_every_other_worker_and_a_full_inbox_is_reported() {
         // Only the neighbour queues: the packet rings need an EAL (tests/eal_ring.rs).
-        let mesh = Mesh {
-            redirect: Vec::new(),
-            neighbours: (0..3).map(|_| ArrayQueue::new(2)).collect(),
-        };
+        let inboxes = NeighbourInboxes::new(3, 2);
         let ip = Ipv4Addr::new(198, 18, 0, 9);
         let mac = MacAddr([2, 0, 0, 0, 0, 9]);
-        assert_eq!(mesh.share_neighbour(1, ip, mac), 0);
+        assert_eq!(inboxes.share(1, ip, mac), 0);
         let mut got = Vec::new();
-        mesh.take_neighbours(0, |i, m| got.push((0, i, m)));
-        mesh.take_neighbours(1, |i, m| got.push((1, i, m)));
-        mesh.take_neighbours(2, |i, m| got.push((2, i, m)));
+        inboxes.take(0, |i, m| got.push((0, i, m)));
+        inboxes.take(1, |i, m| got.push((1, i, m)));
+        inboxes.take(2, |i, m| got.push((2, i, m)));
         assert_eq!(got, vec![(0, ip, mac), (2, ip, mac)]);
         for _ in 0..2 {
-            assert_eq!(mesh.share_neighbour(0, ip, mac), 0);
+            assert_eq!(inboxes.share(0, ip, mac), 0);
         }
-        assert_eq!(mesh.share_neighbour(0, ip, mac), 2, "both inboxes full");
+        assert_eq!(inboxes.share(0, ip, mac), 2, "both inboxes full");
     }
 }

@@ -23,6 +23,29 @@ pub struct RealServerCounters {
     pub active: AtomicU64,
     /// Live sessions in any other state, UDP included (a gauge).
     pub inactive: AtomicU64,
+    /// Passive health detection, three wrapping 21-bit counts of new TCP connections
+    /// in one word (so the entry stays one cache line): answered, unanswered, refused
+    /// by the real server. See [`Passive`].
+    pub passive: AtomicU64,
+}
+
+/// The fields of [`RealServerCounters::passive`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passive {
+    Answered = 0,
+    Unanswered = 1,
+    Refused = 2,
+}
+
+impl Passive {
+    const fn shift(self) -> u32 {
+        self as u32 * crate::health::PASSIVE_FIELD_BITS
+    }
+
+    /// This field of a `passive` word.
+    pub const fn of(self, word: u64) -> u32 {
+        (word >> self.shift()) as u32 & crate::health::PASSIVE_FIELD_MASK
+    }
 }
 
 impl RealServerCounters {
@@ -41,6 +64,15 @@ impl RealServerCounters {
     pub fn count_out(&self, bytes: u64) {
         bump(&self.out_packets, 1);
         bump(&self.out_bytes, bytes);
+    }
+
+    /// One more new connection in passive field `which` (one writer: this worker).
+    #[inline]
+    pub fn count_passive(&self, which: Passive) {
+        let word = self.passive.load(Relaxed);
+        let mask = u64::from(crate::health::PASSIVE_FIELD_MASK) << which.shift();
+        let bumped = (word & !mask) | (word.wrapping_add(1 << which.shift()) & mask);
+        self.passive.store(bumped, Relaxed);
     }
 
     /// Zeroes the traffic counters; the gauges describe live sessions and stay.
@@ -67,6 +99,8 @@ pub fn new_table() -> Box<[RealServerCounters]> {
 /// The sums over workers for one real server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RealServerTotals {
+    /// Passive health counts summed over workers (each field wraps at 21 bits).
+    pub passive: crate::health::PassiveTotals,
     pub connections: u64,
     pub in_packets: u64,
     pub in_bytes: u64,
@@ -90,6 +124,12 @@ impl RealServerTotals {
             t.in_bytes += c.in_bytes.load(Relaxed);
             t.out_packets += c.out_packets.load(Relaxed);
             t.out_bytes += c.out_bytes.load(Relaxed);
+            let word = c.passive.load(Relaxed);
+            let mask = crate::health::PASSIVE_FIELD_MASK;
+            let p = &mut t.passive;
+            p.answered = p.answered.wrapping_add(Passive::Answered.of(word)) & mask;
+            p.unanswered = p.unanswered.wrapping_add(Passive::Unanswered.of(word)) & mask;
+            p.refused = p.refused.wrapping_add(Passive::Refused.of(word)) & mask;
             active = active.wrapping_add(c.active.load(Relaxed));
             inactive = inactive.wrapping_add(c.inactive.load(Relaxed));
         }
@@ -98,5 +138,52 @@ impl RealServerTotals {
         t.active = if (active as i64) < 0 { 0 } else { active };
         t.inactive = if (inactive as i64) < 0 { 0 } else { inactive };
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passive_fields_count_apart_and_wrap_without_carrying() {
+        let c = RealServerCounters::default();
+        assert_eq!(
+            std::mem::size_of::<RealServerCounters>(),
+            64,
+            "one cache line"
+        );
+        c.count_passive(Passive::Refused);
+        c.count_passive(Passive::Answered);
+        c.count_passive(Passive::Answered);
+        let w = c.passive.load(Relaxed);
+        assert_eq!(
+            (
+                Passive::Answered.of(w),
+                Passive::Unanswered.of(w),
+                Passive::Refused.of(w)
+            ),
+            (2, 0, 1)
+        );
+        let max = u64::from(crate::health::PASSIVE_FIELD_MASK);
+        c.passive.store(max << Passive::Unanswered.shift(), Relaxed);
+        c.count_passive(Passive::Unanswered);
+        let w = c.passive.load(Relaxed);
+        assert_eq!(
+            (
+                Passive::Answered.of(w),
+                Passive::Unanswered.of(w),
+                Passive::Refused.of(w)
+            ),
+            (0, 0, 0),
+            "wraps to 0 without touching its neighbour"
+        );
+        let tables = vec![
+            std::sync::Arc::new(new_table()),
+            std::sync::Arc::new(new_table()),
+        ];
+        tables[0][5].count_passive(Passive::Unanswered);
+        tables[1][5].count_passive(Passive::Unanswered);
+        assert_eq!(RealServerTotals::sum(&tables, 5).passive.unanswered, 2);
     }
 }

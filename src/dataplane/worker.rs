@@ -75,7 +75,8 @@ impl Worker {
         let mut tx = Burst::new();
         let second = tsc_hz();
         let mut next_resolve = 0u64;
-        let mut redirects: Redirects = (0..self.links.mesh.workers())
+        // One burst per worker, and the last for the management core (probe answers).
+        let mut redirects: Redirects = (0..=self.links.mesh.workers())
             .map(|_| Burst::new())
             .collect();
         let me = self.id as usize;
@@ -98,6 +99,9 @@ impl Worker {
             self.links.mesh.take_neighbours(me, |ip, mac| {
                 neighbours.learn_shared(ip, mac, start);
             });
+            if self.id == 0 {
+                self.send_probes(&mut tx);
+            }
             let mut received = self.drain_redirected(start, &mut rx, &mut tx, &mut redirects);
             for (index, port) in self.ports.iter_mut().enumerate() {
                 received += poll_port(
@@ -178,6 +182,50 @@ impl Worker {
         n
     }
 
+    /// Transmits the management core's health probes (worker 0 only): each frame gets
+    /// the first port's MAC and the real server's, or becomes an ARP request for it
+    /// when unknown (the probe is lost then, and times out).
+    fn send_probes(&mut self, out: &mut Burst) {
+        let n = self.links.mesh.health_inject().dequeue(out);
+        if n == 0 {
+            return;
+        }
+        let Some(port) = self.ports.first_mut() else {
+            out.free_all();
+            return;
+        };
+        let (mac, addr) = (port.responder.mac(), port.addr);
+        for i in 0..out.len() {
+            let frame = out.packet_mut(i);
+            let target =
+                match crate::wire::ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..]) {
+                    Ok(ip) => ip.dst_addr(),
+                    Err(_) => continue,
+                };
+            match self.neighbours.lookup(target) {
+                Some(peer) => {
+                    let _ = crate::forward::dr::forward(frame, peer, mac);
+                    self.counters.event(Event::HealthProbeSent);
+                }
+                None => {
+                    if let Some(len) =
+                        write_arp_request(frame, ethernet::HEADER_LEN, mac, addr, target)
+                    {
+                        out.set_packet_len(i, len as u16);
+                    }
+                    WorkerCounters::drop(&self.counters, DropReason::NeighbourUnresolved);
+                }
+            }
+        }
+        let queued = out.len() as u64;
+        let sent = port.tx.tx(out) as u64;
+        bump(&self.counters.tx_packets, sent);
+        for _ in sent..queued {
+            WorkerCounters::drop(&self.counters, DropReason::TxFull);
+        }
+        out.free_all();
+    }
+
     /// Offers what the neighbour table learned since the last poll to the other workers.
     fn share_neighbours(&mut self) {
         let (mesh, me, counters) = (&self.links.mesh, self.id as usize, &self.counters);
@@ -223,8 +271,8 @@ impl Worker {
     }
 }
 
-/// What poll_port hands to other workers during one burst: per destination worker, the
-/// packets redirected to it.
+/// What poll_port hands on during one burst: per destination worker, the packets
+/// redirected to it, then (last) the probe answers for the management core.
 type Redirects = Vec<Burst>;
 
 /// Hands the redirected packets of one burst to their owners' rings; what a full ring
@@ -234,12 +282,18 @@ fn send_redirects(mesh: &Mesh, counters: &WorkerCounters, redirects: &mut Redire
         if out.is_empty() {
             continue;
         }
-        if let Some(ring) = mesh.redirect_ring(owner) {
-            let taken = ring.enqueue(out);
-            counters.event_n(Event::RedirectedOut, taken as u64);
-        }
+        let (ring, taken_event, full) = match mesh.redirect_ring(owner) {
+            Some(ring) => (ring, Event::RedirectedOut, DropReason::RedirectRingFull),
+            None => (
+                mesh.health_replies(),
+                Event::HealthReplyUp,
+                DropReason::HealthRingFull,
+            ),
+        };
+        let taken = ring.enqueue(out);
+        counters.event_n(taken_event, taken as u64);
         for _ in 0..out.len() {
-            counters.drop(DropReason::RedirectRingFull);
+            counters.drop(full);
         }
         out.free_all();
     }
@@ -321,6 +375,15 @@ fn process(
                 };
                 if !moved {
                     counters.drop(DropReason::RedirectRingFull);
+                }
+                false
+            }
+            Action::Punt => {
+                // The last slot goes to the management core (send_redirects).
+                if let Some(out) = redirects.last_mut() {
+                    if !rx.move_to(i, out) {
+                        counters.drop(DropReason::HealthRingFull);
+                    }
                 }
                 false
             }

@@ -48,6 +48,7 @@ pub mod dr;
 pub mod icmp;
 pub mod laddr;
 pub mod nat;
+pub mod reset;
 pub mod toa;
 pub mod tun;
 

@@ -32,6 +32,8 @@ pub struct PassiveTotals {
 /// A change the management core logs and publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthEvent {
+    /// The real server's id.
+    pub id: u32,
     pub service: ServiceKey,
     pub ip: Ipv4Addr,
     pub port: u16,
@@ -131,6 +133,36 @@ pub struct HealthMonitor {
 pub struct Overrides {
     pub services: HashMap<ServiceKey, (CheckOverride, Option<AllDown>)>,
     pub servers: HashMap<(ServiceKey, Ipv4Addr, u16), CheckOverride>,
+}
+
+impl Overrides {
+    /// The services' and real servers' `health` tables of a config.
+    pub fn from_config(cfg: &crate::config::Config) -> Overrides {
+        let mut o = Overrides::default();
+        for s in &cfg.services {
+            o.services.insert(s.key, (s.health.clone(), s.all_down));
+            for rs in &s.real_servers {
+                o.servers.insert((s.key, rs.ip, rs.port), rs.health.clone());
+            }
+        }
+        o
+    }
+}
+
+/// The probe source of a config: `[health] source`, else the first port's first
+/// address.
+pub fn source_of(cfg: &crate::config::Config) -> Option<Ipv4Addr> {
+    cfg.health
+        .source
+        .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
+}
+
+/// `sluicectl health`: every watched real server and the monitor's counters.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct HealthReport {
+    pub source: String,
+    pub targets: Vec<TargetReport>,
+    pub stats: MonitorStats,
 }
 
 impl HealthMonitor {
@@ -338,6 +370,7 @@ impl HealthMonitor {
         }
         change
             .map(|change| HealthEvent {
+                id,
                 service: t.service,
                 ip: t.ip,
                 port: t.port,
@@ -399,6 +432,7 @@ impl HealthMonitor {
             }
             let (service, ip, port) = (t.service, t.ip, t.port);
             events.extend(changes.into_iter().map(|change| HealthEvent {
+                id,
                 service,
                 ip,
                 port,
@@ -496,13 +530,6 @@ impl HealthMonitor {
                 since_change_ms: now_ms.saturating_sub(t.verdict.changed_at_ms),
             })
             .collect()
-    }
-
-    /// Evictions so far of real server `id` and whether it is evicted now.
-    pub fn eviction_state(&self, id: u32) -> Option<(bool, u64)> {
-        self.targets
-            .get(&id)
-            .map(|t| (t.verdict.evicted, t.verdict.evictions))
     }
 }
 

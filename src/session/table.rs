@@ -57,6 +57,11 @@ impl SessionFlags {
     pub const TOA_PENDING: SessionFlags = SessionFlags(1 << 1);
     /// Created under a persistence template: its end extends the template.
     pub const PERSISTENT: SessionFlags = SessionFlags(1 << 2);
+    /// Passive health detection: the real server answered this connection (or, in DR
+    /// and TUN, the client completed the handshake), so it counts no more.
+    pub const ANSWERED: SessionFlags = SessionFlags(1 << 3);
+    /// Passive health detection: already counted as unanswered.
+    pub const PASSIVE_COUNTED: SessionFlags = SessionFlags(1 << 4);
     /// The slot holds a live session (managed by the table).
     const IN_USE: SessionFlags = SessionFlags(1 << 7);
 

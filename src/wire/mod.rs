@@ -19,6 +19,7 @@ pub mod icmp;
 pub mod ipv4;
 pub mod tcp;
 pub mod udp;
+pub mod vrrp;
 
 pub use ethernet::{EtherType, L2Header, MacAddr};
 

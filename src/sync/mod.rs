@@ -1,0 +1,19 @@
+//! Session sync and failover foundations for high availability (issue #9): what an
+//! active node tells its standby about sessions, how the standby checks it, and the
+//! VRRPv3 state machine that decides which node is active. Pure and tested; the daemon
+//! wiring (sockets, timers, installing sessions in the workers) is not done yet. See
+//! `docs/SYNC.md`.
+//!
+//! - [`wire`]: the versioned sync message format (header, records, builder).
+//! - [`auth`]: the optional HMAC-SHA256 trailer.
+//! - [`events`]: per-worker bounded event rings and the IPVS-style sync policy.
+//! - [`sender`]: batching drained events into messages, dumps, resync requests.
+//! - [`receiver`]: validation of a received datagram, reject counters, and which
+//!   worker owns a synced session.
+//! - [`vrrp`]: the VRRPv3 (RFC 5798) state machine; the packet is `crate::wire::vrrp`.
+pub mod auth;
+pub mod events;
+pub mod receiver;
+pub mod sender;
+pub mod vrrp;
+pub mod wire;

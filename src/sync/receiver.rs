@@ -1,0 +1,561 @@
+//! The standby's side: is a received datagram a sync message it may believe, and
+//! which worker takes each synced session.
+//!
+//! [`Receiver::receive`] checks, cheapest first and before anything is installed: the
+//! source is a configured peer; the message is well formed in this version; the HMAC
+//! (when a key is configured); every record is valid; every record's virtual service
+//! exists here. Any failure rejects the whole datagram with one counted
+//! [`RejectReason`], so a forged or damaged message installs nothing, not even its good
+//! records.
+//!
+//! [`session_owner`] says which worker will own a synced session after a takeover:
+//! the worker whose RX queue the NIC hashes the session's packets to, computed with
+//! the data plane's own Toeplitz and RETA (`crate::flow::rss`), as the data plane
+//! decides it (see `dataplane::forwarder` and `forward::laddr`).
+use core::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use super::auth::{self, SyncKey};
+use super::wire::{parse_records, MessageRepr, Packet, RecordKind, RecordRepr, SyncWireError};
+use crate::flow::rss::{HashFields, Reta, Toeplitz};
+use crate::flow::Protocol;
+use crate::service::ForwardMode;
+
+/// Why a datagram was rejected. Each rejection counts exactly one reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RejectReason {
+    /// The source address is not a configured peer.
+    UnknownPeer,
+    /// Not a sync message at all (bad magic).
+    NotSync,
+    /// A sync message of another version.
+    WrongVersion,
+    /// Shorter than its header or its declared length.
+    Truncated,
+    /// Inconsistent lengths, unknown type or flags.
+    Malformed,
+    /// A record with a forbidden value.
+    BadRecord,
+    /// The HMAC is wrong, missing while a key is configured, or present while none is.
+    BadHmac,
+    /// A record for a virtual service this node does not have.
+    UnknownVip,
+}
+
+impl RejectReason {
+    pub const COUNT: usize = 8;
+    pub const ALL: [RejectReason; RejectReason::COUNT] = [
+        RejectReason::UnknownPeer,
+        RejectReason::NotSync,
+        RejectReason::WrongVersion,
+        RejectReason::Truncated,
+        RejectReason::Malformed,
+        RejectReason::BadRecord,
+        RejectReason::BadHmac,
+        RejectReason::UnknownVip,
+    ];
+
+    /// The counter's name in stats output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RejectReason::UnknownPeer => "unknown_peer",
+            RejectReason::NotSync => "not_sync",
+            RejectReason::WrongVersion => "wrong_version",
+            RejectReason::Truncated => "truncated",
+            RejectReason::Malformed => "malformed",
+            RejectReason::BadRecord => "bad_record",
+            RejectReason::BadHmac => "bad_hmac",
+            RejectReason::UnknownVip => "unknown_vip",
+        }
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl From<SyncWireError> for RejectReason {
+    fn from(error: SyncWireError) -> RejectReason {
+        match error {
+            SyncWireError::Truncated => RejectReason::Truncated,
+            SyncWireError::BadMagic => RejectReason::NotSync,
+            SyncWireError::WrongVersion(_) => RejectReason::WrongVersion,
+            SyncWireError::BadLength
+            | SyncWireError::UnknownType(_)
+            | SyncWireError::UnknownFlags(_) => RejectReason::Malformed,
+            SyncWireError::BadRecord { .. } => RejectReason::BadRecord,
+        }
+    }
+}
+
+/// What the receiver counted. Kept by the management core alone: plain integers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReceiverCounters {
+    pub accepted_messages: u64,
+    pub accepted_records: u64,
+    pub rejected: [u64; RejectReason::COUNT],
+}
+
+impl ReceiverCounters {
+    pub fn rejected(&self, reason: RejectReason) -> u64 {
+        self.rejected[reason as usize]
+    }
+
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.iter().sum()
+    }
+}
+
+/// Who the standby listens to.
+#[derive(Clone, Debug, Default)]
+pub struct ReceiverConfig {
+    /// Source addresses sync messages are accepted from.
+    pub peers: Vec<Ipv4Addr>,
+    /// The shared key; when set, every message must carry a valid HMAC.
+    pub key: Option<SyncKey>,
+}
+
+/// A message that passed every check; its records are all valid.
+#[derive(Clone, Copy, Debug)]
+pub struct Accepted<'a> {
+    pub header: MessageRepr,
+    packet: Packet<&'a [u8]>,
+}
+
+impl<'a> Accepted<'a> {
+    /// The records, in order (parsed again from the datagram: no allocation).
+    pub fn records(&self) -> impl Iterator<Item = RecordRepr> + 'a {
+        let packet = self.packet;
+        (0..packet.count() as usize).filter_map(move |i| RecordRepr::parse(&packet.record(i)).ok())
+    }
+}
+
+/// Validates datagrams and counts the outcome.
+#[derive(Debug, Default)]
+pub struct Receiver {
+    config: ReceiverConfig,
+    counters: ReceiverCounters,
+}
+
+impl Receiver {
+    pub fn new(config: ReceiverConfig) -> Receiver {
+        Receiver {
+            config,
+            counters: ReceiverCounters::default(),
+        }
+    }
+
+    pub fn counters(&self) -> &ReceiverCounters {
+        &self.counters
+    }
+
+    /// Checks `datagram` from `source`; `service_exists(proto, vip:port)` says whether
+    /// this node has that virtual service. Counts the result either way.
+    pub fn receive<'a>(
+        &mut self,
+        datagram: &'a [u8],
+        source: Ipv4Addr,
+        service_exists: impl FnMut(Protocol, SocketAddrV4) -> bool,
+    ) -> Result<Accepted<'a>, RejectReason> {
+        let result = validate(datagram, source, &self.config, service_exists);
+        match &result {
+            Ok(accepted) => {
+                self.counters.accepted_messages += 1;
+                self.counters.accepted_records += u64::from(accepted.header.count);
+            }
+            Err(reason) => self.counters.rejected[*reason as usize] += 1,
+        }
+        result
+    }
+}
+
+/// The checks of [`Receiver::receive`], without counting.
+pub fn validate<'a>(
+    datagram: &'a [u8],
+    source: Ipv4Addr,
+    config: &ReceiverConfig,
+    mut service_exists: impl FnMut(Protocol, SocketAddrV4) -> bool,
+) -> Result<Accepted<'a>, RejectReason> {
+    if !config.peers.contains(&source) {
+        return Err(RejectReason::UnknownPeer);
+    }
+    let packet = Packet::new_checked(datagram)?;
+    // Authenticate before looking at anything the sender chose (type, records).
+    auth::verify(&packet, config.key.as_ref()).map_err(|_| RejectReason::BadHmac)?;
+    let header = MessageRepr::parse(&packet)?;
+    let mut unknown_vip = false;
+    parse_records(&packet, |record| {
+        unknown_vip |= !service_exists(record.proto, record.virtual_service);
+    })?;
+    if unknown_vip {
+        return Err(RejectReason::UnknownVip);
+    }
+    Ok(Accepted { header, packet })
+}
+
+/// Which worker (RX queue) owns a session, as the data plane decides it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// The worker that must hold the session.
+    pub queue: u16,
+    /// The queue the client's packets land on. The same as `queue` except, possibly,
+    /// for FullNAT (see [`session_owner`]).
+    pub client_queue: u16,
+}
+
+impl Owner {
+    /// FullNAT only: the client's packets and the real server's replies land on two
+    /// different workers. The active node never creates such a session (it picks the
+    /// local port so they agree), so on the standby it means its RSS key, RETA or
+    /// queue count differs from the active's: the client side then needs the NAT-style
+    /// redirect the data plane does not do for FullNAT yet.
+    pub fn is_split(&self) -> bool {
+        self.queue != self.client_queue
+    }
+}
+
+/// The owner of a synced connection under this node's RSS (`None` for a template:
+/// templates live in the table shared by all workers).
+///
+/// - DR, TUN, NAT: the queue of the request tuple `client:cport -> VIP:vport`. That is
+///   where the client's packets arrive; NAT replies are redirected there by
+///   `nat_reply_owner` in the forwarder, which hashes this same tuple.
+/// - FullNAT: the queue of the reply tuple `RIP:rport -> LIP:lport`, the tuple the
+///   forwarder's `PortPool` chose `lport` for; replies are never redirected.
+pub fn session_owner(
+    record: &RecordRepr,
+    toeplitz: &Toeplitz,
+    reta: &Reta,
+    fields: HashFields,
+) -> Option<Owner> {
+    if record.kind != RecordKind::Connection {
+        return None;
+    }
+    let queue_of = |src: SocketAddrV4, dst: SocketAddrV4| {
+        reta.queue(toeplitz.hash_tuple(fields, *src.ip(), *dst.ip(), src.port(), dst.port()))
+    };
+    let client_queue = queue_of(record.client, record.virtual_service);
+    let queue = match (record.mode, record.local) {
+        (ForwardMode::FullNat, Some(local)) => queue_of(record.real_server, local),
+        _ => client_queue,
+    };
+    Some(Owner {
+        queue,
+        client_queue,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::forwarder::{nat_reply_owner, RssView};
+    use crate::flow::rss::DEFAULT_RSS_KEY;
+    use crate::flow::FlowKey4;
+    use crate::forward::laddr::PortPool;
+    use crate::sched::SchedulerKind;
+    use crate::service::model::{RealServer, Service};
+    use crate::service::{ServiceKey, Snapshot};
+    use crate::session::{Session, TcpState};
+    use crate::sync::wire::{
+        MessageBuilder, MessageFlags, MessageType, RecordOp, HEADER_LEN, RECORD_LEN,
+    };
+    use crate::wire::test_util::XorShift;
+
+    const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+    const RS: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 21);
+
+    fn record(vip: Ipv4Addr, cport: u16) -> RecordRepr {
+        let key = FlowKey4::new(
+            Protocol::Tcp,
+            Ipv4Addr::new(198, 51, 100, 7),
+            cport,
+            vip,
+            80,
+        );
+        let mut session = Session::new(&key, ForwardMode::Nat, 0, 0, RS, 8080);
+        session.set_state(TcpState::Established);
+        RecordRepr::connection(&session, RecordOp::Update, 900_000)
+    }
+
+    fn message(records: &[RecordRepr], key: Option<&SyncKey>) -> Vec<u8> {
+        let header = MessageRepr {
+            message_type: MessageType::SessionBatch,
+            flags: MessageFlags::empty(),
+            sender: 1,
+            sequence: 1,
+            dump_id: 0,
+            chunk: 0,
+            count: 0,
+        };
+        let mut buf = [0u8; 1500];
+        let mut builder = MessageBuilder::new(&mut buf, header, 1500, key.is_some());
+        for r in records {
+            builder.push(r).unwrap();
+        }
+        let out = builder.finish();
+        if let Some(key) = key {
+            auth::seal(out, key);
+        }
+        out.to_vec()
+    }
+
+    fn receiver(key: Option<SyncKey>) -> Receiver {
+        Receiver::new(ReceiverConfig {
+            peers: vec![PEER, Ipv4Addr::new(192, 0, 2, 2)],
+            key,
+        })
+    }
+
+    fn our_service(_: Protocol, vs: SocketAddrV4) -> bool {
+        vs == SocketAddrV4::new(VIP, 80)
+    }
+
+    #[test]
+    fn accepts_and_returns_records() {
+        let key = SyncKey::new(b"a shared key, 32 bytes long.....").unwrap();
+        let records = [record(VIP, 1000), record(VIP, 1001)];
+        for key in [None, Some(key)] {
+            let mut rx = receiver(key.clone());
+            let bytes = message(&records, key.as_ref());
+            let accepted = rx.receive(&bytes, PEER, our_service).unwrap();
+            assert_eq!(accepted.records().collect::<Vec<_>>(), records);
+            assert_eq!(rx.counters().accepted_messages, 1);
+            assert_eq!(rx.counters().accepted_records, 2);
+            assert_eq!(rx.counters().rejected_total(), 0);
+        }
+    }
+
+    /// Each forged or malformed case is rejected with its own reason, counted once,
+    /// and nothing comes out to install.
+    #[test]
+    fn every_reject_reason() {
+        let key = SyncKey::new(b"a shared key, 32 bytes long.....").unwrap();
+        let good = message(&[record(VIP, 1000), record(VIP, 1001)], Some(&key));
+        let mut rx = receiver(Some(key.clone()));
+        assert!(rx.receive(&good, PEER, our_service).is_ok());
+
+        let mut cases: Vec<(Vec<u8>, Ipv4Addr, RejectReason)> = Vec::new();
+        cases.push((
+            good.clone(),
+            Ipv4Addr::new(192, 0, 2, 99),
+            RejectReason::UnknownPeer,
+        ));
+        let mut v2 = good.clone();
+        v2[4] = 2;
+        cases.push((v2, PEER, RejectReason::WrongVersion));
+        cases.push((
+            good[..good.len() - 1].to_vec(),
+            PEER,
+            RejectReason::Truncated,
+        ));
+        cases.push((
+            good[..HEADER_LEN - 1].to_vec(),
+            PEER,
+            RejectReason::Truncated,
+        ));
+        let mut magic = good.clone();
+        magic[0] = 0;
+        cases.push((magic, PEER, RejectReason::NotSync));
+        let mut tampered = good.clone();
+        tampered[HEADER_LEN + 9] ^= 1; // client address of record 0
+        cases.push((tampered, PEER, RejectReason::BadHmac));
+        // Unauthenticated message to a keyed receiver.
+        cases.push((
+            message(&[record(VIP, 1)], None),
+            PEER,
+            RejectReason::BadHmac,
+        ));
+        // A well-authenticated message with a bad record (forged by a key holder, or
+        // a sender bug): still nothing installed.
+        let mut bad_record = good.clone();
+        bad_record[HEADER_LEN + RECORD_LEN + 2] = 1; // protocol of record 1
+        auth::seal(&mut bad_record, &key);
+        cases.push((bad_record, PEER, RejectReason::BadRecord));
+        let mut bad_type = good.clone();
+        bad_type[5] = 9;
+        auth::seal(&mut bad_type, &key);
+        cases.push((bad_type, PEER, RejectReason::Malformed));
+        // One record of two for a VIP this node lacks.
+        let unknown = message(
+            &[record(VIP, 1000), record(Ipv4Addr::new(203, 0, 113, 99), 1)],
+            Some(&key),
+        );
+        cases.push((unknown, PEER, RejectReason::UnknownVip));
+
+        for (bytes, source, reason) in &cases {
+            assert_eq!(
+                rx.receive(bytes, *source, our_service).map(|a| a.header),
+                Err(*reason)
+            );
+        }
+        for reason in RejectReason::ALL {
+            let want = cases.iter().filter(|c| c.2 == reason).count() as u64;
+            assert_eq!(rx.counters().rejected(reason), want, "{reason}");
+        }
+        assert_eq!(rx.counters().accepted_messages, 1);
+
+        // Without a key, a keyed message is refused too (the peers disagree).
+        let mut open = receiver(None);
+        assert_eq!(
+            open.receive(&good, PEER, our_service).map(|a| a.header),
+            Err(RejectReason::BadHmac)
+        );
+    }
+
+    #[test]
+    fn random_garbage_from_a_peer_is_counted_never_accepted() {
+        let mut rng = XorShift(0x0bad_5eed_0bad_5eed);
+        let mut rx = receiver(Some(SyncKey::new(&[9; 32]).unwrap()));
+        let mut buf = [0u8; 300];
+        for _ in 0..5000 {
+            let len = rng.below(buf.len());
+            rng.fill(&mut buf[..len]);
+            if rng.below(2) == 0 && len >= 8 {
+                buf[..5].copy_from_slice(&[0x53, 0x4c, 0x53, 0x59, 1]);
+            }
+            assert!(rx.receive(&buf[..len], PEER, |_, _| true).is_err());
+        }
+        assert_eq!(rx.counters().rejected_total(), 5000);
+    }
+
+    fn nat_snapshot() -> Snapshot {
+        let service = Service {
+            id: 0,
+            key: ServiceKey::new(Protocol::Tcp, VIP, 80),
+            scheduler: SchedulerKind::Rr,
+            persistence: None,
+            real_servers: vec![RealServer {
+                id: 0,
+                ip: RS,
+                port: 8080,
+                weight: 1,
+                mode: ForwardMode::Nat,
+                upper: 0,
+                lower: 0,
+            }],
+            local_addresses: Vec::new(),
+            toa: false,
+            sched_flags: Default::default(),
+            mh_table_size: crate::sched::mh::DEFAULT_TABLE_SIZE,
+        };
+        Snapshot::from_services(1, vec![service])
+    }
+
+    /// NAT: the owner is what the forwarder's own redirect decision says. A reply
+    /// landing on worker q is redirected to the owner, or kept when q is the owner.
+    #[test]
+    fn nat_owner_matches_the_forwarders_redirect() {
+        let snap = nat_snapshot();
+        let mut rng = XorShift(0x4e47_0000_0000_0001);
+        for queues in [2u16, 4, 6] {
+            let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+            let reta = Reta::new_round_robin(128, queues).unwrap();
+            for _ in 0..300 {
+                let client = Ipv4Addr::from(rng.next_u64() as u32);
+                let cport = rng.next_u64() as u16;
+                let key = FlowKey4::new(Protocol::Tcp, client, cport, VIP, 80);
+                let session = Session::new(&key, ForwardMode::Nat, 0, 0, RS, 8080);
+                let record = RecordRepr::connection(&session, RecordOp::Update, 1);
+                let owner = session_owner(&record, &toeplitz, &reta, HashFields::L3L4).unwrap();
+                assert!(!owner.is_split());
+                let reply = session.reply_key().unwrap();
+                for queue in 0..queues {
+                    let rss = RssView {
+                        toeplitz: toeplitz.clone(),
+                        reta: reta.clone(),
+                        fields: HashFields::L3L4,
+                        queue,
+                    };
+                    let redirect = nat_reply_owner(&snap, &rss, &reply, false);
+                    let expected = (owner.queue != queue).then_some(owner.queue);
+                    assert_eq!(redirect, expected, "{client}:{cport} seen on {queue}");
+                }
+            }
+        }
+    }
+
+    /// FullNAT: the owner of a session is the worker whose `PortPool` handed out its
+    /// local port, for every port handed out, on both hash field settings.
+    #[test]
+    fn fullnat_owner_is_the_worker_that_allocated_the_port() {
+        let lips = [Ipv4Addr::new(10, 1, 255, 1), Ipv4Addr::new(10, 1, 255, 2)];
+        let mut rng = XorShift(0xf0_11ad_0000_0002);
+        for fields in [HashFields::L3L4, HashFields::L3] {
+            let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+            let reta = Reta::new_round_robin(128, 4).unwrap();
+            for queue in 0..4u16 {
+                let mut pool =
+                    PortPool::build(&lips, 1024..=65535, &toeplitz, &reta, fields, queue).unwrap();
+                for _ in 0..300 {
+                    let rs = SocketAddrV4::new(
+                        Ipv4Addr::from(rng.next_u64() as u32),
+                        rng.next_u64() as u16 | 1,
+                    );
+                    let Some((lip, lport)) = pool.allocate(rs) else {
+                        continue; // L3 hashing: this worker may own no class for rs
+                    };
+                    // The client side: a client whose request hashes to this worker.
+                    let (client, cport) = loop {
+                        let c = Ipv4Addr::from(rng.next_u64() as u32);
+                        let p = rng.next_u64() as u16;
+                        let h = toeplitz.hash_tuple(fields, c, VIP, p, 80);
+                        if reta.queue(h) == queue {
+                            break (c, p);
+                        }
+                    };
+                    let key = FlowKey4::new(Protocol::Tcp, client, cport, VIP, 80);
+                    let session =
+                        Session::new(&key, ForwardMode::FullNat, 0, 0, *rs.ip(), rs.port())
+                            .with_local(lip, lport);
+                    let record = RecordRepr::connection(&session, RecordOp::Update, 1);
+                    let owner = session_owner(&record, &toeplitz, &reta, fields).unwrap();
+                    assert_eq!(
+                        owner.queue,
+                        pool.owner_queue(),
+                        "{fields:?} {rs} {lip}:{lport}"
+                    );
+                    assert!(!owner.is_split());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn split_fullnat_and_templates() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 8).unwrap();
+        // Some local port puts the reply on another queue than the request.
+        let key = FlowKey4::new(
+            Protocol::Tcp,
+            Ipv4Addr::new(198, 51, 100, 7),
+            40000,
+            VIP,
+            80,
+        );
+        let split = (1024..2048u16).find_map(|lport| {
+            let s = Session::new(&key, ForwardMode::FullNat, 0, 0, RS, 8080)
+                .with_local(Ipv4Addr::new(10, 1, 255, 1), lport);
+            let r = RecordRepr::connection(&s, RecordOp::Update, 1);
+            session_owner(&r, &toeplitz, &reta, HashFields::L3L4).filter(Owner::is_split)
+        });
+        assert!(split.is_some());
+        let template = RecordRepr::template(
+            RecordOp::Update,
+            Protocol::Tcp,
+            SocketAddrV4::new(VIP, 80),
+            Ipv4Addr::new(198, 51, 100, 0),
+            24,
+            SocketAddrV4::new(RS, 8080),
+            ForwardMode::Nat,
+            1,
+        );
+        assert_eq!(
+            session_owner(&template, &toeplitz, &reta, HashFields::L3L4),
+            None
+        );
+    }
+}

@@ -1,0 +1,260 @@
+//! The active node's side: turning drained events into sync messages, answering a
+//! resync request with a chunked dump, and asking for one. Pure: the caller provides
+//! the buffer (one MTU) and a `send` for each finished datagram.
+use super::auth::{self, SyncKey};
+use super::events::EventRing;
+use super::wire::{MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr};
+
+/// Numbers and seals the messages one node sends.
+#[derive(Debug)]
+pub struct SyncSender {
+    node_id: u32,
+    sequence: u32,
+    mtu: u16,
+    key: Option<SyncKey>,
+}
+
+impl SyncSender {
+    pub fn new(node_id: u32, mtu: u16, key: Option<SyncKey>) -> SyncSender {
+        SyncSender {
+            node_id,
+            sequence: 0,
+            mtu,
+            key,
+        }
+    }
+
+    /// The sequence number the next message gets.
+    pub fn next_sequence(&self) -> u32 {
+        self.sequence
+    }
+
+    fn header(&mut self, message_type: MessageType, dump_id: u32, chunk: u32) -> MessageRepr {
+        MessageRepr {
+            message_type,
+            flags: MessageFlags::empty(),
+            sender: self.node_id,
+            sequence: self.sequence,
+            dump_id,
+            chunk,
+            count: 0,
+        }
+    }
+
+    fn finish(&mut self, builder: MessageBuilder, send: &mut impl FnMut(&[u8])) {
+        let message = builder.finish();
+        if let Some(key) = &self.key {
+            auth::seal(message, key);
+        }
+        send(message);
+        self.sequence = self.sequence.wrapping_add(1);
+    }
+
+    /// Drains up to `budget` events from `rings` (round by round, so one busy worker
+    /// cannot starve the others) into as few batches as fit the MTU.
+    pub fn send_events(
+        &mut self,
+        rings: &[EventRing],
+        budget: usize,
+        buf: &mut [u8],
+        mut send: impl FnMut(&[u8]),
+    ) -> usize {
+        let authenticated = self.key.is_some();
+        let header = self.header(MessageType::SessionBatch, 0, 0);
+        let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
+        let capacity = builder.capacity().max(1);
+        let mut records = Vec::with_capacity(capacity);
+        let mut taken = 0;
+        // Take a message's worth at a time, spread over the rings.
+        while taken < budget {
+            let before = taken;
+            for ring in rings {
+                let share = (capacity / rings.len().max(1)).max(1);
+                taken += ring.drain(share.min(budget - taken), |e| records.push(e.record));
+            }
+            if taken == before {
+                break;
+            }
+            for record in records.drain(..) {
+                if builder.push(&record).is_err() {
+                    self.finish(builder, &mut send);
+                    let header = self.header(MessageType::SessionBatch, 0, 0);
+                    builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
+                    // A fresh message always has room for one record.
+                    let _ = builder.push(&record);
+                }
+            }
+        }
+        if !builder.is_empty() {
+            self.finish(builder, &mut send);
+        }
+        taken
+    }
+
+    /// Sends a whole table as dump `dump_id`: chunks numbered from 0, the last one
+    /// flagged (an empty table is one empty last chunk). Returns the chunk count.
+    pub fn send_dump(
+        &mut self,
+        dump_id: u32,
+        records: impl IntoIterator<Item = RecordRepr>,
+        buf: &mut [u8],
+        mut send: impl FnMut(&[u8]),
+    ) -> u32 {
+        let authenticated = self.key.is_some();
+        let mut records = records.into_iter().peekable();
+        let mut chunk = 0;
+        loop {
+            let mut header = self.header(MessageType::DumpChunk, dump_id, chunk);
+            // Fill the chunk; peeking at the next record then says whether it is the last.
+            let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
+            while !builder.is_full() {
+                let Some(record) = records.next() else { break };
+                let _ = builder.push(&record);
+            }
+            let last = records.peek().is_none();
+            if last {
+                header.flags.set(MessageFlags::LAST_CHUNK, true);
+                header.flags.set(MessageFlags::AUTHENTICATED, authenticated);
+                header.count = builder.len() as u16;
+                // Rewrite the header with the flag; the records are in place.
+                let mut packet = super::wire::Packet::new_unchecked(&mut *buf);
+                header.emit(&mut packet);
+                let len = header.buffer_len();
+                if let Some(key) = &self.key {
+                    auth::seal(&mut buf[..len], key);
+                }
+                send(&buf[..len]);
+                self.sequence = self.sequence.wrapping_add(1);
+                return chunk + 1;
+            }
+            self.finish(builder, &mut send);
+            chunk += 1;
+        }
+    }
+
+    /// A resync request for dump `dump_id`, written into `buf`.
+    pub fn resync_request<'a>(&mut self, dump_id: u32, buf: &'a mut [u8]) -> &'a [u8] {
+        let header = self.header(MessageType::ResyncRequest, dump_id, 0);
+        let builder = MessageBuilder::new(&mut *buf, header, self.mtu, self.key.is_some());
+        let message = builder.finish();
+        if let Some(key) = &self.key {
+            auth::seal(message, key);
+        }
+        self.sequence = self.sequence.wrapping_add(1);
+        message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::{FlowKey4, Protocol};
+    use crate::service::ForwardMode;
+    use crate::session::Session;
+    use crate::sync::events::{EventKind, SessionEvent};
+    use crate::sync::receiver::{Receiver, ReceiverConfig};
+    use std::net::Ipv4Addr;
+
+    const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+    fn session(worker: u8, n: u16) -> Session {
+        let key = FlowKey4::new(
+            Protocol::Tcp,
+            Ipv4Addr::new(198, 51, 100, worker),
+            n,
+            Ipv4Addr::new(203, 0, 113, 10),
+            80,
+        );
+        Session::new(&key, ForwardMode::Nat, 0, 0, Ipv4Addr::new(10, 0, 0, 2), 80)
+    }
+
+    fn receiver(key: Option<SyncKey>) -> Receiver {
+        Receiver::new(ReceiverConfig {
+            peers: vec![PEER],
+            key,
+        })
+    }
+
+    #[test]
+    fn events_become_full_batches_that_a_receiver_accepts() {
+        let key = SyncKey::new(&[5; 32]).unwrap();
+        let rings: Vec<EventRing> = (0..3).map(|_| EventRing::with_capacity(256)).collect();
+        for (w, ring) in rings.iter().enumerate() {
+            for n in 0..50 {
+                assert!(ring.push(SessionEvent::new(
+                    EventKind::Created,
+                    &session(w as u8, n),
+                    1
+                )));
+            }
+        }
+        let mut sender = SyncSender::new(7, 1500, Some(key.clone()));
+        let mut rx = receiver(Some(key));
+        let mut buf = [0u8; 1500];
+        let mut sizes = Vec::new();
+        let mut seen = Vec::new();
+        let taken = sender.send_events(&rings, 1000, &mut buf, |datagram| {
+            let accepted = rx.receive(datagram, PEER, |_, _| true).unwrap();
+            assert_eq!(accepted.header.sender, 7);
+            seen.push(accepted.header.sequence);
+            sizes.push(accepted.header.count);
+            assert!(datagram.len() + 28 <= 1500);
+        });
+        assert_eq!(taken, 150);
+        // 150 records at 39 per authenticated message: 39, 39, 39, 33.
+        assert_eq!(sizes, [39, 39, 39, 33]);
+        assert_eq!(seen, [0, 1, 2, 3]);
+        assert_eq!(rx.counters().accepted_records, 150);
+        // The budget bounds the work per call; nothing left, nothing sent.
+        assert_eq!(sender.send_events(&rings, 10, &mut buf, |_| panic!()), 0);
+    }
+
+    #[test]
+    fn dump_chunks_are_numbered_and_the_last_is_flagged() {
+        for (records, chunks) in [(0usize, 1u32), (40, 1), (41, 2), (100, 3)] {
+            let mut sender = SyncSender::new(1, 1500, None);
+            let mut rx = receiver(None);
+            let mut buf = [0u8; 1500];
+            let table = (0..records as u16).map(|n| {
+                crate::sync::wire::RecordRepr::connection(
+                    &session(1, n),
+                    crate::sync::wire::RecordOp::Update,
+                    9,
+                )
+            });
+            let mut got = Vec::new();
+            let sent = sender.send_dump(42, table, &mut buf, |datagram| {
+                let a = rx.receive(datagram, PEER, |_, _| true).unwrap();
+                assert_eq!(a.header.message_type, MessageType::DumpChunk);
+                assert_eq!(a.header.dump_id, 42);
+                got.push((
+                    a.header.chunk,
+                    a.header.count,
+                    a.header.flags.contains(MessageFlags::LAST_CHUNK),
+                ));
+            });
+            assert_eq!(sent, chunks, "{records} records");
+            assert_eq!(got.len() as u32, chunks);
+            for (i, &(chunk, _, last)) in got.iter().enumerate() {
+                assert_eq!(chunk, i as u32);
+                assert_eq!(last, i + 1 == got.len());
+            }
+            let total: usize = got.iter().map(|g| g.1 as usize).sum();
+            assert_eq!(total, records);
+        }
+    }
+
+    #[test]
+    fn resync_request_is_accepted_and_carries_the_dump_id() {
+        let key = SyncKey::new(&[1; 16]).unwrap();
+        let mut sender = SyncSender::new(2, 1500, Some(key.clone()));
+        let mut buf = [0u8; 128];
+        let request = sender.resync_request(0xabcd, &mut buf).to_vec();
+        let mut rx = receiver(Some(key));
+        let accepted = rx.receive(&request, PEER, |_, _| false).unwrap();
+        assert_eq!(accepted.header.message_type, MessageType::ResyncRequest);
+        assert_eq!(accepted.header.dump_id, 0xabcd);
+        assert_eq!(accepted.records().count(), 0);
+        assert_eq!(sender.next_sequence(), 1);
+    }
+}
