@@ -812,10 +812,10 @@ fn healthy_servers_under_load_are_never_evicted() {
         "{sent} probes in {ran:?}"
     );
     // Every failed probe is a timeout (no refusal, no wrong status from a healthy
-    // server), and those are few (at most 5 %; 0 to 2.7 % seen): on this shared 2-core machine (load ~6, Sluice
-    // busy-polling) a user-space HTTP server sometimes misses a 100 ms timeout, all
-    // three at the same instant (a machine-wide stall); fall = 3 makes an eviction
-    // need three in a row.
+    // server), and those are few (at most 5 %; 0 to 2.7 % seen): on this shared
+    // 2-core machine (load ~6, Sluice busy-polling) a user-space HTTP server sometimes
+    // misses a 100 ms timeout, all three at the same instant (a machine-wide stall);
+    // fall = 3 makes an eviction need three in a row.
     assert_eq!(stat("probes_failed"), stat("probes_timed_out"), "{h:#}");
     assert!(
         stat("probes_timed_out") * 20 <= sent,
