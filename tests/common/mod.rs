@@ -1513,3 +1513,180 @@ pub fn number_after(text: &str, key: &str) -> u64 {
         .parse()
         .unwrap_or_else(|_| panic!("no number after `{key}` in:\n{text}"))
 }
+
+// ---------------------------------------------------------------------------------
+// Health checking (issue #8): one real server's process or address taken away and
+// given back, and the daemon's health and events reports.
+
+impl BackgroundProcess {
+    /// SIGKILL now and reap (bounded): the process's sockets close at once, so its
+    /// kernel refuses new connections (RST) from then on.
+    pub fn kill_now(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            assert!(
+                wait_with_deadline(&mut self.child, Duration::from_secs(5)).is_some(),
+                "`{}` still running 5 s after SIGKILL",
+                self.what
+            );
+        }
+    }
+}
+
+impl AppLab {
+    /// Starts `e2e_apps.py serve --name rsI` on real server `i` with these listen
+    /// options (as in [`start_servers_listening`](AppLab::start_servers_listening)) and
+    /// `extra` arguments (e.g. `--health-path`), waits until it has bound its sockets,
+    /// and returns it. The caller keeps it (see [`start_servers_with`] and
+    /// [`restart_server`]).
+    ///
+    /// [`start_servers_with`]: AppLab::start_servers_with
+    /// [`restart_server`]: AppLab::restart_server
+    pub fn spawn_server(
+        &self,
+        i: u32,
+        listen: &[(&str, &str)],
+        extra: &[&str],
+    ) -> BackgroundProcess {
+        let ready = self.dir.path().join(format!("rs{i}.ready"));
+        let _ = std::fs::remove_file(&ready);
+        let mut args: Vec<String> = vec![
+            PYTHON.into(),
+            Self::apps(),
+            "serve".into(),
+            "--name".into(),
+            format!("rs{i}"),
+            "--log".into(),
+            self.log_path(i).to_string_lossy().into_owned(),
+            "--ready".into(),
+            ready.to_string_lossy().into_owned(),
+        ];
+        for (option, addr) in listen {
+            args.extend([option.to_string(), addr.to_string()]);
+        }
+        args.extend(extra.iter().map(|e| e.to_string()));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut p = BackgroundProcess::spawn(Some(self.bed.rs_ns(i)), &argv);
+        p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
+        p
+    }
+
+    /// As [`start_servers_listening`](AppLab::start_servers_listening), with `extra(i)`
+    /// arguments for real server `i`.
+    pub fn start_servers_with(
+        &mut self,
+        listen: &[(&str, &str)],
+        extra: impl Fn(u32) -> Vec<String>,
+    ) {
+        for i in 1..=self.bed.rs_count() {
+            let more = extra(i);
+            let more: Vec<&str> = more.iter().map(String::as_str).collect();
+            let p = self.spawn_server(i, listen, &more);
+            self.servers.push(p);
+        }
+    }
+
+    /// SIGKILLs real server `i`'s `serve` process (started in order, so it is
+    /// `servers[i - 1]`).
+    pub fn kill_server(&mut self, i: u32) {
+        self.servers[i as usize - 1].kill_now();
+    }
+
+    /// Starts real server `i`'s `serve` again (after [`kill_server`]) and waits until
+    /// it is ready.
+    ///
+    /// [`kill_server`]: AppLab::kill_server
+    pub fn restart_server(&mut self, i: u32, listen: &[(&str, &str)], extra: &[&str]) {
+        let p = self.spawn_server(i, listen, extra);
+        self.servers[i as usize - 1] = p;
+    }
+
+    /// Removes real server `i`'s address (its process keeps running): nothing it is
+    /// sent is answered any more, not even with an RST (its routes go too).
+    pub fn rs_addr_del(&self, i: u32) {
+        let addr = format!("{}/24", self.bed.rs_ip(i));
+        self.bed
+            .exec(
+                self.bed.rs_ns(i),
+                &["ip", "addr", "del", &addr, "dev", self.bed.rs_if(i)],
+                Duration::from_secs(10),
+            )
+            .expect_success("ip addr del");
+    }
+
+    /// Gives real server `i` its address back, with its default route via `gateway`.
+    pub fn rs_addr_add(&self, i: u32, gateway: &str) {
+        let (ns, t) = (self.bed.rs_ns(i), Duration::from_secs(10));
+        let addr = format!("{}/24", self.bed.rs_ip(i));
+        self.bed
+            .exec(
+                ns,
+                &["ip", "addr", "add", &addr, "dev", self.bed.rs_if(i)],
+                t,
+            )
+            .expect_success("ip addr add");
+        self.bed
+            .exec(
+                ns,
+                &["ip", "route", "replace", "default", "via", gateway],
+                t,
+            )
+            .expect_success("ip route replace default");
+    }
+}
+
+impl Daemon {
+    /// `sluicectl health --json`, parsed: `{"targets": [...], "stats": {...}}`.
+    pub fn health(&self) -> serde_json::Value {
+        let out = self.ctl(&["health", "--json"]);
+        assert!(
+            out.success(),
+            "sluicectl health --json failed: {}\n{}",
+            out.describe(),
+            self.dump()
+        );
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "sluicectl health --json printed invalid JSON ({e}):\n{}",
+                out.stdout
+            )
+        })
+    }
+
+    /// The lines of `sluicectl events --json` (`lb=...`, without their stamps), oldest
+    /// first.
+    pub fn event_lines(&self) -> Vec<String> {
+        let out = self.ctl(&["events", "--json"]);
+        assert!(
+            out.success(),
+            "sluicectl events --json failed: {}\n{}",
+            out.describe(),
+            self.dump()
+        );
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "sluicectl events --json printed invalid JSON ({e}):\n{}",
+                out.stdout
+            )
+        });
+        v["events"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no `events` array: {v}"))
+            .iter()
+            .map(|e| e["line"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+/// The health target of real server `ip` in service `service` (`VIP:PORT/PROTO`) in a
+/// [`Daemon::health`] result; panics when absent.
+pub fn health_target<'a>(
+    health: &'a serde_json::Value,
+    service: &str,
+    ip: &str,
+) -> &'a serde_json::Value {
+    health["targets"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["service"] == service && t["ip"] == ip))
+        .unwrap_or_else(|| panic!("no health target {ip} in {service}: {health:#}"))
+}

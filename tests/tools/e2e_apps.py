@@ -3,7 +3,7 @@
 bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
 
     e2e_apps.py serve --name NAME --log FILE --ready FILE [--http ADDR:PORT]... [--udp ADDR:PORT]...
-                      [--echo ADDR:PORT]...
+                      [--echo ADDR:PORT]... [--health-path PATH [--health-status-file SFILE]]
         A real server. HTTP on each --http address: every GET is answered with
         "NAME\\n", every POST with "NAME BYTES_RECEIVED\\n" (HTTP/1.0, connection
         closed), and logged as
@@ -16,6 +16,11 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         each accepted connection is logged as "echo CLIENT_IP CLIENT_PORT
         LOCAL_IP:LOCAL_PORT". FILE given with --ready is created once every socket is
         bound. Runs until SIGTERM/SIGINT.
+        --health-path PATH [--health-status-file SFILE]: a GET of PATH on an --http
+        address is a health check: answered "NAME health STATUS\n" with the status read
+        from SFILE at each request (an integer; 200 when SFILE is not given, missing or
+        unreadable), logged as "health CLIENT_IP CLIENT_PORT LOCAL_IP:LOCAL_PORT" (not
+        "http"), so a server can fail its HTTP check while its port stays open.
 
     e2e_apps.py decap --tun DEV --log FILE --ready FILE
         A user-space IP-in-IP (RFC 2003) decapsulator for a real server whose kernel
@@ -95,6 +100,10 @@ def cmd_serve(args):
         protocol_version = "HTTP/1.0"
 
         def do_GET(self):  # noqa: N802 (http.server's naming)
+            if args.health_path and self.path == args.health_path:
+                status = health_status()
+                self.answer(f"{name} health {status}\n".encode(), status, "health")
+                return
             self.answer(body)
 
         def do_POST(self):  # noqa: N802
@@ -102,11 +111,11 @@ def cmd_serve(args):
             got = len(self.rfile.read(length)) if length else 0
             self.answer(f"{name} {got}\n".encode())
 
-        def answer(self, text):
+        def answer(self, text, status=200, kind="http"):
             client_ip, client_port = self.client_address[:2]
             local = self.connection.getsockname()
-            log.line(f"http {client_ip} {client_port} {local[0]}:{local[1]}")
-            self.send_response(200)
+            log.line(f"{kind} {client_ip} {client_port} {local[0]}:{local[1]}")
+            self.send_response(status)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(text)))
             self.send_header("Connection", "close")
@@ -115,6 +124,15 @@ def cmd_serve(args):
 
         def log_message(self, *a):
             pass
+
+    def health_status():
+        if not args.health_status_file:
+            return 200
+        try:
+            with open(args.health_status_file) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return 200
 
     class Server(http.server.ThreadingHTTPServer):
         allow_reuse_address = True
@@ -409,6 +427,8 @@ def main():
     s.add_argument("--http", action="append", default=[])
     s.add_argument("--udp", action="append", default=[])
     s.add_argument("--echo", action="append", default=[])
+    s.add_argument("--health-path")
+    s.add_argument("--health-status-file")
     c = sub.add_parser("curl")
     c.add_argument("url")
     c.add_argument("--count", type=int, required=True)
