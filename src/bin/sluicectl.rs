@@ -7,8 +7,9 @@ use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
     render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
-    render_services, render_skew, render_status, render_timeouts, render_xstats, ConnectionsReport,
-    LaddrReport, ServicesReport, StatusReport, XstatsReport, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_services, render_skew, render_status, render_timeouts, render_vrrp, render_xstats,
+    ConnectionsReport, LaddrReport, ServicesReport, StatusReport, XstatsReport,
+    DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
 use std::io::{self, Write};
@@ -28,6 +29,7 @@ Commands:
   events          recent config changes and alerts (lb=... lines, UTC)
   reload          re-read the config file; apply its services' differences as one
                   all-or-nothing change (ports, lcores and sessions need a restart)
+  vrrp            VRRP state (MASTER/BACKUP), priority, the master heard, counters
   health          health checks: each watched real server's check, state (up or
                   EVICTED), evictions and last probe result; probe counters
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
@@ -84,6 +86,8 @@ enum Command {
     Events,
     /// Health checks: state and verdict of every watched real server.
     Health,
+    /// VRRP state.
+    Vrrp,
     /// Apply the config file's services as a diff.
     Reload,
     /// `skew [-t|-u VIP:port] [--window S] [--threshold PCT]`.
@@ -113,6 +117,7 @@ impl Command {
             "zero" => Command::Zero,
             "events" => Command::Events,
             "health" => Command::Health,
+            "vrrp" => Command::Vrrp,
             "reload" => Command::Reload,
             "skew" => return Command::parse_skew(args),
             other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
@@ -167,6 +172,7 @@ impl Command {
         match self {
             Command::Events => Request::Events,
             Command::Health => Request::Health,
+            Command::Vrrp => Request::Vrrp,
             Command::Reload => Request::Reload,
             Command::Skew { window_s, .. } => Request::ServiceRates {
                 window_s: *window_s,
@@ -192,6 +198,7 @@ impl Command {
             Command::Zero => Ok("counters zeroed\n".to_string()),
             Command::Events => Ok(render_events(&result)),
             Command::Health => Ok(render_health(&result)),
+            Command::Vrrp => Ok(render_vrrp(&result)),
             Command::Reload => Ok(format!(
                 "reloaded: {} change(s) applied\n",
                 result["applied"].as_u64().unwrap_or(0)

@@ -51,6 +51,8 @@ pub struct Config {
     /// Health checking's defaults and probe source; defaults when there is no
     /// `[health]` (no active check, no passive detection).
     pub health: crate::health::spec::HealthConfig,
+    /// VRRPv3 failover (`[vrrp]`); without it this node always serves its VIPs.
+    pub vrrp: Option<VrrpSettings>,
     /// The virtual services, in file order (none when there is no `[[services]]`).
     pub services: Vec<ServiceConfig>,
 }
@@ -239,6 +241,22 @@ pub struct ServiceConfig {
     /// The line of the service's `[[services]]` header (or inline table), so later
     /// errors about the service (e.g. from the data plane) can point at it.
     pub line: usize,
+}
+
+/// `[vrrp]`: one virtual router whose addresses are every VIP and local address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VrrpSettings {
+    /// 1..=255, the same on every peer.
+    pub vrid: u8,
+    /// 1..=255 (255: the address owner); default 100.
+    pub priority: u8,
+    /// 10..=40950, a multiple of 10 (VRRPv3 counts centiseconds); default 1000.
+    pub advert_interval_ms: u32,
+    /// A higher-priority backup takes over from a lower-priority master; default true.
+    pub preempt: bool,
+    /// Source of advertisements and tie breaker; the first port's first address when
+    /// `None`.
+    pub source: Option<Ipv4Addr>,
 }
 
 /// One `[[services.real_servers]]` table (`ipvsadm -a`).

@@ -13,7 +13,7 @@ use super::source::Source;
 use super::tree::Node;
 use super::{
     Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig,
-    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig,
+    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig, VrrpSettings,
 };
 use crate::flow::Protocol;
 use crate::health::spec::{
@@ -23,7 +23,8 @@ use crate::sched::{SchedFlags, SchedulerKind};
 use crate::service::model::{ForwardMode, ServiceKey, MAX_LOCAL_ADDRESSES};
 
 const ROOT_KEYS: &[&str] = &[
-    "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "services",
+    "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "vrrp",
+    "services",
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
@@ -89,6 +90,13 @@ const CHECK_KEYS: &[&str] = &[
     "passive",
     "passive_fall",
 ];
+const VRRP_KEYS: &[&str] = &[
+    "vrid",
+    "priority",
+    "advert_interval_ms",
+    "preempt",
+    "source",
+];
 /// `[health]` alone: where probes come from and appliance-wide behaviour.
 const HEALTH_ONLY_KEYS: &[&str] = &[
     "source",
@@ -123,6 +131,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let timeouts = read_timeouts(&root)?;
     let sessions = read_sessions(&root)?;
     let health = read_health(&root)?;
+    let vrrp = read_vrrp(&root)?;
     let services = read_services(&root, &ports, source, &health.defaults)?;
     Ok(Config {
         path: source.path.to_path_buf(),
@@ -134,8 +143,35 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
         timeouts,
         sessions,
         health,
+        vrrp,
         services,
     })
+}
+
+/// `[vrrp]`: optional; its presence turns VRRP on.
+fn read_vrrp(root: &Table) -> Check<Option<VrrpSettings>> {
+    let Some(t) = root.table("vrrp", VRRP_KEYS)? else {
+        return Ok(None);
+    };
+    Ok(Some(VrrpSettings {
+        vrid: t.require("vrid")?.int(1..=255)?,
+        priority: t.or("priority", 100, |f| f.int(1..=255))?,
+        advert_interval_ms: t.or("advert_interval_ms", 1000, |f| {
+            let ms: u32 = f.int(10..=40_950)?;
+            if !ms.is_multiple_of(10) {
+                return Err(f.invalid(format!(
+                    "{ms} is not a multiple of 10: VRRPv3 advertises the interval in centiseconds"
+                )));
+            }
+            Ok(ms)
+        })?,
+        preempt: t.or("preempt", true, Field::bool)?,
+        source: t.optional("source", |f| {
+            f.str()?
+                .parse::<Ipv4Addr>()
+                .map_err(|_| f.invalid("expected an IPv4 address, for example \"198.18.0.1\""))
+        })?,
+    }))
 }
 
 /// `[health]`: the default check of every real server plus the probe source.

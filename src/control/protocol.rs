@@ -112,6 +112,8 @@ pub enum Request {
     /// Health checking: every watched real server's check and verdict, and the
     /// monitor's probe counters (`health::HealthReport`).
     Health,
+    /// VRRP: state, priority, the master last heard, counters (`daemon::vrrp`).
+    Vrrp,
     /// Service changes applied all or none and published as one snapshot (`-R`):
     /// `{"generation":N,"applied":count}`, or the first failing command's error.
     Batch { requests: Vec<Request> },
@@ -147,6 +149,7 @@ impl Request {
             Request::Metrics => "metrics",
             Request::Events => "events",
             Request::Health => "health",
+            Request::Vrrp => "vrrp",
             Request::Reload => "reload",
         }
     }
@@ -475,7 +478,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, batch)"
         );
     }
 

@@ -863,6 +863,31 @@ pub fn render_events(events: &serde_json::Value) -> String {
     out
 }
 
+/// `sluicectl vrrp`.
+pub fn render_vrrp(r: &serde_json::Value) -> String {
+    let s = &r["stats"];
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    format!(
+        "VRRP vrid {} {} (priority {}, advert {} ms, preempt {}) from {} for {:.1}s\n\
+         master heard: {} (priority {})\n\
+         adverts sent {} received {} rejected {}; gratuitous ARP {}; transitions {}\n",
+        r["vrid"],
+        r["state"].as_str().unwrap_or("?"),
+        r["priority"],
+        r["advert_interval_ms"],
+        r["preempt"],
+        r["primary"].as_str().unwrap_or("?"),
+        r["since_change_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+        r["master"].as_str().unwrap_or("-"),
+        r["master_priority"],
+        n("adverts_sent"),
+        n("adverts_received"),
+        n("adverts_rejected"),
+        n("gratuitous_arps_sent"),
+        n("transitions")
+    )
+}
+
 /// `sluicectl health`: one line per watched real server, then the probe counters.
 pub fn render_health(report: &serde_json::Value) -> String {
     let mut out = String::new();

@@ -6,6 +6,7 @@ mod rates;
 mod services;
 mod signals;
 mod stats;
+mod vrrp;
 
 pub use services::{check_real_server_id, Services};
 
@@ -88,7 +89,9 @@ pub fn run(opts: &Options) -> Result<(), String> {
 
     let mut services = Services::from_config(&cfg)?;
     let publisher = SnapshotPublisher::new(
-        Snapshot::build(1, &services.table).with_timeouts(services.timeouts),
+        Snapshot::build(1, &services.table)
+            .with_timeouts(services.timeouts)
+            .with_serving_vips(services.serving_vips),
     );
     services.generation = 1;
     services.alert_on_unavailable();
@@ -158,6 +161,23 @@ pub fn run(opts: &Options) -> Result<(), String> {
             // Different appliances probe at different moments.
             u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
         ),
+        vrrp: cfg.vrrp.as_ref().map(|v| {
+            let primary = v
+                .source
+                .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
+                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+            vrrp::VrrpNode::new(
+                crate::sync::vrrp::VrrpConfig {
+                    vrid: v.vrid,
+                    priority: v.priority,
+                    advert_interval_cs: (v.advert_interval_ms / 10) as u16,
+                    preempt: v.preempt,
+                    primary_addr: primary,
+                },
+                crate::wire::MacAddr(app.ports[0].mac),
+            )
+        }),
+        vrrp_started: false,
         started,
         services,
         publisher,
@@ -179,6 +199,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
     );
 
     log::info!("shutting down");
+    registry.stop_vrrp(&app.mesh, &app.pool);
     drop(server);
     drop(metrics_server);
     // The emulated network goes quiet first and the workers get a moment to finish
@@ -414,6 +435,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         );
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         forwarder.set_persistence((*persist).clone());
+        forwarder.set_vrrp(cfg.vrrp.is_some());
         if let Some(source) = crate::health::source_of(cfg) {
             forwarder.set_health(
                 source,
@@ -512,6 +534,19 @@ struct Registry {
     health: HealthMonitor,
     /// The health monitor's clock starts here.
     started: Instant,
+    vrrp: Option<vrrp::VrrpNode>,
+    vrrp_started: bool,
+}
+
+/// Queues one frame of the management core's for worker 0 to transmit.
+fn inject(mesh: &Mesh, pool: &Mempool, frame: &[u8]) -> bool {
+    let mut out = Burst::new();
+    if !out.alloc_from(pool, 1) || !out.set_packet_len(0, frame.len() as u16) {
+        return false;
+    }
+    out.packet_mut(0).copy_from_slice(frame);
+    // A full ring leaves the mbuf in `out`, which frees it.
+    mesh.health_inject().enqueue(&mut out) == 1
 }
 
 /// How long a worker may take to answer one question (it answers between two polls).
@@ -601,15 +636,7 @@ impl Registry {
     /// and published as a new snapshot.
     fn tick_health(&mut self, mesh: &Mesh, pool: &Mempool) {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        let mut send = |frame: &[u8]| -> bool {
-            let mut out = Burst::new();
-            if !out.alloc_from(pool, 1) || !out.set_packet_len(0, frame.len() as u16) {
-                return false;
-            }
-            out.packet_mut(0).copy_from_slice(frame);
-            // A full ring leaves the mbuf in `out`, which frees it.
-            mesh.health_inject().enqueue(&mut out) == 1
-        };
+        let mut send = |frame: &[u8]| inject(mesh, pool, frame);
         let mut events = Vec::new();
         let mut answers = Burst::new();
         // Bounded: at most a ring's worth per tick.
@@ -618,7 +645,19 @@ impl Registry {
                 break;
             }
             for i in 0..answers.len() {
-                events.extend(self.health.on_frame(answers.packet(i), now_ms, &mut send));
+                let frame = answers.packet(i);
+                let is_vrrp = frame.len() > 23
+                    && frame[12..14] == [0x08, 0x00]
+                    && frame[23] == crate::wire::vrrp::PROTOCOL.0;
+                match &mut self.vrrp {
+                    Some(node) if is_vrrp => {
+                        let addrs = self.services.virtual_addresses();
+                        for line in node.on_frame(frame, now_ms, &addrs, &mut send) {
+                            self.services.record(line);
+                        }
+                    }
+                    _ => events.extend(self.health.on_frame(frame, now_ms, &mut send)),
+                }
             }
             answers.free_all();
         }
@@ -630,6 +669,24 @@ impl Registry {
             &mut send,
         );
         events.extend(more);
+        if let Some(node) = &mut self.vrrp {
+            let addrs = self.services.virtual_addresses();
+            let lines = if self.vrrp_started {
+                node.tick(now_ms, &addrs, &mut send)
+            } else {
+                self.vrrp_started = true;
+                node.start(now_ms, &addrs, &mut send)
+            };
+            for line in lines {
+                self.services.record(line);
+            }
+            if node.serving() != self.services.serving_vips {
+                self.services.serving_vips = node.serving();
+                if let Err(e) = self.services.publish(&self.publisher) {
+                    log::warn!("vrrp: publishing the VIPs' owner failed: {e}");
+                }
+            }
+        }
         for e in &events {
             if matches!(e.change, crate::health::verdict::Change::Evicted { .. }) {
                 *self.services.evictions.entry(e.id).or_default() += 1;
@@ -643,6 +700,30 @@ impl Registry {
                 log::warn!("health: publishing the evictions failed: {e}");
             }
         }
+    }
+
+    /// Resigns the master role (a priority-0 advertisement) while worker 0 can still
+    /// send it, so a backup takes over after its skew time instead of 3 intervals.
+    fn stop_vrrp(&mut self, mesh: &Mesh, pool: &Mempool) {
+        let Some(node) = &mut self.vrrp else {
+            return;
+        };
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        let addrs = self.services.virtual_addresses();
+        let mut send = |frame: &[u8]| inject(mesh, pool, frame);
+        for line in node.shutdown(now_ms, &addrs, &mut send) {
+            self.services.record(line);
+        }
+        // Worker 0 sends it at its next poll: microseconds; leave it a margin.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    fn vrrp_report(&self) -> Result<serde_json::Value, String> {
+        let Some(node) = &self.vrrp else {
+            return Err("VRRP is off: the config has no [vrrp] section".into());
+        };
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        serde_json::to_value(node.report(now_ms)).map_err(|e| e.to_string())
     }
 
     fn health_report(&self) -> Result<serde_json::Value, String> {
@@ -779,6 +860,8 @@ fn management_loop(
                 registry.reload()
             } else if req == Request::Health {
                 registry.health_report()
+            } else if req == Request::Vrrp {
+                registry.vrrp_report()
             } else if let Request::ListConnections { max } = req {
                 registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             } else if matches!(req, Request::GetLaddr { .. }) {

@@ -50,6 +50,8 @@ pub struct Services {
     /// they still carry reach their owner worker.
     pub nat_routes: std::collections::HashSet<NatRoute>,
     pub departed_nat: std::collections::HashMap<NatRoute, std::time::Instant>,
+    /// Whether this node answers for the VIPs (false while VRRP makes it a backup).
+    pub serving_vips: bool,
 }
 
 /// The requests that turn `current` into `desired` (a config reload's diff), in an
@@ -255,6 +257,7 @@ impl Services {
             evictions: Default::default(),
             nat_routes: Default::default(),
             departed_nat: Default::default(),
+            serving_vips: cfg.vrrp.is_none(),
         })
     }
 
@@ -465,7 +468,8 @@ impl Services {
         publisher
             .publish(
                 Snapshot::build_with(generation, &self.table, &self.health, &departed)
-                    .with_timeouts(self.timeouts),
+                    .with_timeouts(self.timeouts)
+                    .with_serving_vips(self.serving_vips),
             )
             .map_err(|e| e.to_string())?;
         self.generation = generation;
@@ -508,6 +512,19 @@ impl Services {
         for line in pending {
             self.record(line);
         }
+    }
+
+    /// The addresses VRRP moves between nodes: every VIP and FullNAT local address,
+    /// sorted, each once.
+    pub fn virtual_addresses(&self) -> Vec<Ipv4Addr> {
+        let mut a: Vec<Ipv4Addr> = self
+            .table
+            .services()
+            .flat_map(|s| std::iter::once(s.key.vip).chain(s.local_addresses.iter().copied()))
+            .collect();
+        a.sort_unstable();
+        a.dedup();
+        a
     }
 
     /// Whether some real server of `s` can take a new connection: weight above 0 and

@@ -24,6 +24,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+/// The Ethernet address of VRRP's multicast group (224.0.0.18).
+pub const VRRP_MAC: MacAddr = MacAddr([0x01, 0x00, 0x5e, 0x00, 0x00, 0x12]);
+
 /// Sessions expired per poll at most, so expiry never stalls the RX loop.
 const EXPIRY_BUDGET: usize = 64;
 /// Slots of the ARP-request rate limiter (direct-mapped by address).
@@ -96,6 +99,8 @@ pub struct Forwarder {
     /// Passive detection: a client SYN resent this many ticks after the session began,
     /// with nothing from the real server, counts as unanswered.
     passive_syn_ticks: u32,
+    /// VRRP runs on the management core: its advertisements go there.
+    vrrp: bool,
 }
 
 /// How the NIC spreads replies over queues, for choosing FullNAT local ports whose
@@ -205,6 +210,7 @@ impl Forwarder {
             local_ports: LOCAL_PORTS,
             health_source: None,
             passive_syn_ticks: u32::MAX,
+            vrrp: false,
         };
         f.rebuild_schedulers();
         f
@@ -352,6 +358,11 @@ impl Forwarder {
         self.passive_syn_ticks = passive_syn_ms.div_ceil(self.tick_ms.max(1));
     }
 
+    /// VRRP advertisements (to 224.0.0.18, protocol 112) go to the management core.
+    pub fn set_vrrp(&mut self, on: bool) {
+        self.vrrp = on;
+    }
+
     pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
         self.persist = Some(table);
     }
@@ -390,8 +401,10 @@ impl Forwarder {
         self.load_view
             .reset(snap.services().iter().map(|s| s.real_servers.as_slice()));
         self.owned.clear();
-        self.owned.extend_from_slice(snap.vips());
-        self.owned.extend_from_slice(snap.local_addresses());
+        if snap.serving_vips() {
+            self.owned.extend_from_slice(snap.vips());
+            self.owned.extend_from_slice(snap.local_addresses());
+        }
         self.owned.sort_unstable();
         self.owned.dedup();
         let rss = &self.rss;
@@ -478,6 +491,21 @@ impl Forwarder {
             return Action::Drop(DropReason::BadSourceMac);
         }
         let to = eth.dst_addr();
+        if self.vrrp && to == VRRP_MAC {
+            return match classify(frame) {
+                Ok(Parsed {
+                    kind:
+                        PacketKind::OtherIpv4 {
+                            dst: crate::wire::vrrp::MULTICAST_GROUP,
+                            protocol: crate::wire::vrrp::PROTOCOL,
+                            ..
+                        },
+                    ..
+                }) => Action::Punt,
+                Ok(_) => Action::Drop(DropReason::NotOurMac),
+                Err(reason) => Action::Drop(reason),
+            };
+        }
         if to != port.mac && !to.is_broadcast() {
             return Action::Drop(DropReason::NotOurMac);
         }

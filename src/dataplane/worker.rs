@@ -182,9 +182,10 @@ impl Worker {
         n
     }
 
-    /// Transmits the management core's health probes (worker 0 only): each frame gets
-    /// the first port's MAC and the real server's, or becomes an ARP request for it
-    /// when unknown (the probe is lost then, and times out).
+    /// Transmits the management core's frames (worker 0 only): health probes get the
+    /// first port's MAC and the real server's, or become an ARP request for it when
+    /// unknown (the probe is lost then, and times out); frames already addressed (VRRP,
+    /// gratuitous ARP) just get the port's MAC as their source.
     fn send_probes(&mut self, out: &mut Burst) {
         let n = self.links.mesh.health_inject().dequeue(out);
         if n == 0 {
@@ -197,6 +198,12 @@ impl Worker {
         let (mac, addr) = (port.responder.mac(), port.addr);
         for i in 0..out.len() {
             let frame = out.packet_mut(i);
+            let to = ethernet::Frame::new_unchecked(&*frame).dst_addr();
+            if to != crate::wire::MacAddr::ZERO {
+                // Addressed already (VRRP advertisements, gratuitous ARP): ours as source.
+                let _ = crate::forward::dr::forward(frame, to, mac);
+                continue;
+            }
             let target =
                 match crate::wire::ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..]) {
                     Ok(ip) => ip.dst_addr(),

@@ -59,6 +59,9 @@ pub struct Snapshot {
     /// Per service (same index): answer a new TCP connection with an RST when no real
     /// server can take it (health checking's `all_down = "rst"`).
     reset_when_down: Vec<bool>,
+    /// Whether this node answers ARP and ping for the VIPs and local addresses: always,
+    /// unless VRRP makes it a backup.
+    serving_vips: bool,
 }
 
 impl Snapshot {
@@ -161,6 +164,7 @@ impl Snapshot {
             nat_reply_services,
             timeouts: None,
             reset_when_down: Vec::new(),
+            serving_vips: true,
         }
     }
 
@@ -257,6 +261,17 @@ impl Snapshot {
     #[inline]
     pub fn resets_when_down(&self, index: usize) -> bool {
         self.reset_when_down.get(index).copied().unwrap_or(false)
+    }
+
+    /// The same snapshot with VRRP's say on the VIPs: a backup does not answer for them.
+    pub fn with_serving_vips(mut self, serving: bool) -> Self {
+        self.serving_vips = serving;
+        self
+    }
+
+    /// Whether this node answers ARP and ping for the VIPs and local addresses.
+    pub fn serving_vips(&self) -> bool {
+        self.serving_vips
     }
 
     /// The same snapshot carrying session timeouts for the workers to adopt.

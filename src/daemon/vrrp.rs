@@ -1,0 +1,361 @@
+//! VRRPv3 on the management core: the state machine of `crate::sync::vrrp` fed with
+//! the advertisements the workers hand up and with time, its actions turned into
+//! frames (advertisements to 224.0.0.18, gratuitous ARP for every virtual address)
+//! that worker 0 transmits. While backup, the snapshots say the VIPs are not ours:
+//! the workers stop answering ARP and ping for them, so traffic goes to the master.
+use crate::dataplane::forwarder::{write_arp_request, VRRP_MAC};
+use crate::sync::vrrp::{Actions, Advert, Event, Router, State, VrrpConfig, RESIGN_PRIORITY};
+use crate::wire::ethernet::{self, EtherType, MacAddr};
+use crate::wire::{ipv4, vrrp};
+use std::net::Ipv4Addr;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VrrpStats {
+    pub adverts_sent: u64,
+    pub adverts_received: u64,
+    /// Not for our VRID, wrong TTL, bad checksum or version, truncated.
+    pub adverts_rejected: u64,
+    pub gratuitous_arps_sent: u64,
+    pub transitions: u64,
+}
+
+/// `sluicectl vrrp`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct VrrpReport {
+    pub vrid: u8,
+    pub state: String,
+    pub priority: u8,
+    pub advert_interval_ms: u32,
+    pub preempt: bool,
+    pub primary: String,
+    /// The master we last heard (none while we are master or heard nobody).
+    pub master: Option<String>,
+    pub master_priority: Option<u8>,
+    pub since_change_ms: u64,
+    pub stats: VrrpStats,
+}
+
+pub struct VrrpNode {
+    router: Router,
+    mac: MacAddr,
+    last_heard: Option<(Ipv4Addr, u8)>,
+    changed_at_ms: u64,
+    pub stats: VrrpStats,
+}
+
+fn state_name(s: State) -> &'static str {
+    match s {
+        State::Initialize => "INIT",
+        State::Backup => "BACKUP",
+        State::Master => "MASTER",
+    }
+}
+
+impl VrrpNode {
+    pub fn new(config: VrrpConfig, mac: MacAddr) -> Self {
+        VrrpNode {
+            router: Router::new(config),
+            mac,
+            last_heard: None,
+            changed_at_ms: 0,
+            stats: VrrpStats::default(),
+        }
+    }
+
+    /// Whether this node serves the virtual addresses (it is master).
+    pub fn serving(&self) -> bool {
+        self.router.state == State::Master
+    }
+
+    pub fn start(
+        &mut self,
+        now_ms: u64,
+        addrs: &[Ipv4Addr],
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Vec<String> {
+        self.step(Event::Startup, now_ms, addrs, send)
+    }
+
+    /// Gives up the master role (priority 0 advertisement) before the process ends.
+    pub fn shutdown(
+        &mut self,
+        now_ms: u64,
+        addrs: &[Ipv4Addr],
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Vec<String> {
+        self.step(Event::Shutdown, now_ms, addrs, send)
+    }
+
+    pub fn tick(
+        &mut self,
+        now_ms: u64,
+        addrs: &[Ipv4Addr],
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Vec<String> {
+        match self.router.next_deadline() {
+            Some(at) if now_ms >= at => self.step(Event::Tick, now_ms, addrs, send),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A frame the workers handed up as VRRP (IPv4 protocol 112 to 224.0.0.18).
+    pub fn on_frame(
+        &mut self,
+        frame: &[u8],
+        now_ms: u64,
+        addrs: &[Ipv4Addr],
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Vec<String> {
+        let Some(advert) = self.check(frame) else {
+            self.stats.adverts_rejected += 1;
+            return Vec::new();
+        };
+        self.stats.adverts_received += 1;
+        if advert.priority != RESIGN_PRIORITY {
+            self.last_heard = Some((advert.sender, advert.priority));
+        }
+        self.step(Event::Advert(advert), now_ms, addrs, send)
+    }
+
+    /// RFC 5798 section 7.1: TTL 255, version 3, our VRID, a valid checksum.
+    fn check(&self, frame: &[u8]) -> Option<Advert> {
+        let ip = ipv4::Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
+        if ip.ttl() != vrrp::TTL || ip.protocol() != vrrp::PROTOCOL || !ip.verify_checksum() {
+            return None;
+        }
+        let end = ip.total_len() as usize;
+        let body = frame.get(ethernet::HEADER_LEN + ip.header_len()..ethernet::HEADER_LEN + end)?;
+        let packet = vrrp::Packet::new_checked(body).ok()?;
+        let repr = vrrp::Repr::parse(&packet, ip.src_addr(), ip.dst_addr()).ok()?;
+        if packet.version() != vrrp::VERSION || repr.vrid != self.router.config.vrid {
+            return None;
+        }
+        Some(Advert {
+            priority: repr.priority,
+            max_advert_interval_cs: repr.max_advert_interval,
+            sender: ip.src_addr(),
+        })
+    }
+
+    fn step(
+        &mut self,
+        event: Event,
+        now_ms: u64,
+        addrs: &[Ipv4Addr],
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Vec<String> {
+        let before = self.router.state;
+        let (next, actions) = self.router.step(event, now_ms);
+        self.router = next;
+        if actions.contains(Actions::SEND_ADVERT) {
+            self.send_advert(self.router.config.priority, addrs, send);
+        }
+        if actions.contains(Actions::SEND_RESIGN) {
+            self.send_advert(RESIGN_PRIORITY, addrs, send);
+        }
+        if actions.contains(Actions::SEND_GRATUITOUS_ARP) {
+            for &ip in addrs {
+                let mut frame = [0u8; 60];
+                if let Some(len) =
+                    write_arp_request(&mut frame, ethernet::HEADER_LEN, self.mac, ip, ip)
+                {
+                    if send(&frame[..len]) {
+                        self.stats.gratuitous_arps_sent += 1;
+                    }
+                }
+            }
+        }
+        let after = self.router.state;
+        if after == before {
+            return Vec::new();
+        }
+        self.stats.transitions += 1;
+        self.changed_at_ms = now_ms;
+        if after == State::Master {
+            self.last_heard = None;
+        }
+        let c = &self.router.config;
+        vec![format!(
+            "lb=vrrp vrid={} state={} from={} priority={} addresses={}",
+            c.vrid,
+            state_name(after),
+            state_name(before),
+            c.priority,
+            addrs.len()
+        )]
+    }
+
+    fn send_advert(
+        &mut self,
+        priority: u8,
+        addrs: &[Ipv4Addr],
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) {
+        let c = self.router.config;
+        let repr = vrrp::Repr {
+            vrid: c.vrid,
+            priority,
+            max_advert_interval: c.advert_interval_cs,
+            addresses: addrs.iter().copied().take(255).collect(),
+        };
+        let l3 = ethernet::HEADER_LEN;
+        let l4 = l3 + ipv4::MIN_HEADER_LEN;
+        let len = l4 + repr.buffer_len();
+        let mut frame = vec![0u8; len.max(60)];
+        ethernet::Repr {
+            src_addr: self.mac,
+            dst_addr: VRRP_MAC,
+            ethertype: EtherType::IPV4,
+        }
+        .emit(&mut ethernet::Frame::new_unchecked(&mut frame[..]));
+        ipv4::Repr {
+            src_addr: c.primary_addr,
+            dst_addr: vrrp::MULTICAST_GROUP,
+            protocol: vrrp::PROTOCOL,
+            payload_len: repr.buffer_len(),
+            ttl: vrrp::TTL,
+        }
+        .emit(&mut ipv4::Packet::new_unchecked(&mut frame[l3..len]));
+        repr.emit(
+            &mut vrrp::Packet::new_unchecked(&mut frame[l4..len]),
+            c.primary_addr,
+            vrrp::MULTICAST_GROUP,
+        );
+        if send(&frame) {
+            self.stats.adverts_sent += 1;
+        }
+    }
+
+    pub fn report(&self, now_ms: u64) -> VrrpReport {
+        let c = self.router.config;
+        VrrpReport {
+            vrid: c.vrid,
+            state: state_name(self.router.state).into(),
+            priority: c.priority,
+            advert_interval_ms: u32::from(c.advert_interval_cs) * 10,
+            preempt: c.preempt,
+            primary: c.primary_addr.to_string(),
+            master: self.last_heard.map(|(ip, _)| ip.to_string()),
+            master_priority: self.last_heard.map(|(_, p)| p),
+            since_change_ms: now_ms.saturating_sub(self.changed_at_ms),
+            stats: self.stats,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(priority: u8, last: u8) -> VrrpNode {
+        VrrpNode::new(
+            VrrpConfig {
+                vrid: 51,
+                priority,
+                advert_interval_cs: 10,
+                preempt: true,
+                primary_addr: Ipv4Addr::new(198, 18, 0, last),
+            },
+            MacAddr([2, 0, 0, 0, 0, last]),
+        )
+    }
+
+    #[test]
+    fn two_nodes_elect_the_higher_priority_over_their_own_frames() {
+        let vips = [Ipv4Addr::new(198, 18, 1, 1)];
+        let (mut a, mut b) = (node(150, 1), node(100, 2));
+        let mut wire: Vec<(u8, Vec<u8>)> = Vec::new();
+        let mut lines = Vec::new();
+        lines.extend(a.start(0, &vips, &mut |f: &[u8]| {
+            wire.push((1, f.to_vec()));
+            true
+        }));
+        lines.extend(b.start(0, &vips, &mut |f: &[u8]| {
+            wire.push((2, f.to_vec()));
+            true
+        }));
+        for now in 0..2000u64 {
+            let frames = std::mem::take(&mut wire);
+            for (from, f) in frames {
+                // Each node hears the other's VRRP frames (not ARP).
+                if f[12..14] != [0x08, 0x00] {
+                    continue;
+                }
+                let to = if from == 1 { &mut b } else { &mut a };
+                let id = if from == 1 { 2 } else { 1 };
+                lines.extend(to.on_frame(&f, now, &vips, &mut |g: &[u8]| {
+                    wire.push((id, g.to_vec()));
+                    true
+                }));
+            }
+            lines.extend(a.tick(now, &vips, &mut |f: &[u8]| {
+                wire.push((1, f.to_vec()));
+                true
+            }));
+            lines.extend(b.tick(now, &vips, &mut |f: &[u8]| {
+                wire.push((2, f.to_vec()));
+                true
+            }));
+        }
+        assert!(a.serving() && !b.serving(), "{lines:?}");
+        // About one advertisement per 100 ms over 2 s.
+        assert!(b.stats.adverts_received >= 15, "{:?}", b.stats);
+        assert_eq!(b.report(2000).master.as_deref(), Some("198.18.0.1"));
+        assert!(a.stats.gratuitous_arps_sent >= 1);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l == "lb=vrrp vrid=51 state=MASTER from=BACKUP priority=150 addresses=1"),
+            "{lines:?}"
+        );
+        // a resigns: b takes over after its skew time rather than 3 intervals.
+        let mut resign = Vec::new();
+        a.shutdown(2000, &vips, &mut |f: &[u8]| {
+            resign.push(f.to_vec());
+            true
+        });
+        let mut out = Vec::new();
+        b.on_frame(&resign[0], 2000, &vips, &mut |f: &[u8]| {
+            out.push(f.to_vec());
+            true
+        });
+        let mut took_over = None;
+        for now in 2000..2200 {
+            if !b.tick(now, &vips, &mut |_: &[u8]| true).is_empty() {
+                took_over = Some(now - 2000);
+                break;
+            }
+        }
+        let took = took_over.expect("b takes over");
+        // Skew time ((256 - 100) * 10 cs) / 256 = 6 cs, not the 36 cs master-down interval.
+        assert_eq!(took, 60, "after the skew time");
+        assert!(b.serving());
+    }
+
+    #[test]
+    fn foreign_and_broken_adverts_are_rejected() {
+        let vips = [Ipv4Addr::new(198, 18, 1, 1)];
+        let mut a = node(100, 1);
+        let mut other = node(100, 2);
+        other.router.config.vrid = 52;
+        let mut frames = Vec::new();
+        other.start(0, &vips, &mut |f: &[u8]| {
+            frames.push(f.to_vec());
+            true
+        });
+        other.tick(10_000, &vips, &mut |f: &[u8]| {
+            frames.push(f.to_vec());
+            true
+        });
+        let advert = frames
+            .into_iter()
+            .find(|f| f[12..14] == [0x08, 0x00])
+            .expect("an advert");
+        a.on_frame(&advert, 0, &vips, &mut |_: &[u8]| true);
+        let mut bad = advert.clone();
+        bad[14 + 8] = 64; // TTL
+        a.on_frame(&bad, 0, &vips, &mut |_: &[u8]| true);
+        a.on_frame(&advert[..30], 0, &vips, &mut |_: &[u8]| true);
+        assert_eq!((a.stats.adverts_received, a.stats.adverts_rejected), (0, 3));
+    }
+}
