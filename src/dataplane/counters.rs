@@ -190,10 +190,17 @@ pub enum Event {
     HealthProbeSent,
     /// A real server's answer to a health probe was handed to the management core.
     HealthReplyUp,
+    /// Session sync (standby): a session from the peer installed or updated.
+    SyncInstalled,
+    /// Session sync (standby): a synced session removed.
+    SyncRemoved,
+    /// Session sync (standby): a record whose service or real server this node does
+    /// not have, or no room in the session table.
+    SyncInstallFailed,
 }
 
 impl Event {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 19;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -211,6 +218,9 @@ impl Event {
         Event::AllDownReset,
         Event::HealthProbeSent,
         Event::HealthReplyUp,
+        Event::SyncInstalled,
+        Event::SyncRemoved,
+        Event::SyncInstallFailed,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -230,6 +240,9 @@ impl Event {
             Event::AllDownReset => "all_down_reset",
             Event::HealthProbeSent => "health_probe_sent",
             Event::HealthReplyUp => "health_reply_up",
+            Event::SyncInstalled => "sync_installed",
+            Event::SyncRemoved => "sync_removed",
+            Event::SyncInstallFailed => "sync_install_failed",
         }
     }
 }

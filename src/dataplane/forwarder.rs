@@ -101,6 +101,16 @@ pub struct Forwarder {
     passive_syn_ticks: u32,
     /// VRRP runs on the management core: its advertisements go there.
     vrrp: bool,
+    /// Session sync: where this worker tells the management core about its sessions.
+    sync: Option<SyncLink>,
+}
+
+/// A worker's end of session sync: its event ring (index `index` of `rings`) and when
+/// to use it.
+pub struct SyncLink {
+    pub rings: Arc<Vec<crate::sync::events::EventRing>>,
+    pub index: usize,
+    pub policy: crate::sync::events::SyncPolicy,
 }
 
 /// How the NIC spreads replies over queues, for choosing FullNAT local ports whose
@@ -211,6 +221,7 @@ impl Forwarder {
             health_source: None,
             passive_syn_ticks: u32::MAX,
             vrrp: false,
+            sync: None,
         };
         f.rebuild_schedulers();
         f
@@ -356,6 +367,12 @@ impl Forwarder {
     ) {
         self.health_source = Some((source, ports));
         self.passive_syn_ticks = passive_syn_ms.div_ceil(self.tick_ms.max(1));
+    }
+
+    /// Session sync: sessions worth telling the standby about become events on this
+    /// worker's ring.
+    pub fn set_sync(&mut self, link: SyncLink) {
+        self.sync = Some(link);
     }
 
     /// VRRP advertisements (to 224.0.0.18, protocol 112) go to the management core.
@@ -591,6 +608,20 @@ impl Forwarder {
                 if key.proto == Protocol::Tcp && !s.flags().contains(SessionFlags::ANSWERED) {
                     self.observe_new_connection(id, &s, dir, flags, t.from);
                 }
+                if self.sync.is_some() {
+                    self.sync_after_packet(id, t);
+                }
+            }
+            if s.peer_mac == [0; 6]
+                && dir == Direction::Inbound
+                && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
+            {
+                // Installed by session sync: learn the client side's next hop.
+                if let Some(live) = self.sessions.get_mut(id) {
+                    live.peer_mac = burst.packet(i)[6..12]
+                        .try_into()
+                        .expect("checked Ethernet header");
+                }
             }
             let c = &self.real_servers[s.real as usize];
             if let Some(t) = transition {
@@ -794,6 +825,16 @@ impl Forwarder {
             account(c, t);
         }
         c.count_in(bytes);
+        if self.sync.is_some() {
+            let t = Transition {
+                from: crate::session::TcpState::None,
+                to: self
+                    .sessions
+                    .get(id)
+                    .map_or(crate::session::TcpState::None, |s| s.state()),
+            };
+            self.sync_after_packet(id, t);
+        }
         let s = *self.sessions.get(id).expect("inserted just now");
         self.forward(
             burst,
@@ -854,6 +895,128 @@ impl Forwarder {
         }
     }
 
+    /// Session sync, after a packet moved session `id` by `t`: an event for the
+    /// management core when the policy says the standby should hear of it.
+    fn sync_after_packet(&mut self, id: crate::session::SessionId, t: Transition) {
+        let Some(link) = &self.sync else {
+            return;
+        };
+        let Some(s) = self.sessions.get(id) else {
+            return;
+        };
+        let tick_ms = u64::from(self.tick_ms);
+        let now_ms = u64::from(self.now_tick) * tick_ms;
+        let timeout_ms = self
+            .timeouts
+            .session(s.proto, s.state())
+            .saturating_mul(self.tick_ms);
+        let facts = crate::sync::events::PacketFacts {
+            proto: s.proto,
+            transition: t,
+            packets: s.packets,
+            timeout_ms,
+            last_synced_ms: s
+                .ticks_since_sync(self.now_tick)
+                .map(|ticks| now_ms.saturating_sub(u64::from(ticks) * tick_ms)),
+            now_ms,
+        };
+        let Some(kind) = link.policy.on_packet(&facts) else {
+            return;
+        };
+        let event = crate::sync::events::SessionEvent::new(kind, s, timeout_ms);
+        link.rings[link.index].push(event);
+        let now = self.now_tick;
+        if let Some(live) = self.sessions.get_mut(id) {
+            live.mark_synced(now);
+        }
+    }
+
+    /// Session sync (standby): installs, refreshes or removes the peer's session
+    /// `r`. Returns the event to count, or `None` when the record cannot be installed
+    /// (no such service or real server here, or no room).
+    pub fn install(&mut self, r: &crate::sync::wire::RecordRepr) -> Option<Event> {
+        use crate::sync::wire::{RecordKind, RecordOp};
+        if r.kind != RecordKind::Connection {
+            return None;
+        }
+        let key = FlowKey4::new(
+            r.proto,
+            *r.client.ip(),
+            r.client.port(),
+            *r.virtual_service.ip(),
+            r.virtual_service.port(),
+        );
+        let found = self.sessions.lookup(&key).map(|(id, _)| id);
+        if r.op == RecordOp::Remove {
+            let counters_free = found.and_then(|id| self.sessions.remove(id));
+            if let Some(s) = counters_free {
+                release_local_port(&mut self.pools, &s);
+                let c = &self.real_servers[s.real as usize];
+                let gauge = if s.is_active() {
+                    &c.active
+                } else {
+                    &c.inactive
+                };
+                RealServerCounters::gauge_add(gauge, -1);
+            }
+            return Some(Event::SyncRemoved);
+        }
+        let timeout_ticks = r.timeout_ms.div_ceil(self.tick_ms.max(1)).max(1);
+        if let Some(id) = found {
+            let live = self.sessions.get_mut(id)?;
+            let was_active = live.is_active();
+            *live = live.with_state(r.state);
+            let now_active = live.is_active();
+            let c = &self.real_servers[live.real as usize];
+            if was_active != now_active {
+                RealServerCounters::gauge_add(&c.active, if now_active { 1 } else { -1 });
+                RealServerCounters::gauge_add(&c.inactive, if now_active { -1 } else { 1 });
+            }
+            self.sessions.touch(id, self.now_tick, timeout_ticks);
+            return Some(Event::SyncInstalled);
+        }
+        let snap = self.snapshot.current();
+        let service_key =
+            ServiceKey::new(r.proto, *r.virtual_service.ip(), r.virtual_service.port());
+        let service = snap.find(&service_key)?;
+        let (rip, rport) = (*r.real_server.ip(), r.real_server.port());
+        let rs = service
+            .real_servers
+            .iter()
+            .find(|x| x.ip == rip && x.port == rport)?;
+        let mut session =
+            Session::new(&key, r.mode, service.id, rs.id, rip, rport).with_state(r.state);
+        let reply_key = match (r.mode, r.local) {
+            (ForwardMode::Nat, _) => Some(FlowKey4::new(
+                r.proto,
+                rip,
+                rport,
+                *r.client.ip(),
+                r.client.port(),
+            )),
+            (ForwardMode::FullNat, Some(local)) => {
+                session = session.with_local(*local.ip(), local.port());
+                Some(FlowKey4::new(
+                    r.proto,
+                    rip,
+                    rport,
+                    *local.ip(),
+                    local.port(),
+                ))
+            }
+            (ForwardMode::FullNat, None) => return None,
+            _ => None,
+        };
+        session.created = self.now_tick;
+        let active = session.is_active();
+        self.sessions
+            .insert(key, reply_key, session, self.now_tick, timeout_ticks)
+            .ok()?;
+        let c = &self.real_servers[rs.id as usize];
+        RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
+        Some(Event::SyncInstalled)
+    }
+
     /// Passive health detection, for a TCP session its real server has not answered
     /// yet: the first segment from the server (an RST to the SYN is a refusal,
     /// anything else an answer), or in DR/TUN the client's handshake-completing ACK,
@@ -899,6 +1062,16 @@ impl Forwarder {
     /// Removes a session before its timeout, keeping the real server's gauges right.
     fn retire(&mut self, id: crate::session::SessionId, counters: &WorkerCounters) {
         if let Some(s) = self.sessions.remove(id) {
+            if let Some(link) = &self.sync {
+                let synced = s.flags().contains(SessionFlags::SYNCED);
+                if let Some(kind) = link
+                    .policy
+                    .on_end(crate::sync::events::EventKind::Deleted, synced)
+                {
+                    link.rings[link.index]
+                        .push(crate::sync::events::SessionEvent::new(kind, &s, 0));
+                }
+            }
             release_local_port(&mut self.pools, &s);
             extend_template(
                 &self.persist,

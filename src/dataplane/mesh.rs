@@ -20,6 +20,8 @@ use std::net::Ipv4Addr;
 pub const REDIRECT_RING_SIZE: u32 = 2048;
 /// Neighbour updates a worker's inbox holds.
 pub const NEIGHBOUR_INBOX: usize = 1024;
+/// Synced sessions waiting in a worker's install inbox.
+pub const INSTALL_INBOX: usize = 8192;
 /// Health probe frames in flight between the management core and the workers.
 pub const HEALTH_RING_SIZE: u32 = 1024;
 
@@ -28,6 +30,8 @@ pub struct Mesh {
     neighbours: NeighbourInboxes,
     health_inject: PacketRing,
     health_replies: PacketRing,
+    /// Session sync: records from the peer, for the worker that will own each session.
+    installs: Vec<ArrayQueue<crate::sync::wire::RecordRepr>>,
 }
 
 impl Mesh {
@@ -41,12 +45,38 @@ impl Mesh {
         Ok(Mesh {
             redirect,
             neighbours: NeighbourInboxes::new(workers, NEIGHBOUR_INBOX),
+            installs: (0..workers)
+                .map(|_| ArrayQueue::new(INSTALL_INBOX))
+                .collect(),
             health_inject: PacketRing::new(&format!("{name}_hc_out"), HEALTH_RING_SIZE)?,
             health_replies: PacketRing::new_multi_producer(
                 &format!("{name}_hc_in"),
                 HEALTH_RING_SIZE,
             )?,
         })
+    }
+
+    /// Offers a synced session to worker `w`; false when its inbox is full (or there
+    /// is no such worker).
+    pub fn install(&self, w: usize, record: crate::sync::wire::RecordRepr) -> bool {
+        self.installs.get(w).is_some_and(|q| q.push(record).is_ok())
+    }
+
+    /// Takes up to `max` synced sessions waiting for worker `w`.
+    pub fn take_installs(
+        &self,
+        w: usize,
+        max: usize,
+        mut each: impl FnMut(crate::sync::wire::RecordRepr),
+    ) {
+        if let Some(q) = self.installs.get(w) {
+            for _ in 0..max {
+                match q.pop() {
+                    Some(r) => each(r),
+                    None => break,
+                }
+            }
+        }
     }
 
     /// Probe frames from the management core, for worker 0 to transmit.

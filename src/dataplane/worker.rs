@@ -13,6 +13,10 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// Synced sessions a worker installs per poll at most, so a bulk of them never
+/// stalls its RX loop.
+const INSTALLS_PER_POLL: usize = 256;
+
 /// Neighbour entries per worker; inserting beyond this is refused and counted.
 pub const NEIGHBOUR_CAPACITY: usize = 4096;
 
@@ -99,6 +103,16 @@ impl Worker {
             self.links.mesh.take_neighbours(me, |ip, mac| {
                 neighbours.learn_shared(ip, mac, start);
             });
+            let (forwarder, counters) = (&mut self.forwarder, &self.counters);
+            self.links
+                .mesh
+                .take_installs(me, INSTALLS_PER_POLL, |record| {
+                    counters.event(
+                        forwarder
+                            .install(&record)
+                            .unwrap_or(Event::SyncInstallFailed),
+                    );
+                });
             if self.id == 0 {
                 self.send_probes(&mut tx);
             }

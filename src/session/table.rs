@@ -62,6 +62,8 @@ impl SessionFlags {
     pub const ANSWERED: SessionFlags = SessionFlags(1 << 3);
     /// Passive health detection: already counted as unanswered.
     pub const PASSIVE_COUNTED: SessionFlags = SessionFlags(1 << 4);
+    /// Session sync: told to the standby at least once (when: [`Session::synced_tick`]).
+    pub const SYNCED: SessionFlags = SessionFlags(1 << 5);
     /// The slot holds a live session (managed by the table).
     const IN_USE: SessionFlags = SessionFlags(1 << 7);
 
@@ -98,7 +100,7 @@ impl SessionFlags {
 /// into a per-worker side table of IPv6 address sets.
 ///
 /// Layout (bytes): addresses 0..16, ports 16..24, MAC 24..30, protocol, mode, service
-/// and real server ids 32..40, state, flags, 2 spare, creation tick, packet count,
+/// and real server ids 32..40, state, flags, last sync tick, creation tick, packet count,
 /// timer link 52..64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
@@ -125,7 +127,8 @@ pub struct Session {
     pub real: u32,
     state: TcpState,
     flags: SessionFlags,
-    spare: u16,
+    /// Session sync: the low 16 bits of the tick of the last sync (with `SYNCED`).
+    synced_tick: u16,
     /// Tick at which the table took the session in.
     pub created: u32,
     /// Packets seen, both directions (wraps).
@@ -166,7 +169,7 @@ impl Session {
             real,
             state: TcpState::None,
             flags,
-            spare: 0,
+            synced_tick: 0,
             created: 0,
             packets: 0,
             timer: TimerLink::new(),
@@ -174,6 +177,25 @@ impl Session {
     }
 
     /// Sets the FullNAT local address and port.
+    /// A session in `state`, as a sync record describes it (the standby's copy).
+    pub fn with_state(mut self, state: TcpState) -> Session {
+        self.state = state;
+        self
+    }
+
+    /// Ticks since the last sync (wrapping at 2^16 ticks), if ever synced.
+    pub fn ticks_since_sync(&self, now_tick: u32) -> Option<u32> {
+        self.flags
+            .contains(SessionFlags::SYNCED)
+            .then(|| u32::from((now_tick as u16).wrapping_sub(self.synced_tick)))
+    }
+
+    /// Records a sync at `now_tick`.
+    pub fn mark_synced(&mut self, now_tick: u32) {
+        self.flags.insert(SessionFlags::SYNCED);
+        self.synced_tick = now_tick as u16;
+    }
+
     pub fn with_local(mut self, addr: Ipv4Addr, port: u16) -> Session {
         self.local_addr = u32::from(addr);
         self.local_port = port;
