@@ -72,6 +72,7 @@ fn sample_report() -> StatusReport {
                 neighbours: 3,
                 busy_cycles: 0,
                 session_table_bytes: 0,
+                snapshot_generation: 3,
             },
         ],
         drops: counters(&[("bad_ipv4_checksum", 3), ("not_local", 0), ("truncated", 1)]),
@@ -80,6 +81,7 @@ fn sample_report() -> StatusReport {
         sessions: 5,
         sessions_created: 9,
         sessions_expired: 4,
+        snapshot_adoption: Default::default(),
     }
 }
 

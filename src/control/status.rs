@@ -30,6 +30,32 @@ pub struct StatusReport {
     pub sessions_created: u64,
     #[serde(default)]
     pub sessions_expired: u64,
+    /// How long published service changes took to reach every worker.
+    #[serde(default)]
+    pub snapshot_adoption: AdoptionReport,
+}
+
+/// Publish -> every worker adopted, for the service snapshots published since start
+/// (each change, `-R` batch or reload is one). A worker adopts at the top of its next
+/// poll, so a new session sees the change after at most one poll loop.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdoptionReport {
+    /// The last generation published (and waited for).
+    pub generation: u64,
+    /// Publishes measured, and how many of them some worker had not adopted within
+    /// `timeout_ms` (the management core stops waiting then).
+    pub publishes: u64,
+    pub late: u64,
+    pub timeout_ms: u64,
+    /// The last publish's latency (`None` when it was late or there was none).
+    pub last_ns: Option<u64>,
+    /// Largest and summed latency over all publishes adopted in time.
+    pub max_ns: u64,
+    pub sum_ns: u64,
+    /// Median and 99th percentile over the `recent` latest publishes (up to 1024).
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub recent: u64,
 }
 
 /// One DPDK port and its basic counters (`rte_eth_stats`).
@@ -88,6 +114,9 @@ pub struct LcoreStatus {
     /// Workers: bytes allocated for the session table at its capacity.
     #[serde(default)]
     pub session_table_bytes: u64,
+    /// Workers: the service snapshot generation the worker uses.
+    #[serde(default)]
+    pub snapshot_generation: u64,
 }
 
 /// The NIC's extended statistics for one port, in the driver's order.
@@ -116,6 +145,7 @@ pub fn render_status(report: &StatusReport) -> String {
         "sessions {} (created {}, expired {})",
         report.sessions, report.sessions_created, report.sessions_expired
     );
+    out.push_str(&render_adoption(&report.snapshot_adoption));
 
     out.push_str("\nports\n");
     if report.ports.is_empty() {
@@ -204,6 +234,27 @@ pub fn render_status(report: &StatusReport) -> String {
     render_counters(&mut out, "drops", &report.drops);
     render_counters(&mut out, "events", &report.events);
     out
+}
+
+/// One line: how fast service changes reached every worker.
+fn render_adoption(a: &AdoptionReport) -> String {
+    if a.publishes == 0 {
+        return "changes: none published since start\n".into();
+    }
+    let us = |ns: Option<u64>| {
+        ns.map_or_else(|| "-".into(), |ns| format!("{:.1} us", ns as f64 / 1000.0))
+    };
+    format!(
+        "changes: {} published (generation {}), adopted everywhere in: last {}, p50 {}, p99 {}, max {}; {} late (> {} ms)\n",
+        a.publishes,
+        a.generation,
+        us(a.last_ns),
+        us(a.p50_ns),
+        us(a.p99_ns),
+        us((a.publishes > a.late).then_some(a.max_ns)),
+        a.late,
+        a.timeout_ms
+    )
 }
 
 /// The human-readable xstats: one `name value` line per statistic.
@@ -383,6 +434,7 @@ mod tests {
                     neighbours: 3,
                     busy_cycles: 0,
                     session_table_bytes: 0,
+                    snapshot_generation: 7,
                 },
             ],
             drops: [("truncated", 5), ("bad_arp", 0), ("tx_full", 2)]
@@ -397,6 +449,18 @@ mod tests {
             sessions: 0,
             sessions_created: 0,
             sessions_expired: 0,
+            snapshot_adoption: AdoptionReport {
+                generation: 7,
+                publishes: 6,
+                late: 1,
+                timeout_ms: 50,
+                last_ns: Some(12_345),
+                max_ns: 250_000,
+                sum_ns: 300_000,
+                p50_ns: Some(9_000),
+                p99_ns: Some(250_000),
+                recent: 5,
+            },
         }
     }
 
@@ -528,6 +592,23 @@ mod tests {
         let end_of = |line: &str, cell: &str| line.find(cell).unwrap() + cell.len();
         assert_eq!(end_of(first, " 1234 "), end_of(second, "    5 "));
         assert_eq!(words(second)[4..6], ["down", "-"]);
+    }
+
+    #[test]
+    fn status_shows_how_fast_changes_reached_the_workers() {
+        let text = render_status(&sample());
+        assert_eq!(
+            text.lines().nth(2),
+            Some(
+                "changes: 6 published (generation 7), adopted everywhere in: last 12.3 us, \
+                 p50 9.0 us, p99 250.0 us, max 250.0 us; 1 late (> 50 ms)"
+            )
+        );
+        let none = render_status(&StatusReport::default());
+        assert_eq!(
+            none.lines().nth(2),
+            Some("changes: none published since start")
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The appliance process: brings up the EAL, ports and workers from a config, runs the
 //! management loop (control requests, periodic stats, shutdown) on the main lcore, and
 //! tears everything down in reverse order.
+mod adoption;
 mod metrics;
 mod rates;
 mod services;
@@ -685,6 +686,7 @@ fn management_loop(
             break;
         }
         while let Ok((req, reply)) = calls.try_recv() {
+            let generation = registry.services.generation;
             let answer = if req == Request::Metrics {
                 let status = view.status(
                     &app.ports,
@@ -719,6 +721,15 @@ fn management_loop(
                     app.emulator.as_ref().map(Emulator::stats),
                 )
             };
+            // A change was published: reply once every worker has it (or the bound
+            // passed), so `sluicectl` returning means new sessions see the change.
+            if let Some(at) = registry.services.published_at {
+                if registry.services.generation != generation {
+                    let published = registry.services.generation;
+                    view.adoption
+                        .measure(published, at, counters, adoption::ADOPTION_TIMEOUT);
+                }
+            }
             let _ = reply.send(answer);
         }
         let now = Instant::now();

@@ -28,6 +28,8 @@ pub struct Services {
     /// snapshot.
     pub timeouts: Timeouts,
     pub generation: u64,
+    /// When `generation` was published: adoption by the workers is timed from here.
+    pub published_at: Option<std::time::Instant>,
     /// The ports' own addresses, which can never be local addresses (the table does
     /// not know the ports).
     pub own_addresses: Vec<Ipv4Addr>,
@@ -237,6 +239,7 @@ impl Services {
             table,
             timeouts: super::timeouts_from_config(cfg),
             generation: 0,
+            published_at: None,
             own_addresses: cfg
                 .ports
                 .iter()
@@ -446,6 +449,7 @@ impl Services {
         publisher
             .publish(Snapshot::build(generation, &self.table).with_timeouts(self.timeouts))
             .map_err(|e| e.to_string())?;
+        self.published_at = Some(std::time::Instant::now());
         self.generation = generation;
         self.alert_on_unavailable();
         Ok(())

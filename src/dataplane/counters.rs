@@ -241,6 +241,9 @@ pub struct WorkerCounters {
     pub sessions_expired: AtomicU64,
     pub drops: [AtomicU64; DropReason::COUNT],
     pub events: [AtomicU64; Event::COUNT],
+    /// Generation of the service snapshot this worker uses, stored when it adopts one:
+    /// the management core times publish -> every worker adopted with it. Not zeroed.
+    pub snapshot_generation: AtomicU64,
     /// Set by the management core (`sluicectl zero`), cleared by the worker once done.
     pub zero_requested: std::sync::atomic::AtomicBool,
 }

@@ -211,6 +211,14 @@ impl Forwarder {
             }
             self.rebuild_schedulers();
         }
+        if self.snapshot_changed {
+            // Adopted (schedulers rebuilt): tell the management core, which times
+            // publish -> adoption. The first poll reports the start-up snapshot.
+            counters.snapshot_generation.store(
+                self.snapshot.current().generation(),
+                std::sync::atomic::Ordering::Release,
+            );
+        }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
         let Forwarder {
             sessions,
