@@ -125,9 +125,14 @@ pub fn run(opts: &Options) -> Result<(), String> {
         None => Ok(None),
     };
     let server = metrics_server.and_then(|m| {
-        ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
-            .map(|s| (s, m))
-            .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))
+        ControlServer::spawn_with_group(
+            &cfg.control.socket,
+            control_handler(calls_tx),
+            Default::default(),
+            cfg.control.group.as_ref().map(|g| g.gid),
+        )
+        .map(|s| (s, m))
+        .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))
     });
     let (server, metrics_server) = match server {
         Ok(s) => s,
