@@ -728,11 +728,16 @@ fn management_loop(
             };
             // A change was published: reply once every worker has it (or the bound
             // passed), so `sluicectl` returning means new sessions see the change.
-            if let Some(at) = registry.services.published_at {
+            if let Some((at, tsc)) = registry.services.published_at {
                 if registry.services.generation != generation {
-                    let published = registry.services.generation;
+                    let published = adoption::Published {
+                        generation: registry.services.generation,
+                        at,
+                        tsc,
+                        tsc_hz: crate::dpdk::tsc_hz(),
+                    };
                     view.adoption
-                        .measure(published, at, counters, adoption::ADOPTION_TIMEOUT);
+                        .measure(&published, counters, adoption::ADOPTION_TIMEOUT);
                 }
             }
             let _ = reply.send(answer);

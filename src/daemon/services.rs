@@ -28,8 +28,9 @@ pub struct Services {
     /// snapshot.
     pub timeouts: Timeouts,
     pub generation: u64,
-    /// When `generation` was published: adoption by the workers is timed from here.
-    pub published_at: Option<std::time::Instant>,
+    /// When `generation` was published (clock and TSC): adoption by the workers is
+    /// timed from here.
+    pub published_at: Option<(std::time::Instant, u64)>,
     /// The ports' own addresses, which can never be local addresses (the table does
     /// not know the ports).
     pub own_addresses: Vec<Ipv4Addr>,
@@ -449,7 +450,7 @@ impl Services {
         publisher
             .publish(Snapshot::build(generation, &self.table).with_timeouts(self.timeouts))
             .map_err(|e| e.to_string())?;
-        self.published_at = Some(std::time::Instant::now());
+        self.published_at = Some((std::time::Instant::now(), crate::dpdk::tsc()));
         self.generation = generation;
         self.alert_on_unavailable();
         Ok(())

@@ -214,10 +214,13 @@ impl Forwarder {
         if self.snapshot_changed {
             // Adopted (schedulers rebuilt): tell the management core, which times
             // publish -> adoption. The first poll reports the start-up snapshot.
-            counters.snapshot_generation.store(
-                self.snapshot.current().generation(),
-                std::sync::atomic::Ordering::Release,
-            );
+            use std::sync::atomic::Ordering::{Relaxed, Release};
+            counters
+                .snapshot_adopted_tsc
+                .store(crate::dpdk::tsc(), Relaxed);
+            counters
+                .snapshot_generation
+                .store(self.snapshot.current().generation(), Release);
         }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
         let Forwarder {
