@@ -374,6 +374,7 @@ pub struct Row {
     pub hot_changes: u32,
     pub adoption_publishes: Option<u64>,
     pub adoption_late: Option<u64>,
+    pub adoption_within_1ms: Option<u64>,
     pub adoption_p50_ns: Option<u64>,
     pub adoption_p99_ns: Option<u64>,
     pub adoption_max_ns: Option<u64>,
@@ -1093,6 +1094,7 @@ fn run_sluice(
                 let a = &status.snapshot_adoption;
                 row.adoption_publishes = Some(a.publishes);
                 row.adoption_late = Some(a.late);
+                row.adoption_within_1ms = Some(a.within_1ms);
                 row.adoption_p50_ns = a.p50_ns;
                 row.adoption_p99_ns = a.p99_ns;
                 row.adoption_max_ns = (a.publishes > a.late).then_some(a.max_ns);
@@ -1674,17 +1676,22 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
              that before answering, at most 50 ms: *late*); a new session after that uses the \
              change. *sluicectl*: the whole command (process start, request, wait, reply) as \
              the orchestrator timed it.\n\n\
-             | scenario | changes | publishes measured | adopted p50/p99/max us | late | sluicectl p50/max ms | DUT Mpps | gen Mpps | result |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---|"
+             | scenario | changes | publishes measured | adopted within 1 ms | adopted p50/p99/max us | late | sluicectl p50/max ms | DUT Mpps | gen Mpps | CPU stolen % DUT/gen | result |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         );
         let ms = |ns: Option<u64>| ns.map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e6));
         for r in hot {
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | {}/{}/{} | {} | {}/{} | {} | {:.3} | {} |",
+                "| {} | {} | {} | {} | {}/{}/{} | {} | {}/{} | {} | {:.3} | {}/{} | {} |",
                 r.name,
                 r.hot_changes,
                 r.adoption_publishes.map_or("-".into(), |n| n.to_string()),
+                match (r.adoption_within_1ms, r.adoption_publishes) {
+                    (Some(w), Some(n)) if n > 0 =>
+                        format!("{w} ({:.1} %)", 100.0 * w as f64 / n as f64),
+                    _ => "-".into(),
+                },
                 us(r.adoption_p50_ns),
                 us(r.adoption_p99_ns),
                 us(r.adoption_max_ns),
@@ -1693,6 +1700,8 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
                 ms(r.sluicectl_max_ns),
                 fmt_opt(r.dut_mpps, 3),
                 r.gen_mpps,
+                fmt_opt(r.dut_stolen_percent, 1),
+                fmt_opt(r.gen_stolen_percent, 1),
                 if r.ok { "ok" } else { "**FAIL**" },
             );
         }

@@ -56,6 +56,9 @@ pub struct AdoptionReport {
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
     pub recent: u64,
+    /// Publishes every worker adopted within 1 ms (the issue's visibility target).
+    #[serde(default)]
+    pub within_1ms: u64,
 }
 
 /// One DPDK port and its basic counters (`rte_eth_stats`).
@@ -245,9 +248,10 @@ fn render_adoption(a: &AdoptionReport) -> String {
         ns.map_or_else(|| "-".into(), |ns| format!("{:.1} us", ns as f64 / 1000.0))
     };
     format!(
-        "changes: {} published (generation {}), adopted everywhere in: last {}, p50 {}, p99 {}, max {}; {} late (> {} ms)\n",
+        "changes: {} published (generation {}), {} adopted everywhere within 1 ms; last {}, p50 {}, p99 {}, max {}; {} late (> {} ms)\n",
         a.publishes,
         a.generation,
+        a.within_1ms,
         us(a.last_ns),
         us(a.p50_ns),
         us(a.p99_ns),
@@ -460,6 +464,7 @@ mod tests {
                 p50_ns: Some(9_000),
                 p99_ns: Some(250_000),
                 recent: 5,
+                within_1ms: 5,
             },
         }
     }
@@ -600,8 +605,8 @@ mod tests {
         assert_eq!(
             text.lines().nth(2),
             Some(
-                "changes: 6 published (generation 7), adopted everywhere in: last 12.3 us, \
-                 p50 9.0 us, p99 250.0 us, max 250.0 us; 1 late (> 50 ms)"
+                "changes: 6 published (generation 7), 5 adopted everywhere within 1 ms; \
+                 last 12.3 us, p50 9.0 us, p99 250.0 us, max 250.0 us; 1 late (> 50 ms)"
             )
         );
         let none = render_status(&StatusReport::default());

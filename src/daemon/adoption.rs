@@ -38,6 +38,7 @@ pub struct Adoption {
     last_ns: Option<u64>,
     max_ns: u64,
     sum_ns: u64,
+    within_1ms: u64,
     recent: VecDeque<u64>,
 }
 
@@ -90,6 +91,7 @@ impl Adoption {
         self.last_ns = Some(ns);
         self.max_ns = self.max_ns.max(ns);
         self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.within_1ms += u64::from(ns <= 1_000_000);
         if self.recent.len() == RECENT {
             self.recent.pop_front();
         }
@@ -113,6 +115,7 @@ impl Adoption {
             p50_ns: quantile(0.5),
             p99_ns: quantile(0.99),
             timeout_ms: ADOPTION_TIMEOUT.as_millis() as u64,
+            within_1ms: self.within_1ms,
         }
     }
 }
@@ -200,6 +203,10 @@ mod tests {
         assert_eq!(r.p99_ns, Some(99_000));
         assert_eq!(r.max_ns, 100_000);
         assert_eq!(r.sum_ns, 5_050_000);
+        assert_eq!(r.within_1ms, 100);
+        adopt(&counters[0], 101, 5_000_000 + 1_000_001);
+        a.measure(&published(101, 5_000_000), &counters, ADOPTION_TIMEOUT);
+        assert_eq!(a.report().within_1ms, 100, "1 ms and 1 ns is over");
         assert_eq!(r.generation, 100);
     }
 
