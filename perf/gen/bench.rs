@@ -1201,6 +1201,15 @@ fn hot_changes(
         Mode::Nat => "-m",
         _ => "-b",
     };
+    // sluicectl runs on CPU 0 (the generator's and Sluice's management CPU), as an
+    // operator's shell would on a real appliance, never on the DUT worker's CPU.
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it.
+    let cpu0 = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(0, &mut set);
+        set
+    };
     let start = Instant::now();
     let mut took = Vec::with_capacity(n as usize);
     for i in 0..n {
@@ -1210,7 +1219,18 @@ fn hot_changes(
         }
         let weight = if i % 2 == 0 { "2" } else { "1" };
         let t = Instant::now();
-        let out = Command::new(&o.sluicectl)
+        let mut cmd = Command::new(&o.sluicectl);
+        // SAFETY: runs in the forked child before exec and only calls
+        // sched_setaffinity(2), a plain system call, on a set built before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpu0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd
             .arg("-S")
             .arg(ctl)
             .args(["-e", "-t", &vip, "-r", &rs, flag, "-w", weight])
