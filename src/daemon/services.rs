@@ -447,10 +447,11 @@ impl Services {
     /// Publishes the table as the workers' next snapshot.
     pub fn publish(&mut self, publisher: &SnapshotPublisher) -> Result<(), String> {
         let generation = publisher.next_generation();
-        publisher
-            .publish(Snapshot::build(generation, &self.table).with_timeouts(self.timeouts))
-            .map_err(|e| e.to_string())?;
-        self.published_at = Some((std::time::Instant::now(), crate::dpdk::tsc()));
+        let snapshot = Snapshot::build(generation, &self.table).with_timeouts(self.timeouts);
+        // Stamped just before the swap: a worker may adopt before publish returns.
+        let at = (std::time::Instant::now(), crate::dpdk::tsc());
+        publisher.publish(snapshot).map_err(|e| e.to_string())?;
+        self.published_at = Some(at);
         self.generation = generation;
         self.alert_on_unavailable();
         Ok(())
