@@ -334,7 +334,7 @@ fn other_users_get_permission_denied() {
     assert_eq!(
         assert_failure(&output, 1),
         format!(
-            "sluicectl: permission denied on {} (the control socket is root-only; run as root)",
+            "sluicectl: permission denied on {} (run as root, or as a member of the control.group the config gives the socket)",
             daemon.path().display()
         )
     );
