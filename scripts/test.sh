@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then formatting, lints, unit tests,
-# DPDK integration tests, golden-packet tests and end-to-end tests in namespaces.
+# DPDK integration tests, golden-packet tests and end-to-end tests in namespaces, and
+# a 30 s fuzzing run of the control request parser.
 # Needs root (DPDK, network namespaces). Usage: sudo scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,3 +23,6 @@ echo "== cargo test (unit, DPDK integration, golden pcap, namespaces)"
 # Test binaries run one after another; tests inside one binary may run in parallel
 # (each starts its own daemon with its own file prefix and namespace names).
 cargo test --release --workspace -- --test-threads=2
+
+echo "== fuzz the control request parser (30 s; scripts/fuzz.sh)"
+bash scripts/fuzz.sh

@@ -72,6 +72,7 @@ fn sample_report() -> StatusReport {
                 neighbours: 3,
                 busy_cycles: 0,
                 session_table_bytes: 0,
+                snapshot_generation: 3,
             },
         ],
         drops: counters(&[("bad_ipv4_checksum", 3), ("not_local", 0), ("truncated", 1)]),
@@ -80,6 +81,7 @@ fn sample_report() -> StatusReport {
         sessions: 5,
         sessions_created: 9,
         sessions_expired: 4,
+        snapshot_adoption: Default::default(),
     }
 }
 
@@ -92,6 +94,11 @@ struct FakeDaemon {
 
 impl FakeDaemon {
     fn start() -> FakeDaemon {
+        FakeDaemon::start_with_group(None)
+    }
+
+    /// With `[control] group`: the socket is given that gid.
+    fn start_with_group(group: Option<u32>) -> FakeDaemon {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sluice.sock");
         let zeroed = Arc::new(AtomicUsize::new(0));
@@ -119,7 +126,8 @@ impl FakeDaemon {
                 )),
             })
         };
-        let server = ControlServer::spawn(&path, handler).unwrap();
+        let server =
+            ControlServer::spawn_with_group(&path, handler, Default::default(), group).unwrap();
         FakeDaemon {
             server,
             zeroed,
@@ -326,9 +334,59 @@ fn other_users_get_permission_denied() {
     assert_eq!(
         assert_failure(&output, 1),
         format!(
-            "sluicectl: permission denied on {} (the control socket is root-only; run as root)",
+            "sluicectl: permission denied on {} (run as root, or as a member of the control.group the config gives the socket)",
             daemon.path().display()
         )
+    );
+}
+
+/// `[control] group`: the socket belongs to the group with mode 0660, so a member that
+/// is not root can use sluicectl and a non-member still cannot. Uses the `daemon`
+/// group Debian always has (no system change), and `nobody` as the user.
+#[test]
+fn a_control_group_gets_the_socket_with_mode_0660() {
+    let getent = Command::new("getent")
+        .args(["group", "daemon"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8(getent.stdout).unwrap();
+    let gid: u32 = line
+        .split(':')
+        .nth(2)
+        .and_then(|g| g.parse().ok())
+        .unwrap_or_else(|| panic!("no daemon group: {line:?}"));
+    let daemon = FakeDaemon::start_with_group(Some(gid));
+    let metadata = std::fs::symlink_metadata(daemon.path()).unwrap();
+    assert!(metadata.file_type().is_socket());
+    assert_eq!(metadata.permissions().mode() & 0o7777, 0o660);
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&metadata), gid);
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&metadata), 0);
+
+    let dir = daemon.path().parent().unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |groups: &str| {
+        Command::new("/usr/bin/setpriv")
+            .args(["--reuid=65534", "--regid=65534", groups])
+            .arg(env!("CARGO_BIN_EXE_sluicectl"))
+            .arg("-S")
+            .arg(daemon.path())
+            .arg("status")
+            .env_remove("SLUICE_SOCKET")
+            .output()
+            .unwrap()
+    };
+    let member = as_nobody(&format!("--groups={gid}"));
+    assert_eq!(member.status.code(), Some(0), "stderr: {}", stderr(&member));
+    assert!(
+        stdout(&member).starts_with("sluice 0.1.0  pid 31337"),
+        "{}",
+        stdout(&member)
+    );
+    let outsider = as_nobody("--clear-groups");
+    assert!(
+        assert_failure(&outsider, 1).contains("permission denied"),
+        "{}",
+        stderr(&outsider)
     );
 }
 

@@ -52,6 +52,10 @@ pub struct Opts {
     /// `max_stolen` percent of the window to other processes.
     attempts: u32,
     max_stolen: f64,
+    /// Service changes (`sluicectl -e`, weight flips) issued during each Sluice
+    /// scenario's window, to measure how fast they reach the workers under load.
+    hot_changes: u32,
+    sluicectl: PathBuf,
 }
 
 pub fn parse(args: &[String]) -> Result<Opts, String> {
@@ -71,6 +75,8 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         verbose: false,
         attempts: 2,
         max_stolen: 5.0,
+        hot_changes: 0,
+        sluicectl: exe.with_file_name("sluicectl"),
         command_line: std::iter::once("sluice-gen bench".to_string())
             .chain(args.iter().cloned())
             .collect::<Vec<_>>()
@@ -152,6 +158,15 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                     .filter(|p: &f64| (0.0..=100.0).contains(p))
                     .ok_or_else(|| format!("--max-stolen {v:?}: a percentage"))?;
             }
+            "--hot-changes" => {
+                let v = value()?;
+                o.hot_changes = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| format!("--hot-changes {v:?}: 1..=1000"))?;
+            }
+            "--sluicectl" => o.sluicectl = PathBuf::from(value()?),
             "--sluice" => o.sluice = PathBuf::from(value()?),
             "--testpmd" => o.testpmd = PathBuf::from(value()?),
             other => return Err(format!("unknown option {other:?}")),
@@ -353,6 +368,18 @@ pub struct Row {
     /// repeated; the least disturbed one is kept).
     pub attempt: u32,
     pub attempts: u32,
+    /// `--hot-changes`: changes issued with `sluicectl -e` during the window, and
+    /// Sluice's own measure of publish -> every worker adopted for them (from
+    /// `status`), plus how long each `sluicectl` command took end to end.
+    pub hot_changes: u32,
+    pub adoption_publishes: Option<u64>,
+    pub adoption_late: Option<u64>,
+    pub adoption_within_1ms: Option<u64>,
+    pub adoption_p50_ns: Option<u64>,
+    pub adoption_p99_ns: Option<u64>,
+    pub adoption_max_ns: Option<u64>,
+    pub sluicectl_p50_ns: Option<u64>,
+    pub sluicectl_max_ns: Option<u64>,
 }
 
 impl Row {
@@ -1052,6 +1079,9 @@ fn run_sluice(
             ctl_call(&ctl, &Request::ZeroCounters)?;
             gen.send("measure\n")?;
             let stolen = stolen_start(&dut, &gen);
+            if o.hot_changes > 0 {
+                hot_changes(o, mode, &ctl, duration, row)?;
+            }
             gen.wait_line(
                 "@MEASURED",
                 Duration::from_secs_f64(duration + 30.0),
@@ -1060,6 +1090,21 @@ fn run_sluice(
             stolen_end(&stolen, &dut, &gen, row);
             let status: StatusReport = serde_json::from_value(ctl_call(&ctl, &Request::Status)?)
                 .map_err(|e| format!("status JSON: {e}"))?;
+            if o.hot_changes > 0 {
+                let a = &status.snapshot_adoption;
+                row.adoption_publishes = Some(a.publishes);
+                row.adoption_late = Some(a.late);
+                row.adoption_within_1ms = Some(a.within_1ms);
+                row.adoption_p50_ns = a.p50_ns;
+                row.adoption_p99_ns = a.p99_ns;
+                row.adoption_max_ns = (a.publishes > a.late).then_some(a.max_ns);
+                if a.publishes < o.hot_changes as u64 {
+                    return Err(format!(
+                        "{} changes issued but Sluice measured {} publishes",
+                        o.hot_changes, a.publishes
+                    ));
+                }
+            }
             let result = gen.wait_line("@RESULT", Duration::from_secs(30), Some(&mut dut))?;
             let v = parse_result(&result)?;
             absorb_gen(row, &v);
@@ -1134,6 +1179,78 @@ fn absorb_status(row: &mut Row, s: &StatusReport, sc: &Scenario) {
         .filter(|(_, &n)| n > 0)
         .map(|(k, &n)| (k.clone(), n))
         .collect();
+}
+
+/// `--hot-changes N`: N weight changes (real server 1 flips between weights 1 and 2)
+/// spread over the first 90 % of the window, each through the `sluicectl` binary as
+/// an operator would run it; records how long each command took. Sluice itself
+/// measures publish -> every worker adopted (read from `status` after the window).
+fn hot_changes(
+    o: &Opts,
+    mode: Mode,
+    ctl: &Path,
+    duration: f64,
+    row: &mut Row,
+) -> Result<(), String> {
+    let n = o.hot_changes;
+    let every = Duration::from_secs_f64(duration * 0.9 / n as f64);
+    let vip = format!("{}:80", engine::ipv4(engine::VIP));
+    let rs = format!("{}:{}", engine::ipv4(engine::rs_ip(0)), mode.rs_port());
+    let flag = match mode {
+        Mode::Dr => "-g",
+        Mode::Nat => "-m",
+        _ => "-b",
+    };
+    // sluicectl runs on CPU 0 (the generator's and Sluice's management CPU), as an
+    // operator's shell would on a real appliance, never on the DUT worker's CPU.
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it.
+    let cpu0 = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(0, &mut set);
+        set
+    };
+    let start = Instant::now();
+    let mut took = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let at = start + every * i;
+        if let Some(wait) = at.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let weight = if i % 2 == 0 { "2" } else { "1" };
+        let t = Instant::now();
+        let mut cmd = Command::new(&o.sluicectl);
+        // SAFETY: runs in the forked child before exec and only calls
+        // sched_setaffinity(2), a plain system call, on a set built before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpu0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd
+            .arg("-S")
+            .arg(ctl)
+            .args(["-e", "-t", &vip, "-r", &rs, flag, "-w", weight])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running {}: {e}", o.sluicectl.display()))?;
+        took.push(t.elapsed().as_nanos() as u64);
+        if !out.status.success() {
+            return Err(format!(
+                "sluicectl -e (change {}) failed: {}",
+                i + 1,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    took.sort_unstable();
+    row.hot_changes = n;
+    row.sluicectl_p50_ns = took.get(took.len() / 2).copied();
+    row.sluicectl_max_ns = took.last().copied();
+    Ok(())
 }
 
 fn ctl_call(ctl: &Path, req: &Request) -> Result<serde_json::Value, String> {
@@ -1568,6 +1685,47 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
          tokens that got no answer within the loss timeout (their packet was dropped \
          somewhere) and were replaced."
     );
+    let hot: Vec<&Row> = rows.iter().filter(|r| r.hot_changes > 0).collect();
+    if !hot.is_empty() {
+        let _ = writeln!(
+            t,
+            "\n## Hot changes under load\n\n\
+             `--hot-changes N`: N `sluicectl -e` weight changes spread over the window while \
+             the traffic runs. *adopted*: Sluice's own measure, from publishing the new \
+             snapshot to every worker reporting it adopted (the management loop waits for \
+             that before answering, at most 50 ms: *late*); a new session after that uses the \
+             change. *sluicectl*: the whole command (process start, request, wait, reply) as \
+             the orchestrator timed it.\n\n\
+             | scenario | changes | publishes measured | adopted within 1 ms | adopted p50/p99/max us | late | sluicectl p50/max ms | DUT Mpps | gen Mpps | CPU stolen % DUT/gen | result |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        );
+        let ms = |ns: Option<u64>| ns.map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e6));
+        for r in hot {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {}/{}/{} | {} | {}/{} | {} | {:.3} | {}/{} | {} |",
+                r.name,
+                r.hot_changes,
+                r.adoption_publishes.map_or("-".into(), |n| n.to_string()),
+                match (r.adoption_within_1ms, r.adoption_publishes) {
+                    (Some(w), Some(n)) if n > 0 =>
+                        format!("{w} ({:.1} %)", 100.0 * w as f64 / n as f64),
+                    _ => "-".into(),
+                },
+                us(r.adoption_p50_ns),
+                us(r.adoption_p99_ns),
+                us(r.adoption_max_ns),
+                r.adoption_late.map_or("-".into(), |n| n.to_string()),
+                ms(r.sluicectl_p50_ns),
+                ms(r.sluicectl_max_ns),
+                fmt_opt(r.dut_mpps, 3),
+                r.gen_mpps,
+                fmt_opt(r.dut_stolen_percent, 1),
+                fmt_opt(r.gen_stolen_percent, 1),
+                if r.ok { "ok" } else { "**FAIL**" },
+            );
+        }
+    }
     let mut details = String::new();
     for r in rows {
         if !r.dut_drop_reasons.is_empty() {

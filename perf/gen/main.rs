@@ -43,6 +43,10 @@ bench (the orchestrator; needs root, the release binaries and dpdk-testpmd):
   --gen-mode MODE      make the generator expect MODE whatever the scenario's DUT
                        does (dr, nat, fullnat): a deliberately wrong expectation,
                        to check that validation fails
+  --hot-changes N      during each Sluice window, N `sluicectl -e` weight changes
+                       (1..=1000); reports Sluice's publish -> all workers adopted
+                       latency (p50/p99/max, late) and each command's duration
+  --sluicectl PATH     the sluicectl binary (default: next to this one)
   --sluice PATH        the sluice binary (default: next to this one)
   --testpmd PATH       default /usr/bin/dpdk-testpmd
   --verbose            echo the generator's progress lines

@@ -6,7 +6,8 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use super::reader::{Check, Field};
-use super::Ipv4Cidr;
+use super::tree::Value;
+use super::{ControlGroup, Ipv4Cidr};
 use crate::flow::Protocol;
 use crate::sched::SchedulerKind;
 use crate::service::model::ForwardMode;
@@ -57,6 +58,94 @@ pub(super) fn socket_path(f: &Field) -> Check<PathBuf> {
         )));
     }
     Ok(PathBuf::from(s))
+}
+
+/// `control.group`: a group name or a numeric gid, either of which must exist in the
+/// system's group database.
+pub(super) fn group(f: &Field) -> Check<ControlGroup> {
+    let found = match f.node.value {
+        Value::Int(_) => {
+            let gid: u32 = f.int(0..=u32::MAX as i64 - 1)?;
+            lookup_group(Lookup::Gid(gid)).map(|g| g.ok_or(format!("no group with gid {gid}")))
+        }
+        Value::Str(_) => {
+            let name = f.str()?;
+            if name.is_empty() || name.contains('\0') {
+                return Err(f.invalid(format!("{name:?} is not a group name")));
+            }
+            lookup_group(Lookup::Name(name)).map(|g| g.ok_or(format!("no group named {name:?}")))
+        }
+        _ => {
+            return Err(f.invalid(format!(
+                "invalid type: {}, expected a group name or a gid",
+                f.node.value.describe()
+            )))
+        }
+    };
+    match found {
+        Ok(Ok(group)) => Ok(group),
+        Ok(Err(missing)) => Err(f.invalid(format!("{missing} (see getent group)"))),
+        Err(e) => Err(f.invalid(format!("looking up the group: {e}"))),
+    }
+}
+
+enum Lookup<'a> {
+    Name(&'a str),
+    Gid(u32),
+}
+
+/// getgrnam_r / getgrgid_r: `Ok(None)` when the group does not exist.
+fn lookup_group(key: Lookup) -> std::io::Result<Option<ControlGroup>> {
+    let name = match key {
+        Lookup::Name(n) => Some(std::ffi::CString::new(n).map_err(std::io::Error::other)?),
+        Lookup::Gid(_) => None,
+    };
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: all-zero is a valid `struct group` (null pointers, gid 0); it is
+        // only read after the call filled it.
+        let mut group: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: `group` and `result` are
+        // locals, `buf` is writable for `buf.len()` bytes, `name` is NUL-terminated.
+        let rc = unsafe {
+            match (&name, &key) {
+                (Some(n), _) => libc::getgrnam_r(
+                    n.as_ptr(),
+                    &mut group,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut result,
+                ),
+                (None, Lookup::Gid(gid)) => libc::getgrgid_r(
+                    *gid,
+                    &mut group,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut result,
+                ),
+                (None, Lookup::Name(_)) => unreachable!("a name lookup has a CString"),
+            }
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        // POSIX lets "not found" come back as one of these instead of 0 and NULL.
+        if rc != 0 && ![libc::ENOENT, libc::ESRCH].contains(&rc) {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        if rc != 0 || result.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: on success `gr_name` points to a NUL-terminated string in `buf`,
+        // which is still alive.
+        let found = unsafe { std::ffi::CStr::from_ptr(group.gr_name) };
+        return Ok(Some(ControlGroup {
+            name: found.to_string_lossy().into_owned(),
+            gid: group.gr_gid,
+        }));
+    }
 }
 
 /// A port name, as shown by sluicectl and used in logs: short, lowercase, no spaces

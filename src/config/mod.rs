@@ -101,6 +101,16 @@ pub struct ControlConfig {
     pub socket: PathBuf,
     /// Where the Prometheus endpoint listens (`GET /metrics`); none by default.
     pub metrics: Option<std::net::SocketAddr>,
+    /// The group the socket is given (mode 0660 then, else 0600 for root only).
+    pub group: Option<ControlGroup>,
+}
+
+/// `control.group`, resolved when the config is read (a missing group is a config
+/// error, not a start-up surprise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlGroup {
+    pub name: String,
+    pub gid: u32,
 }
 
 /// One `[[ports]]` table: a NIC or virtual device and the appliance's addresses on it.

@@ -28,7 +28,7 @@ const ROOT_KEYS: &[&str] = &[
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
-const CONTROL_KEYS: &[&str] = &["socket", "metrics"];
+const CONTROL_KEYS: &[&str] = &["socket", "metrics", "group"];
 const PORT_KEYS: &[&str] = &[
     "name",
     "pci",
@@ -362,7 +362,7 @@ fn read_workers(f: &Field, management: u32) -> Check<Vec<u32>> {
 }
 
 fn read_control(root: &Table) -> Check<ControlConfig> {
-    let (socket, metrics) = match root.table("control", CONTROL_KEYS)? {
+    let (socket, metrics, group) = match root.table("control", CONTROL_KEYS)? {
         Some(t) => (
             t.optional("socket", fields::socket_path)?,
             t.optional("metrics", |f| {
@@ -370,12 +370,14 @@ fn read_control(root: &Table) -> Check<ControlConfig> {
                     .parse::<std::net::SocketAddr>()
                     .map_err(|_| f.invalid("expected ADDRESS:PORT, for example \"127.0.0.1:9101\""))
             })?,
+            t.optional("group", fields::group)?,
         ),
-        None => (None, None),
+        None => (None, None, None),
     };
     Ok(ControlConfig {
         socket: socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
         metrics,
+        group,
     })
 }
 

@@ -1910,3 +1910,41 @@ fn metrics_address() {
     assert_eq!(err.field, "control.metrics", "{err}");
     assert!(err.to_string().contains("ADDRESS:PORT"), "{err}");
 }
+
+#[test]
+fn control_group_by_name_or_gid() {
+    let with = |v: &str| {
+        base_with(
+            "socket = \"/run/sluice/test.sock\"\n",
+            &format!("socket = \"/run/sluice/test.sock\"\ngroup = {v}\n"),
+        )
+    };
+    assert_eq!(parse(BASE).unwrap().control.group, None);
+    let root = Some(ControlGroup {
+        name: "root".into(),
+        gid: 0,
+    });
+    assert_eq!(parse(&with("\"root\"")).unwrap().control.group, root);
+    assert_eq!(parse(&with("0")).unwrap().control.group, root);
+    // Line 12 is the group line, right after the socket.
+    assert_rejected(
+        &with("\"sluice-no-such-group-4f2a\""),
+        12,
+        "control.group",
+        "no group named \"sluice-no-such-group-4f2a\"",
+    );
+    assert_rejected(
+        &with("4000000123"),
+        12,
+        "control.group",
+        "no group with gid 4000000123",
+    );
+    assert_rejected(&with("-1"), 12, "control.group", "out of range");
+    assert_rejected(&with("\"\""), 12, "control.group", "not a group name");
+    assert_rejected(
+        &with("true"),
+        12,
+        "control.group",
+        "expected a group name or a gid",
+    );
+}

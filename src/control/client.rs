@@ -44,7 +44,7 @@ impl fmt::Display for ClientError {
             ),
             ClientError::PermissionDenied { path } => write!(
                 f,
-                "permission denied on {} (the control socket is root-only; run as root)",
+                "permission denied on {} (run as root, or as a member of the control.group the config gives the socket)",
                 path.display()
             ),
             ClientError::Timeout { path, after } => write!(
@@ -463,7 +463,7 @@ mod tests {
         let denied = classify(io::ErrorKind::PermissionDenied);
         assert_eq!(
             denied.to_string(),
-            "permission denied on /run/sluice/x.sock (the control socket is root-only; run as root)"
+            "permission denied on /run/sluice/x.sock (run as root, or as a member of the control.group the config gives the socket)"
         );
         let other = classify(io::ErrorKind::OutOfMemory);
         assert!(matches!(other, ClientError::Io { .. }), "{other:?}");

@@ -431,6 +431,26 @@ mod tests {
         value["cmd"].as_str().unwrap().to_string()
     }
 
+    /// The fuzzer's seeds (fuzz/seeds/control_request) must stay real requests: every
+    /// JSON seed parses and survives the wire, so the fuzzer starts from valid input.
+    #[test]
+    fn fuzz_seed_requests_parse_and_round_trip() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/control_request");
+        let mut json = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            if bytes.first() != Some(&b'{') {
+                continue; // an ipvsadm command line
+            }
+            let request = parse_request(&bytes)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&bytes)));
+            let line = request.to_line();
+            assert_eq!(parse_request(line.trim_end().as_bytes()), Ok(request));
+            json += 1;
+        }
+        assert!(json >= 20, "only {json} JSON seeds in {dir}");
+    }
+
     #[test]
     fn trailing_carriage_return_is_tolerated() {
         assert_eq!(

@@ -35,6 +35,9 @@ const SLOT_GRACE: Duration = Duration::from_millis(50);
 /// Mode of the socket file: only the daemon's user (root) may connect.
 pub const SOCKET_MODE: u32 = 0o600;
 
+/// Mode of the socket file with `[control] group`: that group's members may connect.
+pub const GROUP_SOCKET_MODE: u32 = 0o660;
+
 /// Mode of a parent directory the server has to create.
 pub const SOCKET_DIR_MODE: u32 = 0o755;
 
@@ -87,6 +90,17 @@ impl ControlServer {
         handler: Handler,
         limits: ServerLimits,
     ) -> io::Result<ControlServer> {
+        ControlServer::spawn_with_group(path, handler, limits, None)
+    }
+
+    /// [`ControlServer::spawn_with_limits`], and with `group` (a gid) the socket
+    /// belongs to that group with mode 0660 instead of 0600.
+    pub fn spawn_with_group(
+        path: &Path,
+        handler: Handler,
+        limits: ServerLimits,
+        group: Option<u32>,
+    ) -> io::Result<ControlServer> {
         if limits.max_connections == 0 || limits.request_timeout.is_zero() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -95,7 +109,7 @@ impl ControlServer {
         }
         create_parent_dir(path)?;
         remove_stale_socket(path)?;
-        let listener = bind_owner_only(path)?;
+        let listener = bind_owner_only(path, group)?;
         let metadata = fs::symlink_metadata(path)?;
         let socket_identity = (metadata.dev(), metadata.ino());
         if let Err(error) = listener.set_nonblocking(true) {
@@ -220,7 +234,7 @@ fn another_daemon(path: &Path) -> io::Error {
 /// created inside a private 0700 staging directory, narrowed to 0600 there, and then
 /// hard-linked into place. Linking (unlike renaming) fails if a daemon started at
 /// `path` meanwhile, instead of replacing its socket.
-fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
+fn bind_owner_only(path: &Path, group: Option<u32>) -> io::Result<UnixListener> {
     static STAGING_SEQUENCE: AtomicU64 = AtomicU64::new(0);
     let parent = path
         .parent()
@@ -236,7 +250,7 @@ fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
         // No room for the staging name: fall back to bind-then-chmod, which leaves a
         // window of microseconds with umask permissions.
         let listener = bind(path)?;
-        fs::set_permissions(path, fs::Permissions::from_mode(SOCKET_MODE))?;
+        restrict(path, group)?;
         return Ok(listener);
     }
 
@@ -246,7 +260,7 @@ fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
         .map_err(|error| annotate(error, format!("cannot create {}", staging_dir.display())))?;
     let result = (|| {
         let listener = bind(&staged_socket)?;
-        fs::set_permissions(&staged_socket, fs::Permissions::from_mode(SOCKET_MODE))?;
+        restrict(&staged_socket, group)?;
         fs::hard_link(&staged_socket, path).map_err(|error| {
             if error.kind() == io::ErrorKind::AlreadyExists {
                 another_daemon(path)
@@ -259,6 +273,24 @@ fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
     let _ = fs::remove_file(&staged_socket);
     let _ = fs::remove_dir(&staging_dir);
     result
+}
+
+/// The socket's group (when configured) and mode: the group first, so the socket is
+/// never 0660 for the wrong group.
+fn restrict(path: &Path, group: Option<u32>) -> io::Result<()> {
+    let mode = match group {
+        Some(gid) => {
+            std::os::unix::fs::chown(path, None, Some(gid)).map_err(|error| {
+                annotate(
+                    error,
+                    format!("cannot give {} to gid {gid}", path.display()),
+                )
+            })?;
+            GROUP_SOCKET_MODE
+        }
+        None => SOCKET_MODE,
+    };
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
 }
 
 fn bind(path: &Path) -> io::Result<UnixListener> {

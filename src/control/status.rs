@@ -30,6 +30,35 @@ pub struct StatusReport {
     pub sessions_created: u64,
     #[serde(default)]
     pub sessions_expired: u64,
+    /// How long published service changes took to reach every worker.
+    #[serde(default)]
+    pub snapshot_adoption: AdoptionReport,
+}
+
+/// Publish -> every worker adopted, for the service snapshots published since start
+/// (each change, `-R` batch or reload is one). A worker adopts at the top of its next
+/// poll, so a new session sees the change after at most one poll loop.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdoptionReport {
+    /// The last generation published (and waited for).
+    pub generation: u64,
+    /// Publishes measured, and how many of them some worker had not adopted within
+    /// `timeout_ms` (the management core stops waiting then).
+    pub publishes: u64,
+    pub late: u64,
+    pub timeout_ms: u64,
+    /// The last publish's latency (`None` when it was late or there was none).
+    pub last_ns: Option<u64>,
+    /// Largest and summed latency over all publishes adopted in time.
+    pub max_ns: u64,
+    pub sum_ns: u64,
+    /// Median and 99th percentile over the `recent` latest publishes (up to 1024).
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub recent: u64,
+    /// Publishes every worker adopted within 1 ms (the issue's visibility target).
+    #[serde(default)]
+    pub within_1ms: u64,
 }
 
 /// One DPDK port and its basic counters (`rte_eth_stats`).
@@ -88,6 +117,9 @@ pub struct LcoreStatus {
     /// Workers: bytes allocated for the session table at its capacity.
     #[serde(default)]
     pub session_table_bytes: u64,
+    /// Workers: the service snapshot generation the worker uses.
+    #[serde(default)]
+    pub snapshot_generation: u64,
 }
 
 /// The NIC's extended statistics for one port, in the driver's order.
@@ -116,6 +148,7 @@ pub fn render_status(report: &StatusReport) -> String {
         "sessions {} (created {}, expired {})",
         report.sessions, report.sessions_created, report.sessions_expired
     );
+    out.push_str(&render_adoption(&report.snapshot_adoption));
 
     out.push_str("\nports\n");
     if report.ports.is_empty() {
@@ -204,6 +237,28 @@ pub fn render_status(report: &StatusReport) -> String {
     render_counters(&mut out, "drops", &report.drops);
     render_counters(&mut out, "events", &report.events);
     out
+}
+
+/// One line: how fast service changes reached every worker.
+fn render_adoption(a: &AdoptionReport) -> String {
+    if a.publishes == 0 {
+        return "changes: none published since start\n".into();
+    }
+    let us = |ns: Option<u64>| {
+        ns.map_or_else(|| "-".into(), |ns| format!("{:.1} us", ns as f64 / 1000.0))
+    };
+    format!(
+        "changes: {} published (generation {}), {} adopted everywhere within 1 ms; last {}, p50 {}, p99 {}, max {}; {} late (> {} ms)\n",
+        a.publishes,
+        a.generation,
+        a.within_1ms,
+        us(a.last_ns),
+        us(a.p50_ns),
+        us(a.p99_ns),
+        us((a.publishes > a.late).then_some(a.max_ns)),
+        a.late,
+        a.timeout_ms
+    )
 }
 
 /// The human-readable xstats: one `name value` line per statistic.
@@ -383,6 +438,7 @@ mod tests {
                     neighbours: 3,
                     busy_cycles: 0,
                     session_table_bytes: 0,
+                    snapshot_generation: 7,
                 },
             ],
             drops: [("truncated", 5), ("bad_arp", 0), ("tx_full", 2)]
@@ -397,6 +453,19 @@ mod tests {
             sessions: 0,
             sessions_created: 0,
             sessions_expired: 0,
+            snapshot_adoption: AdoptionReport {
+                generation: 7,
+                publishes: 6,
+                late: 1,
+                timeout_ms: 50,
+                last_ns: Some(12_345),
+                max_ns: 250_000,
+                sum_ns: 300_000,
+                p50_ns: Some(9_000),
+                p99_ns: Some(250_000),
+                recent: 5,
+                within_1ms: 5,
+            },
         }
     }
 
@@ -531,6 +600,23 @@ mod tests {
     }
 
     #[test]
+    fn status_shows_how_fast_changes_reached_the_workers() {
+        let text = render_status(&sample());
+        assert_eq!(
+            text.lines().nth(2),
+            Some(
+                "changes: 6 published (generation 7), 5 adopted everywhere within 1 ms; \
+                 last 12.3 us, p50 9.0 us, p99 250.0 us, max 250.0 us; 1 late (> 50 ms)"
+            )
+        );
+        let none = render_status(&StatusReport::default());
+        assert_eq!(
+            none.lines().nth(2),
+            Some("changes: none published since start")
+        );
+    }
+
+    #[test]
     fn empty_sections_say_none() {
         let text = render_status(&StatusReport::default());
         assert!(text.contains("\nports\n  (none)\n"), "{text}");
@@ -660,7 +746,9 @@ fn ipvsadm_forward(mode: &str) -> &str {
 }
 
 /// Renders the report in `ipvsadm -Ln` layout (or `ipvsadm -Ln --stats` with `stats`),
-/// so scripts that parse ipvsadm's columns keep working.
+/// so scripts that parse ipvsadm's columns keep working. Counters are always exact, as
+/// `ipvsadm --exact` prints them: a 33-column name, then each number right-aligned in
+/// 8 after a space (wider when it has more digits), never abbreviated to K/M/G.
 pub fn render_services(report: &ServicesReport, stats: bool) -> String {
     let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
     if stats {
@@ -677,7 +765,7 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
             let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
             let _ = writeln!(
                 out,
-                "{proto:<4} {local:<26} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "{proto:<4} {local:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
                 sum(|r| r.connections),
                 sum(|r| r.in_packets),
                 sum(|r| r.out_packets),
@@ -700,7 +788,7 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
             if stats {
                 let _ = writeln!(
                     out,
-                    "  -> {remote:<26} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    "  -> {remote:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
                     r.connections, r.in_packets, r.out_packets, r.in_bytes, r.out_bytes
                 );
             } else {
@@ -1547,5 +1635,171 @@ mod services_tests {
         let service = text.lines().find(|l| l.starts_with("TCP")).unwrap();
         let fields: Vec<&str> = service.split_whitespace().collect();
         assert_eq!(fields, ["TCP", "198.18.1.1:80", "3", "15", "0", "900", "0"]);
+    }
+}
+
+/// Whole-text golden outputs for the ipvsadm listings. The expected text follows
+/// ipvsadm's printf layouts (`%-33s` service names, `  -> %-28s` real servers, numbers
+/// as `%9llu` in exact mode, `%-7s %-6d %-10u %-10u` for the -Ln columns), so a script
+/// that slices ipvsadm's columns by position reads Sluice's the same way.
+#[cfg(test)]
+mod ipvsadm_golden {
+    use super::*;
+
+    fn rs(ip: &str, port: u16, mode: &str, weight: u32) -> RealServerStatus {
+        RealServerStatus {
+            ip: ip.into(),
+            port,
+            mode: mode.into(),
+            weight,
+            ..Default::default()
+        }
+    }
+
+    fn report() -> ServicesReport {
+        let mut a = rs("198.18.0.11", 8080, "nat", 3);
+        (a.active, a.inactive) = (120, 7);
+        (a.connections, a.in_packets, a.out_packets) = (127, 4400, 4100);
+        (a.in_bytes, a.out_bytes) = (290_000, 123_456_000);
+        (a.cps, a.in_pps, a.out_pps, a.in_bps, a.out_bps) = (12, 340, 320, 21_760, 2_048_000);
+        let mut b = rs("198.18.0.12", 8080, "nat", 0);
+        (b.connections, b.in_packets, b.out_packets) = (3, 100, 100);
+        (b.in_bytes, b.out_bytes) = (10_000, 789);
+        let mut c = rs("198.18.0.21", 53, "dr", 1);
+        (c.active, c.inactive) = (5, 12);
+        (c.connections, c.in_packets, c.out_packets) = (17, 34, 34);
+        (c.in_bytes, c.out_bytes) = (2040, 2040);
+        ServicesReport {
+            services: vec![
+                ServiceStatus {
+                    proto: "tcp".into(),
+                    vip: "198.18.1.1".into(),
+                    port: 80,
+                    scheduler: "wrr".into(),
+                    available: true,
+                    real_servers: vec![a, b],
+                    ..Default::default()
+                },
+                ServiceStatus {
+                    proto: "udp".into(),
+                    vip: "198.18.1.2".into(),
+                    port: 53,
+                    scheduler: "sh".into(),
+                    persistence_s: Some(300),
+                    persistence_netmask: Some("255.255.255.0".into()),
+                    available: true,
+                    real_servers: vec![c],
+                    ..Default::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn list_numeric() {
+        assert_eq!(
+            render_services(&report(), false),
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port Scheduler Flags\n  \
+             -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n\
+             TCP  198.18.1.1:80 wrr\n  \
+             -> 198.18.0.11:8080             Masq    3      120        7         \n  \
+             -> 198.18.0.12:8080             Masq    0      0          0         \n\
+             UDP  198.18.1.2:53 sh persistent 300 mask 255.255.255.0\n  \
+             -> 198.18.0.21:53               Route   1      5          12        \n"
+        );
+    }
+
+    #[test]
+    fn list_stats() {
+        // The service line sums its real servers; a 9-digit count widens its column
+        // by one, as `ipvsadm --exact` does.
+        assert_eq!(
+            render_services(&report(), true),
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes\n  \
+             -> RemoteAddress:Port\n\
+             TCP  198.18.1.1:80                     130     4500     4200   300000 123456789\n  \
+             -> 198.18.0.11:8080                  127     4400     4100   290000 123456000\n  \
+             -> 198.18.0.12:8080                    3      100      100    10000      789\n\
+             UDP  198.18.1.2:53                      17       34       34     2040     2040\n  \
+             -> 198.18.0.21:53                     17       34       34     2040     2040\n"
+        );
+    }
+
+    #[test]
+    fn list_rate() {
+        assert_eq!(
+            render_rates(&report()),
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port                 CPS    InPPS   OutPPS    InBPS   OutBPS\n  \
+             -> RemoteAddress:Port\n\
+             TCP  198.18.1.1:80                      12      340      320    21760  2048000\n  \
+             -> 198.18.0.11:8080                   12      340      320    21760  2048000\n  \
+             -> 198.18.0.12:8080                    0        0        0        0        0\n\
+             UDP  198.18.1.2:53                       0        0        0        0        0\n  \
+             -> 198.18.0.21:53                      0        0        0        0        0\n"
+        );
+    }
+
+    #[test]
+    fn timeouts() {
+        let t = serde_json::json!({"tcp": 900, "tcpfin": 120, "udp": 300});
+        assert_eq!(
+            render_timeouts(&t),
+            "Timeout (tcp tcpfin udp): 900 120 300\n"
+        );
+    }
+
+    #[test]
+    fn save() {
+        assert_eq!(
+            render_save(&report()),
+            "-A -t 198.18.1.1:80 -s wrr\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.11:8080 -m -w 3\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.12:8080 -m -w 0\n\
+             -A -u 198.18.1.2:53 -s sh -p 300 -M 255.255.255.0\n\
+             -a -u 198.18.1.2:53 -r 198.18.0.21:53 -g -w 1\n"
+        );
+    }
+
+    /// `-Lnc` keeps ipvsadm's header words and order, with DPVS's additions (the
+    /// worker as `[w]` before the protocol, the FullNAT local address before the
+    /// destination) and 21-character address columns, wide enough for any
+    /// `a.b.c.d:port` so the columns never run together (ipvsadm's 18 do).
+    #[test]
+    fn connections() {
+        let conn = |worker, state: &str, client: &str, local: Option<&str>| ConnectionStatus {
+            worker,
+            proto: "tcp".into(),
+            expires_s: 65,
+            state: state.into(),
+            client: client.into(),
+            virtual_service: "198.18.1.1:80".into(),
+            local: local.map(str::to_string),
+            destination: "198.18.0.11:8080".into(),
+        };
+        let report = ConnectionsReport {
+            connections: vec![
+                conn(Some(0), "ESTABLISHED", "198.18.100.200:40000", None),
+                conn(
+                    Some(1),
+                    "TIME_WAIT",
+                    "198.18.0.9:1025",
+                    Some("198.18.0.50:1031"),
+                ),
+                conn(None, "NONE", "198.18.0.0:0", None),
+            ],
+            truncated: true,
+        };
+        assert_eq!(
+            render_connections(&report),
+            "IPVS connection entries\n\
+             pro expire state       source                virtual               local                 destination\n\
+             [0]TCP 01:05  ESTABLISHED 198.18.100.200:40000  198.18.1.1:80         -                     198.18.0.11:8080\n\
+             [1]TCP 01:05  TIME_WAIT   198.18.0.9:1025       198.18.1.1:80         198.18.0.50:1031      198.18.0.11:8080\n\
+             [-]TCP 01:05  NONE        198.18.0.0:0          198.18.1.1:80         -                     198.18.0.11:8080\n\
+             (more sessions exist than this listing holds)\n"
+        );
     }
 }

@@ -86,7 +86,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     }
 
     type LcoreGetter = fn(&crate::control::status::LcoreStatus) -> u64;
-    let worker_metrics: [(&str, &str, &str, LcoreGetter); 7] = [
+    let worker_metrics: [(&str, &str, &str, LcoreGetter); 8] = [
         (
             "sluice_worker_rx_packets_total",
             "counter",
@@ -129,6 +129,12 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
             "Packets taken from this worker's redirect ring.",
             |l| l.redirected_in,
         ),
+        (
+            "sluice_worker_snapshot_generation",
+            "gauge",
+            "Service snapshot generation the worker uses.",
+            |l| l.snapshot_generation,
+        ),
     ];
     for (name, kind, help, get) in worker_metrics {
         let mut f = Family::new(o, name, kind, help);
@@ -167,6 +173,47 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         "Live sessions over all workers.",
     )
     .sample("sluice_sessions", &[], status.sessions);
+    let a = &status.snapshot_adoption;
+    let mut f = Family::new(
+        o,
+        "sluice_snapshot_adoption_seconds",
+        "summary",
+        "Service change published -> adopted by every worker (recent quantiles).",
+    );
+    let name = "sluice_snapshot_adoption_seconds";
+    for (q, v) in [("0.5", a.p50_ns), ("0.99", a.p99_ns)] {
+        if let Some(ns) = v {
+            f.sample(name, &[("quantile", q)], ns as f64 / 1e9);
+        }
+    }
+    f.sample(
+        "sluice_snapshot_adoption_seconds_sum",
+        &[],
+        a.sum_ns as f64 / 1e9,
+    );
+    f.sample(
+        "sluice_snapshot_adoption_seconds_count",
+        &[],
+        a.publishes - a.late,
+    );
+    Family::new(
+        o,
+        "sluice_snapshot_adoption_max_seconds",
+        "gauge",
+        "Slowest publish -> every worker adopted since start.",
+    )
+    .sample(
+        "sluice_snapshot_adoption_max_seconds",
+        &[],
+        a.max_ns as f64 / 1e9,
+    );
+    Family::new(
+        o,
+        "sluice_snapshot_adoption_late_total",
+        "counter",
+        "Published changes some worker had not adopted within the wait bound.",
+    )
+    .sample("sluice_snapshot_adoption_late_total", &[], a.late);
 
     type RsGetter = fn(&crate::control::status::RealServerStatus) -> u64;
     let rs_metrics: [(&str, &str, &str, RsGetter); 12] = [

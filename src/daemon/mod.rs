@@ -1,6 +1,7 @@
 //! The appliance process: brings up the EAL, ports and workers from a config, runs the
 //! management loop (control requests, periodic stats, shutdown) on the main lcore, and
 //! tears everything down in reverse order.
+mod adoption;
 mod metrics;
 mod rates;
 mod services;
@@ -128,9 +129,14 @@ pub fn run(opts: &Options) -> Result<(), String> {
         None => Ok(None),
     };
     let server = metrics_server.and_then(|m| {
-        ControlServer::spawn(&cfg.control.socket, control_handler(calls_tx))
-            .map(|s| (s, m))
-            .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))
+        ControlServer::spawn_with_group(
+            &cfg.control.socket,
+            control_handler(calls_tx),
+            Default::default(),
+            cfg.control.group.as_ref().map(|g| g.gid),
+        )
+        .map(|s| (s, m))
+        .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))
     });
     let (server, metrics_server) = match server {
         Ok(s) => s,
@@ -849,6 +855,7 @@ fn management_loop(
             break;
         }
         while let Ok((req, reply)) = calls.try_recv() {
+            let generation = registry.services.generation;
             let answer = if req == Request::Metrics {
                 let status = view.status(
                     &app.ports,
@@ -887,6 +894,20 @@ fn management_loop(
                     app.emulator.as_ref().map(Emulator::stats),
                 )
             };
+            // A change was published: reply once every worker has it (or the bound
+            // passed), so `sluicectl` returning means new sessions see the change.
+            if let Some((at, tsc)) = registry.services.published_at {
+                if registry.services.generation != generation {
+                    let published = adoption::Published {
+                        generation: registry.services.generation,
+                        at,
+                        tsc,
+                        tsc_hz: crate::dpdk::tsc_hz(),
+                    };
+                    view.adoption
+                        .measure(&published, counters, adoption::ADOPTION_TIMEOUT);
+                }
+            }
             let _ = reply.send(answer);
         }
         registry.tick_health(&app.mesh, &app.pool);

@@ -28,6 +28,9 @@ pub struct Services {
     /// snapshot.
     pub timeouts: Timeouts,
     pub generation: u64,
+    /// When `generation` was published (clock and TSC): adoption by the workers is
+    /// timed from here.
+    pub published_at: Option<(std::time::Instant, u64)>,
     /// The ports' own addresses, which can never be local addresses (the table does
     /// not know the ports).
     pub own_addresses: Vec<Ipv4Addr>,
@@ -244,6 +247,7 @@ impl Services {
             table,
             timeouts: super::timeouts_from_config(cfg),
             generation: 0,
+            published_at: None,
             own_addresses: cfg
                 .ports
                 .iter()
@@ -465,13 +469,13 @@ impl Services {
         self.nat_routes = routes;
         let departed: Vec<NatRoute> = self.departed_nat.keys().copied().collect();
         let generation = publisher.next_generation();
-        publisher
-            .publish(
-                Snapshot::build_with(generation, &self.table, &self.health, &departed)
-                    .with_timeouts(self.timeouts)
-                    .with_serving_vips(self.serving_vips),
-            )
-            .map_err(|e| e.to_string())?;
+        let snapshot = Snapshot::build_with(generation, &self.table, &self.health, &departed)
+            .with_timeouts(self.timeouts)
+            .with_serving_vips(self.serving_vips);
+        // Stamped just before the swap: a worker may adopt before publish returns.
+        let at = (std::time::Instant::now(), crate::dpdk::tsc());
+        publisher.publish(snapshot).map_err(|e| e.to_string())?;
+        self.published_at = Some(at);
         self.generation = generation;
         self.alert_on_unavailable();
         Ok(())

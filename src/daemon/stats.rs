@@ -22,6 +22,8 @@ pub struct StatsView {
     worker_lcores: Vec<u32>,
     last: Option<(Instant, Vec<PortReading>)>,
     last_cycles: Vec<(u64, u64)>,
+    /// Publish -> all workers adopted latencies (the management loop measures them).
+    pub adoption: super::adoption::Adoption,
 }
 
 impl StatsView {
@@ -32,6 +34,7 @@ impl StatsView {
             worker_lcores: cfg.lcores.workers.clone(),
             last: None,
             last_cycles: vec![(0, 0); cfg.lcores.workers.len()],
+            adoption: Default::default(),
         }
     }
 
@@ -131,6 +134,7 @@ impl StatsView {
                 neighbours: c.neighbour_entries.load(Relaxed),
                 busy_cycles: c.busy_cycles.load(Relaxed),
                 session_table_bytes: c.session_table_bytes.load(Relaxed),
+                snapshot_generation: c.snapshot_generation.load(Relaxed),
             });
         }
         StatusReport {
@@ -151,6 +155,7 @@ impl StatsView {
                 .iter()
                 .map(|c| c.sessions_expired.load(Relaxed))
                 .sum(),
+            snapshot_adoption: self.adoption.report(),
         }
     }
 

@@ -272,6 +272,11 @@ pub struct WorkerCounters {
     pub sessions_expired: AtomicU64,
     pub drops: [AtomicU64; DropReason::COUNT],
     pub events: [AtomicU64; Event::COUNT],
+    /// Generation of the service snapshot this worker uses, stored when it adopts one,
+    /// and the TSC at that moment: the management core times publish -> every worker
+    /// adopted with them. Not zeroed.
+    pub snapshot_generation: AtomicU64,
+    pub snapshot_adopted_tsc: AtomicU64,
     /// Set by the management core (`sluicectl zero`), cleared by the worker once done.
     pub zero_requested: std::sync::atomic::AtomicBool,
 }

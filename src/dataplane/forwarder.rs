@@ -238,6 +238,17 @@ impl Forwarder {
             }
             self.rebuild_schedulers();
         }
+        if self.snapshot_changed {
+            // Adopted (schedulers rebuilt): tell the management core, which times
+            // publish -> adoption. The first poll reports the start-up snapshot.
+            use std::sync::atomic::Ordering::{Relaxed, Release};
+            counters
+                .snapshot_adopted_tsc
+                .store(crate::dpdk::tsc(), Relaxed);
+            counters
+                .snapshot_generation
+                .store(self.snapshot.current().generation(), Release);
+        }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
         let Forwarder {
             sessions,
