@@ -356,3 +356,182 @@ fn election_both_ways_with_keepalived() {
     daemon.stop_clean();
     drop(keepalived);
 }
+
+#[test]
+fn sigterm_resigns_and_keepalived_takes_over_after_its_skew() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = lab();
+    // 1 s intervals on both sides: the resign path (skew, 0.6 s) and the silent-master
+    // path (at least 3 intervals after the last advert: 2.6 s or more after the
+    // signal) are far apart.
+    let interval_cs = 100;
+    let mut daemon = sluice(&lab, 150, 1000);
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(10));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let keepalived = Keepalived::start(&lab, "1");
+    // keepalived hears at least one advert, and stays backup.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!vip_on_rs2(&lab), "{}", keepalived.log());
+    assert_eq!(daemon.vrrp()["state"], "MASTER");
+    let sent_before = stat(&daemon.vrrp(), "adverts_sent");
+
+    let signalled = Instant::now();
+    daemon.signal(libc::SIGTERM);
+    let took = time_until_vip_on_rs2(&lab, true, signalled, Duration::from_secs(10));
+    let exit = daemon.wait_exit(EXIT_TIMEOUT);
+    let peer_skew = skew(PEER_PRIORITY, interval_cs);
+    let bound = peer_skew + TOLERANCE;
+    let silent = Duration::from_millis(u64::from(2 * interval_cs) * 10) + peer_skew;
+    eprintln!(
+        "SIGTERM of master Sluice -> VIP on keepalived's interface after {took:?} \
+         (keepalived's skew {peer_skew:?}, bound {bound:?}; a silent master: >= {silent:?})"
+    );
+    assert!(
+        matches!(exit, Some(s) if s.success()),
+        "sluice exit {exit:?}\n{}",
+        daemon.dump()
+    );
+    let took =
+        took.unwrap_or_else(|| panic!("keepalived never took the VIP\n{}", keepalived.log()));
+    assert!(
+        took < bound,
+        "{took:?} >= {bound:?}: no resign heard?\n{}\n{}",
+        keepalived.log(),
+        daemon.dump()
+    );
+    assert!(sent_before >= 1);
+    assert!(
+        daemon
+            .stderr_text()
+            .contains("lb=vrrp vrid=51 state=INIT from=MASTER priority=150"),
+        "{}",
+        daemon.dump()
+    );
+    // keepalived took the short path because it heard the resign.
+    assert!(
+        keepalived
+            .log()
+            .contains("(VI_1) Backup received priority 0 advertisement"),
+        "{}",
+        keepalived.log()
+    );
+    drop(keepalived);
+}
+
+/// Sends VRRPv3 adverts for VRID 51 at priority 254 from the client with scapy:
+/// `bad` sends four, each with one defect (VRID 52, TTL 64, VRRP checksum damaged,
+/// address list cut off: count 1 with no address); `good` sends one without defect.
+/// All go to 224.0.0.18 / 01:00:5e:00:00:12.
+const ADVERTS: &str = r#"
+import sys
+from scapy.all import Ether, IP, Raw, raw, sendp, conf, get_if_hwaddr
+from scapy.layers.vrrp import VRRPv3
+conf.verb = 0
+iface, src, vip, kind = sys.argv[1:5]
+mac = get_if_hwaddr(iface)
+def advert(vrid=51, ttl=255):
+    return raw(IP(src=src, dst="224.0.0.18", ttl=ttl, proto=112)
+               / VRRPv3(vrid=vrid, priority=254, adv=300, addrlist=[vip]))
+def send(ip):
+    sendp(Ether(src=mac, dst="01:00:5e:00:00:12", type=0x0800) / Raw(ip), iface=iface)
+if kind == "bad":
+    send(advert(vrid=52))
+    send(advert(ttl=64))
+    damaged = bytearray(advert())
+    damaged[20 + 6] ^= 0xff
+    send(bytes(damaged))
+    send(raw(IP(src=src, dst="224.0.0.18", ttl=255, proto=112) / Raw(advert()[20:28])))
+    print(4)
+else:
+    send(advert())
+    print(1)
+"#;
+
+#[test]
+fn malformed_and_foreign_adverts_are_rejected() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = AppLab::new(1);
+    let (client_ns, client_if, client_ip) = (
+        lab.bed.client_ns(),
+        lab.bed.client_if(),
+        lab.bed.client_ip(),
+    );
+    let toml = service_section(
+        "tcp",
+        VIP,
+        80,
+        "rr",
+        &[],
+        &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
+    ) + &format!("\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\n");
+    let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let send = |kind: &str| {
+        lab.bed
+            .exec(
+                client_ns,
+                &[PYTHON, "-c", ADVERTS, client_if, client_ip, VIP, kind],
+                Duration::from_secs(30),
+            )
+            .expect_success("scapy adverts");
+    };
+
+    let before = daemon.vrrp();
+    send("bad");
+    let rejected_before = stat(&before, "adverts_rejected");
+    let counted = wait_for(Duration::from_secs(3), POLL, || {
+        let v = daemon.vrrp();
+        (stat(&v, "adverts_rejected") >= rejected_before + 4).then_some(v)
+    });
+    // Anything still on its way is counted too before the final look.
+    std::thread::sleep(Duration::from_millis(300));
+    let after = daemon.vrrp();
+    eprintln!("before the bad adverts: {before}\nafter: {after}");
+    assert!(
+        counted.is_some(),
+        "not all 4 bad adverts were rejected: {after:#}\n{:#}",
+        daemon.status()
+    );
+    assert_eq!(
+        stat(&after, "adverts_rejected"),
+        rejected_before + 4,
+        "{after:#}"
+    );
+    assert_eq!(
+        stat(&after, "adverts_received"),
+        stat(&before, "adverts_received"),
+        "{after:#}"
+    );
+    assert_eq!(after["state"], "MASTER", "{after:#}");
+    assert_eq!(
+        stat(&after, "transitions"),
+        stat(&before, "transitions"),
+        "{after:#}"
+    );
+    assert!(after["master"].is_null(), "{after:#}");
+
+    // The same advert without a defect wins (254 > 150): the check above can fail.
+    send("good");
+    let backup = wait_for(Duration::from_secs(3), POLL, || {
+        let v = daemon.vrrp();
+        (v["state"] == "BACKUP").then_some(v)
+    });
+    let v = backup.unwrap_or_else(|| {
+        panic!(
+            "a valid advert at priority 254 did not make Sluice backup: {:#}",
+            daemon.vrrp()
+        )
+    });
+    eprintln!("after the good advert: {v}");
+    assert_eq!(v["master"], client_ip, "{v:#}");
+    assert_eq!(v["master_priority"], 254, "{v:#}");
+    assert_eq!(
+        stat(&v, "adverts_received"),
+        stat(&after, "adverts_received") + 1
+    );
+    assert_eq!(stat(&v, "adverts_rejected"), rejected_before + 4);
+    daemon.stop_clean();
+}
