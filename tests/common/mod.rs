@@ -1690,3 +1690,113 @@ pub fn health_target<'a>(
         .and_then(|t| t.iter().find(|t| t["service"] == service && t["ip"] == ip))
         .unwrap_or_else(|| panic!("no health target {ip} in {service}: {health:#}"))
 }
+
+// ---------------------------------------------------------------------------------
+// VRRP (e2e_vrrp): the daemon's VRRP report, a hard kill, addresses on a namespace's
+// interface and who answers ARP for an address.
+
+impl Daemon {
+    /// `sluicectl vrrp --json`, parsed (see `daemon::vrrp::VrrpReport`).
+    pub fn vrrp(&self) -> serde_json::Value {
+        let out = self.ctl(&["vrrp", "--json"]);
+        assert!(
+            out.success(),
+            "sluicectl vrrp --json failed: {}\n{}",
+            out.describe(),
+            self.dump()
+        );
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "sluicectl vrrp --json printed invalid JSON ({e}):\n{}",
+                out.stdout
+            )
+        })
+    }
+
+    /// SIGKILL (a crash: no resign, no clean-up), reaped within 5 s; removes the DPDK
+    /// runtime directory the killed process leaves behind.
+    pub fn kill_hard(&mut self) {
+        self.signal(libc::SIGKILL);
+        assert!(
+            self.wait_exit(Duration::from_secs(5)).is_some(),
+            "sluice still running 5 s after SIGKILL\n{}",
+            self.dump()
+        );
+        for dir in dpdk_runtime_dirs(&self.config.file_prefix) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Testbed {
+    /// Whether interface `ifname` in namespace `ns` holds IPv4 address `addr` (any
+    /// prefix length).
+    pub fn has_addr(&self, ns: &str, ifname: &str, addr: &str) -> bool {
+        let out = self
+            .exec(
+                ns,
+                &["ip", "-o", "-4", "addr", "show", "dev", ifname],
+                Duration::from_secs(10),
+            )
+            .expect_success("ip addr show");
+        out.stdout
+            .split_whitespace()
+            .any(|w| w.split('/').next() == Some(addr))
+    }
+
+    /// The MAC addresses (lowercase) that answer one broadcast ARP request for
+    /// `target` sent by `sender` from `ifname` in namespace `ns`, collected for 1 s
+    /// (scapy), sorted.
+    pub fn arp_repliers(&self, ns: &str, ifname: &str, sender: &str, target: &str) -> Vec<String> {
+        const SCRIPT: &str = r#"
+import sys
+from scapy.all import Ether, ARP, srp, conf, get_if_hwaddr
+conf.verb = 0
+iface, sender, target = sys.argv[1:4]
+mac = get_if_hwaddr(iface)
+ans, _ = srp(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")/ARP(op=1, hwsrc=mac, psrc=sender, pdst=target),
+             iface=iface, timeout=1, multi=True)
+for _, r in ans:
+    print(r[ARP].hwsrc.lower())
+"#;
+        let out = self
+            .exec(
+                ns,
+                &[PYTHON, "-c", SCRIPT, ifname, sender, target],
+                Duration::from_secs(20),
+            )
+            .expect_success("scapy ARP request");
+        let mut macs: Vec<String> = out.stdout.lines().map(|l| l.trim().to_string()).collect();
+        macs.sort();
+        macs.dedup();
+        macs
+    }
+
+    /// The link-layer address the kernel of namespace `ns` holds for `ip` on
+    /// `ifname` (`ip neigh`), if any.
+    pub fn neighbour_mac(&self, ns: &str, ifname: &str, ip: &str) -> Option<String> {
+        let out = self
+            .exec(
+                ns,
+                &["ip", "neigh", "show", ip, "dev", ifname],
+                Duration::from_secs(10),
+            )
+            .expect_success("ip neigh show");
+        let words: Vec<&str> = out.stdout.split_whitespace().collect();
+        words
+            .iter()
+            .position(|w| *w == "lladdr")
+            .and_then(|i| words.get(i + 1))
+            .map(|m| m.to_lowercase())
+    }
+}
+
+impl BackgroundProcess {
+    /// Waits (bounded) until the process's stdout or stderr contains `needle`.
+    pub fn wait_for_output(&mut self, timeout: Duration, needle: &str) {
+        let (out, err) = (self.stdout.clone(), self.stderr.clone());
+        self.wait_until(timeout, &format!("printed {needle:?}"), || {
+            text(&out).contains(needle) || text(&err).contains(needle)
+        });
+    }
+}

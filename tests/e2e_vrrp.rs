@@ -1,0 +1,537 @@
+//! Tier 3, VRRPv3 (RFC 5798) end to end with a real keepalived (2.2.7, installed by
+//! scripts/setup.sh) as the other router: a NAT test bed (client on its own subnet
+//! with an on-link route to the VIP, so it ARPs for the VIP itself; two real servers
+//! routing via Sluice), keepalived running VRRP only in real server 2's namespace
+//! for VRID 51 and the VIP 198.18.1.1, priority 100.
+//!
+//! 1. Election both ways: Sluice at priority 150 becomes master, keepalived stays
+//!    backup (the VIP is not on rs2), only Sluice answers ARP for the VIP and a curl
+//!    through the VIP reaches rs1; Sluice SIGKILLed: keepalived takes the VIP within
+//!    3 intervals + its skew (+ tolerance); Sluice back at 150 preempts and keepalived
+//!    drops the VIP; Sluice at 50 stays backup, reports keepalived as master and does
+//!    not answer ARP for the VIP (rs2 does).
+//! 2. Planned switchover: SIGTERM on a master Sluice sends a priority-0 advert, and
+//!    keepalived takes over after its skew time (0.6 s at 1 s intervals), well before
+//!    the 3.6 s a silent master would take.
+//! 3. Malformed and foreign adverts (wrong VRID, TTL 64, bad checksum, truncated
+//!    address list; each with priority 254, which would win were it accepted) sent
+//!    with scapy are counted as rejected and change nothing; the same advert without
+//!    the defect is accepted and makes Sluice backup (the check can fail).
+//!
+//! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
+//! e2e_vrrp -- --nocapture --test-threads 1` (as root).
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const APPLIANCE: &str = "198.18.0.1";
+const CLIENT: &str = "198.18.2.100/24";
+const CLIENT_IP: &str = "198.18.2.100";
+const GATEWAY: &str = "198.18.2.1";
+const VIP: &str = "198.18.1.1";
+const HTTP_PORT: u16 = 8080;
+const VRID: u8 = 51;
+/// keepalived's priority.
+const PEER_PRIORITY: u8 = 100;
+/// Slack on every measured bound: process start-up of the pollers (`ip netns exec`
+/// every 10 ms), keepalived's and Sluice's loops, on a shared 2-core machine.
+const TOLERANCE: Duration = Duration::from_secs(1);
+/// How often an address or a state is polled while timing a change.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The tests take turns: each daemon busy-polls lcore 1.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// RFC 5798: `((256 - priority) * interval) / 256`, centiseconds to a duration.
+fn skew(priority: u8, interval_cs: u32) -> Duration {
+    Duration::from_millis(u64::from((256 - u32::from(priority)) * interval_cs / 256) * 10)
+}
+
+/// `3 * interval + skew`.
+fn master_down(priority: u8, interval_cs: u32) -> Duration {
+    Duration::from_millis(u64::from(3 * interval_cs) * 10) + skew(priority, interval_cs)
+}
+
+/// The NAT lab: client on 198.18.2.0/24 via Sluice, with an on-link route to the VIP;
+/// real servers via Sluice, each serving HTTP.
+fn lab() -> AppLab {
+    let mut lab = AppLab::new(2);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    let client_if = lab.bed.client_if().to_string();
+    lab.bed
+        .exec(
+            lab.bed.client_ns(),
+            &[
+                "ip",
+                "route",
+                "replace",
+                &format!("{VIP}/32"),
+                "dev",
+                &client_if,
+            ],
+            Duration::from_secs(10),
+        )
+        .expect_success("on-link route to the VIP");
+    lab.start_servers(&[format!("0.0.0.0:{HTTP_PORT}")], &[]);
+    lab
+}
+
+/// Sluice with one NAT service (VIP:80 -> rs1) and `[vrrp]` at `priority`.
+fn sluice(lab: &AppLab, priority: u8, advert_interval_ms: u32) -> Daemon {
+    let mut toml = service_section(
+        "tcp",
+        VIP,
+        80,
+        "rr",
+        &[],
+        &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
+    );
+    toml.push_str(&format!(
+        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {advert_interval_ms}\n"
+    ));
+    lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    )
+}
+
+/// keepalived (VRRP only, foreground, logging to the console) in rs2's namespace:
+/// VRID 51, priority 100, the VIP, `advert_int` in seconds.
+struct Keepalived {
+    process: BackgroundProcess,
+}
+
+impl Keepalived {
+    fn start(lab: &AppLab, advert_int: &str) -> Keepalived {
+        let dir = lab.dir.path();
+        let file = |name: &str| -> PathBuf { dir.join(name) };
+        let conf = file("keepalived.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "global_defs {{\n  vrrp_version 3\n  router_id {name}\n}}\n\
+                 vrrp_instance VI_1 {{\n  state BACKUP\n  interface {ifname}\n  \
+                 virtual_router_id {VRID}\n  priority {PEER_PRIORITY}\n  advert_int {advert_int}\n  \
+                 virtual_ipaddress {{\n    {VIP}/32\n  }}\n}}\n",
+                name = lab.bed.name,
+                ifname = lab.bed.rs_if(2),
+            ),
+        )
+        .expect("writing keepalived.conf");
+        let s = |p: PathBuf| p.to_string_lossy().into_owned();
+        let (conf, pid, vrrp_pid) = (s(conf), s(file("keepalived.pid")), s(file("vrrp.pid")));
+        let mut process = BackgroundProcess::spawn(
+            Some(lab.bed.rs_ns(2)),
+            &[
+                "/usr/sbin/keepalived",
+                "-n",
+                "-l",
+                "-D",
+                "-P",
+                "--no-syslog",
+                "-f",
+                &conf,
+                "-p",
+                &pid,
+                "-r",
+                &vrrp_pid,
+            ],
+        );
+        process.wait_for_output(Duration::from_secs(15), "Entering BACKUP STATE");
+        Keepalived { process }
+    }
+
+    fn log(&self) -> String {
+        self.process.stdout_text() + &self.process.stderr_text()
+    }
+}
+
+fn vip_on_rs2(lab: &AppLab) -> bool {
+    lab.bed.has_addr(lab.bed.rs_ns(2), lab.bed.rs_if(2), VIP)
+}
+
+/// Polls (every [`POLL`]) until `vip_on_rs2` equals `want`; the time it took from
+/// `since`, or None after `timeout`.
+fn time_until_vip_on_rs2(
+    lab: &AppLab,
+    want: bool,
+    since: Instant,
+    timeout: Duration,
+) -> Option<Duration> {
+    wait_for(timeout, POLL, || {
+        (vip_on_rs2(lab) == want).then(|| since.elapsed())
+    })
+}
+
+/// Polls until Sluice reports `state`; the time it took from `since`.
+fn time_until_state(
+    daemon: &Daemon,
+    state: &str,
+    since: Instant,
+    timeout: Duration,
+) -> Option<Duration> {
+    wait_for(timeout, POLL, || {
+        (daemon.vrrp()["state"] == state).then(|| since.elapsed())
+    })
+}
+
+fn stat(v: &serde_json::Value, field: &str) -> u64 {
+    v["stats"][field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("vrrp report has no numeric stats.{field}: {v}"))
+}
+
+#[test]
+fn election_both_ways_with_keepalived() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = lab();
+    let (client_ns, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
+    let lb_mac = lab.bed.lb_mac().to_lowercase();
+    let rs2_mac = lab.bed.rs_mac(2).to_lowercase();
+    let interval_cs = 10; // 100 ms on both sides.
+    let peer_down = master_down(PEER_PRIORITY, interval_cs);
+
+    // (a) Sluice at 150 first, then keepalived at 100: Sluice master, keepalived backup.
+    let mut daemon = sluice(&lab, 150, 100);
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let keepalived = Keepalived::start(&lab, "0.1");
+    // keepalived would take over after its master-down interval (360 ms) without
+    // Sluice's adverts: for 3 times that, the VIP never shows up on rs2.
+    let deadline = Instant::now() + peer_down * 3;
+    while Instant::now() < deadline {
+        assert!(
+            !vip_on_rs2(&lab),
+            "keepalived took the VIP from a master Sluice at higher priority\n{}\n{:#}",
+            keepalived.log(),
+            daemon.vrrp()
+        );
+        std::thread::sleep(POLL);
+    }
+    let v = daemon.vrrp();
+    eprintln!("(a) Sluice: {v}");
+    assert_eq!(v["state"], "MASTER", "{v:#}");
+    assert_eq!(v["vrid"], VRID);
+    assert_eq!(v["priority"], 150);
+    assert_eq!(v["primary"], APPLIANCE);
+    assert!(stat(&v, "adverts_sent") >= 5, "{v:#}");
+    assert!(stat(&v, "gratuitous_arps_sent") >= 1, "{v:#}");
+    assert!(
+        !keepalived.log().contains("Entering MASTER STATE"),
+        "{}",
+        keepalived.log()
+    );
+    assert!(
+        daemon
+            .event_lines()
+            .iter()
+            .any(|l| l == "lb=vrrp vrid=51 state=MASTER from=BACKUP priority=150 addresses=1"),
+        "{:?}",
+        daemon.event_lines()
+    );
+    // Only Sluice answers ARP for the VIP; the client's kernel resolves it to Sluice.
+    let repliers = lab.bed.arp_repliers(client_ns, client_if, CLIENT_IP, VIP);
+    assert_eq!(
+        repliers,
+        vec![lb_mac.clone()],
+        "ARP for {VIP} while Sluice is master"
+    );
+    lab.prewarm(&daemon, GATEWAY);
+    let t = Duration::from_secs(10);
+    lab.bed
+        .exec(client_ns, &["ip", "neigh", "flush", "all"], t)
+        .expect_success("ip neigh flush");
+    let batch = lab.curl(&format!("http://{VIP}/"), 5, 1, &[]);
+    assert_eq!(batch["ok"], 5, "{batch}\n{}", lab.diagnostics());
+    assert_eq!(AppLab::answers(&batch).get("rs1"), Some(&5), "{batch}");
+    assert_eq!(
+        lab.bed.neighbour_mac(client_ns, client_if, VIP).as_deref(),
+        Some(lb_mac.as_str()),
+        "the client's neighbour entry for the VIP\n{}",
+        lab.diagnostics()
+    );
+
+    // (b) Sluice crashes: keepalived takes the VIP within its master-down interval.
+    let killed = Instant::now();
+    daemon.kill_hard();
+    let took = time_until_vip_on_rs2(&lab, true, killed, Duration::from_secs(10));
+    let bound = peer_down + TOLERANCE;
+    eprintln!(
+        "(b) SIGKILL of master Sluice -> VIP on keepalived's interface after {took:?} \
+         (master down interval {peer_down:?}, bound {bound:?})"
+    );
+    let took =
+        took.unwrap_or_else(|| panic!("keepalived never took the VIP\n{}", keepalived.log()));
+    assert!(took < bound, "{took:?} >= {bound:?}\n{}", keepalived.log());
+    drop(daemon);
+
+    // (c) Sluice back at 150 with preempt: master again, keepalived drops the VIP.
+    let spawned = Instant::now();
+    let daemon = sluice(&lab, 150, 100);
+    let ready = Instant::now();
+    let dropped = time_until_vip_on_rs2(&lab, false, ready, Duration::from_secs(10));
+    let master = time_until_state(&daemon, "MASTER", ready, Duration::from_secs(5));
+    // Sluice starts as backup and preempts when its own master-down timer runs out.
+    let own_down = master_down(150, interval_cs);
+    eprintln!(
+        "(c) Sluice restarted at 150 (ready {:?} after spawn): MASTER {master:?} and VIP \
+         gone from keepalived {dropped:?} after ready (its master down {own_down:?})",
+        ready - spawned
+    );
+    let dropped = dropped.unwrap_or_else(|| {
+        panic!(
+            "keepalived kept the VIP\n{}\n{:#}",
+            keepalived.log(),
+            daemon.vrrp()
+        )
+    });
+    assert!(master.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    assert!(dropped < own_down + TOLERANCE, "{dropped:?}");
+    assert_eq!(
+        lab.bed.arp_repliers(client_ns, client_if, CLIENT_IP, VIP),
+        vec![lb_mac.clone()],
+        "ARP for {VIP} after the preemption"
+    );
+    // Hand over cleanly (resign) before the low-priority run.
+    let stopped = Instant::now();
+    daemon.stop_clean();
+    let took = time_until_vip_on_rs2(&lab, true, stopped, Duration::from_secs(10));
+    assert!(
+        took.is_some(),
+        "keepalived never took the VIP\n{}",
+        keepalived.log()
+    );
+
+    // (d) Sluice at 50: backup, keepalived the master it reports, no ARP for the VIP.
+    let daemon = sluice(&lab, 50, 100);
+    let heard = wait_for(Duration::from_secs(5), POLL, || {
+        let v = daemon.vrrp();
+        (v["master"] == "198.18.0.12").then_some(v)
+    });
+    let v = heard.unwrap_or_else(|| {
+        panic!(
+            "Sluice never reported keepalived as master: {:#}\n{}",
+            daemon.vrrp(),
+            keepalived.log()
+        )
+    });
+    assert_eq!(v["state"], "BACKUP", "{v:#}");
+    assert_eq!(v["master_priority"], PEER_PRIORITY, "{v:#}");
+    // A while later: still backup, never master (one transition: INIT -> BACKUP).
+    std::thread::sleep(peer_down * 3);
+    let v = daemon.vrrp();
+    eprintln!("(d) Sluice at 50: {v}");
+    assert_eq!(v["state"], "BACKUP", "{v:#}");
+    assert_eq!(stat(&v, "transitions"), 1, "{v:#}");
+    assert_eq!(stat(&v, "adverts_sent"), 0, "{v:#}");
+    assert!(stat(&v, "adverts_received") >= 5, "{v:#}");
+    assert!(vip_on_rs2(&lab), "{}", keepalived.log());
+    let arp_before = event_count(&daemon.status(), "arp_replied");
+    let repliers = lab.bed.arp_repliers(client_ns, client_if, CLIENT_IP, VIP);
+    assert_eq!(
+        repliers,
+        vec![rs2_mac.clone()],
+        "ARP for {VIP} while Sluice is backup"
+    );
+    lab.bed
+        .exec(client_ns, &["ip", "neigh", "flush", "all"], t)
+        .expect_success("ip neigh flush");
+    let _ = lab
+        .bed
+        .exec(client_ns, &["ping", "-n", "-c", "1", "-W", "2", VIP], t);
+    assert_eq!(
+        lab.bed.neighbour_mac(client_ns, client_if, VIP).as_deref(),
+        Some(rs2_mac.as_str()),
+        "the client's neighbour entry for the VIP while Sluice is backup"
+    );
+    // Informational: the kernels of the bed may ARP for Sluice's own address meanwhile.
+    let arp_after = event_count(&daemon.status(), "arp_replied");
+    eprintln!(
+        "(d) Sluice's arp_replied {arp_before} -> {arp_after} around two ARP requests for the VIP"
+    );
+    daemon.stop_clean();
+    drop(keepalived);
+}
+
+#[test]
+fn sigterm_resigns_and_keepalived_takes_over_after_its_skew() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = lab();
+    // 1 s intervals on both sides: the resign path (skew, 0.6 s) and the silent-master
+    // path (at least 3 intervals after the last advert: 2.6 s or more after the
+    // signal) are far apart.
+    let interval_cs = 100;
+    let mut daemon = sluice(&lab, 150, 1000);
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(10));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let keepalived = Keepalived::start(&lab, "1");
+    // keepalived hears at least one advert, and stays backup.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!vip_on_rs2(&lab), "{}", keepalived.log());
+    assert_eq!(daemon.vrrp()["state"], "MASTER");
+    let sent_before = stat(&daemon.vrrp(), "adverts_sent");
+
+    let signalled = Instant::now();
+    daemon.signal(libc::SIGTERM);
+    let took = time_until_vip_on_rs2(&lab, true, signalled, Duration::from_secs(10));
+    let exit = daemon.wait_exit(EXIT_TIMEOUT);
+    let peer_skew = skew(PEER_PRIORITY, interval_cs);
+    let bound = peer_skew + TOLERANCE;
+    let silent = Duration::from_millis(u64::from(2 * interval_cs) * 10) + peer_skew;
+    eprintln!(
+        "SIGTERM of master Sluice -> VIP on keepalived's interface after {took:?} \
+         (keepalived's skew {peer_skew:?}, bound {bound:?}; a silent master: >= {silent:?})"
+    );
+    assert!(
+        matches!(exit, Some(s) if s.success()),
+        "sluice exit {exit:?}\n{}",
+        daemon.dump()
+    );
+    let took =
+        took.unwrap_or_else(|| panic!("keepalived never took the VIP\n{}", keepalived.log()));
+    assert!(
+        took < bound,
+        "{took:?} >= {bound:?}: no resign heard?\n{}\n{}",
+        keepalived.log(),
+        daemon.dump()
+    );
+    assert!(sent_before >= 1);
+    assert!(
+        daemon
+            .stderr_text()
+            .contains("lb=vrrp vrid=51 state=INIT from=MASTER priority=150"),
+        "{}",
+        daemon.dump()
+    );
+    // keepalived took the short path because it heard the resign.
+    assert!(
+        keepalived
+            .log()
+            .contains("(VI_1) Backup received priority 0 advertisement"),
+        "{}",
+        keepalived.log()
+    );
+    drop(keepalived);
+}
+
+/// Sends VRRPv3 adverts for VRID 51 at priority 254 from the client with scapy:
+/// `bad` sends four, each with one defect (VRID 52, TTL 64, VRRP checksum damaged,
+/// address list cut off: count 1 with no address); `good` sends one without defect.
+/// All go to 224.0.0.18 / 01:00:5e:00:00:12.
+const ADVERTS: &str = r#"
+import sys
+from scapy.all import Ether, IP, Raw, raw, sendp, conf, get_if_hwaddr
+from scapy.layers.vrrp import VRRPv3
+conf.verb = 0
+iface, src, vip, kind = sys.argv[1:5]
+mac = get_if_hwaddr(iface)
+def advert(vrid=51, ttl=255):
+    return raw(IP(src=src, dst="224.0.0.18", ttl=ttl, proto=112)
+               / VRRPv3(vrid=vrid, priority=254, adv=300, addrlist=[vip]))
+def send(ip):
+    sendp(Ether(src=mac, dst="01:00:5e:00:00:12", type=0x0800) / Raw(ip), iface=iface)
+if kind == "bad":
+    send(advert(vrid=52))
+    send(advert(ttl=64))
+    damaged = bytearray(advert())
+    damaged[20 + 6] ^= 0xff
+    send(bytes(damaged))
+    send(raw(IP(src=src, dst="224.0.0.18", ttl=255, proto=112) / Raw(advert()[20:28])))
+    print(4)
+else:
+    send(advert())
+    print(1)
+"#;
+
+#[test]
+fn malformed_and_foreign_adverts_are_rejected() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = AppLab::new(1);
+    let (client_ns, client_if, client_ip) = (
+        lab.bed.client_ns(),
+        lab.bed.client_if(),
+        lab.bed.client_ip(),
+    );
+    let toml = service_section(
+        "tcp",
+        VIP,
+        80,
+        "rr",
+        &[],
+        &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
+    ) + &format!("\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\n");
+    let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let send = |kind: &str| {
+        lab.bed
+            .exec(
+                client_ns,
+                &[PYTHON, "-c", ADVERTS, client_if, client_ip, VIP, kind],
+                Duration::from_secs(30),
+            )
+            .expect_success("scapy adverts");
+    };
+
+    let before = daemon.vrrp();
+    send("bad");
+    let rejected_before = stat(&before, "adverts_rejected");
+    let counted = wait_for(Duration::from_secs(3), POLL, || {
+        let v = daemon.vrrp();
+        (stat(&v, "adverts_rejected") >= rejected_before + 4).then_some(v)
+    });
+    // Anything still on its way is counted too before the final look.
+    std::thread::sleep(Duration::from_millis(300));
+    let after = daemon.vrrp();
+    eprintln!("before the bad adverts: {before}\nafter: {after}");
+    assert!(
+        counted.is_some(),
+        "not all 4 bad adverts were rejected: {after:#}\n{:#}",
+        daemon.status()
+    );
+    assert_eq!(
+        stat(&after, "adverts_rejected"),
+        rejected_before + 4,
+        "{after:#}"
+    );
+    assert_eq!(
+        stat(&after, "adverts_received"),
+        stat(&before, "adverts_received"),
+        "{after:#}"
+    );
+    assert_eq!(after["state"], "MASTER", "{after:#}");
+    assert_eq!(
+        stat(&after, "transitions"),
+        stat(&before, "transitions"),
+        "{after:#}"
+    );
+    assert!(after["master"].is_null(), "{after:#}");
+
+    // The same advert without a defect wins (254 > 150): the check above can fail.
+    send("good");
+    let backup = wait_for(Duration::from_secs(3), POLL, || {
+        let v = daemon.vrrp();
+        (v["state"] == "BACKUP").then_some(v)
+    });
+    let v = backup.unwrap_or_else(|| {
+        panic!(
+            "a valid advert at priority 254 did not make Sluice backup: {:#}",
+            daemon.vrrp()
+        )
+    });
+    eprintln!("after the good advert: {v}");
+    assert_eq!(v["master"], client_ip, "{v:#}");
+    assert_eq!(v["master_priority"], 254, "{v:#}");
+    assert_eq!(
+        stat(&v, "adverts_received"),
+        stat(&after, "adverts_received") + 1
+    );
+    assert_eq!(stat(&v, "adverts_rejected"), rejected_before + 4);
+    daemon.stop_clean();
+}
