@@ -29,6 +29,7 @@ Commands:
   events          recent config changes and alerts (lb=... lines, UTC)
   reload          re-read the config file; apply its services' differences as one
                   all-or-nothing change (ports, lcores and sessions need a restart)
+  sync            session sync: messages/records sent and received, rejected by reason
   vrrp            VRRP state (MASTER/BACKUP), priority, the master heard, counters
   health          health checks: each watched real server's check, state (up or
                   EVICTED), evictions and last probe result; probe counters
@@ -88,6 +89,8 @@ enum Command {
     Health,
     /// VRRP state.
     Vrrp,
+    /// Session sync counters.
+    Sync,
     /// Apply the config file's services as a diff.
     Reload,
     /// `skew [-t|-u VIP:port] [--window S] [--threshold PCT]`.
@@ -118,6 +121,7 @@ impl Command {
             "events" => Command::Events,
             "health" => Command::Health,
             "vrrp" => Command::Vrrp,
+            "sync" => Command::Sync,
             "reload" => Command::Reload,
             "skew" => return Command::parse_skew(args),
             other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
@@ -173,6 +177,7 @@ impl Command {
             Command::Events => Request::Events,
             Command::Health => Request::Health,
             Command::Vrrp => Request::Vrrp,
+            Command::Sync => Request::Sync,
             Command::Reload => Request::Reload,
             Command::Skew { window_s, .. } => Request::ServiceRates {
                 window_s: *window_s,
@@ -199,6 +204,7 @@ impl Command {
             Command::Events => Ok(render_events(&result)),
             Command::Health => Ok(render_health(&result)),
             Command::Vrrp => Ok(render_vrrp(&result)),
+            Command::Sync => Ok(serde_json::to_string_pretty(&result).unwrap_or_default() + "\n"),
             Command::Reload => Ok(format!(
                 "reloaded: {} change(s) applied\n",
                 result["applied"].as_u64().unwrap_or(0)

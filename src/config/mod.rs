@@ -53,6 +53,8 @@ pub struct Config {
     pub health: crate::health::spec::HealthConfig,
     /// VRRPv3 failover (`[vrrp]`); without it this node always serves its VIPs.
     pub vrrp: Option<VrrpSettings>,
+    /// Session sync to peers (`[sync]`); off without it.
+    pub sync: Option<SyncSettings>,
     /// The virtual services, in file order (none when there is no `[[services]]`).
     pub services: Vec<ServiceConfig>,
 }
@@ -267,6 +269,24 @@ pub struct VrrpSettings {
     /// Source of advertisements and tie breaker; the first port's first address when
     /// `None`.
     pub source: Option<Ipv4Addr>,
+}
+
+/// `[sync]`: sessions sent to and received from peers over UDP on a kernel
+/// interface of the management side (docs/SYNC.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncSettings {
+    /// Local UDP address messages are sent from and received on.
+    pub listen: std::net::SocketAddrV4,
+    /// Where messages go; their addresses are the only accepted sources.
+    pub peers: Vec<std::net::SocketAddrV4>,
+    /// HMAC-SHA256 key (hex, at least 16 bytes): every message sealed and checked.
+    pub key: Option<String>,
+    /// UDP flows are first synced at this many packets (IPVS sync_threshold).
+    pub threshold: u32,
+    /// Busy sessions are synced again at least this often (ms).
+    pub period_ms: u32,
+    /// Largest datagram.
+    pub mtu: u16,
 }
 
 /// One `[[services.real_servers]]` table (`ipvsadm -a`).

@@ -13,7 +13,8 @@ use super::source::Source;
 use super::tree::Node;
 use super::{
     Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig,
-    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, TimeoutsConfig, VrrpSettings,
+    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, SyncSettings, TimeoutsConfig,
+    VrrpSettings,
 };
 use crate::flow::Protocol;
 use crate::health::spec::{
@@ -24,7 +25,7 @@ use crate::service::model::{ForwardMode, ServiceKey, MAX_LOCAL_ADDRESSES};
 
 const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "vrrp",
-    "services",
+    "sync", "services",
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
@@ -90,6 +91,7 @@ const CHECK_KEYS: &[&str] = &[
     "passive",
     "passive_fall",
 ];
+const SYNC_KEYS: &[&str] = &["listen", "peers", "key", "threshold", "period_ms", "mtu"];
 const VRRP_KEYS: &[&str] = &[
     "vrid",
     "priority",
@@ -132,6 +134,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let sessions = read_sessions(&root)?;
     let health = read_health(&root)?;
     let vrrp = read_vrrp(&root)?;
+    let sync = read_sync(&root)?;
     let services = read_services(&root, &ports, source, &health.defaults)?;
     Ok(Config {
         path: source.path.to_path_buf(),
@@ -144,8 +147,44 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
         sessions,
         health,
         vrrp,
+        sync,
         services,
     })
+}
+
+/// `[sync]`: optional; its presence turns session sync on.
+fn read_sync(root: &Table) -> Check<Option<SyncSettings>> {
+    let Some(t) = root.table("sync", SYNC_KEYS)? else {
+        return Ok(None);
+    };
+    let address = |f: &Field| {
+        f.str()?
+            .parse::<std::net::SocketAddrV4>()
+            .map_err(|_| f.invalid("expected IPv4:PORT, for example \"198.19.0.1:8848\""))
+    };
+    let listen = address(&t.require("listen")?)?;
+    let peers_field = t.require("peers")?;
+    let peers = peers_field
+        .array()?
+        .iter()
+        .map(address)
+        .collect::<Check<Vec<_>>>()?;
+    if peers.is_empty() {
+        return Err(peers_field.invalid("at least one peer is needed"));
+    }
+    let key = t.optional("key", |f| {
+        let hex = f.str()?;
+        crate::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
+        Ok(hex.to_string())
+    })?;
+    Ok(Some(SyncSettings {
+        listen,
+        peers,
+        key,
+        threshold: t.or("threshold", 3, |f| f.int(0..=1_000_000))?,
+        period_ms: t.or("period_ms", 10_000, |f| f.int(100..=3_600_000))?,
+        mtu: t.or("mtu", 1500, |f| f.int(576..=9000))?,
+    }))
 }
 
 /// `[vrrp]`: optional; its presence turns VRRP on.

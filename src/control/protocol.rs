@@ -114,6 +114,8 @@ pub enum Request {
     Health,
     /// VRRP: state, priority, the master last heard, counters (`daemon::vrrp`).
     Vrrp,
+    /// Session sync: messages and records sent and received, rejections by reason.
+    Sync,
     /// Service changes applied all or none and published as one snapshot (`-R`):
     /// `{"generation":N,"applied":count}`, or the first failing command's error.
     Batch { requests: Vec<Request> },
@@ -150,6 +152,7 @@ impl Request {
             Request::Events => "events",
             Request::Health => "health",
             Request::Vrrp => "vrrp",
+            Request::Sync => "sync",
             Request::Reload => "reload",
         }
     }
@@ -498,7 +501,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch)"
         );
     }
 

@@ -7,6 +7,7 @@ mod rates;
 mod services;
 mod signals;
 mod stats;
+mod sync;
 mod vrrp;
 
 pub use services::{check_real_server_id, Services};
@@ -110,6 +111,16 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .map(|_| Arc::new(Mailbox::default()))
         .collect();
     let persist = Arc::new(PersistTable::with_capacity(PERSIST_TEMPLATES));
+    let sync_rings: Option<Arc<Vec<crate::sync::events::EventRing>>> =
+        cfg.sync.as_ref().map(|_| {
+            Arc::new(
+                cfg.lcores
+                    .workers
+                    .iter()
+                    .map(|_| crate::sync::events::EventRing::with_capacity(SYNC_RING_EVENTS))
+                    .collect(),
+            )
+        });
     let mut app = bring_up(&cfg)?;
     let shared = Shared {
         counters: &counters,
@@ -118,6 +129,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         stop: &stop,
         mailboxes: &mailboxes,
         persist: &persist,
+        sync_rings: &sync_rings,
     };
     launch_workers(&cfg, &mut app, &shared)?;
     // From here on, only the management loop touches the registry.
@@ -184,6 +196,25 @@ pub fn run(opts: &Options) -> Result<(), String> {
             )
         }),
         vrrp_started: false,
+        sync: match (&cfg.sync, &sync_rings) {
+            (Some(settings), Some(rings)) => {
+                let view = rss_view(&cfg, &app, 0)?;
+                let node = sync::SyncNode::bind(
+                    settings,
+                    rings.clone(),
+                    (view.toeplitz, view.reta, view.fields),
+                );
+                match node {
+                    Ok(node) => Some((node, settings.listen)),
+                    Err(e) => {
+                        stop.store(true, Ordering::SeqCst);
+                        join_workers(&cfg);
+                        return Err(e);
+                    }
+                }
+            }
+            _ => None,
+        },
         started,
         services,
         publisher,
@@ -394,6 +425,7 @@ struct Shared<'a> {
     stop: &'a Arc<AtomicBool>,
     mailboxes: &'a [Arc<Mailbox>],
     persist: &'a Arc<PersistTable>,
+    sync_rings: &'a Option<Arc<Vec<crate::sync::events::EventRing>>>,
 }
 
 fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<(), String> {
@@ -404,6 +436,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         stop,
         mailboxes,
         persist,
+        sync_rings,
     } = shared;
     let timeouts = timeouts_from_config(cfg).in_ticks(cfg.sessions.tick_ms);
     let hz = crate::dpdk::tsc_hz();
@@ -442,6 +475,16 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         forwarder.set_persistence((*persist).clone());
         forwarder.set_vrrp(cfg.vrrp.is_some());
+        if let (Some(rings), Some(settings)) = (sync_rings, &cfg.sync) {
+            forwarder.set_sync(crate::dataplane::forwarder::SyncLink {
+                rings: rings.clone(),
+                index: w,
+                policy: crate::sync::events::SyncPolicy {
+                    threshold: settings.threshold,
+                    period_ms: settings.period_ms,
+                },
+            });
+        }
         if let Some(source) = crate::health::source_of(cfg) {
             forwarder.set_health(
                 source,
@@ -542,6 +585,8 @@ struct Registry {
     started: Instant,
     vrrp: Option<vrrp::VrrpNode>,
     vrrp_started: bool,
+    /// Session sync and its listen address.
+    sync: Option<(sync::SyncNode, std::net::SocketAddrV4)>,
 }
 
 /// Queues one frame of the management core's for worker 0 to transmit.
@@ -554,6 +599,9 @@ fn inject(mesh: &Mesh, pool: &Mempool, frame: &[u8]) -> bool {
     // A full ring leaves the mbuf in `out`, which frees it.
     mesh.health_inject().enqueue(&mut out) == 1
 }
+
+/// Session events a worker's sync ring holds.
+const SYNC_RING_EVENTS: usize = 65_536;
 
 /// How long a worker may take to answer one question (it answers between two polls).
 const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -724,6 +772,19 @@ impl Registry {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    fn tick_sync(&mut self, mesh: &Mesh) {
+        if let Some((node, _)) = &mut self.sync {
+            node.tick(&self.services.table, mesh);
+        }
+    }
+
+    fn sync_report(&self) -> Result<serde_json::Value, String> {
+        let Some((node, listen)) = &self.sync else {
+            return Err("session sync is off: the config has no [sync] section".into());
+        };
+        serde_json::to_value(node.report(*listen)).map_err(|e| e.to_string())
+    }
+
     fn vrrp_report(&self) -> Result<serde_json::Value, String> {
         let Some(node) = &self.vrrp else {
             return Err("VRRP is off: the config has no [vrrp] section".into());
@@ -869,6 +930,8 @@ fn management_loop(
                 registry.health_report()
             } else if req == Request::Vrrp {
                 registry.vrrp_report()
+            } else if req == Request::Sync {
+                registry.sync_report()
             } else if let Request::ListConnections { max } = req {
                 registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             } else if matches!(req, Request::GetLaddr { .. }) {
@@ -911,6 +974,7 @@ fn management_loop(
             let _ = reply.send(answer);
         }
         registry.tick_health(&app.mesh, &app.pool);
+        registry.tick_sync(&app.mesh);
         let now = Instant::now();
         if now >= next_rates {
             next_rates = now + Duration::from_secs(1);

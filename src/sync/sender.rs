@@ -24,6 +24,11 @@ impl SyncSender {
         }
     }
 
+    /// Whether messages are sealed with an HMAC.
+    pub fn authenticated(&self) -> bool {
+        self.key.is_some()
+    }
+
     /// The sequence number the next message gets.
     pub fn next_sequence(&self) -> u32 {
         self.sequence

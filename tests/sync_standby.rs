@@ -1,0 +1,297 @@
+//! Session sync between two Sluice nodes, end to end over real UDP: an active node (a
+//! loopback port whose emulated clients open TCP connections through a NAT service)
+//! syncs its sessions to a standby node (the same service, an idle af_packet port),
+//! both in a network namespace this test creates, sync on its loopback interface.
+//!
+//! - Every session the active holds in TIME_WAIT (a state that no longer changes) is
+//!   installed on the standby with the same client, VIP and real server, in the same
+//!   state, expiring no later than on the active (plus a tick of slack).
+//! - Forged or malformed datagrams (wrong version, truncated, unknown peer, bad HMAC,
+//!   a session for a VIP the standby does not have) are rejected, each counted under
+//!   its reason, and install nothing.
+//!
+//! Run: `cargo test --release --test sync_standby` (as root).
+mod common;
+
+use common::*;
+use sluice::flow::{FlowKey4, Protocol};
+use sluice::service::ForwardMode;
+use sluice::session::Session;
+use sluice::sync::auth::SyncKey;
+use sluice::sync::events::{EventKind, EventRing, SessionEvent};
+use sluice::sync::sender::SyncSender;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+const KEY: &str = "000102030405060708090a0b0c0d0e0f";
+const VIP: &str = "198.18.1.1";
+
+/// A namespace of this test's own, removed on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let name = format!("sl-sync-{tag}");
+        let t = Duration::from_secs(10);
+        run_bounded(
+            std::process::Command::new("ip").args(["netns", "add", &name]),
+            t,
+        )
+        .expect_success("ip netns add");
+        let ns = Netns(name);
+        for args in [
+            vec!["ip", "link", "set", "lo", "up"],
+            vec![
+                "ip", "link", "add", "sy0", "type", "veth", "peer", "name", "sy1",
+            ],
+            vec!["ip", "link", "set", "sy0", "up"],
+            vec!["ip", "link", "set", "sy1", "up"],
+        ] {
+            netns_exec(&ns.0, &args, t).expect_success("netns set-up");
+        }
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run_bounded(
+            std::process::Command::new("ip").args(["netns", "del", &self.0]),
+            Duration::from_secs(10),
+        );
+    }
+}
+
+fn service(extra: &str) -> String {
+    format!(
+        "{extra}\n[[services]]\nproto = \"tcp\"\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\n\n  \
+         [[services.real_servers]]\n  ip = \"198.18.0.2\"\n  port = 8080\n  mode = \"nat\"\n\n  \
+         [[services.real_servers]]\n  ip = \"198.18.0.3\"\n  port = 8080\n  mode = \"nat\"\n"
+    )
+}
+
+fn sync_section(listen: u16, peer: u16) -> String {
+    format!(
+        "[sync]\nlisten = \"127.0.0.1:{listen}\"\npeers = [\"127.0.0.1:{peer}\"]\nkey = \"{KEY}\"\n"
+    )
+}
+
+/// (client, virtual, destination) -> (state, expires_s) of a node's sessions.
+fn sessions(daemon: &Daemon) -> BTreeMap<(String, String, String), (String, u64)> {
+    let out = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+    assert!(out.success(), "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["worker"].is_number())
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap().to_string();
+            (
+                (s("client"), s("virtual"), s("destination")),
+                (s("state"), c["expires_s"].as_u64().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn sync_report(daemon: &Daemon) -> serde_json::Value {
+    let out = daemon.ctl(&["sync", "--json"]);
+    assert!(out.success(), "{}", out.describe());
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+/// A sealed sync message carrying one connection to `vip`, from node `sender`.
+fn message(vip: Ipv4Addr, key: Option<&str>) -> Vec<u8> {
+    let client = FlowKey4::new(
+        Protocol::Tcp,
+        Ipv4Addr::new(198, 18, 0, 77),
+        40_000,
+        vip,
+        80,
+    );
+    let session = Session::new(
+        &client,
+        ForwardMode::Nat,
+        0,
+        0,
+        Ipv4Addr::new(198, 18, 0, 2),
+        8080,
+    );
+    let ring = EventRing::with_capacity(4);
+    assert!(ring.push(SessionEvent::new(EventKind::Created, &session, 60_000)));
+    let mut sender = SyncSender::new(1, 1500, key.map(|k| SyncKey::from_hex(k).unwrap()));
+    let mut buf = vec![0u8; 1500];
+    let mut out = Vec::new();
+    sender.send_events(std::slice::from_ref(&ring), 16, &mut buf, |d| {
+        out = d.to_vec()
+    });
+    assert!(!out.is_empty());
+    out
+}
+
+/// Sends `datagram` to 127.0.0.1:`port` from `source` inside `ns` (Python's socket).
+fn send_from(ns: &str, source: &str, port: u16, datagram: &[u8]) {
+    let hex: String = datagram.iter().map(|b| format!("{b:02x}")).collect();
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('{source}', 0))\ns.sendto(bytes.fromhex('{hex}'), ('127.0.0.1', {port}))\n"
+    );
+    netns_exec(ns, &["python3", "-c", &script], Duration::from_secs(10)).expect_success("send");
+}
+
+#[test]
+fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
+    require_root();
+    let tag = unique_tag();
+    let ns = Netns::new(&tag);
+    let (active_port, standby_port) = (40_000 + (std::process::id() % 10_000) as u16, 0);
+    let standby_port = standby_port + active_port + 1;
+
+    let mut standby_cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        "net_af_packet0,iface=sy0",
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(&ns.0);
+    standby_cfg
+        .extra_toml
+        .push(service(&sync_section(standby_port, active_port)));
+    let standby = Daemon::start(standby_cfg);
+
+    let mut active_cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(&ns.0);
+    active_cfg.loopback = vec!["peers = 4".into(), "ping_interval_ms = 50".into()];
+    active_cfg
+        .extra_toml
+        .push(service(&sync_section(active_port, standby_port)));
+    let active = Daemon::start(active_cfg);
+
+    // Let the emulated clients open and close a few hundred connections.
+    let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        let n = sessions(&active)
+            .values()
+            .filter(|(state, _)| state == "TIME_WAIT")
+            .count();
+        (n >= 200).then_some(n)
+    });
+    assert!(
+        enough.is_some(),
+        "the active node made no sessions\n{}",
+        active.dump()
+    );
+    let on_active = sessions(&active);
+    // TIME_WAIT is final: what the active held then, the standby must hold now (after
+    // a moment for the last messages to arrive).
+    std::thread::sleep(Duration::from_millis(500));
+    let on_standby = sessions(&standby);
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (key, (state, expires)) in on_active.iter().filter(|(_, (s, _))| s == "TIME_WAIT") {
+        checked += 1;
+        match on_standby.get(key) {
+            Some((s, e)) if s == state && *e <= expires + 1 => {}
+            other => missing.push(format!(
+                "{key:?}: active {state} {expires}s, standby {other:?}"
+            )),
+        }
+    }
+    let report = sync_report(&active);
+    eprintln!(
+        "active: {} sessions ({checked} in TIME_WAIT), standby: {}; active sent {} events in {} messages ({} bytes), dropped {}",
+        on_active.len(),
+        on_standby.len(),
+        report["stats"]["events_sent"],
+        report["stats"]["messages_sent"],
+        report["stats"]["bytes_sent"],
+        report["events_dropped"]
+    );
+    assert!(
+        missing.is_empty(),
+        "{} of {checked} TIME_WAIT sessions not on the standby as on the active:\n{}",
+        missing.len(),
+        missing[..missing.len().min(10)].join("\n")
+    );
+    assert_eq!(report["events_dropped"], 0);
+
+    // Forged and malformed messages: stop the active first, so only ours arrive.
+    active.stop_clean();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = sync_report(&standby);
+    let installed_before = event_count(&standby.status(), "sync_installed");
+    let vip: Ipv4Addr = VIP.parse().unwrap();
+    let good = message(vip, Some(KEY));
+    let mut wrong_version = good.clone();
+    wrong_version[4] = 2;
+    let truncated = good[..good.len() - 10].to_vec();
+    let mut bad_hmac = good.clone();
+    let last = bad_hmac.len() - 1;
+    bad_hmac[last] ^= 1;
+    let unknown_vip = message(Ipv4Addr::new(198, 18, 9, 9), Some(KEY));
+    let unsealed = message(vip, None);
+    send_from(&ns.0, "127.0.0.1", standby_port, &wrong_version);
+    send_from(&ns.0, "127.0.0.1", standby_port, &truncated);
+    send_from(&ns.0, "127.0.0.2", standby_port, &good);
+    send_from(&ns.0, "127.0.0.1", standby_port, &bad_hmac);
+    send_from(&ns.0, "127.0.0.1", standby_port, &unknown_vip);
+    send_from(&ns.0, "127.0.0.1", standby_port, &unsealed);
+    let want = [
+        ("wrong_version", 1),
+        ("truncated", 1),
+        ("unknown_peer", 1),
+        ("bad_hmac", 2),
+        ("unknown_vip", 1),
+    ];
+    let counted = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        let r = sync_report(&standby);
+        want.iter()
+            .all(|(reason, n)| {
+                r["rejected"][reason].as_u64().unwrap()
+                    == before["rejected"][reason].as_u64().unwrap() + n
+            })
+            .then_some(r)
+    });
+    let after = counted.unwrap_or_else(|| {
+        panic!(
+            "rejections not counted as expected: before {before:#}\nafter {:#}",
+            sync_report(&standby)
+        )
+    });
+    assert_eq!(
+        after["accepted_messages"], before["accepted_messages"],
+        "{after:#}"
+    );
+    assert_eq!(
+        event_count(&standby.status(), "sync_installed"),
+        installed_before,
+        "nothing installed from forged messages"
+    );
+    eprintln!("standby rejected: {}", after["rejected"]);
+
+    // The same message, untampered, from the peer: accepted and installed.
+    send_from(&ns.0, "127.0.0.1", standby_port, &good);
+    let installed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        (event_count(&standby.status(), "sync_installed") == installed_before + 1).then_some(())
+    });
+    assert!(
+        installed.is_some(),
+        "the genuine message was not installed: {:#}",
+        sync_report(&standby)
+    );
+    let s = sessions(&standby);
+    assert!(
+        s.contains_key(&(
+            "198.18.0.77:40000".to_string(),
+            format!("{VIP}:80"),
+            "198.18.0.2:8080".to_string()
+        )),
+        "{s:?}"
+    );
+    standby.stop_clean();
+}
