@@ -4,7 +4,13 @@
 //! table, plus cycles per new session. Runs the EAL without hugepages (mbufs are real
 //! DPDK mbufs); only the time inside `handle` is counted, not refilling the burst.
 //!
-//! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS] [nat|fullnat]`
+//! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS] [nat|fullnat] [--sync]`
+//!
+//! `--sync` turns session sync on (as a `[sync]` section does): each session's
+//! establishing ACK then pushes a sync event onto the worker's ring, and every packet
+//! asks the sync policy. Compare the "establishing ACK" and "established" rows with
+//! and without it for the workers' cost of sync (the management core's batching and
+//! sending are not in these figures).
 //! (defaults 1000000, 20000000, nat). Needs root (DPDK). Prints a markdown table.
 //! FullNAT adds the local-port allocation to each new session and rewrites both ends.
 use sluice::dataplane::counters::WorkerCounters;
@@ -62,6 +68,7 @@ fn flow(i: u32) -> (Ipv4Addr, u16) {
 }
 
 fn main() {
+    let sync = std::env::args().any(|a| a == "--sync");
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -138,6 +145,16 @@ fn main() {
             queue: 0,
         },
     );
+    let rings = Arc::new(vec![sluice::sync::events::EventRing::with_capacity(
+        sessions as usize + 1,
+    )]);
+    if sync {
+        fwd.set_sync(sluice::dataplane::forwarder::SyncLink {
+            rings: rings.clone(),
+            index: 0,
+            policy: sluice::sync::events::SyncPolicy::default(),
+        });
+    }
     let counters = WorkerCounters::default();
     let responder = LocalResponder::new(LB_MAC, &[lb_ip]);
     let port = PortContext {
@@ -166,6 +183,20 @@ fn main() {
     );
     assert_eq!(bench.fwd.sessions().len(), sessions as usize);
 
+    // Phase 1b: each session's first ACK establishes it (and, with sync, is synced).
+    let (est_cycles, established) = bench.run(sessions as u64, &mut |i, buf| {
+        let (c, p) = flow(i as u32);
+        tcp_frame(buf, c, p, vip, 80, 0x10);
+    });
+    assert_eq!(established, sessions as u64);
+    if sync {
+        assert_eq!(
+            rings[0].stats().pushed,
+            sessions as u64,
+            "one sync event per established session"
+        );
+    }
+
     // Phase 2: established traffic (ACKs) over the sessions in a scrambled order, so
     // lookups miss the cache as they would with real traffic.
     let mut x: u64 = 0x9e3779b97f4a7c15;
@@ -187,6 +218,7 @@ fn main() {
     println!("|---|---|");
     println!("| sessions in table | {sessions} |");
     println!("| mode | {} |", mode.name());
+    println!("| session sync | {} |", if sync { "on" } else { "off" });
     println!("| established packets measured | {packets} |");
     println!(
         "| cycles/packet, established (classify+lookup+state+rewrite) | {:.1} |",
@@ -196,6 +228,12 @@ fn main() {
         "| cycles/new session (SYN: schedule+insert+rewrite, FullNAT: +port) | {:.1} |",
         syn_cycles as f64 / sessions as f64
     );
+    println!(
+        "| cycles/establishing ACK (state change{}) | {:.1} |",
+        if sync { " + sync event" } else { "" },
+        est_cycles as f64 / sessions as f64
+    );
+    println!("| sync events pushed | {} |", rings[0].stats().pushed);
     println!("| table bytes per session (at capacity) | {bytes:.1} |");
     println!("| TSC | {ghz:.2} GHz |");
     drop(fwd);

@@ -620,7 +620,7 @@ impl Forwarder {
                     self.observe_new_connection(id, &s, dir, flags, t.from);
                 }
                 if self.sync.is_some() {
-                    self.sync_after_packet(id, t);
+                    self.sync_after_packet(id, &s, t);
                 }
             }
             if s.peer_mac == [0; 6]
@@ -844,7 +844,9 @@ impl Forwarder {
                     .get(id)
                     .map_or(crate::session::TcpState::None, |s| s.state()),
             };
-            self.sync_after_packet(id, t);
+            if let Some(s) = self.sessions.get(id).copied() {
+                self.sync_after_packet(id, &s, t);
+            }
         }
         let s = *self.sessions.get(id).expect("inserted just now");
         self.forward(
@@ -908,19 +910,25 @@ impl Forwarder {
 
     /// Session sync, after a packet moved session `id` by `t`: an event for the
     /// management core when the policy says the standby should hear of it.
-    fn sync_after_packet(&mut self, id: crate::session::SessionId, t: Transition) {
+    #[inline]
+    fn sync_after_packet(&mut self, id: crate::session::SessionId, s: &Session, t: Transition) {
         let Some(link) = &self.sync else {
             return;
         };
-        let Some(s) = self.sessions.get(id) else {
-            return;
-        };
+        let timeout_ticks = self.timeouts.session(s.proto, s.state());
+        // The common case, a busy synced session whose state did not move and whose
+        // refresh is not due: nothing to ask the policy.
+        if !t.changed() {
+            if let Some(since) = s.ticks_since_sync(self.now_tick) {
+                let period_ticks = link.policy.period_ms / self.tick_ms.max(1);
+                if since < period_ticks.min(timeout_ticks / 2) {
+                    return;
+                }
+            }
+        }
         let tick_ms = u64::from(self.tick_ms);
         let now_ms = u64::from(self.now_tick) * tick_ms;
-        let timeout_ms = self
-            .timeouts
-            .session(s.proto, s.state())
-            .saturating_mul(self.tick_ms);
+        let timeout_ms = timeout_ticks.saturating_mul(self.tick_ms);
         let facts = crate::sync::events::PacketFacts {
             proto: s.proto,
             transition: t,
