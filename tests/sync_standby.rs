@@ -6,6 +6,9 @@
 //! - Every session the active holds in TIME_WAIT (a state that no longer changes) is
 //!   installed on the standby with the same client, VIP and real server, in the same
 //!   state, expiring no later than on the active (plus a tick of slack).
+//! - A standby started after the active catches up by bulk resync: it asks for the
+//!   active's table, and the active dumps its sessions, TIME_WAIT ones included (they
+//!   never change again, so no other message would bring them).
 //! - Forged or malformed datagrams (wrong version, truncated, unknown peer, bad HMAC,
 //!   a session for a VIP the standby does not have) are rejected, each counted under
 //!   its reason, and install nothing.
@@ -145,6 +148,7 @@ fn send_from(ns: &str, source: &str, port: u16, datagram: &[u8]) {
 #[test]
 fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = unique_tag();
     let ns = Netns::new(&tag);
     let (active_port, standby_port) = (40_000 + (std::process::id() % 10_000) as u16, 0);
@@ -294,4 +298,83 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
         "{s:?}"
     );
     standby.stop_clean();
+}
+
+/// The SERIAL guard: each test's two daemons busy-poll CPU 1.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn a_standby_started_late_catches_up_by_bulk_resync() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = unique_tag();
+    let ns = Netns::new(&tag);
+    let (active_port, standby_port) = (8848, 8849);
+    let mut active_cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(&ns.0);
+    active_cfg.loopback = vec!["peers = 4".into(), "ping_interval_ms = 50".into()];
+    active_cfg
+        .extra_toml
+        .push(service(&sync_section(active_port, standby_port)));
+    let active = Daemon::start(active_cfg);
+    let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        let n = sessions(&active)
+            .values()
+            .filter(|(state, _)| state == "TIME_WAIT")
+            .count();
+        (n >= 200).then_some(n)
+    });
+    assert!(
+        enough.is_some(),
+        "the active node made no sessions\n{}",
+        active.dump()
+    );
+    let before_standby = sessions(&active);
+
+    let mut standby_cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        "net_af_packet0,iface=sy0",
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(&ns.0);
+    standby_cfg
+        .extra_toml
+        .push(service(&sync_section(standby_port, active_port)));
+    let standby = Daemon::start(standby_cfg);
+    // Every session the active held in TIME_WAIT before the standby existed.
+    let old: Vec<_> = before_standby
+        .iter()
+        .filter(|(_, (s, _))| s == "TIME_WAIT")
+        .map(|(k, _)| k.clone())
+        .collect();
+    let caught_up = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let on_standby = sessions(&standby);
+        old.iter()
+            .all(|k| on_standby.contains_key(k))
+            .then_some(on_standby.len())
+    });
+    let report = sync_report(&active);
+    let standby_report = sync_report(&standby);
+    eprintln!(
+        "bulk resync: {} TIME_WAIT sessions on the active before the standby started; active: resync requests received {}, dumps sent {} ({} records); standby: dump chunks received {}, holds {:?}",
+        old.len(),
+        report["stats"]["resync_requests_received"],
+        report["stats"]["dumps_sent"],
+        report["stats"]["dump_records_sent"],
+        standby_report["stats"]["dump_chunks_received"],
+        caught_up
+    );
+    assert!(
+        caught_up.is_some(),
+        "the standby did not catch up: {} of {} old sessions missing\nactive {report:#}\nstandby {standby_report:#}",
+        old.iter().filter(|k| !sessions(&standby).contains_key(*k)).count(),
+        old.len()
+    );
+    assert!(report["stats"]["dumps_sent"].as_u64().unwrap() >= 1);
+    standby.stop_clean();
+    active.stop_clean();
 }

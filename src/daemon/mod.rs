@@ -608,17 +608,22 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Registry {
     /// `-Lnc`: every worker's sessions, chunk by chunk, at most `max` in all.
-    fn connections(&self, max: u32) -> Result<serde_json::Value, String> {
-        let mut report = ConnectionsReport::default();
+    /// Every worker's sessions, at most `max`, chunk by chunk (each worker answers
+    /// between two polls); returns whether `max` cut the list short.
+    fn for_each_connection(
+        &self,
+        max: u32,
+        mut each: impl FnMut(&crate::dataplane::query::ConnectionEntry),
+    ) -> Result<bool, String> {
+        let mut seen = 0usize;
         for (w, mailbox) in self.mailboxes.iter().enumerate() {
             let mut from = Some(0);
             while let Some(start) = from {
                 let room = (max as usize)
-                    .saturating_sub(report.connections.len())
+                    .saturating_sub(seen)
                     .min(CONNECTIONS_PER_CHUNK);
                 if room == 0 {
-                    report.truncated = true;
-                    break;
+                    return Ok(true);
                 }
                 let query = Query::Connections {
                     from: start,
@@ -632,20 +637,28 @@ impl Registry {
                     return Err(format!("worker {w}: answered another question"));
                 };
                 from = next;
-                report
-                    .connections
-                    .extend(out.iter().map(|c| ConnectionStatus {
-                        worker: Some(c.worker),
-                        proto: c.proto.name().to_ascii_lowercase(),
-                        expires_s: (c.expires_ticks as u64 * self.tick_ms as u64 / 1000) as u32,
-                        state: c.state.to_string(),
-                        client: c.client.to_string(),
-                        virtual_service: c.virtual_service.to_string(),
-                        local: c.local.map(|l| l.to_string()),
-                        destination: c.real_server.to_string(),
-                    }));
+                seen += out.len();
+                out.iter().for_each(&mut each);
             }
         }
+        Ok(false)
+    }
+
+    fn connections(&self, max: u32) -> Result<serde_json::Value, String> {
+        let mut report = ConnectionsReport::default();
+        let tick_ms = self.tick_ms as u64;
+        report.truncated = self.for_each_connection(max, |c| {
+            report.connections.push(ConnectionStatus {
+                worker: Some(c.worker),
+                proto: c.proto.name().to_ascii_lowercase(),
+                expires_s: (c.expires_ticks as u64 * tick_ms / 1000) as u32,
+                state: c.state.to_string(),
+                client: c.client.to_string(),
+                virtual_service: c.virtual_service.to_string(),
+                local: c.local.map(|l| l.to_string()),
+                destination: c.real_server.to_string(),
+            })
+        })?;
         self.templates(&mut report, max);
         serde_json::to_value(report).map_err(|e| e.to_string())
     }
@@ -773,8 +786,33 @@ impl Registry {
     }
 
     fn tick_sync(&mut self, mesh: &Mesh) {
-        if let Some((node, _)) = &mut self.sync {
-            node.tick(&self.services.table, mesh);
+        let Some((node, _)) = &mut self.sync else {
+            return;
+        };
+        node.tick(&self.services.table, mesh);
+        // A peer asked for our whole table (it started or reconnected): dump it from
+        // the workers' tables, chunk by chunk, between their polls.
+        let Some((peer, dump_id)) = node.take_resync_request() else {
+            return;
+        };
+        let tick_ms = self.tick_ms;
+        let mut records = Vec::new();
+        let listed = self.for_each_connection(u32::MAX, |c| {
+            records.push(crate::sync::wire::RecordRepr::connection(
+                &c.session,
+                crate::sync::wire::RecordOp::Update,
+                c.expires_ticks.saturating_mul(tick_ms),
+            ))
+        });
+        let Some((node, _)) = &mut self.sync else {
+            return;
+        };
+        match listed {
+            Ok(_) => {
+                let chunks = node.send_dump(peer, dump_id, records);
+                log::info!("sync: dump {dump_id} to {peer}: {chunks} chunk(s)");
+            }
+            Err(e) => log::warn!("sync: dump {dump_id} to {peer} failed: {e}"),
         }
     }
 

@@ -30,6 +30,13 @@ pub struct SyncStats {
     pub records_queued: u64,
     /// Records lost because the owner's install inbox was full.
     pub install_inbox_full: u64,
+    /// Bulk resync: requests sent (at start) and received, dumps sent, dump chunks
+    /// received.
+    pub resync_requests_sent: u64,
+    pub resync_requests_received: u64,
+    pub dumps_sent: u64,
+    pub dump_records_sent: u64,
+    pub dump_chunks_received: u64,
 }
 
 pub struct SyncNode {
@@ -40,6 +47,10 @@ pub struct SyncNode {
     rings: Arc<Vec<EventRing>>,
     rss: (Toeplitz, Reta, HashFields),
     buf: Vec<u8>,
+    /// Asked a peer for its table yet (done at the first tick).
+    resync_asked: bool,
+    /// A peer's request for our table, to answer with a dump.
+    resync_request: Option<(SocketAddrV4, u32)>,
     pub stats: SyncStats,
 }
 
@@ -87,12 +98,55 @@ impl SyncNode {
             rings,
             rss,
             buf: vec![0; usize::from(settings.mtu)],
+            resync_asked: false,
+            resync_request: None,
             stats: SyncStats::default(),
         })
     }
 
+    /// A peer's pending request for our whole table: (where to send, dump id).
+    pub fn take_resync_request(&mut self) -> Option<(SocketAddrV4, u32)> {
+        self.resync_request.take()
+    }
+
+    /// Sends `records` to `peer` as dump `dump_id`; returns the chunk count.
+    pub fn send_dump(
+        &mut self,
+        peer: SocketAddrV4,
+        dump_id: u32,
+        records: Vec<crate::sync::wire::RecordRepr>,
+    ) -> u32 {
+        let n = records.len() as u64;
+        let (socket, stats) = (&self.socket, &mut self.stats);
+        let chunks = self.sender.send_dump(dump_id, records, &mut self.buf, |d| {
+            match socket.send_to(d, peer) {
+                Ok(len) => {
+                    stats.messages_sent += 1;
+                    stats.bytes_sent += len as u64;
+                }
+                Err(_) => stats.send_errors += 1,
+            }
+        });
+        self.stats.dumps_sent += 1;
+        self.stats.dump_records_sent += n;
+        chunks
+    }
+
     /// One turn: send what the workers queued, install what the peers sent.
     pub fn tick(&mut self, table: &ServiceTable, mesh: &Mesh) {
+        if !self.resync_asked {
+            // Starting up: ask every peer for its table (bulk resync).
+            self.resync_asked = true;
+            let dump_id = std::process::id();
+            let request = self.sender.resync_request(dump_id, &mut self.buf).to_vec();
+            for peer in &self.peers {
+                if self.socket.send_to(&request, peer).is_ok() {
+                    self.stats.resync_requests_sent += 1;
+                } else {
+                    self.stats.send_errors += 1;
+                }
+            }
+        }
         let SyncNode {
             socket,
             peers,
@@ -132,6 +186,18 @@ impl SyncNode {
             let Ok(accepted) = self.receiver.receive(&datagram[..len], *from.ip(), exists) else {
                 continue;
             };
+            match accepted.header.message_type {
+                crate::sync::wire::MessageType::ResyncRequest => {
+                    self.stats.resync_requests_received += 1;
+                    // Answer to the peer's configured sync address.
+                    if let Some(peer) = self.peers.iter().find(|p| p.ip() == from.ip()) {
+                        self.resync_request = Some((*peer, accepted.header.dump_id));
+                    }
+                    continue;
+                }
+                crate::sync::wire::MessageType::DumpChunk => self.stats.dump_chunks_received += 1,
+                crate::sync::wire::MessageType::SessionBatch => {}
+            }
             let (toeplitz, reta, fields) = &self.rss;
             for record in accepted.records() {
                 let Some(owner) = session_owner(&record, toeplitz, reta, *fields) else {

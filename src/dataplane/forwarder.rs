@@ -330,6 +330,7 @@ impl Forwarder {
                         local: (s.mode == ForwardMode::FullNat)
                             .then(|| addr(s.local_addr, s.local_port)),
                         real_server: addr(s.real_addr, s.real_port),
+                        session: *s,
                     });
                 }
             }

@@ -28,6 +28,8 @@ pub struct ConnectionEntry {
     /// FullNAT: the local address and port the real server sees.
     pub local: Option<SocketAddrV4>,
     pub real_server: SocketAddrV4,
+    /// The whole entry, for a bulk resync's records.
+    pub session: crate::session::Session,
 }
 
 /// One local address of one service's pool on one worker.
