@@ -1015,6 +1015,10 @@ impl Forwarder {
                 r.client.port(),
             )),
             (ForwardMode::FullNat, Some(local)) => {
+                // The active chose this port: keep this worker from handing it out.
+                if let Some(pool) = self.pools.get_mut(&service.id) {
+                    pool.reserve(*local.ip(), local.port());
+                }
                 session = session.with_local(*local.ip(), local.port());
                 Some(FlowKey4::new(
                     r.proto,

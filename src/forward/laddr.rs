@@ -503,6 +503,52 @@ impl PortPool {
         Ok(())
     }
 
+    /// Marks `lport` on `lip` as in use without allocating it: a session synced from
+    /// the active node brings its own local port, which this worker must not hand out
+    /// again. False when the port is not the pool's or already in use. Walks the
+    /// port's free list (management-paced, never on the per-packet path).
+    pub fn reserve(&mut self, lip: Ipv4Addr, lport: u16) -> bool {
+        let Some(offset) = lport
+            .checked_sub(self.first_port)
+            .filter(|&offset| (offset as u32) < self.port_count)
+        else {
+            return false;
+        };
+        let class = self.port_class(lport) as usize;
+        let Some(laddr) = self.laddrs.iter_mut().find(|laddr| laddr.lip == lip) else {
+            return false;
+        };
+        if laddr.in_use(offset) {
+            return false;
+        }
+        // Unlink `offset` from its class's free list.
+        let mut prev = NIL;
+        let mut at = laddr.head[class];
+        while at != NIL && at != offset {
+            prev = at;
+            at = laddr.next[at as usize];
+        }
+        if at == NIL {
+            return false;
+        }
+        let next = laddr.next[offset as usize];
+        if prev == NIL {
+            laddr.head[class] = next;
+        } else {
+            laddr.next[prev as usize] = next;
+        }
+        if laddr.tail[class] == offset {
+            laddr.tail[class] = prev;
+        }
+        if laddr.head[class] == NIL {
+            laddr.nonempty[class / 64] &= !(1 << (class % 64));
+        }
+        laddr.next[offset as usize] = NIL;
+        laddr.in_use[offset as usize / 64] |= 1 << (offset % 64);
+        laddr.used += 1;
+        true
+    }
+
     /// Whether `lport` on `lip` is allocated on this worker.
     pub fn is_in_use(&self, lip: Ipv4Addr, lport: u16) -> bool {
         let Some(offset) = lport
@@ -718,6 +764,36 @@ mod tests {
         }
         assert_eq!(seen.len(), 10_000);
         assert_eq!(seen, ports.collect::<HashSet<_>>());
+    }
+
+    #[test]
+    fn a_reserved_port_is_never_handed_out_and_is_released_like_any_other() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 2).unwrap();
+        let mut pool = PortPool::build(
+            &LIPS[..1],
+            5000..=5999,
+            &toeplitz,
+            &reta,
+            HashFields::L3L4,
+            1,
+        )
+        .unwrap();
+        let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 8080);
+        let (lip, port) = pool.allocate(rs).unwrap();
+        pool.release(lip, port).unwrap();
+        assert!(pool.reserve(lip, port));
+        assert!(!pool.reserve(lip, port), "reserved twice");
+        assert!(!pool.reserve(lip, 4000), "not the pool's port");
+        assert!(pool.is_in_use(lip, port));
+        let mut handed = 0;
+        while let Some(got) = pool.allocate(rs) {
+            assert_ne!(got, (lip, port));
+            handed += 1;
+        }
+        assert!(handed > 0);
+        pool.release(lip, port).unwrap();
+        assert_eq!(pool.allocate(rs), Some((lip, port)), "free again");
     }
 
     #[test]
