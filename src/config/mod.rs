@@ -269,6 +269,9 @@ pub struct VrrpSettings {
     /// Source of advertisements and tie breaker; the first port's first address when
     /// `None`.
     pub source: Option<Ipv4Addr>,
+    /// Virtual addresses besides the VIPs and local addresses, e.g. the NAT real
+    /// servers' gateway, which must move with the master.
+    pub addresses: Vec<Ipv4Addr>,
 }
 
 /// `[sync]`: sessions sent to and received from peers over UDP on a kernel

@@ -98,6 +98,7 @@ const VRRP_KEYS: &[&str] = &[
     "advert_interval_ms",
     "preempt",
     "source",
+    "addresses",
 ];
 /// `[health]` alone: where probes come from and appliance-wide behaviour.
 const HEALTH_ONLY_KEYS: &[&str] = &[
@@ -209,6 +210,16 @@ fn read_vrrp(root: &Table) -> Check<Option<VrrpSettings>> {
             f.str()?
                 .parse::<Ipv4Addr>()
                 .map_err(|_| f.invalid("expected an IPv4 address, for example \"198.18.0.1\""))
+        })?,
+        addresses: t.or("addresses", Vec::new(), |f| {
+            f.array()?
+                .iter()
+                .map(|a| {
+                    a.str()?.parse::<Ipv4Addr>().map_err(|_| {
+                        a.invalid("expected an IPv4 address, for example \"198.18.0.254\"")
+                    })
+                })
+                .collect()
         })?,
     }))
 }

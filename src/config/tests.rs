@@ -1948,3 +1948,90 @@ fn control_group_by_name_or_gid() {
         "expected a group name or a gid",
     );
 }
+
+#[test]
+fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
+    let service = SERVICE
+        .replacen(
+            "scheduler = \"rr\"\n",
+            "scheduler = \"rr\"\nhealth = { check = \"http\", path = \"/health\", all_down = \"drop\" }\n",
+            1,
+        )
+        .replacen(
+            "mode = \"dr\"\n",
+            "mode = \"dr\"\nhealth = { check = \"tcp\", port = 9000 }\n",
+            1,
+        );
+    let text = format!(
+        "{BASE}[health]\ncheck = \"tcp\"\ninterval_ms = 3000\nall_down = \"rst\"\n\n\
+         [vrrp]\nvrid = 51\nadvert_interval_ms = 100\naddresses = [\"198.18.0.254\"]\n\n\
+         [sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n\
+         key = \"000102030405060708090a0b0c0d0e0f\"\n\n{service}"
+    );
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    use crate::health::spec::{AllDown, CheckKind};
+    assert_eq!(cfg.health.defaults.kind, CheckKind::Tcp);
+    assert_eq!(cfg.health.defaults.interval_ms, 3000);
+    assert_eq!(cfg.health.defaults.fall, 2, "seed 004's default");
+    assert_eq!(cfg.health.all_down, AllDown::Rst);
+    let s = &cfg.services[0];
+    assert_eq!(s.health.kind, Some(CheckKind::Http));
+    assert_eq!(s.health.path.as_deref(), Some("/health"));
+    assert_eq!(s.all_down, Some(AllDown::Drop));
+    assert_eq!(s.real_servers[1].health.port, Some(9000));
+    let vrrp = cfg.vrrp.as_ref().unwrap();
+    assert_eq!(
+        (
+            vrrp.vrid,
+            vrrp.priority,
+            vrrp.advert_interval_ms,
+            vrrp.preempt
+        ),
+        (51, 100, 100, true)
+    );
+    assert_eq!(vrrp.addresses, vec![Ipv4Addr::new(198, 18, 0, 254)]);
+    let sync = cfg.sync.as_ref().unwrap();
+    assert_eq!(sync.peers.len(), 1);
+    assert_eq!(
+        (sync.threshold, sync.period_ms, sync.mtu),
+        (3, 10_000, 1500)
+    );
+    assert!(parse(BASE).unwrap().vrrp.is_none());
+    assert!(parse(BASE).unwrap().sync.is_none());
+}
+
+#[test]
+fn bad_health_vrrp_and_sync_settings_name_their_field() {
+    assert_rejected(
+        &format!("{BASE}[health]\ncheck = \"icmp\"\n"),
+        22,
+        "health.check",
+        "\"tcp\"",
+    );
+    assert_rejected(
+        &format!("{BASE}[health]\ninterval_ms = 100\ntimeout_ms = 200\n"),
+        23,
+        "health.timeout_ms",
+        "longer than the interval",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\nadvert_interval_ms = 105\n"),
+        23,
+        "vrrp.advert_interval_ms",
+        "multiple of 10",
+    );
+    assert_rejected(
+        &format!("{BASE}[sync]\nlisten = \"198.19.0.1:1\"\npeers = []\n"),
+        23,
+        "sync.peers",
+        "at least one peer",
+    );
+    assert_rejected(
+        &format!(
+            "{BASE}[sync]\nlisten = \"198.19.0.1:1\"\npeers = [\"198.19.0.2:1\"]\nkey = \"abcd\"\n"
+        ),
+        24,
+        "sync.key",
+        "16",
+    );
+}

@@ -93,7 +93,8 @@ pub fn run(opts: &Options) -> Result<(), String> {
     let publisher = SnapshotPublisher::new(
         Snapshot::build(1, &services.table)
             .with_timeouts(services.timeouts)
-            .with_serving_vips(services.serving_vips),
+            .with_serving_vips(services.serving_vips)
+            .with_extra_addresses(&services.vrrp_addresses),
     );
     services.generation = 1;
     services.alert_on_unavailable();

@@ -55,6 +55,8 @@ pub struct Services {
     pub departed_nat: std::collections::HashMap<NatRoute, std::time::Instant>,
     /// Whether this node answers for the VIPs (false while VRRP makes it a backup).
     pub serving_vips: bool,
+    /// VRRP's virtual addresses besides VIPs and local addresses (`[vrrp] addresses`).
+    pub vrrp_addresses: Vec<Ipv4Addr>,
 }
 
 /// The requests that turn `current` into `desired` (a config reload's diff), in an
@@ -262,6 +264,11 @@ impl Services {
             nat_routes: Default::default(),
             departed_nat: Default::default(),
             serving_vips: cfg.vrrp.is_none(),
+            vrrp_addresses: cfg
+                .vrrp
+                .as_ref()
+                .map(|v| v.addresses.clone())
+                .unwrap_or_default(),
         })
     }
 
@@ -471,7 +478,8 @@ impl Services {
         let generation = publisher.next_generation();
         let snapshot = Snapshot::build_with(generation, &self.table, &self.health, &departed)
             .with_timeouts(self.timeouts)
-            .with_serving_vips(self.serving_vips);
+            .with_serving_vips(self.serving_vips)
+            .with_extra_addresses(&self.vrrp_addresses);
         // Stamped just before the swap: a worker may adopt before publish returns.
         let at = (std::time::Instant::now(), crate::dpdk::tsc());
         publisher.publish(snapshot).map_err(|e| e.to_string())?;
@@ -525,6 +533,7 @@ impl Services {
             .table
             .services()
             .flat_map(|s| std::iter::once(s.key.vip).chain(s.local_addresses.iter().copied()))
+            .chain(self.vrrp_addresses.iter().copied())
             .collect();
         a.sort_unstable();
         a.dedup();

@@ -433,6 +433,7 @@ impl Forwarder {
         if snap.serving_vips() {
             self.owned.extend_from_slice(snap.vips());
             self.owned.extend_from_slice(snap.local_addresses());
+            self.owned.extend_from_slice(snap.extra_addresses());
         }
         self.owned.sort_unstable();
         self.owned.dedup();

@@ -62,6 +62,9 @@ pub struct Snapshot {
     /// Whether this node answers ARP and ping for the VIPs and local addresses: always,
     /// unless VRRP makes it a backup.
     serving_vips: bool,
+    /// VRRP's virtual addresses besides VIPs and local addresses (the NAT real servers'
+    /// gateway), answered like them while serving.
+    extra_addresses: Vec<Ipv4Addr>,
 }
 
 impl Snapshot {
@@ -165,6 +168,7 @@ impl Snapshot {
             timeouts: None,
             reset_when_down: Vec::new(),
             serving_vips: true,
+            extra_addresses: Vec::new(),
         }
     }
 
@@ -272,6 +276,17 @@ impl Snapshot {
     /// Whether this node answers ARP and ping for the VIPs and local addresses.
     pub fn serving_vips(&self) -> bool {
         self.serving_vips
+    }
+
+    /// The same snapshot with VRRP's extra virtual addresses.
+    pub fn with_extra_addresses(mut self, addresses: &[Ipv4Addr]) -> Self {
+        self.extra_addresses = addresses.to_vec();
+        self
+    }
+
+    /// VRRP's extra virtual addresses (answered while serving the VIPs).
+    pub fn extra_addresses(&self) -> &[Ipv4Addr] {
+        &self.extra_addresses
     }
 
     /// The same snapshot carrying session timeouts for the workers to adopt.
