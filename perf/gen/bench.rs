@@ -55,6 +55,9 @@ pub struct Opts {
     /// Service changes (`sluicectl -e`, weight flips) issued during each Sluice
     /// scenario's window, to measure how fast they reach the workers under load.
     hot_changes: u32,
+    /// Session sync on (`[sync]` towards a peer on 127.0.0.1 that only receives):
+    /// measures sync's traffic and its cost in the workers' cycles.
+    sync: bool,
     sluicectl: PathBuf,
 }
 
@@ -76,6 +79,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         attempts: 2,
         max_stolen: 5.0,
         hot_changes: 0,
+        sync: false,
         sluicectl: exe.with_file_name("sluicectl"),
         command_line: std::iter::once("sluice-gen bench".to_string())
             .chain(args.iter().cloned())
@@ -166,6 +170,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                     .filter(|n| (1..=1000).contains(n))
                     .ok_or_else(|| format!("--hot-changes {v:?}: 1..=1000"))?;
             }
+            "--sync" => o.sync = true,
             "--sluicectl" => o.sluicectl = PathBuf::from(value()?),
             "--sluice" => o.sluice = PathBuf::from(value()?),
             "--testpmd" => o.testpmd = PathBuf::from(value()?),
@@ -380,6 +385,11 @@ pub struct Row {
     pub adoption_max_ns: Option<u64>,
     pub sluicectl_p50_ns: Option<u64>,
     pub sluicectl_max_ns: Option<u64>,
+    /// `--sync`: what the sync sender sent during the window (from `sluicectl sync`).
+    pub sync_events: Option<u64>,
+    pub sync_messages: Option<u64>,
+    pub sync_bytes: Option<u64>,
+    pub sync_events_dropped: Option<u64>,
 }
 
 impl Row {
@@ -824,6 +834,7 @@ fn capacity_per_worker(sc: &Scenario) -> u64 {
     n.min(67_108_864)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn sluice_toml(
     sc: &Scenario,
     mode: Mode,
@@ -832,9 +843,20 @@ fn sluice_toml(
     memif: &str,
     lips: u16,
     vips: u32,
+    sync: bool,
 ) -> String {
     let workers = sc.workers();
     let mut t = String::new();
+    if sync {
+        // The peer only receives (nothing listens: the datagrams are counted sent and
+        // dropped by the kernel), on this host's loopback.
+        let port = 20_000 + (std::process::id() % 20_000) as u16;
+        let _ = writeln!(
+            t,
+            "[sync]\nlisten = \"127.0.0.1:{port}\"\npeers = [\"127.0.0.1:{}\"]\n",
+            port + 1
+        );
+    }
     let cap = capacity_per_worker(sc);
     // The EAL heap holds the mbufs and memif's rings; the session tables are ordinary
     // (transparent huge page) memory outside it.
@@ -1061,7 +1083,7 @@ fn run_sluice(
         let config = p.file("sluice.toml");
         std::fs::write(
             &config,
-            sluice_toml(sc, mode, &p.prefix("sd"), &ctl, memif, lips, vips),
+            sluice_toml(sc, mode, &p.prefix("sd"), &ctl, memif, lips, vips, o.sync),
         )
         .map_err(|e| format!("writing {}: {e}", config.display()))?;
         let mut dut = Proc::spawn(
@@ -1077,6 +1099,11 @@ fn run_sluice(
             let establish_timeout = Duration::from_secs(60 + sc.sessions as u64 / 20_000);
             gen.wait_line("@READY", establish_timeout, Some(&mut dut))?;
             ctl_call(&ctl, &Request::ZeroCounters)?;
+            let sync_before = if o.sync {
+                Some(ctl_call(&ctl, &Request::Sync)?)
+            } else {
+                None
+            };
             gen.send("measure\n")?;
             let stolen = stolen_start(&dut, &gen);
             if o.hot_changes > 0 {
@@ -1088,6 +1115,19 @@ fn run_sluice(
                 Some(&mut dut),
             )?;
             stolen_end(&stolen, &dut, &gen, row);
+            if let Some(before) = &sync_before {
+                let after = ctl_call(&ctl, &Request::Sync)?;
+                let delta = |path: &[&str]| {
+                    let get = |v: &serde_json::Value| {
+                        path.iter().fold(v, |v, k| &v[*k]).as_u64().unwrap_or(0)
+                    };
+                    Some(get(&after).saturating_sub(get(before)))
+                };
+                row.sync_events = delta(&["stats", "events_sent"]);
+                row.sync_messages = delta(&["stats", "messages_sent"]);
+                row.sync_bytes = delta(&["stats", "bytes_sent"]);
+                row.sync_events_dropped = delta(&["events_dropped"]);
+            }
             let status: StatusReport = serde_json::from_value(ctl_call(&ctl, &Request::Status)?)
                 .map_err(|e| format!("status JSON: {e}"))?;
             if o.hot_changes > 0 {
@@ -1726,6 +1766,35 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
             );
         }
     }
+    let synced: Vec<&Row> = rows.iter().filter(|r| r.sync_events.is_some()).collect();
+    if !synced.is_empty() {
+        let _ = writeln!(
+            t,
+            "\n## Session sync\n\n\
+             `--sync`: Sluice syncs its sessions to a peer on 127.0.0.1 (UDP; the peer only \
+             receives). Per second of the window: sync events sent (TCP sessions are synced \
+             when established, on each state change and every 10 s while busy), datagrams \
+             and bytes (UDP payload), events lost to full worker rings; compare *cycles/pkt* \
+             with a run without `--sync`.\n\n\
+             | scenario | new sessions/s | sync events/s | datagrams/s | payload MB/s | events dropped | cycles/pkt | result |\n\
+             |---|---:|---:|---:|---:|---:|---:|---|"
+        );
+        for r in synced {
+            let per_s = |n: Option<u64>| n.map_or(0.0, |n| n as f64 / r.measure_s.max(1e-9));
+            let _ = writeln!(
+                t,
+                "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {} |",
+                r.name,
+                r.gen_connections_per_s,
+                per_s(r.sync_events),
+                per_s(r.sync_messages),
+                per_s(r.sync_bytes) / 1e6,
+                r.sync_events_dropped.unwrap_or(0),
+                fmt_opt(r.cycles_per_packet, 1),
+                if r.ok { "ok" } else { "**FAIL**" },
+            );
+        }
+    }
     let mut details = String::new();
     for r in rows {
         if !r.dut_drop_reasons.is_empty() {
@@ -1849,6 +1918,7 @@ mod tests {
                 "/m",
                 lips,
                 vips_needed(lips),
+                true,
             );
             std::fs::write(&path, &text).unwrap();
             sluice::config::Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));

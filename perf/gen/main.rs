@@ -46,6 +46,8 @@ bench (the orchestrator; needs root, the release binaries and dpdk-testpmd):
   --hot-changes N      during each Sluice window, N `sluicectl -e` weight changes
                        (1..=1000); reports Sluice's publish -> all workers adopted
                        latency (p50/p99/max, late) and each command's duration
+  --sync               Sluice syncs its sessions to a receive-only peer on 127.0.0.1:
+                       reports sync events, datagrams and bytes per second
   --sluicectl PATH     the sluicectl binary (default: next to this one)
   --sluice PATH        the sluice binary (default: next to this one)
   --testpmd PATH       default /usr/bin/dpdk-testpmd
