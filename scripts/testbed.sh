@@ -16,6 +16,17 @@
 #   scripts/testbed.sh client-addr NAME A/LEN [GW] the client's address becomes A/LEN (the
 #                                                 old one is removed), default route via
 #                                                 GW if given; prints CLIENT_IP=A
+#   scripts/testbed.sh lb2 NAME                   a second appliance (two-node failover):
+#                                                 namespace NAME-lb2 with veth NAME-lb2v on
+#                                                 the bridge (port NAME-plb2), built exactly
+#                                                 like NAME-lb0 (up, no address, forwarding
+#                                                 off, arp_ignore=8, offloads off), plus a
+#                                                 kernel "sync link" veth pair NAME-s1 in
+#                                                 NAME-lb (198.19.0.1/24) <-> NAME-s2 in
+#                                                 NAME-lb2 (198.19.0.2/24); prints LB2_NS,
+#                                                 LB2_IF, LB2_MAC, SYNC1_IF, SYNC1_IP,
+#                                                 SYNC2_IF, SYNC2_IP. Fails if NAME-lb2
+#                                                 exists; `down` removes it all.
 #
 # Layout (NAME is [a-z0-9]{1,8}; every name below starts with "NAME-"):
 #
@@ -58,6 +69,7 @@ usage: $PROG up NAME [N_REAL_SERVERS]
        $PROG dr-vip NAME VIP...
        $PROG rs-gateway NAME GW
        $PROG client-addr NAME ADDR/LEN [GW]
+       $PROG lb2 NAME
 NAME: 1-8 characters [a-z0-9]; N_REAL_SERVERS: 0..$MAX_RS (default 0)
 EOF
   exit 2
@@ -79,7 +91,7 @@ need_root() {
 namespaces_of() {
   local name="$1"
   ip netns list 2>/dev/null | awk '{print $1}' |
-    grep -E "^${name}-(sw|lb|c|rs[0-9]+)$" || true
+    grep -E "^${name}-(sw|lb|lb2|c|rs[0-9]+)$" || true
 }
 
 # Interfaces in the ROOT namespace that belong to NAME (normally none; only a
@@ -87,7 +99,7 @@ namespaces_of() {
 root_links_of() {
   local name="$1"
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-    grep -E "^${name}-(br|lb0|plb|c0|pc|r[0-9]+|pr[0-9]+)$" || true
+    grep -E "^${name}-(br|lb0|lb2v|plb|plb2|s1|s2|c0|pc|r[0-9]+|pr[0-9]+)$" || true
 }
 
 nsx() {
@@ -356,6 +368,43 @@ cmd_client_addr() {
   echo "CLIENT_IP=$ip"
 }
 
+# A second appliance namespace on the same switch (built like NAME-lb in `up`) and a
+# kernel veth link between the two appliance namespaces for session sync.
+SYNC1_IP="198.19.0.1"
+SYNC2_IP="198.19.0.2"
+cmd_lb2() {
+  local name="$1"
+  require_bed "$name"
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "${name}-lb" ||
+    die "test bed '$name' has no ${name}-lb"
+  if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "${name}-lb2"; then
+    die "test bed '$name' already has ${name}-lb2"
+  fi
+  new_namespace "${name}-lb2"
+  nsx "${name}-lb2" sysctl -qw net.ipv4.conf.all.forwarding=0
+  attach "$name" "${name}-lb2" "${name}-lb2v" "${name}-plb2"
+  nsx "${name}-lb2" sysctl -qw "net.ipv4.conf.${name}-lb2v.forwarding=0"
+  nsx "${name}-lb2" sysctl -qw "net.ipv4.conf.${name}-lb2v.arp_ignore=8"
+  if [ -n "$(nsx "${name}-lb2" ip -o addr show dev "${name}-lb2v")" ]; then
+    die "${name}-lb2v unexpectedly has an address"
+  fi
+  ip link add "${name}-s1" netns "${name}-lb" type veth peer name "${name}-s2" netns "${name}-lb2"
+  offloads_off "${name}-lb" "${name}-s1"
+  offloads_off "${name}-lb2" "${name}-s2"
+  nsx "${name}-lb" ip addr add "${SYNC1_IP}/24" dev "${name}-s1"
+  nsx "${name}-lb2" ip addr add "${SYNC2_IP}/24" dev "${name}-s2"
+  nsx "${name}-lb" ip link set "${name}-s1" up
+  nsx "${name}-lb2" ip link set "${name}-s2" up
+
+  echo "LB2_NS=${name}-lb2"
+  echo "LB2_IF=${name}-lb2v"
+  echo "LB2_MAC=$(mac_of "${name}-lb2" "${name}-lb2v")"
+  echo "SYNC1_IF=${name}-s1"
+  echo "SYNC1_IP=$SYNC1_IP"
+  echo "SYNC2_IF=${name}-s2"
+  echo "SYNC2_IP=$SYNC2_IP"
+}
+
 main() {
   [ $# -ge 2 ] || usage
   local cmd="$1" name="$2"
@@ -391,6 +440,11 @@ main() {
       [ $# -eq 3 ] || [ $# -eq 4 ] || usage
       need_root
       cmd_client_addr "$name" "$3" "${4:-}"
+      ;;
+    lb2)
+      [ $# -eq 2 ] || usage
+      need_root
+      cmd_lb2 "$name"
       ;;
     *) usage ;;
   esac

@@ -56,9 +56,14 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         answer (or failed). Stops after S seconds or as soon as the --stop file exists,
         whichever comes first; every socket operation is bounded by --timeout. Writes
         one JSON object to --out (atomically) and prints it:
-        {"long": [{"server", "sent", "ok", "failures": [...]}],
+        {"long": [{"server", "sent", "ok", "failures": [...], "max_gap_s",
+                   "max_gap_end", "last_answer", "t_failed"}],
          "new": [{"t_start", "t_connected", "t_end", "server", "error"}],
-         "seconds": ELAPSED}. Exit 0 when nothing failed.
+         "seconds": ELAPSED}. Exit 0 when nothing failed. Per long connection,
+        max_gap_s is the largest time between two consecutive answers (0.0 until it
+        had two), max_gap_end the wall time of the answer that ended that gap (null
+        until then), last_answer the wall time of the last answer and t_failed that of
+        the failure that ended it (null if none): a failover's interruption, measured.
 """
 
 import argparse
@@ -343,7 +348,9 @@ def cmd_stream(args):
                 server, err = conn.ask(line)
                 if err:
                     rec["failures"].append(err)
+                    rec["t_failed"] = time.time()
                     return
+                now = time.time()
                 if rec["server"] is None:
                     rec["server"] = server
                     started.set()
@@ -351,10 +358,15 @@ def cmd_stream(args):
                     rec["failures"].append(f"{line!r}: answered by {server}, not {rec['server']}")
                     return
                 rec["ok"] += 1
+                if rec["last_answer"] is not None and now - rec["last_answer"] > rec["max_gap_s"]:
+                    rec["max_gap_s"] = now - rec["last_answer"]
+                    rec["max_gap_end"] = now
+                rec["last_answer"] = now
                 if stop.wait(args.interval_ms / 1000.0):
                     return
         except OSError as e:
             rec["failures"].append(f"#{seq}: {e!r}")
+            rec["t_failed"] = time.time()
         finally:
             started.set()
             if conn:
@@ -376,7 +388,13 @@ def cmd_stream(args):
             rec["t_end"] = time.time()
         return rec
 
-    longs = [{"server": None, "sent": 0, "ok": 0, "failures": []} for _ in range(args.long)]
+    # Per long connection, besides the counts: the largest time between two consecutive
+    # answers (max_gap_s, 0 until two answers) and the wall time (time.time()) of the
+    # answer that ended it (max_gap_end), the wall time of the last answer, and of the
+    # failure if one ended the connection (t_failed).
+    longs = [{"server": None, "sent": 0, "ok": 0, "failures": [], "max_gap_s": 0.0,
+              "max_gap_end": None, "last_answer": None, "t_failed": None}
+             for _ in range(args.long)]
     started = [threading.Event() for _ in range(args.long)]
     threads = [threading.Thread(target=long_conn, args=(i, longs[i], started[i]), daemon=True)
                for i in range(args.long)]
