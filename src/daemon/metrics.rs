@@ -450,3 +450,149 @@ fn serve(mut stream: TcpStream, handler: &Handler) {
     );
     let _ = stream.write_all(response.as_bytes());
 }
+
+/// The exposition text of health checking, VRRP and session sync, from the JSON of
+/// `sluicectl health`, `vrrp` and `sync` (the last two only when configured).
+pub fn render_ha(
+    health: &serde_json::Value,
+    vrrp: Option<&serde_json::Value>,
+    sync: Option<&serde_json::Value>,
+) -> String {
+    let mut o = String::new();
+    let n = |v: &serde_json::Value, path: &[&str]| {
+        path.iter().fold(v, |v, k| &v[*k]).as_u64().unwrap_or(0)
+    };
+    let mut f = Family::new(
+        &mut o,
+        "sluice_health_probes_total",
+        "counter",
+        "Active health probes by outcome (ok, failed, timed_out: part of failed, skipped).",
+    );
+    for outcome in ["ok", "failed", "timed_out", "skipped"] {
+        let key = format!("probes_{outcome}");
+        f.sample(
+            "sluice_health_probes_total",
+            &[("outcome", outcome)],
+            n(health, &["stats", &key]),
+        );
+    }
+    if let Some(v) = vrrp {
+        let mut f = Family::new(
+            &mut o,
+            "sluice_vrrp_master",
+            "gauge",
+            "1 while this node is the VRRP master (serves the virtual addresses).",
+        );
+        f.sample(
+            "sluice_vrrp_master",
+            &[],
+            u8::from(v["state"].as_str() == Some("MASTER")),
+        );
+        let counters = [
+            (
+                "sluice_vrrp_transitions_total",
+                "transitions",
+                "VRRP state changes.",
+            ),
+            (
+                "sluice_vrrp_adverts_sent_total",
+                "adverts_sent",
+                "Advertisements sent.",
+            ),
+            (
+                "sluice_vrrp_adverts_received_total",
+                "adverts_received",
+                "Valid advertisements received.",
+            ),
+            (
+                "sluice_vrrp_adverts_rejected_total",
+                "adverts_rejected",
+                "Advertisements rejected (VRID, TTL, checksum, version, length).",
+            ),
+        ];
+        for (name, key, help) in counters {
+            Family::new(&mut o, name, "counter", help).sample(name, &[], n(v, &["stats", key]));
+        }
+    }
+    if let Some(s) = sync {
+        let counters = [
+            (
+                "sluice_sync_events_sent_total",
+                &["stats", "events_sent"][..],
+                "Session events sent to the peers.",
+            ),
+            (
+                "sluice_sync_events_dropped_total",
+                &["events_dropped"][..],
+                "Session events lost to full worker rings.",
+            ),
+            (
+                "sluice_sync_messages_sent_total",
+                &["stats", "messages_sent"][..],
+                "Sync datagrams sent.",
+            ),
+            (
+                "sluice_sync_bytes_sent_total",
+                &["stats", "bytes_sent"][..],
+                "Sync payload bytes sent.",
+            ),
+            (
+                "sluice_sync_records_accepted_total",
+                &["accepted_records"][..],
+                "Records received in accepted messages.",
+            ),
+            (
+                "sluice_sync_install_inbox_full_total",
+                &["stats", "install_inbox_full"][..],
+                "Records lost to a full worker install inbox.",
+            ),
+        ];
+        for (name, path, help) in counters {
+            Family::new(&mut o, name, "counter", help).sample(name, &[], n(s, path));
+        }
+        let mut f = Family::new(
+            &mut o,
+            "sluice_sync_rejected_total",
+            "counter",
+            "Sync datagrams rejected, by reason; nothing of them is installed.",
+        );
+        if let Some(reasons) = s["rejected"].as_object() {
+            for (reason, count) in reasons {
+                f.sample(
+                    "sluice_sync_rejected_total",
+                    &[("reason", reason)],
+                    count.as_u64().unwrap_or(0),
+                );
+            }
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod ha_tests {
+    use super::render_ha;
+
+    #[test]
+    fn health_vrrp_and_sync_families_carry_the_reports_values() {
+        let health = serde_json::json!({"stats": {"probes_ok": 7, "probes_failed": 2, "probes_timed_out": 1, "probes_skipped": 0}});
+        let vrrp = serde_json::json!({"state": "MASTER", "stats": {"transitions": 2, "adverts_sent": 40, "adverts_received": 0, "adverts_rejected": 3}});
+        let sync = serde_json::json!({"events_dropped": 0, "accepted_records": 5,
+            "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0},
+            "rejected": {"bad_hmac": 1, "unknown_peer": 0}});
+        let text = render_ha(&health, Some(&vrrp), Some(&sync));
+        for line in [
+            "sluice_health_probes_total{outcome=\"ok\"} 7",
+            "sluice_health_probes_total{outcome=\"failed\"} 2",
+            "sluice_vrrp_master 1",
+            "sluice_vrrp_adverts_rejected_total 3",
+            "sluice_sync_events_sent_total 9",
+            "sluice_sync_bytes_sent_total 400",
+            "sluice_sync_rejected_total{reason=\"bad_hmac\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        let plain = render_ha(&health, None, None);
+        assert!(!plain.contains("vrrp") && !plain.contains("sync"));
+    }
+}

@@ -889,9 +889,20 @@ impl Registry {
             let report = self.laddrs(Request::GetLaddr { service })?;
             pools.push(serde_json::from_value(report).map_err(|e| e.to_string())?);
         }
-        Ok(serde_json::Value::String(metrics::render(
-            status, &services, &pools,
-        )))
+        let mut text = metrics::render(status, &services, &pools);
+        let health = self.health_report()?;
+        let vrrp = self
+            .vrrp
+            .is_some()
+            .then(|| self.vrrp_report())
+            .transpose()?;
+        let sync = self
+            .sync
+            .is_some()
+            .then(|| self.sync_report())
+            .transpose()?;
+        text.push_str(&metrics::render_ha(&health, vrrp.as_ref(), sync.as_ref()));
+        Ok(serde_json::Value::String(text))
     }
 
     /// `--get-laddr`: the service's local addresses with every worker's pool on them.
