@@ -1,10 +1,15 @@
-//! Tier 3, crash failover of a two-node Sluice pair in DR mode (issue #9): the test bed
-//! with 3 real servers (the VIP on each one's lo, `serve --echo 0.0.0.0:7000`), a second
-//! appliance namespace (`scripts/testbed.sh lb2`) and a kernel sync link between the
-//! two appliances. Node A (NAME-lb, 198.18.0.1, VRRP priority 150) and node B
-//! (NAME-lb2, 198.18.0.2, priority 100) run the same DR service 198.18.1.1:7000, VRID 51
-//! at 100 ms adverts, and sync their sessions to each other over 198.19.0.1 <->
-//! 198.19.0.2. The client has an on-link route to the VIP, so it ARPs for it itself.
+//! Tier 3, crash failover of a two-node Sluice pair in DR and in NAT mode (issue #9):
+//! the test bed with 3 real servers (`serve --echo 0.0.0.0:7000`), a second appliance
+//! namespace (`scripts/testbed.sh lb2`) and a kernel sync link between the two
+//! appliances. Node A (NAME-lb, 198.18.0.1, VRRP priority 150) and node B (NAME-lb2,
+//! 198.18.0.2, priority 100) run the same service 198.18.1.1:7000, VRID 51 at 100 ms
+//! adverts, and sync their sessions to each other over 198.19.0.1 <-> 198.19.0.2. The
+//! client has an on-link route to the VIP, so it ARPs for it itself.
+//!
+//! - DR: the VIP is on each real server's lo; replies go straight to the client.
+//! - NAT: the client is on 198.18.2.0/24 behind 198.18.2.1 and the real servers'
+//!   default gateway is 198.18.0.254; both are `[vrrp] addresses`, so they move with
+//!   the VIP and the replies follow the master.
 //!
 //! With A master and B backup, the client opens 100 long-lived connections (a request
 //! every 100 ms each); B must hold all 100 as synced ESTABLISHED sessions to the same
@@ -28,6 +33,14 @@ const VIP: &str = "198.18.1.1";
 const PORT: u16 = 7000;
 const VRID: u8 = 51;
 const ADVERT_MS: u32 = 100;
+/// NAT: the real servers' default gateway, moved by VRRP with the VIP.
+const NAT_GATEWAY: &str = "198.18.0.254";
+/// NAT: the client sits on a subnet of its own (so the real servers' replies go through
+/// the gateway), behind this gateway, also moved by VRRP.
+const NAT_CLIENT: &str = "198.18.2.100/24";
+const NAT_CLIENT_GATEWAY: &str = "198.18.2.1";
+/// The tests take turns: each runs two daemons busy-polling CPU 1.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const KEY: &str = "5eb1ce5eb1ce5eb1ce5eb1ce5eb1ce5e";
 const SYNC_PORT: u16 = 8848;
 const LONG: u32 = 100;
@@ -48,8 +61,10 @@ fn wall_now() -> f64 {
 /// One node: af_packet on `iface` in `ns`, address `addr`/24, the DR service over the
 /// 3 real servers, VRRP at `priority`, sync from `listen` to `peer`. Both nodes'
 /// workers busy-poll CPU 1 (DaemonConfig's default lcores).
+#[allow(clippy::too_many_arguments)]
 fn node(
     lab: &AppLab,
+    mode: &str,
     ns: &str,
     iface: &str,
     addr: &str,
@@ -58,11 +73,18 @@ fn node(
     peer: &str,
 ) -> Daemon {
     let servers: Vec<(&str, u16, u32, &str)> = (1..=lab.bed.rs_count())
-        .map(|i| (lab.bed.rs_ip(i), PORT, 1, "dr"))
+        .map(|i| (lab.bed.rs_ip(i), PORT, 1, mode))
         .collect();
     let mut toml = service_section("tcp", VIP, PORT, "rr", &[], &servers);
+    // NAT: the real servers' gateway is a virtual address of the pair, so their
+    // replies follow the master.
+    let gateway = if mode == "nat" {
+        format!("addresses = [\"{NAT_GATEWAY}\", \"{NAT_CLIENT_GATEWAY}\"]\n")
+    } else {
+        String::new()
+    };
     toml.push_str(&format!(
-        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n\
+        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n{gateway}\
          \n[sync]\nlisten = \"{listen}:{SYNC_PORT}\"\npeers = [\"{peer}:{SYNC_PORT}\"]\n\
          key = \"{KEY}\"\n"
     ));
@@ -78,10 +100,12 @@ fn node(
 
 /// Every real server and the client ping `addr` (the node's own address), so the
 /// node learns all of them; bounded.
-fn warm(lab: &AppLab, daemon: &Daemon, addr: &str) {
+fn warm(lab: &AppLab, daemon: &Daemon, addr: &str, client: bool) {
     let t = Duration::from_secs(10);
     let mut namespaces: Vec<&str> = (1..=lab.bed.rs_count()).map(|i| lab.bed.rs_ns(i)).collect();
-    namespaces.push(lab.bed.client_ns());
+    if client {
+        namespaces.push(lab.bed.client_ns());
+    }
     for ns in namespaces {
         let ping = lab
             .bed
@@ -93,7 +117,7 @@ fn warm(lab: &AppLab, daemon: &Daemon, addr: &str) {
             daemon.dump()
         );
     }
-    let want = u64::from(lab.bed.rs_count()) + 1;
+    let want = u64::from(lab.bed.rs_count()) + u64::from(client);
     let known = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
         (daemon.status()["neighbours"].as_u64().unwrap_or(0) >= want).then_some(())
     });
@@ -131,9 +155,26 @@ fn established(s: &BTreeMap<(String, String), String>) -> BTreeMap<(String, Stri
 
 #[test]
 fn crash_failover_keeps_every_dr_connection() {
+    crash_failover("dr");
+}
+
+#[test]
+fn crash_failover_keeps_every_nat_connection() {
+    crash_failover("nat");
+}
+
+/// The whole scenario in `mode` ("dr" or "nat").
+fn crash_failover(mode: &str) {
     require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = AppLab::new(3);
-    lab.bed.configure("dr-vip", &[VIP]);
+    if mode == "nat" {
+        lab.bed.configure("rs-gateway", &[NAT_GATEWAY]);
+        lab.bed
+            .configure("client-addr", &[NAT_CLIENT, NAT_CLIENT_GATEWAY]);
+    } else {
+        lab.bed.configure("dr-vip", &[VIP]);
+    }
     let lb2 = lab.bed.configure("lb2", &[]);
     let fact = |k: &str| -> String {
         lb2.stdout
@@ -169,19 +210,21 @@ fn crash_failover_keeps_every_dr_connection() {
     let (lb_ns, lb_if) = (lab.bed.lb_ns().to_string(), lab.bed.lb_if().to_string());
     let lb_mac = lab.bed.lb_mac().to_lowercase();
     let lb2_mac = lb2_mac.to_lowercase();
-    let mut a = node(&lab, &lb_ns, &lb_if, NODE_A, 150, &sync1, &sync2);
+    let mut a = node(&lab, mode, &lb_ns, &lb_if, NODE_A, 150, &sync1, &sync2);
     let master = wait_for(Duration::from_secs(5), POLL, || {
         (a.vrrp()["state"] == "MASTER").then_some(())
     });
     assert!(master.is_some(), "A: {:#}\n{}", a.vrrp(), a.dump());
-    let b = node(&lab, &lb2_ns, &lb2_if, NODE_B, 100, &sync2, &sync1);
+    let b = node(&lab, mode, &lb2_ns, &lb2_if, NODE_B, 100, &sync2, &sync1);
     let backup = wait_for(Duration::from_secs(5), POLL, || {
         let v = b.vrrp();
         (v["state"] == "BACKUP" && v["master"] == NODE_A).then_some(())
     });
     assert!(backup.is_some(), "B: {:#}\n{}", b.vrrp(), b.dump());
-    warm(&lab, &a, NODE_A);
-    warm(&lab, &b, NODE_B);
+    // NAT: the client reaches the nodes' own addresses only through its gateway, the
+    // master: B learns the client from its first packet after the takeover.
+    warm(&lab, &a, NODE_A, true);
+    warm(&lab, &b, NODE_B, mode != "nat");
     // Still A master, B backup after the warm-up; only A answers ARP for the VIP.
     assert_eq!(a.vrrp()["state"], "MASTER");
     assert_eq!(b.vrrp()["state"], "BACKUP");
@@ -375,6 +418,7 @@ fn crash_failover_keeps_every_dr_connection() {
             })
             .unwrap_or_default()
     };
+    eprintln!("{mode}:");
     eprintln!(
         "SIGKILL of A -> B MASTER after {took:?} (master down {} ms), {garp} gratuitous ARP \
          sent, client's neighbour entry at B after {moved:?}",

@@ -811,6 +811,23 @@ impl Forwarder {
             }
         };
         let first_timeout = self.timeouts.session(key.proto, session.state());
+        // The snapshot is not needed past here (retiring below needs `self` whole).
+        let rs_id = rs.id;
+        // A NAT reply key already taken: the same client port towards the same real
+        // server through another VIP. A finished connection (TIME_WAIT, CLOSE) gives
+        // way, as a reused client port does on its own VIP; a live one keeps the key
+        // and the new connection is refused rather than crossed with it.
+        if let Some(reply) = &reply_key {
+            if let Some((old, Direction::Outbound)) = self.sessions.lookup(reply) {
+                if self
+                    .sessions
+                    .get(old)
+                    .is_some_and(reusable_for_new_connection)
+                {
+                    self.retire(old, counters);
+                }
+            }
+        }
         let id = match self
             .sessions
             .insert(key, reply_key, session, self.now_tick, first_timeout)
@@ -820,15 +837,13 @@ impl Forwarder {
                 release_local_port(&mut self.pools, &session);
                 return Action::Drop(DropReason::SessionTableFull);
             }
-            // A NAT reply key already taken: the same client port towards the same real
-            // server through another VIP. Refuse rather than cross two sessions.
             Err(crate::session::InsertError::KeyExists(_)) => {
                 release_local_port(&mut self.pools, &session);
                 return Action::Drop(DropReason::NatTupleInUse);
             }
         };
         bump(&counters.sessions_created, 1);
-        let c = &self.real_servers[rs.id as usize];
+        let c = &self.real_servers[rs_id as usize];
         bump(&c.connections, 1);
         RealServerCounters::gauge_add(&c.inactive, 1);
         if let Some(t) =
@@ -1131,11 +1146,14 @@ impl Forwarder {
         let rs_ip = Ipv4Addr::from(s.real_addr);
         match (s.mode, dir) {
             (ForwardMode::Nat, Direction::Outbound) => {
+                let Some(back) = client_next_hop(s, neighbours) else {
+                    return Action::Drop(DropReason::NeighbourUnresolved);
+                };
                 let frame = burst.packet_mut(i);
                 if let Err(r) = forward::snat(frame, parsed, Ipv4Addr::from(s.vip), s.vport) {
                     return Action::Drop(r);
                 }
-                done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
+                done(forward::dr::forward(frame, back, port.mac))
             }
             (ForwardMode::FullNat, Direction::Outbound) => {
                 // RS -> LIP:lport becomes VIP:vport -> client:cport.
@@ -1145,7 +1163,10 @@ impl Forwarder {
                 if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
                     return Action::Drop(r);
                 }
-                done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
+                let Some(back) = client_next_hop(s, neighbours) else {
+                    return Action::Drop(DropReason::NeighbourUnresolved);
+                };
+                done(forward::dr::forward(frame, back, port.mac))
             }
             (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
             (mode, _) => {
@@ -1344,6 +1365,17 @@ fn expired_unanswered(s: &Session) -> bool {
         && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
         && !s.flags().contains(SessionFlags::ANSWERED)
         && !s.flags().contains(SessionFlags::PASSIVE_COUNTED)
+}
+
+/// Where a NAT or FullNAT reply goes: the MAC the client's packets came from, or, for
+/// a session installed by sync that has seen no client packet yet, the client's entry
+/// in the neighbour table.
+#[inline]
+fn client_next_hop(s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
+    if s.peer_mac != [0; 6] {
+        return Some(MacAddr(s.peer_mac));
+    }
+    neighbours.lookup(Ipv4Addr::from(s.client_addr))
 }
 
 fn opens_connection(flags: TcpFlags) -> bool {
