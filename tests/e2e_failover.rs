@@ -1,4 +1,4 @@
-//! Tier 3, crash failover of a two-node Sluice pair in DR and in NAT mode (issue #9):
+//! Tier 3, crash failover of a two-node Sluice pair in DR, NAT and FullNAT mode (issue #9):
 //! the test bed with 3 real servers (`serve --echo 0.0.0.0:7000`), a second appliance
 //! namespace (`scripts/testbed.sh lb2`) and a kernel sync link between the two
 //! appliances. Node A (NAME-lb, 198.18.0.1, VRRP priority 150) and node B (NAME-lb2,
@@ -7,6 +7,8 @@
 //! client has an on-link route to the VIP, so it ARPs for it itself.
 //!
 //! - DR: the VIP is on each real server's lo; replies go straight to the client.
+//! - FullNAT: the real servers see the local address 198.18.0.50, a virtual address
+//!   too; the standby reserves each synced session's local port.
 //! - NAT: the client is on 198.18.2.0/24 behind 198.18.2.1 and the real servers'
 //!   default gateway is 198.18.0.254; both are `[vrrp] addresses`, so they move with
 //!   the VIP and the replies follow the master.
@@ -35,6 +37,8 @@ const VRID: u8 = 51;
 const ADVERT_MS: u32 = 100;
 /// NAT: the real servers' default gateway, moved by VRRP with the VIP.
 const NAT_GATEWAY: &str = "198.18.0.254";
+/// FullNAT: the local address the real servers see as the client.
+const FULLNAT_LIP: &str = "198.18.0.50";
 /// NAT: the client sits on a subnet of its own (so the real servers' replies go through
 /// the gateway), behind this gateway, also moved by VRRP.
 const NAT_CLIENT: &str = "198.18.2.100/24";
@@ -75,7 +79,14 @@ fn node(
     let servers: Vec<(&str, u16, u32, &str)> = (1..=lab.bed.rs_count())
         .map(|i| (lab.bed.rs_ip(i), PORT, 1, mode))
         .collect();
-    let mut toml = service_section("tcp", VIP, PORT, "rr", &[], &servers);
+    // FullNAT: the real servers answer the local address, a virtual address of the
+    // pair (VRRP moves it with the VIP).
+    let extra = if mode == "fullnat" {
+        vec![format!("local_addresses = [\"{FULLNAT_LIP}\"]")]
+    } else {
+        Vec::new()
+    };
+    let mut toml = service_section("tcp", VIP, PORT, "rr", &extra, &servers);
     // NAT: the real servers' gateway is a virtual address of the pair, so their
     // replies follow the master.
     let gateway = if mode == "nat" {
@@ -161,6 +172,11 @@ fn crash_failover_keeps_every_dr_connection() {
 #[test]
 fn crash_failover_keeps_every_nat_connection() {
     crash_failover("nat");
+}
+
+#[test]
+fn crash_failover_keeps_every_fullnat_connection() {
+    crash_failover("fullnat");
 }
 
 /// The whole scenario in `mode` ("dr" or "nat").
