@@ -100,6 +100,31 @@ fn sessions(daemon: &Daemon) -> BTreeMap<(String, String, String), (String, u64)
         .collect()
 }
 
+/// The active node: a loopback port whose emulated clients keep opening connections.
+fn active_node(ns: &Netns, port: u16, peer: u16) -> Daemon {
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(&ns.0);
+    cfg.loopback = vec!["peers = 4".into(), "ping_interval_ms = 50".into()];
+    cfg.extra_toml.push(service(&sync_section(port, peer)));
+    Daemon::start(cfg)
+}
+
+/// The standby node: the same service on an idle af_packet port.
+fn standby_node(ns: &Netns, port: u16, peer: u16) -> Daemon {
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        "net_af_packet0,iface=sy0",
+        &["198.18.0.1/24"],
+    )])
+    .in_netns(&ns.0);
+    cfg.extra_toml.push(service(&sync_section(port, peer)));
+    Daemon::start(cfg)
+}
+
 fn sync_report(daemon: &Daemon) -> serde_json::Value {
     let out = daemon.ctl(&["sync", "--json"]);
     assert!(out.success(), "{}", out.describe());
@@ -154,28 +179,9 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     let (active_port, standby_port) = (40_000 + (std::process::id() % 10_000) as u16, 0);
     let standby_port = standby_port + active_port + 1;
 
-    let mut standby_cfg = DaemonConfig::new(vec![PortSpec::vdev(
-        "lan0",
-        "net_af_packet0,iface=sy0",
-        &["198.18.0.1/24"],
-    )])
-    .in_netns(&ns.0);
-    standby_cfg
-        .extra_toml
-        .push(service(&sync_section(standby_port, active_port)));
-    let standby = Daemon::start(standby_cfg);
+    let standby = standby_node(&ns, standby_port, active_port);
 
-    let mut active_cfg = DaemonConfig::new(vec![PortSpec::loopback(
-        "lan0",
-        "02:53:4c:00:00:01",
-        &["198.18.0.1/24"],
-    )])
-    .in_netns(&ns.0);
-    active_cfg.loopback = vec!["peers = 4".into(), "ping_interval_ms = 50".into()];
-    active_cfg
-        .extra_toml
-        .push(service(&sync_section(active_port, standby_port)));
-    let active = Daemon::start(active_cfg);
+    let active = active_node(&ns, active_port, standby_port);
 
     // Let the emulated clients open and close a few hundred connections.
     let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
@@ -310,17 +316,7 @@ fn a_standby_started_late_catches_up_by_bulk_resync() {
     let tag = unique_tag();
     let ns = Netns::new(&tag);
     let (active_port, standby_port) = (8848, 8849);
-    let mut active_cfg = DaemonConfig::new(vec![PortSpec::loopback(
-        "lan0",
-        "02:53:4c:00:00:01",
-        &["198.18.0.1/24"],
-    )])
-    .in_netns(&ns.0);
-    active_cfg.loopback = vec!["peers = 4".into(), "ping_interval_ms = 50".into()];
-    active_cfg
-        .extra_toml
-        .push(service(&sync_section(active_port, standby_port)));
-    let active = Daemon::start(active_cfg);
+    let active = active_node(&ns, active_port, standby_port);
     let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
         let n = sessions(&active)
             .values()
@@ -335,16 +331,7 @@ fn a_standby_started_late_catches_up_by_bulk_resync() {
     );
     let before_standby = sessions(&active);
 
-    let mut standby_cfg = DaemonConfig::new(vec![PortSpec::vdev(
-        "lan0",
-        "net_af_packet0,iface=sy0",
-        &["198.18.0.1/24"],
-    )])
-    .in_netns(&ns.0);
-    standby_cfg
-        .extra_toml
-        .push(service(&sync_section(standby_port, active_port)));
-    let standby = Daemon::start(standby_cfg);
+    let standby = standby_node(&ns, standby_port, active_port);
     // Every session the active held in TIME_WAIT before the standby existed.
     let old: Vec<_> = before_standby
         .iter()

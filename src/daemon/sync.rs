@@ -47,6 +47,8 @@ pub struct SyncNode {
     rings: Arc<Vec<EventRing>>,
     rss: (Toeplitz, Reta, HashFields),
     buf: Vec<u8>,
+    /// Receive buffer (the largest UDP datagram), kept across ticks.
+    datagram: Vec<u8>,
     /// Asked a peer for its table yet (done at the first tick).
     resync_asked: bool,
     /// A peer's request for our table, to answer with a dump.
@@ -98,6 +100,7 @@ impl SyncNode {
             rings,
             rss,
             buf: vec![0; usize::from(settings.mtu)],
+            datagram: vec![0; 65_536],
             resync_asked: false,
             resync_request: None,
             stats: SyncStats::default(),
@@ -168,9 +171,8 @@ impl SyncNode {
             }
         });
         self.stats.events_sent += sent as u64;
-        let mut datagram = vec![0u8; 65_536];
         for _ in 0..DATAGRAMS_PER_TICK {
-            let (len, from) = match self.socket.recv_from(&mut datagram) {
+            let (len, from) = match self.socket.recv_from(&mut self.datagram) {
                 Ok(got) => got,
                 Err(_) => break, // WouldBlock: nothing more now.
             };
@@ -183,7 +185,10 @@ impl SyncNode {
                     .get(ServiceKey::new(proto, *vs.ip(), vs.port()))
                     .is_some()
             };
-            let Ok(accepted) = self.receiver.receive(&datagram[..len], *from.ip(), exists) else {
+            let Ok(accepted) = self
+                .receiver
+                .receive(&self.datagram[..len], *from.ip(), exists)
+            else {
                 continue;
             };
             match accepted.header.message_type {
@@ -217,7 +222,7 @@ impl SyncNode {
         SyncReport {
             listen: listen.to_string(),
             peers: self.peers.iter().map(|p| p.to_string()).collect(),
-            authenticated: self.receiver_key_set(),
+            authenticated: self.sender.authenticated(),
             stats: self.stats,
             events_pushed: self.rings.iter().map(|r| r.stats().pushed).sum(),
             events_dropped: self.rings.iter().map(|r| r.stats().dropped).sum(),
@@ -228,9 +233,5 @@ impl SyncNode {
                 .map(|r| (r.name().to_string(), c.rejected(*r)))
                 .collect(),
         }
-    }
-
-    fn receiver_key_set(&self) -> bool {
-        self.sender.authenticated()
     }
 }
