@@ -69,6 +69,7 @@ fn wall_now() -> f64 {
 fn node(
     lab: &AppLab,
     mode: &str,
+    scenario: Scenario,
     ns: &str,
     iface: &str,
     addr: &str,
@@ -97,7 +98,8 @@ fn node(
     toml.push_str(&format!(
         "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n{gateway}\
          \n[sync]\nlisten = \"{listen}:{SYNC_PORT}\"\npeers = [\"{peer}:{SYNC_PORT}\"]\n\
-         key = \"{KEY}\"\n"
+         key = \"{KEY}\"\nperiod_ms = {}\n",
+        scenario.sync_period_ms()
     ));
     let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
         "lan0",
@@ -164,23 +166,115 @@ fn established(s: &BTreeMap<(String, String), String>) -> BTreeMap<(String, Stri
         .collect()
 }
 
+/// What happens to the pair while the client's 100 connections run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    /// `kill -9` of the master A.
+    Crash,
+    /// B's priority raised above A's (config edit + `sluicectl reload`, preempt on):
+    /// B takes over, A steps down, both stay up.
+    PlannedSwitchover,
+    /// B is killed and started again while the connections run: it must catch up by
+    /// bulk resync (well before any periodic refresh), then A is killed.
+    StandbyRestart,
+    /// 10% of the datagrams to B's sync port are dropped (nftables in B's namespace),
+    /// sessions are refreshed every second; then A is killed.
+    SyncLoss,
+}
+
+/// SyncLoss: the refresh period, and the share of sync datagrams dropped.
+const LOSSY_PERIOD_MS: u32 = 1000;
+const LOSS_ONE_IN: u32 = 10;
+
+impl Scenario {
+    fn sync_period_ms(self) -> u32 {
+        match self {
+            Scenario::SyncLoss => LOSSY_PERIOD_MS,
+            // The default: a restarted standby must not catch up by refreshes.
+            _ => 10_000,
+        }
+    }
+
+    /// How long the client runs: opening, the scenario, 5 s or more after the event.
+    fn client_s(self) -> u32 {
+        match self {
+            Scenario::StandbyRestart => CLIENT_S + 8,
+            _ => CLIENT_S,
+        }
+    }
+}
+
 #[test]
 fn crash_failover_keeps_every_dr_connection() {
-    crash_failover("dr");
+    failover("dr", Scenario::Crash);
 }
 
 #[test]
 fn crash_failover_keeps_every_nat_connection() {
-    crash_failover("nat");
+    failover("nat", Scenario::Crash);
 }
 
 #[test]
 fn crash_failover_keeps_every_fullnat_connection() {
-    crash_failover("fullnat");
+    failover("fullnat", Scenario::Crash);
 }
 
-/// The whole scenario in `mode` ("dr" or "nat").
-fn crash_failover(mode: &str) {
+#[test]
+fn planned_switchover_by_priority_keeps_every_nat_connection() {
+    failover("nat", Scenario::PlannedSwitchover);
+}
+
+#[test]
+fn restarted_standby_catches_up_and_a_crash_loses_no_fullnat_connection() {
+    failover("fullnat", Scenario::StandbyRestart);
+}
+
+#[test]
+fn ten_percent_sync_loss_loses_only_never_synced_nat_sessions() {
+    failover("nat", Scenario::SyncLoss);
+}
+
+/// Drops one in `LOSS_ONE_IN` UDP datagrams to the sync port arriving in `ns`; the
+/// table goes with the namespace.
+fn drop_some_sync_datagrams(lab: &AppLab, ns: &str) {
+    let t = Duration::from_secs(10);
+    let rule = format!(
+        "add table inet sluicetest\n\
+         add chain inet sluicetest input {{ type filter hook input priority 0; }}\n\
+         add rule inet sluicetest input udp dport {SYNC_PORT} numgen random mod {LOSS_ONE_IN} == 0 counter drop\n"
+    );
+    let file = lab.dir.path().join("loss.nft");
+    std::fs::write(&file, rule).unwrap();
+    lab.bed
+        .exec(ns, &["nft", "-f", &file.to_string_lossy()], t)
+        .expect_success("nft: drop 10% of the sync datagrams");
+}
+
+/// (packets, datagrams dropped) by the rule of `drop_some_sync_datagrams`.
+fn sync_datagrams_dropped(lab: &AppLab, ns: &str) -> u64 {
+    let out = lab.bed.exec(
+        ns,
+        &["nft", "list", "chain", "inet", "sluicetest", "input"],
+        Duration::from_secs(10),
+    );
+    out.stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no nft counter: {}", out.describe()))
+}
+
+/// How many of `on_a`'s sessions `b` holds as A does.
+fn held(on_a: &BTreeMap<(String, String), String>, b: &Daemon) -> usize {
+    let on_b = established(&sessions(b));
+    on_a.iter()
+        .filter(|(k, v)| on_b.get(*k) == Some(*v))
+        .count()
+}
+
+/// The whole scenario in `mode` ("dr", "nat" or "fullnat").
+fn failover(mode: &str, scenario: Scenario) {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = AppLab::new(3);
@@ -226,17 +320,25 @@ fn crash_failover(mode: &str) {
     let (lb_ns, lb_if) = (lab.bed.lb_ns().to_string(), lab.bed.lb_if().to_string());
     let lb_mac = lab.bed.lb_mac().to_lowercase();
     let lb2_mac = lb2_mac.to_lowercase();
-    let mut a = node(&lab, mode, &lb_ns, &lb_if, NODE_A, 150, &sync1, &sync2);
+    let mut a = node(
+        &lab, mode, scenario, &lb_ns, &lb_if, NODE_A, 150, &sync1, &sync2,
+    );
     let master = wait_for(Duration::from_secs(5), POLL, || {
         (a.vrrp()["state"] == "MASTER").then_some(())
     });
     assert!(master.is_some(), "A: {:#}\n{}", a.vrrp(), a.dump());
-    let b = node(&lab, mode, &lb2_ns, &lb2_if, NODE_B, 100, &sync2, &sync1);
-    let backup = wait_for(Duration::from_secs(5), POLL, || {
-        let v = b.vrrp();
-        (v["state"] == "BACKUP" && v["master"] == NODE_A).then_some(())
-    });
-    assert!(backup.is_some(), "B: {:#}\n{}", b.vrrp(), b.dump());
+    let start_b = || {
+        let b = node(
+            &lab, mode, scenario, &lb2_ns, &lb2_if, NODE_B, 100, &sync2, &sync1,
+        );
+        let backup = wait_for(Duration::from_secs(5), POLL, || {
+            let v = b.vrrp();
+            (v["state"] == "BACKUP" && v["master"] == NODE_A).then_some(())
+        });
+        assert!(backup.is_some(), "B: {:#}\n{}", b.vrrp(), b.dump());
+        b
+    };
+    let mut b = start_b();
     // NAT: the client reaches the nodes' own addresses only through its gateway, the
     // master: B learns the client from its first packet after the takeover.
     warm(&lab, &a, NODE_A, true);
@@ -253,6 +355,9 @@ fn crash_failover(mode: &str) {
     lab.bed
         .exec(&client_ns, &["ip", "neigh", "flush", "all"], t)
         .expect_success("ip neigh flush");
+    if scenario == Scenario::SyncLoss {
+        drop_some_sync_datagrams(&lab, &lb2_ns);
+    }
 
     // The stream client: 100 long-lived connections, nothing else.
     let out = lab.dir.path().join("stream.json");
@@ -262,7 +367,7 @@ fn crash_failover(mode: &str) {
         PORT.to_string(),
         LONG.to_string(),
         INTERVAL_MS.to_string(),
-        CLIENT_S.to_string(),
+        scenario.client_s().to_string(),
     );
     let (out_s, ready_s) = (
         out.to_string_lossy().into_owned(),
@@ -302,7 +407,47 @@ fn crash_failover(mode: &str) {
         Some(lb_mac.as_str()),
         "the client resolved the VIP to A"
     );
-    std::thread::sleep(Duration::from_secs(3));
+    let opened = Instant::now();
+    if scenario == Scenario::StandbyRestart {
+        // B dies and comes back while the connections run: everything it knows now
+        // comes from A's dump (the connections' periodic refresh is 10 s away).
+        std::thread::sleep(Duration::from_secs(1));
+        b.kill_hard();
+        std::thread::sleep(Duration::from_millis(500));
+        let restarted = Instant::now();
+        b = start_b();
+        warm(&lab, &b, NODE_B, mode != "nat");
+        let on_a = established(&sessions(&a));
+        let caught_up = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+            (held(&on_a, &b) == LONG as usize).then(|| restarted.elapsed())
+        });
+        let report = b.ctl(&["sync", "--json"]);
+        let stats: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
+        let chunks = stats["stats"]["dump_chunks_received"].as_u64().unwrap_or(0);
+        eprintln!(
+            "B restarted: holds {}/{LONG} of A's connections {:?} after its start, from {chunks} \
+             dump chunk(s)",
+            held(&on_a, &b),
+            caught_up
+        );
+        assert!(
+            caught_up.is_some() && chunks > 0,
+            "the restarted B did not catch up by bulk resync: {}",
+            report.stdout
+        );
+    }
+    if scenario == Scenario::SyncLoss {
+        // How B's copy fills in as the refreshes come, one period at a time.
+        let on_a = established(&sessions(&a));
+        let mut line = Vec::new();
+        for s in 0..=2u32 {
+            let at = Duration::from_millis(u64::from(s * LOSSY_PERIOD_MS));
+            std::thread::sleep(at.saturating_sub(opened.elapsed()));
+            line.push(format!("{}/{} at +{}s", held(&on_a, &b), on_a.len(), s));
+        }
+        eprintln!("sync loss: B holds A's connections: {}", line.join(", "));
+    }
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(opened.elapsed()));
 
     // B holds every connection A holds, ESTABLISHED, to the same real server.
     let on_a = established(&sessions(&a));
@@ -312,6 +457,8 @@ fn crash_failover(mode: &str) {
         "A's ESTABLISHED sessions: {on_a:?}\n{}",
         client.stderr_text()
     );
+    // With sync loss, what B lacks now is lost at the crash: not waited for.
+    let missing_before = LONG as usize - held(&on_a, &b);
     let synced = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
         let on_b = established(&sessions(&b));
         (on_b == on_a).then_some(on_b)
@@ -319,7 +466,7 @@ fn crash_failover(mode: &str) {
     let on_b = established(&sessions(&b));
     let sync_b = b.ctl(&["sync", "--json"]);
     assert!(
-        synced.is_some(),
+        synced.is_some() || scenario == Scenario::SyncLoss,
         "B holds {} of A's {} sessions as A does\nmissing: {:?}\n{}",
         on_a.keys().filter(|k| on_b.contains_key(*k)).count(),
         on_a.len(),
@@ -334,8 +481,11 @@ fn crash_failover(mode: &str) {
         *per_rs.entry(rs.clone()).or_default() += 1;
     }
     eprintln!(
-        "before the kill: A and B both hold {} ESTABLISHED sessions, per real server {per_rs:?}",
-        on_b.len()
+        "before the {scenario:?}: A holds {} ESTABLISHED sessions, B {} of them \
+         ({missing_before} missing {:?} after the connections opened), per real server {per_rs:?}",
+        on_a.len(),
+        on_b.len(),
+        opened.elapsed()
     );
     let b_before = b.status();
     // What is measured below is a takeover from a live master: until now B stayed
@@ -363,12 +513,30 @@ fn crash_failover(mode: &str) {
     );
     let b_rx_before = port_counter(&b_before, "lan0", "rx_packets");
 
-    // The crash.
+    // The crash, or the planned switchover: B's priority above A's.
     let killed_wall = wall_now();
     let killed = Instant::now();
-    a.kill_hard();
+    if scenario == Scenario::PlannedSwitchover {
+        let config = std::fs::read_to_string(&b.config_path).unwrap();
+        let raised = config.replace("priority = 100\n", "priority = 200\n");
+        assert_ne!(config, raised, "B's config names its priority");
+        std::fs::write(&b.config_path, raised).unwrap();
+        let reload = b.ctl(&["reload"]);
+        assert!(
+            reload.success() && reload.stdout.contains("1 change"),
+            "reload: {}",
+            reload.describe()
+        );
+    } else {
+        a.kill_hard();
+    }
     let took = wait_for(Duration::from_secs(5), POLL, || {
         (b.vrrp()["state"] == "MASTER").then(|| killed.elapsed())
+    });
+    let stepped_down = (scenario == Scenario::PlannedSwitchover).then(|| {
+        wait_for(Duration::from_secs(2), POLL, || {
+            (a.vrrp()["state"] == "BACKUP").then(|| killed.elapsed())
+        })
     });
     let vb = b.vrrp();
     let took = took.unwrap_or_else(|| panic!("B never became master: {vb:#}\n{}", b.dump()));
@@ -381,7 +549,7 @@ fn crash_failover(mode: &str) {
         .then(|| killed.elapsed())
     });
 
-    let exit = client.wait_exit(Duration::from_secs(u64::from(CLIENT_S) + 20));
+    let exit = client.wait_exit(Duration::from_secs(u64::from(scenario.client_s()) + 20));
     assert!(
         exit.is_some(),
         "the stream client did not stop\n{}",
@@ -414,6 +582,9 @@ fn crash_failover(mode: &str) {
                 last - killed_wall
             ));
         }
+        if !fails.is_empty() {
+            continue; // A lost connection's gap is not a takeover time.
+        }
         let gap = l["max_gap_s"].as_f64().unwrap_or(0.0);
         gaps.push(gap);
         if gap > max_gap {
@@ -422,7 +593,7 @@ fn crash_failover(mode: &str) {
         }
     }
     gaps.sort_by(f64::total_cmp);
-    let median = gaps[gaps.len() / 2];
+    let median = gaps.get(gaps.len() / 2).copied().unwrap_or(0.0);
     // Non-zero drop counters only.
     let drops = |s: &serde_json::Value| -> BTreeMap<String, u64> {
         s["drops"]
@@ -434,12 +605,24 @@ fn crash_failover(mode: &str) {
             })
             .unwrap_or_default()
     };
-    eprintln!("{mode}:");
+    eprintln!("{mode}, {scenario:?}:");
+    let event = match scenario {
+        Scenario::PlannedSwitchover => "B's priority raised to 200 (reload)",
+        _ => "SIGKILL of A",
+    };
     eprintln!(
-        "SIGKILL of A -> B MASTER after {took:?} (master down {} ms), {garp} gratuitous ARP \
-         sent, client's neighbour entry at B after {moved:?}",
+        "{event} -> B MASTER after {took:?} (master down {} ms at priority 100), {garp} \
+         gratuitous ARP sent, client's neighbour entry at B after {moved:?}",
         3 * ADVERT_MS + (256 - 100) * (ADVERT_MS / 10) / 256 * 10
     );
+    if let Some(stepped_down) = stepped_down {
+        eprintln!("A BACKUP after {stepped_down:?}");
+        assert!(
+            stepped_down.is_some(),
+            "A did not step down: {:#}",
+            a.vrrp()
+        );
+    }
     eprintln!(
         "takeover seen by the client: max gap {:.3} s (ending {:.3} s after the kill; \
          median of the per-connection max gaps {:.3} s); {survived}/{LONG} connections \
@@ -462,14 +645,38 @@ fn crash_failover(mode: &str) {
         "B's gratuitous ARP did not move the client's entry for {VIP} to B: {:?}",
         lab.bed.neighbour_mac(&client_ns, &client_if, VIP)
     );
+    // Sync loss: a connection is lost only if B never heard of it (each of its syncs,
+    // the first and one per refresh period, was dropped): at most the ones B lacked
+    // just before the crash. Those lacked are bounded by the refreshes: a connection
+    // 3 s old had 3 chances at 10% loss each (docs/SYNC.md).
+    let allowed = if scenario == Scenario::SyncLoss {
+        let dropped = sync_datagrams_dropped(&lab, &lb2_ns);
+        let received = b.ctl(&["sync", "--json"]);
+        let received: serde_json::Value = serde_json::from_str(&received.stdout).unwrap();
+        eprintln!(
+            "sync loss: nftables dropped {dropped} sync datagrams to B, B received {}; \
+             B lacked {missing_before} of {LONG} connections at the crash; {} lost",
+            received["stats"]["datagrams_received"],
+            LONG - survived
+        );
+        assert!(dropped > 0, "the nftables rule dropped nothing");
+        assert!(
+            missing_before as u32 <= LONG / LOSS_ONE_IN,
+            "B lacked {missing_before} connections 3 s after they opened, \
+             more than one refresh round's loss"
+        );
+        missing_before
+    } else {
+        0
+    };
     assert!(
-        failures.is_empty(),
-        "{} of {LONG} connections did not survive:\n{}\nB: {:#}",
+        failures.len() <= allowed,
+        "{} of {LONG} connections did not survive ({allowed} allowed):\n{}\nB: {:#}",
         failures.len(),
         failures[..failures.len().min(10)].join("\n"),
         b_after
     );
-    assert_eq!(survived, LONG);
+    assert_eq!(survived as usize + failures.len(), LONG as usize);
     assert!(
         max_gap < TARGET.as_secs_f64(),
         "takeover gap {max_gap:.3} s >= {TARGET:?}"
@@ -477,5 +684,10 @@ fn crash_failover(mode: &str) {
     // The connections stayed on their real servers (the client checks every answer's
     // server) and the B is the one forwarding them now.
     assert_eq!(b.vrrp()["state"], "MASTER");
+    if scenario == Scenario::PlannedSwitchover {
+        // A stayed backup to the end (B's clean stop would hand it back).
+        assert_eq!(a.vrrp()["state"], "BACKUP");
+        a.stop_clean();
+    }
     b.stop_clean();
 }

@@ -696,9 +696,6 @@ impl Registry {
         }
     }
 
-    /// `sluicectl reload`: the config file's services and timeouts, applied as the
-    /// difference to the running table in one batch (all or nothing). Other sections
-    /// (ports, lcores, EAL, sessions) need a restart and are not compared.
     /// Health checking's turn of the management loop: answers from the workers, then
     /// timeouts, passive counts and due probes; evictions and restorations are logged
     /// and published as a new snapshot.
@@ -842,7 +839,12 @@ impl Registry {
         .map_err(|e| e.to_string())
     }
 
-    fn reload(&mut self) -> Result<serde_json::Value, String> {
+    /// `sluicectl reload`: the config file's services and timeouts, applied as the
+    /// difference to the running table in one batch (all or nothing), then its VRRP
+    /// priority, advertisement interval and preempt flag (a planned switchover: raise
+    /// the standby's priority). Other sections (ports, lcores, EAL, sessions, VRID,
+    /// sync) need a restart and are not compared.
+    fn reload(&mut self, mesh: &Mesh, pool: &Mempool) -> Result<serde_json::Value, String> {
         let cfg = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         let desired = Services::from_config(&cfg)?;
         // Health settings apply from the next tick (the probe source and ports need a
@@ -854,21 +856,41 @@ impl Registry {
         if desired.timeouts != self.services.timeouts {
             requests.push(Request::SetTimeouts { tcp, tcpfin, udp });
         }
-        if requests.is_empty() {
-            return Ok(serde_json::json!({ "applied": 0, "generation": self.services.generation }));
+        let mut answer = if requests.is_empty() {
+            serde_json::json!({ "applied": 0, "generation": self.services.generation })
+        } else {
+            self.services.record(format!(
+                "lb=config op=reload file={} commands={}",
+                self.config_path.display(),
+                requests.len()
+            ));
+            let Registry {
+                services,
+                publisher,
+                real_servers,
+                ..
+            } = self;
+            services.handle(Request::Batch { requests }, publisher, real_servers)?
+        };
+        if let (Some(node), Some(v)) = (&mut self.vrrp, &cfg.vrrp) {
+            let now_ms = self.started.elapsed().as_millis() as u64;
+            let addrs = self.services.virtual_addresses();
+            let mut send = |frame: &[u8]| inject(mesh, pool, frame);
+            let interval_cs = (v.advert_interval_ms / 10) as u16;
+            if let Some(line) = node.reconfigure(
+                v.priority,
+                interval_cs,
+                v.preempt,
+                now_ms,
+                &addrs,
+                &mut send,
+            ) {
+                self.services.record(line);
+                let applied = answer["applied"].as_u64().unwrap_or(0);
+                answer["applied"] = serde_json::json!(applied + 1);
+            }
         }
-        self.services.record(format!(
-            "lb=config op=reload file={} commands={}",
-            self.config_path.display(),
-            requests.len()
-        ));
-        let Registry {
-            services,
-            publisher,
-            real_servers,
-            ..
-        } = self;
-        services.handle(Request::Batch { requests }, publisher, real_servers)
+        Ok(answer)
     }
 
     /// The Prometheus exposition text, from the same reports as `sluicectl status`,
@@ -975,7 +997,7 @@ fn management_loop(
                 );
                 registry.metrics(&status)
             } else if req == Request::Reload {
-                registry.reload()
+                registry.reload(&app.mesh, &app.pool)
             } else if req == Request::Health {
                 registry.health_report()
             } else if req == Request::Vrrp {

@@ -98,6 +98,43 @@ impl VrrpNode {
         }
     }
 
+    /// `sluicectl reload`: new priority, advertisement interval or preempt flag; the
+    /// event line when anything changed.
+    pub fn reconfigure(
+        &mut self,
+        priority: u8,
+        advert_interval_cs: u16,
+        preempt: bool,
+        now_ms: u64,
+        addrs: &[Ipv4Addr],
+        send: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Option<String> {
+        let old = self.router.config;
+        if (old.priority, old.advert_interval_cs, old.preempt)
+            == (priority, advert_interval_cs, preempt)
+        {
+            return None;
+        }
+        let (next, actions) =
+            self.router
+                .reconfigure(priority, advert_interval_cs, preempt, now_ms);
+        self.router = next;
+        if actions.contains(Actions::SEND_ADVERT) {
+            self.send_advert(priority, addrs, send);
+        }
+        Some(format!(
+            "lb=vrrp vrid={} op=reconfigure state={} priority={}->{} advert_ms={}->{} preempt={}->{}",
+            old.vrid,
+            state_name(self.router.state),
+            old.priority,
+            priority,
+            u32::from(old.advert_interval_cs) * 10,
+            u32::from(advert_interval_cs) * 10,
+            old.preempt,
+            preempt
+        ))
+    }
+
     /// A frame the workers handed up as VRRP (IPv4 protocol 112 to 224.0.0.18).
     pub fn on_frame(
         &mut self,

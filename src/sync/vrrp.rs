@@ -233,6 +233,33 @@ impl Router {
         }
     }
 
+    /// Applies a reloaded priority, advertisement interval and preempt flag (the VRID
+    /// and the primary address need a restart). A master advertises the new values at
+    /// once; a backup keeps its timer: with preempt and a priority now above the
+    /// master's, it ignores the master's advertisements from here on and takes over
+    /// when the master-down timer runs out (a planned switchover).
+    #[must_use]
+    pub fn reconfigure(
+        &self,
+        priority: u8,
+        advert_interval_cs: u16,
+        preempt: bool,
+        now_ms: u64,
+    ) -> (Router, Actions) {
+        let mut next = *self;
+        next.config.priority = priority;
+        next.config.advert_interval_cs = advert_interval_cs;
+        next.config.preempt = preempt;
+        let actions = if next.state == State::Master {
+            next.master_adver_interval_cs = advert_interval_cs;
+            next.arm_advert(now_ms);
+            Actions::SEND_ADVERT
+        } else {
+            Actions::none()
+        };
+        (next, actions)
+    }
+
     fn become_master(&mut self, now: u64) -> Actions {
         self.state = State::Master;
         self.master_down_deadline_ms = None;
@@ -484,5 +511,35 @@ mod tests {
             (State::Master, State::Backup),
             "preempted"
         );
+
+        // Planned switchover: B's priority raised above A's (a reload). B ignores A's
+        // lower adverts from then on and takes over at its master-down time
+        // after A's last accepted advert (3 x 1 s + skew of 250: 0.02 s; that advert
+        // was at most 1 s before the reload), and A steps down at B's first advert.
+        let (reloaded, actions) = b.reconfigure(250, 100, true, 30_000);
+        b = reloaded;
+        assert_eq!(actions, Actions::none(), "a backup just waits");
+        run(&mut a, &mut b, 30_000, 32_000);
+        assert_eq!(
+            (a.state, b.state),
+            (State::Master, State::Backup),
+            "not yet"
+        );
+        run(&mut a, &mut b, 32_000, 34_000);
+        assert_eq!(
+            (a.state, b.state),
+            (State::Backup, State::Master),
+            "switched"
+        );
+        // Without preempt a higher priority changes nothing while a master speaks.
+        let (reloaded, actions) = a.reconfigure(254, 100, false, 34_000);
+        a = reloaded;
+        assert_eq!(actions, Actions::none());
+        run(&mut a, &mut b, 34_000, 44_000);
+        assert_eq!((a.state, b.state), (State::Backup, State::Master));
+        // A master lowering its priority advertises it at once.
+        let (reloaded, actions) = b.reconfigure(10, 100, true, 44_000);
+        assert_eq!(actions, Actions::SEND_ADVERT);
+        assert_eq!(reloaded.adver_deadline_ms, Some(45_000));
     }
 }
