@@ -263,18 +263,11 @@ impl Forwarder {
         let mut expired = 0;
         sessions.expire(*now_tick, EXPIRY_BUDGET, |_, s| {
             expired += 1;
-            release_local_port(pools, s);
             extend_template(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
-            let c = &real_servers[s.real as usize];
             if expired_unanswered(s) {
-                c.count_passive(Passive::Unanswered);
+                real_servers[s.real as usize].count_passive(Passive::Unanswered);
             }
-            let gauge = if s.is_active() {
-                &c.active
-            } else {
-                &c.inactive
-            };
-            RealServerCounters::gauge_add(gauge, -1);
+            forget(pools, real_servers, s);
         });
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
@@ -986,14 +979,7 @@ impl Forwarder {
         if r.op == RecordOp::Remove {
             let counters_free = found.and_then(|id| self.sessions.remove(id));
             if let Some(s) = counters_free {
-                release_local_port(&mut self.pools, &s);
-                let c = &self.real_servers[s.real as usize];
-                let gauge = if s.is_active() {
-                    &c.active
-                } else {
-                    &c.inactive
-                };
-                RealServerCounters::gauge_add(gauge, -1);
+                forget(&mut self.pools, &self.real_servers, &s);
             }
             return Some(Event::SyncRemoved);
         }
@@ -1112,7 +1098,6 @@ impl Forwarder {
                         .push(crate::sync::events::SessionEvent::new(kind, &s, 0));
                 }
             }
-            release_local_port(&mut self.pools, &s);
             extend_template(
                 &self.persist,
                 self.snapshot.current(),
@@ -1120,13 +1105,7 @@ impl Forwarder {
                 self.now_tick,
                 self.ticks_per_second,
             );
-            let c = &self.real_servers[s.real as usize];
-            let gauge = if s.is_active() {
-                &c.active
-            } else {
-                &c.inactive
-            };
-            RealServerCounters::gauge_add(gauge, -1);
+            forget(&mut self.pools, &self.real_servers, &s);
             bump(&counters.sessions_expired, 1);
         }
     }
@@ -1343,6 +1322,26 @@ impl Forwarder {
             _ => Action::Drop(DropReason::IcmpErrorNoSession),
         }
     }
+}
+
+/// The bookkeeping of a session leaving the table (expired, retired or removed by
+/// sync): its FullNAT local port goes back to the pool and its real server's
+/// active/inactive gauge drops.
+fn forget(
+    pools: &mut hashbrown::HashMap<u32, PortPool>,
+    real_servers: &[RealServerCounters],
+    s: &Session,
+) {
+    release_local_port(pools, s);
+    let c = &real_servers[s.real as usize];
+    RealServerCounters::gauge_add(
+        if s.is_active() {
+            &c.active
+        } else {
+            &c.inactive
+        },
+        -1,
+    );
 }
 
 /// Returns a FullNAT session's local port to its service's pool (no-op otherwise, or
