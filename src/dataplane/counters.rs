@@ -197,10 +197,15 @@ pub enum Event {
     /// Session sync (standby): a record whose service or real server this node does
     /// not have, or no room in the session table.
     SyncInstallFailed,
+    /// A rewritten frame waited for its next hop's MAC (an ARP request asked for it).
+    NeighbourHeld,
+    /// A held frame was sent once its next hop resolved (a held frame that times out
+    /// or finds no room is dropped as `neighbour_unresolved`).
+    NeighbourHeldSent,
 }
 
 impl Event {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 21;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -221,6 +226,8 @@ impl Event {
         Event::SyncInstalled,
         Event::SyncRemoved,
         Event::SyncInstallFailed,
+        Event::NeighbourHeld,
+        Event::NeighbourHeldSent,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -243,6 +250,8 @@ impl Event {
             Event::SyncInstalled => "sync_installed",
             Event::SyncRemoved => "sync_removed",
             Event::SyncInstallFailed => "sync_install_failed",
+            Event::NeighbourHeld => "neighbour_held",
+            Event::NeighbourHeldSent => "neighbour_held_sent",
         }
     }
 }

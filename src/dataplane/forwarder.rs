@@ -59,6 +59,9 @@ pub enum Action {
     Redirect(u16),
     /// An answer to a health probe: hand it to the management core.
     Punt,
+    /// The frame is rewritten but its next hop's MAC is unknown: hold it until this
+    /// address resolves (the worker asks for it by ARP), then address and send it.
+    Hold(Ipv4Addr),
 }
 
 pub struct Forwarder {
@@ -637,7 +640,7 @@ impl Forwarder {
                 Direction::Outbound => c.count_out(bytes),
                 _ => c.count_in(bytes),
             }
-            let action = self.forward(burst, i, parsed, &s, dir, port, neighbours, now_tsc);
+            let action = self.forward(burst, i, parsed, &s, dir, port, neighbours);
             if let (Action::Transmit, ForwardMode::Dr | ForwardMode::Tun) = (action, s.mode) {
                 // Cache a freshly resolved next hop in the session.
                 if s.peer_mac == [0; 6] {
@@ -649,7 +652,9 @@ impl Forwarder {
                     }
                 }
             }
-            if action == Action::Transmit && s.flags().contains(SessionFlags::TOA_PENDING) {
+            if matches!(action, Action::Transmit | Action::Hold(_))
+                && s.flags().contains(SessionFlags::TOA_PENDING)
+            {
                 self.toa(burst, i, parsed, id, &s, dir, flags, port, counters);
             }
             return action;
@@ -859,16 +864,7 @@ impl Forwarder {
             }
         }
         let s = *self.sessions.get(id).expect("inserted just now");
-        self.forward(
-            burst,
-            i,
-            parsed,
-            &s,
-            Direction::Inbound,
-            port,
-            neighbours,
-            now_tsc,
-        )
+        self.forward(burst, i, parsed, &s, Direction::Inbound, port, neighbours)
     }
 
     /// FullNAT TOA, after the segment was rewritten: the real server's SYN-ACK gets its
@@ -1120,50 +1116,45 @@ impl Forwarder {
         dir: Direction,
         port: &PortContext,
         neighbours: &mut NeighbourTable,
-        now_tsc: u64,
     ) -> Action {
         let rs_ip = Ipv4Addr::from(s.real_addr);
+        let client = Ipv4Addr::from(s.client_addr);
+        // Rewrite first, then address the frame: a frame whose next hop is not
+        // resolved yet is complete but for its MACs, and waits (`Action::Hold`).
         match (s.mode, dir) {
             (ForwardMode::Nat, Direction::Outbound) => {
-                let Some(back) = client_next_hop(s, neighbours) else {
-                    return Action::Drop(DropReason::NeighbourUnresolved);
-                };
                 let frame = burst.packet_mut(i);
                 if let Err(r) = forward::snat(frame, parsed, Ipv4Addr::from(s.vip), s.vport) {
                     return Action::Drop(r);
                 }
-                done(forward::dr::forward(frame, back, port.mac))
+                address(frame, client_next_hop(s, neighbours), client, port)
             }
             (ForwardMode::FullNat, Direction::Outbound) => {
                 // RS -> LIP:lport becomes VIP:vport -> client:cport.
                 let frame = burst.packet_mut(i);
                 let src = (Ipv4Addr::from(s.vip), s.vport);
-                let dst = (Ipv4Addr::from(s.client_addr), s.client_port);
+                let dst = (client, s.client_port);
                 if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
                     return Action::Drop(r);
                 }
-                let Some(back) = client_next_hop(s, neighbours) else {
-                    return Action::Drop(DropReason::NeighbourUnresolved);
-                };
-                done(forward::dr::forward(frame, back, port.mac))
+                address(frame, client_next_hop(s, neighbours), client, port)
             }
             (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
             (mode, _) => {
-                let Some(rs_mac) = self.next_hop(s, neighbours) else {
-                    return self.request_resolution(burst, i, parsed, rs_ip, port, now_tsc);
-                };
+                let rs_mac = self.next_hop(s, neighbours);
                 match mode {
-                    ForwardMode::Dr => {
-                        done(forward::dr::forward(burst.packet_mut(i), rs_mac, port.mac))
-                    }
+                    ForwardMode::Dr => address(burst.packet_mut(i), rs_mac, rs_ip, port),
                     ForwardMode::Nat => {
                         let frame = burst.packet_mut(i);
                         if let Err(r) = forward::dnat(frame, parsed, rs_ip, s.real_port) {
                             return Action::Drop(r);
                         }
-                        done(forward::dr::forward(frame, rs_mac, port.mac))
+                        address(frame, rs_mac, rs_ip, port)
                     }
-                    ForwardMode::Tun => self.tunnel(burst, i, parsed, rs_ip, rs_mac, port),
+                    ForwardMode::Tun => match self.tunnel(burst, i, parsed, rs_ip, port) {
+                        Action::Transmit => address(burst.packet_mut(i), rs_mac, rs_ip, port),
+                        other => other,
+                    },
                     ForwardMode::FullNat => {
                         // client:cport -> VIP:vport becomes LIP:lport -> RIP:rport.
                         let frame = burst.packet_mut(i);
@@ -1172,7 +1163,7 @@ impl Forwarder {
                         if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
                             return Action::Drop(r);
                         }
-                        done(forward::dr::forward(frame, rs_mac, port.mac))
+                        address(frame, rs_mac, rs_ip, port)
                     }
                 }
             }
@@ -1186,13 +1177,14 @@ impl Forwarder {
         neighbours.lookup(Ipv4Addr::from(s.real_addr))
     }
 
+    /// Encapsulates the frame for `rs_ip` (IPIP); the outer Ethernet addresses are
+    /// left for `address`.
     fn tunnel(
         &mut self,
         burst: &mut Burst,
         i: usize,
         parsed: &Parsed,
         rs_ip: Ipv4Addr,
-        rs_mac: MacAddr,
         port: &PortContext,
     ) -> Action {
         match forward::check_mtu(burst.packet(i), parsed, port.mtu) {
@@ -1219,7 +1211,7 @@ impl Forwarder {
             l2_len,
             port.addr,
             rs_ip,
-            rs_mac,
+            MacAddr::ZERO,
             port.mac,
             self.ip_ident,
         ) {
@@ -1227,6 +1219,17 @@ impl Forwarder {
             Ok(_) => Action::Drop(DropReason::TooBig),
             Err(r) => Action::Drop(r),
         }
+    }
+
+    /// Whether an ARP request for `target` may go out now (at most one per address
+    /// per ARP interval); records it as sent when it may.
+    pub fn arp_due(&mut self, target: Ipv4Addr, now_tsc: u64) -> bool {
+        let slot = &mut self.arp_sent[limiter_slot(target)];
+        if slot.0 == u32::from(target) && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
+            return false;
+        }
+        *slot = (u32::from(target), now_tsc);
+        true
     }
 
     /// The next hop is unknown: turn this packet into an ARP request for it (rate
@@ -1241,12 +1244,9 @@ impl Forwarder {
         port: &PortContext,
         now_tsc: u64,
     ) -> Action {
-        let slot = &mut self.arp_sent
-            [(u32::from(target) as usize).wrapping_mul(2654435761) % ARP_LIMITER_SLOTS];
-        if slot.0 == u32::from(target) && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
+        if !self.arp_due(target, now_tsc) {
             return Action::Drop(DropReason::NeighbourUnresolved);
         }
-        *slot = (u32::from(target), now_tsc);
         let frame = burst.packet_mut(i);
         match write_arp_request(frame, parsed.l2.l3_offset, port.mac, port.addr, target) {
             Some(len) if burst.set_packet_len(i, len as u16) => {
@@ -1308,19 +1308,26 @@ impl Forwarder {
                 }
                 done(forward::dr::forward(frame, rs_mac, port.mac))
             }
-            (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound | Direction::InputOnly) => self
-                .forward(
-                    burst,
-                    i,
-                    parsed,
-                    &s,
-                    Direction::Inbound,
-                    port,
-                    neighbours,
-                    now_tsc,
-                ),
+            (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound | Direction::InputOnly) => {
+                self.forward(burst, i, parsed, &s, Direction::Inbound, port, neighbours)
+            }
             _ => Action::Drop(DropReason::IcmpErrorNoSession),
         }
+    }
+}
+
+/// Addresses a rewritten frame from the port to `next_hop`, or holds it until
+/// `target` (whose MAC that is) resolves.
+#[inline]
+fn address(
+    frame: &mut [u8],
+    next_hop: Option<MacAddr>,
+    target: Ipv4Addr,
+    port: &PortContext,
+) -> Action {
+    match next_hop {
+        Some(mac) => done(forward::dr::forward(frame, mac, port.mac)),
+        None => Action::Hold(target),
     }
 }
 

@@ -2,6 +2,7 @@
 //! addresses), the neighbour table, and the run-to-completion loop.
 pub mod counters;
 pub mod forwarder;
+pub mod held;
 pub mod loads;
 pub mod local;
 pub mod mesh;

@@ -59,6 +59,9 @@ pub struct NeighbourTable {
     changes: [(Ipv4Addr, MacAddr); CHANGES],
     changes_len: usize,
     changes_lost: usize,
+    /// Entries inserted or changed so far (any source): frames waiting for a next hop
+    /// are looked at again only when this moved.
+    learned_total: u64,
 }
 
 /// Changes remembered between two `take_changes` calls (a worker calls it after every
@@ -78,6 +81,7 @@ impl NeighbourTable {
             changes: [(Ipv4Addr::UNSPECIFIED, MacAddr::ZERO); CHANGES],
             changes_len: 0,
             changes_lost: 0,
+            learned_total: 0,
         }
     }
 
@@ -152,7 +156,9 @@ impl NeighbourTable {
     pub fn learn_shared(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Learn {
         let (index, found) = self.probe(ip);
         if found {
-            return Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
+            let learned = Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
+            self.learned_total += u64::from(learned == Learn::Updated);
+            return learned;
         }
         if self.is_full() {
             return Learn::Full;
@@ -166,7 +172,13 @@ impl NeighbourTable {
             },
         };
         self.len += 1;
+        self.learned_total += 1;
         Learn::Inserted
+    }
+
+    /// How many entries were inserted or changed so far.
+    pub fn learned_total(&self) -> u64 {
+        self.learned_total
     }
 
     /// Updates `ip` only if it is already known (the RFC 826 merge step for ARP packets
@@ -176,6 +188,7 @@ impl NeighbourTable {
             return None;
         };
         let learned = Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
+        self.learned_total += u64::from(learned == Learn::Updated);
         self.remember(learned, ip, mac);
         Some(learned)
     }

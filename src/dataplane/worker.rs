@@ -3,12 +3,13 @@
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
 use super::counters::{bump, DropReason, Event, WorkerCounters};
 use super::forwarder::{write_arp_request, Action, Forwarder, PortContext};
+use super::held::Held;
 use super::local::LocalResponder;
 use super::mesh::Mesh;
 use super::neighbour::NeighbourTable;
 use super::query::Mailbox;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
-use crate::wire::ethernet;
+use crate::wire::{ethernet, MacAddr};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -19,6 +20,11 @@ const INSTALLS_PER_POLL: usize = 256;
 
 /// Neighbour entries per worker; inserting beyond this is refused and counted.
 pub const NEIGHBOUR_CAPACITY: usize = 4096;
+
+/// How long a frame may wait for its next hop's MAC (`Held`): an ARP answer takes
+/// well under a millisecond on a LAN; past this the sender's own retransmission is
+/// due anyway.
+const HOLD_MS: u64 = 200;
 
 /// One port as a worker sees it: its own queue pair, the port's local responder, and
 /// what the forwarder needs to source packets from it.
@@ -40,6 +46,8 @@ pub struct Worker {
     pub forwarder: Forwarder,
     pub counters: Arc<WorkerCounters>,
     pub links: Links,
+    /// Rewritten frames waiting for their next hop's MAC.
+    held: Held,
 }
 
 /// What connects a worker to the rest of the process.
@@ -69,6 +77,7 @@ impl Worker {
             forwarder,
             counters,
             links,
+            held: Held::new(tsc_hz() / 1000 * HOLD_MS),
         }
     }
 
@@ -128,9 +137,11 @@ impl Worker {
                     &mut rx,
                     &mut tx,
                     &mut redirects,
+                    &mut self.held,
                 );
                 send_redirects(&self.links.mesh, &self.counters, &mut redirects);
             }
+            self.send_held(start);
             self.share_neighbours();
             self.counters
                 .neighbour_entries
@@ -188,6 +199,7 @@ impl Worker {
                     &mut same_port,
                     tx,
                     redirects,
+                    &mut self.held,
                 ),
                 // Cannot happen (the port field is ours): free rather than misroute.
                 None => same_port.free_all(),
@@ -268,28 +280,84 @@ impl Worker {
         let (pool, mac, addr) = (&self.pool, port.responder.mac(), port.addr);
         self.forwarder
             .resolve_real_servers(&self.neighbours, now, |target| {
-                if out.is_full() || !out.alloc_from(pool, 1) {
-                    return;
-                }
-                let i = out.len() - 1;
-                out.set_packet_len(i, 60);
-                match write_arp_request(out.packet_mut(i), ethernet::HEADER_LEN, mac, addr, target)
-                {
-                    Some(len) => {
-                        out.set_packet_len(i, len as u16);
-                    }
-                    // Cannot happen: a 60-byte frame always holds an Ethernet+ARP request.
-                    // Should it ever, send nothing rather than a malformed frame.
-                    None => out.free_all(),
-                }
+                push_arp_request(&mut out, pool, mac, addr, target);
             });
-        let queued = out.len() as u64;
-        let sent = port.tx.tx(&mut out) as u64;
-        bump(&self.counters.tx_packets, sent);
-        if sent < queued {
-            (sent..queued).for_each(|_| WorkerCounters::drop(&self.counters, DropReason::TxFull));
-        }
+        transmit_all(port, &mut out, &self.counters);
     }
+
+    /// The held frames' turn (`Held`): ARP requests for their next hops, then the
+    /// frames whose next hop was learned meanwhile go out, and those held too long
+    /// are dropped. Nothing to do (one branch) while nothing is held.
+    fn send_held(&mut self, now: u64) {
+        if self.held.is_empty() {
+            return;
+        }
+        let (pool, ports, counters) = (&self.pool, &mut self.ports, &self.counters);
+        self.held.take_asks(|target, index| {
+            if let Some(port) = ports.get_mut(usize::from(index)) {
+                let mut out = Burst::new();
+                push_arp_request(&mut out, pool, port.responder.mac(), port.addr, target);
+                transmit_all(port, &mut out, counters);
+            }
+        });
+        let learned = self.neighbours.learned_total();
+        if !self.held.due(learned, now) {
+            return;
+        }
+        let neighbours = &self.neighbours;
+        for (index, port) in ports.iter_mut().enumerate() {
+            let mut out = Burst::new();
+            let (sent, expired) = self.held.release(
+                index as u16,
+                port.responder.mac(),
+                now,
+                |ip| neighbours.lookup(ip),
+                &mut out,
+            );
+            counters.event_n(Event::NeighbourHeldSent, sent as u64);
+            (0..expired)
+                .for_each(|_| WorkerCounters::drop(counters, DropReason::NeighbourUnresolved));
+            transmit_all(port, &mut out, counters);
+        }
+        self.held.looked(learned);
+    }
+}
+
+/// Appends an ARP request for `target`, from `mac`/`addr`, to `out` (nothing when `out`
+/// is full or the pool is empty).
+fn push_arp_request(
+    out: &mut Burst,
+    pool: &Mempool,
+    mac: MacAddr,
+    addr: Ipv4Addr,
+    target: Ipv4Addr,
+) {
+    if out.is_full() || !out.alloc_from(pool, 1) {
+        return;
+    }
+    let i = out.len() - 1;
+    out.set_packet_len(i, 60);
+    match write_arp_request(out.packet_mut(i), ethernet::HEADER_LEN, mac, addr, target) {
+        Some(len) => {
+            out.set_packet_len(i, len as u16);
+        }
+        // Cannot happen: a 60-byte frame always holds an Ethernet+ARP request.
+        // Should it ever, send nothing rather than a malformed frame.
+        None => out.free_all(),
+    }
+}
+
+/// Transmits Sluice's own frames in `out` on `port`; what the TX ring refuses is
+/// counted and freed.
+fn transmit_all(port: &mut WorkerPort, out: &mut Burst, counters: &WorkerCounters) {
+    if out.is_empty() {
+        return;
+    }
+    let queued = out.len() as u64;
+    let sent = port.tx.tx(out) as u64;
+    bump(&counters.tx_packets, sent);
+    (sent..queued).for_each(|_| counters.drop(DropReason::TxFull));
+    out.free_all();
 }
 
 /// What poll_port hands on during one burst: per destination worker, the packets
@@ -333,6 +401,7 @@ fn poll_port(
     rx: &mut Burst,
     tx: &mut Burst,
     redirects: &mut Redirects,
+    held: &mut Held,
 ) -> usize {
     let n = port.rx.rx(rx);
     if n == 0 {
@@ -340,7 +409,7 @@ fn poll_port(
     }
     bump(&counters.rx_packets, n as u64);
     process(
-        port, port_index, false, forwarder, neighbours, counters, now, rx, tx, redirects,
+        port, port_index, false, forwarder, neighbours, counters, now, rx, tx, redirects, held,
     );
     n
 }
@@ -360,6 +429,7 @@ fn process(
     rx: &mut Burst,
     tx: &mut Burst,
     redirects: &mut Redirects,
+    held: &mut Held,
 ) {
     let n = rx.len();
     let ctx = PortContext {
@@ -396,6 +466,15 @@ fn process(
                 };
                 if !moved {
                     counters.drop(DropReason::RedirectRingFull);
+                }
+                false
+            }
+            Action::Hold(target) => {
+                let ask = forwarder.arp_due(target, now);
+                if held.hold(rx, i, target, port_index, now, ask) {
+                    counters.event(Event::NeighbourHeld);
+                } else {
+                    counters.drop(DropReason::NeighbourUnresolved);
                 }
                 false
             }
