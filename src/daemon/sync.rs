@@ -215,10 +215,12 @@ impl SyncNode {
         };
         let sent = sender.send_events(rings, EVENTS_PER_TICK, buf, &mut to_peers);
         // This tick's slice of the template table: what the peers were not told yet.
-        let by_id = ServicesById::new(table);
+        // (The services by id are built only when a template is due.)
+        let mut by_id = None;
         template_records.clear();
         tracker.scan(persist, now, |key, template| {
             by_id
+                .get_or_insert_with(|| ServicesById::new(table))
                 .record(key, template, now, *tick_ms)
                 .map(|r| template_records.push(r))
                 .is_some()
