@@ -9,6 +9,10 @@
 //! - A standby started after the active catches up by bulk resync: it asks for the
 //!   active's table, and the active dumps its sessions, TIME_WAIT ones included (they
 //!   never change again, so no other message would bring them).
+//! - Persistence templates reach the standby: with a persistent service, the standby
+//!   lists the active's templates (client network, service, real server), expiring no
+//!   later than on the active (plus slack); a standby started later gets them in the
+//!   active's dump.
 //! - Forged or malformed datagrams (wrong version, truncated, unknown peer, bad HMAC,
 //!   a session for a VIP the standby does not have) are rejected, each counted under
 //!   its reason, and install nothing.
@@ -66,9 +70,10 @@ impl Drop for Netns {
     }
 }
 
-fn service(extra: &str) -> String {
+/// The NAT service both nodes have; `persistence` adds service keys (e.g. a timeout).
+fn service(extra: &str, persistence: &str) -> String {
     format!(
-        "{extra}\n[[services]]\nproto = \"tcp\"\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\n\n  \
+        "{extra}\n[[services]]\nproto = \"tcp\"\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\n{persistence}\n  \
          [[services.real_servers]]\n  ip = \"198.18.0.2\"\n  port = 8080\n  mode = \"nat\"\n\n  \
          [[services.real_servers]]\n  ip = \"198.18.0.3\"\n  port = 8080\n  mode = \"nat\"\n"
     )
@@ -101,7 +106,7 @@ fn sessions(daemon: &Daemon) -> BTreeMap<(String, String, String), (String, u64)
 }
 
 /// The active node: a loopback port whose emulated clients keep opening connections.
-fn active_node(ns: &Netns, port: u16, peer: u16) -> Daemon {
+fn active_node(ns: &Netns, port: u16, peer: u16, persistence: &str) -> Daemon {
     let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
         "lan0",
         "02:53:4c:00:00:01",
@@ -109,20 +114,65 @@ fn active_node(ns: &Netns, port: u16, peer: u16) -> Daemon {
     )])
     .in_netns(&ns.0);
     cfg.loopback = vec!["peers = 4".into(), "ping_interval_ms = 50".into()];
-    cfg.extra_toml.push(service(&sync_section(port, peer)));
+    cfg.extra_toml
+        .push(service(&sync_section(port, peer), persistence));
     Daemon::start(cfg)
 }
 
 /// The standby node: the same service on an idle af_packet port.
-fn standby_node(ns: &Netns, port: u16, peer: u16) -> Daemon {
+fn standby_node(ns: &Netns, port: u16, peer: u16, persistence: &str) -> Daemon {
     let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
         "lan0",
         "net_af_packet0,iface=sy0",
         &["198.18.0.1/24"],
     )])
     .in_netns(&ns.0);
-    cfg.extra_toml.push(service(&sync_section(port, peer)));
+    cfg.extra_toml
+        .push(service(&sync_section(port, peer), persistence));
     Daemon::start(cfg)
+}
+
+/// (client network, virtual, destination) -> expires_s of a node's persistence
+/// templates (the `NONE` rows without a worker).
+fn templates(daemon: &Daemon) -> BTreeMap<(String, String, String), u64> {
+    let out = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+    assert!(out.success(), "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["worker"].is_null() && c["state"] == "NONE")
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap().to_string();
+            (
+                (s("client"), s("virtual"), s("destination")),
+                c["expires_s"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Where `standby`'s templates differ from `active`'s (taken first): missing, another
+/// real server, or expiring more than `slack_s` later than on the active, or more than
+/// `stale_s` sooner (a refresh never arrived).
+fn template_differences(
+    active: &BTreeMap<(String, String, String), u64>,
+    standby: &BTreeMap<(String, String, String), u64>,
+    slack_s: u64,
+    stale_s: u64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, &expires) in active {
+        match standby.get(key) {
+            Some(&e) if e <= expires + slack_s && e + stale_s >= expires => {}
+            other => out.push(format!("{key:?}: active {expires}s, standby {other:?}")),
+        }
+    }
+    for key in standby.keys().filter(|k| !active.contains_key(*k)) {
+        out.push(format!("{key:?}: only on the standby"));
+    }
+    out
 }
 
 fn sync_report(daemon: &Daemon) -> serde_json::Value {
@@ -179,9 +229,9 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     let (active_port, standby_port) = (40_000 + (std::process::id() % 10_000) as u16, 0);
     let standby_port = standby_port + active_port + 1;
 
-    let standby = standby_node(&ns, standby_port, active_port);
+    let standby = standby_node(&ns, standby_port, active_port, "");
 
-    let active = active_node(&ns, active_port, standby_port);
+    let active = active_node(&ns, active_port, standby_port, "");
 
     // Let the emulated clients open and close a few hundred connections.
     let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
@@ -316,7 +366,7 @@ fn a_standby_started_late_catches_up_by_bulk_resync() {
     let tag = unique_tag();
     let ns = Netns::new(&tag);
     let (active_port, standby_port) = (8848, 8849);
-    let active = active_node(&ns, active_port, standby_port);
+    let active = active_node(&ns, active_port, standby_port, "");
     let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
         let n = sessions(&active)
             .values()
@@ -331,7 +381,7 @@ fn a_standby_started_late_catches_up_by_bulk_resync() {
     );
     let before_standby = sessions(&active);
 
-    let standby = standby_node(&ns, standby_port, active_port);
+    let standby = standby_node(&ns, standby_port, active_port, "");
     // Every session the active held in TIME_WAIT before the standby existed.
     let old: Vec<_> = before_standby
         .iter()
@@ -362,6 +412,99 @@ fn a_standby_started_late_catches_up_by_bulk_resync() {
         old.len()
     );
     assert!(report["stats"]["dumps_sent"].as_u64().unwrap() >= 1);
+    standby.stop_clean();
+    active.stop_clean();
+}
+
+#[test]
+fn persistence_templates_reach_the_standby_live_and_by_dump() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = unique_tag();
+    let ns = Netns::new(&format!("t{tag}"));
+    let (active_port, standby_port) = (8858, 8859);
+    // Per-client persistence (/32): one template per emulated client.
+    let persistent = "persistence_timeout = 120";
+    let standby = standby_node(&ns, standby_port, active_port, persistent);
+    let active = active_node(&ns, active_port, standby_port, persistent);
+
+    let on_active = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        let t = templates(&active);
+        (t.len() >= 4).then_some(t)
+    });
+    let Some(on_active) = on_active else {
+        panic!("the active node made no templates\n{}", active.dump());
+    };
+    // A template travels within a scan pass (about 1 s) of its creation.
+    let mut last = Vec::new();
+    let synced = wait_for(Duration::from_secs(5), Duration::from_millis(200), || {
+        let a = templates(&active);
+        let s = templates(&standby);
+        last = template_differences(&a, &s, 1, 12);
+        last.is_empty().then_some((a, s))
+    });
+    let active_report = sync_report(&active);
+    let standby_report = sync_report(&standby);
+    eprintln!(
+        "templates: active {} (first seen {on_active:?}), standby {:?}; active sent {}, standby received {} installed {} skipped {}",
+        templates(&active).len(),
+        synced.as_ref().map(|(_, s)| s.len()),
+        active_report["stats"]["templates_sent"],
+        standby_report["stats"]["templates_received"],
+        standby_report["stats"]["templates_installed"],
+        standby_report["stats"]["templates_skipped"],
+    );
+    assert!(
+        synced.is_some(),
+        "the standby's templates differ from the active's:\n{}\nactive {active_report:#}\nstandby {standby_report:#}",
+        last.join("\n")
+    );
+    let (a, s) = synced.unwrap();
+    assert!(a.len() >= 4 && s.len() == a.len());
+    assert!(active_report["stats"]["templates_sent"].as_u64().unwrap() >= 4);
+    assert!(
+        standby_report["stats"]["templates_installed"]
+            .as_u64()
+            .unwrap()
+            >= 4
+    );
+    assert_eq!(standby_report["stats"]["templates_skipped"], 0);
+    // The standby does not echo them back (its workers leave them alone: no traffic,
+    // and its copies of the synced sessions, which extend a template when they end,
+    // do not end within the test).
+    assert_eq!(active_report["stats"]["templates_received"], 0);
+
+    // A standby started afresh gets them in the active's dump.
+    standby.stop_clean();
+    let dumped_before = sync_report(&active)["stats"]["dump_templates_sent"]
+        .as_u64()
+        .unwrap();
+    let standby = standby_node(&ns, standby_port, active_port, persistent);
+    let dumped = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let n = sync_report(&active)["stats"]["dump_templates_sent"]
+            .as_u64()
+            .unwrap();
+        (n >= dumped_before + 4).then_some(n - dumped_before)
+    });
+    assert!(
+        dumped.is_some(),
+        "no templates in the dump: {:#}",
+        sync_report(&active)
+    );
+    let synced = wait_for(Duration::from_secs(5), Duration::from_millis(200), || {
+        let a = templates(&active);
+        last = template_differences(&a, &templates(&standby), 1, 12);
+        last.is_empty().then_some(a.len())
+    });
+    eprintln!(
+        "restarted standby: {:?} templates in the dump, standby holds {:?}",
+        dumped, synced
+    );
+    assert!(
+        synced.is_some(),
+        "the restarted standby's templates differ:\n{}",
+        last.join("\n")
+    );
     standby.stop_clean();
     active.stop_clean();
 }

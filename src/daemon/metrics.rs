@@ -546,6 +546,26 @@ pub fn render_ha(
                 &["stats", "install_inbox_full"][..],
                 "Records lost to a full worker install inbox.",
             ),
+            (
+                "sluice_sync_templates_sent_total",
+                &["stats", "templates_sent"][..],
+                "Persistence templates sent in batches (new, changed or resent).",
+            ),
+            (
+                "sluice_sync_templates_received_total",
+                &["stats", "templates_received"][..],
+                "Persistence template records received in accepted messages.",
+            ),
+            (
+                "sluice_sync_templates_installed_total",
+                &["stats", "templates_installed"][..],
+                "Received templates installed (created, refreshed or replaced).",
+            ),
+            (
+                "sluice_sync_templates_skipped_total",
+                &["stats", "templates_skipped"][..],
+                "Received templates not installed (real server or service unknown here, other netmask, expired, slot busy, a later local template kept).",
+            ),
         ];
         for (name, path, help) in counters {
             Family::new(&mut o, name, "counter", help).sample(name, &[], n(s, path));
@@ -578,7 +598,8 @@ mod ha_tests {
         let health = serde_json::json!({"stats": {"probes_ok": 7, "probes_failed": 2, "probes_timed_out": 1, "probes_skipped": 0}});
         let vrrp = serde_json::json!({"state": "MASTER", "stats": {"transitions": 2, "adverts_sent": 40, "adverts_received": 0, "adverts_rejected": 3}});
         let sync = serde_json::json!({"events_dropped": 0, "accepted_records": 5,
-            "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0},
+            "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0,
+                "templates_sent": 6, "templates_received": 3, "templates_installed": 2, "templates_skipped": 1},
             "rejected": {"bad_hmac": 1, "unknown_peer": 0}});
         let text = render_ha(&health, Some(&vrrp), Some(&sync));
         for line in [
@@ -589,6 +610,10 @@ mod ha_tests {
             "sluice_sync_events_sent_total 9",
             "sluice_sync_bytes_sent_total 400",
             "sluice_sync_rejected_total{reason=\"bad_hmac\"} 1",
+            "sluice_sync_templates_sent_total 6",
+            "sluice_sync_templates_received_total 3",
+            "sluice_sync_templates_installed_total 2",
+            "sluice_sync_templates_skipped_total 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

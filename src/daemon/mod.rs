@@ -204,6 +204,8 @@ pub fn run(opts: &Options) -> Result<(), String> {
                     settings,
                     rings.clone(),
                     (view.toeplitz, view.reta, view.fields),
+                    persist.clone(),
+                    cfg.sessions.tick_ms,
                 );
                 match node {
                     Ok(node) => Some((node, settings.listen)),
@@ -664,11 +666,17 @@ impl Registry {
         serde_json::to_value(report).map_err(|e| e.to_string())
     }
 
+    /// The workers' session clock (`[sessions] tick_ms` ticks of the TSC), the time
+    /// base of persistence templates.
+    fn now_tick(&self) -> u32 {
+        let tsc_per_tick = (crate::dpdk::tsc_hz() / 1000 * self.tick_ms as u64).max(1);
+        (crate::dpdk::tsc() / tsc_per_tick) as u32
+    }
+
     /// Persistence templates as IPVS lists them among the connections: state `NONE`,
     /// the client network with port 0, no worker (all workers share them).
     fn templates(&self, report: &mut ConnectionsReport, max: u32) {
-        let tsc_per_tick = (crate::dpdk::tsc_hz() / 1000 * self.tick_ms as u64).max(1);
-        let now = (crate::dpdk::tsc() / tsc_per_tick) as u32;
+        let now = self.now_tick();
         for (key, template) in self.persist.live(now) {
             if report.connections.len() >= max as usize {
                 report.truncated = true;
@@ -784,10 +792,11 @@ impl Registry {
     }
 
     fn tick_sync(&mut self, mesh: &Mesh) {
+        let now = self.now_tick();
         let Some((node, _)) = &mut self.sync else {
             return;
         };
-        node.tick(&self.services.table, mesh);
+        node.tick(&self.services.table, mesh, now);
         // A peer asked for our whole table (it started or reconnected): dump it from
         // the workers' tables, chunk by chunk, between their polls.
         let Some((peer, dump_id)) = node.take_resync_request() else {
@@ -802,6 +811,14 @@ impl Registry {
                 c.expires_ticks.saturating_mul(tick_ms),
             ))
         });
+        // Every live template too (the shared table, read directly).
+        let now = self.now_tick();
+        let by_id = crate::sync::templates::ServicesById::new(&self.services.table);
+        records.extend(
+            self.persist
+                .live(now)
+                .filter_map(|(key, template)| by_id.record(key, template, now, tick_ms)),
+        );
         let Some((node, _)) = &mut self.sync else {
             return;
         };

@@ -2,15 +2,21 @@
 //! sync messages for the peers, and the peers' messages are checked (peer, version,
 //! HMAC, known services) and handed to the worker that will own each session under
 //! this node's RSS (`sync::receiver::session_owner`), through that worker's install
-//! inbox. One non-blocking UDP socket on a kernel interface; nothing here waits.
+//! inbox. Persistence templates, which the workers share in one table, are the
+//! management core's own business both ways (`sync::templates`): it scans the table a
+//! slice per tick for templates to send, and installs the peers' directly. One
+//! non-blocking UDP socket on a kernel interface; nothing here waits.
 use crate::config::SyncSettings;
 use crate::dataplane::mesh::Mesh;
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::service::{ServiceKey, ServiceTable};
+use crate::session::persist::PersistTable;
 use crate::sync::auth::SyncKey;
 use crate::sync::events::EventRing;
 use crate::sync::receiver::{session_owner, Receiver, ReceiverConfig, RejectReason};
 use crate::sync::sender::SyncSender;
+use crate::sync::templates::{self, Applied, ServicesById, TemplateTracker};
+use crate::sync::wire::{RecordKind, RecordRepr};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 
@@ -18,6 +24,9 @@ use std::sync::Arc;
 const EVENTS_PER_TICK: usize = 65_536;
 /// Datagrams read per tick at most.
 const DATAGRAMS_PER_TICK: usize = 1024;
+/// The management loop's tick, and the time a scan of the whole template table takes.
+const MANAGEMENT_TICK_MS: u32 = 5;
+const TEMPLATE_PASS_MS: u32 = 1000;
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct SyncStats {
@@ -37,6 +46,17 @@ pub struct SyncStats {
     pub dumps_sent: u64,
     pub dump_records_sent: u64,
     pub dump_chunks_received: u64,
+    /// Persistence templates: sent in batches (new, changed, or resent), received,
+    /// installed (created, or refreshed or replaced), removed on a peer's word, and
+    /// skipped (service or real server unknown here, another netmask, expired, a
+    /// worker writing the slot, or a later local template to another real server).
+    pub templates_sent: u64,
+    pub templates_received: u64,
+    pub templates_installed: u64,
+    pub templates_removed: u64,
+    pub templates_skipped: u64,
+    /// Templates in the dumps sent (part of `dump_records_sent`).
+    pub dump_templates_sent: u64,
 }
 
 pub struct SyncNode {
@@ -53,6 +73,13 @@ pub struct SyncNode {
     resync_asked: bool,
     /// A peer's request for our table, to answer with a dump.
     resync_request: Option<(SocketAddrV4, u32)>,
+    /// The workers' persistence templates, and the session clock's tick.
+    persist: Arc<PersistTable>,
+    tick_ms: u32,
+    /// Which templates the peers have been told.
+    tracker: TemplateTracker,
+    /// This tick's template records (kept across ticks).
+    template_records: Vec<RecordRepr>,
     pub stats: SyncStats,
 }
 
@@ -77,6 +104,8 @@ impl SyncNode {
         settings: &SyncSettings,
         rings: Arc<Vec<EventRing>>,
         rss: (Toeplitz, Reta, HashFields),
+        persist: Arc<PersistTable>,
+        tick_ms: u32,
     ) -> Result<SyncNode, String> {
         let socket = UdpSocket::bind(settings.listen)
             .map_err(|e| format!("sync: cannot bind {}: {e}", settings.listen))?;
@@ -103,6 +132,14 @@ impl SyncNode {
             datagram: vec![0; 65_536],
             resync_asked: false,
             resync_request: None,
+            tracker: TemplateTracker::new(
+                persist.capacity(),
+                (TEMPLATE_PASS_MS / MANAGEMENT_TICK_MS) as usize,
+                resend_ticks(settings.period_ms, tick_ms),
+            ),
+            persist,
+            tick_ms,
+            template_records: Vec::new(),
             stats: SyncStats::default(),
         })
     }
@@ -113,13 +150,12 @@ impl SyncNode {
     }
 
     /// Sends `records` to `peer` as dump `dump_id`; returns the chunk count.
-    pub fn send_dump(
-        &mut self,
-        peer: SocketAddrV4,
-        dump_id: u32,
-        records: Vec<crate::sync::wire::RecordRepr>,
-    ) -> u32 {
+    pub fn send_dump(&mut self, peer: SocketAddrV4, dump_id: u32, records: Vec<RecordRepr>) -> u32 {
         let n = records.len() as u64;
+        let templates = records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Template)
+            .count() as u64;
         let (socket, stats) = (&self.socket, &mut self.stats);
         let chunks = self.sender.send_dump(dump_id, records, &mut self.buf, |d| {
             match socket.send_to(d, peer) {
@@ -132,11 +168,14 @@ impl SyncNode {
         });
         self.stats.dumps_sent += 1;
         self.stats.dump_records_sent += n;
+        self.stats.dump_templates_sent += templates;
         chunks
     }
 
-    /// One turn: send what the workers queued, install what the peers sent.
-    pub fn tick(&mut self, table: &ServiceTable, mesh: &Mesh) {
+    /// One turn at session-clock tick `now`: send what the workers queued and the
+    /// templates due in this tick's slice of the template table, install what the
+    /// peers sent.
+    pub fn tick(&mut self, table: &ServiceTable, mesh: &Mesh, now: u32) {
         if !self.resync_asked {
             // Starting up: ask every peer for its table (bulk resync).
             self.resync_asked = true;
@@ -157,9 +196,13 @@ impl SyncNode {
             rings,
             buf,
             stats,
+            persist,
+            tick_ms,
+            tracker,
+            template_records,
             ..
         } = self;
-        let sent = sender.send_events(rings, EVENTS_PER_TICK, buf, |datagram| {
+        let mut to_peers = |datagram: &[u8]| {
             for peer in peers.iter() {
                 match socket.send_to(datagram, peer) {
                     Ok(n) => {
@@ -169,8 +212,22 @@ impl SyncNode {
                     Err(_) => stats.send_errors += 1,
                 }
             }
+        };
+        let sent = sender.send_events(rings, EVENTS_PER_TICK, buf, &mut to_peers);
+        // This tick's slice of the template table: what the peers were not told yet.
+        // (The services by id are built only when a template is due.)
+        let mut by_id = None;
+        template_records.clear();
+        tracker.scan(persist, now, |key, template| {
+            by_id
+                .get_or_insert_with(|| ServicesById::new(table))
+                .record(key, template, now, *tick_ms)
+                .map(|r| template_records.push(r))
+                .is_some()
         });
+        let templates_sent = sender.send_records(template_records.drain(..), buf, &mut to_peers);
         self.stats.events_sent += sent as u64;
+        self.stats.templates_sent += templates_sent as u64;
         for _ in 0..DATAGRAMS_PER_TICK {
             let (len, from) = match self.socket.recv_from(&mut self.datagram) {
                 Ok(got) => got,
@@ -205,6 +262,35 @@ impl SyncNode {
             }
             let (toeplitz, reta, fields) = &self.rss;
             for record in accepted.records() {
+                if record.kind == RecordKind::Template {
+                    // Shared by all workers: installed here, not by an owner.
+                    self.stats.templates_received += 1;
+                    let applied = templates::identify(table, &record, now, self.tick_ms).map(
+                        |(key, template)| {
+                            let applied = templates::apply(&self.persist, key, template, now);
+                            match (applied, self.persist.lookup(key, now)) {
+                                // The peer knows what we hold now: not echoed back.
+                                (
+                                    Applied::Created | Applied::Refreshed | Applied::Replaced,
+                                    Some(held),
+                                ) => self.tracker.received(key, held, now),
+                                // Ours differs (or is gone): tell the peer next pass.
+                                _ => self.tracker.forget(key),
+                            }
+                            applied
+                        },
+                    );
+                    match applied {
+                        Ok(Applied::Created | Applied::Refreshed | Applied::Replaced) => {
+                            self.stats.templates_installed += 1
+                        }
+                        Ok(Applied::Removed) => self.stats.templates_removed += 1,
+                        Ok(Applied::Kept | Applied::Busy) | Err(_) => {
+                            self.stats.templates_skipped += 1
+                        }
+                    }
+                    continue;
+                }
                 let Some(owner) = session_owner(&record, toeplitz, reta, *fields) else {
                     continue;
                 };
@@ -233,5 +319,21 @@ impl SyncNode {
                 .map(|r| (r.name().to_string(), c.rejected(*r)))
                 .collect(),
         }
+    }
+}
+
+/// Ticks after which an unchanged template is sent again: one scan pass before the
+/// sync period is up, so every live template goes out at least every `period_ms`.
+fn resend_ticks(period_ms: u32, tick_ms: u32) -> u32 {
+    (period_ms.saturating_sub(TEMPLATE_PASS_MS) / tick_ms.max(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn templates_are_resent_within_the_sync_period() {
+        // 10 s period, 100 ms ticks: after 9 s, so the next pass (1 s) sends it.
+        assert_eq!(super::resend_ticks(10_000, 100), 90);
+        assert_eq!(super::resend_ticks(500, 100), 1, "every pass");
     }
 }

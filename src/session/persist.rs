@@ -271,7 +271,21 @@ impl PersistTable {
 
     /// Every live template at `now` (a full scan: for listings).
     pub fn live(&self, now: u32) -> impl Iterator<Item = (TemplateKey, Template)> + '_ {
-        self.slots.iter().filter_map(move |slot| {
+        self.live_in(0..self.slots.len(), now)
+    }
+
+    /// The live templates at `now` in slots `slots` (clamped to the table), so a
+    /// reader can cover the table a slice at a time ([`PersistTable::capacity`] slots
+    /// in all). A template moves between slots only when it is removed and bound
+    /// again, so a slice-by-slice pass sees every template that lives through it.
+    pub fn live_in(
+        &self,
+        slots: std::ops::Range<usize>,
+        now: u32,
+    ) -> impl Iterator<Item = (TemplateKey, Template)> + '_ {
+        let end = slots.end.min(self.slots.len());
+        let start = slots.start.min(end);
+        self.slots[start..end].iter().filter_map(move |slot| {
             let (k, v) = Self::read(slot)?;
             let t = Template::from_word(v);
             (k != 0 && t.is_live(now)).then(|| (TemplateKey::from_word(k), t))
@@ -354,6 +368,28 @@ mod tests {
         let mut live: Vec<u32> = table.live(1).map(|(k, _)| k.network).collect();
         live.sort();
         assert_eq!(live, [1, 2, 3, 99]);
+    }
+
+    #[test]
+    fn slices_cover_the_table_once() {
+        let table = PersistTable::with_capacity(256);
+        for n in 0..100u32 {
+            assert!(matches!(
+                table.bind(key(n), template(n, 50 + n), 0),
+                Bind::Created | Bind::CreatedEvicting
+            ));
+        }
+        let whole: Vec<_> = table.live(10).collect();
+        let mut sliced = Vec::new();
+        for start in (0..table.capacity()).step_by(7) {
+            sliced.extend(table.live_in(start..start + 7, 10));
+        }
+        assert_eq!(sliced, whole);
+        assert_eq!(table.live_in(10_000..20_000, 10).count(), 0, "clamped");
+        // Expired ones are left out.
+        assert!(table
+            .live_in(0..table.capacity(), 100)
+            .all(|(_, t)| t.expires > 100));
     }
 
     #[test]

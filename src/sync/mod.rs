@@ -10,10 +10,13 @@
 //! - [`sender`]: batching drained events into messages, dumps, resync requests.
 //! - [`receiver`]: validation of a received datagram, reject counters, and which
 //!   worker owns a synced session.
+//! - [`templates`]: persistence templates: which to send, mapping them to and from
+//!   identities, installing a peer's.
 //! - [`vrrp`]: the VRRPv3 (RFC 5798) state machine; the packet is `crate::wire::vrrp`.
 pub mod auth;
 pub mod events;
 pub mod receiver;
 pub mod sender;
+pub mod templates;
 pub mod vrrp;
 pub mod wire;

@@ -96,6 +96,34 @@ impl SyncSender {
         taken
     }
 
+    /// Sends `records` (the management core's own, e.g. persistence templates) as
+    /// session batches, as few as fit the MTU. Returns the records sent.
+    pub fn send_records(
+        &mut self,
+        records: impl IntoIterator<Item = RecordRepr>,
+        buf: &mut [u8],
+        mut send: impl FnMut(&[u8]),
+    ) -> usize {
+        let authenticated = self.key.is_some();
+        let header = self.header(MessageType::SessionBatch, 0, 0);
+        let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
+        let mut sent = 0;
+        for record in records {
+            if builder.push(&record).is_err() {
+                self.finish(builder, &mut send);
+                let header = self.header(MessageType::SessionBatch, 0, 0);
+                builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
+                // A fresh message always has room for one record.
+                let _ = builder.push(&record);
+            }
+            sent += 1;
+        }
+        if !builder.is_empty() {
+            self.finish(builder, &mut send);
+        }
+        sent
+    }
+
     /// Sends a whole table as dump `dump_id`: chunks numbered from 0, the last one
     /// flagged (an empty table is one empty last chunk). Returns the chunk count.
     pub fn send_dump(
@@ -247,6 +275,36 @@ mod tests {
             let total: usize = got.iter().map(|g| g.1 as usize).sum();
             assert_eq!(total, records);
         }
+    }
+
+    #[test]
+    fn records_go_out_as_full_batches() {
+        let mut sender = SyncSender::new(3, 1500, None);
+        let mut rx = receiver(None);
+        let mut buf = [0u8; 1500];
+        let template = crate::sync::wire::RecordRepr::template(
+            crate::sync::wire::RecordOp::Update,
+            Protocol::Tcp,
+            std::net::SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 10), 80),
+            Ipv4Addr::new(198, 51, 100, 0),
+            24,
+            std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80),
+            ForwardMode::Nat,
+            60_000,
+        );
+        let mut counts = Vec::new();
+        let sent = sender.send_records(std::iter::repeat_n(template, 90), &mut buf, |d| {
+            let a = rx.receive(d, PEER, |_, _| true).unwrap();
+            assert_eq!(a.header.message_type, MessageType::SessionBatch);
+            assert!(a.records().all(|r| r == template));
+            counts.push(a.header.count);
+        });
+        assert_eq!(sent, 90);
+        assert_eq!(counts, [40, 40, 10]);
+        assert_eq!(
+            sender.send_records(std::iter::empty(), &mut buf, |_| panic!()),
+            0
+        );
     }
 
     #[test]

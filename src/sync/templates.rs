@@ -1,0 +1,608 @@
+//! Persistence templates over sync (issue #9: "persistence templates are synced too").
+//!
+//! Templates live in the [`PersistTable`] every worker shares, so the management core
+//! tells the peers about them, not the packet path: a [`TemplateTracker`] scans the
+//! table a slice per management tick and picks the templates that are new, changed
+//! (real server or expiry) since it last sent them, or unchanged for a while (a lost
+//! datagram heals); a peer's templates go straight into this node's table
+//! ([`apply`]), the management core being just another writer of that lock-free
+//! table. Messages carry identities, not ids: [`ServicesById::record`] and
+//! [`identify`] map between the two through each node's own [`ServiceTable`].
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use super::wire::{RecordOp, RecordRepr};
+use crate::service::{Service, ServiceKey, ServiceTable};
+use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
+
+/// This node's services by id, to map many templates at once.
+pub struct ServicesById<'a>(HashMap<u32, &'a Service>);
+
+impl<'a> ServicesById<'a> {
+    pub fn new(table: &'a ServiceTable) -> ServicesById<'a> {
+        ServicesById(table.services().map(|s| (s.id, s)).collect())
+    }
+
+    /// The update record of `key`'s template at `now` (session-clock ticks of
+    /// `tick_ms`): the time left in milliseconds, the service and real server by
+    /// address. None when the template expired, or its service, the service's
+    /// persistence or its real server are gone, or the network no longer fits the
+    /// service's netmask (edited since): the peer would reject the whole message.
+    pub fn record(
+        &self,
+        key: TemplateKey,
+        template: Template,
+        now: u32,
+        tick_ms: u32,
+    ) -> Option<RecordRepr> {
+        if !template.is_live(now) {
+            return None;
+        }
+        let service = self.0.get(&key.service)?;
+        let persistence = service.persistence?;
+        let mask = u32::from(persistence.netmask);
+        if !persistence.netmask_is_contiguous() || key.network & !mask != 0 {
+            return None;
+        }
+        let rs = service
+            .real_servers
+            .iter()
+            .find(|r| r.id == template.real)?;
+        let left_ms = u64::from(template.expires.wrapping_sub(now)) * u64::from(tick_ms);
+        Some(RecordRepr::template(
+            RecordOp::Update,
+            service.key.proto,
+            SocketAddrV4::new(service.key.vip, service.key.port),
+            Ipv4Addr::from(key.network),
+            mask.leading_ones() as u8,
+            SocketAddrV4::new(rs.ip, rs.port),
+            rs.mode,
+            left_ms.min(u64::from(u32::MAX)) as u32,
+        ))
+    }
+}
+
+/// Why a received template record was not installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// No such virtual service here (the receiver's checks make this rare).
+    NoService,
+    /// The service here has no persistence.
+    NotPersistent,
+    /// The service here persists per another netmask: the network means nothing here.
+    OtherNetmask,
+    /// The real server is not in the service here.
+    UnknownReal,
+    /// Less than one tick left.
+    Expired,
+}
+
+/// Which of this node's templates a template record names, and for an update what it
+/// becomes at `now`: `expires = now + timeout / tick_ms` (rounded down, so the copy
+/// never outlives the original by more than the transit time). `None` for a removal.
+pub fn identify(
+    table: &ServiceTable,
+    record: &RecordRepr,
+    now: u32,
+    tick_ms: u32,
+) -> Result<(TemplateKey, Option<Template>), Skip> {
+    let vs = record.virtual_service;
+    let service = table
+        .get(ServiceKey::new(record.proto, *vs.ip(), vs.port()))
+        .ok_or(Skip::NoService)?;
+    let persistence = service.persistence.ok_or(Skip::NotPersistent)?;
+    if !persistence.netmask_is_contiguous()
+        || u32::from(persistence.netmask).leading_ones() != u32::from(record.client_prefix_len)
+    {
+        return Err(Skip::OtherNetmask);
+    }
+    let key = TemplateKey {
+        service: service.id,
+        network: u32::from(*record.client.ip()),
+    };
+    if record.op == RecordOp::Remove {
+        return Ok((key, None));
+    }
+    let rs = service
+        .real_servers
+        .iter()
+        .find(|r| r.ip == *record.real_server.ip() && r.port == record.real_server.port())
+        .ok_or(Skip::UnknownReal)?;
+    let ticks = record.timeout_ms / tick_ms.max(1);
+    if ticks == 0 {
+        return Err(Skip::Expired);
+    }
+    Ok((
+        key,
+        Some(Template {
+            real: rs.id,
+            expires: now.wrapping_add(ticks),
+        }),
+    ))
+}
+
+/// What [`apply`] did to this node's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// No live template for the network: the peer's is installed.
+    Created,
+    /// A live template to the same real server: it now expires at the later time.
+    Refreshed,
+    /// A live template to another real server expired sooner: the peer's replaces it.
+    Replaced,
+    /// A live template to another real server expires later: it stays (the later
+    /// template wins on both nodes, as each sends its own).
+    Kept,
+    /// Removed (a removal record).
+    Removed,
+    /// A worker was writing the slot: nothing recorded (the peer resends).
+    Busy,
+}
+
+/// Installs a peer's template for `key` (`None`: removes it) into `table` at `now`.
+pub fn apply(
+    table: &PersistTable,
+    key: TemplateKey,
+    template: Option<Template>,
+    now: u32,
+) -> Applied {
+    let Some(template) = template else {
+        table.remove(key);
+        return Applied::Removed;
+    };
+    match table.bind(key, template, now) {
+        Bind::Created | Bind::CreatedEvicting => Applied::Created,
+        Bind::Busy => Applied::Busy,
+        Bind::Existing(real) if real == template.real => {
+            table.refresh(key, template.expires, now);
+            Applied::Refreshed
+        }
+        Bind::Existing(_) => {
+            let later = |a: u32, b: u32| (a.wrapping_sub(b) as i32) > 0;
+            match table.lookup(key, now) {
+                Some(local) if !later(template.expires, local.expires) => Applied::Kept,
+                _ => {
+                    table.remove(key);
+                    match table.bind(key, template, now) {
+                        Bind::Created | Bind::CreatedEvicting => Applied::Replaced,
+                        _ => Applied::Busy,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the tracker last knew of a template.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    real: u32,
+    expires: u32,
+    /// Tick it was last sent or received.
+    at: u32,
+    /// The pass that last saw it in the table.
+    seen: u32,
+    /// Installed from a peer and unchanged here since: neither echoed back nor resent.
+    from_peer: bool,
+}
+
+/// Which templates to send: the table is scanned a slice per call, a whole pass every
+/// `ticks_per_pass` calls; a live template is due when it is new, its real server or
+/// expiry changed since it was last sent, or `resend_ticks` passed since then. What
+/// it remembers (one entry per live template it sent or received) is dropped for
+/// templates a whole pass did not see (expired, removed, evicted). Management core
+/// only: a plain map.
+#[derive(Debug)]
+pub struct TemplateTracker {
+    known: HashMap<TemplateKey, Known>,
+    cursor: usize,
+    pass: u32,
+    slots_per_tick: usize,
+    resend_ticks: u32,
+}
+
+impl TemplateTracker {
+    /// For a table of `slots` slots ([`PersistTable::capacity`]).
+    pub fn new(slots: usize, ticks_per_pass: usize, resend_ticks: u32) -> TemplateTracker {
+        TemplateTracker {
+            known: HashMap::new(),
+            cursor: 0,
+            pass: 0,
+            slots_per_tick: slots.div_ceil(ticks_per_pass.max(1)).max(1),
+            resend_ticks: resend_ticks.max(1),
+        }
+    }
+
+    /// Templates remembered.
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
+    }
+
+    /// Scans the next slice of `table` at `now`, calling `send` for every template
+    /// due; `send` says whether it went out (false: it cannot be described, e.g. its
+    /// real server left: it is tried again next pass). Returns how many went out.
+    pub fn scan(
+        &mut self,
+        table: &PersistTable,
+        now: u32,
+        mut send: impl FnMut(TemplateKey, Template) -> bool,
+    ) -> usize {
+        let end = (self.cursor + self.slots_per_tick).min(table.capacity());
+        let mut sent = 0;
+        for (key, t) in table.live_in(self.cursor..end, now) {
+            let due = match self.known.get_mut(&key) {
+                None => true,
+                Some(k) => {
+                    k.seen = self.pass;
+                    k.real != t.real
+                        || k.expires != t.expires
+                        || (!k.from_peer && now.wrapping_sub(k.at) >= self.resend_ticks)
+                }
+            };
+            if due && send(key, t) {
+                sent += 1;
+                self.known.insert(
+                    key,
+                    Known {
+                        real: t.real,
+                        expires: t.expires,
+                        at: now,
+                        seen: self.pass,
+                        from_peer: false,
+                    },
+                );
+            }
+        }
+        self.cursor = end;
+        if self.cursor >= table.capacity() {
+            let pass = self.pass;
+            self.known.retain(|_, k| k.seen == pass);
+            self.pass = pass.wrapping_add(1);
+            self.cursor = 0;
+        }
+        sent
+    }
+
+    /// `key`'s template as this node's table holds it after a peer's record was
+    /// applied: the peer knows it, so it is not sent back unless it changes here.
+    pub fn received(&mut self, key: TemplateKey, template: Template, now: u32) {
+        self.known.insert(
+            key,
+            Known {
+                real: template.real,
+                expires: template.expires,
+                at: now,
+                seen: self.pass,
+                from_peer: true,
+            },
+        );
+    }
+
+    /// Forgets `key`: if a template for it lives, it is sent at the next pass.
+    pub fn forget(&mut self, key: TemplateKey) {
+        self.known.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::Protocol;
+    use crate::sched::SchedulerKind;
+    use crate::service::{ForwardMode, Persistence, RealServerSpec};
+    use crate::sync::wire::{RecordKind, MAX_TIMEOUT_MS};
+
+    const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+    const RS1: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 21);
+    const RS2: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 22);
+    const NET: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 0);
+
+    fn service_key() -> ServiceKey {
+        ServiceKey::new(Protocol::Tcp, VIP, 80)
+    }
+
+    /// A node's table: a decoy service first (so ids differ between nodes when
+    /// `decoys` differ), then the persistent service with its real servers in order.
+    fn node(decoys: u8, netmask: Ipv4Addr, servers: &[Ipv4Addr]) -> ServiceTable {
+        let mut table = ServiceTable::new();
+        for d in 0..decoys {
+            let k = ServiceKey::new(Protocol::Udp, Ipv4Addr::new(203, 0, 113, 100 + d), 53);
+            table.add_service(k, SchedulerKind::Rr, None).unwrap();
+            table
+                .add_server(
+                    k,
+                    RealServerSpec::new(Ipv4Addr::new(10, 9, 0, d), 53, 1, ForwardMode::Dr),
+                )
+                .unwrap();
+        }
+        let persistence = Persistence {
+            timeout_s: 300,
+            netmask,
+        };
+        table
+            .add_service(service_key(), SchedulerKind::Rr, Some(persistence))
+            .unwrap();
+        for &ip in servers {
+            table
+                .add_server(
+                    service_key(),
+                    RealServerSpec::new(ip, 8080, 1, ForwardMode::Nat),
+                )
+                .unwrap();
+        }
+        table
+    }
+
+    fn ids(table: &ServiceTable, rs: Ipv4Addr) -> (u32, u32) {
+        let s = table.get(service_key()).unwrap();
+        let r = s.real_servers.iter().find(|r| r.ip == rs).unwrap();
+        (s.id, r.id)
+    }
+
+    const MASK24: Ipv4Addr = Ipv4Addr::new(255, 255, 255, 0);
+
+    #[test]
+    fn a_template_maps_to_the_peers_own_ids_by_identity() {
+        let active = node(0, MASK24, &[RS1, RS2]);
+        let standby = node(2, MASK24, &[RS2, RS1]);
+        let (service, real) = ids(&active, RS2);
+        let key = TemplateKey {
+            service,
+            network: u32::from(NET),
+        };
+        // 600 ticks of 100 ms left.
+        let template = Template {
+            real,
+            expires: 1000 + 600,
+        };
+        let record = ServicesById::new(&active)
+            .record(key, template, 1000, 100)
+            .unwrap();
+        assert_eq!(record.kind, RecordKind::Template);
+        assert_eq!(record.op, RecordOp::Update);
+        assert_eq!(record.client, SocketAddrV4::new(NET, 0));
+        assert_eq!(record.client_prefix_len, 24);
+        assert_eq!(record.virtual_service, SocketAddrV4::new(VIP, 80));
+        assert_eq!(record.real_server, SocketAddrV4::new(RS2, 8080));
+        assert_eq!(record.mode, ForwardMode::Nat);
+        assert_eq!(record.timeout_ms, 60_000);
+
+        // On the standby (other ids, another tick clock and tick length).
+        let (service2, real2) = ids(&standby, RS2);
+        assert_ne!((service, real), (service2, real2));
+        let (k, t) = identify(&standby, &record, 50, 10).unwrap();
+        assert_eq!(
+            k,
+            TemplateKey {
+                service: service2,
+                network: u32::from(NET)
+            }
+        );
+        assert_eq!(
+            t,
+            Some(Template {
+                real: real2,
+                expires: 50 + 6000
+            })
+        );
+        // A removal needs no real server.
+        let removal = RecordRepr {
+            op: RecordOp::Remove,
+            ..record
+        };
+        assert_eq!(identify(&standby, &removal, 50, 10), Ok((k, None)));
+        // Rounded down: 59 999 ms of 100 ms ticks are 599 ticks.
+        let short = RecordRepr {
+            timeout_ms: 59_999,
+            ..record
+        };
+        assert_eq!(
+            identify(&standby, &short, 0, 100)
+                .unwrap()
+                .1
+                .unwrap()
+                .expires,
+            599
+        );
+        // Huge timeouts stay within the wire's limit.
+        let far = Template {
+            real,
+            expires: 1000 + (1 << 30),
+        };
+        let r = ServicesById::new(&active)
+            .record(key, far, 1000, 100)
+            .unwrap();
+        assert_eq!(r.timeout_ms, MAX_TIMEOUT_MS);
+    }
+
+    #[test]
+    fn templates_that_cannot_be_described_or_placed_are_skipped() {
+        let active = node(0, MASK24, &[RS1, RS2]);
+        let (service, real) = ids(&active, RS2);
+        let key = TemplateKey {
+            service,
+            network: u32::from(NET),
+        };
+        let template = Template {
+            real,
+            expires: 1600,
+        };
+        let by_id = ServicesById::new(&active);
+        assert!(by_id.record(key, template, 1600, 100).is_none(), "expired");
+        assert!(by_id
+            .record(TemplateKey { service: 99, ..key }, template, 1000, 100)
+            .is_none());
+        assert!(by_id
+            .record(
+                key,
+                Template {
+                    real: 99,
+                    ..template
+                },
+                1000,
+                100
+            )
+            .is_none());
+        // The netmask was edited to /16 since: the /24 network has host bits now.
+        let mut edited = active.clone();
+        edited
+            .edit_service(
+                service_key(),
+                SchedulerKind::Rr,
+                Some(Persistence {
+                    timeout_s: 300,
+                    netmask: Ipv4Addr::new(255, 255, 0, 0),
+                }),
+            )
+            .unwrap();
+        let odd = TemplateKey {
+            network: u32::from(Ipv4Addr::new(198, 51, 100, 0)),
+            ..key
+        };
+        assert!(ServicesById::new(&edited)
+            .record(odd, template, 1000, 100)
+            .is_none());
+        let record = by_id.record(key, template, 1000, 100).unwrap();
+
+        // The receiving side.
+        let only_rs1 = node(0, MASK24, &[RS1]);
+        assert_eq!(identify(&only_rs1, &record, 0, 100), Err(Skip::UnknownReal));
+        let per_client = node(0, Ipv4Addr::BROADCAST, &[RS1, RS2]);
+        assert_eq!(
+            identify(&per_client, &record, 0, 100),
+            Err(Skip::OtherNetmask)
+        );
+        let mut plain = node(0, MASK24, &[RS1, RS2]);
+        plain
+            .edit_service(service_key(), SchedulerKind::Rr, None)
+            .unwrap();
+        assert_eq!(identify(&plain, &record, 0, 100), Err(Skip::NotPersistent));
+        assert_eq!(
+            identify(&ServiceTable::new(), &record, 0, 100),
+            Err(Skip::NoService)
+        );
+        let brief = RecordRepr {
+            timeout_ms: 99,
+            ..record
+        };
+        assert_eq!(identify(&active, &brief, 0, 100), Err(Skip::Expired));
+    }
+
+    fn k(network: u32) -> TemplateKey {
+        TemplateKey {
+            service: 1,
+            network,
+        }
+    }
+
+    fn t(real: u32, expires: u32) -> Template {
+        Template { real, expires }
+    }
+
+    #[test]
+    fn applying_a_peers_template() {
+        let table = PersistTable::with_capacity(64);
+        assert_eq!(apply(&table, k(1), Some(t(7, 100)), 0), Applied::Created);
+        assert_eq!(table.lookup(k(1), 0), Some(t(7, 100)));
+        // Same real server: the later expiry wins, never shortened.
+        assert_eq!(apply(&table, k(1), Some(t(7, 150)), 10), Applied::Refreshed);
+        assert_eq!(apply(&table, k(1), Some(t(7, 120)), 10), Applied::Refreshed);
+        assert_eq!(table.lookup(k(1), 10), Some(t(7, 150)));
+        // Another real server: the later template wins.
+        assert_eq!(apply(&table, k(1), Some(t(8, 140)), 10), Applied::Kept);
+        assert_eq!(table.lookup(k(1), 10), Some(t(7, 150)));
+        assert_eq!(apply(&table, k(1), Some(t(8, 200)), 10), Applied::Replaced);
+        assert_eq!(table.lookup(k(1), 10), Some(t(8, 200)));
+        assert_eq!(apply(&table, k(1), None, 10), Applied::Removed);
+        assert_eq!(table.lookup(k(1), 10), None);
+        // An expired local template is simply replaced.
+        apply(&table, k(2), Some(t(3, 20)), 10);
+        assert_eq!(apply(&table, k(2), Some(t(4, 90)), 30), Applied::Created);
+    }
+
+    /// Scans whole passes (`ticks` calls each) and returns what was sent.
+    fn passes(
+        tracker: &mut TemplateTracker,
+        table: &PersistTable,
+        now: u32,
+        n: usize,
+    ) -> Vec<(TemplateKey, Template)> {
+        let mut out = Vec::new();
+        for _ in 0..n * 8 {
+            tracker.scan(table, now, |k, t| {
+                out.push((k, t));
+                true
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn the_tracker_sends_what_is_new_or_changed_and_resends_the_rest_periodically() {
+        let table = PersistTable::with_capacity(64);
+        // 8 calls per pass; resend after 100 ticks.
+        let mut tracker = TemplateTracker::new(table.capacity(), 8, 100);
+        for n in 0..10 {
+            table.bind(k(n), t(n, 1000), 0);
+        }
+        let sent = passes(&mut tracker, &table, 0, 1);
+        assert_eq!(sent.len(), 10, "every new template once");
+        assert_eq!(tracker.len(), 10);
+        assert!(passes(&mut tracker, &table, 50, 2).is_empty(), "unchanged");
+
+        // One refreshed (a new connection used it): sent again, once.
+        table.refresh(k(3), 1200, 60);
+        assert_eq!(passes(&mut tracker, &table, 60, 2), [(k(3), t(3, 1200))]);
+        // One re-pinned to another real server.
+        table.remove(k(4));
+        table.bind(k(4), t(9, 1100), 70);
+        assert_eq!(passes(&mut tracker, &table, 70, 1), [(k(4), t(9, 1100))]);
+
+        // 100 ticks after they were sent, the unchanged ones go again.
+        let again = passes(&mut tracker, &table, 100, 1);
+        assert_eq!(again.len(), 8, "all but the two sent at 60 and 70");
+        assert!(passes(&mut tracker, &table, 120, 1).is_empty());
+
+        // Gone templates are forgotten after a pass that did not see them.
+        table.remove(k(0));
+        passes(&mut tracker, &table, 130, 2);
+        assert_eq!(tracker.len(), 9);
+        // Expired ones too.
+        assert!(passes(&mut tracker, &table, 1000, 2).len() == 2);
+        assert_eq!(tracker.len(), 2, "only the two that expire later");
+    }
+
+    #[test]
+    fn the_tracker_does_not_echo_a_peers_templates_and_retries_unsendable_ones() {
+        let table = PersistTable::with_capacity(64);
+        let mut tracker = TemplateTracker::new(table.capacity(), 8, 100);
+        assert_eq!(apply(&table, k(1), Some(t(5, 500)), 0), Applied::Created);
+        tracker.received(k(1), table.lookup(k(1), 0).unwrap(), 0);
+        assert!(passes(&mut tracker, &table, 0, 1).is_empty(), "not echoed");
+        assert!(
+            passes(&mut tracker, &table, 300, 1).is_empty(),
+            "nor resent periodically: the peer owns it"
+        );
+        // Used here (this node took over): from now on it is ours to send.
+        table.refresh(k(1), 900, 310);
+        assert_eq!(passes(&mut tracker, &table, 310, 1), [(k(1), t(5, 900))]);
+
+        // A template whose real server cannot be described is retried every pass.
+        table.bind(k(2), t(6, 800), 320);
+        let mut tries = 0;
+        for _ in 0..16 {
+            tracker.scan(&table, 320, |key, _| {
+                tries += usize::from(key == k(2));
+                false
+            });
+        }
+        assert_eq!(tries, 2);
+        // Forgotten: sent at the next pass although unchanged.
+        tracker.forget(k(1));
+        assert_eq!(passes(&mut tracker, &table, 330, 1).len(), 2);
+    }
+}
