@@ -16,6 +16,12 @@
 //! - Forged or malformed datagrams (wrong version, truncated, unknown peer, bad HMAC,
 //!   a session for a VIP the standby does not have) are rejected, each counted under
 //!   its reason, and install nothing.
+//! - Over multicast (`[sync] multicast`, two namespaces linked by a veth pair, since
+//!   multicast loopback is off and a node hears no one in its own namespace): the
+//!   standby installs the active's sessions from batches the active sent once to the
+//!   group (a third listener of the group sees them, and sees no resync request or
+//!   dump: those stay unicast); a datagram to the group from a non-peer is rejected as
+//!   `unknown_peer`, one from the standby's own address is ignored.
 //!
 //! Run: `cargo test --release --test sync_standby` (as root).
 mod common;
@@ -107,6 +113,10 @@ fn sessions(daemon: &Daemon) -> BTreeMap<(String, String, String), (String, u64)
 
 /// The active node: a loopback port whose emulated clients keep opening connections.
 fn active_node(ns: &Netns, port: u16, peer: u16, persistence: &str) -> Daemon {
+    active_node_with(ns, &sync_section(port, peer), persistence)
+}
+
+fn active_node_with(ns: &Netns, sync: &str, persistence: &str) -> Daemon {
     let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
         "lan0",
         "02:53:4c:00:00:01",
@@ -114,21 +124,23 @@ fn active_node(ns: &Netns, port: u16, peer: u16, persistence: &str) -> Daemon {
     )])
     .in_netns(&ns.0);
     cfg.loopback = vec!["peers = 4".into(), "ping_interval_ms = 50".into()];
-    cfg.extra_toml
-        .push(service(&sync_section(port, peer), persistence));
+    cfg.extra_toml.push(service(sync, persistence));
     Daemon::start(cfg)
 }
 
 /// The standby node: the same service on an idle af_packet port.
 fn standby_node(ns: &Netns, port: u16, peer: u16, persistence: &str) -> Daemon {
+    standby_node_with(ns, &sync_section(port, peer), persistence)
+}
+
+fn standby_node_with(ns: &Netns, sync: &str, persistence: &str) -> Daemon {
     let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
         "lan0",
         "net_af_packet0,iface=sy0",
         &["198.18.0.1/24"],
     )])
     .in_netns(&ns.0);
-    cfg.extra_toml
-        .push(service(&sync_section(port, peer), persistence));
+    cfg.extra_toml.push(service(sync, persistence));
     Daemon::start(cfg)
 }
 
@@ -507,4 +519,310 @@ fn persistence_templates_reach_the_standby_live_and_by_dump() {
     );
     standby.stop_clean();
     active.stop_clean();
+}
+
+// ---------------------------------------------------------------------------------
+// Multicast: the active in one namespace, the standby in another, sync over a veth
+// pair between them (mc0 in the active's, mc1 in the standby's).
+
+const GROUP: &str = "224.0.0.81";
+/// The listen port of both nodes and the group's port: equal, as in IPVS's default,
+/// the case where a node must not read a datagram twice.
+const MC_PORT: u16 = 8848;
+const ACTIVE_IP: &str = "198.19.0.1";
+const STANDBY_IP: &str = "198.19.0.2";
+/// A second address on the active's side of the link, not a peer of anyone.
+const STRANGER_IP: &str = "198.19.0.3";
+
+fn multicast_sync_section(listen: &str, peer: &str) -> String {
+    format!(
+        "[sync]\nlisten = \"{listen}:{MC_PORT}\"\npeers = [\"{peer}:{MC_PORT}\"]\n\
+         multicast = \"{GROUP}:{MC_PORT}\"\nkey = \"{KEY}\"\n"
+    )
+}
+
+/// Links two namespaces with a veth pair: mc0 (`a`) holds the active's and the
+/// stranger's addresses, mc1 (`b`) the standby's.
+fn link(a: &Netns, b: &Netns) {
+    let t = Duration::from_secs(10);
+    netns_exec(
+        &a.0,
+        &[
+            "ip", "link", "add", "mc0", "type", "veth", "peer", "name", "mc1", "netns", &b.0,
+        ],
+        t,
+    )
+    .expect_success("veth between the namespaces");
+    let (active, stranger, standby) = (
+        format!("{ACTIVE_IP}/24"),
+        format!("{STRANGER_IP}/24"),
+        format!("{STANDBY_IP}/24"),
+    );
+    for (ns, args) in [
+        (a, vec!["ip", "addr", "add", &active, "dev", "mc0"]),
+        (a, vec!["ip", "addr", "add", &stranger, "dev", "mc0"]),
+        (a, vec!["ip", "link", "set", "mc0", "up"]),
+        (b, vec!["ip", "addr", "add", &standby, "dev", "mc1"]),
+        (b, vec!["ip", "link", "set", "mc1", "up"]),
+    ] {
+        netns_exec(&ns.0, &args, t).expect_success("link set-up");
+    }
+}
+
+/// A third listener of the group in `ns` (joined on `on`): one line per datagram,
+/// "SOURCE_IP SOURCE_PORT MAGIC_HEX TYPE".
+fn group_listener(ns: &str, on: &str) -> BackgroundProcess {
+    let script = format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('{GROUP}', {MC_PORT}))\n\
+         s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,\n\
+         \x20   socket.inet_aton('{GROUP}') + socket.inet_aton('{on}'))\n\
+         print('ready', flush=True)\n\
+         while True:\n\
+         \x20   d, (ip, port) = s.recvfrom(65536)\n\
+         \x20   print(ip, port, d[:4].hex(), d[5] if len(d) > 5 else -1, flush=True)\n"
+    );
+    let p = BackgroundProcess::spawn(Some(ns), &[PYTHON, "-c", &script]);
+    let ready = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+        p.stdout_text().contains("ready").then_some(())
+    });
+    assert!(ready.is_some(), "the group listener did not start");
+    p
+}
+
+/// The group listener's lines after "ready": (source ip, source port, magic, type).
+fn heard(listener: &BackgroundProcess) -> Vec<(String, u16, String, i64)> {
+    listener
+        .stdout_text()
+        .lines()
+        .skip_while(|l| *l != "ready")
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].to_string(),
+                f[1].parse().unwrap(),
+                f[2].to_string(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Sends `datagram` to the group from `source` inside `ns`, out of the interface that
+/// holds `source` (multicast loopback on: Python's default).
+fn send_to_group(ns: &str, source: &str, datagram: &[u8]) {
+    let hex: String = datagram.iter().map(|b| format!("{b:02x}")).collect();
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('{source}', 0))\n\
+         s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('{source}'))\n\
+         s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)\n\
+         s.sendto(bytes.fromhex('{hex}'), ('{GROUP}', {MC_PORT}))\n"
+    );
+    netns_exec(ns, &[PYTHON, "-c", &script], Duration::from_secs(10))
+        .expect_success("send to the group");
+}
+
+#[test]
+fn active_and_standby_sync_over_multicast() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = unique_tag();
+    // Two namespaces: multicast loopback is off, so two nodes in one namespace would
+    // not hear each other's batches.
+    let ns_a = Netns::new(&format!("mc-a-{tag}"));
+    let ns_b = Netns::new(&format!("mc-b-{tag}"));
+    link(&ns_a, &ns_b);
+
+    // Listening before either node starts, so it would see a resync request or a dump
+    // sent to the group.
+    let listener = group_listener(&ns_b.0, STANDBY_IP);
+    let standby = standby_node_with(&ns_b, &multicast_sync_section(STANDBY_IP, ACTIVE_IP), "");
+    let active = active_node_with(&ns_a, &multicast_sync_section(ACTIVE_IP, STANDBY_IP), "");
+
+    let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        let n = sessions(&active)
+            .values()
+            .filter(|(state, _)| state == "TIME_WAIT")
+            .count();
+        (n >= 200).then_some(n)
+    });
+    assert!(
+        enough.is_some(),
+        "the active node made no sessions\n{}",
+        active.dump()
+    );
+    let on_active = sessions(&active);
+    std::thread::sleep(Duration::from_millis(500));
+    let on_standby = sessions(&standby);
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (key, (state, expires)) in on_active.iter().filter(|(_, (s, _))| s == "TIME_WAIT") {
+        checked += 1;
+        match on_standby.get(key) {
+            Some((s, e)) if s == state && *e <= expires + 1 => {}
+            other => missing.push(format!(
+                "{key:?}: active {state} {expires}s, standby {other:?}"
+            )),
+        }
+    }
+    let active_report = sync_report(&active);
+    let standby_report = sync_report(&standby);
+    let seen = heard(&listener);
+    drop(listener);
+    let from_active = |kind: i64| {
+        seen.iter()
+            .filter(|(ip, port, magic, t)| {
+                ip == ACTIVE_IP && *port == MC_PORT && magic == "534c5359" && *t == kind
+            })
+            .count()
+    };
+    eprintln!(
+        "multicast: active {} sessions ({checked} in TIME_WAIT), standby {}; active sent {} events in {} messages; \
+         the group listener heard {} datagrams ({} batches from the active); standby received {} datagrams, {} from the group",
+        on_active.len(),
+        on_standby.len(),
+        active_report["stats"]["events_sent"],
+        active_report["stats"]["messages_sent"],
+        seen.len(),
+        from_active(1),
+        standby_report["stats"]["datagrams_received"],
+        standby_report["stats"]["multicast_received"],
+    );
+    assert!(
+        missing.is_empty(),
+        "{} of {checked} TIME_WAIT sessions not on the standby as on the active:\n{}",
+        missing.len(),
+        missing[..missing.len().min(10)].join("\n")
+    );
+    assert_eq!(active_report["events_dropped"], 0);
+    let group = format!("{GROUP}:{MC_PORT}");
+    assert_eq!(
+        active_report["multicast"],
+        group.as_str(),
+        "{active_report:#}"
+    );
+    assert_eq!(
+        standby_report["multicast"],
+        group.as_str(),
+        "{standby_report:#}"
+    );
+    // The batches went to the group, from the active's listen address and port: a
+    // listener bound to the group hears them (unicast to the standby it would not).
+    assert!(from_active(1) > 0, "no batch on the group: {seen:?}");
+    // The standby read them from its group socket.
+    assert!(
+        standby_report["stats"]["multicast_received"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{standby_report:#}"
+    );
+    // Resync stays unicast: the active's request at its start reached the standby,
+    // whose dump reached the active, and neither crossed the group.
+    assert_eq!(
+        (from_active(2), from_active(3)),
+        (0, 0),
+        "a resync request or dump on the group: {seen:?}"
+    );
+    assert!(seen.iter().all(|(ip, ..)| ip == ACTIVE_IP), "{seen:?}");
+    assert!(
+        standby_report["stats"]["resync_requests_received"]
+            .as_u64()
+            .unwrap()
+            >= 1,
+        "{standby_report:#}"
+    );
+    assert!(
+        standby_report["stats"]["dumps_sent"].as_u64().unwrap() >= 1,
+        "{standby_report:#}"
+    );
+    assert!(
+        active_report["stats"]["dump_chunks_received"]
+            .as_u64()
+            .unwrap()
+            >= 1,
+        "{active_report:#}"
+    );
+
+    // To the group from a non-peer (a second address on the active's side), then from
+    // the standby's own address (heard back through the sender's multicast loopback):
+    // the first rejected as unknown_peer, the second ignored, neither installed. The
+    // active is stopped first, so only ours arrive.
+    active.stop_clean();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = sync_report(&standby);
+    let installed_before = event_count(&standby.status(), "sync_installed");
+    let good = message(VIP.parse().unwrap(), Some(KEY));
+    send_to_group(&ns_a.0, STRANGER_IP, &good);
+    send_to_group(&ns_b.0, STANDBY_IP, &good);
+    let n =
+        |r: &serde_json::Value, path: &[&str]| path.iter().fold(r, |v, k| &v[*k]).as_u64().unwrap();
+    let counted = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        let r = sync_report(&standby);
+        (n(&r, &["rejected", "unknown_peer"]) == n(&before, &["rejected", "unknown_peer"]) + 1
+            && n(&r, &["stats", "own_datagrams_ignored"])
+                == n(&before, &["stats", "own_datagrams_ignored"]) + 1)
+            .then_some(r)
+    });
+    let after = counted.unwrap_or_else(|| {
+        panic!(
+            "not counted as expected: before {before:#}\nafter {:#}",
+            sync_report(&standby)
+        )
+    });
+    assert_eq!(
+        n(&after, &["stats", "multicast_received"]),
+        n(&before, &["stats", "multicast_received"]) + 2,
+        "{after:#}"
+    );
+    assert_eq!(
+        after["rejected"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(|v| v.as_u64())
+            .sum::<u64>(),
+        before["rejected"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(|v| v.as_u64())
+            .sum::<u64>()
+            + 1,
+        "only the stranger's datagram is a rejection: {after:#}"
+    );
+    assert_eq!(
+        after["accepted_messages"], before["accepted_messages"],
+        "{after:#}"
+    );
+    assert_eq!(
+        event_count(&standby.status(), "sync_installed"),
+        installed_before,
+        "nothing installed from the stranger or from ourselves"
+    );
+
+    // The same message to the group from the active's address: accepted and installed.
+    send_to_group(&ns_a.0, ACTIVE_IP, &good);
+    let installed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        (event_count(&standby.status(), "sync_installed") == installed_before + 1).then_some(())
+    });
+    assert!(
+        installed.is_some(),
+        "the peer's message to the group was not installed: {:#}",
+        sync_report(&standby)
+    );
+    let s = sessions(&standby);
+    assert!(
+        s.contains_key(&(
+            "198.18.0.77:40000".to_string(),
+            format!("{VIP}:80"),
+            "198.18.0.2:8080".to_string()
+        )),
+        "{s:?}"
+    );
+    standby.stop_clean();
 }

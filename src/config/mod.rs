@@ -282,6 +282,11 @@ pub struct SyncSettings {
     pub listen: std::net::SocketAddrV4,
     /// Where messages go; their addresses are the only accepted sources.
     pub peers: Vec<std::net::SocketAddrV4>,
+    /// IPv4 multicast group (224.0.0.0/4) and port: session batches are sent once to
+    /// it instead of once per peer, and received from it (joined on the interface that
+    /// holds `listen`). Resync requests and dumps stay unicast. `peers` still lists
+    /// the only accepted senders.
+    pub multicast: Option<std::net::SocketAddrV4>,
     /// HMAC-SHA256 key (hex, at least 16 bytes): every message sealed and checked.
     pub key: Option<String>,
     /// UDP flows are first synced at this many packets (IPVS sync_threshold).

@@ -91,7 +91,15 @@ const CHECK_KEYS: &[&str] = &[
     "passive",
     "passive_fall",
 ];
-const SYNC_KEYS: &[&str] = &["listen", "peers", "key", "threshold", "period_ms", "mtu"];
+const SYNC_KEYS: &[&str] = &[
+    "listen",
+    "peers",
+    "multicast",
+    "key",
+    "threshold",
+    "period_ms",
+    "mtu",
+];
 const VRRP_KEYS: &[&str] = &[
     "vrid",
     "priority",
@@ -173,6 +181,22 @@ fn read_sync(root: &Table) -> Check<Option<SyncSettings>> {
     if peers.is_empty() {
         return Err(peers_field.invalid("at least one peer is needed"));
     }
+    // Batches to a group instead of to each peer; resync stays unicast (docs/SYNC.md).
+    let multicast = t.optional("multicast", |f| {
+        let group = f.str()?.parse::<std::net::SocketAddrV4>().map_err(|_| {
+            f.invalid("expected GROUP:PORT, for example \"224.0.0.81:8848\"")
+        })?;
+        if !group.ip().is_multicast() {
+            return Err(f.invalid(format!(
+                "{} is not an IPv4 multicast address (224.0.0.0/4), for example \"224.0.0.81:8848\"",
+                group.ip()
+            )));
+        }
+        if group.port() == 0 {
+            return Err(f.invalid("port 0: the peers must know the group's port"));
+        }
+        Ok(group)
+    })?;
     let key = t.optional("key", |f| {
         let hex = f.str()?;
         crate::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
@@ -181,6 +205,7 @@ fn read_sync(root: &Table) -> Check<Option<SyncSettings>> {
     Ok(Some(SyncSettings {
         listen,
         peers,
+        multicast,
         key,
         threshold: t.or("threshold", 3, |f| f.int(0..=1_000_000))?,
         period_ms: t.or("period_ms", 10_000, |f| f.int(100..=3_600_000))?,

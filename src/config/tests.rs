@@ -1966,7 +1966,7 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
         "{BASE}[health]\ncheck = \"tcp\"\ninterval_ms = 3000\nall_down = \"rst\"\n\n\
          [vrrp]\nvrid = 51\nadvert_interval_ms = 100\naddresses = [\"198.18.0.254\"]\n\n\
          [sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n\
-         key = \"000102030405060708090a0b0c0d0e0f\"\n\n{service}"
+         multicast = \"224.0.0.81:8848\"\nkey = \"000102030405060708090a0b0c0d0e0f\"\n\n{service}"
     );
     let cfg = parse(&text).unwrap_or_else(|e| panic!("{e}"));
     use crate::health::spec::{AllDown, CheckKind};
@@ -1996,8 +1996,57 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
         (sync.threshold, sync.period_ms, sync.mtu),
         (3, 10_000, 1500)
     );
+    assert_eq!(sync.multicast, Some("224.0.0.81:8848".parse().unwrap()));
     assert!(parse(BASE).unwrap().vrrp.is_none());
     assert!(parse(BASE).unwrap().sync.is_none());
+}
+
+/// `[sync]` with `multicast = {value}` on line 24.
+fn sync_with_multicast(value: &str) -> String {
+    format!(
+        "{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\nmulticast = {value}\n"
+    )
+}
+
+#[test]
+fn sync_multicast_is_optional_and_any_group_of_224_0_0_0_4() {
+    let sync = |text: &str| parse(text).unwrap_or_else(|e| panic!("{e}")).sync.unwrap();
+    let unicast =
+        format!("{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n");
+    assert_eq!(sync(&unicast).multicast, None);
+    for group in ["224.0.0.0:1", "224.0.0.81:8848", "239.255.255.255:65535"] {
+        assert_eq!(
+            sync(&sync_with_multicast(&format!("\"{group}\""))).multicast,
+            Some(group.parse().unwrap())
+        );
+    }
+}
+
+#[test]
+fn a_sync_multicast_that_is_no_group_names_its_field() {
+    for address in [
+        "198.19.0.9",
+        "223.255.255.255",
+        "240.0.0.1",
+        "255.255.255.255",
+        "0.0.0.0",
+    ] {
+        assert_rejected(
+            &sync_with_multicast(&format!("\"{address}:8848\"")),
+            24,
+            "sync.multicast",
+            &format!("{address} is not an IPv4 multicast address (224.0.0.0/4)"),
+        );
+    }
+    for (value, needle) in [
+        ("\"224.0.0.81\"", "expected GROUP:PORT"),
+        ("\"224.0.0.81:70000\"", "expected GROUP:PORT"),
+        ("\"ff02::81:8848\"", "expected GROUP:PORT"),
+        ("\"224.0.0.81:0\"", "port 0"),
+        ("8848", "invalid type"),
+    ] {
+        assert_rejected(&sync_with_multicast(value), 24, "sync.multicast", needle);
+    }
 }
 
 #[test]

@@ -515,6 +515,15 @@ pub fn render_ha(
         }
     }
     if let Some(s) = sync {
+        if let Some(group) = s["multicast"].as_str() {
+            Family::new(
+                &mut o,
+                "sluice_sync_multicast_info",
+                "gauge",
+                "The multicast group session batches are sent to and received from.",
+            )
+            .sample("sluice_sync_multicast_info", &[("group", group)], 1);
+        }
         let counters = [
             (
                 "sluice_sync_events_sent_total",
@@ -535,6 +544,11 @@ pub fn render_ha(
                 "sluice_sync_bytes_sent_total",
                 &["stats", "bytes_sent"][..],
                 "Sync payload bytes sent.",
+            ),
+            (
+                "sluice_sync_multicast_received_total",
+                &["stats", "multicast_received"][..],
+                "Sync datagrams received from the multicast group.",
             ),
             (
                 "sluice_sync_records_accepted_total",
@@ -598,8 +612,10 @@ mod ha_tests {
         let health = serde_json::json!({"stats": {"probes_ok": 7, "probes_failed": 2, "probes_timed_out": 1, "probes_skipped": 0}});
         let vrrp = serde_json::json!({"state": "MASTER", "stats": {"transitions": 2, "adverts_sent": 40, "adverts_received": 0, "adverts_rejected": 3}});
         let sync = serde_json::json!({"events_dropped": 0, "accepted_records": 5,
+            "multicast": "224.0.0.81:8848",
             "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0,
-                "templates_sent": 6, "templates_received": 3, "templates_installed": 2, "templates_skipped": 1},
+                "templates_sent": 6, "templates_received": 3, "templates_installed": 2, "templates_skipped": 1,
+                "multicast_received": 6},
             "rejected": {"bad_hmac": 1, "unknown_peer": 0}});
         let text = render_ha(&health, Some(&vrrp), Some(&sync));
         for line in [
@@ -614,9 +630,15 @@ mod ha_tests {
             "sluice_sync_templates_received_total 3",
             "sluice_sync_templates_installed_total 2",
             "sluice_sync_templates_skipped_total 1",
+            "sluice_sync_multicast_info{group=\"224.0.0.81:8848\"} 1",
+            "sluice_sync_multicast_received_total 6",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
+        let mut unicast = sync.clone();
+        unicast.as_object_mut().unwrap().remove("multicast");
+        let text = render_ha(&health, None, Some(&unicast));
+        assert!(!text.contains("sluice_sync_multicast_info"), "{text}");
         let plain = render_ha(&health, None, None);
         assert!(!plain.contains("vrrp") && !plain.contains("sync"));
     }

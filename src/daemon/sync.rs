@@ -5,7 +5,8 @@
 //! inbox. Persistence templates, which the workers share in one table, are the
 //! management core's own business both ways (`sync::templates`): it scans the table a
 //! slice per tick for templates to send, and installs the peers' directly. One
-//! non-blocking UDP socket on a kernel interface; nothing here waits.
+//! non-blocking UDP socket on a kernel interface (two with `multicast`); nothing here
+//! waits.
 use crate::config::SyncSettings;
 use crate::dataplane::mesh::Mesh;
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
@@ -57,10 +58,21 @@ pub struct SyncStats {
     pub templates_skipped: u64,
     /// Templates in the dumps sent (part of `dump_records_sent`).
     pub dump_templates_sent: u64,
+    /// With `multicast`: datagrams read from the group socket (part of
+    /// `datagrams_received`), and those among them from our own listen address,
+    /// ignored (multicast loopback is off, so only a node with our address sends them).
+    pub multicast_received: u64,
+    pub own_datagrams_ignored: u64,
 }
 
 pub struct SyncNode {
+    /// Bound to `listen`: sends everything (batches to the group with `multicast`),
+    /// receives what is sent to `listen`.
     socket: UdpSocket,
+    listen: SocketAddrV4,
+    /// With `multicast`: the group, and the socket bound to it that receives the
+    /// group's datagrams (see `multicast_socket`).
+    group: Option<(SocketAddrV4, UdpSocket)>,
     peers: Vec<SocketAddrV4>,
     sender: SyncSender,
     receiver: Receiver,
@@ -87,6 +99,9 @@ pub struct SyncNode {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct SyncReport {
     pub listen: String,
+    /// The group batches are sent to and received from, when `multicast` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multicast: Option<String>,
     pub peers: Vec<String>,
     pub authenticated: bool,
     pub stats: SyncStats,
@@ -112,6 +127,10 @@ impl SyncNode {
         socket
             .set_nonblocking(true)
             .map_err(|e| format!("sync: {e}"))?;
+        let group = settings
+            .multicast
+            .map(|group| multicast_socket(&socket, settings.listen, group).map(|s| (group, s)))
+            .transpose()?;
         let key = settings
             .key
             .as_deref()
@@ -120,6 +139,8 @@ impl SyncNode {
             .map_err(|e| format!("sync.key: {e}"))?;
         Ok(SyncNode {
             socket,
+            listen: settings.listen,
+            group,
             peers: settings.peers.clone(),
             sender: SyncSender::new(u32::from(*settings.listen.ip()), settings.mtu, key.clone()),
             receiver: Receiver::new(ReceiverConfig {
@@ -191,6 +212,7 @@ impl SyncNode {
         }
         let SyncNode {
             socket,
+            group,
             peers,
             sender,
             rings,
@@ -202,9 +224,18 @@ impl SyncNode {
             template_records,
             ..
         } = self;
+        // Batches: once to the group with `multicast`, else once to every peer.
+        let group_only;
+        let destinations = match group {
+            Some((g, _)) => {
+                group_only = [*g];
+                &group_only[..]
+            }
+            None => &peers[..],
+        };
         let mut to_peers = |datagram: &[u8]| {
-            for peer in peers.iter() {
-                match socket.send_to(datagram, peer) {
+            for to in destinations {
+                match socket.send_to(datagram, to) {
                     Ok(n) => {
                         stats.messages_sent += 1;
                         stats.bytes_sent += n as u64;
@@ -228,77 +259,108 @@ impl SyncNode {
         let templates_sent = sender.send_records(template_records.drain(..), buf, &mut to_peers);
         self.stats.events_sent += sent as u64;
         self.stats.templates_sent += templates_sent as u64;
-        for _ in 0..DATAGRAMS_PER_TICK {
-            let (len, from) = match self.socket.recv_from(&mut self.datagram) {
-                Ok(got) => got,
-                Err(_) => break, // WouldBlock: nothing more now.
-            };
-            self.stats.datagrams_received += 1;
-            let SocketAddr::V4(from) = from else {
-                continue;
-            };
-            let exists = |proto, vs: SocketAddrV4| {
-                table
-                    .get(ServiceKey::new(proto, *vs.ip(), vs.port()))
-                    .is_some()
-            };
-            let Ok(accepted) = self
-                .receiver
-                .receive(&self.datagram[..len], *from.ip(), exists)
-            else {
-                continue;
-            };
-            match accepted.header.message_type {
-                crate::sync::wire::MessageType::ResyncRequest => {
-                    self.stats.resync_requests_received += 1;
-                    // Answer to the peer's configured sync address.
-                    if let Some(peer) = self.peers.iter().find(|p| p.ip() == from.ip()) {
-                        self.resync_request = Some((*peer, accepted.header.dump_id));
-                    }
-                    continue;
-                }
-                crate::sync::wire::MessageType::DumpChunk => self.stats.dump_chunks_received += 1,
-                crate::sync::wire::MessageType::SessionBatch => {}
-            }
-            let (toeplitz, reta, fields) = &self.rss;
-            for record in accepted.records() {
-                if record.kind == RecordKind::Template {
-                    // Shared by all workers: installed here, not by an owner.
-                    self.stats.templates_received += 1;
-                    let applied = templates::identify(table, &record, now, self.tick_ms).map(
-                        |(key, template)| {
-                            let applied = templates::apply(&self.persist, key, template, now);
-                            match (applied, self.persist.lookup(key, now)) {
-                                // The peer knows what we hold now: not echoed back.
-                                (
-                                    Applied::Created | Applied::Refreshed | Applied::Replaced,
-                                    Some(held),
-                                ) => self.tracker.received(key, held, now),
-                                // Ours differs (or is gone): tell the peer next pass.
-                                _ => self.tracker.forget(key),
-                            }
-                            applied
-                        },
-                    );
-                    match applied {
-                        Ok(Applied::Created | Applied::Refreshed | Applied::Replaced) => {
-                            self.stats.templates_installed += 1
-                        }
-                        Ok(Applied::Removed) => self.stats.templates_removed += 1,
-                        Ok(Applied::Kept | Applied::Busy) | Err(_) => {
-                            self.stats.templates_skipped += 1
-                        }
-                    }
-                    continue;
-                }
-                let Some(owner) = session_owner(&record, toeplitz, reta, *fields) else {
-                    continue;
+        for from_group in [false, true] {
+            for _ in 0..DATAGRAMS_PER_TICK {
+                // None: WouldBlock (nothing more now), or no group socket.
+                let Some((len, from)) = self.recv(from_group) else {
+                    break;
                 };
-                if mesh.install(usize::from(owner.queue), record) {
-                    self.stats.records_queued += 1;
-                } else {
-                    self.stats.install_inbox_full += 1;
+                self.handle(len, from, from_group, table, mesh, now);
+            }
+        }
+    }
+
+    /// Reads one datagram into `self.datagram`, from the listen socket or the group's.
+    fn recv(&mut self, from_group: bool) -> Option<(usize, SocketAddr)> {
+        let socket = match (from_group, &self.group) {
+            (false, _) => &self.socket,
+            (true, Some((_, socket))) => socket,
+            (true, None) => return None,
+        };
+        socket.recv_from(&mut self.datagram).ok()
+    }
+
+    /// Checks the datagram in `self.datagram[..len]` and hands its records to their
+    /// owners.
+    fn handle(
+        &mut self,
+        len: usize,
+        from: SocketAddr,
+        from_group: bool,
+        table: &ServiceTable,
+        mesh: &Mesh,
+        now: u32,
+    ) {
+        self.stats.datagrams_received += 1;
+        self.stats.multicast_received += u64::from(from_group);
+        let SocketAddr::V4(from) = from else {
+            return;
+        };
+        if from_group && from.ip() == self.listen.ip() {
+            // Our own batch back (loopback is off, so another node with our address):
+            // neither a peer's message nor a forgery to count.
+            self.stats.own_datagrams_ignored += 1;
+            return;
+        }
+        let exists = |proto, vs: SocketAddrV4| {
+            table
+                .get(ServiceKey::new(proto, *vs.ip(), vs.port()))
+                .is_some()
+        };
+        let Ok(accepted) = self
+            .receiver
+            .receive(&self.datagram[..len], *from.ip(), exists)
+        else {
+            return;
+        };
+        match accepted.header.message_type {
+            crate::sync::wire::MessageType::ResyncRequest => {
+                self.stats.resync_requests_received += 1;
+                // Answer to the peer's configured sync address.
+                if let Some(peer) = self.peers.iter().find(|p| p.ip() == from.ip()) {
+                    self.resync_request = Some((*peer, accepted.header.dump_id));
                 }
+                return;
+            }
+            crate::sync::wire::MessageType::DumpChunk => self.stats.dump_chunks_received += 1,
+            crate::sync::wire::MessageType::SessionBatch => {}
+        }
+        let (toeplitz, reta, fields) = &self.rss;
+        for record in accepted.records() {
+            if record.kind == RecordKind::Template {
+                // Shared by all workers: installed here, not by an owner.
+                self.stats.templates_received += 1;
+                let applied = templates::identify(table, &record, now, self.tick_ms).map(
+                    |(key, template)| {
+                        let applied = templates::apply(&self.persist, key, template, now);
+                        match (applied, self.persist.lookup(key, now)) {
+                            // The peer knows what we hold now: not echoed back.
+                            (
+                                Applied::Created | Applied::Refreshed | Applied::Replaced,
+                                Some(held),
+                            ) => self.tracker.received(key, held, now),
+                            // Ours differs (or is gone): tell the peer next pass.
+                            _ => self.tracker.forget(key),
+                        }
+                        applied
+                    },
+                );
+                match applied {
+                    Ok(Applied::Created | Applied::Refreshed | Applied::Replaced) => {
+                        self.stats.templates_installed += 1
+                    }
+                    Ok(Applied::Removed) => self.stats.templates_removed += 1,
+                    Ok(Applied::Kept | Applied::Busy) | Err(_) => self.stats.templates_skipped += 1,
+                }
+                continue;
+            }
+            let Some(owner) = session_owner(&record, toeplitz, reta, *fields) else {
+                continue;
+            };
+            if mesh.install(usize::from(owner.queue), record) {
+                self.stats.records_queued += 1;
+            } else {
+                self.stats.install_inbox_full += 1;
             }
         }
     }
@@ -307,6 +369,7 @@ impl SyncNode {
         let c = self.receiver.counters();
         SyncReport {
             listen: listen.to_string(),
+            multicast: self.group.as_ref().map(|(g, _)| g.to_string()),
             peers: self.peers.iter().map(|p| p.to_string()).collect(),
             authenticated: self.sender.authenticated(),
             stats: self.stats,
@@ -320,6 +383,54 @@ impl SyncNode {
                 .collect(),
         }
     }
+}
+
+/// Multicast (`[sync] multicast`): batches leave the listen socket for the group, and a
+/// second socket bound to GROUP:PORT receives the group's datagrams.
+///
+/// Why a second socket rather than one bound to 0.0.0.0:PORT: the sender's source
+/// address must stay `listen`, because the peers accept only their configured peer
+/// addresses (a wildcard-bound socket's source would be whatever the route picks);
+/// the listen port and the group port may differ, which one socket cannot cover; and a
+/// wildcard socket would also take unicast for PORT on every other interface. The
+/// listen socket, bound to a unicast address, never gets the group's datagrams (the
+/// kernel delivers by destination address), and the group socket, bound to the group,
+/// never gets unicast: nothing is read twice, whether the ports are equal or not.
+fn multicast_socket(
+    unicast: &UdpSocket,
+    listen: SocketAddrV4,
+    group: SocketAddrV4,
+) -> Result<UdpSocket, String> {
+    use socket2::{Domain, Protocol, SockRef, Socket, Type};
+    let fail = |what: &'static str| {
+        move |e: std::io::Error| format!("sync: multicast {group}: {what}: {e}")
+    };
+    // Sending: out of the interface that holds `listen` (IP_MULTICAST_IF), one hop
+    // (the standby is on the same link, as with IPVS), and not back to this node.
+    let send = SockRef::from(unicast);
+    send.set_multicast_if_v4(listen.ip())
+        .map_err(fail("IP_MULTICAST_IF"))?;
+    send.set_multicast_ttl_v4(1)
+        .map_err(fail("IP_MULTICAST_TTL"))?;
+    send.set_multicast_loop_v4(false)
+        .map_err(fail("IP_MULTICAST_LOOP"))?;
+    // Receiving.
+    let recv =
+        Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(fail("socket"))?;
+    // As IPVS's receive socket (sk_reuse): other listeners of the group on this host
+    // (a capture, a monitor) may bind it too; each gets its own copy.
+    recv.set_reuse_address(true).map_err(fail("SO_REUSEADDR"))?;
+    recv.bind(&SocketAddr::V4(group).into())
+        .map_err(fail("bind"))?;
+    // IP_ADD_MEMBERSHIP on the interface that holds `listen`; with IP_MULTICAST_ALL
+    // off, only the group's datagrams arriving there are delivered to this socket,
+    // not those of another interface where some other program joined the group.
+    recv.join_multicast_v4(group.ip(), listen.ip())
+        .map_err(fail("IP_ADD_MEMBERSHIP"))?;
+    recv.set_multicast_all_v4(false)
+        .map_err(fail("IP_MULTICAST_ALL"))?;
+    recv.set_nonblocking(true).map_err(fail("O_NONBLOCK"))?;
+    Ok(recv.into())
 }
 
 /// Ticks after which an unchanged template is sent again: one scan pass before the
