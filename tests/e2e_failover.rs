@@ -424,14 +424,18 @@ fn failover(mode: &str, scenario: Scenario) {
         let report = b.ctl(&["sync", "--json"]);
         let stats: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
         let chunks = stats["stats"]["dump_chunks_received"].as_u64().unwrap_or(0);
+        let resync = &stats["peer_status"][0]["resync"];
         eprintln!(
             "B restarted: holds {}/{LONG} of A's connections {:?} after its start, from {chunks} \
-             dump chunk(s)",
+             dump chunk(s); resync of A {} ({} records in {} ms)",
             held(&on_a, &b),
-            caught_up
+            caught_up,
+            resync["state"],
+            resync["records"],
+            resync["took_ms"]
         );
         assert!(
-            caught_up.is_some() && chunks > 0,
+            caught_up.is_some() && chunks > 0 && resync["state"] == "complete",
             "the restarted B did not catch up by bulk resync: {}",
             report.stdout
         );
@@ -653,13 +657,21 @@ fn failover(mode: &str, scenario: Scenario) {
         let dropped = sync_datagrams_dropped(&lab, &lb2_ns);
         let received = b.ctl(&["sync", "--json"]);
         let received: serde_json::Value = serde_json::from_str(&received.stdout).unwrap();
+        // B sees A's drops as gaps in A's sequence numbers (the last message A sent
+        // before its death, if dropped, has no successor to reveal it).
+        let seen_lost = received["peer_status"][0]["lost"].as_u64().unwrap_or(u64::MAX);
         eprintln!(
-            "sync loss: nftables dropped {dropped} sync datagrams to B, B received {}; \
-             B lacked {missing_before} of {LONG} connections at the crash; {} lost",
+            "sync loss: nftables dropped {dropped} sync datagrams to B, B received {} and \
+             counted {seen_lost} missing in A's sequence; B lacked {missing_before} of {LONG} \
+             connections at the crash; {} lost",
             received["stats"]["datagrams_received"],
             LONG - survived
         );
         assert!(dropped > 0, "the nftables rule dropped nothing");
+        assert!(
+            seen_lost <= dropped && seen_lost + 1 >= dropped,
+            "B counted {seen_lost} lost messages for {dropped} dropped: {received:#}"
+        );
         assert!(
             missing_before as u32 <= LONG / LOSS_ONE_IN,
             "B lacked {missing_before} connections 3 s after they opened, \

@@ -7,8 +7,8 @@ use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::status::{
     render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
-    render_services, render_skew, render_status, render_timeouts, render_vrrp, render_xstats,
-    ConnectionsReport, LaddrReport, ServicesReport, StatusReport, XstatsReport,
+    render_services, render_skew, render_status, render_sync, render_timeouts, render_vrrp,
+    render_xstats, ConnectionsReport, LaddrReport, ServicesReport, StatusReport, XstatsReport,
     DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::DEFAULT_SOCKET_PATH;
@@ -204,7 +204,7 @@ impl Command {
             Command::Events => Ok(render_events(&result)),
             Command::Health => Ok(render_health(&result)),
             Command::Vrrp => Ok(render_vrrp(&result)),
-            Command::Sync => Ok(serde_json::to_string_pretty(&result).unwrap_or_default() + "\n"),
+            Command::Sync => Ok(render_sync(&result)),
             Command::Reload => Ok(format!(
                 "reloaded: {} change(s) applied\n",
                 result["applied"].as_u64().unwrap_or(0)

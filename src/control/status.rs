@@ -976,6 +976,120 @@ pub fn render_vrrp(r: &serde_json::Value) -> String {
     )
 }
 
+/// `sluicectl sync`: what was sent and received, the rejections, then one line per
+/// peer (when last heard, sequence gaps, the bulk resync asked of it).
+pub fn render_sync(r: &serde_json::Value) -> String {
+    let s = &r["stats"];
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let mut out = String::new();
+    let multicast = r["multicast"]
+        .as_str()
+        .map(|g| format!(", multicast {g}"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "sync on {}{multicast}, peers {}, {}",
+        r["listen"].as_str().unwrap_or("?"),
+        r["peers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        if r["authenticated"].as_bool().unwrap_or(false) {
+            "HMAC on"
+        } else {
+            "no key"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "sent: {} messages ({} bytes), {} session events, {} templates, {} send errors; \
+         events lost to full rings {}",
+        n(s, "messages_sent"),
+        n(s, "bytes_sent"),
+        n(s, "events_sent"),
+        n(s, "templates_sent"),
+        n(s, "send_errors"),
+        n(r, "events_dropped")
+    );
+    let _ = writeln!(
+        out,
+        "received: {} datagrams, {} accepted with {} records; {} templates installed; \
+         records lost to full install inboxes {}",
+        n(s, "datagrams_received"),
+        n(r, "accepted_messages"),
+        n(r, "accepted_records"),
+        n(s, "templates_installed"),
+        n(s, "install_inbox_full")
+    );
+    let rejected: Vec<String> = r["rejected"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "rejected: {}",
+        if rejected.is_empty() {
+            "none".to_string()
+        } else {
+            rejected.join(", ")
+        }
+    );
+    let _ = writeln!(
+        out,
+        "resync: {} requests sent, {} received, {} dumps sent, {} chunks received",
+        n(s, "resync_requests_sent"),
+        n(s, "resync_requests_received"),
+        n(s, "dumps_sent"),
+        n(s, "dump_chunks_received")
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:>10} {:>9} {:>6} {:>9} {:>8}  Resync",
+        "Peer", "Heard", "Messages", "Lost", "Reordered", "Restarts"
+    );
+    for p in r["peer_status"].as_array().into_iter().flatten() {
+        let heard = p["last_heard_ms_ago"].as_u64().map_or_else(
+            || "never".to_string(),
+            |ms| format!("{:.3}s ago", ms as f64 / 1000.0),
+        );
+        let rs = &p["resync"];
+        let state = rs["state"].as_str().unwrap_or("?");
+        let resync = match state {
+            "none" => "-".to_string(),
+            "complete" => format!(
+                "complete: {} chunk(s), {} records in {} ms (attempt {})",
+                n(rs, "chunks"),
+                n(rs, "records"),
+                n(rs, "took_ms"),
+                n(rs, "attempts")
+            ),
+            other => format!(
+                "{other}: {} chunk(s), {} records (attempt {})",
+                n(rs, "chunks"),
+                n(rs, "records"),
+                n(rs, "attempts")
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "{:<16} {:>10} {:>9} {:>6} {:>9} {:>8}  {resync}",
+            p["addr"].as_str().unwrap_or("?"),
+            heard,
+            n(p, "messages"),
+            n(p, "lost"),
+            n(p, "reordered"),
+            n(p, "restarts")
+        );
+    }
+    out
+}
+
 /// `sluicectl health`: one line per watched real server, then the probe counters.
 pub fn render_health(report: &serde_json::Value) -> String {
     let mut out = String::new();
@@ -1800,6 +1914,35 @@ mod ipvsadm_golden {
              [1]TCP 01:05  TIME_WAIT   198.18.0.9:1025       198.18.1.1:80         198.18.0.50:1031      198.18.0.11:8080\n\
              [-]TCP 01:05  NONE        198.18.0.0:0          198.18.1.1:80         -                     198.18.0.11:8080\n\
              (more sessions exist than this listing holds)\n"
+        );
+    }
+}
+
+#[cfg(test)]
+mod sync_text {
+    use super::render_sync;
+
+    #[test]
+    fn the_sync_summary_names_rejections_and_each_peers_lag_and_resync() {
+        let report = serde_json::json!({
+            "listen": "198.19.0.2:8848", "peers": ["198.19.0.1:8848"], "authenticated": true,
+            "stats": {"messages_sent": 3, "bytes_sent": 300, "events_sent": 9,
+                "datagrams_received": 52, "resync_requests_sent": 1, "dump_chunks_received": 7},
+            "events_dropped": 0, "accepted_messages": 50, "accepted_records": 1200,
+            "rejected": {"bad_hmac": 2, "unknown_peer": 0},
+            "peer_status": [{"addr": "198.19.0.1", "messages": 50, "lost": 2, "reordered": 0,
+                "restarts": 0, "last_heard_ms_ago": 4,
+                "resync": {"state": "complete", "chunks": 7, "records": 273, "took_ms": 12,
+                    "attempts": 1}}]
+        });
+        let text = render_sync(&report);
+        assert!(text.starts_with("sync on 198.19.0.2:8848, peers 198.19.0.1:8848, HMAC on\n"));
+        assert!(text.contains("\nrejected: bad_hmac 2\n"), "{text}");
+        let peer = text.lines().last().unwrap();
+        assert_eq!(
+            peer,
+            "198.19.0.1       0.004s ago        50      2         0        0  \
+             complete: 7 chunk(s), 273 records in 12 ms (attempt 1)"
         );
     }
 }

@@ -599,6 +599,64 @@ pub fn render_ha(
                 );
             }
         }
+        let peers = s["peer_status"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let per_peer = [
+            (
+                "sluice_sync_peer_messages_total",
+                "counter",
+                "Messages accepted from the peer.",
+            ),
+            (
+                "sluice_sync_peer_lost_total",
+                "counter",
+                "Messages missing in the peer's sequence (lost on the way or rejected here).",
+            ),
+        ];
+        for (name, kind, help) in per_peer {
+            let mut f = Family::new(&mut o, name, kind, help);
+            let key = if name.ends_with("messages_total") {
+                "messages"
+            } else {
+                "lost"
+            };
+            for p in peers {
+                let addr = p["addr"].as_str().unwrap_or("");
+                f.sample(name, &[("peer", addr)], n(p, &[key]));
+            }
+        }
+        let mut f = Family::new(
+            &mut o,
+            "sluice_sync_peer_last_heard_seconds",
+            "gauge",
+            "Seconds since the peer's last accepted message (absent: never heard).",
+        );
+        for p in peers {
+            if let Some(ms) = p["last_heard_ms_ago"].as_u64() {
+                let addr = p["addr"].as_str().unwrap_or("");
+                f.sample(
+                    "sluice_sync_peer_last_heard_seconds",
+                    &[("peer", addr)],
+                    format!("{:.3}", ms as f64 / 1000.0),
+                );
+            }
+        }
+        let mut f = Family::new(
+            &mut o,
+            "sluice_sync_peer_resync_complete",
+            "gauge",
+            "1 once the bulk resync asked of the peer arrived whole.",
+        );
+        for p in peers {
+            let addr = p["addr"].as_str().unwrap_or("");
+            f.sample(
+                "sluice_sync_peer_resync_complete",
+                &[("peer", addr)],
+                u8::from(p["resync"]["state"] == "complete"),
+            );
+        }
     }
     o
 }
@@ -616,7 +674,9 @@ mod ha_tests {
             "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0,
                 "templates_sent": 6, "templates_received": 3, "templates_installed": 2, "templates_skipped": 1,
                 "multicast_received": 6},
-            "rejected": {"bad_hmac": 1, "unknown_peer": 0}});
+            "rejected": {"bad_hmac": 1, "unknown_peer": 0},
+            "peer_status": [{"addr": "198.19.0.2", "messages": 40, "lost": 3,
+                "last_heard_ms_ago": 250, "resync": {"state": "complete"}}]});
         let text = render_ha(&health, Some(&vrrp), Some(&sync));
         for line in [
             "sluice_health_probes_total{outcome=\"ok\"} 7",
@@ -632,6 +692,10 @@ mod ha_tests {
             "sluice_sync_templates_skipped_total 1",
             "sluice_sync_multicast_info{group=\"224.0.0.81:8848\"} 1",
             "sluice_sync_multicast_received_total 6",
+            "sluice_sync_peer_messages_total{peer=\"198.19.0.2\"} 40",
+            "sluice_sync_peer_lost_total{peer=\"198.19.0.2\"} 3",
+            "sluice_sync_peer_last_heard_seconds{peer=\"198.19.0.2\"} 0.250",
+            "sluice_sync_peer_resync_complete{peer=\"198.19.0.2\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

@@ -796,7 +796,9 @@ impl Registry {
         let Some((node, _)) = &mut self.sync else {
             return;
         };
-        node.tick(&self.services.table, mesh, now);
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        let backup = self.vrrp.as_ref().is_some_and(|v| !v.serving());
+        node.tick(&self.services.table, mesh, now, now_ms, backup);
         // A peer asked for our whole table (it started or reconnected): dump it from
         // the workers' tables, chunk by chunk, between their polls.
         let Some((peer, dump_id)) = node.take_resync_request() else {
@@ -835,7 +837,8 @@ impl Registry {
         let Some((node, listen)) = &self.sync else {
             return Err("session sync is off: the config has no [sync] section".into());
         };
-        serde_json::to_value(node.report(*listen)).map_err(|e| e.to_string())
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        serde_json::to_value(node.report(*listen, now_ms)).map_err(|e| e.to_string())
     }
 
     fn vrrp_report(&self) -> Result<serde_json::Value, String> {

@@ -14,11 +14,12 @@ use crate::service::{ServiceKey, ServiceTable};
 use crate::session::persist::PersistTable;
 use crate::sync::auth::SyncKey;
 use crate::sync::events::EventRing;
+use crate::sync::peers::{Heard, Peer, Peers};
 use crate::sync::receiver::{session_owner, Receiver, ReceiverConfig, RejectReason};
 use crate::sync::sender::SyncSender;
 use crate::sync::templates::{self, Applied, ServicesById, TemplateTracker};
 use crate::sync::wire::{RecordKind, RecordRepr};
-use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 
 /// Events turned into messages per tick at most.
@@ -81,8 +82,14 @@ pub struct SyncNode {
     buf: Vec<u8>,
     /// Receive buffer (the largest UDP datagram), kept across ticks.
     datagram: Vec<u8>,
-    /// Asked a peer for its table yet (done at the first tick).
+    /// Asked the peers for their tables yet (done at the first tick).
     resync_asked: bool,
+    /// The last dump id this node asked for (one more per request).
+    dump_id: u32,
+    /// What the peers' accepted messages told: lag, losses, resync progress.
+    seen: Peers,
+    /// Dumps to ask for after this tick's datagrams: (peer, another attempt?).
+    asks: Vec<(SocketAddrV4, bool)>,
     /// A peer's request for our table, to answer with a dump.
     resync_request: Option<(SocketAddrV4, u32)>,
     /// The workers' persistence templates, and the session clock's tick.
@@ -112,6 +119,18 @@ pub struct SyncReport {
     pub accepted_records: u64,
     /// Rejected datagrams by reason.
     pub rejected: std::collections::BTreeMap<String, u64>,
+    /// Per peer: messages accepted, sequence gaps, when last heard, bulk resync.
+    pub peer_status: Vec<PeerReport>,
+}
+
+/// One peer in `sluicectl sync`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PeerReport {
+    #[serde(flatten)]
+    pub peer: Peer,
+    /// Milliseconds since its last accepted message: how stale this node's copy of
+    /// its sessions may be (none: never heard).
+    pub last_heard_ms_ago: Option<u64>,
 }
 
 impl SyncNode {
@@ -152,6 +171,11 @@ impl SyncNode {
             buf: vec![0; usize::from(settings.mtu)],
             datagram: vec![0; 65_536],
             resync_asked: false,
+            // Distinct across restarts, so a late chunk of a previous life's dump is
+            // not taken for this one's.
+            dump_id: std::process::id() << 8,
+            seen: Peers::new(settings.peers.iter().map(|p| *p.ip())),
+            asks: Vec::new(),
             resync_request: None,
             tracker: TemplateTracker::new(
                 persist.capacity(),
@@ -196,18 +220,22 @@ impl SyncNode {
     /// One turn at session-clock tick `now`: send what the workers queued and the
     /// templates due in this tick's slice of the template table, install what the
     /// peers sent.
-    pub fn tick(&mut self, table: &ServiceTable, mesh: &Mesh, now: u32) {
+    ///
+    /// `now_ms` is the management clock; `backup` says this node is a VRRP backup
+    /// (only a backup asks a peer heard again after a silence for its table).
+    pub fn tick(&mut self, table: &ServiceTable, mesh: &Mesh, now: u32, now_ms: u64, backup: bool) {
         if !self.resync_asked {
             // Starting up: ask every peer for its table (bulk resync).
             self.resync_asked = true;
-            let dump_id = std::process::id();
-            let request = self.sender.resync_request(dump_id, &mut self.buf).to_vec();
-            for peer in &self.peers {
-                if self.socket.send_to(&request, peer).is_ok() {
-                    self.stats.resync_requests_sent += 1;
-                } else {
-                    self.stats.send_errors += 1;
-                }
+            for peer in self.peers.clone() {
+                self.ask_for_dump(peer, false, now_ms);
+            }
+        }
+        // A dump that stopped arriving is asked for again (bounded).
+        let stalled: Vec<Ipv4Addr> = self.seen.stalled(now_ms).collect();
+        for ip in stalled {
+            if let Some(peer) = self.peers.iter().find(|p| *p.ip() == ip).copied() {
+                self.ask_for_dump(peer, true, now_ms);
             }
         }
         let SyncNode {
@@ -265,8 +293,31 @@ impl SyncNode {
                 let Some((len, from)) = self.recv(from_group) else {
                     break;
                 };
-                self.handle(len, from, from_group, table, mesh, now);
+                self.handle(len, from, from_group, table, mesh, now, now_ms, backup);
             }
+        }
+        let mut asks = std::mem::take(&mut self.asks);
+        for (peer, retry) in asks.drain(..) {
+            self.ask_for_dump(peer, retry, now_ms);
+        }
+        self.asks = asks;
+    }
+
+    /// Asks `peer` for its whole table under a new dump id: a new resync, or another
+    /// attempt at the current one (bounded: `peers::RESYNC_ATTEMPTS`).
+    fn ask_for_dump(&mut self, peer: SocketAddrV4, retry: bool, now_ms: u64) {
+        self.dump_id = self.dump_id.wrapping_add(1);
+        if !self.seen.asking(*peer.ip(), self.dump_id, retry, now_ms) {
+            log::warn!(
+                "sync: no complete table from {peer} after {} requests; asking again when it is heard after a silence",
+                crate::sync::peers::RESYNC_ATTEMPTS
+            );
+            return;
+        }
+        let request = self.sender.resync_request(self.dump_id, &mut self.buf);
+        match self.socket.send_to(request, peer) {
+            Ok(_) => self.stats.resync_requests_sent += 1,
+            Err(_) => self.stats.send_errors += 1,
         }
     }
 
@@ -290,6 +341,8 @@ impl SyncNode {
         table: &ServiceTable,
         mesh: &Mesh,
         now: u32,
+        now_ms: u64,
+        backup: bool,
     ) {
         self.stats.datagrams_received += 1;
         self.stats.multicast_received += u64::from(from_group);
@@ -313,6 +366,18 @@ impl SyncNode {
         else {
             return;
         };
+        let peer = self.peers.iter().find(|p| p.ip() == from.ip()).copied();
+        match (
+            self.seen.accepted(*from.ip(), &accepted.header, now_ms),
+            peer,
+        ) {
+            (Heard::DumpGap, Some(peer)) => self.asks.push((peer, true)),
+            (Heard::AfterSilence, Some(peer)) if backup => {
+                log::info!("sync: {peer} heard again after a silence: asking for its table");
+                self.asks.push((peer, false));
+            }
+            _ => {}
+        }
         match accepted.header.message_type {
             crate::sync::wire::MessageType::ResyncRequest => {
                 self.stats.resync_requests_received += 1;
@@ -365,7 +430,7 @@ impl SyncNode {
         }
     }
 
-    pub fn report(&self, listen: SocketAddrV4) -> SyncReport {
+    pub fn report(&self, listen: SocketAddrV4, now_ms: u64) -> SyncReport {
         let c = self.receiver.counters();
         SyncReport {
             listen: listen.to_string(),
@@ -380,6 +445,14 @@ impl SyncNode {
             rejected: RejectReason::ALL
                 .iter()
                 .map(|r| (r.name().to_string(), c.rejected(*r)))
+                .collect(),
+            peer_status: self
+                .seen
+                .iter()
+                .map(|p| PeerReport {
+                    peer: *p,
+                    last_heard_ms_ago: p.last_heard_ms.map(|t| now_ms.saturating_sub(t)),
+                })
                 .collect(),
         }
     }
@@ -441,6 +514,24 @@ fn resend_ticks(period_ms: u32, tick_ms: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_peer_report_has_the_fields_the_metrics_read() {
+        use crate::sync::peers::Peers;
+        let peers = Peers::new(["198.19.0.2".parse().unwrap()]);
+        let p = *peers.iter().next().unwrap();
+        let v = serde_json::to_value(super::PeerReport {
+            peer: p,
+            last_heard_ms_ago: Some(250),
+        })
+        .unwrap();
+        assert_eq!(v["addr"], "198.19.0.2");
+        assert_eq!(v["last_heard_ms_ago"], 250);
+        for key in ["messages", "lost", "reordered", "restarts"] {
+            assert_eq!(v[key], 0, "{key} in {v}");
+        }
+        assert_eq!(v["resync"]["state"], "none");
+    }
+
     #[test]
     fn templates_are_resent_within_the_sync_period() {
         // 10 s period, 100 ms ticks: after 9 s, so the next pass (1 s) sends it.
