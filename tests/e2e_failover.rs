@@ -22,6 +22,11 @@
 //! two consecutive answers on any long connection) and how many of the 100 connections
 //! survived. Asserted: all survive, no gap reaches 1 s.
 //!
+//! With a persistent service (NAT, `persistence_timeout = 300`, netmask /32), 12 more
+//! client addresses each get a template through A before the crash; B must list the
+//! same templates, and after the takeover every new connection from those addresses
+//! must reach the real server its template names (`persistence_templates_survive_...`).
+//!
 //! Run: `cargo test --release --test e2e_failover -- --nocapture` (as root).
 mod common;
 
@@ -43,6 +48,11 @@ const FULLNAT_LIP: &str = "198.18.0.50";
 /// the gateway), behind this gateway, also moved by VRRP.
 const NAT_CLIENT: &str = "198.18.2.100/24";
 const NAT_CLIENT_GATEWAY: &str = "198.18.2.1";
+/// Persistence: the template timeout, the extra client addresses (198.18.2.101 ..,
+/// next to `NAT_CLIENT`), and the connections each opens before and after the crash.
+const PERSISTENCE_S: u32 = 300;
+const PINNED_CLIENTS: u8 = 12;
+const PINNED_ROUNDS: u32 = 3;
 /// The tests take turns: each runs two daemons busy-polling CPU 1.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const KEY: &str = "5eb1ce5eb1ce5eb1ce5eb1ce5eb1ce5e";
@@ -82,11 +92,14 @@ fn node(
         .collect();
     // FullNAT: the real servers answer the local address, a virtual address of the
     // pair (VRRP moves it with the VIP).
-    let extra = if mode == "fullnat" {
+    let mut extra = if mode == "fullnat" {
         vec![format!("local_addresses = [\"{FULLNAT_LIP}\"]")]
     } else {
         Vec::new()
     };
+    if scenario == Scenario::Persistence {
+        extra.push(format!("persistence_timeout = {PERSISTENCE_S}"));
+    }
     let mut toml = service_section("tcp", VIP, PORT, "rr", &extra, &servers);
     // NAT: the real servers' gateway is a virtual address of the pair, so their
     // replies follow the master.
@@ -180,6 +193,12 @@ enum Scenario {
     /// 10% of the datagrams to B's sync port are dropped (nftables in B's namespace),
     /// sessions are refreshed every second; then A is killed.
     SyncLoss,
+    /// A persistent service (`persistence_timeout`, /32): besides the long connections
+    /// (all from one address, so one template and one real server), 12 more client
+    /// addresses are pinned by templates through A; B must hold the same templates, A
+    /// is killed, and the new connections of those addresses through B must go where
+    /// their templates say.
+    Persistence,
 }
 
 /// SyncLoss: the refresh period, and the share of sync datagrams dropped.
@@ -199,6 +218,8 @@ impl Scenario {
     fn client_s(self) -> u32 {
         match self {
             Scenario::StandbyRestart => CLIENT_S + 8,
+            // The templates' round trip (up to a scan pass) before the kill.
+            Scenario::Persistence => CLIENT_S + 3,
             _ => CLIENT_S,
         }
     }
@@ -232,6 +253,204 @@ fn restarted_standby_catches_up_and_a_crash_loses_no_fullnat_connection() {
 #[test]
 fn ten_percent_sync_loss_loses_only_never_synced_nat_sessions() {
     failover("nat", Scenario::SyncLoss);
+}
+
+#[test]
+fn persistence_templates_survive_a_crash_and_pin_new_nat_connections() {
+    failover("nat", Scenario::Persistence);
+}
+
+/// The persistence templates a node lists for the VIP (`-L -n -c`: state NONE, no
+/// worker): client network ("IP:0") -> destination ("RIP:PORT").
+fn templates(daemon: &Daemon) -> BTreeMap<String, String> {
+    let out = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+    assert!(out.success(), "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let virt = format!("{VIP}:{PORT}");
+    v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["worker"].is_null() && c["state"] == "NONE" && c["virtual"] == virt.as_str())
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+            (s("client"), s("destination"))
+        })
+        .collect()
+}
+
+/// The extra client addresses of the persistence scenario.
+fn pinned_clients() -> Vec<String> {
+    (1..=PINNED_CLIENTS)
+        .map(|i| format!("198.18.2.{}", 100 + u32::from(i)))
+        .collect()
+}
+
+/// `e2e_apps.py ask` in the client's namespace: `rounds` rounds, each one connection
+/// from every address of `sources` in that order; source -> the real server ("RIP:PORT")
+/// of each answer, in order. Panics on any failure.
+fn ask(lab: &AppLab, sources: &[String], rounds: u32) -> BTreeMap<String, Vec<String>> {
+    let (apps, port) = (AppLab::apps(), PORT.to_string());
+    let rounds_s = rounds.to_string();
+    let mut args = vec![
+        PYTHON,
+        &apps,
+        "ask",
+        VIP,
+        &port,
+        "--rounds",
+        &rounds_s,
+        "--timeout",
+        "2",
+    ];
+    for s in sources {
+        args.extend(["--source", s.as_str()]);
+    }
+    let bound = Duration::from_secs(u64::from(rounds) * sources.len() as u64 * 6 + 10);
+    let out = lab.bed.exec(lab.bed.client_ns(), &args, bound);
+    assert!(out.success(), "ask: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for a in v["answers"].as_array().unwrap() {
+        let name = a["server"].as_str().unwrap();
+        let i: u32 = name
+            .strip_prefix("rs")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("answered by {name}?"));
+        got.entry(a["source"].as_str().unwrap().to_string())
+            .or_default()
+            .push(format!("{}:{PORT}", lab.bed.rs_ip(i)));
+    }
+    got
+}
+
+/// A random order of `items` (xorshift seeded from the clock; the seed is printed).
+fn shuffled(items: &[String]) -> (Vec<String>, u64) {
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let mut x = seed;
+    let mut out = items.to_vec();
+    for i in (1..out.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    (out, seed)
+}
+
+/// The chance that a scheduler blind to the client address, given the clients in a
+/// uniformly random order, sends every one to the real server `pinned` names: for any
+/// sequence of its choices, the orders that match are the permutations within each
+/// real server's clients, prod(n_i!) of n! (0 if the counts differ).
+fn chance_all_match(pinned: &BTreeMap<String, String>) -> f64 {
+    let mut per_rs: BTreeMap<&str, u32> = BTreeMap::new();
+    for rs in pinned.values() {
+        *per_rs.entry(rs.as_str()).or_default() += 1;
+    }
+    let fact = |n: u32| (1..=n).map(f64::from).product::<f64>();
+    per_rs.values().map(|&n| fact(n)).product::<f64>() / fact(pinned.len() as u32)
+}
+
+/// Persistence, before the crash: every extra client address opens `PINNED_ROUNDS`
+/// connections through A, all answered by one real server, the one A's template for
+/// it names; B then lists the same templates. Returns address -> real server.
+fn pin_through_a(lab: &AppLab, a: &Daemon, b: &Daemon) -> BTreeMap<String, String> {
+    let clients = pinned_clients();
+    let answers = ask(lab, &clients, PINNED_ROUNDS);
+    let on_a = templates(a);
+    let mut pinned = BTreeMap::new();
+    for c in &clients {
+        let got = &answers[c];
+        assert!(
+            got.len() == PINNED_ROUNDS as usize && got.iter().all(|rs| *rs == got[0]),
+            "{c} was not kept on one real server through A: {got:?}"
+        );
+        assert_eq!(
+            on_a.get(&format!("{c}:0")),
+            Some(&got[0]),
+            "A's template for {c} (A's templates: {on_a:?})"
+        );
+        pinned.insert(c.clone(), got[0].clone());
+    }
+    // A template reaches B within a scan pass (about 1 s) of its creation.
+    let pinned_at = Instant::now();
+    let same = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+        (templates(a) == templates(b)).then(|| pinned_at.elapsed())
+    });
+    let on_a = templates(a);
+    let on_b = templates(b);
+    eprintln!(
+        "templates before the kill (B's matched A's {same:?} after the last connection):\n\
+         A {} {on_a:?}\nB {} {on_b:?}",
+        on_a.len(),
+        on_b.len()
+    );
+    assert!(
+        same.is_some(),
+        "B's templates differ from A's\nA {on_a:?}\nB {on_b:?}\n{}",
+        b.ctl(&["sync", "--json"]).stdout
+    );
+    // The 12 and the long connections' address.
+    assert_eq!(on_b.len(), clients.len() + 1, "B's templates: {on_b:?}");
+    pinned
+}
+
+/// Persistence, after the takeover: every extra address opens `PINNED_ROUNDS` new
+/// connections through B, in a random order; each must reach its template's real
+/// server. Returns (followed, opened).
+fn follow_through_b(lab: &AppLab, b: &Daemon, pinned: &BTreeMap<String, String>) -> (usize, usize) {
+    let clients: Vec<String> = pinned.keys().cloned().collect();
+    let (order, seed) = shuffled(&clients);
+    let chance = chance_all_match(pinned);
+    let mut per_rs: BTreeMap<&str, u32> = BTreeMap::new();
+    for rs in pinned.values() {
+        *per_rs.entry(rs.as_str()).or_default() += 1;
+    }
+    eprintln!(
+        "pinned through A, per real server {per_rs:?}; B asked in a random order (seed \
+         {seed:#x}): {order:?}; chance that a fresh scheduling on B (blind to the client \
+         address, rr here) matches all {} by luck: {chance:.3e}",
+        order.len()
+    );
+    assert!(
+        chance < 1e-3,
+        "too few clients or real servers to tell: {chance}"
+    );
+    let followed_before = event_count(&b.status(), "persist_followed");
+    let answers = ask(lab, &order, PINNED_ROUNDS);
+    let followed_events = event_count(&b.status(), "persist_followed") - followed_before;
+    let mut followed = 0;
+    let mut strays = Vec::new();
+    for (c, rs) in pinned {
+        for got in &answers[c] {
+            if got == rs {
+                followed += 1;
+            } else {
+                strays.push(format!("{c}: {got}, template {rs}"));
+            }
+        }
+    }
+    let opened = clients.len() * PINNED_ROUNDS as usize;
+    eprintln!(
+        "after the takeover: {followed}/{opened} new connections through B followed their \
+         template (B's persist_followed +{followed_events}); B's templates now {:?}",
+        templates(b)
+    );
+    assert!(
+        strays.is_empty(),
+        "{} new connections through B went elsewhere than their template:\n{}",
+        strays.len(),
+        strays.join("\n")
+    );
+    assert!(
+        followed_events >= opened as u64,
+        "B scheduled some of them: persist_followed +{followed_events} for {opened}"
+    );
+    (followed, opened)
 }
 
 /// Drops one in `LOSS_ONE_IN` UDP datagrams to the sync port arriving in `ns`; the
@@ -358,6 +577,17 @@ fn failover(mode: &str, scenario: Scenario) {
     if scenario == Scenario::SyncLoss {
         drop_some_sync_datagrams(&lab, &lb2_ns);
     }
+    if scenario == Scenario::Persistence {
+        for c in pinned_clients() {
+            lab.bed
+                .exec(
+                    &client_ns,
+                    &["ip", "addr", "add", &format!("{c}/24"), "dev", &client_if],
+                    t,
+                )
+                .expect_success("an extra client address");
+        }
+    }
 
     // The stream client: 100 long-lived connections, nothing else.
     let out = lab.dir.path().join("stream.json");
@@ -451,6 +681,7 @@ fn failover(mode: &str, scenario: Scenario) {
         }
         eprintln!("sync loss: B holds A's connections: {}", line.join(", "));
     }
+    let pinned = (scenario == Scenario::Persistence).then(|| pin_through_a(&lab, &a, &b));
     std::thread::sleep(Duration::from_secs(3).saturating_sub(opened.elapsed()));
 
     // B holds every connection A holds, ESTABLISHED, to the same real server.
@@ -696,6 +927,10 @@ fn failover(mode: &str, scenario: Scenario) {
     // The connections stayed on their real servers (the client checks every answer's
     // server) and the B is the one forwarding them now.
     assert_eq!(b.vrrp()["state"], "MASTER");
+    if let Some(pinned) = &pinned {
+        let (followed, opened) = follow_through_b(&lab, &b, pinned);
+        assert_eq!(followed, opened);
+    }
     if scenario == Scenario::PlannedSwitchover {
         // A stayed backup to the end (B's clean stop would hand it back).
         assert_eq!(a.vrrp()["state"], "BACKUP");

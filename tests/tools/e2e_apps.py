@@ -64,6 +64,15 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         had two), max_gap_end the wall time of the answer that ended that gap (null
         until then), last_answer the wall time of the last answer and t_failed that of
         the failure that ended it (null if none): a failover's interruption, measured.
+
+    e2e_apps.py ask ADDR PORT --source IP [--source IP]... [--rounds R] [--timeout S]
+        Which line-echo server (serve --echo) answers each client address: R rounds
+        (default 1); in each, for every --source in the order given, one connection
+        from that address (bound to IP, an ephemeral port), one line "A<round> IP",
+        its answer (checked to be the echo), close. At most 1000 connections, every
+        socket operation bounded by --timeout. Prints one JSON object:
+        {"answers": [{"source", "round", "server", "error"}], "seconds": ELAPSED}
+        (server null and error set on a failure). Exit 0 when every one was answered.
 """
 
 import argparse
@@ -308,8 +317,9 @@ def cmd_udp(args):
 class LineConn:
     """A TCP connection exchanging lines, every operation bounded by `timeout`."""
 
-    def __init__(self, addr, port, timeout):
-        self.sock = socket.create_connection((addr, port), timeout=timeout)
+    def __init__(self, addr, port, timeout, source=None):
+        self.sock = socket.create_connection((addr, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.rfile = self.sock.makefile("rb")
 
@@ -435,6 +445,29 @@ def cmd_stream(args):
     return 1 if failed else 0
 
 
+def cmd_ask(args):
+    if args.rounds * len(args.source) > 1000:
+        print("ask: at most 1000 connections", file=sys.stderr)
+        return 2
+    start = time.time()
+    answers = []
+    for r in range(args.rounds):
+        for src in args.source:
+            rec = {"source": src, "round": r, "server": None, "error": None}
+            conn = None
+            try:
+                conn = LineConn(args.addr, args.port, args.timeout, source=src)
+                rec["server"], rec["error"] = conn.ask(f"A{r} {src}")
+            except OSError as e:
+                rec["error"] = repr(e)
+            finally:
+                if conn:
+                    conn.close()
+            answers.append(rec)
+    print(json.dumps({"answers": answers, "seconds": round(time.time() - start, 3)}))
+    return 0 if all(a["server"] for a in answers) else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -474,9 +507,15 @@ def main():
     st.add_argument("--out", required=True)
     st.add_argument("--ready")
     st.add_argument("--stop")
+    a = sub.add_parser("ask")
+    a.add_argument("addr")
+    a.add_argument("port", type=int)
+    a.add_argument("--source", action="append", required=True)
+    a.add_argument("--rounds", type=int, default=1)
+    a.add_argument("--timeout", type=float, default=2.0)
     args = p.parse_args()
     return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap,
-            "stream": cmd_stream}[args.cmd](args)
+            "stream": cmd_stream, "ask": cmd_ask}[args.cmd](args)
 
 
 if __name__ == "__main__":
