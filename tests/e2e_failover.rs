@@ -890,7 +890,9 @@ fn failover(mode: &str, scenario: Scenario) {
         let received: serde_json::Value = serde_json::from_str(&received.stdout).unwrap();
         // B sees A's drops as gaps in A's sequence numbers (the last message A sent
         // before its death, if dropped, has no successor to reveal it).
-        let seen_lost = received["peer_status"][0]["lost"].as_u64().unwrap_or(u64::MAX);
+        let seen_lost = received["peer_status"][0]["lost"]
+            .as_u64()
+            .unwrap_or(u64::MAX);
         eprintln!(
             "sync loss: nftables dropped {dropped} sync datagrams to B, B received {} and \
              counted {seen_lost} missing in A's sequence; B lacked {missing_before} of {LONG} \

@@ -66,6 +66,16 @@ pub struct SyncStats {
     pub own_datagrams_ignored: u64,
 }
 
+/// A tick's clocks, and whether this node is a VRRP backup.
+#[derive(Clone, Copy)]
+struct When {
+    /// The session clock (ticks).
+    now: u32,
+    /// The management clock.
+    now_ms: u64,
+    backup: bool,
+}
+
 pub struct SyncNode {
     /// Bound to `listen`: sends everything (batches to the group with `multicast`),
     /// receives what is sent to `listen`.
@@ -293,7 +303,12 @@ impl SyncNode {
                 let Some((len, from)) = self.recv(from_group) else {
                     break;
                 };
-                self.handle(len, from, from_group, table, mesh, now, now_ms, backup);
+                let when = When {
+                    now,
+                    now_ms,
+                    backup,
+                };
+                self.handle(len, from, from_group, table, mesh, when);
             }
         }
         let mut asks = std::mem::take(&mut self.asks);
@@ -340,10 +355,13 @@ impl SyncNode {
         from_group: bool,
         table: &ServiceTable,
         mesh: &Mesh,
-        now: u32,
-        now_ms: u64,
-        backup: bool,
+        when: When,
     ) {
+        let When {
+            now,
+            now_ms,
+            backup,
+        } = when;
         self.stats.datagrams_received += 1;
         self.stats.multicast_received += u64::from(from_group);
         let SocketAddr::V4(from) = from else {
