@@ -4,54 +4,25 @@
 //! it, addressed, as soon as the answer arrives; the other is dropped after the hold
 //! time as `neighbour_unresolved`. No mbuf leaks either way.
 //! One test function only: the EAL initialises once per process.
-use sluice::dataplane::counters::{DropReason, Event, WorkerCounters};
-use sluice::dataplane::forwarder::{Forwarder, RssView};
-use sluice::dataplane::local::LocalResponder;
-use sluice::dataplane::mesh::Mesh;
-use sluice::dataplane::query::Mailbox;
-use sluice::dataplane::realserver_stats;
-use sluice::dataplane::worker::{Links, Worker, WorkerPort};
-use sluice::dpdk::{
-    launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair,
-};
+mod common;
+
+use common::eal::{eal_args, ring_ports, worker, LB_MAC};
+use sluice::dataplane::counters::{DropReason, Event};
+use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Endpoints, Frame};
-use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use sluice::flow::Protocol;
 use sluice::sched::SchedulerKind;
 use sluice::service::{
     ForwardMode, RealServerSpec, ServiceKey, ServiceTable, Snapshot, SnapshotPublisher,
 };
-use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const LB_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
 const CLIENT_MAC: [u8; 6] = [0x02, 0x43, 0x4c, 0, 0, 1];
 const RS1_MAC: [u8; 6] = [0x02, 0x52, 0x53, 0, 0, 1];
 const SYN: u8 = 0x02;
-
-fn eal_args() -> Vec<String> {
-    let prefix = format!("sl-held-{}", std::process::id());
-    [
-        "eal_held",
-        "-l",
-        "0,1",
-        "--main-lcore",
-        "0",
-        "--no-huge",
-        "-m",
-        "256",
-        "--no-shconf",
-        "--no-pci",
-        "--file-prefix",
-        &prefix,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
 
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
@@ -59,29 +30,11 @@ fn ip(s: &str) -> Ipv4Addr {
 
 #[test]
 fn first_syn_waits_for_its_real_servers_mac_instead_of_being_dropped() {
-    let eal = Eal::init(&eal_args()).expect("EAL init (run scripts/setup.sh; tests need root)");
+    let eal =
+        Eal::init(&eal_args("eal_held")).expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("held_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("h", 1, 256).unwrap();
-    let settings = PortSettings {
-        queues: 1,
-        rx_desc: 256,
-        tx_desc: 256,
-        mac: Some(LB_MAC),
-        ..Default::default()
-    };
-    let mut lb = Port::new(pair.a);
-    lb.configure(&settings, &pool).unwrap();
-    lb.start().unwrap();
-    let mut peer = Port::new(pair.b);
-    peer.configure(
-        &PortSettings {
-            mac: None,
-            ..settings.clone()
-        },
-        &pool,
-    )
-    .unwrap();
-    peer.start().unwrap();
+    let (mut lb, mut peer) = ring_ports(&pair, &pool);
 
     let (lb_ip, client) = (ip("198.18.0.1"), ip("198.18.0.100"));
     let (vip1, rs1) = (ip("198.18.1.1"), ip("198.18.0.11"));
@@ -95,42 +48,7 @@ fn first_syn_waits_for_its_real_servers_mac_instead_of_being_dropped() {
             .unwrap();
     }
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
-    let hz = sluice::dpdk::tsc_hz();
-    let forwarder = Forwarder::new(
-        1024,
-        publisher.reader(),
-        Timeouts::default().in_ticks(100),
-        hz / 10,
-        hz,
-        Arc::new(realserver_stats::new_table()),
-        RssView {
-            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
-            reta: Reta::new_round_robin(128, 1).unwrap(),
-            fields: HashFields::L3L4,
-            queue: 0,
-        },
-    );
-    let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();
-    let counters = Arc::new(WorkerCounters::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let worker = Worker::new(
-        0,
-        pool.clone(),
-        vec![WorkerPort {
-            rx,
-            tx,
-            responder: LocalResponder::new(LB_MAC, &[lb_ip]),
-            addr: lb_ip,
-            mtu: 1500,
-        }],
-        forwarder,
-        counters.clone(),
-        Links {
-            stop: stop.clone(),
-            mesh: Arc::new(Mesh::new("eal_held", 1).unwrap()),
-            mailbox: Arc::new(Mailbox::default()),
-        },
-    );
+    let (worker, counters, stop) = worker("eal_held", &mut lb, lb_ip, &pool, &publisher);
     launch_on_lcore(1, move || worker.run()).unwrap();
 
     let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();

@@ -1,123 +1,40 @@
 //! EAL integration over net_ring: a real worker loop on lcore 1, fed through an
 //! in-process ring port pair, answers ARP and ICMP echo and counts a malformed frame.
 //! One test function only: the EAL initialises once per process.
-use sluice::dataplane::counters::{DropReason, Event, WorkerCounters};
-use sluice::dataplane::forwarder::{Forwarder, RssView};
-use sluice::dataplane::local::LocalResponder;
-use sluice::dataplane::mesh::Mesh;
-use sluice::dataplane::query::Mailbox;
-use sluice::dataplane::realserver_stats;
-use sluice::dataplane::worker::{Links, Worker, WorkerPort};
-use sluice::dpdk::{
-    launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair,
-};
+mod common;
+
+use common::eal::{eal_args, ring_ports, worker, LB_MAC};
+use sluice::dataplane::counters::{DropReason, Event};
+use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Garbage, Reply};
-use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use sluice::service::SnapshotPublisher;
-use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const LB_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
 const PEER_MAC: [u8; 6] = [0x02, 0x50, 0x45, 0x45, 0x52, 1];
-
-fn eal_args() -> Vec<String> {
-    let prefix = format!("sl-ring-{}", std::process::id());
-    [
-        "eal_ring",
-        "-l",
-        "0,1",
-        "--main-lcore",
-        "0",
-        "--no-huge",
-        "-m",
-        "256",
-        "--no-shconf",
-        "--no-pci",
-        "--file-prefix",
-        &prefix,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
 
 #[test]
 fn worker_answers_arp_and_ping_over_net_ring() {
-    let eal = Eal::init(&eal_args()).expect("EAL init (run scripts/setup.sh; tests need root)");
+    let eal =
+        Eal::init(&eal_args("eal_ring")).expect("EAL init (run scripts/setup.sh; tests need root)");
     assert!(
-        Eal::init(&eal_args()).is_err(),
+        Eal::init(&eal_args("eal_ring")).is_err(),
         "a second EAL init in one process must be refused"
     );
     let pool = Arc::new(Mempool::new("test_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("t", 1, 256).unwrap();
-    let settings = PortSettings {
-        queues: 1,
-        rx_desc: 256,
-        tx_desc: 256,
-        mac: Some(LB_MAC),
-        ..Default::default()
-    };
-    let mut lb = Port::new(pair.a);
-    lb.configure(&settings, &pool).unwrap();
-    lb.start().unwrap();
+    let (mut lb, mut peer) = ring_ports(&pair, &pool);
     assert_eq!(lb.mac().unwrap(), LB_MAC, "MAC override applied");
-    let mut peer = Port::new(pair.b);
-    peer.configure(
-        &PortSettings {
-            mac: None,
-            ..settings.clone()
-        },
-        &pool,
-    )
-    .unwrap();
-    peer.start().unwrap();
     assert!(lb.link().up, "ring ports report link up once started");
 
     let lb_ip: Ipv4Addr = "198.18.0.1".parse().unwrap();
     let peer_ip: Ipv4Addr = "198.18.0.2".parse().unwrap();
-    let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();
-    assert!(lb.take_queues().is_err(), "queues are handed out once");
-    let counters = Arc::new(WorkerCounters::default());
-    let stop = Arc::new(AtomicBool::new(false));
     // No virtual services: the worker only answers for its own address.
     let publisher = SnapshotPublisher::default();
-    let hz = sluice::dpdk::tsc_hz();
-    let forwarder = Forwarder::new(
-        1024,
-        publisher.reader(),
-        Timeouts::default().in_ticks(100),
-        hz / 10,
-        hz,
-        Arc::new(realserver_stats::new_table()),
-        RssView {
-            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
-            reta: Reta::new_round_robin(128, 1).unwrap(),
-            fields: HashFields::L3L4,
-            queue: 0,
-        },
-    );
-    let port = WorkerPort {
-        rx,
-        tx,
-        responder: LocalResponder::new(LB_MAC, &[lb_ip]),
-        addr: lb_ip,
-        mtu: 1500,
-    };
-    let worker = Worker::new(
-        0,
-        pool.clone(),
-        vec![port],
-        forwarder,
-        counters.clone(),
-        Links {
-            stop: stop.clone(),
-            mesh: Arc::new(Mesh::new("eal_ring", 1).unwrap()),
-            mailbox: Arc::new(Mailbox::default()),
-        },
-    );
+    let (worker, counters, stop) = worker("eal_ring", &mut lb, lb_ip, &pool, &publisher);
+    assert!(lb.take_queues().is_err(), "queues are handed out once");
     launch_on_lcore(1, move || worker.run()).unwrap();
 
     let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();

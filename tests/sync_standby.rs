@@ -111,6 +111,54 @@ fn sessions(daemon: &Daemon) -> BTreeMap<(String, String, String), (String, u64)
         .collect()
 }
 
+/// What the comparison of the two nodes' TIME_WAIT sessions found.
+struct TimeWait {
+    on_active: BTreeMap<(String, String, String), (String, u64)>,
+    on_standby: BTreeMap<(String, String, String), (String, u64)>,
+    /// TIME_WAIT sessions of the active compared, and those the standby lacks or holds
+    /// otherwise (another state, a later expiry).
+    checked: usize,
+    missing: Vec<String>,
+}
+
+/// Waits (20 s at most) until the active holds 200 TIME_WAIT sessions, then checks the
+/// standby holds each the same. TIME_WAIT is final: what the active held then, the
+/// standby must hold now (after a moment for the last messages to arrive).
+fn time_wait_on_standby(active: &Daemon, standby: &Daemon) -> TimeWait {
+    let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        let n = sessions(active)
+            .values()
+            .filter(|(state, _)| state == "TIME_WAIT")
+            .count();
+        (n >= 200).then_some(n)
+    });
+    assert!(
+        enough.is_some(),
+        "the active node made no sessions\n{}",
+        active.dump()
+    );
+    let on_active = sessions(active);
+    std::thread::sleep(Duration::from_millis(500));
+    let on_standby = sessions(standby);
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (key, (state, expires)) in on_active.iter().filter(|(_, (s, _))| s == "TIME_WAIT") {
+        checked += 1;
+        match on_standby.get(key) {
+            Some((s, e)) if s == state && *e <= expires + 1 => {}
+            other => missing.push(format!(
+                "{key:?}: active {state} {expires}s, standby {other:?}"
+            )),
+        }
+    }
+    TimeWait {
+        on_active,
+        on_standby,
+        checked,
+        missing,
+    }
+}
+
 /// The active node: a loopback port whose emulated clients keep opening connections.
 fn active_node(ns: &Netns, port: u16, peer: u16, persistence: &str) -> Daemon {
     active_node_with(ns, &sync_section(port, peer), persistence)
@@ -246,34 +294,12 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     let active = active_node(&ns, active_port, standby_port, "");
 
     // Let the emulated clients open and close a few hundred connections.
-    let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
-        let n = sessions(&active)
-            .values()
-            .filter(|(state, _)| state == "TIME_WAIT")
-            .count();
-        (n >= 200).then_some(n)
-    });
-    assert!(
-        enough.is_some(),
-        "the active node made no sessions\n{}",
-        active.dump()
-    );
-    let on_active = sessions(&active);
-    // TIME_WAIT is final: what the active held then, the standby must hold now (after
-    // a moment for the last messages to arrive).
-    std::thread::sleep(Duration::from_millis(500));
-    let on_standby = sessions(&standby);
-    let mut checked = 0;
-    let mut missing = Vec::new();
-    for (key, (state, expires)) in on_active.iter().filter(|(_, (s, _))| s == "TIME_WAIT") {
-        checked += 1;
-        match on_standby.get(key) {
-            Some((s, e)) if s == state && *e <= expires + 1 => {}
-            other => missing.push(format!(
-                "{key:?}: active {state} {expires}s, standby {other:?}"
-            )),
-        }
-    }
+    let TimeWait {
+        on_active,
+        on_standby,
+        checked,
+        missing,
+    } = time_wait_on_standby(&active, &standby);
     let report = sync_report(&active);
     eprintln!(
         "active: {} sessions ({checked} in TIME_WAIT), standby: {}; active sent {} events in {} messages ({} bytes), dropped {}",
@@ -643,32 +669,12 @@ fn active_and_standby_sync_over_multicast() {
     let standby = standby_node_with(&ns_b, &multicast_sync_section(STANDBY_IP, ACTIVE_IP), "");
     let active = active_node_with(&ns_a, &multicast_sync_section(ACTIVE_IP, STANDBY_IP), "");
 
-    let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
-        let n = sessions(&active)
-            .values()
-            .filter(|(state, _)| state == "TIME_WAIT")
-            .count();
-        (n >= 200).then_some(n)
-    });
-    assert!(
-        enough.is_some(),
-        "the active node made no sessions\n{}",
-        active.dump()
-    );
-    let on_active = sessions(&active);
-    std::thread::sleep(Duration::from_millis(500));
-    let on_standby = sessions(&standby);
-    let mut checked = 0;
-    let mut missing = Vec::new();
-    for (key, (state, expires)) in on_active.iter().filter(|(_, (s, _))| s == "TIME_WAIT") {
-        checked += 1;
-        match on_standby.get(key) {
-            Some((s, e)) if s == state && *e <= expires + 1 => {}
-            other => missing.push(format!(
-                "{key:?}: active {state} {expires}s, standby {other:?}"
-            )),
-        }
-    }
+    let TimeWait {
+        on_active,
+        on_standby,
+        checked,
+        missing,
+    } = time_wait_on_standby(&active, &standby);
     let active_report = sync_report(&active);
     let standby_report = sync_report(&standby);
     let seen = heard(&listener);

@@ -13,6 +13,8 @@
 //!   when the test failed.
 #![allow(dead_code)]
 
+pub mod eal;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;

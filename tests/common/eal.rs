@@ -1,0 +1,114 @@
+//! The EAL test bed of `eal_ring` and `eal_held`: one EAL per process, a net_ring port
+//! pair (the appliance's port and a peer the test drives), and a worker polling the
+//! appliance's port on lcore 1.
+use sluice::dataplane::counters::WorkerCounters;
+use sluice::dataplane::forwarder::{Forwarder, RssView};
+use sluice::dataplane::local::LocalResponder;
+use sluice::dataplane::mesh::Mesh;
+use sluice::dataplane::query::Mailbox;
+use sluice::dataplane::realserver_stats;
+use sluice::dataplane::worker::{Links, Worker, WorkerPort};
+use sluice::dpdk::{Mempool, Port, PortSettings, RingPortPair};
+use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
+use sluice::service::SnapshotPublisher;
+use sluice::session::Timeouts;
+use std::net::Ipv4Addr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+pub const LB_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
+
+/// EAL arguments: lcores 0 and 1, no huge pages, no PCI, a file prefix of this process.
+pub fn eal_args(name: &str) -> Vec<String> {
+    let prefix = format!("sl-{name}-{}", std::process::id());
+    [
+        name,
+        "-l",
+        "0,1",
+        "--main-lcore",
+        "0",
+        "--no-huge",
+        "-m",
+        "256",
+        "--no-shconf",
+        "--no-pci",
+        "--file-prefix",
+        &prefix,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The appliance's port (MAC `LB_MAC`) and the peer's, both started, one queue each.
+pub fn ring_ports(pair: &RingPortPair, pool: &Mempool) -> (Port, Port) {
+    let settings = PortSettings {
+        queues: 1,
+        rx_desc: 256,
+        tx_desc: 256,
+        mac: Some(LB_MAC),
+        ..Default::default()
+    };
+    let mut lb = Port::new(pair.a);
+    lb.configure(&settings, pool).unwrap();
+    lb.start().unwrap();
+    let mut peer = Port::new(pair.b);
+    peer.configure(
+        &PortSettings {
+            mac: None,
+            ..settings
+        },
+        pool,
+    )
+    .unwrap();
+    peer.start().unwrap();
+    (lb, peer)
+}
+
+/// A worker (id 0) on `lb`'s queue with address `lb_ip` and the services `publisher`
+/// publishes; its counters and stop flag for the test.
+pub fn worker(
+    name: &str,
+    lb: &mut Port,
+    lb_ip: Ipv4Addr,
+    pool: &Arc<Mempool>,
+    publisher: &SnapshotPublisher,
+) -> (Worker, Arc<WorkerCounters>, Arc<AtomicBool>) {
+    let hz = sluice::dpdk::tsc_hz();
+    let forwarder = Forwarder::new(
+        1024,
+        publisher.reader(),
+        Timeouts::default().in_ticks(100),
+        hz / 10,
+        hz,
+        Arc::new(realserver_stats::new_table()),
+        RssView {
+            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
+            reta: Reta::new_round_robin(128, 1).unwrap(),
+            fields: HashFields::L3L4,
+            queue: 0,
+        },
+    );
+    let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();
+    let counters = Arc::new(WorkerCounters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = Worker::new(
+        0,
+        pool.clone(),
+        vec![WorkerPort {
+            rx,
+            tx,
+            responder: LocalResponder::new(LB_MAC, &[lb_ip]),
+            addr: lb_ip,
+            mtu: 1500,
+        }],
+        forwarder,
+        counters.clone(),
+        Links {
+            stop: stop.clone(),
+            mesh: Arc::new(Mesh::new(name, 1).unwrap()),
+            mailbox: Arc::new(Mailbox::default()),
+        },
+    );
+    (worker, counters, stop)
+}
