@@ -159,6 +159,27 @@ fn time_wait_on_standby(active: &Daemon, standby: &Daemon) -> TimeWait {
     }
 }
 
+/// The standby installs the one session of `message` (the genuine one) within 5 s.
+fn genuine_message_installed(standby: &Daemon, installed_before: u64) {
+    let installed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        (event_count(&standby.status(), "sync_installed") == installed_before + 1).then_some(())
+    });
+    assert!(
+        installed.is_some(),
+        "the genuine message was not installed: {:#}",
+        sync_report(standby)
+    );
+    let s = sessions(standby);
+    assert!(
+        s.contains_key(&(
+            "198.18.0.77:40000".to_string(),
+            format!("{VIP}:80"),
+            "198.18.0.2:8080".to_string()
+        )),
+        "{s:?}"
+    );
+}
+
 /// The active node: a loopback port whose emulated clients keep opening connections.
 fn active_node(ns: &Netns, port: u16, peer: u16, persistence: &str) -> Daemon {
     active_node_with(ns, &sync_section(port, peer), persistence)
@@ -374,23 +395,7 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
 
     // The same message, untampered, from the peer: accepted and installed.
     send_from(&ns.0, "127.0.0.1", standby_port, &good);
-    let installed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
-        (event_count(&standby.status(), "sync_installed") == installed_before + 1).then_some(())
-    });
-    assert!(
-        installed.is_some(),
-        "the genuine message was not installed: {:#}",
-        sync_report(&standby)
-    );
-    let s = sessions(&standby);
-    assert!(
-        s.contains_key(&(
-            "198.18.0.77:40000".to_string(),
-            format!("{VIP}:80"),
-            "198.18.0.2:8080".to_string()
-        )),
-        "{s:?}"
-    );
+    genuine_message_installed(&standby, installed_before);
     standby.stop_clean();
 }
 
@@ -813,22 +818,6 @@ fn active_and_standby_sync_over_multicast() {
 
     // The same message to the group from the active's address: accepted and installed.
     send_to_group(&ns_a.0, ACTIVE_IP, &good);
-    let installed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
-        (event_count(&standby.status(), "sync_installed") == installed_before + 1).then_some(())
-    });
-    assert!(
-        installed.is_some(),
-        "the peer's message to the group was not installed: {:#}",
-        sync_report(&standby)
-    );
-    let s = sessions(&standby);
-    assert!(
-        s.contains_key(&(
-            "198.18.0.77:40000".to_string(),
-            format!("{VIP}:80"),
-            "198.18.0.2:8080".to_string()
-        )),
-        "{s:?}"
-    );
+    genuine_message_installed(&standby, installed_before);
     standby.stop_clean();
 }
