@@ -580,6 +580,21 @@ pub fn render_ha(
                 &["stats", "templates_skipped"][..],
                 "Received templates not installed (real server or service unknown here, other netmask, expired, slot busy, a later local template kept).",
             ),
+            (
+                "sluice_sync_frames_sent_total",
+                &["stats", "frames_sent"][..],
+                "Sync frames queued for worker 0 to transmit (sync over a DPDK port).",
+            ),
+            (
+                "sluice_sync_frames_received_total",
+                &["stats", "frames_received"][..],
+                "Sync frames the workers handed to the management core (sync over a DPDK port).",
+            ),
+            (
+                "sluice_sync_frames_malformed_total",
+                &["stats", "frames_malformed"][..],
+                "Sync frames dropped for their lengths or IPv4/UDP checksums (sync over a DPDK port).",
+            ),
         ];
         for (name, path, help) in counters {
             Family::new(&mut o, name, "counter", help).sample(name, &[], n(s, path));
@@ -615,7 +630,7 @@ mod ha_tests {
             "multicast": "224.0.0.81:8848",
             "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0,
                 "templates_sent": 6, "templates_received": 3, "templates_installed": 2, "templates_skipped": 1,
-                "multicast_received": 6},
+                "multicast_received": 6, "frames_sent": 11, "frames_received": 8, "frames_malformed": 2},
             "rejected": {"bad_hmac": 1, "unknown_peer": 0}});
         let text = render_ha(&health, Some(&vrrp), Some(&sync));
         for line in [
@@ -632,6 +647,9 @@ mod ha_tests {
             "sluice_sync_templates_skipped_total 1",
             "sluice_sync_multicast_info{group=\"224.0.0.81:8848\"} 1",
             "sluice_sync_multicast_received_total 6",
+            "sluice_sync_frames_sent_total 11",
+            "sluice_sync_frames_received_total 8",
+            "sluice_sync_frames_malformed_total 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
