@@ -22,6 +22,16 @@
 //!   group (a third listener of the group sees them, and sees no resync request or
 //!   dump: those stay unicast); a datagram to the group from a non-peer is rejected as
 //!   `unknown_peer`, one from the standby's own address is ignored.
+//! - Over a DPDK port (`[sync] port = "lan0"`, no kernel socket on either node): two
+//!   nodes on the test bed's switch (scripts/testbed.sh with `lb2`, its kernel sync
+//!   link removed), the active forwarding a real client's connections (curl) to two
+//!   DR real servers. A standby started after 100 connections gets them in the
+//!   active's dump (its resync request follows an ARP exchange), the next 100 in
+//!   batches; it holds every session of the active with the same real server and
+//!   state. A non-peer's datagram is rejected as `unknown_peer`; frames built by
+//!   Python with a wrong UDP checksum or a short UDP length are counted malformed and
+//!   dropped; a well-formed one from the peer's address is installed. The same over
+//!   multicast (batches to the group's MAC; a non-peer to the group is rejected).
 //!
 //! Run: `cargo test --release --test sync_standby` (as root).
 mod common;
@@ -34,7 +44,7 @@ use sluice::sync::auth::SyncKey;
 use sluice::sync::events::{EventKind, EventRing, SessionEvent};
 use sluice::sync::sender::SyncSender;
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 const KEY: &str = "000102030405060708090a0b0c0d0e0f";
@@ -262,8 +272,20 @@ fn sync_report(daemon: &Daemon) -> serde_json::Value {
     serde_json::from_str(&out.stdout).unwrap()
 }
 
-/// A sealed sync message carrying one connection to `vip`, from node `sender`.
+/// A sealed sync message carrying one connection to `vip`, via NAT to
+/// 198.18.0.2:8080.
 fn message(vip: Ipv4Addr, key: Option<&str>) -> Vec<u8> {
+    message_to(
+        vip,
+        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8080),
+        ForwardMode::Nat,
+        key,
+    )
+}
+
+/// A sealed sync message carrying one connection from 198.18.0.77:40000 to `vip`:80,
+/// forwarded to `real` in `mode`.
+fn message_to(vip: Ipv4Addr, real: SocketAddrV4, mode: ForwardMode, key: Option<&str>) -> Vec<u8> {
     let client = FlowKey4::new(
         Protocol::Tcp,
         Ipv4Addr::new(198, 18, 0, 77),
@@ -271,14 +293,7 @@ fn message(vip: Ipv4Addr, key: Option<&str>) -> Vec<u8> {
         vip,
         80,
     );
-    let session = Session::new(
-        &client,
-        ForwardMode::Nat,
-        0,
-        0,
-        Ipv4Addr::new(198, 18, 0, 2),
-        8080,
-    );
+    let session = Session::new(&client, mode, 0, 0, *real.ip(), real.port());
     let ring = EventRing::with_capacity(4);
     assert!(ring.push(SessionEvent::new(EventKind::Created, &session, 60_000)));
     let mut sender = SyncSender::new(1, 1500, key.map(|k| SyncKey::from_hex(k).unwrap()));
@@ -820,4 +835,384 @@ fn active_and_standby_sync_over_multicast() {
     send_to_group(&ns_a.0, ACTIVE_IP, &good);
     genuine_message_installed(&standby, installed_before);
     standby.stop_clean();
+}
+
+// ---------------------------------------------------------------------------------
+// Over a DPDK port (`[sync] port = "lan0"`): the active and the standby are two Sluice
+// nodes on the test bed's switch (scripts/testbed.sh with `lb2`, whose kernel sync link
+// this test removes), so their af_packet ports are their only link and no kernel
+// socket is involved. The active (NAME-lb, 198.18.0.1) forwards real traffic: the
+// client's kernel (curl) to a DR service of two real servers, the client routing the
+// VIP via 198.18.0.1; the standby (NAME-lb2, 198.18.0.2) has the same service and
+// only listens.
+
+const NODE_A: &str = "198.18.0.1";
+const NODE_B: &str = "198.18.0.2";
+const SYNC_PORT: u16 = 8848;
+/// New connections per curl batch.
+const BATCH: u64 = 100;
+
+fn port_sync_section(listen: &str, peer: &str, multicast: bool) -> String {
+    let group = if multicast {
+        format!("multicast = \"{GROUP}:{SYNC_PORT}\"\n")
+    } else {
+        String::new()
+    };
+    format!(
+        "[sync]\nport = \"lan0\"\nlisten = \"{listen}:{SYNC_PORT}\"\npeers = [\"{peer}:{SYNC_PORT}\"]\n\
+         {group}key = \"{KEY}\"\n"
+    )
+}
+
+/// A node on `iface` (af_packet) in `ns` with address `addr`/24, the DR service, and
+/// sync over its port to `peer`.
+fn port_node(lab: &AppLab, ns: &str, iface: &str, addr: &str, peer: &str, mc: bool) -> Daemon {
+    let servers: Vec<(&str, u16, u32, &str)> = (1..=lab.bed.rs_count())
+        .map(|i| (lab.bed.rs_ip(i), 80, 1, "dr"))
+        .collect();
+    let mut toml = service_section("tcp", VIP, 80, "rr", &[], &servers);
+    toml.push('\n');
+    toml.push_str(&port_sync_section(addr, peer, mc));
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={iface}"),
+        &[&format!("{addr}/24")],
+    )])
+    .in_netns(ns);
+    cfg.extra_toml.push(toml);
+    Daemon::start(cfg)
+}
+
+/// UDP sockets on the sync port in `ns` (`ss`): none when sync goes through the port.
+fn kernel_sync_sockets(lab: &AppLab, ns: &str) -> String {
+    let port = format!("sport = :{SYNC_PORT}");
+    lab.bed
+        .exec(ns, &["ss", "-H", "-uan", &port], Duration::from_secs(10))
+        .expect_success("ss")
+        .stdout
+}
+
+/// Where the standby's sessions differ from the active's (`on_a` taken first): every
+/// session of the active at least 3 s from expiry must be on the standby with the same
+/// real server and state, expiring no later (plus a second of slack). Returns how many
+/// were checked and the differences.
+fn standby_differences(
+    on_a: &BTreeMap<(String, String, String), (String, u64)>,
+    on_b: &BTreeMap<(String, String, String), (String, u64)>,
+) -> (usize, Vec<String>) {
+    let mut checked = 0;
+    let mut out = Vec::new();
+    for (key, (state, expires)) in on_a.iter().filter(|(_, (_, e))| *e >= 3) {
+        checked += 1;
+        match on_b.get(key) {
+            Some((s, e)) if s == state && *e <= expires + 1 => {}
+            other => out.push(format!(
+                "{key:?}: active {state} {expires}s, standby {other:?}"
+            )),
+        }
+    }
+    (checked, out)
+}
+
+/// Builds an Ethernet/IPv4/UDP frame with Python's own checksum code and sends it from
+/// `iface` in `ns` (AF_PACKET): `python3 -c RAW_FRAME IFACE DST_MAC SRC_IP SPORT DST_IP
+/// DPORT PAYLOAD_HEX FLAW`, FLAW one of `none`, `udp_checksum` (two bits flipped),
+/// `udp_short` (the UDP length 4 below the IP payload).
+const RAW_FRAME: &str = r#"
+import socket, struct, sys
+iface, dst_mac, src, sport, dst, dport, payload, flaw = sys.argv[1:9]
+payload = bytes.fromhex(payload)
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+udp_len = 8 + len(payload)
+pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 17, udp_len)
+c = csum(pseudo + struct.pack("!HHHH", int(sport), int(dport), udp_len, 0) + payload) or 0xffff
+if flaw == "udp_checksum":
+    c ^= 0x0101
+length = udp_len - 4 if flaw == "udp_short" else udp_len
+udp = struct.pack("!HHHH", int(sport), int(dport), length, c) + payload
+ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0,
+                 socket.inet_aton(src), socket.inet_aton(dst))
+ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+src_mac = open("/sys/class/net/%s/address" % iface).read().strip()
+eth = bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex(src_mac.replace(":", "")) + b"\x08\x00"
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((iface, 0))
+s.send(eth + ip + udp)
+"#;
+
+fn send_raw_frame(lab: &AppLab, dst_mac: &str, src: &str, dst: &str, payload: &[u8], flaw: &str) {
+    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    let port = SYNC_PORT.to_string();
+    lab.bed
+        .exec(
+            lab.bed.client_ns(),
+            &[
+                PYTHON,
+                "-c",
+                RAW_FRAME,
+                lab.bed.client_if(),
+                dst_mac,
+                src,
+                &port,
+                dst,
+                &port,
+                &hex,
+                flaw,
+            ],
+            Duration::from_secs(10),
+        )
+        .expect_success("raw frame");
+}
+
+/// Sends `datagram` from the client's kernel to `to` (a unicast address or the group),
+/// from the client's address.
+fn send_from_client(lab: &AppLab, to: &str, datagram: &[u8]) {
+    let hex: String = datagram.iter().map(|b| format!("{b:02x}")).collect();
+    let client = lab.bed.client_ip();
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('{client}', 0))\n\
+         s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('{client}'))\n\
+         s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)\n\
+         s.sendto(bytes.fromhex('{hex}'), ('{to}', {SYNC_PORT}))\n"
+    );
+    lab.bed
+        .exec(
+            lab.bed.client_ns(),
+            &[PYTHON, "-c", &script],
+            Duration::from_secs(10),
+        )
+        .expect_success("send from the client");
+}
+
+fn stat(report: &serde_json::Value, path: &[&str]) -> u64 {
+    path.iter()
+        .fold(report, |v, k| &v[*k])
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {path:?} in {report:#}"))
+}
+
+#[test]
+fn standby_installs_the_active_sessions_over_a_dpdk_port() {
+    over_a_dpdk_port(false);
+}
+
+#[test]
+fn active_and_standby_sync_over_multicast_on_a_dpdk_port() {
+    over_a_dpdk_port(true);
+}
+
+fn over_a_dpdk_port(multicast: bool) {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = AppLab::new(2);
+    lab.bed.configure("dr-vip", &[VIP]);
+    let lb2 = lab.bed.configure("lb2", &[]);
+    let fact = |k: &str| -> String {
+        lb2.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("testbed lb2 printed no {k}: {}", lb2.stdout))
+            .to_string()
+    };
+    let (lb2_ns, lb2_if, lb2_mac) = (fact("LB2_NS"), fact("LB2_IF"), fact("LB2_MAC"));
+    let t = Duration::from_secs(10);
+    let (lb_ns, lb_if) = (lab.bed.lb_ns().to_string(), lab.bed.lb_if().to_string());
+    // The nodes' only link: their ports on the switch (no kernel sync link).
+    lab.bed
+        .exec(&lb_ns, &["ip", "link", "del", &fact("SYNC1_IF")], t)
+        .expect_success("removing the kernel sync link");
+    let (client_ns, client_if) = (
+        lab.bed.client_ns().to_string(),
+        lab.bed.client_if().to_string(),
+    );
+    let via = format!("{VIP}/32");
+    lab.bed
+        .exec(
+            &client_ns,
+            &[
+                "ip", "route", "replace", &via, "via", NODE_A, "dev", &client_if,
+            ],
+            t,
+        )
+        .expect_success("route to the VIP via the active");
+    lab.start_servers(&["0.0.0.0:80".into()], &[]);
+    let url = format!("http://{VIP}/");
+
+    // The active alone first: its first connections reach the standby by bulk resync.
+    let a = port_node(&lab, &lb_ns, &lb_if, NODE_A, NODE_B, multicast);
+    lab.prewarm(&a, VIP);
+    let first = lab.curl(&url, BATCH, 10, &[]);
+    assert_eq!(first["ok"], BATCH, "{first}\n{}", a.dump());
+    let b = port_node(&lab, &lb2_ns, &lb2_if, NODE_B, NODE_A, multicast);
+    let dumped = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        (stat(&sync_report(&b), &["stats", "dump_chunks_received"]) >= 1).then_some(())
+    });
+    assert!(
+        dumped.is_some(),
+        "no dump from the active reached the standby:\nactive {:#}\nstandby {:#}",
+        sync_report(&a),
+        sync_report(&b)
+    );
+    // Then connections while both run: batches, to the peer or to the group.
+    let second = lab.curl(&url, BATCH, 10, &[]);
+    assert_eq!(second["ok"], BATCH, "{second}\n{}", a.dump());
+
+    // The last connections' final packets may still be on their way when curl
+    // returns, and the standby a few milliseconds behind: compared until they agree.
+    let mut last = (BTreeMap::new(), BTreeMap::new(), 0, Vec::new());
+    let agreed = wait_for(Duration::from_secs(5), Duration::from_millis(200), || {
+        let on_a = sessions(&a);
+        std::thread::sleep(Duration::from_millis(100));
+        let on_b = sessions(&b);
+        let (checked, missing) = standby_differences(&on_a, &on_b);
+        let done = missing.is_empty();
+        last = (on_a, on_b, checked, missing);
+        done.then_some(())
+    });
+    let (on_a, on_b, checked, missing) = last;
+    let (ra, rb) = (sync_report(&a), sync_report(&b));
+    let by_server = |s: &BTreeMap<(String, String, String), (String, u64)>| {
+        let mut n = BTreeMap::new();
+        for (_, _, d) in s.keys() {
+            *n.entry(d.clone()).or_insert(0) += 1;
+        }
+        n
+    };
+    eprintln!(
+        "over port lan0{}: active {} sessions {:?}, standby {} {:?}; active sent {} events in {} messages \
+         ({} frames, {} send errors), {} dump(s); standby received {} frames ({} malformed, {} from the group), \
+         {} dump chunk(s), {} accepted messages",
+        if multicast { " (multicast)" } else { "" },
+        on_a.len(),
+        by_server(&on_a),
+        on_b.len(),
+        by_server(&on_b),
+        ra["stats"]["events_sent"],
+        ra["stats"]["messages_sent"],
+        ra["stats"]["frames_sent"],
+        ra["stats"]["send_errors"],
+        ra["stats"]["dumps_sent"],
+        rb["stats"]["frames_received"],
+        rb["stats"]["frames_malformed"],
+        rb["stats"]["multicast_received"],
+        rb["stats"]["dump_chunks_received"],
+        rb["accepted_messages"],
+    );
+    assert!(
+        on_a.len() as u64 >= 2 * BATCH && checked as u64 >= 2 * BATCH,
+        "the active holds {} sessions ({checked} checked)",
+        on_a.len()
+    );
+    assert!(
+        agreed.is_some(),
+        "{} of {checked} sessions not on the standby as on the active after 5 s:\n{}",
+        missing.len(),
+        missing[..missing.len().min(10)].join("\n")
+    );
+    for (node, r) in [("active", &ra), ("standby", &rb)] {
+        assert_eq!(r["transport"], "port lan0", "{node}: {r:#}");
+        assert_eq!(stat(r, &["stats", "frames_malformed"]), 0, "{node}: {r:#}");
+        assert_eq!(stat(r, &["stats", "send_errors"]), 0, "{node}: {r:#}");
+        assert_eq!(stat(r, &["events_dropped"]), 0, "{node}: {r:#}");
+    }
+    assert!(stat(&ra, &["stats", "frames_sent"]) >= stat(&ra, &["stats", "messages_sent"]));
+    assert!(stat(&ra, &["stats", "dumps_sent"]) >= 1, "{ra:#}");
+    assert!(stat(&rb, &["stats", "frames_received"]) >= 2, "{rb:#}");
+    // Worker 0 transmitted them as sync frames, not as health probes.
+    assert!(
+        event_count(&a.status(), "sync_frame_sent") > 0,
+        "{:#}",
+        a.status()
+    );
+    if multicast {
+        assert_eq!(ra["multicast"], format!("{GROUP}:{SYNC_PORT}").as_str());
+        assert!(stat(&rb, &["stats", "multicast_received"]) > 0, "{rb:#}");
+    }
+    // No kernel socket on either side.
+    for ns in [&lb_ns, &lb2_ns] {
+        assert_eq!(kernel_sync_sockets(&lab, ns), "", "a kernel socket in {ns}");
+    }
+
+    // Datagrams from elsewhere: the active is stopped first, so only ours arrive.
+    a.stop_clean();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = sync_report(&b);
+    let installed_before = event_count(&b.status(), "sync_installed");
+    let rs1 = SocketAddrV4::new(lab.bed.rs_ip(1).parse().unwrap(), 80);
+    let good = message_to(VIP.parse().unwrap(), rs1, ForwardMode::Dr, Some(KEY));
+    // From the client, a non-peer (to the group with multicast, else to the standby).
+    send_from_client(&lab, if multicast { GROUP } else { NODE_B }, &good);
+    let mut frames = 1;
+    let mut malformed = 0;
+    if !multicast {
+        // Frames built by another implementation (Python's): one with a wrong UDP
+        // checksum and one with a UDP length short of its IP payload, both from the
+        // peer's address: malformed, dropped.
+        for flaw in ["udp_checksum", "udp_short"] {
+            send_raw_frame(&lab, &lb2_mac, NODE_A, NODE_B, &good, flaw);
+        }
+        frames += 2;
+        malformed += 2;
+    }
+    let counted = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        let r = sync_report(&b);
+        (stat(&r, &["stats", "frames_received"])
+            == stat(&before, &["stats", "frames_received"]) + frames)
+            .then_some(r)
+    });
+    let after = counted.unwrap_or_else(|| {
+        panic!(
+            "the standby did not count {frames} frames: before {before:#}\nafter {:#}",
+            sync_report(&b)
+        )
+    });
+    assert_eq!(
+        stat(&after, &["stats", "frames_malformed"]),
+        stat(&before, &["stats", "frames_malformed"]) + malformed,
+        "{after:#}"
+    );
+    assert_eq!(
+        stat(&after, &["rejected", "unknown_peer"]),
+        stat(&before, &["rejected", "unknown_peer"]) + 1,
+        "{after:#}"
+    );
+    assert_eq!(after["accepted_messages"], before["accepted_messages"]);
+    assert_eq!(
+        event_count(&b.status(), "sync_installed"),
+        installed_before,
+        "nothing installed from a non-peer or a malformed frame"
+    );
+    eprintln!(
+        "standby: {frames} frame(s) from elsewhere counted, {malformed} malformed, rejected {}",
+        after["rejected"]
+    );
+    if !multicast {
+        // The same datagram in a well-formed frame from the peer's address: accepted.
+        send_raw_frame(&lab, &lb2_mac, NODE_A, NODE_B, &good, "none");
+        let installed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+            (event_count(&b.status(), "sync_installed") == installed_before + 1).then_some(())
+        });
+        assert!(
+            installed.is_some(),
+            "the peer's frame was not installed: {:#}",
+            sync_report(&b)
+        );
+        let s = sessions(&b);
+        assert!(
+            s.contains_key(&(
+                "198.18.0.77:40000".to_string(),
+                format!("{VIP}:80"),
+                rs1.to_string()
+            )),
+            "{s:?}"
+        );
+    }
+    b.stop_clean();
 }

@@ -274,12 +274,16 @@ pub struct VrrpSettings {
     pub addresses: Vec<Ipv4Addr>,
 }
 
-/// `[sync]`: sessions sent to and received from peers over UDP on a kernel
-/// interface of the management side (docs/SYNC.md).
+/// `[sync]`: sessions sent to and received from peers over UDP, on a kernel interface
+/// of the management side or, with `port`, through the data plane (docs/SYNC.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncSettings {
     /// Local UDP address messages are sent from and received on.
     pub listen: std::net::SocketAddrV4,
+    /// `port = "NAME"`: sync travels as Ethernet/IPv4/UDP frames through this DPDK
+    /// port (the first one; `listen` is one of its addresses) instead of a kernel
+    /// socket.
+    pub port: Option<String>,
     /// Where messages go; their addresses are the only accepted sources.
     pub peers: Vec<std::net::SocketAddrV4>,
     /// IPv4 multicast group (224.0.0.0/4) and port: session batches are sent once to

@@ -93,6 +93,7 @@ const CHECK_KEYS: &[&str] = &[
 ];
 const SYNC_KEYS: &[&str] = &[
     "listen",
+    "port",
     "peers",
     "multicast",
     "key",
@@ -143,7 +144,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let sessions = read_sessions(&root)?;
     let health = read_health(&root)?;
     let vrrp = read_vrrp(&root)?;
-    let sync = read_sync(&root)?;
+    let sync = read_sync(&root, &ports)?;
     let services = read_services(&root, &ports, source, &health.defaults)?;
     Ok(Config {
         path: source.path.to_path_buf(),
@@ -162,7 +163,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
 }
 
 /// `[sync]`: optional; its presence turns session sync on.
-fn read_sync(root: &Table) -> Check<Option<SyncSettings>> {
+fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
     let Some(t) = root.table("sync", SYNC_KEYS)? else {
         return Ok(None);
     };
@@ -171,13 +172,11 @@ fn read_sync(root: &Table) -> Check<Option<SyncSettings>> {
             .parse::<std::net::SocketAddrV4>()
             .map_err(|_| f.invalid("expected IPv4:PORT, for example \"198.19.0.1:8848\""))
     };
-    let listen = address(&t.require("listen")?)?;
+    let listen_field = t.require("listen")?;
+    let listen = address(&listen_field)?;
     let peers_field = t.require("peers")?;
-    let peers = peers_field
-        .array()?
-        .iter()
-        .map(address)
-        .collect::<Check<Vec<_>>>()?;
+    let peer_fields = peers_field.array()?;
+    let peers = peer_fields.iter().map(address).collect::<Check<Vec<_>>>()?;
     if peers.is_empty() {
         return Err(peers_field.invalid("at least one peer is needed"));
     }
@@ -202,15 +201,118 @@ fn read_sync(root: &Table) -> Check<Option<SyncSettings>> {
         crate::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
         Ok(hex.to_string())
     })?;
+    let mtu: u16 = t.or("mtu", 1500, |f| f.int(576..=9000))?;
+    let port = match t.get("port") {
+        Some(f) => {
+            let at = SyncPortFields {
+                port: &f,
+                listen: &listen_field,
+                peers: &peer_fields,
+                mtu: t.get("mtu"),
+            };
+            Some(read_sync_port(&at, ports, listen, &peers, mtu)?)
+        }
+        None => None,
+    };
     Ok(Some(SyncSettings {
         listen,
+        port,
         peers,
         multicast,
         key,
         threshold: t.or("threshold", 3, |f| f.int(0..=1_000_000))?,
         period_ms: t.or("period_ms", 10_000, |f| f.int(100..=3_600_000))?,
-        mtu: t.or("mtu", 1500, |f| f.int(576..=9000))?,
+        mtu,
     }))
+}
+
+/// The `[sync]` fields that sync over a DPDK port constrains, for their locations.
+struct SyncPortFields<'a> {
+    port: &'a Field,
+    listen: &'a Field,
+    peers: &'a [Field],
+    mtu: Option<Field>,
+}
+
+/// `[sync] port = "NAME"`: sync through the data plane of that port. It must be the
+/// first port (Sluice sends its own frames from the first port only), `listen` one of
+/// its addresses, each peer on one of its subnets (frames go to a peer directly, no
+/// gateway), and a datagram of `mtu` must fit the port's MTU and one mbuf.
+fn read_sync_port(
+    at: &SyncPortFields,
+    ports: &[PortRead],
+    listen: std::net::SocketAddrV4,
+    peers: &[std::net::SocketAddrV4],
+    mtu: u16,
+) -> Check<String> {
+    let name = at.port.str()?;
+    let names = || {
+        ports
+            .iter()
+            .map(|p| format!("{:?}", p.config.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(index) = ports.iter().position(|p| p.config.name == name) else {
+        return Err(at.port.invalid(format!(
+            "no [[ports]] named {name:?} (the ports are {})",
+            names()
+        )));
+    };
+    if index != 0 {
+        return Err(at.port.invalid(format!(
+            "sync over a DPDK port needs the first port ({:?}): Sluice sends its own frames from the first port only",
+            ports[0].config.name
+        )));
+    }
+    let port = &ports[index].config;
+    let cidrs = || {
+        port.addresses
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !port.addresses.iter().any(|a| a.addr == *listen.ip()) {
+        return Err(at.listen.invalid(format!(
+            "{} is not an address of port {name:?} ({}): with `port`, sync sends and receives as one of the port's addresses",
+            listen.ip(),
+            cidrs()
+        )));
+    }
+    if listen.port() == 0 {
+        return Err(at
+            .listen
+            .invalid("port 0: with `port`, the peers must know the listen port"));
+    }
+    for (peer, field) in peers.iter().zip(at.peers) {
+        if !port.addresses.iter().any(|a| a.contains(*peer.ip())) {
+            return Err(field.invalid(format!(
+                "{} is not on a subnet of port {name:?} ({}): sync frames go to a peer directly, without a gateway",
+                peer.ip(),
+                cidrs()
+            )));
+        }
+    }
+    let port_mtu = port.mtu.unwrap_or(1500);
+    let room = crate::dpdk::MBUF_DATA_ROOM as usize - crate::wire::ethernet::HEADER_LEN;
+    let mtu_at = at.mtu.as_ref().unwrap_or(at.port);
+    if mtu > port_mtu {
+        let which = if at.mtu.is_some() {
+            ""
+        } else {
+            " (the default)"
+        };
+        return Err(mtu_at.invalid(format!(
+            "sync.mtu {mtu}{which} is above port {name:?}'s MTU {port_mtu}: set sync.mtu to at most {port_mtu}"
+        )));
+    }
+    if usize::from(mtu) > room {
+        return Err(mtu_at.invalid(format!(
+            "sync.mtu {mtu}: a sync frame must fit one mbuf, so at most {room} with `port`"
+        )));
+    }
+    Ok(name.to_string())
 }
 
 /// `[vrrp]`: optional; its presence turns VRRP on.

@@ -2084,3 +2084,125 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
         "16",
     );
 }
+
+/// `[sync]` over port `port` from line 21: 22 listen, 23 port, 24 peers, then `extra`
+/// from line 25.
+fn sync_over_port(text: &str, listen: &str, port: &str, peers: &str, extra: &str) -> String {
+    format!("{text}[sync]\nlisten = \"{listen}\"\nport = \"{port}\"\npeers = [{peers}]\n{extra}")
+}
+
+#[test]
+fn sync_over_the_first_port_parses() {
+    let sync = |text: &str| parse(text).unwrap_or_else(|e| panic!("{e}")).sync.unwrap();
+    let s = sync(&sync_over_port(
+        BASE,
+        "198.18.0.1:8848",
+        "lan0",
+        "\"198.18.0.2:8848\", \"198.18.0.3:8849\"",
+        "multicast = \"224.0.0.81:8848\"\n",
+    ));
+    assert_eq!(s.port.as_deref(), Some("lan0"));
+    assert_eq!(s.listen, "198.18.0.1:8848".parse().unwrap());
+    assert_eq!(s.multicast, Some("224.0.0.81:8848".parse().unwrap()));
+    // Any address of the port, a peer on any of its subnets; the port's own MTU bounds
+    // the datagrams.
+    let two_addresses = base_with(
+        "addresses = [\"198.18.0.1/24\"]",
+        "addresses = [\"198.18.0.1/24\", \"198.19.0.1/30\"]\nmtu = 1400",
+    );
+    let s = sync(&sync_over_port(
+        &two_addresses,
+        "198.19.0.1:1",
+        "lan0",
+        "\"198.19.0.2:1\", \"198.18.0.200:1\"",
+        "mtu = 1400\n",
+    ));
+    assert_eq!((s.port.as_deref(), s.mtu), (Some("lan0"), 1400));
+    // Without `port`: a kernel socket, `listen` anywhere.
+    let kernel = format!("{BASE}[sync]\nlisten = \"203.0.113.1:1\"\npeers = [\"203.0.113.2:1\"]\n");
+    assert_eq!(sync(&kernel).port, None);
+}
+
+#[test]
+fn sync_over_a_port_names_the_field_it_cannot_use() {
+    let peer = "\"198.18.0.2:8848\"";
+    assert_rejected(
+        &sync_over_port(BASE, "198.18.0.1:8848", "lan9", peer, ""),
+        23,
+        "sync.port",
+        "no [[ports]] named \"lan9\" (the ports are \"lan0\")",
+    );
+    // Lines 21-24 are the second port here: [sync] from line 25.
+    let second = format!("{}\n", two_ports("lan1", "lan1"));
+    let err = assert_rejected(
+        &sync_over_port(
+            &second,
+            "198.18.1.1:8848",
+            "lan1",
+            "\"198.18.1.2:8848\"",
+            "",
+        ),
+        28,
+        "sync.port",
+        "sync over a DPDK port needs the first port (\"lan0\")",
+    );
+    assert!(err.to_string().starts_with("test.toml:28:"), "{err}");
+    assert_rejected(
+        &sync_over_port(BASE, "198.19.0.1:8848", "lan0", peer, ""),
+        22,
+        "sync.listen",
+        "198.19.0.1 is not an address of port \"lan0\" (198.18.0.1/24)",
+    );
+    assert_rejected(
+        &sync_over_port(BASE, "198.18.0.1:0", "lan0", peer, ""),
+        22,
+        "sync.listen",
+        "port 0",
+    );
+    assert_rejected(
+        &sync_over_port(
+            BASE,
+            "198.18.0.1:8848",
+            "lan0",
+            "\"198.18.0.2:8848\", \"198.19.0.2:8848\"",
+            "",
+        ),
+        24,
+        "sync.peers[1]",
+        "198.19.0.2 is not on a subnet of port \"lan0\" (198.18.0.1/24): sync frames go to a peer directly",
+    );
+    assert_rejected(
+        &sync_over_port(BASE, "198.18.0.1:8848", "lan0", peer, "mtu = 1600\n"),
+        25,
+        "sync.mtu",
+        "sync.mtu 1600 is above port \"lan0\"'s MTU 1500",
+    );
+    // The default sync MTU over a port with a smaller one: reported at `port`.
+    let small = base_with(
+        "addresses = [\"198.18.0.1/24\"]",
+        "addresses = [\"198.18.0.1/24\"]\nmtu = 1400",
+    );
+    assert_rejected(
+        &sync_over_port(&small, "198.18.0.1:8848", "lan0", peer, ""),
+        24,
+        "sync.port",
+        "sync.mtu 1500 (the default) is above port \"lan0\"'s MTU 1400",
+    );
+    // A jumbo port: the frame must still fit one mbuf.
+    let jumbo = base_with(
+        "addresses = [\"198.18.0.1/24\"]",
+        "addresses = [\"198.18.0.1/24\"]\nmtu = 9000",
+    );
+    assert_rejected(
+        &sync_over_port(&jumbo, "198.18.0.1:8848", "lan0", peer, "mtu = 4000\n"),
+        26,
+        "sync.mtu",
+        "a sync frame must fit one mbuf, so at most 2034",
+    );
+    assert_rejected(
+        &sync_over_port(BASE, "198.18.0.1:8848", "true", peer, "").replace("\"true\"", "true"),
+        23,
+        "sync.port",
+        "invalid type",
+    );
+}

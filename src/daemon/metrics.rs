@@ -580,6 +580,21 @@ pub fn render_ha(
                 &["stats", "templates_skipped"][..],
                 "Received templates not installed (real server or service unknown here, other netmask, expired, slot busy, a later local template kept).",
             ),
+            (
+                "sluice_sync_frames_sent_total",
+                &["stats", "frames_sent"][..],
+                "Sync frames queued for worker 0 to transmit (sync over a DPDK port).",
+            ),
+            (
+                "sluice_sync_frames_received_total",
+                &["stats", "frames_received"][..],
+                "Sync frames the workers handed to the management core (sync over a DPDK port).",
+            ),
+            (
+                "sluice_sync_frames_malformed_total",
+                &["stats", "frames_malformed"][..],
+                "Sync frames dropped for their lengths or IPv4/UDP checksums (sync over a DPDK port).",
+            ),
         ];
         for (name, path, help) in counters {
             Family::new(&mut o, name, "counter", help).sample(name, &[], n(s, path));
@@ -673,7 +688,7 @@ mod ha_tests {
             "multicast": "224.0.0.81:8848",
             "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0,
                 "templates_sent": 6, "templates_received": 3, "templates_installed": 2, "templates_skipped": 1,
-                "multicast_received": 6},
+                "multicast_received": 6, "frames_sent": 11, "frames_received": 8, "frames_malformed": 2},
             "rejected": {"bad_hmac": 1, "unknown_peer": 0},
             "peer_status": [{"addr": "198.19.0.2", "messages": 40, "lost": 3,
                 "last_heard_ms_ago": 250, "resync": {"state": "complete"}}]});
@@ -696,6 +711,9 @@ mod ha_tests {
             "sluice_sync_peer_lost_total{peer=\"198.19.0.2\"} 3",
             "sluice_sync_peer_last_heard_seconds{peer=\"198.19.0.2\"} 0.250",
             "sluice_sync_peer_resync_complete{peer=\"198.19.0.2\"} 1",
+            "sluice_sync_frames_sent_total 11",
+            "sluice_sync_frames_received_total 8",
+            "sluice_sync_frames_malformed_total 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

@@ -22,7 +22,7 @@ use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, RssView};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
-use crate::dataplane::mesh::{Mesh, REDIRECT_RING_SIZE};
+use crate::dataplane::mesh::{Mesh, HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE};
 use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
@@ -206,9 +206,18 @@ pub fn run(opts: &Options) -> Result<(), String> {
                     (view.toeplitz, view.reta, view.fields),
                     persist.clone(),
                     cfg.sessions.tick_ms,
+                    crate::wire::MacAddr(app.ports[0].mac),
                 );
                 match node {
-                    Ok(node) => Some((node, settings.listen)),
+                    Ok(node) => {
+                        if let Some(port) = &settings.port {
+                            log::info!(
+                                "sync: through port {port} as {} (no kernel socket)",
+                                settings.listen
+                            );
+                        }
+                        Some((node, settings.listen))
+                    }
                     Err(e) => {
                         stop.store(true, Ordering::SeqCst);
                         join_workers(&cfg);
@@ -285,11 +294,23 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         .iter()
         .map(|p| (p.rx_desc as u32 + p.tx_desc as u32) * queues as u32 * 2)
         .sum();
-    // Room for every descriptor, every worker's bursts in flight and the emulator; a
-    // power of two minus one as rte_mempool prefers.
-    let wanted = descriptors + queues as u32 * REDIRECT_RING_SIZE + 8192;
+    // Sync over a DPDK port shares the health rings, which are larger then.
+    let health_ring = match cfg.sync.as_ref().and_then(|s| s.port.as_ref()) {
+        Some(_) => SYNC_PORT_RING_SIZE,
+        None => HEALTH_RING_SIZE,
+    };
+    // Room for every descriptor, every worker's bursts in flight and the emulator (and
+    // the default health rings); the larger health rings of sync over a port add what
+    // they hold beyond those. A power of two minus one as rte_mempool prefers.
+    let wanted = descriptors
+        + queues as u32 * REDIRECT_RING_SIZE
+        + 8192
+        + 2 * (health_ring - HEALTH_RING_SIZE);
     let count = wanted.next_power_of_two() - 1;
-    let pool = Arc::new(Mempool::new("sluice_mbufs", count, 256, 2048).map_err(|e| e.to_string())?);
+    let pool = Arc::new(
+        Mempool::new("sluice_mbufs", count, 256, crate::dpdk::MBUF_DATA_ROOM)
+            .map_err(|e| e.to_string())?,
+    );
 
     let mut ports = Vec::new();
     let mut ring_pairs = Vec::new();
@@ -385,7 +406,8 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         None => None,
     };
     let mesh = Arc::new(
-        Mesh::new("sluice", cfg.lcores.workers.len()).map_err(|e| format!("worker rings: {e}"))?,
+        Mesh::with_health_ring("sluice", cfg.lcores.workers.len(), health_ring)
+            .map_err(|e| format!("worker rings: {e}"))?,
     );
     Ok(Appliance {
         emulator,
@@ -487,6 +509,9 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                     period_ms: settings.period_ms,
                 },
             });
+            if settings.port.is_some() {
+                forwarder.set_sync_port(settings.listen, settings.multicast);
+            }
         }
         if let Some(source) = crate::health::source_of(cfg) {
             forwarder.set_health(
@@ -712,22 +737,32 @@ impl Registry {
         let mut send = |frame: &[u8]| inject(mesh, pool, frame);
         let mut events = Vec::new();
         let mut answers = Burst::new();
+        // Sync over a DPDK port: its datagrams come with the others.
+        let when = crate::daemon::sync::When {
+            now: self.now_tick(),
+            now_ms,
+            backup: self.vrrp.as_ref().is_some_and(|v| !v.serving()),
+        };
         // Bounded: at most a ring's worth per tick.
-        for _ in 0..(crate::dataplane::mesh::HEALTH_RING_SIZE as usize / crate::dpdk::BURST_SIZE) {
+        for _ in 0..(mesh.health_ring_size() as usize / crate::dpdk::BURST_SIZE) {
             if mesh.health_replies().dequeue(&mut answers) == 0 {
                 break;
             }
             for i in 0..answers.len() {
                 let frame = answers.packet(i);
-                let is_vrrp = frame.len() > 23
-                    && frame[12..14] == [0x08, 0x00]
-                    && frame[23] == crate::wire::vrrp::PROTOCOL.0;
-                match &mut self.vrrp {
-                    Some(node) if is_vrrp => {
+                let ip_protocol = (frame.len() > 23 && frame[12..14] == [0x08, 0x00])
+                    .then(|| crate::wire::IpProtocol(frame[23]));
+                match (&mut self.vrrp, &mut self.sync) {
+                    (Some(node), _) if ip_protocol == Some(crate::wire::vrrp::PROTOCOL) => {
                         let addrs = self.services.virtual_addresses();
                         for line in node.on_frame(frame, now_ms, &addrs, &mut send) {
                             self.services.record(line);
                         }
+                    }
+                    // Sync over a DPDK port: the workers hand up UDP to the listen
+                    // address or the group only (probe answers are TCP).
+                    (_, Some((node, _))) if ip_protocol == Some(crate::wire::IpProtocol::UDP) => {
+                        node.on_frame(frame, &self.services.table, mesh, when);
                     }
                     _ => events.extend(self.health.on_frame(frame, now_ms, &mut send)),
                 }
@@ -791,14 +826,18 @@ impl Registry {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    fn tick_sync(&mut self, mesh: &Mesh) {
+    fn tick_sync(&mut self, mesh: &Mesh, pool: &Mempool) {
         let now = self.now_tick();
         let Some((node, _)) = &mut self.sync else {
             return;
         };
-        let now_ms = self.started.elapsed().as_millis() as u64;
-        let backup = self.vrrp.as_ref().is_some_and(|v| !v.serving());
-        node.tick(&self.services.table, mesh, now, now_ms, backup);
+        let when = sync::When {
+            now,
+            now_ms: self.started.elapsed().as_millis() as u64,
+            backup: self.vrrp.as_ref().is_some_and(|v| !v.serving()),
+        };
+        let plane = sync::Plane { mesh, pool };
+        node.tick(&self.services.table, plane, when);
         // A peer asked for our whole table (it started or reconnected): dump it from
         // the workers' tables, chunk by chunk, between their polls.
         let Some((peer, dump_id)) = node.take_resync_request() else {
@@ -826,7 +865,7 @@ impl Registry {
         };
         match listed {
             Ok(_) => {
-                let chunks = node.send_dump(peer, dump_id, records);
+                let chunks = node.send_dump(peer, dump_id, records, plane);
                 log::info!("sync: dump {dump_id} to {peer}: {chunks} chunk(s)");
             }
             Err(e) => log::warn!("sync: dump {dump_id} to {peer} failed: {e}"),
@@ -1066,7 +1105,7 @@ fn management_loop(
             let _ = reply.send(answer);
         }
         registry.tick_health(&app.mesh, &app.pool);
-        registry.tick_sync(&app.mesh);
+        registry.tick_sync(&app.mesh, &app.pool);
         let now = Instant::now();
         if now >= next_rates {
             next_rates = now + Duration::from_secs(1);

@@ -4,23 +4,33 @@
 //! this node's RSS (`sync::receiver::session_owner`), through that worker's install
 //! inbox. Persistence templates, which the workers share in one table, are the
 //! management core's own business both ways (`sync::templates`): it scans the table a
-//! slice per tick for templates to send, and installs the peers' directly. One
-//! non-blocking UDP socket on a kernel interface (two with `multicast`); nothing here
-//! waits.
+//! slice per tick for templates to send, and installs the peers' directly.
+//!
+//! Two transports (`Transport`), behind one `send` and one `handle`: one non-blocking
+//! UDP socket on a kernel interface (two with `multicast`), or, with `[sync] port`,
+//! Ethernet/IPv4/UDP frames through the data plane: built here (`sync::frame`) and
+//! queued for worker 0 to transmit (`inject`), received from the workers, which hand
+//! datagrams to the listen address (or the group) to the management core like probe
+//! answers (`on_frame`). Nothing here waits.
 use crate::config::SyncSettings;
+use crate::dataplane::forwarder::write_arp_request;
 use crate::dataplane::mesh::Mesh;
+use crate::dpdk::Mempool;
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::service::{ServiceKey, ServiceTable};
 use crate::session::persist::PersistTable;
 use crate::sync::auth::SyncKey;
 use crate::sync::events::EventRing;
+use crate::sync::frame;
 use crate::sync::peers::{Heard, Peer, Peers};
 use crate::sync::receiver::{session_owner, Receiver, ReceiverConfig, RejectReason};
 use crate::sync::sender::SyncSender;
 use crate::sync::templates::{self, Applied, ServicesById, TemplateTracker};
 use crate::sync::wire::{RecordKind, RecordRepr};
+use crate::wire::ethernet::{self, MacAddr};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Events turned into messages per tick at most.
 const EVENTS_PER_TICK: usize = 65_536;
@@ -29,6 +39,12 @@ const DATAGRAMS_PER_TICK: usize = 1024;
 /// The management loop's tick, and the time a scan of the whole template table takes.
 const MANAGEMENT_TICK_MS: u32 = 5;
 const TEMPLATE_PASS_MS: u32 = 1000;
+/// Over a DPDK port, the resync request waits this long after ARP requests for the
+/// peers: worker 0 turns a frame to a peer it has not resolved into an ARP request
+/// for it, so a request sent first would be lost (through a kernel socket, the kernel
+/// holds the datagram while it resolves). An answer takes well under a millisecond on
+/// a LAN; the margin covers busy CPUs.
+const RESOLVE_WAIT: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct SyncStats {
@@ -64,41 +80,125 @@ pub struct SyncStats {
     /// ignored (multicast loopback is off, so only a node with our address sends them).
     pub multicast_received: u64,
     pub own_datagrams_ignored: u64,
+    /// With `port`: frames queued for worker 0 to transmit (a frame the ring or the
+    /// pool refused is a `send_errors`), frames the workers handed up, and those among
+    /// them dropped as malformed (lengths, IPv4 or UDP checksum; not counted in
+    /// `datagrams_received`).
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    pub frames_malformed: u64,
+}
+
+/// What sending through the data plane needs: the ring to worker 0 and the pool of
+/// the frames' mbufs.
+#[derive(Clone, Copy)]
+pub struct Plane<'a> {
+    pub mesh: &'a Mesh,
+    pub pool: &'a Mempool,
+}
+
+/// How sync datagrams leave and arrive.
+enum Transport {
+    /// Bound to `listen`: sends everything (batches to the group with `multicast`),
+    /// receives what is sent to `listen`; with `multicast`, the socket bound to the
+    /// group that receives the group's datagrams (see `multicast_socket`).
+    Socket {
+        socket: UdpSocket,
+        group: Option<UdpSocket>,
+    },
+    /// `[sync] port`: frames through the data plane of the port `name`, whose MAC
+    /// is `mac`, built in `frame` (kept across sends).
+    Port {
+        name: String,
+        mac: MacAddr,
+        frame: Vec<u8>,
+    },
+}
+
+impl Transport {
+    /// Sends `datagram` from `from` to `to`: through the socket, or as a frame queued
+    /// for worker 0. Whether it went (a frame's fate on the wire is worker 0's).
+    fn send(
+        &mut self,
+        plane: Plane,
+        from: SocketAddrV4,
+        to: SocketAddrV4,
+        datagram: &[u8],
+        stats: &mut SyncStats,
+    ) -> bool {
+        match self {
+            Transport::Socket { socket, .. } => socket.send_to(datagram, to).is_ok(),
+            Transport::Port { frame, .. } => {
+                let sent = frame::write(frame, from, to, datagram)
+                    .is_some_and(|len| super::inject(plane.mesh, plane.pool, &frame[..len]));
+                stats.frames_sent += u64::from(sent);
+                sent
+            }
+        }
+    }
+
+    /// Over a port, an ARP request (broadcast, from `from`) for `target`, so that
+    /// worker 0 knows the peer's MAC before the first datagram to it. Whether it went.
+    fn resolve(&mut self, plane: Plane, from: Ipv4Addr, target: Ipv4Addr) -> bool {
+        let Transport::Port { mac, .. } = self else {
+            return true;
+        };
+        let mut frame = [0u8; 60];
+        write_arp_request(&mut frame, ethernet::HEADER_LEN, *mac, from, target)
+            .is_some_and(|len| super::inject(plane.mesh, plane.pool, &frame[..len]))
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Transport::Socket { .. } => "kernel socket".into(),
+            Transport::Port { name, .. } => format!("port {name}"),
+        }
+    }
+}
+
+/// Bulk resync at start: our request for the peers' tables, sent once, at the first
+/// tick, or over a DPDK port once the peers had time to answer ARP (`RESOLVE_WAIT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resync {
+    Start,
+    /// Over a port: ARP requests for the peers went out then.
+    Resolving(Instant),
+    Asked,
 }
 
 /// A tick's clocks, and whether this node is a VRRP backup.
 #[derive(Clone, Copy)]
-struct When {
+pub struct When {
     /// The session clock (ticks).
-    now: u32,
+    pub now: u32,
     /// The management clock.
-    now_ms: u64,
-    backup: bool,
+    pub now_ms: u64,
+    /// Only a backup asks a peer for its table again (a dump stalled or with a gap, a
+    /// peer heard after a silence): a master's own sessions are the live ones, and a
+    /// peer's copies of them would only set them back.
+    pub backup: bool,
 }
 
 pub struct SyncNode {
-    /// Bound to `listen`: sends everything (batches to the group with `multicast`),
-    /// receives what is sent to `listen`.
-    socket: UdpSocket,
+    transport: Transport,
     listen: SocketAddrV4,
-    /// With `multicast`: the group, and the socket bound to it that receives the
-    /// group's datagrams (see `multicast_socket`).
-    group: Option<(SocketAddrV4, UdpSocket)>,
+    /// With `multicast`: the group batches go to and come from.
+    group: Option<SocketAddrV4>,
     peers: Vec<SocketAddrV4>,
     sender: SyncSender,
     receiver: Receiver,
     rings: Arc<Vec<EventRing>>,
     rss: (Toeplitz, Reta, HashFields),
     buf: Vec<u8>,
-    /// Receive buffer (the largest UDP datagram), kept across ticks.
+    /// Receive buffer of the socket (the largest UDP datagram), kept across ticks.
     datagram: Vec<u8>,
-    /// Asked the peers for their tables yet (done at the first tick).
-    resync_asked: bool,
+    /// Our requests for the peers' tables at start.
+    resync: Resync,
     /// The last dump id this node asked for (one more per request).
     dump_id: u32,
     /// What the peers' accepted messages told: lag, losses, resync progress.
     seen: Peers,
-    /// Dumps to ask for after this tick's datagrams: (peer, another attempt?).
+    /// Dumps to ask for at the next tick: (peer, another attempt?).
     asks: Vec<(SocketAddrV4, bool)>,
     /// A peer's request for our table, to answer with a dump.
     resync_request: Option<(SocketAddrV4, u32)>,
@@ -116,6 +216,8 @@ pub struct SyncNode {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct SyncReport {
     pub listen: String,
+    /// `port NAME` (`[sync] port`: frames through the data plane) or `kernel socket`.
+    pub transport: String,
     /// The group batches are sent to and received from, when `multicast` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub multicast: Option<String>,
@@ -144,22 +246,36 @@ pub struct PeerReport {
 }
 
 impl SyncNode {
+    /// Binds the socket(s) on the kernel interface, or with `port`, opens nothing: the
+    /// workers were told what to hand up (`Forwarder::set_sync_port`), and frames go
+    /// out from `mac`, the port's.
     pub fn bind(
         settings: &SyncSettings,
         rings: Arc<Vec<EventRing>>,
         rss: (Toeplitz, Reta, HashFields),
         persist: Arc<PersistTable>,
         tick_ms: u32,
+        mac: MacAddr,
     ) -> Result<SyncNode, String> {
-        let socket = UdpSocket::bind(settings.listen)
-            .map_err(|e| format!("sync: cannot bind {}: {e}", settings.listen))?;
-        socket
-            .set_nonblocking(true)
-            .map_err(|e| format!("sync: {e}"))?;
-        let group = settings
-            .multicast
-            .map(|group| multicast_socket(&socket, settings.listen, group).map(|s| (group, s)))
-            .transpose()?;
+        let transport = match &settings.port {
+            Some(name) => Transport::Port {
+                name: name.clone(),
+                mac,
+                frame: vec![0; frame::HEADERS_LEN + usize::from(settings.mtu)],
+            },
+            None => {
+                let socket = UdpSocket::bind(settings.listen)
+                    .map_err(|e| format!("sync: cannot bind {}: {e}", settings.listen))?;
+                socket
+                    .set_nonblocking(true)
+                    .map_err(|e| format!("sync: {e}"))?;
+                let group = settings
+                    .multicast
+                    .map(|group| multicast_socket(&socket, settings.listen, group))
+                    .transpose()?;
+                Transport::Socket { socket, group }
+            }
+        };
         let key = settings
             .key
             .as_deref()
@@ -167,9 +283,9 @@ impl SyncNode {
             .transpose()
             .map_err(|e| format!("sync.key: {e}"))?;
         Ok(SyncNode {
-            socket,
+            transport,
             listen: settings.listen,
-            group,
+            group: settings.multicast,
             peers: settings.peers.clone(),
             sender: SyncSender::new(u32::from(*settings.listen.ip()), settings.mtu, key.clone()),
             receiver: Receiver::new(ReceiverConfig {
@@ -179,8 +295,12 @@ impl SyncNode {
             rings,
             rss,
             buf: vec![0; usize::from(settings.mtu)],
-            datagram: vec![0; 65_536],
-            resync_asked: false,
+            // The frame path reads datagrams in place, in their mbufs.
+            datagram: match settings.port {
+                Some(_) => Vec::new(),
+                None => vec![0; 65_536],
+            },
+            resync: Resync::Start,
             // Distinct across restarts, so a late chunk of a previous life's dump is
             // not taken for this one's.
             dump_id: std::process::id() << 8,
@@ -205,20 +325,32 @@ impl SyncNode {
     }
 
     /// Sends `records` to `peer` as dump `dump_id`; returns the chunk count.
-    pub fn send_dump(&mut self, peer: SocketAddrV4, dump_id: u32, records: Vec<RecordRepr>) -> u32 {
+    pub fn send_dump(
+        &mut self,
+        peer: SocketAddrV4,
+        dump_id: u32,
+        records: Vec<RecordRepr>,
+        plane: Plane,
+    ) -> u32 {
         let n = records.len() as u64;
         let templates = records
             .iter()
             .filter(|r| r.kind == RecordKind::Template)
             .count() as u64;
-        let (socket, stats) = (&self.socket, &mut self.stats);
-        let chunks = self.sender.send_dump(dump_id, records, &mut self.buf, |d| {
-            match socket.send_to(d, peer) {
-                Ok(len) => {
-                    stats.messages_sent += 1;
-                    stats.bytes_sent += len as u64;
-                }
-                Err(_) => stats.send_errors += 1,
+        let SyncNode {
+            transport,
+            listen,
+            sender,
+            buf,
+            stats,
+            ..
+        } = self;
+        let chunks = sender.send_dump(dump_id, records, buf, |d| {
+            if transport.send(plane, *listen, peer, d, stats) {
+                stats.messages_sent += 1;
+                stats.bytes_sent += d.len() as u64;
+            } else {
+                stats.send_errors += 1;
             }
         });
         self.stats.dumps_sent += 1;
@@ -230,26 +362,26 @@ impl SyncNode {
     /// One turn at session-clock tick `now`: send what the workers queued and the
     /// templates due in this tick's slice of the template table, install what the
     /// peers sent.
-    ///
-    /// `now_ms` is the management clock; `backup` says this node is a VRRP backup
-    /// (only a backup asks a peer heard again after a silence for its table).
-    pub fn tick(&mut self, table: &ServiceTable, mesh: &Mesh, now: u32, now_ms: u64, backup: bool) {
-        if !self.resync_asked {
-            // Starting up: ask every peer for its table (bulk resync).
-            self.resync_asked = true;
-            for peer in self.peers.clone() {
-                self.ask_for_dump(peer, false, now_ms);
+    pub fn tick(&mut self, table: &ServiceTable, plane: Plane, when: When) {
+        let now = when.now;
+        self.ask_for_resync(plane, when.now_ms);
+        if when.backup {
+            // A dump that stopped arriving is asked for again (bounded).
+            let stalled: Vec<Ipv4Addr> = self.seen.stalled(when.now_ms).collect();
+            for ip in stalled {
+                if let Some(peer) = self.peers.iter().find(|p| *p.ip() == ip).copied() {
+                    self.asks.push((peer, true));
+                }
             }
         }
-        // A dump that stopped arriving is asked for again (bounded).
-        let stalled: Vec<Ipv4Addr> = self.seen.stalled(now_ms).collect();
-        for ip in stalled {
-            if let Some(peer) = self.peers.iter().find(|p| *p.ip() == ip).copied() {
-                self.ask_for_dump(peer, true, now_ms);
-            }
+        let mut asks = std::mem::take(&mut self.asks);
+        for (peer, retry) in asks.drain(..) {
+            self.ask_for_dump(plane, peer, retry, when.now_ms);
         }
+        self.asks = asks;
         let SyncNode {
-            socket,
+            transport,
+            listen,
             group,
             peers,
             sender,
@@ -265,20 +397,20 @@ impl SyncNode {
         // Batches: once to the group with `multicast`, else once to every peer.
         let group_only;
         let destinations = match group {
-            Some((g, _)) => {
+            Some(g) => {
                 group_only = [*g];
                 &group_only[..]
             }
             None => &peers[..],
         };
+        let from = *listen;
         let mut to_peers = |datagram: &[u8]| {
             for to in destinations {
-                match socket.send_to(datagram, to) {
-                    Ok(n) => {
-                        stats.messages_sent += 1;
-                        stats.bytes_sent += n as u64;
-                    }
-                    Err(_) => stats.send_errors += 1,
+                if transport.send(plane, from, *to, datagram, stats) {
+                    stats.messages_sent += 1;
+                    stats.bytes_sent += datagram.len() as u64;
+                } else {
+                    stats.send_errors += 1;
                 }
             }
         };
@@ -297,30 +429,57 @@ impl SyncNode {
         let templates_sent = sender.send_records(template_records.drain(..), buf, &mut to_peers);
         self.stats.events_sent += sent as u64;
         self.stats.templates_sent += templates_sent as u64;
+        // The socket's datagrams (a port's come as frames: `on_frame`).
+        let mut datagram = std::mem::take(&mut self.datagram);
         for from_group in [false, true] {
             for _ in 0..DATAGRAMS_PER_TICK {
-                // None: WouldBlock (nothing more now), or no group socket.
-                let Some((len, from)) = self.recv(from_group) else {
+                // None: WouldBlock (nothing more now), or no such socket.
+                let Some((len, from)) = self.recv(from_group, &mut datagram) else {
                     break;
                 };
-                let when = When {
-                    now,
-                    now_ms,
-                    backup,
-                };
-                self.handle(len, from, from_group, table, mesh, when);
+                // Always IPv4: the sockets are bound to IPv4 addresses.
+                if let SocketAddr::V4(from) = from {
+                    self.handle(&datagram[..len], from, from_group, table, plane.mesh, when);
+                }
             }
         }
-        let mut asks = std::mem::take(&mut self.asks);
-        for (peer, retry) in asks.drain(..) {
-            self.ask_for_dump(peer, retry, now_ms);
+        self.datagram = datagram;
+    }
+
+    /// Starting up: asks every peer for its table (bulk resync), once. Over a DPDK
+    /// port, first asks for the peers' MACs (ARP) and waits `RESOLVE_WAIT`.
+    fn ask_for_resync(&mut self, plane: Plane, now_ms: u64) {
+        let SyncNode {
+            transport,
+            listen,
+            peers,
+            stats,
+            resync,
+            ..
+        } = self;
+        match *resync {
+            Resync::Asked => return,
+            Resync::Start if matches!(transport, Transport::Port { .. }) => {
+                for peer in peers.iter() {
+                    if !transport.resolve(plane, *listen.ip(), *peer.ip()) {
+                        stats.send_errors += 1;
+                    }
+                }
+                *resync = Resync::Resolving(Instant::now());
+                return;
+            }
+            Resync::Resolving(at) if at.elapsed() < RESOLVE_WAIT => return,
+            Resync::Start | Resync::Resolving(_) => {}
         }
-        self.asks = asks;
+        *resync = Resync::Asked;
+        for peer in self.peers.clone() {
+            self.ask_for_dump(plane, peer, false, now_ms);
+        }
     }
 
     /// Asks `peer` for its whole table under a new dump id: a new resync, or another
     /// attempt at the current one (bounded: `peers::RESYNC_ATTEMPTS`).
-    fn ask_for_dump(&mut self, peer: SocketAddrV4, retry: bool, now_ms: u64) {
+    fn ask_for_dump(&mut self, plane: Plane, peer: SocketAddrV4, retry: bool, now_ms: u64) {
         self.dump_id = self.dump_id.wrapping_add(1);
         if !self.seen.asking(*peer.ip(), self.dump_id, retry, now_ms) {
             log::warn!(
@@ -330,43 +489,72 @@ impl SyncNode {
             return;
         }
         let request = self.sender.resync_request(self.dump_id, &mut self.buf);
-        match self.socket.send_to(request, peer) {
-            Ok(_) => self.stats.resync_requests_sent += 1,
-            Err(_) => self.stats.send_errors += 1,
+        if self
+            .transport
+            .send(plane, self.listen, peer, request, &mut self.stats)
+        {
+            self.stats.resync_requests_sent += 1;
+        } else {
+            self.stats.send_errors += 1;
         }
     }
 
-    /// Reads one datagram into `self.datagram`, from the listen socket or the group's.
-    fn recv(&mut self, from_group: bool) -> Option<(usize, SocketAddr)> {
-        let socket = match (from_group, &self.group) {
-            (false, _) => &self.socket,
-            (true, Some((_, socket))) => socket,
+    /// Reads one datagram into `into`, from the listen socket or the group's.
+    fn recv(&mut self, from_group: bool, into: &mut [u8]) -> Option<(usize, SocketAddr)> {
+        let Transport::Socket { socket, group } = &self.transport else {
+            return None;
+        };
+        let socket = match (from_group, group) {
+            (false, _) => socket,
+            (true, Some(socket)) => socket,
             (true, None) => return None,
         };
-        socket.recv_from(&mut self.datagram).ok()
+        socket.recv_from(into).ok()
     }
 
-    /// Checks the datagram in `self.datagram[..len]` and hands its records to their
-    /// owners.
+    /// A frame a worker handed up (`[sync] port`): a datagram to the listen address or
+    /// the group, checked (lengths, both checksums) and then handled as one from the
+    /// socket; a malformed one is counted and dropped.
+    pub fn on_frame(&mut self, frame: &[u8], table: &ServiceTable, mesh: &Mesh, when: When) {
+        self.stats.frames_received += 1;
+        let datagram = match frame::parse(frame) {
+            Ok(d) => d,
+            Err(e) => {
+                self.stats.frames_malformed += 1;
+                log::debug!("sync: malformed frame dropped: {e:?}");
+                return;
+            }
+        };
+        let from_group = self.group == Some(datagram.to);
+        if !from_group && datagram.to != self.listen {
+            // The workers hand up only these; counted should it ever happen.
+            self.stats.frames_malformed += 1;
+            return;
+        }
+        self.handle(
+            datagram.payload,
+            datagram.from,
+            from_group,
+            table,
+            mesh,
+            when,
+        );
+    }
+
+    /// Checks `datagram`, from `from` (to the group if `from_group`), and hands its
+    /// records to their owners. Both transports end here.
     fn handle(
         &mut self,
-        len: usize,
-        from: SocketAddr,
+        datagram: &[u8],
+        from: SocketAddrV4,
         from_group: bool,
         table: &ServiceTable,
         mesh: &Mesh,
         when: When,
     ) {
-        let When {
-            now,
-            now_ms,
-            backup,
-        } = when;
+        let now = when.now;
         self.stats.datagrams_received += 1;
         self.stats.multicast_received += u64::from(from_group);
-        let SocketAddr::V4(from) = from else {
-            return;
-        };
         if from_group && from.ip() == self.listen.ip() {
             // Our own batch back (loopback is off, so another node with our address):
             // neither a peer's message nor a forgery to count.
@@ -378,19 +566,17 @@ impl SyncNode {
                 .get(ServiceKey::new(proto, *vs.ip(), vs.port()))
                 .is_some()
         };
-        let Ok(accepted) = self
-            .receiver
-            .receive(&self.datagram[..len], *from.ip(), exists)
-        else {
+        let Ok(accepted) = self.receiver.receive(datagram, *from.ip(), exists) else {
             return;
         };
         let peer = self.peers.iter().find(|p| p.ip() == from.ip()).copied();
         match (
-            self.seen.accepted(*from.ip(), &accepted.header, now_ms),
+            self.seen
+                .accepted(*from.ip(), &accepted.header, when.now_ms),
             peer,
         ) {
-            (Heard::DumpGap, Some(peer)) => self.asks.push((peer, true)),
-            (Heard::AfterSilence, Some(peer)) if backup => {
+            (Heard::DumpGap, Some(peer)) if when.backup => self.asks.push((peer, true)),
+            (Heard::AfterSilence, Some(peer)) if when.backup => {
                 log::info!("sync: {peer} heard again after a silence: asking for its table");
                 self.asks.push((peer, false));
             }
@@ -452,7 +638,8 @@ impl SyncNode {
         let c = self.receiver.counters();
         SyncReport {
             listen: listen.to_string(),
-            multicast: self.group.as_ref().map(|(g, _)| g.to_string()),
+            transport: self.transport.describe(),
+            multicast: self.group.as_ref().map(|g| g.to_string()),
             peers: self.peers.iter().map(|p| p.to_string()).collect(),
             authenticated: self.sender.authenticated(),
             stats: self.stats,

@@ -202,10 +202,14 @@ pub enum Event {
     /// A held frame was sent once its next hop resolved (a held frame that times out
     /// or finds no room is dropped as `neighbour_unresolved`).
     NeighbourHeldSent,
+    /// A sync datagram from the management core was transmitted as a frame (worker 0,
+    /// `[sync] port`); one whose peer was unresolved became an ARP request instead
+    /// (dropped as `neighbour_unresolved`).
+    SyncFrameSent,
 }
 
 impl Event {
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -228,6 +232,7 @@ impl Event {
         Event::SyncInstallFailed,
         Event::NeighbourHeld,
         Event::NeighbourHeldSent,
+        Event::SyncFrameSent,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -252,6 +257,7 @@ impl Event {
             Event::SyncInstallFailed => "sync_install_failed",
             Event::NeighbourHeld => "neighbour_held",
             Event::NeighbourHeldSent => "neighbour_held_sent",
+            Event::SyncFrameSent => "sync_frame_sent",
         }
     }
 }

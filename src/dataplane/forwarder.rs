@@ -57,7 +57,8 @@ pub enum Action {
     /// The frame belongs to a session of the worker owning this RX queue (a NAT reply
     /// the NIC's hash put elsewhere): hand it to that worker's redirect ring.
     Redirect(u16),
-    /// An answer to a health probe: hand it to the management core.
+    /// For the management core (an answer to a health probe, a VRRP advertisement, a
+    /// sync datagram with `[sync] port`): hand it over through the health ring.
     Punt,
     /// The frame is rewritten but its next hop's MAC is unknown: hold it until this
     /// address resolves (the worker asks for it by ARP), then address and send it.
@@ -106,6 +107,11 @@ pub struct Forwarder {
     vrrp: bool,
     /// Session sync: where this worker tells the management core about its sessions.
     sync: Option<SyncLink>,
+    /// Session sync over a DPDK port (`set_sync_port`): UDP to the listen address
+    /// goes to the management core...
+    sync_listen: Option<SocketAddrV4>,
+    /// ...and, with multicast, UDP to the group, arriving with the group's MAC.
+    sync_group: Option<(MacAddr, SocketAddrV4)>,
 }
 
 /// A worker's end of session sync: its event ring (index `index` of `rings`) and when
@@ -225,6 +231,8 @@ impl Forwarder {
             passive_syn_ticks: u32::MAX,
             vrrp: false,
             sync: None,
+            sync_listen: None,
+            sync_group: None,
         };
         f.rebuild_schedulers();
         f
@@ -383,6 +391,14 @@ impl Forwarder {
         self.sync = Some(link);
     }
 
+    /// Session sync over a DPDK port (`[sync] port`): untagged UDP datagrams to
+    /// `listen`, and to `group` (with its MAC as destination) when set, go to the
+    /// management core (`Action::Punt`), as VRRP advertisements do.
+    pub fn set_sync_port(&mut self, listen: SocketAddrV4, group: Option<SocketAddrV4>) {
+        self.sync_listen = Some(listen);
+        self.sync_group = group.map(|g| (crate::sync::frame::multicast_mac(*g.ip()), g));
+    }
+
     /// VRRP advertisements (to 224.0.0.18, protocol 112) go to the management core.
     pub fn set_vrrp(&mut self, on: bool) {
         self.vrrp = on;
@@ -517,23 +533,8 @@ impl Forwarder {
             return Action::Drop(DropReason::BadSourceMac);
         }
         let to = eth.dst_addr();
-        if self.vrrp && to == VRRP_MAC {
-            return match classify(frame) {
-                Ok(Parsed {
-                    kind:
-                        PacketKind::OtherIpv4 {
-                            dst: crate::wire::vrrp::MULTICAST_GROUP,
-                            protocol: crate::wire::vrrp::PROTOCOL,
-                            ..
-                        },
-                    ..
-                }) => Action::Punt,
-                Ok(_) => Action::Drop(DropReason::NotOurMac),
-                Err(reason) => Action::Drop(reason),
-            };
-        }
         if to != port.mac && !to.is_broadcast() {
-            return Action::Drop(DropReason::NotOurMac);
+            return self.to_group(frame, to);
         }
         let parsed = match classify(frame) {
             Ok(p) => p,
@@ -577,6 +578,37 @@ impl Forwarder {
                 now_tsc,
                 counters,
             ),
+        }
+    }
+
+    /// A frame to a MAC neither ours nor broadcast: a VRRP advertisement (with VRRP
+    /// on) or a sync datagram to the group (with sync over a port and multicast) goes
+    /// to the management core; anything else is not ours.
+    fn to_group(&self, frame: &[u8], to: MacAddr) -> Action {
+        let vrrp = self.vrrp && to == VRRP_MAC;
+        let sync = self
+            .sync_group
+            .and_then(|(mac, group)| (mac == to).then_some(group));
+        if !vrrp && sync.is_none() {
+            return Action::Drop(DropReason::NotOurMac);
+        }
+        match classify(frame) {
+            Ok(Parsed {
+                kind:
+                    PacketKind::OtherIpv4 {
+                        dst: crate::wire::vrrp::MULTICAST_GROUP,
+                        protocol: crate::wire::vrrp::PROTOCOL,
+                        ..
+                    },
+                ..
+            }) if vrrp => Action::Punt,
+            Ok(Parsed {
+                kind: PacketKind::Udp { key },
+                l3: ethernet::HEADER_LEN,
+                ..
+            }) if sync == Some(SocketAddrV4::new(key.dst_addr(), key.dport)) => Action::Punt,
+            Ok(_) => Action::Drop(DropReason::NotOurMac),
+            Err(reason) => Action::Drop(reason),
         }
     }
 
@@ -668,6 +700,13 @@ impl Forwarder {
                 if key.proto == Protocol::Tcp && vip == *source && ports.contains(&key.dport) {
                     return Action::Punt;
                 }
+            }
+            if self.sync_listen == Some(SocketAddrV4::new(vip, key.dport))
+                && key.proto == Protocol::Udp
+                && parsed.l3 == ethernet::HEADER_LEN
+            {
+                // A peer's sync datagram (`[sync] port`): the management core checks it.
+                return Action::Punt;
             }
             let reason = if port.responder.is_local(vip) {
                 DropReason::UnsupportedProtocol
@@ -1477,6 +1516,87 @@ pub fn write_arp_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A forwarder with no service (and the publisher its reader follows).
+    fn bare_forwarder() -> (crate::service::SnapshotPublisher, Forwarder) {
+        let table = crate::service::ServiceTable::new();
+        let publisher =
+            crate::service::SnapshotPublisher::new(crate::service::Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        let forwarder = Forwarder::new(
+            1024,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(super::super::realserver_stats::new_table()),
+            RssView {
+                toeplitz: Toeplitz::new(&crate::flow::rss::DEFAULT_RSS_KEY).unwrap(),
+                reta: Reta::new_round_robin(128, 1).unwrap(),
+                fields: HashFields::L3L4,
+                queue: 0,
+            },
+        );
+        (publisher, forwarder)
+    }
+
+    #[test]
+    fn sync_datagrams_to_the_group_mac_go_up_and_nothing_else_does() {
+        use crate::sync::frame;
+        let listen = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 8848);
+        let group = SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848);
+        let peer = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8848);
+        let mac = frame::multicast_mac(*group.ip());
+        let build = |to: SocketAddrV4, dst_mac: MacAddr| {
+            let mut f = vec![0u8; frame::HEADERS_LEN + 8];
+            frame::write(&mut f, peer, to, b"SLSY\x01\x01\0\0").unwrap();
+            f[0..6].copy_from_slice(&dst_mac.0);
+            f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+            f
+        };
+        let (_publisher, mut f) = bare_forwarder();
+        // Not configured: a group MAC is not ours.
+        assert_eq!(
+            f.to_group(&build(group, mac), mac),
+            Action::Drop(DropReason::NotOurMac)
+        );
+        f.set_sync_port(listen, Some(group));
+        assert_eq!(f.to_group(&build(group, mac), mac), Action::Punt);
+        // Another port of the group, another group with the same MAC (the low 23 bits
+        // only), or another group MAC: not ours.
+        let other_port = SocketAddrV4::new(*group.ip(), 8849);
+        let same_mac = SocketAddrV4::new(Ipv4Addr::new(224, 128, 0, 81), 8848);
+        assert_eq!(frame::multicast_mac(*same_mac.ip()), mac);
+        for (to, dst_mac) in [
+            (other_port, mac),
+            (same_mac, mac),
+            (group, frame::multicast_mac(Ipv4Addr::new(224, 0, 0, 82))),
+        ] {
+            assert_eq!(
+                f.to_group(&build(to, dst_mac), dst_mac),
+                Action::Drop(DropReason::NotOurMac),
+                "{to} to {dst_mac}"
+            );
+        }
+        // VRRP's MAC stays VRRP's: not ours while VRRP is off.
+        assert_eq!(
+            f.to_group(&build(group, VRRP_MAC), VRRP_MAC),
+            Action::Drop(DropReason::NotOurMac)
+        );
+        // A broken IPv4 header on the group's MAC: dropped for what it is.
+        let mut bad = build(group, mac);
+        bad[24] ^= 1;
+        assert_eq!(
+            f.to_group(&bad, mac),
+            Action::Drop(DropReason::BadIpv4Checksum)
+        );
+        // Unicast sync needs no group: set without one, the group MAC is not ours.
+        f.set_sync_port(listen, None);
+        assert_eq!(
+            f.to_group(&build(group, mac), mac),
+            Action::Drop(DropReason::NotOurMac)
+        );
+    }
 
     #[test]
     fn arp_request_written_over_a_tcp_frame() {

@@ -208,10 +208,13 @@ impl Worker {
         n
     }
 
-    /// Transmits the management core's frames (worker 0 only): health probes get the
-    /// first port's MAC and the real server's, or become an ARP request for it when
-    /// unknown (the probe is lost then, and times out); frames already addressed (VRRP,
-    /// gratuitous ARP) just get the port's MAC as their source.
+    /// Transmits the management core's frames (worker 0 only): health probes and
+    /// unicast sync datagrams (`[sync] port`) get the first port's MAC and their
+    /// destination's, or become an ARP request for it when unknown (the probe is lost
+    /// then, and times out; so is the datagram, which sync tolerates); frames already
+    /// addressed (VRRP, gratuitous ARP, sync to a multicast group) just get the port's
+    /// MAC as their source. The source IP is the frame's own (any address of the port).
+    /// Sync datagrams (UDP: probes are TCP) count as `sync_frame_sent`, not as probes.
     fn send_probes(&mut self, out: &mut Burst) {
         let n = self.links.mesh.health_inject().dequeue(out);
         if n == 0 {
@@ -225,20 +228,34 @@ impl Worker {
         for i in 0..out.len() {
             let frame = out.packet_mut(i);
             let to = ethernet::Frame::new_unchecked(&*frame).dst_addr();
+            let ip = match ethernet::Frame::new_unchecked(&*frame).ethertype() {
+                ethernet::EtherType::IPV4 => {
+                    crate::wire::ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..])
+                        .ok()
+                        .map(|ip| (ip.dst_addr(), ip.protocol() == crate::wire::IpProtocol::UDP))
+                }
+                _ => None,
+            };
+            let sent = match ip {
+                Some((_, true)) => Event::SyncFrameSent,
+                _ => Event::HealthProbeSent,
+            };
             if to != crate::wire::MacAddr::ZERO {
-                // Addressed already (VRRP advertisements, gratuitous ARP): ours as source.
+                // Addressed already (VRRP advertisements, gratuitous ARP, sync to a
+                // group): ours as source.
                 let _ = crate::forward::dr::forward(frame, to, mac);
+                if sent == Event::SyncFrameSent {
+                    self.counters.event(sent);
+                }
                 continue;
             }
-            let target =
-                match crate::wire::ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..]) {
-                    Ok(ip) => ip.dst_addr(),
-                    Err(_) => continue,
-                };
+            let Some((target, _)) = ip else {
+                continue;
+            };
             match self.neighbours.lookup(target) {
                 Some(peer) => {
                     let _ = crate::forward::dr::forward(frame, peer, mac);
-                    self.counters.event(Event::HealthProbeSent);
+                    self.counters.event(sent);
                 }
                 None => {
                     if let Some(len) =

@@ -2,6 +2,10 @@ use super::error::DpdkError;
 use std::ffi::CString;
 use std::ptr::NonNull;
 
+/// Data room of the appliance's mbufs (after the headroom): its largest frame in one
+/// segment.
+pub const MBUF_DATA_ROOM: u16 = 2048;
+
 /// A packet-buffer pool (`rte_pktmbuf_pool_create`). Dropping it frees the pool: every
 /// mbuf taken from it must have been returned first (ports stopped, rings drained).
 pub struct Mempool {

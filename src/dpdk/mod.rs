@@ -16,6 +16,6 @@ pub use error::DpdkError;
 pub use lcore::{
     current_lcore, launch_on_lcore, register_thread, tsc, tsc_hz, wait_lcore, LaunchError,
 };
-pub use mempool::Mempool;
+pub use mempool::{Mempool, MBUF_DATA_ROOM};
 pub use port::{LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue};
 pub use ring::{PacketRing, RingPortPair};

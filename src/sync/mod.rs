@@ -13,9 +13,11 @@
 //!   each peer was last heard, and the progress and retries of a bulk resync.
 //! - [`templates`]: persistence templates: which to send, mapping them to and from
 //!   identities, installing a peer's.
+//! - [`frame`]: sync datagrams as Ethernet/IPv4/UDP frames, for sync over a DPDK port.
 //! - [`vrrp`]: the VRRPv3 (RFC 5798) state machine; the packet is `crate::wire::vrrp`.
 pub mod auth;
 pub mod events;
+pub mod frame;
 pub mod peers;
 pub mod receiver;
 pub mod sender;
