@@ -24,7 +24,7 @@ use crate::sync::events::EventRing;
 use crate::sync::frame;
 use crate::sync::peers::{Heard, Peer, Peers};
 use crate::sync::receiver::{session_owner, Receiver, ReceiverConfig, RejectReason};
-use crate::sync::sender::SyncSender;
+use crate::sync::sender::{Dump, SyncSender};
 use crate::sync::templates::{self, Applied, ServicesById, TemplateTracker};
 use crate::sync::wire::{RecordKind, RecordRepr};
 use crate::wire::ethernet::{self, MacAddr};
@@ -39,6 +39,8 @@ const DATAGRAMS_PER_TICK: usize = 1024;
 /// The management loop's tick, and the time a scan of the whole template table takes.
 const MANAGEMENT_TICK_MS: u32 = 5;
 const TEMPLATE_PASS_MS: u32 = 1000;
+/// Dump chunks sent per tick at most, over all dumps under way (`continue_dumps`).
+const DUMP_CHUNKS_PER_TICK: u32 = 32;
 /// Over a DPDK port, the resync request waits this long after ARP requests for the
 /// peers: worker 0 turns a frame to a peer it has not resolved into an ARP request
 /// for it, so a request sent first would be lost (through a kernel socket, the kernel
@@ -200,6 +202,8 @@ pub struct SyncNode {
     seen: Peers,
     /// Dumps to ask for at the next tick: (peer, another attempt?).
     asks: Vec<(SocketAddrV4, bool)>,
+    /// Our tables being dumped to peers that asked, a few chunks per tick.
+    dumps: Vec<(SocketAddrV4, Dump<std::vec::IntoIter<RecordRepr>>)>,
     /// A peer's request for our table, to answer with a dump.
     resync_request: Option<(SocketAddrV4, u32)>,
     /// The workers' persistence templates, and the session clock's tick.
@@ -306,6 +310,7 @@ impl SyncNode {
             dump_id: std::process::id() << 8,
             seen: Peers::new(settings.peers.iter().map(|p| *p.ip())),
             asks: Vec::new(),
+            dumps: Vec::new(),
             resync_request: None,
             tracker: TemplateTracker::new(
                 persist.capacity(),
@@ -324,7 +329,9 @@ impl SyncNode {
         self.resync_request.take()
     }
 
-    /// Sends `records` to `peer` as dump `dump_id`; returns the chunk count.
+    /// Starts dumping `records` to `peer` as dump `dump_id`: `DUMP_CHUNKS_PER_TICK`
+    /// chunks now and as many at each following tick (a dump already under way to
+    /// that peer is dropped: it asked again). Returns the chunks the dump will take.
     pub fn send_dump(
         &mut self,
         peer: SocketAddrV4,
@@ -337,26 +344,47 @@ impl SyncNode {
             .iter()
             .filter(|r| r.kind == RecordKind::Template)
             .count() as u64;
+        let per_chunk =
+            crate::sync::wire::max_records(self.buf.len() as u16, self.sender.authenticated());
+        let chunks = (records.len().div_ceil(per_chunk.max(1))).max(1) as u32;
+        self.dumps.retain(|(to, _)| *to != peer);
+        self.dumps.push((peer, Dump::new(dump_id, records)));
+        self.stats.dumps_sent += 1;
+        self.stats.dump_records_sent += n;
+        self.stats.dump_templates_sent += templates;
+        self.continue_dumps(plane);
+        chunks
+    }
+
+    /// The dumps' turn: at most `DUMP_CHUNKS_PER_TICK` chunks in all per tick, so a
+    /// large table reaches the peer at a pace its receive buffer (or ring, over a
+    /// port) and its management tick keep up with (32 chunks of 1500 bytes every
+    /// 5 ms: about 250,000 records a second).
+    fn continue_dumps(&mut self, plane: Plane) {
         let SyncNode {
             transport,
             listen,
             sender,
             buf,
             stats,
+            dumps,
             ..
         } = self;
-        let chunks = sender.send_dump(dump_id, records, buf, |d| {
-            if transport.send(plane, *listen, peer, d, stats) {
-                stats.messages_sent += 1;
-                stats.bytes_sent += d.len() as u64;
-            } else {
-                stats.send_errors += 1;
+        let mut budget = DUMP_CHUNKS_PER_TICK;
+        for (peer, dump) in dumps.iter_mut() {
+            if budget == 0 {
+                break;
             }
-        });
-        self.stats.dumps_sent += 1;
-        self.stats.dump_records_sent += n;
-        self.stats.dump_templates_sent += templates;
-        chunks
+            budget -= sender.continue_dump(dump, budget, buf, |d| {
+                if transport.send(plane, *listen, *peer, d, stats) {
+                    stats.messages_sent += 1;
+                    stats.bytes_sent += d.len() as u64;
+                } else {
+                    stats.send_errors += 1;
+                }
+            });
+        }
+        dumps.retain(|(_, d)| !d.is_done());
     }
 
     /// One turn at session-clock tick `now`: send what the workers queued and the
@@ -374,6 +402,7 @@ impl SyncNode {
                 }
             }
         }
+        self.continue_dumps(plane);
         let mut asks = std::mem::take(&mut self.asks);
         for (peer, retry) in asks.drain(..) {
             self.ask_for_dump(plane, peer, retry, when.now_ms);

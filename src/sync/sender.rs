@@ -5,6 +5,36 @@ use super::auth::{self, SyncKey};
 use super::events::EventRing;
 use super::wire::{MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr};
 
+/// A table being dumped to a peer, chunk by chunk (`SyncSender::continue_dump`), so a
+/// large table goes out over several ticks instead of flooding the peer's receive
+/// buffer at once.
+pub struct Dump<I: Iterator<Item = RecordRepr>> {
+    pub dump_id: u32,
+    records: std::iter::Peekable<I>,
+    next_chunk: u32,
+    done: bool,
+}
+
+impl<I: Iterator<Item = RecordRepr>> Dump<I> {
+    pub fn new(dump_id: u32, records: impl IntoIterator<IntoIter = I>) -> Self {
+        Dump {
+            dump_id,
+            records: records.into_iter().peekable(),
+            next_chunk: 0,
+            done: false,
+        }
+    }
+
+    /// Whether the last chunk went out.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    pub fn chunks_sent(&self) -> u32 {
+        self.next_chunk
+    }
+}
+
 /// Numbers and seals the messages one node sends.
 #[derive(Debug)]
 pub struct SyncSender {
@@ -124,45 +154,62 @@ impl SyncSender {
         sent
     }
 
-    /// Sends a whole table as dump `dump_id`: chunks numbered from 0, the last one
-    /// flagged (an empty table is one empty last chunk). Returns the chunk count.
-    pub fn send_dump(
+    /// Sends a whole table as dump `dump_id` at once: chunks numbered from 0, the last
+    /// one flagged (an empty table is one empty last chunk). Returns the chunk count.
+    pub fn send_dump<I: Iterator<Item = RecordRepr>>(
         &mut self,
         dump_id: u32,
-        records: impl IntoIterator<Item = RecordRepr>,
+        records: impl IntoIterator<IntoIter = I>,
+        buf: &mut [u8],
+        send: impl FnMut(&[u8]),
+    ) -> u32 {
+        let mut dump = Dump::new(dump_id, records);
+        self.continue_dump(&mut dump, u32::MAX, buf, send);
+        dump.chunks_sent()
+    }
+
+    /// Sends at most `max_chunks` more chunks of `dump` (numbered on from the last
+    /// call; the one holding the last record flagged). Returns the chunks sent now.
+    pub fn continue_dump<I: Iterator<Item = RecordRepr>>(
+        &mut self,
+        dump: &mut Dump<I>,
+        max_chunks: u32,
         buf: &mut [u8],
         mut send: impl FnMut(&[u8]),
     ) -> u32 {
         let authenticated = self.key.is_some();
-        let mut records = records.into_iter().peekable();
-        let mut chunk = 0;
-        loop {
-            let mut header = self.header(MessageType::DumpChunk, dump_id, chunk);
+        let mut sent = 0;
+        while !dump.done && sent < max_chunks {
+            let mut header = self.header(MessageType::DumpChunk, dump.dump_id, dump.next_chunk);
             // Fill the chunk; peeking at the next record then says whether it is the last.
             let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
             while !builder.is_full() {
-                let Some(record) = records.next() else { break };
+                let Some(record) = dump.records.next() else {
+                    break;
+                };
                 let _ = builder.push(&record);
             }
-            let last = records.peek().is_none();
-            if last {
-                header.flags.set(MessageFlags::LAST_CHUNK, true);
-                header.flags.set(MessageFlags::AUTHENTICATED, authenticated);
-                header.count = builder.len() as u16;
-                // Rewrite the header with the flag; the records are in place.
-                let mut packet = super::wire::Packet::new_unchecked(&mut *buf);
-                header.emit(&mut packet);
-                let len = header.buffer_len();
-                if let Some(key) = &self.key {
-                    auth::seal(&mut buf[..len], key);
-                }
-                send(&buf[..len]);
-                self.sequence = self.sequence.wrapping_add(1);
-                return chunk + 1;
+            dump.next_chunk += 1;
+            sent += 1;
+            if dump.records.peek().is_some() {
+                self.finish(builder, &mut send);
+                continue;
             }
-            self.finish(builder, &mut send);
-            chunk += 1;
+            dump.done = true;
+            header.flags.set(MessageFlags::LAST_CHUNK, true);
+            header.flags.set(MessageFlags::AUTHENTICATED, authenticated);
+            header.count = builder.len() as u16;
+            // Rewrite the header with the flag; the records are in place.
+            let mut packet = super::wire::Packet::new_unchecked(&mut *buf);
+            header.emit(&mut packet);
+            let len = header.buffer_len();
+            if let Some(key) = &self.key {
+                auth::seal(&mut buf[..len], key);
+            }
+            send(&buf[..len]);
+            self.sequence = self.sequence.wrapping_add(1);
         }
+        sent
     }
 
     /// A resync request for dump `dump_id`, written into `buf`.
@@ -275,6 +322,49 @@ mod tests {
             let total: usize = got.iter().map(|g| g.1 as usize).sum();
             assert_eq!(total, records);
         }
+    }
+
+    #[test]
+    fn a_paced_dump_numbers_on_across_calls_and_flags_only_its_end() {
+        let mut sender = SyncSender::new(1, 1500, None);
+        let mut rx = receiver(None);
+        let mut buf = [0u8; 1500];
+        let table: Vec<_> = (0..410u16)
+            .map(|n| {
+                crate::sync::wire::RecordRepr::connection(
+                    &session(1, n),
+                    crate::sync::wire::RecordOp::Update,
+                    9,
+                )
+            })
+            .collect();
+        let mut dump = Dump::new(7, table);
+        let mut got = Vec::new();
+        let mut calls = 0;
+        while !dump.is_done() {
+            calls += 1;
+            let sent = sender.continue_dump(&mut dump, 4, &mut buf, |d| {
+                let a = rx.receive(d, PEER, |_, _| true).unwrap();
+                got.push((
+                    a.header.chunk,
+                    a.header.count,
+                    a.header.flags.contains(MessageFlags::LAST_CHUNK),
+                ));
+            });
+            assert!(sent <= 4);
+            assert!(calls < 10, "never done");
+        }
+        // 410 records, 40 a chunk: 11 chunks, 4 per call.
+        assert_eq!((calls, dump.chunks_sent(), got.len()), (3, 11, 11));
+        for (i, &(chunk, count, last)) in got.iter().enumerate() {
+            assert_eq!(chunk, i as u32);
+            assert_eq!(last, i == 10);
+            assert_eq!(count, if i == 10 { 10 } else { 40 });
+        }
+        assert_eq!(
+            sender.continue_dump(&mut dump, 4, &mut buf, |_| panic!()),
+            0
+        );
     }
 
     #[test]
