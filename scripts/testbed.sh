@@ -123,6 +123,20 @@ offloads_off() {
   done
 }
 
+# An appliance's namespace NS with its veth IF on the switch (bridge port PORT): up,
+# unaddressed, forwarding off, arp_ignore=8, so the kernel never answers for Sluice.
+appliance_namespace() {
+  local name="$1" ns="$2" ifname="$3" port="$4"
+  new_namespace "$ns"
+  nsx "$ns" sysctl -qw net.ipv4.conf.all.forwarding=0
+  attach "$name" "$ns" "$ifname" "$port"
+  nsx "$ns" sysctl -qw "net.ipv4.conf.${ifname}.forwarding=0"
+  nsx "$ns" sysctl -qw "net.ipv4.conf.${ifname}.arp_ignore=8"
+  if [ -n "$(nsx "$ns" ip -o addr show dev "$ifname")" ]; then
+    die "$ifname unexpectedly has an address"
+  fi
+}
+
 new_namespace() {
   local ns="$1"
   ip netns add "$ns"
@@ -187,14 +201,7 @@ cmd_up() {
   nsx "${name}-sw" ip link set "${name}-br" up
 
   # The appliance: up, unaddressed, forwarding off, so the kernel never answers for it.
-  new_namespace "${name}-lb"
-  nsx "${name}-lb" sysctl -qw net.ipv4.conf.all.forwarding=0
-  attach "$name" "${name}-lb" "${name}-lb0" "${name}-plb"
-  nsx "${name}-lb" sysctl -qw "net.ipv4.conf.${name}-lb0.forwarding=0"
-  nsx "${name}-lb" sysctl -qw "net.ipv4.conf.${name}-lb0.arp_ignore=8"
-  if [ -n "$(nsx "${name}-lb" ip -o addr show dev "${name}-lb0")" ]; then
-    die "${name}-lb0 unexpectedly has an address"
-  fi
+  appliance_namespace "$name" "${name}-lb" "${name}-lb0" "${name}-plb"
 
   new_namespace "${name}-c"
   attach "$name" "${name}-c" "${name}-c0" "${name}-pc"
@@ -380,14 +387,7 @@ cmd_lb2() {
   if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "${name}-lb2"; then
     die "test bed '$name' already has ${name}-lb2"
   fi
-  new_namespace "${name}-lb2"
-  nsx "${name}-lb2" sysctl -qw net.ipv4.conf.all.forwarding=0
-  attach "$name" "${name}-lb2" "${name}-lb2v" "${name}-plb2"
-  nsx "${name}-lb2" sysctl -qw "net.ipv4.conf.${name}-lb2v.forwarding=0"
-  nsx "${name}-lb2" sysctl -qw "net.ipv4.conf.${name}-lb2v.arp_ignore=8"
-  if [ -n "$(nsx "${name}-lb2" ip -o addr show dev "${name}-lb2v")" ]; then
-    die "${name}-lb2v unexpectedly has an address"
-  fi
+  appliance_namespace "$name" "${name}-lb2" "${name}-lb2v" "${name}-plb2"
   ip link add "${name}-s1" netns "${name}-lb" type veth peer name "${name}-s2" netns "${name}-lb2"
   offloads_off "${name}-lb" "${name}-s1"
   offloads_off "${name}-lb2" "${name}-s2"

@@ -504,14 +504,9 @@ fn failover(mode: &str, scenario: Scenario) {
     } else {
         lab.bed.configure("dr-vip", &[VIP]);
     }
-    let lb2 = lab.bed.configure("lb2", &[]);
-    let fact = |k: &str| -> String {
-        lb2.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{k}=")))
-            .unwrap_or_else(|| panic!("testbed lb2 printed no {k}: {}", lb2.stdout))
-            .to_string()
-    };
+    // `configure` keeps the KEY=VALUE facts `lb2` prints.
+    lab.bed.configure("lb2", &[]);
+    let fact = |k: &str| lab.bed.fact(k).to_string();
     let (lb2_ns, lb2_if, lb2_mac) = (fact("LB2_NS"), fact("LB2_IF"), fact("LB2_MAC"));
     let (sync1, sync2) = (fact("SYNC1_IP"), fact("SYNC2_IP"));
     let (client_ns, client_if) = (

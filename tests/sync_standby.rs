@@ -1013,14 +1013,9 @@ fn over_a_dpdk_port(multicast: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = AppLab::new(2);
     lab.bed.configure("dr-vip", &[VIP]);
-    let lb2 = lab.bed.configure("lb2", &[]);
-    let fact = |k: &str| -> String {
-        lb2.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{k}=")))
-            .unwrap_or_else(|| panic!("testbed lb2 printed no {k}: {}", lb2.stdout))
-            .to_string()
-    };
+    // `configure` keeps the KEY=VALUE facts `lb2` prints.
+    lab.bed.configure("lb2", &[]);
+    let fact = |k: &str| lab.bed.fact(k).to_string();
     let (lb2_ns, lb2_if, lb2_mac) = (fact("LB2_NS"), fact("LB2_IF"), fact("LB2_MAC"));
     let t = Duration::from_secs(10);
     let (lb_ns, lb_if) = (lab.bed.lb_ns().to_string(), lab.bed.lb_if().to_string());

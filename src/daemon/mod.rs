@@ -865,8 +865,8 @@ impl Registry {
         };
         match listed {
             Ok(_) => {
-                let chunks = node.send_dump(peer, dump_id, records, plane);
-                log::info!("sync: dump {dump_id} to {peer}: {chunks} chunk(s)");
+                log::info!("sync: dump {dump_id} to {peer}: {} records", records.len());
+                node.send_dump(peer, dump_id, records, plane);
             }
             Err(e) => log::warn!("sync: dump {dump_id} to {peer} failed: {e}"),
         }

@@ -331,29 +331,25 @@ impl SyncNode {
 
     /// Starts dumping `records` to `peer` as dump `dump_id`: `DUMP_CHUNKS_PER_TICK`
     /// chunks now and as many at each following tick (a dump already under way to
-    /// that peer is dropped: it asked again). Returns the chunks the dump will take.
+    /// that peer is dropped: it asked again).
     pub fn send_dump(
         &mut self,
         peer: SocketAddrV4,
         dump_id: u32,
         records: Vec<RecordRepr>,
         plane: Plane,
-    ) -> u32 {
+    ) {
         let n = records.len() as u64;
         let templates = records
             .iter()
             .filter(|r| r.kind == RecordKind::Template)
             .count() as u64;
-        let per_chunk =
-            crate::sync::wire::max_records(self.buf.len() as u16, self.sender.authenticated());
-        let chunks = (records.len().div_ceil(per_chunk.max(1))).max(1) as u32;
         self.dumps.retain(|(to, _)| *to != peer);
         self.dumps.push((peer, Dump::new(dump_id, records)));
         self.stats.dumps_sent += 1;
         self.stats.dump_records_sent += n;
         self.stats.dump_templates_sent += templates;
         self.continue_dumps(plane);
-        chunks
     }
 
     /// The dumps' turn: at most `DUMP_CHUNKS_PER_TICK` chunks in all per tick, so a
