@@ -400,23 +400,34 @@ impl Port {
         Ok((0..size).map(|i| conf[i / group].reta[i % group]).collect())
     }
 
-    /// The RSS hash fields and key in force.
+    /// The RSS hash fields and key in force, as the device reports them.
     pub fn rss_conf(&self) -> Result<RssSettings, DpdkError> {
-        let mut key = vec![0u8; 64];
+        let key_len = match self.info()?.hash_key_size {
+            0 => 64,
+            n => n as usize,
+        };
+        let mut key = vec![0u8; key_len];
         let mut conf = dpdk_sys::rte_eth_rss_conf {
             rss_key: key.as_mut_ptr(),
-            rss_key_len: key.len() as u8,
+            rss_key_len: key_len as u8,
             rss_hf: 0,
         };
-        // SAFETY: rss_key points at a 64-byte buffer, as rss_key_len says.
+        // SAFETY: rss_key points at a buffer of rss_key_len bytes, the device's key
+        // size (ethdev refuses a shorter buffer, and drivers write hash_key_size bytes).
         check("rte_eth_dev_rss_hash_conf_get", unsafe {
             dpdk_sys::rte_eth_dev_rss_hash_conf_get(self.id, &mut conf)
         })?;
-        key.truncate(conf.rss_key_len as usize);
+        // Some drivers do not set rss_key_len on the way out: trust only the device's
+        // key size, which the buffer was made to.
         Ok(RssSettings {
             hash_fields: conf.rss_hf,
             key: Some(key),
         })
+    }
+
+    /// The `RTE_ETH_RSS_*` flow types the device can hash (0: no RSS).
+    pub fn rss_offloads(&self) -> Result<u64, DpdkError> {
+        Ok(self.info()?.flow_type_rss_offloads)
     }
 
     pub fn enable_promiscuous(&self) -> Result<(), DpdkError> {

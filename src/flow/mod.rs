@@ -3,6 +3,7 @@
 use std::hash::Hash;
 use std::net::Ipv4Addr;
 
+pub mod ownership;
 pub mod parse;
 pub mod rss;
 
