@@ -143,6 +143,7 @@ fn main() {
             reta: Reta::new_round_robin(128, 1).unwrap(),
             fields: HashFields::L3L4,
             queue: 0,
+            steer: false,
         },
     );
     let rings = Arc::new(vec![sluice::sync::events::EventRing::with_capacity(

@@ -45,6 +45,8 @@ fn sample_report() -> StatusReport {
             rx_errors: 0,
             tx_errors: 0,
             rx_nombuf: 2,
+            ownership: "single".into(),
+            ownership_detail: "single worker".into(),
         }],
         lcores: vec![
             LcoreStatus {

@@ -81,6 +81,13 @@ pub struct PortStatus {
     pub tx_errors: u64,
     /// RX failures for want of an mbuf: the mempool is too small or mbufs leak.
     pub rx_nombuf: u64,
+    /// How packets reach the worker owning their session: `single`, `device`,
+    /// `emulated` or `steered` (`flow::ownership`).
+    #[serde(default)]
+    pub ownership: String,
+    /// The same in words, with the reason for steering.
+    #[serde(default)]
+    pub ownership_detail: String,
 }
 
 /// One lcore: a worker or the management core.
@@ -195,6 +202,17 @@ pub fn render_status(report: &StatusReport) -> String {
             ]);
         }
         table.render_into(&mut out);
+        for port in report
+            .ports
+            .iter()
+            .filter(|p| !p.ownership_detail.is_empty())
+        {
+            let _ = writeln!(
+                out,
+                "  port {} ownership: {}",
+                port.name, port.ownership_detail
+            );
+        }
     }
 
     out.push_str("\nlcores\n");
@@ -414,6 +432,8 @@ mod tests {
                 rx_errors: 1,
                 tx_errors: 2,
                 rx_nombuf: 3,
+                ownership: "steered".into(),
+                ownership_detail: "software steering (the device has no Toeplitz RSS)".into(),
             }],
             lcores: vec![
                 LcoreStatus {
@@ -485,6 +505,16 @@ mod tests {
         assert_eq!(
             text.lines().next(),
             Some("sluice 0.1.0  pid 4242  up 1d 01:01:01  neighbours 3")
+        );
+    }
+
+    #[test]
+    fn each_port_says_how_packets_reach_their_owner() {
+        let text = render_status(&sample());
+        let line = line_with(&text, "ownership:");
+        assert!(
+            line.ends_with("ownership: software steering (the device has no Toeplitz RSS)"),
+            "{line}"
         );
     }
 

@@ -85,6 +85,20 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         }
     }
 
+    let mut f = Family::new(
+        o,
+        "sluice_port_ownership",
+        "gauge",
+        "1 for how the port's packets reach the worker owning their session: single, device (RSS read back), emulated, steered (in software).",
+    );
+    for p in status.ports.iter().filter(|p| !p.ownership.is_empty()) {
+        f.sample(
+            "sluice_port_ownership",
+            &[("port", &p.name), ("mode", &p.ownership)],
+            1,
+        );
+    }
+
     type LcoreGetter = fn(&crate::control::status::LcoreStatus) -> u64;
     let worker_metrics: [(&str, &str, &str, LcoreGetter); 8] = [
         (

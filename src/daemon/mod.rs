@@ -30,7 +30,7 @@ use crate::dpdk::{
     launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
 };
 use crate::emulator::{Emulator, NicRss};
-use crate::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
+use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason};
 use crate::health::{HealthMonitor, HealthReport, Overrides};
 use crate::service::{ServiceKey, Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
@@ -58,6 +58,8 @@ pub struct PortEntry {
     pub name: String,
     pub mac: [u8; 6],
     pub addresses: Vec<String>,
+    /// How this port's packets reach the worker owning their session.
+    pub ownership: Ownership,
 }
 
 /// Everything the management core owns while the appliance runs. Field order is drop
@@ -67,6 +69,8 @@ struct Appliance {
     ports: Vec<PortEntry>,
     /// The workers' inboxes (their rings hold mbufs: dropped before the pool).
     mesh: Arc<Mesh>,
+    /// The software view of the ports' queue choice every worker shares.
+    queues: QueueView,
     _emulator_ports: Vec<Port>,
     _ring_pairs: Vec<RingPortPair>,
     pool: Arc<Mempool>,
@@ -199,7 +203,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         vrrp_started: false,
         sync: match (&cfg.sync, &sync_rings) {
             (Some(settings), Some(rings)) => {
-                let view = rss_view(&cfg, &app, 0)?;
+                let view = rss_view(&app, 0);
                 let node = sync::SyncNode::bind(
                     settings,
                     rings.clone(),
@@ -378,9 +382,11 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
             name: pc.name.clone(),
             mac,
             addresses: pc.addresses.iter().map(|a| a.to_string()).collect(),
+            ownership: Ownership::Single,
         });
     }
 
+    let queue_view = decide_queue_view(cfg, &mut ports)?;
     let emulator = match emulator_ports.first_mut() {
         Some(far) => {
             let idx = cfg
@@ -389,7 +395,8 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
                 .position(|p| matches!(p.device, PortDevice::Loopback))
                 .expect("a loopback port exists when an emulator port does");
             let pc = &cfg.ports[idx];
-            let (toeplitz, reta) = nic_rss(cfg, &ports)?;
+            let view = &queue_view;
+            let (toeplitz, reta) = (view.toeplitz.clone(), view.reta.clone());
             Some(
                 Emulator::start(
                     far.take_queues().map_err(|e| e.to_string())?,
@@ -413,6 +420,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         emulator,
         ports,
         mesh,
+        queues: queue_view,
         _emulator_ports: emulator_ports,
         _ring_pairs: ring_pairs,
         pool,
@@ -495,7 +503,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             tsc_per_tick,
             hz,
             real_servers[w].clone(),
-            rss_view(cfg, app, w as u16)?,
+            rss_view(app, w as u16),
         );
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         forwarder.set_persistence((*persist).clone());
@@ -538,40 +546,91 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
     Ok(())
 }
 
-/// How replies spread over the workers' queues, for FullNAT local-port choice and NAT
-/// redirects.
-fn rss_view(cfg: &Config, app: &Appliance, queue: u16) -> Result<RssView, String> {
-    let (toeplitz, reta) = nic_rss(cfg, &app.ports)?;
-    Ok(RssView {
-        toeplitz,
-        reta,
-        fields: HashFields::L3L4,
+/// Worker `queue`'s copy of the shared view of how packets spread over the workers'
+/// queues, for FullNAT local-port choice, NAT redirects and software steering.
+fn rss_view(app: &Appliance, queue: u16) -> RssView {
+    let view = &app.queues;
+    RssView {
+        toeplitz: view.toeplitz.clone(),
+        reta: view.reta.clone(),
+        fields: view.fields,
         queue,
-    })
+        steer: view.ownership.steers(),
+    }
 }
 
-/// The first port's RSS key and redirection table as the NIC applies them: read back
-/// from the device when it has RSS, else the defaults a NIC would use (net_ring has
-/// none; the loopback emulator then hashes with these). With one worker every packet
-/// is the worker's own either way.
-fn nic_rss(cfg: &Config, ports: &[PortEntry]) -> Result<(Toeplitz, Reta), String> {
+/// Reads back from every port what its device says about RSS and decides how the
+/// workers find a packet's owner (`flow::ownership`): each port's entry records its
+/// own decision; the workers share one view, so any port that cannot be trusted, or
+/// ports that hash differently, make every port steered.
+fn decide_queue_view(cfg: &Config, ports: &mut [PortEntry]) -> Result<QueueView, String> {
     let queues = cfg.lcores.workers.len() as u16;
-    let key = cfg
-        .ports
-        .first()
-        .and_then(|p| p.rss_key.clone())
-        .unwrap_or_else(|| DEFAULT_RSS_KEY.to_vec());
-    let reta = match ports
-        .first()
-        .and_then(|p| p.port.reta().ok())
-        .filter(|r| !r.is_empty() && r.len().is_power_of_two())
-    {
-        Some(entries) => Reta::from_entries(entries),
-        None => Reta::new_round_robin(128, queues),
+    let mut shared: Option<QueueView> = None;
+    for (entry, pc) in ports.iter_mut().zip(&cfg.ports) {
+        let loopback = matches!(pc.device, PortDevice::Loopback);
+        let device = if queues > 1 && !loopback {
+            let conf = entry.port.rss_conf().ok();
+            DeviceRss {
+                offloads: entry.port.rss_offloads().unwrap_or(0),
+                hash_fields: conf.as_ref().map_or(0, |c| c.hash_fields),
+                key: conf.and_then(|c| c.key),
+                reta: match entry.port.reta_size() {
+                    Ok(n) if n > 0 => entry.port.reta().ok(),
+                    _ => None,
+                },
+            }
+        } else {
+            DeviceRss::default()
+        };
+        let view = ownership::decide(&device, pc.rss_key.as_deref(), queues, loopback)
+            .map_err(|e| format!("ports.rss_key of port {}: {e}", pc.name))?;
+        match &view.ownership {
+            Ownership::Steered(why) => log::warn!(
+                "port {}: {} workers but {why}: packets a worker receives for another \
+                 worker's session are steered to it through its redirect ring (one ring \
+                 hop for those that land off their owner)",
+                pc.name,
+                queues
+            ),
+            o => log::info!("port {}: packet ownership: {o}", pc.name),
+        }
+        entry.ownership = view.ownership.clone();
+        shared = Some(match shared {
+            None => view,
+            Some(first) if same_hash(&first, &view) => first,
+            Some(mut first) => {
+                if !first.ownership.steers() {
+                    log::warn!(
+                        "port {}: hashes differently from port {}: all ports are steered",
+                        pc.name,
+                        cfg.ports[0].name
+                    );
+                    first.ownership = Ownership::Steered(SteerReason::PortsDiffer);
+                }
+                first
+            }
+        });
     }
-    .map_err(|e| format!("RSS redirection table: {e}"))?;
-    let toeplitz = Toeplitz::new(&key).map_err(|e| format!("RSS key: {e}"))?;
-    Ok((toeplitz, reta))
+    if shared.as_ref().is_some_and(|v| v.ownership.steers()) {
+        for entry in ports.iter_mut() {
+            if !entry.ownership.steers() {
+                entry.ownership = Ownership::Steered(SteerReason::PortsDiffer);
+            }
+        }
+    }
+    match shared {
+        Some(view) => Ok(view),
+        None => ownership::decide(&DeviceRss::default(), None, queues, false)
+            .map_err(|e| format!("RSS view: {e}")),
+    }
+}
+
+/// Whether two ports' views send every packet to the same worker.
+fn same_hash(a: &QueueView, b: &QueueView) -> bool {
+    a.ownership.steers() == b.ownership.steers()
+        && a.toeplitz.key() == b.toeplitz.key()
+        && a.reta == b.reta
+        && a.fields == b.fields
 }
 
 fn join_workers(cfg: &Config) {

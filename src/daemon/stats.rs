@@ -285,6 +285,8 @@ fn port_status(p: &PortEntry) -> PortStatus {
         rx_errors: s.rx_errors,
         tx_errors: s.tx_errors,
         rx_nombuf: s.rx_nombuf,
+        ownership: p.ownership.name().to_string(),
+        ownership_detail: p.ownership.to_string(),
     }
 }
 

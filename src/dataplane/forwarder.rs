@@ -122,14 +122,45 @@ pub struct SyncLink {
     pub policy: crate::sync::events::SyncPolicy,
 }
 
-/// How the NIC spreads replies over queues, for choosing FullNAT local ports whose
-/// replies come back to this worker.
+/// How the NIC spreads packets over queues (`flow::ownership`), for choosing FullNAT
+/// local ports whose replies come back to this worker, redirecting NAT replies, and,
+/// when the device's choice cannot be known, steering packets to their owner.
 pub struct RssView {
     pub toeplitz: Toeplitz,
     pub reta: Reta,
     pub fields: HashFields,
     /// This worker's RX queue.
     pub queue: u16,
+    /// The device does not hash as this view says (`Ownership::Steered`): a packet
+    /// that misses this worker's table goes to the worker the view gives it to.
+    pub steer: bool,
+}
+
+impl RssView {
+    /// The worker (queue) the view gives this tuple to.
+    #[inline]
+    fn owner_of(&self, key: &FlowKey4) -> u16 {
+        self.reta.queue(self.toeplitz.hash_tuple(
+            self.fields,
+            key.src_addr(),
+            key.dst_addr(),
+            key.sport,
+            key.dport,
+        ))
+    }
+
+    /// With software steering, the other worker a packet that missed this worker's
+    /// table belongs to: the view's owner of its own tuple (client packets, FullNAT
+    /// replies, whose local port was chosen so the view gives the reply to the
+    /// session's worker). `None` when it is this worker's, or already redirected.
+    #[inline]
+    fn steer_to(&self, key: &FlowKey4, redirected: bool) -> Option<u16> {
+        if !self.steer || redirected {
+            return None;
+        }
+        let owner = self.owner_of(key);
+        (owner != self.queue).then_some(owner)
+    }
 }
 
 /// A connection pinned by a persistence template ended: the template lives on for the
@@ -180,14 +211,20 @@ pub(crate) fn nat_reply_owner(
     if redirected {
         return None;
     }
+    let owner = nat_reply_queue(snap, rss, key)?;
+    (owner != rss.queue).then_some(owner)
+}
+
+/// The queue the request tuple of a NAT real server's reply hashes to, when `key` is
+/// such a reply (see [`nat_reply_owner`]).
+fn nat_reply_queue(snap: &crate::service::Snapshot, rss: &RssView, key: &FlowKey4) -> Option<u16> {
     let &(vip, vport) = snap
         .nat_reply_services(key.proto, key.src_addr(), key.sport)
         .first()?;
     let hash = rss
         .toeplitz
         .hash_tuple(rss.fields, key.dst_addr(), vip, key.dport, vport);
-    let owner = rss.reta.queue(hash);
-    (owner != rss.queue).then_some(owner)
+    Some(rss.reta.queue(hash))
 }
 
 /// FullNAT local ports handed out (DPVS's default range).
@@ -713,6 +750,9 @@ impl Forwarder {
             } else if snap.is_vip(vip) {
                 DropReason::NoService
             } else if snap.is_local_address(vip) {
+                if let Some(owner) = self.rss.steer_to(&key, port.redirected) {
+                    return Action::Redirect(owner);
+                }
                 // To a FullNAT local address but no session: a late or stray reply.
                 if key.proto == Protocol::Tcp {
                     DropReason::TcpNoSession
@@ -726,6 +766,11 @@ impl Forwarder {
             };
             return Action::Drop(reason);
         };
+        if let Some(owner) = self.rss.steer_to(&key, port.redirected) {
+            // A new connection (or a packet of one) the device put on another queue
+            // than the view: it is opened, or lives, on the view's owner.
+            return Action::Redirect(owner);
+        }
         if key.proto == Protocol::Tcp && !opens_connection(flags) {
             return Action::Drop(DropReason::TcpNoSession);
         }
@@ -1311,6 +1356,17 @@ impl Forwarder {
             return Action::Drop(DropReason::IcmpErrorNoSession);
         };
         let Some((id, dir)) = self.sessions.lookup(&quote.key.reversed()) else {
+            // ICMP is hashed by addresses only, so an error about another worker's
+            // session lands anywhere: its quote names the session's tuple.
+            if !port.redirected {
+                let key = quote.key.reversed();
+                let snap = self.snapshot.current();
+                let owner = nat_reply_queue(snap, &self.rss, &key)
+                    .unwrap_or_else(|| self.rss.owner_of(&key));
+                if owner != self.rss.queue {
+                    return Action::Redirect(owner);
+                }
+            }
             return Action::Drop(DropReason::IcmpErrorNoSession);
         };
         let s = *self.sessions.get(id).expect("looked up just now");
@@ -1535,6 +1591,7 @@ mod tests {
                 reta: Reta::new_round_robin(128, 1).unwrap(),
                 fields: HashFields::L3L4,
                 queue: 0,
+                steer: false,
             },
         );
         (publisher, forwarder)

@@ -469,6 +469,7 @@ mod tests {
                         reta: reta.clone(),
                         fields: HashFields::L3L4,
                         queue,
+                        steer: false,
                     };
                     let redirect = nat_reply_owner(&snap, &rss, &reply, false);
                     let expected = (owner.queue != queue).then_some(owner.queue);

@@ -87,6 +87,7 @@ pub fn worker(
             reta: Reta::new_round_robin(128, 1).unwrap(),
             fields: HashFields::L3L4,
             queue: 0,
+            steer: false,
         },
     );
     let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();

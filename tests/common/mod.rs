@@ -1314,6 +1314,27 @@ impl AppLab {
         Daemon::start(cfg)
     }
 
+    /// As [`daemon`](AppLab::daemon), with `workers` worker lcores sharing CPU 1 and
+    /// one af_packet queue pair each (`qpairs`): the kernel's fanout hash, not
+    /// Toeplitz, picks the worker that receives a frame.
+    pub fn daemon_with_workers(
+        &self,
+        addresses: &[&str],
+        extra_toml: String,
+        workers: u32,
+    ) -> Daemon {
+        let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+            "lan0",
+            &format!("net_af_packet0,iface={},qpairs={workers}", self.bed.lb_if()),
+            addresses,
+        )])
+        .in_netns(self.bed.lb_ns());
+        cfg.workers = (1..=workers).collect();
+        cfg.cpus = Some(vec![1; workers as usize]);
+        cfg.extra_toml.push(extra_toml);
+        Daemon::start(cfg)
+    }
+
     /// Flushes every neighbour cache; each real server pings Sluice (which learns it)
     /// and the client pings `client_target` through Sluice; waits until Sluice knows
     /// the client and every real server.
