@@ -193,6 +193,9 @@ pub struct When {
     /// peer heard after a silence): a master's own sessions are the live ones, and a
     /// peer's copies of them would only set them back.
     pub backup: bool,
+    /// A VRRP master: it does not ask a peer for its table to confirm the peer's life
+    /// either (the peer's batches stay refused until then; a backup sends few).
+    pub master: bool,
     /// This node's session timeouts: no synced record gets a longer one.
     pub timeouts: Timeouts,
 }
@@ -634,7 +637,7 @@ impl SyncNode {
                     Stale::Replayed | Stale::TooOld | Stale::OldEpoch => RejectReason::Replayed,
                 };
                 self.receiver.reject(&accepted.header, reason);
-                if stale == Stale::Unconfirmed {
+                if stale == Stale::Unconfirmed && !when.master {
                     self.ask_to_confirm(peer, when.now_ms);
                 }
                 return;
@@ -646,7 +649,7 @@ impl SyncNode {
                 log::info!("sync: {peer} heard again after a silence: asking for its table");
                 self.asks.push((peer, false));
             }
-            (Heard::Unconfirmed, _) => self.ask_to_confirm(peer, when.now_ms),
+            (Heard::Unconfirmed, _) if !when.master => self.ask_to_confirm(peer, when.now_ms),
             _ => {}
         }
         match accepted.header.message_type {
