@@ -513,6 +513,12 @@ fn persistence_templates_reach_the_standby_live_and_by_dump() {
         last = template_differences(&a, &s, 1, 12);
         last.is_empty().then_some((a, s))
     });
+    // The first templates may reach the standby in the dump it asked for to confirm
+    // the active's life (it started first); the live batches follow within the
+    // active's scan pass (about 1 s).
+    let _ = wait_for(Duration::from_secs(3), Duration::from_millis(100), || {
+        (sync_report(&active)["stats"]["templates_sent"].as_u64() >= Some(4)).then_some(())
+    });
     let active_report = sync_report(&active);
     let standby_report = sync_report(&standby);
     eprintln!(
