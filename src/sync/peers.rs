@@ -526,7 +526,7 @@ mod tests {
     #[test]
     fn replays_are_refused_within_and_behind_the_window() {
         let mut p = knowing_a(0);
-        let mut rng = crate::wire::test_util::XorShift(0x5eed_0f_7e91a7);
+        let mut rng = crate::wire::test_util::XorShift(0x5eed_0f7e_91a7);
         // Genuine: 1..=3000 with some losses and local reordering.
         let mut sent: Vec<u64> = (1..=3000).filter(|s| s % 97 != 0).collect();
         for i in (1..sent.len()).step_by(7) {
