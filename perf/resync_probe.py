@@ -3,8 +3,8 @@
 starting up would, and checks the dump that comes back.
 
 It plays the peer that `sluice-gen bench --sync` configures (127.0.0.1, the DUT's
-listen port + 1, no key): binds that address, sends one resync request (sync format
-v1, type 2) and reads dump chunks (type 3) until the one flagged LAST_CHUNK, or 5 s of
+listen port + 1, no key: `unauthenticated = true`): binds that address, sends one
+resync request (sync format v2, type 2, addressed to the DUT, a fresh epoch) and reads dump chunks (type 3) until the one flagged LAST_CHUNK, or 5 s of
 silence. Prints chunks, records, missing chunk numbers and the time from request to
 last chunk. Other datagrams (the DUT's ordinary batches) are counted and ignored.
 
@@ -17,7 +17,9 @@ import struct
 import sys
 import time
 
-HEADER = ">4sBBHHHIIII"  # magic, version, type, flags, length, count, sender, sequence, dump id, chunk
+# magic, version, type, flags, length, count, sender, recipient, dump id, chunk, epoch, sequence
+HEADER = ">4sBBHHHIIIIQQ"
+HEADER_LEN = struct.calcsize(HEADER)  # 44
 LAST_CHUNK = 2
 
 
@@ -26,7 +28,11 @@ def main() -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", port + 1))
     dump_id = 4242
-    request = struct.pack(HEADER, b"SLSY", 1, 2, 0, 28, 0, 99, 1, dump_id, 0)
+    recipient = struct.unpack(">I", socket.inet_aton("127.0.0.1"))[0]
+    epoch = int(time.time() * 1e6)
+    request = struct.pack(
+        HEADER, b"SLSY", 2, 2, 0, HEADER_LEN, 0, 99, recipient, dump_id, 0, epoch, 0
+    )
     started = time.time()
     s.sendto(request, ("127.0.0.1", port))
     s.settimeout(5.0)
@@ -37,7 +43,9 @@ def main() -> None:
             d, _ = s.recvfrom(65536)
         except socket.timeout:
             break
-        _, _, kind, flags, _, count, _, _, did, chunk = struct.unpack(HEADER, d[:28])
+        _, _, kind, flags, _, count, _, _, did, chunk, _, _ = struct.unpack(
+            HEADER, d[:HEADER_LEN]
+        )
         if kind != 3 or did != dump_id:
             other += 1
             continue

@@ -16,6 +16,17 @@
 //! - Forged or malformed datagrams (wrong version, truncated, unknown peer, bad HMAC,
 //!   a session for a VIP the standby does not have) are rejected, each counted under
 //!   its reason, and install nothing.
+//! - Replays: the active's genuine batches and resync request, captured off the
+//!   namespace's loopback (AF_PACKET) and sent again after the active stopped, are
+//!   refused as `replayed` (per peer: had or behind the window), as are messages the
+//!   test seals with the right key in the active's life with an old sequence number or
+//!   in an earlier life; nothing is installed and no dump is sent. Records that
+//!   contradict the standby's config (a DR record for a NAT real server, an unknown
+//!   real server) are refused and counted; a 24.8-day timeout is cut to the
+//!   standby's 900 s; 20 resync requests of a new life start one dump, 19 are
+//!   counted and ignored.
+//! - A `[sync]` without a key does not start (the error names `sync.key`); with
+//!   `unauthenticated = true` it starts, warns, and `sluicectl sync` says so.
 //! - Over multicast (`[sync] multicast`, two namespaces linked by a veth pair, since
 //!   multicast loopback is off and a node hears no one in its own namespace): the
 //!   standby installs the active's sessions from batches the active sent once to the
@@ -43,6 +54,7 @@ use sluice::session::Session;
 use sluice::sync::auth::SyncKey;
 use sluice::sync::events::{EventKind, EventRing, SessionEvent};
 use sluice::sync::sender::SyncSender;
+use sluice::sync::wire::{RecordOp, RecordRepr, MAX_TIMEOUT_MS};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -362,7 +374,7 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     let vip: Ipv4Addr = VIP.parse().unwrap();
     let good = message(vip, Some(KEY));
     let mut wrong_version = good.clone();
-    wrong_version[4] = 2;
+    wrong_version[4] = 1;
     let truncated = good[..good.len() - 10].to_vec();
     let mut bad_hmac = good.clone();
     let last = bad_hmac.len() - 1;
@@ -500,6 +512,12 @@ fn persistence_templates_reach_the_standby_live_and_by_dump() {
         let s = templates(&standby);
         last = template_differences(&a, &s, 1, 12);
         last.is_empty().then_some((a, s))
+    });
+    // The first templates may reach the standby in the dump it asked for to confirm
+    // the active's life (it started first); the live batches follow within the
+    // active's scan pass (about 1 s).
+    let _ = wait_for(Duration::from_secs(3), Duration::from_millis(100), || {
+        (sync_report(&active)["stats"]["templates_sent"].as_u64() >= Some(4)).then_some(())
     });
     let active_report = sync_report(&active);
     let standby_report = sync_report(&standby);
@@ -1213,4 +1231,431 @@ fn over_a_dpdk_port(multicast: bool) {
         );
     }
     b.stop_clean();
+}
+
+// ---------------------------------------------------------------------------------
+// Replays, forgeries by a key holder's rules, records against the local config, the
+// resync rate limit, and the keyless config.
+
+/// Captures, off the namespace's loopback (AF_PACKET, as a capture tool would), every
+/// UDP datagram from port `from` to port `to` as it arrives (incoming copies only): one
+/// hex line per datagram after "ready".
+fn loopback_capture(ns: &str, from: u16, to: u16) -> BackgroundProcess {
+    let script = format!(
+        "import socket, struct\n\
+         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(3))\n\
+         s.bind(('lo', 0))\n\
+         print('ready', flush=True)\n\
+         while True:\n\
+         \x20   f, addr = s.recvfrom(65536)\n\
+         \x20   if addr[2] != socket.PACKET_HOST or f[12:14] != b'\\x08\\x00':\n\
+         \x20       continue\n\
+         \x20   ip = f[14:]\n\
+         \x20   if ip[9] != 17:\n\
+         \x20       continue\n\
+         \x20   udp = ip[(ip[0] & 15) * 4:]\n\
+         \x20   sport, dport, length = struct.unpack('!HHH', udp[:6])\n\
+         \x20   if (sport, dport) == ({from}, {to}):\n\
+         \x20       print(udp[8:length].hex(), flush=True)\n"
+    );
+    let p = BackgroundProcess::spawn(Some(ns), &[PYTHON, "-c", &script]);
+    let ready = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+        p.stdout_text().contains("ready").then_some(())
+    });
+    assert!(ready.is_some(), "the capture did not start");
+    p
+}
+
+/// The datagrams a capture saw.
+fn captured(capture: &BackgroundProcess) -> Vec<Vec<u8>> {
+    capture
+        .stdout_text()
+        .lines()
+        .skip_while(|l| *l != "ready")
+        .skip(1)
+        .map(|l| {
+            (0..l.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&l[i..i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// Sends `datagrams` in order, from 127.0.0.1 (the active's address) to
+/// 127.0.0.1:`port` inside `ns`, from one process (so 20 requests go out within
+/// milliseconds), 200 µs apart.
+fn send_all_from_peer(ns: &str, port: u16, datagrams: &[Vec<u8>]) {
+    let path = std::env::temp_dir().join(format!("sl-sync-replay-{}", unique_tag()));
+    let lines: String = datagrams
+        .iter()
+        .map(|d| d.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
+        .collect();
+    std::fs::write(&path, lines).unwrap();
+    let script = format!(
+        "import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('127.0.0.1', 0))\n\
+         for line in open('{}'):\n\
+         \x20   s.sendto(bytes.fromhex(line.strip()), ('127.0.0.1', {port}))\n\
+         \x20   time.sleep(0.0002)\n",
+        path.display()
+    );
+    let out = netns_exec(ns, &[PYTHON, "-c", &script], Duration::from_secs(30));
+    let _ = std::fs::remove_file(&path);
+    out.expect_success("replay");
+}
+
+/// `records` sealed by `sender` as session batches.
+fn sealed(sender: &mut SyncSender, records: &[RecordRepr]) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 1500];
+    let mut out = Vec::new();
+    sender.send_records(records.iter().copied(), &mut buf, |d| out.push(d.to_vec()));
+    out
+}
+
+/// A TCP ESTABLISHED connection record from 198.18.0.`host`:`cport` to the VIP.
+fn connection(
+    host: u8,
+    cport: u16,
+    real: SocketAddrV4,
+    mode: ForwardMode,
+    timeout_ms: u32,
+) -> RecordRepr {
+    let client = FlowKey4::new(
+        Protocol::Tcp,
+        Ipv4Addr::new(198, 18, 0, host),
+        cport,
+        VIP.parse().unwrap(),
+        80,
+    );
+    let mut session = Session::new(&client, mode, 0, 0, *real.ip(), real.port());
+    session.set_state(sluice::session::TcpState::Established);
+    RecordRepr::connection(&session, RecordOp::Update, timeout_ms)
+}
+
+fn key() -> Option<SyncKey> {
+    Some(SyncKey::from_hex(KEY).unwrap())
+}
+
+#[test]
+fn replayed_and_forged_messages_are_refused_and_counted_and_install_nothing() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = unique_tag();
+    let ns = Netns::new(&format!("r{tag}"));
+    let (active_port, standby_port) = (8868, 8869);
+    let capture = loopback_capture(&ns.0, active_port, standby_port);
+    // The standby first: the active's first messages come from a life it has not
+    // confirmed yet, and its request for the active's table confirms it.
+    let standby = standby_node(&ns, standby_port, active_port, "");
+    let active = active_node(&ns, active_port, standby_port, "");
+    let TimeWait {
+        checked, missing, ..
+    } = time_wait_on_standby(&active, &standby);
+    assert!(
+        missing.is_empty(),
+        "{} of {checked} TIME_WAIT sessions not on the standby:\n{}",
+        missing.len(),
+        missing[..missing.len().min(10)].join("\n")
+    );
+    active.stop_clean();
+    std::thread::sleep(Duration::from_millis(300));
+    let genuine = captured(&capture);
+    drop(capture);
+    let of_type = |t: u8| -> Vec<Vec<u8>> {
+        genuine
+            .iter()
+            .filter(|d| d.len() > 5 && d[5] == t)
+            .cloned()
+            .collect()
+    };
+    let (batches, requests, chunks) = (of_type(1), of_type(2), of_type(3));
+    eprintln!(
+        "captured from the active to the standby: {} batches, {} resync requests, {} dump chunks",
+        batches.len(),
+        requests.len(),
+        chunks.len()
+    );
+    assert!(
+        !batches.is_empty() && !requests.is_empty(),
+        "nothing captured"
+    );
+
+    let before = sync_report(&standby);
+    let peer_before = before["peer_status"][0].clone();
+    let installed_before = event_count(&standby.status(), "sync_installed");
+    let sessions_before: BTreeMap<_, _> = sessions(&standby)
+        .into_iter()
+        .map(|(k, (state, _))| (k, state))
+        .collect();
+    let epoch = peer_before["epoch"]
+        .as_u64()
+        .expect("the active's life is known");
+
+    // 1. The captured genuine datagrams again: the last 300 batches, the dump chunks,
+    //    the request at the active's start 20 times and any other once.
+    let mut replay: Vec<Vec<u8>> = batches[batches.len().saturating_sub(300)..].to_vec();
+    replay.extend(chunks.iter().cloned());
+    replay.extend(std::iter::repeat_n(requests[0].clone(), 20));
+    replay.extend(requests[1..].iter().cloned());
+    // 2. Sealed with the right key as the active's life, with an old sequence number;
+    //    and as an earlier life of it. Both carry a new client.
+    let rs = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8080);
+    let newcomer = connection(77, 40_000, rs, ForwardMode::Nat, 60_000);
+    let mut as_active =
+        SyncSender::new(u32::from(Ipv4Addr::LOCALHOST), 1500, key()).with_epoch(epoch, 0);
+    replay.extend(sealed(&mut as_active, &[newcomer]));
+    let mut earlier = SyncSender::new(u32::from(Ipv4Addr::LOCALHOST), 1500, key())
+        .with_epoch(epoch - 1, 1_000_000);
+    replay.extend(sealed(&mut earlier, &[newcomer]));
+    // 3. Forged: another key, and no key.
+    let other_key = SyncKey::from_hex("ffeeddccbbaa99887766554433221100").unwrap();
+    let mut forger = SyncSender::new(1, 1500, Some(other_key));
+    let mut forged = sealed(&mut forger, &[newcomer]);
+    let mut keyless = SyncSender::new(1, 1500, None);
+    forged.extend(sealed(&mut keyless, &[newcomer]));
+    send_all_from_peer(&ns.0, standby_port, &replay);
+    send_all_from_peer(&ns.0, standby_port, &forged);
+
+    let n = |r: &serde_json::Value, path: &[&str]| {
+        path.iter().fold(r, |v, k| &v[*k]).as_u64().unwrap_or(0)
+    };
+    let stale = |r: &serde_json::Value| n(r, &["rejected", "replayed"]);
+    let want = replay.len() as u64;
+    let counted = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        let r = sync_report(&standby);
+        (stale(&r) == stale(&before) + want
+            && n(&r, &["rejected", "bad_hmac"]) == n(&before, &["rejected", "bad_hmac"]) + 2)
+            .then_some(r)
+    });
+    let after = counted.unwrap_or_else(|| {
+        panic!(
+            "{want} replays and 2 forgeries not refused as expected:\nbefore {before:#}\nafter {:#}",
+            sync_report(&standby)
+        )
+    });
+    let peer_after = &after["peer_status"][0];
+    let grew = |k: &str| n(peer_after, &[k]) - n(&peer_before, &[k]);
+    eprintln!(
+        "replayed to the standby: {} captured datagrams (the start request x20), 2 sealed as the active (old sequence, earlier life); \
+         refused: replayed {}, too old {}, old epoch {}; forged: bad_hmac +2; dumps sent {} -> {}",
+        replay.len() - 2,
+        grew("replayed"),
+        grew("too_old"),
+        grew("old_epoch"),
+        n(&before, &["stats", "dumps_sent"]),
+        n(&after, &["stats", "dumps_sent"]),
+    );
+    assert_eq!(
+        grew("replayed") + grew("too_old") + grew("old_epoch"),
+        want,
+        "{after:#}"
+    );
+    assert_eq!(grew("old_epoch"), 1, "{after:#}");
+    assert_eq!(grew("messages"), 0, "{after:#}");
+    assert_eq!(after["accepted_messages"], before["accepted_messages"]);
+    assert_eq!(
+        n(&after, &["stats", "dumps_sent"]),
+        n(&before, &["stats", "dumps_sent"]),
+        "a replayed request started a dump"
+    );
+    assert_eq!(
+        n(&after, &["stats", "resync_requests_received"]),
+        n(&before, &["stats", "resync_requests_received"])
+    );
+    assert_eq!(
+        event_count(&standby.status(), "sync_installed"),
+        installed_before,
+        "installed from a replay"
+    );
+    let sessions_after: BTreeMap<_, _> = sessions(&standby)
+        .into_iter()
+        .map(|(k, (state, _))| (k, state))
+        .collect();
+    assert_eq!(
+        sessions_after, sessions_before,
+        "the standby's table changed"
+    );
+    let text = standby.ctl(&["sync"]);
+    assert!(
+        text.stdout.contains(&format!(
+            "epoch {epoch}; refused: replayed {}",
+            n(peer_after, &["replayed"])
+        )),
+        "{}",
+        text.stdout
+    );
+
+    // 4. A key holder's records that contradict the standby's config: refused and
+    //    counted, while the valid one of the same message is installed with its
+    //    timeout cut to the standby's ESTABLISHED timeout (900 s). A new life of the
+    //    active (a later epoch): believed, as the standby knew an earlier one.
+    let mut restarted = SyncSender::new(u32::from(Ipv4Addr::LOCALHOST), 1500, key());
+    let dr_for_nat = connection(78, 40_001, rs, ForwardMode::Dr, 60_000);
+    let unknown_rs = connection(
+        79,
+        40_002,
+        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 9), 8080),
+        ForwardMode::Nat,
+        60_000,
+    );
+    let forever = connection(80, 40_003, rs, ForwardMode::Nat, MAX_TIMEOUT_MS);
+    let mixed = sealed(&mut restarted, &[dr_for_nat, unknown_rs, forever]);
+    send_all_from_peer(&ns.0, standby_port, &mixed);
+    let forever_key = (
+        "198.18.0.80:40003".to_string(),
+        format!("{VIP}:80"),
+        rs.to_string(),
+    );
+    let installed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        sessions(&standby).get(&forever_key).cloned()
+    });
+    let r = sync_report(&standby);
+    eprintln!(
+        "contradicting records: refused mode {}, real server {}; the 24.8-day record installed as {installed:?}, timeouts clamped {}",
+        n(&r, &["stats", "records_refused_mode"]),
+        n(&r, &["stats", "records_refused_real_server"]),
+        n(&r, &["stats", "timeouts_clamped"])
+    );
+    let (state, expires_s) =
+        installed.unwrap_or_else(|| panic!("the valid record was not installed: {r:#}"));
+    assert_eq!(state, "ESTABLISHED");
+    assert!(expires_s <= 900, "expires in {expires_s} s");
+    assert_eq!(
+        n(&r, &["stats", "records_refused_mode"]) - n(&before, &["stats", "records_refused_mode"]),
+        1
+    );
+    assert_eq!(
+        n(&r, &["stats", "records_refused_real_server"])
+            - n(&before, &["stats", "records_refused_real_server"]),
+        1
+    );
+    assert_eq!(
+        n(&r, &["stats", "timeouts_clamped"]) - n(&before, &["stats", "timeouts_clamped"]),
+        1
+    );
+    assert_eq!(
+        n(&r["peer_status"][0], &["restarts"]),
+        n(&peer_before, &["restarts"]) + 1
+    );
+    let s = sessions(&standby);
+    for host in [78, 79] {
+        assert!(
+            !s.keys()
+                .any(|(c, _, _)| c.starts_with(&format!("198.18.0.{host}:"))),
+            "{s:?}"
+        );
+    }
+    assert_eq!(
+        event_count(&standby.status(), "sync_installed"),
+        installed_before + 1
+    );
+
+    // 5. 20 fresh resync requests of that life at once: one dump, 19 ignored; then
+    //    one of them again: replayed.
+    let before = sync_report(&standby);
+    let mut buf = [0u8; 256];
+    let requests: Vec<Vec<u8>> = (0..20)
+        .map(|i| {
+            restarted
+                .resync_request(900 + i, Ipv4Addr::LOCALHOST, &mut buf)
+                .to_vec()
+        })
+        .collect();
+    send_all_from_peer(&ns.0, standby_port, &requests);
+    send_all_from_peer(&ns.0, standby_port, &requests[..1]);
+    let limited = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        let r = sync_report(&standby);
+        (n(&r, &["stats", "resync_requests_received"])
+            == n(&before, &["stats", "resync_requests_received"]) + 20
+            && stale(&r) == stale(&before) + 1)
+            .then_some(r)
+    });
+    let r = limited.unwrap_or_else(|| {
+        panic!(
+            "the requests were not all counted: {:#}",
+            sync_report(&standby)
+        )
+    });
+    eprintln!(
+        "20 resync requests: dumps sent +{}, ignored +{} (peer: rate-limited {})",
+        n(&r, &["stats", "dumps_sent"]) - n(&before, &["stats", "dumps_sent"]),
+        n(&r, &["stats", "resync_requests_ignored"])
+            - n(&before, &["stats", "resync_requests_ignored"]),
+        n(&r["peer_status"][0], &["resync_rate_limited"])
+    );
+    assert_eq!(
+        n(&r, &["stats", "dumps_sent"]),
+        n(&before, &["stats", "dumps_sent"]) + 1
+    );
+    assert_eq!(
+        n(&r, &["stats", "resync_requests_ignored"]),
+        n(&before, &["stats", "resync_requests_ignored"]) + 19
+    );
+    assert_eq!(
+        n(&r["peer_status"][0], &["resync_rate_limited"]),
+        n(&before["peer_status"][0], &["resync_rate_limited"]) + 19
+    );
+    standby.stop_clean();
+}
+
+#[test]
+fn a_keyless_sync_needs_the_explicit_opt_out() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = unique_tag();
+    let ns = Netns::new(&format!("k{tag}"));
+    let keyless = "[sync]\nlisten = \"127.0.0.1:8878\"\npeers = [\"127.0.0.1:8879\"]\n";
+    let config = |sync: &str| {
+        let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+            "lan0",
+            "net_af_packet0,iface=sy0",
+            &["198.18.0.1/24"],
+        )])
+        .in_netns(&ns.0);
+        cfg.extra_toml.push(service(sync, ""));
+        cfg
+    };
+    let cfg = config(keyless);
+    let line = 1 + cfg.toml().lines().position(|l| l == "[sync]").unwrap();
+    let mut refused = Daemon::spawn(cfg);
+    let status = refused.wait_exit(Duration::from_secs(20));
+    let stderr = refused.stderr_text();
+    eprintln!("keyless [sync]: {status:?}: {}", stderr.trim());
+    assert!(
+        matches!(status, Some(s) if !s.success()),
+        "a keyless [sync] started:\n{}",
+        refused.dump()
+    );
+    assert!(
+        stderr.contains("sync.key") && stderr.contains("unauthenticated = true"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "sluice.toml:{line}:1: sync.key: missing key `key`"
+        )),
+        "the error does not name the file, line {line} and field: {stderr}"
+    );
+
+    let open = Daemon::start(config(&format!("{keyless}unauthenticated = true\n")));
+    let report = sync_report(&open);
+    assert_eq!(report["authenticated"], false, "{report:#}");
+    let text = open.ctl(&["sync"]);
+    assert!(
+        text.stdout
+            .lines()
+            .next()
+            .unwrap_or("")
+            .contains("UNAUTHENTICATED"),
+        "{}",
+        text.stdout
+    );
+    let warned = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        open.stderr_text()
+            .contains("sync: UNAUTHENTICATED")
+            .then_some(())
+    });
+    assert!(warned.is_some(), "no warning at start:\n{}", open.dump());
+    open.stop_clean();
 }

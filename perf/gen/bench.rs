@@ -849,11 +849,12 @@ fn sluice_toml(
     let mut t = String::new();
     if sync {
         // The peer only receives (nothing listens: the datagrams are counted sent and
-        // dropped by the kernel), on this host's loopback.
+        // dropped by the kernel), on this host's loopback; no key, so that
+        // perf/resync_probe.py can ask for a dump without one.
         let port = 20_000 + (std::process::id() % 20_000) as u16;
         let _ = writeln!(
             t,
-            "[sync]\nlisten = \"127.0.0.1:{port}\"\npeers = [\"127.0.0.1:{}\"]\n",
+            "[sync]\nlisten = \"127.0.0.1:{port}\"\npeers = [\"127.0.0.1:{}\"]\nunauthenticated = true\n",
             port + 1
         );
     }

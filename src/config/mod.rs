@@ -292,6 +292,7 @@ pub struct SyncSettings {
     /// the only accepted senders.
     pub multicast: Option<std::net::SocketAddrV4>,
     /// HMAC-SHA256 key (hex, at least 16 bytes): every message sealed and checked.
+    /// `None` only with the explicit `unauthenticated = true`.
     pub key: Option<String>,
     /// UDP flows are first synced at this many packets (IPVS sync_threshold).
     pub threshold: u32,

@@ -97,6 +97,7 @@ const SYNC_KEYS: &[&str] = &[
     "peers",
     "multicast",
     "key",
+    "unauthenticated",
     "threshold",
     "period_ms",
     "mtu",
@@ -201,6 +202,25 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
         crate::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
         Ok(hex.to_string())
     })?;
+    // Without a key anyone who can send from a peer's address rewrites the session
+    // table: only an explicit opt-out runs so (docs/SYNC.md, Authentication).
+    let unauthenticated = t.or("unauthenticated", false, |f| f.bool())?;
+    match (&key, unauthenticated) {
+        (None, false) => return Err(t.missing(
+            "key",
+            "sync needs a shared key (hex, at least 16 bytes, e.g. from `openssl rand -hex 32`): \
+                 without one, anyone who can send from a peer's address installs, changes and \
+                 removes sessions; to run without authentication anyway, say \
+                 `unauthenticated = true`",
+        )),
+        (Some(_), true) => {
+            return Err(t
+                .get("unauthenticated")
+                .expect("read above")
+                .invalid("`unauthenticated = true` with a `key`: remove one of them"))
+        }
+        _ => {}
+    }
     let mtu: u16 = t.or("mtu", 1500, |f| f.int(576..=9000))?;
     let port = match t.get("port") {
         Some(f) => {

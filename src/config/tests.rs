@@ -2001,18 +2001,54 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
     assert!(parse(BASE).unwrap().sync.is_none());
 }
 
-/// `[sync]` with `multicast = {value}` on line 24.
+/// `[sync]` with `multicast = {value}` on line 24 (and a key on line 25).
 fn sync_with_multicast(value: &str) -> String {
     format!(
-        "{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\nmulticast = {value}\n"
+        "{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\nmulticast = {value}\n{SYNC_KEY_LINE}"
     )
+}
+
+/// A valid `key` line of `[sync]`.
+const SYNC_KEY_LINE: &str = "key = \"000102030405060708090a0b0c0d0e0f\"\n";
+
+/// `[sync]` on line 21 (listen 22, peers 23), then `rest` from line 24.
+fn sync_with(rest: &str) -> String {
+    format!("{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n{rest}")
+}
+
+#[test]
+fn sync_without_a_key_needs_the_explicit_opt_out() {
+    let err = assert_rejected(&sync_with(""), 21, "sync.key", "missing key `key`");
+    assert!(err.to_string().starts_with("test.toml:21:"), "{err}");
+    assert!(err.to_string().contains("unauthenticated = true"), "{err}");
+    assert_rejected(
+        &sync_with("unauthenticated = false\n"),
+        21,
+        "sync.key",
+        "sync needs a shared key",
+    );
+    let open = parse(&sync_with("unauthenticated = true\n")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(open.sync.unwrap().key, None);
+    let keyed = parse(&sync_with(SYNC_KEY_LINE)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(keyed.sync.unwrap().key.is_some());
+    assert_rejected(
+        &sync_with(&format!("{SYNC_KEY_LINE}unauthenticated = true\n")),
+        25,
+        "sync.unauthenticated",
+        "with a `key`",
+    );
+    assert_rejected(
+        &sync_with("unauthenticated = \"yes\"\n"),
+        24,
+        "sync.unauthenticated",
+        "a boolean",
+    );
 }
 
 #[test]
 fn sync_multicast_is_optional_and_any_group_of_224_0_0_0_4() {
     let sync = |text: &str| parse(text).unwrap_or_else(|e| panic!("{e}")).sync.unwrap();
-    let unicast =
-        format!("{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n");
+    let unicast = sync_with(SYNC_KEY_LINE);
     assert_eq!(sync(&unicast).multicast, None);
     for group in ["224.0.0.0:1", "224.0.0.81:8848", "239.255.255.255:65535"] {
         assert_eq!(
@@ -2088,7 +2124,9 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
 /// `[sync]` over port `port` from line 21: 22 listen, 23 port, 24 peers, then `extra`
 /// from line 25.
 fn sync_over_port(text: &str, listen: &str, port: &str, peers: &str, extra: &str) -> String {
-    format!("{text}[sync]\nlisten = \"{listen}\"\nport = \"{port}\"\npeers = [{peers}]\n{extra}")
+    format!(
+        "{text}[sync]\nlisten = \"{listen}\"\nport = \"{port}\"\npeers = [{peers}]\n{extra}{SYNC_KEY_LINE}"
+    )
 }
 
 #[test]
@@ -2119,7 +2157,9 @@ fn sync_over_the_first_port_parses() {
     ));
     assert_eq!((s.port.as_deref(), s.mtu), (Some("lan0"), 1400));
     // Without `port`: a kernel socket, `listen` anywhere.
-    let kernel = format!("{BASE}[sync]\nlisten = \"203.0.113.1:1\"\npeers = [\"203.0.113.2:1\"]\n");
+    let kernel = format!(
+        "{BASE}[sync]\nlisten = \"203.0.113.1:1\"\npeers = [\"203.0.113.2:1\"]\n{SYNC_KEY_LINE}"
+    );
     assert_eq!(sync(&kernel).port, None);
 }
 

@@ -1030,7 +1030,7 @@ pub fn render_sync(r: &serde_json::Value) -> String {
         if r["authenticated"].as_bool().unwrap_or(false) {
             "HMAC on"
         } else {
-            "no key"
+            "UNAUTHENTICATED (unauthenticated = true: no key; forged messages from a peer's address are believed)"
         }
     );
     let _ = writeln!(
@@ -1072,9 +1072,19 @@ pub fn render_sync(r: &serde_json::Value) -> String {
     );
     let _ = writeln!(
         out,
-        "resync: {} requests sent, {} received, {} dumps sent, {} chunks received",
+        "records refused (contradict this node's config): real server {}, mode {}, local address {}; \
+         timeouts cut to this node's {}",
+        n(s, "records_refused_real_server"),
+        n(s, "records_refused_mode"),
+        n(s, "records_refused_local"),
+        n(s, "timeouts_clamped")
+    );
+    let _ = writeln!(
+        out,
+        "resync: {} requests sent, {} received ({} ignored: rate limit), {} dumps sent, {} chunks received",
         n(s, "resync_requests_sent"),
         n(s, "resync_requests_received"),
+        n(s, "resync_requests_ignored"),
         n(s, "dumps_sent"),
         n(s, "dump_chunks_received")
     );
@@ -1115,6 +1125,23 @@ pub fn render_sync(r: &serde_json::Value) -> String {
             n(p, "lost"),
             n(p, "reordered"),
             n(p, "restarts")
+        );
+    }
+    for p in r["peer_status"].as_array().into_iter().flatten() {
+        let epoch = p["epoch"]
+            .as_u64()
+            .map_or_else(|| "not confirmed".to_string(), |e| e.to_string());
+        let _ = writeln!(
+            out,
+            "{:<16} epoch {epoch}; refused: replayed {}, too old {}, old epoch {}, unconfirmed epoch {}; \
+             out of window {}; resync requests rate-limited {}",
+            p["addr"].as_str().unwrap_or("?"),
+            n(p, "replayed"),
+            n(p, "too_old"),
+            n(p, "old_epoch"),
+            n(p, "unconfirmed_epoch"),
+            n(p, "out_of_window"),
+            n(p, "resync_rate_limited")
         );
     }
     out
@@ -1961,18 +1988,28 @@ mod sync_text {
             "events_dropped": 0, "accepted_messages": 50, "accepted_records": 1200,
             "rejected": {"bad_hmac": 2, "unknown_peer": 0},
             "peer_status": [{"addr": "198.19.0.1", "messages": 50, "lost": 2, "reordered": 0,
-                "restarts": 0, "last_heard_ms_ago": 4,
+                "restarts": 0, "last_heard_ms_ago": 4, "epoch": 1_700_000_000_000_001u64, "replayed": 17,
+                "too_old": 0, "old_epoch": 1, "unconfirmed_epoch": 0, "out_of_window": 0,
+                "resync_rate_limited": 19,
                 "resync": {"state": "complete", "chunks": 7, "records": 273, "took_ms": 12,
                     "attempts": 1}}]
         });
         let text = render_sync(&report);
         assert!(text.starts_with("sync on 198.19.0.2:8848, peers 198.19.0.1:8848, HMAC on\n"));
         assert!(text.contains("\nrejected: bad_hmac 2\n"), "{text}");
-        let peer = text.lines().last().unwrap();
+        let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
-            peer,
+            lines[lines.len() - 2],
             "198.19.0.1       0.004s ago        50      2         0        0  \
              complete: 7 chunk(s), 273 records in 12 ms (attempt 1)"
         );
+        assert_eq!(
+            lines[lines.len() - 1],
+            "198.19.0.1       epoch 1700000000000001; refused: replayed 17, too old 0, old epoch 1, \
+             unconfirmed epoch 0; out of window 0; resync requests rate-limited 19"
+        );
+        let open =
+            render_sync(&serde_json::json!({"listen": "198.19.0.2:8848", "authenticated": false}));
+        assert!(open.lines().next().unwrap().ends_with(", UNAUTHENTICATED (unauthenticated = true: no key; forged messages from a peer's address are believed)"), "{open}");
     }
 }

@@ -609,6 +609,31 @@ pub fn render_ha(
                 &["stats", "frames_malformed"][..],
                 "Sync frames dropped for their lengths or IPv4/UDP checksums (sync over a DPDK port).",
             ),
+            (
+                "sluice_sync_records_refused_real_server_total",
+                &["stats", "records_refused_real_server"][..],
+                "Synced records refused: their real server is not in the service here.",
+            ),
+            (
+                "sluice_sync_records_refused_mode_total",
+                &["stats", "records_refused_mode"][..],
+                "Synced records refused: their real server forwards in another mode here.",
+            ),
+            (
+                "sluice_sync_records_refused_local_total",
+                &["stats", "records_refused_local"][..],
+                "Synced FullNAT records refused: their local address is not the service's here.",
+            ),
+            (
+                "sluice_sync_timeouts_clamped_total",
+                &["stats", "timeouts_clamped"][..],
+                "Synced records whose timeout was cut to this node's for their state.",
+            ),
+            (
+                "sluice_sync_resync_requests_ignored_total",
+                &["stats", "resync_requests_ignored"][..],
+                "Resync requests ignored: a dump to that peer had started less than a second before.",
+            ),
         ];
         for (name, path, help) in counters {
             Family::new(&mut o, name, "counter", help).sample(name, &[], n(s, path));
@@ -635,22 +660,47 @@ pub fn render_ha(
         let per_peer = [
             (
                 "sluice_sync_peer_messages_total",
-                "counter",
+                "messages",
                 "Messages accepted from the peer.",
             ),
             (
                 "sluice_sync_peer_lost_total",
-                "counter",
-                "Messages missing in the peer's sequence (lost on the way or rejected here).",
+                "lost",
+                "Messages missing in the peer's sequence (lost on the way or rejected here; gaps up to the loss bound).",
+            ),
+            (
+                "sluice_sync_peer_replayed_total",
+                "replayed",
+                "Authenticated messages of the peer refused: a sequence number already had.",
+            ),
+            (
+                "sluice_sync_peer_too_old_total",
+                "too_old",
+                "Authenticated messages of the peer refused: behind the anti-replay window.",
+            ),
+            (
+                "sluice_sync_peer_old_epoch_total",
+                "old_epoch",
+                "Authenticated messages of the peer refused: from an earlier life (epoch).",
+            ),
+            (
+                "sluice_sync_peer_unconfirmed_epoch_total",
+                "unconfirmed_epoch",
+                "Authenticated messages of the peer refused: from a life not yet confirmed since this node started.",
+            ),
+            (
+                "sluice_sync_peer_out_of_window_total",
+                "out_of_window",
+                "Messages of the peer accepted more than the loss bound ahead of the last (not counted as lost).",
+            ),
+            (
+                "sluice_sync_peer_resync_rate_limited_total",
+                "resync_rate_limited",
+                "Resync requests of the peer ignored: a dump to it had started less than a second before.",
             ),
         ];
-        for (name, kind, help) in per_peer {
-            let mut f = Family::new(&mut o, name, kind, help);
-            let key = if name.ends_with("messages_total") {
-                "messages"
-            } else {
-                "lost"
-            };
+        for (name, key, help) in per_peer {
+            let mut f = Family::new(&mut o, name, "counter", help);
             for p in peers {
                 let addr = p["addr"].as_str().unwrap_or("");
                 f.sample(name, &[("peer", addr)], n(p, &[key]));

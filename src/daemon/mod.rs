@@ -801,6 +801,8 @@ impl Registry {
             now: self.now_tick(),
             now_ms,
             backup: self.vrrp.as_ref().is_some_and(|v| !v.serving()),
+            master: self.vrrp.as_ref().is_some_and(|v| v.serving()),
+            timeouts: self.services.timeouts,
         };
         // Bounded: at most a ring's worth per tick.
         for _ in 0..(mesh.health_ring_size() as usize / crate::dpdk::BURST_SIZE) {
@@ -894,6 +896,8 @@ impl Registry {
             now,
             now_ms: self.started.elapsed().as_millis() as u64,
             backup: self.vrrp.as_ref().is_some_and(|v| !v.serving()),
+            master: self.vrrp.as_ref().is_some_and(|v| v.serving()),
+            timeouts: self.services.timeouts,
         };
         let plane = sync::Plane { mesh, pool };
         node.tick(&self.services.table, plane, when);

@@ -19,11 +19,14 @@ use crate::dpdk::Mempool;
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::service::{ServiceKey, ServiceTable};
 use crate::session::persist::PersistTable;
+use crate::session::Timeouts;
 use crate::sync::auth::SyncKey;
 use crate::sync::events::EventRing;
 use crate::sync::frame;
-use crate::sync::peers::{Heard, Peer, Peers};
-use crate::sync::receiver::{session_owner, Receiver, ReceiverConfig, RejectReason};
+use crate::sync::peers::{Heard, Peer, Peers, Stale};
+use crate::sync::receiver::{
+    check_record, session_owner, Conflict, Receiver, ReceiverConfig, RejectReason,
+};
 use crate::sync::sender::{Dump, SyncSender};
 use crate::sync::templates::{self, Applied, ServicesById, TemplateTracker};
 use crate::sync::wire::{RecordKind, RecordRepr};
@@ -89,6 +92,17 @@ pub struct SyncStats {
     pub frames_sent: u64,
     pub frames_received: u64,
     pub frames_malformed: u64,
+    /// Records of accepted messages refused for contradicting this node's config (the
+    /// rest of their message is installed): the real server is not in the service,
+    /// it forwards in another mode here, or a FullNAT local address is not the
+    /// service's. And records whose timeout was cut to this node's for their state.
+    pub records_refused_real_server: u64,
+    pub records_refused_mode: u64,
+    pub records_refused_local: u64,
+    pub timeouts_clamped: u64,
+    /// Resync requests ignored because a dump to that peer started less than
+    /// `peers::DUMP_INTERVAL_MS` before (per peer: `resync_rate_limited`).
+    pub resync_requests_ignored: u64,
 }
 
 /// What sending through the data plane needs: the ring to worker 0 and the pool of
@@ -179,6 +193,11 @@ pub struct When {
     /// peer heard after a silence): a master's own sessions are the live ones, and a
     /// peer's copies of them would only set them back.
     pub backup: bool,
+    /// A VRRP master: it does not ask a peer for its table to confirm the peer's life
+    /// either (the peer's batches stay refused until then; a backup sends few).
+    pub master: bool,
+    /// This node's session timeouts: no synced record gets a longer one.
+    pub timeouts: Timeouts,
 }
 
 pub struct SyncNode {
@@ -226,7 +245,11 @@ pub struct SyncReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub multicast: Option<String>,
     pub peers: Vec<String>,
+    /// Messages sealed and checked with `key`; false only with `unauthenticated =
+    /// true` in the config.
     pub authenticated: bool,
+    /// This node's life as its peers see it (the epoch in its messages).
+    pub epoch: u64,
     pub stats: SyncStats,
     pub events_pushed: u64,
     /// Events the workers could not queue (ring full).
@@ -286,6 +309,13 @@ impl SyncNode {
             .map(SyncKey::from_hex)
             .transpose()
             .map_err(|e| format!("sync.key: {e}"))?;
+        if key.is_none() {
+            log::warn!(
+                "sync: UNAUTHENTICATED (`unauthenticated = true` in [sync], no `key`): any host \
+                 that can send from a peer's address can install, change and remove sessions \
+                 and ask for this node's whole table; set `key` to authenticate"
+            );
+        }
         Ok(SyncNode {
             transport,
             listen: settings.listen,
@@ -293,6 +323,7 @@ impl SyncNode {
             peers: settings.peers.clone(),
             sender: SyncSender::new(u32::from(*settings.listen.ip()), settings.mtu, key.clone()),
             receiver: Receiver::new(ReceiverConfig {
+                local: *settings.listen.ip(),
                 peers: settings.peers.iter().map(|p| *p.ip()).collect(),
                 key,
             }),
@@ -305,9 +336,9 @@ impl SyncNode {
                 None => vec![0; 65_536],
             },
             resync: Resync::Start,
-            // Distinct across restarts, so a late chunk of a previous life's dump is
-            // not taken for this one's.
-            dump_id: std::process::id() << 8,
+            // Random, so no chunk of a previous life's dumps answers this one's
+            // requests: such an answer is what confirms a peer's life after a start.
+            dump_id: random_u32(),
             seen: Peers::new(settings.peers.iter().map(|p| *p.ip())),
             asks: Vec::new(),
             dumps: Vec::new(),
@@ -345,7 +376,8 @@ impl SyncNode {
             .filter(|r| r.kind == RecordKind::Template)
             .count() as u64;
         self.dumps.retain(|(to, _)| *to != peer);
-        self.dumps.push((peer, Dump::new(dump_id, records)));
+        self.dumps
+            .push((peer, Dump::new(dump_id, *peer.ip(), records)));
         self.stats.dumps_sent += 1;
         self.stats.dump_records_sent += n;
         self.stats.dump_templates_sent += templates;
@@ -513,7 +545,9 @@ impl SyncNode {
             );
             return;
         }
-        let request = self.sender.resync_request(self.dump_id, &mut self.buf);
+        let request = self
+            .sender
+            .resync_request(self.dump_id, *peer.ip(), &mut self.buf);
         if self
             .transport
             .send(plane, self.listen, peer, request, &mut self.stats)
@@ -595,24 +629,39 @@ impl SyncNode {
             return;
         };
         let peer = self.peers.iter().find(|p| p.ip() == from.ip()).copied();
-        match (
-            self.seen
-                .accepted(*from.ip(), &accepted.header, when.now_ms),
-            peer,
-        ) {
+        let heard = match self.seen.admit(*from.ip(), &accepted.header, when.now_ms) {
+            Ok(heard) => heard,
+            Err(stale) => {
+                let reason = match stale {
+                    Stale::Unconfirmed => RejectReason::UnconfirmedEpoch,
+                    Stale::Replayed | Stale::TooOld | Stale::OldEpoch => RejectReason::Replayed,
+                };
+                self.receiver.reject(&accepted.header, reason);
+                if stale == Stale::Unconfirmed && !when.master {
+                    self.ask_to_confirm(peer, when.now_ms);
+                }
+                return;
+            }
+        };
+        match (heard, peer) {
             (Heard::DumpGap, Some(peer)) if when.backup => self.asks.push((peer, true)),
             (Heard::AfterSilence, Some(peer)) if when.backup => {
                 log::info!("sync: {peer} heard again after a silence: asking for its table");
                 self.asks.push((peer, false));
             }
+            (Heard::Unconfirmed, _) if !when.master => self.ask_to_confirm(peer, when.now_ms),
             _ => {}
         }
         match accepted.header.message_type {
             crate::sync::wire::MessageType::ResyncRequest => {
                 self.stats.resync_requests_received += 1;
-                // Answer to the peer's configured sync address.
-                if let Some(peer) = self.peers.iter().find(|p| p.ip() == from.ip()) {
-                    self.resync_request = Some((*peer, accepted.header.dump_id));
+                // Answer to the peer's configured sync address, one dump per interval.
+                if let Some(peer) = peer {
+                    if self.seen.may_dump(*peer.ip(), when.now_ms) {
+                        self.resync_request = Some((peer, accepted.header.dump_id));
+                    } else {
+                        self.stats.resync_requests_ignored += 1;
+                    }
                 }
                 return;
             }
@@ -621,6 +670,27 @@ impl SyncNode {
         }
         let (toeplitz, reta, fields) = &self.rss;
         for record in accepted.records() {
+            let service = table.get(ServiceKey::new(
+                record.proto,
+                *record.virtual_service.ip(),
+                record.virtual_service.port(),
+            ));
+            // The receiver checked every record's service exists.
+            let Some(service) = service else { continue };
+            let record = match check_record(&record, service, &when.timeouts) {
+                Ok((record, clamped)) => {
+                    self.stats.timeouts_clamped += u64::from(clamped);
+                    record
+                }
+                Err(conflict) => {
+                    *match conflict {
+                        Conflict::UnknownRealServer => &mut self.stats.records_refused_real_server,
+                        Conflict::WrongMode => &mut self.stats.records_refused_mode,
+                        Conflict::WrongLocal => &mut self.stats.records_refused_local,
+                    } += 1;
+                    continue;
+                }
+            };
             if record.kind == RecordKind::Template {
                 // Shared by all workers: installed here, not by an owner.
                 self.stats.templates_received += 1;
@@ -659,6 +729,20 @@ impl SyncNode {
         }
     }
 
+    /// Traffic from a life of `peer` this node cannot confirm: ask for its table (the
+    /// answer confirms it), unless a request is under way.
+    fn ask_to_confirm(&mut self, peer: Option<SocketAddrV4>, now_ms: u64) {
+        let Some(peer) = peer else { return };
+        if self.seen.should_ask_to_confirm(*peer.ip(), now_ms)
+            && !self.asks.iter().any(|(p, _)| *p == peer)
+        {
+            log::info!(
+                "sync: {peer} speaks from a life this node has not confirmed: asking for its table"
+            );
+            self.asks.push((peer, false));
+        }
+    }
+
     pub fn report(&self, listen: SocketAddrV4, now_ms: u64) -> SyncReport {
         let c = self.receiver.counters();
         SyncReport {
@@ -667,6 +751,7 @@ impl SyncNode {
             multicast: self.group.as_ref().map(|g| g.to_string()),
             peers: self.peers.iter().map(|p| p.to_string()).collect(),
             authenticated: self.sender.authenticated(),
+            epoch: self.sender.epoch(),
             stats: self.stats,
             events_pushed: self.rings.iter().map(|r| r.stats().pushed).sum(),
             events_dropped: self.rings.iter().map(|r| r.stats().dropped).sum(),
@@ -734,6 +819,17 @@ fn multicast_socket(
         .map_err(fail("IP_MULTICAST_ALL"))?;
     recv.set_nonblocking(true).map_err(fail("O_NONBLOCK"))?;
     Ok(recv.into())
+}
+
+/// A random number from the kernel (at start, not on any packet path); the time's
+/// low bits should the kernel not answer.
+fn random_u32() -> u32 {
+    use std::io::Read;
+    let mut bytes = [0u8; 4];
+    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)) {
+        Ok(()) => u32::from_ne_bytes(bytes),
+        Err(_) => crate::sync::sender::epoch_now() as u32,
+    }
 }
 
 /// Ticks after which an unchanged template is sent again: one scan pass before the

@@ -4,7 +4,8 @@
 //! (`hmac`'s `verify_slice`), so a forger learns nothing from how long a rejection takes.
 //!
 //! HMAC authenticates, it does not stop replays: a captured message can be sent again.
-//! The header's per-sender sequence number is there for the receiver to notice that.
+//! The header's sender epoch and sequence number, which the HMAC covers, let the
+//! receiver refuse one (`sync::peers`).
 use core::fmt;
 
 use hmac::{Hmac, Mac};
@@ -223,6 +224,8 @@ mod tests {
             message_type: MessageType::SessionBatch,
             flags: Default::default(),
             sender: 1,
+            recipient: Ipv4Addr::UNSPECIFIED,
+            epoch: 5,
             sequence: 99,
             dump_id: 0,
             chunk: 0,

@@ -3,10 +3,17 @@
 //!
 //! [`Receiver::receive`] checks, cheapest first and before anything is installed: the
 //! source is a configured peer; the message is well formed in this version; the HMAC
-//! (when a key is configured); every record is valid; every record's virtual service
-//! exists here. Any failure rejects the whole datagram with one counted
+//! (when a key is configured); a resync request or dump chunk is addressed to this
+//! node, a batch to no one in particular; every record is valid; every record's
+//! virtual service exists here. Any failure rejects the whole datagram with one counted
 //! [`RejectReason`], so a forged or damaged message installs nothing, not even its good
-//! records.
+//! records. Whether an authenticated message is fresh (not a replay) is the peer
+//! tracker's call (`sync::peers`), counted here too ([`Receiver::reject`]).
+//!
+//! [`check_record`] then holds each record against this node's own configuration: the
+//! real server must be in the service with the record's forwarding mode, a FullNAT
+//! local address one of the service's, and the timeout at most what this node would
+//! give the state. A record that contradicts it is refused alone ([`Conflict`]).
 //!
 //! [`session_owner`] says which worker will own a synced session after a takeover:
 //! the worker whose RX queue the NIC hashes the session's packets to, computed with
@@ -16,10 +23,14 @@ use core::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use super::auth::{self, SyncKey};
-use super::wire::{parse_records, MessageRepr, Packet, RecordKind, RecordRepr, SyncWireError};
+use super::wire::{
+    parse_records, MessageRepr, MessageType, Packet, RecordKind, RecordRepr, SyncWireError,
+};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::Protocol;
+use crate::service::model::Service;
 use crate::service::ForwardMode;
+use crate::session::Timeouts;
 
 /// Why a datagram was rejected. Each rejection counts exactly one reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,10 +52,17 @@ pub enum RejectReason {
     BadHmac,
     /// A record for a virtual service this node does not have.
     UnknownVip,
+    /// A resync request or dump chunk for another node, or a batch naming a recipient.
+    Misdirected,
+    /// Authenticated, but not fresh: a sequence number already had or behind the
+    /// window, or an earlier life of the peer (`sync::peers`).
+    Replayed,
+    /// Authenticated, from a life of the peer this node cannot confirm yet.
+    UnconfirmedEpoch,
 }
 
 impl RejectReason {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 11;
     pub const ALL: [RejectReason; RejectReason::COUNT] = [
         RejectReason::UnknownPeer,
         RejectReason::NotSync,
@@ -54,6 +72,9 @@ impl RejectReason {
         RejectReason::BadRecord,
         RejectReason::BadHmac,
         RejectReason::UnknownVip,
+        RejectReason::Misdirected,
+        RejectReason::Replayed,
+        RejectReason::UnconfirmedEpoch,
     ];
 
     /// The counter's name in stats output.
@@ -67,6 +88,9 @@ impl RejectReason {
             RejectReason::BadRecord => "bad_record",
             RejectReason::BadHmac => "bad_hmac",
             RejectReason::UnknownVip => "unknown_vip",
+            RejectReason::Misdirected => "misdirected",
+            RejectReason::Replayed => "replayed",
+            RejectReason::UnconfirmedEpoch => "unconfirmed_epoch",
         }
     }
 }
@@ -110,8 +134,11 @@ impl ReceiverCounters {
 }
 
 /// Who the standby listens to.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ReceiverConfig {
+    /// This node's listen address: the recipient resync requests and dump chunks for
+    /// it name.
+    pub local: Ipv4Addr,
     /// Source addresses sync messages are accepted from.
     pub peers: Vec<Ipv4Addr>,
     /// The shared key; when set, every message must carry a valid HMAC.
@@ -134,7 +161,7 @@ impl<'a> Accepted<'a> {
 }
 
 /// Validates datagrams and counts the outcome.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Receiver {
     config: ReceiverConfig,
     counters: ReceiverCounters,
@@ -150,6 +177,14 @@ impl Receiver {
 
     pub fn counters(&self) -> &ReceiverCounters {
         &self.counters
+    }
+
+    /// Counts a message that passed `receive` but was refused after it (not fresh):
+    /// it is no longer an accepted one.
+    pub fn reject(&mut self, accepted: &MessageRepr, reason: RejectReason) {
+        self.counters.accepted_messages -= 1;
+        self.counters.accepted_records -= u64::from(accepted.count);
+        self.counters.rejected[reason as usize] += 1;
     }
 
     /// Checks `datagram` from `source`; `service_exists(proto, vip:port)` says whether
@@ -186,6 +221,13 @@ pub fn validate<'a>(
     // Authenticate before looking at anything the sender chose (type, records).
     auth::verify(&packet, config.key.as_ref()).map_err(|_| RejectReason::BadHmac)?;
     let header = MessageRepr::parse(&packet)?;
+    let for_us = match header.message_type {
+        MessageType::SessionBatch => header.recipient.is_unspecified(),
+        MessageType::ResyncRequest | MessageType::DumpChunk => header.recipient == config.local,
+    };
+    if !for_us {
+        return Err(RejectReason::Misdirected);
+    }
     let mut unknown_vip = false;
     parse_records(&packet, |record| {
         unknown_vip |= !service_exists(record.proto, record.virtual_service);
@@ -194,6 +236,52 @@ pub fn validate<'a>(
         return Err(RejectReason::UnknownVip);
     }
     Ok(Accepted { header, packet })
+}
+
+/// How a record contradicts this node's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Conflict {
+    /// The real server is not in the service here.
+    UnknownRealServer,
+    /// The real server forwards in another mode here (e.g. a DR record for a NAT
+    /// real server).
+    WrongMode,
+    /// FullNAT: the local address is not one of the service's here.
+    WrongLocal,
+}
+
+/// Holds `record` against `service` (the one of its virtual service here): the real
+/// server must be in it with the record's mode, a FullNAT local address must be one of
+/// the service's. Returns the record with its timeout clamped to what this node gives
+/// its state (`timeouts`; a template: the service's persistence timeout), and whether
+/// it was clamped.
+pub fn check_record(
+    record: &RecordRepr,
+    service: &Service,
+    timeouts: &Timeouts,
+) -> Result<(RecordRepr, bool), Conflict> {
+    let rs = service
+        .real_servers
+        .iter()
+        .find(|r| r.ip == *record.real_server.ip() && r.port == record.real_server.port())
+        .ok_or(Conflict::UnknownRealServer)?;
+    if rs.mode != record.mode {
+        return Err(Conflict::WrongMode);
+    }
+    if let Some(local) = record.local {
+        if !service.local_addresses.contains(local.ip()) {
+            return Err(Conflict::WrongLocal);
+        }
+    }
+    let limit_ms = match record.kind {
+        RecordKind::Connection => timeouts.session_ms(record.proto, record.state),
+        RecordKind::Template => service
+            .persistence
+            .map_or(0, |p| p.timeout_s.saturating_mul(1000)),
+    };
+    let mut checked = *record;
+    checked.timeout_ms = record.timeout_ms.min(limit_ms);
+    Ok((checked, checked.timeout_ms != record.timeout_ms))
 }
 
 /// Which worker (RX queue) owns a session, as the data plane decides it.
@@ -265,6 +353,7 @@ mod tests {
     use crate::wire::test_util::XorShift;
 
     const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const US: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
     const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
     const RS: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 21);
 
@@ -286,6 +375,8 @@ mod tests {
             message_type: MessageType::SessionBatch,
             flags: MessageFlags::empty(),
             sender: 1,
+            recipient: Ipv4Addr::UNSPECIFIED,
+            epoch: 1,
             sequence: 1,
             dump_id: 0,
             chunk: 0,
@@ -305,6 +396,7 @@ mod tests {
 
     fn receiver(key: Option<SyncKey>) -> Receiver {
         Receiver::new(ReceiverConfig {
+            local: US,
             peers: vec![PEER, Ipv4Addr::new(192, 0, 2, 2)],
             key,
         })
@@ -344,9 +436,9 @@ mod tests {
             Ipv4Addr::new(192, 0, 2, 99),
             RejectReason::UnknownPeer,
         ));
-        let mut v2 = good.clone();
-        v2[4] = 2;
-        cases.push((v2, PEER, RejectReason::WrongVersion));
+        let mut v1 = good.clone();
+        v1[4] = 1;
+        cases.push((v1, PEER, RejectReason::WrongVersion));
         cases.push((
             good[..good.len() - 1].to_vec(),
             PEER,
@@ -385,6 +477,19 @@ mod tests {
             Some(&key),
         );
         cases.push((unknown, PEER, RejectReason::UnknownVip));
+        // A batch naming a recipient; a resync request for another node (a copy of
+        // one sent to the other peer), and one for us that passes.
+        let mut named = good.clone();
+        named[16..20].copy_from_slice(&US.octets());
+        auth::seal(&mut named, &key);
+        cases.push((named, PEER, RejectReason::Misdirected));
+        let mut sender = crate::sync::sender::SyncSender::new(1, 1500, Some(key.clone()));
+        let mut buf = [0u8; 128];
+        let other = Ipv4Addr::new(192, 0, 2, 2);
+        let to_other = sender.resync_request(5, other, &mut buf).to_vec();
+        cases.push((to_other, PEER, RejectReason::Misdirected));
+        let to_us = sender.resync_request(6, US, &mut buf).to_vec();
+        assert!(rx.receive(&to_us, PEER, our_service).is_ok());
 
         for (bytes, source, reason) in &cases {
             assert_eq!(
@@ -396,7 +501,7 @@ mod tests {
             let want = cases.iter().filter(|c| c.2 == reason).count() as u64;
             assert_eq!(rx.counters().rejected(reason), want, "{reason}");
         }
-        assert_eq!(rx.counters().accepted_messages, 1);
+        assert_eq!(rx.counters().accepted_messages, 2);
 
         // Without a key, a keyed message is refused too (the peers disagree).
         let mut open = receiver(None);
@@ -415,7 +520,7 @@ mod tests {
             let len = rng.below(buf.len());
             rng.fill(&mut buf[..len]);
             if rng.below(2) == 0 && len >= 8 {
-                buf[..5].copy_from_slice(&[0x53, 0x4c, 0x53, 0x59, 1]);
+                buf[..5].copy_from_slice(&[0x53, 0x4c, 0x53, 0x59, 2]);
             }
             assert!(rx.receive(&buf[..len], PEER, |_, _| true).is_err());
         }
@@ -523,6 +628,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A record must agree with the service here: real server, mode, local address;
+    /// its timeout is clamped to this node's for the state.
+    #[test]
+    fn records_contradicting_the_local_config_are_refused() {
+        let snap = nat_snapshot();
+        let service = snap.find(&ServiceKey::new(Protocol::Tcp, VIP, 80)).unwrap();
+        let timeouts = Timeouts::default();
+        let good = record(VIP, 1000);
+        assert_eq!(check_record(&good, service, &timeouts), Ok((good, false)));
+        // A DR record for the NAT real server.
+        let mut dr = good;
+        dr.mode = ForwardMode::Dr;
+        assert_eq!(
+            check_record(&dr, service, &timeouts),
+            Err(Conflict::WrongMode)
+        );
+        // Another real server, or another port of it.
+        for rs in [
+            SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 99), 8080),
+            SocketAddrV4::new(RS, 8081),
+        ] {
+            let mut other = good;
+            other.real_server = rs;
+            assert_eq!(
+                check_record(&other, service, &timeouts),
+                Err(Conflict::UnknownRealServer)
+            );
+        }
+        // FullNAT: the local address must be the service's.
+        let mut fnat_service = service.clone();
+        fnat_service.real_servers[0].mode = ForwardMode::FullNat;
+        fnat_service.local_addresses = vec![Ipv4Addr::new(10, 1, 255, 1)];
+        let mut fnat = good;
+        fnat.mode = ForwardMode::FullNat;
+        fnat.local = Some(SocketAddrV4::new(Ipv4Addr::new(10, 1, 255, 1), 5000));
+        assert!(check_record(&fnat, &fnat_service, &timeouts).is_ok());
+        fnat.local = Some(SocketAddrV4::new(Ipv4Addr::new(10, 1, 255, 2), 5000));
+        assert_eq!(
+            check_record(&fnat, &fnat_service, &timeouts),
+            Err(Conflict::WrongLocal)
+        );
+        // A forged 24.8-day timeout: clamped to ESTABLISHED's 900 s here.
+        let mut long = good;
+        long.timeout_ms = crate::sync::wire::MAX_TIMEOUT_MS;
+        let (clamped, was) = check_record(&long, service, &timeouts).unwrap();
+        assert_eq!((clamped.timeout_ms, was), (900_000, true));
+        // A template: clamped to the service's persistence timeout (none here: 0).
+        let template = RecordRepr::template(
+            RecordOp::Update,
+            Protocol::Tcp,
+            SocketAddrV4::new(VIP, 80),
+            Ipv4Addr::new(198, 51, 100, 0),
+            24,
+            SocketAddrV4::new(RS, 8080),
+            ForwardMode::Nat,
+            1_000_000,
+        );
+        let mut persistent = service.clone();
+        persistent.persistence = Some(crate::service::model::Persistence {
+            timeout_s: 300,
+            netmask: Ipv4Addr::new(255, 255, 255, 0),
+        });
+        let (t, was) = check_record(&template, &persistent, &timeouts).unwrap();
+        assert_eq!((t.timeout_ms, was), (300_000, true));
     }
 
     #[test]

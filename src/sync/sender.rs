@@ -4,21 +4,25 @@
 use super::auth::{self, SyncKey};
 use super::events::EventRing;
 use super::wire::{MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr};
+use std::net::Ipv4Addr;
 
 /// A table being dumped to a peer, chunk by chunk (`SyncSender::continue_dump`), so a
 /// large table goes out over several ticks instead of flooding the peer's receive
 /// buffer at once.
 pub struct Dump<I: Iterator<Item = RecordRepr>> {
     pub dump_id: u32,
+    /// The peer that asked (its listen address): the chunks name it as recipient.
+    pub to: Ipv4Addr,
     records: std::iter::Peekable<I>,
     next_chunk: u32,
     done: bool,
 }
 
 impl<I: Iterator<Item = RecordRepr>> Dump<I> {
-    pub fn new(dump_id: u32, records: impl IntoIterator<IntoIter = I>) -> Self {
+    pub fn new(dump_id: u32, to: Ipv4Addr, records: impl IntoIterator<IntoIter = I>) -> Self {
         Dump {
             dump_id,
+            to,
             records: records.into_iter().peekable(),
             next_chunk: 0,
             done: false,
@@ -39,19 +43,44 @@ impl<I: Iterator<Item = RecordRepr>> Dump<I> {
 #[derive(Debug)]
 pub struct SyncSender {
     node_id: u32,
-    sequence: u32,
+    epoch: u64,
+    sequence: u64,
     mtu: u16,
     key: Option<SyncKey>,
 }
 
+/// This life's epoch: the wall clock in microseconds since the Unix epoch, so a later
+/// start has a larger one (as long as the clock does not go back across a restart:
+/// docs/SYNC.md). Never 0.
+pub fn epoch_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+        .max(1)
+}
+
 impl SyncSender {
+    /// A sender starting a new life ([`epoch_now`]), sequence 0.
     pub fn new(node_id: u32, mtu: u16, key: Option<SyncKey>) -> SyncSender {
         SyncSender {
             node_id,
+            epoch: epoch_now(),
             sequence: 0,
             mtu,
             key,
         }
+    }
+
+    /// The same sender in life `epoch`, its next message numbered `sequence` (tests,
+    /// and tools that must speak as a given life).
+    pub fn with_epoch(mut self, epoch: u64, sequence: u64) -> SyncSender {
+        self.epoch = epoch;
+        self.sequence = sequence;
+        self
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Whether messages are sealed with an HMAC.
@@ -60,15 +89,25 @@ impl SyncSender {
     }
 
     /// The sequence number the next message gets.
-    pub fn next_sequence(&self) -> u32 {
+    pub fn next_sequence(&self) -> u64 {
         self.sequence
     }
 
-    fn header(&mut self, message_type: MessageType, dump_id: u32, chunk: u32) -> MessageRepr {
+    /// A header for the next message; `to` is the one peer a resync request or a dump
+    /// chunk is for (unspecified for a batch).
+    fn header(
+        &mut self,
+        message_type: MessageType,
+        to: Ipv4Addr,
+        dump_id: u32,
+        chunk: u32,
+    ) -> MessageRepr {
         MessageRepr {
             message_type,
             flags: MessageFlags::empty(),
             sender: self.node_id,
+            recipient: to,
+            epoch: self.epoch,
             sequence: self.sequence,
             dump_id,
             chunk,
@@ -82,7 +121,7 @@ impl SyncSender {
             auth::seal(message, key);
         }
         send(message);
-        self.sequence = self.sequence.wrapping_add(1);
+        self.sequence += 1;
     }
 
     /// Drains up to `budget` events from `rings` (round by round, so one busy worker
@@ -95,7 +134,7 @@ impl SyncSender {
         mut send: impl FnMut(&[u8]),
     ) -> usize {
         let authenticated = self.key.is_some();
-        let header = self.header(MessageType::SessionBatch, 0, 0);
+        let header = self.header(MessageType::SessionBatch, Ipv4Addr::UNSPECIFIED, 0, 0);
         let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
         let capacity = builder.capacity().max(1);
         let mut records = Vec::with_capacity(capacity);
@@ -113,7 +152,8 @@ impl SyncSender {
             for record in records.drain(..) {
                 if builder.push(&record).is_err() {
                     self.finish(builder, &mut send);
-                    let header = self.header(MessageType::SessionBatch, 0, 0);
+                    let header =
+                        self.header(MessageType::SessionBatch, Ipv4Addr::UNSPECIFIED, 0, 0);
                     builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
                     // A fresh message always has room for one record.
                     let _ = builder.push(&record);
@@ -135,13 +175,13 @@ impl SyncSender {
         mut send: impl FnMut(&[u8]),
     ) -> usize {
         let authenticated = self.key.is_some();
-        let header = self.header(MessageType::SessionBatch, 0, 0);
+        let header = self.header(MessageType::SessionBatch, Ipv4Addr::UNSPECIFIED, 0, 0);
         let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
         let mut sent = 0;
         for record in records {
             if builder.push(&record).is_err() {
                 self.finish(builder, &mut send);
-                let header = self.header(MessageType::SessionBatch, 0, 0);
+                let header = self.header(MessageType::SessionBatch, Ipv4Addr::UNSPECIFIED, 0, 0);
                 builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
                 // A fresh message always has room for one record.
                 let _ = builder.push(&record);
@@ -159,11 +199,12 @@ impl SyncSender {
     pub fn send_dump<I: Iterator<Item = RecordRepr>>(
         &mut self,
         dump_id: u32,
+        to: Ipv4Addr,
         records: impl IntoIterator<IntoIter = I>,
         buf: &mut [u8],
         send: impl FnMut(&[u8]),
     ) -> u32 {
-        let mut dump = Dump::new(dump_id, records);
+        let mut dump = Dump::new(dump_id, to, records);
         self.continue_dump(&mut dump, u32::MAX, buf, send);
         dump.chunks_sent()
     }
@@ -180,7 +221,12 @@ impl SyncSender {
         let authenticated = self.key.is_some();
         let mut sent = 0;
         while !dump.done && sent < max_chunks {
-            let mut header = self.header(MessageType::DumpChunk, dump.dump_id, dump.next_chunk);
+            let mut header = self.header(
+                MessageType::DumpChunk,
+                dump.to,
+                dump.dump_id,
+                dump.next_chunk,
+            );
             // Fill the chunk; peeking at the next record then says whether it is the last.
             let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
             while !builder.is_full() {
@@ -207,20 +253,25 @@ impl SyncSender {
                 auth::seal(&mut buf[..len], key);
             }
             send(&buf[..len]);
-            self.sequence = self.sequence.wrapping_add(1);
+            self.sequence += 1;
         }
         sent
     }
 
-    /// A resync request for dump `dump_id`, written into `buf`.
-    pub fn resync_request<'a>(&mut self, dump_id: u32, buf: &'a mut [u8]) -> &'a [u8] {
-        let header = self.header(MessageType::ResyncRequest, dump_id, 0);
+    /// A resync request to peer `to` for dump `dump_id`, written into `buf`.
+    pub fn resync_request<'a>(
+        &mut self,
+        dump_id: u32,
+        to: Ipv4Addr,
+        buf: &'a mut [u8],
+    ) -> &'a [u8] {
+        let header = self.header(MessageType::ResyncRequest, to, dump_id, 0);
         let builder = MessageBuilder::new(&mut *buf, header, self.mtu, self.key.is_some());
         let message = builder.finish();
         if let Some(key) = &self.key {
             auth::seal(message, key);
         }
-        self.sequence = self.sequence.wrapping_add(1);
+        self.sequence += 1;
         message
     }
 }
@@ -236,6 +287,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const US: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
 
     fn session(worker: u8, n: u16) -> Session {
         let key = FlowKey4::new(
@@ -250,6 +302,7 @@ mod tests {
 
     fn receiver(key: Option<SyncKey>) -> Receiver {
         Receiver::new(ReceiverConfig {
+            local: US,
             peers: vec![PEER],
             key,
         })
@@ -281,8 +334,8 @@ mod tests {
             assert!(datagram.len() + 28 <= 1500);
         });
         assert_eq!(taken, 150);
-        // 150 records at 39 per authenticated message: 39, 39, 39, 33.
-        assert_eq!(sizes, [39, 39, 39, 33]);
+        // 150 records at 38 per authenticated message: 38, 38, 38, 36.
+        assert_eq!(sizes, [38, 38, 38, 36]);
         assert_eq!(seen, [0, 1, 2, 3]);
         assert_eq!(rx.counters().accepted_records, 150);
         // The budget bounds the work per call; nothing left, nothing sent.
@@ -291,7 +344,7 @@ mod tests {
 
     #[test]
     fn dump_chunks_are_numbered_and_the_last_is_flagged() {
-        for (records, chunks) in [(0usize, 1u32), (40, 1), (41, 2), (100, 3)] {
+        for (records, chunks) in [(0usize, 1u32), (39, 1), (40, 2), (100, 3)] {
             let mut sender = SyncSender::new(1, 1500, None);
             let mut rx = receiver(None);
             let mut buf = [0u8; 1500];
@@ -303,7 +356,7 @@ mod tests {
                 )
             });
             let mut got = Vec::new();
-            let sent = sender.send_dump(42, table, &mut buf, |datagram| {
+            let sent = sender.send_dump(42, US, table, &mut buf, |datagram| {
                 let a = rx.receive(datagram, PEER, |_, _| true).unwrap();
                 assert_eq!(a.header.message_type, MessageType::DumpChunk);
                 assert_eq!(a.header.dump_id, 42);
@@ -338,7 +391,7 @@ mod tests {
                 )
             })
             .collect();
-        let mut dump = Dump::new(7, table);
+        let mut dump = Dump::new(7, US, table);
         let mut got = Vec::new();
         let mut calls = 0;
         while !dump.is_done() {
@@ -354,12 +407,12 @@ mod tests {
             assert!(sent <= 4);
             assert!(calls < 10, "never done");
         }
-        // 410 records, 40 a chunk: 11 chunks, 4 per call.
+        // 410 records, 39 a chunk: 11 chunks, 4 per call.
         assert_eq!((calls, dump.chunks_sent(), got.len()), (3, 11, 11));
         for (i, &(chunk, count, last)) in got.iter().enumerate() {
             assert_eq!(chunk, i as u32);
             assert_eq!(last, i == 10);
-            assert_eq!(count, if i == 10 { 10 } else { 40 });
+            assert_eq!(count, if i == 10 { 20 } else { 39 });
         }
         assert_eq!(
             sender.continue_dump(&mut dump, 4, &mut buf, |_| panic!()),
@@ -390,7 +443,7 @@ mod tests {
             counts.push(a.header.count);
         });
         assert_eq!(sent, 90);
-        assert_eq!(counts, [40, 40, 10]);
+        assert_eq!(counts, [39, 39, 12]);
         assert_eq!(
             sender.send_records(std::iter::empty(), &mut buf, |_| panic!()),
             0
@@ -402,11 +455,13 @@ mod tests {
         let key = SyncKey::new(&[1; 16]).unwrap();
         let mut sender = SyncSender::new(2, 1500, Some(key.clone()));
         let mut buf = [0u8; 128];
-        let request = sender.resync_request(0xabcd, &mut buf).to_vec();
+        let request = sender.resync_request(0xabcd, US, &mut buf).to_vec();
         let mut rx = receiver(Some(key));
         let accepted = rx.receive(&request, PEER, |_, _| false).unwrap();
         assert_eq!(accepted.header.message_type, MessageType::ResyncRequest);
         assert_eq!(accepted.header.dump_id, 0xabcd);
+        assert_eq!(accepted.header.recipient, US);
+        assert_eq!(accepted.header.epoch, sender.epoch());
         assert_eq!(accepted.records().count(), 0);
         assert_eq!(sender.next_sequence(), 1);
     }

@@ -1,4 +1,4 @@
-//! The session sync message format, version 1: what the active node sends its standby
+//! The session sync message format, version 2: what the active node sends its standby
 //! in UDP datagrams. Layout, versioning rule and semantics are in `docs/SYNC.md`.
 //!
 //! As in `crate::wire`: [`Packet`] is a zero-copy view over any `T: AsRef<[u8]>`,
@@ -20,11 +20,20 @@ use crate::service::ForwardMode;
 use crate::session::{Session, SessionFlags, TcpState, MAX_TIMEOUT_SECS};
 use crate::wire::{read_u16, read_u32, write_u16, write_u32};
 
+fn read_u64(data: &[u8], at: usize) -> u64 {
+    (u64::from(read_u32(data, at)) << 32) | u64::from(read_u32(data, at + 4))
+}
+
+fn write_u64(data: &mut [u8], at: usize, value: u64) {
+    write_u32(data, at, (value >> 32) as u32);
+    write_u32(data, at + 4, value as u32);
+}
+
 /// "SLSY": the first four bytes of every sync message, of every version.
 pub const MAGIC: u32 = 0x534c_5359;
 /// The version this module reads and writes. Any change to the header or record layout
 /// takes a new number; a receiver rejects every version but its own.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 mod field {
     pub const MAGIC: usize = 0;
@@ -34,10 +43,12 @@ mod field {
     pub const LENGTH: usize = 8;
     pub const COUNT: usize = 10;
     pub const SENDER: usize = 12;
-    pub const SEQUENCE: usize = 16;
+    pub const RECIPIENT: usize = 16;
     pub const DUMP_ID: usize = 20;
     pub const CHUNK: usize = 24;
-    pub const RECORDS: usize = 28;
+    pub const EPOCH: usize = 28;
+    pub const SEQUENCE: usize = 36;
+    pub const RECORDS: usize = 44;
 
     // Record fields, relative to the record.
     pub const KIND: usize = 0;
@@ -287,8 +298,16 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read_u32(self.buffer.as_ref(), field::SENDER)
     }
 
-    pub fn sequence(&self) -> u32 {
-        read_u32(self.buffer.as_ref(), field::SEQUENCE)
+    pub fn recipient(&self) -> Ipv4Addr {
+        Ipv4Addr::from(read_u32(self.buffer.as_ref(), field::RECIPIENT))
+    }
+
+    pub fn epoch(&self) -> u64 {
+        read_u64(self.buffer.as_ref(), field::EPOCH)
+    }
+
+    pub fn sequence(&self) -> u64 {
+        read_u64(self.buffer.as_ref(), field::SEQUENCE)
     }
 
     pub fn dump_id(&self) -> u32 {
@@ -361,8 +380,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         write_u32(self.buffer.as_mut(), field::SENDER, value);
     }
 
-    pub fn set_sequence(&mut self, value: u32) {
-        write_u32(self.buffer.as_mut(), field::SEQUENCE, value);
+    pub fn set_recipient(&mut self, value: Ipv4Addr) {
+        write_u32(self.buffer.as_mut(), field::RECIPIENT, u32::from(value));
+    }
+
+    pub fn set_epoch(&mut self, value: u64) {
+        write_u64(self.buffer.as_mut(), field::EPOCH, value);
+    }
+
+    pub fn set_sequence(&mut self, value: u64) {
+        write_u64(self.buffer.as_mut(), field::SEQUENCE, value);
     }
 
     pub fn set_dump_id(&mut self, value: u32) {
@@ -391,10 +418,19 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 pub struct MessageRepr {
     pub message_type: MessageType,
     pub flags: MessageFlags,
-    /// The sender's node id (`[sync] node_id`), for logs and loop detection.
+    /// The sender's node id (its listen address), for logs.
     pub sender: u32,
-    /// Per sender, one more per message sent (wrapping): lets a receiver see losses.
-    pub sequence: u32,
+    /// Resync request and dump chunks: the one peer (its listen address) the message
+    /// is for, so a copy sent to one peer is refused by another. 0.0.0.0 in a batch,
+    /// which every peer receives.
+    pub recipient: Ipv4Addr,
+    /// The sender's life: chosen at its start, larger than any earlier life's (its
+    /// start time in microseconds since the Unix epoch). A receiver refuses an earlier
+    /// life's messages.
+    pub epoch: u64,
+    /// Per sender life, one more per message sent, from 0 (64 bits: never wraps):
+    /// lets a receiver see losses and refuse a message it already had.
+    pub sequence: u64,
     /// Resync request and dump chunks: which dump. 0 in a session batch.
     pub dump_id: u32,
     /// Dump chunks: the chunk's number from 0. 0 otherwise.
@@ -423,6 +459,8 @@ impl MessageRepr {
             message_type,
             flags,
             sender: packet.sender(),
+            recipient: packet.recipient(),
+            epoch: packet.epoch(),
             sequence: packet.sequence(),
             dump_id: packet.dump_id(),
             chunk: packet.chunk(),
@@ -448,6 +486,8 @@ impl MessageRepr {
         packet.set_len(message_len(self.count as usize, false) as u16);
         packet.set_count(self.count);
         packet.set_sender(self.sender);
+        packet.set_recipient(self.recipient);
+        packet.set_epoch(self.epoch);
         packet.set_sequence(self.sequence);
         packet.set_dump_id(self.dump_id);
         packet.set_chunk(self.chunk);
@@ -948,19 +988,23 @@ mod tests {
     const RS: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 21);
     const LIP: Ipv4Addr = Ipv4Addr::new(10, 1, 255, 1);
 
-    /// A batch from node 0x0a0b0c0d, sequence 7, with one FullNAT TCP connection,
-    /// ESTABLISHED, TOA pending, 899.5 s left. Written out by hand from the layout
-    /// table in docs/SYNC.md.
+    /// A batch from node 0x0a0b0c0d, epoch 0x0006_2a1b_0000_0001, sequence 7, with one
+    /// FullNAT TCP connection, ESTABLISHED, TOA pending, 899.5 s left. Written out by
+    /// hand from the layout table in docs/SYNC.md.
     #[rustfmt::skip]
-    static FULLNAT_BATCH: [u8; 64] = [
-        // magic "SLSY", version 1, type 1 (batch), flags 0
-        0x53, 0x4c, 0x53, 0x59, 0x01, 0x01, 0x00, 0x00,
-        // length 64, count 1, sender 0x0a0b0c0d
-        0x00, 0x40, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
-        // sequence 7, dump id 0
-        0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00,
-        // chunk 0
-        0x00, 0x00, 0x00, 0x00,
+    static FULLNAT_BATCH: [u8; 80] = [
+        // magic "SLSY", version 2, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x02, 0x01, 0x00, 0x00,
+        // length 80, count 1, sender 0x0a0b0c0d
+        0x00, 0x50, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
+        // recipient 0.0.0.0 (every peer), dump id 0
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        // chunk 0, epoch (high half)
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x2a, 0x1b,
+        // epoch (low half), sequence (high half)
+        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+        // sequence (low half): 7
+        0x00, 0x00, 0x00, 0x07,
         // record: connection, update, TCP, FullNAT (5), ESTABLISHED, /32, flags TOA_PENDING
         0x01, 0x01, 0x06, 0x05, 0x01, 0x20, 0x00, 0x02,
         // client 198.51.100.7, VIP 203.0.113.10
@@ -995,6 +1039,8 @@ mod tests {
             message_type: MessageType::SessionBatch,
             flags: MessageFlags::empty(),
             sender: 0x0a0b_0c0d,
+            recipient: Ipv4Addr::UNSPECIFIED,
+            epoch: 0x0006_2a1b_0000_0001,
             sequence: 7,
             dump_id: 0,
             chunk: 0,
@@ -1014,8 +1060,8 @@ mod tests {
     fn fullnat_batch_fields() {
         let packet = Packet::new_checked(&FULLNAT_BATCH[..]).unwrap();
         assert_eq!(packet.magic(), MAGIC);
-        assert_eq!(packet.version(), 1);
-        assert_eq!(packet.len(), 64);
+        assert_eq!(packet.version(), 2);
+        assert_eq!(packet.len(), 80);
         assert_eq!(packet.trailer(), None);
         assert_eq!(MessageRepr::parse(&packet).unwrap(), batch_header());
         let record = packet.record(0);
@@ -1027,7 +1073,7 @@ mod tests {
 
     #[test]
     fn fullnat_batch_emit_matches_bytes() {
-        let mut buf = [0xeeu8; 64];
+        let mut buf = [0xeeu8; 80];
         let mut packet = Packet::new_unchecked(&mut buf[..]);
         batch_header().emit(&mut packet);
         fullnat_record().emit(&mut packet.record_mut(0));
@@ -1049,12 +1095,22 @@ mod tests {
         let mut bad = FULLNAT_BATCH;
         bad[0] = b'X';
         assert_eq!(records_of(&bad), Err(SyncWireError::BadMagic));
-        // A version-2 message is recognised as such even when its length would not
-        // fit version 1's layout: the version is checked before any length.
-        let mut v2 = FULLNAT_BATCH;
-        v2[4] = 2;
-        assert_eq!(records_of(&v2), Err(SyncWireError::WrongVersion(2)));
-        assert_eq!(records_of(&v2[..5]), Err(SyncWireError::WrongVersion(2)));
+        // A version-1 message (28-byte header, no epoch) is recognised as such even
+        // when its length would not fit version 2's layout: the version is checked
+        // before any length. So is a later version.
+        for other in [1u8, 3] {
+            let mut old = FULLNAT_BATCH;
+            old[4] = other;
+            assert_eq!(records_of(&old), Err(SyncWireError::WrongVersion(other)));
+            assert_eq!(
+                records_of(&old[..5]),
+                Err(SyncWireError::WrongVersion(other))
+            );
+            assert_eq!(
+                records_of(&old[..64]),
+                Err(SyncWireError::WrongVersion(other))
+            );
+        }
         assert_eq!(
             records_of(&[0x53, 0x4c, 0x53, 0x59, 0x00]),
             Err(SyncWireError::WrongVersion(0))
@@ -1072,10 +1128,10 @@ mod tests {
     #[test]
     fn length_and_count_must_agree() {
         let mut short = FULLNAT_BATCH;
-        short[9] = 27; // length below the header
+        short[9] = 43; // length below the header
         assert_eq!(records_of(&short), Err(SyncWireError::BadLength));
         let mut two = FULLNAT_BATCH;
-        two[11] = 2; // count 2 in a 64-byte message
+        two[11] = 2; // count 2 in an 80-byte message
         assert_eq!(records_of(&two), Err(SyncWireError::BadLength));
         let mut extra = FULLNAT_BATCH.to_vec();
         extra.push(0);
@@ -1178,7 +1234,7 @@ mod tests {
             ForwardMode::Nat,
             300_000,
         );
-        let mut buf = [0u8; 64];
+        let mut buf = [0u8; 80];
         let mut packet = Packet::new_unchecked(&mut buf[..]);
         batch_header().emit(&mut packet);
         template.emit(&mut packet.record_mut(0));
@@ -1186,7 +1242,7 @@ mod tests {
         assert_eq!(template.to_session(1, 2), None);
 
         let at = HEADER_LEN;
-        let fault = |patch: &dyn Fn(&mut [u8; 64])| {
+        let fault = |patch: &dyn Fn(&mut [u8; 80])| {
             let mut bad = buf;
             patch(&mut bad);
             match records_of(&bad) {
@@ -1241,8 +1297,8 @@ mod tests {
 
     #[test]
     fn mtu_bounds_the_record_count() {
-        assert_eq!(max_records(1500, false), 40);
-        assert_eq!(max_records(1500, true), 39);
+        assert_eq!(max_records(1500, false), 39);
+        assert_eq!(max_records(1500, true), 38);
         assert_eq!(max_records(9000, false), 248);
         assert_eq!(max_records(60, false), 0);
         for mtu in [576u16, 1280, 1500, 9000] {
@@ -1259,15 +1315,15 @@ mod tests {
         while builder.push(&fullnat_record()).is_ok() {
             pushed += 1;
         }
-        assert_eq!(pushed, 40);
+        assert_eq!(pushed, 39);
         assert!(builder.is_full());
         let message = builder.finish();
         assert_eq!(
             message.len(),
-            1472 - 4,
-            "1440 bytes of records + 28 of header"
+            1404 + 44,
+            "1404 bytes of records + 44 of header"
         );
-        assert_eq!(records_of(message).unwrap().len(), 40);
+        assert_eq!(records_of(message).unwrap().len(), 39);
         // A buffer smaller than the MTU bounds it too.
         let mut small = [0u8; HEADER_LEN + 2 * RECORD_LEN + 5];
         let builder = MessageBuilder::new(&mut small, batch_header(), 1500, false);
@@ -1356,7 +1412,9 @@ mod tests {
                 },
                 flags: MessageFlags::empty(),
                 sender: rng.next_u64() as u32,
-                sequence: rng.next_u64() as u32,
+                recipient: Ipv4Addr::from(rng.next_u64() as u32),
+                epoch: rng.next_u64(),
+                sequence: rng.next_u64(),
                 dump_id: rng.next_u64() as u32,
                 chunk: rng.next_u64() as u32,
                 count: 0,
@@ -1374,8 +1432,18 @@ mod tests {
             let parsed = MessageRepr::parse(&packet).unwrap();
             assert_eq!(parsed.count as usize, want);
             assert_eq!(
-                (parsed.sender, parsed.sequence),
-                (header.sender, header.sequence)
+                (
+                    parsed.sender,
+                    parsed.recipient,
+                    parsed.epoch,
+                    parsed.sequence
+                ),
+                (
+                    header.sender,
+                    header.recipient,
+                    header.epoch,
+                    header.sequence
+                )
             );
             let mut index = 0;
             parse_records(&packet, |r| {
