@@ -3,6 +3,7 @@
 //! tears everything down in reverse order.
 mod adoption;
 mod metrics;
+mod preflight;
 mod rates;
 mod services;
 mod signals;
@@ -79,6 +80,8 @@ type ControlCall = (Request, Sender<Result<serde_json::Value, String>>);
 /// Runs the appliance until a signal or the duration ends it.
 pub fn run(opts: &Options) -> Result<(), String> {
     let cfg = Config::load(&opts.config).map_err(|e| e.to_string())?;
+    // Before the EAL: a config this machine cannot run leaves nothing behind.
+    let _instance_locks = preflight::check(&cfg)?;
     signals::install().map_err(|e| format!("installing signal handlers: {e}"))?;
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
