@@ -239,6 +239,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         persist,
         config_path: cfg.path.clone(),
     };
+    announce_at_start(&cfg, &app, &registry);
     management_loop(
         &mut app,
         &counters,
@@ -629,6 +630,33 @@ fn inject(mesh: &Mesh, pool: &Mempool, frame: &[u8]) -> bool {
     out.packet_mut(0).copy_from_slice(frame);
     // A full ring leaves the mbuf in `out`, which frees it.
     mesh.health_inject().enqueue(&mut out) == 1
+}
+
+/// Gratuitous ARP, through worker 0 on the first port, for that port's addresses and,
+/// unless VRRP decides who serves them (its master announces them when it takes
+/// over), the VIPs and FullNAT local addresses: neighbours that cached another MAC
+/// for them (an earlier appliance, a restart with a new MAC) learn ours now rather
+/// than when their entry expires. Not on an emulated port (no neighbour caches).
+fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
+    let (Some(port), Some(pc)) = (app.ports.first(), cfg.ports.first()) else {
+        return;
+    };
+    if matches!(pc.device, PortDevice::Loopback) {
+        return;
+    }
+    let mut addrs: Vec<std::net::Ipv4Addr> = pc.addresses.iter().map(|a| a.addr).collect();
+    if registry.vrrp.is_none() {
+        addrs.extend(registry.services.virtual_addresses());
+    }
+    addrs.sort_unstable();
+    addrs.dedup();
+    let mut send = |frame: &[u8]| inject(&app.mesh, &app.pool, frame);
+    let sent = vrrp::send_gratuitous_arps(crate::wire::MacAddr(port.mac), &addrs, &mut send);
+    log::info!(
+        "port {}: gratuitous ARP for {sent} of {} address(es)",
+        port.name,
+        addrs.len()
+    );
 }
 
 /// Session events a worker's sync ring holds.
