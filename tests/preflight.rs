@@ -117,8 +117,15 @@ fn a_second_instance_on_the_same_socket_is_refused_before_the_eal() {
     let err = expect_refusal(
         second,
         &[
-            &format!("control.socket {} is held by another Sluice", first.socket().display()),
-            &format!("pid {}, config {}", first.pid(), first.config_path.display()),
+            &format!(
+                "control.socket {} is held by another Sluice",
+                first.socket().display()
+            ),
+            &format!(
+                "pid {}, config {}",
+                first.pid(),
+                first.config_path.display()
+            ),
         ],
     );
     assert!(err.contains(".lock)"), "{err}");
@@ -144,7 +151,10 @@ fn a_second_instance_on_the_same_interface_is_refused_before_the_eal() {
     expect_refusal(
         second,
         &[
-            &format!("port lan0: interface {} is held by another Sluice", bed.lb_if()),
+            &format!(
+                "port lan0: interface {} is held by another Sluice",
+                bed.lb_if()
+            ),
             &format!("pid {}", first.pid()),
         ],
     );
@@ -181,7 +191,15 @@ fn at_start_gratuitous_arp_replaces_a_clients_stale_entries() {
         bed.exec(
             bed.client_ns(),
             &[
-                "ip", "neigh", "replace", ip, "lladdr", stale, "dev", bed.client_if(), "nud",
+                "ip",
+                "neigh",
+                "replace",
+                ip,
+                "lladdr",
+                stale,
+                "dev",
+                bed.client_if(),
+                "nud",
                 "stale",
             ],
             Duration::from_secs(10),
@@ -207,7 +225,9 @@ fn at_start_gratuitous_arp_replaces_a_clients_stale_entries() {
     // VIP's only in an announcement.
     let learned = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
         let now = [appliance_ip.as_str(), vip].map(|ip| client_neighbour(&bed, ip));
-        now.iter().all(|m| m.as_deref() == Some(ours.as_str())).then_some(now)
+        now.iter()
+            .all(|m| m.as_deref() == Some(ours.as_str()))
+            .then_some(now)
     });
     assert!(
         learned.is_some(),
@@ -228,12 +248,16 @@ fn at_start_gratuitous_arp_replaces_a_clients_stale_entries() {
 
 /// Free 2 MiB hugepages and a hugetlbfs mount, when this machine has both.
 fn hugepages_ready(pages: u64) -> bool {
-    let free: u64 = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0);
+    let free: u64 =
+        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
     let mounted = std::fs::read_to_string("/proc/mounts")
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+        })
         .unwrap_or(false);
     free >= pages && mounted
 }
@@ -275,7 +299,10 @@ fn with_hugepages_no_hugepage_file_outlives_the_process() {
         daemon.dump()
     );
     let running = hugepage_files(&prefix);
-    assert!(running.is_empty(), "hugepage files while running: {running:?}");
+    assert!(
+        running.is_empty(),
+        "hugepage files while running: {running:?}"
+    );
     assert!(daemon.terminate().success(), "{}", daemon.dump());
     let left = hugepage_files(&prefix);
     assert!(left.is_empty(), "hugepage files left: {left:?}");

@@ -407,7 +407,9 @@ impl Config {
             // clean exit). Not with options that exclude it: `--in-memory` makes no
             // files, `--single-file-segments` refuses it, or an explicit choice.
             let excluded = self.eal.extra_args.iter().any(|a| {
-                a.starts_with("--huge-unlink") || a == "--single-file-segments" || a == "--in-memory"
+                a.starts_with("--huge-unlink")
+                    || a == "--single-file-segments"
+                    || a == "--in-memory"
             });
             if !excluded {
                 args.push("--huge-unlink=always".into());

@@ -38,7 +38,8 @@ fn allowed_cpus() -> Result<Vec<u32>, String> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is this thread; the size is the set's own.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(format!(
             "sched_getaffinity: {}",
@@ -79,7 +80,10 @@ fn check_lcores(cfg: &Config, allowed: &[u32]) -> Result<(), String> {
                 );
             }
             None if !allowed.contains(&worker) => {
-                return refuse("workers", format!("worker lcore {worker} runs on CPU {worker}"));
+                return refuse(
+                    "workers",
+                    format!("worker lcore {worker} runs on CPU {worker}"),
+                );
             }
             _ => {}
         }
@@ -200,9 +204,7 @@ impl Available {
 
 /// A `Key:  1234 kB` line of /proc/meminfo, in bytes.
 fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
-    let line = meminfo
-        .lines()
-        .find(|l| l.split(':').next() == Some(key))?;
+    let line = meminfo.lines().find(|l| l.split(':').next() == Some(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
@@ -226,13 +228,18 @@ fn cgroup_room() -> Option<u64> {
 
 fn hugepages_free() -> Option<u64> {
     let mut total = 0u64;
-    for entry in std::fs::read_dir("/sys/kernel/mm/hugepages").ok()?.flatten() {
+    for entry in std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .ok()?
+        .flatten()
+    {
         // hugepages-2048kB
         let name = entry.file_name();
-        let Some(kb) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("hugepages-")?.strip_suffix("kB")?.parse::<u64>().ok())
-        else {
+        let Some(kb) = name.to_str().and_then(|n| {
+            n.strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse::<u64>()
+                .ok()
+        }) else {
             continue;
         };
         let free: u64 = std::fs::read_to_string(entry.path().join("free_hugepages"))
@@ -400,7 +407,11 @@ impl InstanceLocks {
     /// Takes every lock or none (the ones taken are released on error).
     pub fn take(cfg: &Config, lock_dir: &Path) -> Result<InstanceLocks, String> {
         let file = cfg.path.display();
-        let holder = format!("pid {}, config {}\n", std::process::id(), cfg.path.display());
+        let holder = format!(
+            "pid {}, config {}\n",
+            std::process::id(),
+            cfg.path.display()
+        );
         let held_by = |who: Option<String>| match who {
             Some(w) => format!("held by another Sluice ({w})"),
             None => "held by another Sluice".to_string(),
@@ -546,7 +557,10 @@ mod tests {
         let cfg = config(&format!("{PORT}"));
         assert!(check_lcores(&cfg, &[0, 1]).is_ok());
         let e = check_lcores(&cfg, &[0]).unwrap_err();
-        assert!(e.contains("lcores.workers: worker lcore 1 runs on CPU 1"), "{e}");
+        assert!(
+            e.contains("lcores.workers: worker lcore 1 runs on CPU 1"),
+            "{e}"
+        );
         assert!(e.contains("CPU(s) 0 "), "{e}");
         let e = check_lcores(&cfg, &[1, 2, 3]).unwrap_err();
         assert!(e.contains("lcores.management"), "{e}");
@@ -562,7 +576,10 @@ mod tests {
         assert!(check_lcores(&cfg, &[0, 1]).is_ok());
         cfg.lcores.cpus = Some(vec![1, 3]);
         let e = check_lcores(&cfg, &[0, 1]).unwrap_err();
-        assert!(e.contains("lcores.cpus: worker lcore 6 is mapped to CPU 3"), "{e}");
+        assert!(
+            e.contains("lcores.cpus: worker lcore 6 is mapped to CPU 3"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -595,8 +612,14 @@ mod tests {
             hugepages_free: None,
         };
         let e = check_memory(&cfg, &need, &avail).unwrap_err();
-        assert!(e.contains("sluice.toml: sessions.capacity = 67108864 needs"), "{e}");
-        assert!(e.contains("but only 8192 MiB is available (MemAvailable"), "{e}");
+        assert!(
+            e.contains("sluice.toml: sessions.capacity = 67108864 needs"),
+            "{e}"
+        );
+        assert!(
+            e.contains("but only 8192 MiB is available (MemAvailable"),
+            "{e}"
+        );
         // The capacity it suggests fits, one more session does not.
         let at_most: usize = e
             .split(" at most here")
@@ -616,7 +639,10 @@ mod tests {
             ..avail
         };
         let e = check_memory(&small, &need, &capped).unwrap_err();
-        assert!(e.contains("64 MiB is available (left under this cgroup"), "{e}");
+        assert!(
+            e.contains("64 MiB is available (left under this cgroup"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -631,7 +657,10 @@ mod tests {
             hugepages_free: Some(128 << 20),
         };
         let e = check_memory(&cfg, &need, &avail).unwrap_err();
-        assert!(e.contains("eal.memory_mb = 256 needs 256 MiB of hugepages but 128 MiB"), "{e}");
+        assert!(
+            e.contains("eal.memory_mb = 256 needs 256 MiB of hugepages but 128 MiB"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -643,7 +672,10 @@ mod tests {
 
     #[test]
     fn vdev_strings_name_their_interfaces() {
-        assert_eq!(vdev_interfaces("net_af_packet0,iface=veth0,qpairs=2"), ["veth0"]);
+        assert_eq!(
+            vdev_interfaces("net_af_packet0,iface=veth0,qpairs=2"),
+            ["veth0"]
+        );
         assert_eq!(
             vdev_interfaces("net_pcap0,rx_iface=a,tx_iface=b"),
             ["a".to_string(), "b".to_string()]
@@ -669,7 +701,10 @@ mod tests {
         let mut other = cfg.clone();
         other.control.socket = cfg.control.socket.with_file_name("other.sock");
         let e = InstanceLocks::take(&other, dir.path()).err().unwrap();
-        assert!(e.contains("port p0: interface veth9 is held by another Sluice"), "{e}");
+        assert!(
+            e.contains("port p0: interface veth9 is held by another Sluice"),
+            "{e}"
+        );
         assert!(e.contains(&me), "{e}");
         // The refused attempt released the socket lock it had taken.
         assert!(!other.control.socket.with_extension("sock.lock").exists());

@@ -1124,7 +1124,10 @@ mod tests {
                 table.memory_bytes(),
                 "capacity {capacity}"
             );
-            assert_eq!(hashbrown_capacity(map_items(capacity)), table.map_capacity());
+            assert_eq!(
+                hashbrown_capacity(map_items(capacity)),
+                table.map_capacity()
+            );
         }
     }
 
