@@ -554,7 +554,7 @@ mod tests {
 
     #[test]
     fn lcores_outside_the_affinity_are_refused_naming_the_field() {
-        let cfg = config(&format!("{PORT}"));
+        let cfg = config(PORT);
         assert!(check_lcores(&cfg, &[0, 1]).is_ok());
         let e = check_lcores(&cfg, &[0]).unwrap_err();
         assert!(
@@ -569,8 +569,7 @@ mod tests {
 
     #[test]
     fn a_cpus_mapping_is_checked_instead_of_the_worker_ids() {
-        let text = PORT.to_string();
-        let mut cfg = config(&text);
+        let mut cfg = config(PORT);
         cfg.lcores.workers = vec![5, 6];
         cfg.lcores.cpus = Some(vec![1, 1]);
         assert!(check_lcores(&cfg, &[0, 1]).is_ok());
