@@ -374,7 +374,8 @@ impl Config {
 
     /// The EAL argv (argv[0] = "sluice"):
     /// `-l <mgmt,workers...> --main-lcore <mgmt> --file-prefix <p>`, then
-    /// `--no-huge -m <mb> --no-shconf` without hugepages or `-m <mb>` with them,
+    /// `--no-huge -m <mb> --no-shconf` without hugepages or `-m <mb>
+    /// --huge-unlink=always` with them,
     /// then `--no-pci` or `-a <pci>` per PCI port, `--vdev <spec>` per vdev port,
     /// and finally `extra_args`. Loopback ports are not in the argv: the daemon
     /// creates them after EAL init with `rte_eth_from_rings`.
@@ -402,6 +403,18 @@ impl Config {
         let memory = self.eal.memory_mb.to_string();
         if self.eal.hugepages {
             args.extend(["-m".into(), memory]);
+            // The hugepage files go as soon as they are mapped, so none outlives the
+            // process (the EAL otherwise leaves most of them behind, even after a
+            // clean exit). Not with options that exclude it: `--in-memory` makes no
+            // files, `--single-file-segments` refuses it, or an explicit choice.
+            let excluded = self.eal.extra_args.iter().any(|a| {
+                a.starts_with("--huge-unlink")
+                    || a == "--single-file-segments"
+                    || a == "--in-memory"
+            });
+            if !excluded {
+                args.push("--huge-unlink=always".into());
+            }
         } else {
             // No shared config either: nothing in hugetlbfs to share, and two test
             // processes must not collide on /var/run/dpdk.

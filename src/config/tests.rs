@@ -873,11 +873,27 @@ fn example_baremetal() {
             "sluice",
             "-m",
             "2048",
+            "--huge-unlink=always",
             "-a",
             "0000:03:00.0",
             "--log-level=lib.eal:notice",
         ])
     );
+    // Options that exclude unlinking, given in extra_args, leave it out.
+    for extra in [
+        "--single-file-segments",
+        "--in-memory",
+        "--huge-unlink=never",
+    ] {
+        let mut c = cfg.clone();
+        c.eal.extra_args = vec![extra.into()];
+        let args = c.eal_args();
+        assert!(
+            !args.contains(&"--huge-unlink=always".to_string()),
+            "{args:?}"
+        );
+        assert_eq!(args.last().map(String::as_str), Some(extra));
+    }
 }
 
 // ---- timeouts, sessions, services: valid input ---------------------------------

@@ -3,6 +3,7 @@
 //! tears everything down in reverse order.
 mod adoption;
 mod metrics;
+mod preflight;
 mod rates;
 mod services;
 mod signals;
@@ -83,6 +84,8 @@ type ControlCall = (Request, Sender<Result<serde_json::Value, String>>);
 /// Runs the appliance until a signal or the duration ends it.
 pub fn run(opts: &Options) -> Result<(), String> {
     let cfg = Config::load(&opts.config).map_err(|e| e.to_string())?;
+    // Before the EAL: a config this machine cannot run leaves nothing behind.
+    let _instance_locks = preflight::check(&cfg)?;
     signals::install().map_err(|e| format!("installing signal handlers: {e}"))?;
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -240,6 +243,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         persist,
         config_path: cfg.path.clone(),
     };
+    announce_at_start(&cfg, &app, &registry);
     management_loop(
         &mut app,
         &counters,
@@ -685,6 +689,33 @@ fn inject(mesh: &Mesh, pool: &Mempool, frame: &[u8]) -> bool {
     out.packet_mut(0).copy_from_slice(frame);
     // A full ring leaves the mbuf in `out`, which frees it.
     mesh.health_inject().enqueue(&mut out) == 1
+}
+
+/// Gratuitous ARP, through worker 0 on the first port, for that port's addresses and,
+/// unless VRRP decides who serves them (its master announces them when it takes
+/// over), the VIPs and FullNAT local addresses: neighbours that cached another MAC
+/// for them (an earlier appliance, a restart with a new MAC) learn ours now rather
+/// than when their entry expires. Not on an emulated port (no neighbour caches).
+fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
+    let (Some(port), Some(pc)) = (app.ports.first(), cfg.ports.first()) else {
+        return;
+    };
+    if matches!(pc.device, PortDevice::Loopback) {
+        return;
+    }
+    let mut addrs: Vec<std::net::Ipv4Addr> = pc.addresses.iter().map(|a| a.addr).collect();
+    if registry.vrrp.is_none() {
+        addrs.extend(registry.services.virtual_addresses());
+    }
+    addrs.sort_unstable();
+    addrs.dedup();
+    let mut send = |frame: &[u8]| inject(&app.mesh, &app.pool, frame);
+    let sent = vrrp::send_gratuitous_arps(crate::wire::MacAddr(port.mac), &addrs, &mut send);
+    log::info!(
+        "port {}: gratuitous ARP for {sent} of {} address(es)",
+        port.name,
+        addrs.len()
+    );
 }
 
 /// Session events a worker's sync ring holds.

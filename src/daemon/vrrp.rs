@@ -35,6 +35,24 @@ pub struct VrrpReport {
     pub stats: VrrpStats,
 }
 
+/// A gratuitous ARP for each of `addrs` (a broadcast who-has for the address, from
+/// the address and `mac`), so that neighbours' caches point at `mac`; returns how many
+/// `send` took.
+pub fn send_gratuitous_arps(
+    mac: MacAddr,
+    addrs: &[Ipv4Addr],
+    send: &mut impl FnMut(&[u8]) -> bool,
+) -> u64 {
+    let mut sent = 0;
+    for &ip in addrs {
+        let mut frame = [0u8; 60];
+        if let Some(len) = write_arp_request(&mut frame, ethernet::HEADER_LEN, mac, ip, ip) {
+            sent += u64::from(send(&frame[..len]));
+        }
+    }
+    sent
+}
+
 pub struct VrrpNode {
     router: Router,
     mac: MacAddr,
@@ -191,16 +209,7 @@ impl VrrpNode {
             self.send_advert(RESIGN_PRIORITY, addrs, send);
         }
         if actions.contains(Actions::SEND_GRATUITOUS_ARP) {
-            for &ip in addrs {
-                let mut frame = [0u8; 60];
-                if let Some(len) =
-                    write_arp_request(&mut frame, ethernet::HEADER_LEN, self.mac, ip, ip)
-                {
-                    if send(&frame[..len]) {
-                        self.stats.gratuitous_arps_sent += 1;
-                    }
-                }
-            }
+            self.stats.gratuitous_arps_sent += send_gratuitous_arps(self.mac, addrs, send);
         }
         let after = self.router.state;
         if after == before {

@@ -614,6 +614,21 @@ impl PortPool {
                 })
                 .sum::<usize>()
     }
+
+    /// [`memory_bytes`](Self::memory_bytes) of a pool of `lips` local addresses with
+    /// `ports` ports each, built for a redirection table of `reta_size` entries: known
+    /// before the pool is built (start-up checks it against the memory available).
+    pub fn bytes_for(lips: usize, ports: usize, reta_size: usize) -> usize {
+        let words = reta_size.div_ceil(64) * 8;
+        let per_lip = 2 * reta_size * 2 // head, tail
+            + ports * 2 // next
+            + ports.div_ceil(64) * 8 // in_use
+            + words; // nonempty
+        core::mem::size_of::<Self>()
+            + REPLY_TUPLE_LEN * 256 * 2
+            + words
+            + lips * (core::mem::size_of::<LaddrPool>() + per_lip)
+    }
 }
 
 #[cfg(test)]
@@ -989,6 +1004,10 @@ mod tests {
                 per_worker * 4
             );
             assert!(pools.iter().all(|p| p.memory_bytes() == per_worker));
+            assert_eq!(
+                PortPool::bytes_for(LIPS.len(), 65535 - 1024 + 1, reta_size),
+                per_worker
+            );
             // Two bytes of link and a bit per port, four bytes per class, per LIP.
             let floor = 4 * (64_512 * 2 + 64_512 / 8 + reta_size * 4);
             assert!(per_worker >= floor && per_worker < floor + 16 * 1024);

@@ -199,14 +199,25 @@ impl HealthMonitor {
         self.cfg.source_ports.clone()
     }
 
-    /// The effective check of a real server.
+    /// The effective check of a real server. The probes are TCP, so a UDP service's
+    /// real server is probed only when its service's or its own `health` table names
+    /// the TCP port to probe: a check inherited from `[health]` alone (whose port, if
+    /// any, is meant for the TCP services) would send SYNs to a UDP port, fail, and
+    /// evict every UDP real server.
     pub fn spec_for(&self, service: ServiceKey, ip: Ipv4Addr, port: u16) -> CheckSpec {
         let mut spec = self.cfg.defaults.clone();
-        if let Some((o, _)) = self.service_checks.get(&service) {
+        let service_override = self.service_checks.get(&service).map(|(o, _)| o);
+        let server_override = self.server_checks.get(&(service, ip, port));
+        if let Some(o) = service_override {
             spec = o.apply(&spec);
         }
-        if let Some(o) = self.server_checks.get(&(service, ip, port)) {
+        if let Some(o) = server_override {
             spec = o.apply(&spec);
+        }
+        let port_given = service_override.is_some_and(|o| o.port.is_some())
+            || server_override.is_some_and(|o| o.port.is_some());
+        if service.proto == crate::flow::Protocol::Udp && !port_given {
+            spec.kind = CheckKind::None;
         }
         spec
     }

@@ -357,3 +357,53 @@ fn overrides_and_all_down_per_service() {
     assert_eq!((r[1].check, r[1].probe_port), (CheckKind::Tcp, 9000));
     assert_eq!(m.overlay().reset_when_down, [key()].into_iter().collect());
 }
+
+#[test]
+fn a_global_tcp_check_probes_a_udp_service_only_where_a_port_is_given() {
+    let dns = |vip: u8| ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, vip), 53);
+    let mut t = table(1);
+    for vip in [2, 3] {
+        t.add_service(dns(vip), SchedulerKind::Rr, None).unwrap();
+        for i in 0..2 {
+            let ip = Ipv4Addr::new(198, 18, 0, 20 + vip * 2 + i);
+            t.add_server(dns(vip), RealServerSpec::new(ip, 53, 1, ForwardMode::Nat))
+                .unwrap();
+        }
+    }
+    // The global default names a port too: it is meant for the TCP services.
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind: CheckKind::Tcp,
+            interval_ms: 100,
+            timeout_ms: 50,
+            port: Some(8081),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut o = Overrides::default();
+    // The second UDP service's first server names the TCP port to probe.
+    o.servers.insert(
+        (dns(3), Ipv4Addr::new(198, 18, 0, 26), 53),
+        CheckOverride {
+            port: Some(5353),
+            ..Default::default()
+        },
+    );
+    let mut m = HealthMonitor::new(cfg, SOURCE, o, 7);
+    let mut net = Net { sent: Vec::new() };
+    let mut probed = std::collections::BTreeSet::new();
+    for now in 0..100 {
+        net.tick(&mut m, &t, now);
+        for syn in net.syns() {
+            let p = parse_segment(&syn).unwrap();
+            probed.insert((p.to.ip().octets()[3], p.to.port()));
+        }
+    }
+    // The TCP service's server on the global port; of the four UDP servers only the
+    // one with a port of its own.
+    assert_eq!(probed, [(11, 8081), (26, 5353)].into_iter().collect());
+    let spec = m.spec_for(dns(2), Ipv4Addr::new(198, 18, 0, 24), 53);
+    assert_eq!(spec.kind, CheckKind::None);
+    assert!(m.overlay().evicted.is_empty());
+}

@@ -59,7 +59,8 @@ pub mod timer;
 
 pub use state::{is_active, ActivityChange, Direction, TcpEvent, TcpState, Transition};
 pub use table::{
-    InsertError, Session, SessionFlags, SessionId, SessionTable, DEFAULT_WHEEL_SLOTS, MAX_CAPACITY,
+    InsertError, Session, SessionFlags, SessionId, SessionTable, TableAllocError,
+    DEFAULT_WHEEL_SLOTS, MAX_CAPACITY,
 };
 pub use timeouts::{TickTimeouts, Timeouts, MAX_TIMEOUT_SECS};
 pub use timer::{Advance, TimerWheel};

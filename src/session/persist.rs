@@ -106,7 +106,7 @@ impl PersistTable {
     /// A table for about `capacity` templates (rounded up to a power of two buckets
     /// of [`WAYS`] slots); all memory is allocated here.
     pub fn with_capacity(capacity: usize) -> PersistTable {
-        let buckets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
+        let buckets = Self::buckets_for(capacity);
         PersistTable {
             slots: (0..buckets * WAYS).map(|_| Slot::default()).collect(),
             bucket_mask: buckets - 1,
@@ -296,6 +296,15 @@ impl PersistTable {
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.slots)
     }
+
+    /// [`memory_bytes`](Self::memory_bytes) of `with_capacity(capacity)`.
+    pub fn bytes_for(capacity: usize) -> usize {
+        Self::buckets_for(capacity) * WAYS * std::mem::size_of::<Slot>()
+    }
+
+    fn buckets_for(capacity: usize) -> usize {
+        capacity.div_ceil(WAYS).max(1).next_power_of_two()
+    }
 }
 
 #[cfg(test)]
@@ -443,5 +452,13 @@ mod tests {
             disagreements, 0,
             "binds that disagree with the stored template"
         );
+    }
+
+    #[test]
+    fn bytes_for_is_what_the_table_allocates() {
+        for capacity in [1, 64, 1000, 262_144] {
+            let table = PersistTable::with_capacity(capacity);
+            assert_eq!(PersistTable::bytes_for(capacity), table.memory_bytes());
+        }
     }
 }

@@ -393,13 +393,29 @@ impl<K: FlowKey> SessionTable<K> {
     }
 
     /// A table for `capacity` sessions, with a timer wheel of `wheel_slots` slots (a
-    /// power of two) whose clock starts at `now_tick`.
+    /// power of two) whose clock starts at `now_tick`. Panics when the memory cannot
+    /// be had; [`try_with_wheel`](Self::try_with_wheel) reports it instead.
     pub fn with_wheel(capacity: usize, wheel_slots: usize, now_tick: u32) -> Self {
+        Self::try_with_wheel(capacity, wheel_slots, now_tick).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`with_wheel`](Self::with_wheel), but a refused allocation (the kernel has
+    /// not the memory, or an address-space limit) is an error, not an abort.
+    pub fn try_with_wheel(
+        capacity: usize,
+        wheel_slots: usize,
+        now_tick: u32,
+    ) -> Result<Self, TableAllocError> {
         assert!(
             capacity <= MAX_CAPACITY,
             "session table capacity {capacity} above {MAX_CAPACITY}"
         );
-        let mut slab = HugeVec::with_capacity_in(capacity, HugePageAlloc);
+        let refused = || TableAllocError {
+            capacity,
+            bytes: Self::bytes_for(capacity, wheel_slots),
+        };
+        let mut slab = HugeVec::new_in(HugePageAlloc);
+        slab.try_reserve_exact(capacity).map_err(|_| refused())?;
         slab.resize(capacity, Session::vacant());
         for (index, session) in slab.iter_mut().enumerate() {
             session.timer.next = if index + 1 < capacity {
@@ -408,24 +424,34 @@ impl<K: FlowKey> SessionTable<K> {
                 NIL
             };
         }
-        // Room for two keys per session, with the buckets at most half full so that
-        // hashbrown's tombstones are rare and its in-place cleanup never needs to grow
-        // the table (it would if more than half its capacity were live).
-        let map = HashMap::with_capacity_and_hasher_in(
-            capacity.saturating_mul(7) / 2,
-            DefaultHashBuilder::default(),
-            HugePageAlloc,
-        );
-        let mut keys = HugeVec::with_capacity_in(capacity, HugePageAlloc);
+        let mut map = HashMap::with_hasher_in(DefaultHashBuilder::default(), HugePageAlloc);
+        map.try_reserve(map_items(capacity))
+            .map_err(|_| refused())?;
+        let mut keys = HugeVec::new_in(HugePageAlloc);
+        keys.try_reserve_exact(capacity).map_err(|_| refused())?;
         keys.resize(capacity, None);
-        SessionTable {
+        Ok(SessionTable {
             slab,
             keys,
             map,
             wheel: TimerWheel::new(wheel_slots, now_tick),
             free_head: if capacity > 0 { 0 } else { NIL },
             len: 0,
-        }
+        })
+    }
+
+    /// Bytes a table for `capacity` sessions with a `wheel_slots`-slot wheel
+    /// allocates: [`memory_bytes`](Self::memory_bytes) of that table, known before
+    /// making it (start-up checks it against the memory available).
+    pub fn bytes_for(capacity: usize, wheel_slots: usize) -> usize {
+        let slab = capacity.saturating_mul(std::mem::size_of::<Session>());
+        let keys = capacity.saturating_mul(std::mem::size_of::<Option<SessionKeys<K>>>());
+        let map = hashbrown_bytes::<(K, u32)>(hashbrown_capacity(map_items(capacity)));
+        std::mem::size_of::<Self>()
+            .saturating_add(slab)
+            .saturating_add(keys)
+            .saturating_add(map)
+            .saturating_add(TimerWheel::bytes_for(wheel_slots))
     }
 
     /// Sessions in the table.
@@ -678,6 +704,46 @@ fn release<K: FlowKey>(
     *free_head = index;
     *len -= 1;
 }
+
+/// Items the map is made for: two keys per session, with the buckets at most half
+/// full so that hashbrown's tombstones are rare and its in-place cleanup never needs
+/// to grow the table (it would if more than half its capacity were live).
+fn map_items(capacity: usize) -> usize {
+    capacity.saturating_mul(7) / 2
+}
+
+/// The item capacity hashbrown gives a map asked for `items`: 7/8 of a power-of-two
+/// bucket count (below 15 items it has special small sizes, never used for a
+/// session table, whose smallest configurable capacity is 1024).
+fn hashbrown_capacity(items: usize) -> usize {
+    match items {
+        0 => 0,
+        1..=3 => 3,
+        4..=7 => 7,
+        8..=14 => 14,
+        _ => (items.saturating_mul(8) / 7).next_power_of_two() / 8 * 7,
+    }
+}
+
+/// A session table's memory was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableAllocError {
+    pub capacity: usize,
+    pub bytes: usize,
+}
+
+impl fmt::Display for TableAllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a session table for {} sessions needs {} MiB; the allocation was refused",
+            self.capacity,
+            self.bytes.div_ceil(1 << 20)
+        )
+    }
+}
+
+impl std::error::Error for TableAllocError {}
 
 /// Bytes hashbrown allocates for a table of `T` with item capacity `capacity`: it
 /// keeps 1/8 of the buckets empty (one for tables of 8 buckets or fewer) and has one
@@ -1047,6 +1113,41 @@ mod tests {
         // 64 (entry) + 32 (keys) + 4 Mi buckets of 21 bytes (map) over 1 M sessions.
         assert!((184.0..184.5).contains(&per_session), "{per_session}");
         assert!(table.map_capacity() >= 2_000_000);
+    }
+
+    #[test]
+    fn bytes_for_is_what_the_table_allocates() {
+        for capacity in [1024, 1500, 100_000, 1 << 20] {
+            let table: SessionTable<FlowKey4> = SessionTable::with_capacity(capacity);
+            assert_eq!(
+                SessionTable::<FlowKey4>::bytes_for(capacity, DEFAULT_WHEEL_SLOTS),
+                table.memory_bytes(),
+                "capacity {capacity}"
+            );
+            assert_eq!(
+                hashbrown_capacity(map_items(capacity)),
+                table.map_capacity()
+            );
+        }
+    }
+
+    #[test]
+    fn an_allocation_the_kernel_refuses_is_an_error() {
+        // 64 bytes x 2^31 sessions of slab alone: 128 GiB, more than any test machine
+        // has, so the kernel's overcommit check refuses the mapping. With overcommit
+        // unlimited (mode 1) it would be granted and then faulted in: not tried there.
+        let mode = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap();
+        if mode.trim() == "1" {
+            eprintln!("vm.overcommit_memory = 1: a refused mapping cannot be provoked");
+            return;
+        }
+        let capacity = MAX_CAPACITY;
+        let e = SessionTable::<FlowKey4>::try_with_wheel(capacity, DEFAULT_WHEEL_SLOTS, 0)
+            .err()
+            .expect("a 128 GiB slab was granted");
+        assert_eq!(e.capacity, capacity);
+        assert!(e.bytes > 128 << 30, "{e:?}");
+        assert!(e.to_string().contains("refused"), "{e}");
     }
 
     #[test]

@@ -174,6 +174,11 @@ impl TimerWheel {
         std::mem::size_of_val::<[u32]>(&self.heads)
     }
 
+    /// [`memory_bytes`](Self::memory_bytes) of a wheel of `slots` slots.
+    pub fn bytes_for(slots: usize) -> usize {
+        (slots + 1) * std::mem::size_of::<u32>()
+    }
+
     #[inline]
     fn due_list(&self) -> u32 {
         self.mask + 1

@@ -424,6 +424,8 @@ pub struct DaemonConfig {
     /// Raw TOML appended after everything else (e.g. `[timeouts]`, `[sessions]`,
     /// `[[services]]` sections), verbatim.
     pub extra_toml: Vec<String>,
+    /// `Some(mb)`: run on hugepages with `memory_mb = mb` (default: ordinary memory).
+    pub hugepages_mb: Option<u32>,
 }
 
 impl DaemonConfig {
@@ -452,6 +454,7 @@ impl DaemonConfig {
             netns: None,
             args: Vec::new(),
             extra_toml: Vec::new(),
+            hugepages_mb: None,
         }
     }
 
@@ -467,9 +470,13 @@ impl DaemonConfig {
     pub fn toml(&self) -> String {
         let mut t = String::new();
         let q = |s: &str| format!("{s:?}");
+        let (hugepages, memory_mb) = match self.hugepages_mb {
+            Some(mb) => (true, mb),
+            None => (false, 256),
+        };
         writeln!(
             t,
-            "[eal]\nhugepages = false\nmemory_mb = 256\nfile_prefix = {}\n",
+            "[eal]\nhugepages = {hugepages}\nmemory_mb = {memory_mb}\nfile_prefix = {}\n",
             q(&self.file_prefix)
         )
         .unwrap();

@@ -1,0 +1,715 @@
+//! Checks made before the EAL starts, so that a config this machine cannot run is
+//! refused at once, naming the field, with nothing left behind (no DPDK runtime
+//! directory, no control socket):
+//!
+//! - every lcore runs on a CPU this process may use (`sched_getaffinity`);
+//! - the memory the tables will take fits in what the kernel has available;
+//! - no other Sluice holds the control socket or an attached interface (an exclusive
+//!   `flock` on a lock file per socket and per interface, held until exit).
+use crate::config::{Config, PortDevice};
+use crate::dataplane::realserver_stats::{RealServerCounters, MAX_REAL_SERVER_IDS};
+use crate::forward::laddr::PortPool;
+use crate::session::persist::PersistTable;
+use crate::session::{SessionTable, DEFAULT_WHEEL_SLOTS};
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Where the per-interface locks live.
+pub const LOCK_DIR: &str = "/run/sluice";
+
+/// Largest redirection table a port pool is sized for before the device reports its
+/// own (ice: 2048 entries; i40e 512; the emulator 128).
+const RETA_SIZE_BOUND: usize = 2048;
+
+/// Runs every check; the locks returned must be kept until the process ends.
+pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
+    check_lcores(cfg, &allowed_cpus()?)?;
+    check_memory(cfg, &MemoryNeed::of(cfg), &Available::read())?;
+    InstanceLocks::take(cfg, Path::new(LOCK_DIR))
+}
+
+// ---------------------------------------------------------------------------------
+// lcores
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Result<Vec<u32>, String> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size is the set's own.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(format!(
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok((0..libc::CPU_SETSIZE as u32)
+        // SAFETY: the index is below CPU_SETSIZE, the set's size.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu as usize, &set) })
+        .collect())
+}
+
+/// Every lcore runs on an allowed CPU: the management lcore on the CPU of its id, each
+/// worker on `cpus[i]` when given, else on the CPU of its id (EAL `-l`/`--lcores`).
+fn check_lcores(cfg: &Config, allowed: &[u32]) -> Result<(), String> {
+    let l = &cfg.lcores;
+    let refuse = |field: &str, what: String| {
+        Err(format!(
+            "{}: lcores.{field}: {what}, but this process may run only on CPU(s) {} \
+             (of {} CPUs online; sched_getaffinity)",
+            cfg.path.display(),
+            cpu_list(allowed),
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ))
+    };
+    if !allowed.contains(&l.management) {
+        return refuse(
+            "management",
+            format!("lcore {} runs on CPU {}", l.management, l.management),
+        );
+    }
+    for (i, &worker) in l.workers.iter().enumerate() {
+        match &l.cpus {
+            Some(cpus) if !allowed.contains(&cpus[i]) => {
+                return refuse(
+                    "cpus",
+                    format!("worker lcore {worker} is mapped to CPU {}", cpus[i]),
+                );
+            }
+            None if !allowed.contains(&worker) => {
+                return refuse(
+                    "workers",
+                    format!("worker lcore {worker} runs on CPU {worker}"),
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `0-3,6` style.
+fn cpu_list(cpus: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
+        } else {
+            cpus[i].to_string()
+        });
+        i = j + 1;
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(",")
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// memory
+
+/// What the config will allocate, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryNeed {
+    pub workers: usize,
+    /// One worker's session table (the figures the allocator uses).
+    pub sessions_per_worker: usize,
+    /// Everything else in ordinary memory: per-worker real-server counters, FullNAT
+    /// port pools and sync rings, the persistence table, and the EAL's memory when it
+    /// runs without hugepages.
+    pub other: usize,
+    /// The EAL's memory from hugepages (`eal.memory_mb` with `hugepages = true`).
+    pub hugepages: usize,
+}
+
+impl MemoryNeed {
+    pub fn of(cfg: &Config) -> MemoryNeed {
+        let workers = cfg.lcores.workers.len();
+        let sessions_per_worker = SessionTable::<crate::flow::FlowKey4>::bytes_for(
+            cfg.sessions.capacity as usize,
+            DEFAULT_WHEEL_SLOTS,
+        );
+        let ports = usize::from(cfg.sessions.local_port_last)
+            .saturating_sub(usize::from(cfg.sessions.local_port_first))
+            + 1;
+        let pools: usize = cfg
+            .services
+            .iter()
+            .filter(|s| !s.local_addresses.is_empty())
+            .map(|s| PortPool::bytes_for(s.local_addresses.len(), ports, RETA_SIZE_BOUND))
+            .sum();
+        let counters = MAX_REAL_SERVER_IDS * std::mem::size_of::<RealServerCounters>();
+        // crossbeam's ArrayQueue: a stamp word beside each event.
+        let sync_ring = match cfg.sync {
+            Some(_) => {
+                super::SYNC_RING_EVENTS
+                    * (std::mem::size_of::<crate::sync::events::SessionEvent>()
+                        + std::mem::size_of::<usize>())
+            }
+            None => 0,
+        };
+        let eal = (cfg.eal.memory_mb as usize) << 20;
+        let (eal_ordinary, hugepages) = match cfg.eal.hugepages {
+            true => (0, eal),
+            false => (eal, 0),
+        };
+        MemoryNeed {
+            workers,
+            sessions_per_worker,
+            other: workers * (counters + pools + sync_ring)
+                + PersistTable::bytes_for(super::PERSIST_TEMPLATES)
+                + eal_ordinary,
+            hugepages,
+        }
+    }
+
+    pub fn ordinary(&self) -> usize {
+        self.workers
+            .saturating_mul(self.sessions_per_worker)
+            .saturating_add(self.other)
+    }
+}
+
+/// What the kernel reports free, in bytes (`None`: not known, not checked).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Available {
+    /// `MemAvailable` in /proc/meminfo.
+    pub mem_available: Option<u64>,
+    /// Room left under this process's cgroup (v2) `memory.max`, when it has one.
+    pub cgroup_room: Option<u64>,
+    /// Free hugepages of every size (/sys/kernel/mm/hugepages).
+    pub hugepages_free: Option<u64>,
+}
+
+impl Available {
+    pub fn read() -> Available {
+        Available {
+            mem_available: std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|t| meminfo_bytes(&t, "MemAvailable")),
+            cgroup_room: cgroup_room(),
+            hugepages_free: hugepages_free(),
+        }
+    }
+}
+
+/// A `Key:  1234 kB` line of /proc/meminfo, in bytes.
+fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.split(':').next() == Some(key))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn cgroup_room() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+    let max: u64 = std::fs::read_to_string(dir.join("memory.max"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?; // "max": no limit
+    let current: u64 = std::fs::read_to_string(dir.join("memory.current"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(max.saturating_sub(current))
+}
+
+fn hugepages_free() -> Option<u64> {
+    let mut total = 0u64;
+    for entry in std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .ok()?
+        .flatten()
+    {
+        // hugepages-2048kB
+        let name = entry.file_name();
+        let Some(kb) = name.to_str().and_then(|n| {
+            n.strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse::<u64>()
+                .ok()
+        }) else {
+            continue;
+        };
+        let free: u64 = std::fs::read_to_string(entry.path().join("free_hugepages"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        total += free * kb * 1024;
+    }
+    Some(total)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes.div_ceil(1 << 20))
+}
+
+/// Refuses a config whose tables do not fit in the memory available.
+fn check_memory(cfg: &Config, need: &MemoryNeed, avail: &Available) -> Result<(), String> {
+    let ordinary = need.ordinary() as u64;
+    let room = match (avail.mem_available, avail.cgroup_room) {
+        (Some(m), Some(c)) if c < m => Some((c, "left under this cgroup's memory.max")),
+        (Some(m), _) => Some((m, "MemAvailable in /proc/meminfo")),
+        (None, Some(c)) => Some((c, "left under this cgroup's memory.max")),
+        (None, None) => None,
+    };
+    if let Some((room, source)) = room {
+        if ordinary > room {
+            let fits = sessions_that_fit(room.saturating_sub(need.other as u64), need.workers);
+            return Err(format!(
+                "{}: sessions.capacity = {} needs {} of session tables ({} worker(s) x {}) \
+                 and {} besides (counters, pools, persistence{}), {} in all, but only {} is \
+                 available ({source}); lower sessions.capacity ({} at most here) or free \
+                 memory",
+                cfg.path.display(),
+                cfg.sessions.capacity,
+                mib(need.workers as u64 * need.sessions_per_worker as u64),
+                need.workers,
+                mib(need.sessions_per_worker as u64),
+                mib(need.other as u64),
+                if cfg.eal.hugepages {
+                    ""
+                } else {
+                    ", eal.memory_mb without hugepages"
+                },
+                mib(ordinary),
+                mib(room),
+                fits,
+            ));
+        }
+    }
+    if let Some(free) = avail.hugepages_free {
+        if need.hugepages as u64 > free {
+            return Err(format!(
+                "{}: eal.memory_mb = {} needs {} of hugepages but {} is free \
+                 (/sys/kernel/mm/hugepages/*/free_hugepages); reserve more hugepages, lower \
+                 eal.memory_mb, or set eal.hugepages = false",
+                cfg.path.display(),
+                cfg.eal.memory_mb,
+                mib(need.hugepages as u64),
+                mib(free)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The largest session capacity whose tables for `workers` workers fit in `room`.
+fn sessions_that_fit(room: u64, workers: usize) -> usize {
+    let fits = |c: usize| {
+        SessionTable::<crate::flow::FlowKey4>::bytes_for(c, DEFAULT_WHEEL_SLOTS) as u64
+            * workers as u64
+            <= room
+    };
+    let (mut lo, mut hi) = (0usize, crate::session::MAX_CAPACITY);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+// ---------------------------------------------------------------------------------
+// instance locks
+
+/// One exclusive `flock` on a lock file, released (and the file removed) on drop.
+struct LockFile {
+    path: PathBuf,
+    _file: File,
+}
+
+impl LockFile {
+    /// Takes the lock at `path` without waiting; `Err(Some(holder))` names who holds it
+    /// (what the holder wrote into the file), `Err(None)` when it could not be read.
+    fn take(path: &Path, holder: &str) -> Result<LockFile, Result<Option<String>, String>> {
+        // The holder removes the file when it ends; a file removed between our open
+        // and our flock is not the lock any more: open again.
+        for _ in 0..8 {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(path)
+                .map_err(|e| Err(format!("{}: {e}", path.display())))?;
+            // SAFETY: flock on a descriptor we own.
+            let rc = unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            };
+            if rc != 0 {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                    return Err(Err(format!("flock {}: {err}", path.display())));
+                }
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let text = text.trim().to_string();
+                return Err(Ok((!text.is_empty()).then_some(text)));
+            }
+            let same = match (file.metadata(), std::fs::metadata(path)) {
+                (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            let written = file
+                .set_len(0)
+                .and_then(|_| file.rewind())
+                .and_then(|_| file.write_all(holder.as_bytes()));
+            if let Err(e) = written {
+                return Err(Err(format!("{}: {e}", path.display())));
+            }
+            return Ok(LockFile {
+                path: path.to_path_buf(),
+                _file: file,
+            });
+        }
+        Err(Err(format!(
+            "{}: removed and recreated while taking the lock, again and again",
+            path.display()
+        )))
+    }
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        // Removed while still locked, so that whoever opens it next makes a new one.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The locks of a running instance: its control socket and its attached interfaces.
+pub struct InstanceLocks {
+    _locks: Vec<LockFile>,
+}
+
+impl InstanceLocks {
+    /// Takes every lock or none (the ones taken are released on error).
+    pub fn take(cfg: &Config, lock_dir: &Path) -> Result<InstanceLocks, String> {
+        let file = cfg.path.display();
+        let holder = format!(
+            "pid {}, config {}\n",
+            std::process::id(),
+            cfg.path.display()
+        );
+        let held_by = |who: Option<String>| match who {
+            Some(w) => format!("held by another Sluice ({w})"),
+            None => "held by another Sluice".to_string(),
+        };
+        let mut locks = Vec::new();
+        let socket = &cfg.control.socket;
+        let mut lock_path = socket.clone().into_os_string();
+        lock_path.push(".lock");
+        let lock_path = PathBuf::from(lock_path);
+        locks.push(LockFile::take(&lock_path, &holder).map_err(|e| match e {
+            Ok(who) => format!(
+                "{file}: control.socket {} is {} (lock {})",
+                socket.display(),
+                held_by(who),
+                lock_path.display()
+            ),
+            Err(e) => format!("{file}: control.socket {}: lock: {e}", socket.display()),
+        })?);
+        let attached = attached_devices(cfg);
+        if !attached.is_empty() {
+            std::fs::create_dir_all(lock_dir)
+                .map_err(|e| format!("creating {}: {e}", lock_dir.display()))?;
+        }
+        let netns = network_namespace();
+        for (port, device) in attached {
+            let name = match &device {
+                Attached::Interface(iface) => format!("iface-{netns}-{}.lock", escape(iface)),
+                Attached::Pci(addr) => format!("pci-{}.lock", escape(addr)),
+            };
+            let path = lock_dir.join(name);
+            locks.push(LockFile::take(&path, &holder).map_err(|e| match e {
+                Ok(who) => format!(
+                    "{file}: port {port}: {device} is {} (lock {})",
+                    held_by(who),
+                    path.display()
+                ),
+                Err(e) => format!("{file}: port {port}: {device}: lock: {e}"),
+            })?);
+        }
+        Ok(InstanceLocks { _locks: locks })
+    }
+}
+
+/// A device a port attaches to that two processes must not share.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Attached {
+    /// A kernel interface (af_packet, pcap, tap, af_xdp).
+    Interface(String),
+    Pci(String),
+}
+
+impl std::fmt::Display for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Attached::Interface(i) => write!(f, "interface {i}"),
+            Attached::Pci(a) => write!(f, "PCI device {a}"),
+        }
+    }
+}
+
+/// The devices of every port, by port name, without repeats.
+fn attached_devices(cfg: &Config) -> Vec<(String, Attached)> {
+    let mut out: Vec<(String, Attached)> = Vec::new();
+    for port in &cfg.ports {
+        let found = match &port.device {
+            PortDevice::Pci(addr) => vec![Attached::Pci(addr.clone())],
+            PortDevice::Vdev(spec) => vdev_interfaces(spec)
+                .into_iter()
+                .map(Attached::Interface)
+                .collect(),
+            PortDevice::Loopback => Vec::new(),
+        };
+        for device in found {
+            if !out.iter().any(|(_, d)| *d == device) {
+                out.push((port.name.clone(), device));
+            }
+        }
+    }
+    out
+}
+
+/// The kernel interfaces a vdev string names (`net_af_packet0,iface=eth0`,
+/// `net_pcap0,rx_iface=a,tx_iface=b`, `net_tap0,iface=dtap0`).
+fn vdev_interfaces(spec: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for arg in spec.split(',').skip(1) {
+        if let Some((key, value)) = arg.split_once('=') {
+            let key = key.trim();
+            let value = value.trim();
+            let names_interface = matches!(key, "iface" | "rx_iface" | "rx_iface_in" | "tx_iface");
+            if names_interface && !value.is_empty() && !out.iter().any(|v| v == value) {
+                out.push(value.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// This process's network namespace (the inode of /proc/self/ns/net): interface names
+/// are per namespace.
+fn network_namespace() -> String {
+    std::fs::metadata("/proc/self/ns/net")
+        .map(|m| m.ino().to_string())
+        .unwrap_or_else(|_| "0".into())
+}
+
+/// A name safe in a file name: anything but `[A-Za-z0-9._:-]` as `%XX`.
+fn escape(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b':' | b'-' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.toml");
+        let text = format!(
+            "[eal]\nhugepages = false\nmemory_mb = 256\n\n[lcores]\nmanagement = 0\n\
+             workers = [1]\n\n[control]\nsocket = {:?}\n\n{extra}",
+            dir.path().join("ctl.sock").display().to_string()
+        );
+        std::fs::write(&path, text).unwrap();
+        let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        // The socket's directory must outlive the test's use of it.
+        std::mem::forget(dir);
+        cfg
+    }
+
+    const PORT: &str = "[[ports]]\nname = \"p0\"\nvdev = \"net_af_packet0,iface=veth9\"\n\
+                        addresses = [\"198.18.0.1/24\"]\n";
+
+    #[test]
+    fn lcores_outside_the_affinity_are_refused_naming_the_field() {
+        let cfg = config(PORT);
+        assert!(check_lcores(&cfg, &[0, 1]).is_ok());
+        let e = check_lcores(&cfg, &[0]).unwrap_err();
+        assert!(
+            e.contains("lcores.workers: worker lcore 1 runs on CPU 1"),
+            "{e}"
+        );
+        assert!(e.contains("CPU(s) 0 "), "{e}");
+        let e = check_lcores(&cfg, &[1, 2, 3]).unwrap_err();
+        assert!(e.contains("lcores.management"), "{e}");
+        assert!(e.contains("CPU(s) 1-3 "), "{e}");
+    }
+
+    #[test]
+    fn a_cpus_mapping_is_checked_instead_of_the_worker_ids() {
+        let mut cfg = config(PORT);
+        cfg.lcores.workers = vec![5, 6];
+        cfg.lcores.cpus = Some(vec![1, 1]);
+        assert!(check_lcores(&cfg, &[0, 1]).is_ok());
+        cfg.lcores.cpus = Some(vec![1, 3]);
+        let e = check_lcores(&cfg, &[0, 1]).unwrap_err();
+        assert!(
+            e.contains("lcores.cpus: worker lcore 6 is mapped to CPU 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn cpu_lists_are_compact() {
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(cpu_list(&[]), "none");
+    }
+
+    #[test]
+    fn memory_need_uses_the_allocators_figures() {
+        let cfg = config(&format!("{PORT}\n[sessions]\ncapacity = 1048576\n"));
+        let need = MemoryNeed::of(&cfg);
+        assert_eq!(need.workers, 1);
+        assert_eq!(
+            need.sessions_per_worker,
+            SessionTable::<crate::flow::FlowKey4>::with_capacity(1 << 20).memory_bytes()
+        );
+        // Without hugepages the EAL's 256 MB is ordinary memory.
+        assert!(need.other >= 256 << 20);
+        assert_eq!(need.hugepages, 0);
+    }
+
+    #[test]
+    fn an_oversized_capacity_is_refused_with_the_figures() {
+        let cfg = config(&format!("{PORT}\n[sessions]\ncapacity = 67108864\n"));
+        let need = MemoryNeed::of(&cfg);
+        let avail = Available {
+            mem_available: Some(8 << 30),
+            cgroup_room: None,
+            hugepages_free: None,
+        };
+        let e = check_memory(&cfg, &need, &avail).unwrap_err();
+        assert!(
+            e.contains("sluice.toml: sessions.capacity = 67108864 needs"),
+            "{e}"
+        );
+        assert!(
+            e.contains("but only 8192 MiB is available (MemAvailable"),
+            "{e}"
+        );
+        // The capacity it suggests fits, one more session does not.
+        let at_most: usize = e
+            .split(" at most here")
+            .next()
+            .and_then(|s| s.rsplit('(').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no suggestion in {e}"));
+        let table = |c| SessionTable::<crate::flow::FlowKey4>::bytes_for(c, DEFAULT_WHEEL_SLOTS);
+        let room = (8u64 << 30) - need.other as u64;
+        assert!(table(at_most) as u64 <= room && table(at_most + 1) as u64 > room);
+        // A tighter cgroup limit is the one that counts.
+        let small = config(&format!("{PORT}\n[sessions]\ncapacity = 1048576\n"));
+        let need = MemoryNeed::of(&small);
+        assert!(check_memory(&small, &need, &avail).is_ok());
+        let capped = Available {
+            cgroup_room: Some(64 << 20),
+            ..avail
+        };
+        let e = check_memory(&small, &need, &capped).unwrap_err();
+        assert!(
+            e.contains("64 MiB is available (left under this cgroup"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hugepages_are_checked_against_the_free_ones() {
+        let mut cfg = config(PORT);
+        cfg.eal.hugepages = true;
+        let need = MemoryNeed::of(&cfg);
+        assert_eq!(need.hugepages, 256 << 20);
+        let avail = Available {
+            mem_available: Some(8 << 30),
+            cgroup_room: None,
+            hugepages_free: Some(128 << 20),
+        };
+        let e = check_memory(&cfg, &need, &avail).unwrap_err();
+        assert!(
+            e.contains("eal.memory_mb = 256 needs 256 MiB of hugepages but 128 MiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn meminfo_lines_are_read_in_bytes() {
+        let text = "MemTotal:       24684000 kB\nMemAvailable:   23900000 kB\n";
+        assert_eq!(meminfo_bytes(text, "MemAvailable"), Some(23_900_000 * 1024));
+        assert_eq!(meminfo_bytes(text, "Hugetlb"), None);
+    }
+
+    #[test]
+    fn vdev_strings_name_their_interfaces() {
+        assert_eq!(
+            vdev_interfaces("net_af_packet0,iface=veth0,qpairs=2"),
+            ["veth0"]
+        );
+        assert_eq!(
+            vdev_interfaces("net_pcap0,rx_iface=a,tx_iface=b"),
+            ["a".to_string(), "b".to_string()]
+        );
+        assert_eq!(vdev_interfaces("net_pcap0,rx_iface=a,tx_iface=a"), ["a"]);
+        assert!(vdev_interfaces("net_pcap0,rx_pcap=/tmp/in.pcap,tx_pcap=/tmp/o").is_empty());
+        assert_eq!(escape("eth0.10"), "eth0.10");
+        assert_eq!(escape("a/b c"), "a%2Fb%20c");
+    }
+
+    #[test]
+    fn a_second_instance_is_refused_naming_the_holder_and_the_lock_is_released() {
+        let cfg = config(PORT);
+        let dir = tempfile::tempdir().unwrap();
+        let first = InstanceLocks::take(&cfg, dir.path()).unwrap();
+        let socket_lock = format!("{}.lock", cfg.control.socket.display());
+        assert!(Path::new(&socket_lock).exists());
+        let e = InstanceLocks::take(&cfg, dir.path()).err().unwrap();
+        let me = format!("pid {}, config {}", std::process::id(), cfg.path.display());
+        assert!(e.contains("control.socket"), "{e}");
+        assert!(e.contains(&me), "{e}");
+        // Another socket, the same interface.
+        let mut other = cfg.clone();
+        other.control.socket = cfg.control.socket.with_file_name("other.sock");
+        let e = InstanceLocks::take(&other, dir.path()).err().unwrap();
+        assert!(
+            e.contains("port p0: interface veth9 is held by another Sluice"),
+            "{e}"
+        );
+        assert!(e.contains(&me), "{e}");
+        // The refused attempt released the socket lock it had taken.
+        assert!(!other.control.socket.with_extension("sock.lock").exists());
+        drop(first);
+        assert!(!Path::new(&socket_lock).exists());
+        let again = InstanceLocks::take(&other, dir.path());
+        assert!(again.is_ok(), "{:?}", again.err());
+    }
+}

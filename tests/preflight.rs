@@ -1,0 +1,309 @@
+//! Start-up checks made before the EAL (src/daemon/preflight.rs): a config this
+//! machine cannot run, or a second instance on the same socket or interface, is
+//! refused at once with exit 1, a message naming the field, no DPDK output and nothing
+//! left behind; and what a started appliance announces (gratuitous ARP) and leaves
+//! (no hugepage files).
+//!
+//! Run: `cargo test --release --test preflight` (as root).
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const OUR_MAC: &str = "02:53:4c:00:00:01";
+
+fn loopback_config() -> DaemonConfig {
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        OUR_MAC,
+        &["198.18.0.1/24"],
+    )]);
+    cfg.loopback = vec!["peers = 1".into()];
+    cfg
+}
+
+fn lock_of(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".lock");
+    PathBuf::from(p)
+}
+
+/// Spawns the daemon and expects a refusal: exit 1 within 5 s, the message's parts in
+/// stderr, nothing from DPDK, and no runtime directory, socket or lock file left.
+/// Returns stderr.
+fn expect_refusal(config: DaemonConfig, parts: &[&str]) -> String {
+    let started = Instant::now();
+    let mut daemon = Daemon::spawn(config);
+    let status = daemon.wait_exit(Duration::from_secs(5));
+    let took = started.elapsed();
+    let err = daemon.stderr_text();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(1),
+        "expected exit 1 within 5 s, got {status:?}\n{}",
+        daemon.dump()
+    );
+    for part in parts {
+        assert!(err.contains(part), "stderr lacks {part:?}:\n{err}");
+    }
+    assert!(
+        !err.contains("EAL"),
+        "DPDK started before the refusal:\n{err}"
+    );
+    let left = dpdk_runtime_dirs(&daemon.config.file_prefix);
+    assert!(left.is_empty(), "DPDK runtime directory left: {left:?}");
+    eprintln!("refused in {took:?}: {}", err.trim());
+    err
+}
+
+#[test]
+fn an_oversized_session_capacity_exits_1_naming_the_field_and_leaves_nothing() {
+    require_root();
+    // 11.5 GiB of tables per worker at the largest capacity: enough workers (sharing
+    // CPU 1) that they cannot fit in what this machine has available.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let available_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("MemAvailable in /proc/meminfo");
+    let workers = (available_kb / (11 << 20) + 1).min(64) as u32;
+    assert!(
+        u64::from(workers) * (11 << 20) > available_kb,
+        "this machine has too much memory for the test: {available_kb} kB"
+    );
+    let mut cfg = loopback_config();
+    cfg.workers = (1..=workers).collect();
+    cfg.cpus = Some(vec![1; workers as usize]);
+    cfg.extra_toml = vec!["[sessions]\ncapacity = 67108864".into()];
+    let socket = cfg.socket.clone();
+    let file = cfg.path("sluice.toml").display().to_string();
+    expect_refusal(
+        cfg,
+        &[
+            &format!("{file}: sessions.capacity = 67108864 needs"),
+            &format!("of session tables ({workers} worker(s) x "),
+            "is available (MemAvailable in /proc/meminfo); lower sessions.capacity",
+        ],
+    );
+    assert!(!socket.exists(), "control socket left");
+    assert!(!lock_of(&socket).exists(), "socket lock left");
+}
+
+#[test]
+fn a_worker_lcore_outside_the_machine_exits_1_naming_lcores_workers() {
+    require_root();
+    let cpus = std::thread::available_parallelism().unwrap().get() as u32;
+    let mut cfg = loopback_config();
+    cfg.workers = vec![cpus]; // one past the last CPU
+    let socket = cfg.socket.clone();
+    expect_refusal(
+        cfg,
+        &[
+            &format!("lcores.workers: worker lcore {cpus} runs on CPU {cpus}"),
+            "this process may run only on CPU(s) ",
+        ],
+    );
+    assert!(!socket.exists(), "control socket left");
+}
+
+#[test]
+fn a_second_instance_on_the_same_socket_is_refused_before_the_eal() {
+    require_root();
+    let first = Daemon::start(loopback_config());
+    let mut second = loopback_config();
+    second.socket = first.socket().to_path_buf();
+    let err = expect_refusal(
+        second,
+        &[
+            &format!(
+                "control.socket {} is held by another Sluice",
+                first.socket().display()
+            ),
+            &format!(
+                "pid {}, config {}",
+                first.pid(),
+                first.config_path.display()
+            ),
+        ],
+    );
+    assert!(err.contains(".lock)"), "{err}");
+    // The first one is untouched.
+    assert!(first.ctl(&["status"]).success(), "{}", first.dump());
+    assert!(lock_of(first.socket()).exists());
+}
+
+#[test]
+fn a_second_instance_on_the_same_interface_is_refused_before_the_eal() {
+    require_root();
+    let bed = Testbed::up(0);
+    let port = || {
+        PortSpec::vdev(
+            "lan0",
+            &format!("net_af_packet0,iface={}", bed.lb_if()),
+            &[&format!("{}/24", bed.appliance_ip())],
+        )
+    };
+    let mut first = Daemon::start(DaemonConfig::new(vec![port()]).in_netns(bed.lb_ns()));
+    // Another socket and file prefix: only the interface is shared.
+    let second = DaemonConfig::new(vec![port()]).in_netns(bed.lb_ns());
+    expect_refusal(
+        second,
+        &[
+            &format!(
+                "port lan0: interface {} is held by another Sluice",
+                bed.lb_if()
+            ),
+            &format!("pid {}", first.pid()),
+        ],
+    );
+    let status = first.terminate();
+    assert!(status.success(), "{}", first.dump());
+    // Released at exit: a new instance attaches.
+    let mut third = Daemon::start(DaemonConfig::new(vec![port()]).in_netns(bed.lb_ns()));
+    assert!(third.terminate().success(), "{}", third.dump());
+}
+
+/// The client's neighbour entry for `ip`: its MAC, lower case, if it has one.
+fn client_neighbour(bed: &Testbed, ip: &str) -> Option<String> {
+    let out = bed
+        .exec(
+            bed.client_ns(),
+            &["ip", "neigh", "show", ip, "dev", bed.client_if()],
+            Duration::from_secs(10),
+        )
+        .expect_success("ip neigh show");
+    let words: Vec<&str> = out.stdout.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "lladdr")?;
+    words.get(at + 1).map(|m| m.to_ascii_lowercase())
+}
+
+#[test]
+fn at_start_gratuitous_arp_replaces_a_clients_stale_entries() {
+    require_root();
+    let bed = Testbed::up(1);
+    let appliance_ip = bed.appliance_ip().to_string();
+    let vip = "198.18.0.200";
+    let stale = "02:de:ad:00:00:01";
+    // Stale entries, as left by an earlier appliance with another MAC.
+    for ip in [appliance_ip.as_str(), vip] {
+        bed.exec(
+            bed.client_ns(),
+            &[
+                "ip",
+                "neigh",
+                "replace",
+                ip,
+                "lladdr",
+                stale,
+                "dev",
+                bed.client_if(),
+                "nud",
+                "stale",
+            ],
+            Duration::from_secs(10),
+        )
+        .expect_success("ip neigh replace");
+        assert_eq!(client_neighbour(&bed, ip).as_deref(), Some(stale));
+    }
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={}", bed.lb_if()),
+        &[&format!("{appliance_ip}/24")],
+    )])
+    .in_netns(bed.lb_ns());
+    cfg.extra_toml = vec![format!(
+        "[[services]]\nproto = \"tcp\"\nvip = \"{vip}\"\nport = 80\n\n\
+         [[services.real_servers]]\nip = \"{}\"",
+        bed.fact("RS1_IP")
+    )];
+    let daemon = Daemon::start(cfg);
+    let ours = bed.lb_mac().to_ascii_lowercase();
+    // Nothing from the client asks for these addresses. The appliance's own address
+    // also appears as the sender of Sluice's ARP requests for the real server; the
+    // VIP's only in an announcement.
+    let learned = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+        let now = [appliance_ip.as_str(), vip].map(|ip| client_neighbour(&bed, ip));
+        now.iter()
+            .all(|m| m.as_deref() == Some(ours.as_str()))
+            .then_some(now)
+    });
+    assert!(
+        learned.is_some(),
+        "client entries: {} -> {:?}, {vip} -> {:?} (ours {ours})\n{}",
+        appliance_ip,
+        client_neighbour(&bed, &appliance_ip),
+        client_neighbour(&bed, vip),
+        daemon.dump()
+    );
+    assert!(
+        daemon
+            .stderr_text()
+            .contains("lan0: gratuitous ARP for 2 of 2 address(es)"),
+        "{}",
+        daemon.dump()
+    );
+}
+
+/// Free 2 MiB hugepages and a hugetlbfs mount, when this machine has both.
+fn hugepages_ready(pages: u64) -> bool {
+    let free: u64 =
+        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+        })
+        .unwrap_or(false);
+    free >= pages && mounted
+}
+
+/// Hugepage files named after `prefix` in every hugetlbfs mount.
+fn hugepage_files(prefix: &str) -> Vec<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    mounts
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect()
+}
+
+#[test]
+fn with_hugepages_no_hugepage_file_outlives_the_process() {
+    require_root();
+    if !hugepages_ready(32) {
+        eprintln!(
+            "no 32 free 2 MiB hugepages or no hugetlbfs mount: not run here \
+             (the EAL arguments are checked by config::tests::example_baremetal)"
+        );
+        return;
+    }
+    let mut cfg = loopback_config();
+    cfg.hugepages_mb = Some(64);
+    let prefix = cfg.file_prefix.clone();
+    let mut daemon = Daemon::start(cfg);
+    assert!(
+        daemon.stderr_text().contains("-m 64 --huge-unlink=always"),
+        "{}",
+        daemon.dump()
+    );
+    let running = hugepage_files(&prefix);
+    assert!(
+        running.is_empty(),
+        "hugepage files while running: {running:?}"
+    );
+    assert!(daemon.terminate().success(), "{}", daemon.dump());
+    let left = hugepage_files(&prefix);
+    assert!(left.is_empty(), "hugepage files left: {left:?}");
+}
