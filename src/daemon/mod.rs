@@ -483,6 +483,9 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         .iter_mut()
         .map(|p| p.port.take_queues().map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
+    // Every worker is built (its session table allocated) before any is launched, so
+    // a table the memory cannot hold is an error with nothing running yet.
+    let mut workers = Vec::with_capacity(cfg.lcores.workers.len());
     for (w, &lcore) in cfg.lcores.workers.iter().enumerate().rev() {
         let ports: Vec<WorkerPort> = queues
             .iter_mut()
@@ -500,7 +503,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 }
             })
             .collect();
-        let mut forwarder = Forwarder::new(
+        let mut forwarder = Forwarder::try_new(
             cfg.sessions.capacity as usize,
             publisher.reader(),
             timeouts,
@@ -508,7 +511,14 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             hz,
             real_servers[w].clone(),
             rss_view(app, w as u16),
-        );
+        )
+        .map_err(|e| {
+            format!(
+                "{}: sessions.capacity = {}: worker {w}'s session table: {e}",
+                cfg.path.display(),
+                cfg.sessions.capacity
+            )
+        })?;
         forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
         forwarder.set_persistence((*persist).clone());
         forwarder.set_vrrp(cfg.vrrp.is_some());
@@ -545,7 +555,18 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 mailbox: mailboxes[w].clone(),
             },
         );
-        launch_on_lcore(lcore, move || worker.run()).map_err(|e| e.to_string())?;
+        workers.push((lcore, worker));
+    }
+    let mut launched = Vec::new();
+    for (lcore, worker) in workers {
+        if let Err(e) = launch_on_lcore(lcore, move || worker.run()) {
+            stop.store(true, Ordering::SeqCst);
+            for &l in &launched {
+                wait_lcore(l);
+            }
+            return Err(format!("worker lcore {lcore}: {e}"));
+        }
+        launched.push(lcore);
     }
     Ok(())
 }

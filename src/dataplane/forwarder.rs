@@ -231,6 +231,8 @@ fn nat_reply_queue(snap: &crate::service::Snapshot, rss: &RssView, key: &FlowKey
 pub const LOCAL_PORTS: std::ops::RangeInclusive<u16> = 1024..=65535;
 
 impl Forwarder {
+    /// A worker's forwarder with a session table of `capacity`; panics when the
+    /// memory cannot be had ([`Forwarder::try_new`] reports it).
     pub fn new(
         capacity: usize,
         snapshot: SnapshotReader,
@@ -240,8 +242,35 @@ impl Forwarder {
         real_servers: Arc<Box<[RealServerCounters]>>,
         rss: RssView,
     ) -> Self {
+        Self::try_new(
+            capacity,
+            snapshot,
+            timeouts,
+            tsc_per_tick,
+            tsc_hz,
+            real_servers,
+            rss,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Forwarder::new`], reporting a session table the memory cannot hold
+    /// instead of panicking.
+    pub fn try_new(
+        capacity: usize,
+        snapshot: SnapshotReader,
+        timeouts: TickTimeouts,
+        tsc_per_tick: u64,
+        tsc_hz: u64,
+        real_servers: Arc<Box<[RealServerCounters]>>,
+        rss: RssView,
+    ) -> Result<Self, crate::session::TableAllocError> {
         let mut f = Forwarder {
-            sessions: SessionTable::with_capacity(capacity),
+            sessions: SessionTable::try_with_wheel(
+                capacity,
+                crate::session::DEFAULT_WHEEL_SLOTS,
+                0,
+            )?,
             snapshot,
             schedulers: Vec::new(),
             loads: Vec::new(),
@@ -272,7 +301,7 @@ impl Forwarder {
             sync_group: None,
         };
         f.rebuild_schedulers();
-        f
+        Ok(f)
     }
 
     /// Once per poll: pick up a new service snapshot (one atomic load when nothing
