@@ -29,7 +29,7 @@ pub const HEALTH_RING_SIZE: u32 = 1024;
 /// The same rings when session sync also travels through them (`[sync] port`): at
 /// ~26k sync datagrams/s (measured at 343k new connections/s), 130 per 5 ms
 /// management tick each way, 4096 slots are ~150 ms of them (1024 would be ~40 ms,
-/// a few slow ticks), and hold the most one tick sends at once (65536 events at 39
+/// a few slow ticks), and hold the most one tick sends at once (65536 events at 38
 /// records per 1500-byte authenticated datagram: ~1700 datagrams).
 pub const SYNC_PORT_RING_SIZE: u32 = 4096;
 
