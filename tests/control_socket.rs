@@ -130,8 +130,7 @@ impl FakeDaemon {
                 )),
             })
         };
-        let server =
-            ControlServer::spawn_with_group(&path, handler, limits, group).unwrap();
+        let server = ControlServer::spawn_with_group(&path, handler, limits, group).unwrap();
         FakeDaemon {
             server,
             zeroed,
@@ -702,7 +701,10 @@ fn requests_are_answered_within_100_ms_beside_1000_idle_and_20_slowloris_clients
     }
     stop.store(true, Ordering::Relaxed);
     for client in slowloris {
-        let sent = client.join().unwrap().expect("slowloris kept its connection");
+        let sent = client
+            .join()
+            .unwrap()
+            .expect("slowloris kept its connection");
         assert!(sent >= 8, "slowloris sent only {sent} bytes");
     }
     // The held connections were accepted and are still served, not refused.
@@ -728,7 +730,10 @@ fn requests_are_answered_within_100_ms_beside_1000_idle_and_20_slowloris_clients
         max,
         latencies.len()
     );
-    assert!(max < Duration::from_millis(100), "worst answer took {max:?}");
+    assert!(
+        max < Duration::from_millis(100),
+        "worst answer took {max:?}"
+    );
 }
 
 /// Over the limit, a connection is refused at once with the reason: the acceptor

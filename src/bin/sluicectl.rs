@@ -427,7 +427,8 @@ fn send_batch(options: &Options, batch: Request) -> Result<serde_json::Value, St
         unreachable!("restore_batch builds a batch");
     };
     let text = |error: client::ClientError| error.to_string();
-    let mut connection = client::Connection::open(&options.socket, options.timeout).map_err(text)?;
+    let mut connection =
+        client::Connection::open(&options.socket, options.timeout).map_err(text)?;
     connection
         .call(&Request::BatchBegin { replace })
         .map_err(text)?;

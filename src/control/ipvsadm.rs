@@ -408,8 +408,9 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "-r" | "--real-server" => "real-server",
         "-b" if matches!(verb, Some(Verb::AddService | Verb::EditService)) => "sched-flags",
         "--sched-flags" => "sched-flags",
-        "-g" | "--gatewaying" | "-m" | "--masquerading" | "-i" | "--ipip" | "-b"
-        | "--fullnat" => "forwarding-method",
+        "-g" | "--gatewaying" | "-m" | "--masquerading" | "-i" | "--ipip" | "-b" | "--fullnat" => {
+            "forwarding-method"
+        }
         "-w" | "--weight" => "weight",
         "-x" | "--u-threshold" => "u-threshold",
         "-y" | "--l-threshold" => "l-threshold",
@@ -748,7 +749,10 @@ mod tests {
                 "-e -t 198.18.1.1:80 -r 198.18.0.11 -r 198.18.0.12",
                 "multiple 'real-server'",
             ),
-            ("-a -t 198.18.1.1:80 -r 198.18.0.11 -x 5 -x 6", "multiple 'u-threshold'"),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.11 -x 5 -x 6",
+                "multiple 'u-threshold'",
+            ),
             ("-A -t 198.18.1.1:80 -p 60 -p 90", "multiple 'persistent'"),
             ("-L -n --stats --stats", "multiple 'stats'"),
             ("-S --replace", "--replace only applies to -R"),

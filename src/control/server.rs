@@ -730,7 +730,9 @@ impl ServeLoop {
     fn batch_begin(&mut self, index: usize, replace: bool) -> Result<Value, String> {
         let connection = &mut self.connections[index];
         if connection.staged.is_some() {
-            return Err("a batch is already open on this connection (batch_commit it first)".into());
+            return Err(
+                "a batch is already open on this connection (batch_commit it first)".into(),
+            );
         }
         connection.staged = Some(Staged {
             replace,
@@ -1304,9 +1306,13 @@ mod tests {
         let path = dir.path().join("ctl.sock");
         let _server = ControlServer::spawn(&path, echo_handler()).unwrap();
         let mut peer = Peer::connect(&path);
-        assert!(error_of(peer.call(b"{\"cmd\":\"batch_commit\"}\n")).contains("without batch_begin"));
-        assert!(error_of(peer.call(b"{\"cmd\":\"batch_part\",\"requests\":[]}\n"))
-            .contains("without batch_begin"));
+        assert!(
+            error_of(peer.call(b"{\"cmd\":\"batch_commit\"}\n")).contains("without batch_begin")
+        );
+        assert!(
+            error_of(peer.call(b"{\"cmd\":\"batch_part\",\"requests\":[]}\n"))
+                .contains("without batch_begin")
+        );
         let begin = Request::BatchBegin { replace: true };
         assert_eq!(
             peer.call(begin.to_line().as_bytes()).into_result(),
@@ -1327,17 +1333,22 @@ mod tests {
         };
         assert!(error_of(peer.call(nested.to_line().as_bytes())).contains("cannot contain"));
         assert_eq!(
-            peer.call(Request::BatchCommit.to_line().as_bytes()).into_result(),
+            peer.call(Request::BatchCommit.to_line().as_bytes())
+                .into_result(),
             Ok(json!({"applied": 6, "replace": true}))
         );
         // Committed: nothing stays open.
-        assert!(error_of(peer.call(Request::BatchCommit.to_line().as_bytes()))
-            .contains("without batch_begin"));
+        assert!(
+            error_of(peer.call(Request::BatchCommit.to_line().as_bytes()))
+                .contains("without batch_begin")
+        );
         // A batch belongs to its connection.
         let mut other = Peer::connect(&path);
         other.call(Request::BatchBegin { replace: false }.to_line().as_bytes());
         drop(other);
-        assert!(error_of(peer.call(Request::BatchCommit.to_line().as_bytes()))
-            .contains("without batch_begin"));
+        assert!(
+            error_of(peer.call(Request::BatchCommit.to_line().as_bytes()))
+                .contains("without batch_begin")
+        );
     }
 }

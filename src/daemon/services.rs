@@ -205,6 +205,10 @@ fn describe(req: &Request) -> Option<String> {
 /// [`EVENTS_KEPT`] anyway).
 pub const BATCH_EVENT_LINES: usize = 64;
 
+/// Alert lines one publish logs one by one; beyond them, one summary line (the count
+/// of alerts still grows by one per service).
+pub const ALERT_LINES: usize = 64;
+
 /// The event lines of a batch's commands, or none for a long batch.
 fn describe_all(requests: &[Request]) -> Vec<String> {
     if requests.len() > BATCH_EVENT_LINES {
@@ -581,9 +585,17 @@ impl Services {
             .filter(|s| !self.has_available_server(s))
             .map(|s| s.key)
             .collect();
+        // Sets, so that a table of 100k services without real servers costs O(n).
+        let now_set: std::collections::HashSet<&ServiceKey> = now.iter().collect();
+        let before: std::collections::HashSet<&ServiceKey> = self.unavailable.iter().collect();
         let mut pending = Vec::new();
-        for key in now.iter().filter(|k| !self.unavailable.contains(k)) {
+        let mut unlisted = 0usize;
+        for key in now.iter().filter(|k| !before.contains(k)) {
             self.alerts += 1;
+            if pending.len() >= ALERT_LINES {
+                unlisted += 1;
+                continue;
+            }
             let fate = if self.health.reset_when_down.contains(key) {
                 "new TCP connections get an RST"
             } else {
@@ -594,13 +606,28 @@ impl Services {
                 svc(key)
             ));
         }
-        for key in self.unavailable.iter().filter(|k| !now.contains(k)) {
+        if unlisted > 0 {
+            pending.push(format!(
+                "lb=alert services={unlisted} reason=no-available-rs (and as many more services without an available real server; sluicectl -L -n lists them)"
+            ));
+        }
+        let mut cleared = 0usize;
+        for key in self.unavailable.iter().filter(|k| !now_set.contains(k)) {
             if self.table.get(*key).is_some() {
-                pending.push(format!(
-                    "lb=alert-clear svc={} reason=rs-available",
-                    svc(key)
-                ));
+                cleared += 1;
+                if cleared <= ALERT_LINES {
+                    pending.push(format!(
+                        "lb=alert-clear svc={} reason=rs-available",
+                        svc(key)
+                    ));
+                }
             }
+        }
+        if cleared > ALERT_LINES {
+            pending.push(format!(
+                "lb=alert-clear services={} reason=rs-available (and as many more services)",
+                cleared - ALERT_LINES
+            ));
         }
         self.unavailable = now;
         for line in pending {

@@ -938,7 +938,9 @@ mod tests {
             "real server 198.18.0.1 is one of the appliance's own port addresses",
             |t| t.add_server(http(), spec).map(drop),
         );
-        assert_rejected(&mut table, "own port addresses", |t| t.add_laddr(http(), own));
+        assert_rejected(&mut table, "own port addresses", |t| {
+            t.add_laddr(http(), own)
+        });
         // An empty table built for a replacing batch keeps the rule.
         let mut scratch = table.empty_like();
         assert!(scratch.add_service(mine, SchedulerKind::Rr, None).is_err());
@@ -954,7 +956,9 @@ mod tests {
         assert!(table.add_laddr(http(), ip).is_err(), "a real server");
         table.delete_server(http(), ip, 80).unwrap();
         table.add_laddr(http(), ip).unwrap();
-        assert!(table.add_server(http(), rs(1, 80, 1, ForwardMode::Dr)).is_err());
+        assert!(table
+            .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
+            .is_err());
         table.delete_service(http()).unwrap();
         table.add_service(http(), SchedulerKind::Rr, None).unwrap();
         table
