@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// Executes one request on behalf of a client. Runs on a connection thread, so it must
+/// Executes one request on behalf of a client. Runs on an executor thread, so it must
 /// be thread-safe; an `Err` becomes `{"ok":false,"error":...}`, a panic becomes
 /// `"internal error"`.
 pub type Handler = Arc<dyn Fn(Request) -> Result<Value, String> + Send + Sync>;
@@ -556,7 +556,7 @@ impl ServeLoop {
             timeout = timeout.min(until.saturating_duration_since(now));
         }
         // Round up so a deadline 0.4 ms away does not make poll(2) return at once.
-        if timeout.subsec_nanos() % 1_000_000 != 0 {
+        if !timeout.subsec_nanos().is_multiple_of(1_000_000) {
             timeout += Duration::from_millis(1);
         }
         timeout
