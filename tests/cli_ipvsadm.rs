@@ -307,6 +307,93 @@ fn bad_commands_are_refused_and_change_nothing() {
     daemon.stop_clean();
 }
 
+/// The starvation figures against the daemon itself (its 2 s request timeout and its
+/// management loop): 1,000 idle connections, re-opened as the daemon cuts them, and 20
+/// slowloris clients (a byte every 100 ms, never a newline, reconnecting when cut)
+/// while 20 status requests, 100 ms apart, are each answered within 100 ms.
+#[test]
+fn the_daemon_answers_within_100_ms_beside_1000_idle_and_20_slowloris_clients() {
+    use sluice::control::{client, Request};
+    use std::io::{ErrorKind, Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let (_turn, daemon) = daemon();
+    let path = daemon.config.socket.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let (path, stop) = (path.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let connect = || {
+                let stream = UnixStream::connect(&path).expect("holding a connection");
+                stream.set_nonblocking(true).unwrap();
+                stream
+            };
+            let mut held: Vec<UnixStream> = (0..1000).map(|_| connect()).collect();
+            let mut reopened = 0usize;
+            let mut byte = [0u8; 64];
+            while !stop.load(Ordering::Relaxed) {
+                for stream in held.iter_mut() {
+                    match (&*stream).read(&mut byte) {
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        _ => {
+                            *stream = connect();
+                            reopened += 1;
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            reopened
+        })
+    };
+    let slowloris: Vec<_> = (0..20)
+        .map(|_| {
+            let (path, stop) = (path.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut cuts = 0usize;
+                let mut stream = UnixStream::connect(&path).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    if stream.write_all(b" ").is_err() {
+                        cuts += 1;
+                        stream = UnixStream::connect(&path).unwrap();
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                cuts
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut latencies = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        client::request(&path, &Request::Status, Duration::from_secs(5)).expect("status");
+        latencies.push(started.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reopened = holder.join().unwrap();
+    let cuts: usize = slowloris.into_iter().map(|t| t.join().unwrap()).sum();
+    latencies.sort();
+    let max = *latencies.last().unwrap();
+    eprintln!(
+        "daemon status beside 1,000 held and 20 slowloris connections: p50 {:?}, max {:?} over {} requests; {reopened} held connections re-opened and {cuts} slowloris cut off by the 2 s request timeout meanwhile",
+        latencies[latencies.len() / 2],
+        max,
+        latencies.len()
+    );
+    // The daemon's per-connection deadline did cut the slow clients.
+    assert!(cuts >= 20, "only {cuts} slowloris cut off");
+    assert!(
+        max < Duration::from_millis(100),
+        "worst answer took {max:?}"
+    );
+    daemon.stop_clean();
+}
+
 #[test]
 fn timeouts_are_set_and_shown_as_ipvsadm_does() {
     let (_turn, daemon) = daemon();
