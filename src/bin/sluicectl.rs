@@ -53,7 +53,7 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   -R [--replace]                                                 apply ipvsadm-save lines from stdin,
                                                                  all or nothing, as one change; with
                                                                  --replace they are the whole table
-                                                                 (save/restore: -S > f; -R --replace < f)
+                                                                 (save/restore: -S > f && -R --replace < f)
   -L|-l [-n] -c                                                  list connections: [worker]proto,
                                                                  expire, state, client, VIP,
                                                                  FullNAT local address, real server
@@ -408,6 +408,13 @@ fn restore_batch(input: impl io::BufRead, replace: bool) -> Result<Request, Stri
         }
         requests.push(command.request);
     }
+    // An empty file (say, from a `-S` that failed) would otherwise empty the table.
+    if replace && requests.is_empty() {
+        return Err(
+            "refusing to replace the table with nothing: the input has no commands (-C clears the table)"
+                .to_string(),
+        );
+    }
     Ok(Request::Batch { requests, replace })
 }
 
@@ -584,6 +591,10 @@ mod tests {
             err.starts_with("line 2: ") && err.contains("weight"),
             "{err}"
         );
+        assert!(restore_batch("# nothing\n\n".as_bytes(), true)
+            .unwrap_err()
+            .starts_with("refusing to replace the table with nothing"));
+        assert!(restore_batch("".as_bytes(), false).is_ok());
         let query = "-L -n\n";
         assert!(restore_batch(query.as_bytes(), false)
             .unwrap_err()
