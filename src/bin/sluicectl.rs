@@ -11,7 +11,8 @@ use sluice::control::status::{
     render_xstats, ConnectionsReport, LaddrReport, ServicesReport, StatusReport, XstatsReport,
     DEFAULT_SKEW_THRESHOLD_PCT,
 };
-use sluice::control::DEFAULT_SOCKET_PATH;
+use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
+use sluice::sched::SchedulerKind;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,7 +39,8 @@ Commands:
                   WARN above PCT (default 300), advisory on long-lived traffic
 
 ipvsadm syntax (alias ipvsadm=sluicectl):
-  -A|-E -t|-u VIP:port [-s rr|wrr] [-p [timeout] [-M netmask]]   add/edit a service
+  -A|-E -t|-u VIP:port [-s scheduler] [-p [timeout] [-M netmask]] add/edit a service;
+                  scheduler: {SCHEDULERS} (default {DEFAULT_SCHEDULER})
   -D -t|-u VIP:port                                              delete a service
   -a|-e -t|-u VIP:port -r RIP[:port] [-g|-m|-i] [-w weight] [-x upper] [-y lower]
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
@@ -48,8 +50,10 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   --set TCP TCPFIN UDP                                           set them (seconds, 0 keeps one)
   -Z                                                             zero all counters
   -S [-n]                                                        print the services as ipvsadm-save
-  -R                                                             apply ipvsadm-save lines from stdin,
-                                                                 all or nothing, as one change
+  -R [--replace]                                                 apply ipvsadm-save lines from stdin,
+                                                                 all or nothing, as one change; with
+                                                                 --replace they are the whole table
+                                                                 (save/restore: -S > f && -R --replace < f)
   -L|-l [-n] -c                                                  list connections: [worker]proto,
                                                                  expire, state, client, VIP,
                                                                  FullNAT local address, real server
@@ -68,6 +72,15 @@ Options:
 
 Exit status: 0 success, 1 request failed, 2 bad usage.
 ";
+
+/// The help text, with the schedulers listed from [`SchedulerKind::ALL`] so that it
+/// names every one the daemon takes.
+fn usage() -> String {
+    let schedulers: Vec<&str> = SchedulerKind::ALL.iter().map(|k| k.name()).collect();
+    USAGE
+        .replace("{SCHEDULERS}", &schedulers.join("|"))
+        .replace("{DEFAULT_SCHEDULER}", SchedulerKind::DEFAULT.name())
+}
 
 /// Environment variable naming the control socket when `--socket` is not given.
 const SOCKET_ENV: &str = "SLUICE_SOCKET";
@@ -233,7 +246,7 @@ impl Command {
                 ipvsadm::Output::Connections => Ok(render_connections(
                     &serde_json::from_value::<ConnectionsReport>(result).map_err(unexpected)?,
                 )),
-                ipvsadm::Output::Quiet | ipvsadm::Output::Restore => Ok(String::new()),
+                ipvsadm::Output::Quiet | ipvsadm::Output::Restore { .. } => Ok(String::new()),
                 ipvsadm::Output::Laddrs => Ok(render_laddrs(
                     &serde_json::from_value::<LaddrReport>(result).map_err(unexpected)?,
                 )),
@@ -372,7 +385,7 @@ fn parse_timeout(text: &str) -> Result<Duration, UsageError> {
 /// `-R`: the ipvsadm-save lines on stdin as one batch; blank lines and `#` comments
 /// are skipped, every line must be a change. An unparsable line names its number and
 /// sends nothing.
-fn restore_batch(input: impl io::BufRead) -> Result<Request, String> {
+fn restore_batch(input: impl io::BufRead, replace: bool) -> Result<Request, String> {
     let mut requests = Vec::new();
     for (n, line) in input.lines().enumerate() {
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
@@ -395,20 +408,70 @@ fn restore_batch(input: impl io::BufRead) -> Result<Request, String> {
         }
         requests.push(command.request);
     }
-    Ok(Request::Batch { requests })
+    // An empty file (say, from a `-S` that failed) would otherwise empty the table.
+    if replace && requests.is_empty() {
+        return Err(
+            "refusing to replace the table with nothing: the input has no commands (-C clears the table)"
+                .to_string(),
+        );
+    }
+    Ok(Request::Batch { requests, replace })
+}
+
+/// The bytes of one `batch_part` line a restore fills before starting the next: well
+/// under the daemon's request line limit.
+const BATCH_PART_BYTES: usize = MAX_REQUEST_BYTES / 2;
+
+/// How long the daemon may take to apply a whole restore (100k services: about a
+/// second); the request timeout still bounds every other step.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Sends a batch of any size on one connection: `batch_begin`, as many `batch_part`
+/// lines as it takes, then `batch_commit`, which the daemon applies as one change.
+/// Nothing changes unless the commit succeeds.
+fn send_batch(options: &Options, batch: Request) -> Result<serde_json::Value, String> {
+    let Request::Batch { requests, replace } = batch else {
+        unreachable!("restore_batch builds a batch");
+    };
+    let text = |error: client::ClientError| error.to_string();
+    let mut connection =
+        client::Connection::open(&options.socket, options.timeout).map_err(text)?;
+    connection
+        .call(&Request::BatchBegin { replace })
+        .map_err(text)?;
+    let mut part: Vec<Request> = Vec::new();
+    let mut part_bytes = 0;
+    for request in requests {
+        let size = serde_json::to_string(&request).map_or(0, |line| line.len() + 1);
+        if !part.is_empty() && part_bytes + size > BATCH_PART_BYTES {
+            let requests = std::mem::take(&mut part);
+            connection
+                .call(&Request::BatchPart { requests })
+                .map_err(text)?;
+            part_bytes = 0;
+        }
+        part_bytes += size;
+        part.push(request);
+    }
+    if !part.is_empty() {
+        connection
+            .call(&Request::BatchPart { requests: part })
+            .map_err(text)?;
+    }
+    connection.set_timeout(options.timeout.max(COMMIT_TIMEOUT));
+    connection.call(&Request::BatchCommit).map_err(text)
 }
 
 /// Sends the request and produces the text to print.
 fn run(options: &Options) -> Result<String, String> {
-    let restore =
-        matches!(&options.command, Command::Ipvsadm(c) if c.output == ipvsadm::Output::Restore);
-    let request = if restore {
-        restore_batch(io::stdin().lock())?
-    } else {
-        options.command.request()
+    let result = match &options.command {
+        Command::Ipvsadm(ipvsadm::Command {
+            output: ipvsadm::Output::Restore { replace },
+            ..
+        }) => send_batch(options, restore_batch(io::stdin().lock(), *replace)?)?,
+        command => client::request(&options.socket, &command.request(), options.timeout)
+            .map_err(|error| error.to_string())?,
     };
-    let result = client::request(&options.socket, &request, options.timeout)
-        .map_err(|error| error.to_string())?;
     if options.json {
         let mut text = serde_json::to_string_pretty(&result).map_err(|error| error.to_string())?;
         text.push('\n');
@@ -442,7 +505,7 @@ fn print(text: &str) -> ExitCode {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match parse_args(&args, std::env::var(SOCKET_ENV).ok()) {
-        Ok(Invocation::Help) => print(USAGE),
+        Ok(Invocation::Help) => print(&usage()),
         Ok(Invocation::Version) => print(&format!("sluicectl {}\n", env!("CARGO_PKG_VERSION"))),
         Ok(Invocation::Run(options)) => match run(&options) {
             Ok(text) => print(&text),
@@ -514,22 +577,38 @@ mod tests {
     #[test]
     fn restore_reads_save_lines_as_one_batch() {
         let input = "# saved\n-A -t 198.18.1.1:80 -s rr\n\n-a -t 198.18.1.1:80 -r 198.18.0.2:8080 -m -w 2\n";
-        let Request::Batch { requests } = restore_batch(input.as_bytes()).unwrap() else {
+        let Request::Batch { requests, replace } = restore_batch(input.as_bytes(), true).unwrap()
+        else {
             panic!("not a batch");
         };
+        assert!(replace);
         assert_eq!(requests.len(), 2);
         assert!(matches!(requests[0], Request::AddService { .. }));
         assert!(matches!(requests[1], Request::AddServer { .. }));
         let bad = "-A -t 198.18.1.1:80 -s rr\n-a -t 198.18.1.1:80 -r 198.18.0.2 -w 70000\n";
-        let err = restore_batch(bad.as_bytes()).unwrap_err();
+        let err = restore_batch(bad.as_bytes(), false).unwrap_err();
         assert!(
             err.starts_with("line 2: ") && err.contains("weight"),
             "{err}"
         );
+        assert!(restore_batch("# nothing\n\n".as_bytes(), true)
+            .unwrap_err()
+            .starts_with("refusing to replace the table with nothing"));
+        assert!(restore_batch("".as_bytes(), false).is_ok());
         let query = "-L -n\n";
-        assert!(restore_batch(query.as_bytes())
+        assert!(restore_batch(query.as_bytes(), false)
             .unwrap_err()
             .contains("line 1: only"));
+    }
+
+    #[test]
+    fn help_names_every_scheduler() {
+        let help = usage();
+        for kind in SchedulerKind::ALL {
+            assert!(help.contains(kind.name()), "{} missing", kind.name());
+        }
+        assert!(!help.contains('{'), "{help}");
+        assert!(help.contains("-R --replace"), "{help}");
     }
 
     #[test]

@@ -419,7 +419,7 @@ pub(super) fn forward_mode(f: &Field) -> Check<ForwardMode> {
 
 /// `ipvsadm -p`: up to 31 days, as IPVS allows.
 pub(super) fn persistence_timeout(f: &Field) -> Check<u32> {
-    f.int(1..=2_678_400)
+    f.int(1..=i64::from(crate::service::MAX_PERSISTENCE_TIMEOUT_S))
 }
 
 /// `ipvsadm -M`: a dotted-quad netmask whose one bits are contiguous from the top
@@ -443,7 +443,7 @@ pub(super) fn netmask(f: &Field) -> Check<Ipv4Addr> {
 
 /// A real server's weight (`ipvsadm -w`): 0 drains it.
 pub(super) fn weight(f: &Field) -> Check<u32> {
-    f.int(0..=65535)
+    f.int(0..=i64::from(crate::service::MAX_WEIGHT))
 }
 
 /// A connection threshold (`ipvsadm -x` / `-y`); 0 means none.

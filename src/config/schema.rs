@@ -21,7 +21,9 @@ use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
 };
 use crate::sched::{SchedFlags, SchedulerKind};
-use crate::service::model::{ForwardMode, ServiceKey, MAX_LOCAL_ADDRESSES};
+use crate::service::model::{
+    ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_LOCAL_ADDRESSES,
+};
 
 const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "vrrp",
@@ -946,8 +948,13 @@ fn read_service(
         Some(h) => h.optional("all_down", read_all_down)?,
         None => None,
     };
-    let real_servers = read_real_servers(&t, port, ports, &health.apply(checks))?;
+    let key = ServiceKey { proto, vip, port };
+    let real_servers = read_real_servers(&t, key, ports, &health.apply(checks))?;
     check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
+    // The rules `sluicectl -A/-E` meets, so the file and the CLI accept the same.
+    let persistent = persistence.map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
+    crate::service::validate_service(&key, persistent.as_ref())
+        .map_err(|e| f.invalid(e.to_string()))?;
     Ok(ServiceRead {
         config: ServiceConfig {
             key: ServiceKey { proto, vip, port },
@@ -1089,7 +1096,7 @@ fn read_persistence(t: &Table) -> Check<Option<(u32, Ipv4Addr)>> {
 /// `[[services.real_servers]]`: zero or more, each (address, port) at most once.
 fn read_real_servers(
     t: &Table,
-    service_port: u16,
+    service: ServiceKey,
     ports: &[PortRead],
     checks: &CheckSpec,
 ) -> Check<Vec<RealServerConfig>> {
@@ -1100,7 +1107,7 @@ fn read_real_servers(
     let mut seen: HashMap<(Ipv4Addr, u16), String> = HashMap::new();
     let mut servers = Vec::with_capacity(items.len());
     for item in &items {
-        let rs = read_real_server(item, service_port, ports, checks)?;
+        let rs = read_real_server(item, service, ports, checks)?;
         claim_with(&mut seen, (rs.ip, rs.port), &item.location(), |first| {
             format!(
                 "real server {}:{} is already in this service ({first})",
@@ -1114,10 +1121,11 @@ fn read_real_servers(
 
 fn read_real_server(
     f: &Field,
-    service_port: u16,
+    service: ServiceKey,
     ports: &[PortRead],
     checks: &CheckSpec,
 ) -> Check<RealServerConfig> {
+    let service_port = service.port;
     let t = f.table(REAL_SERVER_KEYS)?;
     let ip_field = t.require("ip")?;
     let ip = fields::real_server_ip(&ip_field)?;
@@ -1141,13 +1149,18 @@ fn read_real_server(
     let upper = t.or("upper", 0, fields::conn_threshold)?;
     let lower = t.or("lower", 0, |f| {
         let lower = fields::conn_threshold(f)?;
-        if upper != 0 && lower > upper {
+        // As IPVS (and so `ipvsadm -a/-e`), even without an upper threshold.
+        if lower > upper {
             return Err(f.invalid(format!(
-                "{lower} is above the upper threshold {upper}: an overloaded server would count as recovered at once"
+                "{lower} is above the upper threshold {upper}: an overloaded server would count as recovered at once (set `upper` too, or leave `lower` out)"
             )));
         }
         Ok(lower)
     })?;
+    // The rules `sluicectl -a/-e` meets: anything the fields above let through and the
+    // table would refuse is refused here, at the real server's place in the file.
+    let spec = RealServerSpec::new(ip, port, weight, mode).with_thresholds(upper, lower);
+    crate::service::validate_server(&service, &spec).map_err(|e| f.invalid(e.to_string()))?;
     let (health, _) = read_check_override(&t, "health", checks, &[])?;
     Ok(RealServerConfig {
         ip,

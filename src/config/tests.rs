@@ -1491,9 +1491,13 @@ fn lower_threshold_above_upper() {
         "services[0].real_servers[0].lower",
         "101 is above the upper threshold 100",
     );
-    // Without an upper threshold the lower one is unused, as in IPVS.
-    let cfg = parse(&service_with("weight = 1", "lower = 101")).unwrap();
-    assert_eq!(cfg.services[0].real_servers[0].lower, 101);
+    // As IPVS (and `sluicectl -a`), also without an upper threshold.
+    assert_rejected(
+        &service_with("weight = 1", "lower = 101"),
+        29,
+        "services[0].real_servers[0].lower",
+        "101 is above the upper threshold 0",
+    );
 }
 
 #[test]

@@ -120,6 +120,11 @@ impl Connection {
         })
     }
 
+    /// Bounds each later call (send and reply) to `timeout`.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
     /// Sends `req` and waits up to the connection's timeout for its reply.
     pub fn call(&mut self, req: &Request) -> Result<Value, ClientError> {
         let deadline = Instant::now() + self.timeout;

@@ -7,7 +7,9 @@
 use super::protocol::Request;
 use crate::flow::Protocol;
 use crate::sched::{SchedFlags, SchedulerKind};
-use crate::service::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_WEIGHT};
+use crate::service::{
+    ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
+};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
 use std::net::Ipv4Addr;
 
@@ -30,8 +32,10 @@ pub enum Output {
     /// A change: nothing to print on success, as ipvsadm.
     Quiet,
     /// `-R`: the CLI reads ipvsadm-save lines from stdin and sends them as one
-    /// [`Request::Batch`]; the request here is that batch, still empty.
-    Restore,
+    /// [`Request::Batch`], staged over as many request lines as it needs; the request
+    /// here is that batch, still empty. `replace` (`-R --replace`): the lines are the
+    /// whole table, replacing it in the same transaction.
+    Restore { replace: bool },
     /// `--get-laddr`: the service's local addresses, one per line
     /// ([`render_laddrs`](super::status::render_laddrs) of a
     /// [`LaddrReport`](super::status::LaddrReport)).
@@ -130,9 +134,18 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut set_values: Option<[u32; 3]> = None;
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
+    let mut replace = false;
+    // As ipvsadm, an option given twice is an error rather than the last one winning.
+    let mut given: Vec<&'static str> = Vec::new();
 
     let mut it = args.iter().peekable();
     while let Some(arg) = it.next() {
+        if let Some(name) = option_name(arg, verb) {
+            if given.contains(&name) {
+                return Err(format!("multiple '{name}' options specified"));
+            }
+            given.push(name);
+        }
         let mut value = |name: &str| {
             it.next()
                 .cloned()
@@ -169,6 +182,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 set_values = Some(values);
             }
             "--timeout" => show_timeouts = true,
+            "--replace" => replace = true,
             "-z" | "--laddr" => {
                 let v = value(arg)?;
                 let ip = v
@@ -190,7 +204,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 let timeout = match it.peek() {
                     Some(v) if v.chars().all(|c| c.is_ascii_digit()) => {
                         let v = it.next().expect("peeked");
-                        parse_number("persistence timeout", v, 1, 2_678_400)?
+                        parse_number("persistence timeout", v, 1, MAX_PERSISTENCE_TIMEOUT_S)?
                     }
                     _ => Persistence::DEFAULT_TIMEOUT_S,
                 };
@@ -241,6 +255,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     if show_timeouts && verb != Verb::List {
         return Err("option --timeout only applies to -L/--list".into());
     }
+    if replace && verb != Verb::Restore {
+        return Err("option --replace only applies to -R/--restore".into());
+    }
     if matches!(verb, Verb::Zero | Verb::Save | Verb::Restore | Verb::Set) && service.is_some() {
         return Err("-Z, -S, -R and --set apply to every service: drop -t/-u".into());
     }
@@ -289,8 +306,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Verb::Restore => (
             Request::Batch {
                 requests: Vec::new(),
+                replace,
             },
-            Output::Restore,
+            Output::Restore { replace },
         ),
         Verb::Set => {
             let [tcp, tcpfin, udp] = set_values.expect("set with --set");
@@ -376,6 +394,38 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         ),
     };
     Ok(Command { request, output })
+}
+
+/// ipvsadm's name for an option (its `optnames`), for the "given twice" error; `None`
+/// for commands, which have their own check. `-b` is the scheduler flags on `-A`/`-E`
+/// and the FullNAT forwarding method elsewhere.
+fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
+    let name = match arg {
+        "-t" | "--tcp-service" | "-u" | "--udp-service" => "service-address",
+        "-s" | "--scheduler" => "scheduler",
+        "-p" | "--persistent" => "persistent",
+        "-M" | "--netmask" => "netmask",
+        "-r" | "--real-server" => "real-server",
+        "-b" if matches!(verb, Some(Verb::AddService | Verb::EditService)) => "sched-flags",
+        "--sched-flags" => "sched-flags",
+        "-g" | "--gatewaying" | "-m" | "--masquerading" | "-i" | "--ipip" | "-b" | "--fullnat" => {
+            "forwarding-method"
+        }
+        "-w" | "--weight" => "weight",
+        "-x" | "--u-threshold" => "u-threshold",
+        "-y" | "--l-threshold" => "l-threshold",
+        "-n" | "--numeric" => "numeric",
+        "--exact" => "exact",
+        "-c" | "--connection" => "connection",
+        "--timeout" => "timeout",
+        "--stats" => "stats",
+        "--rate" => "rate",
+        "--replace" => "replace",
+        "-z" | "--laddr" => "laddr",
+        "-F" | "--ifname" => "ifname",
+        _ => return None,
+    };
+    Some(name)
 }
 
 fn parse_service(proto: Protocol, text: &str) -> Result<ServiceKey, String> {
@@ -682,6 +732,31 @@ mod tests {
             ("-A -t 198.18.1.1:80 -M 255.0.0.0", "needs -p"),
             ("-L --bogus", "unknown or unsupported option \"--bogus\""),
             ("-n", "no command given"),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.11 -w 1 -w 2",
+                "multiple 'weight' options specified",
+            ),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.11 -m -g",
+                "multiple 'forwarding-method' options specified",
+            ),
+            (
+                "-A -t 198.18.1.1:80 -u 198.18.1.1:53",
+                "multiple 'service-address' options specified",
+            ),
+            ("-A -t 198.18.1.1:80 -s rr -s wrr", "multiple 'scheduler'"),
+            (
+                "-e -t 198.18.1.1:80 -r 198.18.0.11 -r 198.18.0.12",
+                "multiple 'real-server'",
+            ),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.11 -x 5 -x 6",
+                "multiple 'u-threshold'",
+            ),
+            ("-A -t 198.18.1.1:80 -p 60 -p 90", "multiple 'persistent'"),
+            ("-L -n --stats --stats", "multiple 'stats'"),
+            ("-S --replace", "--replace only applies to -R"),
+            ("-R --replace --replace", "multiple 'replace'"),
         ] {
             let err = p(line).expect_err(line);
             assert!(err.contains(needle), "{line}: {err}");

@@ -117,8 +117,25 @@ pub enum Request {
     /// Session sync: messages and records sent and received, rejections by reason.
     Sync,
     /// Service changes applied all or none and published as one snapshot (`-R`):
-    /// `{"generation":N,"applied":count}`, or the first failing command's error.
-    Batch { requests: Vec<Request> },
+    /// `{"generation":N,"applied":count}`, or the first failing command's error. With
+    /// `replace` (`-R --replace`) the batch describes the whole table: services,
+    /// real servers and local addresses it does not list are removed in the same
+    /// transaction.
+    Batch {
+        requests: Vec<Request>,
+        #[serde(default)]
+        replace: bool,
+    },
+    /// Opens a batch staged over several lines on this connection (a batch larger than
+    /// one request line): `{"staged":0}`. Served by the control server itself.
+    BatchBegin {
+        #[serde(default)]
+        replace: bool,
+    },
+    /// Adds commands to the connection's open batch: `{"staged":total}`.
+    BatchPart { requests: Vec<Request> },
+    /// Executes the connection's open batch as one [`Request::Batch`].
+    BatchCommit,
 }
 
 /// Sessions `-Lnc` lists unless asked for another bound: about 30 MB of JSON, under
@@ -148,6 +165,9 @@ impl Request {
             Request::GetTimeouts => "get_timeouts",
             Request::ServiceRates { .. } => "service_rates",
             Request::Batch { .. } => "batch",
+            Request::BatchBegin { .. } => "batch_begin",
+            Request::BatchPart { .. } => "batch_part",
+            Request::BatchCommit => "batch_commit",
             Request::Metrics => "metrics",
             Request::Events => "events",
             Request::Health => "health",
@@ -155,6 +175,17 @@ impl Request {
             Request::Sync => "sync",
             Request::Reload => "reload",
         }
+    }
+
+    /// Whether this is one of the batch commands, which cannot be nested in a batch.
+    pub fn is_batch(&self) -> bool {
+        matches!(
+            self,
+            Request::Batch { .. }
+                | Request::BatchBegin { .. }
+                | Request::BatchPart { .. }
+                | Request::BatchCommit
+        )
     }
 
     /// The request as one protocol line, newline included.
@@ -501,7 +532,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit)"
         );
     }
 

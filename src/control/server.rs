@@ -1,10 +1,29 @@
 //! The daemon side of the control socket.
 //!
-//! One acceptor thread polls a non-blocking listener so that dropping the server stops
-//! it within [`POLL_INTERVAL`]; each connection gets its own short-lived thread, capped
-//! at [`ServerLimits::max_connections`]. Every read and write runs against a deadline,
-//! so a slow, silent or hostile client costs at most one connection slot for
-//! [`ServerLimits::request_timeout`] and never delays other clients or the daemon.
+//! One serving thread does all socket I/O with poll(2) over non-blocking sockets: it
+//! accepts, reads request lines, writes responses and enforces deadlines for every
+//! connection, and never sleeps or blocks on any one of them. Complete requests go to
+//! a few executor threads ([`EXECUTORS`]), which run the [`Handler`] (in the daemon it
+//! waits for the management loop) and hand the response back. So:
+//!
+//! - the accept path never waits: a connection over [`ServerLimits::max_connections`]
+//!   gets one error line, written without blocking, and is closed at once;
+//! - an idle or slow client (one that trickles bytes and never ends its line) costs one
+//!   descriptor and its buffered bytes until [`ServerLimits::request_timeout`], counted
+//!   from connect or from its previous response, and delays nobody meanwhile;
+//! - a slow handler delays the requests queued behind it on the executors, not the
+//!   reading, writing and refusing of other connections.
+//!
+//! Costs: one descriptor per open connection (the soft open-file limit is raised to fit
+//! [`ServerLimits::max_connections`]), at most [`MAX_REQUEST_BYTES`] + 16 KiB of buffer
+//! per connection while a line is incomplete, and an O(connections) poll(2) set rebuilt
+//! per wake-up (about 10 us for 1,000 connections).
+//!
+//! A connection may stage a large batch over several request lines (`batch_begin`,
+//! `batch_part`..., `batch_commit`): the parts are held here, per connection, and the
+//! handler receives one [`Request::Batch`] at the commit, so a transaction is never
+//! bounded by the request line limit. At most [`MAX_STAGED_COMMANDS`] commands are
+//! staged over all connections.
 use crate::control::protocol::{
     parse_request, ProtocolError, Request, Response, MAX_REQUEST_BYTES,
 };
@@ -12,6 +31,7 @@ use serde_json::Value;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -20,17 +40,24 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// Executes one request on behalf of a client. Runs on a connection thread, so it must
+/// Executes one request on behalf of a client. Runs on an executor thread, so it must
 /// be thread-safe; an `Err` becomes `{"ok":false,"error":...}`, a panic becomes
 /// `"internal error"`.
 pub type Handler = Arc<dyn Fn(Request) -> Result<Value, String> + Send + Sync>;
 
-/// How often blocked threads wake to check for shutdown. Bounds how long `Drop` waits
-/// (plus any handler call in progress) and the accept latency of an idle server.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Threads that run handler calls. The daemon's handler serialises on the management
+/// loop anyway; more than one keeps a slow call from holding up the queue's hand-off.
+pub const EXECUTORS: usize = 4;
 
-/// How long a new connection may wait for a free slot before it is refused.
-const SLOT_GRACE: Duration = Duration::from_millis(50);
+/// Commands held in open `batch_begin` ... `batch_commit` transactions, over all
+/// connections (about 100 bytes each): room for a restore of a million real servers.
+pub const MAX_STAGED_COMMANDS: usize = 2_000_000;
+
+/// How long the listener is left alone after accept(2) ran out of descriptors.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// On shutdown, how long a response already being written may still take.
+const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_millis(200);
 
 /// Mode of the socket file: only the daemon's user (root) may connect.
 pub const SOCKET_MODE: u32 = 0o600;
@@ -47,7 +74,7 @@ const MAX_SOCKET_PATH_BYTES: usize = 107;
 /// Resource limits that keep misbehaving clients from starving the others.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Connections served at once; more are answered with an error and closed.
+    /// Connections open at once; more are answered with an error and closed at once.
     pub max_connections: usize,
     /// Time a client has to deliver each complete request line (from connect or from
     /// the previous response), and to take each response. A connection that misses it
@@ -58,7 +85,7 @@ pub struct ServerLimits {
 impl Default for ServerLimits {
     fn default() -> ServerLimits {
         ServerLimits {
-            max_connections: 16,
+            max_connections: 2048,
             request_timeout: Duration::from_secs(2),
         }
     }
@@ -72,6 +99,8 @@ pub struct ControlServer {
     /// that someone else has since put at the same path.
     socket_identity: (u64, u64),
     stop: Arc<AtomicBool>,
+    /// Wakes the serving thread out of poll(2).
+    wake: Arc<UnixStream>,
     acceptor: Option<JoinHandle<()>>,
 }
 
@@ -117,12 +146,21 @@ impl ControlServer {
             return Err(error);
         }
 
+        let (wake_rx, wake_tx) = match wake_pair() {
+            Ok(pair) => pair,
+            Err(error) => {
+                let _ = fs::remove_file(path);
+                return Err(error);
+            }
+        };
+        raise_fd_limit(limits.max_connections as u64 + 256);
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(wake_tx);
         let acceptor = {
-            let stop = Arc::clone(&stop);
+            let (stop, wake) = (Arc::clone(&stop), Arc::clone(&wake));
             thread::Builder::new()
                 .name("sluice-control".into())
-                .spawn(move || accept_loop(listener, handler, limits, stop))
+                .spawn(move || serve(listener, handler, limits, stop, wake_rx, wake))
         };
         let acceptor = match acceptor {
             Ok(acceptor) => acceptor,
@@ -136,6 +174,7 @@ impl ControlServer {
             path: path.to_path_buf(),
             socket_identity,
             stop,
+            wake,
             acceptor: Some(acceptor),
         })
     }
@@ -149,6 +188,7 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        let _ = (&*self.wake).write(&[1]);
         if let Some(acceptor) = self.acceptor.take() {
             if acceptor.join().is_err() {
                 log::error!("control socket thread panicked");
@@ -302,81 +342,615 @@ fn annotate(error: io::Error, context: String) -> io::Error {
     io::Error::new(error.kind(), format!("{context}: {error}"))
 }
 
-fn accept_loop(
+/// A connected pair, both ends non-blocking: (the end the serving thread polls, the end
+/// executors and `Drop` write a byte to).
+fn wake_pair() -> io::Result<(UnixStream, UnixStream)> {
+    let (rx, tx) = UnixStream::pair()?;
+    rx.set_nonblocking(true)?;
+    tx.set_nonblocking(true)?;
+    Ok((rx, tx))
+}
+
+/// A connection's place in its request/response cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a complete request line, until `deadline`.
+    Reading,
+    /// A request is with an executor; the connection reads nothing meanwhile, so
+    /// requests on one connection are answered in order.
+    Executing,
+    /// Sending `out`, until `deadline`; then close (`close_after`) or read again.
+    Writing,
+}
+
+/// A `batch_begin` ... `batch_commit` in progress on one connection.
+struct Staged {
+    replace: bool,
+    requests: Vec<Request>,
+}
+
+struct Connection {
+    stream: UnixStream,
+    /// Matches an executor's answer to its connection; never reused.
+    token: u64,
+    phase: Phase,
+    deadline: Instant,
+    /// Received bytes not yet consumed as request lines.
+    pending: Vec<u8>,
+    /// How much of `pending` is known to hold no newline.
+    scanned: usize,
+    /// The peer shut down its writing side.
+    eof: bool,
+    out: Vec<u8>,
+    written: usize,
+    close_after: bool,
+    staged: Option<Staged>,
+}
+
+/// Work for an executor thread, and its answer.
+type Job = (u64, Request);
+type Done = (u64, Response);
+
+/// What the serving thread owns.
+struct ServeLoop {
+    listener: UnixListener,
+    limits: ServerLimits,
+    stop: Arc<AtomicBool>,
+    /// Executors (and `Drop`) write a byte to its peer; the loop polls it.
+    wake_rx: UnixStream,
+    jobs: Option<crossbeam::channel::Sender<Job>>,
+    done: crossbeam::channel::Receiver<Done>,
+    executors: Vec<JoinHandle<()>>,
+    connections: Vec<Connection>,
+    next_token: u64,
+    /// Commands held in open batches over all connections.
+    staged_total: usize,
+    /// After accept(2) failed for want of descriptors, the listener is left out of the
+    /// poll set until then, instead of sleeping or spinning on it.
+    accept_paused_until: Option<Instant>,
+}
+
+/// Serves the socket until `stop`: accepts, reads, dispatches and writes for every
+/// connection from this one thread, without ever blocking on one of them.
+fn serve(
     listener: UnixListener,
     handler: Handler,
     limits: ServerLimits,
     stop: Arc<AtomicBool>,
+    wake_rx: UnixStream,
+    wake_tx: Arc<UnixStream>,
 ) {
-    let mut connections: Vec<JoinHandle<()>> = Vec::new();
-    while !stop.load(Ordering::Acquire) {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(POLL_INTERVAL);
-                continue;
-            }
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-            Err(error) => {
-                // Typically EMFILE/ENFILE: back off rather than spin, and keep serving.
-                log::warn!("control socket accept failed: {error}");
-                thread::sleep(POLL_INTERVAL);
-                continue;
-            }
-        };
-        connections.retain(|connection| !connection.is_finished());
-        // A burst of short requests can fill every slot for a moment; give finishing
-        // connections a brief chance to free one before refusing a well-behaved client.
-        let grace_end = Instant::now() + SLOT_GRACE;
-        while connections.len() >= limits.max_connections
-            && Instant::now() < grace_end
-            && !stop.load(Ordering::Acquire)
-        {
-            thread::sleep(Duration::from_millis(1));
-            connections.retain(|connection| !connection.is_finished());
-        }
-        if connections.len() >= limits.max_connections {
-            reject(
-                stream,
-                &format!(
-                    "too many control connections (limit {}); try again",
-                    limits.max_connections
-                ),
-            );
-            continue;
-        }
-        // The thread gets a clone so that, should spawning fail, the acceptor still has
-        // the stream to tell the client why it is being dropped.
-        let spawned = {
-            let (handler, limits, stop) = (Arc::clone(&handler), limits.clone(), Arc::clone(&stop));
-            match stream.try_clone() {
-                Ok(for_thread) => thread::Builder::new()
-                    .name("sluice-control-conn".into())
-                    .spawn(move || serve_connection(for_thread, &handler, &limits, &stop)),
-                Err(error) => Err(error),
-            }
-        };
+    let (jobs_tx, jobs_rx) = crossbeam::channel::unbounded::<Job>();
+    let (done_tx, done_rx) = crossbeam::channel::unbounded::<Done>();
+    let mut executors = Vec::with_capacity(EXECUTORS);
+    for _ in 0..EXECUTORS {
+        let (jobs, done, handler, wake) = (
+            jobs_rx.clone(),
+            done_tx.clone(),
+            Arc::clone(&handler),
+            Arc::clone(&wake_tx),
+        );
+        let spawned = thread::Builder::new()
+            .name("sluice-control-exec".into())
+            .spawn(move || {
+                for (token, request) in jobs {
+                    let response = execute(request, &handler);
+                    if done.send((token, response)).is_err() {
+                        return;
+                    }
+                    // A full pipe already holds a wake-up: nothing is lost.
+                    let _ = (&*wake).write(&[1]);
+                }
+            });
         match spawned {
-            Ok(connection) => connections.push(connection),
-            Err(error) => {
-                log::warn!("cannot serve control connection: {error}");
-                reject(stream, "internal error: cannot serve connection");
+            Ok(executor) => executors.push(executor),
+            Err(error) => log::error!("cannot start a control executor thread: {error}"),
+        }
+    }
+    let mut state = ServeLoop {
+        listener,
+        limits,
+        stop,
+        wake_rx,
+        jobs: Some(jobs_tx),
+        done: done_rx,
+        executors,
+        connections: Vec::new(),
+        next_token: 0,
+        staged_total: 0,
+        accept_paused_until: None,
+    };
+    state.run();
+}
+
+impl ServeLoop {
+    fn run(&mut self) {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        loop {
+            let stopping = self.stop.load(Ordering::Acquire);
+            if stopping {
+                self.begin_shutdown();
+                if self.connections.is_empty() {
+                    break;
+                }
+            }
+            let now = Instant::now();
+            if self.accept_paused_until.is_some_and(|until| now >= until) {
+                self.accept_paused_until = None;
+            }
+            let listening = !stopping && self.accept_paused_until.is_none();
+            fds.clear();
+            fds.push(pollfd(self.wake_rx.as_raw_fd(), libc::POLLIN));
+            if listening {
+                fds.push(pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+            }
+            let first_connection = fds.len();
+            for connection in &self.connections {
+                // A negative descriptor is skipped by poll(2): while a request executes,
+                // a hang-up must not make poll return at once, over and over.
+                let (fd, events) = match connection.phase {
+                    Phase::Reading => (connection.stream.as_raw_fd(), libc::POLLIN),
+                    Phase::Writing => (connection.stream.as_raw_fd(), libc::POLLOUT),
+                    Phase::Executing => (-1, 0),
+                };
+                fds.push(pollfd(fd, events));
+            }
+            let timeout = self.poll_timeout(now);
+            // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd structs
+            // that lives across the call; poll(2) only writes their `revents`.
+            let ready = unsafe {
+                libc::poll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    timeout.as_millis().min(i32::MAX as u128) as i32,
+                )
+            };
+            if ready < 0 {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    log::error!("control socket poll failed: {error}");
+                    break;
+                }
+                continue;
+            }
+            if fds[0].revents != 0 {
+                self.drain_wake();
+            }
+            self.collect_answers();
+            // Connections first (their indexes match `fds`), then new ones, which are
+            // appended and so do not disturb the indexes.
+            let revents: Vec<i16> = fds[first_connection..]
+                .iter()
+                .map(|fd| fd.revents)
+                .collect();
+            for (index, events) in revents.into_iter().enumerate() {
+                if events != 0 {
+                    self.on_ready(index, events);
+                }
+            }
+            self.expire(Instant::now());
+            self.reap();
+            if listening && fds[1].revents != 0 {
+                self.accept_all();
+            }
+        }
+        // Dropping the sender ends the executors' loops once they are idle.
+        self.jobs = None;
+        for executor in self.executors.drain(..) {
+            if executor.join().is_err() {
+                log::error!("control executor thread panicked");
             }
         }
     }
-    for connection in connections {
-        let _ = connection.join();
+
+    /// Until the nearest deadline; at most a second, so a stop is noticed even if a
+    /// wake-up were lost.
+    fn poll_timeout(&self, now: Instant) -> Duration {
+        let mut timeout = Duration::from_secs(1);
+        for connection in &self.connections {
+            if connection.phase != Phase::Executing {
+                timeout = timeout.min(connection.deadline.saturating_duration_since(now));
+            }
+        }
+        if let Some(until) = self.accept_paused_until {
+            timeout = timeout.min(until.saturating_duration_since(now));
+        }
+        // Round up so a deadline 0.4 ms away does not make poll(2) return at once.
+        if !timeout.subsec_nanos().is_multiple_of(1_000_000) {
+            timeout += Duration::from_millis(1);
+        }
+        timeout
+    }
+
+    fn drain_wake(&mut self) {
+        let mut sink = [0u8; 256];
+        while matches!((&self.wake_rx).read(&mut sink), Ok(n) if n > 0) {}
+    }
+
+    fn collect_answers(&mut self) {
+        while let Ok((token, response)) = self.done.try_recv() {
+            let now = Instant::now();
+            let timeout = self.limits.request_timeout;
+            let Some(index) = self.connections.iter().position(|c| c.token == token) else {
+                continue;
+            };
+            self.connections[index].respond(&response, false, now, timeout);
+            if self.connections[index].phase == Phase::Reading {
+                // Requests pipelined behind the one just answered.
+                self.take_requests(index);
+            }
+        }
+    }
+
+    /// Removes closed connections, and the batches they left open.
+    fn reap(&mut self) {
+        let dropped: usize = self
+            .connections
+            .iter_mut()
+            .filter(|c| c.closed())
+            .map(Connection::discard_stage)
+            .sum();
+        self.staged_total -= dropped;
+        self.connections.retain(|c| !c.closed());
+    }
+
+    /// Accepts every waiting connection; the over-limit ones get one error line,
+    /// written without blocking, and are closed at once.
+    fn accept_all(&mut self) {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    // Typically EMFILE/ENFILE: the pending connection stays queued, so
+                    // stop polling the listener for a moment rather than spin on it.
+                    log::warn!("control socket accept failed: {error}");
+                    self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                    return;
+                }
+            };
+            if self.connections.len() >= self.limits.max_connections {
+                reject(
+                    stream,
+                    &format!(
+                        "too many control connections (limit {}); try again",
+                        self.limits.max_connections
+                    ),
+                );
+                continue;
+            }
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            self.next_token += 1;
+            self.connections.push(Connection {
+                stream,
+                token: self.next_token,
+                phase: Phase::Reading,
+                deadline: Instant::now() + self.limits.request_timeout,
+                pending: Vec::new(),
+                scanned: 0,
+                eof: false,
+                out: Vec::new(),
+                written: 0,
+                close_after: false,
+                staged: None,
+            });
+        }
+    }
+
+    fn on_ready(&mut self, index: usize, events: i16) {
+        let timeout = self.limits.request_timeout;
+        match self.connections[index].phase {
+            Phase::Reading => {
+                if events & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    self.connections[index].fill();
+                    self.take_requests(index);
+                }
+            }
+            Phase::Writing => {
+                let connection = &mut self.connections[index];
+                connection.flush();
+                if connection.phase == Phase::Reading {
+                    connection.deadline = Instant::now() + timeout;
+                    // Requests pipelined behind the one just answered.
+                    self.take_requests(index);
+                }
+            }
+            Phase::Executing => {}
+        }
+    }
+
+    /// Consumes complete request lines while the connection is reading.
+    fn take_requests(&mut self, index: usize) {
+        let timeout = self.limits.request_timeout;
+        while self.connections[index].phase == Phase::Reading {
+            let connection = &mut self.connections[index];
+            let line = match connection.next_line() {
+                LineRead::Line(line) => (line, false),
+                LineRead::FinalLine(line) => (line, true),
+                LineRead::Oversize => {
+                    let error = Response::failure(ProtocolError::Oversize.to_string());
+                    connection.respond(&error, true, Instant::now(), timeout);
+                    return;
+                }
+                LineRead::Closed => {
+                    connection.close();
+                    return;
+                }
+                LineRead::Incomplete => return,
+            };
+            self.dispatch(index, &line.0, line.1);
+        }
+    }
+
+    /// Answers protocol errors and batch staging here; anything else goes to an
+    /// executor.
+    fn dispatch(&mut self, index: usize, line: &[u8], last: bool) {
+        let now = Instant::now();
+        let timeout = self.limits.request_timeout;
+        let request = match parse_request(line) {
+            Ok(request) => request,
+            Err(error) => {
+                let close = last || error.closes_connection();
+                self.connections[index].respond(
+                    &Response::failure(error.to_string()),
+                    close,
+                    now,
+                    timeout,
+                );
+                return;
+            }
+        };
+        let staged = match request {
+            Request::BatchBegin { replace } => Some(self.batch_begin(index, replace)),
+            Request::BatchPart { requests } => Some(self.batch_part(index, requests)),
+            Request::BatchCommit => match self.batch_commit(index) {
+                Ok(batch) => {
+                    self.execute_later(index, batch, last);
+                    None
+                }
+                Err(message) => Some(Err(message)),
+            },
+            request => {
+                self.execute_later(index, request, last);
+                None
+            }
+        };
+        if let Some(result) = staged {
+            let response = match result {
+                Ok(value) => Response::success(value),
+                Err(message) => Response::failure(message),
+            };
+            self.connections[index].respond(&response, last, now, timeout);
+        }
+    }
+
+    fn batch_begin(&mut self, index: usize, replace: bool) -> Result<Value, String> {
+        let connection = &mut self.connections[index];
+        if connection.staged.is_some() {
+            return Err(
+                "a batch is already open on this connection (batch_commit it first)".into(),
+            );
+        }
+        connection.staged = Some(Staged {
+            replace,
+            requests: Vec::new(),
+        });
+        Ok(serde_json::json!({ "staged": 0 }))
+    }
+
+    fn batch_part(&mut self, index: usize, requests: Vec<Request>) -> Result<Value, String> {
+        let connection = &mut self.connections[index];
+        let Some(staged) = connection.staged.as_mut() else {
+            return Err("batch_part without batch_begin on this connection".into());
+        };
+        if let Some(nested) = requests.iter().find(|r| r.is_batch()) {
+            return Err(format!(
+                "a batch cannot contain {} (nothing was changed)",
+                nested.command_name()
+            ));
+        }
+        if self.staged_total + requests.len() > MAX_STAGED_COMMANDS {
+            let dropped = connection.discard_stage();
+            self.staged_total -= dropped;
+            return Err(format!(
+                "batch too large: more than {MAX_STAGED_COMMANDS} commands staged; the batch was dropped (nothing was changed)"
+            ));
+        }
+        self.staged_total += requests.len();
+        staged.requests.extend(requests);
+        Ok(serde_json::json!({ "staged": staged.requests.len() }))
+    }
+
+    fn batch_commit(&mut self, index: usize) -> Result<Request, String> {
+        let connection = &mut self.connections[index];
+        let Some(staged) = connection.staged.take() else {
+            return Err("batch_commit without batch_begin on this connection".into());
+        };
+        self.staged_total -= staged.requests.len();
+        Ok(Request::Batch {
+            requests: staged.requests,
+            replace: staged.replace,
+        })
+    }
+
+    fn execute_later(&mut self, index: usize, request: Request, last: bool) {
+        let connection = &mut self.connections[index];
+        connection.close_after = last;
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send((connection.token, request)).is_ok());
+        if sent && !self.executors.is_empty() {
+            connection.phase = Phase::Executing;
+        } else {
+            let failure = Response::failure("internal error: no control executor");
+            connection.respond(&failure, true, Instant::now(), self.limits.request_timeout);
+        }
+    }
+
+    /// Closes connections whose deadline passed: an incomplete request gets an error
+    /// line (written now, without blocking), an idle one is closed quietly.
+    fn expire(&mut self, now: Instant) {
+        let timeout = self.limits.request_timeout;
+        for connection in &mut self.connections {
+            if connection.phase == Phase::Executing || now < connection.deadline {
+                continue;
+            }
+            if connection.phase == Phase::Reading && !connection.pending.is_empty() {
+                let error = Response::failure(format!(
+                    "incomplete request line after {timeout:?}; closing connection"
+                ));
+                let _ = (&connection.stream).write(error.to_line().as_bytes());
+            }
+            connection.close();
+        }
+    }
+
+    /// On stop: idle and reading connections close now; those with a request in
+    /// progress get its answer first, if the peer takes it within
+    /// [`SHUTDOWN_WRITE_GRACE`].
+    fn begin_shutdown(&mut self) {
+        let grace_end = Instant::now() + SHUTDOWN_WRITE_GRACE;
+        for connection in &mut self.connections {
+            match connection.phase {
+                Phase::Reading => connection.close(),
+                Phase::Writing => {
+                    connection.close_after = true;
+                    connection.deadline = connection.deadline.min(grace_end);
+                }
+                Phase::Executing => connection.close_after = true,
+            }
+        }
+        self.expire(Instant::now());
+        self.reap();
+    }
+}
+
+impl Connection {
+    fn closed(&self) -> bool {
+        self.phase == Phase::Writing && self.out.is_empty() && self.close_after
+    }
+
+    /// Marks the connection for removal (the stream closes when it is dropped).
+    fn close(&mut self) {
+        self.phase = Phase::Writing;
+        self.out.clear();
+        self.written = 0;
+        self.close_after = true;
+    }
+
+    /// Drops an open batch; returns how many commands it held.
+    fn discard_stage(&mut self) -> usize {
+        self.staged.take().map_or(0, |s| s.requests.len())
+    }
+
+    /// Reads what the socket has, up to just past the request size cap.
+    fn fill(&mut self) {
+        let mut chunk = [0u8; 16 * 1024];
+        while self.pending.len() <= MAX_REQUEST_BYTES && !self.eof {
+            match (&self.stream).read(&mut chunk) {
+                Ok(0) => self.eof = true,
+                Ok(read) => {
+                    self.pending.extend_from_slice(&chunk[..read]);
+                    if chunk[..read].contains(&b'\n') {
+                        return;
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    // Reset by the peer: nothing more will come, nothing can be sent.
+                    self.pending.clear();
+                    self.eof = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn next_line(&mut self) -> LineRead {
+        if let Some(offset) = self.pending[self.scanned..]
+            .iter()
+            .position(|&byte| byte == b'\n')
+        {
+            let end = self.scanned + offset;
+            self.scanned = 0;
+            if end > MAX_REQUEST_BYTES {
+                return LineRead::Oversize;
+            }
+            let mut line: Vec<u8> = self.pending.drain(..=end).collect();
+            line.pop();
+            return LineRead::Line(line);
+        }
+        self.scanned = self.pending.len();
+        if self.pending.len() > MAX_REQUEST_BYTES {
+            return LineRead::Oversize;
+        }
+        if self.eof {
+            self.scanned = 0;
+            return if self.pending.is_empty() {
+                LineRead::Closed
+            } else {
+                LineRead::FinalLine(std::mem::take(&mut self.pending))
+            };
+        }
+        LineRead::Incomplete
+    }
+
+    /// Queues `response` and starts sending it.
+    fn respond(&mut self, response: &Response, close: bool, now: Instant, timeout: Duration) {
+        self.out = response.to_line().into_bytes();
+        self.written = 0;
+        self.close_after = close || self.close_after;
+        self.phase = Phase::Writing;
+        self.deadline = now + timeout;
+        self.flush();
+    }
+
+    /// Writes what the socket takes; when the whole response is out, the connection
+    /// reads again (or is marked closed).
+    fn flush(&mut self) {
+        while self.written < self.out.len() {
+            match (&self.stream).write(&self.out[self.written..]) {
+                Ok(0) => break,
+                Ok(written) => self.written += written,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.close();
+                    return;
+                }
+            }
+        }
+        self.out = Vec::new();
+        self.written = 0;
+        if self.close_after || (self.eof && self.pending.is_empty()) {
+            self.close();
+        } else {
+            self.phase = Phase::Reading;
+        }
+    }
+}
+
+fn pollfd(fd: std::os::unix::io::RawFd, events: i16) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
     }
 }
 
 /// Sends one error line without ever blocking the acceptor, then closes.
 fn reject(stream: UnixStream, message: &str) {
     if stream.set_nonblocking(true).is_ok() {
-        let _ = (&stream).write_all(Response::failure(message).to_line().as_bytes());
+        let _ = (&stream).write(Response::failure(message).to_line().as_bytes());
     }
 }
 
-/// What reading one request line produced.
+/// What the buffered bytes of a connection hold.
 enum LineRead {
     /// A complete line, newline removed.
     Line(Vec<u8>),
@@ -387,156 +961,51 @@ enum LineRead {
     Closed,
     /// More than [`MAX_REQUEST_BYTES`] without a newline.
     Oversize,
-    /// The request did not arrive before its deadline.
-    TimedOut { partial: bool },
-    /// The server is shutting down, or the socket failed.
-    Abandoned,
+    /// No complete line yet.
+    Incomplete,
 }
 
-fn serve_connection(
-    mut stream: UnixStream,
-    handler: &Handler,
-    limits: &ServerLimits,
-    stop: &AtomicBool,
-) {
-    // Accepted sockets do not inherit the listener's O_NONBLOCK on Linux, but make the
-    // blocking-with-timeout mode explicit since every read relies on it.
-    if stream.set_nonblocking(false).is_err() {
-        return;
-    }
-    let mut pending = Vec::new();
-    loop {
-        let deadline = Instant::now() + limits.request_timeout;
-        let (response, keep_open) = match read_line(&mut stream, &mut pending, deadline, stop) {
-            LineRead::Line(line) => respond(&line, handler),
-            LineRead::FinalLine(line) => (respond(&line, handler).0, false),
-            LineRead::Oversize => (
-                Response::failure(ProtocolError::Oversize.to_string()),
-                false,
-            ),
-            LineRead::TimedOut { partial: true } => (
-                Response::failure(format!(
-                    "incomplete request line after {:?}; closing connection",
-                    limits.request_timeout
-                )),
-                false,
-            ),
-            LineRead::TimedOut { partial: false } | LineRead::Closed | LineRead::Abandoned => {
-                return
-            }
-        };
-        let deadline = Instant::now() + limits.request_timeout;
-        let written = write_all_before(&mut stream, response.to_line().as_bytes(), deadline, stop);
-        if !keep_open || written.is_err() {
-            return;
-        }
-    }
-}
-
-/// Parses and executes one request line. Returns the response and whether the
-/// connection can carry further requests.
-fn respond(line: &[u8], handler: &Handler) -> (Response, bool) {
-    let request = match parse_request(line) {
-        Ok(request) => request,
-        Err(error) => {
-            return (
-                Response::failure(error.to_string()),
-                !error.closes_connection(),
-            )
-        }
-    };
+/// Runs one request through the handler. An `Err` becomes an error response, a panic
+/// `"internal error"`.
+fn execute(request: Request, handler: &Handler) -> Response {
     let command = request.command_name();
-    let response = match catch_unwind(AssertUnwindSafe(|| handler(request))) {
+    match catch_unwind(AssertUnwindSafe(|| handler(request))) {
         Ok(Ok(result)) => Response::success(result),
         Ok(Err(message)) => Response::failure(message),
         Err(_) => {
             log::error!("control handler panicked while serving \"{command}\"");
             Response::failure("internal error")
         }
+    }
+}
+
+/// Raises the soft limit on open files so that `wanted` descriptors fit (the hard
+/// limit permitting): each control connection holds one.
+fn raise_fd_limit(wanted: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
     };
-    (response, true)
-}
-
-/// Reads until a newline, the deadline, EOF, the size cap, or shutdown. Bytes after the
-/// newline stay in `pending` for the next call (clients may pipeline requests).
-fn read_line(
-    stream: &mut UnixStream,
-    pending: &mut Vec<u8>,
-    deadline: Instant,
-    stop: &AtomicBool,
-) -> LineRead {
-    let mut scanned = 0;
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(offset) = pending[scanned..].iter().position(|&byte| byte == b'\n') {
-            let end = scanned + offset;
-            if end > MAX_REQUEST_BYTES {
-                return LineRead::Oversize;
-            }
-            let mut line: Vec<u8> = pending.drain(..=end).collect();
-            line.pop();
-            return LineRead::Line(line);
-        }
-        scanned = pending.len();
-        if pending.len() > MAX_REQUEST_BYTES {
-            return LineRead::Oversize;
-        }
-        if stop.load(Ordering::Acquire) {
-            return LineRead::Abandoned;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return LineRead::TimedOut {
-                partial: !pending.is_empty(),
-            };
-        }
-        if stream
-            .set_read_timeout(Some((deadline - now).min(POLL_INTERVAL)))
-            .is_err()
-        {
-            return LineRead::Abandoned;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) if pending.is_empty() => return LineRead::Closed,
-            Ok(0) => return LineRead::FinalLine(std::mem::take(pending)),
-            Ok(read) => pending.extend_from_slice(&chunk[..read]),
-            Err(error) if is_retryable(&error) => {}
-            Err(_) => return LineRead::Abandoned,
-        }
+    // SAFETY: getrlimit only writes the struct we pass, which outlives the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
     }
-}
-
-/// `write_all` that gives up at the deadline or on shutdown, so a client that stops
-/// reading cannot pin the connection thread (or `Drop`) indefinitely.
-fn write_all_before(
-    stream: &mut UnixStream,
-    mut bytes: &[u8],
-    deadline: Instant,
-    stop: &AtomicBool,
-) -> io::Result<()> {
-    while !bytes.is_empty() {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        stream.set_write_timeout(Some(remaining.min(POLL_INTERVAL)))?;
-        match stream.write(bytes) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(written) => bytes = &bytes[written..],
-            // Shutdown is only checked once the peer stops taking bytes, so the answer to
-            // a request that was in flight during `Drop` is still delivered.
-            Err(error) if is_retryable(&error) && !stop.load(Ordering::Acquire) => {}
-            Err(error) => return Err(error),
-        }
+    if limit.rlim_cur >= wanted as libc::rlim_t {
+        return;
     }
-    Ok(())
-}
-
-fn is_retryable(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
+    let raised = libc::rlimit {
+        rlim_cur: (wanted as libc::rlim_t).min(limit.rlim_max),
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit only reads the struct we pass, which outlives the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0
+        || raised.rlim_cur < wanted as libc::rlim_t
+    {
+        log::warn!(
+            "open-file limit {} is below the {wanted} the control socket may need; connections beyond it wait in the backlog",
+            raised.rlim_cur
+        );
+    }
 }
 
 #[cfg(test)]
@@ -552,6 +1021,9 @@ mod tests {
             Request::Xstats { port: 13 } => panic!("deliberate handler panic"),
             Request::Xstats { port } => Err(format!("no port {port}")),
             Request::ZeroCounters => Ok(Value::Null),
+            Request::Batch { requests, replace } => {
+                Ok(json!({"applied": requests.len(), "replace": replace}))
+            }
             other => Err(format!(
                 "{} not served by this test handler",
                 other.command_name()
@@ -826,5 +1298,57 @@ mod tests {
         let _other = UnixListener::bind(&path).unwrap();
         drop(server);
         assert!(path.exists());
+    }
+
+    #[test]
+    fn a_batch_staged_over_several_lines_reaches_the_handler_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let _server = ControlServer::spawn(&path, echo_handler()).unwrap();
+        let mut peer = Peer::connect(&path);
+        assert!(
+            error_of(peer.call(b"{\"cmd\":\"batch_commit\"}\n")).contains("without batch_begin")
+        );
+        assert!(
+            error_of(peer.call(b"{\"cmd\":\"batch_part\",\"requests\":[]}\n"))
+                .contains("without batch_begin")
+        );
+        let begin = Request::BatchBegin { replace: true };
+        assert_eq!(
+            peer.call(begin.to_line().as_bytes()).into_result(),
+            Ok(json!({"staged": 0}))
+        );
+        assert!(error_of(peer.call(begin.to_line().as_bytes())).contains("already open"));
+        let part = Request::BatchPart {
+            requests: vec![Request::Clear, Request::Clear],
+        };
+        for staged in [2, 4, 6] {
+            assert_eq!(
+                peer.call(part.to_line().as_bytes()).into_result(),
+                Ok(json!({"staged": staged}))
+            );
+        }
+        let nested = Request::BatchPart {
+            requests: vec![Request::BatchCommit],
+        };
+        assert!(error_of(peer.call(nested.to_line().as_bytes())).contains("cannot contain"));
+        assert_eq!(
+            peer.call(Request::BatchCommit.to_line().as_bytes())
+                .into_result(),
+            Ok(json!({"applied": 6, "replace": true}))
+        );
+        // Committed: nothing stays open.
+        assert!(
+            error_of(peer.call(Request::BatchCommit.to_line().as_bytes()))
+                .contains("without batch_begin")
+        );
+        // A batch belongs to its connection.
+        let mut other = Peer::connect(&path);
+        other.call(Request::BatchBegin { replace: false }.to_line().as_bytes());
+        drop(other);
+        assert!(
+            error_of(peer.call(Request::BatchCommit.to_line().as_bytes()))
+                .contains("without batch_begin")
+        );
     }
 }

@@ -671,12 +671,19 @@ fn join_workers(cfg: &Config) {
 /// answer, so every piece of appliance state has exactly one owner.
 fn control_handler(calls: Sender<ControlCall>) -> Handler {
     Arc::new(move |req: Request| {
+        // A batch may carry a whole table (a restore of 100k services takes about a
+        // second): give it longer than a single change.
+        let answer_within = if req.is_batch() {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(2)
+        };
         let (reply_tx, reply_rx) = channel::bounded(1);
         calls
             .send_timeout((req, reply_tx), Duration::from_secs(1))
             .map_err(|_| "the management loop is busy or shutting down".to_string())?;
         reply_rx
-            .recv_timeout(Duration::from_secs(2))
+            .recv_timeout(answer_within)
             .map_err(|_| "the management loop did not answer in time".to_string())?
     })
 }
@@ -1044,7 +1051,11 @@ impl Registry {
                 real_servers,
                 ..
             } = self;
-            services.handle(Request::Batch { requests }, publisher, real_servers)?
+            let batch = Request::Batch {
+                requests,
+                replace: false,
+            };
+            services.handle(batch, publisher, real_servers)?
         };
         if let (Some(node), Some(v)) = (&mut self.vrrp, &cfg.vrrp) {
             let now_ms = self.started.elapsed().as_millis() as u64;

@@ -200,6 +200,23 @@ fn describe(req: &Request) -> Option<String> {
     Some(line)
 }
 
+/// Batches longer than this log one summary line instead of one line per command:
+/// a restore of 100k services must not flood the log (the event list keeps only
+/// [`EVENTS_KEPT`] anyway).
+pub const BATCH_EVENT_LINES: usize = 64;
+
+/// Alert lines one publish logs one by one; beyond them, one summary line (the count
+/// of alerts still grows by one per service).
+pub const ALERT_LINES: usize = 64;
+
+/// The event lines of a batch's commands, or none for a long batch.
+fn describe_all(requests: &[Request]) -> Vec<String> {
+    if requests.len() > BATCH_EVENT_LINES {
+        return Vec::new();
+    }
+    requests.iter().filter_map(describe).collect()
+}
+
 /// What one request did to the services.
 enum Applied {
     /// The table (or the timeouts) changed: publish.
@@ -220,7 +237,13 @@ pub fn check_real_server_id(id: u32) -> Result<(), String> {
 
 impl Services {
     pub fn from_config(cfg: &Config) -> Result<Services, String> {
+        let own_addresses: Vec<Ipv4Addr> = cfg
+            .ports
+            .iter()
+            .flat_map(|p| p.addresses.iter().map(|a| a.addr))
+            .collect();
         let mut table = ServiceTable::new();
+        table.set_own_addresses(own_addresses.clone());
         for sc in &cfg.services {
             let at = |e: ServiceError| format!("{}:{}: services: {e}", cfg.path.display(), sc.line);
             let persistence = sc
@@ -250,11 +273,7 @@ impl Services {
             timeouts: super::timeouts_from_config(cfg),
             generation: 0,
             published_at: None,
-            own_addresses: cfg
-                .ports
-                .iter()
-                .flat_map(|p| p.addresses.iter().map(|a| a.addr))
-                .collect(),
+            own_addresses,
             unavailable: Vec::new(),
             alerts: 0,
             rates: Default::default(),
@@ -313,33 +332,8 @@ impl Services {
                 .collect();
             return Ok(serde_json::json!({ "events": events }));
         }
-        if let Request::Batch { requests } = req {
-            let (saved_table, saved_timeouts) = (self.table.clone(), self.timeouts);
-            let count = requests.len();
-            let lines: Vec<String> = requests.iter().filter_map(describe).collect();
-            for (i, r) in requests.into_iter().enumerate() {
-                let outcome = match r {
-                    Request::Batch { .. } => Err("batches do not nest".to_string()),
-                    r => self.apply(r, counters),
-                };
-                let error = match outcome {
-                    Ok(Applied::Changed) => continue,
-                    Ok(Applied::Answer(_)) => "not a change".to_string(),
-                    Err(e) => e,
-                };
-                self.table = saved_table;
-                self.timeouts = saved_timeouts;
-                return Err(format!(
-                    "command {} of {count}: {error} (nothing was changed)",
-                    i + 1
-                ));
-            }
-            for line in lines {
-                self.record(line);
-            }
-            self.record(format!("lb=config op=batch commands={count}"));
-            self.publish(publisher)?;
-            return Ok(serde_json::json!({ "generation": self.generation, "applied": count }));
+        if let Request::Batch { requests, replace } = req {
+            return self.batch(requests, replace, publisher, counters);
         }
         let line = describe(&req);
         match self.apply(req, counters)? {
@@ -352,6 +346,105 @@ impl Services {
                 Ok(serde_json::json!({ "generation": self.generation }))
             }
         }
+    }
+
+    /// A batch, all or nothing, published as one snapshot. With `replace` the batch is
+    /// first built on an empty table (so every command is checked before anything
+    /// changes), then the live table is turned into it by the smallest set of changes
+    /// ([`diff`]): real servers that stay keep their ids, counters and sessions.
+    fn batch(
+        &mut self,
+        requests: Vec<Request>,
+        replace: bool,
+        publisher: &SnapshotPublisher,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> Result<serde_json::Value, String> {
+        let (saved_table, saved_timeouts) = (self.table.clone(), self.timeouts);
+        let count = requests.len();
+        let outcome = if replace {
+            self.replace_with(requests, counters)
+        } else {
+            let lines = describe_all(&requests);
+            self.apply_all(requests, counters).map(|()| (count, lines))
+        };
+        let (changes, lines) = match outcome {
+            Ok(done) => done,
+            Err(error) => {
+                self.table = saved_table;
+                self.timeouts = saved_timeouts;
+                return Err(format!("{error} (nothing was changed)"));
+            }
+        };
+        for line in lines {
+            self.record(line);
+        }
+        if replace {
+            self.record(format!(
+                "lb=config op=batch-replace commands={count} changes={changes}"
+            ));
+        } else {
+            self.record(format!("lb=config op=batch commands={count}"));
+        }
+        if changes > 0 || !replace {
+            self.publish(publisher)?;
+        }
+        Ok(serde_json::json!({
+            "generation": self.generation,
+            "applied": count,
+            "changes": changes,
+        }))
+    }
+
+    /// Applies `requests` in order; the first failure names its command and stops
+    /// (the caller restores the table).
+    fn apply_all(
+        &mut self,
+        requests: Vec<Request>,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> Result<(), String> {
+        let count = requests.len();
+        for (i, r) in requests.into_iter().enumerate() {
+            let outcome = if r.is_batch() {
+                Err("batches do not nest".to_string())
+            } else {
+                self.apply(r, counters)
+            };
+            let error = match outcome {
+                Ok(Applied::Changed) => continue,
+                Ok(Applied::Answer(_)) => "not a change".to_string(),
+                Err(e) => e,
+            };
+            return Err(format!("command {} of {count}: {error}", i + 1));
+        }
+        Ok(())
+    }
+
+    /// `-R --replace`: the table becomes what `requests` build from nothing. Returns
+    /// the number of changes made and their event lines.
+    fn replace_with(
+        &mut self,
+        requests: Vec<Request>,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> Result<(usize, Vec<String>), String> {
+        let scratch = self.table.empty_like();
+        let live = std::mem::replace(&mut self.table, scratch);
+        let built = self.apply_all(requests, counters);
+        let mut desired = std::mem::replace(&mut self.table, live);
+        built?;
+        // TOA is a config-file setting that ipvsadm-save lines cannot carry: a service
+        // that stays keeps it.
+        for service in self.table.services().filter(|s| s.toa) {
+            if desired.get(service.key).is_some() {
+                desired
+                    .set_toa(service.key, true)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        let changes = diff(&self.table, &desired)?;
+        let (count, lines) = (changes.len(), describe_all(&changes));
+        self.apply_all(changes, counters)
+            .map_err(|e| format!("replacing the table: {e}"))?;
+        Ok((count, lines))
     }
 
     /// One request against the table, without publishing.
@@ -424,14 +517,7 @@ impl Services {
                 t.clear();
                 Ok(())
             }
-            Request::AddLaddr { service, ip } => {
-                if t.get(service).is_some() && self.own_addresses.contains(&ip) {
-                    return Err(format!(
-                        "invalid local address {ip}: it is one of the appliance's own port addresses"
-                    ));
-                }
-                t.add_laddr(service, ip)
-            }
+            Request::AddLaddr { service, ip } => t.add_laddr(service, ip),
             Request::DelLaddr { service, ip } => t.del_laddr(service, ip),
             Request::GetTimeouts => {
                 let (tcp, tcpfin, udp) = self.timeouts.get();
@@ -499,9 +585,17 @@ impl Services {
             .filter(|s| !self.has_available_server(s))
             .map(|s| s.key)
             .collect();
+        // Sets, so that a table of 100k services without real servers costs O(n).
+        let now_set: std::collections::HashSet<&ServiceKey> = now.iter().collect();
+        let before: std::collections::HashSet<&ServiceKey> = self.unavailable.iter().collect();
         let mut pending = Vec::new();
-        for key in now.iter().filter(|k| !self.unavailable.contains(k)) {
+        let mut unlisted = 0usize;
+        for key in now.iter().filter(|k| !before.contains(k)) {
             self.alerts += 1;
+            if pending.len() >= ALERT_LINES {
+                unlisted += 1;
+                continue;
+            }
             let fate = if self.health.reset_when_down.contains(key) {
                 "new TCP connections get an RST"
             } else {
@@ -512,13 +606,28 @@ impl Services {
                 svc(key)
             ));
         }
-        for key in self.unavailable.iter().filter(|k| !now.contains(k)) {
+        if unlisted > 0 {
+            pending.push(format!(
+                "lb=alert services={unlisted} reason=no-available-rs (and as many more services without an available real server; sluicectl -L -n lists them)"
+            ));
+        }
+        let mut cleared = 0usize;
+        for key in self.unavailable.iter().filter(|k| !now_set.contains(k)) {
             if self.table.get(*key).is_some() {
-                pending.push(format!(
-                    "lb=alert-clear svc={} reason=rs-available",
-                    svc(key)
-                ));
+                cleared += 1;
+                if cleared <= ALERT_LINES {
+                    pending.push(format!(
+                        "lb=alert-clear svc={} reason=rs-available",
+                        svc(key)
+                    ));
+                }
             }
+        }
+        if cleared > ALERT_LINES {
+            pending.push(format!(
+                "lb=alert-clear services={} reason=rs-available (and as many more services)",
+                cleared - ALERT_LINES
+            ));
         }
         self.unavailable = now;
         for line in pending {

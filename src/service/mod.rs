@@ -5,9 +5,10 @@ pub mod snapshot;
 pub mod table;
 
 pub use model::{
-    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_WEIGHT,
+    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey,
+    MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 pub use snapshot::{
     HealthOverlay, NatRoute, Snapshot, SnapshotPublisher, SnapshotReader, StaleGeneration,
 };
-pub use table::{ServiceError, ServiceTable};
+pub use table::{validate_server, validate_service, ServiceError, ServiceTable};

@@ -144,6 +144,9 @@ mod protocol_name {
 /// The largest weight ipvsadm accepts (`-w 0..65535`).
 pub const MAX_WEIGHT: u32 = 65535;
 
+/// The longest persistence timeout (`-p`), 31 days, as ipvsadm allows.
+pub const MAX_PERSISTENCE_TIMEOUT_S: u32 = 31 * 86_400;
+
 /// The most local addresses (FullNAT source addresses) one service may have. Each
 /// one is a pool of about 64k source ports per real server, so 64 is far beyond
 /// what any service needs, and it keeps per-worker pool memory bounded.

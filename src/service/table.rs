@@ -5,13 +5,18 @@
 //! Every operation validates completely before it changes anything, so a failed command
 //! leaves the table exactly as it was (an invalid weight never becomes 0, a rejected
 //! service never half-exists).
+//!
+//! [`validate_service`] and [`validate_server`] are the one set of rules for services
+//! and real servers: the config loader applies them to the file (with the file's
+//! place), and every control command meets them here, with the appliance's own
+//! addresses ([`ServiceTable::set_own_addresses`]) refused in every role.
 use super::model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
-    MAX_WEIGHT,
+    MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::flow::Protocol;
 use crate::sched::{SchedFlags, SchedulerKind};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::Ipv4Addr;
 
@@ -44,12 +49,21 @@ pub enum ServiceError {
         service_port: u16,
         server_port: u16,
     },
-    /// Port 0 on a real server of a service with a real port would rewrite to port 0.
+    /// Port 0 on a real server would rewrite to port 0.
     ZeroServerPort {
         service_port: u16,
     },
-    /// ipvsadm: a port-0 ("all ports") service must be persistent.
-    ZeroPortWithoutPersistence(ServiceKey),
+    /// Sluice matches a service by its exact port: an "all ports" (port 0) service,
+    /// which ipvsadm allows with persistence, would never match a packet.
+    ZeroPort(ServiceKey),
+    /// One of the appliance's own (port) addresses as a VIP or a real server: ARP,
+    /// ICMP and traffic to it are the appliance's own.
+    OwnAddress {
+        what: &'static str,
+        addr: Ipv4Addr,
+    },
+    /// A persistence timeout beyond [`MAX_PERSISTENCE_TIMEOUT_S`].
+    PersistenceTimeoutTooLong(u32),
     /// The VIP or real server address is not a unicast address.
     NotUnicast {
         what: &'static str,
@@ -120,11 +134,20 @@ impl fmt::Display for ServiceError {
             ),
             ServiceError::ZeroServerPort { service_port } => write!(
                 f,
-                "real server port 0 is only valid for a port-0 service (this one is on port {service_port})"
+                "real server port 0 is not a port (the service is on port {service_port})"
             ),
-            ServiceError::ZeroPortWithoutPersistence(key) => {
-                write!(f, "Zero port specified for non-persistent service: {key}")
-            }
+            ServiceError::ZeroPort(key) => write!(
+                f,
+                "Zero port specified for service {key}: Sluice has no all-ports services (ports 1-65535)"
+            ),
+            ServiceError::OwnAddress { what, addr } => write!(
+                f,
+                "{what} {addr} is one of the appliance's own port addresses; a {what} needs an address of its own"
+            ),
+            ServiceError::PersistenceTimeoutTooLong(timeout) => write!(
+                f,
+                "illegal timeout for persistent service: {timeout} (at most {MAX_PERSISTENCE_TIMEOUT_S} s, 31 days)"
+            ),
             ServiceError::NotUnicast { what, addr } => {
                 write!(f, "invalid {what} address {addr}: not a unicast address")
             }
@@ -176,6 +199,25 @@ pub struct ServiceTable {
     next_server_id: u32,
     /// Bumped by every successful change; a natural snapshot generation.
     version: u64,
+    /// The appliance's own (port) addresses, which no service may use.
+    own_addresses: Vec<Ipv4Addr>,
+    /// How many services use each address as a VIP, a real server or a local address,
+    /// so the role checks cost O(1) with 100k services (a restore adds them all).
+    vip_uses: HashMap<Ipv4Addr, u32>,
+    server_uses: HashMap<Ipv4Addr, u32>,
+    local_address_uses: HashMap<Ipv4Addr, u32>,
+}
+
+/// Counts one more (`up`) or one less use of `ip` in `uses`.
+fn count_use(uses: &mut HashMap<Ipv4Addr, u32>, ip: Ipv4Addr, up: bool) {
+    if up {
+        *uses.entry(ip).or_insert(0) += 1;
+    } else if let Some(count) = uses.get_mut(&ip) {
+        *count -= 1;
+        if *count == 0 {
+            uses.remove(&ip);
+        }
+    }
 }
 
 impl Default for ServiceTable {
@@ -191,7 +233,32 @@ impl ServiceTable {
             next_service_id: 1,
             next_server_id: 1,
             version: 0,
+            own_addresses: Vec::new(),
+            vip_uses: HashMap::new(),
+            server_uses: HashMap::new(),
+            local_address_uses: HashMap::new(),
         }
+    }
+
+    /// An empty table with this one's own addresses (and fresh ids): where a batch
+    /// that replaces the whole table is built and checked before it is applied.
+    pub fn empty_like(&self) -> ServiceTable {
+        let mut table = ServiceTable::new();
+        table.own_addresses = self.own_addresses.clone();
+        table
+    }
+
+    /// The appliance's own (port) addresses: refused from now on as a VIP, a real
+    /// server or a local address. Services already in the table are not re-checked.
+    pub fn set_own_addresses(&mut self, addresses: Vec<Ipv4Addr>) {
+        self.own_addresses = addresses;
+    }
+
+    fn check_not_own(&self, what: &'static str, addr: Ipv4Addr) -> Result<(), ServiceError> {
+        if self.own_addresses.contains(&addr) {
+            return Err(ServiceError::OwnAddress { what, addr });
+        }
+        Ok(())
     }
 
     /// `ipvsadm -A`. Returns the new service's id.
@@ -205,8 +272,10 @@ impl ServiceTable {
             return Err(ServiceError::ServiceExists(key));
         }
         validate_service(&key, persistence.as_ref())?;
+        self.check_not_own("VIP", key.vip)?;
         self.check_not_local_address(key.vip)?;
         let id = take_id(&mut self.next_service_id)?;
+        count_use(&mut self.vip_uses, key.vip, true);
         self.services.insert(
             key,
             Service {
@@ -249,6 +318,13 @@ impl ServiceTable {
             .services
             .remove(&key)
             .ok_or(ServiceError::NoSuchService(key))?;
+        count_use(&mut self.vip_uses, key.vip, false);
+        for server in &removed.real_servers {
+            count_use(&mut self.server_uses, server.ip, false);
+        }
+        for &ip in &removed.local_addresses {
+            count_use(&mut self.local_address_uses, ip, false);
+        }
         self.version += 1;
         Ok(removed)
     }
@@ -276,10 +352,12 @@ impl ServiceTable {
             });
         }
         validate_server(&key, &spec)?;
+        self.check_not_own("real server", spec.ip)?;
         self.check_not_local_address(spec.ip)?;
         let id = take_id(&mut self.next_server_id)?;
         let service = self.services.get_mut(&key).expect("looked up above");
         service.real_servers.push(real_server(id, &spec));
+        count_use(&mut self.server_uses, spec.ip, true);
         self.version += 1;
         Ok(id)
     }
@@ -329,6 +407,7 @@ impl ServiceTable {
                 port,
             })?;
         let removed = service.real_servers.remove(index);
+        count_use(&mut self.server_uses, ip, false);
         self.version += 1;
         Ok(removed)
     }
@@ -349,22 +428,32 @@ impl ServiceTable {
             return Err(ServiceError::TooManyLocalAddresses(key));
         }
         validate_local_address(ip)?;
-        for other in self.services.values() {
-            let role = if other.key.vip == ip {
-                "the VIP"
-            } else if other.real_servers.iter().any(|rs| rs.ip == ip) {
-                "a real server"
-            } else {
-                continue;
-            };
-            return Err(ServiceError::AddressConflict {
+        if self.own_addresses.contains(&ip) {
+            return Err(ServiceError::BadLocalAddress {
                 ip,
-                role,
-                holder: other.key,
+                why: "it is one of the appliance's own port addresses",
             });
+        }
+        let conflict = self.vip_uses.contains_key(&ip) || self.server_uses.contains_key(&ip);
+        if conflict {
+            for other in self.services.values() {
+                let role = if other.key.vip == ip {
+                    "the VIP"
+                } else if other.real_servers.iter().any(|rs| rs.ip == ip) {
+                    "a real server"
+                } else {
+                    continue;
+                };
+                return Err(ServiceError::AddressConflict {
+                    ip,
+                    role,
+                    holder: other.key,
+                });
+            }
         }
         let service = self.services.get_mut(&key).expect("looked up above");
         service.local_addresses.push(ip);
+        count_use(&mut self.local_address_uses, ip, true);
         self.version += 1;
         Ok(())
     }
@@ -384,6 +473,7 @@ impl ServiceTable {
             .position(|&a| a == ip)
             .ok_or(ServiceError::NoSuchLocalAddress { service: key, ip })?;
         service.local_addresses.remove(index);
+        count_use(&mut self.local_address_uses, ip, false);
         self.version += 1;
         Ok(())
     }
@@ -439,6 +529,9 @@ impl ServiceTable {
     /// Refuses `ip` as a new VIP or real server if some service uses it as a local
     /// address.
     fn check_not_local_address(&self, ip: Ipv4Addr) -> Result<(), ServiceError> {
+        if !self.local_address_uses.contains_key(&ip) {
+            return Ok(());
+        }
         match self.services.values().find(|s| s.has_local_address(ip)) {
             Some(holder) => Err(ServiceError::AddressConflict {
                 ip,
@@ -452,6 +545,9 @@ impl ServiceTable {
     /// `ipvsadm -C`. Id counters are not reset: ids are never reused within a run.
     pub fn clear(&mut self) {
         self.services.clear();
+        self.vip_uses.clear();
+        self.server_uses.clear();
+        self.local_address_uses.clear();
         self.version += 1;
     }
 
@@ -513,7 +609,9 @@ fn validate_local_address(ip: Ipv4Addr) -> Result<(), ServiceError> {
     Err(ServiceError::BadLocalAddress { ip, why })
 }
 
-fn validate_service(
+/// The rules every service meets, from the config or a command: a unicast VIP, a real
+/// port, a persistence timeout of 1 s to 31 days with a contiguous netmask.
+pub fn validate_service(
     key: &ServiceKey,
     persistence: Option<&Persistence>,
 ) -> Result<(), ServiceError> {
@@ -523,10 +621,15 @@ fn validate_service(
             addr: key.vip,
         });
     }
+    if key.port == 0 {
+        return Err(ServiceError::ZeroPort(*key));
+    }
     match persistence {
-        None if key.port == 0 => Err(ServiceError::ZeroPortWithoutPersistence(*key)),
         None => Ok(()),
         Some(p) if p.timeout_s == 0 => Err(ServiceError::PersistenceTimeoutZero),
+        Some(p) if p.timeout_s > MAX_PERSISTENCE_TIMEOUT_S => {
+            Err(ServiceError::PersistenceTimeoutTooLong(p.timeout_s))
+        }
         Some(p) if !p.netmask_is_contiguous() => {
             Err(ServiceError::PersistenceNetmaskInvalid(p.netmask))
         }
@@ -534,7 +637,10 @@ fn validate_service(
     }
 }
 
-fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
+/// The rules every real server meets, from the config or a command: a unicast address,
+/// a weight of 0 to [`MAX_WEIGHT`], a lower threshold not above the upper one (as IPVS,
+/// even when the upper is 0), and the service's port unless NAT or FullNAT maps it.
+pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if !is_unicast(spec.ip) {
         return Err(ServiceError::NotUnicast {
             what: "real server",
@@ -550,6 +656,11 @@ fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), Servic
         return Err(ServiceError::ThresholdsInverted {
             upper: spec.upper,
             lower: spec.lower,
+        });
+    }
+    if spec.port == 0 {
+        return Err(ServiceError::ZeroServerPort {
+            service_port: key.port,
         });
     }
     if spec.port != key.port {
@@ -792,31 +903,70 @@ mod tests {
         assert_rejected(&mut table, "dr forwarding keeps the port", |t| {
             t.edit_server(http(), rs(1, 8080, 1, ForwardMode::Dr))
         });
-        assert_rejected(&mut table, "real server port 0", |t| {
+        assert_rejected(&mut table, "real server port 0 is not a port", |t| {
             t.add_server(http(), rs(5, 0, 1, ForwardMode::Nat))
                 .map(drop)
         });
     }
 
     #[test]
-    fn port_zero_service_needs_persistence() {
+    fn port_zero_services_are_refused_even_with_persistence() {
         let mut table = ServiceTable::new();
         let all_ports = ServiceKey::new(Protocol::Tcp, VIP, 0);
+        for persistence in [None, Some(Persistence::new(300))] {
+            assert_rejected(&mut table, "Zero port specified for service TCP", |t| {
+                t.add_service(all_ports, SchedulerKind::Rr, persistence)
+                    .map(drop)
+            });
+        }
+    }
+
+    #[test]
+    fn own_addresses_are_refused_in_every_role() {
+        let own = Ipv4Addr::new(198, 18, 0, 1);
+        let mut table = table_with_http();
+        table.set_own_addresses(vec![own]);
+        let mine = ServiceKey::new(Protocol::Tcp, own, 80);
         assert_rejected(
             &mut table,
-            "Zero port specified for non-persistent service",
-            |t| t.add_service(all_ports, SchedulerKind::Rr, None).map(drop),
+            "VIP 198.18.0.1 is one of the appliance's own port addresses",
+            |t| t.add_service(mine, SchedulerKind::Rr, None).map(drop),
         );
-        table
-            .add_service(all_ports, SchedulerKind::Rr, Some(Persistence::new(300)))
-            .unwrap();
-        assert_rejected(&mut table, "Zero port", |t| {
-            t.edit_service(all_ports, SchedulerKind::Rr, None)
+        let spec = RealServerSpec::new(own, 8080, 1, ForwardMode::Nat);
+        assert_rejected(
+            &mut table,
+            "real server 198.18.0.1 is one of the appliance's own port addresses",
+            |t| t.add_server(http(), spec).map(drop),
+        );
+        assert_rejected(&mut table, "own port addresses", |t| {
+            t.add_laddr(http(), own)
         });
-        // DR to a port-0 service keeps port 0, i.e. the client's destination port.
+        // An empty table built for a replacing batch keeps the rule.
+        let mut scratch = table.empty_like();
+        assert!(scratch.add_service(mine, SchedulerKind::Rr, None).is_err());
+    }
+
+    #[test]
+    fn role_indexes_follow_deletes_and_clear() {
+        let mut table = table_with_http();
+        let ip = Ipv4Addr::new(10, 0, 0, 1);
         table
-            .add_server(all_ports, rs(1, 0, 1, ForwardMode::Dr))
+            .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
             .unwrap();
+        assert!(table.add_laddr(http(), ip).is_err(), "a real server");
+        table.delete_server(http(), ip, 80).unwrap();
+        table.add_laddr(http(), ip).unwrap();
+        assert!(table
+            .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
+            .is_err());
+        table.delete_service(http()).unwrap();
+        table.add_service(http(), SchedulerKind::Rr, None).unwrap();
+        table
+            .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        table.clear();
+        table.add_service(http(), SchedulerKind::Rr, None).unwrap();
+        table.add_laddr(http(), ip).unwrap();
     }
 
     #[test]
