@@ -729,6 +729,9 @@ impl Forwarder {
         if key.proto == Protocol::Tcp && !opens_connection(flags) {
             return Action::Drop(DropReason::TcpNoSession);
         }
+        if !may_be_client(key.src_addr(), snap, port.responder) {
+            return Action::Drop(DropReason::BadIpv4Header);
+        }
         let service = &snap.services()[index];
         if service.scheduler.uses_loads() {
             self.load_view
@@ -1390,6 +1393,24 @@ fn forget(
     );
 }
 
+/// Whether a new connection may come from `client`: not an RFC 1812 martian
+/// (unspecified, broadcast, multicast, loopback) and not an address of this appliance
+/// (a port's, a VIP, a FullNAT local address). A session for one of ours would send
+/// the real server's answers to ourselves, as the VIP's own in NAT.
+fn may_be_client(
+    client: Ipv4Addr,
+    snap: &crate::service::Snapshot,
+    responder: &LocalResponder,
+) -> bool {
+    !(client.is_unspecified()
+        || client.is_broadcast()
+        || client.is_multicast()
+        || client.is_loopback()
+        || responder.is_local(client)
+        || snap.is_vip(client)
+        || snap.is_local_address(client))
+}
+
 /// Returns a FullNAT session's local port to its service's pool (no-op otherwise, or
 /// when the pool was rebuilt for other local addresses since).
 fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session) {
@@ -1630,5 +1651,40 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// Fuzzing found a SYN from the VIP to itself (src = dst = 198.18.0.220:80)
+    /// scheduled like a client's: the NAT session sent the real server a packet from
+    /// the VIP, whose answer would come back to the VIP. No new connection comes from
+    /// an address of ours or a martian.
+    #[test]
+    fn new_connections_from_our_own_or_martian_addresses_are_refused() {
+        use crate::service::{RealServerSpec, ServiceKey, ServiceTable, Snapshot};
+        let vip = Ipv4Addr::new(198, 18, 0, 220);
+        let lip = Ipv4Addr::new(198, 18, 0, 50);
+        let port_addr = Ipv4Addr::new(198, 18, 0, 1);
+        let mut table = ServiceTable::new();
+        let nat = ServiceKey::new(Protocol::Tcp, vip, 80);
+        table.add_service(nat, sched::SchedulerKind::Rr, None).unwrap();
+        let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 12), 8080, 1, ForwardMode::Nat);
+        table.add_server(nat, rs).unwrap();
+        let full = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 0, 240), 80);
+        table.add_service(full, sched::SchedulerKind::Rr, None).unwrap();
+        table.add_laddr(full, lip).unwrap();
+        let snap = Snapshot::build(1, &table);
+        let responder = LocalResponder::new([2, 0x53, 0x4c, 0, 0, 1], &[port_addr]);
+        for ours in [vip, lip, port_addr, Ipv4Addr::new(198, 18, 0, 240)] {
+            assert!(!may_be_client(ours, &snap, &responder), "{ours}");
+        }
+        for martian in [
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::BROADCAST,
+            Ipv4Addr::new(224, 0, 0, 1),
+            Ipv4Addr::new(127, 0, 0, 1),
+        ] {
+            assert!(!may_be_client(martian, &snap, &responder), "{martian}");
+        }
+        assert!(may_be_client(Ipv4Addr::new(198, 18, 0, 100), &snap, &responder));
+        assert!(may_be_client(Ipv4Addr::new(198, 18, 0, 12), &snap, &responder));
     }
 }
