@@ -1121,7 +1121,13 @@ fn read_real_server(
     let upper = t.or("upper", 0, fields::conn_threshold)?;
     let lower = t.or("lower", 0, |f| {
         let lower = fields::conn_threshold(f)?;
-        if upper != 0 && lower > upper {
+        if upper == 0 && lower > 0 {
+            // The service table refuses it as IPVS does (-y above -x, 0 included).
+            return Err(f.invalid(format!(
+                "{lower} without an upper threshold: set `upper` too (ipvsadm refuses -y above -x, and no `upper` is 0)"
+            )));
+        }
+        if lower > upper {
             return Err(f.invalid(format!(
                 "{lower} is above the upper threshold {upper}: an overloaded server would count as recovered at once"
             )));

@@ -1475,9 +1475,20 @@ fn lower_threshold_above_upper() {
         "services[0].real_servers[0].lower",
         "101 is above the upper threshold 100",
     );
-    // Without an upper threshold the lower one is unused, as in IPVS.
-    let cfg = parse(&service_with("weight = 1", "lower = 101")).unwrap();
-    assert_eq!(cfg.services[0].real_servers[0].lower, 101);
+}
+
+/// Fuzzing found `lower` without `upper` accepted here but refused by the service
+/// table (as IPVS refuses -y above -x, 0 included): the daemon then failed at start.
+#[test]
+fn lower_threshold_without_upper_is_refused_as_the_service_table_does() {
+    assert_rejected(
+        &service_with("weight = 1", "lower = 101"),
+        29,
+        "services[0].real_servers[0].lower",
+        "101 without an upper threshold",
+    );
+    let cfg = parse(&service_with("weight = 1", "upper = 0\nlower = 0")).unwrap();
+    assert_eq!(cfg.services[0].real_servers[0].lower, 0);
 }
 
 #[test]
