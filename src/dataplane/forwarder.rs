@@ -1681,11 +1681,15 @@ mod tests {
         let port_addr = Ipv4Addr::new(198, 18, 0, 1);
         let mut table = ServiceTable::new();
         let nat = ServiceKey::new(Protocol::Tcp, vip, 80);
-        table.add_service(nat, sched::SchedulerKind::Rr, None).unwrap();
+        table
+            .add_service(nat, sched::SchedulerKind::Rr, None)
+            .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 12), 8080, 1, ForwardMode::Nat);
         table.add_server(nat, rs).unwrap();
         let full = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 0, 240), 80);
-        table.add_service(full, sched::SchedulerKind::Rr, None).unwrap();
+        table
+            .add_service(full, sched::SchedulerKind::Rr, None)
+            .unwrap();
         table.add_laddr(full, lip).unwrap();
         let snap = Snapshot::build(1, &table);
         let responder = LocalResponder::new([2, 0x53, 0x4c, 0, 0, 1], &[port_addr]);
@@ -1700,8 +1704,16 @@ mod tests {
         ] {
             assert!(!may_be_client(martian, &snap, &responder), "{martian}");
         }
-        assert!(may_be_client(Ipv4Addr::new(198, 18, 0, 100), &snap, &responder));
-        assert!(may_be_client(Ipv4Addr::new(198, 18, 0, 12), &snap, &responder));
+        assert!(may_be_client(
+            Ipv4Addr::new(198, 18, 0, 100),
+            &snap,
+            &responder
+        ));
+        assert!(may_be_client(
+            Ipv4Addr::new(198, 18, 0, 12),
+            &snap,
+            &responder
+        ));
     }
 
     /// Local ports of every pool of `f` in use.
@@ -1733,12 +1745,16 @@ mod tests {
         let lip = Ipv4Addr::new(198, 18, 0, 50);
         let mut table = ServiceTable::new();
         let full = ServiceKey::new(Protocol::Tcp, vip, 80);
-        table.add_service(full, sched::SchedulerKind::Rr, None).unwrap();
+        table
+            .add_service(full, sched::SchedulerKind::Rr, None)
+            .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 21), 8080, 1, ForwardMode::FullNat);
         table.add_server(full, rs).unwrap();
         table.add_laddr(full, lip).unwrap();
         let dr = ServiceKey::new(Protocol::Tcp, dr_vip, 80);
-        table.add_service(dr, sched::SchedulerKind::Rr, None).unwrap();
+        table
+            .add_service(dr, sched::SchedulerKind::Rr, None)
+            .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 11), 80, 1, ForwardMode::Dr);
         table.add_server(dr, rs).unwrap();
         let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));

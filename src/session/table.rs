@@ -703,7 +703,11 @@ impl<K: FlowKey> SessionTable<K> {
             let slot = at as usize;
             match (self.slab.get(slot), seen.get(slot)) {
                 (Some(s), Some(false)) if !s.in_use() => {}
-                _ => return Err(format!("free list reaches slot {at}: out of range, in use or seen twice")),
+                _ => {
+                    return Err(format!(
+                        "free list reaches slot {at}: out of range, in use or seen twice"
+                    ))
+                }
             }
             seen[slot] = true;
             free += 1;
@@ -1312,7 +1316,10 @@ mod tests {
         assert!(table.check_consistency().unwrap_err().contains("Outbound"));
         table.map.insert(reply.unwrap(), value);
         let keys = table.keys[id.0 as usize].take();
-        assert!(table.check_consistency().unwrap_err().contains("without keys"));
+        assert!(table
+            .check_consistency()
+            .unwrap_err()
+            .contains("without keys"));
         table.keys[id.0 as usize] = keys;
         let head = table.free_head;
         table.slab[head as usize].timer.next = head;
