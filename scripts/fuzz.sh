@@ -15,7 +15,7 @@
 #   scripts/fuzz.sh                       # every target, FUZZ_SECONDS (default 40) each
 #   scripts/fuzz.sh forwarder toa         # only these
 #   scripts/fuzz.sh --long                # every target FUZZ_LONG_SECONDS (default 4 h) each
-#   FUZZ_SANITIZER=address scripts/fuzz.sh  # AddressSanitizer (default: none)
+#   FUZZ_SANITIZER=address scripts/fuzz.sh  # AddressSanitizer, stable toolchain (default: none)
 #   FUZZ_CORPUS=DIR scripts/fuzz.sh       # keep the corpora in DIR/<target> (default: scratch)
 #
 # Findings: libFuzzer writes the crashing input to fuzz/artifacts/<target>/; replay it
@@ -54,9 +54,12 @@ trap 'rm -rf "$scratch"' EXIT
 corpus_root="${FUZZ_CORPUS:-$scratch}"
 
 cd fuzz
-run=(cargo fuzz run --sanitizer "$sanitizer" --release --target-dir ../target)
+# A sanitizer build lives apart, so switching does not rebuild the other.
+target_dir=../target
+[ "$sanitizer" = none ] || target_dir="../target/fuzz-$sanitizer"
+run=(cargo fuzz run --sanitizer "$sanitizer" --release --target-dir "$target_dir")
 echo "== cargo fuzz build (sanitizer $sanitizer)"
-RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --release --target-dir ../target
+RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --release --target-dir "$target_dir"
 
 for t in "${targets[@]}"; do
   mkdir -p "$corpus_root/$t"
