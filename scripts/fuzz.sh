@@ -1,17 +1,42 @@
 #!/usr/bin/env bash
-# Fuzzes the control request parser (and sluicectl's ipvsadm argument parser) for a
-# bounded time: fuzz/fuzz_targets/control_request.rs. Installs cargo-fuzz if missing.
-# Works on the stable toolchain: cargo-fuzz's default sanitizer (address) needs
-# nightly, so this runs with --sanitizer none (panics and failed assertions are still
-# caught) and RUSTC_BOOTSTRAP=1 for the -Z flags cargo-fuzz passes to rustc.
+# Fuzzes what faces the network, and the control and config readers, each target for a
+# bounded time (fuzz/fuzz_targets/, described in docs/TESTING.md, "Fuzzing"):
+#   forwarder        classify + Forwarder::handle on one worker (DR/NAT/TUN/FullNAT)
+#   sync_receiver    sync datagrams (with and without a key) and the standby's installer
+#   vrrp             VRRP advertisements and the VRRP node
+#   local_responder  ARP and ICMP echo answering
+#   toa              TOA insertion and MSS clamping
+#   config           TOML text -> validated config -> services
+#   control_request  control socket requests and sluicectl's ipvsadm arguments
+# Installs cargo-fuzz if missing. Runs on the stable toolchain (RUSTC_BOOTSTRAP=1 for
+# the -Z flags cargo-fuzz passes to rustc). Needs root: the forwarder target starts
+# a DPDK EAL (no huge pages, no PCI) for its mbufs.
 #
-#   scripts/fuzz.sh            # 30 s
-#   FUZZ_SECONDS=600 scripts/fuzz.sh
+#   scripts/fuzz.sh                       # every target, FUZZ_SECONDS (default 40) each
+#   scripts/fuzz.sh forwarder toa         # only these
+#   scripts/fuzz.sh --long                # every target FUZZ_LONG_SECONDS (default 4 h) each
+#   FUZZ_SANITIZER=address scripts/fuzz.sh  # AddressSanitizer, stable toolchain (default: none)
+#   FUZZ_CORPUS=DIR scripts/fuzz.sh       # keep the corpora in DIR/<target> (default: scratch)
+#
+# Findings: libFuzzer writes the crashing input to fuzz/artifacts/<target>/; replay it
+# with `cargo fuzz run <target> <file>` (same flags as below), then turn it into a unit
+# test next to the fixed code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION=0.13.2
-SECONDS_TO_RUN="${FUZZ_SECONDS:-30}"
+ALL_TARGETS=(forwarder sync_receiver vrrp local_responder toa config control_request)
+seconds="${FUZZ_SECONDS:-40}"
+sanitizer="${FUZZ_SANITIZER:-none}"
+targets=()
+for arg in "$@"; do
+  case "$arg" in
+    --long) seconds="${FUZZ_LONG_SECONDS:-14400}" ;;
+    -*) echo "scripts/fuzz.sh: unknown option $arg" >&2; exit 2 ;;
+    *) targets+=("$arg") ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=("${ALL_TARGETS[@]}")
 
 if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
   echo "== installing cargo-fuzz $CARGO_FUZZ_VERSION"
@@ -21,14 +46,29 @@ fi
 # Built into the main target dir (instrumented crates under
 # target/x86_64-unknown-linux-gnu/): nothing is shared with the main build, since
 # cargo-fuzz's flags change every fingerprint, but one `cargo clean` clears both.
-# fuzz/Cargo.lock is the main lockfile plus libfuzzer-sys, so the versions match.
-# New inputs go to a scratch corpus; the committed seeds (real requests and ipvsadm
-# command lines) are only read.
-corpus="$(mktemp -d)"
-trap 'rm -rf "$corpus"' EXIT
+# New inputs go to a scratch corpus unless FUZZ_CORPUS is set; the committed seeds
+# (fuzz/seeds/<target>, written by fuzz/seeds/make_seeds.py and hand-made ones) are
+# only read.
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+corpus_root="${FUZZ_CORPUS:-$scratch}"
 
-echo "== cargo fuzz run control_request (${SECONDS_TO_RUN} s)"
 cd fuzz
-RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none --release --target-dir ../target control_request \
-  "$corpus" seeds/control_request -- \
-  -max_total_time="$SECONDS_TO_RUN" -max_len=4096 -timeout=10 -print_final_stats=1
+# A sanitizer build lives apart, so switching does not rebuild the other.
+target_dir=../target
+[ "$sanitizer" = none ] || target_dir="../target/fuzz-$sanitizer"
+run=(cargo fuzz run --sanitizer "$sanitizer" --release --target-dir "$target_dir")
+echo "== cargo fuzz build (sanitizer $sanitizer)"
+RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --release --target-dir "$target_dir"
+
+for t in "${targets[@]}"; do
+  mkdir -p "$corpus_root/$t"
+  echo "== cargo fuzz run $t (${seconds} s, sanitizer $sanitizer)"
+  # -rss_limit_mb: the EAL maps its 64 MB at start; leaks still show as growth.
+  RUSTC_BOOTSTRAP=1 "${run[@]}" "$t" "$corpus_root/$t" "seeds/$t" -- \
+    -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
+    -print_final_stats=1 2>&1 | grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse)' || {
+    echo "scripts/fuzz.sh: $t failed; the input is in fuzz/artifacts/$t/" >&2
+    exit 1
+  }
+done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then formatting, lints, unit tests,
 # DPDK integration tests, golden-packet tests and end-to-end tests in namespaces, and
-# a 30 s fuzzing run of the control request parser.
+# a bounded fuzzing run of every fuzz target (scripts/fuzz.sh, 40 s each).
 # Needs root (DPDK, network namespaces). Usage: sudo scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +24,5 @@ echo "== cargo test (unit, DPDK integration, golden pcap, namespaces)"
 # (each starts its own daemon with its own file prefix and namespace names).
 cargo test --release --workspace -- --test-threads=2
 
-echo "== fuzz the control request parser (30 s; scripts/fuzz.sh)"
+echo "== fuzz every target (40 s each; scripts/fuzz.sh)"
 bash scripts/fuzz.sh

@@ -9,7 +9,7 @@ mod services;
 mod signals;
 mod stats;
 mod sync;
-mod vrrp;
+pub mod vrrp;
 
 pub use services::{check_real_server_id, Services};
 

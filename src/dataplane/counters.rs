@@ -16,7 +16,9 @@ pub enum DropReason {
     UnknownEthertype,
     /// IPv6 frames: parsed later, dropped for now.
     Ipv6,
-    /// IPv4 header inconsistent: version, IHL, total length.
+    /// IPv4 header inconsistent: version, IHL, total length; or a source address no
+    /// host may send from (unspecified, broadcast, multicast, loopback, or, for a new
+    /// connection, one of the appliance's own addresses, VIPs and local addresses).
     BadIpv4Header,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,

@@ -803,6 +803,9 @@ impl Forwarder {
         if key.proto == Protocol::Tcp && !opens_connection(flags) {
             return Action::Drop(DropReason::TcpNoSession);
         }
+        if !may_be_client(key.src_addr(), snap, port.responder) {
+            return Action::Drop(DropReason::BadIpv4Header);
+        }
         let service = &snap.services()[index];
         if service.scheduler.uses_loads() {
             self.load_view
@@ -1115,6 +1118,11 @@ impl Forwarder {
             .real_servers
             .iter()
             .find(|x| x.ip == rip && x.port == rport)?;
+        if rs.mode != r.mode {
+            // The peer forwards to it in another mode than this node would (FullNAT
+            // where this node has no local addresses, say): not this node's session.
+            return None;
+        }
         let mut session =
             Session::new(&key, r.mode, service.id, rs.id, rip, rport).with_state(r.state);
         let reply_key = match (r.mode, r.local) {
@@ -1127,7 +1135,12 @@ impl Forwarder {
             )),
             (ForwardMode::FullNat, Some(local)) => {
                 // The active chose this port: keep this worker from handing it out.
+                // A port this worker already holds for another session is not given
+                // to a second one.
                 if let Some(pool) = self.pools.get_mut(&service.id) {
+                    if pool.is_in_use(*local.ip(), local.port()) {
+                        return None;
+                    }
                     pool.reserve(*local.ip(), local.port());
                 }
                 session = session.with_local(*local.ip(), local.port());
@@ -1144,9 +1157,15 @@ impl Forwarder {
         };
         session.created = self.now_tick;
         let active = session.is_active();
-        self.sessions
+        if self
+            .sessions
             .insert(key, reply_key, session, self.now_tick, timeout_ticks)
-            .ok()?;
+            .is_err()
+        {
+            // No room, or a key taken: the port reserved above goes back.
+            release_local_port(&mut self.pools, &session);
+            return None;
+        }
         let c = &self.real_servers[rs.id as usize];
         RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
         Some(Event::SyncInstalled)
@@ -1475,6 +1494,24 @@ fn forget(
     );
 }
 
+/// Whether a new connection may come from `client`: not an RFC 1812 martian
+/// (unspecified, broadcast, multicast, loopback) and not an address of this appliance
+/// (a port's, a VIP, a FullNAT local address). A session for one of ours would send
+/// the real server's answers to ourselves, as the VIP's own in NAT.
+fn may_be_client(
+    client: Ipv4Addr,
+    snap: &crate::service::Snapshot,
+    responder: &LocalResponder,
+) -> bool {
+    !(client.is_unspecified()
+        || client.is_broadcast()
+        || client.is_multicast()
+        || client.is_loopback()
+        || responder.is_local(client)
+        || snap.is_vip(client)
+        || snap.is_local_address(client))
+}
+
 /// Returns a FullNAT session's local port to its service's pool (no-op otherwise, or
 /// when the pool was rebuilt for other local addresses since).
 fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session) {
@@ -1716,5 +1753,147 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// Fuzzing found a SYN from the VIP to itself (src = dst = 198.18.0.220:80)
+    /// scheduled like a client's: the NAT session sent the real server a packet from
+    /// the VIP, whose answer would come back to the VIP. No new connection comes from
+    /// an address of ours or a martian.
+    #[test]
+    fn new_connections_from_our_own_or_martian_addresses_are_refused() {
+        use crate::service::{RealServerSpec, ServiceKey, ServiceTable, Snapshot};
+        let vip = Ipv4Addr::new(198, 18, 0, 220);
+        let lip = Ipv4Addr::new(198, 18, 0, 50);
+        let port_addr = Ipv4Addr::new(198, 18, 0, 1);
+        let mut table = ServiceTable::new();
+        let nat = ServiceKey::new(Protocol::Tcp, vip, 80);
+        table
+            .add_service(nat, sched::SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 12), 8080, 1, ForwardMode::Nat);
+        table.add_server(nat, rs).unwrap();
+        let full = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 0, 240), 80);
+        table
+            .add_service(full, sched::SchedulerKind::Rr, None)
+            .unwrap();
+        table.add_laddr(full, lip).unwrap();
+        let snap = Snapshot::build(1, &table);
+        let responder = LocalResponder::new([2, 0x53, 0x4c, 0, 0, 1], &[port_addr]);
+        for ours in [vip, lip, port_addr, Ipv4Addr::new(198, 18, 0, 240)] {
+            assert!(!may_be_client(ours, &snap, &responder), "{ours}");
+        }
+        for martian in [
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::BROADCAST,
+            Ipv4Addr::new(224, 0, 0, 1),
+            Ipv4Addr::new(127, 0, 0, 1),
+        ] {
+            assert!(!may_be_client(martian, &snap, &responder), "{martian}");
+        }
+        assert!(may_be_client(
+            Ipv4Addr::new(198, 18, 0, 100),
+            &snap,
+            &responder
+        ));
+        assert!(may_be_client(
+            Ipv4Addr::new(198, 18, 0, 12),
+            &snap,
+            &responder
+        ));
+    }
+
+    /// Local ports of every pool of `f` in use.
+    fn pool_ports_in_use(f: &Forwarder) -> u32 {
+        let mut q = Query::Pools {
+            out: Vec::with_capacity(8),
+        };
+        f.answer(&mut q, 0);
+        let Query::Pools { out } = q else {
+            unreachable!()
+        };
+        out.iter().map(|e| e.counters.used).sum()
+    }
+
+    /// Fuzzing found three ways synced FullNAT sessions got the local-port books wrong
+    /// on the standby: a record refused for lack of room (or a key taken) kept the
+    /// port it had reserved, forever; a record with a port another session of this
+    /// worker holds was installed with it anyway (both sessions then own one port,
+    /// and the first to end frees it under the other); a FullNAT record for a real
+    /// server this node forwards to in another mode was installed with a local port
+    /// of no pool here.
+    #[test]
+    fn synced_fullnat_sessions_keep_the_port_books_straight() {
+        use crate::service::{RealServerSpec, ServiceKey, ServiceTable, Snapshot};
+        use crate::session::TcpState;
+        use crate::sync::wire::{RecordFlags, RecordKind, RecordOp, RecordRepr};
+        let vip = Ipv4Addr::new(198, 18, 0, 240);
+        let dr_vip = Ipv4Addr::new(198, 18, 0, 210);
+        let lip = Ipv4Addr::new(198, 18, 0, 50);
+        let mut table = ServiceTable::new();
+        let full = ServiceKey::new(Protocol::Tcp, vip, 80);
+        table
+            .add_service(full, sched::SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 21), 8080, 1, ForwardMode::FullNat);
+        table.add_server(full, rs).unwrap();
+        table.add_laddr(full, lip).unwrap();
+        let dr = ServiceKey::new(Protocol::Tcp, dr_vip, 80);
+        table
+            .add_service(dr, sched::SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 11), 80, 1, ForwardMode::Dr);
+        table.add_server(dr, rs).unwrap();
+        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        // Room for one session.
+        let mut f = Forwarder::new(
+            1,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(super::super::realserver_stats::new_table()),
+            RssView {
+                toeplitz: Toeplitz::new(&crate::flow::rss::DEFAULT_RSS_KEY).unwrap(),
+                reta: Reta::new_round_robin(128, 1).unwrap(),
+                fields: HashFields::L3L4,
+                queue: 0,
+            },
+        );
+        f.set_local_ports(40000..=40031);
+        let record = |client: u16, vip: Ipv4Addr, real: SocketAddrV4, lport: u16| RecordRepr {
+            kind: RecordKind::Connection,
+            op: RecordOp::Update,
+            proto: Protocol::Tcp,
+            mode: ForwardMode::FullNat,
+            state: TcpState::Established,
+            client_prefix_len: 32,
+            flags: RecordFlags::default(),
+            client: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), client),
+            virtual_service: SocketAddrV4::new(vip, 80),
+            real_server: real,
+            local: Some(SocketAddrV4::new(lip, lport)),
+            timeout_ms: 60_000,
+        };
+        let full_rs = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 21), 8080);
+        let dr_rs = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 11), 80);
+        // FullNAT towards a real server this node reaches by DR: not installed.
+        assert_eq!(f.install(&record(33000, dr_vip, dr_rs, 40000)), None);
+        assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (0, 0));
+        assert_eq!(
+            f.install(&record(33000, vip, full_rs, 40000)),
+            Some(Event::SyncInstalled)
+        );
+        assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (1, 1));
+        // Another connection with the port the first one holds: refused.
+        assert_eq!(f.install(&record(33001, vip, full_rs, 40000)), None);
+        // Another port, but the table is full: refused, and the port stays free.
+        assert_eq!(f.install(&record(33002, vip, full_rs, 40001)), None);
+        assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (1, 1));
+        // The peer removes the one session: its port goes back.
+        let mut gone = record(33000, vip, full_rs, 40000);
+        gone.op = RecordOp::Remove;
+        assert_eq!(f.install(&gone), Some(Event::SyncRemoved));
+        assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (0, 0));
     }
 }

@@ -675,6 +675,79 @@ impl<K: FlowKey> SessionTable<K> {
         std::mem::size_of::<Self>() + slab + keys + map + self.wheel.memory_bytes()
     }
 
+    /// Checks that the table's parts agree: `len` counts the slots in use; each such
+    /// slot has its keys and an armed timer, each vacant slot neither; the index holds
+    /// exactly the live sessions' keys, each pointing at its session with its
+    /// direction; the free list walks every vacant slot once. O(capacity): for tests
+    /// and fuzzing, never the packet path. The first disagreement found, described.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        let mut live = 0usize;
+        let mut keys_expected = 0usize;
+        for (index, (session, keys)) in self.slab.iter().zip(self.keys.iter()).enumerate() {
+            match (session.in_use(), keys) {
+                (true, Some(k)) => {
+                    live += 1;
+                    if !session.timer.is_armed() {
+                        return Err(format!("session {index} in use but its timer is not armed"));
+                    }
+                    let mut check = |key: &K, dir: Direction| {
+                        keys_expected += 1;
+                        match self.map.get(key) {
+                            Some(&value) if value == map_value(index as u32, dir) => Ok(()),
+                            other => Err(format!(
+                                "session {index}: its {dir:?} key maps to {other:?}"
+                            )),
+                        }
+                    };
+                    check(&k.inbound, Direction::Inbound)?;
+                    if let Some(reply) = &k.reply {
+                        check(reply, Direction::Outbound)?;
+                    }
+                }
+                (false, None) => {
+                    if session.timer.is_armed() {
+                        return Err(format!("vacant slot {index} has an armed timer"));
+                    }
+                }
+                (true, None) => return Err(format!("session {index} in use without keys")),
+                (false, Some(_)) => return Err(format!("vacant slot {index} still has keys")),
+            }
+        }
+        if live != self.len as usize {
+            return Err(format!("len {} but {live} slots in use", self.len));
+        }
+        if self.map.len() != keys_expected {
+            return Err(format!(
+                "index holds {} keys, live sessions have {keys_expected}",
+                self.map.len()
+            ));
+        }
+        let mut seen = vec![false; self.slab.len()];
+        let mut at = self.free_head;
+        let mut free = 0usize;
+        while at != NIL {
+            let slot = at as usize;
+            match (self.slab.get(slot), seen.get(slot)) {
+                (Some(s), Some(false)) if !s.in_use() => {}
+                _ => {
+                    return Err(format!(
+                        "free list reaches slot {at}: out of range, in use or seen twice"
+                    ))
+                }
+            }
+            seen[slot] = true;
+            free += 1;
+            at = self.slab[slot].timer.next;
+        }
+        if free + live != self.slab.len() {
+            return Err(format!(
+                "{free} free + {live} live slots, capacity {}",
+                self.slab.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// The map's item capacity (to check it never grows).
     #[cfg(test)]
     fn map_capacity(&self) -> usize {
@@ -1313,8 +1386,44 @@ mod tests {
         }
         assert_eq!(table.map.len(), keys.len());
         assert_eq!(table.iter().count(), model.len());
+        table.check_consistency().unwrap();
         // Nothing was reallocated.
         assert_eq!(table.map_capacity(), map_capacity);
         assert_eq!(table.memory_bytes(), memory);
+    }
+
+    #[test]
+    fn consistency_check_passes_on_a_used_table_and_names_each_kind_of_damage() {
+        let timeouts = Timeouts::default().in_ticks(100);
+        let mut table = SessionTable::with_capacity(8);
+        table.check_consistency().unwrap();
+        let mut ids = Vec::new();
+        for c in 0..5 {
+            let (key, reply, s) = nat(c, 1000 + c as u16, 1);
+            ids.push(table.insert(key, reply, s, 0, 10).unwrap());
+        }
+        table.remove(ids[1]).unwrap();
+        table.on_packet(ids[2], Direction::Inbound, TcpFlags::SYN, 1, &timeouts);
+        table.expire(20, 64, |_, _| {});
+        table.check_consistency().unwrap();
+        let (key, reply, s) = nat(9, 9, 1);
+        let id = table.insert(key, reply, s, 20, 10).unwrap();
+        table.check_consistency().unwrap();
+
+        table.len += 1;
+        assert!(table.check_consistency().unwrap_err().contains("len"));
+        table.len -= 1;
+        let value = table.map.remove(&reply.unwrap()).unwrap();
+        assert!(table.check_consistency().unwrap_err().contains("Outbound"));
+        table.map.insert(reply.unwrap(), value);
+        let keys = table.keys[id.0 as usize].take();
+        assert!(table
+            .check_consistency()
+            .unwrap_err()
+            .contains("without keys"));
+        table.keys[id.0 as usize] = keys;
+        let head = table.free_head;
+        table.slab[head as usize].timer.next = head;
+        assert!(table.check_consistency().unwrap_err().contains("free list"));
     }
 }

@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets under fuzz/seeds/<target>/ from the
+golden-packet fixtures (tests/tools/golden_forwarding.py and golden_arp_icmp.py build
+the same pcaps the golden tests feed the daemon) and the example configs.
+
+    /usr/bin/python3 fuzz/seeds/make_seeds.py      (Debian's scapy; from the repo root)
+
+Input formats (fuzz/src/lib.rs `records`): a record is a tag byte, a 16-bit big-endian
+length and that many bytes. Raw frames are tag 1 (forwarder, local_responder), raw
+VRRP frames tag 1 after 8 config bytes (vrrp), raw sync datagrams tag 0 or 1 (sync
+receiver: bit 0 = the receiver has the key), TOA inputs 4 head bytes then the frame.
+"""
+import glob
+import hashlib
+import hmac
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+from scapy.all import IP, TCP, UDP, Ether, Raw, rdpcap
+from scapy.layers.vrrp import VRRPv3
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEEDS = os.path.join(ROOT, "fuzz", "seeds")
+SYNC_KEY = b"sluice fuzz sync key, 32 bytes."
+
+
+def record(tag, body):
+    return bytes([tag]) + struct.pack(">H", len(body)) + body
+
+
+def write(target, name, data):
+    d = os.path.join(SEEDS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def golden_frames():
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in ("forwarding", "arp_icmp"):
+            pcap, js = os.path.join(tmp, t + ".pcap"), os.path.join(tmp, t + ".json")
+            subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tools", f"golden_{t}.py"),
+                            "make", pcap, js], check=True, stdout=subprocess.DEVNULL)
+            out[t] = [bytes(p) for p in rdpcap(pcap)]
+    return out
+
+
+def sync_message(records, key=None, mtype=1):
+    flags = 1 if key else 0
+    length = 28 + 36 * len(records)
+    head = struct.pack(">IBBHHHIIII", 0x534C5359, 1, mtype, flags, length, len(records), 7, 1, 0, 0)
+    msg = head + b"".join(records)
+    if key:
+        msg += hmac.new(key, msg, hashlib.sha256).digest()
+    return msg
+
+
+def sync_record(mode, client, cport, vip, vport, rip, rport, lip="0.0.0.0", lport=0, tcp=True, state=1):
+    ip = lambda a: bytes(int(x) for x in a.split("."))
+    return struct.pack(">BBBBBBH", 1, 1, 6 if tcp else 17, mode, state if tcp else 0, 32, 0) + \
+        ip(client) + ip(vip) + ip(rip) + ip(lip) + struct.pack(">HHHHI", cport, vport, rport, lport, 30000)
+
+
+def main():
+    frames = golden_frames()
+    # forwarder: each golden pcap in runs of at most 64 frames (the target's limit).
+    for t, fs in frames.items():
+        for i in range(0, len(fs), 48):
+            write("forwarder", f"golden-{t}-{i // 48:02}", b"".join(record(1, f) for f in fs[i:i + 48]))
+    # The same runs with time passing (2 s) between frames, so sessions expire on the way.
+    fs = frames["forwarding"]
+    write("forwarder", "golden-forwarding-timed",
+          b"".join(record(1, f) + record(2, struct.pack(">H", 20)) for f in fs[:30]))
+    # Structured frames (tag 0): the bytes only steer the frame builder, so any
+    # bytes make a run of mostly-valid frames; a fixed generator keeps them stable.
+    rng = random.Random(24)
+    for i in range(8):
+        recs = []
+        for _ in range(40):
+            recs.append(record(rng.choice([0, 0, 0, 3]), bytes(rng.randrange(256) for _ in range(96))))
+            if rng.random() < 0.2:
+                recs.append(record(2, struct.pack(">H", rng.choice([1, 10, 50, 400]))))
+        write("forwarder", f"structured-{i}", b"".join(recs))
+    # A FullNAT connection with TOA: SYN, the first ACK (the option goes in), data.
+    L, C = "02:53:4c:00:00:01", "02:00:00:00:01:00"
+    flow = [Ether(dst=L, src=C) / IP(src="198.18.0.100", dst="198.18.0.240") /
+            TCP(sport=33000 + n, dport=80, flags=fl, options=[("MSS", 1460)] if fl == "S" else []) /
+            Raw(b"GET / HTTP/1.0\r\n\r\n" if fl == "PA" else b"")
+            for n in range(3) for fl in ("S", "A", "PA")]
+    udp = [Ether(dst=L, src=C) / IP(src="198.18.0.101", dst="198.18.0.240") / UDP(sport=1024 + n, dport=3333) /
+           Raw(b"q" * 20) for n in range(3)]
+    write("forwarder", "fullnat-toa", b"".join(record(1, bytes(f)) for f in flow + udp))
+    # local_responder: ARP and ICMP fixtures, one run.
+    write("local_responder", "golden-arp-icmp", b"".join(record(1, f) for f in frames["arp_icmp"]))
+    # toa: every golden TCP frame, raw, with room for the option.
+    n = 0
+    for f in frames["forwarding"]:
+        if Ether(f).haslayer(TCP):
+            write("toa", f"golden-tcp-{n:02}", bytes([1, 40, 60, 7]) + f)
+            n += 1
+    syn = Ether(dst="02:53:4c:00:00:01", src="02:00:00:00:01:00") / IP(src="198.18.0.21", dst="198.18.0.50") / \
+        TCP(sport=8080, dport=40000, flags="SA", options=[("MSS", 1460), ("SAckOK", b""), ("WScale", 7)])
+    write("toa", "synack-mss", bytes([1, 8, 8, 1]) + bytes(syn))
+    ack = Ether(dst="02:53:4c:00:00:01", src="02:00:00:00:01:00") / IP(src="198.18.0.100", dst="198.18.0.240") / \
+        TCP(sport=33000, dport=80, flags="A", options=[("Timestamp", (1, 2))]) / Raw(b"GET / HTTP/1.0\r\n\r\n")
+    write("toa", "ack-data", bytes([1, 40, 40, 2]) + bytes(ack))
+    # vrrp: config (VRID 51, priority 100, 1 s, preempt) then adverts from a peer.
+    adv = lambda prio, src: bytes(Ether(dst="01:00:5e:00:00:12", src="02:00:00:00:00:09") /
+                                  IP(src=src, dst="224.0.0.18", ttl=255) /
+                                  VRRPv3(vrid=51, priority=prio, adv=100, addrlist=["198.18.0.210"]))
+    cfg = bytes([51, 100, 0, 100, 1, 0, 0, 0])
+    write("vrrp", "peer-higher", cfg + record(1, adv(200, "198.18.0.2")) + record(2, struct.pack(">H", 1000)))
+    write("vrrp", "peer-lower", cfg + record(2, struct.pack(">H", 4000)) + record(1, adv(50, "198.18.0.2")))
+    write("vrrp", "peer-resign", cfg + record(1, adv(0, "198.18.0.3")) + record(2, struct.pack(">H", 700)))
+    # sync_receiver: sessions of every mode of the bed's services, plain and keyed.
+    recs = [
+        sync_record(3, "198.18.0.100", 33000, "198.18.0.210", 80, "198.18.0.11", 80),
+        sync_record(0, "198.18.0.100", 33001, "198.18.0.220", 80, "198.18.0.12", 8080),
+        sync_record(2, "198.18.0.100", 33002, "198.18.0.230", 80, "198.18.0.13", 80),
+        sync_record(5, "198.18.0.100", 33003, "198.18.0.240", 80, "198.18.0.21", 8080, "198.18.0.50", 40000),
+        sync_record(5, "198.18.0.101", 33004, "198.18.0.240", 3333, "198.18.0.22", 4444, "198.18.0.51", 40001,
+                    tcp=False),
+    ]
+    write("sync_receiver", "plain", record(0, sync_message(recs)))
+    write("sync_receiver", "keyed", record(1, sync_message(recs, SYNC_KEY)))
+    write("sync_receiver", "keyed-dump", record(1, sync_message(recs[3:], SYNC_KEY, mtype=3)))
+    write("sync_receiver", "resync-request", record(0, sync_message([], mtype=2)))
+    # config: the example configs and the bed's.
+    for path in sorted(glob.glob(os.path.join(ROOT, "config", "*.toml"))):
+        with open(path, "rb") as f:
+            write("config", os.path.basename(path), f.read())
+    with open(os.path.join(ROOT, "fuzz", "src", "bed.rs")) as f:
+        src = f.read()
+    start = src.index('r#"') + 3
+    write("config", "fuzz-bed.toml", src[start:src.index('"#;', start)].encode())
+
+
+if __name__ == "__main__":
+    main()

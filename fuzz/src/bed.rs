@@ -1,0 +1,531 @@
+//! The forwarder under test: the golden tests' appliance (02:53:4c:00:00:01,
+//! 198.18.0.1/24) with their services (DR, NAT, TUN, FullNAT with two local addresses)
+//! plus TOA, persistence, a load-aware scheduler and a service whose real servers
+//! all weigh 0 (answered with RST), read through the crate's own config reader.
+use sluice::config::Config;
+use sluice::daemon::Services;
+use sluice::dataplane::counters::WorkerCounters;
+use sluice::dataplane::forwarder::{Forwarder, RssView, SyncLink};
+use sluice::dataplane::neighbour::NeighbourTable;
+use sluice::dataplane::query::Query;
+use sluice::dataplane::realserver_stats::{self, RealServerCounters};
+use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
+use sluice::service::{ForwardMode, HealthOverlay, Snapshot, SnapshotPublisher};
+use sluice::session::persist::PersistTable;
+use sluice::session::{Session, TickTimeouts};
+use sluice::sync::wire::{RecordOp, RecordRepr};
+use sluice::wire::ethernet::MacAddr;
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+
+pub const LB_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
+pub const LB_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// TSC ticks per second of the made-up clock, and per session tick (100 ms).
+pub const HZ: u64 = 1_000_000_000;
+pub const TSC_PER_TICK: u64 = HZ / 10;
+pub const SESSIONS: usize = 64;
+/// FullNAT local ports: few, so the pools run out.
+pub const LOCAL_PORTS: std::ops::RangeInclusive<u16> = 40000..=40031;
+
+pub const CONFIG: &str = r#"
+[eal]
+hugepages = false
+memory_mb = 256
+file_prefix = "fuzz"
+
+[lcores]
+management = 0
+workers = [1]
+
+[control]
+socket = "/run/sluice/fuzz.sock"
+
+[[ports]]
+name = "lan0"
+loopback = true
+mac = "02:53:4c:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[loopback]
+peers = 4
+
+[timeouts]
+tcp = 30
+tcpfin = 5
+udp = 10
+syn_recv = 3
+syn_sent = 3
+time_wait = 2
+close = 1
+close_wait = 5
+last_ack = 5
+
+[[services]]
+proto = "tcp"
+vip = "198.18.0.210"
+port = 80
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.11"
+  port = 80
+  mode = "dr"
+
+[[services]]
+proto = "udp"
+vip = "198.18.0.210"
+port = 3333
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.11"
+  port = 3333
+  mode = "dr"
+
+[[services]]
+proto = "tcp"
+vip = "198.18.0.220"
+port = 80
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.12"
+  port = 8080
+  mode = "nat"
+
+[[services]]
+proto = "udp"
+vip = "198.18.0.220"
+port = 3333
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.12"
+  port = 4444
+  mode = "nat"
+
+[[services]]
+proto = "tcp"
+vip = "198.18.0.230"
+port = 80
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.13"
+  port = 80
+  mode = "tun"
+
+[[services]]
+proto = "udp"
+vip = "198.18.0.230"
+port = 3333
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.13"
+  port = 3333
+  mode = "tun"
+
+[[services]]
+proto = "tcp"
+vip = "198.18.0.221"
+port = 80
+scheduler = "wlc"
+persistence_timeout = 5
+  [[services.real_servers]]
+  ip = "198.18.0.14"
+  port = 8080
+  mode = "nat"
+  [[services.real_servers]]
+  ip = "198.18.0.15"
+  port = 8080
+  mode = "nat"
+
+[[services]]
+proto = "tcp"
+vip = "198.18.0.222"
+port = 80
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.12"
+  port = 8080
+  mode = "nat"
+
+[[services]]
+proto = "tcp"
+vip = "198.18.0.240"
+port = 80
+scheduler = "rr"
+local_addresses = ["198.18.0.50", "198.18.0.51"]
+toa = true
+  [[services.real_servers]]
+  ip = "198.18.0.21"
+  port = 8080
+  mode = "fullnat"
+  [[services.real_servers]]
+  ip = "198.18.0.22"
+  port = 8080
+  mode = "fullnat"
+
+[[services]]
+proto = "udp"
+vip = "198.18.0.240"
+port = 3333
+scheduler = "mh"
+local_addresses = ["198.18.0.50", "198.18.0.51"]
+  [[services.real_servers]]
+  ip = "198.18.0.21"
+  port = 4444
+  mode = "fullnat"
+  [[services.real_servers]]
+  ip = "198.18.0.22"
+  port = 4444
+  mode = "fullnat"
+
+[[services]]
+proto = "tcp"
+vip = "198.18.0.250"
+port = 443
+scheduler = "rr"
+  [[services.real_servers]]
+  ip = "198.18.0.16"
+  port = 443
+  weight = 0
+  mode = "nat"
+"#;
+
+/// Addresses frames are mostly made of: clients, the appliance, VIPs, real servers,
+/// local addresses, VRRP's group, broadcast.
+pub const ADDRS: &[Ipv4Addr] = &[
+    Ipv4Addr::new(198, 18, 0, 100),
+    Ipv4Addr::new(198, 18, 0, 101),
+    Ipv4Addr::new(198, 51, 100, 7),
+    LB_IP,
+    Ipv4Addr::new(198, 18, 0, 210),
+    Ipv4Addr::new(198, 18, 0, 220),
+    Ipv4Addr::new(198, 18, 0, 221),
+    Ipv4Addr::new(198, 18, 0, 222),
+    Ipv4Addr::new(198, 18, 0, 230),
+    Ipv4Addr::new(198, 18, 0, 240),
+    Ipv4Addr::new(198, 18, 0, 250),
+    Ipv4Addr::new(198, 18, 0, 11),
+    Ipv4Addr::new(198, 18, 0, 12),
+    Ipv4Addr::new(198, 18, 0, 13),
+    Ipv4Addr::new(198, 18, 0, 14),
+    Ipv4Addr::new(198, 18, 0, 15),
+    Ipv4Addr::new(198, 18, 0, 16),
+    Ipv4Addr::new(198, 18, 0, 21),
+    Ipv4Addr::new(198, 18, 0, 22),
+    Ipv4Addr::new(198, 18, 0, 50),
+    Ipv4Addr::new(198, 18, 0, 51),
+    Ipv4Addr::new(224, 0, 0, 18),
+    Ipv4Addr::new(224, 0, 0, 81),
+    Ipv4Addr::BROADCAST,
+];
+
+/// Ports: the services', the real servers', a few client ports, the local-port pool's
+/// first ones, the sync and health-probe ports.
+pub const PORTS: &[u16] = &[
+    80, 3333, 8080, 4444, 443, 1024, 1025, 33000, 40000, 40001, 40002, 40003, 40016, 40017, 8848,
+    50000,
+];
+
+/// TCP/UDP endpoints frames are mostly made of: clients, services, the appliance's
+/// sync and probe ports, real servers, and local addresses with ports of their pools.
+pub const ENDPOINTS: &[(Ipv4Addr, u16)] = &{
+    const fn a(last: u8) -> Ipv4Addr {
+        Ipv4Addr::new(198, 18, 0, last)
+    }
+    const FIXED: [(Ipv4Addr, u16); 30] = [
+        (a(100), 33000),
+        (a(100), 33001),
+        (a(101), 1024),
+        (Ipv4Addr::new(198, 51, 100, 7), 40000),
+        (a(210), 80),
+        (a(210), 3333),
+        (a(220), 80),
+        (a(220), 3333),
+        (a(221), 80),
+        (a(222), 80),
+        (a(230), 80),
+        (a(230), 3333),
+        (a(240), 80),
+        (a(240), 3333),
+        (a(250), 443),
+        (LB_IP, 8848),
+        (LB_IP, 50000),
+        (LB_IP, 80),
+        (a(11), 80),
+        (a(11), 3333),
+        (a(12), 8080),
+        (a(12), 4444),
+        (a(13), 80),
+        (a(14), 8080),
+        (a(15), 8080),
+        (a(16), 443),
+        (a(21), 8080),
+        (a(22), 8080),
+        (a(21), 4444),
+        (a(22), 4444),
+    ];
+    let mut all = [(LB_IP, 0); 62];
+    let mut i = 0;
+    while i < 30 {
+        all[i] = FIXED[i];
+        i += 1;
+    }
+    while i < 62 {
+        let k = (i - 30) as u16;
+        all[i] = (a(50 + (k / 16) as u8), 40000 + k % 16);
+        i += 1;
+    }
+    all
+};
+
+pub const MACS: &[[u8; 6]] = &[
+    [2, 0, 0, 0, 1, 0],
+    [2, 0, 0, 0, 0, 0x11],
+    [2, 0, 0, 0, 0, 0x12],
+    [2, 0, 0, 0, 0, 0x21],
+    [0x01, 0x00, 0x5e, 0x00, 0x00, 0x12],
+    [0x01, 0x00, 0x5e, 0x00, 0x00, 0x51],
+];
+
+pub struct Shared {
+    pub publisher: SnapshotPublisher,
+    pub timeouts: TickTimeouts,
+    pub real_servers: Arc<Box<[RealServerCounters]>>,
+    /// VIPs of NAT services and of FullNAT services, and the local addresses.
+    pub nat_vips: HashSet<Ipv4Addr>,
+    pub fullnat_vips: HashSet<Ipv4Addr>,
+    pub lips: HashSet<Ipv4Addr>,
+    /// Every real-server id of the snapshot.
+    pub real_ids: Vec<u32>,
+    /// Real servers with a known MAC (the one left out makes frames wait for ARP).
+    pub resolved: Vec<Ipv4Addr>,
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+
+pub fn shared() -> &'static Shared {
+    SHARED.get_or_init(|| {
+        let cfg = Config::parse(CONFIG, std::path::Path::new("fuzz.toml")).expect("bed config");
+        let services = Services::from_config(&cfg).expect("bed services");
+        let mut overlay = HealthOverlay::default();
+        let mut nat_vips = HashSet::new();
+        let mut fullnat_vips = HashSet::new();
+        let mut lips = HashSet::new();
+        let mut real_ids = Vec::new();
+        let mut resolved = Vec::new();
+        for s in services.table.services() {
+            if s.real_servers.iter().all(|r| r.weight == 0) {
+                overlay.reset_when_down.insert(s.key);
+            }
+            for r in &s.real_servers {
+                real_ids.push(r.id);
+                match r.mode {
+                    ForwardMode::Nat => {
+                        nat_vips.insert(s.key.vip);
+                    }
+                    ForwardMode::FullNat => {
+                        fullnat_vips.insert(s.key.vip);
+                    }
+                    _ => {}
+                }
+                if r.ip != Ipv4Addr::new(198, 18, 0, 22) {
+                    resolved.push(r.ip);
+                }
+            }
+            lips.extend(s.local_addresses.iter().copied());
+        }
+        let snapshot = Snapshot::build_with(1, &services.table, &overlay, &[])
+            .with_timeouts(services.timeouts);
+        Shared {
+            publisher: SnapshotPublisher::new(snapshot),
+            timeouts: services.timeouts.in_ticks(100),
+            real_servers: Arc::new(realserver_stats::new_table()),
+            nat_vips,
+            fullnat_vips,
+            lips,
+            real_ids,
+            resolved,
+        }
+    })
+}
+
+/// The forwarder of this process (worker 0 of 2, so some NAT replies belong to the
+/// other) with sync, persistence, health probes, VRRP and sync over the port turned
+/// on, and its clock. Built once: `Forwarder::new` builds local-port pools for the
+/// default 64512 ports, which would cost more than the run itself. Every input starts
+/// from the same state: the previous one ended with every session expired (checked),
+/// and `begin` rebuilds pools and schedulers and gives fresh persistence and sync
+/// state; the clock only moves on (the old sessions' ticks are long past).
+pub struct Bed {
+    pub fwd: Forwarder,
+    pub now: u64,
+    pub rings: Arc<Vec<sluice::sync::events::EventRing>>,
+}
+
+thread_local! {
+    static BED: std::cell::RefCell<Option<Bed>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` on the process's forwarder, reset for a new input.
+pub fn with_bed<R>(f: impl FnOnce(&mut Bed) -> R) -> R {
+    BED.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let bed = slot.get_or_insert_with(|| Bed {
+            fwd: new_forwarder(),
+            now: HZ,
+            rings: Arc::new(Vec::new()),
+        });
+        bed.begin();
+        f(bed)
+    })
+}
+
+impl Bed {
+    fn begin(&mut self) {
+        assert!(
+            self.fwd.sessions().is_empty(),
+            "the previous input left sessions"
+        );
+        // A minute on: whatever the last input left in time-based state is stale.
+        self.now += 60 * HZ;
+        self.fwd.set_local_ports(LOCAL_PORTS);
+        self.fwd
+            .set_persistence(Arc::new(PersistTable::with_capacity(64)));
+        self.rings = Arc::new(vec![sluice::sync::events::EventRing::with_capacity(256)]);
+        self.fwd.set_sync(SyncLink {
+            rings: self.rings.clone(),
+            index: 0,
+            policy: sluice::sync::events::SyncPolicy::default(),
+        });
+    }
+}
+
+fn new_forwarder() -> Forwarder {
+    let s = shared();
+    let mut f = Forwarder::new(
+        SESSIONS,
+        s.publisher.reader(),
+        s.timeouts,
+        TSC_PER_TICK,
+        HZ,
+        s.real_servers.clone(),
+        RssView {
+            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
+            reta: Reta::new_round_robin(128, 2).unwrap(),
+            fields: HashFields::L3L4,
+            queue: 0,
+        },
+    );
+    f.set_health(LB_IP, 50000..=50003, 2000);
+    f.set_vrrp(true);
+    f.set_sync_port(
+        SocketAddrV4::new(LB_IP, 8848),
+        Some(SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848)),
+    );
+    f
+}
+
+pub fn neighbours() -> NeighbourTable {
+    let mut n = NeighbourTable::with_capacity(64);
+    for (i, ip) in shared().resolved.iter().enumerate() {
+        n.learn(*ip, MacAddr([2, 0, 0, 0, 0, 0x40 + i as u8]), 0);
+    }
+    n
+}
+
+/// Ports in use in each pool of the forwarder, summed.
+pub fn pool_ports_in_use(f: &Forwarder) -> u64 {
+    let mut q = Query::Pools {
+        out: Vec::with_capacity(64),
+    };
+    f.answer(&mut q, 0);
+    let Query::Pools { out } = q else {
+        unreachable!()
+    };
+    out.iter().map(|e| u64::from(e.counters.used)).sum()
+}
+
+/// The forwarder's books agree: the session table with itself; FullNAT sessions hold
+/// distinct local ports, exactly the pools' ports in use (those inside the pools'
+/// range and addresses); each real server's active and inactive gauges count its live
+/// sessions.
+pub fn check_books(f: &Forwarder) -> Result<(), String> {
+    let s = shared();
+    f.sessions().check_consistency()?;
+    let mut held = HashSet::new();
+    let mut per_real: HashMap<u32, (u64, u64)> = HashMap::new();
+    for (_, session) in f.sessions().iter() {
+        if session.mode == ForwardMode::FullNat && session.local_port != 0 {
+            let lip = Ipv4Addr::from(session.local_addr);
+            if s.lips.contains(&lip) && LOCAL_PORTS.contains(&session.local_port) {
+                if !held.insert((session.service, lip, session.local_port)) {
+                    return Err(format!("two sessions hold {lip}:{}", session.local_port));
+                }
+            }
+        }
+        let e = per_real.entry(session.real).or_default();
+        if session.is_active() {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
+        }
+    }
+    let used = pool_ports_in_use(f);
+    if used != held.len() as u64 {
+        return Err(format!(
+            "pools have {used} ports in use, sessions hold {}",
+            held.len()
+        ));
+    }
+    for id in &s.real_ids {
+        let c = &s.real_servers[*id as usize];
+        let got = (c.active.load(Relaxed), c.inactive.load(Relaxed));
+        let want = per_real.get(id).copied().unwrap_or_default();
+        if got != want {
+            return Err(format!(
+                "real server {id}: gauges (active, inactive) {got:?}, live sessions {want:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Lets every session expire (or, if it lives longer than the bed's timeouts, be
+/// removed as the peer's removal record does), then checks that the table is empty,
+/// every local port is back in its pool and the gauges are at zero.
+pub fn drain(f: &mut Forwarder, now: &mut u64, counters: &WorkerCounters) -> Result<(), String> {
+    // Ten minutes on, past every timeout of the bed's config: those sessions expire
+    // (the wheel catches up a bounded number of entries per poll).
+    *now += 600 * HZ;
+    for _ in 0..1000 {
+        if f.sessions().is_empty() {
+            break;
+        }
+        f.poll(*now, counters);
+    }
+    // Sessions installed by sync may live up to MAX_TIMEOUT_SECS (24.8 days): the
+    // peer's removal records clear them instead.
+    let left: Vec<Session> = f.sessions().iter().map(|(_, s)| *s).collect();
+    for s in &left {
+        f.install(&RecordRepr::connection(s, RecordOp::Remove, 0));
+    }
+    if !f.sessions().is_empty() {
+        let left: Vec<String> = f
+            .sessions()
+            .iter()
+            .map(|(id, s)| format!("{id:?} deadline {} {s:?}", s.deadline()))
+            .collect();
+        return Err(format!(
+            "{} sessions never expired (clock at tick {}, wheel at {}): {left:?}",
+            f.sessions().len(),
+            *now / TSC_PER_TICK,
+            f.sessions().wheel_tick()
+        ));
+    }
+    check_books(f)?;
+    let used = pool_ports_in_use(f);
+    if used != 0 {
+        return Err(format!("{used} local ports still in use with no session"));
+    }
+    Ok(())
+}

@@ -1,0 +1,657 @@
+//! Mostly-valid frames built from fuzzer bytes: Ethernet (with an optional VLAN tag),
+//! ARP, IPv4 with TCP, UDP, ICMP (echo, or an error quoting a flow) or another
+//! protocol, their addresses and ports drawn mostly from a small universe (the VIPs,
+//! real servers, local addresses and clients of the target), checksums right unless
+//! the input asks for one to be damaged.
+use crate::net::{finish, pseudo, sum};
+use arbitrary::{Arbitrary, Unstructured};
+use std::net::Ipv4Addr;
+
+/// The addresses, ports and MACs a target's frames are mostly made of.
+pub struct Universe<'a> {
+    pub our_mac: [u8; 6],
+    pub macs: &'a [[u8; 6]],
+    pub addrs: &'a [Ipv4Addr],
+    pub ports: &'a [u16],
+    /// Clients, services, real servers, local addresses with their ports.
+    pub endpoints: &'a [(Ipv4Addr, u16)],
+}
+
+/// An address: mostly one of the universe's (byte below 224), else any.
+#[derive(Debug, Clone, Copy)]
+pub enum Addr {
+    Known(u8),
+    Raw(u32),
+}
+
+impl<'a> Arbitrary<'a> for Addr {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let b = u8::arbitrary(u)?;
+        Ok(if b < 224 {
+            Addr::Known(b)
+        } else {
+            Addr::Raw(u32::arbitrary(u)?)
+        })
+    }
+}
+
+/// A port: mostly one of the universe's, else any.
+#[derive(Debug, Clone, Copy)]
+pub enum Port {
+    Known(u8),
+    Raw(u16),
+}
+
+impl<'a> Arbitrary<'a> for Port {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let b = u8::arbitrary(u)?;
+        Ok(if b < 224 {
+            Port::Known(b)
+        } else {
+            Port::Raw(u16::arbitrary(u)?)
+        })
+    }
+}
+
+/// A TCP/UDP endpoint: mostly one of the universe's (a client, a service, a real
+/// server, a local address with a port of its pool), else address and port apart.
+#[derive(Debug, Clone, Copy)]
+pub enum Endpoint {
+    Known(u8),
+    Apart(Addr, Port),
+}
+
+impl<'a> Arbitrary<'a> for Endpoint {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let b = u8::arbitrary(u)?;
+        Ok(if b < 200 {
+            Endpoint::Known(b)
+        } else {
+            Endpoint::Apart(Addr::arbitrary(u)?, Port::arbitrary(u)?)
+        })
+    }
+}
+
+/// A MAC: mostly ours, else one of the universe's, broadcast or any.
+#[derive(Debug, Clone, Copy)]
+pub enum Mac {
+    Ours,
+    Known(u8),
+    Broadcast,
+    Raw([u8; 6]),
+}
+
+impl<'a> Arbitrary<'a> for Mac {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let b = u8::arbitrary(u)?;
+        Ok(match b {
+            0..=159 => Mac::Ours,
+            160..=215 => Mac::Known(b),
+            216..=235 => Mac::Broadcast,
+            _ => Mac::Raw(<[u8; 6]>::arbitrary(u)?),
+        })
+    }
+}
+
+/// A source MAC: mostly one of the universe's (index from the byte), else any.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceMac(pub Mac);
+
+impl<'a> Arbitrary<'a> for SourceMac {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let b = u8::arbitrary(u)?;
+        Ok(SourceMac(match b {
+            0..=239 => Mac::Known(b),
+            240..=247 => Mac::Ours,
+            _ => Mac::Raw(<[u8; 6]>::arbitrary(u)?),
+        }))
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+pub struct FrameSpec {
+    pub dst_mac: Mac,
+    pub src_mac: SourceMac,
+    pub vlan: Rare<u16>,
+    pub body: Body,
+}
+
+/// A value present one time in eight.
+#[derive(Debug, Clone, Copy)]
+pub struct Rare<T>(pub Option<T>);
+
+impl<'a, T: Arbitrary<'a>> Arbitrary<'a> for Rare<T> {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(Rare(if u8::arbitrary(u)? < 32 {
+            Some(T::arbitrary(u)?)
+        } else {
+            None
+        }))
+    }
+}
+
+#[derive(Debug)]
+pub enum Body {
+    Arp {
+        op: u8,
+        sender_mac: Mac,
+        sender: Addr,
+        target_mac: Mac,
+        target: Addr,
+        /// Replaces hardware/protocol type and lengths (8 bytes) when set.
+        header: Option<[u8; 6]>,
+    },
+    Ipv4(Ipv4Spec),
+    Raw(Vec<u8>),
+}
+
+impl<'a> Arbitrary<'a> for Body {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? {
+            0..=29 => Body::Arp {
+                op: u8::arbitrary(u)?,
+                sender_mac: SourceMac::arbitrary(u)?.0,
+                sender: Addr::arbitrary(u)?,
+                target_mac: Mac::arbitrary(u)?,
+                target: Addr::arbitrary(u)?,
+                header: Rare::arbitrary(u)?.0,
+            },
+            30..=243 => Body::Ipv4(Ipv4Spec::arbitrary(u)?),
+            _ => Body::Raw(Vec::arbitrary(u)?),
+        })
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+pub struct Ipv4Spec {
+    pub src: Addr,
+    pub dst: Addr,
+    pub tos: u8,
+    pub ident: u16,
+    pub frag: Frag,
+    pub ttl: u8,
+    /// IPv4 options (cut to 40 bytes, padded to a multiple of 4).
+    pub options: Rare<Vec<u8>>,
+    pub l4: L4,
+    pub damage: Damage,
+    /// Ethernet padding after the IP packet.
+    pub padding: u8,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Frag {
+    None,
+    DontFragment,
+    MoreFragments,
+    Offset(u16),
+}
+
+impl<'a> Arbitrary<'a> for Frag {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? {
+            0..=119 => Frag::None,
+            120..=239 => Frag::DontFragment,
+            240..=247 => Frag::MoreFragments,
+            _ => Frag::Offset(u16::arbitrary(u)?),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Damage {
+    None,
+    IpChecksum,
+    L4Checksum,
+    TotalLen(i8),
+    Cut(u8),
+    IpHeaderByte(u8, u8),
+}
+
+impl<'a> Arbitrary<'a> for Damage {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? {
+            0..=223 => Damage::None,
+            224..=229 => Damage::IpChecksum,
+            230..=237 => Damage::L4Checksum,
+            238..=243 => Damage::TotalLen(i8::arbitrary(u)?),
+            244..=249 => Damage::Cut(u8::arbitrary(u)?),
+            _ => Damage::IpHeaderByte(u8::arbitrary(u)?, u8::arbitrary(u)?),
+        })
+    }
+}
+
+/// TCP flags: mostly a combination a real stack sends.
+#[derive(Debug, Clone, Copy)]
+pub struct Flags(pub u8);
+
+impl<'a> Arbitrary<'a> for Flags {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        const COMMON: [u8; 8] = [0x02, 0x12, 0x10, 0x18, 0x11, 0x04, 0x14, 0x19];
+        let b = u8::arbitrary(u)?;
+        Ok(Flags(if b < 224 {
+            COMMON[b as usize % COMMON.len()]
+        } else {
+            u8::arbitrary(u)?
+        }))
+    }
+}
+
+#[derive(Debug)]
+pub enum L4 {
+    Tcp {
+        src: Endpoint,
+        dst: Endpoint,
+        seq: u32,
+        ack: u32,
+        flags: Flags,
+        window: u16,
+        options: Vec<TcpOption>,
+        payload: Vec<u8>,
+    },
+    Udp {
+        src: Endpoint,
+        dst: Endpoint,
+        payload: Vec<u8>,
+        no_checksum: bool,
+    },
+    Icmp {
+        icmp_type: u8,
+        code: u8,
+        rest: u32,
+        body: IcmpBody,
+    },
+    Other {
+        protocol: u8,
+        payload: Vec<u8>,
+    },
+}
+
+impl<'a> Arbitrary<'a> for L4 {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? {
+            0..=119 => L4::Tcp {
+                src: Endpoint::arbitrary(u)?,
+                dst: Endpoint::arbitrary(u)?,
+                seq: u32::arbitrary(u)?,
+                ack: u32::arbitrary(u)?,
+                flags: Flags::arbitrary(u)?,
+                window: u16::arbitrary(u)?,
+                options: Vec::arbitrary(u)?,
+                payload: Vec::arbitrary(u)?,
+            },
+            120..=189 => L4::Udp {
+                src: Endpoint::arbitrary(u)?,
+                dst: Endpoint::arbitrary(u)?,
+                payload: Vec::arbitrary(u)?,
+                no_checksum: u8::arbitrary(u)? < 32,
+            },
+            190..=239 => L4::Icmp {
+                icmp_type: u8::arbitrary(u)?,
+                code: u8::arbitrary(u)?,
+                rest: u32::arbitrary(u)?,
+                body: IcmpBody::arbitrary(u)?,
+            },
+            _ => L4::Other {
+                protocol: u8::arbitrary(u)?,
+                payload: Vec::arbitrary(u)?,
+            },
+        })
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+pub enum IcmpBody {
+    Data(Vec<u8>),
+    /// The start of an IPv4 packet, as an ICMP error quotes it.
+    Quote {
+        src: Endpoint,
+        dst: Endpoint,
+        tcp: bool,
+        /// Bytes of the quoted L4 header kept (8 is what RFC 792 asks).
+        keep: u8,
+        quoted_checksum_ok: bool,
+    },
+}
+
+#[derive(Arbitrary, Debug)]
+pub enum TcpOption {
+    Mss(u16),
+    /// TCP option 254, 8 bytes (TOA).
+    Toa([u8; 6]),
+    Nop,
+    End,
+    WindowScale(u8),
+    SackPermitted,
+    Timestamps(u32, u32),
+    Raw(u8, Vec<u8>),
+}
+
+const MAX_PAYLOAD: usize = 1480;
+
+impl Universe<'_> {
+    fn addr(&self, a: Addr) -> Ipv4Addr {
+        match a {
+            Addr::Known(i) if !self.addrs.is_empty() => self.addrs[i as usize % self.addrs.len()],
+            Addr::Known(i) => Ipv4Addr::from(u32::from(i)),
+            Addr::Raw(x) => Ipv4Addr::from(x),
+        }
+    }
+
+    fn port(&self, p: Port) -> u16 {
+        match p {
+            Port::Known(i) if !self.ports.is_empty() => self.ports[i as usize % self.ports.len()],
+            Port::Known(i) => u16::from(i),
+            Port::Raw(x) => x,
+        }
+    }
+
+    fn endpoint(&self, e: Endpoint) -> (Ipv4Addr, u16) {
+        match e {
+            Endpoint::Known(i) if !self.endpoints.is_empty() => {
+                self.endpoints[i as usize % self.endpoints.len()]
+            }
+            Endpoint::Known(i) => (Ipv4Addr::from(u32::from(i)), u16::from(i)),
+            Endpoint::Apart(a, p) => (self.addr(a), self.port(p)),
+        }
+    }
+
+    fn mac(&self, m: Mac) -> [u8; 6] {
+        match m {
+            Mac::Ours => self.our_mac,
+            Mac::Known(i) if !self.macs.is_empty() => self.macs[i as usize % self.macs.len()],
+            Mac::Known(i) => [2, 0, 0, 0, 0, i],
+            Mac::Broadcast => [0xff; 6],
+            Mac::Raw(m) => m,
+        }
+    }
+
+    /// The frame `spec` describes.
+    pub fn build(&self, spec: &FrameSpec) -> Vec<u8> {
+        let mut f = Vec::with_capacity(128);
+        f.extend_from_slice(&self.mac(spec.dst_mac));
+        f.extend_from_slice(&self.mac(spec.src_mac.0));
+        if let Some(tci) = spec.vlan.0 {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&tci.to_be_bytes());
+        }
+        match &spec.body {
+            Body::Arp {
+                op,
+                sender_mac,
+                sender,
+                target_mac,
+                target,
+                header,
+            } => {
+                f.extend_from_slice(&[0x08, 0x06]);
+                match header {
+                    Some(h) => f.extend_from_slice(h),
+                    None => f.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4]),
+                }
+                f.extend_from_slice(&[0, *op % 4]);
+                f.extend_from_slice(&self.mac(*sender_mac));
+                f.extend_from_slice(&self.addr(*sender).octets());
+                f.extend_from_slice(&self.mac(*target_mac));
+                f.extend_from_slice(&self.addr(*target).octets());
+                f.resize(f.len().max(60), 0);
+            }
+            Body::Ipv4(ip) => {
+                f.extend_from_slice(&[0x08, 0x00]);
+                let l3 = f.len();
+                self.ipv4(&mut f, ip);
+                match ip.damage {
+                    Damage::None | Damage::L4Checksum => {}
+                    Damage::IpChecksum => f[l3 + 10] ^= 0x01,
+                    Damage::TotalLen(d) => {
+                        let t = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]);
+                        let t = t.wrapping_add_signed(i16::from(d));
+                        f[l3 + 2..l3 + 4].copy_from_slice(&t.to_be_bytes());
+                        fix_ip_checksum(&mut f[l3..]);
+                    }
+                    Damage::Cut(n) => {
+                        let keep = f.len().saturating_sub(usize::from(n));
+                        f.truncate(keep);
+                    }
+                    Damage::IpHeaderByte(at, x) => {
+                        if let Some(b) = f.get_mut(l3 + usize::from(at % 20)) {
+                            *b ^= x;
+                        }
+                        fix_ip_checksum(&mut f[l3..]);
+                    }
+                }
+                f.extend(std::iter::repeat_n(0, usize::from(ip.padding % 64)));
+            }
+            Body::Raw(bytes) => {
+                f.truncate(12);
+                f.extend_from_slice(&bytes[..bytes.len().min(MAX_PAYLOAD + 60)]);
+            }
+        }
+        f
+    }
+
+    fn ipv4(&self, f: &mut Vec<u8>, ip: &Ipv4Spec) {
+        let l3 = f.len();
+        let mut options: Vec<u8> = ip.options.0.clone().unwrap_or_default();
+        options.truncate(40);
+        while options.len() % 4 != 0 {
+            options.push(0);
+        }
+        let header_len = 20 + options.len();
+        // TCP and UDP take their addresses from their endpoints.
+        let (src, dst, sport, dport) = match &ip.l4 {
+            L4::Tcp { src, dst, .. } | L4::Udp { src, dst, .. } => {
+                let (s, sp) = self.endpoint(*src);
+                let (d, dp) = self.endpoint(*dst);
+                (s, d, sp, dp)
+            }
+            _ => (self.addr(ip.src), self.addr(ip.dst), 0, 0),
+        };
+        let (frag_word, protocol) = (
+            match ip.frag {
+                Frag::None => 0,
+                Frag::DontFragment => 0x4000,
+                Frag::MoreFragments => 0x2000,
+                Frag::Offset(o) => o & 0x3fff,
+            },
+            match &ip.l4 {
+                L4::Tcp { .. } => 6,
+                L4::Udp { .. } => 17,
+                L4::Icmp { .. } => 1,
+                L4::Other { protocol, .. } => *protocol,
+            },
+        );
+        f.extend_from_slice(&[(0x40 | (header_len / 4)) as u8, ip.tos, 0, 0]);
+        f.extend_from_slice(&ip.ident.to_be_bytes());
+        f.extend_from_slice(&frag_word.to_be_bytes());
+        f.extend_from_slice(&[ip.ttl, protocol, 0, 0]);
+        f.extend_from_slice(&src.octets());
+        f.extend_from_slice(&dst.octets());
+        f.extend_from_slice(&options);
+        let l4 = f.len();
+        match &ip.l4 {
+            L4::Tcp {
+                seq,
+                ack,
+                flags,
+                window,
+                options,
+                payload,
+                ..
+            } => {
+                let mut opts = Vec::new();
+                for o in options {
+                    match o {
+                        TcpOption::Mss(m) => {
+                            opts.extend_from_slice(&[2, 4]);
+                            opts.extend_from_slice(&m.to_be_bytes());
+                        }
+                        TcpOption::Toa(b) => {
+                            opts.extend_from_slice(&[254, 8]);
+                            opts.extend_from_slice(b);
+                        }
+                        TcpOption::Nop => opts.push(1),
+                        TcpOption::End => opts.push(0),
+                        TcpOption::WindowScale(s) => opts.extend_from_slice(&[3, 3, *s]),
+                        TcpOption::SackPermitted => opts.extend_from_slice(&[4, 2]),
+                        TcpOption::Timestamps(a, b) => {
+                            opts.extend_from_slice(&[8, 10]);
+                            opts.extend_from_slice(&a.to_be_bytes());
+                            opts.extend_from_slice(&b.to_be_bytes());
+                        }
+                        TcpOption::Raw(kind, bytes) => {
+                            opts.push(*kind);
+                            opts.extend_from_slice(&bytes[..bytes.len().min(10)]);
+                        }
+                    }
+                }
+                opts.truncate(40);
+                while opts.len() % 4 != 0 {
+                    opts.push(1);
+                }
+                f.extend_from_slice(&sport.to_be_bytes());
+                f.extend_from_slice(&dport.to_be_bytes());
+                f.extend_from_slice(&seq.to_be_bytes());
+                f.extend_from_slice(&ack.to_be_bytes());
+                f.extend_from_slice(&[((20 + opts.len()) / 4 << 4) as u8, flags.0]);
+                f.extend_from_slice(&window.to_be_bytes());
+                f.extend_from_slice(&[0, 0, 0, 0]);
+                f.extend_from_slice(&opts);
+                f.extend_from_slice(&payload[..payload.len().min(MAX_PAYLOAD)]);
+            }
+            L4::Udp { payload, .. } => {
+                let payload = &payload[..payload.len().min(MAX_PAYLOAD)];
+                f.extend_from_slice(&sport.to_be_bytes());
+                f.extend_from_slice(&dport.to_be_bytes());
+                f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+                f.extend_from_slice(&[0, 0]);
+                f.extend_from_slice(payload);
+            }
+            L4::Icmp {
+                icmp_type,
+                code,
+                rest,
+                body,
+            } => {
+                f.extend_from_slice(&[*icmp_type, *code, 0, 0]);
+                f.extend_from_slice(&rest.to_be_bytes());
+                match body {
+                    IcmpBody::Data(d) => f.extend_from_slice(&d[..d.len().min(MAX_PAYLOAD)]),
+                    IcmpBody::Quote {
+                        src,
+                        dst,
+                        tcp,
+                        keep,
+                        quoted_checksum_ok,
+                    } => {
+                        let (qs, sp) = self.endpoint(*src);
+                        let (qd, dp) = self.endpoint(*dst);
+                        let inner = if *tcp {
+                            let mut t =
+                                tcp_frame([0; 6], [0; 6], qs.octets(), qd.octets(), sp, dp, 0x02);
+                            if !quoted_checksum_ok {
+                                t[14 + 20 + 16] ^= 0x55;
+                            }
+                            t
+                        } else {
+                            let mut u = udp_frame(qs.octets(), qd.octets(), sp, dp, b"quoted");
+                            if !quoted_checksum_ok {
+                                u[14 + 20 + 6] ^= 0x55;
+                            }
+                            u
+                        };
+                        let keep = 20 + usize::from(*keep).min(inner.len() - 34);
+                        f.extend_from_slice(&inner[14..14 + keep]);
+                    }
+                }
+            }
+            L4::Other { payload, .. } => {
+                f.extend_from_slice(&payload[..payload.len().min(MAX_PAYLOAD)]);
+            }
+        }
+        let total = f.len() - l3;
+        f[l3 + 2..l3 + 4].copy_from_slice(&(total as u16).to_be_bytes());
+        fix_ip_checksum(&mut f[l3..]);
+        let seg = l4 - l3;
+        let csum_at = match (&ip.l4, protocol) {
+            (L4::Tcp { .. }, _) => Some(16),
+            (L4::Udp { no_checksum, .. }, _) => (!no_checksum).then_some(6),
+            (L4::Icmp { .. }, _) => Some(2),
+            _ => None,
+        };
+        if let Some(at) = csum_at {
+            let body = &f[l4..];
+            let mut total_sum = sum(body);
+            if protocol != 1 {
+                total_sum += pseudo(src, dst, protocol, body.len());
+            }
+            let mut c = finish(total_sum);
+            if protocol == 17 && c == 0 {
+                c = 0xffff;
+            }
+            if matches!(ip.damage, Damage::L4Checksum) {
+                c ^= 0x0101;
+            }
+            if f.len() >= l4 + at + 2 {
+                f[l4 + at..l4 + at + 2].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+        let _ = seg;
+    }
+}
+
+/// Recomputes the IPv4 header checksum of the packet at the start of `p`.
+pub fn fix_ip_checksum(p: &mut [u8]) {
+    let header_len = (usize::from(p[0] & 0x0f) * 4).clamp(20, p.len().min(60));
+    p[10] = 0;
+    p[11] = 0;
+    let c = finish(sum(&p[..header_len]));
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// An Ethernet/IPv4/TCP frame with no options or payload, checksums right.
+pub fn tcp_frame(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    flags: u8,
+) -> Vec<u8> {
+    let mut f = Vec::with_capacity(54);
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    fix_ip_checksum(&mut f[14..]);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    let c = finish(pseudo(src.into(), dst.into(), 6, 20) + sum(&f[34..]));
+    f[50..52].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// An Ethernet/IPv4/UDP frame (MACs zero), checksums right.
+pub fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 12];
+    let total = 28 + payload.len();
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+    f.extend_from_slice(&(total as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    fix_ip_checksum(&mut f[14..]);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    let mut c = finish(pseudo(src.into(), dst.into(), 17, 8 + payload.len()) + sum(&f[34..]));
+    if c == 0 {
+        c = 0xffff;
+    }
+    f[40..42].copy_from_slice(&c.to_be_bytes());
+    f
+}
