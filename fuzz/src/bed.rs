@@ -414,6 +414,7 @@ fn new_forwarder() -> Forwarder {
             reta: Reta::new_round_robin(128, 2).unwrap(),
             fields: HashFields::L3L4,
             queue: 0,
+            steer: false,
         },
     );
     f.set_health(LB_IP, 50000..=50003, 2000);
