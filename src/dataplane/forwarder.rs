@@ -1858,6 +1858,7 @@ mod tests {
                 reta: Reta::new_round_robin(128, 1).unwrap(),
                 fields: HashFields::L3L4,
                 queue: 0,
+                steer: false,
             },
         );
         f.set_local_ports(40000..=40031);
