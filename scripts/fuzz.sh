@@ -12,7 +12,7 @@
 # the -Z flags cargo-fuzz passes to rustc). Needs root: the forwarder target starts
 # a DPDK EAL (no huge pages, no PCI) for its mbufs.
 #
-#   scripts/fuzz.sh                       # every target, FUZZ_SECONDS (default 40) each
+#   scripts/fuzz.sh                       # every target, FUZZ_SECONDS (default 30) each
 #   scripts/fuzz.sh forwarder toa         # only these
 #   scripts/fuzz.sh --long                # every target FUZZ_LONG_SECONDS (default 4 h) each
 #   FUZZ_SANITIZER=address scripts/fuzz.sh  # AddressSanitizer, stable toolchain (default: none)
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION=0.13.2
 ALL_TARGETS=(forwarder sync_receiver vrrp local_responder toa config control_request)
-seconds="${FUZZ_SECONDS:-40}"
+seconds="${FUZZ_SECONDS:-30}"
 sanitizer="${FUZZ_SANITIZER:-none}"
 targets=()
 for arg in "$@"; do

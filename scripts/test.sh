@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then formatting, lints, unit tests,
 # DPDK integration tests, golden-packet tests and end-to-end tests in namespaces, and
-# a bounded fuzzing run of every fuzz target (scripts/fuzz.sh, 40 s each).
+# a bounded fuzzing run of every fuzz target (scripts/fuzz.sh, 30 s each).
 # Needs root (DPDK, network namespaces). Usage: sudo scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ cargo clippy --release --all-targets -- -D warnings
 echo "== cargo test (unit, DPDK integration, golden pcap, namespaces)"
 # Test binaries run one after another; tests inside one binary may run in parallel
 # (each starts its own daemon with its own file prefix and namespace names).
-cargo test --release --workspace -- --test-threads=2
+cargo test --release --workspace --no-fail-fast -- --test-threads=2
 
-echo "== fuzz every target (40 s each; scripts/fuzz.sh)"
+echo "== fuzz every target (30 s each; scripts/fuzz.sh)"
 bash scripts/fuzz.sh

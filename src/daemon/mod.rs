@@ -728,7 +728,7 @@ fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
     let (Some(port), Some(pc)) = (app.ports.first(), cfg.ports.first()) else {
         return;
     };
-    if matches!(pc.device, PortDevice::Loopback) {
+    if matches!(pc.device, PortDevice::Loopback) || writes_a_capture_file(&pc.device) {
         return;
     }
     let mut addrs: Vec<std::net::Ipv4Addr> = pc.addresses.iter().map(|a| a.addr).collect();
@@ -744,6 +744,18 @@ fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
         port.name,
         addrs.len()
     );
+}
+
+/// A `net_pcap` port that writes its output to a file (`tx_pcap=`) has no neighbour
+/// to tell: gratuitous ARP would only add frames to a replay's golden output.
+fn writes_a_capture_file(device: &PortDevice) -> bool {
+    match device {
+        PortDevice::Vdev(spec) => spec
+            .split(',')
+            .skip(1)
+            .any(|arg| arg.starts_with("tx_pcap=")),
+        _ => false,
+    }
 }
 
 /// Session events a worker's sync ring holds.
