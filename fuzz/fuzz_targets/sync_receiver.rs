@@ -28,6 +28,8 @@ use sluice_fuzz::frames::{Addr, Port};
 use std::net::Ipv4Addr;
 
 const PEER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+/// This node's sync address: the recipient the peer's requests and dump chunks name.
+const LOCAL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const KEY: &[u8] = b"sluice fuzz sync key, 32 bytes.";
 
 #[derive(Arbitrary, Debug)]
@@ -36,9 +38,13 @@ struct Message {
     flags: u8,
     version_ok: bool,
     sender: u32,
-    sequence: u32,
+    /// Names this node (the recipient of requests and dump chunks) when set.
+    to_us: bool,
+    recipient: u32,
     dump_id: u32,
     chunk: u32,
+    epoch: u64,
+    sequence: u64,
     records: Vec<RecordSpec>,
     /// The `count` field off by this much (usually 0).
     count_skew: i8,
@@ -186,7 +192,7 @@ fn build(m: &Message, sealed: bool, damaged: bool, key: &SyncKey) -> (Vec<u8>, b
     let count = m.records.len().min(40);
     let mut d = Vec::with_capacity(HEADER_LEN + count * RECORD_LEN + HMAC_LEN);
     d.extend_from_slice(&MAGIC.to_be_bytes());
-    d.push(if m.version_ok { 1 } else { 2 });
+    d.push(if m.version_ok { 2 } else { 1 });
     d.push(1 + m.message_type % 4);
     let flags = u16::from(m.flags & 0x02) | u16::from(sealed);
     d.extend_from_slice(&flags.to_be_bytes());
@@ -194,7 +200,15 @@ fn build(m: &Message, sealed: bool, damaged: bool, key: &SyncKey) -> (Vec<u8>, b
     d.extend_from_slice(
         &((count as u16).wrapping_add_signed(i16::from(m.count_skew))).to_be_bytes(),
     );
-    for v in [m.sender, m.sequence, m.dump_id, m.chunk] {
+    let recipient = if m.to_us {
+        u32::from(LOCAL)
+    } else {
+        m.recipient
+    };
+    for v in [m.sender, recipient, m.dump_id, m.chunk] {
+        d.extend_from_slice(&v.to_be_bytes());
+    }
+    for v in [m.epoch, m.sequence] {
         d.extend_from_slice(&v.to_be_bytes());
     }
     for r in m.records.iter().take(count) {
@@ -221,6 +235,7 @@ fuzz_target!(|data: &[u8]| {
 
 fn run(bed: &mut bed::Bed, data: &[u8], keyed: bool, key: &SyncKey) {
     let mut receiver = Receiver::new(ReceiverConfig {
+        local: LOCAL,
         peers: vec![PEER],
         key: keyed.then(|| key.clone()),
     });
