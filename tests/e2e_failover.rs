@@ -1,4 +1,4 @@
-//! Tier 3, crash failover of a two-node Sluice pair in DR, NAT and FullNAT mode (issue #9):
+//! Tier 3, crash failover of a two-node Sluice pair in DR, NAT and FullNAT mode:
 //! the test bed with 3 real servers (`serve --echo 0.0.0.0:7000`), a second appliance
 //! namespace (`scripts/testbed.sh lb2`) and a kernel sync link between the two
 //! appliances. Node A (NAME-lb, 198.18.0.1, VRRP priority 150) and node B (NAME-lb2,

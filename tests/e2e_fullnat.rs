@@ -360,7 +360,7 @@ fn fullnat_toa_carries_the_client_address_to_the_real_server() {
     );
 }
 
-/// Port-pool exhaustion (issue 4): one local address with 8 local ports and 20 UDP
+/// Port-pool exhaustion: one local address with 8 local ports and 20 UDP
 /// flows from 20 client ports at once: 8 are echoed, 12 are refused and counted as
 /// `laddr_exhausted`; nothing crashes. Once the sessions expire (`udp = 2`), new flows
 /// get ports again.

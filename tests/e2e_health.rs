@@ -1,4 +1,4 @@
-//! Tier 3, health checking (issue #8) end to end with real kernels: a NAT test bed
+//! Tier 3, health checking end to end with real kernels: a NAT test bed
 //! (client on its own subnet, real servers running `e2e_apps.py serve --http`), Sluice
 //! probing the real servers from its own address (198.18.0.1, source ports
 //! 61000-61999) with test-shortened timings, and curl from the client.

@@ -1,4 +1,4 @@
-//! Tier 3, hot changes under load (issue #6), end to end with real kernels: a NAT test
+//! Tier 3, hot changes under load, end to end with real kernels: a NAT test
 //! bed (client on its own subnet, four real servers running `e2e_apps.py serve --echo`),
 //! one TCP service, and `e2e_apps.py stream` in the client: 20 long-lived connections
 //! each sending a small numbered line every 50 ms, plus 20 new short connections a

@@ -1,4 +1,4 @@
-//! Session sync and failover foundations for high availability (issue #9): what an
+//! Session sync and failover foundations for high availability: what an
 //! active node tells its standby about sessions, how the standby checks it, and the
 //! VRRPv3 state machine that decides which node is active. Pure and tested; the daemon
 //! wires them up (`crate::daemon::sync`, `crate::daemon::vrrp`). See `docs/SYNC.md`.

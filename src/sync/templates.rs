@@ -1,4 +1,4 @@
-//! Persistence templates over sync (issue #9: "persistence templates are synced too").
+//! Persistence templates over sync: the active node sends its persistence templates to the standby too.
 //!
 //! Templates live in the [`PersistTable`] every worker shares, so the management core
 //! tells the peers about them, not the packet path: a [`TemplateTracker`] scans the

@@ -1545,7 +1545,7 @@ pub fn number_after(text: &str, key: &str) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------
-// Health checking (issue #8): one real server's process or address taken away and
+// Health checking: one real server's process or address taken away and
 // given back, and the daemon's health and events reports.
 
 impl BackgroundProcess {
