@@ -6,7 +6,8 @@
 //! frame, 2 time passes (two bytes, in ms) and timers fire.
 //!
 //! Properties: every frame is counted once, received or rejected; one whose VRRP or
-//! IPv4 checksum we broke, or whose TTL is not 255, is rejected; a parsed
+//! IPv4 checksum we broke, whose TTL is not 255, or whose address count disagrees
+//! with its payload, is rejected; a parsed
 //! advertisement survives emit -> parse; everything the node sends is a well-formed
 //! advertisement of our VRID (checksums verified here) or a gratuitous ARP for one of
 //! our addresses; the owner (priority 255) is master from the start.
@@ -79,7 +80,8 @@ fn advert_frame(a: &Advert, our_vrid: u8) -> (Vec<u8>, bool) {
     if a.break_ip_checksum {
         f[24] ^= 0x01;
     }
-    let must_reject = a.break_vrrp_checksum || a.break_ip_checksum || ttl != 255;
+    let must_reject =
+        a.break_vrrp_checksum || a.break_ip_checksum || ttl != 255 || a.count_skew != 0;
     (f, must_reject)
 }
 

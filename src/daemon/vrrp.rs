@@ -172,7 +172,11 @@ impl VrrpNode {
         self.step(Event::Advert(advert), now_ms, addrs, send)
     }
 
-    /// RFC 5798 section 7.1: TTL 255, version 3, our VRID, a valid checksum.
+    /// RFC 5798 section 7.1: TTL 255, version 3, our VRID, a valid checksum. The
+    /// message is the whole IP payload (the sender's checksum covers all of it), so an
+    /// address count that disagrees with the payload length is refused: checking only
+    /// the counted bytes would accept a frame whose checksum the sender computed over
+    /// more, by coincidence one time in 65,536.
     fn check(&self, frame: &[u8]) -> Option<Advert> {
         let ip = ipv4::Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
         if ip.ttl() != vrrp::TTL || ip.protocol() != vrrp::PROTOCOL || !ip.verify_checksum() {
@@ -181,6 +185,9 @@ impl VrrpNode {
         let end = ip.total_len() as usize;
         let body = frame.get(ethernet::HEADER_LEN + ip.header_len()..ethernet::HEADER_LEN + end)?;
         let packet = vrrp::Packet::new_checked(body).ok()?;
+        if packet.message_len() != body.len() {
+            return None;
+        }
         let repr = vrrp::Repr::parse(&packet, ip.src_addr(), ip.dst_addr()).ok()?;
         if packet.version() != vrrp::VERSION || repr.vrid != self.router.config.vrid {
             return None;
@@ -403,5 +410,42 @@ mod tests {
         a.on_frame(&bad, 0, &vips, &mut |_: &[u8]| true);
         a.on_frame(&advert[..30], 0, &vips, &mut |_: &[u8]| true);
         assert_eq!((a.stats.adverts_received, a.stats.adverts_rejected), (0, 3));
+    }
+
+    /// Found by the vrrp fuzz target: an advert counting fewer addresses than its IP
+    /// payload carries, whose checksum is right for the counted bytes only, is refused.
+    #[test]
+    fn an_address_count_short_of_the_payload_is_refused() {
+        let vips = [Ipv4Addr::new(198, 18, 1, 1)];
+        let mut a = node(100, 1);
+        let mut b = node(150, 2);
+        let mut frames = Vec::new();
+        b.start(0, &vips, &mut |f: &[u8]| {
+            frames.push(f.to_vec());
+            true
+        });
+        b.tick(10_000, &vips, &mut |f: &[u8]| {
+            frames.push(f.to_vec());
+            true
+        });
+        let advert = frames
+            .into_iter()
+            .find(|f| f[12..14] == [0x08, 0x00])
+            .expect("an advert");
+        let accepted = |a: &mut VrrpNode, f: &[u8]| {
+            let before = a.stats.adverts_received;
+            a.on_frame(f, 0, &vips, &mut |_: &[u8]| true);
+            a.stats.adverts_received > before
+        };
+        assert!(accepted(&mut a, &advert), "the genuine advert");
+        // Four more payload bytes, IP total length and header checksum fixed; the VRRP
+        // checksum still verifies over the counted message.
+        let mut long = advert.clone();
+        long.extend_from_slice(&[0, 0, 0, 0]);
+        let total = u16::from_be_bytes([long[16], long[17]]) + 4;
+        long[16..18].copy_from_slice(&total.to_be_bytes());
+        let mut ip = ipv4::Packet::new_unchecked(&mut long[14..34]);
+        ip.fill_checksum();
+        assert!(!accepted(&mut a, &long), "a count short of the payload");
     }
 }
