@@ -15,6 +15,7 @@
 #   scripts/fuzz.sh                       # every target, FUZZ_SECONDS (default 30) each
 #   scripts/fuzz.sh forwarder toa         # only these
 #   scripts/fuzz.sh --long                # every target FUZZ_LONG_SECONDS (default 4 h) each
+#   FUZZ_RUNS=10000000 scripts/fuzz.sh vrrp  # stop after this many inputs instead of a time
 #   FUZZ_SANITIZER=address scripts/fuzz.sh  # AddressSanitizer, stable toolchain (default: none)
 #   FUZZ_CORPUS=DIR scripts/fuzz.sh       # keep the corpora in DIR/<target> (default: scratch)
 #
@@ -27,6 +28,7 @@ cd "$(dirname "$0")/.."
 CARGO_FUZZ_VERSION=0.13.2
 ALL_TARGETS=(forwarder sync_receiver vrrp local_responder toa config control_request)
 seconds="${FUZZ_SECONDS:-30}"
+runs="${FUZZ_RUNS:-}"
 sanitizer="${FUZZ_SANITIZER:-none}"
 targets=()
 for arg in "$@"; do
@@ -63,10 +65,16 @@ RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --release --target-d
 
 for t in "${targets[@]}"; do
   mkdir -p "$corpus_root/$t"
-  echo "== cargo fuzz run $t (${seconds} s, sanitizer $sanitizer)"
+  if [ -n "$runs" ]; then
+    limit=(-runs="$runs")
+    echo "== cargo fuzz run $t ($runs inputs, sanitizer $sanitizer)"
+  else
+    limit=(-max_total_time="$seconds")
+    echo "== cargo fuzz run $t (${seconds} s, sanitizer $sanitizer)"
+  fi
   # -rss_limit_mb: the EAL maps its 64 MB at start; leaks still show as growth.
   RUSTC_BOOTSTRAP=1 "${run[@]}" "$t" "$corpus_root/$t" "seeds/$t" -- \
-    -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
+    "${limit[@]}" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
     -print_final_stats=1 2>&1 | grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse)' || {
     echo "scripts/fuzz.sh: $t failed; the input is in fuzz/artifacts/$t/" >&2
     exit 1
