@@ -20,11 +20,10 @@ use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::realserver_stats;
 use sluice::dpdk::{tsc, tsc_hz, Burst, Eal, Mempool, BURST_SIZE};
 use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
-use sluice::flow::Protocol;
-use sluice::sched::SchedulerKind;
-use sluice::service::{
-    ForwardMode, RealServerSpec, ServiceKey, ServiceTable, Snapshot, SnapshotPublisher,
-};
+use sluice::model::Protocol;
+use sluice::model::SchedulerKind;
+use sluice::model::{ForwardMode, RealServerSpec, ServiceKey};
+use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
 use sluice::session::Timeouts;
 use sluice::wire::checksum;
 use sluice::wire::ethernet::MacAddr;

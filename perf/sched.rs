@@ -11,8 +11,9 @@
 //! active connection and a pseudo-randomly chosen one loses one, so the load-based
 //! schedulers see changing counts. The timed loop includes that bookkeeping (a few
 //! nanoseconds), the same for every scheduler.
-use sluice::sched::{self, PickContext, SchedulerKind, SchedulerParams, ServerLoad};
-use sluice::service::{ForwardMode, RealServer};
+use sluice::model::SchedulerKind;
+use sluice::model::{ForwardMode, RealServer};
+use sluice::sched::{self, PickContext, SchedulerParams, ServerLoad};
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 use std::time::Instant;

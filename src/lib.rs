@@ -11,6 +11,7 @@ pub mod emulator;
 pub mod flow;
 pub mod forward;
 pub mod health;
+pub mod model;
 pub mod sched;
 pub mod service;
 pub mod session;

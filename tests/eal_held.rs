@@ -7,14 +7,14 @@
 mod common;
 
 use common::eal::{eal_args, ring_ports, worker, LB_MAC};
-use sluice::dataplane::counters::{DropReason, Event};
+use sluice::dataplane::counters::Event;
 use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Endpoints, Frame};
-use sluice::flow::Protocol;
-use sluice::sched::SchedulerKind;
-use sluice::service::{
-    ForwardMode, RealServerSpec, ServiceKey, ServiceTable, Snapshot, SnapshotPublisher,
-};
+use sluice::model::DropReason;
+use sluice::model::Protocol;
+use sluice::model::SchedulerKind;
+use sluice::model::{ForwardMode, RealServerSpec, ServiceKey};
+use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -4,9 +4,10 @@
 mod common;
 
 use common::eal::{eal_args, ring_ports, worker, LB_MAC};
-use sluice::dataplane::counters::{DropReason, Event};
+use sluice::dataplane::counters::Event;
 use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Garbage, Reply};
+use sluice::model::DropReason;
 use sluice::service::SnapshotPublisher;
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;

@@ -48,8 +48,9 @@
 mod common;
 
 use common::*;
-use sluice::flow::{FlowKey4, Protocol};
-use sluice::service::ForwardMode;
+use sluice::flow::FlowKey4;
+use sluice::model::ForwardMode;
+use sluice::model::Protocol;
 use sluice::session::Session;
 use sluice::sync::auth::SyncKey;
 use sluice::sync::events::{EventKind, EventRing, SessionEvent};

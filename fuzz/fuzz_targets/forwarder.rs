@@ -167,7 +167,8 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
 /// With FUZZ_STATS set: what the inputs reached so far (actions, drop reasons and
 /// events summed over inputs), every 65536 inputs, to see that the deep paths run.
 fn tally(counters: &WorkerCounters, actions: &[u64; 7]) {
-    use sluice::dataplane::counters::{DropReason, Event};
+    use sluice::dataplane::counters::Event;
+    use sluice::model::DropReason;
     use std::cell::RefCell;
     thread_local! {
         static TOTAL: RefCell<(u64, [u64; 7], Vec<u64>, Vec<u64>)> =

@@ -12,7 +12,7 @@ use sluice::control::status::{
     DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
-use sluice::sched::SchedulerKind;
+use sluice::model::SchedulerKind;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;

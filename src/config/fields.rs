@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use super::reader::{Check, Field};
 use super::tree::Value;
 use super::{ControlGroup, Ipv4Cidr};
-use crate::flow::Protocol;
-use crate::sched::SchedulerKind;
-use crate::service::model::ForwardMode;
+use crate::model::ForwardMode;
+use crate::model::Protocol;
+use crate::model::SchedulerKind;
 
 /// DPDK builds with RTE_MAX_LCORE = 128 on Debian: higher ids cannot be used.
 pub(super) const MAX_LCORE: i64 = 127;
@@ -419,7 +419,7 @@ pub(super) fn forward_mode(f: &Field) -> Check<ForwardMode> {
 
 /// `ipvsadm -p`: up to 31 days, as IPVS allows.
 pub(super) fn persistence_timeout(f: &Field) -> Check<u32> {
-    f.int(1..=i64::from(crate::service::MAX_PERSISTENCE_TIMEOUT_S))
+    f.int(1..=i64::from(crate::model::MAX_PERSISTENCE_TIMEOUT_S))
 }
 
 /// `ipvsadm -M`: a dotted-quad netmask whose one bits are contiguous from the top
@@ -443,7 +443,7 @@ pub(super) fn netmask(f: &Field) -> Check<Ipv4Addr> {
 
 /// A real server's weight (`ipvsadm -w`): 0 drains it.
 pub(super) fn weight(f: &Field) -> Check<u32> {
-    f.int(0..=i64::from(crate::service::MAX_WEIGHT))
+    f.int(0..=i64::from(crate::model::MAX_WEIGHT))
 }
 
 /// A connection threshold (`ipvsadm -x` / `-y`); 0 means none.

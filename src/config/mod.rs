@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 
 pub use cidr::{Ipv4Cidr, ParseCidrError};
 
-use crate::sched::SchedulerKind;
-use crate::service::model::{ForwardMode, ServiceKey};
+use crate::model::SchedulerKind;
+use crate::model::{ForwardMode, ServiceKey};
 
 use source::Source;
 
@@ -242,7 +242,7 @@ pub struct ServiceConfig {
     /// TOA: the client address as a TCP option in FullNAT sessions (tcp only).
     pub toa: bool,
     /// `ipvsadm -b`: scheduler flags (only the scheduler's own).
-    pub sched_flags: crate::sched::SchedFlags,
+    pub sched_flags: crate::model::SchedFlags,
     /// Maglev table size (mh), a prime; the default 65537 when `None`.
     pub mh_table_size: Option<u32>,
     /// The service's `health` table: what it changes in `[health]`'s check.

@@ -16,14 +16,12 @@ use super::{
     PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, SyncSettings, TimeoutsConfig,
     VrrpSettings,
 };
-use crate::flow::Protocol;
 use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
 };
-use crate::sched::{SchedFlags, SchedulerKind};
-use crate::service::model::{
-    ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_LOCAL_ADDRESSES,
-};
+use crate::model::Protocol;
+use crate::model::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_LOCAL_ADDRESSES};
+use crate::model::{SchedFlags, SchedulerKind};
 
 const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "vrrp",

@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::flow::Protocol;
+use crate::model::Protocol;
 
 /// A small valid config. Line numbers matter to the tests below:
 /// 1 [eal], 2 hugepages, 3 memory_mb, 4 file_prefix, 6 [lcores], 7 management,

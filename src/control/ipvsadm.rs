@@ -5,11 +5,11 @@
 //! `-Q|--del-laddr`, `-G|--get-laddr` with `-z LIP` and `-F ifname`). The rest of
 //! ipvsadm's options arrive with the control-plane work.
 use super::protocol::Request;
-use crate::flow::Protocol;
-use crate::sched::{SchedFlags, SchedulerKind};
-use crate::service::{
+use crate::model::Protocol;
+use crate::model::{
     ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
+use crate::model::{SchedFlags, SchedulerKind};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
 use std::net::Ipv4Addr;
 

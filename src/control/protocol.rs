@@ -10,8 +10,8 @@
 //! -> {"cmd":"xstats","port":7}
 //! <- {"ok":false,"error":"no port 7"}
 //! ```
-use crate::sched::{SchedFlags, SchedulerKind};
-use crate::service::{Persistence, RealServerSpec, ServiceKey};
+use crate::model::{Persistence, RealServerSpec, ServiceKey};
+use crate::model::{SchedFlags, SchedulerKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -402,7 +402,11 @@ mod tests {
 
     #[test]
     fn local_address_requests_round_trip_through_their_wire_form() {
-        let service = ServiceKey::new(crate::flow::Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80);
+        let service = ServiceKey::new(
+            crate::model::Protocol::Tcp,
+            Ipv4Addr::new(198, 18, 1, 1),
+            80,
+        );
         let ip = Ipv4Addr::new(198, 18, 0, 50);
         let svc = r#""service":{"proto":"tcp","vip":"198.18.1.1","port":80}"#;
         let cases = [

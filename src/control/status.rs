@@ -1,7 +1,7 @@
 //! The status and xstats reports: built by the daemon, carried as JSON, rendered as text
 //! by `sluicectl`. Keeping both sides on these types means a field added here shows up
 //! in `--json` output with no protocol change.
-use crate::service::ServiceKey;
+use crate::model::ServiceKey;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -1645,7 +1645,11 @@ mod services_tests {
     #[test]
     fn laddr_pools_render_per_worker_after_the_addresses() {
         let report = LaddrReport {
-            service: ServiceKey::new(crate::flow::Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80),
+            service: ServiceKey::new(
+                crate::model::Protocol::Tcp,
+                Ipv4Addr::new(198, 18, 1, 1),
+                80,
+            ),
             local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50)],
             pools: vec![
                 LaddrPoolStatus {
@@ -1760,7 +1764,11 @@ mod services_tests {
     #[test]
     fn laddrs_render_one_per_line_under_the_service() {
         let report = LaddrReport {
-            service: ServiceKey::new(crate::flow::Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80),
+            service: ServiceKey::new(
+                crate::model::Protocol::Tcp,
+                Ipv4Addr::new(198, 18, 1, 1),
+                80,
+            ),
             local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
             pools: Vec::new(),
         };

@@ -33,7 +33,8 @@ use crate::dpdk::{
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason};
 use crate::health::{HealthMonitor, HealthReport, Overrides};
-use crate::service::{ServiceKey, Snapshot, SnapshotPublisher};
+use crate::model::ServiceKey;
+use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};

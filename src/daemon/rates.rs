@@ -101,9 +101,9 @@ impl Rates {
 mod tests {
     use super::*;
     use crate::dataplane::realserver_stats;
-    use crate::flow::Protocol;
-    use crate::sched::SchedulerKind;
-    use crate::service::{ForwardMode, RealServerSpec, ServiceKey};
+    use crate::model::Protocol;
+    use crate::model::SchedulerKind;
+    use crate::model::{ForwardMode, RealServerSpec, ServiceKey};
     use std::net::Ipv4Addr;
     use std::sync::atomic::Ordering::Relaxed;
 

@@ -8,10 +8,10 @@ use crate::control::status::{LaddrReport, RealServerStatus, ServiceStatus, Servi
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
 };
-use crate::sched::SchedulerKind;
+use crate::model::SchedulerKind;
+use crate::model::{Persistence, RealServerSpec, ServiceKey};
 use crate::service::{
-    HealthOverlay, NatRoute, Persistence, RealServerSpec, ServiceError, ServiceKey, ServiceTable,
-    Snapshot, SnapshotPublisher,
+    HealthOverlay, NatRoute, ServiceError, ServiceTable, Snapshot, SnapshotPublisher,
 };
 use crate::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -64,7 +64,7 @@ pub struct Services {
 /// ipvsadm request: a reload that changes it reports that instead of ignoring it.
 pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Request>, String> {
     let mut out = Vec::new();
-    let spec = |r: &crate::service::model::RealServer| {
+    let spec = |r: &crate::model::RealServer| {
         RealServerSpec::new(r.ip, r.port, r.weight, r.mode).with_thresholds(r.upper, r.lower)
     };
     for s in current.services() {
@@ -651,7 +651,7 @@ impl Services {
 
     /// Whether some real server of `s` can take a new connection: weight above 0 and
     /// not evicted.
-    pub fn has_available_server(&self, s: &crate::service::Service) -> bool {
+    pub fn has_available_server(&self, s: &crate::model::Service) -> bool {
         s.real_servers
             .iter()
             .any(|r| r.accepts_new() && !self.health.evicted.contains(&r.id))
@@ -733,8 +733,8 @@ impl Services {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::Protocol;
-    use crate::service::{ForwardMode, ServiceKey};
+    use crate::model::Protocol;
+    use crate::model::{ForwardMode, ServiceKey};
     use serde_json::json;
     use std::path::Path;
 
@@ -797,7 +797,7 @@ port = 53
     fn a_removed_nat_server_keeps_routing_its_replies_to_their_owner() {
         let (mut services, publisher) = setup();
         let rip = Ipv4Addr::new(10, 0, 0, 12);
-        let server = RealServerSpec::new(rip, 8080, 1, crate::service::ForwardMode::Nat);
+        let server = RealServerSpec::new(rip, 8080, 1, crate::model::ForwardMode::Nat);
         call(
             &mut services,
             &publisher,

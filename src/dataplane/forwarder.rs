@@ -1,20 +1,23 @@
 //! The forwarding core of one worker: classify a frame, find or create its session,
 //! rewrite it for its mode (DR, NAT, TUN) and say where it goes. Owns the worker's
 //! session table and scheduler instances; reads services from the RCU snapshot.
-use super::counters::{bump, DropReason, Event, WorkerCounters};
-use super::loads::LoadView;
-use super::local::{LocalResponder, Verdict};
-use super::neighbour::NeighbourTable;
-use super::query::{ConnectionEntry, PoolEntry, Query};
-use super::realserver_stats::{Passive, RealServerCounters};
+use crate::dataplane::counters::{bump, Event, WorkerCounters};
+use crate::dataplane::loads::LoadView;
+use crate::dataplane::local::{LocalResponder, Verdict};
+use crate::dataplane::neighbour::NeighbourTable;
+use crate::dataplane::query::{ConnectionEntry, PoolEntry, Query};
+use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::Burst;
 use crate::flow::parse::{classify, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
-use crate::flow::{FlowKey, FlowKey4, Protocol};
+use crate::flow::{FlowKey, FlowKey4};
 use crate::forward::laddr::PortPool;
 use crate::forward::{self, MtuCheck, QuoteRewrite};
+use crate::model::DropReason;
+use crate::model::Protocol;
+use crate::model::{ForwardMode, ServiceKey};
 use crate::sched::{self, Maglev, PickContext, Scheduler, ServerLoad};
-use crate::service::{ForwardMode, ServiceKey, SnapshotReader};
+use crate::service::SnapshotReader;
 use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
 use crate::session::{Direction, Session, SessionFlags, SessionTable, TickTimeouts, Transition};
 use crate::wire::arp;
@@ -495,7 +498,11 @@ impl Forwarder {
             .enumerate()
             .map(|(i, s)| match snap.maglev(i) {
                 Some(table) => Box::new(Maglev::clone(table)) as Box<dyn Scheduler>,
-                None => sched::build_with(s.scheduler, &s.real_servers, &s.scheduler_params(seed)),
+                None => sched::build_with(
+                    s.scheduler,
+                    &s.real_servers,
+                    &sched::SchedulerParams::for_service(s, seed),
+                ),
             })
             .collect();
         let widest = snap
@@ -1761,20 +1768,21 @@ mod tests {
     /// an address of ours or a martian.
     #[test]
     fn new_connections_from_our_own_or_martian_addresses_are_refused() {
-        use crate::service::{RealServerSpec, ServiceKey, ServiceTable, Snapshot};
+        use crate::model::{RealServerSpec, ServiceKey};
+        use crate::service::{ServiceTable, Snapshot};
         let vip = Ipv4Addr::new(198, 18, 0, 220);
         let lip = Ipv4Addr::new(198, 18, 0, 50);
         let port_addr = Ipv4Addr::new(198, 18, 0, 1);
         let mut table = ServiceTable::new();
         let nat = ServiceKey::new(Protocol::Tcp, vip, 80);
         table
-            .add_service(nat, sched::SchedulerKind::Rr, None)
+            .add_service(nat, crate::model::SchedulerKind::Rr, None)
             .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 12), 8080, 1, ForwardMode::Nat);
         table.add_server(nat, rs).unwrap();
         let full = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 0, 240), 80);
         table
-            .add_service(full, sched::SchedulerKind::Rr, None)
+            .add_service(full, crate::model::SchedulerKind::Rr, None)
             .unwrap();
         table.add_laddr(full, lip).unwrap();
         let snap = Snapshot::build(1, &table);
@@ -1823,7 +1831,8 @@ mod tests {
     /// of no pool here.
     #[test]
     fn synced_fullnat_sessions_keep_the_port_books_straight() {
-        use crate::service::{RealServerSpec, ServiceKey, ServiceTable, Snapshot};
+        use crate::model::{RealServerSpec, ServiceKey};
+        use crate::service::{ServiceTable, Snapshot};
         use crate::session::TcpState;
         use crate::sync::wire::{RecordFlags, RecordKind, RecordOp, RecordRepr};
         let vip = Ipv4Addr::new(198, 18, 0, 240);
@@ -1832,14 +1841,14 @@ mod tests {
         let mut table = ServiceTable::new();
         let full = ServiceKey::new(Protocol::Tcp, vip, 80);
         table
-            .add_service(full, sched::SchedulerKind::Rr, None)
+            .add_service(full, crate::model::SchedulerKind::Rr, None)
             .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 21), 8080, 1, ForwardMode::FullNat);
         table.add_server(full, rs).unwrap();
         table.add_laddr(full, lip).unwrap();
         let dr = ServiceKey::new(Protocol::Tcp, dr_vip, 80);
         table
-            .add_service(dr, sched::SchedulerKind::Rr, None)
+            .add_service(dr, crate::model::SchedulerKind::Rr, None)
             .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 11), 80, 1, ForwardMode::Dr);
         table.add_server(dr, rs).unwrap();

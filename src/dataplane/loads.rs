@@ -12,9 +12,9 @@
 //! error is what the other workers opened or closed in that interval. With `W`
 //! workers each opening `r` connections per second spread evenly, a real server's
 //! count is off by at most about `(W - 1) * r * REFRESH / servers`.
-use super::realserver_stats::RealServerCounters;
+use crate::dataplane::realserver_stats::RealServerCounters;
+use crate::model::RealServer;
 use crate::sched::ServerLoad;
-use crate::service::model::RealServer;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +109,7 @@ fn load_of(table: &[RealServerCounters], id: u32) -> ServerLoad {
 mod tests {
     use super::*;
     use crate::dataplane::realserver_stats;
-    use crate::service::ForwardMode;
+    use crate::model::ForwardMode;
     use std::net::Ipv4Addr;
 
     fn servers(n: u32) -> Vec<RealServer> {
@@ -197,8 +197,9 @@ mod tests {
 mod skew_tests {
     use super::*;
     use crate::dataplane::realserver_stats;
-    use crate::sched::{self, PickContext, SchedulerKind};
-    use crate::service::ForwardMode;
+    use crate::model::ForwardMode;
+    use crate::model::SchedulerKind;
+    use crate::sched::{self, PickContext};
     use std::net::Ipv4Addr;
 
     /// The largest error (true minus seen, active connections of one server) over

@@ -7,8 +7,9 @@
 
 use std::net::Ipv4Addr;
 
-use crate::dataplane::counters::{DropReason, Event, WorkerCounters};
+use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::dataplane::neighbour::{Learn, NeighbourTable};
+use crate::model::DropReason;
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::{arp, icmp, ipv4, IpProtocol, WireError};
 

@@ -5,8 +5,8 @@
 //! worker's [`Mailbox`]; the worker, between two polls, fills at most that room (no
 //! allocation, a bounded stall) and posts it back. A long listing is read in chunks
 //! with a cursor, so a worker with a million sessions never stops for the whole scan.
-use crate::flow::Protocol;
 use crate::forward::laddr::LaddrCounters;
+use crate::model::Protocol;
 use crossbeam::queue::ArrayQueue;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Per-worker, per-real-server counters: connections, packets and bytes each way, and
 //! the active/inactive gauges `ipvsadm -Ln` shows. Indexed by the real server's stable
 //! id; written only by the owning worker, summed by the management core on request.
-use super::counters::bump;
+use crate::dataplane::counters::bump;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Real-server ids a process can hand out (ids are never reused; see

@@ -1,14 +1,15 @@
 //! The run-to-completion loop of one worker lcore: RX burst -> process -> TX burst, on
 //! every port, until told to stop. The worker owns its queues, its neighbour table, its
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
-use super::counters::{bump, DropReason, Event, WorkerCounters};
-use super::forwarder::{write_arp_request, Action, Forwarder, PortContext};
-use super::held::Held;
-use super::local::LocalResponder;
-use super::mesh::Mesh;
-use super::neighbour::NeighbourTable;
-use super::query::Mailbox;
+use crate::dataplane::counters::{bump, Event, WorkerCounters};
+use crate::dataplane::forwarder::{write_arp_request, Action, Forwarder, PortContext};
+use crate::dataplane::held::Held;
+use crate::dataplane::local::LocalResponder;
+use crate::dataplane::mesh::Mesh;
+use crate::dataplane::neighbour::NeighbourTable;
+use crate::dataplane::query::Mailbox;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
+use crate::model::DropReason;
 use crate::wire::{ethernet, MacAddr};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

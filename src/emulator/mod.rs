@@ -33,8 +33,8 @@ pub mod frames;
 use crate::config::{Ipv4Cidr, LoopbackConfig, ServiceConfig};
 use crate::dpdk::{register_thread, tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
-use crate::flow::Protocol;
-use crate::service::ForwardMode;
+use crate::model::ForwardMode;
+use crate::model::Protocol;
 use conn::{Conn, Out, Stage, Step, TABLE_SIZE};
 use frames::{Arp, Endpoints, Frame, Garbage, Segment};
 use std::collections::HashMap;
@@ -1338,8 +1338,8 @@ impl Run {
 mod tests {
     use super::*;
     use crate::config::RealServerConfig;
-    use crate::sched::SchedulerKind;
-    use crate::service::ServiceKey;
+    use crate::model::SchedulerKind;
+    use crate::model::ServiceKey;
 
     fn service(
         proto: Protocol,

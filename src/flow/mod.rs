@@ -1,5 +1,6 @@
 //! Flow identity: the 5-tuple key sessions are found by. Generic over the address type
 //! so IPv6 adds a key type, not a new table.
+use crate::model::Protocol;
 use std::hash::Hash;
 use std::net::Ipv4Addr;
 
@@ -11,30 +12,6 @@ pub mod rss;
 pub trait FlowKey: Copy + Eq + Hash + std::fmt::Debug + Send + 'static {
     /// The same flow seen from the other end (source and destination swapped).
     fn reversed(&self) -> Self;
-}
-
-/// IP protocol numbers Sluice forwards.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Protocol {
-    Tcp = 6,
-    Udp = 17,
-}
-
-impl Protocol {
-    pub fn from_ip_protocol(p: u8) -> Option<Protocol> {
-        match p {
-            6 => Some(Protocol::Tcp),
-            17 => Some(Protocol::Udp),
-            _ => None,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "TCP",
-            Protocol::Udp => "UDP",
-        }
-    }
 }
 
 /// An IPv4 5-tuple as it appears on the wire of one direction. 16 bytes with padding;

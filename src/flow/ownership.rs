@@ -25,7 +25,7 @@
 //! table, and for the (workers - 1) / workers share of packets the device puts on the
 //! "wrong" queue, one ring hop to the owner (an enqueue per burst, a dequeue, and the
 //! packet's cache lines moving between cores).
-use super::rss::{HashFields, Reta, RssError, Toeplitz, DEFAULT_RSS_KEY};
+use crate::flow::rss::{HashFields, Reta, RssError, Toeplitz, DEFAULT_RSS_KEY};
 use core::fmt;
 
 /// `RTE_ETH_RSS_IPV4`, `RTE_ETH_RSS_NONFRAG_IPV4_TCP`, `RTE_ETH_RSS_NONFRAG_IPV4_UDP`

@@ -32,8 +32,9 @@
 
 use std::net::Ipv4Addr;
 
-use crate::dataplane::counters::DropReason;
-use crate::flow::{FlowKey4, Protocol};
+use crate::flow::FlowKey4;
+use crate::model::DropReason;
+use crate::model::Protocol;
 use crate::wire::ethernet::{self, EtherType, L2Header};
 use crate::wire::tcp::{self, TcpFlags};
 use crate::wire::{icmp, ipv4, udp, IpProtocol};

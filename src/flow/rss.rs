@@ -50,7 +50,7 @@
 use core::fmt;
 use std::net::Ipv4Addr;
 
-use super::FlowKey4;
+use crate::flow::FlowKey4;
 
 /// The Microsoft RSS verification key, the default key of most NIC drivers.
 pub const DEFAULT_RSS_KEY: [u8; 40] = [
@@ -315,7 +315,8 @@ impl Reta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::{FlowKey, Protocol};
+    use crate::flow::FlowKey;
+    use crate::model::Protocol;
     use crate::wire::test_util::XorShift;
 
     /// One IPv4 verification vector: the tuple, then the hash over the addresses and

@@ -5,7 +5,7 @@
 //!
 //! The same MAC rewrite addresses the next hop in every other mode after its L3 work.
 
-use crate::dataplane::counters::DropReason;
+use crate::model::DropReason;
 use crate::wire::ethernet::{self, MacAddr};
 
 /// Rewrites the Ethernet destination to `dst_mac` (the real server or next hop) and

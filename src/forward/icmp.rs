@@ -7,9 +7,10 @@
 
 use std::net::Ipv4Addr;
 
-use crate::dataplane::counters::DropReason;
 use crate::flow::parse::{PacketKind, Parsed};
-use crate::flow::{FlowKey4, Protocol};
+use crate::flow::FlowKey4;
+use crate::model::DropReason;
+use crate::model::Protocol;
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::{checksum, icmp, ipv4, tcp, udp, IpProtocol};
 

@@ -38,7 +38,7 @@
 //! - **No fragmentation and no reassembly.** Fragments are dropped at classification;
 //!   TUN answers DF packets that no longer fit with frag-needed and drops the others.
 //!
-//! [`DropReason`]: crate::dataplane::counters::DropReason
+//! [`DropReason`]: crate::model::DropReason
 //! [`Parsed`]: crate::flow::parse::Parsed
 
 use crate::flow::parse::Parsed;
@@ -144,7 +144,7 @@ pub(crate) mod test_util {
         };
         let (l3, l4) = (offset(), offset());
         let key = crate::flow::FlowKey4::new(
-            crate::flow::Protocol::Tcp,
+            crate::model::Protocol::Tcp,
             Ipv4Addr::from(rng.next_u64() as u32),
             rng.next_u64() as u16,
             Ipv4Addr::from(rng.next_u64() as u32),

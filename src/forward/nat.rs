@@ -14,8 +14,8 @@
 
 use std::net::Ipv4Addr;
 
-use crate::dataplane::counters::DropReason;
 use crate::flow::parse::{PacketKind, Parsed};
+use crate::model::DropReason;
 use crate::wire::{checksum, tcp, udp, IpProtocol};
 
 /// DNAT, client → real server: destination becomes `new_dst:new_dport`.
@@ -146,7 +146,7 @@ mod tests {
 
     fn l4_checksum(frame: &[u8], parsed: &Parsed) -> u16 {
         let at = parsed.l4
-            + if parsed.flow_key().unwrap().proto == crate::flow::Protocol::Tcp {
+            + if parsed.flow_key().unwrap().proto == crate::model::Protocol::Tcp {
                 16
             } else {
                 6

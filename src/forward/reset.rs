@@ -6,8 +6,8 @@
 //! RFC 9293 §3.10.7.1: to a segment without ACK, the RST has sequence number 0 and
 //! acknowledges the segment (SYN counts one); to a segment with ACK, the RST takes
 //! its sequence number from that ACK.
-use crate::dataplane::counters::DropReason;
 use crate::flow::parse::Parsed;
+use crate::model::DropReason;
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::{self, TcpFlags};
 use crate::wire::{ipv4, IpProtocol};

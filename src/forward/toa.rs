@@ -76,8 +76,8 @@
 
 use std::net::Ipv4Addr;
 
-use crate::dataplane::counters::DropReason;
 use crate::flow::parse::{PacketKind, Parsed};
+use crate::model::DropReason;
 use crate::wire::tcp::{self, Options, TcpFlags, TcpOption};
 use crate::wire::{checksum, ipv4, IpProtocol};
 

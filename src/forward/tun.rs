@@ -13,8 +13,8 @@
 use core::ops::Range;
 use std::net::Ipv4Addr;
 
-use crate::dataplane::counters::DropReason;
 use crate::flow::parse::Parsed;
+use crate::model::DropReason;
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::{ipv4, IpProtocol, WireError};
 

@@ -13,7 +13,8 @@ pub mod probe;
 pub mod spec;
 pub mod verdict;
 
-use crate::service::{HealthOverlay, ServiceKey, ServiceTable};
+use crate::model::ServiceKey;
+use crate::service::{HealthOverlay, ServiceTable};
 use probe::{Check, Endpoints, Probe, Segment};
 use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
 use std::collections::{BTreeMap, HashMap};
@@ -216,7 +217,7 @@ impl HealthMonitor {
         }
         let port_given = service_override.is_some_and(|o| o.port.is_some())
             || server_override.is_some_and(|o| o.port.is_some());
-        if service.proto == crate::flow::Protocol::Udp && !port_given {
+        if service.proto == crate::model::Protocol::Udp && !port_given {
             spec.kind = CheckKind::None;
         }
         spec

@@ -2,9 +2,9 @@
 //! back as frames built by the probe module, time is given.
 use super::probe::{parse_segment, write_segment, Endpoints, MAX_FRAME_LEN};
 use super::*;
-use crate::flow::Protocol;
-use crate::sched::SchedulerKind;
-use crate::service::{ForwardMode, RealServerSpec};
+use crate::model::Protocol;
+use crate::model::SchedulerKind;
+use crate::model::{ForwardMode, RealServerSpec};
 use crate::wire::tcp::TcpFlags;
 
 const SOURCE: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);

@@ -18,9 +18,10 @@
 //! the kernel (dh has no fallback flag). In an ordinary virtual service every
 //! connection has the same destination (the VIP), so dh sends all of them to one
 //! server: it is meant for services that see many destinations.
-use super::sh::BucketTable;
-use super::{available, PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::sh::BucketTable;
+use crate::sched::{available, PickContext, Scheduler};
 
 /// Knuth's multiplicative-hash constant, as in `ip_vs_dh_hashkey`.
 const KNUTH: u32 = 2_654_435_761;

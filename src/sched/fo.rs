@@ -3,8 +3,9 @@
 //! the primary the highest weight and the standbys lower ones: when the primary
 //! drains (weight 0) the next highest takes over, and new connections return to the
 //! primary once its weight is restored.
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::{PickContext, Scheduler};
 
 /// Weighted failover; stateless.
 #[derive(Clone, Debug, Default)]

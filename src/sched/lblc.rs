@@ -26,10 +26,11 @@
 //!
 //! A worker rebuilds its schedulers when it adopts a new snapshot, and a rebuilt lblc
 //! starts with an empty table: changing any service forgets the localities.
-use super::locality::LocalityTable;
-use super::wlc::least_weighted_connection;
-use super::{available, PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::locality::LocalityTable;
+use crate::sched::wlc::least_weighted_connection;
+use crate::sched::{available, PickContext, Scheduler};
 
 /// How long a destination entry lives without use: IPVS's `lblc_expiration` default.
 pub const EXPIRATION_MS: u64 = 24 * 60 * 60 * 1000;

@@ -30,11 +30,12 @@
 //! wlc server but does not add it, as the kernel does when it cannot allocate a member.
 //!
 //! Time, destination, capacity and rebuilds: as lblc ([`super::lblc`]).
-use super::lblc::is_overloaded;
-use super::locality::LocalityTable;
-use super::wlc::least_weighted_connection;
-use super::{available, PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::lblc::is_overloaded;
+use crate::sched::locality::LocalityTable;
+use crate::sched::wlc::least_weighted_connection;
+use crate::sched::{available, PickContext, Scheduler};
 
 /// How long an entry lives without use, and how long a set must stay unmodified
 /// before it sheds a member: IPVS's `lblcr_expiration` default (24 h).

@@ -8,8 +8,9 @@
 //! while active connections dominate the decision (seed 001, 3.1).
 //!
 //! [`ServerLoad::overhead`]: super::ServerLoad::overhead
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::{PickContext, Scheduler};
 
 /// Least connection; stateless.
 #[derive(Clone, Debug, Default)]

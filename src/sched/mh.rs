@@ -47,13 +47,10 @@
 //! The table is built in [`Maglev::new`], off the packet path: about a millisecond for
 //! 1000 servers at M = 65537 (see `perf/results/sched.md`). A table holds M `u32`
 //! (256 KiB at the default size).
-use super::{available, PickContext, SchedFlags, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::{RealServer, MH_DEFAULT_TABLE_SIZE};
+use crate::model::{SchedFlags, SchedulerKind};
+use crate::sched::{available, PickContext, Scheduler};
 use std::net::Ipv4Addr;
-
-/// Default table size M, a prime (the kernel's largest choice is 131071, its default
-/// 4093; 65537 = 2^16 + 1 gives 655 slots per server at 100 servers).
-pub const DEFAULT_TABLE_SIZE: u32 = 65537;
 
 /// Largest table size accepted (2^24 slots, 64 MiB per table).
 pub const MAX_TABLE_SIZE: u32 = 1 << 24;
@@ -94,7 +91,7 @@ pub fn check_table_size(size: u32) -> Result<(), String> {
     }
     if !is_prime(size) {
         return Err(format!(
-            "Maglev table size {size} is not prime (the default is {DEFAULT_TABLE_SIZE})"
+            "Maglev table size {size} is not prime (the default is {MH_DEFAULT_TABLE_SIZE})"
         ));
     }
     Ok(())

@@ -6,8 +6,9 @@
 //! connections (TIME_WAIT and the like) do not make a server busy. Seed 001 (3.2)
 //! describes idle as both counts at zero; the kernel code is what ipvsadm users get,
 //! so Sluice follows it.
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::{PickContext, Scheduler};
 
 /// Never queue; stateless.
 #[derive(Clone, Debug, Default)]

@@ -9,10 +9,11 @@
 //! two or more available servers there are always two distinct candidates, and the
 //! most loaded server is never chosen while another is available. With a single
 //! available server, that one is picked.
-use super::rng::WyRand;
-use super::wrandom::CumulativeWeights;
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::rng::WyRand;
+use crate::sched::wrandom::CumulativeWeights;
+use crate::sched::{PickContext, Scheduler};
 
 /// Power-of-two-choices state: the running weight sums and the random source.
 #[derive(Clone, Debug)]

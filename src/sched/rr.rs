@@ -1,7 +1,8 @@
 //! Round robin (`rr`): each new connection goes to the next real server in list order,
 //! skipping servers with weight 0 (draining), as IPVS's `ip_vs_rr`.
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::{PickContext, Scheduler};
 
 /// Round robin state: where the next search starts.
 #[derive(Clone, Debug, Default)]

@@ -6,9 +6,10 @@
 //!
 //! The kernel computes `active + 1` without the factor 256; a common factor changes no
 //! comparison, so the choices are the same.
-use super::wlc::least_weighted_by;
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::wlc::least_weighted_by;
+use crate::sched::{PickContext, Scheduler};
 
 /// Shortest expected delay; stateless.
 #[derive(Clone, Debug, Default)]

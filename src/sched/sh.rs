@@ -23,8 +23,9 @@
 //!
 //! The table is an array in the scheduler (no allocation, ever); a pick is one
 //! multiply and one lookup.
-use super::{available, PickContext, SchedFlags, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::{SchedFlags, SchedulerKind};
+use crate::sched::{available, PickContext, Scheduler};
 
 /// Buckets of the sh and dh tables (`IP_VS_SH_TAB_SIZE`, 1 << 8).
 pub const TABLE_SIZE: usize = 256;

@@ -10,8 +10,9 @@
 //!
 //! Seed 001 warns where it misleads: a fast server's active count falls first, so wlc
 //! keeps feeding it; with long-lived connections, counts stop reflecting load.
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::{PickContext, Scheduler};
 
 /// Weighted least connection; stateless.
 #[derive(Clone, Debug, Default)]

@@ -6,9 +6,10 @@
 //!
 //! The running sums of the weights are computed when the scheduler is built; a pick is
 //! one random number ([`WyRand`]) and a binary search over those sums, O(log n).
-use super::rng::WyRand;
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::rng::WyRand;
+use crate::sched::{PickContext, Scheduler};
 
 /// Running sums of the weights: `ends[i]` = weight(0) + ... + weight(i). A number `r`
 /// in `0..total` belongs to the first server whose end exceeds it, so server `i` owns

@@ -9,8 +9,9 @@
 //! This differs from IPVS's own `ip_vs_wrr`, which walks a decreasing weight threshold
 //! and therefore sends runs (`a a a a a b c` for 5:1:1); the smooth order is kinder to
 //! real servers' accept queues.
-use super::{PickContext, Scheduler, SchedulerKind};
-use crate::service::model::RealServer;
+use crate::model::RealServer;
+use crate::model::SchedulerKind;
+use crate::sched::{PickContext, Scheduler};
 
 /// Smooth WRR state: one running `current` weight per real server.
 #[derive(Clone, Debug)]

@@ -22,10 +22,11 @@
 //! either the old `Arc` or the new one, never a mixture. An old snapshot is freed when
 //! its last holder lets go, which may be a worker: that free happens once per change,
 //! inside `refresh`, not on the per-packet path.
-use super::model::{ForwardMode, Service, ServiceKey};
-use super::table::ServiceTable;
-use crate::flow::Protocol;
-use crate::sched::{Maglev, SchedulerKind};
+use crate::model::Protocol;
+use crate::model::SchedulerKind;
+use crate::model::{ForwardMode, Service, ServiceKey};
+use crate::sched::Maglev;
+use crate::service::table::ServiceTable;
 use crate::session::Timeouts;
 use crossbeam::utils::CachePadded;
 use hashbrown::HashMap;
@@ -484,9 +485,9 @@ impl Clone for SnapshotReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::Protocol;
-    use crate::sched::SchedulerKind;
-    use crate::service::model::{ForwardMode, RealServer, RealServerSpec};
+    use crate::model::Protocol;
+    use crate::model::SchedulerKind;
+    use crate::model::{ForwardMode, RealServer, RealServerSpec};
     use std::sync::atomic::AtomicBool;
 
     fn key(vip_last: u8, port: u16) -> ServiceKey {
@@ -713,7 +714,7 @@ mod tests {
                 local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50 + i as u8)],
                 toa: false,
                 sched_flags: Default::default(),
-                mh_table_size: crate::sched::mh::DEFAULT_TABLE_SIZE,
+                mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
             })
             .collect();
         Snapshot::from_services(generation, services)

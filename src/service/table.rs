@@ -10,12 +10,12 @@
 //! and real servers: the config loader applies them to the file (with the file's
 //! place), and every control command meets them here, with the appliance's own
 //! addresses ([`ServiceTable::set_own_addresses`]) refused in every role.
-use super::model::{
+use crate::model::Protocol;
+use crate::model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
     MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
-use crate::flow::Protocol;
-use crate::sched::{SchedFlags, SchedulerKind};
+use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -287,7 +287,7 @@ impl ServiceTable {
                 local_addresses: Vec::new(),
                 toa: false,
                 sched_flags: SchedFlags::default(),
-                mh_table_size: crate::sched::mh::DEFAULT_TABLE_SIZE,
+                mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
             },
         );
         self.version += 1;
@@ -686,7 +686,7 @@ pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), Se
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::Protocol;
+    use crate::model::Protocol;
 
     const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
 

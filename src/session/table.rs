@@ -15,8 +15,9 @@ type HashMap<K, V> = hashbrown::HashMap<K, V, DefaultHashBuilder, HugePageAlloc>
 use super::state::{self, Direction, TcpState, Transition, UDP_STATE_NAME};
 use super::timeouts::TickTimeouts;
 use super::timer::{Advance, Timed, TimerLink, TimerWheel, MAX_DELAY_TICKS, MAX_INDEX, NIL};
-use crate::flow::{FlowKey, FlowKey4, Protocol};
-use crate::service::model::ForwardMode;
+use crate::flow::{FlowKey, FlowKey4};
+use crate::model::ForwardMode;
+use crate::model::Protocol;
 use crate::wire::tcp::TcpFlags;
 
 /// Timer wheel size when none is given: 4096 slots, 41 s per revolution at 10 ms ticks.

@@ -6,7 +6,7 @@
 use core::fmt;
 
 use super::state::TcpState;
-use crate::flow::Protocol;
+use crate::model::Protocol;
 
 /// The largest timeout accepted, in seconds: what IPVS accepts with `HZ=1000`
 /// (`INT_MAX / HZ`). It also keeps every deadline within half the range of the `u32`

@@ -1,8 +1,8 @@
 //! `sluice simulate ...`: argument parsing, running, printing. Exit status: 0 done,
 //! 1 the workload file could not be read or is invalid, 2 bad usage (unknown option,
 //! bad value, unknown scheduler).
-use crate::sched::SchedulerKind;
-use crate::service::model::Persistence;
+use crate::model::Persistence;
+use crate::model::SchedulerKind;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;

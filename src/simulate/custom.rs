@@ -9,8 +9,8 @@
 //! and the key on that line). Range and cross-field checks use the span every value
 //! carries (`toml::Spanned`).
 use crate::config::ConfigError;
-use crate::sched::SchedulerKind;
-use crate::service::model::{Persistence, MAX_WEIGHT};
+use crate::model::SchedulerKind;
+use crate::model::{Persistence, MAX_WEIGHT};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;

@@ -40,8 +40,9 @@
 //!   new connections, existing ones stay.
 //!
 //! Samples are taken at every whole minute, after that minute's events.
-use crate::sched::{self, PickContext, Scheduler, SchedulerKind, SchedulerParams, ServerLoad};
-use crate::service::model::{ForwardMode, Persistence, RealServer};
+use crate::model::SchedulerKind;
+use crate::model::{ForwardMode, Persistence, RealServer};
+use crate::sched::{self, PickContext, Scheduler, SchedulerParams, ServerLoad};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -244,7 +245,7 @@ impl Scenario {
 }
 
 fn check_weight(weight: u32) -> Result<(), String> {
-    if weight > crate::service::model::MAX_WEIGHT {
+    if weight > crate::model::MAX_WEIGHT {
         return Err(format!("weight {weight} is above 65535"));
     }
     Ok(())

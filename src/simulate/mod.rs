@@ -6,7 +6,7 @@
 //!
 //! - [`engine`]: the core. A [`engine::Scenario`] (servers, events, clients with
 //!   long-lived connections, churn, arrivals, persistence, workers) run under one
-//!   [`SchedulerKind`](crate::sched::SchedulerKind) gives an [`engine::RunResult`]
+//!   [`SchedulerKind`](crate::model::SchedulerKind) gives an [`engine::RunResult`]
 //!   of plain numbers.
 //! - [`workloads`]: the built-in workloads after the seed articles — `scale-out`
 //!   (seed 002), `few-clients` (seed 000), `hetero` (seed 001) — as parameter structs

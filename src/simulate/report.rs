@@ -35,11 +35,7 @@ fn list<T: ToString>(items: &[T], sep: &str) -> String {
 }
 
 /// ", persistence 300 s /24, 4 workers, linger 120 s" for what differs from plain.
-fn extras(
-    persistence: Option<crate::service::model::Persistence>,
-    workers: u32,
-    linger_s: u32,
-) -> String {
+fn extras(persistence: Option<crate::model::Persistence>, workers: u32, linger_s: u32) -> String {
     let mut s = String::new();
     if let Some(p) = persistence {
         let _ = write!(
@@ -375,7 +371,7 @@ pub fn custom(r: &CustomReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::SchedulerKind;
+    use crate::model::SchedulerKind;
     use crate::simulate::workloads::{FewClients, Hetero, ScaleOut};
 
     #[test]

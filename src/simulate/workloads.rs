@@ -1,8 +1,8 @@
 //! The built-in workloads, each after one of the seed articles: parameters with the
 //! articles' set-ups as defaults, a function that runs them through every requested
 //! scheduler, and a report of plain numbers (rendered by `report`, or as JSON).
-use crate::sched::SchedulerKind;
-use crate::service::model::Persistence;
+use crate::model::Persistence;
+use crate::model::SchedulerKind;
 use serde::Serialize;
 use std::net::Ipv4Addr;
 

@@ -138,8 +138,8 @@ pub fn verify<T: AsRef<[u8]>>(packet: &Packet<T>, key: Option<&SyncKey>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::Protocol;
-    use crate::service::ForwardMode;
+    use crate::model::ForwardMode;
+    use crate::model::Protocol;
     use crate::sync::wire::{
         MessageBuilder, MessageRepr, MessageType, RecordOp, RecordRepr, HEADER_LEN,
     };

@@ -14,7 +14,7 @@ use crossbeam::queue::ArrayQueue;
 
 use super::wire::{RecordOp, RecordRepr};
 use crate::dataplane::counters::bump;
-use crate::flow::Protocol;
+use crate::model::Protocol;
 use crate::session::{Session, TcpState, Transition};
 
 /// Why a session is synced.
@@ -240,7 +240,7 @@ impl SyncPolicy {
 mod tests {
     use super::*;
     use crate::flow::FlowKey4;
-    use crate::service::ForwardMode;
+    use crate::model::ForwardMode;
     use std::net::Ipv4Addr;
     use std::sync::Arc;
 

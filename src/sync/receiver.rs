@@ -27,9 +27,9 @@ use super::wire::{
     parse_records, MessageRepr, MessageType, Packet, RecordKind, RecordRepr, SyncWireError,
 };
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
-use crate::flow::Protocol;
-use crate::service::model::Service;
-use crate::service::ForwardMode;
+use crate::model::ForwardMode;
+use crate::model::Protocol;
+use crate::model::Service;
 use crate::session::Timeouts;
 
 /// Why a datagram was rejected. Each rejection counts exactly one reason.
@@ -343,9 +343,10 @@ mod tests {
     use crate::flow::rss::DEFAULT_RSS_KEY;
     use crate::flow::FlowKey4;
     use crate::forward::laddr::PortPool;
-    use crate::sched::SchedulerKind;
-    use crate::service::model::{RealServer, Service};
-    use crate::service::{ServiceKey, Snapshot};
+    use crate::model::SchedulerKind;
+    use crate::model::ServiceKey;
+    use crate::model::{RealServer, Service};
+    use crate::service::Snapshot;
     use crate::session::{Session, TcpState};
     use crate::sync::wire::{
         MessageBuilder, MessageFlags, MessageType, RecordOp, HEADER_LEN, RECORD_LEN,
@@ -545,7 +546,7 @@ mod tests {
             local_addresses: Vec::new(),
             toa: false,
             sched_flags: Default::default(),
-            mh_table_size: crate::sched::mh::DEFAULT_TABLE_SIZE,
+            mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
         };
         Snapshot::from_services(1, vec![service])
     }
@@ -688,7 +689,7 @@ mod tests {
             1_000_000,
         );
         let mut persistent = service.clone();
-        persistent.persistence = Some(crate::service::model::Persistence {
+        persistent.persistence = Some(crate::model::Persistence {
             timeout_s: 300,
             netmask: Ipv4Addr::new(255, 255, 255, 0),
         });

@@ -279,8 +279,9 @@ impl SyncSender {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::{FlowKey4, Protocol};
-    use crate::service::ForwardMode;
+    use crate::flow::FlowKey4;
+    use crate::model::ForwardMode;
+    use crate::model::Protocol;
     use crate::session::Session;
     use crate::sync::events::{EventKind, SessionEvent};
     use crate::sync::receiver::{Receiver, ReceiverConfig};

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use super::wire::{RecordOp, RecordRepr};
-use crate::service::{Service, ServiceKey, ServiceTable};
+use crate::model::{Service, ServiceKey};
+use crate::service::ServiceTable;
 use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
 
 /// This node's services by id, to map many templates at once.
@@ -291,9 +292,9 @@ impl TemplateTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::Protocol;
-    use crate::sched::SchedulerKind;
-    use crate::service::{ForwardMode, Persistence, RealServerSpec};
+    use crate::model::Protocol;
+    use crate::model::SchedulerKind;
+    use crate::model::{ForwardMode, Persistence, RealServerSpec};
     use crate::sync::wire::{RecordKind, MAX_TIMEOUT_MS};
 
     const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);

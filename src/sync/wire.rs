@@ -15,8 +15,9 @@
 use core::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use crate::flow::{FlowKey4, Protocol};
-use crate::service::ForwardMode;
+use crate::flow::FlowKey4;
+use crate::model::ForwardMode;
+use crate::model::Protocol;
 use crate::session::{Session, SessionFlags, TcpState, MAX_TIMEOUT_SECS};
 use crate::wire::{read_u16, read_u32, write_u16, write_u32};
 

@@ -105,7 +105,7 @@ RS_MACS = {**{m[1]: m[2] for m in MODES.values()}, **dict(RR_SERVERS)}
 
 # Every drop reason `sluicectl status --json` reports (all compared, zeros included).
 DROP_REASONS = base.DROP_REASONS + [
-    "ipv4_options", "bad_tcp_header", "bad_udp_header", "bad_l4_checksum", "tcp_no_session",
+    "ipv4_options", "bad_tcp_header", "bad_udp_header", "tcp_no_session",
     "no_real_server", "session_table_full", "neighbour_unresolved", "no_service", "too_big",
     "icmp_error_no_session", "nat_tuple_in_use",
 ]

@@ -1,10 +1,10 @@
 //! Plain data shared by config, control and data plane.
 //!
 //! Everything here is a value: the management core edits these through
-//! [`ServiceTable`](super::table::ServiceTable) and workers read copies of them in an
-//! immutable [`Snapshot`](super::snapshot::Snapshot).
-use crate::flow::Protocol;
-use crate::sched::{SchedFlags, SchedulerKind};
+//! [`ServiceTable`](crate::service::ServiceTable) and workers read copies of them in an
+//! immutable [`Snapshot`](crate::service::Snapshot).
+use super::protocol::Protocol;
+use super::scheduler::{SchedFlags, SchedulerKind, MH_DEFAULT_TABLE_SIZE};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -117,9 +117,9 @@ impl<'de> Deserialize<'de> for ForwardMode {
     }
 }
 
-/// `Protocol` lives in `flow` and carries no serde; services name it `"tcp"` / `"udp"`.
+/// `Protocol` carries no serde of its own; services name it `"tcp"` / `"udp"`.
 mod protocol_name {
-    use crate::flow::Protocol;
+    use crate::model::Protocol;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(proto: &Protocol, serializer: S) -> Result<S::Ok, S::Error> {
@@ -265,19 +265,10 @@ pub struct Service {
 }
 
 fn default_mh_table_size() -> u32 {
-    crate::sched::mh::DEFAULT_TABLE_SIZE
+    MH_DEFAULT_TABLE_SIZE
 }
 
 impl Service {
-    /// What the service's scheduler is built with, for worker `seed`.
-    pub fn scheduler_params(&self, seed: u64) -> crate::sched::SchedulerParams {
-        crate::sched::SchedulerParams {
-            maglev_table_size: self.mh_table_size,
-            flags: self.sched_flags,
-            seed,
-        }
-    }
-
     /// Index of the real server `ip:port`, as ipvsadm identifies a destination.
     pub fn server_index(&self, ip: Ipv4Addr, port: u16) -> Option<usize> {
         self.real_servers

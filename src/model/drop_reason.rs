@@ -1,0 +1,146 @@
+//! Why the data plane dropped a frame: one reason per drop, counted per worker.
+
+/// Why a frame was dropped. Every drop in the data plane has exactly one reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DropReason {
+    /// Shorter than the header it claims to carry (Ethernet, VLAN, ARP, IPv4, ICMP).
+    Truncated,
+    /// An EtherType Sluice does not handle (anything but IPv4 and ARP).
+    UnknownEthertype,
+    /// IPv6 frames: parsed later, dropped for now.
+    Ipv6,
+    /// IPv4 header inconsistent: version, IHL, total length; or a source address no
+    /// host may send from (unspecified, broadcast, multicast, loopback, or, for a new
+    /// connection, one of the appliance's own addresses, VIPs and local addresses).
+    BadIpv4Header,
+    /// IPv4 header checksum wrong.
+    BadIpv4Checksum,
+    /// IPv4 fragment (non-first or more-fragments set) addressed to us.
+    Ipv4Fragment,
+    /// IPv4 packet whose destination is not one of the appliance's addresses.
+    NotLocal,
+    /// IPv4 protocol with no handler (for the appliance's own addresses).
+    UnsupportedProtocol,
+    /// ARP that is not Ethernet/IPv4, or has bad lengths.
+    BadArp,
+    /// ARP request for an address that is not ours (learned from, not answered).
+    ArpNotForUs,
+    /// ARP reply (learned from, nothing to send back).
+    ArpReply,
+    /// ICMP message other than echo request.
+    IcmpNotEcho,
+    /// ICMP checksum wrong.
+    BadIcmpChecksum,
+    /// Frame with a source MAC that is multicast or broadcast.
+    BadSourceMac,
+    /// Frame addressed to another station's unicast MAC.
+    NotOurMac,
+    /// TX queue full: the frame could not be transmitted.
+    TxFull,
+    /// IPv4 header with options on a forwarded packet (not supported, as in Katran).
+    Ipv4Options,
+    /// TCP header shorter than 20 bytes or data offset past the end of the packet.
+    BadTcpHeader,
+    /// UDP length field below 8 or past the end of the packet.
+    BadUdpHeader,
+    /// TCP segment without SYN and without a session (IPVS drops these too).
+    TcpNoSession,
+    /// Packet to a service port that has no session and no usable real server.
+    NoRealServer,
+    /// The worker's session table is full: the new connection is refused.
+    SessionTableFull,
+    /// The next hop's MAC is not known yet (an ARP request has been sent).
+    NeighbourUnresolved,
+    /// Packet to a VIP on a port or protocol without a virtual service.
+    NoService,
+    /// Packet would exceed the MTU after encapsulation (ICMP frag-needed sent when DF).
+    TooBig,
+    /// ICMP error quoting a packet of no known session.
+    IcmpErrorNoSession,
+    /// NAT: the real-server side tuple (RIP:rport <-> client:cport) is taken by another
+    /// session (the same client port through another VIP to the same real server); the
+    /// real server could not tell the two connections apart, so the new one is refused.
+    NatTupleInUse,
+    /// FullNAT: no local address/port left for this worker towards that real server
+    /// (or the service has no local address yet).
+    LaddrExhausted,
+    /// Multi-worker: the packet belongs to another worker's session and that worker's
+    /// redirect ring is full.
+    RedirectRingFull,
+    /// A health probe's answer could not be handed to the management core (its ring
+    /// is full); the probe times out.
+    HealthRingFull,
+}
+
+impl DropReason {
+    pub const COUNT: usize = 30;
+    pub const ALL: [DropReason; Self::COUNT] = [
+        DropReason::Truncated,
+        DropReason::UnknownEthertype,
+        DropReason::Ipv6,
+        DropReason::BadIpv4Header,
+        DropReason::BadIpv4Checksum,
+        DropReason::Ipv4Fragment,
+        DropReason::NotLocal,
+        DropReason::UnsupportedProtocol,
+        DropReason::BadArp,
+        DropReason::ArpNotForUs,
+        DropReason::ArpReply,
+        DropReason::IcmpNotEcho,
+        DropReason::BadIcmpChecksum,
+        DropReason::BadSourceMac,
+        DropReason::NotOurMac,
+        DropReason::TxFull,
+        DropReason::Ipv4Options,
+        DropReason::BadTcpHeader,
+        DropReason::BadUdpHeader,
+        DropReason::TcpNoSession,
+        DropReason::NoRealServer,
+        DropReason::SessionTableFull,
+        DropReason::NeighbourUnresolved,
+        DropReason::NoService,
+        DropReason::TooBig,
+        DropReason::IcmpErrorNoSession,
+        DropReason::NatTupleInUse,
+        DropReason::LaddrExhausted,
+        DropReason::RedirectRingFull,
+        DropReason::HealthRingFull,
+    ];
+
+    /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::UnknownEthertype => "unknown_ethertype",
+            DropReason::Ipv6 => "ipv6",
+            DropReason::BadIpv4Header => "bad_ipv4_header",
+            DropReason::BadIpv4Checksum => "bad_ipv4_checksum",
+            DropReason::Ipv4Fragment => "ipv4_fragment",
+            DropReason::NotLocal => "not_local",
+            DropReason::UnsupportedProtocol => "unsupported_protocol",
+            DropReason::BadArp => "bad_arp",
+            DropReason::ArpNotForUs => "arp_not_for_us",
+            DropReason::ArpReply => "arp_reply",
+            DropReason::IcmpNotEcho => "icmp_not_echo",
+            DropReason::BadIcmpChecksum => "bad_icmp_checksum",
+            DropReason::BadSourceMac => "bad_source_mac",
+            DropReason::NotOurMac => "not_our_mac",
+            DropReason::TxFull => "tx_full",
+            DropReason::Ipv4Options => "ipv4_options",
+            DropReason::BadTcpHeader => "bad_tcp_header",
+            DropReason::BadUdpHeader => "bad_udp_header",
+            DropReason::TcpNoSession => "tcp_no_session",
+            DropReason::NoRealServer => "no_real_server",
+            DropReason::SessionTableFull => "session_table_full",
+            DropReason::NeighbourUnresolved => "neighbour_unresolved",
+            DropReason::NoService => "no_service",
+            DropReason::TooBig => "too_big",
+            DropReason::IcmpErrorNoSession => "icmp_error_no_session",
+            DropReason::NatTupleInUse => "nat_tuple_in_use",
+            DropReason::LaddrExhausted => "laddr_exhausted",
+            DropReason::RedirectRingFull => "redirect_ring_full",
+            DropReason::HealthRingFull => "health_ring_full",
+        }
+    }
+}

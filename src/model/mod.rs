@@ -1,0 +1,19 @@
+//! Plain values several layers share: what a service is, which protocols and
+//! schedulers it names, how packets reach a real server, why a frame was dropped.
+//!
+//! This is the layer above `wire` and below everything else (see
+//! docs/ARCHITECTURE.md, "Layers"): it imports nothing from the crate, so the flow
+//! parser, the rewrites, the schedulers, the session table and the service table can
+//! all speak these types without importing each other.
+pub mod drop_reason;
+pub mod protocol;
+pub mod scheduler;
+pub mod service;
+
+pub use drop_reason::DropReason;
+pub use protocol::Protocol;
+pub use scheduler::{SchedFlags, SchedulerKind, MH_DEFAULT_TABLE_SIZE};
+pub use service::{
+    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
+    MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
+};
