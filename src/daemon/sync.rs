@@ -13,7 +13,6 @@
 //! datagrams to the listen address (or the group) to the management core like probe
 //! answers (`on_frame`). Nothing here waits.
 use crate::config::SyncSettings;
-use crate::dataplane::forwarder::write_arp_request;
 use crate::dataplane::mesh::Mesh;
 use crate::dpdk::Mempool;
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
@@ -161,7 +160,7 @@ impl Transport {
             return true;
         };
         let mut frame = [0u8; 60];
-        write_arp_request(&mut frame, ethernet::HEADER_LEN, *mac, from, target)
+        crate::wire::arp::write_request(&mut frame, ethernet::HEADER_LEN, *mac, from, target)
             .is_some_and(|len| super::inject(plane.mesh, plane.pool, &frame[..len]))
     }
 

@@ -3,7 +3,6 @@
 //! frames (advertisements to 224.0.0.18, gratuitous ARP for every virtual address)
 //! that worker 0 transmits. While backup, the snapshots say the VIPs are not ours:
 //! the workers stop answering ARP and ping for them, so traffic goes to the master.
-use crate::dataplane::forwarder::{write_arp_request, VRRP_MAC};
 use crate::sync::vrrp::{Actions, Advert, Event, Router, State, VrrpConfig, RESIGN_PRIORITY};
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::{ipv4, vrrp};
@@ -46,7 +45,9 @@ pub fn send_gratuitous_arps(
     let mut sent = 0;
     for &ip in addrs {
         let mut frame = [0u8; 60];
-        if let Some(len) = write_arp_request(&mut frame, ethernet::HEADER_LEN, mac, ip, ip) {
+        if let Some(len) =
+            crate::wire::arp::write_request(&mut frame, ethernet::HEADER_LEN, mac, ip, ip)
+        {
             sent += u64::from(send(&frame[..len]));
         }
     }
@@ -257,7 +258,7 @@ impl VrrpNode {
         let mut frame = vec![0u8; len.max(60)];
         ethernet::Repr {
             src_addr: self.mac,
-            dst_addr: VRRP_MAC,
+            dst_addr: vrrp::MULTICAST_MAC,
             ethertype: EtherType::IPV4,
         }
         .emit(&mut ethernet::Frame::new_unchecked(&mut frame[..]));

@@ -20,15 +20,12 @@ use crate::sched::{self, Maglev, PickContext, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
 use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
 use crate::session::{Direction, Session, SessionFlags, SessionTable, TickTimeouts, Transition};
-use crate::wire::arp;
-use crate::wire::ethernet::{self, EtherType, MacAddr};
+use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
+use crate::wire::{arp, vrrp};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-
-/// The Ethernet address of VRRP's multicast group (224.0.0.18).
-pub const VRRP_MAC: MacAddr = MacAddr([0x01, 0x00, 0x5e, 0x00, 0x00, 0x12]);
 
 /// Sessions expired per poll at most, so expiry never stalls the RX loop.
 const EXPIRY_BUDGET: usize = 64;
@@ -465,7 +462,7 @@ impl Forwarder {
     /// management core (`Action::Punt`), as VRRP advertisements do.
     pub fn set_sync_port(&mut self, listen: SocketAddrV4, group: Option<SocketAddrV4>) {
         self.sync_listen = Some(listen);
-        self.sync_group = group.map(|g| (crate::sync::frame::multicast_mac(*g.ip()), g));
+        self.sync_group = group.map(|g| (MacAddr::ipv4_multicast(*g.ip()), g));
     }
 
     /// VRRP advertisements (to 224.0.0.18, protocol 112) go to the management core.
@@ -658,7 +655,7 @@ impl Forwarder {
     /// on) or a sync datagram to the group (with sync over a port and multicast) goes
     /// to the management core; anything else is not ours.
     fn to_group(&self, frame: &[u8], to: MacAddr) -> Action {
-        let vrrp = self.vrrp && to == VRRP_MAC;
+        let vrrp = self.vrrp && to == vrrp::MULTICAST_MAC;
         let sync = self
             .sync_group
             .and_then(|(mac, group)| (mac == to).then_some(group));
@@ -1387,7 +1384,7 @@ impl Forwarder {
             return Action::Drop(DropReason::NeighbourUnresolved);
         }
         let frame = burst.packet_mut(i);
-        match write_arp_request(frame, parsed.l2.l3_offset, port.mac, port.addr, target) {
+        match arp::write_request(frame, parsed.l2.l3_offset, port.mac, port.addr, target) {
             Some(len) if burst.set_packet_len(i, len as u16) => {
                 Action::TransmitInstead(DropReason::NeighbourUnresolved)
             }
@@ -1608,40 +1605,6 @@ fn done(r: Result<(), DropReason>) -> Action {
     }
 }
 
-/// Rewrites `frame` into a broadcast ARP who-has `target` from (`mac`, `ip`), keeping
-/// any VLAN tags before `l3`. Returns the new length (at least the 60-byte minimum),
-/// or None when the buffer is too short.
-pub fn write_arp_request(
-    frame: &mut [u8],
-    l3: usize,
-    mac: MacAddr,
-    ip: Ipv4Addr,
-    target: Ipv4Addr,
-) -> Option<usize> {
-    let end = l3 + arp::PACKET_LEN;
-    let len = end.max(60);
-    if frame.len() < len || l3 < ethernet::HEADER_LEN {
-        return None;
-    }
-    {
-        let mut eth = ethernet::Frame::new_unchecked(&mut frame[..]);
-        eth.set_dst_addr(MacAddr::BROADCAST);
-        eth.set_src_addr(mac);
-    }
-    // The innermost EtherType sits just before L3 (after any VLAN tags).
-    frame[l3 - 2..l3].copy_from_slice(&EtherType::ARP.0.to_be_bytes());
-    let repr = arp::Repr {
-        operation: arp::Operation::Request,
-        sender_hardware_addr: mac,
-        sender_protocol_addr: ip,
-        target_hardware_addr: MacAddr::ZERO,
-        target_protocol_addr: target,
-    };
-    repr.emit(&mut arp::Packet::new_unchecked(&mut frame[l3..end]));
-    frame[end..len].fill(0);
-    Some(len)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1676,7 +1639,7 @@ mod tests {
         let listen = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 8848);
         let group = SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848);
         let peer = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8848);
-        let mac = frame::multicast_mac(*group.ip());
+        let mac = MacAddr::ipv4_multicast(*group.ip());
         let build = |to: SocketAddrV4, dst_mac: MacAddr| {
             let mut f = vec![0u8; frame::HEADERS_LEN + 8];
             frame::write(&mut f, peer, to, b"SLSY\x01\x01\0\0").unwrap();
@@ -1696,11 +1659,11 @@ mod tests {
         // only), or another group MAC: not ours.
         let other_port = SocketAddrV4::new(*group.ip(), 8849);
         let same_mac = SocketAddrV4::new(Ipv4Addr::new(224, 128, 0, 81), 8848);
-        assert_eq!(frame::multicast_mac(*same_mac.ip()), mac);
+        assert_eq!(MacAddr::ipv4_multicast(*same_mac.ip()), mac);
         for (to, dst_mac) in [
             (other_port, mac),
             (same_mac, mac),
-            (group, frame::multicast_mac(Ipv4Addr::new(224, 0, 0, 82))),
+            (group, MacAddr::ipv4_multicast(Ipv4Addr::new(224, 0, 0, 82))),
         ] {
             assert_eq!(
                 f.to_group(&build(to, dst_mac), dst_mac),
@@ -1710,7 +1673,7 @@ mod tests {
         }
         // VRRP's MAC stays VRRP's: not ours while VRRP is off.
         assert_eq!(
-            f.to_group(&build(group, VRRP_MAC), VRRP_MAC),
+            f.to_group(&build(group, vrrp::MULTICAST_MAC), vrrp::MULTICAST_MAC),
             Action::Drop(DropReason::NotOurMac)
         );
         // A broken IPv4 header on the group's MAC: dropped for what it is.
@@ -1725,40 +1688,6 @@ mod tests {
         assert_eq!(
             f.to_group(&build(group, mac), mac),
             Action::Drop(DropReason::NotOurMac)
-        );
-    }
-
-    #[test]
-    fn arp_request_written_over_a_tcp_frame() {
-        let mut frame = [0xaau8; 74];
-        let mac = MacAddr([2, 0x53, 0x4c, 0, 0, 1]);
-        let len = write_arp_request(
-            &mut frame,
-            14,
-            mac,
-            [198, 18, 0, 1].into(),
-            [198, 18, 0, 11].into(),
-        )
-        .unwrap();
-        assert_eq!(len, 60);
-        assert_eq!(&frame[0..6], &[0xff; 6]);
-        assert_eq!(&frame[6..12], &mac.0);
-        assert_eq!(&frame[12..14], &[0x08, 0x06]);
-        let p = arp::Packet::new_checked(&frame[14..42]).unwrap();
-        let r = arp::Repr::parse(&p).unwrap();
-        assert_eq!(r.operation, arp::Operation::Request);
-        assert_eq!(r.sender_protocol_addr, Ipv4Addr::new(198, 18, 0, 1));
-        assert_eq!(r.target_protocol_addr, Ipv4Addr::new(198, 18, 0, 11));
-        assert!(frame[42..60].iter().all(|&b| b == 0), "padding zeroed");
-        assert_eq!(
-            write_arp_request(
-                &mut [0u8; 40],
-                14,
-                mac,
-                Ipv4Addr::UNSPECIFIED,
-                Ipv4Addr::UNSPECIFIED
-            ),
-            None
         );
     }
 

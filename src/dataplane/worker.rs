@@ -2,7 +2,7 @@
 //! every port, until told to stop. The worker owns its queues, its neighbour table, its
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
-use crate::dataplane::forwarder::{write_arp_request, Action, Forwarder, PortContext};
+use crate::dataplane::forwarder::{Action, Forwarder, PortContext};
 use crate::dataplane::held::Held;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::Mesh;
@@ -259,9 +259,13 @@ impl Worker {
                     self.counters.event(sent);
                 }
                 None => {
-                    if let Some(len) =
-                        write_arp_request(frame, ethernet::HEADER_LEN, mac, addr, target)
-                    {
+                    if let Some(len) = crate::wire::arp::write_request(
+                        frame,
+                        ethernet::HEADER_LEN,
+                        mac,
+                        addr,
+                        target,
+                    ) {
                         out.set_packet_len(i, len as u16);
                     }
                     WorkerCounters::drop(&self.counters, DropReason::NeighbourUnresolved);
@@ -355,7 +359,13 @@ fn push_arp_request(
     }
     let i = out.len() - 1;
     out.set_packet_len(i, 60);
-    match write_arp_request(out.packet_mut(i), ethernet::HEADER_LEN, mac, addr, target) {
+    match crate::wire::arp::write_request(
+        out.packet_mut(i),
+        ethernet::HEADER_LEN,
+        mac,
+        addr,
+        target,
+    ) {
         Some(len) => {
             out.set_packet_len(i, len as u16);
         }

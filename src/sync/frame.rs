@@ -16,18 +16,12 @@
 //! never a panic.
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::{ipv4, udp, IpProtocol, WireError};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddrV4;
 
 /// Ethernet, IPv4 (no options) and UDP headers: what a frame adds to its datagram.
 pub const HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN;
 /// TTL of a frame to a multicast group: one hop.
 pub const MULTICAST_TTL: u8 = 1;
-
-/// The Ethernet address of IPv4 multicast group `group` (RFC 1112 section 6.4).
-pub fn multicast_mac(group: Ipv4Addr) -> MacAddr {
-    let [_, b, c, d] = group.octets();
-    MacAddr([0x01, 0x00, 0x5e, b & 0x7f, c, d])
-}
 
 /// Writes the frame carrying `payload` from `from` to `to` into `buf`; returns its
 /// length, or `None` when `buf` is too small or the datagram too long for IPv4.
@@ -46,7 +40,7 @@ pub fn write(
     ethernet::Repr {
         src_addr: MacAddr::ZERO,
         dst_addr: if multicast {
-            multicast_mac(*to.ip())
+            MacAddr::ipv4_multicast(*to.ip())
         } else {
             MacAddr::ZERO
         },
@@ -151,6 +145,7 @@ pub fn parse(frame: &[u8]) -> Result<Datagram<'_>, FrameError> {
 mod tests {
     use super::*;
     use crate::wire::checksum;
+    use std::net::Ipv4Addr;
 
     const FROM: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 8848);
     const TO: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8849);
@@ -211,17 +206,17 @@ mod tests {
     #[test]
     fn a_frame_to_the_group_has_its_mac_and_ttl_1() {
         assert_eq!(
-            multicast_mac(Ipv4Addr::new(224, 0, 0, 81)),
+            MacAddr::ipv4_multicast(Ipv4Addr::new(224, 0, 0, 81)),
             MacAddr([0x01, 0x00, 0x5e, 0x00, 0x00, 0x51])
         );
         // Only the low 23 bits: 239.255.1.2 and 224.127.1.2 share 01:00:5e:7f:01:02.
         assert_eq!(
-            multicast_mac(Ipv4Addr::new(239, 255, 1, 2)),
+            MacAddr::ipv4_multicast(Ipv4Addr::new(239, 255, 1, 2)),
             MacAddr([0x01, 0x00, 0x5e, 0x7f, 0x01, 0x02])
         );
         assert_eq!(
-            multicast_mac(Ipv4Addr::new(224, 0, 0, 18)),
-            crate::dataplane::forwarder::VRRP_MAC
+            MacAddr::ipv4_multicast(Ipv4Addr::new(224, 0, 0, 18)),
+            crate::wire::vrrp::MULTICAST_MAC
         );
         let f = build(FROM, GROUP, b"batch");
         assert_eq!(&f[0..6], &[0x01, 0x00, 0x5e, 0x00, 0x00, 0x51]);

@@ -229,6 +229,40 @@ impl Repr {
     }
 }
 
+/// Rewrites `frame` into a broadcast ARP who-has `target` from (`mac`, `ip`), keeping
+/// any VLAN tags before `l3`. Returns the new length (at least the 60-byte minimum),
+/// or None when the buffer is too short.
+pub fn write_request(
+    frame: &mut [u8],
+    l3: usize,
+    mac: MacAddr,
+    ip: Ipv4Addr,
+    target: Ipv4Addr,
+) -> Option<usize> {
+    let end = l3 + PACKET_LEN;
+    let len = end.max(60);
+    if frame.len() < len || l3 < super::ethernet::HEADER_LEN {
+        return None;
+    }
+    {
+        let mut eth = super::ethernet::Frame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(MacAddr::BROADCAST);
+        eth.set_src_addr(mac);
+    }
+    // The innermost EtherType sits just before L3 (after any VLAN tags).
+    frame[l3 - 2..l3].copy_from_slice(&EtherType::ARP.0.to_be_bytes());
+    let repr = Repr {
+        operation: Operation::Request,
+        sender_hardware_addr: mac,
+        sender_protocol_addr: ip,
+        target_hardware_addr: MacAddr::ZERO,
+        target_protocol_addr: target,
+    };
+    repr.emit(&mut Packet::new_unchecked(&mut frame[l3..end]));
+    frame[end..len].fill(0);
+    Some(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,5 +368,39 @@ mod tests {
         assert_eq!(packet.operation(), Operation::Unknown(3));
         assert_eq!(u16::from(packet.operation()), 3);
         assert_eq!(Repr::parse(&packet), Err(WireError::Malformed));
+    }
+
+    #[test]
+    fn arp_request_written_over_a_tcp_frame() {
+        let mut frame = [0xaau8; 74];
+        let mac = MacAddr([2, 0x53, 0x4c, 0, 0, 1]);
+        let len = write_request(
+            &mut frame,
+            14,
+            mac,
+            [198, 18, 0, 1].into(),
+            [198, 18, 0, 11].into(),
+        )
+        .unwrap();
+        assert_eq!(len, 60);
+        assert_eq!(&frame[0..6], &[0xff; 6]);
+        assert_eq!(&frame[6..12], &mac.0);
+        assert_eq!(&frame[12..14], &[0x08, 0x06]);
+        let p = Packet::new_checked(&frame[14..42]).unwrap();
+        let r = Repr::parse(&p).unwrap();
+        assert_eq!(r.operation, Operation::Request);
+        assert_eq!(r.sender_protocol_addr, Ipv4Addr::new(198, 18, 0, 1));
+        assert_eq!(r.target_protocol_addr, Ipv4Addr::new(198, 18, 0, 11));
+        assert!(frame[42..60].iter().all(|&b| b == 0), "padding zeroed");
+        assert_eq!(
+            write_request(
+                &mut [0u8; 40],
+                14,
+                mac,
+                Ipv4Addr::UNSPECIFIED,
+                Ipv4Addr::UNSPECIFIED
+            ),
+            None
+        );
     }
 }

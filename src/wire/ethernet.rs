@@ -12,6 +12,13 @@ impl MacAddr {
     pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
     pub const ZERO: MacAddr = MacAddr([0; 6]);
 
+    /// The Ethernet address of IPv4 multicast group `group` (RFC 1112 section 6.4):
+    /// 01:00:5e and the group's low 23 bits.
+    pub const fn ipv4_multicast(group: std::net::Ipv4Addr) -> MacAddr {
+        let [_, b, c, d] = group.octets();
+        MacAddr([0x01, 0x00, 0x5e, b & 0x7f, c, d])
+    }
+
     /// Reads a MAC address from the first six bytes of `bytes`.
     ///
     /// # Panics

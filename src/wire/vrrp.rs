@@ -16,12 +16,15 @@
 use std::net::Ipv4Addr;
 
 use super::checksum;
+use super::ethernet::MacAddr;
 use super::{read_u16, write_u16, IpProtocol, WireError};
 
 /// The IP protocol number of VRRP.
 pub const PROTOCOL: IpProtocol = IpProtocol(112);
 /// The IPv4 multicast group VRRP advertisements go to.
 pub const MULTICAST_GROUP: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 18);
+/// The Ethernet address of that group (RFC 1112 section 6.4).
+pub const MULTICAST_MAC: MacAddr = MacAddr::ipv4_multicast(MULTICAST_GROUP);
 /// Advertisements are sent, and must be received, with this TTL (section 5.1.1.3).
 pub const TTL: u8 = 255;
 /// The version this module speaks.
