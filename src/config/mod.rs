@@ -461,3 +461,25 @@ impl PortConfig {
         }
     }
 }
+
+impl Config {
+    /// The services' and real servers' `health` tables, for the health monitor.
+    pub fn health_overrides(&self) -> crate::health::Overrides {
+        let mut o = crate::health::Overrides::default();
+        for s in &self.services {
+            o.services.insert(s.key, (s.health.clone(), s.all_down));
+            for rs in &s.real_servers {
+                o.servers.insert((s.key, rs.ip, rs.port), rs.health.clone());
+            }
+        }
+        o
+    }
+
+    /// The health probes' source address: `[health] source`, else the first port's
+    /// first address.
+    pub fn health_source(&self) -> Option<Ipv4Addr> {
+        self.health
+            .source
+            .or_else(|| self.ports.first()?.addresses.first().map(|a| a.addr))
+    }
+}

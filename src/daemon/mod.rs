@@ -32,7 +32,7 @@ use crate::dpdk::{
 };
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason};
-use crate::health::{HealthMonitor, HealthReport, Overrides};
+use crate::health::{HealthMonitor, HealthReport};
 use crate::model::ServiceKey;
 use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
@@ -179,12 +179,14 @@ pub fn run(opts: &Options) -> Result<(), String> {
             .map(|_| Duration::from_millis(cfg.loopback.stats_interval_ms))
     });
     let mut view = stats::StatsView::new(&cfg, started);
-    let health_source = crate::health::source_of(&cfg).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+    let health_source = cfg
+        .health_source()
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
     let mut registry = Registry {
         health: HealthMonitor::new(
             cfg.health.clone(),
             health_source,
-            Overrides::from_config(&cfg),
+            cfg.health_overrides(),
             // Different appliances probe at different moments.
             u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
         ),
@@ -536,7 +538,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 forwarder.set_sync_port(settings.listen, settings.multicast);
             }
         }
-        if let Some(source) = crate::health::source_of(cfg) {
+        if let Some(source) = cfg.health_source() {
             forwarder.set_health(
                 source,
                 cfg.health.source_ports.clone(),
@@ -1044,7 +1046,7 @@ impl Registry {
         // Health settings apply from the next tick (the probe source and ports need a
         // restart: the workers were told them at start).
         self.health
-            .reconfigure(cfg.health.clone(), Overrides::from_config(&cfg));
+            .reconfigure(cfg.health.clone(), cfg.health_overrides());
         let mut requests = services::diff(&self.services.table, &desired.table)?;
         let (tcp, tcpfin, udp) = desired.timeouts.get();
         if desired.timeouts != self.services.timeouts {

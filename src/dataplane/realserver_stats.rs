@@ -4,6 +4,20 @@
 use crate::dataplane::counters::bump;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// Workers' passive counts for one real server, summed over workers (wrapping
+/// counters; the monitor looks at differences).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassiveTotals {
+    pub answered: u32,
+    pub unanswered: u32,
+    pub refused: u32,
+}
+
+/// Passive counters wrap at this many bits per field (they share one word per real
+/// server in the workers' tables).
+pub const PASSIVE_FIELD_BITS: u32 = 21;
+pub const PASSIVE_FIELD_MASK: u32 = (1 << PASSIVE_FIELD_BITS) - 1;
+
 /// Real-server ids a process can hand out (ids are never reused; see
 /// `service::ServiceTable`). 64 bytes each per worker: 4 MiB per worker.
 pub const MAX_REAL_SERVER_IDS: usize = 65536;
@@ -39,12 +53,12 @@ pub enum Passive {
 
 impl Passive {
     const fn shift(self) -> u32 {
-        self as u32 * crate::health::PASSIVE_FIELD_BITS
+        self as u32 * PASSIVE_FIELD_BITS
     }
 
     /// This field of a `passive` word.
     pub const fn of(self, word: u64) -> u32 {
-        (word >> self.shift()) as u32 & crate::health::PASSIVE_FIELD_MASK
+        (word >> self.shift()) as u32 & PASSIVE_FIELD_MASK
     }
 }
 
@@ -70,7 +84,7 @@ impl RealServerCounters {
     #[inline]
     pub fn count_passive(&self, which: Passive) {
         let word = self.passive.load(Relaxed);
-        let mask = u64::from(crate::health::PASSIVE_FIELD_MASK) << which.shift();
+        let mask = u64::from(PASSIVE_FIELD_MASK) << which.shift();
         let bumped = (word & !mask) | (word.wrapping_add(1 << which.shift()) & mask);
         self.passive.store(bumped, Relaxed);
     }
@@ -100,7 +114,7 @@ pub fn new_table() -> Box<[RealServerCounters]> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RealServerTotals {
     /// Passive health counts summed over workers (each field wraps at 21 bits).
-    pub passive: crate::health::PassiveTotals,
+    pub passive: PassiveTotals,
     pub connections: u64,
     pub in_packets: u64,
     pub in_bytes: u64,
@@ -125,7 +139,7 @@ impl RealServerTotals {
             t.out_packets += c.out_packets.load(Relaxed);
             t.out_bytes += c.out_bytes.load(Relaxed);
             let word = c.passive.load(Relaxed);
-            let mask = crate::health::PASSIVE_FIELD_MASK;
+            let mask = PASSIVE_FIELD_MASK;
             let p = &mut t.passive;
             p.answered = p.answered.wrapping_add(Passive::Answered.of(word)) & mask;
             p.unanswered = p.unanswered.wrapping_add(Passive::Unanswered.of(word)) & mask;
@@ -165,7 +179,7 @@ mod tests {
             ),
             (2, 0, 1)
         );
-        let max = u64::from(crate::health::PASSIVE_FIELD_MASK);
+        let max = u64::from(PASSIVE_FIELD_MASK);
         c.passive.store(max << Passive::Unanswered.shift(), Relaxed);
         c.count_passive(Passive::Unanswered);
         let w = c.passive.load(Relaxed);

@@ -13,6 +13,7 @@ pub mod probe;
 pub mod spec;
 pub mod verdict;
 
+use crate::dataplane::realserver_stats::{PassiveTotals, PASSIVE_FIELD_MASK};
 use crate::model::ServiceKey;
 use crate::service::{HealthOverlay, ServiceTable};
 use probe::{Check, Endpoints, Probe, Segment};
@@ -20,15 +21,6 @@ use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use verdict::{Change, PassiveDelta, Verdict};
-
-/// Workers' passive counts for one real server, summed over workers (wrapping
-/// counters; the monitor looks at differences).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PassiveTotals {
-    pub answered: u32,
-    pub unanswered: u32,
-    pub refused: u32,
-}
 
 /// A change the management core logs and publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,28 +126,6 @@ pub struct HealthMonitor {
 pub struct Overrides {
     pub services: HashMap<ServiceKey, (CheckOverride, Option<AllDown>)>,
     pub servers: HashMap<(ServiceKey, Ipv4Addr, u16), CheckOverride>,
-}
-
-impl Overrides {
-    /// The services' and real servers' `health` tables of a config.
-    pub fn from_config(cfg: &crate::config::Config) -> Overrides {
-        let mut o = Overrides::default();
-        for s in &cfg.services {
-            o.services.insert(s.key, (s.health.clone(), s.all_down));
-            for rs in &s.real_servers {
-                o.servers.insert((s.key, rs.ip, rs.port), rs.health.clone());
-            }
-        }
-        o
-    }
-}
-
-/// The probe source of a config: `[health] source`, else the first port's first
-/// address.
-pub fn source_of(cfg: &crate::config::Config) -> Option<Ipv4Addr> {
-    cfg.health
-        .source
-        .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
 }
 
 /// `sluicectl health`: every watched real server and the monitor's counters.
@@ -544,11 +514,6 @@ impl HealthMonitor {
             .collect()
     }
 }
-
-/// Passive counters wrap at this many bits per field (they share one word per real
-/// server in the workers' tables).
-pub const PASSIVE_FIELD_BITS: u32 = 21;
-pub const PASSIVE_FIELD_MASK: u32 = (1 << PASSIVE_FIELD_BITS) - 1;
 
 #[cfg(test)]
 mod tests;
