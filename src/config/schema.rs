@@ -199,7 +199,7 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
     })?;
     let key = t.optional("key", |f| {
         let hex = f.str()?;
-        crate::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
+        crate::ha::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
         Ok(hex.to_string())
     })?;
     // Without a key anyone who can send from a peer's address rewrites the session

@@ -9,7 +9,6 @@ mod services;
 mod signals;
 mod stats;
 mod sync;
-pub mod vrrp;
 
 pub use services::{check_real_server_id, Services};
 
@@ -120,13 +119,15 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .map(|_| Arc::new(Mailbox::default()))
         .collect();
     let persist = Arc::new(PersistTable::with_capacity(PERSIST_TEMPLATES));
-    let sync_rings: Option<Arc<Vec<crate::sync::events::EventRing>>> =
+    let sync_rings: Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>> =
         cfg.sync.as_ref().map(|_| {
             Arc::new(
                 cfg.lcores
                     .workers
                     .iter()
-                    .map(|_| crate::sync::events::EventRing::with_capacity(SYNC_RING_EVENTS))
+                    .map(|_| {
+                        crate::dataplane::sync_events::EventRing::with_capacity(SYNC_RING_EVENTS)
+                    })
                     .collect(),
             )
         });
@@ -195,8 +196,8 @@ pub fn run(opts: &Options) -> Result<(), String> {
                 .source
                 .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
                 .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
-            vrrp::VrrpNode::new(
-                crate::sync::vrrp::VrrpConfig {
+            crate::ha::vrrp::node::VrrpNode::new(
+                crate::ha::vrrp::router::VrrpConfig {
                     vrid: v.vrid,
                     priority: v.priority,
                     advert_interval_cs: (v.advert_interval_ms / 10) as u16,
@@ -465,7 +466,7 @@ struct Shared<'a> {
     stop: &'a Arc<AtomicBool>,
     mailboxes: &'a [Arc<Mailbox>],
     persist: &'a Arc<PersistTable>,
-    sync_rings: &'a Option<Arc<Vec<crate::sync::events::EventRing>>>,
+    sync_rings: &'a Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
 }
 
 fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<(), String> {
@@ -529,7 +530,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             forwarder.set_sync(crate::dataplane::forwarder::SyncLink {
                 rings: rings.clone(),
                 index: w,
-                policy: crate::sync::events::SyncPolicy {
+                policy: crate::dataplane::sync_events::SyncPolicy {
                     threshold: settings.threshold,
                     period_ms: settings.period_ms,
                 },
@@ -705,7 +706,7 @@ struct Registry {
     health: HealthMonitor,
     /// The health monitor's clock starts here.
     started: Instant,
-    vrrp: Option<vrrp::VrrpNode>,
+    vrrp: Option<crate::ha::vrrp::node::VrrpNode>,
     vrrp_started: bool,
     /// Session sync and its listen address.
     sync: Option<(sync::SyncNode, std::net::SocketAddrV4)>,
@@ -741,7 +742,11 @@ fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
     addrs.sort_unstable();
     addrs.dedup();
     let mut send = |frame: &[u8]| inject(&app.mesh, &app.pool, frame);
-    let sent = vrrp::send_gratuitous_arps(crate::wire::MacAddr(port.mac), &addrs, &mut send);
+    let sent = crate::ha::vrrp::node::send_gratuitous_arps(
+        crate::wire::MacAddr(port.mac),
+        &addrs,
+        &mut send,
+    );
     log::info!(
         "port {}: gratuitous ARP for {sent} of {} address(es)",
         port.name,
@@ -983,15 +988,15 @@ impl Registry {
         let tick_ms = self.tick_ms;
         let mut records = Vec::new();
         let listed = self.for_each_connection(u32::MAX, |c| {
-            records.push(crate::sync::wire::RecordRepr::connection(
+            records.push(crate::session::replication::RecordRepr::connection(
                 &c.session,
-                crate::sync::wire::RecordOp::Update,
+                crate::session::replication::RecordOp::Update,
                 c.expires_ticks.saturating_mul(tick_ms),
             ))
         });
         // Every live template too (the shared table, read directly).
         let now = self.now_tick();
-        let by_id = crate::sync::templates::ServicesById::new(&self.services.table);
+        let by_id = crate::ha::sync::templates::ServicesById::new(&self.services.table);
         records.extend(
             self.persist
                 .live(now)

@@ -152,7 +152,7 @@ impl MemoryNeed {
         let sync_ring = match cfg.sync {
             Some(_) => {
                 super::SYNC_RING_EVENTS
-                    * (std::mem::size_of::<crate::sync::events::SessionEvent>()
+                    * (std::mem::size_of::<crate::dataplane::sync_events::SessionEvent>()
                         + std::mem::size_of::<usize>())
             }
             None => 0,

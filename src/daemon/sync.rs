@@ -14,22 +14,22 @@
 //! answers (`on_frame`). Nothing here waits.
 use crate::config::SyncSettings;
 use crate::dataplane::mesh::Mesh;
+use crate::dataplane::sync_events::EventRing;
 use crate::dpdk::Mempool;
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
+use crate::ha::sync::auth::SyncKey;
+use crate::ha::sync::frame;
+use crate::ha::sync::peers::{Heard, Peer, Peers, Stale};
+use crate::ha::sync::receiver::{
+    check_record, session_owner, Conflict, Receiver, ReceiverConfig, RejectReason,
+};
+use crate::ha::sync::sender::{Dump, SyncSender};
+use crate::ha::sync::templates::{self, Applied, ServicesById, TemplateTracker};
 use crate::model::ServiceKey;
 use crate::service::ServiceTable;
 use crate::session::persist::PersistTable;
+use crate::session::replication::{RecordKind, RecordRepr};
 use crate::session::Timeouts;
-use crate::sync::auth::SyncKey;
-use crate::sync::events::EventRing;
-use crate::sync::frame;
-use crate::sync::peers::{Heard, Peer, Peers, Stale};
-use crate::sync::receiver::{
-    check_record, session_owner, Conflict, Receiver, ReceiverConfig, RejectReason,
-};
-use crate::sync::sender::{Dump, SyncSender};
-use crate::sync::templates::{self, Applied, ServicesById, TemplateTracker};
-use crate::sync::wire::{RecordKind, RecordRepr};
 use crate::wire::ethernet::{self, MacAddr};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
@@ -541,7 +541,7 @@ impl SyncNode {
         if !self.seen.asking(*peer.ip(), self.dump_id, retry, now_ms) {
             log::warn!(
                 "sync: no complete table from {peer} after {} requests; asking again when it is heard after a silence",
-                crate::sync::peers::RESYNC_ATTEMPTS
+                crate::ha::sync::peers::RESYNC_ATTEMPTS
             );
             return;
         }
@@ -653,7 +653,7 @@ impl SyncNode {
             _ => {}
         }
         match accepted.header.message_type {
-            crate::sync::wire::MessageType::ResyncRequest => {
+            crate::session::replication::MessageType::ResyncRequest => {
                 self.stats.resync_requests_received += 1;
                 // Answer to the peer's configured sync address, one dump per interval.
                 if let Some(peer) = peer {
@@ -665,8 +665,10 @@ impl SyncNode {
                 }
                 return;
             }
-            crate::sync::wire::MessageType::DumpChunk => self.stats.dump_chunks_received += 1,
-            crate::sync::wire::MessageType::SessionBatch => {}
+            crate::session::replication::MessageType::DumpChunk => {
+                self.stats.dump_chunks_received += 1
+            }
+            crate::session::replication::MessageType::SessionBatch => {}
         }
         let (toeplitz, reta, fields) = &self.rss;
         for record in accepted.records() {
@@ -828,7 +830,7 @@ fn random_u32() -> u32 {
     let mut bytes = [0u8; 4];
     match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)) {
         Ok(()) => u32::from_ne_bytes(bytes),
-        Err(_) => crate::sync::sender::epoch_now() as u32,
+        Err(_) => crate::ha::sync::sender::epoch_now() as u32,
     }
 }
 
@@ -842,7 +844,7 @@ fn resend_ticks(period_ms: u32, tick_ms: u32) -> u32 {
 mod tests {
     #[test]
     fn a_peer_report_has_the_fields_the_metrics_read() {
-        use crate::sync::peers::Peers;
+        use crate::ha::sync::peers::Peers;
         let peers = Peers::new(["198.19.0.2".parse().unwrap()]);
         let p = *peers.iter().next().unwrap();
         let v = serde_json::to_value(super::PeerReport {

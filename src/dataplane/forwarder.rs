@@ -117,9 +117,9 @@ pub struct Forwarder {
 /// A worker's end of session sync: its event ring (index `index` of `rings`) and when
 /// to use it.
 pub struct SyncLink {
-    pub rings: Arc<Vec<crate::sync::events::EventRing>>,
+    pub rings: Arc<Vec<crate::dataplane::sync_events::EventRing>>,
     pub index: usize,
-    pub policy: crate::sync::events::SyncPolicy,
+    pub policy: crate::dataplane::sync_events::SyncPolicy,
 }
 
 /// How the NIC spreads packets over queues (`flow::ownership`), for choosing FullNAT
@@ -1055,7 +1055,7 @@ impl Forwarder {
         let tick_ms = u64::from(self.tick_ms);
         let now_ms = u64::from(self.now_tick) * tick_ms;
         let timeout_ms = timeout_ticks.saturating_mul(self.tick_ms);
-        let facts = crate::sync::events::PacketFacts {
+        let facts = crate::dataplane::sync_events::PacketFacts {
             proto: s.proto,
             transition: t,
             packets: s.packets,
@@ -1068,7 +1068,7 @@ impl Forwarder {
         let Some(kind) = link.policy.on_packet(&facts) else {
             return;
         };
-        let event = crate::sync::events::SessionEvent::new(kind, s, timeout_ms);
+        let event = crate::dataplane::sync_events::SessionEvent::new(kind, s, timeout_ms);
         link.rings[link.index].push(event);
         let now = self.now_tick;
         if let Some(live) = self.sessions.get_mut(id) {
@@ -1079,8 +1079,8 @@ impl Forwarder {
     /// Session sync (standby): installs, refreshes or removes the peer's session
     /// `r`. Returns the event to count, or `None` when the record cannot be installed
     /// (no such service or real server here, or no room).
-    pub fn install(&mut self, r: &crate::sync::wire::RecordRepr) -> Option<Event> {
-        use crate::sync::wire::{RecordKind, RecordOp};
+    pub fn install(&mut self, r: &crate::session::replication::RecordRepr) -> Option<Event> {
+        use crate::session::replication::{RecordKind, RecordOp};
         if r.kind != RecordKind::Connection {
             return None;
         }
@@ -1224,10 +1224,11 @@ impl Forwarder {
                 let synced = s.flags().contains(SessionFlags::SYNCED);
                 if let Some(kind) = link
                     .policy
-                    .on_end(crate::sync::events::EventKind::Deleted, synced)
+                    .on_end(crate::dataplane::sync_events::EventKind::Deleted, synced)
                 {
-                    link.rings[link.index]
-                        .push(crate::sync::events::SessionEvent::new(kind, &s, 0));
+                    link.rings[link.index].push(crate::dataplane::sync_events::SessionEvent::new(
+                        kind, &s, 0,
+                    ));
                 }
             }
             extend_template(
@@ -1635,7 +1636,7 @@ mod tests {
 
     #[test]
     fn sync_datagrams_to_the_group_mac_go_up_and_nothing_else_does() {
-        use crate::sync::frame;
+        use crate::ha::sync::frame;
         let listen = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 8848);
         let group = SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848);
         let peer = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8848);
@@ -1762,8 +1763,8 @@ mod tests {
     fn synced_fullnat_sessions_keep_the_port_books_straight() {
         use crate::model::{RealServerSpec, ServiceKey};
         use crate::service::{ServiceTable, Snapshot};
+        use crate::session::replication::{RecordFlags, RecordKind, RecordOp, RecordRepr};
         use crate::session::TcpState;
-        use crate::sync::wire::{RecordFlags, RecordKind, RecordOp, RecordRepr};
         let vip = Ipv4Addr::new(198, 18, 0, 240);
         let dr_vip = Ipv4Addr::new(198, 18, 0, 210);
         let lip = Ipv4Addr::new(198, 18, 0, 50);

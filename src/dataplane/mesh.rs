@@ -40,7 +40,7 @@ pub struct Mesh {
     health_replies: PacketRing,
     health_ring_size: u32,
     /// Session sync: records from the peer, for the worker that will own each session.
-    installs: Vec<ArrayQueue<crate::sync::wire::RecordRepr>>,
+    installs: Vec<ArrayQueue<crate::session::replication::RecordRepr>>,
 }
 
 impl Mesh {
@@ -77,7 +77,7 @@ impl Mesh {
 
     /// Offers a synced session to worker `w`; false when its inbox is full (or there
     /// is no such worker).
-    pub fn install(&self, w: usize, record: crate::sync::wire::RecordRepr) -> bool {
+    pub fn install(&self, w: usize, record: crate::session::replication::RecordRepr) -> bool {
         self.installs.get(w).is_some_and(|q| q.push(record).is_ok())
     }
 
@@ -86,7 +86,7 @@ impl Mesh {
         &self,
         w: usize,
         max: usize,
-        mut each: impl FnMut(crate::sync::wire::RecordRepr),
+        mut each: impl FnMut(crate::session::replication::RecordRepr),
     ) {
         if let Some(q) = self.installs.get(w) {
             for _ in 0..max {

@@ -9,4 +9,5 @@ pub mod mesh;
 pub mod neighbour;
 pub mod query;
 pub mod realserver_stats;
+pub mod sync_events;
 pub mod worker;

@@ -52,6 +52,7 @@
 //! a nearly full table of mostly NAT sessions.
 pub mod hugemem;
 pub mod persist;
+pub mod replication;
 pub mod state;
 pub mod table;
 pub mod timeouts;

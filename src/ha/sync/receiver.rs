@@ -23,13 +23,13 @@ use core::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use super::auth::{self, SyncKey};
-use super::wire::{
-    parse_records, MessageRepr, MessageType, Packet, RecordKind, RecordRepr, SyncWireError,
-};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::model::ForwardMode;
 use crate::model::Protocol;
 use crate::model::Service;
+use crate::session::replication::{
+    parse_records, MessageRepr, MessageType, Packet, RecordKind, RecordRepr, SyncWireError,
+};
 use crate::session::Timeouts;
 
 /// Why a datagram was rejected. Each rejection counts exactly one reason.
@@ -347,10 +347,10 @@ mod tests {
     use crate::model::ServiceKey;
     use crate::model::{RealServer, Service};
     use crate::service::Snapshot;
-    use crate::session::{Session, TcpState};
-    use crate::sync::wire::{
+    use crate::session::replication::{
         MessageBuilder, MessageFlags, MessageType, RecordOp, HEADER_LEN, RECORD_LEN,
     };
+    use crate::session::{Session, TcpState};
     use crate::wire::test_util::XorShift;
 
     const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -484,7 +484,7 @@ mod tests {
         named[16..20].copy_from_slice(&US.octets());
         auth::seal(&mut named, &key);
         cases.push((named, PEER, RejectReason::Misdirected));
-        let mut sender = crate::sync::sender::SyncSender::new(1, 1500, Some(key.clone()));
+        let mut sender = crate::ha::sync::sender::SyncSender::new(1, 1500, Some(key.clone()));
         let mut buf = [0u8; 128];
         let other = Ipv4Addr::new(192, 0, 2, 2);
         let to_other = sender.resync_request(5, other, &mut buf).to_vec();
@@ -674,7 +674,7 @@ mod tests {
         );
         // A forged 24.8-day timeout: clamped to ESTABLISHED's 900 s here.
         let mut long = good;
-        long.timeout_ms = crate::sync::wire::MAX_TIMEOUT_MS;
+        long.timeout_ms = crate::session::replication::MAX_TIMEOUT_MS;
         let (clamped, was) = check_record(&long, service, &timeouts).unwrap();
         assert_eq!((clamped.timeout_ms, was), (900_000, true));
         // A template: clamped to the service's persistence timeout (none here: 0).

@@ -11,10 +11,10 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use super::wire::{RecordOp, RecordRepr};
 use crate::model::{Service, ServiceKey};
 use crate::service::ServiceTable;
 use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
+use crate::session::replication::{RecordOp, RecordRepr};
 
 /// This node's services by id, to map many templates at once.
 pub struct ServicesById<'a>(HashMap<u32, &'a Service>);
@@ -295,7 +295,7 @@ mod tests {
     use crate::model::Protocol;
     use crate::model::SchedulerKind;
     use crate::model::{ForwardMode, Persistence, RealServerSpec};
-    use crate::sync::wire::{RecordKind, MAX_TIMEOUT_MS};
+    use crate::session::replication::{RecordKind, MAX_TIMEOUT_MS};
 
     const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
     const RS1: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 21);

@@ -1,9 +1,9 @@
-//! VRRPv3 on the management core: the state machine of `crate::sync::vrrp` fed with
+//! VRRPv3 on the management core: the state machine of `crate::ha::vrrp::router` fed with
 //! the advertisements the workers hand up and with time, its actions turned into
 //! frames (advertisements to 224.0.0.18, gratuitous ARP for every virtual address)
 //! that worker 0 transmits. While backup, the snapshots say the VIPs are not ours:
 //! the workers stop answering ARP and ping for them, so traffic goes to the master.
-use crate::sync::vrrp::{Actions, Advert, Event, Router, State, VrrpConfig, RESIGN_PRIORITY};
+use crate::ha::vrrp::router::{Actions, Advert, Event, Router, State, VrrpConfig, RESIGN_PRIORITY};
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::{ipv4, vrrp};
 use std::net::Ipv4Addr;

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crossbeam::queue::ArrayQueue;
 
-use super::wire::{RecordOp, RecordRepr};
 use crate::dataplane::counters::bump;
 use crate::model::Protocol;
+use crate::session::replication::{RecordOp, RecordRepr};
 use crate::session::{Session, TcpState, Transition};
 
 /// Why a session is synced.

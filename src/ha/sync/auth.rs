@@ -11,7 +11,7 @@ use core::fmt;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::wire::{MessageFlags, Packet, HMAC_LEN};
+use crate::session::replication::{MessageFlags, Packet, HMAC_LEN};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -140,7 +140,7 @@ mod tests {
     use super::*;
     use crate::model::ForwardMode;
     use crate::model::Protocol;
-    use crate::sync::wire::{
+    use crate::session::replication::{
         MessageBuilder, MessageRepr, MessageType, RecordOp, RecordRepr, HEADER_LEN,
     };
     use std::net::{Ipv4Addr, SocketAddrV4};

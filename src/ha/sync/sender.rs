@@ -2,8 +2,10 @@
 //! resync request with a chunked dump, and asking for one. Pure: the caller provides
 //! the buffer (one MTU) and a `send` for each finished datagram.
 use super::auth::{self, SyncKey};
-use super::events::EventRing;
-use super::wire::{MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr};
+use crate::dataplane::sync_events::EventRing;
+use crate::session::replication::{
+    MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr,
+};
 use std::net::Ipv4Addr;
 
 /// A table being dumped to a peer, chunk by chunk (`SyncSender::continue_dump`), so a
@@ -246,7 +248,7 @@ impl SyncSender {
             header.flags.set(MessageFlags::AUTHENTICATED, authenticated);
             header.count = builder.len() as u16;
             // Rewrite the header with the flag; the records are in place.
-            let mut packet = super::wire::Packet::new_unchecked(&mut *buf);
+            let mut packet = crate::session::replication::Packet::new_unchecked(&mut *buf);
             header.emit(&mut packet);
             let len = header.buffer_len();
             if let Some(key) = &self.key {
@@ -279,12 +281,12 @@ impl SyncSender {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataplane::sync_events::{EventKind, SessionEvent};
     use crate::flow::FlowKey4;
+    use crate::ha::sync::receiver::{Receiver, ReceiverConfig};
     use crate::model::ForwardMode;
     use crate::model::Protocol;
     use crate::session::Session;
-    use crate::sync::events::{EventKind, SessionEvent};
-    use crate::sync::receiver::{Receiver, ReceiverConfig};
     use std::net::Ipv4Addr;
 
     const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -350,9 +352,9 @@ mod tests {
             let mut rx = receiver(None);
             let mut buf = [0u8; 1500];
             let table = (0..records as u16).map(|n| {
-                crate::sync::wire::RecordRepr::connection(
+                crate::session::replication::RecordRepr::connection(
                     &session(1, n),
-                    crate::sync::wire::RecordOp::Update,
+                    crate::session::replication::RecordOp::Update,
                     9,
                 )
             });
@@ -385,9 +387,9 @@ mod tests {
         let mut buf = [0u8; 1500];
         let table: Vec<_> = (0..410u16)
             .map(|n| {
-                crate::sync::wire::RecordRepr::connection(
+                crate::session::replication::RecordRepr::connection(
                     &session(1, n),
-                    crate::sync::wire::RecordOp::Update,
+                    crate::session::replication::RecordOp::Update,
                     9,
                 )
             })
@@ -426,8 +428,8 @@ mod tests {
         let mut sender = SyncSender::new(3, 1500, None);
         let mut rx = receiver(None);
         let mut buf = [0u8; 1500];
-        let template = crate::sync::wire::RecordRepr::template(
-            crate::sync::wire::RecordOp::Update,
+        let template = crate::session::replication::RecordRepr::template(
+            crate::session::replication::RecordOp::Update,
             Protocol::Tcp,
             std::net::SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 10), 80),
             Ipv4Addr::new(198, 51, 100, 0),

@@ -12,7 +12,7 @@
 //! once this node has known an earlier one, or, after this node's own start (when it
 //! knows none), when it answers the dump this node asked for under a dump id no
 //! earlier message can carry.
-use crate::sync::wire::{MessageFlags, MessageRepr, MessageType};
+use crate::session::replication::{MessageFlags, MessageRepr, MessageType};
 use std::net::Ipv4Addr;
 
 /// Sequence numbers the window remembers behind the highest one accepted: a message
@@ -444,7 +444,7 @@ impl Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::wire::MessageFlags;
+    use crate::session::replication::MessageFlags;
 
     const A: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
     const STRANGER: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 9);

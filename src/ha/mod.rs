@@ -1,0 +1,11 @@
+//! High availability: the protocols between Sluice nodes. Pure and tested; the daemon
+//! wires them to sockets, ports and timers (`crate::daemon`). See `docs/SYNC.md`.
+//!
+//! - [`sync`]: session sync to standby nodes (authentication, batching, validation,
+//!   per-peer sequence tracking, persistence templates, frames over a DPDK port). Its
+//!   message format is `crate::session::replication`; the workers' event rings are
+//!   `crate::dataplane::sync_events`.
+//! - [`vrrp`]: VRRPv3 (RFC 5798), interoperable with keepalived: the state machine and
+//!   the node that feeds it frames and sends its advertisements.
+pub mod sync;
+pub mod vrrp;
