@@ -33,6 +33,7 @@ pub mod frames;
 use crate::config::{Ipv4Cidr, LoopbackConfig, ServiceConfig};
 use crate::dpdk::{register_thread, tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
+use crate::model::rng::Rng;
 use crate::model::ForwardMode;
 use crate::model::Protocol;
 use conn::{Conn, Out, Stage, Step, TABLE_SIZE};
@@ -358,7 +359,7 @@ impl Emulator {
             cursor: 0,
             next_port: conn::FIRST_PORT,
             token: 0,
-            rng: 0x9e37_79b9_7f4a_7c15 ^ tsc(),
+            rng: Rng::new(tsc()),
             rounds: 0,
             logged: Vec::new(),
         };
@@ -634,7 +635,7 @@ struct Run {
     cursor: u64,
     next_port: u16,
     token: u32,
-    rng: u64,
+    rng: Rng,
     rounds: u64,
     /// Kinds of bad frame already logged (each kind is logged once).
     logged: Vec<&'static str>,
@@ -839,10 +840,7 @@ impl Run {
             None => (slot % self.queues.len().max(1)) as u16,
         };
         self.token = self.token.wrapping_add(1);
-        // xorshift64
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
+        let isn = self.rng.next_u64() as u32;
         self.conns[slot] = Conn {
             stage: Stage::Resolving,
             udp,
@@ -851,13 +849,13 @@ impl Run {
             queue,
             port,
             token: self.token,
-            iss: self.rng as u32,
+            iss: isn,
             opened_tsc: now,
             ..Conn::default()
         };
         self.open += 1;
         if !udp {
-            self.by_isn.insert(self.rng as u32, slot);
+            self.by_isn.insert(isn, slot);
         }
         let counter = if udp {
             &self.stats.udp_requests

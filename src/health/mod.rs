@@ -114,7 +114,7 @@ pub struct HealthMonitor {
     /// By local (source) port.
     in_flight: HashMap<u16, InFlight>,
     next_port: u16,
-    rng: u64,
+    rng: crate::model::rng::Rng,
     table_version: Option<u64>,
     /// The table's services as of the last reconcile.
     services: Vec<ServiceKey>,
@@ -146,7 +146,7 @@ impl HealthMonitor {
             server_checks: overrides.servers,
             targets: BTreeMap::new(),
             in_flight: HashMap::new(),
-            rng: seed | 1,
+            rng: crate::model::rng::Rng::new(seed),
             table_version: None,
             services: Vec::new(),
             stats: MonitorStats::default(),
@@ -220,11 +220,7 @@ impl HealthMonitor {
     }
 
     fn random(&mut self) -> u64 {
-        // xorshift64*: enough to spread probes and pick sequence numbers.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.rng.next_u64()
     }
 
     /// Follows the service table: new real servers get a check (first probe at a

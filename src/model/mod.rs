@@ -1,5 +1,6 @@
 //! Plain values several layers share: what a service is, which protocols and
-//! schedulers it names, how packets reach a real server, why a frame was dropped.
+//! schedulers it names, how packets reach a real server, why a frame was dropped; and
+//! the one pseudo-random generator.
 //!
 //! This is the layer above `wire` and below everything else (see
 //! docs/ARCHITECTURE.md, "Layers"): it imports nothing from the crate, so the flow
@@ -7,6 +8,7 @@
 //! all speak these types without importing each other.
 pub mod drop_reason;
 pub mod protocol;
+pub mod rng;
 pub mod scheduler;
 pub mod service;
 

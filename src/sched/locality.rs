@@ -293,7 +293,7 @@ mod tests {
         let capacity = 64;
         let mut table = LocalityTable::new(capacity, u64::MAX);
         let mut reference: HashMap<u32, (u32, u64)> = HashMap::new();
-        let mut rng = crate::sched::rng::WyRand::new(99);
+        let mut rng = crate::model::rng::Rng::new(99);
         for now in 0..50_000u64 {
             let key = rng.below(200) as u32 * 1024; // many keys share low bits
             if rng.below(2) == 0 {

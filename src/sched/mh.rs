@@ -460,7 +460,7 @@ impl Scheduler for Maglev {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::rng::WyRand;
+    use crate::model::rng::Rng;
     use crate::sched::test_support::*;
 
     /// `n` servers 10.h.l.1:80 with `weight`.
@@ -519,7 +519,7 @@ mod tests {
             hasher.write(&message.to_le_bytes());
             hasher.finish()
         }
-        let mut rng = WyRand::new(1);
+        let mut rng = Rng::new(1);
         for _ in 0..1000 {
             let (k0, k1, m) = (rng.next_u64(), rng.next_u64(), rng.next_u64());
             assert_eq!(siphash_word::<2, 4>(k0, k1, m), reference(k0, k1, m));
@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn fast_modulo_is_exact() {
-        let mut rng = WyRand::new(2);
+        let mut rng = Rng::new(2);
         for d in [2, 3, 251, 65537, 65536, 1 << 24, u32::MAX] {
             let fast = FastMod::new(d);
             for a in [0, 1, d - 1, d, d.wrapping_add(1), u32::MAX] {
@@ -548,7 +548,7 @@ mod tests {
 
     #[test]
     fn barrett_and_inverse_are_exact() {
-        let mut rng = WyRand::new(3);
+        let mut rng = Rng::new(3);
         for m in [2, 3, 7, 4093, 65537, 16_777_213] {
             let barrett = Barrett::new(m);
             for _ in 0..10_000 {
@@ -646,7 +646,7 @@ mod tests {
             .collect();
         let reference = maglev(&servers, 65537, "");
         let expected = owners(&reference, &servers);
-        let mut rng = WyRand::new(5);
+        let mut rng = Rng::new(5);
         for _ in 0..3 {
             let mut shuffled = servers.clone();
             for i in (1..shuffled.len()).rev() {

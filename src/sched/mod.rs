@@ -21,7 +21,6 @@ mod locality;
 pub mod mh;
 pub mod nq;
 pub mod p2c;
-pub mod rng;
 pub mod rr;
 pub mod sed;
 pub mod sh;

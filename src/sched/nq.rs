@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn equals_sed_whenever_no_server_is_idle() {
         let servers = servers(&[1, 3, 0, 2, 5]);
-        let mut rng = crate::sched::rng::WyRand::new(4);
+        let mut rng = crate::model::rng::Rng::new(4);
         let mut sed = crate::sched::ShortestExpectedDelay::new(&servers);
         let mut nq = NeverQueue::new(&servers);
         for _ in 0..10_000 {

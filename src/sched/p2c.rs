@@ -9,9 +9,9 @@
 //! two or more available servers there are always two distinct candidates, and the
 //! most loaded server is never chosen while another is available. With a single
 //! available server, that one is picked.
+use crate::model::rng::Rng;
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::rng::WyRand;
 use crate::sched::wrandom::CumulativeWeights;
 use crate::sched::{PickContext, Scheduler};
 
@@ -19,7 +19,7 @@ use crate::sched::{PickContext, Scheduler};
 #[derive(Clone, Debug)]
 pub struct PowerOfTwoChoices {
     weights: CumulativeWeights,
-    rng: WyRand,
+    rng: Rng,
 }
 
 impl PowerOfTwoChoices {
@@ -27,7 +27,7 @@ impl PowerOfTwoChoices {
     pub fn new(servers: &[RealServer], seed: u64) -> Self {
         PowerOfTwoChoices {
             weights: CumulativeWeights::new(servers),
-            rng: WyRand::new(seed),
+            rng: Rng::new(seed),
         }
     }
 

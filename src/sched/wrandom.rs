@@ -5,10 +5,10 @@
 //! connections the split wanders more than wrr's.
 //!
 //! The running sums of the weights are computed when the scheduler is built; a pick is
-//! one random number ([`WyRand`]) and a binary search over those sums, O(log n).
+//! one random number ([`Rng`]) and a binary search over those sums, O(log n).
+use crate::model::rng::Rng;
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::rng::WyRand;
 use crate::sched::{PickContext, Scheduler};
 
 /// Running sums of the weights: `ends[i]` = weight(0) + ... + weight(i). A number `r`
@@ -74,7 +74,7 @@ impl CumulativeWeights {
 #[derive(Clone, Debug)]
 pub struct WeightedRandom {
     weights: CumulativeWeights,
-    rng: WyRand,
+    rng: Rng,
 }
 
 impl WeightedRandom {
@@ -82,7 +82,7 @@ impl WeightedRandom {
     pub fn new(servers: &[RealServer], seed: u64) -> Self {
         WeightedRandom {
             weights: CumulativeWeights::new(servers),
-            rng: WyRand::new(seed),
+            rng: Rng::new(seed),
         }
     }
 }

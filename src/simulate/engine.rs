@@ -48,7 +48,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
 
-use super::rng::{mix, Rng};
+use crate::model::rng::{mix, Rng};
 
 /// The real-server port used for every simulated server (it plays no part).
 const SERVER_PORT: u16 = 80;

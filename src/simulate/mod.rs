@@ -19,7 +19,6 @@ pub mod cli;
 pub mod custom;
 pub mod engine;
 pub mod report;
-pub mod rng;
 pub mod workloads;
 
 pub use engine::{run, RunResult, Scenario};
