@@ -145,14 +145,14 @@ fn main() {
             steer: false,
         },
     );
-    let rings = Arc::new(vec![sluice::sync::events::EventRing::with_capacity(
-        sessions as usize + 1,
-    )]);
+    let rings = Arc::new(vec![
+        sluice::dataplane::sync_events::EventRing::with_capacity(sessions as usize + 1),
+    ]);
     if sync {
         fwd.set_sync(sluice::dataplane::forwarder::SyncLink {
             rings: rings.clone(),
             index: 0,
-            policy: sluice::sync::events::SyncPolicy::default(),
+            policy: sluice::dataplane::sync_events::SyncPolicy::default(),
         });
     }
     let counters = WorkerCounters::default();

@@ -48,14 +48,14 @@
 mod common;
 
 use common::*;
+use sluice::dataplane::sync_events::{EventKind, EventRing, SessionEvent};
 use sluice::flow::FlowKey4;
+use sluice::ha::sync::auth::SyncKey;
+use sluice::ha::sync::sender::SyncSender;
 use sluice::model::ForwardMode;
 use sluice::model::Protocol;
+use sluice::session::replication::{RecordOp, RecordRepr, MAX_TIMEOUT_MS};
 use sluice::session::Session;
-use sluice::sync::auth::SyncKey;
-use sluice::sync::events::{EventKind, EventRing, SessionEvent};
-use sluice::sync::sender::SyncSender;
-use sluice::sync::wire::{RecordOp, RecordRepr, MAX_TIMEOUT_MS};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;

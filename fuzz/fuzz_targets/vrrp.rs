@@ -15,8 +15,8 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use sluice::daemon::vrrp::VrrpNode;
-use sluice::sync::vrrp::VrrpConfig;
+use sluice::ha::vrrp::node::VrrpNode;
+use sluice::ha::vrrp::router::VrrpConfig;
 use sluice::wire::ethernet::MacAddr;
 use sluice::wire::vrrp;
 use sluice_fuzz::check::{self, Frame};

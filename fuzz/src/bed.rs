@@ -10,11 +10,11 @@ use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::query::Query;
 use sluice::dataplane::realserver_stats::{self, RealServerCounters};
 use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
-use sluice::service::{HealthOverlay, Snapshot, SnapshotPublisher};
 use sluice::model::ForwardMode;
+use sluice::service::{HealthOverlay, Snapshot, SnapshotPublisher};
 use sluice::session::persist::PersistTable;
+use sluice::session::replication::{RecordOp, RecordRepr};
 use sluice::session::{Session, TickTimeouts};
-use sluice::sync::wire::{RecordOp, RecordRepr};
 use sluice::wire::ethernet::MacAddr;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -360,7 +360,7 @@ pub fn shared() -> &'static Shared {
 pub struct Bed {
     pub fwd: Forwarder,
     pub now: u64,
-    pub rings: Arc<Vec<sluice::sync::events::EventRing>>,
+    pub rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>,
 }
 
 thread_local! {
@@ -392,11 +392,13 @@ impl Bed {
         self.fwd.set_local_ports(LOCAL_PORTS);
         self.fwd
             .set_persistence(Arc::new(PersistTable::with_capacity(64)));
-        self.rings = Arc::new(vec![sluice::sync::events::EventRing::with_capacity(256)]);
+        self.rings = Arc::new(vec![
+            sluice::dataplane::sync_events::EventRing::with_capacity(256),
+        ]);
         self.fwd.set_sync(SyncLink {
             rings: self.rings.clone(),
             index: 0,
-            policy: sluice::sync::events::SyncPolicy::default(),
+            policy: sluice::dataplane::sync_events::SyncPolicy::default(),
         });
     }
 }
