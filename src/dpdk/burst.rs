@@ -7,9 +7,17 @@ pub const BURST_SIZE: usize = 32;
 /// A burst of owned mbufs: the unit a worker receives, transmits and frees. Packets are
 /// reached as byte slices computed from the mbuf's fields, with no FFI call per packet.
 /// Dropping a burst frees whatever it still holds with one bulk call.
+///
+/// [`Burst::move_to`] leaves a hole (a null slot) where the packet was, so the rest
+/// keep their indices during a pass over the burst. Every accessor checks its slot
+/// (a moved-out packet panics, it is never read), and everything that hands the
+/// burst's mbufs to DPDK (TX, rings) closes the holes first, so no null pointer ever
+/// leaves the burst: soundness does not depend on the caller's discipline.
 pub struct Burst {
     mbufs: [*mut rte_mbuf; BURST_SIZE],
     len: usize,
+    /// Some slot below `len` is null (moved out).
+    holes: bool,
 }
 
 // SAFETY: the burst exclusively owns its mbufs; moving them to another thread is how
@@ -27,6 +35,7 @@ impl Burst {
         Burst {
             mbufs: [std::ptr::null_mut(); BURST_SIZE],
             len: 0,
+            holes: false,
         }
     }
 
@@ -42,9 +51,24 @@ impl Burst {
         self.len == BURST_SIZE
     }
 
-    /// Raw storage for an RX burst to fill; `set_len` must follow.
+    /// The slots as DPDK takes and fills them, holes closed first: the first `len`
+    /// are owned mbufs, all non-null (to transmit or enqueue), and an RX burst or ring
+    /// dequeue may fill the ones after them (then `set_len`).
     pub(crate) fn storage(&mut self) -> *mut *mut rte_mbuf {
+        if self.holes {
+            self.compact_moved();
+        }
         self.mbufs.as_mut_ptr()
+    }
+
+    /// Packet `i`'s mbuf: below `len` and not moved out, else a panic (a bug in the
+    /// caller, caught before any pointer is read).
+    #[inline(always)]
+    fn live(&self, i: usize) -> *mut rte_mbuf {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        let m = self.mbufs[i];
+        assert!(!m.is_null(), "packet {i} was moved out of the burst");
+        m
     }
 
     /// # Safety
@@ -65,13 +89,15 @@ impl Burst {
     /// Moves packet `i` of `self` to the end of `to`. Returns false (and leaves the packet
     /// where it was) when `to` is full.
     pub fn move_to(&mut self, i: usize, to: &mut Burst) -> bool {
-        debug_assert!(i < self.len);
+        let m = self.live(i);
         if to.is_full() {
             return false;
         }
-        to.mbufs[to.len] = self.mbufs[i];
+        // `to` may have holes of its own; its slots past `len` are free either way.
+        to.mbufs[to.len] = m;
         to.len += 1;
         self.mbufs[i] = std::ptr::null_mut();
+        self.holes = true;
         true
     }
 
@@ -86,6 +112,7 @@ impl Burst {
         }
         self.mbufs[kept..self.len].fill(std::ptr::null_mut());
         self.len = kept;
+        self.holes = false;
     }
 
     /// Forgets the (moved-out) contents without freeing: use after every packet was
@@ -93,14 +120,14 @@ impl Burst {
     pub fn clear_moved(&mut self) {
         debug_assert!(self.mbufs[..self.len].iter().all(|m| m.is_null()));
         self.len = 0;
+        self.holes = false;
     }
 
     /// Packet `i`'s bytes (first segment), mutable.
     #[inline(always)]
     pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
-        assert!(i < self.len);
-        let m = self.mbufs[i];
-        // SAFETY: m is a live mbuf owned by this burst (i < len and not moved out); its
+        let m = self.live(i);
+        // SAFETY: m is a live mbuf owned by this burst (`live` checked the slot); its
         // data lies at buf_addr + data_off for data_len bytes, inside the mbuf's buffer,
         // and nobody else references it while we hold &mut self.
         unsafe {
@@ -117,8 +144,7 @@ impl Burst {
     /// with the new length afterwards.
     #[inline]
     pub fn packet_with_tailroom_mut(&mut self, i: usize) -> &mut [u8] {
-        assert!(i < self.len);
-        let m = self.mbufs[i];
+        let m = self.live(i);
         // SAFETY: as in packet_mut; the slice ends at the end of the mbuf's data buffer
         // (buf_len), which the mbuf owns, and data_off <= buf_len always holds.
         unsafe {
@@ -131,8 +157,7 @@ impl Burst {
     /// Packet `i`'s bytes (first segment).
     #[inline(always)]
     pub fn packet(&self, i: usize) -> &[u8] {
-        assert!(i < self.len);
-        let m = self.mbufs[i];
+        let m = self.live(i);
         // SAFETY: as in packet_mut, with shared access.
         unsafe {
             let mb = &*m;
@@ -146,31 +171,31 @@ impl Burst {
     /// Total bytes of packet `i` (all segments).
     #[inline(always)]
     pub fn packet_len(&self, i: usize) -> u32 {
-        assert!(i < self.len);
+        let m = self.live(i);
         // SAFETY: live mbuf owned by this burst.
-        unsafe { (*self.mbufs[i]).pkt_len }
+        unsafe { (*m).pkt_len }
     }
 
     /// The port field of packet `i`'s mbuf: which port it arrived on, where the data
     /// plane records it before handing the packet to another worker.
     #[inline]
     pub fn port(&self, i: usize) -> u16 {
-        assert!(i < self.len);
+        let m = self.live(i);
         // SAFETY: live mbuf owned by this burst.
-        unsafe { (*self.mbufs[i]).port }
+        unsafe { (*m).port }
     }
 
     #[inline]
     pub fn set_port(&mut self, i: usize, port: u16) {
-        assert!(i < self.len);
+        let m = self.live(i);
         // SAFETY: owned live mbuf; a plain field write.
-        unsafe { (*self.mbufs[i]).port = port }
+        unsafe { (*m).port = port }
     }
 
     /// Prefetches packet `i`'s first data cache line (no-op past the end).
     #[inline(always)]
     pub fn prefetch(&self, i: usize) {
-        if i < self.len {
+        if i < self.len && !self.mbufs[i].is_null() {
             // SAFETY: reading buf_addr/data_off of an owned mbuf; the prefetch itself
             // cannot fault.
             unsafe {
@@ -203,10 +228,10 @@ impl Burst {
     /// Sets packet `i`'s length (single segment); returns false if it exceeds the
     /// buffer's tailroom.
     pub fn set_packet_len(&mut self, i: usize, len: u16) -> bool {
-        assert!(i < self.len);
+        let m = self.live(i);
         // SAFETY: owned live mbuf; we only write its length fields after checking room.
         unsafe {
-            let mb = &mut *self.mbufs[i];
+            let mb = &mut *m;
             if mb.data_off as u32 + len as u32 > mb.buf_len as u32 {
                 return false;
             }
@@ -220,11 +245,11 @@ impl Burst {
     /// `rte_pktmbuf_prepend`); the new bytes are uninitialised packet space. Returns
     /// false, changing nothing, when the headroom is too small.
     pub fn prepend(&mut self, i: usize, n: u16) -> bool {
-        assert!(i < self.len);
+        let m = self.live(i);
         // SAFETY: owned live mbuf; we move data_off back within the buffer only after
         // checking there is room, and keep data_len/pkt_len consistent.
         unsafe {
-            let mb = &mut *self.mbufs[i];
+            let mb = &mut *m;
             if mb.data_off < n || mb.data_len as u32 + n as u32 > u16::MAX as u32 {
                 return false;
             }
@@ -241,7 +266,9 @@ impl Burst {
             // SAFETY: the first len slots hold owned mbufs (moved-out slots are null,
             // which rte_pktmbuf_free_bulk skips).
             unsafe { dpdk_sys::rte_pktmbuf_free_bulk(self.mbufs.as_mut_ptr(), self.len as u32) };
+            self.mbufs[..self.len].fill(std::ptr::null_mut());
             self.len = 0;
+            self.holes = false;
         }
     }
 }
@@ -249,5 +276,52 @@ impl Burst {
 impl Drop for Burst {
     fn drop(&mut self) {
         self.free_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A burst holding `n` fake mbuf pointers, never dereferenced: the slot checks run
+    /// before any read. Forgotten at the end, since freeing them would.
+    fn fake_burst(n: usize) -> Burst {
+        let mut b = Burst::new();
+        for i in 0..n {
+            b.mbufs[i] = (0x1000 * (i + 1)) as *mut rte_mbuf;
+        }
+        // SAFETY: test only; the pointers are never dereferenced and `b` is forgotten.
+        unsafe { b.set_len(n) };
+        b
+    }
+
+    #[test]
+    fn a_moved_out_packet_cannot_be_read_and_storage_closes_the_holes() {
+        let mut a = fake_burst(3);
+        let mut b = Burst::new();
+        assert!(a.move_to(1, &mut b));
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.packet(1)))
+            .expect_err("reading a moved-out slot panics");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("moved out"), "{msg}");
+        assert!(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut c = Burst::new();
+                let moved = a.move_to(1, &mut c);
+                std::mem::forget(c);
+                moved
+            }))
+            .is_err(),
+            "moving a moved-out slot again panics"
+        );
+        // What DPDK would be handed: the two remaining packets, in order, no null.
+        let slots = a.storage();
+        // SAFETY: reading two of the burst's own slots.
+        let handed = unsafe { [*slots, *slots.add(1)] };
+        assert_eq!(handed, [0x1000 as *mut rte_mbuf, 0x3000 as *mut rte_mbuf]);
+        assert_eq!(a.len(), 2);
+        assert_eq!(b.len(), 1);
+        std::mem::forget(a);
+        std::mem::forget(b);
     }
 }
