@@ -27,7 +27,8 @@ use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
 use crate::dpdk::{
-    launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingPortPair, RssSettings,
+    launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingConsumer,
+    RingPortPair, RingProducer, RssSettings,
 };
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason};
@@ -70,6 +71,13 @@ struct Appliance {
     ports: Vec<PortEntry>,
     /// The workers' inboxes (their rings hold mbufs: dropped before the pool).
     mesh: Arc<Mesh>,
+    /// The management core's ends of the inject and punt rings.
+    inject: RingProducer,
+    punted: RingConsumer,
+    /// Each worker's inbox, and worker 0's end of the inject ring, until the workers
+    /// take them at launch.
+    worker_inboxes: Vec<Option<RingConsumer>>,
+    inject_out: Option<RingConsumer>,
     /// The software view of the ports' queue choice every worker shares.
     queues: QueueView,
     _emulator_ports: Vec<Port>,
@@ -260,7 +268,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
     );
 
     log::info!("shutting down");
-    registry.stop_vrrp(&app.mesh, &app.pool);
+    registry.stop_vrrp(app.plane());
     drop(server);
     drop(metrics_server);
     // The emulated network goes quiet first and the workers get a moment to finish
@@ -420,20 +428,34 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         }
         None => None,
     };
-    let mesh = Arc::new(
-        Mesh::with_health_ring("sluice", cfg.lcores.workers.len(), health_ring)
-            .map_err(|e| format!("worker rings: {e}"))?,
-    );
+    let (mesh, ends) = Mesh::with_management_ring("sluice", cfg.lcores.workers.len(), health_ring)
+        .map_err(|e| format!("worker rings: {e}"))?;
     Ok(Appliance {
         emulator,
         ports,
-        mesh,
+        mesh: Arc::new(mesh),
+        inject: ends.inject_in,
+        punted: ends.punted,
+        worker_inboxes: ends.redirect_inboxes.into_iter().map(Some).collect(),
+        inject_out: Some(ends.inject_out),
         queues: queue_view,
         _emulator_ports: emulator_ports,
         _ring_pairs: ring_pairs,
         pool,
         _eal: eal,
     })
+}
+
+impl Appliance {
+    /// What the management core sends and receives through the data plane with.
+    fn plane(&self) -> sync::Plane<'_> {
+        sync::Plane {
+            mesh: &self.mesh,
+            pool: &self.pool,
+            inject: &self.inject,
+            punted: &self.punted,
+        }
+    }
 }
 
 pub(crate) fn timeouts_from_config(cfg: &Config) -> Timeouts {
@@ -556,6 +578,10 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             Links {
                 stop: (*stop).clone(),
                 mesh: app.mesh.clone(),
+                inbox: app.worker_inboxes[w]
+                    .take()
+                    .ok_or_else(|| format!("worker {w}: no inbox"))?,
+                inject: if w == 0 { app.inject_out.take() } else { None },
                 mailbox: mailboxes[w].clone(),
             },
         );
@@ -713,14 +739,15 @@ struct Registry {
 }
 
 /// Queues one frame of the management core's for worker 0 to transmit.
-fn inject(mesh: &Mesh, pool: &Mempool, frame: &[u8]) -> bool {
+fn inject(plane: sync::Plane, frame: &[u8]) -> bool {
+    let pool = plane.pool;
     let mut out = Burst::new();
     if !out.alloc_from(pool, 1) || !out.set_packet_len(0, frame.len() as u16) {
         return false;
     }
     out.packet_mut(0).copy_from_slice(frame);
     // A full ring leaves the mbuf in `out`, which frees it.
-    mesh.health_inject().enqueue(&mut out) == 1
+    plane.inject.enqueue(&mut out) == 1
 }
 
 /// Gratuitous ARP, through worker 0 on the first port, for that port's addresses and,
@@ -741,7 +768,8 @@ fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
     }
     addrs.sort_unstable();
     addrs.dedup();
-    let mut send = |frame: &[u8]| inject(&app.mesh, &app.pool, frame);
+    let plane = app.plane();
+    let mut send = |frame: &[u8]| inject(plane, frame);
     let sent = crate::ha::vrrp::node::send_gratuitous_arps(
         crate::wire::MacAddr(port.mac),
         &addrs,
@@ -870,9 +898,9 @@ impl Registry {
     /// Health checking's turn of the management loop: answers from the workers, then
     /// timeouts, passive counts and due probes; evictions and restorations are logged
     /// and published as a new snapshot.
-    fn tick_health(&mut self, mesh: &Mesh, pool: &Mempool) {
+    fn tick_health(&mut self, plane: sync::Plane) {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        let mut send = |frame: &[u8]| inject(mesh, pool, frame);
+        let mut send = |frame: &[u8]| inject(plane, frame);
         let mut events = Vec::new();
         let mut answers = Burst::new();
         // Sync over a DPDK port: its datagrams come with the others.
@@ -884,8 +912,8 @@ impl Registry {
             timeouts: self.services.timeouts,
         };
         // Bounded: at most a ring's worth per tick.
-        for _ in 0..(mesh.health_ring_size() as usize / crate::dpdk::BURST_SIZE) {
-            if mesh.health_replies().dequeue(&mut answers) == 0 {
+        for _ in 0..(plane.mesh.management_ring_size() as usize / crate::dpdk::BURST_SIZE) {
+            if plane.punted.dequeue(&mut answers) == 0 {
                 break;
             }
             for i in 0..answers.len() {
@@ -902,7 +930,7 @@ impl Registry {
                     // Sync over a DPDK port: the workers hand up UDP to the listen
                     // address or the group only (probe answers are TCP).
                     (_, Some((node, _))) if ip_protocol == Some(crate::wire::IpProtocol::UDP) => {
-                        node.on_frame(frame, &self.services.table, mesh, when);
+                        node.on_frame(frame, &self.services.table, plane.mesh, when);
                     }
                     _ => events.extend(self.health.on_frame(frame, now_ms, &mut send)),
                 }
@@ -952,13 +980,13 @@ impl Registry {
 
     /// Resigns the master role (a priority-0 advertisement) while worker 0 can still
     /// send it, so a backup takes over after its skew time instead of 3 intervals.
-    fn stop_vrrp(&mut self, mesh: &Mesh, pool: &Mempool) {
+    fn stop_vrrp(&mut self, plane: sync::Plane) {
         let Some(node) = &mut self.vrrp else {
             return;
         };
         let now_ms = self.started.elapsed().as_millis() as u64;
         let addrs = self.services.virtual_addresses();
-        let mut send = |frame: &[u8]| inject(mesh, pool, frame);
+        let mut send = |frame: &[u8]| inject(plane, frame);
         for line in node.shutdown(now_ms, &addrs, &mut send) {
             self.services.record(line);
         }
@@ -966,7 +994,7 @@ impl Registry {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    fn tick_sync(&mut self, mesh: &Mesh, pool: &Mempool) {
+    fn tick_sync(&mut self, plane: sync::Plane) {
         let now = self.now_tick();
         let Some((node, _)) = &mut self.sync else {
             return;
@@ -978,7 +1006,6 @@ impl Registry {
             master: self.vrrp.as_ref().is_some_and(|v| v.serving()),
             timeouts: self.services.timeouts,
         };
-        let plane = sync::Plane { mesh, pool };
         node.tick(&self.services.table, plane, when);
         // A peer asked for our whole table (it started or reconnected): dump it from
         // the workers' tables, chunk by chunk, between their polls.
@@ -1045,7 +1072,7 @@ impl Registry {
     /// priority, advertisement interval and preempt flag (a planned switchover: raise
     /// the standby's priority). Other sections (ports, lcores, EAL, sessions, VRID,
     /// sync) need a restart and are not compared.
-    fn reload(&mut self, mesh: &Mesh, pool: &Mempool) -> Result<serde_json::Value, String> {
+    fn reload(&mut self, plane: sync::Plane) -> Result<serde_json::Value, String> {
         let cfg = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         let desired = Services::from_config(&cfg)?;
         // Health settings apply from the next tick (the probe source and ports need a
@@ -1080,7 +1107,7 @@ impl Registry {
         if let (Some(node), Some(v)) = (&mut self.vrrp, &cfg.vrrp) {
             let now_ms = self.started.elapsed().as_millis() as u64;
             let addrs = self.services.virtual_addresses();
-            let mut send = |frame: &[u8]| inject(mesh, pool, frame);
+            let mut send = |frame: &[u8]| inject(plane, frame);
             let interval_cs = (v.advert_interval_ms / 10) as u16;
             if let Some(line) = node.reconfigure(
                 v.priority,
@@ -1202,7 +1229,7 @@ fn management_loop(
                 );
                 registry.metrics(&status)
             } else if req == Request::Reload {
-                registry.reload(&app.mesh, &app.pool)
+                registry.reload(app.plane())
             } else if req == Request::Health {
                 registry.health_report()
             } else if req == Request::Vrrp {
@@ -1250,8 +1277,8 @@ fn management_loop(
             }
             let _ = reply.send(answer);
         }
-        registry.tick_health(&app.mesh, &app.pool);
-        registry.tick_sync(&app.mesh, &app.pool);
+        registry.tick_health(app.plane());
+        registry.tick_sync(app.plane());
         let now = Instant::now();
         if now >= next_rates {
             next_rates = now + Duration::from_secs(1);

@@ -15,7 +15,7 @@
 use crate::config::SyncSettings;
 use crate::dataplane::mesh::Mesh;
 use crate::dataplane::sync_events::EventRing;
-use crate::dpdk::Mempool;
+use crate::dpdk::{Mempool, RingConsumer, RingProducer};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::ha::sync::auth::SyncKey;
 use crate::ha::sync::frame;
@@ -105,12 +105,15 @@ pub struct SyncStats {
     pub resync_requests_ignored: u64,
 }
 
-/// What sending through the data plane needs: the ring to worker 0 and the pool of
-/// the frames' mbufs.
+/// What the management core sends and receives through the data plane with: the
+/// workers' shared inboxes, the pool of its frames' mbufs, and its own ends of the
+/// inject ring (to worker 0) and the punt ring (from every worker).
 #[derive(Clone, Copy)]
 pub struct Plane<'a> {
     pub mesh: &'a Mesh,
     pub pool: &'a Mempool,
+    pub inject: &'a RingProducer,
+    pub punted: &'a RingConsumer,
 }
 
 /// How sync datagrams leave and arrive.
@@ -146,7 +149,7 @@ impl Transport {
             Transport::Socket { socket, .. } => socket.send_to(datagram, to).is_ok(),
             Transport::Port { frame, .. } => {
                 let sent = frame::write(frame, from, to, datagram)
-                    .is_some_and(|len| super::inject(plane.mesh, plane.pool, &frame[..len]));
+                    .is_some_and(|len| super::inject(plane, &frame[..len]));
                 stats.frames_sent += u64::from(sent);
                 sent
             }
@@ -161,7 +164,7 @@ impl Transport {
         };
         let mut frame = [0u8; 60];
         crate::wire::arp::write_request(&mut frame, ethernet::HEADER_LEN, *mac, from, target)
-            .is_some_and(|len| super::inject(plane.mesh, plane.pool, &frame[..len]))
+            .is_some_and(|len| super::inject(plane, &frame[..len]))
     }
 
     fn describe(&self) -> String {

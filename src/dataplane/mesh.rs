@@ -6,14 +6,17 @@
 //! - a neighbour queue for ARP entries another worker learned (a NIC delivers ARP to
 //!   one queue, so without it only that worker would know the real servers' MACs).
 //!
-//! And two rings link the workers with the management core's health checker: probes
-//! go out through worker 0 (`health_inject`, one producer, one consumer), answers
-//! come back from any worker (`health_replies`, any producer, one consumer). VRRP
-//! uses them too, and so does session sync over a DPDK port (`[sync] port`), which
-//! makes them larger (`SYNC_PORT_RING_SIZE`).
+//! And two rings link the workers with the management core: frames it originates
+//! (health probes, VRRP advertisements, gratuitous ARP, sync datagrams over a DPDK
+//! port) go out through worker 0 on the **inject** ring (one producer, one consumer),
+//! and frames the workers hand up to it (probe answers, VRRP, sync) come back on the
+//! **punt** ring (any worker produces, the management core consumes). Sync over a
+//! DPDK port (`[sync] port`) makes both larger (`SYNC_PORT_RING_SIZE`).
 //!
-//! All refuse when full and the sender counts it; nothing blocks.
-use crate::dpdk::{DpdkError, PacketRing};
+//! All refuse when full and the sender counts it; nothing blocks. The shared side
+//! (the producers any worker may use) lives in [`Mesh`]; each single end is handed to
+//! its one owner at start-up in [`MeshEnds`].
+use crate::dpdk::{DpdkError, PacketRing, RingConsumer, RingProducer, SharedProducer};
 use crate::wire::MacAddr;
 use crossbeam::queue::ArrayQueue;
 use std::net::Ipv4Addr;
@@ -24,7 +27,8 @@ pub const REDIRECT_RING_SIZE: u32 = 2048;
 pub const NEIGHBOUR_INBOX: usize = 1024;
 /// Synced sessions waiting in a worker's install inbox.
 pub const INSTALL_INBOX: usize = 8192;
-/// Health probe frames in flight between the management core and the workers.
+/// Frames in flight on the inject and punt rings (health probes and their answers,
+/// VRRP).
 pub const HEALTH_RING_SIZE: u32 = 1024;
 /// The same rings when session sync also travels through them (`[sync] port`): at
 /// ~26k sync datagrams/s (measured at 343k new connections/s), 130 per 5 ms
@@ -34,45 +38,65 @@ pub const HEALTH_RING_SIZE: u32 = 1024;
 pub const SYNC_PORT_RING_SIZE: u32 = 4096;
 
 pub struct Mesh {
-    redirect: Vec<PacketRing>,
+    /// Each worker's inbox, by worker id.
+    redirect: Vec<SharedProducer>,
     neighbours: NeighbourInboxes,
-    health_inject: PacketRing,
-    health_replies: PacketRing,
-    health_ring_size: u32,
+    /// Frames for the management core.
+    punt: SharedProducer,
+    management_ring_size: u32,
     /// Session sync: records from the peer, for the worker that will own each session.
     installs: Vec<ArrayQueue<crate::session::replication::RecordRepr>>,
 }
 
+/// The single ends of the mesh's rings, each for its one owner.
+pub struct MeshEnds {
+    /// Worker w's inbox of redirected packets, for worker w.
+    pub redirect_inboxes: Vec<RingConsumer>,
+    /// The management core's frames, for worker 0 to transmit.
+    pub inject_out: RingConsumer,
+    /// Where the management core queues its frames.
+    pub inject_in: RingProducer,
+    /// What the workers punted, for the management core.
+    pub punted: RingConsumer,
+}
+
 impl Mesh {
     /// Inboxes for `workers` workers; `name` keeps ring names unique per process.
-    pub fn new(name: &str, workers: usize) -> Result<Mesh, DpdkError> {
-        Self::with_health_ring(name, workers, HEALTH_RING_SIZE)
+    pub fn new(name: &str, workers: usize) -> Result<(Mesh, MeshEnds), DpdkError> {
+        Self::with_management_ring(name, workers, HEALTH_RING_SIZE)
     }
 
-    /// As `new`, with health rings of `health_ring_size` slots (a power of two).
-    pub fn with_health_ring(
+    /// As `new`, with inject and punt rings of `ring_size` slots (a power of two).
+    pub fn with_management_ring(
         name: &str,
         workers: usize,
-        health_ring_size: u32,
-    ) -> Result<Mesh, DpdkError> {
-        let redirect = (0..workers)
-            .map(|w| {
-                PacketRing::new_multi_producer(&format!("{name}_redir{w}"), REDIRECT_RING_SIZE)
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Mesh {
-            redirect,
-            neighbours: NeighbourInboxes::new(workers, NEIGHBOUR_INBOX),
-            installs: (0..workers)
-                .map(|_| ArrayQueue::new(INSTALL_INBOX))
-                .collect(),
-            health_inject: PacketRing::new(&format!("{name}_hc_out"), health_ring_size)?,
-            health_replies: PacketRing::new_multi_producer(
-                &format!("{name}_hc_in"),
-                health_ring_size,
-            )?,
-            health_ring_size,
-        })
+        ring_size: u32,
+    ) -> Result<(Mesh, MeshEnds), DpdkError> {
+        let (redirect, redirect_inboxes): (Vec<_>, Vec<_>) = (0..workers)
+            .map(|w| PacketRing::multi_producer(&format!("{name}_redir{w}"), REDIRECT_RING_SIZE))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
+        let (inject_in, inject_out) =
+            PacketRing::single_producer(&format!("{name}_inject"), ring_size)?;
+        let (punt, punted) = PacketRing::multi_producer(&format!("{name}_punt"), ring_size)?;
+        Ok((
+            Mesh {
+                redirect,
+                neighbours: NeighbourInboxes::new(workers, NEIGHBOUR_INBOX),
+                installs: (0..workers)
+                    .map(|_| ArrayQueue::new(INSTALL_INBOX))
+                    .collect(),
+                punt,
+                management_ring_size: ring_size,
+            },
+            MeshEnds {
+                redirect_inboxes,
+                inject_out,
+                inject_in,
+                punted,
+            },
+        ))
     }
 
     /// Offers a synced session to worker `w`; false when its inbox is full (or there
@@ -98,28 +122,22 @@ impl Mesh {
         }
     }
 
-    /// Probe frames from the management core, for worker 0 to transmit.
-    pub fn health_inject(&self) -> &PacketRing {
-        &self.health_inject
+    /// Where a worker hands frames up to the management core.
+    pub fn punt(&self) -> &SharedProducer {
+        &self.punt
     }
 
-    /// Answers to probes, from the workers to the management core (and VRRP
-    /// advertisements, and sync datagrams with `[sync] port`).
-    pub fn health_replies(&self) -> &PacketRing {
-        &self.health_replies
-    }
-
-    /// Slots of each health ring.
-    pub fn health_ring_size(&self) -> u32 {
-        self.health_ring_size
+    /// Slots of the inject and punt rings.
+    pub fn management_ring_size(&self) -> u32 {
+        self.management_ring_size
     }
 
     pub fn workers(&self) -> usize {
         self.redirect.len()
     }
 
-    /// Worker `w`'s packet inbox (`None` past the last worker).
-    pub fn redirect_ring(&self, w: usize) -> Option<&PacketRing> {
+    /// Where any worker hands packets to worker `w` (`None` past the last worker).
+    pub fn redirect_to(&self, w: usize) -> Option<&SharedProducer> {
         self.redirect.get(w)
     }
 

@@ -8,7 +8,7 @@ use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::Mesh;
 use crate::dataplane::neighbour::NeighbourTable;
 use crate::dataplane::query::Mailbox;
-use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
+use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RingConsumer, RxQueue, TxQueue};
 use crate::model::DropReason;
 use crate::wire::{ethernet, MacAddr};
 use std::net::Ipv4Addr;
@@ -55,8 +55,12 @@ pub struct Worker {
 pub struct Links {
     /// Set by the management core to end the loop.
     pub stop: Arc<AtomicBool>,
-    /// The other workers' inboxes and this worker's own (index `id`).
+    /// The other workers' inboxes and the management core's punt ring.
     pub mesh: Arc<Mesh>,
+    /// This worker's own inbox: packets other workers redirected here.
+    pub inbox: RingConsumer,
+    /// Worker 0's only: the management core's frames to transmit.
+    pub inject: Option<RingConsumer>,
     /// Questions from the management core (listings of sessions and port pools).
     pub mailbox: Arc<Mailbox>,
 }
@@ -89,10 +93,7 @@ impl Worker {
         let mut tx = Burst::new();
         let second = tsc_hz();
         let mut next_resolve = 0u64;
-        // One burst per worker, and the last for the management core (probe answers).
-        let mut redirects: Redirects = (0..=self.links.mesh.workers())
-            .map(|_| Burst::new())
-            .collect();
+        let mut outbox = Outbox::new(self.links.mesh.workers());
         let me = self.id as usize;
         self.counters
             .session_table_bytes
@@ -123,24 +124,19 @@ impl Worker {
                             .unwrap_or(Event::SyncInstallFailed),
                     );
                 });
-            if self.id == 0 {
-                self.send_probes(&mut tx);
-            }
-            let mut received = self.drain_redirected(start, &mut rx, &mut tx, &mut redirects);
+            self.send_injected(&mut tx);
+            let mut received = self.drain_redirected(start, &mut rx, &mut tx, &mut outbox);
             for (index, port) in self.ports.iter_mut().enumerate() {
-                received += poll_port(
-                    port,
-                    index as u16,
-                    &mut self.forwarder,
-                    &mut self.neighbours,
-                    &self.counters,
-                    start,
-                    &mut rx,
-                    &mut tx,
-                    &mut redirects,
-                    &mut self.held,
-                );
-                send_redirects(&self.links.mesh, &self.counters, &mut redirects);
+                let mut cx = BurstContext {
+                    forwarder: &mut self.forwarder,
+                    neighbours: &mut self.neighbours,
+                    counters: &self.counters,
+                    held: &mut self.held,
+                    outbox: &mut outbox,
+                    now: start,
+                };
+                received += poll_port(port, index as u16, &mut cx, &mut rx, &mut tx);
+                outbox.send(&self.links.mesh, &self.counters);
             }
             self.send_held(start);
             self.share_neighbours();
@@ -167,12 +163,9 @@ impl Worker {
         now: u64,
         rx: &mut Burst,
         tx: &mut Burst,
-        redirects: &mut Redirects,
+        outbox: &mut Outbox,
     ) -> usize {
-        let Some(ring) = self.links.mesh.redirect_ring(self.id as usize) else {
-            return 0;
-        };
-        let n = ring.dequeue(rx);
+        let n = self.links.inbox.dequeue(rx);
         if n == 0 {
             return 0;
         }
@@ -189,19 +182,17 @@ impl Worker {
             }
             rx.compact_moved();
             match self.ports.get_mut(port_index as usize) {
-                Some(port) => process(
-                    port,
-                    port_index,
-                    true,
-                    &mut self.forwarder,
-                    &mut self.neighbours,
-                    &self.counters,
-                    now,
-                    &mut same_port,
-                    tx,
-                    redirects,
-                    &mut self.held,
-                ),
+                Some(port) => {
+                    let mut cx = BurstContext {
+                        forwarder: &mut self.forwarder,
+                        neighbours: &mut self.neighbours,
+                        counters: &self.counters,
+                        held: &mut self.held,
+                        outbox,
+                        now,
+                    };
+                    process(port, port_index, true, &mut cx, &mut same_port, tx)
+                }
                 // Cannot happen (the port field is ours): free rather than misroute.
                 None => same_port.free_all(),
             }
@@ -216,8 +207,11 @@ impl Worker {
     /// addressed (VRRP, gratuitous ARP, sync to a multicast group) just get the port's
     /// MAC as their source. The source IP is the frame's own (any address of the port).
     /// Sync datagrams (UDP: probes are TCP) count as `sync_frame_sent`, not as probes.
-    fn send_probes(&mut self, out: &mut Burst) {
-        let n = self.links.mesh.health_inject().dequeue(out);
+    fn send_injected(&mut self, out: &mut Burst) {
+        let Some(inject) = &self.links.inject else {
+            return;
+        };
+        let n = inject.dequeue(out);
         if n == 0 {
             return;
         }
@@ -388,77 +382,101 @@ fn transmit_all(port: &mut WorkerPort, out: &mut Burst, counters: &WorkerCounter
     out.free_all();
 }
 
-/// What poll_port hands on during one burst: per destination worker, the packets
-/// redirected to it, then (last) the probe answers for the management core.
-type Redirects = Vec<Burst>;
+/// What handling bursts hands on besides transmitting: packets for the workers that
+/// own their sessions, and frames for the management core. Filled during a burst,
+/// sent (`send`) after it.
+struct Outbox {
+    /// Per destination worker, by worker id.
+    redirect: Vec<Burst>,
+    /// Frames for the management core (probe answers, VRRP, sync).
+    punt: Burst,
+}
 
-/// Hands the redirected packets of one burst to their owners' rings; what a full ring
-/// refuses is counted and freed.
-fn send_redirects(mesh: &Mesh, counters: &WorkerCounters, redirects: &mut Redirects) {
-    for (owner, out) in redirects.iter_mut().enumerate() {
-        if out.is_empty() {
-            continue;
+impl Outbox {
+    fn new(workers: usize) -> Outbox {
+        Outbox {
+            redirect: (0..workers).map(|_| Burst::new()).collect(),
+            punt: Burst::new(),
         }
-        let (ring, taken_event, full) = match mesh.redirect_ring(owner) {
-            Some(ring) => (ring, Event::RedirectedOut, DropReason::RedirectRingFull),
-            None => (
-                mesh.health_replies(),
-                Event::HealthReplyUp,
-                DropReason::HealthRingFull,
-            ),
-        };
-        let taken = ring.enqueue(out);
-        counters.event_n(taken_event, taken as u64);
-        for _ in 0..out.len() {
-            counters.drop(full);
-        }
-        out.free_all();
     }
+
+    /// Hands the packets to their rings; what a full ring refuses is counted and freed.
+    fn send(&mut self, mesh: &Mesh, counters: &WorkerCounters) {
+        for (owner, out) in self.redirect.iter_mut().enumerate() {
+            if out.is_empty() {
+                continue;
+            }
+            let taken = match mesh.redirect_to(owner) {
+                Some(ring) => ring.enqueue(out),
+                None => 0,
+            };
+            counters.event_n(Event::RedirectedOut, taken as u64);
+            for _ in 0..out.len() {
+                counters.drop(DropReason::RedirectRingFull);
+            }
+            out.free_all();
+        }
+        if !self.punt.is_empty() {
+            let taken = mesh.punt().enqueue(&mut self.punt);
+            counters.event_n(Event::HealthReplyUp, taken as u64);
+            for _ in 0..self.punt.len() {
+                counters.drop(DropReason::HealthRingFull);
+            }
+            self.punt.free_all();
+        }
+    }
+}
+
+/// What handling one burst needs of its worker besides the port and the bursts.
+struct BurstContext<'a> {
+    forwarder: &'a mut Forwarder,
+    neighbours: &'a mut NeighbourTable,
+    counters: &'a WorkerCounters,
+    /// Frames waiting for their next hop's MAC.
+    held: &'a mut Held,
+    outbox: &'a mut Outbox,
+    /// The poll's start (TSC).
+    now: u64,
 }
 
 /// One burst from one port: returns how many packets were received.
 #[inline]
-#[allow(clippy::too_many_arguments)]
 fn poll_port(
     port: &mut WorkerPort,
     port_index: u16,
-    forwarder: &mut Forwarder,
-    neighbours: &mut NeighbourTable,
-    counters: &WorkerCounters,
-    now: u64,
+    cx: &mut BurstContext,
     rx: &mut Burst,
     tx: &mut Burst,
-    redirects: &mut Redirects,
-    held: &mut Held,
 ) -> usize {
     let n = port.rx.rx(rx);
     if n == 0 {
         return 0;
     }
-    bump(&counters.rx_packets, n as u64);
-    process(
-        port, port_index, false, forwarder, neighbours, counters, now, rx, tx, redirects, held,
-    );
+    bump(&cx.counters.rx_packets, n as u64);
+    process(port, port_index, false, cx, rx, tx);
     n
 }
 
 /// Handles every packet of `rx` (all from `port`), transmits what is to be sent on the
-/// port's queue, queues redirected packets in `redirects` and frees the rest.
+/// port's queue, puts redirected and punted packets in the outbox and frees the rest.
 #[inline]
-#[allow(clippy::too_many_arguments)]
 fn process(
     port: &mut WorkerPort,
     port_index: u16,
     redirected: bool,
-    forwarder: &mut Forwarder,
-    neighbours: &mut NeighbourTable,
-    counters: &WorkerCounters,
-    now: u64,
+    cx: &mut BurstContext,
     rx: &mut Burst,
     tx: &mut Burst,
-    redirects: &mut Redirects,
-    held: &mut Held,
 ) {
+    let BurstContext {
+        forwarder,
+        neighbours,
+        counters,
+        held,
+        outbox,
+        now,
+    } = cx;
+    let (counters, now) = (*counters, *now);
     let n = rx.len();
     let ctx = PortContext {
         responder: &port.responder,
@@ -487,8 +505,8 @@ fn process(
             Action::Redirect(owner) => {
                 // The owner learns the port from the mbuf (ring PMDs leave it unset).
                 rx.set_port(i, port_index);
-                // Counted once the owner's ring took it (send_redirects).
-                let moved = match redirects.get_mut(owner as usize) {
+                // Counted once the owner's ring took it (Outbox::send).
+                let moved = match outbox.redirect.get_mut(owner as usize) {
                     Some(out) => rx.move_to(i, out),
                     None => false,
                 };
@@ -507,11 +525,9 @@ fn process(
                 false
             }
             Action::Punt => {
-                // The last slot goes to the management core (send_redirects).
-                if let Some(out) = redirects.last_mut() {
-                    if !rx.move_to(i, out) {
-                        counters.drop(DropReason::HealthRingFull);
-                    }
+                // Counted once the punt ring took it (Outbox::send).
+                if !rx.move_to(i, &mut outbox.punt) {
+                    counters.drop(DropReason::HealthRingFull);
                 }
                 false
             }

@@ -18,4 +18,4 @@ pub use lcore::{
 };
 pub use mempool::{Mempool, MBUF_DATA_ROOM};
 pub use port::{LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue};
-pub use ring::{PacketRing, RingPortPair};
+pub use ring::{PacketRing, RingConsumer, RingPortPair, RingProducer, SharedProducer};

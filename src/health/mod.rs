@@ -2,10 +2,10 @@
 //! through the data plane, passive detection from the workers' counts, and the
 //! eviction and restoration of real servers (`lb=evict` / `lb=restore`, seed 004).
 //!
-//! Probes leave through worker 0 (`dataplane::mesh::Mesh::health_inject`), which
+//! Probes leave through worker 0 (the inject ring, `dataplane::mesh`), which
 //! fills in the MAC addresses from its neighbour table, and the real servers' answers
 //! (TCP to the probe source address and ports) come back from whichever worker the
-//! NIC gave them to (`Mesh::health_replies`). The monitor owns every probe's state;
+//! NIC gave them to (the punt ring). The monitor owns every probe's state;
 //! workers only move frames. Eviction never touches a weight: the management core
 //! publishes snapshots in which evicted servers are scheduled as weight 0
 //! (`service::HealthOverlay`).

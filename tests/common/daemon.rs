@@ -261,7 +261,7 @@ impl Daemon {
             .collect()
     }
 
-    /// `sluicectl vrrp --json`, parsed (see `daemon::vrrp::VrrpReport`).
+    /// `sluicectl vrrp --json`, parsed (see `ha::vrrp::node::VrrpReport`).
     pub fn vrrp(&self) -> serde_json::Value {
         let out = self.ctl(&["vrrp", "--json"]);
         assert!(

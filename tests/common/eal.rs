@@ -93,6 +93,10 @@ pub fn worker(
     let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();
     let counters = Arc::new(WorkerCounters::default());
     let stop = Arc::new(AtomicBool::new(false));
+    // The management core's ends (inject producer, punt consumer) are dropped: these
+    // tests inject nothing and read no punted frames.
+    let (mesh, ends) = Mesh::new(name, 1).unwrap();
+    let inbox = ends.redirect_inboxes.into_iter().next().unwrap();
     let worker = Worker::new(
         0,
         pool.clone(),
@@ -107,7 +111,9 @@ pub fn worker(
         counters.clone(),
         Links {
             stop: stop.clone(),
-            mesh: Arc::new(Mesh::new(name, 1).unwrap()),
+            mesh: Arc::new(mesh),
+            inbox,
+            inject: Some(ends.inject_out),
             mailbox: Arc::new(Mailbox::default()),
         },
     );
