@@ -1,6 +1,10 @@
 //! The status and xstats reports: built by the daemon, carried as JSON, rendered as text
 //! by `sluicectl`. Keeping both sides on these types means a field added here shows up
 //! in `--json` output with no protocol change.
+use crate::ha::sync::peers::ResyncState;
+use crate::ha::sync::report::SyncReport;
+use crate::ha::vrrp::node::VrrpReport;
+use crate::health::HealthReport;
 use crate::model::ServiceKey;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -968,12 +972,32 @@ pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u
     out
 }
 
+/// `sluicectl events`: the recent config changes and alerts, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventsReport {
+    pub events: Vec<EventLine>,
+}
+
+/// One event: when it happened (milliseconds since the Unix epoch) and its log line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLine {
+    pub unix_ms: u64,
+    pub line: String,
+}
+
+/// `-L --timeout`: the session timeouts in seconds, as ipvsadm names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutsReport {
+    pub tcp: u32,
+    pub tcpfin: u32,
+    pub udp: u32,
+}
+
 /// `sluicectl events`: one line per event, oldest first, stamped in UTC.
-pub fn render_events(events: &serde_json::Value) -> String {
+pub fn render_events(report: &EventsReport) -> String {
     let mut out = String::new();
-    for e in events["events"].as_array().into_iter().flatten() {
-        let ms = e["unix_ms"].as_u64().unwrap_or(0);
-        let _ = writeln!(out, "{} {}", utc(ms), e["line"].as_str().unwrap_or(""));
+    for e in &report.events {
+        let _ = writeln!(out, "{} {}", utc(e.unix_ms), e.line);
     }
     if out.is_empty() {
         out.push_str("no events\n");
@@ -982,52 +1006,49 @@ pub fn render_events(events: &serde_json::Value) -> String {
 }
 
 /// `sluicectl vrrp`.
-pub fn render_vrrp(r: &serde_json::Value) -> String {
-    let s = &r["stats"];
-    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+pub fn render_vrrp(r: &VrrpReport) -> String {
+    let s = &r.stats;
+    // No master heard prints as JSON's null, as it always has.
+    let master_priority = r
+        .master_priority
+        .map_or_else(|| "null".to_string(), |p| p.to_string());
     format!(
         "VRRP vrid {} {} (priority {}, advert {} ms, preempt {}) from {} for {:.1}s\n\
          master heard: {} (priority {})\n\
          adverts sent {} received {} rejected {}; gratuitous ARP {}; transitions {}\n",
-        r["vrid"],
-        r["state"].as_str().unwrap_or("?"),
-        r["priority"],
-        r["advert_interval_ms"],
-        r["preempt"],
-        r["primary"].as_str().unwrap_or("?"),
-        r["since_change_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
-        r["master"].as_str().unwrap_or("-"),
-        r["master_priority"],
-        n("adverts_sent"),
-        n("adverts_received"),
-        n("adverts_rejected"),
-        n("gratuitous_arps_sent"),
-        n("transitions")
+        r.vrid,
+        r.state,
+        r.priority,
+        r.advert_interval_ms,
+        r.preempt,
+        r.primary,
+        r.since_change_ms as f64 / 1000.0,
+        r.master.as_deref().unwrap_or("-"),
+        master_priority,
+        s.adverts_sent,
+        s.adverts_received,
+        s.adverts_rejected,
+        s.gratuitous_arps_sent,
+        s.transitions
     )
 }
 
 /// `sluicectl sync`: what was sent and received, the rejections, then one line per
 /// peer (when last heard, sequence gaps, the bulk resync asked of it).
-pub fn render_sync(r: &serde_json::Value) -> String {
-    let s = &r["stats"];
-    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+pub fn render_sync(r: &SyncReport) -> String {
+    let s = &r.stats;
     let mut out = String::new();
-    let multicast = r["multicast"]
-        .as_str()
+    let multicast = r
+        .multicast
+        .as_deref()
         .map(|g| format!(", multicast {g}"))
         .unwrap_or_default();
     let _ = writeln!(
         out,
         "sync on {}{multicast}, peers {}, {}",
-        r["listen"].as_str().unwrap_or("?"),
-        r["peers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-        if r["authenticated"].as_bool().unwrap_or(false) {
+        r.listen,
+        r.peers.join(" "),
+        if r.authenticated {
             "HMAC on"
         } else {
             "UNAUTHENTICATED (unauthenticated = true: no key; forged messages from a peer's address are believed)"
@@ -1037,28 +1058,27 @@ pub fn render_sync(r: &serde_json::Value) -> String {
         out,
         "sent: {} messages ({} bytes), {} session events, {} templates, {} send errors; \
          events lost to full rings {}",
-        n(s, "messages_sent"),
-        n(s, "bytes_sent"),
-        n(s, "events_sent"),
-        n(s, "templates_sent"),
-        n(s, "send_errors"),
-        n(r, "events_dropped")
+        s.messages_sent,
+        s.bytes_sent,
+        s.events_sent,
+        s.templates_sent,
+        s.send_errors,
+        r.events_dropped
     );
     let _ = writeln!(
         out,
         "received: {} datagrams, {} accepted with {} records; {} templates installed; \
          records lost to full install inboxes {}",
-        n(s, "datagrams_received"),
-        n(r, "accepted_messages"),
-        n(r, "accepted_records"),
-        n(s, "templates_installed"),
-        n(s, "install_inbox_full")
+        s.datagrams_received,
+        r.accepted_messages,
+        r.accepted_records,
+        s.templates_installed,
+        s.install_inbox_full
     );
-    let rejected: Vec<String> = r["rejected"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+    let rejected: Vec<String> = r
+        .rejected
+        .iter()
+        .filter(|(_, v)| **v > 0)
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     let _ = writeln!(
@@ -1074,100 +1094,94 @@ pub fn render_sync(r: &serde_json::Value) -> String {
         out,
         "records refused (contradict this node's config): real server {}, mode {}, local address {}; \
          timeouts cut to this node's {}",
-        n(s, "records_refused_real_server"),
-        n(s, "records_refused_mode"),
-        n(s, "records_refused_local"),
-        n(s, "timeouts_clamped")
+        s.records_refused_real_server,
+        s.records_refused_mode,
+        s.records_refused_local,
+        s.timeouts_clamped
     );
     let _ = writeln!(
         out,
         "resync: {} requests sent, {} received ({} ignored: rate limit), {} dumps sent, {} chunks received",
-        n(s, "resync_requests_sent"),
-        n(s, "resync_requests_received"),
-        n(s, "resync_requests_ignored"),
-        n(s, "dumps_sent"),
-        n(s, "dump_chunks_received")
+        s.resync_requests_sent,
+        s.resync_requests_received,
+        s.resync_requests_ignored,
+        s.dumps_sent,
+        s.dump_chunks_received
     );
     let _ = writeln!(
         out,
         "{:<16} {:>10} {:>9} {:>6} {:>9} {:>8}  Resync",
         "Peer", "Heard", "Messages", "Lost", "Reordered", "Restarts"
     );
-    for p in r["peer_status"].as_array().into_iter().flatten() {
-        let heard = p["last_heard_ms_ago"].as_u64().map_or_else(
+    for p in &r.peer_status {
+        let heard = p.last_heard_ms_ago.map_or_else(
             || "never".to_string(),
             |ms| format!("{:.3}s ago", ms as f64 / 1000.0),
         );
-        let rs = &p["resync"];
-        let state = rs["state"].as_str().unwrap_or("?");
-        let resync = match state {
-            "none" => "-".to_string(),
-            "complete" => format!(
+        let rs = &p.resync;
+        let under_way = |state: &str| {
+            format!(
+                "{state}: {} chunk(s), {} records (attempt {})",
+                rs.chunks, rs.records, rs.attempts
+            )
+        };
+        let resync = match rs.state {
+            ResyncState::None => "-".to_string(),
+            ResyncState::Complete => format!(
                 "complete: {} chunk(s), {} records in {} ms (attempt {})",
-                n(rs, "chunks"),
-                n(rs, "records"),
-                n(rs, "took_ms"),
-                n(rs, "attempts")
+                rs.chunks,
+                rs.records,
+                rs.took_ms.unwrap_or(0),
+                rs.attempts
             ),
-            other => format!(
-                "{other}: {} chunk(s), {} records (attempt {})",
-                n(rs, "chunks"),
-                n(rs, "records"),
-                n(rs, "attempts")
-            ),
+            ResyncState::Requested => under_way("requested"),
+            ResyncState::Receiving => under_way("receiving"),
+            ResyncState::Failed => under_way("failed"),
         };
         let _ = writeln!(
             out,
             "{:<16} {:>10} {:>9} {:>6} {:>9} {:>8}  {resync}",
-            p["addr"].as_str().unwrap_or("?"),
+            p.addr.to_string(),
             heard,
-            n(p, "messages"),
-            n(p, "lost"),
-            n(p, "reordered"),
-            n(p, "restarts")
+            p.messages,
+            p.lost,
+            p.reordered,
+            p.restarts
         );
     }
-    for p in r["peer_status"].as_array().into_iter().flatten() {
-        let epoch = p["epoch"]
-            .as_u64()
+    for p in &r.peer_status {
+        let epoch = p
+            .epoch
             .map_or_else(|| "not confirmed".to_string(), |e| e.to_string());
         let _ = writeln!(
             out,
             "{:<16} epoch {epoch}; refused: replayed {}, too old {}, old epoch {}, unconfirmed epoch {}; \
              out of window {}; resync requests rate-limited {}",
-            p["addr"].as_str().unwrap_or("?"),
-            n(p, "replayed"),
-            n(p, "too_old"),
-            n(p, "old_epoch"),
-            n(p, "unconfirmed_epoch"),
-            n(p, "out_of_window"),
-            n(p, "resync_rate_limited")
+            p.addr.to_string(),
+            p.replayed,
+            p.too_old,
+            p.old_epoch,
+            p.unconfirmed_epoch,
+            p.out_of_window,
+            p.resync_rate_limited
         );
     }
     out
 }
 
 /// `sluicectl health`: one line per watched real server, then the probe counters.
-pub fn render_health(report: &serde_json::Value) -> String {
+pub fn render_health(report: &HealthReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{:<24} {:<21} {:<5} {:<8} {:>9} {:>6} {:<22} {:>10}",
         "Service", "RealServer", "Check", "State", "Evictions", "Fall", "LastProbe", "SinceChange"
     );
-    for t in report["targets"].as_array().into_iter().flatten() {
-        let rs = format!(
-            "{}:{}",
-            t["ip"].as_str().unwrap_or("?"),
-            t["port"].as_u64().unwrap_or(0)
-        );
-        let state = if t["evicted"].as_bool().unwrap_or(false) {
-            "EVICTED"
-        } else {
-            "up"
-        };
-        let check = t["check"].as_str().unwrap_or("?");
-        let check = if t["passive"].as_bool().unwrap_or(false) {
+    for t in &report.targets {
+        let rs = format!("{}:{}", t.ip, t.port);
+        let state = if t.evicted { "EVICTED" } else { "up" };
+        let check = t.check.name();
+        let check = if t.passive {
             format!("{check}+p")
         } else {
             check.to_string()
@@ -1175,33 +1189,28 @@ pub fn render_health(report: &serde_json::Value) -> String {
         let _ = writeln!(
             out,
             "{:<24} {:<21} {:<5} {:<8} {:>9} {:>6} {:<22} {:>9.1}s",
-            t["service"].as_str().unwrap_or("?"),
+            t.service,
             rs,
             check,
             state,
-            t["evictions"].as_u64().unwrap_or(0),
-            format!(
-                "{}/{}",
-                t["fall"].as_u64().unwrap_or(0),
-                t["rise"].as_u64().unwrap_or(0)
-            ),
-            t["last_outcome"].as_str().unwrap_or("-"),
-            t["since_change_ms"].as_u64().unwrap_or(0) as f64 / 1000.0
+            t.evictions,
+            format!("{}/{}", t.fall, t.rise),
+            t.last_outcome.as_deref().unwrap_or("-"),
+            t.since_change_ms as f64 / 1000.0
         );
     }
-    let s = &report["stats"];
-    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let s = &report.stats;
     let _ = writeln!(
         out,
         "probes from {}: sent {} ok {} failed {} (timed out {}) skipped {}; replies {} stray {}",
-        report["source"].as_str().unwrap_or("?"),
-        n("probes_sent"),
-        n("probes_ok"),
-        n("probes_failed"),
-        n("probes_timed_out"),
-        n("probes_skipped"),
-        n("replies"),
-        n("stray_replies")
+        report.source,
+        s.probes_sent,
+        s.probes_ok,
+        s.probes_failed,
+        s.probes_timed_out,
+        s.probes_skipped,
+        s.replies,
+        s.stray_replies
     );
     out
 }
@@ -1230,13 +1239,10 @@ pub fn utc(ms: u64) -> String {
 }
 
 /// `-L --timeout`, as ipvsadm prints it.
-pub fn render_timeouts(timeouts: &serde_json::Value) -> String {
-    let get = |k: &str| timeouts[k].as_u64().unwrap_or(0);
+pub fn render_timeouts(t: &TimeoutsReport) -> String {
     format!(
         "Timeout (tcp tcpfin udp): {} {} {}\n",
-        get("tcp"),
-        get("tcpfin"),
-        get("udp")
+        t.tcp, t.tcpfin, t.udp
     )
 }
 
@@ -1557,22 +1563,26 @@ mod services_tests {
         assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(utc(1_796_039_727_123), "2026-11-30T11:55:27.123Z");
-        let events = serde_json::json!({"events": [
-            {"unix_ms": 1_796_039_727_123u64, "line": "lb=config op=clear"}
-        ]});
+        let events = EventsReport {
+            events: vec![EventLine {
+                unix_ms: 1_796_039_727_123,
+                line: "lb=config op=clear".into(),
+            }],
+        };
         assert_eq!(
             render_events(&events),
             "2026-11-30T11:55:27.123Z lb=config op=clear\n"
         );
-        assert_eq!(
-            render_events(&serde_json::json!({"events": []})),
-            "no events\n"
-        );
+        assert_eq!(render_events(&EventsReport::default()), "no events\n");
     }
 
     #[test]
     fn timeouts_render_as_ipvsadm() {
-        let t = serde_json::json!({"tcp": 900, "tcpfin": 120, "udp": 300});
+        let t = TimeoutsReport {
+            tcp: 900,
+            tcpfin: 120,
+            udp: 300,
+        };
         assert_eq!(
             render_timeouts(&t),
             "Timeout (tcp tcpfin udp): 900 120 300\n"
@@ -1923,7 +1933,11 @@ mod ipvsadm_golden {
 
     #[test]
     fn timeouts() {
-        let t = serde_json::json!({"tcp": 900, "tcpfin": 120, "udp": 300});
+        let t = TimeoutsReport {
+            tcp: 900,
+            tcpfin: 120,
+            udp: 300,
+        };
         assert_eq!(
             render_timeouts(&t),
             "Timeout (tcp tcpfin udp): 900 120 300\n"
@@ -1986,22 +2000,61 @@ mod ipvsadm_golden {
 #[cfg(test)]
 mod sync_text {
     use super::render_sync;
+    use crate::ha::sync::peers::ResyncState;
+    use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStats};
+
+    pub(super) fn report() -> SyncReport {
+        SyncReport {
+            listen: "198.19.0.2:8848".into(),
+            transport: "kernel socket".into(),
+            multicast: None,
+            peers: vec!["198.19.0.1:8848".into()],
+            authenticated: true,
+            epoch: 1,
+            stats: SyncStats {
+                messages_sent: 3,
+                bytes_sent: 300,
+                events_sent: 9,
+                datagrams_received: 52,
+                resync_requests_sent: 1,
+                dump_chunks_received: 7,
+                ..SyncStats::default()
+            },
+            events_pushed: 9,
+            events_dropped: 0,
+            accepted_messages: 50,
+            accepted_records: 1200,
+            rejected: [("bad_hmac".to_string(), 2), ("unknown_peer".to_string(), 0)].into(),
+            peer_status: vec![PeerReport {
+                addr: "198.19.0.1".parse().unwrap(),
+                messages: 50,
+                records: 1200,
+                lost: 2,
+                out_of_window: 0,
+                reordered: 0,
+                restarts: 0,
+                replayed: 17,
+                too_old: 0,
+                old_epoch: 1,
+                unconfirmed_epoch: 0,
+                resync_rate_limited: 19,
+                epoch: Some(1_700_000_000_000_001),
+                resync: ResyncReport {
+                    state: ResyncState::Complete,
+                    dump_id: 4,
+                    attempts: 1,
+                    chunks: 7,
+                    records: 273,
+                    took_ms: Some(12),
+                },
+                last_heard_ms_ago: Some(4),
+            }],
+        }
+    }
 
     #[test]
     fn the_sync_summary_names_rejections_and_each_peers_lag_and_resync() {
-        let report = serde_json::json!({
-            "listen": "198.19.0.2:8848", "peers": ["198.19.0.1:8848"], "authenticated": true,
-            "stats": {"messages_sent": 3, "bytes_sent": 300, "events_sent": 9,
-                "datagrams_received": 52, "resync_requests_sent": 1, "dump_chunks_received": 7},
-            "events_dropped": 0, "accepted_messages": 50, "accepted_records": 1200,
-            "rejected": {"bad_hmac": 2, "unknown_peer": 0},
-            "peer_status": [{"addr": "198.19.0.1", "messages": 50, "lost": 2, "reordered": 0,
-                "restarts": 0, "last_heard_ms_ago": 4, "epoch": 1_700_000_000_000_001u64, "replayed": 17,
-                "too_old": 0, "old_epoch": 1, "unconfirmed_epoch": 0, "out_of_window": 0,
-                "resync_rate_limited": 19,
-                "resync": {"state": "complete", "chunks": 7, "records": 273, "took_ms": 12,
-                    "attempts": 1}}]
-        });
+        let report = report();
         let text = render_sync(&report);
         assert!(text.starts_with("sync on 198.19.0.2:8848, peers 198.19.0.1:8848, HMAC on\n"));
         assert!(text.contains("\nrejected: bad_hmac 2\n"), "{text}");
@@ -2016,8 +2069,135 @@ mod sync_text {
             "198.19.0.1       epoch 1700000000000001; refused: replayed 17, too old 0, old epoch 1, \
              unconfirmed epoch 0; out of window 0; resync requests rate-limited 19"
         );
-        let open =
-            render_sync(&serde_json::json!({"listen": "198.19.0.2:8848", "authenticated": false}));
+        let open = render_sync(&SyncReport {
+            authenticated: false,
+            ..report
+        });
         assert!(open.lines().next().unwrap().ends_with(", UNAUTHENTICATED (unauthenticated = true: no key; forged messages from a peer's address are believed)"), "{open}");
+    }
+
+    #[test]
+    fn a_sync_report_reads_back_from_its_json() {
+        let json = serde_json::to_value(report()).unwrap();
+        assert_eq!(json["peer_status"][0]["resync"]["state"], "complete");
+        assert_eq!(json["peer_status"][0]["addr"], "198.19.0.1");
+        assert!(json.get("multicast").is_none(), "{json}");
+        assert_eq!(
+            serde_json::from_value::<SyncReport>(json).unwrap(),
+            report()
+        );
+    }
+}
+
+#[cfg(test)]
+mod ha_text {
+    use super::{render_health, render_vrrp};
+    use crate::ha::vrrp::node::{VrrpReport, VrrpStats};
+    use crate::health::spec::CheckKind;
+    use crate::health::{HealthReport, MonitorStats, TargetReport};
+
+    pub(super) fn vrrp() -> VrrpReport {
+        VrrpReport {
+            vrid: 51,
+            state: "BACKUP".into(),
+            priority: 100,
+            advert_interval_ms: 1000,
+            preempt: true,
+            primary: "198.18.0.2".into(),
+            master: Some("198.18.0.1".into()),
+            master_priority: Some(200),
+            since_change_ms: 12_345,
+            stats: VrrpStats {
+                adverts_sent: 1,
+                adverts_received: 40,
+                adverts_rejected: 2,
+                gratuitous_arps_sent: 3,
+                transitions: 4,
+            },
+        }
+    }
+
+    #[test]
+    fn vrrp_shows_state_master_heard_and_counters() {
+        let mut r = vrrp();
+        assert_eq!(
+            render_vrrp(&r),
+            "VRRP vrid 51 BACKUP (priority 100, advert 1000 ms, preempt true) from 198.18.0.2 for 12.3s\n\
+             master heard: 198.18.0.1 (priority 200)\n\
+             adverts sent 1 received 40 rejected 2; gratuitous ARP 3; transitions 4\n"
+        );
+        r.master = None;
+        r.master_priority = None;
+        assert!(
+            render_vrrp(&r).contains("\nmaster heard: - (priority null)\n"),
+            "{}",
+            render_vrrp(&r)
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(serde_json::from_value::<VrrpReport>(json).unwrap(), r);
+    }
+
+    pub(super) fn health() -> HealthReport {
+        HealthReport {
+            source: "198.18.0.254".into(),
+            targets: vec![TargetReport {
+                service: "tcp/198.18.0.10:80".into(),
+                ip: "198.18.0.11".into(),
+                port: 80,
+                check: CheckKind::Http,
+                probe_port: 80,
+                interval_ms: 1000,
+                timeout_ms: 500,
+                fall: 2,
+                rise: 3,
+                retry_ms: 0,
+                passive: true,
+                evicted: true,
+                evictions: 1,
+                restores: 0,
+                last_reason: "2fail".into(),
+                last_outcome: Some("timeout".into()),
+                since_change_ms: 1500,
+            }],
+            stats: MonitorStats {
+                probes_sent: 10,
+                probes_ok: 7,
+                probes_failed: 3,
+                probes_timed_out: 2,
+                probes_skipped: 1,
+                replies: 8,
+                stray_replies: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn health_shows_one_line_per_real_server_then_the_probe_counters() {
+        let report = health();
+        let text = render_health(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "tcp/198.18.0.10:80",
+                "198.18.0.11:80",
+                "http+p",
+                "EVICTED",
+                "1",
+                "2/3",
+                "timeout",
+                "1.5s"
+            ]
+        );
+        assert_eq!(
+            lines[2],
+            "probes from 198.18.0.254: sent 10 ok 7 failed 3 (timed out 2) skipped 1; replies 8 stray 1"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            serde_json::from_value::<HealthReport>(json).unwrap(),
+            report
+        );
     }
 }
