@@ -5,7 +5,7 @@
 use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
-use sluice::control::status::{
+use sluice::control::render::{
     render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
     render_services, render_skew, render_status, render_sync, render_timeouts, render_vrrp,
     render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,

@@ -4,7 +4,7 @@
 //! per-real-server counters.
 use crate::config::Config;
 use crate::control::protocol::Request;
-use crate::control::status::{
+use crate::control::report::{
     EventLine, EventsReport, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport,
     TimeoutsReport,
 };
