@@ -3,8 +3,8 @@
 use serde_json::{json, Value};
 use sluice::control::client::{self, ClientError};
 use sluice::control::protocol::Request;
+use sluice::control::report::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
 use sluice::control::server::{ControlServer, Handler, ServerLimits};
-use sluice::control::status::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};

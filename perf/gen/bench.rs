@@ -11,7 +11,7 @@ const LIPS_PER_SERVICE: u16 = 64;
 use serde::Serialize;
 use sluice::control::client;
 use sluice::control::protocol::Request;
-use sluice::control::status::StatusReport;
+use sluice::control::report::StatusReport;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};

@@ -5,11 +5,10 @@
 use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
-use sluice::control::status::{
+use sluice::control::render::{
     render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
     render_services, render_skew, render_status, render_sync, render_timeouts, render_vrrp,
-    render_xstats, ConnectionsReport, LaddrReport, ServicesReport, StatusReport, XstatsReport,
-    DEFAULT_SKEW_THRESHOLD_PCT,
+    render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
@@ -202,22 +201,18 @@ impl Command {
         }
     }
 
-    /// Turns the daemon's result into the text shown without `--json`.
+    /// Turns the daemon's result into the text shown without `--json`: the result is
+    /// read into its report type first, so a reply of another shape (a daemon of
+    /// another version) is an error, not a report of blanks.
     fn render(&self, result: serde_json::Value) -> Result<String, String> {
-        let unexpected =
-            |error: serde_json::Error| format!("unexpected reply from daemon: {error}");
         match self {
-            Command::Status => Ok(render_status(
-                &serde_json::from_value::<StatusReport>(result).map_err(unexpected)?,
-            )),
-            Command::Xstats { .. } => Ok(render_xstats(
-                &serde_json::from_value::<XstatsReport>(result).map_err(unexpected)?,
-            )),
+            Command::Status => Ok(render_status(&parse(result)?)),
+            Command::Xstats { .. } => Ok(render_xstats(&parse(result)?)),
             Command::Zero => Ok("counters zeroed\n".to_string()),
-            Command::Events => Ok(render_events(&result)),
-            Command::Health => Ok(render_health(&result)),
-            Command::Vrrp => Ok(render_vrrp(&result)),
-            Command::Sync => Ok(render_sync(&result)),
+            Command::Events => Ok(render_events(&parse(result)?)),
+            Command::Health => Ok(render_health(&parse(result)?)),
+            Command::Vrrp => Ok(render_vrrp(&parse(result)?)),
+            Command::Sync => Ok(render_sync(&parse(result)?)),
             Command::Reload => Ok(format!(
                 "reloaded: {} change(s) applied\n",
                 result["applied"].as_u64().unwrap_or(0)
@@ -227,32 +222,26 @@ impl Command {
                 threshold_pct,
                 ..
             } => Ok(render_skew(
-                &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
+                &parse(result)?,
                 service.as_deref(),
                 *threshold_pct,
             )),
             Command::Ipvsadm(c) => match c.output {
-                ipvsadm::Output::List { stats } => Ok(render_services(
-                    &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
-                    stats,
-                )),
-                ipvsadm::Output::Timeouts => Ok(render_timeouts(&result)),
-                ipvsadm::Output::Rates => Ok(render_rates(
-                    &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
-                )),
-                ipvsadm::Output::Save => Ok(render_save(
-                    &serde_json::from_value::<ServicesReport>(result).map_err(unexpected)?,
-                )),
-                ipvsadm::Output::Connections => Ok(render_connections(
-                    &serde_json::from_value::<ConnectionsReport>(result).map_err(unexpected)?,
-                )),
+                ipvsadm::Output::List { stats } => Ok(render_services(&parse(result)?, stats)),
+                ipvsadm::Output::Timeouts => Ok(render_timeouts(&parse(result)?)),
+                ipvsadm::Output::Rates => Ok(render_rates(&parse(result)?)),
+                ipvsadm::Output::Save => Ok(render_save(&parse(result)?)),
+                ipvsadm::Output::Connections => Ok(render_connections(&parse(result)?)),
                 ipvsadm::Output::Quiet | ipvsadm::Output::Restore { .. } => Ok(String::new()),
-                ipvsadm::Output::Laddrs => Ok(render_laddrs(
-                    &serde_json::from_value::<LaddrReport>(result).map_err(unexpected)?,
-                )),
+                ipvsadm::Output::Laddrs => Ok(render_laddrs(&parse(result)?)),
             },
         }
     }
+}
+
+/// The daemon's result read into the report type `T`.
+fn parse<T: serde::de::DeserializeOwned>(result: serde_json::Value) -> Result<T, String> {
+    serde_json::from_value(result).map_err(|error| format!("unexpected reply from daemon: {error}"))
 }
 
 /// Everything needed to run one command.
@@ -748,5 +737,28 @@ mod tests {
             Command::Zero.render(serde_json::Value::Null).unwrap(),
             "counters zeroed\n"
         );
+    }
+
+    #[test]
+    fn a_reply_missing_a_field_is_an_error_that_names_it() {
+        for (command, field) in [
+            (Command::Events, "events"),
+            (Command::Health, "source"),
+            (Command::Vrrp, "vrid"),
+            (Command::Sync, "listen"),
+        ] {
+            let error = command
+                .render(serde_json::json!({ "renamed": 1 }))
+                .unwrap_err();
+            assert_eq!(
+                error,
+                format!("unexpected reply from daemon: missing field `{field}`"),
+                "{command:?}"
+            );
+        }
+        let error = Command::Events
+            .render(serde_json::json!({"events": [{"unix_ms": 1, "text": "lb=config"}]}))
+            .unwrap_err();
+        assert_eq!(error, "unexpected reply from daemon: missing field `line`");
     }
 }

@@ -21,13 +21,13 @@ pub enum Output {
     /// `-L --timeout`: `Timeout (tcp tcpfin udp): 900 120 300`.
     Timeouts,
     /// `-L --rate`: connections, packets and bytes per second
-    /// ([`render_rates`](super::status::render_rates)).
+    /// ([`render_rates`](crate::control::render::render_rates)).
     Rates,
     /// `-S`: the services as ipvsadm-save lines
-    /// ([`render_save`](super::status::render_save)).
+    /// ([`render_save`](crate::control::render::render_save)).
     Save,
     /// `-Lc`: the connection entries
-    /// ([`render_connections`](super::status::render_connections)).
+    /// ([`render_connections`](crate::control::render::render_connections)).
     Connections,
     /// A change: nothing to print on success, as ipvsadm.
     Quiet,
@@ -37,8 +37,8 @@ pub enum Output {
     /// whole table, replacing it in the same transaction.
     Restore { replace: bool },
     /// `--get-laddr`: the service's local addresses, one per line
-    /// ([`render_laddrs`](super::status::render_laddrs) of a
-    /// [`LaddrReport`](super::status::LaddrReport)).
+    /// ([`render_laddrs`](crate::control::render::render_laddrs) of a
+    /// [`LaddrReport`](crate::control::report::LaddrReport)).
     Laddrs,
 }
 

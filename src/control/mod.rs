@@ -4,18 +4,22 @@
 //! - [`protocol`]: the wire format (line-delimited JSON) and the [`Request`] commands.
 //! - [`server`]: [`ControlServer`], run by the daemon's management thread.
 //! - [`client`]: [`client::request`], used by `sluicectl`.
-//! - [`status`]: [`StatusReport`] and its text rendering, shared by both sides.
+//! - [`report`]: the reports the daemon builds and sends ([`StatusReport`] and the
+//!   rest), one module per family.
+//! - [`render`]: those reports as the text `sluicectl` prints, one module per command.
+//! - [`ipvsadm`]: `sluicectl`'s ipvsadm-compatible command line.
 //!
 //! `docs/CLI.md` documents the protocol and the command-line tool.
 pub mod client;
 pub mod ipvsadm;
 pub mod protocol;
+pub mod render;
+pub mod report;
 pub mod server;
-pub mod status;
 
 pub use protocol::{Request, Response, MAX_REQUEST_BYTES};
+pub use report::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
 pub use server::{ControlServer, Handler, ServerLimits};
-pub use status::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
 
 /// Where the daemon listens and `sluicectl` connects when nothing else is configured.
 pub const DEFAULT_SOCKET_PATH: &str = "/run/sluice/sluice.sock";

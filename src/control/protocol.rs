@@ -27,10 +27,10 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// The whole-appliance status report ([`crate::control::status::StatusReport`]).
+    /// The whole-appliance status report ([`crate::control::report::StatusReport`]).
     Status,
     /// The NIC's extended statistics for one port
-    /// ([`crate::control::status::XstatsReport`]).
+    /// ([`crate::control::report::XstatsReport`]).
     Xstats { port: u16 },
     /// Reset every port, lcore, drop and event counter to zero.
     ZeroCounters,
@@ -85,7 +85,7 @@ pub enum Request {
     /// `--get-laddr` (DPVS): a service's local addresses, answered as
     /// `{"service": {...}, "local_addresses": ["a.b.c.d", ...]}`.
     GetLaddr { service: ServiceKey },
-    /// `-Lnc`: the workers' sessions ([`crate::control::status::ConnectionsReport`]),
+    /// `-Lnc`: the workers' sessions ([`crate::control::report::ConnectionsReport`]),
     /// at most `max` of them (default [`DEFAULT_MAX_CONNECTIONS`]).
     ListConnections {
         #[serde(default)]

@@ -4,7 +4,7 @@
 //! worker stored when it adopted. A worker adopts at the top of each poll, so the bound
 //! is one poll loop (a burst, microseconds) while it has its CPU; a new session started
 //! after that uses the new configuration.
-use crate::control::status::AdoptionReport;
+use crate::control::report::AdoptionReport;
 use crate::dataplane::counters::WorkerCounters;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};

@@ -3,8 +3,9 @@
 //! and a minimal HTTP endpoint (`[control] metrics = "addr:port"`) on its own thread
 //! that asks the management loop for them, like the control socket does.
 use crate::control::protocol::Request;
+use crate::control::render::skew_pct;
+use crate::control::report::{LaddrReport, ServicesReport, StatusReport};
 use crate::control::server::Handler;
-use crate::control::status::{skew_pct, LaddrReport, ServicesReport, StatusReport};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -55,7 +56,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         status.uptime_ms as f64 / 1000.0,
     );
 
-    type PortGetter = fn(&crate::control::status::PortStatus) -> u64;
+    type PortGetter = fn(&crate::control::report::PortStatus) -> u64;
     let port_counters: [(&str, &str, PortGetter); 4] = [
         (
             "sluice_port_rx_packets_total",
@@ -99,7 +100,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         );
     }
 
-    type LcoreGetter = fn(&crate::control::status::LcoreStatus) -> u64;
+    type LcoreGetter = fn(&crate::control::report::LcoreStatus) -> u64;
     let worker_metrics: [(&str, &str, &str, LcoreGetter); 8] = [
         (
             "sluice_worker_rx_packets_total",
@@ -229,7 +230,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     )
     .sample("sluice_snapshot_adoption_late_total", &[], a.late);
 
-    type RsGetter = fn(&crate::control::status::RealServerStatus) -> u64;
+    type RsGetter = fn(&crate::control::report::RealServerStatus) -> u64;
     let rs_metrics: [(&str, &str, &str, RsGetter); 12] = [
         (
             "sluice_rs_connections_total",

@@ -14,10 +14,10 @@ pub use services::{check_real_server_id, Services};
 
 use crate::config::{Config, PortDevice};
 use crate::control::protocol::{Request, DEFAULT_MAX_CONNECTIONS};
-use crate::control::server::{ControlServer, Handler};
-use crate::control::status::{
+use crate::control::report::{
     ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, StatusReport,
 };
+use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, RssView};
 use crate::dataplane::loads::LoadView;

@@ -4,7 +4,10 @@
 //! per-real-server counters.
 use crate::config::Config;
 use crate::control::protocol::Request;
-use crate::control::status::{LaddrReport, RealServerStatus, ServiceStatus, ServicesReport};
+use crate::control::report::{
+    EventLine, EventsReport, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport,
+    TimeoutsReport,
+};
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
 };
@@ -325,12 +328,17 @@ impl Services {
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> Result<serde_json::Value, String> {
         if let Request::Events = req {
-            let events: Vec<serde_json::Value> = self
-                .events
-                .iter()
-                .map(|(ms, line)| serde_json::json!({ "unix_ms": ms, "line": line }))
-                .collect();
-            return Ok(serde_json::json!({ "events": events }));
+            let report = EventsReport {
+                events: self
+                    .events
+                    .iter()
+                    .map(|(ms, line)| EventLine {
+                        unix_ms: *ms,
+                        line: line.clone(),
+                    })
+                    .collect(),
+            };
+            return serde_json::to_value(report).map_err(|e| e.to_string());
         }
         if let Request::Batch { requests, replace } = req {
             return self.batch(requests, replace, publisher, counters);
@@ -521,9 +529,10 @@ impl Services {
             Request::DelLaddr { service, ip } => t.del_laddr(service, ip),
             Request::GetTimeouts => {
                 let (tcp, tcpfin, udp) = self.timeouts.get();
-                return Ok(Applied::Answer(
-                    serde_json::json!({ "tcp": tcp, "tcpfin": tcpfin, "udp": udp }),
-                ));
+                let report = TimeoutsReport { tcp, tcpfin, udp };
+                return serde_json::to_value(report)
+                    .map(Applied::Answer)
+                    .map_err(|e| e.to_string());
             }
             Request::SetTimeouts { tcp, tcpfin, udp } => {
                 let mut next = self.timeouts;

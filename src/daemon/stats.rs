@@ -3,7 +3,7 @@
 use super::PortEntry;
 use crate::config::Config;
 use crate::control::protocol::Request;
-use crate::control::status::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
+use crate::control::report::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::emulator::EmulatorStats;
 use crate::model::DropReason;

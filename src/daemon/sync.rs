@@ -23,6 +23,7 @@ use crate::ha::sync::peers::{Heard, Peer, Peers, Stale};
 use crate::ha::sync::receiver::{
     check_record, session_owner, Conflict, Receiver, ReceiverConfig, RejectReason,
 };
+use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStats};
 use crate::ha::sync::sender::{Dump, SyncSender};
 use crate::ha::sync::templates::{self, Applied, ServicesById, TemplateTracker};
 use crate::model::ServiceKey;
@@ -50,60 +51,6 @@ const DUMP_CHUNKS_PER_TICK: u32 = 32;
 /// holds the datagram while it resolves). An answer takes well under a millisecond on
 /// a LAN; the margin covers busy CPUs.
 const RESOLVE_WAIT: Duration = Duration::from_millis(200);
-
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct SyncStats {
-    pub messages_sent: u64,
-    pub bytes_sent: u64,
-    pub events_sent: u64,
-    pub send_errors: u64,
-    pub datagrams_received: u64,
-    /// Records handed to a worker to install (the workers count installs themselves).
-    pub records_queued: u64,
-    /// Records lost because the owner's install inbox was full.
-    pub install_inbox_full: u64,
-    /// Bulk resync: requests sent (at start) and received, dumps sent, dump chunks
-    /// received.
-    pub resync_requests_sent: u64,
-    pub resync_requests_received: u64,
-    pub dumps_sent: u64,
-    pub dump_records_sent: u64,
-    pub dump_chunks_received: u64,
-    /// Persistence templates: sent in batches (new, changed, or resent), received,
-    /// installed (created, or refreshed or replaced), removed on a peer's word, and
-    /// skipped (service or real server unknown here, another netmask, expired, a
-    /// worker writing the slot, or a later local template to another real server).
-    pub templates_sent: u64,
-    pub templates_received: u64,
-    pub templates_installed: u64,
-    pub templates_removed: u64,
-    pub templates_skipped: u64,
-    /// Templates in the dumps sent (part of `dump_records_sent`).
-    pub dump_templates_sent: u64,
-    /// With `multicast`: datagrams read from the group socket (part of
-    /// `datagrams_received`), and those among them from our own listen address,
-    /// ignored (multicast loopback is off, so only a node with our address sends them).
-    pub multicast_received: u64,
-    pub own_datagrams_ignored: u64,
-    /// With `port`: frames queued for worker 0 to transmit (a frame the ring or the
-    /// pool refused is a `send_errors`), frames the workers handed up, and those among
-    /// them dropped as malformed (lengths, IPv4 or UDP checksum; not counted in
-    /// `datagrams_received`).
-    pub frames_sent: u64,
-    pub frames_received: u64,
-    pub frames_malformed: u64,
-    /// Records of accepted messages refused for contradicting this node's config (the
-    /// rest of their message is installed): the real server is not in the service,
-    /// it forwards in another mode here, or a FullNAT local address is not the
-    /// service's. And records whose timeout was cut to this node's for their state.
-    pub records_refused_real_server: u64,
-    pub records_refused_mode: u64,
-    pub records_refused_local: u64,
-    pub timeouts_clamped: u64,
-    /// Resync requests ignored because a dump to that peer started less than
-    /// `peers::DUMP_INTERVAL_MS` before (per peer: `resync_rate_limited`).
-    pub resync_requests_ignored: u64,
-}
 
 /// What the management core sends and receives through the data plane with: the
 /// workers' shared inboxes, the pool of its frames' mbufs, and its own ends of the
@@ -236,43 +183,6 @@ pub struct SyncNode {
     /// This tick's template records (kept across ticks).
     template_records: Vec<RecordRepr>,
     pub stats: SyncStats,
-}
-
-/// `sluicectl sync`.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct SyncReport {
-    pub listen: String,
-    /// `port NAME` (`[sync] port`: frames through the data plane) or `kernel socket`.
-    pub transport: String,
-    /// The group batches are sent to and received from, when `multicast` is set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub multicast: Option<String>,
-    pub peers: Vec<String>,
-    /// Messages sealed and checked with `key`; false only with `unauthenticated =
-    /// true` in the config.
-    pub authenticated: bool,
-    /// This node's life as its peers see it (the epoch in its messages).
-    pub epoch: u64,
-    pub stats: SyncStats,
-    pub events_pushed: u64,
-    /// Events the workers could not queue (ring full).
-    pub events_dropped: u64,
-    pub accepted_messages: u64,
-    pub accepted_records: u64,
-    /// Rejected datagrams by reason.
-    pub rejected: std::collections::BTreeMap<String, u64>,
-    /// Per peer: messages accepted, sequence gaps, when last heard, bulk resync.
-    pub peer_status: Vec<PeerReport>,
-}
-
-/// One peer in `sluicectl sync`.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct PeerReport {
-    #[serde(flatten)]
-    pub peer: Peer,
-    /// Milliseconds since its last accepted message: how stale this node's copy of
-    /// its sessions may be (none: never heard).
-    pub last_heard_ms_ago: Option<u64>,
 }
 
 impl SyncNode {
@@ -766,15 +676,37 @@ impl SyncNode {
                 .iter()
                 .map(|r| (r.name().to_string(), c.rejected(*r)))
                 .collect(),
-            peer_status: self
-                .seen
-                .iter()
-                .map(|p| PeerReport {
-                    peer: *p,
-                    last_heard_ms_ago: p.last_heard_ms.map(|t| now_ms.saturating_sub(t)),
-                })
-                .collect(),
+            peer_status: self.seen.iter().map(|p| peer_report(p, now_ms)).collect(),
         }
+    }
+}
+
+/// One peer's line of `sluicectl sync`.
+fn peer_report(p: &Peer, now_ms: u64) -> PeerReport {
+    let r = p.resync;
+    PeerReport {
+        addr: p.addr,
+        messages: p.messages,
+        records: p.records,
+        lost: p.lost,
+        out_of_window: p.out_of_window,
+        reordered: p.reordered,
+        restarts: p.restarts,
+        replayed: p.replayed,
+        too_old: p.too_old,
+        old_epoch: p.old_epoch,
+        unconfirmed_epoch: p.unconfirmed_epoch,
+        resync_rate_limited: p.resync_rate_limited,
+        epoch: p.epoch,
+        resync: ResyncReport {
+            state: r.state,
+            dump_id: r.dump_id,
+            attempts: r.attempts,
+            chunks: r.chunks,
+            records: r.records,
+            took_ms: r.took_ms,
+        },
+        last_heard_ms_ago: p.last_heard_ms.map(|t| now_ms.saturating_sub(t)),
     }
 }
 
@@ -850,11 +782,9 @@ mod tests {
         use crate::ha::sync::peers::Peers;
         let peers = Peers::new(["198.19.0.2".parse().unwrap()]);
         let p = *peers.iter().next().unwrap();
-        let v = serde_json::to_value(super::PeerReport {
-            peer: p,
-            last_heard_ms_ago: Some(250),
-        })
-        .unwrap();
+        let mut heard = p;
+        heard.last_heard_ms = Some(750);
+        let v = serde_json::to_value(super::peer_report(&heard, 1000)).unwrap();
         assert_eq!(v["addr"], "198.19.0.2");
         assert_eq!(v["last_heard_ms_ago"], 250);
         for key in ["messages", "lost", "reordered", "restarts"] {

@@ -50,7 +50,7 @@ impl HealthEvent {
 }
 
 /// The monitor's own counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MonitorStats {
     pub probes_sent: u64,
     pub probes_ok: u64,
@@ -82,7 +82,7 @@ struct InFlight {
 }
 
 /// One real server's health, for `sluicectl health` and the metrics.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TargetReport {
     pub service: String,
     pub ip: String,
@@ -129,7 +129,7 @@ pub struct Overrides {
 }
 
 /// `sluicectl health`: every watched real server and the monitor's counters.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HealthReport {
     pub source: String,
     pub targets: Vec<TargetReport>,

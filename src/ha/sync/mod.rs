@@ -14,9 +14,11 @@
 //! - [`templates`]: persistence templates: which to send, mapping them to and from
 //!   identities, installing a peer's.
 //! - [`frame`]: sync datagrams as Ethernet/IPv4/UDP frames, for sync over a DPDK port.
+//! - [`report`]: what `sluicectl sync` shows (counters, per-peer state), as plain values.
 pub mod auth;
 pub mod frame;
 pub mod peers;
 pub mod receiver;
+pub mod report;
 pub mod sender;
 pub mod templates;

@@ -39,7 +39,7 @@ pub const RESYNC_ATTEMPTS: u32 = 5;
 /// its table again.
 pub const SILENCE_MS: u64 = 5000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResyncState {
     /// Never asked (or this node asks nobody).

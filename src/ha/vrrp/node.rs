@@ -8,7 +8,7 @@ use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::{ipv4, vrrp};
 use std::net::Ipv4Addr;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VrrpStats {
     pub adverts_sent: u64,
     pub adverts_received: u64,
@@ -19,7 +19,7 @@ pub struct VrrpStats {
 }
 
 /// `sluicectl vrrp`.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VrrpReport {
     pub vrid: u8,
     pub state: String,

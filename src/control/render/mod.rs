@@ -1,0 +1,20 @@
+//! The reports of `crate::control::report` as the text `sluicectl` prints, one module
+//! per command (the ipvsadm listings of the service table share one).
+pub mod connections;
+pub mod events;
+pub mod health;
+pub mod services;
+pub mod status;
+pub mod sync;
+pub mod vrrp;
+
+pub use connections::render_connections;
+pub use events::{render_events, utc};
+pub use health::render_health;
+pub use services::{
+    render_laddrs, render_rates, render_save, render_services, render_skew, render_timeouts,
+    skew_pct, DEFAULT_SKEW_THRESHOLD_PCT, PACKETS_PER_CONNECTION_ADVISORY,
+};
+pub use status::{render_status, render_xstats};
+pub use sync::render_sync;
+pub use vrrp::render_vrrp;

@@ -1,0 +1,748 @@
+//! The ipvsadm-style listings as text: `-L` (with `--stats`, `--rate`), `sluicectl
+//! skew`, `-S`, `-L --timeout` and `--get-laddr`.
+use crate::control::report::{LaddrReport, RealServerStatus, ServicesReport, TimeoutsReport};
+use std::fmt::Write as _;
+
+fn ipvsadm_forward(mode: &str) -> &str {
+    match mode {
+        "dr" => "Route",
+        "nat" => "Masq",
+        "tun" => "Tunnel",
+        "fullnat" => "FullNat",
+        other => other,
+    }
+}
+
+/// Renders the report in `ipvsadm -Ln` layout (or `ipvsadm -Ln --stats` with `stats`),
+/// so scripts that parse ipvsadm's columns keep working. Counters are always exact, as
+/// `ipvsadm --exact` prints them: a 33-column name, then each number right-aligned in
+/// 8 after a space (wider when it has more digits), never abbreviated to K/M/G.
+pub fn render_services(report: &ServicesReport, stats: bool) -> String {
+    let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
+    if stats {
+        out += "Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes\n";
+        out += "  -> RemoteAddress:Port\n";
+    } else {
+        out += "Prot LocalAddress:Port Scheduler Flags\n";
+        out += "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n";
+    }
+    for s in &report.services {
+        let proto = s.proto.to_uppercase();
+        let local = format!("{}:{}", s.vip, s.port);
+        if stats {
+            let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
+            let _ = writeln!(
+                out,
+                "{proto:<4} {local:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                sum(|r| r.connections),
+                sum(|r| r.in_packets),
+                sum(|r| r.out_packets),
+                sum(|r| r.in_bytes),
+                sum(|r| r.out_bytes)
+            );
+        } else {
+            // ipvsadm: "persistent 300" and, for a netmask other than /32, "mask M".
+            let persistent = s
+                .persistence_s
+                .map(|p| match s.persistence_netmask.as_deref() {
+                    Some(m) if m != "255.255.255.255" => format!(" persistent {p} mask {m}"),
+                    _ => format!(" persistent {p}"),
+                })
+                .unwrap_or_default();
+            let _ = writeln!(out, "{proto:<4} {local} {}{persistent}", s.scheduler);
+        }
+        for r in &s.real_servers {
+            let remote = format!("{}:{}", r.ip, r.port);
+            if stats {
+                let _ = writeln!(
+                    out,
+                    "  -> {remote:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    r.connections, r.in_packets, r.out_packets, r.in_bytes, r.out_bytes
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  -> {remote:<28} {:<7} {:<6} {:<10} {:<10}",
+                    ipvsadm_forward(&r.mode),
+                    r.weight,
+                    r.active,
+                    r.inactive
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `-L --rate`, in ipvsadm's layout: per service and real server, connections, packets
+/// and bytes per second each way.
+pub fn render_rates(report: &ServicesReport) -> String {
+    let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
+    out += "Prot LocalAddress:Port                 CPS    InPPS   OutPPS    InBPS   OutBPS\n";
+    out += "  -> RemoteAddress:Port\n";
+    for s in &report.services {
+        let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
+        let local = format!("{}:{}", s.vip, s.port);
+        let _ = writeln!(
+            out,
+            "{:<4} {local:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            s.proto.to_uppercase(),
+            sum(|r| r.cps),
+            sum(|r| r.in_pps),
+            sum(|r| r.out_pps),
+            sum(|r| r.in_bps),
+            sum(|r| r.out_bps)
+        );
+        for r in &s.real_servers {
+            let remote = format!("{}:{}", r.ip, r.port);
+            let _ = writeln!(
+                out,
+                "  -> {remote:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                r.cps, r.in_pps, r.out_pps, r.in_bps, r.out_bps
+            );
+        }
+    }
+    out
+}
+
+/// Connection skew above this (max over average, percent) earns a WARN (seed 000).
+pub const DEFAULT_SKEW_THRESHOLD_PCT: u32 = 300;
+/// In-packets per new connection above this: traffic rides on a few long-lived
+/// connections, and L4 balance is luck (seed 000's rule of thumb, with in-packets as
+/// the L4 proxy for requests).
+pub const PACKETS_PER_CONNECTION_ADVISORY: u64 = 1000;
+
+/// max / average of `values`, in percent (100 = even); 0 without traffic.
+pub fn skew_pct(values: &[u64]) -> u64 {
+    let total: u64 = values.iter().sum();
+    if values.is_empty() || total == 0 {
+        return 0;
+    }
+    let max = *values.iter().max().unwrap();
+    max * 100 * values.len() as u64 / total
+}
+
+/// `sluicectl skew`: per service, each real server's connections (active + inactive,
+/// as `ipvsadm -Lnc` counts them), new connections/s, packets/s and bytes/s, the
+/// max/avg skew of each, a WARN when connection skew passes `threshold_pct`, and an
+/// advisory when in-packets per new connection pass [`PACKETS_PER_CONNECTION_ADVISORY`].
+pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u32) -> String {
+    let mut out = String::new();
+    for s in &report.services {
+        let name = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+        if only.is_some_and(|o| o != format!("{}:{}", s.vip, s.port)) {
+            continue;
+        }
+        let conns: Vec<u64> = s
+            .real_servers
+            .iter()
+            .map(|r| r.active + r.inactive)
+            .collect();
+        let cps: Vec<u64> = s.real_servers.iter().map(|r| r.cps).collect();
+        let pps: Vec<u64> = s
+            .real_servers
+            .iter()
+            .map(|r| r.in_pps + r.out_pps)
+            .collect();
+        let bps: Vec<u64> = s
+            .real_servers
+            .iter()
+            .map(|r| r.in_bps + r.out_bps)
+            .collect();
+        let _ = writeln!(out, "{name} ({})", s.scheduler);
+        let _ = writeln!(
+            out,
+            "  {:<24} {:>8} {:>8} {:>10} {:>12}",
+            "RemoteAddress:Port", "Conns", "CPS", "PPS", "BPS"
+        );
+        for (i, r) in s.real_servers.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  {:<24} {:>8} {:>8} {:>10} {:>12}",
+                format!("{}:{}", r.ip, r.port),
+                conns[i],
+                cps[i],
+                pps[i],
+                bps[i]
+            );
+        }
+        let (sc, scps, spps, sbps) = (
+            skew_pct(&conns),
+            skew_pct(&cps),
+            skew_pct(&pps),
+            skew_pct(&bps),
+        );
+        let _ = writeln!(
+            out,
+            "  skew max/avg: conns {sc}%  cps {scps}%  pps {spps}%  bps {sbps}%"
+        );
+        if sc > u64::from(threshold_pct) {
+            let _ = writeln!(
+                out,
+                "  WARN connection skew {sc}% > {threshold_pct}% on {name}: one real server holds far more connections than the average"
+            );
+        }
+        let (new, inp): (u64, u64) = (
+            cps.iter().sum(),
+            s.real_servers.iter().map(|r| r.in_pps).sum(),
+        );
+        if inp > 0 && (new == 0 || inp / new.max(1) > PACKETS_PER_CONNECTION_ADVISORY) {
+            let per = match inp.checked_div(new) {
+                Some(n) => format!("{n} in-packets per new connection"),
+                None => "no new connections".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  ADVISORY {per} (in-packets are the L4 proxy for requests): traffic rides on few long-lived connections, so L4 balance is luck (seed 000); balance requests at L7 or recycle connections"
+            );
+        }
+    }
+    if out.is_empty() {
+        out = match only {
+            Some(o) => format!("no service {o}\n"),
+            None => "no services\n".to_string(),
+        };
+    }
+    out
+}
+
+/// `-L --timeout`, as ipvsadm prints it.
+pub fn render_timeouts(t: &TimeoutsReport) -> String {
+    format!(
+        "Timeout (tcp tcpfin udp): {} {} {}\n",
+        t.tcp, t.tcpfin, t.udp
+    )
+}
+
+/// `-S`: the services as `ipvsadm-save -n` lines, which `-R` reads back: one `-A` per
+/// service (scheduler, persistence), one `-a` per real server (mode, weight,
+/// thresholds when set), and DPVS's `-P` for FullNAT local addresses. TOA is a
+/// config-file setting and is not saved.
+pub fn render_save(report: &ServicesReport) -> String {
+    let mut out = String::new();
+    for s in &report.services {
+        let flag = if s.proto == "udp" { "-u" } else { "-t" };
+        let service = format!("{flag} {}:{}", s.vip, s.port);
+        let mut line = format!("-A {service} -s {}", s.scheduler);
+        if !s.sched_flags.is_empty() {
+            let _ = write!(line, " -b {}", s.sched_flags);
+        }
+        if let Some(p) = s.persistence_s {
+            let _ = write!(line, " -p {p}");
+            if let Some(mask) = s
+                .persistence_netmask
+                .as_deref()
+                .filter(|m| *m != "255.255.255.255")
+            {
+                let _ = write!(line, " -M {mask}");
+            }
+        }
+        let _ = writeln!(out, "{line}");
+        for r in &s.real_servers {
+            let mode = match r.mode.as_str() {
+                "nat" => "-m",
+                "tun" => "-i",
+                "fullnat" => "-b",
+                _ => "-g",
+            };
+            let mut line = format!("-a {service} -r {}:{} {mode} -w {}", r.ip, r.port, r.weight);
+            if r.upper > 0 {
+                let _ = write!(line, " -x {}", r.upper);
+            }
+            if r.lower > 0 {
+                let _ = write!(line, " -y {}", r.lower);
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        for lip in &s.local_addresses {
+            let _ = writeln!(out, "-P {service} -z {lip}");
+        }
+    }
+    out
+}
+
+/// Renders `--get-laddr` as DPVS's ipvsadm lays it out: the service with the number of
+/// local addresses, then one local address per line in the last column; then, when
+/// there are pools, one line per worker and address with its port counts.
+pub fn render_laddrs(report: &LaddrReport) -> String {
+    let mut out = format!("{:<20} {:<8} {}\n", "VIP:VPORT", "TOTAL", "LIP");
+    let service = format!("{}:{}", report.service.vip, report.service.port);
+    let _ = writeln!(out, "{service:<20} {}", report.local_addresses.len());
+    for lip in &report.local_addresses {
+        let _ = writeln!(out, "{:<20} {:<8} {lip}", "", "");
+    }
+    if !report.pools.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<8} {:<16} {:>8} {:>8} {:>10}",
+            "WORKER", "LIP", "USED", "FREE", "MISS"
+        );
+        for p in &report.pools {
+            let _ = writeln!(
+                out,
+                "{:<8} {:<16} {:>8} {:>8} {:>10}",
+                p.worker,
+                p.lip.to_string(),
+                p.used,
+                p.free,
+                p.misses
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::report::{LaddrPoolStatus, ServiceStatus};
+    use crate::model::ServiceKey;
+    use std::net::Ipv4Addr;
+
+    fn report() -> ServicesReport {
+        ServicesReport {
+            services: vec![ServiceStatus {
+                proto: "tcp".into(),
+                vip: "198.18.1.1".into(),
+                port: 80,
+                scheduler: "rr".into(),
+                persistence_s: None,
+                persistence_netmask: None,
+                sched_flags: String::new(),
+                available: true,
+                real_servers: vec![RealServerStatus {
+                    ip: "198.18.0.11".into(),
+                    port: 80,
+                    weight: 1,
+                    mode: "dr".into(),
+                    active: 2,
+                    inactive: 1,
+                    connections: 3,
+                    in_packets: 15,
+                    in_bytes: 900,
+                    ..Default::default()
+                }],
+                local_addresses: vec!["198.18.0.50".into()],
+                toa: true,
+            }],
+        }
+    }
+
+    #[test]
+    fn save_prints_ipvsadm_save_lines() {
+        let mut r = report();
+        r.services[0].persistence_s = Some(600);
+        r.services[0].persistence_netmask = Some("255.255.255.0".into());
+        r.services[0].real_servers.push(RealServerStatus {
+            ip: "198.18.0.12".into(),
+            port: 8080,
+            weight: 3,
+            mode: "fullnat".into(),
+            upper: 100,
+            lower: 10,
+            ..Default::default()
+        });
+        r.services.push(ServiceStatus {
+            proto: "udp".into(),
+            vip: "198.18.1.2".into(),
+            port: 53,
+            scheduler: "wrr".into(),
+            persistence_s: Some(300),
+            persistence_netmask: Some("255.255.255.255".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            render_save(&r),
+            "-A -t 198.18.1.1:80 -s rr -p 600 -M 255.255.255.0\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.11:80 -g -w 1\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.12:8080 -b -w 3 -x 100 -y 10\n\
+             -P -t 198.18.1.1:80 -z 198.18.0.50\n\
+             -A -u 198.18.1.2:53 -s wrr -p 300\n"
+        );
+        // Every line parses back as the command it stands for.
+        for line in render_save(&r).lines() {
+            let args: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            let parsed = crate::control::ipvsadm::parse(&args).unwrap();
+            assert_eq!(
+                parsed.output,
+                crate::control::ipvsadm::Output::Quiet,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn skew_ratios_warnings_and_the_long_lived_advisory() {
+        assert_eq!(skew_pct(&[47, 6, 5, 4, 4, 3, 3, 2]), 47 * 100 * 8 / 74);
+        assert_eq!(skew_pct(&[10, 10, 10]), 100);
+        assert_eq!(skew_pct(&[0, 0]), 0);
+        let mut r = report();
+        let rs = |ip: &str, active: u64, cps: u64, in_pps: u64| RealServerStatus {
+            ip: ip.into(),
+            port: 80,
+            active,
+            cps,
+            in_pps,
+            ..Default::default()
+        };
+        // Seed 000: 78 long connections, 47 on one server, 6000+ packets/s, no new
+        // connections.
+        r.services[0].real_servers = vec![
+            rs("10.0.3.14", 47, 0, 3600),
+            rs("10.0.3.11", 6, 0, 460),
+            rs("10.0.3.17", 5, 0, 380),
+            rs("10.0.3.12", 4, 0, 300),
+            rs("10.0.3.13", 4, 0, 300),
+            rs("10.0.3.15", 4, 0, 300),
+            rs("10.0.3.16", 4, 0, 300),
+            rs("10.0.3.18", 4, 0, 300),
+        ];
+        let text = render_skew(&r, None, DEFAULT_SKEW_THRESHOLD_PCT);
+        assert!(text.contains("WARN connection skew 482% > 300%"), "{text}");
+        assert!(text.contains("ADVISORY no new connections"), "{text}");
+        let calm = render_skew(&r, None, 500);
+        assert!(!calm.contains("WARN"), "{calm}");
+        // Many new connections for the packets: no advisory.
+        for s in &mut r.services[0].real_servers {
+            s.cps = 100;
+        }
+        assert!(!render_skew(&r, None, 300).contains("ADVISORY"));
+        assert_eq!(
+            render_skew(&r, Some("198.18.9.9:80"), 300),
+            "no service 198.18.9.9:80\n"
+        );
+    }
+
+    #[test]
+    fn rates_render_in_ipvsadm_layout() {
+        let mut r = report();
+        r.services[0].real_servers[0].cps = 12;
+        r.services[0].real_servers[0].in_pps = 340;
+        let text = render_rates(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "Prot",
+                "LocalAddress:Port",
+                "CPS",
+                "InPPS",
+                "OutPPS",
+                "InBPS",
+                "OutBPS"
+            ]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["TCP", "198.18.1.1:80", "12", "340", "0", "0", "0"]
+        );
+        assert_eq!(
+            lines[4].split_whitespace().collect::<Vec<_>>(),
+            ["->", "198.18.0.11:80", "12", "340", "0", "0", "0"]
+        );
+    }
+
+    #[test]
+    fn timeouts_render_as_ipvsadm() {
+        let t = TimeoutsReport {
+            tcp: 900,
+            tcpfin: 120,
+            udp: 300,
+        };
+        assert_eq!(
+            render_timeouts(&t),
+            "Timeout (tcp tcpfin udp): 900 120 300\n"
+        );
+    }
+
+    #[test]
+    fn list_shows_persistence_and_its_mask_as_ipvsadm() {
+        let mut r = report();
+        r.services[0].persistence_s = Some(300);
+        r.services[0].persistence_netmask = Some("255.255.255.255".into());
+        assert_eq!(
+            render_services(&r, false).lines().nth(3),
+            Some("TCP  198.18.1.1:80 rr persistent 300")
+        );
+        r.services[0].persistence_netmask = Some("255.255.0.0".into());
+        assert_eq!(
+            render_services(&r, false).lines().nth(3),
+            Some("TCP  198.18.1.1:80 rr persistent 300 mask 255.255.0.0")
+        );
+    }
+
+    #[test]
+    fn list_matches_ipvsadm_columns() {
+        let text = render_services(&report(), false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "Prot LocalAddress:Port Scheduler Flags");
+        assert_eq!(lines[3], "TCP  198.18.1.1:80 rr");
+        assert_eq!(
+            lines[4],
+            "  -> 198.18.0.11:80               Route   1      2          1         "
+        );
+        // The seed-000 pipeline: the last field of each real-server line is InActConn.
+        assert_eq!(lines[4].split_whitespace().last(), Some("1"));
+    }
+
+    #[test]
+    fn local_addresses_and_toa_stay_out_of_the_ipvsadm_text() {
+        let mut bare = report();
+        bare.services[0].local_addresses.clear();
+        bare.services[0].toa = false;
+        for stats in [false, true] {
+            assert_eq!(
+                render_services(&report(), stats),
+                render_services(&bare, stats)
+            );
+        }
+    }
+
+    #[test]
+    fn services_report_json_carries_local_addresses_and_defaults_without_them() {
+        let json = serde_json::to_value(report()).unwrap();
+        assert_eq!(
+            json["services"][0]["local_addresses"],
+            serde_json::json!(["198.18.0.50"])
+        );
+        assert_eq!(json["services"][0]["toa"], serde_json::json!(true));
+        let back: ServicesReport = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, report());
+        // A reply from a daemon that predates them still parses.
+        let mut old = json;
+        let service = old["services"][0].as_object_mut().unwrap();
+        service.remove("local_addresses");
+        service.remove("toa");
+        let back: ServicesReport = serde_json::from_value(old).unwrap();
+        assert!(back.services[0].local_addresses.is_empty());
+        assert!(!back.services[0].toa);
+    }
+
+    #[test]
+    fn laddr_pools_render_per_worker_after_the_addresses() {
+        let report = LaddrReport {
+            service: ServiceKey::new(
+                crate::model::Protocol::Tcp,
+                Ipv4Addr::new(198, 18, 1, 1),
+                80,
+            ),
+            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50)],
+            pools: vec![
+                LaddrPoolStatus {
+                    worker: 0,
+                    lip: Ipv4Addr::new(198, 18, 0, 50),
+                    used: 3,
+                    free: 32253,
+                    misses: 0,
+                },
+                LaddrPoolStatus {
+                    worker: 1,
+                    lip: Ipv4Addr::new(198, 18, 0, 50),
+                    used: 8,
+                    free: 0,
+                    misses: 12,
+                },
+            ],
+        };
+        let text = render_laddrs(&report);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("WORKER"))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec!["WORKER", "LIP", "USED", "FREE", "MISS"],
+                vec!["0", "198.18.0.50", "3", "32253", "0"],
+                vec!["1", "198.18.0.50", "8", "0", "12"],
+            ]
+        );
+    }
+
+    #[test]
+    fn laddrs_render_one_per_line_under_the_service() {
+        let report = LaddrReport {
+            service: ServiceKey::new(
+                crate::model::Protocol::Tcp,
+                Ipv4Addr::new(198, 18, 1, 1),
+                80,
+            ),
+            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
+            pools: Vec::new(),
+        };
+        let expected: String = [
+            "VIP:VPORT            TOTAL    LIP",
+            "198.18.1.1:80        2",
+            "                              198.18.0.50",
+            "                              198.18.0.51",
+        ]
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect();
+        assert_eq!(render_laddrs(&report), expected);
+        let text = render_laddrs(&report);
+        let lips: Vec<&str> = text
+            .lines()
+            .skip(2)
+            .map(|l| l.split_whitespace().last().unwrap())
+            .collect();
+        assert_eq!(lips, ["198.18.0.50", "198.18.0.51"]);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "service": {"proto": "tcp", "vip": "198.18.1.1", "port": 80},
+                "local_addresses": ["198.18.0.50", "198.18.0.51"],
+                "pools": []
+            })
+        );
+        let empty = LaddrReport {
+            local_addresses: Vec::new(),
+            ..report
+        };
+        assert_eq!(
+            render_laddrs(&empty),
+            "VIP:VPORT            TOTAL    LIP\n198.18.1.1:80        0\n"
+        );
+    }
+
+    #[test]
+    fn stats_sum_real_servers_into_the_service_line() {
+        let text = render_services(&report(), true);
+        let service = text.lines().find(|l| l.starts_with("TCP")).unwrap();
+        let fields: Vec<&str> = service.split_whitespace().collect();
+        assert_eq!(fields, ["TCP", "198.18.1.1:80", "3", "15", "0", "900", "0"]);
+    }
+}
+
+/// Whole-text golden outputs for the ipvsadm listings. The expected text follows
+/// ipvsadm's printf layouts (`%-33s` service names, `  -> %-28s` real servers, numbers
+/// as `%9llu` in exact mode, `%-7s %-6d %-10u %-10u` for the -Ln columns), so a script
+/// that slices ipvsadm's columns by position reads Sluice's the same way.
+#[cfg(test)]
+mod ipvsadm_golden {
+    use super::*;
+    use crate::control::report::ServiceStatus;
+
+    fn rs(ip: &str, port: u16, mode: &str, weight: u32) -> RealServerStatus {
+        RealServerStatus {
+            ip: ip.into(),
+            port,
+            mode: mode.into(),
+            weight,
+            ..Default::default()
+        }
+    }
+
+    fn report() -> ServicesReport {
+        let mut a = rs("198.18.0.11", 8080, "nat", 3);
+        (a.active, a.inactive) = (120, 7);
+        (a.connections, a.in_packets, a.out_packets) = (127, 4400, 4100);
+        (a.in_bytes, a.out_bytes) = (290_000, 123_456_000);
+        (a.cps, a.in_pps, a.out_pps, a.in_bps, a.out_bps) = (12, 340, 320, 21_760, 2_048_000);
+        let mut b = rs("198.18.0.12", 8080, "nat", 0);
+        (b.connections, b.in_packets, b.out_packets) = (3, 100, 100);
+        (b.in_bytes, b.out_bytes) = (10_000, 789);
+        let mut c = rs("198.18.0.21", 53, "dr", 1);
+        (c.active, c.inactive) = (5, 12);
+        (c.connections, c.in_packets, c.out_packets) = (17, 34, 34);
+        (c.in_bytes, c.out_bytes) = (2040, 2040);
+        ServicesReport {
+            services: vec![
+                ServiceStatus {
+                    proto: "tcp".into(),
+                    vip: "198.18.1.1".into(),
+                    port: 80,
+                    scheduler: "wrr".into(),
+                    available: true,
+                    real_servers: vec![a, b],
+                    ..Default::default()
+                },
+                ServiceStatus {
+                    proto: "udp".into(),
+                    vip: "198.18.1.2".into(),
+                    port: 53,
+                    scheduler: "sh".into(),
+                    persistence_s: Some(300),
+                    persistence_netmask: Some("255.255.255.0".into()),
+                    available: true,
+                    real_servers: vec![c],
+                    ..Default::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn list_numeric() {
+        assert_eq!(
+            render_services(&report(), false),
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port Scheduler Flags\n  \
+             -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n\
+             TCP  198.18.1.1:80 wrr\n  \
+             -> 198.18.0.11:8080             Masq    3      120        7         \n  \
+             -> 198.18.0.12:8080             Masq    0      0          0         \n\
+             UDP  198.18.1.2:53 sh persistent 300 mask 255.255.255.0\n  \
+             -> 198.18.0.21:53               Route   1      5          12        \n"
+        );
+    }
+
+    #[test]
+    fn list_stats() {
+        // The service line sums its real servers; a 9-digit count widens its column
+        // by one, as `ipvsadm --exact` does.
+        assert_eq!(
+            render_services(&report(), true),
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes\n  \
+             -> RemoteAddress:Port\n\
+             TCP  198.18.1.1:80                     130     4500     4200   300000 123456789\n  \
+             -> 198.18.0.11:8080                  127     4400     4100   290000 123456000\n  \
+             -> 198.18.0.12:8080                    3      100      100    10000      789\n\
+             UDP  198.18.1.2:53                      17       34       34     2040     2040\n  \
+             -> 198.18.0.21:53                     17       34       34     2040     2040\n"
+        );
+    }
+
+    #[test]
+    fn list_rate() {
+        assert_eq!(
+            render_rates(&report()),
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port                 CPS    InPPS   OutPPS    InBPS   OutBPS\n  \
+             -> RemoteAddress:Port\n\
+             TCP  198.18.1.1:80                      12      340      320    21760  2048000\n  \
+             -> 198.18.0.11:8080                   12      340      320    21760  2048000\n  \
+             -> 198.18.0.12:8080                    0        0        0        0        0\n\
+             UDP  198.18.1.2:53                       0        0        0        0        0\n  \
+             -> 198.18.0.21:53                      0        0        0        0        0\n"
+        );
+    }
+
+    #[test]
+    fn timeouts() {
+        let t = TimeoutsReport {
+            tcp: 900,
+            tcpfin: 120,
+            udp: 300,
+        };
+        assert_eq!(
+            render_timeouts(&t),
+            "Timeout (tcp tcpfin udp): 900 120 300\n"
+        );
+    }
+
+    #[test]
+    fn save() {
+        assert_eq!(
+            render_save(&report()),
+            "-A -t 198.18.1.1:80 -s wrr\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.11:8080 -m -w 3\n\
+             -a -t 198.18.1.1:80 -r 198.18.0.12:8080 -m -w 0\n\
+             -A -u 198.18.1.2:53 -s sh -p 300 -M 255.255.255.0\n\
+             -a -u 198.18.1.2:53 -r 198.18.0.21:53 -g -w 1\n"
+        );
+    }
+}

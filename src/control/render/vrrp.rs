@@ -1,0 +1,77 @@
+//! `sluicectl vrrp` as text.
+use crate::control::report::VrrpReport;
+
+/// `sluicectl vrrp`.
+pub fn render_vrrp(r: &VrrpReport) -> String {
+    let s = &r.stats;
+    // No master heard prints as JSON's null, as it always has.
+    let master_priority = r
+        .master_priority
+        .map_or_else(|| "null".to_string(), |p| p.to_string());
+    format!(
+        "VRRP vrid {} {} (priority {}, advert {} ms, preempt {}) from {} for {:.1}s\n\
+         master heard: {} (priority {})\n\
+         adverts sent {} received {} rejected {}; gratuitous ARP {}; transitions {}\n",
+        r.vrid,
+        r.state,
+        r.priority,
+        r.advert_interval_ms,
+        r.preempt,
+        r.primary,
+        r.since_change_ms as f64 / 1000.0,
+        r.master.as_deref().unwrap_or("-"),
+        master_priority,
+        s.adverts_sent,
+        s.adverts_received,
+        s.adverts_rejected,
+        s.gratuitous_arps_sent,
+        s.transitions
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_vrrp;
+    use crate::control::report::{VrrpReport, VrrpStats};
+
+    fn vrrp() -> VrrpReport {
+        VrrpReport {
+            vrid: 51,
+            state: "BACKUP".into(),
+            priority: 100,
+            advert_interval_ms: 1000,
+            preempt: true,
+            primary: "198.18.0.2".into(),
+            master: Some("198.18.0.1".into()),
+            master_priority: Some(200),
+            since_change_ms: 12_345,
+            stats: VrrpStats {
+                adverts_sent: 1,
+                adverts_received: 40,
+                adverts_rejected: 2,
+                gratuitous_arps_sent: 3,
+                transitions: 4,
+            },
+        }
+    }
+
+    #[test]
+    fn vrrp_shows_state_master_heard_and_counters() {
+        let mut r = vrrp();
+        assert_eq!(
+            render_vrrp(&r),
+            "VRRP vrid 51 BACKUP (priority 100, advert 1000 ms, preempt true) from 198.18.0.2 for 12.3s\n\
+             master heard: 198.18.0.1 (priority 200)\n\
+             adverts sent 1 received 40 rejected 2; gratuitous ARP 3; transitions 4\n"
+        );
+        r.master = None;
+        r.master_priority = None;
+        assert!(
+            render_vrrp(&r).contains("\nmaster heard: - (priority null)\n"),
+            "{}",
+            render_vrrp(&r)
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(serde_json::from_value::<VrrpReport>(json).unwrap(), r);
+    }
+}

@@ -1,0 +1,31 @@
+//! `-Lnc`: the workers' sessions.
+use serde::{Deserialize, Serialize};
+
+/// `-Lnc`: the sessions of every worker.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConnectionsReport {
+    pub connections: Vec<ConnectionStatus>,
+    /// More sessions exist than the listing's bound allowed.
+    pub truncated: bool,
+}
+
+/// One session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionStatus {
+    /// The worker whose table holds the session (DPVS's `[lcore]`); none for a
+    /// persistence template (shared by all workers).
+    pub worker: Option<u16>,
+    /// `"tcp"` or `"udp"`.
+    pub proto: String,
+    /// Seconds until it expires unless a packet refreshes it.
+    pub expires_s: u32,
+    /// IPVS state name.
+    pub state: String,
+    pub client: String,
+    #[serde(rename = "virtual")]
+    pub virtual_service: String,
+    /// FullNAT: the local address and port the real server sees.
+    #[serde(default)]
+    pub local: Option<String>,
+    pub destination: String,
+}

@@ -1,0 +1,19 @@
+//! The reports the daemon builds and `sluicectl` renders, one module per family, each
+//! type both serializable (the daemon's JSON, `sluicectl --json`) and deserializable
+//! (`sluicectl` reads a reply into its type, so a reply of another shape is an error).
+//! Health, VRRP and sync reports are built next to their state (`crate::health`,
+//! `crate::ha`) and re-exported here.
+pub mod connections;
+pub mod events;
+pub mod services;
+pub mod status;
+
+pub use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStats};
+pub use crate::ha::vrrp::node::{VrrpReport, VrrpStats};
+pub use crate::health::{HealthReport, MonitorStats, TargetReport};
+pub use connections::{ConnectionStatus, ConnectionsReport};
+pub use events::{EventLine, EventsReport};
+pub use services::{
+    LaddrPoolStatus, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport, TimeoutsReport,
+};
+pub use status::{AdoptionReport, LcoreStatus, PortStatus, StatusReport, XstatsReport};

@@ -1,0 +1,113 @@
+//! The ipvsadm-style listings of the service table: `-L` (services and real servers
+//! with counters and rates, also read by `sluicectl skew` and `-S`), `-L --timeout`
+//! and `--get-laddr`.
+use crate::model::ServiceKey;
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+
+/// `sluicectl -L`: virtual services, their real servers and counters summed over
+/// workers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServicesReport {
+    pub services: Vec<ServiceStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// "tcp" or "udp".
+    pub proto: String,
+    pub vip: String,
+    pub port: u16,
+    pub scheduler: String,
+    /// Persistence timeout in seconds, when set (`-p`).
+    pub persistence_s: Option<u32>,
+    /// Persistence netmask (`-M`), when persistence is set.
+    #[serde(default)]
+    pub persistence_netmask: Option<String>,
+    /// Scheduler flags (`-b`), comma-separated; empty when none.
+    #[serde(default)]
+    pub sched_flags: String,
+    /// Whether some real server can take a new connection (weight > 0); when not,
+    /// new connections are dropped and an `lb=alert` line was logged.
+    #[serde(default)]
+    pub available: bool,
+    pub real_servers: Vec<RealServerStatus>,
+    /// FullNAT local addresses (`--add-laddr`), in the order they were added. Only in
+    /// the JSON: the ipvsadm text layout has no place for them (see `--get-laddr`).
+    #[serde(default)]
+    pub local_addresses: Vec<String>,
+    /// Whether TOA (the client address as a TCP option) is on for FullNAT sessions.
+    #[serde(default)]
+    pub toa: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RealServerStatus {
+    pub ip: String,
+    pub port: u16,
+    pub weight: u32,
+    /// "dr", "nat", "tun" or "fullnat".
+    pub mode: String,
+    pub active: u64,
+    pub inactive: u64,
+    pub connections: u64,
+    pub in_packets: u64,
+    pub out_packets: u64,
+    pub in_bytes: u64,
+    pub out_bytes: u64,
+    /// Connection thresholds (`-x`, `-y`); 0 = none.
+    #[serde(default)]
+    pub upper: u32,
+    #[serde(default)]
+    pub lower: u32,
+    /// Per second over the listing's window (`-L --rate`: 2 s, as IPVS).
+    #[serde(default)]
+    pub cps: u64,
+    #[serde(default)]
+    pub in_pps: u64,
+    #[serde(default)]
+    pub out_pps: u64,
+    #[serde(default)]
+    pub in_bps: u64,
+    #[serde(default)]
+    pub out_bps: u64,
+    /// Evicted by health checking (no new connections; the weight stays).
+    #[serde(default)]
+    pub evicted: bool,
+    /// Times health checking evicted it.
+    #[serde(default)]
+    pub evictions: u64,
+}
+
+/// `-L --timeout`: the session timeouts in seconds, as ipvsadm names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutsReport {
+    pub tcp: u32,
+    pub tcpfin: u32,
+    pub udp: u32,
+}
+
+/// `--get-laddr`: one service's FullNAT local addresses, in the order they were added,
+/// and each worker's port pool on each of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaddrReport {
+    pub service: ServiceKey,
+    pub local_addresses: Vec<Ipv4Addr>,
+    /// Per worker and local address (as DPVS's `dpip addr show -s` per lcore); empty
+    /// when the service has no FullNAT real server (no pools) or before traffic.
+    #[serde(default)]
+    pub pools: Vec<LaddrPoolStatus>,
+}
+
+/// One worker's ports on one local address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaddrPoolStatus {
+    pub worker: u16,
+    pub lip: Ipv4Addr,
+    /// Ports this worker has in use on the address.
+    pub used: u32,
+    /// Ports of this worker's share not in use.
+    pub free: u32,
+    /// Allocations on this address that found no suitable free port.
+    pub misses: u64,
+}
