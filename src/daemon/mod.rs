@@ -90,96 +90,65 @@ struct Appliance {
 type ControlCall = (Request, Sender<Result<serde_json::Value, String>>);
 
 /// Runs the appliance until a signal or the duration ends it.
-pub fn run(opts: &Options) -> Result<(), String> {
-    let cfg = Config::load(&opts.config).map_err(|e| e.to_string())?;
-    // Before the EAL: a config this machine cannot run leaves nothing behind.
-    let _instance_locks = preflight::check(&cfg)?;
-    signals::install().map_err(|e| format!("installing signal handlers: {e}"))?;
-    let started = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let counters: Vec<Arc<WorkerCounters>> = cfg
-        .lcores
-        .workers
-        .iter()
-        .map(|_| Arc::new(WorkerCounters::default()))
-        .collect();
+/// Why the appliance did not start. Each step of [`run`] fails with its own variant;
+/// the message is the step's own (it names the file, line and field, the device, or
+/// the resource), so `sluice: <message>` says what to fix.
+#[derive(Debug)]
+pub enum StartError {
+    /// The config file could not be read or is not valid.
+    Config(String),
+    /// This machine cannot run this config (memory, lcores, another instance).
+    Preflight(String),
+    Signals(std::io::Error),
+    /// The services of the config do not build a service table.
+    Services(String),
+    /// The EAL, a port, the mempool or the rings.
+    Devices(String),
+    /// A worker could not be built or launched.
+    Workers(String),
+    /// The control socket, the metrics listener or session sync's sockets.
+    Control(String),
+}
 
-    let mut services = Services::from_config(&cfg)?;
-    let publisher = SnapshotPublisher::new(
-        Snapshot::build(1, &services.table)
-            .with_timeouts(services.timeouts)
-            .with_serving_vips(services.serving_vips)
-            .with_extra_addresses(&services.vrrp_addresses),
-    );
-    services.generation = 1;
-    services.alert_on_unavailable();
-    let real_servers: Vec<Arc<Box<[RealServerCounters]>>> = cfg
-        .lcores
-        .workers
-        .iter()
-        .map(|_| Arc::new(realserver_stats::new_table()))
-        .collect();
-
-    let mailboxes: Vec<Arc<Mailbox>> = cfg
-        .lcores
-        .workers
-        .iter()
-        .map(|_| Arc::new(Mailbox::default()))
-        .collect();
-    let persist = Arc::new(PersistTable::with_capacity(PERSIST_TEMPLATES));
-    let sync_rings: Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>> =
-        cfg.sync.as_ref().map(|_| {
-            Arc::new(
-                cfg.lcores
-                    .workers
-                    .iter()
-                    .map(|_| {
-                        crate::dataplane::sync_events::EventRing::with_capacity(SYNC_RING_EVENTS)
-                    })
-                    .collect(),
-            )
-        });
-    let mut app = bring_up(&cfg)?;
-    let shared = Shared {
-        counters: &counters,
-        real_servers: &real_servers,
-        publisher: &publisher,
-        stop: &stop,
-        mailboxes: &mailboxes,
-        persist: &persist,
-        sync_rings: &sync_rings,
-    };
-    launch_workers(&cfg, &mut app, &shared)?;
-    // From here on, only the management loop touches the registry.
-    let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
-    let metrics_server = match cfg.control.metrics {
-        Some(addr) => metrics::MetricsServer::spawn(addr, control_handler(calls_tx.clone()))
-            .map(Some)
-            .map_err(|e| format!("{}: control.metrics {addr}: {e}", cfg.path.display())),
-        None => Ok(None),
-    };
-    let server = metrics_server.and_then(|m| {
-        ControlServer::spawn_with_group(
-            &cfg.control.socket,
-            control_handler(calls_tx),
-            Default::default(),
-            cfg.control.group.as_ref().map(|g| g.gid),
-        )
-        .map(|s| (s, m))
-        .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))
-    });
-    let (server, metrics_server) = match server {
-        Ok(s) => s,
-        Err(e) => {
-            stop.store(true, Ordering::SeqCst);
-            join_workers(&cfg);
-            return Err(e);
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Signals(e) => write!(f, "installing signal handlers: {e}"),
+            StartError::Config(m)
+            | StartError::Preflight(m)
+            | StartError::Services(m)
+            | StartError::Devices(m)
+            | StartError::Workers(m)
+            | StartError::Control(m) => f.write_str(m),
         }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Runs the appliance until a signal or `opts.duration`: each start-up step in turn
+/// (config, preflight, shared state, devices, workers, control, management state),
+/// then the management loop, then an orderly shutdown.
+pub fn run(opts: &Options) -> Result<(), StartError> {
+    let cfg = Config::load(&opts.config).map_err(|e| StartError::Config(e.to_string()))?;
+    // Before the EAL: a config this machine cannot run leaves nothing behind.
+    let _instance_locks = preflight::check(&cfg).map_err(StartError::Preflight)?;
+    signals::install().map_err(StartError::Signals)?;
+    let started = Instant::now();
+    let state = SharedState::new(&cfg).map_err(StartError::Services)?;
+    let mut app = bring_up(&cfg).map_err(StartError::Devices)?;
+    launch_workers(&cfg, &mut app, &state.for_workers()).map_err(StartError::Workers)?;
+    // From here on, a failure must stop the workers it launched.
+    let stop_workers = |e: StartError| {
+        state.stop.store(true, Ordering::SeqCst);
+        join_workers(&cfg);
+        e
     };
+    let control = start_control(&cfg).map_err(|e| stop_workers(StartError::Control(e)))?;
     log::info!(
         "sluice up: {} port(s), {} worker(s), control socket {}",
         app.ports.len(),
-        counters.len(),
+        state.counters.len(),
         cfg.control.socket.display()
     );
     let stats_interval = opts.stats_interval.or_else(|| {
@@ -188,64 +157,25 @@ pub fn run(opts: &Options) -> Result<(), String> {
             .map(|_| Duration::from_millis(cfg.loopback.stats_interval_ms))
     });
     let mut view = stats::StatsView::new(&cfg, started);
-    let health_source = cfg
-        .health_source()
-        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+    let SharedState {
+        counters,
+        services,
+        publisher,
+        real_servers,
+        mailboxes,
+        persist,
+        sync_rings,
+        stop,
+    } = state;
     let mut registry = Registry {
-        health: HealthMonitor::new(
-            cfg.health.clone(),
-            health_source,
-            cfg.health_overrides(),
-            // Different appliances probe at different moments.
-            u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
-        ),
-        vrrp: cfg.vrrp.as_ref().map(|v| {
-            let primary = v
-                .source
-                .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
-                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
-            crate::ha::vrrp::node::VrrpNode::new(
-                crate::ha::vrrp::router::VrrpConfig {
-                    vrid: v.vrid,
-                    priority: v.priority,
-                    advert_interval_cs: (v.advert_interval_ms / 10) as u16,
-                    preempt: v.preempt,
-                    primary_addr: primary,
-                },
-                crate::wire::MacAddr(app.ports[0].mac),
-            )
-        }),
+        health: health_monitor(&cfg, started),
+        vrrp: vrrp_node(&cfg, &app),
         vrrp_started: false,
-        sync: match (&cfg.sync, &sync_rings) {
-            (Some(settings), Some(rings)) => {
-                let view = rss_view(&app, 0);
-                let node = sync::SyncNode::bind(
-                    settings,
-                    rings.clone(),
-                    (view.toeplitz, view.reta, view.fields),
-                    persist.clone(),
-                    cfg.sessions.tick_ms,
-                    crate::wire::MacAddr(app.ports[0].mac),
-                );
-                match node {
-                    Ok(node) => {
-                        if let Some(port) = &settings.port {
-                            log::info!(
-                                "sync: through port {port} as {} (no kernel socket)",
-                                settings.listen
-                            );
-                        }
-                        Some((node, settings.listen))
-                    }
-                    Err(e) => {
-                        stop.store(true, Ordering::SeqCst);
-                        join_workers(&cfg);
-                        return Err(e);
-                    }
-                }
-            }
-            _ => None,
-        },
+        sync: sync_node(&cfg, &app, sync_rings.as_ref(), &persist).map_err(|e| {
+            stop.store(true, Ordering::SeqCst);
+            join_workers(&cfg);
+            StartError::Control(e)
+        })?,
         started,
         services,
         publisher,
@@ -260,31 +190,201 @@ pub fn run(opts: &Options) -> Result<(), String> {
         &mut app,
         &counters,
         &mut registry,
-        &calls_rx,
+        &control.calls,
         &mut view,
         opts.duration,
         stats_interval,
         started,
     );
-
     log::info!("shutting down");
     registry.stop_vrrp(app.plane());
-    drop(server);
-    drop(metrics_server);
-    // The emulated network goes quiet first and the workers get a moment to finish
-    // what is in their rings, so the final counts on both sides describe the same
-    // packets.
+    drop(control);
+    shut_down(&cfg, app, &stop, &counters, &mut view);
+    Ok(())
+}
+
+/// What the management core and the workers share, built from the config before any
+/// device: counters, the service table and its first snapshot, the real servers'
+/// counters, the mailboxes, the persistence templates and the sync event rings.
+struct SharedState {
+    counters: Vec<Arc<WorkerCounters>>,
+    services: Services,
+    publisher: SnapshotPublisher,
+    real_servers: Vec<Arc<Box<[RealServerCounters]>>>,
+    mailboxes: Vec<Arc<Mailbox>>,
+    persist: Arc<PersistTable>,
+    sync_rings: Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl SharedState {
+    fn new(cfg: &Config) -> Result<SharedState, String> {
+        let workers = cfg.lcores.workers.len();
+        let mut services = Services::from_config(cfg)?;
+        let publisher = SnapshotPublisher::new(
+            Snapshot::build(1, &services.table)
+                .with_timeouts(services.timeouts)
+                .with_serving_vips(services.serving_vips)
+                .with_extra_addresses(&services.vrrp_addresses),
+        );
+        services.generation = 1;
+        services.alert_on_unavailable();
+        Ok(SharedState {
+            counters: (0..workers)
+                .map(|_| Arc::new(WorkerCounters::default()))
+                .collect(),
+            services,
+            publisher,
+            real_servers: (0..workers)
+                .map(|_| Arc::new(realserver_stats::new_table()))
+                .collect(),
+            mailboxes: (0..workers).map(|_| Arc::new(Mailbox::default())).collect(),
+            persist: Arc::new(PersistTable::with_capacity(PERSIST_TEMPLATES)),
+            sync_rings: cfg.sync.as_ref().map(|_| {
+                Arc::new(
+                    (0..workers)
+                        .map(|_| {
+                            crate::dataplane::sync_events::EventRing::with_capacity(
+                                SYNC_RING_EVENTS,
+                            )
+                        })
+                        .collect(),
+                )
+            }),
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// What each worker is built with.
+    fn for_workers(&self) -> Shared<'_> {
+        Shared {
+            counters: &self.counters,
+            real_servers: &self.real_servers,
+            publisher: &self.publisher,
+            stop: &self.stop,
+            mailboxes: &self.mailboxes,
+            persist: &self.persist,
+            sync_rings: &self.sync_rings,
+        }
+    }
+}
+
+/// The control socket and, if configured, the metrics listener; both hand their
+/// requests to the management loop through one channel.
+fn start_control(cfg: &Config) -> Result<ControlEnds, String> {
+    let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
+    let metrics_server = match cfg.control.metrics {
+        Some(addr) => Some(
+            metrics::MetricsServer::spawn(addr, control_handler(calls_tx.clone()))
+                .map_err(|e| format!("{}: control.metrics {addr}: {e}", cfg.path.display()))?,
+        ),
+        None => None,
+    };
+    let server = ControlServer::spawn_with_group(
+        &cfg.control.socket,
+        control_handler(calls_tx),
+        Default::default(),
+        cfg.control.group.as_ref().map(|g| g.gid),
+    )
+    .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))?;
+    Ok(ControlEnds {
+        calls: calls_rx,
+        _server: server,
+        _metrics_server: metrics_server,
+    })
+}
+
+/// The listeners of the control socket and the metrics endpoint (each stops its
+/// threads when dropped), and the requests they hand the management loop.
+struct ControlEnds {
+    calls: channel::Receiver<ControlCall>,
+    _server: ControlServer,
+    _metrics_server: Option<metrics::MetricsServer>,
+}
+
+/// The health monitor, probing from the config's source address.
+fn health_monitor(cfg: &Config, started: Instant) -> HealthMonitor {
+    let source = cfg
+        .health_source()
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+    HealthMonitor::new(
+        cfg.health.clone(),
+        source,
+        cfg.health_overrides(),
+        // Different appliances probe at different moments.
+        u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
+    )
+}
+
+/// The VRRP node of `[vrrp]`, on the first port.
+fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::VrrpNode> {
+    let v = cfg.vrrp.as_ref()?;
+    let primary = v
+        .source
+        .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+    Some(crate::ha::vrrp::node::VrrpNode::new(
+        crate::ha::vrrp::router::VrrpConfig {
+            vrid: v.vrid,
+            priority: v.priority,
+            advert_interval_cs: (v.advert_interval_ms / 10) as u16,
+            preempt: v.preempt,
+            primary_addr: primary,
+        },
+        crate::wire::MacAddr(app.ports[0].mac),
+    ))
+}
+
+/// The session sync node of `[sync]`, bound to its sockets (or to its port).
+fn sync_node(
+    cfg: &Config,
+    app: &Appliance,
+    rings: Option<&Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
+    persist: &Arc<PersistTable>,
+) -> Result<Option<(sync::SyncNode, std::net::SocketAddrV4)>, String> {
+    let (Some(settings), Some(rings)) = (&cfg.sync, rings) else {
+        return Ok(None);
+    };
+    let view = rss_view(app, 0);
+    let node = sync::SyncNode::bind(
+        settings,
+        rings.clone(),
+        (view.toeplitz, view.reta, view.fields),
+        persist.clone(),
+        cfg.sessions.tick_ms,
+        crate::wire::MacAddr(app.ports[0].mac),
+    )?;
+    if let Some(port) = &settings.port {
+        log::info!(
+            "sync: through port {port} as {} (no kernel socket)",
+            settings.listen
+        );
+    }
+    Ok(Some((node, settings.listen)))
+}
+
+/// After the management loop: the emulated network goes quiet first and the workers
+/// get a moment to finish what is in their rings, so the final counts on both sides
+/// describe the same packets; then the workers stop, the final statistics are
+/// printed and the ports stop before the rest is dropped.
+fn shut_down(
+    cfg: &Config,
+    mut app: Appliance,
+    stop: &AtomicBool,
+    counters: &[Arc<WorkerCounters>],
+    view: &mut stats::StatsView,
+) {
     let final_stats = app.emulator.take().map(|em| {
         let stats = em.stop();
         std::thread::sleep(Duration::from_millis(200));
         stats
     });
     stop.store(true, Ordering::SeqCst);
-    join_workers(&cfg);
+    join_workers(cfg);
     if let Some(stats) = final_stats {
         println!("{}", stats.summary());
     }
-    view.print(&app.ports, &counters, None);
+    view.print(&app.ports, counters, None);
     for p in &mut app.ports {
         if let Err(e) = p.port.stop() {
             log::warn!("{e}");
@@ -292,7 +392,6 @@ pub fn run(opts: &Options) -> Result<(), String> {
     }
     drop(app);
     log::info!("sluice stopped");
-    Ok(())
 }
 
 fn bring_up(cfg: &Config) -> Result<Appliance, String> {
