@@ -22,7 +22,9 @@ use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, RssView};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
-use crate::dataplane::mesh::{Mesh, HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE};
+use crate::dataplane::mesh::{
+    Injected, Mesh, HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE,
+};
 use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
@@ -837,14 +839,16 @@ struct Registry {
     sync: Option<(sync::SyncNode, std::net::SocketAddrV4)>,
 }
 
-/// Queues one frame of the management core's for worker 0 to transmit.
-fn inject(plane: sync::Plane, frame: &[u8]) -> bool {
+/// Queues one frame of the management core's, of kind `kind`, for worker 0 to
+/// transmit.
+fn inject(plane: sync::Plane, kind: Injected, frame: &[u8]) -> bool {
     let pool = plane.pool;
     let mut out = Burst::new();
     if !out.alloc_from(pool, 1) || !out.set_packet_len(0, frame.len() as u16) {
         return false;
     }
     out.packet_mut(0).copy_from_slice(frame);
+    out.set_user_tag(0, kind.tag());
     // A full ring leaves the mbuf in `out`, which frees it.
     plane.inject.enqueue(&mut out) == 1
 }
@@ -868,7 +872,7 @@ fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
     addrs.sort_unstable();
     addrs.dedup();
     let plane = app.plane();
-    let mut send = |frame: &[u8]| inject(plane, frame);
+    let mut send = |frame: &[u8]| inject(plane, Injected::Addressed, frame);
     let sent = crate::ha::vrrp::node::send_gratuitous_arps(
         crate::wire::MacAddr(port.mac),
         &addrs,
@@ -999,7 +1003,8 @@ impl Registry {
     /// and published as a new snapshot.
     fn tick_health(&mut self, plane: sync::Plane) {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        let mut send = |frame: &[u8]| inject(plane, frame);
+        let mut send_probe = |frame: &[u8]| inject(plane, Injected::HealthProbe, frame);
+        let mut send_vrrp = |frame: &[u8]| inject(plane, Injected::Addressed, frame);
         let mut events = Vec::new();
         let mut answers = Burst::new();
         // Sync over a DPDK port: its datagrams come with the others.
@@ -1022,7 +1027,7 @@ impl Registry {
                 match (&mut self.vrrp, &mut self.sync) {
                     (Some(node), _) if ip_protocol == Some(crate::wire::vrrp::PROTOCOL) => {
                         let addrs = self.services.virtual_addresses();
-                        for line in node.on_frame(frame, now_ms, &addrs, &mut send) {
+                        for line in node.on_frame(frame, now_ms, &addrs, &mut send_vrrp) {
                             self.services.record(line);
                         }
                     }
@@ -1031,7 +1036,7 @@ impl Registry {
                     (_, Some((node, _))) if ip_protocol == Some(crate::wire::IpProtocol::UDP) => {
                         node.on_frame(frame, &self.services.table, plane.mesh, when);
                     }
-                    _ => events.extend(self.health.on_frame(frame, now_ms, &mut send)),
+                    _ => events.extend(self.health.on_frame(frame, now_ms, &mut send_probe)),
                 }
             }
             answers.free_all();
@@ -1041,16 +1046,16 @@ impl Registry {
             &self.services.table,
             now_ms,
             |id| RealServerTotals::sum(counters, id).passive,
-            &mut send,
+            &mut send_probe,
         );
         events.extend(more);
         if let Some(node) = &mut self.vrrp {
             let addrs = self.services.virtual_addresses();
             let lines = if self.vrrp_started {
-                node.tick(now_ms, &addrs, &mut send)
+                node.tick(now_ms, &addrs, &mut send_vrrp)
             } else {
                 self.vrrp_started = true;
-                node.start(now_ms, &addrs, &mut send)
+                node.start(now_ms, &addrs, &mut send_vrrp)
             };
             for line in lines {
                 self.services.record(line);
@@ -1085,7 +1090,7 @@ impl Registry {
         };
         let now_ms = self.started.elapsed().as_millis() as u64;
         let addrs = self.services.virtual_addresses();
-        let mut send = |frame: &[u8]| inject(plane, frame);
+        let mut send = |frame: &[u8]| inject(plane, Injected::Addressed, frame);
         for line in node.shutdown(now_ms, &addrs, &mut send) {
             self.services.record(line);
         }
@@ -1206,7 +1211,7 @@ impl Registry {
         if let (Some(node), Some(v)) = (&mut self.vrrp, &cfg.vrrp) {
             let now_ms = self.started.elapsed().as_millis() as u64;
             let addrs = self.services.virtual_addresses();
-            let mut send = |frame: &[u8]| inject(plane, frame);
+            let mut send = |frame: &[u8]| inject(plane, Injected::Addressed, frame);
             let interval_cs = (v.advert_interval_ms / 10) as u16;
             if let Some(line) = node.reconfigure(
                 v.priority,

@@ -13,7 +13,7 @@
 //! datagrams to the listen address (or the group) to the management core like probe
 //! answers (`on_frame`). Nothing here waits.
 use crate::config::SyncSettings;
-use crate::dataplane::mesh::Mesh;
+use crate::dataplane::mesh::{Injected, Mesh};
 use crate::dataplane::sync_events::EventRing;
 use crate::dpdk::{Mempool, RingConsumer, RingProducer};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
@@ -96,7 +96,7 @@ impl Transport {
             Transport::Socket { socket, .. } => socket.send_to(datagram, to).is_ok(),
             Transport::Port { frame, .. } => {
                 let sent = frame::write(frame, from, to, datagram)
-                    .is_some_and(|len| super::inject(plane, &frame[..len]));
+                    .is_some_and(|len| super::inject(plane, Injected::SyncDatagram, &frame[..len]));
                 stats.frames_sent += u64::from(sent);
                 sent
             }
@@ -111,7 +111,7 @@ impl Transport {
         };
         let mut frame = [0u8; 60];
         crate::wire::arp::write_request(&mut frame, ethernet::HEADER_LEN, *mac, from, target)
-            .is_some_and(|len| super::inject(plane, &frame[..len]))
+            .is_some_and(|len| super::inject(plane, Injected::Addressed, &frame[..len]))
     }
 
     fn describe(&self) -> String {

@@ -37,6 +37,38 @@ pub const HEALTH_RING_SIZE: u32 = 1024;
 /// records per 1500-byte authenticated datagram: ~1700 datagrams).
 pub const SYNC_PORT_RING_SIZE: u32 = 4096;
 
+/// What a frame on the inject ring is, set by the management core in the mbuf
+/// ([`Burst::set_user_tag`](crate::dpdk::Burst::set_user_tag)) so that worker 0
+/// addresses and counts it without guessing from its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Injected {
+    /// A health probe to a real server: worker 0 writes the port's MAC and the real
+    /// server's from its neighbour table (or sends an ARP request instead).
+    HealthProbe = 1,
+    /// A session sync datagram: to a peer, addressed as a probe is; to a multicast
+    /// group, addressed already.
+    SyncDatagram = 2,
+    /// Addressed already (VRRP advertisements, gratuitous ARP, ARP requests): worker 0
+    /// only writes the port's MAC as the source.
+    Addressed = 3,
+}
+
+impl Injected {
+    pub fn tag(self) -> u32 {
+        self as u32
+    }
+
+    pub fn from_tag(tag: u32) -> Option<Injected> {
+        match tag {
+            1 => Some(Injected::HealthProbe),
+            2 => Some(Injected::SyncDatagram),
+            3 => Some(Injected::Addressed),
+            _ => None,
+        }
+    }
+}
+
 pub struct Mesh {
     /// Each worker's inbox, by worker id.
     redirect: Vec<SharedProducer>,

@@ -5,7 +5,7 @@ use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::forwarder::{Action, Forwarder, PortContext};
 use crate::dataplane::held::Held;
 use crate::dataplane::local::LocalResponder;
-use crate::dataplane::mesh::Mesh;
+use crate::dataplane::mesh::{Injected, Mesh};
 use crate::dataplane::neighbour::NeighbourTable;
 use crate::dataplane::query::Mailbox;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RingConsumer, RxQueue, TxQueue};
@@ -200,13 +200,13 @@ impl Worker {
         n
     }
 
-    /// Transmits the management core's frames (worker 0 only): health probes and
-    /// unicast sync datagrams (`[sync] port`) get the first port's MAC and their
-    /// destination's, or become an ARP request for it when unknown (the probe is lost
-    /// then, and times out; so is the datagram, which sync tolerates); frames already
-    /// addressed (VRRP, gratuitous ARP, sync to a multicast group) just get the port's
-    /// MAC as their source. The source IP is the frame's own (any address of the port).
-    /// Sync datagrams (UDP: probes are TCP) count as `sync_frame_sent`, not as probes.
+    /// Transmits the management core's frames (worker 0 only), each as its kind
+    /// ([`Injected`], in the mbuf) says: health probes and unicast sync datagrams get
+    /// the first port's MAC and their destination's, or become an ARP request for it
+    /// when unknown (the probe is lost then, and times out; so is the datagram, which
+    /// sync tolerates); frames already addressed (VRRP, ARP, sync to a multicast
+    /// group) just get the port's MAC as their source. The source IP is the frame's
+    /// own (any address of the port).
     fn send_injected(&mut self, out: &mut Burst) {
         let Some(inject) = &self.links.inject else {
             return;
@@ -220,31 +220,34 @@ impl Worker {
             return;
         };
         let (mac, addr) = (port.responder.mac(), port.addr);
+        let mut untagged = Burst::new();
         for i in 0..out.len() {
+            let kind = Injected::from_tag(out.user_tag(i));
             let frame = out.packet_mut(i);
             let to = ethernet::Frame::new_unchecked(&*frame).dst_addr();
-            let ip = match ethernet::Frame::new_unchecked(&*frame).ethertype() {
-                ethernet::EtherType::IPV4 => {
-                    crate::wire::ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..])
-                        .ok()
-                        .map(|ip| (ip.dst_addr(), ip.protocol() == crate::wire::IpProtocol::UDP))
+            let sent = match kind {
+                Some(Injected::Addressed) => {
+                    let _ = crate::forward::dr::forward(frame, to, mac);
+                    continue;
                 }
-                _ => None,
-            };
-            let sent = match ip {
-                Some((_, true)) => Event::SyncFrameSent,
-                _ => Event::HealthProbeSent,
-            };
-            if to != crate::wire::MacAddr::ZERO {
-                // Addressed already (VRRP advertisements, gratuitous ARP, sync to a
-                // group): ours as source.
-                let _ = crate::forward::dr::forward(frame, to, mac);
-                if sent == Event::SyncFrameSent {
-                    self.counters.event(sent);
+                Some(Injected::SyncDatagram) if to != MacAddr::ZERO => {
+                    // To a group: addressed already.
+                    let _ = crate::forward::dr::forward(frame, to, mac);
+                    self.counters.event(Event::SyncFrameSent);
+                    continue;
                 }
-                continue;
-            }
-            let Some((target, _)) = ip else {
+                Some(Injected::SyncDatagram) => Event::SyncFrameSent,
+                Some(Injected::HealthProbe) => Event::HealthProbeSent,
+                None => {
+                    // Only `inject` fills the ring, and it tags every frame.
+                    out.move_to(i, &mut untagged);
+                    continue;
+                }
+            };
+            let target = crate::wire::ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..])
+                .ok()
+                .map(|ip| ip.dst_addr());
+            let Some(target) = target else {
                 continue;
             };
             match self.neighbours.lookup(target) {
@@ -266,6 +269,8 @@ impl Worker {
                 }
             }
         }
+        untagged.free_all();
+        out.compact_moved();
         let queued = out.len() as u64;
         let sent = port.tx.tx(out) as u64;
         bump(&self.counters.tx_packets, sent);

@@ -192,6 +192,24 @@ impl Burst {
         unsafe { (*m).port = port }
     }
 
+    /// The mbuf's word for its holder's own use (`hash.usr`, which only an RX queue
+    /// fills, with the RSS hash): how a frame handed from one lcore to another says
+    /// what it is.
+    #[inline]
+    pub fn user_tag(&self, i: usize) -> u32 {
+        let m = self.live(i);
+        // SAFETY: live mbuf owned by this burst; every variant of the hash union is a
+        // plain integer, so reading `usr` is reading 4 initialised bytes.
+        unsafe { (*m).__bindgen_anon_2.hash.usr }
+    }
+
+    #[inline]
+    pub fn set_user_tag(&mut self, i: usize, tag: u32) {
+        let m = self.live(i);
+        // SAFETY: owned live mbuf; a plain field write.
+        unsafe { (*m).__bindgen_anon_2.hash.usr = tag }
+    }
+
     /// Prefetches packet `i`'s first data cache line (no-op past the end).
     #[inline(always)]
     pub fn prefetch(&self, i: usize) {
