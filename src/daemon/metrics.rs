@@ -4,8 +4,11 @@
 //! that asks the management loop for them, like the control socket does.
 use crate::control::protocol::Request;
 use crate::control::render::skew_pct;
-use crate::control::report::{LaddrReport, ServicesReport, StatusReport};
+use crate::control::report::{
+    HealthReport, LaddrReport, PeerReport, ServicesReport, StatusReport, SyncReport, VrrpReport,
+};
 use crate::control::server::Handler;
+use crate::ha::sync::peers::ResyncState;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -466,30 +469,28 @@ fn serve(mut stream: TcpStream, handler: &Handler) {
     let _ = stream.write_all(response.as_bytes());
 }
 
-/// The exposition text of health checking, VRRP and session sync, from the JSON of
+/// The exposition text of health checking, VRRP and session sync, from the reports of
 /// `sluicectl health`, `vrrp` and `sync` (the last two only when configured).
 pub fn render_ha(
-    health: &serde_json::Value,
-    vrrp: Option<&serde_json::Value>,
-    sync: Option<&serde_json::Value>,
+    health: &HealthReport,
+    vrrp: Option<&VrrpReport>,
+    sync: Option<&SyncReport>,
 ) -> String {
     let mut o = String::new();
-    let n = |v: &serde_json::Value, path: &[&str]| {
-        path.iter().fold(v, |v, k| &v[*k]).as_u64().unwrap_or(0)
-    };
     let mut f = Family::new(
         &mut o,
         "sluice_health_probes_total",
         "counter",
         "Active health probes by outcome (ok, failed, timed_out: part of failed, skipped).",
     );
-    for outcome in ["ok", "failed", "timed_out", "skipped"] {
-        let key = format!("probes_{outcome}");
-        f.sample(
-            "sluice_health_probes_total",
-            &[("outcome", outcome)],
-            n(health, &["stats", &key]),
-        );
+    let h = &health.stats;
+    for (outcome, count) in [
+        ("ok", h.probes_ok),
+        ("failed", h.probes_failed),
+        ("timed_out", h.probes_timed_out),
+        ("skipped", h.probes_skipped),
+    ] {
+        f.sample("sluice_health_probes_total", &[("outcome", outcome)], count);
     }
     if let Some(v) = vrrp {
         let mut f = Family::new(
@@ -498,39 +499,35 @@ pub fn render_ha(
             "gauge",
             "1 while this node is the VRRP master (serves the virtual addresses).",
         );
-        f.sample(
-            "sluice_vrrp_master",
-            &[],
-            u8::from(v["state"].as_str() == Some("MASTER")),
-        );
+        f.sample("sluice_vrrp_master", &[], u8::from(v.state == "MASTER"));
         let counters = [
             (
                 "sluice_vrrp_transitions_total",
-                "transitions",
+                v.stats.transitions,
                 "VRRP state changes.",
             ),
             (
                 "sluice_vrrp_adverts_sent_total",
-                "adverts_sent",
+                v.stats.adverts_sent,
                 "Advertisements sent.",
             ),
             (
                 "sluice_vrrp_adverts_received_total",
-                "adverts_received",
+                v.stats.adverts_received,
                 "Valid advertisements received.",
             ),
             (
                 "sluice_vrrp_adverts_rejected_total",
-                "adverts_rejected",
+                v.stats.adverts_rejected,
                 "Advertisements rejected (VRID, TTL, checksum, version, length).",
             ),
         ];
-        for (name, key, help) in counters {
-            Family::new(&mut o, name, "counter", help).sample(name, &[], n(v, &["stats", key]));
+        for (name, value, help) in counters {
+            Family::new(&mut o, name, "counter", help).sample(name, &[], value);
         }
     }
     if let Some(s) = sync {
-        if let Some(group) = s["multicast"].as_str() {
+        if let Some(group) = s.multicast.as_deref() {
             Family::new(
                 &mut o,
                 "sluice_sync_multicast_info",
@@ -542,102 +539,102 @@ pub fn render_ha(
         let counters = [
             (
                 "sluice_sync_events_sent_total",
-                &["stats", "events_sent"][..],
+                s.stats.events_sent,
                 "Session events sent to the peers.",
             ),
             (
                 "sluice_sync_events_dropped_total",
-                &["events_dropped"][..],
+                s.events_dropped,
                 "Session events lost to full worker rings.",
             ),
             (
                 "sluice_sync_messages_sent_total",
-                &["stats", "messages_sent"][..],
+                s.stats.messages_sent,
                 "Sync datagrams sent.",
             ),
             (
                 "sluice_sync_bytes_sent_total",
-                &["stats", "bytes_sent"][..],
+                s.stats.bytes_sent,
                 "Sync payload bytes sent.",
             ),
             (
                 "sluice_sync_multicast_received_total",
-                &["stats", "multicast_received"][..],
+                s.stats.multicast_received,
                 "Sync datagrams received from the multicast group.",
             ),
             (
                 "sluice_sync_records_accepted_total",
-                &["accepted_records"][..],
+                s.accepted_records,
                 "Records received in accepted messages.",
             ),
             (
                 "sluice_sync_install_inbox_full_total",
-                &["stats", "install_inbox_full"][..],
+                s.stats.install_inbox_full,
                 "Records lost to a full worker install inbox.",
             ),
             (
                 "sluice_sync_templates_sent_total",
-                &["stats", "templates_sent"][..],
+                s.stats.templates_sent,
                 "Persistence templates sent in batches (new, changed or resent).",
             ),
             (
                 "sluice_sync_templates_received_total",
-                &["stats", "templates_received"][..],
+                s.stats.templates_received,
                 "Persistence template records received in accepted messages.",
             ),
             (
                 "sluice_sync_templates_installed_total",
-                &["stats", "templates_installed"][..],
+                s.stats.templates_installed,
                 "Received templates installed (created, refreshed or replaced).",
             ),
             (
                 "sluice_sync_templates_skipped_total",
-                &["stats", "templates_skipped"][..],
+                s.stats.templates_skipped,
                 "Received templates not installed (real server or service unknown here, other netmask, expired, slot busy, a later local template kept).",
             ),
             (
                 "sluice_sync_frames_sent_total",
-                &["stats", "frames_sent"][..],
+                s.stats.frames_sent,
                 "Sync frames queued for worker 0 to transmit (sync over a DPDK port).",
             ),
             (
                 "sluice_sync_frames_received_total",
-                &["stats", "frames_received"][..],
+                s.stats.frames_received,
                 "Sync frames the workers handed to the management core (sync over a DPDK port).",
             ),
             (
                 "sluice_sync_frames_malformed_total",
-                &["stats", "frames_malformed"][..],
+                s.stats.frames_malformed,
                 "Sync frames dropped for their lengths or IPv4/UDP checksums (sync over a DPDK port).",
             ),
             (
                 "sluice_sync_records_refused_real_server_total",
-                &["stats", "records_refused_real_server"][..],
+                s.stats.records_refused_real_server,
                 "Synced records refused: their real server is not in the service here.",
             ),
             (
                 "sluice_sync_records_refused_mode_total",
-                &["stats", "records_refused_mode"][..],
+                s.stats.records_refused_mode,
                 "Synced records refused: their real server forwards in another mode here.",
             ),
             (
                 "sluice_sync_records_refused_local_total",
-                &["stats", "records_refused_local"][..],
+                s.stats.records_refused_local,
                 "Synced FullNAT records refused: their local address is not the service's here.",
             ),
             (
                 "sluice_sync_timeouts_clamped_total",
-                &["stats", "timeouts_clamped"][..],
+                s.stats.timeouts_clamped,
                 "Synced records whose timeout was cut to this node's for their state.",
             ),
             (
                 "sluice_sync_resync_requests_ignored_total",
-                &["stats", "resync_requests_ignored"][..],
+                s.stats.resync_requests_ignored,
                 "Resync requests ignored: a dump to that peer had started less than a second before.",
             ),
         ];
-        for (name, path, help) in counters {
-            Family::new(&mut o, name, "counter", help).sample(name, &[], n(s, path));
+        for (name, value, help) in counters {
+            Family::new(&mut o, name, "counter", help).sample(name, &[], value);
         }
         let mut f = Family::new(
             &mut o,
@@ -645,66 +642,61 @@ pub fn render_ha(
             "counter",
             "Sync datagrams rejected, by reason; nothing of them is installed.",
         );
-        if let Some(reasons) = s["rejected"].as_object() {
-            for (reason, count) in reasons {
-                f.sample(
-                    "sluice_sync_rejected_total",
-                    &[("reason", reason)],
-                    count.as_u64().unwrap_or(0),
-                );
-            }
+        for (reason, count) in &s.rejected {
+            f.sample(
+                "sluice_sync_rejected_total",
+                &[("reason", reason.as_str())],
+                count,
+            );
         }
-        let peers = s["peer_status"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let per_peer = [
+        let peers = &s.peer_status;
+        type PeerGetter = fn(&PeerReport) -> u64;
+        let per_peer: [(&str, PeerGetter, &str); 8] = [
             (
                 "sluice_sync_peer_messages_total",
-                "messages",
+                |p| p.messages,
                 "Messages accepted from the peer.",
             ),
             (
                 "sluice_sync_peer_lost_total",
-                "lost",
+                |p| p.lost,
                 "Messages missing in the peer's sequence (lost on the way or rejected here; gaps up to the loss bound).",
             ),
             (
                 "sluice_sync_peer_replayed_total",
-                "replayed",
+                |p| p.replayed,
                 "Authenticated messages of the peer refused: a sequence number already had.",
             ),
             (
                 "sluice_sync_peer_too_old_total",
-                "too_old",
+                |p| p.too_old,
                 "Authenticated messages of the peer refused: behind the anti-replay window.",
             ),
             (
                 "sluice_sync_peer_old_epoch_total",
-                "old_epoch",
+                |p| p.old_epoch,
                 "Authenticated messages of the peer refused: from an earlier life (epoch).",
             ),
             (
                 "sluice_sync_peer_unconfirmed_epoch_total",
-                "unconfirmed_epoch",
+                |p| p.unconfirmed_epoch,
                 "Authenticated messages of the peer refused: from a life not yet confirmed since this node started.",
             ),
             (
                 "sluice_sync_peer_out_of_window_total",
-                "out_of_window",
+                |p| p.out_of_window,
                 "Messages of the peer accepted more than the loss bound ahead of the last (not counted as lost).",
             ),
             (
                 "sluice_sync_peer_resync_rate_limited_total",
-                "resync_rate_limited",
+                |p| p.resync_rate_limited,
                 "Resync requests of the peer ignored: a dump to it had started less than a second before.",
             ),
         ];
-        for (name, key, help) in per_peer {
+        for (name, get, help) in per_peer {
             let mut f = Family::new(&mut o, name, "counter", help);
             for p in peers {
-                let addr = p["addr"].as_str().unwrap_or("");
-                f.sample(name, &[("peer", addr)], n(p, &[key]));
+                f.sample(name, &[("peer", p.addr.to_string().as_str())], get(p));
             }
         }
         let mut f = Family::new(
@@ -714,11 +706,10 @@ pub fn render_ha(
             "Seconds since the peer's last accepted message (absent: never heard).",
         );
         for p in peers {
-            if let Some(ms) = p["last_heard_ms_ago"].as_u64() {
-                let addr = p["addr"].as_str().unwrap_or("");
+            if let Some(ms) = p.last_heard_ms_ago {
                 f.sample(
                     "sluice_sync_peer_last_heard_seconds",
-                    &[("peer", addr)],
+                    &[("peer", p.addr.to_string().as_str())],
                     format!("{:.3}", ms as f64 / 1000.0),
                 );
             }
@@ -730,11 +721,10 @@ pub fn render_ha(
             "1 once the bulk resync asked of the peer arrived whole.",
         );
         for p in peers {
-            let addr = p["addr"].as_str().unwrap_or("");
             f.sample(
                 "sluice_sync_peer_resync_complete",
-                &[("peer", addr)],
-                u8::from(p["resync"]["state"] == "complete"),
+                &[("peer", p.addr.to_string().as_str())],
+                u8::from(p.resync.state == ResyncState::Complete),
             );
         }
     }
@@ -744,19 +734,92 @@ pub fn render_ha(
 #[cfg(test)]
 mod ha_tests {
     use super::render_ha;
+    use crate::control::report::{
+        HealthReport, MonitorStats, PeerReport, ResyncReport, SyncReport, SyncStats, VrrpReport,
+        VrrpStats,
+    };
+    use crate::ha::sync::peers::ResyncState;
 
     #[test]
     fn health_vrrp_and_sync_families_carry_the_reports_values() {
-        let health = serde_json::json!({"stats": {"probes_ok": 7, "probes_failed": 2, "probes_timed_out": 1, "probes_skipped": 0}});
-        let vrrp = serde_json::json!({"state": "MASTER", "stats": {"transitions": 2, "adverts_sent": 40, "adverts_received": 0, "adverts_rejected": 3}});
-        let sync = serde_json::json!({"events_dropped": 0, "accepted_records": 5,
-            "multicast": "224.0.0.81:8848",
-            "stats": {"events_sent": 9, "messages_sent": 4, "bytes_sent": 400, "install_inbox_full": 0,
-                "templates_sent": 6, "templates_received": 3, "templates_installed": 2, "templates_skipped": 1,
-                "multicast_received": 6, "frames_sent": 11, "frames_received": 8, "frames_malformed": 2},
-            "rejected": {"bad_hmac": 1, "unknown_peer": 0},
-            "peer_status": [{"addr": "198.19.0.2", "messages": 40, "lost": 3,
-                "last_heard_ms_ago": 250, "resync": {"state": "complete"}}]});
+        let health = HealthReport {
+            source: "198.18.0.254".into(),
+            targets: Vec::new(),
+            stats: MonitorStats {
+                probes_ok: 7,
+                probes_failed: 2,
+                probes_timed_out: 1,
+                ..MonitorStats::default()
+            },
+        };
+        let vrrp = VrrpReport {
+            vrid: 51,
+            state: "MASTER".into(),
+            priority: 200,
+            advert_interval_ms: 1000,
+            preempt: true,
+            primary: "198.18.0.1".into(),
+            master: None,
+            master_priority: None,
+            since_change_ms: 0,
+            stats: VrrpStats {
+                transitions: 2,
+                adverts_sent: 40,
+                adverts_rejected: 3,
+                ..VrrpStats::default()
+            },
+        };
+        let sync = SyncReport {
+            listen: "198.19.0.1:8848".into(),
+            transport: "kernel socket".into(),
+            multicast: Some("224.0.0.81:8848".into()),
+            peers: vec!["198.19.0.2:8848".into()],
+            authenticated: true,
+            epoch: 1,
+            stats: SyncStats {
+                events_sent: 9,
+                messages_sent: 4,
+                bytes_sent: 400,
+                templates_sent: 6,
+                templates_received: 3,
+                templates_installed: 2,
+                templates_skipped: 1,
+                multicast_received: 6,
+                frames_sent: 11,
+                frames_received: 8,
+                frames_malformed: 2,
+                ..SyncStats::default()
+            },
+            events_pushed: 9,
+            events_dropped: 0,
+            accepted_messages: 40,
+            accepted_records: 5,
+            rejected: [("bad_hmac".to_string(), 1), ("unknown_peer".to_string(), 0)].into(),
+            peer_status: vec![PeerReport {
+                addr: "198.19.0.2".parse().unwrap(),
+                messages: 40,
+                records: 5,
+                lost: 3,
+                out_of_window: 0,
+                reordered: 0,
+                restarts: 0,
+                replayed: 0,
+                too_old: 0,
+                old_epoch: 0,
+                unconfirmed_epoch: 0,
+                resync_rate_limited: 0,
+                epoch: Some(1),
+                resync: ResyncReport {
+                    state: ResyncState::Complete,
+                    dump_id: 1,
+                    attempts: 1,
+                    chunks: 1,
+                    records: 5,
+                    took_ms: Some(3),
+                },
+                last_heard_ms_ago: Some(250),
+            }],
+        };
         let text = render_ha(&health, Some(&vrrp), Some(&sync));
         for line in [
             "sluice_health_probes_total{outcome=\"ok\"} 7",
@@ -782,8 +845,10 @@ mod ha_tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
-        let mut unicast = sync.clone();
-        unicast.as_object_mut().unwrap().remove("multicast");
+        let unicast = SyncReport {
+            multicast: None,
+            ..sync
+        };
         let text = render_ha(&health, None, Some(&unicast));
         assert!(!text.contains("sluice_sync_multicast_info"), "{text}");
         let plain = render_ha(&health, None, None);

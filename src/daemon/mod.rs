@@ -34,6 +34,8 @@ use crate::dpdk::{
 };
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason};
+use crate::ha::sync::report::SyncReport;
+use crate::ha::vrrp::node::VrrpReport;
 use crate::health::{HealthMonitor, HealthReport};
 use crate::model::ServiceKey;
 use crate::service::{Snapshot, SnapshotPublisher};
@@ -1145,30 +1147,29 @@ impl Registry {
         }
     }
 
-    fn sync_report(&self) -> Result<serde_json::Value, String> {
+    fn sync_report(&self) -> Result<SyncReport, String> {
         let Some((node, listen)) = &self.sync else {
             return Err("session sync is off: the config has no [sync] section".into());
         };
         let now_ms = self.started.elapsed().as_millis() as u64;
-        serde_json::to_value(node.report(*listen, now_ms)).map_err(|e| e.to_string())
+        Ok(node.report(*listen, now_ms))
     }
 
-    fn vrrp_report(&self) -> Result<serde_json::Value, String> {
+    fn vrrp_report(&self) -> Result<VrrpReport, String> {
         let Some(node) = &self.vrrp else {
             return Err("VRRP is off: the config has no [vrrp] section".into());
         };
         let now_ms = self.started.elapsed().as_millis() as u64;
-        serde_json::to_value(node.report(now_ms)).map_err(|e| e.to_string())
+        Ok(node.report(now_ms))
     }
 
-    fn health_report(&self) -> Result<serde_json::Value, String> {
+    fn health_report(&self) -> HealthReport {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        serde_json::to_value(HealthReport {
+        HealthReport {
             source: self.health.source().to_string(),
             targets: self.health.report(now_ms),
             stats: self.health.stats,
-        })
-        .map_err(|e| e.to_string())
+        }
     }
 
     /// `sluicectl reload`: the config file's services and timeouts, applied as the
@@ -1248,7 +1249,7 @@ impl Registry {
             pools.push(serde_json::from_value(report).map_err(|e| e.to_string())?);
         }
         let mut text = metrics::render(status, &services, &pools);
-        let health = self.health_report()?;
+        let health = self.health_report();
         let vrrp = self
             .vrrp
             .is_some()
@@ -1335,11 +1336,15 @@ fn management_loop(
             } else if req == Request::Reload {
                 registry.reload(app.plane())
             } else if req == Request::Health {
-                registry.health_report()
+                serde_json::to_value(registry.health_report()).map_err(|e| e.to_string())
             } else if req == Request::Vrrp {
-                registry.vrrp_report()
+                registry
+                    .vrrp_report()
+                    .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
             } else if req == Request::Sync {
-                registry.sync_report()
+                registry
+                    .sync_report()
+                    .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
             } else if let Request::ListConnections { max } = req {
                 registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             } else if matches!(req, Request::GetLaddr { .. }) {
