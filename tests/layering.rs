@@ -47,18 +47,23 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The code of a file without its comments and its test module (from a
-/// `#[cfg(test)]` that opens a `mod`), where fixtures may use any layer.
+/// `#[cfg(test)]` that opens an inline `mod`), where fixtures may use any layer. A
+/// `#[cfg(test)] mod tests;` declaration only names another file (skipped by the
+/// caller); the code after it is still read.
 fn code_outside_tests(text: &str) -> String {
     let mut out = String::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]")
-            && lines
-                .peek()
-                .is_some_and(|next| next.trim_start().starts_with("mod "))
-        {
-            break;
+        if t.starts_with("#[cfg(test)]") {
+            let next = lines.peek().map(|n| n.trim()).unwrap_or("");
+            if next.starts_with("mod ") && next.ends_with(';') {
+                lines.next();
+                continue;
+            }
+            if next.starts_with("mod ") {
+                break;
+            }
         }
         let code = match t.find("//") {
             Some(at) => &t[..at],
@@ -153,6 +158,9 @@ fn the_checker_sees_an_upward_import_and_skips_tests_and_comments() {
         "use crate::wire::ipv4;\n// crate::daemon in a comment\nfn f() { crate::dataplane::x(); }\n#[cfg(test)]\nmod tests {\n    use crate::daemon::y;\n}\n",
     );
     assert_eq!(named_modules(&code), ["wire", "dataplane"]);
+    // A test module declared in its own file does not hide the code after it.
+    let code = code_outside_tests("#[cfg(test)]\nmod tests;\nuse crate::daemon::x;\n");
+    assert_eq!(named_modules(&code), ["daemon"]);
     assert_eq!(
         named_modules("let a = mycrate::x; sluice::crate_like"),
         Vec::<String>::new()
