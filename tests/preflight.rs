@@ -60,7 +60,7 @@ fn expect_refusal(config: DaemonConfig, parts: &[&str]) -> String {
 #[test]
 fn an_oversized_session_capacity_exits_1_naming_the_field_and_leaves_nothing() {
     require_root();
-    // 11.5 GiB of tables per worker at the largest capacity: enough workers (sharing
+    // 5.4 GiB of tables per worker at the largest capacity: enough workers (sharing
     // CPU 1) that they cannot fit in what this machine has available.
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
     let available_kb: u64 = meminfo
@@ -68,9 +68,9 @@ fn an_oversized_session_capacity_exits_1_naming_the_field_and_leaves_nothing() {
         .find_map(|l| l.strip_prefix("MemAvailable:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("MemAvailable in /proc/meminfo");
-    let workers = (available_kb / (11 << 20) + 1).min(64) as u32;
+    let workers = (available_kb / (5 << 20) + 1).min(64) as u32;
     assert!(
-        u64::from(workers) * (11 << 20) > available_kb,
+        u64::from(workers) * (5 << 20) > available_kb,
         "this machine has too much memory for the test: {available_kb} kB"
     );
     let mut cfg = loopback_config();

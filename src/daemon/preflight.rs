@@ -134,10 +134,8 @@ pub struct MemoryNeed {
 impl MemoryNeed {
     pub fn of(cfg: &Config) -> MemoryNeed {
         let workers = cfg.lcores.workers.len();
-        let sessions_per_worker = SessionTable::<crate::flow::FlowKey4>::bytes_for(
-            cfg.sessions.capacity as usize,
-            DEFAULT_WHEEL_SLOTS,
-        );
+        let sessions_per_worker =
+            SessionTable::bytes_for(cfg.sessions.capacity as usize, DEFAULT_WHEEL_SLOTS);
         let ports = usize::from(cfg.sessions.local_port_last)
             .saturating_sub(usize::from(cfg.sessions.local_port_first))
             + 1;
@@ -307,11 +305,8 @@ fn check_memory(cfg: &Config, need: &MemoryNeed, avail: &Available) -> Result<()
 
 /// The largest session capacity whose tables for `workers` workers fit in `room`.
 fn sessions_that_fit(room: u64, workers: usize) -> usize {
-    let fits = |c: usize| {
-        SessionTable::<crate::flow::FlowKey4>::bytes_for(c, DEFAULT_WHEEL_SLOTS) as u64
-            * workers as u64
-            <= room
-    };
+    let fits =
+        |c: usize| SessionTable::bytes_for(c, DEFAULT_WHEEL_SLOTS) as u64 * workers as u64 <= room;
     let (mut lo, mut hi) = (0usize, crate::session::MAX_CAPACITY);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
@@ -594,7 +589,7 @@ mod tests {
         assert_eq!(need.workers, 1);
         assert_eq!(
             need.sessions_per_worker,
-            SessionTable::<crate::flow::FlowKey4>::with_capacity(1 << 20).memory_bytes()
+            SessionTable::with_capacity(1 << 20).memory_bytes()
         );
         // Without hugepages the EAL's 256 MB is ordinary memory.
         assert!(need.other >= 256 << 20);
@@ -606,7 +601,7 @@ mod tests {
         let cfg = config(&format!("{PORT}\n[sessions]\ncapacity = 67108864\n"));
         let need = MemoryNeed::of(&cfg);
         let avail = Available {
-            mem_available: Some(8 << 30),
+            mem_available: Some(4 << 30),
             cgroup_room: None,
             hugepages_free: None,
         };
@@ -616,7 +611,7 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("but only 8192 MiB is available (MemAvailable"),
+            e.contains("but only 4096 MiB is available (MemAvailable"),
             "{e}"
         );
         // The capacity it suggests fits, one more session does not.
@@ -626,8 +621,8 @@ mod tests {
             .and_then(|s| s.rsplit('(').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no suggestion in {e}"));
-        let table = |c| SessionTable::<crate::flow::FlowKey4>::bytes_for(c, DEFAULT_WHEEL_SLOTS);
-        let room = (8u64 << 30) - need.other as u64;
+        let table = |c| SessionTable::bytes_for(c, DEFAULT_WHEEL_SLOTS);
+        let room = (4u64 << 30) - need.other as u64;
         assert!(table(at_most) as u64 <= room && table(at_most + 1) as u64 > room);
         // A tighter cgroup limit is the one that counts.
         let small = config(&format!("{PORT}\n[sessions]\ncapacity = 1048576\n"));

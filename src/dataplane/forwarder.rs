@@ -7,8 +7,8 @@ use crate::dataplane::local::{LocalResponder, Verdict};
 use crate::dataplane::neighbour::NeighbourTable;
 use crate::dataplane::query::{ConnectionEntry, PoolEntry, Query};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
-use crate::dpdk::Burst;
-use crate::flow::parse::{classify, PacketKind, Parsed};
+use crate::dpdk::{Burst, BURST_SIZE};
+use crate::flow::parse::{classify, peek_key, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::{FlowKey, FlowKey4};
 use crate::forward::laddr::PortPool;
@@ -19,7 +19,9 @@ use crate::model::{ForwardMode, ServiceKey};
 use crate::sched::{self, Maglev, PickContext, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
 use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
-use crate::session::{Direction, Session, SessionFlags, SessionTable, TickTimeouts, Transition};
+use crate::session::{
+    Direction, HashedKey, Session, SessionFlags, SessionTable, TickTimeouts, Transition,
+};
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
 use crate::wire::{arp, vrrp};
@@ -66,7 +68,9 @@ pub enum Action {
 }
 
 pub struct Forwarder {
-    sessions: SessionTable<FlowKey4>,
+    sessions: SessionTable,
+    /// Each frame's tuple and hash as the burst's prefetch pass peeked them.
+    peeked: [Option<HashedKey>; BURST_SIZE],
     snapshot: SnapshotReader,
     /// One scheduler per service, by snapshot index; rebuilt when the snapshot changes.
     schedulers: Vec<Box<dyn Scheduler>>,
@@ -271,6 +275,7 @@ impl Forwarder {
                 crate::session::DEFAULT_WHEEL_SLOTS,
                 0,
             )?,
+            peeked: [None; BURST_SIZE],
             snapshot,
             schedulers: Vec::new(),
             loads: Vec::new(),
@@ -479,7 +484,7 @@ impl Forwarder {
         std::mem::take(&mut self.snapshot_changed)
     }
 
-    pub fn sessions(&self) -> &SessionTable<FlowKey4> {
+    pub fn sessions(&self) -> &SessionTable {
         &self.sessions
     }
 
@@ -556,31 +561,33 @@ impl Forwarder {
         );
     }
 
-    /// First pass over a burst: for each plain IPv4 TCP/UDP frame, walk the session
-    /// index and prefetch the session, so the cache misses of the whole burst overlap
-    /// instead of stalling `handle` one packet at a time. Reads fixed offsets only and
-    /// never rejects anything: `handle` validates every frame properly.
+    /// First pass over a burst, before any frame is handled, so that the cache misses
+    /// of the whole burst overlap instead of stalling `handle` one packet at a time:
+    /// peek at each frame's 5-tuple and hash it (once: `handle` reuses the hash for
+    /// the lookup and the insert), start loading every index bucket, then, the buckets
+    /// arriving meanwhile, start loading the session entries they name. Decides
+    /// nothing: `handle` validates every frame properly.
     #[inline]
-    pub fn prefetch_sessions(&self, burst: &Burst) {
-        for i in 0..burst.len() {
-            let f = burst.packet(i);
-            // Ethernet, untagged IPv4 without options, TCP or UDP.
-            if f.len() < 38 || f[12] != 0x08 || f[13] != 0x00 || f[14] != 0x45 {
-                continue;
+    pub fn prefetch_sessions(&mut self, burst: &Burst) {
+        let n = burst.len().min(BURST_SIZE);
+        for (i, peeked) in self.peeked[..n].iter_mut().enumerate() {
+            *peeked = peek_key(burst.packet(i)).map(HashedKey::new);
+            if let Some(key) = peeked {
+                self.sessions.prefetch_bucket(key);
             }
-            let Some(proto) = Protocol::from_ip_protocol(f[23]) else {
-                continue;
-            };
-            let word = |o: usize| u32::from_be_bytes([f[o], f[o + 1], f[o + 2], f[o + 3]]);
-            let port = |o: usize| u16::from_be_bytes([f[o], f[o + 1]]);
-            let key = FlowKey4 {
-                src: word(26),
-                dst: word(30),
-                sport: port(34),
-                dport: port(36),
-                proto,
-            };
-            self.sessions.prefetch(&key);
+        }
+        for key in self.peeked[..n].iter().flatten() {
+            self.sessions.prefetch_entry(key);
+        }
+    }
+
+    /// `key` with its hash: the one the prefetch pass computed for frame `i` when it
+    /// read the same tuple, else computed now.
+    #[inline]
+    fn hashed(&self, i: usize, key: FlowKey4) -> HashedKey {
+        match self.peeked.get(i) {
+            Some(Some(peeked)) if *peeked.key() == key => *peeked,
+            _ => HashedKey::new(key),
         }
     }
 
@@ -696,7 +703,8 @@ impl Forwarder {
         counters: &WorkerCounters,
     ) -> Action {
         let bytes = burst.packet_len(i) as u64;
-        let mut found = self.sessions.lookup(&key);
+        let hashed = self.hashed(i, key);
+        let mut found = self.sessions.lookup_hashed(&hashed);
         if let Some((id, Direction::Inbound | Direction::InputOnly)) = found {
             if opens_connection(flags)
                 && self
@@ -894,31 +902,21 @@ impl Forwarder {
         if template.is_some() {
             session.set_flags(SessionFlags::PERSISTENT);
         }
-        let reply_key = match rs.mode {
-            ForwardMode::Dr | ForwardMode::Tun => None,
-            ForwardMode::Nat => Some(FlowKey4::new(
-                key.proto,
-                rs.ip,
-                rs.port,
-                key.src_addr(),
-                key.sport,
-            )),
-            ForwardMode::FullNat => {
-                let target = std::net::SocketAddrV4::new(rs.ip, rs.port);
-                let Some((lip, lport)) = self
-                    .pools
-                    .get_mut(&service.id)
-                    .and_then(|p| p.allocate(target))
-                else {
-                    return Action::Drop(DropReason::LaddrExhausted);
-                };
-                session = session.with_local(lip, lport);
-                if service.toa && key.proto == Protocol::Tcp {
-                    session.set_flags(SessionFlags::TOA_PENDING);
-                }
-                Some(FlowKey4::new(key.proto, rs.ip, rs.port, lip, lport))
+        if rs.mode == ForwardMode::FullNat {
+            let target = std::net::SocketAddrV4::new(rs.ip, rs.port);
+            let Some((lip, lport)) = self
+                .pools
+                .get_mut(&service.id)
+                .and_then(|p| p.allocate(target))
+            else {
+                return Action::Drop(DropReason::LaddrExhausted);
+            };
+            session = session.with_local(lip, lport);
+            if service.toa && key.proto == Protocol::Tcp {
+                session.set_flags(SessionFlags::TOA_PENDING);
             }
-        };
+        }
+        let reply_key = session.reply_key();
         session.created = self.now_tick;
         session.peer_mac = match rs.mode {
             ForwardMode::Nat | ForwardMode::FullNat => burst.packet(i)[6..12]
@@ -948,7 +946,7 @@ impl Forwarder {
         }
         let id = match self
             .sessions
-            .insert(key, reply_key, session, self.now_tick, first_timeout)
+            .insert_hashed(&hashed, session, self.now_tick, first_timeout)
         {
             Ok(id) => id,
             Err(crate::session::InsertError::TableFull) => {
@@ -1129,14 +1127,7 @@ impl Forwarder {
         }
         let mut session =
             Session::new(&key, r.mode, service.id, rs.id, rip, rport).with_state(r.state);
-        let reply_key = match (r.mode, r.local) {
-            (ForwardMode::Nat, _) => Some(FlowKey4::new(
-                r.proto,
-                rip,
-                rport,
-                *r.client.ip(),
-                r.client.port(),
-            )),
+        match (r.mode, r.local) {
             (ForwardMode::FullNat, Some(local)) => {
                 // The active chose this port: keep this worker from handing it out.
                 // A port this worker already holds for another session is not given
@@ -1148,22 +1139,15 @@ impl Forwarder {
                     pool.reserve(*local.ip(), local.port());
                 }
                 session = session.with_local(*local.ip(), local.port());
-                Some(FlowKey4::new(
-                    r.proto,
-                    rip,
-                    rport,
-                    *local.ip(),
-                    local.port(),
-                ))
             }
             (ForwardMode::FullNat, None) => return None,
-            _ => None,
-        };
+            _ => {}
+        }
         session.created = self.now_tick;
         let active = session.is_active();
         if self
             .sessions
-            .insert(key, reply_key, session, self.now_tick, timeout_ticks)
+            .insert(session, self.now_tick, timeout_ticks)
             .is_err()
         {
             // No room, or a key taken: the port reserved above goes back.

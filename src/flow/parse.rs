@@ -119,6 +119,29 @@ impl Parsed {
     }
 }
 
+/// The 5-tuple [`classify`] will most likely find in `frame`, read without
+/// validating anything: untagged Ethernet, IPv4 (any header length), TCP or UDP ports.
+/// A speculative read for the burst's prefetch pass, which only warms the cache: it
+/// may be wrong (a bad checksum, a fragment, a frame `classify` refuses) and nothing
+/// may be decided on it. `None` where there is no such tuple to read.
+#[inline]
+pub fn peek_key(frame: &[u8]) -> Option<FlowKey4> {
+    let eth = ethernet::Frame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::IPV4 {
+        return None;
+    }
+    let ip = ipv4::Packet::new_checked(eth.payload()).ok()?;
+    let proto = Protocol::from_ip_protocol(ip.protocol().0)?;
+    let ports = ip.payload().get(..4)?;
+    Some(FlowKey4 {
+        src: u32::from(ip.src_addr()),
+        dst: u32::from(ip.dst_addr()),
+        sport: u16::from_be_bytes([ports[0], ports[1]]),
+        dport: u16::from_be_bytes([ports[2], ports[3]]),
+        proto,
+    })
+}
+
 /// Classifies a received frame for forwarding; see the module doc for the order of
 /// checks. Never panics, never allocates, whatever the bytes.
 #[inline]
@@ -362,6 +385,11 @@ mod tests {
         );
         assert_eq!(parsed.flow_key(), Some(key));
         assert_eq!(parsed.ip_addrs(), Some((CLIENT, VIP)));
+        assert_eq!(peek_key(&TCP_SYN), Some(key));
+        // The peek reads untagged frames only, and never past the frame.
+        assert_eq!(peek_key(&TCP_DATA_VLAN), None);
+        assert_eq!(peek_key(&TCP_SYN[..36]), None);
+        assert_eq!(peek_key(&ARP_REQUEST), None);
     }
 
     #[test]
@@ -584,7 +612,12 @@ mod tests {
                 }
                 fixture.len() - rng.below(8).min(fixture.len())
             };
+            let peeked = peek_key(&buf[..len]);
             if let Ok(parsed) = classify(&buf[..len]) {
+                // The speculative peek agrees wherever classify finds an untagged tuple.
+                if parsed.l2.vlan_tags == 0 && parsed.flow_key().is_some() {
+                    assert_eq!(peeked, parsed.flow_key(), "{:02x?}", &buf[..len]);
+                }
                 assert!(parsed.l3 <= parsed.l4 && parsed.ip_end() <= len);
                 assert!(parsed.l4 <= parsed.ip_end());
                 match parsed.kind {

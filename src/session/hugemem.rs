@@ -93,6 +93,27 @@ unsafe impl Allocator for HugePageAlloc {
     }
 }
 
+/// Bytes of `[start, start + len)` resident in memory now, counted page by page as the
+/// kernel reports them (`mincore`): what a table really occupies, as opposed to the
+/// size it asked for. The range is widened to whole 4 KiB pages.
+pub fn resident_bytes(start: *const u8, len: usize) -> std::io::Result<usize> {
+    const PAGE: usize = 4096;
+    if len == 0 {
+        return Ok(0);
+    }
+    let first = start as usize / PAGE * PAGE;
+    let end = (start as usize + len).next_multiple_of(PAGE);
+    let pages = (end - first) / PAGE;
+    let mut vec = vec![0u8; pages];
+    // SAFETY: mincore only reads the page tables of the range and writes one byte per
+    // page into `vec`, which has exactly that many; an unmapped range is an error.
+    let rc = unsafe { libc::mincore(first as *mut libc::c_void, end - first, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 == 1).count() * PAGE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +128,34 @@ mod tests {
         let small: allocator_api2::vec::Vec<u8, HugePageAlloc> =
             allocator_api2::vec::Vec::with_capacity_in(100, HugePageAlloc);
         assert!(small.capacity() >= 100);
+    }
+
+    #[test]
+    fn resident_bytes_sees_touched_pages_only() {
+        let len = 8 << 20;
+        // SAFETY: a fresh anonymous mapping, unmapped at the end of the test.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(raw, libc::MAP_FAILED);
+        // Ordinary pages: no THP collapse to fault in neighbours.
+        // SAFETY: advice on our own mapping.
+        unsafe { libc::madvise(raw, len, libc::MADV_NOHUGEPAGE) };
+        let start = raw as *mut u8;
+        assert_eq!(resident_bytes(start, len).unwrap(), 0);
+        for page in 0..10 {
+            // SAFETY: inside the mapping.
+            unsafe { std::ptr::write_volatile(start.add(page * 4096 * 3), 1) };
+        }
+        assert_eq!(resident_bytes(start, len).unwrap(), 10 * 4096);
+        // SAFETY: our own mapping, no references into it remain.
+        unsafe { libc::munmap(raw, len) };
     }
 }

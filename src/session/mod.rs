@@ -51,6 +51,7 @@
 //! at that very moment, more live keys than 1.75 per session of capacity were in it:
 //! a nearly full table of mostly NAT sessions.
 pub mod hugemem;
+pub mod index;
 pub mod persist;
 pub mod replication;
 pub mod state;
@@ -58,10 +59,24 @@ pub mod table;
 pub mod timeouts;
 pub mod timer;
 
+pub use index::KeyHash;
 pub use state::{is_active, ActivityChange, Direction, TcpEvent, TcpState, Transition};
 pub use table::{
-    InsertError, Session, SessionFlags, SessionId, SessionTable, TableAllocError,
+    HashedKey, InsertError, Session, SessionFlags, SessionId, SessionTable, TableAllocError,
     DEFAULT_WHEEL_SLOTS, MAX_CAPACITY,
 };
 pub use timeouts::{TickTimeouts, Timeouts, MAX_TIMEOUT_SECS};
 pub use timer::{Advance, TimerWheel};
+
+/// Starts loading the cache line of `value` (a hint: it cannot fault or change state).
+#[inline(always)]
+pub fn prefetch_line<T>(value: &T) {
+    // SAFETY: a prefetch of a valid reference's address reads nothing architecturally
+    // visible and cannot fault.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(
+            value as *const T as *const i8,
+            core::arch::x86_64::_MM_HINT_T0,
+        )
+    };
+}
