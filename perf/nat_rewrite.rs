@@ -14,7 +14,7 @@
 //! (defaults 1000000, 20000000, nat). Needs root (DPDK). Prints a markdown table.
 //! FullNAT adds the local-port allocation to each new session and rewrites both ends.
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::dataplane::forwarder::{Action, Forwarder, PortContext, RssView};
+use sluice::dataplane::forwarder::{Action, Forwarder, ForwarderConfig, PortContext, RssView};
 use sluice::dataplane::local::LocalResponder;
 use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::realserver_stats;
@@ -130,31 +130,32 @@ fn main() {
     }
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
     let hz = tsc_hz();
-    let mut fwd = Forwarder::new(
-        sessions as usize,
-        publisher.reader(),
-        Timeouts::default().in_ticks(100),
-        hz / 10,
-        hz,
-        Arc::new(realserver_stats::new_table()),
-        RssView {
-            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
-            reta: Reta::new_round_robin(128, 1).unwrap(),
-            fields: HashFields::L3L4,
-            queue: 0,
-            steer: false,
-        },
-    );
     let rings = Arc::new(vec![
         sluice::dataplane::sync_events::EventRing::with_capacity(sessions as usize + 1),
     ]);
-    if sync {
-        fwd.set_sync(sluice::dataplane::forwarder::SyncLink {
+    let config = ForwarderConfig {
+        sync: sync.then(|| sluice::dataplane::forwarder::SyncLink {
             rings: rings.clone(),
             index: 0,
             policy: sluice::dataplane::sync_events::SyncPolicy::default(),
-        });
-    }
+        }),
+        ..ForwarderConfig::new(
+            sessions as usize,
+            publisher.reader(),
+            Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(realserver_stats::new_table()),
+            RssView {
+                toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
+                reta: Reta::new_round_robin(128, 1).unwrap(),
+                fields: HashFields::L3L4,
+                queue: 0,
+                steer: false,
+            },
+        )
+    };
+    let mut fwd = Forwarder::new(config);
     let counters = WorkerCounters::default();
     let responder = LocalResponder::new(LB_MAC, &[lb_ip]);
     let port = PortContext {

@@ -5,7 +5,7 @@
 use sluice::config::Config;
 use sluice::daemon::Services;
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::dataplane::forwarder::{Forwarder, RssView, SyncLink};
+use sluice::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView, SyncLink};
 use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::query::Query;
 use sluice::dataplane::realserver_stats::{self, RealServerCounters};
@@ -352,11 +352,9 @@ pub fn shared() -> &'static Shared {
 
 /// The forwarder of this process (worker 0 of 2, so some NAT replies belong to the
 /// other) with sync, persistence, health probes, VRRP and sync over the port turned
-/// on, and its clock. Built once: `Forwarder::new` builds local-port pools for the
-/// default 64512 ports, which would cost more than the run itself. Every input starts
-/// from the same state: the previous one ended with every session expired (checked),
-/// and `begin` rebuilds pools and schedulers and gives fresh persistence and sync
-/// state; the clock only moves on (the old sessions' ticks are long past).
+/// on, and its clock. Every input gets a fresh forwarder (with fresh persistence and
+/// sync state) after checking that the previous input ended with every session expired;
+/// the clock only moves on (the old sessions' ticks are long past).
 pub struct Bed {
     pub fwd: Forwarder,
     pub now: u64,
@@ -371,10 +369,13 @@ thread_local! {
 pub fn with_bed<R>(f: impl FnOnce(&mut Bed) -> R) -> R {
     BED.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let bed = slot.get_or_insert_with(|| Bed {
-            fwd: new_forwarder(),
-            now: HZ,
-            rings: Arc::new(Vec::new()),
+        let bed = slot.get_or_insert_with(|| {
+            let rings = sync_rings();
+            Bed {
+                fwd: new_forwarder(rings.clone()),
+                now: HZ,
+                rings,
+            }
         });
         bed.begin();
         f(bed)
@@ -389,44 +390,53 @@ impl Bed {
         );
         // A minute on: whatever the last input left in time-based state is stale.
         self.now += 60 * HZ;
-        self.fwd.set_local_ports(LOCAL_PORTS);
-        self.fwd
-            .set_persistence(Arc::new(PersistTable::with_capacity(64)));
-        self.rings = Arc::new(vec![
-            sluice::dataplane::sync_events::EventRing::with_capacity(256),
-        ]);
-        self.fwd.set_sync(SyncLink {
-            rings: self.rings.clone(),
-            index: 0,
-            policy: sluice::dataplane::sync_events::SyncPolicy::default(),
-        });
+        self.rings = sync_rings();
+        self.fwd = new_forwarder(self.rings.clone());
     }
 }
 
-fn new_forwarder() -> Forwarder {
+fn sync_rings() -> Arc<Vec<sluice::dataplane::sync_events::EventRing>> {
+    Arc::new(vec![
+        sluice::dataplane::sync_events::EventRing::with_capacity(256),
+    ])
+}
+
+fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> Forwarder {
     let s = shared();
-    let mut f = Forwarder::new(
-        SESSIONS,
-        s.publisher.reader(),
-        s.timeouts,
-        TSC_PER_TICK,
-        HZ,
-        s.real_servers.clone(),
-        RssView {
-            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
-            reta: Reta::new_round_robin(128, 2).unwrap(),
-            fields: HashFields::L3L4,
-            queue: 0,
-            steer: false,
-        },
-    );
-    f.set_health(LB_IP, 50000..=50003, 2000);
-    f.set_vrrp(true);
-    f.set_sync_port(
-        SocketAddrV4::new(LB_IP, 8848),
-        Some(SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848)),
-    );
-    f
+    Forwarder::new(ForwarderConfig {
+        local_ports: LOCAL_PORTS,
+        persistence: Some(Arc::new(PersistTable::with_capacity(64))),
+        health: Some(HealthTap {
+            source: LB_IP,
+            ports: 50000..=50003,
+            passive_syn_ms: 2000,
+        }),
+        vrrp: true,
+        sync: Some(SyncLink {
+            rings,
+            index: 0,
+            policy: sluice::dataplane::sync_events::SyncPolicy::default(),
+        }),
+        sync_port: Some((
+            SocketAddrV4::new(LB_IP, 8848),
+            Some(SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848)),
+        )),
+        ..ForwarderConfig::new(
+            SESSIONS,
+            s.publisher.reader(),
+            s.timeouts,
+            TSC_PER_TICK,
+            HZ,
+            s.real_servers.clone(),
+            RssView {
+                toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
+                reta: Reta::new_round_robin(128, 2).unwrap(),
+                fields: HashFields::L3L4,
+                queue: 0,
+                steer: false,
+            },
+        )
+    })
 }
 
 pub fn neighbours() -> NeighbourTable {

@@ -19,7 +19,7 @@ use crate::control::report::{
 };
 use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::counters::WorkerCounters;
-use crate::dataplane::forwarder::{Forwarder, RssView};
+use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{
@@ -612,9 +612,12 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         .iter_mut()
         .map(|p| p.port.take_queues().map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
-    // Every worker is built (its session table allocated) before any is launched, so
-    // a table the memory cannot hold is an error with nothing running yet.
-    let mut workers = Vec::with_capacity(cfg.lcores.workers.len());
+    // Each worker builds its forwarder on its own lcore, so that the session table is
+    // first written, and so placed, on that lcore's NUMA node. Start-up waits for every
+    // worker's answer: a table the memory cannot hold stops the workers already
+    // running and is a start-up error (the preflight check makes it rare).
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let mut launched = Vec::new();
     for (w, &lcore) in cfg.lcores.workers.iter().enumerate().rev() {
         let ports: Vec<WorkerPort> = queues
             .iter_mut()
@@ -632,67 +635,70 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 }
             })
             .collect();
-        let mut forwarder = Forwarder::try_new(
-            cfg.sessions.capacity as usize,
-            publisher.reader(),
-            timeouts,
-            tsc_per_tick,
-            hz,
-            real_servers[w].clone(),
-            rss_view(app, w as u16),
-        )
-        .map_err(|e| {
-            format!(
-                "{}: sessions.capacity = {}: worker {w}'s session table: {e}",
-                cfg.path.display(),
-                cfg.sessions.capacity
-            )
-        })?;
-        forwarder.set_local_ports(cfg.sessions.local_port_first..=cfg.sessions.local_port_last);
-        forwarder.set_persistence((*persist).clone());
-        forwarder.set_vrrp(cfg.vrrp.is_some());
-        if let (Some(rings), Some(settings)) = (sync_rings, &cfg.sync) {
-            forwarder.set_sync(crate::dataplane::forwarder::SyncLink {
-                rings: rings.clone(),
-                index: w,
-                policy: crate::dataplane::sync_events::SyncPolicy {
-                    threshold: settings.threshold,
-                    period_ms: settings.period_ms,
-                },
-            });
-            if settings.port.is_some() {
-                forwarder.set_sync_port(settings.listen, settings.multicast);
-            }
-        }
-        if let Some(source) = cfg.health_source() {
-            forwarder.set_health(
+        let config = ForwarderConfig {
+            local_ports: cfg.sessions.local_port_first..=cfg.sessions.local_port_last,
+            load_view: Some(LoadView::new(real_servers.to_vec(), w, hz)),
+            persistence: Some((*persist).clone()),
+            health: cfg.health_source().map(|source| HealthTap {
                 source,
-                cfg.health.source_ports.clone(),
-                cfg.health.passive_syn_ms,
-            );
-        }
-        forwarder.set_load_view(LoadView::new(real_servers.to_vec(), w, hz));
-        let worker = Worker::new(
-            w as u16,
-            app.pool.clone(),
-            ports,
-            forwarder,
-            counters[w].clone(),
-            Links {
-                stop: (*stop).clone(),
-                mesh: app.mesh.clone(),
-                inbox: app.worker_inboxes[w]
-                    .take()
-                    .ok_or_else(|| format!("worker {w}: no inbox"))?,
-                inject: if w == 0 { app.inject_out.take() } else { None },
-                mailbox: mailboxes[w].clone(),
+                ports: cfg.health.source_ports.clone(),
+                passive_syn_ms: cfg.health.passive_syn_ms,
+            }),
+            vrrp: cfg.vrrp.is_some(),
+            sync: match (sync_rings, &cfg.sync) {
+                (Some(rings), Some(settings)) => Some(crate::dataplane::forwarder::SyncLink {
+                    rings: rings.clone(),
+                    index: w,
+                    policy: crate::dataplane::sync_events::SyncPolicy {
+                        threshold: settings.threshold,
+                        period_ms: settings.period_ms,
+                    },
+                }),
+                _ => None,
             },
-        );
-        workers.push((lcore, worker));
-    }
-    let mut launched = Vec::new();
-    for (lcore, worker) in workers {
-        if let Err(e) = launch_on_lcore(lcore, move || worker.run()) {
+            sync_port: match (sync_rings, &cfg.sync) {
+                (Some(_), Some(settings)) if settings.port.is_some() => {
+                    Some((settings.listen, settings.multicast))
+                }
+                _ => None,
+            },
+            ..ForwarderConfig::new(
+                cfg.sessions.capacity as usize,
+                publisher.reader(),
+                timeouts,
+                tsc_per_tick,
+                hz,
+                real_servers[w].clone(),
+                rss_view(app, w as u16),
+            )
+        };
+        let pool = app.pool.clone();
+        let counters = counters[w].clone();
+        let links = Links {
+            stop: (*stop).clone(),
+            mesh: app.mesh.clone(),
+            inbox: app.worker_inboxes[w]
+                .take()
+                .ok_or_else(|| format!("worker {w}: no inbox"))?,
+            inject: if w == 0 { app.inject_out.take() } else { None },
+            mailbox: mailboxes[w].clone(),
+        };
+        let (capacity, path) = (cfg.sessions.capacity, cfg.path.clone());
+        let ready = ready_tx.clone();
+        let job = move || match Forwarder::try_new(config) {
+            Ok(forwarder) => {
+                let _ = ready.send(Ok(()));
+                Worker::new(w as u16, pool, ports, forwarder, counters, links).run()
+            }
+            Err(e) => {
+                let _ = ready.send(Err(format!(
+                    "{}: sessions.capacity = {capacity}: worker {w}'s session table: {e}",
+                    path.display()
+                )));
+                1
+            }
+        };
+        if let Err(e) = launch_on_lcore(lcore, job) {
             stop.store(true, Ordering::SeqCst);
             for &l in &launched {
                 wait_lcore(l);
@@ -700,6 +706,22 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             return Err(format!("worker lcore {lcore}: {e}"));
         }
         launched.push(lcore);
+    }
+    drop(ready_tx);
+    let mut failure = None;
+    for _ in 0..launched.len() {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(_) => failure = failure.or(Some("a worker ended before it was ready".to_string())),
+        }
+    }
+    if let Some(e) = failure {
+        stop.store(true, Ordering::SeqCst);
+        for &l in &launched {
+            wait_lcore(l);
+        }
+        return Err(e);
     }
     Ok(())
 }

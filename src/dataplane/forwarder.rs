@@ -76,7 +76,7 @@ pub struct Forwarder {
     schedulers: Vec<Box<dyn Scheduler>>,
     /// Scratch for the loads handed to a scheduler (capacity kept across picks).
     loads: Vec<ServerLoad>,
-    /// Real-server loads over all workers (`set_load_view`; own worker only before).
+    /// Real-server loads over all workers, or of this worker only.
     load_view: LoadView,
     timeouts: TickTimeouts,
     tsc_per_tick: u64,
@@ -93,7 +93,7 @@ pub struct Forwarder {
     /// FullNAT local-port pools, by service id; kept across snapshots while the
     /// service's local addresses stay the same.
     pools: hashbrown::HashMap<u32, PortPool>,
-    /// Persistence templates, shared by all workers (`set_persistence`).
+    /// Persistence templates, shared by all workers.
     persist: Option<Arc<PersistTable>>,
     /// Session-clock ticks per second, for template timeouts.
     ticks_per_second: u32,
@@ -111,7 +111,7 @@ pub struct Forwarder {
     vrrp: bool,
     /// Session sync: where this worker tells the management core about its sessions.
     sync: Option<SyncLink>,
-    /// Session sync over a DPDK port (`set_sync_port`): UDP to the listen address
+    /// Session sync over a DPDK port: UDP to the listen address
     /// goes to the management core...
     sync_listen: Option<SocketAddrV4>,
     /// ...and, with multicast, UDP to the group, arriving with the group's MAC.
@@ -234,9 +234,55 @@ fn nat_reply_queue(snap: &crate::service::Snapshot, rss: &RssView, key: &FlowKey
 /// FullNAT local ports handed out (DPVS's default range).
 pub const LOCAL_PORTS: std::ops::RangeInclusive<u16> = 1024..=65535;
 
-impl Forwarder {
-    /// A worker's forwarder with a session table of `capacity`; panics when the
-    /// memory cannot be had ([`Forwarder::try_new`] reports it).
+/// Health checking's tap on the packet path.
+#[derive(Clone, Debug)]
+pub struct HealthTap {
+    /// TCP to this address on `ports` is a probe's answer: handed to the management
+    /// core.
+    pub source: Ipv4Addr,
+    pub ports: std::ops::RangeInclusive<u16>,
+    /// Passive detection: a client SYN resent this long or more after the first, with
+    /// nothing from the real server, counts against its real server.
+    pub passive_syn_ms: u32,
+}
+
+/// Everything a worker's forwarder is made from, in one value: built on the main core,
+/// turned into a [`Forwarder`] on the worker's own lcore, so that the session table is
+/// first touched, and placed, on that lcore's NUMA node.
+pub struct ForwarderConfig {
+    /// Sessions the table holds.
+    pub capacity: usize,
+    pub snapshot: SnapshotReader,
+    pub timeouts: TickTimeouts,
+    pub tsc_per_tick: u64,
+    pub tsc_hz: u64,
+    /// This worker's per-real-server counters.
+    pub real_servers: Arc<Box<[RealServerCounters]>>,
+    pub rss: RssView,
+    /// FullNAT local ports handed out per local address (`[sessions]
+    /// local_port_first/last`).
+    pub local_ports: std::ops::RangeInclusive<u16>,
+    /// Real-server loads over all workers, for the load-aware schedulers; `None`: this
+    /// worker's own connections only.
+    pub load_view: Option<LoadView>,
+    /// Persistence templates shared by all workers; without them, services with
+    /// persistence are scheduled connection by connection.
+    pub persistence: Option<Arc<PersistTable>>,
+    pub health: Option<HealthTap>,
+    /// VRRP advertisements (to 224.0.0.18, protocol 112) go to the management core.
+    pub vrrp: bool,
+    /// Session sync: sessions worth telling the standby about become events on this
+    /// worker's ring.
+    pub sync: Option<SyncLink>,
+    /// Session sync over a DPDK port (`[sync] port`): untagged UDP datagrams to the
+    /// listen address, and to the group (with its MAC as destination) when set, go to
+    /// the management core, as VRRP advertisements do.
+    pub sync_port: Option<(SocketAddrV4, Option<SocketAddrV4>)>,
+}
+
+impl ForwarderConfig {
+    /// A configuration with the required parts and nothing optional: default local
+    /// ports, own loads only, no persistence, health tap, VRRP or sync.
     pub fn new(
         capacity: usize,
         snapshot: SnapshotReader,
@@ -245,8 +291,8 @@ impl Forwarder {
         tsc_hz: u64,
         real_servers: Arc<Box<[RealServerCounters]>>,
         rss: RssView,
-    ) -> Self {
-        Self::try_new(
+    ) -> ForwarderConfig {
+        ForwarderConfig {
             capacity,
             snapshot,
             timeouts,
@@ -254,21 +300,47 @@ impl Forwarder {
             tsc_hz,
             real_servers,
             rss,
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
+            local_ports: LOCAL_PORTS,
+            load_view: None,
+            persistence: None,
+            health: None,
+            vrrp: false,
+            sync: None,
+            sync_port: None,
+        }
+    }
+}
+
+impl Forwarder {
+    /// A worker's forwarder; panics when the session table's memory cannot be had
+    /// ([`Forwarder::try_new`] reports it).
+    pub fn new(config: ForwarderConfig) -> Self {
+        Self::try_new(config).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// As [`Forwarder::new`], reporting a session table the memory cannot hold
-    /// instead of panicking.
-    pub fn try_new(
-        capacity: usize,
-        snapshot: SnapshotReader,
-        timeouts: TickTimeouts,
-        tsc_per_tick: u64,
-        tsc_hz: u64,
-        real_servers: Arc<Box<[RealServerCounters]>>,
-        rss: RssView,
-    ) -> Result<Self, crate::session::TableAllocError> {
+    /// instead of panicking. Call it on the worker's lcore: the table is placed where
+    /// it is first written.
+    pub fn try_new(config: ForwarderConfig) -> Result<Self, crate::session::TableAllocError> {
+        let ForwarderConfig {
+            capacity,
+            snapshot,
+            timeouts,
+            tsc_per_tick,
+            tsc_hz,
+            real_servers,
+            rss,
+            local_ports,
+            load_view,
+            persistence,
+            health,
+            vrrp,
+            sync,
+            sync_port,
+        } = config;
+        let tsc_per_tick = tsc_per_tick.max(1);
+        let tick_ms =
+            (tsc_per_tick as u128 * 1000 / tsc_hz.max(1) as u128).clamp(1, u32::MAX as u128) as u32;
         let mut f = Forwarder {
             sessions: SessionTable::try_with_wheel(
                 capacity,
@@ -279,9 +351,10 @@ impl Forwarder {
             snapshot,
             schedulers: Vec::new(),
             loads: Vec::new(),
-            load_view: LoadView::new(vec![real_servers.clone()], 0, tsc_hz),
+            load_view: load_view
+                .unwrap_or_else(|| LoadView::new(vec![real_servers.clone()], 0, tsc_hz)),
             timeouts,
-            tsc_per_tick: tsc_per_tick.max(1),
+            tsc_per_tick,
             now_tick: 0,
             real_servers,
             arp_sent: [(0, 0); ARP_LIMITER_SLOTS],
@@ -292,18 +365,21 @@ impl Forwarder {
             snapshot_changed: true,
             owned: Vec::new(),
             pools: hashbrown::HashMap::new(),
-            persist: None,
-            ticks_per_second: (tsc_hz / tsc_per_tick.max(1)).clamp(1, u32::MAX as u64) as u32,
-            tick_ms: (tsc_per_tick as u128 * 1000 / tsc_hz.max(1) as u128)
-                .clamp(1, u32::MAX as u128) as u32,
+            persist: persistence,
+            ticks_per_second: (tsc_hz / tsc_per_tick).clamp(1, u32::MAX as u64) as u32,
+            tick_ms,
             rss,
-            local_ports: LOCAL_PORTS,
-            health_source: None,
-            passive_syn_ticks: u32::MAX,
-            vrrp: false,
-            sync: None,
-            sync_listen: None,
-            sync_group: None,
+            local_ports,
+            passive_syn_ticks: health
+                .as_ref()
+                .map_or(u32::MAX, |h| h.passive_syn_ms.div_ceil(tick_ms)),
+            health_source: health.map(|h| (h.source, h.ports)),
+            vrrp,
+            sync,
+            sync_listen: sync_port.map(|(listen, _)| listen),
+            sync_group: sync_port
+                .and_then(|(_, group)| group)
+                .map(|g| (MacAddr::ipv4_multicast(*g.ip()), g)),
         };
         f.rebuild_schedulers();
         Ok(f)
@@ -424,59 +500,6 @@ impl Forwarder {
                 }
             }
         }
-    }
-
-    /// Sets the FullNAT local ports handed out per local address (`[sessions]
-    /// local_port_first/last`) and rebuilds the pools. Call before traffic.
-    pub fn set_local_ports(&mut self, ports: std::ops::RangeInclusive<u16>) {
-        self.local_ports = ports;
-        self.pools.clear();
-        self.rebuild_schedulers();
-    }
-
-    /// Lets the load-aware schedulers see every worker's connections (see
-    /// [`LoadView`] for the staleness bound). Call before traffic.
-    pub fn set_load_view(&mut self, view: LoadView) {
-        self.load_view = view;
-        self.rebuild_schedulers();
-    }
-
-    /// Shares the persistence templates of all workers. Without it, services with
-    /// persistence are scheduled connection by connection.
-    /// Health checking: TCP to `source` on `ports` is a probe's answer (handed to the
-    /// management core), and a client SYN resent `passive_syn_ms` or more after the
-    /// first, unanswered, counts against its real server.
-    pub fn set_health(
-        &mut self,
-        source: Ipv4Addr,
-        ports: std::ops::RangeInclusive<u16>,
-        passive_syn_ms: u32,
-    ) {
-        self.health_source = Some((source, ports));
-        self.passive_syn_ticks = passive_syn_ms.div_ceil(self.tick_ms.max(1));
-    }
-
-    /// Session sync: sessions worth telling the standby about become events on this
-    /// worker's ring.
-    pub fn set_sync(&mut self, link: SyncLink) {
-        self.sync = Some(link);
-    }
-
-    /// Session sync over a DPDK port (`[sync] port`): untagged UDP datagrams to
-    /// `listen`, and to `group` (with its MAC as destination) when set, go to the
-    /// management core (`Action::Punt`), as VRRP advertisements do.
-    pub fn set_sync_port(&mut self, listen: SocketAddrV4, group: Option<SocketAddrV4>) {
-        self.sync_listen = Some(listen);
-        self.sync_group = group.map(|g| (MacAddr::ipv4_multicast(*g.ip()), g));
-    }
-
-    /// VRRP advertisements (to 224.0.0.18, protocol 112) go to the management core.
-    pub fn set_vrrp(&mut self, on: bool) {
-        self.vrrp = on;
-    }
-
-    pub fn set_persistence(&mut self, table: Arc<PersistTable>) {
-        self.persist = Some(table);
     }
 
     /// Whether a new snapshot arrived since the last call (the first call says yes).
@@ -1594,13 +1617,14 @@ fn done(r: Result<(), DropReason>) -> Action {
 mod tests {
     use super::*;
 
-    /// A forwarder with no service (and the publisher its reader follows).
-    fn bare_forwarder() -> (crate::service::SnapshotPublisher, Forwarder) {
+    /// The configuration of a forwarder with no service (and the publisher its
+    /// reader follows).
+    fn bare_config() -> (crate::service::SnapshotPublisher, ForwarderConfig) {
         let table = crate::service::ServiceTable::new();
         let publisher =
             crate::service::SnapshotPublisher::new(crate::service::Snapshot::build(1, &table));
         let hz = 1_000_000_000;
-        let forwarder = Forwarder::new(
+        let config = ForwarderConfig::new(
             1024,
             publisher.reader(),
             crate::session::Timeouts::default().in_ticks(100),
@@ -1615,7 +1639,13 @@ mod tests {
                 steer: false,
             },
         );
-        (publisher, forwarder)
+        (publisher, config)
+    }
+
+    /// A forwarder with no service (and the publisher its reader follows).
+    fn bare_forwarder() -> (crate::service::SnapshotPublisher, Forwarder) {
+        let (publisher, config) = bare_config();
+        (publisher, Forwarder::new(config))
     }
 
     #[test]
@@ -1632,13 +1662,18 @@ mod tests {
             f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
             f
         };
-        let (_publisher, mut f) = bare_forwarder();
+        let (_publisher, f) = bare_forwarder();
         // Not configured: a group MAC is not ours.
         assert_eq!(
             f.to_group(&build(group, mac), mac),
             Action::Drop(DropReason::NotOurMac)
         );
-        f.set_sync_port(listen, Some(group));
+        let with_sync_port = |port| {
+            let (publisher, mut config) = bare_config();
+            config.sync_port = Some(port);
+            (publisher, Forwarder::new(config))
+        };
+        let (_publisher, f) = with_sync_port((listen, Some(group)));
         assert_eq!(f.to_group(&build(group, mac), mac), Action::Punt);
         // Another port of the group, another group with the same MAC (the low 23 bits
         // only), or another group MAC: not ours.
@@ -1669,7 +1704,7 @@ mod tests {
             Action::Drop(DropReason::BadIpv4Checksum)
         );
         // Unicast sync needs no group: set without one, the group MAC is not ours.
-        f.set_sync_port(listen, None);
+        let (_publisher, f) = with_sync_port((listen, None));
         assert_eq!(
             f.to_group(&build(group, mac), mac),
             Action::Drop(DropReason::NotOurMac)
@@ -1769,7 +1804,7 @@ mod tests {
         let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
         let hz = 1_000_000_000;
         // Room for one session.
-        let mut f = Forwarder::new(
+        let mut config = ForwarderConfig::new(
             1,
             publisher.reader(),
             crate::session::Timeouts::default().in_ticks(100),
@@ -1784,7 +1819,8 @@ mod tests {
                 steer: false,
             },
         );
-        f.set_local_ports(40000..=40031);
+        config.local_ports = 40000..=40031;
+        let mut f = Forwarder::new(config);
         let record = |client: u16, vip: Ipv4Addr, real: SocketAddrV4, lport: u16| RecordRepr {
             kind: RecordKind::Connection,
             op: RecordOp::Update,

@@ -2,7 +2,7 @@
 //! pair (the appliance's port and a peer the test drives), and a worker polling the
 //! appliance's port on lcore 1.
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::dataplane::forwarder::{Forwarder, RssView};
+use sluice::dataplane::forwarder::{Forwarder, ForwarderConfig, RssView};
 use sluice::dataplane::local::LocalResponder;
 use sluice::dataplane::mesh::Mesh;
 use sluice::dataplane::query::Mailbox;
@@ -75,7 +75,7 @@ pub fn worker(
     publisher: &SnapshotPublisher,
 ) -> (Worker, Arc<WorkerCounters>, Arc<AtomicBool>) {
     let hz = sluice::dpdk::tsc_hz();
-    let forwarder = Forwarder::new(
+    let forwarder = Forwarder::new(ForwarderConfig::new(
         1024,
         publisher.reader(),
         Timeouts::default().in_ticks(100),
@@ -89,7 +89,7 @@ pub fn worker(
             queue: 0,
             steer: false,
         },
-    );
+    ));
     let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();
     let counters = Arc::new(WorkerCounters::default());
     let stop = Arc::new(AtomicBool::new(false));
