@@ -1,5 +1,6 @@
-//! Flow identity: the 5-tuple key sessions are found by. Generic over the address type
-//! so IPv6 adds a key type, not a new table.
+//! Flow identity: the 5-tuple key sessions are found by. The session index stores no
+//! keys (tags and slab indices only), so IPv6 adds a key type and an entry slab beside
+//! the IPv4 one, not a new index.
 use crate::model::Protocol;
 use std::hash::Hash;
 use std::net::Ipv4Addr;

@@ -13,19 +13,27 @@
 //!
 //! # Design
 //!
-//! **One map, both directions.** NAT and FullNAT replies must find the session from
-//! the real server's side, so a session can have two keys: the client's 5-tuple and
-//! the reply 5-tuple. Both go into the same hashbrown map, whose value is the slab
-//! index shifted left by one with the key's direction in bit 0. One probe then answers
-//! both "which session" and "which way is this packet going" (which decides the
-//! rewrite and the transition table), one map is preallocated instead of two, and a DR
-//! or TUN session, which has no reply key, costs one map entry instead of two.
+//! **One index, both directions, no keys in it.** NAT and FullNAT replies must find the
+//! session from the real server's side, so a session can have two keys: the client's
+//! 5-tuple and the reply 5-tuple. Both go into one index ([`index`]), whose value is
+//! the slab index shifted left by one with the key's direction in bit 0. One probe then
+//! answers both "which session" and "which way is this packet going" (which decides the
+//! rewrite and the transition table), and a DR or TUN session, which has no reply key,
+//! costs one index slot instead of two. The index stores a 16-bit tag of the key's
+//! hash beside each value, never the key: the entry holds both tuples already
+//! ([`Session::in_key`], [`Session::reply_key`]), so the lookup checks the candidate
+//! entry it has to read anyway, and the table derives both keys from the session it
+//! inserts or removes (no key array to keep in step).
+//!
+//! **Hashed once, prefetched in stages.** A packet's key is hashed once
+//! ([`HashedKey`]); the burst's first pass loads every bucket, the second every entry a
+//! bucket names, and the lookup and a miss's insert reuse the hash.
 //!
 //! **One cache line per session.** Entries are `#[repr(C, align(64))]`, 64 bytes,
 //! preallocated in a slab and recycled through a free list threaded through their
-//! timer links. The keys a session is filed under are kept in a separate, cold array:
-//! they are read only to remove the session, so they do not dilute the hot line.
-//! Entries are IPv4-only today; see [`Session`] for how IPv6 fits.
+//! timer links; an insert starts loading the next free entry for the next insert.
+//! Entries are IPv4-only today; see [`Session`] for how IPv6 fits (the index is
+//! key-agnostic and serves an IPv6 slab as it is).
 //!
 //! **Expiry without scanning, with lazy re-arming.** Each worker drives a timer wheel
 //! with its own tick. Every packet pushes its session's deadline back, so the update
@@ -39,17 +47,17 @@
 //!
 //! # Memory per session
 //!
-//! At `SessionTable::with_capacity(1_000_000)` with IPv4 keys: 64 bytes of entry, 32
-//! of keys (client key and optional reply key), and the map: room for two keys per
-//! session with the buckets at most half full, i.e. 4 Mi buckets of 21 bytes (a 20-byte
-//! `(FlowKey4, u32)` and a control byte), 88 bytes per session. About 184 bytes per
-//! session in all, allocated once; [`SessionTable::memory_bytes`] computes it.
+//! At `SessionTable::with_capacity(1_000_000)`: 64 bytes of entry, and the index: room
+//! for two keys per session at 80 % of its slots, 2.5 M slots in 312,500 buckets of 64
+//! bytes, 20 bytes per session. 84 bytes per session in all, allocated and written
+//! once, by the thread that makes the table (so on its NUMA node: workers make their
+//! own). [`SessionTable::memory_bytes`] sums the sizes;
+//! [`SessionTable::resident_bytes`] measures the pages the kernel has resident, and a
+//! test holds it to 96 bytes per session with a full table of NAT sessions.
 //!
-//! hashbrown marks some removed buckets as tombstones, and cleans them up in place
-//! (no allocation, but one pass over the map) when they have used up its spare room.
-//! With the buckets at most half full that is rare, and the map could only grow if,
-//! at that very moment, more live keys than 1.75 per session of capacity were in it:
-//! a nearly full table of mostly NAT sessions.
+//! The index never needs cleaning: removals leave no tombstones (see [`index`]), and it
+//! refuses keys past its sizing, so a full table costs no more to search than the
+//! sizing allows.
 pub mod hugemem;
 pub mod index;
 pub mod persist;
