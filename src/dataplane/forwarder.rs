@@ -2,7 +2,7 @@
 //! rewrite it for its mode (DR, NAT, TUN) and say where it goes. Owns the worker's
 //! session table and scheduler instances; reads services from the RCU snapshot.
 //!
-//! A TCP/UDP packet's path reads in [`Forwarder::l4`], stage after stage, each stage
+//! A TCP/UDP packet's path reads in `Forwarder::l4`, stage after stage, each stage
 //! in its own file under `forwarder/`: look up, then `hit` (an established session)
 //! or `miss` (no session: a new connection or something else) and `placement` (which
 //! real server, which local port; the session opens), `observe` (accounting, passive
