@@ -278,8 +278,7 @@ impl Bench<'_> {
             for i in 0..n {
                 burst.prefetch(i + 1);
                 if self.fwd.handle(
-                    &mut burst,
-                    i,
+                    burst.packet_at(i),
                     self.port,
                     self.neighbours,
                     now,

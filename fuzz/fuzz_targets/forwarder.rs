@@ -92,7 +92,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
         let input = burst.packet(0).to_vec();
         let drops_before = counters.drops_snapshot();
         fwd.prefetch_sessions(&burst);
-        let action = fwd.handle(&mut burst, 0, &port, &mut neighbours, *now, &counters);
+        let action = fwd.handle(burst.packet_at(0), &port, &mut neighbours, *now, &counters);
         assert_eq!(
             drops_before,
             counters.drops_snapshot(),

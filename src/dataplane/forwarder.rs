@@ -1,30 +1,46 @@
 //! The forwarding core of one worker: classify a frame, find or create its session,
 //! rewrite it for its mode (DR, NAT, TUN) and say where it goes. Owns the worker's
 //! session table and scheduler instances; reads services from the RCU snapshot.
+//!
+//! A TCP/UDP packet's path reads in `Forwarder::l4`, stage after stage, each stage
+//! in its own file under `forwarder/`: look up, then `hit` (an established session)
+//! or `miss` (no session: a new connection or something else) and `placement` (which
+//! real server, which local port; the session opens), `observe` (accounting, passive
+//! health, session sync), `egress` (rewrite for the mode, next hop). ICMP errors
+//! about a session take `icmp_error`.
+mod egress;
+mod hit;
+mod icmp_error;
+mod miss;
+mod observe;
+mod placement;
+
+// The sync receiver's tests check their redirects against it.
+#[cfg(test)]
+pub(crate) use miss::nat_reply_owner;
+
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
 use crate::dataplane::neighbour::NeighbourTable;
 use crate::dataplane::query::{ConnectionEntry, PoolEntry, Query};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
-use crate::dpdk::{Burst, BURST_SIZE};
+use crate::dpdk::{Burst, Packet, BURST_SIZE};
 use crate::flow::parse::{classify, peek_key, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
-use crate::flow::{FlowKey, FlowKey4};
+use crate::flow::FlowKey4;
 use crate::forward::laddr::PortPool;
-use crate::forward::{self, MtuCheck, QuoteRewrite};
 use crate::model::DropReason;
-use crate::model::Protocol;
 use crate::model::{ForwardMode, ServiceKey};
-use crate::sched::{self, Maglev, PickContext, Scheduler, ServerLoad};
+use crate::sched::{self, Maglev, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
-use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
+use crate::session::persist::{PersistTable, TemplateKey};
 use crate::session::{
-    Direction, HashedKey, Session, SessionFlags, SessionTable, TickTimeouts, Transition,
+    Direction, HashedKey, Session, SessionFlags, SessionId, SessionTable, TickTimeouts, Transition,
 };
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
-use crate::wire::{arp, vrrp};
+use crate::wire::vrrp;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -65,6 +81,26 @@ pub enum Action {
     /// The frame is rewritten but its next hop's MAC is unknown: hold it until this
     /// address resolves (the worker asks for it by ARP), then address and send it.
     Hold(Ipv4Addr),
+}
+
+/// What a packet is handled with besides the forwarder's own state, for one call of
+/// `Forwarder::handle`: the port it came in on, the worker's neighbour table, the
+/// time and the worker's counters.
+struct Context<'a> {
+    port: &'a PortContext<'a>,
+    neighbours: &'a mut NeighbourTable,
+    now_tsc: u64,
+    counters: &'a WorkerCounters,
+}
+
+/// The session a TCP/UDP packet belongs to, as the hit stage found it or placement
+/// opened it: which of its keys the packet matched, the entry as of this packet, and
+/// what the packet did to its state.
+struct Matched {
+    id: SessionId,
+    dir: Direction,
+    session: Session,
+    transition: Option<Transition>,
 }
 
 pub struct Forwarder {
@@ -197,38 +233,6 @@ fn extend_template(
         now.wrapping_add(p.timeout_s.saturating_mul(ticks_per_second).max(1)),
         now,
     );
-}
-
-/// For a packet no session of this worker matches: if it is a reply from a NAT real
-/// server, the queue (= worker) the client's packets of that connection hash to, when
-/// that is another worker. In one-arm NAT the reply tuple (RIP:rport -> CIP:cport)
-/// shares no address with the request tuple (CIP:cport -> VIP:vport), so the NIC's hash
-/// puts it on an arbitrary queue; the owner is found by hashing the request tuple,
-/// whose VIP the snapshot gives (the first service using that real server in NAT mode
-/// when several do). Redirected packets are never redirected again.
-pub(crate) fn nat_reply_owner(
-    snap: &crate::service::Snapshot,
-    rss: &RssView,
-    key: &FlowKey4,
-    redirected: bool,
-) -> Option<u16> {
-    if redirected {
-        return None;
-    }
-    let owner = nat_reply_queue(snap, rss, key)?;
-    (owner != rss.queue).then_some(owner)
-}
-
-/// The queue the request tuple of a NAT real server's reply hashes to, when `key` is
-/// such a reply (see [`nat_reply_owner`]).
-fn nat_reply_queue(snap: &crate::service::Snapshot, rss: &RssView, key: &FlowKey4) -> Option<u16> {
-    let &(vip, vport) = snap
-        .nat_reply_services(key.proto, key.src_addr(), key.sport)
-        .first()?;
-    let hash = rss
-        .toeplitz
-        .hash_tuple(rss.fields, key.dst_addr(), vip, key.dport, vport);
-    Some(rss.reta.queue(hash))
 }
 
 /// FullNAT local ports handed out (DPVS's default range).
@@ -422,7 +426,7 @@ impl Forwarder {
         sessions.expire(*now_tick, EXPIRY_BUDGET, |_, s| {
             expired += 1;
             extend_template(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
-            if expired_unanswered(s) {
+            if observe::expired_unanswered(s) {
                 real_servers[s.real as usize].count_passive(Passive::Unanswered);
             }
             forget(pools, real_servers, s);
@@ -614,18 +618,16 @@ impl Forwarder {
         }
     }
 
-    /// Handles frame `i` of `burst`. Never panics; allocates nothing.
-    #[allow(clippy::too_many_arguments)]
+    /// Handles one packet of a burst. Never panics; allocates nothing.
     pub fn handle(
         &mut self,
-        burst: &mut Burst,
-        i: usize,
+        mut pkt: Packet<'_>,
         port: &PortContext,
         neighbours: &mut NeighbourTable,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Action {
-        let frame = burst.packet_mut(i);
+        let frame = pkt.bytes_mut();
         let Ok(eth) = ethernet::Frame::new_checked(&*frame) else {
             return Action::Drop(DropReason::Truncated);
         };
@@ -642,19 +644,31 @@ impl Forwarder {
         };
         let vips = &self.owned[..];
         let owns = |ip: Ipv4Addr| port.responder.is_local(ip) || vips.binary_search(&ip).is_ok();
+        let cx = Context {
+            port,
+            neighbours,
+            now_tsc,
+            counters,
+        };
         match parsed.kind {
-            PacketKind::Arp => local(
-                port.responder
-                    .process_with_vips(frame, neighbours, now_tsc, counters, vips),
-            ),
+            PacketKind::Arp => local(port.responder.process_with_vips(
+                frame,
+                cx.neighbours,
+                now_tsc,
+                counters,
+                vips,
+            )),
             PacketKind::Icmp { dst, icmp_type, .. } => {
                 if icmp_type.is_error() {
-                    self.icmp_error(burst, i, &parsed, port, neighbours, now_tsc)
+                    self.icmp_error(&mut pkt, &parsed, &cx)
                 } else if owns(dst) {
-                    local(
-                        port.responder
-                            .process_with_vips(frame, neighbours, now_tsc, counters, vips),
-                    )
+                    local(port.responder.process_with_vips(
+                        frame,
+                        cx.neighbours,
+                        now_tsc,
+                        counters,
+                        vips,
+                    ))
                 } else {
                     Action::Drop(DropReason::NotLocal)
                 }
@@ -664,20 +678,8 @@ impl Forwarder {
             } else {
                 DropReason::NotLocal
             }),
-            PacketKind::Tcp { key, flags, .. } => self.l4(
-                burst, i, &parsed, key, flags, port, neighbours, now_tsc, counters,
-            ),
-            PacketKind::Udp { key } => self.l4(
-                burst,
-                i,
-                &parsed,
-                key,
-                TcpFlags::empty(),
-                port,
-                neighbours,
-                now_tsc,
-                counters,
-            ),
+            PacketKind::Tcp { key, flags, .. } => self.l4(&mut pkt, &parsed, key, flags, &cx),
+            PacketKind::Udp { key } => self.l4(&mut pkt, &parsed, key, TcpFlags::empty(), &cx),
         }
     }
 
@@ -712,389 +714,46 @@ impl Forwarder {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A TCP segment or UDP datagram, stage after stage:
+    /// 1. look its session up, by the hash the prefetch pass computed; a SYN reusing
+    ///    the port of a finished connection retires it and misses (`miss.rs`);
+    /// 2. hit: the session's state moves on the packet (`hit.rs`);
+    ///    miss: is it a new connection to a service (`miss.rs`)? Which real server,
+    ///    which local port (`placement.rs`)? Then its session opens (`placement.rs`);
+    /// 3. account: the packet counts on its real server (`observe.rs`);
+    /// 4. egress: rewritten for the session's mode and addressed to its next hop
+    ///    (`egress.rs`).
     fn l4(
         &mut self,
-        burst: &mut Burst,
-        i: usize,
+        pkt: &mut Packet,
         parsed: &Parsed,
         key: FlowKey4,
         flags: TcpFlags,
-        port: &PortContext,
-        neighbours: &mut NeighbourTable,
-        now_tsc: u64,
-        counters: &WorkerCounters,
+        cx: &Context,
     ) -> Action {
-        let bytes = burst.packet_len(i) as u64;
-        let hashed = self.hashed(i, key);
-        let mut found = self.sessions.lookup_hashed(&hashed);
-        if let Some((id, Direction::Inbound | Direction::InputOnly)) = found {
-            if opens_connection(flags)
-                && self
-                    .sessions
-                    .get(id)
-                    .is_some_and(reusable_for_new_connection)
-            {
-                // The client reuses the port of a finished connection: retire the old
-                // session and schedule afresh, as IPVS does (conn_reuse_mode).
-                self.retire(id, counters);
-                found = None;
-            }
-        }
-        if let Some((id, dir)) = found {
-            let transition = self
-                .sessions
-                .on_packet(id, dir, flags, self.now_tick, &self.timeouts);
-            let s = *self.sessions.get(id).expect("looked up just now");
-            if let Some(t) = transition {
-                if key.proto == Protocol::Tcp && !s.flags().contains(SessionFlags::ANSWERED) {
-                    self.observe_new_connection(id, &s, dir, flags, t.from);
-                }
-                if self.sync.is_some() {
-                    self.sync_after_packet(id, &s, t);
-                }
-            }
-            if s.peer_mac == [0; 6]
-                && dir == Direction::Inbound
-                && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
-            {
-                // Installed by session sync: learn the client side's next hop.
-                if let Some(live) = self.sessions.get_mut(id) {
-                    live.peer_mac = burst.packet(i)[6..12]
-                        .try_into()
-                        .expect("checked Ethernet header");
-                }
-            }
-            let c = &self.real_servers[s.real as usize];
-            if let Some(t) = transition {
-                account(c, t);
-            }
-            match dir {
-                Direction::Outbound => c.count_out(bytes),
-                _ => c.count_in(bytes),
-            }
-            let action = self.forward(burst, i, parsed, &s, dir, port, neighbours);
-            if let (Action::Transmit, ForwardMode::Dr | ForwardMode::Tun) = (action, s.mode) {
-                // Cache a freshly resolved next hop in the session.
-                if s.peer_mac == [0; 6] {
-                    if let (Some(mac), Some(live)) = (
-                        neighbours.lookup(Ipv4Addr::from(s.real_addr)),
-                        self.sessions.get_mut(id),
-                    ) {
-                        live.peer_mac = mac.0;
-                    }
-                }
-            }
-            if matches!(action, Action::Transmit | Action::Hold(_))
-                && s.flags().contains(SessionFlags::TOA_PENDING)
-            {
-                self.toa(burst, i, parsed, id, &s, dir, flags, port, counters);
-            }
-            return action;
-        }
-
-        // No session: a new connection to a virtual service?
-        let vip = key.dst_addr();
-        let snap = self.snapshot.current();
-        let Some(index) = snap.find_index(&ServiceKey::new(key.proto, vip, key.dport)) else {
-            if let Some((source, ports)) = &self.health_source {
-                if key.proto == Protocol::Tcp && vip == *source && ports.contains(&key.dport) {
-                    return Action::Punt;
-                }
-            }
-            if self.sync_listen == Some(SocketAddrV4::new(vip, key.dport))
-                && key.proto == Protocol::Udp
-                && parsed.l3 == ethernet::HEADER_LEN
-            {
-                // A peer's sync datagram (`[sync] port`): the management core checks it.
-                return Action::Punt;
-            }
-            let reason = if port.responder.is_local(vip) {
-                DropReason::UnsupportedProtocol
-            } else if snap.is_vip(vip) {
-                DropReason::NoService
-            } else if snap.is_local_address(vip) {
-                if let Some(owner) = self.rss.steer_to(&key, port.redirected) {
-                    return Action::Redirect(owner);
-                }
-                // To a FullNAT local address but no session: a late or stray reply.
-                if key.proto == Protocol::Tcp {
-                    DropReason::TcpNoSession
-                } else {
-                    DropReason::NoService
-                }
-            } else if let Some(owner) = nat_reply_owner(snap, &self.rss, &key, port.redirected) {
-                return Action::Redirect(owner);
-            } else {
-                DropReason::NotLocal
-            };
-            return Action::Drop(reason);
-        };
-        if let Some(owner) = self.rss.steer_to(&key, port.redirected) {
-            // A new connection (or a packet of one) the device put on another queue
-            // than the view: it is opened, or lives, on the view's owner.
-            return Action::Redirect(owner);
-        }
-        if key.proto == Protocol::Tcp && !opens_connection(flags) {
-            return Action::Drop(DropReason::TcpNoSession);
-        }
-        if !may_be_client(key.src_addr(), snap, port.responder) {
-            return Action::Drop(DropReason::BadIpv4Header);
-        }
-        let service = &snap.services()[index];
-        if service.scheduler.uses_loads() {
-            self.load_view
-                .loads(index, &service.real_servers, now_tsc, &mut self.loads);
-        } else {
-            self.loads.clear();
-        }
-        // Persistence (`-p`): a live template of the client's network decides, as long
-        // as its real server is still in the service (weight 0 included, as IPVS with
-        // expire_quiescent_template off); otherwise the scheduler does, and the choice
-        // becomes the template.
-        let now = self.now_tick;
-        let template = match (&service.persistence, &self.persist) {
-            (Some(p), Some(table)) => Some((
-                table,
-                TemplateKey {
-                    service: service.id,
-                    network: u32::from(key.src_addr()) & u32::from(p.netmask),
-                },
-                now.wrapping_add(p.timeout_s.saturating_mul(self.ticks_per_second).max(1)),
-            )),
-            _ => None,
-        };
-        let position = |real: u32| service.real_servers.iter().position(|r| r.id == real);
-        let followed = template.and_then(|(table, k, _)| {
-            let t = table.lookup(k, now)?;
-            let found = position(t.real);
-            if found.is_none() {
-                // Its real server left the service: the template goes, as in IPVS.
-                table.remove(k);
-            }
-            found
-        });
-        let pick = match followed {
-            Some(i) => {
-                counters.event(Event::PersistFollowed);
-                i
-            }
+        let bytes = u64::from(pkt.len());
+        let hashed = self.hashed(pkt.index(), key);
+        let found = self.sessions.lookup_hashed(&hashed);
+        let found = self.unless_reopened(found, flags, cx.counters);
+        let matched = match found {
+            Some((id, dir)) => self.hit(id, dir, key.proto, flags, pkt),
             None => {
-                let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads)
-                    .with_destination(vip)
-                    .with_now_ms(u64::from(now).wrapping_mul(u64::from(self.tick_ms)));
-                let Some(mut pick) = self
-                    .schedulers
-                    .get_mut(index)
-                    .and_then(|s| s.pick(&service.real_servers, &ctx))
-                else {
-                    if key.proto == Protocol::Tcp && snap.resets_when_down(index) {
-                        let frame = burst.packet_mut(i);
-                        if let Ok(len) = forward::reset::answer_with_rst(frame, parsed, port.mac) {
-                            if burst.set_packet_len(i, len as u16) {
-                                counters.event(Event::AllDownReset);
-                                return Action::TransmitInstead(DropReason::NoRealServer);
-                            }
-                        }
-                    }
-                    return Action::Drop(DropReason::NoRealServer);
+                let service = match self.admit(&key, flags, parsed, cx.port) {
+                    Ok(service) => service,
+                    Err(action) => return action,
                 };
-                if let Some((table, k, expires)) = template {
-                    let real = service.real_servers[pick].id;
-                    match table.bind(k, Template { real, expires }, now) {
-                        Bind::Created => {}
-                        Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
-                        Bind::Busy => counters.event(Event::PersistBusy),
-                        // Another worker pinned this network an instant ago.
-                        Bind::Existing(other) => {
-                            if let Some(i) = position(other) {
-                                counters.event(Event::PersistFollowed);
-                                pick = i;
-                            }
-                        }
-                    }
-                }
-                pick
-            }
-        };
-        if let (Some(_), Some((table, k, expires))) = (followed, template) {
-            table.refresh(k, expires, now);
-        }
-        let rs = &service.real_servers[pick];
-        let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ip, rs.port);
-        if template.is_some() {
-            session.set_flags(SessionFlags::PERSISTENT);
-        }
-        if rs.mode == ForwardMode::FullNat {
-            let target = std::net::SocketAddrV4::new(rs.ip, rs.port);
-            let Some((lip, lport)) = self
-                .pools
-                .get_mut(&service.id)
-                .and_then(|p| p.allocate(target))
-            else {
-                return Action::Drop(DropReason::LaddrExhausted);
-            };
-            session = session.with_local(lip, lport);
-            if service.toa && key.proto == Protocol::Tcp {
-                session.set_flags(SessionFlags::TOA_PENDING);
-            }
-        }
-        let reply_key = session.reply_key();
-        session.created = self.now_tick;
-        session.peer_mac = match rs.mode {
-            ForwardMode::Nat | ForwardMode::FullNat => burst.packet(i)[6..12]
-                .try_into()
-                .expect("checked Ethernet header"),
-            ForwardMode::Dr | ForwardMode::Tun => {
-                neighbours.lookup(rs.ip).map(|m| m.0).unwrap_or([0; 6])
-            }
-        };
-        let first_timeout = self.timeouts.session(key.proto, session.state());
-        // The snapshot is not needed past here (retiring below needs `self` whole).
-        let rs_id = rs.id;
-        // A NAT reply key already taken: the same client port towards the same real
-        // server through another VIP. A finished connection (TIME_WAIT, CLOSE) gives
-        // way, as a reused client port does on its own VIP; a live one keeps the key
-        // and the new connection is refused rather than crossed with it.
-        if let Some(reply) = &reply_key {
-            if let Some((old, Direction::Outbound)) = self.sessions.lookup(reply) {
-                if self
-                    .sessions
-                    .get(old)
-                    .is_some_and(reusable_for_new_connection)
-                {
-                    self.retire(old, counters);
+                let placement = match self.place(service, &key, cx.now_tsc, cx.counters) {
+                    Ok(placement) => placement,
+                    Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),
+                };
+                match self.open(&hashed, &placement, flags, pkt, cx) {
+                    Ok(matched) => matched,
+                    Err(reason) => return Action::Drop(reason),
                 }
             }
-        }
-        let id = match self
-            .sessions
-            .insert_hashed(&hashed, session, self.now_tick, first_timeout)
-        {
-            Ok(id) => id,
-            Err(crate::session::InsertError::TableFull) => {
-                release_local_port(&mut self.pools, &session);
-                return Action::Drop(DropReason::SessionTableFull);
-            }
-            Err(crate::session::InsertError::KeyExists(_)) => {
-                release_local_port(&mut self.pools, &session);
-                return Action::Drop(DropReason::NatTupleInUse);
-            }
         };
-        bump(&counters.sessions_created, 1);
-        let c = &self.real_servers[rs_id as usize];
-        bump(&c.connections, 1);
-        RealServerCounters::gauge_add(&c.inactive, 1);
-        if let Some(t) =
-            self.sessions
-                .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts)
-        {
-            account(c, t);
-        }
-        c.count_in(bytes);
-        if self.sync.is_some() {
-            let t = Transition {
-                from: crate::session::TcpState::None,
-                to: self
-                    .sessions
-                    .get(id)
-                    .map_or(crate::session::TcpState::None, |s| s.state()),
-            };
-            if let Some(s) = self.sessions.get(id).copied() {
-                self.sync_after_packet(id, &s, t);
-            }
-        }
-        let s = *self.sessions.get(id).expect("inserted just now");
-        self.forward(burst, i, parsed, &s, Direction::Inbound, port, neighbours)
-    }
-
-    /// FullNAT TOA, after the segment was rewritten: the real server's SYN-ACK gets its
-    /// MSS lowered by the option's 8 bytes (so segments carrying TOA still fit the
-    /// path), and the client's first ACK or data segment gets the client address as
-    /// TCP option 254. Once that segment has passed, the session stops asking.
-    #[allow(clippy::too_many_arguments)]
-    fn toa(
-        &mut self,
-        burst: &mut Burst,
-        i: usize,
-        parsed: &Parsed,
-        id: crate::session::SessionId,
-        s: &Session,
-        dir: Direction,
-        flags: TcpFlags,
-        port: &PortContext,
-        counters: &WorkerCounters,
-    ) {
-        let syn = flags.contains(TcpFlags::SYN);
-        match dir {
-            Direction::Outbound if syn && flags.contains(TcpFlags::ACK) => {
-                let _ = forward::toa::clamp_mss(
-                    burst.packet_mut(i),
-                    parsed,
-                    forward::toa::TOA_LEN as u16,
-                );
-            }
-            Direction::Inbound if !syn && flags.contains(TcpFlags::ACK) => {
-                let client = (Ipv4Addr::from(s.client_addr), s.client_port);
-                let buf = burst.packet_with_tailroom_mut(i);
-                let max = buf.len().min(parsed.l3 + port.mtu as usize);
-                match forward::toa::insert(buf, parsed, client, max) {
-                    Ok(forward::toa::InsertOutcome::Inserted { new_len })
-                        if burst.set_packet_len(i, new_len as u16) =>
-                    {
-                        counters.event(Event::ToaInserted)
-                    }
-                    Ok(forward::toa::InsertOutcome::Replaced) => counters.event(Event::ToaInserted),
-                    _ => counters.event(Event::ToaNoRoom),
-                }
-                if let Some(live) = self.sessions.get_mut(id) {
-                    live.clear_flags(SessionFlags::TOA_PENDING);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Session sync, after a packet moved session `id` by `t`: an event for the
-    /// management core when the policy says the standby should hear of it.
-    #[inline]
-    fn sync_after_packet(&mut self, id: crate::session::SessionId, s: &Session, t: Transition) {
-        let Some(link) = &self.sync else {
-            return;
-        };
-        let timeout_ticks = self.timeouts.session(s.proto, s.state());
-        // The common case, a busy synced session whose state did not move and whose
-        // refresh is not due: nothing to ask the policy.
-        if !t.changed() {
-            if let Some(since) = s.ticks_since_sync(self.now_tick) {
-                let period_ticks = link.policy.period_ms / self.tick_ms.max(1);
-                if since < period_ticks.min(timeout_ticks / 2) {
-                    return;
-                }
-            }
-        }
-        let tick_ms = u64::from(self.tick_ms);
-        let now_ms = u64::from(self.now_tick) * tick_ms;
-        let timeout_ms = timeout_ticks.saturating_mul(self.tick_ms);
-        let facts = crate::dataplane::sync_events::PacketFacts {
-            proto: s.proto,
-            transition: t,
-            packets: s.packets,
-            timeout_ms,
-            last_synced_ms: s
-                .ticks_since_sync(self.now_tick)
-                .map(|ticks| now_ms.saturating_sub(u64::from(ticks) * tick_ms)),
-            now_ms,
-        };
-        let Some(kind) = link.policy.on_packet(&facts) else {
-            return;
-        };
-        let event = crate::dataplane::sync_events::SessionEvent::new(kind, s, timeout_ms);
-        link.rings[link.index].push(event);
-        let now = self.now_tick;
-        if let Some(live) = self.sessions.get_mut(id) {
-            live.mark_synced(now);
-        }
+        self.account_packet(&matched, bytes);
+        self.egress(pkt, parsed, &matched, flags, cx)
     }
 
     /// Session sync (standby): installs, refreshes or removes the peer's session
@@ -1182,189 +841,6 @@ impl Forwarder {
         Some(Event::SyncInstalled)
     }
 
-    /// Passive health detection, for a TCP session its real server has not answered
-    /// yet: the first segment from the server (an RST to the SYN is a refusal,
-    /// anything else an answer), or in DR/TUN the client's handshake-completing ACK,
-    /// counts as answered; a client SYN resent after the passive window, unanswered.
-    fn observe_new_connection(
-        &mut self,
-        id: crate::session::SessionId,
-        s: &Session,
-        dir: Direction,
-        flags: TcpFlags,
-        from: crate::session::TcpState,
-    ) {
-        let c = &self.real_servers[s.real as usize];
-        let counted = match dir {
-            Direction::Outbound => {
-                let refused =
-                    flags.contains(TcpFlags::RST) && from == crate::session::TcpState::SynRecv;
-                c.count_passive(if refused {
-                    Passive::Refused
-                } else {
-                    Passive::Answered
-                });
-                SessionFlags::ANSWERED
-            }
-            _ if flags.contains(TcpFlags::ACK) && !flags.contains(TcpFlags::SYN) => {
-                c.count_passive(Passive::Answered);
-                SessionFlags::ANSWERED
-            }
-            _ if flags == TcpFlags::SYN
-                && !s.flags().contains(SessionFlags::PASSIVE_COUNTED)
-                && self.now_tick.wrapping_sub(s.created) >= self.passive_syn_ticks =>
-            {
-                c.count_passive(Passive::Unanswered);
-                SessionFlags::PASSIVE_COUNTED
-            }
-            _ => return,
-        };
-        if let Some(live) = self.sessions.get_mut(id) {
-            live.set_flags(counted);
-        }
-    }
-
-    /// Removes a session before its timeout, keeping the real server's gauges right.
-    fn retire(&mut self, id: crate::session::SessionId, counters: &WorkerCounters) {
-        if let Some(s) = self.sessions.remove(id) {
-            if let Some(link) = &self.sync {
-                let synced = s.flags().contains(SessionFlags::SYNCED);
-                if let Some(kind) = link
-                    .policy
-                    .on_end(crate::dataplane::sync_events::EventKind::Deleted, synced)
-                {
-                    link.rings[link.index].push(crate::dataplane::sync_events::SessionEvent::new(
-                        kind, &s, 0,
-                    ));
-                }
-            }
-            extend_template(
-                &self.persist,
-                self.snapshot.current(),
-                &s,
-                self.now_tick,
-                self.ticks_per_second,
-            );
-            forget(&mut self.pools, &self.real_servers, &s);
-            bump(&counters.sessions_expired, 1);
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn forward(
-        &mut self,
-        burst: &mut Burst,
-        i: usize,
-        parsed: &Parsed,
-        s: &Session,
-        dir: Direction,
-        port: &PortContext,
-        neighbours: &mut NeighbourTable,
-    ) -> Action {
-        let rs_ip = Ipv4Addr::from(s.real_addr);
-        let client = Ipv4Addr::from(s.client_addr);
-        // Rewrite first, then address the frame: a frame whose next hop is not
-        // resolved yet is complete but for its MACs, and waits (`Action::Hold`).
-        match (s.mode, dir) {
-            (ForwardMode::Nat, Direction::Outbound) => {
-                let frame = burst.packet_mut(i);
-                if let Err(r) = forward::snat(frame, parsed, Ipv4Addr::from(s.vip), s.vport) {
-                    return Action::Drop(r);
-                }
-                address(frame, client_next_hop(s, neighbours), client, port)
-            }
-            (ForwardMode::FullNat, Direction::Outbound) => {
-                // RS -> LIP:lport becomes VIP:vport -> client:cport.
-                let frame = burst.packet_mut(i);
-                let src = (Ipv4Addr::from(s.vip), s.vport);
-                let dst = (client, s.client_port);
-                if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
-                    return Action::Drop(r);
-                }
-                address(frame, client_next_hop(s, neighbours), client, port)
-            }
-            (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
-            (mode, _) => {
-                let rs_mac = self.next_hop(s, neighbours);
-                match mode {
-                    ForwardMode::Dr => address(burst.packet_mut(i), rs_mac, rs_ip, port),
-                    ForwardMode::Nat => {
-                        let frame = burst.packet_mut(i);
-                        if let Err(r) = forward::dnat(frame, parsed, rs_ip, s.real_port) {
-                            return Action::Drop(r);
-                        }
-                        address(frame, rs_mac, rs_ip, port)
-                    }
-                    ForwardMode::Tun => match self.tunnel(burst, i, parsed, rs_ip, port) {
-                        Action::Transmit => address(burst.packet_mut(i), rs_mac, rs_ip, port),
-                        other => other,
-                    },
-                    ForwardMode::FullNat => {
-                        // client:cport -> VIP:vport becomes LIP:lport -> RIP:rport.
-                        let frame = burst.packet_mut(i);
-                        let src = (Ipv4Addr::from(s.local_addr), s.local_port);
-                        let dst = (rs_ip, s.real_port);
-                        if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
-                            return Action::Drop(r);
-                        }
-                        address(frame, rs_mac, rs_ip, port)
-                    }
-                }
-            }
-        }
-    }
-
-    fn next_hop(&self, s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
-        if s.peer_mac != [0; 6] && matches!(s.mode, ForwardMode::Dr | ForwardMode::Tun) {
-            return Some(MacAddr(s.peer_mac));
-        }
-        neighbours.lookup(Ipv4Addr::from(s.real_addr))
-    }
-
-    /// Encapsulates the frame for `rs_ip` (IPIP); the outer Ethernet addresses are
-    /// left for `address`.
-    fn tunnel(
-        &mut self,
-        burst: &mut Burst,
-        i: usize,
-        parsed: &Parsed,
-        rs_ip: Ipv4Addr,
-        port: &PortContext,
-    ) -> Action {
-        match forward::check_mtu(burst.packet(i), parsed, port.mtu) {
-            MtuCheck::Fits => {}
-            MtuCheck::FragNeeded { next_hop_mtu } => {
-                let frame = burst.packet_mut(i);
-                return match forward::frag_needed(frame, parsed, next_hop_mtu, port.addr, port.mac)
-                {
-                    Some(len) if burst.set_packet_len(i, len as u16) => {
-                        Action::TransmitInstead(DropReason::TooBig)
-                    }
-                    _ => Action::Drop(DropReason::TooBig),
-                };
-            }
-            MtuCheck::TooBig => return Action::Drop(DropReason::TooBig),
-        }
-        if !burst.prepend(i, forward::tun::OUTER_HEADER_LEN as u16) {
-            return Action::Drop(DropReason::TooBig);
-        }
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        let l2_len = parsed.l3;
-        match forward::encapsulate(
-            burst.packet_mut(i),
-            l2_len,
-            port.addr,
-            rs_ip,
-            MacAddr::ZERO,
-            port.mac,
-            self.ip_ident,
-        ) {
-            Ok(len) if burst.set_packet_len(i, len as u16) => Action::Transmit,
-            Ok(_) => Action::Drop(DropReason::TooBig),
-            Err(r) => Action::Drop(r),
-        }
-    }
-
     /// Whether an ARP request for `target` may go out now (at most one per address
     /// per ARP interval); records it as sent when it may.
     pub fn arp_due(&mut self, target: Ipv4Addr, now_tsc: u64) -> bool {
@@ -1374,115 +850,6 @@ impl Forwarder {
         }
         *slot = (u32::from(target), now_tsc);
         true
-    }
-
-    /// The next hop is unknown: turn this packet into an ARP request for it (rate
-    /// limited per address) and drop the original; the sender's retransmission finds
-    /// the neighbour resolved.
-    fn request_resolution(
-        &mut self,
-        burst: &mut Burst,
-        i: usize,
-        parsed: &Parsed,
-        target: Ipv4Addr,
-        port: &PortContext,
-        now_tsc: u64,
-    ) -> Action {
-        if !self.arp_due(target, now_tsc) {
-            return Action::Drop(DropReason::NeighbourUnresolved);
-        }
-        let frame = burst.packet_mut(i);
-        match arp::write_request(frame, parsed.l2.l3_offset, port.mac, port.addr, target) {
-            Some(len) if burst.set_packet_len(i, len as u16) => {
-                Action::TransmitInstead(DropReason::NeighbourUnresolved)
-            }
-            _ => Action::Drop(DropReason::NeighbourUnresolved),
-        }
-    }
-
-    /// An ICMP error quoting one of our sessions' packets goes where that session's
-    /// traffic goes, translated for NAT.
-    #[allow(clippy::too_many_arguments)]
-    fn icmp_error(
-        &mut self,
-        burst: &mut Burst,
-        i: usize,
-        parsed: &Parsed,
-        port: &PortContext,
-        neighbours: &mut NeighbourTable,
-        now_tsc: u64,
-    ) -> Action {
-        let Some(quote) = forward::parse_error(burst.packet(i), parsed) else {
-            return Action::Drop(DropReason::IcmpErrorNoSession);
-        };
-        let Some((id, dir)) = self.sessions.lookup(&quote.key.reversed()) else {
-            // ICMP is hashed by addresses only, so an error about another worker's
-            // session lands anywhere: its quote names the session's tuple.
-            if !port.redirected {
-                let key = quote.key.reversed();
-                let snap = self.snapshot.current();
-                let owner = nat_reply_queue(snap, &self.rss, &key)
-                    .unwrap_or_else(|| self.rss.owner_of(&key));
-                if owner != self.rss.queue {
-                    return Action::Redirect(owner);
-                }
-            }
-            return Action::Drop(DropReason::IcmpErrorNoSession);
-        };
-        let s = *self.sessions.get(id).expect("looked up just now");
-        match (s.mode, dir) {
-            (ForwardMode::Nat | ForwardMode::FullNat, Direction::Outbound) => {
-                let frame = burst.packet_mut(i);
-                let mut rewrite = QuoteRewrite::towards_client(Ipv4Addr::from(s.vip), s.vport);
-                if s.mode == ForwardMode::FullNat {
-                    // The error was addressed to LIP:lport about LIP:lport -> RS.
-                    let client = (Ipv4Addr::from(s.client_addr), s.client_port);
-                    rewrite.outer_dst = Some(client.0);
-                    rewrite.inner_src = Some(client);
-                }
-                if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
-                    return Action::Drop(r);
-                }
-                done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
-            }
-            (ForwardMode::Nat | ForwardMode::FullNat, _) => {
-                let rs_ip = Ipv4Addr::from(s.real_addr);
-                let Some(rs_mac) = neighbours.lookup(rs_ip) else {
-                    return self.request_resolution(burst, i, parsed, rs_ip, port, now_tsc);
-                };
-                let frame = burst.packet_mut(i);
-                let mut rewrite = QuoteRewrite::towards_real_server(rs_ip, s.real_port);
-                if s.mode == ForwardMode::FullNat {
-                    // The real server knows the client as LIP:lport.
-                    let local = (Ipv4Addr::from(s.local_addr), s.local_port);
-                    rewrite.outer_src = Some(local.0);
-                    rewrite.inner_dst = Some(local);
-                }
-                if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
-                    return Action::Drop(r);
-                }
-                done(forward::dr::forward(frame, rs_mac, port.mac))
-            }
-            (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound | Direction::InputOnly) => {
-                self.forward(burst, i, parsed, &s, Direction::Inbound, port, neighbours)
-            }
-            _ => Action::Drop(DropReason::IcmpErrorNoSession),
-        }
-    }
-}
-
-/// Addresses a rewritten frame from the port to `next_hop`, or holds it until
-/// `target` (whose MAC that is) resolves.
-#[inline]
-fn address(
-    frame: &mut [u8],
-    next_hop: Option<MacAddr>,
-    target: Ipv4Addr,
-    port: &PortContext,
-) -> Action {
-    match next_hop {
-        Some(mac) => done(forward::dr::forward(frame, mac, port.mac)),
-        None => Action::Hold(target),
     }
 }
 
@@ -1506,24 +873,6 @@ fn forget(
     );
 }
 
-/// Whether a new connection may come from `client`: not an RFC 1812 martian
-/// (unspecified, broadcast, multicast, loopback) and not an address of this appliance
-/// (a port's, a VIP, a FullNAT local address). A session for one of ours would send
-/// the real server's answers to ourselves, as the VIP's own in NAT.
-fn may_be_client(
-    client: Ipv4Addr,
-    snap: &crate::service::Snapshot,
-    responder: &LocalResponder,
-) -> bool {
-    !(client.is_unspecified()
-        || client.is_broadcast()
-        || client.is_multicast()
-        || client.is_loopback()
-        || responder.is_local(client)
-        || snap.is_vip(client)
-        || snap.is_local_address(client))
-}
-
 /// Returns a FullNAT session's local port to its service's pool (no-op otherwise, or
 /// when the pool was rebuilt for other local addresses since).
 fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session) {
@@ -1534,67 +883,9 @@ fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session
     }
 }
 
-/// A TCP segment that opens a connection: SYN without ACK or RST.
-#[inline]
-/// A TCP session that ends without its real server ever answering (NAT and FullNAT:
-/// Sluice sees the answers; DR and TUN rely on resent SYNs instead, since an expired
-/// half-open session there may be a spoofed SYN).
-fn expired_unanswered(s: &Session) -> bool {
-    s.proto == Protocol::Tcp
-        && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
-        && !s.flags().contains(SessionFlags::ANSWERED)
-        && !s.flags().contains(SessionFlags::PASSIVE_COUNTED)
-}
-
-/// Where a NAT or FullNAT reply goes: the MAC the client's packets came from, or, for
-/// a session installed by sync that has seen no client packet yet, the client's entry
-/// in the neighbour table.
-#[inline]
-fn client_next_hop(s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
-    if s.peer_mac != [0; 6] {
-        return Some(MacAddr(s.peer_mac));
-    }
-    neighbours.lookup(Ipv4Addr::from(s.client_addr))
-}
-
-fn opens_connection(flags: TcpFlags) -> bool {
-    flags.contains(TcpFlags::SYN) && !flags.intersects(TcpFlags::ACK | TcpFlags::RST)
-}
-
-/// A TCP session whose connection is over, so a new SYN on its tuple starts a new
-/// connection: TIME_WAIT or CLOSE, or FIN_WAIT where Sluice only sees the client side
-/// (DR/TUN), as IPVS's `is_new_conn_expected`.
-#[inline]
-fn reusable_for_new_connection(s: &Session) -> bool {
-    use crate::session::{SessionFlags, TcpState};
-    s.proto == Protocol::Tcp
-        && match s.state() {
-            TcpState::TimeWait | TcpState::Close => true,
-            TcpState::FinWait => s.flags().contains(SessionFlags::NO_OUTPUT),
-            _ => false,
-        }
-}
-
 #[inline]
 fn limiter_slot(ip: Ipv4Addr) -> usize {
     (u32::from(ip) as usize).wrapping_mul(2654435761) % ARP_LIMITER_SLOTS
-}
-
-/// Applies a session transition to the real server's active/inactive gauges.
-#[inline]
-fn account(c: &RealServerCounters, t: Transition) {
-    use crate::session::ActivityChange;
-    match t.activity_change() {
-        Some(ActivityChange::BecameActive) => {
-            RealServerCounters::gauge_add(&c.inactive, -1);
-            RealServerCounters::gauge_add(&c.active, 1);
-        }
-        Some(ActivityChange::BecameInactive) => {
-            RealServerCounters::gauge_add(&c.active, -1);
-            RealServerCounters::gauge_add(&c.inactive, 1);
-        }
-        None => {}
-    }
 }
 
 #[inline]
@@ -1616,6 +907,7 @@ fn done(r: Result<(), DropReason>) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Protocol;
 
     /// The configuration of a forwarder with no service (and the publisher its
     /// reader follows).
@@ -1709,54 +1001,6 @@ mod tests {
             f.to_group(&build(group, mac), mac),
             Action::Drop(DropReason::NotOurMac)
         );
-    }
-
-    /// Fuzzing found a SYN from the VIP to itself (src = dst = 198.18.0.220:80)
-    /// scheduled like a client's: the NAT session sent the real server a packet from
-    /// the VIP, whose answer would come back to the VIP. No new connection comes from
-    /// an address of ours or a martian.
-    #[test]
-    fn new_connections_from_our_own_or_martian_addresses_are_refused() {
-        use crate::model::{RealServerSpec, ServiceKey};
-        use crate::service::{ServiceTable, Snapshot};
-        let vip = Ipv4Addr::new(198, 18, 0, 220);
-        let lip = Ipv4Addr::new(198, 18, 0, 50);
-        let port_addr = Ipv4Addr::new(198, 18, 0, 1);
-        let mut table = ServiceTable::new();
-        let nat = ServiceKey::new(Protocol::Tcp, vip, 80);
-        table
-            .add_service(nat, crate::model::SchedulerKind::Rr, None)
-            .unwrap();
-        let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 12), 8080, 1, ForwardMode::Nat);
-        table.add_server(nat, rs).unwrap();
-        let full = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 0, 240), 80);
-        table
-            .add_service(full, crate::model::SchedulerKind::Rr, None)
-            .unwrap();
-        table.add_laddr(full, lip).unwrap();
-        let snap = Snapshot::build(1, &table);
-        let responder = LocalResponder::new([2, 0x53, 0x4c, 0, 0, 1], &[port_addr]);
-        for ours in [vip, lip, port_addr, Ipv4Addr::new(198, 18, 0, 240)] {
-            assert!(!may_be_client(ours, &snap, &responder), "{ours}");
-        }
-        for martian in [
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::BROADCAST,
-            Ipv4Addr::new(224, 0, 0, 1),
-            Ipv4Addr::new(127, 0, 0, 1),
-        ] {
-            assert!(!may_be_client(martian, &snap, &responder), "{martian}");
-        }
-        assert!(may_be_client(
-            Ipv4Addr::new(198, 18, 0, 100),
-            &snap,
-            &responder
-        ));
-        assert!(may_be_client(
-            Ipv4Addr::new(198, 18, 0, 12),
-            &snap,
-            &responder
-        ));
     }
 
     /// Local ports of every pool of `f` in use.

@@ -496,7 +496,7 @@ fn process(
     for i in 0..n {
         rx.prefetch(i + 1);
         rx_bytes += rx.packet_len(i) as u64;
-        let action = forwarder.handle(rx, i, &ctx, neighbours, now, counters);
+        let action = forwarder.handle(rx.packet_at(i), &ctx, neighbours, now, counters);
         let send = match action {
             Action::Transmit => true,
             Action::TransmitInstead(reason) => {

@@ -224,6 +224,17 @@ impl Burst {
         }
     }
 
+    /// Packet `i` as a handle of its own, borrowing the burst: below `len` and not
+    /// moved out, else a panic now (a bug in the caller).
+    #[inline(always)]
+    pub fn packet_at(&mut self, i: usize) -> Packet<'_> {
+        self.live(i);
+        Packet {
+            burst: self,
+            index: i,
+        }
+    }
+
     /// Allocates `n` fresh mbufs from `pool` (one bulk call). Returns false and leaves
     /// the burst unchanged when the pool cannot supply all of them.
     pub fn alloc_from(&mut self, pool: &Mempool, n: usize) -> bool {
@@ -291,6 +302,70 @@ impl Burst {
     }
 }
 
+/// One packet of a burst, borrowed mutably with the burst: the handle the forwarding
+/// stages pass along instead of a `(burst, index)` pair. It reaches only its own
+/// packet, and while it lives nothing else reaches the burst, so a stage cannot
+/// touch another packet or move this one out from under itself. Made by
+/// [`Burst::packet_at`], which checks the slot once; every accessor checks it again
+/// (the same bounds and null test as the burst's own accessors).
+pub struct Packet<'a> {
+    burst: &'a mut Burst,
+    index: usize,
+}
+
+impl Packet<'_> {
+    /// The packet's position in its burst (what the burst's prefetch pass keyed its
+    /// peeks by).
+    #[inline(always)]
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The packet's bytes (first segment).
+    #[inline(always)]
+    pub fn bytes(&self) -> &[u8] {
+        self.burst.packet(self.index)
+    }
+
+    /// The packet's bytes (first segment), mutable.
+    #[inline(always)]
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.burst.packet_mut(self.index)
+    }
+
+    /// The packet's bytes followed by its mbuf's tailroom, for rewrites that grow it in
+    /// place; call [`Packet::set_len`] with the new length afterwards.
+    #[inline]
+    pub fn with_tailroom_mut(&mut self) -> &mut [u8] {
+        self.burst.packet_with_tailroom_mut(self.index)
+    }
+
+    /// Total bytes of the packet (all segments).
+    #[inline(always)]
+    pub fn len(&self) -> u32 {
+        self.burst.packet_len(self.index)
+    }
+
+    /// Whether the packet holds no byte (a runt no driver delivers, but a length is
+    /// a length).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sets the packet's length (single segment); false when it exceeds the tailroom.
+    #[inline]
+    pub fn set_len(&mut self, len: u16) -> bool {
+        self.burst.set_packet_len(self.index, len)
+    }
+
+    /// Grows the packet by `n` bytes at the front (see [`Burst::prepend`]).
+    #[inline]
+    pub fn prepend(&mut self, n: u16) -> bool {
+        self.burst.prepend(self.index, n)
+    }
+}
+
 impl Drop for Burst {
     fn drop(&mut self) {
         self.free_all();
@@ -339,6 +414,25 @@ mod tests {
         assert_eq!(handed, [0x1000 as *mut rte_mbuf, 0x3000 as *mut rte_mbuf]);
         assert_eq!(a.len(), 2);
         assert_eq!(b.len(), 1);
+        std::mem::forget(a);
+        std::mem::forget(b);
+    }
+
+    #[test]
+    fn a_packet_handle_is_only_made_for_a_live_slot() {
+        let mut a = fake_burst(3);
+        let mut b = Burst::new();
+        assert_eq!(a.packet_at(2).index(), 2);
+        assert!(a.move_to(1, &mut b));
+        for i in [1, 3] {
+            assert!(
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    a.packet_at(i);
+                }))
+                .is_err(),
+                "a handle for slot {i}"
+            );
+        }
         std::mem::forget(a);
         std::mem::forget(b);
     }

@@ -10,7 +10,7 @@ mod mempool;
 mod port;
 mod ring;
 
-pub use burst::{Burst, BURST_SIZE};
+pub use burst::{Burst, Packet, BURST_SIZE};
 pub use eal::Eal;
 pub use error::DpdkError;
 pub use lcore::{

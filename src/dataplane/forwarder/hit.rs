@@ -1,0 +1,54 @@
+//! Hit: the packet belongs to a session of this worker. The session's state moves
+//! on the packet, the observers hear of the move, and a session installed by sync
+//! learns its client side's next hop.
+use super::{Forwarder, Matched};
+use crate::dpdk::Packet;
+use crate::model::{ForwardMode, Protocol};
+use crate::session::{Direction, SessionFlags, SessionId};
+use crate::wire::tcp::TcpFlags;
+
+impl Forwarder {
+    /// The established path: the packet moves session `id` (its packet count, its TCP
+    /// state on `flags`, its deadline), and when that changed the state, passive health
+    /// (TCP not yet answered) and session sync see the move. Returns the session as of
+    /// this packet, for accounting and egress.
+    #[inline]
+    pub(super) fn hit(
+        &mut self,
+        id: SessionId,
+        dir: Direction,
+        proto: Protocol,
+        flags: TcpFlags,
+        pkt: &Packet,
+    ) -> Matched {
+        let transition = self
+            .sessions
+            .on_packet(id, dir, flags, self.now_tick, &self.timeouts);
+        let s = *self.sessions.get(id).expect("looked up just now");
+        if let Some(t) = transition {
+            if proto == Protocol::Tcp && !s.flags().contains(SessionFlags::ANSWERED) {
+                self.observe_new_connection(id, &s, dir, flags, t.from);
+            }
+            if self.sync.is_some() {
+                self.sync_after_packet(id, &s, t);
+            }
+        }
+        if s.peer_mac == [0; 6]
+            && dir == Direction::Inbound
+            && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
+        {
+            // Installed by session sync: learn the client side's next hop.
+            if let Some(live) = self.sessions.get_mut(id) {
+                live.peer_mac = pkt.bytes()[6..12]
+                    .try_into()
+                    .expect("checked Ethernet header");
+            }
+        }
+        Matched {
+            id,
+            dir,
+            session: s,
+            transition,
+        }
+    }
+}

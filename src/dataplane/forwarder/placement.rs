@@ -1,0 +1,235 @@
+//! Placement: where a new connection goes. The service's persistence template, if
+//! one is live, else its scheduler, picks the real server; FullNAT takes a local
+//! address and port from the worker's pool. The choice comes back as a value
+//! ([`Placement`]); [`Forwarder::open`] then files the session under both its keys.
+use super::{release_local_port, Context, Forwarder, Matched};
+use crate::dataplane::counters::{bump, Event, WorkerCounters};
+use crate::dataplane::realserver_stats::RealServerCounters;
+use crate::dpdk::Packet;
+use crate::flow::FlowKey4;
+use crate::model::{DropReason, ForwardMode, Protocol};
+use crate::sched::PickContext;
+use crate::session::persist::{Bind, Template, TemplateKey};
+use crate::session::{Direction, HashedKey, InsertError, Session, SessionFlags, Transition};
+use crate::wire::tcp::TcpFlags;
+use std::net::Ipv4Addr;
+
+/// Where a new connection goes, as placement decided it.
+pub(super) struct Placement {
+    /// The service, by its index in the snapshot.
+    service: usize,
+    /// The real server, by its index in the service's list.
+    real: usize,
+    /// FullNAT: the local address and port the connection leaves from, taken from the
+    /// service's pool (given back if the session is not opened after all).
+    local: Option<(Ipv4Addr, u16)>,
+    /// PERSISTENT when the service has persistence; TOA_PENDING for FullNAT TCP with
+    /// TOA on.
+    flags: SessionFlags,
+}
+
+impl Forwarder {
+    /// Places a new connection to service `service` (a snapshot index). Persistence
+    /// (`-p`): a live template of the client's network decides, as long as its real
+    /// server is still in the service (weight 0 included, as IPVS with
+    /// expire_quiescent_template off); otherwise the scheduler does, and the choice
+    /// becomes the template. FullNAT then takes a local port whose replies the RSS
+    /// view gives back to this worker. Fails with `NoRealServer` when the scheduler
+    /// has nobody, `LaddrExhausted` when the pool is out of ports.
+    pub(super) fn place(
+        &mut self,
+        service: usize,
+        key: &FlowKey4,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Result<Placement, DropReason> {
+        let index = service;
+        let snap = self.snapshot.current();
+        let service = &snap.services()[index];
+        if service.scheduler.uses_loads() {
+            self.load_view
+                .loads(index, &service.real_servers, now_tsc, &mut self.loads);
+        } else {
+            self.loads.clear();
+        }
+        let now = self.now_tick;
+        let template = match (&service.persistence, &self.persist) {
+            (Some(p), Some(table)) => Some((
+                table,
+                TemplateKey {
+                    service: service.id,
+                    network: u32::from(key.src_addr()) & u32::from(p.netmask),
+                },
+                now.wrapping_add(p.timeout_s.saturating_mul(self.ticks_per_second).max(1)),
+            )),
+            _ => None,
+        };
+        let position = |real: u32| service.real_servers.iter().position(|r| r.id == real);
+        let followed = template.and_then(|(table, k, _)| {
+            let t = table.lookup(k, now)?;
+            let found = position(t.real);
+            if found.is_none() {
+                // Its real server left the service: the template goes, as in IPVS.
+                table.remove(k);
+            }
+            found
+        });
+        let pick = match followed {
+            Some(i) => {
+                counters.event(Event::PersistFollowed);
+                i
+            }
+            None => {
+                let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads)
+                    .with_destination(key.dst_addr())
+                    .with_now_ms(u64::from(now).wrapping_mul(u64::from(self.tick_ms)));
+                let Some(mut pick) = self
+                    .schedulers
+                    .get_mut(index)
+                    .and_then(|s| s.pick(&service.real_servers, &ctx))
+                else {
+                    return Err(DropReason::NoRealServer);
+                };
+                if let Some((table, k, expires)) = template {
+                    let real = service.real_servers[pick].id;
+                    match table.bind(k, Template { real, expires }, now) {
+                        Bind::Created => {}
+                        Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
+                        Bind::Busy => counters.event(Event::PersistBusy),
+                        // Another worker pinned this network an instant ago.
+                        Bind::Existing(other) => {
+                            if let Some(i) = position(other) {
+                                counters.event(Event::PersistFollowed);
+                                pick = i;
+                            }
+                        }
+                    }
+                }
+                pick
+            }
+        };
+        if let (Some(_), Some((table, k, expires))) = (followed, template) {
+            table.refresh(k, expires, now);
+        }
+        let rs = &service.real_servers[pick];
+        let mut flags = SessionFlags::empty();
+        if template.is_some() {
+            flags.insert(SessionFlags::PERSISTENT);
+        }
+        let mut local = None;
+        if rs.mode == ForwardMode::FullNat {
+            let target = std::net::SocketAddrV4::new(rs.ip, rs.port);
+            let Some(taken) = self
+                .pools
+                .get_mut(&service.id)
+                .and_then(|p| p.allocate(target))
+            else {
+                return Err(DropReason::LaddrExhausted);
+            };
+            local = Some(taken);
+            if service.toa && key.proto == Protocol::Tcp {
+                flags.insert(SessionFlags::TOA_PENDING);
+            }
+        }
+        Ok(Placement {
+            service: index,
+            real: pick,
+            local,
+            flags,
+        })
+    }
+
+    /// Opens the session placement decided for the packet `pkt` (keyed `hashed`) and
+    /// moves it on that first packet. Its next hop: NAT and FullNAT answer the MAC the
+    /// client's packet came from, DR and TUN the real server's, when known. A reply
+    /// key already taken (the same client port towards the same real server through
+    /// another VIP) gives way when its connection is over and refuses the new one
+    /// otherwise (`NatTupleInUse`); a full table refuses it too (`SessionTableFull`).
+    /// A refused session's local port goes back to its pool.
+    pub(super) fn open(
+        &mut self,
+        hashed: &HashedKey,
+        placement: &Placement,
+        flags: TcpFlags,
+        pkt: &Packet,
+        cx: &Context,
+    ) -> Result<Matched, DropReason> {
+        let key = hashed.key();
+        let counters = cx.counters;
+        let snap = self.snapshot.current();
+        let service = &snap.services()[placement.service];
+        let rs = &service.real_servers[placement.real];
+        let mut session = Session::new(key, rs.mode, service.id, rs.id, rs.ip, rs.port);
+        if let Some((lip, lport)) = placement.local {
+            session = session.with_local(lip, lport);
+        }
+        session.set_flags(placement.flags);
+        let reply_key = session.reply_key();
+        session.created = self.now_tick;
+        session.peer_mac = match rs.mode {
+            ForwardMode::Nat | ForwardMode::FullNat => pkt.bytes()[6..12]
+                .try_into()
+                .expect("checked Ethernet header"),
+            ForwardMode::Dr | ForwardMode::Tun => {
+                cx.neighbours.lookup(rs.ip).map(|m| m.0).unwrap_or([0; 6])
+            }
+        };
+        let first_timeout = self.timeouts.session(key.proto, session.state());
+        // The snapshot is not needed past here (retiring below needs `self` whole).
+        let rs_id = rs.id;
+        // A NAT reply key already taken: the same client port towards the same real
+        // server through another VIP. A finished connection (TIME_WAIT, CLOSE) gives
+        // way, as a reused client port does on its own VIP; a live one keeps the key
+        // and the new connection is refused rather than crossed with it.
+        if let Some(reply) = &reply_key {
+            if let Some((old, Direction::Outbound)) = self.sessions.lookup(reply) {
+                if self
+                    .sessions
+                    .get(old)
+                    .is_some_and(super::miss::reusable_for_new_connection)
+                {
+                    self.retire(old, counters);
+                }
+            }
+        }
+        let id = match self
+            .sessions
+            .insert_hashed(hashed, session, self.now_tick, first_timeout)
+        {
+            Ok(id) => id,
+            Err(InsertError::TableFull) => {
+                release_local_port(&mut self.pools, &session);
+                return Err(DropReason::SessionTableFull);
+            }
+            Err(InsertError::KeyExists(_)) => {
+                release_local_port(&mut self.pools, &session);
+                return Err(DropReason::NatTupleInUse);
+            }
+        };
+        bump(&counters.sessions_created, 1);
+        let c = &self.real_servers[rs_id as usize];
+        bump(&c.connections, 1);
+        RealServerCounters::gauge_add(&c.inactive, 1);
+        let transition =
+            self.sessions
+                .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts);
+        if self.sync.is_some() {
+            let t = Transition {
+                from: crate::session::TcpState::None,
+                to: self
+                    .sessions
+                    .get(id)
+                    .map_or(crate::session::TcpState::None, |s| s.state()),
+            };
+            if let Some(s) = self.sessions.get(id).copied() {
+                self.sync_after_packet(id, &s, t);
+            }
+        }
+        Ok(Matched {
+            id,
+            dir: Direction::Inbound,
+            session: *self.sessions.get(id).expect("inserted just now"),
+            transition,
+        })
+    }
+}
