@@ -19,7 +19,6 @@ use sluice::dataplane::local::LocalResponder;
 use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::realserver_stats;
 use sluice::dpdk::{tsc, tsc_hz, Burst, Eal, Mempool, BURST_SIZE};
-use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use sluice::model::Protocol;
 use sluice::model::SchedulerKind;
 use sluice::model::{ForwardMode, RealServerSpec, ServiceKey};
@@ -146,13 +145,7 @@ fn main() {
             hz / 10,
             hz,
             Arc::new(realserver_stats::new_table()),
-            RssView {
-                toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
-                reta: Reta::new_round_robin(128, 1).unwrap(),
-                fields: HashFields::L3L4,
-                queue: 0,
-                steer: false,
-            },
+            RssView::default_spread(1, 0),
         )
     };
     let mut fwd = Forwarder::new(config);

@@ -9,7 +9,6 @@ use sluice::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssVie
 use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::query::Query;
 use sluice::dataplane::realserver_stats::{self, RealServerCounters};
-use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use sluice::model::ForwardMode;
 use sluice::service::{HealthOverlay, Snapshot, SnapshotPublisher};
 use sluice::session::persist::PersistTable;
@@ -428,13 +427,7 @@ fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> 
             TSC_PER_TICK,
             HZ,
             s.real_servers.clone(),
-            RssView {
-                toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
-                reta: Reta::new_round_robin(128, 2).unwrap(),
-                fields: HashFields::L3L4,
-                queue: 0,
-                steer: false,
-            },
+            RssView::default_spread(2, 0),
         )
     })
 }

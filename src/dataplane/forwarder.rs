@@ -177,6 +177,20 @@ pub struct RssView {
 }
 
 impl RssView {
+    /// The view of worker `queue` of `queues` behind a device that hashes TCP/UDP
+    /// tuples with the default Toeplitz key into a round-robin RETA of 128 entries:
+    /// what a benchmark or a test without a real device assumes.
+    pub fn default_spread(queues: u16, queue: u16) -> RssView {
+        RssView {
+            toeplitz: Toeplitz::new(&crate::flow::rss::DEFAULT_RSS_KEY)
+                .expect("the default key is 40 bytes"),
+            reta: Reta::new_round_robin(128, queues).expect("1 to 128 queues"),
+            fields: HashFields::L3L4,
+            queue,
+            steer: false,
+        }
+    }
+
     /// The worker (queue) the view gives this tuple to.
     #[inline]
     fn owner_of(&self, key: &FlowKey4) -> u16 {
@@ -923,13 +937,7 @@ mod tests {
             hz / 10,
             hz,
             Arc::new(super::super::realserver_stats::new_table()),
-            RssView {
-                toeplitz: Toeplitz::new(&crate::flow::rss::DEFAULT_RSS_KEY).unwrap(),
-                reta: Reta::new_round_robin(128, 1).unwrap(),
-                fields: HashFields::L3L4,
-                queue: 0,
-                steer: false,
-            },
+            RssView::default_spread(1, 0),
         );
         (publisher, config)
     }
@@ -1055,13 +1063,7 @@ mod tests {
             hz / 10,
             hz,
             Arc::new(super::super::realserver_stats::new_table()),
-            RssView {
-                toeplitz: Toeplitz::new(&crate::flow::rss::DEFAULT_RSS_KEY).unwrap(),
-                reta: Reta::new_round_robin(128, 1).unwrap(),
-                fields: HashFields::L3L4,
-                queue: 0,
-                steer: false,
-            },
+            RssView::default_spread(1, 0),
         );
         config.local_ports = 40000..=40031;
         let mut f = Forwarder::new(config);

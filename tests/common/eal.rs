@@ -9,7 +9,6 @@ use sluice::dataplane::query::Mailbox;
 use sluice::dataplane::realserver_stats;
 use sluice::dataplane::worker::{Links, Worker, WorkerPort};
 use sluice::dpdk::{Mempool, Port, PortSettings, RingPortPair};
-use sluice::flow::rss::{HashFields, Reta, Toeplitz, DEFAULT_RSS_KEY};
 use sluice::service::SnapshotPublisher;
 use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -82,13 +81,7 @@ pub fn worker(
         hz / 10,
         hz,
         Arc::new(realserver_stats::new_table()),
-        RssView {
-            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY).unwrap(),
-            reta: Reta::new_round_robin(128, 1).unwrap(),
-            fields: HashFields::L3L4,
-            queue: 0,
-            steer: false,
-        },
+        RssView::default_spread(1, 0),
     ));
     let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();
     let counters = Arc::new(WorkerCounters::default());
