@@ -164,7 +164,13 @@ impl Forwarder {
             session = session.with_local(lip, lport);
         }
         session.set_flags(placement.flags);
-        let reply_key = session.reply_key();
+        // The reply key's bucket is the one cold line of a new session the burst's
+        // prefetch could not know (it depends on the pick): start loading it now, under
+        // the rest of the session's making.
+        let reply_key = session.reply_key().map(HashedKey::new);
+        if let Some(reply) = &reply_key {
+            self.sessions.prefetch_bucket(reply);
+        }
         session.created = self.now_tick;
         session.peer_mac = match rs.mode {
             ForwardMode::Nat | ForwardMode::FullNat => pkt.bytes()[6..12]
@@ -182,7 +188,7 @@ impl Forwarder {
         // way, as a reused client port does on its own VIP; a live one keeps the key
         // and the new connection is refused rather than crossed with it.
         if let Some(reply) = &reply_key {
-            if let Some((old, Direction::Outbound)) = self.sessions.lookup(reply) {
+            if let Some((old, Direction::Outbound)) = self.sessions.lookup_hashed(reply) {
                 if self
                     .sessions
                     .get(old)
