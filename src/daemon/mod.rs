@@ -688,6 +688,9 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         let job = move || match Forwarder::try_new(config) {
             Ok(forwarder) => {
                 let _ = ready.send(Ok(()));
+                // Answered: let go of the channel, so that a worker which ends without
+                // answering closes it for start-up instead of leaving it waiting.
+                drop(ready);
                 Worker::new(w as u16, pool, ports, forwarder, counters, links).run()
             }
             Err(e) => {

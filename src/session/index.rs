@@ -81,11 +81,6 @@ impl Hasher {
         }
     }
 
-    /// A hasher with fixed seeds: for tests that need the same buckets every run.
-    pub const fn with_seeds(seeds: [u64; 3]) -> Hasher {
-        Hasher { seeds }
-    }
-
     /// Hashes two words (a key packed by its type): two folded multiplies.
     #[inline]
     pub fn hash(&self, a: u64, b: u64) -> KeyHash {
@@ -192,11 +187,6 @@ impl SessionIndex {
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.keys == 0
-    }
-
-    /// Keys the index takes before it refuses inserts.
-    pub fn max_keys(&self) -> usize {
-        self.max_keys
     }
 
     /// The index's memory: where it starts and how many bytes it spans.
