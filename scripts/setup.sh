@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   dpdk dpdk-dev libdpdk-dev libclang-dev clang pkg-config libpcap-dev
   iproute2 ethtool tcpdump tshark python3-scapy iputils-ping arping curl
-  bridge-utils procps python3-prometheus-client keepalived nftables
+  bridge-utils procps python3-prometheus-client keepalived nftables nginx wrk
 )
 
 if [ "$(id -u)" -ne 0 ]; then

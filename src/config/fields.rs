@@ -351,6 +351,12 @@ pub(super) fn local_port(f: &Field) -> Check<u16> {
     f.int(1..=65535)
 }
 
+/// The real servers' TIME-WAIT in seconds: Linux's is 60, other systems' up to 240
+/// (2 MSL of 120 s); an hour is far beyond any.
+pub(super) fn server_time_wait_s(f: &Field) -> Check<u32> {
+    f.int(1..=3600)
+}
+
 /// A service's protocol: "tcp" or "udp" (lowercase, as ipvsadm's -t / -u).
 pub(super) fn protocol(f: &Field) -> Check<Protocol> {
     match f.str()? {

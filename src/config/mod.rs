@@ -212,6 +212,13 @@ pub struct SessionsConfig {
     /// FullNAT local ports handed out, per local address and worker (inclusive).
     pub local_port_first: u16,
     pub local_port_last: u16,
+    /// How long the real servers keep a closed connection in TIME-WAIT, in seconds
+    /// (Linux: 60): FullNAT local ports reused sooner towards the same server are
+    /// counted and warned about.
+    pub server_time_wait_s: u32,
+    /// FullNAT TCP sessions carry their timestamps on Sluice's clock, so that real
+    /// servers accept a local port reused within their TIME-WAIT.
+    pub rewrite_timestamps: bool,
 }
 
 impl Default for SessionsConfig {
@@ -221,6 +228,8 @@ impl Default for SessionsConfig {
             tick_ms: 100,
             local_port_first: 1024,
             local_port_last: 65535,
+            server_time_wait_s: 60,
+            rewrite_timestamps: true,
         }
     }
 }

@@ -60,7 +60,14 @@ const TIMEOUT_KEYS: &[&str] = &[
     "close_wait",
     "last_ack",
 ];
-const SESSION_KEYS: &[&str] = &["capacity", "tick_ms", "local_port_first", "local_port_last"];
+const SESSION_KEYS: &[&str] = &[
+    "capacity",
+    "tick_ms",
+    "local_port_first",
+    "local_port_last",
+    "server_time_wait",
+    "rewrite_timestamps",
+];
 const SERVICE_KEYS: &[&str] = &[
     "proto",
     "vip",
@@ -865,6 +872,12 @@ fn read_sessions(root: &Table) -> Check<SessionsConfig> {
         tick_ms: t.or("tick_ms", d.tick_ms, fields::tick_ms)?,
         local_port_first: first,
         local_port_last: last,
+        server_time_wait_s: t.or(
+            "server_time_wait",
+            d.server_time_wait_s,
+            fields::server_time_wait_s,
+        )?,
+        rewrite_timestamps: t.or("rewrite_timestamps", d.rewrite_timestamps, Field::bool)?,
     })
 }
 

@@ -1059,6 +1059,8 @@ port = 80
             tick_ms: 10,
             local_port_first: 1024,
             local_port_last: 65535,
+            server_time_wait_s: 60,
+            rewrite_timestamps: true,
         }
     );
     assert_eq!(cfg.services.len(), 3);
@@ -1863,6 +1865,31 @@ fn local_port_range() {
         23,
         "sessions.local_port_last",
         "local_port_first 3000 is above local_port_last 2000",
+    );
+}
+
+#[test]
+fn fullnat_time_wait_and_timestamp_rewriting() {
+    let s = |kv: &str| format!("{BASE}[sessions]\n{kv}\n");
+    let cfg = parse(&s("server_time_wait = 120\nrewrite_timestamps = false")).unwrap();
+    assert_eq!(
+        (
+            cfg.sessions.server_time_wait_s,
+            cfg.sessions.rewrite_timestamps
+        ),
+        (120, false)
+    );
+    assert_rejected(
+        &s("server_time_wait = 0"),
+        22,
+        "sessions.server_time_wait",
+        "out of range (1..=3600)",
+    );
+    assert_rejected(
+        &s("rewrite_timestamps = 1"),
+        22,
+        "sessions.rewrite_timestamps",
+        "boolean",
     );
 }
 

@@ -352,7 +352,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         );
     }
 
-    let pool_metrics: [(&str, &str, &str); 3] = [
+    let pool_metrics: [(&str, &str, &str); 5] = [
         (
             "sluice_laddr_ports_used",
             "gauge",
@@ -368,6 +368,16 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
             "counter",
             "Allocations that found no suitable free port.",
         ),
+        (
+            "sluice_laddr_early_reuses_total",
+            "counter",
+            "Local ports reused towards the same real server within its TIME-WAIT.",
+        ),
+        (
+            "sluice_laddr_unprotected_reuses_total",
+            "counter",
+            "Early local-port reuses without TCP timestamps to rewrite.",
+        ),
     ];
     for (i, (name, kind, help)) in pool_metrics.into_iter().enumerate() {
         let mut f = Family::new(o, name, kind, help);
@@ -377,7 +387,9 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
                 let value = match i {
                     0 => u64::from(p.used),
                     1 => u64::from(p.free),
-                    _ => p.misses,
+                    2 => p.misses,
+                    3 => p.early_reuses,
+                    _ => p.unprotected_reuses,
                 };
                 let (worker, lip) = (p.worker.to_string(), p.lip.to_string());
                 f.sample(

@@ -15,7 +15,7 @@ pub use services::{check_real_server_id, Services};
 use crate::config::{Config, PortDevice};
 use crate::control::protocol::{Request, DEFAULT_MAX_CONNECTIONS};
 use crate::control::report::{
-    ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, StatusReport,
+    ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing, StatusReport,
 };
 use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::counters::WorkerCounters;
@@ -37,7 +37,7 @@ use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason}
 use crate::ha::sync::report::SyncReport;
 use crate::ha::vrrp::node::VrrpReport;
 use crate::health::{HealthMonitor, HealthReport};
-use crate::model::ServiceKey;
+use crate::model::{ForwardMode, ServiceKey};
 use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
@@ -186,6 +186,10 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         real_servers,
         mailboxes,
         tick_ms: cfg.sessions.tick_ms,
+        server_time_wait_s: cfg.sessions.server_time_wait_s,
+        ports_per_address: u32::from(cfg.sessions.local_port_last)
+            - u32::from(cfg.sessions.local_port_first)
+            + 1,
         persist,
         config_path: cfg.path.clone(),
     };
@@ -637,6 +641,8 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             .collect();
         let config = ForwarderConfig {
             local_ports: cfg.sessions.local_port_first..=cfg.sessions.local_port_last,
+            server_time_wait_ms: cfg.sessions.server_time_wait_s.saturating_mul(1000),
+            rewrite_timestamps: cfg.sessions.rewrite_timestamps,
             load_view: Some(LoadView::new(real_servers.to_vec(), w, hz)),
             persistence: Some((*persist).clone()),
             health: cfg.health_source().map(|source| HealthTap {
@@ -854,6 +860,10 @@ struct Registry {
     real_servers: Vec<Arc<Box<[RealServerCounters]>>>,
     mailboxes: Vec<Arc<Mailbox>>,
     tick_ms: u32,
+    /// `[sessions] server_time_wait` and the local ports per address, for
+    /// `--get-laddr`'s sizing rule.
+    server_time_wait_s: u32,
+    ports_per_address: u32,
     persist: Arc<PersistTable>,
     /// The config file, for `sluicectl reload`.
     config_path: PathBuf,
@@ -1298,9 +1308,21 @@ impl Registry {
             .services
             .handle(req, &self.publisher, &self.real_servers)?;
         let mut report: LaddrReport = serde_json::from_value(answer).map_err(|e| e.to_string())?;
-        let Some(id) = self.services.table.get(service).map(|s| s.id) else {
+        let Some(found) = self.services.table.get(service) else {
             return serde_json::to_value(report).map_err(|e| e.to_string());
         };
+        let id = found.id;
+        let cps: f64 = found
+            .real_servers
+            .iter()
+            .filter(|r| r.mode == ForwardMode::FullNat)
+            .map(|r| self.services.rates.rate(r.id, rates::DEFAULT_WINDOW).cps)
+            .sum();
+        report.sizing = Some(LaddrSizing {
+            connections_per_second: cps.round() as u64,
+            server_time_wait_s: self.server_time_wait_s,
+            ports_per_address: self.ports_per_address,
+        });
         for (w, mailbox) in self.mailboxes.iter().enumerate() {
             let query = Query::Pools {
                 out: Vec::with_capacity(4096),
@@ -1320,6 +1342,8 @@ impl Registry {
                         used: p.counters.used,
                         free: p.counters.free,
                         misses: p.counters.misses,
+                        early_reuses: p.counters.early_reuses,
+                        unprotected_reuses: p.counters.unprotected_reuses,
                     }),
             );
         }

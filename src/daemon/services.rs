@@ -545,8 +545,9 @@ impl Services {
                 let report = LaddrReport {
                     service,
                     local_addresses: t.laddrs(service).map_err(|e| e.to_string())?.to_vec(),
-                    // The workers' pools are added by the management loop.
+                    // The workers' pools and the sizing are added by the management loop.
                     pools: Vec::new(),
+                    sizing: None,
                 };
                 return serde_json::to_value(report)
                     .map(Applied::Answer)

@@ -30,6 +30,7 @@ use crate::flow::parse::{classify, peek_key, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::FlowKey4;
 use crate::forward::laddr::PortPool;
+use crate::forward::timestamps;
 use crate::model::DropReason;
 use crate::model::{ForwardMode, ServiceKey};
 use crate::sched::{self, Maglev, Scheduler, ServerLoad};
@@ -137,6 +138,11 @@ pub struct Forwarder {
     tick_ms: u32,
     rss: RssView,
     local_ports: std::ops::RangeInclusive<u16>,
+    /// The real servers' TIME-WAIT, for the pools' early-reuse counts.
+    server_time_wait_ms: u32,
+    /// FullNAT TCP timestamps are moved onto `ts_clock` (see `forward::timestamps`).
+    rewrite_timestamps: bool,
+    ts_clock: timestamps::Clock,
     /// Health probes' source address and ports: TCP to them goes to the management
     /// core (`Action::Punt`).
     health_source: Option<(Ipv4Addr, std::ops::RangeInclusive<u16>)>,
@@ -280,6 +286,12 @@ pub struct ForwarderConfig {
     /// FullNAT local ports handed out per local address (`[sessions]
     /// local_port_first/last`).
     pub local_ports: std::ops::RangeInclusive<u16>,
+    /// How long real servers keep closed connections in TIME-WAIT (`[fullnat]
+    /// server_time_wait`), for counting early local-port reuses.
+    pub server_time_wait_ms: u32,
+    /// Whether FullNAT TCP sessions get their timestamps moved onto Sluice's clock
+    /// (`[fullnat] rewrite_timestamps`).
+    pub rewrite_timestamps: bool,
     /// Real-server loads over all workers, for the load-aware schedulers; `None`: this
     /// worker's own connections only.
     pub load_view: Option<LoadView>,
@@ -319,6 +331,8 @@ impl ForwarderConfig {
             real_servers,
             rss,
             local_ports: LOCAL_PORTS,
+            server_time_wait_ms: crate::forward::laddr::DEFAULT_SERVER_TIME_WAIT_MS,
+            rewrite_timestamps: true,
             load_view: None,
             persistence: None,
             health: None,
@@ -349,6 +363,8 @@ impl Forwarder {
             real_servers,
             rss,
             local_ports,
+            server_time_wait_ms,
+            rewrite_timestamps,
             load_view,
             persistence,
             health,
@@ -388,6 +404,9 @@ impl Forwarder {
             tick_ms,
             rss,
             local_ports,
+            server_time_wait_ms,
+            rewrite_timestamps,
+            ts_clock: timestamps::Clock::new(tsc_hz, crate::dpdk::tsc(), wall_clock_ms()),
             passive_syn_ticks: health
                 .as_ref()
                 .map_or(u32::MAX, |h| h.passive_syn_ms.div_ceil(tick_ms)),
@@ -426,6 +445,8 @@ impl Forwarder {
                 .store(self.snapshot.current().generation(), Release);
         }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
+        self.ts_clock.advance(now_tsc);
+        let now_ms = self.ts_clock.now_ms();
         let Forwarder {
             sessions,
             real_servers,
@@ -443,7 +464,7 @@ impl Forwarder {
             if observe::expired_unanswered(s) {
                 real_servers[s.real as usize].count_passive(Passive::Unanswered);
             }
-            forget(pools, real_servers, s);
+            forget(pools, real_servers, s, now_ms);
         });
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
@@ -588,7 +609,8 @@ impl Forwarder {
                 rss.fields,
                 rss.queue,
             ) {
-                Ok(pool) => {
+                Ok(mut pool) => {
+                    pool.set_server_time_wait(self.server_time_wait_ms);
                     pools.insert(s.id, pool);
                 }
                 Err(e) => log::warn!("service {}: no FullNAT port pool: {e}", s.key),
@@ -760,7 +782,7 @@ impl Forwarder {
                     Ok(placement) => placement,
                     Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),
                 };
-                match self.open(&hashed, &placement, flags, pkt, cx) {
+                match self.open(&hashed, &placement, flags, pkt, parsed, cx) {
                     Ok(matched) => matched,
                     Err(reason) => return Action::Drop(reason),
                 }
@@ -789,7 +811,12 @@ impl Forwarder {
         if r.op == RecordOp::Remove {
             let counters_free = found.and_then(|id| self.sessions.remove(id));
             if let Some(s) = counters_free {
-                forget(&mut self.pools, &self.real_servers, &s);
+                forget(
+                    &mut self.pools,
+                    &self.real_servers,
+                    &s,
+                    self.ts_clock.now_ms(),
+                );
             }
             return Some(Event::SyncRemoved);
         }
@@ -797,7 +824,9 @@ impl Forwarder {
         if let Some(id) = found {
             let live = self.sessions.get_mut(id)?;
             let was_active = live.is_active();
-            *live = live.with_state(r.state);
+            *live = live
+                .with_state(r.state)
+                .with_timestamp_offset(r.timestamp_offset);
             let now_active = live.is_active();
             let c = &self.real_servers[live.real as usize];
             if was_active != now_active {
@@ -821,8 +850,9 @@ impl Forwarder {
             // where this node has no local addresses, say): not this node's session.
             return None;
         }
-        let mut session =
-            Session::new(&key, r.mode, service.id, rs.id, rip, rport).with_state(r.state);
+        let mut session = Session::new(&key, r.mode, service.id, rs.id, rip, rport)
+            .with_state(r.state)
+            .with_timestamp_offset(r.timestamp_offset);
         match (r.mode, r.local) {
             (ForwardMode::FullNat, Some(local)) => {
                 // The active chose this port: keep this worker from handing it out.
@@ -847,7 +877,7 @@ impl Forwarder {
             .is_err()
         {
             // No room, or a key taken: the port reserved above goes back.
-            release_local_port(&mut self.pools, &session);
+            release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
             return None;
         }
         let c = &self.real_servers[rs.id as usize];
@@ -874,8 +904,9 @@ fn forget(
     pools: &mut hashbrown::HashMap<u32, PortPool>,
     real_servers: &[RealServerCounters],
     s: &Session,
+    now_ms: u32,
 ) {
-    release_local_port(pools, s);
+    release_local_port(pools, s, now_ms);
     let c = &real_servers[s.real as usize];
     RealServerCounters::gauge_add(
         if s.is_active() {
@@ -887,14 +918,27 @@ fn forget(
     );
 }
 
-/// Returns a FullNAT session's local port to its service's pool (no-op otherwise, or
-/// when the pool was rebuilt for other local addresses since).
-fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session) {
+/// Returns a FullNAT session's local port to its service's pool at `now_ms` on the
+/// timestamp clock (no-op otherwise, or when the pool was rebuilt for other local
+/// addresses since).
+fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session, now_ms: u32) {
     if s.mode == ForwardMode::FullNat && s.local_port != 0 {
         if let Some(pool) = pools.get_mut(&s.service) {
-            let _ = pool.release(Ipv4Addr::from(s.local_addr), s.local_port);
+            let _ = pool.release(
+                Ipv4Addr::from(s.local_addr),
+                s.local_port,
+                Ipv4Addr::from(s.real_addr),
+                now_ms,
+            );
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (0 if the system clock is before it).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[inline]
@@ -1080,6 +1124,7 @@ mod tests {
             real_server: real,
             local: Some(SocketAddrV4::new(lip, lport)),
             timeout_ms: 60_000,
+            timestamp_offset: 0,
         };
         let full_rs = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 21), 8080);
         let dr_rs = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 11), 80);

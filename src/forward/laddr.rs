@@ -81,10 +81,25 @@
 //! handful of addresses, cheaper than hashing), then O(1).
 //!
 //! Memory per worker (measured by the `memory_for_a_realistic_config` test): 4 LIPs,
-//! ports 1024..=65535 (64 512 each), RETA of 128 entries: **557 144 bytes (544 KiB)**;
-//! with a 512-entry RETA: **563 528 bytes (550 KiB)**. Per LIP: two bytes of list link
-//! and one bit of in-use flag per port, four bytes per RETA entry for list heads and
-//! tails; per pool, 6 KiB of hash tables. Four workers: 2.2 MB.
+//! ports 1024..=65535 (64 512 each), RETA of 128 entries: **2 621 720 bytes (2.5
+//! MiB)**; with a 512-entry RETA: **2 628 104 bytes**. Per LIP: two bytes of list link,
+//! one bit of in-use flag and eight bytes of last use (when, towards which real
+//! server: the early-reuse count below) per port, four bytes per RETA entry for list
+//! heads and tails; per pool, 6 KiB of hash tables. Four workers: 10.5 MB.
+//!
+//! # Reuse within the real servers' TIME-WAIT
+//!
+//! A real server keeps a connection it closed first in TIME-WAIT (Linux: 60 s), and
+//! the next SYN on the same `LIP:lport -> RIP:rport` must prove itself newer or be
+//! dropped. FIFO reuse makes the distance as long as the pool allows (`ports / rate`
+//! per LIP), which at high rates is far below 60 s; what makes such a reuse safe is
+//! the timestamp rewrite ([`crate::forward::timestamps`]). The pool measures it: each
+//! port remembers when it was released and towards which real server address, and an
+//! allocation towards that same address within [`PortPool::set_server_time_wait`]
+//! counts an early reuse ([`LaddrCounters::early_reuses`]; the caller adds those whose
+//! SYN had no timestamps to rewrite, [`LaddrCounters::unprotected_reuses`]). The rule
+//! for enough local addresses that no reuse is early: `rate x TIME-WAIT / ports per
+//! address`.
 
 use core::fmt;
 use core::ops::RangeInclusive;
@@ -92,6 +107,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 
+/// Linux's TIME-WAIT (`TCP_TIMEWAIT_LEN`), the real servers' default.
+pub const DEFAULT_SERVER_TIME_WAIT_MS: u32 = 60_000;
 /// End of a free list. Port 0 is never pooled, so offsets stay below 65 535.
 const NIL: u16 = u16::MAX;
 /// Reply tuple bytes: RIP 0..4, LIP 4..8, rport 8..10, lport 10..12.
@@ -172,6 +189,24 @@ pub struct LaddrCounters {
     pub free: u32,
     /// Allocation attempts on this LIP that found no suitable free port.
     pub misses: u64,
+    /// Ports handed out again towards the real server they last served, less than
+    /// the pool's server TIME-WAIT after their previous session ended: the real server
+    /// may still hold that tuple in TIME-WAIT (see [`PortPool::set_server_time_wait`]).
+    pub early_reuses: u64,
+    /// Of the early reuses, those whose new session cannot prove itself newer to the
+    /// real server (no TCP timestamps to rewrite, see
+    /// [`crate::forward::timestamps`]): each may cost the client a SYN retransmission.
+    pub unprotected_reuses: u64,
+}
+
+/// A local address and port handed out by [`PortPool::allocate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalPort {
+    pub lip: Ipv4Addr,
+    pub port: u16,
+    /// The port last served the same real server address less than the server
+    /// TIME-WAIT ago (counted in [`LaddrCounters::early_reuses`]).
+    pub early_reuse: bool,
 }
 
 /// One LIP: free ports in FIFO lists per class, and which ports are in use.
@@ -187,12 +222,18 @@ struct LaddrPool {
     next: Box<[u16]>,
     /// Per port offset, one bit: allocated.
     in_use: Box<[u64]>,
+    /// Per port offset: when its last session ended (the pool's millisecond clock),
+    /// and towards which real server address (0: never released).
+    released_at: Box<[u32]>,
+    released_to: Box<[u32]>,
     /// Per class, one bit: its free list is not empty.
     nonempty: Box<[u64]>,
     /// RETA index to start the next search at, so allocations rotate over classes.
     rotor: usize,
     used: u32,
     misses: u64,
+    early_reuses: u64,
+    unprotected_reuses: u64,
 }
 
 impl LaddrPool {
@@ -221,6 +262,23 @@ impl LaddrPool {
         }
         self.next[offset as usize] = NIL;
         Some(offset)
+    }
+
+    /// Counts the port at `offset`, just taken towards `rs` at `now_ms`, as an early
+    /// reuse if it last served the same server address less than `time_wait_ms` ago.
+    #[inline]
+    fn note_reuse(
+        &mut self,
+        offset: u16,
+        rs: SocketAddrV4,
+        now_ms: u32,
+        time_wait_ms: u32,
+    ) -> bool {
+        let i = offset as usize;
+        let early = self.released_to[i] == u32::from(*rs.ip())
+            && now_ms.wrapping_sub(self.released_at[i]) < time_wait_ms;
+        self.early_reuses += u64::from(early);
+        early
     }
 
     fn in_use(&self, offset: u16) -> bool {
@@ -300,6 +358,9 @@ pub struct PortPool {
     next_laddr: usize,
     /// Allocations refused because no LIP had a suitable port.
     exhausted: u64,
+    /// How long the real servers keep a closed connection's tuple in TIME-WAIT, in
+    /// milliseconds: a reuse sooner than this is counted as early.
+    server_time_wait_ms: u32,
 }
 
 impl PortPool {
@@ -359,6 +420,7 @@ impl PortPool {
             laddrs: Box::new([]),
             next_laddr: 0,
             exhausted: 0,
+            server_time_wait_ms: DEFAULT_SERVER_TIME_WAIT_MS,
         };
         pool.set_reta(reta)?;
 
@@ -373,10 +435,14 @@ impl PortPool {
                     tail: vec![NIL; size].into_boxed_slice(),
                     next: vec![NIL; count].into_boxed_slice(),
                     in_use: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
+                    released_at: vec![0u32; count].into_boxed_slice(),
+                    released_to: vec![0u32; count].into_boxed_slice(),
                     nonempty: vec![0u64; words].into_boxed_slice(),
                     rotor: 0,
                     used: 0,
                     misses: 0,
+                    early_reuses: 0,
+                    unprotected_reuses: 0,
                 };
                 // Ascending, so each class hands its ports out in port order at first.
                 for offset in 0..count as u16 {
@@ -442,11 +508,13 @@ impl PortPool {
 
     /// A local address and port for a new session towards the real server `rs`
     /// (`RIP:rport`), whose replies `rs -> LIP:lport` the NIC delivers to this worker's
-    /// queue. LIPs are tried round robin; a LIP with no suitable free port counts a
-    /// miss and the next is tried. `None` when no LIP can serve: the session is refused
-    /// (counted in [`PortPool::exhausted`]).
+    /// queue, at `now_ms` on the pool's clock. LIPs are tried round robin; a LIP with
+    /// no suitable free port counts a miss and the next is tried. `None` when no LIP
+    /// can serve: the session is refused (counted in [`PortPool::exhausted`]). A port
+    /// that served `rs`'s address less than the server TIME-WAIT ago counts an early
+    /// reuse.
     #[inline]
-    pub fn allocate(&mut self, rs: SocketAddrV4) -> Option<(Ipv4Addr, u16)> {
+    pub fn allocate(&mut self, rs: SocketAddrV4, now_ms: u32) -> Option<LocalPort> {
         let server_part = self.server_part(rs);
         let count = self.laddrs.len();
         let mut index = self.next_laddr;
@@ -456,7 +524,12 @@ impl PortPool {
             let context = server_part ^ laddr.lip_part;
             if let Some(offset) = laddr.take(context, &self.owned, self.class_mask) {
                 self.next_laddr = index;
-                return Some((laddr.lip, self.first_port + offset));
+                let early_reuse = laddr.note_reuse(offset, rs, now_ms, self.server_time_wait_ms);
+                return Some(LocalPort {
+                    lip: laddr.lip,
+                    port: self.first_port + offset,
+                    early_reuse,
+                });
             }
             laddr.misses += 1;
         }
@@ -464,15 +537,33 @@ impl PortPool {
         None
     }
 
+    /// Counts an early reuse on `lip` whose session cannot prove itself newer to the
+    /// real server (its client sent no TCP timestamps, or rewriting them is off).
+    pub fn count_unprotected_reuse(&mut self, lip: Ipv4Addr) {
+        if let Some(laddr) = self.laddrs.iter_mut().find(|laddr| laddr.lip == lip) {
+            laddr.unprotected_reuses += 1;
+        }
+    }
+
+    /// How long the real servers keep a closed connection in TIME-WAIT (Linux: 60 s,
+    /// the default): reuses sooner than this towards the same server count as early.
+    pub fn set_server_time_wait(&mut self, ms: u32) {
+        self.server_time_wait_ms = ms;
+    }
+
     /// Like [`PortPool::allocate`] on one given LIP only (`None` also when `lip` is not
     /// the pool's; a miss is counted only for a LIP of the pool).
     #[inline]
-    pub fn allocate_on(&mut self, lip: Ipv4Addr, rs: SocketAddrV4) -> Option<u16> {
+    pub fn allocate_on(&mut self, lip: Ipv4Addr, rs: SocketAddrV4, now_ms: u32) -> Option<u16> {
         let server_part = self.server_part(rs);
+        let time_wait = self.server_time_wait_ms;
         let laddr = self.laddrs.iter_mut().find(|laddr| laddr.lip == lip)?;
         let context = server_part ^ laddr.lip_part;
         match laddr.take(context, &self.owned, self.class_mask) {
-            Some(offset) => Some(self.first_port + offset),
+            Some(offset) => {
+                laddr.note_reuse(offset, rs, now_ms, time_wait);
+                Some(self.first_port + offset)
+            }
             None => {
                 laddr.misses += 1;
                 None
@@ -480,10 +571,17 @@ impl PortPool {
         }
     }
 
-    /// Returns a port to its LIP's pool when its session ends. The port goes to the
-    /// tail of its list (reused last).
+    /// Returns a port to its LIP's pool when its session towards the real server
+    /// address `rs` ends, at `now_ms`. The port goes to the tail of its list (reused
+    /// last).
     #[inline]
-    pub fn release(&mut self, lip: Ipv4Addr, lport: u16) -> Result<(), ReleaseError> {
+    pub fn release(
+        &mut self,
+        lip: Ipv4Addr,
+        lport: u16,
+        rs: Ipv4Addr,
+        now_ms: u32,
+    ) -> Result<(), ReleaseError> {
         let offset = lport
             .checked_sub(self.first_port)
             .filter(|&offset| (offset as u32) < self.port_count)
@@ -499,6 +597,8 @@ impl PortPool {
         }
         laddr.in_use[offset as usize / 64] &= !(1 << (offset % 64));
         laddr.used -= 1;
+        laddr.released_at[offset as usize] = now_ms;
+        laddr.released_to[offset as usize] = u32::from(rs);
         laddr.push_tail(class, offset);
         Ok(())
     }
@@ -570,6 +670,8 @@ impl PortPool {
             used: laddr.used,
             free: self.port_count - laddr.used,
             misses: laddr.misses,
+            early_reuses: laddr.early_reuses,
+            unprotected_reuses: laddr.unprotected_reuses,
         })
     }
 
@@ -611,6 +713,8 @@ impl PortPool {
                         + halves(&laddr.next)
                         + words(&laddr.in_use)
                         + words(&laddr.nonempty)
+                        + core::mem::size_of_val(&*laddr.released_at)
+                        + core::mem::size_of_val(&*laddr.released_to)
                 })
                 .sum::<usize>()
     }
@@ -623,6 +727,7 @@ impl PortPool {
         let per_lip = 2 * reta_size * 2 // head, tail
             + ports * 2 // next
             + ports.div_ceil(64) * 8 // in_use
+            + ports * 8 // released_at, released_to
             + words; // nonempty
         core::mem::size_of::<Self>()
             + REPLY_TUPLE_LEN * 256 * 2
@@ -637,6 +742,11 @@ mod tests {
     use crate::flow::rss::{DEFAULT_RSS_KEY, SYMMETRIC_RSS_KEY};
     use crate::wire::test_util::XorShift;
     use std::collections::HashSet;
+
+    /// [`PortPool::allocate`] at time 0, as a pair.
+    fn take(pool: &mut PortPool, rs: SocketAddrV4) -> Option<(Ipv4Addr, u16)> {
+        pool.allocate(rs, 0).map(|p| (p.lip, p.port))
+    }
 
     const LIPS: [Ipv4Addr; 4] = [
         Ipv4Addr::new(10, 0, 0, 1),
@@ -727,7 +837,7 @@ mod tests {
             for _ in 0..20_000 {
                 let rs = random_rs(&mut rng);
                 let q = rng.below(workers as usize);
-                if let Some((lip, lport)) = pools[q].allocate(rs) {
+                if let Some((lip, lport)) = take(&mut pools[q], rs) {
                     assert_eq!(
                         reply_queue(&toeplitz, &reta, fields, rs, lip, lport),
                         q as u16,
@@ -735,7 +845,7 @@ mod tests {
                     );
                     handed += 1;
                 }
-                if let Some(lport) = pools[q].allocate_on(LIPS[3], rs) {
+                if let Some(lport) = pools[q].allocate_on(LIPS[3], rs, 0) {
                     let queue = reply_queue(&toeplitz, &reta, fields, rs, LIPS[3], lport);
                     assert_eq!(queue, q as u16);
                 }
@@ -762,7 +872,7 @@ mod tests {
         let mut seen = HashSet::new();
         for (q, pool) in pools.iter_mut().enumerate() {
             let mut mine = 0;
-            while let Some((lip, lport)) = pool.allocate(rs) {
+            while let Some((lip, lport)) = take(pool, rs) {
                 assert!(seen.insert(lport), "port {lport} handed out twice");
                 assert_eq!(
                     reply_queue(&toeplitz, &reta, HashFields::L3L4, rs, lip, lport),
@@ -795,20 +905,67 @@ mod tests {
         )
         .unwrap();
         let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 8080);
-        let (lip, port) = pool.allocate(rs).unwrap();
-        pool.release(lip, port).unwrap();
+        let (lip, port) = take(&mut pool, rs).unwrap();
+        pool.release(lip, port, Ipv4Addr::UNSPECIFIED, 0).unwrap();
         assert!(pool.reserve(lip, port));
         assert!(!pool.reserve(lip, port), "reserved twice");
         assert!(!pool.reserve(lip, 4000), "not the pool's port");
         assert!(pool.is_in_use(lip, port));
         let mut handed = 0;
-        while let Some(got) = pool.allocate(rs) {
+        while let Some(got) = take(&mut pool, rs) {
             assert_ne!(got, (lip, port));
             handed += 1;
         }
         assert!(handed > 0);
-        pool.release(lip, port).unwrap();
-        assert_eq!(pool.allocate(rs), Some((lip, port)), "free again");
+        pool.release(lip, port, Ipv4Addr::UNSPECIFIED, 0).unwrap();
+        assert_eq!(take(&mut pool, rs), Some((lip, port)), "free again");
+    }
+
+    #[test]
+    fn reuse_towards_the_same_server_within_its_time_wait_is_counted() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        // One queue: every port suits every server, and a single port comes back.
+        let reta = Reta::new_round_robin(128, 1).unwrap();
+        let mut pool = PortPool::build(
+            &LIPS[..1],
+            7000..=7000,
+            &toeplitz,
+            &reta,
+            HashFields::L3L4,
+            0,
+        )
+        .unwrap();
+        pool.set_server_time_wait(60_000);
+        let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 80);
+        let other = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 10), 80);
+        let first = pool.allocate(rs, 1_000).unwrap();
+        assert!(!first.early_reuse, "never used before");
+        assert_eq!(pool.allocate(rs, 1_000), None, "the only port is in use");
+        pool.release(first.lip, first.port, *rs.ip(), 2_000)
+            .unwrap();
+        // 59.999 s after the release, towards the same server: early.
+        let again = pool.allocate(rs, 61_999).unwrap();
+        assert_eq!(
+            (again.lip, again.port, again.early_reuse),
+            (first.lip, 7000, true)
+        );
+        pool.count_unprotected_reuse(again.lip);
+        pool.release(again.lip, again.port, *rs.ip(), 62_000)
+            .unwrap();
+        // Towards another server: another tuple, not early.
+        assert!(!pool.allocate(other, 62_001).unwrap().early_reuse);
+        pool.release(first.lip, 7000, *other.ip(), 62_002).unwrap();
+        // Back to the first server a full TIME-WAIT after it last served it... but it
+        // last served `other`, so that is what counts; and 60 s after: not early.
+        assert!(!pool.allocate(rs, 62_003).unwrap().early_reuse);
+        pool.release(first.lip, 7000, *rs.ip(), 70_000).unwrap();
+        assert!(!pool.allocate(rs, 130_000).unwrap().early_reuse);
+        pool.release(first.lip, 7000, *rs.ip(), u32::MAX - 5)
+            .unwrap();
+        // The clock wraps: 10 ms later is still early.
+        assert!(pool.allocate(rs, 4).unwrap().early_reuse);
+        let c: Vec<LaddrCounters> = pool.counters().collect();
+        assert_eq!((c[0].early_reuses, c[0].unprotected_reuses), (2, 1));
     }
 
     #[test]
@@ -829,7 +986,7 @@ mod tests {
         // Many real servers: a worker can fill both LIPs completely. Near the end a
         // random real server may find none of the last ports usable: retry.
         for _ in 0..1_000_000 {
-            if let Some(pair) = pool.allocate(random_rs(&mut rng)) {
+            if let Some(pair) = take(&mut pool, random_rs(&mut rng)) {
                 assert!(in_use.insert(pair), "{pair:?} handed out twice");
                 assert!(pool.is_in_use(pair.0, pair.1));
             }
@@ -841,18 +998,27 @@ mod tests {
         assert!(pool.counters().all(|c| c.used == 1000 && c.free == 0));
 
         let (lip, lport) = *in_use.iter().next().unwrap();
-        assert_eq!(pool.release(lip, lport), Ok(()));
+        assert_eq!(pool.release(lip, lport, Ipv4Addr::UNSPECIFIED, 0), Ok(()));
         assert!(!pool.is_in_use(lip, lport));
-        assert_eq!(pool.release(lip, lport), Err(ReleaseError::NotInUse));
         assert_eq!(
-            pool.release(Ipv4Addr::new(1, 2, 3, 4), lport),
+            pool.release(lip, lport, Ipv4Addr::UNSPECIFIED, 0),
+            Err(ReleaseError::NotInUse)
+        );
+        assert_eq!(
+            pool.release(Ipv4Addr::new(1, 2, 3, 4), lport, Ipv4Addr::UNSPECIFIED, 0),
             Err(ReleaseError::UnknownAddress)
         );
-        assert_eq!(pool.release(lip, 4999), Err(ReleaseError::PortOutOfRange));
-        assert_eq!(pool.release(lip, 6000), Err(ReleaseError::PortOutOfRange));
+        assert_eq!(
+            pool.release(lip, 4999, Ipv4Addr::UNSPECIFIED, 0),
+            Err(ReleaseError::PortOutOfRange)
+        );
+        assert_eq!(
+            pool.release(lip, 6000, Ipv4Addr::UNSPECIFIED, 0),
+            Err(ReleaseError::PortOutOfRange)
+        );
         // The one free port comes back, for a real server whose reply it serves.
         let again = loop {
-            if let Some(pair) = pool.allocate(random_rs(&mut rng)) {
+            if let Some(pair) = take(&mut pool, random_rs(&mut rng)) {
                 break pair;
             }
         };
@@ -866,11 +1032,11 @@ mod tests {
         let mut pool =
             PortPool::build(&LIPS[..1], 1..=4096, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
         let rs = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 443);
-        let (lip, first) = pool.allocate(rs).unwrap();
-        pool.release(lip, first).unwrap();
+        let (lip, first) = take(&mut pool, rs).unwrap();
+        pool.release(lip, first, Ipv4Addr::UNSPECIFIED, 0).unwrap();
         // Every other port goes out before the released one comes back.
         let mut order = Vec::new();
-        while let Some((_, lport)) = pool.allocate(rs) {
+        while let Some((_, lport)) = take(&mut pool, rs) {
             order.push(lport);
         }
         assert_eq!(order.len(), 4096);
@@ -892,7 +1058,7 @@ mod tests {
         let mut pool =
             PortPool::build(&[lip], 40000..=40007, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
         let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 11), 80);
-        let results: Vec<_> = (0..20).map(|_| pool.allocate(rs)).collect();
+        let results: Vec<_> = (0..20).map(|_| take(&mut pool, rs)).collect();
         let granted: Vec<_> = results.iter().flatten().copied().collect();
         assert_eq!(granted.len(), 8);
         assert!(results[8..].iter().all(Option::is_none));
@@ -902,18 +1068,20 @@ mod tests {
                 lip,
                 used: 8,
                 free: 0,
-                misses: 12
+                misses: 12,
+                early_reuses: 0,
+                unprotected_reuses: 0,
             })
         );
         assert_eq!(pool.exhausted(), 12);
         // Sessions expire: their ports come back and new sessions succeed.
         for &(lip, lport) in &granted[..3] {
-            pool.release(lip, lport).unwrap();
+            pool.release(lip, lport, Ipv4Addr::UNSPECIFIED, 0).unwrap();
         }
         for _ in 0..3 {
-            assert!(pool.allocate(rs).is_some());
+            assert!(take(&mut pool, rs).is_some());
         }
-        assert_eq!(pool.allocate(rs), None);
+        assert_eq!(take(&mut pool, rs), None);
         let counters = pool.counters().next().unwrap();
         assert_eq!((counters.used, counters.free, counters.misses), (8, 0, 13));
     }
@@ -931,7 +1099,7 @@ mod tests {
         let mut rng = XorShift(8);
         for _ in 0..5000 {
             let rs = random_rs(&mut rng);
-            let (lip, lport) = pool.allocate(rs).unwrap();
+            let (lip, lport) = take(&mut pool, rs).unwrap();
             assert_eq!(
                 reply_queue(&toeplitz, &after, HashFields::L3L4, rs, lip, lport),
                 2
@@ -1008,12 +1176,13 @@ mod tests {
                 PortPool::bytes_for(LIPS.len(), 65535 - 1024 + 1, reta_size),
                 per_worker
             );
-            // Two bytes of link and a bit per port, four bytes per class, per LIP.
-            let floor = 4 * (64_512 * 2 + 64_512 / 8 + reta_size * 4);
+            // Two bytes of link, a bit and eight bytes of last use per port, four
+            // bytes per class, per LIP.
+            let floor = 4 * (64_512 * (2 + 8) + 64_512 / 8 + reta_size * 4);
             assert!(per_worker >= floor && per_worker < floor + 16 * 1024);
             let expected = match reta_size {
-                128 => 557_144,
-                _ => 563_528,
+                128 => 2_621_720,
+                _ => 2_628_104,
             };
             assert_eq!(per_worker, expected, "update the module doc");
         }
@@ -1047,7 +1216,7 @@ mod tests {
                 match rng.below(4) {
                     0 | 1 => {
                         let rs = random_rs(&mut rng);
-                        if let Some(pair) = pool.allocate(rs) {
+                        if let Some(pair) = take(&mut pool, rs) {
                             assert!(model.insert(pair));
                             assert!(ports.contains(&pair.1));
                             let queue =
@@ -1057,7 +1226,10 @@ mod tests {
                     }
                     2 => {
                         if let Some(&pair) = model.iter().next() {
-                            assert_eq!(pool.release(pair.0, pair.1), Ok(()));
+                            assert_eq!(
+                                pool.release(pair.0, pair.1, Ipv4Addr::UNSPECIFIED, 0),
+                                Ok(())
+                            );
                             model.remove(&pair);
                         }
                     }
@@ -1069,7 +1241,10 @@ mod tests {
                         };
                         let lport = rng.next_u64() as u16;
                         let expected = model.remove(&(lip, lport));
-                        assert_eq!(pool.release(lip, lport).is_ok(), expected);
+                        assert_eq!(
+                            pool.release(lip, lport, Ipv4Addr::UNSPECIFIED, 0).is_ok(),
+                            expected
+                        );
                     }
                 }
             }

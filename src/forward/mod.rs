@@ -41,14 +41,16 @@
 //! [`DropReason`]: crate::model::DropReason
 //! [`Parsed`]: crate::flow::parse::Parsed
 
-use crate::flow::parse::Parsed;
-use crate::wire::ipv4;
+use crate::flow::parse::{PacketKind, Parsed};
+use crate::model::DropReason;
+use crate::wire::{checksum, ipv4, tcp, IpProtocol};
 
 pub mod dr;
 pub mod icmp;
 pub mod laddr;
 pub mod nat;
 pub mod reset;
+pub mod timestamps;
 pub mod toa;
 pub mod tun;
 
@@ -62,6 +64,56 @@ pub(crate) fn ip_packet<'a>(frame: &'a [u8], parsed: &Parsed) -> Option<ipv4::Pa
     let end = parsed.l3.checked_add(parsed.ip_total_len as usize)?;
     let packet = ipv4::Packet::new_checked(frame.get(parsed.l3..end)?).ok()?;
     (parsed.l3 + packet.header_len() == parsed.l4).then_some(packet)
+}
+
+/// Where the TCP segment of `parsed` lies in a frame, checked against the frame.
+pub(crate) struct TcpSegment {
+    /// Offset of the TCP header.
+    pub l4: usize,
+    /// One past the IPv4 packet's last byte.
+    pub ip_end: usize,
+    /// The TCP header's length, options included (within the packet).
+    pub header_len: usize,
+}
+
+/// The TCP segment of `parsed` in `frame`, re-checked: `UnsupportedProtocol` when
+/// `parsed` is not TCP or disagrees with the IPv4 protocol, `Truncated` when its
+/// offsets do not fit `frame`, `BadTcpHeader` when the TCP header does not fit the
+/// packet.
+pub(crate) fn tcp_segment(frame: &[u8], parsed: &Parsed) -> Result<TcpSegment, DropReason> {
+    if !matches!(parsed.kind, PacketKind::Tcp { .. }) {
+        return Err(DropReason::UnsupportedProtocol);
+    }
+    let ip = ip_packet(frame, parsed).ok_or(DropReason::Truncated)?;
+    if ip.protocol() != IpProtocol::TCP {
+        return Err(DropReason::UnsupportedProtocol);
+    }
+    let segment = tcp::Packet::new_checked(ip.payload()).map_err(|_| DropReason::BadTcpHeader)?;
+    Ok(TcpSegment {
+        l4: parsed.l4,
+        ip_end: parsed.l3 + ip.total_len() as usize,
+        header_len: segment.header_len(),
+    })
+}
+
+/// Overwrites the TCP `segment[at..at + new.len()]` (an even length, inside the segment) with
+/// `new` and updates the TCP checksum for it.
+pub(crate) fn replace_tcp_bytes(segment: &mut [u8], at: usize, new: &[u8]) {
+    let Some(old) = segment.get(at..at + new.len()) else {
+        return;
+    };
+    let (mut old_sum, mut new_sum) = (
+        checksum::fold(checksum::sum(old)),
+        checksum::fold(checksum::sum(new)),
+    );
+    if at % 2 == 1 {
+        // Bytes at odd offsets are the low halves of the words they fall in.
+        old_sum = old_sum.swap_bytes();
+        new_sum = new_sum.swap_bytes();
+    }
+    segment[at..at + new.len()].copy_from_slice(new);
+    let mut tcp = tcp::Packet::new_unchecked(segment);
+    tcp.update_checksum16(old_sum, new_sum);
 }
 
 /// Mutable twin of [`ip_packet`].

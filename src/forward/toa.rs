@@ -76,10 +76,10 @@
 
 use std::net::Ipv4Addr;
 
-use crate::flow::parse::{PacketKind, Parsed};
+use crate::flow::parse::Parsed;
 use crate::model::DropReason;
 use crate::wire::tcp::{self, Options, TcpFlags, TcpOption};
-use crate::wire::{checksum, ipv4, IpProtocol};
+use crate::wire::{checksum, ipv4};
 
 /// The TCP option kind of TOA.
 pub const TOA_KIND: u8 = 254;
@@ -160,50 +160,6 @@ fn mss_offset(options: &[u8]) -> Option<(usize, u16)> {
     None
 }
 
-/// Where the TCP segment of `parsed` lies in `frame`, re-checked.
-struct Segment {
-    l4: usize,
-    /// One past the IPv4 packet's last byte.
-    ip_end: usize,
-    header_len: usize,
-}
-
-fn locate(frame: &[u8], parsed: &Parsed) -> Result<Segment, DropReason> {
-    if !matches!(parsed.kind, PacketKind::Tcp { .. }) {
-        return Err(DropReason::UnsupportedProtocol);
-    }
-    let ip = super::ip_packet(frame, parsed).ok_or(DropReason::Truncated)?;
-    if ip.protocol() != IpProtocol::TCP {
-        return Err(DropReason::UnsupportedProtocol);
-    }
-    let segment = tcp::Packet::new_checked(ip.payload()).map_err(|_| DropReason::BadTcpHeader)?;
-    Ok(Segment {
-        l4: parsed.l4,
-        ip_end: parsed.l3 + ip.total_len() as usize,
-        header_len: segment.header_len(),
-    })
-}
-
-/// Overwrites `segment[at..at + new.len()]` (an even length, inside the segment) with
-/// `new` and updates the TCP checksum for it.
-fn replace_bytes(segment: &mut [u8], at: usize, new: &[u8]) {
-    let Some(old) = segment.get(at..at + new.len()) else {
-        return;
-    };
-    let (mut old_sum, mut new_sum) = (
-        checksum::fold(checksum::sum(old)),
-        checksum::fold(checksum::sum(new)),
-    );
-    if at % 2 == 1 {
-        // Bytes at odd offsets are the low halves of the words they fall in.
-        old_sum = old_sum.swap_bytes();
-        new_sum = new_sum.swap_bytes();
-    }
-    segment[at..at + new.len()].copy_from_slice(new);
-    let mut tcp = tcp::Packet::new_unchecked(segment);
-    tcp.update_checksum16(old_sum, new_sum);
-}
-
 /// Inserts the TOA option carrying `client` into the TCP segment `parsed` describes,
 /// in place; see the module doc. `frame` is the buffer from the frame's first byte,
 /// possibly longer than the frame; `max_frame_len` bounds the frame's new length too.
@@ -217,16 +173,16 @@ pub fn insert(
     client: (Ipv4Addr, u16),
     max_frame_len: usize,
 ) -> Result<InsertOutcome, DropReason> {
-    let Segment {
+    let super::TcpSegment {
         l4,
         ip_end,
         header_len,
-    } = locate(frame, parsed)?;
+    } = super::tcp_segment(frame, parsed)?;
     let option = encode(client);
     let options_at = l4 + tcp::MIN_HEADER_LEN;
 
     if let Some(at) = toa_offset(&frame[options_at..l4 + header_len]) {
-        replace_bytes(&mut frame[l4..ip_end], tcp::MIN_HEADER_LEN + at, &option);
+        super::replace_tcp_bytes(&mut frame[l4..ip_end], tcp::MIN_HEADER_LEN + at, &option);
         return Ok(InsertOutcome::Replaced);
     }
 
@@ -273,11 +229,11 @@ pub fn clamp_mss(
     parsed: &Parsed,
     reduce_by: u16,
 ) -> Result<MssOutcome, DropReason> {
-    let Segment {
+    let super::TcpSegment {
         l4,
         ip_end,
         header_len,
-    } = locate(frame, parsed)?;
+    } = super::tcp_segment(frame, parsed)?;
     let segment = &mut frame[l4..ip_end];
     if !tcp::Packet::new_unchecked(&*segment)
         .flags()
@@ -290,7 +246,7 @@ pub fn clamp_mss(
     };
     let to = from.saturating_sub(reduce_by).max(MIN_MSS.min(from));
     if to != from {
-        replace_bytes(segment, tcp::MIN_HEADER_LEN + at, &to.to_be_bytes());
+        super::replace_tcp_bytes(segment, tcp::MIN_HEADER_LEN + at, &to.to_be_bytes());
     }
     Ok(MssOutcome::Clamped { from, to })
 }
@@ -302,6 +258,7 @@ mod tests {
     use crate::flow::parse::fixtures::{TCP_DATA_VLAN, TCP_SYN, UDP_DNS};
     use crate::forward::test_util::{frame, ip_checksum_ok, random_parsed};
     use crate::wire::test_util::XorShift;
+    use crate::wire::IpProtocol;
 
     const CLIENT: (Ipv4Addr, u16) = (Ipv4Addr::new(198, 51, 100, 10), 40000);
 

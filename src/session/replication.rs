@@ -1,4 +1,4 @@
-//! The session sync message format, version 2: what the active node sends its standby
+//! The session sync message format, version 3: what the active node sends its standby
 //! in UDP datagrams. Layout, versioning rule and semantics are in `docs/SYNC.md`.
 //!
 //! As in `crate::wire`: [`Packet`] is a zero-copy view over any `T: AsRef<[u8]>`,
@@ -34,7 +34,7 @@ fn write_u64(data: &mut [u8], at: usize, value: u64) {
 pub const MAGIC: u32 = 0x534c_5359;
 /// The version this module reads and writes. Any change to the header or record layout
 /// takes a new number; a receiver rejects every version but its own.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 
 mod field {
     pub const MAGIC: usize = 0;
@@ -68,7 +68,8 @@ mod field {
     pub const REAL_PORT: usize = 28;
     pub const LOCAL_PORT: usize = 30;
     pub const TIMEOUT_MS: usize = 32;
-    pub const RECORD_END: usize = 36;
+    pub const TIMESTAMP_OFFSET: usize = 36;
+    pub const RECORD_END: usize = 40;
 }
 
 /// Bytes before the first record.
@@ -141,6 +142,8 @@ pub enum RecordFault {
     TemplatePort,
     /// Above [`MAX_TIMEOUT_MS`].
     Timeout,
+    /// A timestamp offset on anything but a TCP connection.
+    TimestampOffset,
 }
 
 /// The message types of version 1.
@@ -584,6 +587,9 @@ impl<T: AsRef<[u8]>> Record<T> {
     pub fn timeout_ms(&self) -> u32 {
         read_u32(self.buffer.as_ref(), field::TIMEOUT_MS)
     }
+    pub fn timestamp_offset(&self) -> u32 {
+        read_u32(self.buffer.as_ref(), field::TIMESTAMP_OFFSET)
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Record<T> {
@@ -732,6 +738,11 @@ pub struct RecordRepr {
     pub local: Option<SocketAddrV4>,
     /// Time left before the entry expires on the sender.
     pub timeout_ms: u32,
+    /// A TCP connection's timestamp offset (`Session::timestamp_offset`; FullNAT
+    /// sessions whose client sent timestamps); 0 otherwise. The standby must go on
+    /// moving the timestamps the same way, or the real server would see the client's
+    /// clock jump and drop its segments.
+    pub timestamp_offset: u32,
 }
 
 impl RecordRepr {
@@ -752,6 +763,7 @@ impl RecordRepr {
             local: (session.mode == ForwardMode::FullNat)
                 .then(|| addr(session.local_addr, session.local_port)),
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
+            timestamp_offset: session.timestamp_offset(),
         }
     }
 
@@ -781,6 +793,7 @@ impl RecordRepr {
             real_server,
             local: None,
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
+            timestamp_offset: 0,
         }
     }
 
@@ -865,6 +878,10 @@ impl RecordRepr {
         if record.timeout_ms() > MAX_TIMEOUT_MS {
             return Err(RecordFault::Timeout);
         }
+        let tcp_connection = kind == RecordKind::Connection && proto == Protocol::Tcp;
+        if record.timestamp_offset() != 0 && !tcp_connection {
+            return Err(RecordFault::TimestampOffset);
+        }
         Ok(RecordRepr {
             kind,
             op,
@@ -878,6 +895,7 @@ impl RecordRepr {
             real_server: SocketAddrV4::new(record.real_addr(), record.real_port()),
             local: wants_local.then(|| SocketAddrV4::new(record.local_addr(), record.local_port())),
             timeout_ms: record.timeout_ms(),
+            timestamp_offset: record.timestamp_offset(),
         })
     }
 
@@ -906,6 +924,11 @@ impl RecordRepr {
             record.set_port(field::LOCAL_PORT, local.port());
         }
         write_u32(record.buffer.as_mut(), field::TIMEOUT_MS, self.timeout_ms);
+        write_u32(
+            record.buffer.as_mut(),
+            field::TIMESTAMP_OFFSET,
+            self.timestamp_offset,
+        );
     }
 }
 
@@ -993,11 +1016,11 @@ mod tests {
     /// FullNAT TCP connection, ESTABLISHED, TOA pending, 899.5 s left. Written out by
     /// hand from the layout table in docs/SYNC.md.
     #[rustfmt::skip]
-    static FULLNAT_BATCH: [u8; 80] = [
-        // magic "SLSY", version 2, type 1 (batch), flags 0
-        0x53, 0x4c, 0x53, 0x59, 0x02, 0x01, 0x00, 0x00,
-        // length 80, count 1, sender 0x0a0b0c0d
-        0x00, 0x50, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
+    static FULLNAT_BATCH: [u8; 84] = [
+        // magic "SLSY", version 3, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x03, 0x01, 0x00, 0x00,
+        // length 84, count 1, sender 0x0a0b0c0d
+        0x00, 0x54, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
         // recipient 0.0.0.0 (every peer), dump id 0
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
         // chunk 0, epoch (high half)
@@ -1016,6 +1039,8 @@ mod tests {
         0x9c, 0x40, 0x01, 0xbb, 0x20, 0xfb, 0x13, 0x88,
         // timeout 899 500 ms
         0x00, 0x0d, 0xb9, 0xac,
+        // timestamp offset 0x80001234
+        0x80, 0x00, 0x12, 0x34,
     ];
 
     fn fullnat_record() -> RecordRepr {
@@ -1032,6 +1057,7 @@ mod tests {
             real_server: SocketAddrV4::new(RS, 8443),
             local: Some(SocketAddrV4::new(LIP, 5000)),
             timeout_ms: 899_500,
+            timestamp_offset: 0x8000_1234,
         }
     }
 
@@ -1061,8 +1087,8 @@ mod tests {
     fn fullnat_batch_fields() {
         let packet = Packet::new_checked(&FULLNAT_BATCH[..]).unwrap();
         assert_eq!(packet.magic(), MAGIC);
-        assert_eq!(packet.version(), 2);
-        assert_eq!(packet.len(), 80);
+        assert_eq!(packet.version(), 3);
+        assert_eq!(packet.len(), 84);
         assert_eq!(packet.trailer(), None);
         assert_eq!(MessageRepr::parse(&packet).unwrap(), batch_header());
         let record = packet.record(0);
@@ -1074,7 +1100,7 @@ mod tests {
 
     #[test]
     fn fullnat_batch_emit_matches_bytes() {
-        let mut buf = [0xeeu8; 80];
+        let mut buf = [0xeeu8; 84];
         let mut packet = Packet::new_unchecked(&mut buf[..]);
         batch_header().emit(&mut packet);
         fullnat_record().emit(&mut packet.record_mut(0));
@@ -1097,9 +1123,10 @@ mod tests {
         bad[0] = b'X';
         assert_eq!(records_of(&bad), Err(SyncWireError::BadMagic));
         // A version-1 message (28-byte header, no epoch) is recognised as such even
-        // when its length would not fit version 2's layout: the version is checked
-        // before any length. So is a later version.
-        for other in [1u8, 3] {
+        // when its length would not fit this version's layout: the version is checked
+        // before any length. So are version 2 (records without the timestamp offset)
+        // and a later version.
+        for other in [1u8, 2, 4] {
             let mut old = FULLNAT_BATCH;
             old[4] = other;
             assert_eq!(records_of(&old), Err(SyncWireError::WrongVersion(other)));
@@ -1221,6 +1248,17 @@ mod tests {
                 fault: RecordFault::State
             })
         );
+        // UDP has no timestamps to move.
+        udp[at + 4] = 0;
+        assert_eq!(
+            records_of(&udp),
+            Err(SyncWireError::BadRecord {
+                index: 0,
+                fault: RecordFault::TimestampOffset
+            })
+        );
+        udp[at + 36..at + 40].fill(0);
+        assert_eq!(records_of(&udp).unwrap()[0].proto, Protocol::Udp);
     }
 
     #[test]
@@ -1235,7 +1273,7 @@ mod tests {
             ForwardMode::Nat,
             300_000,
         );
-        let mut buf = [0u8; 80];
+        let mut buf = [0u8; 84];
         let mut packet = Packet::new_unchecked(&mut buf[..]);
         batch_header().emit(&mut packet);
         template.emit(&mut packet.record_mut(0));
@@ -1243,7 +1281,7 @@ mod tests {
         assert_eq!(template.to_session(1, 2), None);
 
         let at = HEADER_LEN;
-        let fault = |patch: &dyn Fn(&mut [u8; 80])| {
+        let fault = |patch: &dyn Fn(&mut [u8; 84])| {
             let mut bad = buf;
             patch(&mut bad);
             match records_of(&bad) {
@@ -1257,6 +1295,7 @@ mod tests {
         assert_eq!(fault(&|b| b[at + 25] = 1), RecordFault::TemplatePort);
         assert_eq!(fault(&|b| b[at + 7] = 4), RecordFault::Flags);
         assert_eq!(fault(&|b| b[at + 4] = 1), RecordFault::State);
+        assert_eq!(fault(&|b| b[at + 39] = 1), RecordFault::TimestampOffset);
         // /0 covers every client: network 0.0.0.0 only.
         let mut all = buf;
         all[at + 5] = 0;
@@ -1298,9 +1337,9 @@ mod tests {
 
     #[test]
     fn mtu_bounds_the_record_count() {
-        assert_eq!(max_records(1500, false), 39);
-        assert_eq!(max_records(1500, true), 38);
-        assert_eq!(max_records(9000, false), 248);
+        assert_eq!(max_records(1500, false), 35);
+        assert_eq!(max_records(1500, true), 34);
+        assert_eq!(max_records(9000, false), 223);
         assert_eq!(max_records(60, false), 0);
         for mtu in [576u16, 1280, 1500, 9000] {
             for auth in [false, true] {
@@ -1316,15 +1355,15 @@ mod tests {
         while builder.push(&fullnat_record()).is_ok() {
             pushed += 1;
         }
-        assert_eq!(pushed, 39);
+        assert_eq!(pushed, 35);
         assert!(builder.is_full());
         let message = builder.finish();
         assert_eq!(
             message.len(),
-            1404 + 44,
-            "1404 bytes of records + 44 of header"
+            1400 + 44,
+            "1400 bytes of records + 44 of header"
         );
-        assert_eq!(records_of(message).unwrap().len(), 39);
+        assert_eq!(records_of(message).unwrap().len(), 35);
         // A buffer smaller than the MTU bounds it too.
         let mut small = [0u8; HEADER_LEN + 2 * RECORD_LEN + 5];
         let builder = MessageBuilder::new(&mut small, batch_header(), 1500, false);
@@ -1395,6 +1434,10 @@ mod tests {
             real_server: SocketAddrV4::new(random_addr(rng), port(rng)),
             local,
             timeout_ms,
+            timestamp_offset: match proto {
+                Protocol::Tcp => rng.next_u64() as u32,
+                Protocol::Udp => 0,
+            },
         }
     }
 

@@ -129,8 +129,10 @@ pub struct Session {
     synced_tick: u16,
     /// Tick at which the table took the session in.
     pub created: u32,
-    /// Packets seen, both directions (wraps).
-    pub packets: u32,
+    /// Per protocol, so that neither makes the entry bigger: a UDP session's packets,
+    /// both directions (wraps; [`Session::udp_packets`]); a TCP session's timestamp
+    /// offset ([`Session::timestamp_offset`]).
+    per_proto: u32,
     timer: TimerLink,
 }
 
@@ -169,7 +171,7 @@ impl Session {
             flags,
             synced_tick: 0,
             created: 0,
-            packets: 0,
+            per_proto: 0,
             timer: TimerLink::new(),
         }
     }
@@ -192,6 +194,34 @@ impl Session {
     pub fn mark_synced(&mut self, now_tick: u32) {
         self.flags.insert(SessionFlags::SYNCED);
         self.synced_tick = now_tick as u16;
+    }
+
+    /// UDP: packets seen, both directions (wraps). 0 for TCP, which does not count them.
+    #[inline]
+    pub fn udp_packets(&self) -> u32 {
+        match self.proto {
+            Protocol::Udp => self.per_proto,
+            Protocol::Tcp => 0,
+        }
+    }
+
+    /// TCP: what client-to-server segments add to their TSval, and server-to-client
+    /// segments take from their TSecr (see [`crate::forward::timestamps`]); 0 when
+    /// nothing is rewritten, and always 0 for UDP.
+    #[inline]
+    pub fn timestamp_offset(&self) -> u32 {
+        match self.proto {
+            Protocol::Tcp => self.per_proto,
+            Protocol::Udp => 0,
+        }
+    }
+
+    /// Sets the TCP timestamp offset; ignored for UDP.
+    pub fn with_timestamp_offset(mut self, offset: u32) -> Session {
+        if self.proto == Protocol::Tcp {
+            self.per_proto = offset;
+        }
+        self
     }
 
     pub fn with_local(mut self, addr: Ipv4Addr, port: u16) -> Session {
@@ -679,13 +709,15 @@ impl SessionTable {
         timeouts: &TickTimeouts,
     ) -> Option<Transition> {
         let session = self.get_mut(id)?;
-        session.packets = session.packets.wrapping_add(1);
         let transition = match session.proto {
             Protocol::Tcp => session.on_tcp_segment(dir, flags),
-            Protocol::Udp => Transition {
-                from: session.state,
-                to: session.state,
-            },
+            Protocol::Udp => {
+                session.per_proto = session.per_proto.wrapping_add(1);
+                Transition {
+                    from: session.state,
+                    to: session.state,
+                }
+            }
         };
         let timeout = timeouts.session(session.proto, session.state);
         self.touch(id, now_tick, timeout);
@@ -1184,9 +1216,53 @@ mod tests {
             Some(state::ActivityChange::BecameInactive)
         );
         assert_eq!(table.get(id).unwrap().state_name(), "FIN_WAIT");
-        assert_eq!(table.get(id).unwrap().packets, 3);
+        // TCP keeps its timestamp offset where UDP counts packets.
+        assert_eq!(table.get(id).unwrap().udp_packets(), 0);
+        assert_eq!(table.get(id).unwrap().timestamp_offset(), 0);
         assert_eq!(expire_all(&mut table, 121), []);
         assert_eq!(expire_all(&mut table, 122), [id]);
+    }
+
+    #[test]
+    fn udp_counts_packets_where_tcp_keeps_its_timestamp_offset() {
+        let mut table = SessionTable::with_capacity(8);
+        let ticks = Timeouts::default().in_ticks(1000);
+        let tcp_key = FlowKey4::new(
+            Protocol::Tcp,
+            Ipv4Addr::new(198, 51, 100, 1),
+            40000,
+            Ipv4Addr::new(203, 0, 113, 1),
+            80,
+        );
+        let udp_key = FlowKey4 {
+            proto: Protocol::Udp,
+            ..tcp_key
+        };
+        let mut ids = Vec::new();
+        for key in [tcp_key, udp_key] {
+            let s = Session::new(
+                &key,
+                ForwardMode::FullNat,
+                0,
+                0,
+                Ipv4Addr::new(10, 0, 0, 1),
+                80,
+            )
+            .with_local(Ipv4Addr::new(10, 0, 0, 100), 2000)
+            .with_timestamp_offset(0xdead_beef);
+            ids.push(table.insert(s, 0, 10).unwrap());
+        }
+        for _ in 0..3 {
+            for &id in &ids {
+                table.on_packet(id, Direction::Inbound, TcpFlags::SYN, 0, &ticks);
+            }
+        }
+        let (tcp, udp) = (table.get(ids[0]).unwrap(), table.get(ids[1]).unwrap());
+        assert_eq!(
+            (tcp.timestamp_offset(), tcp.udp_packets()),
+            (0xdead_beef, 0)
+        );
+        assert_eq!((udp.timestamp_offset(), udp.udp_packets()), (0, 3));
     }
 
     #[test]

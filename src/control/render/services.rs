@@ -263,7 +263,9 @@ pub fn render_save(report: &ServicesReport) -> String {
 
 /// Renders `--get-laddr` as DPVS's ipvsadm lays it out: the service with the number of
 /// local addresses, then one local address per line in the last column; then, when
-/// there are pools, one line per worker and address with its port counts.
+/// there are pools, one line per worker and address with its port counts and early
+/// reuses; then, when ports came round to a real server within its TIME-WAIT or the
+/// rate needs more addresses than the service has, a warning with the sizing rule.
 pub fn render_laddrs(report: &LaddrReport) -> String {
     let mut out = format!("{:<20} {:<8} {}\n", "VIP:VPORT", "TOTAL", "LIP");
     let service = format!("{}:{}", report.service.vip, report.service.port);
@@ -274,18 +276,41 @@ pub fn render_laddrs(report: &LaddrReport) -> String {
     if !report.pools.is_empty() {
         let _ = writeln!(
             out,
-            "\n{:<8} {:<16} {:>8} {:>8} {:>10}",
-            "WORKER", "LIP", "USED", "FREE", "MISS"
+            "\n{:<8} {:<16} {:>8} {:>8} {:>10} {:>10} {:>10}",
+            "WORKER", "LIP", "USED", "FREE", "MISS", "EARLY", "UNPROT"
         );
         for p in &report.pools {
             let _ = writeln!(
                 out,
-                "{:<8} {:<16} {:>8} {:>8} {:>10}",
+                "{:<8} {:<16} {:>8} {:>8} {:>10} {:>10} {:>10}",
                 p.worker,
                 p.lip.to_string(),
                 p.used,
                 p.free,
-                p.misses
+                p.misses,
+                p.early_reuses,
+                p.unprotected_reuses
+            );
+        }
+    }
+    let early: u64 = report.pools.iter().map(|p| p.early_reuses).sum();
+    let unprotected: u64 = report.pools.iter().map(|p| p.unprotected_reuses).sum();
+    let have = report.local_addresses.len() as u64;
+    if let Some(sizing) = report.sizing {
+        let needed = sizing.needed();
+        if early > 0 || needed > have {
+            let _ = writeln!(
+                out,
+                "\nwarning: {early} local ports came back to a real server within its TIME-WAIT \
+                 ({} s); {unprotected} of them without TCP timestamps to rewrite (each may \
+                 cost the client a SYN retransmission)",
+                sizing.server_time_wait_s
+            );
+            let _ = writeln!(
+                out,
+                "sizing: local addresses = rate x TIME-WAIT / ports per address = {}/s x {} s \
+                 / {} = {needed} (this service has {have})",
+                sizing.connections_per_second, sizing.server_time_wait_s, sizing.ports_per_address
             );
         }
     }
@@ -295,7 +320,7 @@ pub fn render_laddrs(report: &LaddrReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::report::{LaddrPoolStatus, ServiceStatus};
+    use crate::control::report::{LaddrPoolStatus, LaddrSizing, ServiceStatus};
     use crate::model::ServiceKey;
     use std::net::Ipv4Addr;
 
@@ -534,6 +559,8 @@ mod tests {
                     used: 3,
                     free: 32253,
                     misses: 0,
+                    early_reuses: 0,
+                    unprotected_reuses: 0,
                 },
                 LaddrPoolStatus {
                     worker: 1,
@@ -541,8 +568,15 @@ mod tests {
                     used: 8,
                     free: 0,
                     misses: 12,
+                    early_reuses: 40,
+                    unprotected_reuses: 2,
                 },
             ],
+            sizing: Some(LaddrSizing {
+                connections_per_second: 20_000,
+                server_time_wait_s: 60,
+                ports_per_address: 64_512,
+            }),
         };
         let text = render_laddrs(&report);
         let rows: Vec<Vec<&str>> = text
@@ -551,13 +585,38 @@ mod tests {
             .map(|l| l.split_whitespace().collect())
             .collect();
         assert_eq!(
-            rows,
+            rows[..3],
             [
-                vec!["WORKER", "LIP", "USED", "FREE", "MISS"],
-                vec!["0", "198.18.0.50", "3", "32253", "0"],
-                vec!["1", "198.18.0.50", "8", "0", "12"],
+                vec!["WORKER", "LIP", "USED", "FREE", "MISS", "EARLY", "UNPROT"],
+                vec!["0", "198.18.0.50", "3", "32253", "0", "0", "0"],
+                vec!["1", "198.18.0.50", "8", "0", "12", "40", "2"],
             ]
         );
+        // 20 000/s x 60 s / 64 512 = 18.6: 19 addresses, where the service has 1.
+        assert!(
+            text.contains(
+                "warning: 40 local ports came back to a real server within its TIME-WAIT \
+                 (60 s); 2 of them without TCP timestamps to rewrite"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "sizing: local addresses = rate x TIME-WAIT / ports per address = \
+                 20000/s x 60 s / 64512 = 19 (this service has 1)"
+            ),
+            "{text}"
+        );
+        // Enough addresses and no early reuse: no warning.
+        let quiet = LaddrReport {
+            pools: report.pools[..1].to_vec(),
+            sizing: Some(LaddrSizing {
+                connections_per_second: 1000,
+                ..report.sizing.unwrap()
+            }),
+            ..report.clone()
+        };
+        assert!(!render_laddrs(&quiet).contains("warning"));
     }
 
     #[test]
@@ -570,6 +629,7 @@ mod tests {
             ),
             local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
             pools: Vec::new(),
+            sizing: None,
         };
         let expected: String = [
             "VIP:VPORT            TOTAL    LIP",

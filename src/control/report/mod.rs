@@ -14,6 +14,7 @@ pub use crate::health::{HealthReport, MonitorStats, TargetReport};
 pub use connections::{ConnectionStatus, ConnectionsReport};
 pub use events::{EventLine, EventsReport};
 pub use services::{
-    LaddrPoolStatus, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport, TimeoutsReport,
+    LaddrPoolStatus, LaddrReport, LaddrSizing, RealServerStatus, ServiceStatus, ServicesReport,
+    TimeoutsReport,
 };
 pub use status::{AdoptionReport, LcoreStatus, PortStatus, StatusReport, XstatsReport};

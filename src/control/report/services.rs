@@ -97,6 +97,29 @@ pub struct LaddrReport {
     /// when the service has no FullNAT real server (no pools) or before traffic.
     #[serde(default)]
     pub pools: Vec<LaddrPoolStatus>,
+    /// For the sizing rule: the service's new FullNAT connections per second (`-L
+    /// --rate`'s window), the real servers' TIME-WAIT as configured (`[sessions]
+    /// server_time_wait`), and the local ports per address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizing: Option<LaddrSizing>,
+}
+
+/// What the local-address sizing rule is computed from (see [`LaddrSizing::needed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaddrSizing {
+    pub connections_per_second: u64,
+    pub server_time_wait_s: u32,
+    pub ports_per_address: u32,
+}
+
+impl LaddrSizing {
+    /// Local addresses needed so that no port comes round to a real server within its
+    /// TIME-WAIT: rate x TIME-WAIT / ports per address, rounded up (at least 1).
+    pub fn needed(&self) -> u64 {
+        (self.connections_per_second * u64::from(self.server_time_wait_s))
+            .div_ceil(u64::from(self.ports_per_address.max(1)))
+            .max(1)
+    }
 }
 
 /// One worker's ports on one local address.
@@ -110,4 +133,10 @@ pub struct LaddrPoolStatus {
     pub free: u32,
     /// Allocations on this address that found no suitable free port.
     pub misses: u64,
+    /// Ports reused towards the same real server within its TIME-WAIT.
+    #[serde(default)]
+    pub early_reuses: u64,
+    /// Of those, the ones without TCP timestamps to rewrite.
+    #[serde(default)]
+    pub unprotected_reuses: u64,
 }

@@ -84,6 +84,13 @@ impl Forwarder {
                 if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
                     return Action::Drop(r);
                 }
+                // The real server echoes Sluice's clock: the client gets its own back.
+                let offset = s.timestamp_offset();
+                if offset != 0 {
+                    if let Err(r) = forward::timestamps::shift(frame, parsed, 0, offset) {
+                        return Action::Drop(r);
+                    }
+                }
                 address(frame, client_next_hop(s, neighbours), client, port)
             }
             (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
@@ -109,6 +116,12 @@ impl Forwarder {
                         let dst = (rs_ip, s.real_port);
                         if let Err(r) = forward::nat::rewrite(frame, parsed, Some(src), Some(dst)) {
                             return Action::Drop(r);
+                        }
+                        let offset = s.timestamp_offset();
+                        if offset != 0 {
+                            if let Err(r) = forward::timestamps::shift(frame, parsed, offset, 0) {
+                                return Action::Drop(r);
+                            }
                         }
                         address(frame, rs_mac, rs_ip, port)
                     }

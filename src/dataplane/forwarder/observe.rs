@@ -50,7 +50,7 @@ impl Forwarder {
         let facts = PacketFacts {
             proto: s.proto,
             transition: t,
-            packets: s.packets,
+            packets: s.udp_packets(),
             timeout_ms,
             last_synced_ms: s
                 .ticks_since_sync(self.now_tick)
@@ -128,7 +128,12 @@ impl Forwarder {
                 self.now_tick,
                 self.ticks_per_second,
             );
-            forget(&mut self.pools, &self.real_servers, &s);
+            forget(
+                &mut self.pools,
+                &self.real_servers,
+                &s,
+                self.ts_clock.now_ms(),
+            );
             bump(&counters.sessions_expired, 1);
         }
     }

@@ -6,13 +6,15 @@ use super::{release_local_port, Context, Forwarder, Matched};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::dpdk::Packet;
+use crate::flow::parse::Parsed;
 use crate::flow::FlowKey4;
+use crate::forward::laddr::LocalPort;
+use crate::forward::timestamps;
 use crate::model::{DropReason, ForwardMode, Protocol};
 use crate::sched::PickContext;
 use crate::session::persist::{Bind, Template, TemplateKey};
 use crate::session::{Direction, HashedKey, InsertError, Session, SessionFlags, Transition};
 use crate::wire::tcp::TcpFlags;
-use std::net::Ipv4Addr;
 
 /// Where a new connection goes, as placement decided it.
 pub(super) struct Placement {
@@ -22,7 +24,7 @@ pub(super) struct Placement {
     real: usize,
     /// FullNAT: the local address and port the connection leaves from, taken from the
     /// service's pool (given back if the session is not opened after all).
-    local: Option<(Ipv4Addr, u16)>,
+    local: Option<LocalPort>,
     /// PERSISTENT when the service has persistence; TOA_PENDING for FullNAT TCP with
     /// TOA on.
     flags: SessionFlags,
@@ -122,7 +124,7 @@ impl Forwarder {
             let Some(taken) = self
                 .pools
                 .get_mut(&service.id)
-                .and_then(|p| p.allocate(target))
+                .and_then(|p| p.allocate(target, self.ts_clock.now_ms()))
             else {
                 return Err(DropReason::LaddrExhausted);
             };
@@ -145,13 +147,16 @@ impl Forwarder {
     /// key already taken (the same client port towards the same real server through
     /// another VIP) gives way when its connection is over and refuses the new one
     /// otherwise (`NatTupleInUse`); a full table refuses it too (`SessionTableFull`).
-    /// A refused session's local port goes back to its pool.
+    /// A refused session's local port goes back to its pool. A FullNAT TCP session
+    /// whose SYN carries timestamps moves them onto Sluice's clock
+    /// (`forward::timestamps`), unless that is turned off.
     pub(super) fn open(
         &mut self,
         hashed: &HashedKey,
         placement: &Placement,
         flags: TcpFlags,
         pkt: &Packet,
+        parsed: &Parsed,
         cx: &Context,
     ) -> Result<Matched, DropReason> {
         let key = hashed.key();
@@ -160,8 +165,24 @@ impl Forwarder {
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
         let mut session = Session::new(key, rs.mode, service.id, rs.id, rs.ip, rs.port);
-        if let Some((lip, lport)) = placement.local {
-            session = session.with_local(lip, lport);
+        if let Some(local) = placement.local {
+            session = session.with_local(local.lip, local.port);
+            let tsval = match (key.proto, self.rewrite_timestamps) {
+                (Protocol::Tcp, true) => timestamps::tsval(pkt.bytes(), parsed),
+                _ => None,
+            };
+            match tsval {
+                Some(tsval) => {
+                    let offset = self.ts_clock.now_ms().wrapping_sub(tsval);
+                    session = session.with_timestamp_offset(offset);
+                }
+                None if local.early_reuse => {
+                    if let Some(pool) = self.pools.get_mut(&service.id) {
+                        pool.count_unprotected_reuse(local.lip);
+                    }
+                }
+                None => {}
+            }
         }
         session.set_flags(placement.flags);
         // The reply key's bucket is the one cold line of a new session the burst's
@@ -204,11 +225,11 @@ impl Forwarder {
         {
             Ok(id) => id,
             Err(InsertError::TableFull) => {
-                release_local_port(&mut self.pools, &session);
+                release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
                 return Err(DropReason::SessionTableFull);
             }
             Err(InsertError::KeyExists(_)) => {
-                release_local_port(&mut self.pools, &session);
+                release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
                 return Err(DropReason::NatTupleInUse);
             }
         };

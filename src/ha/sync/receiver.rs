@@ -342,7 +342,7 @@ mod tests {
     use crate::dataplane::forwarder::{nat_reply_owner, RssView};
     use crate::flow::rss::DEFAULT_RSS_KEY;
     use crate::flow::FlowKey4;
-    use crate::forward::laddr::PortPool;
+    use crate::forward::laddr::{LocalPort, PortPool};
     use crate::model::SchedulerKind;
     use crate::model::ServiceKey;
     use crate::model::{RealServer, Service};
@@ -602,7 +602,10 @@ mod tests {
                         Ipv4Addr::from(rng.next_u64() as u32),
                         rng.next_u64() as u16 | 1,
                     );
-                    let Some((lip, lport)) = pool.allocate(rs) else {
+                    let Some(LocalPort {
+                        lip, port: lport, ..
+                    }) = pool.allocate(rs, 0)
+                    else {
                         continue; // L3 hashing: this worker may own no class for rs
                     };
                     // The client side: a client whose request hashes to this worker.
