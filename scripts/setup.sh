@@ -27,6 +27,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   # tshark asks whether non-root users may capture; answer once, non-interactively.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get update -q
+  # nginx and keepalived would start system-wide services on install (and nginx fail
+  # the install if port 80 is taken); the tests run their own instances inside
+  # namespaces. A policy-rc.d that refuses every start, only for this install.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod +x "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
