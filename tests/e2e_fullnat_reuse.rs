@@ -25,7 +25,10 @@
 //!   failure the rewrite prevents, and FullNAT's rate falls below 0.9x NAT's.
 //!
 //! Run: `cargo test --release --test e2e_fullnat_reuse` (as root; needs nginx and wrk,
-//! which `scripts/setup.sh` installs).
+//! which `scripts/setup.sh` installs). The longer run recorded in
+//! `perf/results/fullnat_reuse.md` sets `SLUICE_REUSE_SECONDS` (wrk's duration per run,
+//! default 5) and `SLUICE_REUSE_PORTS` (local ports per phase, default 16384; the
+//! phases' ranges start at 1024 and right after the first).
 mod common;
 
 use common::*;
@@ -41,11 +44,24 @@ const GATEWAY: &str = "198.18.2.1";
 /// Local ports per phase: few enough that each comes round to each real server
 /// several times within its 60 s TIME-WAIT, enough that the pool never runs dry at
 /// these rates with Sluice's own TIME_WAIT and CLOSE timeouts cut to 1 s.
-const PORTS: u16 = 16384;
-const REWRITE_ON_FIRST_PORT: u16 = 20000;
-const REWRITE_OFF_FIRST_PORT: u16 = 40000;
+fn ports() -> u16 {
+    env_number("SLUICE_REUSE_PORTS", 16384).clamp(64, 32256) as u16
+}
 /// Seconds of wrk per run.
-const WRK_SECONDS: u32 = 5;
+fn wrk_seconds() -> u32 {
+    env_number("SLUICE_REUSE_SECONDS", 5).clamp(1, 120)
+}
+const FIRST_PORT: u16 = 1024;
+
+fn env_number(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
+        })
+        .unwrap_or(default)
+}
 
 /// nginx serving `rsI\n` on port 80 in real server `i`'s namespace, logging nothing.
 fn start_nginx(lab: &AppLab, i: u32) -> BackgroundProcess {
@@ -106,7 +122,7 @@ fn paws_timewait(lab: &AppLab) -> u64 {
 }
 
 /// Sluice with a NAT and a FullNAT service on the two nginx servers, local ports
-/// `first..first + PORTS`, its own TIME_WAIT/CLOSE timeouts at 1 s (ports come back
+/// `first..first + ports()`, its own TIME_WAIT/CLOSE timeouts at 1 s (ports come back
 /// to the pool quickly, so the real servers' TIME-WAIT is what reuse runs into).
 fn sluice(lab: &AppLab, first_port: u16, rewrite: bool) -> Daemon {
     let rips: Vec<String> = (1..=2).map(|i| lab.bed.rs_ip(i).to_string()).collect();
@@ -117,7 +133,7 @@ fn sluice(lab: &AppLab, first_port: u16, rewrite: bool) -> Daemon {
         format!(
             "[sessions]\nlocal_port_first = {first_port}\nlocal_port_last = {}\n\
              rewrite_timestamps = {rewrite}\n",
-            first_port + PORTS - 1
+            first_port + ports() - 1
         ),
         "[timeouts]\ntime_wait = 1\nclose = 1\n".to_string(),
         service_section("tcp", NAT_VIP, 80, "rr", &[], &real("nat")),
@@ -163,9 +179,10 @@ fn early_reuses(daemon: &Daemon) -> ((u64, u64), String) {
     ((n(5), n(6)), out.stdout)
 }
 
-/// wrk for `WRK_SECONDS` against `url`, one connection per request: requests/s.
+/// wrk for `wrk_seconds()` against `url`, one connection per request: requests/s.
 fn wrk_rate(lab: &AppLab, url: &str) -> (f64, String) {
-    let secs = format!("{WRK_SECONDS}s");
+    let seconds = wrk_seconds();
+    let secs = format!("{seconds}s");
     let out = lab.bed.exec(
         lab.bed.client_ns(),
         &[
@@ -180,7 +197,7 @@ fn wrk_rate(lab: &AppLab, url: &str) -> (f64, String) {
             "Connection: close",
             url,
         ],
-        Duration::from_secs(u64::from(WRK_SECONDS) + 30),
+        Duration::from_secs(u64::from(seconds) + 30),
     );
     let text = out.expect_success("wrk").stdout;
     let rate = text
@@ -202,7 +219,7 @@ fn fullnat_ports_reused_within_time_wait_are_accepted_by_real_servers() {
     let fullnat_url = format!("http://{FULLNAT_VIP}/");
 
     // Rewriting on (the default).
-    let daemon = sluice(&lab, REWRITE_ON_FIRST_PORT, true);
+    let daemon = sluice(&lab, FIRST_PORT, true);
     let paws_before = paws_timewait(&lab);
     let (mut nat, mut fullnat) = (0.0, 0.0);
     for round in 0..2 {
@@ -231,13 +248,13 @@ fn fullnat_ports_reused_within_time_wait_are_accepted_by_real_servers() {
     );
     assert!(
         fullnat >= 0.9 * nat,
-        "FullNAT {fullnat:.0} new connections per 2 x {WRK_SECONDS} s, NAT {nat:.0}: below 0.9x\n\
+        "FullNAT {fullnat:.0} new connections/s (sum of 2 runs), NAT {nat:.0}: below 0.9x\n\
          {laddr}\n{status:#}"
     );
     drop(daemon);
 
     // Rewriting off, fresh ports: the real servers drop reused tuples' SYNs.
-    let daemon = sluice(&lab, REWRITE_OFF_FIRST_PORT, false);
+    let daemon = sluice(&lab, FIRST_PORT + ports(), false);
     let paws_before = paws_timewait(&lab);
     let (n, _) = wrk_rate(&lab, &nat_url);
     let (f, _) = wrk_rate(&lab, &fullnat_url);
