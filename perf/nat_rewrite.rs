@@ -4,7 +4,13 @@
 //! table, plus cycles per new session. Runs the EAL without hugepages (mbufs are real
 //! DPDK mbufs); only the time inside `handle` is counted, not refilling the burst.
 //!
-//! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS] [nat|fullnat] [--sync]`
+//! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS] [nat|fullnat] [--sync]
+//! [--timestamps]`
+//!
+//! `--timestamps` gives every segment a TCP timestamps option (NOP, NOP, TSval, TSecr,
+//! as Linux sends after the SYN): with `fullnat`, every packet then has its TSval moved
+//! onto Sluice's clock (`forward::timestamps`), the default for FullNAT TCP; compare
+//! with and without it for that cost.
 //!
 //! `--sync` turns session sync on (as a `[sync]` section does): each session's
 //! establishing ACK then pushes a sync event onto the worker's ring, and every packet
@@ -31,10 +37,22 @@ use std::sync::Arc;
 
 const LB_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
 const CLIENT_MAC: [u8; 6] = [0x02, 0xc1, 0, 0, 0, 1];
-const FRAME_LEN: usize = 54;
+/// Bytes of the TCP timestamps option as Linux lays it out after the SYN.
+const TS_OPTION_LEN: usize = 12;
 
-/// Writes an Ethernet/IPv4/TCP frame (no payload) with valid checksums.
-fn tcp_frame(buf: &mut [u8], src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, flags: u8) {
+/// Writes an Ethernet/IPv4/TCP frame (no payload) with valid checksums, with a
+/// timestamps option when `timestamps`; returns its length.
+fn tcp_frame(
+    buf: &mut [u8],
+    src: Ipv4Addr,
+    sport: u16,
+    dst: Ipv4Addr,
+    dport: u16,
+    flags: u8,
+    timestamps: bool,
+) -> usize {
+    let options = if timestamps { TS_OPTION_LEN } else { 0 };
+    let tcp_len = 20 + options;
     buf[0..6].copy_from_slice(&LB_MAC);
     buf[6..12].copy_from_slice(&CLIENT_MAC);
     buf[12..14].copy_from_slice(&[0x08, 0x00]);
@@ -42,21 +60,28 @@ fn tcp_frame(buf: &mut [u8], src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u1
     ip.copy_from_slice(&[
         0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
     ]);
+    ip[2..4].copy_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
     ip[12..16].copy_from_slice(&src.octets());
     ip[16..20].copy_from_slice(&dst.octets());
     let c = checksum::finish(checksum::sum(ip));
     ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let tcp = &mut buf[34..54];
+    let tcp = &mut buf[34..34 + tcp_len];
     tcp.fill(0);
     tcp[0..2].copy_from_slice(&sport.to_be_bytes());
     tcp[2..4].copy_from_slice(&dport.to_be_bytes());
     tcp[4..8].copy_from_slice(&1000u32.to_be_bytes());
-    tcp[12] = 5 << 4;
+    tcp[12] = ((tcp_len / 4) as u8) << 4;
     tcp[13] = flags;
     tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
-    let sum = checksum::pseudo_header_sum(src, dst, 6, 20) + checksum::sum(tcp);
+    if timestamps {
+        tcp[20..24].copy_from_slice(&[1, 1, 8, 10]);
+        tcp[24..28].copy_from_slice(&0x8c1a_2b3cu32.to_be_bytes());
+        tcp[28..32].copy_from_slice(&0x00c0_ffeeu32.to_be_bytes());
+    }
+    let sum = checksum::pseudo_header_sum(src, dst, 6, tcp_len as u16) + checksum::sum(tcp);
     let c = checksum::finish(sum);
     tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    34 + tcp_len
 }
 
 /// Client address and port of flow `i` (distinct 5-tuples).
@@ -67,6 +92,7 @@ fn flow(i: u32) -> (Ipv4Addr, u16) {
 
 fn main() {
     let sync = std::env::args().any(|a| a == "--sync");
+    let timestamps = std::env::args().any(|a| a == "--timestamps");
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -169,7 +195,7 @@ fn main() {
     };
     let (syn_cycles, created) = bench.run(sessions as u64, &mut |i, buf| {
         let (c, p) = flow(i as u32);
-        tcp_frame(buf, c, p, vip, 80, 0x02);
+        tcp_frame(buf, c, p, vip, 80, 0x02, timestamps)
     });
     assert_eq!(
         created, sessions as u64,
@@ -180,7 +206,7 @@ fn main() {
     // Phase 1b: each session's first ACK establishes it (and, with sync, is synced).
     let (est_cycles, established) = bench.run(sessions as u64, &mut |i, buf| {
         let (c, p) = flow(i as u32);
-        tcp_frame(buf, c, p, vip, 80, 0x10);
+        tcp_frame(buf, c, p, vip, 80, 0x10, timestamps)
     });
     assert_eq!(established, sessions as u64);
     if sync {
@@ -199,7 +225,7 @@ fn main() {
         x ^= x >> 7;
         x ^= x << 17;
         let (c, p) = flow((x % sessions as u64) as u32);
-        tcp_frame(buf, c, p, vip, 80, 0x10);
+        tcp_frame(buf, c, p, vip, 80, 0x10, timestamps)
     });
     assert_eq!(
         forwarded, packets,
@@ -251,7 +277,7 @@ struct Bench<'a> {
 impl Bench<'_> {
     /// Runs `count` frames built by `build(i)` through `handle`, a burst at a time.
     /// Returns (cycles spent inside `handle` only, frames forwarded).
-    fn run(&mut self, count: u64, build: &mut dyn FnMut(u64, &mut [u8])) -> (u64, u64) {
+    fn run(&mut self, count: u64, build: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> (u64, u64) {
         let mut cycles = 0u64;
         let mut forwarded = 0u64;
         let mut burst = Burst::new();
@@ -260,8 +286,10 @@ impl Bench<'_> {
             let n = (count - done).min(BURST_SIZE as u64) as usize;
             assert!(burst.alloc_from(self.pool, n), "mempool exhausted");
             for i in 0..n {
-                burst.set_packet_len(i, FRAME_LEN as u16);
-                build(done + i as u64, burst.packet_mut(i));
+                // Room first (the mbuf's data length bounds the view), then the frame.
+                burst.set_packet_len(i, 128);
+                let len = build(done + i as u64, burst.packet_mut(i));
+                burst.set_packet_len(i, len as u16);
             }
             let now = tsc();
             self.fwd.poll(now, self.counters);

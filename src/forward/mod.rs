@@ -80,6 +80,7 @@ pub(crate) struct TcpSegment {
 /// `parsed` is not TCP or disagrees with the IPv4 protocol, `Truncated` when its
 /// offsets do not fit `frame`, `BadTcpHeader` when the TCP header does not fit the
 /// packet.
+#[inline]
 pub(crate) fn tcp_segment(frame: &[u8], parsed: &Parsed) -> Result<TcpSegment, DropReason> {
     if !matches!(parsed.kind, PacketKind::Tcp { .. }) {
         return Err(DropReason::UnsupportedProtocol);

@@ -146,10 +146,20 @@ pub fn shift(
     };
     let at = tcp::MIN_HEADER_LEN + at;
     let (tsval, tsecr) = (read_u32(segment, at), read_u32(segment, at + 4));
-    let mut new = [0u8; 8];
-    write_u32(&mut new, 0, tsval.wrapping_add(tsval_add));
-    write_u32(&mut new, 4, tsecr.wrapping_sub(tsecr_sub));
-    super::replace_tcp_bytes(segment, at, &new);
+    let (new_tsval, new_tsecr) = (tsval.wrapping_add(tsval_add), tsecr.wrapping_sub(tsecr_sub));
+    if at % 2 == 0 {
+        // The common layouts: both values are whole 16-bit words of the checksum.
+        write_u32(segment, at, new_tsval);
+        write_u32(segment, at + 4, new_tsecr);
+        let mut tcp = tcp::Packet::new_unchecked(segment);
+        tcp.update_checksum32(tsval, new_tsval);
+        tcp.update_checksum32(tsecr, new_tsecr);
+    } else {
+        let mut new = [0u8; 8];
+        write_u32(&mut new, 0, new_tsval);
+        write_u32(&mut new, 4, new_tsecr);
+        super::replace_tcp_bytes(segment, at, &new);
+    }
     Ok(ShiftOutcome::Shifted { tsval, tsecr })
 }
 

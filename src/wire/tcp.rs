@@ -172,6 +172,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read_u16(self.buffer.as_ref(), field::WINDOW)
     }
 
+    #[inline]
     pub fn checksum(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
@@ -249,6 +250,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         write_u16(self.buffer.as_mut(), field::WINDOW, value);
     }
 
+    #[inline]
     pub fn set_checksum(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::CHECKSUM, value);
     }
@@ -279,6 +281,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Adjusts the checksum for a 16-bit field (a port) that changed from `old` to
     /// `new`, in the segment or its pseudo-header (RFC 1624).
+    #[inline]
     pub fn update_checksum16(&mut self, old: u16, new: u16) {
         let value = checksum::update16(self.checksum(), old, new);
         self.set_checksum(value);
@@ -286,6 +289,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Adjusts the checksum for a 32-bit field (an address in the pseudo-header, a
     /// sequence number) that changed from `old` to `new` (RFC 1624).
+    #[inline]
     pub fn update_checksum32(&mut self, old: u32, new: u32) {
         let value = checksum::update32(self.checksum(), old, new);
         self.set_checksum(value);
