@@ -365,4 +365,47 @@ mod tests {
             assert_eq!(buf[..at + 8], original[..at + 8]);
         }
     }
+
+    /// Garbage frames and `Parsed` values that disagree with them: never a panic,
+    /// and an error or `NoTimestamps` leaves the frame as it was.
+    #[test]
+    fn fuzz_never_panics() {
+        let mut rng = XorShift(0x7157_f022_0bad_5eed);
+        let fixture = frame(
+            IpProtocol::TCP,
+            CLIENT,
+            SERVER,
+            &segment(&SYN_OPTIONS, 0x02, &[]),
+            true,
+        );
+        let mut buf = [0u8; 128];
+        let mut shifted = 0;
+        for round in 0..100_000 {
+            let len = rng.below(buf.len() + 1);
+            if rng.below(3) == 0 {
+                rng.fill(&mut buf[..len]);
+            } else {
+                let n = fixture.len().min(len);
+                buf[..n].copy_from_slice(&fixture[..n]);
+                if len > 0 && rng.below(2) == 0 {
+                    buf[rng.below(len)] ^= rng.next_u64() as u8;
+                }
+            }
+            let parsed = if round % 2 == 0 {
+                match classify(&buf[..len]) {
+                    Ok(parsed) => parsed,
+                    Err(_) => continue,
+                }
+            } else {
+                crate::forward::test_util::random_parsed(&mut rng, len)
+            };
+            let before = buf;
+            let _ = tsval(&buf[..len], &parsed);
+            match shift(&mut buf[..len], &parsed, rng.next_u64() as u32, 7) {
+                Ok(ShiftOutcome::Shifted { .. }) => shifted += 1,
+                _ => assert_eq!(buf, before, "round {round}"),
+            }
+        }
+        assert!(shifted > 1000, "only {shifted} frames reached the rewrite");
+    }
 }

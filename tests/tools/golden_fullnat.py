@@ -21,7 +21,7 @@ offline by golden_forwarding.py's checker (scapy and tshark, byte for byte).
         After each frame it waits (bounded: 3 s) until Sluice's out.pcap holds the
         frame's expected outputs, or, for a frame that must be dropped, until the
         drop counters (`sluicectl status --json`) have grown. Writes IN_PCAP (the
-        frames sent, in order) and RUN_JSON ({"bindings": {SESSION: [LIP, LPORT] or
+        frames sent, in order) and RUN_JSON ({"bindings": {SESSION: [LIP, LPORT, TS_OFFSET] or
         null}, "timeouts": [...]}). Exit 0 once everything was sent, whatever Sluice
         did: `check` gives the verdict.
 
@@ -39,10 +39,12 @@ offline by golden_forwarding.py's checker (scapy and tshark, byte for byte).
         Proves the checker with made-up bindings: the expected output must pass;
         broken outputs (lport or LIP changed within a session, client port or VIP not
         restored, wrong checksum, wrong ICMP quote, a missing ARP reply for a LIP,
-        frames swapped, a UDP checksum of 0 replaced) and broken bindings (an lport
-        shared by two concurrent sessions, an lport below 1024, a LIP that is not the
-        service's, LIPs not taken round robin, a binding that is not the one the input
-        used) must fail.
+        frames swapped, a UDP checksum of 0 replaced, a TSval not moved or a TSecr not
+        moved back) and broken bindings (an lport shared by two concurrent sessions, an
+        lport below 1024, a LIP that is not the service's, LIPs not taken round robin, a
+        binding that is not the one the input used, TCP timestamps not rewritten, a
+        timestamp clock that goes back, a UDP session with a timestamp offset) must
+        fail.
 
 Run with /usr/bin/python3 (Debian's scapy). The appliance is 02:53:4c:00:00:01 /
 198.18.0.1/24 as in golden_forwarding.py, whose frame builders, expectation format and
@@ -51,9 +53,13 @@ checker this tool reuses.
 The contract encoded here (docs/TESTING.md, "Golden FullNAT"):
   * client:cport -> VIP:vport becomes LIP:lport -> RIP:rport (Ethernet dst = the real
     server, src = Sluice); IPv4 and TCP/UDP checksums valid; TTL, id, TOS, flags,
-    TCP sequence numbers, options and payload untouched; a UDP checksum of 0 stays 0.
+    TCP sequence numbers, payload and options untouched but for the timestamps: a TCP
+    session's TSval is moved onto Sluice's clock, by an offset learned from its SYN's
+    output (its clock at the SYN minus the SYN's TSval; never going back from one
+    session to the next); a UDP checksum of 0 stays 0.
   * RIP:rport -> LIP:lport (to Sluice's MAC) becomes VIP:vport -> client:cport,
-    Ethernet dst = the MAC the client's packets came from.
+    Ethernet dst = the MAC the client's packets came from; the TSecr is moved back by
+    the session's offset.
   * One LIP:lport per session for its whole life; LIPs round robin per new session.
   * ICMP errors: from the real-server side, quoting LIP:lport -> RIP:rport, they reach
     the client from the VIP, quoting client:cport -> VIP:vport; from the client,
@@ -105,7 +111,7 @@ SESSIONS = {
 }
 # Stands in for the binding of a session whose first packet never came out, so the
 # script can go on (check then fails, naming the session).
-PLACEHOLDER = (LIPS[0], 1)
+PLACEHOLDER = (LIPS[0], 1, 0)
 
 
 def services_toml():
@@ -138,11 +144,43 @@ def l4_name(proto):
     return "TCP" if proto == "tcp" else "UDP"
 
 
+def tcp_timestamps(frame):
+    """(TSval, TSecr) of a frame's TCP timestamps option, or None."""
+    try:
+        p = Ether(frame)
+    except Exception:  # noqa: BLE001 (undecodable: no timestamps)
+        return None
+    if TCP not in p:
+        return None
+    return next((tuple(v) for k, v in p[TCP].options if k == "Timestamp"), None)
+
+
+def timestamps_moved(raw, tsval_add=0, tsecr_sub=0):
+    """raw with its TCP timestamps option moved (TSval + tsval_add, TSecr - tsecr_sub,
+    modulo 2^32), everything else as it was (nat_rewrite then computes the checksums).
+    Frames without the option are returned as they are."""
+    body = gf.strip_pad(raw)
+    p = Ether(body)
+    if TCP not in p or tcp_timestamps(body) is None:
+        return raw
+    opts = []
+    for k, v in p[TCP].options:
+        if k == "Timestamp":
+            v = ((v[0] + tsval_add) & 0xFFFFFFFF, (v[1] - tsecr_sub) & 0xFFFFFFFF)
+        opts.append((k, v))
+    p[TCP].options = opts
+    new = bytes(p)
+    assert len(new) == len(body), "scapy re-laid the options"
+    return new + raw[len(body):]
+
+
 def expect_to_rs(name, raw, key, b):
-    """A client frame of session `key` as the real server must get it."""
+    """A client frame of session `key` as the real server must get it: addresses and
+    ports rewritten, and the TSval moved by the session's timestamp offset."""
     proto, _, rip, rs_mac, _, rport = session_rs(key)
-    lip, lport = b[key]
-    alts = [gf.with_macs(a, rs_mac, OUR_MAC) for a in gf.nat_rewrite(raw, src=lip, sport=lport, dst=rip, dport=rport)]
+    lip, lport, offset = b[key]
+    moved = timestamps_moved(raw, tsval_add=offset)
+    alts = [gf.with_macs(a, rs_mac, OUR_MAC) for a in gf.nat_rewrite(moved, src=lip, sport=lport, dst=rip, dport=rport)]
     l4 = l4_name(proto)
     fields = {"IP.src": lip, "IP.dst": rip, f"{l4}.sport": lport, f"{l4}.dport": rport, **gf.ip_fields(raw)}
     p = Ether(gf.strip_pad(raw))
@@ -153,10 +191,12 @@ def expect_to_rs(name, raw, key, b):
     return gf.out("fullnat-in", name, alts, rs_mac, fields, zero_eq=[24] + gf.l4_zero_eq(raw))
 
 
-def expect_to_client(name, raw, key):
-    """A real server's frame of session `key` as the client must get it."""
+def expect_to_client(name, raw, key, b):
+    """A real server's frame of session `key` as the client must get it: addresses and
+    ports restored, and the TSecr moved back by the session's timestamp offset."""
     proto, cport, _, _, vport, _ = session_rs(key)
-    alts = [gf.with_macs(a, CLIENT_MAC, OUR_MAC) for a in gf.nat_rewrite(raw, src=VIP, sport=vport, dst=CLIENT_IP,
+    moved = timestamps_moved(raw, tsecr_sub=b[key][2])
+    alts = [gf.with_macs(a, CLIENT_MAC, OUR_MAC) for a in gf.nat_rewrite(moved, src=VIP, sport=vport, dst=CLIENT_IP,
                                                                          dport=cport)]
     l4 = l4_name(proto)
     fields = {"IP.src": VIP, "IP.dst": CLIENT_IP, f"{l4}.sport": vport, f"{l4}.dport": cport, **gf.ip_fields(raw)}
@@ -188,7 +228,7 @@ def expect_icmp(name, raw, key, b, towards, orig_ip):
     real-server side, to the LIP) or "rs" (it came from the client, to the VIP).
     orig_ip: the packet the receiver sent, which the translated quote must show."""
     proto, cport, rip, rs_mac, vport, rport = session_rs(key)
-    lip, lport = b[key]
+    lip, lport, _ = b[key]
     translated = gf.strip_pad(raw)[14 + 20 + 8:]
     alts = []
     for q in quote_alts(orig_ip, translated):
@@ -266,7 +306,7 @@ def script():
 
     def to_client(key):
         def add(name, make):
-            S.append(Step(name, make, expect=lambda b, raw: [expect_to_client(name, raw, key)], session=key))
+            S.append(Step(name, make, expect=lambda b, raw: [expect_to_client(name, raw, key, b)], session=key))
         return add
 
     def drop(name, make, reason):
@@ -344,7 +384,7 @@ def script():
                                                      "client", ip_packet(u2_req(b)))]))
 
     def u1_rejected(b):
-        seen = ip_packet(expect_to_client("", u1_reply(b), "U1")["alts"][0])
+        seen = ip_packet(expect_to_client("", u1_reply(b), "U1", b)["alts"][0])
         return gf.icmp_error(c, VIP, 3, 3, seen, ip_id=503)
     S.append(Step("ICMP port-unreachable from the client about U1's reply", u1_rejected, session="U1",
                   expect=lambda b, raw: [expect_icmp("port-unreachable to rs1 about its U1 reply", raw, "U1", b,
@@ -375,9 +415,10 @@ ACTIVE_AT_END = {"T2", "T3"}
 # Bindings
 
 
-def binding_from_output(frame, key):
-    """(LIP, lport) from the first output of session key's opening packet, or None when
-    the frame is not a TCP/UDP packet towards the session's real server."""
+def binding_from_output(frame, key, raw_in):
+    """(LIP, lport, timestamp offset) from the first output of session key's opening
+    packet raw_in, or None when the frame is not a TCP/UDP packet towards the session's
+    real server. The offset is what Sluice added to the TSval (0 without timestamps)."""
     proto, _, rip, _, _, rport = session_rs(key)
     try:
         p = Ether(frame)
@@ -386,7 +427,9 @@ def binding_from_output(frame, key):
     cls = TCP if proto == "tcp" else UDP
     if IP not in p or cls not in p or p[IP].dst != rip or p[cls].dport != rport:
         return None
-    return (p[IP].src, p[cls].sport)
+    ts_in, ts_out = tcp_timestamps(raw_in), tcp_timestamps(frame)
+    offset = (ts_out[0] - ts_in[0]) & 0xFFFFFFFF if ts_in and ts_out else 0
+    return (p[IP].src, p[cls].sport, offset)
 
 
 def binding_problems(bindings):
@@ -398,7 +441,12 @@ def binding_problems(bindings):
             errs.append(f"session {key}: its first packet produced no output towards its real server, so no "
                         f"LIP:lport was learned (the real server's frames used {PLACEHOLDER})")
             continue
-        lip, lport = v
+        lip, lport, offset = v
+        if SESSIONS[key][0] == "udp" and offset != 0:
+            errs.append(f"session {key}: a UDP session's timestamp offset {offset} (UDP has no timestamps)")
+        if SESSIONS[key][0] == "tcp" and offset == 0:
+            errs.append(f"session {key}: the SYN's TSval came out unchanged: timestamps not moved onto "
+                        "Sluice's clock (rewrite_timestamps is on by default)")
         if lip not in LIPS:
             errs.append(f"session {key}: source {lip} is not one of the service's local addresses {LIPS}")
         if not LPORT_MIN <= lport <= LPORT_MAX:
@@ -407,8 +455,17 @@ def binding_problems(bindings):
     for i, k1 in enumerate(keys):
         for k2 in keys[i + 1:]:
             same_dest = SESSIONS[k1][0] == SESSIONS[k2][0] and SESSIONS[k1][2] == SESSIONS[k2][2]
-            if same_dest and tuple(bindings[k1]) == tuple(bindings[k2]):
-                errs.append(f"sessions {k1} and {k2} (concurrent, same real server) share {tuple(bindings[k1])}")
+            if same_dest and tuple(bindings[k1][:2]) == tuple(bindings[k2][:2]):
+                errs.append(f"sessions {k1} and {k2} (concurrent, same real server) share "
+                            f"{tuple(bindings[k1][:2])}")
+    # Every SYN of the script carries the same TSval: the values Sluice gave them are its
+    # clock at each opening, which must never go back (RFC 1982 order, as PAWS compares).
+    tcp = [k for k in SESSIONS if SESSIONS[k][0] == "tcp" and bindings.get(k)]
+    for k1, k2 in zip(tcp, tcp[1:]):
+        step = (bindings[k2][2] - bindings[k1][2]) & 0xFFFFFFFF
+        if step >= 1 << 31:
+            errs.append(f"sessions {k1} then {k2}: Sluice's timestamp clock went back "
+                        f"({bindings[k1][2]} then {bindings[k2][2]} added to the same TSval)")
     for proto in PORTS:
         order = [k for k in SESSIONS if SESSIONS[k][0] == proto]
         lips = [bindings[k][0] if bindings.get(k) else None for k in order]
@@ -498,8 +555,8 @@ def cmd_run(args):
                 break
             time.sleep(0.002)
         if step.opens:
-            bindings[step.opens] = next((bd for bd in (binding_from_output(f, step.opens) for f in outs[first:])
-                                         if bd), None)
+            bindings[step.opens] = next((bd for bd in (binding_from_output(f, step.opens, raw)
+                                                       for f in outs[first:]) if bd), None)
             print(f"{step.opens}: {bindings[step.opens]}", flush=True)
     time.sleep(0.3)
     gf.write_pcap(args.in_pcap, sent)
@@ -605,8 +662,9 @@ def cmd_check(args):
 # selftest
 
 
-GOOD_BINDINGS = {"T1": ("198.18.0.50", 20001), "T2": ("198.18.0.51", 33333), "T3": ("198.18.0.50", 20002),
-                 "U1": ("198.18.0.51", 1024), "U2": ("198.18.0.50", 40001), "U3": ("198.18.0.51", 65535)}
+GOOD_BINDINGS = {"T1": ("198.18.0.50", 20001, 0xFFFFFF00), "T2": ("198.18.0.51", 33333, 0xFFFFFF07),
+                 "T3": ("198.18.0.50", 20002, 0x00000011),
+                 "U1": ("198.18.0.51", 1024, 0), "U2": ("198.18.0.50", 40001, 0), "U3": ("198.18.0.51", 65535, 0)}
 
 
 def rewritten(frame, **changes):
@@ -711,13 +769,23 @@ def cmd_selftest(args):
     filled = Ether(good[u3])
     del filled[UDP].chksum  # scapy computes it
     scenario("udp-checksum-0-filled-in", GOOD_BINDINGS, False, replaced(u3, bytes(filled)))
-    scenario("lport-shared-by-concurrent-sessions", {**GOOD_BINDINGS, "T3": ("198.18.0.50", 20001)}, False)
-    scenario("lport-below-1024", {**GOOD_BINDINGS, "U2": ("198.18.0.50", 1023)}, False)
-    scenario("lip-not-the-services", {**GOOD_BINDINGS, "T2": (NOT_A_LIP, 33333)}, False)
-    scenario("lips-not-round-robin", {**GOOD_BINDINGS, "T2": ("198.18.0.50", 33333)}, False)
+    t1_offset = GOOD_BINDINGS["T1"][2]
+    syn = at("T1 SYN")
+    scenario("tsval-not-moved-to-the-real-server", GOOD_BINDINGS, False,
+             replaced(syn, rewritten(timestamps_moved(good[syn], tsval_add=-t1_offset))))
+    syn_ack = at("T1 SYN-ACK")
+    scenario("tsecr-not-moved-back-to-the-client", GOOD_BINDINGS, False,
+             replaced(syn_ack, rewritten(timestamps_moved(good[syn_ack], tsecr_sub=-t1_offset))))
+    scenario("timestamp-clock-goes-back", {**GOOD_BINDINGS, "T2": ("198.18.0.51", 33333, 0xFFFFFE00)}, False)
+    scenario("tcp-timestamps-not-rewritten", {**GOOD_BINDINGS, "T1": ("198.18.0.50", 20001, 0)}, False)
+    scenario("udp-with-a-timestamp-offset", {**GOOD_BINDINGS, "U1": ("198.18.0.51", 1024, 5)}, False)
+    scenario("lport-shared-by-concurrent-sessions", {**GOOD_BINDINGS, "T3": ("198.18.0.50", 20001, 0x11)}, False)
+    scenario("lport-below-1024", {**GOOD_BINDINGS, "U2": ("198.18.0.50", 1023, 0)}, False)
+    scenario("lip-not-the-services", {**GOOD_BINDINGS, "T2": (NOT_A_LIP, 33333, 0xFFFFFF07)}, False)
+    scenario("lips-not-round-robin", {**GOOD_BINDINGS, "T2": ("198.18.0.50", 33333, 0xFFFFFF07)}, False)
     scenario("no-binding-learned", {**GOOD_BINDINGS, "U1": None}, False)
     scenario("input-played-with-another-lport", GOOD_BINDINGS, False,
-             in_bindings={**GOOD_BINDINGS, "T1": ("198.18.0.50", 20009)})
+             in_bindings={**GOOD_BINDINGS, "T1": ("198.18.0.50", 20009, 0xFFFFFF00)})
     if failures:
         print("SELFTEST FAILED:\n  " + "\n  ".join(failures))
         return 1
