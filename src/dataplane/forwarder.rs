@@ -434,6 +434,8 @@ impl Forwarder {
             snapshot,
             ticks_per_second,
             now_tick,
+            load_view,
+            schedulers,
             ..
         } = self;
         let mut expired = 0;
@@ -444,6 +446,7 @@ impl Forwarder {
                 real_servers[s.real as usize].count_passive(Passive::Unanswered);
             }
             forget(pools, real_servers, s);
+            tell_load(load_view, schedulers, s.real);
         });
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
@@ -557,6 +560,11 @@ impl Forwarder {
         self.loads.reserve(widest);
         self.load_view
             .reset(snap.services().iter().map(|s| s.real_servers.as_slice()));
+        for (i, (s, scheduler)) in snap.services().iter().zip(&self.schedulers).enumerate() {
+            if scheduler.tracks_loads() {
+                self.load_view.track(i, &s.real_servers);
+            }
+        }
         self.owned.clear();
         if snap.serving_vips() {
             self.owned.extend_from_slice(snap.vips());
@@ -790,6 +798,7 @@ impl Forwarder {
             let counters_free = found.and_then(|id| self.sessions.remove(id));
             if let Some(s) = counters_free {
                 forget(&mut self.pools, &self.real_servers, &s);
+                self.load_changed(s.real);
             }
             return Some(Event::SyncRemoved);
         }
@@ -799,10 +808,12 @@ impl Forwarder {
             let was_active = live.is_active();
             *live = live.with_state(r.state);
             let now_active = live.is_active();
-            let c = &self.real_servers[live.real as usize];
+            let real = live.real;
+            let c = &self.real_servers[real as usize];
             if was_active != now_active {
                 RealServerCounters::gauge_add(&c.active, if now_active { 1 } else { -1 });
                 RealServerCounters::gauge_add(&c.inactive, if now_active { -1 } else { 1 });
+                self.load_changed(real);
             }
             self.sessions.touch(id, self.now_tick, timeout_ticks);
             return Some(Event::SyncInstalled);
@@ -852,6 +863,7 @@ impl Forwarder {
         }
         let c = &self.real_servers[rs.id as usize];
         RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
+        tell_load(&self.load_view, &mut self.schedulers, rs.id);
         Some(Event::SyncInstalled)
     }
 
@@ -885,6 +897,25 @@ fn forget(
         },
         -1,
     );
+}
+
+/// Tells the scheduler that tracks real server `id`'s loads, if any, the server's new
+/// load after one of this worker's counts of it changed: O(log n) in the scheduler.
+#[inline]
+fn tell_load(load_view: &LoadView, schedulers: &mut [Box<dyn Scheduler>], id: u32) {
+    if let Some((service, position)) = load_view.tracked_position(id) {
+        if let Some(scheduler) = schedulers.get_mut(service) {
+            scheduler.set_load(position, load_view.load(service, position, id));
+        }
+    }
+}
+
+impl Forwarder {
+    /// [`tell_load`] for real server `id`.
+    #[inline]
+    fn load_changed(&mut self, id: u32) {
+        tell_load(&self.load_view, &mut self.schedulers, id);
+    }
 }
 
 /// Returns a FullNAT session's local port to its service's pool (no-op otherwise, or

@@ -30,16 +30,24 @@ pub(crate) trait Rank: Copy + Default {
     fn beats(&self, earlier: &Self) -> bool;
 }
 
+/// One entry of a [`LoadIndex`]'s tree: a server and its key, so that a match reads
+/// both players from one cache line.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot<K> {
+    key: K,
+    /// The server's index, or [`NONE`].
+    index: u32,
+}
+
 /// Tournament over per-server keys of type `K`; see the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct LoadIndex<K> {
     /// Indexed like the servers: weight (0 drains) and load as last told.
     weights: Vec<u32>,
     loads: Vec<ServerLoad>,
-    keys: Vec<K>,
     /// Implicit binary tree: node 1 is the root, node `k`'s children are `2k` and
-    /// `2k + 1`, leaf `i` is node `leaves + i`. Each node holds its winner's index.
-    winners: Vec<u32>,
+    /// `2k + 1`, leaf `i` is node `leaves + i`. Each node holds its match's winner.
+    slots: Vec<Slot<K>>,
     leaves: usize,
 }
 
@@ -49,8 +57,7 @@ impl<K: Rank> LoadIndex<K> {
         let mut index = LoadIndex {
             weights: Vec::new(),
             loads: Vec::new(),
-            keys: Vec::new(),
-            winners: Vec::new(),
+            slots: Vec::new(),
             leaves: 0,
         };
         index.rebuild(servers, &[]);
@@ -62,58 +69,63 @@ impl<K: Rank> LoadIndex<K> {
     /// of servers changed.
     pub fn rebuild(&mut self, servers: &[RealServer], loads: &[ServerLoad]) {
         let n = servers.len();
-        if n != self.weights.len() || self.winners.is_empty() {
+        if n != self.weights.len() || self.slots.is_empty() {
             self.leaves = n.next_power_of_two();
             self.weights = vec![0; n];
             self.loads = vec![ServerLoad::default(); n];
-            self.keys = vec![K::default(); n];
-            self.winners = vec![NONE; 2 * self.leaves];
+            self.slots = vec![Slot { key: K::default(), index: NONE }; 2 * self.leaves];
         }
         for (i, server) in servers.iter().enumerate() {
             self.weights[i] = server.weight;
             self.loads[i] = loads.get(i).copied().unwrap_or_default();
-            self.keys[i] = K::of(server.weight, self.loads[i]);
-            self.winners[self.leaves + i] = if server.weight > 0 { i as u32 } else { NONE };
+            self.slots[self.leaves + i] = self.leaf(i);
         }
         for node in (1..self.leaves).rev() {
-            self.winners[node] = self.play(node);
+            self.slots[node] = self.play(node);
+        }
+    }
+
+    /// Server `i`'s leaf as its weight and load stand.
+    #[inline]
+    fn leaf(&self, i: usize) -> Slot<K> {
+        let weight = self.weights[i];
+        Slot {
+            key: K::of(weight, self.loads[i]),
+            index: if weight > 0 { i as u32 } else { NONE },
         }
     }
 
     /// The winner of the match at internal node `node`, from its children's winners.
     #[inline]
-    fn play(&self, node: usize) -> u32 {
-        let (left, right) = (self.winners[2 * node], self.winners[2 * node + 1]);
-        if left == NONE {
+    fn play(&self, node: usize) -> Slot<K> {
+        let (left, right) = (self.slots[2 * node], self.slots[2 * node + 1]);
+        if left.index == NONE || (right.index != NONE && right.key.beats(&left.key)) {
             right
-        } else if right == NONE || !self.keys[right as usize].beats(&self.keys[left as usize]) {
-            left
         } else {
-            right
+            left
         }
     }
 
     /// Re-keys server `index` and replays the matches on its path: O(log n).
     fn update(&mut self, index: usize) {
-        let available = self.weights[index] > 0;
-        self.keys[index] = K::of(self.weights[index], self.loads[index]);
         let mut node = self.leaves + index;
-        self.winners[node] = if available { index as u32 } else { NONE };
+        self.slots[node] = self.leaf(index);
         // With one server its leaf is the root: the loop does not run.
         node /= 2;
         while node >= 1 {
             let winner = self.play(node);
             // An unchanged winner other than `index` has an unchanged key: every
             // match above sees the same players.
-            if winner == self.winners[node] && winner != index as u32 {
+            if winner.index == self.slots[node].index && winner.index != index as u32 {
                 return;
             }
-            self.winners[node] = winner;
+            self.slots[node] = winner;
             node /= 2;
         }
     }
 
     /// Server `index` now has `load`. Ignored past the end of the list.
+    #[inline]
     pub fn set_load(&mut self, index: usize, load: ServerLoad) {
         if index < self.loads.len() && self.loads[index] != load {
             self.loads[index] = load;
@@ -145,8 +157,8 @@ impl<K: Rank> LoadIndex<K> {
     /// The winner as things stand: one read.
     #[inline]
     pub fn winner(&self) -> Option<usize> {
-        // `winners` has at least two nodes: with one server its leaf is the root.
-        let winner = self.winners[1];
+        // At least two nodes: with one server its leaf is the root.
+        let winner = self.slots[1].index;
         (winner != NONE).then_some(winner as usize)
     }
 
@@ -158,6 +170,12 @@ impl<K: Rank> LoadIndex<K> {
 
 /// Smooth weighted round robin's running weights, with the strictly largest (first in
 /// list order on ties) kept at the root; see the module documentation.
+///
+/// From a fresh start (every running weight 0) the sequence is periodic: after
+/// `total / g` picks (`g` the weights' greatest common divisor) every running weight
+/// is 0 again. So the first cycle is recorded as it is picked, checked to end back at
+/// zero, and then replayed: one read per pick. A cycle longer than [`MAX_CYCLE`], or
+/// a weight changed in the middle, keeps the tournament picking.
 #[derive(Clone, Debug)]
 pub(crate) struct SmoothMax {
     /// Per server: weight (0: takes no part) and `base`, so that its running weight
@@ -170,11 +188,21 @@ pub(crate) struct SmoothMax {
     winners: Vec<u32>,
     changes_at: Vec<u64>,
     leaves: usize,
-    /// Picks made so far (the `t` of the lines).
+    /// Picks made by the tournament so far (the `t` of the lines).
     picks: u64,
     /// Sum of the weights of the servers that take part.
     total: i128,
+    /// The first cycle's picks while it is recorded, then the whole cycle.
+    cycle: Vec<u16>,
+    /// Where the recording stands: the cycle's length while recording, nothing when
+    /// not recording.
+    recording: Option<usize>,
+    /// While replaying: the position of the next pick in `cycle`.
+    replaying: Option<usize>,
 }
+
+/// The longest smooth-WRR cycle recorded for replay: 2^18 picks (512 KiB).
+pub(crate) const MAX_CYCLE: u64 = 1 << 18;
 
 impl SmoothMax {
     /// Running weights all 0 for `servers` (the sequence starts afresh).
@@ -189,6 +217,9 @@ impl SmoothMax {
             leaves,
             picks: 0,
             total: servers.iter().map(|s| i128::from(s.weight)).sum(),
+            cycle: Vec::new(),
+            recording: None,
+            replaying: None,
         };
         for (i, server) in servers.iter().enumerate() {
             if server.weight > 0 {
@@ -197,6 +228,14 @@ impl SmoothMax {
         }
         for node in (1..leaves).rev() {
             max.play(node);
+        }
+        let divisor = servers.iter().fold(0u64, |g, s| gcd(g, u64::from(s.weight)));
+        if divisor > 0 && n <= usize::from(u16::MAX) + 1 {
+            let period = max.total as u64 / divisor;
+            if period <= MAX_CYCLE {
+                max.cycle.reserve_exact(period as usize);
+                max.recording = Some(period as usize);
+            }
         }
         max
     }
@@ -235,7 +274,7 @@ impl SmoothMax {
                 // rb - lb > (lw - rw) * t >= 0 since right leads now.
                 let change = if lw > rw {
                     let (num, den) = (rb - lb, lw - rw);
-                    clamp_pick((num + den - 1) / den)
+                    clamp_pick(divide(num + den - 1, den))
                 } else {
                     u64::MAX
                 };
@@ -244,7 +283,7 @@ impl SmoothMax {
                 // Right overtakes at the first t' with rw*t' + rb > lw*t' + lb:
                 // t' = floor((lb - rb) / (rw - lw)) + 1, with lb - rb >= 0.
                 let change = if rw > lw {
-                    clamp_pick((lb - rb) / (rw - lw) + 1)
+                    clamp_pick(divide(lb - rb, rw - lw) + 1)
                 } else {
                     u64::MAX
                 };
@@ -275,10 +314,21 @@ impl SmoothMax {
     }
 
     /// The next server in the smooth sequence: every running weight grows by its
-    /// weight, the largest wins and loses the total. O(log n) matches replayed per
-    /// pick on weights' usual spreads (those whose order changed, and the winner's
-    /// path).
+    /// weight, the largest wins and loses the total. One read when replaying a
+    /// recorded cycle; otherwise the tournament replays the matches whose order
+    /// changed and the winner's path.
+    #[inline]
     pub fn pick(&mut self) -> Option<usize> {
+        if let Some(position) = self.replaying {
+            let winner = self.cycle[position];
+            let next = position + 1;
+            self.replaying = Some(if next == self.cycle.len() { 0 } else { next });
+            return Some(usize::from(winner));
+        }
+        self.pick_from_tournament()
+    }
+
+    fn pick_from_tournament(&mut self) -> Option<usize> {
         if self.total == 0 {
             // Nobody takes part: nothing grows (as the scan, which adds nothing).
             return None;
@@ -292,7 +342,42 @@ impl SmoothMax {
         }
         self.bases[winner as usize] -= self.total;
         self.replay_path(winner as usize);
+        if let Some(period) = self.recording {
+            self.cycle.push(winner as u16);
+            if self.cycle.len() == period {
+                self.recording = None;
+                // Back at zero, as smooth WRR is from a fresh start: replay from now
+                // on. (Were it not, the tournament would simply go on.)
+                if (0..self.weights.len()).all(|i| self.value(i as u32, self.picks) == 0) {
+                    self.replaying = Some(0);
+                    self.picks = 0;
+                    self.bases.fill(0);
+                } else {
+                    self.cycle = Vec::new();
+                }
+            }
+        }
         Some(winner as usize)
+    }
+
+    /// Leaves replay at its current position: the tournament's state is set to the
+    /// running weights there (each server's weight times the position, less the total
+    /// for each of its picks so far in the cycle). O(position + n); only on a weight
+    /// change.
+    fn stop_replaying(&mut self) {
+        let Some(position) = self.replaying.take() else {
+            return;
+        };
+        self.picks = position as u64;
+        self.bases.fill(0);
+        for &i in &self.cycle[..position] {
+            self.bases[usize::from(i)] -= self.total;
+        }
+        self.cycle = Vec::new();
+        self.changes_at.fill(u64::MAX);
+        for node in (1..self.leaves).rev() {
+            self.play(node);
+        }
     }
 
     /// Server `index` now has `weight` (0: takes no part). Its running weight keeps
@@ -302,6 +387,9 @@ impl SmoothMax {
         let Some(&old) = self.weights.get(index) else {
             return;
         };
+        self.stop_replaying();
+        self.recording = None;
+        self.cycle = Vec::new();
         let t = i128::from(self.picks);
         let running = self.value(index as u32, self.picks);
         self.total += i128::from(weight) - i128::from(old);
@@ -313,9 +401,27 @@ impl SmoothMax {
 
     /// The running weights, as the scan keeps them (for tests and diagnostics).
     pub fn current_weights(&self) -> Vec<i64> {
-        (0..self.weights.len())
-            .map(|i| self.value(i as u32, self.picks) as i64)
+        let mut copy = self.clone();
+        copy.stop_replaying();
+        (0..copy.weights.len())
+            .map(|i| copy.value(i as u32, copy.picks) as i64)
             .collect()
+    }
+
+    /// Whether picks are replayed from a recorded cycle (for tests).
+    #[cfg(test)]
+    pub fn replaying(&self) -> bool {
+        self.replaying.is_some()
+    }
+}
+
+/// `num / den` for `den > 0` and `num >= 0`, in 64 bits when both fit (a 128-bit
+/// division is a library call several times slower).
+#[inline]
+fn divide(num: i128, den: i128) -> i128 {
+    match (u64::try_from(num), u64::try_from(den)) {
+        (Ok(n), Ok(d)) => i128::from(n / d),
+        _ => num / den,
     }
 }
 
@@ -323,4 +429,12 @@ impl SmoothMax {
 #[inline]
 fn clamp_pick(t: i128) -> u64 {
     u64::try_from(t).unwrap_or(u64::MAX)
+}
+
+/// Greatest common divisor (`gcd(0, x) = x`).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }

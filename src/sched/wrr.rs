@@ -252,6 +252,48 @@ mod tests {
     }
 
     #[test]
+    fn the_first_cycle_is_recorded_then_replayed_and_a_change_leaves_replay() {
+        let mut servers = servers(&[10, 4, 6, 0, 2]);
+        let mut wrr = SmoothWeightedRoundRobin::new(&servers);
+        let mut scan = Scan {
+            current: vec![0; servers.len()],
+        };
+        // Weights 10:4:6:2 have divisor 2: a cycle of 11 picks.
+        for step in 0..11 {
+            assert!(!wrr.max.replaying(), "step {step}");
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers));
+        }
+        assert!(wrr.max.replaying());
+        for step in 0..30 {
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers), "{step}");
+            assert_eq!(wrr.current_weights(), scan.current, "{step}");
+        }
+        servers[3].weight = 7;
+        wrr.set_weight(3, 7);
+        assert!(!wrr.max.replaying());
+        for step in 0..100 {
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers), "{step}");
+        }
+        assert_eq!(wrr.current_weights(), scan.current);
+    }
+
+    #[test]
+    fn a_cycle_too_long_to_record_keeps_the_tournament() {
+        // 65535 + 65533 + ... : a cycle far beyond the recorded maximum.
+        let weights: Vec<u32> = (0..10u32).map(|i| 65535 - 2 * i).collect();
+        let servers = servers(&weights);
+        let mut wrr = SmoothWeightedRoundRobin::new(&servers);
+        let mut scan = Scan {
+            current: vec![0; servers.len()],
+        };
+        for _ in 0..10_000 {
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers));
+        }
+        assert!(!wrr.max.replaying());
+        assert_eq!(wrr.current_weights(), scan.current);
+    }
+
+    #[test]
     fn a_long_run_of_large_weights_equals_the_scan() {
         // Many picks with weights up to the maximum: the lines' values reach far past
         // 32 bits and the overtaking picks are far apart.
