@@ -8,10 +8,10 @@
 //! so Sluice follows it.
 //!
 //! The kernel's one pass (the first idle server, else the sed choice) is an order:
-//! idle before busy, idle ones by list order, busy ones by delay. The choice is kept
-//! in a tournament by that order ([`LoadIndex`](super::tree::LoadIndex)): O(log n) per
-//! load change, one read per pick when the caller tracks loads
-//! ([`Scheduler::tracks_loads`]).
+//! idle before busy, idle ones by list order, busy ones by delay. It is sed's order
+//! with an idle server's delay taken as 0. The choice is kept in a tournament by that
+//! order ([`LoadIndex`](super::tree::LoadIndex)): O(log n) per load change, one read
+//! per pick when the caller tracks loads ([`Scheduler::tracks_loads`]).
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
 use crate::sched::sed::expected_delay_overhead;
@@ -19,32 +19,26 @@ use crate::sched::tree::{LoadIndex, Rank};
 use crate::sched::wlc::Ratio;
 use crate::sched::{PickContext, Scheduler, ServerLoad};
 
-/// nq's key: idle or not, and sed's delay.
+/// nq's key: sed's delay, or 0 for an idle server. A zero delay is below every busy
+/// server's (whose overhead is at least 512 and weight above 0), and two idle servers
+/// tie, so the first stays.
 #[derive(Clone, Copy, Debug, Default)]
-struct IdleThenDelay {
-    idle: bool,
-    delay: Ratio,
-}
+struct IdleThenDelay(Ratio);
 
 impl Rank for IdleThenDelay {
     #[inline]
     fn of(weight: u32, load: ServerLoad) -> Self {
-        IdleThenDelay {
-            idle: load.active == 0,
-            delay: Ratio {
-                overhead: expected_delay_overhead(load),
-                weight,
-            },
-        }
+        let overhead = if load.active == 0 {
+            0
+        } else {
+            expected_delay_overhead(load)
+        };
+        IdleThenDelay(Ratio { overhead, weight })
     }
 
     #[inline]
     fn beats(&self, earlier: &Self) -> bool {
-        match (earlier.idle, self.idle) {
-            (true, _) => false,
-            (false, true) => true,
-            (false, false) => self.delay.below(&earlier.delay),
-        }
+        self.0.below(&earlier.0)
     }
 }
 

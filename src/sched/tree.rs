@@ -98,7 +98,12 @@ impl<K: Rank> LoadIndex<K> {
     /// The winner of the match at internal node `node`, from its children's winners.
     #[inline]
     fn play(&self, node: usize) -> Slot<K> {
-        let (left, right) = (self.slots[2 * node], self.slots[2 * node + 1]);
+        Self::winner_of(self.slots[2 * node], self.slots[2 * node + 1])
+    }
+
+    /// The winner of a match between `left` (lower indices) and `right`.
+    #[inline]
+    fn winner_of(left: Slot<K>, right: Slot<K>) -> Slot<K> {
         if left.index == NONE || (right.index != NONE && right.key.beats(&left.key)) {
             right
         } else {
@@ -106,21 +111,28 @@ impl<K: Rank> LoadIndex<K> {
         }
     }
 
-    /// Re-keys server `index` and replays the matches on its path: O(log n).
+    /// Re-keys server `index` and replays the matches on its path: O(log n). The
+    /// winner climbing the path is carried along, so each level reads one sibling.
     fn update(&mut self, index: usize) {
         let mut node = self.leaves + index;
-        self.slots[node] = self.leaf(index);
+        let mut climbing = self.leaf(index);
+        self.slots[node] = climbing;
         // With one server its leaf is the root: the loop does not run.
-        node /= 2;
-        while node >= 1 {
-            let winner = self.play(node);
+        while node > 1 {
+            let sibling = self.slots[node ^ 1];
+            let winner = if node & 1 == 0 {
+                Self::winner_of(climbing, sibling)
+            } else {
+                Self::winner_of(sibling, climbing)
+            };
+            node /= 2;
             // An unchanged winner other than `index` has an unchanged key: every
             // match above sees the same players.
             if winner.index == self.slots[node].index && winner.index != index as u32 {
                 return;
             }
             self.slots[node] = winner;
-            node /= 2;
+            climbing = winner;
         }
     }
 
