@@ -56,7 +56,7 @@ fn ns_per_pick(kind: SchedulerKind, servers: &[RealServer], picks: u32) -> f64 {
         seed: 0x1234_5678,
         ..SchedulerParams::default()
     };
-    let mut scheduler = sched::build_with(kind, &servers, &params);
+    let mut scheduler = sched::build_with(kind, servers, &params);
     // Synthetic loads: a few active connections each, some inactive.
     let mut loads: Vec<ServerLoad> = (0..n)
         .map(|i| ServerLoad::new((i * 7 % 13) as u32, (i * 11 % 17) as u32))

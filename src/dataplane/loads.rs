@@ -299,7 +299,11 @@ mod tests {
             let c = &tables[worker][id as usize];
             match rng.below(4) {
                 0 | 1 => {
-                    let gauge = if rng.below(2) == 0 { &c.active } else { &c.inactive };
+                    let gauge = if rng.below(2) == 0 {
+                        &c.active
+                    } else {
+                        &c.inactive
+                    };
                     let closing = rng.below(2) == 0 && gauge.load(Relaxed) > 0;
                     RealServerCounters::gauge_add(gauge, if closing { -1 } else { 1 });
                     if worker == 0 {

@@ -86,8 +86,7 @@ mod tests {
         let mut servers = servers(&[10, 5, 1]);
         let mut fo = WeightedFailover::new(&servers);
         assert_eq!(sequence(&mut fo, &servers, 2), "aa");
-        for (index, weight, expected) in [(0, 0, "bb"), (1, 0, "cc"), (2, 0, "--"), (0, 10, "aa")]
-        {
+        for (index, weight, expected) in [(0, 0, "bb"), (1, 0, "cc"), (2, 0, "--"), (0, 10, "aa")] {
             servers[index].weight = weight;
             fo.set_weight(index, weight);
             assert_eq!(sequence(&mut fo, &servers, 2), expected);

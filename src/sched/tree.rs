@@ -73,7 +73,13 @@ impl<K: Rank> LoadIndex<K> {
             self.leaves = n.next_power_of_two();
             self.weights = vec![0; n];
             self.loads = vec![ServerLoad::default(); n];
-            self.slots = vec![Slot { key: K::default(), index: NONE }; 2 * self.leaves];
+            self.slots = vec![
+                Slot {
+                    key: K::default(),
+                    index: NONE
+                };
+                2 * self.leaves
+            ];
         }
         for (i, server) in servers.iter().enumerate() {
             self.weights[i] = server.weight;
@@ -241,7 +247,9 @@ impl SmoothMax {
         for node in (1..leaves).rev() {
             max.play(node);
         }
-        let divisor = servers.iter().fold(0u64, |g, s| gcd(g, u64::from(s.weight)));
+        let divisor = servers
+            .iter()
+            .fold(0u64, |g, s| gcd(g, u64::from(s.weight)));
         if divisor > 0 && n <= usize::from(u16::MAX) + 1 {
             let period = max.total as u64 / divisor;
             if period <= MAX_CYCLE {

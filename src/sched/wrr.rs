@@ -244,7 +244,11 @@ mod tests {
                 }
                 let pick = wrr.pick(&servers, &ctx());
                 assert_eq!(pick, scan.pick(&servers), "case {case} step {step}");
-                assert_eq!(wrr.current_weights(), scan.current, "case {case} step {step}");
+                assert_eq!(
+                    wrr.current_weights(),
+                    scan.current,
+                    "case {case} step {step}"
+                );
                 found += usize::from(pick.is_some());
             }
         }
@@ -304,7 +308,11 @@ mod tests {
             current: vec![0; servers.len()],
         };
         for step in 0..200_000 {
-            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers), "step {step}");
+            assert_eq!(
+                wrr.pick(&servers, &ctx()),
+                scan.pick(&servers),
+                "step {step}"
+            );
         }
         assert_eq!(wrr.current_weights(), scan.current);
     }
