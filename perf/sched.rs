@@ -2,8 +2,8 @@
 //! 100, 1000 and 10000 real servers, and the Maglev table build time (1000 servers,
 //! M = 65537). No DPDK, no root.
 //!
-//! Run: `cargo bench --bench sched -- [PICKS]` (default 1000000 picks per cell).
-//! Prints a markdown table.
+//! Run: `cargo bench --bench sched -- [PICKS] [SCHEDULER...]` (default 1000000 picks
+//! per cell, every scheduler). Prints a markdown table.
 //!
 //! Each pick sees a new client (address and port from a counter, spread by a
 //! multiplicative hash) and, for lblc/lblcr, one of 4096 destinations with a clock
@@ -118,40 +118,49 @@ fn maglev_build(samples: usize) -> (f64, Vec<f64>) {
 }
 
 fn main() {
-    let picks: u32 = std::env::args()
+    let args: Vec<String> = std::env::args()
         .skip(1)
-        .find(|a| !a.starts_with("--"))
-        .and_then(|a| a.parse().ok())
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let picks: u32 = args
+        .iter()
+        .find_map(|a| a.parse().ok())
         .unwrap_or(1_000_000);
+    let only: Vec<SchedulerKind> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let wanted = |kind: SchedulerKind| only.is_empty() || only.contains(&kind);
     println!("ns per pick ({picks} picks per cell, weights 1..=5, moving synthetic loads):");
     println!();
     println!("| scheduler | 10 servers | 100 servers | 1000 servers | 10000 servers |");
     println!("|---|---:|---:|---:|---:|");
-    for &kind in SchedulerKind::ALL {
+    for &kind in SchedulerKind::ALL.iter().filter(|&&k| wanted(k)) {
         let cells: Vec<String> = SIZES
             .iter()
             .map(|&n| format!("{:.1}", ns_per_pick(kind, &servers(n), picks)))
             .collect();
         println!("| {kind} | {} |", cells.join(" | "));
     }
-    let cells: Vec<String> = SIZES
-        .iter()
-        .map(|&n| {
-            // Weights spread over 1..=65535 by a multiplicative hash.
-            let weighted = servers_weighted(n, |i| {
-                1 + ((i as u32).wrapping_mul(0x9e37_79b1) >> 16) % 65535
-            });
-            format!("{:.1}", ns_per_pick(SchedulerKind::Wrr, &weighted, picks))
-        })
-        .collect();
-    println!("| wrr, weights to 65535 | {} |", cells.join(" | "));
-    let (median, all) = maglev_build(15);
-    println!();
-    println!(
-        "Maglev table build, 1000 servers, M = 65537: median {median:.3} ms over {} builds \
-         (min {:.3}, max {:.3})",
-        all.len(),
-        all.iter().copied().fold(f64::INFINITY, f64::min),
-        all.iter().copied().fold(0.0, f64::max),
-    );
+    if wanted(SchedulerKind::Wrr) {
+        let cells: Vec<String> = SIZES
+            .iter()
+            .map(|&n| {
+                // Weights spread over 1..=65535 by a multiplicative hash.
+                let weighted = servers_weighted(n, |i| {
+                    1 + ((i as u32).wrapping_mul(0x9e37_79b1) >> 16) % 65535
+                });
+                format!("{:.1}", ns_per_pick(SchedulerKind::Wrr, &weighted, picks))
+            })
+            .collect();
+        println!("| wrr, weights to 65535 | {} |", cells.join(" | "));
+    }
+    if wanted(SchedulerKind::Mh) {
+        let (median, all) = maglev_build(15);
+        println!();
+        println!(
+            "Maglev table build, 1000 servers, M = 65537: median {median:.3} ms over {} builds \
+             (min {:.3}, max {:.3})",
+            all.len(),
+            all.iter().copied().fold(f64::INFINITY, f64::min),
+            all.iter().copied().fold(0.0, f64::max),
+        );
+    }
 }

@@ -23,6 +23,12 @@ impl Rank for Weight {
         Weight(weight)
     }
 
+    /// Weight 0: beaten by any server that can take connections.
+    #[inline]
+    fn absent() -> Self {
+        Weight(0)
+    }
+
     #[inline]
     fn beats(&self, earlier: &Self) -> bool {
         self.0 > earlier.0

@@ -27,6 +27,12 @@ impl Rank for Overhead {
         Overhead(load.overhead())
     }
 
+    /// Above any overhead (at most about 2^40).
+    #[inline]
+    fn absent() -> Self {
+        Overhead(u64::MAX)
+    }
+
     #[inline]
     fn beats(&self, earlier: &Self) -> bool {
         self.0 < earlier.0

@@ -37,6 +37,11 @@ impl Rank for IdleThenDelay {
     }
 
     #[inline]
+    fn absent() -> Self {
+        IdleThenDelay(Ratio::ABSENT)
+    }
+
+    #[inline]
     fn beats(&self, earlier: &Self) -> bool {
         self.0.below(&earlier.0)
     }

@@ -36,6 +36,11 @@ impl Rank for ExpectedDelay {
     }
 
     #[inline]
+    fn absent() -> Self {
+        ExpectedDelay(Ratio::ABSENT)
+    }
+
+    #[inline]
     fn beats(&self, earlier: &Self) -> bool {
         self.0.below(&earlier.0)
     }

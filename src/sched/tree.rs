@@ -25,6 +25,10 @@ const NONE: u32 = u32::MAX;
 pub(crate) trait Rank: Copy + Default {
     /// The key of a server with `weight` > 0 and `load`.
     fn of(weight: u32, load: ServerLoad) -> Self;
+    /// The key of a server that cannot take connections (or of no server): it beats
+    /// nothing, and every key from [`Rank::of`] beats it. So a match needs no test
+    /// for absent players.
+    fn absent() -> Self;
     /// Whether `self`, a server later in list order, is strictly preferable to
     /// `earlier` (a tie keeps `earlier`).
     fn beats(&self, earlier: &Self) -> bool;
@@ -73,13 +77,11 @@ impl<K: Rank> LoadIndex<K> {
             self.leaves = n.next_power_of_two();
             self.weights = vec![0; n];
             self.loads = vec![ServerLoad::default(); n];
-            self.slots = vec![
-                Slot {
-                    key: K::default(),
-                    index: NONE
-                };
-                2 * self.leaves
-            ];
+            let absent = Slot {
+                key: K::absent(),
+                index: NONE,
+            };
+            self.slots = vec![absent; 2 * self.leaves];
         }
         for (i, server) in servers.iter().enumerate() {
             self.weights[i] = server.weight;
@@ -94,10 +96,16 @@ impl<K: Rank> LoadIndex<K> {
     /// Server `i`'s leaf as its weight and load stand.
     #[inline]
     fn leaf(&self, i: usize) -> Slot<K> {
-        let weight = self.weights[i];
-        Slot {
-            key: K::of(weight, self.loads[i]),
-            index: if weight > 0 { i as u32 } else { NONE },
+        if self.weights[i] > 0 {
+            Slot {
+                key: K::of(self.weights[i], self.loads[i]),
+                index: i as u32,
+            }
+        } else {
+            Slot {
+                key: K::absent(),
+                index: NONE,
+            }
         }
     }
 
@@ -107,14 +115,11 @@ impl<K: Rank> LoadIndex<K> {
         Self::winner_of(self.slots[2 * node], self.slots[2 * node + 1])
     }
 
-    /// The winner of a match between `left` (lower indices) and `right`.
+    /// The winner of a match between `left` (lower indices) and `right`. Which side
+    /// wins is data, not a pattern a branch predictor could learn: a conditional move.
     #[inline]
     fn winner_of(left: Slot<K>, right: Slot<K>) -> Slot<K> {
-        if left.index == NONE || (right.index != NONE && right.key.beats(&left.key)) {
-            right
-        } else {
-            left
-        }
+        std::hint::select_unpredictable(right.key.beats(&left.key), right, left)
     }
 
     /// Re-keys server `index` and replays the matches on its path: O(log n). The

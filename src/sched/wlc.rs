@@ -27,6 +27,14 @@ pub(crate) struct Ratio {
 }
 
 impl Ratio {
+    /// No server: `u64::MAX / 0`, an infinite ratio. [`Ratio::below`] then holds
+    /// for every real ratio (`MAX * w > overhead * 0`) and never for it (`x * 0 >`
+    /// is false).
+    pub const ABSENT: Ratio = Ratio {
+        overhead: u64::MAX,
+        weight: 0,
+    };
+
     /// `self < other` as fractions (both weights > 0), exactly as the scan compares.
     #[inline]
     pub fn below(&self, other: &Ratio) -> bool {
@@ -46,6 +54,11 @@ impl Rank for Weighted {
             overhead: load.overhead(),
             weight,
         })
+    }
+
+    #[inline]
+    fn absent() -> Self {
+        Weighted(Ratio::ABSENT)
     }
 
     #[inline]
