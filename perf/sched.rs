@@ -18,7 +18,8 @@
 //! wrr replays its recorded cycle once the first one is picked (see `src/sched/wrr.rs`),
 //! which the warm-up covers at weights 1..=5; the extra row `wrr, weights to 65535`
 //! uses pseudo-random weights up to 65535, whose cycle is too long to record, so it
-//! measures the tournament itself.
+//! measures the tournament itself. A second table splits lc, wlc, sed and nq's cost
+//! into a pick alone and one `set_load` alone.
 use sluice::model::SchedulerKind;
 use sluice::model::{ForwardMode, RealServer};
 use sluice::sched::{self, PickContext, SchedulerParams, ServerLoad};
@@ -100,6 +101,42 @@ fn ns_per_pick(kind: SchedulerKind, servers: &[RealServer], picks: u32) -> f64 {
     start.elapsed().as_nanos() as f64 / f64::from(picks)
 }
 
+/// For a scheduler that tracks loads: nanoseconds per pick alone (no load change in
+/// between, so one read) and per `set_load` alone (a pseudo-random server's active
+/// count moves by one), over `count` calls each.
+fn pick_and_update_ns(kind: SchedulerKind, n: usize, count: u32) -> (f64, f64) {
+    let servers = servers(n);
+    let mut scheduler = sched::build(kind, &servers);
+    let mut loads: Vec<ServerLoad> = (0..n)
+        .map(|i| ServerLoad::new((i * 7 % 13) as u32, (i * 11 % 17) as u32))
+        .collect();
+    for (i, load) in loads.iter().enumerate() {
+        scheduler.set_load(i, *load);
+    }
+    let ctx = PickContext::new(Ipv4Addr::new(100, 64, 0, 1), 1024, &[]).with_tracked_loads();
+    let start = Instant::now();
+    let mut checksum = 0usize;
+    for _ in 0..count {
+        checksum = checksum.wrapping_add(black_box(scheduler.pick(&servers, &ctx)).unwrap_or(0));
+    }
+    let pick = start.elapsed().as_nanos() as f64 / f64::from(count);
+    let start = Instant::now();
+    for i in 0..count {
+        let spread = i.wrapping_mul(0x9e37_79b1) as usize;
+        let index = (spread >> 7) % n;
+        let load = &mut loads[index];
+        load.active = if spread & 1 == 0 {
+            load.active + 1
+        } else {
+            load.active.saturating_sub(1)
+        };
+        scheduler.set_load(index, *load);
+    }
+    let update = start.elapsed().as_nanos() as f64 / f64::from(count);
+    black_box(checksum);
+    (pick, update)
+}
+
 /// Median build time of a 1000-server Maglev table, and all samples.
 fn maglev_build(samples: usize) -> (f64, Vec<f64>) {
     let servers = servers(1000);
@@ -151,6 +188,33 @@ fn main() {
             })
             .collect();
         println!("| wrr, weights to 65535 | {} |", cells.join(" | "));
+    }
+    let tracking: Vec<SchedulerKind> = SchedulerKind::ALL
+        .iter()
+        .copied()
+        .filter(|&k| wanted(k) && sched::build(k, &servers(1)).tracks_loads())
+        .collect();
+    if !tracking.is_empty() {
+        println!();
+        println!("Schedulers that track loads, ns per pick alone / per set_load alone:");
+        println!();
+        println!("| part | 10 servers | 100 servers | 1000 servers | 10000 servers |");
+        println!("|---|---:|---:|---:|---:|");
+        for kind in tracking {
+            let cells: Vec<(f64, f64)> = SIZES
+                .iter()
+                .map(|&n| pick_and_update_ns(kind, n, picks))
+                .collect();
+            let show = |part: fn(&(f64, f64)) -> f64| {
+                cells
+                    .iter()
+                    .map(|c| format!("{:.1}", part(c)))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
+            println!("| {kind} pick | {} |", show(|c| c.0));
+            println!("| {kind} set_load | {} |", show(|c| c.1));
+        }
     }
     if wanted(SchedulerKind::Mh) {
         let (median, all) = maglev_build(15);

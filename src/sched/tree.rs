@@ -34,24 +34,19 @@ pub(crate) trait Rank: Copy + Default {
     fn beats(&self, earlier: &Self) -> bool;
 }
 
-/// One entry of a [`LoadIndex`]'s tree: a server and its key, so that a match reads
-/// both players from one cache line.
-#[derive(Clone, Copy, Debug, Default)]
-struct Slot<K> {
-    key: K,
-    /// The server's index, or [`NONE`].
-    index: u32,
-}
-
 /// Tournament over per-server keys of type `K`; see the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct LoadIndex<K> {
     /// Indexed like the servers: weight (0 drains) and load as last told.
     weights: Vec<u32>,
     loads: Vec<ServerLoad>,
+    /// One key per leaf: the server's, or [`Rank::absent`] for a server that cannot
+    /// take connections and for the padding up to a power of two.
+    keys: Vec<K>,
     /// Implicit binary tree: node 1 is the root, node `k`'s children are `2k` and
-    /// `2k + 1`, leaf `i` is node `leaves + i`. Each node holds its match's winner.
-    slots: Vec<Slot<K>>,
+    /// `2k + 1`, leaf `i` is node `leaves + i` and holds `i`. Each internal node holds
+    /// the leaf that won its match.
+    winners: Vec<u32>,
     leaves: usize,
 }
 
@@ -61,7 +56,8 @@ impl<K: Rank> LoadIndex<K> {
         let mut index = LoadIndex {
             weights: Vec::new(),
             loads: Vec::new(),
-            slots: Vec::new(),
+            keys: Vec::new(),
+            winners: Vec::new(),
             leaves: 0,
         };
         index.rebuild(servers, &[]);
@@ -73,77 +69,69 @@ impl<K: Rank> LoadIndex<K> {
     /// of servers changed.
     pub fn rebuild(&mut self, servers: &[RealServer], loads: &[ServerLoad]) {
         let n = servers.len();
-        if n != self.weights.len() || self.slots.is_empty() {
+        if n != self.weights.len() || self.winners.is_empty() {
             self.leaves = n.next_power_of_two();
             self.weights = vec![0; n];
             self.loads = vec![ServerLoad::default(); n];
-            let absent = Slot {
-                key: K::absent(),
-                index: NONE,
-            };
-            self.slots = vec![absent; 2 * self.leaves];
+            self.keys = vec![K::absent(); self.leaves];
+            self.winners = (0..2 * self.leaves as u32)
+                .map(|node| node.saturating_sub(self.leaves as u32))
+                .collect();
         }
         for (i, server) in servers.iter().enumerate() {
             self.weights[i] = server.weight;
             self.loads[i] = loads.get(i).copied().unwrap_or_default();
-            self.slots[self.leaves + i] = self.leaf(i);
+            self.keys[i] = self.key(i);
         }
         for node in (1..self.leaves).rev() {
-            self.slots[node] = self.play(node);
+            let (left, right) = (self.winners[2 * node], self.winners[2 * node + 1]);
+            let right_wins = self.keys[right as usize].beats(&self.keys[left as usize]);
+            self.winners[node] = if right_wins { right } else { left };
         }
     }
 
-    /// Server `i`'s leaf as its weight and load stand.
+    /// Server `i`'s key as its weight and load stand.
     #[inline]
-    fn leaf(&self, i: usize) -> Slot<K> {
+    fn key(&self, i: usize) -> K {
         if self.weights[i] > 0 {
-            Slot {
-                key: K::of(self.weights[i], self.loads[i]),
-                index: i as u32,
-            }
+            K::of(self.weights[i], self.loads[i])
         } else {
-            Slot {
-                key: K::absent(),
-                index: NONE,
-            }
+            K::absent()
         }
-    }
-
-    /// The winner of the match at internal node `node`, from its children's winners.
-    #[inline]
-    fn play(&self, node: usize) -> Slot<K> {
-        Self::winner_of(self.slots[2 * node], self.slots[2 * node + 1])
-    }
-
-    /// The winner of a match between `left` (lower indices) and `right`. Which side
-    /// wins is data, not a pattern a branch predictor could learn: a conditional move.
-    #[inline]
-    fn winner_of(left: Slot<K>, right: Slot<K>) -> Slot<K> {
-        std::hint::select_unpredictable(right.key.beats(&left.key), right, left)
     }
 
     /// Re-keys server `index` and replays the matches on its path: O(log n). The
-    /// winner climbing the path is carried along, so each level reads one sibling.
+    /// winner climbing the path is carried along with its key, so each level reads
+    /// one sibling and its key; which side wins is data, not a pattern a branch
+    /// predictor could learn, so it is chosen by conditional moves.
     fn update(&mut self, index: usize) {
+        let key = self.key(index);
+        self.keys[index] = key;
+        let (mut climbing, mut climbing_key) = (index as u32, key);
         let mut node = self.leaves + index;
-        let mut climbing = self.leaf(index);
-        self.slots[node] = climbing;
         // With one server its leaf is the root: the loop does not run.
         while node > 1 {
-            let sibling = self.slots[node ^ 1];
-            let winner = if node & 1 == 0 {
-                Self::winner_of(climbing, sibling)
-            } else {
-                Self::winner_of(sibling, climbing)
-            };
+            let sibling = self.winners[node ^ 1];
+            let sibling_key = self.keys[sibling as usize];
+            // The left player stays on a tie: the climbing one wins from the left
+            // unless the sibling beats it, from the right only if it beats the sibling.
+            let from_right = climbing_key.beats(&sibling_key);
+            let from_left = !sibling_key.beats(&climbing_key);
+            let climbing_wins =
+                std::hint::select_unpredictable(node & 1 == 1, from_right, from_left);
+            let (winner, winner_key) = std::hint::select_unpredictable(
+                climbing_wins,
+                (climbing, climbing_key),
+                (sibling, sibling_key),
+            );
             node /= 2;
             // An unchanged winner other than `index` has an unchanged key: every
             // match above sees the same players.
-            if winner.index == self.slots[node].index && winner.index != index as u32 {
+            if winner == self.winners[node] && winner != index as u32 {
                 return;
             }
-            self.slots[node] = winner;
-            climbing = winner;
+            self.winners[node] = winner;
+            (climbing, climbing_key) = (winner, winner_key);
         }
     }
 
@@ -177,12 +165,13 @@ impl<K: Rank> LoadIndex<K> {
         self.winner()
     }
 
-    /// The winner as things stand: one read.
+    /// The winner as things stand: one read. A root whose winner cannot take
+    /// connections means nobody can (every real key beats an absent one).
     #[inline]
     pub fn winner(&self) -> Option<usize> {
         // At least two nodes: with one server its leaf is the root.
-        let winner = self.slots[1].index;
-        (winner != NONE).then_some(winner as usize)
+        let winner = self.winners[1] as usize;
+        (self.weights.get(winner).is_some_and(|&w| w > 0)).then_some(winner)
     }
 
     /// The number of servers.
