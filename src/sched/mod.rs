@@ -196,8 +196,9 @@ pub trait Scheduler: Send {
     fn set_load(&mut self, _index: usize, _load: ServerLoad) {}
 
     /// Server `index` now has `weight` (0: draining) without a rebuild: O(log n) for
-    /// wrr, fo, lc, wlc, sed and nq; a no-op for the others, which read `servers` at
-    /// each pick or need a rebuild.
+    /// fo, lc, wlc, sed and nq, and for wrr unless it leaves a replayed cycle (then
+    /// O(n) once); a no-op for the others, which read `servers` at each pick or need
+    /// a rebuild.
     fn set_weight(&mut self, _index: usize, _weight: u32) {}
 }
 

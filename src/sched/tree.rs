@@ -4,12 +4,13 @@
 //!   from its weight and load. The root holds the choice, so a pick reads one word; a
 //!   changed load or weight replays the matches on its leaf's path to the root, O(log
 //!   n), and stops early once a match's winner is unchanged and is not that leaf. lc,
-//!   wlc, sed and nq use it with their own orders ([`Rank`]).
+//!   wlc, sed, nq and fo use it with their own orders ([`Rank`]).
 //! - [`SmoothMax`]: the same tree for smooth weighted round robin, whose running
 //!   weights all grow at every pick. Server `i`'s running weight after `t` picks is
 //!   the line `weight[i] * t + base[i]`; each match also keeps the first pick at which
 //!   its loser would overtake (a kinetic tournament), so a pick replays only the
-//!   matches whose order changed, plus the chosen server's path.
+//!   matches whose order changed, plus the chosen server's path. Once the first
+//!   cycle from a fresh start is picked, it is replayed instead.
 //!
 //! Ties go to the server earlier in list order everywhere, as in the linear scans the
 //! schedulers replaced: a match's left side always holds the lower indices, and the
@@ -17,8 +18,8 @@
 use super::{PickContext, ServerLoad};
 use crate::model::RealServer;
 
-/// No server: a leaf that cannot take connections (weight 0, or padding up to a
-/// power of two), or a match without any.
+/// No server, in [`SmoothMax`]: a leaf that cannot take part (weight 0, or padding
+/// up to a power of two), or a match without any.
 const NONE: u32 = u32::MAX;
 
 /// The order a [`LoadIndex`] picks by: its key of one real server.
