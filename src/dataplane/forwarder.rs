@@ -455,6 +455,8 @@ impl Forwarder {
             snapshot,
             ticks_per_second,
             now_tick,
+            load_view,
+            schedulers,
             ..
         } = self;
         let mut expired = 0;
@@ -465,6 +467,7 @@ impl Forwarder {
                 real_servers[s.real as usize].count_passive(Passive::Unanswered);
             }
             forget(pools, real_servers, s, now_ms);
+            tell_load(load_view, schedulers, s.real);
         });
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
@@ -578,6 +581,11 @@ impl Forwarder {
         self.loads.reserve(widest);
         self.load_view
             .reset(snap.services().iter().map(|s| s.real_servers.as_slice()));
+        for (i, (s, scheduler)) in snap.services().iter().zip(&self.schedulers).enumerate() {
+            if scheduler.tracks_loads() {
+                self.load_view.track(i, &s.real_servers);
+            }
+        }
         self.owned.clear();
         if snap.serving_vips() {
             self.owned.extend_from_slice(snap.vips());
@@ -817,6 +825,7 @@ impl Forwarder {
                     &s,
                     self.ts_clock.now_ms(),
                 );
+                self.load_changed(s.real);
             }
             return Some(Event::SyncRemoved);
         }
@@ -828,10 +837,12 @@ impl Forwarder {
                 .with_state(r.state)
                 .with_timestamp_offset(r.timestamp_offset);
             let now_active = live.is_active();
-            let c = &self.real_servers[live.real as usize];
+            let real = live.real;
+            let c = &self.real_servers[real as usize];
             if was_active != now_active {
                 RealServerCounters::gauge_add(&c.active, if now_active { 1 } else { -1 });
                 RealServerCounters::gauge_add(&c.inactive, if now_active { -1 } else { 1 });
+                self.load_changed(real);
             }
             self.sessions.touch(id, self.now_tick, timeout_ticks);
             return Some(Event::SyncInstalled);
@@ -882,6 +893,7 @@ impl Forwarder {
         }
         let c = &self.real_servers[rs.id as usize];
         RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
+        tell_load(&self.load_view, &mut self.schedulers, rs.id);
         Some(Event::SyncInstalled)
     }
 
@@ -916,6 +928,25 @@ fn forget(
         },
         -1,
     );
+}
+
+/// Tells the scheduler that tracks real server `id`'s loads, if any, the server's new
+/// load after one of this worker's counts of it changed: O(log n) in the scheduler.
+#[inline]
+fn tell_load(load_view: &LoadView, schedulers: &mut [Box<dyn Scheduler>], id: u32) {
+    if let Some((service, position)) = load_view.tracked_position(id) {
+        if let Some(scheduler) = schedulers.get_mut(service) {
+            scheduler.set_load(position, load_view.load(service, position, id));
+        }
+    }
+}
+
+impl Forwarder {
+    /// [`tell_load`] for real server `id`.
+    #[inline]
+    fn load_changed(&mut self, id: u32) {
+        tell_load(&self.load_view, &mut self.schedulers, id);
+    }
 }
 
 /// Returns a FullNAT session's local port to its service's pool at `now_ms` on the

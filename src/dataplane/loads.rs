@@ -12,9 +12,17 @@
 //! error is what the other workers opened or closed in that interval. With `W`
 //! workers each opening `r` connections per second spread evenly, a real server's
 //! count is off by at most about `(W - 1) * r * REFRESH / servers`.
+//!
+//! **Tracked loads.** A scheduler that keeps its own index over loads (lc, wlc, sed,
+//! nq: [`Scheduler::tracks_loads`]) is not handed every server's load at each pick,
+//! which would cost O(n) again. The worker tells it instead: each change of one of
+//! its own counts ([`LoadView::tracked_position`] and [`LoadView::load`], O(log n) in
+//! the scheduler), and the other workers' sums when they are re-read, only for the
+//! servers whose sum moved ([`LoadView::refresh_tracked`]). The staleness bound is
+//! the same.
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::model::RealServer;
-use crate::sched::ServerLoad;
+use crate::sched::{Scheduler, ServerLoad};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +39,9 @@ pub struct LoadView {
     /// Per service (snapshot index): when the others' sums were taken, and the sums
     /// (indexed like the service's real servers).
     others: Vec<(Option<u64>, Vec<ServerLoad>)>,
+    /// Real servers of services whose scheduler tracks loads: id -> (service index,
+    /// position in its list).
+    tracked: hashbrown::HashMap<u32, (u32, u32)>,
 }
 
 impl LoadView {
@@ -41,6 +52,7 @@ impl LoadView {
             me,
             refresh_tsc: (tsc_hz as u128 * REFRESH.as_nanos() / 1_000_000_000) as u64,
             others: Vec::new(),
+            tracked: hashbrown::HashMap::new(),
         }
     }
 
@@ -48,6 +60,7 @@ impl LoadView {
     /// the worker adopts a snapshot) and forgets the old sums.
     pub fn reset<'a>(&mut self, services: impl Iterator<Item = &'a [RealServer]>) {
         self.others.clear();
+        self.tracked.clear();
         for servers in services {
             self.others
                 .push((None, vec![ServerLoad::default(); servers.len()]));
@@ -92,6 +105,92 @@ impl LoadView {
                 inactive: mine.inactive.wrapping_add(theirs.inactive),
             }
         }));
+    }
+}
+
+impl LoadView {
+    /// Service `index` (of the snapshot the view was reset for) has a scheduler that
+    /// tracks loads: its servers' count changes are to be told to it (off the packet
+    /// path, after [`LoadView::reset`]).
+    pub fn track(&mut self, index: usize, servers: &[RealServer]) {
+        for (position, rs) in servers.iter().enumerate() {
+            self.tracked.insert(rs.id, (index as u32, position as u32));
+        }
+    }
+
+    /// Where real server `id` sits, when its service's scheduler tracks loads:
+    /// (service index, position in the service's list).
+    #[inline]
+    pub fn tracked_position(&self, id: u32) -> Option<(usize, usize)> {
+        if self.tracked.is_empty() {
+            return None;
+        }
+        let &(service, position) = self.tracked.get(&id)?;
+        Some((service as usize, position as usize))
+    }
+
+    /// The load of real server `id`, at `position` in service `index`: this worker's
+    /// count now plus the other workers' as last re-read.
+    #[inline]
+    pub fn load(&self, index: usize, position: usize, id: u32) -> ServerLoad {
+        let mine = load_of(&self.tables[self.me], id);
+        let theirs = self
+            .others
+            .get(index)
+            .and_then(|(_, others)| others.get(position))
+            .copied()
+            .unwrap_or_default();
+        ServerLoad {
+            active: mine.active.wrapping_add(theirs.active),
+            inactive: mine.inactive.wrapping_add(theirs.inactive),
+        }
+    }
+
+    /// For service `index`, whose scheduler tracks loads: when the other workers'
+    /// counts are due for a re-read at `now_tsc`, re-reads them and tells `scheduler`
+    /// the load of each server whose sum moved; the first time after a reset, tells it
+    /// every server's load. O(1) between re-reads; never allocates.
+    pub fn refresh_tracked(
+        &mut self,
+        index: usize,
+        servers: &[RealServer],
+        now_tsc: u64,
+        scheduler: &mut dyn Scheduler,
+    ) {
+        let Some((taken, others)) = self.others.get_mut(index) else {
+            return;
+        };
+        let first = taken.is_none();
+        if !first && now_tsc.wrapping_sub(taken.unwrap_or(0)) < self.refresh_tsc {
+            return;
+        }
+        *taken = Some(now_tsc);
+        if others.len() != servers.len() || (!first && self.tables.len() == 1) {
+            // No other worker: nothing to re-read.
+            return;
+        }
+        let own = &self.tables[self.me];
+        for (position, (sum, rs)) in others.iter_mut().zip(servers).enumerate() {
+            let mut fresh = ServerLoad::default();
+            for (w, table) in self.tables.iter().enumerate() {
+                if w != self.me {
+                    let l = load_of(table, rs.id);
+                    fresh.active = fresh.active.wrapping_add(l.active);
+                    fresh.inactive = fresh.inactive.wrapping_add(l.inactive);
+                }
+            }
+            if first || fresh != *sum {
+                *sum = fresh;
+                let mine = load_of(own, rs.id);
+                scheduler.set_load(
+                    position,
+                    ServerLoad {
+                        active: mine.active.wrapping_add(fresh.active),
+                        inactive: mine.inactive.wrapping_add(fresh.inactive),
+                    },
+                );
+            }
+        }
     }
 }
 
@@ -164,6 +263,70 @@ mod tests {
                 inactive: 1
             }
         );
+    }
+
+    /// Worker 0 tells a wlc scheduler its own count changes as they happen and the
+    /// other worker's at re-reads; a second wlc handed the load slice of a second view
+    /// over the same counters must pick the same server at every decision.
+    #[test]
+    fn a_tracking_scheduler_picks_what_the_load_slice_picks() {
+        use crate::model::SchedulerKind;
+        use crate::sched::{self, PickContext};
+        let tables: Vec<_> = (0..2)
+            .map(|_| Arc::new(realserver_stats::new_table()))
+            .collect();
+        let mut rs = servers(6);
+        for (r, w) in rs.iter_mut().zip([3, 1, 0, 2, 2, 5]) {
+            r.weight = w;
+        }
+        let mut tracked_view = LoadView::new(tables.clone(), 0, 1_000_000_000);
+        let mut slice_view = LoadView::new(tables.clone(), 0, 1_000_000_000);
+        tracked_view.reset(std::iter::once(rs.as_slice()));
+        slice_view.reset(std::iter::once(rs.as_slice()));
+        tracked_view.track(0, &rs);
+        // Connections from before the scheduler was built.
+        open(&tables[0], 4, true);
+        open(&tables[1], 5, false);
+        let mut tracking = sched::build(SchedulerKind::Wlc, &rs);
+        let mut reference = sched::build(SchedulerKind::Wlc, &rs);
+        let mut rng = crate::model::rng::Rng::new(11);
+        let (mut now, mut out, mut picks) = (0u64, Vec::new(), [0usize; 6]);
+        let client = Ipv4Addr::new(198, 18, 0, 9);
+        for step in 0..20_000 {
+            now += rng.below(100_000);
+            let worker = rng.below(2) as usize;
+            let id = 1 + rng.below(6) as u32;
+            let c = &tables[worker][id as usize];
+            match rng.below(4) {
+                0 | 1 => {
+                    let gauge = if rng.below(2) == 0 {
+                        &c.active
+                    } else {
+                        &c.inactive
+                    };
+                    let closing = rng.below(2) == 0 && gauge.load(Relaxed) > 0;
+                    RealServerCounters::gauge_add(gauge, if closing { -1 } else { 1 });
+                    if worker == 0 {
+                        let (service, position) = tracked_view.tracked_position(id).unwrap();
+                        let load = tracked_view.load(service, position, id);
+                        tracking.set_load(position, load);
+                    }
+                }
+                _ => {
+                    tracked_view.refresh_tracked(0, &rs, now, &mut *tracking);
+                    slice_view.loads(0, &rs, now, &mut out);
+                    let tracked_ctx = PickContext::new(client, 40000, &[]).with_tracked_loads();
+                    let pick = tracking.pick(&rs, &tracked_ctx);
+                    let expected = reference.pick(&rs, &PickContext::new(client, 40000, &out));
+                    assert_eq!(pick, expected, "step {step}");
+                    picks[pick.unwrap()] += 1;
+                }
+            }
+        }
+        // The choice moved over every server that can take connections, never to the
+        // drained one.
+        let picked: Vec<bool> = picks.iter().map(|&p| p > 0).collect();
+        assert_eq!(picked, [true, true, false, true, true, true], "{picks:?}");
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub fn shift(
     let at = tcp::MIN_HEADER_LEN + at;
     let (tsval, tsecr) = (read_u32(segment, at), read_u32(segment, at + 4));
     let (new_tsval, new_tsecr) = (tsval.wrapping_add(tsval_add), tsecr.wrapping_sub(tsecr_sub));
-    if at % 2 == 0 {
+    if at.is_multiple_of(2) {
         // The common layouts: both values are whole 16-bit words of the checksum.
         write_u32(segment, at, new_tsval);
         write_u32(segment, at + 4, new_tsecr);

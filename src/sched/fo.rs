@@ -3,17 +3,49 @@
 //! the primary the highest weight and the standbys lower ones: when the primary
 //! drains (weight 0) the next highest takes over, and new connections return to the
 //! primary once its weight is restored.
+//!
+//! Weights are read when the scheduler is built and through
+//! [`Scheduler::set_weight`] (the data plane rebuilds it on every weight change); the
+//! choice is kept in a tournament over them ([`LoadIndex`]), so a pick is one read
+//! and a weight change O(log n).
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::{PickContext, Scheduler};
+use crate::sched::tree::{LoadIndex, Rank};
+use crate::sched::{PickContext, Scheduler, ServerLoad};
 
-/// Weighted failover; stateless.
-#[derive(Clone, Debug, Default)]
-pub struct WeightedFailover;
+/// fo's key: the weight; the higher wins, the first of equal weights stays.
+#[derive(Clone, Copy, Debug, Default)]
+struct Weight(u32);
+
+impl Rank for Weight {
+    #[inline]
+    fn of(weight: u32, _load: ServerLoad) -> Self {
+        Weight(weight)
+    }
+
+    /// Weight 0: beaten by any server that can take connections.
+    #[inline]
+    fn absent() -> Self {
+        Weight(0)
+    }
+
+    #[inline]
+    fn beats(&self, earlier: &Self) -> bool {
+        self.0 > earlier.0
+    }
+}
+
+/// Weighted failover over an index of the servers' weights.
+#[derive(Clone, Debug)]
+pub struct WeightedFailover {
+    index: LoadIndex<Weight>,
+}
 
 impl WeightedFailover {
-    pub fn new(_servers: &[RealServer]) -> Self {
-        WeightedFailover
+    pub fn new(servers: &[RealServer]) -> Self {
+        WeightedFailover {
+            index: LoadIndex::new(servers),
+        }
     }
 }
 
@@ -23,14 +55,16 @@ impl Scheduler for WeightedFailover {
     }
 
     fn pick(&mut self, servers: &[RealServer], _ctx: &PickContext) -> Option<usize> {
-        let mut best: Option<(usize, u32)> = None;
-        for (index, server) in servers.iter().enumerate() {
-            // Strictly greater: the first of equal weights stays (weight 0 never wins).
-            if server.weight > best.map_or(0, |(_, w)| w) {
-                best = Some((index, server.weight));
-            }
+        if servers.len() != self.index.len() {
+            // Kept across a list change (a caller that did not rebuild): start over
+            // from this list. Allocation happens only on that misuse path.
+            self.index.rebuild(servers, &[]);
         }
-        best.map(|(index, _)| index)
+        self.index.winner()
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.index.set_weight(index, weight);
     }
 }
 
@@ -58,14 +92,56 @@ mod tests {
         let mut servers = servers(&[10, 5, 1]);
         let mut fo = WeightedFailover::new(&servers);
         assert_eq!(sequence(&mut fo, &servers, 2), "aa");
-        servers[0].weight = 0;
-        assert_eq!(sequence(&mut fo, &servers, 2), "bb");
-        servers[1].weight = 0;
-        assert_eq!(sequence(&mut fo, &servers, 2), "cc");
-        servers[2].weight = 0;
-        assert_eq!(sequence(&mut fo, &servers, 2), "--");
-        servers[0].weight = 10;
-        assert_eq!(sequence(&mut fo, &servers, 2), "aa");
+        for (index, weight, expected) in [(0, 0, "bb"), (1, 0, "cc"), (2, 0, "--"), (0, 10, "aa")] {
+            servers[index].weight = weight;
+            fo.set_weight(index, weight);
+            assert_eq!(sequence(&mut fo, &servers, 2), expected);
+            // A rebuild from the changed list agrees.
+            let mut rebuilt = WeightedFailover::new(&servers);
+            assert_eq!(sequence(&mut rebuilt, &servers, 2), expected);
+        }
+    }
+
+    /// The reference: IPVS's walk, keeping the first of the highest weights.
+    fn scan(servers: &[RealServer]) -> Option<usize> {
+        let mut best: Option<(usize, u32)> = None;
+        for (index, server) in servers.iter().enumerate() {
+            if server.weight > best.map_or(0, |(_, w)| w) {
+                best = Some((index, server.weight));
+            }
+        }
+        best.map(|(index, _)| index)
+    }
+
+    #[test]
+    fn picks_equal_the_linear_scan_through_weight_changes() {
+        let mut found = 0;
+        for case in 0..300 {
+            let mut rng = crate::model::rng::Rng::new(0xf0_0000 + case);
+            let n = 1 + rng.below(50) as usize;
+            let max_weight = [2, 5, 100, crate::model::MAX_WEIGHT][rng.below(4) as usize];
+            let weight = |rng: &mut crate::model::rng::Rng| {
+                if rng.below(4) == 0 {
+                    0
+                } else {
+                    1 + rng.below(u64::from(max_weight)) as u32
+                }
+            };
+            let weights: Vec<u32> = (0..n).map(|_| weight(&mut rng)).collect();
+            let mut servers = servers(&weights);
+            let mut fo = WeightedFailover::new(&servers);
+            for step in 0..500 {
+                if rng.below(3) == 0 {
+                    let i = rng.below(n as u64) as usize;
+                    servers[i].weight = weight(&mut rng);
+                    fo.set_weight(i, servers[i].weight);
+                }
+                let pick = fo.pick(&servers, &ctx());
+                assert_eq!(pick, scan(&servers), "case {case} step {step}");
+                found += usize::from(pick.is_some());
+            }
+        }
+        assert!(found > 100_000, "{found}");
     }
 
     #[test]

@@ -7,18 +7,49 @@
 //! active one keeps a server that just closed many connections from looking idle,
 //! while active connections dominate the decision (seed 001, 3.1).
 //!
+//! The choice is kept in a tournament over the servers' overheads
+//! ([`LoadIndex`](super::tree::LoadIndex)): O(log n) per load change, one read per pick
+//! when the caller tracks loads ([`Scheduler::tracks_loads`]).
+//!
 //! [`ServerLoad::overhead`]: super::ServerLoad::overhead
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::{PickContext, Scheduler};
+use crate::sched::tree::{LoadIndex, Rank};
+use crate::sched::{PickContext, Scheduler, ServerLoad};
 
-/// Least connection; stateless.
-#[derive(Clone, Debug, Default)]
-pub struct LeastConnection;
+/// lc's key: the overhead; the smaller wins.
+#[derive(Clone, Copy, Debug, Default)]
+struct Overhead(u64);
+
+impl Rank for Overhead {
+    #[inline]
+    fn of(_weight: u32, load: ServerLoad) -> Self {
+        Overhead(load.overhead())
+    }
+
+    /// Above any overhead (at most about 2^40).
+    #[inline]
+    fn absent() -> Self {
+        Overhead(u64::MAX)
+    }
+
+    #[inline]
+    fn beats(&self, earlier: &Self) -> bool {
+        self.0 < earlier.0
+    }
+}
+
+/// Least connection over an index of the servers' loads.
+#[derive(Clone, Debug)]
+pub struct LeastConnection {
+    index: LoadIndex<Overhead>,
+}
 
 impl LeastConnection {
-    pub fn new(_servers: &[RealServer]) -> Self {
-        LeastConnection
+    pub fn new(servers: &[RealServer]) -> Self {
+        LeastConnection {
+            index: LoadIndex::new(servers),
+        }
     }
 }
 
@@ -28,17 +59,19 @@ impl Scheduler for LeastConnection {
     }
 
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
-        let mut least: Option<(usize, u64)> = None;
-        for (index, server) in servers.iter().enumerate() {
-            if !server.accepts_new() {
-                continue;
-            }
-            let overhead = ctx.load(index).overhead();
-            if least.is_none_or(|(_, loh)| overhead < loh) {
-                least = Some((index, overhead));
-            }
-        }
-        least.map(|(index, _)| index)
+        self.index.pick(servers, ctx)
+    }
+
+    fn tracks_loads(&self) -> bool {
+        true
+    }
+
+    fn set_load(&mut self, index: usize, load: ServerLoad) {
+        self.index.set_load(index, load);
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.index.set_weight(index, weight);
     }
 }
 
@@ -96,5 +129,43 @@ mod tests {
     fn counts_never_overflow() {
         let max = u32::MAX;
         assert_eq!(pick(&[1, 1], &[(max, max), (max, max - 1)]), Some(1));
+    }
+
+    /// The reference: IPVS's walk of the list, replacing its choice only on a
+    /// strictly smaller overhead.
+    fn scan(servers: &[RealServer], loads: &[ServerLoad]) -> Option<usize> {
+        let mut least: Option<(usize, u64)> = None;
+        for (index, server) in servers.iter().enumerate() {
+            if !server.accepts_new() {
+                continue;
+            }
+            let overhead = loads.get(index).copied().unwrap_or_default().overhead();
+            if least.is_none_or(|(_, loh)| overhead < loh) {
+                least = Some((index, overhead));
+            }
+        }
+        least.map(|(index, _)| index)
+    }
+
+    #[test]
+    fn tracked_picks_equal_the_linear_scan() {
+        let found = tracked_picks_match_scan(crate::model::SchedulerKind::Lc, scan, 300);
+        assert!(found > 100_000, "{found}");
+    }
+
+    #[test]
+    fn a_load_change_moves_the_choice_without_a_context() {
+        let servers = servers(&[1, 1, 1]);
+        let mut lc = LeastConnection::new(&servers);
+        let tracked = ctx().with_tracked_loads();
+        assert_eq!(lc.pick(&servers, &tracked), Some(0));
+        lc.set_load(0, ServerLoad::new(1, 0));
+        assert_eq!(lc.pick(&servers, &tracked), Some(1));
+        lc.set_load(1, ServerLoad::new(0, 1));
+        assert_eq!(lc.pick(&servers, &tracked), Some(2));
+        lc.set_weight(2, 0);
+        assert_eq!(lc.pick(&servers, &tracked), Some(1));
+        lc.set_load(0, ServerLoad::default());
+        assert_eq!(lc.pick(&servers, &tracked), Some(0));
     }
 }

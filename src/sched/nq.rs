@@ -6,17 +6,58 @@
 //! connections (TIME_WAIT and the like) do not make a server busy. Seed 001 (3.2)
 //! describes idle as both counts at zero; the kernel code is what ipvsadm users get,
 //! so Sluice follows it.
+//!
+//! The kernel's one pass (the first idle server, else the sed choice) is an order:
+//! idle before busy, idle ones by list order, busy ones by delay. It is sed's order
+//! with an idle server's delay taken as 0. The choice is kept in a tournament by that
+//! order ([`LoadIndex`](super::tree::LoadIndex)): O(log n) per load change, one read
+//! per pick when the caller tracks loads ([`Scheduler::tracks_loads`]).
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::{PickContext, Scheduler};
+use crate::sched::sed::expected_delay_overhead;
+use crate::sched::tree::{LoadIndex, Rank};
+use crate::sched::wlc::Ratio;
+use crate::sched::{PickContext, Scheduler, ServerLoad};
 
-/// Never queue; stateless.
-#[derive(Clone, Debug, Default)]
-pub struct NeverQueue;
+/// nq's key: sed's delay, or 0 for an idle server. A zero delay is below every busy
+/// server's (whose overhead is at least 512 and weight above 0), and two idle servers
+/// tie, so the first stays.
+#[derive(Clone, Copy, Debug, Default)]
+struct IdleThenDelay(Ratio);
+
+impl Rank for IdleThenDelay {
+    #[inline]
+    fn of(weight: u32, load: ServerLoad) -> Self {
+        let overhead = if load.active == 0 {
+            0
+        } else {
+            expected_delay_overhead(load)
+        };
+        IdleThenDelay(Ratio { overhead, weight })
+    }
+
+    #[inline]
+    fn absent() -> Self {
+        IdleThenDelay(Ratio::ABSENT)
+    }
+
+    #[inline]
+    fn beats(&self, earlier: &Self) -> bool {
+        self.0.below(&earlier.0)
+    }
+}
+
+/// Never queue over an index of the servers' loads.
+#[derive(Clone, Debug)]
+pub struct NeverQueue {
+    index: LoadIndex<IdleThenDelay>,
+}
 
 impl NeverQueue {
-    pub fn new(_servers: &[RealServer]) -> Self {
-        NeverQueue
+    pub fn new(servers: &[RealServer]) -> Self {
+        NeverQueue {
+            index: LoadIndex::new(servers),
+        }
     }
 }
 
@@ -26,26 +67,19 @@ impl Scheduler for NeverQueue {
     }
 
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
-        // One pass, as the kernel: return the first idle server met, meanwhile keep
-        // the sed choice among the busy ones seen so far.
-        let mut least: Option<(usize, u64, u32)> = None;
-        for (index, server) in servers.iter().enumerate() {
-            if !server.accepts_new() {
-                continue;
-            }
-            let active = ctx.load(index).active;
-            if active == 0 {
-                return Some(index);
-            }
-            let doh = (u64::from(active) + 1) << 8;
-            match least {
-                Some((_, loh, lw))
-                    if u128::from(loh) * u128::from(server.weight)
-                        <= u128::from(doh) * u128::from(lw) => {}
-                _ => least = Some((index, doh, server.weight)),
-            }
-        }
-        least.map(|(index, _, _)| index)
+        self.index.pick(servers, ctx)
+    }
+
+    fn tracks_loads(&self) -> bool {
+        true
+    }
+
+    fn set_load(&mut self, index: usize, load: ServerLoad) {
+        self.index.set_load(index, load);
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.index.set_weight(index, weight);
     }
 }
 
@@ -112,6 +146,35 @@ mod tests {
             let ctx = ctx_with(&load);
             assert_eq!(nq.pick(&servers, &ctx), sed.pick(&servers, &ctx));
         }
+    }
+
+    /// The reference: the kernel's one pass, returning the first idle server met and
+    /// meanwhile keeping the sed choice among the busy ones seen so far.
+    fn scan(servers: &[RealServer], loads: &[ServerLoad]) -> Option<usize> {
+        let mut least: Option<(usize, u64, u32)> = None;
+        for (index, server) in servers.iter().enumerate() {
+            if !server.accepts_new() {
+                continue;
+            }
+            let active = loads.get(index).copied().unwrap_or_default().active;
+            if active == 0 {
+                return Some(index);
+            }
+            let doh = (u64::from(active) + 1) << 8;
+            match least {
+                Some((_, loh, lw))
+                    if u128::from(loh) * u128::from(server.weight)
+                        <= u128::from(doh) * u128::from(lw) => {}
+                _ => least = Some((index, doh, server.weight)),
+            }
+        }
+        least.map(|(index, _, _)| index)
+    }
+
+    #[test]
+    fn tracked_picks_equal_the_kernels_pass() {
+        let found = tracked_picks_match_scan(SchedulerKind::Nq, scan, 300);
+        assert!(found > 100_000, "{found}");
     }
 
     #[test]

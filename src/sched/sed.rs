@@ -6,25 +6,58 @@
 //!
 //! The kernel computes `active + 1` without the factor 256; a common factor changes no
 //! comparison, so the choices are the same.
+//!
+//! The choice is kept in a tournament over the delays
+//! ([`LoadIndex`](super::tree::LoadIndex)): O(log n) per load change, one read per pick
+//! when the caller tracks loads ([`Scheduler::tracks_loads`]).
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::wlc::least_weighted_by;
-use crate::sched::{PickContext, Scheduler};
+use crate::sched::tree::{LoadIndex, Rank};
+use crate::sched::wlc::Ratio;
+use crate::sched::{PickContext, Scheduler, ServerLoad};
 
-/// Shortest expected delay; stateless.
-#[derive(Clone, Debug, Default)]
-pub struct ShortestExpectedDelay;
+/// `(active + 1) * 256`: the sed (and nq) overhead of a server with `load`.
+#[inline]
+pub(super) fn expected_delay_overhead(load: ServerLoad) -> u64 {
+    (u64::from(load.active) + 1) << 8
+}
 
-impl ShortestExpectedDelay {
-    pub fn new(_servers: &[RealServer]) -> Self {
-        ShortestExpectedDelay
+/// sed's key: `(active + 1) * 256 / weight`.
+#[derive(Clone, Copy, Debug, Default)]
+struct ExpectedDelay(Ratio);
+
+impl Rank for ExpectedDelay {
+    #[inline]
+    fn of(weight: u32, load: ServerLoad) -> Self {
+        ExpectedDelay(Ratio {
+            overhead: expected_delay_overhead(load),
+            weight,
+        })
+    }
+
+    #[inline]
+    fn absent() -> Self {
+        ExpectedDelay(Ratio::ABSENT)
+    }
+
+    #[inline]
+    fn beats(&self, earlier: &Self) -> bool {
+        self.0.below(&earlier.0)
     }
 }
 
-/// `(active + 1) * 256`: the sed (and nq) overhead of server `index`.
-#[inline]
-pub(crate) fn expected_delay_overhead(ctx: &PickContext, index: usize) -> u64 {
-    (u64::from(ctx.load(index).active) + 1) << 8
+/// Shortest expected delay over an index of the servers' loads.
+#[derive(Clone, Debug)]
+pub struct ShortestExpectedDelay {
+    index: LoadIndex<ExpectedDelay>,
+}
+
+impl ShortestExpectedDelay {
+    pub fn new(servers: &[RealServer]) -> Self {
+        ShortestExpectedDelay {
+            index: LoadIndex::new(servers),
+        }
+    }
 }
 
 impl Scheduler for ShortestExpectedDelay {
@@ -33,7 +66,19 @@ impl Scheduler for ShortestExpectedDelay {
     }
 
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
-        least_weighted_by(servers, |i| expected_delay_overhead(ctx, i))
+        self.index.pick(servers, ctx)
+    }
+
+    fn tracks_loads(&self) -> bool {
+        true
+    }
+
+    fn set_load(&mut self, index: usize, load: ServerLoad) {
+        self.index.set_load(index, load);
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.index.set_weight(index, weight);
     }
 }
 
@@ -83,6 +128,17 @@ mod tests {
         assert_eq!(pick(&[0, 1, 2], &[(0, 0), (7, 0), (15, 0)]), Some(1));
         assert_eq!(pick(&[], &[]), None);
         assert_eq!(pick(&[0, 0], &[]), None);
+    }
+
+    #[test]
+    fn tracked_picks_equal_the_linear_scan() {
+        fn scan(servers: &[RealServer], loads: &[ServerLoad]) -> Option<usize> {
+            crate::sched::wlc::least_weighted_by(servers, |i| {
+                expected_delay_overhead(loads.get(i).copied().unwrap_or_default())
+            })
+        }
+        let found = tracked_picks_match_scan(SchedulerKind::Sed, scan, 300);
+        assert!(found > 100_000, "{found}");
     }
 
     #[test]

@@ -8,25 +8,83 @@
 //! the first in list order. Products are computed in 128 bits (an overhead reaches
 //! 2^40 and a weight 2^32 in this model), so nothing overflows.
 //!
+//! The choice is kept in a tournament over `(overhead, weight)` pairs compared the same
+//! way ([`LoadIndex`](super::tree::LoadIndex)): O(log n) per load change, one read per
+//! pick when the caller tracks loads ([`Scheduler::tracks_loads`]).
+//!
 //! Seed 001 warns where it misleads: a fast server's active count falls first, so wlc
 //! keeps feeding it; with long-lived connections, counts stop reflecting load.
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::{PickContext, Scheduler};
+use crate::sched::tree::{LoadIndex, Rank};
+use crate::sched::{PickContext, Scheduler, ServerLoad};
 
-/// Weighted least connection; stateless.
-#[derive(Clone, Debug, Default)]
-pub struct WeightedLeastConnection;
+/// `overhead / weight` as a pair, compared by cross-multiplication in 128 bits.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Ratio {
+    pub overhead: u64,
+    pub weight: u32,
+}
+
+impl Ratio {
+    /// No server: `u64::MAX / 0`, an infinite ratio. [`Ratio::below`] then holds
+    /// for every real ratio (`MAX * w > overhead * 0`) and never for it (`x * 0 >`
+    /// is false).
+    pub const ABSENT: Ratio = Ratio {
+        overhead: u64::MAX,
+        weight: 0,
+    };
+
+    /// `self < other` as fractions (both weights > 0), exactly as the scan compares.
+    #[inline]
+    pub fn below(&self, other: &Ratio) -> bool {
+        u128::from(other.overhead) * u128::from(self.weight)
+            > u128::from(self.overhead) * u128::from(other.weight)
+    }
+}
+
+/// wlc's key: `(active * 256 + inactive) / weight`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Weighted(Ratio);
+
+impl Rank for Weighted {
+    #[inline]
+    fn of(weight: u32, load: ServerLoad) -> Self {
+        Weighted(Ratio {
+            overhead: load.overhead(),
+            weight,
+        })
+    }
+
+    #[inline]
+    fn absent() -> Self {
+        Weighted(Ratio::ABSENT)
+    }
+
+    #[inline]
+    fn beats(&self, earlier: &Self) -> bool {
+        self.0.below(&earlier.0)
+    }
+}
+
+/// Weighted least connection over an index of the servers' loads.
+#[derive(Clone, Debug)]
+pub struct WeightedLeastConnection {
+    index: LoadIndex<Weighted>,
+}
 
 impl WeightedLeastConnection {
-    pub fn new(_servers: &[RealServer]) -> Self {
-        WeightedLeastConnection
+    pub fn new(servers: &[RealServer]) -> Self {
+        WeightedLeastConnection {
+            index: LoadIndex::new(servers),
+        }
     }
 }
 
 /// The index minimising `overhead(i) / weight(i)` over servers with weight > 0, where
-/// `overhead` is given per index; ties to the first. Shared by wlc, sed, nq, lblc and
-/// lblcr, which differ only in the overhead (IPVS repeats this loop in each module).
+/// `overhead` is given per index; ties to the first: the linear scan lblc and lblcr
+/// fall back on (IPVS repeats this loop in each module), and the reference wlc's and
+/// sed's tests check their indexes against.
 #[inline]
 pub(crate) fn least_weighted_by(
     servers: &[RealServer],
@@ -65,7 +123,19 @@ impl Scheduler for WeightedLeastConnection {
     }
 
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
-        least_weighted_connection(servers, ctx)
+        self.index.pick(servers, ctx)
+    }
+
+    fn tracks_loads(&self) -> bool {
+        true
+    }
+
+    fn set_load(&mut self, index: usize, load: ServerLoad) {
+        self.index.set_load(index, load);
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.index.set_weight(index, weight);
     }
 }
 
@@ -132,6 +202,17 @@ mod tests {
         assert_eq!(pick(&[max, max], &[(max, max), (max - 1, max)]), Some(1));
         // a: w=max, 1 active -> tiny ratio; b: w=1, idle -> 0: b.
         assert_eq!(pick(&[max, 1], &[(1, 0), (0, 0)]), Some(1));
+    }
+
+    #[test]
+    fn tracked_picks_equal_the_linear_scan() {
+        fn scan(servers: &[RealServer], loads: &[ServerLoad]) -> Option<usize> {
+            least_weighted_by(servers, |i| {
+                loads.get(i).copied().unwrap_or_default().overhead()
+            })
+        }
+        let found = tracked_picks_match_scan(SchedulerKind::Wlc, scan, 300);
+        assert!(found > 100_000, "{found}");
     }
 
     #[test]

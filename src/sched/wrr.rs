@@ -9,29 +9,37 @@
 //! This differs from IPVS's own `ip_vs_wrr`, which walks a decreasing weight threshold
 //! and therefore sends runs (`a a a a a b c` for 5:1:1); the smooth order is kinder to
 //! real servers' accept queues.
+//!
+//! A pick does not walk the list. Every running weight grows by its weight at every
+//! pick, so after `t` picks server `i`'s is the line `weight * t + base`, and the
+//! largest is kept in a kinetic tournament over those lines ([`SmoothMax`]): a pick
+//! replays the matches whose order changed since the last one and the chosen
+//! server's path, O(log n) on usual weight spreads instead of n additions. The
+//! sequence is the scan's, pick for pick: same sums, same strict comparison, same
+//! tie-breaking. Weights are read when the scheduler is built and through
+//! [`Scheduler::set_weight`] (the data plane rebuilds it on every weight change).
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
+use crate::sched::tree::SmoothMax;
 use crate::sched::{PickContext, Scheduler};
 
-/// Smooth WRR state: one running `current` weight per real server.
+/// Smooth WRR state: the running weights, as lines in a tournament.
 #[derive(Clone, Debug)]
 pub struct SmoothWeightedRoundRobin {
-    /// Indexed like the servers slice. `i64` so sums of up to 65535 × many servers can
-    /// neither overflow nor lose the zero-sum property that keeps the cycle exact.
-    current: Vec<i64>,
+    max: SmoothMax,
 }
 
 impl SmoothWeightedRoundRobin {
-    /// State for `servers`, all `current` weights 0 (the sequence starts afresh).
+    /// State for `servers`, all running weights 0 (the sequence starts afresh).
     pub fn new(servers: &[RealServer]) -> Self {
         SmoothWeightedRoundRobin {
-            current: vec![0; servers.len()],
+            max: SmoothMax::new(servers),
         }
     }
 
     /// The running weights, for tests and diagnostics.
-    pub fn current_weights(&self) -> &[i64] {
-        &self.current
+    pub fn current_weights(&self) -> Vec<i64> {
+        self.max.current_weights()
     }
 }
 
@@ -41,31 +49,16 @@ impl Scheduler for SmoothWeightedRoundRobin {
     }
 
     fn pick(&mut self, servers: &[RealServer], _ctx: &PickContext) -> Option<usize> {
-        if self.current.len() != servers.len() {
+        if self.max.len() != servers.len() {
             // The caller kept this instance across a server-list change: restart rather
             // than misattribute state. Allocation happens only on that misuse path.
-            self.current.clear();
-            self.current.resize(servers.len(), 0);
+            self.max = SmoothMax::new(servers);
         }
-        let mut total: i64 = 0;
-        let mut best: Option<usize> = None;
-        for (index, server) in servers.iter().enumerate() {
-            // Draining servers take no part: no weight added, never picked, and left out
-            // of the total so the others still sum to zero over a cycle.
-            if !server.accepts_new() {
-                continue;
-            }
-            let weight = i64::from(server.weight);
-            self.current[index] += weight;
-            total += weight;
-            // Strictly greater: on a tie the earlier server stays the choice.
-            if best.is_none_or(|b| self.current[index] > self.current[b]) {
-                best = Some(index);
-            }
-        }
-        let chosen = best?;
-        self.current[chosen] -= total;
-        Some(chosen)
+        self.max.pick()
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.max.set_weight(index, weight);
     }
 }
 
@@ -79,7 +72,7 @@ mod tests {
         let servers = servers(&[5, 1, 1]);
         let mut wrr = SmoothWeightedRoundRobin::new(&servers);
         assert_eq!(sequence(&mut wrr, &servers, 7), "aabacaa");
-        assert_eq!(wrr.current_weights(), &[0, 0, 0]);
+        assert_eq!(wrr.current_weights(), vec![0, 0, 0]);
         // The cycle repeats exactly.
         assert_eq!(sequence(&mut wrr, &servers, 14), "aabacaaaabacaa");
     }
@@ -100,7 +93,7 @@ mod tests {
         let mut wrr = SmoothWeightedRoundRobin::new(&servers);
         for row in expected {
             wrr.pick(&servers, &ctx()).unwrap();
-            assert_eq!(wrr.current_weights(), &row);
+            assert_eq!(wrr.current_weights(), row.to_vec());
         }
     }
 
@@ -144,7 +137,7 @@ mod tests {
         let drained = servers(&[0, 0, 0]);
         let mut wrr = SmoothWeightedRoundRobin::new(&drained);
         assert_eq!(wrr.pick(&drained, &ctx()), None);
-        assert_eq!(wrr.current_weights(), &[0, 0, 0]);
+        assert_eq!(wrr.current_weights(), vec![0, 0, 0]);
     }
 
     #[test]
@@ -192,6 +185,136 @@ mod tests {
         // 1 000 000 picks = 50 000 whole cycles of 20: exact, not just within 1%.
         assert_eq!(hits, vec![50_000, 100_000, 150_000, 200_000, 500_000]);
         assert!(worst_relative_error(&hits, &weights) < 0.01);
+    }
+
+    /// The reference: nginx's pass over the list, as the scheduler did before it kept
+    /// its running weights in a tournament.
+    struct Scan {
+        current: Vec<i64>,
+    }
+
+    impl Scan {
+        fn pick(&mut self, servers: &[RealServer]) -> Option<usize> {
+            let mut total: i64 = 0;
+            let mut best: Option<usize> = None;
+            for (index, server) in servers.iter().enumerate() {
+                if !server.accepts_new() {
+                    continue;
+                }
+                let weight = i64::from(server.weight);
+                self.current[index] += weight;
+                total += weight;
+                if best.is_none_or(|b| self.current[index] > self.current[b]) {
+                    best = Some(index);
+                }
+            }
+            let chosen = best?;
+            self.current[chosen] -= total;
+            Some(chosen)
+        }
+    }
+
+    #[test]
+    fn the_sequence_equals_the_scan_through_weight_changes() {
+        let mut found = 0;
+        for case in 0..300 {
+            let mut rng = crate::model::rng::Rng::new(0x5177_0000 + case);
+            let n = 1 + rng.below(50) as usize;
+            let max_weight = [2, 5, 100, crate::model::MAX_WEIGHT][rng.below(4) as usize];
+            let weight = |rng: &mut crate::model::rng::Rng| {
+                if rng.below(4) == 0 {
+                    0
+                } else {
+                    1 + rng.below(u64::from(max_weight)) as u32
+                }
+            };
+            let weights: Vec<u32> = (0..n).map(|_| weight(&mut rng)).collect();
+            let mut servers = servers(&weights);
+            let mut wrr = SmoothWeightedRoundRobin::new(&servers);
+            let mut scan = Scan {
+                current: vec![0; n],
+            };
+            // Whole cycles between changes as well as changes mid-cycle.
+            let change_every = [7, 50, 1000][rng.below(3) as usize];
+            for step in 0..3000 {
+                if step % change_every == change_every - 1 {
+                    let i = rng.below(n as u64) as usize;
+                    servers[i].weight = weight(&mut rng);
+                    wrr.set_weight(i, servers[i].weight);
+                }
+                let pick = wrr.pick(&servers, &ctx());
+                assert_eq!(pick, scan.pick(&servers), "case {case} step {step}");
+                assert_eq!(
+                    wrr.current_weights(),
+                    scan.current,
+                    "case {case} step {step}"
+                );
+                found += usize::from(pick.is_some());
+            }
+        }
+        assert!(found > 500_000, "{found}");
+    }
+
+    #[test]
+    fn the_first_cycle_is_recorded_then_replayed_and_a_change_leaves_replay() {
+        let mut servers = servers(&[10, 4, 6, 0, 2]);
+        let mut wrr = SmoothWeightedRoundRobin::new(&servers);
+        let mut scan = Scan {
+            current: vec![0; servers.len()],
+        };
+        // Weights 10:4:6:2 have divisor 2: a cycle of 11 picks.
+        for step in 0..11 {
+            assert!(!wrr.max.replaying(), "step {step}");
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers));
+        }
+        assert!(wrr.max.replaying());
+        for step in 0..30 {
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers), "{step}");
+            assert_eq!(wrr.current_weights(), scan.current, "{step}");
+        }
+        servers[3].weight = 7;
+        wrr.set_weight(3, 7);
+        assert!(!wrr.max.replaying());
+        for step in 0..100 {
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers), "{step}");
+        }
+        assert_eq!(wrr.current_weights(), scan.current);
+    }
+
+    #[test]
+    fn a_cycle_too_long_to_record_keeps_the_tournament() {
+        // 65535 + 65533 + ... : a cycle far beyond the recorded maximum.
+        let weights: Vec<u32> = (0..10u32).map(|i| 65535 - 2 * i).collect();
+        let servers = servers(&weights);
+        let mut wrr = SmoothWeightedRoundRobin::new(&servers);
+        let mut scan = Scan {
+            current: vec![0; servers.len()],
+        };
+        for _ in 0..10_000 {
+            assert_eq!(wrr.pick(&servers, &ctx()), scan.pick(&servers));
+        }
+        assert!(!wrr.max.replaying());
+        assert_eq!(wrr.current_weights(), scan.current);
+    }
+
+    #[test]
+    fn a_long_run_of_large_weights_equals_the_scan() {
+        // Many picks with weights up to the maximum: the lines' values reach far past
+        // 32 bits and the overtaking picks are far apart.
+        let weights: Vec<u32> = (0..40u32).map(|i| 65535 - i * 1637).collect();
+        let servers = servers(&weights);
+        let mut wrr = SmoothWeightedRoundRobin::new(&servers);
+        let mut scan = Scan {
+            current: vec![0; servers.len()],
+        };
+        for step in 0..200_000 {
+            assert_eq!(
+                wrr.pick(&servers, &ctx()),
+                scan.pick(&servers),
+                "step {step}"
+            );
+        }
+        assert_eq!(wrr.current_weights(), scan.current);
     }
 
     #[test]

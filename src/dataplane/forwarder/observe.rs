@@ -15,11 +15,14 @@ impl Forwarder {
     /// or out by direction, and moves the server's active/inactive gauges when the
     /// packet moved the session across that line.
     #[inline]
-    pub(super) fn account_packet(&self, m: &Matched, bytes: u64) {
+    pub(super) fn account_packet(&mut self, m: &Matched, bytes: u64) {
         let c = &self.real_servers[m.session.real as usize];
         if let Some(t) = m.transition {
-            account(c, t);
+            if account(c, t) {
+                self.load_changed(m.session.real);
+            }
         }
+        let c = &self.real_servers[m.session.real as usize];
         match m.dir {
             Direction::Outbound => c.count_out(bytes),
             _ => c.count_in(bytes),
@@ -134,6 +137,7 @@ impl Forwarder {
                 &s,
                 self.ts_clock.now_ms(),
             );
+            self.load_changed(s.real);
             bump(&counters.sessions_expired, 1);
         }
     }
@@ -150,19 +154,22 @@ pub(super) fn expired_unanswered(s: &Session) -> bool {
         && !s.flags().contains(SessionFlags::PASSIVE_COUNTED)
 }
 
-/// Applies a session transition to the real server's active/inactive gauges.
+/// Applies a session transition to the real server's active/inactive gauges; whether
+/// they moved.
 #[inline]
-fn account(c: &RealServerCounters, t: Transition) {
+fn account(c: &RealServerCounters, t: Transition) -> bool {
     use crate::session::ActivityChange;
     match t.activity_change() {
         Some(ActivityChange::BecameActive) => {
             RealServerCounters::gauge_add(&c.inactive, -1);
             RealServerCounters::gauge_add(&c.active, 1);
+            true
         }
         Some(ActivityChange::BecameInactive) => {
             RealServerCounters::gauge_add(&c.active, -1);
             RealServerCounters::gauge_add(&c.inactive, 1);
+            true
         }
-        None => {}
+        None => false,
     }
 }

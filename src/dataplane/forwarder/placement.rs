@@ -48,7 +48,22 @@ impl Forwarder {
         let index = service;
         let snap = self.snapshot.current();
         let service = &snap.services()[index];
-        if service.scheduler.uses_loads() {
+        // A scheduler that tracks loads hears of every change of this worker's counts
+        // as it happens; here it only hears the other workers' when they are re-read.
+        // The others get every server's load handed in the context.
+        let tracked = match self.schedulers.get_mut(index) {
+            Some(scheduler) if scheduler.tracks_loads() => {
+                self.load_view.refresh_tracked(
+                    index,
+                    &service.real_servers,
+                    now_tsc,
+                    &mut **scheduler,
+                );
+                true
+            }
+            _ => false,
+        };
+        if service.scheduler.uses_loads() && !tracked {
             self.load_view
                 .loads(index, &service.real_servers, now_tsc, &mut self.loads);
         } else {
@@ -82,9 +97,12 @@ impl Forwarder {
                 i
             }
             None => {
-                let ctx = PickContext::new(key.src_addr(), key.sport, &self.loads)
+                let mut ctx = PickContext::new(key.src_addr(), key.sport, &self.loads)
                     .with_destination(key.dst_addr())
                     .with_now_ms(u64::from(now).wrapping_mul(u64::from(self.tick_ms)));
+                if tracked {
+                    ctx = ctx.with_tracked_loads();
+                }
                 let Some(mut pick) = self
                     .schedulers
                     .get_mut(index)
@@ -237,6 +255,7 @@ impl Forwarder {
         let c = &self.real_servers[rs_id as usize];
         bump(&c.connections, 1);
         RealServerCounters::gauge_add(&c.inactive, 1);
+        self.load_changed(rs_id);
         let transition =
             self.sessions
                 .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts);
