@@ -467,14 +467,18 @@ pub fn main(o: Opts) -> i32 {
     if o.brackets {
         scenarios = with_brackets(scenarios);
     }
-    if !o.sluice.exists()
-        && scenarios
-            .iter()
-            .any(|s| matches!(s.dut, Dut::Sluice { .. }))
-    {
+    if !o.sluice.exists() && scenarios.iter().any(Scenario::is_sluice) {
         eprintln!(
             "sluice-gen bench: no sluice binary at {} (cargo build --release --bins, or --sluice PATH)",
             o.sluice.display()
+        );
+        return 2;
+    }
+    if !o.testpmd.exists() && scenarios.iter().any(|s| !s.is_sluice()) {
+        eprintln!(
+            "sluice-gen bench: no dpdk-testpmd at {} (the reference; Debian's dpdk-dev \
+             package, --testpmd PATH, or --no-brackets to run only the listed scenarios)",
+            o.testpmd.display()
         );
         return 2;
     }
