@@ -3,7 +3,7 @@
 # a scenario set with dpdk-testpmd in Sluice's place as the reference, prints the
 # table and writes it to perf/results/harness.md (unless --out says otherwise).
 #
-#   sudo perf/run.sh                 # the quick set (under 5 minutes)
+#   sudo perf/run.sh                 # the quick set (16 runs, ~5 minutes)
 #   sudo perf/run.sh --full          # every scenario (long; 10M sessions need ~4 GB)
 #   sudo perf/run.sh --scenarios testpmd-5tswap,nat-1m-established --duration 10
 #   target/release/sluice-gen list   # scenario names

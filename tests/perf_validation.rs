@@ -4,7 +4,9 @@
 //! packet that comes back: addresses and ports after the DUT's rewrite, flags,
 //! sequence numbers, payload, IPv4 and TCP checksums, and that each flow keeps its
 //! real server (and FullNAT local address and port). The second test proves the
-//! check can fail: the generator expects NAT while Sluice does DR.
+//! check can fail: the generator expects NAT while Sluice does DR. The third runs
+//! testpmd 5tswap around the Sluice scenarios, as the benchmark does, and checks the
+//! run order and that each Sluice row carries its comparison with those rows.
 //!
 //! This measures nothing (benchmarks are not run in CI; see perf/README.md). Every
 //! wait is bounded: the orchestrator bounds each phase, kills what it started on any
@@ -72,6 +74,8 @@ fn validation_mode_passes_for_nat_fullnat_and_dr() {
             &scenarios.join(","),
             "--duration",
             "2",
+            // Correctness only: no testpmd reference runs.
+            "--no-brackets",
         ],
         Duration::from_secs(150),
     );
@@ -119,6 +123,7 @@ fn a_wrong_expectation_fails_the_run() {
             "1",
             "--gen-mode",
             "nat",
+            "--no-brackets",
         ],
         Duration::from_secs(90),
     );
@@ -141,4 +146,84 @@ fn a_wrong_expectation_fails_the_run() {
         out.stdout
     );
     assert!(out.stdout.contains("**FAIL**"), "{}", out.stdout);
+}
+
+#[test]
+fn testpmd_runs_before_and_after_every_sluice_scenario() {
+    require_root();
+    let testpmd = "/usr/bin/dpdk-testpmd";
+    assert!(
+        std::path::Path::new(testpmd).exists(),
+        "{testpmd} missing (Debian's dpdk-dev package; scripts/setup.sh installs it)"
+    );
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (out, rows) = bench(
+        &[
+            "--scenarios",
+            "nat-1k-established,dr-1k-established",
+            "--duration",
+            "1",
+            "--testpmd",
+            testpmd,
+        ],
+        Duration::from_secs(150),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "testpmd-5tswap",
+            "nat-1k-established",
+            "testpmd-5tswap",
+            "dr-1k-established",
+            "testpmd-5tswap"
+        ],
+        "{}",
+        out.describe()
+    );
+    let cycles = |r: &Value| {
+        r["cycles_per_packet"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no cycles_per_packet: {r}"))
+    };
+    let f = |r: &Value, k: &str| {
+        r[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {r}"))
+    };
+    let mut testpmd_cycles: Vec<f64> = [0, 2, 4].iter().map(|&i| cycles(&rows[i])).collect();
+    testpmd_cycles.sort_by(f64::total_cmp);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    for i in [1, 3] {
+        let r = &rows[i];
+        let c = cycles(r);
+        assert_eq!(u(r, "testpmd_runs"), 3, "{r}");
+        assert_eq!(f(r, "testpmd_median_cycles"), testpmd_cycles[1], "{r}");
+        assert_eq!(f(r, "testpmd_min_cycles"), testpmd_cycles[0], "{r}");
+        assert_eq!(f(r, "testpmd_max_cycles"), testpmd_cycles[2], "{r}");
+        assert!(
+            close(f(r, "ratio_to_testpmd"), c / testpmd_cycles[1]),
+            "{r}"
+        );
+        assert!(
+            close(f(r, "ratio_to_testpmd_min"), c / testpmd_cycles[2]),
+            "{r}"
+        );
+        assert!(
+            close(f(r, "ratio_to_testpmd_max"), c / testpmd_cycles[0]),
+            "{r}"
+        );
+        let (before, after) = (cycles(&rows[i - 1]), cycles(&rows[i + 1]));
+        assert_eq!(f(r, "bracket_before_cycles"), before, "{r}");
+        assert_eq!(f(r, "bracket_after_cycles"), after, "{r}");
+        assert!(
+            close(f(r, "ratio_to_brackets"), 2.0 * c / (before + after)),
+            "{r}"
+        );
+    }
+    assert!(
+        out.stdout.contains("Reference: testpmd-5tswap ran 3 times"),
+        "{}",
+        out.stdout
+    );
 }

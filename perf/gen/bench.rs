@@ -59,6 +59,8 @@ pub struct Opts {
     /// measures sync's traffic and its cost in the workers' cycles.
     sync: bool,
     sluicectl: PathBuf,
+    /// Run testpmd 5tswap before and after every Sluice scenario (see [`with_brackets`]).
+    brackets: bool,
 }
 
 pub fn parse(args: &[String]) -> Result<Opts, String> {
@@ -81,6 +83,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         hot_changes: 0,
         sync: false,
         sluicectl: exe.with_file_name("sluicectl"),
+        brackets: true,
         command_line: std::iter::once("sluice-gen bench".to_string())
             .chain(args.iter().cloned())
             .collect::<Vec<_>>()
@@ -171,6 +174,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                     .ok_or_else(|| format!("--hot-changes {v:?}: 1..=1000"))?;
             }
             "--sync" => o.sync = true,
+            "--no-brackets" => o.brackets = false,
             "--sluicectl" => o.sluicectl = PathBuf::from(value()?),
             "--sluice" => o.sluice = PathBuf::from(value()?),
             "--testpmd" => o.testpmd = PathBuf::from(value()?),
@@ -259,11 +263,42 @@ impl Scenario {
             Dut::Testpmd { .. } => 1,
         }
     }
+
+    fn is_sluice(&self) -> bool {
+        matches!(self.dut, Dut::Sluice { .. })
+    }
 }
 
+/// The reference every Sluice row is compared with.
+const REFERENCE: &str = "testpmd-5tswap";
+
+/// The run order: `scenarios` with testpmd 5tswap inserted so that a testpmd 5tswap
+/// run comes right before and right after every Sluice scenario. Neighbouring Sluice
+/// scenarios share the run between them (N Sluice scenarios in a row cost N + 1
+/// testpmd runs), and a testpmd 5tswap already in the list at such a place is used
+/// as it is. testpmd's own figure moves by up to 2x between minutes on this VM, so the
+/// reference is sampled throughout the run, not only at its ends.
+fn with_brackets(scenarios: Vec<Scenario>) -> Vec<Scenario> {
+    let reference = Scenario::parse(REFERENCE).expect("the reference's name parses");
+    let mut out: Vec<Scenario> = Vec::with_capacity(2 * scenarios.len() + 1);
+    for sc in scenarios {
+        let after_sluice = out.last().is_some_and(Scenario::is_sluice);
+        let after_reference = out.last().is_some_and(|l| l.name == REFERENCE);
+        if (sc.is_sluice() || after_sluice) && sc.name != REFERENCE && !after_reference {
+            out.push(reference.clone());
+        }
+        out.push(sc);
+    }
+    if out.last().is_some_and(Scenario::is_sluice) {
+        out.push(reference);
+    }
+    out
+}
+
+/// The quick set's scenarios; [`with_brackets`] puts testpmd 5tswap around each
+/// Sluice one.
 fn quick_set() -> Vec<&'static str> {
     vec![
-        "testpmd-5tswap",
         "testpmd-macswap",
         "nat-1k-established",
         "fullnat-1k-established",
@@ -272,13 +307,11 @@ fn quick_set() -> Vec<&'static str> {
         "fullnat-1m-established",
         "nat-1k-connections",
         "fullnat-1k-mixed",
-        // The reference again: testpmd's own figure moves between runs on this VM.
-        "testpmd-5tswap",
     ]
 }
 
 fn full_set() -> Vec<String> {
-    let mut v = vec!["testpmd-5tswap".to_string(), "testpmd-macswap".to_string()];
+    let mut v = vec!["testpmd-macswap".to_string()];
     for mode in ["dr", "nat", "fullnat"] {
         for size in ["1k", "1m", "10m"] {
             for w in ["established", "connections", "mixed"] {
@@ -291,13 +324,13 @@ fn full_set() -> Vec<String> {
             v.push(format!("{mode}-1m-{w}-2w"));
         }
     }
-    v.push("testpmd-5tswap".into());
     v
 }
 
 pub fn list() {
     println!("quick set: {}", quick_set().join(","));
     println!("full set:  {}", full_set().join(","));
+    println!("(unless --no-brackets, testpmd-5tswap runs before and after every Sluice scenario)");
     println!(
         "any name:  testpmd-5tswap | testpmd-macswap | MODE-SIZE-WORKLOAD[-2w]\n           \
          MODE dr|nat|fullnat, SIZE 1k|1m|10m|<n>, WORKLOAD established|connections|mixed"
@@ -319,10 +352,25 @@ pub struct Row {
     /// DUT busy TSC cycles per received packet (Sluice: worker busy_cycles /
     /// rx_packets; testpmd: its --record-core-cycles figure).
     pub cycles_per_packet: Option<f64>,
-    /// cycles_per_packet / testpmd 5tswap's in the same run (the testpmd row with the
-    /// most similar core-to-core latency; its figure in `reference_cycles`).
+    /// Sluice rows: cycles_per_packet over the median of the cycles/packet of every
+    /// testpmd 5tswap row of the run (`testpmd_median_cycles`), and its range over
+    /// those rows: over the slowest (`ratio_to_testpmd_min`) and over the fastest
+    /// (`ratio_to_testpmd_max`).
     pub ratio_to_testpmd: Option<f64>,
-    pub reference_cycles: Option<f64>,
+    pub ratio_to_testpmd_min: Option<f64>,
+    pub ratio_to_testpmd_max: Option<f64>,
+    /// The run's testpmd 5tswap rows that succeeded: how many, and the median, lowest
+    /// and highest of their cycles/packet (the same on every Sluice row of a run).
+    pub testpmd_runs: usize,
+    pub testpmd_median_cycles: Option<f64>,
+    pub testpmd_min_cycles: Option<f64>,
+    pub testpmd_max_cycles: Option<f64>,
+    /// The testpmd 5tswap runs right before and right after this Sluice row (its
+    /// brackets), and cycles_per_packet over their mean (over the one there is, when
+    /// the other failed or is missing).
+    pub bracket_before_cycles: Option<f64>,
+    pub bracket_after_cycles: Option<f64>,
+    pub ratio_to_brackets: Option<f64>,
     pub dut_rx_packets: Option<u64>,
     pub dut_mpps: Option<f64>,
     pub gen_mpps: f64,
@@ -354,7 +402,7 @@ pub struct Row {
     /// Passes through the DUT per round trip (2 for NAT/FullNAT, 1 for DR, testpmd).
     pub dut_passes: u64,
     /// Latency one pass through Sluice adds over one through testpmd 5tswap, from the
-    /// one-in-flight probes: probe / passes - testpmd's probe.
+    /// one-in-flight probes: probe / passes - the median of the testpmd 5tswap rows'.
     pub added_p50_ns: Option<i64>,
     pub added_p99_ns: Option<i64>,
     pub dut_drops: Option<u64>,
@@ -412,18 +460,25 @@ pub fn main(o: Opts) -> i32 {
         None if o.set == Set::Quick => quick_set().iter().map(|s| s.to_string()).collect(),
         None => full_set(),
     };
-    let scenarios: Vec<Scenario> = names
+    let mut scenarios: Vec<Scenario> = names
         .iter()
         .map(|n| Scenario::parse(n).expect("checked while parsing"))
         .collect();
-    if !o.sluice.exists()
-        && scenarios
-            .iter()
-            .any(|s| matches!(s.dut, Dut::Sluice { .. }))
-    {
+    if o.brackets {
+        scenarios = with_brackets(scenarios);
+    }
+    if !o.sluice.exists() && scenarios.iter().any(Scenario::is_sluice) {
         eprintln!(
             "sluice-gen bench: no sluice binary at {} (cargo build --release --bins, or --sluice PATH)",
             o.sluice.display()
+        );
+        return 2;
+    }
+    if !o.testpmd.exists() && scenarios.iter().any(|s| !s.is_sluice()) {
+        eprintln!(
+            "sluice-gen bench: no dpdk-testpmd at {} (the reference; Debian's dpdk-dev \
+             package, --testpmd PATH, or --no-brackets to run only the listed scenarios)",
+            o.testpmd.display()
         );
         return 2;
     }
@@ -471,39 +526,7 @@ pub fn main(o: Opts) -> i32 {
         }
         rows.push(row);
     }
-    // The reference for each Sluice row: the run's testpmd 5tswap row (it runs first
-    // and last) measured under the most similar CPU 0 <-> CPU 1 latency, since on this
-    // VM that latency, and every figure with it, changes between runs; on a tie (or
-    // when unknown) the lower testpmd figure, the conservative choice for Sluice.
-    let references: Vec<Row> = rows
-        .iter()
-        .filter(|r| r.name == "testpmd-5tswap" && r.ok && r.cycles_per_packet.is_some())
-        .cloned()
-        .collect();
-    for r in rows.iter_mut().filter(|r| r.dut == "sluice") {
-        let distance = |t: &Row| match (r.core_to_core_ns, t.core_to_core_ns) {
-            (Some(a), Some(b)) if a > 0.0 && b > 0.0 => (a / b).ln().abs(),
-            _ => 0.0,
-        };
-        let Some(t) = references.iter().min_by(|a, b| {
-            distance(a).total_cmp(&distance(b)).then(
-                a.cycles_per_packet
-                    .unwrap()
-                    .total_cmp(&b.cycles_per_packet.unwrap()),
-            )
-        }) else {
-            break;
-        };
-        if let (Some(c), Some(tc)) = (r.cycles_per_packet, t.cycles_per_packet) {
-            r.ratio_to_testpmd = Some(c / tc);
-            r.reference_cycles = Some(tc);
-        }
-        let added = |mine: Option<u64>, theirs: Option<u64>| {
-            Some((mine? / r.dut_passes) as i64 - theirs? as i64)
-        };
-        r.added_p50_ns = added(r.probe_p50_ns, t.probe_p50_ns);
-        r.added_p99_ns = added(r.probe_p99_ns, t.probe_p99_ns);
-    }
+    compare_with_reference(&mut rows);
     let md = markdown(&o, &rows, duration, &load_before, started.elapsed());
     println!("\n{md}");
     if let Some(path) = &o.out {
@@ -523,6 +546,93 @@ pub fn main(o: Opts) -> i32 {
         0
     } else {
         1
+    }
+}
+
+/// The median of `values` (the mean of the two middle ones for an even count).
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// Median and range of a set of figures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Spread {
+    count: usize,
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Option<Spread> {
+        Some(Spread {
+            count: values.len(),
+            median: median(values)?,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// A testpmd 5tswap row that can serve as the reference.
+fn is_reference(r: &Row) -> bool {
+    r.name == REFERENCE && r.ok && r.cycles_per_packet.is_some()
+}
+
+/// Fills in each Sluice row's comparison with testpmd 5tswap (`rows` in run order):
+/// the ratio to the median of all the run's testpmd 5tswap rows with its range over
+/// them, the ratio to the testpmd runs right before and after it (its brackets), and
+/// the latency added per pass over the median testpmd round trip. No testpmd row is
+/// picked by any other figure of its own (c2c, lowest or highest): on this VM every
+/// figure moves by up to 2x from minute to minute, and any choice would flatter or
+/// punish Sluice at random.
+fn compare_with_reference(rows: &mut [Row]) {
+    let refs: Vec<&Row> = rows.iter().filter(|r| is_reference(r)).collect();
+    let cycles: Vec<f64> = refs.iter().filter_map(|r| r.cycles_per_packet).collect();
+    let spread = Spread::of(&cycles);
+    let probe = |f: fn(&Row) -> Option<u64>| {
+        let v: Vec<f64> = refs.iter().filter_map(|r| f(r)).map(|n| n as f64).collect();
+        median(&v).map(|m| m.round() as i64)
+    };
+    let probe_p50 = probe(|r| r.probe_p50_ns);
+    let probe_p99 = probe(|r| r.probe_p99_ns);
+    let bracket = |r: Option<&Row>| r.filter(|r| is_reference(r))?.cycles_per_packet;
+    for i in 0..rows.len() {
+        if rows[i].dut != "sluice" {
+            continue;
+        }
+        let before = bracket(i.checked_sub(1).and_then(|b| rows.get(b)));
+        let after = bracket(rows.get(i + 1));
+        let r = &mut rows[i];
+        r.bracket_before_cycles = before;
+        r.bracket_after_cycles = after;
+        let brackets: Vec<f64> = before.into_iter().chain(after).collect();
+        if let Some(s) = spread {
+            r.testpmd_runs = s.count;
+            r.testpmd_median_cycles = Some(s.median);
+            r.testpmd_min_cycles = Some(s.min);
+            r.testpmd_max_cycles = Some(s.max);
+        }
+        if let Some(c) = r.cycles_per_packet {
+            if let Some(s) = spread {
+                r.ratio_to_testpmd = Some(c / s.median);
+                r.ratio_to_testpmd_min = Some(c / s.max);
+                r.ratio_to_testpmd_max = Some(c / s.min);
+            }
+            r.ratio_to_brackets = median(&brackets).map(|b| c / b);
+        }
+        let passes = r.dut_passes.max(1);
+        let added =
+            |mine: Option<u64>, theirs: Option<i64>| Some((mine? / passes) as i64 - theirs?);
+        r.added_p50_ns = added(r.probe_p50_ns, probe_p50);
+        r.added_p99_ns = added(r.probe_p99_ns, probe_p99);
     }
 }
 
@@ -1591,6 +1701,35 @@ fn signed_us(ns: Option<i64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// The paragraph above the table: what every Sluice row is compared with.
+fn reference_summary(rows: &[Row], bracketed: bool) -> String {
+    let cycles: Vec<f64> = rows
+        .iter()
+        .filter(|r| is_reference(r))
+        .filter_map(|r| r.cycles_per_packet)
+        .collect();
+    let Some(s) = Spread::of(&cycles) else {
+        return format!("Reference: no {REFERENCE} row succeeded in this run, so no ratios.");
+    };
+    let list: Vec<String> = cycles.iter().map(|c| format!("{c:.1}")).collect();
+    format!(
+        "Reference: {REFERENCE} ran {} times{} (in run order: {} cycles/packet): median {:.1}, range {:.1}-{:.1} (the slowest {:.2}x \
+         the fastest). *x testpmd 5tswap* divides each Sluice row by that median; its range \
+         divides by the slowest and by the fastest.",
+        s.count,
+        if bracketed {
+            ", before and after every Sluice scenario"
+        } else {
+            " (--no-brackets: where the scenario list put it)"
+        },
+        list.join(", "),
+        s.median,
+        s.min,
+        s.max,
+        s.max / s.min
+    )
+}
+
 fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Duration) -> String {
     let mut t = String::new();
     let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
@@ -1631,13 +1770,14 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
          this run (cycles and ratios), not absolute capacity. 2-worker rows (`-2w`) put both \
          workers on CPU 1: they are oversubscribed functional runs, kept for larger machines.\n"
     );
+    let _ = writeln!(t, "{}\n", reference_summary(rows, o.brackets));
     let _ = writeln!(
         t,
-        "| scenario | DUT cycles/pkt | x testpmd 5tswap | DUT Mpps | gen Mpps | busy % DUT/gen | new sess/s per worker | conns/s (gen) | bytes/session | RTT p50/p99 us (loaded) | RTT p50/p99 us (1 in flight) | added per pass p50/p99 us | CPU stolen % DUT/gen | c2c ns | DUT drops | lost | result |"
+        "| scenario | DUT cycles/pkt | x testpmd 5tswap median (range) | x brackets | DUT Mpps | gen Mpps | busy % DUT/gen | new sess/s per worker | conns/s (gen) | bytes/session | RTT p50/p99 us (loaded) | RTT p50/p99 us (1 in flight) | added per pass p50/p99 us | CPU stolen % DUT/gen | c2c ns | DUT drops | lost | result |"
     );
     let _ = writeln!(
         t,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for r in rows {
         let result = if r.ok && r.stolen() > o.max_stolen {
@@ -1653,7 +1793,7 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
         };
         let _ = writeln!(
             t,
-            "| {}{} | {} | {} | {} | {:.3} | {}/{:.0} | {} | {:.0} | {} | {}/{} | {}/{} | {}/{} | {}/{} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {} | {} | {:.3} | {}/{:.0} | {} | {:.0} | {} | {}/{} | {}/{} | {}/{} | {}/{} | {} | {} | {} | {} |",
             r.name,
             if r.oversubscribed {
                 " (oversubscribed)"
@@ -1661,7 +1801,11 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
                 ""
             },
             fmt_opt(r.cycles_per_packet, 1),
-            fmt_opt(r.ratio_to_testpmd, 2),
+            match (r.ratio_to_testpmd, r.ratio_to_testpmd_min, r.ratio_to_testpmd_max) {
+                (Some(m), Some(lo), Some(hi)) => format!("{m:.2} ({lo:.2}-{hi:.2})"),
+                _ => "-".into(),
+            },
+            fmt_opt(r.ratio_to_brackets, 2),
             fmt_opt(r.dut_mpps, 3),
             r.gen_mpps,
             fmt_opt(r.dut_busy_percent, 0),
@@ -1690,9 +1834,12 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
          packets, so empty polls are excluded) over the packets they received, with the \
          counters zeroed at the start of the measure window; includes memif RX/TX. \
          testpmd: its `--record-core-cycles` figure (CPU cycles/packet) over its whole run.\n\
-         - *x testpmd 5tswap*: the Sluice row's cycles/packet over testpmd 5tswap's in this run \
-         (same generator, frame size and wiring); with several testpmd 5tswap rows, the one \
-         measured under the most similar *c2c* (below), the lower on a tie.\n\
+         - *x testpmd 5tswap median (range)*: the Sluice row's cycles/packet over the median \
+         of every testpmd 5tswap row of this run (same generator, frame size and wiring); in \
+         brackets the same over the slowest and over the fastest testpmd 5tswap row: how far \
+         the ratio moves with the choice of reference.\n\
+         - *x brackets*: the Sluice row's cycles/packet over the mean of the testpmd 5tswap \
+         runs right before and right after it.\n\
          - *DUT Mpps*: packets the DUT's workers received per second of the window; *gen Mpps*: \
          packets the generator received back.\n\
          - *busy % DUT/gen*: the DUT's busy cycles over the window's TSC cycles (Sluice: \
@@ -1710,9 +1857,9 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
          *loaded*: with the window in flight (mostly queueing); *1 in flight*: a separate \
          probe with one packet in flight.\n\
          - *added per pass*: the 1-in-flight round trip divided by the passes through the \
-         DUT, minus the 1-in-flight round trip of the same testpmd 5tswap row the ratio \
-         uses: the latency one pass through Sluice adds over one through testpmd on the \
-         same wiring.\n\
+         DUT, minus the median 1-in-flight round trip of the testpmd 5tswap rows: the \
+         latency one pass through Sluice adds over one through testpmd on the same \
+         wiring.\n\
          - *CPU stolen %*: time the DUT's and the generator's polling threads were runnable \
          but waited for their CPU (another process ran there) during the window, as a share \
          of the window (`/proc/PID/task/TID/schedstat`). Above a few percent the row's cycles \
@@ -1721,7 +1868,8 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
          before the scenario (median of five). memif moves every packet's ring slots and \
          buffers between the two CPUs; on this VM the figure moves between about 70 and \
          several hundred ns from minute to minute (the hypervisor's vCPU placement), and \
-         cycles per packet and round trips move with it: compare rows with similar values.\n\
+         cycles per packet and round trips move with it. Informative only: no reference is \
+         chosen by it.\n\
          - *DUT drops*: Sluice's drop counters summed over the window; *lost*: generator \
          tokens that got no answer within the loss timeout (their packet was dropped \
          somewhere) and were replaced."
@@ -1821,9 +1969,14 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
                 } else {
                     String::new()
                 },
-                r.reference_cycles
-                    .map(|c| format!("; testpmd reference {c:.1} cycles/packet"))
-                    .unwrap_or_default()
+                match (r.bracket_before_cycles, r.bracket_after_cycles) {
+                    (None, None) => String::new(),
+                    (b, a) => format!(
+                        "; testpmd 5tswap right before / after it {} / {} cycles/packet",
+                        fmt_opt(b, 1),
+                        fmt_opt(a, 1)
+                    ),
+                }
             );
         }
         if let Some(e) = &r.error {
@@ -1925,5 +2078,251 @@ mod tests {
             sluice::config::Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn names(scenarios: &[Scenario]) -> Vec<&str> {
+        scenarios.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    fn bracketed(list: &[&str]) -> Vec<String> {
+        let scenarios = list.iter().map(|n| Scenario::parse(n).unwrap()).collect();
+        with_brackets(scenarios)
+            .into_iter()
+            .map(|s| s.name)
+            .collect()
+    }
+
+    #[test]
+    fn testpmd_runs_right_before_and_after_every_sluice_scenario() {
+        let quick = bracketed(&quick_set());
+        assert_eq!(
+            quick,
+            [
+                "testpmd-macswap",
+                "testpmd-5tswap",
+                "nat-1k-established",
+                "testpmd-5tswap",
+                "fullnat-1k-established",
+                "testpmd-5tswap",
+                "dr-1k-established",
+                "testpmd-5tswap",
+                "nat-1m-established",
+                "testpmd-5tswap",
+                "fullnat-1m-established",
+                "testpmd-5tswap",
+                "nat-1k-connections",
+                "testpmd-5tswap",
+                "fullnat-1k-mixed",
+                "testpmd-5tswap",
+            ]
+        );
+        // Every set: each Sluice scenario between two references, N + 1 of them, and
+        // the scenarios themselves in their order.
+        let full: Vec<Scenario> = full_set()
+            .iter()
+            .map(|n| Scenario::parse(n).unwrap())
+            .collect();
+        let sluice = full.iter().filter(|s| s.is_sluice()).count();
+        let run = with_brackets(full.clone());
+        for (i, sc) in run.iter().enumerate().filter(|(_, s)| s.is_sluice()) {
+            assert_eq!(run[i - 1].name, REFERENCE, "before {}", sc.name);
+            assert_eq!(run[i + 1].name, REFERENCE, "after {}", sc.name);
+        }
+        let references = run.iter().filter(|s| s.name == REFERENCE).count();
+        assert_eq!(references, sluice + 1);
+        let rest: Vec<&str> = names(&run)
+            .into_iter()
+            .filter(|n| *n != REFERENCE)
+            .collect();
+        assert_eq!(rest, names(&full));
+        // A reference already in the list is used where it stands.
+        assert_eq!(
+            bracketed(&[
+                "testpmd-5tswap",
+                "nat-1k-established",
+                "testpmd-5tswap",
+                "dr-1k-established"
+            ]),
+            [
+                "testpmd-5tswap",
+                "nat-1k-established",
+                "testpmd-5tswap",
+                "dr-1k-established",
+                "testpmd-5tswap"
+            ]
+        );
+        // Another testpmd run between two Sluice scenarios is not a bracket.
+        assert_eq!(
+            bracketed(&["nat-1k-established", "testpmd-macswap", "dr-1k-established"]),
+            [
+                "testpmd-5tswap",
+                "nat-1k-established",
+                "testpmd-5tswap",
+                "testpmd-macswap",
+                "testpmd-5tswap",
+                "dr-1k-established",
+                "testpmd-5tswap"
+            ]
+        );
+        // Nothing to compare: nothing added.
+        assert_eq!(bracketed(&["testpmd-macswap"]), ["testpmd-macswap"]);
+        assert!(bracketed(&[]).is_empty());
+    }
+
+    #[test]
+    fn median_and_spread() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[7.0]), Some(7.0));
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(Spread::of(&[]), None);
+        assert_eq!(
+            Spread::of(&[281.1, 245.7, 250.0]),
+            Some(Spread {
+                count: 3,
+                median: 250.0,
+                min: 245.7,
+                max: 281.1
+            })
+        );
+    }
+
+    fn row(name: &str, cycles: f64, probe_p50: u64, probe_p99: u64) -> Row {
+        let sc = Scenario::parse(name).unwrap();
+        Row {
+            name: name.into(),
+            dut: if sc.is_sluice() { "sluice" } else { "testpmd" }.into(),
+            ok: true,
+            cycles_per_packet: Some(cycles),
+            probe_p50_ns: Some(probe_p50),
+            probe_p99_ns: Some(probe_p99),
+            dut_passes: match sc.dut {
+                Dut::Sluice {
+                    mode: Mode::Nat | Mode::FullNat,
+                    ..
+                } => 2,
+                _ => 1,
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A run in order: testpmd 200, NAT 500, testpmd 300, DR 450, testpmd that
+    /// failed, macswap, testpmd 260. The c2c figures would have paired NAT with the
+    /// 200-cycle row under the former closest-c2c rule; they change nothing now.
+    fn a_run() -> Vec<Row> {
+        let mut failed = row("testpmd-5tswap", 10.0, 1, 1);
+        failed.ok = false;
+        let mut rows = vec![
+            row("testpmd-5tswap", 200.0, 1000, 1500),
+            row("nat-1k-established", 500.0, 3000, 4000),
+            row("testpmd-5tswap", 300.0, 2000, 2500),
+            row("dr-1k-established", 450.0, 1600, 2000),
+            failed,
+            row("testpmd-macswap", 100.0, 500, 500),
+            row("testpmd-5tswap", 260.0, 1200, 1400),
+        ];
+        for (r, c2c) in rows
+            .iter_mut()
+            .zip([70.0, 70.0, 300.0, 300.0, 90.0, 90.0, 200.0])
+        {
+            r.core_to_core_ns = Some(c2c);
+        }
+        rows
+    }
+
+    #[test]
+    fn each_sluice_row_is_compared_with_the_median_of_every_testpmd_row() {
+        let mut rows = a_run();
+        compare_with_reference(&mut rows);
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        let (nat, dr) = (&rows[1], &rows[3]);
+        for r in [nat, dr] {
+            // The failed testpmd row and macswap are not references.
+            assert_eq!(r.testpmd_runs, 3, "{}", r.name);
+            assert_eq!(r.testpmd_median_cycles, Some(260.0));
+            assert_eq!(r.testpmd_min_cycles, Some(200.0));
+            assert_eq!(r.testpmd_max_cycles, Some(300.0));
+        }
+        assert!(close(nat.ratio_to_testpmd, 500.0 / 260.0));
+        assert!(close(nat.ratio_to_testpmd_min, 500.0 / 300.0));
+        assert!(close(nat.ratio_to_testpmd_max, 500.0 / 200.0));
+        assert_eq!(
+            (nat.bracket_before_cycles, nat.bracket_after_cycles),
+            (Some(200.0), Some(300.0))
+        );
+        assert!(close(nat.ratio_to_brackets, 2.0));
+        assert!(close(dr.ratio_to_testpmd, 450.0 / 260.0));
+        assert!(close(dr.ratio_to_testpmd_min, 1.5));
+        assert!(close(dr.ratio_to_testpmd_max, 2.25));
+        // Its second bracket failed: the one before it alone.
+        assert_eq!(
+            (dr.bracket_before_cycles, dr.bracket_after_cycles),
+            (Some(300.0), None)
+        );
+        assert!(close(dr.ratio_to_brackets, 1.5));
+        // Added per pass: probe / passes minus the median testpmd probe (1200 / 1500).
+        assert_eq!((nat.added_p50_ns, nat.added_p99_ns), (Some(300), Some(500)));
+        assert_eq!((dr.added_p50_ns, dr.added_p99_ns), (Some(400), Some(500)));
+        for r in rows.iter().filter(|r| r.dut != "sluice") {
+            assert_eq!(r.ratio_to_testpmd, None, "{}", r.name);
+            assert_eq!(r.ratio_to_brackets, None, "{}", r.name);
+        }
+    }
+
+    #[test]
+    fn without_a_testpmd_row_there_is_no_ratio() {
+        let mut rows = vec![
+            row("nat-1k-established", 500.0, 3000, 4000),
+            row("testpmd-macswap", 100.0, 500, 500),
+        ];
+        compare_with_reference(&mut rows);
+        let nat = &rows[0];
+        assert_eq!(nat.testpmd_runs, 0);
+        assert_eq!(
+            (
+                nat.ratio_to_testpmd,
+                nat.ratio_to_brackets,
+                nat.added_p50_ns
+            ),
+            (None, None, None)
+        );
+        assert!(reference_summary(&rows, true).contains("so no ratios"));
+    }
+
+    #[test]
+    fn the_table_and_the_json_carry_the_reference() {
+        let mut rows = a_run();
+        compare_with_reference(&mut rows);
+        let summary = reference_summary(&rows, true);
+        assert!(
+            summary.contains(
+                "ran 3 times, before and after every Sluice scenario (in run order: \
+                 200.0, 300.0, 260.0 cycles/packet): median 260.0, range 200.0-300.0 \
+                 (the slowest 1.50x the fastest)"
+            ),
+            "{summary}"
+        );
+        let md = markdown(&parse(&[]).unwrap(), &rows, 5.0, "0 0 0", Duration::ZERO);
+        assert!(md.contains(&summary), "{md}");
+        assert!(
+            md.contains("| nat-1k-established | 500.0 | 1.92 (1.67-2.50) | 2.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| dr-1k-established | 450.0 | 1.73 (1.50-2.25) | 1.50 |"),
+            "{md}"
+        );
+        assert!(md.contains("| testpmd-5tswap | 200.0 | - | - |"), "{md}");
+        assert!(
+            md.contains("testpmd 5tswap right before / after it 300.0 / - cycles/packet"),
+            "{md}"
+        );
+        let json = serde_json::to_value(&rows).unwrap();
+        assert_eq!(json[1]["testpmd_median_cycles"], 260.0);
+        assert_eq!(json[1]["testpmd_runs"], 3);
+        assert_eq!(json[1]["bracket_before_cycles"], 200.0);
+        assert_eq!(json[3]["bracket_after_cycles"], serde_json::Value::Null);
+        assert_eq!(json[1]["ratio_to_brackets"], 2.0);
     }
 }

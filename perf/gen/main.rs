@@ -21,7 +21,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   sluice-gen bench [--quick | --full] [--scenarios LIST] [--duration SECS]
                    [--out FILE] [--json FILE] [--validate] [--window K]
-                   [--frame-size BYTES] [--gen-mode MODE] [--verbose]
+                   [--frame-size BYTES] [--gen-mode MODE] [--no-brackets] [--verbose]
   sluice-gen run --socket NAME --mode MODE [options]
   sluice-gen list                  (the scenario names and sets)
   sluice-gen c2c                   (CPU 0 <-> CPU 1 cache-line round trip, 5 times)
@@ -31,7 +31,13 @@ bench (the orchestrator; needs root, the release binaries and dpdk-testpmd):
   --full               every scenario: dr/nat/fullnat x 1k/1m/10m x established/
                        connections/mixed, testpmd, and the 2-worker variants
   --scenarios LIST     comma-separated scenario names (see `sluice-gen list`)
-  --duration SECS      measure window per scenario (default 5 quick, 10 full)
+                       testpmd-5tswap (the reference) runs right before and right
+                       after every Sluice scenario (N Sluice scenarios: N + 1 runs);
+                       each Sluice row is reported over the median of all of them,
+                       with the range over them and the ratio to its two brackets
+  --no-brackets        run the scenarios as listed, no testpmd-5tswap added
+  --duration SECS      measure window per scenario, testpmd's included
+                       (default 5 quick, 10 full)
   --out FILE           write the markdown results there (default: print only)
   --json FILE          write the per-scenario figures as JSON there
   --validate           full validation: every packet's checksums, not every 64th
