@@ -893,7 +893,7 @@ impl Forwarder {
         }
         let c = &self.real_servers[rs.id as usize];
         RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
-        tell_load(&self.load_view, &mut self.schedulers, rs.id);
+        self.load_changed(rs.id);
         Some(Event::SyncInstalled)
     }
 

@@ -118,16 +118,9 @@ mod tests {
         let mut found = 0;
         for case in 0..300 {
             let mut rng = crate::model::rng::Rng::new(0xf0_0000 + case);
-            let n = 1 + rng.below(50) as usize;
-            let max_weight = [2, 5, 100, crate::model::MAX_WEIGHT][rng.below(4) as usize];
-            let weight = |rng: &mut crate::model::rng::Rng| {
-                if rng.below(4) == 0 {
-                    0
-                } else {
-                    1 + rng.below(u64::from(max_weight)) as u32
-                }
-            };
-            let weights: Vec<u32> = (0..n).map(|_| weight(&mut rng)).collect();
+            let (max_weight, weights) = random_pool(&mut rng);
+            let n = weights.len();
+            let weight = |rng: &mut crate::model::rng::Rng| random_weight(rng, max_weight);
             let mut servers = servers(&weights);
             let mut fo = WeightedFailover::new(&servers);
             for step in 0..500 {

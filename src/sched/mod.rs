@@ -274,6 +274,27 @@ pub(crate) mod test_support {
             .collect()
     }
 
+    /// A random pool for the property tests: 1 to 50 servers, weights up to 2, 5, 100
+    /// or the maximum (chosen per pool, so ties are common in some), a quarter of them
+    /// 0 (draining). Returns the pool's weight bound and the weights.
+    pub fn random_pool(rng: &mut crate::model::rng::Rng) -> (u32, Vec<u32>) {
+        let n = 1 + rng.below(50) as usize;
+        let max_weight = [2, 5, 100, crate::model::MAX_WEIGHT][rng.below(4) as usize];
+        (
+            max_weight,
+            (0..n).map(|_| random_weight(rng, max_weight)).collect(),
+        )
+    }
+
+    /// A weight for [`random_pool`]'s pools: 0 one time in four, else 1..=max_weight.
+    pub fn random_weight(rng: &mut crate::model::rng::Rng, max_weight: u32) -> u32 {
+        if rng.below(4) == 0 {
+            0
+        } else {
+            1 + rng.below(u64::from(max_weight)) as u32
+        }
+    }
+
     pub fn ctx() -> PickContext<'static> {
         PickContext::new(Ipv4Addr::new(198, 18, 0, 100), 40000, &[])
     }
@@ -366,16 +387,9 @@ pub(crate) mod test_support {
         let mut found = 0;
         for case in 0..cases {
             let mut rng = crate::model::rng::Rng::new(0x5c4e_d000 + case);
-            let n = 1 + rng.below(50) as usize;
-            let max_weight = [2, 5, 100, crate::model::MAX_WEIGHT][rng.below(4) as usize];
-            let weight = |rng: &mut crate::model::rng::Rng| {
-                if rng.below(4) == 0 {
-                    0
-                } else {
-                    1 + rng.below(u64::from(max_weight)) as u32
-                }
-            };
-            let weights: Vec<u32> = (0..n).map(|_| weight(&mut rng)).collect();
+            let (max_weight, weights) = random_pool(&mut rng);
+            let n = weights.len();
+            let weight = |rng: &mut crate::model::rng::Rng| random_weight(rng, max_weight);
             let mut pool = servers(&weights);
             let mut scheduler = build(kind, &pool);
             assert!(scheduler.tracks_loads(), "{kind}");
