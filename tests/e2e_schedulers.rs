@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 const APPLIANCE: &str = "198.18.0.1";
 const CLIENT: &str = "198.18.2.100/24";
@@ -234,6 +235,140 @@ fn weight_zero_drains_new_sessions_and_keeps_established_ones() {
     assert!(
         landed.contains(&pinned),
         "{pinned} not back in rotation: {landed:?}"
+    );
+    daemon.stop_clean();
+}
+
+/// Connection thresholds with fo, end to end: the heavier server has `-x 5`; 20
+/// long-lived connections open at once. fo alone would send all 20 to it; with the
+/// threshold it takes 5 and the other server the rest, and `-Ln --thresholds` marks
+/// it overloaded while they last.
+#[test]
+fn an_upper_threshold_caps_a_server_and_fo_moves_on() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const ECHO_PORT: u16 = 7000;
+    const LONG: usize = 20;
+    let mut lab = AppLab::new(2);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    let echo = format!("0.0.0.0:{ECHO_PORT}");
+    lab.start_servers_listening(&[("--echo", &echo)]);
+    let rips: Vec<String> = (1..=2).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let servers: Vec<(&str, u16, u32, &str)> = vec![
+        (rips[0].as_str(), ECHO_PORT, 2, "nat"),
+        (rips[1].as_str(), ECHO_PORT, 1, "nat"),
+    ];
+    let toml = service_section("tcp", VIP, 80, "fo", &[], &servers);
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    lab.prewarm(&daemon, GATEWAY);
+    let capped = format!("{}:{ECHO_PORT}", rips[0]);
+    let edit = daemon.ctl(&[
+        "-e",
+        "-t",
+        &format!("{VIP}:80"),
+        "-r",
+        &capped,
+        "-m",
+        "-w",
+        "2",
+        "-x",
+        "5",
+    ]);
+    assert!(edit.success(), "{}", edit.describe());
+
+    let out = lab.dir.path().join("stream.json");
+    let ready = lab.dir.path().join("stream.ready");
+    let stop = lab.dir.path().join("stream.stop");
+    let (apps, long_s) = (AppLab::apps(), LONG.to_string());
+    let (out_s, ready_s, stop_s) = (
+        out.to_string_lossy().into_owned(),
+        ready.to_string_lossy().into_owned(),
+        stop.to_string_lossy().into_owned(),
+    );
+    let mut client = BackgroundProcess::spawn(
+        Some(lab.bed.client_ns()),
+        &[
+            PYTHON,
+            &apps,
+            "stream",
+            VIP,
+            "80",
+            "--long",
+            &long_s,
+            "--interval-ms",
+            "200",
+            "--new-per-s",
+            "0",
+            "--duration",
+            "20",
+            "--timeout",
+            "5",
+            "--out",
+            &out_s,
+            "--ready",
+            &ready_s,
+            "--stop",
+            &stop_s,
+        ],
+    );
+    client.wait_until(Duration::from_secs(15), "long connections open", || {
+        ready.exists()
+    });
+    let listing = daemon.ctl(&["-L", "-n", "--thresholds"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&daemon.ctl(&["-L", "-n", "--json"]).stdout).unwrap();
+    std::fs::write(&stop, b"").unwrap();
+    client.wait_until(Duration::from_secs(15), "stream client done", || {
+        out.exists()
+    });
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let mut per_server: BTreeMap<String, usize> = BTreeMap::new();
+    for long in report["long"].as_array().unwrap() {
+        assert!(long["failures"].as_array().unwrap().is_empty(), "{long}");
+        *per_server
+            .entry(long["server"].as_str().unwrap_or("none").to_string())
+            .or_default() += 1;
+    }
+    eprintln!(
+        "20 long connections with -x 5 on rs1 (fo, weights 2:1): {per_server:?}\n{listing:?}"
+    );
+    let on = |name: &str| per_server.get(name).copied().unwrap_or(0);
+    assert!(
+        (1..=5).contains(&on("rs1")) && on("rs1") + on("rs2") == LONG,
+        "rs1 must take at most 5 and rs2 the rest: {per_server:?}"
+    );
+    let capped_line = listing
+        .stdout
+        .lines()
+        .find(|l| l.contains(&capped))
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        capped_line.split_whitespace().collect::<Vec<_>>(),
+        [
+            "->",
+            capped.as_str(),
+            "5",
+            "0",
+            &on("rs1").to_string(),
+            "0",
+            "overloaded"
+        ],
+        "{}",
+        listing.stdout
+    );
+    let rs = real_server(&json, "tcp", VIP, 80, &rips[0]);
+    assert_eq!(rs["overloaded"], serde_json::Value::Bool(true), "{rs}");
+    let other = real_server(&json, "tcp", VIP, 80, &rips[1]);
+    assert_eq!(
+        other["overloaded"],
+        serde_json::Value::Bool(false),
+        "{other}"
     );
     daemon.stop_clean();
 }

@@ -7,8 +7,8 @@ use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::render::{
     render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
-    render_services, render_skew, render_status, render_sync, render_timeouts, render_vrrp,
-    render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_services, render_skew, render_status, render_sync, render_thresholds, render_timeouts,
+    render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
@@ -230,6 +230,7 @@ impl Command {
                 ipvsadm::Output::List { stats } => Ok(render_services(&parse(result)?, stats)),
                 ipvsadm::Output::Timeouts => Ok(render_timeouts(&parse(result)?)),
                 ipvsadm::Output::Rates => Ok(render_rates(&parse(result)?)),
+                ipvsadm::Output::Thresholds => Ok(render_thresholds(&parse(result)?)),
                 ipvsadm::Output::Save => Ok(render_save(&parse(result)?)),
                 ipvsadm::Output::Connections => Ok(render_connections(&parse(result)?)),
                 ipvsadm::Output::Quiet | ipvsadm::Output::Restore { .. } => Ok(String::new()),

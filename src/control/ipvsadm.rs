@@ -23,6 +23,10 @@ pub enum Output {
     /// `-L --rate`: connections, packets and bytes per second
     /// ([`render_rates`](crate::control::render::render_rates)).
     Rates,
+    /// `-L --thresholds`: each real server's upper and lower connection thresholds
+    /// and its connections
+    /// ([`render_thresholds`](crate::control::render::render_thresholds)).
+    Thresholds,
     /// `-S`: the services as ipvsadm-save lines
     /// ([`render_save`](crate::control::render::render_save)).
     Save,
@@ -131,6 +135,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut sched_flags: Option<SchedFlags> = None;
     let mut show_timeouts = false;
     let mut rate = false;
+    let mut thresholds = false;
     let mut set_values: Option<[u32; 3]> = None;
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
@@ -237,6 +242,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "-n" | "--numeric" | "--exact" => {}
             "--stats" => stats = true,
             "--rate" => rate = true,
+            "--thresholds" => thresholds = true,
             "-c" | "--connection" => connections = true,
             other => return Err(format!("unknown or unsupported option \"{other}\"")),
         }
@@ -251,6 +257,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
     if rate && (verb != Verb::List || stats || connections) {
         return Err("option --rate only applies to -L/--list, without --stats or -c".into());
+    }
+    if thresholds && (verb != Verb::List || stats || rate || connections) {
+        return Err(
+            "option --thresholds only applies to -L/--list, without --stats, --rate or -c".into(),
+        );
     }
     if show_timeouts && verb != Verb::List {
         return Err("option --timeout only applies to -L/--list".into());
@@ -300,6 +311,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let (request, output) = match verb {
         Verb::List if show_timeouts => (Request::GetTimeouts, Output::Timeouts),
         Verb::List if rate => (Request::ListServices, Output::Rates),
+        Verb::List if thresholds => (Request::ListServices, Output::Thresholds),
         Verb::List if connections => (Request::ListConnections { max: None }, Output::Connections),
         Verb::Zero => (Request::ZeroCounters, Output::Quiet),
         Verb::Save => (Request::ListServices, Output::Save),
@@ -420,6 +432,7 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "--timeout" => "timeout",
         "--stats" => "stats",
         "--rate" => "rate",
+        "--thresholds" => "thresholds",
         "--replace" => "replace",
         "-z" | "--laddr" => "laddr",
         "-F" | "--ifname" => "ifname",
@@ -596,6 +609,17 @@ mod tests {
             p("-L -n --stats").unwrap().output,
             Output::List { stats: true }
         );
+        assert_eq!(p("-Ln --thresholds").unwrap().output, Output::Thresholds);
+        for bad in [
+            "-Ln --thresholds --stats",
+            "-Ln --thresholds --rate",
+            "-Lnc --thresholds",
+        ] {
+            assert!(
+                p(bad).unwrap_err().contains("--thresholds only applies"),
+                "{bad}"
+            );
+        }
         assert!(is_command("-Ln") && is_command("-a") && is_command("--list"));
         assert!(!is_command("status") && !is_command("--json"));
         assert!(is_command("-S") && is_command("-Z") && is_command("-R") && is_command("--set"));

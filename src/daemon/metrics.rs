@@ -234,7 +234,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     .sample("sluice_snapshot_adoption_late_total", &[], a.late);
 
     type RsGetter = fn(&crate::control::report::RealServerStatus) -> u64;
-    let rs_metrics: [(&str, &str, &str, RsGetter); 12] = [
+    let rs_metrics: [(&str, &str, &str, RsGetter); 13] = [
         (
             "sluice_rs_connections_total",
             "counter",
@@ -306,6 +306,12 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
             "counter",
             "Times health checking evicted the real server.",
             |r| r.evictions,
+        ),
+        (
+            "sluice_rs_overloaded",
+            "gauge",
+            "1 while the upper connection threshold (-x) keeps the real server from new connections.",
+            |r| u64::from(r.overloaded),
         ),
     ];
     for (name, kind, help, get) in rs_metrics {

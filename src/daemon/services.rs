@@ -728,6 +728,7 @@ impl Services {
                                 out_bps: rate.out_bps.round() as u64,
                                 evicted: self.health.evicted.contains(&r.id),
                                 evictions: self.evictions.get(&r.id).copied().unwrap_or(0),
+                                overloaded: t.overloaded,
                             }
                         })
                         .collect(),

@@ -23,6 +23,7 @@ use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
 use crate::dataplane::neighbour::NeighbourTable;
+use crate::dataplane::overload::Overload;
 use crate::dataplane::query::{ConnectionEntry, PoolEntry, Query};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
@@ -115,6 +116,8 @@ pub struct Forwarder {
     loads: Vec<ServerLoad>,
     /// Real-server loads over all workers, or of this worker only.
     load_view: LoadView,
+    /// Which real servers their connection thresholds keep from new connections.
+    overload: Overload,
     timeouts: TickTimeouts,
     tsc_per_tick: u64,
     now_tick: u32,
@@ -387,6 +390,7 @@ impl Forwarder {
             loads: Vec::new(),
             load_view: load_view
                 .unwrap_or_else(|| LoadView::new(vec![real_servers.clone()], 0, tsc_hz)),
+            overload: Overload::default(),
             timeouts,
             tsc_per_tick,
             now_tick: 0,
@@ -457,6 +461,7 @@ impl Forwarder {
             now_tick,
             load_view,
             schedulers,
+            overload,
             ..
         } = self;
         let mut expired = 0;
@@ -467,7 +472,7 @@ impl Forwarder {
                 real_servers[s.real as usize].count_passive(Passive::Unanswered);
             }
             forget(pools, real_servers, s, now_ms);
-            tell_load(load_view, schedulers, s.real);
+            tell_load(load_view, schedulers, overload, real_servers, s.real);
         });
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
@@ -581,8 +586,12 @@ impl Forwarder {
         self.loads.reserve(widest);
         self.load_view
             .reset(snap.services().iter().map(|s| s.real_servers.as_slice()));
+        self.overload.reset(
+            snap.services().iter().map(|s| s.real_servers.as_slice()),
+            &self.real_servers,
+        );
         for (i, (s, scheduler)) in snap.services().iter().zip(&self.schedulers).enumerate() {
-            if scheduler.tracks_loads() {
+            if scheduler.tracks_loads() || self.overload.has_thresholds(i) {
                 self.load_view.track(i, &s.real_servers);
             }
         }
@@ -930,13 +939,22 @@ fn forget(
     );
 }
 
-/// Tells the scheduler that tracks real server `id`'s loads, if any, the server's new
-/// load after one of this worker's counts of it changed: O(log n) in the scheduler.
+/// Tells real server `id`'s new load, after one of this worker's counts of it
+/// changed, to the scheduler that tracks its loads (O(log n) there) and to its
+/// connection thresholds, if its service has any of either.
 #[inline]
-fn tell_load(load_view: &LoadView, schedulers: &mut [Box<dyn Scheduler>], id: u32) {
+fn tell_load(
+    load_view: &LoadView,
+    schedulers: &mut [Box<dyn Scheduler>],
+    overload: &mut Overload,
+    own: &[RealServerCounters],
+    id: u32,
+) {
     if let Some((service, position)) = load_view.tracked_position(id) {
         if let Some(scheduler) = schedulers.get_mut(service) {
-            scheduler.set_load(position, load_view.load(service, position, id));
+            let load = load_view.load(service, position, id);
+            scheduler.set_load(position, load);
+            overload.apply(service, position, load, &mut **scheduler, own);
         }
     }
 }
@@ -945,7 +963,13 @@ impl Forwarder {
     /// [`tell_load`] for real server `id`.
     #[inline]
     fn load_changed(&mut self, id: u32) {
-        tell_load(&self.load_view, &mut self.schedulers, id);
+        tell_load(
+            &self.load_view,
+            &mut self.schedulers,
+            &mut self.overload,
+            &self.real_servers,
+            id,
+        );
     }
 }
 

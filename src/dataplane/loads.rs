@@ -14,7 +14,7 @@
 //! count is off by at most about `(W - 1) * r * REFRESH / servers`.
 //!
 //! **Tracked loads.** A scheduler that keeps its own index over loads (lc, wlc, sed,
-//! nq: [`Scheduler::tracks_loads`]) is not handed every server's load at each pick,
+//! nq: [`Scheduler::tracks_loads`](crate::sched::Scheduler::tracks_loads)) is not handed every server's load at each pick,
 //! which would cost O(n) again. The worker tells it instead: each change of one of
 //! its own counts ([`LoadView::tracked_position`] and [`LoadView::load`], O(log n) in
 //! the scheduler), and the other workers' sums when they are re-read, only for the
@@ -22,7 +22,7 @@
 //! the same.
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::model::RealServer;
-use crate::sched::{Scheduler, ServerLoad};
+use crate::sched::ServerLoad;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,15 +110,15 @@ impl LoadView {
 
 impl LoadView {
     /// Service `index` (of the snapshot the view was reset for) has a scheduler that
-    /// tracks loads: its servers' count changes are to be told to it (off the packet
-    /// path, after [`LoadView::reset`]).
+    /// tracks loads, or connection thresholds: its servers' count changes are to be
+    /// told (off the packet path, after [`LoadView::reset`]).
     pub fn track(&mut self, index: usize, servers: &[RealServer]) {
         for (position, rs) in servers.iter().enumerate() {
             self.tracked.insert(rs.id, (index as u32, position as u32));
         }
     }
 
-    /// Where real server `id` sits, when its service's scheduler tracks loads:
+    /// Where real server `id` sits, when its service's loads are tracked:
     /// (service index, position in the service's list).
     #[inline]
     pub fn tracked_position(&self, id: u32) -> Option<(usize, usize)> {
@@ -146,16 +146,17 @@ impl LoadView {
         }
     }
 
-    /// For service `index`, whose scheduler tracks loads: when the other workers'
-    /// counts are due for a re-read at `now_tsc`, re-reads them and tells `scheduler`
-    /// the load of each server whose sum moved; the first time after a reset, tells it
-    /// every server's load. O(1) between re-reads; never allocates.
+    /// For service `index`, whose loads are tracked (its scheduler tracks loads, or
+    /// it has connection thresholds): when the other workers' counts are due for a
+    /// re-read at `now_tsc`, re-reads them and calls `tell` with the position and load
+    /// of each server whose sum moved; the first time after a reset, with every
+    /// server's. O(1) between re-reads; never allocates.
     pub fn refresh_tracked(
         &mut self,
         index: usize,
         servers: &[RealServer],
         now_tsc: u64,
-        scheduler: &mut dyn Scheduler,
+        mut tell: impl FnMut(usize, ServerLoad),
     ) {
         let Some((taken, others)) = self.others.get_mut(index) else {
             return;
@@ -182,7 +183,7 @@ impl LoadView {
             if first || fresh != *sum {
                 *sum = fresh;
                 let mine = load_of(own, rs.id);
-                scheduler.set_load(
+                tell(
                     position,
                     ServerLoad {
                         active: mine.active.wrapping_add(fresh.active),
@@ -313,7 +314,7 @@ mod tests {
                     }
                 }
                 _ => {
-                    tracked_view.refresh_tracked(0, &rs, now, &mut *tracking);
+                    tracked_view.refresh_tracked(0, &rs, now, |p, l| tracking.set_load(p, l));
                     slice_view.loads(0, &rs, now, &mut out);
                     let tracked_ctx = PickContext::new(client, 40000, &[]).with_tracked_loads();
                     let pick = tracking.pick(&rs, &tracked_ctx);

@@ -7,6 +7,7 @@ pub mod loads;
 pub mod local;
 pub mod mesh;
 pub mod neighbour;
+pub mod overload;
 pub mod query;
 pub mod realserver_stats;
 pub mod sync_events;

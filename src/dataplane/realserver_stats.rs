@@ -18,6 +18,10 @@ pub struct PassiveTotals {
 pub const PASSIVE_FIELD_BITS: u32 = 21;
 pub const PASSIVE_FIELD_MASK: u32 = (1 << PASSIVE_FIELD_BITS) - 1;
 
+/// The bit of [`RealServerCounters::passive`] above the three passive fields: this
+/// worker holds the server overloaded (`crate::dataplane::overload`).
+const OVERLOADED_BIT: u64 = 1 << 63;
+
 /// Real-server ids a process can hand out (ids are never reused; see
 /// `service::ServiceTable`). 64 bytes each per worker: 4 MiB per worker.
 pub const MAX_REAL_SERVER_IDS: usize = 65536;
@@ -39,7 +43,9 @@ pub struct RealServerCounters {
     pub inactive: AtomicU64,
     /// Passive health detection, three wrapping 21-bit counts of new TCP connections
     /// in one word (so the entry stays one cache line): answered, unanswered, refused
-    /// by the real server. See [`Passive`].
+    /// by the real server. See [`Passive`]. The top bit says whether this worker
+    /// holds the server overloaded by its connection thresholds
+    /// ([`RealServerCounters::overloaded`]).
     pub passive: AtomicU64,
 }
 
@@ -89,6 +95,25 @@ impl RealServerCounters {
         self.passive.store(bumped, Relaxed);
     }
 
+    /// Marks the server overloaded by its connection thresholds, or not (one writer:
+    /// this worker; the passive fields are kept).
+    #[inline]
+    pub fn set_overloaded(&self, overloaded: bool) {
+        let word = self.passive.load(Relaxed);
+        let marked = if overloaded {
+            word | OVERLOADED_BIT
+        } else {
+            word & !OVERLOADED_BIT
+        };
+        self.passive.store(marked, Relaxed);
+    }
+
+    /// Whether this worker holds the server overloaded.
+    #[inline]
+    pub fn overloaded(&self) -> bool {
+        self.passive.load(Relaxed) & OVERLOADED_BIT != 0
+    }
+
     /// Zeroes the traffic counters; the gauges describe live sessions and stay.
     pub fn zero_traffic(&self) {
         for c in [
@@ -122,6 +147,8 @@ pub struct RealServerTotals {
     pub out_bytes: u64,
     pub active: u64,
     pub inactive: u64,
+    /// Some worker holds the server overloaded by its connection thresholds.
+    pub overloaded: bool,
 }
 
 impl RealServerTotals {
@@ -139,6 +166,7 @@ impl RealServerTotals {
             t.out_packets += c.out_packets.load(Relaxed);
             t.out_bytes += c.out_bytes.load(Relaxed);
             let word = c.passive.load(Relaxed);
+            t.overloaded |= word & OVERLOADED_BIT != 0;
             let mask = PASSIVE_FIELD_MASK;
             let p = &mut t.passive;
             p.answered = p.answered.wrapping_add(Passive::Answered.of(word)) & mask;
@@ -199,5 +227,27 @@ mod tests {
         tables[0][5].count_passive(Passive::Unanswered);
         tables[1][5].count_passive(Passive::Unanswered);
         assert_eq!(RealServerTotals::sum(&tables, 5).passive.unanswered, 2);
+    }
+
+    #[test]
+    fn the_overloaded_mark_shares_the_passive_word_without_touching_it() {
+        let tables = vec![
+            std::sync::Arc::new(new_table()),
+            std::sync::Arc::new(new_table()),
+        ];
+        let max = u64::from(PASSIVE_FIELD_MASK);
+        tables[1][3]
+            .passive
+            .store(max << Passive::Refused.shift(), Relaxed);
+        tables[1][3].set_overloaded(true);
+        tables[1][3].count_passive(Passive::Refused); // wraps to 0: no carry into the mark
+        tables[1][3].count_passive(Passive::Answered);
+        assert!(tables[1][3].overloaded());
+        let t = RealServerTotals::sum(&tables, 3);
+        assert!(t.overloaded, "one worker's mark is enough");
+        assert_eq!((t.passive.answered, t.passive.refused), (1, 0));
+        tables[1][3].set_overloaded(false);
+        assert!(!RealServerTotals::sum(&tables, 3).overloaded);
+        assert_eq!(Passive::Answered.of(tables[1][3].passive.load(Relaxed)), 1);
     }
 }

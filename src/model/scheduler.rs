@@ -11,9 +11,10 @@ pub const MH_DEFAULT_TABLE_SIZE: u32 = 65537;
 
 /// The scheduling algorithms, by their ipvsadm names.
 ///
-/// IPVS also skips a server flagged overloaded by its upper connection threshold
-/// (`ipvsadm -x`); Sluice's schedulers do not look at thresholds: only weight 0 keeps
-/// a server from new connections.
+/// Every scheduler skips a server of weight 0 (draining). A server that its upper
+/// connection threshold (`ipvsadm -x`) holds overloaded is skipped too, as in IPVS:
+/// the worker hands the scheduler that server at weight 0
+/// (`crate::dataplane::overload`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchedulerKind {
     /// Round robin over real servers with weight > 0.

@@ -1,6 +1,8 @@
 //! The ipvsadm-style listings as text: `-L` (with `--stats`, `--rate`), `sluicectl
 //! skew`, `-S`, `-L --timeout` and `--get-laddr`.
-use crate::control::report::{LaddrReport, RealServerStatus, ServicesReport, TimeoutsReport};
+use crate::control::report::{
+    LaddrReport, RealServerStatus, ServiceStatus, ServicesReport, TimeoutsReport,
+};
 use std::fmt::Write as _;
 
 fn ipvsadm_forward(mode: &str) -> &str {
@@ -17,6 +19,10 @@ fn ipvsadm_forward(mode: &str) -> &str {
 /// so scripts that parse ipvsadm's columns keep working. Counters are always exact, as
 /// `ipvsadm --exact` prints them: a 33-column name, then each number right-aligned in
 /// 8 after a space (wider when it has more digits), never abbreviated to K/M/G.
+///
+/// Overload by connection thresholds is not shown here, as ipvsadm does not: a word
+/// after InActConn would break the pipelines that read it as the last field. `-Ln
+/// --thresholds` ([`render_thresholds`]) shows it.
 pub fn render_services(report: &ServicesReport, stats: bool) -> String {
     let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
     if stats {
@@ -41,15 +47,7 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
                 sum(|r| r.out_bytes)
             );
         } else {
-            // ipvsadm: "persistent 300" and, for a netmask other than /32, "mask M".
-            let persistent = s
-                .persistence_s
-                .map(|p| match s.persistence_netmask.as_deref() {
-                    Some(m) if m != "255.255.255.255" => format!(" persistent {p} mask {m}"),
-                    _ => format!(" persistent {p}"),
-                })
-                .unwrap_or_default();
-            let _ = writeln!(out, "{proto:<4} {local} {}{persistent}", s.scheduler);
+            out += &service_line(s);
         }
         for r in &s.real_servers {
             let remote = format!("{}:{}", r.ip, r.port);
@@ -69,6 +67,49 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
                     r.inactive
                 );
             }
+        }
+    }
+    out
+}
+
+/// A service's line of `-Ln` and `-L --thresholds`: protocol, address, scheduler and,
+/// as ipvsadm, "persistent 300" and, for a netmask other than /32, "mask M".
+fn service_line(s: &ServiceStatus) -> String {
+    let persistent = s
+        .persistence_s
+        .map(|p| match s.persistence_netmask.as_deref() {
+            Some(m) if m != "255.255.255.255" => format!(" persistent {p} mask {m}"),
+            _ => format!(" persistent {p}"),
+        })
+        .unwrap_or_default();
+    format!(
+        "{:<4} {}:{} {}{persistent}\n",
+        s.proto.to_uppercase(),
+        s.vip,
+        s.port,
+        s.scheduler
+    )
+}
+
+/// `-L --thresholds`, in ipvsadm's layout (`print_title` and `print_service_entry`
+/// with `FMT_THRESHOLDS`): per real server its upper and lower thresholds and its
+/// active and inactive connections, and `overloaded` after them while the upper
+/// threshold keeps it from new connections.
+pub fn render_thresholds(report: &ServicesReport) -> String {
+    let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
+    // ipvsadm pads every title column with %-10s, the last one too.
+    out += "Prot LocalAddress:Port            Uthreshold Lthreshold ActiveConn InActConn \n";
+    out += "  -> RemoteAddress:Port\n";
+    for s in &report.services {
+        out += &service_line(s);
+        for r in &s.real_servers {
+            let remote = format!("{}:{}", r.ip, r.port);
+            let _ = write!(
+                out,
+                "  -> {remote:<28} {:<10} {:<10} {:<10} {:<10}",
+                r.upper, r.lower, r.active, r.inactive
+            );
+            out += if r.overloaded { " overloaded\n" } else { "\n" };
         }
     }
     out
@@ -464,6 +505,58 @@ mod tests {
         assert_eq!(
             lines[4].split_whitespace().collect::<Vec<_>>(),
             ["->", "198.18.0.11:80", "12", "340", "0", "0", "0"]
+        );
+    }
+
+    #[test]
+    fn thresholds_render_as_ipvsadm_with_overload_after_the_columns() {
+        let mut r = report();
+        r.services[0].scheduler = "wlc".into();
+        let rs = &mut r.services[0].real_servers;
+        (rs[0].upper, rs[0].lower) = (10000, 100);
+        rs.push(RealServerStatus {
+            ip: "198.18.0.12".into(),
+            port: 8080,
+            upper: 5,
+            active: 5,
+            overloaded: true,
+            ..Default::default()
+        });
+        // ipvsadm's print_title and print_service_entry with FMT_THRESHOLDS:
+        // "%-33s %-10s %-10s %-10s %-10s\n" and "  -> %-28s %-10u %-10u %-10u %-10u\n".
+        let title = format!(
+            "{:<33} {:<10} {:<10} {:<10} {:<10}",
+            "Prot LocalAddress:Port", "Uthreshold", "Lthreshold", "ActiveConn", "InActConn"
+        );
+        let text = render_thresholds(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "IP Virtual Server version 1.2.1 (size=4096)");
+        assert_eq!(lines[1], title);
+        assert_eq!(lines[2], "  -> RemoteAddress:Port");
+        assert_eq!(lines[3], "TCP  198.18.1.1:80 wlc");
+        assert_eq!(
+            lines[4],
+            format!(
+                "  -> {:<28} {:<10} {:<10} {:<10} {:<10}",
+                "198.18.0.11:80", 10000, 100, 2, 1
+            )
+        );
+        assert_eq!(
+            lines[5],
+            format!(
+                "  -> {:<28} {:<10} {:<10} {:<10} {:<10} overloaded",
+                "198.18.0.12:8080", 5, 0, 5, 0
+            )
+        );
+        // A sample of real `ipvsadm -Ln --thresholds` output (trailing blanks trimmed).
+        let sample = "  -> 192.168.1.182:80             10000      100        0          0";
+        let mut one = report();
+        let r0 = &mut one.services[0].real_servers[0];
+        (r0.ip, r0.upper, r0.lower, r0.active, r0.inactive) =
+            ("192.168.1.182".into(), 10000, 100, 0, 0);
+        assert_eq!(
+            render_thresholds(&one).lines().nth(4).unwrap().trim_end(),
+            sample
         );
     }
 

@@ -77,6 +77,9 @@ pub struct RealServerStatus {
     /// Times health checking evicted it.
     #[serde(default)]
     pub evictions: u64,
+    /// Its upper connection threshold keeps it from new connections (`-x`/`-y`).
+    #[serde(default)]
+    pub overloaded: bool,
 }
 
 /// `-L --timeout`: the session timeouts in seconds, as ipvsadm names them.

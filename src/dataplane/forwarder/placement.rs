@@ -48,21 +48,29 @@ impl Forwarder {
         let index = service;
         let snap = self.snapshot.current();
         let service = &snap.services()[index];
-        // A scheduler that tracks loads hears of every change of this worker's counts
-        // as it happens; here it only hears the other workers' when they are re-read.
-        // The others get every server's load handed in the context.
+        // A scheduler that tracks loads, and the connection thresholds, hear of every
+        // change of this worker's counts as it happens; here they only hear the other
+        // workers' when they are re-read. Other schedulers get every server's load
+        // handed in the context.
+        let thresholds = self.overload.has_thresholds(index);
         let tracked = match self.schedulers.get_mut(index) {
-            Some(scheduler) if scheduler.tracks_loads() => {
-                self.load_view.refresh_tracked(
-                    index,
-                    &service.real_servers,
-                    now_tsc,
-                    &mut **scheduler,
-                );
-                true
+            Some(scheduler) if scheduler.tracks_loads() || thresholds => {
+                let (overload, own) = (&mut self.overload, &self.real_servers);
+                self.load_view
+                    .refresh_tracked(index, &service.real_servers, now_tsc, |p, l| {
+                        scheduler.set_load(p, l);
+                        overload.apply(index, p, l, &mut **scheduler, own);
+                    });
+                scheduler.tracks_loads()
             }
             _ => false,
         };
+        // With thresholds, the scheduler picks from the worker's copy of the servers,
+        // in which an overloaded one has weight 0 (same positions as the snapshot's).
+        let servers = self
+            .overload
+            .servers(index)
+            .unwrap_or(&service.real_servers);
         if service.scheduler.uses_loads() && !tracked {
             self.load_view
                 .loads(index, &service.real_servers, now_tsc, &mut self.loads);
@@ -106,7 +114,7 @@ impl Forwarder {
                 let Some(mut pick) = self
                     .schedulers
                     .get_mut(index)
-                    .and_then(|s| s.pick(&service.real_servers, &ctx))
+                    .and_then(|s| s.pick(servers, &ctx))
                 else {
                     return Err(DropReason::NoRealServer);
                 };
