@@ -60,10 +60,13 @@ pub enum Event {
     /// `[sync] port`); one whose peer was unresolved became an ARP request instead
     /// (dropped as `neighbour_unresolved`).
     SyncFrameSent,
+    /// The session table was nearly full: a half-open TCP session (the oldest) was
+    /// removed to make room for a new one.
+    HalfOpenReclaimed,
 }
 
 impl Event {
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -87,6 +90,7 @@ impl Event {
         Event::NeighbourHeld,
         Event::NeighbourHeldSent,
         Event::SyncFrameSent,
+        Event::HalfOpenReclaimed,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -112,6 +116,7 @@ impl Event {
             Event::NeighbourHeld => "neighbour_held",
             Event::NeighbourHeldSent => "neighbour_held_sent",
             Event::SyncFrameSent => "sync_frame_sent",
+            Event::HalfOpenReclaimed => "half_open_reclaimed",
         }
     }
 }

@@ -8,6 +8,7 @@ use allocator_api2::vec::Vec as HugeVec;
 
 use super::hugemem::HugePageAlloc;
 use super::index::{Hasher, KeyHash, SessionIndex};
+use super::reclaim::CreationOrder;
 
 use super::state::{self, Direction, TcpState, Transition, UDP_STATE_NAME};
 use super::timeouts::TickTimeouts;
@@ -271,6 +272,18 @@ impl Session {
         }
     }
 
+    /// A TCP connection not yet established: no state yet, SYN_RECV (the client's SYN
+    /// seen, its ACK not) or SYN_SENT. Under table pressure these go first
+    /// ([`SessionTable::oldest_half_open`]).
+    #[inline]
+    pub fn is_half_open(&self) -> bool {
+        self.proto == Protocol::Tcp
+            && matches!(
+                self.state,
+                TcpState::None | TcpState::SynRecv | TcpState::SynSent
+            )
+    }
+
     /// Counts in the real server's ActiveConn (else InActConn).
     #[inline]
     pub fn is_active(&self) -> bool {
@@ -464,6 +477,8 @@ pub struct SessionTable {
     /// First vacant slot; vacant slots are chained through their timer link's `next`.
     free_head: u32,
     len: u32,
+    /// TCP sessions in the order they were made, for reclaiming half-open ones.
+    created: CreationOrder,
 }
 
 /// Index keys per session at most: the client key and the reply key.
@@ -511,12 +526,14 @@ impl SessionTable {
         }
         let index = SessionIndex::try_new(capacity.saturating_mul(KEYS_PER_SESSION))
             .map_err(|_| refused())?;
+        let created = CreationOrder::try_new(capacity).ok_or_else(refused)?;
         Ok(SessionTable {
             slab,
             index,
             wheel: TimerWheel::new(wheel_slots, now_tick),
             free_head: if capacity > 0 { 0 } else { NIL },
             len: 0,
+            created,
         })
     }
 
@@ -529,6 +546,7 @@ impl SessionTable {
         std::mem::size_of::<Self>()
             .saturating_add(slab)
             .saturating_add(index)
+            .saturating_add(CreationOrder::bytes_for(capacity))
             .saturating_add(TimerWheel::bytes_for(wheel_slots))
     }
 
@@ -663,6 +681,9 @@ impl SessionTable {
         session.flags.insert(SessionFlags::IN_USE);
         session.created = now_tick;
         session.timer = TimerLink::new();
+        if session.proto == Protocol::Tcp {
+            self.created.push(index, now_tick);
+        }
         self.slab[slot] = session;
         self.len += 1;
         let deadline = now_tick.wrapping_add(timeout_ticks.min(MAX_DELAY_TICKS));
@@ -754,6 +775,7 @@ impl SessionTable {
             wheel,
             free_head,
             len,
+            ..
         } = self;
         wheel.advance(&mut slab[..], now_tick, budget, |at, session| {
             on_expire(SessionId(at), session);
@@ -790,12 +812,44 @@ impl SessionTable {
         self.index.len()
     }
 
-    /// Bytes allocated for the table at its capacity: slab, index and timer wheel.
-    /// Constant after construction. [`resident_bytes`](Self::resident_bytes) measures
-    /// what the kernel actually maps for them.
+    /// Bytes allocated for the table at its capacity: slab, index, creation order and
+    /// timer wheel. Constant after construction.
+    /// [`resident_bytes`](Self::resident_bytes) measures what the kernel actually maps
+    /// for them.
     pub fn memory_bytes(&self) -> usize {
         let slab = std::mem::size_of_val::<[Session]>(&self.slab);
-        std::mem::size_of::<Self>() + slab + self.index.memory().1 + self.wheel.memory_bytes()
+        std::mem::size_of::<Self>()
+            + slab
+            + self.index.memory().1
+            + self.created.memory().1
+            + self.wheel.memory_bytes()
+    }
+
+    /// Free slots.
+    #[inline]
+    pub fn free(&self) -> usize {
+        self.capacity() - self.len()
+    }
+
+    /// The oldest half-open TCP session ([`Session::is_half_open`]) the table still
+    /// has, looking at most `max_scan` entries of its creation order (each one looked
+    /// at is used up: sessions made since are found later). For making room when the
+    /// table is nearly full; the caller removes it. See [`super::reclaim`].
+    pub fn oldest_half_open(&mut self, max_scan: usize) -> Option<SessionId> {
+        for _ in 0..max_scan {
+            let (slot, tick) = self.created.pop()?;
+            let Some(s) = self.slab.get(slot as usize) else {
+                continue;
+            };
+            if s.in_use()
+                && s.proto == Protocol::Tcp
+                && self.created.tick_bits(s.created) == tick
+                && s.is_half_open()
+            {
+                return Some(SessionId(slot));
+            }
+        }
+        None
     }
 
     /// Bytes of the slab and the index resident in memory now, as the kernel reports
@@ -809,7 +863,10 @@ impl SessionTable {
             std::mem::size_of_val::<[Session]>(&self.slab),
         )?;
         let (at, len) = self.index.memory();
-        Ok(slab + super::hugemem::resident_bytes(at, len)?)
+        let (order_at, order_len) = self.created.memory();
+        Ok(slab
+            + super::hugemem::resident_bytes(at, len)?
+            + super::hugemem::resident_bytes(order_at, order_len)?)
     }
 
     /// Checks that the table's parts agree: `len` counts the slots in use; each such
@@ -1317,6 +1374,51 @@ mod tests {
         table.remove(ids[3]);
         let listed: Vec<SessionId> = table.iter().map(|(id, _)| id).collect();
         assert_eq!(listed, [ids[0], ids[2], ids[4]]);
+    }
+
+    #[test]
+    fn the_oldest_half_open_session_goes_first_established_ones_never() {
+        let mut table = SessionTable::with_capacity(8);
+        let mut ids = Vec::new();
+        let syn = TcpFlags::SYN;
+        let t = Timeouts::default().in_ticks(10);
+        for (tick, port) in (1..=6).zip(0u16..) {
+            let (_, _, s) = nat(1, port, 2);
+            let id = table.insert(s, tick, 1000).unwrap();
+            table.on_packet(id, Direction::Inbound, syn, tick, &t);
+            ids.push(id);
+        }
+        // The first becomes established: the client's ACK after the server's SYN-ACK.
+        table.on_packet(ids[0], Direction::Outbound, syn | TcpFlags::ACK, 7, &t);
+        table.on_packet(ids[0], Direction::Inbound, TcpFlags::ACK, 7, &t);
+        assert!(!table.get(ids[0]).unwrap().is_half_open());
+        // The second ends; its slot goes to a new half-open session (made later).
+        table.remove(ids[1]).unwrap();
+        let (_, _, s) = nat(1, 100, 2);
+        let reused = table.insert(s, 8, 1000).unwrap();
+        table.on_packet(reused, Direction::Inbound, syn, 8, &t);
+        assert_eq!(reused, ids[1], "the free list hands the slot back");
+        // UDP sessions are never candidates.
+        let udp_key = FlowKey4::new(Protocol::Udp, ip(5), 53, ip(0xc612_0101), 53);
+        let udp = Session::new(&udp_key, ForwardMode::Nat, 1, 2, ip(0xc0a8_0002), 53);
+        table.insert(udp, 9, 1000).unwrap();
+
+        // Oldest first: ids[2] (the established one and the ended one are skipped), ...
+        let order: Vec<SessionId> = std::iter::from_fn(|| table.oldest_half_open(64)).collect();
+        assert_eq!(order, [ids[2], ids[3], ids[4], ids[5], reused]);
+        // ... each found once: the caller removes it.
+        assert_eq!(table.oldest_half_open(64), None);
+        // The scan is bounded: with more stale entries than it may look at, none found.
+        let mut table = SessionTable::with_capacity(8);
+        for port in 0..4 {
+            let (_, _, s) = nat(1, port, 2);
+            let id = table.insert(s, 1, 1000).unwrap();
+            table.remove(id).unwrap();
+        }
+        let (_, _, s) = nat(1, 50, 2);
+        let last = table.insert(s, 2, 1000).unwrap();
+        assert_eq!(table.oldest_half_open(4), None, "4 stale entries");
+        assert_eq!(table.oldest_half_open(4), Some(last));
     }
 
     #[test]

@@ -16,6 +16,16 @@ use crate::session::persist::{Bind, Template, TemplateKey};
 use crate::session::{Direction, HashedKey, InsertError, Session, SessionFlags, Transition};
 use crate::wire::tcp::TcpFlags;
 
+/// The table is under pressure when at most this share of its slots is free (1/64,
+/// and at least one slot): each new session then reclaims half-open ones first.
+const PRESSURE_FREE_SHARE: usize = 64;
+/// Half-open sessions a new session may reclaim under pressure: more than one, so
+/// the table drains back to the mark while new connections keep coming.
+const RECLAIM_PER_NEW: usize = 2;
+/// Entries of the creation order one reclaim may look at (stale ones included): a
+/// bound on the work one new session does.
+const RECLAIM_SCAN: usize = 64;
+
 /// Where a new connection goes, as placement decided it.
 pub(super) struct Placement {
     /// The service, by its index in the snapshot.
@@ -167,6 +177,26 @@ impl Forwarder {
         })
     }
 
+    /// Table pressure: when the session table is nearly full (at most 1/64 of its
+    /// slots free), removes up to two half-open TCP sessions, oldest first, so that
+    /// a flood of SYNs that never complete cannot lock new connections out until
+    /// those time out. Established sessions are never reclaimed. Counted as
+    /// `half_open_reclaimed`; the sessions end as if expired (a synced standby hears
+    /// of it).
+    fn relieve_pressure(&mut self, counters: &WorkerCounters) {
+        let reserve = (self.sessions.capacity() / PRESSURE_FREE_SHARE).max(1);
+        if self.sessions.free() > reserve {
+            return;
+        }
+        for _ in 0..RECLAIM_PER_NEW {
+            let Some(id) = self.sessions.oldest_half_open(RECLAIM_SCAN) else {
+                return;
+            };
+            self.retire(id, counters);
+            counters.event(Event::HalfOpenReclaimed);
+        }
+    }
+
     /// Opens the session placement decided for the packet `pkt` (keyed `hashed`) and
     /// moves it on that first packet. Its next hop: NAT and FullNAT answer the MAC the
     /// client's packet came from, DR and TUN the real server's, when known. A reply
@@ -245,6 +275,7 @@ impl Forwarder {
                 }
             }
         }
+        self.relieve_pressure(counters);
         let id = match self
             .sessions
             .insert_hashed(hashed, session, self.now_tick, first_timeout)

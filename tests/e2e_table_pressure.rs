@@ -1,0 +1,165 @@
+//! Tier 3, session-table pressure with real kernels: a NAT service, a session table of
+//! 1024 (the least allowed), two long-lived keep-alive connections, then 5,000 SYNs from
+//! spoofed sources (scapy, from the client's namespace). The real server answers each
+//! spoofed SYN, so every one leaves a half-open session that would hold its slot for
+//! the SYN_RECV timeout (60 s). With the table nearly full, each new session reclaims
+//! the oldest half-open ones: the long-lived connections keep going, and 30 new
+//! connections right after the flood all succeed.
+//!
+//! Run: `cargo test --release --test e2e_table_pressure` (as root).
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const APPLIANCE: &str = "198.18.0.1";
+const CLIENT: &str = "198.18.2.100/24";
+const GATEWAY: &str = "198.18.2.1";
+const VIP: &str = "198.18.1.1";
+const HTTP_PORT: u16 = 8080;
+const ECHO_PORT: u16 = 7000;
+const CAPACITY: u64 = 1024;
+const SPOOFED: u32 = 5000;
+
+/// Sends `count` TCP SYNs to VIP:80 from sources 198.18.64.0/18 (one per SYN), each
+/// in an Ethernet frame to the appliance's MAC, from `iface`.
+const FLOOD: &str = r#"
+import sys
+from scapy.all import Ether, IP, TCP, sendp, conf, get_if_hwaddr
+conf.verb = 0
+iface, lb_mac, vip, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+mac = get_if_hwaddr(iface)
+frames = [Ether(src=mac, dst=lb_mac) / IP(src="198.18.%d.%d" % (64 + (i >> 8) % 64, i & 0xff), dst=vip)
+          / TCP(sport=1024 + i % 60000, dport=80, flags="S", seq=i) for i in range(count)]
+sendp(frames, iface=iface)
+print(count)
+"#;
+
+#[test]
+fn a_spoofed_syn_flood_does_not_lock_out_new_or_established_connections() {
+    require_root();
+    let mut lab = AppLab::new(1);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    let (http, echo) = (
+        format!("0.0.0.0:{HTTP_PORT}"),
+        format!("0.0.0.0:{ECHO_PORT}"),
+    );
+    lab.start_servers_listening(&[("--http", &http), ("--echo", &echo)]);
+    let rip = lab.bed.rs_ip(1).to_string();
+    let toml = service_section("tcp", VIP, 80, "rr", &[], &[(&rip, HTTP_PORT, 1, "nat")])
+        + "\n"
+        + &service_section(
+            "tcp",
+            VIP,
+            ECHO_PORT,
+            "rr",
+            &[],
+            &[(&rip, ECHO_PORT, 1, "nat")],
+        )
+        + &format!("\n[sessions]\ncapacity = {CAPACITY}\n");
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    lab.prewarm(&daemon, GATEWAY);
+
+    let out = lab.dir.path().join("stream.json");
+    let ready = lab.dir.path().join("stream.ready");
+    let stop = lab.dir.path().join("stream.stop");
+    let (apps, port_s) = (AppLab::apps(), ECHO_PORT.to_string());
+    let (out_s, ready_s, stop_s) = (
+        out.to_string_lossy().into_owned(),
+        ready.to_string_lossy().into_owned(),
+        stop.to_string_lossy().into_owned(),
+    );
+    let mut client = BackgroundProcess::spawn(
+        Some(lab.bed.client_ns()),
+        &[
+            PYTHON,
+            &apps,
+            "stream",
+            VIP,
+            &port_s,
+            "--long",
+            "2",
+            "--interval-ms",
+            "100",
+            "--new-per-s",
+            "0",
+            "--duration",
+            "40",
+            "--timeout",
+            "5",
+            "--out",
+            &out_s,
+            "--ready",
+            &ready_s,
+            "--stop",
+            &stop_s,
+        ],
+    );
+    client.wait_until(Duration::from_secs(15), "long connections open", || {
+        ready.exists()
+    });
+
+    let flood = lab.bed.exec(
+        lab.bed.client_ns(),
+        &[
+            PYTHON,
+            "-c",
+            FLOOD,
+            lab.bed.client_if(),
+            lab.bed.lb_mac(),
+            VIP,
+            &SPOOFED.to_string(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(flood.success(), "{}", flood.describe());
+    // The last spoofed SYNs' sessions are in: the table is at its pressure mark.
+    let settled = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let s = daemon.status();
+        (event_count(&s, "half_open_reclaimed") > 0).then_some(s)
+    });
+    let during = settled.unwrap_or_else(|| {
+        panic!(
+            "no half-open session was reclaimed after {SPOOFED} spoofed SYNs: {:#}\n{}",
+            daemon.status(),
+            daemon.dump()
+        )
+    });
+    let sessions = during["sessions"].as_u64().unwrap();
+    assert!(
+        (CAPACITY * 9 / 10..=CAPACITY).contains(&sessions),
+        "the flood fills the table up to its pressure mark: {sessions} of {CAPACITY}"
+    );
+
+    let batch = lab.curl(&format!("http://{VIP}/"), 30, 4, &[]);
+    let after = daemon.status();
+    std::fs::write(&stop, b"").unwrap();
+    client.wait_until(Duration::from_secs(15), "stream client done", || {
+        out.exists()
+    });
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let reclaimed = event_count(&after, "half_open_reclaimed");
+    let full = drop_count(&after, "session_table_full");
+    eprintln!(
+        "{SPOOFED} spoofed SYNs into {CAPACITY} slots: {reclaimed} half-open sessions \
+         reclaimed, {full} refused as session_table_full; new connections after: {} of 30",
+        batch["ok"]
+    );
+    assert_eq!(batch["ok"].as_u64(), Some(30), "{batch}\n{}", daemon.dump());
+    for long in report["long"].as_array().unwrap() {
+        assert!(long["failures"].as_array().unwrap().is_empty(), "{long}");
+        let gap = long["max_gap_s"].as_f64().unwrap();
+        assert!(gap < 1.0, "a long-lived connection stalled {gap} s: {long}");
+    }
+    assert_eq!(full, 0, "no new session was refused for want of room");
+    assert!(
+        reclaimed >= u64::from(SPOOFED) / 2,
+        "the spoofed SYNs past the table's room made room for themselves: {reclaimed}"
+    );
+    daemon.stop_clean();
+}
