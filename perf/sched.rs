@@ -11,15 +11,15 @@
 //! active connection and a pseudo-randomly chosen one loses one, so the load-based
 //! schedulers see changing counts. The timed loop includes that bookkeeping (a few
 //! nanoseconds), the same for every scheduler. Schedulers that track loads (lc, wlc,
-//! sed, nq) are told both changes with `set_load` and pick with tracked loads, as the
+//! sed, nq, lblc, lblcr) are told both changes with `set_load` and pick with tracked loads, as the
 //! data plane does: their figure includes those two O(log n) updates. The others get
 //! the whole load slice in the context.
 //!
 //! wrr replays its recorded cycle once the first one is picked (see `src/sched/wrr.rs`),
 //! which the warm-up covers at weights 1..=5; the extra row `wrr, weights to 65535`
 //! uses pseudo-random weights up to 65535, whose cycle is too long to record, so it
-//! measures the tournament itself. A second table splits lc, wlc, sed and nq's cost
-//! into a pick alone and one `set_load` alone.
+//! measures the tournament itself. A second table splits the load-tracking
+//! schedulers' cost into a pick alone and one `set_load` alone.
 use sluice::model::SchedulerKind;
 use sluice::model::{ForwardMode, RealServer};
 use sluice::sched::{self, PickContext, SchedulerParams, ServerLoad};

@@ -13,7 +13,7 @@
 //! server of weight 0 (draining). For a service with thresholds the worker keeps its
 //! own copy of the service's real servers, in which an overloaded server's weight is
 //! 0, and picks from that copy; schedulers that read weights only when built
-//! (wrr, fo, and the load-tracking lc, wlc, sed and nq) hear the change through
+//! (wrr, fo, and the load-tracking lc, wlc, sed, nq, lblc and lblcr) hear the change through
 //! [`Scheduler::set_weight`](crate::sched::Scheduler::set_weight). So every
 //! scheduler, fo included, honours overload, and none had to learn a second notion of
 //! "not available". A persistence template still sends its client network to its

@@ -26,11 +26,19 @@
 //!
 //! A worker rebuilds its schedulers when it adopts a new snapshot, and a rebuilt lblc
 //! starts with an empty table: changing any service forgets the localities.
+//!
+//! **Cost.** Read plainly, both the overload rule and the wlc fallback look at every
+//! server, O(n) per pick. When the caller tracks loads ([`Scheduler::tracks_loads`]),
+//! lblc and lblcr keep what those two need instead ([`LocalityLoads`]): the wlc choice
+//! in a tournament over the servers, O(log n) per load change and one read per pick,
+//! and how many servers are light (`active * 2 < weight`), O(1) per change. A pick is
+//! then a table lookup and a few reads whatever the pool's size.
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
 use crate::sched::locality::LocalityTable;
-use crate::sched::wlc::least_weighted_connection;
-use crate::sched::{available, PickContext, Scheduler};
+use crate::sched::tree::LoadIndex;
+use crate::sched::wlc::{least_weighted_connection, Weighted};
+use crate::sched::{available, PickContext, Scheduler, ServerLoad};
 
 /// How long a destination entry lives without use: IPVS's `lblc_expiration` default.
 pub const EXPIRATION_MS: u64 = 24 * 60 * 60 * 1000;
@@ -52,10 +60,79 @@ pub fn is_overloaded(servers: &[RealServer], ctx: &PickContext, index: usize) ->
             .any(|(i, s)| u64::from(ctx.load(i).active) * 2 < u64::from(s.weight))
 }
 
+/// What lblc and lblcr know of the servers' loads when the caller tracks them: every
+/// load and weight as last told, the wlc choice kept in a tournament, and the number
+/// of light servers (`active * 2 < weight`, which [`is_overloaded`] asks about).
+#[derive(Clone, Debug)]
+pub(crate) struct LocalityLoads {
+    wlc: LoadIndex<Weighted>,
+    light: usize,
+}
+
+impl LocalityLoads {
+    pub(crate) fn new(servers: &[RealServer]) -> Self {
+        LocalityLoads {
+            wlc: LoadIndex::new(servers),
+            // Every load starts at zero: light exactly when the weight is above 0.
+            light: servers.iter().filter(|s| s.weight > 0).count(),
+        }
+    }
+
+    fn is_light(&self, index: usize) -> bool {
+        let active = self.wlc.loads().get(index).map_or(0, |l| l.active);
+        u64::from(active) * 2 < u64::from(self.wlc.weight(index))
+    }
+
+    /// Runs `change` on server `index` and keeps the light count in step.
+    fn changing(&mut self, index: usize, change: impl FnOnce(&mut LoadIndex<Weighted>)) {
+        let before = self.is_light(index);
+        change(&mut self.wlc);
+        match (before, self.is_light(index)) {
+            (false, true) => self.light += 1,
+            (true, false) => self.light -= 1,
+            _ => {}
+        }
+    }
+
+    pub(crate) fn set_load(&mut self, index: usize, load: ServerLoad) {
+        self.changing(index, |wlc| wlc.set_load(index, load));
+    }
+
+    pub(crate) fn set_weight(&mut self, index: usize, weight: u32) {
+        self.changing(index, |wlc| wlc.set_weight(index, weight));
+    }
+
+    /// Whether a pick with `ctx` over `servers` can use what was told: the caller
+    /// says it told every change, and the list is the one this was built for.
+    pub(crate) fn usable(&self, servers: &[RealServer], ctx: &PickContext) -> bool {
+        ctx.loads_tracked && servers.len() == self.wlc.len()
+    }
+
+    /// `ctx` with the loads as told, for the rules that read a few servers' loads.
+    pub(crate) fn context<'a>(&'a self, ctx: &PickContext) -> PickContext<'a> {
+        PickContext {
+            loads: self.wlc.loads(),
+            ..*ctx
+        }
+    }
+
+    /// [`is_overloaded`] from what was told: O(1).
+    pub(crate) fn overloaded(&self, servers: &[RealServer], index: usize) -> bool {
+        let active = self.wlc.loads().get(index).map_or(0, |l| l.active);
+        u64::from(active) > u64::from(servers[index].weight) && self.light > 0
+    }
+
+    /// The wlc choice from what was told: one read.
+    pub(crate) fn least_weighted(&self) -> Option<usize> {
+        self.wlc.winner()
+    }
+}
+
 /// lblc state: destination address → server index.
 #[derive(Clone, Debug)]
 pub struct LocalityLeastConnection {
     table: LocalityTable<u32>,
+    loads: LocalityLoads,
 }
 
 impl LocalityLeastConnection {
@@ -66,9 +143,10 @@ impl LocalityLeastConnection {
 
     /// With a table of `capacity` destinations (at least 1) whose entries expire after
     /// `expiration_ms` without use.
-    pub fn with_limits(_servers: &[RealServer], capacity: usize, expiration_ms: u64) -> Self {
+    pub fn with_limits(servers: &[RealServer], capacity: usize, expiration_ms: u64) -> Self {
         LocalityLeastConnection {
             table: LocalityTable::new(capacity, expiration_ms),
+            loads: LocalityLoads::new(servers),
         }
     }
 
@@ -96,15 +174,35 @@ impl Scheduler for LocalityLeastConnection {
 
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
         let key = u32::from(ctx.destination);
+        let tracked = self.loads.usable(servers, ctx);
         if let Some(&mut cached) = self.table.lookup(key, ctx.now_ms) {
             let index = cached as usize;
-            if available(servers, index) && !is_overloaded(servers, ctx, index) {
+            let overloaded = |i| match tracked {
+                true => self.loads.overloaded(servers, i),
+                false => is_overloaded(servers, ctx, i),
+            };
+            if available(servers, index) && !overloaded(index) {
                 return Some(index);
             }
         }
-        let index = least_weighted_connection(servers, ctx)?;
+        let index = match tracked {
+            true => self.loads.least_weighted(),
+            false => least_weighted_connection(servers, ctx),
+        }?;
         self.table.insert(key, index as u32, ctx.now_ms);
         Some(index)
+    }
+
+    fn tracks_loads(&self) -> bool {
+        true
+    }
+
+    fn set_load(&mut self, index: usize, load: ServerLoad) {
+        self.loads.set_load(index, load);
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.loads.set_weight(index, weight);
     }
 }
 

@@ -32,10 +32,10 @@
 //! Time, destination, capacity and rebuilds: as lblc ([`super::lblc`]).
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
-use crate::sched::lblc::is_overloaded;
+use crate::sched::lblc::{is_overloaded, LocalityLoads};
 use crate::sched::locality::LocalityTable;
 use crate::sched::wlc::least_weighted_connection;
-use crate::sched::{available, PickContext, Scheduler};
+use crate::sched::{available, PickContext, Scheduler, ServerLoad};
 
 /// How long an entry lives without use, and how long a set must stay unmodified
 /// before it sheds a member: IPVS's `lblcr_expiration` default (24 h).
@@ -137,6 +137,8 @@ impl ServerSet {
 pub struct LocalityLeastConnectionReplicated {
     table: LocalityTable<ServerSet>,
     expiration_ms: u64,
+    /// The loads as told, when the caller tracks them (see [`super::lblc`]'s cost).
+    loads: LocalityLoads,
 }
 
 impl LocalityLeastConnectionReplicated {
@@ -147,10 +149,11 @@ impl LocalityLeastConnectionReplicated {
 
     /// With a table of `capacity` destinations (at least 1), and `expiration_ms` both
     /// for idle entries and for shrinking an unmodified set.
-    pub fn with_limits(_servers: &[RealServer], capacity: usize, expiration_ms: u64) -> Self {
+    pub fn with_limits(servers: &[RealServer], capacity: usize, expiration_ms: u64) -> Self {
         LocalityLeastConnectionReplicated {
             table: LocalityTable::new(capacity, expiration_ms),
             expiration_ms,
+            loads: LocalityLoads::new(servers),
         }
     }
 
@@ -180,6 +183,20 @@ impl Scheduler for LocalityLeastConnectionReplicated {
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
         let key = u32::from(ctx.destination);
         let now = ctx.now_ms;
+        let tracked = self.loads.usable(servers, ctx);
+        // The set's rules read its members' loads (at most MAX_REPLICAS): from what
+        // was told when tracked.
+        let told = self.loads.context(ctx);
+        let ctx = if tracked { &told } else { ctx };
+        let loads = &self.loads;
+        let overloaded = |i| match tracked {
+            true => loads.overloaded(servers, i),
+            false => is_overloaded(servers, ctx, i),
+        };
+        let least_weighted = || match tracked {
+            true => loads.least_weighted(),
+            false => least_weighted_connection(servers, ctx),
+        };
         if let Some(set) = self.table.lookup(key, now) {
             let least = set.least_loaded(servers, ctx);
             if set.len > 1 && now > set.last_modified.saturating_add(self.expiration_ms) {
@@ -188,17 +205,29 @@ impl Scheduler for LocalityLeastConnectionReplicated {
                 }
             }
             if let Some(index) = least {
-                if !is_overloaded(servers, ctx, index) {
+                if !overloaded(index) {
                     return Some(index);
                 }
             }
-            let index = least_weighted_connection(servers, ctx)?;
+            let index = least_weighted()?;
             set.insert(index, now);
             return Some(index);
         }
-        let index = least_weighted_connection(servers, ctx)?;
+        let index = least_weighted()?;
         self.table.insert(key, ServerSet::single(index, now), now);
         Some(index)
+    }
+
+    fn tracks_loads(&self) -> bool {
+        true
+    }
+
+    fn set_load(&mut self, index: usize, load: ServerLoad) {
+        self.loads.set_load(index, load);
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.loads.set_weight(index, weight);
     }
 }
 
@@ -210,6 +239,63 @@ mod tests {
 
     const D: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 80);
     const HOUR: u64 = 3_600_000;
+
+    /// lblc and lblcr told every load and weight change pick exactly what they pick
+    /// when handed every load at each pick, over random pools, loads (active counts
+    /// near the weights, where the overload rule turns), weight changes, destinations
+    /// and clocks (sets shrink after an hour here).
+    #[test]
+    fn told_loads_pick_what_handed_loads_pick() {
+        use crate::model::rng::Rng;
+        use crate::sched::lblc::LocalityLeastConnection;
+        use crate::sched::ServerLoad;
+        let mut rng = Rng::new(7);
+        for pool in 0..60 {
+            let (max_weight, weights) = random_pool(&mut rng);
+            let mut servers = servers(&weights);
+            let n = servers.len();
+            let build = |servers: &[RealServer], replicated: bool| -> Box<dyn Scheduler> {
+                if replicated {
+                    Box::new(LocalityLeastConnectionReplicated::with_limits(
+                        servers, 64, HOUR,
+                    ))
+                } else {
+                    Box::new(LocalityLeastConnection::with_limits(servers, 64, HOUR))
+                }
+            };
+            let replicated = pool % 2 == 0;
+            let (mut told, mut handed) = (build(&servers, replicated), build(&servers, replicated));
+            let mut loads = vec![ServerLoad::default(); n];
+            let mut now = 0u64;
+            for step in 0..400 {
+                match rng.below(6) {
+                    0..=2 => {
+                        let i = rng.below(n as u64) as usize;
+                        let near = u64::from(servers[i].weight.min(50)) * 2 + 2;
+                        loads[i] = ServerLoad::new(rng.below(near) as u32, rng.below(600) as u32);
+                        told.set_load(i, loads[i]);
+                    }
+                    3 if step % 7 == 0 => {
+                        let i = rng.below(n as u64) as usize;
+                        servers[i].weight = random_weight(&mut rng, max_weight);
+                        told.set_weight(i, servers[i].weight);
+                        handed.set_weight(i, servers[i].weight);
+                    }
+                    _ => {
+                        now += rng.below(HOUR / 4);
+                        let d = Ipv4Addr::new(203, 0, 113, rng.below(6) as u8);
+                        let ctx = ctx_to(d, now, &[]).with_tracked_loads();
+                        let want = handed.pick(&servers, &ctx_to(d, now, &loads));
+                        assert_eq!(
+                            told.pick(&servers, &ctx),
+                            want,
+                            "pool {pool} step {step} replicated {replicated}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn locality_while_not_overloaded() {

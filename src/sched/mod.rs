@@ -174,7 +174,7 @@ impl<'a> PickContext<'a> {
 ///   per-server state must still not panic if the slice length differs; it restarts.
 /// - A server with weight 0 is draining and is never picked.
 /// - Weights: wrr and fo read them when built and through [`Scheduler::set_weight`];
-///   lc, wlc, sed and nq read them from `servers` at each pick unless the context
+///   lc, wlc, sed, nq, lblc and lblcr read them from `servers` at each pick unless the context
 ///   says loads are tracked, and then also only when built and through `set_weight`.
 ///   The data plane rebuilds schedulers on every change of the list, weights included.
 pub trait Scheduler: Send {
@@ -183,7 +183,7 @@ pub trait Scheduler: Send {
     /// can take it (all weight 0 / none).
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize>;
 
-    /// Whether this scheduler keeps its own index over loads (lc, wlc, sed, nq): a
+    /// Whether this scheduler keeps its own index over loads (lc, wlc, sed, nq, lblc, lblcr): a
     /// caller that reports every change with [`Scheduler::set_load`] and picks with
     /// [`PickContext::with_tracked_loads`] gets O(log n) picks and never has to
     /// gather the loads of all servers.
@@ -196,7 +196,7 @@ pub trait Scheduler: Send {
     fn set_load(&mut self, _index: usize, _load: ServerLoad) {}
 
     /// Server `index` now has `weight` (0: draining) without a rebuild: O(log n) for
-    /// fo, lc, wlc, sed and nq, and for wrr unless it leaves a replayed cycle (then
+    /// fo, lc, wlc, sed, nq, lblc and lblcr, and for wrr unless it leaves a replayed cycle (then
     /// O(n) once); a no-op for the others, which read `servers` at each pick or need
     /// a rebuild.
     fn set_weight(&mut self, _index: usize, _weight: u32) {}

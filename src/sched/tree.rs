@@ -179,6 +179,18 @@ impl<K: Rank> LoadIndex<K> {
     pub fn len(&self) -> usize {
         self.weights.len()
     }
+
+    /// Every server's load as last told, indexed like the servers.
+    #[inline]
+    pub fn loads(&self) -> &[ServerLoad] {
+        &self.loads
+    }
+
+    /// Server `index`'s weight as last told (0 past the end).
+    #[inline]
+    pub fn weight(&self, index: usize) -> u32 {
+        self.weights.get(index).copied().unwrap_or(0)
+    }
 }
 
 /// Smooth weighted round robin's running weights, with the strictly largest (first in

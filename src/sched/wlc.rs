@@ -45,7 +45,7 @@ impl Ratio {
 
 /// wlc's key: `(active * 256 + inactive) / weight`.
 #[derive(Clone, Copy, Debug, Default)]
-struct Weighted(Ratio);
+pub(crate) struct Weighted(Ratio);
 
 impl Rank for Weighted {
     #[inline]
