@@ -10,11 +10,13 @@ use crate::model::{
     ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
+use crate::service::admission::MAX_RATE;
+use crate::service::{AclAction, Prefix, RateLimit};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
 use std::net::Ipv4Addr;
 
 /// How the CLI shows the daemon's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// `-L`: the ipvsadm table (or the `--stats` table).
     List { stats: bool },
@@ -40,6 +42,13 @@ pub enum Output {
     /// ([`render_laddrs`](crate::control::render::render_laddrs) of a
     /// [`LaddrReport`](crate::control::report::LaddrReport)).
     Laddrs,
+    /// `--acl-list`: the access list with hits
+    /// ([`render_admission`](crate::control::render::render_admission)).
+    Admission,
+    /// `--acl-load FILE`: the CLI reads the rules from `path` (one `allow|deny
+    /// PREFIX` a line) and sends them after the request here (the service's list
+    /// cleared) as one staged batch: the list is replaced in one change.
+    AclLoad { path: String },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +75,11 @@ pub fn is_command(arg: &str) -> bool {
         "--save",
         "--restore",
         "--set",
+        "--acl-add",
+        "--acl-del",
+        "--acl-list",
+        "--acl-load",
+        "--rate-limit",
     ];
     if LONG.contains(&arg) {
         return true;
@@ -75,7 +89,8 @@ pub fn is_command(arg: &str) -> bool {
 }
 
 /// The command options, for messages.
-const COMMANDS: &str = "-A, -E, -D, -a, -e, -d, -C, -L, -Z, -S, -R, --set, -P, -Q, -G";
+const COMMANDS: &str = "-A, -E, -D, -a, -e, -d, -C, -L, -Z, -S, -R, --set, -P, -Q, -G, \
+     --acl-add, --acl-del, --acl-list, --acl-load, --rate-limit";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verb {
@@ -94,6 +109,11 @@ enum Verb {
     Save,
     Restore,
     Set,
+    AclAdd,
+    AclDel,
+    AclList,
+    AclLoad,
+    RateLimit,
 }
 
 /// Splits bundled short options (`-Ln` -> `-L -n`); long options and values pass.
@@ -135,6 +155,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
     let mut replace = false;
+    // Access lists and rate limits (Sluice's own options).
+    let mut acl_rules: Vec<(AclAction, Prefix)> = Vec::new();
+    let mut acl_file: Option<String> = None;
+    let mut limit_rate: Option<u32> = None;
+    let mut burst: Option<u32> = None;
+    let mut per_prefix: Option<u8> = None;
     // As ipvsadm, an option given twice is an error rather than the last one winning.
     let mut given: Vec<&'static str> = Vec::new();
 
@@ -151,6 +177,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 .cloned()
                 .ok_or_else(|| format!("option {name} requires an argument"))
         };
+        let loading_acl = verb == Some(Verb::AclLoad);
         let mut set_verb = |v: Verb| match verb.replace(v) {
             Some(_) => Err(format!("only one command ({COMMANDS}) may be given")),
             None => Ok(()),
@@ -180,6 +207,38 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     *slot = parse_number(&format!("{name} timeout"), v, 0, MAX_TIMEOUT_SECS)?;
                 }
                 set_values = Some(values);
+            }
+            "--acl-add" => set_verb(Verb::AclAdd)?,
+            "--acl-del" => set_verb(Verb::AclDel)?,
+            "--acl-list" => set_verb(Verb::AclList)?,
+            // The file may follow the option or end the line (`--acl-load -t VIP:port
+            // FILE`).
+            "--acl-load" => {
+                set_verb(Verb::AclLoad)?;
+                if it.peek().is_some_and(|next| !next.starts_with('-')) {
+                    acl_file = it.next().cloned();
+                }
+            }
+            file if loading_acl && acl_file.is_none() && !file.starts_with('-') => {
+                acl_file = Some(file.to_string())
+            }
+            "--rate-limit" => {
+                set_verb(Verb::RateLimit)?;
+                limit_rate = Some(parse_number("rate", &value(arg)?, 0, MAX_RATE)?);
+            }
+            "--allow" | "--deny" => {
+                let action = if arg == "--allow" {
+                    AclAction::Allow
+                } else {
+                    AclAction::Deny
+                };
+                for text in value(arg)?.split(',') {
+                    acl_rules.push((action, text.parse::<Prefix>()?));
+                }
+            }
+            "--burst" => burst = Some(parse_number("burst", &value(arg)?, 1, u32::MAX)?),
+            "--per-prefix" => {
+                per_prefix = Some(parse_number("prefix length", &value(arg)?, 8, 32)? as u8)
             }
             "--timeout" => show_timeouts = true,
             "--replace" => replace = true,
@@ -243,6 +302,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
 
     let verb = verb.ok_or_else(|| format!("no command given (one of {COMMANDS})"))?;
+    if !acl_rules.is_empty() && !matches!(verb, Verb::AclAdd | Verb::AclDel) {
+        return Err("options --allow and --deny only apply to --acl-add and --acl-del".into());
+    }
+    if (burst.is_some() || per_prefix.is_some()) && verb != Verb::RateLimit {
+        return Err("options --burst and --per-prefix only apply to --rate-limit".into());
+    }
     if connections && verb != Verb::List {
         return Err("option -c/--connection only applies to -L/--list".into());
     }
@@ -392,6 +457,62 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             },
             Output::Laddrs,
         ),
+        Verb::AclAdd => {
+            let service = needs_service()?;
+            let action = match acl_rules.first() {
+                Some((action, _)) => *action,
+                None => return Err("--acl-add needs --allow PREFIX[,...] or --deny PREFIX[,...]".into()),
+            };
+            if acl_rules.iter().any(|(a, _)| *a != action) {
+                return Err("--acl-add takes --allow or --deny, not both in one command".into());
+            }
+            (
+                Request::AclAdd {
+                    service,
+                    action,
+                    prefixes: acl_rules.iter().map(|(_, p)| *p).collect(),
+                },
+                Output::Quiet,
+            )
+        }
+        Verb::AclDel => {
+            if acl_rules.is_empty() {
+                return Err("--acl-del needs the prefixes: --allow|--deny PREFIX[,...]".into());
+            }
+            (
+                Request::AclDel {
+                    service: needs_service()?,
+                    prefixes: acl_rules.iter().map(|(_, p)| *p).collect(),
+                },
+                Output::Quiet,
+            )
+        }
+        Verb::AclList => (
+            Request::AclList {
+                service: needs_service()?,
+                max: None,
+            },
+            Output::Admission,
+        ),
+        Verb::AclLoad => (
+            Request::AclClear {
+                service: needs_service()?,
+            },
+            Output::AclLoad {
+                path: acl_file.ok_or("--acl-load needs a file of rules")?,
+            },
+        ),
+        Verb::RateLimit => {
+            let service = needs_service()?;
+            let limit = match limit_rate.expect("--rate-limit takes a rate") {
+                0 => None,
+                rate => Some(
+                    RateLimit::new(rate, burst.unwrap_or(rate), per_prefix.unwrap_or(32))
+                        .map_err(|e| format!("--rate-limit: {e}"))?,
+                ),
+            };
+            (Request::SetRateLimit { service, limit }, Output::Quiet)
+        }
     };
     Ok(Command { request, output })
 }
@@ -423,6 +544,8 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "--replace" => "replace",
         "-z" | "--laddr" => "laddr",
         "-F" | "--ifname" => "ifname",
+        "--burst" => "burst",
+        "--per-prefix" => "per-prefix",
         _ => return None,
     };
     Some(name)

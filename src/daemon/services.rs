@@ -5,7 +5,7 @@
 use crate::config::Config;
 use crate::control::protocol::Request;
 use crate::control::report::{
-    EventLine, EventsReport, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport,
+    AclRuleStatus, AdmissionReport, EventLine, EventsReport, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport,
     TimeoutsReport,
 };
 use crate::dataplane::realserver_stats::{
@@ -141,8 +141,50 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 Some(_) => {}
             }
         }
+        admission_diff(current, desired, key, &mut out);
     }
     Ok(out)
+}
+
+/// The requests that give service `key` the access list and rate limit it has in
+/// `desired`: the whole list again when it differs (cleared, then its allow and deny
+/// rules), the limit when it differs.
+fn admission_diff(
+    current: &ServiceTable,
+    desired: &ServiceTable,
+    key: ServiceKey,
+    out: &mut Vec<Request>,
+) {
+    use crate::service::AclAction;
+    let empty = std::collections::BTreeMap::new();
+    let acl = |t: &ServiceTable| t.admission(key).map_or(&empty, |r| r.acl()).clone();
+    let limit = |t: &ServiceTable| t.admission(key).and_then(|r| r.rate_limit());
+    let (have, want) = (acl(current), acl(desired));
+    if have != want {
+        if !have.is_empty() {
+            out.push(Request::AclClear { service: key });
+        }
+        for action in [AclAction::Allow, AclAction::Deny] {
+            let prefixes: Vec<_> = want
+                .iter()
+                .filter(|(_, a)| **a == action)
+                .map(|(p, _)| *p)
+                .collect();
+            if !prefixes.is_empty() {
+                out.push(Request::AclAdd {
+                    service: key,
+                    action,
+                    prefixes,
+                });
+            }
+        }
+    }
+    if limit(current) != limit(desired) {
+        out.push(Request::SetRateLimit {
+            service: key,
+            limit: limit(desired),
+        });
+    }
 }
 
 /// Events `sluicectl events` can show.
@@ -198,6 +240,34 @@ fn describe(req: &Request) -> Option<String> {
         Request::SetTimeouts { tcp, tcpfin, udp } => {
             format!("lb=config op=set-timeouts tcp={tcp} tcpfin={tcpfin} udp={udp}")
         }
+        Request::AclAdd {
+            service,
+            action,
+            prefixes,
+        } => format!(
+            "lb=config op=acl-add svc={} action={} prefixes={}{}",
+            svc(service),
+            action.name(),
+            prefixes.len(),
+            prefixes.first().map(|p| format!(" first={p}")).unwrap_or_default()
+        ),
+        Request::AclDel { service, prefixes } => format!(
+            "lb=config op=acl-del svc={} prefixes={}{}",
+            svc(service),
+            prefixes.len(),
+            prefixes.first().map(|p| format!(" first={p}")).unwrap_or_default()
+        ),
+        Request::AclClear { service } => format!("lb=config op=acl-clear svc={}", svc(service)),
+        Request::SetRateLimit { service, limit } => match limit {
+            Some(l) => format!(
+                "lb=config op=rate-limit svc={} rate={} burst={} prefix={}",
+                svc(service),
+                l.rate,
+                l.burst,
+                l.prefix_len
+            ),
+            None => format!("lb=config op=rate-limit svc={} off", svc(service)),
+        },
         _ => return None,
     };
     Some(line)
@@ -247,6 +317,7 @@ impl Services {
             .collect();
         let mut table = ServiceTable::new();
         table.set_own_addresses(own_addresses.clone());
+        table.set_workers(cfg.lcores.workers.len());
         for sc in &cfg.services {
             let at = |e: ServiceError| format!("{}:{}: services: {e}", cfg.path.display(), sc.line);
             let persistence = sc
@@ -266,6 +337,20 @@ impl Services {
             }
             if sc.toa {
                 table.set_toa(sc.key, true).map_err(at)?;
+            }
+            for action in [crate::service::AclAction::Allow, crate::service::AclAction::Deny] {
+                let prefixes: Vec<_> = sc
+                    .acl
+                    .iter()
+                    .filter(|(a, _)| *a == action)
+                    .map(|(_, p)| *p)
+                    .collect();
+                if !prefixes.is_empty() {
+                    table.acl_add(sc.key, action, &prefixes).map_err(at)?;
+                }
+            }
+            if sc.rate_limit.is_some() {
+                table.set_rate_limit(sc.key, sc.rate_limit).map_err(at)?;
             }
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
@@ -310,6 +395,11 @@ impl Services {
                 | Request::AddLaddr { .. }
                 | Request::DelLaddr { .. }
                 | Request::GetLaddr { .. }
+                | Request::AclAdd { .. }
+                | Request::AclDel { .. }
+                | Request::AclClear { .. }
+                | Request::AclList { .. }
+                | Request::SetRateLimit { .. }
                 | Request::SetTimeouts { .. }
                 | Request::GetTimeouts
                 | Request::Batch { .. }
@@ -448,6 +538,12 @@ impl Services {
                     .map_err(|e| e.to_string())?;
             }
         }
+        // Likewise access lists and rate limits.
+        for service in self.table.services() {
+            if desired.get(service.key).is_some() {
+                desired.keep_admission_of(&self.table, service.key);
+            }
+        }
         let changes = diff(&self.table, &desired)?;
         let (count, lines) = (changes.len(), describe_all(&changes));
         self.apply_all(changes, counters)
@@ -527,6 +623,22 @@ impl Services {
             }
             Request::AddLaddr { service, ip } => t.add_laddr(service, ip),
             Request::DelLaddr { service, ip } => t.del_laddr(service, ip),
+            Request::AclAdd {
+                service,
+                action,
+                prefixes,
+            } => t.acl_add(service, action, &prefixes),
+            Request::AclDel { service, prefixes } => t.acl_del(service, &prefixes),
+            Request::AclClear { service } => t.acl_clear(service),
+            Request::SetRateLimit { service, limit } => t.set_rate_limit(service, limit),
+            Request::AclList { service, max } => {
+                let report = self
+                    .admission_report(service, max.map_or(usize::MAX, |m| m as usize))
+                    .ok_or_else(|| ServiceError::NoSuchService(service).to_string())?;
+                return serde_json::to_value(report)
+                    .map(Applied::Answer)
+                    .map_err(|e| e.to_string());
+            }
             Request::GetTimeouts => {
                 let (tcp, tcpfin, udp) = self.timeouts.get();
                 let report = TimeoutsReport { tcp, tcpfin, udp };
@@ -579,6 +691,7 @@ impl Services {
         // Stamped just before the swap: a worker may adopt before publish returns.
         let at = (std::time::Instant::now(), crate::dpdk::tsc());
         publisher.publish(snapshot).map_err(|e| e.to_string())?;
+        self.table.admission_published();
         self.published_at = Some(at);
         self.generation = generation;
         self.alert_on_unavailable();
@@ -681,6 +794,57 @@ impl Services {
             self.events.pop_front();
         }
         self.events.push_back((ms, line));
+    }
+
+    /// `--acl-list`: service `key`'s access list (its first `max_rules` rules, with
+    /// their hits summed over workers), default, rate limit and counts; `None` when
+    /// there is no such service.
+    pub fn admission_report(&self, key: ServiceKey, max_rules: usize) -> Option<AdmissionReport> {
+        let service = self.table.get(key)?;
+        let Some(rules) = self.table.admission(key) else {
+            return Some(AdmissionReport::empty(key));
+        };
+        let compiled = rules.compiled(service.id);
+        let (listed, total, denies_unmatched) = match &compiled.acl {
+            Some(acl) => (
+                acl.rules()
+                    .iter()
+                    .take(max_rules)
+                    .enumerate()
+                    .map(|(i, r)| AclRuleStatus {
+                        prefix: r.prefix,
+                        action: r.action,
+                        hits: acl.hits(i),
+                    })
+                    .collect(),
+                acl.len(),
+                acl.denies_unmatched(),
+            ),
+            None => (Vec::new(), 0, false),
+        };
+        Some(AdmissionReport {
+            service: key,
+            rules_total: total,
+            unmatched: if denies_unmatched {
+                crate::service::AclAction::Deny
+            } else {
+                crate::service::AclAction::Allow
+            },
+            rules: listed,
+            rate_limit: rules.rate_limit(),
+            workers: compiled.workers,
+            totals: rules.totals(),
+        })
+    }
+
+    /// The admission report of every service that has rules, without the rules (for
+    /// the metrics).
+    pub fn admission_reports(&self) -> Vec<AdmissionReport> {
+        self.table
+            .services()
+            .filter(|s| self.table.admission(s.key).is_some())
+            .filter_map(|s| self.admission_report(s.key, 0))
+            .collect()
     }
 
     /// The listing for `sluicectl -L`, with counters summed over workers.

@@ -8,6 +8,7 @@
 //! real server, which local port; the session opens), `observe` (accounting, passive
 //! health, session sync), `egress` (rewrite for the mode, next hop). ICMP errors
 //! about a session take `icmp_error`.
+pub mod admission;
 mod egress;
 mod hit;
 mod icmp_error;
@@ -158,6 +159,9 @@ pub struct Forwarder {
     sync_listen: Option<SocketAddrV4>,
     /// ...and, with multicast, UDP to the group, arriving with the group's MAC.
     sync_group: Option<(MacAddr, SocketAddrV4)>,
+    /// Per-source new-connection rate-limit buckets (`forwarder/admission.rs`).
+    rate_table: admission::RateTable,
+    tsc_hz: u64,
 }
 
 /// A worker's end of session sync: its event ring (index `index` of `rings`) and when
@@ -417,6 +421,8 @@ impl Forwarder {
             sync_group: sync_port
                 .and_then(|(_, group)| group)
                 .map(|g| (MacAddr::ipv4_multicast(*g.ip()), g)),
+            rate_table: admission::RateTable::new(admission::random_seed()),
+            tsc_hz,
         };
         f.rebuild_schedulers();
         Ok(f)
@@ -786,6 +792,9 @@ impl Forwarder {
                     Ok(service) => service,
                     Err(action) => return action,
                 };
+                if let Err(reason) = self.check_admission(service, &key, cx.now_tsc) {
+                    return Action::Drop(reason);
+                }
                 let placement = match self.place(service, &key, cx.now_tsc, cx.counters) {
                     Ok(placement) => placement,
                     Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),
