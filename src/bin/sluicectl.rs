@@ -6,9 +6,9 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::render::{
-    render_admission, render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
-    render_services, render_skew, render_status, render_sync, render_timeouts, render_vrrp,
-    render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_admission, render_connections, render_events, render_health, render_laddrs,
+    render_rates, render_save, render_services, render_skew, render_status, render_sync,
+    render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
@@ -516,8 +516,8 @@ fn run(options: &Options) -> Result<String, String> {
             request,
         }) => {
             let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
-            let batch = acl_load_batch(request.clone(), file)
-                .map_err(|e| format!("{path}: {e}"))?;
+            let batch =
+                acl_load_batch(request.clone(), file).map_err(|e| format!("{path}: {e}"))?;
             send_batch(options, batch)?
         }
         command => client::request(&options.socket, &command.request(), options.timeout)

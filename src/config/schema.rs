@@ -20,9 +20,9 @@ use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
 };
 use crate::model::Protocol;
-use crate::service::{AclAction, Prefix, RateLimit};
 use crate::model::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_LOCAL_ADDRESSES};
 use crate::model::{SchedFlags, SchedulerKind};
+use crate::service::{AclAction, Prefix, RateLimit};
 
 const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "vrrp",
@@ -1002,7 +1002,10 @@ fn read_service(
 fn read_acl(t: &Table, source: &Source) -> Check<Vec<(AclAction, Prefix)>> {
     let mut rules: Vec<(AclAction, Prefix)> = Vec::new();
     let mut seen: HashMap<Prefix, String> = HashMap::new();
-    for (key, action) in [("acl_allow", AclAction::Allow), ("acl_deny", AclAction::Deny)] {
+    for (key, action) in [
+        ("acl_allow", AclAction::Allow),
+        ("acl_deny", AclAction::Deny),
+    ] {
         let Some(f) = t.get(key) else {
             continue;
         };

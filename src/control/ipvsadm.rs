@@ -461,7 +461,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             let service = needs_service()?;
             let action = match acl_rules.first() {
                 Some((action, _)) => *action,
-                None => return Err("--acl-add needs --allow PREFIX[,...] or --deny PREFIX[,...]".into()),
+                None => {
+                    return Err(
+                        "--acl-add needs --allow PREFIX[,...] or --deny PREFIX[,...]".into(),
+                    )
+                }
             };
             if acl_rules.iter().any(|(a, _)| *a != action) {
                 return Err("--acl-add takes --allow or --deny, not both in one command".into());

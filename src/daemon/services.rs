@@ -5,8 +5,8 @@
 use crate::config::Config;
 use crate::control::protocol::Request;
 use crate::control::report::{
-    AclRuleStatus, AdmissionReport, EventLine, EventsReport, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport,
-    TimeoutsReport,
+    AclRuleStatus, AdmissionReport, EventLine, EventsReport, LaddrReport, RealServerStatus,
+    ServiceStatus, ServicesReport, TimeoutsReport,
 };
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
@@ -249,13 +249,19 @@ fn describe(req: &Request) -> Option<String> {
             svc(service),
             action.name(),
             prefixes.len(),
-            prefixes.first().map(|p| format!(" first={p}")).unwrap_or_default()
+            prefixes
+                .first()
+                .map(|p| format!(" first={p}"))
+                .unwrap_or_default()
         ),
         Request::AclDel { service, prefixes } => format!(
             "lb=config op=acl-del svc={} prefixes={}{}",
             svc(service),
             prefixes.len(),
-            prefixes.first().map(|p| format!(" first={p}")).unwrap_or_default()
+            prefixes
+                .first()
+                .map(|p| format!(" first={p}"))
+                .unwrap_or_default()
         ),
         Request::AclClear { service } => format!("lb=config op=acl-clear svc={}", svc(service)),
         Request::SetRateLimit { service, limit } => match limit {
@@ -338,7 +344,10 @@ impl Services {
             if sc.toa {
                 table.set_toa(sc.key, true).map_err(at)?;
             }
-            for action in [crate::service::AclAction::Allow, crate::service::AclAction::Deny] {
+            for action in [
+                crate::service::AclAction::Allow,
+                crate::service::AclAction::Deny,
+            ] {
                 let prefixes: Vec<_> = sc
                     .acl
                     .iter()

@@ -514,7 +514,12 @@ mod tests {
                 (AclAction::Deny, p("10.1.0.0/16"))
             ]
         );
-        assert_eq!(parse_rules("allow 10.0.0.0/8\npermit 1.2.3.4").unwrap_err().0, 2);
+        assert_eq!(
+            parse_rules("allow 10.0.0.0/8\npermit 1.2.3.4")
+                .unwrap_err()
+                .0,
+            2
+        );
         assert_eq!(parse_rules("deny 10.0.0.1/8").unwrap_err().0, 1);
         let twice = parse_rules("deny 10.0.0.0/8\nallow 10.0.0.0/8").unwrap_err();
         assert_eq!(twice, (2, "10.0.0.0/8 is already on line 1".to_string()));
@@ -522,7 +527,10 @@ mod tests {
 
     #[test]
     fn prefixes_with_host_bits_or_bad_lengths_are_refused_and_repeats_too() {
-        assert!("10.1.0.0/8".parse::<Prefix>().unwrap_err().contains("host bits"));
+        assert!("10.1.0.0/8"
+            .parse::<Prefix>()
+            .unwrap_err()
+            .contains("host bits"));
         assert!("10.0.0.0/33".parse::<Prefix>().is_err());
         assert!("10.0.0/8".parse::<Prefix>().is_err());
         assert_eq!(p("10.0.0.1"), Prefix::new(ip("10.0.0.1"), 32).unwrap());
@@ -565,10 +573,14 @@ mod tests {
                 let (a, b) = (prefix.net, prefix.last());
                 probes.extend([a, b, a.wrapping_sub(1), b.wrapping_add(1), a + (b - a) / 2]);
             }
-            probes.extend((0..5000).map(|_| ((rng.next_u64() % 6) as u32 + 8) << 24 | rng.next_u64() as u32 & 0xffffff));
+            probes.extend((0..5000).map(|_| {
+                ((rng.next_u64() % 6) as u32 + 8) << 24 | rng.next_u64() as u32 & 0xffffff
+            }));
             for addr in probes {
                 let addr = Ipv4Addr::from(addr);
-                let found = acl.longest_match(addr).map(|i| acl.rules()[i as usize].prefix);
+                let found = acl
+                    .longest_match(addr)
+                    .map(|i| acl.rules()[i as usize].prefix);
                 assert_eq!(found, reference(&rules, addr), "{count} rules, {addr}");
             }
         }
@@ -581,7 +593,10 @@ mod tests {
         while rules.len() < 100_000 {
             let len = 16 + (rng.next_u64() % 17) as u8;
             let addr = rng.next_u64() as u32 & mask(len);
-            rules.insert(Prefix::new(Ipv4Addr::from(addr), len).unwrap(), AclAction::Deny);
+            rules.insert(
+                Prefix::new(Ipv4Addr::from(addr), len).unwrap(),
+                AclAction::Deny,
+            );
         }
         let rules: Vec<_> = rules.into_iter().collect();
         let started = std::time::Instant::now();
@@ -596,7 +611,9 @@ mod tests {
         }
         for _ in 0..5_000 {
             let addr = Ipv4Addr::from(rng.next_u64() as u32);
-            let found = acl.longest_match(addr).map(|i| acl.rules()[i as usize].prefix);
+            let found = acl
+                .longest_match(addr)
+                .map(|i| acl.rules()[i as usize].prefix);
             assert_eq!(found, reference(&rules, addr), "{addr}");
         }
         eprintln!(

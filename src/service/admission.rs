@@ -43,7 +43,9 @@ impl RateLimit {
         }
         let max_burst = rate.saturating_mul(10).max(1);
         if burst == 0 || burst > max_burst {
-            return Err(format!("burst {burst}: 1 to {max_burst} (10 times the rate)"));
+            return Err(format!(
+                "burst {burst}: 1 to {max_burst} (10 times the rate)"
+            ));
         }
         if !(8..=32).contains(&prefix_len) {
             return Err(format!("prefix length {prefix_len}: 8 to 32"));
@@ -215,7 +217,10 @@ impl AdmissionRules {
     /// Adds rules (a prefix already listed takes the new action). Nothing changes
     /// when the list would grow past [`super::acl::MAX_ACL_RULES`].
     pub fn add(&mut self, action: AclAction, prefixes: &[Prefix]) -> Result<(), String> {
-        let new = prefixes.iter().filter(|p| !self.acl.contains_key(p)).count();
+        let new = prefixes
+            .iter()
+            .filter(|p| !self.acl.contains_key(p))
+            .count();
         if self.acl.len() + new > super::acl::MAX_ACL_RULES {
             return Err(format!(
                 "the list would hold {} rules; at most {}",
@@ -312,7 +317,10 @@ mod tests {
         let four = l.per_worker(4, 1_000_000_000);
         assert_eq!(four.interval, 40_000_000);
         assert_eq!(four.tolerance, 4 * 40_000_000);
-        assert_eq!(RateLimit::new(100, 20, 24).unwrap().per_worker(1, 1).mask, 0xffff_ff00);
+        assert_eq!(
+            RateLimit::new(100, 20, 24).unwrap().per_worker(1, 1).mask,
+            0xffff_ff00
+        );
     }
 
     #[test]

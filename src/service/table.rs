@@ -10,6 +10,8 @@
 //! and real servers: the config loader applies them to the file (with the file's
 //! place), and every control command meets them here, with the appliance's own
 //! addresses ([`ServiceTable::set_own_addresses`]) refused in every role.
+use super::acl::{AclAction, Prefix};
+use super::admission::{AdmissionRules, RateLimit};
 use crate::model::Protocol;
 use crate::model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
@@ -17,8 +19,6 @@ use crate::model::{
 };
 use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
-use super::acl::{AclAction, Prefix};
-use super::admission::{AdmissionRules, RateLimit};
 use std::fmt;
 use std::net::Ipv4Addr;
 

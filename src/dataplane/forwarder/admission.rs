@@ -164,7 +164,8 @@ impl Forwarder {
         }
         if let Some(limit) = &admission.rate_limit {
             let limit = limit.per_worker(admission.workers, self.tsc_hz);
-            let bucket = u64::from(admission.service_id) << 32 | u64::from(u32::from(source) & limit.mask);
+            let bucket =
+                u64::from(admission.service_id) << 32 | u64::from(u32::from(source) & limit.mask);
             let verdict = self.rate_table.check(bucket, now_tsc, &limit);
             if verdict.evicted_live {
                 admission
@@ -172,7 +173,9 @@ impl Forwarder {
                     .count(worker, AdmissionEvent::RateEvictedLive);
             }
             if !verdict.admitted {
-                admission.counters.count(worker, AdmissionEvent::RateLimited);
+                admission
+                    .counters
+                    .count(worker, AdmissionEvent::RateLimited);
                 return Err(DropReason::RateLimited);
             }
         }
