@@ -823,4 +823,44 @@ mod tests {
             .unwrap_err();
         assert_eq!(error, "unexpected reply from daemon: missing field `line`");
     }
+
+    #[test]
+    fn an_acl_file_becomes_one_batch_that_clears_the_list_first() {
+        use sluice::model::{Protocol, ServiceKey};
+        use sluice::service::AclAction;
+        let service = ServiceKey::new(Protocol::Tcp, "198.18.1.1".parse().unwrap(), 80);
+        let mut text = String::from("allow 10.0.0.0/8 # office\n\n");
+        for i in 0..2500u32 {
+            text.push_str(&format!("deny 11.{}.{}.0/24\n", i >> 8, i & 255));
+        }
+        let clear = Request::AclClear { service };
+        let Request::Batch { requests, replace } =
+            acl_load_batch(clear.clone(), text.as_bytes()).unwrap()
+        else {
+            panic!("not a batch");
+        };
+        assert!(!replace);
+        assert_eq!(requests[0], clear);
+        let sizes: Vec<(AclAction, usize)> = requests[1..]
+            .iter()
+            .map(|r| match r {
+                Request::AclAdd {
+                    action, prefixes, ..
+                } => (*action, prefixes.len()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![
+                (AclAction::Allow, 1),
+                (AclAction::Deny, 1000),
+                (AclAction::Deny, 1000),
+                (AclAction::Deny, 500)
+            ]
+        );
+        let err =
+            acl_load_batch(clear, "deny 10.0.0.0/8\ndeny 10.0.0.0/33\n".as_bytes()).unwrap_err();
+        assert!(err.starts_with("line 2: "), "{err}");
+    }
 }

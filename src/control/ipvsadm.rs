@@ -889,4 +889,84 @@ mod tests {
             assert!(err.contains(needle), "{line}: {err}");
         }
     }
+
+    #[test]
+    fn access_list_and_rate_limit_commands() {
+        let svc = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80);
+        let prefix = |s: &str| s.parse::<Prefix>().unwrap();
+        assert_eq!(
+            p("--acl-add -t 198.18.1.1:80 --deny 198.18.5.0/24,198.18.6.0/24").unwrap(),
+            Command {
+                request: Request::AclAdd {
+                    service: svc,
+                    action: AclAction::Deny,
+                    prefixes: vec![prefix("198.18.5.0/24"), prefix("198.18.6.0/24")],
+                },
+                output: Output::Quiet,
+            }
+        );
+        assert_eq!(
+            p("--acl-del -t 198.18.1.1:80 --allow 10.0.0.1")
+                .unwrap()
+                .request,
+            Request::AclDel {
+                service: svc,
+                prefixes: vec![prefix("10.0.0.1/32")],
+            }
+        );
+        assert_eq!(
+            p("--acl-list -t 198.18.1.1:80").unwrap().output,
+            Output::Admission
+        );
+        for line in [
+            "--acl-load -t 198.18.1.1:80 /etc/sluice/lists/web.acl",
+            "--acl-load /etc/sluice/lists/web.acl -t 198.18.1.1:80",
+        ] {
+            assert_eq!(
+                p(line).unwrap(),
+                Command {
+                    request: Request::AclClear { service: svc },
+                    output: Output::AclLoad {
+                        path: "/etc/sluice/lists/web.acl".into()
+                    },
+                },
+                "{line}"
+            );
+        }
+        assert_eq!(
+            p("--rate-limit 50 --burst 100 --per-prefix 24 -t 198.18.1.1:80")
+                .unwrap()
+                .request,
+            Request::SetRateLimit {
+                service: svc,
+                limit: Some(RateLimit::new(50, 100, 24).unwrap()),
+            }
+        );
+        assert_eq!(
+            p("--rate-limit 0 -t 198.18.1.1:80").unwrap().request,
+            Request::SetRateLimit {
+                service: svc,
+                limit: None
+            }
+        );
+        for (line, needle) in [
+            ("--acl-add -t 198.18.1.1:80", "needs --allow"),
+            (
+                "--acl-add -t 198.18.1.1:80 --allow 10.0.0.0/8 --deny 11.0.0.0/8",
+                "not both",
+            ),
+            ("--acl-add -t 198.18.1.1:80 --deny 10.1.0.0/8", "host bits"),
+            ("--acl-del -t 198.18.1.1:80", "needs the prefixes"),
+            ("--acl-load -t 198.18.1.1:80", "needs a file"),
+            ("-L -n --deny 10.0.0.0/8", "only apply to --acl-add"),
+            ("--rate-limit 10 --burst 500 -t 198.18.1.1:80", "burst 500"),
+            (
+                "--acl-add --burst 5 -t 198.18.1.1:80 --deny 10.0.0.0/8",
+                "only apply to --rate-limit",
+            ),
+        ] {
+            let error = p(line).unwrap_err();
+            assert!(error.contains(needle), "{line}: {error}");
+        }
+    }
 }

@@ -1217,4 +1217,119 @@ port = 53
         }
         assert!(!Services::handles(&Request::Status));
     }
+
+    #[test]
+    fn access_lists_change_hot_and_unrelated_changes_reuse_the_compiled_list() {
+        use crate::service::{AclAction, Prefix};
+        let (mut services, publisher) = setup();
+        let deny: Prefix = "198.18.5.0/24".parse().unwrap();
+        call(
+            &mut services,
+            &publisher,
+            Request::AclAdd {
+                service: http(),
+                action: AclAction::Deny,
+                prefixes: vec![deny],
+            },
+        )
+        .unwrap();
+        let snap = publisher.current();
+        let index = snap.find_index(&http()).unwrap();
+        let first = snap.admission(index).expect("the service has a list");
+        assert!(
+            !first
+                .acl
+                .as_ref()
+                .unwrap()
+                .decide("198.18.5.9".parse().unwrap())
+                .allowed
+        );
+        first.acl.as_ref().unwrap().count(0, 0);
+        // A weight change elsewhere publishes again: the list is the same Arc.
+        call(
+            &mut services,
+            &publisher,
+            Request::SetTimeouts {
+                tcp: 60,
+                tcpfin: 0,
+                udp: 0,
+            },
+        )
+        .unwrap();
+        let again = publisher.current();
+        assert!(std::ptr::eq(first, again.admission(index).unwrap()));
+        assert!(snap.admission(snap.find_index(&dns()).unwrap()).is_none());
+        let listed = call(
+            &mut services,
+            &publisher,
+            Request::AclList {
+                service: http(),
+                max: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(listed["rules"][0]["prefix"], "198.18.5.0/24");
+        assert_eq!(listed["rules"][0]["hits"], 1);
+        assert_eq!(listed["unmatched"], "allow");
+        // A bad change changes nothing.
+        let err = call(
+            &mut services,
+            &publisher,
+            Request::AclDel {
+                service: http(),
+                prefixes: vec!["10.0.0.0/8".parse().unwrap()],
+            },
+        )
+        .unwrap_err();
+        assert!(err.contains("not in the list"), "{err}");
+        assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
+        // -R --replace cannot carry lists: a service that stays keeps its own.
+        let restore = services.report(&[], Duration::from_secs(2));
+        let lines = crate::control::render::render_save(&restore);
+        let requests: Vec<Request> = lines
+            .lines()
+            .map(|l| {
+                let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+                crate::control::ipvsadm::parse(&args).unwrap().request
+            })
+            .collect();
+        call(
+            &mut services,
+            &publisher,
+            Request::Batch {
+                requests,
+                replace: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
+        // A reload whose file has another list: the diff replaces it.
+        let mut desired = services.table.clone();
+        desired.acl_clear(http()).unwrap();
+        desired
+            .acl_add(http(), AclAction::Allow, &["10.0.0.0/8".parse().unwrap()])
+            .unwrap();
+        desired
+            .set_rate_limit(
+                http(),
+                Some(crate::service::RateLimit::new(5, 5, 32).unwrap()),
+            )
+            .unwrap();
+        let requests = diff(&services.table, &desired).unwrap();
+        assert_eq!(
+            requests,
+            vec![
+                Request::AclClear { service: http() },
+                Request::AclAdd {
+                    service: http(),
+                    action: AclAction::Allow,
+                    prefixes: vec!["10.0.0.0/8".parse().unwrap()],
+                },
+                Request::SetRateLimit {
+                    service: http(),
+                    limit: Some(crate::service::RateLimit::new(5, 5, 32).unwrap()),
+                },
+            ]
+        );
+    }
 }
