@@ -93,7 +93,7 @@ fn main() {
     let before = resident_bytes();
     let mut trie = prefix_trie::PrefixMap::<(u32, u8), AclAction>::new();
     for (p, a) in &rules {
-        trie.insert((u32::from(p.addr()), p.len()), *a);
+        trie.insert((u32::from(p.addr()), p.prefix_len()), *a);
     }
     let trie = black_box(trie);
     let trie_rss = resident_bytes() - before;
@@ -125,7 +125,7 @@ fn main() {
             let started = Instant::now();
             let mut t = prefix_trie::PrefixMap::<(u32, u8), AclAction>::new();
             for (p, a) in &rules {
-                t.insert((u32::from(p.addr()), p.len()), *a);
+                t.insert((u32::from(p.addr()), p.prefix_len()), *a);
             }
             black_box(t);
             started.elapsed().as_secs_f64() * 1e3
@@ -149,14 +149,14 @@ fn main() {
         let acl = Acl::build(rules.iter().copied(), 1).unwrap();
         let mut trie = prefix_trie::PrefixMap::<(u32, u8), AclAction>::new();
         for (p, a) in &rules {
-            trie.insert((u32::from(p.addr()), p.len()), *a);
+            trie.insert((u32::from(p.addr()), p.prefix_len()), *a);
         }
         let mut rng = Rng::new(7);
         let random: Vec<u32> = (0..lookups).map(|_| rng.next_u64() as u32).collect();
         let inside: Vec<u32> = (0..lookups)
             .map(|_| {
                 let (p, _) = rules[rng.below(rules.len() as u64) as usize];
-                u32::from(p.addr()) | (rng.next_u64() as u32 & !sluice::service::acl::mask(p.len()))
+                u32::from(p.addr()) | (rng.next_u64() as u32 & !sluice::service::acl::mask(p.prefix_len()))
             })
             .collect();
         for (name, addrs) in [("random", &random), ("inside a rule", &inside)] {

@@ -4,7 +4,8 @@
 //!
 //! A TCP/UDP packet's path reads in `Forwarder::l4`, stage after stage, each stage
 //! in its own file under `forwarder/`: look up, then `hit` (an established session)
-//! or `miss` (no session: a new connection or something else) and `placement` (which
+//! or `miss` (no session: a new connection or something else), `admission` (the
+//! service's access list and rate limit) and `placement` (which
 //! real server, which local port; the session opens), `observe` (accounting, passive
 //! health, session sync), `egress` (rewrite for the mode, next hop). ICMP errors
 //! about a session take `icmp_error`.
@@ -768,7 +769,8 @@ impl Forwarder {
     /// 1. look its session up, by the hash the prefetch pass computed; a SYN reusing
     ///    the port of a finished connection retires it and misses (`miss.rs`);
     /// 2. hit: the session's state moves on the packet (`hit.rs`);
-    ///    miss: is it a new connection to a service (`miss.rs`)? Which real server,
+    ///    miss: is it a new connection to a service (`miss.rs`)? May it open
+    ///    (`admission.rs`: access list, rate limit)? Which real server,
     ///    which local port (`placement.rs`)? Then its session opens (`placement.rs`);
     /// 3. account: the packet counts on its real server (`observe.rs`);
     /// 4. egress: rewritten for the session's mode and addressed to its next hop
