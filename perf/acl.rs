@@ -156,7 +156,8 @@ fn main() {
         let inside: Vec<u32> = (0..lookups)
             .map(|_| {
                 let (p, _) = rules[rng.below(rules.len() as u64) as usize];
-                u32::from(p.addr()) | (rng.next_u64() as u32 & !sluice::service::acl::mask(p.prefix_len()))
+                u32::from(p.addr())
+                    | (rng.next_u64() as u32 & !sluice::service::acl::mask(p.prefix_len()))
             })
             .collect();
         for (name, addrs) in [("random", &random), ("inside a rule", &inside)] {

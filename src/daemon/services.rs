@@ -1332,4 +1332,46 @@ port = 53
             ]
         );
     }
+
+    /// A replaced list is freed on the management core once no worker's snapshot
+    /// holds it, never by the worker letting go of its last snapshot.
+    #[test]
+    fn a_replaced_list_waits_for_the_workers_and_is_freed_here() {
+        use crate::service::AclAction;
+        let (mut services, publisher) = setup();
+        let add = |p: &str| Request::AclAdd {
+            service: http(),
+            action: AclAction::Deny,
+            prefixes: vec![p.parse().unwrap()],
+        };
+        call(&mut services, &publisher, add("198.18.5.0/24")).unwrap();
+        let mut worker = publisher.reader();
+        call(&mut services, &publisher, add("198.18.6.0/24")).unwrap();
+        // The worker still reads the first list: kept here.
+        assert_eq!(services.table.retired_admission(), 1);
+        let first = worker.current().admission(0).map(|a| a as *const _);
+        assert!(worker.refresh());
+        assert_ne!(worker.current().admission(0).map(|a| a as *const _), first);
+        call(&mut services, &publisher, add("198.18.7.0/24")).unwrap();
+        // The first list is gone; the second waits for the worker to adopt the third.
+        assert_eq!(services.table.retired_admission(), 1);
+        call(
+            &mut services,
+            &publisher,
+            Request::DeleteService { service: http() },
+        )
+        .unwrap();
+        assert!(worker.refresh());
+        call(
+            &mut services,
+            &publisher,
+            Request::SetTimeouts {
+                tcp: 60,
+                tcpfin: 0,
+                udp: 0,
+            },
+        )
+        .unwrap();
+        assert_eq!(services.table.retired_admission(), 0);
+    }
 }

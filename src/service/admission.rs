@@ -282,11 +282,19 @@ impl AdmissionRules {
         }))
     }
 
-    /// Drops the form the last compile replaced (after publishing).
-    pub fn forget_previous(&mut self) {
+    /// After publishing: the form the last compile replaced, for the caller to keep
+    /// until no worker's snapshot holds it.
+    pub fn take_replaced(&mut self) -> Option<Arc<Admission>> {
         if self.compiled.get().is_some() {
-            self.previous = None;
+            self.previous.take()
+        } else {
+            None
         }
+    }
+
+    /// The compiled forms this service's rules still hold (when the service goes).
+    pub fn into_compiled(mut self) -> impl Iterator<Item = Arc<Admission>> {
+        self.compiled.take().into_iter().chain(self.previous)
     }
 
     pub fn totals(&self) -> AdmissionTotals {

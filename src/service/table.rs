@@ -11,7 +11,7 @@
 //! place), and every control command meets them here, with the appliance's own
 //! addresses ([`ServiceTable::set_own_addresses`]) refused in every role.
 use super::acl::{AclAction, Prefix};
-use super::admission::{AdmissionRules, RateLimit};
+use super::admission::{Admission, AdmissionRules, RateLimit};
 use crate::model::Protocol;
 use crate::model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
@@ -21,6 +21,7 @@ use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 /// Why a table operation was refused. `Display` gives one line that starts with
 /// ipvsadm's own text where ipvsadm has one, so scripts grepping for it keep working.
@@ -215,6 +216,11 @@ pub struct ServiceTable {
     admission: HashMap<ServiceKey, AdmissionRules>,
     /// Workers the admission counts and rates are kept for.
     workers: usize,
+    /// Compiled admission rules replaced or removed, kept until no snapshot a worker
+    /// may hold uses them: a 100k-prefix list is then freed here, on the management
+    /// core, not by the worker that lets go of the last snapshot holding it (which
+    /// would stall that worker for milliseconds).
+    retired_admission: Vec<Arc<Admission>>,
 }
 
 /// Counts one more (`up`) or one less use of `ip` in `uses`.
@@ -248,6 +254,7 @@ impl ServiceTable {
             local_address_uses: HashMap::new(),
             admission: HashMap::new(),
             workers: 1,
+            retired_admission: Vec::new(),
         }
     }
 
@@ -337,7 +344,9 @@ impl ServiceTable {
         for &ip in &removed.local_addresses {
             count_use(&mut self.local_address_uses, ip, false);
         }
-        self.admission.remove(&key);
+        if let Some(rules) = self.admission.remove(&key) {
+            self.retired_admission.extend(rules.into_compiled());
+        }
         self.version += 1;
         Ok(removed)
     }
@@ -561,7 +570,9 @@ impl ServiceTable {
         self.vip_uses.clear();
         self.server_uses.clear();
         self.local_address_uses.clear();
-        self.admission.clear();
+        for (_, rules) in self.admission.drain() {
+            self.retired_admission.extend(rules.into_compiled());
+        }
         self.version += 1;
     }
 
@@ -636,11 +647,18 @@ impl ServiceTable {
         };
     }
 
-    /// After a publish: the compiled rules the published ones replaced are let go.
+    /// After a publish: the compiled rules the published ones replaced are retired,
+    /// and retired ones no snapshot holds any more are freed (here).
     pub fn admission_published(&mut self) {
         for rules in self.admission.values_mut() {
-            rules.forget_previous();
+            self.retired_admission.extend(rules.take_replaced());
         }
+        self.retired_admission.retain(|a| Arc::strong_count(a) > 1);
+    }
+
+    /// Compiled admission rules waiting for the workers to let go of them.
+    pub fn retired_admission(&self) -> usize {
+        self.retired_admission.len()
     }
 
     /// All services, ordered by (protocol, VIP, port).
