@@ -19,7 +19,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const APPLIANCE: &str = "198.18.0.1";
 const CLIENT: &str = "198.18.2.100";
@@ -31,22 +31,6 @@ const VPORT: u16 = 80;
 const ECHO_PORT: u16 = 7000;
 const RATE: u64 = 20;
 const BURST: u64 = 20;
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs_f64()
-}
-
-/// `sluicectl ARGS`, which must succeed; its wall-clock (before, after).
-fn timed_ctl(daemon: &Daemon, args: &[&str]) -> (f64, f64) {
-    let before = now();
-    let out = daemon.ctl(args);
-    let after = now();
-    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
-    (before, after)
-}
 
 /// `sluicectl --json ARGS`'s result.
 fn ctl_json(daemon: &Daemon, args: &[&str]) -> Value {
@@ -183,11 +167,11 @@ fn a_hot_deny_stops_new_connections_only_and_a_rate_limit_caps_the_greedy_source
     });
     std::thread::sleep(Duration::from_millis(1500));
     let deny = format!("{CLIENT}/32");
-    let (_, denied_from) = timed_ctl(&daemon, &["--acl-add", "-t", &service, "--deny", &deny]);
+    let (_, denied_from) = daemon.ctl_timed(&["--acl-add", "-t", &service, "--deny", &deny]);
     std::thread::sleep(Duration::from_millis(2500));
     let listed = ctl_json(&daemon, &["--acl-list", "-t", &service]);
-    let (allowed_from, _) = timed_ctl(&daemon, &["--acl-del", "-t", &service, "--deny", &deny]);
-    let (_, allowed_again) = (allowed_from, now());
+    let (allowed_from, _) = daemon.ctl_timed(&["--acl-del", "-t", &service, "--deny", &deny]);
+    let allowed_again = wall_now();
     std::thread::sleep(Duration::from_millis(1500));
     std::fs::write(&stop, b"").expect("writing the stop file");
     assert!(
@@ -243,17 +227,14 @@ fn a_hot_deny_stops_new_connections_only_and_a_rate_limit_caps_the_greedy_source
     );
 
     // --- Rate limit: a greedy and a polite source at once. ---
-    timed_ctl(
-        &daemon,
-        &[
-            "--rate-limit",
-            &RATE.to_string(),
-            "--burst",
-            &BURST.to_string(),
-            "-t",
-            &service,
-        ],
-    );
+    daemon.ctl_timed(&[
+        "--rate-limit",
+        &RATE.to_string(),
+        "--burst",
+        &BURST.to_string(),
+        "-t",
+        &service,
+    ]);
     let (greedy_out, polite_out) = (dir.join("greedy.json"), dir.join("polite.json"));
     let args = stream_args(&polite_out.to_string_lossy(), POLITE, 0, 4, 2.0, &[]);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
