@@ -33,7 +33,7 @@ use super::Forwarder;
 use crate::flow::FlowKey4;
 use crate::model::DropReason;
 use crate::service::admission::WorkerLimit;
-use crate::service::AdmissionEvent;
+use crate::service::{AdmissionEvent, RateLimit};
 
 /// Sets of the per-worker rate table (a power of two).
 pub const RATE_SETS: usize = 16_384;
@@ -64,6 +64,9 @@ pub struct RateVerdict {
 pub struct RateTable {
     sets: Box<[RateSet]>,
     seed: u64,
+    /// The last limit turned into this worker's share (a 128-bit division), with
+    /// what it was computed from: consecutive new connections to one service reuse it.
+    share: Option<(RateLimit, usize, WorkerLimit)>,
 }
 
 impl RateTable {
@@ -72,6 +75,21 @@ impl RateTable {
         RateTable {
             sets: vec![RateSet::default(); RATE_SETS].into_boxed_slice(),
             seed,
+            share: None,
+        }
+    }
+
+    /// This worker's share of `limit` among `workers` at `tsc_hz`, remembered for
+    /// the next connection under the same limit.
+    #[inline]
+    pub fn share(&mut self, limit: RateLimit, workers: usize, tsc_hz: u64) -> WorkerLimit {
+        match self.share {
+            Some((l, w, share)) if l == limit && w == workers => share,
+            _ => {
+                let share = limit.per_worker(workers, tsc_hz);
+                self.share = Some((limit, workers, share));
+                share
+            }
         }
     }
 
@@ -162,8 +180,8 @@ impl Forwarder {
                 return Err(DropReason::AclDenied);
             }
         }
-        if let Some(limit) = &admission.rate_limit {
-            let limit = limit.per_worker(admission.workers, self.tsc_hz);
+        if let Some(limit) = admission.rate_limit {
+            let limit = self.rate_table.share(limit, admission.workers, self.tsc_hz);
             let bucket =
                 u64::from(admission.service_id) << 32 | u64::from(u32::from(source) & limit.mask);
             let verdict = self.rate_table.check(bucket, now_tsc, &limit);
@@ -186,7 +204,6 @@ impl Forwarder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::RateLimit;
 
     const HZ: u64 = 1_000_000_000;
 
@@ -215,6 +232,18 @@ mod tests {
             .filter(|i| table.check(key, start + i * HZ / 100, &limit).admitted)
             .count();
         assert!((100..=106).contains(&passed), "{passed}");
+    }
+
+    #[test]
+    fn a_workers_share_is_recomputed_only_when_the_limit_changes() {
+        let mut table = RateTable::new(3);
+        let ten = RateLimit::new(10, 10, 32).unwrap();
+        let share = table.share(ten, 2, HZ);
+        assert_eq!(share, ten.per_worker(2, HZ));
+        assert_eq!(table.share(ten, 2, HZ), share);
+        let twenty = RateLimit::new(20, 10, 32).unwrap();
+        assert_eq!(table.share(twenty, 2, HZ).interval, share.interval / 2);
+        assert_eq!(table.share(ten, 1, HZ), ten.per_worker(1, HZ));
     }
 
     #[test]
