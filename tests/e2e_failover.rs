@@ -65,13 +65,6 @@ const CLIENT_S: u32 = 12;
 const TARGET: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(10);
 
-fn wall_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// One node: af_packet on `iface` in `ns`, address `addr`/24, the DR service over the
 /// 3 real servers, VRRP at `priority`, sync from `listen` to `peer`. Both nodes'
 /// workers busy-poll CPU 1 (DaemonConfig's default lcores).

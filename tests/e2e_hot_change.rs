@@ -26,7 +26,7 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const APPLIANCE: &str = "198.18.0.1";
 const CLIENT: &str = "198.18.2.100/24";
@@ -47,13 +47,6 @@ const STEP_PAUSE: Duration = Duration::from_millis(120);
 const SCHEDULERS: [&str; 8] = ["wlc", "rr", "wrr", "lc", "mh", "sh", "sed", "wrandom"];
 /// The client's own bound (it stops earlier, when told to).
 const CLIENT_MAX_S: u64 = 120;
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs_f64()
-}
 
 /// One new connection of the stream client's report.
 #[derive(Debug, Clone)]
@@ -103,15 +96,6 @@ fn outside_windows(conns: &[NewConn], server: &str, windows: &[(f64, f64)]) -> V
             )
         })
         .collect()
-}
-
-/// `sluicectl ARGS`, which must succeed; its wall-clock (before, after).
-fn timed_ctl(daemon: &Daemon, args: &[&str]) -> (f64, f64) {
-    let before = now();
-    let out = daemon.ctl(args);
-    let after = now();
-    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
-    (before, after)
 }
 
 #[test]
@@ -191,35 +175,27 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
     let mut open_since = f64::NEG_INFINITY;
     let mut changes = 0u32;
     for round in 0..ROUNDS {
-        let (_, removed) = timed_ctl(&daemon, &["-d", "-t", &service, "-r", &rs(4)]);
+        let (_, removed) = daemon.ctl_timed(&["-d", "-t", &service, "-r", &rs(4)]);
         windows.push((open_since, removed));
         changes += 1;
         std::thread::sleep(STEP_PAUSE);
         for i in 1..=3 {
             let weight = ((round + i) % 4 + 1).to_string();
-            timed_ctl(
-                &daemon,
-                &["-e", "-t", &service, "-r", &rs(i), "-m", "-w", &weight],
-            );
+            daemon.ctl_timed(&["-e", "-t", &service, "-r", &rs(i), "-m", "-w", &weight]);
             changes += 1;
         }
         let scheduler = SCHEDULERS[round % SCHEDULERS.len()];
-        timed_ctl(&daemon, &["-E", "-t", &service, "-s", scheduler]);
+        daemon.ctl_timed(&["-E", "-t", &service, "-s", scheduler]);
         changes += 1;
         std::thread::sleep(STEP_PAUSE);
         let weight = (round % 3 + 1).to_string();
-        let (adding, _) = timed_ctl(
-            &daemon,
-            &["-a", "-t", &service, "-r", &rs(4), "-m", "-w", &weight],
-        );
+        let (adding, _) =
+            daemon.ctl_timed(&["-a", "-t", &service, "-r", &rs(4), "-m", "-w", &weight]);
         open_since = adding;
         changes += 1;
         std::thread::sleep(STEP_PAUSE);
         let weight = (round % 3 + 2).to_string();
-        timed_ctl(
-            &daemon,
-            &["-e", "-t", &service, "-r", &rs(4), "-m", "-w", &weight],
-        );
+        daemon.ctl_timed(&["-e", "-t", &service, "-r", &rs(4), "-m", "-w", &weight]);
         changes += 1;
         std::thread::sleep(STEP_PAUSE);
     }

@@ -6,9 +6,9 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::render::{
-    render_connections, render_events, render_health, render_laddrs, render_rates, render_save,
-    render_services, render_skew, render_status, render_sync, render_thresholds, render_timeouts,
-    render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_admission, render_connections, render_events, render_health, render_laddrs,
+    render_rates, render_save, render_services, render_skew, render_status, render_sync,
+    render_thresholds, render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
@@ -59,6 +59,19 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   -P|--add-laddr -t|-u VIP:port -z LIP [-F ifname]               add a FullNAT local address
   -Q|--del-laddr -t|-u VIP:port -z LIP [-F ifname]               delete a local address
   -G|--get-laddr -t|-u VIP:port                                  list a service's local addresses
+
+Admission of new connections (established sessions are never affected):
+  --acl-add -t|-u VIP:port --allow|--deny PREFIX[,PREFIX...]      add access-list rules (the longest
+                                                                 matching prefix decides; with any
+                                                                 allow rule, unlisted sources are denied)
+  --acl-del -t|-u VIP:port --allow|--deny PREFIX[,PREFIX...]      remove rules
+  --acl-list -t|-u VIP:port                                      the rules with their hits, the rate limit
+  --acl-load -t|-u VIP:port FILE                                 replace the list with FILE's rules, one
+                                                                 `allow|deny PREFIX` a line (# comments),
+                                                                 in one change
+  --rate-limit N -t|-u VIP:port [--burst B] [--per-prefix LEN]   at most N new connections per second per
+                                                                 source (or per /LEN network), bursts of
+                                                                 B (default N); 0 removes the limit
 
 Options:
   -S, --socket PATH   control socket (default: $SLUICE_SOCKET, else /run/sluice/sluice.sock);
@@ -226,8 +239,8 @@ impl Command {
                 service.as_deref(),
                 *threshold_pct,
             )),
-            Command::Ipvsadm(c) => match c.output {
-                ipvsadm::Output::List { stats } => Ok(render_services(&parse(result)?, stats)),
+            Command::Ipvsadm(c) => match &c.output {
+                ipvsadm::Output::List { stats } => Ok(render_services(&parse(result)?, *stats)),
                 ipvsadm::Output::Timeouts => Ok(render_timeouts(&parse(result)?)),
                 ipvsadm::Output::Rates => Ok(render_rates(&parse(result)?)),
                 ipvsadm::Output::Thresholds => Ok(render_thresholds(&parse(result)?)),
@@ -235,6 +248,11 @@ impl Command {
                 ipvsadm::Output::Connections => Ok(render_connections(&parse(result)?)),
                 ipvsadm::Output::Quiet | ipvsadm::Output::Restore { .. } => Ok(String::new()),
                 ipvsadm::Output::Laddrs => Ok(render_laddrs(&parse(result)?)),
+                ipvsadm::Output::Admission => Ok(render_admission(&parse(result)?)),
+                ipvsadm::Output::AclLoad { .. } => Ok(format!(
+                    "access list replaced in one change (generation {})\n",
+                    result["generation"].as_u64().unwrap_or(0)
+                )),
             },
         }
     }
@@ -408,6 +426,41 @@ fn restore_batch(input: impl io::BufRead, replace: bool) -> Result<Request, Stri
     Ok(Request::Batch { requests, replace })
 }
 
+/// Prefixes per `acl_add` request of an `--acl-load` (a few tens of KiB of JSON).
+const ACL_LOAD_CHUNK: usize = 1000;
+
+/// `--acl-load`: `clear` (the service's list emptied) then the file's rules, one
+/// `allow|deny PREFIX` a line (blank lines and `#` comments skipped), as one batch.
+fn acl_load_batch(clear: Request, mut input: impl io::Read) -> Result<Request, String> {
+    use sluice::service::{AclAction, Prefix};
+    let Request::AclClear { service } = clear else {
+        unreachable!("--acl-load parses to acl_clear");
+    };
+    let mut text = String::new();
+    io::Read::read_to_string(&mut input, &mut text).map_err(|e| format!("reading: {e}"))?;
+    let rules = sluice::service::acl::parse_rules(&text)
+        .map_err(|(line, e)| format!("line {line}: {e}"))?;
+    let mut requests = vec![Request::AclClear { service }];
+    for action in [AclAction::Allow, AclAction::Deny] {
+        let prefixes: Vec<Prefix> = rules
+            .iter()
+            .filter(|(a, _)| *a == action)
+            .map(|(_, p)| *p)
+            .collect();
+        for chunk in prefixes.chunks(ACL_LOAD_CHUNK) {
+            requests.push(Request::AclAdd {
+                service,
+                action,
+                prefixes: chunk.to_vec(),
+            });
+        }
+    }
+    Ok(Request::Batch {
+        requests,
+        replace: false,
+    })
+}
+
 /// The bytes of one `batch_part` line a restore fills before starting the next: well
 /// under the daemon's request line limit.
 const BATCH_PART_BYTES: usize = MAX_REQUEST_BYTES / 2;
@@ -459,6 +512,15 @@ fn run(options: &Options) -> Result<String, String> {
             output: ipvsadm::Output::Restore { replace },
             ..
         }) => send_batch(options, restore_batch(io::stdin().lock(), *replace)?)?,
+        Command::Ipvsadm(ipvsadm::Command {
+            output: ipvsadm::Output::AclLoad { path },
+            request,
+        }) => {
+            let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+            let batch =
+                acl_load_batch(request.clone(), file).map_err(|e| format!("{path}: {e}"))?;
+            send_batch(options, batch)?
+        }
         command => client::request(&options.socket, &command.request(), options.timeout)
             .map_err(|error| error.to_string())?,
     };
@@ -761,5 +823,45 @@ mod tests {
             .render(serde_json::json!({"events": [{"unix_ms": 1, "text": "lb=config"}]}))
             .unwrap_err();
         assert_eq!(error, "unexpected reply from daemon: missing field `line`");
+    }
+
+    #[test]
+    fn an_acl_file_becomes_one_batch_that_clears_the_list_first() {
+        use sluice::model::{Protocol, ServiceKey};
+        use sluice::service::AclAction;
+        let service = ServiceKey::new(Protocol::Tcp, "198.18.1.1".parse().unwrap(), 80);
+        let mut text = String::from("allow 10.0.0.0/8 # office\n\n");
+        for i in 0..2500u32 {
+            text.push_str(&format!("deny 11.{}.{}.0/24\n", i >> 8, i & 255));
+        }
+        let clear = Request::AclClear { service };
+        let Request::Batch { requests, replace } =
+            acl_load_batch(clear.clone(), text.as_bytes()).unwrap()
+        else {
+            panic!("not a batch");
+        };
+        assert!(!replace);
+        assert_eq!(requests[0], clear);
+        let sizes: Vec<(AclAction, usize)> = requests[1..]
+            .iter()
+            .map(|r| match r {
+                Request::AclAdd {
+                    action, prefixes, ..
+                } => (*action, prefixes.len()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![
+                (AclAction::Allow, 1),
+                (AclAction::Deny, 1000),
+                (AclAction::Deny, 1000),
+                (AclAction::Deny, 500)
+            ]
+        );
+        let err =
+            acl_load_batch(clear, "deny 10.0.0.0/8\ndeny 10.0.0.0/33\n".as_bytes()).unwrap_err();
+        assert!(err.starts_with("line 2: "), "{err}");
     }
 }

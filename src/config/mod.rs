@@ -259,6 +259,12 @@ pub struct ServiceConfig {
     /// What new connections get when no real server can take them; `[health]`'s
     /// `all_down` when `None`.
     pub all_down: Option<crate::health::spec::AllDown>,
+    /// Access list (`acl_allow`, `acl_deny`, `acl_file`): each prefix once; the
+    /// longest matching prefix decides a new connection.
+    pub acl: Vec<(crate::service::AclAction, crate::service::Prefix)>,
+    /// `rate_limit`, `rate_limit_burst`, `rate_limit_prefix`: new connections per
+    /// second per source.
+    pub rate_limit: Option<crate::service::RateLimit>,
     /// The line of the service's `[[services]]` header (or inline table), so later
     /// errors about the service (e.g. from the data plane) can point at it.
     pub line: usize,

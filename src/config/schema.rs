@@ -22,6 +22,7 @@ use crate::health::spec::{
 use crate::model::Protocol;
 use crate::model::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_LOCAL_ADDRESSES};
 use crate::model::{SchedFlags, SchedulerKind};
+use crate::service::{AclAction, Prefix, RateLimit};
 
 const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "vrrp",
@@ -81,6 +82,12 @@ const SERVICE_KEYS: &[&str] = &[
     "mh_table_size",
     "health",
     "real_servers",
+    "acl_allow",
+    "acl_deny",
+    "acl_file",
+    "rate_limit",
+    "rate_limit_burst",
+    "rate_limit_prefix",
 ];
 const REAL_SERVER_KEYS: &[&str] = &["ip", "port", "weight", "mode", "upper", "lower", "health"];
 /// The keys of a check, in `[health]` (defaults), a service's and a real server's
@@ -959,6 +966,8 @@ fn read_service(
         Some(h) => h.optional("all_down", read_all_down)?,
         None => None,
     };
+    let acl = read_acl(&t, source)?;
+    let rate_limit = read_rate_limit(&t)?;
     let key = ServiceKey { proto, vip, port };
     let real_servers = read_real_servers(&t, key, ports, &health.apply(checks))?;
     check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
@@ -978,11 +987,84 @@ fn read_service(
             mh_table_size,
             health,
             all_down,
+            acl,
+            rate_limit,
             line: source.line(f.node.start()),
         },
         path: f.path.clone(),
         local_address_at,
     })
+}
+
+/// `acl_allow`, `acl_deny` (lists of prefixes) and `acl_file` (a list file, one
+/// `allow|deny PREFIX` a line; relative to the config file's directory): one list,
+/// each prefix once across the three.
+fn read_acl(t: &Table, source: &Source) -> Check<Vec<(AclAction, Prefix)>> {
+    let mut rules: Vec<(AclAction, Prefix)> = Vec::new();
+    let mut seen: HashMap<Prefix, String> = HashMap::new();
+    for (key, action) in [
+        ("acl_allow", AclAction::Allow),
+        ("acl_deny", AclAction::Deny),
+    ] {
+        let Some(f) = t.get(key) else {
+            continue;
+        };
+        for item in f.array()? {
+            let prefix: Prefix = item.str()?.parse().map_err(|e: String| item.invalid(e))?;
+            if let Some(first) = seen.insert(prefix, item.path.clone()) {
+                return Err(item.invalid(format!("{prefix} is already listed in {first}")));
+            }
+            rules.push((action, prefix));
+        }
+    }
+    if let Some(f) = t.get("acl_file") {
+        let name = f.str()?;
+        let path = match source.path.parent() {
+            Some(dir) if std::path::Path::new(name).is_relative() => dir.join(name),
+            _ => std::path::PathBuf::from(name),
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| f.invalid(format!("cannot read {}: {e}", path.display())))?;
+        let from_file = crate::service::acl::parse_rules(&text)
+            .map_err(|(line, e)| f.invalid(format!("{}:{line}: {e}", path.display())))?;
+        for (action, prefix) in from_file {
+            if let Some(first) = seen.insert(prefix, f.path.clone()) {
+                return Err(f.invalid(format!(
+                    "{}: {prefix} is already listed in {first}",
+                    path.display()
+                )));
+            }
+            rules.push((action, prefix));
+        }
+    }
+    if rules.len() > crate::service::acl::MAX_ACL_RULES {
+        return Err(t.location().invalid(format!(
+            "{} access-list rules; a service holds at most {}",
+            rules.len(),
+            crate::service::acl::MAX_ACL_RULES
+        )));
+    }
+    Ok(rules)
+}
+
+/// `rate_limit` (new connections per second per source), `rate_limit_burst`
+/// (default: the rate) and `rate_limit_prefix` (sources sharing a network of this
+/// length share a bucket; default 32).
+fn read_rate_limit(t: &Table) -> Check<Option<RateLimit>> {
+    let Some(f) = t.get("rate_limit") else {
+        for key in ["rate_limit_burst", "rate_limit_prefix"] {
+            if let Some(other) = t.get(key) {
+                return Err(other.invalid("needs rate_limit"));
+            }
+        }
+        return Ok(None);
+    };
+    let rate: u32 = f.int(1..=i64::from(crate::service::admission::MAX_RATE))?;
+    let burst: u32 = t.or("rate_limit_burst", rate, |b| b.int(1..=i64::from(u32::MAX)))?;
+    let prefix: u8 = t.or("rate_limit_prefix", 32, |p| p.int(8..=32))?;
+    RateLimit::new(rate, burst, prefix)
+        .map(Some)
+        .map_err(|e| f.invalid(e))
 }
 
 /// `local_addresses`: FullNAT source addresses (DPVS's `--add-laddr`), at most

@@ -1832,7 +1832,7 @@ fn docs_examples_of_new_sections_parse() {
                 .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 6, "{blocks:?}");
+    assert_eq!(blocks.len(), 8, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {
@@ -2292,4 +2292,92 @@ fn sync_over_a_port_names_the_field_it_cannot_use() {
         "sync.port",
         "invalid type",
     );
+}
+
+#[test]
+fn access_lists_and_rate_limits_parse_per_service() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("blocked.acl"),
+        "# lab networks\ndeny 198.51.100.0/24\nallow 203.0.113.7\n",
+    )
+    .unwrap();
+    let text = service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nacl_allow = [\"10.0.0.0/8\"]\nacl_deny = [\"10.1.0.0/16\", \"10.2.0.0/16\"]\n\
+         acl_file = \"blocked.acl\"\nrate_limit = 50\nrate_limit_prefix = 24",
+    );
+    let path = dir.path().join("sluice.toml");
+    std::fs::write(&path, &text).unwrap();
+    let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let svc = &cfg.services[0];
+    let p = |s: &str| s.parse::<crate::service::Prefix>().unwrap();
+    use crate::service::AclAction::{Allow, Deny};
+    assert_eq!(
+        svc.acl,
+        vec![
+            (Allow, p("10.0.0.0/8")),
+            (Deny, p("10.1.0.0/16")),
+            (Deny, p("10.2.0.0/16")),
+            (Deny, p("198.51.100.0/24")),
+            (Allow, p("203.0.113.7/32")),
+        ]
+    );
+    assert_eq!(
+        svc.rate_limit,
+        Some(crate::service::RateLimit::new(50, 50, 24).unwrap())
+    );
+    let plain = parse(&format!("{BASE}{SERVICE}")).unwrap();
+    assert!(plain.services[0].acl.is_empty() && plain.services[0].rate_limit.is_none());
+}
+
+#[test]
+fn bad_access_lists_and_rate_limits_name_their_field_and_line() {
+    let with = |extra: &str| {
+        service_with(
+            "scheduler = \"rr\"",
+            &format!("scheduler = \"rr\"\n{extra}"),
+        )
+    };
+    assert_rejected(
+        &with("acl_deny = [\"10.0.0.0/16\", \"10.1.0.0/8\"]"),
+        26,
+        "services[0].acl_deny[1]",
+        "host bits",
+    );
+    assert_rejected(
+        &with("acl_allow = [\"10.0.0.0/8\"]\nacl_deny = [\"10.0.0.0/8\"]"),
+        27,
+        "services[0].acl_deny[0]",
+        "already listed in services[0].acl_allow[0]",
+    );
+    assert_rejected(
+        &with("acl_file = \"/nonexistent/sluice.acl\""),
+        26,
+        "services[0].acl_file",
+        "cannot read",
+    );
+    assert_rejected(&with("rate_limit = 0"), 26, "services[0].rate_limit", "");
+    assert_rejected(
+        &with("rate_limit = 10\nrate_limit_burst = 1000"),
+        26,
+        "services[0].rate_limit",
+        "burst 1000",
+    );
+    assert_rejected(
+        &with("rate_limit_prefix = 24"),
+        26,
+        "services[0].rate_limit_prefix",
+        "needs rate_limit",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("bad.acl");
+    std::fs::write(&list, "deny 10.0.0.0/8\nblock 10.1.0.0/16\n").unwrap();
+    let err = assert_rejected(
+        &with(&format!("acl_file = \"{}\"", list.display())),
+        26,
+        "services[0].acl_file",
+        "bad.acl:2: \"block\": expected allow or deny",
+    );
+    assert!(err.to_string().contains("test.toml:26"), "{err}");
 }

@@ -10,11 +10,13 @@ use crate::model::{
     ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
+use crate::service::admission::MAX_RATE;
+use crate::service::{AclAction, Prefix, RateLimit};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
 use std::net::Ipv4Addr;
 
 /// How the CLI shows the daemon's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// `-L`: the ipvsadm table (or the `--stats` table).
     List { stats: bool },
@@ -44,6 +46,13 @@ pub enum Output {
     /// ([`render_laddrs`](crate::control::render::render_laddrs) of a
     /// [`LaddrReport`](crate::control::report::LaddrReport)).
     Laddrs,
+    /// `--acl-list`: the access list with hits
+    /// ([`render_admission`](crate::control::render::render_admission)).
+    Admission,
+    /// `--acl-load FILE`: the CLI reads the rules from `path` (one `allow|deny
+    /// PREFIX` a line) and sends them after the request here (the service's list
+    /// cleared) as one staged batch: the list is replaced in one change.
+    AclLoad { path: String },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +79,11 @@ pub fn is_command(arg: &str) -> bool {
         "--save",
         "--restore",
         "--set",
+        "--acl-add",
+        "--acl-del",
+        "--acl-list",
+        "--acl-load",
+        "--rate-limit",
     ];
     if LONG.contains(&arg) {
         return true;
@@ -79,7 +93,8 @@ pub fn is_command(arg: &str) -> bool {
 }
 
 /// The command options, for messages.
-const COMMANDS: &str = "-A, -E, -D, -a, -e, -d, -C, -L, -Z, -S, -R, --set, -P, -Q, -G";
+const COMMANDS: &str = "-A, -E, -D, -a, -e, -d, -C, -L, -Z, -S, -R, --set, -P, -Q, -G, \
+     --acl-add, --acl-del, --acl-list, --acl-load, --rate-limit";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verb {
@@ -98,6 +113,11 @@ enum Verb {
     Save,
     Restore,
     Set,
+    AclAdd,
+    AclDel,
+    AclList,
+    AclLoad,
+    RateLimit,
 }
 
 /// Splits bundled short options (`-Ln` -> `-L -n`); long options and values pass.
@@ -140,6 +160,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
     let mut replace = false;
+    // Access lists and rate limits (Sluice's own options).
+    let mut acl_rules: Vec<(AclAction, Prefix)> = Vec::new();
+    let mut acl_file: Option<String> = None;
+    let mut limit_rate: Option<u32> = None;
+    let mut burst: Option<u32> = None;
+    let mut per_prefix: Option<u8> = None;
     // As ipvsadm, an option given twice is an error rather than the last one winning.
     let mut given: Vec<&'static str> = Vec::new();
 
@@ -156,6 +182,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 .cloned()
                 .ok_or_else(|| format!("option {name} requires an argument"))
         };
+        let loading_acl = verb == Some(Verb::AclLoad);
         let mut set_verb = |v: Verb| match verb.replace(v) {
             Some(_) => Err(format!("only one command ({COMMANDS}) may be given")),
             None => Ok(()),
@@ -185,6 +212,38 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     *slot = parse_number(&format!("{name} timeout"), v, 0, MAX_TIMEOUT_SECS)?;
                 }
                 set_values = Some(values);
+            }
+            "--acl-add" => set_verb(Verb::AclAdd)?,
+            "--acl-del" => set_verb(Verb::AclDel)?,
+            "--acl-list" => set_verb(Verb::AclList)?,
+            // The file may follow the option or end the line (`--acl-load -t VIP:port
+            // FILE`).
+            "--acl-load" => {
+                set_verb(Verb::AclLoad)?;
+                if it.peek().is_some_and(|next| !next.starts_with('-')) {
+                    acl_file = it.next().cloned();
+                }
+            }
+            file if loading_acl && acl_file.is_none() && !file.starts_with('-') => {
+                acl_file = Some(file.to_string())
+            }
+            "--rate-limit" => {
+                set_verb(Verb::RateLimit)?;
+                limit_rate = Some(parse_number("rate", &value(arg)?, 0, MAX_RATE)?);
+            }
+            "--allow" | "--deny" => {
+                let action = if arg == "--allow" {
+                    AclAction::Allow
+                } else {
+                    AclAction::Deny
+                };
+                for text in value(arg)?.split(',') {
+                    acl_rules.push((action, text.parse::<Prefix>()?));
+                }
+            }
+            "--burst" => burst = Some(parse_number("burst", &value(arg)?, 1, u32::MAX)?),
+            "--per-prefix" => {
+                per_prefix = Some(parse_number("prefix length", &value(arg)?, 8, 32)? as u8)
             }
             "--timeout" => show_timeouts = true,
             "--replace" => replace = true,
@@ -249,6 +308,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
 
     let verb = verb.ok_or_else(|| format!("no command given (one of {COMMANDS})"))?;
+    if !acl_rules.is_empty() && !matches!(verb, Verb::AclAdd | Verb::AclDel) {
+        return Err("options --allow and --deny only apply to --acl-add and --acl-del".into());
+    }
+    if (burst.is_some() || per_prefix.is_some()) && verb != Verb::RateLimit {
+        return Err("options --burst and --per-prefix only apply to --rate-limit".into());
+    }
     if connections && verb != Verb::List {
         return Err("option -c/--connection only applies to -L/--list".into());
     }
@@ -404,6 +469,66 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             },
             Output::Laddrs,
         ),
+        Verb::AclAdd => {
+            let service = needs_service()?;
+            let action = match acl_rules.first() {
+                Some((action, _)) => *action,
+                None => {
+                    return Err(
+                        "--acl-add needs --allow PREFIX[,...] or --deny PREFIX[,...]".into(),
+                    )
+                }
+            };
+            if acl_rules.iter().any(|(a, _)| *a != action) {
+                return Err("--acl-add takes --allow or --deny, not both in one command".into());
+            }
+            (
+                Request::AclAdd {
+                    service,
+                    action,
+                    prefixes: acl_rules.iter().map(|(_, p)| *p).collect(),
+                },
+                Output::Quiet,
+            )
+        }
+        Verb::AclDel => {
+            if acl_rules.is_empty() {
+                return Err("--acl-del needs the prefixes: --allow|--deny PREFIX[,...]".into());
+            }
+            (
+                Request::AclDel {
+                    service: needs_service()?,
+                    prefixes: acl_rules.iter().map(|(_, p)| *p).collect(),
+                },
+                Output::Quiet,
+            )
+        }
+        Verb::AclList => (
+            Request::AclList {
+                service: needs_service()?,
+                max: None,
+            },
+            Output::Admission,
+        ),
+        Verb::AclLoad => (
+            Request::AclClear {
+                service: needs_service()?,
+            },
+            Output::AclLoad {
+                path: acl_file.ok_or("--acl-load needs a file of rules")?,
+            },
+        ),
+        Verb::RateLimit => {
+            let service = needs_service()?;
+            let limit = match limit_rate.expect("--rate-limit takes a rate") {
+                0 => None,
+                rate => Some(
+                    RateLimit::new(rate, burst.unwrap_or(rate), per_prefix.unwrap_or(32))
+                        .map_err(|e| format!("--rate-limit: {e}"))?,
+                ),
+            };
+            (Request::SetRateLimit { service, limit }, Output::Quiet)
+        }
     };
     Ok(Command { request, output })
 }
@@ -436,6 +561,8 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "--replace" => "replace",
         "-z" | "--laddr" => "laddr",
         "-F" | "--ifname" => "ifname",
+        "--burst" => "burst",
+        "--per-prefix" => "per-prefix",
         _ => return None,
     };
     Some(name)
@@ -784,6 +911,86 @@ mod tests {
         ] {
             let err = p(line).expect_err(line);
             assert!(err.contains(needle), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn access_list_and_rate_limit_commands() {
+        let svc = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80);
+        let prefix = |s: &str| s.parse::<Prefix>().unwrap();
+        assert_eq!(
+            p("--acl-add -t 198.18.1.1:80 --deny 198.18.5.0/24,198.18.6.0/24").unwrap(),
+            Command {
+                request: Request::AclAdd {
+                    service: svc,
+                    action: AclAction::Deny,
+                    prefixes: vec![prefix("198.18.5.0/24"), prefix("198.18.6.0/24")],
+                },
+                output: Output::Quiet,
+            }
+        );
+        assert_eq!(
+            p("--acl-del -t 198.18.1.1:80 --allow 10.0.0.1")
+                .unwrap()
+                .request,
+            Request::AclDel {
+                service: svc,
+                prefixes: vec![prefix("10.0.0.1/32")],
+            }
+        );
+        assert_eq!(
+            p("--acl-list -t 198.18.1.1:80").unwrap().output,
+            Output::Admission
+        );
+        for line in [
+            "--acl-load -t 198.18.1.1:80 /etc/sluice/lists/web.acl",
+            "--acl-load /etc/sluice/lists/web.acl -t 198.18.1.1:80",
+        ] {
+            assert_eq!(
+                p(line).unwrap(),
+                Command {
+                    request: Request::AclClear { service: svc },
+                    output: Output::AclLoad {
+                        path: "/etc/sluice/lists/web.acl".into()
+                    },
+                },
+                "{line}"
+            );
+        }
+        assert_eq!(
+            p("--rate-limit 50 --burst 100 --per-prefix 24 -t 198.18.1.1:80")
+                .unwrap()
+                .request,
+            Request::SetRateLimit {
+                service: svc,
+                limit: Some(RateLimit::new(50, 100, 24).unwrap()),
+            }
+        );
+        assert_eq!(
+            p("--rate-limit 0 -t 198.18.1.1:80").unwrap().request,
+            Request::SetRateLimit {
+                service: svc,
+                limit: None
+            }
+        );
+        for (line, needle) in [
+            ("--acl-add -t 198.18.1.1:80", "needs --allow"),
+            (
+                "--acl-add -t 198.18.1.1:80 --allow 10.0.0.0/8 --deny 11.0.0.0/8",
+                "not both",
+            ),
+            ("--acl-add -t 198.18.1.1:80 --deny 10.1.0.0/8", "host bits"),
+            ("--acl-del -t 198.18.1.1:80", "needs the prefixes"),
+            ("--acl-load -t 198.18.1.1:80", "needs a file"),
+            ("-L -n --deny 10.0.0.0/8", "only apply to --acl-add"),
+            ("--rate-limit 10 --burst 500 -t 198.18.1.1:80", "burst 500"),
+            (
+                "--acl-add --burst 5 -t 198.18.1.1:80 --deny 10.0.0.0/8",
+                "only apply to --rate-limit",
+            ),
+        ] {
+            let error = p(line).unwrap_err();
+            assert!(error.contains(needle), "{line}: {error}");
         }
     }
 }

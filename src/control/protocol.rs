@@ -12,6 +12,7 @@
 //! ```
 use crate::model::{Persistence, RealServerSpec, ServiceKey};
 use crate::model::{SchedFlags, SchedulerKind};
+use crate::service::{AclAction, Prefix, RateLimit};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -85,6 +86,35 @@ pub enum Request {
     /// `--get-laddr` (DPVS): a service's local addresses, answered as
     /// `{"service": {...}, "local_addresses": ["a.b.c.d", ...]}`.
     GetLaddr { service: ServiceKey },
+    /// `--acl-add`: access-list rules for a service (`action` allow or deny; a
+    /// prefix already listed takes the new action). Only new connections are checked.
+    AclAdd {
+        service: ServiceKey,
+        action: AclAction,
+        prefixes: Vec<Prefix>,
+    },
+    /// `--acl-del`: removes rules; every prefix must be listed.
+    AclDel {
+        service: ServiceKey,
+        prefixes: Vec<Prefix>,
+    },
+    /// Empties a service's access list (`--acl-load` sends it first, in one batch
+    /// with the file's rules).
+    AclClear { service: ServiceKey },
+    /// `--acl-list`: the rules with their hits, the default and the rate limit
+    /// ([`crate::control::report::AdmissionReport`]), at most `max` rules (all by
+    /// default).
+    AclList {
+        service: ServiceKey,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+    /// `--rate-limit`: a per-source new-connection rate limit, or none.
+    SetRateLimit {
+        service: ServiceKey,
+        #[serde(default)]
+        limit: Option<RateLimit>,
+    },
     /// `-Lnc`: the workers' sessions ([`crate::control::report::ConnectionsReport`]),
     /// at most `max` of them (default [`DEFAULT_MAX_CONNECTIONS`]).
     ListConnections {
@@ -160,6 +190,11 @@ impl Request {
             Request::AddLaddr { .. } => "add_laddr",
             Request::DelLaddr { .. } => "del_laddr",
             Request::GetLaddr { .. } => "get_laddr",
+            Request::AclAdd { .. } => "acl_add",
+            Request::AclDel { .. } => "acl_del",
+            Request::AclClear { .. } => "acl_clear",
+            Request::AclList { .. } => "acl_list",
+            Request::SetRateLimit { .. } => "set_rate_limit",
             Request::ListConnections { .. } => "list_connections",
             Request::SetTimeouts { .. } => "set_timeouts",
             Request::GetTimeouts => "get_timeouts",
@@ -536,6 +571,7 @@ mod tests {
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
              list_services, add_service, edit_service, delete_service, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
+             acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
              list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit)"
         );
     }

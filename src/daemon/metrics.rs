@@ -5,7 +5,8 @@
 use crate::control::protocol::Request;
 use crate::control::render::skew_pct;
 use crate::control::report::{
-    HealthReport, LaddrReport, PeerReport, ServicesReport, StatusReport, SyncReport, VrrpReport,
+    AdmissionReport, HealthReport, LaddrReport, PeerReport, ServicesReport, StatusReport,
+    SyncReport, VrrpReport,
 };
 use crate::control::server::Handler;
 use crate::ha::sync::peers::ResyncState;
@@ -487,6 +488,55 @@ fn serve(mut stream: TcpStream, handler: &Handler) {
     let _ = stream.write_all(response.as_bytes());
 }
 
+/// The exposition text of admission (access lists and rate limits), from the
+/// `--acl-list` reports of the services that have rules (their rules not listed:
+/// per-rule hits stay in `sluicectl --acl-list`, not in a series per prefix).
+pub fn render_admission(reports: &[AdmissionReport]) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    type Getter = fn(&AdmissionReport) -> u64;
+    let families: [(&str, &str, &str, Getter); 5] = [
+        (
+            "sluice_acl_rules",
+            "gauge",
+            "Rules in the service's access list.",
+            |r| r.rules_total as u64,
+        ),
+        (
+            "sluice_acl_denied_total",
+            "counter",
+            "New connections the service's access list refused.",
+            |r| r.totals.acl_denied,
+        ),
+        (
+            "sluice_ratelimit_per_second",
+            "gauge",
+            "The service's per-source new-connection rate limit (0: none).",
+            |r| r.rate_limit.map_or(0, |l| u64::from(l.rate)),
+        ),
+        (
+            "sluice_ratelimit_dropped_total",
+            "counter",
+            "New connections over the service's per-source rate limit.",
+            |r| r.totals.rate_limited,
+        ),
+        (
+            "sluice_ratelimit_evictions_total",
+            "counter",
+            "Rate-limit buckets taken over by another source while not full.",
+            |r| r.totals.rate_evicted_live,
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        let mut f = Family::new(o, name, kind, help);
+        for r in reports {
+            let service = r.service.to_string();
+            f.sample(name, &[("service", &service)], get(r));
+        }
+    }
+    out
+}
+
 /// The exposition text of health checking, VRRP and session sync, from the reports of
 /// `sluicectl health`, `vrrp` and `sync` (the last two only when configured).
 pub fn render_ha(
@@ -747,6 +797,43 @@ pub fn render_ha(
         }
     }
     o
+}
+
+#[cfg(test)]
+mod admission_tests {
+    use super::render_admission;
+    use crate::control::report::AdmissionReport;
+    use crate::model::{Protocol, ServiceKey};
+    use crate::service::{AdmissionTotals, RateLimit};
+
+    #[test]
+    fn admission_families_carry_each_services_counts() {
+        let mut r = AdmissionReport::empty(ServiceKey::new(
+            Protocol::Tcp,
+            "198.18.1.1".parse().unwrap(),
+            80,
+        ));
+        r.rules_total = 3;
+        r.rate_limit = Some(RateLimit::new(20, 40, 32).unwrap());
+        r.totals = AdmissionTotals {
+            acl_denied: 7,
+            rate_limited: 11,
+            rate_evicted_live: 2,
+        };
+        let text = render_admission(&[r]);
+        for line in [
+            "sluice_acl_rules{service=\"TCP 198.18.1.1:80\"} 3",
+            "sluice_acl_denied_total{service=\"TCP 198.18.1.1:80\"} 7",
+            "sluice_ratelimit_per_second{service=\"TCP 198.18.1.1:80\"} 20",
+            "sluice_ratelimit_dropped_total{service=\"TCP 198.18.1.1:80\"} 11",
+            "sluice_ratelimit_evictions_total{service=\"TCP 198.18.1.1:80\"} 2",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

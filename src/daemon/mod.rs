@@ -1295,6 +1295,9 @@ impl Registry {
             .is_some()
             .then(|| self.sync_report())
             .transpose()?;
+        text.push_str(&metrics::render_admission(
+            &self.services.admission_reports(),
+        ));
         text.push_str(&metrics::render_ha(&health, vrrp.as_ref(), sync.as_ref()));
         Ok(serde_json::Value::String(text))
     }

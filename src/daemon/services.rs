@@ -5,8 +5,8 @@
 use crate::config::Config;
 use crate::control::protocol::Request;
 use crate::control::report::{
-    EventLine, EventsReport, LaddrReport, RealServerStatus, ServiceStatus, ServicesReport,
-    TimeoutsReport,
+    AclRuleStatus, AdmissionReport, EventLine, EventsReport, LaddrReport, RealServerStatus,
+    ServiceStatus, ServicesReport, TimeoutsReport,
 };
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
@@ -141,8 +141,50 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 Some(_) => {}
             }
         }
+        admission_diff(current, desired, key, &mut out);
     }
     Ok(out)
+}
+
+/// The requests that give service `key` the access list and rate limit it has in
+/// `desired`: the whole list again when it differs (cleared, then its allow and deny
+/// rules), the limit when it differs.
+fn admission_diff(
+    current: &ServiceTable,
+    desired: &ServiceTable,
+    key: ServiceKey,
+    out: &mut Vec<Request>,
+) {
+    use crate::service::AclAction;
+    let empty = std::collections::BTreeMap::new();
+    let acl = |t: &ServiceTable| t.admission(key).map_or(&empty, |r| r.acl()).clone();
+    let limit = |t: &ServiceTable| t.admission(key).and_then(|r| r.rate_limit());
+    let (have, want) = (acl(current), acl(desired));
+    if have != want {
+        if !have.is_empty() {
+            out.push(Request::AclClear { service: key });
+        }
+        for action in [AclAction::Allow, AclAction::Deny] {
+            let prefixes: Vec<_> = want
+                .iter()
+                .filter(|(_, a)| **a == action)
+                .map(|(p, _)| *p)
+                .collect();
+            if !prefixes.is_empty() {
+                out.push(Request::AclAdd {
+                    service: key,
+                    action,
+                    prefixes,
+                });
+            }
+        }
+    }
+    if limit(current) != limit(desired) {
+        out.push(Request::SetRateLimit {
+            service: key,
+            limit: limit(desired),
+        });
+    }
 }
 
 /// Events `sluicectl events` can show.
@@ -198,6 +240,40 @@ fn describe(req: &Request) -> Option<String> {
         Request::SetTimeouts { tcp, tcpfin, udp } => {
             format!("lb=config op=set-timeouts tcp={tcp} tcpfin={tcpfin} udp={udp}")
         }
+        Request::AclAdd {
+            service,
+            action,
+            prefixes,
+        } => format!(
+            "lb=config op=acl-add svc={} action={} prefixes={}{}",
+            svc(service),
+            action.name(),
+            prefixes.len(),
+            prefixes
+                .first()
+                .map(|p| format!(" first={p}"))
+                .unwrap_or_default()
+        ),
+        Request::AclDel { service, prefixes } => format!(
+            "lb=config op=acl-del svc={} prefixes={}{}",
+            svc(service),
+            prefixes.len(),
+            prefixes
+                .first()
+                .map(|p| format!(" first={p}"))
+                .unwrap_or_default()
+        ),
+        Request::AclClear { service } => format!("lb=config op=acl-clear svc={}", svc(service)),
+        Request::SetRateLimit { service, limit } => match limit {
+            Some(l) => format!(
+                "lb=config op=rate-limit svc={} rate={} burst={} prefix={}",
+                svc(service),
+                l.rate,
+                l.burst,
+                l.prefix_len
+            ),
+            None => format!("lb=config op=rate-limit svc={} off", svc(service)),
+        },
         _ => return None,
     };
     Some(line)
@@ -247,6 +323,7 @@ impl Services {
             .collect();
         let mut table = ServiceTable::new();
         table.set_own_addresses(own_addresses.clone());
+        table.set_workers(cfg.lcores.workers.len());
         for sc in &cfg.services {
             let at = |e: ServiceError| format!("{}:{}: services: {e}", cfg.path.display(), sc.line);
             let persistence = sc
@@ -266,6 +343,23 @@ impl Services {
             }
             if sc.toa {
                 table.set_toa(sc.key, true).map_err(at)?;
+            }
+            for action in [
+                crate::service::AclAction::Allow,
+                crate::service::AclAction::Deny,
+            ] {
+                let prefixes: Vec<_> = sc
+                    .acl
+                    .iter()
+                    .filter(|(a, _)| *a == action)
+                    .map(|(_, p)| *p)
+                    .collect();
+                if !prefixes.is_empty() {
+                    table.acl_add(sc.key, action, &prefixes).map_err(at)?;
+                }
+            }
+            if sc.rate_limit.is_some() {
+                table.set_rate_limit(sc.key, sc.rate_limit).map_err(at)?;
             }
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
@@ -310,6 +404,11 @@ impl Services {
                 | Request::AddLaddr { .. }
                 | Request::DelLaddr { .. }
                 | Request::GetLaddr { .. }
+                | Request::AclAdd { .. }
+                | Request::AclDel { .. }
+                | Request::AclClear { .. }
+                | Request::AclList { .. }
+                | Request::SetRateLimit { .. }
                 | Request::SetTimeouts { .. }
                 | Request::GetTimeouts
                 | Request::Batch { .. }
@@ -448,6 +547,12 @@ impl Services {
                     .map_err(|e| e.to_string())?;
             }
         }
+        // Likewise access lists and rate limits.
+        for service in self.table.services() {
+            if desired.get(service.key).is_some() {
+                desired.keep_admission_of(&self.table, service.key);
+            }
+        }
         let changes = diff(&self.table, &desired)?;
         let (count, lines) = (changes.len(), describe_all(&changes));
         self.apply_all(changes, counters)
@@ -527,6 +632,22 @@ impl Services {
             }
             Request::AddLaddr { service, ip } => t.add_laddr(service, ip),
             Request::DelLaddr { service, ip } => t.del_laddr(service, ip),
+            Request::AclAdd {
+                service,
+                action,
+                prefixes,
+            } => t.acl_add(service, action, &prefixes),
+            Request::AclDel { service, prefixes } => t.acl_del(service, &prefixes),
+            Request::AclClear { service } => t.acl_clear(service),
+            Request::SetRateLimit { service, limit } => t.set_rate_limit(service, limit),
+            Request::AclList { service, max } => {
+                let report = self
+                    .admission_report(service, max.map_or(usize::MAX, |m| m as usize))
+                    .ok_or_else(|| ServiceError::NoSuchService(service).to_string())?;
+                return serde_json::to_value(report)
+                    .map(Applied::Answer)
+                    .map_err(|e| e.to_string());
+            }
             Request::GetTimeouts => {
                 let (tcp, tcpfin, udp) = self.timeouts.get();
                 let report = TimeoutsReport { tcp, tcpfin, udp };
@@ -579,6 +700,7 @@ impl Services {
         // Stamped just before the swap: a worker may adopt before publish returns.
         let at = (std::time::Instant::now(), crate::dpdk::tsc());
         publisher.publish(snapshot).map_err(|e| e.to_string())?;
+        self.table.admission_published();
         self.published_at = Some(at);
         self.generation = generation;
         self.alert_on_unavailable();
@@ -681,6 +803,57 @@ impl Services {
             self.events.pop_front();
         }
         self.events.push_back((ms, line));
+    }
+
+    /// `--acl-list`: service `key`'s access list (its first `max_rules` rules, with
+    /// their hits summed over workers), default, rate limit and counts; `None` when
+    /// there is no such service.
+    pub fn admission_report(&self, key: ServiceKey, max_rules: usize) -> Option<AdmissionReport> {
+        let service = self.table.get(key)?;
+        let Some(rules) = self.table.admission(key) else {
+            return Some(AdmissionReport::empty(key));
+        };
+        let compiled = rules.compiled(service.id);
+        let (listed, total, denies_unmatched) = match &compiled.acl {
+            Some(acl) => (
+                acl.rules()
+                    .iter()
+                    .take(max_rules)
+                    .enumerate()
+                    .map(|(i, r)| AclRuleStatus {
+                        prefix: r.prefix,
+                        action: r.action,
+                        hits: acl.hits(i),
+                    })
+                    .collect(),
+                acl.len(),
+                acl.denies_unmatched(),
+            ),
+            None => (Vec::new(), 0, false),
+        };
+        Some(AdmissionReport {
+            service: key,
+            rules_total: total,
+            unmatched: if denies_unmatched {
+                crate::service::AclAction::Deny
+            } else {
+                crate::service::AclAction::Allow
+            },
+            rules: listed,
+            rate_limit: rules.rate_limit(),
+            workers: compiled.workers,
+            totals: rules.totals(),
+        })
+    }
+
+    /// The admission report of every service that has rules, without the rules (for
+    /// the metrics).
+    pub fn admission_reports(&self) -> Vec<AdmissionReport> {
+        self.table
+            .services()
+            .filter(|s| self.table.admission(s.key).is_some())
+            .filter_map(|s| self.admission_report(s.key, 0))
+            .collect()
     }
 
     /// The listing for `sluicectl -L`, with counters summed over workers.
@@ -1044,5 +1217,162 @@ port = 53
             assert!(Services::handles(&req), "{req:?}");
         }
         assert!(!Services::handles(&Request::Status));
+    }
+
+    #[test]
+    fn access_lists_change_hot_and_unrelated_changes_reuse_the_compiled_list() {
+        use crate::service::{AclAction, Prefix};
+        let (mut services, publisher) = setup();
+        let deny: Prefix = "198.18.5.0/24".parse().unwrap();
+        call(
+            &mut services,
+            &publisher,
+            Request::AclAdd {
+                service: http(),
+                action: AclAction::Deny,
+                prefixes: vec![deny],
+            },
+        )
+        .unwrap();
+        let snap = publisher.current();
+        let index = snap.find_index(&http()).unwrap();
+        let first = snap.admission(index).expect("the service has a list");
+        assert!(
+            !first
+                .acl
+                .as_ref()
+                .unwrap()
+                .decide("198.18.5.9".parse().unwrap())
+                .allowed
+        );
+        first.acl.as_ref().unwrap().count(0, 0);
+        // A weight change elsewhere publishes again: the list is the same Arc.
+        call(
+            &mut services,
+            &publisher,
+            Request::SetTimeouts {
+                tcp: 60,
+                tcpfin: 0,
+                udp: 0,
+            },
+        )
+        .unwrap();
+        let again = publisher.current();
+        assert!(std::ptr::eq(first, again.admission(index).unwrap()));
+        assert!(snap.admission(snap.find_index(&dns()).unwrap()).is_none());
+        let listed = call(
+            &mut services,
+            &publisher,
+            Request::AclList {
+                service: http(),
+                max: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(listed["rules"][0]["prefix"], "198.18.5.0/24");
+        assert_eq!(listed["rules"][0]["hits"], 1);
+        assert_eq!(listed["unmatched"], "allow");
+        // A bad change changes nothing.
+        let err = call(
+            &mut services,
+            &publisher,
+            Request::AclDel {
+                service: http(),
+                prefixes: vec!["10.0.0.0/8".parse().unwrap()],
+            },
+        )
+        .unwrap_err();
+        assert!(err.contains("not in the list"), "{err}");
+        assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
+        // -R --replace cannot carry lists: a service that stays keeps its own.
+        let restore = services.report(&[], Duration::from_secs(2));
+        let lines = crate::control::render::render_save(&restore);
+        let requests: Vec<Request> = lines
+            .lines()
+            .map(|l| {
+                let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+                crate::control::ipvsadm::parse(&args).unwrap().request
+            })
+            .collect();
+        call(
+            &mut services,
+            &publisher,
+            Request::Batch {
+                requests,
+                replace: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
+        // A reload whose file has another list: the diff replaces it.
+        let mut desired = services.table.clone();
+        desired.acl_clear(http()).unwrap();
+        desired
+            .acl_add(http(), AclAction::Allow, &["10.0.0.0/8".parse().unwrap()])
+            .unwrap();
+        desired
+            .set_rate_limit(
+                http(),
+                Some(crate::service::RateLimit::new(5, 5, 32).unwrap()),
+            )
+            .unwrap();
+        let requests = diff(&services.table, &desired).unwrap();
+        assert_eq!(
+            requests,
+            vec![
+                Request::AclClear { service: http() },
+                Request::AclAdd {
+                    service: http(),
+                    action: AclAction::Allow,
+                    prefixes: vec!["10.0.0.0/8".parse().unwrap()],
+                },
+                Request::SetRateLimit {
+                    service: http(),
+                    limit: Some(crate::service::RateLimit::new(5, 5, 32).unwrap()),
+                },
+            ]
+        );
+    }
+
+    /// A replaced list is freed on the management core once no worker's snapshot
+    /// holds it, never by the worker letting go of its last snapshot.
+    #[test]
+    fn a_replaced_list_waits_for_the_workers_and_is_freed_here() {
+        use crate::service::AclAction;
+        let (mut services, publisher) = setup();
+        let add = |p: &str| Request::AclAdd {
+            service: http(),
+            action: AclAction::Deny,
+            prefixes: vec![p.parse().unwrap()],
+        };
+        call(&mut services, &publisher, add("198.18.5.0/24")).unwrap();
+        let mut worker = publisher.reader();
+        call(&mut services, &publisher, add("198.18.6.0/24")).unwrap();
+        // The worker still reads the first list: kept here.
+        assert_eq!(services.table.retired_admission(), 1);
+        let first = worker.current().admission(0).map(|a| a as *const _);
+        assert!(worker.refresh());
+        assert_ne!(worker.current().admission(0).map(|a| a as *const _), first);
+        call(&mut services, &publisher, add("198.18.7.0/24")).unwrap();
+        // The first list is gone; the second waits for the worker to adopt the third.
+        assert_eq!(services.table.retired_admission(), 1);
+        call(
+            &mut services,
+            &publisher,
+            Request::DeleteService { service: http() },
+        )
+        .unwrap();
+        assert!(worker.refresh());
+        call(
+            &mut services,
+            &publisher,
+            Request::SetTimeouts {
+                tcp: 60,
+                tcpfin: 0,
+                udp: 0,
+            },
+        )
+        .unwrap();
+        assert_eq!(services.table.retired_admission(), 0);
     }
 }

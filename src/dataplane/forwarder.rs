@@ -4,10 +4,12 @@
 //!
 //! A TCP/UDP packet's path reads in `Forwarder::l4`, stage after stage, each stage
 //! in its own file under `forwarder/`: look up, then `hit` (an established session)
-//! or `miss` (no session: a new connection or something else) and `placement` (which
+//! or `miss` (no session: a new connection or something else), `admission` (the
+//! service's access list and rate limit) and `placement` (which
 //! real server, which local port; the session opens), `observe` (accounting, passive
 //! health, session sync), `egress` (rewrite for the mode, next hop). ICMP errors
 //! about a session take `icmp_error`.
+pub mod admission;
 mod egress;
 mod hit;
 mod icmp_error;
@@ -161,6 +163,9 @@ pub struct Forwarder {
     sync_listen: Option<SocketAddrV4>,
     /// ...and, with multicast, UDP to the group, arriving with the group's MAC.
     sync_group: Option<(MacAddr, SocketAddrV4)>,
+    /// Per-source new-connection rate-limit buckets (`forwarder/admission.rs`).
+    rate_table: admission::RateTable,
+    tsc_hz: u64,
 }
 
 /// A worker's end of session sync: its event ring (index `index` of `rings`) and when
@@ -421,6 +426,8 @@ impl Forwarder {
             sync_group: sync_port
                 .and_then(|(_, group)| group)
                 .map(|g| (MacAddr::ipv4_multicast(*g.ip()), g)),
+            rate_table: admission::RateTable::new(admission::random_seed()),
+            tsc_hz,
         };
         f.rebuild_schedulers();
         Ok(f)
@@ -771,7 +778,8 @@ impl Forwarder {
     /// 1. look its session up, by the hash the prefetch pass computed; a SYN reusing
     ///    the port of a finished connection retires it and misses (`miss.rs`);
     /// 2. hit: the session's state moves on the packet (`hit.rs`);
-    ///    miss: is it a new connection to a service (`miss.rs`)? Which real server,
+    ///    miss: is it a new connection to a service (`miss.rs`)? May it open
+    ///    (`admission.rs`: access list, rate limit)? Which real server,
     ///    which local port (`placement.rs`)? Then its session opens (`placement.rs`);
     /// 3. account: the packet counts on its real server (`observe.rs`);
     /// 4. egress: rewritten for the session's mode and addressed to its next hop
@@ -795,6 +803,9 @@ impl Forwarder {
                     Ok(service) => service,
                     Err(action) => return action,
                 };
+                if let Err(reason) = self.check_admission(service, &key, cx.now_tsc) {
+                    return Action::Drop(reason);
+                }
                 let placement = match self.place(service, &key, cx.now_tsc, cx.counters) {
                     Ok(placement) => placement,
                     Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),

@@ -1367,6 +1367,8 @@ mod tests {
             toa: false,
             health: Default::default(),
             all_down: None,
+            acl: Vec::new(),
+            rate_limit: None,
             line: 1,
         }
     }

@@ -71,10 +71,14 @@ pub enum DropReason {
     /// A health probe's answer could not be handed to the management core (its ring
     /// is full); the probe times out.
     HealthRingFull,
+    /// A new connection from a source the service's access list denies.
+    AclDenied,
+    /// A new connection over the service's per-source rate limit.
+    RateLimited,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 30;
+    pub const COUNT: usize = 32;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -106,6 +110,8 @@ impl DropReason {
         DropReason::LaddrExhausted,
         DropReason::RedirectRingFull,
         DropReason::HealthRingFull,
+        DropReason::AclDenied,
+        DropReason::RateLimited,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -141,6 +147,8 @@ impl DropReason {
             DropReason::LaddrExhausted => "laddr_exhausted",
             DropReason::RedirectRingFull => "redirect_ring_full",
             DropReason::HealthRingFull => "health_ring_full",
+            DropReason::AclDenied => "acl_denied",
+            DropReason::RateLimited => "rate_limited",
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::model::Protocol;
 use crate::model::SchedulerKind;
 use crate::model::{ForwardMode, Service, ServiceKey};
 use crate::sched::Maglev;
+use crate::service::admission::Admission;
 use crate::service::table::ServiceTable;
 use crate::session::Timeouts;
 use crossbeam::utils::CachePadded;
@@ -60,6 +61,9 @@ pub struct Snapshot {
     /// Per service (same index): answer a new TCP connection with an RST when no real
     /// server can take it (health checking's `all_down = "rst"`).
     reset_when_down: Vec<bool>,
+    /// Per service (same index): its access list and rate limit, when it has any;
+    /// the table's compiled `Arc`, shared by every snapshot until the rules change.
+    admission: Vec<Option<Arc<Admission>>>,
     /// Whether this node answers ARP and ping for the VIPs and local addresses: always,
     /// unless VRRP makes it a backup.
     serving_vips: bool,
@@ -119,6 +123,14 @@ impl Snapshot {
             .iter()
             .map(|s| health.reset_when_down.contains(&s.key))
             .collect();
+        snap.admission = snap
+            .services
+            .iter()
+            .map(|s| {
+                let rules = table.admission(s.key).filter(|r| !r.is_empty())?;
+                Some(rules.compiled(s.id))
+            })
+            .collect();
         snap
     }
 
@@ -168,6 +180,7 @@ impl Snapshot {
             nat_reply_services,
             timeouts: None,
             reset_when_down: Vec::new(),
+            admission: Vec::new(),
             serving_vips: true,
             extra_addresses: Vec::new(),
         }
@@ -298,6 +311,12 @@ impl Snapshot {
 
     pub fn timeouts(&self) -> Option<&Timeouts> {
         self.timeouts.as_ref()
+    }
+
+    /// The access list and rate limit of service `index`, when it has any.
+    #[inline]
+    pub fn admission(&self, index: usize) -> Option<&Admission> {
+        self.admission.get(index)?.as_deref()
     }
 
     /// The prebuilt Maglev table of service `index`, when it uses mh.

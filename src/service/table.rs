@@ -10,6 +10,8 @@
 //! and real servers: the config loader applies them to the file (with the file's
 //! place), and every control command meets them here, with the appliance's own
 //! addresses ([`ServiceTable::set_own_addresses`]) refused in every role.
+use super::acl::{AclAction, Prefix};
+use super::admission::{Admission, AdmissionRules, RateLimit};
 use crate::model::Protocol;
 use crate::model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
@@ -19,12 +21,15 @@ use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 /// Why a table operation was refused. `Display` gives one line that starts with
 /// ipvsadm's own text where ipvsadm has one, so scripts grepping for it keep working.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServiceError {
     ServiceExists(ServiceKey),
+    /// An access-list or rate-limit change refused (the reason).
+    Admission(ServiceKey, String),
     NoSuchService(ServiceKey),
     DestinationExists {
         service: ServiceKey,
@@ -107,6 +112,7 @@ pub enum ServiceError {
 impl fmt::Display for ServiceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ServiceError::Admission(key, why) => write!(f, "{key}: {why}"),
             ServiceError::ServiceExists(key) => write!(f, "Service already exists: {key}"),
             ServiceError::NoSuchService(key) => write!(f, "No such service: {key}"),
             ServiceError::DestinationExists { service, ip, port } => {
@@ -206,6 +212,15 @@ pub struct ServiceTable {
     vip_uses: HashMap<Ipv4Addr, u32>,
     server_uses: HashMap<Ipv4Addr, u32>,
     local_address_uses: HashMap<Ipv4Addr, u32>,
+    /// Access lists and rate limits, of the services that have any.
+    admission: HashMap<ServiceKey, AdmissionRules>,
+    /// Workers the admission counts and rates are kept for.
+    workers: usize,
+    /// Compiled admission rules replaced or removed, kept until no snapshot a worker
+    /// may hold uses them: a 100k-prefix list is then freed here, on the management
+    /// core, not by the worker that lets go of the last snapshot holding it (which
+    /// would stall that worker for milliseconds).
+    retired_admission: Vec<Arc<Admission>>,
 }
 
 /// Counts one more (`up`) or one less use of `ip` in `uses`.
@@ -237,6 +252,9 @@ impl ServiceTable {
             vip_uses: HashMap::new(),
             server_uses: HashMap::new(),
             local_address_uses: HashMap::new(),
+            admission: HashMap::new(),
+            workers: 1,
+            retired_admission: Vec::new(),
         }
     }
 
@@ -245,6 +263,7 @@ impl ServiceTable {
     pub fn empty_like(&self) -> ServiceTable {
         let mut table = ServiceTable::new();
         table.own_addresses = self.own_addresses.clone();
+        table.workers = self.workers;
         table
     }
 
@@ -324,6 +343,9 @@ impl ServiceTable {
         }
         for &ip in &removed.local_addresses {
             count_use(&mut self.local_address_uses, ip, false);
+        }
+        if let Some(rules) = self.admission.remove(&key) {
+            self.retired_admission.extend(rules.into_compiled());
         }
         self.version += 1;
         Ok(removed)
@@ -548,7 +570,95 @@ impl ServiceTable {
         self.vip_uses.clear();
         self.server_uses.clear();
         self.local_address_uses.clear();
+        for (_, rules) in self.admission.drain() {
+            self.retired_admission.extend(rules.into_compiled());
+        }
         self.version += 1;
+    }
+
+    /// How many workers admission counts and rate limits are kept for (1 until set);
+    /// set before any rule is added.
+    pub fn set_workers(&mut self, workers: usize) {
+        self.workers = workers.max(1);
+    }
+
+    /// A service's access-list rules and rate limit, when it has any.
+    pub fn admission(&self, key: ServiceKey) -> Option<&AdmissionRules> {
+        self.admission.get(&key)
+    }
+
+    /// Edits a service's admission rules with `edit`; nothing changes if it fails.
+    fn edit_admission(
+        &mut self,
+        key: ServiceKey,
+        edit: impl FnOnce(&mut AdmissionRules) -> Result<(), String>,
+    ) -> Result<(), ServiceError> {
+        if !self.services.contains_key(&key) {
+            return Err(ServiceError::NoSuchService(key));
+        }
+        let workers = self.workers;
+        let rules = self
+            .admission
+            .entry(key)
+            .or_insert_with(|| AdmissionRules::new(workers));
+        edit(rules).map_err(|why| ServiceError::Admission(key, why))?;
+        self.version += 1;
+        Ok(())
+    }
+
+    /// Adds access-list rules to a service (a prefix already listed takes `action`).
+    pub fn acl_add(
+        &mut self,
+        key: ServiceKey,
+        action: AclAction,
+        prefixes: &[Prefix],
+    ) -> Result<(), ServiceError> {
+        self.edit_admission(key, |r| r.add(action, prefixes))
+    }
+
+    /// Removes access-list rules; each prefix must be in the list.
+    pub fn acl_del(&mut self, key: ServiceKey, prefixes: &[Prefix]) -> Result<(), ServiceError> {
+        self.edit_admission(key, |r| r.remove(prefixes))
+    }
+
+    /// Empties a service's access list.
+    pub fn acl_clear(&mut self, key: ServiceKey) -> Result<(), ServiceError> {
+        self.edit_admission(key, |r| {
+            r.clear_acl();
+            Ok(())
+        })
+    }
+
+    /// Sets or (`None`) removes a service's per-source rate limit.
+    pub fn set_rate_limit(
+        &mut self,
+        key: ServiceKey,
+        limit: Option<RateLimit>,
+    ) -> Result<(), ServiceError> {
+        self.edit_admission(key, |r| r.set_rate_limit(limit))
+    }
+
+    /// Gives service `key` the access list and rate limit it has in `other` (a
+    /// `-R --replace` keeps them: ipvsadm-save lines cannot carry them).
+    pub fn keep_admission_of(&mut self, other: &ServiceTable, key: ServiceKey) {
+        match other.admission.get(&key) {
+            Some(rules) => self.admission.insert(key, rules.clone()),
+            None => self.admission.remove(&key),
+        };
+    }
+
+    /// After a publish: the compiled rules the published ones replaced are retired,
+    /// and retired ones no snapshot holds any more are freed (here).
+    pub fn admission_published(&mut self) {
+        for rules in self.admission.values_mut() {
+            self.retired_admission.extend(rules.take_replaced());
+        }
+        self.retired_admission.retain(|a| Arc::strong_count(a) > 1);
+    }
+
+    /// Compiled admission rules waiting for the workers to let go of them.
+    pub fn retired_admission(&self) -> usize {
+        self.retired_admission.len()
     }
 
     /// All services, ordered by (protocol, VIP, port).

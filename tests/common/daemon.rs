@@ -169,6 +169,16 @@ impl Daemon {
         )
     }
 
+    /// `sluicectl ARGS`, which must succeed; its wall-clock ([`wall_now`]) just
+    /// before and just after.
+    pub fn ctl_timed(&self, args: &[&str]) -> (f64, f64) {
+        let before = super::process::wall_now();
+        let out = self.ctl(args);
+        let after = super::process::wall_now();
+        assert!(out.success(), "{}\n{}", out.describe(), self.dump());
+        (before, after)
+    }
+
     /// `sluicectl --socket SOCKET -R` with `input` on stdin, bounded (15 s).
     pub fn restore(&self, input: &str) -> CmdOutput {
         let file = self.config.path(&format!("restore-{}.txt", unique_tag()));

@@ -354,3 +354,12 @@ pub fn number_after(text: &str, key: &str) -> u64 {
         .parse()
         .unwrap_or_else(|_| panic!("no number after `{key}` in:\n{text}"))
 }
+
+/// Wall-clock seconds since the Unix epoch, to compare with the timestamps the
+/// Python clients record (`time.time()`).
+pub fn wall_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
+}

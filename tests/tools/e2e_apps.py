@@ -45,6 +45,7 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
 
     e2e_apps.py stream ADDR PORT [--long N] [--interval-ms MS] [--new-per-s R]
                       [--duration S] [--timeout S] --out FILE [--ready FILE] [--stop FILE]
+                      [--source IP] [--pool N]
         Traffic against line-echo servers (serve --echo), for hot changes under load.
         N long-lived connections, each sending "L<i> <seq>" every MS milliseconds and
         checking every answer: the echo of that line, always from the same server.
@@ -54,7 +55,9 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         after the close or the failure, and the server that answered or the failure.
         FILE given with --ready is created once every long connection got its first
         answer (or failed). Stops after S seconds or as soon as the --stop file exists,
-        whichever comes first; every socket operation is bounded by --timeout. Writes
+        whichever comes first; every socket operation is bounded by --timeout. Every
+        connection comes from --source when given; at most --pool (default 32) new
+        connections are under way at once. Writes
         one JSON object to --out (atomically) and prints it:
         {"long": [{"server", "sent", "ok", "failures": [...], "max_gap_s",
                    "max_gap_end", "last_answer", "t_failed"}],
@@ -350,7 +353,7 @@ def cmd_stream(args):
     def long_conn(i, rec, started):
         seq, conn = 0, None
         try:
-            conn = LineConn(args.addr, args.port, args.timeout)
+            conn = LineConn(args.addr, args.port, args.timeout, source=args.source)
             while True:
                 line = f"L{i} {seq}"
                 seq += 1
@@ -386,7 +389,7 @@ def cmd_stream(args):
         rec = {"t_start": time.time(), "t_connected": None, "t_end": None, "server": None, "error": None}
         conn = None
         try:
-            conn = LineConn(args.addr, args.port, args.timeout)
+            conn = LineConn(args.addr, args.port, args.timeout, source=args.source)
             rec["t_connected"] = time.time()
             server, err = conn.ask(f"N{j}")
             rec["server"], rec["error"] = server, err
@@ -416,7 +419,7 @@ def cmd_stream(args):
         write_ready(args.ready)
 
     futures = []
-    with ThreadPoolExecutor(max_workers=32) as pool:
+    with ThreadPoolExecutor(max_workers=args.pool) as pool:
         j, period = 0, 1.0 / args.new_per_s if args.new_per_s > 0 else None
         next_at = time.time()
         while not stopping():
@@ -507,6 +510,8 @@ def main():
     st.add_argument("--out", required=True)
     st.add_argument("--ready")
     st.add_argument("--stop")
+    st.add_argument("--source")
+    st.add_argument("--pool", type=int, default=32)
     a = sub.add_parser("ask")
     a.add_argument("addr")
     a.add_argument("port", type=int)

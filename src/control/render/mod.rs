@@ -1,5 +1,6 @@
 //! The reports of `crate::control::report` as the text `sluicectl` prints, one module
 //! per command (the ipvsadm listings of the service table share one).
+pub mod admission;
 pub mod connections;
 pub mod events;
 pub mod health;
@@ -8,6 +9,7 @@ pub mod status;
 pub mod sync;
 pub mod vrrp;
 
+pub use admission::render_admission;
 pub use connections::render_connections;
 pub use events::{render_events, utc};
 pub use health::render_health;

@@ -3,6 +3,7 @@
 //! (`sluicectl` reads a reply into its type, so a reply of another shape is an error).
 //! Health, VRRP and sync reports are built next to their state (`crate::health`,
 //! `crate::ha`) and re-exported here.
+pub mod admission;
 pub mod connections;
 pub mod events;
 pub mod services;
@@ -11,6 +12,7 @@ pub mod status;
 pub use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStats};
 pub use crate::ha::vrrp::node::{VrrpReport, VrrpStats};
 pub use crate::health::{HealthReport, MonitorStats, TargetReport};
+pub use admission::{AclRuleStatus, AdmissionReport};
 pub use connections::{ConnectionStatus, ConnectionsReport};
 pub use events::{EventLine, EventsReport};
 pub use services::{
