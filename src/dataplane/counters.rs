@@ -60,10 +60,23 @@ pub enum Event {
     /// `[sync] port`); one whose peer was unresolved became an ARP request instead
     /// (dropped as `neighbour_unresolved`).
     SyncFrameSent,
+    /// SYN proxy: a SYN without a session was answered with a cookie SYN-ACK.
+    SynproxyCookieSent,
+    /// SYN proxy: an ACK without a session carried a valid cookie; the session opened.
+    SynproxyCookieValid,
+    /// SYN proxy: an ACK without a session carried no cookie of Sluice's (dropped).
+    SynproxyCookieInvalid,
+    /// SYN proxy: an ACK without a session carried a cookie too old (dropped).
+    SynproxyCookieExpired,
+    /// SYN proxy: the real server's SYN-ACK came; the connection is spliced.
+    SynproxyConnection,
+    /// SYN proxy: the client sent again before the real server answered; the SYN to
+    /// the real server went out again instead of the segment.
+    SynproxySynResent,
 }
 
 impl Event {
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 28;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -87,6 +100,12 @@ impl Event {
         Event::NeighbourHeld,
         Event::NeighbourHeldSent,
         Event::SyncFrameSent,
+        Event::SynproxyCookieSent,
+        Event::SynproxyCookieValid,
+        Event::SynproxyCookieInvalid,
+        Event::SynproxyCookieExpired,
+        Event::SynproxyConnection,
+        Event::SynproxySynResent,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -112,6 +131,12 @@ impl Event {
             Event::NeighbourHeld => "neighbour_held",
             Event::NeighbourHeldSent => "neighbour_held_sent",
             Event::SyncFrameSent => "sync_frame_sent",
+            Event::SynproxyCookieSent => "synproxy_cookies_sent",
+            Event::SynproxyCookieValid => "synproxy_cookies_valid",
+            Event::SynproxyCookieInvalid => "synproxy_cookies_invalid",
+            Event::SynproxyCookieExpired => "synproxy_cookies_expired",
+            Event::SynproxyConnection => "synproxy_connections",
+            Event::SynproxySynResent => "synproxy_syn_resent",
         }
     }
 }
