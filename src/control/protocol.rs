@@ -59,6 +59,11 @@ pub enum Request {
     },
     /// `-D`: delete a service; its sessions continue until they end, as in IPVS.
     DeleteService { service: ServiceKey },
+    /// `-A/-E --synproxy`: the service's SYN proxy (NAT and FullNAT services only).
+    SetSynproxy {
+        service: ServiceKey,
+        synproxy: crate::model::SynProxy,
+    },
     /// `-a`: add a real server to a service.
     AddServer {
         service: ServiceKey,
@@ -153,6 +158,7 @@ impl Request {
             Request::AddService { .. } => "add_service",
             Request::EditService { .. } => "edit_service",
             Request::DeleteService { .. } => "delete_service",
+            Request::SetSynproxy { .. } => "set_synproxy",
             Request::AddServer { .. } => "add_server",
             Request::EditServer { .. } => "edit_server",
             Request::DeleteServer { .. } => "delete_server",
@@ -534,7 +540,7 @@ mod tests {
         assert_eq!(
             text,
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
-             list_services, add_service, edit_service, delete_service, add_server, \
+             list_services, add_service, edit_service, delete_service, set_synproxy, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit)"
         );

@@ -128,6 +128,17 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 });
             }
         }
+        // The SYN proxy refuses DR and TUN servers: off before servers change, on after.
+        let synproxy = (existing.map_or(crate::model::SynProxy::default(), |c| c.synproxy)
+            != d.synproxy)
+            .then_some(Request::SetSynproxy {
+                service: key,
+                synproxy: d.synproxy,
+            });
+        let proxy_on = d.synproxy.mode != crate::model::SynProxyMode::Off;
+        if !proxy_on {
+            out.extend(synproxy.clone());
+        }
         for r in &d.real_servers {
             match existing.and_then(|c| c.server(r.ip, r.port)) {
                 None => out.push(Request::AddServer {
@@ -140,6 +151,9 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 }),
                 Some(_) => {}
             }
+        }
+        if proxy_on {
+            out.extend(synproxy);
         }
     }
     Ok(out)
@@ -170,6 +184,12 @@ fn describe(req: &Request) -> Option<String> {
             None => format!("lb=config op=edit-svc svc={}", svc(service)),
         },
         Request::DeleteService { service } => format!("lb=config op=del-svc svc={}", svc(service)),
+        Request::SetSynproxy { service, synproxy } => format!(
+            "lb=config op=synproxy svc={} mode={} auto_syn_rate={}",
+            svc(service),
+            synproxy.mode.name(),
+            synproxy.auto_syn_rate
+        ),
         Request::AddServer { service, server } | Request::EditServer { service, server } => {
             let op = if matches!(req, Request::AddServer { .. }) {
                 "add-rs"
@@ -267,6 +287,7 @@ impl Services {
             if sc.toa {
                 table.set_toa(sc.key, true).map_err(at)?;
             }
+            table.set_synproxy(sc.key, sc.synproxy).map_err(at)?;
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
                 .map_err(at)?;
@@ -303,6 +324,7 @@ impl Services {
                 | Request::AddService { .. }
                 | Request::EditService { .. }
                 | Request::DeleteService { .. }
+                | Request::SetSynproxy { .. }
                 | Request::AddServer { .. }
                 | Request::EditServer { .. }
                 | Request::DeleteServer { .. }
@@ -509,6 +531,7 @@ impl Services {
                     .and_then(|()| t.set_sched_params(service, flags, None))
             }
             Request::DeleteService { service } => t.delete_service(service).map(drop),
+            Request::SetSynproxy { service, synproxy } => t.set_synproxy(service, synproxy),
             Request::AddServer { service, server } => {
                 let id = t.add_server(service, server).map_err(|e| e.to_string())?;
                 check_real_server_id(id).inspect_err(|_| {
@@ -734,6 +757,7 @@ impl Services {
                     available: self.has_available_server(s),
                     local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
+                    synproxy: s.synproxy,
                 })
                 .collect(),
         }
