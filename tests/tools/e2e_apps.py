@@ -114,6 +114,11 @@ def cmd_serve(args):
         protocol_version = "HTTP/1.0"
 
         def do_GET(self):  # noqa: N802 (http.server's naming)
+            if self.path.startswith("/bytes/") and self.path[7:].isdigit():
+                # N bytes of a fixed pattern, for transfers checked by digest.
+                n = min(int(self.path[7:]), 64 << 20)
+                self.answer(bytes((i * 7) & 0xFF for i in range(n)))
+                return
             if args.health_path and self.path == args.health_path:
                 status = health_status()
                 self.answer(f"{name} health {status}\n".encode(), status, "health")
