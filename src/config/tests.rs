@@ -2322,9 +2322,8 @@ fn synproxy_parses_and_refuses_dr_tun_udp_and_bad_values() {
     assert_eq!(cfg.services[0].synproxy.auto_syn_rate, 1000);
     let cfg = parse(&nat_service("")).unwrap();
     assert_eq!(cfg.services[0].synproxy, crate::model::SynProxy::default());
-    // A DR real server (the second, at services[0].real_servers[1]).
-    let dr =
-        nat_service("synproxy = \"on\"").replacen("mode = \"nat\"\n\n", "mode = \"nat\"\n\n", 1);
+    // A TUN real server (the second, at services[0].real_servers[1]).
+    let dr = nat_service("synproxy = \"on\"");
     let dr = {
         let at = dr.rfind("mode = \"nat\"").unwrap();
         format!(
