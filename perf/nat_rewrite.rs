@@ -377,6 +377,8 @@ fn synproxy_phases(b: &mut Bench, sessions: u32, packets: u64, vip: Ipv4Addr, ti
     let n = sessions as usize;
     let mut cookies = vec![0u32; n];
     let mut servers = vec![Ipv4Addr::UNSPECIFIED; n];
+    // Where the real server answers: the client (NAT) or the local address (FullNAT).
+    let mut sources = vec![(Ipv4Addr::UNSPECIFIED, 0u16); n];
     let rd = |f: &[u8], at: usize| u32::from_be_bytes(f[at..at + 4].try_into().unwrap());
     // 1. SYNs: each answered with a cookie SYN-ACK, no session.
     let (syn_cycles, answered) = b.run(
@@ -404,6 +406,10 @@ fn synproxy_phases(b: &mut Bench, sessions: u32, packets: u64, vip: Ipv4Addr, ti
         &mut |i, f| {
             assert_eq!(f[34 + 13], 0x02, "the ACK became a SYN");
             servers[i as usize] = Ipv4Addr::from(rd(f, 30));
+            sources[i as usize] = (
+                Ipv4Addr::from(rd(f, 26)),
+                u16::from_be_bytes([f[34], f[35]]),
+            );
         },
     );
     assert_eq!(
@@ -415,7 +421,7 @@ fn synproxy_phases(b: &mut Bench, sessions: u32, packets: u64, vip: Ipv4Addr, ti
     let (synack_cycles, spliced) = b.run(
         sessions as u64,
         &mut |i, buf| {
-            let (c, p) = flow(i as u32);
+            let (c, p) = sources[i as usize];
             let len = tcp_frame(buf, servers[i as usize], 8080, c, p, 0x12, timestamps);
             set_seq_ack(buf, 5000, ISN + 1);
             len

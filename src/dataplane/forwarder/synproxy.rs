@@ -271,10 +271,11 @@ impl Forwarder {
         parsed: &Parsed,
         cx: &Context,
     ) -> Pending {
-        let Some(s) = self.sessions.get(id).copied() else {
-            return Pending::No;
-        };
-        if !s.flags().contains(SessionFlags::SYNPROXY) {
+        if !self
+            .sessions
+            .get(id)
+            .is_some_and(|s| s.flags().contains(SessionFlags::SYNPROXY))
+        {
             return Pending::No;
         }
         let Some((hs, _)) = self.synproxy.pending(id) else {
