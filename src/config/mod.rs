@@ -250,6 +250,9 @@ pub struct ServiceConfig {
     pub local_addresses: Vec<Ipv4Addr>,
     /// TOA: the client address as a TCP option in FullNAT sessions (tcp only).
     pub toa: bool,
+    /// `synproxy` and `synproxy_auto_syn_rate`: the SYN proxy (tcp, nat and fullnat
+    /// real servers only).
+    pub synproxy: crate::model::SynProxy,
     /// `ipvsadm -b`: scheduler flags (only the scheduler's own).
     pub sched_flags: crate::model::SchedFlags,
     /// Maglev table size (mh), a prime; the default 65537 when `None`.

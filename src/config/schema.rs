@@ -22,6 +22,7 @@ use crate::health::spec::{
 use crate::model::Protocol;
 use crate::model::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_LOCAL_ADDRESSES};
 use crate::model::{SchedFlags, SchedulerKind};
+use crate::model::{SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE};
 use crate::service::{AclAction, Prefix, RateLimit};
 
 const ROOT_KEYS: &[&str] = &[
@@ -78,6 +79,8 @@ const SERVICE_KEYS: &[&str] = &[
     "persistence_netmask",
     "local_addresses",
     "toa",
+    "synproxy",
+    "synproxy_auto_syn_rate",
     "scheduler_flags",
     "mh_table_size",
     "health",
@@ -971,6 +974,7 @@ fn read_service(
     let key = ServiceKey { proto, vip, port };
     let real_servers = read_real_servers(&t, key, ports, &health.apply(checks))?;
     check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
+    let synproxy = read_synproxy(&t, proto, &real_servers)?;
     // The rules `sluicectl -A/-E` meets, so the file and the CLI accept the same.
     let persistent = persistence.map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
     crate::service::validate_service(&key, persistent.as_ref())
@@ -983,6 +987,7 @@ fn read_service(
             real_servers,
             local_addresses,
             toa,
+            synproxy,
             sched_flags,
             mh_table_size,
             health,
@@ -1100,6 +1105,47 @@ fn read_local_addresses(t: &Table, ports: &[PortRead]) -> Check<(Vec<Ipv4Addr>, 
 
 /// FullNAT rewrites the client's address to one of the service's local addresses, so
 /// a service with a fullnat real server needs at least one.
+/// `synproxy = "off" | "on" | "auto"` and `synproxy_auto_syn_rate` (SYNs per second
+/// without a session, per worker, 1..=100 000 000). On and auto need a tcp service
+/// whose real servers all use nat or fullnat: DR and TUN replies bypass Sluice, which
+/// then could not translate them.
+fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Check<SynProxy> {
+    let mode = t.or("synproxy", SynProxyMode::Off, |f| {
+        let mode = SynProxyMode::parse(f.str()?)
+            .ok_or_else(|| f.invalid("expected \"off\", \"on\" or \"auto\""))?;
+        if mode != SynProxyMode::Off && proto != Protocol::Tcp {
+            return Err(f.invalid(
+                "the SYN proxy answers TCP handshakes: only a tcp service can use it",
+            ));
+        }
+        if mode != SynProxyMode::Off {
+            if let Some((i, rs)) = servers
+                .iter()
+                .enumerate()
+                .find(|(_, rs)| !rs.mode.rewrites_replies())
+            {
+                return Err(f.invalid(format!(
+                    "the SYN proxy needs nat or fullnat real servers, but {}:{} ({}.real_servers[{i}]) uses mode {}, whose replies bypass Sluice",
+                    rs.ip,
+                    rs.port,
+                    t.location().field,
+                    rs.mode.name()
+                )));
+            }
+        }
+        Ok(mode)
+    })?;
+    let auto_syn_rate = t.or(
+        "synproxy_auto_syn_rate",
+        DEFAULT_SYNPROXY_AUTO_SYN_RATE,
+        |f| f.int(1..=100_000_000),
+    )?;
+    Ok(SynProxy {
+        mode,
+        auto_syn_rate,
+    })
+}
+
 fn check_fullnat_has_local_address(
     t: &Table,
     servers: &[RealServerConfig],

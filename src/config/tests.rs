@@ -1832,7 +1832,7 @@ fn docs_examples_of_new_sections_parse() {
                 .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 8, "{blocks:?}");
+    assert_eq!(blocks.len(), 9, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {
@@ -2380,4 +2380,74 @@ fn bad_access_lists_and_rate_limits_name_their_field_and_line() {
         "bad.acl:2: \"block\": expected allow or deny",
     );
     assert!(err.to_string().contains("test.toml:26"), "{err}");
+}
+
+/// SERVICE with both real servers in NAT mode and `kv` after the scheduler (line 26).
+fn nat_service(kv: &str) -> String {
+    service_with("scheduler = \"rr\"", &format!("scheduler = \"rr\"\n{kv}"))
+        .replacen("weight = 1\n", "weight = 1\nmode = \"nat\"\n", 1)
+        .replacen("mode = \"dr\"", "mode = \"nat\"", 1)
+}
+
+#[test]
+fn synproxy_parses_and_refuses_dr_tun_udp_and_bad_values() {
+    let cfg = parse(&nat_service(
+        "synproxy = \"auto\"\nsynproxy_auto_syn_rate = 5000",
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.services[0].synproxy,
+        crate::model::SynProxy {
+            mode: crate::model::SynProxyMode::Auto,
+            auto_syn_rate: 5000
+        }
+    );
+    let cfg = parse(&nat_service("synproxy = \"on\"")).unwrap();
+    assert_eq!(
+        cfg.services[0].synproxy.mode,
+        crate::model::SynProxyMode::On
+    );
+    assert_eq!(cfg.services[0].synproxy.auto_syn_rate, 1000);
+    let cfg = parse(&nat_service("")).unwrap();
+    assert_eq!(cfg.services[0].synproxy, crate::model::SynProxy::default());
+    // A TUN real server (the second, at services[0].real_servers[1]).
+    let dr = nat_service("synproxy = \"on\"");
+    let dr = {
+        let at = dr.rfind("mode = \"nat\"").unwrap();
+        format!(
+            "{}mode = \"tun\"{}",
+            &dr[..at],
+            &dr[at + "mode = \"nat\"".len()..]
+        )
+    };
+    assert_rejected(
+        &dr,
+        26,
+        "services[0].synproxy",
+        "198.18.0.12:80 (services[0].real_servers[1]) uses mode tun, whose replies bypass Sluice",
+    );
+    assert_rejected(
+        &nat_service("synproxy = \"yes\""),
+        26,
+        "services[0].synproxy",
+        "expected \"off\", \"on\" or \"auto\"",
+    );
+    assert_rejected(
+        &nat_service("synproxy = \"on\"").replacen("\"tcp\"", "\"udp\"", 1),
+        26,
+        "services[0].synproxy",
+        "only a tcp service",
+    );
+    assert_rejected(
+        &nat_service("synproxy = \"auto\"\nsynproxy_auto_syn_rate = 0"),
+        27,
+        "services[0].synproxy_auto_syn_rate",
+        "",
+    );
+    // Off is fine with DR.
+    parse(&service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nsynproxy = \"off\"",
+    ))
+    .unwrap();
 }

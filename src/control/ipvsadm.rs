@@ -10,6 +10,7 @@ use crate::model::{
     ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
+use crate::model::{SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE};
 use crate::service::admission::MAX_RATE;
 use crate::service::{AclAction, Prefix, RateLimit};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
@@ -166,6 +167,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut limit_rate: Option<u32> = None;
     let mut burst: Option<u32> = None;
     let mut per_prefix: Option<u8> = None;
+    let mut synproxy_mode: Option<SynProxyMode> = None;
+    let mut synproxy_rate: Option<u32> = None;
     // As ipvsadm, an option given twice is an error rather than the last one winning.
     let mut given: Vec<&'static str> = Vec::new();
 
@@ -298,6 +301,21 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "-y" | "--l-threshold" => {
                 lower = Some(parse_number("lower threshold", &value(arg)?, 0, u32::MAX)?)
             }
+            "--synproxy" => {
+                let text = value(arg)?;
+                synproxy_mode =
+                    Some(SynProxyMode::parse(&text).ok_or_else(|| {
+                        format!("--synproxy takes on, off or auto, not \"{text}\"")
+                    })?)
+            }
+            "--synproxy-rate" => {
+                synproxy_rate = Some(parse_number(
+                    "synproxy SYN rate",
+                    &value(arg)?,
+                    1,
+                    100_000_000,
+                )?)
+            }
             "-n" | "--numeric" | "--exact" => {}
             "--stats" => stats = true,
             "--rate" => rate = true,
@@ -331,6 +349,25 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     if show_timeouts && verb != Verb::List {
         return Err("option --timeout only applies to -L/--list".into());
     }
+    if (synproxy_mode.is_some() || synproxy_rate.is_some())
+        && !matches!(verb, Verb::AddService | Verb::EditService)
+    {
+        return Err("options --synproxy and --synproxy-rate only apply to -A and -E".into());
+    }
+    if synproxy_rate.is_some() && synproxy_mode.is_none() {
+        return Err("option --synproxy-rate needs --synproxy".into());
+    }
+    let synproxy = synproxy_mode.map(|mode| SynProxy {
+        mode,
+        auto_syn_rate: synproxy_rate.unwrap_or(DEFAULT_SYNPROXY_AUTO_SYN_RATE),
+    });
+    // Only the SYN proxy changes with `-E --synproxy` and nothing else of ipvsadm's.
+    let synproxy_only = verb == Verb::EditService
+        && synproxy.is_some()
+        && scheduler.is_none()
+        && persistence.is_none()
+        && netmask.is_none()
+        && sched_flags.is_none();
     if replace && verb != Verb::Restore {
         return Err("option --replace only applies to -R/--restore".into());
     }
@@ -393,24 +430,40 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         }
         Verb::List => (Request::ListServices, Output::List { stats }),
         Verb::Clear => (Request::Clear, Output::Quiet),
-        Verb::AddService => (
-            Request::AddService {
+        Verb::EditService if synproxy_only => (
+            Request::SetSynproxy {
                 service: needs_service()?,
-                scheduler,
-                persistence,
-                sched_flags,
+                synproxy: synproxy.expect("synproxy_only"),
             },
             Output::Quiet,
         ),
-        Verb::EditService => (
-            Request::EditService {
-                service: needs_service()?,
-                scheduler,
-                persistence,
-                sched_flags,
-            },
-            Output::Quiet,
-        ),
+        Verb::AddService | Verb::EditService => {
+            let service = needs_service()?;
+            let request = if verb == Verb::AddService {
+                Request::AddService {
+                    service,
+                    scheduler,
+                    persistence,
+                    sched_flags,
+                }
+            } else {
+                Request::EditService {
+                    service,
+                    scheduler,
+                    persistence,
+                    sched_flags,
+                }
+            };
+            // With --synproxy: one transaction, so a refused proxy adds nothing.
+            let request = match synproxy {
+                Some(synproxy) => Request::Batch {
+                    requests: vec![request, Request::SetSynproxy { service, synproxy }],
+                    replace: false,
+                },
+                None => request,
+            };
+            (request, Output::Quiet)
+        }
         Verb::DeleteService => (
             Request::DeleteService {
                 service: needs_service()?,
@@ -559,6 +612,8 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "--rate" => "rate",
         "--thresholds" => "thresholds",
         "--replace" => "replace",
+        "--synproxy" => "synproxy",
+        "--synproxy-rate" => "synproxy-rate",
         "-z" | "--laddr" => "laddr",
         "-F" | "--ifname" => "ifname",
         "--burst" => "burst",
@@ -615,6 +670,73 @@ mod tests {
 
     fn key(proto: Protocol, vip: [u8; 4], port: u16) -> ServiceKey {
         ServiceKey::new(proto, vip.into(), port)
+    }
+
+    #[test]
+    fn synproxy_rides_on_add_and_edit_service() {
+        use crate::model::{SynProxy, SynProxyMode};
+        let vip = key(Protocol::Tcp, [198, 18, 1, 1], 80);
+        let on = SynProxy {
+            mode: SynProxyMode::On,
+            auto_syn_rate: 1000,
+        };
+        assert_eq!(
+            p("-A -t 198.18.1.1:80 -s rr --synproxy on")
+                .unwrap()
+                .request,
+            Request::Batch {
+                requests: vec![
+                    Request::AddService {
+                        service: vip,
+                        scheduler: Some(SchedulerKind::Rr),
+                        persistence: None,
+                        sched_flags: None,
+                    },
+                    Request::SetSynproxy {
+                        service: vip,
+                        synproxy: on,
+                    }
+                ],
+                replace: false,
+            }
+        );
+        // -E with only --synproxy changes nothing else.
+        assert_eq!(
+            p("-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 20000")
+                .unwrap()
+                .request,
+            Request::SetSynproxy {
+                service: vip,
+                synproxy: SynProxy {
+                    mode: SynProxyMode::Auto,
+                    auto_syn_rate: 20000
+                },
+            }
+        );
+        for (line, needle) in [
+            ("-A -t 198.18.1.1:80 --synproxy maybe", "on, off or auto"),
+            (
+                "-a -t 198.18.1.1:80 -r 10.0.0.1 --synproxy on",
+                "only apply to -A and -E",
+            ),
+            ("-E -t 198.18.1.1:80 --synproxy-rate 5", "needs --synproxy"),
+            (
+                "-E -t 198.18.1.1:80 --synproxy on --synproxy off",
+                "multiple",
+            ),
+            (
+                "-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 0",
+                "rate",
+            ),
+        ] {
+            let err = p(line).unwrap_err();
+            assert!(err.contains(needle), "{line}: {err}");
+        }
+        // Plain -A is unchanged.
+        assert!(matches!(
+            p("-A -t 198.18.1.1:80").unwrap().request,
+            Request::AddService { .. }
+        ));
     }
 
     #[test]

@@ -60,6 +60,11 @@ pub enum Request {
     },
     /// `-D`: delete a service; its sessions continue until they end, as in IPVS.
     DeleteService { service: ServiceKey },
+    /// `-A/-E --synproxy`: the service's SYN proxy (NAT and FullNAT services only).
+    SetSynproxy {
+        service: ServiceKey,
+        synproxy: crate::model::SynProxy,
+    },
     /// `-a`: add a real server to a service.
     AddServer {
         service: ServiceKey,
@@ -183,6 +188,7 @@ impl Request {
             Request::AddService { .. } => "add_service",
             Request::EditService { .. } => "edit_service",
             Request::DeleteService { .. } => "delete_service",
+            Request::SetSynproxy { .. } => "set_synproxy",
             Request::AddServer { .. } => "add_server",
             Request::EditServer { .. } => "edit_server",
             Request::DeleteServer { .. } => "delete_server",
@@ -569,7 +575,7 @@ mod tests {
         assert_eq!(
             text,
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
-             list_services, add_service, edit_service, delete_service, add_server, \
+             list_services, add_service, edit_service, delete_service, set_synproxy, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
              list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit)"

@@ -185,6 +185,15 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     for (event, n) in &status.events {
         f.sample("sluice_events_total", &[("event", event)], n);
     }
+    // The SYN proxy's counters also under their own names, for flood dashboards.
+    for (event, n) in status
+        .events
+        .iter()
+        .filter(|(e, _)| e.starts_with("synproxy_"))
+    {
+        let name = format!("sluice_{event}_total");
+        Family::new(o, &name, "counter", "SYN proxy: see docs/SYNPROXY.md.").sample(&name, &[], n);
+    }
     Family::new(
         o,
         "sluice_sessions",

@@ -128,6 +128,17 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 });
             }
         }
+        // The SYN proxy refuses DR and TUN servers: off before servers change, on after.
+        let synproxy = (existing.map_or(crate::model::SynProxy::default(), |c| c.synproxy)
+            != d.synproxy)
+            .then_some(Request::SetSynproxy {
+                service: key,
+                synproxy: d.synproxy,
+            });
+        let proxy_on = d.synproxy.mode != crate::model::SynProxyMode::Off;
+        if !proxy_on {
+            out.extend(synproxy.clone());
+        }
         for r in &d.real_servers {
             match existing.and_then(|c| c.server(r.ip, r.port)) {
                 None => out.push(Request::AddServer {
@@ -142,6 +153,9 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
             }
         }
         admission_diff(current, desired, key, &mut out);
+        if proxy_on {
+            out.extend(synproxy);
+        }
     }
     Ok(out)
 }
@@ -212,6 +226,12 @@ fn describe(req: &Request) -> Option<String> {
             None => format!("lb=config op=edit-svc svc={}", svc(service)),
         },
         Request::DeleteService { service } => format!("lb=config op=del-svc svc={}", svc(service)),
+        Request::SetSynproxy { service, synproxy } => format!(
+            "lb=config op=synproxy svc={} mode={} auto_syn_rate={}",
+            svc(service),
+            synproxy.mode.name(),
+            synproxy.auto_syn_rate
+        ),
         Request::AddServer { service, server } | Request::EditServer { service, server } => {
             let op = if matches!(req, Request::AddServer { .. }) {
                 "add-rs"
@@ -361,6 +381,7 @@ impl Services {
             if sc.rate_limit.is_some() {
                 table.set_rate_limit(sc.key, sc.rate_limit).map_err(at)?;
             }
+            table.set_synproxy(sc.key, sc.synproxy).map_err(at)?;
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
                 .map_err(at)?;
@@ -397,6 +418,7 @@ impl Services {
                 | Request::AddService { .. }
                 | Request::EditService { .. }
                 | Request::DeleteService { .. }
+                | Request::SetSynproxy { .. }
                 | Request::AddServer { .. }
                 | Request::EditServer { .. }
                 | Request::DeleteServer { .. }
@@ -614,6 +636,7 @@ impl Services {
                     .and_then(|()| t.set_sched_params(service, flags, None))
             }
             Request::DeleteService { service } => t.delete_service(service).map(drop),
+            Request::SetSynproxy { service, synproxy } => t.set_synproxy(service, synproxy),
             Request::AddServer { service, server } => {
                 let id = t.add_server(service, server).map_err(|e| e.to_string())?;
                 check_real_server_id(id).inspect_err(|_| {
@@ -908,6 +931,7 @@ impl Services {
                     available: self.has_available_server(s),
                     local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
+                    synproxy: s.synproxy,
                 })
                 .collect(),
         }

@@ -63,10 +63,23 @@ pub enum Event {
     /// The session table was nearly full: a half-open TCP session (the oldest) was
     /// removed to make room for a new one.
     HalfOpenReclaimed,
+    /// SYN proxy: a SYN without a session was answered with a cookie SYN-ACK.
+    SynproxyCookieSent,
+    /// SYN proxy: an ACK without a session carried a valid cookie; the session opened.
+    SynproxyCookieValid,
+    /// SYN proxy: an ACK without a session carried no cookie of Sluice's (dropped).
+    SynproxyCookieInvalid,
+    /// SYN proxy: an ACK without a session carried a cookie too old (dropped).
+    SynproxyCookieExpired,
+    /// SYN proxy: the real server's SYN-ACK came; the connection is spliced.
+    SynproxyConnection,
+    /// SYN proxy: the client sent again before the real server answered; the SYN to
+    /// the real server went out again instead of the segment.
+    SynproxySynResent,
 }
 
 impl Event {
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 29;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -91,6 +104,12 @@ impl Event {
         Event::NeighbourHeldSent,
         Event::SyncFrameSent,
         Event::HalfOpenReclaimed,
+        Event::SynproxyCookieSent,
+        Event::SynproxyCookieValid,
+        Event::SynproxyCookieInvalid,
+        Event::SynproxyCookieExpired,
+        Event::SynproxyConnection,
+        Event::SynproxySynResent,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -117,6 +136,12 @@ impl Event {
             Event::NeighbourHeldSent => "neighbour_held_sent",
             Event::SyncFrameSent => "sync_frame_sent",
             Event::HalfOpenReclaimed => "half_open_reclaimed",
+            Event::SynproxyCookieSent => "synproxy_cookies_sent",
+            Event::SynproxyCookieValid => "synproxy_cookies_valid",
+            Event::SynproxyCookieInvalid => "synproxy_cookies_invalid",
+            Event::SynproxyCookieExpired => "synproxy_cookies_expired",
+            Event::SynproxyConnection => "synproxy_connections",
+            Event::SynproxySynResent => "synproxy_syn_resent",
         }
     }
 }

@@ -16,6 +16,7 @@ mod icmp_error;
 mod miss;
 mod observe;
 mod placement;
+mod synproxy;
 
 // The sync receiver's tests check their redirects against it.
 #[cfg(test)]
@@ -35,7 +36,7 @@ use crate::flow::FlowKey4;
 use crate::forward::laddr::PortPool;
 use crate::forward::timestamps;
 use crate::model::DropReason;
-use crate::model::{ForwardMode, ServiceKey};
+use crate::model::{ForwardMode, Protocol, ServiceKey};
 use crate::sched::{self, Maglev, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
 use crate::session::persist::{PersistTable, TemplateKey};
@@ -109,6 +110,8 @@ struct Matched {
 
 pub struct Forwarder {
     sessions: SessionTable,
+    /// The SYN proxy's per-slot side array and rate meters.
+    synproxy: synproxy::ProxyState,
     /// Each frame's tuple and hash as the burst's prefetch pass peeked them.
     peeked: [Option<HashedKey>; BURST_SIZE],
     snapshot: SnapshotReader,
@@ -389,6 +392,7 @@ impl Forwarder {
                 crate::session::DEFAULT_WHEEL_SLOTS,
                 0,
             )?,
+            synproxy: synproxy::ProxyState::new(capacity),
             peeked: [None; BURST_SIZE],
             snapshot,
             schedulers: Vec::new(),
@@ -584,6 +588,7 @@ impl Forwarder {
                 ),
             })
             .collect();
+        self.synproxy.reset_services(snap.services().len());
         let widest = snap
             .services()
             .iter()
@@ -792,31 +797,75 @@ impl Forwarder {
         flags: TcpFlags,
         cx: &Context,
     ) -> Action {
-        let bytes = u64::from(pkt.len());
         let hashed = self.hashed(pkt.index(), key);
         let found = self.sessions.lookup_hashed(&hashed);
         let found = self.unless_reopened(found, flags, cx.counters);
+        // The SYN proxy may turn the segment into another (the SYN to the real
+        // server): then it goes on as that.
+        let rewritten;
+        let (mut parsed, mut flags) = (parsed, flags);
         let matched = match found {
-            Some((id, dir)) => self.hit(id, dir, key.proto, flags, pkt),
+            Some((id, dir)) => {
+                if key.proto == Protocol::Tcp {
+                    match self.synproxy_pending(id, dir, pkt, parsed, cx) {
+                        synproxy::Pending::No => {}
+                        synproxy::Pending::Done(action) => return action,
+                        synproxy::Pending::Resend(p) => {
+                            rewritten = p;
+                            (parsed, flags) = (&rewritten, TcpFlags::SYN);
+                        }
+                    }
+                }
+                self.hit(id, dir, key.proto, flags, pkt)
+            }
             None => {
                 let service = match self.admit(&key, flags, parsed, cx.port) {
                     Ok(service) => service,
                     Err(action) => return action,
                 };
-                if let Err(reason) = self.check_admission(service, &key, cx.now_tsc) {
-                    return Action::Drop(reason);
+                // Admission (access list, rate limit) decides on the packet that
+                // opens: for a proxied service the SYN, before its cookie; the ACK
+                // that then carries a valid cookie proves a SYN that was admitted.
+                let syn = flags.contains(TcpFlags::SYN);
+                if key.proto != Protocol::Tcp || syn {
+                    if let Err(reason) = self.check_admission(service, &key, cx.now_tsc) {
+                        return Action::Drop(reason);
+                    }
+                }
+                let mut proxied = None;
+                if key.proto == Protocol::Tcp {
+                    match self.synproxy_miss(service, pkt, parsed, flags, cx) {
+                        synproxy::Miss::NotProxied if !syn => {
+                            if let Err(reason) = self.check_admission(service, &key, cx.now_tsc) {
+                                return Action::Drop(reason);
+                            }
+                        }
+                        synproxy::Miss::NotProxied => {}
+                        synproxy::Miss::Done(action) => return action,
+                        synproxy::Miss::Open(hs, p) => {
+                            rewritten = p;
+                            (parsed, flags) = (&rewritten, TcpFlags::SYN);
+                            proxied = Some(hs);
+                        }
+                    }
                 }
                 let placement = match self.place(service, &key, cx.now_tsc, cx.counters) {
                     Ok(placement) => placement,
+                    Err(reason) if proxied.is_some() => return Action::Drop(reason),
                     Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),
                 };
                 match self.open(&hashed, &placement, flags, pkt, parsed, cx) {
-                    Ok(matched) => matched,
+                    Ok(mut matched) => {
+                        if let Some(hs) = &proxied {
+                            self.synproxy_opened(&mut matched, hs);
+                        }
+                        matched
+                    }
                     Err(reason) => return Action::Drop(reason),
                 }
             }
         };
-        self.account_packet(&matched, bytes);
+        self.account_packet(&matched, u64::from(pkt.len()));
         self.egress(pkt, parsed, &matched, flags, cx)
     }
 

@@ -1365,6 +1365,7 @@ mod tests {
             sched_flags: Default::default(),
             mh_table_size: None,
             toa: false,
+            synproxy: crate::model::SynProxy::default(),
             health: Default::default(),
             all_down: None,
             acl: Vec::new(),

@@ -50,6 +50,7 @@ pub mod icmp;
 pub mod laddr;
 pub mod nat;
 pub mod reset;
+pub mod synproxy;
 pub mod timestamps;
 pub mod toa;
 pub mod tun;

@@ -43,6 +43,12 @@ impl ForwardMode {
     }
 
     /// The `Forward` column of `ipvsadm -Ln`.
+    /// Whether the real server's replies come back through Sluice, rewritten (NAT,
+    /// FullNAT), rather than straight to the client (DR, TUN).
+    pub fn rewrites_replies(self) -> bool {
+        matches!(self, ForwardMode::Nat | ForwardMode::FullNat)
+    }
+
     pub fn ipvsadm_name(self) -> &'static str {
         match self {
             ForwardMode::Dr => "Route",
@@ -262,6 +268,70 @@ pub struct Service {
     /// Maglev lookup table size (mh only), a prime.
     #[serde(default = "default_mh_table_size")]
     pub mh_table_size: u32,
+    /// The SYN proxy: whether Sluice answers new TCP connections with SYN cookies
+    /// before opening them to a real server (NAT and FullNAT only).
+    #[serde(default)]
+    pub synproxy: SynProxy,
+}
+
+/// When the SYN proxy answers a service's new connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SynProxyMode {
+    /// Never: every SYN opens a session.
+    #[default]
+    Off,
+    /// Always.
+    On,
+    /// On a worker while it sees more SYNs without a session per second for the
+    /// service than [`SynProxy::auto_syn_rate`], and for at least one second after.
+    Auto,
+}
+
+impl SynProxyMode {
+    pub fn parse(s: &str) -> Option<SynProxyMode> {
+        match s {
+            "off" => Some(SynProxyMode::Off),
+            "on" => Some(SynProxyMode::On),
+            "auto" => Some(SynProxyMode::Auto),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SynProxyMode::Off => "off",
+            SynProxyMode::On => "on",
+            SynProxyMode::Auto => "auto",
+        }
+    }
+}
+
+/// The default of [`SynProxy::auto_syn_rate`]: SYNs per second without a session, per
+/// worker and service.
+pub const DEFAULT_SYNPROXY_AUTO_SYN_RATE: u32 = 1000;
+
+/// A service's SYN proxy settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SynProxy {
+    pub mode: SynProxyMode,
+    /// `auto`: SYNs per second without a session, per worker, above which the proxy
+    /// turns on.
+    #[serde(default = "default_auto_syn_rate")]
+    pub auto_syn_rate: u32,
+}
+
+fn default_auto_syn_rate() -> u32 {
+    DEFAULT_SYNPROXY_AUTO_SYN_RATE
+}
+
+impl Default for SynProxy {
+    fn default() -> Self {
+        SynProxy {
+            mode: SynProxyMode::Off,
+            auto_syn_rate: DEFAULT_SYNPROXY_AUTO_SYN_RATE,
+        }
+    }
 }
 
 fn default_mh_table_size() -> u32 {
@@ -325,6 +395,7 @@ mod tests {
             toa: true,
             sched_flags: "mh-port".parse().unwrap(),
             mh_table_size: 251,
+            synproxy: SynProxy::default(),
         }
     }
 

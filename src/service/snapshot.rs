@@ -734,6 +734,7 @@ mod tests {
                 toa: false,
                 sched_flags: Default::default(),
                 mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
+                synproxy: crate::model::SynProxy::default(),
             })
             .collect();
         Snapshot::from_services(generation, services)

@@ -14,8 +14,8 @@ use super::acl::{AclAction, Prefix};
 use super::admission::{Admission, AdmissionRules, RateLimit};
 use crate::model::Protocol;
 use crate::model::{
-    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, MAX_LOCAL_ADDRESSES,
-    MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
+    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, SynProxy,
+    SynProxyMode, MAX_LOCAL_ADDRESSES, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
@@ -107,6 +107,18 @@ pub enum ServiceError {
     },
     /// TOA is a TCP option: a UDP service cannot carry it.
     ToaNeedsTcp(ServiceKey),
+    /// The SYN proxy answers TCP handshakes: a UDP service has none.
+    SynProxyNeedsTcp(ServiceKey),
+    /// The SYN proxy translates every segment of a connection both ways; DR and TUN
+    /// replies bypass Sluice, so it cannot serve them.
+    SynProxyNeedsNat {
+        service: ServiceKey,
+        ip: Ipv4Addr,
+        port: u16,
+        mode: ForwardMode,
+    },
+    /// `auto` needs a SYN rate of at least 1 per second.
+    SynProxyRateZero,
 }
 
 impl fmt::Display for ServiceError {
@@ -185,6 +197,24 @@ impl fmt::Display for ServiceError {
                 f,
                 "TOA is a TCP option: it cannot be enabled on {service}"
             ),
+            ServiceError::SynProxyNeedsTcp(service) => write!(
+                f,
+                "the SYN proxy answers TCP handshakes: it cannot be enabled on {service}"
+            ),
+            ServiceError::SynProxyNeedsNat {
+                service,
+                ip,
+                port,
+                mode,
+            } => write!(
+                f,
+                "the SYN proxy needs nat or fullnat: real server {ip}:{port} of {service} is {}, \
+                 whose replies bypass Sluice",
+                mode.name()
+            ),
+            ServiceError::SynProxyRateZero => {
+                f.write_str("synproxy auto SYN rate must be at least 1 per second")
+            }
             ServiceError::SchedulerParams(reason) => f.write_str(reason),
         }
     }
@@ -307,6 +337,7 @@ impl ServiceTable {
                 toa: false,
                 sched_flags: SchedFlags::default(),
                 mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
+                synproxy: crate::model::SynProxy::default(),
             },
         );
         self.version += 1;
@@ -374,6 +405,7 @@ impl ServiceTable {
             });
         }
         validate_server(&key, &spec)?;
+        check_synproxy_mode(service, &spec)?;
         self.check_not_own("real server", spec.ip)?;
         self.check_not_local_address(spec.ip)?;
         let id = take_id(&mut self.next_server_id)?;
@@ -404,6 +436,7 @@ impl ServiceTable {
                     port: spec.port,
                 })?;
         validate_server(&key, &spec)?;
+        check_synproxy_mode(service, &spec)?;
         let server = &mut service.real_servers[index];
         *server = real_server(server.id, &spec);
         self.version += 1;
@@ -520,6 +553,43 @@ impl ServiceTable {
             return Err(ServiceError::ToaNeedsTcp(key));
         }
         service.toa = toa;
+        self.version += 1;
+        Ok(())
+    }
+
+    /// Sets the SYN proxy of a service. Turning it on (or auto) needs TCP and every
+    /// real server in NAT or FullNAT mode; turning it off is always allowed. Nothing
+    /// changes on error.
+    pub fn set_synproxy(
+        &mut self,
+        key: ServiceKey,
+        synproxy: SynProxy,
+    ) -> Result<(), ServiceError> {
+        let service = self
+            .services
+            .get_mut(&key)
+            .ok_or(ServiceError::NoSuchService(key))?;
+        if synproxy.mode != SynProxyMode::Off {
+            if key.proto != Protocol::Tcp {
+                return Err(ServiceError::SynProxyNeedsTcp(key));
+            }
+            if synproxy.auto_syn_rate == 0 {
+                return Err(ServiceError::SynProxyRateZero);
+            }
+            if let Some(rs) = service
+                .real_servers
+                .iter()
+                .find(|rs| !rs.mode.rewrites_replies())
+            {
+                return Err(ServiceError::SynProxyNeedsNat {
+                    service: key,
+                    ip: rs.ip,
+                    port: rs.port,
+                    mode: rs.mode,
+                });
+            }
+        }
+        service.synproxy = synproxy;
         self.version += 1;
         Ok(())
     }
@@ -750,6 +820,19 @@ pub fn validate_service(
 /// The rules every real server meets, from the config or a command: a unicast address,
 /// a weight of 0 to [`MAX_WEIGHT`], a lower threshold not above the upper one (as IPVS,
 /// even when the upper is 0), and the service's port unless NAT or FullNAT maps it.
+/// A service with the SYN proxy on (or auto) takes NAT and FullNAT real servers only.
+fn check_synproxy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), ServiceError> {
+    if service.synproxy.mode != SynProxyMode::Off && !spec.mode.rewrites_replies() {
+        return Err(ServiceError::SynProxyNeedsNat {
+            service: service.key,
+            ip: spec.ip,
+            port: spec.port,
+            mode: spec.mode,
+        });
+    }
+    Ok(())
+}
+
 pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if !is_unicast(spec.ip) {
         return Err(ServiceError::NotUnicast {
@@ -1329,6 +1412,63 @@ mod tests {
         // The last one may go too: new FullNAT sessions are refused until one is back.
         table.del_laddr(http(), LIP).unwrap();
         assert!(table.laddrs(http()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn synproxy_needs_tcp_and_nat_or_fullnat_servers_both_ways() {
+        use crate::model::{SynProxy, SynProxyMode};
+        let on = SynProxy {
+            mode: SynProxyMode::On,
+            ..SynProxy::default()
+        };
+        let mut table = ServiceTable::new();
+        table.add_service(http(), SchedulerKind::Rr, None).unwrap();
+        let dr = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 2), 80, 1, ForwardMode::Dr);
+        table.add_server(http(), dr).unwrap();
+        let before = table.clone();
+        let err = table.set_synproxy(http(), on).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ServiceError::SynProxyNeedsNat {
+                    mode: ForwardMode::Dr,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("bypass"), "{err}");
+        assert_eq!(table.get(http()), before.get(http()), "nothing changed");
+        table.delete_server(http(), dr.ip, 80).unwrap();
+        table.set_synproxy(http(), on).unwrap();
+        assert_eq!(table.get(http()).unwrap().synproxy, on);
+        // A TUN server cannot join a proxied service, nor can a NAT one become DR.
+        let tun = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 3), 80, 1, ForwardMode::Tun);
+        assert!(matches!(
+            table.add_server(http(), tun),
+            Err(ServiceError::SynProxyNeedsNat { .. })
+        ));
+        let nat = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 4), 8080, 1, ForwardMode::Nat);
+        table.add_server(http(), nat).unwrap();
+        let dr = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 4), 8080, 1, ForwardMode::Dr);
+        assert!(table.edit_server(http(), dr).is_err());
+        assert!(matches!(
+            table.set_synproxy(
+                http(),
+                SynProxy {
+                    mode: SynProxyMode::Auto,
+                    auto_syn_rate: 0
+                }
+            ),
+            Err(ServiceError::SynProxyRateZero)
+        ));
+        let udp = ServiceKey::new(Protocol::Udp, VIP, 53);
+        table.add_service(udp, SchedulerKind::Rr, None).unwrap();
+        assert!(matches!(
+            table.set_synproxy(udp, on),
+            Err(ServiceError::SynProxyNeedsTcp(_))
+        ));
+        table.set_synproxy(udp, SynProxy::default()).unwrap();
     }
 
     #[test]

@@ -63,6 +63,9 @@ impl SessionFlags {
     pub const PASSIVE_COUNTED: SessionFlags = SessionFlags(1 << 4);
     /// Session sync: told to the standby at least once (when: [`Session::synced_tick`]).
     pub const SYNCED: SessionFlags = SessionFlags(1 << 5);
+    /// Opened by the SYN proxy: its sequence numbers are translated, by the worker's
+    /// side array (`dataplane::forwarder::synproxy`).
+    pub const SYNPROXY: SessionFlags = SessionFlags(1 << 6);
     /// The slot holds a live session (managed by the table).
     const IN_USE: SessionFlags = SessionFlags(1 << 7);
 

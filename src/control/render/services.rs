@@ -390,6 +390,7 @@ mod tests {
                 }],
                 local_addresses: vec!["198.18.0.50".into()],
                 toa: true,
+                synproxy: crate::model::SynProxy::default(),
             }],
         }
     }

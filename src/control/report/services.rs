@@ -39,6 +39,10 @@ pub struct ServiceStatus {
     /// Whether TOA (the client address as a TCP option) is on for FullNAT sessions.
     #[serde(default)]
     pub toa: bool,
+    /// The SYN proxy's mode and `auto` rate. Only in the JSON (`-Ln --json`), as
+    /// ipvsadm's text layout has no place for it.
+    #[serde(default)]
+    pub synproxy: crate::model::SynProxy,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

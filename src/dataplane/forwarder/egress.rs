@@ -45,6 +45,13 @@ impl Forwarder {
             }
         }
         if matches!(action, Action::Transmit | Action::Hold(_))
+            && s.flags().contains(SessionFlags::SYNPROXY)
+        {
+            if let Err(reason) = self.synproxy_translate(pkt, parsed, m) {
+                return Action::Drop(reason);
+            }
+        }
+        if matches!(action, Action::Transmit | Action::Hold(_))
             && s.flags().contains(SessionFlags::TOA_PENDING)
         {
             self.toa(pkt, parsed, m, flags, cx.port, cx.counters);
@@ -132,7 +139,7 @@ impl Forwarder {
 
     /// The real server's MAC: the one a DR or TUN session cached, else the neighbour
     /// table's.
-    fn next_hop(&self, s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
+    pub(super) fn next_hop(&self, s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
         if s.peer_mac != [0; 6] && matches!(s.mode, ForwardMode::Dr | ForwardMode::Tun) {
             return Some(MacAddr(s.peer_mac));
         }
@@ -250,7 +257,7 @@ impl Forwarder {
 /// Addresses a rewritten frame from the port to `next_hop`, or holds it until
 /// `target` (whose MAC that is) resolves.
 #[inline]
-fn address(
+pub(super) fn address(
     frame: &mut [u8],
     next_hop: Option<MacAddr>,
     target: Ipv4Addr,

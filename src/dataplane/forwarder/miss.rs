@@ -98,7 +98,10 @@ impl Forwarder {
             // than the view: it is opened, or lives, on the view's owner.
             return Err(Action::Redirect(owner));
         }
-        if key.proto == Protocol::Tcp && !opens_connection(flags) {
+        if key.proto == Protocol::Tcp
+            && !opens_connection(flags)
+            && !(super::synproxy::is_bare_ack(flags) && self.proxies(index))
+        {
             return Err(Action::Drop(DropReason::TcpNoSession));
         }
         if !may_be_client(key.src_addr(), snap, port.responder) {

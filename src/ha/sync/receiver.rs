@@ -547,6 +547,7 @@ mod tests {
             toa: false,
             sched_flags: Default::default(),
             mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
+            synproxy: crate::model::SynProxy::default(),
         };
         Snapshot::from_services(1, vec![service])
     }

@@ -1,0 +1,413 @@
+//! The SYN proxy stage ([`crate::forward::synproxy`] does the packet work): for a TCP
+//! service with the proxy on, a SYN without a session is answered with a cookie
+//! SYN-ACK and opens nothing; an ACK without a session that carries a valid cookie
+//! opens the session and becomes the SYN to the real server; the real server's SYN-ACK
+//! is absorbed and becomes the ACK that completes its handshake; from then on egress
+//! translates every segment of the session.
+//!
+//! Per session, the proxy needs what the cookie handshake left (while the real server
+//! has not answered) or the translation (after). Neither fits in the 64-byte session:
+//! they live in a per-worker side array indexed by the session's slot, 16 bytes per
+//! slot, allocated zeroed (so the kernel maps a page only once a session in it was
+//! proxied) and read only for sessions flagged [`SessionFlags::SYNPROXY`]. A slot's
+//! entry is written when a proxied session opens, so a reused slot never reads a
+//! previous session's entry.
+use super::{Action, Context, Forwarder, Matched};
+use crate::dataplane::counters::Event;
+use crate::dpdk::Packet;
+use crate::flow::parse::{classify, Parsed};
+use crate::forward::synproxy::{self, AckCheck, CookieKey, Handshake, Translation, MSS_TABLE};
+use crate::forward::timestamps;
+use crate::model::{DropReason, Protocol, SynProxyMode};
+use crate::session::{Direction, SessionFlags, SessionId};
+use crate::wire::tcp::TcpFlags;
+use std::net::Ipv4Addr;
+
+/// Meta word: the entry holds a handshake waiting for the real server.
+const PENDING: u32 = 1 << 31;
+/// "No window scale" in a 4-bit field.
+const NO_SCALE: u32 = 0xf;
+
+/// The proxy's per-worker state.
+pub(super) struct ProxyState {
+    /// Per session slot: pending `[cookie, cookie TSval, client ISN, meta]` (meta:
+    /// PENDING, MSS index bits 0-2, window scale 4-7, SACK 8, timestamps 9, window
+    /// 12-27) or established `[seq delta, TS delta, 0, meta]` (meta: the server's
+    /// window scale 0-3 and the client's 4-7 when only it scales).
+    entries: Vec<[u32; 4]>,
+    /// Per service (snapshot index): the `auto` mode's SYN rate meter.
+    auto: Vec<AutoRate>,
+    secret: &'static CookieKey,
+}
+
+/// SYNs without a session in the current one-second window, and until when the proxy
+/// stays on.
+#[derive(Clone, Copy, Debug, Default)]
+struct AutoRate {
+    window_start: u32,
+    syns: u32,
+    on_until: u32,
+}
+
+impl ProxyState {
+    pub(super) fn new(capacity: usize) -> ProxyState {
+        ProxyState {
+            // Zeroed: the allocator takes it from fresh (lazily mapped) pages.
+            entries: vec![[0u32; 4]; capacity],
+            auto: Vec::new(),
+            secret: CookieKey::process(),
+        }
+    }
+
+    /// A new snapshot: one meter per service (meters start afresh).
+    pub(super) fn reset_services(&mut self, services: usize) {
+        self.auto.clear();
+        self.auto.resize(services, AutoRate::default());
+    }
+
+    fn pending(&self, id: SessionId) -> Option<(Handshake, u32)> {
+        let [cookie, cookie_tsval, client_isn, meta] = *self.entries.get(id.index() as usize)?;
+        if meta & PENDING == 0 {
+            return None;
+        }
+        let wscale = (meta >> 4) & 0xf;
+        let timestamps = meta & (1 << 9) != 0;
+        Some((
+            Handshake {
+                client_isn,
+                cookie,
+                mss: MSS_TABLE[(meta & 7) as usize],
+                wscale: (wscale != NO_SCALE).then_some(wscale as u8),
+                sack: meta & (1 << 8) != 0,
+                client_tsval: None,
+                cookie_tsval: timestamps.then_some(cookie_tsval),
+                window: (meta >> 12) as u16,
+            },
+            meta,
+        ))
+    }
+
+    fn set_pending(&mut self, id: SessionId, hs: &Handshake) {
+        let index = synproxy::mss_index(Some(hs.mss)) as u32;
+        let mut meta = PENDING | index | (hs.wscale.map_or(NO_SCALE, u32::from) << 4);
+        if hs.sack {
+            meta |= 1 << 8;
+        }
+        if hs.cookie_tsval.is_some() {
+            meta |= 1 << 9;
+        }
+        meta |= u32::from(hs.window) << 12;
+        if let Some(e) = self.entries.get_mut(id.index() as usize) {
+            *e = [hs.cookie, hs.cookie_tsval.unwrap_or(0), hs.client_isn, meta];
+        }
+    }
+
+    fn set_established(&mut self, id: SessionId, t: &Translation) {
+        let scale = |s: Option<u8>| s.map_or(NO_SCALE, u32::from);
+        let meta = scale(t.server_wscale) | (scale(t.client_wscale) << 4);
+        if let Some(e) = self.entries.get_mut(id.index() as usize) {
+            *e = [t.seq_delta, t.ts_delta, 0, meta];
+        }
+    }
+
+    fn translation(&self, id: SessionId) -> Option<Translation> {
+        let [seq_delta, ts_delta, _, meta] = *self.entries.get(id.index() as usize)?;
+        if meta & PENDING != 0 {
+            return None;
+        }
+        let scale = |s: u32| (s != NO_SCALE).then_some(s as u8);
+        Some(Translation {
+            seq_delta,
+            ts_delta,
+            server_wscale: scale(meta & 0xf),
+            client_wscale: scale((meta >> 4) & 0xf),
+        })
+    }
+
+    /// Bytes of the side array (for the docs' cost line and the tests).
+    pub(super) fn bytes(&self) -> usize {
+        self.entries.len() * std::mem::size_of::<[u32; 4]>()
+    }
+}
+
+/// What the proxy makes of a TCP segment without a session to service it covers.
+pub(super) enum Miss {
+    /// Not the proxy's: placement as usual.
+    NotProxied,
+    /// Answered (the cookie SYN-ACK) or dropped.
+    Done(Action),
+    /// A valid cookie: the segment is now the SYN to the real server (`Parsed` of the
+    /// rewritten frame); open the session.
+    Open(Handshake, Parsed),
+}
+
+/// What the proxy makes of a segment of a session still waiting for the real
+/// server's SYN-ACK.
+pub(super) enum Pending {
+    /// Handled here (the server's SYN-ACK, turned into its ACK) or dropped.
+    Done(Action),
+    /// The client's segment is now the SYN again (`Parsed` of the rewritten frame):
+    /// on to egress as a SYN.
+    Resend(Parsed),
+    /// Not a pending session (established, or not proxied): the usual path.
+    No,
+}
+
+/// A bare ACK: ACK without SYN, RST or FIN (what completes a handshake).
+#[inline]
+pub(super) fn is_bare_ack(flags: TcpFlags) -> bool {
+    flags.contains(TcpFlags::ACK) && !flags.intersects(TcpFlags(0x07))
+}
+
+impl Forwarder {
+    /// Whether service `index` may see cookie ACKs (the proxy on or auto).
+    #[inline]
+    pub(super) fn proxies(&self, index: usize) -> bool {
+        self.snapshot
+            .current()
+            .services()
+            .get(index)
+            .is_some_and(|s| s.key.proto == Protocol::Tcp && s.synproxy.mode != SynProxyMode::Off)
+    }
+
+    /// The miss stage's hook, for a TCP segment admitted to service `index`.
+    pub(super) fn synproxy_miss(
+        &mut self,
+        index: usize,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        flags: TcpFlags,
+        cx: &Context,
+    ) -> Miss {
+        let Some(sp) = self
+            .snapshot
+            .current()
+            .services()
+            .get(index)
+            .map(|s| s.synproxy)
+        else {
+            return Miss::NotProxied;
+        };
+        if sp.mode == SynProxyMode::Off {
+            return Miss::NotProxied;
+        }
+        let now_ms = self.ts_clock.now_ms();
+        if flags.contains(TcpFlags::SYN) {
+            if sp.mode == SynProxyMode::Auto && !self.auto_on(index, sp.auto_syn_rate) {
+                return Miss::NotProxied;
+            }
+            let secret = self.synproxy.secret;
+            return match synproxy::answer_syn(
+                pkt.with_tailroom_mut(),
+                parsed,
+                cx.port.mac,
+                secret,
+                now_ms,
+            ) {
+                Ok(len) if pkt.set_len(len as u16) => {
+                    cx.counters.event(Event::SynproxyCookieSent);
+                    Miss::Done(Action::Transmit)
+                }
+                Ok(_) => Miss::Done(Action::Drop(DropReason::Truncated)),
+                Err(reason) => Miss::Done(Action::Drop(reason)),
+            };
+        }
+        let hs = match synproxy::check_ack(pkt.bytes(), parsed, self.synproxy.secret, now_ms) {
+            AckCheck::Valid(hs) => hs,
+            AckCheck::Expired => {
+                cx.counters.event(Event::SynproxyCookieExpired);
+                return Miss::Done(Action::Drop(DropReason::TcpNoSession));
+            }
+            AckCheck::Invalid => {
+                cx.counters.event(Event::SynproxyCookieInvalid);
+                return Miss::Done(Action::Drop(DropReason::TcpNoSession));
+            }
+        };
+        cx.counters.event(Event::SynproxyCookieValid);
+        match rewrite_into_syn(pkt, parsed, &hs, hs.client_tsval) {
+            Ok(parsed) => Miss::Open(hs, parsed),
+            Err(reason) => Miss::Done(Action::Drop(reason)),
+        }
+    }
+
+    /// `auto`: counts a SYN without a session for service `index` and says whether the
+    /// proxy is on for it: once a one-second window has seen more than `rate`, and
+    /// until a whole window after that stays at or below it.
+    fn auto_on(&mut self, index: usize, rate: u32) -> bool {
+        let now = self.now_tick;
+        let second = self.ticks_per_second;
+        let Some(meter) = self.synproxy.auto.get_mut(index) else {
+            return false;
+        };
+        if now.wrapping_sub(meter.window_start) >= second {
+            meter.window_start = now;
+            meter.syns = 0;
+        }
+        meter.syns = meter.syns.saturating_add(1);
+        if meter.syns > rate {
+            meter.on_until = now.wrapping_add(2 * second);
+        }
+        // Signed distance: on while `on_until` is ahead.
+        (meter.on_until.wrapping_sub(now) as i32) > 0
+    }
+
+    /// A proxied session was opened by placement: flag it and keep its handshake.
+    pub(super) fn synproxy_opened(&mut self, m: &mut Matched, hs: &Handshake) {
+        if let Some(live) = self.sessions.get_mut(m.id) {
+            let mut flags = live.flags();
+            flags.insert(SessionFlags::SYNPROXY);
+            live.set_flags(flags);
+            m.session = *live;
+        }
+        self.synproxy.set_pending(m.id, hs);
+    }
+
+    /// The hit stage's hook for a proxied session still waiting for the real server.
+    pub(super) fn synproxy_pending(
+        &mut self,
+        id: SessionId,
+        dir: Direction,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        cx: &Context,
+    ) -> Pending {
+        if !self
+            .sessions
+            .get(id)
+            .is_some_and(|s| s.flags().contains(SessionFlags::SYNPROXY))
+        {
+            return Pending::No;
+        }
+        let Some((hs, _)) = self.synproxy.pending(id) else {
+            return Pending::No;
+        };
+        if dir == Direction::Inbound {
+            // The client sent again (its ACK, or data) before the real server answered:
+            // the SYN may have been lost, so it goes again in this segment's place.
+            let tsval = timestamps::tsval(pkt.bytes(), parsed);
+            return match rewrite_into_syn(pkt, parsed, &hs, tsval) {
+                Ok(parsed) => {
+                    cx.counters.event(Event::SynproxySynResent);
+                    Pending::Resend(parsed)
+                }
+                Err(reason) => Pending::Done(Action::Drop(reason)),
+            };
+        }
+        let Some(server) = synproxy::read_server_synack(pkt.bytes(), parsed) else {
+            // Not a SYN-ACK (an RST refusing the SYN, say): the client expects the
+            // server's numbers to start after the cookie.
+            let seq = match crate::forward::tcp_segment(pkt.bytes(), parsed) {
+                Ok(seg) => crate::wire::read_u32(pkt.bytes(), seg.l4 + 4),
+                Err(reason) => return Pending::Done(Action::Drop(reason)),
+            };
+            let t = Translation {
+                seq_delta: hs.cookie.wrapping_add(1).wrapping_sub(seq),
+                ..Translation::default()
+            };
+            self.synproxy.set_established(id, &t);
+            return Pending::No;
+        };
+        if server.ack != hs.client_isn.wrapping_add(1) {
+            return Pending::Done(Action::Drop(DropReason::TcpNoSession));
+        }
+        let t = Translation::new(&hs, &server);
+        self.synproxy.set_established(id, &t);
+        cx.counters.event(Event::SynproxyConnection);
+        // The server saw the client's window scale only if it agreed to scaling.
+        let window = match t.client_wscale {
+            Some(shift) => (u32::from(hs.window) << shift).min(65535) as u16,
+            None => hs.window,
+        };
+        // The server echoes the TSval of the SYN (already in its own view): the ACK
+        // carries it back with the server's TSval echoed.
+        let ts = match (server.tsval, hs.cookie_tsval) {
+            (Some(server_tsval), Some(_)) => {
+                synproxy_echo(pkt.bytes(), parsed).map(|echo| (echo, server_tsval))
+            }
+            _ => None,
+        };
+        let frame = pkt.bytes_mut();
+        let len = match synproxy::write_server_ack(frame, parsed, &server, window, ts) {
+            Ok(len) => len,
+            Err(reason) => return Pending::Done(Action::Drop(reason)),
+        };
+        if !pkt.set_len(len as u16) {
+            return Pending::Done(Action::Drop(DropReason::Truncated));
+        }
+        // The session moves as if the SYN-ACK and the ACK had both passed.
+        let bytes = u64::from(pkt.len());
+        let answered = self.hit(id, Direction::Outbound, Protocol::Tcp, server_synack(), pkt);
+        self.account_packet(&answered, bytes);
+        let m = self.hit(id, Direction::Inbound, Protocol::Tcp, TcpFlags::ACK, pkt);
+        let rs_ip = Ipv4Addr::from(m.session.real_addr);
+        let rs_mac = self.next_hop(&m.session, cx.neighbours);
+        Pending::Done(super::egress::address(
+            pkt.bytes_mut(),
+            rs_mac,
+            rs_ip,
+            cx.port,
+        ))
+    }
+
+    /// Egress of an established proxied session: sequence numbers, SACK blocks,
+    /// window and timestamps into the other side's view.
+    pub(super) fn synproxy_translate(
+        &self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        m: &Matched,
+    ) -> Result<(), DropReason> {
+        let Some(t) = self.synproxy.translation(m.id) else {
+            return Ok(());
+        };
+        let frame = pkt.bytes_mut();
+        match m.dir {
+            Direction::Outbound => {
+                synproxy::to_client(frame, parsed, &t)?;
+                if t.ts_delta != 0 {
+                    timestamps::shift(frame, parsed, t.ts_delta, 0)?;
+                }
+            }
+            _ => {
+                synproxy::to_server(frame, parsed, &t)?;
+                if t.ts_delta != 0 {
+                    timestamps::shift(frame, parsed, 0, t.ts_delta)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of the proxy's side array.
+    pub fn synproxy_bytes(&self) -> usize {
+        self.synproxy.bytes()
+    }
+}
+
+fn server_synack() -> TcpFlags {
+    TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0)
+}
+
+/// The TSecr of the server's SYN-ACK: the TSval of the SYN it answers.
+fn synproxy_echo(frame: &[u8], parsed: &Parsed) -> Option<u32> {
+    let seg = crate::forward::tcp_segment(frame, parsed).ok()?;
+    let options = frame.get(seg.l4 + 20..seg.l4 + seg.header_len)?;
+    let at = timestamps::tsval_offset(options)?;
+    Some(crate::wire::read_u32(options, at + 4))
+}
+
+/// Rewrites the client's segment in `pkt` into the SYN of handshake `hs` (with
+/// `tsval`) and classifies the result.
+fn rewrite_into_syn(
+    pkt: &mut Packet,
+    parsed: &Parsed,
+    hs: &Handshake,
+    tsval: Option<u32>,
+) -> Result<Parsed, DropReason> {
+    let tsval = tsval.filter(|_| hs.cookie_tsval.is_some());
+    let len = synproxy::write_server_syn(pkt.with_tailroom_mut(), parsed, hs, tsval)?;
+    if !pkt.set_len(len as u16) {
+        return Err(DropReason::Truncated);
+    }
+    classify(pkt.bytes())
+}
