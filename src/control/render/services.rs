@@ -298,6 +298,16 @@ pub fn render_save(report: &ServicesReport) -> String {
         for lip in &s.local_addresses {
             let _ = writeln!(out, "-P {service} -z {lip}");
         }
+        // Sluice's own option, on a line of its own after the real servers (which
+        // the proxy requires to be NAT or FullNAT), so the lines above stay ipvsadm's.
+        let proxy = &s.synproxy;
+        if proxy.mode != crate::model::SynProxyMode::Off {
+            let mut line = format!("-E {service} --synproxy {}", proxy.mode.name());
+            if proxy.auto_syn_rate != crate::model::DEFAULT_SYNPROXY_AUTO_SYN_RATE {
+                let _ = write!(line, " --synproxy-rate {}", proxy.auto_syn_rate);
+            }
+            let _ = writeln!(out, "{line}");
+        }
     }
     out
 }
@@ -393,6 +403,33 @@ mod tests {
                 synproxy: crate::model::SynProxy::default(),
             }],
         }
+    }
+
+    #[test]
+    fn save_turns_the_syn_proxy_on_after_the_real_servers() {
+        use crate::model::{SynProxy, SynProxyMode};
+        let mut r = report();
+        r.services[0].real_servers[0].mode = "nat".into();
+        r.services[0].synproxy = SynProxy {
+            mode: SynProxyMode::Auto,
+            auto_syn_rate: 5000,
+        };
+        let text = render_save(&r);
+        assert_eq!(
+            text.lines().last(),
+            Some("-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 5000")
+        );
+        // The line parses back into the same setting.
+        let args: Vec<String> = text
+            .lines()
+            .last()
+            .unwrap()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert!(crate::control::ipvsadm::parse(&args).is_ok(), "{args:?}");
+        r.services[0].synproxy.mode = SynProxyMode::Off;
+        assert!(!render_save(&r).contains("synproxy"));
     }
 
     #[test]
