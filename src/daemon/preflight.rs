@@ -7,10 +7,11 @@
 //! - no other Sluice holds the control socket or an attached interface (an exclusive
 //!   `flock` on a lock file per socket and per interface, held until exit).
 use crate::config::{Config, PortDevice};
+use crate::dataplane::forwarder::Forwarder;
 use crate::dataplane::realserver_stats::{RealServerCounters, MAX_REAL_SERVER_IDS};
 use crate::forward::laddr::PortPool;
 use crate::session::persist::PersistTable;
-use crate::session::{SessionTable, DEFAULT_WHEEL_SLOTS};
+use crate::session::DEFAULT_WHEEL_SLOTS;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -121,7 +122,8 @@ fn cpu_list(cpus: &[u32]) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryNeed {
     pub workers: usize,
-    /// One worker's session table (the figures the allocator uses).
+    /// One worker's session table (the figures the allocator uses) and its SYN
+    /// proxy side array ([`Forwarder::session_bytes_for`]).
     pub sessions_per_worker: usize,
     /// Everything else in ordinary memory: per-worker real-server counters, FullNAT
     /// port pools and sync rings, the persistence table, and the EAL's memory when it
@@ -135,7 +137,7 @@ impl MemoryNeed {
     pub fn of(cfg: &Config) -> MemoryNeed {
         let workers = cfg.lcores.workers.len();
         let sessions_per_worker =
-            SessionTable::bytes_for(cfg.sessions.capacity as usize, DEFAULT_WHEEL_SLOTS);
+            Forwarder::session_bytes_for(cfg.sessions.capacity as usize, DEFAULT_WHEEL_SLOTS);
         let ports = usize::from(cfg.sessions.local_port_last)
             .saturating_sub(usize::from(cfg.sessions.local_port_first))
             + 1;
@@ -305,8 +307,9 @@ fn check_memory(cfg: &Config, need: &MemoryNeed, avail: &Available) -> Result<()
 
 /// The largest session capacity whose tables for `workers` workers fit in `room`.
 fn sessions_that_fit(room: u64, workers: usize) -> usize {
-    let fits =
-        |c: usize| SessionTable::bytes_for(c, DEFAULT_WHEEL_SLOTS) as u64 * workers as u64 <= room;
+    let fits = |c: usize| {
+        Forwarder::session_bytes_for(c, DEFAULT_WHEEL_SLOTS) as u64 * workers as u64 <= room
+    };
     let (mut lo, mut hi) = (0usize, crate::session::MAX_CAPACITY);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
@@ -587,9 +590,10 @@ mod tests {
         let cfg = config(&format!("{PORT}\n[sessions]\ncapacity = 1048576\n"));
         let need = MemoryNeed::of(&cfg);
         assert_eq!(need.workers, 1);
+        // The session table as allocated, and the SYN proxy's 16 bytes a slot.
         assert_eq!(
             need.sessions_per_worker,
-            SessionTable::with_capacity(1 << 20).memory_bytes()
+            crate::session::SessionTable::with_capacity(1 << 20).memory_bytes() + (16 << 20)
         );
         // Without hugepages the EAL's 256 MB is ordinary memory.
         assert!(need.other >= 256 << 20);
@@ -621,7 +625,7 @@ mod tests {
             .and_then(|s| s.rsplit('(').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no suggestion in {e}"));
-        let table = |c| SessionTable::bytes_for(c, DEFAULT_WHEEL_SLOTS);
+        let table = |c| Forwarder::session_bytes_for(c, DEFAULT_WHEEL_SLOTS);
         let room = (4u64 << 30) - need.other as u64;
         assert!(table(at_most) as u64 <= room && table(at_most + 1) as u64 > room);
         // A tighter cgroup limit is the one that counts.

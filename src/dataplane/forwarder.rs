@@ -355,6 +355,15 @@ impl ForwarderConfig {
 }
 
 impl Forwarder {
+    /// Bytes a worker's per-session state takes at `capacity`: its session table
+    /// (`wheel_slots` wheel) and the SYN proxy's side array (16 bytes a slot, mapped
+    /// as proxied sessions use it, so counted whole: a proxied flood maps it all).
+    /// Start-up checks this against the memory available.
+    pub fn session_bytes_for(capacity: usize, wheel_slots: usize) -> usize {
+        SessionTable::bytes_for(capacity, wheel_slots)
+            .saturating_add(synproxy::ProxyState::bytes_for(capacity))
+    }
+
     /// A worker's forwarder; panics when the session table's memory cannot be had
     /// ([`Forwarder::try_new`] reports it).
     pub fn new(config: ForwarderConfig) -> Self {

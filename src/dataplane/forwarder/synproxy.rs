@@ -124,6 +124,11 @@ impl ProxyState {
         })
     }
 
+    /// Bytes of the side array for a table of `capacity` slots.
+    pub(super) fn bytes_for(capacity: usize) -> usize {
+        capacity.saturating_mul(std::mem::size_of::<[u32; 4]>())
+    }
+
     /// Bytes of the side array (for the docs' cost line and the tests).
     pub(super) fn bytes(&self) -> usize {
         self.entries.len() * std::mem::size_of::<[u32; 4]>()
