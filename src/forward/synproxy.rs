@@ -57,6 +57,7 @@
 //! the segments Sluice writes anew (SYN-ACK, SYN, ACK) get their checksums computed.
 use crate::flow::parse::Parsed;
 use crate::flow::FlowKey4;
+use crate::model::siphash::sip_round;
 use crate::model::DropReason;
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::{self, Options, TcpFlags, TcpOption};
@@ -170,24 +171,6 @@ impl CookieKey {
             mss: MSS_TABLE[mss_index],
         }
     }
-}
-
-#[inline(always)]
-fn sip_round(v: &mut [u64; 4]) {
-    v[0] = v[0].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(13);
-    v[1] ^= v[0];
-    v[0] = v[0].rotate_left(32);
-    v[2] = v[2].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(16);
-    v[3] ^= v[2];
-    v[0] = v[0].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(21);
-    v[3] ^= v[0];
-    v[2] = v[2].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(17);
-    v[1] ^= v[2];
-    v[2] = v[2].rotate_left(32);
 }
 
 /// The counter slot of timestamp clock reading `now_ms`.

@@ -11,6 +11,7 @@ pub mod protocol;
 pub mod rng;
 pub mod scheduler;
 pub mod service;
+pub mod siphash;
 
 pub use drop_reason::DropReason;
 pub use protocol::Protocol;

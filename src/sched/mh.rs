@@ -47,6 +47,7 @@
 //! The table is built in [`Maglev::new`], off the packet path: about a millisecond for
 //! 1000 servers at M = 65537 (see `perf/results/sched.md`). A table holds M `u32`
 //! (256 KiB at the default size).
+use crate::model::siphash::sip_round;
 use crate::model::{RealServer, MH_DEFAULT_TABLE_SIZE};
 use crate::model::{SchedFlags, SchedulerKind};
 use crate::sched::{available, PickContext, Scheduler};
@@ -95,24 +96,6 @@ pub fn check_table_size(size: u32) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-#[inline(always)]
-fn sip_round(v: &mut [u64; 4]) {
-    v[0] = v[0].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(13);
-    v[1] ^= v[0];
-    v[0] = v[0].rotate_left(32);
-    v[2] = v[2].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(16);
-    v[3] ^= v[2];
-    v[0] = v[0].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(21);
-    v[3] ^= v[0];
-    v[2] = v[2].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(17);
-    v[1] ^= v[2];
-    v[2] = v[2].rotate_left(32);
 }
 
 /// SipHash-c-d of one 8-byte message (`message.to_le_bytes()`) under key (k0, k1).
