@@ -9,7 +9,6 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 const APPLIANCE: &str = "198.18.0.1";
 const CLIENT: &str = "198.18.2.100/24";
@@ -280,53 +279,24 @@ fn an_upper_threshold_caps_a_server_and_fo_moves_on() {
     ]);
     assert!(edit.success(), "{}", edit.describe());
 
-    let out = lab.dir.path().join("stream.json");
-    let ready = lab.dir.path().join("stream.ready");
-    let stop = lab.dir.path().join("stream.stop");
-    let (apps, long_s) = (AppLab::apps(), LONG.to_string());
-    let (out_s, ready_s, stop_s) = (
-        out.to_string_lossy().into_owned(),
-        ready.to_string_lossy().into_owned(),
-        stop.to_string_lossy().into_owned(),
-    );
-    let mut client = BackgroundProcess::spawn(
-        Some(lab.bed.client_ns()),
-        &[
-            PYTHON,
-            &apps,
-            "stream",
-            VIP,
-            "80",
-            "--long",
-            &long_s,
-            "--interval-ms",
-            "200",
-            "--new-per-s",
-            "0",
-            "--duration",
-            "20",
-            "--timeout",
-            "5",
-            "--out",
-            &out_s,
-            "--ready",
-            &ready_s,
-            "--stop",
-            &stop_s,
-        ],
-    );
-    client.wait_until(Duration::from_secs(15), "long connections open", || {
-        ready.exists()
-    });
+    let long_s = LONG.to_string();
+    let options = [
+        "--long",
+        &long_s,
+        "--interval-ms",
+        "200",
+        "--new-per-s",
+        "0",
+        "--duration",
+        "20",
+        "--timeout",
+        "5",
+    ];
+    let client = lab.stream("capped", VIP, 80, &options);
     let listing = daemon.ctl(&["-L", "-n", "--thresholds"]);
     let json: serde_json::Value =
         serde_json::from_str(&daemon.ctl(&["-L", "-n", "--json"]).stdout).unwrap();
-    std::fs::write(&stop, b"").unwrap();
-    client.wait_until(Duration::from_secs(15), "stream client done", || {
-        out.exists()
-    });
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report = client.stop_and_report();
     let mut per_server: BTreeMap<String, usize> = BTreeMap::new();
     for long in report["long"].as_array().unwrap() {
         assert!(long["failures"].as_array().unwrap().is_empty(), "{long}");

@@ -64,44 +64,19 @@ fn a_spoofed_syn_flood_does_not_lock_out_new_or_established_connections() {
     );
     lab.prewarm(&daemon, GATEWAY);
 
-    let out = lab.dir.path().join("stream.json");
-    let ready = lab.dir.path().join("stream.ready");
-    let stop = lab.dir.path().join("stream.stop");
-    let (apps, port_s) = (AppLab::apps(), ECHO_PORT.to_string());
-    let (out_s, ready_s, stop_s) = (
-        out.to_string_lossy().into_owned(),
-        ready.to_string_lossy().into_owned(),
-        stop.to_string_lossy().into_owned(),
-    );
-    let mut client = BackgroundProcess::spawn(
-        Some(lab.bed.client_ns()),
-        &[
-            PYTHON,
-            &apps,
-            "stream",
-            VIP,
-            &port_s,
-            "--long",
-            "2",
-            "--interval-ms",
-            "100",
-            "--new-per-s",
-            "0",
-            "--duration",
-            "40",
-            "--timeout",
-            "5",
-            "--out",
-            &out_s,
-            "--ready",
-            &ready_s,
-            "--stop",
-            &stop_s,
-        ],
-    );
-    client.wait_until(Duration::from_secs(15), "long connections open", || {
-        ready.exists()
-    });
+    let options = [
+        "--long",
+        "2",
+        "--interval-ms",
+        "100",
+        "--new-per-s",
+        "0",
+        "--duration",
+        "40",
+        "--timeout",
+        "5",
+    ];
+    let client = lab.stream("long", VIP, ECHO_PORT, &options);
 
     let flood = lab.bed.exec(
         lab.bed.client_ns(),
@@ -137,12 +112,7 @@ fn a_spoofed_syn_flood_does_not_lock_out_new_or_established_connections() {
 
     let batch = lab.curl(&format!("http://{VIP}/"), 30, 4, &[]);
     let after = daemon.status();
-    std::fs::write(&stop, b"").unwrap();
-    client.wait_until(Duration::from_secs(15), "stream client done", || {
-        out.exists()
-    });
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report = client.stop_and_report();
     let reclaimed = event_count(&after, "half_open_reclaimed");
     let full = drop_count(&after, "session_table_full");
     eprintln!(

@@ -408,3 +408,50 @@ impl AppLab {
         }
     }
 }
+
+/// `e2e_apps.py stream` running in the client's namespace (see [`AppLab::stream`]).
+pub struct StreamClient {
+    process: BackgroundProcess,
+    out: PathBuf,
+    stop: PathBuf,
+}
+
+impl AppLab {
+    /// Starts `e2e_apps.py stream` from the client against `vip:port` with `options`
+    /// (`--long`, `--interval-ms`, `--new-per-s`, `--duration`, ...; the output,
+    /// ready and stop files are added here) and returns once its long connections are
+    /// open, or failed, within 20 s. `tag` names its files in the lab's directory.
+    pub fn stream(&self, tag: &str, vip: &str, port: u16, options: &[&str]) -> StreamClient {
+        let path = |ext: &str| self.dir.path().join(format!("stream-{tag}.{ext}"));
+        let (out, ready, stop) = (path("json"), path("ready"), path("stop"));
+        let (apps, port_s) = (Self::apps(), port.to_string());
+        let (out_s, ready_s, stop_s) = (
+            out.to_string_lossy().into_owned(),
+            ready.to_string_lossy().into_owned(),
+            stop.to_string_lossy().into_owned(),
+        );
+        let mut args = vec![PYTHON, &apps, "stream", vip, &port_s];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["--out", &out_s, "--ready", &ready_s, "--stop", &stop_s]);
+        let mut process = BackgroundProcess::spawn(Some(self.bed.client_ns()), &args);
+        process.wait_until(Duration::from_secs(20), "long connections open", || {
+            ready.exists()
+        });
+        StreamClient { process, out, stop }
+    }
+}
+
+impl StreamClient {
+    /// Tells the client to stop (its stop file) and returns its JSON report, waiting
+    /// at most 15 s for it.
+    pub fn stop_and_report(mut self) -> serde_json::Value {
+        std::fs::write(&self.stop, b"").expect("stop file");
+        let out = self.out.clone();
+        self.process
+            .wait_until(Duration::from_secs(15), "stream client done", || {
+                out.exists()
+            });
+        serde_json::from_str(&std::fs::read_to_string(&self.out).expect("stream report"))
+            .expect("stream JSON")
+    }
+}
