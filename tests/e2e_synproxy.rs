@@ -177,12 +177,26 @@ fn synproxy_nat_and_fullnat_carry_transfers_with_and_without_tcp_options() {
     let sent = event_count(&status, "synproxy_cookies_sent");
     let valid = event_count(&status, "synproxy_cookies_valid");
     let spliced = event_count(&status, "synproxy_connections");
+    let (held, held_sent) = (
+        event_count(&status, "synproxy_data_held"),
+        event_count(&status, "synproxy_data_sent"),
+    );
     eprintln!(
         "{connections} connections: cookies sent {sent}, valid {valid}, spliced {spliced}, \
-         invalid {}, expired {}, SYN resent {}",
+         invalid {}, expired {}, SYN resent {}, data held {held}, held data sent {held_sent}",
         event_count(&status, "synproxy_cookies_invalid"),
         event_count(&status, "synproxy_cookies_expired"),
         event_count(&status, "synproxy_syn_resent"),
+    );
+    // curl sends its request right after the handshake's ACK, often before the real
+    // server answered Sluice's SYN: those requests wait and go on, none is lost to
+    // the client's retransmission timeout (which would show as a SYN resent).
+    assert_eq!(held, held_sent, "held data not all delivered: {status:#}");
+    assert_eq!(drop_count(&status, "server_unanswered"), 0, "{status:#}");
+    assert_eq!(
+        event_count(&status, "synproxy_syn_resent"),
+        0,
+        "a client had to retransmit before its real server answered: {status:#}"
     );
     // A client may retransmit a SYN (a cookie each time), never fewer.
     assert!(
@@ -202,6 +216,8 @@ fn synproxy_nat_and_fullnat_carry_transfers_with_and_without_tcp_options() {
         "{status:#}"
     );
     lab.assert_no_checksum_errors();
+
+    lost_server_synacks(&lab, &daemon, &digest);
 
     // The flood, proxy on, then proxy off (which fills the table: last).
     let on = flood(&lab, &daemon, NAT_VIP);
@@ -241,6 +257,96 @@ fn synproxy_nat_and_fullnat_carry_transfers_with_and_without_tcp_options() {
     );
     let mut daemon = daemon;
     daemon.terminate();
+}
+
+/// Every other SYN-ACK of the real servers is lost (nft in their namespaces): the
+/// client, already connected to Sluice, retransmits its request, which Sluice sends
+/// as the SYN again, and the real server answers that (or its own retransmission
+/// does). Every request must still succeed, the downloads intact, and every held
+/// segment reach its server.
+fn lost_server_synacks(lab: &AppLab, daemon: &Daemon, digest: &str) {
+    let before = daemon.status();
+    for i in 1..=2 {
+        let ns = lab.bed.rs_ns(i);
+        for command in [
+            "add table ip sluice_lose".to_string(),
+            "add chain ip sluice_lose out { type filter hook output priority 0; }".to_string(),
+            format!(
+                "add rule ip sluice_lose out tcp sport {HTTP_PORT} \
+                 tcp flags & (syn | ack) == (syn | ack) numgen inc mod 2 == 0 counter drop"
+            ),
+        ] {
+            lab.bed
+                .exec(ns, &["nft", &command], Duration::from_secs(10))
+                .expect_success("nft add");
+        }
+    }
+    let batch = lab.curl(&format!("http://{NAT_VIP}/"), 10, 2, &["--max-time", "10"]);
+    let script = format!(
+        "curl -sS --noproxy '*' --max-time 20 http://{FULLNAT_VIP}/bytes/{MB} | sha256sum | cut -d' ' -f1"
+    );
+    let download = lab.bed.exec(
+        lab.bed.client_ns(),
+        &["sh", "-c", &script],
+        Duration::from_secs(30),
+    );
+    let mut dropped = 0;
+    for i in 1..=2 {
+        let ns = lab.bed.rs_ns(i);
+        let listed = lab.bed.exec(
+            ns,
+            &["nft", "list", "table", "ip", "sluice_lose"],
+            Duration::from_secs(10),
+        );
+        // "... counter packets N bytes M drop"
+        dropped += listed
+            .stdout
+            .split("packets ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no loss counter in {}", listed.describe()));
+        lab.bed
+            .exec(
+                ns,
+                &["nft", "delete", "table", "ip", "sluice_lose"],
+                Duration::from_secs(10),
+            )
+            .expect_success("nft delete");
+    }
+    assert!(
+        dropped > 0,
+        "no server SYN-ACK was lost: the loss rules did not act"
+    );
+    let after = daemon.status();
+    let delta = |name: &str| event_count(&after, name) - event_count(&before, name);
+    eprintln!(
+        "every other server SYN-ACK lost ({dropped} lost): {} of 10 requests ok, SYN resent {}, \
+         data held {}, held data sent {}, spliced {}",
+        batch["ok"],
+        delta("synproxy_syn_resent"),
+        delta("synproxy_data_held"),
+        delta("synproxy_data_sent"),
+        delta("synproxy_connections"),
+    );
+    assert_eq!(
+        batch["ok"].as_u64(),
+        Some(10),
+        "requests lost with server SYN-ACKs lost: {batch:#}\nstatus: {after:#}"
+    );
+    assert_eq!(
+        download.stdout.trim(),
+        digest,
+        "the 1 MB download with a server SYN-ACK lost is not intact: {}",
+        download.describe()
+    );
+    assert_eq!(delta("synproxy_connections"), 11, "{after:#}");
+    assert_eq!(
+        delta("synproxy_data_held"),
+        delta("synproxy_data_sent"),
+        "{after:#}"
+    );
+    assert_eq!(drop_count(&after, "server_unanswered"), 0, "{after:#}");
 }
 
 const ECHO_PORT: u16 = 7777;

@@ -118,6 +118,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             Action::Redirect(_) => 3,
             Action::Punt => 4,
             Action::Hold(_) => 5,
+            Action::AwaitServer(_) => 6,
         }] += 1;
         let out = burst.packet(0).to_vec();
         let room = burst.packet_with_tailroom_mut(0).len();
@@ -188,7 +189,7 @@ fn tally(counters: &WorkerCounters, actions: &[u64; 7]) {
         }
         if t.0 % 65536 == 0 {
             eprintln!(
-                "inputs {} actions [transmit, instead, drop, redirect, punt, hold] {:?}",
+                "inputs {} actions [transmit, instead, drop, redirect, punt, hold, await] {:?}",
                 t.0,
                 &t.1[..6]
             );

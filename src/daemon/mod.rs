@@ -879,12 +879,10 @@ struct Registry {
 /// Queues one frame of the management core's, of kind `kind`, for worker 0 to
 /// transmit.
 fn inject(plane: sync::Plane, kind: Injected, frame: &[u8]) -> bool {
-    let pool = plane.pool;
     let mut out = Burst::new();
-    if !out.alloc_from(pool, 1) || !out.set_packet_len(0, frame.len() as u16) {
+    if !out.push_copy(plane.pool, frame) {
         return false;
     }
-    out.packet_mut(0).copy_from_slice(frame);
     out.set_user_tag(0, kind.tag());
     // A full ring leaves the mbuf in `out`, which frees it.
     plane.inject.enqueue(&mut out) == 1

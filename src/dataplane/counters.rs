@@ -76,10 +76,17 @@ pub enum Event {
     /// SYN proxy: the client sent again before the real server answered; the SYN to
     /// the real server went out again instead of the segment.
     SynproxySynResent,
+    /// SYN proxy: a client segment with data came before the real server answered; it
+    /// waits for the server's handshake (a frame that waits too long is dropped as
+    /// `synproxy_server_unanswered`).
+    SynproxyDataHeld,
+    /// SYN proxy: a held client segment went on to the real server after its
+    /// handshake.
+    SynproxyDataSent,
 }
 
 impl Event {
-    pub const COUNT: usize = 29;
+    pub const COUNT: usize = 31;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -110,6 +117,8 @@ impl Event {
         Event::SynproxyCookieExpired,
         Event::SynproxyConnection,
         Event::SynproxySynResent,
+        Event::SynproxyDataHeld,
+        Event::SynproxyDataSent,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -142,6 +151,8 @@ impl Event {
             Event::SynproxyCookieExpired => "synproxy_cookies_expired",
             Event::SynproxyConnection => "synproxy_connections",
             Event::SynproxySynResent => "synproxy_syn_resent",
+            Event::SynproxyDataHeld => "synproxy_data_held",
+            Event::SynproxyDataSent => "synproxy_data_sent",
         }
     }
 }
@@ -169,8 +180,8 @@ pub struct WorkerCounters {
     /// Sessions created and expired (counts).
     pub sessions_created: AtomicU64,
     pub sessions_expired: AtomicU64,
-    pub drops: [AtomicU64; DropReason::COUNT],
-    pub events: [AtomicU64; Event::COUNT],
+    pub drops: Row<{ DropReason::COUNT }>,
+    pub events: Row<{ Event::COUNT }>,
     /// Generation of the service snapshot this worker uses, stored when it adopts one,
     /// and the TSC at that moment: the management core times publish -> every worker
     /// adopted with them. Not zeroed.
@@ -178,6 +189,23 @@ pub struct WorkerCounters {
     pub snapshot_adopted_tsc: AtomicU64,
     /// Set by the management core (`sluicectl zero`), cleared by the worker once done.
     pub zero_requested: std::sync::atomic::AtomicBool,
+}
+
+/// A row of counters, one per drop reason or event, all zero at first (an array
+/// this long has no derived `Default`).
+pub struct Row<const N: usize>(pub [AtomicU64; N]);
+
+impl<const N: usize> Default for Row<N> {
+    fn default() -> Self {
+        Row(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl<const N: usize> std::ops::Deref for Row<N> {
+    type Target = [AtomicU64; N];
+    fn deref(&self) -> &[AtomicU64; N] {
+        &self.0
+    }
 }
 
 /// Adds to a counter owned by a single writer. A load and a store instead of an atomic

@@ -22,6 +22,7 @@ mod synproxy;
 #[cfg(test)]
 pub(crate) use miss::nat_reply_owner;
 
+use crate::dataplane::awaiting::AwaitServer;
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
@@ -86,6 +87,10 @@ pub enum Action {
     /// The frame is rewritten but its next hop's MAC is unknown: hold it until this
     /// address resolves (the worker asks for it by ARP), then address and send it.
     Hold(Ipv4Addr),
+    /// A client segment of a proxied session whose real server has not answered yet:
+    /// give it to [`Forwarder::await_server`], and it goes through `handle` again
+    /// once the server has ([`Forwarder::release_awaiting`]).
+    AwaitServer(AwaitServer),
 }
 
 /// What a packet is handled with besides the forwarder's own state, for one call of
@@ -401,7 +406,7 @@ impl Forwarder {
                 crate::session::DEFAULT_WHEEL_SLOTS,
                 0,
             )?,
-            synproxy: synproxy::ProxyState::new(capacity),
+            synproxy: synproxy::ProxyState::new(capacity, tsc_hz),
             peeked: [None; BURST_SIZE],
             snapshot,
             schedulers: Vec::new(),
@@ -841,7 +846,7 @@ impl Forwarder {
                         return Action::Drop(reason);
                     }
                 }
-                let mut proxied = None;
+                let (mut proxied, mut held) = (None, None);
                 if key.proto == Protocol::Tcp {
                     match self.synproxy_miss(service, pkt, parsed, flags, cx) {
                         synproxy::Miss::NotProxied if !syn => {
@@ -856,6 +861,11 @@ impl Forwarder {
                             (parsed, flags) = (&rewritten, TcpFlags::SYN);
                             proxied = Some(hs);
                         }
+                        synproxy::Miss::OpenHeld(hs, seq) => {
+                            flags = TcpFlags::SYN;
+                            proxied = Some(hs);
+                            held = Some(seq);
+                        }
                     }
                 }
                 let placement = match self.place(service, &key, cx.now_tsc, cx.counters) {
@@ -867,6 +877,14 @@ impl Forwarder {
                     Ok(mut matched) => {
                         if let Some(hs) = &proxied {
                             self.synproxy_opened(&mut matched, hs);
+                        }
+                        if let Some(seq) = held {
+                            // The ACK waits with its data; a copy becomes the SYN.
+                            return Action::AwaitServer(AwaitServer {
+                                session: matched.id.index(),
+                                seq,
+                                needs_syn: true,
+                            });
                         }
                         matched
                     }

@@ -138,6 +138,7 @@ impl Worker {
                 received += poll_port(port, index as u16, &mut cx, &mut rx, &mut tx);
                 outbox.send(&self.links.mesh, &self.counters);
             }
+            self.release_awaiting(start, &mut tx, &mut outbox);
             self.send_held(start);
             self.share_neighbours();
             self.counters
@@ -304,6 +305,41 @@ impl Worker {
                 push_arp_request(&mut out, pool, mac, addr, target);
             });
         transmit_all(port, &mut out, &self.counters);
+    }
+
+    /// The SYN proxy's waiting client segments (`Awaiting`): copies that become SYNs
+    /// to real servers, and the segments whose real server has answered, go through
+    /// the forwarder as if just received (after this poll's bursts, so after the ACK
+    /// that completed the server's handshake); those that waited too long are
+    /// dropped. Nothing to do (one branch) while nothing waits.
+    fn release_awaiting(&mut self, now: u64, tx: &mut Burst, outbox: &mut Outbox) {
+        if !self.forwarder.has_awaiting() {
+            return;
+        }
+        for (index, port) in self.ports.iter_mut().enumerate() {
+            let mut frames = Burst::new();
+            let done = self
+                .forwarder
+                .release_awaiting(index as u16, now, &self.pool, &mut frames);
+            self.counters
+                .event_n(Event::SynproxyDataSent, done.frames as u64);
+            (0..done.expired)
+                .for_each(|_| WorkerCounters::drop(&self.counters, DropReason::ServerUnanswered));
+            if frames.is_empty() {
+                continue;
+            }
+            let mut cx = BurstContext {
+                forwarder: &mut self.forwarder,
+                neighbours: &mut self.neighbours,
+                counters: &self.counters,
+                held: &mut self.held,
+                outbox,
+                now,
+            };
+            // As redirected frames: they are this worker's, never to be steered again.
+            process(port, index as u16, true, &mut cx, &mut frames, tx);
+            outbox.send(&self.links.mesh, &self.counters);
+        }
     }
 
     /// The held frames' turn (`Held`): ARP requests for their next hops, then the
@@ -526,6 +562,15 @@ fn process(
                     counters.event(Event::NeighbourHeld);
                 } else {
                     counters.drop(DropReason::NeighbourUnresolved);
+                }
+                false
+            }
+            Action::AwaitServer(what) => {
+                if forwarder.await_server(rx, i, what, port_index, now) {
+                    counters.event(Event::SynproxyDataHeld);
+                } else {
+                    // Cannot happen: the forwarder asks only when there is room.
+                    counters.drop(DropReason::ServerUnanswered);
                 }
                 false
             }

@@ -254,6 +254,29 @@ impl Burst {
         true
     }
 
+    /// Appends a fresh mbuf from `pool` holding a copy of `frame`. False, and the
+    /// burst unchanged, when the burst is full, the pool is empty or `frame` does not
+    /// fit one mbuf.
+    pub fn push_copy(&mut self, pool: &Mempool, frame: &[u8]) -> bool {
+        let Ok(len) = u16::try_from(frame.len()) else {
+            return false;
+        };
+        if self.is_full() || !self.alloc_from(pool, 1) {
+            return false;
+        }
+        let i = self.len - 1;
+        if !self.set_packet_len(i, len) {
+            // Back out the fresh mbuf rather than send a short frame.
+            let mut m = std::mem::replace(&mut self.mbufs[i], std::ptr::null_mut());
+            self.len -= 1;
+            // SAFETY: `m` is the live mbuf just allocated, owned by no one else now.
+            unsafe { dpdk_sys::rte_pktmbuf_free_bulk(&mut m, 1) };
+            return false;
+        }
+        self.packet_mut(i).copy_from_slice(frame);
+        true
+    }
+
     /// Sets packet `i`'s length (single segment); returns false if it exceeds the
     /// buffer's tailroom.
     pub fn set_packet_len(&mut self, i: usize, len: u16) -> bool {

@@ -75,10 +75,13 @@ pub enum DropReason {
     AclDenied,
     /// A new connection over the service's per-source rate limit.
     RateLimited,
+    /// SYN proxy: a client segment waited for its real server's handshake longer than
+    /// the hold time (the server never answered).
+    ServerUnanswered,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 32;
+    pub const COUNT: usize = 33;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -112,6 +115,7 @@ impl DropReason {
         DropReason::HealthRingFull,
         DropReason::AclDenied,
         DropReason::RateLimited,
+        DropReason::ServerUnanswered,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -149,6 +153,7 @@ impl DropReason {
             DropReason::HealthRingFull => "health_ring_full",
             DropReason::AclDenied => "acl_denied",
             DropReason::RateLimited => "rate_limited",
+            DropReason::ServerUnanswered => "server_unanswered",
         }
     }
 }

@@ -12,9 +12,15 @@
 //! proxied) and read only for sessions flagged [`SessionFlags::SYNPROXY`]. A slot's
 //! entry is written when a proxied session opens, so a reused slot never reads a
 //! previous session's entry.
+//!
+//! The client's segments with data that come before the real server has answered
+//! wait in [`Awaiting`] (the worker moves the frames there on
+//! [`Action::AwaitServer`]) and go through the forwarder again once the session no
+//! longer waits: the client need not retransmit its request.
 use super::{Action, Context, Forwarder, Matched};
+use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released};
 use crate::dataplane::counters::Event;
-use crate::dpdk::Packet;
+use crate::dpdk::{Burst, Mempool, Packet};
 use crate::flow::parse::{classify, Parsed};
 use crate::forward::synproxy::{self, AckCheck, CookieKey, Handshake, Translation, MSS_TABLE};
 use crate::forward::timestamps;
@@ -28,6 +34,11 @@ const PENDING: u32 = 1 << 31;
 /// "No window scale" in a 4-bit field.
 const NO_SCALE: u32 = 0xf;
 
+/// How long a client segment may wait for its real server's handshake: past the
+/// server's first SYN-ACK retransmission (1 s on Linux), which answers a lost
+/// SYN-ACK; a server silent that long has its segments dropped.
+const AWAIT_SERVER_MS: u64 = 3000;
+
 /// The proxy's per-worker state.
 pub(super) struct ProxyState {
     /// Per session slot: pending `[cookie, cookie TSval, client ISN, meta]` (meta:
@@ -38,6 +49,8 @@ pub(super) struct ProxyState {
     /// Per service (snapshot index): the `auto` mode's SYN rate meter.
     auto: Vec<AutoRate>,
     secret: &'static CookieKey,
+    /// Client segments waiting for their real server's handshake.
+    awaiting: Awaiting,
 }
 
 /// SYNs without a session in the current one-second window, and until when the proxy
@@ -50,12 +63,13 @@ struct AutoRate {
 }
 
 impl ProxyState {
-    pub(super) fn new(capacity: usize) -> ProxyState {
+    pub(super) fn new(capacity: usize, tsc_hz: u64) -> ProxyState {
         ProxyState {
             // Zeroed: the allocator takes it from fresh (lazily mapped) pages.
             entries: vec![[0u32; 4]; capacity],
             auto: Vec::new(),
             secret: CookieKey::process(),
+            awaiting: Awaiting::new(tsc_hz / 1000 * AWAIT_SERVER_MS),
         }
     }
 
@@ -144,6 +158,10 @@ pub(super) enum Miss {
     /// A valid cookie: the segment is now the SYN to the real server (`Parsed` of the
     /// rewritten frame); open the session.
     Open(Handshake, Parsed),
+    /// A valid cookie on an ACK that carries data (sequence number `u32`): open the
+    /// session from the segment as it is, which then waits for the real server
+    /// ([`AwaitServer::needs_syn`]: the SYN is made from a copy of it).
+    OpenHeld(Handshake, u32),
 }
 
 /// What the proxy makes of a segment of a session still waiting for the real
@@ -229,6 +247,11 @@ impl Forwarder {
             }
         };
         cx.counters.event(Event::SynproxyCookieValid);
+        if let Some(seq) = data_seq(pkt.bytes(), parsed) {
+            if self.synproxy.awaiting.has_room() {
+                return Miss::OpenHeld(hs, seq);
+            }
+        }
         match rewrite_into_syn(pkt, parsed, &hs, hs.client_tsval) {
             Ok(parsed) => Miss::Open(hs, parsed),
             Err(reason) => Miss::Done(Action::Drop(reason)),
@@ -287,8 +310,19 @@ impl Forwarder {
             return Pending::No;
         };
         if dir == Direction::Inbound {
-            // The client sent again (its ACK, or data) before the real server answered:
-            // the SYN may have been lost, so it goes again in this segment's place.
+            // Data (or a FIN) not held yet waits for the server's handshake.
+            if let Some(seq) = data_seq(pkt.bytes(), parsed) {
+                if self.synproxy.awaiting.may_hold(id.index(), seq) {
+                    return Pending::Done(Action::AwaitServer(AwaitServer {
+                        session: id.index(),
+                        seq,
+                        needs_syn: false,
+                    }));
+                }
+            }
+            // The client sent again (its ACK, or data held already or finding no room)
+            // before the real server answered: the SYN may have been lost, so it goes
+            // again in this segment's place.
             let tsval = timestamps::tsval(pkt.bytes(), parsed);
             return match rewrite_into_syn(pkt, parsed, &hs, tsval) {
                 Ok(parsed) => {
@@ -387,6 +421,59 @@ impl Forwarder {
     pub fn synproxy_bytes(&self) -> usize {
         self.synproxy.bytes()
     }
+
+    /// Takes packet `i` of `from` (in from `port`), which `handle` answered with
+    /// [`Action::AwaitServer`], to wait for its real server. False, and the packet
+    /// stays in `from`, when there is no room.
+    pub fn await_server(
+        &mut self,
+        from: &mut Burst,
+        i: usize,
+        what: AwaitServer,
+        port: u16,
+        now_tsc: u64,
+    ) -> bool {
+        self.synproxy.awaiting.hold(from, i, what, port, now_tsc)
+    }
+
+    /// Whether client segments wait for their real servers (then the worker calls
+    /// [`Forwarder::release_awaiting`] after each poll).
+    pub fn has_awaiting(&self) -> bool {
+        !self.synproxy.awaiting.is_empty()
+    }
+
+    /// The waiting segments of `port` that may go on now, into `out` (empty) for
+    /// `handle`: copies that become SYNs to real servers, then the segments of
+    /// sessions whose server has answered. Those waiting past the hold time are
+    /// freed.
+    pub fn release_awaiting(
+        &mut self,
+        port: u16,
+        now_tsc: u64,
+        pool: &Mempool,
+        out: &mut Burst,
+    ) -> Released {
+        let ProxyState {
+            entries, awaiting, ..
+        } = &mut self.synproxy;
+        // A removed session's entry stays until its slot opens another proxied
+        // session: what waits for it then waits until its deadline and is dropped.
+        let waits = |index: u32| {
+            entries
+                .get(index as usize)
+                .is_some_and(|e| e[3] & PENDING != 0)
+        };
+        awaiting.release(port, now_tsc, pool, waits, out)
+    }
+}
+
+/// The sequence number of a TCP segment that carries data or a FIN (what the real
+/// server has to get), else `None`.
+fn data_seq(frame: &[u8], parsed: &Parsed) -> Option<u32> {
+    let seg = crate::forward::tcp_segment(frame, parsed).ok()?;
+    let flags = TcpFlags(*frame.get(seg.l4 + 13)?);
+    let data = seg.ip_end.saturating_sub(seg.l4 + seg.header_len);
+    (data > 0 || flags.contains(TcpFlags::FIN)).then(|| crate::wire::read_u32(frame, seg.l4 + 4))
 }
 
 fn server_synack() -> TcpFlags {
