@@ -122,30 +122,17 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
 
     let service = format!("{VIP}:{VPORT}");
     let rs = |i: usize| format!("{}:{ECHO_PORT}", rips[i - 1]);
-    let out = lab.dir.path().join("stream.json");
-    let ready = lab.dir.path().join("stream.ready");
-    let stop = lab.dir.path().join("stream.stop");
-    let (apps, port_s, long_s, interval_s, rate_s, max_s) = (
-        AppLab::apps(),
-        VPORT.to_string(),
+    let (long_s, interval_s, rate_s, max_s) = (
         LONG.to_string(),
         INTERVAL_MS.to_string(),
         NEW_PER_S.to_string(),
         CLIENT_MAX_S.to_string(),
     );
-    let (out_s, ready_s, stop_s) = (
-        out.to_string_lossy().into_owned(),
-        ready.to_string_lossy().into_owned(),
-        stop.to_string_lossy().into_owned(),
-    );
-    let mut client = BackgroundProcess::spawn(
-        Some(lab.bed.client_ns()),
+    let client = lab.stream(
+        "hot",
+        VIP,
+        VPORT,
         &[
-            PYTHON,
-            &apps,
-            "stream",
-            VIP,
-            &port_s,
             "--long",
             &long_s,
             "--interval-ms",
@@ -156,17 +143,8 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
             &max_s,
             "--timeout",
             "5",
-            "--out",
-            &out_s,
-            "--ready",
-            &ready_s,
-            "--stop",
-            &stop_s,
         ],
     );
-    client.wait_until(Duration::from_secs(20), "long connections open", || {
-        ready.exists()
-    });
 
     // rs4 is in the service from the start until the first removal returns, then
     // from before each add until the next removal returns, and after the last add.
@@ -217,19 +195,7 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
         "{rs4}"
     );
 
-    std::fs::write(&stop, b"").expect("writing the stop file");
-    let exit = client.wait_exit(Duration::from_secs(30));
-    assert!(
-        exit.is_some(),
-        "the stream client did not stop within 30 s:\n{}\n{}",
-        client.stderr_text(),
-        daemon.dump()
-    );
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&out)
-            .unwrap_or_else(|e| panic!("no client report ({e}): {}", client.stderr_text())),
-    )
-    .expect("the client report is JSON");
+    let (report, exit, client_stderr) = client.stop_and_report_with_exit();
     let status = daemon.status();
 
     // Figures.
@@ -371,7 +337,7 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
         lab.diagnostics(),
         daemon.dump()
     );
-    assert_eq!(exit.unwrap().code(), Some(0), "{}", client.stderr_text());
+    assert_eq!(exit, Some(0), "{client_stderr}");
     lab.assert_no_checksum_errors();
     daemon.stop_clean();
 }

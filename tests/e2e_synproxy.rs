@@ -397,21 +397,12 @@ impl std::fmt::Display for FloodRun {
 /// the flood from rs3's namespace; lists the sessions right after the flood.
 fn flood(lab: &AppLab, daemon: &Daemon, vip: &str) -> FloodRun {
     let tag = vip.replace('.', "_");
-    let out = lab.dir.path().join(format!("stream-{tag}.json"));
-    let ready = lab.dir.path().join(format!("stream-{tag}.ready"));
     let (apps, port_s) = (AppLab::apps(), ECHO_VPORT.to_string());
-    let (out_s, ready_s) = (
-        out.to_string_lossy().into_owned(),
-        ready.to_string_lossy().into_owned(),
-    );
-    let mut client = BackgroundProcess::spawn(
-        Some(lab.bed.client_ns()),
+    let client = lab.stream(
+        &tag,
+        vip,
+        ECHO_VPORT,
         &[
-            PYTHON,
-            &apps,
-            "stream",
-            vip,
-            &port_s,
             "--long",
             "20",
             "--interval-ms",
@@ -422,15 +413,8 @@ fn flood(lab: &AppLab, daemon: &Daemon, vip: &str) -> FloodRun {
             "6",
             "--timeout",
             "5",
-            "--out",
-            &out_s,
-            "--ready",
-            &ready_s,
         ],
     );
-    client.wait_until(Duration::from_secs(20), "long connections open", || {
-        ready.exists()
-    });
     let before = daemon.status();
     let rx = |s: &serde_json::Value| port_counter(s, "lan0", "rx_packets");
     let count = FLOOD.to_string();
@@ -471,16 +455,7 @@ fn flood(lab: &AppLab, daemon: &Daemon, vip: &str) -> FloodRun {
         })
         .count();
     let after = daemon.status();
-    assert!(
-        client.wait_exit(Duration::from_secs(30)).is_some(),
-        "the stream client did not stop: {}",
-        client.stderr_text()
-    );
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&out)
-            .unwrap_or_else(|e| panic!("no stream report ({e}): {}", client.stderr_text())),
-    )
-    .expect("stream JSON");
+    let report = client.stop_and_report();
     let long = report["long"].as_array().expect("long").clone();
     let failed_long = long
         .iter()

@@ -444,14 +444,27 @@ impl AppLab {
 impl StreamClient {
     /// Tells the client to stop (its stop file) and returns its JSON report, waiting
     /// at most 15 s for it.
-    pub fn stop_and_report(mut self) -> serde_json::Value {
+    pub fn stop_and_report(self) -> serde_json::Value {
+        self.stop_and_report_with_exit().0
+    }
+
+    /// As [`StreamClient::stop_and_report`], with the client's exit code (1 when any
+    /// connection failed) and its stderr.
+    pub fn stop_and_report_with_exit(mut self) -> (serde_json::Value, Option<i32>, String) {
         std::fs::write(&self.stop, b"").expect("stop file");
         let out = self.out.clone();
         self.process
             .wait_until(Duration::from_secs(15), "stream client done", || {
                 out.exists()
             });
-        serde_json::from_str(&std::fs::read_to_string(&self.out).expect("stream report"))
-            .expect("stream JSON")
+        let exit = self.process.wait_exit(Duration::from_secs(15));
+        let report =
+            serde_json::from_str(&std::fs::read_to_string(&self.out).expect("stream report"))
+                .expect("stream JSON");
+        (
+            report,
+            exit.and_then(|e| e.code()),
+            self.process.stderr_text(),
+        )
     }
 }
