@@ -22,6 +22,10 @@
 //! two consecutive answers on any long connection) and how many of the 100 connections
 //! survived. Asserted: all survive, no gap reaches 1 s.
 //!
+//! With the SYN proxy on (FullNAT, `synproxy = "on"`), every connection was spliced
+//! by A with its own cookie numbers: B must go on translating them as A did (the sync
+//! records carry each connection's sequence and timestamp deltas and window scales).
+//!
 //! With a persistent service (NAT, `persistence_timeout = 300`, netmask /32), 12 more
 //! client addresses each get a template through A before the crash; B must list the
 //! same templates, and after the takeover every new connection from those addresses
@@ -92,6 +96,9 @@ fn node(
     };
     if scenario == Scenario::Persistence {
         extra.push(format!("persistence_timeout = {PERSISTENCE_S}"));
+    }
+    if scenario == Scenario::SynproxyCrash {
+        extra.push("synproxy = \"on\"".to_string());
     }
     let mut toml = service_section("tcp", VIP, PORT, "rr", &extra, &servers);
     // NAT: the real servers' gateway is a virtual address of the pair, so their
@@ -177,6 +184,10 @@ fn established(s: &BTreeMap<(String, String), String>) -> BTreeMap<(String, Stri
 enum Scenario {
     /// `kill -9` of the master A.
     Crash,
+    /// As `Crash`, with the SYN proxy on for the service: every connection was
+    /// spliced by A, and B must translate its sequence numbers, SACK blocks, windows
+    /// and timestamps as A did (sync carries the translation).
+    SynproxyCrash,
     /// B's priority raised above A's (config edit + `sluicectl reload`, preempt on):
     /// B takes over, A steps down, both stay up.
     PlannedSwitchover,
@@ -231,6 +242,11 @@ fn crash_failover_keeps_every_nat_connection() {
 #[test]
 fn crash_failover_keeps_every_fullnat_connection() {
     failover("fullnat", Scenario::Crash);
+}
+
+#[test]
+fn crash_failover_keeps_every_syn_proxied_fullnat_connection() {
+    failover("fullnat", Scenario::SynproxyCrash);
 }
 
 #[test]

@@ -1154,11 +1154,13 @@ impl Registry {
         let tick_ms = self.tick_ms;
         let mut records = Vec::new();
         let listed = self.for_each_connection(u32::MAX, |c| {
-            records.push(crate::session::replication::RecordRepr::connection(
+            let mut record = crate::session::replication::RecordRepr::connection(
                 &c.session,
                 crate::session::replication::RecordOp::Update,
                 c.expires_ticks.saturating_mul(tick_ms),
-            ))
+            );
+            record.synproxy = c.synproxy;
+            records.push(record)
         });
         // Every live template too (the shared table, read directly).
         let now = self.now_tick();

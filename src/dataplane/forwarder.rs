@@ -554,6 +554,7 @@ impl Forwarder {
                             .then(|| addr(s.local_addr, s.local_port)),
                         real_server: addr(s.real_addr, s.real_port),
                         session: *s,
+                        synproxy: self.synproxy_delta(index as u32, s),
                     });
                 }
             }
@@ -941,6 +942,9 @@ impl Forwarder {
                 self.load_changed(real);
             }
             self.sessions.touch(id, self.now_tick, timeout_ticks);
+            if let Some(delta) = &r.synproxy {
+                self.synproxy_install(id, delta);
+            }
             return Some(Event::SyncInstalled);
         }
         let snap = self.snapshot.current();
@@ -990,6 +994,9 @@ impl Forwarder {
         let c = &self.real_servers[rs.id as usize];
         RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
         self.load_changed(rs.id);
+        if let (Some(delta), Some((id, _))) = (r.synproxy, self.sessions.lookup(&key)) {
+            self.synproxy_install(id, &delta);
+        }
         Some(Event::SyncInstalled)
     }
 
@@ -1267,6 +1274,7 @@ mod tests {
             local: Some(SocketAddrV4::new(lip, lport)),
             timeout_ms: 60_000,
             timestamp_offset: 0,
+            synproxy: None,
         };
         let full_rs = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 21), 8080);
         let dr_rs = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 11), 80);

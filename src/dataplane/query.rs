@@ -30,6 +30,8 @@ pub struct ConnectionEntry {
     pub real_server: SocketAddrV4,
     /// The whole entry, for a bulk resync's records.
     pub session: crate::session::Session,
+    /// A connection the SYN proxy spliced: its translation (for the same records).
+    pub synproxy: Option<crate::session::replication::SynproxyDelta>,
 }
 
 /// One local address of one service's pool on one worker.

@@ -1,4 +1,4 @@
-//! The session sync message format, version 3: what the active node sends its standby
+//! The session sync message format, version 4: what the active node sends its standby
 //! in UDP datagrams. Layout, versioning rule and semantics are in `docs/SYNC.md`.
 //!
 //! As in `crate::wire`: [`Packet`] is a zero-copy view over any `T: AsRef<[u8]>`,
@@ -34,7 +34,7 @@ fn write_u64(data: &mut [u8], at: usize, value: u64) {
 pub const MAGIC: u32 = 0x534c_5359;
 /// The version this module reads and writes. Any change to the header or record layout
 /// takes a new number; a receiver rejects every version but its own.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 
 mod field {
     pub const MAGIC: usize = 0;
@@ -69,7 +69,12 @@ mod field {
     pub const LOCAL_PORT: usize = 30;
     pub const TIMEOUT_MS: usize = 32;
     pub const TIMESTAMP_OFFSET: usize = 36;
-    pub const RECORD_END: usize = 40;
+    pub const SYNPROXY_SEQ_DELTA: usize = 40;
+    pub const SYNPROXY_TS_DELTA: usize = 44;
+    pub const SYNPROXY_SERVER_WSCALE: usize = 48;
+    pub const SYNPROXY_CLIENT_WSCALE: usize = 49;
+    pub const RESERVED: usize = 50;
+    pub const RECORD_END: usize = 52;
 }
 
 /// Bytes before the first record.
@@ -144,6 +149,10 @@ pub enum RecordFault {
     Timeout,
     /// A timestamp offset on anything but a TCP connection.
     TimestampOffset,
+    /// SYN proxy fields without the SYNPROXY flag, or with it: a window scale above
+    /// 14 (and not "none"), reserved bytes set, or a record that is not a NAT or
+    /// FullNAT TCP connection.
+    Synproxy,
 }
 
 /// The message types of version 1.
@@ -590,6 +599,34 @@ impl<T: AsRef<[u8]>> Record<T> {
     pub fn timestamp_offset(&self) -> u32 {
         read_u32(self.buffer.as_ref(), field::TIMESTAMP_OFFSET)
     }
+
+    /// The SYN proxy fields, validated: `Some` when `flagged`, all zero otherwise.
+    fn synproxy(&self, flagged: bool) -> Result<Option<SynproxyDelta>, RecordFault> {
+        let buf = self.buffer.as_ref();
+        if read_u16(buf, field::RESERVED) != 0 {
+            return Err(RecordFault::Synproxy);
+        }
+        if !flagged {
+            return match buf[field::SYNPROXY_SEQ_DELTA..field::RESERVED]
+                .iter()
+                .all(|&b| b == 0)
+            {
+                true => Ok(None),
+                false => Err(RecordFault::Synproxy),
+            };
+        }
+        let scale = |at: usize| match buf[at] {
+            NO_WSCALE => Ok(None),
+            s if s <= MAX_WSCALE => Ok(Some(s)),
+            _ => Err(RecordFault::Synproxy),
+        };
+        Ok(Some(SynproxyDelta {
+            seq_delta: read_u32(buf, field::SYNPROXY_SEQ_DELTA),
+            ts_delta: read_u32(buf, field::SYNPROXY_TS_DELTA),
+            server_wscale: scale(field::SYNPROXY_SERVER_WSCALE)?,
+            client_wscale: scale(field::SYNPROXY_CLIENT_WSCALE)?,
+        }))
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Record<T> {
@@ -643,7 +680,11 @@ impl RecordFlags {
     pub const TOA_PENDING: RecordFlags = RecordFlags(1 << 1);
     /// Created under a persistence template.
     pub const PERSISTENT: RecordFlags = RecordFlags(1 << 2);
-    const KNOWN: u16 = Self::NO_OUTPUT.0 | Self::TOA_PENDING.0 | Self::PERSISTENT.0;
+    /// Spliced by the SYN proxy: the record carries its translation
+    /// ([`RecordRepr::synproxy`]). Set with that field, not from the session's flags.
+    pub const SYNPROXY: RecordFlags = RecordFlags(1 << 3);
+    const KNOWN: u16 =
+        Self::NO_OUTPUT.0 | Self::TOA_PENDING.0 | Self::PERSISTENT.0 | Self::SYNPROXY.0;
 
     pub const fn empty() -> RecordFlags {
         RecordFlags(0)
@@ -743,7 +784,30 @@ pub struct RecordRepr {
     /// moving the timestamps the same way, or the real server would see the client's
     /// clock jump and drop its segments.
     pub timestamp_offset: u32,
+    /// A connection the SYN proxy spliced: how its segments are translated. Without
+    /// it the standby would forward the client's acknowledgements of the cookie's
+    /// numbers to a server that never sent them.
+    pub synproxy: Option<SynproxyDelta>,
 }
+
+/// The SYN proxy's translation of one connection, as a record carries it (the
+/// dataplane's own form lives with the proxy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SynproxyDelta {
+    /// Cookie minus the real server's ISN.
+    pub seq_delta: u32,
+    /// The cookie SYN-ACK's TSval minus the real server's.
+    pub ts_delta: u32,
+    /// The real server's window scale, when it scales.
+    pub server_wscale: Option<u8>,
+    /// The client's window scale, when only it scales.
+    pub client_wscale: Option<u8>,
+}
+
+/// "No window scale" in a record's window-scale byte.
+const NO_WSCALE: u8 = 0xff;
+/// Largest window scale TCP allows (RFC 7323).
+const MAX_WSCALE: u8 = 14;
 
 impl RecordRepr {
     /// The record of a session, which has `timeout_ms` left to live.
@@ -764,6 +828,7 @@ impl RecordRepr {
                 .then(|| addr(session.local_addr, session.local_port)),
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
             timestamp_offset: session.timestamp_offset(),
+            synproxy: None,
         }
     }
 
@@ -794,6 +859,7 @@ impl RecordRepr {
             local: None,
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
             timestamp_offset: 0,
+            synproxy: None,
         }
     }
 
@@ -882,6 +948,12 @@ impl RecordRepr {
         if record.timestamp_offset() != 0 && !tcp_connection {
             return Err(RecordFault::TimestampOffset);
         }
+        let synproxy = record.synproxy(flags & RecordFlags::SYNPROXY.0 != 0)?;
+        if synproxy.is_some()
+            && !(tcp_connection && matches!(mode, ForwardMode::Nat | ForwardMode::FullNat))
+        {
+            return Err(RecordFault::Synproxy);
+        }
         Ok(RecordRepr {
             kind,
             op,
@@ -889,13 +961,15 @@ impl RecordRepr {
             mode,
             state,
             client_prefix_len: prefix_len,
-            flags: RecordFlags(flags),
+            // SYNPROXY stands for `synproxy`, which `emit` writes it from.
+            flags: RecordFlags(flags & !RecordFlags::SYNPROXY.0),
             client: SocketAddrV4::new(record.client_addr(), record.client_port()),
             virtual_service: SocketAddrV4::new(record.virtual_addr(), record.virtual_port()),
             real_server: SocketAddrV4::new(record.real_addr(), record.real_port()),
             local: wants_local.then(|| SocketAddrV4::new(record.local_addr(), record.local_port())),
             timeout_ms: record.timeout_ms(),
             timestamp_offset: record.timestamp_offset(),
+            synproxy,
         })
     }
 
@@ -912,7 +986,11 @@ impl RecordRepr {
         record.set_byte(field::MODE, mode_code(self.mode));
         record.set_byte(field::STATE, self.state as u8);
         record.set_byte(field::PREFIX_LEN, self.client_prefix_len);
-        write_u16(record.buffer.as_mut(), field::RECORD_FLAGS, self.flags.0);
+        let mut flags = self.flags.0 & !RecordFlags::SYNPROXY.0;
+        if self.synproxy.is_some() {
+            flags |= RecordFlags::SYNPROXY.0;
+        }
+        write_u16(record.buffer.as_mut(), field::RECORD_FLAGS, flags);
         record.set_addr(field::CLIENT_ADDR, *self.client.ip());
         record.set_port(field::CLIENT_PORT, self.client.port());
         record.set_addr(field::VIRTUAL_ADDR, *self.virtual_service.ip());
@@ -929,6 +1007,13 @@ impl RecordRepr {
             field::TIMESTAMP_OFFSET,
             self.timestamp_offset,
         );
+        if let Some(d) = self.synproxy {
+            let buf = record.buffer.as_mut();
+            write_u32(buf, field::SYNPROXY_SEQ_DELTA, d.seq_delta);
+            write_u32(buf, field::SYNPROXY_TS_DELTA, d.ts_delta);
+            buf[field::SYNPROXY_SERVER_WSCALE] = d.server_wscale.unwrap_or(NO_WSCALE);
+            buf[field::SYNPROXY_CLIENT_WSCALE] = d.client_wscale.unwrap_or(NO_WSCALE);
+        }
     }
 }
 
@@ -1013,14 +1098,14 @@ mod tests {
     const LIP: Ipv4Addr = Ipv4Addr::new(10, 1, 255, 1);
 
     /// A batch from node 0x0a0b0c0d, epoch 0x0006_2a1b_0000_0001, sequence 7, with one
-    /// FullNAT TCP connection, ESTABLISHED, TOA pending, 899.5 s left. Written out by
-    /// hand from the layout table in docs/SYNC.md.
+    /// FullNAT TCP connection, ESTABLISHED, TOA pending, spliced by the SYN proxy,
+    /// 899.5 s left. Written out by hand from the layout table in docs/SYNC.md.
     #[rustfmt::skip]
-    static FULLNAT_BATCH: [u8; 84] = [
-        // magic "SLSY", version 3, type 1 (batch), flags 0
-        0x53, 0x4c, 0x53, 0x59, 0x03, 0x01, 0x00, 0x00,
-        // length 84, count 1, sender 0x0a0b0c0d
-        0x00, 0x54, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
+    static FULLNAT_BATCH: [u8; 96] = [
+        // magic "SLSY", version 4, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x04, 0x01, 0x00, 0x00,
+        // length 96, count 1, sender 0x0a0b0c0d
+        0x00, 0x60, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
         // recipient 0.0.0.0 (every peer), dump id 0
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
         // chunk 0, epoch (high half)
@@ -1029,8 +1114,9 @@ mod tests {
         0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
         // sequence (low half): 7
         0x00, 0x00, 0x00, 0x07,
-        // record: connection, update, TCP, FullNAT (5), ESTABLISHED, /32, flags TOA_PENDING
-        0x01, 0x01, 0x06, 0x05, 0x01, 0x20, 0x00, 0x02,
+        // record: connection, update, TCP, FullNAT (5), ESTABLISHED, /32,
+        // flags TOA_PENDING | SYNPROXY
+        0x01, 0x01, 0x06, 0x05, 0x01, 0x20, 0x00, 0x0a,
         // client 198.51.100.7, VIP 203.0.113.10
         0xc6, 0x33, 0x64, 0x07, 0xcb, 0x00, 0x71, 0x0a,
         // real 10.1.0.21, local 10.1.255.1
@@ -1041,6 +1127,10 @@ mod tests {
         0x00, 0x0d, 0xb9, 0xac,
         // timestamp offset 0x80001234
         0x80, 0x00, 0x12, 0x34,
+        // SYN proxy: sequence delta 0x11223344, timestamp delta 0x55667788
+        0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,
+        // server window scale 7, client window scale none, reserved
+        0x07, 0xff, 0x00, 0x00,
     ];
 
     fn fullnat_record() -> RecordRepr {
@@ -1058,6 +1148,12 @@ mod tests {
             local: Some(SocketAddrV4::new(LIP, 5000)),
             timeout_ms: 899_500,
             timestamp_offset: 0x8000_1234,
+            synproxy: Some(SynproxyDelta {
+                seq_delta: 0x1122_3344,
+                ts_delta: 0x5566_7788,
+                server_wscale: Some(7),
+                client_wscale: None,
+            }),
         }
     }
 
@@ -1087,8 +1183,8 @@ mod tests {
     fn fullnat_batch_fields() {
         let packet = Packet::new_checked(&FULLNAT_BATCH[..]).unwrap();
         assert_eq!(packet.magic(), MAGIC);
-        assert_eq!(packet.version(), 3);
-        assert_eq!(packet.len(), 84);
+        assert_eq!(packet.version(), 4);
+        assert_eq!(packet.len(), 96);
         assert_eq!(packet.trailer(), None);
         assert_eq!(MessageRepr::parse(&packet).unwrap(), batch_header());
         let record = packet.record(0);
@@ -1099,8 +1195,47 @@ mod tests {
     }
 
     #[test]
+    fn synproxy_fields_are_checked() {
+        let at = HEADER_LEN;
+        let fault = |patch: &dyn Fn(&mut [u8; 96])| {
+            let mut bad = FULLNAT_BATCH;
+            patch(&mut bad);
+            match records_of(&bad) {
+                Err(SyncWireError::BadRecord { fault, .. }) => fault,
+                other => panic!("{other:?}"),
+            }
+        };
+        // A window scale above 14 (0xff is "none"), reserved bytes, a UDP or DR
+        // connection with the proxy's fields.
+        assert_eq!(fault(&|b| b[at + 48] = 15), RecordFault::Synproxy);
+        assert_eq!(fault(&|b| b[at + 49] = 20), RecordFault::Synproxy);
+        assert_eq!(fault(&|b| b[at + 50] = 1), RecordFault::Synproxy);
+        let udp = |b: &mut [u8; 96]| {
+            b[at + 2] = 17;
+            b[at + 4] = 0;
+            b[at + 36..at + 40].fill(0);
+        };
+        assert_eq!(fault(&udp), RecordFault::Synproxy);
+        let dr = |b: &mut [u8; 96]| {
+            b[at + 3] = 3;
+            b[at + 20..at + 24].fill(0);
+            b[at + 30..at + 32].fill(0);
+        };
+        assert_eq!(fault(&dr), RecordFault::Synproxy);
+        // Window scale 14 and "none" both pass.
+        let mut ok = FULLNAT_BATCH;
+        ok[at + 48] = 14;
+        ok[at + 49] = 0xff;
+        let r = records_of(&ok).unwrap()[0];
+        assert_eq!(
+            r.synproxy.map(|d| (d.server_wscale, d.client_wscale)),
+            Some((Some(14), None))
+        );
+    }
+
+    #[test]
     fn fullnat_batch_emit_matches_bytes() {
-        let mut buf = [0xeeu8; 84];
+        let mut buf = [0xeeu8; 96];
         let mut packet = Packet::new_unchecked(&mut buf[..]);
         batch_header().emit(&mut packet);
         fullnat_record().emit(&mut packet.record_mut(0));
@@ -1124,9 +1259,9 @@ mod tests {
         assert_eq!(records_of(&bad), Err(SyncWireError::BadMagic));
         // A version-1 message (28-byte header, no epoch) is recognised as such even
         // when its length would not fit this version's layout: the version is checked
-        // before any length. So are version 2 (records without the timestamp offset)
-        // and a later version.
-        for other in [1u8, 2, 4] {
+        // before any length. So are version 2 (records without the timestamp offset),
+        // version 3 (without the SYN proxy's fields) and a later version.
+        for other in [1u8, 2, 3, 5] {
             let mut old = FULLNAT_BATCH;
             old[4] = other;
             assert_eq!(records_of(&old), Err(SyncWireError::WrongVersion(other)));
@@ -1207,7 +1342,7 @@ mod tests {
             (at + 4, 11, RecordFault::State),
             (at + 5, 24, RecordFault::PrefixLen),
             (at + 6, 0x80, RecordFault::Flags),
-            (at + 7, 0x08, RecordFault::Flags),
+            (at + 7, 0x10, RecordFault::Flags),
             // FullNAT without a local address, or without a local port.
             (at + 20, 0, RecordFault::Local),
             (at + 30, 0, RecordFault::Local),
@@ -1258,6 +1393,16 @@ mod tests {
             })
         );
         udp[at + 36..at + 40].fill(0);
+        // Nor a SYN proxy.
+        assert_eq!(
+            records_of(&udp),
+            Err(SyncWireError::BadRecord {
+                index: 0,
+                fault: RecordFault::Synproxy
+            })
+        );
+        udp[at + 7] &= !0x08;
+        udp[at + 40..at + 52].fill(0);
         assert_eq!(records_of(&udp).unwrap()[0].proto, Protocol::Udp);
     }
 
@@ -1273,7 +1418,7 @@ mod tests {
             ForwardMode::Nat,
             300_000,
         );
-        let mut buf = [0u8; 84];
+        let mut buf = [0u8; 96];
         let mut packet = Packet::new_unchecked(&mut buf[..]);
         batch_header().emit(&mut packet);
         template.emit(&mut packet.record_mut(0));
@@ -1281,7 +1426,7 @@ mod tests {
         assert_eq!(template.to_session(1, 2), None);
 
         let at = HEADER_LEN;
-        let fault = |patch: &dyn Fn(&mut [u8; 84])| {
+        let fault = |patch: &dyn Fn(&mut [u8; 96])| {
             let mut bad = buf;
             patch(&mut bad);
             match records_of(&bad) {
@@ -1296,6 +1441,11 @@ mod tests {
         assert_eq!(fault(&|b| b[at + 7] = 4), RecordFault::Flags);
         assert_eq!(fault(&|b| b[at + 4] = 1), RecordFault::State);
         assert_eq!(fault(&|b| b[at + 39] = 1), RecordFault::TimestampOffset);
+        // SYN proxy fields without the flag, reserved bytes, the flag on a template.
+        assert_eq!(fault(&|b| b[at + 43] = 1), RecordFault::Synproxy);
+        assert_eq!(fault(&|b| b[at + 48] = 0xff), RecordFault::Synproxy);
+        assert_eq!(fault(&|b| b[at + 51] = 1), RecordFault::Synproxy);
+        assert_eq!(fault(&|b| b[at + 7] = 8), RecordFault::Flags);
         // /0 covers every client: network 0.0.0.0 only.
         let mut all = buf;
         all[at + 5] = 0;
@@ -1337,9 +1487,9 @@ mod tests {
 
     #[test]
     fn mtu_bounds_the_record_count() {
-        assert_eq!(max_records(1500, false), 35);
-        assert_eq!(max_records(1500, true), 34);
-        assert_eq!(max_records(9000, false), 223);
+        assert_eq!(max_records(1500, false), 27);
+        assert_eq!(max_records(1500, true), 26);
+        assert_eq!(max_records(9000, false), 171);
         assert_eq!(max_records(60, false), 0);
         for mtu in [576u16, 1280, 1500, 9000] {
             for auth in [false, true] {
@@ -1355,15 +1505,15 @@ mod tests {
         while builder.push(&fullnat_record()).is_ok() {
             pushed += 1;
         }
-        assert_eq!(pushed, 35);
+        assert_eq!(pushed, 27);
         assert!(builder.is_full());
         let message = builder.finish();
         assert_eq!(
             message.len(),
-            1400 + 44,
-            "1400 bytes of records + 44 of header"
+            1404 + 44,
+            "1404 bytes of records + 44 of header"
         );
-        assert_eq!(records_of(message).unwrap().len(), 35);
+        assert_eq!(records_of(message).unwrap().len(), 27);
         // A buffer smaller than the MTU bounds it too.
         let mut small = [0u8; HEADER_LEN + 2 * RECORD_LEN + 5];
         let builder = MessageBuilder::new(&mut small, batch_header(), 1500, false);
@@ -1428,7 +1578,9 @@ mod tests {
             mode,
             state,
             client_prefix_len: 32,
-            flags: RecordFlags(rng.next_u64() as u16 & RecordFlags::KNOWN),
+            flags: RecordFlags(
+                rng.next_u64() as u16 & RecordFlags::KNOWN & !RecordFlags::SYNPROXY.0,
+            ),
             client: SocketAddrV4::new(random_addr(rng), port(rng)),
             virtual_service: SocketAddrV4::new(random_addr(rng), port(rng)),
             real_server: SocketAddrV4::new(random_addr(rng), port(rng)),
@@ -1438,6 +1590,18 @@ mod tests {
                 Protocol::Tcp => rng.next_u64() as u32,
                 Protocol::Udp => 0,
             },
+            synproxy: (proto == Protocol::Tcp
+                && matches!(mode, ForwardMode::Nat | ForwardMode::FullNat)
+                && rng.next_u64().is_multiple_of(2))
+            .then(|| {
+                let scale = |r: u64| (r % 16 < 15).then_some((r % 15) as u8);
+                SynproxyDelta {
+                    seq_delta: rng.next_u64() as u32,
+                    ts_delta: rng.next_u64() as u32,
+                    server_wscale: scale(rng.next_u64()),
+                    client_wscale: scale(rng.next_u64()),
+                }
+            }),
         }
     }
 

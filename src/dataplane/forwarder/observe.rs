@@ -63,7 +63,8 @@ impl Forwarder {
         let Some(kind) = link.policy.on_packet(&facts) else {
             return;
         };
-        let event = SessionEvent::new(kind, s, timeout_ms);
+        let mut event = SessionEvent::new(kind, s, timeout_ms);
+        event.record.synproxy = self.synproxy_delta(id.index(), s);
         link.rings[link.index].push(event);
         let now = self.now_tick;
         if let Some(live) = self.sessions.get_mut(id) {

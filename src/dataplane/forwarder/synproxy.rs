@@ -25,7 +25,8 @@ use crate::flow::parse::{classify, Parsed};
 use crate::forward::synproxy::{self, AckCheck, CookieKey, Handshake, Translation, MSS_TABLE};
 use crate::forward::timestamps;
 use crate::model::{DropReason, Protocol, SynProxyMode};
-use crate::session::{Direction, SessionFlags, SessionId};
+use crate::session::replication::SynproxyDelta;
+use crate::session::{Direction, Session, SessionFlags, SessionId};
 use crate::wire::tcp::TcpFlags;
 use std::net::Ipv4Addr;
 
@@ -125,7 +126,11 @@ impl ProxyState {
     }
 
     fn translation(&self, id: SessionId) -> Option<Translation> {
-        let [seq_delta, ts_delta, _, meta] = *self.entries.get(id.index() as usize)?;
+        self.translation_at(id.index())
+    }
+
+    fn translation_at(&self, index: u32) -> Option<Translation> {
+        let [seq_delta, ts_delta, _, meta] = *self.entries.get(index as usize)?;
         if meta & PENDING != 0 {
             return None;
         }
@@ -415,6 +420,38 @@ impl Forwarder {
             }
         }
         Ok(())
+    }
+
+    /// The translation of session `s` (in slot `index`) for a sync record: `None`
+    /// unless the proxy spliced it. One still waiting for its real server has none to
+    /// give; a standby taking it over would forward it untranslated.
+    pub(super) fn synproxy_delta(&self, index: u32, s: &Session) -> Option<SynproxyDelta> {
+        if !s.flags().contains(SessionFlags::SYNPROXY) {
+            return None;
+        }
+        self.synproxy.translation_at(index).map(|t| SynproxyDelta {
+            seq_delta: t.seq_delta,
+            ts_delta: t.ts_delta,
+            server_wscale: t.server_wscale,
+            client_wscale: t.client_wscale,
+        })
+    }
+
+    /// Session sync (standby): session `id` was spliced by the peer's proxy, with
+    /// `delta`: this node translates it the same way.
+    pub(super) fn synproxy_install(&mut self, id: SessionId, delta: &SynproxyDelta) {
+        if let Some(live) = self.sessions.get_mut(id) {
+            let mut flags = live.flags();
+            flags.insert(SessionFlags::SYNPROXY);
+            live.set_flags(flags);
+        }
+        let t = Translation {
+            seq_delta: delta.seq_delta,
+            ts_delta: delta.ts_delta,
+            server_wscale: delta.server_wscale,
+            client_wscale: delta.client_wscale,
+        };
+        self.synproxy.set_established(id, &t);
     }
 
     /// Bytes of the proxy's side array.

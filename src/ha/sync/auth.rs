@@ -257,7 +257,10 @@ mod tests {
         let mut buf = [0u8; 512];
         let len = sealed_message(&mut buf, &key);
         let message = &buf[..len];
-        assert_eq!(len, HEADER_LEN + 3 * 40 + HMAC_LEN);
+        assert_eq!(
+            len,
+            HEADER_LEN + 3 * crate::session::replication::RECORD_LEN + HMAC_LEN
+        );
         let packet = Packet::new_checked(message).unwrap();
         assert_eq!(verify(&packet, Some(&key)), Ok(()));
 

@@ -337,9 +337,9 @@ mod tests {
             assert!(datagram.len() + 28 <= 1500);
         });
         assert_eq!(taken, 150);
-        // 150 records at 34 per authenticated message: 34, 34, 34, 34, 14.
-        assert_eq!(sizes, [34, 34, 34, 34, 14]);
-        assert_eq!(seen, [0, 1, 2, 3, 4]);
+        // 150 records at 26 per authenticated message: 26 five times, 20.
+        assert_eq!(sizes, [26, 26, 26, 26, 26, 20]);
+        assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
         assert_eq!(rx.counters().accepted_records, 150);
         // The budget bounds the work per call; nothing left, nothing sent.
         assert_eq!(sender.send_events(&rings, 10, &mut buf, |_| panic!()), 0);
@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn dump_chunks_are_numbered_and_the_last_is_flagged() {
-        for (records, chunks) in [(0usize, 1u32), (35, 1), (36, 2), (100, 3)] {
+        for (records, chunks) in [(0usize, 1u32), (27, 1), (28, 2), (100, 4)] {
             let mut sender = SyncSender::new(1, 1500, None);
             let mut rx = receiver(None);
             let mut buf = [0u8; 1500];
@@ -410,12 +410,12 @@ mod tests {
             assert!(sent <= 4);
             assert!(calls < 10, "never done");
         }
-        // 410 records, 35 a chunk: 12 chunks, 4 per call.
-        assert_eq!((calls, dump.chunks_sent(), got.len()), (3, 12, 12));
+        // 410 records, 27 a chunk: 16 chunks, 4 per call.
+        assert_eq!((calls, dump.chunks_sent(), got.len()), (4, 16, 16));
         for (i, &(chunk, count, last)) in got.iter().enumerate() {
             assert_eq!(chunk, i as u32);
-            assert_eq!(last, i == 11);
-            assert_eq!(count, if i == 11 { 25 } else { 35 });
+            assert_eq!(last, i == 15);
+            assert_eq!(count, if i == 15 { 5 } else { 27 });
         }
         assert_eq!(
             sender.continue_dump(&mut dump, 4, &mut buf, |_| panic!()),
@@ -446,7 +446,7 @@ mod tests {
             counts.push(a.header.count);
         });
         assert_eq!(sent, 90);
-        assert_eq!(counts, [35, 35, 20]);
+        assert_eq!(counts, [27, 27, 27, 9]);
         assert_eq!(
             sender.send_records(std::iter::empty(), &mut buf, |_| panic!()),
             0
