@@ -544,6 +544,48 @@ mod tests {
     }
 
     #[test]
+    fn tcp_checksum_over_ipv6_matches_scapy() {
+        use crate::wire::tcp;
+        let mut buf = TCP_SYN_EXT;
+        let mut segment = tcp::Packet::new_checked(&mut buf[64..]).unwrap();
+        let (src, dst) = (a("2001:db8::1"), a("2001:db8::2"));
+        assert!(segment.verify_checksum_v6(src, dst));
+        assert!(!segment.verify_checksum_v6(src, a("2001:db8::3")));
+        segment.set_checksum(0);
+        segment.fill_checksum_v6(src, dst);
+        assert_eq!(segment.checksum(), 0xb6d4, "scapy's value");
+        // A rewritten destination: the incremental update equals a full recompute.
+        let new_dst = a("2001:db8:ffff::10");
+        segment.update_checksum128(dst, new_dst);
+        let incremental = segment.checksum();
+        assert!(segment.verify_checksum_v6(src, new_dst));
+        segment.fill_checksum_v6(src, new_dst);
+        assert_eq!(segment.checksum(), incremental);
+    }
+
+    #[test]
+    fn udp_checksum_over_ipv6_matches_scapy() {
+        use crate::wire::udp;
+        let mut buf = UDP;
+        let mut datagram = udp::Packet::new_checked(&mut buf[40..]).unwrap();
+        let (src, dst) = (a("2001:db8::1"), a("2001:db8::2"));
+        assert!(datagram.verify_checksum_v6(src, dst));
+        datagram.set_checksum(0);
+        assert!(
+            !datagram.verify_checksum_v6(src, dst),
+            "zero is not allowed"
+        );
+        datagram.fill_checksum_v6(src, dst);
+        assert_eq!(datagram.checksum(), 0x0f1d, "scapy's value");
+        let new_src = a("64:ff9b::c612:1");
+        datagram.update_checksum128(src, new_src);
+        let incremental = datagram.checksum();
+        datagram.fill_checksum_v6(new_src, dst);
+        assert_eq!(datagram.checksum(), incremental);
+        assert!(datagram.verify_checksum_v6(new_src, dst));
+    }
+
+    #[test]
     fn plain_packet_has_no_extension_headers() {
         let packet = Packet::new_checked(&UDP[..]).unwrap();
         assert_eq!(
