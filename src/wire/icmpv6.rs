@@ -515,7 +515,7 @@ impl NdiscFrame {
         packet.set_msg_code(0);
         packet.set_na_flags(self.flags);
         packet.set_target_addr(self.target);
-        let opt = &mut packet.buffer.as_mut()[NS_NA_LEN..];
+        let opt = &mut packet.data_mut()[NS_NA_LEN - HEADER_LEN..];
         opt[0] = self.option_kind;
         opt[1] = 1;
         opt[2..8].copy_from_slice(&self.eth_src.0);
@@ -900,6 +900,9 @@ mod tests {
         frame
     }
 
+    /// A named change to a packet that breaks one rule, and the packet it applies to.
+    type Edit = (&'static str, &'static [u8], fn(&mut Vec<u8>));
+
     /// Parses the neighbor message of `packet` after `edit` changed it and its
     /// checksum was refilled, so the checks after the checksum are what is tested.
     fn parse_edited(
@@ -1210,7 +1213,7 @@ mod tests {
         );
         // Each edit breaks one rule of RFC 4861 section 7.1; offsets are in the
         // IPv6 packet (the message starts at 40, its options at 64).
-        let edits: [(&str, &[u8], fn(&mut Vec<u8>)); 10] = [
+        let edits: [Edit; 10] = [
             ("router solicitation", ns, |p| p[40] = 133),
             ("code", ns, |p| p[41] = 1),
             ("zero-length option", ns, |p| p[65] = 0),
