@@ -19,6 +19,13 @@ impl MacAddr {
         MacAddr([0x01, 0x00, 0x5e, b & 0x7f, c, d])
     }
 
+    /// The Ethernet address of IPv6 multicast group `group` (RFC 2464 section 7):
+    /// 33:33 and the group's low 32 bits.
+    pub const fn ipv6_multicast(group: std::net::Ipv6Addr) -> MacAddr {
+        let o = group.octets();
+        MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]])
+    }
+
     /// Reads a MAC address from the first six bytes of `bytes`.
     ///
     /// # Panics

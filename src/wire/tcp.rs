@@ -3,7 +3,7 @@
 //! the IP payload, since the checksum covers all of it.
 
 use core::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::checksum;
 use super::{read_u16, read_u32, write_u16, write_u32, IpProtocol, WireError};
@@ -217,6 +217,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let pseudo = checksum::pseudo_header_sum(src, dst, IpProtocol::TCP.0, len);
         checksum::fold(pseudo + checksum::sum(self.buffer.as_ref())) == 0xffff
     }
+
+    /// The checksum over the IPv6 pseudo-header, header and data is correct.
+    pub fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+        let data = self.buffer.as_ref();
+        let len = data.len() as u32;
+        let pseudo = checksum::pseudo_header_sum_v6(src, dst, IpProtocol::TCP.0, len);
+        checksum::fold(pseudo + checksum::sum(data)) == 0xffff
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
@@ -276,6 +284,24 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         let len = self.buffer.as_ref().len() as u16;
         let pseudo = checksum::pseudo_header_sum(src, dst, IpProtocol::TCP.0, len);
         let value = checksum::finish(pseudo + checksum::sum(self.buffer.as_ref()));
+        self.set_checksum(value);
+    }
+
+    /// Recomputes the checksum over the IPv6 pseudo-header, header and data.
+    pub fn fill_checksum_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
+        self.set_checksum(0);
+        let data = self.buffer.as_ref();
+        let len = data.len() as u32;
+        let pseudo = checksum::pseudo_header_sum_v6(src, dst, IpProtocol::TCP.0, len);
+        let value = checksum::finish(pseudo + checksum::sum(data));
+        self.set_checksum(value);
+    }
+
+    /// Adjusts the checksum for an IPv6 address of the pseudo-header that changed
+    /// from `old` to `new` (RFC 1624).
+    #[inline]
+    pub fn update_checksum128(&mut self, old: Ipv6Addr, new: Ipv6Addr) {
+        let value = checksum::update128(self.checksum(), old, new);
         self.set_checksum(value);
     }
 
