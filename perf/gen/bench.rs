@@ -340,6 +340,8 @@ fn full_set() -> Vec<String> {
             v.push(format!("{mode}-1m-{w}-2w"));
         }
     }
+    v.push("nat-1k-synflood".into());
+    v.push("nat-1k-synflood-noproxy".into());
     v
 }
 
@@ -439,8 +441,10 @@ pub struct Row {
     pub flood_collapse_s: Option<f64>,
     /// SYN-ACKs per second before the collapse (the whole window without one).
     pub flood_syn_acks_per_s_before_collapse: Option<f64>,
-    /// Sluice's `synproxy_cookies_sent` over the window.
+    /// Sluice's `synproxy_cookies_sent` and `half_open_reclaimed` (half-open sessions
+    /// it evicted, oldest first, to make room in a full table) over the window.
     pub cookies_sent: Option<u64>,
+    pub half_open_reclaimed: Option<u64>,
     /// Sessions Sluice created in the window (all workers).
     pub sessions_created: Option<u64>,
     pub established: u64,
@@ -1229,14 +1233,17 @@ fn absorb_gen(row: &mut Row, v: &serde_json::Value) {
     }
 }
 
-/// Seconds into the window of the first 100 ms slot that answered fewer than a tenth
-/// of the best slot's SYN-ACKs: where a flood stops being answered.
+/// Seconds into the window from which every 100 ms slot to its end (two at least)
+/// answered fewer than a tenth of the best slot's SYN-ACKs: where a flood stops being
+/// answered for good. A slot or two lost to a preempted CPU do not count.
 fn collapse_s(per_100ms: &[u64]) -> Option<f64> {
     let best = *per_100ms.iter().max()?;
-    per_100ms
+    let low = per_100ms
         .iter()
-        .position(|&n| n * 10 < best)
-        .map(|i| i as f64 * 0.1)
+        .rev()
+        .take_while(|&&n| n * 10 < best)
+        .count();
+    (low >= 2).then(|| (per_100ms.len() - low) as f64 * 0.1)
 }
 
 fn parse_result(line: &str) -> Result<serde_json::Value, String> {
@@ -1412,6 +1419,7 @@ fn absorb_status(row: &mut Row, s: &StatusReport, sc: &Scenario) {
     row.live_sessions = Some(s.sessions);
     row.sessions_created = Some(created);
     row.cookies_sent = s.events.get("synproxy_cookies_sent").copied();
+    row.half_open_reclaimed = s.events.get("half_open_reclaimed").copied();
     row.dut_drops = Some(s.drops.values().sum());
     row.dut_drop_reasons = s
         .drops
@@ -1846,16 +1854,17 @@ fn flood_section(t: &mut String, rows: &[Row]) {
          *before collapse*: over the 100 ms slots before the collapse. *testpmd pkts/s*: \
          the median over this run's testpmd 5tswap rows of the packets they reflected per \
          second ({}), each a 64-byte frame in and out as a proxied SYN is. *collapse*: \
-         the first 100 ms of the window answering fewer than a tenth of the best 100 ms.\n\n\
-         | scenario | SYNs sent/s | SYN-ACKs/s | SYN-ACKs/s before collapse | DUT cycles/pkt | x testpmd 5tswap median (range) | busy % DUT | cookies sent | flood SYNs at real servers | sessions created | live sessions at end / capacity | collapse | DUT drops | lost | CPU stolen % DUT/gen | result |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+         from where to the window's end (200 ms at least) every 100 ms answered fewer than \
+         a tenth of the best 100 ms.\n\n\
+         | scenario | SYNs sent/s | SYN-ACKs/s | SYN-ACKs/s before collapse | DUT cycles/pkt | x testpmd 5tswap median (range) | busy % DUT | cookies sent | flood SYNs at real servers | sessions created | live sessions at end / capacity | half-open reclaimed | collapse | DUT drops | lost | CPU stolen % DUT/gen | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
         median(&testpmd).map_or("-".into(), |m| format!("{m:.0}"))
     );
     for r in flood {
         let secs = r.measure_s.max(1e-9);
         let _ = writeln!(
             t,
-            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {}/{} | {} |",
+            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {}/{} | {} |",
             r.name,
             r.flood_syns as f64 / secs,
             r.flood_syn_acks_per_s,
@@ -1871,6 +1880,7 @@ fn flood_section(t: &mut String, rows: &[Row]) {
             r.sessions_created.map_or("-".into(), |n| n.to_string()),
             r.live_sessions.map_or("-".into(), |n| n.to_string()),
             r.capacity_per_worker.map_or("-".into(), |n| n.to_string()),
+            r.half_open_reclaimed.map_or("-".into(), |n| n.to_string()),
             r.flood_collapse_s
                 .map_or("none".into(), |s| format!("at {s:.1} s")),
             if r.dut_drop_reasons.is_empty() {
@@ -2348,6 +2358,17 @@ mod tests {
         // Nothing to compare: nothing added.
         assert_eq!(bracketed(&["testpmd-macswap"]), ["testpmd-macswap"]);
         assert!(bracketed(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_flood_collapses_where_the_answers_stop_for_good() {
+        assert_eq!(collapse_s(&[]), None);
+        assert_eq!(collapse_s(&[100, 100, 100]), None);
+        // A stall in the middle is not a collapse; nor is one low slot at the end.
+        assert_eq!(collapse_s(&[100, 5, 100, 100]), None);
+        assert_eq!(collapse_s(&[100, 100, 100, 5]), None);
+        assert_eq!(collapse_s(&[90, 100, 5, 100, 3, 9, 0]), Some(0.4));
+        assert_eq!(collapse_s(&[0, 0, 0]), None);
     }
 
     #[test]
