@@ -80,7 +80,12 @@ def collapse(per_100ms):
 
 def flood_table(runs):
     order, rows = [], {}
+    testpmd_pps = []
     for run in runs:
+        pps = [r["gen_mpps"] * 1e6 for r in run if r["name"] == "testpmd-5tswap" and r["ok"]]
+        run_pps = statistics.median(pps) if pps else None
+        if run_pps:
+            testpmd_pps.append(run_pps)
         for r in run:
             if r["dut"] != "sluice" or r.get("workload") != "synflood":
                 continue
@@ -88,12 +93,15 @@ def flood_table(runs):
             if name not in rows:
                 order.append(name)
                 rows[name] = {"rate": [], "before": [], "ratio": [], "live": [], "collapse": [], "reclaimed": [],
+                              "of_testpmd": [],
                               "drops": [], "failed": 0, "stolen": []}
             row = rows[name]
             if not r["ok"]:
                 row["failed"] += 1
                 continue
             row["rate"].append(r["flood_syn_acks_per_s"])
+            if run_pps:
+                row["of_testpmd"].append(r["flood_syn_acks_per_s"] / run_pps)
             series = r.get("flood_syn_acks_per_100ms") or []
             at = collapse(series)
             if at is None:
@@ -111,15 +119,19 @@ def flood_table(runs):
     if not order:
         return
     print()
-    print("| SYN flood scenario | runs | SYN-ACKs/s | SYN-ACKs/s before collapse | x testpmd 5tswap "
+    print("testpmd 5tswap packets reflected per second, median per run: "
+          + ", ".join(f"{p:.0f}" for p in testpmd_pps))
+    print()
+    print("| SYN flood scenario | runs | SYN-ACKs/s | SYN-ACKs/s before collapse | SYN-ACKs/s over "
+          "testpmd 5tswap pkts/s (run's median) | x testpmd 5tswap cycles/pkt "
           "(run's median) | live sessions at end | half-open reclaimed | collapse at s, per run | "
           "CPU stolen %, per run |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for name in order:
         r = rows[name]
         note = f" ({r['failed']} failed)" if r["failed"] else ""
         print(f"| {name} | {len(r['rate'])}{note} | {fmt(r['rate'], 0)} | {fmt(r['before'], 0)} | "
-              f"{fmt(r['ratio'], 2)} | {fmt(r['live'], 0)} | {fmt(r['reclaimed'], 0)} | "
+              f"{fmt(r['of_testpmd'], 2)} | {fmt(r['ratio'], 2)} | {fmt(r['live'], 0)} | {fmt(r['reclaimed'], 0)} | "
               f"{', '.join(r['collapse'])} | "
               f"{', '.join(f'{s:.0f}' for s in r['stolen'])} |")
     for name in order:
