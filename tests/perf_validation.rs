@@ -4,7 +4,9 @@
 //! packet that comes back: addresses and ports after the DUT's rewrite, flags,
 //! sequence numbers, payload, IPv4 and TCP checksums, and that each flow keeps its
 //! real server (and FullNAT local address and port). The second test proves the
-//! check can fail: the generator expects NAT while Sluice does DR. The third runs
+//! check can fail: the generator expects NAT while Sluice does DR. Another floods a
+//! second service with spoofed SYNs, with the SYN proxy on (cookies, no session, no
+//! SYN at a real server) and off (sessions, SYNs at the real servers). The last runs
 //! testpmd 5tswap around the Sluice scenarios, as the benchmark does, and checks the
 //! run order and that each Sluice row carries its comparison with those rows.
 //!
@@ -106,6 +108,60 @@ fn validation_mode_passes_for_nat_fullnat_and_dr() {
         "{}",
         out.stdout
     );
+}
+
+#[test]
+fn a_syn_flood_gets_cookies_with_the_proxy_and_sessions_without() {
+    require_root();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let scenarios = ["nat-1k-synflood", "nat-1k-synflood-noproxy"];
+    let (out, rows) = bench(
+        &[
+            "--validate",
+            "--scenarios",
+            &scenarios.join(","),
+            "--duration",
+            "2",
+            "--no-brackets",
+        ],
+        Duration::from_secs(150),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(rows.len(), 2, "{}", out.describe());
+    for (row, name) in rows.iter().zip(scenarios) {
+        assert_eq!(row["name"], name);
+        assert_eq!(row["ok"], true, "{name}: {row}\n{}", out.describe());
+        assert_eq!(
+            row["validation_failures"].as_object().map(|m| m.len()),
+            Some(0),
+            "{name}: {row}"
+        );
+        assert_eq!(u(row, "established"), 1000, "{name}: {row}");
+        assert!(u(row, "flood_syn_acks") > 1000, "{name}: {row}");
+        assert!(u(row, "flood_syns") >= u(row, "flood_syn_acks"), "{name}");
+    }
+    let (on, off) = (&rows[0], &rows[1]);
+    // Proxy on: Sluice answered every SYN-ACK the generator counted (and no more than
+    // the SYNs sent), no flood SYN reached a real server, and the table holds the
+    // established sessions only: none for a spoofed source.
+    assert!(u(on, "cookies_sent") >= u(on, "flood_syn_acks"), "{on}");
+    assert!(u(on, "cookies_sent") <= u(on, "flood_syns"), "{on}");
+    assert_eq!(u(on, "flood_syns_at_rs"), 0, "{on}");
+    assert_eq!(u(on, "sessions_created"), 0, "{on}");
+    assert_eq!(u(on, "live_sessions"), 1000, "{on}");
+    // Proxy off: each SYN went to a real server through a session of its own, and the
+    // half-open sessions stay in the table.
+    assert_eq!(u(off, "cookies_sent"), 0, "{off}");
+    assert!(
+        u(off, "flood_syns_at_rs") >= u(off, "flood_syn_acks"),
+        "{off}"
+    );
+    assert!(
+        u(off, "sessions_created") >= u(off, "flood_syns_at_rs"),
+        "{off}"
+    );
+    assert!(u(off, "live_sessions") > 1000 + 1000, "{off}");
+    assert!(out.stdout.contains("## SYN flood"), "{}", out.stdout);
 }
 
 #[test]

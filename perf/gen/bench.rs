@@ -27,6 +27,10 @@ const REAL_SERVERS: u8 = 4;
 /// Extra session-table room for connection churn: closed connections stay in the
 /// table until their (1 s) FIN/TIME_WAIT timeouts expire.
 const CHURN_SESSIONS: u64 = 1 << 20;
+/// Session-table room for a SYN flood without the proxy: small enough that a flood
+/// fills it within a few seconds of the window (each half-open session stays for the
+/// 60 s SYN_RECV timeout), so the table's behaviour when full is measured too.
+const FLOOD_ROOM: u64 = 1 << 18;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Set {
@@ -196,6 +200,8 @@ struct Scenario {
     dut: Dut,
     sessions: u32,
     workload: Workload,
+    /// `synflood`: the flood service runs the SYN proxy (`-noproxy`: it does not).
+    synproxy: bool,
 }
 
 /// Flows testpmd is driven with (it keeps no state; they only vary the headers).
@@ -203,13 +209,14 @@ const TESTPMD_FLOWS: u32 = 1000;
 
 impl Scenario {
     /// `testpmd-5tswap`, `testpmd-macswap`, or
-    /// `{dr|nat|fullnat}-{1k|1m|10m|N}-{established|connections|mixed}[-2w]`.
+    /// `{dr|nat|fullnat}-{1k|1m|10m|N}-{established|connections|mixed}[-2w]`, or
+    /// `nat-{1k|1m|10m|N}-synflood[-noproxy]`.
     fn parse(name: &str) -> Result<Scenario, String> {
         let bad = || {
             format!(
-                "scenario {name:?}: expected testpmd-5tswap, testpmd-macswap or \
+                "scenario {name:?}: expected testpmd-5tswap, testpmd-macswap, \
                  MODE-SIZE-WORKLOAD[-2w] (MODE dr|nat|fullnat, SIZE 1k|1m|10m|<n>, \
-                 WORKLOAD established|connections|mixed)"
+                 WORKLOAD established|connections|mixed) or nat-SIZE-synflood[-noproxy]"
             )
         };
         match name {
@@ -225,14 +232,17 @@ impl Scenario {
                     },
                     sessions: TESTPMD_FLOWS,
                     workload: Workload::Established,
+                    synproxy: false,
                 })
             }
             _ => {}
         }
         let parts: Vec<&str> = name.split('-').collect();
-        let (parts, workers) = match parts.as_slice() {
-            [a, b, c, "2w"] => ([*a, *b, *c], 2),
-            [a, b, c] => ([*a, *b, *c], 1),
+        let (parts, workers, synproxy) = match parts.as_slice() {
+            [a, b, "synflood", "noproxy"] => ([*a, *b, "synflood"], 1, false),
+            [a, b, "synflood"] => ([*a, *b, "synflood"], 1, true),
+            [a, b, c, "2w"] if *c != "synflood" => ([*a, *b, *c], 2, false),
+            [a, b, c] => ([*a, *b, *c], 1, false),
             _ => return Err(bad()),
         };
         let mode = Mode::parse(parts[0])
@@ -249,11 +259,17 @@ impl Scenario {
                 .ok_or_else(bad)?,
         };
         let workload = Workload::parse(parts[2]).ok_or_else(bad)?;
+        // The flood service is a NAT service (FullNAT would need its own local
+        // addresses besides the established flows' service).
+        if workload == Workload::SynFlood && mode != Mode::Nat {
+            return Err(bad());
+        }
         Ok(Scenario {
             name: name.into(),
             dut: Dut::Sluice { mode, workers },
             sessions,
             workload,
+            synproxy,
         })
     }
 
@@ -324,6 +340,8 @@ fn full_set() -> Vec<String> {
             v.push(format!("{mode}-1m-{w}-2w"));
         }
     }
+    v.push("nat-1k-synflood".into());
+    v.push("nat-1k-synflood-noproxy".into());
     v
 }
 
@@ -333,7 +351,8 @@ pub fn list() {
     println!("(unless --no-brackets, testpmd-5tswap runs before and after every Sluice scenario)");
     println!(
         "any name:  testpmd-5tswap | testpmd-macswap | MODE-SIZE-WORKLOAD[-2w]\n           \
-         MODE dr|nat|fullnat, SIZE 1k|1m|10m|<n>, WORKLOAD established|connections|mixed"
+         MODE dr|nat|fullnat, SIZE 1k|1m|10m|<n>, WORKLOAD established|connections|mixed\n           \
+         nat-SIZE-synflood[-noproxy]: spoofed SYNs to a second NAT service with (without) the SYN proxy"
     );
 }
 
@@ -407,6 +426,27 @@ pub struct Row {
     pub added_p99_ns: Option<i64>,
     pub dut_drops: Option<u64>,
     pub dut_drop_reasons: BTreeMap<String, u64>,
+    /// SYN flood (`synflood` scenarios): whether the flood service ran the SYN proxy;
+    /// SYNs the generator sent from spoofed sources in the window, SYN-ACKs that came
+    /// back for them (per second: the SYN rate the worker absorbed), flood SYNs the
+    /// real servers received, and the SYN-ACKs of each 100 ms of the window.
+    pub synproxy: bool,
+    pub flood_syns: u64,
+    pub flood_syn_acks: u64,
+    pub flood_syn_acks_per_s: f64,
+    pub flood_syns_at_rs: u64,
+    pub flood_syn_acks_per_100ms: Vec<u64>,
+    /// Seconds into the window of the first 100 ms that answered fewer than a tenth
+    /// of the best 100 ms (the table full, say); `None` when no 100 ms fell that low.
+    pub flood_collapse_s: Option<f64>,
+    /// SYN-ACKs per second before the collapse (the whole window without one).
+    pub flood_syn_acks_per_s_before_collapse: Option<f64>,
+    /// Sluice's `synproxy_cookies_sent` and `half_open_reclaimed` (half-open sessions
+    /// it evicted, oldest first, to make room in a full table) over the window.
+    pub cookies_sent: Option<u64>,
+    pub half_open_reclaimed: Option<u64>,
+    /// Sessions Sluice created in the window (all workers).
+    pub sessions_created: Option<u64>,
     pub established: u64,
     pub connections: u64,
     pub requests: u64,
@@ -933,12 +973,13 @@ fn vips_needed(lips: u16) -> u32 {
 }
 
 /// Session-table capacity per worker: the established sessions with a quarter to
-/// spare (RSS spreads them unevenly over workers), plus room for connection churn.
+/// spare (RSS spreads them unevenly over workers), plus room for connection churn
+/// or a SYN flood's half-open sessions.
 fn capacity_per_worker(sc: &Scenario) -> u64 {
-    let churn = if sc.workload == Workload::Established {
-        0
-    } else {
-        CHURN_SESSIONS
+    let churn = match sc.workload {
+        Workload::Established => 0,
+        Workload::SynFlood => FLOOD_ROOM,
+        Workload::Connections | Workload::Mixed => CHURN_SESSIONS,
     };
     let n = sc.sessions as u64 * 5 / 4 / sc.workers() as u64 + 4096 + churn;
     n.min(67_108_864)
@@ -1029,6 +1070,25 @@ fn sluice_toml(
         }
         t.push('\n');
     }
+    if sc.workload == Workload::SynFlood {
+        // The flooded service: the same real servers, with or without the proxy. Its
+        // half-open sessions (proxy off) keep the default SYN_RECV timeout.
+        let _ = writeln!(
+            t,
+            "[[services]]\nproto = \"tcp\"\nvip = \"{}\"\nport = 80\nscheduler = \"rr\"\nsynproxy = \"{}\"",
+            engine::ipv4(engine::FLOOD_VIP),
+            if sc.synproxy { "on" } else { "off" }
+        );
+        for k in 0..REAL_SERVERS {
+            let _ = writeln!(
+                t,
+                "\n  [[services.real_servers]]\n  ip = \"{}\"\n  port = {}\n  mode = \"nat\"",
+                engine::ipv4(engine::rs_ip(k)),
+                mode.rs_port(),
+            );
+        }
+        t.push('\n');
+    }
     t
 }
 
@@ -1078,6 +1138,9 @@ fn gen_command(
         // Oversubscribed workers stall each other for milliseconds.
         c.args(["--loss-timeout-ms", "1000"]);
     }
+    if sc.workload == Workload::SynFlood {
+        c.args(["--synproxy", if sc.synproxy { "on" } else { "off" }]);
+    }
     c
 }
 
@@ -1090,6 +1153,7 @@ fn run_scenario(o: &Opts, sc: &Scenario, duration: f64, index: usize) -> Row {
         workload: sc.workload.name().into(),
         workers: sc.workers(),
         oversubscribed: sc.workers() > 1,
+        synproxy: sc.synproxy,
         ..Default::default()
     };
     row.core_to_core_ns = core_to_core_median_ns();
@@ -1144,12 +1208,42 @@ fn absorb_gen(row: &mut Row, v: &serde_json::Value) {
     row.gen_packets = u("rx_packets");
     row.establish_s = f("establish_s");
     row.measure_s = f("measure_s");
+    row.flood_syns = u("flood_syns");
+    row.flood_syn_acks = u("flood_syn_acks");
+    row.flood_syn_acks_per_s = f("flood_syn_acks_per_s");
+    row.flood_syns_at_rs = u("flood_syns_at_rs");
+    row.flood_syn_acks_per_100ms = v["flood_syn_acks_per_100ms"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+        .unwrap_or_default();
+    row.flood_collapse_s = collapse_s(&row.flood_syn_acks_per_100ms);
+    row.flood_syn_acks_per_s_before_collapse = match row.flood_collapse_s {
+        Some(at) if at > 0.0 => {
+            let slots = (at * 10.0).round() as usize;
+            Some(row.flood_syn_acks_per_100ms[..slots].iter().sum::<u64>() as f64 / at)
+        }
+        Some(_) => None,
+        None => Some(row.flood_syn_acks_per_s),
+    };
     if let Some(m) = v["validation_failures"].as_object() {
         for (k, n) in m {
             row.validation_failures
                 .insert(k.clone(), n.as_u64().unwrap_or(0));
         }
     }
+}
+
+/// Seconds into the window from which every 100 ms slot to its end (two at least)
+/// answered fewer than a tenth of the best slot's SYN-ACKs: where a flood stops being
+/// answered for good. A slot or two lost to a preempted CPU do not count.
+fn collapse_s(per_100ms: &[u64]) -> Option<f64> {
+    let best = *per_100ms.iter().max()?;
+    let low = per_100ms
+        .iter()
+        .rev()
+        .take_while(|&&n| n * 10 < best)
+        .count();
+    (low >= 2).then(|| (per_100ms.len() - low) as f64 * 0.1)
 }
 
 fn parse_result(line: &str) -> Result<serde_json::Value, String> {
@@ -1323,6 +1417,9 @@ fn absorb_status(row: &mut Row, s: &StatusReport, sc: &Scenario) {
     row.capacity_per_worker = Some(cap);
     row.bytes_per_session = Some(table as f64 / (cap * workers.len().max(1) as u64) as f64);
     row.live_sessions = Some(s.sessions);
+    row.sessions_created = Some(created);
+    row.cookies_sent = s.events.get("synproxy_cookies_sent").copied();
+    row.half_open_reclaimed = s.events.get("half_open_reclaimed").copied();
     row.dut_drops = Some(s.drops.values().sum());
     row.dut_drop_reasons = s
         .drops
@@ -1730,6 +1827,75 @@ fn reference_summary(rows: &[Row], bracketed: bool) -> String {
     )
 }
 
+/// The `synflood` rows: what the worker answered, and what the flood did to the table.
+fn flood_section(t: &mut String, rows: &[Row]) {
+    let flood: Vec<&Row> = rows.iter().filter(|r| r.workload == "synflood").collect();
+    if flood.is_empty() {
+        return;
+    }
+    let testpmd: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.ok && is_reference(r))
+        .map(|r| r.gen_mpps * 1e6)
+        .collect();
+    let _ = writeln!(
+        t,
+        "\n## SYN flood\n\n\
+         `nat-SIZE-synflood[-noproxy]`: the generator's window of SYNs, each from a new \
+         spoofed source (198.18.128.0/17, ports 1024-65535, none repeated), to a second NAT \
+         service (198.18.1.200:80, the same four real servers) with `synproxy = \"on\"` (or \
+         `\"off\"`, `-noproxy`); each SYN-ACK that comes back is counted and becomes the next \
+         SYN, and no handshake is ever completed. Proxy on: Sluice answers every SYN itself \
+         (one pass through the DUT), and no flood SYN may reach a real server. Proxy off: \
+         each SYN opens a session and goes to a real server, whose SYN-ACK comes back \
+         through Sluice (two passes); the half-open sessions keep the default SYN_RECV \
+         timeout (60 s) and the table has room for 2^18 of them besides the established \
+         sessions. *SYN-ACKs/s*: the SYN rate the worker absorbed over the window; \
+         *before collapse*: over the 100 ms slots before the collapse. *testpmd pkts/s*: \
+         the median over this run's testpmd 5tswap rows of the packets they reflected per \
+         second ({}), each a 64-byte frame in and out as a proxied SYN is. *collapse*: \
+         from where to the window's end (200 ms at least) every 100 ms answered fewer than \
+         a tenth of the best 100 ms.\n\n\
+         | scenario | SYNs sent/s | SYN-ACKs/s | SYN-ACKs/s before collapse | DUT cycles/pkt | x testpmd 5tswap median (range) | busy % DUT | cookies sent | flood SYNs at real servers | sessions created | live sessions at end / capacity | half-open reclaimed | collapse | DUT drops | lost | CPU stolen % DUT/gen | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        median(&testpmd).map_or("-".into(), |m| format!("{m:.0}"))
+    );
+    for r in flood {
+        let secs = r.measure_s.max(1e-9);
+        let _ = writeln!(
+            t,
+            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {}/{} | {} |",
+            r.name,
+            r.flood_syns as f64 / secs,
+            r.flood_syn_acks_per_s,
+            fmt_opt(r.flood_syn_acks_per_s_before_collapse, 0),
+            fmt_opt(r.cycles_per_packet, 1),
+            match (r.ratio_to_testpmd, r.ratio_to_testpmd_min, r.ratio_to_testpmd_max) {
+                (Some(m), Some(lo), Some(hi)) => format!("{m:.2} ({lo:.2}-{hi:.2})"),
+                _ => "-".into(),
+            },
+            fmt_opt(r.dut_busy_percent, 0),
+            r.cookies_sent.map_or("-".into(), |n| n.to_string()),
+            r.flood_syns_at_rs,
+            r.sessions_created.map_or("-".into(), |n| n.to_string()),
+            r.live_sessions.map_or("-".into(), |n| n.to_string()),
+            r.capacity_per_worker.map_or("-".into(), |n| n.to_string()),
+            r.half_open_reclaimed.map_or("-".into(), |n| n.to_string()),
+            r.flood_collapse_s
+                .map_or("none".into(), |s| format!("at {s:.1} s")),
+            if r.dut_drop_reasons.is_empty() {
+                "0".to_string()
+            } else {
+                format!("{:?}", r.dut_drop_reasons).replace('"', "")
+            },
+            r.lost,
+            fmt_opt(r.dut_stolen_percent, 1),
+            fmt_opt(r.gen_stolen_percent, 1),
+            if r.ok { "ok" } else { "**FAIL**" },
+        );
+    }
+}
+
 fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Duration) -> String {
     let mut t = String::new();
     let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
@@ -1944,6 +2110,7 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
             );
         }
     }
+    flood_section(&mut t, rows);
     let mut details = String::new();
     for r in rows {
         if !r.dut_drop_reasons.is_empty() {
@@ -2015,12 +2182,22 @@ mod tests {
             5000
         );
         assert!(Scenario::parse("testpmd-5tswap").is_ok());
+        let s = Scenario::parse("nat-1k-synflood").unwrap();
+        assert_eq!((s.workload, s.synproxy), (Workload::SynFlood, true));
+        let s = Scenario::parse("nat-1m-synflood-noproxy").unwrap();
+        assert_eq!((s.workload, s.synproxy), (Workload::SynFlood, false));
+        assert_eq!(s.sessions, 1_000_000);
+        assert!(!Scenario::parse("nat-1k-connections").unwrap().synproxy);
         for bad in [
             "nat",
             "nat-1k",
             "tun-1k-established",
             "nat-1k-idle",
             "nat-1k-mixed-3w",
+            "nat-1k-mixed-noproxy",
+            "nat-1k-synflood-2w",
+            "fullnat-1k-synflood",
+            "dr-1k-synflood-noproxy",
         ] {
             assert!(Scenario::parse(bad).is_err(), "{bad}");
         }
@@ -2057,6 +2234,8 @@ mod tests {
             "dr-1k-established",
             "nat-10m-mixed",
             "fullnat-10m-connections",
+            "nat-1k-synflood",
+            "nat-1k-synflood-noproxy",
         ] {
             let sc = Scenario::parse(name).unwrap();
             let Dut::Sluice { mode, .. } = sc.dut else {
@@ -2075,7 +2254,19 @@ mod tests {
                 true,
             );
             std::fs::write(&path, &text).unwrap();
-            sluice::config::Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+            let config = sluice::config::Config::load(&path)
+                .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+            if sc.workload == Workload::SynFlood {
+                use sluice::model::service::SynProxyMode;
+                let want = if sc.synproxy {
+                    SynProxyMode::On
+                } else {
+                    SynProxyMode::Off
+                };
+                assert_eq!(config.services.len(), 2, "{name}");
+                assert_eq!(config.services[0].synproxy.mode, SynProxyMode::Off);
+                assert_eq!(config.services[1].synproxy.mode, want, "{name}");
+            }
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -2167,6 +2358,17 @@ mod tests {
         // Nothing to compare: nothing added.
         assert_eq!(bracketed(&["testpmd-macswap"]), ["testpmd-macswap"]);
         assert!(bracketed(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_flood_collapses_where_the_answers_stop_for_good() {
+        assert_eq!(collapse_s(&[]), None);
+        assert_eq!(collapse_s(&[100, 100, 100]), None);
+        // A stall in the middle is not a collapse; nor is one low slot at the end.
+        assert_eq!(collapse_s(&[100, 5, 100, 100]), None);
+        assert_eq!(collapse_s(&[100, 100, 100, 5]), None);
+        assert_eq!(collapse_s(&[90, 100, 5, 100, 3, 9, 0]), Some(0.4));
+        assert_eq!(collapse_s(&[0, 0, 0]), None);
     }
 
     #[test]

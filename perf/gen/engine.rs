@@ -66,6 +66,14 @@ pub const CONN_CLIENT_BASE: u32 = ip(198, 18, 128, 1);
 const CONN_CLIENT_HOSTS: u64 = 32_000;
 const PORTS_PER_HOST: u64 = 50_000;
 const CLIENT_PORT_BASE: u16 = 10_000;
+/// The service the SYN flood targets (`synflood` workloads): its own VIP, so the N
+/// established sessions stay on a service without the proxy.
+pub const FLOOD_VIP: u32 = ip(198, 18, 1, 200);
+/// Spoofed flood sources: 198.18.128.0/17, ports 1024..=65535, each (address, port)
+/// used once in the first 2 113 929 216 SYNs (see [`flood_source`]).
+const FLOOD_SRC_BASE: u32 = ip(198, 18, 128, 0);
+const FLOOD_PORTS: u64 = 65_536 - 1024;
+const FLOOD_SPACE: u64 = (1 << 15) * FLOOD_PORTS;
 /// Established flows that fit the 198.19.0.0/16 prefix.
 pub const MAX_SESSIONS: u32 = 65_000 * PORTS_PER_HOST as u32;
 /// FullNAT local ports start here (Sluice's default range 1024..=65535).
@@ -151,6 +159,10 @@ pub enum Workload {
     Connections,
     /// `new_percent` of the requests on new connections, the rest on established flows.
     Mixed,
+    /// SYNs from spoofed sources to [`FLOOD_VIP`] that never complete: each SYN-ACK
+    /// that comes back (the proxy's cookie, or the real server's through the DUT) is
+    /// counted and turned into the next SYN from a new source.
+    SynFlood,
 }
 
 impl Workload {
@@ -159,6 +171,7 @@ impl Workload {
             "established" => Workload::Established,
             "connections" => Workload::Connections,
             "mixed" => Workload::Mixed,
+            "synflood" => Workload::SynFlood,
             _ => return None,
         })
     }
@@ -168,6 +181,7 @@ impl Workload {
             Workload::Established => "established",
             Workload::Connections => "connections",
             Workload::Mixed => "mixed",
+            Workload::SynFlood => "synflood",
         }
     }
 }
@@ -216,9 +230,14 @@ pub enum Fail {
     SeqAck,
     /// The payload (the TSC stamp) changed.
     Payload,
+    /// SYN flood: with the proxy on, a flood SYN reached a real server or a SYN-ACK
+    /// came without the proxy's MSS option; with it off, a SYN-ACK carried options
+    /// (the generator's real servers send none) or a sequence number no real server
+    /// chose.
+    Synproxy,
 }
 
-pub const FAIL_KINDS: usize = 14;
+pub const FAIL_KINDS: usize = 15;
 pub const FAIL_NAMES: [&str; FAIL_KINDS] = [
     "frame_length",
     "unexpected_frame",
@@ -234,6 +253,7 @@ pub const FAIL_NAMES: [&str; FAIL_KINDS] = [
     "flags",
     "seq_ack",
     "payload",
+    "synproxy",
 ];
 const DUMP_LEN: usize = 128;
 
@@ -308,6 +328,11 @@ pub struct Stats {
     pub checksummed: u64,
     /// Packets the I/O loop could not hand to the DUT (its ring was full).
     pub tx_dropped: u64,
+    /// SYN flood: SYNs sent from spoofed sources, and SYN-ACKs received for them.
+    pub flood_syns: u64,
+    pub flood_syn_acks: u64,
+    /// SYN flood with the proxy off: flood SYNs the real servers received.
+    pub flood_syns_at_rs: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -339,6 +364,8 @@ enum Task {
     Establish,
     Data,
     Conn,
+    /// One spoofed SYN, waiting for its SYN-ACK.
+    Flood,
 }
 
 /// What the token's last packet was (and so what answer it waits for).
@@ -401,6 +428,9 @@ pub struct EngineConfig {
     /// Several DUT queues: spread packets as the NIC's RSS would (Sluice's view of a
     /// device without RSS: its default key and a round-robin table).
     pub rss: Option<(Toeplitz, Reta)>,
+    /// `synflood`: the DUT's flood service runs the SYN proxy, so SYN-ACKs must be
+    /// the proxy's cookies and no flood SYN may reach a real server.
+    pub synproxy: bool,
 }
 
 pub struct Engine {
@@ -417,6 +447,7 @@ pub struct Engine {
     est_cursor: u32,
     data_cursor: u32,
     conn_next: u64,
+    flood_next: u64,
     mix_acc: u32,
     /// Real server index + 1 of each established flow (0: not seen).
     flow_rs: Vec<u8>,
@@ -459,10 +490,45 @@ fn server_isn(peer: u32, port: u16) -> u32 {
     mix(((peer as u64) << 16 | port as u64) ^ 0x5e4f_e400_0000_0000)
 }
 
+/// A flood SYN's sequence number: its token and generation, which every SYN-ACK
+/// acknowledges (`ack - 1`), the proxy's included (its SYN-ACK keeps neither the
+/// IPv4 identification nor the urgent pointer).
+#[inline(always)]
+fn flood_isn(id: u16, gen: u16) -> u32 {
+    (gen as u32) << 16 | id as u32
+}
+
+/// A bijection of [0, 2^31): xor-shifts and multiplications by odd numbers.
+#[inline(always)]
+fn scramble31(mut x: u64) -> u64 {
+    const MASK: u64 = (1 << 31) - 1;
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x045d_9f3b) & MASK;
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x2c1b_3c6d) & MASK;
+    x ^ (x >> 16)
+}
+
+/// Spoofed source of flood SYN `n`: a bijection of `n` over the 2^15 addresses x
+/// 64 512 ports ([`scramble31`], walked until it lands inside that space, which is
+/// 98 % of 2^31), so sources look random and none repeats within the space.
+#[inline(always)]
+pub fn flood_source(n: u64) -> (u32, u16) {
+    let mut x = scramble31(n % FLOOD_SPACE);
+    while x >= FLOOD_SPACE {
+        x = scramble31(x);
+    }
+    (
+        FLOOD_SRC_BASE + (x / FLOOD_PORTS) as u32,
+        1024 + (x % FLOOD_PORTS) as u16,
+    )
+}
+
 #[inline(always)]
 fn client_of(task: Task, flow: u64) -> (u32, u16) {
     let port = CLIENT_PORT_BASE + (flow % PORTS_PER_HOST) as u16;
     match task {
+        Task::Flood => flood_source(flow),
         Task::Conn => (
             CONN_CLIENT_BASE + ((flow / PORTS_PER_HOST) % CONN_CLIENT_HOSTS) as u32,
             port,
@@ -548,6 +614,7 @@ impl Engine {
             est_cursor: 0,
             data_cursor: 0,
             conn_next: 0,
+            flood_next: 0,
             mix_acc: 0,
             flow_rs: if tracked { vec![0; n] } else { Vec::new() },
             flow_local: if cfg.mode == Mode::FullNat {
@@ -661,10 +728,15 @@ impl Engine {
                     return false;
                 }
             }
+            Phase::Measure if self.cfg.workload == Workload::SynFlood => {
+                self.flood_next += 1;
+                (Task::Flood, self.flood_next - 1)
+            }
             Phase::Probe | Phase::Measure => {
                 let conn = !self.cfg.mode.is_swap()
                     && match self.cfg.workload {
-                        Workload::Established => false,
+                        // The probe of a flood scenario times established flows.
+                        Workload::Established | Workload::SynFlood => false,
                         Workload::Connections => true,
                         Workload::Mixed => {
                             self.mix_acc += self.cfg.new_percent;
@@ -707,6 +779,11 @@ impl Engine {
                 self.slots[id as usize].stage = Stage::SynSent;
                 self.send_client(id, f, now, isn, 0, SYN, false)
             }
+            Task::Flood => {
+                self.slots[id as usize].stage = Stage::SynSent;
+                self.stats.flood_syns += 1;
+                self.send_client(id, f, now, flood_isn(id, s.gen), 0, SYN, false)
+            }
             _ => {
                 self.slots[id as usize].stage = Stage::DataSent;
                 self.send_client(id, f, now, isn.wrapping_add(1), 1, PSH | ACK, true)
@@ -738,7 +815,11 @@ impl Engine {
     ) -> Out {
         let s = &mut self.slots[id as usize];
         let (cip, cport) = client_of(s.task, s.flow);
-        let vip = self.cfg.vip + (s.flow % self.cfg.vips as u64) as u32;
+        let vip = if s.task == Task::Flood {
+            FLOOD_VIP
+        } else {
+            self.cfg.vip + (s.flow % self.cfg.vips as u64) as u32
+        };
         let plen = if data {
             s.stamp = now;
             f[PAYLOAD_OFF..PAYLOAD_OFF + STAMP_LEN].copy_from_slice(&now.to_le_bytes());
@@ -885,6 +966,12 @@ impl Engine {
     /// A frame for a client: from the DUT (`via_dut`), or a DR real server's answer
     /// handed over directly.
     fn client(&mut self, f: &mut [u8], now: u64, via_dut: bool) -> Out {
+        if self.cfg.workload == Workload::SynFlood
+            && f.len() >= TCP_OFF
+            && rd32(f, IP_OFF + 12) == FLOOD_VIP
+        {
+            return self.flood_syn_ack(f, now);
+        }
         let sums = if via_dut {
             self.stats.rx_client += 1;
             if f[6..12] != DUT_MAC {
@@ -989,6 +1076,78 @@ impl Engine {
         }
     }
 
+    /// A SYN-ACK from the flood service for a spoofed client: checked, counted, and
+    /// turned into the next flood SYN. The proxy's SYN-ACK carries TCP options (its MSS
+    /// at least) and can be shorter than the configured frame; the I/O loop has grown
+    /// the buffer to the frame length, so the IPv4 total length says where it ends.
+    fn flood_syn_ack(&mut self, f: &mut [u8], now: u64) -> Out {
+        self.stats.rx_client += 1;
+        if f[6..12] != DUT_MAC {
+            return self.fail(Fail::SrcMac, f);
+        }
+        if f.len() != self.cfg.frame_len || f.len() < PAYLOAD_OFF {
+            return self.fail(Fail::FrameLength, f);
+        }
+        if f[12] != 0x08 || f[13] != 0x00 {
+            return self.fail(Fail::UnexpectedFrame, f);
+        }
+        if f[IP_OFF] != 0x45 || f[IP_OFF + 9] != 6 || rd16(f, IP_OFF + 6) & 0x3fff != 0 {
+            return self.fail(Fail::IpHeader, f);
+        }
+        let total = rd16(f, IP_OFF + 2) as usize;
+        let tcp_len = (f[TCP_OFF + 12] >> 4) as usize * 4;
+        // A SYN-ACK carries no data: the TCP header (with options) ends the datagram.
+        if tcp_len < 20 || total != 20 + tcp_len || IP_OFF + total > f.len() {
+            return self.fail(Fail::IpHeader, f);
+        }
+        if self.sample_sums() {
+            self.stats.checksummed += 1;
+            if checksum::fold(checksum::sum(&f[IP_OFF..TCP_OFF])) != 0xffff {
+                return self.fail(Fail::IpChecksum, f);
+            }
+            let sum = checksum::pseudo_header_sum(
+                ipv4(rd32(f, IP_OFF + 12)),
+                ipv4(rd32(f, IP_OFF + 16)),
+                6,
+                tcp_len as u16,
+            ) + checksum::sum(&f[TCP_OFF..TCP_OFF + tcp_len]);
+            if checksum::fold(sum) != 0xffff {
+                return self.fail(Fail::TcpChecksum, f);
+            }
+        }
+        if f[TCP_OFF + 13] != SYN | ACK {
+            return self.fail(Fail::Flags, f);
+        }
+        // The token and generation come back in the acknowledgement number.
+        let acked = rd32(f, TCP_OFF + 8).wrapping_sub(1);
+        let (id, gen) = (acked as u16, (acked >> 16) as u16);
+        let Some(&s) = self.slots.get(id as usize) else {
+            return self.fail(Fail::Token, f);
+        };
+        if s.task != Task::Flood || s.gen != gen {
+            // A SYN-ACK for a token already declared lost (or the ack was mangled, which
+            // the address check below cannot tell apart): counted stale, as elsewhere.
+            self.stats.stale += 1;
+            return Out::Drop;
+        }
+        let dst = (rd32(f, IP_OFF + 16), rd16(f, TCP_OFF + 2));
+        if rd16(f, TCP_OFF) != VPORT || dst != flood_source(s.flow) {
+            return self.fail(Fail::ClientAddr, f);
+        }
+        let cookie_like = tcp_len >= 24 && f[PAYLOAD_OFF] == 2 && f[PAYLOAD_OFF + 1] == 4;
+        let from_server = tcp_len == 20
+            && s.rs != 0
+            && rd32(f, TCP_OFF + 4) == server_isn((s.local >> 16) as u32, s.local as u16);
+        if (self.cfg.synproxy && !cookie_like) || (!self.cfg.synproxy && !from_server) {
+            return self.fail(Fail::Synproxy, f);
+        }
+        self.stats.flood_syn_acks += 1;
+        if self.phase == Phase::Measure {
+            self.hist_measure.record(now.wrapping_sub(s.sent));
+        }
+        self.next(id, f, now)
+    }
+
     /// A frame the DUT forwarded to real server `k`.
     fn rs(&mut self, f: &mut [u8], now: u64, k: u8) -> Out {
         self.stats.rx_rs += 1;
@@ -1009,6 +1168,9 @@ impl Engine {
             Err(false) => return self.fail(Fail::Token, f),
         };
         let s = self.slots[id as usize];
+        if s.task == Task::Flood && self.cfg.synproxy {
+            return self.fail(Fail::Synproxy, f);
+        }
         let mode = self.cfg.mode;
         let (src, dst) = (rd32(f, IP_OFF + 12), rd32(f, IP_OFF + 16));
         let (sport, dport) = (rd16(f, TCP_OFF), rd16(f, TCP_OFF + 2));
@@ -1034,7 +1196,7 @@ impl Engine {
         let first = s.stage == Stage::SynSent;
         let fl = s.flow as usize;
         let consistent = match s.task {
-            Task::Establish | Task::Conn if first => {
+            Task::Establish | Task::Conn | Task::Flood if first => {
                 self.slots[id as usize].rs = k + 1;
                 self.slots[id as usize].local = local;
                 if s.task == Task::Establish {
@@ -1045,7 +1207,7 @@ impl Engine {
                 }
                 true
             }
-            Task::Establish | Task::Conn => {
+            Task::Establish | Task::Conn | Task::Flood => {
                 s.rs == k + 1 && (mode != Mode::FullNat || s.local == local)
             }
             _ => {
@@ -1055,16 +1217,23 @@ impl Engine {
         if !consistent {
             return self.fail(Fail::RsInconsistent, f);
         }
-        let isn = client_isn(s.task, s.flow);
+        let isn = if s.task == Task::Flood {
+            flood_isn(id, s.gen)
+        } else {
+            client_isn(s.task, s.flow)
+        };
         let p = self.plen as u32;
         let s_isn = server_isn(src, sport);
         let (rseq, rack, rflags, rplen) = match (s.task, s.stage) {
-            (Task::Establish | Task::Conn, Stage::SynSent) => {
+            (Task::Establish | Task::Conn | Task::Flood, Stage::SynSent) => {
                 if flags != SYN || plen != 0 {
                     return self.fail(Fail::Flags, f);
                 }
                 if seq != isn {
                     return self.fail(Fail::SeqAck, f);
+                }
+                if s.task == Task::Flood {
+                    self.stats.flood_syns_at_rs += 1;
                 }
                 (s_isn, seq.wrapping_add(1), SYN | ACK, 0)
             }
@@ -1177,23 +1346,27 @@ mod tests {
         next_rs: u8,
         next_lport: u16,
         bug: Bug,
+        /// SYNs to [`FLOOD_VIP`] are answered with a cookie SYN-ACK, as Sluice's proxy
+        /// does: no session, options, a shorter frame.
+        synproxy: bool,
         /// client (ip, port) -> (rs index, lip, lport)
         fwd: HashMap<(u32, u16), (u8, u32, u16)>,
-        /// (rs index, lip or client ip, port) -> client (ip, port)
-        rev: HashMap<(u8, u32, u16), (u32, u16)>,
+        /// (rs index, lip or client ip, port) -> (client ip, port, VIP)
+        rev: HashMap<(u8, u32, u16), (u32, u16, u32)>,
     }
 
+    /// Both checksums, over the TCP segment the IPv4 total length covers (options too).
     fn fix_sums(f: &mut [u8]) {
         f[24] = 0;
         f[25] = 0;
         let c = checksum::finish(checksum::sum(&f[14..34]));
         f[24..26].copy_from_slice(&c.to_be_bytes());
-        let plen = rd16(f, 16) as usize - 40;
+        let tcp_len = rd16(f, 16) as usize - 20;
         f[50] = 0;
         f[51] = 0;
         let sum =
-            checksum::pseudo_header_sum(ipv4(rd32(f, 26)), ipv4(rd32(f, 30)), 6, 20 + plen as u16)
-                + checksum::sum(&f[34..54 + plen]);
+            checksum::pseudo_header_sum(ipv4(rd32(f, 26)), ipv4(rd32(f, 30)), 6, tcp_len as u16)
+                + checksum::sum(&f[34..34 + tcp_len]);
         let c = checksum::finish(sum);
         f[50..52].copy_from_slice(&c.to_be_bytes());
     }
@@ -1217,13 +1390,14 @@ mod tests {
                 next_rs: 0,
                 next_lport: 1024,
                 bug,
+                synproxy: false,
                 fwd: HashMap::new(),
                 rev: HashMap::new(),
             }
         }
 
         /// Processes one frame from the generator; returns whether it is sent back.
-        fn process(&mut self, f: &mut [u8]) -> bool {
+        fn process(&mut self, f: &mut Vec<u8>) -> bool {
             if f[12..14] == [0x08, 0x06] {
                 return false; // ARP: the fake knows every MAC already.
             }
@@ -1245,7 +1419,32 @@ mod tests {
                 _ => {}
             }
             let (src, sport, dst, dport) = (rd32(f, 26), rd16(f, 34), rd32(f, 30), rd16(f, 36));
-            if dst == VIP && dport == VPORT {
+            if self.synproxy && dst == FLOOD_VIP && f[47] == SYN {
+                // The cookie SYN-ACK: fresh headers (identification and urgent pointer
+                // zero), an MSS option, 58 bytes.
+                let isn = rd32(f, 38);
+                let h = Hdr {
+                    src_mac: DUT_MAC,
+                    dst_mac: CLIENT_MAC,
+                    src: dst,
+                    sport: dport,
+                    dst: src,
+                    dport: sport,
+                    seq: mix(isn as u64 ^ src as u64),
+                    ack: isn.wrapping_add(1),
+                    flags: SYN | ACK,
+                    token: 0,
+                    gen: 0,
+                };
+                write_headers(f, &h, 0);
+                f[TCP_OFF + 12] = 6 << 4;
+                f[PAYLOAD_OFF..PAYLOAD_OFF + 4].copy_from_slice(&[2, 4, 0x05, 0xb4]);
+                f[16..18].copy_from_slice(&44u16.to_be_bytes());
+                fix_sums(f);
+                f.truncate(58);
+                return true;
+            }
+            if (dst == VIP || dst == FLOOD_VIP) && dport == VPORT {
                 let key = (src, sport);
                 let entry = match self.fwd.get(&key) {
                     Some(e) if self.bug != Bug::NoStickiness => *e,
@@ -1259,7 +1458,7 @@ mod tests {
                             (src, sport)
                         };
                         self.fwd.insert(key, (k, lip_, lport));
-                        self.rev.insert((k, lip_, lport), key);
+                        self.rev.insert((k, lip_, lport), (key.0, key.1, dst));
                         (k, lip_, lport)
                     }
                 };
@@ -1273,7 +1472,7 @@ mod tests {
                 }
             } else {
                 let k = (src - RS_BASE) as u8;
-                let Some(&(cip, cport)) = self.rev.get(&(k, dst, dport)) else {
+                let Some(&(cip, cport, vip)) = self.rev.get(&(k, dst, dport)) else {
                     return false;
                 };
                 let cport = if self.bug == Bug::WrongClientPort {
@@ -1283,7 +1482,7 @@ mod tests {
                 };
                 f[0..6].copy_from_slice(&CLIENT_MAC);
                 f[6..12].copy_from_slice(&DUT_MAC);
-                set_addr(f, Some((VIP, VPORT)), Some((cip, cport)));
+                set_addr(f, Some((vip, VPORT)), Some((cip, cport)));
             }
             if self.bug != Bug::TcpChecksum {
                 fix_sums(f);
@@ -1313,6 +1512,7 @@ mod tests {
             vips: 1,
             loss_timeout: 1_000_000,
             rss: None,
+            synproxy: false,
         })
     }
 
@@ -1330,7 +1530,14 @@ mod tests {
             }
             let Some(mut f) = queue.pop() else { break };
             *now += 10;
-            if lb.process(&mut f) && e.handle(&mut f, *now) != Out::Drop {
+            if !lb.process(&mut f) {
+                continue;
+            }
+            // As the I/O loop does for a flood: a short SYN-ACK's buffer grows back.
+            if e.cfg.workload == Workload::SynFlood && f.len() < 64 {
+                f.resize(64, 0);
+            }
+            if e.handle(&mut f, *now) != Out::Drop {
                 queue.push(f);
             }
         }
@@ -1429,6 +1636,74 @@ mod tests {
         assert!(e.establish_done());
         assert_eq!(e.stats.established, 50);
         assert_eq!(e.failures.total(), 0);
+    }
+
+    fn flood(expect_proxy: bool, dut_proxies: bool) -> (Engine, FakeLb) {
+        let mut e = engine(Mode::Nat, Workload::SynFlood, 100, 16);
+        e.cfg.synproxy = expect_proxy;
+        let mut lb = FakeLb::new(Mode::Nat, 4, Bug::None);
+        lb.synproxy = dut_proxies;
+        let mut now = 1;
+        establish(&mut e, &mut lb, &mut now);
+        assert!(e.establish_done(), "stats {:?}", e.stats);
+        e.set_phase(Phase::Measure);
+        pump(&mut e, &mut lb, 20_000, &mut now);
+        (e, lb)
+    }
+
+    #[test]
+    fn a_syn_flood_through_the_proxy_is_answered_without_sessions() {
+        let (e, lb) = flood(true, true);
+        assert_eq!(e.failures.total(), 0, "{:?}", e.stats);
+        assert!(e.stats.flood_syn_acks > 10_000, "{:?}", e.stats);
+        // Every SYN-ACK answered a SYN; at most a window's worth are still in flight.
+        assert!(e.stats.flood_syns >= e.stats.flood_syn_acks);
+        assert!(e.stats.flood_syns - e.stats.flood_syn_acks <= 16);
+        assert_eq!(e.stats.flood_syns_at_rs, 0);
+        // Only the 100 established flows hold sessions in the stand-in.
+        assert_eq!(lb.fwd.len(), 100);
+        assert_eq!(e.stats.requests, 0);
+    }
+
+    #[test]
+    fn a_syn_flood_without_the_proxy_reaches_the_real_servers() {
+        let (e, lb) = flood(false, false);
+        assert_eq!(e.failures.total(), 0, "{:?}", e.stats);
+        assert!(e.stats.flood_syn_acks > 5_000, "{:?}", e.stats);
+        assert!(e.stats.flood_syns_at_rs >= e.stats.flood_syn_acks);
+        // Each flood SYN opened a session of its own in the stand-in.
+        assert_eq!(lb.fwd.len() as u64, 100 + e.stats.flood_syns_at_rs);
+    }
+
+    #[test]
+    fn a_dut_that_proxies_or_not_against_the_expectation_is_caught() {
+        let (e, _) = flood(true, false);
+        assert!(
+            e.failures.counts[Fail::Synproxy as usize] > 0,
+            "{:?}",
+            e.stats
+        );
+        let (e, _) = flood(false, true);
+        assert!(
+            e.failures.counts[Fail::Synproxy as usize] > 0,
+            "{:?}",
+            e.stats
+        );
+        assert_eq!(e.stats.flood_syn_acks, 0);
+    }
+
+    #[test]
+    fn flood_sources_do_not_repeat_and_stay_in_their_prefix() {
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..1_000_000u64 {
+            let (a, p) = flood_source(n);
+            assert_eq!(a >> 15, FLOOD_SRC_BASE >> 15, "{n}");
+            assert!(p >= 1024, "{n}");
+            assert!(seen.insert((a, p)), "source of SYN {n} repeats");
+        }
+        // Spread over the prefix, not one address after another.
+        let hosts: std::collections::HashSet<u32> = seen.iter().map(|s| s.0).collect();
+        assert!(hosts.len() > 30_000, "{}", hosts.len());
     }
 
     #[test]

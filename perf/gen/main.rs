@@ -62,7 +62,10 @@ bench (the orchestrator; needs root, the release binaries and dpdk-testpmd):
 run (the generator; usually started by bench):
   --socket NAME        memif socket (abstract namespace) the DUT connects to
   --mode MODE          dr | nat | fullnat | 5tswap | macswap
-  --workload W         established | connections | mixed (default established)
+  --workload W         established | connections | mixed | synflood (default
+                       established)
+  --synproxy on|off    synflood: whether the flood service (198.18.1.200:80) runs the
+                       SYN proxy, i.e. whether SYN-ACKs must be cookies (default off)
   --sessions N         established flows (default 1000)
   --window K           packets in flight (default 1024)
   --frame-size BYTES   default 64
@@ -154,6 +157,7 @@ fn parse_run(args: &[String]) -> Result<run::RunArgs, String> {
         link_timeout_s: 60.0,
         stall_timeout_s: 20.0,
         loss_timeout_ms: 200,
+        synproxy: false,
     };
     let mut mode = None;
     let mut it = args.iter();
@@ -196,10 +200,20 @@ fn parse_run(args: &[String]) -> Result<run::RunArgs, String> {
             "--link-timeout" => a.link_timeout_s = num(flag, v)?,
             "--stall-timeout" => a.stall_timeout_s = num(flag, v)?,
             "--loss-timeout-ms" => a.loss_timeout_ms = num(flag, v)?,
+            "--synproxy" => {
+                a.synproxy = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("--synproxy {v:?}: on or off")),
+                }
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
     a.mode = mode.ok_or("--mode is required")?;
+    if a.workload == Workload::SynFlood && !matches!(a.mode, Mode::Nat | Mode::FullNat) {
+        return Err("--workload synflood: --mode nat or fullnat (the SYN proxy's modes)".into());
+    }
     if a.socket.is_empty() {
         return Err("--socket is required".into());
     }

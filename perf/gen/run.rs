@@ -48,6 +48,8 @@ pub struct RunArgs {
     pub link_timeout_s: f64,
     pub stall_timeout_s: f64,
     pub loss_timeout_ms: u64,
+    /// `synflood`: the flood service runs the SYN proxy (what the generator expects).
+    pub synproxy: bool,
 }
 
 pub const EXIT_VALIDATION: i32 = 3;
@@ -152,6 +154,7 @@ pub fn run(a: RunArgs) -> i32 {
         vips: a.vips,
         loss_timeout: hz / 1000 * a.loss_timeout_ms,
         rss,
+        synproxy: a.synproxy,
     });
 
     // Link up = the DUT connected to the memif socket.
@@ -219,7 +222,13 @@ struct Outcome {
     /// over the measure window.
     busy_cycles: u64,
     total_cycles: u64,
+    /// SYN flood: SYN-ACKs received in each 100 ms of the window (the session table
+    /// filling up shows as the count falling).
+    flood_per_100ms: Vec<u64>,
 }
+
+/// The SYN flood's time series: one count per this many milliseconds of the window.
+const FLOOD_SLOT_MS: u64 = 100;
 
 /// Where the run is, as the loop sees it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -256,6 +265,11 @@ fn drive(a: &RunArgs, d: &mut Dpdk, e: &mut Engine, cmd: &AtomicU8, hz: u64) -> 
     let swap = a.mode.is_swap();
     let (mut busy, mut prev, mut prev_got) = (0u64, start, false);
     let (mut busy_at_start, mut cycles_at_start) = (0u64, start);
+    let flood = a.workload == Workload::SynFlood;
+    // Allocated here so the loop never allocates: one slot per 100 ms, and spare.
+    out.flood_per_100ms =
+        Vec::with_capacity((a.duration_s * 1000.0 / FLOOD_SLOT_MS as f64) as usize + 8);
+    let (mut next_slot, mut slot_base) = (u64::MAX, 0u64);
     loop {
         let now = tsc();
         if prev_got {
@@ -269,6 +283,10 @@ fn drive(a: &RunArgs, d: &mut Dpdk, e: &mut Engine, cmd: &AtomicU8, hz: u64) -> 
             }
             prev_got = true;
             for i in 0..rx.len() {
+                // The proxy's SYN-ACK can be shorter than the frame it becomes next.
+                if flood && rx.packet_len(i) < frame_len as u32 {
+                    rx.set_packet_len(i, frame_len);
+                }
                 if let Out::Tx(t) = e.handle(rx.packet_mut(i), now) {
                     let t = t as usize % nq;
                     if txs[t].is_full() {
@@ -322,6 +340,14 @@ fn drive(a: &RunArgs, d: &mut Dpdk, e: &mut Engine, cmd: &AtomicU8, hz: u64) -> 
             continue;
         }
         next_hk = now + ms / 10;
+        if now >= next_slot {
+            let n = e.stats.flood_syn_acks;
+            if out.flood_per_100ms.len() < out.flood_per_100ms.capacity() {
+                out.flood_per_100ms.push(n - slot_base);
+            }
+            slot_base = n;
+            next_slot += FLOOD_SLOT_MS * ms;
+        }
         if now >= next_expire {
             e.expire(now);
             next_expire = now + 10 * ms;
@@ -410,6 +436,10 @@ fn drive(a: &RunArgs, d: &mut Dpdk, e: &mut Engine, cmd: &AtomicU8, hz: u64) -> 
                     cycles_at_start = now;
                     step = Step::Measure;
                     step_at = now;
+                    if flood {
+                        next_slot = now + FLOOD_SLOT_MS * ms;
+                        slot_base = e.stats.flood_syn_acks;
+                    }
                     e.set_phase(Phase::Measure);
                     println!("gen: measuring for {} s", a.duration_s);
                 } else if since(step_at) > 600.0 {
@@ -427,6 +457,7 @@ fn drive(a: &RunArgs, d: &mut Dpdk, e: &mut Engine, cmd: &AtomicU8, hz: u64) -> 
                     out.at_end = e.stats;
                     out.busy_cycles = busy - busy_at_start;
                     out.total_cycles = now - cycles_at_start;
+                    next_slot = u64::MAX;
                     e.set_phase(Phase::Drain);
                     println!("@MEASURED {:.6}", out.measure_s);
                     step = Step::Drain;
@@ -510,6 +541,12 @@ fn result_json(a: &RunArgs, e: &Engine, o: &Outcome, hz: u64, ok: bool) -> Strin
         "lost": d(|s| s.lost),
         "stale": d(|s| s.stale),
         "tx_dropped": d(|s| s.tx_dropped),
+        "synproxy": a.synproxy,
+        "flood_syns": d(|s| s.flood_syns),
+        "flood_syn_acks": d(|s| s.flood_syn_acks),
+        "flood_syn_acks_per_s": d(|s| s.flood_syn_acks) as f64 / secs,
+        "flood_syns_at_rs": d(|s| s.flood_syns_at_rs),
+        "flood_syn_acks_per_100ms": o.flood_per_100ms,
         "dut_passes_per_round_trip": passes,
         "gen_busy_percent": 100.0 * o.busy_cycles as f64 / o.total_cycles.max(1) as f64,
         "latency_p50_ns": ns(e.hist_measure.quantile(0.5)),
