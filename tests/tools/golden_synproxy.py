@@ -79,14 +79,13 @@ The contract encoded here (docs/SYNPROXY.md; docs/TESTING.md, "Golden SYN proxy"
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
-    from scapy.all import ARP, Ether, IP, TCP, rdpcap  # noqa: E402
+    from scapy.all import ARP, Ether, IP, TCP  # noqa: E402
 except ImportError as e:  # pragma: no cover
     sys.exit(f"golden_synproxy.py: scapy not importable ({e}); run with /usr/bin/python3 "
              "after scripts/setup.sh (python3-scapy)")
@@ -94,7 +93,6 @@ except ImportError as e:  # pragma: no cover
 import golden_arp_icmp as base  # noqa: E402
 import golden_forwarding as gf  # noqa: E402  (frame builders, expectation format, checker)
 import golden_fullnat as gfn  # noqa: E402  (live-run helpers)
-from golden_arp_icmp import Report  # noqa: E402
 
 OUR_MAC, OUR_IP = gf.OUR_MAC, gf.OUR_IP
 CLIENT_MAC, CLIENT_IP = gf.CLIENT_MAC, gf.CLIENT_IP
@@ -692,57 +690,27 @@ def wall_ms():
 
 
 def cmd_run(args):
-    steps = script()
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-    sock.bind((args.iface, 0))
     bindings = {k: {} for k in SESSIONS}
-    sent, timeouts = [], []
 
-    def outputs():
-        return [f for f in gfn.read_pcap_frames(args.out_pcap) if not gf.is_our_arp_request(f, RIPS)]
-
-    want_out = len(outputs())
-    if want_out:
-        print(f"note: {want_out} frame(s) in {args.out_pcap} before the first input", flush=True)
-    want_drops = gfn.drops_total(args)
-    if want_drops is None:
-        print("FAIL: sluicectl status does not answer", flush=True)
-        return 1
-    for step in steps:
-        b = usable(bindings)
-        raw = step.make(b)
-        n = len(step.expect(b, raw))
-        sock.send(raw)
-        sent.append(raw)
-        first = want_out
-        want_out += n
-        want_drops += 1 if step.drop else 0
-        deadline = time.monotonic() + 3.0
-        while True:
-            outs = outputs()
-            if len(outs) >= want_out and (step.drop is None or (gfn.drops_total(args) or 0) >= want_drops):
-                break
-            if time.monotonic() > deadline:
-                timeouts.append(f"{step.name}: {len(outs) - first} of {n} output(s) after 3 s"
-                                + ("" if step.drop is None else f", drops {gfn.drops_total(args)} of {want_drops}"))
-                print(f"timeout: {timeouts[-1]}", flush=True)
-                break
-            time.sleep(0.002)
+    def learn(step, raw, new_outputs):
+        if not step.learns:
+            return
         now = wall_ms()
-        if step.learns:
-            key, what = step.learns
-            for f in outs[first:]:
-                found = cookie_from_output(f, key) if what == "cookie" else fullnat_from_output(f, key, raw)
-                if found:
-                    found["seen_ms" if what == "cookie" else "fnat_seen_ms"] = now
-                    bindings[key].update(found)
-                    break
-            print(f"{key}: {bindings[key]}", flush=True)
-    time.sleep(0.3)
-    gf.write_pcap(args.in_pcap, sent)
+        key, what = step.learns
+        for f in new_outputs:
+            found = cookie_from_output(f, key) if what == "cookie" else fullnat_from_output(f, key, raw)
+            if found:
+                found["seen_ms" if what == "cookie" else "fnat_seen_ms"] = now
+                bindings[key].update(found)
+                break
+        print(f"{key}: {bindings[key]}", flush=True)
+
+    args.rips = RIPS
+    timeouts = gfn.play_live(args, script(), bindings, usable, learn)
+    if timeouts is None:
+        return 1
     with open(args.run_json, "w") as f:
-        json.dump({"bindings": bindings, "timeouts": timeouts, "sent": len(sent)}, f, indent=1)
-    print(f"sent {len(sent)} frames; {len(timeouts)} timeout(s)", flush=True)
+        json.dump({"bindings": bindings, "timeouts": timeouts}, f, indent=1)
     return 0
 
 
@@ -805,28 +773,9 @@ def cmd_check(args):
     with open(args.run_json) as f:
         run = json.load(f)
     bindings = run["bindings"]
-    rep = Report()
-    for t in run.get("timeouts", []):
-        print(f"note: during the run: {t}")
-    for e in binding_problems(bindings):
-        rep.fail(e)
     frames, expect = build_expectations(bindings)
-    sent = [bytes(p) for p in rdpcap(args.in_pcap)]
-    if sent != frames:
-        diff = next((i for i in range(min(len(sent), len(frames))) if sent[i] != frames[i]), None)
-        rep.fail(f"{args.in_pcap} is not the script played with the bindings {bindings}: "
-                 f"{len(sent)} frames, expected {len(frames)}"
-                 + (f"; first difference at frame #{diff} ({expect['frames'][diff]['name']})" if diff is not None
-                    else ""))
-    with open(args.expect_json, "w") as f:
-        json.dump(expect, f, indent=1)
-    rc = gf.cmd_check(argparse.Namespace(in_pcap=args.in_pcap, out_pcap=args.out_pcap,
-                                         expect_json=args.expect_json, summary=args.summary))
-    if rep.errors:
-        print(f"FAIL: {len(rep.errors)} problem(s) with the cookies, the FullNAT binding or the input:")
-        for e in rep.errors:
-            print(f"  - {e}")
-        return 1
+    rc = gfn.check_live(args, run, bindings, binding_problems(bindings), frames, expect,
+                        "the cookies or the FullNAT binding")
     if rc == 0:
         print("OK: cookies carry the MSS index, the time slot of their TSval, and the client's options in the "
               f"TSval; bindings {bindings}")
@@ -1000,26 +949,8 @@ def cmd_selftest(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("config", help="print the services config")
-    r = sub.add_parser("run", help="play the script against a running Sluice")
-    r.add_argument("iface")
-    r.add_argument("in_pcap")
-    r.add_argument("out_pcap")
-    r.add_argument("run_json")
-    r.add_argument("--sluicectl", required=True)
-    r.add_argument("--socket", required=True)
-    ck = sub.add_parser("check", help="check Sluice's output")
-    ck.add_argument("in_pcap")
-    ck.add_argument("out_pcap")
-    ck.add_argument("run_json")
-    ck.add_argument("expect_json")
-    ck.add_argument("summary", nargs="?")
-    st = sub.add_parser("selftest", help="prove the checker")
-    st.add_argument("dir")
-    args = parser.parse_args()
-    return {"config": cmd_config, "run": cmd_run, "check": cmd_check, "selftest": cmd_selftest}[args.cmd](args)
+    return gfn.live_tool_main(__doc__, {"config": cmd_config, "run": cmd_run, "check": cmd_check,
+                                        "selftest": cmd_selftest})
 
 
 if __name__ == "__main__":
