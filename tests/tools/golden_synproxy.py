@@ -111,14 +111,15 @@ COUNTER_SHIFT = 16
 # reading of the wall clock when the frame came out.
 CLOCK_SLACK_MS = 5000
 
-# The client's SYN options as Linux sends them.
+
 def linux_syn_options(tsval, mss=1460, wscale=7):
+    """The options of a Linux client's SYN."""
     return [("MSS", mss), ("SAckOK", b""), ("Timestamp", (tsval, 0)), ("NOP", None), ("WScale", wscale)]
 
 
-# Session -> its client side and real server. isn: the client's ISN; syn: the SYN's
-# options; sisn: the real server's ISN; srv_opts(tsecr): its SYN-ACK's options;
-# srv_ts: its first TSval (None: no timestamps).
+# Session -> mode (of its service); the client's port, ISN, SYN options, and what they
+# offer (ts: the SYN's TSval, wscale, sack, mss; None: not offered); the real server's
+# ISN, first TSval, window scale and SACK-permitted (None / False: not offered).
 SESSIONS = {
     # NAT, a Linux client (MSS, SACK, timestamps, window scale 7), a Linux server.
     "A": dict(mode="nat", cport=43001, isn=0x1A2B3C4D, syn=linux_syn_options(1000), ts=1000, wscale=7, sack=True,
@@ -126,7 +127,8 @@ SESSIONS = {
     # NAT, a client without timestamps (so no SACK or window scale either), MSS 1380.
     "B": dict(mode="nat", cport=43002, isn=0x00000010, syn=[("MSS", 1380)], ts=None, wscale=None, sack=False,
               mss=1380, sisn=0x12345678, srv_ts=None, srv_wscale=None, srv_sack=False),
-    # FullNAT, a Linux client; the server scales by 5 and its ISN wraps soon.
+    # FullNAT, a Linux client; the server scales by 5 and its sequence numbers cross
+    # 2^32.
     "C": dict(mode="fullnat", cport=43003, isn=0x33330000, syn=linux_syn_options(2000), ts=2000, wscale=7,
               sack=True, mss=1460, sisn=0xFFFFFF00, srv_ts=700000, srv_wscale=5, srv_sack=True),
     # NAT, a client near the end of the sequence space; the server offers timestamps
@@ -392,8 +394,9 @@ def script():
         return lambda b: raw
 
     def client(key, flags, seq, ack, tsval=None, sack=None, data=b"", ip_id=1, window=None):
-        """A client segment of `key`: seq/ack relative to the client ISN and the cookie
-        (ack_rel None: absolute 0); timestamps (tsval, echo of the cookie TSval)."""
+        """A client segment of `key`: seq relative to the client ISN, ack to the
+        cookie; timestamps (tsval, echo of the cookie TSval) when the client uses them;
+        SACK edges relative to the cookie."""
         s, vip, _, _ = session(key)
 
         def make(b):
