@@ -1,9 +1,19 @@
 //! Golden-packet runs: comparing the daemon's counters with the expectations a golden
 //! tool writes (`tests/tools/golden_forwarding.py`'s format, also written by
-//! `golden_fullnat.py`).
+//! `golden_fullnat.py` and `golden_synproxy.py`), the checker self-test, and the live
+//! run those two tools share.
 
-use super::daemon::{drop_count, event_count, real_server, rs_counter};
+use super::config::{DaemonConfig, PortSpec};
+use super::daemon::{
+    dpdk_runtime_dirs, drop_count, event_count, port_counter, real_server, rs_counter, Daemon,
+    SLUICECTL,
+};
+use super::process::{run_bounded, tool, unique_tag, CmdOutput, PYTHON};
+use super::testbed::Testbed;
+use serde_json::Value;
 use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
 
 /// Counter mismatches, collected so that one run reports all of them.
 #[derive(Default, Debug)]
@@ -26,6 +36,37 @@ impl Mismatches {
 
     pub fn report(&self) -> String {
         self.0.join("\n  ")
+    }
+
+    /// Port `lan0` of a golden run: received exactly the `input_frames`, sent the
+    /// `outputs` plus at most the `arp_requests` Sluice sent on its own (out.pcap holds
+    /// every such request, the status only those sent before it was read), no error.
+    pub fn port_lan0(
+        &mut self,
+        status: &serde_json::Value,
+        input_frames: u64,
+        outputs: u64,
+        arp_requests: u64,
+    ) {
+        self.eq(
+            "ports[lan0].rx_packets".into(),
+            port_counter(status, "lan0", "rx_packets"),
+            input_frames,
+        );
+        let tx = port_counter(status, "lan0", "tx_packets");
+        if !(outputs..=outputs + arp_requests).contains(&tx) {
+            self.fail(format!(
+                "ports[lan0].tx_packets: got {tx}, expected the {outputs} outputs plus at most \
+                 the {arp_requests} ARP requests from Sluice"
+            ));
+        }
+        for field in ["rx_missed", "rx_errors", "tx_errors", "rx_nombuf"] {
+            self.eq(
+                format!("ports[lan0].{field}"),
+                port_counter(status, "lan0", field),
+                0,
+            );
+        }
     }
 }
 
@@ -136,3 +177,209 @@ pub fn golden_counter_mismatches(
     }
     m
 }
+
+/// Runs `TOOL selftest DIR`: the tool's checker must accept the expected output and
+/// reject every broken variant, at least `min_verdicts` of them reported "as it must".
+/// Needs scapy and tshark, not root.
+pub fn assert_checker_selftest(tool_name: &str, min_verdicts: usize) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("sluice-selftest-{}-", unique_tag()))
+        .tempdir()
+        .expect("temp dir");
+    let out = run_bounded(
+        Command::new(PYTHON)
+            .arg(tool(tool_name))
+            .arg("selftest")
+            .arg(dir.path()),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.success(),
+        "{tool_name} self-test failed: {}",
+        out.describe()
+    );
+    assert!(
+        out.stdout.contains("selftest OK")
+            && out.stdout.matches("as it must").count() >= min_verdicts,
+        "{tool_name} self-test output: {}",
+        out.stdout
+    );
+}
+
+/// What a live golden run leaves: the daemon (stopped), its counters once the input
+/// ended, the checker's verdict and expectations, and the counter mismatches found so
+/// far (drops, events, sessions, real servers, port counters).
+pub struct LiveGolden {
+    pub daemon: Daemon,
+    pub status: Value,
+    pub list: Value,
+    pub check: CmdOutput,
+    pub expect: Value,
+    pub problems: Mismatches,
+}
+
+/// A golden run whose input depends on what Sluice chose (FullNAT local ports, SYN
+/// cookies): the tool (`golden_fullnat.py`, `golden_synproxy.py`) prints the services
+/// config (`config`), plays client and real servers live on a test bed's client veth
+/// while Sluice reads the appliance veth and writes `out.pcap` (`run`), then checks
+/// the output against the script and what it learned (`check`). Asserts that the run
+/// completed and that the script has at least `min_frames` frames and `min_outputs`
+/// outputs; the checker's verdict and the counters are for the caller
+/// ([`LiveGolden::assert_passed`]).
+pub fn run_live_golden(tool_name: &str, min_frames: u64, min_outputs: u64) -> LiveGolden {
+    let golden_tool = tool(tool_name);
+    // Only the client's and the appliance's veths: the tool plays the real servers.
+    let bed = Testbed::up(0);
+    let mut cfg = DaemonConfig::new(Vec::new());
+    let in_pcap = cfg.path("in.pcap");
+    let out_pcap = cfg.path("out.pcap");
+    let run_json = cfg.path("run.json");
+    let expect_json = cfg.path("expect.json");
+    let summary_json = cfg.path("summary.json");
+
+    let services = run_bounded(
+        Command::new(PYTHON).arg(&golden_tool).arg("config"),
+        Duration::from_secs(60),
+    )
+    .expect_success(&format!("{tool_name} config"));
+    let vdev = format!(
+        "net_pcap0,rx_iface_in={},tx_pcap={}",
+        bed.lb_if(),
+        out_pcap.display()
+    );
+    cfg.ports = vec![PortSpec::vdev("lan0", &vdev, &[APPLIANCE_ADDR]).with_mac(APPLIANCE_MAC)];
+    cfg.extra_toml.push(services.stdout);
+    let cfg = cfg.in_netns(bed.lb_ns());
+    let mut daemon = Daemon::start(cfg);
+    assert_eq!(
+        port_counter(&daemon.status(), "lan0", "rx_packets"),
+        0,
+        "frames reached the appliance before the run: {:#}",
+        daemon.status()
+    );
+
+    // 1. Play the script live from the client's namespace (bounded: each frame waits
+    // at most 3 s for its outputs).
+    let socket = daemon.socket().to_string_lossy().into_owned();
+    let run = bed.exec(
+        bed.client_ns(),
+        &[
+            PYTHON,
+            &golden_tool.to_string_lossy(),
+            "run",
+            bed.client_if(),
+            &in_pcap.to_string_lossy(),
+            &out_pcap.to_string_lossy(),
+            &run_json.to_string_lossy(),
+            "--sluicectl",
+            SLUICECTL,
+            "--socket",
+            &socket,
+        ],
+        Duration::from_secs(300),
+    );
+    eprintln!("{}", run.stdout);
+    assert!(
+        run.success(),
+        "{tool_name} run failed: {}\n{}",
+        run.describe(),
+        daemon.dump()
+    );
+
+    // 2. Counters once the input has ended (settle, then they must stand still).
+    std::thread::sleep(Duration::from_millis(300));
+    let before = daemon.status();
+    std::thread::sleep(Duration::from_millis(300));
+    let status = daemon.status();
+    assert_eq!(
+        (
+            &before["drops"],
+            &before["events"],
+            port_counter(&before, "lan0", "rx_packets")
+        ),
+        (
+            &status["drops"],
+            &status["events"],
+            port_counter(&status, "lan0", "rx_packets")
+        ),
+        "counters still moving after the input ended"
+    );
+    let list = daemon.list_services();
+
+    // 3. SIGTERM closes the port (out.pcap is complete).
+    let exit = daemon.terminate();
+    assert!(
+        exit.success(),
+        "sluice exited with {exit}\n{}",
+        daemon.dump()
+    );
+
+    // 4. The output, frame by frame.
+    let check = run_bounded(
+        Command::new(PYTHON)
+            .arg(&golden_tool)
+            .arg("check")
+            .arg(&in_pcap)
+            .arg(&out_pcap)
+            .arg(&run_json)
+            .arg(&expect_json)
+            .arg(&summary_json),
+        Duration::from_secs(300),
+    );
+    eprintln!("{}", check.stdout);
+    let expect: Value = std::fs::read_to_string(&expect_json)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_else(|| panic!("check wrote no expectations: {}", check.describe()));
+    let summary: Value = std::fs::read_to_string(&summary_json)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let input_frames = expect["input_frames"].as_u64().unwrap();
+    let outputs = expect["outputs"].as_array().unwrap().len() as u64;
+    assert!(
+        input_frames >= min_frames && outputs >= min_outputs,
+        "suspiciously small script: {input_frames} frames, {outputs} outputs"
+    );
+
+    // 5. Counters: drops, events, sessions, real servers, the port.
+    let mut problems = golden_counter_mismatches(&status, &list, &expect);
+    let arp_requests = summary["arp_requests"].as_u64().unwrap_or(0);
+    problems.port_lan0(&status, input_frames, outputs, arp_requests);
+    LiveGolden {
+        daemon,
+        status,
+        list,
+        check,
+        expect,
+        problems,
+    }
+}
+
+impl LiveGolden {
+    /// The checker accepted the output, no counter differs, and DPDK left nothing.
+    pub fn assert_passed(&self) {
+        assert!(
+            self.check.success(),
+            "golden check failed:\n{}\ncounters:\n  {}\n{}",
+            self.check.describe(),
+            self.problems.report(),
+            self.daemon.dump()
+        );
+        assert!(
+            self.problems.is_empty(),
+            "status counters differ from the expectations:\n  {}\nstatus: {:#}\nservices: {:#}",
+            self.problems.report(),
+            self.status,
+            self.list
+        );
+        assert!(
+            dpdk_runtime_dirs(&self.daemon.config.file_prefix).is_empty(),
+            "DPDK runtime dir left behind"
+        );
+    }
+}
+
+/// The appliance of the golden tools (`golden_arp_icmp.py`'s OUR_MAC / OUR_IP).
+const APPLIANCE_MAC: &str = "02:53:4c:00:00:01";
+const APPLIANCE_ADDR: &str = "198.18.0.1/24";

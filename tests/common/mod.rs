@@ -15,7 +15,8 @@
 //!   Accessors for its JSON reports.
 //! - `applab`: [`AppLab`], a test bed whose real servers run `tests/tools/e2e_apps.py`.
 //! - `golden`: [`golden_counter_mismatches`], the daemon's counters against a golden
-//!   tool's expectations.
+//!   tool's expectations; [`assert_checker_selftest`]; [`run_live_golden`], a golden
+//!   tool that plays client and real servers live against the daemon.
 //! - [`eal`]: the in-process EAL test bed of `eal_ring` and `eal_held`.
 #![allow(dead_code)]
 

@@ -517,15 +517,20 @@ def drops_total(args):
     return sum(json.loads(r.stdout).get("drops", {}).values())
 
 
-def cmd_run(args):
-    steps = script()
+def play_live(args, steps, bindings, usable, learn):
+    """Sends the frames of `steps` on args.iface one at a time, each made from
+    usable(bindings); after each, waits (at most 3 s) until args.out_pcap holds its
+    expected outputs (Sluice's ARP requests for real servers aside) or, for a frame
+    that must be dropped, until the drop counters have grown; then calls
+    learn(step, raw, new_outputs), which may update bindings. Writes args.in_pcap (the
+    frames sent). Returns the timeouts (a list of messages), None when sluicectl does
+    not answer."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     sock.bind((args.iface, 0))
-    bindings = {}
     sent, timeouts = [], []
 
     def outputs():
-        return [f for f in read_pcap_frames(args.out_pcap) if not gf.is_our_arp_request(f, RIPS)]
+        return [f for f in read_pcap_frames(args.out_pcap) if not gf.is_our_arp_request(f, args.rips)]
 
     want_out = len(outputs())
     if want_out:
@@ -533,7 +538,7 @@ def cmd_run(args):
     want_drops = drops_total(args)
     if want_drops is None:
         print("FAIL: sluicectl status does not answer", flush=True)
-        return 1
+        return None
     for step in steps:
         b = usable(bindings)
         raw = step.make(b)
@@ -554,17 +559,30 @@ def cmd_run(args):
                 print(f"timeout: {timeouts[-1]}", flush=True)
                 break
             time.sleep(0.002)
-        if step.opens:
-            bindings[step.opens] = next((bd for bd in (binding_from_output(f, step.opens, raw)
-                                                       for f in outs[first:]) if bd), None)
-            print(f"{step.opens}: {bindings[step.opens]}", flush=True)
+        learn(step, raw, outs[first:])
     time.sleep(0.3)
     gf.write_pcap(args.in_pcap, sent)
+    print(f"sent {len(sent)} frames; {len(timeouts)} timeout(s)", flush=True)
+    return timeouts
+
+
+def cmd_run(args):
+    bindings = {}
+
+    def learn(step, raw, new_outputs):
+        if step.opens:
+            bindings[step.opens] = next((bd for bd in (binding_from_output(f, step.opens, raw)
+                                                       for f in new_outputs) if bd), None)
+            print(f"{step.opens}: {bindings[step.opens]}", flush=True)
+
+    args.rips = RIPS
+    timeouts = play_live(args, script(), bindings, usable, learn)
+    if timeouts is None:
+        return 1
     with open(args.run_json, "w") as f:
         json.dump({"bindings": {k: list(v) if v else None for k, v in
                                 ((k, bindings.get(k)) for k in SESSIONS)},
-                   "timeouts": timeouts, "sent": len(sent)}, f, indent=1)
-    print(f"sent {len(sent)} frames; bindings {bindings}; {len(timeouts)} timeout(s)", flush=True)
+                   "timeouts": timeouts}, f, indent=1)
     return 0
 
 
@@ -626,16 +644,16 @@ def build_expectations(bindings):
     return [f["raw"] for f in frames], expect
 
 
-def cmd_check(args):
-    with open(args.run_json) as f:
-        run = json.load(f)
-    bindings = {k: tuple(v) if v else None for k, v in run["bindings"].items()}
+def check_live(args, run, bindings, problems, frames, expect, what):
+    """The verdict of a live run: `problems` (with what Sluice chose, named `what`),
+    IN_PCAP equal to `frames` (the script played with `bindings`), and
+    golden_forwarding.py's checker on OUT_PCAP against `expect` (written to
+    EXPECT_JSON). Returns 0 when all is well, 1 with a report otherwise."""
     rep = Report()
     for t in run.get("timeouts", []):
         print(f"note: during the run: {t}")
-    for e in binding_problems(bindings):
+    for e in problems:
         rep.fail(e)
-    frames, expect = build_expectations(bindings)
     sent = [bytes(p) for p in rdpcap(args.in_pcap)]
     if sent != frames:
         diff = next((i for i in range(min(len(sent), len(frames))) if sent[i] != frames[i]), None)
@@ -648,10 +666,19 @@ def cmd_check(args):
     rc = gf.cmd_check(argparse.Namespace(in_pcap=args.in_pcap, out_pcap=args.out_pcap,
                                          expect_json=args.expect_json, summary=args.summary))
     if rep.errors:
-        print(f"FAIL: {len(rep.errors)} problem(s) with the FullNAT bindings or the input:")
+        print(f"FAIL: {len(rep.errors)} problem(s) with {what} or the input:")
         for e in rep.errors:
             print(f"  - {e}")
         return 1
+    return rc
+
+
+def cmd_check(args):
+    with open(args.run_json) as f:
+        run = json.load(f)
+    bindings = {k: tuple(v) if v else None for k, v in run["bindings"].items()}
+    frames, expect = build_expectations(bindings)
+    rc = check_live(args, run, bindings, binding_problems(bindings), frames, expect, "the FullNAT bindings")
     if rc == 0:
         print(f"OK: bindings {dict(sorted(bindings.items()))}: LIPs round robin, local ports in range and "
               "distinct per real server")
@@ -793,8 +820,10 @@ def cmd_selftest(args):
     return 0
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def live_tool_main(doc, commands):
+    """The command line of a live golden tool: config, run, check, selftest, each
+    handled by commands[name](args)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("config", help="print the services config")
     r = sub.add_parser("run", help="play the script against a running Sluice")
@@ -813,7 +842,12 @@ def main():
     st = sub.add_parser("selftest", help="prove the checker")
     st.add_argument("dir")
     args = parser.parse_args()
-    return {"config": cmd_config, "run": cmd_run, "check": cmd_check, "selftest": cmd_selftest}[args.cmd](args)
+    return commands[args.cmd](args)
+
+
+def main():
+    return live_tool_main(__doc__, {"config": cmd_config, "run": cmd_run, "check": cmd_check,
+                                    "selftest": cmd_selftest})
 
 
 if __name__ == "__main__":

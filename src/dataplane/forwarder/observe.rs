@@ -16,16 +16,23 @@ impl Forwarder {
     /// packet moved the session across that line.
     #[inline]
     pub(super) fn account_packet(&mut self, m: &Matched, bytes: u64) {
+        self.account_transition(m);
+        let c = &self.real_servers[m.session.real as usize];
+        match m.dir {
+            Direction::Outbound => c.count_out(bytes),
+            _ => c.count_in(bytes),
+        }
+    }
+
+    /// Moves the real server's active/inactive gauges when `m` moved the session across
+    /// that line, without counting a packet (the SYN proxy's own ACK to the server).
+    #[inline]
+    pub(super) fn account_transition(&mut self, m: &Matched) {
         let c = &self.real_servers[m.session.real as usize];
         if let Some(t) = m.transition {
             if account(c, t) {
                 self.load_changed(m.session.real);
             }
-        }
-        let c = &self.real_servers[m.session.real as usize];
-        match m.dir {
-            Direction::Outbound => c.count_out(bytes),
-            _ => c.count_in(bytes),
         }
     }
 

@@ -383,6 +383,8 @@ impl Forwarder {
         let answered = self.hit(id, Direction::Outbound, Protocol::Tcp, server_synack(), pkt);
         self.account_packet(&answered, bytes);
         let m = self.hit(id, Direction::Inbound, Protocol::Tcp, TcpFlags::ACK, pkt);
+        // The ACK establishes the session: the real server's gauges move with it.
+        self.account_transition(&m);
         let rs_ip = Ipv4Addr::from(m.session.real_addr);
         let rs_mac = self.next_hop(&m.session, cx.neighbours);
         Pending::Done(super::egress::address(
