@@ -151,6 +151,19 @@ fn save_timed(daemon: &Daemon) -> (String, Duration) {
     (out.stdout, started.elapsed())
 }
 
+/// `-R --replace` of `saved` (what `-S -n` printed): `-S -n` prints it again, byte for
+/// byte. Returns how long the restore took.
+fn replace_gives_back(daemon: &Daemon, saved: &str) -> Duration {
+    let (out, took) = restore_timed(daemon, saved, true, Duration::from_secs(120));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    let (again, _) = save_timed(daemon);
+    assert!(
+        again == saved,
+        "-S after -R --replace is not byte-identical"
+    );
+    took
+}
+
 /// 100,000 services (25,000 with a real server), in the order and format `-S -n`
 /// prints them.
 fn big_table() -> String {
@@ -181,13 +194,7 @@ fn save_and_replace_round_trip_100k_services() {
     assert_eq!(saved.lines().count(), 125_000);
     assert!(saved == table, "-S differs from what -R --replace loaded");
 
-    let (out, replaced) = restore_timed(&daemon, &saved, true, Duration::from_secs(120));
-    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
-    let (again, _) = save_timed(&daemon);
-    assert!(
-        again == saved,
-        "-S after -R --replace is not byte-identical"
-    );
+    let replaced = replace_gives_back(&daemon, &saved);
 
     // One real server that is the appliance's own address, as the last line: refused,
     // and the 100k services stay as they were.
@@ -820,13 +827,7 @@ fn save_and_restore_a_100k_prefix_access_list() {
     assert_eq!(brief["rules_total"], 100_000, "{}", brief["rules_total"]);
     assert_eq!(brief["unmatched"], "deny");
 
-    let (out, replaced) = restore_timed(&daemon, &saved, true, Duration::from_secs(120));
-    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
-    let (again, _) = save_timed(&daemon);
-    assert!(
-        again == saved,
-        "-S after -R --replace is not byte-identical"
-    );
+    let replaced = replace_gives_back(&daemon, &saved);
     // Without the list: replaced by nothing, in one change.
     let (out, emptied) = restore_timed(&daemon, &plain, true, Duration::from_secs(120));
     assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
