@@ -1,5 +1,6 @@
 //! ipvsadm's table commands against a running daemon: `-S` / `-C` / `-R` round trip,
-//! `--set` and `-L --timeout`, `-Z`, and bad input that must change nothing.
+//! `--set` and `-L --timeout`, `-Z`, and bad input that must change nothing; access
+//! lists and rate limits through `-S` / `-R`, the listings and `-Z`.
 //!
 //! Run: `cargo test --release --test cli_ipvsadm` (as root).
 mod common;
@@ -150,6 +151,19 @@ fn save_timed(daemon: &Daemon) -> (String, Duration) {
     (out.stdout, started.elapsed())
 }
 
+/// `-R --replace` of `saved` (what `-S -n` printed): `-S -n` prints it again, byte for
+/// byte. Returns how long the restore took.
+fn replace_gives_back(daemon: &Daemon, saved: &str) -> Duration {
+    let (out, took) = restore_timed(daemon, saved, true, Duration::from_secs(120));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    let (again, _) = save_timed(daemon);
+    assert!(
+        again == saved,
+        "-S after -R --replace is not byte-identical"
+    );
+    took
+}
+
 /// 100,000 services (25,000 with a real server), in the order and format `-S -n`
 /// prints them.
 fn big_table() -> String {
@@ -180,13 +194,7 @@ fn save_and_replace_round_trip_100k_services() {
     assert_eq!(saved.lines().count(), 125_000);
     assert!(saved == table, "-S differs from what -R --replace loaded");
 
-    let (out, replaced) = restore_timed(&daemon, &saved, true, Duration::from_secs(120));
-    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
-    let (again, _) = save_timed(&daemon);
-    assert!(
-        again == saved,
-        "-S after -R --replace is not byte-identical"
-    );
+    let replaced = replace_gives_back(&daemon, &saved);
 
     // One real server that is the appliance's own address, as the last line: refused,
     // and the 100k services stay as they were.
@@ -612,5 +620,225 @@ fn reload_applies_the_config_files_difference() {
     );
     assert!(ok(&daemon, &["reload"]).starts_with("reloaded: 0 change(s)"));
     assert!(ok(&daemon, &["events"]).contains("op=reload"));
+    daemon.stop_clean();
+}
+
+/// `sluicectl --json ARGS`'s result.
+fn ok_json(daemon: &Daemon, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&ok(daemon, &all)).expect("sluicectl --json prints JSON")
+}
+
+/// Polls `--acl-list -t service --json` until `done` holds for it; panics after 15 s.
+fn wait_for_admission(
+    daemon: &Daemon,
+    service: &str,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let listed = ok_json(daemon, &["--acl-list", "-t", service]);
+        if done(&listed) {
+            return listed;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 15 s: {listed}\n{}",
+            daemon.dump()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A service's access list and rate limit, set while the emulated client connects:
+/// `-S` writes them after its ipvsadm lines, `-R --replace` of those lines gives them
+/// back (and of plain ipvsadm lines takes them away), `-L -n` keeps ipvsadm's layout,
+/// the JSON listing and `--acl-list` show them with the counts, and `-Z` zeroes the
+/// counts.
+#[test]
+fn access_lists_and_rate_limits_round_trip_show_and_zero() {
+    let (_turn, daemon) = daemon();
+    let plain = ok(&daemon, &["-S", "-n"]);
+    let layout = |text: String| -> Vec<String> {
+        text.lines()
+            .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let listed_before = layout(ok(&daemon, &["-L", "-n"]));
+    let http = "198.18.1.1:80";
+
+    // The client (198.18.0.5) is denied, then allowed by a longer prefix, which
+    // freezes the deny rule's hits and the denied count; then rate-limited per /24.
+    ok(
+        &daemon,
+        &["--acl-add", "-t", http, "--deny", "198.18.0.0/24"],
+    );
+    wait_for_admission(&daemon, http, "the client denied", |l| {
+        l["totals"]["acl_denied"].as_u64() >= Some(5)
+    });
+    ok(
+        &daemon,
+        &["--acl-add", "-t", http, "--allow", "198.18.0.0/25"],
+    );
+    ok(
+        &daemon,
+        &["--rate-limit", "1", "-t", http, "--per-prefix", "24"],
+    );
+    let limited = wait_for_admission(&daemon, http, "the client rate-limited", |l| {
+        l["totals"]["rate_limited"].as_u64() >= Some(20)
+    });
+    let denied = limited["totals"]["acl_denied"].as_u64().unwrap();
+    assert_eq!(limited["rules"][0]["prefix"], "198.18.0.0/24", "{limited}");
+    // The rule's hits: carried into the rebuilt list, less any the old list took
+    // while a worker still read it.
+    let hits = limited["rules"][0]["hits"].as_u64().unwrap();
+    assert!(hits > 0 && hits <= denied, "{limited}");
+
+    // -S: the ipvsadm lines as before, then the list and the limit.
+    let saved = ok(&daemon, &["-S", "-n"]);
+    assert_eq!(
+        saved,
+        format!(
+            "{}--acl-add -t 198.18.1.1:80 --allow 198.18.0.0/25\n\
+             --acl-add -t 198.18.1.1:80 --deny 198.18.0.0/24\n\
+             --rate-limit 1 -t 198.18.1.1:80 --per-prefix 24\n{}",
+            plain
+                .split_inclusive('\n')
+                .take_while(|l| !l.starts_with("-A -u"))
+                .collect::<String>(),
+            plain
+                .split_inclusive('\n')
+                .skip_while(|l| !l.starts_with("-A -u"))
+                .collect::<String>()
+        )
+    );
+    // -L -n: ipvsadm's layout, nothing added.
+    assert_eq!(layout(ok(&daemon, &["-L", "-n"])), listed_before);
+    // The JSON listing: the list in brief (no rules), the limit, the counts; nothing
+    // for the service without either.
+    let listing = ok_json(&daemon, &["-L", "-n"]);
+    let admission = &listing["services"][0]["admission"];
+    assert_eq!(
+        (
+            &admission["allow_rules"],
+            &admission["deny_rules"],
+            &admission["unmatched"],
+            &admission["rate_limit"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!("deny"),
+            &serde_json::json!({"rate": 1, "burst": 1, "prefix_len": 24})
+        ),
+        "{listing}"
+    );
+    assert!(admission.get("deny").is_none(), "{listing}");
+    assert_eq!(admission["totals"]["acl_denied"].as_u64(), Some(denied));
+    assert!(
+        listing["services"][1].get("admission").is_none(),
+        "{listing}"
+    );
+    // --acl-list without a service: every service's in brief.
+    let brief = ok(&daemon, &["--acl-list"]);
+    let lines: Vec<&str> = brief.lines().collect();
+    assert_eq!(lines.len(), 3, "{brief}");
+    assert_eq!(
+        lines[0],
+        "TCP 198.18.1.1:80  rules 2  unmatched sources: deny"
+    );
+    assert!(
+        lines[1].starts_with("rate limit: 1/s burst 1 per /24 source"),
+        "{brief}"
+    );
+    assert!(
+        lines[2].starts_with(&format!("denied by the list {denied}  over the rate ")),
+        "{brief}"
+    );
+
+    // -Z: the frozen counts read 0; the rate-limited count starts again (the client
+    // keeps coming, a few a second).
+    let before_zero = ok_json(&daemon, &["--acl-list", "-t", http]);
+    let limited_before = before_zero["totals"]["rate_limited"].as_u64().unwrap();
+    ok(&daemon, &["-Z"]);
+    let zeroed = ok_json(&daemon, &["--acl-list", "-t", http]);
+    assert_eq!(zeroed["totals"]["acl_denied"], 0, "{zeroed}");
+    assert_eq!(zeroed["rules"][0]["hits"], 0, "{zeroed}");
+    let limited_after = zeroed["totals"]["rate_limited"].as_u64().unwrap();
+    assert!(
+        limited_after < limited_before,
+        "rate_limited {limited_before} before -Z, {limited_after} after"
+    );
+
+    // -R --replace of plain ipvsadm lines: they are the whole table, so no list and no
+    // limit; of the saved lines: both back, byte for byte.
+    let out = restore_timed(&daemon, &plain, true, Duration::from_secs(30)).0;
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(ok(&daemon, &["-S", "-n"]), plain);
+    let out = restore_timed(&daemon, &saved, true, Duration::from_secs(30)).0;
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(ok(&daemon, &["-S", "-n"]), saved);
+    // ipvsadm's habit, -C then -R, too.
+    ok(&daemon, &["-C"]);
+    let out = daemon.restore(&saved);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(ok(&daemon, &["-S", "-n"]), saved);
+    daemon.stop_clean();
+}
+
+/// `allow` every tenth of 100,000 /24 prefixes, `deny` the others, on the UDP service,
+/// written as `-S` writes them (100 prefixes a line).
+fn big_access_list() -> String {
+    let prefix = |i: u32| std::net::Ipv4Addr::from((10 << 24) + (i << 8));
+    let mut text = String::new();
+    for (option, keep) in [("--allow", 0u32), ("--deny", 1)] {
+        let chosen: Vec<u32> = (0..100_000u32)
+            .filter(|i| (i % 10 != 0) as u32 == keep)
+            .collect();
+        for chunk in chosen.chunks(100) {
+            let list: Vec<String> = chunk.iter().map(|&i| format!("{}/24", prefix(i))).collect();
+            text.push_str(&format!(
+                "--acl-add -u 198.18.1.2:53 {option} {}\n",
+                list.join(",")
+            ));
+        }
+    }
+    text
+}
+
+/// A 100,000-prefix access list through `-R`, `-S` and `-R --replace`: restored, saved
+/// byte for byte, replaced with itself, and listed. Timings printed (`--nocapture`).
+#[test]
+fn save_and_restore_a_100k_prefix_access_list() {
+    let (_turn, daemon) = daemon();
+    let plain = ok(&daemon, &["-S", "-n"]);
+    assert!(plain.contains("-A -u 198.18.1.2:53"), "{plain}");
+    // The UDP service is saved last: its lines end the file.
+    let table = format!("{plain}{}", big_access_list());
+    assert_eq!(table.lines().count(), plain.lines().count() + 1_000);
+
+    let (out, restored) = restore_timed(&daemon, &table, true, Duration::from_secs(120));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    let (saved, save_took) = save_timed(&daemon);
+    assert!(saved == table, "-S differs from the access list -R loaded");
+    let brief = ok_json(&daemon, &["--acl-list", "-u", "198.18.1.2:53"]);
+    assert_eq!(brief["rules_total"], 100_000, "{}", brief["rules_total"]);
+    assert_eq!(brief["unmatched"], "deny");
+
+    let replaced = replace_gives_back(&daemon, &saved);
+    // Without the list: replaced by nothing, in one change.
+    let (out, emptied) = restore_timed(&daemon, &plain, true, Duration::from_secs(120));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    assert_eq!(ok(&daemon, &["-S", "-n"]), plain);
+    // -R without --replace adds the lines to the running table.
+    let (out, added) = restore_timed(&daemon, &big_access_list(), false, Duration::from_secs(120));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    assert!(save_timed(&daemon).0 == table, "-R of the list alone");
+    eprintln!(
+        "100k-prefix list (1,000 lines, {} bytes): -R --replace {restored:?}, -S {save_took:?}, -R --replace of the same {replaced:?}, -R --replace without it {emptied:?}, -R of the list alone {added:?}",
+        table.len() - plain.len()
+    );
     daemon.stop_clean();
 }

@@ -6,9 +6,10 @@ use sluice::control::client;
 use sluice::control::ipvsadm;
 use sluice::control::protocol::Request;
 use sluice::control::render::{
-    render_admission, render_connections, render_events, render_health, render_laddrs,
-    render_rates, render_save, render_services, render_skew, render_status, render_sync,
-    render_thresholds, render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_admission, render_admission_all, render_connections, render_events, render_health,
+    render_laddrs, render_rates, render_save, render_services, render_skew, render_status,
+    render_sync, render_thresholds, render_timeouts, render_vrrp, render_xstats,
+    DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
@@ -49,6 +50,8 @@ ipvsadm syntax (alias ipvsadm=sluicectl):
   --set TCP TCPFIN UDP                                           set them (seconds, 0 keeps one)
   -Z                                                             zero all counters
   -S [-n]                                                        print the services as ipvsadm-save
+                                                                 (and their SYN proxy, access lists and
+                                                                 rate limits, in sluicectl's options)
   -R [--replace]                                                 apply ipvsadm-save lines from stdin,
                                                                  all or nothing, as one change; with
                                                                  --replace they are the whole table
@@ -65,7 +68,8 @@ Admission of new connections (established sessions are never affected):
                                                                  matching prefix decides; with any
                                                                  allow rule, unlisted sources are denied)
   --acl-del -t|-u VIP:port --allow|--deny PREFIX[,PREFIX...]      remove rules
-  --acl-list -t|-u VIP:port                                      the rules with their hits, the rate limit
+  --acl-list [-t|-u VIP:port]                                    the rules with their hits, the rate limit;
+                                                                 without -t|-u, every service's in brief
   --acl-load -t|-u VIP:port FILE                                 replace the list with FILE's rules, one
                                                                  `allow|deny PREFIX` a line (# comments),
                                                                  in one change
@@ -249,6 +253,7 @@ impl Command {
                 ipvsadm::Output::Quiet | ipvsadm::Output::Restore { .. } => Ok(String::new()),
                 ipvsadm::Output::Laddrs => Ok(render_laddrs(&parse(result)?)),
                 ipvsadm::Output::Admission => Ok(render_admission(&parse(result)?)),
+                ipvsadm::Output::AdmissionAll => Ok(render_admission_all(&parse(result)?)),
                 ipvsadm::Output::AclLoad { .. } => Ok(format!(
                     "access list replaced in one change (generation {})\n",
                     result["generation"].as_u64().unwrap_or(0)
@@ -597,7 +602,7 @@ mod tests {
     #[test]
     fn ipvsadm_save_and_timeout_flags_do_not_clash_with_sluicectl_options() {
         let request = |args: &[&str]| options(args).command.request();
-        assert_eq!(request(&["-S"]), Request::ListServices);
+        assert_eq!(request(&["-S"]), Request::SaveServices);
         assert_eq!(
             options(&["-S", "-n"]).command,
             Command::Ipvsadm(ipvsadm::parse(&["-S".to_string()]).unwrap())

@@ -30,7 +30,8 @@ pub enum Output {
     /// and its connections
     /// ([`render_thresholds`](crate::control::render::render_thresholds)).
     Thresholds,
-    /// `-S`: the services as ipvsadm-save lines
+    /// `-S`: the services as ipvsadm-save lines, then Sluice's own lines for what
+    /// ipvsadm has no option for (SYN proxy, access lists, rate limits)
     /// ([`render_save`](crate::control::render::render_save)).
     Save,
     /// `-Lc`: the connection entries
@@ -50,6 +51,10 @@ pub enum Output {
     /// `--acl-list`: the access list with hits
     /// ([`render_admission`](crate::control::render::render_admission)).
     Admission,
+    /// `--acl-list` without a service: every service's access list and rate limit in
+    /// brief, with its counts, from the services listing
+    /// ([`render_admission_all`](crate::control::render::render_admission_all)).
+    AdmissionAll,
     /// `--acl-load FILE`: the CLI reads the rules from `path` (one `allow|deny
     /// PREFIX` a line) and sends them after the request here (the service's list
     /// cleared) as one staged batch: the list is replaced in one change.
@@ -416,7 +421,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Verb::List if thresholds => (Request::ListServices, Output::Thresholds),
         Verb::List if connections => (Request::ListConnections { max: None }, Output::Connections),
         Verb::Zero => (Request::ZeroCounters, Output::Quiet),
-        Verb::Save => (Request::ListServices, Output::Save),
+        Verb::Save => (Request::SaveServices, Output::Save),
         Verb::Restore => (
             Request::Batch {
                 requests: Vec::new(),
@@ -556,13 +561,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 Output::Quiet,
             )
         }
-        Verb::AclList => (
-            Request::AclList {
-                service: needs_service()?,
-                max: None,
-            },
-            Output::Admission,
-        ),
+        Verb::AclList => match service {
+            Some(service) => (Request::AclList { service, max: None }, Output::Admission),
+            None => (Request::ListServices, Output::AdmissionAll),
+        },
         Verb::AclLoad => (
             Request::AclClear {
                 service: needs_service()?,
@@ -1063,6 +1065,20 @@ mod tests {
         assert_eq!(
             p("--acl-list -t 198.18.1.1:80").unwrap().output,
             Output::Admission
+        );
+        assert_eq!(
+            p("--acl-list").unwrap(),
+            Command {
+                request: Request::ListServices,
+                output: Output::AdmissionAll,
+            }
+        );
+        assert_eq!(
+            p("-S -n").unwrap(),
+            Command {
+                request: Request::SaveServices,
+                output: Output::Save,
+            }
         );
         for line in [
             "--acl-load -t 198.18.1.1:80 /etc/sluice/lists/web.acl",

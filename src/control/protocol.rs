@@ -37,6 +37,9 @@ pub enum Request {
     ZeroCounters,
     /// Virtual services with their real servers and counters (`ipvsadm -Ln`).
     ListServices,
+    /// `-S`: the services listing with every service's access-list rules as well
+    /// (`admission.allow`/`deny`), which the listing leaves out.
+    SaveServices,
     /// `-A`: add a virtual service (scheduler defaults to wrr).
     AddService {
         service: ServiceKey,
@@ -185,6 +188,7 @@ impl Request {
             Request::Xstats { .. } => "xstats",
             Request::ZeroCounters => "zero_counters",
             Request::ListServices => "list_services",
+            Request::SaveServices => "save_services",
             Request::AddService { .. } => "add_service",
             Request::EditService { .. } => "edit_service",
             Request::DeleteService { .. } => "delete_service",
@@ -429,6 +433,7 @@ mod tests {
             (Request::Status, r#"{"cmd":"status"}"#),
             (Request::Xstats { port: 3 }, r#"{"cmd":"xstats","port":3}"#),
             (Request::ZeroCounters, r#"{"cmd":"zero_counters"}"#),
+            (Request::SaveServices, r#"{"cmd":"save_services"}"#),
             (
                 Request::ListConnections { max: Some(5) },
                 r#"{"cmd":"list_connections","max":5}"#,
@@ -575,7 +580,7 @@ mod tests {
         assert_eq!(
             text,
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
-             list_services, add_service, edit_service, delete_service, set_synproxy, add_server, \
+             list_services, save_services, add_service, edit_service, delete_service, set_synproxy, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
              list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit)"

@@ -1414,6 +1414,7 @@ fn management_loop(
                     for table in &registry.real_servers {
                         table.iter().for_each(RealServerCounters::zero_traffic);
                     }
+                    registry.services.table.zero_admission_counts();
                 }
                 view.answer(
                     req,

@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::control::protocol::Request;
 use crate::control::report::{
     AclRuleStatus, AdmissionReport, EventLine, EventsReport, LaddrReport, RealServerStatus,
-    ServiceStatus, ServicesReport, TimeoutsReport,
+    ServiceAdmission, ServiceStatus, ServicesReport, TimeoutsReport,
 };
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
@@ -414,6 +414,7 @@ impl Services {
         matches!(
             req,
             Request::ListServices
+                | Request::SaveServices
                 | Request::ServiceRates { .. }
                 | Request::AddService { .. }
                 | Request::EditService { .. }
@@ -569,12 +570,6 @@ impl Services {
                     .map_err(|e| e.to_string())?;
             }
         }
-        // Likewise access lists and rate limits.
-        for service in self.table.services() {
-            if desired.get(service.key).is_some() {
-                desired.keep_admission_of(&self.table, service.key);
-            }
-        }
         let changes = diff(&self.table, &desired)?;
         let (count, lines) = (changes.len(), describe_all(&changes));
         self.apply_all(changes, counters)
@@ -598,6 +593,11 @@ impl Services {
                     _ => super::rates::DEFAULT_WINDOW,
                 };
                 return serde_json::to_value(self.report(counters, window))
+                    .map(Applied::Answer)
+                    .map_err(|e| e.to_string());
+            }
+            Request::SaveServices => {
+                return serde_json::to_value(self.save_report(counters))
                     .map(Applied::Answer)
                     .map_err(|e| e.to_string());
             }
@@ -879,11 +879,58 @@ impl Services {
             .collect()
     }
 
+    /// A service's access list and rate limit in the listing, with the access-list
+    /// rules themselves when `with_rules` (`-S`); `None` when it never had either.
+    fn service_admission(&self, key: ServiceKey, with_rules: bool) -> Option<ServiceAdmission> {
+        use crate::service::AclAction;
+        let rules = self.table.admission(key)?;
+        let (mut allow, mut deny) = (Vec::new(), Vec::new());
+        let (mut allow_rules, mut deny_rules) = (0, 0);
+        for (prefix, action) in rules.acl() {
+            let (count, list) = match action {
+                AclAction::Allow => (&mut allow_rules, &mut allow),
+                AclAction::Deny => (&mut deny_rules, &mut deny),
+            };
+            *count += 1;
+            if with_rules {
+                list.push(*prefix);
+            }
+        }
+        Some(ServiceAdmission {
+            allow_rules,
+            deny_rules,
+            unmatched: if allow_rules > 0 {
+                AclAction::Deny
+            } else {
+                AclAction::Allow
+            },
+            rate_limit: rules.rate_limit(),
+            workers: rules.workers(),
+            totals: rules.totals(),
+            allow,
+            deny,
+        })
+    }
+
+    /// `-S`: the listing with every service's access-list rules.
+    pub fn save_report(&self, counters: &[Arc<Box<[RealServerCounters]>>]) -> ServicesReport {
+        self.listing(counters, super::rates::DEFAULT_WINDOW, true)
+    }
+
     /// The listing for `sluicectl -L`, with counters summed over workers.
     pub fn report(
         &self,
         counters: &[Arc<Box<[RealServerCounters]>>],
         window: Duration,
+    ) -> ServicesReport {
+        self.listing(counters, window, false)
+    }
+
+    fn listing(
+        &self,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+        window: Duration,
+        with_rules: bool,
     ) -> ServicesReport {
         ServicesReport {
             services: self
@@ -932,6 +979,7 @@ impl Services {
                     local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
                     synproxy: s.synproxy,
+                    admission: self.service_admission(s.key, with_rules),
                 })
                 .collect(),
         }
@@ -1308,25 +1356,36 @@ port = 53
         .unwrap_err();
         assert!(err.contains("not in the list"), "{err}");
         assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
-        // -R --replace cannot carry lists: a service that stays keeps its own.
-        let restore = services.report(&[], Duration::from_secs(2));
-        let lines = crate::control::render::render_save(&restore);
-        let requests: Vec<Request> = lines
+        // -S lines carry the list, so -R --replace of them keeps it...
+        let saved = crate::control::render::render_save(&services.save_report(&[]));
+        assert!(
+            saved.contains("--acl-add -t 198.18.1.1:80 --deny 198.18.5.0/24\n"),
+            "{saved}"
+        );
+        let parse_lines = |text: &str| -> Vec<Request> {
+            text.lines()
+                .map(|l| {
+                    let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+                    crate::control::ipvsadm::parse(&args).unwrap().request
+                })
+                .collect()
+        };
+        let replace = |requests| Request::Batch {
+            requests,
+            replace: true,
+        };
+        let answer = call(&mut services, &publisher, replace(parse_lines(&saved))).unwrap();
+        assert_eq!(answer["changes"], 0, "{answer}");
+        assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
+        // ...and lines without it (plain ipvsadm-save) are the whole table: no list.
+        let plain: String = saved
             .lines()
-            .map(|l| {
-                let args: Vec<String> = l.split_whitespace().map(String::from).collect();
-                crate::control::ipvsadm::parse(&args).unwrap().request
-            })
+            .filter(|l| !l.starts_with("--acl-add"))
+            .map(|l| format!("{l}\n"))
             .collect();
-        call(
-            &mut services,
-            &publisher,
-            Request::Batch {
-                requests,
-                replace: true,
-            },
-        )
-        .unwrap();
+        call(&mut services, &publisher, replace(parse_lines(&plain))).unwrap();
+        assert!(services.table.admission(http()).unwrap().acl().is_empty());
+        call(&mut services, &publisher, replace(parse_lines(&saved))).unwrap();
         assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
         // A reload whose file has another list: the diff replaces it.
         let mut desired = services.table.clone();
@@ -1398,5 +1457,141 @@ port = 53
         )
         .unwrap();
         assert_eq!(services.table.retired_admission(), 0);
+    }
+
+    /// `-S` writes a service's access list and rate limit as lines `-R` reads back
+    /// (the same lines again after a restore into an empty table); the listing sums
+    /// them up without the rules; `-Z` zeroes their counts.
+    #[test]
+    fn saved_lists_and_limits_restore_and_the_listing_and_zero_cover_them() {
+        use crate::service::{AclAction, AdmissionEvent, RateLimit};
+        let (mut services, publisher) = setup();
+        let deny: Vec<_> = (0..250u32)
+            .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
+            .collect();
+        let allow: Vec<_> = ["198.18.0.0/15", "10.0.0.0/8", "192.0.2.7/32"]
+            .iter()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let limit = RateLimit::new(50, 100, 24).unwrap();
+        for req in [
+            Request::AclAdd {
+                service: http(),
+                action: AclAction::Deny,
+                prefixes: deny,
+            },
+            Request::AclAdd {
+                service: http(),
+                action: AclAction::Allow,
+                prefixes: allow,
+            },
+            Request::SetRateLimit {
+                service: http(),
+                limit: Some(limit),
+            },
+        ] {
+            call(&mut services, &publisher, req).unwrap();
+        }
+        let saved = crate::control::render::render_save(&services.save_report(&[]));
+        let own: Vec<&str> = saved
+            .lines()
+            .filter(|l| l.starts_with("--"))
+            .map(|l| l.split_once(',').map_or(l, |(head, _)| head))
+            .collect();
+        assert_eq!(
+            own,
+            vec![
+                "--acl-add -t 198.18.1.1:80 --allow 10.0.0.0/8",
+                "--acl-add -t 198.18.1.1:80 --deny 10.0.0.0/24",
+                "--acl-add -t 198.18.1.1:80 --deny 10.0.100.0/24",
+                "--acl-add -t 198.18.1.1:80 --deny 10.0.200.0/24",
+                "--rate-limit 50 -t 198.18.1.1:80 --burst 100 --per-prefix 24",
+            ]
+        );
+        // 100 prefixes a line: 100 + 100 + 50 deny rules.
+        let deny_lines: Vec<usize> = saved
+            .lines()
+            .filter(|l| l.contains("--deny"))
+            .map(|l| l.matches('/').count())
+            .collect();
+        assert_eq!(deny_lines, vec![100, 100, 50]);
+
+        call(&mut services, &publisher, Request::Clear).unwrap();
+        assert_eq!(
+            crate::control::render::render_save(&services.save_report(&[])),
+            ""
+        );
+        let requests = saved
+            .lines()
+            .map(|l| {
+                let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+                crate::control::ipvsadm::parse(&args).unwrap().request
+            })
+            .collect();
+        call(
+            &mut services,
+            &publisher,
+            Request::Batch {
+                requests,
+                replace: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            crate::control::render::render_save(&services.save_report(&[])),
+            saved
+        );
+        let rules = services.table.admission(http()).unwrap();
+        assert_eq!((rules.acl().len(), rules.rate_limit()), (253, Some(limit)));
+
+        // The listing: counts, default, limit and counters; no rules; nothing for a
+        // service without any.
+        let snap = publisher.current();
+        let compiled = snap.admission(snap.find_index(&http()).unwrap()).unwrap();
+        compiled.counters.count(0, AdmissionEvent::AclDenied);
+        compiled.counters.count(0, AdmissionEvent::RateLimited);
+        compiled.counters.count(0, AdmissionEvent::RateLimited);
+        compiled.acl.as_ref().unwrap().count(0, 0);
+        let listed = call(&mut services, &publisher, Request::ListServices).unwrap();
+        assert_eq!(
+            listed["services"][0]["admission"],
+            json!({
+                "allow_rules": 3,
+                "deny_rules": 250,
+                "unmatched": "deny",
+                "rate_limit": {"rate": 50, "burst": 100, "prefix_len": 24},
+                "workers": 1,
+                "totals": {"acl_denied": 1, "rate_limited": 2, "rate_evicted_live": 0}
+            })
+        );
+        assert!(listed["services"][1].get("admission").is_none(), "{listed}");
+        let hits = |services: &mut Services| {
+            let list = call(
+                services,
+                &publisher,
+                Request::AclList {
+                    service: http(),
+                    max: Some(1),
+                },
+            )
+            .unwrap();
+            list["rules"][0]["hits"].as_u64().unwrap()
+        };
+        assert_eq!(hits(&mut services), 1);
+
+        // -Z: the service's counts and the rules' hits start again from zero.
+        services.table.zero_admission_counts();
+        let listed = call(&mut services, &publisher, Request::ListServices).unwrap();
+        assert_eq!(
+            listed["services"][0]["admission"]["totals"],
+            json!({"acl_denied": 0, "rate_limited": 0, "rate_evicted_live": 0})
+        );
+        assert_eq!(hits(&mut services), 0);
+        compiled.counters.count(0, AdmissionEvent::AclDenied);
+        let listed = call(&mut services, &publisher, Request::ListServices).unwrap();
+        assert_eq!(
+            listed["services"][0]["admission"]["totals"]["acl_denied"],
+            1
+        );
     }
 }

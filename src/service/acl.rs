@@ -27,7 +27,8 @@
 //! **Counts.** Every rule counts the new connections it decided, in one row per
 //! worker (each row written only by its worker, with a plain relaxed load and store);
 //! the management core sums the rows. A rebuilt list starts from the sums of the list
-//! it replaces for the rules both have.
+//! it replaces for the rules both have. Zeroing (`-Z`) moves a per-rule offset kept
+//! by the management core, so the rows keep their single writer.
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -213,8 +214,10 @@ pub struct Acl {
     hits: Box<[AtomicU64]>,
     stride: usize,
     rows: usize,
-    /// Counts carried over from the list this one replaced, per rule.
-    carried: Box<[u64]>,
+    /// Added (wrapping) to each rule's row sum: the count carried over from the list
+    /// this one replaced, less the sum when the counts were last zeroed. Written only
+    /// by the management core.
+    offset: Box<[AtomicU64]>,
 }
 
 impl Acl {
@@ -250,7 +253,7 @@ impl Acl {
         let hits = (0..rows * stride).map(|_| AtomicU64::new(0)).collect();
         Ok(Acl {
             has_allow: rules.iter().any(|r| r.action == AclAction::Allow),
-            carried: vec![0; rules.len()].into_boxed_slice(),
+            offset: (0..rules.len()).map(|_| AtomicU64::new(0)).collect(),
             rules: rules.into_boxed_slice(),
             starts: starts.into_boxed_slice(),
             ranges: ranges.into_boxed_slice(),
@@ -267,7 +270,7 @@ impl Acl {
         for (i, rule) in self.rules.iter().enumerate() {
             if let Ok(j) = old.rules.binary_search_by_key(&rule.prefix, |r| r.prefix) {
                 if old.rules[j].action == rule.action {
-                    self.carried[i] = old.hits(j);
+                    self.offset[i] = AtomicU64::new(old.hits(j));
                 }
             }
         }
@@ -339,12 +342,27 @@ impl Acl {
         }
     }
 
-    /// Decisions of rule `rule` so far, over every worker.
+    /// Decisions of rule `rule` so far (since the last [`Acl::zero_hits`]), over every
+    /// worker.
     pub fn hits(&self, rule: usize) -> u64 {
-        let own: u64 = (0..self.rows)
+        let offset = self.offset.get(rule).map_or(0, |o| o.load(Relaxed));
+        self.row_sum(rule).wrapping_add(offset)
+    }
+
+    /// The workers' counts of rule `rule`, summed; they only grow.
+    fn row_sum(&self, rule: usize) -> u64 {
+        (0..self.rows)
             .map(|w| self.hits[w * self.stride + rule].load(Relaxed))
-            .sum();
-        own + self.carried.get(rule).copied().unwrap_or(0)
+            .fold(0u64, u64::wrapping_add)
+    }
+
+    /// Zeroes every rule's hits (`-Z`) without writing the workers' rows, so no
+    /// worker's count is overwritten: a decision counted while this runs is either
+    /// zeroed with the rest or counted after.
+    pub fn zero_hits(&self) {
+        for (rule, offset) in self.offset.iter().enumerate() {
+            offset.store(self.row_sum(rule).wrapping_neg(), Relaxed);
+        }
     }
 
     /// Bytes this list holds on the heap (rules, ranges, index, count rows).
@@ -355,7 +373,7 @@ impl Acl {
             + self.ranges.len() * 4
             + self.index.len() * 4
             + self.hits.len() * 8
-            + self.carried.len() * 8
+            + self.offset.len() * 8
     }
 }
 
@@ -650,5 +668,35 @@ mod tests {
         new.count(0, 0);
         // Same rule: carried; changed action or new rule: from zero.
         assert_eq!((new.hits(0), new.hits(1), new.hits(2)), (3, 0, 0));
+    }
+
+    #[test]
+    fn zeroing_hits_starts_every_rule_from_zero_carried_counts_included() {
+        let old = Acl::build([(p("198.18.5.0/24"), AclAction::Deny)], 2).unwrap();
+        old.count(0, 0);
+        old.count(1, 0);
+        let mut acl = Acl::build(
+            [
+                (p("198.18.5.0/24"), AclAction::Deny),
+                (p("198.18.6.0/24"), AclAction::Allow),
+            ],
+            2,
+        )
+        .unwrap();
+        acl.carry_counts_from(&old);
+        acl.count(0, 0);
+        acl.count(1, 1);
+        assert_eq!((acl.hits(0), acl.hits(1)), (3, 1));
+        acl.zero_hits();
+        assert_eq!((acl.hits(0), acl.hits(1)), (0, 0));
+        // Counting goes on from zero in every worker's row.
+        acl.count(1, 0);
+        acl.count(0, 1);
+        acl.count(0, 1);
+        assert_eq!((acl.hits(0), acl.hits(1)), (1, 2));
+        // A list rebuilt after the zero carries the zeroed counts.
+        let mut next = Acl::build([(p("198.18.6.0/24"), AclAction::Allow)], 2).unwrap();
+        next.carry_counts_from(&acl);
+        assert_eq!(next.hits(0), 2);
     }
 }

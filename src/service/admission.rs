@@ -91,10 +91,14 @@ pub struct WorkerLimit {
 }
 
 /// One service's admission counts, one row per worker (each written only by its
-/// worker), kept for the service's life across rule changes.
+/// worker), kept for the service's life across rule changes. Zeroing (`-Z`) records
+/// the sums at that moment, which later totals subtract, so the rows keep their one
+/// writer.
 #[derive(Debug)]
 pub struct AdmissionCounters {
     rows: Box<[CounterRow]>,
+    /// The row sums at the last zeroing (management core only).
+    zeroed_at: [AtomicU64; 3],
 }
 
 /// A worker's counts for one service, on its own cache line.
@@ -128,6 +132,7 @@ impl AdmissionCounters {
     pub fn new(workers: usize) -> Self {
         AdmissionCounters {
             rows: (0..workers.max(1)).map(|_| CounterRow::default()).collect(),
+            zeroed_at: Default::default(),
         }
     }
 
@@ -143,14 +148,34 @@ impl AdmissionCounters {
         }
     }
 
+    /// The counts since the last [`AdmissionCounters::zero`], summed over workers.
     pub fn totals(&self) -> AdmissionTotals {
-        let mut t = AdmissionTotals::default();
-        for row in self.rows.iter() {
-            t.acl_denied += row.acl_denied.load(Relaxed);
-            t.rate_limited += row.rate_limited.load(Relaxed);
-            t.rate_evicted_live += row.rate_evicted_live.load(Relaxed);
+        let [acl_denied, rate_limited, rate_evicted_live] = self.row_sums();
+        let [z_denied, z_limited, z_evicted] = self.zeroed_at.each_ref().map(|z| z.load(Relaxed));
+        AdmissionTotals {
+            acl_denied: acl_denied.wrapping_sub(z_denied),
+            rate_limited: rate_limited.wrapping_sub(z_limited),
+            rate_evicted_live: rate_evicted_live.wrapping_sub(z_evicted),
         }
-        t
+    }
+
+    /// The workers' rows summed, in [`AdmissionTotals`] field order.
+    fn row_sums(&self) -> [u64; 3] {
+        let mut sums = [0u64; 3];
+        for row in self.rows.iter() {
+            let cells = [&row.acl_denied, &row.rate_limited, &row.rate_evicted_live];
+            for (sum, cell) in sums.iter_mut().zip(cells) {
+                *sum = sum.wrapping_add(cell.load(Relaxed));
+            }
+        }
+        sums
+    }
+
+    /// Zeroes the totals (`-Z`).
+    pub fn zero(&self) {
+        for (at, sum) in self.zeroed_at.iter().zip(self.row_sums()) {
+            at.store(sum, Relaxed);
+        }
     }
 }
 
@@ -204,6 +229,11 @@ impl AdmissionRules {
 
     pub fn rate_limit(&self) -> Option<RateLimit> {
         self.rate_limit
+    }
+
+    /// Workers the counts are kept for and the rate is divided among.
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     fn changed(&mut self) {
@@ -300,6 +330,17 @@ impl AdmissionRules {
     pub fn totals(&self) -> AdmissionTotals {
         self.counters.totals()
     }
+
+    /// `-Z`: zeroes the service's admission counts and its rules' hits (in the
+    /// compiled lists the workers count in, and the one the next list carries
+    /// counts from).
+    pub fn zero_counts(&self) {
+        self.counters.zero();
+        let lists = self.compiled.get().into_iter().chain(&self.previous);
+        for acl in lists.filter_map(|a| a.acl.as_ref()) {
+            acl.zero_hits();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -348,5 +389,39 @@ mod tests {
         assert!(rules.remove(&["10.0.0.0/8".parse().unwrap()]).is_err());
         rules.remove(&[p]).unwrap();
         assert!(rules.compiled(1).acl.is_none());
+    }
+
+    #[test]
+    fn zeroing_clears_the_service_counts_and_the_rule_hits_and_counting_goes_on() {
+        let mut rules = AdmissionRules::new(2);
+        let p: Prefix = "198.18.5.0/24".parse().unwrap();
+        rules.add(AclAction::Deny, &[p]).unwrap();
+        let compiled = rules.compiled(1);
+        let counters = &compiled.counters;
+        counters.count(0, AdmissionEvent::AclDenied);
+        counters.count(1, AdmissionEvent::AclDenied);
+        counters.count(1, AdmissionEvent::RateLimited);
+        counters.count(0, AdmissionEvent::RateEvictedLive);
+        compiled.acl.as_ref().unwrap().count(0, 0);
+        assert_eq!(
+            rules.totals(),
+            AdmissionTotals {
+                acl_denied: 2,
+                rate_limited: 1,
+                rate_evicted_live: 1
+            }
+        );
+        rules.zero_counts();
+        assert_eq!(rules.totals(), AdmissionTotals::default());
+        assert_eq!(compiled.acl.as_ref().unwrap().hits(0), 0);
+        counters.count(1, AdmissionEvent::RateLimited);
+        assert_eq!(
+            rules.totals(),
+            AdmissionTotals {
+                acl_denied: 0,
+                rate_limited: 1,
+                rate_evicted_live: 0
+            }
+        );
     }
 }

@@ -708,15 +708,6 @@ impl ServiceTable {
         self.edit_admission(key, |r| r.set_rate_limit(limit))
     }
 
-    /// Gives service `key` the access list and rate limit it has in `other` (a
-    /// `-R --replace` keeps them: ipvsadm-save lines cannot carry them).
-    pub fn keep_admission_of(&mut self, other: &ServiceTable, key: ServiceKey) {
-        match other.admission.get(&key) {
-            Some(rules) => self.admission.insert(key, rules.clone()),
-            None => self.admission.remove(&key),
-        };
-    }
-
     /// After a publish: the compiled rules the published ones replaced are retired,
     /// and retired ones no snapshot holds any more are freed (here).
     pub fn admission_published(&mut self) {
@@ -724,6 +715,13 @@ impl ServiceTable {
             self.retired_admission.extend(rules.take_replaced());
         }
         self.retired_admission.retain(|a| Arc::strong_count(a) > 1);
+    }
+
+    /// `-Z`: zeroes every service's admission counts and access-list rule hits.
+    pub fn zero_admission_counts(&self) {
+        self.admission
+            .values()
+            .for_each(AdmissionRules::zero_counts);
     }
 
     /// Compiled admission rules waiting for the workers to let go of them.

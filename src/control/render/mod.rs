@@ -9,7 +9,7 @@ pub mod status;
 pub mod sync;
 pub mod vrrp;
 
-pub use admission::render_admission;
+pub use admission::{render_admission, render_admission_all};
 pub use connections::render_connections;
 pub use events::{render_events, utc};
 pub use health::render_health;

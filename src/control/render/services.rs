@@ -1,7 +1,7 @@
 //! The ipvsadm-style listings as text: `-L` (with `--stats`, `--rate`), `sluicectl
 //! skew`, `-S`, `-L --timeout` and `--get-laddr`.
 use crate::control::report::{
-    LaddrReport, RealServerStatus, ServiceStatus, ServicesReport, TimeoutsReport,
+    LaddrReport, RealServerStatus, ServiceAdmission, ServiceStatus, ServicesReport, TimeoutsReport,
 };
 use std::fmt::Write as _;
 
@@ -308,8 +308,42 @@ pub fn render_save(report: &ServicesReport) -> String {
             }
             let _ = writeln!(out, "{line}");
         }
+        if let Some(admission) = &s.admission {
+            save_admission(&mut out, &service, admission);
+        }
     }
     out
+}
+
+/// Access-list prefixes `-S` writes on one `--acl-add` line: a 100,000-prefix list is
+/// 1,000 lines of under 2 KB rather than 100,000 lines, and as many restore commands.
+pub const SAVE_ACL_PREFIXES_PER_LINE: usize = 100;
+
+/// Sluice's own lines for a service's access list and rate limit, after its real
+/// servers: `--acl-add` lines (allow rules, then deny rules, each in prefix order,
+/// [`SAVE_ACL_PREFIXES_PER_LINE`] to a line) and a `--rate-limit` line, which `-R`
+/// reads back. The rules are in `save_services`'s reply only.
+fn save_admission(out: &mut String, service: &str, admission: &ServiceAdmission) {
+    for (option, prefixes) in [("--allow", &admission.allow), ("--deny", &admission.deny)] {
+        for chunk in prefixes.chunks(SAVE_ACL_PREFIXES_PER_LINE) {
+            let _ = write!(out, "--acl-add {service} {option} ");
+            for (i, prefix) in chunk.iter().enumerate() {
+                let separator = if i == 0 { "" } else { "," };
+                let _ = write!(out, "{separator}{prefix}");
+            }
+            out.push('\n');
+        }
+    }
+    if let Some(limit) = admission.rate_limit {
+        let _ = write!(out, "--rate-limit {} {service}", limit.rate);
+        if limit.burst != limit.rate {
+            let _ = write!(out, " --burst {}", limit.burst);
+        }
+        if limit.prefix_len != 32 {
+            let _ = write!(out, " --per-prefix {}", limit.prefix_len);
+        }
+        out.push('\n');
+    }
 }
 
 /// Renders `--get-laddr` as DPVS's ipvsadm lays it out: the service with the number of
@@ -401,6 +435,7 @@ mod tests {
                 local_addresses: vec!["198.18.0.50".into()],
                 toa: true,
                 synproxy: crate::model::SynProxy::default(),
+                admission: None,
             }],
         }
     }
@@ -430,6 +465,79 @@ mod tests {
         assert!(crate::control::ipvsadm::parse(&args).is_ok(), "{args:?}");
         r.services[0].synproxy.mode = SynProxyMode::Off;
         assert!(!render_save(&r).contains("synproxy"));
+    }
+
+    #[test]
+    fn save_writes_the_access_list_and_rate_limit_as_lines_that_parse_back() {
+        use crate::control::protocol::Request;
+        use crate::control::report::ServiceAdmission;
+        use crate::service::{AclAction, AdmissionTotals, Prefix, RateLimit};
+        let prefixes = |n: u32| -> Vec<Prefix> {
+            (0..n)
+                .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
+                .collect()
+        };
+        let mut r = report();
+        let admission = ServiceAdmission {
+            allow_rules: 1,
+            deny_rules: 101,
+            unmatched: AclAction::Deny,
+            rate_limit: Some(RateLimit::new(20, 20, 32).unwrap()),
+            workers: 2,
+            totals: AdmissionTotals::default(),
+            allow: vec!["198.18.0.0/15".parse().unwrap()],
+            deny: prefixes(101),
+        };
+        r.services[0].admission = Some(admission.clone());
+        let text = render_save(&r);
+        let own: Vec<&str> = text.lines().filter(|l| l.starts_with("--")).collect();
+        assert_eq!(own.len(), 4, "{text}");
+        assert_eq!(own[0], "--acl-add -t 198.18.1.1:80 --allow 198.18.0.0/15");
+        assert!(own[1].starts_with("--acl-add -t 198.18.1.1:80 --deny 10.0.0.0/24,10.0.1.0/24,"));
+        assert!(own[1].ends_with(",10.0.99.0/24"), "{}", own[1]);
+        assert_eq!(own[2], "--acl-add -t 198.18.1.1:80 --deny 10.0.100.0/24");
+        // Default burst and prefix length are left out.
+        assert_eq!(own[3], "--rate-limit 20 -t 198.18.1.1:80");
+        // Each line parses back to its rules and limit.
+        let parsed: Vec<Request> = own
+            .iter()
+            .map(|l| {
+                let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+                crate::control::ipvsadm::parse(&args).unwrap().request
+            })
+            .collect();
+        let mut deny = Vec::new();
+        for req in &parsed[1..3] {
+            match req {
+                Request::AclAdd {
+                    action: AclAction::Deny,
+                    prefixes,
+                    ..
+                } => deny.extend_from_slice(prefixes),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(deny, admission.deny);
+        assert!(matches!(
+            parsed[3],
+            Request::SetRateLimit { limit: Some(l), .. } if l == RateLimit::new(20, 20, 32).unwrap()
+        ));
+        // A limit with its own burst and prefix length says so; no rules, no line.
+        r.services[0].admission = Some(ServiceAdmission {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            rate_limit: Some(RateLimit::new(20, 40, 24).unwrap()),
+            ..admission
+        });
+        let own: Vec<String> = render_save(&r)
+            .lines()
+            .filter(|l| l.starts_with("--"))
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            own,
+            vec!["--rate-limit 20 -t 198.18.1.1:80 --burst 40 --per-prefix 24"]
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod status;
 pub use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStats};
 pub use crate::ha::vrrp::node::{VrrpReport, VrrpStats};
 pub use crate::health::{HealthReport, MonitorStats, TargetReport};
-pub use admission::{AclRuleStatus, AdmissionReport};
+pub use admission::{AclRuleStatus, AdmissionReport, ServiceAdmission};
 pub use connections::{ConnectionStatus, ConnectionsReport};
 pub use events::{EventLine, EventsReport};
 pub use services::{

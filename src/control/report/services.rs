@@ -43,6 +43,11 @@ pub struct ServiceStatus {
     /// ipvsadm's text layout has no place for it.
     #[serde(default)]
     pub synproxy: crate::model::SynProxy,
+    /// The access list and rate limit with the service's admission counts, for a
+    /// service that has or had either; only in the JSON and `--acl-list` (the
+    /// ipvsadm text layout has no place for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<super::ServiceAdmission>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
