@@ -439,6 +439,13 @@ impl Forwarder {
         })
     }
 
+    /// What the client's view of the server's sequence numbers is ahead of the
+    /// server's own, for session `s` (`id`): 0 unless the proxy spliced it.
+    pub(super) fn synproxy_seq_delta(&self, id: SessionId, s: &Session) -> u32 {
+        self.synproxy_delta(id.index(), s)
+            .map_or(0, |d| d.seq_delta)
+    }
+
     /// Session sync (standby): session `id` was spliced by the peer's proxy, with
     /// `delta`: this node translates it the same way.
     pub(super) fn synproxy_install(&mut self, id: SessionId, delta: &SynproxyDelta) {
