@@ -385,6 +385,14 @@ impl Forwarder {
         let m = self.hit(id, Direction::Inbound, Protocol::Tcp, TcpFlags::ACK, pkt);
         // The ACK establishes the session: the real server's gauges move with it.
         self.account_transition(&m);
+        // FullNAT TOA: this ACK completes the server's handshake, and it is the
+        // segment TOA modules read the client's address from (when the socket is
+        // made), so it carries the option.
+        if m.session.flags().contains(SessionFlags::TOA_PENDING) {
+            if let Ok(parsed) = classify(pkt.bytes()) {
+                self.toa(pkt, &parsed, &m, TcpFlags::ACK, cx.port, cx.counters);
+            }
+        }
         let rs_ip = Ipv4Addr::from(m.session.real_addr);
         let rs_mac = self.next_hop(&m.session, cx.neighbours);
         Pending::Done(super::egress::address(
