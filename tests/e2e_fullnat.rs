@@ -276,14 +276,29 @@ fn fullnat_rr_spreads_60_connections_and_real_servers_see_only_local_addresses()
 /// completes; `status` counts one insertion per connection and no "no room".
 #[test]
 fn fullnat_toa_carries_the_client_address_to_the_real_server() {
+    toa_reaches_the_real_server(false);
+}
+
+/// TOA with the SYN proxy: the option rides on the ACK Sluice sends to complete the
+/// real server's handshake (a bare ACK, `flags=A`: the segment kernel TOA modules
+/// read it from), once per connection, as without the proxy.
+#[test]
+fn fullnat_toa_with_the_syn_proxy_rides_on_the_handshake_ack() {
+    toa_reaches_the_real_server(true);
+}
+
+fn toa_reaches_the_real_server(synproxy: bool) {
     require_root();
     let mut lab = AppLab::new(1);
     lab.start_servers(&[format!("0.0.0.0:{HTTP_PORT}")], &[]);
     let rip = lab.bed.rs_ip(1).to_string();
-    let extra = vec![
+    let mut extra = vec![
         format!("local_addresses = [\"{}\"]", LIPS[0]),
         "toa = true".to_string(),
     ];
+    if synproxy {
+        extra.push("synproxy = \"on\"".to_string());
+    }
     let toml = service_section(
         "tcp",
         VIP,
@@ -314,8 +329,8 @@ fn fullnat_toa_carries_the_client_address_to_the_real_server() {
             "20",
         ],
     );
-    // scapy takes a moment to import and open its socket.
-    std::thread::sleep(Duration::from_secs(3));
+    // scapy takes a moment to import and open its socket: it says when it has.
+    reader.wait_for_stderr(Duration::from_secs(30), "sniffing");
     let batch = lab.curl(&format!("http://{VIP}/"), 3, 1, &[]);
     assert_eq!(
         batch["ok"].as_u64(),
@@ -338,6 +353,22 @@ fn fullnat_toa_carries_the_client_address_to_the_real_server() {
         "the real server should see TOA with the client {client_ip} once per connection:\n{seen}\n{}",
         reader.stderr_text()
     );
+    if synproxy {
+        let on_bare_acks = seen
+            .lines()
+            .filter(|l| l.contains(&format!("toa={client_ip}:")) && l.contains("flags=A "))
+            .count();
+        assert_eq!(
+            on_bare_acks, 3,
+            "with the SYN proxy, TOA should ride on the handshake's ACK:\n{seen}"
+        );
+        assert_eq!(
+            event_count(&daemon.status(), "synproxy_connections"),
+            3,
+            "{}",
+            daemon.dump()
+        );
+    }
     let status = daemon.status();
     assert_eq!(
         event_count(&status, "toa_inserted") - inserted_before,

@@ -192,6 +192,10 @@ pub struct QuoteRewrite {
     pub outer_dst: Option<Ipv4Addr>,
     pub inner_src: Option<(Ipv4Addr, u16)>,
     pub inner_dst: Option<(Ipv4Addr, u16)>,
+    /// Subtracted from a quoted TCP segment's sequence number: a connection the SYN
+    /// proxy spliced, whose client saw the server's bytes numbered from the cookie
+    /// (the real server checks that an error quotes a sequence number it sent).
+    pub inner_seq_delta: u32,
 }
 
 impl QuoteRewrite {
@@ -204,6 +208,7 @@ impl QuoteRewrite {
             outer_dst: Some(rs_addr),
             inner_src: Some((rs_addr, rs_port)),
             inner_dst: None,
+            inner_seq_delta: 0,
         }
     }
 
@@ -217,6 +222,7 @@ impl QuoteRewrite {
             outer_dst: None,
             inner_src: None,
             inner_dst: Some((vip, vport)),
+            inner_seq_delta: 0,
         }
     }
 }
@@ -308,6 +314,15 @@ pub fn nat_translate_error(
                     tcp.update_checksum16(tcp.dst_port(), port);
                 }
                 tcp.set_dst_port(port);
+            }
+            if rewrite.inner_seq_delta != 0 {
+                // Bytes 4..8, always within the 8 quoted bytes.
+                let old = tcp.seq_number();
+                let new = old.wrapping_sub(rewrite.inner_seq_delta);
+                if has_checksum {
+                    tcp.update_checksum32(old, new);
+                }
+                tcp.set_seq_number(new);
             }
         }
     }
@@ -605,7 +620,11 @@ mod tests {
             outer_dst: Some(Ipv4Addr::new(10, 9, 8, 7)),
             inner_src: Some((Ipv4Addr::new(10, 9, 8, 7), 1234)),
             inner_dst: Some((Ipv4Addr::new(172, 16, 0, 1), 4321)),
+            inner_seq_delta: 0x8000_0001,
         };
+        let seq_before = tcp::Packet::new_checked(&ICMP_ERR_IN_FULL[62..])
+            .unwrap()
+            .seq_number();
         let out = translated(&ICMP_ERR_IN_FULL, rewrite).unwrap();
         assert!(checksums_valid(&out, 14));
         assert!(sums_to_ones(&out[42..62]));
@@ -623,6 +642,15 @@ mod tests {
         );
         let quoted = tcp::Packet::new_checked(&out[62..]).unwrap();
         assert!(quoted.verify_checksum(Ipv4Addr::new(10, 9, 8, 7), Ipv4Addr::new(172, 16, 0, 1)));
+        assert_eq!(quoted.seq_number(), seq_before.wrapping_sub(0x8000_0001));
+        // An 8-byte quote carries the sequence number but not the checksum.
+        let short = translated(&ICMP_ERR_IN_SHORT, rewrite).unwrap();
+        assert!(checksums_valid(&short, 14));
+        let seq = |f: &[u8]| u32::from_be_bytes(f[66..70].try_into().unwrap());
+        assert_eq!(
+            seq(&short),
+            seq(&ICMP_ERR_IN_SHORT).wrapping_sub(0x8000_0001)
+        );
         assert_eq!(
             parsed.ip_addrs(),
             Some((Ipv4Addr::new(192, 0, 2, 99), Ipv4Addr::new(10, 9, 8, 7)))
@@ -706,6 +734,7 @@ mod tests {
                     outer_dst: None,
                     inner_src: Some((Ipv4Addr::from(rng.next_u64() as u32), 9)),
                     inner_dst: Some((Ipv4Addr::from(rng.next_u64() as u32), 10)),
+                    inner_seq_delta: rng.next_u64() as u32,
                 };
                 if nat_translate_error(&mut buf[..len], &parsed, &quote, &rewrite).is_ok() {
                     let message = &buf[parsed.l4..quote.end];

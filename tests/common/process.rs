@@ -252,6 +252,15 @@ impl BackgroundProcess {
         text(&self.stderr)
     }
 
+    /// Waits (bounded, as [`BackgroundProcess::wait_until`]) until the process has
+    /// written `line` to its stderr: a tool saying it is ready.
+    pub fn wait_for_stderr(&mut self, timeout: Duration, line: &str) {
+        let stderr = self.stderr.clone();
+        self.wait_until(timeout, &format!("`{line}` on stderr"), || {
+            text(&stderr).lines().any(|l| l == line)
+        });
+    }
+
     /// Waits at most `timeout` for the process to exit on its own; its exit status.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         wait_with_deadline(&mut self.child, timeout)

@@ -126,6 +126,9 @@ def main():
             prn=lambda p: None,
             stop_filter=handle,
             timeout=args.timeout,
+            # Says when the capture is open, so a caller need not guess how long
+            # importing scapy takes.
+            started_callback=lambda: print("sniffing", file=sys.stderr, flush=True),
         )
 
     if not seen:

@@ -193,7 +193,7 @@ impl Forwarder {
     /// MSS lowered by the option's 8 bytes (so segments carrying TOA still fit the
     /// path), and the client's first ACK or data segment gets the client address as
     /// TCP option 254. Once that segment has passed, the session stops asking.
-    fn toa(
+    pub(super) fn toa(
         &mut self,
         pkt: &mut Packet,
         parsed: &Parsed,

@@ -58,6 +58,8 @@ impl Forwarder {
                 };
                 let frame = pkt.bytes_mut();
                 let mut rewrite = QuoteRewrite::towards_real_server(rs_ip, s.real_port);
+                // The quote is of a segment the client got, numbered from the cookie.
+                rewrite.inner_seq_delta = self.synproxy_seq_delta(id, &s);
                 if s.mode == ForwardMode::FullNat {
                     // The real server knows the client as LIP:lport.
                     let local = (Ipv4Addr::from(s.local_addr), s.local_port);

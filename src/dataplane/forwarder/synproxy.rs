@@ -391,6 +391,14 @@ impl Forwarder {
         let m = self.hit(id, Direction::Inbound, Protocol::Tcp, TcpFlags::ACK, pkt);
         // The ACK establishes the session: the real server's gauges move with it.
         self.account_transition(&m);
+        // FullNAT TOA: this ACK completes the server's handshake, and it is the
+        // segment TOA modules read the client's address from (when the socket is
+        // made), so it carries the option.
+        if m.session.flags().contains(SessionFlags::TOA_PENDING) {
+            if let Ok(parsed) = classify(pkt.bytes()) {
+                self.toa(pkt, &parsed, &m, TcpFlags::ACK, cx.port, cx.counters);
+            }
+        }
         let rs_ip = Ipv4Addr::from(m.session.real_addr);
         let rs_mac = self.next_hop(&m.session, cx.neighbours);
         Pending::Done(super::egress::address(
@@ -443,6 +451,13 @@ impl Forwarder {
             server_wscale: t.server_wscale,
             client_wscale: t.client_wscale,
         })
+    }
+
+    /// What the client's view of the server's sequence numbers is ahead of the
+    /// server's own, for session `s` (`id`): 0 unless the proxy spliced it.
+    pub(super) fn synproxy_seq_delta(&self, id: SessionId, s: &Session) -> u32 {
+        self.synproxy_delta(id.index(), s)
+            .map_or(0, |d| d.seq_delta)
     }
 
     /// Session sync (standby): session `id` was spliced by the peer's proxy, with
