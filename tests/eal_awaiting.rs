@@ -93,6 +93,15 @@ fn awaiting_holds_releases_and_expires_segments_without_leaking_mbufs() {
         "the copy leaves the original waiting"
     );
     out.free_all();
+    // The copy is the first SYN (once); the session's other segments, and the
+    // copy seen again, are the client sending again.
+    assert!(!q.take_syn_copy(1, 100), "no copy was made for session 1");
+    assert!(!q.take_syn_copy(2, 201));
+    assert!(
+        q.take_syn_copy(2, 200),
+        "the copy of session 2's cookie ACK"
+    );
+    assert!(!q.take_syn_copy(2, 200), "a retransmission after the copy");
     // Its SYN made, session 2's frame waits like the others.
     let done = q.release(0, 500, &pool, |_| true, &mut out);
     assert_eq!(done, Released::default());

@@ -7,6 +7,13 @@
 //! SYN is answered and then three forged ACKs (a hash bit of the cookie flipped,
 //! another ISN, another client port) are dropped as invalid.
 //!
+//! Client data before the real server's SYN-ACK (docs/SYNPROXY.md): a request, a
+//! second segment and a FIN held, then sent translated after the ACK that completes
+//! the server's handshake; a held request retransmitted (the SYN again, the data
+//! delivered once); a FullNAT cookie ACK that carries the request (its copy is the
+//! SYN; the data follows the ACK); a server that never answers (its held request
+//! dropped as `server_unanswered` after 3 s, while the rest plays).
+//!
 //! The cookie is a keyed hash under a secret Sluice draws per process, and the client's
 //! ACK must carry it, so the input cannot be written in advance (and no test-only
 //! fixed secret exists): `tests/tools/golden_synproxy.py run` plays client and real
@@ -33,13 +40,17 @@ const LIP: &str = "198.18.0.61";
 /// cookies (see `golden_synproxy.py selftest`). Needs scapy and tshark, not root.
 #[test]
 fn golden_synproxy_checker_rejects_broken_output() {
-    assert_checker_selftest("golden_synproxy.py", 30);
+    assert_checker_selftest("golden_synproxy.py", 44);
 }
 
 #[test]
 fn golden_synproxy_handshake_translation_and_counters() {
     require_root();
-    let mut run = run_live_golden("golden_synproxy.py", 50, 45);
+    let mut run = run_live_golden("golden_synproxy.py", 70, 65);
+    if run.expect["drops"]["server_unanswered"].as_u64() != Some(1) {
+        run.problems
+            .fail("the expectations do not name drops.server_unanswered = 1".into());
+    }
     // The SYN proxy's counters must be among those compared exactly.
     for event in [
         "synproxy_cookies_sent",
@@ -48,6 +59,8 @@ fn golden_synproxy_handshake_translation_and_counters() {
         "synproxy_cookies_expired",
         "synproxy_connections",
         "synproxy_syn_resent",
+        "synproxy_data_held",
+        "synproxy_data_sent",
     ] {
         if run.expect["events"][event].as_u64().is_none() {
             run.problems

@@ -35,6 +35,9 @@ struct Waiting {
     /// The frame is the ACK that carried the cookie: the SYN to the real server is
     /// still to be made (from a copy of it).
     needs_syn: bool,
+    /// The copy that becomes the SYN is on its way through the forwarder: it is the
+    /// first SYN, not one sent again ([`Awaiting::take_syn_copy`]).
+    syn_copy: bool,
 }
 
 /// A segment the forwarder asks the worker to hold (`Action::AwaitServer`).
@@ -75,6 +78,7 @@ impl Awaiting {
                 port: 0,
                 deadline_tsc: 0,
                 needs_syn: false,
+                syn_copy: false,
             }; BURST_SIZE],
             hold_tsc,
         }
@@ -132,8 +136,26 @@ impl Awaiting {
             port,
             deadline_tsc,
             needs_syn: what.needs_syn,
+            syn_copy: false,
         };
         true
+    }
+
+    /// Whether a segment `seq` of `session` is the copy [`Awaiting::release`] made of
+    /// a held cookie ACK to become the SYN to the real server (once: the flag is
+    /// cleared). The forwarder sees it as the client sending a held segment again.
+    pub fn take_syn_copy(&mut self, session: u32, seq: u32) -> bool {
+        let total = self.frames.len();
+        match self.waiting[..total]
+            .iter_mut()
+            .find(|w| w.syn_copy && w.session == session && w.seq == seq)
+        {
+            Some(w) => {
+                w.syn_copy = false;
+                true
+            }
+            None => false,
+        }
     }
 
     /// For the frames of `port`, oldest first: a copy of each that still needs its
@@ -159,6 +181,7 @@ impl Awaiting {
             }
             if out.push_copy(pool, self.frames.packet(i)) {
                 w.needs_syn = false;
+                w.syn_copy = true;
                 done.syns += 1;
             }
         }

@@ -509,22 +509,38 @@ def read_pcap_frames(path):
     return frames
 
 
-def drops_total(args):
+def status_json(args):
     r = subprocess.run([args.sluicectl, "--socket", args.socket, "status", "--json"], capture_output=True,
                        text=True, timeout=10)
     if r.returncode != 0:
         return None
-    return sum(json.loads(r.stdout).get("drops", {}).values())
+    return json.loads(r.stdout)
+
+
+def drops_total(args):
+    status = status_json(args)
+    return None if status is None else sum(status.get("drops", {}).values())
+
+
+def events_reached(args, want):
+    """Whether every event counter named in `want` has reached its value."""
+    if not want:
+        return True
+    events = (status_json(args) or {}).get("events", {})
+    return all(events.get(k, 0) >= v for k, v in want.items())
 
 
 def play_live(args, steps, bindings, usable, learn):
     """Sends the frames of `steps` on args.iface one at a time, each made from
     usable(bindings); after each, waits (at most 3 s) until args.out_pcap holds its
-    expected outputs (Sluice's ARP requests for real servers aside) or, for a frame
-    that must be dropped, until the drop counters have grown; then calls
-    learn(step, raw, new_outputs), which may update bindings. Writes args.in_pcap (the
-    frames sent). Returns the timeouts (a list of messages), None when sluicectl does
-    not answer."""
+    expected outputs (Sluice's ARP requests for real servers aside), for a frame that
+    must be dropped until the drop counters have grown, and for a step with `events`
+    ({name: n}, optional) until those event counters have grown by n; then calls
+    learn(step, raw, new_outputs), which may update bindings. A step's `drop_later`
+    (optional) is a drop that comes later (a frame held, then dropped): once every
+    frame was sent, the play waits (at most 5 s) until the drop counters have grown by
+    those too. Writes args.in_pcap (the frames sent). Returns the timeouts (a list of
+    messages), None when sluicectl does not answer."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     sock.bind((args.iface, 0))
     sent, timeouts = [], []
@@ -535,10 +551,13 @@ def play_live(args, steps, bindings, usable, learn):
     want_out = len(outputs())
     if want_out:
         print(f"note: {want_out} frame(s) in {args.out_pcap} before the first input", flush=True)
-    want_drops = drops_total(args)
-    if want_drops is None:
+    status = status_json(args)
+    if status is None:
         print("FAIL: sluicectl status does not answer", flush=True)
         return None
+    want_drops = sum(status.get("drops", {}).values())
+    want_events = dict(status.get("events", {}))
+    later = 0
     for step in steps:
         b = usable(bindings)
         raw = step.make(b)
@@ -548,18 +567,34 @@ def play_live(args, steps, bindings, usable, learn):
         first = want_out
         want_out += n
         want_drops += 1 if step.drop else 0
+        later += 1 if getattr(step, "drop_later", None) else 0
+        events = getattr(step, "events", None) or {}
+        for k, v in events.items():
+            want_events[k] = want_events.get(k, 0) + v
+        step_events = {k: want_events[k] for k in events}
         deadline = time.monotonic() + 3.0
         while True:
             outs = outputs()
-            if len(outs) >= want_out and (step.drop is None or (drops_total(args) or 0) >= want_drops):
+            if (len(outs) >= want_out and (step.drop is None or (drops_total(args) or 0) >= want_drops)
+                    and events_reached(args, step_events)):
                 break
             if time.monotonic() > deadline:
                 timeouts.append(f"{step.name}: {len(outs) - first} of {n} output(s) after 3 s"
-                                + ("" if step.drop is None else f", drops {drops_total(args)} of {want_drops}"))
+                                + ("" if step.drop is None else f", drops {drops_total(args)} of {want_drops}")
+                                + ("" if not events else f", events short of {step_events}"))
                 print(f"timeout: {timeouts[-1]}", flush=True)
                 break
             time.sleep(0.002)
         learn(step, raw, outs[first:])
+    if later:
+        want_drops += later
+        deadline = time.monotonic() + 5.0
+        while (drops_total(args) or 0) < want_drops:
+            if time.monotonic() > deadline:
+                timeouts.append(f"{later} later drop(s): drops {drops_total(args)} of {want_drops} after 5 s")
+                print(f"timeout: {timeouts[-1]}", flush=True)
+                break
+            time.sleep(0.01)
     time.sleep(0.3)
     gf.write_pcap(args.in_pcap, sent)
     print(f"sent {len(sent)} frames; {len(timeouts)} timeout(s)", flush=True)

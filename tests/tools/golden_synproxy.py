@@ -74,10 +74,21 @@ The contract encoded here (docs/SYNPROXY.md; docs/TESTING.md, "Golden SYN proxy"
     payload untouched; every checksum valid.
   * An ACK whose ack - 1 is not a cookie of its tuple and ISN: dropped
     (tcp_no_session), synproxy_cookies_invalid.
+  * Client data (or a FIN) before the real server's SYN-ACK: nothing comes out
+    (synproxy_data_held); after the SYN-ACK, the ACK to the server, then the held
+    segments in the order they came, translated as above (synproxy_data_sent). A held
+    segment sent again (same seq): the SYN to the server again, with that segment's
+    TSval (synproxy_syn_resent), the data still delivered once. A cookie ACK with
+    data: the SYN at once (made from a copy, not counted as resent), the ACK itself
+    held. A server that never answers: the held segment dropped after 3 s
+    (server_unanswered).
 """
 
 import argparse
+import concurrent.futures
+import copy
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -138,10 +149,31 @@ SESSIONS = {
     # NAT: the SYN is answered, and every ACK is forged (no session opens).
     "E": dict(mode="nat", cport=43005, isn=0x55550000, syn=linux_syn_options(4000), ts=4000, wscale=7, sack=True,
               mss=1460, sisn=None, srv_ts=None, srv_wscale=None, srv_sack=False),
+    # NAT: the client's request, a second segment and its FIN come before the real
+    # server's SYN-ACK: held, then sent after the ACK that completes the server's side.
+    "F": dict(mode="nat", cport=43007, isn=0x66660000, syn=linux_syn_options(5000), ts=5000, wscale=7, sack=True,
+              mss=1460, sisn=0x77770000, srv_ts=1100000, srv_wscale=7, srv_sack=True),
+    # NAT: a held request retransmitted before the server answered: the SYN again.
+    "G": dict(mode="nat", cport=43008, isn=0x0ABC0000, syn=linux_syn_options(6000), ts=6000, wscale=7, sack=True,
+              mss=1460, sisn=0x0DEF0000, srv_ts=1200000, srv_wscale=7, srv_sack=True),
+    # FullNAT: the cookie ACK carries the request itself.
+    "H": dict(mode="fullnat", cport=43009, isn=0x88880000, syn=linux_syn_options(7000), ts=7000, wscale=7,
+              sack=True, mss=1460, sisn=0x99990000, srv_ts=1300000, srv_wscale=7, srv_sack=True),
+    # NAT: a real server that never answers: the held request is dropped after 3 s.
+    "I": dict(mode="nat", cport=43010, isn=0x9A9A0000, syn=linux_syn_options(8000), ts=8000, wscale=7, sack=True,
+              mss=1460, sisn=None, srv_ts=None, srv_wscale=None, srv_sack=False),
 }
-OPENED = ["A", "B", "C", "D"]
-# Which sessions end ESTABLISHED (active); A closes.
-ACTIVE_AT_END = {"B", "C", "D"}
+# Sessions opened by a valid cookie; those whose real server answered (spliced).
+OPENED = ["A", "B", "C", "D", "F", "G", "H", "I"]
+SPLICED = ["A", "B", "C", "D", "F", "G", "H"]
+# Which sessions end ESTABLISHED (active); A closes, F's client sent its FIN, I's
+# server never answered.
+ACTIVE_AT_END = {"B", "C", "D", "G", "H"}
+# Client segments held for their real server's handshake, sent once it answered, the
+# SYN sent again for a retransmission of a held segment, and held segments dropped
+# because the server never answered.
+DATA_HELD = {"F": 3, "G": 1, "H": 1, "I": 1}
+SYN_RESENT = {"G": 1}
 # Stands in for a binding that never came out, so the script can go on (check then
 # fails, naming the session).
 PLACEHOLDER = {"cookie": 0, "tsval": None, "seen_ms": 0}
@@ -274,11 +306,14 @@ def client_ack_window(key):
     return 502 if SESSIONS[key]["wscale"] is not None else 64240
 
 
-def expect_server_syn(name, raw, key, b):
+def expect_server_syn(name, raw, key, b, tsval=None):
+    """The SYN to the real server: made from the cookie ACK, or again from a later
+    client segment (TSval: that segment's, `tsval`)."""
     s, _, rip, rs_mac = session(key)
     src, sport = server_view(key, b)
     with_ts = s["ts"] is not None
-    ts = ((s["ts"] + 1 + fnat_offset(key, b)) & 0xFFFFFFFF, 0) if with_ts else None
+    tsval = (s["ts"] or 0) + 1 if tsval is None else tsval
+    ts = ((tsval + fnat_offset(key, b)) & 0xFFFFFFFF, 0) if with_ts else None
     window = min(client_ack_window(key) << (s["wscale"] if with_ts and s["wscale"] is not None else 0), 65535)
     frame = fresh(src, sport, rip, RPORT, "S", s["isn"], 0, window,
                   handshake_opts(MSS_TABLE[mss_index(s["mss"])], s["sack"] and with_ts, ts,
@@ -377,12 +412,17 @@ class Step:
     """name; make(b) -> frame; drop: the reason it is dropped for, or None;
     expect(b, raw) -> [expected outputs]; learns: (session, "cookie" | "fullnat"), what
     its output binds; session: the session it counts on (real-server statistics), side
-    "in" or "out"."""
+    "in" or "out"; events: {event: n} the frame moves (waited for when nothing comes
+    out); drop_later: the reason it is dropped for after a hold."""
 
-    def __init__(self, name, make, drop=None, expect=None, learns=None, session=None, side=None, opens=False):
+    def __init__(self, name, make, drop=None, expect=None, learns=None, session=None, side=None, opens=False,
+                 events=None, drop_later=None):
         self.name, self.make, self.drop, self.learns = name, make, drop, learns
         self.session, self.side, self.opens = session, side, opens
         self.expect = expect or (lambda b, raw: [])
+        # Event counters the frame moves (the live play waits for them), and a drop
+        # that comes later (a held frame whose server never answers).
+        self.events, self.drop_later = events or {}, drop_later
 
 
 def script():
@@ -450,22 +490,50 @@ def script():
                       expect=lambda b, raw: [expect_cookie_synack(f"{key} cookie SYN-ACK", raw, key, b)],
                       learns=(key, "cookie")))
 
-    def cookie_ack(key, ip_id):
+    # Per session: the client segments held for its real server (the name of their
+    # output, make), in the order they came.
+    held = {}
+
+    def cookie_ack(key, ip_id, data=b""):
+        """The client's ACK with the cookie: the SYN to the real server. With data,
+        the ACK itself waits (held) and a copy of it becomes the SYN."""
         s = SESSIONS[key]
-        name = f"{key} ACK with the cookie"
-        S.append(Step(name, client(key, "A", 1, 1, tsval=(s["ts"] or 0) + 1, ip_id=ip_id),
+        name = f"{key} ACK with the cookie" + (" and the request" if data else "")
+        make = client(key, "PA" if data else "A", 1, 1, tsval=(s["ts"] or 0) + 1, data=data, ip_id=ip_id)
+        if data:
+            held.setdefault(key, []).append((f"{key} request on the cookie ACK (held, sent after the ACK)", make))
+        S.append(Step(name, make,
                       expect=lambda b, raw: [expect_server_syn(f"{key} SYN to the real server", raw, key, b)],
                       learns=(key, "fullnat") if s["mode"] == "fullnat" else None, session=key, side="in",
-                      opens=True))
+                      opens=True, events={"synproxy_data_held": 1} if data else None))
+
+    def hold(key, name, make, drop_later=None):
+        """A client segment before the real server answered: nothing comes out yet."""
+        held.setdefault(key, []).append((name.replace(" (held)", "") + " (held, sent after the ACK)", make))
+        S.append(Step(name, make, session=key, side="in", events={"synproxy_data_held": 1},
+                      drop_later=drop_later))
+
+    def syn_again(key, name, make, tsval):
+        """A client retransmission of a held segment: the SYN to the real server
+        again, with the retransmission's TSval."""
+        S.append(Step(name, make, expect=lambda b, raw: [expect_server_syn(f"{key} SYN to the real server again",
+                                                                           raw, key, b, tsval=tsval)],
+                      session=key, side="in", events={"synproxy_syn_resent": 1}))
 
     def server_synack(key, ip_id):
+        """The real server's SYN-ACK: the ACK to the server, then the client's held
+        segments (in order, translated)."""
         s = SESSIONS[key]
         make = server(key, "SA", 0, 1, window=65160,
                       options=lambda b: server_opts(key, (s["ts"] + 1 + fnat_offset(key, b)) & 0xFFFFFFFF
                                                     if s["ts"] is not None else 0))
-        S.append(Step(f"{key} SYN-ACK from the real server (absorbed)", make,
-                      expect=lambda b, raw: [expect_server_ack(f"{key} ACK to the real server", raw, key, b)],
-                      session=key, side="out"))
+        waiting = held.pop(key, [])
+
+        def expect(b, raw):
+            return [expect_server_ack(f"{key} ACK to the real server", raw, key, b)] + [
+                expect_to_server(name, m(b), key, b) for name, m in waiting]
+        S.append(Step(f"{key} SYN-ACK from the real server (absorbed)", make, expect=expect, session=key,
+                      side="out", events={"synproxy_data_sent": len(waiting)} if waiting else None))
 
     def drop(name, make, reason):
         S.append(Step(name, make, drop=reason))
@@ -482,6 +550,14 @@ def script():
     S.append(Step(f"{RS_FNAT[0]} who-has the LIP {LIP}", const(req),
                   expect=lambda b, raw: [expect_arp_reply(f"is-at for the LIP {LIP}", raw, LIP, RS_FNAT[1],
                                                           RS_FNAT[0])]))
+
+    # --- I: the real server never answers: the held request is dropped after 3 s ------
+    # (first, so that its hold time runs out while the rest plays)
+    syn("I", 181)
+    cookie_ack("I", 182)
+    hold("I", "I request (held; its server never answers)", client("I", "PA", 1, 1, tsval=8002, data=rq,
+                                                                   ip_id=183), drop_later="server_unanswered")
+    held.pop("I")
 
     # --- A: NAT, Linux client and server; data both ways, SACK both ways, FIN ---------
     syn("A", 101)
@@ -571,6 +647,35 @@ def script():
     drop("E ACK with a hash bit of the cookie flipped", forged(cookie_xor=0x40000000), "tcp_no_session")
     drop("E ACK with the cookie and another ISN", forged(isn_add=2), "tcp_no_session")
     drop("E ACK with the cookie from another client port", forged(cport=43006), "tcp_no_session")
+
+    # --- F: the request, a second segment and the FIN before the server's SYN-ACK ----
+    syn("F", 161)
+    cookie_ack("F", 162)
+    fdata = base.payload(120, 40)
+    hold("F", "F request (held)", client("F", "PA", 1, 1, tsval=5002, data=rq, ip_id=163))
+    hold("F", "F second segment (held)", client("F", "PA", 1 + n, 1, tsval=5002, data=fdata, ip_id=164))
+    hold("F", "F FIN (held)", client("F", "FA", 1 + n + len(fdata), 1, tsval=5003, ip_id=165))
+    server_synack("F", 601)
+    to_client("F", "F server's ACK of everything, FIN included",
+              server("F", "A", 1, 2 + n + len(fdata), tsval=1, tsecr=5003, ip_id=602))
+
+    # --- G: a held request retransmitted before the server's SYN-ACK -----------------
+    syn("G", 171)
+    cookie_ack("G", 172)
+    hold("G", "G request (held)", client("G", "PA", 1, 1, tsval=6002, data=rq, ip_id=173))
+    syn_again("G", "G request retransmitted (same seq)", client("G", "PA", 1, 1, tsval=6003, data=rq, ip_id=174),
+              6003)
+    server_synack("G", 701)
+    to_client("G", "G response", server("G", "PA", 1, 1 + n, tsval=1, tsecr=6002, data=gf.http_response("rs1"),
+                                        ip_id=702))
+
+    # --- H: FullNAT; the request rides on the cookie ACK ------------------------------
+    syn("H", 191)
+    cookie_ack("H", 192, data=rqf)
+    server_synack("H", 801)
+    to_client("H", "H response", server("H", "PA", 1, 1 + nf, tsval=1, tsecr=7001, data=gf.http_response("rs2"),
+                                        ip_id=802))
+    assert not held, f"held segments never released: {held}"
     return S
 
 
@@ -721,9 +826,23 @@ def cmd_run(args):
 # check
 
 
+# build_expectations' results per bindings: the self-test checks one set many times.
+_EXPECTATIONS = {}
+
+
 def build_expectations(bindings):
+    """The frames (from the script and the bindings) and golden_forwarding.py's
+    expectation dict for them (a copy, the caller may change it)."""
+    key = json.dumps(bindings, sort_keys=True)
+    if key not in _EXPECTATIONS:
+        _EXPECTATIONS[key] = expectations_of(bindings)
+    frames, expect = _EXPECTATIONS[key]
+    return list(frames), copy.deepcopy(expect)
+
+
+def expectations_of(bindings):
     b = usable(bindings)
-    frames, outputs, drops = [], [], {r: 0 for r in gf.DROP_REASONS}
+    frames, outputs, drops = [], [], {r: 0 for r in gf.DROP_REASONS + ["server_unanswered"]}
     ledger = {rip: {"connections": 0, "active": 0, "in": 0, "out": 0} for rip in RIPS}
     for index, step in enumerate(script()):
         raw = step.make(b)
@@ -731,19 +850,22 @@ def build_expectations(bindings):
         for o in outs:
             o["input_index"] = index
         outputs += outs
-        frames.append({"index": index, "name": step.name, "drop": step.drop, "outputs": len(outs),
+        frames.append({"index": index, "name": step.name, "drop": step.drop or step.drop_later, "outputs": len(outs),
                        "len": len(raw), "raw": raw})
-        if step.drop:
-            drops[step.drop] += 1
+        if step.drop or step.drop_later:
+            drops[step.drop or step.drop_later] += 1
         if step.session:
             e = ledger[session(step.session)[2]]
             if step.opens:
                 e["connections"] += 1
                 e["active"] += int(step.session in ACTIVE_AT_END)
-            # Counted on the real server: every client segment of the session (its
-            # cookie ACK as the SYN) and every server segment (its SYN-ACK too); the
-            # ACK Sluice writes for the server is not a packet that arrived.
-            e[step.side] += 1
+            # Counted on the real server when they pass: every client segment that
+            # goes to it (a cookie ACK as the SYN, a held segment once released, a
+            # retransmission as the SYN again) and every server segment (its SYN-ACK
+            # too, which comes out as the ACK to the server; that ACK, written by
+            # Sluice, is not a packet that arrived).
+            e["in"] += sum(1 for o in outs if o["kind"] in ("synproxy-server-syn", "synproxy-to-server"))
+            e["out"] += sum(1 for o in outs if o["kind"] in ("synproxy-to-client", "synproxy-server-ack"))
     syns = sum(1 for s in SESSIONS.values())
     forged = sum(1 for f in frames if f["drop"] == "tcp_no_session")
     expect = {
@@ -760,7 +882,9 @@ def build_expectations(bindings):
                    "neighbour_learned": 1 + len(RIPS), "neighbour_table_full": 0,
                    "synproxy_cookies_sent": syns, "synproxy_cookies_valid": len(OPENED),
                    "synproxy_cookies_invalid": forged, "synproxy_cookies_expired": 0,
-                   "synproxy_connections": len(OPENED), "synproxy_syn_resent": 0},
+                   "synproxy_connections": len(SPLICED), "synproxy_syn_resent": sum(SYN_RESENT.values()),
+                   "synproxy_data_held": sum(DATA_HELD.values()),
+                   "synproxy_data_sent": sum(v for k, v in DATA_HELD.items() if k in SPLICED)},
         "sessions_created": len(OPENED), "sessions_expired": 0, "sessions": len(OPENED),
         "real_servers": [{"vip": vip, "rip": rip, "mode": mode, "services": [["tcp", VPORT]],
                           "connections": ledger[rip]["connections"], "active": ledger[rip]["active"],
@@ -806,13 +930,21 @@ def good_bindings():
         b[key] = {"cookie": made_up_cookie(0x9E3779B9 * (i + 1) & 0xFFFFFFFF, tsval or SEEN, s["mss"]),
                   "tsval": tsval, "seen_ms": SEEN + 3}
     b["C"].update({"lip": LIP, "lport": 20001, "offset": (SEEN - 2001) & 0xFFFFFFFF, "fnat_seen_ms": SEEN + 5})
+    b["H"].update({"lip": LIP, "lport": 20002, "offset": (SEEN - 7001) & 0xFFFFFFFF, "fnat_seen_ms": SEEN + 7})
     return b
+
+
+def check_captured(ns):
+    """cmd_check(ns) with its output captured (a self-test scenario, in a worker)."""
+    return gfn.run_captured(cmd_check, ns)
 
 
 def cmd_selftest(args):
     os.makedirs(args.dir, exist_ok=True)
     failures = []
     good_b = good_bindings()
+    # (label, want_ok, arguments of check): run once all are written, in parallel.
+    checks = []
 
     def scenario(label, bindings, want_ok, out_frames=None, in_bindings=None):
         d = os.path.join(args.dir, label)
@@ -826,14 +958,8 @@ def cmd_selftest(args):
         gf.write_pcap(out_pcap, out_frames)
         with open(run_json, "w") as f:
             json.dump({"bindings": bindings}, f)
-        rc, why = gfn.run_captured(cmd_check, argparse.Namespace(in_pcap=in_pcap, out_pcap=out_pcap,
-                                                                 run_json=run_json, expect_json=expect_json,
-                                                                 summary=None))
-        ok = rc == 0
-        if ok != want_ok:
-            failures.append(f"{label}: checker returned {rc}, expected {'success' if want_ok else 'failure'}")
-        print(f"selftest {label}: checker {'accepts' if ok else 'rejects'} "
-              f"({'as it must' if ok == want_ok else 'WRONG'})" + (f": {why[:150]}" if why else ""))
+        checks.append((label, want_ok, argparse.Namespace(in_pcap=in_pcap, out_pcap=out_pcap, run_json=run_json,
+                                                          expect_json=expect_json, summary=None)))
 
     _, expect = build_expectations(good_b)
     good = [bytes.fromhex(o["alts"][-1]) for o in expect["outputs"]]
@@ -916,6 +1042,37 @@ def cmd_selftest(args):
     bad_sum[14 + 20 + 16] ^= 0x01
     scenario("tcp-checksum-wrong", good_b, False, replaced(req, bytes(bad_sum)))
     scenario("frames-swapped", good_b, False, good[:req] + [good[req + 1], good[req]] + good[req + 2:])
+    # Client segments that came before the real server's SYN-ACK.
+    fack, freq = at("F ACK to the real server"), at("F request (held")
+    scenario("held-data-before-the-server-ack", good_b, False,
+             good[:fack] + [good[freq], good[fack]] + good[freq + 1:])
+    scenario("held-data-sent-at-once-not-held", good_b, False,
+             good[:at("F SYN to the real server") + 1] + [good[freq]] + good[at("F SYN to the real server") + 1:freq]
+             + good[freq + 1:])
+    scenario("held-segments-reordered", good_b, False, good[:freq] + [good[freq + 1], good[freq]] + good[freq + 2:])
+    scenario("held-fin-lost", good_b, False, good[:freq + 2] + good[freq + 3:])
+    scenario("held-data-ack-not-translated", good_b, False,
+             replaced(freq, changed(freq, ack=good_b["F"]["cookie"] + 1)))
+    scenario("held-data-tsecr-not-translated", good_b, False,
+             replaced(freq, changed(freq, options=opt("Timestamp", lambda v: (v[0], good_b["F"]["tsval"])))))
+    greq = at("G request (held")
+    scenario("held-data-delivered-twice", good_b, False, good[:greq + 1] + [good[greq]] + good[greq + 1:])
+    gsyn = at("G SYN to the real server again")
+    scenario("retransmission-not-the-syn-again", good_b, False, good[:gsyn] + good[gsyn + 1:])
+    scenario("syn-again-with-the-first-tsval", good_b, False,
+             replaced(gsyn, changed(gsyn, options=opt("Timestamp", lambda v: (6001, v[1])))))
+    hsyn, hack, hreq = at("H SYN to the real server"), at("H ACK to the real server"), at("H request on")
+    scenario("cookie-ack-with-data-forwarded-not-the-syn", good_b, False,
+             replaced(hsyn, good[hreq]))
+    scenario("cookie-ack-data-before-the-server-ack", good_b, False,
+             good[:hack] + [good[hreq], good[hack]] + good[hreq + 1:])
+    scenario("cookie-ack-data-fullnat-tsval-not-moved", good_b, False,
+             replaced(hreq, changed(hreq, options=opt("Timestamp", lambda v: (7001, v[1])))))
+    ireq = SESSIONS["I"]
+    i_raw = script()[next(i for i, st in enumerate(script()) if st.name.startswith("I request"))].make(
+        usable(good_b))
+    leaked = translated(i_raw, CLIENT_IP, ireq["cport"], RS_NAT[0], RPORT)[-1]
+    scenario("unanswered-segment-delivered", good_b, False, good + [gf.with_macs(leaked, RS_NAT[1], OUR_MAC)])
     b = good_bindings()
     b["A"]["cookie"] ^= 1
     scenario("cookie-mss-index-wrong", b, False)
@@ -944,6 +1101,18 @@ def cmd_selftest(args):
     other = good_bindings()
     other["A"]["cookie"] ^= 0x100
     scenario("input-played-with-another-cookie", good_b, False, in_bindings=other)
+    # Each check is a process of its own (forked: the expectations built so far and
+    # tshark's view of the common input come along).
+    gf.tshark_decode(checks[0][2].in_pcap)
+    workers = max(1, min(4, os.cpu_count() or 1))
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        results = list(pool.map(check_captured, [ns for _, _, ns in checks]))
+    for (label, want_ok, _), (rc, why) in zip(checks, results):
+        ok = rc == 0
+        if ok != want_ok:
+            failures.append(f"{label}: checker returned {rc}, expected {'success' if want_ok else 'failure'}")
+        print(f"selftest {label}: checker {'accepts' if ok else 'rejects'} "
+              f"({'as it must' if ok == want_ok else 'WRONG'})" + (f": {why[:150]}" if why else ""))
     if failures:
         print("SELFTEST FAILED:\n  " + "\n  ".join(failures))
         return 1

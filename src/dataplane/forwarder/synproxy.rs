@@ -316,7 +316,8 @@ impl Forwarder {
         };
         if dir == Direction::Inbound {
             // Data (or a FIN) not held yet waits for the server's handshake.
-            if let Some(seq) = data_seq(pkt.bytes(), parsed) {
+            let data = data_seq(pkt.bytes(), parsed);
+            if let Some(seq) = data {
                 if self.synproxy.awaiting.may_hold(id.index(), seq) {
                     return Pending::Done(Action::AwaitServer(AwaitServer {
                         session: id.index(),
@@ -327,11 +328,16 @@ impl Forwarder {
             }
             // The client sent again (its ACK, or data held already or finding no room)
             // before the real server answered: the SYN may have been lost, so it goes
-            // again in this segment's place.
+            // again in this segment's place. Or this is the copy of a held cookie ACK
+            // with data, which becomes the first SYN the same way.
+            let first =
+                data.is_some_and(|seq| self.synproxy.awaiting.take_syn_copy(id.index(), seq));
             let tsval = timestamps::tsval(pkt.bytes(), parsed);
             return match rewrite_into_syn(pkt, parsed, &hs, tsval) {
                 Ok(parsed) => {
-                    cx.counters.event(Event::SynproxySynResent);
+                    if !first {
+                        cx.counters.event(Event::SynproxySynResent);
+                    }
                     Pending::Resend(parsed)
                 }
                 Err(reason) => Pending::Done(Action::Drop(reason)),
