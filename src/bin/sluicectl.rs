@@ -39,27 +39,29 @@ Commands:
                   connection/rate skew per real server (seed 000): max/avg ratios,
                   WARN above PCT (default 300), advisory on long-lived traffic
 
-ipvsadm syntax (alias ipvsadm=sluicectl):
+ipvsadm 1.31 syntax (no command at all lists the table; called as ipvsadm, through
+the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ipvsadm's):
   -A|-E -t|-u VIP:port [-s scheduler] [-p [timeout] [-M netmask]] add/edit a service;
                   scheduler: {SCHEDULERS} (default {DEFAULT_SCHEDULER})
   -D -t|-u VIP:port                                              delete a service
   -a|-e -t|-u VIP:port -r RIP[:port] [-g|-m|-i] [-w weight] [-x upper] [-y lower]
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
-  -L|-l [-n] [--stats]                                           list services
+  -L|-l [-n] [-t|-u VIP:port] [--stats] [--nosort]              list services (real servers sorted
+                                                                 by address and port unless --nosort)
   -L|-l [-n] --timeout                                           session timeouts (tcp tcpfin udp)
   --set TCP TCPFIN UDP                                           set them (seconds, 0 keeps one)
-  -Z                                                             zero all counters
+  -Z [-t|-u VIP:port]                                            zero all counters, or one service's
   -S [-n]                                                        print the services as ipvsadm-save
                                                                  (and their SYN proxy, access lists and
                                                                  rate limits, in sluicectl's options)
-  -R [--replace]                                                 apply ipvsadm-save lines from stdin,
-                                                                 all or nothing, as one change; with
-                                                                 --replace they are the whole table
+  -R [--atomic|--replace]                                        apply ipvsadm-save lines from stdin line
+                                                                 by line, naming lines not applied; with
+                                                                 --atomic all or nothing, as one change;
+                                                                 with --replace they are the whole table
                                                                  (save/restore: -S > f && -R --replace < f)
-  -L|-l [-n] -c                                                  list connections: [worker]proto,
-                                                                 expire, state, client, VIP,
-                                                                 FullNAT local address, real server
+  -L|-l [-n] -c                                                  list connections in ipvsadm's layout
+                                                                 (--json adds worker and local address)
   -P|--add-laddr -t|-u VIP:port -z LIP [-F ifname]               add a FullNAT local address
   -Q|--del-laddr -t|-u VIP:port -z LIP [-F ifname]               delete a local address
   -G|--get-laddr -t|-u VIP:port                                  list a service's local addresses
@@ -85,7 +87,7 @@ Options:
                       a number it is ipvsadm's -L --timeout
       --json          print the daemon's result as JSON instead of text
   -h, --help          print this help
-      --version       print the version
+  -v, --version       print the version
 
 Exit status: 0 success, 1 request failed, 2 bad usage.
 ";
@@ -750,8 +752,9 @@ struct Restored {
 }
 
 /// Consecutive restore lines sent as one all-or-nothing batch (one snapshot for
-/// many lines); a batch that fails is sent again line by line, so each line stands
-/// or falls on its own as ipvsadm applies it.
+/// many lines, at most [`BATCH_PART_BYTES`] of requests so the batch fits a request
+/// line); a batch that fails is sent again line by line, so each line stands or falls
+/// on its own as ipvsadm applies it.
 const RESTORE_CHUNK: usize = 1000;
 
 /// `-R` as ipvsadm does it: line by line, in order, carrying on past a line the
@@ -814,8 +817,12 @@ fn restore_lines(
         }
         Ok(())
     };
+    let mut pending_bytes = 0;
     for (i, line) in input.lines().enumerate() {
         let n = i + 1;
+        if pending.is_empty() {
+            pending_bytes = 0;
+        }
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
         let command = match ipvsadm::restore_line(&line) {
             Ok(ipvsadm::RestoreLine::Nothing) => continue,
@@ -850,8 +857,10 @@ fn restore_lines(
         if command.request == Request::ZeroCounters {
             flush(&mut pending, &mut done, report)?;
         }
+        pending_bytes += serde_json::to_string(&command.request).map_or(0, |l| l.len() + 1);
         pending.push((n, command.request));
         if pending.len() >= RESTORE_CHUNK
+            || pending_bytes >= BATCH_PART_BYTES
             || pending
                 .last()
                 .is_some_and(|(_, r)| *r == Request::ZeroCounters)
