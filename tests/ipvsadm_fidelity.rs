@@ -318,6 +318,36 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
         out.describe()
     );
 
+    // -Lnc reads the sessions in pages: with pages of 3 the cursor chains through
+    // several pages to the end, each page at most 3 entries.
+    let mut socket = std::os::unix::net::UnixStream::connect(&daemon.config.socket).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut reader = std::io::BufReader::new(socket.try_clone().unwrap());
+    let (mut page, mut pages, mut listed) = (serde_json::json!({"worker": 0, "from": 0}), 0, 0);
+    loop {
+        use std::io::{BufRead, Write};
+        let request = serde_json::json!({"cmd": "list_connections", "max": 3, "page": page});
+        writeln!(socket, "{request}").unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let entries = reply["result"]["connections"].as_array().unwrap().len();
+        assert!(entries <= 3, "{reply}");
+        listed += entries;
+        pages += 1;
+        assert!(pages < 10_000, "the pages never end");
+        match reply["result"].get("next") {
+            Some(next) => page = next.clone(),
+            None => break,
+        }
+    }
+    assert!(
+        pages > 1 && listed > 3,
+        "{pages} page(s), {listed} sessions"
+    );
+
     // Called as sluicectl: no command lists the table too; -v is the version.
     let out = daemon.ctl(&[]);
     assert!(out.success(), "{}", out.describe());
