@@ -9,6 +9,41 @@ PACKAGES=(
   bridge-utils procps python3-prometheus-client keepalived nftables nginx wrk
 )
 
+# Opt-in: `scripts/setup.sh --ipvsadm-link [DIR] [SLUICECTL]` links DIR/ipvsadm
+# (default /usr/local/sbin) to sluicectl (default: target/release/sluicectl of this
+# checkout, else the one on PATH). Called as ipvsadm, sluicectl speaks ipvsadm 1.31's
+# exit statuses and words; scripts call it by name (bash expands no aliases in
+# scripts). An ipvsadm that is not such a link is left alone.
+if [ "${1:-}" = "--ipvsadm-link" ]; then
+  dir="${2:-/usr/local/sbin}"
+  ctl="${3:-}"
+  if [ -z "$ctl" ]; then
+    here="$(cd "$(dirname "$0")/.." && pwd)"
+    if [ -x "$here/target/release/sluicectl" ]; then
+      ctl="$here/target/release/sluicectl"
+    else
+      ctl="$(command -v sluicectl || true)"
+    fi
+  fi
+  if [ -z "$ctl" ] || [ ! -x "$ctl" ]; then
+    echo "scripts/setup.sh: no sluicectl to link to (build it: cargo build --release)" >&2
+    exit 1
+  fi
+  link="$dir/ipvsadm"
+  if [ -e "$link" ] && [ ! -L "$link" ]; then
+    echo "scripts/setup.sh: $link exists and is not a link (a real ipvsadm?); left alone" >&2
+    exit 1
+  fi
+  if [ -L "$link" ] && [ "$(basename "$(readlink "$link")")" != "sluicectl" ]; then
+    echo "scripts/setup.sh: $link links to $(readlink "$link"), not sluicectl; left alone" >&2
+    exit 1
+  fi
+  mkdir -p "$dir"
+  ln -sfn "$ctl" "$link"
+  echo "scripts/setup.sh: $link -> $ctl"
+  exit 0
+fi
+
 if [ "$(id -u)" -ne 0 ]; then
   echo "scripts/setup.sh: run as root (apt-get install)" >&2
   exit 1

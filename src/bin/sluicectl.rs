@@ -4,13 +4,14 @@
 //! error), 2 on bad usage. Errors are one line on stderr: `sluicectl: <what is wrong>`.
 use sluice::control::client;
 use sluice::control::ipvsadm;
-use sluice::control::protocol::Request;
+use sluice::control::protocol::{ConnectionsCursor, Request};
 use sluice::control::render::{
-    render_admission, render_admission_all, render_connections, render_events, render_health,
-    render_laddrs, render_rates, render_save, render_services, render_skew, render_status,
-    render_sync, render_thresholds, render_timeouts, render_vrrp, render_xstats,
-    DEFAULT_SKEW_THRESHOLD_PCT,
+    connection_line, connections_title, render_admission, render_admission_all, render_connections,
+    render_events, render_health, render_laddrs, render_rates, render_save, render_services,
+    render_skew, render_status, render_sync, render_thresholds, render_timeouts, render_vrrp,
+    render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
+use sluice::control::report::{ConnectionsReport, ServicesReport};
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
 use std::io::{self, Write};
@@ -38,27 +39,29 @@ Commands:
                   connection/rate skew per real server (seed 000): max/avg ratios,
                   WARN above PCT (default 300), advisory on long-lived traffic
 
-ipvsadm syntax (alias ipvsadm=sluicectl):
+ipvsadm 1.31 syntax (no command at all lists the table; called as ipvsadm, through
+the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ipvsadm's):
   -A|-E -t|-u VIP:port [-s scheduler] [-p [timeout] [-M netmask]] add/edit a service;
                   scheduler: {SCHEDULERS} (default {DEFAULT_SCHEDULER})
   -D -t|-u VIP:port                                              delete a service
   -a|-e -t|-u VIP:port -r RIP[:port] [-g|-m|-i] [-w weight] [-x upper] [-y lower]
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
-  -L|-l [-n] [--stats]                                           list services
+  -L|-l [-n] [-t|-u VIP:port] [--stats] [--nosort]              list services (real servers sorted
+                                                                 by address and port unless --nosort)
   -L|-l [-n] --timeout                                           session timeouts (tcp tcpfin udp)
   --set TCP TCPFIN UDP                                           set them (seconds, 0 keeps one)
-  -Z                                                             zero all counters
+  -Z [-t|-u VIP:port]                                            zero all counters, or one service's
   -S [-n]                                                        print the services as ipvsadm-save
                                                                  (and their SYN proxy, access lists and
                                                                  rate limits, in sluicectl's options)
-  -R [--replace]                                                 apply ipvsadm-save lines from stdin,
-                                                                 all or nothing, as one change; with
-                                                                 --replace they are the whole table
+  -R [--atomic|--replace]                                        apply ipvsadm-save lines from stdin line
+                                                                 by line, naming lines not applied; with
+                                                                 --atomic all or nothing, as one change;
+                                                                 with --replace they are the whole table
                                                                  (save/restore: -S > f && -R --replace < f)
-  -L|-l [-n] -c                                                  list connections: [worker]proto,
-                                                                 expire, state, client, VIP,
-                                                                 FullNAT local address, real server
+  -L|-l [-n] -c                                                  list connections in ipvsadm's layout
+                                                                 (--json adds worker and local address)
   -P|--add-laddr -t|-u VIP:port -z LIP [-F ifname]               add a FullNAT local address
   -Q|--del-laddr -t|-u VIP:port -z LIP [-F ifname]               delete a local address
   -G|--get-laddr -t|-u VIP:port                                  list a service's local addresses
@@ -84,7 +87,7 @@ Options:
                       a number it is ipvsadm's -L --timeout
       --json          print the daemon's result as JSON instead of text
   -h, --help          print this help
-      --version       print the version
+  -v, --version       print the version
 
 Exit status: 0 success, 1 request failed, 2 bad usage.
 ";
@@ -221,7 +224,7 @@ impl Command {
     /// Turns the daemon's result into the text shown without `--json`: the result is
     /// read into its report type first, so a reply of another shape (a daemon of
     /// another version) is an error, not a report of blanks.
-    fn render(&self, result: serde_json::Value) -> Result<String, String> {
+    fn render(&self, result: serde_json::Value) -> Result<String, Failure> {
         match self {
             Command::Status => Ok(render_status(&parse(result)?)),
             Command::Xstats { .. } => Ok(render_xstats(&parse(result)?)),
@@ -244,11 +247,13 @@ impl Command {
                 *threshold_pct,
             )),
             Command::Ipvsadm(c) => match &c.output {
-                ipvsadm::Output::List { stats } => Ok(render_services(&parse(result)?, *stats)),
+                ipvsadm::Output::List { stats } => {
+                    listed(&c.listing, result, |r| render_services(r, *stats))
+                }
                 ipvsadm::Output::Timeouts => Ok(render_timeouts(&parse(result)?)),
-                ipvsadm::Output::Rates => Ok(render_rates(&parse(result)?)),
-                ipvsadm::Output::Thresholds => Ok(render_thresholds(&parse(result)?)),
-                ipvsadm::Output::Save => Ok(render_save(&parse(result)?)),
+                ipvsadm::Output::Rates => listed(&c.listing, result, render_rates),
+                ipvsadm::Output::Thresholds => listed(&c.listing, result, render_thresholds),
+                ipvsadm::Output::Save => listed(&c.listing, result, render_save),
                 ipvsadm::Output::Connections => Ok(render_connections(&parse(result)?)),
                 ipvsadm::Output::Quiet | ipvsadm::Output::Restore { .. } => Ok(String::new()),
                 ipvsadm::Output::Laddrs => Ok(render_laddrs(&parse(result)?)),
@@ -262,6 +267,49 @@ impl Command {
         }
     }
 }
+
+/// A services listing as ipvsadm prints it: real servers sorted by address and port
+/// (ipvsadm's `ipvs_sort_dests`) unless `--nosort`; with `-t|-u VIP:port` only that
+/// service, without the version line (ipvsadm's `list_service` prints the title and
+/// the one entry), and ipvsadm's "No such service" when there is none.
+fn listed(
+    listing: &ipvsadm::Listing,
+    result: serde_json::Value,
+    render: impl Fn(&ServicesReport) -> String,
+) -> Result<String, Failure> {
+    let mut report: ServicesReport = parse(result)?;
+    if !listing.nosort {
+        for s in &mut report.services {
+            s.real_servers.sort_by_key(|r| {
+                (
+                    r.ip.parse::<std::net::Ipv4Addr>()
+                        .map_or(u32::MAX, u32::from),
+                    r.port,
+                )
+            });
+        }
+    }
+    let Some(only) = listing.only else {
+        return Ok(render(&report));
+    };
+    let proto = only.proto.name().to_lowercase();
+    report
+        .services
+        .retain(|s| s.proto == proto && s.vip == only.vip.to_string() && s.port == only.port);
+    if report.services.is_empty() {
+        return Err(Failure::listing(NO_SUCH_SERVICE));
+    }
+    let text = render(&report);
+    Ok(match text.split_once('\n') {
+        Some((version, rest)) if version.starts_with("IP Virtual Server version") => {
+            rest.to_string()
+        }
+        _ => text,
+    })
+}
+
+/// ipvsadm's words (libipvs `ipvs_strerror`) for the daemon's refusals.
+const NO_SUCH_SERVICE: &str = "No such service";
 
 /// The daemon's result read into the report type `T`.
 fn parse<T: serde::de::DeserializeOwned>(result: serde_json::Value) -> Result<T, String> {
@@ -334,7 +382,7 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
         };
         match name {
             "-h" | "--help" => return Ok(Invocation::Help),
-            "--version" => return Ok(Invocation::Version),
+            "-v" | "--version" => return Ok(Invocation::Version),
             "-S" | "--socket" => {
                 let path = value(name)?;
                 if path.is_empty() {
@@ -362,26 +410,36 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
     }
 
     let command = if ipvsadm_args.is_empty() {
+        // As a bare ipvsadm: no command lists the table.
         let Some((name, command_args)) = positional.split_first() else {
-            return Err(UsageError::new("no command given"));
+            let list = ipvsadm::parse(&["-L".to_string()]).map_err(UsageError::new)?;
+            return Ok(Invocation::Run(Options {
+                socket: socket_from(socket, env_socket),
+                timeout,
+                json,
+                command: Command::Ipvsadm(list),
+            }));
         };
         Command::parse(name, command_args)?
     } else {
         Command::Ipvsadm(ipvsadm::parse(&ipvsadm_args).map_err(UsageError::new)?)
     };
-    let socket = socket
-        .or_else(|| {
-            env_socket
-                .filter(|path| !path.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET_PATH));
     Ok(Invocation::Run(Options {
-        socket,
+        socket: socket_from(socket, env_socket),
         timeout,
         json,
         command,
     }))
+}
+
+/// `--socket`, else `$SLUICE_SOCKET`, else the default path.
+fn socket_from(flag: Option<PathBuf>, env_socket: Option<String>) -> PathBuf {
+    flag.or_else(|| {
+        env_socket
+            .filter(|path| !path.is_empty())
+            .map(PathBuf::from)
+    })
+    .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET_PATH))
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, UsageError> {
@@ -395,19 +453,26 @@ fn parse_timeout(text: &str) -> Result<Duration, UsageError> {
     }
 }
 
-/// `-R`: the ipvsadm-save lines on stdin as one batch; blank lines and `#` comments
-/// are skipped, every line must be a change. An unparsable line names its number and
-/// sends nothing.
+/// `-R --atomic` (and `--replace`): the ipvsadm-save lines on stdin as one batch;
+/// blank lines and `#` comments are skipped, every line must be a change. A line that
+/// cannot be parsed or honoured ([`ipvsadm::restore_line`]) names its number and sends
+/// nothing.
 fn restore_batch(input: impl io::BufRead, replace: bool) -> Result<Request, String> {
     let mut requests = Vec::new();
     for (n, line) in input.lines().enumerate() {
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
         let text = line.trim();
-        if text.is_empty() || text.starts_with('#') {
-            continue;
-        }
-        let args: Vec<String> = text.split_whitespace().map(str::to_string).collect();
-        let command = ipvsadm::parse(&args).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let command =
+            match ipvsadm::restore_line(text).map_err(|e| format!("line {}: {e}", n + 1))? {
+                ipvsadm::RestoreLine::Nothing => continue,
+                ipvsadm::RestoreLine::Apply(command) => command,
+                ipvsadm::RestoreLine::Unsupported(what) => {
+                    return Err(format!(
+                        "line {}: Sluice cannot honour {what}; nothing was changed",
+                        n + 1
+                    ))
+                }
+            };
         let is_change = command.output == ipvsadm::Output::Quiet
             && !matches!(
                 command.request,
@@ -510,24 +575,368 @@ fn send_batch(options: &Options, batch: Request) -> Result<serde_json::Value, St
     connection.call(&Request::BatchCommit).map_err(text)
 }
 
+/// Why a command failed, and so which exit status it gets.
+#[derive(Debug, PartialEq)]
+struct Failure {
+    message: String,
+    kind: FailureKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FailureKind {
+    /// No daemon to talk to (ipvsadm: "Can't initialize ipvs", exit 2).
+    Unreachable,
+    /// The daemon refused the change (ipvsadm: the kernel refused it, exit 255).
+    Refused,
+    /// `-L -t` of a service that does not exist (ipvsadm's `list_service`, exit 1).
+    Listing,
+    /// A restore line ipvsadm would refuse to parse (exit 2).
+    Usage,
+    /// Anything else (a reply of the wrong shape, a file that cannot be read).
+    Other,
+}
+
+impl Failure {
+    fn listing(message: &str) -> Failure {
+        Failure {
+            message: message.to_string(),
+            kind: FailureKind::Listing,
+        }
+    }
+
+    /// The exit status: sluicectl's (1 for every failed request) or, called as
+    /// ipvsadm, ipvsadm 1.31's (`fail(2, ...)` for what it cannot parse or reach,
+    /// `return -1` from `main` when the kernel refuses, `exit(1)` from `list_service`).
+    fn status(&self, ipvsadm_mode: bool) -> u8 {
+        match (ipvsadm_mode, self.kind) {
+            (_, FailureKind::Usage) => 2,
+            (false, _) | (true, FailureKind::Listing | FailureKind::Other) => 1,
+            (true, FailureKind::Unreachable) => 2,
+            (true, FailureKind::Refused) => 255,
+        }
+    }
+}
+
+impl From<client::ClientError> for Failure {
+    fn from(error: client::ClientError) -> Failure {
+        let kind = match error {
+            client::ClientError::Daemon(_) => FailureKind::Refused,
+            _ => FailureKind::Unreachable,
+        };
+        Failure {
+            message: error.to_string(),
+            kind,
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            message,
+            kind: FailureKind::Other,
+        }
+    }
+}
+
+/// ipvsadm's words (libipvs `ipvs_strerror`) for the daemon's refusal of `request`,
+/// when the refusal is one ipvsadm has words for; other refusals keep Sluice's
+/// message, which says what Sluice cannot do.
+fn ipvsadm_words(request: &Request, message: &str) -> String {
+    use sluice::service::ServiceError;
+    let no_such_service = |service| message == ServiceError::NoSuchService(service).to_string();
+    let words = match *request {
+        Request::AddService { service, .. }
+            if message == ServiceError::ServiceExists(service).to_string() =>
+        {
+            "Service already exists"
+        }
+        Request::EditService { service, .. }
+        | Request::DeleteService { service }
+        | Request::ZeroService { service }
+            if no_such_service(service) =>
+        {
+            NO_SUCH_SERVICE
+        }
+        Request::AddServer { service, .. }
+        | Request::EditServer { service, .. }
+        | Request::DeleteServer { service, .. }
+            if no_such_service(service) =>
+        {
+            "Service not defined"
+        }
+        Request::AddServer { service, server }
+            if message
+                == (ServiceError::DestinationExists {
+                    service,
+                    ip: server.ip,
+                    port: server.port,
+                })
+                .to_string() =>
+        {
+            "Destination already exists"
+        }
+        Request::EditServer { service, server }
+            if message
+                == (ServiceError::NoSuchDestination {
+                    service,
+                    ip: server.ip,
+                    port: server.port,
+                })
+                .to_string() =>
+        {
+            "No such destination"
+        }
+        Request::DeleteServer { service, ip, port }
+            if message == (ServiceError::NoSuchDestination { service, ip, port }).to_string() =>
+        {
+            "No such destination"
+        }
+        _ => return message.to_string(),
+    };
+    words.to_string()
+}
+
+/// Pages of `-Lnc`: sessions asked for at a time, each page one bounded reply.
+const CONNECTIONS_PAGE: u32 = 50_000;
+
+/// `-Lnc`: the sessions page by page, each page written out as it arrives, so a
+/// listing of any size needs neither a cap nor memory for all of it. With `--json`
+/// the same object a single reply gives (`{"connections":[...],"truncated":false}`),
+/// written as it comes.
+fn list_connections(options: &Options, out: &mut impl Write) -> Result<(), Failure> {
+    let mut connection = client::Connection::open(&options.socket, options.timeout)?;
+    let mut page = Some(ConnectionsCursor::default());
+    let mut first = true;
+    let write_error = |e: io::Error| Failure::from(format!("cannot write output: {e}"));
+    if options.json {
+        out.write_all(b"{\"connections\":[").map_err(write_error)?;
+    } else {
+        out.write_all(connections_title().as_bytes())
+            .map_err(write_error)?;
+    }
+    while let Some(cursor) = page {
+        let result = connection.call(&Request::ListConnections {
+            max: Some(CONNECTIONS_PAGE),
+            page: Some(cursor),
+        })?;
+        let report: ConnectionsReport = parse(result)?;
+        let mut text = String::new();
+        for c in &report.connections {
+            if options.json {
+                if !first {
+                    text.push(',');
+                }
+                text += &serde_json::to_string(c).map_err(|e| e.to_string())?;
+            } else {
+                text += &connection_line(c);
+            }
+            first = false;
+        }
+        out.write_all(text.as_bytes()).map_err(write_error)?;
+        page = report.next;
+    }
+    if options.json {
+        out.write_all(b"],\"truncated\":false}\n")
+            .map_err(write_error)?;
+    }
+    Ok(())
+}
+
+/// What a line-by-line `-R` did.
+#[derive(Debug, Default, PartialEq)]
+struct Restored {
+    applied: usize,
+    /// `line N: ...` for every line not applied.
+    refused: Vec<String>,
+}
+
+/// Consecutive restore lines sent as one all-or-nothing batch (one snapshot for
+/// many lines, at most [`BATCH_PART_BYTES`] of requests so the batch fits a request
+/// line); a batch that fails is sent again line by line, so each line stands or falls
+/// on its own as ipvsadm applies it.
+const RESTORE_CHUNK: usize = 1000;
+
+/// `-R` as ipvsadm does it: line by line, in order, carrying on past a line the
+/// daemon refuses or that names what Sluice cannot do. A line ipvsadm cannot parse
+/// either ends the restore there, as ipvsadm's `fail(2, ...)` does, after the lines
+/// before it were applied.
+fn restore_lines(
+    options: &Options,
+    input: impl io::BufRead,
+    ipvsadm_mode: bool,
+    report: &mut dyn FnMut(&str),
+) -> Result<Restored, Failure> {
+    let mut connection = client::Connection::open(&options.socket, options.timeout)?;
+    let mut done = Restored::default();
+    let mut pending: Vec<(usize, Request)> = Vec::new();
+    let mut flush = |pending: &mut Vec<(usize, Request)>,
+                     done: &mut Restored,
+                     report: &mut dyn FnMut(&str)|
+     -> Result<(), Failure> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let lines = std::mem::take(pending);
+        if lines.len() > 1 {
+            let requests: Vec<Request> = lines
+                .iter()
+                .flat_map(|(_, r)| match r {
+                    Request::Batch { requests, .. } => requests.clone(),
+                    other => vec![other.clone()],
+                })
+                .collect();
+            let batch = Request::Batch {
+                requests,
+                replace: false,
+            };
+            match connection.call(&batch) {
+                Ok(_) => {
+                    done.applied += lines.len();
+                    return Ok(());
+                }
+                Err(client::ClientError::Daemon(_)) => {}
+                Err(other) => return Err(other.into()),
+            }
+        }
+        for (n, request) in lines {
+            match connection.call(&request) {
+                Ok(_) => done.applied += 1,
+                Err(client::ClientError::Daemon(message)) => {
+                    let message = if ipvsadm_mode {
+                        ipvsadm_words(&request, &message)
+                    } else {
+                        message
+                    };
+                    let line = format!("line {n}: {message}");
+                    report(&line);
+                    done.refused.push(line);
+                }
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Ok(())
+    };
+    let mut pending_bytes = 0;
+    for (i, line) in input.lines().enumerate() {
+        let n = i + 1;
+        if pending.is_empty() {
+            pending_bytes = 0;
+        }
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        let command = match ipvsadm::restore_line(&line) {
+            Ok(ipvsadm::RestoreLine::Nothing) => continue,
+            Ok(ipvsadm::RestoreLine::Unsupported(what)) => {
+                // The lines before are applied first, so the messages come in order.
+                flush(&mut pending, &mut done, report)?;
+                let line = format!("line {n}: not applied: Sluice cannot honour {what}");
+                report(&line);
+                done.refused.push(line);
+                continue;
+            }
+            Ok(ipvsadm::RestoreLine::Apply(command)) => command,
+            Err(error) => {
+                flush(&mut pending, &mut done, report)?;
+                return Err(Failure {
+                    message: format!("line {n}: {error}"),
+                    kind: FailureKind::Usage,
+                });
+            }
+        };
+        let is_change = command.output == ipvsadm::Output::Quiet;
+        if !is_change {
+            let line = format!(
+                "line {n}: not applied: only changes are restored: {}",
+                line.trim()
+            );
+            report(&line);
+            done.refused.push(line);
+            continue;
+        }
+        // `-Z` is answered outside the service table: on its own.
+        if command.request == Request::ZeroCounters {
+            flush(&mut pending, &mut done, report)?;
+        }
+        pending_bytes += serde_json::to_string(&command.request).map_or(0, |l| l.len() + 1);
+        pending.push((n, command.request));
+        if pending.len() >= RESTORE_CHUNK
+            || pending_bytes >= BATCH_PART_BYTES
+            || pending
+                .last()
+                .is_some_and(|(_, r)| *r == Request::ZeroCounters)
+        {
+            flush(&mut pending, &mut done, report)?;
+        }
+    }
+    flush(&mut pending, &mut done, report)?;
+    Ok(done)
+}
+
 /// Sends the request and produces the text to print.
-fn run(options: &Options) -> Result<String, String> {
+fn run(options: &Options, ipvsadm_mode: bool) -> Result<String, Failure> {
     let result = match &options.command {
         Command::Ipvsadm(ipvsadm::Command {
-            output: ipvsadm::Output::Restore { replace },
+            output: ipvsadm::Output::Connections,
+            ..
+        }) => {
+            let stdout = io::stdout();
+            let mut out = io::BufWriter::new(stdout.lock());
+            match list_connections(options, &mut out).and_then(|()| {
+                out.flush()
+                    .map_err(|e| Failure::from(format!("cannot write output: {e}")))
+            }) {
+                Ok(()) => return Ok(String::new()),
+                // The reader went away (`sluicectl -Lnc | head`).
+                Err(f) if f.message.contains("Broken pipe") => return Ok(String::new()),
+                Err(f) => return Err(f),
+            }
+        }
+        Command::Ipvsadm(ipvsadm::Command {
+            output: ipvsadm::Output::Restore { atomic: false, .. },
+            ..
+        }) => {
+            let done = restore_lines(options, io::stdin().lock(), ipvsadm_mode, &mut |line| {
+                report_error(line, ipvsadm_mode)
+            })?;
+            if done.refused.is_empty() {
+                return Ok(String::new());
+            }
+            return Err(Failure {
+                message: format!(
+                    "{} line(s) not applied, {} applied",
+                    done.refused.len(),
+                    done.applied
+                ),
+                kind: FailureKind::Refused,
+            });
+        }
+        Command::Ipvsadm(ipvsadm::Command {
+            output: ipvsadm::Output::Restore { replace, .. },
             ..
         }) => send_batch(options, restore_batch(io::stdin().lock(), *replace)?)?,
         Command::Ipvsadm(ipvsadm::Command {
             output: ipvsadm::Output::AclLoad { path },
             request,
+            ..
         }) => {
             let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
             let batch =
                 acl_load_batch(request.clone(), file).map_err(|e| format!("{path}: {e}"))?;
             send_batch(options, batch)?
         }
-        command => client::request(&options.socket, &command.request(), options.timeout)
-            .map_err(|error| error.to_string())?,
+        command => {
+            let request = command.request();
+            match client::request(&options.socket, &request, options.timeout) {
+                Ok(result) => result,
+                Err(client::ClientError::Daemon(message)) if ipvsadm_mode => {
+                    return Err(Failure {
+                        message: ipvsadm_words(&request, &message),
+                        kind: FailureKind::Refused,
+                    })
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
     };
     if options.json {
         let mut text = serde_json::to_string_pretty(&result).map_err(|error| error.to_string())?;
@@ -538,13 +947,18 @@ fn run(options: &Options) -> Result<String, String> {
     }
 }
 
-/// Prints `sluicectl: <message>` as exactly one line.
-fn report_error(message: &str) {
+/// Prints the message as exactly one line: `sluicectl: <message>`, or, called as
+/// ipvsadm, the bare message as ipvsadm prints its errors.
+fn report_error(message: &str, ipvsadm_mode: bool) {
     let flattened: Vec<&str> = message
         .split(['\n', '\r'])
         .filter(|s| !s.is_empty())
         .collect();
-    eprintln!("sluicectl: {}", flattened.join(" "));
+    if ipvsadm_mode {
+        eprintln!("{}", flattened.join(" "));
+    } else {
+        eprintln!("sluicectl: {}", flattened.join(" "));
+    }
 }
 
 fn print(text: &str) -> ExitCode {
@@ -553,26 +967,57 @@ fn print(text: &str) -> ExitCode {
         // The reader went away (`sluicectl status | head`): nothing left to tell it.
         Err(error) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(error) => {
-            report_error(&format!("cannot write output: {error}"));
+            report_error(&format!("cannot write output: {error}"), false);
             ExitCode::FAILURE
         }
     }
 }
 
+/// Called as `ipvsadm` (the link `scripts/setup.sh --ipvsadm-link` installs):
+/// ipvsadm's exit statuses and words.
+fn is_ipvsadm_name(program: &str) -> bool {
+    std::path::Path::new(program)
+        .file_name()
+        .is_some_and(|name| name == "ipvsadm")
+}
+
+/// `-v` as ipvsadm prints it (`version()`: `"ipvsadm " IPVSADM_VERSION " (compiled
+/// with " IPVS_OPTION_PROCESSING " and IPVS v%d.%d.%d)\n"`), with sluicectl where
+/// ipvsadm names its option parser, so the fields scripts read stay in place.
+fn ipvsadm_version() -> String {
+    format!(
+        "ipvsadm v1.31 2019/12/24 (compiled with sluicectl {} and IPVS v1.2.1)\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut argv = std::env::args();
+    let ipvsadm_mode = argv.next().is_some_and(|program| is_ipvsadm_name(&program));
+    let args: Vec<String> = argv.collect();
     match parse_args(&args, std::env::var(SOCKET_ENV).ok()) {
         Ok(Invocation::Help) => print(&usage()),
+        Ok(Invocation::Version) if ipvsadm_mode => print(&ipvsadm_version()),
         Ok(Invocation::Version) => print(&format!("sluicectl {}\n", env!("CARGO_PKG_VERSION"))),
-        Ok(Invocation::Run(options)) => match run(&options) {
+        Ok(Invocation::Run(options)) => match run(&options, ipvsadm_mode) {
             Ok(text) => print(&text),
-            Err(message) => {
-                report_error(&message);
-                ExitCode::FAILURE
+            Err(failure) => {
+                let message = match failure.kind {
+                    FailureKind::Unreachable if ipvsadm_mode => {
+                        format!("Can't initialize ipvs: {}", failure.message)
+                    }
+                    _ => failure.message.clone(),
+                };
+                report_error(&message, ipvsadm_mode);
+                ExitCode::from(failure.status(ipvsadm_mode))
             }
         },
+        Err(UsageError(message)) if ipvsadm_mode => {
+            report_error(&message, true);
+            ExitCode::from(2)
+        }
         Err(UsageError(message)) => {
-            report_error(&format!("{message} (see sluicectl --help)"));
+            report_error(&format!("{message} (see sluicectl --help)"), false);
             ExitCode::from(2)
         }
     }
@@ -746,7 +1191,9 @@ mod tests {
 
     #[test]
     fn bad_usage_is_explained() {
-        assert_eq!(usage_error(&[]), "no command given");
+        // As a bare ipvsadm, no command at all lists the table.
+        assert_eq!(options(&[]).command.request(), Request::ListServices);
+        assert_eq!(parse(&["-v"]), Ok(Invocation::Version));
         assert_eq!(
             usage_error(&["frobnicate"]),
             "unknown command \"frobnicate\""
@@ -796,7 +1243,8 @@ mod tests {
     fn rendering_rejects_a_reply_of_the_wrong_shape() {
         let error = Command::Status
             .render(serde_json::json!([1, 2]))
-            .unwrap_err();
+            .unwrap_err()
+            .message;
         assert!(
             error.starts_with("unexpected reply from daemon: "),
             "{error}"
@@ -817,7 +1265,8 @@ mod tests {
         ] {
             let error = command
                 .render(serde_json::json!({ "renamed": 1 }))
-                .unwrap_err();
+                .unwrap_err()
+                .message;
             assert_eq!(
                 error,
                 format!("unexpected reply from daemon: missing field `{field}`"),
@@ -826,7 +1275,8 @@ mod tests {
         }
         let error = Command::Events
             .render(serde_json::json!({"events": [{"unix_ms": 1, "text": "lb=config"}]}))
-            .unwrap_err();
+            .unwrap_err()
+            .message;
         assert_eq!(error, "unexpected reply from daemon: missing field `line`");
     }
 
@@ -868,5 +1318,49 @@ mod tests {
         let err =
             acl_load_batch(clear, "deny 10.0.0.0/8\ndeny 10.0.0.0/33\n".as_bytes()).unwrap_err();
         assert!(err.starts_with("line 2: "), "{err}");
+    }
+
+    #[test]
+    fn called_as_ipvsadm_exit_statuses_and_words_are_ipvsadms() {
+        use sluice::model::{ForwardMode, Protocol, RealServerSpec, ServiceKey};
+        assert!(is_ipvsadm_name("/usr/local/sbin/ipvsadm") && is_ipvsadm_name("ipvsadm"));
+        assert!(!is_ipvsadm_name("/usr/bin/sluicectl") && !is_ipvsadm_name("ipvsadm2"));
+        let refused = Failure::from(client::ClientError::Daemon("x".into()));
+        assert_eq!((refused.status(true), refused.status(false)), (255, 1));
+        assert_eq!(Failure::listing(NO_SUCH_SERVICE).status(true), 1);
+        let gone = Failure::from(client::ClientError::NoDaemon {
+            path: PathBuf::from("/x"),
+        });
+        assert_eq!((gone.status(true), gone.status(false)), (2, 1));
+        let service = ServiceKey::new(Protocol::Tcp, [198, 18, 1, 1].into(), 80);
+        let server = RealServerSpec::new([198, 18, 0, 2].into(), 80, 1, ForwardMode::Dr);
+        let missing = sluice::service::ServiceError::NoSuchService(service).to_string();
+        assert_eq!(
+            ipvsadm_words(&Request::AddServer { service, server }, &missing),
+            "Service not defined"
+        );
+        assert_eq!(
+            ipvsadm_words(&Request::ZeroService { service }, &missing),
+            "No such service"
+        );
+        let exists = sluice::service::ServiceError::ServiceExists(service).to_string();
+        assert_eq!(
+            ipvsadm_words(
+                &Request::AddService {
+                    service,
+                    scheduler: None,
+                    persistence: None,
+                    sched_flags: None
+                },
+                &exists
+            ),
+            "Service already exists"
+        );
+        // Sluice's own refusals keep their words.
+        assert_eq!(
+            ipvsadm_words(&Request::AddServer { service, server }, "weight too big"),
+            "weight too big"
+        );
+        assert!(ipvsadm_version().starts_with("ipvsadm v1.31 2019/12/24 (compiled with sluicectl "));
     }
 }

@@ -39,11 +39,14 @@ pub enum Output {
     Connections,
     /// A change: nothing to print on success, as ipvsadm.
     Quiet,
-    /// `-R`: the CLI reads ipvsadm-save lines from stdin and sends them as one
-    /// [`Request::Batch`], staged over as many request lines as it needs; the request
-    /// here is that batch, still empty. `replace` (`-R --replace`): the lines are the
-    /// whole table, replacing it in the same transaction.
-    Restore { replace: bool },
+    /// `-R`: the CLI reads ipvsadm-save lines from stdin. By default it applies them
+    /// line by line as ipvsadm does, carrying on past a line that fails or that
+    /// Sluice cannot honour ([`restore_line`]). With `atomic` (`-R --atomic`) it sends
+    /// them as one [`Request::Batch`], staged over as many request lines as it needs,
+    /// all or nothing; the request here is that batch, still empty. `replace` (`-R
+    /// --replace`, atomic too): the lines are the whole table, replacing it in the
+    /// same transaction.
+    Restore { replace: bool, atomic: bool },
     /// `--get-laddr`: the service's local addresses, one per line
     /// ([`render_laddrs`](crate::control::render::render_laddrs) of a
     /// [`LaddrReport`](crate::control::report::LaddrReport)).
@@ -65,6 +68,18 @@ pub enum Output {
 pub struct Command {
     pub request: Request,
     pub output: Output,
+    /// What of the listing to show and in which order (`-L`, `--stats`, `--rate`,
+    /// `--thresholds`, `-S`).
+    pub listing: Listing,
+}
+
+/// ipvsadm's listing choices: `-L -t|-u VIP:port` shows that one service, without
+/// the version line (ipvsadm's `list_service`); real servers are sorted by address
+/// and port (`ipvs_sort_dests`) unless `--nosort`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub only: Option<ServiceKey>,
+    pub nosort: bool,
 }
 
 /// The ipvsadm command options (the first argument of an ipvsadm invocation).
@@ -166,6 +181,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut laddr: Option<(String, Ipv4Addr)> = None;
     let mut ifname = false;
     let mut replace = false;
+    let mut atomic = false;
+    let mut nosort = false;
     // Access lists and rate limits (Sluice's own options).
     let mut acl_rules: Vec<(AclAction, Prefix)> = Vec::new();
     let mut acl_file: Option<String> = None;
@@ -255,6 +272,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "--timeout" => show_timeouts = true,
             "--replace" => replace = true,
+            "--atomic" => atomic = true,
             "-z" | "--laddr" => {
                 let v = value(arg)?;
                 let ip = v
@@ -286,7 +304,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 let v = value(arg)?;
                 netmask = Some(v.parse().map_err(|_| format!("illegal netmask \"{v}\""))?);
             }
-            "-r" | "--real-server" => server = Some(parse_server(&value(arg)?)?),
+            "-r" | "--real-server" => {
+                let proto = service.map_or(Protocol::Tcp, |s| s.proto);
+                server = Some(parse_server(proto, &value(arg)?)?)
+            }
             "-g" | "--gatewaying" => mode = Some(ForwardMode::Dr),
             "-m" | "--masquerading" => mode = Some(ForwardMode::Nat),
             "-i" | "--ipip" => mode = Some(ForwardMode::Tun),
@@ -323,6 +344,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "-n" | "--numeric" | "--exact" => {}
             "--stats" => stats = true,
+            "--nosort" => nosort = true,
+            // Sorting is the default; ipvsadm keeps `--sort` as a no-op.
+            "--sort" => {}
             "--rate" => rate = true,
             "--thresholds" => thresholds = true,
             "-c" | "--connection" => connections = true,
@@ -376,9 +400,28 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     if replace && verb != Verb::Restore {
         return Err("option --replace only applies to -R/--restore".into());
     }
-    if matches!(verb, Verb::Zero | Verb::Save | Verb::Restore | Verb::Set) && service.is_some() {
-        return Err("-Z, -S, -R and --set apply to every service: drop -t/-u".into());
+    if atomic && verb != Verb::Restore {
+        return Err("option --atomic only applies to -R/--restore".into());
     }
+    if matches!(verb, Verb::Save | Verb::Restore | Verb::Set) && service.is_some() {
+        return Err("-S, -R and --set apply to every service: drop -t/-u".into());
+    }
+    // ipvsadm's "exclusive" list options (its commands_v_options table).
+    if verb == Verb::List && service.is_some() {
+        if connections {
+            return Err("The option 'service-address' conflicts with the 'connection' option in the 'list' command".into());
+        }
+        if show_timeouts {
+            return Err("The option 'timeout' conflicts with the 'service-address' option in the 'list' command".into());
+        }
+    }
+    if nosort && verb != Verb::List {
+        return Err("option --nosort only applies to -L/--list".into());
+    }
+    let listing = Listing {
+        only: if verb == Verb::List { service } else { None },
+        nosort,
+    };
     if !matches!(verb, Verb::AddLaddr | Verb::DelLaddr) {
         if let Some((option, _)) = &laddr {
             return Err(format!(
@@ -407,27 +450,44 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     };
     let spec = |service: ServiceKey| -> Result<RealServerSpec, String> {
         let (ip, port) = server.ok_or("this command needs a real server: -r RIP[:port]")?;
-        let spec = RealServerSpec::new(
-            ip,
-            port.unwrap_or(service.port),
-            weight.unwrap_or(1),
-            mode.unwrap_or(ForwardMode::Dr),
-        );
+        let mode = mode.unwrap_or(ForwardMode::Dr);
+        // As ipvsadm: direct routing and tunnelling deliver to the service port, so
+        // on -a/-e a different real-server port is replaced by it, silently.
+        let keeps_port = matches!(verb, Verb::AddServer | Verb::EditServer)
+            && matches!(mode, ForwardMode::Dr | ForwardMode::Tun);
+        let port = match port {
+            Some(_) if keeps_port => service.port,
+            Some(port) => port,
+            None => service.port,
+        };
+        let spec = RealServerSpec::new(ip, port, weight.unwrap_or(1), mode);
         Ok(spec.with_thresholds(upper.unwrap_or(0), lower.unwrap_or(0)))
     };
     let (request, output) = match verb {
         Verb::List if show_timeouts => (Request::GetTimeouts, Output::Timeouts),
         Verb::List if rate => (Request::ListServices, Output::Rates),
         Verb::List if thresholds => (Request::ListServices, Output::Thresholds),
-        Verb::List if connections => (Request::ListConnections { max: None }, Output::Connections),
-        Verb::Zero => (Request::ZeroCounters, Output::Quiet),
+        Verb::List if connections => (
+            Request::ListConnections {
+                max: None,
+                page: None,
+            },
+            Output::Connections,
+        ),
+        Verb::Zero => match service {
+            Some(service) => (Request::ZeroService { service }, Output::Quiet),
+            None => (Request::ZeroCounters, Output::Quiet),
+        },
         Verb::Save => (Request::SaveServices, Output::Save),
         Verb::Restore => (
             Request::Batch {
                 requests: Vec::new(),
                 replace,
             },
-            Output::Restore { replace },
+            Output::Restore {
+                replace,
+                atomic: atomic || replace,
+            },
         ),
         Verb::Set => {
             let [tcp, tcpfin, udp] = set_values.expect("set with --set");
@@ -585,7 +645,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             (Request::SetRateLimit { service, limit }, Output::Quiet)
         }
     };
-    Ok(Command { request, output })
+    Ok(Command {
+        request,
+        output,
+        listing,
+    })
 }
 
 /// ipvsadm's name for an option (its `optnames`), for the "given twice" error; `None`
@@ -613,7 +677,9 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "--stats" => "stats",
         "--rate" => "rate",
         "--thresholds" => "thresholds",
+        "--nosort" => "nosort",
         "--replace" => "replace",
+        "--atomic" => "atomic",
         "--synproxy" => "synproxy",
         "--synproxy-rate" => "synproxy-rate",
         "-z" | "--laddr" => "laddr",
@@ -629,25 +695,166 @@ fn parse_service(proto: Protocol, text: &str) -> Result<ServiceKey, String> {
     let (ip, port) = text
         .rsplit_once(':')
         .ok_or_else(|| format!("illegal virtual server address \"{text}\" (expected VIP:port)"))?;
-    let vip: Ipv4Addr = ip
-        .parse()
-        .map_err(|_| format!("illegal virtual server address \"{text}\""))?;
-    let port = parse_number("port", port, 0, u16::MAX as u32)? as u16;
+    let vip =
+        resolve_host(ip).ok_or_else(|| format!("illegal virtual server address \"{text}\""))?;
+    let port = resolve_port(proto, port)?;
     Ok(ServiceKey::new(proto, vip, port))
 }
 
-fn parse_server(text: &str) -> Result<(Ipv4Addr, Option<u16>), String> {
+/// `-r RIP[:port]`; a port name is looked up for `proto` (the service's, as ipvsadm).
+fn parse_server(proto: Protocol, text: &str) -> Result<(Ipv4Addr, Option<u16>), String> {
     let (ip, port) = match text.rsplit_once(':') {
-        Some((ip, port)) => (
-            ip,
-            Some(parse_number("port", port, 0, u16::MAX as u32)? as u16),
-        ),
+        Some((ip, port)) => (ip, Some(resolve_port(proto, port)?)),
         None => (text, None),
     };
-    let ip = ip
-        .parse()
-        .map_err(|_| format!("illegal real server address \"{text}\""))?;
+    let ip = resolve_host(ip).ok_or_else(|| format!("illegal real server address \"{text}\""))?;
     Ok((ip, port))
+}
+
+/// An IPv4 address, or a host name resolved to its first IPv4 address (ipvsadm's
+/// `host_to_addr`, so that a save written without `-n` restores).
+fn resolve_host(text: &str) -> Option<Ipv4Addr> {
+    if let Ok(ip) = text.parse() {
+        return Some(ip);
+    }
+    if text.is_empty()
+        || !text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+    {
+        return None;
+    }
+    use std::net::ToSocketAddrs;
+    (text, 0)
+        .to_socket_addrs()
+        .ok()?
+        .find_map(|a| match a.ip() {
+            std::net::IpAddr::V4(ip) => Some(ip),
+            std::net::IpAddr::V6(_) => None,
+        })
+}
+
+/// A port number, or a service name from `/etc/services` for the protocol (ipvsadm's
+/// `service_to_port`: `http`, `domain`).
+fn resolve_port(proto: Protocol, text: &str) -> Result<u16, String> {
+    if let Ok(port) = parse_number("port", text, 0, u16::MAX as u32) {
+        return Ok(port as u16);
+    }
+    let services = std::fs::read_to_string("/etc/services").unwrap_or_default();
+    service_port(&services, &proto.name().to_lowercase(), text).ok_or_else(|| {
+        format!("illegal port \"{text}\" (a number 0..=65535 or a name from /etc/services)")
+    })
+}
+
+/// The port `/etc/services` text gives `name` (or an alias of it) for `proto`.
+fn service_port(services: &str, proto: &str, name: &str) -> Option<u16> {
+    services.lines().find_map(|line| {
+        let line = line.split('#').next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        let (first, port_proto) = (words.next()?, words.next()?);
+        let (port, p) = port_proto.split_once('/')?;
+        (p == proto && (first == name || words.any(|alias| alias == name)))
+            .then(|| port.parse().ok())
+            .flatten()
+    })
+}
+
+/// What `-R` makes of one line of an ipvsadm save file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RestoreLine {
+    /// Blank, or only a comment.
+    Nothing,
+    /// A command to apply.
+    Apply(Command),
+    /// A valid ipvsadm line with an option Sluice cannot honour (named).
+    Unsupported(String),
+}
+
+/// ipvsadm's schedulers (its `SCHEDULERS` file, 1.31).
+const IPVSADM_SCHEDULERS: &[&str] = &[
+    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh",
+];
+
+/// One line of `ipvsadm -S` output as `-R` reads it, as ipvsadm's `config_stream_read`
+/// does: the word `ipvsadm` is dropped wherever it stands; `#` starts a comment (a
+/// line ipvsadm's restore script drops). What ipvsadm 1.31 writes and Sluice does
+/// too is accepted: `--tun-type ipip` (Sluice's `-i` is IP-in-IP), `-b flag-N`
+/// (IPVS gives them a meaning only for sh and mh, where they are
+/// `sh-fallback`/`sh-port` and `mh-fallback`/`mh-port`), host and port names. What
+/// Sluice cannot do is named: fwmark and SCTP services, IPv6, one-packet scheduling,
+/// persistence engines, schedulers it lacks, GUE and GRE tunnels.
+pub fn restore_line(line: &str) -> Result<RestoreLine, String> {
+    let text = line.split_once('#').map_or(line, |(before, _)| before);
+    let mut words: Vec<String> = text
+        .split_whitespace()
+        .filter(|w| *w != "ipvsadm")
+        .map(str::to_string)
+        .collect();
+    if words.is_empty() {
+        return Ok(RestoreLine::Nothing);
+    }
+    let scheduler = words
+        .iter()
+        .position(|w| w == "-s" || w == "--scheduler")
+        .and_then(|i| words.get(i + 1))
+        .cloned();
+    let mut i = 0;
+    while i < words.len() {
+        let next = words.get(i + 1).cloned().unwrap_or_default();
+        let unsupported = |what: String| Ok(RestoreLine::Unsupported(what));
+        match words[i].as_str() {
+            "-f" | "--fwmark-service" => {
+                return unsupported(format!(
+                    "{} {next}: fwmark services (Sluice matches a service by protocol, address and port)",
+                    words[i]
+                ))
+            }
+            "--sctp-service" => {
+                return unsupported(format!("--sctp-service {next}: SCTP services (Sluice balances TCP and UDP)"))
+            }
+            "-6" | "--ipv6" => return unsupported(format!("{}: IPv6 services", words[i])),
+            "-o" | "--ops" => {
+                return unsupported(format!("{}: one-packet scheduling", words[i]))
+            }
+            "--pe" => return unsupported(format!("--pe {next}: persistence engines")),
+            "-s" | "--scheduler"
+                if next.parse::<SchedulerKind>().is_err()
+                    && IPVSADM_SCHEDULERS.contains(&next.as_str()) =>
+            {
+                return unsupported(format!("-s {next}: Sluice has no {next} scheduler"))
+            }
+            "--tun-type" if next == "ipip" => {
+                words.drain(i..i + 2);
+                continue;
+            }
+            "--tun-type" => {
+                return unsupported(format!("--tun-type {next}: Sluice tunnels with IP-in-IP only"))
+            }
+            opt @ ("--tun-port" | "--tun-nocsum" | "--tun-csum" | "--tun-remcsum") => {
+                return unsupported(format!("{opt}: GUE and GRE tunnel options"))
+            }
+            "-b" | "--sched-flags" if next.split(',').any(|f| f.starts_with("flag-")) => {
+                let family = scheduler.as_deref().filter(|s| *s == "sh" || *s == "mh");
+                let flags: Vec<String> = next
+                    .split(',')
+                    .filter_map(|f| match (f, family) {
+                        ("flag-1", Some(s)) => Some(format!("{s}-fallback")),
+                        ("flag-2", Some(s)) => Some(format!("{s}-port")),
+                        (f, _) if f.starts_with("flag-") => None,
+                        (f, _) => Some(f.to_string()),
+                    })
+                    .collect();
+                if flags.is_empty() {
+                    words.drain(i..i + 2);
+                    continue;
+                }
+                words[i + 1] = flags.join(",");
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    parse(&words).map(RestoreLine::Apply)
 }
 
 fn parse_number(what: &str, text: &str, min: u32, max: u32) -> Result<u32, String> {
@@ -848,7 +1055,13 @@ mod tests {
     fn listing_with_bundled_flags() {
         assert_eq!(p("-Ln").unwrap().output, Output::List { stats: false });
         let lnc = p("-Lnc").unwrap();
-        assert_eq!(lnc.request, Request::ListConnections { max: None });
+        assert_eq!(
+            lnc.request,
+            Request::ListConnections {
+                max: None,
+                page: None,
+            }
+        );
         assert_eq!(lnc.output, Output::Connections);
         assert!(p("-A -t 198.18.1.1:80 -c")
             .unwrap_err()
@@ -886,6 +1099,7 @@ mod tests {
                 ip: lip,
             },
             output: Output::Quiet,
+            listing: Listing::default(),
         };
         for line in [
             "--add-laddr -t 198.18.1.1:80 -z 198.18.0.50",
@@ -903,6 +1117,7 @@ mod tests {
                     ip: lip
                 },
                 output: Output::Quiet,
+                listing: Listing::default(),
             }
         );
         assert_eq!(
@@ -918,6 +1133,7 @@ mod tests {
                 Command {
                     request: Request::GetLaddr { service: svc },
                     output: Output::Laddrs,
+                    listing: Listing::default(),
                 },
                 "{line}"
             );
@@ -1051,6 +1267,7 @@ mod tests {
                     prefixes: vec![prefix("198.18.5.0/24"), prefix("198.18.6.0/24")],
                 },
                 output: Output::Quiet,
+                listing: Listing::default(),
             }
         );
         assert_eq!(
@@ -1071,6 +1288,7 @@ mod tests {
             Command {
                 request: Request::ListServices,
                 output: Output::AdmissionAll,
+                listing: Listing::default(),
             }
         );
         assert_eq!(
@@ -1078,6 +1296,7 @@ mod tests {
             Command {
                 request: Request::SaveServices,
                 output: Output::Save,
+                listing: Listing::default(),
             }
         );
         for line in [
@@ -1091,6 +1310,7 @@ mod tests {
                     output: Output::AclLoad {
                         path: "/etc/sluice/lists/web.acl".into()
                     },
+                    listing: Listing::default(),
                 },
                 "{line}"
             );
@@ -1130,5 +1350,140 @@ mod tests {
             let error = p(line).unwrap_err();
             assert!(error.contains(needle), "{line}: {error}");
         }
+    }
+
+    #[test]
+    fn direct_routing_and_tunnels_take_the_service_port_as_ipvsadm() {
+        let svc = key(Protocol::Tcp, [198, 18, 1, 1], 80);
+        for (line, mode) in [
+            ("-a -t 198.18.1.1:80 -r 198.18.0.2:8080 -g", ForwardMode::Dr),
+            ("-a -t 198.18.1.1:80 -r 198.18.0.2:8080", ForwardMode::Dr),
+            (
+                "-e -t 198.18.1.1:80 -r 198.18.0.2:8080 -i",
+                ForwardMode::Tun,
+            ),
+        ] {
+            let server = RealServerSpec::new([198, 18, 0, 2].into(), 80, 1, mode);
+            let request = p(line).unwrap().request;
+            assert!(
+                request
+                    == Request::AddServer {
+                        service: svc,
+                        server
+                    }
+                    || request
+                        == Request::EditServer {
+                            service: svc,
+                            server
+                        },
+                "{line}: {request:?}"
+            );
+        }
+        // NAT maps ports; -d names the server it deletes.
+        let nat = p("-a -t 198.18.1.1:80 -r 198.18.0.2:8080 -m")
+            .unwrap()
+            .request;
+        assert!(matches!(nat, Request::AddServer { server, .. } if server.port == 8080));
+        assert_eq!(
+            p("-d -t 198.18.1.1:80 -r 198.18.0.2:8080").unwrap().request,
+            Request::DeleteServer {
+                service: svc,
+                ip: [198, 18, 0, 2].into(),
+                port: 8080
+            }
+        );
+    }
+
+    #[test]
+    fn one_service_is_listed_and_zeroed_with_t() {
+        let svc = key(Protocol::Tcp, [198, 18, 1, 1], 80);
+        let listed = p("-L -n -t 198.18.1.1:80").unwrap();
+        assert_eq!(listed.request, Request::ListServices);
+        assert_eq!(
+            listed.listing,
+            Listing {
+                only: Some(svc),
+                nosort: false
+            }
+        );
+        assert!(p("-Ln --nosort").unwrap().listing.nosort);
+        assert!(p("-Ln --sort").is_ok());
+        assert_eq!(
+            p("-Z -t 198.18.1.1:80").unwrap().request,
+            Request::ZeroService { service: svc }
+        );
+        assert_eq!(p("-Z").unwrap().request, Request::ZeroCounters);
+        assert_eq!(
+            p("-Lnc -t 198.18.1.1:80").unwrap_err(),
+            "The option 'service-address' conflicts with the 'connection' option in the 'list' command"
+        );
+    }
+
+    #[test]
+    fn port_names_come_from_etc_services() {
+        let services =
+            "http\t\t80/tcp\t\twww # WorldWideWeb HTTP\ndomain\t\t53/tcp\ndomain\t\t53/udp\n";
+        assert_eq!(service_port(services, "tcp", "http"), Some(80));
+        assert_eq!(service_port(services, "tcp", "www"), Some(80));
+        assert_eq!(service_port(services, "udp", "domain"), Some(53));
+        assert_eq!(service_port(services, "udp", "http"), None);
+    }
+
+    /// Lines as ipvsadm 1.31's `print_service_entry` and `print_tunnel_rule` write
+    /// them (`"-A %s -s %s"`, `" -p %u"`, `" --pe %s"`, `" -o"`, `" -b "`, `"-a %s -r
+    /// %s %s -w %d --tun-type %s\n"`).
+    #[test]
+    fn restore_lines_accept_what_sluice_honours_and_name_the_rest() {
+        let apply = |line: &str| match restore_line(line).unwrap() {
+            RestoreLine::Apply(c) => c.request,
+            other => panic!("{line}: {other:?}"),
+        };
+        let unsupported = |line: &str| match restore_line(line).unwrap() {
+            RestoreLine::Unsupported(what) => what,
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(
+            restore_line("# saved by ipvsadm").unwrap(),
+            RestoreLine::Nothing
+        );
+        assert_eq!(restore_line("   ").unwrap(), RestoreLine::Nothing);
+        assert_eq!(
+            apply("ipvsadm -A -t 198.18.1.1:80 -s wlc # web"),
+            apply("-A -t 198.18.1.1:80 -s wlc")
+        );
+        assert_eq!(
+            apply("-a -t 198.18.1.1:80 -r 198.18.0.5:80 -i -w 1 --tun-type ipip"),
+            apply("-a -t 198.18.1.1:80 -r 198.18.0.5:80 -i -w 1")
+        );
+        assert_eq!(
+            apply("-A -t 198.18.1.1:80 -s rr -b flag-1,flag-3"),
+            apply("-A -t 198.18.1.1:80 -s rr")
+        );
+        assert_eq!(
+            apply("-A -t 198.18.1.1:80 -s sh -b flag-1,flag-2"),
+            apply("-A -t 198.18.1.1:80 -s sh -b sh-fallback,sh-port")
+        );
+        assert_eq!(
+            apply("-A -t 198.18.1.1:http -s wlc"),
+            apply("-A -t 198.18.1.1:80 -s wlc")
+        );
+        for (line, named) in [
+            ("-A -f 1 -s wlc", "-f 1: fwmark services"),
+            ("-a -f 1 -r 198.18.0.5:0 -g -w 1", "-f 1"),
+            ("-A --sctp-service 198.18.1.1:5060 -s rr", "--sctp-service 198.18.1.1:5060"),
+            ("-A -u 198.18.1.1:53 -s rr -o", "-o: one-packet scheduling"),
+            ("-A -u 198.18.1.1:5060 -s rr -p 360 --pe sip", "--pe sip"),
+            ("-A -t 198.18.1.1:80 -s ovf", "-s ovf"),
+            (
+                "-a -t 198.18.1.1:80 -r 198.18.0.5:80 -i -w 1 --tun-type gue --tun-port 6080 --tun-nocsum",
+                "--tun-type gue",
+            ),
+        ] {
+            let what = unsupported(line);
+            assert!(what.starts_with(named), "{line}: {what}");
+        }
+        // What ipvsadm itself refuses is an error.
+        assert!(restore_line("-A -t 198.18.1.1:80 -s fastest").is_err());
+        assert!(restore_line("-A -t").is_err());
     }
 }

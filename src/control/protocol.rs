@@ -35,6 +35,9 @@ pub enum Request {
     Xstats { port: u16 },
     /// Reset every port, lcore, drop and event counter to zero.
     ZeroCounters,
+    /// `-Z -t|-u VIP:port`: zero one service's traffic counters (its real servers'
+    /// connections, packets and bytes), as ipvsadm zeroes one service.
+    ZeroService { service: ServiceKey },
     /// Virtual services with their real servers and counters (`ipvsadm -Ln`).
     ListServices,
     /// `-S`: the services listing with every service's access-list rules as well
@@ -128,6 +131,12 @@ pub enum Request {
     ListConnections {
         #[serde(default)]
         max: Option<u32>,
+        /// Page through the sessions: start here (`{"worker":0,"from":0}` for the
+        /// first page) and answer at most `max` with the cursor of the next page in
+        /// `next` (none after the last), so a listing of any size is read in bounded
+        /// replies.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        page: Option<ConnectionsCursor>,
     },
     /// `--set tcp tcpfin udp`: session timeouts in seconds; 0 keeps a value.
     SetTimeouts { tcp: u32, tcpfin: u32, udp: u32 },
@@ -176,6 +185,15 @@ pub enum Request {
     BatchCommit,
 }
 
+/// Where a page of `list_connections` starts: the worker, and the position in its
+/// session table (`worker` equal to the number of workers: the persistence templates,
+/// `from` of them already listed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionsCursor {
+    pub worker: usize,
+    pub from: usize,
+}
+
 /// Sessions `-Lnc` lists unless asked for another bound: about 30 MB of JSON, under
 /// the client's 64 MiB reply cap.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 200_000;
@@ -187,6 +205,7 @@ impl Request {
             Request::Status => "status",
             Request::Xstats { .. } => "xstats",
             Request::ZeroCounters => "zero_counters",
+            Request::ZeroService { .. } => "zero_service",
             Request::ListServices => "list_services",
             Request::SaveServices => "save_services",
             Request::AddService { .. } => "add_service",
@@ -435,7 +454,10 @@ mod tests {
             (Request::ZeroCounters, r#"{"cmd":"zero_counters"}"#),
             (Request::SaveServices, r#"{"cmd":"save_services"}"#),
             (
-                Request::ListConnections { max: Some(5) },
+                Request::ListConnections {
+                    max: Some(5),
+                    page: None,
+                },
                 r#"{"cmd":"list_connections","max":5}"#,
             ),
         ];
@@ -579,7 +601,7 @@ mod tests {
         let text = error.to_string();
         assert_eq!(
             text,
-            "unknown command \"reboot\" (known commands: status, xstats, zero_counters, \
+            "unknown command \"reboot\" (known commands: status, xstats, zero_counters, zero_service, \
              list_services, save_services, add_service, edit_service, delete_service, set_synproxy, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \

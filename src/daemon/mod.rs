@@ -13,7 +13,7 @@ mod sync;
 pub use services::{check_real_server_id, Services};
 
 use crate::config::{Config, PortDevice};
-use crate::control::protocol::{Request, DEFAULT_MAX_CONNECTIONS};
+use crate::control::protocol::{ConnectionsCursor, Request, DEFAULT_MAX_CONNECTIONS};
 use crate::control::report::{
     ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing, StatusReport,
 };
@@ -939,26 +939,30 @@ const SYNC_RING_EVENTS: usize = 65_536;
 const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Registry {
-    /// `-Lnc`: every worker's sessions, chunk by chunk, at most `max` in all.
-    /// Every worker's sessions, at most `max`, chunk by chunk (each worker answers
-    /// between two polls); returns whether `max` cut the list short.
+    /// `-Lnc`: the workers' sessions from `start` on, chunk by chunk (each worker
+    /// answers between two polls), at most `max`; returns where the listing stopped
+    /// when `max` cut it short (the templates' turn when the workers are done).
     fn for_each_connection(
         &self,
+        start: ConnectionsCursor,
         max: u32,
         mut each: impl FnMut(&crate::dataplane::query::ConnectionEntry),
-    ) -> Result<bool, String> {
+    ) -> Result<Option<ConnectionsCursor>, String> {
         let mut seen = 0usize;
-        for (w, mailbox) in self.mailboxes.iter().enumerate() {
-            let mut from = Some(0);
-            while let Some(start) = from {
+        for (w, mailbox) in self.mailboxes.iter().enumerate().skip(start.worker) {
+            let mut from = Some(if w == start.worker { start.from } else { 0 });
+            while let Some(at) = from {
                 let room = (max as usize)
                     .saturating_sub(seen)
                     .min(CONNECTIONS_PER_CHUNK);
                 if room == 0 {
-                    return Ok(true);
+                    return Ok(Some(ConnectionsCursor {
+                        worker: w,
+                        from: at,
+                    }));
                 }
                 let query = Query::Connections {
-                    from: start,
+                    from: at,
                     out: Vec::with_capacity(room),
                     next: None,
                 };
@@ -973,25 +977,51 @@ impl Registry {
                 out.iter().for_each(&mut each);
             }
         }
-        Ok(false)
+        Ok(None)
     }
 
-    fn connections(&self, max: u32) -> Result<serde_json::Value, String> {
+    /// `max` sessions from `page` on (the first page without one), then templates.
+    fn connections(
+        &self,
+        max: u32,
+        page: Option<ConnectionsCursor>,
+    ) -> Result<serde_json::Value, String> {
         let mut report = ConnectionsReport::default();
         let tick_ms = self.tick_ms as u64;
-        report.truncated = self.for_each_connection(max, |c| {
-            report.connections.push(ConnectionStatus {
-                worker: Some(c.worker),
-                proto: c.proto.name().to_ascii_lowercase(),
-                expires_s: (c.expires_ticks as u64 * tick_ms / 1000) as u32,
-                state: c.state.to_string(),
-                client: c.client.to_string(),
-                virtual_service: c.virtual_service.to_string(),
-                local: c.local.map(|l| l.to_string()),
-                destination: c.real_server.to_string(),
-            })
-        })?;
-        self.templates(&mut report, max);
+        let start = page.unwrap_or_default();
+        let workers = self.mailboxes.len();
+        let mut next = None;
+        if start.worker < workers {
+            next = self.for_each_connection(start, max, |c| {
+                report.connections.push(ConnectionStatus {
+                    worker: Some(c.worker),
+                    proto: c.proto.name().to_ascii_lowercase(),
+                    expires_s: (c.expires_ticks as u64 * tick_ms / 1000) as u32,
+                    state: c.state.to_string(),
+                    client: c.client.to_string(),
+                    virtual_service: c.virtual_service.to_string(),
+                    local: c.local.map(|l| l.to_string()),
+                    destination: c.real_server.to_string(),
+                })
+            })?;
+        }
+        if next.is_none() {
+            let skip = if start.worker >= workers {
+                start.from
+            } else {
+                0
+            };
+            next = self
+                .templates(&mut report, skip, max)
+                .map(|from| ConnectionsCursor {
+                    worker: workers,
+                    from,
+                });
+        }
+        report.truncated = next.is_some();
+        if page.is_some() {
+            report.next = next;
+        }
         serde_json::to_value(report).map_err(|e| e.to_string())
     }
 
@@ -1003,13 +1033,14 @@ impl Registry {
     }
 
     /// Persistence templates as IPVS lists them among the connections: state `NONE`,
-    /// the client network with port 0, no worker (all workers share them).
-    fn templates(&self, report: &mut ConnectionsReport, max: u32) {
+    /// the client network with port 0, no worker (all workers share them); the
+    /// first `skip` left out, until the report holds `max`. Returns how many
+    /// templates come before the first one left for the next page, if any.
+    fn templates(&self, report: &mut ConnectionsReport, skip: usize, max: u32) -> Option<usize> {
         let now = self.now_tick();
-        for (key, template) in self.persist.live(now) {
+        for (i, (key, template)) in self.persist.live(now).enumerate().skip(skip) {
             if report.connections.len() >= max as usize {
-                report.truncated = true;
-                return;
+                return Some(i);
             }
             let Some(service) = self.services.table.services().find(|s| s.id == key.service) else {
                 continue;
@@ -1031,6 +1062,7 @@ impl Registry {
                 destination,
             });
         }
+        None
     }
 
     /// Health checking's turn of the management loop: answers from the workers, then
@@ -1153,7 +1185,7 @@ impl Registry {
         };
         let tick_ms = self.tick_ms;
         let mut records = Vec::new();
-        let listed = self.for_each_connection(u32::MAX, |c| {
+        let listed = self.for_each_connection(ConnectionsCursor::default(), u32::MAX, |c| {
             let mut record = crate::session::replication::RecordRepr::connection(
                 &c.session,
                 crate::session::replication::RecordOp::Update,
@@ -1397,8 +1429,8 @@ fn management_loop(
                 registry
                     .sync_report()
                     .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
-            } else if let Request::ListConnections { max } = req {
-                registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS))
+            } else if let Request::ListConnections { max, page } = req {
+                registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS), page)
             } else if matches!(req, Request::GetLaddr { .. }) {
                 registry.laddrs(req)
             } else if Services::handles(&req) {

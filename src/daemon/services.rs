@@ -414,6 +414,7 @@ impl Services {
         matches!(
             req,
             Request::ListServices
+                | Request::ZeroService { .. }
                 | Request::SaveServices
                 | Request::ServiceRates { .. }
                 | Request::AddService { .. }
@@ -652,6 +653,19 @@ impl Services {
             Request::Clear => {
                 t.clear();
                 Ok(())
+            }
+            Request::ZeroService { service } => {
+                let s = t
+                    .get(service)
+                    .ok_or_else(|| ServiceError::NoSuchService(service).to_string())?;
+                for r in &s.real_servers {
+                    for table in counters {
+                        if let Some(c) = table.get(r.id as usize) {
+                            c.zero_traffic();
+                        }
+                    }
+                }
+                return Ok(Applied::Answer(serde_json::json!({ "zeroed": true })));
             }
             Request::AddLaddr { service, ip } => t.add_laddr(service, ip),
             Request::DelLaddr { service, ip } => t.del_laddr(service, ip),

@@ -1,36 +1,37 @@
 //! `-Lnc` as text.
-use crate::control::report::ConnectionsReport;
-use std::fmt::Write as _;
+use crate::control::report::{ConnectionStatus, ConnectionsReport};
 
-/// Renders `-Lnc`: ipvsadm's columns (`pro expire state source virtual destination`,
-/// the real server last so `awk '{print $NF}'` pipelines keep working) with DPVS's
-/// additions: the worker as `[w]` before the protocol and the FullNAT local address
-/// before the destination (`-` for other modes).
+/// `-Lnc`'s two title lines, as ipvsadm's `list_conn` prints them:
+/// `printf("IPVS connection entries\n")` and
+/// `printf("pro expire %-11s %-18s %-18s %s\n", "state", "source", "virtual", "destination")`.
+pub fn connections_title() -> String {
+    format!(
+        "IPVS connection entries\npro expire {:<11} {:<18} {:<18} {}\n",
+        "state", "source", "virtual", "destination"
+    )
+}
+
+/// One session in ipvsadm's `print_conn` layout:
+/// `printf("%-3s %-6s %-11s %-18s %-18s %s\n", protocol, expire_str, state, cname,
+/// vname, dname)` with `expire_str` as `"%02d:%02d"`. The worker and the FullNAT
+/// local address are not part of ipvsadm's layout: `--json` carries them.
+pub fn connection_line(c: &ConnectionStatus) -> String {
+    let expire = format!("{:02}:{:02}", c.expires_s / 60, c.expires_s % 60);
+    format!(
+        "{:<3} {expire:<6} {:<11} {:<18} {:<18} {}\n",
+        c.proto.to_uppercase(),
+        c.state,
+        c.client,
+        c.virtual_service,
+        c.destination
+    )
+}
+
+/// Renders `-Lnc` whole: the title, then every session (see [`connection_line`]).
 pub fn render_connections(report: &ConnectionsReport) -> String {
-    let mut out = String::from("IPVS connection entries\n");
-    let _ = writeln!(
-        out,
-        "pro expire state       source                virtual               local                 destination"
-    );
+    let mut out = connections_title();
     for c in &report.connections {
-        let expire = format!("{:02}:{:02}", c.expires_s / 60, c.expires_s % 60);
-        let _ = writeln!(
-            out,
-            "{:<6} {expire:<6} {:<11} {:<21} {:<21} {:<21} {}",
-            format!(
-                "[{}]{}",
-                c.worker.map_or_else(|| "-".to_string(), |w| w.to_string()),
-                c.proto.to_uppercase()
-            ),
-            c.state,
-            c.client,
-            c.virtual_service,
-            c.local.as_deref().unwrap_or("-"),
-            c.destination
-        );
-    }
-    if report.truncated {
-        out.push_str("(more sessions exist than this listing holds)\n");
+        out += &connection_line(c);
     }
     out
 }
@@ -38,91 +39,12 @@ pub fn render_connections(report: &ConnectionsReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::report::ConnectionStatus;
 
+    /// The expected text is written from ipvsadm 1.31's format strings (`list_conn`
+    /// and `print_conn`): `"pro expire %-11s %-18s %-18s %s\n"` and
+    /// `"%-3s %-6s %-11s %-18s %-18s %s\n"`.
     #[test]
-    fn connections_render_ipvsadm_columns_with_worker_and_local_address() {
-        let conn = |worker, local: Option<&str>, rs: &str| ConnectionStatus {
-            worker: Some(worker),
-            proto: "tcp".into(),
-            expires_s: 899,
-            state: "ESTABLISHED".into(),
-            client: "198.18.0.9:40000".into(),
-            virtual_service: "198.18.1.1:80".into(),
-            local: local.map(str::to_string),
-            destination: rs.into(),
-        };
-        let report = ConnectionsReport {
-            connections: vec![
-                conn(0, None, "198.18.0.2:8080"),
-                conn(1, Some("198.18.0.50:1031"), "198.18.0.3:8080"),
-            ],
-            truncated: false,
-        };
-        let text = render_connections(&report);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "IPVS connection entries");
-        assert_eq!(
-            lines[1].split_whitespace().collect::<Vec<_>>(),
-            [
-                "pro",
-                "expire",
-                "state",
-                "source",
-                "virtual",
-                "local",
-                "destination"
-            ]
-        );
-        assert_eq!(
-            lines[2].split_whitespace().collect::<Vec<_>>(),
-            [
-                "[0]TCP",
-                "14:59",
-                "ESTABLISHED",
-                "198.18.0.9:40000",
-                "198.18.1.1:80",
-                "-",
-                "198.18.0.2:8080"
-            ]
-        );
-        assert_eq!(
-            lines[3].split_whitespace().collect::<Vec<_>>(),
-            [
-                "[1]TCP",
-                "14:59",
-                "ESTABLISHED",
-                "198.18.0.9:40000",
-                "198.18.1.1:80",
-                "198.18.0.50:1031",
-                "198.18.0.3:8080"
-            ]
-        );
-        // Seed 000's pipeline: `awk 'NR>1{print $NF}'` gives the real servers.
-        let last: Vec<&str> = lines[2..]
-            .iter()
-            .map(|l| l.split_whitespace().last().unwrap())
-            .collect();
-        assert_eq!(last, ["198.18.0.2:8080", "198.18.0.3:8080"]);
-        assert!(!text.contains("more sessions"));
-        let cut = ConnectionsReport {
-            truncated: true,
-            ..report
-        };
-        assert!(
-            render_connections(&cut).ends_with("(more sessions exist than this listing holds)\n")
-        );
-        let json = serde_json::to_value(&cut.connections[1]).unwrap();
-        assert_eq!(json["virtual"], "198.18.1.1:80");
-        assert_eq!(json["local"], "198.18.0.50:1031");
-    }
-
-    /// `-Lnc` keeps ipvsadm's header words and order, with DPVS's additions (the
-    /// worker as `[w]` before the protocol, the FullNAT local address before the
-    /// destination) and 21-character address columns, wide enough for any
-    /// `a.b.c.d:port` so the columns never run together (ipvsadm's 18 do).
-    #[test]
-    fn connections() {
+    fn connections_are_listed_in_ipvsadm_layout_without_worker_or_local_address() {
         let conn = |worker, state: &str, client: &str, local: Option<&str>| ConnectionStatus {
             worker,
             proto: "tcp".into(),
@@ -144,16 +66,29 @@ mod tests {
                 ),
                 conn(None, "NONE", "198.18.0.0:0", None),
             ],
-            truncated: true,
+            truncated: false,
+            next: None,
         };
         assert_eq!(
             render_connections(&report),
             "IPVS connection entries\n\
-             pro expire state       source                virtual               local                 destination\n\
-             [0]TCP 01:05  ESTABLISHED 198.18.100.200:40000  198.18.1.1:80         -                     198.18.0.11:8080\n\
-             [1]TCP 01:05  TIME_WAIT   198.18.0.9:1025       198.18.1.1:80         198.18.0.50:1031      198.18.0.11:8080\n\
-             [-]TCP 01:05  NONE        198.18.0.0:0          198.18.1.1:80         -                     198.18.0.11:8080\n\
-             (more sessions exist than this listing holds)\n"
+             pro expire state       source             virtual            destination\n\
+             TCP 01:05  ESTABLISHED 198.18.100.200:40000 198.18.1.1:80      198.18.0.11:8080\n\
+             TCP 01:05  TIME_WAIT   198.18.0.9:1025    198.18.1.1:80      198.18.0.11:8080\n\
+             TCP 01:05  NONE        198.18.0.0:0       198.18.1.1:80      198.18.0.11:8080\n"
         );
+        // `awk '$1=="TCP"'` and `awk '{print $6}'` pipelines.
+        let text = render_connections(&report);
+        let sixth: Vec<&str> = text
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some("TCP"))
+            .map(|l| l.split_whitespace().nth(5).unwrap())
+            .collect();
+        assert_eq!(sixth, ["198.18.0.11:8080"; 3]);
+        // The extended fields stay in the JSON.
+        let json = serde_json::to_value(&report.connections[1]).unwrap();
+        assert_eq!(json["virtual"], "198.18.1.1:80");
+        assert_eq!(json["local"], "198.18.0.50:1031");
+        assert_eq!(json["worker"], 1);
     }
 }

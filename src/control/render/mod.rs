@@ -10,7 +10,7 @@ pub mod sync;
 pub mod vrrp;
 
 pub use admission::{render_admission, render_admission_all};
-pub use connections::render_connections;
+pub use connections::{connection_line, connections_title, render_connections};
 pub use events::{render_events, utc};
 pub use health::render_health;
 pub use services::{

@@ -7,6 +7,9 @@ pub struct ConnectionsReport {
     pub connections: Vec<ConnectionStatus>,
     /// More sessions exist than the listing's bound allowed.
     pub truncated: bool,
+    /// A paged listing: where the next page starts; none after the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<crate::control::protocol::ConnectionsCursor>,
 }
 
 /// One session.
