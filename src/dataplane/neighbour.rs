@@ -504,4 +504,43 @@ mod tests {
         assert_eq!(table.take_changes(|_, _| count += 1), 5);
         assert_eq!(count, CHANGES);
     }
+
+    #[test]
+    fn ipv6_neighbours_live_in_the_same_table() {
+        let mut table: NeighbourTable<Ipv6Addr> = NeighbourTable::with_capacity(64);
+        // One /64's hosts, and the same host part in other /64s: all kept apart.
+        let addr = |net: u16, host: u16| Ipv6Addr::new(0x2001, 0xdb8, 0, net, 0, 0, 0, host);
+        for net in 0..4 {
+            for host in 1..=16 {
+                let learned = table.learn(addr(net, host), mac(host as u8), u64::from(net));
+                assert_eq!(learned, Learn::Inserted);
+            }
+        }
+        assert!(table.is_full());
+        assert_eq!(table.learn(addr(9, 9), mac(9), 0), Learn::Full);
+        for net in 0..4 {
+            for host in 1..=16 {
+                assert_eq!(table.lookup(addr(net, host)), Some(mac(host as u8)));
+            }
+        }
+        assert_eq!(
+            table.update_existing(addr(0, 1), mac(99), 7),
+            Some(Learn::Updated)
+        );
+        assert_eq!(table.update_existing(addr(9, 9), mac(99), 7), None);
+        let mut changes = Vec::new();
+        table.take_changes(|ip, mac| changes.push((ip, mac)));
+        assert_eq!(
+            changes.len(),
+            32,
+            "65 changes: the first 32 kept for sharing"
+        );
+        assert_eq!(table.remove(addr(0, 1)).map(|n| n.mac), Some(mac(99)));
+        assert_eq!(
+            table.expire(4, 1),
+            63 - 16,
+            "entries of nets 0..=2 are too old"
+        );
+        assert_eq!(table.len(), 16);
+    }
 }
