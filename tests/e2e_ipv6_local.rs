@@ -31,7 +31,7 @@ fn client_kernel_resolves_and_pings_the_appliance_over_ipv6() {
     )])
     .in_netns(bed.lb_ns());
     cfg.args = vec!["--stats-interval".into(), "1000".into()];
-    let mut daemon = Daemon::start(cfg);
+    let daemon = Daemon::start(cfg);
 
     let status = daemon.status();
     let lan0 = port(&status, "lan0");
