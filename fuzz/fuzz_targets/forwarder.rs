@@ -47,7 +47,9 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
     let bed::Bed { fwd, now, .. } = bed;
     let mut neighbours = bed::neighbours();
     let counters = WorkerCounters::default();
-    let responder = LocalResponder::new(LB_MAC, &[LB_IP]);
+    // An IPv6 address too, so that raw IPv6 frames reach Neighbor Discovery and echo.
+    let responder = LocalResponder::new(LB_MAC, &[LB_IP])
+        .with_ipv6(&["2001:db8::1".parse().expect("an IPv6 address")]);
     fwd.poll(*now, &counters);
     let mut actions = [0u64; 7];
     for (n, (tag, body)) in sluice_fuzz::records(data).enumerate() {

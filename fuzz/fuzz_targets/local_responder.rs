@@ -7,18 +7,23 @@
 //! our MAC back to the sender's, and its checksums verify (checked here); an ARP reply
 //! answers for an address we own, to the asker; an echo reply goes from the address
 //! pinged, an address we own, back to the pinger; no address we own is ever learned as
-//! a neighbour.
+//! a neighbour. Frames that classify as IPv6 also go through
+//! `LocalResponder::process_ipv6` (with the address 2001:db8::1): no panic, no drop
+//! counted inside, a reply from our MAC, our IPv6 address never learned.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use sluice::dataplane::counters::WorkerCounters;
 use sluice::dataplane::local::{LocalResponder, Verdict};
-use sluice::dataplane::neighbour::NeighbourTable;
+use sluice::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
+use sluice::flow::parse::{classify, PacketKind};
 use sluice_fuzz::bed::{ADDRS, ENDPOINTS, LB_IP, LB_MAC, MACS, PORTS};
 use sluice_fuzz::check::{self, Frame};
 use sluice_fuzz::frames::{FrameSpec, Universe};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+const LB_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 
 const VIPS: &[Ipv4Addr] = &[
     Ipv4Addr::new(198, 18, 0, 210),
@@ -33,8 +38,9 @@ fuzz_target!(|data: &[u8]| {
         ports: PORTS,
         endpoints: ENDPOINTS,
     };
-    let responder = LocalResponder::new(LB_MAC, &[LB_IP]);
+    let responder = LocalResponder::new(LB_MAC, &[LB_IP]).with_ipv6(&[LB_IP6]);
     let mut neighbours = NeighbourTable::with_capacity(16);
+    let mut neighbours6 = Neighbour6Table::with_capacity(16);
     let counters = WorkerCounters::default();
     let owns = |ip: Ipv4Addr| ip == LB_IP || VIPS.contains(&ip);
     for (n, (tag, body)) in sluice_fuzz::records(data).enumerate() {
@@ -51,6 +57,23 @@ fuzz_target!(|data: &[u8]| {
         };
         if tag & 0x10 != 0 && frame.len() >= 6 {
             frame[..6].copy_from_slice(&LB_MAC);
+        }
+        if let Ok(parsed @ sluice::flow::parse::Parsed {
+            kind: PacketKind::Ipv6(_),
+            ..
+        }) = classify(&frame)
+        {
+            // With room after the frame, as an mbuf has, for a longer reply.
+            let mut buf = frame.clone();
+            buf.resize(frame.len() + 256, 0);
+            let drops = counters.drops_snapshot();
+            let got = responder.process_ipv6(&mut buf, &parsed, &mut neighbours6, n as u64, &counters);
+            assert_eq!(drops, counters.drops_snapshot(), "the responder counted a drop");
+            if let Ok(len) = got {
+                assert!(len <= buf.len());
+                assert_eq!(buf[6..12], LB_MAC, "IPv6 reply not from our MAC");
+            }
+            assert!(neighbours6.lookup(LB_IP6).is_none(), "learned our own IPv6 address");
         }
         let input = frame.clone();
         let drops = counters.drops_snapshot();

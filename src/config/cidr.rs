@@ -1,7 +1,8 @@
-//! `Ipv4Cidr`: an interface address with its prefix length ("198.18.0.1/24").
+//! `Ipv4Cidr` and `Ipv6Cidr`: an interface address with its prefix length
+//! ("198.18.0.1/24", "2001:db8::1/64").
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 /// An IPv4 address and prefix length, as assigned to an interface: `addr` keeps its
@@ -93,6 +94,62 @@ impl FromStr for Ipv4Cidr {
     }
 }
 
+/// An IPv6 address and prefix length, as assigned to an interface: `addr` keeps its
+/// interface identifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ipv6Cidr {
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+}
+
+impl Ipv6Cidr {
+    /// The prefix (interface identifier cleared), the subnet-router anycast address
+    /// of the subnet (RFC 4291 section 2.6.1).
+    pub fn network(&self) -> Ipv6Addr {
+        Ipv6Addr::from(u128::from(self.addr) & self.mask())
+    }
+
+    /// Whether `ip` is in this subnet (on-link).
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        u128::from(ip) & self.mask() == u128::from(self.addr) & self.mask()
+    }
+
+    fn mask(&self) -> u128 {
+        u128::MAX
+            .checked_shl(128 - u32::from(self.prefix_len.min(128)))
+            .unwrap_or(0)
+    }
+}
+
+impl fmt::Display for Ipv6Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+impl FromStr for Ipv6Cidr {
+    type Err = String;
+
+    /// Accepts exactly "address/n" with n in 0..=128, the prefix required as for IPv4.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let syntax = || {
+            format!(
+                "{s:?} is not an IPv6 address with prefix (expected addr/n, e.g. 2001:db8::1/64)"
+            )
+        };
+        let (addr, prefix) = s.split_once('/').ok_or_else(syntax)?;
+        let addr: Ipv6Addr = addr.parse().map_err(|_| syntax())?;
+        if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(syntax());
+        }
+        let prefix_len: u8 = prefix.parse().map_err(|_| syntax())?;
+        if prefix_len > 128 {
+            return Err(format!("{s:?}: prefix length is out of range (0..=128)"));
+        }
+        Ok(Ipv6Cidr { addr, prefix_len })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +197,32 @@ mod tests {
         assert!(cidr("10.0.0.1/0").contains(Ipv4Addr::new(8, 8, 8, 8)));
         assert!(cidr("10.0.0.1/32").contains(Ipv4Addr::new(10, 0, 0, 1)));
         assert!(!cidr("10.0.0.1/32").contains(Ipv4Addr::new(10, 0, 0, 2)));
+    }
+
+    #[test]
+    fn ipv6_parses_and_checks() {
+        let c: Ipv6Cidr = "2001:db8::1/64".parse().unwrap();
+        assert_eq!(c.addr, "2001:db8::1".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(c.prefix_len, 64);
+        assert_eq!(c.to_string(), "2001:db8::1/64");
+        assert_eq!(c.network(), "2001:db8::".parse::<Ipv6Addr>().unwrap());
+        assert!(c.contains("2001:db8::ffff:1".parse().unwrap()));
+        assert!(!c.contains("2001:db8:0:1::1".parse().unwrap()));
+        let host: Ipv6Cidr = "2001:db8::1/128".parse().unwrap();
+        assert!(!host.contains("2001:db8::2".parse().unwrap()));
+        let all: Ipv6Cidr = "2001:db8::1/0".parse().unwrap();
+        assert!(all.contains("fe80::1".parse().unwrap()));
+        for bad in [
+            "2001:db8::1",
+            "2001:db8::1/",
+            "2001:db8::1/+64",
+            "198.18.0.1/24",
+            "x/64",
+        ] {
+            let err = bad.parse::<Ipv6Cidr>().unwrap_err();
+            assert!(err.contains("not an IPv6 address"), "{bad}: {err}");
+        }
+        let err = "2001:db8::1/129".parse::<Ipv6Cidr>().unwrap_err();
+        assert!(err.contains("out of range"), "{err}");
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::reader::{Check, Field};
 use super::tree::Value;
-use super::{ControlGroup, Ipv4Cidr};
+use super::{ControlGroup, Ipv4Cidr, Ipv6Cidr};
 use crate::model::ForwardMode;
 use crate::model::Protocol;
 use crate::model::SchedulerKind;
@@ -283,6 +283,38 @@ pub(super) fn port_address(f: &Field) -> Check<Ipv4Cidr> {
         if addr == cidr.broadcast() {
             return reject(&format!("is the broadcast address of {}", prefix_of(&cidr)));
         }
+    }
+    Ok(cidr)
+}
+
+/// One of the appliance's own IPv6 addresses on a port (an `addresses` entry with a
+/// colon). It must be one unicast node's address that Neighbor Discovery can answer
+/// for: no unspecified, loopback, multicast, IPv4-mapped or subnet-router anycast
+/// address.
+pub(super) fn port_address6(f: &Field) -> Check<Ipv6Cidr> {
+    let s = f.str()?;
+    let cidr: Ipv6Cidr = s.parse().map_err(|e: String| f.invalid(e))?;
+    let addr = cidr.addr;
+    let reject = |why: &str| Err(f.invalid(format!("{s:?}: {addr} {why}")));
+    if addr.is_unspecified() {
+        return reject("is the unspecified address");
+    }
+    if addr.is_loopback() {
+        return reject("is the loopback address");
+    }
+    if addr.is_multicast() {
+        return reject("is a multicast address");
+    }
+    if addr.to_ipv4_mapped().is_some() {
+        return reject("is an IPv4-mapped address; write the IPv4 address instead");
+    }
+    // /127 (RFC 6164) and /128 have no subnet-router anycast address to avoid.
+    if cidr.prefix_len <= 126 && addr == cidr.network() {
+        return reject(&format!(
+            "is the subnet-router anycast address of {}/{}",
+            cidr.network(),
+            cidr.prefix_len
+        ));
     }
     Ok(cidr)
 }

@@ -26,7 +26,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-pub use cidr::{Ipv4Cidr, ParseCidrError};
+pub use cidr::{Ipv4Cidr, Ipv6Cidr, ParseCidrError};
 
 use crate::model::SchedulerKind;
 use crate::model::{ForwardMode, ServiceKey};
@@ -125,6 +125,9 @@ pub struct PortConfig {
     /// The appliance's own IPv4 addresses on this port (1..=16); ARP and ICMP are
     /// answered for these.
     pub addresses: Vec<Ipv4Cidr>,
+    /// Its IPv6 addresses (0..=16), given in the same `addresses` list; Neighbor
+    /// Solicitations and ICMPv6 echo are answered for these.
+    pub addresses6: Vec<Ipv6Cidr>,
     pub rx_desc: u16,
     pub tx_desc: u16,
     /// Toeplitz key (40 or 52 bytes); `None` keeps the driver's default.

@@ -5,14 +5,14 @@
 //! that must be present and must not be a VIP, a real server or a port address).
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::fields;
 use super::reader::{Check, Field, Location, Table};
 use super::source::Source;
 use super::tree::Node;
 use super::{
-    Config, ControlConfig, EalConfig, Ipv4Cidr, LcoreConfig, LoopbackConfig, PortConfig,
+    Config, ControlConfig, EalConfig, Ipv4Cidr, Ipv6Cidr, LcoreConfig, LoopbackConfig, PortConfig,
     PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, SyncSettings, TimeoutsConfig,
     VrrpSettings,
 };
@@ -602,6 +602,7 @@ struct PortRead {
     /// The `pci`, `vdev` or `loopback` key.
     device_at: Location,
     address_at: Vec<Location>,
+    address6_at: Vec<Location>,
 }
 
 impl PortRead {
@@ -645,13 +646,14 @@ fn read_port(f: &Field) -> Check<PortRead> {
     let (device, device_at) = read_device(&t)?;
     let mac = t.optional("mac", fields::mac_address)?;
     let address_field = t.require("addresses")?;
-    let addresses = read_addresses(&address_field)?;
+    let read = read_addresses(&address_field)?;
     Ok(PortRead {
         config: PortConfig {
             name,
             device,
             mac,
-            addresses,
+            addresses: read.v4,
+            addresses6: read.v6,
             rx_desc: t.or("rx_desc", DEFAULT_DESC, fields::desc_count)?,
             tx_desc: t.or("tx_desc", DEFAULT_DESC, fields::desc_count)?,
             rss_key: t.optional("rss_key", fields::rss_key)?,
@@ -659,7 +661,8 @@ fn read_port(f: &Field) -> Check<PortRead> {
         },
         name_at: name_field.location(),
         device_at,
-        address_at: address_field.array()?.iter().map(Field::location).collect(),
+        address_at: read.v4_at,
+        address6_at: read.v6_at,
     })
 }
 
@@ -697,15 +700,46 @@ fn last_segment(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
 }
 
-fn read_addresses(f: &Field) -> Check<Vec<Ipv4Cidr>> {
+/// A port's `addresses`, IPv4 and IPv6 apart, each with where it was written.
+struct PortAddresses {
+    v4: Vec<Ipv4Cidr>,
+    v4_at: Vec<Location>,
+    v6: Vec<Ipv6Cidr>,
+    v6_at: Vec<Location>,
+}
+
+/// `addresses`: 1..=16 IPv4 addresses and 0..=16 IPv6 ones (those with a colon), in
+/// any order. The first IPv4 address is the source of Sluice's own IPv4 packets.
+fn read_addresses(f: &Field) -> Check<PortAddresses> {
     let items = f.array()?;
-    if items.is_empty() || items.len() > MAX_ADDRESSES {
+    let mut read = PortAddresses {
+        v4: Vec::new(),
+        v4_at: Vec::new(),
+        v6: Vec::new(),
+        v6_at: Vec::new(),
+    };
+    for item in &items {
+        if item.str()?.contains(':') {
+            read.v6.push(fields::port_address6(item)?);
+            read.v6_at.push(item.location());
+        } else {
+            read.v4.push(fields::port_address(item)?);
+            read.v4_at.push(item.location());
+        }
+    }
+    if read.v4.is_empty() || read.v4.len() > MAX_ADDRESSES {
         return Err(f.invalid(format!(
-            "{} addresses; a port needs 1..={MAX_ADDRESSES}",
-            items.len()
+            "{} IPv4 addresses; a port needs 1..={MAX_ADDRESSES} (IPv6 addresses come besides them)",
+            read.v4.len()
         )));
     }
-    items.iter().map(fields::port_address).collect()
+    if read.v6.len() > MAX_ADDRESSES {
+        return Err(f.invalid(format!(
+            "{} IPv6 addresses; a port may have at most {MAX_ADDRESSES}",
+            read.v6.len()
+        )));
+    }
+    Ok(read)
 }
 
 /// Things that must be unique across all ports, and where each was first seen.
@@ -715,6 +749,7 @@ struct Uniqueness {
     /// "PCI device 0000:03:00.0" or "vdev net_af_packet0".
     devices: HashMap<String, String>,
     addresses: HashMap<Ipv4Addr, String>,
+    addresses6: HashMap<Ipv6Addr, String>,
     loopback: Option<String>,
 }
 
@@ -737,6 +772,10 @@ impl Uniqueness {
         for (cidr, at) in p.addresses.iter().zip(&port.address_at) {
             let what = format!("address {}", cidr.addr);
             claim(&mut self.addresses, cidr.addr, at, &what)?;
+        }
+        for (cidr, at) in p.addresses6.iter().zip(&port.address6_at) {
+            let what = format!("address {}", cidr.addr);
+            claim(&mut self.addresses6, cidr.addr, at, &what)?;
         }
         Ok(())
     }

@@ -486,6 +486,82 @@ fn address_count() {
 }
 
 #[test]
+fn ipv6_addresses_come_besides_ipv4_ones() {
+    let text = base_with(
+        "\"198.18.0.1/24\"]",
+        "\"2001:db8:18::1/64\", \"198.18.0.1/24\", \"fe80::1/64\"]",
+    );
+    let cfg = parse(&text).unwrap();
+    let port = &cfg.ports[0];
+    assert_eq!(port.addresses.len(), 1);
+    assert_eq!(
+        port.addresses[0].addr,
+        std::net::Ipv4Addr::new(198, 18, 0, 1)
+    );
+    let v6: Vec<String> = port.addresses6.iter().map(|a| a.to_string()).collect();
+    assert_eq!(v6, ["2001:db8:18::1/64", "fe80::1/64"]);
+
+    let at = |addr: &str, field: &str, needle: &str| {
+        let text = base_with(
+            "\"198.18.0.1/24\"]",
+            &format!("\"198.18.0.1/24\", \"{addr}\"]"),
+        );
+        assert_rejected(&text, 17, field, needle);
+    };
+    let second = "ports[0].addresses[1]";
+    at("2001:db8::1", second, "not an IPv6 address with prefix");
+    at("2001:db8::1/129", second, "out of range (0..=128)");
+    at("2001:db8::zz/64", second, "not an IPv6 address");
+    at("::/0", second, "unspecified");
+    at("::1/128", second, "loopback");
+    at("ff02::1/16", second, "multicast");
+    at("::ffff:198.18.0.9/96", second, "IPv4-mapped");
+    at(
+        "2001:db8:18::/64",
+        second,
+        "subnet-router anycast address of 2001:db8:18::/64",
+    );
+    at("198.18.0.1/24", second, "already used");
+    // /127 and /128 have no subnet-router anycast address.
+    let text = base_with(
+        "\"198.18.0.1/24\"]",
+        "\"198.18.0.1/24\", \"2001:db8::/127\", \"2001:db8:1::/128\"]",
+    );
+    assert_eq!(parse(&text).unwrap().ports[0].addresses6.len(), 2);
+}
+
+#[test]
+fn a_port_needs_an_ipv4_address_and_at_most_16_of_each() {
+    assert_rejected(
+        &base_with("\"198.18.0.1/24\"]", "\"2001:db8::1/64\"]"),
+        17,
+        "ports[0].addresses",
+        "0 IPv4 addresses; a port needs 1..=16",
+    );
+    let many: Vec<String> = (1..=17).map(|i| format!("\"2001:db8::{i}/64\"")).collect();
+    let text = base_with(
+        "\"198.18.0.1/24\"]",
+        &format!("\"198.18.0.1/24\", {}]", many.join(", ")),
+    );
+    assert_rejected(&text, 17, "ports[0].addresses", "17 IPv6 addresses");
+}
+
+#[test]
+fn duplicate_ipv6_address_across_ports() {
+    let text = two_ports("\"198.18.1.1/24\"", "\"198.18.1.1/24\", \"2001:db8::1/64\"").replacen(
+        "\"198.18.0.1/24\"",
+        "\"198.18.0.1/24\", \"2001:db8::1/48\"",
+        1,
+    );
+    let err = parse(&text).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("address 2001:db8::1 is already used"),
+        "{err}"
+    );
+}
+
+#[test]
 fn duplicate_address_across_ports() {
     let text = two_ports("198.18.1.1/24", "198.18.0.1/16");
     let err = assert_rejected(

@@ -504,7 +504,9 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
             port,
             name: pc.name.clone(),
             mac,
-            addresses: pc.addresses.iter().map(|a| a.to_string()).collect(),
+            addresses: (pc.addresses.iter().map(|a| a.to_string()))
+                .chain(pc.addresses6.iter().map(|a| a.to_string()))
+                .collect(),
             ownership: Ownership::Single,
         });
     }
@@ -633,7 +635,8 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 WorkerPort {
                     rx,
                     tx,
-                    responder: LocalResponder::new(entry.mac, &addrs),
+                    responder: LocalResponder::new(entry.mac, &addrs)
+                        .with_ipv6(&pc.addresses6.iter().map(|a| a.addr).collect::<Vec<_>>()),
                     addr: addrs[0],
                     mtu: pc.mtu.unwrap_or(1500),
                 }

@@ -83,10 +83,21 @@ pub enum Event {
     /// SYN proxy: a held client segment went on to the real server after its
     /// handshake.
     SynproxyDataSent,
+    /// A Neighbor Solicitation for one of the port's IPv6 addresses was answered.
+    NdAnswered,
+    /// A duplicate address probe (a solicitation from the unspecified address) for
+    /// one of the port's IPv6 addresses was answered to all nodes: another host tried
+    /// to take the address.
+    NdDadDefended,
+    IcmpV6EchoReplied,
+    /// An IPv6 neighbour entered the IPv6 neighbour table.
+    Neighbour6Learned,
+    /// An IPv6 neighbour was not learned: the IPv6 neighbour table is full.
+    Neighbour6TableFull,
 }
 
 impl Event {
-    pub const COUNT: usize = 31;
+    pub const COUNT: usize = 36;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -119,6 +130,11 @@ impl Event {
         Event::SynproxySynResent,
         Event::SynproxyDataHeld,
         Event::SynproxyDataSent,
+        Event::NdAnswered,
+        Event::NdDadDefended,
+        Event::IcmpV6EchoReplied,
+        Event::Neighbour6Learned,
+        Event::Neighbour6TableFull,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -153,6 +169,11 @@ impl Event {
             Event::SynproxySynResent => "synproxy_syn_resent",
             Event::SynproxyDataHeld => "synproxy_data_held",
             Event::SynproxyDataSent => "synproxy_data_sent",
+            Event::NdAnswered => "nd_answered",
+            Event::NdDadDefended => "nd_dad_defended",
+            Event::IcmpV6EchoReplied => "icmpv6_echo_replied",
+            Event::Neighbour6Learned => "neighbour6_learned",
+            Event::Neighbour6TableFull => "neighbour6_table_full",
         }
     }
 }

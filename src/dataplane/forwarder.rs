@@ -26,7 +26,7 @@ use crate::dataplane::awaiting::AwaitServer;
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
-use crate::dataplane::neighbour::NeighbourTable;
+use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use crate::dataplane::overload::Overload;
 use crate::dataplane::query::{ConnectionEntry, PoolEntry, Query};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
@@ -140,6 +140,8 @@ pub struct Forwarder {
     /// VIPs and FullNAT local addresses of the snapshot, sorted: the addresses Sluice
     /// answers ARP and ping for besides its port addresses. Rebuilt per snapshot.
     owned: Vec<Ipv4Addr>,
+    /// The IPv6 neighbour table, fed by Neighbor Discovery to the port's addresses.
+    neighbours6: Neighbour6Table,
     /// FullNAT local-port pools, by service id; kept across snapshots while the
     /// service's local addresses stay the same.
     pools: hashbrown::HashMap<u32, PortPool>,
@@ -425,6 +427,9 @@ impl Forwarder {
             // The first poll resolves the real servers of the initial snapshot.
             snapshot_changed: true,
             owned: Vec::new(),
+            neighbours6: Neighbour6Table::with_capacity(
+                crate::dataplane::worker::NEIGHBOUR_CAPACITY,
+            ),
             pools: hashbrown::HashMap::new(),
             persist: persistence,
             ticks_per_second: (tsc_hz / tsc_per_tick).clamp(1, u32::MAX as u64) as u32,
@@ -715,7 +720,9 @@ impl Forwarder {
             return Action::Drop(DropReason::BadSourceMac);
         }
         let to = eth.dst_addr();
-        if to != port.mac && !to.is_broadcast() {
+        let to_us = to == port.mac || to.is_broadcast();
+        // IPv6 groups (Neighbor Discovery) are for the responder, which checks them.
+        if !to_us && !to.is_ipv6_multicast() {
             return self.to_group(frame, to);
         }
         let parsed = match classify(frame) {
@@ -731,6 +738,21 @@ impl Forwarder {
             counters,
         };
         match parsed.kind {
+            PacketKind::Ipv6(_) => {
+                let reply = port.responder.process_ipv6(
+                    pkt.with_tailroom_mut(),
+                    &parsed,
+                    &mut self.neighbours6,
+                    now_tsc,
+                    counters,
+                );
+                match reply {
+                    Ok(len) if pkt.set_len(len as u16) => Action::Transmit,
+                    Ok(_) => Action::Drop(DropReason::Truncated),
+                    Err(reason) => Action::Drop(reason),
+                }
+            }
+            _ if !to_us => Action::Drop(DropReason::NotOurMac),
             PacketKind::Arp => local(port.responder.process_with_vips(
                 frame,
                 cx.neighbours,

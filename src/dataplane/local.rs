@@ -2,18 +2,28 @@
 //! addresses, rewriting the received frame in place into the reply so nothing is
 //! allocated or copied. It also feeds the neighbour table from ARP (RFC 826 merge).
 //!
+//! For the port's IPv6 addresses it answers Neighbor Solicitations (address
+//! resolution, reachability probes, and duplicate address probes, which it answers to
+//! all nodes to defend the address) and ICMPv6 echo requests, and learns solicitors'
+//! link-layer addresses into the IPv6 neighbour table (RFC 4861 section 7.2.3). It
+//! listens to the all-nodes group and its addresses' solicited-node groups, and takes
+//! the frames [`crate::flow::parse::classify`] has validated up to the upper layer.
+//!
 //! Checks run in a fixed order and every rejected frame gets exactly one
 //! [`DropReason`]; the frame is only modified once it is known to be answered.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::dataplane::counters::{Event, WorkerCounters};
-use crate::dataplane::neighbour::{Learn, NeighbourTable};
+use crate::dataplane::neighbour::{Learn, Neighbour6Table, NeighbourTable};
+use crate::flow::parse::{Ipv6Payload, PacketKind, Parsed};
 use crate::model::DropReason;
 use crate::wire::ethernet::{self, EtherType, MacAddr};
-use crate::wire::{arp, icmp, ipv4, IpProtocol, WireError};
+use crate::wire::icmpv6::{self, NdiscError, NdiscRepr};
+use crate::wire::{arp, icmp, ipv4, ipv6, IpProtocol, WireError};
 
-/// Most IPv4 addresses one responder answers for (the config enforces the same limit).
+/// Most IPv4 addresses, and most IPv6 addresses, one responder answers for (the config
+/// enforces the same limits).
 pub const MAX_LOCAL_ADDRS: usize = 16;
 
 /// TTL of the echo replies we originate.
@@ -36,6 +46,9 @@ pub struct LocalResponder {
     /// A fixed array scanned linearly: at most 16 compares, no hashing, no pointers.
     addrs: [Ipv4Addr; MAX_LOCAL_ADDRS],
     addr_count: usize,
+    /// The port's IPv6 addresses, scanned the same way.
+    addrs6: [Ipv6Addr; MAX_LOCAL_ADDRS],
+    addr6_count: usize,
 }
 
 impl LocalResponder {
@@ -54,7 +67,47 @@ impl LocalResponder {
             mac: MacAddr(mac),
             addrs: table,
             addr_count: addrs.len(),
+            addrs6: [Ipv6Addr::UNSPECIFIED; MAX_LOCAL_ADDRS],
+            addr6_count: 0,
         }
+    }
+
+    /// The same responder, also answering for the IPv6 addresses `addrs6`.
+    ///
+    /// # Panics
+    /// If more than [`MAX_LOCAL_ADDRS`] addresses are given (the config rejects that
+    /// earlier).
+    pub fn with_ipv6(mut self, addrs6: &[Ipv6Addr]) -> Self {
+        assert!(
+            addrs6.len() <= MAX_LOCAL_ADDRS,
+            "at most {MAX_LOCAL_ADDRS} local IPv6 addresses, got {}",
+            addrs6.len()
+        );
+        self.addrs6[..addrs6.len()].copy_from_slice(addrs6);
+        self.addr6_count = addrs6.len();
+        self
+    }
+
+    pub fn addrs6(&self) -> &[Ipv6Addr] {
+        &self.addrs6[..self.addr6_count]
+    }
+
+    /// `ip` is one of the appliance's own IPv6 addresses.
+    #[inline]
+    pub fn is_local6(&self, ip: Ipv6Addr) -> bool {
+        self.addrs6().contains(&ip)
+    }
+
+    /// `group` is a multicast group the port listens to: all nodes, or the
+    /// solicited-node group of one of its IPv6 addresses. A port without IPv6
+    /// addresses listens to none.
+    fn listens(&self, group: Ipv6Addr) -> bool {
+        self.addr6_count != 0
+            && (group == ipv6::ALL_NODES
+                || self
+                    .addrs6()
+                    .iter()
+                    .any(|&ours| ipv6::solicited_node(ours) == group))
     }
 
     pub fn mac(&self) -> MacAddr {
@@ -107,6 +160,205 @@ impl LocalResponder {
     }
 }
 
+impl LocalResponder {
+    /// Handles one IPv6 frame that [`classify`](crate::flow::parse::classify) took
+    /// apart into `parsed`: answers a Neighbor Solicitation for one of our IPv6
+    /// addresses with a Neighbor Advertisement, or an echo request to one of them with
+    /// its reply, rewriting `buf` in place, and returns the reply's length; or says
+    /// why the frame is dropped. `buf` starts with the frame and may run on into the
+    /// buffer's free room, which a reply may need (an advertisement is longer than a
+    /// duplicate address probe). Never panics, never allocates; every offset of
+    /// `parsed` is checked against `buf`. Counts its events; the caller counts drops.
+    pub fn process_ipv6(
+        &self,
+        buf: &mut [u8],
+        parsed: &Parsed,
+        neighbours: &mut Neighbour6Table,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Result<usize, DropReason> {
+        let PacketKind::Ipv6(payload) = parsed.kind else {
+            return Err(DropReason::UnknownEthertype);
+        };
+        let eth = ethernet::Frame::new_checked(&*buf).map_err(|_| DropReason::Truncated)?;
+        let (peer_mac, dst_mac) = (eth.src_addr(), eth.dst_addr());
+        if peer_mac.is_multicast() {
+            return Err(DropReason::BadSourceMac);
+        }
+        let (l3, l4, end) = (parsed.l3, parsed.l4, parsed.ip_end());
+        if l3 < ethernet::HEADER_LEN || l4 < l3 + ipv6::HEADER_LEN || l4 > end {
+            return Err(DropReason::Truncated);
+        }
+        let packet = buf
+            .get(l3..end)
+            .ok_or(DropReason::Truncated)
+            .and_then(|b| ipv6::Packet::new_checked(b).map_err(|_| DropReason::BadIpv6Header))?;
+        let (src, dst, hop_limit) = (packet.src_addr(), packet.dst_addr(), packet.hop_limit());
+
+        // A group's frames come to its group MAC; unicast ones to ours.
+        let mac_fits =
+            dst_mac == self.mac || (dst.is_multicast() && dst_mac == MacAddr::ipv6_multicast(dst));
+        if !mac_fits {
+            return Err(DropReason::NotOurMac);
+        }
+        let for_us = if dst.is_multicast() {
+            self.listens(dst)
+        } else {
+            self.is_local6(dst)
+        };
+        if !for_us {
+            return Err(match payload {
+                Ipv6Payload::Tcp { .. } | Ipv6Payload::Udp { .. } if !dst.is_multicast() => {
+                    DropReason::Ipv6NoService
+                }
+                _ => DropReason::NotLocal,
+            });
+        }
+        let Ipv6Payload::Icmp { icmp_type, .. } = payload else {
+            return Err(DropReason::UnsupportedProtocol);
+        };
+        if icmp_type.is_ndisc() {
+            let message = icmpv6::Packet::new_unchecked(&buf[l4..end]);
+            let repr = NdiscRepr::parse(&message, src, dst, hop_limit).map_err(ndisc_drop)?;
+            let from = Solicitor {
+                ip: src,
+                eth_src: peer_mac,
+            };
+            return self.answer_ndisc(buf, l3, repr, from, neighbours, now_tsc, counters);
+        }
+        if icmp_type.is_error() {
+            // No IPv6 session yet that an error could be about.
+            return Err(DropReason::IcmpErrorNoSession);
+        }
+        if dst.is_multicast() {
+            // A ping to a group is not answered: one request, many replies.
+            return Err(DropReason::NotLocal);
+        }
+        if src.is_unspecified() || src.is_loopback() {
+            return Err(DropReason::BadIpv6Header);
+        }
+        let message =
+            icmpv6::Packet::new_checked(&buf[l4..end]).map_err(|_| DropReason::Truncated)?;
+        if !message.verify_checksum(src, dst) {
+            return Err(DropReason::BadIcmpv6Checksum);
+        }
+        if !message.is_echo_request() {
+            return Err(DropReason::IcmpNotEcho);
+        }
+        let len = icmpv6::write_echo_reply(buf, l3, l4, self.mac).ok_or(DropReason::Truncated)?;
+        counters.event(Event::IcmpV6EchoReplied);
+        Ok(len)
+    }
+
+    /// Acts on a checked Neighbor Discovery message that came to us.
+    #[allow(clippy::too_many_arguments)]
+    fn answer_ndisc(
+        &self,
+        buf: &mut [u8],
+        l3: usize,
+        repr: NdiscRepr,
+        from: Solicitor,
+        neighbours: &mut Neighbour6Table,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Result<usize, DropReason> {
+        match repr {
+            NdiscRepr::NeighborSolicit {
+                target,
+                source_lladdr,
+            } => {
+                let target_is_ours = self.is_local6(target);
+                if let Some(mac) = source_lladdr {
+                    if self.may_learn6(from.ip, mac) {
+                        // As for ARP: a solicitation for us creates the solicitor's
+                        // entry (RFC 4861 section 7.2.3); others only refresh one.
+                        let learned = if target_is_ours {
+                            Some(neighbours.learn(from.ip, mac, now_tsc))
+                        } else {
+                            neighbours.update_existing(from.ip, mac, now_tsc)
+                        };
+                        match learned {
+                            Some(Learn::Inserted) => counters.event(Event::Neighbour6Learned),
+                            Some(Learn::Full) => counters.event(Event::Neighbour6TableFull),
+                            _ => {}
+                        }
+                    }
+                }
+                if !target_is_ours {
+                    return Err(DropReason::NdiscNotForUs);
+                }
+                let probe = from.ip.is_unspecified();
+                // Without a source link-layer address option (a unicast reachability
+                // probe) the advertisement goes back to the frame's sender.
+                let solicitor_mac = source_lladdr.unwrap_or(from.eth_src);
+                if !probe && !solicitor_mac.is_unicast() {
+                    return Err(DropReason::NdiscMalformed);
+                }
+                let len = icmpv6::write_solicited_advert(
+                    buf,
+                    l3,
+                    self.mac,
+                    target,
+                    from.ip,
+                    solicitor_mac,
+                    false,
+                )
+                .ok_or(DropReason::Truncated)?;
+                counters.event(if probe {
+                    Event::NdDadDefended
+                } else {
+                    Event::NdAnswered
+                });
+                Ok(len)
+            }
+            NdiscRepr::NeighborAdvert {
+                target,
+                target_lladdr,
+                ..
+            } => {
+                // No entry is created from an advertisement (RFC 4861 section 7.2.5);
+                // one claiming our own address is not taken either.
+                if let Some(mac) = target_lladdr {
+                    if self.may_learn6(target, mac) {
+                        neighbours.update_existing(target, mac, now_tsc);
+                    }
+                }
+                Err(DropReason::NdiscAdvert)
+            }
+            NdiscRepr::RouterAdvert { .. } => Err(DropReason::NdiscUnsupported),
+        }
+    }
+
+    /// Whether an IPv6 neighbour may enter the table: a unicast host address that is
+    /// not ours, with a unicast MAC.
+    fn may_learn6(&self, ip: Ipv6Addr, mac: MacAddr) -> bool {
+        mac.is_unicast()
+            && mac != MacAddr::ZERO
+            && !ip.is_unspecified()
+            && !ip.is_multicast()
+            && !ip.is_loopback()
+            && !self.is_local6(ip)
+    }
+}
+
+/// Who sent a Neighbor Discovery message: its IPv6 source and Ethernet source.
+#[derive(Clone, Copy)]
+struct Solicitor {
+    ip: Ipv6Addr,
+    eth_src: MacAddr,
+}
+
+/// The drop reason for each way a Neighbor Discovery message can fail its checks.
+fn ndisc_drop(err: NdiscError) -> DropReason {
+    match err {
+        NdiscError::HopLimit => DropReason::NdiscHopLimit,
+        NdiscError::Truncated => DropReason::NdiscTruncated,
+        NdiscError::BadChecksum => DropReason::BadIcmpv6Checksum,
+        NdiscError::Malformed => DropReason::NdiscMalformed,
+        NdiscError::Unsupported => DropReason::NdiscUnsupported,
+    }
+}
+
 /// A responder together with the VIPs it answers for on this burst.
 struct Answering<'a> {
     responder: &'a LocalResponder,
@@ -143,7 +395,8 @@ impl Answering<'_> {
         match l2.ethertype {
             EtherType::ARP => self.answer_arp(l2_header, l3, neighbours, now_tsc, counters),
             EtherType::IPV4 => self.answer_ipv4(l2_header, l3, peer_mac, counters),
-            EtherType::IPV6 => Err(DropReason::Ipv6),
+            // IPv6 goes to `process_ipv6`, after classification.
+            EtherType::IPV6 => Err(DropReason::UnsupportedProtocol),
             _ => Err(DropReason::UnknownEthertype),
         }
     }
@@ -627,7 +880,7 @@ mod tests {
         h.expect_drop(&frame, NotOurMac);
         let mut frame = ECHO_REQUEST;
         frame[12..14].copy_from_slice(&[0x86, 0xdd]);
-        h.expect_drop(&frame, Ipv6);
+        h.expect_drop(&frame, UnsupportedProtocol);
         frame[12..14].copy_from_slice(&[0x88, 0xcc]); // LLDP
         h.expect_drop(&frame, UnknownEthertype);
 
@@ -833,5 +1086,357 @@ mod tests {
             }
         }
         assert!(replies > 100, "mutations must still reach the reply paths");
+    }
+
+    mod ipv6_responder {
+        //! Neighbor Discovery and ICMPv6 echo. Frames built with scapy 2.5.0 (our MAC
+        //! 00:1b:21:0a:0b:0c, client MAC 52:54:00:12:34:56, our address 2001:db8::1,
+        //! the client 2001:db8::a), every checksum and length scapy's.
+        use super::*;
+        use crate::dataplane::neighbour::Neighbour6Table;
+        use crate::flow::parse::classify;
+
+        const OUR_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+        const CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0xa);
+
+        // NS: who has 2001:db8::1, from 2001:db8::a (SLLAO), to the solicited-node group
+        static NS: [u8; 86] = [
+            0x33, 0x33, 0xff, 0x00, 0x00, 0x01, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x20, 0x3a, 0xff, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0xff, 0x02, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xff, 0x00, 0x00, 0x01, 0x87, 0x00,
+            0x97, 0x64, 0x00, 0x00, 0x00, 0x00, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x01, 0x01, 0x52, 0x54, 0x00, 0x12,
+            0x34, 0x56,
+        ];
+        // NA: its answer: solicited, override, target link-layer address ours
+        static NA: [u8; 86] = [
+            0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x20, 0x3a, 0xff, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x20, 0x01, 0x0d, 0xb8,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x88, 0x00,
+            0x60, 0x3b, 0x60, 0x00, 0x00, 0x00, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, 0x01, 0x00, 0x1b, 0x21, 0x0a,
+            0x0b, 0x0c,
+        ];
+        // DAD_NS: duplicate address probe for 2001:db8::1 from ::
+        static DAD_NS: [u8; 78] = [
+            0x33, 0x33, 0xff, 0x00, 0x00, 0x01, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x18, 0x3a, 0xff, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0x02, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xff, 0x00, 0x00, 0x01, 0x87, 0x00,
+            0x4c, 0xed, 0x00, 0x00, 0x00, 0x00, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+        ];
+        // DAD_NA: its answer to all nodes, not solicited
+        static DAD_NA: [u8; 86] = [
+            0x33, 0x33, 0x00, 0x00, 0x00, 0x01, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x20, 0x3a, 0xff, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xff, 0x02, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x88, 0x00,
+            0xce, 0xfa, 0x20, 0x00, 0x00, 0x00, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, 0x01, 0x00, 0x1b, 0x21, 0x0a,
+            0x0b, 0x0c,
+        ];
+        // ECHO6: ping -6 2001:db8::1 from 2001:db8::a, hop limit 61, 16 bytes of data
+        static ECHO6: [u8; 78] = [
+            0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x18, 0x3a, 0x3d, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x20, 0x01, 0x0d, 0xb8,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x80, 0x00,
+            0xd9, 0xb4, 0x12, 0x34, 0x00, 0x07, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+            0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+        ];
+        // ECHO6_REPLY: its reply, hop limit 64
+        static ECHO6_REPLY: [u8; 78] = [
+            0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x18, 0x3a, 0x40, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x20, 0x01, 0x0d, 0xb8,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x81, 0x00,
+            0xd8, 0xb4, 0x12, 0x34, 0x00, 0x07, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+            0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+        ];
+        // UNSOL_NA: unsolicited advertisement of 2001:db8::a at 52:54:00:aa:bb:cc to all nodes
+        static UNSOL_NA: [u8; 86] = [
+            0x33, 0x33, 0x00, 0x00, 0x00, 0x01, 0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x20, 0x3a, 0xff, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0xff, 0x02, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x88, 0x00,
+            0xec, 0x4e, 0x20, 0x00, 0x00, 0x00, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x02, 0x01, 0x52, 0x54, 0x00, 0xaa,
+            0xbb, 0xcc,
+        ];
+        // UDP6: UDP 2001:db8::a:5353 -> 2001:db8::99:53 to our MAC
+        static UDP6: [u8; 67] = [
+            0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x86, 0xdd,
+            0x60, 0x00, 0x00, 0x00, 0x00, 0x0d, 0x11, 0x40, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x20, 0x01, 0x0d, 0xb8,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x99, 0x14, 0xe9,
+            0x00, 0x35, 0x00, 0x0d, 0x3e, 0xb9, 0x71, 0x75, 0x65, 0x72, 0x79,
+        ];
+
+        struct Harness6 {
+            responder: LocalResponder,
+            neighbours: Neighbour6Table,
+            counters: WorkerCounters,
+        }
+
+        impl Harness6 {
+            fn new() -> Harness6 {
+                Harness6::with_table(Neighbour6Table::with_capacity(16))
+            }
+
+            fn with_table(neighbours: Neighbour6Table) -> Harness6 {
+                Harness6 {
+                    responder: LocalResponder::new(OUR_MAC, &[OUR_IP]).with_ipv6(&[OUR_IP6]),
+                    neighbours,
+                    counters: WorkerCounters::default(),
+                }
+            }
+
+            /// Classifies `frame` and hands it to the responder in a buffer with
+            /// room after it, as an mbuf has; the reply (or the drop reason).
+            fn process(&mut self, frame: &[u8]) -> Result<Vec<u8>, DropReason> {
+                let parsed = classify(frame)?;
+                let mut buf = frame.to_vec();
+                buf.resize(frame.len() + 128, 0xee);
+                let len = self.responder.process_ipv6(
+                    &mut buf,
+                    &parsed,
+                    &mut self.neighbours,
+                    1000,
+                    &self.counters,
+                )?;
+                buf.truncate(len);
+                Ok(buf)
+            }
+
+            fn expect_drop(&mut self, frame: &[u8], reason: DropReason) {
+                assert_eq!(self.process(frame), Err(reason), "{frame:02x?}");
+            }
+
+            fn event(&self, event: Event) -> u64 {
+                self.counters.events_snapshot()[event as usize]
+            }
+        }
+
+        /// Edits an untagged frame's ICMPv6 message (right after the fixed header)
+        /// and fixes its checksum.
+        fn edit_icmpv6(frame: &[u8], edit: impl FnOnce(&mut icmpv6::Packet<&mut [u8]>)) -> Vec<u8> {
+            let mut copy = frame.to_vec();
+            let ip = ipv6::Packet::new_checked(&copy[14..]).unwrap();
+            let (src, dst, end) = (ip.src_addr(), ip.dst_addr(), 54 + ip.payload_len() as usize);
+            let mut message = icmpv6::Packet::new_unchecked(&mut copy[54..end]);
+            edit(&mut message);
+            message.fill_checksum(src, dst);
+            copy
+        }
+
+        #[test]
+        fn solicitation_is_answered_and_solicitor_learned() {
+            let mut h = Harness6::new();
+            assert_eq!(h.process(&NS).unwrap(), NA);
+            assert_eq!(h.neighbours.lookup(CLIENT_IP6), Some(CLIENT_MAC));
+            assert_eq!(h.event(Event::NdAnswered), 1);
+            assert_eq!(h.event(Event::Neighbour6Learned), 1);
+            // Asked again: answered again, the entry only refreshed.
+            assert_eq!(h.process(&NS).unwrap(), NA);
+            assert_eq!(h.event(Event::Neighbour6Learned), 1);
+            assert!(h.neighbours_v4_untouched());
+        }
+
+        impl Harness6 {
+            /// IPv6 never counts as IPv4 neighbour learning.
+            fn neighbours_v4_untouched(&self) -> bool {
+                self.event(Event::NeighbourLearned) == 0
+            }
+        }
+
+        #[test]
+        fn unicast_reachability_probe_is_answered_to_its_sender() {
+            // Linux confirms reachability with a unicast solicitation to our MAC and
+            // address; without a source link-layer address option the answer goes
+            // to the frame's sender.
+            let mut h = Harness6::new();
+            let mut probe = NS[..78].to_vec();
+            probe[..6].copy_from_slice(&OUR_MAC);
+            probe[18..20].copy_from_slice(&24u16.to_be_bytes());
+            probe[38..54].copy_from_slice(&OUR_IP6.octets());
+            let probe = edit_icmpv6(&probe, |_| {});
+            assert_eq!(h.process(&probe).unwrap(), NA);
+            assert!(
+                h.neighbours.is_empty(),
+                "nothing learned without the option"
+            );
+        }
+
+        #[test]
+        fn duplicate_address_probe_is_defended_to_all_nodes() {
+            let mut h = Harness6::new();
+            let reply = h.process(&DAD_NS).unwrap();
+            assert_eq!(
+                reply, DAD_NA,
+                "longer than the probe: uses the room after it"
+            );
+            assert_eq!(h.event(Event::NdDadDefended), 1);
+            assert_eq!(h.event(Event::NdAnswered), 0);
+            assert!(h.neighbours.is_empty());
+        }
+
+        #[test]
+        fn echo_request_becomes_exact_reply() {
+            let mut h = Harness6::new();
+            assert_eq!(h.process(&ECHO6).unwrap(), ECHO6_REPLY);
+            assert_eq!(h.event(Event::IcmpV6EchoReplied), 1);
+            assert_eq!(h.event(Event::IcmpEchoReplied), 0);
+        }
+
+        #[test]
+        fn advertisement_refreshes_known_neighbours_only() {
+            let mut h = Harness6::new();
+            h.expect_drop(&UNSOL_NA, DropReason::NdiscAdvert);
+            assert!(
+                h.neighbours.is_empty(),
+                "no entry created from an advertisement"
+            );
+            h.neighbours.learn(CLIENT_IP6, CLIENT_MAC, 0);
+            h.expect_drop(&UNSOL_NA, DropReason::NdiscAdvert);
+            assert_eq!(
+                h.neighbours.lookup(CLIENT_IP6),
+                Some(MacAddr([0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc]))
+            );
+        }
+
+        #[test]
+        fn full_neighbour6_table_is_counted_and_still_answered() {
+            let mut h = Harness6::with_table(Neighbour6Table::with_capacity(1));
+            h.neighbours
+                .learn("2001:db8::77".parse().unwrap(), CLIENT_MAC, 0);
+            assert_eq!(h.process(&NS).unwrap(), NA);
+            assert_eq!(h.event(Event::Neighbour6TableFull), 1);
+            assert_eq!(h.neighbours.lookup(CLIENT_IP6), None);
+        }
+
+        #[test]
+        fn every_drop_reason_that_process_ipv6_can_give() {
+            use DropReason::*;
+            let mut h = Harness6::new();
+
+            // Not ours: another unicast address, a group we do not listen to.
+            let mut frame = ECHO6;
+            frame[53] = 0x99;
+            h.expect_drop(&edit_icmpv6(&frame, |_| {}), NotLocal);
+            h.expect_drop(&UDP6, Ipv6NoService);
+            let mut other_group = NS;
+            other_group[2..6].copy_from_slice(&[0xff, 0x12, 0x34, 0x56]);
+            other_group[51..54].copy_from_slice(&[0x12, 0x34, 0x56]);
+            h.expect_drop(&edit_icmpv6(&other_group, |_| {}), NotLocal);
+            // A group frame under another group's MAC, a unicast one to a group MAC.
+            let mut wrong_mac = NS;
+            wrong_mac[5] = 0x02;
+            h.expect_drop(&wrong_mac, NotOurMac);
+            let mut to_group_mac = ECHO6;
+            to_group_mac[..6].copy_from_slice(&[0x33, 0x33, 0xff, 0, 0, 1]);
+            h.expect_drop(&to_group_mac, NotOurMac);
+            // UDP to our own address: no IPv6 service on the appliance itself.
+            let mut udp_to_us = UDP6;
+            udp_to_us[38..54].copy_from_slice(&OUR_IP6.octets());
+            h.expect_drop(&udp_to_us, UnsupportedProtocol);
+
+            // Neighbor Discovery.
+            let mut hop = NS;
+            hop[21] = 64;
+            h.expect_drop(&hop, NdiscHopLimit);
+            let mut bad_sum = NS;
+            bad_sum[57] ^= 0x01;
+            h.expect_drop(&bad_sum, BadIcmpv6Checksum);
+            h.expect_drop(&edit_icmpv6(&NS, |m| m.set_msg_code(1)), NdiscMalformed);
+            let mut short = NS[..14 + 40 + 20].to_vec();
+            short[18..20].copy_from_slice(&20u16.to_be_bytes());
+            h.expect_drop(&edit_icmpv6(&short, |_| {}), NdiscTruncated);
+            let rs = edit_icmpv6(&NS, |m| m.set_msg_type(icmpv6::Message::ROUTER_SOLICIT));
+            h.expect_drop(&rs, NdiscUnsupported);
+            let not_ours =
+                edit_icmpv6(&NS, |m| m.set_target_addr("2001:db8:1::1".parse().unwrap()));
+            h.expect_drop(&not_ours, NdiscNotForUs);
+            assert!(h.neighbours.is_empty(), "strangers are not inserted");
+            let group_lladdr = edit_icmpv6(&NS, |m| {
+                let data = m.data_mut();
+                let n = data.len();
+                data[n - 6] = 0x01;
+            });
+            h.expect_drop(&group_lladdr, NdiscMalformed);
+
+            // Echo.
+            let mut bad_sum = ECHO6;
+            bad_sum[60] ^= 0x01;
+            h.expect_drop(&bad_sum, BadIcmpv6Checksum);
+            let reply = edit_icmpv6(&ECHO6, |m| m.set_msg_type(icmpv6::Message::ECHO_REPLY));
+            h.expect_drop(&reply, IcmpNotEcho);
+            let unreachable = edit_icmpv6(&ECHO6, |m| {
+                m.set_msg_type(icmpv6::Message::DEST_UNREACHABLE)
+            });
+            h.expect_drop(&unreachable, IcmpErrorNoSession);
+            let mut from_loopback = ECHO6;
+            from_loopback[22..38].copy_from_slice(&Ipv6Addr::LOCALHOST.octets());
+            h.expect_drop(&edit_icmpv6(&from_loopback, |_| {}), BadIpv6Header);
+            let mut to_all_nodes = ECHO6;
+            to_all_nodes[..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0, 1]);
+            to_all_nodes[38..54].copy_from_slice(&ipv6::ALL_NODES.octets());
+            h.expect_drop(&edit_icmpv6(&to_all_nodes, |_| {}), NotLocal);
+            let mut group_src_mac = ECHO6;
+            group_src_mac[6] = 0x01;
+            h.expect_drop(&group_src_mac, BadSourceMac);
+
+            assert_eq!(
+                h.event(Event::NdAnswered)
+                    + h.event(Event::NdDadDefended)
+                    + h.event(Event::IcmpV6EchoReplied),
+                0
+            );
+        }
+
+        #[test]
+        fn without_ipv6_addresses_nothing_is_answered() {
+            let mut h = Harness6::new();
+            h.responder = LocalResponder::new(OUR_MAC, &[OUR_IP]);
+            h.expect_drop(&NS, DropReason::NotLocal);
+            h.expect_drop(&ECHO6, DropReason::NotLocal);
+        }
+
+        #[test]
+        fn a_parsed_of_another_frame_gives_an_error_not_a_panic() {
+            let mut h = Harness6::new();
+            let parsed = classify(&ECHO6).unwrap();
+            for len in 0..ECHO6.len() {
+                let mut buf = ECHO6[..len].to_vec();
+                let got =
+                    h.responder
+                        .process_ipv6(&mut buf, &parsed, &mut h.neighbours, 0, &h.counters);
+                assert!(got.is_err(), "len {len}");
+            }
+        }
+
+        #[test]
+        fn never_panics_on_mutated_frames() {
+            let mut rng = XorShift(0x6666_0bad_5eed_0006);
+            let mut h = Harness6::with_table(Neighbour6Table::with_capacity(8));
+            let valid: [&[u8]; 5] = [&NS, &DAD_NS, &ECHO6, &UNSOL_NA, &UDP6];
+            let mut replies = 0;
+            for _ in 0..20_000 {
+                let mut copy = valid[rng.below(valid.len())].to_vec();
+                for _ in 0..1 + rng.below(3) {
+                    let at = rng.below(copy.len());
+                    copy[at] = rng.next_u64() as u8;
+                }
+                let cut = copy.len() - rng.below(4).min(copy.len());
+                if let Ok(reply) = h.process(&copy[..cut]) {
+                    let eth = ethernet::Frame::new_checked(&reply[..]).unwrap();
+                    assert_eq!(eth.src_addr(), MacAddr(OUR_MAC));
+                    replies += 1;
+                }
+            }
+            assert!(replies > 100, "mutations must still reach the reply paths");
+        }
     }
 }

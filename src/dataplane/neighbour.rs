@@ -1,4 +1,6 @@
-//! The worker's IPv4 neighbour table (ARP cache): IPv4 address -> MAC address.
+//! The worker's neighbour tables: IPv4 address -> MAC address (the ARP cache), and
+//! the same for IPv6 (the Neighbor Discovery cache), one generic table over the
+//! address type.
 //!
 //! Fixed capacity, allocated once at construction: the data plane never allocates, and
 //! a flood of ARP from a segment cannot grow memory; when full, new entries are refused
@@ -6,9 +8,38 @@
 //! many slots as entries keeps probe sequences short; removal shifts entries back
 //! instead of leaving tombstones, so lookups never slow down over time.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::wire::MacAddr;
+
+/// An address a neighbour table is keyed by.
+pub trait NeighbourAddr: Copy + Eq + core::fmt::Debug {
+    /// The value unused slots hold (never looked up: slots carry `occupied`).
+    const UNSPECIFIED: Self;
+    /// 64 bits that differ for different addresses, spread by the table's hash.
+    fn hash_bits(self) -> u64;
+}
+
+impl NeighbourAddr for Ipv4Addr {
+    const UNSPECIFIED: Self = Ipv4Addr::UNSPECIFIED;
+    #[inline]
+    fn hash_bits(self) -> u64 {
+        u32::from(self) as u64
+    }
+}
+
+impl NeighbourAddr for Ipv6Addr {
+    const UNSPECIFIED: Self = Ipv6Addr::UNSPECIFIED;
+    /// Both halves folded: hosts of one /64 differ in the low half, /64s in the high.
+    #[inline]
+    fn hash_bits(self) -> u64 {
+        let bits = u128::from(self);
+        (bits as u64) ^ ((bits >> 64) as u64).rotate_left(29)
+    }
+}
+
+/// The IPv6 neighbour table (Neighbor Discovery cache).
+pub type Neighbour6Table = NeighbourTable<Ipv6Addr>;
 
 /// What [`NeighbourTable::learn`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,30 +56,32 @@ pub enum Learn {
 
 /// One learned neighbour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Neighbour {
-    pub ip: Ipv4Addr,
+pub struct Neighbour<A = Ipv4Addr> {
+    pub ip: A,
     pub mac: MacAddr,
     /// TSC when the entry was last learned or confirmed.
     pub updated_tsc: u64,
 }
 
 #[derive(Clone, Copy)]
-struct Slot {
+struct Slot<A> {
     occupied: bool,
-    neighbour: Neighbour,
+    neighbour: Neighbour<A>,
 }
 
-const EMPTY: Slot = Slot {
-    occupied: false,
-    neighbour: Neighbour {
-        ip: Ipv4Addr::UNSPECIFIED,
-        mac: MacAddr::ZERO,
-        updated_tsc: 0,
-    },
-};
+impl<A: NeighbourAddr> Slot<A> {
+    const EMPTY: Slot<A> = Slot {
+        occupied: false,
+        neighbour: Neighbour {
+            ip: A::UNSPECIFIED,
+            mac: MacAddr::ZERO,
+            updated_tsc: 0,
+        },
+    };
+}
 
-pub struct NeighbourTable {
-    slots: Box<[Slot]>,
+pub struct NeighbourTable<A = Ipv4Addr> {
+    slots: Box<[Slot<A>]>,
     /// log2 of `slots.len()`, for the hash.
     slot_bits: u32,
     capacity: usize,
@@ -56,7 +89,7 @@ pub struct NeighbourTable {
     /// Entries added or changed by `learn`/`update_existing` since the last
     /// `take_changes`, for the worker to share with the other workers (a NIC delivers
     /// ARP to one queue only). Fixed size; overflow is reported by `take_changes`.
-    changes: [(Ipv4Addr, MacAddr); CHANGES],
+    changes: [(A, MacAddr); CHANGES],
     changes_len: usize,
     changes_lost: usize,
     /// Entries inserted or changed so far (any source): frames waiting for a next hop
@@ -68,17 +101,17 @@ pub struct NeighbourTable {
 /// burst, and a burst holds at most 32 frames).
 const CHANGES: usize = 32;
 
-impl NeighbourTable {
+impl<A: NeighbourAddr> NeighbourTable<A> {
     /// A table holding at most `capacity` neighbours; all memory is allocated here.
-    pub fn with_capacity(capacity: usize) -> NeighbourTable {
+    pub fn with_capacity(capacity: usize) -> NeighbourTable<A> {
         // Load factor at most 1/2; at least two slots so the hash shift stays below 64.
         let slot_count = capacity.saturating_mul(2).max(2).next_power_of_two();
         NeighbourTable {
-            slots: vec![EMPTY; slot_count].into_boxed_slice(),
+            slots: vec![Slot::EMPTY; slot_count].into_boxed_slice(),
             slot_bits: slot_count.trailing_zeros(),
             capacity,
             len: 0,
-            changes: [(Ipv4Addr::UNSPECIFIED, MacAddr::ZERO); CHANGES],
+            changes: [(A::UNSPECIFIED, MacAddr::ZERO); CHANGES],
             changes_len: 0,
             changes_lost: 0,
             learned_total: 0,
@@ -104,8 +137,8 @@ impl NeighbourTable {
     /// Fibonacci hashing: the multiply spreads every address bit into the top bits, so
     /// hosts that differ only in their network part do not collide.
     #[inline]
-    fn home_slot(&self, ip: Ipv4Addr) -> usize {
-        let h = (u32::from(ip) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    fn home_slot(&self, ip: A) -> usize {
+        let h = ip.hash_bits().wrapping_mul(0x9e37_79b9_7f4a_7c15);
         (h >> (64 - self.slot_bits)) as usize
     }
 
@@ -117,7 +150,7 @@ impl NeighbourTable {
     /// The slot holding `ip`, or the empty slot where it would go. Terminates because
     /// the table always has an empty slot (len <= capacity < slot count).
     #[inline]
-    fn probe(&self, ip: Ipv4Addr) -> (usize, bool) {
+    fn probe(&self, ip: A) -> (usize, bool) {
         let mut index = self.home_slot(ip);
         loop {
             let slot = &self.slots[index];
@@ -132,11 +165,11 @@ impl NeighbourTable {
     }
 
     #[inline]
-    pub fn lookup(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+    pub fn lookup(&self, ip: A) -> Option<MacAddr> {
         self.get(ip).map(|n| n.mac)
     }
 
-    pub fn get(&self, ip: Ipv4Addr) -> Option<&Neighbour> {
+    pub fn get(&self, ip: A) -> Option<&Neighbour<A>> {
         match self.probe(ip) {
             (index, true) => Some(&self.slots[index].neighbour),
             _ => None,
@@ -145,7 +178,7 @@ impl NeighbourTable {
 
     /// Inserts or updates `ip -> mac`. Never allocates; refuses new entries when full.
     /// A new or changed entry is remembered for `take_changes`.
-    pub fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Learn {
+    pub fn learn(&mut self, ip: A, mac: MacAddr, now_tsc: u64) -> Learn {
         let learned = self.learn_shared(ip, mac, now_tsc);
         self.remember(learned, ip, mac);
         learned
@@ -153,7 +186,7 @@ impl NeighbourTable {
 
     /// `learn` for an entry another worker learned and shared: not remembered again,
     /// so updates never bounce between workers.
-    pub fn learn_shared(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Learn {
+    pub fn learn_shared(&mut self, ip: A, mac: MacAddr, now_tsc: u64) -> Learn {
         let (index, found) = self.probe(ip);
         if found {
             let learned = Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
@@ -183,7 +216,7 @@ impl NeighbourTable {
 
     /// Updates `ip` only if it is already known (the RFC 826 merge step for ARP packets
     /// not addressed to us); `None` when it is not in the table.
-    pub fn update_existing(&mut self, ip: Ipv4Addr, mac: MacAddr, now_tsc: u64) -> Option<Learn> {
+    pub fn update_existing(&mut self, ip: A, mac: MacAddr, now_tsc: u64) -> Option<Learn> {
         let (index, true) = self.probe(ip) else {
             return None;
         };
@@ -193,7 +226,7 @@ impl NeighbourTable {
         Some(learned)
     }
 
-    fn remember(&mut self, learned: Learn, ip: Ipv4Addr, mac: MacAddr) {
+    fn remember(&mut self, learned: Learn, ip: A, mac: MacAddr) {
         if !matches!(learned, Learn::Inserted | Learn::Updated) {
             return;
         }
@@ -209,7 +242,7 @@ impl NeighbourTable {
     /// Calls `each` for every entry added or changed since the last call, oldest first,
     /// and forgets them; returns how many changes did not fit in between (lost for
     /// sharing, not for this table).
-    pub fn take_changes(&mut self, mut each: impl FnMut(Ipv4Addr, MacAddr)) -> usize {
+    pub fn take_changes(&mut self, mut each: impl FnMut(A, MacAddr)) -> usize {
         for &(ip, mac) in &self.changes[..self.changes_len] {
             each(ip, mac);
         }
@@ -217,7 +250,7 @@ impl NeighbourTable {
         std::mem::take(&mut self.changes_lost)
     }
 
-    fn refresh(neighbour: &mut Neighbour, mac: MacAddr, now_tsc: u64) -> Learn {
+    fn refresh(neighbour: &mut Neighbour<A>, mac: MacAddr, now_tsc: u64) -> Learn {
         neighbour.updated_tsc = now_tsc;
         if neighbour.mac == mac {
             Learn::Unchanged
@@ -228,7 +261,7 @@ impl NeighbourTable {
     }
 
     /// Removes `ip`, returning its entry.
-    pub fn remove(&mut self, ip: Ipv4Addr) -> Option<Neighbour> {
+    pub fn remove(&mut self, ip: A) -> Option<Neighbour<A>> {
         match self.probe(ip) {
             (index, true) => {
                 let removed = self.slots[index].neighbour;
@@ -242,7 +275,7 @@ impl NeighbourTable {
     /// Empties slot `hole` and shifts later members of its probe run back, so every
     /// entry stays reachable from its home slot without tombstones.
     fn remove_at(&mut self, mut hole: usize) {
-        self.slots[hole] = EMPTY;
+        self.slots[hole] = Slot::EMPTY;
         self.len -= 1;
         let mask = self.mask();
         let mut index = (hole + 1) & mask;
@@ -254,7 +287,7 @@ impl NeighbourTable {
                 (index.wrapping_sub(home) & mask) < (index.wrapping_sub(hole) & mask);
             if !home_after_hole {
                 self.slots[hole] = self.slots[index];
-                self.slots[index] = EMPTY;
+                self.slots[index] = Slot::EMPTY;
                 hole = index;
             }
             index = (index + 1) & mask;
@@ -279,12 +312,12 @@ impl NeighbourTable {
     }
 
     pub fn clear(&mut self) {
-        self.slots.fill(EMPTY);
+        self.slots.fill(Slot::EMPTY);
         self.len = 0;
     }
 
     /// All entries, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &Neighbour> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = &Neighbour<A>> + '_ {
         self.slots
             .iter()
             .filter(|slot| slot.occupied)
@@ -292,7 +325,7 @@ impl NeighbourTable {
     }
 }
 
-impl core::fmt::Debug for NeighbourTable {
+impl<A> core::fmt::Debug for NeighbourTable<A> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("NeighbourTable")
             .field("len", &self.len)
@@ -470,5 +503,44 @@ mod tests {
         let mut count = 0;
         assert_eq!(table.take_changes(|_, _| count += 1), 5);
         assert_eq!(count, CHANGES);
+    }
+
+    #[test]
+    fn ipv6_neighbours_live_in_the_same_table() {
+        let mut table: NeighbourTable<Ipv6Addr> = NeighbourTable::with_capacity(64);
+        // One /64's hosts, and the same host part in other /64s: all kept apart.
+        let addr = |net: u16, host: u16| Ipv6Addr::new(0x2001, 0xdb8, 0, net, 0, 0, 0, host);
+        for net in 0..4 {
+            for host in 1..=16 {
+                let learned = table.learn(addr(net, host), mac(host as u8), u64::from(net));
+                assert_eq!(learned, Learn::Inserted);
+            }
+        }
+        assert!(table.is_full());
+        assert_eq!(table.learn(addr(9, 9), mac(9), 0), Learn::Full);
+        for net in 0..4 {
+            for host in 1..=16 {
+                assert_eq!(table.lookup(addr(net, host)), Some(mac(host as u8)));
+            }
+        }
+        assert_eq!(
+            table.update_existing(addr(0, 1), mac(99), 7),
+            Some(Learn::Updated)
+        );
+        assert_eq!(table.update_existing(addr(9, 9), mac(99), 7), None);
+        let mut changes = Vec::new();
+        table.take_changes(|ip, mac| changes.push((ip, mac)));
+        assert_eq!(
+            changes.len(),
+            32,
+            "65 changes: the first 32 kept for sharing"
+        );
+        assert_eq!(table.remove(addr(0, 1)).map(|n| n.mac), Some(mac(99)));
+        assert_eq!(
+            table.expire(4, 1),
+            63 - 16,
+            "entries of nets 0..=2 are too old"
+        );
+        assert_eq!(table.len(), 16);
     }
 }

@@ -131,7 +131,8 @@ pub enum Garbage {
     Runt,
     /// IPv4 header with a wrong checksum.
     BadIpChecksum,
-    /// An IPv6 frame.
+    /// An IPv6 UDP datagram to an address that is not the appliance's (Sluice has no
+    /// IPv6 services yet).
     Ipv6,
     /// EtherType 0x88b5 (local experimental).
     UnknownEthertype,
@@ -172,10 +173,34 @@ pub fn garbage(
             len
         }
         Garbage::Ipv6 => {
+            // From the peer's IPv4 host byte inside 2001:db8::/64, to 2001:db8:ffff::1.
+            let from =
+                std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, src.octets()[3].into());
+            let to = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1);
+            const UDP_LEN: usize = 8 + 4;
             put_eth(buf, dst_mac, src_mac, 0x86dd);
-            buf[14..74].fill(0);
-            buf[14] = 0x60;
-            74
+            let ip = &mut buf[14..54];
+            ip.fill(0);
+            ip[0] = 0x60;
+            ip[4..6].copy_from_slice(&(UDP_LEN as u16).to_be_bytes());
+            ip[6] = 17;
+            ip[7] = 64;
+            ip[8..24].copy_from_slice(&from.octets());
+            ip[24..40].copy_from_slice(&to.octets());
+            let udp = &mut buf[54..54 + UDP_LEN];
+            udp[0..2].copy_from_slice(&5353u16.to_be_bytes());
+            udp[2..4].copy_from_slice(&53u16.to_be_bytes());
+            udp[4..6].copy_from_slice(&(UDP_LEN as u16).to_be_bytes());
+            udp[6..8].fill(0);
+            udp[8..].copy_from_slice(b"v6?!");
+            let pseudo = checksum::pseudo_header_sum_v6(from, to, 17, UDP_LEN as u32);
+            // UDP over IPv6 must carry a checksum: a computed 0 is sent as 0xffff.
+            let c = match checksum::finish(pseudo + checksum::sum(udp)) {
+                0 => 0xffff,
+                c => c,
+            };
+            udp[6..8].copy_from_slice(&c.to_be_bytes());
+            54 + UDP_LEN
         }
         Garbage::UnknownEthertype => {
             put_eth(buf, dst_mac, src_mac, 0x88b5);
@@ -622,6 +647,30 @@ mod tests {
             [198, 18, 0, 1].into(),
         );
         assert_ne!(checksum::fold(checksum::sum(&buf[34..len])), 0xffff);
+    }
+
+    #[test]
+    fn the_ipv6_frame_is_well_formed_udp_to_no_service() {
+        let mut buf = [0u8; MAX_FRAME];
+        let len = garbage(
+            &mut buf,
+            Garbage::Ipv6,
+            PEER_MAC,
+            LB_MAC,
+            [198, 18, 0, 2].into(),
+            [198, 18, 0, 1].into(),
+        );
+        let parsed = crate::flow::parse::classify(&buf[..len]).unwrap();
+        assert!(matches!(
+            parsed.kind,
+            crate::flow::parse::PacketKind::Ipv6(crate::flow::parse::Ipv6Payload::Udp {
+                sport: 5353,
+                dport: 53
+            })
+        ));
+        let ip = crate::wire::ipv6::Packet::new_checked(&buf[14..len]).unwrap();
+        let udp = crate::wire::udp::Packet::new_checked(ip.payload()).unwrap();
+        assert!(udp.verify_checksum_v6(ip.src_addr(), ip.dst_addr()));
     }
 
     #[test]

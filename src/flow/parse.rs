@@ -1,12 +1,15 @@
 //! Classification of a received frame for the forwarding path: L2 (VLAN tags walked),
 //! IPv4 validated, the TCP/UDP 5-tuple extracted, all without copying or allocating.
+//! IPv6 is validated up to its upper-layer header (extension headers walked, at most
+//! six) and handed on as [`PacketKind::Ipv6`]: for now only the local responder takes
+//! it (Neighbor Discovery, echo), there are no IPv6 services yet.
 //!
 //! Checks run in a fixed order and a rejected frame gets exactly one [`DropReason`]:
 //!
 //! | check                                                        | reason               |
 //! |--------------------------------------------------------------|----------------------|
 //! | Ethernet or VLAN header cut, IPv4 header under 20 bytes      | `Truncated`          |
-//! | EtherType IPv6 / anything but IPv4 and ARP                   | `Ipv6` / `UnknownEthertype` |
+//! | EtherType anything but IPv4, ARP and IPv6                    | `UnknownEthertype`   |
 //! | version not 4, IHL below 5 or past the total length, total length below the header or past the frame | `BadIpv4Header` |
 //! | header checksum                                              | `BadIpv4Checksum`    |
 //! | more-fragments set or fragment offset not 0                  | `Ipv4Fragment`       |
@@ -14,6 +17,27 @@
 //! | TCP segment under 20 bytes, data offset below 5 or past the end | `BadTcpHeader`    |
 //! | UDP under 8 bytes, length field below 8 (0 included) or past the IP payload | `BadUdpHeader` |
 //! | ICMP message under its 8-byte header                         | `Truncated`          |
+//!
+//! IPv6, after the L2 checks:
+//!
+//! | check                                                        | reason               |
+//! |--------------------------------------------------------------|----------------------|
+//! | IPv6 header under 40 bytes                                   | `Truncated`          |
+//! | version not 6, payload length past the frame                 | `BadIpv6Header`      |
+//! | multicast source address (RFC 4291 section 2.7)              | `BadIpv6Header`      |
+//! | more than six extension headers                              | `Ipv6TooManyExtHeaders` |
+//! | an extension header past the end of the payload              | `Ipv6ExtHeaderTruncated` |
+//! | hop-by-hop options not first                                 | `Ipv6HopByHopNotFirst` |
+//! | an option that says "discard if unrecognised" (jumbo too)    | `Ipv6UnrecognizedOption` |
+//! | an option past the end of its header                         | `Ipv6MalformedOption` |
+//! | a routing header with segments left                          | `Ipv6RoutingHeader`  |
+//! | a non-first fragment, or a first one with more to come       | `Ipv6Fragment`       |
+//! | TCP, UDP: as for IPv4, within the payload length             | `BadTcpHeader` / `BadUdpHeader` |
+//! | ICMPv6 message under its 8-byte header                       | `Truncated`          |
+//!
+//! An atomic fragment (offset 0, no more fragments, RFC 6946) is a whole packet and
+//! goes on. For IPv6, `ip_total_len` is the fixed header plus the payload length, and
+//! `l4` is where the upper-layer header starts after the extension headers.
 //!
 //! L4 bounds are the IPv4 total length, never the frame: Ethernet padding after the IP
 //! packet is not part of any header or payload.
@@ -36,8 +60,9 @@ use crate::flow::FlowKey4;
 use crate::model::DropReason;
 use crate::model::Protocol;
 use crate::wire::ethernet::{self, EtherType, L2Header};
+use crate::wire::ipv6::{self, ExtHeaderError};
 use crate::wire::tcp::{self, TcpFlags};
-use crate::wire::{icmp, ipv4, udp, IpProtocol};
+use crate::wire::{icmp, icmpv6, ipv4, udp, IpProtocol};
 
 /// What a classified frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +91,30 @@ pub enum PacketKind {
         dst: Ipv4Addr,
         protocol: IpProtocol,
     },
+    /// An IPv6 packet; its addresses are read from the header at `l3` by whoever
+    /// takes it (they would double the size of every `Parsed`).
+    Ipv6(Ipv6Payload),
+}
+
+/// What an IPv6 packet carries after its extension headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ipv6Payload {
+    /// A TCP segment (header checked as for IPv4), for the IPv6 services to come.
+    Tcp {
+        sport: u16,
+        dport: u16,
+        flags: TcpFlags,
+        payload_len: u16,
+    },
+    /// A UDP datagram (header checked as for IPv4), for the IPv6 services to come.
+    Udp { sport: u16, dport: u16 },
+    /// An ICMPv6 message (at least its 8-byte header; checksum not verified).
+    Icmp {
+        icmp_type: icmpv6::Message,
+        code: u8,
+    },
+    /// Another upper-layer protocol (or ESP, or no next header), not parsed further.
+    Other { protocol: IpProtocol },
 }
 
 /// A frame that passed [`classify`]: where its headers are, and what it carries.
@@ -114,7 +163,7 @@ impl Parsed {
             PacketKind::Icmp { src, dst, .. } | PacketKind::OtherIpv4 { src, dst, .. } => {
                 Some((src, dst))
             }
-            PacketKind::Arp => None,
+            PacketKind::Arp | PacketKind::Ipv6(_) => None,
         }
     }
 }
@@ -159,7 +208,7 @@ pub fn classify(frame: &[u8]) -> Result<Parsed, DropReason> {
                 kind: PacketKind::Arp,
             })
         }
-        EtherType::IPV6 => return Err(DropReason::Ipv6),
+        EtherType::IPV6 => return classify_ipv6(frame, l2),
         _ => return Err(DropReason::UnknownEthertype),
     }
 
@@ -220,6 +269,76 @@ pub fn classify(frame: &[u8]) -> Result<Parsed, DropReason> {
         ip_total_len: packet.total_len(),
         kind,
     })
+}
+
+/// The IPv6 part of [`classify`], from the IPv6 header on; see the module doc.
+fn classify_ipv6(frame: &[u8], l2: L2Header) -> Result<Parsed, DropReason> {
+    let l3 = l2.l3_offset;
+    let bytes = frame.get(l3..).ok_or(DropReason::Truncated)?;
+    if bytes.len() < ipv6::HEADER_LEN {
+        return Err(DropReason::Truncated);
+    }
+    let packet = ipv6::Packet::new_checked(bytes).map_err(|_| DropReason::BadIpv6Header)?;
+    let ip_total_len = u16::try_from(ipv6::HEADER_LEN + packet.payload_len() as usize)
+        .map_err(|_| DropReason::BadIpv6Header)?;
+    if packet.src_addr().is_multicast() {
+        return Err(DropReason::BadIpv6Header);
+    }
+    let upper = packet.upper_layer().map_err(ext_header_drop)?;
+    if upper.fragment.is_some_and(|f| f.more_frags) {
+        return Err(DropReason::Ipv6Fragment);
+    }
+    let l4 = l3 + upper.offset;
+    let segment = bytes
+        .get(upper.offset..ip_total_len as usize)
+        .ok_or(DropReason::Ipv6ExtHeaderTruncated)?;
+    let payload = match upper.protocol {
+        IpProtocol::TCP => {
+            let tcp = tcp::Packet::new_checked(segment).map_err(|_| DropReason::BadTcpHeader)?;
+            Ipv6Payload::Tcp {
+                sport: tcp.src_port(),
+                dport: tcp.dst_port(),
+                flags: tcp.flags(),
+                payload_len: tcp.payload().len() as u16,
+            }
+        }
+        IpProtocol::UDP => {
+            let udp = udp::Packet::new_checked(segment).map_err(|_| DropReason::BadUdpHeader)?;
+            Ipv6Payload::Udp {
+                sport: udp.src_port(),
+                dport: udp.dst_port(),
+            }
+        }
+        IpProtocol::ICMPV6 => {
+            let message =
+                icmpv6::Packet::new_checked(segment).map_err(|_| DropReason::Truncated)?;
+            Ipv6Payload::Icmp {
+                icmp_type: message.msg_type(),
+                code: message.msg_code(),
+            }
+        }
+        protocol => Ipv6Payload::Other { protocol },
+    };
+    Ok(Parsed {
+        l2,
+        l3,
+        l4,
+        ip_total_len,
+        kind: PacketKind::Ipv6(payload),
+    })
+}
+
+/// The drop reason for each way the extension-header walk can fail.
+fn ext_header_drop(err: ExtHeaderError) -> DropReason {
+    match err {
+        ExtHeaderError::TooManyHeaders => DropReason::Ipv6TooManyExtHeaders,
+        ExtHeaderError::Truncated => DropReason::Ipv6ExtHeaderTruncated,
+        ExtHeaderError::HopByHopNotFirst => DropReason::Ipv6HopByHopNotFirst,
+        ExtHeaderError::UnrecognizedOption => DropReason::Ipv6UnrecognizedOption,
+        ExtHeaderError::MalformedOption => DropReason::Ipv6MalformedOption,
+        ExtHeaderError::RoutingSegmentsLeft => DropReason::Ipv6RoutingHeader,
+        ExtHeaderError::NonFirstFragment => DropReason::Ipv6Fragment,
+    }
 }
 
 #[cfg(test)]
@@ -296,6 +415,33 @@ pub(crate) mod fixtures {
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00,
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01, 0x00, 0x02, 0x00, 0x08,
         0xa4, 0x66,
+    ];
+    // IPv6 TCP SYN 2001:db8::a:40000 -> 2001:db8::99:80 behind hop-by-hop (PadN), destination options (PadN) and a routing header with no segments left.
+    pub static IPV6_TCP_EXT: [u8; 98] = [
+        0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x86, 0xdd, 0x60,
+        0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x40, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x99, 0x3c, 0x00, 0x01, 0x04, 0x00, 0x00,
+        0x00, 0x00, 0x2b, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x9c, 0x40, 0x00, 0x50, 0x00, 0x00, 0x03, 0xe8, 0x00, 0x00, 0x00, 0x00,
+        0x50, 0x02, 0x20, 0x00, 0x93, 0x55, 0x00, 0x00,
+    ];
+    // The same SYN as the first fragment of two (more fragments set), fragment header only.
+    pub static IPV6_TCP_FRAG: [u8; 82] = [
+        0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x86, 0xdd, 0x60,
+        0x00, 0x00, 0x00, 0x00, 0x1c, 0x2c, 0x40, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x99, 0x06, 0x00, 0x00, 0x01, 0x00, 0x00,
+        0x00, 0x07, 0x9c, 0x40, 0x00, 0x50, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x50,
+        0x02, 0x20, 0x00, 0x97, 0x3d, 0x00, 0x00,
+    ];
+    // ICMPv6 echo request 2001:db8::a -> 2001:db8::99, 4 bytes of data.
+    pub static IPV6_ECHO: [u8; 66] = [
+        0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x86, 0xdd, 0x60,
+        0x00, 0x00, 0x00, 0x00, 0x0c, 0x3a, 0x40, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x99, 0x80, 0x00, 0x44, 0xd1, 0x00, 0x01,
+        0x00, 0x01, 0x70, 0x69, 0x6e, 0x67,
     ];
     // TCP SYN whose IPv4 header carries 4 NOP options (IHL 6), checksum valid.
     pub static TCP_IP_OPTIONS: [u8; 60] = [
@@ -455,10 +601,112 @@ mod tests {
             }
         );
 
-        expect_err(&IPV6_UDP, DropReason::Ipv6);
+        let parsed = classify(&IPV6_UDP).unwrap();
+        assert_eq!(
+            parsed.kind,
+            PacketKind::Ipv6(Ipv6Payload::Udp { sport: 1, dport: 2 })
+        );
+        assert_eq!((parsed.l3, parsed.l4, parsed.ip_end()), (14, 54, 62));
+        assert_eq!((parsed.flow_key(), parsed.ip_addrs()), (None, None));
         let mut lldp = ARP_REQUEST;
         lldp[12..14].copy_from_slice(&[0x88, 0xcc]);
         expect_err(&lldp, DropReason::UnknownEthertype);
+    }
+
+    #[test]
+    fn ipv6_upper_layers() {
+        let parsed = classify(&IPV6_TCP_EXT).unwrap();
+        assert_eq!(
+            parsed.kind,
+            PacketKind::Ipv6(Ipv6Payload::Tcp {
+                sport: 40000,
+                dport: 80,
+                flags: TcpFlags::SYN,
+                payload_len: 0
+            })
+        );
+        assert_eq!((parsed.l3, parsed.l4, parsed.ip_end()), (14, 78, 98));
+        let parsed = classify(&IPV6_ECHO).unwrap();
+        assert_eq!(
+            parsed.kind,
+            PacketKind::Ipv6(Ipv6Payload::Icmp {
+                icmp_type: icmpv6::Message::ECHO_REQUEST,
+                code: 0
+            })
+        );
+        assert_eq!(parsed.l4_len(), 12);
+        // An atomic fragment is whole: the TCP header after it is found.
+        let atomic = edited(&IPV6_TCP_FRAG, 14, |b| b[57] = 0);
+        let parsed = classify(&atomic).unwrap();
+        assert!(matches!(
+            parsed.kind,
+            PacketKind::Ipv6(Ipv6Payload::Tcp { .. })
+        ));
+        assert_eq!(parsed.l4, 62);
+        // Six extension headers are crossed; what follows the last is the upper layer.
+        let chain = |count: usize| {
+            let mut frame = IPV6_TCP_EXT[..54].to_vec();
+            frame[20] = 60;
+            frame[18..20].copy_from_slice(&(8 * count as u16).to_be_bytes());
+            for i in 0..count {
+                let next = if i + 1 == count { 59 } else { 60 };
+                frame.extend_from_slice(&[next, 0, 1, 4, 0, 0, 0, 0]);
+            }
+            frame
+        };
+        let parsed = classify(&chain(6)).unwrap();
+        assert_eq!(
+            parsed.kind,
+            PacketKind::Ipv6(Ipv6Payload::Other {
+                protocol: IpProtocol(59)
+            })
+        );
+        expect_err(&chain(7), DropReason::Ipv6TooManyExtHeaders);
+    }
+
+    #[test]
+    fn ipv6_drop_reasons() {
+        use DropReason::*;
+        for len in 14..54 {
+            expect_err(&IPV6_ECHO[..len], Truncated);
+        }
+        expect_err(&edited(&IPV6_ECHO, 14, |b| b[14] = 0x40), BadIpv6Header);
+        expect_err(&edited(&IPV6_ECHO, 14, |b| b[19] += 1), BadIpv6Header);
+        expect_err(&IPV6_ECHO[..65], BadIpv6Header);
+        expect_err(&edited(&IPV6_ECHO, 14, |b| b[22] = 0xff), BadIpv6Header);
+        // The extension-header walk: one reason per way it fails.
+        expect_err(&edited(&IPV6_TCP_EXT, 14, |b| b[73] = 1), Ipv6RoutingHeader);
+        expect_err(
+            &edited(&IPV6_TCP_EXT, 14, |b| b[62] = 0),
+            Ipv6HopByHopNotFirst,
+        );
+        expect_err(
+            &edited(&IPV6_TCP_EXT, 14, |b| b[56] = 0xc2),
+            Ipv6UnrecognizedOption,
+        );
+        expect_err(
+            &edited(&IPV6_TCP_EXT, 14, |b| b[57] = 5),
+            Ipv6MalformedOption,
+        );
+        let cut_chain = edited(&IPV6_TCP_EXT, 14, |b| b[18..20].copy_from_slice(&[0, 10]));
+        expect_err(&cut_chain, Ipv6ExtHeaderTruncated);
+        expect_err(&IPV6_TCP_FRAG, Ipv6Fragment);
+        let later = edited(&IPV6_TCP_FRAG, 14, |b| b[56..58].copy_from_slice(&[0, 8]));
+        expect_err(&later, Ipv6Fragment);
+        let last = edited(&IPV6_TCP_FRAG, 14, |b| {
+            b[56..58].copy_from_slice(&[0, 0x10])
+        });
+        expect_err(&last, Ipv6Fragment);
+        // Upper-layer headers, bounded by the payload length.
+        let short_tcp = edited(&IPV6_TCP_FRAG, 14, |b| {
+            b[57] = 0;
+            b[18..20].copy_from_slice(&[0, 8 + 12]);
+        });
+        expect_err(&short_tcp, BadTcpHeader);
+        let long_udp = edited(&IPV6_UDP, 14, |b| b[59] = 9);
+        expect_err(&long_udp, BadUdpHeader);
+        let short_icmp = edited(&IPV6_ECHO, 14, |b| b[18..20].copy_from_slice(&[0, 4]));
+        expect_err(&short_icmp, Truncated);
     }
 
     #[test]
@@ -579,7 +827,11 @@ mod tests {
     #[test]
     fn fuzz_never_panics_and_offsets_hold() {
         let mut rng = XorShift(0x5151_a0a0_7e7e_0101);
-        let fixtures: [&[u8]; 9] = [
+        let fixtures: [&[u8]; 13] = [
+            &IPV6_UDP,
+            &IPV6_TCP_EXT,
+            &IPV6_TCP_FRAG,
+            &IPV6_ECHO,
             &TCP_SYN,
             &TCP_DATA_VLAN,
             &UDP_DNS,
@@ -593,13 +845,14 @@ mod tests {
         let mut buf = [0u8; 256];
         for round in 0..200_000 {
             let len = if round % 2 == 0 {
-                // Pure noise, with an IPv4 EtherType half of the time.
+                // Pure noise, with an IPv4 or IPv6 EtherType half of the time.
                 let len = rng.below(buf.len() + 1);
                 rng.fill(&mut buf[..len]);
                 if len >= 14 && rng.below(2) == 0 {
-                    buf[12..14].copy_from_slice(&[0x08, 0x00]);
+                    let v6 = rng.below(2) == 0;
+                    buf[12..14].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
                     if len > 14 {
-                        buf[14] = 0x45;
+                        buf[14] = if v6 { 0x60 } else { 0x45 };
                     }
                 }
                 len
@@ -623,6 +876,10 @@ mod tests {
                 match parsed.kind {
                     PacketKind::Tcp { .. } => assert!(parsed.l4_len() >= 20),
                     PacketKind::Udp { .. } | PacketKind::Icmp { .. } => {
+                        assert!(parsed.l4_len() >= 8)
+                    }
+                    PacketKind::Ipv6(Ipv6Payload::Tcp { .. }) => assert!(parsed.l4_len() >= 20),
+                    PacketKind::Ipv6(Ipv6Payload::Udp { .. } | Ipv6Payload::Icmp { .. }) => {
                         assert!(parsed.l4_len() >= 8)
                     }
                     _ => {}

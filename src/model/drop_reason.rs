@@ -4,12 +4,14 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum DropReason {
-    /// Shorter than the header it claims to carry (Ethernet, VLAN, ARP, IPv4, ICMP).
+    /// Shorter than the header it claims to carry (Ethernet, VLAN, ARP, IPv4, ICMP,
+    /// IPv6, ICMPv6).
     Truncated,
-    /// An EtherType Sluice does not handle (anything but IPv4 and ARP).
+    /// An EtherType Sluice does not handle (anything but IPv4, ARP and IPv6).
     UnknownEthertype,
-    /// IPv6 frames: parsed later, dropped for now.
-    Ipv6,
+    /// IPv6 TCP or UDP to an address that is not the appliance's: there are no IPv6
+    /// services yet.
+    Ipv6NoService,
     /// IPv4 header inconsistent: version, IHL, total length; or a source address no
     /// host may send from (unspecified, broadcast, multicast, loopback, or, for a new
     /// connection, one of the appliance's own addresses, VIPs and local addresses).
@@ -18,9 +20,10 @@ pub enum DropReason {
     BadIpv4Checksum,
     /// IPv4 fragment (non-first or more-fragments set) addressed to us.
     Ipv4Fragment,
-    /// IPv4 packet whose destination is not one of the appliance's addresses.
+    /// IPv4 or IPv6 packet whose destination is not one of the appliance's addresses
+    /// (nor, for IPv6, a multicast group it listens to).
     NotLocal,
-    /// IPv4 protocol with no handler (for the appliance's own addresses).
+    /// IPv4 or IPv6 protocol with no handler (for the appliance's own addresses).
     UnsupportedProtocol,
     /// ARP that is not Ethernet/IPv4, or has bad lengths.
     BadArp,
@@ -28,7 +31,8 @@ pub enum DropReason {
     ArpNotForUs,
     /// ARP reply (learned from, nothing to send back).
     ArpReply,
-    /// ICMP message other than echo request.
+    /// ICMP or ICMPv6 message (not an error, not Neighbor Discovery) other than echo
+    /// request.
     IcmpNotEcho,
     /// ICMP checksum wrong.
     BadIcmpChecksum,
@@ -78,14 +82,51 @@ pub enum DropReason {
     /// SYN proxy: a client segment waited for its real server's handshake longer than
     /// the hold time (the server never answered).
     ServerUnanswered,
+    /// IPv6 header inconsistent: version, a payload length past the frame; or a
+    /// multicast source, or, for an echo request, an unspecified or loopback source.
+    BadIpv6Header,
+    /// IPv6 fragment: a non-first one, or a first one with more to come (an atomic
+    /// fragment, RFC 6946, is whole and goes on).
+    Ipv6Fragment,
+    /// More IPv6 extension headers than the walk crosses (six).
+    Ipv6TooManyExtHeaders,
+    /// An IPv6 extension header runs past the end of the packet.
+    Ipv6ExtHeaderTruncated,
+    /// A hop-by-hop options header anywhere but first.
+    Ipv6HopByHopNotFirst,
+    /// An IPv6 option whose type says to discard the packet when not recognised
+    /// (jumbo payload included).
+    Ipv6UnrecognizedOption,
+    /// An IPv6 option that runs past the end of its options header.
+    Ipv6MalformedOption,
+    /// An IPv6 routing header with segments left: the packet is not for this hop.
+    Ipv6RoutingHeader,
+    /// Neighbor Discovery with a hop limit other than 255: maybe from off the link.
+    NdiscHopLimit,
+    /// Neighbor Discovery message shorter than its fixed part.
+    NdiscTruncated,
+    /// Neighbor Discovery message breaking a rule of RFC 4861 (code, options,
+    /// multicast target, a duplicate address probe to the wrong group, ...).
+    NdiscMalformed,
+    /// Router solicitation, router advertisement or redirect: Sluice neither answers
+    /// nor follows them.
+    NdiscUnsupported,
+    /// Neighbor Solicitation for an address that is not ours (a known sender is
+    /// refreshed from it, not answered).
+    NdiscNotForUs,
+    /// Neighbor Advertisement (a known neighbour is refreshed from it, nothing to send
+    /// back).
+    NdiscAdvert,
+    /// ICMPv6 checksum wrong (echo request or Neighbor Discovery).
+    BadIcmpv6Checksum,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 33;
+    pub const COUNT: usize = 48;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
-        DropReason::Ipv6,
+        DropReason::Ipv6NoService,
         DropReason::BadIpv4Header,
         DropReason::BadIpv4Checksum,
         DropReason::Ipv4Fragment,
@@ -116,6 +157,21 @@ impl DropReason {
         DropReason::AclDenied,
         DropReason::RateLimited,
         DropReason::ServerUnanswered,
+        DropReason::BadIpv6Header,
+        DropReason::Ipv6Fragment,
+        DropReason::Ipv6TooManyExtHeaders,
+        DropReason::Ipv6ExtHeaderTruncated,
+        DropReason::Ipv6HopByHopNotFirst,
+        DropReason::Ipv6UnrecognizedOption,
+        DropReason::Ipv6MalformedOption,
+        DropReason::Ipv6RoutingHeader,
+        DropReason::NdiscHopLimit,
+        DropReason::NdiscTruncated,
+        DropReason::NdiscMalformed,
+        DropReason::NdiscUnsupported,
+        DropReason::NdiscNotForUs,
+        DropReason::NdiscAdvert,
+        DropReason::BadIcmpv6Checksum,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -123,7 +179,7 @@ impl DropReason {
         match self {
             DropReason::Truncated => "truncated",
             DropReason::UnknownEthertype => "unknown_ethertype",
-            DropReason::Ipv6 => "ipv6",
+            DropReason::Ipv6NoService => "ipv6_no_service",
             DropReason::BadIpv4Header => "bad_ipv4_header",
             DropReason::BadIpv4Checksum => "bad_ipv4_checksum",
             DropReason::Ipv4Fragment => "ipv4_fragment",
@@ -154,6 +210,21 @@ impl DropReason {
             DropReason::AclDenied => "acl_denied",
             DropReason::RateLimited => "rate_limited",
             DropReason::ServerUnanswered => "server_unanswered",
+            DropReason::BadIpv6Header => "bad_ipv6_header",
+            DropReason::Ipv6Fragment => "ipv6_fragment",
+            DropReason::Ipv6TooManyExtHeaders => "ipv6_too_many_ext_headers",
+            DropReason::Ipv6ExtHeaderTruncated => "ipv6_ext_header_truncated",
+            DropReason::Ipv6HopByHopNotFirst => "ipv6_hop_by_hop_not_first",
+            DropReason::Ipv6UnrecognizedOption => "ipv6_unrecognized_option",
+            DropReason::Ipv6MalformedOption => "ipv6_malformed_option",
+            DropReason::Ipv6RoutingHeader => "ipv6_routing_header",
+            DropReason::NdiscHopLimit => "ndisc_hop_limit",
+            DropReason::NdiscTruncated => "ndisc_truncated",
+            DropReason::NdiscMalformed => "ndisc_malformed",
+            DropReason::NdiscUnsupported => "ndisc_unsupported",
+            DropReason::NdiscNotForUs => "ndisc_not_for_us",
+            DropReason::NdiscAdvert => "ndisc_advert",
+            DropReason::BadIcmpv6Checksum => "bad_icmpv6_checksum",
         }
     }
 }

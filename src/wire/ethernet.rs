@@ -49,6 +49,11 @@ impl MacAddr {
         self.0[0] & 0x01 != 0
     }
 
+    /// One of the 33:33:xx:xx:xx:xx MACs IPv6 multicast groups map to (RFC 2464).
+    pub const fn is_ipv6_multicast(&self) -> bool {
+        self.0[0] == 0x33 && self.0[1] == 0x33
+    }
+
     pub const fn is_unicast(&self) -> bool {
         !self.is_multicast()
     }

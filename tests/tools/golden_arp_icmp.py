@@ -67,7 +67,7 @@ OTHER_IP = "198.18.0.99"
 BCAST = "ff:ff:ff:ff:ff:ff"
 
 DROP_REASONS = [
-    "truncated", "unknown_ethertype", "ipv6", "bad_ipv4_header", "bad_ipv4_checksum",
+    "truncated", "unknown_ethertype", "ipv6_no_service", "bad_ipv4_header", "bad_ipv4_checksum",
     "ipv4_fragment", "not_local", "unsupported_protocol", "bad_arp", "arp_not_for_us",
     "arp_reply", "icmp_not_echo", "bad_icmp_checksum", "bad_source_mac", "not_our_mac",
     "tx_full",
@@ -226,8 +226,9 @@ def build_frames():
         ("IPv4 first fragment (MF) to us", echo_request(A_MAC, A_IP, flags="MF", seq=13), "ipv4_fragment"),
         ("IPv4 later fragment to us", bytes(Ether(src=A_MAC, dst=OUR_MAC) / IP(
             src=A_IP, dst=OUR_IP, proto=1, frag=8, flags=0) / Raw(payload(24))), "ipv4_fragment"),
+        # The port has no IPv6 address: an echo to any IPv6 address is not for us.
         ("IPv6 echo", bytes(Ether(src=A_MAC, dst=OUR_MAC) / IPv6(src="2001:2::a", dst="2001:2::1")
-                            / ICMPv6EchoRequest(id=1, seq=1)), "ipv6"),
+                            / ICMPv6EchoRequest(id=1, seq=1)), "not_local"),
         ("unknown ethertype 0x88b5", bytes(Ether(src=A_MAC, dst=OUR_MAC, type=0x88B5) / Raw(payload(46))),
          "unknown_ethertype"),
         ("echo to another unicast MAC", echo_request(A_MAC, A_IP, dst_mac=OTHER_MAC, seq=14), "not_our_mac"),

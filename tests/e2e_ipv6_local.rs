@@ -1,0 +1,184 @@
+//! Tier 3, end to end with a real kernel over IPv6: the test bed of
+//! scripts/testbed.sh (IPv6 off everywhere), IPv6 turned on in the client namespace
+//! only, and Sluice, attached with net_af_packet and given the address
+//! 2001:db8:18::1/64 besides its IPv4 one, resolved by the client's kernel through
+//! Neighbor Discovery and pinged with `ping -6`. Documentation addresses
+//! (2001:db8::/32), inside the bed's namespaces only.
+//!
+//! Run: `cargo test --release --test e2e_ipv6_local` (as root).
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const APPLIANCE_IP6: &str = "2001:db8:18::1";
+const CLIENT_IP6: &str = "2001:db8:18::2";
+/// On the appliance's /64, but no one's.
+const NOBODY_IP6: &str = "2001:db8:18::99";
+
+#[test]
+fn client_kernel_resolves_and_pings_the_appliance_over_ipv6() {
+    require_root();
+    let bed = Testbed::up(0);
+    let appliance_ip = bed.appliance_ip().to_string();
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={}", bed.lb_if()),
+        &[
+            &format!("{appliance_ip}/24"),
+            &format!("{APPLIANCE_IP6}/64"),
+        ],
+    )])
+    .in_netns(bed.lb_ns());
+    cfg.args = vec!["--stats-interval".into(), "1000".into()];
+    let daemon = Daemon::start(cfg);
+
+    let status = daemon.status();
+    let lan0 = port(&status, "lan0");
+    let port_mac = lan0["mac"]
+        .as_str()
+        .expect("ports[lan0].mac is a string")
+        .to_ascii_lowercase();
+    let addresses = lan0["addresses"].to_string();
+    assert!(
+        addresses.contains(&format!("{APPLIANCE_IP6}/64")),
+        "status lists the IPv6 address: {addresses}"
+    );
+    let before = |name: &str| event_count(&status, name);
+    let (nd0, echo0, learned0) = (
+        before("nd_answered"),
+        before("icmpv6_echo_replied"),
+        before("neighbour6_learned"),
+    );
+
+    // IPv6 on in the client namespace, on its interface to the appliance only; no
+    // duplicate address detection for the client's own address (Sluice would rightly
+    // not answer it, but the address would stay tentative for a second).
+    let client = bed.client_ns().to_string();
+    let client_if = bed.client_if().to_string();
+    let ten = Duration::from_secs(10);
+    for sysctl in [
+        "net.ipv6.conf.all.disable_ipv6=0".to_string(),
+        format!("net.ipv6.conf.{client_if}.disable_ipv6=0"),
+    ] {
+        bed.exec(&client, &["sysctl", "-qw", &sysctl], ten)
+            .expect_success("sysctl");
+    }
+    bed.exec(
+        &client,
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{CLIENT_IP6}/64"),
+            "dev",
+            &client_if,
+            "nodad",
+        ],
+        ten,
+    )
+    .expect_success("ip -6 addr add");
+    bed.exec(&client, &["ip", "-6", "neigh", "flush", "all"], ten)
+        .expect_success("ip -6 neigh flush");
+
+    // ping -6: 5 requests, all answered; the first needs Neighbor Discovery.
+    let ping = bed.exec(
+        &client,
+        &[
+            "ping",
+            "-6",
+            "-n",
+            "-c",
+            "5",
+            "-W",
+            "1",
+            "-i",
+            "0.2",
+            APPLIANCE_IP6,
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        ping.success() && ping.stdout.contains(" 0% packet loss"),
+        "ping -6 from the client lost packets: {}\n{}",
+        ping.describe(),
+        daemon.dump()
+    );
+    assert!(ping.stdout.contains("5 received"), "ping: {}", ping.stdout);
+
+    // The kernel's neighbour cache holds the appliance's MAC, from Sluice's NA.
+    let neigh = bed
+        .exec(
+            &client,
+            &[
+                "ip",
+                "-6",
+                "neigh",
+                "show",
+                APPLIANCE_IP6,
+                "dev",
+                &client_if,
+            ],
+            ten,
+        )
+        .expect_success("ip -6 neigh show");
+    let lladdr = neigh
+        .stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "lladdr")
+        .nth(1)
+        .map(str::to_ascii_lowercase);
+    assert_eq!(
+        lladdr.as_deref(),
+        Some(port_mac.as_str()),
+        "client neighbour entry for {APPLIANCE_IP6}: {:?}",
+        neigh.stdout
+    );
+
+    let status = daemon.status();
+    let echoed = event_count(&status, "icmpv6_echo_replied") - echo0;
+    assert_eq!(echoed, 5, "one reply per request: {status:#}");
+    let answered = event_count(&status, "nd_answered");
+    assert!(
+        answered > nd0,
+        "the client's solicitation was answered: {status:#}"
+    );
+    let learned = event_count(&status, "neighbour6_learned") - learned0;
+    assert_eq!(
+        learned, 1,
+        "the client learned once, from its solicitation: {status:#}"
+    );
+    assert_eq!(
+        event_count(&status, "nd_dad_defended"),
+        0,
+        "no one probed for the appliance's address: {status:#}"
+    );
+
+    // An address on the link that no one has: the kernel's solicitations for it go
+    // to a solicited-node group Sluice does not listen to and are dropped as not
+    // local, unanswered; so is its ping.
+    let not_local0 = drop_count(&status, "not_local");
+    let lost = bed.exec(
+        &client,
+        &["ping", "-6", "-n", "-c", "1", "-W", "2", NOBODY_IP6],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !lost.success(),
+        "no one answers {NOBODY_IP6}: {}",
+        lost.describe()
+    );
+    let status = daemon.status();
+    assert_eq!(
+        event_count(&status, "nd_answered"),
+        answered,
+        "nothing answered for {NOBODY_IP6}: {status:#}"
+    );
+    assert!(
+        drop_count(&status, "not_local") > not_local0,
+        "the solicitations for {NOBODY_IP6} were counted: {status:#}"
+    );
+
+    daemon.stop_clean();
+}
