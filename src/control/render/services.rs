@@ -34,7 +34,7 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
     }
     for s in &report.services {
         let proto = s.proto.to_uppercase();
-        let local = format!("{}:{}", s.vip, s.port);
+        let local = crate::control::render::endpoint(&s.vip, s.port);
         if stats {
             let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
             let _ = writeln!(
@@ -50,7 +50,7 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
             out += &service_line(s);
         }
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             if stats {
                 let _ = writeln!(
                     out,
@@ -83,10 +83,9 @@ fn service_line(s: &ServiceStatus) -> String {
         })
         .unwrap_or_default();
     format!(
-        "{:<4} {}:{} {}{persistent}\n",
+        "{:<4} {} {}{persistent}\n",
         s.proto.to_uppercase(),
-        s.vip,
-        s.port,
+        crate::control::render::endpoint(&s.vip, s.port),
         s.scheduler
     )
 }
@@ -103,7 +102,7 @@ pub fn render_thresholds(report: &ServicesReport) -> String {
     for s in &report.services {
         out += &service_line(s);
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             let _ = write!(
                 out,
                 "  -> {remote:<28} {:<10} {:<10} {:<10} {:<10}",
@@ -123,7 +122,7 @@ pub fn render_rates(report: &ServicesReport) -> String {
     out += "  -> RemoteAddress:Port\n";
     for s in &report.services {
         let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
-        let local = format!("{}:{}", s.vip, s.port);
+        let local = crate::control::render::endpoint(&s.vip, s.port);
         let _ = writeln!(
             out,
             "{:<4} {local:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
@@ -135,7 +134,7 @@ pub fn render_rates(report: &ServicesReport) -> String {
             sum(|r| r.out_bps)
         );
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             let _ = writeln!(
                 out,
                 "  -> {remote:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
@@ -170,8 +169,12 @@ pub fn skew_pct(values: &[u64]) -> u64 {
 pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u32) -> String {
     let mut out = String::new();
     for s in &report.services {
-        let name = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
-        if only.is_some_and(|o| o != format!("{}:{}", s.vip, s.port)) {
+        let name = format!(
+            "{} {}",
+            s.proto.to_uppercase(),
+            crate::control::render::endpoint(&s.vip, s.port)
+        );
+        if only.is_some_and(|o| o != crate::control::render::endpoint(&s.vip, s.port)) {
             continue;
         }
         let conns: Vec<u64> = s
@@ -200,7 +203,7 @@ pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u
             let _ = writeln!(
                 out,
                 "  {:<24} {:>8} {:>8} {:>10} {:>12}",
-                format!("{}:{}", r.ip, r.port),
+                crate::control::render::endpoint(&r.ip, r.port),
                 conns[i],
                 cps[i],
                 pps[i],
@@ -263,7 +266,10 @@ pub fn render_save(report: &ServicesReport) -> String {
     let mut out = String::new();
     for s in &report.services {
         let flag = if s.proto == "udp" { "-u" } else { "-t" };
-        let service = format!("{flag} {}:{}", s.vip, s.port);
+        let service = format!(
+            "{flag} {}",
+            crate::control::render::endpoint(&s.vip, s.port)
+        );
         let mut line = format!("-A {service} -s {}", s.scheduler);
         if !s.sched_flags.is_empty() {
             let _ = write!(line, " -b {}", s.sched_flags);
@@ -286,7 +292,11 @@ pub fn render_save(report: &ServicesReport) -> String {
                 "fullnat" => "-b",
                 _ => "-g",
             };
-            let mut line = format!("-a {service} -r {}:{} {mode} -w {}", r.ip, r.port, r.weight);
+            let mut line = format!(
+                "-a {service} -r {} {mode} -w {}",
+                crate::control::render::endpoint(&r.ip, r.port),
+                r.weight
+            );
             if r.upper > 0 {
                 let _ = write!(line, " -x {}", r.upper);
             }
@@ -353,7 +363,7 @@ fn save_admission(out: &mut String, service: &str, admission: &ServiceAdmission)
 /// rate needs more addresses than the service has, a warning with the sizing rule.
 pub fn render_laddrs(report: &LaddrReport) -> String {
     let mut out = format!("{:<20} {:<8} {}\n", "VIP:VPORT", "TOTAL", "LIP");
-    let service = format!("{}:{}", report.service.vip, report.service.port);
+    let service = crate::control::render::endpoint(report.service.vip, report.service.port);
     let _ = writeln!(out, "{service:<20} {}", report.local_addresses.len());
     for lip in &report.local_addresses {
         let _ = writeln!(out, "{:<20} {:<8} {lip}", "", "");
@@ -790,7 +800,7 @@ mod tests {
                 Ipv4Addr::new(198, 18, 1, 1),
                 80,
             ),
-            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50)],
+            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50).into()],
             pools: vec![
                 LaddrPoolStatus {
                     worker: 0,
@@ -866,7 +876,10 @@ mod tests {
                 Ipv4Addr::new(198, 18, 1, 1),
                 80,
             ),
-            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
+            local_addresses: vec![
+                Ipv4Addr::new(198, 18, 0, 50).into(),
+                Ipv4Addr::new(198, 18, 0, 51).into(),
+            ],
             pools: Vec::new(),
             sizing: None,
         };
