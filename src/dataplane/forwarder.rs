@@ -13,6 +13,7 @@ pub mod admission;
 mod egress;
 mod hit;
 mod icmp_error;
+mod ipv6;
 mod miss;
 mod observe;
 mod placement;
@@ -41,6 +42,7 @@ use crate::model::{ForwardMode, Protocol, ServiceKey};
 use crate::sched::{self, Maglev, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
 use crate::session::persist::{PersistTable, TemplateKey};
+use crate::session::table6::SessionTable6;
 use crate::session::{
     Direction, HashedKey, Session, SessionFlags, SessionId, SessionTable, TickTimeouts, Transition,
 };
@@ -115,6 +117,8 @@ struct Matched {
 
 pub struct Forwarder {
     sessions: SessionTable,
+    /// IPv6 sessions, in a table of their own (`session::table6`).
+    sessions6: SessionTable6,
     /// The SYN proxy's per-slot side array and rate meters.
     synproxy: synproxy::ProxyState,
     /// Each frame's tuple and hash as the burst's prefetch pass peeked them.
@@ -137,6 +141,8 @@ pub struct Forwarder {
     arp_interval_tsc: u64,
     ip_ident: u16,
     snapshot_changed: bool,
+    /// An IPv6 packet found its next hop unresolved: solicit at the next poll.
+    resolve_wanted: bool,
     /// VIPs and FullNAT local addresses of the snapshot, sorted: the addresses Sluice
     /// answers ARP and ping for besides its port addresses. Rebuilt per snapshot.
     owned: Vec<Ipv4Addr>,
@@ -408,6 +414,7 @@ impl Forwarder {
                 crate::session::DEFAULT_WHEEL_SLOTS,
                 0,
             )?,
+            sessions6: SessionTable6::with_capacity(ipv6_capacity(capacity)),
             synproxy: synproxy::ProxyState::new(capacity, tsc_hz),
             peeked: [None; BURST_SIZE],
             snapshot,
@@ -426,6 +433,7 @@ impl Forwarder {
             ip_ident: 0,
             // The first poll resolves the real servers of the initial snapshot.
             snapshot_changed: true,
+            resolve_wanted: false,
             owned: Vec::new(),
             neighbours6: Neighbour6Table::with_capacity(
                 crate::dataplane::worker::NEIGHBOUR_CAPACITY,
@@ -507,7 +515,9 @@ impl Forwarder {
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
         }
-        counters.sessions.store(self.sessions.len() as u64, Relaxed);
+        self.sweep_v6();
+        let sessions = self.sessions.len() + self.sessions6.len();
+        counters.sessions.store(sessions as u64, Relaxed);
     }
 
     /// Calls `send` for each real server of the current snapshot whose MAC is not
@@ -585,6 +595,12 @@ impl Forwarder {
     }
 
     /// Whether a new snapshot arrived since the last call (the first call says yes).
+    /// Whether a packet found its next hop unresolved since the last call: the
+    /// worker then resolves now rather than at the next second.
+    pub fn take_resolve_wanted(&mut self) -> bool {
+        std::mem::take(&mut self.resolve_wanted)
+    }
+
     pub fn take_snapshot_changed(&mut self) -> bool {
         std::mem::take(&mut self.snapshot_changed)
     }
@@ -744,12 +760,24 @@ impl Forwarder {
         };
         match parsed.kind {
             PacketKind::Ipv6(_) => {
+                if to == port.mac {
+                    if let Some(action) = self.l4_v6(&mut pkt, &parsed, &cx) {
+                        return action;
+                    }
+                }
+                let snap = self.snapshot.current();
+                let vips6 = if snap.serving_vips() {
+                    snap.vips6()
+                } else {
+                    &[]
+                };
                 let reply = port.responder.process_ipv6(
                     pkt.with_tailroom_mut(),
                     &parsed,
                     &mut self.neighbours6,
                     now_tsc,
                     counters,
+                    vips6,
                 );
                 match reply {
                     Ok(len) if pkt.set_len(len as u16) => Action::Transmit,
@@ -1064,7 +1092,7 @@ fn forget(
 /// changed, to the scheduler that tracks its loads (O(log n) there) and to its
 /// connection thresholds, if its service has any of either.
 #[inline]
-fn tell_load(
+pub(super) fn tell_load(
     load_view: &LoadView,
     schedulers: &mut [Box<dyn Scheduler>],
     overload: &mut Overload,
@@ -1118,7 +1146,14 @@ fn wall_clock_ms() -> u64 {
 }
 
 #[inline]
-fn limiter_slot(ip: Ipv4Addr) -> usize {
+/// The IPv6 session capacity of a worker whose IPv4 table holds `capacity`: an
+/// eighth, at least 256 and at most 2^20 (IPv6 entries are larger; see
+/// `session::table6`).
+pub fn ipv6_capacity(capacity: usize) -> usize {
+    (capacity / 8).clamp(256, 1 << 20)
+}
+
+pub(super) fn limiter_slot(ip: Ipv4Addr) -> usize {
     (u32::from(ip) as usize).wrapping_mul(2654435761) % ARP_LIMITER_SLOTS
 }
 

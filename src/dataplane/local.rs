@@ -176,6 +176,7 @@ impl LocalResponder {
         neighbours: &mut Neighbour6Table,
         now_tsc: u64,
         counters: &WorkerCounters,
+        vips6: &[Ipv6Addr],
     ) -> Result<usize, DropReason> {
         let PacketKind::Ipv6(payload) = parsed.kind else {
             return Err(DropReason::UnknownEthertype);
@@ -201,10 +202,13 @@ impl LocalResponder {
         if !mac_fits {
             return Err(DropReason::NotOurMac);
         }
+        // The VIPs are ours too: Neighbor Discovery and echo, as ARP and ping for
+        // IPv4 VIPs (sorted, from the snapshot; empty while VRRP makes us a backup).
+        let is_vip = |ip: Ipv6Addr| vips6.binary_search(&ip).is_ok();
         let for_us = if dst.is_multicast() {
-            self.listens(dst)
+            self.listens(dst) || vips6.iter().any(|&v| ipv6::solicited_node(v) == dst)
         } else {
-            self.is_local6(dst)
+            self.is_local6(dst) || is_vip(dst)
         };
         if !for_us {
             return Err(match payload {
@@ -224,7 +228,7 @@ impl LocalResponder {
                 ip: src,
                 eth_src: peer_mac,
             };
-            return self.answer_ndisc(buf, l3, repr, from, neighbours, now_tsc, counters);
+            return self.answer_ndisc(buf, l3, repr, from, neighbours, now_tsc, counters, vips6);
         }
         if icmp_type.is_error() {
             // No IPv6 session yet that an error could be about.
@@ -261,13 +265,14 @@ impl LocalResponder {
         neighbours: &mut Neighbour6Table,
         now_tsc: u64,
         counters: &WorkerCounters,
+        vips6: &[Ipv6Addr],
     ) -> Result<usize, DropReason> {
         match repr {
             NdiscRepr::NeighborSolicit {
                 target,
                 source_lladdr,
             } => {
-                let target_is_ours = self.is_local6(target);
+                let target_is_ours = self.is_local6(target) || vips6.binary_search(&target).is_ok();
                 if let Some(mac) = source_lladdr {
                     if self.may_learn6(from.ip, mac) {
                         // As for ARP: a solicitation for us creates the solicitor's
@@ -1179,6 +1184,7 @@ mod tests {
             responder: LocalResponder,
             neighbours: Neighbour6Table,
             counters: WorkerCounters,
+            vips6: Vec<Ipv6Addr>,
         }
 
         impl Harness6 {
@@ -1191,6 +1197,7 @@ mod tests {
                     responder: LocalResponder::new(OUR_MAC, &[OUR_IP]).with_ipv6(&[OUR_IP6]),
                     neighbours,
                     counters: WorkerCounters::default(),
+                    vips6: Vec::new(),
                 }
             }
 
@@ -1206,6 +1213,7 @@ mod tests {
                     &mut self.neighbours,
                     1000,
                     &self.counters,
+                    &self.vips6,
                 )?;
                 buf.truncate(len);
                 Ok(buf)
@@ -1243,6 +1251,18 @@ mod tests {
             assert_eq!(h.process(&NS).unwrap(), NA);
             assert_eq!(h.event(Event::Neighbour6Learned), 1);
             assert!(h.neighbours_v4_untouched());
+        }
+
+        #[test]
+        fn solicitation_for_a_vip_is_answered_while_serving_it() {
+            // A responder without IPv6 addresses of its own, OUR_IP6 as a VIP: the
+            // same advertisement as for an own address; not a VIP: not answered.
+            let mut h = Harness6::new();
+            h.responder = LocalResponder::new(OUR_MAC, &[OUR_IP]);
+            assert!(h.process(&NS).is_err());
+            h.vips6 = vec![OUR_IP6];
+            assert_eq!(h.process(&NS).unwrap(), NA);
+            assert_eq!(h.event(Event::NdAnswered), 1);
         }
 
         impl Harness6 {
@@ -1410,9 +1430,14 @@ mod tests {
             let parsed = classify(&ECHO6).unwrap();
             for len in 0..ECHO6.len() {
                 let mut buf = ECHO6[..len].to_vec();
-                let got =
-                    h.responder
-                        .process_ipv6(&mut buf, &parsed, &mut h.neighbours, 0, &h.counters);
+                let got = h.responder.process_ipv6(
+                    &mut buf,
+                    &parsed,
+                    &mut h.neighbours,
+                    0,
+                    &h.counters,
+                    &[],
+                );
                 assert!(got.is_err(), "len {len}");
             }
         }

@@ -11,7 +11,7 @@ use crate::dataplane::query::Mailbox;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RingConsumer, RxQueue, TxQueue};
 use crate::model::DropReason;
 use crate::wire::{ethernet, MacAddr};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -102,7 +102,8 @@ impl Worker {
             let start = tsc();
             self.forwarder.poll(start, &self.counters);
             self.counters.zero_if_requested();
-            if self.forwarder.take_snapshot_changed() || start >= next_resolve {
+            let wanted = self.forwarder.take_resolve_wanted();
+            if self.forwarder.take_snapshot_changed() || wanted || start >= next_resolve {
                 next_resolve = start + second;
                 self.resolve_real_servers(start);
             }
@@ -304,6 +305,12 @@ impl Worker {
             .resolve_real_servers(&self.neighbours, now, |target| {
                 push_arp_request(&mut out, pool, mac, addr, target);
             });
+        // IPv6 real servers are solicited from the port's first IPv6 address.
+        if let Some(&src) = port.responder.addrs6().first() {
+            self.forwarder.resolve_real_servers_v6(now, |target| {
+                push_solicit(&mut out, pool, mac, src, target);
+            });
+        }
         transmit_all(port, &mut out, &self.counters);
     }
 
@@ -382,6 +389,29 @@ impl Worker {
 
 /// Appends an ARP request for `target`, from `mac`/`addr`, to `out` (nothing when `out`
 /// is full or the pool is empty).
+/// Appends a Neighbor Solicitation for `target` from (`mac`, `src`) to `out`.
+fn push_solicit(out: &mut Burst, pool: &Mempool, mac: MacAddr, src: Ipv6Addr, target: Ipv6Addr) {
+    if out.is_full() || !out.alloc_from(pool, 1) {
+        return;
+    }
+    let i = out.len() - 1;
+    out.set_packet_len(i, 86);
+    match crate::wire::icmpv6::write_solicit(
+        out.packet_mut(i),
+        ethernet::HEADER_LEN,
+        mac,
+        src,
+        target,
+        None,
+    ) {
+        Some(len) => {
+            out.set_packet_len(i, len as u16);
+        }
+        // Cannot happen: 86 bytes hold an Ethernet+IPv6+NS with its option.
+        None => out.free_all(),
+    }
+}
+
 fn push_arp_request(
     out: &mut Burst,
     pool: &Mempool,

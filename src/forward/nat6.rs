@@ -124,8 +124,8 @@ mod tests {
         let field = if tcp { 16 } else { 6 };
         seg[field..field + 2].copy_from_slice(&[0, 0]);
         let proto = if tcp { 6 } else { 17 };
-        let sum = checksum::pseudo_header_sum_v6(src, dst, proto, seg.len() as u32)
-            + checksum::sum(&seg);
+        let sum =
+            checksum::pseudo_header_sum_v6(src, dst, proto, seg.len() as u32) + checksum::sum(&seg);
         checksum::finish(sum)
     }
 

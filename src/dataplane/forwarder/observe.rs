@@ -165,7 +165,7 @@ pub(super) fn expired_unanswered(s: &Session) -> bool {
 /// Applies a session transition to the real server's active/inactive gauges; whether
 /// they moved.
 #[inline]
-fn account(c: &RealServerCounters, t: Transition) -> bool {
+pub(super) fn account(c: &RealServerCounters, t: Transition) -> bool {
     use crate::session::ActivityChange;
     match t.activity_change() {
         Some(ActivityChange::BecameActive) => {

@@ -29,9 +29,9 @@ const RECLAIM_SCAN: usize = 64;
 /// Where a new connection goes, as placement decided it.
 pub(super) struct Placement {
     /// The service, by its index in the snapshot.
-    service: usize,
+    pub(super) service: usize,
     /// The real server, by its index in the service's list.
-    real: usize,
+    pub(super) real: usize,
     /// FullNAT: the local address and port the connection leaves from, taken from the
     /// service's pool (given back if the session is not opened after all).
     local: Option<LocalPort>,
