@@ -182,3 +182,135 @@ fn client_kernel_resolves_and_pings_the_appliance_over_ipv6() {
 
     daemon.stop_clean();
 }
+
+/// The IPv6 VIP, on the client's link: the client's kernel resolves it through
+/// Neighbor Discovery, which Sluice answers for its VIPs.
+const VIP6: &str = "2001:db8:18::100";
+/// The appliance's address on the real servers' link, their default gateway.
+const GATEWAY6: &str = "2001:db8:1a::1";
+
+fn rs_ip6(i: u32) -> String {
+    format!("2001:db8:1a::{}", 10 + i)
+}
+
+/// IPv6 on in namespace `ns` on `ifname`, with `addr` (no duplicate address
+/// detection: the test owns the link).
+fn ipv6_on(bed: &Testbed, ns: &str, ifname: &str, addr: &str) {
+    let ten = Duration::from_secs(10);
+    for sysctl in [
+        "net.ipv6.conf.all.disable_ipv6=0".to_string(),
+        format!("net.ipv6.conf.{ifname}.disable_ipv6=0"),
+        "net.ipv6.conf.lo.disable_ipv6=0".to_string(),
+    ] {
+        bed.exec(ns, &["sysctl", "-qw", &sysctl], ten)
+            .expect_success("sysctl");
+    }
+    bed.exec(
+        ns,
+        &["ip", "-6", "addr", "add", addr, "dev", ifname, "nodad"],
+        ten,
+    )
+    .expect_success("ip -6 addr add");
+}
+
+#[test]
+fn curl_over_ipv6_through_nat_and_dr_services() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    let ten = Duration::from_secs(10);
+    let (client, client_if) = (
+        lab.bed.client_ns().to_string(),
+        lab.bed.client_if().to_string(),
+    );
+    ipv6_on(&lab.bed, &client, &client_if, &format!("{CLIENT_IP6}/64"));
+    for i in 1..=2 {
+        let (ns, ifname) = (lab.bed.rs_ns(i).to_string(), lab.bed.rs_if(i).to_string());
+        ipv6_on(&lab.bed, &ns, &ifname, &format!("{}/64", rs_ip6(i)));
+        // NAT: replies to the client go back through Sluice, the default gateway.
+        // DR: the server holds the VIP on lo (Linux answers Neighbor Discovery only
+        // for addresses of the interface asked), and its replies, from the VIP,
+        // reach the client's link directly (a table of their own).
+        let vip = format!("{VIP6}/128");
+        let direct = [
+            "route",
+            "add",
+            "2001:db8:18::/64",
+            "dev",
+            &ifname,
+            "table",
+            "100",
+        ];
+        for cmd in [
+            &["route", "add", "default", "via", GATEWAY6][..],
+            &["addr", "add", &vip, "dev", "lo"],
+            &["rule", "add", "from", VIP6, "table", "100"],
+            &direct,
+        ] {
+            let argv: Vec<&str> = ["ip", "-6"].iter().chain(cmd).copied().collect();
+            lab.bed
+                .exec(&ns, &argv, ten)
+                .expect_success("rs ipv6 setup");
+        }
+    }
+    lab.start_servers(&["[::]:8080".to_string(), "[::]:81".to_string()], &[]);
+    let appliance = format!("{}/24", lab.bed.appliance_ip());
+    let services = format!(
+        "[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
+         {nat}\n[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 81\nscheduler = \"rr\"\n{dr}",
+        nat = (1..=2)
+            .map(|i| format!(
+                "  [[services.real_servers]]\n  ip = \"{}\"\n  port = 8080\n  mode = \"nat\"\n",
+                rs_ip6(i)
+            ))
+            .collect::<String>(),
+        dr = (1..=2)
+            .map(|i| format!(
+                "  [[services.real_servers]]\n  ip = \"{}\"\n  port = 81\n  mode = \"dr\"\n",
+                rs_ip6(i)
+            ))
+            .collect::<String>(),
+    );
+    let daemon = lab.daemon(
+        &[
+            &appliance,
+            &format!("{APPLIANCE_IP6}/64"),
+            &format!("{GATEWAY6}/64"),
+        ],
+        services,
+    );
+    let listing = daemon.ctl(&["-Ln"]);
+    assert!(
+        listing.stdout.contains(&format!("TCP  [{VIP6}]:80 rr"))
+            && listing
+                .stdout
+                .contains(&format!("  -> [{}]:8080", rs_ip6(1))),
+        "ipvsadm's layout with bracketed IPv6 addresses: {}",
+        listing.stdout
+    );
+
+    for (port, mode) in [(80, "nat"), (81, "dr")] {
+        let url = format!("http://[{VIP6}]:{port}/");
+        let batch = lab.curl(&url, 20, 4, &[]);
+        let bodies = AppLab::answers(&batch);
+        assert!(
+            batch["ok"] == 20 && bodies.len() == 2,
+            "{mode}: 20 requests over IPv6, both real servers answering: {batch:#}\n{}\n{}",
+            lab.diagnostics(),
+            daemon.dump()
+        );
+    }
+    // The real servers saw the client's own address (NAT and DR keep it).
+    let lines: Vec<String> = (1..=2).flat_map(|i| lab.log_lines(i, "http")).collect();
+    assert!(
+        lines.len() >= 40
+            && lines
+                .iter()
+                .all(|l| l.split(' ').nth(1) == Some(CLIENT_IP6)),
+        "client address at the real servers: {lines:?}"
+    );
+    let status = daemon.status();
+    assert!(
+        event_count(&status, "nd_answered") >= 1,
+        "the client resolved the VIP through Sluice: {status:#}"
+    );
+}

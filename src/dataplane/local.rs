@@ -227,6 +227,7 @@ impl LocalResponder {
             let from = Solicitor {
                 ip: src,
                 eth_src: peer_mac,
+                to_us: self.is_local6(dst),
             };
             return self.answer_ndisc(buf, l3, repr, from, neighbours, now_tsc, counters, vips6);
         }
@@ -317,15 +318,29 @@ impl LocalResponder {
                 Ok(len)
             }
             NdiscRepr::NeighborAdvert {
+                flags,
                 target,
                 target_lladdr,
-                ..
             } => {
-                // No entry is created from an advertisement (RFC 4861 section 7.2.5);
-                // one claiming our own address is not taken either.
+                // An unsolicited advertisement creates no entry (RFC 4861 section
+                // 7.2.5). A solicited one sent to our own address answers one of our
+                // solicitations (for a real server): the entry RFC 4861 would have
+                // made INCOMPLETE when soliciting is made now. One claiming our own
+                // address is never taken.
                 if let Some(mac) = target_lladdr {
                     if self.may_learn6(target, mac) {
-                        neighbours.update_existing(target, mac, now_tsc);
+                        let answer =
+                            flags.contains(crate::wire::icmpv6::NaFlags::SOLICITED) && from.to_us;
+                        let learned = if answer {
+                            Some(neighbours.learn(target, mac, now_tsc))
+                        } else {
+                            neighbours.update_existing(target, mac, now_tsc)
+                        };
+                        match learned {
+                            Some(Learn::Inserted) => counters.event(Event::Neighbour6Learned),
+                            Some(Learn::Full) => counters.event(Event::Neighbour6TableFull),
+                            _ => {}
+                        }
                     }
                 }
                 Err(DropReason::NdiscAdvert)
@@ -351,6 +366,8 @@ impl LocalResponder {
 struct Solicitor {
     ip: Ipv6Addr,
     eth_src: MacAddr,
+    /// The message was sent to one of our own unicast addresses.
+    to_us: bool,
 }
 
 /// The drop reason for each way a Neighbor Discovery message can fail its checks.

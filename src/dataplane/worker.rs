@@ -305,10 +305,15 @@ impl Worker {
             .resolve_real_servers(&self.neighbours, now, |target| {
                 push_arp_request(&mut out, pool, mac, addr, target);
             });
-        // IPv6 real servers are solicited from the port's first IPv6 address.
-        if let Some(&src) = port.responder.addrs6().first() {
+        // IPv6 real servers are solicited from the port's IPv6 address that shares
+        // the longest prefix with them (the one on their link).
+        let addrs6 = port.responder.addrs6();
+        if !addrs6.is_empty() {
             self.forwarder.resolve_real_servers_v6(now, |target| {
-                push_solicit(&mut out, pool, mac, src, target);
+                let common = |a: &Ipv6Addr| (u128::from(*a) ^ u128::from(target)).leading_zeros();
+                if let Some(&src) = addrs6.iter().max_by_key(|a| common(a)) {
+                    push_solicit(&mut out, pool, mac, src, target);
+                }
             });
         }
         transmit_all(port, &mut out, &self.counters);

@@ -93,8 +93,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 def addr_port(s):
+    """ADDR:PORT, or [IPV6]:PORT."""
     host, _, port = s.rpartition(":")
-    return host, int(port)
+    return host.strip("[]"), int(port)
+
+
+def is_v6(listen):
+    return ":" in addr_port(listen)[0]
 
 
 class Log:
@@ -178,7 +183,10 @@ def cmd_serve(args):
         daemon_threads = True
         request_queue_size = 128
 
-    servers = [Server(addr_port(a), Handler) for a in args.http]
+    class Server6(Server):
+        address_family = socket.AF_INET6
+
+    servers = [(Server6 if is_v6(a) else Server)(addr_port(a), Handler) for a in args.http]
     servers += [EchoServer(addr_port(a), EchoHandler) for a in args.echo]
     udp_socks = []
     for a in args.udp:
@@ -265,7 +273,7 @@ def cmd_curl(args):
         post = ["--data-binary", "@" + data.name, "-H", "Content-Type: application/octet-stream"]
 
     def one(i):
-        cmd = ["curl", "-sS", "--noproxy", "*", "--max-time", str(args.max_time), "-o", "-",
+        cmd = ["curl", "-sS", "--globoff", "--noproxy", "*", "--max-time", str(args.max_time), "-o", "-",
                "-w", "\\n%{http_code}", *post, args.url]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.max_time + 5)
