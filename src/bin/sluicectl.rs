@@ -358,6 +358,7 @@ impl UsageError {
 
 /// Parses the arguments after the program name. Options may appear before or after the
 /// command; `--` ends option parsing. `env_socket` is `$SLUICE_SOCKET`.
+#[cfg(test)]
 fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation, UsageError> {
     parse_args_as(None, args, env_socket)
 }

@@ -627,10 +627,12 @@ fn tunnel_opt_check(tun_type: usize, given: &[bool; 34]) -> Result<(), Refusal> 
             }
             b'1' => match last {
                 None => last = Some(k),
-                Some(l) => return Err(fail(format!(
+                Some(l) => {
+                    return Err(fail(format!(
                     "The option '{opt}' conflicts with the '{}' option in the '{tun}' tunnel type",
                     OPTNAMES[l]
-                ))),
+                )))
+                }
             },
             _ => {}
         }
