@@ -38,6 +38,11 @@ Commands:
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
                   connection/rate skew per real server (seed 000): max/avg ratios,
                   WARN above PCT (default 300), advisory on long-lived traffic
+  import-keepalived FILE
+                  print keepalived.conf FILE's virtual_server, real_server (with
+                  their checks) and first vrrp_instance as Sluice TOML ([[services]],
+                  [vrrp]); what cannot be translated is listed on stderr by line
+                  (no daemon needed)
 
 ipvsadm 1.31 syntax (no command at all lists the table; called as ipvsadm, through
 the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ipvsadm's):
@@ -47,8 +52,11 @@ the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ip
   -a|-e -t|-u VIP:port -r RIP[:port] [-g|-m|-i] [-w weight] [-x upper] [-y lower]
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
-  -L|-l [-n] [-t|-u VIP:port] [--stats] [--nosort]              list services (real servers sorted
-                                                                 by address and port unless --nosort)
+  -L|-l [-n] [-t|-u VIP:port] [--stats|--rate|--thresholds|--persistent-conn] [-X] [--nosort]
+                                                                 list services (real servers sorted
+                                                                 by address and port unless --nosort;
+                                                                 counters from 100M on in K/M/G/T
+                                                                 unless -X/--exact)
   -L|-l [-n] --timeout                                           session timeouts (tcp tcpfin udp)
   --set TCP TCPFIN UDP                                           set them (seconds, 0 keeps one)
   -Z [-t|-u VIP:port]                                            zero all counters, or one service's
@@ -339,6 +347,8 @@ enum Invocation {
     Help,
     Version,
     Run(Options),
+    /// `import-keepalived FILE`: no daemon involved.
+    ImportKeepalived(PathBuf),
 }
 
 /// A command line that cannot be understood (exit status 2), or, called as ipvsadm,
@@ -450,6 +460,12 @@ fn parse_args_as(
                 command: Command::Ipvsadm(list),
             }));
         };
+        if name == "import-keepalived" {
+            let [path] = command_args else {
+                return Err(UsageError::new("import-keepalived takes exactly one FILE"));
+            };
+            return Ok(Invocation::ImportKeepalived(PathBuf::from(path)));
+        }
         Command::parse(name, command_args)?
     } else {
         if let Some(program) = ipvsadm {
@@ -1055,6 +1071,33 @@ fn print(text: &str) -> ExitCode {
     }
 }
 
+/// `import-keepalived FILE`: the TOML on stdout, each statement that could not be
+/// translated on stderr as `FILE:LINE: statement: why`. Exit 0 with a result (even
+/// with statements left out), 1 when the file cannot be read or is not keepalived's
+/// syntax.
+fn import_keepalived(path: &std::path::Path) -> ExitCode {
+    let shown = path.display().to_string();
+    let text = match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(error) => {
+            report_error(&format!("{shown}: {error}"), false);
+            return ExitCode::FAILURE;
+        }
+    };
+    match sluice::config::keepalived::import(&text, &shown) {
+        Ok(import) => {
+            for (line, what) in &import.untranslated {
+                eprintln!("{shown}:{line}: {what}");
+            }
+            print(&import.toml)
+        }
+        Err(error) => {
+            report_error(&format!("{shown}: {error}"), false);
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Called as `ipvsadm` (the link `scripts/setup.sh --ipvsadm-link` installs):
 /// ipvsadm's exit statuses and words.
 fn is_ipvsadm_name(program: &str) -> bool {
@@ -1082,6 +1125,7 @@ fn main() -> ExitCode {
         Ok(Invocation::Help) => print(&usage()),
         Ok(Invocation::Version) if ipvsadm_mode => print(&ipvsadm_version()),
         Ok(Invocation::Version) => print(&format!("sluicectl {}\n", env!("CARGO_PKG_VERSION"))),
+        Ok(Invocation::ImportKeepalived(path)) => import_keepalived(&path),
         Ok(Invocation::Run(options)) => match run(&options, ipvsadm_mode) {
             Ok(text) => print(&text),
             Err(failure) => {
