@@ -649,7 +649,7 @@ impl Translation {
             timeout_ms: (DEFAULT_CONNECT_TIMEOUT_S * 1000.0) as u64,
             retry: DEFAULT_RETRY,
         };
-        let http = node.keyword() != "TCP_CHECK";
+        let http = kind == "http";
         let mut urls = 0;
         for n in node.children() {
             match (n.keyword(), n.arg(1)) {
@@ -669,10 +669,12 @@ impl Translation {
                     n,
                     "Sluice probes at a fixed interval: a failed probe is retried after interval_ms",
                 ),
-                ("url", _) if http && urls > 0 => {
+                // SSL_GET's URLs: its note says they are not checked.
+                ("url", _) if !http => {}
+                ("url", _) if urls > 0 => {
                     self.note(n, "Sluice checks one URL per real server: the first is kept")
                 }
-                ("url", _) if http => {
+                ("url", _) => {
                     urls += 1;
                     self.url(n, &mut c);
                 }
