@@ -423,15 +423,11 @@ pub fn check(program: &str, args: &[String]) -> Result<(), Refusal> {
                     return Err(fail(format!("invalid timeout value `{v}' specified")));
                 }
             }
-            "-M" | "--netmask" if svc_af == 6 => {
-                if !(1..=128).contains(&atoi(v)) {
-                    return Err(fail("illegal ipv6 netmask specified"));
-                }
+            "-M" | "--netmask" if svc_af == 6 && !(1..=128).contains(&atoi(v)) => {
+                return Err(fail("illegal ipv6 netmask specified"));
             }
-            "-M" | "--netmask" => {
-                if resolve_host(v).is_none() {
-                    return Err(fail("illegal virtual server persistent mask specified"));
-                }
+            "-M" | "--netmask" if svc_af != 6 && resolve_host(v).is_none() => {
+                return Err(fail("illegal virtual server persistent mask specified"));
             }
             "-r" | "--real-server" => {
                 let (_, _, af) = parse_service(v, proto)
