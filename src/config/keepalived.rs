@@ -262,7 +262,9 @@ fn quote(text: &str) -> String {
 /// A number of seconds as keepalived reads it (fractions allowed), in milliseconds.
 fn seconds_ms(text: &str) -> Option<u64> {
     let s: f64 = text.parse().ok()?;
-    (0.0..=1e9).contains(&s).then(|| (s * 1000.0).round() as u64)
+    (0.0..=1e9)
+        .contains(&s)
+        .then(|| (s * 1000.0).round() as u64)
 }
 
 /// The health check of one real server, as far as it is translated.
