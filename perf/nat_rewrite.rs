@@ -148,7 +148,7 @@ fn main() {
         let lips = (sessions as usize).div_ceil(60_000).max(1);
         for l in 0..lips as u8 {
             table
-                .add_laddr(key, Ipv4Addr::new(198, 18, 2, 1 + l))
+                .add_laddr(key, Ipv4Addr::new(198, 18, 2, 1 + l).into())
                 .unwrap();
         }
     }

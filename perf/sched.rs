@@ -39,7 +39,7 @@ fn servers_weighted(n: usize, weight: impl Fn(usize) -> u32) -> Vec<RealServer> 
     (0..n)
         .map(|i| RealServer {
             id: i as u32 + 1,
-            ip: Ipv4Addr::new(10, (i >> 8) as u8, i as u8, 1),
+            ip: Ipv4Addr::new(10, (i >> 8) as u8, i as u8, 1).into(),
             port: 80,
             weight: weight(i),
             mode: ForwardMode::Dr,

@@ -321,18 +321,18 @@ pub fn shared() -> &'static Shared {
                 real_ids.push(r.id);
                 match r.mode {
                     ForwardMode::Nat => {
-                        nat_vips.insert(s.key.vip);
+                        nat_vips.extend(s.key.vip4());
                     }
                     ForwardMode::FullNat => {
-                        fullnat_vips.insert(s.key.vip);
+                        fullnat_vips.extend(s.key.vip4());
                     }
                     _ => {}
                 }
-                if r.ip != Ipv4Addr::new(198, 18, 0, 22) {
-                    resolved.push(r.ip);
+                if r.ip.is_ipv4() && r.ipv4() != Ipv4Addr::new(198, 18, 0, 22) {
+                    resolved.push(r.ipv4());
                 }
             }
-            lips.extend(s.local_addresses.iter().copied());
+            lips.extend(s.local_addresses4());
         }
         let snapshot = Snapshot::build_with(1, &services.table, &overlay, &[])
             .with_timeouts(services.timeouts);

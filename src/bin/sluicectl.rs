@@ -1416,7 +1416,11 @@ mod tests {
     fn an_acl_file_becomes_one_batch_that_clears_the_list_first() {
         use sluice::model::{Protocol, ServiceKey};
         use sluice::service::AclAction;
-        let service = ServiceKey::new(Protocol::Tcp, "198.18.1.1".parse().unwrap(), 80);
+        let service = ServiceKey::new(
+            Protocol::Tcp,
+            "198.18.1.1".parse::<std::net::Ipv4Addr>().unwrap(),
+            80,
+        );
         let mut text = String::from("allow 10.0.0.0/8 # office\n\n");
         for i in 0..2500u32 {
             text.push_str(&format!("deny 11.{}.{}.0/24\n", i >> 8, i & 255));
@@ -1464,8 +1468,13 @@ mod tests {
             path: PathBuf::from("/x"),
         });
         assert_eq!((gone.status(true), gone.status(false)), (2, 1));
-        let service = ServiceKey::new(Protocol::Tcp, [198, 18, 1, 1].into(), 80);
-        let server = RealServerSpec::new([198, 18, 0, 2].into(), 80, 1, ForwardMode::Dr);
+        let service = ServiceKey::new(Protocol::Tcp, std::net::Ipv4Addr::from([198, 18, 1, 1]), 80);
+        let server = RealServerSpec::new(
+            std::net::Ipv4Addr::from([198, 18, 0, 2]),
+            80,
+            1,
+            ForwardMode::Dr,
+        );
         let missing = sluice::service::ServiceError::NoSuchService(service).to_string();
         assert_eq!(
             ipvsadm_words(&Request::AddServer { service, server }, &missing),

@@ -2,7 +2,7 @@
 //! returns the typed value or an `Invalid` that names the field and says what is
 //! wrong and what would be right.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use super::reader::{Check, Field};
@@ -403,13 +403,13 @@ pub(super) fn l4_port(f: &Field) -> Check<u16> {
     f.int(1..=65535)
 }
 
-/// A plain dotted-quad IPv4 address that can be a unicast destination: not
-/// 0.0.0.0, multicast or 255.255.255.255. `what` names it in messages ("VIP").
-fn unicast_ip(f: &Field, what: &str) -> Check<Ipv4Addr> {
+/// A plain IPv4 (dotted quad) or IPv6 address that can be a unicast destination: not
+/// unspecified, multicast or 255.255.255.255. `what` names it in messages ("VIP").
+fn unicast_ip(f: &Field, what: &str) -> Check<IpAddr> {
     let s = f.str()?;
-    let ip: Ipv4Addr = s.parse().map_err(|_| {
+    let ip: IpAddr = s.parse().map_err(|_| {
         f.invalid(format!(
-            "{s:?} is not an IPv4 address (expected a.b.c.d, without a prefix)"
+            "{s:?} is not an IP address (expected a.b.c.d or an IPv6 address, without a prefix)"
         ))
     })?;
     let reject = |why: &str| Err(f.invalid(format!("{what} {ip} {why}")));
@@ -426,18 +426,18 @@ fn unicast_ip(f: &Field, what: &str) -> Check<Ipv4Addr> {
 }
 
 /// A service's virtual IP.
-pub(super) fn vip(f: &Field) -> Check<Ipv4Addr> {
+pub(super) fn vip(f: &Field) -> Check<IpAddr> {
     unicast_ip(f, "VIP")
 }
 
 /// A real server's address.
-pub(super) fn real_server_ip(f: &Field) -> Check<Ipv4Addr> {
+pub(super) fn real_server_ip(f: &Field) -> Check<IpAddr> {
     unicast_ip(f, "real server")
 }
 
 /// A FullNAT local address: the source of packets to real servers, so also not a
 /// loopback address (a real server would never send a reply to it).
-pub(super) fn local_address(f: &Field) -> Check<Ipv4Addr> {
+pub(super) fn local_address(f: &Field) -> Check<IpAddr> {
     let ip = unicast_ip(f, "local address")?;
     if ip.is_loopback() {
         return Err(f.invalid(format!("local address {ip} is a loopback address")));

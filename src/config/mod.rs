@@ -251,7 +251,7 @@ pub struct ServiceConfig {
     /// FullNAT local addresses (`ipvsadm --add-laddr`, as in DPVS), in file order:
     /// at most 64, no duplicates, none a VIP, a real server or a port's own address.
     /// Required (at least one) when a real server uses `mode = "fullnat"`.
-    pub local_addresses: Vec<Ipv4Addr>,
+    pub local_addresses: Vec<std::net::IpAddr>,
     /// TOA: the client address as a TCP option in FullNAT sessions (tcp only).
     pub toa: bool,
     /// `synproxy` and `synproxy_auto_syn_rate`: the SYN proxy (tcp, nat and fullnat
@@ -327,7 +327,7 @@ pub struct SyncSettings {
 /// One `[[services.real_servers]]` table (`ipvsadm -a`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RealServerConfig {
-    pub ip: Ipv4Addr,
+    pub ip: std::net::IpAddr,
     /// Defaults to the service port; may differ only for nat and fullnat.
     pub port: u16,
     /// `-w`: 0..=65535; 0 takes no new sessions (drain).

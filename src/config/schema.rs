@@ -5,7 +5,7 @@
 //! that must be present and must not be a VIP, a real server or a port address).
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::fields;
 use super::reader::{Check, Field, Location, Table};
@@ -1114,7 +1114,7 @@ fn read_rate_limit(t: &Table) -> Check<Option<RateLimit>> {
 /// `local_addresses`: FullNAT source addresses (DPVS's `--add-laddr`), at most
 /// [`MAX_LOCAL_ADDRESSES`], each once per service (several services may share one),
 /// none of them a port's own address. Returned with their places.
-fn read_local_addresses(t: &Table, ports: &[PortRead]) -> Check<(Vec<Ipv4Addr>, Vec<Location>)> {
+fn read_local_addresses(t: &Table, ports: &[PortRead]) -> Check<(Vec<IpAddr>, Vec<Location>)> {
     let Some(f) = t.get("local_addresses") else {
         return Ok((Vec::new(), Vec::new()));
     };
@@ -1125,7 +1125,7 @@ fn read_local_addresses(t: &Table, ports: &[PortRead]) -> Check<(Vec<Ipv4Addr>, 
             items.len()
         )));
     }
-    let mut seen: HashMap<Ipv4Addr, String> = HashMap::new();
+    let mut seen: HashMap<IpAddr, String> = HashMap::new();
     let mut addresses = Vec::with_capacity(items.len());
     for item in &items {
         let ip = fields::local_address(item)?;
@@ -1188,7 +1188,7 @@ fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Ch
 fn check_fullnat_has_local_address(
     t: &Table,
     servers: &[RealServerConfig],
-    local_addresses: &[Ipv4Addr],
+    local_addresses: &[IpAddr],
 ) -> Check<()> {
     if !local_addresses.is_empty() {
         return Ok(());
@@ -1217,7 +1217,7 @@ fn check_local_address_roles(services: &[ServiceRead]) -> Check<()> {
     if services.iter().all(|s| s.config.local_addresses.is_empty()) {
         return Ok(());
     }
-    let mut roles: HashMap<Ipv4Addr, String> = HashMap::new();
+    let mut roles: HashMap<IpAddr, String> = HashMap::new();
     for s in services {
         let key = s.config.key;
         roles
@@ -1242,14 +1242,22 @@ fn check_local_address_roles(services: &[ServiceRead]) -> Check<()> {
 }
 
 /// The field path of the port address equal to `ip`, if any.
-fn own_address(ports: &[PortRead], ip: Ipv4Addr) -> Option<&str> {
-    ports.iter().find_map(|p| {
-        p.config
+fn own_address(ports: &[PortRead], ip: IpAddr) -> Option<&str> {
+    ports.iter().find_map(|p| match ip {
+        IpAddr::V4(ip) => p
+            .config
             .addresses
             .iter()
             .zip(&p.address_at)
             .find(|(cidr, _)| cidr.addr == ip)
-            .map(|(_, at)| at.field.as_str())
+            .map(|(_, at)| at.field.as_str()),
+        IpAddr::V6(ip) => p
+            .config
+            .addresses6
+            .iter()
+            .zip(&p.address6_at)
+            .find(|(cidr, _)| cidr.addr == ip)
+            .map(|(_, at)| at.field.as_str()),
     })
 }
 
@@ -1282,14 +1290,14 @@ fn read_real_servers(
         return Ok(Vec::new());
     };
     let items = table_array(&list, "real server", "[[services.real_servers]]")?;
-    let mut seen: HashMap<(Ipv4Addr, u16), String> = HashMap::new();
+    let mut seen: HashMap<(IpAddr, u16), String> = HashMap::new();
     let mut servers = Vec::with_capacity(items.len());
     for item in &items {
         let rs = read_real_server(item, service, ports, checks)?;
         claim_with(&mut seen, (rs.ip, rs.port), &item.location(), |first| {
             format!(
-                "real server {}:{} is already in this service ({first})",
-                rs.ip, rs.port
+                "real server {} is already in this service ({first})",
+                std::net::SocketAddr::new(rs.ip, rs.port)
             )
         })?;
         servers.push(rs);

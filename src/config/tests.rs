@@ -1016,7 +1016,7 @@ fn service_defaults() {
         svc.key,
         ServiceKey {
             proto: Protocol::Tcp,
-            vip: Ipv4Addr::new(198, 18, 1, 1),
+            vip: Ipv4Addr::new(198, 18, 1, 1).into(),
             port: 80
         }
     );
@@ -1026,7 +1026,7 @@ fn service_defaults() {
     assert_eq!(
         svc.real_servers[0],
         RealServerConfig {
-            ip: Ipv4Addr::new(198, 18, 0, 11),
+            ip: Ipv4Addr::new(198, 18, 0, 11).into(),
             port: 80,
             weight: 1,
             mode: ForwardMode::Dr,
@@ -1152,7 +1152,7 @@ port = 80
         https.real_servers,
         vec![
             RealServerConfig {
-                ip: Ipv4Addr::new(10, 0, 0, 11),
+                ip: Ipv4Addr::new(10, 0, 0, 11).into(),
                 port: 8443,
                 weight: 3,
                 mode: ForwardMode::Nat,
@@ -1161,7 +1161,7 @@ port = 80
                 lower: 500,
             },
             RealServerConfig {
-                ip: Ipv4Addr::new(10, 0, 0, 12),
+                ip: Ipv4Addr::new(10, 0, 0, 12).into(),
                 port: 9443,
                 weight: 0,
                 mode: ForwardMode::FullNat,
@@ -1170,7 +1170,7 @@ port = 80
                 lower: 0,
             },
             RealServerConfig {
-                ip: Ipv4Addr::new(10, 0, 0, 11),
+                ip: Ipv4Addr::new(10, 0, 0, 11).into(),
                 port: 443,
                 weight: 1,
                 mode: ForwardMode::Tun,
@@ -1343,8 +1343,13 @@ fn vip_special_addresses() {
     at("224.0.0.1", "VIP 224.0.0.1 is a multicast address");
     at("239.255.255.250", "multicast");
     at("255.255.255.255", "limited broadcast");
-    at("198.18.1.1/32", "is not an IPv4 address (expected a.b.c.d");
-    at("198.18.1", "is not an IPv4 address");
+    at(
+        "198.18.1.1/32",
+        "is not an IP address (expected a.b.c.d or an IPv6 address",
+    );
+    at("198.18.1", "is not an IP address");
+    at("ff02::1", "VIP ff02::1 is a multicast address");
+    at("::", "VIP :: is the unspecified address");
     assert_rejected(
         &service_with("vip = \"198.18.1.1\"", "vip = 3323070721"),
         23,
@@ -1752,12 +1757,12 @@ fn bad_local_addresses() {
     at(
         "[\"198.18.0.300\"]",
         "services[0].local_addresses[0]",
-        "\"198.18.0.300\" is not an IPv4 address (expected a.b.c.d, without a prefix)",
+        "\"198.18.0.300\" is not an IP address (expected a.b.c.d or an IPv6 address, without a prefix)",
     );
     at(
         "[\"198.18.0.50\", \"198.18.0.51/32\"]",
         "services[0].local_addresses[1]",
-        "is not an IPv4 address",
+        "is not an IP address",
     );
     at(
         "[\"0.0.0.0\"]",

@@ -14,7 +14,7 @@ use crate::model::{SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE};
 use crate::service::admission::MAX_RATE;
 use crate::service::{AclAction, Prefix, RateLimit};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// How the CLI shows the daemon's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,7 +172,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut scheduler: Option<SchedulerKind> = None;
     let mut persistence: Option<u32> = None;
     let mut netmask: Option<Ipv4Addr> = None;
-    let mut server: Option<(Ipv4Addr, Option<u16>)> = None;
+    let mut server: Option<(IpAddr, Option<u16>)> = None;
     let mut mode: Option<ForwardMode> = None;
     let mut weight: Option<u32> = None;
     let mut upper: Option<u32> = None;
@@ -184,7 +184,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut rate = false;
     let mut thresholds = false;
     let mut set_values: Option<[u32; 3]> = None;
-    let mut laddr: Option<(String, Ipv4Addr)> = None;
+    let mut laddr: Option<(String, IpAddr)> = None;
     let mut ifname = false;
     let mut replace = false;
     let mut atomic = false;
@@ -283,9 +283,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--atomic" => atomic = true,
             "-z" | "--laddr" => {
                 let v = value(arg)?;
-                let ip = v
-                    .parse()
-                    .map_err(|_| format!("illegal local address \"{v}\" (expected a.b.c.d)"))?;
+                let bare = v.strip_prefix('[').and_then(|s| s.strip_suffix(']'));
+                let ip = bare.unwrap_or(&v).parse().map_err(|_| {
+                    format!("illegal local address \"{v}\" (expected a.b.c.d or an IPv6 address)")
+                })?;
                 laddr = Some((arg.clone(), ip));
             }
             // DPVS binds the address to this interface; Sluice answers ARP for local
@@ -724,28 +725,47 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
     Some(name)
 }
 
+/// `host[:port]` as ipvsadm reads it: an IPv6 address in brackets when a port follows
+/// (`[2001:db8::1]:80`), bare without one (`2001:db8::1`, `[2001:db8::1]`).
+fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after {
+            "" => Some((host, None)),
+            _ => Some((host, Some(after.strip_prefix(':')?))),
+        };
+    }
+    if text.parse::<Ipv6Addr>().is_ok() {
+        return Some((text, None));
+    }
+    Some(match text.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (text, None),
+    })
+}
+
 fn parse_service(proto: Protocol, text: &str) -> Result<ServiceKey, String> {
+    let illegal = || format!("illegal virtual server address \"{text}\"");
+    let (ip, port) = split_host_port(text).ok_or_else(illegal)?;
     // Without a port, port 0, as ipvsadm (its "all ports" service).
-    let (ip, port) = text.rsplit_once(':').unwrap_or((text, "0"));
-    let vip =
-        resolve_host(ip).ok_or_else(|| format!("illegal virtual server address \"{text}\""))?;
+    let port = port.unwrap_or("0");
+    let vip = resolve_host(ip).ok_or_else(illegal)?;
     let port = resolve_port(proto, port)?;
     Ok(ServiceKey::new(proto, vip, port))
 }
 
 /// `-r RIP[:port]`; a port name is looked up for `proto` (the service's, as ipvsadm).
-fn parse_server(proto: Protocol, text: &str) -> Result<(Ipv4Addr, Option<u16>), String> {
-    let (ip, port) = match text.rsplit_once(':') {
-        Some((ip, port)) => (ip, Some(resolve_port(proto, port)?)),
-        None => (text, None),
-    };
-    let ip = resolve_host(ip).ok_or_else(|| format!("illegal real server address \"{text}\""))?;
+fn parse_server(proto: Protocol, text: &str) -> Result<(IpAddr, Option<u16>), String> {
+    let illegal = || format!("illegal real server address \"{text}\"");
+    let (ip, port) = split_host_port(text).ok_or_else(illegal)?;
+    let port = port.map(|p| resolve_port(proto, p)).transpose()?;
+    let ip = resolve_host(ip).ok_or_else(illegal)?;
     Ok((ip, port))
 }
 
 /// An IPv4 address, or a host name resolved to its first IPv4 address (ipvsadm's
 /// `host_to_addr`, so that a save written without `-n` restores).
-pub(crate) fn resolve_host(text: &str) -> Option<Ipv4Addr> {
+pub(crate) fn resolve_host(text: &str) -> Option<IpAddr> {
     if let Ok(ip) = text.parse() {
         return Some(ip);
     }
@@ -761,8 +781,8 @@ pub(crate) fn resolve_host(text: &str) -> Option<Ipv4Addr> {
         .to_socket_addrs()
         .ok()?
         .find_map(|a| match a.ip() {
-            std::net::IpAddr::V4(ip) => Some(ip),
-            std::net::IpAddr::V6(_) => None,
+            IpAddr::V4(ip) => Some(IpAddr::V4(ip)),
+            IpAddr::V6(_) => None,
         })
 }
 
@@ -910,7 +930,7 @@ mod tests {
     }
 
     fn key(proto: Protocol, vip: [u8; 4], port: u16) -> ServiceKey {
-        ServiceKey::new(proto, vip.into(), port)
+        ServiceKey::new(proto, std::net::Ipv4Addr::from(vip), port)
     }
 
     #[test]
@@ -1051,7 +1071,12 @@ mod tests {
             p("-a -t 198.18.1.1:80 -r 198.18.0.11").unwrap().request,
             Request::AddServer {
                 service: svc,
-                server: RealServerSpec::new([198, 18, 0, 11].into(), 80, 1, ForwardMode::Dr)
+                server: RealServerSpec::new(
+                    std::net::Ipv4Addr::from([198, 18, 0, 11]),
+                    80,
+                    1,
+                    ForwardMode::Dr
+                )
             }
         );
         assert_eq!(
@@ -1060,8 +1085,13 @@ mod tests {
                 .request,
             Request::EditServer {
                 service: svc,
-                server: RealServerSpec::new([198, 18, 0, 11].into(), 8080, 3, ForwardMode::Nat)
-                    .with_thresholds(100, 10)
+                server: RealServerSpec::new(
+                    std::net::Ipv4Addr::from([198, 18, 0, 11]),
+                    8080,
+                    3,
+                    ForwardMode::Nat
+                )
+                .with_thresholds(100, 10)
             }
         );
         assert_eq!(
@@ -1077,7 +1107,12 @@ mod tests {
             {
                 Request::AddServer {
                     service: svc,
-                    server: RealServerSpec::new([198, 18, 0, 12].into(), 80, 1, ForwardMode::Tun),
+                    server: RealServerSpec::new(
+                        std::net::Ipv4Addr::from([198, 18, 0, 12]),
+                        80,
+                        1,
+                        ForwardMode::Tun,
+                    ),
                 }
             }
         );
@@ -1128,7 +1163,7 @@ mod tests {
         let add = Command {
             request: Request::AddLaddr {
                 service: svc,
-                ip: lip,
+                ip: lip.into(),
             },
             output: Output::Quiet,
             listing: Listing::default(),
@@ -1146,7 +1181,7 @@ mod tests {
             Command {
                 request: Request::DelLaddr {
                     service: udp,
-                    ip: lip
+                    ip: lip.into()
                 },
                 output: Output::Quiet,
                 listing: Listing::default(),
@@ -1156,7 +1191,7 @@ mod tests {
             p("-Q -u 198.18.1.1:53 -z 198.18.0.50").unwrap().request,
             Request::DelLaddr {
                 service: udp,
-                ip: lip
+                ip: lip.into()
             }
         );
         for line in ["--get-laddr -t 198.18.1.1:80", "-G -t 198.18.1.1:80"] {
@@ -1399,7 +1434,8 @@ mod tests {
                 ForwardMode::Tun,
             ),
         ] {
-            let server = RealServerSpec::new([198, 18, 0, 2].into(), 80, 1, mode);
+            let server =
+                RealServerSpec::new(std::net::Ipv4Addr::from([198, 18, 0, 2]), 80, 1, mode);
             let request = p(line).unwrap().request;
             assert!(
                 request
@@ -1561,6 +1597,12 @@ mod tests {
             p("-A -t 198.18.1.1 -p").unwrap().request,
             Request::AddService { service, .. } if service == key(Protocol::Tcp, [198, 18, 1, 1], 0)
         ));
+        // ipvsadm's `parse_service` reads a bare IPv6 address whole: port 0.
+        let v6: std::net::IpAddr = "2001:db8::1:80".parse().unwrap();
+        assert!(matches!(
+            p("-A -t 2001:db8::1:80 -p").unwrap().request,
+            Request::AddService { service, .. } if service == ServiceKey::new(Protocol::Tcp, v6, 0)
+        ));
         // -X and the listing options.
         assert!(p("-Ln --stats -X").unwrap().listing.exact);
         assert!(p("-Ln --rate --exact").unwrap().listing.exact);
@@ -1571,5 +1613,43 @@ mod tests {
             Output::PersistentConns
         );
         assert!(p("-Ln --sort --nosort --thresholds").is_ok());
+    }
+
+    #[test]
+    fn ipv6_addresses_in_brackets_with_a_port() {
+        let vip: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+        let rip: std::net::IpAddr = "2001:db8:1::2".parse().unwrap();
+        let svc = ServiceKey::new(Protocol::Tcp, vip, 80);
+        let cmd = p("-A -t [2001:db8::1]:80 -s rr").unwrap();
+        assert!(matches!(cmd.request, Request::AddService { service, .. } if service == svc));
+        for (line, port) in [
+            ("-a -t [2001:db8::1]:80 -r [2001:db8:1::2]:8080 -m", 8080),
+            ("-a -t [2001:db8::1]:80 -r 2001:db8:1::2 -m", 80),
+            ("-a -t [2001:db8::1]:80 -r [2001:db8:1::2] -m", 80),
+        ] {
+            let Request::AddServer { service, server } = p(line).unwrap().request else {
+                panic!("{line}");
+            };
+            assert_eq!(
+                (service, server.ip, server.port),
+                (svc, rip, port),
+                "{line}"
+            );
+        }
+        let Request::AddLaddr { ip, .. } = p("-P -t [2001:db8::1]:80 -z 2001:db8:2::1")
+            .unwrap()
+            .request
+        else {
+            panic!()
+        };
+        assert_eq!(ip, "2001:db8:2::1".parse::<std::net::IpAddr>().unwrap());
+        for (line, needle) in [
+            ("-A -t [2001:db8::1:80", "illegal virtual server address"),
+            ("-A -t [2001:db8::1]80", "illegal virtual server address"),
+            ("-A -t [2001:db8::zz]:80", "illegal virtual server address"),
+        ] {
+            let err = p(line).unwrap_err();
+            assert!(err.contains(needle), "{line}: {err}");
+        }
     }
 }

@@ -16,7 +16,7 @@ use crate::service::{AclAction, Prefix, RateLimit};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// The longest request line the server accepts, excluding the newline. Requests are
 /// small commands; the cap bounds what a hostile client can make the daemon buffer.
@@ -84,16 +84,16 @@ pub enum Request {
     /// `-d`: remove a real server; its sessions continue until they end.
     DeleteServer {
         service: ServiceKey,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         port: u16,
     },
     /// `-C`: delete every service.
     Clear,
     /// `--add-laddr` (DPVS): add a FullNAT local address to a service.
-    AddLaddr { service: ServiceKey, ip: Ipv4Addr },
+    AddLaddr { service: ServiceKey, ip: IpAddr },
     /// `--del-laddr` (DPVS): remove a local address; sessions using it continue until
     /// they end.
-    DelLaddr { service: ServiceKey, ip: Ipv4Addr },
+    DelLaddr { service: ServiceKey, ip: IpAddr },
     /// `--get-laddr` (DPVS): a service's local addresses, answered as
     /// `{"service": {...}, "local_addresses": ["a.b.c.d", ...]}`.
     GetLaddr { service: ServiceKey },
@@ -472,10 +472,10 @@ mod tests {
     fn local_address_requests_round_trip_through_their_wire_form() {
         let service = ServiceKey::new(
             crate::model::Protocol::Tcp,
-            Ipv4Addr::new(198, 18, 1, 1),
+            std::net::Ipv4Addr::new(198, 18, 1, 1),
             80,
         );
-        let ip = Ipv4Addr::new(198, 18, 0, 50);
+        let ip: IpAddr = std::net::Ipv4Addr::new(198, 18, 0, 50).into();
         let svc = r#""service":{"proto":"tcp","vip":"198.18.1.1","port":80}"#;
         let cases = [
             (
@@ -510,7 +510,7 @@ mod tests {
             (
                 format!(r#"{{"cmd":"del_laddr",{svc},"ip":"198.18.0.300"}}"#),
                 "del_laddr",
-                "invalid IPv4 address syntax",
+                "invalid IP address syntax",
             ),
             (
                 r#"{"cmd":"get_laddr"}"#.to_string(),

@@ -327,9 +327,13 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     for (name, kind, help, get) in rs_metrics {
         let mut f = Family::new(o, name, kind, help);
         for s in &services.services {
-            let service = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+            let service = format!(
+                "{} {}",
+                s.proto.to_uppercase(),
+                crate::control::render::endpoint(&s.vip, s.port)
+            );
             for r in &s.real_servers {
-                let rs = format!("{}:{}", r.ip, r.port);
+                let rs = crate::control::render::endpoint(&r.ip, r.port);
                 f.sample(name, &[("service", &service), ("rs", &rs)], get(r));
             }
         }
@@ -341,7 +345,11 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         "1 when some real server can take a new connection (weight > 0, not evicted); 0 raises the all-down alert.",
     );
     for s in &services.services {
-        let service = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+        let service = format!(
+            "{} {}",
+            s.proto.to_uppercase(),
+            crate::control::render::endpoint(&s.vip, s.port)
+        );
         f.sample(
             "sluice_service_available",
             &[("service", &service)],
@@ -355,7 +363,11 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         "Max over average of the real servers' connections (1 = even; sluicectl skew).",
     );
     for s in &services.services {
-        let service = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
+        let service = format!(
+            "{} {}",
+            s.proto.to_uppercase(),
+            crate::control::render::endpoint(&s.vip, s.port)
+        );
         let conns: Vec<u64> = s
             .real_servers
             .iter()
@@ -819,7 +831,7 @@ mod admission_tests {
     fn admission_families_carry_each_services_counts() {
         let mut r = AdmissionReport::empty(ServiceKey::new(
             Protocol::Tcp,
-            "198.18.1.1".parse().unwrap(),
+            "198.18.1.1".parse::<std::net::Ipv4Addr>().unwrap(),
             80,
         ));
         r.rules_total = 3;

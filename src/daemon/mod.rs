@@ -1052,7 +1052,10 @@ impl Registry {
                 .real_servers
                 .iter()
                 .find(|r| r.id == template.real)
-                .map_or_else(|| "-".to_string(), |r| format!("{}:{}", r.ip, r.port));
+                .map_or_else(
+                    || "-".to_string(),
+                    |r| crate::control::render::endpoint(r.ip, r.port),
+                );
             let left = template.expires.wrapping_sub(now) as u64;
             report.connections.push(ConnectionStatus {
                 worker: None,
@@ -1060,7 +1063,10 @@ impl Registry {
                 expires_s: (left * self.tick_ms as u64 / 1000) as u32,
                 state: "NONE".into(),
                 client: format!("{}:0", std::net::Ipv4Addr::from(key.network)),
-                virtual_service: format!("{}:{}", service.key.vip, service.key.port),
+                virtual_service: crate::control::render::endpoint(
+                    service.key.vip,
+                    service.key.port,
+                ),
                 local: None,
                 destination,
             });

@@ -36,7 +36,7 @@ pub struct Services {
     pub published_at: Option<(std::time::Instant, u64)>,
     /// The ports' own addresses, which can never be local addresses (the table does
     /// not know the ports).
-    pub own_addresses: Vec<Ipv4Addr>,
+    pub own_addresses: Vec<std::net::IpAddr>,
     /// Services with no real server able to take a new connection, as of the last
     /// publish, and how many times a service became so (alerts raised).
     pub unavailable: Vec<ServiceKey>,
@@ -239,16 +239,16 @@ fn describe(req: &Request) -> Option<String> {
                 "edit-rs"
             };
             format!(
-                "lb=config op={op} svc={} rs={}:{} weight={} mode={}",
+                "lb=config op={op} svc={} rs={} weight={} mode={}",
                 svc(service),
-                server.ip,
-                server.port,
+                std::net::SocketAddr::new(server.ip, server.port),
                 server.weight,
                 server.mode.name()
             )
         }
         Request::DeleteServer { service, ip, port } => {
-            format!("lb=config op=del-rs svc={} rs={ip}:{port}", svc(service))
+            let rs = std::net::SocketAddr::new(*ip, *port);
+            format!("lb=config op=del-rs svc={} rs={rs}", svc(service))
         }
         Request::Clear => "lb=config op=clear".to_string(),
         Request::AddLaddr { service, ip } => {
@@ -336,10 +336,13 @@ pub fn check_real_server_id(id: u32) -> Result<(), String> {
 
 impl Services {
     pub fn from_config(cfg: &Config) -> Result<Services, String> {
-        let own_addresses: Vec<Ipv4Addr> = cfg
+        let own_addresses: Vec<std::net::IpAddr> = cfg
             .ports
             .iter()
-            .flat_map(|p| p.addresses.iter().map(|a| a.addr))
+            .flat_map(|p| {
+                let v4 = p.addresses.iter().map(|a| a.addr.into());
+                v4.chain(p.addresses6.iter().map(|a| a.addr.into()))
+            })
             .collect();
         let mut table = ServiceTable::new();
         table.set_own_addresses(own_addresses.clone());
@@ -810,7 +813,7 @@ impl Services {
         let mut a: Vec<Ipv4Addr> = self
             .table
             .services()
-            .flat_map(|s| std::iter::once(s.key.vip).chain(s.local_addresses.iter().copied()))
+            .flat_map(|s| s.key.vip4().into_iter().chain(s.local_addresses4()))
             .chain(self.vrrp_addresses.iter().copied())
             .collect();
         a.sort_unstable();
@@ -1085,7 +1088,7 @@ port = 53
         assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
         let delete = Request::DeleteServer {
             service: http(),
-            ip: rip,
+            ip: rip.into(),
             port: 8080,
         };
         call(&mut services, &publisher, delete).unwrap();
@@ -1172,7 +1175,7 @@ port = 53
 
         let add = Request::AddLaddr {
             service: dns(),
-            ip: lip(50),
+            ip: lip(50).into(),
         };
         assert_eq!(
             call(&mut services, &publisher, add).unwrap(),
@@ -1185,7 +1188,7 @@ port = 53
         );
         let del = Request::DelLaddr {
             service: http(),
-            ip: lip(50),
+            ip: lip(50).into(),
         };
         call(&mut services, &publisher, del).unwrap();
         let snap = publisher.current();
@@ -1220,14 +1223,14 @@ port = 53
             (
                 Request::AddLaddr {
                     service: missing,
-                    ip: lip(60),
+                    ip: lip(60).into(),
                 },
                 "No such service: TCP 198.18.1.9:80",
             ),
             (
                 Request::DelLaddr {
                     service: missing,
-                    ip: lip(50),
+                    ip: lip(50).into(),
                 },
                 "No such service",
             ),
@@ -1235,42 +1238,42 @@ port = 53
             (
                 Request::AddLaddr {
                     service: http(),
-                    ip: lip(50),
+                    ip: lip(50).into(),
                 },
                 "Local address already exists: 198.18.0.50 in TCP 198.18.1.1:80",
             ),
             (
                 Request::DelLaddr {
                     service: http(),
-                    ip: lip(60),
+                    ip: lip(60).into(),
                 },
                 "No such local address: 198.18.0.60 in TCP 198.18.1.1:80",
             ),
             (
                 Request::AddLaddr {
                     service: http(),
-                    ip: lip(1),
+                    ip: lip(1).into(),
                 },
                 "invalid local address 198.18.0.1: it is one of the appliance's own port addresses",
             ),
             (
                 Request::AddLaddr {
                     service: dns(),
-                    ip: Ipv4Addr::new(198, 18, 1, 1),
+                    ip: Ipv4Addr::new(198, 18, 1, 1).into(),
                 },
                 "already the VIP of",
             ),
             (
                 Request::AddLaddr {
                     service: dns(),
-                    ip: Ipv4Addr::new(10, 0, 0, 11),
+                    ip: Ipv4Addr::new(10, 0, 0, 11).into(),
                 },
                 "already a real server of TCP 198.18.1.1:80",
             ),
             (
                 Request::AddLaddr {
                     service: dns(),
-                    ip: Ipv4Addr::new(224, 0, 0, 1),
+                    ip: Ipv4Addr::new(224, 0, 0, 1).into(),
                 },
                 "not a unicast address",
             ),
@@ -1292,11 +1295,11 @@ port = 53
         for req in [
             Request::AddLaddr {
                 service: http(),
-                ip: lip(50),
+                ip: lip(50).into(),
             },
             Request::DelLaddr {
                 service: http(),
-                ip: lip(50),
+                ip: lip(50).into(),
             },
             Request::GetLaddr { service: http() },
         ] {

@@ -47,7 +47,7 @@ use crate::session::{
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
 use crate::wire::vrrp;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -521,16 +521,20 @@ impl Forwarder {
         mut send: impl FnMut(Ipv4Addr),
     ) {
         let snap = self.snapshot.current();
-        for rs in snap.services().iter().flat_map(|s| s.real_servers.iter()) {
-            if neighbours.lookup(rs.ip).is_some() {
+        let servers = snap.services().iter().flat_map(|s| s.real_servers.iter());
+        for ip in servers.filter_map(|rs| match rs.ip {
+            IpAddr::V4(ip) => Some(ip),
+            IpAddr::V6(_) => None,
+        }) {
+            if neighbours.lookup(ip).is_some() {
                 continue;
             }
-            let slot = &mut self.arp_sent[limiter_slot(rs.ip)];
-            if slot.0 == u32::from(rs.ip) && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
+            let slot = &mut self.arp_sent[limiter_slot(ip)];
+            if slot.0 == u32::from(ip) && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
                 continue;
             }
-            *slot = (u32::from(rs.ip), now_tsc);
-            send(rs.ip);
+            *slot = (u32::from(ip), now_tsc);
+            send(ip);
         }
     }
 
@@ -640,7 +644,7 @@ impl Forwarder {
         pools.retain(|id, pool| {
             snap.services()
                 .iter()
-                .any(|s| s.id == *id && pool.lips().eq(s.local_addresses.iter().copied()))
+                .any(|s| s.id == *id && pool.lips().eq(s.local_addresses4()))
         });
         for s in snap.services() {
             let fullnat = s
@@ -650,8 +654,9 @@ impl Forwarder {
             if !fullnat || s.local_addresses.is_empty() || pools.contains_key(&s.id) {
                 continue;
             }
+            let lips: Vec<Ipv4Addr> = s.local_addresses4().collect();
             match PortPool::build(
-                &s.local_addresses,
+                &lips,
                 self.local_ports.clone(),
                 &rss.toeplitz,
                 &rss.reta,
@@ -1261,7 +1266,7 @@ mod tests {
             .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 21), 8080, 1, ForwardMode::FullNat);
         table.add_server(full, rs).unwrap();
-        table.add_laddr(full, lip).unwrap();
+        table.add_laddr(full, lip.into()).unwrap();
         let dr = ServiceKey::new(Protocol::Tcp, dr_vip, 80);
         table
             .add_service(dr, crate::model::SchedulerKind::Rr, None)

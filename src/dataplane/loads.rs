@@ -216,7 +216,7 @@ mod tests {
         (1..=n)
             .map(|id| RealServer {
                 id,
-                ip: Ipv4Addr::new(10, 0, 0, id as u8),
+                ip: Ipv4Addr::new(10, 0, 0, id as u8).into(),
                 port: 80,
                 weight: 1,
                 mode: ForwardMode::Nat,
@@ -373,7 +373,7 @@ mod skew_tests {
         let servers: Vec<RealServer> = (1..=4)
             .map(|id| RealServer {
                 id,
-                ip: Ipv4Addr::new(10, 0, 0, id as u8),
+                ip: Ipv4Addr::new(10, 0, 0, id as u8).into(),
                 port: 80,
                 weight: 1,
                 mode: ForwardMode::Nat,

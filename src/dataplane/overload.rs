@@ -221,7 +221,7 @@ mod tests {
             .enumerate()
             .map(|(i, &(upper, lower))| RealServer {
                 id: i as u32 + 1,
-                ip: Ipv4Addr::new(10, 0, 0, i as u8 + 1),
+                ip: Ipv4Addr::new(10, 0, 0, i as u8 + 1).into(),
                 port: 80,
                 weight: 3,
                 mode: ForwardMode::Nat,

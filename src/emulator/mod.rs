@@ -39,7 +39,7 @@ use crate::model::Protocol;
 use conn::{Conn, Out, Stage, Step, TABLE_SIZE};
 use frames::{Arp, Endpoints, Frame, Garbage, Segment};
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -474,11 +474,13 @@ impl World {
             return Ok(w);
         }
         // Real servers that are not peers become hosts of their own ("RS").
-        for svc in services {
-            for rs in &svc.real_servers {
-                if rs.ip != appliance.addr && !w.by_ip.contains_key(&rs.ip) {
+        // The emulator speaks IPv4: IPv6 services and real servers get no hosts.
+        for svc in services.iter().filter(|s| !s.key.is_ipv6()) {
+            for rs in svc.real_servers.iter().filter(|rs| rs.ip.is_ipv4()) {
+                let IpAddr::V4(ip) = rs.ip else { continue };
+                if ip != appliance.addr && !w.by_ip.contains_key(&ip) {
                     let n = w.hosts.len();
-                    w.add_host(mac([0x02, 0x52, 0x53, 0x00], n), rs.ip);
+                    w.add_host(mac([0x02, 0x52, 0x53, 0x00], n), ip);
                 }
             }
         }
@@ -516,27 +518,31 @@ impl World {
             });
         }
         for svc in services {
-            let vip_index = match w.vips.iter().position(|&v| v == svc.key.vip) {
+            let Some(vip) = svc.key.vip4() else {
+                continue;
+            };
+            let vip_index = match w.vips.iter().position(|&v| v == vip) {
                 Some(i) => i,
                 None => {
-                    w.vips.push(svc.key.vip);
+                    w.vips.push(vip);
                     w.vips.len() - 1
                 }
             };
             let mut real_servers = Vec::new();
-            for rs in &svc.real_servers {
-                real_servers.push((rs.ip, rs.port, w.tallies.len()));
+            for rs in svc.real_servers.iter().filter(|rs| rs.ip.is_ipv4()) {
+                let IpAddr::V4(rip) = rs.ip else { continue };
+                real_servers.push((rip, rs.port, w.tallies.len()));
                 w.tallies.push(ServedBy {
                     service: svc.key.to_string(),
-                    server: format!("{}:{}", rs.ip, rs.port),
+                    server: std::net::SocketAddr::new(rs.ip, rs.port).to_string(),
                     count: AtomicU64::new(0),
                 });
-                let Some(&host) = w.by_ip.get(&rs.ip) else {
+                let Some(&host) = w.by_ip.get(&rip) else {
                     continue;
                 };
                 let (ip, port) = match rs.mode {
-                    ForwardMode::Nat | ForwardMode::FullNat => (rs.ip, rs.port),
-                    ForwardMode::Dr | ForwardMode::Tun => (svc.key.vip, svc.key.port),
+                    ForwardMode::Nat | ForwardMode::FullNat => (rip, rs.port),
+                    ForwardMode::Dr | ForwardMode::Tun => (vip, svc.key.port),
                 };
                 let ep = Endpoint {
                     host,
@@ -551,7 +557,7 @@ impl World {
             }
             w.services.push(Service {
                 proto: svc.key.proto,
-                vip: svc.key.vip,
+                vip,
                 port: svc.key.port,
                 vip_index,
                 real_servers,
@@ -1346,7 +1352,7 @@ mod tests {
         rs: &[([u8; 4], u16, ForwardMode)],
     ) -> ServiceConfig {
         ServiceConfig {
-            key: ServiceKey::new(proto, vip.into(), port),
+            key: ServiceKey::new(proto, std::net::Ipv4Addr::from(vip), port),
             scheduler: SchedulerKind::Rr,
             persistence: None,
             real_servers: rs

@@ -3,7 +3,7 @@
 //! the IPv4 one, not a new index.
 use crate::model::Protocol;
 use std::hash::Hash;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub mod ownership;
 pub mod parse;
@@ -48,6 +48,29 @@ impl FlowKey for FlowKey4 {
     #[inline]
     fn reversed(&self) -> Self {
         FlowKey4 {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            proto: self.proto,
+        }
+    }
+}
+
+/// An IPv6 5-tuple as it appears on the wire of one direction (40 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowKey6 {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: Protocol,
+}
+
+impl FlowKey for FlowKey6 {
+    #[inline]
+    fn reversed(&self) -> Self {
+        FlowKey6 {
             src: self.dst,
             dst: self.src,
             sport: self.dport,

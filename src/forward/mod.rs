@@ -49,6 +49,7 @@ pub mod dr;
 pub mod icmp;
 pub mod laddr;
 pub mod nat;
+pub mod nat6;
 pub mod reset;
 pub mod synproxy;
 pub mod timestamps;

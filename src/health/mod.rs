@@ -19,7 +19,7 @@ use crate::service::{HealthOverlay, ServiceTable};
 use probe::{Check, Endpoints, Probe, Segment};
 use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
 use std::collections::{BTreeMap, HashMap};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use verdict::{Change, PassiveDelta, Verdict};
 
 /// A change the management core logs and publishes.
@@ -108,7 +108,7 @@ pub struct HealthMonitor {
     cfg: HealthConfig,
     source: Ipv4Addr,
     service_checks: HashMap<ServiceKey, (CheckOverride, Option<AllDown>)>,
-    server_checks: HashMap<(ServiceKey, Ipv4Addr, u16), CheckOverride>,
+    server_checks: HashMap<(ServiceKey, IpAddr, u16), CheckOverride>,
     /// By real-server id.
     targets: BTreeMap<u32, Target>,
     /// By local (source) port.
@@ -125,7 +125,7 @@ pub struct HealthMonitor {
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
     pub services: HashMap<ServiceKey, (CheckOverride, Option<AllDown>)>,
-    pub servers: HashMap<(ServiceKey, Ipv4Addr, u16), CheckOverride>,
+    pub servers: HashMap<(ServiceKey, IpAddr, u16), CheckOverride>,
 }
 
 /// `sluicectl health`: every watched real server and the monitor's counters.
@@ -175,7 +175,7 @@ impl HealthMonitor {
     /// the TCP port to probe: a check inherited from `[health]` alone (whose port, if
     /// any, is meant for the TCP services) would send SYNs to a UDP port, fail, and
     /// evict every UDP real server.
-    pub fn spec_for(&self, service: ServiceKey, ip: Ipv4Addr, port: u16) -> CheckSpec {
+    pub fn spec_for(&self, service: ServiceKey, ip: IpAddr, port: u16) -> CheckSpec {
         let mut spec = self.cfg.defaults.clone();
         let service_override = self.service_checks.get(&service).map(|(o, _)| o);
         let server_override = self.server_checks.get(&(service, ip, port));
@@ -237,6 +237,11 @@ impl HealthMonitor {
         let mut changed = false;
         for s in table.services() {
             for rs in &s.real_servers {
+                // The probes speak IPv4: IPv6 real servers are not checked (never
+                // evicted) yet.
+                let IpAddr::V4(ip) = rs.ip else {
+                    continue;
+                };
                 let spec = self.spec_for(s.key, rs.ip, rs.port);
                 if !spec.watches() {
                     continue;
@@ -255,7 +260,7 @@ impl HealthMonitor {
                             rs.id,
                             Target {
                                 service: s.key,
-                                ip: rs.ip,
+                                ip,
                                 port: rs.port,
                                 spec,
                                 verdict: Verdict::default(),

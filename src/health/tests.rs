@@ -320,7 +320,7 @@ fn passive_counts_evict_and_removal_ends_an_eviction() {
     // Evict again, then remove it from the service: the eviction goes with it.
     counts.set(10);
     assert_eq!(m.tick(&t, 1003, passive, &mut send).0.len(), 1);
-    t.delete_server(key(), Ipv4Addr::new(198, 18, 0, 11), 8080)
+    t.delete_server(key(), Ipv4Addr::new(198, 18, 0, 11).into(), 8080)
         .unwrap();
     m.tick(&t, 1004, passive, &mut send);
     assert!(m.overlay().evicted.is_empty());
@@ -342,7 +342,7 @@ fn overrides_and_all_down_per_service() {
         ),
     );
     o.servers.insert(
-        (key(), Ipv4Addr::new(198, 18, 0, 12), 8080),
+        (key(), Ipv4Addr::new(198, 18, 0, 12).into(), 8080),
         CheckOverride {
             kind: Some(CheckKind::Tcp),
             port: Some(9000),
@@ -384,7 +384,7 @@ fn a_global_tcp_check_probes_a_udp_service_only_where_a_port_is_given() {
     let mut o = Overrides::default();
     // The second UDP service's first server names the TCP port to probe.
     o.servers.insert(
-        (dns(3), Ipv4Addr::new(198, 18, 0, 26), 53),
+        (dns(3), Ipv4Addr::new(198, 18, 0, 26).into(), 53),
         CheckOverride {
             port: Some(5353),
             ..Default::default()
@@ -403,7 +403,7 @@ fn a_global_tcp_check_probes_a_udp_service_only_where_a_port_is_given() {
     // The TCP service's server on the global port; of the four UDP servers only the
     // one with a port of its own.
     assert_eq!(probed, [(11, 8081), (26, 5353)].into_iter().collect());
-    let spec = m.spec_for(dns(2), Ipv4Addr::new(198, 18, 0, 24), 53);
+    let spec = m.spec_for(dns(2), Ipv4Addr::new(198, 18, 0, 24).into(), 53);
     assert_eq!(spec.kind, CheckKind::None);
     assert!(m.overlay().evicted.is_empty());
 }

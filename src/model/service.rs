@@ -7,7 +7,7 @@ use super::protocol::Protocol;
 use super::scheduler::{SchedFlags, SchedulerKind, MH_DEFAULT_TABLE_SIZE};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 
 /// How packets reach a real server, per real server as in ipvsadm.
@@ -83,28 +83,48 @@ impl FromStr for ForwardMode {
 pub struct ServiceKey {
     #[serde(with = "protocol_name")]
     pub proto: Protocol,
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     pub port: u16,
 }
 
 impl fmt::Display for ServiceKey {
-    /// As ipvsadm prints it: `TCP  198.18.1.1:80`.
+    /// As ipvsadm prints it: `TCP 198.18.1.1:80`, `TCP [2001:db8::1]:80`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}:{}", self.proto.name(), self.vip, self.port)
+        write!(f, "{} {}", self.proto.name(), self.endpoint())
     }
 }
 
 impl ServiceKey {
-    pub fn new(proto: Protocol, vip: Ipv4Addr, port: u16) -> Self {
-        ServiceKey { proto, vip, port }
+    pub fn new(proto: Protocol, vip: impl Into<IpAddr>, port: u16) -> Self {
+        ServiceKey {
+            proto,
+            vip: vip.into(),
+            port,
+        }
     }
 
-    /// How event lines name a service: `198.18.1.1:80/tcp`.
+    /// VIP and port as ipvsadm writes them: `198.18.1.1:80`, `[2001:db8::1]:80`.
+    pub fn endpoint(&self) -> SocketAddr {
+        SocketAddr::new(self.vip, self.port)
+    }
+
+    /// The VIP when it is an IPv4 address.
+    pub fn vip4(&self) -> Option<Ipv4Addr> {
+        match self.vip {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(_) => None,
+        }
+    }
+
+    pub fn is_ipv6(&self) -> bool {
+        self.vip.is_ipv6()
+    }
+
+    /// How event lines name a service: `198.18.1.1:80/tcp`, `[2001:db8::1]:80/tcp`.
     pub fn event_name(&self) -> String {
         format!(
-            "{}:{}/{}",
-            self.vip,
-            self.port,
+            "{}/{}",
+            self.endpoint(),
             self.proto.name().to_ascii_lowercase()
         )
     }
@@ -164,7 +184,8 @@ pub struct RealServer {
     /// Assigned by the table; stable across edits and never reused within a run, so
     /// per-worker stats keyed by it survive snapshot swaps.
     pub id: u32,
-    pub ip: Ipv4Addr,
+    /// Of the service's family, except behind an IPv6 FullNAT service (NAT64).
+    pub ip: IpAddr,
     pub port: u16,
     /// 0..=[`MAX_WEIGHT`]. 0 drains: no new connections, existing ones continue.
     pub weight: u32,
@@ -181,12 +202,28 @@ impl RealServer {
     pub fn accepts_new(&self) -> bool {
         self.weight > 0
     }
+
+    /// The address of a real server of an IPv4 service. The service table refuses
+    /// an IPv4 service with an IPv6 real server, so the IPv4 data path never meets
+    /// one; were it to, this is 0.0.0.0, which no neighbour resolves.
+    #[inline]
+    pub fn ipv4(&self) -> Ipv4Addr {
+        match self.ip {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+        }
+    }
+
+    /// Address and port as ipvsadm writes them: `10.0.0.2:80`, `[2001:db8::2]:80`.
+    pub fn endpoint(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port)
+    }
 }
 
 /// What an operator supplies for a real server (`ipvsadm -a/-e`); the table adds the id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RealServerSpec {
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub port: u16,
     pub weight: u32,
     pub mode: ForwardMode,
@@ -196,9 +233,9 @@ pub struct RealServerSpec {
 
 impl RealServerSpec {
     /// A real server without connection thresholds.
-    pub fn new(ip: Ipv4Addr, port: u16, weight: u32, mode: ForwardMode) -> Self {
+    pub fn new(ip: impl Into<IpAddr>, port: u16, weight: u32, mode: ForwardMode) -> Self {
         RealServerSpec {
-            ip,
+            ip: ip.into(),
             port,
             weight,
             mode,
@@ -256,7 +293,7 @@ pub struct Service {
     /// added: the source addresses of FullNAT sessions towards the real servers.
     /// Without one, new FullNAT sessions are refused (DR, NAT and TUN need none).
     #[serde(default)]
-    pub local_addresses: Vec<Ipv4Addr>,
+    pub local_addresses: Vec<IpAddr>,
     /// Insert the client's address and port as a TCP option (TOA, kind 254) into
     /// FullNAT sessions towards the real servers. Off by default; TCP only.
     #[serde(default)]
@@ -340,14 +377,15 @@ fn default_mh_table_size() -> u32 {
 
 impl Service {
     /// Index of the real server `ip:port`, as ipvsadm identifies a destination.
-    pub fn server_index(&self, ip: Ipv4Addr, port: u16) -> Option<usize> {
+    pub fn server_index(&self, ip: impl Into<IpAddr>, port: u16) -> Option<usize> {
+        let ip = ip.into();
         self.real_servers
             .iter()
             .position(|rs| rs.ip == ip && rs.port == port)
     }
 
     /// The real server `ip:port`.
-    pub fn server(&self, ip: Ipv4Addr, port: u16) -> Option<&RealServer> {
+    pub fn server(&self, ip: impl Into<IpAddr>, port: u16) -> Option<&RealServer> {
         self.server_index(ip, port).map(|i| &self.real_servers[i])
     }
 
@@ -363,9 +401,17 @@ impl Service {
             .any(|rs| rs.mode == ForwardMode::FullNat)
     }
 
+    /// The IPv4 local addresses, in order (those of an IPv4 service: all of them).
+    pub fn local_addresses4(&self) -> impl Iterator<Item = Ipv4Addr> + Clone + '_ {
+        self.local_addresses.iter().filter_map(|a| match a {
+            IpAddr::V4(a) => Some(*a),
+            IpAddr::V6(_) => None,
+        })
+    }
+
     /// Whether `ip` is one of this service's local addresses.
-    pub fn has_local_address(&self, ip: Ipv4Addr) -> bool {
-        self.local_addresses.contains(&ip)
+    pub fn has_local_address(&self, ip: impl Into<IpAddr>) -> bool {
+        self.local_addresses.contains(&ip.into())
     }
 }
 
@@ -384,14 +430,17 @@ mod tests {
             }),
             real_servers: vec![RealServer {
                 id: 3,
-                ip: Ipv4Addr::new(10, 0, 0, 2),
+                ip: Ipv4Addr::new(10, 0, 0, 2).into(),
                 port: 5353,
                 weight: 2,
                 mode: ForwardMode::FullNat,
                 upper: 100,
                 lower: 50,
             }],
-            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
+            local_addresses: vec![
+                Ipv4Addr::new(198, 18, 0, 50).into(),
+                Ipv4Addr::new(198, 18, 0, 51).into(),
+            ],
             toa: true,
             sched_flags: "mh-port".parse().unwrap(),
             mh_table_size: 251,

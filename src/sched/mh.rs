@@ -50,7 +50,7 @@
 use crate::model::siphash::sip_round;
 use crate::model::{RealServer, MH_DEFAULT_TABLE_SIZE};
 use crate::model::{SchedFlags, SchedulerKind};
-use crate::sched::{available, PickContext, Scheduler};
+use crate::sched::{available, fold_address, PickContext, Scheduler};
 use std::net::Ipv4Addr;
 
 /// Largest table size accepted (2^24 slots, 64 MiB per table).
@@ -131,6 +131,16 @@ fn siphash_word<const C: usize, const D: usize>(k0: u64, k1: u64, message: u64) 
 #[inline]
 pub fn siphash13(key: u64, message: u64) -> u64 {
     siphash_word::<1, 3>(key, key, message)
+}
+
+/// A server's place in the build order: its address (IPv4 as its 32-bit value, below
+/// every IPv6 one) and port.
+fn identity(server: &RealServer) -> (u128, u16) {
+    let address = match server.ip {
+        std::net::IpAddr::V4(a) => u128::from(u32::from(a)),
+        std::net::IpAddr::V6(a) => u128::from(a),
+    };
+    (address, server.port)
 }
 
 /// The hashed word of an address and port: `address << 16 | port`.
@@ -248,11 +258,11 @@ fn direct_threshold(m: u32) -> u32 {
 /// reach (positions wrap at M, and every slot passed before is taken for good).
 fn populate(servers: &[RealServer], table: &mut [u32], direct_below: u32) {
     let m = table.len() as u32;
-    let mut order: Vec<(u64, u32)> = servers
+    let mut order: Vec<((u128, u16), u32)> = servers
         .iter()
         .enumerate()
         .filter(|(_, s)| s.accepts_new())
-        .map(|(i, s)| (word(s.ip, s.port), i as u32))
+        .map(|(i, s)| (identity(s), i as u32))
         .collect();
     if order.is_empty() {
         return;
@@ -265,7 +275,9 @@ fn populate(servers: &[RealServer], table: &mut [u32], direct_below: u32) {
     let shift = (32 - largest.leading_zeros()).saturating_sub(bits);
     let mut preferences: Vec<Preference> = order
         .iter()
-        .map(|&(id, index)| {
+        .map(|&(_, index)| {
+            let server = &servers[index as usize];
+            let id = word(fold_address(server.ip), server.port);
             let offset = siphash13(H1_KEY, id) as u32 % m;
             let skip = siphash13(H2_KEY, id) as u32 % (m - 1).max(1) + 1;
             Preference {
@@ -470,7 +482,7 @@ mod tests {
         table
             .table()
             .iter()
-            .map(|&i| (servers[i as usize].ip, servers[i as usize].port))
+            .map(|&i| (servers[i as usize].ipv4(), servers[i as usize].port))
             .collect()
     }
 
@@ -600,7 +612,7 @@ mod tests {
         fewer.remove(removed);
         let after = maglev(&fewer, 65537, "");
         let (old, new) = (owners(&before, &servers), owners(&after, &fewer));
-        let gone = (servers[removed].ip, servers[removed].port);
+        let gone = (servers[removed].ipv4(), servers[removed].port);
         let others = old.iter().filter(|&&o| o != gone).count();
         let moved = old
             .iter()

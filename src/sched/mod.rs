@@ -107,6 +107,24 @@ impl ServerLoad {
     }
 }
 
+/// An address as the hashing schedulers (sh, dh, mh, lblc, lblcr) see it: an IPv4
+/// address as it is, an IPv6 one folded to 32 bits by XOR of its four words, as IPVS
+/// folds it for the same schedulers (`ip_vs_sh_hashkey`), so every bit counts.
+#[inline]
+pub fn fold_address(address: std::net::IpAddr) -> Ipv4Addr {
+    match address {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(a) => fold_ipv6(a),
+    }
+}
+
+/// An IPv6 address folded to 32 bits (see [`fold_address`]).
+#[inline]
+pub fn fold_ipv6(address: std::net::Ipv6Addr) -> Ipv4Addr {
+    let w = u128::from(address);
+    Ipv4Addr::from((w >> 96) as u32 ^ (w >> 64) as u32 ^ (w >> 32) as u32 ^ w as u32)
+}
+
 /// What a scheduler may look at besides the servers themselves.
 #[derive(Clone, Copy, Debug)]
 pub struct PickContext<'a> {
@@ -264,7 +282,7 @@ pub(crate) mod test_support {
             .enumerate()
             .map(|(i, &weight)| RealServer {
                 id: i as u32 + 1,
-                ip: Ipv4Addr::new(10, 0, 0, i as u8 + 1),
+                ip: Ipv4Addr::new(10, 0, 0, i as u8 + 1).into(),
                 port: 80,
                 weight,
                 mode: ForwardMode::Dr,
@@ -313,7 +331,7 @@ pub(crate) mod test_support {
     pub fn server(ip: [u8; 4], port: u16, weight: u32) -> RealServer {
         RealServer {
             id: 0,
-            ip: Ipv4Addr::from(ip),
+            ip: Ipv4Addr::from(ip).into(),
             port,
             weight,
             mode: ForwardMode::Dr,

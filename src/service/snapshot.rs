@@ -33,7 +33,7 @@ use crossbeam::utils::CachePadded;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -45,13 +45,16 @@ pub struct Snapshot {
     by_key: HashMap<ServiceKey, usize>,
     /// Sorted and deduplicated, for [`Snapshot::is_vip`].
     vips: Vec<Ipv4Addr>,
+    /// The IPv6 ones, for [`Snapshot::is_vip6`].
+    vips6: Vec<Ipv6Addr>,
     /// Every service's FullNAT local addresses, sorted and deduplicated, for
     /// [`Snapshot::is_local_address`].
     local_addresses: Vec<Ipv4Addr>,
+    local_addresses6: Vec<Ipv6Addr>,
     /// NAT real servers (protocol, address, port) -> the services (VIP, port) they
     /// serve in NAT mode: a reply from one names its client but not the VIP, and the
     /// VIP is what the owner worker's RSS hash used.
-    nat_reply_services: HashMap<(Protocol, Ipv4Addr, u16), Vec<(Ipv4Addr, u16)>>,
+    nat_reply_services: HashMap<(Protocol, IpAddr, u16), Vec<(IpAddr, u16)>>,
     /// Session timeouts (`ipvsadm --set`), when the publisher sets them; workers keep
     /// their start-up timeouts otherwise.
     timeouts: Option<Timeouts>,
@@ -141,15 +144,12 @@ impl Snapshot {
         for (index, service) in services.iter().enumerate() {
             by_key.entry(service.key).or_insert(index);
         }
-        let mut vips: Vec<Ipv4Addr> = services.iter().map(|s| s.key.vip).collect();
-        vips.sort_unstable();
-        vips.dedup();
-        let mut local_addresses: Vec<Ipv4Addr> = services
-            .iter()
-            .flat_map(|s| s.local_addresses.iter().copied())
-            .collect();
-        local_addresses.sort_unstable();
-        local_addresses.dedup();
+        let (vips, vips6) = split_families(services.iter().map(|s| s.key.vip));
+        let (local_addresses, local_addresses6) = split_families(
+            services
+                .iter()
+                .flat_map(|s| s.local_addresses.iter().copied()),
+        );
         let mut nat_reply_services: HashMap<_, Vec<_>> = HashMap::new();
         for s in &services {
             for rs in s.real_servers.iter().filter(|r| r.mode == ForwardMode::Nat) {
@@ -176,7 +176,9 @@ impl Snapshot {
             services,
             by_key,
             vips,
+            vips6,
             local_addresses,
+            local_addresses6,
             nat_reply_services,
             timeouts: None,
             reset_when_down: Vec::new(),
@@ -196,15 +198,25 @@ impl Snapshot {
         &self.services
     }
 
-    /// The virtual addresses of all services, sorted, each once.
+    /// The IPv4 virtual addresses of all services, sorted, each once.
     pub fn vips(&self) -> &[Ipv4Addr] {
         &self.vips
     }
 
-    /// The FullNAT local addresses of all services, sorted, each once (a local address
-    /// may serve several services).
+    /// The IPv6 virtual addresses of all services, sorted, each once.
+    pub fn vips6(&self) -> &[Ipv6Addr] {
+        &self.vips6
+    }
+
+    /// The IPv4 FullNAT local addresses of all services, sorted, each once (a local
+    /// address may serve several services).
     pub fn local_addresses(&self) -> &[Ipv4Addr] {
         &self.local_addresses
+    }
+
+    /// The IPv6 FullNAT local addresses of all services, sorted, each once.
+    pub fn local_addresses6(&self) -> &[Ipv6Addr] {
+        &self.local_addresses6
     }
 
     #[inline]
@@ -230,6 +242,34 @@ impl Snapshot {
     pub fn is_local_address(&self, addr: Ipv4Addr) -> bool {
         self.local_addresses.binary_search(&addr).is_ok()
     }
+
+    /// Whether `addr` is the IPv6 VIP of some service.
+    #[inline]
+    pub fn is_vip6(&self, addr: Ipv6Addr) -> bool {
+        self.vips6.binary_search(&addr).is_ok()
+    }
+
+    /// Whether `addr` is an IPv6 FullNAT local address of some service.
+    #[inline]
+    pub fn is_local_address6(&self, addr: Ipv6Addr) -> bool {
+        self.local_addresses6.binary_search(&addr).is_ok()
+    }
+}
+
+/// The IPv4 and the IPv6 addresses of `addrs`, each sorted and deduplicated.
+fn split_families(addrs: impl Iterator<Item = IpAddr>) -> (Vec<Ipv4Addr>, Vec<Ipv6Addr>) {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for addr in addrs {
+        match addr {
+            IpAddr::V4(a) => v4.push(a),
+            IpAddr::V6(a) => v6.push(a),
+        }
+    }
+    v4.sort_unstable();
+    v4.dedup();
+    v6.sort_unstable();
+    v6.dedup();
+    (v4, v6)
 }
 
 /// A NAT real server of a service, as the workers need it to send the server's
@@ -237,9 +277,9 @@ impl Snapshot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NatRoute {
     pub proto: Protocol,
-    pub real_ip: Ipv4Addr,
+    pub real_ip: IpAddr,
     pub real_port: u16,
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     pub vport: u16,
 }
 
@@ -329,11 +369,11 @@ impl Snapshot {
     pub fn nat_reply_services(
         &self,
         proto: Protocol,
-        addr: Ipv4Addr,
+        addr: impl Into<IpAddr>,
         port: u16,
-    ) -> &[(Ipv4Addr, u16)] {
+    ) -> &[(IpAddr, u16)] {
         self.nat_reply_services
-            .get(&(proto, addr, port))
+            .get(&(proto, addr.into(), port))
             .map_or(&[], Vec::as_slice)
     }
 }
@@ -590,10 +630,10 @@ mod tests {
             table.add_service(k, SchedulerKind::Rr, None).unwrap();
         }
         let lip = |last: u8| Ipv4Addr::new(198, 18, 0, last);
-        table.add_laddr(key(1, 80), lip(52)).unwrap();
-        table.add_laddr(key(1, 80), lip(50)).unwrap();
-        table.add_laddr(key(1, 443), lip(51)).unwrap();
-        table.add_laddr(key(1, 443), lip(50)).unwrap();
+        table.add_laddr(key(1, 80), lip(52).into()).unwrap();
+        table.add_laddr(key(1, 80), lip(50).into()).unwrap();
+        table.add_laddr(key(1, 443), lip(51).into()).unwrap();
+        table.add_laddr(key(1, 443), lip(50).into()).unwrap();
         let snap = Snapshot::build(table.version(), &table);
         assert_eq!(snap.local_addresses(), &[lip(50), lip(51), lip(52)]);
         assert!(snap.is_local_address(lip(51)));
@@ -722,7 +762,7 @@ mod tests {
                 real_servers: (0..3)
                     .map(|j| RealServer {
                         id: j + 1,
-                        ip: Ipv4Addr::new(10, 0, i as u8, j as u8 + 1),
+                        ip: Ipv4Addr::new(10, 0, i as u8, j as u8 + 1).into(),
                         port: 80,
                         weight,
                         mode: ForwardMode::Nat,
@@ -730,7 +770,7 @@ mod tests {
                         lower: 0,
                     })
                     .collect(),
-                local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50 + i as u8)],
+                local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50 + i as u8).into()],
                 toa: false,
                 sched_flags: Default::default(),
                 mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
@@ -754,7 +794,7 @@ mod tests {
         for (i, service) in snap.services().iter().enumerate() {
             assert_eq!(service.key.port, port, "gen {generation}");
             assert_eq!(snap.find_index(&service.key), Some(i), "gen {generation}");
-            assert!(snap.is_vip(service.key.vip));
+            assert!(snap.is_vip(service.key.vip4().unwrap()));
             for rs in &service.real_servers {
                 assert_eq!(u64::from(rs.weight), generation % 65536, "gen {generation}");
             }

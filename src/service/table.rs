@@ -20,7 +20,7 @@ use crate::model::{
 use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 /// Why a table operation was refused. `Display` gives one line that starts with
@@ -33,12 +33,12 @@ pub enum ServiceError {
     NoSuchService(ServiceKey),
     DestinationExists {
         service: ServiceKey,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         port: u16,
     },
     NoSuchDestination {
         service: ServiceKey,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         port: u16,
     },
     WeightOutOfRange(u32),
@@ -65,14 +65,14 @@ pub enum ServiceError {
     /// ICMP and traffic to it are the appliance's own.
     OwnAddress {
         what: &'static str,
-        addr: Ipv4Addr,
+        addr: IpAddr,
     },
     /// A persistence timeout beyond [`MAX_PERSISTENCE_TIMEOUT_S`].
     PersistenceTimeoutTooLong(u32),
     /// The VIP or real server address is not a unicast address.
     NotUnicast {
         what: &'static str,
-        addr: Ipv4Addr,
+        addr: IpAddr,
     },
     PersistenceTimeoutZero,
     PersistenceNetmaskInvalid(Ipv4Addr),
@@ -83,17 +83,17 @@ pub enum ServiceError {
     SchedulerParams(String),
     LocalAddressExists {
         service: ServiceKey,
-        ip: Ipv4Addr,
+        ip: IpAddr,
     },
     NoSuchLocalAddress {
         service: ServiceKey,
-        ip: Ipv4Addr,
+        ip: IpAddr,
     },
     /// A service already has [`MAX_LOCAL_ADDRESSES`].
     TooManyLocalAddresses(ServiceKey),
     /// A local address is not an address a real server can reply to.
     BadLocalAddress {
-        ip: Ipv4Addr,
+        ip: IpAddr,
         why: &'static str,
     },
     /// One address in two roles: a local address that is also a VIP or a real server.
@@ -101,7 +101,7 @@ pub enum ServiceError {
     /// address") of `holder`. Sluice answers ARP for its local addresses and VIPs and
     /// sends to real servers, so the two roles would break each other.
     AddressConflict {
-        ip: Ipv4Addr,
+        ip: IpAddr,
         role: &'static str,
         holder: ServiceKey,
     },
@@ -113,12 +113,25 @@ pub enum ServiceError {
     /// replies bypass Sluice, so it cannot serve them.
     SynProxyNeedsNat {
         service: ServiceKey,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         port: u16,
         mode: ForwardMode,
     },
     /// `auto` needs a SYN rate of at least 1 per second.
     SynProxyRateZero,
+    /// A real server or local address of the other address family than the
+    /// service's (`what` names which). IPv4 real servers behind an IPv6 service
+    /// (NAT64) are not supported yet.
+    FamilyMismatch {
+        service: ServiceKey,
+        what: &'static str,
+        ip: IpAddr,
+    },
+    /// A feature the IPv6 data path does not have yet (`what` names it).
+    Ipv6Unsupported {
+        service: ServiceKey,
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for ServiceError {
@@ -128,10 +141,12 @@ impl fmt::Display for ServiceError {
             ServiceError::ServiceExists(key) => write!(f, "Service already exists: {key}"),
             ServiceError::NoSuchService(key) => write!(f, "No such service: {key}"),
             ServiceError::DestinationExists { service, ip, port } => {
-                write!(f, "Destination already exists: {ip}:{port} in {service}")
+                let dest = std::net::SocketAddr::new(*ip, *port);
+                write!(f, "Destination already exists: {dest} in {service}")
             }
             ServiceError::NoSuchDestination { service, ip, port } => {
-                write!(f, "No such destination: {ip}:{port} in {service}")
+                let dest = std::net::SocketAddr::new(*ip, *port);
+                write!(f, "No such destination: {dest} in {service}")
             }
             ServiceError::WeightOutOfRange(weight) => {
                 write!(f, "illegal weight specified: {weight} (range 0..{MAX_WEIGHT})")
@@ -208,14 +223,23 @@ impl fmt::Display for ServiceError {
                 mode,
             } => write!(
                 f,
-                "the SYN proxy needs nat or fullnat: real server {ip}:{port} of {service} is {}, \
+                "the SYN proxy needs nat or fullnat: real server {} of {service} is {}, \
                  whose replies bypass Sluice",
+                std::net::SocketAddr::new(*ip, *port),
                 mode.name()
             ),
             ServiceError::SynProxyRateZero => {
                 f.write_str("synproxy auto SYN rate must be at least 1 per second")
             }
             ServiceError::SchedulerParams(reason) => f.write_str(reason),
+            ServiceError::FamilyMismatch { service, what, ip } => write!(
+                f,
+                "{what} {ip} is not of the address family of {service}; \
+                 IPv4 real servers behind an IPv6 service (NAT64) are not supported yet"
+            ),
+            ServiceError::Ipv6Unsupported { service, what } => {
+                write!(f, "{what} is not supported on IPv6 services yet ({service})")
+            }
         }
     }
 }
@@ -236,12 +260,12 @@ pub struct ServiceTable {
     /// Bumped by every successful change; a natural snapshot generation.
     version: u64,
     /// The appliance's own (port) addresses, which no service may use.
-    own_addresses: Vec<Ipv4Addr>,
+    own_addresses: Vec<IpAddr>,
     /// How many services use each address as a VIP, a real server or a local address,
     /// so the role checks cost O(1) with 100k services (a restore adds them all).
-    vip_uses: HashMap<Ipv4Addr, u32>,
-    server_uses: HashMap<Ipv4Addr, u32>,
-    local_address_uses: HashMap<Ipv4Addr, u32>,
+    vip_uses: HashMap<IpAddr, u32>,
+    server_uses: HashMap<IpAddr, u32>,
+    local_address_uses: HashMap<IpAddr, u32>,
     /// Access lists and rate limits, of the services that have any.
     admission: HashMap<ServiceKey, AdmissionRules>,
     /// Workers the admission counts and rates are kept for.
@@ -254,7 +278,7 @@ pub struct ServiceTable {
 }
 
 /// Counts one more (`up`) or one less use of `ip` in `uses`.
-fn count_use(uses: &mut HashMap<Ipv4Addr, u32>, ip: Ipv4Addr, up: bool) {
+fn count_use(uses: &mut HashMap<IpAddr, u32>, ip: IpAddr, up: bool) {
     if up {
         *uses.entry(ip).or_insert(0) += 1;
     } else if let Some(count) = uses.get_mut(&ip) {
@@ -299,11 +323,11 @@ impl ServiceTable {
 
     /// The appliance's own (port) addresses: refused from now on as a VIP, a real
     /// server or a local address. Services already in the table are not re-checked.
-    pub fn set_own_addresses(&mut self, addresses: Vec<Ipv4Addr>) {
+    pub fn set_own_addresses(&mut self, addresses: Vec<IpAddr>) {
         self.own_addresses = addresses;
     }
 
-    fn check_not_own(&self, what: &'static str, addr: Ipv4Addr) -> Result<(), ServiceError> {
+    fn check_not_own(&self, what: &'static str, addr: IpAddr) -> Result<(), ServiceError> {
         if self.own_addresses.contains(&addr) {
             return Err(ServiceError::OwnAddress { what, addr });
         }
@@ -447,7 +471,7 @@ impl ServiceTable {
     pub fn delete_server(
         &mut self,
         key: ServiceKey,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         port: u16,
     ) -> Result<RealServer, ServiceError> {
         let service = self
@@ -471,7 +495,7 @@ impl ServiceTable {
     /// service's list. The address must be unicast, not loopback, not already in this
     /// service, and neither a VIP nor a real server of any service. The same local
     /// address may serve several services, as in DPVS.
-    pub fn add_laddr(&mut self, key: ServiceKey, ip: Ipv4Addr) -> Result<(), ServiceError> {
+    pub fn add_laddr(&mut self, key: ServiceKey, ip: IpAddr) -> Result<(), ServiceError> {
         let service = self
             .services
             .get(&key)
@@ -483,6 +507,13 @@ impl ServiceTable {
             return Err(ServiceError::TooManyLocalAddresses(key));
         }
         validate_local_address(ip)?;
+        if ip.is_ipv6() != key.is_ipv6() {
+            return Err(ServiceError::FamilyMismatch {
+                service: key,
+                what: "local address",
+                ip,
+            });
+        }
         if self.own_addresses.contains(&ip) {
             return Err(ServiceError::BadLocalAddress {
                 ip,
@@ -517,7 +548,7 @@ impl ServiceTable {
     /// the last one is allowed even with FullNAT real servers: new FullNAT sessions
     /// are then refused until a local address is added again; existing sessions keep
     /// the address they have until they end.
-    pub fn del_laddr(&mut self, key: ServiceKey, ip: Ipv4Addr) -> Result<(), ServiceError> {
+    pub fn del_laddr(&mut self, key: ServiceKey, ip: IpAddr) -> Result<(), ServiceError> {
         let service = self
             .services
             .get_mut(&key)
@@ -535,7 +566,7 @@ impl ServiceTable {
 
     /// `ipvsadm --get-laddr` (DPVS): the service's local addresses, in the order they
     /// were added.
-    pub fn laddrs(&self, key: ServiceKey) -> Result<&[Ipv4Addr], ServiceError> {
+    pub fn laddrs(&self, key: ServiceKey) -> Result<&[IpAddr], ServiceError> {
         self.services
             .get(&key)
             .map(|s| s.local_addresses.as_slice())
@@ -551,6 +582,12 @@ impl ServiceTable {
             .ok_or(ServiceError::NoSuchService(key))?;
         if toa && key.proto != Protocol::Tcp {
             return Err(ServiceError::ToaNeedsTcp(key));
+        }
+        if toa && key.is_ipv6() {
+            return Err(ServiceError::Ipv6Unsupported {
+                service: key,
+                what: "TOA",
+            });
         }
         service.toa = toa;
         self.version += 1;
@@ -575,6 +612,12 @@ impl ServiceTable {
             }
             if synproxy.auto_syn_rate == 0 {
                 return Err(ServiceError::SynProxyRateZero);
+            }
+            if key.is_ipv6() {
+                return Err(ServiceError::Ipv6Unsupported {
+                    service: key,
+                    what: "the SYN proxy",
+                });
             }
             if let Some(rs) = service
                 .real_servers
@@ -620,7 +663,7 @@ impl ServiceTable {
 
     /// Refuses `ip` as a new VIP or real server if some service uses it as a local
     /// address.
-    fn check_not_local_address(&self, ip: Ipv4Addr) -> Result<(), ServiceError> {
+    fn check_not_local_address(&self, ip: IpAddr) -> Result<(), ServiceError> {
         if !self.local_address_uses.contains_key(&ip) {
             return Ok(());
         }
@@ -770,13 +813,16 @@ fn real_server(id: u32, spec: &RealServerSpec) -> RealServer {
     }
 }
 
-fn is_unicast(addr: Ipv4Addr) -> bool {
-    !(addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast())
+fn is_unicast(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_broadcast() || a.is_multicast()),
+        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
+    }
 }
 
 /// A FullNAT local address is the source of packets to real servers, which must be
 /// able to reply to it.
-fn validate_local_address(ip: Ipv4Addr) -> Result<(), ServiceError> {
+fn validate_local_address(ip: IpAddr) -> Result<(), ServiceError> {
     let why = if !is_unicast(ip) {
         "not a unicast address"
     } else if ip.is_loopback() {
@@ -801,6 +847,12 @@ pub fn validate_service(
     }
     if key.port == 0 {
         return Err(ServiceError::ZeroPort(*key));
+    }
+    if key.is_ipv6() && persistence.is_some() {
+        return Err(ServiceError::Ipv6Unsupported {
+            service: *key,
+            what: "persistence",
+        });
     }
     match persistence {
         None => Ok(()),
@@ -831,11 +883,27 @@ fn check_synproxy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), S
     Ok(())
 }
 
+/// The forwarding modes the IPv6 data path has.
+pub const IPV6_MODES: &[ForwardMode] = &[ForwardMode::Dr, ForwardMode::Nat];
+
 pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if !is_unicast(spec.ip) {
         return Err(ServiceError::NotUnicast {
             what: "real server",
             addr: spec.ip,
+        });
+    }
+    if spec.ip.is_ipv6() != key.is_ipv6() {
+        return Err(ServiceError::FamilyMismatch {
+            service: *key,
+            what: "real server",
+            ip: spec.ip,
+        });
+    }
+    if key.is_ipv6() && !IPV6_MODES.contains(&spec.mode) {
+        return Err(ServiceError::Ipv6Unsupported {
+            service: *key,
+            what: spec.mode.name(),
         });
     }
     if spec.weight > MAX_WEIGHT {
@@ -996,7 +1064,7 @@ mod tests {
         assert_eq!(ids(&table), vec![a, b, c], "edit keeps id and position");
 
         let removed = table
-            .delete_server(http(), Ipv4Addr::new(10, 0, 0, 1), 80)
+            .delete_server(http(), Ipv4Addr::new(10, 0, 0, 1).into(), 80)
             .unwrap();
         assert_eq!(removed.id, a);
         assert_eq!(ids(&table), vec![b, c]);
@@ -1018,7 +1086,7 @@ mod tests {
             t.edit_server(http(), rs(2, 80, 1, ForwardMode::Dr))
         });
         assert_rejected(&mut table, "No such destination", |t| {
-            t.delete_server(http(), Ipv4Addr::new(10, 0, 0, 1), 81)
+            t.delete_server(http(), Ipv4Addr::new(10, 0, 0, 1).into(), 81)
                 .map(drop)
         });
     }
@@ -1116,7 +1184,7 @@ mod tests {
     fn own_addresses_are_refused_in_every_role() {
         let own = Ipv4Addr::new(198, 18, 0, 1);
         let mut table = table_with_http();
-        table.set_own_addresses(vec![own]);
+        table.set_own_addresses(vec![own.into()]);
         let mine = ServiceKey::new(Protocol::Tcp, own, 80);
         assert_rejected(
             &mut table,
@@ -1130,7 +1198,7 @@ mod tests {
             |t| t.add_server(http(), spec).map(drop),
         );
         assert_rejected(&mut table, "own port addresses", |t| {
-            t.add_laddr(http(), own)
+            t.add_laddr(http(), own.into())
         });
         // An empty table built for a replacing batch keeps the rule.
         let mut scratch = table.empty_like();
@@ -1144,9 +1212,9 @@ mod tests {
         table
             .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
             .unwrap();
-        assert!(table.add_laddr(http(), ip).is_err(), "a real server");
-        table.delete_server(http(), ip, 80).unwrap();
-        table.add_laddr(http(), ip).unwrap();
+        assert!(table.add_laddr(http(), ip.into()).is_err(), "a real server");
+        table.delete_server(http(), ip.into(), 80).unwrap();
+        table.add_laddr(http(), ip.into()).unwrap();
         assert!(table
             .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
             .is_err());
@@ -1157,7 +1225,7 @@ mod tests {
             .unwrap();
         table.clear();
         table.add_service(http(), SchedulerKind::Rr, None).unwrap();
-        table.add_laddr(http(), ip).unwrap();
+        table.add_laddr(http(), ip.into()).unwrap();
     }
 
     #[test]
@@ -1233,7 +1301,7 @@ mod tests {
                     .unwrap(),
             );
             table
-                .delete_server(http(), Ipv4Addr::new(10, 0, 0, 1), 80)
+                .delete_server(http(), Ipv4Addr::new(10, 0, 0, 1).into(), 80)
                 .unwrap();
             server_ids.push(
                 table
@@ -1290,17 +1358,17 @@ mod tests {
         let second = Ipv4Addr::new(198, 18, 0, 51);
         let third = Ipv4Addr::new(198, 18, 0, 49);
         for ip in [LIP, second, third] {
-            table.add_laddr(http(), ip).unwrap();
+            table.add_laddr(http(), ip.into()).unwrap();
         }
         assert_eq!(table.laddrs(http()).unwrap(), &[LIP, second, third]);
         assert_eq!(table.version(), 4);
-        table.del_laddr(http(), second).unwrap();
+        table.del_laddr(http(), second.into()).unwrap();
         assert_eq!(table.laddrs(http()).unwrap(), &[LIP, third]);
         assert_eq!(table.get(http()).unwrap().local_addresses, vec![LIP, third]);
         // Another service may share a local address, as in DPVS.
         let udp = ServiceKey::new(Protocol::Udp, VIP, 53);
         table.add_service(udp, SchedulerKind::Rr, None).unwrap();
-        table.add_laddr(udp, LIP).unwrap();
+        table.add_laddr(udp, LIP.into()).unwrap();
         // Deleting a service takes its local addresses with it.
         let removed = table.delete_service(http()).unwrap();
         assert_eq!(removed.local_addresses, vec![LIP, third]);
@@ -1310,12 +1378,14 @@ mod tests {
     #[test]
     fn local_address_errors_change_nothing() {
         let mut table = table_with_http();
-        table.add_laddr(http(), LIP).unwrap();
+        table.add_laddr(http(), LIP.into()).unwrap();
         let other = ServiceKey::new(Protocol::Udp, VIP, 80);
         assert_rejected(&mut table, "No such service: UDP 198.18.1.1:80", |t| {
-            t.add_laddr(other, LIP)
+            t.add_laddr(other, LIP.into())
         });
-        assert_rejected(&mut table, "No such service", |t| t.del_laddr(other, LIP));
+        assert_rejected(&mut table, "No such service", |t| {
+            t.del_laddr(other, LIP.into())
+        });
         assert_eq!(
             table.laddrs(other).unwrap_err(),
             ServiceError::NoSuchService(other)
@@ -1323,12 +1393,12 @@ mod tests {
         assert_rejected(
             &mut table,
             "Local address already exists: 198.18.0.50 in TCP 198.18.1.1:80",
-            |t| t.add_laddr(http(), LIP),
+            |t| t.add_laddr(http(), LIP.into()),
         );
         assert_rejected(
             &mut table,
             "No such local address: 198.18.0.51 in TCP 198.18.1.1:80",
-            |t| t.del_laddr(http(), Ipv4Addr::new(198, 18, 0, 51)),
+            |t| t.del_laddr(http(), Ipv4Addr::new(198, 18, 0, 51).into()),
         );
         for (ip, why) in [
             (Ipv4Addr::UNSPECIFIED, "not a unicast address"),
@@ -1336,7 +1406,7 @@ mod tests {
             (Ipv4Addr::new(239, 1, 1, 1), "not a unicast address"),
             (Ipv4Addr::new(127, 0, 0, 2), "a loopback address"),
         ] {
-            assert_rejected(&mut table, why, |t| t.add_laddr(http(), ip));
+            assert_rejected(&mut table, why, |t| t.add_laddr(http(), ip.into()));
         }
     }
 
@@ -1345,17 +1415,17 @@ mod tests {
         let mut table = table_with_http();
         for i in 0..MAX_LOCAL_ADDRESSES {
             table
-                .add_laddr(http(), Ipv4Addr::new(198, 18, 2, i as u8 + 1))
+                .add_laddr(http(), Ipv4Addr::new(198, 18, 2, i as u8 + 1).into())
                 .unwrap();
         }
         assert_rejected(
             &mut table,
             "Too many local addresses: TCP 198.18.1.1:80 already has 64",
-            |t| t.add_laddr(http(), Ipv4Addr::new(198, 18, 3, 1)),
+            |t| t.add_laddr(http(), Ipv4Addr::new(198, 18, 3, 1).into()),
         );
         // A duplicate is still named as such.
         assert_rejected(&mut table, "Local address already exists", |t| {
-            t.add_laddr(http(), Ipv4Addr::new(198, 18, 2, 1))
+            t.add_laddr(http(), Ipv4Addr::new(198, 18, 2, 1).into())
         });
     }
 
@@ -1371,18 +1441,18 @@ mod tests {
         assert_rejected(
             &mut table,
             "address 198.18.1.2 is already the VIP of UDP 198.18.1.2:53",
-            |t| t.add_laddr(http(), Ipv4Addr::new(198, 18, 1, 2)),
+            |t| t.add_laddr(http(), Ipv4Addr::new(198, 18, 1, 2).into()),
         );
         assert_rejected(&mut table, "already the VIP of TCP 198.18.1.1:80", |t| {
-            t.add_laddr(http(), VIP)
+            t.add_laddr(http(), VIP.into())
         });
         assert_rejected(
             &mut table,
             "address 10.0.0.7 is already a real server of UDP 198.18.1.2:53",
-            |t| t.add_laddr(http(), Ipv4Addr::new(10, 0, 0, 7)),
+            |t| t.add_laddr(http(), Ipv4Addr::new(10, 0, 0, 7).into()),
         );
         // And the other way round.
-        table.add_laddr(udp, LIP).unwrap();
+        table.add_laddr(udp, LIP.into()).unwrap();
         let lip_service = ServiceKey::new(Protocol::Tcp, LIP, 80);
         assert_rejected(
             &mut table,
@@ -1406,9 +1476,9 @@ mod tests {
             .unwrap();
         assert!(table.get(http()).unwrap().has_fullnat_server());
         assert!(table.laddrs(http()).unwrap().is_empty());
-        table.add_laddr(http(), LIP).unwrap();
+        table.add_laddr(http(), LIP.into()).unwrap();
         // The last one may go too: new FullNAT sessions are refused until one is back.
-        table.del_laddr(http(), LIP).unwrap();
+        table.del_laddr(http(), LIP.into()).unwrap();
         assert!(table.laddrs(http()).unwrap().is_empty());
     }
 
@@ -1503,7 +1573,7 @@ mod tests {
             (
                 ServiceError::NoSuchDestination {
                     service: key,
-                    ip: Ipv4Addr::new(10, 0, 0, 1),
+                    ip: Ipv4Addr::new(10, 0, 0, 1).into(),
                     port: 80,
                 },
                 "No such destination: 10.0.0.1:80 in TCP 198.18.1.1:80",
@@ -1512,5 +1582,68 @@ mod tests {
         for (err, text) in cases {
             assert_eq!(err.to_string(), text);
         }
+    }
+
+    #[test]
+    fn ipv6_services_take_ipv6_real_servers_in_the_modes_the_data_path_has() {
+        let vip6: std::net::Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let key = ServiceKey::new(Protocol::Tcp, vip6, 80);
+        let mut t = ServiceTable::new();
+        t.add_service(key, SchedulerKind::Rr, None).unwrap();
+        let rs6: std::net::Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        t.add_server(key, RealServerSpec::new(rs6, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        t.add_server(key, RealServerSpec::new(rs6, 8080, 1, ForwardMode::Nat))
+            .unwrap();
+        assert_eq!(
+            t.get(key).unwrap().real_servers[1].endpoint().to_string(),
+            "[2001:db8:1::2]:8080"
+        );
+        assert_rejected(&mut t, "not of the address family", |t| {
+            t.add_server(
+                key,
+                RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 1), 80, 1, ForwardMode::Nat),
+            )
+            .map(drop)
+        });
+        assert_rejected(
+            &mut t,
+            "fullnat is not supported on IPv6 services yet",
+            |t| {
+                t.add_server(key, RealServerSpec::new(rs6, 81, 1, ForwardMode::FullNat))
+                    .map(drop)
+            },
+        );
+        assert_rejected(&mut t, "not of the address family", |t| {
+            t.add_laddr(key, Ipv4Addr::new(198, 18, 0, 50).into())
+        });
+        assert_rejected(&mut t, "the SYN proxy is not supported on IPv6", |t| {
+            t.set_synproxy(
+                key,
+                crate::model::SynProxy {
+                    mode: SynProxyMode::On,
+                    ..Default::default()
+                },
+            )
+        });
+        assert_rejected(&mut t, "TOA is not supported on IPv6", |t| {
+            t.set_toa(key, true)
+        });
+        // An IPv6 real server behind an IPv4 service is refused the same way.
+        let mut t = table_with_http();
+        assert_rejected(&mut t, "not of the address family", |t| {
+            t.add_server(http(), RealServerSpec::new(rs6, 80, 1, ForwardMode::Dr))
+                .map(drop)
+        });
+        let mut t = ServiceTable::new();
+        let persistent = Some(Persistence::new(300));
+        let err = t
+            .add_service(key, SchedulerKind::Rr, persistent)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "persistence is not supported on IPv6 services yet (TCP [2001:db8::1]:80)"
+        );
+        assert!(t.is_empty());
     }
 }

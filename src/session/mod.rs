@@ -66,6 +66,7 @@ pub mod reclaim;
 pub mod replication;
 pub mod state;
 pub mod table;
+pub mod table6;
 pub mod timeouts;
 pub mod timer;
 

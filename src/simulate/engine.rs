@@ -535,7 +535,7 @@ impl<'a> Sim<'a> {
         let id = self.results.len() as u32 + 1;
         self.servers.push(RealServer {
             id,
-            ip: spec.ip,
+            ip: spec.ip.into(),
             port: SERVER_PORT,
             weight: spec.weight,
             mode: ForwardMode::Dr,

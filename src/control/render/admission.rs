@@ -9,7 +9,11 @@ pub fn render_admission(report: &AdmissionReport) -> String {
     let s = &report.service;
     write_summary(
         &mut out,
-        &format!("{} {}:{}", s.proto.name(), s.vip, s.port),
+        &format!(
+            "{} {}",
+            s.proto.name(),
+            crate::control::render::endpoint(s.vip, s.port)
+        ),
         report.rules_total,
         report.unmatched,
         report.rate_limit.as_ref(),
@@ -50,7 +54,11 @@ pub fn render_admission_all(report: &ServicesReport) -> String {
         }
         write_summary(
             &mut out,
-            &format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port),
+            &format!(
+                "{} {}",
+                s.proto.to_uppercase(),
+                crate::control::render::endpoint(&s.vip, s.port)
+            ),
             a.allow_rules + a.deny_rules,
             a.unmatched,
             a.rate_limit.as_ref(),
@@ -108,7 +116,7 @@ mod tests {
     fn the_listing_shows_the_default_the_limit_the_counts_and_each_rules_hits() {
         let mut report = AdmissionReport::empty(ServiceKey::new(
             Protocol::Tcp,
-            "198.18.1.1".parse().unwrap(),
+            "198.18.1.1".parse::<std::net::Ipv4Addr>().unwrap(),
             80,
         ));
         report.rules_total = 3;

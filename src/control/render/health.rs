@@ -11,7 +11,7 @@ pub fn render_health(report: &HealthReport) -> String {
         "Service", "RealServer", "Check", "State", "Evictions", "Fall", "LastProbe", "SinceChange"
     );
     for t in &report.targets {
-        let rs = format!("{}:{}", t.ip, t.port);
+        let rs = crate::control::render::endpoint(&t.ip, t.port);
         let state = if t.evicted { "EVICTED" } else { "up" };
         let check = t.check.name();
         let check = if t.passive {

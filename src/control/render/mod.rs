@@ -21,3 +21,14 @@ pub use services::{
 pub use status::{render_status, render_xstats};
 pub use sync::render_sync;
 pub use vrrp::render_vrrp;
+
+/// `address:port` as ipvsadm prints it: `198.18.1.1:80`, `[2001:db8::1]:80` (an IPv6
+/// address in brackets, as `getnameinfo` callers in ipvsadm's `addrport_to_anyname`).
+pub fn endpoint(address: impl std::fmt::Display, port: u16) -> String {
+    let address = address.to_string();
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}

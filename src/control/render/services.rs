@@ -52,7 +52,7 @@ pub fn render_services(report: &ServicesReport, stats: bool, exact: bool) -> Str
     }
     for s in &report.services {
         let proto = s.proto.to_uppercase();
-        let local = format!("{}:{}", s.vip, s.port);
+        let local = crate::control::render::endpoint(&s.vip, s.port);
         if stats {
             let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
             let _ = write!(out, "{proto:<4} {local:<28}");
@@ -70,7 +70,7 @@ pub fn render_services(report: &ServicesReport, stats: bool, exact: bool) -> Str
             out += &service_line(s);
         }
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             if stats {
                 let _ = write!(out, "  -> {remote:<28}");
                 for n in [
@@ -117,10 +117,9 @@ fn service_line(s: &ServiceStatus) -> String {
         format!(" ({})", s.sched_flags)
     };
     format!(
-        "{:<4} {}:{} {}{flags}{persistent}\n",
+        "{:<4} {} {}{flags}{persistent}\n",
         s.proto.to_uppercase(),
-        s.vip,
-        s.port,
+        crate::control::render::endpoint(&s.vip, s.port),
         s.scheduler
     )
 }
@@ -137,7 +136,7 @@ pub fn render_thresholds(report: &ServicesReport) -> String {
     for s in &report.services {
         out += &service_line(s);
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             let _ = write!(
                 out,
                 "  -> {remote:<28} {:<10} {:<10} {:<10} {:<10}",
@@ -193,7 +192,7 @@ pub fn render_rates(report: &ServicesReport, exact: bool) -> String {
     out += "  -> RemoteAddress:Port\n";
     for s in &report.services {
         let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
-        let local = format!("{}:{}", s.vip, s.port);
+        let local = crate::control::render::endpoint(&s.vip, s.port);
         let _ = write!(out, "{:<4} {local:<28}", s.proto.to_uppercase());
         for n in [
             sum(|r| r.cps),
@@ -206,7 +205,7 @@ pub fn render_rates(report: &ServicesReport, exact: bool) -> String {
         }
         out += "\n";
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             let _ = write!(
                 out,
                 "  -> {remote:<28} {:>8} {:>8} {:>8}",
@@ -244,8 +243,12 @@ pub fn skew_pct(values: &[u64]) -> u64 {
 pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u32) -> String {
     let mut out = String::new();
     for s in &report.services {
-        let name = format!("{} {}:{}", s.proto.to_uppercase(), s.vip, s.port);
-        if only.is_some_and(|o| o != format!("{}:{}", s.vip, s.port)) {
+        let name = format!(
+            "{} {}",
+            s.proto.to_uppercase(),
+            crate::control::render::endpoint(&s.vip, s.port)
+        );
+        if only.is_some_and(|o| o != crate::control::render::endpoint(&s.vip, s.port)) {
             continue;
         }
         let conns: Vec<u64> = s
@@ -274,7 +277,7 @@ pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u
             let _ = writeln!(
                 out,
                 "  {:<24} {:>8} {:>8} {:>10} {:>12}",
-                format!("{}:{}", r.ip, r.port),
+                crate::control::render::endpoint(&r.ip, r.port),
                 conns[i],
                 cps[i],
                 pps[i],
@@ -337,7 +340,10 @@ pub fn render_save(report: &ServicesReport) -> String {
     let mut out = String::new();
     for s in &report.services {
         let flag = if s.proto == "udp" { "-u" } else { "-t" };
-        let service = format!("{flag} {}:{}", s.vip, s.port);
+        let service = format!(
+            "{flag} {}",
+            crate::control::render::endpoint(&s.vip, s.port)
+        );
         // In ipvsadm's order: `"-A %s -s %s"`, `" -p %u"`, `" -M %s"`, then `" -b "`
         // and the flags.
         let mut line = format!("-A {service} -s {}", s.scheduler);
@@ -362,7 +368,11 @@ pub fn render_save(report: &ServicesReport) -> String {
                 "fullnat" => "-b",
                 _ => "-g",
             };
-            let mut line = format!("-a {service} -r {}:{} {mode} -w {}", r.ip, r.port, r.weight);
+            let mut line = format!(
+                "-a {service} -r {} {mode} -w {}",
+                crate::control::render::endpoint(&r.ip, r.port),
+                r.weight
+            );
             if r.upper > 0 {
                 let _ = write!(line, " -x {}", r.upper);
             }
@@ -429,7 +439,7 @@ fn save_admission(out: &mut String, service: &str, admission: &ServiceAdmission)
 /// rate needs more addresses than the service has, a warning with the sizing rule.
 pub fn render_laddrs(report: &LaddrReport) -> String {
     let mut out = format!("{:<20} {:<8} {}\n", "VIP:VPORT", "TOTAL", "LIP");
-    let service = format!("{}:{}", report.service.vip, report.service.port);
+    let service = crate::control::render::endpoint(report.service.vip, report.service.port);
     let _ = writeln!(out, "{service:<20} {}", report.local_addresses.len());
     for lip in &report.local_addresses {
         let _ = writeln!(out, "{:<20} {:<8} {lip}", "", "");
@@ -866,7 +876,7 @@ mod tests {
                 Ipv4Addr::new(198, 18, 1, 1),
                 80,
             ),
-            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50)],
+            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50).into()],
             pools: vec![
                 LaddrPoolStatus {
                     worker: 0,
@@ -942,7 +952,10 @@ mod tests {
                 Ipv4Addr::new(198, 18, 1, 1),
                 80,
             ),
-            local_addresses: vec![Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 51)],
+            local_addresses: vec![
+                Ipv4Addr::new(198, 18, 0, 50).into(),
+                Ipv4Addr::new(198, 18, 0, 51).into(),
+            ],
             pools: Vec::new(),
             sizing: None,
         };

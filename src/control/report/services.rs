@@ -104,7 +104,7 @@ pub struct TimeoutsReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LaddrReport {
     pub service: ServiceKey,
-    pub local_addresses: Vec<Ipv4Addr>,
+    pub local_addresses: Vec<std::net::IpAddr>,
     /// Per worker and local address (as DPVS's `dpip addr show -s` per lcore); empty
     /// when the service has no FullNAT real server (no pools) or before traffic.
     #[serde(default)]

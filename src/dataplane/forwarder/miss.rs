@@ -164,9 +164,12 @@ pub(super) fn nat_reply_queue(
     rss: &RssView,
     key: &FlowKey4,
 ) -> Option<u16> {
-    let &(vip, vport) = snap
+    let &(std::net::IpAddr::V4(vip), vport) = snap
         .nat_reply_services(key.proto, key.src_addr(), key.sport)
-        .first()?;
+        .first()?
+    else {
+        return None;
+    };
     let hash = rss
         .toeplitz
         .hash_tuple(rss.fields, key.dst_addr(), vip, key.dport, vport);
@@ -238,7 +241,7 @@ mod tests {
         table
             .add_service(full, crate::model::SchedulerKind::Rr, None)
             .unwrap();
-        table.add_laddr(full, lip).unwrap();
+        table.add_laddr(full, lip.into()).unwrap();
         let snap = Snapshot::build(1, &table);
         let responder = LocalResponder::new([2, 0x53, 0x4c, 0, 0, 1], &[port_addr]);
         for ours in [vip, lip, port_addr, Ipv4Addr::new(198, 18, 0, 240)] {

@@ -156,7 +156,7 @@ impl Forwarder {
         }
         let mut local = None;
         if rs.mode == ForwardMode::FullNat {
-            let target = std::net::SocketAddrV4::new(rs.ip, rs.port);
+            let target = std::net::SocketAddrV4::new(rs.ipv4(), rs.port);
             let Some(taken) = self
                 .pools
                 .get_mut(&service.id)
@@ -220,7 +220,7 @@ impl Forwarder {
         let snap = self.snapshot.current();
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
-        let mut session = Session::new(key, rs.mode, service.id, rs.id, rs.ip, rs.port);
+        let mut session = Session::new(key, rs.mode, service.id, rs.id, rs.ipv4(), rs.port);
         if let Some(local) = placement.local {
             session = session.with_local(local.lip, local.port);
             let tsval = match (key.proto, self.rewrite_timestamps) {
@@ -253,9 +253,11 @@ impl Forwarder {
             ForwardMode::Nat | ForwardMode::FullNat => pkt.bytes()[6..12]
                 .try_into()
                 .expect("checked Ethernet header"),
-            ForwardMode::Dr | ForwardMode::Tun => {
-                cx.neighbours.lookup(rs.ip).map(|m| m.0).unwrap_or([0; 6])
-            }
+            ForwardMode::Dr | ForwardMode::Tun => cx
+                .neighbours
+                .lookup(rs.ipv4())
+                .map(|m| m.0)
+                .unwrap_or([0; 6]),
         };
         let first_timeout = self.timeouts.session(key.proto, session.state());
         // The snapshot is not needed past here (retiring below needs `self` whole).

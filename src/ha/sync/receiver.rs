@@ -269,7 +269,7 @@ pub fn check_record(
         return Err(Conflict::WrongMode);
     }
     if let Some(local) = record.local {
-        if !service.local_addresses.contains(local.ip()) {
+        if !service.has_local_address(*local.ip()) {
             return Err(Conflict::WrongLocal);
         }
     }
@@ -536,7 +536,7 @@ mod tests {
             persistence: None,
             real_servers: vec![RealServer {
                 id: 0,
-                ip: RS,
+                ip: RS.into(),
                 port: 8080,
                 weight: 1,
                 mode: ForwardMode::Nat,
@@ -666,7 +666,7 @@ mod tests {
         // FullNAT: the local address must be the service's.
         let mut fnat_service = service.clone();
         fnat_service.real_servers[0].mode = ForwardMode::FullNat;
-        fnat_service.local_addresses = vec![Ipv4Addr::new(10, 1, 255, 1)];
+        fnat_service.local_addresses = vec![Ipv4Addr::new(10, 1, 255, 1).into()];
         let mut fnat = good;
         fnat.mode = ForwardMode::FullNat;
         fnat.local = Some(SocketAddrV4::new(Ipv4Addr::new(10, 1, 255, 1), 5000));

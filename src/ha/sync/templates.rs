@@ -49,14 +49,19 @@ impl<'a> ServicesById<'a> {
             .real_servers
             .iter()
             .find(|r| r.id == template.real)?;
+        // Persistence is IPv4 only (the table refuses it on IPv6 services).
+        let (std::net::IpAddr::V4(vip), std::net::IpAddr::V4(rip)) = (service.key.vip, rs.ip)
+        else {
+            return None;
+        };
         let left_ms = u64::from(template.expires.wrapping_sub(now)) * u64::from(tick_ms);
         Some(RecordRepr::template(
             RecordOp::Update,
             service.key.proto,
-            SocketAddrV4::new(service.key.vip, service.key.port),
+            SocketAddrV4::new(vip, service.key.port),
             Ipv4Addr::from(key.network),
             mask.leading_ones() as u8,
-            SocketAddrV4::new(rs.ip, rs.port),
+            SocketAddrV4::new(rip, rs.port),
             rs.mode,
             left_ms.min(u64::from(u32::MAX)) as u32,
         ))

@@ -1,0 +1,455 @@
+//! One worker's IPv6 sessions, beside (not inside) the IPv4 [`SessionTable`]: an
+//! IPv4 entry stays one 64-byte line, and an IPv6 entry, whose three addresses alone
+//! take 48 bytes, does not share its layout.
+//!
+//! Shape and cost. A slab of [`Session6`] entries (120 bytes each) and a hashbrown
+//! map from [`FlowKey6`] (client key and, for NAT, reply key) to the slab index:
+//! about 120 + 2 x 48 bytes per session at full load, allocated once at
+//! construction for the table's capacity; nothing allocates afterwards (the map
+//! never holds more than `2 x capacity` keys, the capacity it was built for).
+//! Expiry is lazy: a lookup treats a session past its deadline as gone, and
+//! [`SessionTable6::sweep`] removes expired entries a bounded number of slots at a
+//! time (the management of an IPv4 table's timer wheel is not repeated here: IPv6
+//! tables are an order of magnitude smaller by default).
+//!
+//! [`SessionTable`]: super::SessionTable
+use super::state::{self, Direction, TcpState, Transition};
+use super::timeouts::TickTimeouts;
+use super::InsertError;
+use crate::flow::FlowKey6;
+use crate::model::{ForwardMode, Protocol};
+use crate::wire::tcp::TcpFlags;
+use std::net::Ipv6Addr;
+
+/// An IPv6 session: a client's connection to an IPv6 VIP, forwarded to an IPv6 real
+/// server in DR or NAT mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Session6 {
+    pub client: Ipv6Addr,
+    pub vip: Ipv6Addr,
+    pub real_addr: Ipv6Addr,
+    pub client_port: u16,
+    pub vport: u16,
+    pub real_port: u16,
+    /// NAT: the MAC the client's packets came from (the way back); DR: the real
+    /// server's, once known (all zero before).
+    pub peer_mac: [u8; 6],
+    pub proto: Protocol,
+    pub mode: ForwardMode,
+    /// The virtual service and real server, as numbered by the service snapshot.
+    pub service: u32,
+    pub real: u32,
+    state: TcpState,
+    /// DR: no packet from the real server seen (its replies bypass Sluice), so the
+    /// client's segments move the state by the input-only table, as for IPv4.
+    input_only: bool,
+    /// Tick at which the table took the session in.
+    pub created: u32,
+    deadline: u32,
+}
+
+impl Session6 {
+    /// A new session for the client key `in_key` (client -> VIP:port), forwarded to
+    /// `real_addr:real_port` in `mode`.
+    pub fn new(
+        in_key: &FlowKey6,
+        mode: ForwardMode,
+        service: u32,
+        real: u32,
+        real_addr: Ipv6Addr,
+        real_port: u16,
+    ) -> Session6 {
+        Session6 {
+            client: in_key.src,
+            vip: in_key.dst,
+            real_addr,
+            client_port: in_key.sport,
+            vport: in_key.dport,
+            real_port,
+            peer_mac: [0; 6],
+            proto: in_key.proto,
+            mode,
+            service,
+            real,
+            state: TcpState::None,
+            input_only: matches!(mode, ForwardMode::Dr | ForwardMode::Tun),
+            created: 0,
+            deadline: 0,
+        }
+    }
+
+    /// The client-side key: client -> VIP:port.
+    pub fn in_key(&self) -> FlowKey6 {
+        FlowKey6 {
+            src: self.client,
+            dst: self.vip,
+            sport: self.client_port,
+            dport: self.vport,
+            proto: self.proto,
+        }
+    }
+
+    /// The key of the real server's replies, for the modes whose replies come back
+    /// through Sluice (NAT): real server -> client.
+    pub fn reply_key(&self) -> Option<FlowKey6> {
+        (self.mode == ForwardMode::Nat).then_some(FlowKey6 {
+            src: self.real_addr,
+            dst: self.client,
+            sport: self.real_port,
+            dport: self.client_port,
+            proto: self.proto,
+        })
+    }
+
+    pub fn state(&self) -> TcpState {
+        self.state
+    }
+
+    /// The tick the session expires at, unless a packet comes first.
+    pub fn deadline(&self) -> u32 {
+        self.deadline
+    }
+
+    /// Whether the deadline has come by `now_tick` (ticks wrap: compared as a
+    /// signed distance, as the timer wheel does).
+    fn expired(&self, now_tick: u32) -> bool {
+        (now_tick.wrapping_sub(self.deadline) as i32) >= 0
+    }
+}
+
+/// A slab slot: a session, or the next vacant slot.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Used(Session6),
+    Vacant { next: u32 },
+}
+
+const NIL: u32 = u32::MAX;
+
+/// One worker's IPv6 sessions (see the module doc).
+pub struct SessionTable6 {
+    slab: Vec<Slot>,
+    index: hashbrown::HashMap<FlowKey6, u32>,
+    free_head: u32,
+    len: usize,
+    /// Where the next [`SessionTable6::sweep`] starts.
+    cursor: usize,
+}
+
+/// The index value: slab index and the direction of the key.
+fn value(at: u32, dir: Direction) -> u32 {
+    at << 1 | (dir == Direction::Outbound) as u32
+}
+
+fn split(value: u32) -> (u32, Direction) {
+    let dir = if value & 1 == 0 {
+        Direction::Inbound
+    } else {
+        Direction::Outbound
+    };
+    (value >> 1, dir)
+}
+
+impl SessionTable6 {
+    /// A table for `capacity` sessions (at most 2^31), all its memory taken now.
+    pub fn with_capacity(capacity: usize) -> SessionTable6 {
+        let capacity = capacity.min(1 << 31);
+        let slab = (0..capacity)
+            .map(|i| Slot::Vacant {
+                next: if i + 1 < capacity { i as u32 + 1 } else { NIL },
+            })
+            .collect();
+        SessionTable6 {
+            slab,
+            index: hashbrown::HashMap::with_capacity(capacity.saturating_mul(2)),
+            free_head: if capacity > 0 { 0 } else { NIL },
+            len: 0,
+            cursor: 0,
+        }
+    }
+
+    /// Bytes a table for `capacity` sessions takes, slab and map (hashbrown rounds
+    /// its buckets up to a power of two at 7/8 load, one control byte each).
+    pub fn bytes_for(capacity: usize) -> usize {
+        let keys = capacity.saturating_mul(2);
+        let buckets = (keys.saturating_mul(8) / 7).max(1).next_power_of_two();
+        let entry = std::mem::size_of::<(FlowKey6, u32)>() + 1;
+        capacity
+            .saturating_mul(std::mem::size_of::<Slot>())
+            .saturating_add(buckets.saturating_mul(entry))
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slab.len()
+    }
+
+    /// The live session filed under `key`, and which of its keys that is. A session
+    /// past its deadline is not found (the sweep removes it).
+    pub fn lookup(&self, key: &FlowKey6, now_tick: u32) -> Option<(u32, Direction)> {
+        let (at, dir) = split(*self.index.get(key)?);
+        match &self.slab[at as usize] {
+            Slot::Used(s) if !s.expired(now_tick) => Some((at, dir)),
+            _ => None,
+        }
+    }
+
+    /// The session in slot `id`, if one is there.
+    pub fn get(&self, id: u32) -> Option<&Session6> {
+        match self.slab.get(id as usize)? {
+            Slot::Used(s) => Some(s),
+            Slot::Vacant { .. } => None,
+        }
+    }
+
+    pub fn get_mut(&mut self, id: u32) -> Option<&mut Session6> {
+        match self.slab.get_mut(id as usize)? {
+            Slot::Used(s) => Some(s),
+            Slot::Vacant { .. } => None,
+        }
+    }
+
+    /// Files `session` under its client key (and its reply key, for NAT), expiring
+    /// `timeout` ticks after `now_tick`. A key still held by an expired session is
+    /// taken over (that session is removed first, and handed to `on_expired`).
+    pub fn insert(
+        &mut self,
+        mut session: Session6,
+        now_tick: u32,
+        timeout: u32,
+        mut on_expired: impl FnMut(&Session6),
+    ) -> Result<u32, InsertError> {
+        let keys = [
+            (Some(session.in_key()), Direction::Inbound),
+            (session.reply_key(), Direction::Outbound),
+        ];
+        for (key, dir) in keys {
+            let Some(key) = key else { continue };
+            if let Some((at, _)) = self.index.get(&key).map(|v| split(*v)) {
+                match self.get(at) {
+                    Some(old) if old.expired(now_tick) => {
+                        let old = *old;
+                        self.remove(at);
+                        on_expired(&old);
+                    }
+                    _ => return Err(InsertError::KeyExists(dir)),
+                }
+            }
+        }
+        if self.free_head == NIL {
+            return Err(InsertError::TableFull);
+        }
+        let at = self.free_head;
+        let Slot::Vacant { next } = self.slab[at as usize] else {
+            return Err(InsertError::TableFull);
+        };
+        self.free_head = next;
+        session.created = now_tick;
+        session.deadline = now_tick.wrapping_add(timeout);
+        for (key, dir) in keys {
+            if let Some(key) = key {
+                self.index.insert(key, value(at, dir));
+            }
+        }
+        self.slab[at as usize] = Slot::Used(session);
+        self.len += 1;
+        Ok(at)
+    }
+
+    /// A packet of session `id` seen in `dir`: its TCP state moves on `flags` (UDP
+    /// keeps its one state), and its deadline is re-armed with the timeout of the
+    /// state it is in now.
+    pub fn on_packet(
+        &mut self,
+        id: u32,
+        dir: Direction,
+        flags: TcpFlags,
+        now_tick: u32,
+        timeouts: &TickTimeouts,
+    ) -> Option<Transition> {
+        let s = self.get_mut(id)?;
+        let transition = match s.proto {
+            Protocol::Tcp => {
+                let table = match dir {
+                    Direction::Outbound => {
+                        s.input_only = false;
+                        Direction::Outbound
+                    }
+                    Direction::Inbound if s.input_only => Direction::InputOnly,
+                    other => other,
+                };
+                let t = state::transition(s.state, table, flags);
+                s.state = t.to;
+                t
+            }
+            Protocol::Udp => Transition {
+                from: s.state,
+                to: s.state,
+            },
+        };
+        s.deadline = now_tick.wrapping_add(timeouts.session(s.proto, s.state));
+        Some(transition)
+    }
+
+    /// Removes session `id` and its keys. Returns it.
+    pub fn remove(&mut self, id: u32) -> Option<Session6> {
+        let session = *self.get(id)?;
+        for key in [Some(session.in_key()), session.reply_key()]
+            .into_iter()
+            .flatten()
+        {
+            if self.index.get(&key).is_some_and(|v| split(*v).0 == id) {
+                self.index.remove(&key);
+            }
+        }
+        self.slab[id as usize] = Slot::Vacant {
+            next: self.free_head,
+        };
+        self.free_head = id;
+        self.len -= 1;
+        Some(session)
+    }
+
+    /// Looks at the next `budget` slots (round robin over the slab) and removes the
+    /// sessions whose deadline has come, handing each to `on_expired` first.
+    pub fn sweep(&mut self, now_tick: u32, budget: usize, mut on_expired: impl FnMut(&Session6)) {
+        let n = self.slab.len();
+        if n == 0 || self.len == 0 {
+            return;
+        }
+        for _ in 0..budget.min(n) {
+            let at = self.cursor;
+            self.cursor = (self.cursor + 1) % n;
+            if let Slot::Used(s) = self.slab[at] {
+                if s.expired(now_tick) {
+                    self.remove(at as u32);
+                    on_expired(&s);
+                }
+            }
+        }
+    }
+
+    /// Every live session (expired ones not yet swept included), in slab order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Session6)> + '_ {
+        self.slab.iter().enumerate().filter_map(|(i, s)| match s {
+            Slot::Used(s) => Some((i as u32, s)),
+            Slot::Vacant { .. } => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::Timeouts;
+
+    fn key(client: &str, cport: u16) -> FlowKey6 {
+        FlowKey6 {
+            src: client.parse().unwrap(),
+            dst: "2001:db8::1".parse().unwrap(),
+            sport: cport,
+            dport: 80,
+            proto: Protocol::Tcp,
+        }
+    }
+
+    fn timeouts() -> TickTimeouts {
+        Timeouts::default().in_ticks(1000)
+    }
+
+    #[test]
+    fn nat_sessions_are_found_by_both_keys_and_removed_with_them() {
+        let mut t = SessionTable6::with_capacity(4);
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let k = key("2001:db8:2::9", 40000);
+        let s = Session6::new(&k, ForwardMode::Nat, 1, 7, rs, 8080);
+        let id = t.insert(s, 10, 5, |_| panic!()).unwrap();
+        assert_eq!(t.lookup(&k, 10), Some((id, Direction::Inbound)));
+        let reply = s.reply_key().unwrap();
+        assert_eq!((reply.src, reply.sport, reply.dport), (rs, 8080, 40000));
+        assert_eq!(t.lookup(&reply, 14), Some((id, Direction::Outbound)));
+        // The same key again is refused while the first session lives.
+        assert_eq!(
+            t.insert(s, 11, 5, |_| panic!()),
+            Err(InsertError::KeyExists(Direction::Inbound))
+        );
+        assert_eq!(t.remove(id).unwrap(), t_session(s, 10, 15));
+        assert!(t.lookup(&k, 10).is_none() && t.lookup(&reply, 10).is_none());
+        assert!(t.is_empty());
+    }
+
+    fn t_session(mut s: Session6, created: u32, deadline: u32) -> Session6 {
+        s.created = created;
+        s.deadline = deadline;
+        s
+    }
+
+    #[test]
+    fn expired_sessions_are_not_found_swept_and_give_way_to_a_new_one() {
+        let mut t = SessionTable6::with_capacity(2);
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let (a, b) = (key("2001:db8:2::9", 1), key("2001:db8:2::9", 2));
+        let sa = Session6::new(&a, ForwardMode::Dr, 1, 7, rs, 80);
+        let sb = Session6::new(&b, ForwardMode::Dr, 1, 7, rs, 80);
+        t.insert(sa, 0, 10, |_| panic!()).unwrap();
+        t.insert(sb, 0, 100, |_| panic!()).unwrap();
+        assert_eq!(
+            t.insert(
+                Session6::new(&key("::9", 3), ForwardMode::Dr, 1, 7, rs, 80),
+                0,
+                1,
+                |_| {}
+            ),
+            Err(InsertError::TableFull)
+        );
+        assert!(t.lookup(&a, 9).is_some());
+        assert!(t.lookup(&a, 10).is_none());
+        // The same key, expired: taken over, and the old one reported.
+        let mut gone = Vec::new();
+        t.insert(sa, 20, 10, |s| gone.push(s.client_port)).unwrap();
+        assert_eq!(gone, [1]);
+        let mut swept = Vec::new();
+        t.sweep(200, 8, |s| swept.push(s.client_port));
+        swept.sort();
+        assert_eq!(swept, [1, 2]);
+        assert!(t.is_empty());
+        // Ticks wrap: a deadline past u32::MAX still lies ahead.
+        t.insert(sa, u32::MAX - 1, 10, |_| panic!()).unwrap();
+        assert!(t.lookup(&a, 3).is_some() && t.lookup(&a, 8).is_none());
+    }
+
+    #[test]
+    fn dr_tcp_moves_by_the_input_only_table_until_the_server_is_heard() {
+        let mut t = SessionTable6::with_capacity(1);
+        let k = key("2001:db8:2::9", 1);
+        let s = Session6::new(
+            &k,
+            ForwardMode::Dr,
+            1,
+            7,
+            "2001:db8:1::2".parse().unwrap(),
+            80,
+        );
+        let id = t.insert(s, 0, 10, |_| panic!()).unwrap();
+        let tt = timeouts();
+        let syn = t
+            .on_packet(id, Direction::Inbound, TcpFlags::SYN, 0, &tt)
+            .unwrap();
+        assert_eq!(syn.to, TcpState::SynRecv);
+        let ack = t
+            .on_packet(id, Direction::Inbound, TcpFlags::ACK, 0, &tt)
+            .unwrap();
+        assert_eq!(ack.to, TcpState::Established);
+        assert_eq!(
+            t.get(id).unwrap().deadline(),
+            tt.session(Protocol::Tcp, TcpState::Established)
+        );
+    }
+}
