@@ -393,7 +393,7 @@ impl Translation {
         };
         let Ok(vip) = addr.parse::<Ipv4Addr>() else {
             let why = if addr.parse::<Ipv6Addr>().is_ok() {
-                "IPv6 virtual services are not translated (Sluice's config takes IPv4 services)"
+                "IPv6 virtual services are not translated by this import: write them by hand (docs/CONFIG.md)"
             } else {
                 "not an IPv4 address"
             };
