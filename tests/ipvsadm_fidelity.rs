@@ -256,6 +256,110 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
             "The option 'service-address' conflicts with the 'connection' option in the 'list' command\n",
             2,
         ),
+        // Usage errors: ipvsadm's `fail(err, msg, ...)` is `vfprintf(stderr, msg,
+        // args); fprintf(stderr, "\n"); exit(err);`.
+        // `fail(2, "Zero port specified for non-persistent service")`
+        (
+            &["-A", "-t", "198.18.1.5", "-s", "rr"],
+            String::new(),
+            "Zero port specified for non-persistent service\n",
+            2,
+        ),
+        // `fail(2, "You need to supply the '%s' option for the '%s' command",
+        // optnames[j], cmdnames[i])`
+        (
+            &["-A", "-s", "rr"],
+            String::new(),
+            "You need to supply the 'service-address' option for the 'add-service' command\n",
+            2,
+        ),
+        (
+            &["-a", "-t", "198.18.1.1:80"],
+            String::new(),
+            "You need to supply the 'real-server' option for the 'add-server' command\n",
+            2,
+        ),
+        // `fail(2, "Illegal '%s' option with the '%s' command", ...)`
+        (
+            &["-D", "-t", "198.18.1.1:80", "-s", "rr"],
+            String::new(),
+            "Illegal 'scheduler' option with the 'delete-service' command\n",
+            2,
+        ),
+        (
+            &["-S", "-t", "198.18.1.1:80"],
+            String::new(),
+            "Illegal 'service-address' option with the 'save' command\n",
+            2,
+        ),
+        // `fail(2, "illegal virtual server address[:port] specified")`
+        (
+            &["-A", "-t", "198.18.1.5:notaport"],
+            String::new(),
+            "illegal virtual server address[:port] specified\n",
+            2,
+        ),
+        // `fail(2, "illegal real server address[:port] specified")`
+        (
+            &["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.22:notaport"],
+            String::new(),
+            "illegal real server address[:port] specified\n",
+            2,
+        ),
+        // `fail(2, "illegal weight specified")`
+        (
+            &["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.22", "-w", "70000"],
+            String::new(),
+            "illegal weight specified\n",
+            2,
+        ),
+        // `fail(2, "invalid timeout value `%s' specified", buf)`
+        (
+            &["-A", "-t", "198.18.1.5:80", "-p", "abc"],
+            String::new(),
+            "invalid timeout value `abc' specified\n",
+            2,
+        ),
+        // `fail(2, "multiple '%s' options specified", optnames[optc])`
+        (&["-Ln", "-n"], String::new(), "multiple 'numeric' options specified\n", 2),
+        // `fail(2, "options conflicts in the list command")`
+        (
+            &["-L", "-c", "--stats"],
+            String::new(),
+            "options conflicts in the list command\n",
+            2,
+        ),
+        // `fail(2, "--set option requires 3 timeout values")`
+        (
+            &["--set", "1", "2"],
+            String::new(),
+            "--set option requires 3 timeout values\n",
+            2,
+        ),
+        // `fail(2, "unexpected argument %s", optarg)`
+        (&["-L", "-n", "extra"], String::new(), "unexpected argument extra\n", 2),
+        // A second command is not an option: `fail(2, "invalid option `%s'", ...)`.
+        (&["-L", "-A"], String::new(), "invalid option `-A'\n", 2),
+        // `fail(2, "One-Packet Scheduling is only for UDP virtual services")`
+        (
+            &["-A", "-t", "198.18.1.5:80", "-o"],
+            String::new(),
+            "One-Packet Scheduling is only for UDP virtual services\n",
+            2,
+        ),
+        // `fail(2, "incompatible scheduler flag `%s'", flag)`
+        (
+            &["-A", "-t", "198.18.1.5:80", "-s", "rr", "-b", "sh-port"],
+            String::new(),
+            "incompatible scheduler flag `sh-port'\n",
+            2,
+        ),
+        // `fail(2, "-6 used before -f\n")`: its own newline, then fail's.
+        (&["-A", "-6"], String::new(), "-6 used before -f\n\n", 2),
+        // popt's errors: `fprintf(stderr, "%s: %s\n", poptBadOption(context,
+        // POPT_BADOPTION_NOALIAS), poptStrerror(c))`, then `return -1`.
+        (&["-L", "--bogus"], String::new(), "--bogus: unknown option\n", 255),
+        (&["-A", "-t"], String::new(), "-t: missing argument\n", 255),
     ];
     for (args, stdout, stderr, status) in &cases {
         let out = ipvsadm(&link, &daemon, args);
@@ -271,6 +375,36 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
             args.join(" "),
             out.describe()
         );
+    }
+
+    // The first option is not a command: `tryhelp_exit(argv[0], -1)`, which prints
+    // `"Try `%s -h' or '%s --help' for more information.\n"`.
+    let out = ipvsadm(&link, &daemon, &["-n", "-L"]);
+    let program = link.display();
+    assert_eq!(
+        (out.stdout.as_str(), out.stderr.as_str(), out.status.code()),
+        (
+            "",
+            format!("Try `{program} -h' or '{program} --help' for more information.\n").as_str(),
+            Some(255)
+        ),
+        "{}",
+        out.describe()
+    );
+
+    // `-X`: the stats title, `printf("%-33s %8s %8s %8s %8s %8s\n  -> RemoteAddress:Port\n",
+    // "Prot LocalAddress:Port", "Conns", "InPkts", "OutPkts", "InBytes", "OutBytes")`.
+    for args in [
+        &["-L", "-n", "--stats", "-X"][..],
+        &["-Ln", "--stats", "--exact"],
+    ] {
+        let out = ipvsadm(&link, &daemon, args);
+        assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+        let title = format!(
+            "{VERSION_LINE}{:<33} {:>8} {:>8} {:>8} {:>8} {:>8}\n  -> RemoteAddress:Port\n",
+            "Prot LocalAddress:Port", "Conns", "InPkts", "OutPkts", "InBytes", "OutBytes"
+        );
+        assert!(out.stdout.starts_with(&title), "{}", out.describe());
     }
 
     // `version()`: `"ipvsadm " IPVSADM_VERSION " (compiled with "
@@ -317,6 +451,126 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
         "{}",
         out.describe()
     );
+
+    // ipvsadm's smaller behaviours. `-M` without `-p` is taken (the mask only counts
+    // with persistence, and `print_service_entry` prints it only then); `-E` without
+    // `-s` is wlc again (`strcpy(ce.svc.sched_name, DEF_SCHED)`, `"wlc"`); the
+    // scheduler flags in brackets after the scheduler (`printf(" ("); print_sched_flags(se);
+    // printf(")")`); `-S` writes `" -p %u"` before `" -b "`.
+    for args in [
+        &[
+            "-A",
+            "-t",
+            "198.18.1.5:80",
+            "-s",
+            "rr",
+            "-M",
+            "255.255.255.0",
+        ][..],
+        &["-E", "-t", "198.18.1.5:80"],
+        &[
+            "-A",
+            "-t",
+            "198.18.1.6:80",
+            "-s",
+            "sh",
+            "-b",
+            "sh-port",
+            "-p",
+            "60",
+        ],
+    ] {
+        let out = ipvsadm(&link, &daemon, args);
+        assert_eq!(
+            (out.stdout.as_str(), out.stderr.as_str(), out.status.code()),
+            ("", "", Some(0)),
+            "{}",
+            out.describe()
+        );
+    }
+    let out = ipvsadm(&link, &daemon, &["-Ln", "-t", "198.18.1.5:80"]);
+    assert_eq!(
+        out.stdout,
+        format!("{TITLE}{}", service("TCP", "198.18.1.5:80", "wlc")),
+        "{}",
+        out.describe()
+    );
+    let out = ipvsadm(&link, &daemon, &["-Ln", "-t", "198.18.1.6:80"]);
+    assert_eq!(
+        out.stdout,
+        format!("{TITLE}TCP  198.18.1.6:80 sh (sh-port) persistent 60\n"),
+        "{}",
+        out.describe()
+    );
+    let out = ipvsadm(&link, &daemon, &["-S", "-n"]);
+    assert!(
+        out.stdout
+            .contains("\n-A -t 198.18.1.6:80 -s sh -p 60 -b sh-port\n"),
+        "{}",
+        out.describe()
+    );
+
+    // `--persistent-conn`: `printf("%-33s %-9s %-11s %-10s %-10s\n  -> RemoteAddress:Port\n",
+    // "Prot LocalAddress:Port", "Weight", "PersistConn", "ActiveConn", "InActConn")`,
+    // each real server `"  -> %-28s %-9u %-11u %-10u %-10u\n"`. With persistence on
+    // the service the emulator's clients use, templates appear.
+    let out = ipvsadm(
+        &link,
+        &daemon,
+        &["-E", "-t", "198.18.1.1:80", "-s", "rr", "-p", "300"],
+    );
+    assert!(out.success(), "{}", out.describe());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = ipvsadm(
+            &link,
+            &daemon,
+            &["-Ln", "--persistent-conn", "-t", "198.18.1.1:80"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+        let mut lines = out.stdout.lines();
+        assert_eq!(
+            lines.next(),
+            Some(
+                format!(
+                    "{:<33} {:<9} {:<11} {:<10} {:<10}",
+                    "Prot LocalAddress:Port", "Weight", "PersistConn", "ActiveConn", "InActConn"
+                )
+                .as_str()
+            ),
+            "{}",
+            out.describe()
+        );
+        assert_eq!(lines.next(), Some("  -> RemoteAddress:Port"));
+        assert_eq!(lines.next(), Some("TCP  198.18.1.1:80 rr persistent 300"));
+        let mut templates = 0;
+        for line in lines {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(f.len(), 6, "{line}");
+            let n = |i: usize| f[i].parse::<u64>().unwrap();
+            assert_eq!(
+                line,
+                format!(
+                    "  -> {:<28} {:<9} {:<11} {:<10} {:<10}",
+                    f[1],
+                    n(2),
+                    n(3),
+                    n(4),
+                    n(5)
+                )
+            );
+            templates += n(3);
+        }
+        if templates > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no persistence template counted:\n{}",
+            out.describe()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
 
     // -Lnc reads the sessions in pages: with pages of 3 the cursor chains through
     // several pages to the end, each page at most 3 entries.

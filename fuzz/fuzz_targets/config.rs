@@ -1,6 +1,8 @@
 //! The config reader: TOML text to a validated `Config` (`Config::parse`), then the
 //! services the daemon builds from it (`Services::from_config`) and its EAL argv.
 //!
+//! The same text is also read as keepalived.conf by the keepalived import.
+//!
 //! Properties: no panic on any text; a config the reader accepts builds its services
 //! (the daemon must not refuse at start what the reader validated); parsing is
 //! deterministic.
@@ -15,6 +17,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    // The same text as keepalived.conf (`sluicectl import-keepalived`): an answer
+    // for any text, the same one twice.
+    let first = sluice::config::keepalived::import(text, "fuzz.conf");
+    assert_eq!(first, sluice::config::keepalived::import(text, "fuzz.conf"));
     let path = Path::new("fuzz.toml");
     let Ok(cfg) = Config::parse(text, path) else {
         return;

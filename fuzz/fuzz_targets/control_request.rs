@@ -1,11 +1,11 @@
-//! The control socket's request parser and the ipvsadm argument parser, fed arbitrary
-//! bytes. Properties: neither panics; a request either parser accepts survives the
+//! The control socket's request parser, the ipvsadm argument parser and ipvsadm 1.31's
+//! checks of those arguments, fed arbitrary bytes. Properties: none panics; a request either parser accepts survives the
 //! wire (`to_line` -> `parse_request`) unchanged, since the daemon must understand
 //! every request `sluicectl` can send.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::control::ipvsadm;
+use sluice::control::{ipvsadm, ipvsadm_usage};
 use sluice::control::protocol::{parse_request, Request, MAX_REQUEST_BYTES};
 
 fn round_trips(request: &Request) {
@@ -42,4 +42,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(command) = ipvsadm::parse(&args) {
         round_trips(&command.request);
     }
+    // 3. The same arguments judged as ipvsadm 1.31 judges them (called as ipvsadm).
+    let _ = ipvsadm_usage::check("ipvsadm", &args);
 });

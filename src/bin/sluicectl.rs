@@ -3,15 +3,15 @@
 //! Exit status: 0 on success, 1 when the request fails (no daemon, timeout, daemon
 //! error), 2 on bad usage. Errors are one line on stderr: `sluicectl: <what is wrong>`.
 use sluice::control::client;
-use sluice::control::ipvsadm;
 use sluice::control::protocol::{ConnectionsCursor, Request};
 use sluice::control::render::{
     connection_line, connections_title, render_admission, render_admission_all, render_connections,
-    render_events, render_health, render_laddrs, render_rates, render_save, render_services,
-    render_skew, render_status, render_sync, render_thresholds, render_timeouts, render_vrrp,
-    render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_events, render_health, render_laddrs, render_persistent_conns, render_rates,
+    render_save, render_services, render_skew, render_status, render_sync, render_thresholds,
+    render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::report::{ConnectionsReport, ServicesReport};
+use sluice::control::{ipvsadm, ipvsadm_usage};
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
 use std::io::{self, Write};
@@ -38,6 +38,11 @@ Commands:
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
                   connection/rate skew per real server (seed 000): max/avg ratios,
                   WARN above PCT (default 300), advisory on long-lived traffic
+  import-keepalived FILE
+                  print keepalived.conf FILE's virtual_server, real_server (with
+                  their checks) and first vrrp_instance as Sluice TOML ([[services]],
+                  [vrrp]); what cannot be translated is listed on stderr by line
+                  (no daemon needed)
 
 ipvsadm 1.31 syntax (no command at all lists the table; called as ipvsadm, through
 the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ipvsadm's):
@@ -47,8 +52,11 @@ the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ip
   -a|-e -t|-u VIP:port -r RIP[:port] [-g|-m|-i] [-w weight] [-x upper] [-y lower]
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
-  -L|-l [-n] [-t|-u VIP:port] [--stats] [--nosort]              list services (real servers sorted
-                                                                 by address and port unless --nosort)
+  -L|-l [-n] [-t|-u VIP:port] [--stats|--rate|--thresholds|--persistent-conn] [-X] [--nosort]
+                                                                 list services (real servers sorted
+                                                                 by address and port unless --nosort;
+                                                                 counters from 100M on in K/M/G/T
+                                                                 unless -X/--exact)
   -L|-l [-n] --timeout                                           session timeouts (tcp tcpfin udp)
   --set TCP TCPFIN UDP                                           set them (seconds, 0 keeps one)
   -Z [-t|-u VIP:port]                                            zero all counters, or one service's
@@ -247,11 +255,19 @@ impl Command {
                 *threshold_pct,
             )),
             Command::Ipvsadm(c) => match &c.output {
-                ipvsadm::Output::List { stats } => {
-                    listed(&c.listing, result, |r| render_services(r, *stats))
-                }
+                ipvsadm::Output::List { stats } => listed(&c.listing, result, |r| {
+                    render_services(r, *stats, c.listing.exact)
+                }),
                 ipvsadm::Output::Timeouts => Ok(render_timeouts(&parse(result)?)),
-                ipvsadm::Output::Rates => listed(&c.listing, result, render_rates),
+                ipvsadm::Output::Rates => {
+                    listed(&c.listing, result, |r| render_rates(r, c.listing.exact))
+                }
+                // `persistent_conns` renders it, with the templates it counts.
+                ipvsadm::Output::PersistentConns => {
+                    Err("--persistent-conn needs the connection listing too"
+                        .to_string()
+                        .into())
+                }
                 ipvsadm::Output::Thresholds => listed(&c.listing, result, render_thresholds),
                 ipvsadm::Output::Save => listed(&c.listing, result, render_save),
                 ipvsadm::Output::Connections => Ok(render_connections(&parse(result)?)),
@@ -331,21 +347,40 @@ enum Invocation {
     Help,
     Version,
     Run(Options),
+    /// `import-keepalived FILE`: no daemon involved.
+    ImportKeepalived(PathBuf),
 }
 
-/// A command line that cannot be understood (exit status 2).
+/// A command line that cannot be understood (exit status 2), or, called as ipvsadm,
+/// one ipvsadm 1.31 refuses, with its words and exit status.
 #[derive(Clone, Debug, PartialEq)]
-struct UsageError(String);
+struct UsageError(String, Option<ipvsadm_usage::Refusal>);
 
 impl UsageError {
     fn new(message: impl Into<String>) -> UsageError {
-        UsageError(message.into())
+        UsageError(message.into(), None)
+    }
+
+    fn ipvsadm(refusal: ipvsadm_usage::Refusal) -> UsageError {
+        UsageError(refusal.message.trim_end().to_string(), Some(refusal))
     }
 }
 
 /// Parses the arguments after the program name. Options may appear before or after the
 /// command; `--` ends option parsing. `env_socket` is `$SLUICE_SOCKET`.
+#[cfg(test)]
 fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation, UsageError> {
+    parse_args_as(None, args, env_socket)
+}
+
+/// [`parse_args`]; called as ipvsadm (`ipvsadm` is the program name it was called
+/// by), an ipvsadm command line is first judged as ipvsadm 1.31 judges it
+/// ([`ipvsadm_usage::check`]), so that its refusals keep ipvsadm's words and statuses.
+fn parse_args_as(
+    ipvsadm: Option<&str>,
+    args: &[String],
+    env_socket: Option<String>,
+) -> Result<Invocation, UsageError> {
     let mut socket: Option<PathBuf> = None;
     let mut timeout = DEFAULT_TIMEOUT;
     let mut json = false;
@@ -403,7 +438,12 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
             // `skew` takes options of its own.
             _ if positional.first().is_some_and(|c| c == "skew") => positional.push(arg.clone()),
             _ if name.starts_with('-') && name.len() > 1 => {
-                return Err(UsageError::new(format!("unknown option \"{arg}\"")))
+                return Err(match ipvsadm {
+                    Some(program) if positional.is_empty() => {
+                        UsageError::ipvsadm(ipvsadm_usage::tryhelp(program))
+                    }
+                    _ => UsageError::new(format!("unknown option \"{arg}\"")),
+                })
             }
             _ => positional.push(arg.clone()),
         }
@@ -420,8 +460,17 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
                 command: Command::Ipvsadm(list),
             }));
         };
+        if name == "import-keepalived" {
+            let [path] = command_args else {
+                return Err(UsageError::new("import-keepalived takes exactly one FILE"));
+            };
+            return Ok(Invocation::ImportKeepalived(PathBuf::from(path)));
+        }
         Command::parse(name, command_args)?
     } else {
+        if let Some(program) = ipvsadm {
+            ipvsadm_usage::check(program, &ipvsadm_args).map_err(UsageError::ipvsadm)?;
+        }
         Command::Ipvsadm(ipvsadm::parse(&ipvsadm_args).map_err(UsageError::new)?)
     };
     Ok(Invocation::Run(Options {
@@ -873,8 +922,57 @@ fn restore_lines(
 }
 
 /// Sends the request and produces the text to print.
+/// `-L --persistent-conn`: the services, and per real server the persistence
+/// templates that point at it, counted from the connection listing's templates (no
+/// worker, as IPVS lists them among the connections), page by page.
+fn persistent_conns(options: &Options, listing: &ipvsadm::Listing) -> Result<String, Failure> {
+    let mut connection = client::Connection::open(&options.socket, options.timeout)?;
+    let services = connection.call(&Request::ListServices)?;
+    if options.json {
+        let mut text =
+            serde_json::to_string_pretty(&services).map_err(|error| error.to_string())?;
+        text.push('\n');
+        return Ok(text);
+    }
+    let mut templates: std::collections::HashMap<(String, String, String), u64> =
+        std::collections::HashMap::new();
+    let mut page = Some(ConnectionsCursor::default());
+    while let Some(cursor) = page {
+        let result = connection.call(&Request::ListConnections {
+            max: Some(CONNECTIONS_PAGE),
+            page: Some(cursor),
+        })?;
+        let report: ConnectionsReport = parse(result)?;
+        for c in report
+            .connections
+            .into_iter()
+            .filter(|c| c.worker.is_none())
+        {
+            *templates
+                .entry((c.proto, c.virtual_service, c.destination))
+                .or_default() += 1;
+        }
+        page = report.next;
+    }
+    listed(listing, services, |report| {
+        render_persistent_conns(report, &|s, r| {
+            let key = (
+                s.proto.clone(),
+                format!("{}:{}", s.vip, s.port),
+                format!("{}:{}", r.ip, r.port),
+            );
+            templates.get(&key).copied().unwrap_or(0)
+        })
+    })
+}
+
 fn run(options: &Options, ipvsadm_mode: bool) -> Result<String, Failure> {
     let result = match &options.command {
+        Command::Ipvsadm(ipvsadm::Command {
+            output: ipvsadm::Output::PersistentConns,
+            listing,
+            ..
+        }) => return persistent_conns(options, listing),
         Command::Ipvsadm(ipvsadm::Command {
             output: ipvsadm::Output::Connections,
             ..
@@ -973,6 +1071,33 @@ fn print(text: &str) -> ExitCode {
     }
 }
 
+/// `import-keepalived FILE`: the TOML on stdout, each statement that could not be
+/// translated on stderr as `FILE:LINE: statement: why`. Exit 0 with a result (even
+/// with statements left out), 1 when the file cannot be read or is not keepalived's
+/// syntax.
+fn import_keepalived(path: &std::path::Path) -> ExitCode {
+    let shown = path.display().to_string();
+    let text = match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(error) => {
+            report_error(&format!("{shown}: {error}"), false);
+            return ExitCode::FAILURE;
+        }
+    };
+    match sluice::config::keepalived::import(&text, &shown) {
+        Ok(import) => {
+            for (line, what) in &import.untranslated {
+                eprintln!("{shown}:{line}: {what}");
+            }
+            print(&import.toml)
+        }
+        Err(error) => {
+            report_error(&format!("{shown}: {error}"), false);
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Called as `ipvsadm` (the link `scripts/setup.sh --ipvsadm-link` installs):
 /// ipvsadm's exit statuses and words.
 fn is_ipvsadm_name(program: &str) -> bool {
@@ -993,12 +1118,14 @@ fn ipvsadm_version() -> String {
 
 fn main() -> ExitCode {
     let mut argv = std::env::args();
-    let ipvsadm_mode = argv.next().is_some_and(|program| is_ipvsadm_name(&program));
+    let program = argv.next().filter(|program| is_ipvsadm_name(program));
+    let ipvsadm_mode = program.is_some();
     let args: Vec<String> = argv.collect();
-    match parse_args(&args, std::env::var(SOCKET_ENV).ok()) {
+    match parse_args_as(program.as_deref(), &args, std::env::var(SOCKET_ENV).ok()) {
         Ok(Invocation::Help) => print(&usage()),
         Ok(Invocation::Version) if ipvsadm_mode => print(&ipvsadm_version()),
         Ok(Invocation::Version) => print(&format!("sluicectl {}\n", env!("CARGO_PKG_VERSION"))),
+        Ok(Invocation::ImportKeepalived(path)) => import_keepalived(&path),
         Ok(Invocation::Run(options)) => match run(&options, ipvsadm_mode) {
             Ok(text) => print(&text),
             Err(failure) => {
@@ -1012,11 +1139,16 @@ fn main() -> ExitCode {
                 ExitCode::from(failure.status(ipvsadm_mode))
             }
         },
-        Err(UsageError(message)) if ipvsadm_mode => {
+        Err(UsageError(_, Some(refusal))) => {
+            // As ipvsadm prints it: its text, newlines included.
+            eprint!("{}", refusal.message);
+            ExitCode::from(refusal.status)
+        }
+        Err(UsageError(message, None)) if ipvsadm_mode => {
             report_error(&message, true);
             ExitCode::from(2)
         }
-        Err(UsageError(message)) => {
+        Err(UsageError(message, None)) => {
             report_error(&format!("{message} (see sluicectl --help)"), false);
             ExitCode::from(2)
         }

@@ -14,6 +14,7 @@
 
 mod cidr;
 mod fields;
+pub mod keepalived;
 mod reader;
 mod schema;
 mod source;

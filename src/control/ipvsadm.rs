@@ -26,6 +26,10 @@ pub enum Output {
     /// `-L --rate`: connections, packets and bytes per second
     /// ([`render_rates`](crate::control::render::render_rates)).
     Rates,
+    /// `-L --persistent-conn`: each real server's weight, persistence templates and
+    /// connections
+    /// ([`render_persistent_conns`](crate::control::render::render_persistent_conns)).
+    PersistentConns,
     /// `-L --thresholds`: each real server's upper and lower connection thresholds
     /// and its connections
     /// ([`render_thresholds`](crate::control::render::render_thresholds)).
@@ -75,11 +79,13 @@ pub struct Command {
 
 /// ipvsadm's listing choices: `-L -t|-u VIP:port` shows that one service, without
 /// the version line (ipvsadm's `list_service`); real servers are sorted by address
-/// and port (`ipvs_sort_dests`) unless `--nosort`.
+/// and port (`ipvs_sort_dests`) unless `--nosort`; counters of 100 million and more
+/// are abbreviated with K, M, G or T (`print_largenum`) unless `-X`/`--exact`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Listing {
     pub only: Option<ServiceKey>,
     pub nosort: bool,
+    pub exact: bool,
 }
 
 /// The ipvsadm command options (the first argument of an ipvsadm invocation).
@@ -183,6 +189,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut replace = false;
     let mut atomic = false;
     let mut nosort = false;
+    let mut exact = false;
+    let mut persistent_conn = false;
     // Access lists and rate limits (Sluice's own options).
     let mut acl_rules: Vec<(AclAction, Prefix)> = Vec::new();
     let mut acl_file: Option<String> = None;
@@ -343,7 +351,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     100_000_000,
                 )?)
             }
-            "-n" | "--numeric" | "--exact" => {}
+            "-n" | "--numeric" => {}
+            "-X" | "--exact" => exact = true,
+            "--persistent-conn" => persistent_conn = true,
             "--stats" => stats = true,
             "--nosort" => nosort = true,
             // Sorting is the default; ipvsadm keeps `--sort` as a no-op.
@@ -419,9 +429,19 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     if nosort && verb != Verb::List {
         return Err("option --nosort only applies to -L/--list".into());
     }
+    if exact && verb != Verb::List {
+        return Err("option -X/--exact only applies to -L/--list".into());
+    }
+    if persistent_conn && (verb != Verb::List || stats || rate || thresholds || connections) {
+        return Err(
+            "option --persistent-conn only applies to -L/--list, without --stats, --rate, --thresholds or -c"
+                .into(),
+        );
+    }
     let listing = Listing {
         only: if verb == Verb::List { service } else { None },
         nosort,
+        exact,
     };
     if !matches!(verb, Verb::AddLaddr | Verb::DelLaddr) {
         if let Some((option, _)) = &laddr {
@@ -446,7 +466,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             timeout_s,
             netmask: mask.unwrap_or(Ipv4Addr::BROADCAST),
         }),
-        (None, Some(_)) => return Err("-M/--netmask needs -p/--persistent".into()),
+        // As ipvsadm: the mask is taken and only counts with persistence.
+        (None, Some(_)) => None,
         (None, None) => None,
     };
     let spec = |service: ServiceKey| -> Result<RealServerSpec, String> {
@@ -468,6 +489,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Verb::List if show_timeouts => (Request::GetTimeouts, Output::Timeouts),
         Verb::List if rate => (Request::ListServices, Output::Rates),
         Verb::List if thresholds => (Request::ListServices, Output::Thresholds),
+        Verb::List if persistent_conn => (Request::ListServices, Output::PersistentConns),
         Verb::List if connections => (
             Request::ListConnections {
                 max: None,
@@ -505,6 +527,16 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         ),
         Verb::AddService | Verb::EditService => {
             let service = needs_service()?;
+            // `-E` sets the whole service as ipvsadm's does: without `-s` the
+            // scheduler is wlc again (ipvsadm's `DEF_SCHED`), without `-b` no flags.
+            let (scheduler, sched_flags) = if verb == Verb::EditService {
+                (
+                    Some(scheduler.unwrap_or(SchedulerKind::Wlc)),
+                    Some(sched_flags.unwrap_or_default()),
+                )
+            } else {
+                (scheduler, sched_flags)
+            };
             let request = if verb == Verb::AddService {
                 Request::AddService {
                     service,
@@ -672,7 +704,8 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "-x" | "--u-threshold" => "u-threshold",
         "-y" | "--l-threshold" => "l-threshold",
         "-n" | "--numeric" => "numeric",
-        "--exact" => "exact",
+        "-X" | "--exact" => "exact",
+        "--persistent-conn" => "persistent-conn",
         "-c" | "--connection" => "connection",
         "--timeout" => "timeout",
         "--stats" => "stats",
@@ -714,9 +747,8 @@ fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
 fn parse_service(proto: Protocol, text: &str) -> Result<ServiceKey, String> {
     let illegal = || format!("illegal virtual server address \"{text}\"");
     let (ip, port) = split_host_port(text).ok_or_else(illegal)?;
-    let port = port.ok_or_else(|| {
-        format!("illegal virtual server address \"{text}\" (expected VIP:port or [VIPv6]:port)")
-    })?;
+    // Without a port, port 0, as ipvsadm (its "all ports" service).
+    let port = port.unwrap_or("0");
     let vip = resolve_host(ip).ok_or_else(illegal)?;
     let port = resolve_port(proto, port)?;
     Ok(ServiceKey::new(proto, vip, port))
@@ -733,7 +765,7 @@ fn parse_server(proto: Protocol, text: &str) -> Result<(IpAddr, Option<u16>), St
 
 /// An IPv4 address, or a host name resolved to its first IPv4 address (ipvsadm's
 /// `host_to_addr`, so that a save written without `-n` restores).
-fn resolve_host(text: &str) -> Option<IpAddr> {
+pub(crate) fn resolve_host(text: &str) -> Option<IpAddr> {
     if let Ok(ip) = text.parse() {
         return Some(ip);
     }
@@ -756,7 +788,7 @@ fn resolve_host(text: &str) -> Option<IpAddr> {
 
 /// A port number, or a service name from `/etc/services` for the protocol (ipvsadm's
 /// `service_to_port`: `http`, `domain`).
-fn resolve_port(proto: Protocol, text: &str) -> Result<u16, String> {
+pub(crate) fn resolve_port(proto: Protocol, text: &str) -> Result<u16, String> {
     if let Ok(port) = parse_number("port", text, 0, u16::MAX as u32) {
         return Ok(port as u16);
     }
@@ -1006,12 +1038,12 @@ mod tests {
                 .request,
             Request::EditService {
                 service: key(Protocol::Udp, [198, 18, 1, 1], 53),
-                scheduler: None,
+                scheduler: Some(SchedulerKind::Wlc),
                 persistence: Some(Persistence {
                     timeout_s: 60,
                     netmask: [255, 255, 255, 0].into()
                 }),
-                sched_flags: None
+                sched_flags: Some(SchedFlags::default())
             }
         );
         assert_eq!(
@@ -1239,7 +1271,6 @@ mod tests {
     fn bad_input_is_named() {
         for (line, needle) in [
             ("-A", "needs a service"),
-            ("-A -t 198.18.1.1", "expected VIP:port"),
             ("-A -t 198.18.1.300:80", "illegal virtual server address"),
             (
                 "-A -t 198.18.1.1:80 -s nosuch",
@@ -1255,7 +1286,12 @@ mod tests {
                 "requires an argument",
             ),
             ("-A -D -t 198.18.1.1:80", "only one command"),
-            ("-A -t 198.18.1.1:80 -M 255.0.0.0", "needs -p"),
+            ("-A -t 198.18.1.1:80 -p -M 255.0.0.300", "illegal netmask"),
+            ("-S -X", "-X/--exact only applies to -L"),
+            (
+                "-L --persistent-conn --stats",
+                "--persistent-conn only applies",
+            ),
             ("-L --bogus", "unknown or unsupported option \"--bogus\""),
             ("-n", "no command given"),
             (
@@ -1439,7 +1475,8 @@ mod tests {
             listed.listing,
             Listing {
                 only: Some(svc),
-                nosort: false
+                nosort: false,
+                exact: false
             }
         );
         assert!(p("-Ln --nosort").unwrap().listing.nosort);
@@ -1524,6 +1561,61 @@ mod tests {
     }
 
     #[test]
+    fn smaller_ipvsadm_behaviours() {
+        let svc = key(Protocol::Tcp, [198, 18, 1, 1], 80);
+        // `-M` without `-p`: ipvsadm takes the mask, which only counts with persistence.
+        assert_eq!(
+            p("-A -t 198.18.1.1:80 -s rr -M 255.255.255.0")
+                .unwrap()
+                .request,
+            Request::AddService {
+                service: svc,
+                scheduler: Some(SchedulerKind::Rr),
+                persistence: None,
+                sched_flags: None
+            }
+        );
+        // `-E` without `-s`: ipvsadm's `process_options` sets `DEF_SCHED` ("wlc"),
+        // and without `-b` the flags are 0.
+        assert_eq!(
+            p("-E -t 198.18.1.1:80 -p 60").unwrap().request,
+            Request::EditService {
+                service: svc,
+                scheduler: Some(SchedulerKind::Wlc),
+                persistence: Some(Persistence::new(60)),
+                sched_flags: Some(SchedFlags::default())
+            }
+        );
+        // `-E --synproxy` alone still changes only the SYN proxy.
+        assert!(matches!(
+            p("-E -t 198.18.1.1:80 --synproxy on").unwrap().request,
+            Request::SetSynproxy { .. }
+        ));
+        // No port: port 0, ipvsadm's all-ports service (the daemon names why it
+        // refuses one); a port name from /etc/services.
+        assert!(matches!(
+            p("-A -t 198.18.1.1 -p").unwrap().request,
+            Request::AddService { service, .. } if service == key(Protocol::Tcp, [198, 18, 1, 1], 0)
+        ));
+        // ipvsadm's `parse_service` reads a bare IPv6 address whole: port 0.
+        let v6: std::net::IpAddr = "2001:db8::1:80".parse().unwrap();
+        assert!(matches!(
+            p("-A -t 2001:db8::1:80 -p").unwrap().request,
+            Request::AddService { service, .. } if service == ServiceKey::new(Protocol::Tcp, v6, 0)
+        ));
+        // -X and the listing options.
+        assert!(p("-Ln --stats -X").unwrap().listing.exact);
+        assert!(p("-Ln --rate --exact").unwrap().listing.exact);
+        assert!(!p("-Ln --stats").unwrap().listing.exact);
+        assert!(p("-LnX").unwrap().listing.exact);
+        assert_eq!(
+            p("-Ln --persistent-conn").unwrap().output,
+            Output::PersistentConns
+        );
+        assert!(p("-Ln --sort --nosort --thresholds").is_ok());
+    }
+
+    #[test]
     fn ipv6_addresses_in_brackets_with_a_port() {
         let vip: std::net::IpAddr = "2001:db8::1".parse().unwrap();
         let rip: std::net::IpAddr = "2001:db8:1::2".parse().unwrap();
@@ -1552,7 +1644,6 @@ mod tests {
         };
         assert_eq!(ip, "2001:db8:2::1".parse::<std::net::IpAddr>().unwrap());
         for (line, needle) in [
-            ("-A -t 2001:db8::1:80", "expected VIP:port or [VIPv6]:port"),
             ("-A -t [2001:db8::1:80", "illegal virtual server address"),
             ("-A -t [2001:db8::1]80", "illegal virtual server address"),
             ("-A -t [2001:db8::zz]:80", "illegal virtual server address"),

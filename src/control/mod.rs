@@ -7,11 +7,13 @@
 //! - [`report`]: the reports the daemon builds and sends ([`StatusReport`] and the
 //!   rest), one module per family.
 //! - [`render`]: those reports as the text `sluicectl` prints, one module per command.
-//! - [`ipvsadm`]: `sluicectl`'s ipvsadm-compatible command line.
+//! - [`ipvsadm`]: `sluicectl`'s ipvsadm-compatible command line; [`ipvsadm_usage`]:
+//!   ipvsadm 1.31's own checks of it, with its words and exit statuses.
 //!
 //! `docs/CLI.md` documents the protocol and the command-line tool.
 pub mod client;
 pub mod ipvsadm;
+pub mod ipvsadm_usage;
 pub mod protocol;
 pub mod render;
 pub mod report;

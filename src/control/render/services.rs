@@ -15,15 +15,33 @@ fn ipvsadm_forward(mode: &str) -> &str {
     }
 }
 
+/// A counter as ipvsadm 1.31's `print_largenum` prints it, its leading space
+/// included. Exact (`-X`/`--exact`): `printf("%*llu", len <= 8 ? 9 : len + 1, i)`.
+/// Otherwise below 100 million `"%9llu"`, then `"%8lluK"` (i / 1000) below 1 billion,
+/// `"%8lluM"` (i / 1000000) below 100 billion, `"%8lluG"` (i / 1000000000) below 100
+/// trillion, and `"%8lluT"` (i / 1000000000000).
+pub fn largenum(i: u64, exact: bool) -> String {
+    if exact {
+        return format!(" {i:>8}");
+    }
+    match i {
+        0..=99_999_999 => format!("{i:>9}"),
+        100_000_000..=999_999_999 => format!("{:>8}K", i / 1_000),
+        1_000_000_000..=99_999_999_999 => format!("{:>8}M", i / 1_000_000),
+        100_000_000_000..=99_999_999_999_999 => format!("{:>8}G", i / 1_000_000_000),
+        _ => format!("{:>8}T", i / 1_000_000_000_000),
+    }
+}
+
 /// Renders the report in `ipvsadm -Ln` layout (or `ipvsadm -Ln --stats` with `stats`),
-/// so scripts that parse ipvsadm's columns keep working. Counters are always exact, as
-/// `ipvsadm --exact` prints them: a 33-column name, then each number right-aligned in
-/// 8 after a space (wider when it has more digits), never abbreviated to K/M/G.
+/// so scripts that parse ipvsadm's columns keep working: a 33-column name, then each
+/// counter as [`largenum`] prints it (abbreviated from 100 million on with K/M/G/T
+/// unless `exact`, as ipvsadm without `-X`).
 ///
 /// Overload by connection thresholds is not shown here, as ipvsadm does not: a word
 /// after InActConn would break the pipelines that read it as the last field. `-Ln
 /// --thresholds` ([`render_thresholds`]) shows it.
-pub fn render_services(report: &ServicesReport, stats: bool) -> String {
+pub fn render_services(report: &ServicesReport, stats: bool, exact: bool) -> String {
     let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
     if stats {
         out += "Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes\n";
@@ -37,26 +55,34 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
         let local = crate::control::render::endpoint(&s.vip, s.port);
         if stats {
             let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
-            let _ = writeln!(
-                out,
-                "{proto:<4} {local:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            let _ = write!(out, "{proto:<4} {local:<28}");
+            for n in [
                 sum(|r| r.connections),
                 sum(|r| r.in_packets),
                 sum(|r| r.out_packets),
                 sum(|r| r.in_bytes),
-                sum(|r| r.out_bytes)
-            );
+                sum(|r| r.out_bytes),
+            ] {
+                out += &largenum(n, exact);
+            }
+            out += "\n";
         } else {
             out += &service_line(s);
         }
         for r in &s.real_servers {
             let remote = crate::control::render::endpoint(&r.ip, r.port);
             if stats {
-                let _ = writeln!(
-                    out,
-                    "  -> {remote:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                    r.connections, r.in_packets, r.out_packets, r.in_bytes, r.out_bytes
-                );
+                let _ = write!(out, "  -> {remote:<28}");
+                for n in [
+                    r.connections,
+                    r.in_packets,
+                    r.out_packets,
+                    r.in_bytes,
+                    r.out_bytes,
+                ] {
+                    out += &largenum(n, exact);
+                }
+                out += "\n";
             } else {
                 let _ = writeln!(
                     out,
@@ -72,8 +98,9 @@ pub fn render_services(report: &ServicesReport, stats: bool) -> String {
     out
 }
 
-/// A service's line of `-Ln` and `-L --thresholds`: protocol, address, scheduler and,
-/// as ipvsadm, "persistent 300" and, for a netmask other than /32, "mask M".
+/// A service's line of `-Ln` and `-L --thresholds`: protocol, address, scheduler, the
+/// scheduler flags in brackets and, as ipvsadm, "persistent 300" and, for a netmask
+/// other than /32, "mask M".
 fn service_line(s: &ServiceStatus) -> String {
     let persistent = s
         .persistence_s
@@ -82,8 +109,15 @@ fn service_line(s: &ServiceStatus) -> String {
             _ => format!(" persistent {p}"),
         })
         .unwrap_or_default();
+    // ipvsadm prints the scheduler flags in brackets after the scheduler:
+    // `printf(" ("); print_sched_flags(se); printf(")")`.
+    let flags = if s.sched_flags.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", s.sched_flags)
+    };
     format!(
-        "{:<4} {} {}{persistent}\n",
+        "{:<4} {} {}{flags}{persistent}\n",
         s.proto.to_uppercase(),
         crate::control::render::endpoint(&s.vip, s.port),
         s.scheduler
@@ -114,32 +148,72 @@ pub fn render_thresholds(report: &ServicesReport) -> String {
     out
 }
 
+/// `-L --persistent-conn`, in ipvsadm's layout (`print_title` and
+/// `print_service_entry` with `FMT_PERSISTENTCONN`): per real server its weight, the
+/// persistence templates that send clients to it (`persistent(service, server)`, from
+/// the connection listing's templates) and its active and inactive connections.
+pub fn render_persistent_conns(
+    report: &ServicesReport,
+    persistent: &dyn Fn(&ServiceStatus, &RealServerStatus) -> u64,
+) -> String {
+    let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
+    // `printf("%-33s %-9s %-11s %-10s %-10s\n  -> RemoteAddress:Port\n", ...)`.
+    let _ = writeln!(
+        out,
+        "{:<33} {:<9} {:<11} {:<10} {:<10}",
+        "Prot LocalAddress:Port", "Weight", "PersistConn", "ActiveConn", "InActConn"
+    );
+    out += "  -> RemoteAddress:Port\n";
+    for s in &report.services {
+        out += &service_line(s);
+        for r in &s.real_servers {
+            let remote = format!("{}:{}", r.ip, r.port);
+            // `printf("  -> %-28s %-9u %-11u %-10u %-10u\n", ...)`.
+            let _ = writeln!(
+                out,
+                "  -> {remote:<28} {:<9} {:<11} {:<10} {:<10}",
+                r.weight,
+                persistent(s, r),
+                r.active,
+                r.inactive
+            );
+        }
+    }
+    out
+}
+
 /// `-L --rate`, in ipvsadm's layout: per service and real server, connections, packets
-/// and bytes per second each way.
-pub fn render_rates(report: &ServicesReport) -> String {
+/// and bytes per second each way. As ipvsadm: the service's five rates and a real
+/// server's byte rates as [`largenum`] prints them, a real server's connection and
+/// packet rates always exact (`"  -> %-28s %8llu %8llu %8llu"`).
+pub fn render_rates(report: &ServicesReport, exact: bool) -> String {
     let mut out = String::from("IP Virtual Server version 1.2.1 (size=4096)\n");
     out += "Prot LocalAddress:Port                 CPS    InPPS   OutPPS    InBPS   OutBPS\n";
     out += "  -> RemoteAddress:Port\n";
     for s in &report.services {
         let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
         let local = crate::control::render::endpoint(&s.vip, s.port);
-        let _ = writeln!(
-            out,
-            "{:<4} {local:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            s.proto.to_uppercase(),
+        let _ = write!(out, "{:<4} {local:<28}", s.proto.to_uppercase());
+        for n in [
             sum(|r| r.cps),
             sum(|r| r.in_pps),
             sum(|r| r.out_pps),
             sum(|r| r.in_bps),
-            sum(|r| r.out_bps)
-        );
+            sum(|r| r.out_bps),
+        ] {
+            out += &largenum(n, exact);
+        }
+        out += "\n";
         for r in &s.real_servers {
             let remote = crate::control::render::endpoint(&r.ip, r.port);
-            let _ = writeln!(
+            let _ = write!(
                 out,
-                "  -> {remote:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                r.cps, r.in_pps, r.out_pps, r.in_bps, r.out_bps
+                "  -> {remote:<28} {:>8} {:>8} {:>8}",
+                r.cps, r.in_pps, r.out_pps
             );
+            out += &largenum(r.in_bps, exact);
+            out += &largenum(r.out_bps, exact);
+            out += "\n";
         }
     }
     out
@@ -270,10 +344,9 @@ pub fn render_save(report: &ServicesReport) -> String {
             "{flag} {}",
             crate::control::render::endpoint(&s.vip, s.port)
         );
+        // In ipvsadm's order: `"-A %s -s %s"`, `" -p %u"`, `" -M %s"`, then `" -b "`
+        // and the flags.
         let mut line = format!("-A {service} -s {}", s.scheduler);
-        if !s.sched_flags.is_empty() {
-            let _ = write!(line, " -b {}", s.sched_flags);
-        }
         if let Some(p) = s.persistence_s {
             let _ = write!(line, " -p {p}");
             if let Some(mask) = s
@@ -283,6 +356,9 @@ pub fn render_save(report: &ServicesReport) -> String {
             {
                 let _ = write!(line, " -M {mask}");
             }
+        }
+        if !s.sched_flags.is_empty() {
+            let _ = write!(line, " -b {}", s.sched_flags);
         }
         let _ = writeln!(out, "{line}");
         for r in &s.real_servers {
@@ -640,7 +716,7 @@ mod tests {
         let mut r = report();
         r.services[0].real_servers[0].cps = 12;
         r.services[0].real_servers[0].in_pps = 340;
-        let text = render_rates(&r);
+        let text = render_rates(&r, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[1].split_whitespace().collect::<Vec<_>>(),
@@ -735,19 +811,19 @@ mod tests {
         r.services[0].persistence_s = Some(300);
         r.services[0].persistence_netmask = Some("255.255.255.255".into());
         assert_eq!(
-            render_services(&r, false).lines().nth(3),
+            render_services(&r, false, false).lines().nth(3),
             Some("TCP  198.18.1.1:80 rr persistent 300")
         );
         r.services[0].persistence_netmask = Some("255.255.0.0".into());
         assert_eq!(
-            render_services(&r, false).lines().nth(3),
+            render_services(&r, false, false).lines().nth(3),
             Some("TCP  198.18.1.1:80 rr persistent 300 mask 255.255.0.0")
         );
     }
 
     #[test]
     fn list_matches_ipvsadm_columns() {
-        let text = render_services(&report(), false);
+        let text = render_services(&report(), false, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[1], "Prot LocalAddress:Port Scheduler Flags");
         assert_eq!(lines[3], "TCP  198.18.1.1:80 rr");
@@ -766,8 +842,8 @@ mod tests {
         bare.services[0].toa = false;
         for stats in [false, true] {
             assert_eq!(
-                render_services(&report(), stats),
-                render_services(&bare, stats)
+                render_services(&report(), stats, false),
+                render_services(&bare, stats, false)
             );
         }
     }
@@ -921,7 +997,7 @@ mod tests {
 
     #[test]
     fn stats_sum_real_servers_into_the_service_line() {
-        let text = render_services(&report(), true);
+        let text = render_services(&report(), true, true);
         let service = text.lines().find(|l| l.starts_with("TCP")).unwrap();
         let fields: Vec<&str> = service.split_whitespace().collect();
         assert_eq!(fields, ["TCP", "198.18.1.1:80", "3", "15", "0", "900", "0"]);
@@ -989,7 +1065,7 @@ mod ipvsadm_golden {
     #[test]
     fn list_numeric() {
         assert_eq!(
-            render_services(&report(), false),
+            render_services(&report(), false, false),
             "IP Virtual Server version 1.2.1 (size=4096)\n\
              Prot LocalAddress:Port Scheduler Flags\n  \
              -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n\
@@ -1006,7 +1082,7 @@ mod ipvsadm_golden {
         // The service line sums its real servers; a 9-digit count widens its column
         // by one, as `ipvsadm --exact` does.
         assert_eq!(
-            render_services(&report(), true),
+            render_services(&report(), true, true),
             "IP Virtual Server version 1.2.1 (size=4096)\n\
              Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes\n  \
              -> RemoteAddress:Port\n\
@@ -1021,7 +1097,7 @@ mod ipvsadm_golden {
     #[test]
     fn list_rate() {
         assert_eq!(
-            render_rates(&report()),
+            render_rates(&report(), true),
             "IP Virtual Server version 1.2.1 (size=4096)\n\
              Prot LocalAddress:Port                 CPS    InPPS   OutPPS    InBPS   OutBPS\n  \
              -> RemoteAddress:Port\n\
@@ -1030,6 +1106,110 @@ mod ipvsadm_golden {
              -> 198.18.0.12:8080                    0        0        0        0        0\n\
              UDP  198.18.1.2:53                       0        0        0        0        0\n  \
              -> 198.18.0.21:53                      0        0        0        0        0\n"
+        );
+    }
+
+    #[test]
+    fn large_counters_abbreviate_as_print_largenum_unless_exact() {
+        // `printf("%9llu", i)` below 100 million; `printf("%8lluK", i / 1000)` below 1
+        // billion; `"%8lluM"` (/ 1000000) below 100 billion; `"%8lluG"`
+        // (/ 1000000000) below 100 trillion; `"%8lluT"` (/ 1000000000000) above.
+        let cases: &[(u64, &str)] = &[
+            (0, "        0"),
+            (99_999_999, " 99999999"),
+            (100_000_000, "  100000K"),
+            (999_999_999, "  999999K"),
+            (1_000_000_000, "    1000M"),
+            (99_999_999_999, "   99999M"),
+            (100_000_000_000, "     100G"),
+            (99_999_999_999_999, "   99999G"),
+            (100_000_000_000_000, "     100T"),
+            (u64::MAX, "18446744T"),
+        ];
+        for &(n, text) in cases {
+            assert_eq!(largenum(n, false), text, "{n}");
+        }
+        // `-X`: `printf("%*llu", len <= 8 ? 9 : len + 1, i)`.
+        assert_eq!(largenum(12, true), "       12");
+        assert_eq!(largenum(12_345_678, true), " 12345678");
+        assert_eq!(largenum(123_456_789, true), " 123456789");
+        assert_eq!(largenum(u64::MAX, true), " 18446744073709551615");
+    }
+
+    #[test]
+    fn list_stats_abbreviates_without_exact() {
+        let text = render_services(&report(), true, false);
+        let lines: Vec<&str> = text.lines().collect();
+        // 300000 stays; 123456789 bytes become `"%8lluK"` of 123456.
+        assert_eq!(
+            lines[3],
+            "TCP  198.18.1.1:80                     130     4500     4200   300000  123456K"
+        );
+        assert_eq!(
+            lines[4],
+            "  -> 198.18.0.11:8080                  127     4400     4100   290000  123456K"
+        );
+    }
+
+    #[test]
+    fn rates_abbreviate_only_where_ipvsadm_does() {
+        let mut r = report();
+        r.services[0].real_servers[0].in_pps = 123_456_789;
+        r.services[0].real_servers[0].in_bps = 5_000_000_000;
+        let text = render_rates(&r, false);
+        let lines: Vec<&str> = text.lines().collect();
+        // The service line: every rate through print_largenum.
+        assert_eq!(
+            lines[3],
+            "TCP  198.18.1.1:80                      12  123456K      320    5000M  2048000"
+        );
+        // A real server: `"  -> %-28s %8llu %8llu %8llu"`, then the byte rates
+        // through print_largenum.
+        assert_eq!(
+            lines[4],
+            "  -> 198.18.0.11:8080                   12 123456789      320    5000M  2048000"
+        );
+    }
+
+    #[test]
+    fn list_shows_scheduler_flags_and_save_writes_them_after_persistence() {
+        let mut r = report();
+        r.services[1].sched_flags = "sh-fallback,sh-port".into();
+        // `printf("%s %s", svc_name, se->sched_name)`, `printf(" (")`, the flags,
+        // `printf(")")`, then `printf(" persistent %u", ...)` and `" mask %s"`.
+        let text = render_services(&r, false, false);
+        assert_eq!(
+            text.lines().nth(6),
+            Some("UDP  198.18.1.2:53 sh (sh-fallback,sh-port) persistent 300 mask 255.255.255.0")
+        );
+        // `"-A %s -s %s"`, `" -p %u"`, `" -M %s"`, then `" -b "` and the flags.
+        assert_eq!(
+            render_save(&r).lines().nth(3),
+            Some("-A -u 198.18.1.2:53 -s sh -p 300 -M 255.255.255.0 -b sh-fallback,sh-port")
+        );
+    }
+
+    #[test]
+    fn persistent_conns_render_as_ipvsadm() {
+        let text = render_persistent_conns(&report(), &|s, r| {
+            if s.port == 53 && r.ip == "198.18.0.21" {
+                4
+            } else {
+                0
+            }
+        });
+        // ipvsadm pads the title's last column too (`%-10s`) and every column of a
+        // real server's line (`%-10u`).
+        assert_eq!(
+            text,
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port            Weight    PersistConn ActiveConn InActConn \n  \
+             -> RemoteAddress:Port\n\
+             TCP  198.18.1.1:80 wrr\n  \
+             -> 198.18.0.11:8080             3         0           120        7         \n  \
+             -> 198.18.0.12:8080             0         0           0          0         \n\
+             UDP  198.18.1.2:53 sh persistent 300 mask 255.255.255.0\n  \
+             -> 198.18.0.21:53               1         4           5          12        \n"
         );
     }
 
