@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::control::{ipvsadm, ipvsadm_usage};
 use sluice::control::protocol::{parse_request, Request, MAX_REQUEST_BYTES};
+use sluice::control::{ipvsadm, ipvsadm_usage};
 
 fn round_trips(request: &Request) {
     let line = request.to_line();

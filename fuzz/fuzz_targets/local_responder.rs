@@ -58,22 +58,32 @@ fuzz_target!(|data: &[u8]| {
         if tag & 0x10 != 0 && frame.len() >= 6 {
             frame[..6].copy_from_slice(&LB_MAC);
         }
-        if let Ok(parsed @ sluice::flow::parse::Parsed {
-            kind: PacketKind::Ipv6(_),
-            ..
-        }) = classify(&frame)
+        if let Ok(
+            parsed @ sluice::flow::parse::Parsed {
+                kind: PacketKind::Ipv6(_),
+                ..
+            },
+        ) = classify(&frame)
         {
             // With room after the frame, as an mbuf has, for a longer reply.
             let mut buf = frame.clone();
             buf.resize(frame.len() + 256, 0);
             let drops = counters.drops_snapshot();
-            let got = responder.process_ipv6(&mut buf, &parsed, &mut neighbours6, n as u64, &counters);
-            assert_eq!(drops, counters.drops_snapshot(), "the responder counted a drop");
+            let got =
+                responder.process_ipv6(&mut buf, &parsed, &mut neighbours6, n as u64, &counters);
+            assert_eq!(
+                drops,
+                counters.drops_snapshot(),
+                "the responder counted a drop"
+            );
             if let Ok(len) = got {
                 assert!(len <= buf.len());
                 assert_eq!(buf[6..12], LB_MAC, "IPv6 reply not from our MAC");
             }
-            assert!(neighbours6.lookup(LB_IP6).is_none(), "learned our own IPv6 address");
+            assert!(
+                neighbours6.lookup(LB_IP6).is_none(),
+                "learned our own IPv6 address"
+            );
         }
         let input = frame.clone();
         let drops = counters.drops_snapshot();

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from scapy.all import IP, TCP, UDP, Ether, Raw, rdpcap
+from scapy.all import IP, TCP, UDP, Ether, IPv6, Raw, rdpcap
 from scapy.layers.vrrp import VRRPv3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,6 +95,18 @@ def main():
     udp = [Ether(dst=L, src=C) / IP(src="198.18.0.101", dst="198.18.0.240") / UDP(sport=1024 + n, dport=3333) /
            Raw(b"q" * 20) for n in range(3)]
     write("forwarder", "fullnat-toa", b"".join(record(1, bytes(f)) for f in flow + udp))
+    # IPv6: a NAT connection (SYN, ACK, data) with the real server's SYN-ACK, and DR
+    # datagrams, to the bed's IPv6 VIP.
+    V6, RS6 = "2001:db8:18::100", "2001:db8:18::21"
+    v6 = [Ether(dst=L, src=C) / IPv6(src="2001:db8:18::9", dst=V6) /
+          TCP(sport=33000, dport=80, flags=fl, seq=1000 if fl == "S" else 1001, ack=0 if fl == "S" else 5001) /
+          Raw(b"GET / HTTP/1.0\r\n\r\n" if fl == "PA" else b"")
+          for fl in ("S", "A", "PA")]
+    v6.insert(1, Ether(dst=L, src="02:00:00:00:02:00") / IPv6(src=RS6, dst="2001:db8:18::9") /
+              TCP(sport=8080, dport=33000, flags="SA", seq=5000, ack=1001))
+    v6 += [Ether(dst=L, src=C) / IPv6(src="2001:db8:18::9", dst=V6) / UDP(sport=1024 + n, dport=53) /
+           Raw(b"q" * 20) for n in range(3)]
+    write("forwarder", "ipv6-services", b"".join(record(1, bytes(f)) for f in v6))
     # local_responder: ARP and ICMP fixtures, one run.
     write("local_responder", "golden-arp-icmp", b"".join(record(1, f) for f in frames["arp_icmp"]))
     # toa: every golden TCP frame, raw, with room for the option.

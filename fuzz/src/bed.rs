@@ -46,7 +46,7 @@ socket = "/run/sluice/fuzz.sock"
 name = "lan0"
 loopback = true
 mac = "02:53:4c:00:00:01"
-addresses = ["198.18.0.1/24"]
+addresses = ["198.18.0.1/24", "2001:db8:18::1/64"]
 
 [loopback]
 peers = 4
@@ -146,6 +146,30 @@ scheduler = "rr"
   ip = "198.18.0.12"
   port = 8080
   mode = "nat"
+
+[[services]]
+proto = "tcp"
+vip = "2001:db8:18::100"
+port = 80
+scheduler = "sh"
+  [[services.real_servers]]
+  ip = "2001:db8:18::21"
+  port = 8080
+  mode = "nat"
+  [[services.real_servers]]
+  ip = "2001:db8:18::22"
+  port = 8080
+  mode = "nat"
+
+[[services]]
+proto = "udp"
+vip = "2001:db8:18::100"
+port = 53
+scheduler = "mh"
+  [[services.real_servers]]
+  ip = "2001:db8:18::21"
+  port = 53
+  mode = "dr"
 
 [[services]]
 proto = "tcp"

@@ -30,7 +30,15 @@ pub struct Ipv4 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
     Ipv4(Ipv4),
-    Arp { op: u16 },
+    /// TCP or UDP right after the IPv6 header: its protocol and whether its checksum
+    /// verifies (other IPv6 packets are `Other`).
+    Ipv6 {
+        protocol: u8,
+        l4_ok: bool,
+    },
+    Arp {
+        op: u16,
+    },
     Other,
 }
 
@@ -52,6 +60,7 @@ pub fn inspect(frame: &[u8]) -> Result<Frame, String> {
     let (l3, ethertype) = l2(frame).ok_or("Ethernet header cut")?;
     match ethertype {
         0x0800 => ipv4(&frame[l3..], l3).map(Frame::Ipv4),
+        0x86dd => Ok(ipv6(&frame[l3..]).unwrap_or(Frame::Other)),
         0x0806 => {
             let arp = frame.get(l3..l3 + 28).ok_or("ARP cut")?;
             Ok(Frame::Arp {
@@ -60,6 +69,34 @@ pub fn inspect(frame: &[u8]) -> Result<Frame, String> {
         }
         _ => Ok(Frame::Other),
     }
+}
+
+/// A TCP or UDP packet in IPv6 without extension headers, and whether its checksum
+/// (over the IPv6 pseudo-header, RFC 8200 section 8.1) verifies; `None` otherwise.
+pub fn ipv6(p: &[u8]) -> Option<Frame> {
+    let payload_len = usize::from(u16::from_be_bytes([*p.get(4)?, *p.get(5)?]));
+    let protocol = *p.get(6)?;
+    let l4 = p.get(40..40 + payload_len)?;
+    if (protocol != 6 && protocol != 17) || p[0] >> 4 != 6 {
+        return None;
+    }
+    let mut sum: u32 = 0;
+    let mut add = |bytes: &[u8]| {
+        for pair in bytes.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+        }
+    };
+    add(&p[8..40]);
+    add(&(payload_len as u32).to_be_bytes());
+    add(&[0, 0, 0, protocol]);
+    add(l4);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    Some(Frame::Ipv6 {
+        protocol,
+        l4_ok: sum == 0xffff,
+    })
 }
 
 /// Reads the IPv4 packet at the start of `p` (at offset `l3` of its frame).
@@ -138,6 +175,24 @@ fn ports(l4: &[u8]) -> (u16, u16) {
 pub fn rewritten(input: &[u8], output: &[u8]) -> Result<Frame, String> {
     let before = inspect(input)?;
     let after = inspect(output)?;
+    if let (
+        Frame::Ipv6 {
+            protocol: pb,
+            l4_ok: true,
+        },
+        Frame::Ipv6 {
+            protocol: pa,
+            l4_ok,
+        },
+    ) = (&before, &after)
+    {
+        if pb == pa && !l4_ok {
+            return Err(format!(
+                "IPv6 L4 checksum broken by the rewrite: {before:?} -> {after:?}"
+            ));
+        }
+        return Ok(after);
+    }
     let (Frame::Ipv4(b), Frame::Ipv4(a)) = (&before, &after) else {
         if let Frame::Arp { op } = after {
             if op != 1 && op != 2 {

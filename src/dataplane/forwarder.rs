@@ -375,6 +375,7 @@ impl Forwarder {
     pub fn session_bytes_for(capacity: usize, wheel_slots: usize) -> usize {
         SessionTable::bytes_for(capacity, wheel_slots)
             .saturating_add(synproxy::ProxyState::bytes_for(capacity))
+            .saturating_add(SessionTable6::bytes_for(ipv6_capacity(capacity)))
     }
 
     /// A worker's forwarder; panics when the session table's memory cannot be had
