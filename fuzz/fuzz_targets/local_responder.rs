@@ -69,8 +69,17 @@ fuzz_target!(|data: &[u8]| {
             let mut buf = frame.clone();
             buf.resize(frame.len() + 256, 0);
             let drops = counters.drops_snapshot();
-            let got =
-                responder.process_ipv6(&mut buf, &parsed, &mut neighbours6, n as u64, &counters);
+            // One IPv6 VIP, answered as the responder's own addresses are.
+            let vips6: [std::net::Ipv6Addr; 1] =
+                [std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x100)];
+            let got = responder.process_ipv6(
+                &mut buf,
+                &parsed,
+                &mut neighbours6,
+                n as u64,
+                &counters,
+                &vips6,
+            );
             assert_eq!(
                 drops,
                 counters.drops_snapshot(),
