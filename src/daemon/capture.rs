@@ -19,6 +19,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// A capture without a duration ends when nobody asked for its status this long:
+/// its `sluicectl` (which asks every 100 ms) is gone, and the file would grow
+/// unwatched.
+const ORPHAN_AFTER: Duration = Duration::from_secs(5);
+
 /// pcapng's EPB flags: inbound and outbound (the two low bits).
 const FLAG_INBOUND: u32 = 0b01;
 const FLAG_OUTBOUND: u32 = 0b10;
@@ -39,6 +44,8 @@ struct Running {
     writer: PcapNgWriter<BufWriter<File>>,
     count: Option<u64>,
     deadline: Option<Instant>,
+    /// The last start or status request.
+    watched: Instant,
     written: u64,
     /// The workers' dropped copies when the capture started.
     dropped_base: u64,
@@ -132,6 +139,7 @@ impl Capturing {
             writer,
             count: spec.count,
             deadline: spec.duration.map(|d| Instant::now() + d),
+            watched: Instant::now(),
             written: 0,
             dropped_base: self.dropped_total(),
             wall,
@@ -177,12 +185,15 @@ impl Capturing {
         }
         let counted = run.count.is_some_and(|c| run.written >= c);
         let timed = run.deadline.is_some_and(|d| Instant::now() >= d);
+        let orphaned = run.deadline.is_none() && run.watched.elapsed() >= ORPHAN_AFTER;
         if let Some(e) = failed {
             self.finish(&format!("write error: {e}"));
         } else if counted {
             self.finish("count");
         } else if timed {
             self.finish("duration");
+        } else if orphaned {
+            self.finish("no status asked for 5 s: sluicectl gone");
         }
     }
 
@@ -219,6 +230,14 @@ impl Capturing {
             run.path.display(),
             run.written
         );
+    }
+
+    /// `capture_status`: the report, and the running capture is still watched.
+    pub fn status(&mut self) -> CaptureReport {
+        if let Some(run) = self.running.as_mut() {
+            run.watched = Instant::now();
+        }
+        self.report()
     }
 
     /// The running capture, else the last one's final figures.

@@ -1394,7 +1394,7 @@ impl Registry {
                 self.capture.start(spec, &self.port_names)?
             }
             Request::CaptureStop => self.capture.stop(),
-            _ => self.capture.report(),
+            _ => self.capture.status(),
         };
         serde_json::to_value(report).map_err(|e| e.to_string())
     }
