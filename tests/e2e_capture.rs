@@ -329,6 +329,13 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
         "{}",
         bad.describe()
     );
+    // An existing file is never overwritten (the daemon runs as root).
+    let bad = ctl(&daemon, &["capture", "-w", &small_s, "-c", "1"]);
+    assert!(
+        !bad.success() && bad.stderr.contains("File exists"),
+        "{}",
+        bad.describe()
+    );
     let status = ctl(&daemon, &["--json", "capture", "--status"]);
     assert!(
         status.stdout.contains("\"running\": false"),

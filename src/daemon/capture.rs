@@ -109,7 +109,12 @@ impl Capturing {
         if !spec.path.is_absolute() {
             return Err(format!("path: {} is not absolute", spec.path.display()));
         }
-        let file = File::create(&spec.path)
+        // Never an existing file: the daemon runs as root, and members of the control
+        // socket's group must not be able to overwrite what they could not write.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&spec.path)
             .map_err(|e| format!("path: cannot create {}: {e}", spec.path.display()))?;
         let mut writer = PcapNgWriter::new(BufWriter::new(file))
             .map_err(|e| format!("{}: {e}", spec.path.display()))?;
