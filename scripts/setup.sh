@@ -7,6 +7,7 @@ PACKAGES=(
   dpdk dpdk-dev libdpdk-dev libclang-dev clang pkg-config libpcap-dev
   iproute2 ethtool tcpdump tshark python3-scapy iputils-ping arping curl
   bridge-utils procps python3-prometheus-client keepalived nftables nginx wrk
+  prometheus
 )
 
 # Opt-in: `scripts/setup.sh --ipvsadm-link [DIR] [SLUICECTL]` links DIR/ipvsadm
@@ -62,9 +63,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   # tshark asks whether non-root users may capture; answer once, non-interactively.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get update -q
-  # nginx and keepalived would start system-wide services on install (and nginx fail
-  # the install if port 80 is taken); the tests run their own instances inside
-  # namespaces. A policy-rc.d that refuses every start, only for this install.
+  # nginx, keepalived and prometheus would start system-wide services on install (and
+  # nginx fail the install if port 80 is taken); the tests run their own instances
+  # inside namespaces. A policy-rc.d that refuses every start, only for this install.
   policy=/usr/sbin/policy-rc.d
   if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy"

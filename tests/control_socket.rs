@@ -73,6 +73,7 @@ fn sample_report() -> StatusReport {
                 redirected_in: 2,
                 neighbours: 3,
                 busy_cycles: 0,
+                total_cycles: 0,
                 session_table_bytes: 0,
                 snapshot_generation: 3,
             },

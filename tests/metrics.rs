@@ -11,32 +11,6 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-/// A network namespace with `lo` up, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("slm-{}", unique_tag());
-        let ok = |args: &[&str]| {
-            let out = run_bounded(Command::new("ip").args(args), Duration::from_secs(10));
-            assert!(out.success(), "{}", out.describe());
-        };
-        ok(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ok(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run_bounded(
-            Command::new("ip").args(["netns", "del", &self.0]),
-            Duration::from_secs(10),
-        );
-    }
-}
-
 fn scrape(ns: &Netns, url: &str) -> Value {
     let script = repo_root().join("tests/tools/prom_scrape.py");
     let out = run_bounded(
@@ -74,7 +48,7 @@ fn samples(scraped: &Value) -> BTreeMap<(String, String), f64> {
 #[test]
 fn metrics_parse_with_the_reference_parser_and_match_sluicectl() {
     require_root();
-    let ns = Netns::new();
+    let ns = Netns::new("slm");
     let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
         "lan0",
         "02:53:4c:00:00:01",

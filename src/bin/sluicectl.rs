@@ -43,6 +43,15 @@ Commands:
                   their checks) and first vrrp_instance as Sluice TOML ([[services]],
                   [vrrp]); what cannot be translated is listed on stderr by line
                   (no daemon needed)
+  capture -w FILE [-c COUNT] [--duration SECS] [-s SNAPLEN] [-i PORT]... [--dir rx|tx]
+          [--proto tcp|udp|icmp] [--port N] [--vip IP[:PORT]]... [--rs IP[:PORT]]...
+          [--host IP]...
+                  copy the frames the workers receive (rx) and send (tx) into a pcapng
+                  file (tshark/Wireshark/tcpdump read it) until COUNT packets, SECS
+                  seconds or Ctrl-C; set filters must all match, --vip/--rs/--host are
+                  alternatives (source or destination; with :PORT, on the same side)
+  capture --status | --stop
+                  the running (or last) capture's figures; end the running one
 
 ipvsadm 1.31 syntax (no command at all lists the table; called as ipvsadm, through
 the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ipvsadm's):
@@ -139,6 +148,9 @@ enum Command {
         window_s: Option<u32>,
         threshold_pct: u32,
     },
+    /// `capture ...`: a `capture_start` (then its status until it ends), or
+    /// `capture_status` / `capture_stop`.
+    Capture(Box<Request>),
     /// An ipvsadm-syntax command (`-A`, `-a`, `-L`, ...).
     Ipvsadm(ipvsadm::Command),
 }
@@ -164,6 +176,7 @@ impl Command {
             "sync" => Command::Sync,
             "reload" => Command::Reload,
             "skew" => return Command::parse_skew(args),
+            "capture" => return Command::parse_capture(args),
             other => return Err(UsageError::new(format!("unknown command \"{other}\""))),
         };
         match args.first() {
@@ -212,8 +225,130 @@ impl Command {
         })
     }
 
+    fn parse_capture(args: &[String]) -> Result<Command, UsageError> {
+        use sluice::dataplane::capture::{CaptureFilter, Direction, Endpoint, MAX_SNAPLEN};
+        let usage = |m: String| UsageError::new(format!("capture: {m}"));
+        let mut filter = CaptureFilter::default();
+        let (mut path, mut count, mut duration_ms, mut snaplen) = (None, None, None, None);
+        let mut interfaces = Vec::new();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let (name, inline) = match arg.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
+                _ => (arg.as_str(), None),
+            };
+            match name {
+                "--status" | "--stop" if args.len() == 1 => {
+                    return Ok(Command::Capture(Box::new(if name == "--stop" {
+                        Request::CaptureStop
+                    } else {
+                        Request::CaptureStatus
+                    })))
+                }
+                "--status" | "--stop" => {
+                    return Err(usage(format!("{name} takes no other argument")))
+                }
+                _ => {}
+            }
+            let Some(v) = inline.or_else(|| it.next().cloned()) else {
+                return Err(usage(format!("{name} needs a value")));
+            };
+            let endpoint = |v: &str| -> Result<Endpoint, UsageError> {
+                if let Ok(sa) = v.parse::<std::net::SocketAddrV4>() {
+                    return Ok(Endpoint {
+                        ip: *sa.ip(),
+                        port: Some(sa.port()),
+                    });
+                }
+                v.parse()
+                    .map(|ip| Endpoint { ip, port: None })
+                    .map_err(|_| usage(format!("{name}: \"{v}\" is not IP or IP:PORT")))
+            };
+            let number = |max: u64| {
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|n| (1..=max).contains(n))
+                    .ok_or_else(|| usage(format!("{name} must be 1-{max}, not \"{v}\"")))
+            };
+            match name {
+                "-w" => path = Some(PathBuf::from(&v)),
+                "-c" | "--count" => count = Some(number(u64::MAX)?),
+                "--duration" => {
+                    let secs = v
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| *s > 0.0 && *s <= 86_400.0)
+                        .ok_or_else(|| {
+                            usage(format!("--duration must be 0-86400 seconds, not \"{v}\""))
+                        })?;
+                    duration_ms = Some((secs * 1000.0).ceil() as u64);
+                }
+                "-s" | "--snaplen" => snaplen = Some(number(u64::from(MAX_SNAPLEN))? as u16),
+                "-i" | "--interface" => interfaces.push(v),
+                "--dir" => {
+                    filter.direction = Some(match v.as_str() {
+                        "rx" | "in" => Direction::Rx,
+                        "tx" | "out" => Direction::Tx,
+                        _ => return Err(usage(format!("--dir must be rx or tx, not \"{v}\""))),
+                    })
+                }
+                "--proto" => {
+                    filter.proto = Some(match v.as_str() {
+                        "tcp" => 6,
+                        "udp" => 17,
+                        "icmp" => 1,
+                        _ => v.parse::<u8>().map_err(|_| {
+                            usage(format!(
+                                "--proto must be tcp, udp, icmp or 0-255, not \"{v}\""
+                            ))
+                        })?,
+                    })
+                }
+                "--port" => {
+                    filter.l4_port = Some(
+                        v.parse::<u16>()
+                            .map_err(|_| usage(format!("--port must be 0-65535, not \"{v}\"")))?,
+                    )
+                }
+                "--vip" | "--rs" | "--host" => {
+                    let e = endpoint(&v)?;
+                    if name == "--host" && e.port.is_some() {
+                        return Err(usage(format!(
+                            "--host takes an address, not \"{v}\" (--port, or --rs IP:PORT)"
+                        )));
+                    }
+                    filter.endpoints.push(e);
+                }
+                other => return Err(usage(format!("unknown argument \"{other}\""))),
+            }
+        }
+        filter.validate().map_err(usage)?;
+        let Some(path) = path else {
+            return Err(usage(
+                "-w FILE is required (the pcapng file the daemon writes)".into(),
+            ));
+        };
+        // The daemon writes the file: it needs the path as seen from anywhere.
+        let path = if path.is_absolute() {
+            path
+        } else {
+            std::env::current_dir()
+                .map_err(|e| usage(format!("the current directory: {e}")))?
+                .join(path)
+        };
+        Ok(Command::Capture(Box::new(Request::CaptureStart {
+            path,
+            filter: Box::new(filter),
+            interfaces,
+            count,
+            duration_ms,
+            snaplen,
+        })))
+    }
+
     fn request(&self) -> Request {
         match self {
+            Command::Capture(request) => (**request).clone(),
             Command::Events => Request::Events,
             Command::Health => Request::Health,
             Command::Vrrp => Request::Vrrp,
@@ -254,6 +389,7 @@ impl Command {
                 service.as_deref(),
                 *threshold_pct,
             )),
+            Command::Capture(_) => Ok(render_capture(&parse(result)?)),
             Command::Ipvsadm(c) => match &c.output {
                 ipvsadm::Output::List { stats } => listed(&c.listing, result, |r| {
                     render_services(r, *stats, c.listing.exact)
@@ -435,8 +571,13 @@ fn parse_args_as(
             {
                 ipvsadm_args.push(arg.clone());
             }
-            // `skew` takes options of its own.
-            _ if positional.first().is_some_and(|c| c == "skew") => positional.push(arg.clone()),
+            // `skew` and `capture` take options of their own.
+            _ if positional
+                .first()
+                .is_some_and(|c| c == "skew" || c == "capture") =>
+            {
+                positional.push(arg.clone())
+            }
             _ if name.starts_with('-') && name.len() > 1 => {
                 return Err(match ipvsadm {
                     Some(program) if positional.is_empty() => {
@@ -921,6 +1062,55 @@ fn restore_lines(
     Ok(done)
 }
 
+/// Set by SIGINT while `capture` waits: the capture is stopped, its file complete.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `capture -w ...`: starts the capture, then asks for its status every 100 ms until
+/// it ends (count or duration reached), or stops it on Ctrl-C; returns the final
+/// report.
+fn run_capture(options: &Options, start: &Request) -> Result<serde_json::Value, Failure> {
+    let Request::CaptureStart { duration_ms, .. } = start else {
+        unreachable!("run_capture is given capture_start");
+    };
+    // SAFETY: installs an async-signal-safe handler (one atomic store) for SIGINT;
+    // no other code of this process handles SIGINT.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let mut report = client::request(&options.socket, start, options.timeout)?;
+    // A duration ends the capture in the daemon; past it (and a margin) ask it to.
+    let give_up = duration_ms
+        .map(|ms| std::time::Instant::now() + Duration::from_millis(ms) + Duration::from_secs(5));
+    while report["running"] == true {
+        let late = give_up.is_some_and(|at| std::time::Instant::now() >= at);
+        let request = if INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) || late {
+            Request::CaptureStop
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+            Request::CaptureStatus
+        };
+        report = client::request(&options.socket, &request, options.timeout)?;
+    }
+    Ok(report)
+}
+
+fn render_capture(r: &sluice::control::report::CaptureReport) -> String {
+    if r.path.is_empty() {
+        return "no capture has run\n".to_string();
+    }
+    let state = match (&r.ended, r.running) {
+        (_, true) => "running".to_string(),
+        (Some(why), false) => format!("ended: {why}"),
+        (None, false) => "ended".to_string(),
+    };
+    format!(
+        "{} packets written to {} ({state}); {} copies dropped (copy rings full)\n",
+        r.written, r.path, r.dropped
+    )
+}
+
 /// Sends the request and produces the text to print.
 /// `-L --persistent-conn`: the services, and per real server the persistence
 /// templates that point at it, counted from the connection listing's templates (no
@@ -968,6 +1158,9 @@ fn persistent_conns(options: &Options, listing: &ipvsadm::Listing) -> Result<Str
 
 fn run(options: &Options, ipvsadm_mode: bool) -> Result<String, Failure> {
     let result = match &options.command {
+        Command::Capture(start) if matches!(**start, Request::CaptureStart { .. }) => {
+            run_capture(options, start)?
+        }
         Command::Ipvsadm(ipvsadm::Command {
             output: ipvsadm::Output::PersistentConns,
             listing,
@@ -1503,5 +1696,107 @@ mod tests {
             "weight too big"
         );
         assert!(ipvsadm_version().starts_with("ipvsadm v1.31 2019/12/24 (compiled with sluicectl "));
+    }
+
+    #[test]
+    fn capture_options_build_the_filter_and_bad_ones_name_what_is_wrong() {
+        use sluice::dataplane::capture::{Direction, Endpoint};
+        let o = options(&[
+            "capture",
+            "-w",
+            "/tmp/x.pcapng",
+            "-c",
+            "10",
+            "--duration",
+            "1.5",
+            "-s",
+            "96",
+            "-i",
+            "lan0",
+            "--dir",
+            "tx",
+            "--proto",
+            "udp",
+            "--port=53",
+            "--vip",
+            "198.18.1.1:53",
+            "--host",
+            "198.18.0.2",
+        ]);
+        let Command::Capture(request) = o.command else {
+            panic!("{:?}", o.command)
+        };
+        let Request::CaptureStart {
+            path,
+            filter,
+            interfaces,
+            count,
+            duration_ms,
+            snaplen,
+        } = *request
+        else {
+            panic!("{request:?}")
+        };
+        assert_eq!(path, Path::new("/tmp/x.pcapng"));
+        assert_eq!(
+            (count, duration_ms, snaplen),
+            (Some(10), Some(1500), Some(96))
+        );
+        assert_eq!(interfaces, ["lan0"]);
+        assert_eq!(filter.direction, Some(Direction::Tx));
+        assert_eq!((filter.proto, filter.l4_port), (Some(17), Some(53)));
+        assert_eq!(
+            filter.endpoints,
+            [
+                Endpoint {
+                    ip: "198.18.1.1".parse().unwrap(),
+                    port: Some(53)
+                },
+                Endpoint {
+                    ip: "198.18.0.2".parse().unwrap(),
+                    port: None
+                }
+            ]
+        );
+        // A relative file is the daemon's to write: made absolute here.
+        let o = options(&["capture", "-w", "x.pcapng"]);
+        let Command::Capture(request) = o.command else {
+            panic!()
+        };
+        let Request::CaptureStart { path, .. } = *request else {
+            panic!()
+        };
+        assert!(path.is_absolute() && path.ends_with("x.pcapng"));
+        assert_eq!(
+            options(&["capture", "--stop"]).command,
+            Command::Capture(Box::new(Request::CaptureStop))
+        );
+        for (args, words) in [
+            (&["capture", "-c", "3"][..], "-w FILE is required"),
+            (
+                &["capture", "-w", "f", "--dir", "up"],
+                "--dir must be rx or tx",
+            ),
+            (
+                &["capture", "-w", "f", "--vip", "1.2.3"],
+                "\"1.2.3\" is not IP or IP:PORT",
+            ),
+            (&["capture", "-w", "f", "-s", "4096"], "-s must be 1-2048"),
+            (
+                &["capture", "-w", "f", "--host", "1.2.3.4:80"],
+                "--host takes an address",
+            ),
+            (
+                &["capture", "--stop", "-c", "1"],
+                "--stop takes no other argument",
+            ),
+            (
+                &["capture", "-w", "f", "--bogus", "1"],
+                "unknown argument \"--bogus\"",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.0.contains(words), "{args:?}: {}", e.0);
+        }
     }
 }

@@ -183,6 +183,28 @@ pub enum Request {
     BatchPart { requests: Vec<Request> },
     /// Executes the connection's open batch as one [`Request::Batch`].
     BatchCommit,
+    /// `sluicectl capture`: starts copying the frames `filter` selects (on the ports
+    /// named in `interfaces`, all when empty) into the pcapng file `path` (absolute;
+    /// written by the daemon), until `count` packets, `duration_ms`, or
+    /// [`Request::CaptureStop`]; at most `snaplen` bytes of each (default 2048).
+    /// Answered with a [`crate::control::report::CaptureReport`].
+    CaptureStart {
+        path: std::path::PathBuf,
+        #[serde(default)]
+        filter: Box<crate::dataplane::capture::CaptureFilter>,
+        #[serde(default)]
+        interfaces: Vec<String>,
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        duration_ms: Option<u64>,
+        #[serde(default)]
+        snaplen: Option<u16>,
+    },
+    /// The running capture's report, else the last one's.
+    CaptureStatus,
+    /// Ends the running capture (its file complete); answers its final report.
+    CaptureStop,
 }
 
 /// Where a page of `list_connections` starts: the worker, and the position in its
@@ -238,6 +260,9 @@ impl Request {
             Request::Vrrp => "vrrp",
             Request::Sync => "sync",
             Request::Reload => "reload",
+            Request::CaptureStart { .. } => "capture_start",
+            Request::CaptureStatus => "capture_status",
+            Request::CaptureStop => "capture_stop",
         }
     }
 
@@ -605,7 +630,8 @@ mod tests {
              list_services, save_services, add_service, edit_service, delete_service, set_synproxy, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit)"
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit, \
+             capture_start, capture_status, capture_stop)"
         );
     }
 

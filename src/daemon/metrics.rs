@@ -105,7 +105,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     }
 
     type LcoreGetter = fn(&crate::control::report::LcoreStatus) -> u64;
-    let worker_metrics: [(&str, &str, &str, LcoreGetter); 8] = [
+    let worker_metrics: [(&str, &str, &str, LcoreGetter); 9] = [
         (
             "sluice_worker_rx_packets_total",
             "counter",
@@ -123,6 +123,12 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
             "counter",
             "TSC cycles of polls that received packets.",
             |l| l.busy_cycles,
+        ),
+        (
+            "sluice_worker_cycles_total",
+            "counter",
+            "TSC cycles of all polls, busy or idle (busy share = rate of busy cycles over rate of these).",
+            |l| l.total_cycles,
         ),
         (
             "sluice_worker_sessions",

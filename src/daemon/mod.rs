@@ -2,6 +2,7 @@
 //! management loop (control requests, periodic stats, shutdown) on the main lcore, and
 //! tears everything down in reverse order.
 mod adoption;
+mod capture;
 mod metrics;
 mod preflight;
 mod rates;
@@ -18,6 +19,7 @@ use crate::control::report::{
     ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing, StatusReport,
 };
 use crate::control::server::{ControlServer, Handler};
+use crate::dataplane::capture::{Capture, CaptureTap};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView};
 use crate::dataplane::loads::LoadView;
@@ -170,6 +172,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         persist,
         sync_rings,
         stop,
+        capture,
     } = state;
     let mut registry = Registry {
         health: health_monitor(&cfg, started),
@@ -192,6 +195,8 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
             + 1,
         persist,
         config_path: cfg.path.clone(),
+        capture: capture::Capturing::new(capture),
+        port_names: cfg.ports.iter().map(|p| p.name.clone()).collect(),
     };
     announce_at_start(&cfg, &app, &registry);
     management_loop(
@@ -205,6 +210,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         started,
     );
     log::info!("shutting down");
+    registry.capture.stop();
     registry.stop_vrrp(app.plane());
     drop(control);
     shut_down(&cfg, app, &stop, &counters, &mut view);
@@ -223,6 +229,8 @@ struct SharedState {
     persist: Arc<PersistTable>,
     sync_rings: Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
     stop: Arc<AtomicBool>,
+    /// Packet capture: the filter and the workers' copy rings.
+    capture: Arc<Capture>,
 }
 
 impl SharedState {
@@ -260,6 +268,7 @@ impl SharedState {
                 )
             }),
             stop: Arc::new(AtomicBool::new(false)),
+            capture: Arc::new(Capture::new(workers)),
         })
     }
 
@@ -273,6 +282,7 @@ impl SharedState {
             mailboxes: &self.mailboxes,
             persist: &self.persist,
             sync_rings: &self.sync_rings,
+            capture: &self.capture,
         }
     }
 }
@@ -598,6 +608,7 @@ struct Shared<'a> {
     mailboxes: &'a [Arc<Mailbox>],
     persist: &'a Arc<PersistTable>,
     sync_rings: &'a Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
+    capture: &'a Arc<Capture>,
 }
 
 fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<(), String> {
@@ -609,6 +620,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         mailboxes,
         persist,
         sync_rings,
+        capture,
     } = shared;
     let timeouts = timeouts_from_config(cfg).in_ticks(cfg.sessions.tick_ms);
     let hz = crate::dpdk::tsc_hz();
@@ -691,6 +703,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 .ok_or_else(|| format!("worker {w}: no inbox"))?,
             inject: if w == 0 { app.inject_out.take() } else { None },
             mailbox: mailboxes[w].clone(),
+            capture: CaptureTap::new((*capture).clone(), w),
         };
         let (capacity, path) = (cfg.sessions.capacity, cfg.path.clone());
         let ready = ready_tx.clone();
@@ -877,6 +890,9 @@ struct Registry {
     vrrp_started: bool,
     /// Session sync and its listen address.
     sync: Option<(sync::SyncNode, std::net::SocketAddrV4)>,
+    /// `sluicectl capture`, and the ports' names by index.
+    capture: capture::Capturing,
+    port_names: Vec<String>,
 }
 
 /// Queues one frame of the management core's, of kind `kind`, for worker 0 to
@@ -1343,6 +1359,46 @@ impl Registry {
         Ok(serde_json::Value::String(text))
     }
 
+    /// `sluicectl capture`: start, status and stop.
+    fn capture_request(&mut self, req: Request) -> Result<serde_json::Value, String> {
+        let report = match req {
+            Request::CaptureStart {
+                path,
+                mut filter,
+                interfaces,
+                count,
+                duration_ms,
+                snaplen,
+            } => {
+                for name in &interfaces {
+                    match self.port_names.iter().position(|p| p == name) {
+                        Some(i) => filter.ports.push(i as u16),
+                        None => {
+                            return Err(format!(
+                                "interface {name:?}: no such port (ports: {})",
+                                self.port_names.join(", ")
+                            ))
+                        }
+                    }
+                }
+                if count == Some(0) {
+                    return Err("count: must be at least 1".into());
+                }
+                let spec = capture::CaptureSpec {
+                    filter: *filter,
+                    path,
+                    count,
+                    duration: duration_ms.map(Duration::from_millis),
+                    snaplen: snaplen.unwrap_or(crate::dataplane::capture::MAX_SNAPLEN),
+                };
+                self.capture.start(spec, &self.port_names)?
+            }
+            Request::CaptureStop => self.capture.stop(),
+            _ => self.capture.status(),
+        };
+        serde_json::to_value(report).map_err(|e| e.to_string())
+    }
+
     /// `--get-laddr`: the service's local addresses with every worker's pool on them.
     fn laddrs(&mut self, req: Request) -> Result<serde_json::Value, String> {
         let Request::GetLaddr { service } = req else {
@@ -1428,6 +1484,11 @@ fn management_loop(
                 registry.metrics(&status)
             } else if req == Request::Reload {
                 registry.reload(app.plane())
+            } else if matches!(
+                req,
+                Request::CaptureStart { .. } | Request::CaptureStatus | Request::CaptureStop
+            ) {
+                registry.capture_request(req)
             } else if req == Request::Health {
                 serde_json::to_value(registry.health_report()).map_err(|e| e.to_string())
             } else if req == Request::Vrrp {
@@ -1480,6 +1541,7 @@ fn management_loop(
             }
             let _ = reply.send(answer);
         }
+        registry.capture.drain();
         registry.tick_health(app.plane());
         registry.tick_sync(app.plane());
         let now = Instant::now();

@@ -134,6 +134,7 @@ impl StatsView {
                 redirected_in: c.events[Event::RedirectedIn as usize].load(Relaxed),
                 neighbours: c.neighbour_entries.load(Relaxed),
                 busy_cycles: c.busy_cycles.load(Relaxed),
+                total_cycles: c.total_cycles.load(Relaxed),
                 session_table_bytes: c.session_table_bytes.load(Relaxed),
                 snapshot_generation: c.snapshot_generation.load(Relaxed),
             });

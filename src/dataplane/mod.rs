@@ -1,6 +1,7 @@
 //! The worker side: counters, the local responder (ARP/ICMP for the appliance's own
 //! addresses), the neighbour table, and the run-to-completion loop.
 pub mod awaiting;
+pub mod capture;
 pub mod counters;
 pub mod forwarder;
 pub mod held;

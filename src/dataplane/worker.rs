@@ -1,6 +1,7 @@
 //! The run-to-completion loop of one worker lcore: RX burst -> process -> TX burst, on
 //! every port, until told to stop. The worker owns its queues, its neighbour table, its
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
+use crate::dataplane::capture::{CaptureTap, Direction};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::forwarder::{Action, Forwarder, PortContext};
 use crate::dataplane::held::Held;
@@ -63,6 +64,8 @@ pub struct Links {
     pub inject: Option<RingConsumer>,
     /// Questions from the management core (listings of sessions and port pools).
     pub mailbox: Arc<Mailbox>,
+    /// Packet capture: copies of the frames a running capture selects.
+    pub capture: CaptureTap,
 }
 
 impl Worker {
@@ -134,6 +137,7 @@ impl Worker {
                     counters: &self.counters,
                     held: &mut self.held,
                     outbox: &mut outbox,
+                    capture: &self.links.capture,
                     now: start,
                 };
                 received += poll_port(port, index as u16, &mut cx, &mut rx, &mut tx);
@@ -191,6 +195,7 @@ impl Worker {
                         counters: &self.counters,
                         held: &mut self.held,
                         outbox,
+                        capture: &self.links.capture,
                         now,
                     };
                     process(port, port_index, true, &mut cx, &mut same_port, tx)
@@ -273,6 +278,7 @@ impl Worker {
         }
         untagged.free_all();
         out.compact_moved();
+        self.links.capture.tap(out, 0, Direction::Tx, tsc());
         let queued = out.len() as u64;
         let sent = port.tx.tx(out) as u64;
         bump(&self.counters.tx_packets, sent);
@@ -316,7 +322,8 @@ impl Worker {
                 }
             });
         }
-        transmit_all(port, &mut out, &self.counters);
+        let tap = (&self.links.capture, 0, now);
+        transmit_all(port, &mut out, &self.counters, tap);
     }
 
     /// The SYN proxy's waiting client segments (`Awaiting`): copies that become SYNs
@@ -346,6 +353,7 @@ impl Worker {
                 counters: &self.counters,
                 held: &mut self.held,
                 outbox,
+                capture: &self.links.capture,
                 now,
             };
             // As redirected frames: they are this worker's, never to be steered again.
@@ -362,11 +370,12 @@ impl Worker {
             return;
         }
         let (pool, ports, counters) = (&self.pool, &mut self.ports, &self.counters);
+        let capture = &self.links.capture;
         self.held.take_asks(|target, index| {
             if let Some(port) = ports.get_mut(usize::from(index)) {
                 let mut out = Burst::new();
                 push_arp_request(&mut out, pool, port.responder.mac(), port.addr, target);
-                transmit_all(port, &mut out, counters);
+                transmit_all(port, &mut out, counters, (capture, index, now));
             }
         });
         let learned = self.neighbours.learned_total();
@@ -386,7 +395,7 @@ impl Worker {
             counters.event_n(Event::NeighbourHeldSent, sent as u64);
             (0..expired)
                 .for_each(|_| WorkerCounters::drop(counters, DropReason::NeighbourUnresolved));
-            transmit_all(port, &mut out, counters);
+            transmit_all(port, &mut out, counters, (capture, index as u16, now));
         }
         self.held.looked(learned);
     }
@@ -445,12 +454,18 @@ fn push_arp_request(
     }
 }
 
-/// Transmits Sluice's own frames in `out` on `port`; what the TX ring refuses is
-/// counted and freed.
-fn transmit_all(port: &mut WorkerPort, out: &mut Burst, counters: &WorkerCounters) {
+/// Transmits Sluice's own frames in `out` on `port` (a capture sees them as sent on
+/// `tap`'s port index at its time); what the TX ring refuses is counted and freed.
+fn transmit_all(
+    port: &mut WorkerPort,
+    out: &mut Burst,
+    counters: &WorkerCounters,
+    tap: (&CaptureTap, u16, u64),
+) {
     if out.is_empty() {
         return;
     }
+    tap.0.tap(out, tap.1, Direction::Tx, tap.2);
     let queued = out.len() as u64;
     let sent = port.tx.tx(out) as u64;
     bump(&counters.tx_packets, sent);
@@ -511,6 +526,7 @@ struct BurstContext<'a> {
     /// Frames waiting for their next hop's MAC.
     held: &'a mut Held,
     outbox: &'a mut Outbox,
+    capture: &'a CaptureTap,
     /// The poll's start (TSC).
     now: u64,
 }
@@ -529,6 +545,7 @@ fn poll_port(
         return 0;
     }
     bump(&cx.counters.rx_packets, n as u64);
+    cx.capture.tap(rx, port_index, Direction::Rx, cx.now);
     process(port, port_index, false, cx, rx, tx);
     n
 }
@@ -550,6 +567,7 @@ fn process(
         counters,
         held,
         outbox,
+        capture,
         now,
     } = cx;
     let (counters, now) = (*counters, *now);
@@ -626,6 +644,7 @@ fn process(
     // Dropped packets are still in rx (sent ones were moved out); one bulk free.
     rx.free_all();
     bump(&counters.rx_bytes, rx_bytes);
+    capture.tap(tx, port_index, Direction::Tx, now);
     let queued = tx.len();
     let sent = port.tx.tx(tx);
     if sent < queued {

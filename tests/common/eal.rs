@@ -1,6 +1,7 @@
 //! The EAL test bed of `eal_ring` and `eal_held`: one EAL per process, a net_ring port
 //! pair (the appliance's port and a peer the test drives), and a worker polling the
 //! appliance's port on lcore 1.
+use sluice::dataplane::capture::{Capture, CaptureTap};
 use sluice::dataplane::counters::WorkerCounters;
 use sluice::dataplane::forwarder::{Forwarder, ForwarderConfig, RssView};
 use sluice::dataplane::local::LocalResponder;
@@ -108,6 +109,7 @@ pub fn worker(
             inbox,
             inject: Some(ends.inject_out),
             mailbox: Arc::new(Mailbox::default()),
+            capture: CaptureTap::new(Arc::new(Capture::new(1)), 0),
         },
     );
     (worker, counters, stop)

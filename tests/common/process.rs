@@ -372,3 +372,33 @@ pub fn wall_now() -> f64 {
         .expect("clock after 1970")
         .as_secs_f64()
 }
+
+/// A network namespace of the test's own with only `lo` (up), deleted on drop: a
+/// private loopback where fixed ports cannot collide with anything else on the host.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// `PREFIX-TAG`, with a [`unique_tag`].
+    pub fn new(prefix: &str) -> Netns {
+        let name = format!("{prefix}-{}", unique_tag());
+        let t = Duration::from_secs(10);
+        run_bounded(Command::new("ip").args(["netns", "add", &name]), t)
+            .expect_success("ip netns add");
+        let ns = Netns(name);
+        run_bounded(
+            Command::new("ip").args(["-n", &ns.0, "link", "set", "lo", "up"]),
+            t,
+        )
+        .expect_success("ip link set lo up");
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run_bounded(
+            Command::new("ip").args(["netns", "del", &self.0]),
+            Duration::from_secs(10),
+        );
+    }
+}

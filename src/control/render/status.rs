@@ -324,6 +324,7 @@ mod tests {
                     redirected_in: 6,
                     neighbours: 3,
                     busy_cycles: 0,
+                    total_cycles: 0,
                     session_table_bytes: 0,
                     snapshot_generation: 7,
                 },

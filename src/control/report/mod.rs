@@ -4,6 +4,7 @@
 //! Health, VRRP and sync reports are built next to their state (`crate::health`,
 //! `crate::ha`) and re-exported here.
 pub mod admission;
+pub mod capture;
 pub mod connections;
 pub mod events;
 pub mod services;
@@ -13,6 +14,7 @@ pub use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStat
 pub use crate::ha::vrrp::node::{VrrpReport, VrrpStats};
 pub use crate::health::{HealthReport, MonitorStats, TargetReport};
 pub use admission::{AclRuleStatus, AdmissionReport, ServiceAdmission};
+pub use capture::CaptureReport;
 pub use connections::{ConnectionStatus, ConnectionsReport};
 pub use events::{EventLine, EventsReport};
 pub use services::{

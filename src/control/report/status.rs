@@ -117,6 +117,10 @@ pub struct LcoreStatus {
     /// `busy_cycles / rx_packets`, what the benchmark harness reports).
     #[serde(default)]
     pub busy_cycles: u64,
+    /// Workers: TSC cycles of all polls, busy or idle (busy share over a window =
+    /// difference of `busy_cycles` over difference of this).
+    #[serde(default)]
+    pub total_cycles: u64,
     /// Workers: bytes allocated for the session table at its capacity.
     #[serde(default)]
     pub session_table_bytes: u64,

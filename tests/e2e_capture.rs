@@ -1,0 +1,346 @@
+//! `sluicectl capture` in the namespace test bed, against tcpdump and tshark: while a
+//! kernel client talks HTTP and UDP through Sluice (NAT) to two real servers,
+//! tcpdump records the appliance's veth from the bridge side with the BPF expression
+//! the capture filter stands for, and Sluice captures with that filter into pcapng.
+//! tshark reads both files: the same packets (addresses, ports, sequence numbers, IP
+//! ids, lengths), each direction flag as the frame's MACs say, nothing outside the
+//! filter; a second capture honours direction, protocol, count and snap length.
+//!
+//! Run: `cargo test --release --test e2e_capture` (as root; about 15 s).
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+const APPLIANCE: &str = "198.18.0.1";
+const CLIENT: &str = "198.18.2.100/24";
+const GATEWAY: &str = "198.18.2.1";
+const VIP: &str = "198.18.1.10";
+const HTTP_PORT: u16 = 8080;
+const UDP_PORT: u16 = 4444;
+
+/// tshark's fields of every packet of `file` (one line each, tab-separated), for
+/// packets matching the display filter `filter` (all when empty).
+fn tshark(file: &Path, fields: &[&str], filter: &str) -> Vec<String> {
+    let mut args = vec!["tshark", "-n", "-r"];
+    let path = file.to_string_lossy();
+    args.push(&path);
+    if !filter.is_empty() {
+        args.extend(["-Y", filter]);
+    }
+    args.extend(["-T", "fields"]);
+    for f in fields {
+        args.extend(["-e", f]);
+    }
+    let out = run_bounded(
+        std::process::Command::new(args[0]).args(&args[1..]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mut lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+fn ctl(daemon: &Daemon, args: &[&str]) -> CmdOutput {
+    daemon.ctl(args)
+}
+
+#[test]
+fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filter() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers(
+        &[format!("0.0.0.0:{HTTP_PORT}")],
+        &[format!("0.0.0.0:{UDP_PORT}")],
+    );
+    let (rs1, rs2) = (lab.bed.rs_ip(1).to_string(), lab.bed.rs_ip(2).to_string());
+    let service = |proto: &str, port: u16| {
+        service_section(
+            proto,
+            VIP,
+            port,
+            "rr",
+            &[],
+            &[
+                (&rs1, port_of(port), 1, "nat"),
+                (&rs2, port_of(port), 1, "nat"),
+            ],
+        )
+    };
+    fn port_of(vport: u16) -> u16 {
+        if vport == 80 {
+            HTTP_PORT
+        } else {
+            UDP_PORT
+        }
+    }
+    let toml = [service("tcp", 80), service("udp", UDP_PORT)].join("\n");
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    lab.prewarm(&daemon, GATEWAY);
+
+    // The filter: the VIP's HTTP, and each real server's HTTP port, TCP only: both
+    // halves of every NAT connection, none of the UDP or ICMP.
+    let vip = format!("{VIP}:80");
+    let (r1, r2) = (format!("{rs1}:{HTTP_PORT}"), format!("{rs2}:{HTTP_PORT}"));
+    let bpf = format!(
+        "tcp and ((src host {VIP} and src port 80) or (dst host {VIP} and dst port 80) or \
+         (src host {rs1} and src port {HTTP_PORT}) or (dst host {rs1} and dst port {HTTP_PORT}) or \
+         (src host {rs2} and src port {HTTP_PORT}) or (dst host {rs2} and dst port {HTTP_PORT}))"
+    );
+    let wire = lab.dir.path().join("veth.pcap");
+    let plb = format!("{}-plb", lab.bed.name);
+    let mut tcpdump = BackgroundProcess::spawn(
+        Some(lab.bed.fact("SW_NS")),
+        &[
+            "tcpdump",
+            "-i",
+            &plb,
+            "-n",
+            "-U",
+            "-s",
+            "0",
+            "-w",
+            &wire.to_string_lossy(),
+            &bpf,
+        ],
+    );
+    tcpdump.wait_for_output(Duration::from_secs(10), "listening on");
+
+    let began = wall_now();
+    let file = lab.dir.path().join("sluice.pcapng");
+    let socket = daemon.socket().to_string_lossy().into_owned();
+    let file_s = file.to_string_lossy().into_owned();
+    let mut capture = BackgroundProcess::spawn(
+        None,
+        &[
+            SLUICECTL,
+            "-S",
+            &socket,
+            "capture",
+            "-w",
+            &file_s,
+            "--proto",
+            "tcp",
+            "--vip",
+            &vip,
+            "--rs",
+            &r1,
+            "--rs",
+            &r2,
+            "--duration",
+            "30",
+        ],
+    );
+    let running = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        ctl(&daemon, &["--json", "capture", "--status"])
+            .stdout
+            .contains("\"running\": true")
+            .then_some(())
+    });
+    assert!(
+        running.is_some(),
+        "the capture did not start: {}",
+        capture.stderr_text()
+    );
+
+    let batch = lab.curl(&format!("http://{VIP}/"), 20, 2, &[]);
+    assert_eq!(batch["ok"], 20, "{batch}");
+    let (_, udp) = lab.udp(VIP, UDP_PORT, 5, 40000);
+    assert_eq!(udp["ok"], 5, "{udp}");
+    // The last ACKs and FINs are on the wire by now; let them reach both.
+    std::thread::sleep(Duration::from_millis(300));
+    let stopped = ctl(&daemon, &["capture", "--stop"]);
+    assert!(stopped.success(), "{}", stopped.describe());
+    let exit = capture.wait_exit(Duration::from_secs(5));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "sluicectl capture: {exit:?}\n{}\n{}",
+        capture.stdout_text(),
+        capture.stderr_text()
+    );
+    assert!(
+        capture
+            .stdout_text()
+            .contains("(ended: stopped); 0 copies dropped"),
+        "{}",
+        capture.stdout_text()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    drop(tcpdump);
+
+    let fields = [
+        "eth.src",
+        "eth.dst",
+        "ip.src",
+        "ip.dst",
+        "ip.id",
+        "tcp.srcport",
+        "tcp.dstport",
+        "tcp.seq_raw",
+        "tcp.ack_raw",
+        "tcp.flags",
+        "frame.len",
+    ];
+    let ours = tshark(&file, &fields, "");
+    let theirs = tshark(&wire, &fields, "");
+    // 20 connections, each at least SYN, SYN-ACK, ACK, request, response, FIN, FIN,
+    // ACK on each side of Sluice.
+    assert!(
+        ours.len() >= 20 * 8 * 2,
+        "{} packets: {ours:#?}",
+        ours.len()
+    );
+    assert_eq!(
+        ours,
+        theirs,
+        "Sluice's capture and tcpdump on the veth differ ({} vs {} packets)",
+        ours.len(),
+        theirs.len()
+    );
+    // Nothing outside the filter, and both sides of the NAT with each real server.
+    let outside = tshark(
+        &file,
+        &["frame.number"],
+        &format!(
+            "!(tcp && ((ip.src=={VIP} && tcp.srcport==80) || (ip.dst=={VIP} && tcp.dstport==80) || \
+             (ip.addr=={rs1} && tcp.port=={HTTP_PORT}) || (ip.addr=={rs2} && tcp.port=={HTTP_PORT})))"
+        ),
+    );
+    assert!(
+        outside.is_empty(),
+        "packets outside the filter: {outside:?}"
+    );
+    for host in [VIP, &rs1, &rs2] {
+        let n = tshark(&file, &["frame.number"], &format!("ip.addr=={host}")).len();
+        assert!(n >= 20, "{host}: {n} packets");
+    }
+    // Each packet's direction flag says what its MACs say: received frames are to
+    // Sluice's MAC, sent ones from it.
+    let mac = lab.bed.lb_mac().to_lowercase();
+    let inbound = tshark(&file, &["eth.dst"], "frame.packet_flags_direction == 1");
+    let outbound = tshark(&file, &["eth.src"], "frame.packet_flags_direction == 2");
+    assert_eq!(inbound.len() + outbound.len(), ours.len());
+    assert!(inbound.iter().all(|m| *m == mac), "{inbound:?}");
+    assert!(outbound.iter().all(|m| *m == mac), "{outbound:?}");
+    assert!(!inbound.is_empty() && !outbound.is_empty());
+    // Timestamps are wall-clock times of the capture (from the worker's TSC).
+    let ended = wall_now();
+    let times = tshark(&file, &["frame.time_epoch"], "");
+    assert!(
+        times.iter().all(|t| {
+            let t: f64 = t.parse().unwrap();
+            (began..=ended).contains(&t)
+        }),
+        "timestamps outside {began}..{ended}: {times:?}"
+    );
+    let names = tshark(&file, &["frame.interface_name"], "");
+    assert!(names.iter().all(|n| n == "lan0"), "{names:?}");
+
+    // Direction, protocol, count and snap length: 4 received UDP frames, 40 bytes of
+    // each (an Ethernet, IPv4 and UDP header take 42); HTTP goes on meanwhile.
+    let small = lab.dir.path().join("udp.pcapng");
+    let small_s = small.to_string_lossy().into_owned();
+    let mut capture = BackgroundProcess::spawn(
+        None,
+        &[
+            SLUICECTL,
+            "-S",
+            &socket,
+            "capture",
+            "-w",
+            &small_s,
+            "--dir",
+            "rx",
+            "--proto",
+            "udp",
+            "-c",
+            "4",
+            "-s",
+            "40",
+            "--duration",
+            "20",
+        ],
+    );
+    let running = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        ctl(&daemon, &["--json", "capture", "--status"])
+            .stdout
+            .contains("\"running\": true")
+            .then_some(())
+    });
+    assert!(
+        running.is_some(),
+        "the capture did not start: {}",
+        capture.stderr_text()
+    );
+    lab.curl(&format!("http://{VIP}/"), 4, 1, &[]);
+    let (_, udp) = lab.udp(VIP, UDP_PORT, 5, 41000);
+    assert_eq!(udp["ok"], 5, "{udp}");
+    let exit = capture.wait_exit(Duration::from_secs(10));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "{}",
+        capture.stderr_text()
+    );
+    assert!(
+        capture.stdout_text().contains("4 packets written")
+            && capture.stdout_text().contains("(ended: count)"),
+        "{}",
+        capture.stdout_text()
+    );
+    let got = tshark(
+        &small,
+        &[
+            "frame.packet_flags_direction",
+            "ip.proto",
+            "frame.cap_len",
+            "frame.len",
+            "eth.dst",
+        ],
+        "",
+    );
+    assert_eq!(got.len(), 4, "{got:?}");
+    for line in &got {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(&f[..2], &["0x00000001", "17"], "{line}");
+        let (cap, len): (u32, u32) = (f[2].parse().unwrap(), f[3].parse().unwrap());
+        assert!(cap == 40 && len > 40, "{line}");
+        assert_eq!(f[4], mac, "{line}");
+    }
+    // Bad requests change nothing and say what is wrong.
+    let bad = ctl(&daemon, &["capture", "-w", &small_s, "-i", "nosuch"]);
+    assert!(
+        !bad.success() && bad.stderr.contains("interface \"nosuch\""),
+        "{}",
+        bad.describe()
+    );
+    let bad = ctl(
+        &daemon,
+        &["capture", "-w", "/nonexistent/dir/x.pcapng", "-c", "1"],
+    );
+    assert!(
+        !bad.success() && bad.stderr.contains("cannot create"),
+        "{}",
+        bad.describe()
+    );
+    // An existing file is never overwritten (the daemon runs as root).
+    let bad = ctl(&daemon, &["capture", "-w", &small_s, "-c", "1"]);
+    assert!(
+        !bad.success() && bad.stderr.contains("File exists"),
+        "{}",
+        bad.describe()
+    );
+    let status = ctl(&daemon, &["--json", "capture", "--status"]);
+    assert!(
+        status.stdout.contains("\"running\": false"),
+        "{}",
+        status.describe()
+    );
+    daemon.stop_clean();
+}
