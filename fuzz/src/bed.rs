@@ -501,6 +501,14 @@ pub fn check_books(f: &Forwarder) -> Result<(), String> {
             e.1 += 1;
         }
     }
+    for (_, session) in f.sessions6().iter() {
+        let e = per_real.entry(session.real).or_default();
+        if sluice::session::is_active(session.state()) {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
+        }
+    }
     let used = pool_ports_in_use(f);
     if used != held.len() as u64 {
         return Err(format!(
@@ -529,10 +537,16 @@ pub fn drain(f: &mut Forwarder, now: &mut u64, counters: &WorkerCounters) -> Res
     // (the wheel catches up a bounded number of entries per poll).
     *now += 600 * HZ;
     for _ in 0..1000 {
-        if f.sessions().is_empty() {
+        if f.sessions().is_empty() && f.sessions6().is_empty() {
             break;
         }
         f.poll(*now, counters);
+    }
+    if !f.sessions6().is_empty() {
+        return Err(format!(
+            "{} IPv6 sessions never expired",
+            f.sessions6().len()
+        ));
     }
     // Sessions installed by sync may live up to MAX_TIMEOUT_SECS (24.8 days): the
     // peer's removal records clear them instead.

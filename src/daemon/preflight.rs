@@ -590,11 +590,12 @@ mod tests {
         let cfg = config(&format!("{PORT}\n[sessions]\ncapacity = 1048576\n"));
         let need = MemoryNeed::of(&cfg);
         assert_eq!(need.workers, 1);
-        // The session table as allocated, and the SYN proxy's 16 bytes a slot.
-        assert_eq!(
-            need.sessions_per_worker,
-            crate::session::SessionTable::with_capacity(1 << 20).memory_bytes() + (16 << 20)
-        );
+        // The session tables as allocated (IPv4, and IPv6 at an eighth, 2^17), and
+        // the SYN proxy's 16 bytes a slot.
+        let v6 = crate::session::table6::SessionTable6::with_capacity(1 << 17).memory_bytes();
+        let expected =
+            crate::session::SessionTable::with_capacity(1 << 20).memory_bytes() + (16 << 20) + v6;
+        assert_eq!(need.sessions_per_worker, expected);
         // Without hugepages the EAL's 256 MB is ordinary memory.
         assert!(need.other >= 256 << 20);
         assert_eq!(need.hugepages, 0);

@@ -168,15 +168,37 @@ impl SessionTable6 {
         }
     }
 
-    /// Bytes a table for `capacity` sessions takes, slab and map (hashbrown rounds
-    /// its buckets up to a power of two at 7/8 load, one control byte each).
+    /// Bytes a table for `capacity` sessions allocates, slab and map, known before
+    /// making it. The map is hashbrown's layout: buckets a power of two at 7/8 load
+    /// (4 or 8 for small maps), the entries rounded up to 16 bytes, then one control
+    /// byte per bucket and a 16-byte group.
     pub fn bytes_for(capacity: usize) -> usize {
         let keys = capacity.saturating_mul(2);
-        let buckets = (keys.saturating_mul(8) / 7).max(1).next_power_of_two();
-        let entry = std::mem::size_of::<(FlowKey6, u32)>() + 1;
+        let buckets = match keys {
+            0 => 0,
+            1..=3 => 4,
+            4..=7 => 8,
+            _ => (keys.saturating_mul(8) / 7).next_power_of_two(),
+        };
+        let map = match buckets {
+            0 => 0,
+            _ => {
+                let entries = buckets.saturating_mul(std::mem::size_of::<(FlowKey6, u32)>());
+                entries
+                    .div_ceil(16)
+                    .saturating_mul(16)
+                    .saturating_add(buckets + 16)
+            }
+        };
         capacity
             .saturating_mul(std::mem::size_of::<Slot>())
-            .saturating_add(buckets.saturating_mul(entry))
+            .saturating_add(map)
+    }
+
+    /// Bytes this table allocated, as the allocator was asked for them: the slab
+    /// and the map's one allocation (buckets and control bytes).
+    pub fn memory_bytes(&self) -> usize {
+        self.slab.capacity() * std::mem::size_of::<Slot>() + self.index.allocation_size()
     }
 
     pub fn len(&self) -> usize {
@@ -423,6 +445,15 @@ mod tests {
         // Ticks wrap: a deadline past u32::MAX still lies ahead.
         t.insert(sa, u32::MAX - 1, 10, |_| panic!()).unwrap();
         assert!(t.lookup(&a, 3).is_some() && t.lookup(&a, 8).is_none());
+    }
+
+    #[test]
+    fn bytes_for_is_what_a_table_allocates() {
+        for capacity in [0, 1, 256, 1000, 4096, 100_000] {
+            let t = SessionTable6::with_capacity(capacity);
+            let (known, got) = (SessionTable6::bytes_for(capacity), t.memory_bytes());
+            assert_eq!(known, got, "capacity {capacity}");
+        }
     }
 
     #[test]

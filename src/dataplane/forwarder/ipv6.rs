@@ -252,9 +252,9 @@ impl Forwarder {
         });
     }
 
-    /// IPv6 sessions of this worker.
-    pub fn sessions6_len(&self) -> usize {
-        self.sessions6.len()
+    /// This worker's IPv6 sessions (for listings and checks, not per packet).
+    pub fn sessions6(&self) -> &crate::session::table6::SessionTable6 {
+        &self.sessions6
     }
 }
 
