@@ -10,7 +10,8 @@
 //!   gets one error line, written without blocking, and is closed at once;
 //! - an idle or slow client (one that trickles bytes and never ends its line) costs one
 //!   descriptor and its buffered bytes until [`ServerLimits::request_timeout`], counted
-//!   from connect or from its previous response, and delays nobody meanwhile;
+//!   from connect or from its previous response, and delays nobody meanwhile; one that
+//!   stops reading its response is dropped once that long passes without a byte taken;
 //! - a slow handler delays the requests queued behind it on the executors, not the
 //!   reading, writing and refusing of other connections.
 //!
@@ -77,8 +78,9 @@ pub struct ServerLimits {
     /// Connections open at once; more are answered with an error and closed at once.
     pub max_connections: usize,
     /// Time a client has to deliver each complete request line (from connect or from
-    /// the previous response), and to take each response. A connection that misses it
-    /// is closed.
+    /// the previous response), and to take the next bytes of a response (a large
+    /// response may take longer as a whole, while it moves). A connection that misses
+    /// it is closed.
     pub request_timeout: Duration,
 }
 
@@ -651,7 +653,12 @@ impl ServeLoop {
             }
             Phase::Writing => {
                 let connection = &mut self.connections[index];
-                connection.flush();
+                // The deadline bounds a peer that stops reading, not the length of a
+                // response: a large one (`-S` of 100k services is megabytes) read at
+                // the pace a loaded machine allows keeps its connection while it moves.
+                if connection.flush() {
+                    connection.deadline = Instant::now() + timeout;
+                }
                 if connection.phase == Phase::Reading {
                     connection.deadline = Instant::now() + timeout;
                     // Requests pipelined behind the one just answered.
@@ -911,17 +918,21 @@ impl Connection {
     }
 
     /// Writes what the socket takes; when the whole response is out, the connection
-    /// reads again (or is marked closed).
-    fn flush(&mut self) {
+    /// reads again (or is marked closed). Whether any byte was written.
+    fn flush(&mut self) -> bool {
+        let mut progress = false;
         while self.written < self.out.len() {
             match (&self.stream).write(&self.out[self.written..]) {
                 Ok(0) => break,
-                Ok(written) => self.written += written,
+                Ok(written) => {
+                    self.written += written;
+                    progress = true;
+                }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return progress,
                 Err(_) => {
                     self.close();
-                    return;
+                    return progress;
                 }
             }
         }
@@ -932,6 +943,7 @@ impl Connection {
         } else {
             self.phase = Phase::Reading;
         }
+        progress
     }
 }
 
