@@ -18,6 +18,7 @@
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh vrrp  # stop after this many inputs instead of a time
 #   FUZZ_SANITIZER=address scripts/fuzz.sh  # AddressSanitizer, stable toolchain (default: none)
 #   FUZZ_CORPUS=DIR scripts/fuzz.sh       # keep the corpora in DIR/<target> (default: scratch)
+#   FUZZ_JOBS=1 scripts/fuzz.sh           # one target at a time (default: two)
 #
 # Findings: libFuzzer writes the crashing input to fuzz/artifacts/<target>/; replay it
 # with `cargo fuzz run <target> <file>` (same flags as below), then turn it into a unit
@@ -63,7 +64,11 @@ run=(cargo fuzz run --sanitizer "$sanitizer" --release --target-dir "$target_dir
 echo "== cargo fuzz build (sanitizer $sanitizer)"
 RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --release --target-dir "$target_dir"
 
-for t in "${targets[@]}"; do
+# Two targets at a time (FUZZ_JOBS) on a two-core machine halves the wall time at the
+# same fuzzing time per target; each target's output is printed when it ends.
+jobs_max="${FUZZ_JOBS:-2}"
+fuzz_one() {
+  local t="$1"
   mkdir -p "$corpus_root/$t"
   if [ -n "$runs" ]; then
     limit=(-runs="$runs")
@@ -76,7 +81,26 @@ for t in "${targets[@]}"; do
   RUSTC_BOOTSTRAP=1 "${run[@]}" "$t" "$corpus_root/$t" "seeds/$t" -- \
     "${limit[@]}" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
     -print_final_stats=1 2>&1 | grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse)' || {
-    echo "scripts/fuzz.sh: $t failed; the input is in fuzz/artifacts/$t/" >&2
-    exit 1
+    echo "scripts/fuzz.sh: $t failed; the input is in fuzz/artifacts/$t/"
+    return 1
   }
+}
+pids=() names=()
+failed=0
+finish_one() {
+  # Waits for the oldest running target and prints its output.
+  local pid="${pids[0]}" t="${names[0]}"
+  if ! wait "$pid"; then failed=1; fi
+  cat "$scratch/$t.log"
+  pids=("${pids[@]:1}") names=("${names[@]:1}")
+}
+for t in "${targets[@]}"; do
+  [ "${#pids[@]}" -lt "$jobs_max" ] || finish_one
+  fuzz_one "$t" > "$scratch/$t.log" 2>&1 &
+  pids+=("$!") names+=("$t")
 done
+while [ "${#pids[@]}" -gt 0 ]; do finish_one; done
+if [ "$failed" -ne 0 ]; then
+  echo "scripts/fuzz.sh: a target failed (see above)" >&2
+  exit 1
+fi
