@@ -148,7 +148,7 @@ enum Verb {
 }
 
 /// Splits bundled short options (`-Ln` -> `-L -n`); long options and values pass.
-fn expand(args: &[String]) -> Vec<String> {
+pub(crate) fn expand(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for a in args {
         if a.len() > 2

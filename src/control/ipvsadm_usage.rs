@@ -10,7 +10,7 @@
 //! lists, the SYN proxy, `-R --atomic`, DPVS's `-b` on a real server) is not ipvsadm's
 //! and is left to [`super::ipvsadm::parse`], which names what is wrong in Sluice's
 //! words.
-use super::ipvsadm::{resolve_host, resolve_port};
+use super::ipvsadm::{expand, resolve_host, resolve_port};
 use crate::model::Protocol;
 use std::net::Ipv6Addr;
 
@@ -249,23 +249,6 @@ fn is_sluice_only(word: &str, command: Option<usize>) -> bool {
     // DPVS's `-b` (FullNAT) on the real-server commands; ipvsadm's `-b` is the
     // scheduler flags, on -A and -E only.
     OWN.contains(&word) || (word == "-b" && command.is_some_and(|c| (5..=7).contains(&c)))
-}
-
-/// Splits bundled short options as popt does (`-Ln` -> `-L -n`).
-fn expand(args: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    for a in args {
-        if a.len() > 2
-            && a.starts_with('-')
-            && !a.starts_with("--")
-            && a[1..].chars().all(|c| c.is_ascii_alphabetic())
-        {
-            out.extend(a[1..].chars().map(|c| format!("-{c}")));
-        } else {
-            out.push(a.clone());
-        }
-    }
-    out
 }
 
 /// ipvsadm's `string_to_number`: `strtol` of the whole text, within `min..=max`.

@@ -406,13 +406,13 @@ impl std::error::Error for InsertError {}
 
 /// The index value: slab index and the direction of the key.
 #[inline]
-fn index_value(index: u32, dir: Direction) -> u32 {
+pub(super) fn index_value(index: u32, dir: Direction) -> u32 {
     index << 1 | (dir == Direction::Outbound) as u32
 }
 
 /// The slab index and key direction an index value names.
 #[inline]
-fn split_value(value: u32) -> (u32, Direction) {
+pub(super) fn split_value(value: u32) -> (u32, Direction) {
     let dir = if value & 1 == 0 {
         Direction::Inbound
     } else {

@@ -14,6 +14,7 @@
 //!
 //! [`SessionTable`]: super::SessionTable
 use super::state::{self, Direction, TcpState, Transition};
+use super::table::{index_value as value, split_value as split};
 use super::timeouts::TickTimeouts;
 use super::InsertError;
 use crate::flow::FlowKey6;
@@ -134,20 +135,6 @@ pub struct SessionTable6 {
     len: usize,
     /// Where the next [`SessionTable6::sweep`] starts.
     cursor: usize,
-}
-
-/// The index value: slab index and the direction of the key.
-fn value(at: u32, dir: Direction) -> u32 {
-    at << 1 | (dir == Direction::Outbound) as u32
-}
-
-fn split(value: u32) -> (u32, Direction) {
-    let dir = if value & 1 == 0 {
-        Direction::Inbound
-    } else {
-        Direction::Outbound
-    };
-    (value >> 1, dir)
 }
 
 impl SessionTable6 {
