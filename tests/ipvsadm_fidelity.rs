@@ -422,6 +422,86 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
         );
     }
 
+    // `-h`: `usage_exit(argv[0], 0)` prints `version(stream)` and then 81 lines on
+    // stdout (the `\n`s of its five `fprintf`s), `argv[0]` in each usage form, and
+    // exits 0. Quoted: the first form, the scheduler list (1.31's SCHEDULERS file)
+    // and the last line.
+    let out = ipvsadm(&link, &daemon, &["-h"]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+    let program = link.display().to_string();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 1 + 81, "{}", out.stdout);
+    assert!(lines[0].starts_with("ipvsadm v1.31 2019/12/24 (compiled with "));
+    assert_eq!(lines[1], "Usage:");
+    assert_eq!(
+        lines[2],
+        format!(
+            "  {program} -A|E virtual-service [-s scheduler] [-p [timeout]] [-M netmask] \
+             [--pe persistence_engine] [-b sched-flags]"
+        )
+    );
+    assert_eq!(lines[14], format!("  {program} -h"));
+    assert!(out.stdout.contains(
+        "  --scheduler    -s scheduler         one of rr|wrr|lc|wlc|lblc|lblcr|dh|sh|sed|nq|fo|ovf|mh,\n\
+         \x20                                     the default scheduler is wlc.\n"
+    ));
+    assert_eq!(
+        lines[lines.len() - 1],
+        "  --mcast-ttl ttl                     Multicast TTL (default=1)"
+    );
+
+    // popt reads a value attached to its option (`-w5`, `--u-threshold=7`) as the
+    // next word.
+    let out = ipvsadm(
+        &link,
+        &daemon,
+        &[
+            "-e",
+            "-t198.18.1.1:80",
+            "-r",
+            "198.18.0.21:80",
+            "-gw5",
+            "--u-threshold=7",
+        ],
+    );
+    assert!(out.success(), "{}", out.describe());
+    // `print_service_entry` with FMT_THRESHOLDS: `"  -> %-28s %-10u %-10u %-10u
+    // %-10u\n"` (upper, lower, then the varying counts).
+    let out = ipvsadm(
+        &link,
+        &daemon,
+        &["-Ln", "-t", "198.18.1.1:80", "--thresholds"],
+    );
+    let line = format!("  -> {:<28} {:<10} {:<10} ", "198.18.0.21:80", 7, 0);
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with(&line)),
+        "{}",
+        out.describe()
+    );
+    let out = ipvsadm(&link, &daemon, &["-Ln", "-t", "198.18.1.1:80"]);
+    assert!(
+        counts_checked(&out.stdout).contains(&dest("198.18.0.21:80", "Route", 5, 0, 0)),
+        "{}",
+        out.describe()
+    );
+    let out = ipvsadm(
+        &link,
+        &daemon,
+        &[
+            "-e",
+            "-t",
+            "198.18.1.1:80",
+            "-r",
+            "198.18.0.21:80",
+            "-g",
+            "-w",
+            "1",
+            "-x",
+            "0",
+        ],
+    );
+    assert!(out.success(), "{}", out.describe());
+
     // -g and -i with another real-server port: `if (!ce.svc.fwmark && (fwd_method ==
     // IP_VS_CONN_F_TUNNEL || fwd_method == IP_VS_CONN_F_DROUTE)) ce.dest.port =
     // ce.svc.port;`, silently.
@@ -730,5 +810,27 @@ fn restore_of_a_real_ipvsadm_save_in_both_modes() {
     let out = restore(&link, &daemon, &subset, "--atomic");
     assert!(out.success(), "{}", out.describe());
     assert_eq!(save(&daemon), RESTORED);
+
+    // A line ipvsadm's own option parser refuses ends the restore there, with its
+    // words and status and no line number (`fail(2, "illegal weight specified")`
+    // exits): the line before it is applied, the one after is not.
+    let out = ipvsadm(&link, &daemon, &["-C"]);
+    assert!(out.success(), "{}", out.describe());
+    let bad = daemon.config.path("bad-weight.txt");
+    std::fs::write(
+        &bad,
+        "-A -t 198.18.1.20:80 -s rr\n\
+         -a -t 198.18.1.20:80 -r 198.18.0.30 -g -w abc\n\
+         -A -t 198.18.1.21:80 -s rr\n",
+    )
+    .unwrap();
+    let out = restore(&link, &daemon, &bad, "");
+    assert_eq!(
+        (out.stderr.as_str(), out.status.code()),
+        ("illegal weight specified\n", Some(2)),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(save(&daemon), "-A -t 198.18.1.20:80 -s rr\n");
     daemon.stop_clean();
 }

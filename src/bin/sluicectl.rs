@@ -780,8 +780,9 @@ enum FailureKind {
     Refused,
     /// `-L -t` of a service that does not exist (ipvsadm's `list_service`, exit 1).
     Listing,
-    /// A restore line ipvsadm would refuse to parse (exit 2).
-    Usage,
+    /// A restore line that does not parse: ipvsadm's exit status for it (2, or 255
+    /// for a line whose first word is not a command).
+    Usage(u8),
     /// Anything else (a reply of the wrong shape, a file that cannot be read).
     Other,
 }
@@ -799,7 +800,7 @@ impl Failure {
     /// `return -1` from `main` when the kernel refuses, `exit(1)` from `list_service`).
     fn status(&self, ipvsadm_mode: bool) -> u8 {
         match (ipvsadm_mode, self.kind) {
-            (_, FailureKind::Usage) => 2,
+            (_, FailureKind::Usage(status)) => status,
             (false, _) | (true, FailureKind::Listing | FailureKind::Other) => 1,
             (true, FailureKind::Unreachable) => 2,
             (true, FailureKind::Refused) => 255,
@@ -1027,9 +1028,20 @@ fn restore_lines(
             Ok(ipvsadm::RestoreLine::Apply(command)) => command,
             Err(error) => {
                 flush(&mut pending, &mut done, report)?;
+                // ipvsadm reads each line with its own option parser and stops at the
+                // first it refuses, with that parser's words and no line number.
+                if ipvsadm_mode {
+                    let words = ipvsadm::restore_words(&line);
+                    if let Err(refusal) = ipvsadm_usage::check("ipvsadm", &words) {
+                        return Err(Failure {
+                            message: refusal.message,
+                            kind: FailureKind::Usage(refusal.status),
+                        });
+                    }
+                }
                 return Err(Failure {
                     message: format!("line {n}: {error}"),
-                    kind: FailureKind::Usage,
+                    kind: FailureKind::Usage(2),
                 });
             }
         };
@@ -1315,7 +1327,10 @@ fn main() -> ExitCode {
     let ipvsadm_mode = program.is_some();
     let args: Vec<String> = argv.collect();
     match parse_args_as(program.as_deref(), &args, std::env::var(SOCKET_ENV).ok()) {
-        Ok(Invocation::Help) => print(&usage()),
+        Ok(Invocation::Help) => match program.as_deref() {
+            Some(program) => print(&ipvsadm_usage::help(program, &ipvsadm_version())),
+            None => print(&usage()),
+        },
         Ok(Invocation::Version) if ipvsadm_mode => print(&ipvsadm_version()),
         Ok(Invocation::Version) => print(&format!("sluicectl {}\n", env!("CARGO_PKG_VERSION"))),
         Ok(Invocation::ImportKeepalived(path)) => import_keepalived(&path),

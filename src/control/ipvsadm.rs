@@ -147,18 +147,64 @@ enum Verb {
     RateLimit,
 }
 
-/// Splits bundled short options (`-Ln` -> `-L -n`); long options and values pass.
+/// The short options that take a value, in ipvsadm's popt table (`-t -u -f -s -p -M
+/// -r -w -x -y -b`), plus Sluice's own `-z` (local address) and `-F` (interface).
+const SHORT_WITH_VALUE: &str = "tufspMrwxybzF";
+
+/// Splits the words as popt reads them, so the parsers see one option or one value
+/// per word:
+/// - bundled short options: `-Ln` -> `-L -n`;
+/// - a value attached to a short option, alone or at the end of a bundle: `-w5` ->
+///   `-w 5`, `-Lnt10.0.0.1:80` -> `-L -n -t 10.0.0.1:80`, `-p300` -> `-p 300`;
+/// - a value attached to a long option: `--weight=5` -> `--weight 5`;
+/// - the word after a short option that takes a value is that value, whatever it
+///   looks like (`-w -1` is a weight of -1, which the value check then refuses).
+///
+/// A word whose first character after `-` is not a letter or `6` (`-1`) passes as is.
 pub(crate) fn expand(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
+    let mut value_next = false;
     for a in args {
-        if a.len() > 2
-            && a.starts_with('-')
-            && !a.starts_with("--")
-            && a[1..].chars().all(|c| c.is_ascii_alphabetic())
-        {
-            out.extend(a[1..].chars().map(|c| format!("-{c}")));
-        } else {
+        if std::mem::take(&mut value_next) {
             out.push(a.clone());
+            continue;
+        }
+        if let Some(long) = a.strip_prefix("--") {
+            match long.split_once('=') {
+                Some((name, value)) if !name.is_empty() => {
+                    out.push(format!("--{name}"));
+                    out.push(value.to_string());
+                }
+                _ => out.push(a.clone()),
+            }
+            continue;
+        }
+        let Some(bundle) = a.strip_prefix('-') else {
+            out.push(a.clone());
+            continue;
+        };
+        if !bundle
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '6')
+        {
+            out.push(a.clone());
+            continue;
+        }
+        for (i, c) in bundle.char_indices() {
+            out.push(format!("-{c}"));
+            if SHORT_WITH_VALUE.contains(c) {
+                let rest = &bundle[i + c.len_utf8()..];
+                if !rest.is_empty() {
+                    out.push(rest.to_string());
+                } else {
+                    // `-p`'s value is optional: the parsers take the next word only
+                    // when it does not start with '-'. `-b` is also DPVS's FullNAT
+                    // flag on the real-server commands, which takes no value.
+                    value_next = !matches!(c, 'p' | 'b');
+                }
+                break;
+            }
         }
     }
     out
@@ -827,6 +873,17 @@ const IPVSADM_SCHEDULERS: &[&str] = &[
     "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh",
 ];
 
+/// The words of one `-R` line as ipvsadm's `config_stream_read` splits it: on
+/// whitespace, up to a `#`, without the word `ipvsadm` (a saved line may start with
+/// it).
+pub fn restore_words(line: &str) -> Vec<String> {
+    let text = line.split_once('#').map_or(line, |(before, _)| before);
+    text.split_whitespace()
+        .filter(|w| *w != "ipvsadm")
+        .map(str::to_string)
+        .collect()
+}
+
 /// One line of `ipvsadm -S` output as `-R` reads it, as ipvsadm's `config_stream_read`
 /// does: the word `ipvsadm` is dropped wherever it stands; `#` starts a comment (a
 /// line ipvsadm's restore script drops). What ipvsadm 1.31 writes and Sluice does
@@ -836,12 +893,7 @@ const IPVSADM_SCHEDULERS: &[&str] = &[
 /// Sluice cannot do is named: fwmark and SCTP services, IPv6, one-packet scheduling,
 /// persistence engines, schedulers it lacks, GUE and GRE tunnels.
 pub fn restore_line(line: &str) -> Result<RestoreLine, String> {
-    let text = line.split_once('#').map_or(line, |(before, _)| before);
-    let mut words: Vec<String> = text
-        .split_whitespace()
-        .filter(|w| *w != "ipvsadm")
-        .map(str::to_string)
-        .collect();
+    let mut words = restore_words(line);
     if words.is_empty() {
         return Ok(RestoreLine::Nothing);
     }
@@ -1115,6 +1167,29 @@ mod tests {
                     ),
                 }
             }
+        );
+    }
+
+    #[test]
+    fn values_attached_as_popt_reads_them() {
+        let words = |line: &str| expand(&line.split(' ').map(String::from).collect::<Vec<_>>());
+        assert_eq!(words("-w5"), ["-w", "5"]);
+        assert_eq!(words("--weight=5"), ["--weight", "5"]);
+        assert_eq!(words("-Lnt10.0.0.1:80"), ["-L", "-n", "-t", "10.0.0.1:80"]);
+        assert_eq!(words("-p300 -p"), ["-p", "300", "-p"]);
+        assert_eq!(words("-w -1x"), ["-w", "-1x"]);
+        assert_eq!(words("-s -Ln"), ["-s", "-Ln"]);
+        assert_eq!(words("-b -Ln"), ["-b", "-L", "-n"]);
+        assert_eq!(words("-1 -6Ln"), ["-1", "-6", "-L", "-n"]);
+        assert_eq!(words("--=x"), ["--=x"]);
+        let attached = p("-a -t198.18.1.1:80 -r198.18.2.1:8080 -mw5 --u-threshold=7").unwrap();
+        let separate = p("-a -t 198.18.1.1:80 -r 198.18.2.1:8080 -m -w 5 -x 7").unwrap();
+        assert_eq!(attached.request, separate.request);
+        assert_eq!(
+            p("-A -t 198.18.1.1:80 --scheduler=wrr --persistent=60")
+                .unwrap()
+                .request,
+            p("-A -t 198.18.1.1:80 -s wrr -p 60").unwrap().request
         );
     }
 

@@ -137,6 +137,104 @@ const O_TUN_NOCSUM: usize = 31;
 const O_TUN_CSUM: usize = 32;
 const O_TUN_REMCSUM: usize = 33;
 
+/// ipvsadm's `-h` (`usage_exit(argv[0], 0)`): its version line, then its usage text as
+/// 1.31 prints it, with `program` where it prints `argv[0]`. The schedulers are the
+/// ones 1.31's `SCHEDULERS` file lists, all of which Sluice has except `ovf`.
+pub fn help(program: &str, version_line: &str) -> String {
+    let mut text = String::from(version_line);
+    text.push_str("Usage:\n");
+    for form in [
+        "-A|E virtual-service [-s scheduler] [-p [timeout]] [-M netmask] [--pe persistence_engine] [-b sched-flags]",
+        "-D virtual-service",
+        "-C",
+        "-R",
+        "-S [-n]",
+        "-a|e virtual-service -r server-address [options]",
+        "-d virtual-service -r server-address",
+        "-L|l [virtual-service] [options]",
+        "-Z [virtual-service]",
+        "--set tcp tcpfin udp",
+        "--start-daemon {master|backup} [daemon-options]",
+        "--stop-daemon {master|backup}",
+        "-h",
+    ] {
+        text.push_str(&format!("  {program} {form}\n"));
+    }
+    text.push('\n');
+    text.push_str(HELP_BODY);
+    text
+}
+
+/// The rest of `usage_exit`'s text, with `SCHEDULERS`, `PE_LIST`, `DEF_SCHED` and
+/// `DEF_TUNNEL_TYPE` filled in as 1.31's Makefile and ipvsadm.c define them.
+const HELP_BODY: &str = "Commands:
+Either long or short options are allowed.
+  --add-service     -A        add virtual service with options
+  --edit-service    -E        edit virtual service with options
+  --delete-service  -D        delete virtual service
+  --clear           -C        clear the whole table
+  --restore         -R        restore rules from stdin
+  --save            -S        save rules to stdout
+  --add-server      -a        add real server with options
+  --edit-server     -e        edit real server with options
+  --delete-server   -d        delete real server
+  --list            -L|-l     list the table
+  --zero            -Z        zero counters in a service or all services
+  --set tcp tcpfin udp        set connection timeout values
+  --start-daemon              start connection sync daemon
+  --stop-daemon               stop connection sync daemon
+  --help            -h        display this help message
+
+virtual-service:
+  --tcp-service|-t  service-address   service-address is host[:port]
+  --udp-service|-u  service-address   service-address is host[:port]
+  --sctp-service    service-address   service-address is host[:port]
+  --fwmark-service|-f fwmark          fwmark is an integer greater than zero
+
+Options:
+  --ipv6         -6                   fwmark entry uses IPv6
+  --scheduler    -s scheduler         one of rr|wrr|lc|wlc|lblc|lblcr|dh|sh|sed|nq|fo|ovf|mh,
+                                      the default scheduler is wlc.
+  --pe            engine              alternate persistence engine may be sip,
+                                      not set by default.
+  --persistent   -p [timeout]         persistent service
+  --netmask      -M netmask           persistent granularity mask
+  --real-server  -r server-address    server-address is host (and port)
+  --gatewaying   -g                   gatewaying (direct routing) (default)
+  --ipip         -i                   ipip encapsulation (tunneling)
+  --masquerading -m                   masquerading (NAT)
+  --tun-type      type                one of ipip|gue|gre,
+                                      the default tunnel type is ipip.
+  --tun-port      port                tunnel destination port
+  --tun-nocsum                        tunnel encapsulation without checksum
+  --tun-csum                          tunnel encapsulation with checksum
+  --tun-remcsum                       tunnel encapsulation with remote checksum
+  --weight       -w weight            capacity of real server
+  --u-threshold  -x uthreshold        upper threshold of connections
+  --l-threshold  -y lthreshold        lower threshold of connections
+  --connection   -c                   output of current IPVS connections
+  --timeout                           output of timeout (tcp tcpfin udp)
+  --daemon                            output of daemon information
+  --stats                             output of statistics information
+  --rate                              output of rate information
+  --exact                             expand numbers (display exact values)
+  --thresholds                        output of thresholds information
+  --persistent-conn                   output of persistent connection info
+  --tun-info                          output of tunnel information
+  --nosort                            disable sorting output of service/server entries
+  --sort                              does nothing, for backwards compatibility
+  --ops          -o                   one-packet scheduling
+  --numeric      -n                   numeric output of addresses and ports
+  --sched-flags  -b flags             scheduler flags (comma-separated)
+Daemon Options:
+  --syncid sid                        syncid for connection sync (default=255)
+  --sync-maxlen length                Max sync message length (default=1472)
+  --mcast-interface interface         multicast interface for connection sync
+  --mcast-group address               IPv4/IPv6 group (default=224.0.0.81)
+  --mcast-port port                   UDP port (default=8848)
+  --mcast-ttl ttl                     Multicast TTL (default=1)
+";
+
 /// `MAX_TIMEOUT`: 31 days.
 const MAX_TIMEOUT: i64 = 86400 * 31;
 /// `INT_MAX`, the thresholds' bound.
