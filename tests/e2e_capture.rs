@@ -336,6 +336,51 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
         "{}",
         bad.describe()
     );
+    // The file is created with the permissions of whoever asks, and belongs to them
+    // (the daemon runs as root; a control-socket user must not create files where
+    // they could not). Here `nobody`, let in by opening the socket to everyone.
+    let nobody_dir = tempfile::Builder::new()
+        .prefix("sluice-capture-nobody-")
+        .tempdir()
+        .unwrap();
+    let run_as_nobody = |target: &Path| {
+        run_bounded(
+            std::process::Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    SLUICECTL,
+                    "-S",
+                    &socket,
+                    "capture",
+                    "-w",
+                ])
+                .arg(target)
+                .args(["-c", "1", "--duration", "1"]),
+            Duration::from_secs(20),
+        )
+    };
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    std::fs::set_permissions(daemon.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(nobody_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A root-owned directory nobody cannot write to: refused, nothing created.
+    let forbidden = nobody_dir.path().join("x.pcapng");
+    let bad = run_as_nobody(&forbidden);
+    assert!(
+        !bad.success() && bad.stderr.contains("Permission denied") && !forbidden.exists(),
+        "{}",
+        bad.describe()
+    );
+    // A directory nobody owns: created, and nobody's.
+    let own = nobody_dir.path().join("own");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let allowed = own.join("x.pcapng");
+    let good = run_as_nobody(&allowed);
+    assert!(good.success(), "{}", good.describe());
+    let meta = std::fs::metadata(&allowed).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
     let status = ctl(&daemon, &["--json", "capture", "--status"]);
     assert!(
         status.stdout.contains("\"running\": false"),

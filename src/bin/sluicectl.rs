@@ -338,6 +338,7 @@ impl Command {
         };
         Ok(Command::Capture(Box::new(Request::CaptureStart {
             path,
+            requester: None,
             filter: Box::new(filter),
             interfaces,
             count,
@@ -1748,6 +1749,7 @@ mod tests {
             count,
             duration_ms,
             snaplen,
+            ..
         } = *request
         else {
             panic!("{request:?}")

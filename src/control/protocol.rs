@@ -22,6 +22,13 @@ use std::net::IpAddr;
 /// small commands; the cap bounds what a hostile client can make the daemon buffer.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
+/// The user and group of a control-socket peer, as the kernel reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Requester {
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// One command sent to the daemon. Variants without fields take no arguments; unknown
 /// fields are rejected so a misspelt argument never silently widens a command (for
 /// example `zero_counters` with a stray `port` must not zero every port unnoticed).
@@ -190,6 +197,11 @@ pub enum Request {
     /// Answered with a [`crate::control::report::CaptureReport`].
     CaptureStart {
         path: std::path::PathBuf,
+        /// Who asked, from the control socket's peer credentials (`SO_PEERCRED`),
+        /// never from the request: the file is created with this identity's
+        /// permissions and is owned by it. `None` until the server stamps it.
+        #[serde(skip)]
+        requester: Option<Requester>,
         #[serde(default)]
         filter: Box<crate::dataplane::capture::CaptureFilter>,
         #[serde(default)]

@@ -26,7 +26,7 @@
 //! bounded by the request line limit. At most [`MAX_STAGED_COMMANDS`] commands are
 //! staged over all connections.
 use crate::control::protocol::{
-    parse_request, ProtocolError, Request, Response, MAX_REQUEST_BYTES,
+    parse_request, ProtocolError, Request, Requester, Response, MAX_REQUEST_BYTES,
 };
 use serde_json::Value;
 use std::fs;
@@ -346,6 +346,32 @@ fn annotate(error: io::Error, context: String) -> io::Error {
 
 /// A connected pair, both ends non-blocking: (the end the serving thread polls, the end
 /// executors and `Drop` write a byte to).
+/// The connected peer's user and group, as the kernel recorded them at connect.
+fn peer_credentials(stream: &UnixStream) -> Option<Requester> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given, and the fd is
+    // the stream's own, open for the call's duration.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some(Requester {
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
 fn wake_pair() -> io::Result<(UnixStream, UnixStream)> {
     let (rx, tx) = UnixStream::pair()?;
     rx.set_nonblocking(true)?;
@@ -373,6 +399,9 @@ struct Staged {
 
 struct Connection {
     stream: UnixStream,
+    /// The peer's user and group (`SO_PEERCRED`), stamped on the requests that act
+    /// with the requester's permissions.
+    requester: Option<Requester>,
     /// Matches an executor's answer to its connection; never reused.
     token: u64,
     phase: Phase,
@@ -626,8 +655,10 @@ impl ServeLoop {
                 continue;
             }
             self.next_token += 1;
+            let requester = peer_credentials(&stream);
             self.connections.push(Connection {
                 stream,
+                requester,
                 token: self.next_token,
                 phase: Phase::Reading,
                 deadline: Instant::now() + self.limits.request_timeout,
@@ -720,6 +751,28 @@ impl ServeLoop {
                 }
                 Err(message) => Some(Err(message)),
             },
+            Request::CaptureStart {
+                path,
+                filter,
+                interfaces,
+                count,
+                duration_ms,
+                snaplen,
+                requester: _,
+            } => {
+                let requester = self.connections[index].requester;
+                let request = Request::CaptureStart {
+                    path,
+                    requester,
+                    filter,
+                    interfaces,
+                    count,
+                    duration_ms,
+                    snaplen,
+                };
+                self.execute_later(index, request, last);
+                None
+            }
             request => {
                 self.execute_later(index, request, last);
                 None

@@ -3,6 +3,7 @@
 //! pcapng file (pcap-file's writer: one interface description per DPDK port, named
 //! as in the config, nanosecond timestamps, each packet's direction in its flags),
 //! and ends it after a packet count, a duration, or a stop.
+use crate::control::protocol::Requester;
 use crate::control::report::CaptureReport;
 use crate::dataplane::capture::{Capture, CaptureFilter, Copied, Direction, MAX_SNAPLEN};
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
@@ -14,7 +15,7 @@ use pcap_file::DataLink;
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -32,9 +33,36 @@ const FLAG_OUTBOUND: u32 = 0b10;
 pub struct CaptureSpec {
     pub filter: CaptureFilter,
     pub path: PathBuf,
+    /// Whose permissions create the file, and who owns it.
+    pub requester: Requester,
     pub count: Option<u64>,
     pub duration: Option<Duration>,
     pub snaplen: u16,
+}
+
+/// Creates the capture file with the requester's permissions, owned by them. The
+/// daemon runs as root, and a member of the control socket's group must not be able
+/// to create a file where they could not: the calling thread's filesystem user and
+/// group (`setfsuid`/`setfsgid`, which are per thread) are the requester's while the
+/// file is opened, then root's again. The thread keeps its supplementary groups
+/// (root's). Never an existing file, and never through a symbolic link.
+fn create_as(path: &Path, requester: Requester) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // SAFETY: setfsgid and setfsuid change only this thread's filesystem identity and
+    // return the previous one; they touch no memory.
+    let (gid, uid) = unsafe { (libc::setfsgid(requester.gid), libc::setfsuid(requester.uid)) };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    // SAFETY: as above; the previous identity comes back.
+    unsafe {
+        libc::setfsuid(uid as libc::uid_t);
+        libc::setfsgid(gid as libc::gid_t);
+    }
+    file
 }
 
 /// One capture being written.
@@ -109,12 +137,7 @@ impl Capturing {
         if !spec.path.is_absolute() {
             return Err(format!("path: {} is not absolute", spec.path.display()));
         }
-        // Never an existing file: the daemon runs as root, and members of the control
-        // socket's group must not be able to overwrite what they could not write.
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&spec.path)
+        let file = create_as(&spec.path, spec.requester)
             .map_err(|e| format!("path: cannot create {}: {e}", spec.path.display()))?;
         let mut writer = PcapNgWriter::new(BufWriter::new(file))
             .map_err(|e| format!("{}: {e}", spec.path.display()))?;

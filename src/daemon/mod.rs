@@ -1364,6 +1364,7 @@ impl Registry {
         let report = match req {
             Request::CaptureStart {
                 path,
+                requester,
                 mut filter,
                 interfaces,
                 count,
@@ -1384,9 +1385,15 @@ impl Registry {
                 if count == Some(0) {
                     return Err("count: must be at least 1".into());
                 }
+                let Some(requester) = requester else {
+                    return Err("capture: who asks is unknown (no peer credentials on the \
+                                control connection), so no file is created"
+                        .into());
+                };
                 let spec = capture::CaptureSpec {
                     filter: *filter,
                     path,
+                    requester,
                     count,
                     duration: duration_ms.map(Duration::from_millis),
                     snaplen: snaplen.unwrap_or(crate::dataplane::capture::MAX_SNAPLEN),
