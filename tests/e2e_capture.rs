@@ -197,6 +197,27 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
         "{} packets: {ours:#?}",
         ours.len()
     );
+    // The workers counted what they copied (every frame in the file, and any still
+    // in their rings at the stop) and dropped none: `sluicectl status`, whence the
+    // metrics `sluice_worker_capture_{copied,dropped}_total`.
+    let status = ctl(&daemon, &["--json", "status"]);
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let workers = status["lcores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["role"] == "worker");
+    let (copied, dropped) = workers.fold((0, 0), |(c, d), l| {
+        (
+            c + l["capture_copied"].as_u64().unwrap(),
+            d + l["capture_dropped"].as_u64().unwrap(),
+        )
+    });
+    assert!(
+        copied >= ours.len() as u64 && dropped == 0,
+        "copied {copied}, dropped {dropped}, {} in the file",
+        ours.len()
+    );
     assert_eq!(
         ours,
         theirs,

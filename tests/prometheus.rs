@@ -274,6 +274,7 @@ fn promtool_and_a_real_prometheus_scrape_with_promql_and_the_dashboards_queries(
     for family in [
         "sluice_rs_connections_total",
         "sluice_worker_cycles_total",
+        "sluice_worker_capture_dropped_total",
         "sluice_drops_total",
     ] {
         assert!(

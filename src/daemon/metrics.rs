@@ -105,7 +105,7 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     }
 
     type LcoreGetter = fn(&crate::control::report::LcoreStatus) -> u64;
-    let worker_metrics: [(&str, &str, &str, LcoreGetter); 9] = [
+    let worker_metrics: [(&str, &str, &str, LcoreGetter); 11] = [
         (
             "sluice_worker_rx_packets_total",
             "counter",
@@ -129,6 +129,18 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
             "counter",
             "TSC cycles of all polls, busy or idle (busy share = rate of busy cycles over rate of these).",
             |l| l.total_cycles,
+        ),
+        (
+            "sluice_worker_capture_copied_total",
+            "counter",
+            "Frames a packet capture selected and the worker copied to the capture writer.",
+            |l| l.capture_copied,
+        ),
+        (
+            "sluice_worker_capture_dropped_total",
+            "counter",
+            "Frames a packet capture selected but the worker could not copy (its copy ring was full).",
+            |l| l.capture_dropped,
         ),
         (
             "sluice_worker_sessions",

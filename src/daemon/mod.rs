@@ -174,6 +174,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         stop,
         capture,
     } = state;
+    view.capture = Some(capture.clone());
     let mut registry = Registry {
         health: health_monitor(&cfg, started),
         vrrp: vrrp_node(&cfg, &app),

@@ -4,6 +4,7 @@ use super::PortEntry;
 use crate::config::Config;
 use crate::control::protocol::Request;
 use crate::control::report::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
+use crate::dataplane::capture::Capture;
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::emulator::EmulatorStats;
 use crate::model::DropReason;
@@ -25,6 +26,8 @@ pub struct StatsView {
     last_cycles: Vec<(u64, u64)>,
     /// Publish -> all workers adopted latencies (the management loop measures them).
     pub adoption: super::adoption::Adoption,
+    /// The capture's per-worker copy rings, for their copied and dropped counts.
+    pub capture: Option<Arc<Capture>>,
 }
 
 impl StatsView {
@@ -36,6 +39,7 @@ impl StatsView {
             last: None,
             last_cycles: vec![(0, 0); cfg.lcores.workers.len()],
             adoption: Default::default(),
+            capture: None,
         }
     }
 
@@ -108,6 +112,7 @@ impl StatsView {
             ..Default::default()
         }];
         for (w, c) in counters.iter().enumerate() {
+            let ring = self.capture.as_ref().and_then(|cap| cap.rings.get(w));
             for (r, v) in DropReason::ALL.iter().zip(c.drops_snapshot()) {
                 *drops.get_mut(r.name()).unwrap() += v;
             }
@@ -137,6 +142,8 @@ impl StatsView {
                 total_cycles: c.total_cycles.load(Relaxed),
                 session_table_bytes: c.session_table_bytes.load(Relaxed),
                 snapshot_generation: c.snapshot_generation.load(Relaxed),
+                capture_copied: ring.map_or(0, |r| r.copied.load(Relaxed)),
+                capture_dropped: ring.map_or(0, |r| r.dropped.load(Relaxed)),
             });
         }
         StatusReport {

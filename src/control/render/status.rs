@@ -327,6 +327,7 @@ mod tests {
                     total_cycles: 0,
                     session_table_bytes: 0,
                     snapshot_generation: 7,
+                    ..Default::default()
                 },
             ],
             drops: [("truncated", 5), ("bad_arp", 0), ("tx_full", 2)]

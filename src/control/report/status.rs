@@ -127,6 +127,12 @@ pub struct LcoreStatus {
     /// Workers: the service snapshot generation the worker uses.
     #[serde(default)]
     pub snapshot_generation: u64,
+    /// Workers: frames a packet capture selected and the worker copied, and those it
+    /// could not copy because its copy ring was full (both since start).
+    #[serde(default)]
+    pub capture_copied: u64,
+    #[serde(default)]
+    pub capture_dropped: u64,
 }
 
 /// The NIC's extended statistics for one port, in the driver's order.
