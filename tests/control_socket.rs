@@ -76,6 +76,7 @@ fn sample_report() -> StatusReport {
                 total_cycles: 0,
                 session_table_bytes: 0,
                 snapshot_generation: 3,
+                ..LcoreStatus::default()
             },
         ],
         drops: counters(&[("bad_ipv4_checksum", 3), ("not_local", 0), ("truncated", 1)]),
