@@ -44,8 +44,8 @@ Commands:
                   [vrrp]); what cannot be translated is listed on stderr by line
                   (no daemon needed)
   capture -w FILE [-c COUNT] [--duration SECS] [-s SNAPLEN] [-i PORT]... [--dir rx|tx]
-          [--proto tcp|udp|icmp] [--port N] [--vip IP[:PORT]]... [--rs IP[:PORT]]...
-          [--host IP]...
+          [--proto tcp|udp|icmp|icmp6] [--port N] [--vip IP[:PORT]]... [--rs IP[:PORT]]...
+          [--host IP]...    (IPv6: ADDR, or [ADDR]:PORT)
                   copy the frames the workers receive (rx) and send (tx) into a pcapng
                   file (tshark/Wireshark/tcpdump read it) until COUNT packets, SECS
                   seconds or Ctrl-C; set filters must all match, --vip/--rs/--host are
@@ -254,15 +254,19 @@ impl Command {
                 return Err(usage(format!("{name} needs a value")));
             };
             let endpoint = |v: &str| -> Result<Endpoint, UsageError> {
-                if let Ok(sa) = v.parse::<std::net::SocketAddrV4>() {
+                if let Ok(sa) = v.parse::<std::net::SocketAddr>() {
                     return Ok(Endpoint {
-                        ip: *sa.ip(),
+                        ip: sa.ip(),
                         port: Some(sa.port()),
                     });
                 }
                 v.parse()
                     .map(|ip| Endpoint { ip, port: None })
-                    .map_err(|_| usage(format!("{name}: \"{v}\" is not IP or IP:PORT")))
+                    .map_err(|_| {
+                        usage(format!(
+                            "{name}: \"{v}\" is not IP, IP:PORT, IPV6 or [IPV6]:PORT"
+                        ))
+                    })
             };
             let number = |max: u64| {
                 v.parse::<u64>()
@@ -297,9 +301,10 @@ impl Command {
                         "tcp" => 6,
                         "udp" => 17,
                         "icmp" => 1,
+                        "icmp6" | "ipv6-icmp" => 58,
                         _ => v.parse::<u8>().map_err(|_| {
                             usage(format!(
-                                "--proto must be tcp, udp, icmp or 0-255, not \"{v}\""
+                                "--proto must be tcp, udp, icmp, icmp6 or 0-255, not \"{v}\""
                             ))
                         })?,
                     })

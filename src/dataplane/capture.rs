@@ -16,10 +16,10 @@
 //! the generation they were made under, so copies made for an earlier capture are
 //! told apart and discarded.
 use crate::dpdk::Burst;
-use crate::wire::ethernet;
+use crate::wire::{ethernet, ipv6};
 use crossbeam::queue::ArrayQueue;
 use serde::{Deserialize, Serialize};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -43,7 +43,7 @@ pub enum Direction {
 /// or any host. A packet matches when its source is it or its destination is it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     #[serde(default)]
     pub port: Option<u16>,
 }
@@ -59,7 +59,8 @@ pub struct CaptureFilter {
     /// Direction (none: both).
     #[serde(default)]
     pub direction: Option<Direction>,
-    /// IPv4 protocol number (6 TCP, 17 UDP, 1 ICMP); only IPv4 frames match.
+    /// IP protocol number: IPv4's protocol, or the upper-layer protocol after an
+    /// IPv6 packet's extension headers (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).
     #[serde(default)]
     pub proto: Option<u8>,
     /// TCP/UDP source or destination port.
@@ -85,17 +86,18 @@ impl CaptureFilter {
         Ok(())
     }
 
-    /// The tcpdump (BPF) expression that selects the same IPv4 frames, for comparing
-    /// with tcpdump on a wire (direction and port are not part of it).
+    /// The tcpdump (BPF) expression that selects the same IPv4 and IPv6 frames, for
+    /// comparing with tcpdump on a wire (direction and port are not part of it).
     pub fn bpf(&self) -> String {
         let mut terms = Vec::new();
         match self.proto {
             Some(6) => terms.push("tcp".to_string()),
             Some(17) => terms.push("udp".to_string()),
             Some(1) => terms.push("icmp".to_string()),
-            Some(p) => terms.push(format!("ip proto {p}")),
+            Some(58) => terms.push("icmp6".to_string()),
+            Some(p) => terms.push(format!("(ip proto {p} or ip6 proto {p})")),
             None if self.l4_port.is_some() || !self.endpoints.is_empty() => {
-                terms.push("ip".to_string())
+                terms.push("(ip or ip6)".to_string())
             }
             None => {}
         }
@@ -173,8 +175,9 @@ pub struct Capture {
     /// 0x1_0000 | port, or 0.
     l4_port: AtomicU32,
     endpoint_count: AtomicU8,
-    /// ip << 32 | has_port << 16 | port.
-    endpoints: [AtomicU64; MAX_ENDPOINTS],
+    /// The address as 128 bits (an IPv4 one mapped, `::ffff:a.b.c.d`), high and low
+    /// halves, and has_port << 16 | port.
+    endpoints: [(AtomicU64, AtomicU64, AtomicU32); MAX_ENDPOINTS],
     snaplen: AtomicU16,
     pub rings: Box<[WorkerRing]>,
     /// Whether any slots were allocated (on the first start).
@@ -232,10 +235,14 @@ impl Capture {
             Ordering::Relaxed,
         );
         let n = filter.endpoints.len().min(MAX_ENDPOINTS);
-        for (slot, e) in self.endpoints.iter().zip(&filter.endpoints) {
-            let word =
-                u64::from(u32::from(e.ip)) << 32 | e.port.map_or(0, |p| 1 << 16 | u64::from(p));
-            slot.store(word, Ordering::Relaxed);
+        for ((hi, lo, port), e) in self.endpoints.iter().zip(&filter.endpoints) {
+            let ip = address_bits(e.ip);
+            hi.store((ip >> 64) as u64, Ordering::Relaxed);
+            lo.store(ip as u64, Ordering::Relaxed);
+            port.store(
+                e.port.map_or(0, |p| 1 << 16 | u32::from(p)),
+                Ordering::Relaxed,
+            );
         }
         self.endpoint_count.store(n as u8, Ordering::Relaxed);
         self.snaplen
@@ -264,11 +271,12 @@ impl Capture {
         if s & 1 == 0 {
             return None;
         }
-        let mut endpoints = [(0u32, 0u32); MAX_ENDPOINTS];
+        let mut endpoints = [(0u128, 0u32); MAX_ENDPOINTS];
         let n = usize::from(self.endpoint_count.load(Ordering::Relaxed)).min(MAX_ENDPOINTS);
-        for (out, slot) in endpoints.iter_mut().zip(&self.endpoints[..n]) {
-            let w = slot.load(Ordering::Relaxed);
-            *out = ((w >> 32) as u32, (w & 0x1_ffff) as u32);
+        for (out, (hi, lo, port)) in endpoints.iter_mut().zip(&self.endpoints[..n]) {
+            let ip = u128::from(hi.load(Ordering::Relaxed)) << 64
+                | u128::from(lo.load(Ordering::Relaxed));
+            *out = (ip, port.load(Ordering::Relaxed));
         }
         Some(Armed {
             generation: (s >> 1) as u32,
@@ -290,7 +298,7 @@ struct Armed {
     direction: u8,
     proto: u16,
     l4_port: u32,
-    endpoints: [(u32, u32); MAX_ENDPOINTS],
+    endpoints: [(u128, u32); MAX_ENDPOINTS],
     endpoint_count: usize,
     snaplen: u16,
 }
@@ -310,10 +318,10 @@ impl Armed {
         if self.proto == 0 && self.l4_port == 0 && self.endpoint_count == 0 {
             return true;
         }
-        let Some(h) = ipv4_headers(frame) else {
+        let Some(h) = ip_headers(frame) else {
             return false;
         };
-        if self.proto != 0 && u16::from(h.proto) != self.proto & 0xff {
+        if self.proto != 0 && h.proto.map(u16::from) != Some(self.proto & 0xff) {
             return false;
         }
         if self.l4_port != 0 {
@@ -329,7 +337,7 @@ impl Armed {
         self.endpoints[..self.endpoint_count]
             .iter()
             .any(|&(ip, port)| {
-                let side = |addr: u32, l4: Option<u16>| {
+                let side = |addr: u128, l4: Option<u16>| {
                     addr == ip && (port & 0x1_0000 == 0 || l4 == Some((port & 0xffff) as u16))
                 };
                 side(h.src, h.ports.map(|p| p.0)) || side(h.dst, h.ports.map(|p| p.1))
@@ -337,37 +345,93 @@ impl Armed {
     }
 }
 
-/// What the filter reads of an IPv4 frame.
+/// An address as the filter compares it: IPv6 as is, IPv4 mapped (`::ffff:a.b.c.d`),
+/// so one comparison serves both families (a mapped address is not a source or
+/// destination IPv6 packets carry on a wire, RFC 4291 2.5.5.2).
+fn address_bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+/// What the filter reads of an IPv4 or IPv6 frame.
 struct Headers {
-    proto: u8,
-    src: u32,
-    dst: u32,
+    /// `None`: an IPv6 extension-header chain that could not be walked.
+    proto: Option<u8>,
+    src: u128,
+    dst: u128,
     /// TCP/UDP (source, destination) ports of a first (or only) fragment.
     ports: Option<(u16, u16)>,
 }
 
-/// Reads the IPv4 header behind an Ethernet header (no VLAN), and the TCP/UDP ports.
+/// Reads the IP header behind an Ethernet header (no VLAN), and the TCP/UDP ports.
+fn ip_headers(frame: &[u8]) -> Option<Headers> {
+    match frame.get(12..14)? {
+        [0x08, 0x00] => ipv4_headers(frame),
+        [0x86, 0xdd] => ipv6_headers(frame),
+        _ => None,
+    }
+}
+
+/// The TCP/UDP ports at `l4`, when the protocol has them and they are in the frame.
+fn l4_ports(frame: &[u8], proto: u8, l4: usize) -> Option<(u16, u16)> {
+    let p = frame.get(l4..l4 + 4)?;
+    (proto == 6 || proto == 17).then(|| {
+        (
+            u16::from_be_bytes([p[0], p[1]]),
+            u16::from_be_bytes([p[2], p[3]]),
+        )
+    })
+}
+
+/// An IPv6 header, its extension headers walked to the upper layer (bounded by
+/// [`ipv6::MAX_EXTENSION_HEADERS`]): the upper-layer protocol, and the ports of an
+/// unfragmented packet or of a first fragment. A chain that cannot be walked
+/// matches only filters without a protocol or a port.
+fn ipv6_headers(frame: &[u8]) -> Option<Headers> {
+    let ip = ipv6::Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
+    if ip.version() != 6 {
+        return None;
+    }
+    let (src, dst) = (u128::from(ip.src_addr()), u128::from(ip.dst_addr()));
+    // A walk that fails (a non-first fragment among others) leaves the protocol
+    // unknown.
+    let (proto, ports) = match ip.upper_layer() {
+        Ok(upper) => {
+            let proto = upper.protocol.0;
+            let l4 = ethernet::HEADER_LEN + upper.offset;
+            (Some(proto), l4_ports(frame, proto, l4))
+        }
+        Err(_) => (None, None),
+    };
+    Some(Headers {
+        proto,
+        src,
+        dst,
+        ports,
+    })
+}
+
+/// Reads an IPv4 header and the TCP/UDP ports of a first (or only) fragment.
 fn ipv4_headers(frame: &[u8]) -> Option<Headers> {
     let l3 = ethernet::HEADER_LEN;
-    if frame.len() < l3 + 20 || frame[12..14] != [0x08, 0x00] || frame[l3] >> 4 != 4 {
+    if frame.len() < l3 + 20 || frame[l3] >> 4 != 4 {
         return None;
     }
     let ihl = usize::from(frame[l3] & 0x0f) * 4;
     let proto = frame[l3 + 9];
     let word =
         |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
-    let (src, dst) = (word(l3 + 12), word(l3 + 16));
+    let mapped = |w: u32| u128::from(std::net::Ipv4Addr::from(w).to_ipv6_mapped());
+    let (src, dst) = (mapped(word(l3 + 12)), mapped(word(l3 + 16)));
     let offset = u16::from_be_bytes([frame[l3 + 6], frame[l3 + 7]]) & 0x1fff;
     let l4 = l3 + ihl;
-    let ports = ((proto == 6 || proto == 17) && offset == 0 && ihl >= 20 && frame.len() >= l4 + 4)
-        .then(|| {
-            (
-                u16::from_be_bytes([frame[l4], frame[l4 + 1]]),
-                u16::from_be_bytes([frame[l4 + 2], frame[l4 + 3]]),
-            )
-        });
+    let ports = (offset == 0 && ihl >= 20)
+        .then(|| l4_ports(frame, proto, l4))
+        .flatten();
     Some(Headers {
-        proto,
+        proto: Some(proto),
         src,
         dst,
         ports,
@@ -484,7 +548,7 @@ mod tests {
         };
         assert_eq!(
             vip.bpf(),
-            "ip and ((src host 198.18.1.1 and src port 80) or (dst host 198.18.1.1 and dst port 80))"
+            "(ip or ip6) and ((src host 198.18.1.1 and src port 80) or (dst host 198.18.1.1 and dst port 80))"
         );
         let a = armed(&vip);
         assert!(a.wants(&client) && !a.wants(&reply) && !a.wants(&udp) && !a.wants(&arp));
@@ -526,6 +590,139 @@ mod tests {
         assert!(!rx_only.wants_burst(1, Direction::Tx) && !rx_only.wants_burst(0, Direction::Rx));
     }
 
+    /// An IPv6 frame: `ext` extension headers of 8 bytes each (hop-by-hop first, then
+    /// destination options), then `proto` with its ports; `fragment_offset` adds a
+    /// fragment header with that offset (in 8-byte units) after them.
+    fn frame6(
+        proto: u8,
+        src: &str,
+        sport: u16,
+        dst: &str,
+        dport: u16,
+        ext: usize,
+        fragment_offset: Option<u16>,
+    ) -> Vec<u8> {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        let mut chain: Vec<(u8, Vec<u8>)> = (0..ext)
+            .map(|i| (if i == 0 { 0 } else { 60 }, vec![0u8; 8]))
+            .collect();
+        if let Some(offset) = fragment_offset {
+            let mut h = vec![0u8; 8];
+            h[2..4].copy_from_slice(&(offset << 3 | 1).to_be_bytes());
+            chain.push((44, h));
+        }
+        let mut payload = Vec::new();
+        let first = chain.first().map_or(proto, |(kind, _)| *kind);
+        for (i, (_, header)) in chain.iter().enumerate() {
+            let mut h = header.clone();
+            h[0] = chain.get(i + 1).map_or(proto, |(kind, _)| *kind);
+            payload.extend(h);
+        }
+        payload.extend(sport.to_be_bytes());
+        payload.extend(dport.to_be_bytes());
+        payload.extend([0u8; 16]);
+        let mut ip = vec![0u8; 40];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+        ip[6] = first;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&src.parse::<std::net::Ipv6Addr>().unwrap().octets());
+        ip[24..40].copy_from_slice(&dst.parse::<std::net::Ipv6Addr>().unwrap().octets());
+        f.extend(ip);
+        f.extend(payload);
+        f
+    }
+
+    #[test]
+    fn ipv6_frames_match_by_address_upper_layer_protocol_and_port() {
+        let (client, vip, rs) = ("2001:db8:2::6", "2001:db8:18::100", "2001:db8:1a::11");
+        let syn = frame6(6, client, 40000, vip, 80, 0, None);
+        let syn_ext = frame6(6, client, 40000, vip, 80, 2, None);
+        let reply = frame6(6, rs, 8080, client, 40000, 0, None);
+        let udp = frame6(17, client, 5353, vip, 53, 1, None);
+        let first_fragment = frame6(17, client, 5353, vip, 53, 0, Some(0));
+        let later_fragment = frame6(17, client, 5353, vip, 53, 0, Some(185));
+        let v4 = frame(6, [198, 18, 0, 6], 40000, [198, 18, 1, 1], 80);
+
+        let vip80 = CaptureFilter {
+            proto: Some(6),
+            endpoints: vec![Endpoint {
+                ip: vip.parse().unwrap(),
+                port: Some(80),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            vip80.bpf(),
+            "tcp and ((src host 2001:db8:18::100 and src port 80) or \
+             (dst host 2001:db8:18::100 and dst port 80))"
+        );
+        let a = armed(&vip80);
+        assert!(
+            a.wants(&syn) && a.wants(&syn_ext),
+            "through extension headers"
+        );
+        assert!(!a.wants(&reply) && !a.wants(&udp) && !a.wants(&v4));
+
+        let a = armed(&CaptureFilter {
+            proto: Some(17),
+            l4_port: Some(53),
+            ..Default::default()
+        });
+        assert!(a.wants(&udp) && a.wants(&first_fragment));
+        assert!(!a.wants(&later_fragment), "no ports in a later fragment");
+        assert!(!a.wants(&syn));
+
+        // By address alone: a later fragment matches too; IPv4 and IPv6 endpoints mix.
+        let a = armed(&CaptureFilter {
+            endpoints: vec![
+                Endpoint {
+                    ip: rs.parse().unwrap(),
+                    port: None,
+                },
+                Endpoint {
+                    ip: "198.18.1.1".parse().unwrap(),
+                    port: None,
+                },
+                Endpoint {
+                    ip: vip.parse().unwrap(),
+                    port: None,
+                },
+            ],
+            ..Default::default()
+        });
+        assert!([&reply, &later_fragment, &v4, &syn]
+            .iter()
+            .all(|f| a.wants(f)));
+        let a = armed(&CaptureFilter {
+            endpoints: vec![Endpoint {
+                ip: rs.parse().unwrap(),
+                port: None,
+            }],
+            ..Default::default()
+        });
+        assert!(a.wants(&reply) && !a.wants(&syn) && !a.wants(&v4));
+        // The IPv4-mapped form of an IPv4 endpoint is not an IPv6 frame's address.
+        let a = armed(&CaptureFilter {
+            endpoints: vec![Endpoint {
+                ip: "198.18.1.1".parse().unwrap(),
+                port: None,
+            }],
+            ..Default::default()
+        });
+        assert!(!a.wants(&frame6(6, client, 1, "::ffff:198.18.1.2", 80, 0, None)));
+        let a = armed(&CaptureFilter {
+            proto: Some(58),
+            ..Default::default()
+        });
+        assert!(a.wants(&frame6(58, client, 0x8000, vip, 0, 0, None)) && !a.wants(&syn));
+        // Truncated or garbled: no match, no panic.
+        for cut in 0..syn_ext.len() {
+            assert!(!a.wants(&syn_ext[..cut]));
+        }
+    }
+
     #[test]
     fn a_new_capture_has_a_new_generation_and_limits_are_checked() {
         let c = Capture::new(2);
@@ -540,7 +737,7 @@ mod tests {
         let too_many = CaptureFilter {
             endpoints: vec![
                 Endpoint {
-                    ip: Ipv4Addr::LOCALHOST,
+                    ip: std::net::Ipv4Addr::LOCALHOST.into(),
                     port: None
                 };
                 5
