@@ -73,14 +73,14 @@ fn ready_watchdog_reload_and_stopping_are_notified_when_they_happen() {
         .unwrap_or_else(|| panic!("no READY=1 within {READY_TIMEOUT:?}\n{}", daemon.dump()));
     let status = daemon.ctl(&["--timeout", "2", "status", "--json"]);
     assert!(
-        first.starts_with("READY=1\n") && first.contains("STATUS=serving"),
-        "first message: {first:?}"
-    );
-    assert!(
         status.success(),
-        "READY=1 came but the control socket does not answer: {}\n{}",
+        "{first:?} came but the control socket does not answer: {}\n{}",
         status.describe(),
         daemon.dump()
+    );
+    assert!(
+        first.starts_with("READY=1\n") && first.contains("STATUS=serving"),
+        "first message: {first:?}"
     );
     let report: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert_eq!(
