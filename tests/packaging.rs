@@ -6,8 +6,8 @@
 //! sluice.toml(5) every key of docs/CONFIG.md), the unit accepted by
 //! `systemd-analyze verify`, and the bash completion offering --help's commands.
 //!
-//! Run: `cargo test --release --test packaging` (as root; about 40 s, most of it
-//! lintian and the package's compression).
+//! Run: `cargo test --release --test packaging` (as root; 16-25 s, most of it
+//! lintian and stripping and compressing the binaries).
 mod common;
 
 use common::*;

@@ -8,7 +8,7 @@
 //! `STOPPING=1` before the exit. And with `JOURNAL_STREAM` naming its stderr, log
 //! lines carry sd-daemon priorities (`<6>` info, `<3>` error), plain without.
 //!
-//! Run: `cargo test --release --test systemd_notify` (as root; about 8 s).
+//! Run: `cargo test --release --test systemd_notify` (as root; about 3 s).
 mod common;
 
 use common::*;
