@@ -8,6 +8,9 @@ PACKAGES=(
   iproute2 ethtool tcpdump tshark python3-scapy iputils-ping arping curl
   bridge-utils procps python3-prometheus-client keepalived nftables nginx wrk
   prometheus
+  # Packaging (scripts/package.sh, tests/packaging.rs): dpkg-deb and dpkg-shlibdeps,
+  # strip, lintian, man -l, systemd-analyze verify.
+  dpkg-dev binutils lintian man-db systemd
 )
 
 # Opt-in: `scripts/setup.sh --ipvsadm-link [DIR] [SLUICECTL]` links DIR/ipvsadm

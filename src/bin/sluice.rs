@@ -1,25 +1,54 @@
 //! `sluice --config FILE`: the appliance daemon.
-use sluice::daemon::{self, Options};
+use sluice::daemon::{self, CheckDepth, Options};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage: sluice --config FILE [--duration SECS] [--stats-interval MS]
+       sluice --check-config FILE [--file-only]
+       sluice --prepare FILE
        sluice simulate WORKLOAD [OPTIONS]   (what-if scheduler simulation, no DPDK;
                                              see sluice simulate --help, docs/SIMULATE.md)
 
-  --config FILE          TOML configuration (see docs/CONFIG.md; examples in config/)
+  -c, --config FILE      TOML configuration (see docs/CONFIG.md; examples in config/)
+  --check-config FILE    check FILE as the daemon would before starting, without
+                         starting DPDK: syntax, fields, services, then this machine's
+                         lcores, memory, hugepages and PCI devices; exit 0 when the
+                         daemon would start, 1 with the file, line and field otherwise
+  --file-only            with --check-config: skip this machine's resources (a file
+                         written for another machine)
+  --prepare FILE         make this host ready for FILE (as root, before each start:
+                         the systemd unit's ExecStartPre): reserve the hugepages
+                         eal.memory_mb needs and mount hugetlbfs if none is, bind each
+                         pci port to vfio-pci ($SLUICE_PCI_DRIVER to choose another);
+                         a NIC already on a DPDK driver, or an mlx5 NIC, is left as it
+                         is, an interface that is up is refused
   --duration SECS        stop by itself after SECS seconds (demos, tests)
   --stats-interval MS    print testpmd-style statistics every MS milliseconds
                          (loopback configs default to [loopback].stats_interval_ms)
   -h, --help             this text
   -V, --version          version
 
-Logging: RUST_LOG=debug|info|warn (default info), to stderr.";
+Signals: SIGTERM/SIGINT stop, SIGHUP reloads the config file (as sluicectl reload).
+systemd: with NOTIFY_SOCKET set, sends READY=1 once serving, RELOADING=1/READY=1
+around a reload, STOPPING=1, and WATCHDOG=1 pings when WATCHDOG_USEC is set.
 
-fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+Logging: RUST_LOG=debug|info|warn (default info), to stderr; with priority prefixes
+(<3> error .. <7> debug) when stderr is the journal (JOURNAL_STREAM).";
+
+/// What the command line asks for.
+enum Mode {
+    Run(Options),
+    Check(PathBuf, CheckDepth),
+    Prepare(PathBuf),
+}
+
+fn parse_args(args: &[String]) -> Result<Option<Mode>, String> {
     let mut opts = Options::default();
     let mut config = None;
+    let mut check = None;
+    let mut file_only = false;
+    let mut prepare = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -34,6 +63,9 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 std::process::exit(0);
             }
             "-c" | "--config" => config = Some(PathBuf::from(value(a)?)),
+            "--check-config" => check = Some(PathBuf::from(value(a)?)),
+            "--file-only" => file_only = true,
+            "--prepare" => prepare = Some(PathBuf::from(value(a)?)),
             "--duration" => {
                 let v = value(a)?;
                 let secs: f64 = v
@@ -55,8 +87,27 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if let Some(file) = prepare {
+        if config.is_some() || check.is_some() || file_only || opts.duration.is_some() {
+            return Err("--prepare takes no other option".into());
+        }
+        return Ok(Some(Mode::Prepare(file)));
+    }
+    if let Some(file) = check {
+        if config.is_some() || opts.duration.is_some() || opts.stats_interval.is_some() {
+            return Err("--check-config takes no --config, --duration or --stats-interval".into());
+        }
+        let depth = match file_only {
+            true => CheckDepth::File,
+            false => CheckDepth::Machine,
+        };
+        return Ok(Some(Mode::Check(file, depth)));
+    }
+    if file_only {
+        return Err("--file-only goes with --check-config".into());
+    }
     opts.config = config.ok_or("--config FILE is required")?;
-    Ok(Some(opts))
+    Ok(Some(Mode::Run(opts)))
 }
 
 fn main() -> ExitCode {
@@ -64,24 +115,63 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("simulate") {
         return sluice::simulate::cli::main(&args[1..]);
     }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_millis()
-        .init();
+    let journal = daemon::stderr_is_journal();
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    if journal {
+        // The journal stamps each line and reads its priority from the prefix.
+        logger.format(|buf, record| {
+            use std::io::Write;
+            let prefix = daemon::journal_prefix(record.level());
+            writeln!(buf, "{prefix}{}: {}", record.target(), record.args())
+        });
+    } else {
+        logger.format_timestamp_millis();
+    }
+    logger.init();
+    let error_prefix = if journal { "<3>" } else { "" };
     let opts = match parse_args(&args) {
-        Ok(Some(o)) => o,
+        Ok(Some(Mode::Run(o))) => o,
+        Ok(Some(Mode::Prepare(file))) => {
+            let driver = std::env::var("SLUICE_PCI_DRIVER").ok();
+            return match daemon::prepare_host(&file, driver.as_deref()) {
+                Ok(done) => {
+                    for line in done {
+                        println!("sluice: {}: {line}", file.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{error_prefix}sluice: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Ok(Some(Mode::Check(file, depth))) => {
+            return match daemon::check_config(&file, depth) {
+                Ok(summary) => {
+                    println!("sluice: {summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{error_prefix}sluice: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Ok(None) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("sluice: {e}\n\n{USAGE}");
+            eprintln!("{error_prefix}sluice: {e}\n\n{USAGE}");
             return ExitCode::from(2);
         }
     };
     match daemon::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sluice: {e}");
+            eprintln!("{error_prefix}sluice: {e}");
             ExitCode::FAILURE
         }
     }

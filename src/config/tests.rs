@@ -100,7 +100,43 @@ fn assert_rejected(text: &str, line: usize, field: &str, needle: &str) -> Config
     assert_eq!(err.line, line, "wrong line in: {err}");
     assert!(err.message.contains(needle), "{needle:?} not in: {err}");
     assert_eq!(err.file, PathBuf::from("test.toml"));
+    record_rejected(text, line, field, needle);
     err
+}
+
+/// Where the rejected configs are kept as files, for `sluice --check-config`'s test
+/// (tests/check_config.rs) and [`broken_config_fixtures_are_rejected_as_recorded`].
+const BROKEN_CONFIGS: &str = "tests/fixtures/broken-configs.json";
+
+/// With `SLUICE_RECORD_BROKEN_CONFIGS=DIR`, each config [`assert_rejected`] refuses is
+/// written to DIR as one JSON case (`scripts/record-broken-configs.sh` gathers them
+/// into [`BROKEN_CONFIGS`]).
+fn record_rejected(text: &str, line: usize, field: &str, needle: &str) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let Some(dir) = std::env::var_os("SLUICE_RECORD_BROKEN_CONFIGS") else {
+        return;
+    };
+    // A config naming a file of the test's temp dir cannot be replayed without it.
+    if text.contains(&*std::env::temp_dir().to_string_lossy()) {
+        return;
+    }
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .rsplit("::")
+        .next()
+        .unwrap_or("unnamed")
+        .to_string();
+    let case = serde_json::json!({
+        "test": name, "line": line, "field": field, "needle": needle, "text": text,
+    });
+    let file = Path::new(&dir).join(format!(
+        "{name}-{}-{}.json",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::write(file, case.to_string()).expect("recording a rejected config");
 }
 
 fn example(name: &str) -> Config {
@@ -2531,4 +2567,40 @@ fn synproxy_parses_and_refuses_dr_tun_udp_and_bad_values() {
         "scheduler = \"rr\"\nsynproxy = \"off\"",
     ))
     .unwrap();
+}
+
+/// The configs of [`BROKEN_CONFIGS`] are still refused at the line and field recorded
+/// (rerun scripts/record-broken-configs.sh when a rejection test changes).
+#[test]
+fn broken_config_fixtures_are_rejected_as_recorded() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(BROKEN_CONFIGS);
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(
+        cases.len() > 100,
+        "{} cases in {}",
+        cases.len(),
+        path.display()
+    );
+    for case in &cases {
+        let text = case["text"].as_str().unwrap();
+        let err = parse(text).expect_err(&format!("{} accepted: {text}", case["test"]));
+        assert_eq!(
+            err.line as u64,
+            case["line"].as_u64().unwrap(),
+            "{}: {err}",
+            case["test"]
+        );
+        assert_eq!(
+            err.field,
+            case["field"].as_str().unwrap(),
+            "{}: {err}",
+            case["test"]
+        );
+        assert!(
+            err.message.contains(case["needle"].as_str().unwrap()),
+            "{}: {err}",
+            case["test"]
+        );
+    }
 }

@@ -5,13 +5,16 @@ mod adoption;
 mod capture;
 mod metrics;
 mod preflight;
+mod prepare;
 mod rates;
 mod services;
 mod signals;
 mod stats;
 mod sync;
+mod systemd;
 
 pub use services::{check_real_server_id, Services};
+pub use systemd::{journal_prefix, stderr_is_journal};
 
 use crate::config::{Config, PortDevice};
 use crate::control::protocol::{ConnectionsCursor, Request, DEFAULT_MAX_CONNECTIONS};
@@ -200,22 +203,100 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         port_names: cfg.ports.iter().map(|p| p.name.clone()).collect(),
     };
     announce_at_start(&cfg, &app, &registry);
+    // The control socket listens and the loop below answers it from its first turn:
+    // ready for systemd (Type=notify) now, not before.
+    let mut notifier = systemd::Notifier::from_env();
+    notifier.ready(&format!(
+        "serving: {} port(s), {} worker(s), {} service(s)",
+        app.ports.len(),
+        counters.len(),
+        registry.services.table.len()
+    ));
     management_loop(
         &mut app,
         &counters,
         &mut registry,
         &control.calls,
         &mut view,
-        opts.duration,
-        stats_interval,
-        started,
+        &mut notifier,
+        Timing {
+            duration: opts.duration,
+            stats_interval,
+            started,
+        },
     );
+    notifier.stopping();
     log::info!("shutting down");
     registry.capture.stop();
     registry.stop_vrrp(app.plane());
     drop(control);
     shut_down(&cfg, app, &stop, &counters, &mut view);
     Ok(())
+}
+
+/// How far `sluice --check-config` goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckDepth {
+    /// The file and its services only (a config written for another machine).
+    File,
+    /// The file, then this machine's resources as the daemon's start-up checks them.
+    Machine,
+}
+
+/// `sluice --check-config`: everything the daemon checks before it starts DPDK, with
+/// no DPDK, no socket and no lasting lock: the file (syntax, fields, cross-field
+/// rules), its services as the service table builds them, then (with
+/// [`CheckDepth::Machine`]) the lcores, memory, hugepages and PCI devices. While
+/// another Sluice runs this config, its resources are in use by it and are not
+/// checked; the answer says so. Returns a one-line summary, or the first error (the
+/// same text the daemon would stop with).
+pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String, StartError> {
+    let cfg = Config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
+    let services = Services::from_config(&cfg).map_err(StartError::Services)?;
+    let summary = format!(
+        "{}: configuration valid: {} port(s), {} worker(s), {} service(s), {} real \
+         server(s)",
+        path.display(),
+        cfg.ports.len(),
+        cfg.lcores.workers.len(),
+        cfg.services.len(),
+        cfg.services
+            .iter()
+            .map(|s| s.real_servers.len())
+            .sum::<usize>(),
+    );
+    drop(services);
+    if depth == CheckDepth::File {
+        return Ok(format!("{summary}; machine resources not checked"));
+    }
+    // Taken and released at once: held means a running instance owns the resources.
+    match preflight::InstanceLocks::take(&cfg, std::path::Path::new(preflight::LOCK_DIR)) {
+        Ok(locks) => {
+            drop(locks);
+            preflight::check_resources(&cfg).map_err(StartError::Preflight)?;
+            Ok(format!(
+                "{summary}; fits this machine (lcores, memory, hugepages, PCI devices)"
+            ))
+        }
+        Err(e) if e.contains("held by another Sluice") => {
+            Ok(format!("{summary}; machine resources not checked: {e}"))
+        }
+        Err(e) => Err(StartError::Preflight(e)),
+    }
+}
+
+/// `sluice --prepare`: reserves the hugepages and binds the PCI devices `path` needs
+/// (see [`prepare`]), with `driver` for the PCI devices; returns what was done, a line
+/// each.
+pub fn prepare_host(
+    path: &std::path::Path,
+    driver: Option<&str>,
+) -> Result<Vec<String>, StartError> {
+    let cfg = Config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
+    let host = prepare::Host::default();
+    let actions = prepare::plan(&cfg, &host, driver.unwrap_or(prepare::DEFAULT_PCI_DRIVER))
+        .map_err(StartError::Preflight)?;
+    prepare::apply(&actions, &host).map_err(StartError::Devices)
 }
 
 /// What the management core and the workers share, built from the config before any
@@ -1459,23 +1540,62 @@ impl Registry {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// When the management loop stops by itself and prints statistics.
+struct Timing {
+    duration: Option<Duration>,
+    stats_interval: Option<Duration>,
+    started: Instant,
+}
+
+/// A reload, told to systemd: `RELOADING=1`, then `READY=1` with the outcome.
+fn reload_notified(
+    registry: &mut Registry,
+    plane: sync::Plane,
+    notifier: &systemd::Notifier,
+) -> Result<serde_json::Value, String> {
+    notifier.reloading();
+    let answer = registry.reload(plane);
+    match &answer {
+        Ok(a) => notifier.ready(&format!(
+            "serving: reloaded, {} change(s) applied",
+            a["applied"].as_u64().unwrap_or(0)
+        )),
+        Err(e) => {
+            log::error!("reload refused, nothing changed: {e}");
+            notifier.ready(&format!("serving: reload refused: {e}"));
+        }
+    }
+    answer
+}
+
 fn management_loop(
     app: &mut Appliance,
     counters: &[Arc<WorkerCounters>],
     registry: &mut Registry,
     calls: &Receiver<ControlCall>,
     view: &mut stats::StatsView,
-    duration: Option<Duration>,
-    stats_interval: Option<Duration>,
-    started: Instant,
+    notifier: &mut systemd::Notifier,
+    timing: Timing,
 ) {
+    let Timing {
+        duration,
+        stats_interval,
+        started,
+    } = timing;
     let mut next_stats = stats_interval.map(|i| Instant::now() + i);
     let mut next_rates = Instant::now();
     loop {
+        notifier.watchdog_tick(Instant::now());
         if let Some(sig) = signals::received() {
             log::info!("signal {sig} received");
             break;
+        }
+        if signals::take_hangup() {
+            log::info!(
+                "SIGHUP received: reloading {}",
+                registry.config_path.display()
+            );
+            let _ = reload_notified(registry, app.plane(), notifier);
         }
         if duration.is_some_and(|d| started.elapsed() >= d) {
             log::info!("duration elapsed");
@@ -1491,7 +1611,7 @@ fn management_loop(
                 );
                 registry.metrics(&status)
             } else if req == Request::Reload {
-                registry.reload(app.plane())
+                reload_notified(registry, app.plane(), notifier)
             } else if matches!(
                 req,
                 Request::CaptureStart { .. } | Request::CaptureStatus | Request::CaptureStop

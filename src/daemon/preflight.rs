@@ -26,9 +26,39 @@ const RETA_SIZE_BOUND: usize = 2048;
 
 /// Runs every check; the locks returned must be kept until the process ends.
 pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
+    check_resources(cfg)?;
+    InstanceLocks::take(cfg, Path::new(LOCK_DIR))
+}
+
+/// The checks of this machine's resources: lcores against the CPUs this process may
+/// use, the tables' memory against what is available, the EAL's hugepages against the
+/// free ones, and each PCI port's device present in sysfs.
+pub fn check_resources(cfg: &Config) -> Result<(), String> {
     check_lcores(cfg, &allowed_cpus()?)?;
     check_memory(cfg, &MemoryNeed::of(cfg), &Available::read())?;
-    InstanceLocks::take(cfg, Path::new(LOCK_DIR))
+    check_pci_devices(cfg, Path::new(PCI_DEVICES))
+}
+
+/// Where the kernel lists PCI devices.
+const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+
+/// Every `pci = "..."` port names a device this machine has: the EAL would otherwise
+/// start, probe nothing and fail later with a less direct message.
+fn check_pci_devices(cfg: &Config, sysfs: &Path) -> Result<(), String> {
+    for (i, port) in cfg.ports.iter().enumerate() {
+        if let PortDevice::Pci(addr) = &port.device {
+            if !sysfs.join(addr).exists() {
+                return Err(format!(
+                    "{}: ports[{i}].pci: port {}: no PCI device {addr} on this machine \
+                     (no {})",
+                    cfg.path.display(),
+                    port.name,
+                    sysfs.join(addr).display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------

@@ -1,16 +1,22 @@
-//! SIGINT/SIGTERM set a flag the management loop polls; nothing else runs in the
-//! handler (it must be async-signal-safe).
-use std::sync::atomic::{AtomicI32, Ordering};
+//! SIGINT/SIGTERM set a flag the management loop polls to stop, SIGHUP one it polls
+//! to reload the config file; nothing else runs in the handler (it must be
+//! async-signal-safe).
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+static HANGUP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    RECEIVED.store(sig, Ordering::SeqCst);
+    if sig == libc::SIGHUP {
+        HANGUP.store(true, Ordering::SeqCst);
+    } else {
+        RECEIVED.store(sig, Ordering::SeqCst);
+    }
 }
 
-/// Installs the handlers for SIGINT and SIGTERM.
+/// Installs the handlers for SIGINT, SIGTERM and SIGHUP.
 pub fn install() -> std::io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: sigaction with a zeroed struct plus a handler that only stores to an
         // atomic (async-signal-safe); SA_RESTART keeps blocking syscalls in other
         // threads from failing with EINTR.
@@ -34,4 +40,9 @@ pub fn received() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
+}
+
+/// Whether SIGHUP came since the last call (a reload is asked for).
+pub fn take_hangup() -> bool {
+    HANGUP.swap(false, Ordering::SeqCst)
 }

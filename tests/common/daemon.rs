@@ -55,6 +55,11 @@ impl Daemon {
 
     /// Writes the config and starts the daemon, without waiting for anything.
     pub fn spawn(config: DaemonConfig) -> Daemon {
+        Daemon::spawn_with_env(config, &[])
+    }
+
+    /// [`Daemon::spawn`] with these environment variables set for the daemon.
+    pub fn spawn_with_env(config: DaemonConfig, env: &[(&str, &str)]) -> Daemon {
         let config_path = config.write();
         let mut cmd = match &config.netns {
             Some(ns) => {
@@ -66,6 +71,7 @@ impl Daemon {
             None => Command::new(SLUICE),
         };
         cmd.arg("--config").arg(&config_path).args(&config.args);
+        cmd.envs(env.iter().copied());
         let what = describe_command(&cmd);
         let mut child = cmd
             .stdin(Stdio::null())

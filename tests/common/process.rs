@@ -121,7 +121,7 @@ pub(super) fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
 }
 
 /// Waits for `child` to exit, polling, for at most `timeout`.
-pub(super) fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+pub fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {

@@ -1,0 +1,289 @@
+//! `sluice --check-config FILE`: exit 0 on every example config of the repository
+//! (config/*.toml, which scripts/demo.sh and the docs run, and the commented
+//! /etc/sluice/sluice.toml the package installs), exit 1 naming the file, line and
+//! field on every config the config tests reject (tests/fixtures/broken-configs.json,
+//! recorded from src/config/tests.rs), and exit 1 naming the field when this machine
+//! cannot run a valid config (the daemon's own preflight checks), all without
+//! starting DPDK. And `sluice --prepare` reserving the hugepages a config lacks.
+//!
+//! Run: `cargo test --release --test check_config` (as root; about 5 s, most of it the
+//! 219 refused files).
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn check(args: &[&str], file: &Path) -> CmdOutput {
+    run_bounded(
+        Command::new(SLUICE)
+            .arg("--check-config")
+            .arg(file)
+            .args(args),
+        Duration::from_secs(10),
+    )
+}
+
+fn loopback_config() -> DaemonConfig {
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )]);
+    cfg.loopback = vec!["peers = 1".into()];
+    cfg
+}
+
+/// Nothing of DPDK ran: no EAL line, and (for a file naming a prefix) no runtime dir.
+fn assert_no_dpdk(out: &CmdOutput) {
+    assert!(
+        !out.stderr.contains("EAL") && !out.stdout.contains("EAL"),
+        "DPDK started: {}",
+        out.describe()
+    );
+}
+
+/// The example configs the repository ships and documents.
+fn examples() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("config"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.push(repo().join("packaging/sluice.toml"));
+    files.sort();
+    files
+}
+
+#[test]
+fn every_example_config_is_valid() {
+    require_root();
+    // The examples' control sockets live in /run/sluice, which the unit's
+    // RuntimeDirectory makes; the start-up's socket lock needs it.
+    std::fs::create_dir_all("/run/sluice").unwrap();
+    let mut checked = Vec::new();
+    for file in examples() {
+        // Machine checks are for the machine a file is written for: the bare-metal
+        // example names a NIC and cores this one may not have.
+        let bare_metal =
+            file.ends_with("baremetal.toml") || file.ends_with("packaging/sluice.toml");
+        let args: &[&str] = if bare_metal { &["--file-only"] } else { &[] };
+        let out = check(args, &file);
+        assert!(
+            out.success(),
+            "{} refused: {}",
+            file.display(),
+            out.describe()
+        );
+        assert!(
+            out.stdout.contains("configuration valid"),
+            "{}",
+            out.describe()
+        );
+        assert_no_dpdk(&out);
+        checked.push(file.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    // scripts/demo.sh runs config/loopback.toml; the package installs sluice.toml.
+    for must in [
+        "loopback.toml",
+        "netns.toml",
+        "baremetal.toml",
+        "sluice.toml",
+    ] {
+        assert!(
+            checked.iter().any(|c| c == must),
+            "{must} not checked: {checked:?}"
+        );
+    }
+    let demo = std::fs::read_to_string(repo().join("scripts/demo.sh")).unwrap();
+    assert!(
+        demo.contains("config/loopback.toml"),
+        "demo.sh runs another config"
+    );
+}
+
+/// Every config the config tests reject, as a file: exit 1 and one
+/// `sluice: FILE:LINE:COL: FIELD: ...` line with the line and field they expect.
+#[test]
+fn every_config_the_config_tests_reject_is_refused_with_file_line_and_field() {
+    let cases: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/fixtures/broken-configs.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(cases.len() > 100, "only {} recorded cases", cases.len());
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let file = dir.path().join(format!("broken-{i}.toml"));
+        std::fs::write(&file, case["text"].as_str().unwrap()).unwrap();
+        let (line, field) = (
+            case["line"].as_u64().unwrap(),
+            case["field"].as_str().unwrap(),
+        );
+        let out = check(&["--file-only"], &file);
+        let want = format!("sluice: {}:{line}:", file.display());
+        let first = out.stderr.lines().next().unwrap_or("");
+        let named = first.starts_with(&want)
+            && (field.is_empty() || first.contains(&format!(": {field}: ")));
+        if out.status.code() != Some(1) || !named || !out.stdout.is_empty() {
+            failures.push(format!(
+                "{} ({}): expected exit 1 and {want}..{field}: {}",
+                case["test"],
+                file.display(),
+                out.describe()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    eprintln!("{} broken configs refused", cases.len());
+}
+
+/// The machine checks are the daemon's preflight: a worker on a CPU this process may
+/// not use, and a session table larger than memory, are refused naming the field; the
+/// same file passes with --file-only.
+#[test]
+fn a_config_this_machine_cannot_run_is_refused_naming_the_field() {
+    require_root();
+    let mut cfg = loopback_config();
+    let cpus = std::thread::available_parallelism().unwrap().get() as u32;
+    cfg.workers = vec![cpus]; // one past the last CPU
+    let path = cfg.write();
+    let out = check(&[], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains(&format!(
+            "lcores.workers: worker lcore {cpus} runs on CPU {cpus}"
+        )),
+        "{}",
+        out.describe()
+    );
+    assert_no_dpdk(&out);
+    assert!(check(&["--file-only"], &path).success());
+
+    // 5.4 GiB of tables per worker at the largest capacity: enough workers (sharing
+    // CPU 1) that they cannot fit in what this machine has available.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let available_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("MemAvailable in /proc/meminfo");
+    let workers = (available_kb / (5 << 20) + 1).min(64) as u32;
+    let mut cfg = loopback_config();
+    cfg.workers = (1..=workers).collect();
+    cfg.cpus = Some(vec![1; workers as usize]);
+    cfg.extra_toml = vec!["[sessions]\ncapacity = 67108864".into()];
+    let path = cfg.write();
+    let out = check(&[], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains(&format!(
+            "{}: sessions.capacity = 67108864 needs",
+            path.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    assert!(!cfg.socket.exists(), "a check left a control socket");
+    let mut lock = cfg.socket.as_os_str().to_owned();
+    lock.push(".lock");
+    assert!(!Path::new(&lock).exists(), "a check left its lock file");
+}
+
+#[test]
+fn a_missing_file_and_bad_usage_are_refused() {
+    let out = check(&[], Path::new("/nonexistent/sluice.toml"));
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr
+            .starts_with("sluice: /nonexistent/sluice.toml: cannot read"),
+        "{}",
+        out.describe()
+    );
+    for args in [
+        &["--check-config"][..],
+        &["--file-only", "--config", "x.toml"][..],
+        &["--check-config", "x.toml", "--config", "y.toml"][..],
+    ] {
+        let out = run_bounded(Command::new(SLUICE).args(args), Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.describe());
+    }
+}
+
+/// The 2 MiB `nr_hugepages` file, restored to what it held on drop.
+struct HugepagesRestored {
+    file: PathBuf,
+    was: String,
+}
+
+impl Drop for HugepagesRestored {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.file, &self.was);
+    }
+}
+
+/// `sluice --prepare` (the unit's ExecStartPre) makes a hugepage config that the check
+/// refuses into one it accepts: it reserves the pages eal.memory_mb needs beyond those
+/// free and mounts hugetlbfs (in a private mount namespace here, so that the mount
+/// ends with the test; the pages are given back on drop). A second run finds nothing
+/// to do.
+#[test]
+fn prepare_reserves_the_hugepages_the_check_wanted() {
+    require_root();
+    let dir = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB");
+    let number = |f: &str| -> u64 {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let _restore = HugepagesRestored {
+        file: dir.join("nr_hugepages"),
+        was: std::fs::read_to_string(dir.join("nr_hugepages")).unwrap(),
+    };
+    // 4 MiB more than is free now.
+    let memory_mb = number("free_hugepages") * 2 + 4;
+    let mut cfg = loopback_config();
+    cfg.hugepages_mb = Some(memory_mb as u32);
+    let path = cfg.write();
+    let before = check(&["--file-only"], &path);
+    assert!(before.success(), "{}", before.describe());
+    let before = check(&[], &path);
+    assert_eq!(before.status.code(), Some(1), "{}", before.describe());
+    assert!(
+        before.stderr.contains("eal.memory_mb"),
+        "{}",
+        before.describe()
+    );
+
+    let script = format!(
+        "{SLUICE} --prepare {p} && grep -c hugetlbfs /proc/mounts && \
+         {SLUICE} --check-config {p} && {SLUICE} --prepare {p}",
+        p = path.display()
+    );
+    let out = run_bounded(
+        Command::new("unshare").args(["--mount", "--propagation", "private", "sh", "-c", &script]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].contains("nr_hugepages now "), "{}", out.describe());
+    assert!(
+        out.stdout.contains("configuration valid"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        lines.last().unwrap().contains("needs no more"),
+        "{}",
+        out.describe()
+    );
+    assert!(number("free_hugepages") * 2 >= memory_mb);
+}
