@@ -49,14 +49,30 @@ pub struct CaptureSpec {
 fn create_as(path: &Path, requester: Requester) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     // SAFETY: setfsgid and setfsuid change only this thread's filesystem identity and
-    // return the previous one; they touch no memory.
+    // return the previous one; they touch no memory. Given -1 (no such id) they change
+    // nothing and return the current one.
     let (gid, uid) = unsafe { (libc::setfsgid(requester.gid), libc::setfsuid(requester.uid)) };
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o640)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path);
+    // Without CAP_SETUID and CAP_SETGID the calls fail silently, and the file would be
+    // created with root's permissions: then it is not created at all.
+    // SAFETY: as above.
+    let switched = unsafe {
+        libc::setfsuid(u32::MAX) as u32 == requester.uid
+            && libc::setfsgid(u32::MAX) as u32 == requester.gid
+    };
+    let file = if switched {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the daemon cannot take the asking user's identity to create the file \
+             (it lacks CAP_SETUID or CAP_SETGID)",
+        ))
+    };
     // SAFETY: as above; the previous identity comes back.
     unsafe {
         libc::setfsuid(uid as libc::uid_t);
