@@ -884,7 +884,7 @@ fn check_synproxy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), S
 }
 
 /// The forwarding modes the IPv6 data path has.
-pub const IPV6_MODES: &[ForwardMode] = &[ForwardMode::Dr, ForwardMode::Nat];
+pub const IPV6_MODES: &[ForwardMode] = &[ForwardMode::Dr, ForwardMode::Nat, ForwardMode::Tun];
 
 pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if !is_unicast(spec.ip) {
@@ -1594,6 +1594,9 @@ mod tests {
         t.add_server(key, RealServerSpec::new(rs6, 80, 1, ForwardMode::Dr))
             .unwrap();
         t.add_server(key, RealServerSpec::new(rs6, 8080, 1, ForwardMode::Nat))
+            .unwrap();
+        let rs6b: std::net::Ipv6Addr = "2001:db8:1::3".parse().unwrap();
+        t.add_server(key, RealServerSpec::new(rs6b, 80, 1, ForwardMode::Tun))
             .unwrap();
         assert_eq!(
             t.get(key).unwrap().real_servers[1].endpoint().to_string(),

@@ -1,12 +1,13 @@
-//! The IPv6 packet path, for services on IPv6 VIPs with IPv6 real servers in DR and
-//! NAT modes. The same stages as IPv4, in one place: look the 5-tuple up in the
+//! The IPv6 packet path, for services on IPv6 VIPs with IPv6 real servers in DR, NAT
+//! and TUN modes. The same stages as IPv4, in one place: look the 5-tuple up in the
 //! worker's IPv6 session table; hit: the state moves; miss: a new connection to a
 //! service is placed by the same placement as IPv4 (the hashing schedulers see the
 //! addresses folded to 32 bits, as IPVS folds them); account on the real server;
 //! egress: DR readdresses the frame, NAT rewrites the destination (or, for a reply,
-//! the source) with the L4 checksum updated incrementally.
+//! the source) with the L4 checksum updated incrementally, TUN encapsulates it in
+//! IPv6 (or answers Packet Too Big).
 //!
-//! Not yet on this path (the service table refuses them for IPv6 services): TUN,
+//! Not yet on this path (the service table refuses them for IPv6 services):
 //! FullNAT and NAT64, persistence, the SYN proxy, TOA, session sync. A NAT reply
 //! must reach the worker that owns its session: with several workers, the IPv6
 //! replies that RSS puts on another worker's queue find no session there and are
@@ -171,6 +172,9 @@ impl Forwarder {
         dir: Direction,
         cx: &Context,
     ) -> Action {
+        if (s.mode, dir) == (ForwardMode::Tun, Direction::Inbound) {
+            return self.tunnel_v6(pkt, parsed, id, s, cx);
+        }
         let frame = pkt.bytes_mut();
         match (s.mode, dir) {
             (ForwardMode::Nat, Direction::Outbound) => {
@@ -201,6 +205,50 @@ impl Forwarder {
                 }
                 readdress(frame, next_hop, cx)
             }
+        }
+    }
+
+    /// TUN: the client's packet inside an outer IPv6 header to the real server (next
+    /// header 41), from the port's address on the real server's link; or, when that
+    /// would exceed the port's MTU, a Packet Too Big to the client instead.
+    fn tunnel_v6(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        id: u32,
+        s: &Session6,
+        cx: &Context,
+    ) -> Action {
+        if let Some(mtu) = forward::tun6::check_mtu(parsed, cx.port.mtu) {
+            let frame = pkt.with_tailroom_mut();
+            return match forward::tun6::packet_too_big(frame, parsed, mtu, cx.port.mac) {
+                Some(len) if pkt.set_len(len as u16) => Action::TransmitInstead(DropReason::TooBig),
+                _ => Action::Drop(DropReason::TooBig),
+            };
+        }
+        let known = (s.peer_mac != [0; 6]).then_some(MacAddr(s.peer_mac));
+        let next_hop = known.or_else(|| self.neighbours6.lookup(s.real_addr));
+        // No address to send from is no address to solicit from either.
+        let source = forward::tun6::source_for(cx.port.responder.addrs6(), s.real_addr);
+        let (Some(mac), Some(source)) = (next_hop, source) else {
+            self.request_resolution_v6();
+            return Action::Drop(DropReason::NeighbourUnresolved);
+        };
+        if !pkt.prepend(forward::tun6::OUTER_HEADER_LEN as u16) {
+            return Action::Drop(DropReason::TooBig);
+        }
+        let frame = pkt.bytes_mut();
+        match forward::tun6::encapsulate(frame, parsed.l3, source, s.real_addr, mac, cx.port.mac) {
+            Ok(len) if pkt.set_len(len as u16) => {
+                if known.is_none() {
+                    if let Some(live) = self.sessions6.get_mut(id) {
+                        live.peer_mac = mac.0;
+                    }
+                }
+                Action::Transmit
+            }
+            Ok(_) => Action::Drop(DropReason::TooBig),
+            Err(r) => Action::Drop(r),
         }
     }
 
