@@ -415,3 +415,49 @@ fn curl_over_ipv6_through_a_tun_service_with_packet_too_big() {
         route.stdout
     );
 }
+
+/// An IPv6 FullNAT local address, on the real servers' link.
+const LIP6: &str = "2001:db8:1a::50";
+
+#[test]
+fn curl_and_udp_over_ipv6_through_fullnat() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    lab.start_servers(&["[::]:8080".to_string()], &["[::]:5353".to_string()]);
+    let addresses = appliance6(&lab);
+    let laddr = format!("local_addresses = [\"{LIP6}\"]\n");
+    let services = [
+        service6(&lab, "tcp", 80, 8080, "fullnat", &laddr),
+        service6(&lab, "udp", 5300, 5353, "fullnat", &laddr),
+    ]
+    .join("\n");
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+    let batch = lab.curl(&format!("http://[{VIP6}]/"), 20, 4, &[]);
+    let bodies = AppLab::answers(&batch);
+    assert!(
+        batch["ok"] == 20 && bodies.len() == 2,
+        "fullnat: 20 requests over IPv6, both real servers answering: {batch:#}\n{}\n{}",
+        lab.diagnostics(),
+        daemon.dump()
+    );
+    let (out, v) = lab.udp(VIP6, 5300, 4, 0);
+    assert!(
+        v["ok"] == 4,
+        "fullnat: 4 UDP exchanges over IPv6: {}\n{}",
+        out.describe(),
+        daemon.dump()
+    );
+    // The real servers saw the local address only, each connection from its own port.
+    for kind in ["http", "udp"] {
+        let lines: Vec<String> = (1..=2).flat_map(|i| lab.log_lines(i, kind)).collect();
+        let ports: std::collections::BTreeSet<&str> =
+            lines.iter().filter_map(|l| l.split(' ').nth(2)).collect();
+        assert!(
+            lines.len() >= 4
+                && lines.iter().all(|l| l.split(' ').nth(1) == Some(LIP6))
+                && ports.len() == lines.len(),
+            "{kind}: the real servers saw {LIP6}, a port per connection: {lines:?}"
+        );
+    }
+}

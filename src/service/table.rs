@@ -884,7 +884,12 @@ fn check_synproxy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), S
 }
 
 /// The forwarding modes the IPv6 data path has.
-pub const IPV6_MODES: &[ForwardMode] = &[ForwardMode::Dr, ForwardMode::Nat, ForwardMode::Tun];
+pub const IPV6_MODES: &[ForwardMode] = &[
+    ForwardMode::Dr,
+    ForwardMode::Nat,
+    ForwardMode::Tun,
+    ForwardMode::FullNat,
+];
 
 pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if !is_unicast(spec.ip) {
@@ -1609,14 +1614,16 @@ mod tests {
             )
             .map(drop)
         });
-        assert_rejected(
-            &mut t,
-            "fullnat is not supported on IPv6 services yet",
-            |t| {
-                t.add_server(key, RealServerSpec::new(rs6, 81, 1, ForwardMode::FullNat))
-                    .map(drop)
-            },
-        );
+        t.add_server(key, RealServerSpec::new(rs6, 81, 1, ForwardMode::FullNat))
+            .unwrap();
+        t.add_laddr(
+            key,
+            "2001:db8:1::50"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
         assert_rejected(&mut t, "not of the address family", |t| {
             t.add_laddr(key, Ipv4Addr::new(198, 18, 0, 50).into())
         });

@@ -7,11 +7,15 @@
 //! the source) with the L4 checksum updated incrementally, TUN encapsulates it in
 //! IPv6 (or answers Packet Too Big).
 //!
-//! Not yet on this path (the service table refuses them for IPv6 services):
-//! FullNAT and NAT64, persistence, the SYN proxy, TOA, session sync. A NAT reply
-//! must reach the worker that owns its session: with several workers, the IPv6
-//! replies that RSS puts on another worker's queue find no session there and are
-//! dropped (`ipv6_no_service`), so IPv6 NAT services need one worker for now.
+//! FullNAT takes a local address and port of the service's IPv6 local addresses
+//! (`local_port_v6`) and rewrites both ends, the reply coming back to that address
+//! and port.
+//!
+//! Not yet on this path (the service table refuses them for IPv6 services): NAT64,
+//! persistence, the SYN proxy, TOA, session sync. A NAT or FullNAT reply must reach
+//! the worker that owns its session: with several workers, the IPv6 replies that RSS
+//! puts on another worker's queue find no session there and are dropped
+//! (`ipv6_no_service`), so IPv6 NAT and FullNAT services need one worker for now.
 use super::observe::account;
 use super::{Action, Context, Forwarder};
 use crate::dataplane::counters::bump;
@@ -32,6 +36,9 @@ use std::net::Ipv6Addr;
 
 /// Slots of the IPv6 session table the housekeeping sweep looks at per poll.
 pub(super) const SWEEP_BUDGET: usize = 64;
+/// Local address and port pairs a new IPv6 FullNAT connection tries before it is
+/// refused: enough to step over the pairs still in use after a wrap of the range.
+const LOCAL_PORT_TRIES: usize = 16;
 
 impl Forwarder {
     /// A TCP segment or UDP datagram in an IPv6 packet addressed to our MAC. `None`
@@ -129,8 +136,12 @@ impl Forwarder {
             return Err(DropReason::NoRealServer);
         };
         let mut session = Session6::new(key, rs.mode, service.id, rs.id, real_addr, rs.port);
+        if rs.mode == ForwardMode::FullNat {
+            (session.local_addr, session.local_port) =
+                self.local_port_v6(service, real_addr, rs.port, key.proto)?;
+        }
         session.peer_mac = match rs.mode {
-            ForwardMode::Nat => pkt.bytes()[6..12]
+            ForwardMode::Nat | ForwardMode::FullNat => pkt.bytes()[6..12]
                 .try_into()
                 .expect("checked Ethernet header"),
             _ => self.neighbours6.lookup(real_addr).map_or([0; 6], |m| m.0),
@@ -160,9 +171,52 @@ impl Forwarder {
         Ok(id)
     }
 
+    /// FullNAT: a local address of `service` and a port of the worker's range that no
+    /// live session uses towards `real:rport`. A cursor walks every address and port
+    /// in turn (the addresses alternating), so a pair is reused as late as the range
+    /// allows, as the IPv4 pools reuse theirs first in, first out; the session table
+    /// itself says which are taken, so there are no books to keep. At most
+    /// `LOCAL_PORT_TRIES` pairs are tried (`LaddrExhausted` then, as when the service
+    /// has no IPv6 local address).
+    fn local_port_v6(
+        &mut self,
+        service: &crate::model::Service,
+        real: Ipv6Addr,
+        rport: u16,
+        proto: Protocol,
+    ) -> Result<(Ipv6Addr, u16), DropReason> {
+        let lips = service.local_addresses6();
+        let count = lips.clone().count() as u64;
+        let (first, last) = (*self.local_ports.start(), *self.local_ports.end());
+        if count == 0 || first > last {
+            return Err(DropReason::LaddrExhausted);
+        }
+        let span = u64::from(last - first) + 1;
+        for _ in 0..LOCAL_PORT_TRIES {
+            let at = self.laddr6_cursor;
+            self.laddr6_cursor = at.wrapping_add(1);
+            let Some(lip) = lips.clone().nth((at % count) as usize) else {
+                break;
+            };
+            let port = first + ((at / count) % span) as u16;
+            let reply = FlowKey6 {
+                src: real,
+                dst: lip,
+                sport: rport,
+                dport: port,
+                proto,
+            };
+            if self.sessions6.lookup(&reply, self.now_tick).is_none() {
+                return Ok((lip, port));
+            }
+        }
+        Err(DropReason::LaddrExhausted)
+    }
+
     /// Rewrites and addresses the packet of session `s` going `dir`: DR to the real
     /// server's MAC as it is; NAT to the real server with its address and port, and
-    /// its replies back to the client from the VIP.
+    /// its replies back to the client from the VIP; FullNAT the same with the local
+    /// address and port as the source towards the real server.
     fn egress_v6(
         &mut self,
         pkt: &mut Packet,
@@ -184,6 +238,13 @@ impl Forwarder {
                 }
                 readdress(frame, Some(MacAddr(s.peer_mac)), cx)
             }
+            (ForwardMode::FullNat, Direction::Outbound) => {
+                let (src, dst) = ((s.vip, s.vport), (s.client, s.client_port));
+                if let Err(r) = forward::nat6::rewrite(frame, parsed, Some(src), Some(dst)) {
+                    return Action::Drop(r);
+                }
+                readdress(frame, Some(MacAddr(s.peer_mac)), cx)
+            }
             (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
             (mode, _) => {
                 let known = (mode == ForwardMode::Dr && s.peer_mac != [0; 6])
@@ -196,6 +257,12 @@ impl Forwarder {
                 if mode == ForwardMode::Nat {
                     let to = Some((s.real_addr, s.real_port));
                     if let Err(r) = forward::nat6::rewrite(frame, parsed, None, to) {
+                        return Action::Drop(r);
+                    }
+                } else if mode == ForwardMode::FullNat {
+                    let from = Some((s.local_addr, s.local_port));
+                    let to = Some((s.real_addr, s.real_port));
+                    if let Err(r) = forward::nat6::rewrite(frame, parsed, from, to) {
                         return Action::Drop(r);
                     }
                 } else if let (Some(mac), None) = (next_hop, known) {

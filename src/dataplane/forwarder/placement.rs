@@ -155,7 +155,8 @@ impl Forwarder {
             flags.insert(SessionFlags::PERSISTENT);
         }
         let mut local = None;
-        if rs.mode == ForwardMode::FullNat {
+        // IPv6 real servers take their local port in `open_v6`.
+        if rs.mode == ForwardMode::FullNat && rs.ip.is_ipv4() {
             let target = std::net::SocketAddrV4::new(rs.ipv4(), rs.port);
             let Some(taken) = self
                 .pools
