@@ -461,3 +461,78 @@ fn curl_and_udp_over_ipv6_through_fullnat() {
         );
     }
 }
+
+/// NAT64's IPv4 local address, on the real servers' (IPv4) link.
+const LIP4: &str = "198.18.0.50";
+
+#[test]
+fn nat64_an_ipv6_client_downloads_1_mb_from_ipv4_only_real_servers() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    // IPv6 on the client only: the real servers keep the test bed's IPv4 alone.
+    let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
+    ipv6_on(&lab.bed, client, client_if, &format!("{CLIENT_IP6}/64"));
+    lab.start_servers(&["0.0.0.0:8080".to_string()], &["0.0.0.0:5353".to_string()]);
+    let servers = |proto: &str, port: u16| {
+        let rs: String = (1..=2)
+            .map(|i| {
+                format!(
+                    "  [[services.real_servers]]\n  ip = \"{}\"\n  port = {port}\n  mode = \"fullnat\"\n",
+                    lab.bed.rs_ip(i)
+                )
+            })
+            .collect();
+        format!(
+            "[[services]]\nproto = \"{proto}\"\nvip = \"{VIP6}\"\nport = {port}\nscheduler = \"rr\"\n\
+             local_addresses = [\"{LIP4}\"]\n{rs}"
+        )
+    };
+    let services = [servers("tcp", 8080), servers("udp", 5353)].join("\n");
+    let addresses = [
+        format!("{}/24", lab.bed.appliance_ip()),
+        format!("{APPLIANCE_IP6}/64"),
+    ];
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+
+    let url = format!("http://[{VIP6}]:8080/");
+    let batch = lab.curl(&url, 10, 2, &[]);
+    assert!(
+        batch["ok"] == 10 && AppLab::answers(&batch).len() == 2,
+        "nat64: 10 requests, both real servers answering: {batch:#}\n{}\n{}",
+        lab.diagnostics(),
+        daemon.dump()
+    );
+    let (out, v) = lab.udp(VIP6, 5353, 4, 0);
+    assert!(
+        v["ok"] == 4,
+        "nat64: 4 UDP exchanges: {}\n{}",
+        out.describe(),
+        daemon.dump()
+    );
+    // 1 MB, checked against the pattern's digest computed apart from Sluice.
+    const MB: usize = 1 << 20;
+    let script = format!(
+        "python3 -c 'import hashlib; print(hashlib.sha256(bytes((i * 7) & 0xFF for i in range({MB}))).hexdigest())'; \
+         curl -sS --globoff --noproxy '*' --max-time 20 http://[{VIP6}]:8080/bytes/{MB} | sha256sum | cut -d' ' -f1"
+    );
+    let out = lab.bed.exec(
+        lab.bed.client_ns(),
+        &["sh", "-c", &script],
+        Duration::from_secs(40),
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].len() == 64 && lines[0] == lines[1],
+        "nat64: the 1 MB download is not intact: {}\n{}",
+        out.describe(),
+        daemon.dump()
+    );
+    // The real servers saw the IPv4 local address only.
+    for kind in ["http", "udp"] {
+        let lines: Vec<String> = (1..=2).flat_map(|i| lab.log_lines(i, kind)).collect();
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| l.split(' ').nth(1) == Some(LIP4)),
+            "{kind}: the real servers saw {LIP4}: {lines:?}"
+        );
+    }
+}

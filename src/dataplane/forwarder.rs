@@ -903,6 +903,12 @@ impl Forwarder {
                 self.hit(id, dir, key.proto, flags, pkt)
             }
             None => {
+                // NAT64 replies: IPv4 to a local address, in the IPv6 table.
+                if !self.sessions6.is_empty() {
+                    if let Some(action) = self.nat64_reply(pkt, parsed, &key, flags, cx) {
+                        return action;
+                    }
+                }
                 let service = match self.admit(&key, flags, parsed, cx.port) {
                     Ok(service) => service,
                     Err(action) => return action,

@@ -120,8 +120,8 @@ pub enum ServiceError {
     /// `auto` needs a SYN rate of at least 1 per second.
     SynProxyRateZero,
     /// A real server or local address of the other address family than the
-    /// service's (`what` names which). IPv4 real servers behind an IPv6 service
-    /// (NAT64) are not supported yet.
+    /// service's (`what` names which), except what NAT64 takes: IPv4 FullNAT real
+    /// servers and IPv4 local addresses behind an IPv6 service.
     FamilyMismatch {
         service: ServiceKey,
         what: &'static str,
@@ -235,7 +235,7 @@ impl fmt::Display for ServiceError {
             ServiceError::FamilyMismatch { service, what, ip } => write!(
                 f,
                 "{what} {ip} is not of the address family of {service}; \
-                 IPv4 real servers behind an IPv6 service (NAT64) are not supported yet"
+                 only FullNAT (NAT64) takes IPv4 real servers behind an IPv6 service"
             ),
             ServiceError::Ipv6Unsupported { service, what } => {
                 write!(f, "{what} is not supported on IPv6 services yet ({service})")
@@ -507,7 +507,8 @@ impl ServiceTable {
             return Err(ServiceError::TooManyLocalAddresses(key));
         }
         validate_local_address(ip)?;
-        if ip.is_ipv6() != key.is_ipv6() {
+        // NAT64: IPv4 local addresses on an IPv6 service, towards IPv4 real servers.
+        if ip.is_ipv6() && !key.is_ipv6() {
             return Err(ServiceError::FamilyMismatch {
                 service: key,
                 what: "local address",
@@ -898,7 +899,9 @@ pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), Se
             addr: spec.ip,
         });
     }
-    if spec.ip.is_ipv6() != key.is_ipv6() {
+    // NAT64 (FullNAT only): an IPv4 real server behind an IPv6 VIP.
+    let nat64 = key.is_ipv6() && !spec.ip.is_ipv6() && spec.mode == ForwardMode::FullNat;
+    if spec.ip.is_ipv6() != key.is_ipv6() && !nat64 {
         return Err(ServiceError::FamilyMismatch {
             service: *key,
             what: "real server",
@@ -1624,9 +1627,23 @@ mod tests {
                 .into(),
         )
         .unwrap();
-        assert_rejected(&mut t, "not of the address family", |t| {
-            t.add_laddr(key, Ipv4Addr::new(198, 18, 0, 50).into())
-        });
+        // NAT64: IPv4 local addresses and FullNAT real servers behind the IPv6 VIP.
+        t.add_laddr(key, Ipv4Addr::new(198, 18, 0, 50).into())
+            .unwrap();
+        t.add_server(
+            key,
+            RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 1), 8080, 1, ForwardMode::FullNat),
+        )
+        .unwrap();
+        for mode in [ForwardMode::Dr, ForwardMode::Tun] {
+            assert_rejected(&mut t, "only FullNAT (NAT64) takes IPv4", |t| {
+                t.add_server(
+                    key,
+                    RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 2), 80, 1, mode),
+                )
+                .map(drop)
+            });
+        }
         assert_rejected(&mut t, "the SYN proxy is not supported on IPv6", |t| {
             t.set_synproxy(
                 key,

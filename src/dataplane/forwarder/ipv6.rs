@@ -9,9 +9,13 @@
 //!
 //! FullNAT takes a local address and port of the service's IPv6 local addresses
 //! (`local_port_v6`) and rewrites both ends, the reply coming back to that address
-//! and port.
+//! and port. NAT64 (FullNAT to an IPv4 real server) takes an IPv4 local port from
+//! the service's pool, keeps its IPv4 ends as IPv4-mapped addresses, translates the
+//! client's packets to IPv4 (`nat64_to_server`) and the real server's IPv4 replies,
+//! which the IPv4 path hands over when no IPv4 session takes them, back to IPv6
+//! (`nat64_reply`).
 //!
-//! Not yet on this path (the service table refuses them for IPv6 services): NAT64,
+//! Not yet on this path (the service table refuses them for IPv6 services):
 //! persistence, the SYN proxy, TOA, session sync. A NAT or FullNAT reply must reach
 //! the worker that owns its session: with several workers, the IPv6 replies that RSS
 //! puts on another worker's queue find no session there and are dropped
@@ -70,6 +74,11 @@ impl Forwarder {
             dport,
             proto,
         };
+        // IPv4-mapped addresses name NAT64's IPv4 ends in the table; on the wire they
+        // are no one's (RFC 4291 2.5.5.2).
+        if key.src.to_ipv4_mapped().is_some() || key.dst.to_ipv4_mapped().is_some() {
+            return Some(Action::Drop(DropReason::BadIpv6Header));
+        }
         let found = self.sessions6.lookup(&key, self.now_tick);
         let (id, dir) = match found {
             Some(hit) => hit,
@@ -132,11 +141,19 @@ impl Forwarder {
         let placement = self.place(index, &folded, cx.now_tsc, cx.counters)?;
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
-        let std::net::IpAddr::V6(real_addr) = rs.ip else {
-            return Err(DropReason::NoRealServer);
+        // NAT64: an IPv4 real server, and the IPv4 local address and port placement
+        // took from the service's pool, kept as IPv4-mapped addresses.
+        let (real_addr, local4) = match (rs.ip, placement.local) {
+            (std::net::IpAddr::V6(a), _) => (a, None),
+            (std::net::IpAddr::V4(a), Some(local)) if rs.mode == ForwardMode::FullNat => {
+                (a.to_ipv6_mapped(), Some(local))
+            }
+            _ => return Err(DropReason::NoRealServer),
         };
         let mut session = Session6::new(key, rs.mode, service.id, rs.id, real_addr, rs.port);
-        if rs.mode == ForwardMode::FullNat {
+        if let Some(local) = local4 {
+            (session.local_addr, session.local_port) = (local.lip.to_ipv6_mapped(), local.port);
+        } else if rs.mode == ForwardMode::FullNat {
             (session.local_addr, session.local_port) =
                 self.local_port_v6(service, real_addr, rs.port, key.proto)?;
         }
@@ -147,22 +164,32 @@ impl Forwarder {
             _ => self.neighbours6.lookup(real_addr).map_or([0; 6], |m| m.0),
         };
         let timeout = self.timeouts.session(key.proto, TcpState::None);
-        let (real_servers, load_view, schedulers, overload) = (
+        let now_ms = self.ts_clock.now_ms();
+        let (real_servers, load_view, schedulers, overload, pools) = (
             &self.real_servers[..],
             &self.load_view,
             &mut self.schedulers,
             &mut self.overload,
+            &mut self.pools,
         );
-        let id = self
+        let inserted = self
             .sessions6
             .insert(session, self.now_tick, timeout, |old| {
                 forget_v6(real_servers, old);
+                release_nat64_port(pools, old, now_ms);
                 super::tell_load(load_view, schedulers, overload, real_servers, old.real);
             })
             .map_err(|e| match e {
                 InsertError::TableFull => DropReason::SessionTableFull,
                 InsertError::KeyExists(_) => DropReason::NatTupleInUse,
-            })?;
+            });
+        let id = match inserted {
+            Ok(id) => id,
+            Err(reason) => {
+                release_nat64_port(&mut self.pools, &session, now_ms);
+                return Err(reason);
+            }
+        };
         bump(&cx.counters.sessions_created, 1);
         let c = &self.real_servers[rs.id as usize];
         bump(&c.connections, 1);
@@ -228,6 +255,9 @@ impl Forwarder {
     ) -> Action {
         if (s.mode, dir) == (ForwardMode::Tun, Direction::Inbound) {
             return self.tunnel_v6(pkt, parsed, id, s, cx);
+        }
+        if let (Some(real), Direction::Inbound) = (nat64_real(s), dir) {
+            return self.nat64_to_server(pkt, parsed, s, real, cx);
         }
         let frame = pkt.bytes_mut();
         match (s.mode, dir) {
@@ -319,6 +349,89 @@ impl Forwarder {
         }
     }
 
+    /// NAT64, a client's packet: translated to IPv4 from the local address and port
+    /// to the real server (`forward::nat64`), the mbuf trimmed to the shorter header,
+    /// then addressed as any IPv4 packet (held while the server's MAC resolves).
+    fn nat64_to_server(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        s: &Session6,
+        real: std::net::Ipv4Addr,
+        cx: &Context,
+    ) -> Action {
+        let Some(lip) = s.local_addr.to_ipv4_mapped() else {
+            return Action::Drop(DropReason::LaddrExhausted);
+        };
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let (src, dst) = ((lip, s.local_port), (real, s.real_port));
+        let range = match forward::nat64::to_v4(pkt.bytes_mut(), parsed, src, dst, self.ip_ident) {
+            Ok(range) => range,
+            Err(r) => return Action::Drop(r),
+        };
+        let (start, len) = (range.start as u16, (range.end - range.start) as u16);
+        if !pkt.adj(start) || !pkt.set_len(len) {
+            return Action::Drop(DropReason::Truncated);
+        }
+        let next_hop = cx.neighbours.lookup(real);
+        super::egress::address(pkt.bytes_mut(), next_hop, real, cx.port)
+    }
+
+    /// NAT64, an IPv4 packet no IPv4 session took: a real server's reply to a NAT64
+    /// session's local address and port (its reply key is filed with IPv4-mapped
+    /// addresses), translated to IPv6 from the VIP to the client. A SYN-ACK's MSS is
+    /// lowered by 20 first, the IPv6 header being that much longer. `None` when it is
+    /// no such reply.
+    pub(super) fn nat64_reply(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        key: &FlowKey4,
+        flags: TcpFlags,
+        cx: &Context,
+    ) -> Option<Action> {
+        let mapped = FlowKey6 {
+            src: key.src_addr().to_ipv6_mapped(),
+            dst: key.dst_addr().to_ipv6_mapped(),
+            sport: key.sport,
+            dport: key.dport,
+            proto: key.proto,
+        };
+        let (id, dir) = self.sessions6.lookup(&mapped, self.now_tick)?;
+        if dir != Direction::Outbound {
+            return None;
+        }
+        let transition = self
+            .sessions6
+            .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?;
+        let s = *self.sessions6.get(id)?;
+        let c = &self.real_servers[s.real as usize];
+        c.count_out(u64::from(pkt.len()));
+        if account(c, transition) {
+            self.load_changed(s.real);
+        }
+        let growth = forward::nat64::HEADER_GROWTH;
+        if parsed.ip_total_len as usize + growth > cx.port.mtu as usize {
+            return Some(Action::Drop(DropReason::TooBig));
+        }
+        if flags.contains(TcpFlags::SYN) && flags.contains(TcpFlags::ACK) {
+            let _ = forward::toa::clamp_mss(pkt.bytes_mut(), parsed, growth as u16);
+        }
+        if !pkt.prepend(growth as u16) {
+            return Some(Action::Drop(DropReason::TooBig));
+        }
+        let (src, dst) = ((s.vip, s.vport), (s.client, s.client_port));
+        Some(
+            match forward::nat64::to_v6(pkt.bytes_mut(), parsed, src, dst) {
+                Ok(len) if pkt.set_len(len as u16) => {
+                    readdress(pkt.bytes_mut(), Some(MacAddr(s.peer_mac)), cx)
+                }
+                Ok(_) => Action::Drop(DropReason::TooBig),
+                Err(r) => Action::Drop(r),
+            },
+        )
+    }
+
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real
     /// servers it does not know (at most ten times a second each).
     fn request_resolution_v6(&mut self) {
@@ -351,6 +464,7 @@ impl Forwarder {
     /// Removes the IPv6 sessions whose time has come, a bounded number of slots per
     /// call, and gives their real servers their counts back.
     pub(super) fn sweep_v6(&mut self) {
+        let now_ms = self.ts_clock.now_ms();
         let Forwarder {
             sessions6,
             real_servers,
@@ -358,11 +472,13 @@ impl Forwarder {
             schedulers,
             overload,
             now_tick,
+            pools,
             ..
         } = self;
         let real_servers = &real_servers[..];
         sessions6.sweep(*now_tick, SWEEP_BUDGET, |s| {
             forget_v6(real_servers, s);
+            release_nat64_port(pools, s, now_ms);
             super::tell_load(load_view, schedulers, overload, real_servers, s.real);
         });
     }
@@ -382,6 +498,27 @@ fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Context) -> Actio
         },
         None => Action::Drop(DropReason::NeighbourUnresolved),
     }
+}
+
+/// A NAT64 session's end: its IPv4 local port goes back to the service's pool.
+fn release_nat64_port(
+    pools: &mut hashbrown::HashMap<u32, crate::forward::laddr::PortPool>,
+    s: &Session6,
+    now_ms: u32,
+) {
+    let (Some(lip), Some(real)) = (s.local_addr.to_ipv4_mapped(), nat64_real(s)) else {
+        return;
+    };
+    if let Some(pool) = pools.get_mut(&s.service) {
+        let _ = pool.release(lip, s.local_port, real, now_ms);
+    }
+}
+
+/// The IPv4 real server of a NAT64 session (FullNAT to an IPv4-mapped address).
+fn nat64_real(s: &Session6) -> Option<std::net::Ipv4Addr> {
+    (s.mode == ForwardMode::FullNat)
+        .then(|| s.real_addr.to_ipv4_mapped())
+        .flatten()
 }
 
 /// A session's end on its real server's gauges.

@@ -34,7 +34,7 @@ pub(super) struct Placement {
     pub(super) real: usize,
     /// FullNAT: the local address and port the connection leaves from, taken from the
     /// service's pool (given back if the session is not opened after all).
-    local: Option<LocalPort>,
+    pub(super) local: Option<LocalPort>,
     /// PERSISTENT when the service has persistence; TOA_PENDING for FullNAT TCP with
     /// TOA on.
     flags: SessionFlags,
