@@ -33,35 +33,6 @@ const REQUESTS: u64 = 300;
 const PARALLEL: u32 = 4;
 const UDP_PORT: u16 = 3333;
 
-/// A user-space IP-in-IP decapsulator (TUN device `sltun0`) on every real server,
-/// for tunnelled services: this kernel has no ipip module.
-fn start_decapsulators(lab: &mut AppLab) {
-    for i in 1..=lab.bed.rs_count() {
-        let ready = lab.dir.path().join(format!("rs{i}.decap.ready"));
-        let log = lab.dir.path().join(format!("rs{i}.ipip.log"));
-        let (ready_s, log_s) = (
-            ready.to_string_lossy().into_owned(),
-            log.to_string_lossy().into_owned(),
-        );
-        let mut p = BackgroundProcess::spawn(
-            Some(lab.bed.rs_ns(i)),
-            &[
-                PYTHON,
-                &AppLab::apps(),
-                "decap",
-                "--tun",
-                "sltun0",
-                "--log",
-                &log_s,
-                "--ready",
-                &ready_s,
-            ],
-        );
-        p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
-        lab.servers.push(p);
-    }
-}
-
 /// [`AppLab::diagnostics`] plus the host's per-CPU backlog drops, for failure messages.
 fn diagnostics(lab: &AppLab) -> String {
     format!(
@@ -603,7 +574,7 @@ fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
     let _serial = lock();
     let mut lab = AppLab::new(3);
     lab.bed.configure("dr-vip", &[TUN_VIP]);
-    start_decapsulators(&mut lab);
+    lab.start_decapsulators(false);
     lab.start_servers(&["0.0.0.0:80".into()], &[]);
     let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
     let rs: Vec<(&str, u16, u32, &str)> = rips.iter().map(|r| (r.as_str(), 80, 1, "tun")).collect();

@@ -213,23 +213,18 @@ fn ipv6_on(bed: &Testbed, ns: &str, ifname: &str, addr: &str) {
     .expect_success("ip -6 addr add");
 }
 
-#[test]
-fn curl_over_ipv6_through_nat_and_dr_services() {
-    require_root();
-    let mut lab = AppLab::new(2);
+/// IPv6 on the client and on every real server, each server set up for all the modes:
+/// NAT: replies to the client go back through Sluice, the default gateway. DR and
+/// TUN: the server holds the VIP on lo (Linux answers Neighbor Discovery only for
+/// addresses of the interface asked), and its replies, from the VIP, reach the
+/// client's link directly (a table of their own).
+fn ipv6_lab(lab: &AppLab) {
     let ten = Duration::from_secs(10);
-    let (client, client_if) = (
-        lab.bed.client_ns().to_string(),
-        lab.bed.client_if().to_string(),
-    );
-    ipv6_on(&lab.bed, &client, &client_if, &format!("{CLIENT_IP6}/64"));
-    for i in 1..=2 {
+    let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
+    ipv6_on(&lab.bed, client, client_if, &format!("{CLIENT_IP6}/64"));
+    for i in 1..=lab.bed.rs_count() {
         let (ns, ifname) = (lab.bed.rs_ns(i).to_string(), lab.bed.rs_if(i).to_string());
         ipv6_on(&lab.bed, &ns, &ifname, &format!("{}/64", rs_ip6(i)));
-        // NAT: replies to the client go back through Sluice, the default gateway.
-        // DR: the server holds the VIP on lo (Linux answers Neighbor Discovery only
-        // for addresses of the interface asked), and its replies, from the VIP,
-        // reach the client's link directly (a table of their own).
         let vip = format!("{VIP6}/128");
         let direct = [
             "route",
@@ -252,32 +247,53 @@ fn curl_over_ipv6_through_nat_and_dr_services() {
                 .expect_success("rs ipv6 setup");
         }
     }
-    lab.start_servers(&["[::]:8080".to_string(), "[::]:81".to_string()], &[]);
-    let appliance = format!("{}/24", lab.bed.appliance_ip());
-    let services = format!(
-        "[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
-         {nat}\n[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 81\nscheduler = \"rr\"\n{dr}",
-        nat = (1..=2)
-            .map(|i| format!(
-                "  [[services.real_servers]]\n  ip = \"{}\"\n  port = 8080\n  mode = \"nat\"\n",
+}
+
+/// `[[services]]` TOML for `proto` on the IPv6 VIP's `port`, to every real server of
+/// `lab` on `rport` in `mode`, with `extra` lines for the service.
+fn service6(lab: &AppLab, proto: &str, port: u16, rport: u16, mode: &str, extra: &str) -> String {
+    let servers: String = (1..=lab.bed.rs_count())
+        .map(|i| {
+            format!(
+                "  [[services.real_servers]]\n  ip = \"{}\"\n  port = {rport}\n  mode = \"{mode}\"\n",
                 rs_ip6(i)
-            ))
-            .collect::<String>(),
-        dr = (1..=2)
-            .map(|i| format!(
-                "  [[services.real_servers]]\n  ip = \"{}\"\n  port = 81\n  mode = \"dr\"\n",
-                rs_ip6(i)
-            ))
-            .collect::<String>(),
+            )
+        })
+        .collect();
+    format!(
+        "[[services]]\nproto = \"{proto}\"\nvip = \"{VIP6}\"\nport = {port}\nscheduler = \"rr\"\n{extra}{servers}"
+    )
+}
+
+/// The addresses of the appliance's port in the IPv6 labs: IPv4, the client's link,
+/// the real servers' link.
+fn appliance6(lab: &AppLab) -> [String; 3] {
+    [
+        format!("{}/24", lab.bed.appliance_ip()),
+        format!("{APPLIANCE_IP6}/64"),
+        format!("{GATEWAY6}/64"),
+    ]
+}
+
+#[test]
+fn curl_over_ipv6_through_nat_and_dr_services() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    lab.start_servers(
+        &["[::]:8080".to_string(), "[::]:81".to_string()],
+        // DR: bound to the VIP, so that the replies come from it.
+        &["[::]:5353".to_string(), format!("[{VIP6}]:5301")],
     );
-    let daemon = lab.daemon(
-        &[
-            &appliance,
-            &format!("{APPLIANCE_IP6}/64"),
-            &format!("{GATEWAY6}/64"),
-        ],
-        services,
-    );
+    let services = [
+        service6(&lab, "tcp", 80, 8080, "nat", ""),
+        service6(&lab, "tcp", 81, 81, "dr", ""),
+        service6(&lab, "udp", 5300, 5353, "nat", ""),
+        service6(&lab, "udp", 5301, 5301, "dr", ""),
+    ]
+    .join("\n");
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
     let listing = daemon.ctl(&["-Ln"]);
     assert!(
         listing.stdout.contains(&format!("TCP  [{VIP6}]:80 rr"))
@@ -299,6 +315,15 @@ fn curl_over_ipv6_through_nat_and_dr_services() {
             daemon.dump()
         );
     }
+    for (port, mode) in [(5300, "nat"), (5301, "dr")] {
+        let (out, v) = lab.udp(VIP6, port, 4, 0);
+        assert!(
+            v["ok"] == 4,
+            "{mode}: 4 UDP exchanges over IPv6: {}\n{}",
+            out.describe(),
+            daemon.dump()
+        );
+    }
     // The real servers saw the client's own address (NAT and DR keep it).
     let lines: Vec<String> = (1..=2).flat_map(|i| lab.log_lines(i, "http")).collect();
     assert!(
@@ -313,4 +338,201 @@ fn curl_over_ipv6_through_nat_and_dr_services() {
         event_count(&status, "nd_answered") >= 1,
         "the client resolved the VIP through Sluice: {status:#}"
     );
+}
+
+#[test]
+fn curl_over_ipv6_through_a_tun_service_with_packet_too_big() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    lab.start_decapsulators(true);
+    lab.start_servers(&["[::]:80".to_string()], &[]);
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(
+        &addresses.each_ref().map(String::as_str),
+        service6(&lab, "tcp", 80, 80, "tun", ""),
+    );
+    let url = format!("http://[{VIP6}]/");
+    let batch = lab.curl(&url, 20, 4, &[]);
+    let bodies = AppLab::answers(&batch);
+    assert!(
+        batch["ok"] == 20 && bodies.len() == 2,
+        "tun: 20 requests over IPv6, both real servers answering: {batch:#}\n{}\n{}",
+        lab.diagnostics(),
+        daemon.dump()
+    );
+    // Every packet reached the servers inside an outer IPv6 header from the
+    // appliance's address on their link, the client's packet whole inside.
+    for i in 1..=2 {
+        let log = read_lines(&lab.dir.path().join(format!("rs{i}.ip6ip6.log")));
+        assert!(
+            log.len() >= 4 * 5,
+            "rs{i} decapsulated {} packets",
+            log.len()
+        );
+        for l in &log {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(
+                w.get(1..4),
+                Some(&[GATEWAY6, CLIENT_IP6, VIP6][..]),
+                "rs{i} tunnel log line {l:?}"
+            );
+        }
+        let http = lab.log_lines(i, "http");
+        assert!(
+            !http.is_empty() && http.iter().all(|l| l.split(' ').nth(1) == Some(CLIENT_IP6)),
+            "rs{i} saw the client's address: {http:?}"
+        );
+    }
+
+    // Path MTU: a 20000-byte upload in 1500-byte packets, 1540 once encapsulated:
+    // Sluice answers Packet Too Big (MTU 1460), the client's kernel lowers its path
+    // MTU to the VIP and the upload completes.
+    let too_big0 = drop_count(&daemon.status(), "too_big");
+    let batch = lab.curl(&url, 1, 1, &["--post-bytes", "20000"]);
+    let body = AppLab::answers(&batch)
+        .into_keys()
+        .next()
+        .unwrap_or_default();
+    assert!(
+        batch["ok"] == 1 && body.ends_with(" 20000"),
+        "the upload through the tunnel: {batch:#}\n{}",
+        daemon.dump()
+    );
+    let too_big = drop_count(&daemon.status(), "too_big") - too_big0;
+    assert!(too_big >= 1, "no packet was too big: {}", daemon.dump());
+    let route = lab
+        .bed
+        .exec(
+            lab.bed.client_ns(),
+            &["ip", "-6", "route", "get", VIP6],
+            Duration::from_secs(10),
+        )
+        .expect_success("ip -6 route get");
+    assert!(
+        route.stdout.contains("mtu 1460"),
+        "the client learned the tunnel's MTU: {}",
+        route.stdout
+    );
+}
+
+/// An IPv6 FullNAT local address, on the real servers' link.
+const LIP6: &str = "2001:db8:1a::50";
+
+#[test]
+fn curl_and_udp_over_ipv6_through_fullnat() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    lab.start_servers(&["[::]:8080".to_string()], &["[::]:5353".to_string()]);
+    let addresses = appliance6(&lab);
+    let laddr = format!("local_addresses = [\"{LIP6}\"]\n");
+    let services = [
+        service6(&lab, "tcp", 80, 8080, "fullnat", &laddr),
+        service6(&lab, "udp", 5300, 5353, "fullnat", &laddr),
+    ]
+    .join("\n");
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+    let batch = lab.curl(&format!("http://[{VIP6}]/"), 20, 4, &[]);
+    let bodies = AppLab::answers(&batch);
+    assert!(
+        batch["ok"] == 20 && bodies.len() == 2,
+        "fullnat: 20 requests over IPv6, both real servers answering: {batch:#}\n{}\n{}",
+        lab.diagnostics(),
+        daemon.dump()
+    );
+    let (out, v) = lab.udp(VIP6, 5300, 4, 0);
+    assert!(
+        v["ok"] == 4,
+        "fullnat: 4 UDP exchanges over IPv6: {}\n{}",
+        out.describe(),
+        daemon.dump()
+    );
+    // The real servers saw the local address only, each connection from its own port.
+    for kind in ["http", "udp"] {
+        let lines: Vec<String> = (1..=2).flat_map(|i| lab.log_lines(i, kind)).collect();
+        let ports: std::collections::BTreeSet<&str> =
+            lines.iter().filter_map(|l| l.split(' ').nth(2)).collect();
+        assert!(
+            lines.len() >= 4
+                && lines.iter().all(|l| l.split(' ').nth(1) == Some(LIP6))
+                && ports.len() == lines.len(),
+            "{kind}: the real servers saw {LIP6}, a port per connection: {lines:?}"
+        );
+    }
+}
+
+/// NAT64's IPv4 local address, on the real servers' (IPv4) link.
+const LIP4: &str = "198.18.0.50";
+
+#[test]
+fn nat64_an_ipv6_client_downloads_1_mb_from_ipv4_only_real_servers() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    // IPv6 on the client only: the real servers keep the test bed's IPv4 alone.
+    let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
+    ipv6_on(&lab.bed, client, client_if, &format!("{CLIENT_IP6}/64"));
+    lab.start_servers(&["0.0.0.0:8080".to_string()], &["0.0.0.0:5353".to_string()]);
+    let servers = |proto: &str, port: u16| {
+        let rs: String = (1..=2)
+            .map(|i| {
+                format!(
+                    "  [[services.real_servers]]\n  ip = \"{}\"\n  port = {port}\n  mode = \"fullnat\"\n",
+                    lab.bed.rs_ip(i)
+                )
+            })
+            .collect();
+        format!(
+            "[[services]]\nproto = \"{proto}\"\nvip = \"{VIP6}\"\nport = {port}\nscheduler = \"rr\"\n\
+             local_addresses = [\"{LIP4}\"]\n{rs}"
+        )
+    };
+    let services = [servers("tcp", 8080), servers("udp", 5353)].join("\n");
+    let addresses = [
+        format!("{}/24", lab.bed.appliance_ip()),
+        format!("{APPLIANCE_IP6}/64"),
+    ];
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+
+    let url = format!("http://[{VIP6}]:8080/");
+    let batch = lab.curl(&url, 10, 2, &[]);
+    assert!(
+        batch["ok"] == 10 && AppLab::answers(&batch).len() == 2,
+        "nat64: 10 requests, both real servers answering: {batch:#}\n{}\n{}",
+        lab.diagnostics(),
+        daemon.dump()
+    );
+    let (out, v) = lab.udp(VIP6, 5353, 4, 0);
+    assert!(
+        v["ok"] == 4,
+        "nat64: 4 UDP exchanges: {}\n{}",
+        out.describe(),
+        daemon.dump()
+    );
+    // 1 MB, checked against the pattern's digest computed apart from Sluice.
+    const MB: usize = 1 << 20;
+    let script = format!(
+        "python3 -c 'import hashlib; print(hashlib.sha256(bytes((i * 7) & 0xFF for i in range({MB}))).hexdigest())'; \
+         curl -sS --globoff --noproxy '*' --max-time 20 http://[{VIP6}]:8080/bytes/{MB} | sha256sum | cut -d' ' -f1"
+    );
+    let out = lab.bed.exec(
+        lab.bed.client_ns(),
+        &["sh", "-c", &script],
+        Duration::from_secs(40),
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].len() == 64 && lines[0] == lines[1],
+        "nat64: the 1 MB download is not intact: {}\n{}",
+        out.describe(),
+        daemon.dump()
+    );
+    // The real servers saw the IPv4 local address only.
+    for kind in ["http", "udp"] {
+        let lines: Vec<String> = (1..=2).flat_map(|i| lab.log_lines(i, kind)).collect();
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| l.split(' ').nth(1) == Some(LIP4)),
+            "{kind}: the real servers saw {LIP4}: {lines:?}"
+        );
+    }
 }

@@ -146,6 +146,12 @@ pub struct Forwarder {
     /// VIPs and FullNAT local addresses of the snapshot, sorted: the addresses Sluice
     /// answers ARP and ping for besides its port addresses. Rebuilt per snapshot.
     owned: Vec<Ipv4Addr>,
+    /// IPv6 VIPs and FullNAT local addresses, sorted: the addresses Sluice answers
+    /// Neighbor Discovery and echo for besides its port addresses.
+    owned6: Vec<std::net::Ipv6Addr>,
+    /// Where the next IPv6 FullNAT local address and port are looked for
+    /// (`forwarder/ipv6.rs`).
+    laddr6_cursor: u64,
     /// The IPv6 neighbour table, fed by Neighbor Discovery to the port's addresses.
     neighbours6: Neighbour6Table,
     /// FullNAT local-port pools, by service id; kept across snapshots while the
@@ -436,6 +442,8 @@ impl Forwarder {
             snapshot_changed: true,
             resolve_wanted: false,
             owned: Vec::new(),
+            owned6: Vec::new(),
+            laddr6_cursor: 0,
             neighbours6: Neighbour6Table::with_capacity(
                 crate::dataplane::worker::NEIGHBOUR_CAPACITY,
             ),
@@ -656,6 +664,13 @@ impl Forwarder {
         }
         self.owned.sort_unstable();
         self.owned.dedup();
+        self.owned6.clear();
+        if snap.serving_vips() {
+            self.owned6.extend_from_slice(snap.vips6());
+            self.owned6.extend_from_slice(snap.local_addresses6());
+        }
+        self.owned6.sort_unstable();
+        self.owned6.dedup();
         let rss = &self.rss;
         let mut pools = std::mem::take(&mut self.pools);
         pools.retain(|id, pool| {
@@ -672,6 +687,10 @@ impl Forwarder {
                 continue;
             }
             let lips: Vec<Ipv4Addr> = s.local_addresses4().collect();
+            if lips.is_empty() {
+                // IPv6 local addresses only: `open_v6` picks from them.
+                continue;
+            }
             match PortPool::build(
                 &lips,
                 self.local_ports.clone(),
@@ -766,19 +785,13 @@ impl Forwarder {
                         return action;
                     }
                 }
-                let snap = self.snapshot.current();
-                let vips6 = if snap.serving_vips() {
-                    snap.vips6()
-                } else {
-                    &[]
-                };
                 let reply = port.responder.process_ipv6(
                     pkt.with_tailroom_mut(),
                     &parsed,
                     &mut self.neighbours6,
                     now_tsc,
                     counters,
-                    vips6,
+                    &self.owned6,
                 );
                 match reply {
                     Ok(len) if pkt.set_len(len as u16) => Action::Transmit,
@@ -890,6 +903,12 @@ impl Forwarder {
                 self.hit(id, dir, key.proto, flags, pkt)
             }
             None => {
+                // NAT64 replies: IPv4 to a local address, in the IPv6 table.
+                if !self.sessions6.is_empty() {
+                    if let Some(action) = self.nat64_reply(pkt, parsed, &key, flags, cx) {
+                        return action;
+                    }
+                }
                 let service = match self.admit(&key, flags, parsed, cx.port) {
                     Ok(service) => service,
                     Err(action) => return action,

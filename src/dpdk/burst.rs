@@ -312,6 +312,24 @@ impl Burst {
         true
     }
 
+    /// Shrinks packet `i` by `n` bytes at the front (as `rte_pktmbuf_adj`): they
+    /// become headroom. Returns false, changing nothing, when the packet is shorter.
+    pub fn adj(&mut self, i: usize, n: u16) -> bool {
+        let m = self.live(i);
+        // SAFETY: owned live mbuf; data_off moves forward by at most data_len, so it
+        // stays within the buffer, and data_len/pkt_len shrink by the same amount.
+        unsafe {
+            let mb = &mut *m;
+            if mb.data_len < n {
+                return false;
+            }
+            mb.data_off += n;
+            mb.data_len -= n;
+            mb.pkt_len -= n as u32;
+        }
+        true
+    }
+
     /// Frees every packet still held (one bulk call).
     pub fn free_all(&mut self) {
         if self.len > 0 {
@@ -386,6 +404,12 @@ impl Packet<'_> {
     #[inline]
     pub fn prepend(&mut self, n: u16) -> bool {
         self.burst.prepend(self.index, n)
+    }
+
+    /// Shrinks the packet by `n` bytes at the front (see [`Burst::adj`]).
+    #[inline]
+    pub fn adj(&mut self, n: u16) -> bool {
+        self.burst.adj(self.index, n)
     }
 }
 

@@ -13,8 +13,8 @@
 //! |------|-----------|---------|--------------------|
 //! | DR   | `-g` | [`dr::forward`]: Ethernet destination (the RS's MAC) and source (ours). IP and L4 untouched. | VIP on `lo` (`ip addr add VIP/32 dev lo`), `arp_ignore=1`, `arp_announce=2` so it never answers ARP for the VIP; same L2 segment as Sluice; replies go straight to the client. |
 //! | NAT  | `-m` | [`nat::dnat`] client→VIP:vport becomes client→RIP:rport; replies RIP:rport→client get [`nat::snat`] back to VIP:vport. IPv4 and TCP/UDP checksums updated incrementally; then the MACs as in DR. | Default route (or a route to the clients) via Sluice, so replies return through it. Nothing else. |
-//! | TUN  | `-i` | [`tun::encapsulate`]: an outer IPv4 header (protocol 4) from our address to the RIP, MACs as in DR; the inner packet untouched. Over-MTU packets with DF get [`icmp::frag_needed`] instead. | An `ipip` tunnel device that accepts the VIP (`ip link set tunl0 up; ip addr add VIP/32 dev tunl0`), `rp_filter` 0 on it, ARP settings as DR; MTU/MSS sized for the 20-byte overhead; replies go straight to the client. |
-//! | FullNAT | `-b` | [`nat::rewrite`] with both ends: client:cport→VIP:vport becomes LIP:lport→RIP:rport and back. | Nothing: it replies to LIP:lport, which routes to Sluice. It no longer sees the client address. |
+//! | TUN  | `-i` | [`tun::encapsulate`]: an outer IPv4 header (protocol 4) from our address to the RIP, MACs as in DR; the inner packet untouched. Over-MTU packets with DF get [`icmp::frag_needed`] instead. IPv6: [`tun6::encapsulate`], an outer IPv6 header (next header 41); over-MTU packets get [`tun6::packet_too_big`]. | An `ipip` tunnel device that accepts the VIP (`ip link set tunl0 up; ip addr add VIP/32 dev tunl0`), `rp_filter` 0 on it, ARP settings as DR; MTU/MSS sized for the 20-byte overhead; replies go straight to the client. |
+//! | FullNAT | `-b` | [`nat::rewrite`] with both ends: client:cport→VIP:vport becomes LIP:lport→RIP:rport and back. IPv6: [`nat6::rewrite`]; NAT64 (IPv6 client, IPv4 LIP and RIP): [`nat64::to_v4`] and [`nat64::to_v6`]. | Nothing: it replies to LIP:lport, which routes to Sluice. It no longer sees the client address. |
 //!
 //! FullNAT's local ports come from [`laddr::PortPool`], per worker, chosen so that the
 //! NIC's RSS brings each reply back to the worker owning the session; [`toa`] carries
@@ -50,11 +50,13 @@ pub mod icmp;
 pub mod laddr;
 pub mod nat;
 pub mod nat6;
+pub mod nat64;
 pub mod reset;
 pub mod synproxy;
 pub mod timestamps;
 pub mod toa;
 pub mod tun;
+pub mod tun6;
 
 pub use icmp::{frag_needed, nat_translate_error, parse_error, IcmpErrorQuote, QuoteRewrite};
 pub use nat::{dnat, snat};

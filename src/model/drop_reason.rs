@@ -83,7 +83,8 @@ pub enum DropReason {
     /// the hold time (the server never answered).
     ServerUnanswered,
     /// IPv6 header inconsistent: version, a payload length past the frame; or a
-    /// multicast source, or, for an echo request, an unspecified or loopback source.
+    /// multicast source, or, for an echo request, an unspecified or loopback source;
+    /// or TCP/UDP from or to an IPv4-mapped address (`::ffff:0:0/96`).
     BadIpv6Header,
     /// IPv6 fragment: a non-first one, or a first one with more to come (an atomic
     /// fragment, RFC 6946, is whole and goes on).

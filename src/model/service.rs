@@ -409,6 +409,14 @@ impl Service {
         })
     }
 
+    /// The IPv6 local addresses, in order.
+    pub fn local_addresses6(&self) -> impl Iterator<Item = std::net::Ipv6Addr> + Clone + '_ {
+        self.local_addresses.iter().filter_map(|a| match a {
+            IpAddr::V6(a) => Some(*a),
+            IpAddr::V4(_) => None,
+        })
+    }
+
     /// Whether `ip` is one of this service's local addresses.
     pub fn has_local_address(&self, ip: impl Into<IpAddr>) -> bool {
         self.local_addresses.contains(&ip.into())

@@ -120,8 +120,8 @@ pub enum ServiceError {
     /// `auto` needs a SYN rate of at least 1 per second.
     SynProxyRateZero,
     /// A real server or local address of the other address family than the
-    /// service's (`what` names which). IPv4 real servers behind an IPv6 service
-    /// (NAT64) are not supported yet.
+    /// service's (`what` names which), except what NAT64 takes: IPv4 FullNAT real
+    /// servers and IPv4 local addresses behind an IPv6 service.
     FamilyMismatch {
         service: ServiceKey,
         what: &'static str,
@@ -235,7 +235,7 @@ impl fmt::Display for ServiceError {
             ServiceError::FamilyMismatch { service, what, ip } => write!(
                 f,
                 "{what} {ip} is not of the address family of {service}; \
-                 IPv4 real servers behind an IPv6 service (NAT64) are not supported yet"
+                 only FullNAT (NAT64) takes IPv4 real servers behind an IPv6 service"
             ),
             ServiceError::Ipv6Unsupported { service, what } => {
                 write!(f, "{what} is not supported on IPv6 services yet ({service})")
@@ -507,7 +507,8 @@ impl ServiceTable {
             return Err(ServiceError::TooManyLocalAddresses(key));
         }
         validate_local_address(ip)?;
-        if ip.is_ipv6() != key.is_ipv6() {
+        // NAT64: IPv4 local addresses on an IPv6 service, towards IPv4 real servers.
+        if ip.is_ipv6() && !key.is_ipv6() {
             return Err(ServiceError::FamilyMismatch {
                 service: key,
                 what: "local address",
@@ -884,7 +885,12 @@ fn check_synproxy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), S
 }
 
 /// The forwarding modes the IPv6 data path has.
-pub const IPV6_MODES: &[ForwardMode] = &[ForwardMode::Dr, ForwardMode::Nat];
+pub const IPV6_MODES: &[ForwardMode] = &[
+    ForwardMode::Dr,
+    ForwardMode::Nat,
+    ForwardMode::Tun,
+    ForwardMode::FullNat,
+];
 
 pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if !is_unicast(spec.ip) {
@@ -893,7 +899,9 @@ pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), Se
             addr: spec.ip,
         });
     }
-    if spec.ip.is_ipv6() != key.is_ipv6() {
+    // NAT64 (FullNAT only): an IPv4 real server behind an IPv6 VIP.
+    let nat64 = key.is_ipv6() && !spec.ip.is_ipv6() && spec.mode == ForwardMode::FullNat;
+    if spec.ip.is_ipv6() != key.is_ipv6() && !nat64 {
         return Err(ServiceError::FamilyMismatch {
             service: *key,
             what: "real server",
@@ -1595,6 +1603,9 @@ mod tests {
             .unwrap();
         t.add_server(key, RealServerSpec::new(rs6, 8080, 1, ForwardMode::Nat))
             .unwrap();
+        let rs6b: std::net::Ipv6Addr = "2001:db8:1::3".parse().unwrap();
+        t.add_server(key, RealServerSpec::new(rs6b, 80, 1, ForwardMode::Tun))
+            .unwrap();
         assert_eq!(
             t.get(key).unwrap().real_servers[1].endpoint().to_string(),
             "[2001:db8:1::2]:8080"
@@ -1606,17 +1617,33 @@ mod tests {
             )
             .map(drop)
         });
-        assert_rejected(
-            &mut t,
-            "fullnat is not supported on IPv6 services yet",
-            |t| {
-                t.add_server(key, RealServerSpec::new(rs6, 81, 1, ForwardMode::FullNat))
-                    .map(drop)
-            },
-        );
-        assert_rejected(&mut t, "not of the address family", |t| {
-            t.add_laddr(key, Ipv4Addr::new(198, 18, 0, 50).into())
-        });
+        t.add_server(key, RealServerSpec::new(rs6, 81, 1, ForwardMode::FullNat))
+            .unwrap();
+        t.add_laddr(
+            key,
+            "2001:db8:1::50"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        // NAT64: IPv4 local addresses and FullNAT real servers behind the IPv6 VIP.
+        t.add_laddr(key, Ipv4Addr::new(198, 18, 0, 50).into())
+            .unwrap();
+        t.add_server(
+            key,
+            RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 1), 8080, 1, ForwardMode::FullNat),
+        )
+        .unwrap();
+        for mode in [ForwardMode::Dr, ForwardMode::Tun] {
+            assert_rejected(&mut t, "only FullNAT (NAT64) takes IPv4", |t| {
+                t.add_server(
+                    key,
+                    RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 2), 80, 1, mode),
+                )
+                .map(drop)
+            });
+        }
         assert_rejected(&mut t, "the SYN proxy is not supported on IPv6", |t| {
             t.set_synproxy(
                 key,

@@ -2,9 +2,10 @@
 //! IPv4 entry stays one 64-byte line, and an IPv6 entry, whose three addresses alone
 //! take 48 bytes, does not share its layout.
 //!
-//! Shape and cost. A slab of [`Session6`] entries (120 bytes each) and a hashbrown
-//! map from [`FlowKey6`] (client key and, for NAT, reply key) to the slab index:
-//! about 120 + 2 x 48 bytes per session at full load, allocated once at
+//! Shape and cost. A slab of [`Session6`] entries (100 bytes each, the FullNAT
+//! local address and port included) and a hashbrown map from [`FlowKey6`] (client
+//! key and, for NAT and FullNAT, reply key) to the slab index: about 100 + 2 x 48
+//! bytes per session at full load, allocated once at
 //! construction for the table's capacity; nothing allocates afterwards (the map
 //! never holds more than `2 x capacity` keys, the capacity it was built for).
 //! Expiry is lazy: a lookup treats a session past its deadline as gone, and
@@ -23,7 +24,7 @@ use crate::wire::tcp::TcpFlags;
 use std::net::Ipv6Addr;
 
 /// An IPv6 session: a client's connection to an IPv6 VIP, forwarded to an IPv6 real
-/// server in DR or NAT mode.
+/// server in DR, NAT, TUN or FullNAT mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Session6 {
     pub client: Ipv6Addr,
@@ -32,7 +33,11 @@ pub struct Session6 {
     pub client_port: u16,
     pub vport: u16,
     pub real_port: u16,
-    /// NAT: the MAC the client's packets came from (the way back); DR: the real
+    /// FullNAT: the local address and port the connection leaves from towards the
+    /// real server (unspecified and 0 in the other modes).
+    pub local_addr: Ipv6Addr,
+    pub local_port: u16,
+    /// NAT and FullNAT: the MAC the client's packets came from (the way back); DR: the real
     /// server's, once known (all zero before).
     pub peer_mac: [u8; 6],
     pub proto: Protocol,
@@ -67,6 +72,8 @@ impl Session6 {
             client_port: in_key.sport,
             vport: in_key.dport,
             real_port,
+            local_addr: Ipv6Addr::UNSPECIFIED,
+            local_port: 0,
             peer_mac: [0; 6],
             proto: in_key.proto,
             mode,
@@ -91,13 +98,19 @@ impl Session6 {
     }
 
     /// The key of the real server's replies, for the modes whose replies come back
-    /// through Sluice (NAT): real server -> client.
+    /// through Sluice: real server -> client (NAT), real server -> local address and
+    /// port (FullNAT).
     pub fn reply_key(&self) -> Option<FlowKey6> {
-        (self.mode == ForwardMode::Nat).then_some(FlowKey6 {
+        let (dst, dport) = match self.mode {
+            ForwardMode::Nat => (self.client, self.client_port),
+            ForwardMode::FullNat => (self.local_addr, self.local_port),
+            ForwardMode::Dr | ForwardMode::Tun => return None,
+        };
+        Some(FlowKey6 {
             src: self.real_addr,
-            dst: self.client,
+            dst,
             sport: self.real_port,
-            dport: self.client_port,
+            dport,
             proto: self.proto,
         })
     }
@@ -225,7 +238,8 @@ impl SessionTable6 {
         }
     }
 
-    /// Files `session` under its client key (and its reply key, for NAT), expiring
+    /// Files `session` under its client key (and its reply key, for NAT and
+    /// FullNAT), expiring
     /// `timeout` ticks after `now_tick`. A key still held by an expired session is
     /// taken over (that session is removed first, and handed to `on_expired`).
     pub fn insert(
@@ -392,6 +406,47 @@ mod tests {
         assert_eq!(t.remove(id).unwrap(), t_session(s, 10, 15));
         assert!(t.lookup(&k, 10).is_none() && t.lookup(&reply, 10).is_none());
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn fullnat_replies_are_keyed_by_the_local_address_and_port() {
+        let mut t = SessionTable6::with_capacity(4);
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let lip: Ipv6Addr = "2001:db8:1::50".parse().unwrap();
+        let k = key("2001:db8:2::9", 40000);
+        let mut s = Session6::new(&k, ForwardMode::FullNat, 1, 7, rs, 8080);
+        (s.local_addr, s.local_port) = (lip, 1025);
+        let id = t.insert(s, 10, 5, |_| panic!()).unwrap();
+        let reply = s.reply_key().unwrap();
+        assert_eq!(
+            (reply.src, reply.dst, reply.sport, reply.dport),
+            (rs, lip, 8080, 1025)
+        );
+        assert_eq!(t.lookup(&reply, 10), Some((id, Direction::Outbound)));
+        // Another client on the same local port towards the same server: refused.
+        let mut other = Session6::new(
+            &key("2001:db8:2::8", 1),
+            ForwardMode::FullNat,
+            1,
+            7,
+            rs,
+            8080,
+        );
+        (other.local_addr, other.local_port) = (lip, 1025);
+        assert_eq!(
+            t.insert(other, 11, 5, |_| panic!()),
+            Err(InsertError::KeyExists(Direction::Outbound))
+        );
+        other.local_port = 1026;
+        t.insert(other, 11, 5, |_| panic!()).unwrap();
+        t.remove(id);
+        assert!(t.lookup(&reply, 10).is_none());
+        assert!(t.lookup(&other.reply_key().unwrap(), 12).is_some());
+        assert_eq!(
+            std::mem::size_of::<Session6>(),
+            100,
+            "as the module doc says"
+        );
     }
 
     fn t_session(mut s: Session6, created: u32, deadline: u32) -> Session6 {

@@ -46,6 +46,32 @@ impl AppLab {
         tool("e2e_apps.py").to_string_lossy().into_owned()
     }
 
+    /// A user-space decapsulator (TUN device `sltun0`, `e2e_apps.py decap`) on every
+    /// real server, for tunnelled services: this kernel has neither the ipip nor the
+    /// ip6_tunnel module. IP-in-IP, or with `v6` IPv6-in-IPv6; each logs what it
+    /// decapsulated to `rsI.ipip.log` (`rsI.ip6ip6.log`).
+    pub fn start_decapsulators(&mut self, v6: bool) {
+        let kind = if v6 { "ip6ip6" } else { "ipip" };
+        for i in 1..=self.bed.rs_count() {
+            let ready = self.dir.path().join(format!("rs{i}.decap.ready"));
+            let log = self.dir.path().join(format!("rs{i}.{kind}.log"));
+            let (ready_s, log_s) = (
+                ready.to_string_lossy().into_owned(),
+                log.to_string_lossy().into_owned(),
+            );
+            let apps = Self::apps();
+            let mut argv = vec![
+                PYTHON, &apps, "decap", "--tun", "sltun0", "--log", &log_s, "--ready", &ready_s,
+            ];
+            if v6 {
+                argv.push("--v6");
+            }
+            let mut p = BackgroundProcess::spawn(Some(self.bed.rs_ns(i)), &argv);
+            p.wait_until(Duration::from_secs(15), "ready", || ready.exists());
+            self.servers.push(p);
+        }
+    }
+
     pub fn log_path(&self, i: u32) -> PathBuf {
         self.dir.path().join(format!("rs{i}.log"))
     }

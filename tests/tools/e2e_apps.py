@@ -22,13 +22,15 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         unreadable), logged as "health CLIENT_IP CLIENT_PORT LOCAL_IP:LOCAL_PORT" (not
         "http"), so a server can fail its HTTP check while its port stays open.
 
-    e2e_apps.py decap --tun DEV --log FILE --ready FILE
+    e2e_apps.py decap --tun DEV --log FILE --ready FILE [--v6]
         A user-space IP-in-IP (RFC 2003) decapsulator for a real server whose kernel
         has no ipip module: creates the TUN device DEV (up, rp_filter off), receives
         every IPv4 protocol-4 packet addressed to this namespace on a raw socket, and
         writes the inner packet to DEV, where the kernel receives it as if it had
         arrived there (the VIP is on lo). Logs "ipip OUTER_SRC INNER_SRC INNER_DST LEN"
-        per packet. Runs until SIGTERM/SIGINT.
+        per packet. With --v6, IPv6-in-IPv6 (RFC 2473, next header 41; no ip6_tunnel
+        module either): IPv6 turned on for DEV, logged as "ip6ip6 ...". Runs until
+        SIGTERM/SIGINT.
 
     e2e_apps.py curl URL --count N [--parallel P] [--max-time S] [--post-bytes B]
         N requests with curl (a new connection each: one curl process per request,
@@ -190,7 +192,7 @@ def cmd_serve(args):
     servers += [EchoServer(addr_port(a), EchoHandler) for a in args.echo]
     udp_socks = []
     for a in args.udp:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s = socket.socket(socket.AF_INET6 if is_v6(a) else socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(addr_port(a))
         udp_socks.append(s)
@@ -242,11 +244,29 @@ def cmd_decap(args):
     for conf in ("all", "default", args.tun):
         with open(f"/proc/sys/net/ipv4/conf/{conf}/rp_filter", "w") as f:
             f.write("0")
-    raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, 4)  # IPPROTO_IPIP
     log = Log(args.log)
+    if args.v6:
+        # IPv6 on the device, so the kernel takes the inner IPv6 packets written to it.
+        for conf in ("all", args.tun):
+            with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as f:
+                f.write("0")
+        # A raw IPv6 socket gets the payload only: the inner packet, whole.
+        raw = socket.socket(socket.AF_INET6, socket.SOCK_RAW, 41)  # IPPROTO_IPV6
+    else:
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, 4)  # IPPROTO_IPIP
+
+    def ntop6(b):
+        return socket.inet_ntop(socket.AF_INET6, b)
 
     def loop():
         while True:
+            if args.v6:
+                inner, peer = raw.recvfrom(65535)
+                if len(inner) < 40 or inner[0] >> 4 != 6:
+                    continue
+                os.write(tun, inner)
+                log.line(f"ip6ip6 {peer[0]} {ntop6(inner[8:24])} {ntop6(inner[24:40])} {len(inner)}")
+                continue
             pkt = raw.recv(65535)
             ihl = (pkt[0] & 0x0F) * 4
             inner = pkt[ihl:]
@@ -307,7 +327,7 @@ def cmd_udp(args):
     replies, failures = [], []
     last = None
     for i in range(args.count):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s = socket.socket(socket.AF_INET6 if ":" in args.addr else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if args.sport_base:
@@ -556,6 +576,7 @@ def main():
     d.add_argument("--tun", required=True)
     d.add_argument("--log", required=True)
     d.add_argument("--ready", required=True)
+    d.add_argument("--v6", action="store_true")
     u = sub.add_parser("udp")
     u.add_argument("addr")
     u.add_argument("port", type=int)

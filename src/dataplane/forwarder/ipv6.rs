@@ -1,16 +1,25 @@
-//! The IPv6 packet path, for services on IPv6 VIPs with IPv6 real servers in DR and
-//! NAT modes. The same stages as IPv4, in one place: look the 5-tuple up in the
+//! The IPv6 packet path, for services on IPv6 VIPs with IPv6 real servers in DR, NAT
+//! and TUN modes. The same stages as IPv4, in one place: look the 5-tuple up in the
 //! worker's IPv6 session table; hit: the state moves; miss: a new connection to a
 //! service is placed by the same placement as IPv4 (the hashing schedulers see the
 //! addresses folded to 32 bits, as IPVS folds them); account on the real server;
 //! egress: DR readdresses the frame, NAT rewrites the destination (or, for a reply,
-//! the source) with the L4 checksum updated incrementally.
+//! the source) with the L4 checksum updated incrementally, TUN encapsulates it in
+//! IPv6 (or answers Packet Too Big).
 //!
-//! Not yet on this path (the service table refuses them for IPv6 services): TUN,
-//! FullNAT and NAT64, persistence, the SYN proxy, TOA, session sync. A NAT reply
-//! must reach the worker that owns its session: with several workers, the IPv6
-//! replies that RSS puts on another worker's queue find no session there and are
-//! dropped (`ipv6_no_service`), so IPv6 NAT services need one worker for now.
+//! FullNAT takes a local address and port of the service's IPv6 local addresses
+//! (`local_port_v6`) and rewrites both ends, the reply coming back to that address
+//! and port. NAT64 (FullNAT to an IPv4 real server) takes an IPv4 local port from
+//! the service's pool, keeps its IPv4 ends as IPv4-mapped addresses, translates the
+//! client's packets to IPv4 (`nat64_to_server`) and the real server's IPv4 replies,
+//! which the IPv4 path hands over when no IPv4 session takes them, back to IPv6
+//! (`nat64_reply`).
+//!
+//! Not yet on this path (the service table refuses them for IPv6 services):
+//! persistence, the SYN proxy, TOA, session sync. A NAT or FullNAT reply must reach
+//! the worker that owns its session: with several workers, the IPv6 replies that RSS
+//! puts on another worker's queue find no session there and are dropped
+//! (`ipv6_no_service`), so IPv6 NAT and FullNAT services need one worker for now.
 use super::observe::account;
 use super::{Action, Context, Forwarder};
 use crate::dataplane::counters::bump;
@@ -31,6 +40,9 @@ use std::net::Ipv6Addr;
 
 /// Slots of the IPv6 session table the housekeeping sweep looks at per poll.
 pub(super) const SWEEP_BUDGET: usize = 64;
+/// Local address and port pairs a new IPv6 FullNAT connection tries before it is
+/// refused: enough to step over the pairs still in use after a wrap of the range.
+const LOCAL_PORT_TRIES: usize = 16;
 
 impl Forwarder {
     /// A TCP segment or UDP datagram in an IPv6 packet addressed to our MAC. `None`
@@ -62,6 +74,11 @@ impl Forwarder {
             dport,
             proto,
         };
+        // IPv4-mapped addresses name NAT64's IPv4 ends in the table; on the wire they
+        // are no one's (RFC 4291 2.5.5.2).
+        if key.src.to_ipv4_mapped().is_some() || key.dst.to_ipv4_mapped().is_some() {
+            return Some(Action::Drop(DropReason::BadIpv6Header));
+        }
         let found = self.sessions6.lookup(&key, self.now_tick);
         let (id, dir) = match found {
             Some(hit) => hit,
@@ -124,33 +141,55 @@ impl Forwarder {
         let placement = self.place(index, &folded, cx.now_tsc, cx.counters)?;
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
-        let std::net::IpAddr::V6(real_addr) = rs.ip else {
-            return Err(DropReason::NoRealServer);
+        // NAT64: an IPv4 real server, and the IPv4 local address and port placement
+        // took from the service's pool, kept as IPv4-mapped addresses.
+        let (real_addr, local4) = match (rs.ip, placement.local) {
+            (std::net::IpAddr::V6(a), _) => (a, None),
+            (std::net::IpAddr::V4(a), Some(local)) if rs.mode == ForwardMode::FullNat => {
+                (a.to_ipv6_mapped(), Some(local))
+            }
+            _ => return Err(DropReason::NoRealServer),
         };
         let mut session = Session6::new(key, rs.mode, service.id, rs.id, real_addr, rs.port);
+        if let Some(local) = local4 {
+            (session.local_addr, session.local_port) = (local.lip.to_ipv6_mapped(), local.port);
+        } else if rs.mode == ForwardMode::FullNat {
+            (session.local_addr, session.local_port) =
+                self.local_port_v6(service, real_addr, rs.port, key.proto)?;
+        }
         session.peer_mac = match rs.mode {
-            ForwardMode::Nat => pkt.bytes()[6..12]
+            ForwardMode::Nat | ForwardMode::FullNat => pkt.bytes()[6..12]
                 .try_into()
                 .expect("checked Ethernet header"),
             _ => self.neighbours6.lookup(real_addr).map_or([0; 6], |m| m.0),
         };
         let timeout = self.timeouts.session(key.proto, TcpState::None);
-        let (real_servers, load_view, schedulers, overload) = (
+        let now_ms = self.ts_clock.now_ms();
+        let (real_servers, load_view, schedulers, overload, pools) = (
             &self.real_servers[..],
             &self.load_view,
             &mut self.schedulers,
             &mut self.overload,
+            &mut self.pools,
         );
-        let id = self
+        let inserted = self
             .sessions6
             .insert(session, self.now_tick, timeout, |old| {
                 forget_v6(real_servers, old);
+                release_nat64_port(pools, old, now_ms);
                 super::tell_load(load_view, schedulers, overload, real_servers, old.real);
             })
             .map_err(|e| match e {
                 InsertError::TableFull => DropReason::SessionTableFull,
                 InsertError::KeyExists(_) => DropReason::NatTupleInUse,
-            })?;
+            });
+        let id = match inserted {
+            Ok(id) => id,
+            Err(reason) => {
+                release_nat64_port(&mut self.pools, &session, now_ms);
+                return Err(reason);
+            }
+        };
         bump(&cx.counters.sessions_created, 1);
         let c = &self.real_servers[rs.id as usize];
         bump(&c.connections, 1);
@@ -159,9 +198,52 @@ impl Forwarder {
         Ok(id)
     }
 
+    /// FullNAT: a local address of `service` and a port of the worker's range that no
+    /// live session uses towards `real:rport`. A cursor walks every address and port
+    /// in turn (the addresses alternating), so a pair is reused as late as the range
+    /// allows, as the IPv4 pools reuse theirs first in, first out; the session table
+    /// itself says which are taken, so there are no books to keep. At most
+    /// `LOCAL_PORT_TRIES` pairs are tried (`LaddrExhausted` then, as when the service
+    /// has no IPv6 local address).
+    fn local_port_v6(
+        &mut self,
+        service: &crate::model::Service,
+        real: Ipv6Addr,
+        rport: u16,
+        proto: Protocol,
+    ) -> Result<(Ipv6Addr, u16), DropReason> {
+        let lips = service.local_addresses6();
+        let count = lips.clone().count() as u64;
+        let (first, last) = (*self.local_ports.start(), *self.local_ports.end());
+        if count == 0 || first > last {
+            return Err(DropReason::LaddrExhausted);
+        }
+        let span = u64::from(last - first) + 1;
+        for _ in 0..LOCAL_PORT_TRIES {
+            let at = self.laddr6_cursor;
+            self.laddr6_cursor = at.wrapping_add(1);
+            let Some(lip) = lips.clone().nth((at % count) as usize) else {
+                break;
+            };
+            let port = first + ((at / count) % span) as u16;
+            let reply = FlowKey6 {
+                src: real,
+                dst: lip,
+                sport: rport,
+                dport: port,
+                proto,
+            };
+            if self.sessions6.lookup(&reply, self.now_tick).is_none() {
+                return Ok((lip, port));
+            }
+        }
+        Err(DropReason::LaddrExhausted)
+    }
+
     /// Rewrites and addresses the packet of session `s` going `dir`: DR to the real
     /// server's MAC as it is; NAT to the real server with its address and port, and
-    /// its replies back to the client from the VIP.
+    /// its replies back to the client from the VIP; FullNAT the same with the local
+    /// address and port as the source towards the real server.
     fn egress_v6(
         &mut self,
         pkt: &mut Packet,
@@ -171,11 +253,24 @@ impl Forwarder {
         dir: Direction,
         cx: &Context,
     ) -> Action {
+        if (s.mode, dir) == (ForwardMode::Tun, Direction::Inbound) {
+            return self.tunnel_v6(pkt, parsed, id, s, cx);
+        }
+        if let (Some(real), Direction::Inbound) = (nat64_real(s), dir) {
+            return self.nat64_to_server(pkt, parsed, s, real, cx);
+        }
         let frame = pkt.bytes_mut();
         match (s.mode, dir) {
             (ForwardMode::Nat, Direction::Outbound) => {
                 if let Err(r) = forward::nat6::rewrite(frame, parsed, Some((s.vip, s.vport)), None)
                 {
+                    return Action::Drop(r);
+                }
+                readdress(frame, Some(MacAddr(s.peer_mac)), cx)
+            }
+            (ForwardMode::FullNat, Direction::Outbound) => {
+                let (src, dst) = ((s.vip, s.vport), (s.client, s.client_port));
+                if let Err(r) = forward::nat6::rewrite(frame, parsed, Some(src), Some(dst)) {
                     return Action::Drop(r);
                 }
                 readdress(frame, Some(MacAddr(s.peer_mac)), cx)
@@ -194,6 +289,12 @@ impl Forwarder {
                     if let Err(r) = forward::nat6::rewrite(frame, parsed, None, to) {
                         return Action::Drop(r);
                     }
+                } else if mode == ForwardMode::FullNat {
+                    let from = Some((s.local_addr, s.local_port));
+                    let to = Some((s.real_addr, s.real_port));
+                    if let Err(r) = forward::nat6::rewrite(frame, parsed, from, to) {
+                        return Action::Drop(r);
+                    }
                 } else if let (Some(mac), None) = (next_hop, known) {
                     if let Some(live) = self.sessions6.get_mut(id) {
                         live.peer_mac = mac.0;
@@ -202,6 +303,133 @@ impl Forwarder {
                 readdress(frame, next_hop, cx)
             }
         }
+    }
+
+    /// TUN: the client's packet inside an outer IPv6 header to the real server (next
+    /// header 41), from the port's address on the real server's link; or, when that
+    /// would exceed the port's MTU, a Packet Too Big to the client instead.
+    fn tunnel_v6(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        id: u32,
+        s: &Session6,
+        cx: &Context,
+    ) -> Action {
+        if let Some(mtu) = forward::tun6::check_mtu(parsed, cx.port.mtu) {
+            let frame = pkt.with_tailroom_mut();
+            return match forward::tun6::packet_too_big(frame, parsed, mtu, cx.port.mac) {
+                Some(len) if pkt.set_len(len as u16) => Action::TransmitInstead(DropReason::TooBig),
+                _ => Action::Drop(DropReason::TooBig),
+            };
+        }
+        let known = (s.peer_mac != [0; 6]).then_some(MacAddr(s.peer_mac));
+        let next_hop = known.or_else(|| self.neighbours6.lookup(s.real_addr));
+        // No address to send from is no address to solicit from either.
+        let source = forward::tun6::source_for(cx.port.responder.addrs6(), s.real_addr);
+        let (Some(mac), Some(source)) = (next_hop, source) else {
+            self.request_resolution_v6();
+            return Action::Drop(DropReason::NeighbourUnresolved);
+        };
+        if !pkt.prepend(forward::tun6::OUTER_HEADER_LEN as u16) {
+            return Action::Drop(DropReason::TooBig);
+        }
+        let frame = pkt.bytes_mut();
+        match forward::tun6::encapsulate(frame, parsed.l3, source, s.real_addr, mac, cx.port.mac) {
+            Ok(len) if pkt.set_len(len as u16) => {
+                if known.is_none() {
+                    if let Some(live) = self.sessions6.get_mut(id) {
+                        live.peer_mac = mac.0;
+                    }
+                }
+                Action::Transmit
+            }
+            Ok(_) => Action::Drop(DropReason::TooBig),
+            Err(r) => Action::Drop(r),
+        }
+    }
+
+    /// NAT64, a client's packet: translated to IPv4 from the local address and port
+    /// to the real server (`forward::nat64`), the mbuf trimmed to the shorter header,
+    /// then addressed as any IPv4 packet (held while the server's MAC resolves).
+    fn nat64_to_server(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        s: &Session6,
+        real: std::net::Ipv4Addr,
+        cx: &Context,
+    ) -> Action {
+        let Some(lip) = s.local_addr.to_ipv4_mapped() else {
+            return Action::Drop(DropReason::LaddrExhausted);
+        };
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let (src, dst) = ((lip, s.local_port), (real, s.real_port));
+        let range = match forward::nat64::to_v4(pkt.bytes_mut(), parsed, src, dst, self.ip_ident) {
+            Ok(range) => range,
+            Err(r) => return Action::Drop(r),
+        };
+        let (start, len) = (range.start as u16, (range.end - range.start) as u16);
+        if !pkt.adj(start) || !pkt.set_len(len) {
+            return Action::Drop(DropReason::Truncated);
+        }
+        let next_hop = cx.neighbours.lookup(real);
+        super::egress::address(pkt.bytes_mut(), next_hop, real, cx.port)
+    }
+
+    /// NAT64, an IPv4 packet no IPv4 session took: a real server's reply to a NAT64
+    /// session's local address and port (its reply key is filed with IPv4-mapped
+    /// addresses), translated to IPv6 from the VIP to the client. A SYN-ACK's MSS is
+    /// lowered by 20 first, the IPv6 header being that much longer. `None` when it is
+    /// no such reply.
+    pub(super) fn nat64_reply(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        key: &FlowKey4,
+        flags: TcpFlags,
+        cx: &Context,
+    ) -> Option<Action> {
+        let mapped = FlowKey6 {
+            src: key.src_addr().to_ipv6_mapped(),
+            dst: key.dst_addr().to_ipv6_mapped(),
+            sport: key.sport,
+            dport: key.dport,
+            proto: key.proto,
+        };
+        let (id, dir) = self.sessions6.lookup(&mapped, self.now_tick)?;
+        if dir != Direction::Outbound {
+            return None;
+        }
+        let transition = self
+            .sessions6
+            .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?;
+        let s = *self.sessions6.get(id)?;
+        let c = &self.real_servers[s.real as usize];
+        c.count_out(u64::from(pkt.len()));
+        if account(c, transition) {
+            self.load_changed(s.real);
+        }
+        let growth = forward::nat64::HEADER_GROWTH;
+        if parsed.ip_total_len as usize + growth > cx.port.mtu as usize {
+            return Some(Action::Drop(DropReason::TooBig));
+        }
+        if flags.contains(TcpFlags::SYN) && flags.contains(TcpFlags::ACK) {
+            let _ = forward::toa::clamp_mss(pkt.bytes_mut(), parsed, growth as u16);
+        }
+        if !pkt.prepend(growth as u16) {
+            return Some(Action::Drop(DropReason::TooBig));
+        }
+        let (src, dst) = ((s.vip, s.vport), (s.client, s.client_port));
+        Some(
+            match forward::nat64::to_v6(pkt.bytes_mut(), parsed, src, dst) {
+                Ok(len) if pkt.set_len(len as u16) => {
+                    readdress(pkt.bytes_mut(), Some(MacAddr(s.peer_mac)), cx)
+                }
+                Ok(_) => Action::Drop(DropReason::TooBig),
+                Err(r) => Action::Drop(r),
+            },
+        )
     }
 
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real
@@ -236,6 +464,7 @@ impl Forwarder {
     /// Removes the IPv6 sessions whose time has come, a bounded number of slots per
     /// call, and gives their real servers their counts back.
     pub(super) fn sweep_v6(&mut self) {
+        let now_ms = self.ts_clock.now_ms();
         let Forwarder {
             sessions6,
             real_servers,
@@ -243,11 +472,13 @@ impl Forwarder {
             schedulers,
             overload,
             now_tick,
+            pools,
             ..
         } = self;
         let real_servers = &real_servers[..];
         sessions6.sweep(*now_tick, SWEEP_BUDGET, |s| {
             forget_v6(real_servers, s);
+            release_nat64_port(pools, s, now_ms);
             super::tell_load(load_view, schedulers, overload, real_servers, s.real);
         });
     }
@@ -267,6 +498,27 @@ fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Context) -> Actio
         },
         None => Action::Drop(DropReason::NeighbourUnresolved),
     }
+}
+
+/// A NAT64 session's end: its IPv4 local port goes back to the service's pool.
+fn release_nat64_port(
+    pools: &mut hashbrown::HashMap<u32, crate::forward::laddr::PortPool>,
+    s: &Session6,
+    now_ms: u32,
+) {
+    let (Some(lip), Some(real)) = (s.local_addr.to_ipv4_mapped(), nat64_real(s)) else {
+        return;
+    };
+    if let Some(pool) = pools.get_mut(&s.service) {
+        let _ = pool.release(lip, s.local_port, real, now_ms);
+    }
+}
+
+/// The IPv4 real server of a NAT64 session (FullNAT to an IPv4-mapped address).
+fn nat64_real(s: &Session6) -> Option<std::net::Ipv4Addr> {
+    (s.mode == ForwardMode::FullNat)
+        .then(|| s.real_addr.to_ipv4_mapped())
+        .flatten()
 }
 
 /// A session's end on its real server's gauges.

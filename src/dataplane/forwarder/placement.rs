@@ -34,7 +34,7 @@ pub(super) struct Placement {
     pub(super) real: usize,
     /// FullNAT: the local address and port the connection leaves from, taken from the
     /// service's pool (given back if the session is not opened after all).
-    local: Option<LocalPort>,
+    pub(super) local: Option<LocalPort>,
     /// PERSISTENT when the service has persistence; TOA_PENDING for FullNAT TCP with
     /// TOA on.
     flags: SessionFlags,
@@ -155,7 +155,8 @@ impl Forwarder {
             flags.insert(SessionFlags::PERSISTENT);
         }
         let mut local = None;
-        if rs.mode == ForwardMode::FullNat {
+        // IPv6 real servers take their local port in `open_v6`.
+        if rs.mode == ForwardMode::FullNat && rs.ip.is_ipv4() {
             let target = std::net::SocketAddrV4::new(rs.ipv4(), rs.port);
             let Some(taken) = self
                 .pools
