@@ -1211,8 +1211,11 @@ impl Registry {
         let tick_ms = self.tick_ms;
         let mut records = Vec::new();
         let listed = self.for_each_connection(ConnectionsCursor::default(), u32::MAX, |c| {
+            let crate::dataplane::query::ListedSession::V4(session) = &c.session else {
+                return;
+            };
             let mut record = crate::session::replication::RecordRepr::connection(
-                &c.session,
+                session,
                 crate::session::replication::RecordOp::Update,
                 c.expires_ticks.saturating_mul(tick_ms),
             );

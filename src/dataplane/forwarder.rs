@@ -29,7 +29,7 @@ use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
 use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use crate::dataplane::overload::Overload;
-use crate::dataplane::query::{ConnectionEntry, PoolEntry, Query};
+use crate::dataplane::query::{ConnectionEntry, ListedSession, PoolEntry, Query};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
 use crate::flow::parse::{classify, peek_key, PacketKind, Parsed};
@@ -49,7 +49,7 @@ use crate::session::{
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
 use crate::wire::vrrp;
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -556,25 +556,50 @@ impl Forwarder {
             Query::Connections { from, out, next } => {
                 *next = None;
                 let now = self.now_tick;
+                // Due but not yet swept (expiry runs within a budget): 0.
+                let left = |deadline: u32| (deadline.wrapping_sub(now) as i32).max(0) as u32;
+                let v4_slots = self.sessions.capacity();
                 for (index, s) in self.sessions.iter_from(*from) {
                     if out.len() == out.capacity() {
                         *next = Some(index);
-                        break;
+                        return;
                     }
-                    let addr = |ip: u32, port: u16| SocketAddrV4::new(Ipv4Addr::from(ip), port);
+                    let addr = |ip: u32, port: u16| {
+                        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ip), port))
+                    };
                     out.push(ConnectionEntry {
                         worker,
                         proto: s.proto,
                         state: s.state_name(),
-                        // Due but not yet swept (expiry runs within a budget): 0.
-                        expires_ticks: (s.deadline().wrapping_sub(now) as i32).max(0) as u32,
+                        expires_ticks: left(s.deadline()),
                         client: addr(s.client_addr, s.client_port),
                         virtual_service: addr(s.vip, s.vport),
                         local: (s.mode == ForwardMode::FullNat)
                             .then(|| addr(s.local_addr, s.local_port)),
                         real_server: addr(s.real_addr, s.real_port),
-                        session: *s,
+                        session: ListedSession::V4(*s),
                         synproxy: self.synproxy_delta(index as u32, s),
+                    });
+                }
+                for (index, s) in self.sessions6.iter_from(from.saturating_sub(v4_slots)) {
+                    if out.len() == out.capacity() {
+                        *next = Some(v4_slots + index);
+                        return;
+                    }
+                    let addr = |ip: std::net::Ipv6Addr, port: u16| {
+                        SocketAddr::V6(std::net::SocketAddrV6::new(ip, port, 0, 0))
+                    };
+                    out.push(ConnectionEntry {
+                        worker,
+                        proto: s.proto,
+                        state: s.state_name(),
+                        expires_ticks: left(s.deadline()),
+                        client: addr(s.client, s.client_port),
+                        virtual_service: addr(s.vip, s.vport),
+                        local: None,
+                        real_server: addr(s.real_addr, s.real_port),
+                        session: ListedSession::V6(*s),
+                        synproxy: None,
                     });
                 }
             }

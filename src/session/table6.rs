@@ -106,6 +106,14 @@ impl Session6 {
         self.state
     }
 
+    /// The state column of `ipvsadm -Lnc`, as for an IPv4 session.
+    pub fn state_name(&self) -> &'static str {
+        match self.proto {
+            Protocol::Tcp => self.state.name(),
+            Protocol::Udp => state::UDP_STATE_NAME,
+        }
+    }
+
     /// The tick the session expires at, unless a packet comes first.
     pub fn deadline(&self) -> u32 {
         self.deadline
@@ -343,6 +351,19 @@ impl SessionTable6 {
                 }
             }
         }
+    }
+
+    /// Live sessions from slab index `from` on, in slab order, with their indices: a
+    /// resumable scan for listings read in chunks.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = (usize, &Session6)> + '_ {
+        self.slab
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter_map(|(i, s)| match s {
+                Slot::Used(s) => Some((i, s)),
+                Slot::Vacant { .. } => None,
+            })
     }
 
     /// Every live session (expired ones not yet swept included), in slab order.
