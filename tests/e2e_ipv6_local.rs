@@ -193,26 +193,6 @@ fn rs_ip6(i: u32) -> String {
     format!("2001:db8:1a::{}", 10 + i)
 }
 
-/// IPv6 on in namespace `ns` on `ifname`, with `addr` (no duplicate address
-/// detection: the test owns the link).
-fn ipv6_on(bed: &Testbed, ns: &str, ifname: &str, addr: &str) {
-    let ten = Duration::from_secs(10);
-    for sysctl in [
-        "net.ipv6.conf.all.disable_ipv6=0".to_string(),
-        format!("net.ipv6.conf.{ifname}.disable_ipv6=0"),
-        "net.ipv6.conf.lo.disable_ipv6=0".to_string(),
-    ] {
-        bed.exec(ns, &["sysctl", "-qw", &sysctl], ten)
-            .expect_success("sysctl");
-    }
-    bed.exec(
-        ns,
-        &["ip", "-6", "addr", "add", addr, "dev", ifname, "nodad"],
-        ten,
-    )
-    .expect_success("ip -6 addr add");
-}
-
 #[test]
 fn curl_over_ipv6_through_nat_and_dr_services() {
     require_root();
@@ -222,10 +202,11 @@ fn curl_over_ipv6_through_nat_and_dr_services() {
         lab.bed.client_ns().to_string(),
         lab.bed.client_if().to_string(),
     );
-    ipv6_on(&lab.bed, &client, &client_if, &format!("{CLIENT_IP6}/64"));
+    lab.bed
+        .ipv6_on(&client, &client_if, &format!("{CLIENT_IP6}/64"));
     for i in 1..=2 {
         let (ns, ifname) = (lab.bed.rs_ns(i).to_string(), lab.bed.rs_if(i).to_string());
-        ipv6_on(&lab.bed, &ns, &ifname, &format!("{}/64", rs_ip6(i)));
+        lab.bed.ipv6_on(&ns, &ifname, &format!("{}/64", rs_ip6(i)));
         // NAT: replies to the client go back through Sluice, the default gateway.
         // DR: the server holds the VIP on lo (Linux answers Neighbor Discovery only
         // for addresses of the interface asked), and its replies, from the VIP,
@@ -364,29 +345,12 @@ fn lnc_lists_ipv4_and_ipv6_sessions_of_a_dual_stack_service() {
         lab.bed.client_ns().to_string(),
         lab.bed.client_if().to_string(),
     );
-    ipv6_on(&lab.bed, &client, &client_if, &format!("{CLIENT_IP6}/64"));
+    lab.bed
+        .ipv6_on(&client, &client_if, &format!("{CLIENT_IP6}/64"));
     let (ns, ifname) = (lab.bed.rs_ns(1).to_string(), lab.bed.rs_if(1).to_string());
-    ipv6_on(&lab.bed, &ns, &ifname, &format!("{}/64", rs_ip6(1)));
+    lab.bed.ipv6_on(&ns, &ifname, &format!("{}/64", rs_ip6(1)));
     // DR over IPv6, as above: the VIP on lo, replies from it straight to the client.
-    let vip = format!("{VIP6}/128");
-    for cmd in [
-        &["addr", "add", &vip, "dev", "lo"][..],
-        &["rule", "add", "from", VIP6, "table", "100"],
-        &[
-            "route",
-            "add",
-            "2001:db8:18::/64",
-            "dev",
-            &ifname,
-            "table",
-            "100",
-        ],
-    ] {
-        let argv: Vec<&str> = ["ip", "-6"].iter().chain(cmd).copied().collect();
-        lab.bed
-            .exec(&ns, &argv, ten)
-            .expect_success("rs ipv6 setup");
-    }
+    lab.bed.ipv6_dr_vip(&ns, &ifname, VIP6, "2001:db8:18::/64");
     // One listening socket for both families (an IPv6 socket takes IPv4 too).
     lab.start_servers(&["[::]:80".to_string()], &[]);
     let rs4 = lab.bed.rs_ip(1).to_string();
@@ -503,13 +467,7 @@ fn lnc_lists_ipv4_and_ipv6_sessions_of_a_dual_stack_service() {
     let (expire6, state6) = fields(line6);
     assert_eq!(
         *line4,
-        ipvsadm_conn_line(
-            &expire4,
-            &state4,
-            (&client4, port4),
-            (VIP4, 80),
-            (&rs4, 80)
-        ),
+        ipvsadm_conn_line(&expire4, &state4, (&client4, port4), (VIP4, 80), (&rs4, 80)),
         "{text}"
     );
     assert_eq!(
@@ -528,8 +486,8 @@ fn lnc_lists_ipv4_and_ipv6_sessions_of_a_dual_stack_service() {
 
     // --json: the same sessions, the worker and the bracketed IPv6 endpoints.
     let json = daemon.ctl(&["-Lnc", "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&json.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", json.describe()));
+    let v: serde_json::Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.describe()));
     let v6 = v["connections"]
         .as_array()
         .unwrap()

@@ -17,6 +17,7 @@ mod ipv6;
 mod miss;
 mod observe;
 mod placement;
+mod sync6;
 mod synproxy;
 
 // The sync receiver's tests check their redirects against it.
@@ -986,13 +987,10 @@ impl Forwarder {
         if r.kind != RecordKind::Connection {
             return None;
         }
-        let key = FlowKey4::new(
-            r.proto,
-            *r.client.ip(),
-            r.client.port(),
-            *r.virtual_service.ip(),
-            r.virtual_service.port(),
-        );
+        if r.is_ipv6() {
+            return self.install_v6(r);
+        }
+        let key = r.in_key()?;
         let found = self.sessions.lookup(&key).map(|(id, _)| id);
         if r.op == RecordOp::Remove {
             let counters_free = found.and_then(|id| self.sessions.remove(id));
@@ -1030,9 +1028,17 @@ impl Forwarder {
         }
         let snap = self.snapshot.current();
         let service_key =
-            ServiceKey::new(r.proto, *r.virtual_service.ip(), r.virtual_service.port());
+            ServiceKey::new(r.proto, r.virtual_service.ip(), r.virtual_service.port());
         let service = snap.find(&service_key)?;
-        let (rip, rport) = (*r.real_server.ip(), r.real_server.port());
+        let SocketAddr::V4(real) = r.real_server else {
+            return None;
+        };
+        let local = match r.local {
+            None => None,
+            Some(SocketAddr::V4(local)) => Some(local),
+            Some(SocketAddr::V6(_)) => return None,
+        };
+        let (rip, rport) = (*real.ip(), real.port());
         let rs = service
             .real_servers
             .iter()
@@ -1045,7 +1051,7 @@ impl Forwarder {
         let mut session = Session::new(&key, r.mode, service.id, rs.id, rip, rport)
             .with_state(r.state)
             .with_timestamp_offset(r.timestamp_offset);
-        match (r.mode, r.local) {
+        match (r.mode, local) {
             (ForwardMode::FullNat, Some(local)) => {
                 // The active chose this port: keep this worker from handing it out.
                 // A port this worker already holds for another session is not given
@@ -1356,10 +1362,10 @@ mod tests {
             state: TcpState::Established,
             client_prefix_len: 32,
             flags: RecordFlags::default(),
-            client: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), client),
-            virtual_service: SocketAddrV4::new(vip, 80),
-            real_server: real,
-            local: Some(SocketAddrV4::new(lip, lport)),
+            client: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), client).into(),
+            virtual_service: SocketAddrV4::new(vip, 80).into(),
+            real_server: real.into(),
+            local: Some(SocketAddrV4::new(lip, lport).into()),
             timeout_ms: 60_000,
             timestamp_offset: 0,
             synproxy: None,

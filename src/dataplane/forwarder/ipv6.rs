@@ -78,7 +78,11 @@ impl Forwarder {
         let transition = self
             .sessions6
             .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?;
+        if dir == Direction::Inbound {
+            self.learn_client_hop_v6(id, pkt);
+        }
         let s = *self.sessions6.get(id)?;
+        self.sync_after_packet_v6(id, &s, transition);
         let c = &self.real_servers[s.real as usize];
         let bytes = u64::from(pkt.len());
         match dir {
@@ -270,7 +274,7 @@ fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Context) -> Actio
 }
 
 /// A session's end on its real server's gauges.
-fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
+pub(super) fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
     let c = &real_servers[s.real as usize];
     if is_active(s.state()) {
         RealServerCounters::gauge_add(&c.active, -1);
