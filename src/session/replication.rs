@@ -1258,10 +1258,8 @@ impl RecordRepr {
             (field6::REAL_ADDR, Some(self.real_server)),
             (field6::LOCAL_ADDR, self.local),
         ];
-        for (at, a) in addresses {
-            if let Some(a) = a {
-                b[at..at + 16].copy_from_slice(&v6(a.ip()).octets());
-            }
+        for (at, a) in addresses.into_iter().filter_map(|(at, a)| Some((at, a?))) {
+            b[at..at + 16].copy_from_slice(&v6(a.ip()).octets());
         }
     }
 
@@ -1563,8 +1561,8 @@ mod tests {
         let packet = Packet::new_checked(&message[..]).unwrap();
         assert_eq!(packet.record(1).kind(), 3);
         assert_eq!(packet.record(2).local_port(), 5000);
-        // The IPv6 record's kind made IPv4 (the next record then starts inside it, at
-        // a zero byte), the IPv4 one's made IPv6 (the lengths overrun).
+        // The IPv6 record's kind made IPv4, or the first IPv4 one's made IPv6: the
+        // next record then starts inside another, at a zero byte, no kind.
         for (at, kind, error) in [
             (
                 HEADER_LEN + RECORD_LEN,
@@ -1574,7 +1572,14 @@ mod tests {
                     fault: RecordFault::Kind,
                 },
             ),
-            (HEADER_LEN, 3, SyncWireError::BadLength),
+            (
+                HEADER_LEN,
+                3,
+                SyncWireError::BadRecord {
+                    index: 1,
+                    fault: RecordFault::Kind,
+                },
+            ),
         ] {
             let mut bad = message.clone();
             bad[at] = kind;
@@ -2180,7 +2185,7 @@ mod tests {
                 let record = random_record(&mut rng);
                 if builder.push(&record).is_err() {
                     // IPv6 records are longer: the message is full before `want`.
-                    assert!(records.iter().any(|r| r.is_ipv6()) || record.is_ipv6());
+                    assert!(records.iter().any(|r: &RecordRepr| r.is_ipv6()) || record.is_ipv6());
                     want = i;
                     break;
                 }

@@ -6,8 +6,9 @@
 //! egress: DR readdresses the frame, NAT rewrites the destination (or, for a reply,
 //! the source) with the L4 checksum updated incrementally.
 //!
-//! Not yet on this path (the service table refuses them for IPv6 services): TUN,
-//! FullNAT and NAT64, persistence, the SYN proxy, TOA, session sync. A NAT reply
+//! Session sync hears of each packet's session (`sync6.rs`). Not yet on this path
+//! (the service table refuses them for IPv6 services): TUN, FullNAT and NAT64,
+//! persistence, the SYN proxy, TOA. A NAT reply
 //! must reach the worker that owns its session: with several workers, the IPv6
 //! replies that RSS puts on another worker's queue find no session there and are
 //! dropped (`ipv6_no_service`), so IPv6 NAT services need one worker for now.
