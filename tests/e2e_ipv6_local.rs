@@ -193,26 +193,6 @@ fn rs_ip6(i: u32) -> String {
     format!("2001:db8:1a::{}", 10 + i)
 }
 
-/// IPv6 on in namespace `ns` on `ifname`, with `addr` (no duplicate address
-/// detection: the test owns the link).
-fn ipv6_on(bed: &Testbed, ns: &str, ifname: &str, addr: &str) {
-    let ten = Duration::from_secs(10);
-    for sysctl in [
-        "net.ipv6.conf.all.disable_ipv6=0".to_string(),
-        format!("net.ipv6.conf.{ifname}.disable_ipv6=0"),
-        "net.ipv6.conf.lo.disable_ipv6=0".to_string(),
-    ] {
-        bed.exec(ns, &["sysctl", "-qw", &sysctl], ten)
-            .expect_success("sysctl");
-    }
-    bed.exec(
-        ns,
-        &["ip", "-6", "addr", "add", addr, "dev", ifname, "nodad"],
-        ten,
-    )
-    .expect_success("ip -6 addr add");
-}
-
 /// IPv6 on the client and on every real server, each server set up for all the modes:
 /// NAT: replies to the client go back through Sluice, the default gateway. DR and
 /// TUN: the server holds the VIP on lo (Linux answers Neighbor Discovery only for
@@ -221,10 +201,11 @@ fn ipv6_on(bed: &Testbed, ns: &str, ifname: &str, addr: &str) {
 fn ipv6_lab(lab: &AppLab) {
     let ten = Duration::from_secs(10);
     let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
-    ipv6_on(&lab.bed, client, client_if, &format!("{CLIENT_IP6}/64"));
+    lab.bed
+        .ipv6_on(client, client_if, &format!("{CLIENT_IP6}/64"));
     for i in 1..=lab.bed.rs_count() {
         let (ns, ifname) = (lab.bed.rs_ns(i).to_string(), lab.bed.rs_if(i).to_string());
-        ipv6_on(&lab.bed, &ns, &ifname, &format!("{}/64", rs_ip6(i)));
+        lab.bed.ipv6_on(&ns, &ifname, &format!("{}/64", rs_ip6(i)));
         let vip = format!("{VIP6}/128");
         let direct = [
             "route",
@@ -471,7 +452,8 @@ fn nat64_an_ipv6_client_downloads_1_mb_from_ipv4_only_real_servers() {
     let mut lab = AppLab::new(2);
     // IPv6 on the client only: the real servers keep the test bed's IPv4 alone.
     let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
-    ipv6_on(&lab.bed, client, client_if, &format!("{CLIENT_IP6}/64"));
+    lab.bed
+        .ipv6_on(client, client_if, &format!("{CLIENT_IP6}/64"));
     lab.start_servers(&["0.0.0.0:8080".to_string()], &["0.0.0.0:5353".to_string()]);
     let servers = |proto: &str, port: u16| {
         let rs: String = (1..=2)
@@ -535,4 +517,234 @@ fn nat64_an_ipv6_client_downloads_1_mb_from_ipv4_only_real_servers() {
             "{kind}: the real servers saw {LIP4}: {lines:?}"
         );
     }
+}
+
+const VIP4: &str = "198.18.0.200";
+
+/// One line of `ipvsadm -Lnc`, written from ipvsadm 1.31's `print_conn`:
+/// `printf("%-3s %-6s %-11s %-18s %-18s %s\n", protocol, expire_str, state, cname,
+/// vname, dname)`, each name from `addrport_to_anyname` with `FMT_NUMERIC`:
+/// `snprintf(buf, 60, "%s%s%s:%u", af == AF_INET ? "" : "[", inet_ntop(af, addr, ...),
+/// af == AF_INET ? "" : "]", port)`.
+fn ipvsadm_conn_line(
+    expire: &str,
+    state: &str,
+    client: (&str, u16),
+    virtual_service: (&str, u16),
+    destination: (&str, u16),
+) -> String {
+    let name = |(addr, port): (&str, u16)| {
+        let v6 = addr.contains(':');
+        format!(
+            "{}{addr}{}:{port}",
+            if v6 { "[" } else { "" },
+            if v6 { "]" } else { "" }
+        )
+    };
+    format!(
+        "{:<3} {:<6} {:<11} {:<18} {:<18} {}",
+        "TCP",
+        expire,
+        state,
+        name(client),
+        name(virtual_service),
+        name(destination)
+    )
+}
+
+/// Dual stack: one real server behind an IPv4 VIP and an IPv6 VIP of the same port, a
+/// kernel TCP connection through each, and `-Lnc` lists both sessions, each line as
+/// ipvsadm prints it (the IPv6 addresses in brackets); `--json` and the paged listing
+/// carry both too.
+#[test]
+fn lnc_lists_ipv4_and_ipv6_sessions_of_a_dual_stack_service() {
+    require_root();
+    let mut lab = AppLab::new(1);
+    let ten = Duration::from_secs(10);
+    lab.bed.configure("dr-vip", &[VIP4]);
+    let (client, client_if) = (
+        lab.bed.client_ns().to_string(),
+        lab.bed.client_if().to_string(),
+    );
+    lab.bed
+        .ipv6_on(&client, &client_if, &format!("{CLIENT_IP6}/64"));
+    let (ns, ifname) = (lab.bed.rs_ns(1).to_string(), lab.bed.rs_if(1).to_string());
+    lab.bed.ipv6_on(&ns, &ifname, &format!("{}/64", rs_ip6(1)));
+    // DR over IPv6, as above: the VIP on lo, replies from it straight to the client.
+    lab.bed.ipv6_dr_vip(&ns, &ifname, VIP6, "2001:db8:18::/64");
+    // One listening socket for both families (an IPv6 socket takes IPv4 too).
+    lab.start_servers(&["[::]:80".to_string()], &[]);
+    let rs4 = lab.bed.rs_ip(1).to_string();
+    let client4 = lab.bed.client_ip().to_string();
+    let services = format!(
+        "[[services]]\nproto = \"tcp\"\nvip = \"{VIP4}\"\nport = 80\nscheduler = \"rr\"\n\
+         [[services.real_servers]]\nip = \"{rs4}\"\nport = 80\nmode = \"dr\"\n\
+         [[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
+         [[services.real_servers]]\nip = \"{}\"\nport = 80\nmode = \"dr\"\n",
+        rs_ip6(1)
+    );
+    let appliance = format!("{}/24", lab.bed.appliance_ip());
+    let daemon = lab.daemon(
+        &[
+            &appliance,
+            &format!("{APPLIANCE_IP6}/64"),
+            &format!("{GATEWAY6}/64"),
+        ],
+        services,
+    );
+    lab.prewarm(&daemon, VIP4);
+
+    // One connection each, from fixed client ports, at once.
+    let (port4, port6) = (40004u16, 40006u16);
+    let curl = |url: &str, port: u16| {
+        let port = port.to_string();
+        let args = [
+            "curl",
+            "-sS",
+            "--globoff",
+            "--noproxy",
+            "*",
+            "--max-time",
+            "5",
+            "--local-port",
+            &port,
+            url,
+        ];
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args(["netns", "exec", &client]).args(args);
+        cmd
+    };
+    let url6 = format!("http://[{VIP6}]:80/");
+    let url4 = format!("http://{VIP4}:80/");
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| run_bounded(&mut curl(&url4, port4), ten));
+        let b = s.spawn(|| run_bounded(&mut curl(&url6, port6), ten));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (out, url) in [(&a, &url4), (&b, &url6)] {
+        assert!(
+            out.success() && out.stdout.starts_with("rs1"),
+            "{url}: {}\n{}\n{}",
+            out.describe(),
+            lab.diagnostics(),
+            daemon.dump()
+        );
+    }
+
+    let listing = daemon.ctl(&["-Lnc"]);
+    assert!(listing.success(), "{}", listing.describe());
+    let text = listing.stdout;
+    eprintln!("{text}");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("IPVS connection entries"), "{text}");
+    assert_eq!(
+        lines.next(),
+        Some(
+            format!(
+                "pro expire {:<11} {:<18} {:<18} {}",
+                "state", "source", "virtual", "destination"
+            )
+            .as_str()
+        ),
+        "{text}"
+    );
+    let entries: Vec<&str> = lines.collect();
+    assert_eq!(entries.len(), 2, "one session per family:\n{text}");
+    let fields = |line: &str| -> (String, String) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f[1].to_string(), f[2].to_string())
+    };
+    let find = |client_port: u16| {
+        entries
+            .iter()
+            .find(|l| l.contains(&format!(":{client_port} ")))
+            .unwrap_or_else(|| panic!("no session from port {client_port}:\n{text}"))
+    };
+    let (line4, line6) = (find(port4), find(port6));
+    // The expiry and the state are the session's own: read from the line, checked
+    // for their shape; the rest is what ipvsadm would print.
+    let ipvs_states = [
+        "NONE",
+        "ESTABLISHED",
+        "SYN_SENT",
+        "SYN_RECV",
+        "FIN_WAIT",
+        "TIME_WAIT",
+        "CLOSE",
+        "CLOSE_WAIT",
+        "LAST_ACK",
+        "LISTEN",
+        "SYNACK",
+    ];
+    for line in [line4, line6] {
+        let (expire, state) = fields(line);
+        let e = expire.as_bytes();
+        assert!(
+            e.len() == 5 && e[2] == b':' && ipvs_states.contains(&state.as_str()),
+            "{line}"
+        );
+    }
+    let (expire4, state4) = fields(line4);
+    let (expire6, state6) = fields(line6);
+    assert_eq!(
+        *line4,
+        ipvsadm_conn_line(&expire4, &state4, (&client4, port4), (VIP4, 80), (&rs4, 80)),
+        "{text}"
+    );
+    assert_eq!(
+        *line6,
+        ipvsadm_conn_line(
+            &expire6,
+            &state6,
+            (CLIENT_IP6, port6),
+            (VIP6, 80),
+            (&rs_ip6(1), 80)
+        ),
+        "{text}"
+    );
+    // The same packets went through both: the same state.
+    assert_eq!(state4, state6, "{text}");
+
+    // --json: the same sessions, the worker and the bracketed IPv6 endpoints.
+    let json = daemon.ctl(&["-Lnc", "--json"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.describe()));
+    let v6 = v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client"] == format!("[{CLIENT_IP6}]:{port6}"))
+        .unwrap_or_else(|| panic!("no IPv6 session in {v:#}"));
+    assert_eq!(v6["virtual"], format!("[{VIP6}]:80"), "{v:#}");
+    assert_eq!(v6["destination"], format!("[{}]:80", rs_ip6(1)), "{v:#}");
+    assert_eq!(v6["worker"], 0, "{v:#}");
+
+    // Pages of one session: the cursor goes on from the IPv4 table into the IPv6 one.
+    let mut socket = std::os::unix::net::UnixStream::connect(&daemon.config.socket).unwrap();
+    socket.set_read_timeout(Some(ten)).unwrap();
+    let mut reader = std::io::BufReader::new(socket.try_clone().unwrap());
+    let (mut page, mut clients) = (serde_json::json!({"worker": 0, "from": 0}), Vec::new());
+    for _ in 0..10 {
+        use std::io::{BufRead, Write};
+        let request = serde_json::json!({"cmd": "list_connections", "max": 1, "page": page});
+        writeln!(socket, "{request}").unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        for c in reply["result"]["connections"].as_array().unwrap() {
+            clients.push(c["client"].as_str().unwrap().to_string());
+        }
+        match reply["result"].get("next") {
+            Some(next) => page = next.clone(),
+            None => break,
+        }
+    }
+    assert_eq!(
+        clients,
+        [
+            format!("{client4}:{port4}"),
+            format!("[{CLIENT_IP6}]:{port6}")
+        ],
+        "paged listing"
+    );
 }

@@ -1660,3 +1660,213 @@ fn a_keyless_sync_needs_the_explicit_opt_out() {
     assert!(warned.is_some(), "no warning at start:\n{}", open.dump());
     open.stop_clean();
 }
+
+/// The IPv6 bed of `standby_holds_the_active_ipv6_sessions_and_forwards_them_after_failover`:
+/// the VIP and the client on the client's link, the real server on its own /64.
+const VIP6: &str = "2001:db8:18::100";
+const CLIENT6: &str = "2001:db8:18::2";
+const RS6: &str = "2001:db8:1a::11";
+const ECHO_PORT: u16 = 7;
+
+/// A node for the IPv6 test: `iface` (af_packet) in `ns`, an IPv4 address `v4` and
+/// IPv6 ones on the client's and the real server's links (`host`: the last word),
+/// the DR services on the IPv6 VIP (HTTP and echo) to the real server, and sync over
+/// the bed's kernel sync link from `listen` to `peer`.
+fn ipv6_node(ns: &str, iface: &str, v4: &str, host: u8, listen: &str, peer: &str) -> Daemon {
+    let servers = [(RS6, 80, 1, "dr")];
+    let echo = [(RS6, ECHO_PORT, 1, "dr")];
+    let toml = format!(
+        "{}\n{}\n[sync]\nlisten = \"{listen}:{SYNC_PORT}\"\npeers = [\"{peer}:{SYNC_PORT}\"]\n\
+         key = \"{KEY}\"\n",
+        service_section("tcp", VIP6, 80, "rr", &[], &servers),
+        service_section("tcp", VIP6, ECHO_PORT, "rr", &[], &echo),
+    );
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={iface}"),
+        &[
+            &format!("{v4}/24"),
+            &format!("2001:db8:18::{host}/64"),
+            &format!("2001:db8:1a::{host}/64"),
+        ],
+    )])
+    .in_netns(ns);
+    cfg.extra_toml.push(toml);
+    Daemon::start(cfg)
+}
+
+/// The client's kernel sends to the VIP through `mac` (both nodes answer Neighbor
+/// Discovery for it: no VRRP here): a permanent neighbour entry.
+fn client_vip_via(lab: &AppLab, mac: &str) {
+    let (ns, ifname) = (lab.bed.client_ns(), lab.bed.client_if());
+    lab.bed
+        .exec(
+            ns,
+            &[
+                "ip",
+                "-6",
+                "neigh",
+                "replace",
+                VIP6,
+                "lladdr",
+                mac,
+                "dev",
+                ifname,
+                "nud",
+                "permanent",
+            ],
+            Duration::from_secs(10),
+        )
+        .expect_success("ip -6 neigh replace");
+}
+
+/// IPv6 sessions through session sync, end to end with kernel TCP: an active node
+/// forwards a client's IPv6 connections to a DR real server (4 long echo connections
+/// and 10 HTTP requests) before the standby starts (they reach it in the active's
+/// dump) and 10 more after (in batches). The standby then holds every IPv6 session of
+/// the active with the same real server and state. The active is killed and the
+/// client's next hop for the VIP moved to the standby: the 4 long connections go on
+/// through it (a standby without them would drop their segments: `tcp_no_session`).
+#[test]
+fn standby_holds_the_active_ipv6_sessions_and_forwards_them_after_failover() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let started = std::time::Instant::now();
+    let mut lab = AppLab::new(1);
+    lab.bed.configure("lb2", &[]);
+    let fact = |k: &str| lab.bed.fact(k).to_string();
+    let (lb2_ns, lb2_if) = (fact("LB2_NS"), fact("LB2_IF"));
+    let (sync_a, sync_b) = (fact("SYNC1_IP"), fact("SYNC2_IP"));
+    let (lb_ns, lb_if) = (lab.bed.lb_ns().to_string(), lab.bed.lb_if().to_string());
+    let (client_ns, client_if) = (
+        lab.bed.client_ns().to_string(),
+        lab.bed.client_if().to_string(),
+    );
+    lab.bed
+        .ipv6_on(&client_ns, &client_if, &format!("{CLIENT6}/64"));
+    let (rs_ns, rs_if) = (lab.bed.rs_ns(1).to_string(), lab.bed.rs_if(1).to_string());
+    lab.bed.ipv6_on(&rs_ns, &rs_if, &format!("{RS6}/64"));
+    lab.bed
+        .ipv6_dr_vip(&rs_ns, &rs_if, VIP6, "2001:db8:18::/64");
+    let echo = format!("[::]:{ECHO_PORT}");
+    lab.start_servers_listening(&[("--http", "[::]:80"), ("--echo", &echo)]);
+
+    let mut a = ipv6_node(&lb_ns, &lb_if, NODE_A, 1, &sync_a, &sync_b);
+    let mac = |d: &Daemon| {
+        port(&d.status(), "lan0")["mac"]
+            .as_str()
+            .unwrap()
+            .to_ascii_lowercase()
+    };
+    client_vip_via(&lab, &mac(&a));
+    let long = lab.stream(
+        "v6",
+        VIP6,
+        ECHO_PORT,
+        &[
+            "--long",
+            "4",
+            "--new-per-s",
+            "0",
+            "--interval-ms",
+            "100",
+            "--duration",
+            "60",
+        ],
+    );
+    let url = format!("http://[{VIP6}]/");
+    let first = lab.curl(&url, 10, 5, &[]);
+    assert_eq!(first["ok"], 10, "{first}\n{}", a.dump());
+
+    let b = ipv6_node(&lb2_ns, &lb2_if, NODE_B, 9, &sync_b, &sync_a);
+    let dumped = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        (stat(&sync_report(&b), &["stats", "dump_chunks_received"]) >= 1).then_some(())
+    });
+    assert!(
+        dumped.is_some(),
+        "no dump from the active reached the standby:\nactive {:#}\nstandby {:#}",
+        sync_report(&a),
+        sync_report(&b)
+    );
+    let second = lab.curl(&url, 10, 5, &[]);
+    assert_eq!(second["ok"], 10, "{second}\n{}", a.dump());
+
+    let mut last = (BTreeMap::new(), BTreeMap::new(), 0, Vec::new());
+    let agreed = wait_for(Duration::from_secs(5), Duration::from_millis(200), || {
+        let on_a = sessions(&a);
+        std::thread::sleep(Duration::from_millis(100));
+        let on_b = sessions(&b);
+        let (checked, missing) = standby_differences(&on_a, &on_b);
+        let done = missing.is_empty();
+        last = (on_a, on_b, checked, missing);
+        done.then_some(())
+    });
+    let (on_a, on_b, checked, missing) = last;
+    let (ra, rb) = (sync_report(&a), sync_report(&b));
+    eprintln!(
+        "IPv6 sync: active {} sessions, standby {}; {checked} compared; active sent {} events, {} dump(s) \
+         ({} records); standby: {} dump chunk(s), {} accepted messages, {} records queued",
+        on_a.len(),
+        on_b.len(),
+        ra["stats"]["events_sent"],
+        ra["stats"]["dumps_sent"],
+        ra["stats"]["dump_records_sent"],
+        rb["stats"]["dump_chunks_received"],
+        rb["accepted_messages"],
+        rb["stats"]["records_queued"],
+    );
+    let v6_client = format!("[{CLIENT6}]:");
+    assert!(
+        on_a.keys().all(|(c, v, d)| c.starts_with(&v6_client)
+            && v.starts_with(&format!("[{VIP6}]:"))
+            && (*d == format!("[{RS6}]:80") || *d == format!("[{RS6}]:{ECHO_PORT}"))),
+        "{on_a:?}"
+    );
+    assert!(
+        checked >= 20,
+        "the active holds {} IPv6 sessions ({checked} compared): {on_a:?}",
+        on_a.len()
+    );
+    assert!(
+        agreed.is_some(),
+        "{} of {checked} IPv6 sessions not on the standby as on the active after 5 s:\n{}",
+        missing.len(),
+        missing[..missing.len().min(10)].join("\n")
+    );
+    let established = on_b
+        .iter()
+        .filter(|((_, v, _), (s, _))| v.ends_with(&format!(":{ECHO_PORT}")) && s == "ESTABLISHED")
+        .count();
+    assert_eq!(
+        established, 4,
+        "the long connections on the standby: {on_b:?}"
+    );
+    assert!(stat(&ra, &["stats", "dumps_sent"]) >= 1, "{ra:#}");
+    assert_eq!(stat(&ra, &["events_dropped"]), 0, "{ra:#}");
+
+    // Failover: the active dies, the client's next hop for the VIP becomes the standby.
+    a.kill_hard();
+    let failed_at = std::time::Instant::now();
+    client_vip_via(&lab, &mac(&b));
+    std::thread::sleep(Duration::from_millis(1500));
+    let (report, exit, stderr) = long.stop_and_report_with_exit();
+    let longs = report["long"].as_array().cloned().unwrap_or_default();
+    eprintln!(
+        "after the failover ({} ms): {}",
+        failed_at.elapsed().as_millis(),
+        serde_json::to_string(&longs).unwrap()
+    );
+    assert_eq!(longs.len(), 4, "{report:#}\n{stderr}");
+    assert!(
+        exit == Some(0)
+            && longs
+                .iter()
+                .all(|l| l["failures"].as_array().is_some_and(|f| f.is_empty())),
+        "long connections failed over the failover: {report:#}\n{stderr}\n{}",
+        b.dump()
+    );
+    let installed = event_count(&b.status(), "sync_installed");
+    assert!(installed >= 20, "{:#}", b.status());
+    b.stop_clean();
+    eprintln!("IPv6 sync test: {:.1} s", started.elapsed().as_secs_f64());
+}

@@ -1,6 +1,6 @@
 //! Session sync from the network: `Receiver::receive` (peer check, HMAC, header and
 //! record parsing) and the standby's installer `Forwarder::install`, on the services
-//! of `bed.rs`. Each input is a sequence of datagrams, records (tag, length, bytes):
+//! of `bed.rs`, IPv4 and IPv6 records mixed. Each input is a sequence of datagrams, records (tag, length, bytes):
 //! tag bit 0 picks a receiver with a key (every input uses one receiver: the first
 //! record's bit decides), bit 1 a structured message (header and records from the
 //! bytes, mostly valid, sealed with the right key when bit 2 is set, then one byte
@@ -22,10 +22,12 @@ use sluice::ha::sync::auth::{seal, SyncKey};
 use sluice::ha::sync::receiver::{Receiver, ReceiverConfig};
 use sluice::model::Protocol;
 use sluice::model::ServiceKey;
-use sluice::session::replication::{Packet, RecordRepr, HEADER_LEN, HMAC_LEN, MAGIC, RECORD_LEN};
+use sluice::session::replication::{
+    Packet, Record, RecordRepr, HEADER_LEN, HMAC_LEN, MAGIC, RECORD6_LEN, RECORD_LEN, VERSION,
+};
 use sluice_fuzz::bed;
 use sluice_fuzz::frames::{Addr, Port};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 const PEER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 /// This node's sync address: the recipient the peer's requests and dump chunks name.
@@ -54,7 +56,8 @@ struct Message {
 
 #[derive(Arbitrary, Debug)]
 struct RecordSpec {
-    /// Below 224: one of the bed's (service, real server) pairs; else fields apart.
+    /// Below 192: one of the bed's IPv4 (service, real server) pairs; 192 to 223 one
+    /// of its IPv6 pairs (an IPv6 record); else fields apart.
     flow: u8,
     /// Mostly a connection update; sometimes a removal or a template.
     kind_op: u8,
@@ -86,6 +89,13 @@ const FLOWS: &[(bool, [u8; 4], u16, [u8; 4], u16, u8)] = &[
     (false, [198, 18, 0, 240], 3333, [198, 18, 0, 22], 4444, 5),
 ];
 
+/// (TCP, VIP, port, real server, port, mode code) of the bed's IPv6 services.
+const FLOWS6: &[(bool, &str, u16, &str, u16, u8)] = &[
+    (true, "2001:db8:18::100", 80, "2001:db8:18::21", 8080, 0),
+    (true, "2001:db8:18::100", 80, "2001:db8:18::22", 8080, 0),
+    (false, "2001:db8:18::100", 53, "2001:db8:18::21", 53, 3),
+];
+
 /// Whether a record's tag asks for a structured message.
 fn tag_bit_structured(tag: u8) -> bool {
     tag & 2 != 0
@@ -105,12 +115,61 @@ fn port(p: Port) -> u16 {
     }
 }
 
+/// An IPv6 record (kind 3, `RECORD6_LEN` bytes) for one of the bed's IPv6 pairs: the
+/// fields but the addresses where an IPv4 record has them, the addresses 16 bytes each.
+fn record6_bytes(r: &RecordSpec, out: &mut Vec<u8>) {
+    let mut v4 = Vec::new();
+    record4_bytes(r, &mut v4);
+    let (tcp, vip, vport, rip, rport, mode) = FLOWS6[r.flow as usize % FLOWS6.len()];
+    let at = out.len();
+    out.resize(at + RECORD6_LEN, 0);
+    let b = &mut out[at..];
+    b[..8].copy_from_slice(&v4[..8]);
+    b[72..100].copy_from_slice(&v4[24..52]);
+    b[0] = if v4[0] == 1 { 3 } else { v4[0] };
+    b[2] = if tcp { 6 } else { 17 };
+    if r.mode < 232 {
+        b[3] = mode;
+    }
+    if !tcp {
+        b[4] = 0;
+    }
+    if r.prefix_len < 240 {
+        b[5] = 128;
+    }
+    let client: Ipv6Addr = ["2001:db8:18::2", "2001:db8:18::3", "2001:db8:2::9", "::ffff:1.2.3.4"]
+        [r.client as usize % 4]
+        .parse()
+        .unwrap();
+    b[8..24].copy_from_slice(&client.octets());
+    b[24..40].copy_from_slice(&vip.parse::<Ipv6Addr>().unwrap().octets());
+    b[40..56].copy_from_slice(&rip.parse::<Ipv6Addr>().unwrap().octets());
+    b[76..78].copy_from_slice(&rport.to_be_bytes());
+    b[74..76].copy_from_slice(&vport.to_be_bytes());
+    // No local address (no IPv6 FullNAT service), unless the spec asks for a wrong one.
+    b[56..72].fill(0);
+    b[78..80].fill(0);
+    if r.lip >= 240 {
+        b[71] = r.lip;
+        b[78] = r.lport;
+    }
+}
+
 fn record_bytes(r: &RecordSpec, out: &mut Vec<u8>) {
+    if (192..=223).contains(&r.flow) {
+        record6_bytes(r, out);
+    } else {
+        record4_bytes(r, out);
+    }
+}
+
+/// An IPv4 record (kind 1 or 2 mostly, `RECORD_LEN` bytes).
+fn record4_bytes(r: &RecordSpec, out: &mut Vec<u8>) {
     let at = out.len();
     out.resize(at + RECORD_LEN, 0);
     let b = &mut out[at..];
     let (tcp, vip, vport, rip, rport, mode) = match (r.flow, &r.apart) {
-        (0..=223, _) | (_, None) => {
+        (0..=191, _) | (_, None) => {
             let (tcp, vip, vport, rip, rport, mode) = FLOWS[r.flow as usize % FLOWS.len()];
             (
                 tcp,
@@ -190,13 +249,17 @@ fn record_bytes(r: &RecordSpec, out: &mut Vec<u8>) {
 /// The datagram and whether it was sealed with the key and left intact.
 fn build(m: &Message, sealed: bool, damaged: bool, key: &SyncKey) -> (Vec<u8>, bool) {
     let count = m.records.len().min(40);
-    let mut d = Vec::with_capacity(HEADER_LEN + count * RECORD_LEN + HMAC_LEN);
+    let mut records = vec![0u8; HEADER_LEN];
+    for r in m.records.iter().take(count) {
+        record_bytes(r, &mut records);
+    }
+    let mut d = Vec::with_capacity(records.len() + HMAC_LEN);
     d.extend_from_slice(&MAGIC.to_be_bytes());
-    d.push(if m.version_ok { 2 } else { 1 });
+    d.push(if m.version_ok { VERSION } else { VERSION - 1 });
     d.push(1 + m.message_type % 4);
     let flags = u16::from(m.flags & 0x02) | u16::from(sealed);
     d.extend_from_slice(&flags.to_be_bytes());
-    d.extend_from_slice(&((HEADER_LEN + count * RECORD_LEN) as u16).to_be_bytes());
+    d.extend_from_slice(&(records.len() as u16).to_be_bytes());
     d.extend_from_slice(
         &((count as u16).wrapping_add_signed(i16::from(m.count_skew))).to_be_bytes(),
     );
@@ -211,9 +274,7 @@ fn build(m: &Message, sealed: bool, damaged: bool, key: &SyncKey) -> (Vec<u8>, b
     for v in [m.epoch, m.sequence] {
         d.extend_from_slice(&v.to_be_bytes());
     }
-    for r in m.records.iter().take(count) {
-        record_bytes(r, &mut d);
-    }
+    d.extend_from_slice(&records[HEADER_LEN..]);
     if sealed {
         d.resize(d.len() + HMAC_LEN, 0);
         seal(&mut d, key);
@@ -262,10 +323,10 @@ fn run(bed: &mut bed::Bed, data: &[u8], keyed: bool, key: &SyncKey) {
             PEER
         };
         let snapshot = bed::shared().publisher.reader();
-        let exists = |proto: Protocol, vs: std::net::SocketAddrV4| {
+        let exists = |proto: Protocol, vs: std::net::SocketAddr| {
             snapshot
                 .current()
-                .find(&ServiceKey::new(proto, *vs.ip(), vs.port()))
+                .find(&ServiceKey::new(proto, vs.ip(), vs.port()))
                 .is_some()
         };
         received += 1;
@@ -300,10 +361,9 @@ fn run(bed: &mut bed::Bed, data: &[u8], keyed: bool, key: &SyncKey) {
         let records: Vec<RecordRepr> = accepted.records().collect();
         assert_eq!(records.len(), usize::from(accepted.header.count));
         for r in &records {
-            let mut buf = vec![0u8; HEADER_LEN + RECORD_LEN];
-            let mut p = Packet::new_unchecked(&mut buf[..]);
-            r.emit(&mut p.record_mut(0));
-            let back = RecordRepr::parse(&Packet::new_unchecked(&buf[..]).record(0));
+            let mut buf = vec![0u8; r.wire_len()];
+            r.emit(&mut Record::new_unchecked(&mut buf[..]));
+            let back = RecordRepr::parse(&Record::new_unchecked(&buf[..]));
             assert_eq!(back, Ok(*r), "a record changed through emit -> parse");
             fwd.install(r);
             if let Err(e) = bed::check_books(&fwd) {

@@ -4,6 +4,7 @@ golden-packet fixtures (tests/tools/golden_forwarding.py and golden_arp_icmp.py 
 the same pcaps the golden tests feed the daemon) and the example configs.
 
     /usr/bin/python3 fuzz/seeds/make_seeds.py      (Debian's scapy; from the repo root)
+    /usr/bin/python3 fuzz/seeds/make_seeds.py sync (the sync_receiver seeds only)
 
 Input formats (fuzz/src/lib.rs `records`): a record is a tag byte, a 16-bit big-endian
 length and that many bytes. Raw frames are tag 1 (forwarder, local_responder), raw
@@ -51,22 +52,68 @@ def golden_frames():
 
 
 def sync_message(records, key=None, mtype=1):
+    """A sync message of version 5 (docs/SYNC.md) from 198.18.0.2 to every peer, or to
+    198.18.0.1 (the fuzz bed's node) for a resync request or dump chunk."""
     flags = 1 if key else 0
-    length = 28 + 36 * len(records)
-    head = struct.pack(">IBBHHHIIII", 0x534C5359, 1, mtype, flags, length, len(records), 7, 1, 0, 0)
+    length = 44 + sum(len(r) for r in records)
+    to = 0 if mtype == 1 else 0xC6120001
+    head = struct.pack(">IBBHHHIIIIQQ", 0x534C5359, 5, mtype, flags, length, len(records),
+                       0xC6120002, to, 0, 0, 1, 7)
     msg = head + b"".join(records)
     if key:
         msg += hmac.new(key, msg, hashlib.sha256).digest()
     return msg
 
 
+def sync_tail(cport, vport, rport, lport, tcp):
+    """Ports, timeout (30 s), timestamp offset, SYN proxy fields and reserved: the
+    last 28 bytes of an IPv4 or IPv6 record."""
+    return struct.pack(">HHHHIII", cport, vport, rport, lport, 30000, 0, 0) + bytes(8)
+
+
 def sync_record(mode, client, cport, vip, vport, rip, rport, lip="0.0.0.0", lport=0, tcp=True, state=1):
     ip = lambda a: bytes(int(x) for x in a.split("."))
     return struct.pack(">BBBBBBH", 1, 1, 6 if tcp else 17, mode, state if tcp else 0, 32, 0) + \
-        ip(client) + ip(vip) + ip(rip) + ip(lip) + struct.pack(">HHHHI", cport, vport, rport, lport, 30000)
+        ip(client) + ip(vip) + ip(rip) + ip(lip) + sync_tail(cport, vport, rport, lport, tcp)
+
+
+def sync_record6(mode, client, cport, vip, vport, rip, rport, tcp=True, state=1, flags=0):
+    """An IPv6 connection record (kind 3, 100 bytes)."""
+    import ipaddress
+    ip = lambda a: ipaddress.IPv6Address(a).packed
+    return struct.pack(">BBBBBBH", 3, 1, 6 if tcp else 17, mode, state if tcp else 0, 128, flags) + \
+        ip(client) + ip(vip) + ip(rip) + bytes(16) + sync_tail(cport, vport, rport, 0, tcp)
+
+
+def sync_seeds():
+    """sync_receiver: sessions of every mode of the bed's services, plain and keyed,
+    IPv4 and IPv6 records mixed."""
+    recs = [
+        sync_record(3, "198.18.0.100", 33000, "198.18.0.210", 80, "198.18.0.11", 80),
+        sync_record(0, "198.18.0.100", 33001, "198.18.0.220", 80, "198.18.0.12", 8080),
+        sync_record(2, "198.18.0.100", 33002, "198.18.0.230", 80, "198.18.0.13", 80),
+        sync_record(5, "198.18.0.100", 33003, "198.18.0.240", 80, "198.18.0.21", 8080, "198.18.0.50", 40000),
+        sync_record(5, "198.18.0.101", 33004, "198.18.0.240", 3333, "198.18.0.22", 4444, "198.18.0.51", 40001,
+                    tcp=False),
+    ]
+    recs6 = [
+        sync_record6(0, "2001:db8:18::2", 33010, "2001:db8:18::100", 80, "2001:db8:18::21", 8080),
+        sync_record6(0, "2001:db8:18::3", 33011, "2001:db8:18::100", 80, "2001:db8:18::22", 8080, state=5),
+        sync_record6(3, "2001:db8:18::2", 33012, "2001:db8:18::100", 53, "2001:db8:18::21", 53, tcp=False,
+                     flags=1),
+    ]
+    write("sync_receiver", "plain", record(0, sync_message(recs)))
+    write("sync_receiver", "keyed", record(1, sync_message(recs, SYNC_KEY)))
+    write("sync_receiver", "keyed-dump", record(1, sync_message(recs[3:], SYNC_KEY, mtype=3)))
+    write("sync_receiver", "resync-request", record(0, sync_message([], mtype=2)))
+    write("sync_receiver", "ipv6", record(0, sync_message(recs6)))
+    write("sync_receiver", "ipv6-keyed-mixed", record(1, sync_message(recs[:2] + recs6 + recs[3:4], SYNC_KEY)))
+    write("sync_receiver", "ipv6-keyed-dump", record(1, sync_message(recs6[1:], SYNC_KEY, mtype=3)))
 
 
 def main():
+    if sys.argv[1:] == ["sync"]:
+        return sync_seeds()
     frames = golden_frames()
     # forwarder: each golden pcap in runs of at most 64 frames (the target's limit).
     for t, fs in frames.items():
@@ -129,19 +176,7 @@ def main():
     write("vrrp", "peer-higher", cfg + record(1, adv(200, "198.18.0.2")) + record(2, struct.pack(">H", 1000)))
     write("vrrp", "peer-lower", cfg + record(2, struct.pack(">H", 4000)) + record(1, adv(50, "198.18.0.2")))
     write("vrrp", "peer-resign", cfg + record(1, adv(0, "198.18.0.3")) + record(2, struct.pack(">H", 700)))
-    # sync_receiver: sessions of every mode of the bed's services, plain and keyed.
-    recs = [
-        sync_record(3, "198.18.0.100", 33000, "198.18.0.210", 80, "198.18.0.11", 80),
-        sync_record(0, "198.18.0.100", 33001, "198.18.0.220", 80, "198.18.0.12", 8080),
-        sync_record(2, "198.18.0.100", 33002, "198.18.0.230", 80, "198.18.0.13", 80),
-        sync_record(5, "198.18.0.100", 33003, "198.18.0.240", 80, "198.18.0.21", 8080, "198.18.0.50", 40000),
-        sync_record(5, "198.18.0.101", 33004, "198.18.0.240", 3333, "198.18.0.22", 4444, "198.18.0.51", 40001,
-                    tcp=False),
-    ]
-    write("sync_receiver", "plain", record(0, sync_message(recs)))
-    write("sync_receiver", "keyed", record(1, sync_message(recs, SYNC_KEY)))
-    write("sync_receiver", "keyed-dump", record(1, sync_message(recs[3:], SYNC_KEY, mtype=3)))
-    write("sync_receiver", "resync-request", record(0, sync_message([], mtype=2)))
+    sync_seeds()
     # config: the example configs and the bed's.
     for path in sorted(glob.glob(os.path.join(ROOT, "config", "*.toml"))):
         with open(path, "rb") as f:

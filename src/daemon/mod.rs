@@ -1293,11 +1293,16 @@ impl Registry {
         let tick_ms = self.tick_ms;
         let mut records = Vec::new();
         let listed = self.for_each_connection(ConnectionsCursor::default(), u32::MAX, |c| {
-            let mut record = crate::session::replication::RecordRepr::connection(
-                &c.session,
-                crate::session::replication::RecordOp::Update,
-                c.expires_ticks.saturating_mul(tick_ms),
-            );
+            use crate::session::replication::{RecordOp, RecordRepr};
+            let left_ms = c.expires_ticks.saturating_mul(tick_ms);
+            let mut record = match &c.session {
+                crate::dataplane::query::ListedSession::V4(s) => {
+                    RecordRepr::connection(s, RecordOp::Update, left_ms)
+                }
+                crate::dataplane::query::ListedSession::V6(s) => {
+                    RecordRepr::connection6(s, RecordOp::Update, left_ms)
+                }
+            };
             record.synproxy = c.synproxy;
             records.push(record)
         });

@@ -533,9 +533,9 @@ impl SyncNode {
             self.stats.own_datagrams_ignored += 1;
             return;
         }
-        let exists = |proto, vs: SocketAddrV4| {
+        let exists = |proto, vs: std::net::SocketAddr| {
             table
-                .get(ServiceKey::new(proto, *vs.ip(), vs.port()))
+                .get(ServiceKey::new(proto, vs.ip(), vs.port()))
                 .is_some()
         };
         let Ok(accepted) = self.receiver.receive(datagram, *from.ip(), exists) else {
@@ -587,7 +587,7 @@ impl SyncNode {
         for record in accepted.records() {
             let service = table.get(ServiceKey::new(
                 record.proto,
-                *record.virtual_service.ip(),
+                record.virtual_service.ip(),
                 record.virtual_service.port(),
             ));
             // The receiver checked every record's service exists.

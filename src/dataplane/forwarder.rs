@@ -17,6 +17,7 @@ mod ipv6;
 mod miss;
 mod observe;
 mod placement;
+mod sync6;
 mod synproxy;
 
 // The sync receiver's tests check their redirects against it.
@@ -29,7 +30,7 @@ use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
 use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use crate::dataplane::overload::Overload;
-use crate::dataplane::query::{ConnectionEntry, PoolEntry, Query};
+use crate::dataplane::query::{ConnectionEntry, ListedSession, PoolEntry, Query};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
 use crate::flow::parse::{classify, peek_key, PacketKind, Parsed};
@@ -49,7 +50,7 @@ use crate::session::{
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
 use crate::wire::vrrp;
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -564,25 +565,50 @@ impl Forwarder {
             Query::Connections { from, out, next } => {
                 *next = None;
                 let now = self.now_tick;
+                // Due but not yet swept (expiry runs within a budget): 0.
+                let left = |deadline: u32| (deadline.wrapping_sub(now) as i32).max(0) as u32;
+                let v4_slots = self.sessions.capacity();
                 for (index, s) in self.sessions.iter_from(*from) {
                     if out.len() == out.capacity() {
                         *next = Some(index);
-                        break;
+                        return;
                     }
-                    let addr = |ip: u32, port: u16| SocketAddrV4::new(Ipv4Addr::from(ip), port);
+                    let addr = |ip: u32, port: u16| {
+                        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ip), port))
+                    };
                     out.push(ConnectionEntry {
                         worker,
                         proto: s.proto,
                         state: s.state_name(),
-                        // Due but not yet swept (expiry runs within a budget): 0.
-                        expires_ticks: (s.deadline().wrapping_sub(now) as i32).max(0) as u32,
+                        expires_ticks: left(s.deadline()),
                         client: addr(s.client_addr, s.client_port),
                         virtual_service: addr(s.vip, s.vport),
                         local: (s.mode == ForwardMode::FullNat)
                             .then(|| addr(s.local_addr, s.local_port)),
                         real_server: addr(s.real_addr, s.real_port),
-                        session: *s,
+                        session: ListedSession::V4(*s),
                         synproxy: self.synproxy_delta(index as u32, s),
+                    });
+                }
+                for (index, s) in self.sessions6.iter_from(from.saturating_sub(v4_slots)) {
+                    if out.len() == out.capacity() {
+                        *next = Some(v4_slots + index);
+                        return;
+                    }
+                    let addr = |ip: std::net::Ipv6Addr, port: u16| {
+                        SocketAddr::V6(std::net::SocketAddrV6::new(ip, port, 0, 0))
+                    };
+                    out.push(ConnectionEntry {
+                        worker,
+                        proto: s.proto,
+                        state: s.state_name(),
+                        expires_ticks: left(s.deadline()),
+                        client: addr(s.client, s.client_port),
+                        virtual_service: addr(s.vip, s.vport),
+                        local: None,
+                        real_server: addr(s.real_addr, s.real_port),
+                        session: ListedSession::V6(*s),
+                        synproxy: None,
                     });
                 }
             }
@@ -980,13 +1006,10 @@ impl Forwarder {
         if r.kind != RecordKind::Connection {
             return None;
         }
-        let key = FlowKey4::new(
-            r.proto,
-            *r.client.ip(),
-            r.client.port(),
-            *r.virtual_service.ip(),
-            r.virtual_service.port(),
-        );
+        if r.is_ipv6() {
+            return self.install_v6(r);
+        }
+        let key = r.in_key()?;
         let found = self.sessions.lookup(&key).map(|(id, _)| id);
         if r.op == RecordOp::Remove {
             let counters_free = found.and_then(|id| self.sessions.remove(id));
@@ -1024,9 +1047,17 @@ impl Forwarder {
         }
         let snap = self.snapshot.current();
         let service_key =
-            ServiceKey::new(r.proto, *r.virtual_service.ip(), r.virtual_service.port());
+            ServiceKey::new(r.proto, r.virtual_service.ip(), r.virtual_service.port());
         let service = snap.find(&service_key)?;
-        let (rip, rport) = (*r.real_server.ip(), r.real_server.port());
+        let SocketAddr::V4(real) = r.real_server else {
+            return None;
+        };
+        let local = match r.local {
+            None => None,
+            Some(SocketAddr::V4(local)) => Some(local),
+            Some(SocketAddr::V6(_)) => return None,
+        };
+        let (rip, rport) = (*real.ip(), real.port());
         let rs = service
             .real_servers
             .iter()
@@ -1039,7 +1070,7 @@ impl Forwarder {
         let mut session = Session::new(&key, r.mode, service.id, rs.id, rip, rport)
             .with_state(r.state)
             .with_timestamp_offset(r.timestamp_offset);
-        match (r.mode, r.local) {
+        match (r.mode, local) {
             (ForwardMode::FullNat, Some(local)) => {
                 // The active chose this port: keep this worker from handing it out.
                 // A port this worker already holds for another session is not given
@@ -1350,10 +1381,10 @@ mod tests {
             state: TcpState::Established,
             client_prefix_len: 32,
             flags: RecordFlags::default(),
-            client: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), client),
-            virtual_service: SocketAddrV4::new(vip, 80),
-            real_server: real,
-            local: Some(SocketAddrV4::new(lip, lport)),
+            client: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), client).into(),
+            virtual_service: SocketAddrV4::new(vip, 80).into(),
+            real_server: real.into(),
+            local: Some(SocketAddrV4::new(lip, lport).into()),
             timeout_ms: 60_000,
             timestamp_offset: 0,
             synproxy: None,

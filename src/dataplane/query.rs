@@ -1,5 +1,6 @@
 //! Questions the management core asks a worker about state only that worker may touch:
-//! its session table (`sluicectl -Lnc`) and its FullNAT port pools (`--get-laddr`).
+//! its session tables, IPv4 and IPv6 (`sluicectl -Lnc`), and its FullNAT port pools
+//! (`--get-laddr`).
 //!
 //! The management core allocates the answer's room and posts the query in the
 //! worker's [`Mailbox`]; the worker, between two polls, fills at most that room (no
@@ -8,7 +9,7 @@
 use crate::forward::laddr::LaddrCounters;
 use crate::model::Protocol;
 use crossbeam::queue::ArrayQueue;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Sessions a worker lists per chunk: a few hundred microseconds of its time.
@@ -23,15 +24,22 @@ pub struct ConnectionEntry {
     pub state: &'static str,
     /// Ticks until the session expires unless a packet refreshes it.
     pub expires_ticks: u32,
-    pub client: SocketAddrV4,
-    pub virtual_service: SocketAddrV4,
+    pub client: SocketAddr,
+    pub virtual_service: SocketAddr,
     /// FullNAT: the local address and port the real server sees.
-    pub local: Option<SocketAddrV4>,
-    pub real_server: SocketAddrV4,
+    pub local: Option<SocketAddr>,
+    pub real_server: SocketAddr,
     /// The whole entry, for a bulk resync's records.
-    pub session: crate::session::Session,
+    pub session: ListedSession,
     /// A connection the SYN proxy spliced: its translation (for the same records).
     pub synproxy: Option<crate::session::replication::SynproxyDelta>,
+}
+
+/// A listed session as its table holds it: from the IPv4 table or the IPv6 one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListedSession {
+    V4(crate::session::Session),
+    V6(crate::session::table6::Session6),
 }
 
 /// One local address of one service's pool on one worker.
@@ -44,8 +52,9 @@ pub struct PoolEntry {
 
 #[derive(Debug)]
 pub enum Query {
-    /// Sessions from slab index `from` on, at most `out`'s capacity; `next` says where
-    /// to continue (None: the scan reached the end).
+    /// Sessions from position `from` on, at most `out`'s capacity; `next` says where
+    /// to continue (None: the scan reached the end). Positions below the IPv4 table's
+    /// capacity are its slab slots; the IPv6 table's slots follow them.
     Connections {
         from: usize,
         out: Vec<ConnectionEntry>,

@@ -15,6 +15,7 @@ use crossbeam::queue::ArrayQueue;
 use crate::dataplane::counters::bump;
 use crate::model::Protocol;
 use crate::session::replication::{RecordOp, RecordRepr};
+use crate::session::table6::Session6;
 use crate::session::{Session, TcpState, Transition};
 
 /// Why a session is synced.
@@ -56,6 +57,14 @@ impl SessionEvent {
         SessionEvent {
             kind,
             record: RecordRepr::connection(session, kind.op(), timeout_ms),
+        }
+    }
+
+    /// The event `kind` for the IPv6 `session`, which has `timeout_ms` left to live.
+    pub fn new6(kind: EventKind, session: &Session6, timeout_ms: u32) -> SessionEvent {
+        SessionEvent {
+            kind,
+            record: RecordRepr::connection6(session, kind.op(), timeout_ms),
         }
     }
 }

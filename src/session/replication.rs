@@ -1,4 +1,4 @@
-//! The session sync message format, version 4: what the active node sends its standby
+//! The session sync message format, version 5: what the active node sends its standby
 //! in UDP datagrams. Layout, versioning rule and semantics are in `docs/SYNC.md`.
 //!
 //! As in `crate::wire`: [`Packet`] is a zero-copy view over any `T: AsRef<[u8]>`,
@@ -11,13 +11,16 @@
 //! FullNAT, the local address and port), the state, the flags and the remaining
 //! timeout; persistence templates travel as records of their own kind. Unlike IPVS v1
 //! the forwarding mode has a field of its own (numbered with IPVS's `IP_VS_CONN_F_*`
-//! forwarding codes, FullNAT as in DPVS), and the timeout is in milliseconds.
+//! forwarding codes, FullNAT as in DPVS), and the timeout is in milliseconds. As IPVS
+//! v1 sends IPv6 connections in records of their own, larger type, an IPv6 connection
+//! is a record of its own kind and size ([`RECORD6_LEN`]), in the same messages.
 use core::fmt;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-use crate::flow::FlowKey4;
+use crate::flow::{FlowKey4, FlowKey6};
 use crate::model::ForwardMode;
 use crate::model::Protocol;
+use crate::session::table6::Session6;
 use crate::session::{Session, SessionFlags, TcpState, MAX_TIMEOUT_SECS};
 use crate::wire::{read_u16, read_u32, write_u16, write_u32};
 
@@ -34,7 +37,7 @@ fn write_u64(data: &mut [u8], at: usize, value: u64) {
 pub const MAGIC: u32 = 0x534c_5359;
 /// The version this module reads and writes. Any change to the header or record layout
 /// takes a new number; a receiver rejects every version but its own.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 
 mod field {
     pub const MAGIC: usize = 0;
@@ -77,10 +80,39 @@ mod field {
     pub const RECORD_END: usize = 52;
 }
 
+/// The fields of an IPv6 connection record (kind 3), relative to the record: the
+/// IPv4 record's first eight bytes, then the four addresses at 16 bytes each, then
+/// the IPv4 record's fields from the ports on.
+mod field6 {
+    pub const CLIENT_ADDR: usize = 8;
+    pub const VIRTUAL_ADDR: usize = 24;
+    pub const REAL_ADDR: usize = 40;
+    pub const LOCAL_ADDR: usize = 56;
+    /// Where the IPv4 record's client port (its byte 24) and what follows it sit.
+    pub const PORTS: usize = 72;
+    pub const RECORD_END: usize = 100;
+}
+
 /// Bytes before the first record.
 pub const HEADER_LEN: usize = field::RECORDS;
-/// Bytes per record.
+/// Bytes per IPv4 record (kinds 1 and 2).
 pub const RECORD_LEN: usize = field::RECORD_END;
+/// Bytes per IPv6 connection record (kind 3).
+pub const RECORD6_LEN: usize = field6::RECORD_END;
+
+/// Record kind byte of an IPv6 connection.
+const KIND_CONNECTION6: u8 = 3;
+/// Record kind byte an IPv6 template would take: not defined yet, so refused.
+const KIND_TEMPLATE6: u8 = 4;
+
+/// Bytes of a record whose kind byte is `kind`, if the kind is one this version has.
+pub const fn record_len(kind: u8) -> Option<usize> {
+    match kind {
+        1 | 2 => Some(RECORD_LEN),
+        KIND_CONNECTION6 => Some(RECORD6_LEN),
+        _ => None,
+    }
+}
 /// Bytes of the HMAC-SHA256 trailer of an authenticated message.
 pub const HMAC_LEN: usize = 32;
 /// IPv4 header (no options) plus UDP header: what the MTU must also hold.
@@ -137,8 +169,12 @@ pub enum RecordFault {
     Mode,
     /// Not an IPVS TCP state, or not NONE where only NONE fits (UDP, templates).
     State,
-    /// Not 32 for a connection; above 32, or host bits set, for a template.
+    /// Not 32 for a connection (128 for an IPv6 one); above 32, or host bits set, for
+    /// a template.
     PrefixLen,
+    /// An IPv6 record whose client or virtual address is an IPv4-mapped one (an IPv4
+    /// connection travels in an IPv4 record).
+    Address,
     /// Unknown bits, or any bit on a template.
     Flags,
     /// FullNAT without a local address and port, or another mode (or a template) with one.
@@ -212,13 +248,14 @@ impl MessageFlags {
     }
 }
 
-/// Length of a message of `count` records: header, records, and the trailer if any.
+/// Length of a message of `count` IPv4 records: header, records, and the trailer if
+/// any.
 pub const fn message_len(count: usize, authenticated: bool) -> usize {
     HEADER_LEN + count * RECORD_LEN + if authenticated { HMAC_LEN } else { 0 }
 }
 
-/// Most records one message may carry so that its IPv4/UDP datagram fits in `mtu`
-/// bytes; 0 when not even one fits.
+/// Most IPv4 records one message may carry so that its IPv4/UDP datagram fits in `mtu`
+/// bytes; 0 when not even one fits (IPv6 records take [`RECORD6_LEN`] bytes each).
 pub const fn max_records(mtu: u16, authenticated: bool) -> usize {
     let fixed = message_len(0, authenticated) + IPV4_UDP_OVERHEAD;
     (mtu as usize).saturating_sub(fixed) / RECORD_LEN
@@ -247,8 +284,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Checks, in this order: magic and version (the first five bytes, the same in
     /// every version, so a message of another version is always recognised as such),
-    /// the header, `length` against the header and `count`, and the buffer against
-    /// `length` plus the trailer. After it no accessor panics.
+    /// the header, the buffer against `length` plus the trailer, and `length` against
+    /// the header and the `count` records (each as long as its kind says; a kind this
+    /// version lacks gives no length: that record is bad). After it no accessor
+    /// panics.
     pub fn check_len(&self) -> Result<(), SyncWireError> {
         let data = self.buffer.as_ref();
         if data.len() < field::VERSION + 1 {
@@ -264,7 +303,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(SyncWireError::Truncated);
         }
         let length = self.len() as usize;
-        if length < HEADER_LEN || length != message_len(self.count() as usize, false) {
+        if length < HEADER_LEN {
             return Err(SyncWireError::BadLength);
         }
         let total = length + self.trailer_len();
@@ -274,7 +313,32 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if data.len() > total {
             return Err(SyncWireError::BadLength);
         }
+        let mut at = HEADER_LEN;
+        for index in 0..self.count() {
+            if at >= length {
+                return Err(SyncWireError::BadLength);
+            }
+            let size = record_len(data[at]).ok_or(SyncWireError::BadRecord {
+                index,
+                fault: RecordFault::Kind,
+            })?;
+            at += size;
+        }
+        if at != length {
+            return Err(SyncWireError::BadLength);
+        }
         Ok(())
+    }
+
+    /// Where record `index` starts and how long it is (the records before it walked
+    /// by their kinds); the message must have passed [`Packet::check_len`].
+    fn record_span(&self, index: usize) -> (usize, usize) {
+        let data = self.buffer.as_ref();
+        let mut at = HEADER_LEN;
+        for _ in 0..index {
+            at += record_len(data[at]).unwrap_or(RECORD_LEN);
+        }
+        (at, record_len(data[at]).unwrap_or(RECORD_LEN))
     }
 
     pub fn into_inner(self) -> T {
@@ -354,13 +418,20 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Record `index` (below `count`).
     pub fn record(&self, index: usize) -> Record<&[u8]> {
-        let start = HEADER_LEN + index * RECORD_LEN;
-        Record::new_unchecked(&self.buffer.as_ref()[start..start + RECORD_LEN])
+        let (start, len) = self.record_span(index);
+        Record::new_unchecked(&self.buffer.as_ref()[start..start + len])
     }
 
     /// The records, in order.
     pub fn records(&self) -> impl Iterator<Item = Record<&[u8]>> + '_ {
-        (0..self.count() as usize).map(|i| self.record(i))
+        let data = self.buffer.as_ref();
+        let mut at = HEADER_LEN;
+        (0..self.count() as usize).map(move |_| {
+            let len = record_len(data[at]).unwrap_or(RECORD_LEN);
+            let record = Record::new_unchecked(&data[at..at + len]);
+            at += len;
+            record
+        })
     }
 }
 
@@ -413,10 +484,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         write_u32(self.buffer.as_mut(), field::CHUNK, value);
     }
 
-    /// Record `index`, writable; the buffer must hold it.
+    /// Record `index`, writable, as long as the kind byte already there says (an
+    /// IPv4 record's length where none is written yet); the buffer must hold it.
     pub fn record_mut(&mut self, index: usize) -> Record<&mut [u8]> {
-        let start = HEADER_LEN + index * RECORD_LEN;
-        Record::new_unchecked(&mut self.buffer.as_mut()[start..start + RECORD_LEN])
+        let (start, len) = self.record_span(index);
+        Record::new_unchecked(&mut self.buffer.as_mut()[start..start + len])
     }
 
     /// The trailer room after `length`; the buffer must hold it.
@@ -489,8 +561,9 @@ impl MessageRepr {
         )
     }
 
-    /// Writes the header, with `length` computed from `count`. Records and the
-    /// trailer are written separately; the buffer must hold [`Self::buffer_len`].
+    /// Writes the header, with `length` computed from `count` IPv4 records (a
+    /// [`MessageBuilder`] writes the records' own). Records and the trailer are written
+    /// separately; the buffer must hold [`Self::buffer_len`].
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_magic(MAGIC);
         packet.set_version(VERSION);
@@ -523,8 +596,9 @@ pub fn parse_records<T: AsRef<[u8]>>(
     Ok(())
 }
 
-/// A view of one record: exactly [`RECORD_LEN`] bytes, as [`Packet::record`] hands
-/// them out.
+/// A view of one record: exactly [`RECORD_LEN`] bytes (an IPv4 record) or
+/// [`RECORD6_LEN`] (an IPv6 one), as [`Packet::record`] hands them out. The accessors
+/// read the IPv4 layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<T: AsRef<[u8]>> {
     buffer: T,
@@ -644,7 +718,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Record<T> {
 
     /// Zeroes the record (reserved bits and absent fields).
     pub fn clear(&mut self) {
-        self.buffer.as_mut()[..RECORD_LEN].fill(0);
+        self.buffer.as_mut().fill(0);
     }
 }
 
@@ -761,6 +835,10 @@ pub const fn mode_from_code(code: u8) -> Option<ForwardMode> {
 /// A template record uses the connection fields this way: `client` is the client
 /// network (port 0) and `client_prefix_len` its netmask length; `virtual_service`
 /// the service; `real_server` where the template sends the network; no local address.
+///
+/// An IPv6 connection has IPv6 client and virtual addresses (and prefix length 128);
+/// it travels as an IPv6 record ([`RECORD6_LEN`]). Its real server and local address
+/// are IPv6 too, or IPv4 (a translated connection), written IPv4-mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RecordRepr {
     pub kind: RecordKind,
@@ -769,14 +847,15 @@ pub struct RecordRepr {
     pub mode: ForwardMode,
     /// IPVS TCP state; NONE for UDP and templates.
     pub state: TcpState,
-    /// 32 for a connection (one client address); the netmask length of a template.
+    /// 32 for a connection (one client address), 128 for an IPv6 one; the netmask
+    /// length of a template.
     pub client_prefix_len: u8,
     pub flags: RecordFlags,
-    pub client: SocketAddrV4,
-    pub virtual_service: SocketAddrV4,
-    pub real_server: SocketAddrV4,
+    pub client: SocketAddr,
+    pub virtual_service: SocketAddr,
+    pub real_server: SocketAddr,
     /// FullNAT's local address and port; `None` in every other mode.
-    pub local: Option<SocketAddrV4>,
+    pub local: Option<SocketAddr>,
     /// Time left before the entry expires on the sender.
     pub timeout_ms: u32,
     /// A TCP connection's timestamp offset (`Session::timestamp_offset`; FullNAT
@@ -812,7 +891,7 @@ const MAX_WSCALE: u8 = 14;
 impl RecordRepr {
     /// The record of a session, which has `timeout_ms` left to live.
     pub fn connection(session: &Session, op: RecordOp, timeout_ms: u32) -> RecordRepr {
-        let addr = |ip: u32, port: u16| SocketAddrV4::new(Ipv4Addr::from(ip), port);
+        let addr = |ip: u32, port: u16| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ip), port));
         RecordRepr {
             kind: RecordKind::Connection,
             op,
@@ -829,6 +908,48 @@ impl RecordRepr {
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
             timestamp_offset: session.timestamp_offset(),
             synproxy: None,
+        }
+    }
+
+    /// The record of an IPv6 session, which has `timeout_ms` left to live.
+    pub fn connection6(session: &Session6, op: RecordOp, timeout_ms: u32) -> RecordRepr {
+        let addr = |ip: Ipv6Addr, port: u16| SocketAddr::V6(SocketAddrV6::new(ip, port, 0, 0));
+        let mut flags = RecordFlags::empty();
+        if session.no_output() {
+            flags = flags | RecordFlags::NO_OUTPUT;
+        }
+        RecordRepr {
+            kind: RecordKind::Connection,
+            op,
+            proto: session.proto,
+            mode: session.mode,
+            state: session.state(),
+            client_prefix_len: 128,
+            flags,
+            client: addr(session.client, session.client_port),
+            virtual_service: addr(session.vip, session.vport),
+            real_server: addr(session.real_addr, session.real_port),
+            // FullNAT's and NAT64's local end (IPv4-mapped for NAT64): the standby
+            // does not install these yet (`to_session6`), but the record is whole.
+            local: (session.mode == ForwardMode::FullNat)
+                .then(|| addr(session.local_addr, session.local_port)),
+            timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
+            timestamp_offset: 0,
+            synproxy: None,
+        }
+    }
+
+    /// Whether this is an IPv6 record (its client is an IPv6 address).
+    pub fn is_ipv6(&self) -> bool {
+        self.client.is_ipv6()
+    }
+
+    /// Bytes the record takes in a message.
+    pub fn wire_len(&self) -> usize {
+        if self.is_ipv6() {
+            RECORD6_LEN
+        } else {
+            RECORD_LEN
         }
     }
 
@@ -853,9 +974,9 @@ impl RecordRepr {
             state: TcpState::None,
             client_prefix_len: prefix_len,
             flags: RecordFlags::empty(),
-            client: SocketAddrV4::new(network, 0),
-            virtual_service,
-            real_server,
+            client: SocketAddr::V4(SocketAddrV4::new(network, 0)),
+            virtual_service: SocketAddr::V4(virtual_service),
+            real_server: SocketAddr::V4(real_server),
             local: None,
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
             timestamp_offset: 0,
@@ -863,33 +984,59 @@ impl RecordRepr {
         }
     }
 
-    /// The client-side key (client -> VIP:port) of a connection record.
-    pub fn in_key(&self) -> FlowKey4 {
-        FlowKey4::new(
-            self.proto,
-            *self.client.ip(),
-            self.client.port(),
-            *self.virtual_service.ip(),
-            self.virtual_service.port(),
-        )
+    /// The client-side key (client -> VIP:port) of an IPv4 record; `None` for an
+    /// IPv6 one.
+    pub fn in_key(&self) -> Option<FlowKey4> {
+        match (self.client, self.virtual_service) {
+            (SocketAddr::V4(c), SocketAddr::V4(v)) => Some(FlowKey4::new(
+                self.proto,
+                *c.ip(),
+                c.port(),
+                *v.ip(),
+                v.port(),
+            )),
+            _ => None,
+        }
     }
 
-    /// The session a connection record describes, under the receiver's own service
-    /// and real-server numbering; `None` for a template.
+    /// The client-side key (client -> VIP:port) of an IPv6 record; `None` for an
+    /// IPv4 one.
+    pub fn in_key6(&self) -> Option<FlowKey6> {
+        match (self.client, self.virtual_service) {
+            (SocketAddr::V6(c), SocketAddr::V6(v)) => Some(FlowKey6 {
+                src: *c.ip(),
+                dst: *v.ip(),
+                sport: c.port(),
+                dport: v.port(),
+                proto: self.proto,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The session an IPv4 connection record describes, under the receiver's own
+    /// service and real-server numbering; `None` for a template or an IPv6 record.
     pub fn to_session(&self, service: u32, real: u32) -> Option<Session> {
         if self.kind != RecordKind::Connection {
             return None;
         }
+        let SocketAddr::V4(rs) = self.real_server else {
+            return None;
+        };
         let mut session = Session::new(
-            &self.in_key(),
+            &self.in_key()?,
             self.mode,
             service,
             real,
-            *self.real_server.ip(),
-            self.real_server.port(),
+            *rs.ip(),
+            rs.port(),
         );
-        if let Some(local) = self.local {
-            session = session.with_local(*local.ip(), local.port());
+        match self.local {
+            Some(SocketAddr::V4(local)) => {
+                session = session.with_local(*local.ip(), local.port());
+            }
+            Some(SocketAddr::V6(_)) => return None,
+            None => {}
         }
         session.set_state(self.state);
         // Session::new sets NO_OUTPUT for DR/TUN; the record says whether it still holds.
@@ -898,8 +1045,34 @@ impl RecordRepr {
         Some(session)
     }
 
+    /// The IPv6 session an IPv6 connection record describes (DR, TUN or NAT to an
+    /// IPv6 real server), under the receiver's own numbering; `None` otherwise.
+    pub fn to_session6(&self, service: u32, real: u32) -> Option<Session6> {
+        if self.kind != RecordKind::Connection || self.local.is_some() {
+            return None;
+        }
+        let SocketAddr::V6(rs) = self.real_server else {
+            return None;
+        };
+        let session = Session6::new(
+            &self.in_key6()?,
+            self.mode,
+            service,
+            real,
+            *rs.ip(),
+            rs.port(),
+        );
+        Some(session.synced(self.state, self.flags.contains(RecordFlags::NO_OUTPUT)))
+    }
+
     /// Parses and validates one record; the fault names the first bad field.
     pub fn parse<T: AsRef<[u8]>>(record: &Record<T>) -> Result<RecordRepr, RecordFault> {
+        if record.kind() == KIND_CONNECTION6 {
+            return Self::parse6(record.buffer.as_ref());
+        }
+        if record.buffer.as_ref().len() < RECORD_LEN {
+            return Err(RecordFault::Kind);
+        }
         let kind = match record.kind() {
             1 => RecordKind::Connection,
             2 => RecordKind::Template,
@@ -963,22 +1136,147 @@ impl RecordRepr {
             client_prefix_len: prefix_len,
             // SYNPROXY stands for `synproxy`, which `emit` writes it from.
             flags: RecordFlags(flags & !RecordFlags::SYNPROXY.0),
-            client: SocketAddrV4::new(record.client_addr(), record.client_port()),
-            virtual_service: SocketAddrV4::new(record.virtual_addr(), record.virtual_port()),
-            real_server: SocketAddrV4::new(record.real_addr(), record.real_port()),
-            local: wants_local.then(|| SocketAddrV4::new(record.local_addr(), record.local_port())),
+            client: SocketAddrV4::new(record.client_addr(), record.client_port()).into(),
+            virtual_service: SocketAddrV4::new(record.virtual_addr(), record.virtual_port()).into(),
+            real_server: SocketAddrV4::new(record.real_addr(), record.real_port()).into(),
+            local: wants_local
+                .then(|| SocketAddrV4::new(record.local_addr(), record.local_port()).into()),
             timeout_ms: record.timeout_ms(),
             timestamp_offset: record.timestamp_offset(),
             synproxy,
         })
     }
 
-    pub const fn buffer_len(&self) -> usize {
-        RECORD_LEN
+    pub fn buffer_len(&self) -> usize {
+        self.wire_len()
     }
 
-    /// Writes the whole record (absent fields as zero).
+    /// Parses and validates an IPv6 connection record (kind 3). Its fields other than
+    /// the addresses are those of an IPv4 record, with the same rules; the prefix
+    /// length is 128, and the client and virtual addresses are not IPv4-mapped.
+    fn parse6(b: &[u8]) -> Result<RecordRepr, RecordFault> {
+        if b.len() < RECORD6_LEN {
+            return Err(RecordFault::Kind);
+        }
+        // The fields but the addresses, where an IPv4 record has them.
+        let mut rest = [0u8; RECORD_LEN];
+        rest[..field::CLIENT_ADDR].copy_from_slice(&b[..field6::CLIENT_ADDR]);
+        rest[field::CLIENT_PORT..].copy_from_slice(&b[field6::PORTS..RECORD6_LEN]);
+        let r = Record::new_unchecked(&rest[..]);
+        let op = match r.op() {
+            1 => RecordOp::Update,
+            2 => RecordOp::Remove,
+            _ => return Err(RecordFault::Op),
+        };
+        let proto = Protocol::from_ip_protocol(r.protocol()).ok_or(RecordFault::Protocol)?;
+        let mode = mode_from_code(r.mode()).ok_or(RecordFault::Mode)?;
+        let state = TcpState::from_u8(r.state()).ok_or(RecordFault::State)?;
+        if proto == Protocol::Udp && state != TcpState::None {
+            return Err(RecordFault::State);
+        }
+        if r.prefix_len() != 128 {
+            return Err(RecordFault::PrefixLen);
+        }
+        let flags = r.flags();
+        if flags & !RecordFlags::KNOWN != 0 {
+            return Err(RecordFault::Flags);
+        }
+        let addr = |at: usize| {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(&b[at..at + 16]);
+            Ipv6Addr::from(octets)
+        };
+        let (client, vip) = (addr(field6::CLIENT_ADDR), addr(field6::VIRTUAL_ADDR));
+        if client.to_ipv4_mapped().is_some() || vip.to_ipv4_mapped().is_some() {
+            return Err(RecordFault::Address);
+        }
+        // A translated connection's IPv4 real server or local address, IPv4-mapped.
+        let ip = |a: Ipv6Addr| a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4);
+        let local = addr(field6::LOCAL_ADDR);
+        let has_local = !local.is_unspecified() || r.local_port() != 0;
+        let wants_local = mode == ForwardMode::FullNat;
+        let local_complete = !local.is_unspecified() && r.local_port() != 0;
+        if (wants_local && !local_complete) || (!wants_local && has_local) {
+            return Err(RecordFault::Local);
+        }
+        if r.timeout_ms() > MAX_TIMEOUT_MS {
+            return Err(RecordFault::Timeout);
+        }
+        let tcp = proto == Protocol::Tcp;
+        if r.timestamp_offset() != 0 && !tcp {
+            return Err(RecordFault::TimestampOffset);
+        }
+        let synproxy = r.synproxy(flags & RecordFlags::SYNPROXY.0 != 0)?;
+        if synproxy.is_some() && !(tcp && matches!(mode, ForwardMode::Nat | ForwardMode::FullNat)) {
+            return Err(RecordFault::Synproxy);
+        }
+        Ok(RecordRepr {
+            kind: RecordKind::Connection,
+            op,
+            proto,
+            mode,
+            state,
+            client_prefix_len: 128,
+            flags: RecordFlags(flags & !RecordFlags::SYNPROXY.0),
+            client: SocketAddr::V6(SocketAddrV6::new(client, r.client_port(), 0, 0)),
+            virtual_service: SocketAddr::V6(SocketAddrV6::new(vip, r.virtual_port(), 0, 0)),
+            real_server: SocketAddr::new(ip(addr(field6::REAL_ADDR)), r.real_port()),
+            local: wants_local.then(|| SocketAddr::new(ip(local), r.local_port())),
+            timeout_ms: r.timeout_ms(),
+            timestamp_offset: r.timestamp_offset(),
+            synproxy,
+        })
+    }
+
+    /// Writes the IPv6 record into `b` ([`RECORD6_LEN`] bytes): the fields but the
+    /// addresses as an IPv4 record has them, the addresses 16 bytes each (an IPv4
+    /// one IPv4-mapped).
+    fn emit6(&self, b: &mut [u8]) {
+        let port_only =
+            |a: SocketAddr| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, a.port()));
+        let shape = RecordRepr {
+            client: port_only(self.client),
+            virtual_service: port_only(self.virtual_service),
+            real_server: port_only(self.real_server),
+            local: self.local.map(port_only),
+            ..*self
+        };
+        let mut rest = [0u8; RECORD_LEN];
+        shape.emit(&mut Record::new_unchecked(&mut rest[..]));
+        let b = &mut b[..RECORD6_LEN];
+        b.fill(0);
+        b[..field6::CLIENT_ADDR].copy_from_slice(&rest[..field::CLIENT_ADDR]);
+        b[field6::PORTS..].copy_from_slice(&rest[field::CLIENT_PORT..]);
+        b[field::KIND] = match self.kind {
+            RecordKind::Connection => KIND_CONNECTION6,
+            RecordKind::Template => KIND_TEMPLATE6,
+        };
+        let v6 = |a: IpAddr| match a {
+            IpAddr::V6(a) => a,
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+        };
+        let addresses = [
+            (field6::CLIENT_ADDR, Some(self.client)),
+            (field6::VIRTUAL_ADDR, Some(self.virtual_service)),
+            (field6::REAL_ADDR, Some(self.real_server)),
+            (field6::LOCAL_ADDR, self.local),
+        ];
+        for (at, a) in addresses.into_iter().filter_map(|(at, a)| Some((at, a?))) {
+            b[at..at + 16].copy_from_slice(&v6(a.ip()).octets());
+        }
+    }
+
+    /// Writes the whole record (absent fields as zero): an IPv4 record, or an IPv6 one
+    /// when the client is IPv6 (the record's buffer must be [`Self::wire_len`] long).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, record: &mut Record<T>) {
+        if self.is_ipv6() {
+            return self.emit6(record.buffer.as_mut());
+        }
+        let v4 = |a: SocketAddr| match a {
+            SocketAddr::V4(a) => a,
+            // Not an IPv4 connection's address: the IPv4 layout has no room for it.
+            SocketAddr::V6(a) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, a.port()),
+        };
         record.clear();
         record.set_byte(field::KIND, self.kind as u8);
         record.set_byte(field::OP, self.op as u8);
@@ -991,13 +1289,18 @@ impl RecordRepr {
             flags |= RecordFlags::SYNPROXY.0;
         }
         write_u16(record.buffer.as_mut(), field::RECORD_FLAGS, flags);
-        record.set_addr(field::CLIENT_ADDR, *self.client.ip());
-        record.set_port(field::CLIENT_PORT, self.client.port());
-        record.set_addr(field::VIRTUAL_ADDR, *self.virtual_service.ip());
-        record.set_port(field::VIRTUAL_PORT, self.virtual_service.port());
-        record.set_addr(field::REAL_ADDR, *self.real_server.ip());
-        record.set_port(field::REAL_PORT, self.real_server.port());
-        if let Some(local) = self.local {
+        let (client, vs, rs) = (
+            v4(self.client),
+            v4(self.virtual_service),
+            v4(self.real_server),
+        );
+        record.set_addr(field::CLIENT_ADDR, *client.ip());
+        record.set_port(field::CLIENT_PORT, client.port());
+        record.set_addr(field::VIRTUAL_ADDR, *vs.ip());
+        record.set_port(field::VIRTUAL_PORT, vs.port());
+        record.set_addr(field::REAL_ADDR, *rs.ip());
+        record.set_port(field::REAL_PORT, rs.port());
+        if let Some(local) = self.local.map(v4) {
             record.set_addr(field::LOCAL_ADDR, *local.ip());
             record.set_port(field::LOCAL_PORT, local.port());
         }
@@ -1017,7 +1320,7 @@ impl RecordRepr {
     }
 }
 
-/// The room ran out: the message holds [`max_records`] records already.
+/// The room ran out: the record does not fit in what the MTU leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MessageFull;
 
@@ -1026,18 +1329,23 @@ pub struct MessageFull;
 pub struct MessageBuilder<'a> {
     buffer: &'a mut [u8],
     header: MessageRepr,
-    capacity: usize,
+    /// Bytes of records the message may hold.
+    room: usize,
+    /// Bytes of records written.
+    used: usize,
 }
 
 impl<'a> MessageBuilder<'a> {
     /// A message of `header`'s type and ids (its `count` and the AUTHENTICATED flag
     /// are set by `finish`), holding as many records as fit in `mtu` and in `buffer`.
     pub fn new(buffer: &'a mut [u8], header: MessageRepr, mtu: u16, authenticated: bool) -> Self {
-        let room = buffer.len().saturating_sub(message_len(0, authenticated)) / RECORD_LEN;
-        let capacity = if header.message_type == MessageType::ResyncRequest {
+        let fixed = message_len(0, authenticated);
+        let room = if header.message_type == MessageType::ResyncRequest {
             0
         } else {
-            max_records(mtu, authenticated).min(room)
+            (mtu as usize)
+                .saturating_sub(fixed + IPV4_UDP_OVERHEAD)
+                .min(buffer.len().saturating_sub(fixed))
         };
         let mut header = header;
         header.count = 0;
@@ -1045,7 +1353,8 @@ impl<'a> MessageBuilder<'a> {
         MessageBuilder {
             buffer,
             header,
-            capacity,
+            room,
+            used: 0,
         }
     }
 
@@ -1057,22 +1366,30 @@ impl<'a> MessageBuilder<'a> {
         self.header.count == 0
     }
 
+    /// Whether not even an IPv4 record fits any more.
     pub fn is_full(&self) -> bool {
-        self.len() >= self.capacity
+        self.room - self.used < RECORD_LEN
     }
 
+    /// IPv4 records an empty message of this builder holds (fewer IPv6 ones fit).
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.room / RECORD_LEN
     }
 
-    /// Appends a record, or says the message is full.
+    /// Marks the message the last chunk of its dump.
+    pub fn set_last_chunk(&mut self) {
+        self.header.flags.set(MessageFlags::LAST_CHUNK, true);
+    }
+
+    /// Appends a record, or says it does not fit.
     pub fn push(&mut self, record: &RecordRepr) -> Result<(), MessageFull> {
-        if self.is_full() {
+        let len = record.wire_len();
+        if self.room - self.used < len {
             return Err(MessageFull);
         }
-        let index = self.len();
-        let mut packet = Packet::new_unchecked(&mut *self.buffer);
-        record.emit(&mut packet.record_mut(index));
+        let at = HEADER_LEN + self.used;
+        record.emit(&mut Record::new_unchecked(&mut self.buffer[at..at + len]));
+        self.used += len;
         self.header.count += 1;
         Ok(())
     }
@@ -1080,9 +1397,16 @@ impl<'a> MessageBuilder<'a> {
     /// Writes the header and returns the message (header, records, and the room for
     /// the trailer when authenticated: see `sync::auth::seal`).
     pub fn finish(self) -> &'a mut [u8] {
-        let len = self.header.buffer_len();
+        let trailer = if self.header.flags.contains(MessageFlags::AUTHENTICATED) {
+            HMAC_LEN
+        } else {
+            0
+        };
+        let len = HEADER_LEN + self.used + trailer;
         let mut packet = Packet::new_unchecked(&mut *self.buffer);
         self.header.emit(&mut packet);
+        // The records' own lengths (IPv6 ones are longer), not `count` IPv4 ones.
+        packet.set_len((HEADER_LEN + self.used) as u16);
         &mut self.buffer[..len]
     }
 }
@@ -1102,8 +1426,8 @@ mod tests {
     /// 899.5 s left. Written out by hand from the layout table in docs/SYNC.md.
     #[rustfmt::skip]
     static FULLNAT_BATCH: [u8; 96] = [
-        // magic "SLSY", version 4, type 1 (batch), flags 0
-        0x53, 0x4c, 0x53, 0x59, 0x04, 0x01, 0x00, 0x00,
+        // magic "SLSY", version 5, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x05, 0x01, 0x00, 0x00,
         // length 96, count 1, sender 0x0a0b0c0d
         0x00, 0x60, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
         // recipient 0.0.0.0 (every peer), dump id 0
@@ -1133,6 +1457,167 @@ mod tests {
         0x07, 0xff, 0x00, 0x00,
     ];
 
+    /// A batch from the same node, sequence 8, with one IPv6 DR TCP connection,
+    /// ESTABLISHED, its real server not heard yet (NO_OUTPUT), 899.5 s left: client
+    /// [2001:db8:2::9]:40000, VIP [2001:db8::1]:80, real server [2001:db8:1::2]:80.
+    /// Written out by hand from the IPv6 record's table in docs/SYNC.md.
+    #[rustfmt::skip]
+    static IPV6_BATCH: [u8; 144] = [
+        // magic "SLSY", version 5, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x05, 0x01, 0x00, 0x00,
+        // length 144, count 1, sender 0x0a0b0c0d
+        0x00, 0x90, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
+        // recipient 0.0.0.0 (every peer), dump id 0
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        // chunk 0, epoch (high half)
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x2a, 0x1b,
+        // epoch (low half), sequence (high half)
+        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+        // sequence (low half): 8
+        0x00, 0x00, 0x00, 0x08,
+        // record: IPv6 connection (3), update, TCP, DR (3), ESTABLISHED, /128,
+        // flags NO_OUTPUT
+        0x03, 0x01, 0x06, 0x03, 0x01, 0x80, 0x00, 0x01,
+        // client 2001:db8:2::9
+        0x20, 0x01, 0x0d, 0xb8, 0x00, 0x02, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x09,
+        // VIP 2001:db8::1
+        0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+        // real server 2001:db8:1::2
+        0x20, 0x01, 0x0d, 0xb8, 0x00, 0x01, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02,
+        // local address: none
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        // cport 40000, vport 80, rport 80, lport 0
+        0x9c, 0x40, 0x00, 0x50, 0x00, 0x50, 0x00, 0x00,
+        // timeout 899 500 ms, timestamp offset 0
+        0x00, 0x0d, 0xb9, 0xac, 0x00, 0x00, 0x00, 0x00,
+        // SYN proxy: none; window scales, reserved
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00,
+    ];
+
+    fn ipv6_record() -> RecordRepr {
+        let v6 = |a: &str, port| SocketAddr::new(a.parse().unwrap(), port);
+        RecordRepr {
+            kind: RecordKind::Connection,
+            op: RecordOp::Update,
+            proto: Protocol::Tcp,
+            mode: ForwardMode::Dr,
+            state: TcpState::Established,
+            client_prefix_len: 128,
+            flags: RecordFlags::NO_OUTPUT,
+            client: v6("2001:db8:2::9", 40000),
+            virtual_service: v6("2001:db8::1", 80),
+            real_server: v6("2001:db8:1::2", 80),
+            local: None,
+            timeout_ms: 899_500,
+            timestamp_offset: 0,
+            synproxy: None,
+        }
+    }
+
+    #[test]
+    fn ipv6_batch_parses_and_emits_byte_for_byte() {
+        let header = MessageRepr {
+            sequence: 8,
+            ..batch_header()
+        };
+        let packet = Packet::new_checked(&IPV6_BATCH[..]).unwrap();
+        assert_eq!(MessageRepr::parse(&packet).unwrap(), header);
+        assert_eq!(records_of(&IPV6_BATCH).unwrap(), [ipv6_record()]);
+        let mut buf = [0u8; 1500];
+        let mut builder = MessageBuilder::new(&mut buf, header, 1500, false);
+        builder.push(&ipv6_record()).unwrap();
+        assert_eq!(builder.finish(), &IPV6_BATCH[..]);
+
+        // The session it stands for, and back.
+        let key = ipv6_record().in_key6().unwrap();
+        let real = "2001:db8:1::2".parse().unwrap();
+        let session = Session6::new(&key, ForwardMode::Dr, 3, 4, real, 80)
+            .synced(TcpState::Established, true);
+        assert_eq!(ipv6_record().to_session6(3, 4), Some(session));
+        assert_eq!(ipv6_record().to_session(3, 4), None, "not an IPv4 session");
+        assert_eq!(ipv6_record().in_key(), None);
+        let again = RecordRepr::connection6(&session, RecordOp::Update, 899_500);
+        assert_eq!(again, ipv6_record());
+    }
+
+    /// IPv4 and IPv6 records in one message: each as long as its kind says. A kind
+    /// byte changed between them cannot make one read as the other: the lengths no
+    /// longer add up.
+    #[test]
+    fn ipv4_and_ipv6_records_share_a_message() {
+        let mut buf = [0u8; 1500];
+        let mut builder = MessageBuilder::new(&mut buf, batch_header(), 1500, false);
+        for r in [fullnat_record(), ipv6_record(), fullnat_record()] {
+            builder.push(&r).unwrap();
+        }
+        let message = builder.finish().to_vec();
+        assert_eq!(message.len(), HEADER_LEN + 2 * RECORD_LEN + RECORD6_LEN);
+        assert_eq!(
+            records_of(&message).unwrap(),
+            [fullnat_record(), ipv6_record(), fullnat_record()]
+        );
+        let packet = Packet::new_checked(&message[..]).unwrap();
+        assert_eq!(packet.record(1).kind(), 3);
+        assert_eq!(packet.record(2).local_port(), 5000);
+        // The IPv6 record's kind made IPv4, or the first IPv4 one's made IPv6: the
+        // next record then starts inside another, at a zero byte, no kind.
+        for (at, kind, error) in [
+            (
+                HEADER_LEN + RECORD_LEN,
+                1u8,
+                SyncWireError::BadRecord {
+                    index: 2,
+                    fault: RecordFault::Kind,
+                },
+            ),
+            (
+                HEADER_LEN,
+                3,
+                SyncWireError::BadRecord {
+                    index: 1,
+                    fault: RecordFault::Kind,
+                },
+            ),
+        ] {
+            let mut bad = message.clone();
+            bad[at] = kind;
+            assert_eq!(records_of(&bad), Err(error), "{at}");
+        }
+        // An IPv6 record's fields checked: its prefix, a mapped client, a local
+        // address outside FullNAT.
+        let at = HEADER_LEN;
+        for (offset, value, fault) in [
+            (at + 5, 32u8, RecordFault::PrefixLen),
+            (at + 18, 0xff, RecordFault::Address),
+            (at + 71, 1, RecordFault::Local),
+            (at + 1, 9, RecordFault::Op),
+            (at + 80, 0xff, RecordFault::Timeout),
+        ] {
+            let mut bad = IPV6_BATCH;
+            if fault == RecordFault::Address {
+                // ::ffff:0.0.0.9, an IPv4-mapped client.
+                bad[at + 8..at + 18].fill(0);
+                bad[at + 19] = 0xff;
+            }
+            bad[offset] = value;
+            assert_eq!(
+                records_of(&bad),
+                Err(SyncWireError::BadRecord { index: 0, fault }),
+                "byte {offset} = {value:#x}"
+            );
+        }
+        // Too little room in the message for an IPv6 record: refused by the builder.
+        let mut small = [0u8; HEADER_LEN + RECORD6_LEN - 1];
+        let mut builder = MessageBuilder::new(&mut small, batch_header(), 1500, false);
+        assert_eq!(builder.push(&ipv6_record()), Err(MessageFull));
+        builder.push(&fullnat_record()).unwrap();
+    }
+
     fn fullnat_record() -> RecordRepr {
         RecordRepr {
             kind: RecordKind::Connection,
@@ -1142,10 +1627,10 @@ mod tests {
             state: TcpState::Established,
             client_prefix_len: 32,
             flags: RecordFlags::TOA_PENDING,
-            client: SocketAddrV4::new(CLIENT, 40000),
-            virtual_service: SocketAddrV4::new(VIP, 443),
-            real_server: SocketAddrV4::new(RS, 8443),
-            local: Some(SocketAddrV4::new(LIP, 5000)),
+            client: SocketAddrV4::new(CLIENT, 40000).into(),
+            virtual_service: SocketAddrV4::new(VIP, 443).into(),
+            real_server: SocketAddrV4::new(RS, 8443).into(),
+            local: Some(SocketAddrV4::new(LIP, 5000).into()),
             timeout_ms: 899_500,
             timestamp_offset: 0x8000_1234,
             synproxy: Some(SynproxyDelta {
@@ -1183,7 +1668,7 @@ mod tests {
     fn fullnat_batch_fields() {
         let packet = Packet::new_checked(&FULLNAT_BATCH[..]).unwrap();
         assert_eq!(packet.magic(), MAGIC);
-        assert_eq!(packet.version(), 4);
+        assert_eq!(packet.version(), 5);
         assert_eq!(packet.len(), 96);
         assert_eq!(packet.trailer(), None);
         assert_eq!(MessageRepr::parse(&packet).unwrap(), batch_header());
@@ -1260,8 +1745,9 @@ mod tests {
         // A version-1 message (28-byte header, no epoch) is recognised as such even
         // when its length would not fit this version's layout: the version is checked
         // before any length. So are version 2 (records without the timestamp offset),
-        // version 3 (without the SYN proxy's fields) and a later version.
-        for other in [1u8, 2, 3, 5] {
+        // version 3 (without the SYN proxy's fields), version 4 (no IPv6 records) and
+        // a later version.
+        for other in [1u8, 2, 3, 4, 6] {
             let mut old = FULLNAT_BATCH;
             old[4] = other;
             assert_eq!(records_of(&old), Err(SyncWireError::WrongVersion(other)));
@@ -1333,7 +1819,8 @@ mod tests {
         let at = HEADER_LEN;
         let cases: &[(usize, u8, RecordFault)] = &[
             (at, 0, RecordFault::Kind),
-            (at, 3, RecordFault::Kind),
+            (at, 4, RecordFault::Kind),
+            (at, 0xff, RecordFault::Kind),
             (at + 1, 0, RecordFault::Op),
             (at + 1, 3, RecordFault::Op),
             (at + 2, 1, RecordFault::Protocol),
@@ -1466,7 +1953,7 @@ mod tests {
             record.flags,
             RecordFlags::TOA_PENDING | RecordFlags::PERSISTENT
         );
-        assert_eq!(record.local, Some(SocketAddrV4::new(LIP, 5000)));
+        assert_eq!(record.local, Some(SocketAddrV4::new(LIP, 5000).into()));
         let back = record.to_session(4, 9).unwrap();
         assert_eq!(back, session);
 
@@ -1565,6 +2052,9 @@ mod tests {
             Protocol::Tcp => TcpState::ALL[rng.below(TcpState::COUNT)],
             Protocol::Udp => TcpState::None,
         };
+        if rng.below(3) == 0 {
+            return random_record6(rng, op, proto, mode, state, timeout_ms);
+        }
         let local = (mode == ForwardMode::FullNat).then(|| {
             SocketAddrV4::new(
                 Ipv4Addr::from((rng.next_u64() as u32).max(1)),
@@ -1581,10 +2071,10 @@ mod tests {
             flags: RecordFlags(
                 rng.next_u64() as u16 & RecordFlags::KNOWN & !RecordFlags::SYNPROXY.0,
             ),
-            client: SocketAddrV4::new(random_addr(rng), port(rng)),
-            virtual_service: SocketAddrV4::new(random_addr(rng), port(rng)),
-            real_server: SocketAddrV4::new(random_addr(rng), port(rng)),
-            local,
+            client: SocketAddrV4::new(random_addr(rng), port(rng)).into(),
+            virtual_service: SocketAddrV4::new(random_addr(rng), port(rng)).into(),
+            real_server: SocketAddrV4::new(random_addr(rng), port(rng)).into(),
+            local: local.map(SocketAddr::V4),
             timeout_ms,
             timestamp_offset: match proto {
                 Protocol::Tcp => rng.next_u64() as u32,
@@ -1603,6 +2093,70 @@ mod tests {
                 }
             }),
         }
+    }
+
+    /// An IPv6 connection record: IPv6 client and VIP; the real server and local
+    /// address IPv6, or now and then IPv4 (a translated connection).
+    fn random_record6(
+        rng: &mut XorShift,
+        op: RecordOp,
+        proto: Protocol,
+        mode: ForwardMode,
+        state: TcpState,
+        timeout_ms: u32,
+    ) -> RecordRepr {
+        let v6 = |rng: &mut XorShift| {
+            // Never IPv4-mapped: the top word is 2001:db8 or random non-zero.
+            let hi = ((rng.next_u64() as u128) << 64) | 0x2001_0db8u128 << 96;
+            Ipv6Addr::from(hi | u128::from(rng.next_u64()))
+        };
+        let ip = |rng: &mut XorShift| -> IpAddr {
+            if rng.below(4) == 0 {
+                IpAddr::V4(random_addr(rng))
+            } else {
+                IpAddr::V6(v6(rng))
+            }
+        };
+        let port = |rng: &mut XorShift| rng.next_u64() as u16;
+        let local = (mode == ForwardMode::FullNat).then(|| {
+            let a = match ip(rng) {
+                IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a).max(1))),
+                a => a,
+            };
+            SocketAddr::new(a, port(rng).max(1))
+        });
+        RecordRepr {
+            kind: RecordKind::Connection,
+            op,
+            proto,
+            mode,
+            state,
+            client_prefix_len: 128,
+            flags: RecordFlags(
+                rng.next_u64() as u16 & RecordFlags::KNOWN & !RecordFlags::SYNPROXY.0,
+            ),
+            client: SocketAddr::new(IpAddr::V6(v6(rng)), port(rng)),
+            virtual_service: SocketAddr::new(IpAddr::V6(v6(rng)), port(rng)),
+            real_server: SocketAddr::new(ip(rng), port(rng)),
+            local,
+            timeout_ms,
+            timestamp_offset: match proto {
+                Protocol::Tcp => rng.next_u64() as u32,
+                Protocol::Udp => 0,
+            },
+            synproxy: None,
+        }
+    }
+
+    /// `header` and `records` written again with a builder (their lengths walked as a
+    /// receiver walks them), the trailer room left as it is.
+    fn reemit(header: MessageRepr, records: &[RecordRepr], out: &mut [u8]) {
+        let authenticated = header.flags.contains(MessageFlags::AUTHENTICATED);
+        let mut builder = MessageBuilder::new(out, header, 9000, authenticated);
+        for r in records {
+            builder.push(r).unwrap();
+        }
+        builder.finish();
     }
 
     #[test]
@@ -1628,11 +2182,16 @@ mod tests {
                 count: 0,
             };
             let mut builder = MessageBuilder::new(&mut buf, header, mtu, false);
-            let want = rng.below(builder.capacity() + 1);
+            let mut want = rng.below(builder.capacity() + 1);
             records.clear();
-            for _ in 0..want {
+            for i in 0..want {
                 let record = random_record(&mut rng);
-                builder.push(&record).unwrap();
+                if builder.push(&record).is_err() {
+                    // IPv6 records are longer: the message is full before `want`.
+                    assert!(records.iter().any(|r: &RecordRepr| r.is_ipv6()) || record.is_ipv6());
+                    want = i;
+                    break;
+                }
                 records.push(record);
             }
             let message = builder.finish();
@@ -1662,11 +2221,7 @@ mod tests {
             assert_eq!(index, want);
             // Emitting the parsed records again gives the same bytes.
             let mut again = vec![0u8; message.len()];
-            let mut copy = Packet::new_unchecked(&mut again[..]);
-            parsed.emit(&mut copy);
-            for (i, record) in records.iter().enumerate() {
-                record.emit(&mut copy.record_mut(i));
-            }
+            reemit(parsed, &records, &mut again);
             assert_eq!(&again[..], &message[..]);
         }
     }
@@ -1677,10 +2232,15 @@ mod tests {
     fn fuzz_never_panics() {
         let mut rng = XorShift(0xdead_beef_cafe_f00d);
         let mut buf = [0u8; 1500];
-        for _ in 0..20_000 {
+        for round in 0..20_000 {
+            let base: &[u8] = if round % 2 == 0 {
+                &FULLNAT_BATCH
+            } else {
+                &IPV6_BATCH
+            };
             let len = rng.below(200);
-            let mut data = FULLNAT_BATCH.to_vec();
-            data.resize(len.max(FULLNAT_BATCH.len()), 0);
+            let mut data = base.to_vec();
+            data.resize(len.max(base.len()), 0);
             if rng.below(2) == 0 {
                 rng.fill(&mut data[..len]);
                 data.truncate(len);
@@ -1689,17 +2249,17 @@ mod tests {
                     let at = rng.below(data.len());
                     data[at] = rng.next_u64() as u8;
                 }
-                data.truncate(FULLNAT_BATCH.len());
+                data.truncate(base.len());
             }
             if let Ok(records) = records_of(&data) {
                 let packet = Packet::new_checked(&data[..]).unwrap();
+                if data.len() > buf.len() {
+                    continue;
+                }
                 let header = MessageRepr::parse(&packet).unwrap();
                 let out = &mut buf[..data.len()];
+                reemit(header, &records, out);
                 let mut copy = Packet::new_unchecked(&mut *out);
-                header.emit(&mut copy);
-                for (i, r) in records.iter().enumerate() {
-                    r.emit(&mut copy.record_mut(i));
-                }
                 if let Some(trailer) = packet.trailer() {
                     copy.trailer_mut().copy_from_slice(trailer);
                 }

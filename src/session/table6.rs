@@ -52,6 +52,10 @@ pub struct Session6 {
     /// Tick at which the table took the session in.
     pub created: u32,
     deadline: u32,
+    /// Packets seen (a UDP flow is synced from the sync threshold on).
+    packets: u32,
+    /// Tick of the session's last sync to the standby, if it had one.
+    synced_at: Option<u32>,
 }
 
 impl Session6 {
@@ -83,7 +87,38 @@ impl Session6 {
             input_only: matches!(mode, ForwardMode::Dr | ForwardMode::Tun),
             created: 0,
             deadline: 0,
+            packets: 0,
+            synced_at: None,
         }
+    }
+
+    /// The same session in `state`, as a peer's sync record has it: `no_output` says
+    /// the real server was not heard yet (DR: the client's segments move the state by
+    /// the input-only table).
+    pub fn synced(mut self, state: TcpState, no_output: bool) -> Session6 {
+        self.state = state;
+        self.input_only = no_output;
+        self
+    }
+
+    /// DR: no packet from the real server seen yet.
+    pub fn no_output(&self) -> bool {
+        self.input_only
+    }
+
+    /// Packets seen on the session.
+    pub fn packets(&self) -> u32 {
+        self.packets
+    }
+
+    /// Ticks since the session's last sync at `now_tick`; `None` if never synced.
+    pub fn ticks_since_sync(&self, now_tick: u32) -> Option<u32> {
+        self.synced_at.map(|at| now_tick.wrapping_sub(at))
+    }
+
+    /// Records a sync at `now_tick`.
+    pub fn mark_synced(&mut self, now_tick: u32) {
+        self.synced_at = Some(now_tick);
     }
 
     /// The client-side key: client -> VIP:port.
@@ -117,6 +152,14 @@ impl Session6 {
 
     pub fn state(&self) -> TcpState {
         self.state
+    }
+
+    /// The state column of `ipvsadm -Lnc`, as for an IPv4 session.
+    pub fn state_name(&self) -> &'static str {
+        match self.proto {
+            Protocol::Tcp => self.state.name(),
+            Protocol::Udp => state::UDP_STATE_NAME,
+        }
     }
 
     /// The tick the session expires at, unless a packet comes first.
@@ -298,6 +341,7 @@ impl SessionTable6 {
         timeouts: &TickTimeouts,
     ) -> Option<Transition> {
         let s = self.get_mut(id)?;
+        s.packets = s.packets.saturating_add(1);
         let transition = match s.proto {
             Protocol::Tcp => {
                 let table = match dir {
@@ -319,6 +363,13 @@ impl SessionTable6 {
         };
         s.deadline = now_tick.wrapping_add(timeouts.session(s.proto, s.state));
         Some(transition)
+    }
+
+    /// Session `id` expires `timeout` ticks after `now_tick` (a sync record's refresh).
+    pub fn touch(&mut self, id: u32, now_tick: u32, timeout: u32) {
+        if let Some(s) = self.get_mut(id) {
+            s.deadline = now_tick.wrapping_add(timeout);
+        }
     }
 
     /// Removes session `id` and its keys. Returns it.
@@ -357,6 +408,19 @@ impl SessionTable6 {
                 }
             }
         }
+    }
+
+    /// Live sessions from slab index `from` on, in slab order, with their indices: a
+    /// resumable scan for listings read in chunks.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = (usize, &Session6)> + '_ {
+        self.slab
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter_map(|(i, s)| match s {
+                Slot::Used(s) => Some((i, s)),
+                Slot::Vacant { .. } => None,
+            })
     }
 
     /// Every live session (expired ones not yet swept included), in slab order.

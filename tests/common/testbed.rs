@@ -133,6 +133,43 @@ impl Testbed {
         out
     }
 
+    /// IPv6 on in namespace `ns` on `ifname` (and lo), with `addr` (`A/LEN`; no
+    /// duplicate address detection: the test owns the link). The bed itself runs with
+    /// IPv6 off everywhere.
+    pub fn ipv6_on(&self, ns: &str, ifname: &str, addr: &str) {
+        let ten = Duration::from_secs(10);
+        for sysctl in [
+            "net.ipv6.conf.all.disable_ipv6=0".to_string(),
+            format!("net.ipv6.conf.{ifname}.disable_ipv6=0"),
+            "net.ipv6.conf.lo.disable_ipv6=0".to_string(),
+        ] {
+            self.exec(ns, &["sysctl", "-qw", &sysctl], ten)
+                .expect_success("sysctl");
+        }
+        self.exec(
+            ns,
+            &["ip", "-6", "addr", "add", addr, "dev", ifname, "nodad"],
+            ten,
+        )
+        .expect_success("ip -6 addr add");
+    }
+
+    /// An IPv6 DR real server in `ns`: it holds `vip` on lo (Linux answers Neighbor
+    /// Discovery only for addresses of the interface asked), and its replies, from
+    /// the VIP, go straight to `client_net` on `ifname` (a table of their own).
+    pub fn ipv6_dr_vip(&self, ns: &str, ifname: &str, vip: &str, client_net: &str) {
+        let vip128 = format!("{vip}/128");
+        for cmd in [
+            &["addr", "add", &vip128, "dev", "lo"][..],
+            &["rule", "add", "from", vip, "table", "100"],
+            &["route", "add", client_net, "dev", ifname, "table", "100"],
+        ] {
+            let argv: Vec<&str> = ["ip", "-6"].iter().chain(cmd).copied().collect();
+            self.exec(ns, &argv, Duration::from_secs(10))
+                .expect_success("ipv6 DR real server");
+        }
+    }
+
     /// Runs a command inside one of this bed's namespaces, bounded.
     pub fn exec(&self, ns: &str, args: &[&str], timeout: Duration) -> CmdOutput {
         assert!(

@@ -188,8 +188,11 @@ def cmd_serve(args):
     class Server6(Server):
         address_family = socket.AF_INET6
 
+    class EchoServer6(EchoServer):
+        address_family = socket.AF_INET6
+
     servers = [(Server6 if is_v6(a) else Server)(addr_port(a), Handler) for a in args.http]
-    servers += [EchoServer(addr_port(a), EchoHandler) for a in args.echo]
+    servers += [(EchoServer6 if is_v6(a) else EchoServer)(addr_port(a), EchoHandler) for a in args.echo]
     udp_socks = []
     for a in args.udp:
         s = socket.socket(socket.AF_INET6 if is_v6(a) else socket.AF_INET, socket.SOCK_DGRAM)

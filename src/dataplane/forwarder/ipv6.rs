@@ -13,12 +13,12 @@
 //! the service's pool, keeps its IPv4 ends as IPv4-mapped addresses, translates the
 //! client's packets to IPv4 (`nat64_to_server`) and the real server's IPv4 replies,
 //! which the IPv4 path hands over when no IPv4 session takes them, back to IPv6
-//! (`nat64_reply`).
+//! (`nat64_reply`). Session sync hears of each packet's session (`sync6.rs`).
 //!
 //! Not yet on this path (the service table refuses them for IPv6 services):
-//! persistence, the SYN proxy, TOA, session sync. A NAT or FullNAT reply must reach
-//! the worker that owns its session: with several workers, the IPv6 replies that RSS
-//! puts on another worker's queue find no session there and are dropped
+//! persistence, the SYN proxy, TOA. A NAT or FullNAT reply must reach the worker
+//! that owns its session: with several workers, the IPv6 replies that RSS puts on
+//! another worker's queue find no session there and are dropped
 //! (`ipv6_no_service`), so IPv6 NAT and FullNAT services need one worker for now.
 use super::observe::account;
 use super::{Action, Context, Forwarder};
@@ -95,7 +95,11 @@ impl Forwarder {
         let transition = self
             .sessions6
             .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?;
+        if dir == Direction::Inbound {
+            self.learn_client_hop_v6(id, pkt);
+        }
         let s = *self.sessions6.get(id)?;
+        self.sync_after_packet_v6(id, &s, transition);
         let c = &self.real_servers[s.real as usize];
         let bytes = u64::from(pkt.len());
         match dir {
@@ -522,7 +526,7 @@ fn nat64_real(s: &Session6) -> Option<std::net::Ipv4Addr> {
 }
 
 /// A session's end on its real server's gauges.
-fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
+pub(super) fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
     let c = &real_servers[s.real as usize];
     if is_active(s.state()) {
         RealServerCounters::gauge_add(&c.active, -1);

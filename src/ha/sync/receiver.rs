@@ -20,7 +20,7 @@
 //! the data plane's own Toeplitz and RETA (`crate::flow::rss`), as the data plane
 //! decides it (see `dataplane::forwarder` and `forward::laddr`).
 use core::fmt;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr};
 
 use super::auth::{self, SyncKey};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
@@ -193,7 +193,7 @@ impl Receiver {
         &mut self,
         datagram: &'a [u8],
         source: Ipv4Addr,
-        service_exists: impl FnMut(Protocol, SocketAddrV4) -> bool,
+        service_exists: impl FnMut(Protocol, SocketAddr) -> bool,
     ) -> Result<Accepted<'a>, RejectReason> {
         let result = validate(datagram, source, &self.config, service_exists);
         match &result {
@@ -212,7 +212,7 @@ pub fn validate<'a>(
     datagram: &'a [u8],
     source: Ipv4Addr,
     config: &ReceiverConfig,
-    mut service_exists: impl FnMut(Protocol, SocketAddrV4) -> bool,
+    mut service_exists: impl FnMut(Protocol, SocketAddr) -> bool,
 ) -> Result<Accepted<'a>, RejectReason> {
     if !config.peers.contains(&source) {
         return Err(RejectReason::UnknownPeer);
@@ -263,13 +263,13 @@ pub fn check_record(
     let rs = service
         .real_servers
         .iter()
-        .find(|r| r.ip == *record.real_server.ip() && r.port == record.real_server.port())
+        .find(|r| r.ip == record.real_server.ip() && r.port == record.real_server.port())
         .ok_or(Conflict::UnknownRealServer)?;
     if rs.mode != record.mode {
         return Err(Conflict::WrongMode);
     }
     if let Some(local) = record.local {
-        if !service.has_local_address(*local.ip()) {
+        if !service.has_local_address(local.ip()) {
             return Err(Conflict::WrongLocal);
         }
     }
@@ -313,6 +313,9 @@ impl Owner {
 ///   `nat_reply_owner` in the forwarder, which hashes this same tuple.
 /// - FullNAT: the queue of the reply tuple `RIP:rport -> LIP:lport`, the tuple the
 ///   forwarder's `PortPool` chose `lport` for; replies are never redirected.
+/// - IPv6: the queue the NIC's Toeplitz hash of the IPv6 request tuple gives (source
+///   and destination address, then the ports with L3L4), as RSS hashes IPv6 packets;
+///   IPv6 replies are not redirected.
 pub fn session_owner(
     record: &RecordRepr,
     toeplitz: &Toeplitz,
@@ -322,8 +325,26 @@ pub fn session_owner(
     if record.kind != RecordKind::Connection {
         return None;
     }
-    let queue_of = |src: SocketAddrV4, dst: SocketAddrV4| {
-        reta.queue(toeplitz.hash_tuple(fields, *src.ip(), *dst.ip(), src.port(), dst.port()))
+    let queue_of = |src: SocketAddr, dst: SocketAddr| match (src, dst) {
+        (SocketAddr::V4(s), SocketAddr::V4(d)) => {
+            reta.queue(toeplitz.hash_tuple(fields, *s.ip(), *d.ip(), s.port(), d.port()))
+        }
+        _ => {
+            let v6 = |a: SocketAddr| match a.ip() {
+                std::net::IpAddr::V6(a) => a,
+                std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
+            };
+            let mut input = [0u8; 36];
+            input[..16].copy_from_slice(&v6(src).octets());
+            input[16..32].copy_from_slice(&v6(dst).octets());
+            input[32..34].copy_from_slice(&src.port().to_be_bytes());
+            input[34..].copy_from_slice(&dst.port().to_be_bytes());
+            let len = match fields {
+                HashFields::L3 => 32,
+                HashFields::L3L4 => 36,
+            };
+            reta.queue(toeplitz.hash_bytes(&input[..len]).unwrap_or(0))
+        }
     };
     let client_queue = queue_of(record.client, record.virtual_service);
     let queue = match (record.mode, record.local) {
@@ -352,6 +373,7 @@ mod tests {
     };
     use crate::session::{Session, TcpState};
     use crate::wire::test_util::XorShift;
+    use std::net::SocketAddrV4;
 
     const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const US: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
@@ -403,8 +425,8 @@ mod tests {
         })
     }
 
-    fn our_service(_: Protocol, vs: SocketAddrV4) -> bool {
-        vs == SocketAddrV4::new(VIP, 80)
+    fn our_service(_: Protocol, vs: SocketAddr) -> bool {
+        vs == SocketAddrV4::new(VIP, 80).into()
     }
 
     #[test]
@@ -657,7 +679,7 @@ mod tests {
             SocketAddrV4::new(RS, 8081),
         ] {
             let mut other = good;
-            other.real_server = rs;
+            other.real_server = rs.into();
             assert_eq!(
                 check_record(&other, service, &timeouts),
                 Err(Conflict::UnknownRealServer)
@@ -669,9 +691,9 @@ mod tests {
         fnat_service.local_addresses = vec![Ipv4Addr::new(10, 1, 255, 1).into()];
         let mut fnat = good;
         fnat.mode = ForwardMode::FullNat;
-        fnat.local = Some(SocketAddrV4::new(Ipv4Addr::new(10, 1, 255, 1), 5000));
+        fnat.local = Some(SocketAddrV4::new(Ipv4Addr::new(10, 1, 255, 1), 5000).into());
         assert!(check_record(&fnat, &fnat_service, &timeouts).is_ok());
-        fnat.local = Some(SocketAddrV4::new(Ipv4Addr::new(10, 1, 255, 2), 5000));
+        fnat.local = Some(SocketAddrV4::new(Ipv4Addr::new(10, 1, 255, 2), 5000).into());
         assert_eq!(
             check_record(&fnat, &fnat_service, &timeouts),
             Err(Conflict::WrongLocal)
@@ -734,5 +756,57 @@ mod tests {
             session_owner(&template, &toeplitz, &reta, HashFields::L3L4),
             None
         );
+    }
+
+    /// An IPv6 record's owner is the queue of the Toeplitz hash of its IPv6 request
+    /// tuple: checked against the IPv6 verification vectors of Microsoft's RSS
+    /// specification ("Verifying the RSS Hash Calculation": source, destination, their
+    /// ports; the hash over the addresses alone, and with the ports), through a
+    /// 65536-entry table that maps each hash's low 16 bits to a queue of that number.
+    #[test]
+    fn an_ipv6_owner_is_the_queue_of_the_ipv6_tuples_hash() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::from_entries((0..=u16::MAX).collect()).unwrap();
+        let vectors = [
+            (
+                "3ffe:2501:200:1fff::7",
+                2794,
+                "3ffe:2501:200:3::1",
+                1766,
+                0x2cc1_8cd5u32,
+                0x4020_7d3du32,
+            ),
+            (
+                "3ffe:501:8::260:97ff:fe40:efab",
+                14230,
+                "ff02::1",
+                4739,
+                0x0f0c_461c,
+                0xdde5_1bbf,
+            ),
+            (
+                "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
+                44251,
+                "fe80::200:f8ff:fe21:67cf",
+                38024,
+                0x4b61_e985,
+                0x02d1_feef,
+            ),
+        ];
+        for (src, sport, dst, dport, l3, l3l4) in vectors {
+            let mut r = record(VIP, 1);
+            r.mode = ForwardMode::Dr;
+            r.client = SocketAddr::new(src.parse().unwrap(), sport);
+            r.virtual_service = SocketAddr::new(dst.parse().unwrap(), dport);
+            r.real_server = SocketAddr::new("2001:db8::2".parse().unwrap(), 80);
+            for (fields, hash) in [(HashFields::L3, l3), (HashFields::L3L4, l3l4)] {
+                let owner = session_owner(&r, &toeplitz, &reta, fields).unwrap();
+                assert_eq!(
+                    (owner.queue, owner.client_queue),
+                    (hash as u16, hash as u16),
+                    "{src} -> {dst} {fields:?}"
+                );
+            }
+        }
     }
 }

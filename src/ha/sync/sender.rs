@@ -223,7 +223,7 @@ impl SyncSender {
         let authenticated = self.key.is_some();
         let mut sent = 0;
         while !dump.done && sent < max_chunks {
-            let mut header = self.header(
+            let header = self.header(
                 MessageType::DumpChunk,
                 dump.to,
                 dump.dump_id,
@@ -231,31 +231,24 @@ impl SyncSender {
             );
             // Fill the chunk; peeking at the next record then says whether it is the last.
             let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
-            while !builder.is_full() {
-                let Some(record) = dump.records.next() else {
+            while let Some(record) = dump.records.peek() {
+                if builder.push(record).is_err() {
+                    if builder.is_empty() {
+                        // Larger than an empty message's room: it can never go.
+                        dump.records.next();
+                        continue;
+                    }
                     break;
-                };
-                let _ = builder.push(&record);
+                }
+                dump.records.next();
             }
             dump.next_chunk += 1;
             sent += 1;
-            if dump.records.peek().is_some() {
-                self.finish(builder, &mut send);
-                continue;
+            if dump.records.peek().is_none() {
+                dump.done = true;
+                builder.set_last_chunk();
             }
-            dump.done = true;
-            header.flags.set(MessageFlags::LAST_CHUNK, true);
-            header.flags.set(MessageFlags::AUTHENTICATED, authenticated);
-            header.count = builder.len() as u16;
-            // Rewrite the header with the flag; the records are in place.
-            let mut packet = crate::session::replication::Packet::new_unchecked(&mut *buf);
-            header.emit(&mut packet);
-            let len = header.buffer_len();
-            if let Some(key) = &self.key {
-                auth::seal(&mut buf[..len], key);
-            }
-            send(&buf[..len]);
-            self.sequence += 1;
+            self.finish(builder, &mut send);
         }
         sent
     }

@@ -94,7 +94,7 @@ pub fn identify(
 ) -> Result<(TemplateKey, Option<Template>), Skip> {
     let vs = record.virtual_service;
     let service = table
-        .get(ServiceKey::new(record.proto, *vs.ip(), vs.port()))
+        .get(ServiceKey::new(record.proto, vs.ip(), vs.port()))
         .ok_or(Skip::NoService)?;
     let persistence = service.persistence.ok_or(Skip::NotPersistent)?;
     if !persistence.netmask_is_contiguous()
@@ -102,9 +102,13 @@ pub fn identify(
     {
         return Err(Skip::OtherNetmask);
     }
+    // Templates are IPv4 (persistence is refused on IPv6 services).
+    let std::net::IpAddr::V4(network) = record.client.ip() else {
+        return Err(Skip::NotPersistent);
+    };
     let key = TemplateKey {
         service: service.id,
-        network: u32::from(*record.client.ip()),
+        network: u32::from(network),
     };
     if record.op == RecordOp::Remove {
         return Ok((key, None));
@@ -112,7 +116,7 @@ pub fn identify(
     let rs = service
         .real_servers
         .iter()
-        .find(|r| r.ip == *record.real_server.ip() && r.port == record.real_server.port())
+        .find(|r| r.ip == record.real_server.ip() && r.port == record.real_server.port())
         .ok_or(Skip::UnknownReal)?;
     let ticks = record.timeout_ms / tick_ms.max(1);
     if ticks == 0 {
@@ -370,10 +374,10 @@ mod tests {
             .unwrap();
         assert_eq!(record.kind, RecordKind::Template);
         assert_eq!(record.op, RecordOp::Update);
-        assert_eq!(record.client, SocketAddrV4::new(NET, 0));
+        assert_eq!(record.client, SocketAddrV4::new(NET, 0).into());
         assert_eq!(record.client_prefix_len, 24);
-        assert_eq!(record.virtual_service, SocketAddrV4::new(VIP, 80));
-        assert_eq!(record.real_server, SocketAddrV4::new(RS2, 8080));
+        assert_eq!(record.virtual_service, SocketAddrV4::new(VIP, 80).into());
+        assert_eq!(record.real_server, SocketAddrV4::new(RS2, 8080).into());
         assert_eq!(record.mode, ForwardMode::Nat);
         assert_eq!(record.timeout_ms, 60_000);
 

@@ -1,0 +1,143 @@
+//! Session sync of IPv6 sessions, both halves on the worker: after a packet, the event
+//! for the standby when the sync policy says so (the same policy as IPv4); on the
+//! standby, the peer's IPv6 records installed into, refreshed in or removed from the
+//! worker's IPv6 session table.
+use super::ipv6::forget_v6;
+use super::Forwarder;
+use crate::dataplane::counters::Event;
+use crate::dataplane::realserver_stats::RealServerCounters;
+use crate::dataplane::sync_events::{PacketFacts, SessionEvent};
+use crate::dpdk::Packet;
+use crate::model::{ForwardMode, ServiceKey};
+use crate::session::is_active;
+use crate::session::replication::{RecordKind, RecordOp, RecordRepr};
+use crate::session::table6::Session6;
+use crate::session::Transition;
+
+impl Forwarder {
+    /// Session sync, after a packet moved IPv6 session `id` (`s`, as it is now) by
+    /// `t`: an event for the management core when the policy says the standby should
+    /// hear of it.
+    #[inline]
+    pub(super) fn sync_after_packet_v6(&mut self, id: u32, s: &Session6, t: Transition) {
+        let Some(link) = &self.sync else {
+            return;
+        };
+        let timeout_ticks = self.timeouts.session(s.proto, s.state());
+        // A busy synced session whose state did not move and whose refresh is not due:
+        // nothing to ask the policy.
+        if !t.changed() {
+            if let Some(since) = s.ticks_since_sync(self.now_tick) {
+                let period_ticks = link.policy.period_ms / self.tick_ms.max(1);
+                if since < period_ticks.min(timeout_ticks / 2) {
+                    return;
+                }
+            }
+        }
+        let tick_ms = u64::from(self.tick_ms);
+        let now_ms = u64::from(self.now_tick) * tick_ms;
+        let timeout_ms = timeout_ticks.saturating_mul(self.tick_ms);
+        let facts = PacketFacts {
+            proto: s.proto,
+            transition: t,
+            packets: s.packets(),
+            timeout_ms,
+            last_synced_ms: s
+                .ticks_since_sync(self.now_tick)
+                .map(|ticks| now_ms.saturating_sub(u64::from(ticks) * tick_ms)),
+            now_ms,
+        };
+        let Some(kind) = link.policy.on_packet(&facts) else {
+            return;
+        };
+        link.rings[link.index].push(SessionEvent::new6(kind, s, timeout_ms));
+        let now = self.now_tick;
+        if let Some(live) = self.sessions6.get_mut(id) {
+            live.mark_synced(now);
+        }
+    }
+
+    /// A NAT session a peer's record installed has no way back to the client yet
+    /// (the MAC its packets come from): the client's first packet here gives it.
+    #[inline]
+    pub(super) fn learn_client_hop_v6(&mut self, id: u32, pkt: &Packet) {
+        if let Some(s) = self.sessions6.get_mut(id) {
+            if s.mode == ForwardMode::Nat && s.peer_mac == [0; 6] {
+                if let Some(mac) = pkt.bytes().get(6..12) {
+                    s.peer_mac.copy_from_slice(mac);
+                }
+            }
+        }
+    }
+
+    /// Session sync (standby): installs, refreshes or removes the peer's IPv6 session
+    /// `r`. Returns the event to count, or `None` when the record cannot be installed
+    /// (no such service or real server here, another mode, or no room).
+    pub(super) fn install_v6(&mut self, r: &RecordRepr) -> Option<Event> {
+        if r.kind != RecordKind::Connection {
+            return None;
+        }
+        let key = r.in_key6()?;
+        let found = self.sessions6.lookup(&key, self.now_tick).map(|(id, _)| id);
+        if r.op == RecordOp::Remove {
+            if let Some(s) = found.and_then(|id| self.sessions6.remove(id)) {
+                forget_v6(&self.real_servers, &s);
+                self.load_changed(s.real);
+            }
+            return Some(Event::SyncRemoved);
+        }
+        let timeout_ticks = r.timeout_ms.div_ceil(self.tick_ms.max(1)).max(1);
+        let no_output = r
+            .flags
+            .contains(crate::session::replication::RecordFlags::NO_OUTPUT);
+        if let Some(id) = found {
+            let live = self.sessions6.get_mut(id)?;
+            let was_active = is_active(live.state());
+            *live = live.synced(r.state, no_output);
+            let now_active = is_active(live.state());
+            let real = live.real;
+            if was_active != now_active {
+                let c = &self.real_servers[real as usize];
+                RealServerCounters::gauge_add(&c.active, if now_active { 1 } else { -1 });
+                RealServerCounters::gauge_add(&c.inactive, if now_active { -1 } else { 1 });
+                self.load_changed(real);
+            }
+            self.sessions6.touch(id, self.now_tick, timeout_ticks);
+            return Some(Event::SyncInstalled);
+        }
+        let snap = self.snapshot.current_arc();
+        let vs = r.virtual_service;
+        let service = snap.find(&ServiceKey::new(r.proto, vs.ip(), vs.port()))?;
+        let rs = service
+            .real_servers
+            .iter()
+            .find(|x| x.ip == r.real_server.ip() && x.port == r.real_server.port())?;
+        if rs.mode != r.mode {
+            return None;
+        }
+        // The client-side next hop of a NAT session is learned from the client's
+        // first packet after a takeover; a DR real server's from the neighbour table.
+        let session = r.to_session6(service.id, rs.id)?;
+        let (real_servers, load_view, schedulers, overload) = (
+            &self.real_servers[..],
+            &self.load_view,
+            &mut self.schedulers,
+            &mut self.overload,
+        );
+        self.sessions6
+            .insert(session, self.now_tick, timeout_ticks, |old| {
+                forget_v6(real_servers, old);
+                super::tell_load(load_view, schedulers, overload, real_servers, old.real);
+            })
+            .ok()?;
+        let c = &self.real_servers[rs.id as usize];
+        let gauge = if is_active(r.state) {
+            &c.active
+        } else {
+            &c.inactive
+        };
+        RealServerCounters::gauge_add(gauge, 1);
+        self.load_changed(rs.id);
+        Some(Event::SyncInstalled)
+    }
+}
