@@ -285,6 +285,35 @@ fn curl_over_ipv6_through_nat_and_dr_services() {
         listing.stdout
     );
 
+    // A capture filtered by the IPv6 VIP and port, running through both services.
+    let capture_file = lab.dir.path().join("vip6.pcapng");
+    let socket = daemon.socket().to_string_lossy().into_owned();
+    let vip80 = format!("[{VIP6}]:80");
+    let mut capture = BackgroundProcess::spawn(
+        None,
+        &[
+            SLUICECTL,
+            "-S",
+            &socket,
+            "capture",
+            "-w",
+            &capture_file.to_string_lossy(),
+            "--proto",
+            "tcp",
+            "--vip",
+            &vip80,
+            "--duration",
+            "60",
+        ],
+    );
+    let running = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        daemon
+            .ctl(&["--json", "capture", "--status"])
+            .stdout
+            .contains("\"running\": true")
+            .then_some(())
+    });
+    assert!(running.is_some(), "no capture: {}", capture.stderr_text());
     for (port, mode) in [(80, "nat"), (81, "dr")] {
         let url = format!("http://[{VIP6}]:{port}/");
         let batch = lab.curl(&url, 20, 4, &[]);
@@ -305,6 +334,54 @@ fn curl_over_ipv6_through_nat_and_dr_services() {
             daemon.dump()
         );
     }
+    let stopped = daemon.ctl(&["capture", "--stop"]);
+    assert!(stopped.success(), "{}", stopped.describe());
+    assert!(capture.wait_exit(Duration::from_secs(5)).is_some());
+    // tshark reads it: every frame has the VIP's port 80 on one side (none of the DR
+    // service's port 81, no UDP), the 20 NAT clients' SYNs received and their 20
+    // SYN-ACKs sent from the VIP.
+    let out = run_bounded(
+        std::process::Command::new("tshark").args([
+            "-n",
+            "-r",
+            &capture_file.to_string_lossy(),
+            "-T",
+            "fields",
+            "-e",
+            "ipv6.src",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "ipv6.dst",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "tcp.flags.str",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let frames: Vec<Vec<&str>> = out
+        .stdout
+        .lines()
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let at_vip = |f: &Vec<&str>| (f[0] == VIP6 && f[1] == "80") || (f[2] == VIP6 && f[3] == "80");
+    // tshark's flag strings, 12 positions: SYN alone, and SYN with ACK.
+    let syns = frames
+        .iter()
+        .filter(|f| f[2] == VIP6 && f[4] == "··········S·")
+        .count();
+    let syn_acks = frames
+        .iter()
+        .filter(|f| f[0] == VIP6 && f[4] == "·······A··S·")
+        .count();
+    assert!(
+        frames.iter().all(|f| f.len() == 5 && at_vip(f)) && syns >= 20 && syn_acks >= 20,
+        "{syns} SYNs, {syn_acks} SYN-ACKs in {} frames:\n{}",
+        frames.len(),
+        out.stdout
+    );
     // The real servers saw the client's own address (NAT and DR keep it).
     let lines: Vec<String> = (1..=2).flat_map(|i| lab.log_lines(i, "http")).collect();
     assert!(

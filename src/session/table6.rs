@@ -2,10 +2,10 @@
 //! IPv4 entry stays one 64-byte line, and an IPv6 entry, whose three addresses alone
 //! take 48 bytes, does not share its layout.
 //!
-//! Shape and cost. A slab of [`Session6`] entries (100 bytes each, the FullNAT
-//! local address and port included) and a hashbrown map from [`FlowKey6`] (client
-//! key and, for NAT and FullNAT, reply key) to the slab index: about 100 + 2 x 48
-//! bytes per session at full load, allocated once at
+//! Shape and cost. A slab of [`Session6`] entries (112 bytes each, the FullNAT
+//! local address and port and the sync bookkeeping included) and a hashbrown map
+//! from [`FlowKey6`] (client key and, for NAT and FullNAT, reply key) to the slab
+//! index: about 112 + 2 x 48 bytes per session at full load, allocated once at
 //! construction for the table's capacity; nothing allocates afterwards (the map
 //! never holds more than `2 x capacity` keys, the capacity it was built for).
 //! Expiry is lazy: a lookup treats a session past its deadline as gone, and
@@ -508,7 +508,7 @@ mod tests {
         assert!(t.lookup(&other.reply_key().unwrap(), 12).is_some());
         assert_eq!(
             std::mem::size_of::<Session6>(),
-            100,
+            112,
             "as the module doc says"
         );
     }
