@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then formatting, lints, unit tests,
 # DPDK integration tests, golden-packet tests and end-to-end tests in namespaces, and
-# a bounded fuzzing run of every fuzz target (scripts/fuzz.sh, 20 s each here).
+# a bounded fuzzing run of every fuzz target (scripts/fuzz.sh, 10 s each here).
 # Needs root (DPDK, network namespaces). Usage: sudo scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ echo "== cargo test (unit, DPDK integration, golden pcap, namespaces)"
 CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
   cargo test --release --workspace --no-fail-fast -- --test-threads=2
 
-# 20 s per target (two at a time) keeps the whole run under CI's 30 minutes; the
+# 10 s per target (two at a time) keeps the whole run under CI's 30 minutes; the
 # script's own default, for a run by hand, is 30 s, and --long runs for hours.
-echo "== fuzz every target (20 s each; scripts/fuzz.sh)"
-FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash scripts/fuzz.sh
+echo "== fuzz every target (10 s each; scripts/fuzz.sh)"
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}" bash scripts/fuzz.sh

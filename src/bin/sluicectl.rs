@@ -1743,6 +1743,10 @@ mod tests {
             "198.18.1.1:53",
             "--host",
             "198.18.0.2",
+            "--rs",
+            "[2001:db8::21]:53",
+            "--host",
+            "2001:db8::2",
         ]);
         let Command::Capture(request) = o.command else {
             panic!("{:?}", o.command)
@@ -1777,6 +1781,14 @@ mod tests {
                 Endpoint {
                     ip: "198.18.0.2".parse().unwrap(),
                     port: None
+                },
+                Endpoint {
+                    ip: "2001:db8::21".parse().unwrap(),
+                    port: Some(53)
+                },
+                Endpoint {
+                    ip: "2001:db8::2".parse().unwrap(),
+                    port: None
                 }
             ]
         );
@@ -1801,7 +1813,7 @@ mod tests {
             ),
             (
                 &["capture", "-w", "f", "--vip", "1.2.3"],
-                "\"1.2.3\" is not IP or IP:PORT",
+                "\"1.2.3\" is not IP, IP:PORT, IPV6 or [IPV6]:PORT",
             ),
             (&["capture", "-w", "f", "-s", "4096"], "-s must be 1-2048"),
             (

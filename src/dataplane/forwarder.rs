@@ -1073,13 +1073,15 @@ impl Forwarder {
         match (r.mode, local) {
             (ForwardMode::FullNat, Some(local)) => {
                 // The active chose this port: keep this worker from handing it out.
-                // A port this worker already holds for another session is not given
-                // to a second one.
-                if let Some(pool) = self.pools.get_mut(&service.id) {
-                    if pool.is_in_use(*local.ip(), local.port()) {
-                        return None;
-                    }
-                    pool.reserve(*local.ip(), local.port());
+                // A port this worker cannot reserve (held for another session, or
+                // not of this service's local addresses here: the nodes' configs
+                // differ) is not this node's to use: the record is not installed.
+                let reserved = self
+                    .pools
+                    .get_mut(&service.id)
+                    .is_some_and(|pool| pool.reserve(*local.ip(), local.port()));
+                if !reserved {
+                    return None;
                 }
                 session = session.with_local(*local.ip(), local.port());
             }
