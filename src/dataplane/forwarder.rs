@@ -1396,6 +1396,13 @@ mod tests {
         // FullNAT towards a real server this node reaches by DR: not installed.
         assert_eq!(f.install(&record(33000, dr_vip, dr_rs, 40000)), None);
         assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (0, 0));
+        // A local address this service does not have here (the peers' configs
+        // differ), or a port outside the pool: no port to reserve, not installed.
+        let mut foreign = record(33000, vip, full_rs, 40000);
+        foreign.local = Some(SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 52), 40000).into());
+        assert_eq!(f.install(&foreign), None);
+        assert_eq!(f.install(&record(33000, vip, full_rs, 50000)), None);
+        assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (0, 0));
         assert_eq!(
             f.install(&record(33000, vip, full_rs, 40000)),
             Some(Event::SyncInstalled)
