@@ -116,16 +116,9 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
     let began = wall_now();
     let file = lab.dir.path().join("sluice.pcapng");
     let socket = daemon.socket().to_string_lossy().into_owned();
-    let file_s = file.to_string_lossy().into_owned();
-    let mut capture = BackgroundProcess::spawn(
-        None,
+    let mut capture = daemon.start_capture(
+        &file,
         &[
-            SLUICECTL,
-            "-S",
-            &socket,
-            "capture",
-            "-w",
-            &file_s,
             "--proto",
             "tcp",
             "--vip",
@@ -137,17 +130,6 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
             "--duration",
             "30",
         ],
-    );
-    let running = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
-        ctl(&daemon, &["--json", "capture", "--status"])
-            .stdout
-            .contains("\"running\": true")
-            .then_some(())
-    });
-    assert!(
-        running.is_some(),
-        "the capture did not start: {}",
-        capture.stderr_text()
     );
 
     let batch = lab.curl(&format!("http://{VIP}/"), 20, 2, &[]);

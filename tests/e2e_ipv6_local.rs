@@ -287,33 +287,11 @@ fn curl_over_ipv6_through_nat_and_dr_services() {
 
     // A capture filtered by the IPv6 VIP and port, running through both services.
     let capture_file = lab.dir.path().join("vip6.pcapng");
-    let socket = daemon.socket().to_string_lossy().into_owned();
     let vip80 = format!("[{VIP6}]:80");
-    let mut capture = BackgroundProcess::spawn(
-        None,
-        &[
-            SLUICECTL,
-            "-S",
-            &socket,
-            "capture",
-            "-w",
-            &capture_file.to_string_lossy(),
-            "--proto",
-            "tcp",
-            "--vip",
-            &vip80,
-            "--duration",
-            "60",
-        ],
+    let mut capture = daemon.start_capture(
+        &capture_file,
+        &["--proto", "tcp", "--vip", &vip80, "--duration", "60"],
     );
-    let running = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
-        daemon
-            .ctl(&["--json", "capture", "--status"])
-            .stdout
-            .contains("\"running\": true")
-            .then_some(())
-    });
-    assert!(running.is_some(), "no capture: {}", capture.stderr_text());
     for (port, mode) in [(80, "nat"), (81, "dr")] {
         let url = format!("http://[{VIP6}]:{port}/");
         let batch = lab.curl(&url, 20, 4, &[]);

@@ -6,7 +6,8 @@
 
 use super::config::DaemonConfig;
 use super::process::{
-    describe_command, drain, run_bounded, text, unique_tag, wait_with_deadline, CmdOutput,
+    describe_command, drain, run_bounded, text, unique_tag, wait_with_deadline, BackgroundProcess,
+    CmdOutput,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -102,6 +103,29 @@ impl Daemon {
 
     pub fn socket(&self) -> &Path {
         &self.config.socket
+    }
+
+    /// `sluicectl capture -w file FILTER...` in the background, once the daemon
+    /// reports the capture running (within 5 s, else the test fails).
+    pub fn start_capture(&self, file: &Path, filter: &[&str]) -> BackgroundProcess {
+        let socket = self.socket().to_string_lossy().into_owned();
+        let file = file.to_string_lossy().into_owned();
+        let mut argv = vec![SLUICECTL, "-S", &socket, "capture", "-w", &file];
+        argv.extend_from_slice(filter);
+        let capture = BackgroundProcess::spawn(None, &argv);
+        let running =
+            super::process::wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+                self.ctl(&["--json", "capture", "--status"])
+                    .stdout
+                    .contains("\"running\": true")
+                    .then_some(())
+            });
+        assert!(
+            running.is_some(),
+            "the capture did not start: {}",
+            capture.stderr_text()
+        );
+        capture
     }
 
     pub fn stderr_text(&self) -> String {

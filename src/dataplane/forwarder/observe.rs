@@ -36,21 +36,26 @@ impl Forwarder {
         }
     }
 
-    /// Session sync, after a packet moved session `id` by `t`: an event for the
-    /// management core when the policy says the standby should hear of it.
+    /// What the sync policy says after a packet moved a session (IPv4 or IPv6) by
+    /// `t`: the event for the standby and the session's timeout in ms, or `None`
+    /// (no sync, or a busy synced session whose state did not move and whose refresh
+    /// is not due, the common case, decided before the policy is asked).
     #[inline]
-    pub(super) fn sync_after_packet(&mut self, id: SessionId, s: &Session, t: Transition) {
-        let Some(link) = &self.sync else {
-            return;
-        };
-        let timeout_ticks = self.timeouts.session(s.proto, s.state());
-        // The common case, a busy synced session whose state did not move and whose
-        // refresh is not due: nothing to ask the policy.
+    pub(super) fn sync_verdict(
+        &self,
+        proto: Protocol,
+        state: TcpState,
+        t: Transition,
+        packets: u32,
+        ticks_since_sync: Option<u32>,
+    ) -> Option<(EventKind, u32)> {
+        let link = self.sync.as_ref()?;
+        let timeout_ticks = self.timeouts.session(proto, state);
         if !t.changed() {
-            if let Some(since) = s.ticks_since_sync(self.now_tick) {
+            if let Some(since) = ticks_since_sync {
                 let period_ticks = link.policy.period_ms / self.tick_ms.max(1);
                 if since < period_ticks.min(timeout_ticks / 2) {
-                    return;
+                    return None;
                 }
             }
         }
@@ -58,16 +63,28 @@ impl Forwarder {
         let now_ms = u64::from(self.now_tick) * tick_ms;
         let timeout_ms = timeout_ticks.saturating_mul(self.tick_ms);
         let facts = PacketFacts {
-            proto: s.proto,
+            proto,
             transition: t,
-            packets: s.udp_packets(),
+            packets,
             timeout_ms,
-            last_synced_ms: s
-                .ticks_since_sync(self.now_tick)
+            last_synced_ms: ticks_since_sync
                 .map(|ticks| now_ms.saturating_sub(u64::from(ticks) * tick_ms)),
             now_ms,
         };
-        let Some(kind) = link.policy.on_packet(&facts) else {
+        link.policy.on_packet(&facts).map(|kind| (kind, timeout_ms))
+    }
+
+    /// Session sync, after a packet moved session `id` by `t`: an event for the
+    /// management core when the policy says the standby should hear of it.
+    #[inline]
+    pub(super) fn sync_after_packet(&mut self, id: SessionId, s: &Session, t: Transition) {
+        let since = s.ticks_since_sync(self.now_tick);
+        let Some((kind, timeout_ms)) =
+            self.sync_verdict(s.proto, s.state(), t, s.udp_packets(), since)
+        else {
+            return;
+        };
+        let Some(link) = &self.sync else {
             return;
         };
         let mut event = SessionEvent::new(kind, s, timeout_ms);

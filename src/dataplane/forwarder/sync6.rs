@@ -6,7 +6,7 @@ use super::ipv6::forget_v6;
 use super::Forwarder;
 use crate::dataplane::counters::Event;
 use crate::dataplane::realserver_stats::RealServerCounters;
-use crate::dataplane::sync_events::{PacketFacts, SessionEvent};
+use crate::dataplane::sync_events::SessionEvent;
 use crate::dpdk::Packet;
 use crate::model::{ForwardMode, ServiceKey};
 use crate::session::is_active;
@@ -20,34 +20,12 @@ impl Forwarder {
     /// hear of it.
     #[inline]
     pub(super) fn sync_after_packet_v6(&mut self, id: u32, s: &Session6, t: Transition) {
-        let Some(link) = &self.sync else {
+        let since = s.ticks_since_sync(self.now_tick);
+        let Some((kind, timeout_ms)) = self.sync_verdict(s.proto, s.state(), t, s.packets(), since)
+        else {
             return;
         };
-        let timeout_ticks = self.timeouts.session(s.proto, s.state());
-        // A busy synced session whose state did not move and whose refresh is not due:
-        // nothing to ask the policy.
-        if !t.changed() {
-            if let Some(since) = s.ticks_since_sync(self.now_tick) {
-                let period_ticks = link.policy.period_ms / self.tick_ms.max(1);
-                if since < period_ticks.min(timeout_ticks / 2) {
-                    return;
-                }
-            }
-        }
-        let tick_ms = u64::from(self.tick_ms);
-        let now_ms = u64::from(self.now_tick) * tick_ms;
-        let timeout_ms = timeout_ticks.saturating_mul(self.tick_ms);
-        let facts = PacketFacts {
-            proto: s.proto,
-            transition: t,
-            packets: s.packets(),
-            timeout_ms,
-            last_synced_ms: s
-                .ticks_since_sync(self.now_tick)
-                .map(|ticks| now_ms.saturating_sub(u64::from(ticks) * tick_ms)),
-            now_ms,
-        };
-        let Some(kind) = link.policy.on_packet(&facts) else {
+        let Some(link) = &self.sync else {
             return;
         };
         link.rings[link.index].push(SessionEvent::new6(kind, s, timeout_ms));
