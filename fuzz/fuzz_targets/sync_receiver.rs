@@ -137,8 +137,12 @@ fn record6_bytes(r: &RecordSpec, out: &mut Vec<u8>) {
     if r.prefix_len < 240 {
         b[5] = 128;
     }
-    let client: Ipv6Addr = ["2001:db8:18::2", "2001:db8:18::3", "2001:db8:2::9", "::ffff:1.2.3.4"]
-        [r.client as usize % 4]
+    let client: Ipv6Addr = [
+        "2001:db8:18::2",
+        "2001:db8:18::3",
+        "2001:db8:2::9",
+        "::ffff:1.2.3.4",
+    ][r.client as usize % 4]
         .parse()
         .unwrap();
     b[8..24].copy_from_slice(&client.octets());

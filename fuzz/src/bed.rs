@@ -13,6 +13,7 @@ use sluice::model::ForwardMode;
 use sluice::service::{HealthOverlay, Snapshot, SnapshotPublisher};
 use sluice::session::persist::PersistTable;
 use sluice::session::replication::{RecordOp, RecordRepr};
+use sluice::session::table6::Session6;
 use sluice::session::{Session, TickTimeouts};
 use sluice::wire::ethernet::MacAddr;
 use std::collections::{HashMap, HashSet};
@@ -542,14 +543,32 @@ pub fn drain(f: &mut Forwarder, now: &mut u64, counters: &WorkerCounters) -> Res
         }
         f.poll(*now, counters);
     }
+    // Sessions installed by sync may live up to MAX_TIMEOUT_SECS (24.8 days): the
+    // peer's removal records clear them instead. One whose deadline passed and is
+    // still here is a timer bug.
+    let tick = (*now / TSC_PER_TICK) as u32;
+    let overdue: Vec<String> = f
+        .sessions6()
+        .iter()
+        .filter(|(_, s)| s.deadline() <= tick)
+        .map(|(id, s)| format!("{id} deadline {} {s:?}", s.deadline()))
+        .collect();
+    if !overdue.is_empty() {
+        return Err(format!(
+            "{} IPv6 sessions past their deadline never expired (clock at tick {tick}): {overdue:?}",
+            overdue.len()
+        ));
+    }
+    let left6: Vec<Session6> = f.sessions6().iter().map(|(_, s)| *s).collect();
+    for s in &left6 {
+        f.install(&RecordRepr::connection6(s, RecordOp::Remove, 0));
+    }
     if !f.sessions6().is_empty() {
         return Err(format!(
-            "{} IPv6 sessions never expired",
+            "{} IPv6 sessions left after their removal records",
             f.sessions6().len()
         ));
     }
-    // Sessions installed by sync may live up to MAX_TIMEOUT_SECS (24.8 days): the
-    // peer's removal records clear them instead.
     let left: Vec<Session> = f.sessions().iter().map(|(_, s)| *s).collect();
     for s in &left {
         f.install(&RecordRepr::connection(s, RecordOp::Remove, 0));
