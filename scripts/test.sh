@@ -20,10 +20,11 @@ echo "== cargo clippy -D warnings"
 cargo clippy --release --all-targets -- -D warnings
 
 echo "== cargo test (unit, DPDK integration, golden pcap, namespaces)"
-# Test binaries run one after another; tests inside one binary may run in parallel
-# (each starts its own daemon with its own file prefix and namespace names).
-# Without LTO and with line tables only: each of the ~35 test binaries links the
-# library, and thin LTO per binary cost minutes of the CI budget. The tests check
+# Test binaries run one after another: the unit tests, the integration tests (one
+# binary, tests/integration.rs; its tests run two at a time, each with its own
+# daemon, file prefix and namespace names), then the few apart (eal_*,
+# perf_validation). Without LTO and with line tables only: each test binary links
+# the library, and thin LTO per binary cost minutes of the CI budget. The tests check
 # behaviour, not speed; the benchmarks (perf/) build with the release profile as is.
 CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
   cargo test --release --workspace --no-fail-fast -- --test-threads=2

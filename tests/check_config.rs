@@ -6,11 +6,10 @@
 //! cannot run a valid config (the daemon's own preflight checks), all without
 //! starting DPDK. And `sluice --prepare` reserving the hugepages a config lacks.
 //!
-//! Run: `cargo test --release --test check_config` (as root; about 5 s, most of it the
+//! Run: `cargo test --release --test integration check_config::` (as root; about 5 s, most of it the
 //! 219 refused files).
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

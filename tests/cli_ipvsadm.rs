@@ -2,18 +2,13 @@
 //! `--set` and `-L --timeout`, `-Z`, and bad input that must change nothing; access
 //! lists and rate limits through `-S` / `-R`, the listings and `-Z`.
 //!
-//! Run: `cargo test --release --test cli_ipvsadm` (as root).
-mod common;
+//! Run: `cargo test --release --test integration cli_ipvsadm::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
-/// The daemons take turns: each busy-polls lcore 1.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn daemon() -> (std::sync::MutexGuard<'static, ()>, Daemon) {
+fn daemon() -> Daemon {
     require_root();
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
         "lan0",
         "02:53:4c:00:00:01",
@@ -41,7 +36,7 @@ fn daemon() -> (std::sync::MutexGuard<'static, ()>, Daemon) {
             &[("198.18.0.4", 5353, 2, "fullnat")],
         ),
     ];
-    (turn, Daemon::start(cfg))
+    Daemon::start(cfg)
 }
 
 fn ok(daemon: &Daemon, args: &[&str]) -> String {
@@ -52,7 +47,7 @@ fn ok(daemon: &Daemon, args: &[&str]) -> String {
 
 #[test]
 fn save_clear_restore_gives_back_the_same_table() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let saved = ok(&daemon, &["-S", "-n"]);
     assert_eq!(
         saved,
@@ -103,7 +98,7 @@ fn restore_atomic(daemon: &Daemon, input: &str) -> CmdOutput {
 
 #[test]
 fn a_bad_restore_line_changes_nothing() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let before = ok(&daemon, &["-S", "-n"]);
     // Line 2 is fine on its own, line 3 fails in the daemon (no such service): the
     // batch is refused whole, line 2's service does not appear.
@@ -201,7 +196,7 @@ fn big_table() -> String {
 /// nothing. The timings are printed (run with `--nocapture` to see them).
 #[test]
 fn save_and_replace_round_trip_100k_services() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let table = big_table();
     let (out, loaded) = restore_timed(&daemon, &table, true, Duration::from_secs(120));
     assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
@@ -240,7 +235,7 @@ fn save_and_replace_round_trip_100k_services() {
 /// naming the problem) and `-S -n` shows the table unchanged afterwards.
 #[test]
 fn bad_commands_are_refused_and_change_nothing() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let before = ok(&daemon, &["-S", "-n"]);
     let cases: &[(&str, i32, &str)] = &[
         (
@@ -341,7 +336,7 @@ fn the_daemon_answers_within_100_ms_beside_1000_idle_and_20_slowloris_clients() 
     use std::sync::Arc;
     use std::time::Instant;
 
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let path = daemon.config.socket.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let holder = {
@@ -417,7 +412,7 @@ fn the_daemon_answers_within_100_ms_beside_1000_idle_and_20_slowloris_clients() 
 
 #[test]
 fn timeouts_are_set_and_shown_as_ipvsadm_does() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     assert_eq!(
         ok(&daemon, &["-L", "--timeout"]),
         "Timeout (tcp tcpfin udp): 900 120 300\n"
@@ -471,7 +466,6 @@ fn timeouts_are_set_and_shown_as_ipvsadm_does() {
 #[test]
 fn skew_flags_a_pinned_service_and_rates_show_traffic() {
     require_root();
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
         "lan0",
         "02:53:4c:00:00:01",
@@ -560,7 +554,7 @@ fn skew_flags_a_pinned_service_and_rates_show_traffic() {
 /// a new service) in one change; a second reload of the same file changes nothing.
 #[test]
 fn reload_applies_the_config_files_difference() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let before = ok(&daemon, &["-S", "-n"]);
     let path = daemon.config.path("sluice.toml");
     let original = std::fs::read_to_string(&path).unwrap();
@@ -672,7 +666,7 @@ fn wait_for_admission(
 /// counts.
 #[test]
 fn access_lists_and_rate_limits_round_trip_show_and_zero() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let plain = ok(&daemon, &["-S", "-n"]);
     let layout = |text: String| -> Vec<String> {
         text.lines()
@@ -825,7 +819,7 @@ fn big_access_list() -> String {
 /// byte for byte, replaced with itself, and listed. Timings printed (`--nocapture`).
 #[test]
 fn save_and_restore_a_100k_prefix_access_list() {
-    let (_turn, daemon) = daemon();
+    let daemon = daemon();
     let plain = ok(&daemon, &["-S", "-n"]);
     assert!(plain.contains("-A -u 198.18.1.2:53"), "{plain}");
     // The UDP service is saved last: its lines end the file.

@@ -3,10 +3,9 @@
 //! exit 1 with a one-line message and no leftovers on a start-up failure, exit 2 on
 //! bad usage, and a test bed that leaves no namespace behind after `down`.
 //!
-//! Run: `cargo test --release --test daemon_lifecycle` (as root).
-mod common;
+//! Run: `cargo test --release --test integration daemon_lifecycle::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -14,10 +14,9 @@
 //!   through, the rest refused and counted; a polite source (4 a second, from another
 //!   address, at the same time) gets every one through.
 //!
-//! Run: `cargo test --release --test e2e_admission -- --nocapture` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_admission:: -- --nocapture` (as root).
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::time::Duration;
 

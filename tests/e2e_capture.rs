@@ -6,10 +6,9 @@
 //! ids, lengths), each direction flag as the frame's MACs say, nothing outside the
 //! filter; a second capture honours direction, protocol, count and snap length.
 //!
-//! Run: `cargo test --release --test e2e_capture` (as root; about 15 s).
-mod common;
+//! Run: `cargo test --release --test integration e2e_capture::` (as root; about 15 s).
 
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::time::Duration;
 

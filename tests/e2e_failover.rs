@@ -31,10 +31,9 @@
 //! same templates, and after the takeover every new connection from those addresses
 //! must reach the real server its template names (`persistence_templates_survive_...`).
 //!
-//! Run: `cargo test --release --test e2e_failover -- --nocapture` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_failover:: -- --nocapture` (as root).
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -57,8 +56,6 @@ const NAT_CLIENT_GATEWAY: &str = "198.18.2.1";
 const PERSISTENCE_S: u32 = 300;
 const PINNED_CLIENTS: u8 = 12;
 const PINNED_ROUNDS: u32 = 3;
-/// The tests take turns: each runs two daemons busy-polling CPU 1.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const KEY: &str = "5eb1ce5eb1ce5eb1ce5eb1ce5eb1ce5e";
 const SYNC_PORT: u16 = 8848;
 const LONG: u32 = 100;
@@ -71,7 +68,7 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// One node: af_packet on `iface` in `ns`, address `addr`/24, the DR service over the
 /// 3 real servers, VRRP at `priority`, sync from `listen` to `peer`. Both nodes'
-/// workers busy-poll CPU 1 (DaemonConfig's default lcores).
+/// workers run on CPU 1 (DaemonConfig's default lcores) and sleep when idle.
 #[allow(clippy::too_many_arguments)]
 fn node(
     lab: &AppLab,
@@ -504,7 +501,6 @@ fn held(on_a: &BTreeMap<(String, String), String>, b: &Daemon) -> usize {
 /// The whole scenario in `mode` ("dr", "nat" or "fullnat").
 fn failover(mode: &str, scenario: Scenario) {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = AppLab::new(3);
     if mode == "nat" {
         lab.bed.configure("rs-gateway", &[NAT_GATEWAY]);

@@ -14,19 +14,12 @@
 //!   UDP exchange disappear within a bounded wait (not before the timeout), the real
 //!   servers' counts return to 0, and a new datagram makes a new session.
 //!
-//! The tests in this file run one at a time (each runs a polling worker on lcore 1;
-//! two at once on a 2-core machine would starve each other).
-//!
-//! Run: `cargo test --release --test e2e_forwarding` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_forwarding::` (as root).
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 const APPLIANCE: &str = "198.18.0.1";
 const REQUESTS: u64 = 300;
@@ -40,10 +33,6 @@ fn diagnostics(lab: &AppLab) -> String {
         lab.diagnostics(),
         std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default()
     )
-}
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `[[services]]` TOML for one service over the three real servers.
@@ -190,7 +179,6 @@ const DR_VIP_ADDED: &str = "198.18.0.202";
 #[test]
 fn dr_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     require_root();
-    let _serial = lock();
     let mut lab = AppLab::new(3);
     lab.bed
         .configure("dr-vip", &[DR_VIP_RR, DR_VIP_WRR, DR_VIP_ADDED]);
@@ -365,7 +353,6 @@ fn nat_addresses() -> [String; 2] {
 #[test]
 fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     require_root();
-    let _serial = lock();
     let lab = nat_lab();
     let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
     let rr: Vec<(&str, u16, u32, &str)> = rips
@@ -454,7 +441,6 @@ fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
 #[test]
 fn udp_sessions_expire_after_the_configured_timeout() {
     require_root();
-    let _serial = lock();
     let lab = nat_lab();
     let vip = "198.18.1.3";
     let rips: Vec<String> = (1..=3).map(|i| lab.bed.rs_ip(i).to_string()).collect();
@@ -571,7 +557,6 @@ const TUN_VIP: &str = "198.18.0.203";
 #[test]
 fn tun_through_a_user_space_decapsulator_with_path_mtu_discovery() {
     require_root();
-    let _serial = lock();
     let mut lab = AppLab::new(3);
     lab.bed.configure("dr-vip", &[TUN_VIP]);
     lab.start_decapsulators(false);

@@ -16,10 +16,9 @@
 //!   server's log shows a LIP.
 //! - No checksum error in any kernel, no `tx_full` or `laddr_exhausted` drop.
 //!
-//! Run: `cargo test --release --test e2e_fullnat` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_fullnat::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

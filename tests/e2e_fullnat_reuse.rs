@@ -24,14 +24,13 @@
 //!   real servers count `TcpExtPAWSTimewait`, so the test bed does reproduce the
 //!   failure the rewrite prevents, and FullNAT's rate falls below 0.9x NAT's.
 //!
-//! Run: `cargo test --release --test e2e_fullnat_reuse` (as root; needs nginx and wrk,
+//! Run: `cargo test --release --test integration e2e_fullnat_reuse::` (as root; needs nginx and wrk,
 //! which `scripts/setup.sh` installs). The longer run recorded in
 //! `perf/results/fullnat_reuse.md` sets `SLUICE_REUSE_SECONDS` (wrk's duration per run,
 //! default 5) and `SLUICE_REUSE_PORTS` (local ports per phase, default 16384; the
 //! phases' ranges start at 1024 and right after the first).
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 const NAT_VIP: &str = "198.18.0.240";

@@ -22,11 +22,10 @@
 //! tick (5 ms), the probes' jitter (at most interval / 20 each), the 20 ms polling of
 //! `sluicectl health` and the `sluicectl` round trips on a shared 2-core machine.
 //!
-//! Run: `cargo test --release --test e2e_health -- --nocapture --test-threads 1` (as
+//! Run: `cargo test --release --test integration e2e_health:: -- --nocapture --test-threads 1` (as
 //! root).
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -45,9 +44,6 @@ const RETRY: u64 = 1000;
 const TOLERANCE: Duration = Duration::from_millis(250);
 /// How often `sluicectl health --json` is polled while waiting for a change.
 const POLL: Duration = Duration::from_millis(20);
-
-/// The tests take turns: each daemon busy-polls lcore 1.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn svc(port: u16) -> String {
     format!("{VIP}:{port}/tcp")
@@ -222,7 +218,6 @@ fn rs_connections(daemon: &Daemon, port: u16, ip: &str) -> u64 {
 #[test]
 fn a_dead_server_is_evicted_in_bounded_time_gets_nothing_and_is_restored() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = lab_with(3, |_| Vec::new());
     let toml = format!(
         "{}\n{}",
@@ -340,7 +335,6 @@ fn a_dead_server_is_evicted_in_bounded_time_gets_nothing_and_is_restored() {
 #[test]
 fn an_http_check_evicts_a_server_alive_but_unhealthy_that_a_tcp_check_keeps() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let status = dir.path().join("rs2.status");
     std::fs::write(&status, "200\n").unwrap();
@@ -469,7 +463,6 @@ fn an_http_check_evicts_a_server_alive_but_unhealthy_that_a_tcp_check_keeps() {
 #[test]
 fn passive_detection_evicts_a_silent_server_after_passive_fall_connections() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const PASSIVE_FALL: u64 = 2;
     const BACKOFF_MS: u64 = 10_000;
     let lab = lab_with(3, |_| Vec::new());
@@ -589,7 +582,6 @@ fn passive_detection_evicts_a_silent_server_after_passive_fall_connections() {
 #[test]
 fn all_servers_down_alerts_once_and_answers_rst_or_drops_as_configured() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lab = lab_with(2, |_| Vec::new());
     let rs = rs_list(&lab);
     // Port 80 resets (its own setting), port 81 drops (the [health] default).
@@ -705,7 +697,6 @@ fn all_servers_down_alerts_once_and_answers_rst_or_drops_as_configured() {
 #[test]
 fn healthy_servers_under_load_are_never_evicted() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const FAST: u64 = 100;
     const RUN: Duration = Duration::from_secs(25);
     let lab = lab_with(3, |_| vec!["--health-path".into(), "/health".into()]);

@@ -21,10 +21,9 @@
 //!   `no_real_server`, `not_local` for a reply without a session), and no kernel saw
 //!   a checksum error.
 //!
-//! Run: `cargo test --release --test e2e_hot_change -- --nocapture` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_hot_change:: -- --nocapture` (as root).
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -5,10 +5,9 @@
 //! Neighbor Discovery and pinged with `ping -6`. Documentation addresses
 //! (2001:db8::/32), inside the bed's namespaces only.
 //!
-//! Run: `cargo test --release --test e2e_ipv6_local` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_ipv6_local::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 const APPLIANCE_IP6: &str = "2001:db8:18::1";

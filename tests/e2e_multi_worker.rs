@@ -16,10 +16,9 @@
 //!   dropped none as `not_local` or `tcp_no_session`, the drops that lost
 //!   connections when the workers trusted their Toeplitz view of this device.
 //!
-//! Run: `cargo test --release --test e2e_multi_worker` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_multi_worker::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 const WORKERS: u32 = 2;
@@ -28,12 +27,6 @@ const PARALLEL: u32 = 4;
 const HTTP_PORT: u16 = 8080;
 const ECHO_PORT: u16 = 7000;
 const LONG: u32 = 20;
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn real_servers(
     lab: &AppLab,
@@ -150,7 +143,6 @@ fn run_checks(lab: &AppLab, daemon: &Daemon, vip: &str) {
 #[test]
 fn nat_with_two_workers_on_af_packet_fanout_loses_no_connection() {
     require_root();
-    let _serial = lock();
     let mut lab = AppLab::new(3);
     lab.bed
         .configure("client-addr", &["198.18.2.100/24", "198.18.2.1"]);
@@ -172,7 +164,6 @@ fn nat_with_two_workers_on_af_packet_fanout_loses_no_connection() {
 #[test]
 fn fullnat_with_two_workers_on_af_packet_fanout_loses_no_connection() {
     require_root();
-    let _serial = lock();
     let mut lab = AppLab::new(3);
     lab.start_servers_listening(&[
         ("--http", &format!("0.0.0.0:{HTTP_PORT}")),

@@ -2,10 +2,9 @@
 //! (scripts/testbed.sh), Sluice attached to the appliance's veth with net_af_packet,
 //! and the client namespace's own kernel resolving and pinging 198.18.0.1.
 //!
-//! Run: `cargo test --release --test e2e_netns` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_netns::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 /// Which arping is installed: iputils (`-I IFACE`, "Unicast reply from ...") or

@@ -4,10 +4,9 @@
 //! 60 curl requests on new connections, 4 at a time. Each batch must succeed entirely
 //! and its spread must match the scheduler's contract, stated per scheduler below.
 //!
-//! Run: `cargo test --release --test e2e_schedulers` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_schedulers::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 
 const APPLIANCE: &str = "198.18.0.1";
@@ -17,8 +16,6 @@ const VIP: &str = "198.18.1.1";
 const HTTP_PORT: u16 = 8080;
 const REQUESTS: u64 = 60;
 
-/// The tests take turns: each daemon busy-polls lcore 1.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const PARALLEL: u32 = 4;
 
 /// What a batch's spread (rs1, rs2, rs3 with weights 3, 2, 1) must look like.
@@ -66,7 +63,6 @@ fn check(scheduler: &str, n: [u64; 3]) -> Result<(), String> {
 #[test]
 fn every_scheduler_meets_its_contract_with_real_connections() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = AppLab::new(3);
     lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
     lab.bed.configure("rs-gateway", &[APPLIANCE]);
@@ -148,7 +144,6 @@ fn the_contracts_can_fail() {
 #[test]
 fn weight_zero_drains_new_sessions_and_keeps_established_ones() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = AppLab::new(3);
     lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
     lab.bed.configure("rs-gateway", &[APPLIANCE]);
@@ -245,7 +240,6 @@ fn weight_zero_drains_new_sessions_and_keeps_established_ones() {
 #[test]
 fn an_upper_threshold_caps_a_server_and_fo_moves_on() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const ECHO_PORT: u16 = 7000;
     const LONG: usize = 20;
     let mut lab = AppLab::new(2);

@@ -27,10 +27,9 @@
 //! flood to a twin service with the proxy off must leave spoofed sessions behind (so
 //! the flood did reach Sluice); both runs are printed side by side.
 //!
-//! Run: `cargo test --release --test e2e_synproxy` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_synproxy::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 const APPLIANCE: &str = "198.18.0.1";

@@ -6,10 +6,9 @@
 //! the oldest half-open ones: the long-lived connections keep going, and 30 new
 //! connections right after the flood all succeed.
 //!
-//! Run: `cargo test --release --test e2e_table_pressure` (as root).
-mod common;
+//! Run: `cargo test --release --test integration e2e_table_pressure::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 const APPLIANCE: &str = "198.18.0.1";

@@ -19,10 +19,9 @@
 //!    the defect is accepted and makes Sluice backup (the check can fail).
 //!
 //! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
-//! e2e_vrrp -- --nocapture --test-threads 1` (as root).
-mod common;
+//! integration e2e_vrrp:: -- --nocapture --test-threads 1` (as root).
 
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -40,9 +39,6 @@ const PEER_PRIORITY: u8 = 100;
 const TOLERANCE: Duration = Duration::from_secs(1);
 /// How often an address or a state is polled while timing a change.
 const POLL: Duration = Duration::from_millis(10);
-
-/// The tests take turns: each daemon busy-polls lcore 1.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// RFC 5798: `((256 - priority) * interval) / 256`, centiseconds to a duration.
 fn skew(priority: u8, interval_cs: u32) -> Duration {
@@ -187,7 +183,6 @@ fn stat(v: &serde_json::Value, field: &str) -> u64 {
 #[test]
 fn election_both_ways_with_keepalived() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lab = lab();
     let (client_ns, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
     let lb_mac = lab.bed.lb_mac().to_lowercase();
@@ -360,7 +355,6 @@ fn election_both_ways_with_keepalived() {
 #[test]
 fn sigterm_resigns_and_keepalived_takes_over_after_its_skew() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lab = lab();
     // 1 s intervals on both sides: the resign path (skew, 0.6 s) and the silent-master
     // path (at least 3 intervals after the last advert: 2.6 s or more after the
@@ -451,7 +445,6 @@ else:
 #[test]
 fn malformed_and_foreign_adverts_are_rejected() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lab = AppLab::new(1);
     let (client_ns, client_if, client_ip) = (
         lab.bed.client_ns(),

@@ -10,10 +10,9 @@
 //! validation on), the drop counters, the session counts and the real-server
 //! statistics exactly.
 //!
-//! Run: `cargo test --release --test golden_forwarding` (as root).
-mod common;
+//! Run: `cargo test --release --test integration golden_forwarding::` (as root).
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;

@@ -21,10 +21,9 @@
 //! ARP requests for real servers). Counters (drops, events, sessions, per real
 //! server) are compared with the expectations here.
 //!
-//! Run: `cargo test --release --test golden_fullnat` (as root).
-mod common;
+//! Run: `cargo test --release --test integration golden_fullnat::` (as root).
 
-use common::*;
+use crate::common::*;
 
 const VIP: &str = "198.18.0.240";
 const LIPS: [&str; 2] = ["198.18.0.50", "198.18.0.51"];

@@ -5,10 +5,9 @@
 //! for byte and field by field. The drop and event counters in `sluicectl status`
 //! must match the expectations exactly.
 //!
-//! Run: `cargo test --release --test golden_pcap` (as root).
-mod common;
+//! Run: `cargo test --release --test integration golden_pcap::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::process::Command;
 use std::time::Duration;
 

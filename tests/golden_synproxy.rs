@@ -28,10 +28,9 @@
 //! requests for real servers). Counters (drops, events including every `synproxy_*`,
 //! sessions, per real server) are compared exactly.
 //!
-//! Run: `cargo test --release --test golden_synproxy` (as root).
-mod common;
+//! Run: `cargo test --release --test integration golden_synproxy::` (as root).
 
-use common::*;
+use crate::common::*;
 
 const FULLNAT_VIP: &str = "198.18.0.242";
 const LIP: &str = "198.18.0.61";

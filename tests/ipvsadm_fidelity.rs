@@ -5,16 +5,12 @@
 //! output. One deliberate difference: without `-n` ipvsadm resolves addresses and
 //! ports to names; Sluice always lists them numerically.
 //!
-//! Run: `cargo test --release --test ipvsadm_fidelity` (as root).
-mod common;
+//! Run: `cargo test --release --test integration ipvsadm_fidelity::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-/// The daemons take turns: each busy-polls lcore 1.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `list_all`: `printf("IP Virtual Server version %d.%d.%d (size=%d)\n", ...)`.
 const VERSION_LINE: &str = "IP Virtual Server version 1.2.1 (size=4096)\n";
@@ -34,9 +30,8 @@ fn dest(addr: &str, forward: &str, weight: u32, active: u32, inactive: u32) -> S
     format!("  -> {addr:<28} {forward:<7} {weight:<6} {active:<10} {inactive:<10}\n")
 }
 
-fn daemon(services: Vec<String>) -> (std::sync::MutexGuard<'static, ()>, Daemon) {
+fn daemon(services: Vec<String>) -> Daemon {
     require_root();
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
         "lan0",
         "02:53:4c:00:00:01",
@@ -44,7 +39,7 @@ fn daemon(services: Vec<String>) -> (std::sync::MutexGuard<'static, ()>, Daemon)
     )]);
     cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
     cfg.extra_toml = services;
-    (turn, Daemon::start(cfg))
+    Daemon::start(cfg)
 }
 
 /// Two services; the TCP one's real servers are configured out of address order.
@@ -161,7 +156,7 @@ fn connections_checked(text: &str) -> String {
 
 #[test]
 fn every_case_prints_and_exits_as_ipvsadm_1_31() {
-    let (_turn, daemon) = daemon(two_services());
+    let daemon = daemon(two_services());
     let link = ipvsadm_link(&daemon);
     let tcp = service("TCP", "198.18.1.1:80", "rr")
         + &dest("198.18.0.20:80", "Route", 2, 0, 0)
@@ -747,7 +742,7 @@ const RESTORED: &str = "\
 
 #[test]
 fn restore_of_a_real_ipvsadm_save_in_both_modes() {
-    let (_turn, daemon) = daemon(Vec::new());
+    let daemon = daemon(Vec::new());
     let link = ipvsadm_link(&daemon);
     let save = |daemon: &Daemon| {
         let out = ipvsadm(&link, daemon, &["-S", "-n"]);

@@ -3,10 +3,9 @@
 //! TOML checked against what each sample says, the statements without a Sluice
 //! equivalent listed by line, and Sluice started with a result, listing the services.
 //!
-//! Run: `cargo test --release --test keepalived_import` (the daemon part as root).
-mod common;
+//! Run: `cargo test --release --test integration keepalived_import::` (the daemon part as root).
 
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;

@@ -7,15 +7,10 @@
 //! A third run reloads an edited file under the demo's traffic, as `systemctl reload`
 //! does.
 //!
-//! Run: `cargo test --release --test loopback_demo` (as root).
-mod common;
+//! Run: `cargo test --release --test integration loopback_demo::` (as root).
 
-use common::*;
-use std::sync::Mutex;
+use crate::common::*;
 use std::time::{Duration, Instant};
-
-/// The runs take turns: each busy-polls lcore 1, and the machine may have two cores.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// How long each demo runs.
 const DURATION_S: u64 = 3;
@@ -139,7 +134,6 @@ fn assert_near_equal(what: &str, counts: &[u64], context: &str) {
 #[test]
 fn the_demo_balances_tcp_connections_over_both_real_servers() {
     require_root();
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (list, daemon) = run_demo(demo_config(""));
     let context = format!("{list:#}\n{}", daemon.dump());
 
@@ -244,7 +238,6 @@ scheduler = "rr"
 #[test]
 fn udp_dr_and_tun_services_are_served_too() {
     require_root();
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (list, daemon) = run_demo(demo_config(MORE_SERVICES));
     let summary = final_summary(&daemon.stdout_text());
     let context = format!("{summary}\n{list:#}\n{}", daemon.dump());
@@ -308,7 +301,6 @@ fn settled_connections_to(daemon: &Daemon, rip: &str) -> u64 {
 #[test]
 fn a_reload_under_traffic_applies_the_edited_file_and_loses_no_session() {
     require_root();
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg = demo_config("");
     cfg.args = vec!["--duration".into(), "5".into()];
     let mut daemon = Daemon::start(cfg);

@@ -2,10 +2,9 @@
 //! parser (tests/tools/prom_scrape.py), against `sluicectl --json`. The daemon runs in
 //! a network namespace of the test's own, so the scrape stays inside it.
 //!
-//! Run: `cargo test --release --test metrics` (as root).
-mod common;
+//! Run: `cargo test --release --test integration metrics::` (as root).
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -13,10 +13,9 @@
 //! - NAT (one arm): replies land anywhere; every one that lands elsewhere is
 //!   redirected to its owner: redirects out = redirects in = the emulator's count.
 //!
-//! Run: `cargo test --release --test multi_worker` (as root).
-mod common;
+//! Run: `cargo test --release --test integration multi_worker::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::sync::Mutex;
 use std::time::Duration;
 

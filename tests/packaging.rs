@@ -6,11 +6,10 @@
 //! sluice.toml(5) every key of docs/CONFIG.md), the unit accepted by
 //! `systemd-analyze verify`, and the bash completion offering --help's commands.
 //!
-//! Run: `cargo test --release --test packaging` (as root; 16-25 s, most of it
+//! Run: `cargo test --release --test integration packaging::` (as root; 16-25 s, most of it
 //! lintian and stripping and compressing the binaries).
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;

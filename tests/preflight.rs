@@ -4,10 +4,9 @@
 //! left behind; and what a started appliance announces (gratuitous ARP) and leaves
 //! (no hugepage files).
 //!
-//! Run: `cargo test --release --test preflight` (as root).
-mod common;
+//! Run: `cargo test --release --test integration preflight::` (as root).
 
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -10,10 +10,9 @@
 //! Daemon and Prometheus run in a network namespace of the test's own: its loopback
 //! is private, so the fixed ports below are free, and no scrape leaves it.
 //!
-//! Run: `cargo test --release --test prometheus` (as root; about 15 s).
-mod common;
+//! Run: `cargo test --release --test integration prometheus::` (as root; about 15 s).
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! Exit status (0 / 1 bad workload file / 2 bad usage), the table headers, JSON that
 //! parses and carries the seed-002 numbers, and positioned errors for a bad file.
 //!
-//! Run: `cargo test --release --test simulate_cli`.
+//! Run: `cargo test --release --test integration simulate_cli::`.
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -44,10 +44,9 @@
 //!   dropped; a well-formed one from the peer's address is installed. The same over
 //!   multicast (batches to the group's MAC; a non-peer to the group is rejected).
 //!
-//! Run: `cargo test --release --test sync_standby` (as root).
-mod common;
+//! Run: `cargo test --release --test integration sync_standby::` (as root).
 
-use common::*;
+use crate::common::*;
 use sluice::dataplane::sync_events::{EventKind, EventRing, SessionEvent};
 use sluice::flow::FlowKey4;
 use sluice::ha::sync::auth::SyncKey;
@@ -332,7 +331,6 @@ fn send_from(ns: &str, source: &str, port: u16, datagram: &[u8]) {
 #[test]
 fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = unique_tag();
     let ns = Netns::new(&tag);
     let (active_port, standby_port) = (40_000 + (std::process::id() % 10_000) as u16, 0);
@@ -427,13 +425,9 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     standby.stop_clean();
 }
 
-/// The SERIAL guard: each test's two daemons busy-poll CPU 1.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn a_standby_started_late_catches_up_by_bulk_resync() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = unique_tag();
     let ns = Netns::new(&tag);
     let (active_port, standby_port) = (8848, 8849);
@@ -490,7 +484,6 @@ fn a_standby_started_late_catches_up_by_bulk_resync() {
 #[test]
 fn persistence_templates_reach_the_standby_live_and_by_dump() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = unique_tag();
     let ns = Netns::new(&format!("t{tag}"));
     let (active_port, standby_port) = (8858, 8859);
@@ -694,7 +687,6 @@ fn send_to_group(ns: &str, source: &str, datagram: &[u8]) {
 #[test]
 fn active_and_standby_sync_over_multicast() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = unique_tag();
     // Two namespaces: multicast loopback is off, so two nodes in one namespace would
     // not hear each other's batches.
@@ -1029,7 +1021,6 @@ fn active_and_standby_sync_over_multicast_on_a_dpdk_port() {
 
 fn over_a_dpdk_port(multicast: bool) {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = AppLab::new(2);
     lab.bed.configure("dr-vip", &[VIP]);
     // `configure` keeps the KEY=VALUE facts `lb2` prints.
@@ -1341,7 +1332,6 @@ fn key() -> Option<SyncKey> {
 #[test]
 fn replayed_and_forged_messages_are_refused_and_counted_and_install_nothing() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = unique_tag();
     let ns = Netns::new(&format!("r{tag}"));
     let (active_port, standby_port) = (8868, 8869);
@@ -1603,7 +1593,6 @@ fn replayed_and_forged_messages_are_refused_and_counted_and_install_nothing() {
 #[test]
 fn a_keyless_sync_needs_the_explicit_opt_out() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = unique_tag();
     let ns = Netns::new(&format!("k{tag}"));
     let keyless = "[sync]\nlisten = \"127.0.0.1:8878\"\npeers = [\"127.0.0.1:8879\"]\n";
@@ -1730,7 +1719,6 @@ fn client_vip_via(lab: &AppLab, mac: &str) {
 #[test]
 fn standby_holds_the_active_ipv6_sessions_and_forwards_them_after_failover() {
     require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let started = std::time::Instant::now();
     let mut lab = AppLab::new(1);
     lab.bed.configure("lb2", &[]);

@@ -8,10 +8,9 @@
 //! `STOPPING=1` before the exit. And with `JOURNAL_STREAM` naming its stderr, log
 //! lines carry sd-daemon priorities (`<6>` info, `<3>` error), plain without.
 //!
-//! Run: `cargo test --release --test systemd_notify` (as root; about 3 s).
-mod common;
+//! Run: `cargo test --release --test integration systemd_notify::` (as root; about 3 s).
 
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};

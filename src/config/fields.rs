@@ -378,6 +378,12 @@ pub(super) fn tick_ms(f: &Field) -> Check<u32> {
     f.int(10..=1000)
 }
 
+/// An idle worker's sleep in microseconds: 0 never sleeps; above a millisecond a
+/// quiet worker would answer its first packet too late for any use.
+pub(super) fn idle_sleep_us(f: &Field) -> Check<u32> {
+    f.int(0..=1000)
+}
+
 /// A FullNAT local port bound (port 0 is never handed out).
 pub(super) fn local_port(f: &Field) -> Check<u16> {
     f.int(1..=65535)

@@ -95,6 +95,9 @@ pub struct LcoreConfig {
     /// lcore@cpu`): lets several workers share a CPU for functional tests of the
     /// multi-worker data plane on a small machine (oversubscribed: not for speed).
     pub cpus: Option<Vec<u32>>,
+    /// Microseconds an idle worker sleeps between polls once it found nothing for a
+    /// while; 0 (the default) polls without pause, as a dedicated core should.
+    pub idle_sleep_us: u32,
 }
 
 /// `[control]`: the management interface.

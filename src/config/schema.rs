@@ -30,7 +30,7 @@ const ROOT_KEYS: &[&str] = &[
     "sync", "services",
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
-const LCORE_KEYS: &[&str] = &["management", "workers", "cpus"];
+const LCORE_KEYS: &[&str] = &["management", "workers", "cpus", "idle_sleep_us"];
 const CONTROL_KEYS: &[&str] = &["socket", "metrics", "group"];
 const PORT_KEYS: &[&str] = &[
     "name",
@@ -539,10 +539,12 @@ fn read_lcores(root: &Table) -> Check<LcoreConfig> {
         }
         items.iter().map(fields::lcore_id).collect()
     })?;
+    let idle_sleep_us = t.optional("idle_sleep_us", fields::idle_sleep_us)?;
     Ok(LcoreConfig {
         management,
         workers,
         cpus,
+        idle_sleep_us: idle_sleep_us.unwrap_or(0),
     })
 }
 

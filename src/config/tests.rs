@@ -2037,6 +2037,35 @@ fn worker_cpus_map_lcores_onto_shared_cpus() {
 }
 
 #[test]
+fn idle_sleep_defaults_to_polling_without_pause_and_is_bounded() {
+    assert_eq!(
+        parse(&base_with("workers = [1]", "workers = [1]"))
+            .unwrap()
+            .lcores
+            .idle_sleep_us,
+        0
+    );
+    let cfg = parse(&base_with(
+        "workers = [1]",
+        "workers = [1]\nidle_sleep_us = 20",
+    ))
+    .unwrap();
+    assert_eq!(cfg.lcores.idle_sleep_us, 20);
+    assert_rejected(
+        &base_with("workers = [1]", "workers = [1]\nidle_sleep_us = 1001"),
+        9,
+        "lcores.idle_sleep_us",
+        "1001",
+    );
+    assert_rejected(
+        &base_with("workers = [1]", "workers = [1]\nidle_sleep_us = -1"),
+        9,
+        "lcores.idle_sleep_us",
+        "-1",
+    );
+}
+
+#[test]
 fn scheduler_flags_and_maglev_table_size() {
     let with = |extra: &str| service_with("scheduler = \"rr\"", extra);
     let cfg = parse(&with(

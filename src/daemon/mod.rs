@@ -788,6 +788,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             capture: CaptureTap::new((*capture).clone(), w),
         };
         let (capacity, path) = (cfg.sessions.capacity, cfg.path.clone());
+        let idle_sleep = std::time::Duration::from_micros(u64::from(cfg.lcores.idle_sleep_us));
         let ready = ready_tx.clone();
         let job = move || match Forwarder::try_new(config) {
             Ok(forwarder) => {
@@ -795,7 +796,9 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 // Answered: let go of the channel, so that a worker which ends without
                 // answering closes it for start-up instead of leaving it waiting.
                 drop(ready);
-                Worker::new(w as u16, pool, ports, forwarder, counters, links).run()
+                Worker::new(w as u16, pool, ports, forwarder, counters, links)
+                    .with_idle_sleep(Some(idle_sleep))
+                    .run()
             }
             Err(e) => {
                 let _ = ready.send(Err(format!(

@@ -50,7 +50,14 @@ pub struct Worker {
     pub links: Links,
     /// Rewritten frames waiting for their next hop's MAC.
     held: Held,
+    /// How long to sleep after [`IDLE_POLLS_BEFORE_SLEEP`] polls in a row found
+    /// nothing; `None` (the default) polls without pause. See [`Worker::with_idle_sleep`].
+    idle_sleep: Option<std::time::Duration>,
 }
+
+/// Empty polls in a row before an idle worker sleeps: a burst gap shorter than this
+/// (a few microseconds) never costs a sleep's wake-up latency.
+pub const IDLE_POLLS_BEFORE_SLEEP: u32 = 256;
 
 /// What connects a worker to the rest of the process.
 pub struct Links {
@@ -86,7 +93,19 @@ impl Worker {
             counters,
             links,
             held: Held::new(tsc_hz() / 1000 * HOLD_MS),
+            idle_sleep: None,
         }
+    }
+
+    /// Lets the worker sleep `sleep` whenever [`IDLE_POLLS_BEFORE_SLEEP`] polls in a
+    /// row found no packet (`lcores.idle_sleep_us`). A polling loop never yields its
+    /// CPU: right for a dedicated core, wasteful where workers share CPUs with each
+    /// other or with other programs (loopback tests, demos, small VMs). The price is
+    /// up to one sleep (plus the kernel's timer slack) of added latency for the first
+    /// packet after a quiet spell; a busy worker never sleeps.
+    pub fn with_idle_sleep(mut self, sleep: Option<std::time::Duration>) -> Self {
+        self.idle_sleep = sleep.filter(|d| !d.is_zero());
+        self
     }
 
     /// Polls until `stop` is set. Returns 0 (the lcore's exit code).
@@ -98,6 +117,7 @@ impl Worker {
         let mut next_resolve = 0u64;
         let mut outbox = Outbox::new(self.links.mesh.workers());
         let me = self.id as usize;
+        let mut idle_polls = 0u32;
         self.counters
             .session_table_bytes
             .store(self.forwarder.sessions().memory_bytes() as u64, Relaxed);
@@ -154,6 +174,15 @@ impl Worker {
             bump(&self.counters.polls, 1);
             if received > 0 {
                 bump(&self.counters.busy_cycles, cycles);
+                idle_polls = 0;
+            } else if let Some(sleep) = self.idle_sleep {
+                idle_polls += 1;
+                if idle_polls >= IDLE_POLLS_BEFORE_SLEEP {
+                    // Slept time counts as idle time: busy / total stays the load.
+                    let before = tsc();
+                    std::thread::sleep(sleep);
+                    bump(&self.counters.total_cycles, tsc().wrapping_sub(before));
+                }
             }
         }
         log::info!("worker {} stopped", self.id);

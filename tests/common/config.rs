@@ -51,6 +51,10 @@ pub struct DaemonConfig {
     pub workers: Vec<u32>,
     /// `[lcores] cpus`: the CPU of each worker lcore (several may share one).
     pub cpus: Option<Vec<u32>>,
+    /// `[lcores] idle_sleep_us`: 20 by default here. Test daemons, their peers and
+    /// the tests share two CPUs; workers that poll without pause would take one whole
+    /// CPU each and starve the kernel TCP stacks the tests talk through.
+    pub idle_sleep_us: u32,
     pub ports: Vec<PortSpec>,
     /// `[loopback]` section lines (e.g. `peers = 2`); written when non-empty.
     pub loopback: Vec<String>,
@@ -87,6 +91,7 @@ impl DaemonConfig {
             socket,
             workers: vec![1],
             cpus: None,
+            idle_sleep_us: 20,
             metrics: None,
             ports,
             loopback: Vec::new(),
@@ -122,8 +127,9 @@ impl DaemonConfig {
         let workers: Vec<String> = self.workers.iter().map(|w| w.to_string()).collect();
         writeln!(
             t,
-            "[lcores]\nmanagement = 0\nworkers = [{}]",
-            workers.join(", ")
+            "[lcores]\nmanagement = 0\nworkers = [{}]\nidle_sleep_us = {}",
+            workers.join(", "),
+            self.idle_sleep_us
         )
         .unwrap();
         if let Some(cpus) = &self.cpus {
