@@ -600,12 +600,11 @@ impl ServeLoop {
 
     fn collect_answers(&mut self) {
         while let Ok((token, response)) = self.done.try_recv() {
-            let now = Instant::now();
             let timeout = self.limits.request_timeout;
             let Some(index) = self.connections.iter().position(|c| c.token == token) else {
                 continue;
             };
-            self.connections[index].respond(&response, false, now, timeout);
+            self.connections[index].respond(&response, false, timeout);
             if self.connections[index].phase == Phase::Reading {
                 // Requests pipelined behind the one just answered.
                 self.take_requests(index);
@@ -710,7 +709,7 @@ impl ServeLoop {
                 LineRead::FinalLine(line) => (line, true),
                 LineRead::Oversize => {
                     let error = Response::failure(ProtocolError::Oversize.to_string());
-                    connection.respond(&error, true, Instant::now(), timeout);
+                    connection.respond(&error, true, timeout);
                     return;
                 }
                 LineRead::Closed => {
@@ -726,7 +725,6 @@ impl ServeLoop {
     /// Answers protocol errors and batch staging here; anything else goes to an
     /// executor.
     fn dispatch(&mut self, index: usize, line: &[u8], last: bool) {
-        let now = Instant::now();
         let timeout = self.limits.request_timeout;
         let request = match parse_request(line) {
             Ok(request) => request,
@@ -735,7 +733,6 @@ impl ServeLoop {
                 self.connections[index].respond(
                     &Response::failure(error.to_string()),
                     close,
-                    now,
                     timeout,
                 );
                 return;
@@ -783,7 +780,7 @@ impl ServeLoop {
                 Ok(value) => Response::success(value),
                 Err(message) => Response::failure(message),
             };
-            self.connections[index].respond(&response, last, now, timeout);
+            self.connections[index].respond(&response, last, timeout);
         }
     }
 
@@ -847,7 +844,7 @@ impl ServeLoop {
             connection.phase = Phase::Executing;
         } else {
             let failure = Response::failure("internal error: no control executor");
-            connection.respond(&failure, true, Instant::now(), self.limits.request_timeout);
+            connection.respond(&failure, true, self.limits.request_timeout);
         }
     }
 
@@ -961,12 +958,14 @@ impl Connection {
     }
 
     /// Queues `response` and starts sending it.
-    fn respond(&mut self, response: &Response, close: bool, now: Instant, timeout: Duration) {
+    fn respond(&mut self, response: &Response, close: bool, timeout: Duration) {
         self.out = response.to_line().into_bytes();
         self.written = 0;
         self.close_after = close || self.close_after;
         self.phase = Phase::Writing;
-        self.deadline = now + timeout;
+        // From now, not from when the answer arrived: serialising a large one (`-S`
+        // of 100k services) can take longer than the timeout on a loaded machine.
+        self.deadline = Instant::now() + timeout;
         self.flush();
     }
 
