@@ -825,9 +825,9 @@ fn an_ipv6_real_server_is_health_checked_evicted_and_restored() {
     let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
     let service = format!("[{VIP6}]:80/tcp");
     let (rs1, rs2) = (rs_ip6(1), rs_ip6(2));
-    let poll = Duration::from_millis(50);
-    let wait = |what: &str, pred: &dyn Fn(&serde_json::Value) -> bool| {
-        wait_for(Duration::from_secs(5), poll, || {
+    // `sluicectl health --json` every 50 ms until `pred` holds, for at most 5 s.
+    let wait = |lab: &AppLab, what: &str, pred: &dyn Fn(&serde_json::Value) -> bool| {
+        wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
             let h = daemon.health();
             pred(&h).then_some(h)
         })
@@ -841,7 +841,7 @@ fn an_ipv6_real_server_is_health_checked_evicted_and_restored() {
         })
     };
     let target = |h: &serde_json::Value, ip: &str| health_target(h, &service, ip).clone();
-    let h = wait("both IPv6 servers probed up", &|h| {
+    let h = wait(&lab, "both IPv6 servers probed up", &|h| {
         [&rs1, &rs2]
             .iter()
             .all(|ip| target(h, ip)["last_outcome"] == "ok")
@@ -859,7 +859,7 @@ fn an_ipv6_real_server_is_health_checked_evicted_and_restored() {
     // rs2's listener gone: its kernel refuses the probes, and it is evicted.
     lab.kill_server(2);
     let killed = Instant::now();
-    let h = wait("rs2 evicted", &|h| target(h, &rs2)["evicted"] == true);
+    let h = wait(&lab, "rs2 evicted", &|h| target(h, &rs2)["evicted"] == true);
     eprintln!("IPv6 rs2 evicted {:?} after the kill", killed.elapsed());
     assert_eq!(target(&h, &rs2)["last_outcome"], "refused");
     assert_eq!(target(&h, &rs1)["evicted"], false);
@@ -879,7 +879,7 @@ fn an_ipv6_real_server_is_health_checked_evicted_and_restored() {
 
     // Listening again: restored at the next probe.
     lab.restart_server(2, &[("--http", http)], &[]);
-    wait("rs2 restored", &|h| target(h, &rs2)["evicted"] == false);
+    wait(&lab, "rs2 restored", &|h| target(h, &rs2)["evicted"] == false);
     let events = daemon.event_lines();
     for op in ["evict", "restore"] {
         assert!(
