@@ -879,12 +879,16 @@ fn an_ipv6_real_server_is_health_checked_evicted_and_restored() {
 
     // Listening again: restored at the next probe.
     lab.restart_server(2, &[("--http", http)], &[]);
-    wait(&lab, "rs2 restored", &|h| target(h, &rs2)["evicted"] == false);
+    wait(&lab, "rs2 restored", &|h| {
+        target(h, &rs2)["evicted"] == false
+    });
     let events = daemon.event_lines();
     for op in ["evict", "restore"] {
         assert!(
-            events.iter().any(|l| l.starts_with(&format!("lb={op} "))
-                && l.contains(&format!("rs=[{rs2}]:8080"))),
+            events
+                .iter()
+                .any(|l| l.starts_with(&format!("lb={op} "))
+                    && l.contains(&format!("rs=[{rs2}]:8080"))),
             "an lb={op} line for [{rs2}]:8080: {events:?}"
         );
     }

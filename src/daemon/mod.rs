@@ -1348,7 +1348,12 @@ impl Registry {
         let now_ms = self.started.elapsed().as_millis() as u64;
         HealthReport {
             source: self.health.source().to_string(),
-            sources6: self.health.sources6().iter().map(|a| a.to_string()).collect(),
+            sources6: self
+                .health
+                .sources6()
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
             targets: self.health.report(now_ms),
             stats: self.health.stats,
         }

@@ -200,7 +200,10 @@ impl HealthMonitor {
             IpAddr::V4(_) => Some(IpAddr::V4(self.source)),
             IpAddr::V6(ip) => {
                 let common = |a: &&Ipv6Addr| (u128::from(**a) ^ u128::from(ip)).leading_zeros();
-                self.sources6.iter().max_by_key(common).map(|&a| IpAddr::V6(a))
+                self.sources6
+                    .iter()
+                    .max_by_key(common)
+                    .map(|&a| IpAddr::V6(a))
             }
         }
     }

@@ -535,7 +535,10 @@ mod tests {
             Some(Ok(()))
         );
         let rst = parse_segment(&out[0]).expect("our RST verifies");
-        assert_eq!((rst.flags, rst.seq, rst.to), (TcpFlags::RST, 1001, ends6().remote));
+        assert_eq!(
+            (rst.flags, rst.seq, rst.to),
+            (TcpFlags::RST, 1001, ends6().remote)
+        );
         let mut bad = frame.clone();
         bad[14 + 40 + 8 + 4] ^= 0x01; // the sequence number
         assert_eq!(parse_segment(&bad), None);
@@ -560,12 +563,34 @@ mod tests {
             remote: ends6().local,
         };
         let mut buf = [0u8; MAX_FRAME_LEN];
-        let n = write_segment(&mut buf, &back, 9000, 101, TcpFlags::SYN | TcpFlags::ACK, None, &[]);
+        let n = write_segment(
+            &mut buf,
+            &back,
+            9000,
+            101,
+            TcpFlags::SYN | TcpFlags::ACK,
+            None,
+            &[],
+        );
         let mut send = |f: &[u8]| out.push(f.to_vec());
-        assert_eq!(p.on_segment(&parse_segment(&buf[..n]).unwrap(), &mut send), None);
+        assert_eq!(
+            p.on_segment(&parse_segment(&buf[..n]).unwrap(), &mut send),
+            None
+        );
         let flags = TcpFlags::ACK | TcpFlags::PSH;
-        let n = write_segment(&mut buf, &back, 9001, 0, flags, None, b"HTTP/1.0 200 OK\r\n");
-        assert_eq!(p.on_segment(&parse_segment(&buf[..n]).unwrap(), &mut send), Some(Ok(())));
+        let n = write_segment(
+            &mut buf,
+            &back,
+            9001,
+            0,
+            flags,
+            None,
+            b"HTTP/1.0 200 OK\r\n",
+        );
+        assert_eq!(
+            p.on_segment(&parse_segment(&buf[..n]).unwrap(), &mut send),
+            Some(Ok(()))
+        );
         let req = parse_segment(&out[1]).unwrap();
         assert_eq!(req.payload, &request[..]);
     }

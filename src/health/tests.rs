@@ -460,7 +460,10 @@ fn an_ipv6_server_is_probed_from_the_address_on_its_link_evicted_and_restored() 
     assert_eq!(m.stats.stray_replies, 2);
     assert_eq!(m.overlay().evicted.len(), 1);
     let report = &m.report(0)[0];
-    assert_eq!((report.ip.as_str(), report.evicted), ("2001:db8:1a::11", true));
+    assert_eq!(
+        (report.ip.as_str(), report.evicted),
+        ("2001:db8:1a::11", true)
+    );
     let mut restored = Vec::new();
     for now in 300..2000 {
         net.tick(&mut m, &t, now);
