@@ -802,3 +802,94 @@ fn lnc_lists_ipv4_and_ipv6_sessions_of_a_dual_stack_service() {
         "paged listing"
     );
 }
+
+/// Health checks to IPv6 real servers: a TCP check of two IPv6 real servers (real
+/// kernel listeners) from the appliance's address on their link; rs2's listener
+/// killed (its kernel answers RST) gets it evicted, new connections over IPv6 all go
+/// to rs1, and rs2 listening again restores it. About 8 s.
+#[test]
+fn an_ipv6_real_server_is_health_checked_evicted_and_restored() {
+    use std::time::Instant;
+    require_root();
+    let started = Instant::now();
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    let http = "[::]:8080";
+    lab.start_servers(&[http.to_string()], &[]);
+    let services = format!(
+        "[health]\ncheck = \"tcp\"\ninterval_ms = 200\ntimeout_ms = 150\nfall = 2\nrise = 1\nretry_ms = 200\n\n{}",
+        service6(&lab, "tcp", 80, 8080, "nat", "")
+    );
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+    let service = format!("[{VIP6}]:80/tcp");
+    let (rs1, rs2) = (rs_ip6(1), rs_ip6(2));
+    // `sluicectl health --json` every 50 ms until `pred` holds, for at most 5 s.
+    let wait = |lab: &AppLab, what: &str, pred: &dyn Fn(&serde_json::Value) -> bool| {
+        wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+            let h = daemon.health();
+            pred(&h).then_some(h)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{what}: {:#}\n{}\n{}",
+                daemon.health(),
+                lab.diagnostics(),
+                daemon.dump()
+            )
+        })
+    };
+    let target = |h: &serde_json::Value, ip: &str| health_target(h, &service, ip).clone();
+    let h = wait(&lab, "both IPv6 servers probed up", &|h| {
+        [&rs1, &rs2]
+            .iter()
+            .all(|ip| target(h, ip)["last_outcome"] == "ok")
+    });
+    assert_eq!(h["sources6"], serde_json::json!([APPLIANCE_IP6, GATEWAY6]));
+    let text = daemon
+        .ctl(&["health"])
+        .expect_success("sluicectl health")
+        .stdout;
+    assert!(
+        text.contains(&format!("[{rs2}]:8080")) && text.contains(GATEWAY6),
+        "{text}"
+    );
+
+    // rs2's listener gone: its kernel refuses the probes, and it is evicted.
+    lab.kill_server(2);
+    let killed = Instant::now();
+    let h = wait(&lab, "rs2 evicted", &|h| target(h, &rs2)["evicted"] == true);
+    eprintln!("IPv6 rs2 evicted {:?} after the kill", killed.elapsed());
+    assert_eq!(target(&h, &rs2)["last_outcome"], "refused");
+    assert_eq!(target(&h, &rs1)["evicted"], false);
+    let listed = daemon.list_services();
+    let listed = real_server(&listed, "tcp", VIP6, 80, &rs2);
+    assert_eq!(
+        (&listed["evicted"], &listed["evictions"]),
+        (&serde_json::json!(true), &serde_json::json!(1)),
+        "{listed}"
+    );
+    let batch = lab.curl(&format!("http://[{VIP6}]:80/"), 10, 2, &[]);
+    assert_eq!(
+        AppLab::answers(&batch).into_iter().collect::<Vec<_>>(),
+        [("rs1".to_string(), 10)],
+        "every new connection to rs1 while rs2 is evicted: {batch:#}"
+    );
+
+    // Listening again: restored at the next probe.
+    lab.restart_server(2, &[("--http", http)], &[]);
+    wait(&lab, "rs2 restored", &|h| {
+        target(h, &rs2)["evicted"] == false
+    });
+    let events = daemon.event_lines();
+    for op in ["evict", "restore"] {
+        assert!(
+            events
+                .iter()
+                .any(|l| l.starts_with(&format!("lb={op} "))
+                    && l.contains(&format!("rs=[{rs2}]:8080"))),
+            "an lb={op} line for [{rs2}]:8080: {events:?}"
+        );
+    }
+    eprintln!("IPv6 health e2e took {:?}", started.elapsed());
+}

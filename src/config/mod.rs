@@ -507,4 +507,18 @@ impl Config {
             .source
             .or_else(|| self.ports.first()?.addresses.first().map(|a| a.addr))
     }
+
+    /// The addresses IPv6 probes may come from: `[health] source6`, else the first
+    /// port's IPv6 addresses (each real server is probed from the one sharing the
+    /// longest prefix with it). Empty: IPv6 real servers are not probed.
+    pub fn health_sources6(&self) -> Vec<std::net::Ipv6Addr> {
+        match self.health.source6 {
+            Some(a) => vec![a],
+            None => self
+                .ports
+                .first()
+                .map(|p| p.addresses6.iter().map(|a| a.addr).collect())
+                .unwrap_or_default(),
+        }
+    }
 }

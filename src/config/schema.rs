@@ -130,6 +130,7 @@ const VRRP_KEYS: &[&str] = &[
 /// `[health]` alone: where probes come from and appliance-wide behaviour.
 const HEALTH_ONLY_KEYS: &[&str] = &[
     "source",
+    "source6",
     "source_port_first",
     "source_port_last",
     "passive_syn_ms",
@@ -160,10 +161,10 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let loopback = read_loopback(&root, &ports)?;
     let timeouts = read_timeouts(&root)?;
     let sessions = read_sessions(&root)?;
-    let health = read_health(&root)?;
+    let health = read_health(&root, &ports)?;
     let vrrp = read_vrrp(&root)?;
     let sync = read_sync(&root, &ports)?;
-    let services = read_services(&root, &ports, source, &health.defaults)?;
+    let services = read_services(&root, &ports, source, &health)?;
     Ok(Config {
         path: source.path.to_path_buf(),
         eal,
@@ -389,7 +390,7 @@ fn read_vrrp(root: &Table) -> Check<Option<VrrpSettings>> {
 }
 
 /// `[health]`: the default check of every real server plus the probe source.
-fn read_health(root: &Table) -> Check<HealthConfig> {
+fn read_health(root: &Table, ports: &[PortRead]) -> Check<HealthConfig> {
     let d = HealthConfig::default();
     let keys: Vec<&str> = CHECK_KEYS.iter().chain(HEALTH_ONLY_KEYS).copied().collect();
     let Some(t) = root.table("health", &keys)? else {
@@ -422,6 +423,18 @@ fn read_health(root: &Table) -> Check<HealthConfig> {
             f.str()?
                 .parse::<Ipv4Addr>()
                 .map_err(|_| f.invalid("expected an IPv4 address, for example \"198.18.0.1\""))
+        })?,
+        source6: t.optional("source6", |f| {
+            let addr = f.str()?.parse::<Ipv6Addr>().map_err(|_| {
+                f.invalid("expected an IPv6 address, for example \"2001:db8:1a::1\"")
+            })?;
+            let first = ports.first().map(|p| &p.config.addresses6[..]).unwrap_or(&[]);
+            if !first.iter().any(|a| a.addr == addr) {
+                return Err(f.invalid(format!(
+                    "{addr} is not an IPv6 address of the first port (probes leave through it, and the answers must come back to one of its addresses)"
+                )));
+            }
+            Ok(addr)
         })?,
         source_ports: first..=last,
         defaults,
@@ -945,7 +958,7 @@ fn read_services(
     root: &Table,
     ports: &[PortRead],
     source: &Source,
-    checks: &CheckSpec,
+    health: &HealthConfig,
 ) -> Check<Vec<ServiceConfig>> {
     let Some(list) = root.get("services") else {
         return Ok(Vec::new());
@@ -954,7 +967,8 @@ fn read_services(
     let mut seen: HashMap<ServiceKey, String> = HashMap::new();
     let mut services = Vec::with_capacity(items.len());
     for item in &items {
-        let service = read_service(item, ports, source, checks)?;
+        let service = read_service(item, ports, source, &health.defaults)?;
+        check_ipv6_probe_source(item, &service.config, ports, health)?;
         let key = service.config.key;
         claim_with(&mut seen, key, &item.location(), |first| {
             format!("service {key} is defined twice: {first} has the same protocol, VIP and port")
@@ -1185,6 +1199,50 @@ fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Ch
         mode,
         auto_syn_rate,
     })
+}
+
+/// An IPv6 real server with an active check needs an IPv6 address to probe it from:
+/// `[health] source6`, or an IPv6 address on the first port (probes leave through it).
+/// Without one the check could never run, so the file is refused rather than the
+/// server silently left unchecked.
+fn check_ipv6_probe_source(
+    f: &Field,
+    service: &ServiceConfig,
+    ports: &[PortRead],
+    health: &HealthConfig,
+) -> Check<()> {
+    let has_source6 = health.source6.is_some()
+        || ports
+            .first()
+            .is_some_and(|p| !p.config.addresses6.is_empty());
+    if has_source6 {
+        return Ok(());
+    }
+    let mut overrides = crate::health::Overrides::default();
+    overrides
+        .services
+        .insert(service.key, (service.health.clone(), service.all_down));
+    for rs in &service.real_servers {
+        overrides
+            .servers
+            .insert((service.key, rs.ip, rs.port), rs.health.clone());
+    }
+    let monitor =
+        crate::health::HealthMonitor::new(health.clone(), Ipv4Addr::UNSPECIFIED, overrides, 0);
+    for (i, rs) in service.real_servers.iter().enumerate() {
+        if !rs.ip.is_ipv6() {
+            continue;
+        }
+        let kind = monitor.spec_for(service.key, rs.ip, rs.port).kind;
+        if kind != crate::health::spec::CheckKind::None {
+            return Err(f.invalid(format!(
+                "real server {} (real_servers[{i}]) has a {} check, but there is no IPv6 address to probe it from: add an IPv6 address to the first port's addresses, or set check = \"none\" for it",
+                std::net::SocketAddr::new(rs.ip, rs.port),
+                kind.name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_fullnat_has_local_address(

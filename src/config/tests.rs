@@ -2633,3 +2633,57 @@ fn broken_config_fixtures_are_rejected_as_recorded() {
         );
     }
 }
+
+/// BASE (IPv4 only), `[health]` with `health` lines from line 22, and a service on an
+/// IPv6 VIP with one IPv6 real server (its `rs` lines after its `ip`).
+fn ipv6_checked(base: &str, health: &str, rs: &str) -> String {
+    format!(
+        "{base}[health]\n{health}\n[[services]]\nproto = \"tcp\"\nvip = \"2001:db8:18::100\"\nport = 80\n\n[[services.real_servers]]\nip = \"2001:db8:1a::11\"\n{rs}"
+    )
+}
+
+#[test]
+fn an_ipv6_real_server_with_a_check_needs_an_ipv6_address_to_probe_from() {
+    let err = assert_rejected(
+        &ipv6_checked(BASE, "check = \"tcp\"\n", ""),
+        24,
+        "services[0]",
+        "no IPv6 address to probe it from",
+    );
+    assert!(err.message.contains("[2001:db8:1a::11]:80"), "{err}");
+    // Without a check, or with an IPv6 address on the port, it is accepted; the
+    // probes come from the port's IPv6 addresses (or the one `source6` names).
+    parse(&ipv6_checked(
+        BASE,
+        "check = \"tcp\"\n",
+        "  [services.real_servers.health]\n  check = \"none\"\n",
+    ))
+    .unwrap();
+    let dual = BASE.replace(
+        "addresses = [\"198.18.0.1/24\"]",
+        "addresses = [\"198.18.0.1/24\", \"2001:db8:18::1/64\", \"2001:db8:1a::1/64\"]",
+    );
+    let cfg = parse(&ipv6_checked(&dual, "check = \"tcp\"\n", "")).unwrap();
+    assert_eq!(
+        cfg.health_sources6(),
+        [v6("2001:db8:18::1"), v6("2001:db8:1a::1")]
+    );
+    let cfg = parse(&ipv6_checked(&dual, "source6 = \"2001:db8:1a::1\"\n", "")).unwrap();
+    assert_eq!(cfg.health_sources6(), [v6("2001:db8:1a::1")]);
+    assert_rejected(
+        &ipv6_checked(&dual, "source6 = \"2001:db8:1a::2\"\n", ""),
+        22,
+        "health.source6",
+        "not an IPv6 address of the first port",
+    );
+    assert_rejected(
+        &ipv6_checked(&dual, "source6 = \"198.18.0.1\"\n", ""),
+        22,
+        "health.source6",
+        "expected an IPv6 address",
+    );
+}
+
+fn v6(s: &str) -> std::net::Ipv6Addr {
+    s.parse().unwrap()
+}

@@ -888,6 +888,7 @@ mod ha_tests {
     fn health_vrrp_and_sync_families_carry_the_reports_values() {
         let health = HealthReport {
             source: "198.18.0.254".into(),
+            sources6: Vec::new(),
             targets: Vec::new(),
             stats: MonitorStats {
                 probes_ok: 7,

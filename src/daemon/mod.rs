@@ -414,6 +414,7 @@ fn health_monitor(cfg: &Config, started: Instant) -> HealthMonitor {
         // Different appliances probe at different moments.
         u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
     )
+    .with_sources6(cfg.health_sources6())
 }
 
 /// The VRRP node of `[vrrp]`, on the first port.
@@ -744,6 +745,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             persistence: Some((*persist).clone()),
             health: cfg.health_source().map(|source| HealthTap {
                 source,
+                sources6: cfg.health_sources6(),
                 ports: cfg.health.source_ports.clone(),
                 passive_syn_ms: cfg.health.passive_syn_ms,
             }),
@@ -1349,6 +1351,12 @@ impl Registry {
         let now_ms = self.started.elapsed().as_millis() as u64;
         HealthReport {
             source: self.health.source().to_string(),
+            sources6: self
+                .health
+                .sources6()
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
             targets: self.health.report(now_ms),
             stats: self.health.stats,
         }

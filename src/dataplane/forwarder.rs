@@ -50,7 +50,7 @@ use crate::session::{
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
 use crate::wire::vrrp;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -174,6 +174,8 @@ pub struct Forwarder {
     /// Health probes' source address and ports: TCP to them goes to the management
     /// core (`Action::Punt`).
     health_source: Option<(Ipv4Addr, std::ops::RangeInclusive<u16>)>,
+    /// The IPv6 probes' source addresses (same ports): TCP to them is punted too.
+    health_sources6: Vec<Ipv6Addr>,
     /// Passive detection: a client SYN resent this many ticks after the session began,
     /// with nothing from the real server, counts as unanswered.
     passive_syn_ticks: u32,
@@ -295,6 +297,9 @@ pub struct HealthTap {
     /// TCP to this address on `ports` is a probe's answer: handed to the management
     /// core.
     pub source: Ipv4Addr,
+    /// ...and TCP to these IPv6 addresses on the same ports (probes to IPv6 real
+    /// servers).
+    pub sources6: Vec<Ipv6Addr>,
     pub ports: std::ops::RangeInclusive<u16>,
     /// Passive detection: a client SYN resent this long or more after the first, with
     /// nothing from the real server, counts against its real server.
@@ -460,6 +465,9 @@ impl Forwarder {
             passive_syn_ticks: health
                 .as_ref()
                 .map_or(u32::MAX, |h| h.passive_syn_ms.div_ceil(tick_ms)),
+            health_sources6: health
+                .as_ref()
+                .map_or_else(Vec::new, |h| h.sources6.clone()),
             health_source: health.map(|h| (h.source, h.ports)),
             vrrp,
             sync,

@@ -238,8 +238,8 @@ impl Worker {
 
     /// Transmits the management core's frames (worker 0 only), each as its kind
     /// ([`Injected`], in the mbuf) says: health probes and unicast sync datagrams get
-    /// the first port's MAC and their destination's, or become an ARP request for it
-    /// when unknown (the probe is lost then, and times out; so is the datagram, which
+    /// the first port's MAC and their destination's, or become an ARP request (a
+    /// Neighbor Solicitation for an IPv6 probe) for it when unknown (the probe is lost then, and times out; so is the datagram, which
     /// sync tolerates); frames already addressed (VRRP, ARP, sync to a multicast
     /// group) just get the port's MAC as their source. The source IP is the frame's
     /// own (any address of the port).
@@ -280,6 +280,43 @@ impl Worker {
                     continue;
                 }
             };
+            if ethernet::Frame::new_unchecked(&*frame).ethertype() == ethernet::EtherType::IPV6 {
+                // To an IPv6 real server: its MAC from the IPv6 neighbour table, else a
+                // Neighbor Solicitation from the frame's source in its place.
+                let ends = crate::wire::ipv6::Packet::new_checked(&frame[ethernet::HEADER_LEN..])
+                    .ok()
+                    .map(|ip| (ip.src_addr(), ip.dst_addr()));
+                let Some((src, target)) = ends else {
+                    out.move_to(i, &mut untagged);
+                    continue;
+                };
+                if let Some(peer) = self.forwarder.neighbour6(target) {
+                    let _ = crate::forward::dr::forward(frame, peer, mac);
+                    self.counters.event(sent);
+                    continue;
+                }
+                let solicit = out.set_packet_len(i, SOLICIT_LEN as u16).then(|| {
+                    let frame = out.packet_mut(i);
+                    crate::wire::icmpv6::write_solicit(
+                        frame,
+                        ethernet::HEADER_LEN,
+                        mac,
+                        src,
+                        target,
+                        None,
+                    )
+                });
+                match solicit.flatten() {
+                    Some(len) => {
+                        out.set_packet_len(i, len as u16);
+                    }
+                    None => {
+                        out.move_to(i, &mut untagged);
+                    }
+                }
+                WorkerCounters::drop(&self.counters, DropReason::NeighbourUnresolved);
+                continue;
+            }
             let target = crate::wire::ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..])
                 .ok()
                 .map(|ip| ip.dst_addr());
@@ -432,13 +469,16 @@ impl Worker {
 
 /// Appends an ARP request for `target`, from `mac`/`addr`, to `out` (nothing when `out`
 /// is full or the pool is empty).
+/// Bytes of an Ethernet+IPv6 Neighbor Solicitation with its source link-layer option.
+const SOLICIT_LEN: usize = 86;
+
 /// Appends a Neighbor Solicitation for `target` from (`mac`, `src`) to `out`.
 fn push_solicit(out: &mut Burst, pool: &Mempool, mac: MacAddr, src: Ipv6Addr, target: Ipv6Addr) {
     if out.is_full() || !out.alloc_from(pool, 1) {
         return;
     }
     let i = out.len() - 1;
-    out.set_packet_len(i, 86);
+    out.set_packet_len(i, SOLICIT_LEN as u16);
     match crate::wire::icmpv6::write_solicit(
         out.packet_mut(i),
         ethernet::HEADER_LEN,

@@ -85,8 +85,8 @@ mod tests {
 
     fn segment(flags: TcpFlags, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
         let ends = Endpoints {
-            local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 2, 100), 40000),
-            remote: SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), 80),
+            local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 2, 100), 40000).into(),
+            remote: SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), 80).into(),
         };
         let mut buf = [0u8; MAX_FRAME_LEN];
         let n = write_segment(&mut buf, &ends, seq, ack, flags, Some(1460), payload);
@@ -106,11 +106,11 @@ mod tests {
         assert_eq!((rst.seq, rst.ack), (0, 1001));
         assert_eq!(
             rst.from,
-            SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), 80)
+            SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), 80).into()
         );
         assert_eq!(
             rst.to,
-            SocketAddrV4::new(Ipv4Addr::new(198, 18, 2, 100), 40000)
+            SocketAddrV4::new(Ipv4Addr::new(198, 18, 2, 100), 40000).into()
         );
         assert_eq!(&f[0..6], &CLIENT_MAC.0);
         assert_eq!(&f[6..12], &OUR_MAC.0);

@@ -5,7 +5,9 @@
 //! Probes leave through worker 0 (the inject ring, `dataplane::mesh`), which
 //! fills in the MAC addresses from its neighbour table, and the real servers' answers
 //! (TCP to the probe source address and ports) come back from whichever worker the
-//! NIC gave them to (the punt ring). The monitor owns every probe's state;
+//! NIC gave them to (the punt ring). IPv4 real servers are probed from the IPv4
+//! source address, IPv6 ones from the IPv6 source address (none configured: the
+//! server is not probed, and its report says why). The monitor owns every probe's state;
 //! workers only move frames. Eviction never touches a weight: the management core
 //! publishes snapshots in which evicted servers are scheduled as weight 0
 //! (`service::HealthOverlay`).
@@ -19,7 +21,7 @@ use crate::service::{HealthOverlay, ServiceTable};
 use probe::{Check, Endpoints, Probe, Segment};
 use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use verdict::{Change, PassiveDelta, Verdict};
 
 /// A change the management core logs and publishes.
@@ -28,23 +30,23 @@ pub struct HealthEvent {
     /// The real server's id.
     pub id: u32,
     pub service: ServiceKey,
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub port: u16,
     pub change: Change,
 }
 
 impl HealthEvent {
-    /// The event line of seed 004: `lb=evict svc=VIP:port rs=IP:port reason=2fail`.
+    /// The event line of seed 004: `lb=evict svc=VIP:port rs=IP:port reason=2fail`
+    /// (an IPv6 real server as `[IP]:port`).
     pub fn line(&self) -> String {
         let (op, reason) = match &self.change {
             Change::Evicted { reason } => ("evict", reason),
             Change::Restored { reason } => ("restore", reason),
         };
         format!(
-            "lb={op} svc={} rs={}:{} reason={reason}",
+            "lb={op} svc={} rs={} reason={reason}",
             self.service.event_name(),
-            self.ip,
-            self.port
+            SocketAddr::new(self.ip, self.port)
         )
     }
 }
@@ -56,7 +58,8 @@ pub struct MonitorStats {
     pub probes_ok: u64,
     pub probes_failed: u64,
     pub probes_timed_out: u64,
-    /// Probes not started: no free source port, or no frame could be queued.
+    /// Probes not started: no free source port, no frame could be queued, or no
+    /// source address of the real server's family (IPv6 without an IPv6 source).
     pub probes_skipped: u64,
     pub replies: u64,
     /// Frames to the probe ports that belong to no probe in flight (late answers).
@@ -65,7 +68,7 @@ pub struct MonitorStats {
 
 struct Target {
     service: ServiceKey,
-    ip: Ipv4Addr,
+    ip: IpAddr,
     port: u16,
     spec: CheckSpec,
     verdict: Verdict,
@@ -104,9 +107,16 @@ pub struct TargetReport {
     pub since_change_ms: u64,
 }
 
+/// The last outcome of an IPv6 real server's check when the appliance has no IPv6
+/// address to probe from.
+pub const NO_SOURCE6: &str = "no IPv6 source";
+
 pub struct HealthMonitor {
     cfg: HealthConfig,
     source: Ipv4Addr,
+    /// The addresses probes to IPv6 real servers may come from (each server's: the
+    /// one sharing the longest prefix with it); none: they are not probed.
+    sources6: Vec<Ipv6Addr>,
     service_checks: HashMap<ServiceKey, (CheckOverride, Option<AllDown>)>,
     server_checks: HashMap<(ServiceKey, IpAddr, u16), CheckOverride>,
     /// By real-server id.
@@ -132,6 +142,10 @@ pub struct Overrides {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HealthReport {
     pub source: String,
+    /// The IPv6 probes' possible sources; none: IPv6 real servers are not actively
+    /// checked.
+    #[serde(default)]
+    pub sources6: Vec<String>,
     pub targets: Vec<TargetReport>,
     pub stats: MonitorStats,
 }
@@ -142,6 +156,7 @@ impl HealthMonitor {
             next_port: *cfg.source_ports.start(),
             cfg,
             source,
+            sources6: Vec::new(),
             service_checks: overrides.services,
             server_checks: overrides.servers,
             targets: BTreeMap::new(),
@@ -162,8 +177,35 @@ impl HealthMonitor {
         self.table_version = None;
     }
 
+    /// Probes IPv6 real servers from `sources6` (the appliance's IPv6 addresses on
+    /// the probes' port; each server from the one sharing the longest prefix with it;
+    /// none: they are not probed).
+    pub fn with_sources6(mut self, sources6: Vec<Ipv6Addr>) -> Self {
+        self.sources6 = sources6;
+        self
+    }
+
     pub fn source(&self) -> Ipv4Addr {
         self.source
+    }
+
+    pub fn sources6(&self) -> &[Ipv6Addr] {
+        &self.sources6
+    }
+
+    /// The source address for a probe to `ip`: of its family, and for IPv6 the one
+    /// on its link if any (the longest common prefix).
+    fn source_for(&self, ip: IpAddr) -> Option<IpAddr> {
+        match ip {
+            IpAddr::V4(_) => Some(IpAddr::V4(self.source)),
+            IpAddr::V6(ip) => {
+                let common = |a: &&Ipv6Addr| (u128::from(**a) ^ u128::from(ip)).leading_zeros();
+                self.sources6
+                    .iter()
+                    .max_by_key(common)
+                    .map(|&a| IpAddr::V6(a))
+            }
+        }
     }
 
     pub fn source_ports(&self) -> std::ops::RangeInclusive<u16> {
@@ -237,11 +279,7 @@ impl HealthMonitor {
         let mut changed = false;
         for s in table.services() {
             for rs in &s.real_servers {
-                // The probes speak IPv4: IPv6 real servers are not checked (never
-                // evicted) yet.
-                let IpAddr::V4(ip) = rs.ip else {
-                    continue;
-                };
+                let ip = rs.ip;
                 let spec = self.spec_for(s.key, rs.ip, rs.port);
                 if !spec.watches() {
                     continue;
@@ -256,6 +294,17 @@ impl HealthMonitor {
                         t.spec = spec;
                     }
                     None => {
+                        if ip.is_ipv6() && spec.kind != CheckKind::None && self.sources6.is_empty()
+                        {
+                            log::warn!(
+                                "health: {} of {} has a {} check but the appliance has no IPv6 \
+                                 address to probe it from: it is not probed (add an IPv6 \
+                                 address to a port, or set [health] source6)",
+                                SocketAddr::new(ip, rs.port),
+                                s.key.event_name(),
+                                spec.kind.name()
+                            );
+                        }
                         self.targets.insert(
                             rs.id,
                             Target {
@@ -310,7 +359,7 @@ impl HealthMonitor {
             self.stats.stray_replies += 1;
             return Vec::new();
         };
-        if f.probe.ends.remote != seg.from || *seg.to.ip() != self.source {
+        if f.probe.ends.remote != seg.from || f.probe.ends.local.ip() != seg.to.ip() {
             self.stats.stray_replies += 1;
             return Vec::new();
         }
@@ -438,9 +487,18 @@ impl HealthMonitor {
         };
         let isn = self.random() as u32;
         let jitter = self.random();
-        let source = self.source;
+        let ip = self.targets.get(&id).expect("caller checked").ip;
+        let source = self.source_for(ip);
         let t = self.targets.get_mut(&id).expect("caller checked");
-        let remote = SocketAddrV4::new(t.ip, t.spec.port.unwrap_or(t.port));
+        let Some(source) = source else {
+            // An IPv6 real server and no IPv6 source (warned when it was added): the
+            // report shows why it is never probed, and it is never evicted by it.
+            t.last_outcome = Some(NO_SOURCE6.into());
+            t.next_probe_ms = now_ms + u64::from(t.spec.interval_ms);
+            self.stats.probes_skipped += 1;
+            return;
+        };
+        let remote = SocketAddr::new(t.ip, t.spec.port.unwrap_or(t.port));
         let check = match t.spec.kind {
             CheckKind::Http => Check::http(&t.spec.path, t.ip, t.spec.expect),
             _ => Check::Tcp,
@@ -452,7 +510,7 @@ impl HealthMonitor {
         let deadline_ms = now_ms + u64::from(t.spec.timeout_ms);
         let mut queued = true;
         let ends = Endpoints {
-            local: SocketAddrV4::new(source, port),
+            local: SocketAddr::new(source, port),
             remote,
         };
         let probe = Probe::start(ends, check, isn, &mut |b| queued &= send(b));

@@ -6,12 +6,15 @@
 //! decides, then an RST closes. No retransmission: a lost segment is a timeout, and a
 //! single failure never evicts (`fall`).
 //!
+//! Probes speak IPv4 to IPv4 real servers and IPv6 to IPv6 ones, the same TCP either
+//! way: only the network header (and the checksum's pseudo-header) differs.
+//!
 //! Frames are built with zero MAC addresses: the worker that transmits them fills in
 //! its port's MAC and the real server's from its neighbour table.
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::tcp::{self, TcpFlags};
-use crate::wire::{ipv4, IpProtocol};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use crate::wire::{ipv4, ipv6, IpProtocol};
+use std::net::{IpAddr, SocketAddr};
 
 /// Bytes of a probe frame at most: headers plus the HTTP request.
 pub const MAX_FRAME_LEN: usize = 512;
@@ -21,45 +24,65 @@ const PROBE_WINDOW: u16 = 8192;
 /// The status line is read from at most this many bytes.
 const STATUS_BYTES: usize = 64;
 
-/// The four addresses of a probe connection.
+/// The four addresses of a probe connection, both ends of one family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Endpoints {
-    pub local: SocketAddrV4,
-    pub remote: SocketAddrV4,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
 }
 
 /// A TCP segment from a real server, as far as a probe cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment<'a> {
-    pub from: SocketAddrV4,
-    pub to: SocketAddrV4,
+    pub from: SocketAddr,
+    pub to: SocketAddr,
     pub seq: u32,
     pub ack: u32,
     pub flags: TcpFlags,
     pub payload: &'a [u8],
 }
 
-/// Reads an Ethernet/IPv4/TCP frame with valid checksums; `None` for anything else.
+/// Reads an Ethernet/IPv4/TCP or Ethernet/IPv6/TCP frame with valid checksums (the
+/// IPv6 one past at most the extension headers `wire::ipv6` walks); `None` for
+/// anything else.
 pub fn parse_segment(frame: &[u8]) -> Option<Segment<'_>> {
     let eth = ethernet::Frame::new_checked(frame).ok()?;
-    if eth.ethertype() != EtherType::IPV4 {
-        return None;
-    }
-    let ip = ipv4::Packet::new_checked(&frame[ethernet::HEADER_LEN..]).ok()?;
-    if ip.protocol() != IpProtocol::TCP || ip.is_fragment() || !ip.verify_checksum() {
-        return None;
-    }
-    let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    let start = ethernet::HEADER_LEN + ip.header_len();
-    let end = ethernet::HEADER_LEN + ip.total_len() as usize;
+    let l3 = &frame[ethernet::HEADER_LEN..];
+    let (src, dst, start, end) = match eth.ethertype() {
+        EtherType::IPV4 => {
+            let ip = ipv4::Packet::new_checked(l3).ok()?;
+            if ip.protocol() != IpProtocol::TCP || ip.is_fragment() || !ip.verify_checksum() {
+                return None;
+            }
+            let (src, dst) = (IpAddr::V4(ip.src_addr()), IpAddr::V4(ip.dst_addr()));
+            (src, dst, ip.header_len(), ip.total_len() as usize)
+        }
+        EtherType::IPV6 => {
+            let ip = ipv6::Packet::new_checked(l3).ok()?;
+            let upper = ip.upper_layer().ok()?;
+            if upper.protocol != IpProtocol::TCP {
+                return None;
+            }
+            let (src, dst) = (IpAddr::V6(ip.src_addr()), IpAddr::V6(ip.dst_addr()));
+            let end = ipv6::HEADER_LEN + ip.payload_len() as usize;
+            (src, dst, upper.offset, end)
+        }
+        _ => return None,
+    };
+    let (start, end) = (ethernet::HEADER_LEN + start, ethernet::HEADER_LEN + end);
     let seg = tcp::Packet::new_checked(frame.get(start..end)?).ok()?;
-    if !seg.verify_checksum(src, dst) {
+    let valid = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => seg.verify_checksum(s, d),
+        (IpAddr::V6(s), IpAddr::V6(d)) => seg.verify_checksum_v6(s, d),
+        _ => false,
+    };
+    if !valid {
         return None;
     }
     let payload_at = start + seg.header_len();
     Some(Segment {
-        from: SocketAddrV4::new(src, seg.src_port()),
-        to: SocketAddrV4::new(dst, seg.dst_port()),
+        from: SocketAddr::new(src, seg.src_port()),
+        to: SocketAddr::new(dst, seg.dst_port()),
         seq: seg.seq_number(),
         ack: seg.ack_number(),
         flags: seg.flags(),
@@ -67,7 +90,8 @@ pub fn parse_segment(frame: &[u8]) -> Option<Segment<'_>> {
     })
 }
 
-/// Writes an Ethernet/IPv4/TCP frame into `buf` and returns its length.
+/// Writes an Ethernet/IPv4/TCP frame, or Ethernet/IPv6/TCP when the ends are IPv6,
+/// into `buf` and returns its length.
 #[allow(clippy::too_many_arguments)]
 pub fn write_segment(
     buf: &mut [u8; MAX_FRAME_LEN],
@@ -79,8 +103,12 @@ pub fn write_segment(
     payload: &[u8],
 ) -> usize {
     let tcp_header = tcp::MIN_HEADER_LEN + if mss.is_some() { 4 } else { 0 };
-    let ip_len = ipv4::MIN_HEADER_LEN + tcp_header + payload.len();
-    let len = ethernet::HEADER_LEN + ip_len;
+    let (ethertype, ip_header) = match ends.local {
+        SocketAddr::V4(_) => (EtherType::IPV4, ipv4::MIN_HEADER_LEN),
+        SocketAddr::V6(_) => (EtherType::IPV6, ipv6::HEADER_LEN),
+    };
+    let l4 = ethernet::HEADER_LEN + ip_header;
+    let len = l4 + tcp_header + payload.len();
     assert!(
         len <= MAX_FRAME_LEN,
         "probe frames are bounded by the path length"
@@ -89,22 +117,30 @@ pub fn write_segment(
     ethernet::Repr {
         src_addr: MacAddr::ZERO,
         dst_addr: MacAddr::ZERO,
-        ethertype: EtherType::IPV4,
+        ethertype,
     }
     .emit(&mut ethernet::Frame::new_unchecked(&mut buf[..len]));
-    let (src, dst) = (*ends.local.ip(), *ends.remote.ip());
-    ipv4::Repr {
-        src_addr: src,
-        dst_addr: dst,
-        protocol: IpProtocol::TCP,
-        payload_len: tcp_header + payload.len(),
-        ttl: ipv4::DEFAULT_TTL,
+    let ip = &mut buf[ethernet::HEADER_LEN..len];
+    match (ends.local.ip(), ends.remote.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => ipv4::Repr {
+            src_addr: src,
+            dst_addr: dst,
+            protocol: IpProtocol::TCP,
+            payload_len: tcp_header + payload.len(),
+            ttl: ipv4::DEFAULT_TTL,
+        }
+        .emit(&mut ipv4::Packet::new_unchecked(ip)),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => ipv6::Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::TCP,
+            payload_len: tcp_header + payload.len(),
+            hop_limit: ipv6::DEFAULT_HOP_LIMIT,
+        }
+        .emit(&mut ipv6::Packet::new_unchecked(ip)),
+        _ => unreachable!("the monitor pairs a source of the real server's family"),
     }
-    .emit(&mut ipv4::Packet::new_unchecked(
-        &mut buf[ethernet::HEADER_LEN..len],
-    ));
-    let mut seg =
-        tcp::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN..len]);
+    let mut seg = tcp::Packet::new_unchecked(&mut buf[l4..len]);
     seg.set_src_port(ends.local.port());
     seg.set_dst_port(ends.remote.port());
     seg.set_seq_number(seq);
@@ -117,7 +153,11 @@ pub fn write_segment(
         tcp::TcpOption::MaxSegmentSize(mss).emit(seg.options_mut());
     }
     seg.payload_mut()[..payload.len()].copy_from_slice(payload);
-    seg.fill_checksum(src, dst);
+    match (ends.local.ip(), ends.remote.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => seg.fill_checksum(src, dst),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => seg.fill_checksum_v6(src, dst),
+        _ => unreachable!("checked above"),
+    }
     len
 }
 
@@ -129,8 +169,13 @@ pub enum Check {
 }
 
 impl Check {
-    /// An HTTP/1.0 GET for `path` with the expected status.
-    pub fn http(path: &str, host: Ipv4Addr, expect: u16) -> Check {
+    /// An HTTP/1.0 GET for `path` with the expected status; an IPv6 host is
+    /// bracketed in the Host header (RFC 3986 IP-literal).
+    pub fn http(path: &str, host: IpAddr, expect: u16) -> Check {
+        let host = match host {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => format!("[{a}]"),
+        };
         let request = format!(
             "GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: sluice-health\r\nConnection: close\r\n\r\n"
         );
@@ -297,11 +342,12 @@ fn read_status(line: &[u8], expect: u16) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn ends() -> Endpoints {
         Endpoints {
-            local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 61000),
-            remote: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 11), 8080),
+            local: SocketAddr::new(Ipv4Addr::new(198, 18, 0, 1).into(), 61000),
+            remote: SocketAddr::new(Ipv4Addr::new(198, 18, 0, 11).into(), 8080),
         }
     }
 
@@ -374,7 +420,7 @@ mod tests {
     fn http_exchange(answer: &[&[u8]]) -> (Option<Outcome>, Vec<Vec<u8>>) {
         let mut out = Vec::new();
         let mut send = |f: &[u8]| out.push(f.to_vec());
-        let check = Check::http("/health", Ipv4Addr::new(198, 18, 0, 11), 200);
+        let check = Check::http("/health", Ipv4Addr::new(198, 18, 0, 11).into(), 200);
         let mut p = Probe::start(ends(), check, 100, &mut send);
         let synack = reply(9000, 101, TcpFlags::SYN | TcpFlags::ACK, &[]);
         assert_eq!(
@@ -426,5 +472,126 @@ mod tests {
         f[last] ^= 0xff;
         assert_eq!(parse_segment(&f), None);
         assert_eq!(parse_segment(&f[..20]), None);
+    }
+
+    fn ends6() -> Endpoints {
+        Endpoints {
+            local: SocketAddr::new("2001:db8:1a::1".parse::<Ipv6Addr>().unwrap().into(), 61000),
+            remote: SocketAddr::new("2001:db8:1a::11".parse::<Ipv6Addr>().unwrap().into(), 8080),
+        }
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The IPv6 SYN byte for byte as scapy 2.5 builds it (checksum 0x0aae computed by
+    /// scapy over the IPv6 pseudo-header):
+    /// `Ether(src=0, dst=0)/IPv6(src="2001:db8:1a::1", dst="2001:db8:1a::11",
+    /// hlim=64)/TCP(sport=61000, dport=8080, seq=1000, flags="S", window=8192,
+    /// options=[("MSS", 1460)])`.
+    #[test]
+    fn the_ipv6_syn_is_the_segment_scapy_builds() {
+        let frames = sent_frames(|send| {
+            Probe::start(ends6(), Check::Tcp, 1000, &mut |f| send(f));
+        });
+        let scapy = hex(concat!(
+            "00000000000000000000000086dd",
+            "600000000018064020010db8001a0000000000000000000120010db8001a000000000000",
+            "00000011",
+            "ee481f90000003e800000000600220000aae0000020405b4"
+        ));
+        assert_eq!(frames[0], scapy);
+        let seg = parse_segment(&frames[0]).expect("valid checksum");
+        assert_eq!((seg.from, seg.to), (ends6().local, ends6().remote));
+        assert_eq!((seg.flags, seg.seq), (TcpFlags::SYN, 1000));
+    }
+
+    /// A SYN-ACK from an IPv6 server as scapy builds it, behind a destination options
+    /// header (`IPv6(...)/IPv6ExtHdrDestOpt()/TCP(sport=8080, dport=61000, seq=5000,
+    /// ack=1001, flags="SA", window=65535)`, checksum 0x2ed1 by scapy), is read past
+    /// the extension header; one flipped payload bit, or a wrong pseudo-header
+    /// address, and it is not.
+    #[test]
+    fn an_ipv6_answer_behind_an_extension_header_is_read_and_checked() {
+        let frame = hex(concat!(
+            "ffffffffffff02fc0000000186dd",
+            "60000000001c3c4020010db8001a0000000000000000001120010db8001a000000000000",
+            "00000001",
+            "06000104000000001f90ee4800001388000003e95012ffff2ed10000"
+        ));
+        let seg = parse_segment(&frame).expect("scapy's checksum verifies");
+        assert_eq!(seg.from, ends6().remote);
+        assert_eq!(seg.to, ends6().local);
+        assert_eq!((seg.seq, seg.ack), (5000, 1001));
+        assert_eq!(seg.flags, TcpFlags::SYN | TcpFlags::ACK);
+        let mut p = Probe::start(ends6(), Check::Tcp, 1000, &mut |_| {});
+        let mut out = Vec::new();
+        assert_eq!(
+            p.on_segment(&seg, &mut |f: &[u8]| out.push(f.to_vec())),
+            Some(Ok(()))
+        );
+        let rst = parse_segment(&out[0]).expect("our RST verifies");
+        assert_eq!(
+            (rst.flags, rst.seq, rst.to),
+            (TcpFlags::RST, 1001, ends6().remote)
+        );
+        let mut bad = frame.clone();
+        bad[14 + 40 + 8 + 4] ^= 0x01; // the sequence number
+        assert_eq!(parse_segment(&bad), None);
+        let mut elsewhere = frame.clone();
+        elsewhere[14 + 39] ^= 0x01; // the destination address
+        assert_eq!(parse_segment(&elsewhere), None);
+        assert_eq!(parse_segment(&frame[..frame.len() - 1]), None);
+    }
+
+    #[test]
+    fn an_ipv6_http_check_brackets_the_host() {
+        let host = "2001:db8:1a::11".parse::<Ipv6Addr>().unwrap();
+        let Check::Http { request, .. } = Check::http("/h", host.into(), 200) else {
+            panic!("an http check")
+        };
+        assert!(request.starts_with(b"GET /h HTTP/1.0\r\nHost: [2001:db8:1a::11]\r\n"));
+        let mut out = Vec::new();
+        let check = Check::http("/h", host.into(), 200);
+        let mut p = Probe::start(ends6(), check, 100, &mut |f: &[u8]| out.push(f.to_vec()));
+        let back = Endpoints {
+            local: ends6().remote,
+            remote: ends6().local,
+        };
+        let mut buf = [0u8; MAX_FRAME_LEN];
+        let n = write_segment(
+            &mut buf,
+            &back,
+            9000,
+            101,
+            TcpFlags::SYN | TcpFlags::ACK,
+            None,
+            &[],
+        );
+        let mut send = |f: &[u8]| out.push(f.to_vec());
+        assert_eq!(
+            p.on_segment(&parse_segment(&buf[..n]).unwrap(), &mut send),
+            None
+        );
+        let flags = TcpFlags::ACK | TcpFlags::PSH;
+        let n = write_segment(
+            &mut buf,
+            &back,
+            9001,
+            0,
+            flags,
+            None,
+            b"HTTP/1.0 200 OK\r\n",
+        );
+        assert_eq!(
+            p.on_segment(&parse_segment(&buf[..n]).unwrap(), &mut send),
+            Some(Ok(()))
+        );
+        let req = parse_segment(&out[1]).unwrap();
+        assert_eq!(req.payload, &request[..]);
     }
 }

@@ -2,7 +2,7 @@
 //! service and per real server (`CheckOverride`), and the appliance-wide settings
 //! (`HealthConfig`). Defaults follow seed 004's production values: probe every 5 s,
 //! evict after 2 failures in a row, retry an evicted server after 30 s.
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
 /// How a real server is probed.
@@ -169,6 +169,9 @@ impl CheckOverride {
 pub struct HealthConfig {
     /// Source address of probes; the first port's first address when `None`.
     pub source: Option<Ipv4Addr>,
+    /// Source address of probes to IPv6 real servers; when `None`, the first port's
+    /// IPv6 address sharing the longest prefix with the real server.
+    pub source6: Option<Ipv6Addr>,
     /// Source ports of probes (one per probe in flight).
     pub source_ports: RangeInclusive<u16>,
     /// Every service's check unless it overrides fields.
@@ -184,6 +187,7 @@ impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig {
             source: None,
+            source6: None,
             source_ports: 61000..=61999,
             defaults: CheckSpec::default(),
             all_down: AllDown::Drop,

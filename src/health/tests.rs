@@ -255,7 +255,7 @@ fn answers_from_elsewhere_are_stray() {
     let p = parse_segment(&syn).unwrap();
     // The right ports, the wrong server.
     let ends = Endpoints {
-        local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 99), p.to.port()),
+        local: SocketAddr::new(Ipv4Addr::new(198, 18, 0, 99).into(), p.to.port()),
         remote: p.from,
     };
     let mut buf = [0u8; MAX_FRAME_LEN];
@@ -397,7 +397,10 @@ fn a_global_tcp_check_probes_a_udp_service_only_where_a_port_is_given() {
         net.tick(&mut m, &t, now);
         for syn in net.syns() {
             let p = parse_segment(&syn).unwrap();
-            probed.insert((p.to.ip().octets()[3], p.to.port()));
+            let IpAddr::V4(to) = p.to.ip() else {
+                panic!("an IPv4 server's probe is IPv4: {p:?}")
+            };
+            probed.insert((to.octets()[3], p.to.port()));
         }
     }
     // The TCP service's server on the global port; of the four UDP servers only the
@@ -406,4 +409,89 @@ fn a_global_tcp_check_probes_a_udp_service_only_where_a_port_is_given() {
     let spec = m.spec_for(dns(2), Ipv4Addr::new(198, 18, 0, 24).into(), 53);
     assert_eq!(spec.kind, CheckKind::None);
     assert!(m.overlay().evicted.is_empty());
+}
+
+fn v6(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+/// A service on an IPv6 VIP with one IPv6 real server, 2001:db8:1a::11 port 8080.
+fn table6() -> (ServiceTable, ServiceKey) {
+    let key = ServiceKey::new(Protocol::Tcp, v6("2001:db8:18::100"), 80);
+    let mut t = ServiceTable::new();
+    t.add_service(key, SchedulerKind::Rr, None).unwrap();
+    let spec = RealServerSpec::new(v6("2001:db8:1a::11"), 8080, 1, ForwardMode::Nat);
+    t.add_server(key, spec).unwrap();
+    (t, key)
+}
+
+#[test]
+fn an_ipv6_server_is_probed_from_the_address_on_its_link_evicted_and_restored() {
+    let (t, _) = table6();
+    let sources = vec![v6("2001:db8:18::1"), v6("2001:db8:1a::1")];
+    let mut m = monitor(CheckKind::Tcp).with_sources6(sources);
+    let mut net = Net { sent: Vec::new() };
+    let mut send = |_: &[u8]| true;
+    let mut events = Vec::new();
+    let mut syns = 0;
+    for now in 0..300 {
+        net.tick(&mut m, &t, now);
+        for s in net.syns() {
+            syns += 1;
+            let p = parse_segment(&s).unwrap();
+            assert_eq!(p.from.ip(), IpAddr::V6(v6("2001:db8:1a::1")), "{p:?}");
+            assert_eq!(p.to, "[2001:db8:1a::11]:8080".parse().unwrap());
+            // An answer to the wrong address (the other source) is not this probe's.
+            let mut stray = answer(&s, TcpFlags::RST | TcpFlags::ACK, &[]);
+            stray[14 + 24..14 + 40].copy_from_slice(&v6("2001:db8:18::1").octets());
+            assert!(m.on_frame(&stray, now, &mut send).is_empty());
+            let rst = answer(&s, TcpFlags::RST | TcpFlags::ACK, &[]);
+            events.extend(m.on_frame(&rst, now, &mut send));
+        }
+        if !events.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(syns, 2, "two refusals evict (fall 2)");
+    assert_eq!(
+        events[0].line(),
+        "lb=evict svc=[2001:db8:18::100]:80/tcp rs=[2001:db8:1a::11]:8080 reason=2fail"
+    );
+    assert_eq!(m.stats.stray_replies, 2);
+    assert_eq!(m.overlay().evicted.len(), 1);
+    let report = &m.report(0)[0];
+    assert_eq!(
+        (report.ip.as_str(), report.evicted),
+        ("2001:db8:1a::11", true)
+    );
+    let mut restored = Vec::new();
+    for now in 300..2000 {
+        net.tick(&mut m, &t, now);
+        for s in net.syns() {
+            let a = answer(&s, TcpFlags::SYN | TcpFlags::ACK, &[]);
+            restored.extend(m.on_frame(&a, now, &mut send));
+        }
+        if !restored.is_empty() {
+            break;
+        }
+    }
+    assert!(restored[0].line().starts_with("lb=restore"), "{restored:?}");
+    assert!(m.overlay().evicted.is_empty());
+}
+
+#[test]
+fn without_an_ipv6_source_an_ipv6_server_is_not_probed_and_says_why() {
+    let (t, _) = table6();
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    for now in 0..1000 {
+        assert!(net.tick(&mut m, &t, now).is_empty());
+        assert!(net.syns().is_empty(), "no frame without a source");
+    }
+    let report = &m.report(1000)[0];
+    assert_eq!(report.last_outcome.as_deref(), Some(NO_SOURCE6));
+    assert!(!report.evicted);
+    // Once per interval, not once per tick.
+    assert!((9..=11).contains(&m.stats.probes_skipped), "{:?}", m.stats);
+    assert_eq!(m.stats.probes_sent, 0);
 }

@@ -35,8 +35,13 @@ pub fn render_health(report: &HealthReport) -> String {
     let s = &report.stats;
     let _ = writeln!(
         out,
-        "probes from {}: sent {} ok {} failed {} (timed out {}) skipped {}; replies {} stray {}",
+        "probes from {}{}: sent {} ok {} failed {} (timed out {}) skipped {}; replies {} stray {}",
         report.source,
+        report
+            .sources6
+            .iter()
+            .map(|a| format!(", {a}"))
+            .collect::<String>(),
         s.probes_sent,
         s.probes_ok,
         s.probes_failed,
@@ -57,6 +62,7 @@ mod tests {
     fn health() -> HealthReport {
         HealthReport {
             source: "198.18.0.254".into(),
+            sources6: vec!["2001:db8:1a::1".into()],
             targets: vec![TargetReport {
                 service: "tcp/198.18.0.10:80".into(),
                 ip: "198.18.0.11".into(),
@@ -109,7 +115,7 @@ mod tests {
         );
         assert_eq!(
             lines[2],
-            "probes from 198.18.0.254: sent 10 ok 7 failed 3 (timed out 2) skipped 1; replies 8 stray 1"
+            "probes from 198.18.0.254, 2001:db8:1a::1: sent 10 ok 7 failed 3 (timed out 2) skipped 1; replies 8 stray 1"
         );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(

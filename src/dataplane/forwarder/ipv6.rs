@@ -84,6 +84,9 @@ impl Forwarder {
             Some(hit) => hit,
             None => {
                 if !self.snapshot.current().is_vip6(key.dst) {
+                    if self.is_probe_answer_v6(&key) {
+                        return Some(Action::Punt);
+                    }
                     return None;
                 }
                 match self.open_v6(&key, flags, pkt, cx) {
@@ -434,6 +437,23 @@ impl Forwarder {
                 Err(r) => Action::Drop(r),
             },
         )
+    }
+
+    /// TCP to a health probe's IPv6 source address and ports: a real server answering
+    /// a probe, for the management core.
+    fn is_probe_answer_v6(&self, key: &FlowKey6) -> bool {
+        key.proto == Protocol::Tcp
+            && self
+                .health_source
+                .as_ref()
+                .is_some_and(|(_, ports)| ports.contains(&key.dport))
+            && self.health_sources6.contains(&key.dst)
+    }
+
+    /// The MAC of IPv6 neighbour `ip`, if this worker has learned it (worker 0 uses
+    /// it to address the health probes the management core hands it).
+    pub fn neighbour6(&self, ip: Ipv6Addr) -> Option<MacAddr> {
+        self.neighbours6.lookup(ip)
     }
 
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real
