@@ -803,3 +803,88 @@ fn lnc_lists_ipv4_and_ipv6_sessions_of_a_dual_stack_service() {
         "paged listing"
     );
 }
+
+/// VRRP taking over an IPv6 VIP (RFC 4861 section 7.2.6): the client's kernel holds
+/// a stale entry for the VIP at another MAC (an earlier master's). Sluice, the VRRP
+/// owner (priority 255: master from the start, with no peer), announces the VIP by
+/// an unsolicited Neighbor Advertisement with the override flag, and the client's
+/// entry moves to Sluice's MAC without the client soliciting it (an advertisement
+/// without override, or none, leaves the entry at the old MAC).
+#[test]
+fn vrrp_takeover_moves_a_clients_ipv6_neighbour_entry_to_sluice() {
+    require_root();
+    const OLD_MAC: &str = "02:00:5e:00:01:33";
+    let bed = Testbed::up(0);
+    let ten = Duration::from_secs(10);
+    let (client, client_if) = (bed.client_ns().to_string(), bed.client_if().to_string());
+    bed.ipv6_on(&client, &client_if, &format!("{CLIENT_IP6}/64"));
+    bed.exec(
+        &client,
+        &[
+            "ip", "-6", "neigh", "replace", VIP6, "lladdr", OLD_MAC, "dev", &client_if, "nud",
+            "stale",
+        ],
+        ten,
+    )
+    .expect_success("a stale neighbour entry for the VIP");
+    let neighbour_mac = || {
+        let shown = bed
+            .exec(
+                &client,
+                &["ip", "-6", "neigh", "show", VIP6, "dev", &client_if],
+                ten,
+            )
+            .expect_success("ip -6 neigh show");
+        shown
+            .stdout
+            .split_whitespace()
+            .skip_while(|w| *w != "lladdr")
+            .nth(1)
+            .map(str::to_ascii_lowercase)
+    };
+    assert_eq!(neighbour_mac().as_deref(), Some(OLD_MAC));
+
+    let appliance_ip = bed.appliance_ip().to_string();
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={}", bed.lb_if()),
+        &[
+            &format!("{appliance_ip}/24"),
+            &format!("{APPLIANCE_IP6}/64"),
+        ],
+    )])
+    .in_netns(bed.lb_ns());
+    cfg.extra_toml.push(format!(
+        "[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
+         [[services.real_servers]]\nip = \"{}\"\nport = 80\nmode = \"dr\"\n\n\
+         [vrrp]\nvrid = 51\npriority = 255\nadvert_interval_ms = 100\n",
+        rs_ip6(1)
+    ));
+    let daemon = Daemon::start(cfg);
+    let port_mac = port(&daemon.status(), "lan0")["mac"]
+        .as_str()
+        .expect("ports[lan0].mac is a string")
+        .to_ascii_lowercase();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut seen = neighbour_mac();
+    while seen.as_deref() != Some(port_mac.as_str()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        seen = neighbour_mac();
+    }
+    let vrrp = daemon.vrrp();
+    assert_eq!(
+        seen.as_deref(),
+        Some(port_mac.as_str()),
+        "the client's entry for {VIP6} after the takeover: {vrrp:#}\n{}",
+        daemon.dump()
+    );
+    assert_eq!(vrrp["state"], "MASTER", "{vrrp:#}");
+    assert_eq!(vrrp["stats"]["unsolicited_nas_sent"], 1, "{vrrp:#}");
+    let text = daemon.ctl(&["vrrp"]);
+    assert!(
+        text.stdout.contains("; unsolicited NA 1; "),
+        "sluicectl vrrp: {}",
+        text.stdout
+    );
+    daemon.stop_clean();
+}
