@@ -740,6 +740,10 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             local_ports: cfg.sessions.local_port_first..=cfg.sessions.local_port_last,
             server_time_wait_ms: cfg.sessions.server_time_wait_s.saturating_mul(1000),
             rewrite_timestamps: cfg.sessions.rewrite_timestamps,
+            icmp_error_limit: cfg
+                .sessions
+                .icmp_error_limit
+                .per_worker(cfg.lcores.workers.len(), hz),
             load_view: Some(LoadView::new(real_servers.to_vec(), w, hz)),
             persistence: Some((*persist).clone()),
             health: cfg.health_source().map(|source| HealthTap {
