@@ -893,3 +893,180 @@ fn an_ipv6_real_server_is_health_checked_evicted_and_restored() {
     }
     eprintln!("IPv6 health e2e took {:?}", started.elapsed());
 }
+
+/// VRRP taking over an IPv6 VIP (RFC 4861 section 7.2.6): the client's kernel holds
+/// a stale entry for the VIP at another MAC (an earlier master's). Sluice, the VRRP
+/// owner (priority 255: master from the start, with no peer), announces the VIP by
+/// an unsolicited Neighbor Advertisement with the override flag, and the client's
+/// entry moves to Sluice's MAC without the client soliciting it (an advertisement
+/// without override, or none, leaves the entry at the old MAC).
+#[test]
+fn vrrp_takeover_moves_a_clients_ipv6_neighbour_entry_to_sluice() {
+    require_root();
+    const OLD_MAC: &str = "02:00:5e:00:01:33";
+    let bed = Testbed::up(0);
+    let ten = Duration::from_secs(10);
+    let (client, client_if) = (bed.client_ns().to_string(), bed.client_if().to_string());
+    bed.ipv6_on(&client, &client_if, &format!("{CLIENT_IP6}/64"));
+    bed.exec(
+        &client,
+        &[
+            "ip", "-6", "neigh", "replace", VIP6, "lladdr", OLD_MAC, "dev", &client_if, "nud",
+            "stale",
+        ],
+        ten,
+    )
+    .expect_success("a stale neighbour entry for the VIP");
+    let neighbour_mac = || {
+        let shown = bed
+            .exec(
+                &client,
+                &["ip", "-6", "neigh", "show", VIP6, "dev", &client_if],
+                ten,
+            )
+            .expect_success("ip -6 neigh show");
+        shown
+            .stdout
+            .split_whitespace()
+            .skip_while(|w| *w != "lladdr")
+            .nth(1)
+            .map(str::to_ascii_lowercase)
+    };
+    assert_eq!(neighbour_mac().as_deref(), Some(OLD_MAC));
+
+    let appliance_ip = bed.appliance_ip().to_string();
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={}", bed.lb_if()),
+        &[
+            &format!("{appliance_ip}/24"),
+            &format!("{APPLIANCE_IP6}/64"),
+        ],
+    )])
+    .in_netns(bed.lb_ns());
+    cfg.extra_toml.push(format!(
+        "[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
+         [[services.real_servers]]\nip = \"{}\"\nport = 80\nmode = \"dr\"\n\n\
+         [vrrp]\nvrid = 51\npriority = 255\nadvert_interval_ms = 100\n",
+        rs_ip6(1)
+    ));
+    let daemon = Daemon::start(cfg);
+    let port_mac = port(&daemon.status(), "lan0")["mac"]
+        .as_str()
+        .expect("ports[lan0].mac is a string")
+        .to_ascii_lowercase();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut seen = neighbour_mac();
+    while seen.as_deref() != Some(port_mac.as_str()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        seen = neighbour_mac();
+    }
+    let vrrp = daemon.vrrp();
+    assert_eq!(
+        seen.as_deref(),
+        Some(port_mac.as_str()),
+        "the client's entry for {VIP6} after the takeover: {vrrp:#}\n{}",
+        daemon.dump()
+    );
+    assert_eq!(vrrp["state"], "MASTER", "{vrrp:#}");
+    assert_eq!(vrrp["stats"]["unsolicited_nas_sent"], 1, "{vrrp:#}");
+    let text = daemon.ctl(&["vrrp"]);
+    assert!(
+        text.stdout.contains("; unsolicited NA 1; "),
+        "sluicectl vrrp: {}",
+        text.stdout
+    );
+    daemon.stop_clean();
+}
+
+/// Packet Too Big is rate-limited (RFC 4443 section 2.4(f)): a flood of 400
+/// over-MTU UDP datagrams to a TUN service, sent by scapy from the client as fast as
+/// it can (past the client kernel's own path MTU), with `icmp_error_rate = 20` and
+/// `icmp_error_burst = 5`. The client's kernel counts the Packet Too Big it receives
+/// (`Icmp6InPktTooBigs`): at least the burst, at most burst + rate * t (+ 1 for
+/// the edges of t, the flood's own duration); Sluice counts every datagram as `too_big` and the rest as
+/// `icmp_errors_suppressed`.
+#[test]
+fn packet_too_big_is_rate_limited_during_a_flood() {
+    require_root();
+    const FLOOD: u64 = 400;
+    const RATE: f64 = 20.0;
+    const BURST: u64 = 5;
+    let lab = AppLab::new(1);
+    ipv6_lab(&lab);
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(
+        &addresses.each_ref().map(String::as_str),
+        service6(&lab, "udp", 5400, 5400, "tun", "")
+            + &format!("\n[sessions]\nicmp_error_rate = {RATE}\nicmp_error_burst = {BURST}\n"),
+    );
+    let client = lab.bed.client_ns().to_string();
+    let client_if = lab.bed.client_if().to_string();
+    let ten = Duration::from_secs(10);
+    let received = || -> u64 {
+        let snmp = lab
+            .bed
+            .exec(&client, &["cat", "/proc/net/snmp6"], ten)
+            .expect_success("/proc/net/snmp6");
+        snmp.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Icmp6InPktTooBigs"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no Icmp6InPktTooBigs in {}", snmp.stdout))
+    };
+    let status = daemon.status();
+    let mac = port(&status, "lan0")["mac"].as_str().unwrap().to_string();
+    let (ptb0, too_big0, suppressed0) = (
+        received(),
+        drop_count(&status, "too_big"),
+        event_count(&status, "icmp_errors_suppressed"),
+    );
+    // 1452 bytes of payload: a 1500-byte packet, 1540 once encapsulated, over the
+    // port's 1500.
+    let script = format!(
+        "import time\n\
+         from scapy.all import Ether, IPv6, UDP, Raw, sendp, conf\n\
+         p = Ether(dst='{mac}')/IPv6(src='{CLIENT_IP6}', dst='{VIP6}')/UDP(sport=40000, dport=5400)/Raw(b'x' * 1452)\n\
+         s = conf.L2socket(iface='{client_if}')\n\
+         t = time.monotonic()\n\
+         for _ in range({FLOOD}):\n    s.send(p)\n\
+         print(time.monotonic() - t)\n"
+    );
+    let flood = lab
+        .bed
+        .exec(
+            &client,
+            &["/usr/bin/python3", "-c", &script],
+            Duration::from_secs(60),
+        )
+        .expect_success("scapy flood");
+    // Sluice's window: the flood's, from its first datagram to its last, with 0.1 s
+    // for the last ones to get through. The Packet Too Big are all in by then.
+    let sending: f64 = flood.stdout.trim().parse().expect("the flood's duration");
+    std::thread::sleep(Duration::from_millis(300));
+    let window = sending + 0.1;
+    let ptb = received() - ptb0;
+    let status = daemon.status();
+    let too_big = drop_count(&status, "too_big") - too_big0;
+    let suppressed = event_count(&status, "icmp_errors_suppressed") - suppressed0;
+    let bound = BURST as f64 + RATE * window + 1.0;
+    println!(
+        "flood of {FLOOD} in {sending:.3} s: {too_big} too big, {ptb} Packet Too Big \
+         received, {suppressed} suppressed, bound {bound:.1}"
+    );
+    assert!(
+        too_big >= FLOOD * 9 / 10,
+        "the flood reached Sluice: {too_big} too big: {status:#}"
+    );
+    assert!(
+        ptb >= BURST && ptb as f64 <= bound,
+        "{ptb} Packet Too Big in {window:.2} s, expected {BURST} to {bound:.0}\n{}",
+        daemon.dump()
+    );
+    assert_eq!(
+        suppressed + ptb,
+        too_big,
+        "each datagram too big got a Packet Too Big or was counted suppressed: {status:#}"
+    );
+    daemon.stop_clean();
+}

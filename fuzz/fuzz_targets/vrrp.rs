@@ -9,20 +9,22 @@
 //! IPv4 checksum we broke, whose TTL is not 255, or whose address count disagrees
 //! with its payload, is rejected; a parsed
 //! advertisement survives emit -> parse; everything the node sends is a well-formed
-//! advertisement of our VRID (checksums verified here) or a gratuitous ARP for one of
-//! our addresses; the owner (priority 255) is master from the start.
+//! advertisement of our VRID (checksums verified here), a gratuitous ARP for one of
+//! our IPv4 addresses or an unsolicited Neighbor Advertisement (hop limit 255, to all
+//! nodes, checksum verified here) for one of our IPv6 addresses; the owner (priority
+//! 255) is master from the start.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use sluice::ha::vrrp::node::VrrpNode;
+use sluice::ha::vrrp::node::{VirtualAddresses, VrrpNode};
 use sluice::ha::vrrp::router::VrrpConfig;
 use sluice::wire::ethernet::MacAddr;
 use sluice::wire::vrrp;
 use sluice_fuzz::check::{self, Frame};
 use sluice_fuzz::frames::fix_ip_checksum;
 use sluice_fuzz::net::{pseudo, sum, verifies};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 const MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
 const PRIMARY: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -30,6 +32,7 @@ const VIRTUAL: &[Ipv4Addr] = &[
     Ipv4Addr::new(198, 18, 0, 210),
     Ipv4Addr::new(198, 18, 0, 220),
 ];
+const VIRTUAL6: &[Ipv6Addr] = &[Ipv6Addr::new(0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 0x80)];
 
 #[derive(Arbitrary, Debug)]
 struct Advert {
@@ -87,6 +90,21 @@ fn advert_frame(a: &Advert, our_vrid: u8) -> (Vec<u8>, bool) {
 
 /// Checks a frame the node sent.
 fn check_sent(frame: &[u8], vrid: u8) {
+    if frame.get(12..14) == Some(&[0x86, 0xdd]) {
+        assert_eq!(frame.len(), 14 + 40 + 32, "an advertisement with one option");
+        assert_eq!(frame[..6], [0x33, 0x33, 0, 0, 0, 1], "to all nodes");
+        let ip = &frame[14..54];
+        assert_eq!((ip[6], ip[7]), (58, 255), "ICMPv6, hop limit 255");
+        let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
+        let na = &frame[54..];
+        assert_eq!((na[0], na[4]), (136, 0x20), "an advertisement, override only");
+        assert_eq!(na[8..24], src.octets(), "from the target");
+        assert!(VIRTUAL6.contains(&src), "advertisement for {src}");
+        // The IPv6 pseudo-header: addresses, length, next header.
+        let total = sum(&ip[8..40]) + na.len() as u64 + 58 + sum(na);
+        assert!(verifies(total), "advertisement with a bad ICMPv6 checksum");
+        return;
+    }
     match check::inspect(frame) {
         Ok(Frame::Ipv4(ip)) => {
             assert!(ip.header_ok, "advert with a bad IPv4 checksum");
@@ -128,13 +146,17 @@ fuzz_target!(|data: &[u8]| {
         primary_addr: PRIMARY,
     };
     let mut node = VrrpNode::new(config, MacAddr(MAC));
+    let virtual_addresses = VirtualAddresses {
+        v4: VIRTUAL.to_vec(),
+        v6: VIRTUAL6.to_vec(),
+    };
     let vrid = config.vrid;
     let mut now: u64 = 1000;
     let mut send = |f: &[u8]| {
         check_sent(f, vrid);
         true
     };
-    node.start(now, VIRTUAL, &mut send);
+    node.start(now, &virtual_addresses, &mut send);
     let owner = config.priority == 255;
     if owner {
         assert!(node.serving(), "the owner is master at start-up");
@@ -173,14 +195,14 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(back.as_ref(), Ok(&repr));
                     }
                 }
-                node.on_frame(&frame, now, VIRTUAL, &mut send);
+                node.on_frame(&frame, now, &virtual_addresses, &mut send);
                 fed += 1;
                 if must_reject {
                     assert_eq!(node.stats.adverts_rejected, before.adverts_rejected + 1);
                 }
             }
             1 => {
-                node.on_frame(body, now, VIRTUAL, &mut send);
+                node.on_frame(body, now, &virtual_addresses, &mut send);
                 fed += 1;
             }
             _ => {
@@ -189,7 +211,7 @@ fuzz_target!(|data: &[u8]| {
                     body.get(1).copied().unwrap_or(100),
                 ]);
                 now += u64::from(ms);
-                node.tick(now, VIRTUAL, &mut send);
+                node.tick(now, &virtual_addresses, &mut send);
             }
         }
         assert_eq!(

@@ -226,6 +226,10 @@ pub struct SessionsConfig {
     /// FullNAT TCP sessions carry their timestamps on Sluice's clock, so that real
     /// servers accept a local port reused within their TIME-WAIT.
     pub rewrite_timestamps: bool,
+    /// `icmp_error_rate` and `icmp_error_burst`: the ICMP errors Sluice writes
+    /// itself (Packet Too Big, frag-needed) per second and in a burst, for the whole
+    /// appliance (RFC 4443 section 2.4(f)); the prefix length is unused.
+    pub icmp_error_limit: crate::service::RateLimit,
 }
 
 impl Default for SessionsConfig {
@@ -237,6 +241,7 @@ impl Default for SessionsConfig {
             local_port_last: 65535,
             server_time_wait_s: 60,
             rewrite_timestamps: true,
+            icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT,
         }
     }
 }

@@ -69,6 +69,8 @@ const SESSION_KEYS: &[&str] = &[
     "local_port_last",
     "server_time_wait",
     "rewrite_timestamps",
+    "icmp_error_rate",
+    "icmp_error_burst",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "proto",
@@ -942,6 +944,28 @@ fn read_sessions(root: &Table) -> Check<SessionsConfig> {
             fields::server_time_wait_s,
         )?,
         rewrite_timestamps: t.or("rewrite_timestamps", d.rewrite_timestamps, Field::bool)?,
+        icmp_error_limit: read_icmp_error_limit(&t, d.icmp_error_limit)?,
+    })
+}
+
+/// `icmp_error_rate` (errors per second, 1 to `MAX_RATE`) and `icmp_error_burst` (1
+/// to 10 times the rate; by default the default burst, or 10 times a lower rate).
+fn read_icmp_error_limit(t: &Table, d: RateLimit) -> Check<RateLimit> {
+    let max = i64::from(crate::service::admission::MAX_RATE);
+    let rate: u32 = t.or("icmp_error_rate", d.rate, |f| f.int(1..=max))?;
+    let burst: u32 = t.or(
+        "icmp_error_burst",
+        d.burst.min(rate.saturating_mul(10)),
+        |f| f.int(1..=i64::from(u32::MAX)),
+    )?;
+    RateLimit::new(rate, burst, 32).map_err(|e| {
+        let at = t
+            .get("icmp_error_burst")
+            .or_else(|| t.get("icmp_error_rate"));
+        match at {
+            Some(f) => f.invalid(e),
+            None => unreachable!("the defaults are a valid limit"),
+        }
     })
 }
 

@@ -1173,6 +1173,7 @@ port = 80
             local_port_last: 65535,
             server_time_wait_s: 60,
             rewrite_timestamps: true,
+            icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT,
         }
     );
     assert_eq!(cfg.services.len(), 3);
@@ -2686,4 +2687,37 @@ fn an_ipv6_real_server_with_a_check_needs_an_ipv6_address_to_probe_from() {
 
 fn v6(s: &str) -> std::net::Ipv6Addr {
     s.parse().unwrap()
+}
+
+#[test]
+fn icmp_error_rate_and_burst() {
+    let s = |kv: &str| format!("{BASE}[sessions]\n{kv}\n");
+    let limit = |text: &str| {
+        let l = parse(text).unwrap().sessions.icmp_error_limit;
+        (l.rate, l.burst)
+    };
+    assert_eq!(
+        limit(BASE),
+        (1000, 50),
+        "Linux's icmp_msgs_per_sec and burst"
+    );
+    assert_eq!(
+        limit(&s("icmp_error_rate = 20\nicmp_error_burst = 5")),
+        (20, 5)
+    );
+    // A rate alone keeps the default burst, up to 10 times the rate.
+    assert_eq!(limit(&s("icmp_error_rate = 2")), (2, 20));
+    assert_eq!(limit(&s("icmp_error_rate = 200")), (200, 50));
+    assert_rejected(
+        &s("icmp_error_rate = 0"),
+        22,
+        "sessions.icmp_error_rate",
+        "out of range",
+    );
+    assert_rejected(
+        &s("icmp_error_rate = 10\nicmp_error_burst = 101"),
+        23,
+        "sessions.icmp_error_burst",
+        "burst 101: 1 to 100 (10 times the rate)",
+    );
 }

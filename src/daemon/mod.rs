@@ -741,6 +741,10 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             local_ports: cfg.sessions.local_port_first..=cfg.sessions.local_port_last,
             server_time_wait_ms: cfg.sessions.server_time_wait_s.saturating_mul(1000),
             rewrite_timestamps: cfg.sessions.rewrite_timestamps,
+            icmp_error_limit: cfg
+                .sessions
+                .icmp_error_limit
+                .per_worker(cfg.lcores.workers.len(), hz),
             load_view: Some(LoadView::new(real_servers.to_vec(), w, hz)),
             persistence: Some((*persist).clone()),
             health: cfg.health_source().map(|source| HealthTap {
@@ -994,11 +998,12 @@ fn inject(plane: sync::Plane, kind: Injected, frame: &[u8]) -> bool {
     plane.inject.enqueue(&mut out) == 1
 }
 
-/// Gratuitous ARP, through worker 0 on the first port, for that port's addresses and,
-/// unless VRRP decides who serves them (its master announces them when it takes
-/// over), the VIPs and FullNAT local addresses: neighbours that cached another MAC
-/// for them (an earlier appliance, a restart with a new MAC) learn ours now rather
-/// than when their entry expires. Not on an emulated port (no neighbour caches).
+/// Gratuitous ARP and unsolicited Neighbor Advertisements, through worker 0 on the
+/// first port, for that port's addresses and, unless VRRP decides who serves them
+/// (its master announces them when it takes over), the VIPs and FullNAT local
+/// addresses: neighbours that cached another MAC for them (an earlier appliance, a
+/// restart with a new MAC) learn ours now rather than when their entry expires. Not
+/// on an emulated port (no neighbour caches).
 fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
     let (Some(port), Some(pc)) = (app.ports.first(), cfg.ports.first()) else {
         return;
@@ -1006,24 +1011,36 @@ fn announce_at_start(cfg: &Config, app: &Appliance, registry: &Registry) {
     if matches!(pc.device, PortDevice::Loopback) || writes_a_capture_file(&pc.device) {
         return;
     }
-    let mut addrs: Vec<std::net::Ipv4Addr> = pc.addresses.iter().map(|a| a.addr).collect();
+    let mut addrs = crate::ha::vrrp::node::VirtualAddresses {
+        v4: pc.addresses.iter().map(|a| a.addr).collect(),
+        v6: pc.addresses6.iter().map(|a| a.addr).collect(),
+    };
     if registry.vrrp.is_none() {
-        addrs.extend(registry.services.virtual_addresses());
+        let virtual_addresses = registry.services.virtual_addresses();
+        addrs.v4.extend(virtual_addresses.v4);
+        addrs.v6.extend(virtual_addresses.v6);
     }
-    addrs.sort_unstable();
-    addrs.dedup();
+    addrs.v4.sort_unstable();
+    addrs.v4.dedup();
+    addrs.v6.sort_unstable();
+    addrs.v6.dedup();
     let plane = app.plane();
     let mut send = |frame: &[u8]| inject(plane, Injected::Addressed, frame);
-    let sent = crate::ha::vrrp::node::send_gratuitous_arps(
-        crate::wire::MacAddr(port.mac),
-        &addrs,
-        &mut send,
-    );
+    let mac = crate::wire::MacAddr(port.mac);
+    let sent = crate::ha::vrrp::node::send_gratuitous_arps(mac, &addrs.v4, &mut send);
     log::info!(
         "port {}: gratuitous ARP for {sent} of {} address(es)",
         port.name,
-        addrs.len()
+        addrs.v4.len()
     );
+    if !addrs.v6.is_empty() {
+        let sent = crate::ha::vrrp::node::send_unsolicited_adverts(mac, &addrs.v6, &mut send);
+        log::info!(
+            "port {}: unsolicited neighbor advertisement for {sent} of {} IPv6 address(es)",
+            port.name,
+            addrs.v6.len()
+        );
+    }
 }
 
 /// A `net_pcap` port that writes its output to a file (`tx_pcap=`) has no neighbour

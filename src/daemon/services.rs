@@ -807,18 +807,31 @@ impl Services {
         }
     }
 
-    /// The addresses VRRP moves between nodes: every VIP and FullNAT local address,
-    /// sorted, each once.
-    pub fn virtual_addresses(&self) -> Vec<Ipv4Addr> {
-        let mut a: Vec<Ipv4Addr> = self
+    /// The addresses VRRP moves between nodes: every VIP and FullNAT local address
+    /// (and `[vrrp] addresses`), by family, sorted, each once.
+    pub fn virtual_addresses(&self) -> crate::ha::vrrp::node::VirtualAddresses {
+        let mut v4: Vec<Ipv4Addr> = self
             .table
             .services()
             .flat_map(|s| s.key.vip4().into_iter().chain(s.local_addresses4()))
             .chain(self.vrrp_addresses.iter().copied())
             .collect();
-        a.sort_unstable();
-        a.dedup();
-        a
+        v4.sort_unstable();
+        v4.dedup();
+        let mut v6: Vec<std::net::Ipv6Addr> = self
+            .table
+            .services()
+            .flat_map(|s| {
+                let vip = match s.key.vip {
+                    std::net::IpAddr::V6(a) => Some(a),
+                    std::net::IpAddr::V4(_) => None,
+                };
+                vip.into_iter().chain(s.local_addresses6())
+            })
+            .collect();
+        v6.sort_unstable();
+        v6.dedup();
+        crate::ha::vrrp::node::VirtualAddresses { v4, v6 }
     }
 
     /// Whether some real server of `s` can take a new connection: weight above 0 and

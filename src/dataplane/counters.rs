@@ -94,10 +94,14 @@ pub enum Event {
     Neighbour6Learned,
     /// An IPv6 neighbour was not learned: the IPv6 neighbour table is full.
     Neighbour6TableFull,
+    /// An ICMP error Sluice writes itself (Packet Too Big, frag-needed) was not sent:
+    /// the worker's share of `[sessions] icmp_error_rate` was used up (the packet is
+    /// dropped as `too_big` all the same).
+    IcmpErrorSuppressed,
 }
 
 impl Event {
-    pub const COUNT: usize = 36;
+    pub const COUNT: usize = 37;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -135,6 +139,7 @@ impl Event {
         Event::IcmpV6EchoReplied,
         Event::Neighbour6Learned,
         Event::Neighbour6TableFull,
+        Event::IcmpErrorSuppressed,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -174,6 +179,7 @@ impl Event {
             Event::IcmpV6EchoReplied => "icmpv6_echo_replied",
             Event::Neighbour6Learned => "neighbour6_learned",
             Event::Neighbour6TableFull => "neighbour6_table_full",
+            Event::IcmpErrorSuppressed => "icmp_errors_suppressed",
         }
     }
 }

@@ -190,6 +190,8 @@ pub struct Forwarder {
     sync_group: Option<(MacAddr, SocketAddrV4)>,
     /// Per-source new-connection rate-limit buckets (`forwarder/admission.rs`).
     rate_table: admission::RateTable,
+    /// The ICMP errors this worker writes itself, rate-limited (RFC 4443 2.4(f)).
+    icmp_errors: admission::ErrorLimiter,
     tsc_hz: u64,
 }
 
@@ -344,6 +346,9 @@ pub struct ForwarderConfig {
     /// listen address, and to the group (with its MAC as destination) when set, go to
     /// the management core, as VRRP advertisements do.
     pub sync_port: Option<(SocketAddrV4, Option<SocketAddrV4>)>,
+    /// This worker's share of the ICMP errors Sluice writes itself (Packet Too Big,
+    /// frag-needed), in TSC ticks.
+    pub icmp_error_limit: crate::service::admission::WorkerLimit,
 }
 
 impl ForwarderConfig {
@@ -375,6 +380,8 @@ impl ForwarderConfig {
             vrrp: false,
             sync: None,
             sync_port: None,
+            icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT
+                .per_worker(1, tsc_hz),
         }
     }
 }
@@ -417,6 +424,7 @@ impl Forwarder {
             vrrp,
             sync,
             sync_port,
+            icmp_error_limit,
         } = config;
         let tsc_per_tick = tsc_per_tick.max(1);
         let tick_ms =
@@ -476,6 +484,7 @@ impl Forwarder {
                 .and_then(|(_, group)| group)
                 .map(|g| (MacAddr::ipv4_multicast(*g.ip()), g)),
             rate_table: admission::RateTable::new(admission::random_seed()),
+            icmp_errors: admission::ErrorLimiter::new(icmp_error_limit),
             tsc_hz,
         };
         f.rebuild_schedulers();

@@ -18,6 +18,16 @@ use std::sync::{Arc, OnceLock};
 /// The most new connections per second per source a limit may name.
 pub const MAX_RATE: u32 = 10_000_000;
 
+/// How many ICMP errors (Packet Too Big, frag-needed) Sluice writes itself, by
+/// default (`[sessions] icmp_error_rate` and `icmp_error_burst`): Linux's
+/// appliance-wide defaults (`net.ipv4.icmp_msgs_per_sec` 1000,
+/// `icmp_msgs_burst` 50), shared among the workers as a per-source limit is.
+pub const DEFAULT_ICMP_ERROR_LIMIT: RateLimit = RateLimit {
+    rate: 1000,
+    burst: 50,
+    prefix_len: 32,
+};
+
 /// A per-source new-connection rate limit: `rate` per second with bursts of up to
 /// `burst`, per source address, or per network of `prefix_len` bits (24: every
 /// source of a /24 shares one bucket).

@@ -469,7 +469,7 @@ fn lladdr_option(mut options: &[u8], kind: u8) -> Result<Option<MacAddr>, NdiscE
 
 /// Length of a neighbor solicitation or advertisement frame Sluice writes, from the
 /// IPv6 header: the message with one link-layer address option.
-const NDISC_PACKET_LEN: usize = ipv6::HEADER_LEN + NS_NA_LEN + option::LLADDR_LEN;
+pub const NDISC_PACKET_LEN: usize = ipv6::HEADER_LEN + NS_NA_LEN + option::LLADDR_LEN;
 
 /// The frame-level fields of a neighbor message Sluice writes.
 struct NdiscFrame {

@@ -11,7 +11,8 @@ pub fn render_vrrp(r: &VrrpReport) -> String {
     format!(
         "VRRP vrid {} {} (priority {}, advert {} ms, preempt {}) from {} for {:.1}s\n\
          master heard: {} (priority {})\n\
-         adverts sent {} received {} rejected {}; gratuitous ARP {}; transitions {}\n",
+         adverts sent {} received {} rejected {}; gratuitous ARP {}; unsolicited NA {}; \
+         transitions {}\n",
         r.vrid,
         r.state,
         r.priority,
@@ -25,6 +26,7 @@ pub fn render_vrrp(r: &VrrpReport) -> String {
         s.adverts_received,
         s.adverts_rejected,
         s.gratuitous_arps_sent,
+        s.unsolicited_nas_sent,
         s.transitions
     )
 }
@@ -50,6 +52,7 @@ mod tests {
                 adverts_received: 40,
                 adverts_rejected: 2,
                 gratuitous_arps_sent: 3,
+                unsolicited_nas_sent: 5,
                 transitions: 4,
             },
         }
@@ -62,7 +65,8 @@ mod tests {
             render_vrrp(&r),
             "VRRP vrid 51 BACKUP (priority 100, advert 1000 ms, preempt true) from 198.18.0.2 for 12.3s\n\
              master heard: 198.18.0.1 (priority 200)\n\
-             adverts sent 1 received 40 rejected 2; gratuitous ARP 3; transitions 4\n"
+             adverts sent 1 received 40 rejected 2; gratuitous ARP 3; unsolicited NA 5; \
+             transitions 4\n"
         );
         r.master = None;
         r.master_priority = None;

@@ -141,6 +141,27 @@ pub fn random_seed() -> u64 {
     }
 }
 
+/// The ICMP errors a worker writes itself (Packet Too Big for TUN over the MTU,
+/// IPv4 frag-needed), limited as RFC 4443 section 2.4(f) asks: a token bucket of the
+/// worker's own (GCRA, as the per-source limit), read against the worker's own TSC,
+/// so no lock, no allocation and no shared line on the packet path.
+pub struct ErrorLimiter {
+    due: u64,
+    limit: WorkerLimit,
+}
+
+impl ErrorLimiter {
+    pub fn new(limit: WorkerLimit) -> Self {
+        ErrorLimiter { due: 0, limit }
+    }
+
+    /// Whether an error may be sent at `now` (TSC); one that may takes a token.
+    #[inline]
+    pub fn allow(&mut self, now: u64) -> bool {
+        take(&mut self.due, now, &self.limit)
+    }
+}
+
 /// GCRA: admitted while the due time is at most the tolerance ahead of now; an
 /// admitted connection moves it one interval on.
 #[inline]
@@ -282,5 +303,41 @@ mod tests {
             "the greedy source kept its drained bucket"
         );
         assert_eq!(table.heap_bytes(), bytes);
+    }
+
+    /// The ICMP error bucket: the burst at one instant, then the rate; over a flood of
+    /// `t` seconds at most burst + rate * t errors, whatever the offered load; idle, it
+    /// refills to the burst and no further.
+    #[test]
+    fn icmp_errors_get_the_burst_then_the_rate() {
+        let limit = RateLimit::new(100, 10, 32).unwrap();
+        let mut bucket = ErrorLimiter::new(limit.per_worker(1, HZ));
+        let start = 50 * HZ;
+        let at_once = (0..1000).filter(|_| bucket.allow(start)).count();
+        assert_eq!(at_once, 10, "the burst");
+        // A flood of 100,000 packets a second for 3 s, offered every 10 us.
+        let mut sent = 0;
+        let mut now = start;
+        while now < start + 3 * HZ {
+            sent += usize::from(bucket.allow(now));
+            now += HZ / 100_000;
+        }
+        assert!(
+            (299..=300).contains(&sent),
+            "3 s at 100/s after the burst: {sent}"
+        );
+        // Idle 10 s: the burst again, not 1000.
+        let idle = now + 10 * HZ;
+        assert_eq!((0..1000).filter(|_| bucket.allow(idle)).count(), 10);
+        // Two workers share the appliance's rate and burst.
+        let mut half = ErrorLimiter::new(limit.per_worker(2, HZ));
+        assert_eq!((0..1000).filter(|_| half.allow(start)).count(), 5);
+        let mut flooded = 0;
+        let mut now = start;
+        while now < start + HZ {
+            flooded += usize::from(half.allow(now));
+            now += HZ / 100_000;
+        }
+        assert!((49..=50).contains(&flooded), "1 s at 50/s: {flooded}");
     }
 }

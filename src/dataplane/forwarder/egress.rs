@@ -32,7 +32,7 @@ impl Forwarder {
         cx: &Context,
     ) -> Action {
         let s = &m.session;
-        let action = self.forward(pkt, parsed, s, m.dir, cx.port, cx.neighbours);
+        let action = self.forward(pkt, parsed, s, m.dir, cx);
         if let (Action::Transmit, ForwardMode::Dr | ForwardMode::Tun) = (action, s.mode) {
             // Cache a freshly resolved next hop in the session.
             if s.peer_mac == [0; 6] {
@@ -70,9 +70,9 @@ impl Forwarder {
         parsed: &Parsed,
         s: &Session,
         dir: Direction,
-        port: &PortContext,
-        neighbours: &NeighbourTable,
+        cx: &Context,
     ) -> Action {
+        let (port, neighbours) = (cx.port, &*cx.neighbours);
         let rs_ip = Ipv4Addr::from(s.real_addr);
         let client = Ipv4Addr::from(s.client_addr);
         match (s.mode, dir) {
@@ -112,7 +112,7 @@ impl Forwarder {
                         }
                         address(frame, rs_mac, rs_ip, port)
                     }
-                    ForwardMode::Tun => match self.tunnel(pkt, parsed, rs_ip, port) {
+                    ForwardMode::Tun => match self.tunnel(pkt, parsed, rs_ip, cx) {
                         Action::Transmit => address(pkt.bytes_mut(), rs_mac, rs_ip, port),
                         other => other,
                     },
@@ -147,25 +147,26 @@ impl Forwarder {
     }
 
     /// Encapsulates the frame for `rs_ip` (IPIP); the outer Ethernet addresses are
-    /// left for `address`.
+    /// left for `address`. Too big with DF: a frag-needed instead, within the worker's
+    /// ICMP error rate.
     fn tunnel(
         &mut self,
         pkt: &mut Packet,
         parsed: &Parsed,
         rs_ip: Ipv4Addr,
-        port: &PortContext,
+        cx: &Context,
     ) -> Action {
+        let port = cx.port;
         match forward::check_mtu(pkt.bytes(), parsed, port.mtu) {
             MtuCheck::Fits => {}
             MtuCheck::FragNeeded { next_hop_mtu } => {
                 let frame = pkt.bytes_mut();
-                return match forward::frag_needed(frame, parsed, next_hop_mtu, port.addr, port.mac)
-                {
-                    Some(len) if pkt.set_len(len as u16) => {
-                        Action::TransmitInstead(DropReason::TooBig)
-                    }
-                    _ => Action::Drop(DropReason::TooBig),
+                let Some(len) =
+                    forward::frag_needed(frame, parsed, next_hop_mtu, port.addr, port.mac)
+                else {
+                    return Action::Drop(DropReason::TooBig);
                 };
+                return self.send_icmp_error(pkt, len, cx);
             }
             MtuCheck::TooBig => return Action::Drop(DropReason::TooBig),
         }
@@ -186,6 +187,22 @@ impl Forwarder {
             Ok(len) if pkt.set_len(len as u16) => Action::Transmit,
             Ok(_) => Action::Drop(DropReason::TooBig),
             Err(r) => Action::Drop(r),
+        }
+    }
+
+    /// A packet too big for its tunnel, rewritten into an ICMP error of `len` bytes
+    /// (frag-needed, Packet Too Big): sent while the worker's ICMP error rate allows,
+    /// else dropped and counted as suppressed. Either way the packet counts as
+    /// `too_big`.
+    pub(super) fn send_icmp_error(&mut self, pkt: &mut Packet, len: usize, cx: &Context) -> Action {
+        if !self.icmp_errors.allow(cx.now_tsc) {
+            cx.counters.event(Event::IcmpErrorSuppressed);
+            return Action::Drop(DropReason::TooBig);
+        }
+        if pkt.set_len(len as u16) {
+            Action::TransmitInstead(DropReason::TooBig)
+        } else {
+            Action::Drop(DropReason::TooBig)
         }
     }
 

@@ -72,7 +72,7 @@ impl Forwarder {
                 done(forward::dr::forward(frame, rs_mac, port.mac))
             }
             (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound | Direction::InputOnly) => {
-                self.forward(pkt, parsed, &s, Direction::Inbound, port, cx.neighbours)
+                self.forward(pkt, parsed, &s, Direction::Inbound, cx)
             }
             _ => Action::Drop(DropReason::IcmpErrorNoSession),
         }

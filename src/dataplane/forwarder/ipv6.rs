@@ -326,8 +326,8 @@ impl Forwarder {
         if let Some(mtu) = forward::tun6::check_mtu(parsed, cx.port.mtu) {
             let frame = pkt.with_tailroom_mut();
             return match forward::tun6::packet_too_big(frame, parsed, mtu, cx.port.mac) {
-                Some(len) if pkt.set_len(len as u16) => Action::TransmitInstead(DropReason::TooBig),
-                _ => Action::Drop(DropReason::TooBig),
+                Some(len) => self.send_icmp_error(pkt, len, cx),
+                None => Action::Drop(DropReason::TooBig),
             };
         }
         let known = (s.peer_mac != [0; 6]).then_some(MacAddr(s.peer_mac));

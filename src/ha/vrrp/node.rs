@@ -1,12 +1,13 @@
 //! VRRPv3 on the management core: the state machine of `crate::ha::vrrp::router` fed with
 //! the advertisements the workers hand up and with time, its actions turned into
-//! frames (advertisements to 224.0.0.18, gratuitous ARP for every virtual address)
-//! that worker 0 transmits. While backup, the snapshots say the VIPs are not ours:
+//! frames (advertisements to 224.0.0.18, gratuitous ARP for every IPv4 virtual
+//! address and an unsolicited Neighbor Advertisement for every IPv6 one) that worker 0
+//! transmits. While backup, the snapshots say the VIPs are not ours:
 //! the workers stop answering ARP and ping for them, so traffic goes to the master.
 use crate::ha::vrrp::router::{Actions, Advert, Event, Router, State, VrrpConfig, RESIGN_PRIORITY};
 use crate::wire::ethernet::{self, EtherType, MacAddr};
-use crate::wire::{ipv4, vrrp};
-use std::net::Ipv4Addr;
+use crate::wire::{icmpv6, ipv4, vrrp};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VrrpStats {
@@ -15,7 +16,30 @@ pub struct VrrpStats {
     /// Not for our VRID, wrong TTL, bad checksum or version, truncated.
     pub adverts_rejected: u64,
     pub gratuitous_arps_sent: u64,
+    /// Unsolicited Neighbor Advertisements, one per IPv6 address taken over (a
+    /// report from a Sluice that predates them reads 0).
+    #[serde(default)]
+    pub unsolicited_nas_sent: u64,
     pub transitions: u64,
+}
+
+/// The addresses VRRP moves between nodes. The IPv4 ones are listed in the
+/// advertisements and announced by gratuitous ARP; the IPv6 ones (VRRPv3 over IPv4
+/// cannot list them) are announced by unsolicited Neighbor Advertisements.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VirtualAddresses {
+    pub v4: Vec<Ipv4Addr>,
+    pub v6: Vec<Ipv6Addr>,
+}
+
+impl VirtualAddresses {
+    pub fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// `sluicectl vrrp`.
@@ -47,6 +71,32 @@ pub fn send_gratuitous_arps(
         let mut frame = [0u8; 60];
         if let Some(len) =
             crate::wire::arp::write_request(&mut frame, ethernet::HEADER_LEN, mac, ip, ip)
+        {
+            sent += u64::from(send(&frame[..len]));
+        }
+    }
+    sent
+}
+
+/// An unsolicited Neighbor Advertisement for each of `addrs` (RFC 4861 section
+/// 7.2.6): from the address itself to all nodes (ff02::1, 33:33:00:00:00:01), hop
+/// limit 255, override set, solicited clear, `mac` as target link-layer address, so
+/// that neighbours that cached another MAC for the address move to `mac`; returns how
+/// many `send` took.
+pub fn send_unsolicited_adverts(
+    mac: MacAddr,
+    addrs: &[Ipv6Addr],
+    send: &mut impl FnMut(&[u8]) -> bool,
+) -> u64 {
+    let mut sent = 0;
+    for &ip in addrs {
+        // A neighbour never caches these; nor may they be a source (RFC 4291).
+        if ip.is_multicast() || ip.is_unspecified() || ip.is_loopback() {
+            continue;
+        }
+        let mut frame = [0u8; ethernet::HEADER_LEN + icmpv6::NDISC_PACKET_LEN];
+        if let Some(len) =
+            icmpv6::write_unsolicited_advert(&mut frame, ethernet::HEADER_LEN, mac, ip, false)
         {
             sent += u64::from(send(&frame[..len]));
         }
@@ -89,7 +139,7 @@ impl VrrpNode {
     pub fn start(
         &mut self,
         now_ms: u64,
-        addrs: &[Ipv4Addr],
+        addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
         self.step(Event::Startup, now_ms, addrs, send)
@@ -99,7 +149,7 @@ impl VrrpNode {
     pub fn shutdown(
         &mut self,
         now_ms: u64,
-        addrs: &[Ipv4Addr],
+        addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
         self.step(Event::Shutdown, now_ms, addrs, send)
@@ -108,7 +158,7 @@ impl VrrpNode {
     pub fn tick(
         &mut self,
         now_ms: u64,
-        addrs: &[Ipv4Addr],
+        addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
         match self.router.next_deadline() {
@@ -125,7 +175,7 @@ impl VrrpNode {
         advert_interval_cs: u16,
         preempt: bool,
         now_ms: u64,
-        addrs: &[Ipv4Addr],
+        addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Option<String> {
         let old = self.router.config;
@@ -159,7 +209,7 @@ impl VrrpNode {
         &mut self,
         frame: &[u8],
         now_ms: u64,
-        addrs: &[Ipv4Addr],
+        addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
         let Some(advert) = self.check(frame) else {
@@ -204,7 +254,7 @@ impl VrrpNode {
         &mut self,
         event: Event,
         now_ms: u64,
-        addrs: &[Ipv4Addr],
+        addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
         let before = self.router.state;
@@ -217,7 +267,8 @@ impl VrrpNode {
             self.send_advert(RESIGN_PRIORITY, addrs, send);
         }
         if actions.contains(Actions::SEND_GRATUITOUS_ARP) {
-            self.stats.gratuitous_arps_sent += send_gratuitous_arps(self.mac, addrs, send);
+            self.stats.gratuitous_arps_sent += send_gratuitous_arps(self.mac, &addrs.v4, send);
+            self.stats.unsolicited_nas_sent += send_unsolicited_adverts(self.mac, &addrs.v6, send);
         }
         let after = self.router.state;
         if after == before {
@@ -242,7 +293,7 @@ impl VrrpNode {
     fn send_advert(
         &mut self,
         priority: u8,
-        addrs: &[Ipv4Addr],
+        addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) {
         let c = self.router.config;
@@ -250,7 +301,7 @@ impl VrrpNode {
             vrid: c.vrid,
             priority,
             max_advert_interval: c.advert_interval_cs,
-            addresses: addrs.iter().copied().take(255).collect(),
+            addresses: addrs.v4.iter().copied().take(255).collect(),
         };
         let l3 = ethernet::HEADER_LEN;
         let l4 = l3 + ipv4::MIN_HEADER_LEN;
@@ -301,6 +352,13 @@ impl VrrpNode {
 mod tests {
     use super::*;
 
+    fn v4_only(v4: &[Ipv4Addr]) -> VirtualAddresses {
+        VirtualAddresses {
+            v4: v4.to_vec(),
+            v6: Vec::new(),
+        }
+    }
+
     fn node(priority: u8, last: u8) -> VrrpNode {
         VrrpNode::new(
             VrrpConfig {
@@ -316,7 +374,7 @@ mod tests {
 
     #[test]
     fn two_nodes_elect_the_higher_priority_over_their_own_frames() {
-        let vips = [Ipv4Addr::new(198, 18, 1, 1)];
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
         let (mut a, mut b) = (node(150, 1), node(100, 2));
         let mut wire: Vec<(u8, Vec<u8>)> = Vec::new();
         let mut lines = Vec::new();
@@ -388,7 +446,7 @@ mod tests {
 
     #[test]
     fn foreign_and_broken_adverts_are_rejected() {
-        let vips = [Ipv4Addr::new(198, 18, 1, 1)];
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
         let mut a = node(100, 1);
         let mut other = node(100, 2);
         other.router.config.vrid = 52;
@@ -417,7 +475,7 @@ mod tests {
     /// payload carries, whose checksum is right for the counted bytes only, is refused.
     #[test]
     fn an_address_count_short_of_the_payload_is_refused() {
-        let vips = [Ipv4Addr::new(198, 18, 1, 1)];
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
         let mut a = node(100, 1);
         let mut b = node(150, 2);
         let mut frames = Vec::new();
@@ -448,5 +506,81 @@ mod tests {
         let mut ip = ipv4::Packet::new_unchecked(&mut long[14..34]);
         ip.fill_checksum();
         assert!(!accepted(&mut a, &long), "a count short of the payload");
+    }
+
+    /// Taking over sends one unsolicited Neighbor Advertisement per IPv6 address,
+    /// besides the gratuitous ARPs; scapy decodes them: from the address to all nodes,
+    /// hop limit 255, override without solicited or router, our MAC as target
+    /// link-layer address, and a checksum equal to the one scapy computes.
+    #[test]
+    fn taking_over_advertises_the_ipv6_addresses_as_scapy_reads_them() {
+        let addrs = VirtualAddresses {
+            v4: vec![Ipv4Addr::new(198, 18, 1, 1)],
+            v6: vec![
+                "2001:db8:18::80".parse().unwrap(),
+                "2001:db8:18::a1".parse().unwrap(),
+            ],
+        };
+        // The owner (255) is master at start.
+        let mut a = node(255, 1);
+        let mut sent = Vec::new();
+        let lines = a.start(0, &addrs, &mut |f: &[u8]| {
+            sent.push(f.to_vec());
+            true
+        });
+        assert!(a.serving(), "{lines:?}");
+        assert!(lines[0].ends_with("addresses=3"), "{lines:?}");
+        assert_eq!(a.stats.gratuitous_arps_sent, 1);
+        assert_eq!(a.stats.unsolicited_nas_sent, 2);
+        let nas: Vec<String> = sent
+            .iter()
+            .filter(|f| f[12..14] == [0x86, 0xdd])
+            .map(|f| f.iter().map(|b| format!("{b:02x}")).collect())
+            .collect();
+        assert_eq!(nas.len(), 2);
+        let script = format!(
+            r#"
+from scapy.all import Ether, raw
+from scapy.layers.inet6 import IPv6, ICMPv6ND_NA, ICMPv6NDOptDstLLAddr
+for h in {nas:?}:
+    p = Ether(bytes.fromhex(h))
+    na = p[ICMPv6ND_NA]
+    theirs = na.cksum
+    na.cksum = None
+    recomputed = Ether(raw(p))[ICMPv6ND_NA].cksum
+    print(p.src, p.dst, p[IPv6].src, p[IPv6].dst, p[IPv6].hlim, na.type, na.R, na.S, na.O,
+          na.tgt, p[ICMPv6NDOptDstLLAddr].lladdr, len(p), theirs == recomputed)
+"#
+        );
+        let output = ["/usr/bin/python3", "python3"]
+            .iter()
+            .find_map(|python| {
+                let out = std::process::Command::new(python)
+                    .args(["-c", &script])
+                    .output()
+                    .ok()?;
+                out.status.success().then_some(out.stdout)
+            })
+            .expect("no python3 with scapy: run scripts/setup.sh");
+        assert_eq!(
+            String::from_utf8(output).unwrap(),
+            "02:00:00:00:00:01 33:33:00:00:00:01 2001:db8:18::80 ff02::1 255 136 0 0 1 \
+             2001:db8:18::80 02:00:00:00:00:01 86 True\n\
+             02:00:00:00:00:01 33:33:00:00:00:01 2001:db8:18::a1 ff02::1 255 136 0 0 1 \
+             2001:db8:18::a1 02:00:00:00:00:01 86 True\n"
+        );
+        // A backup that takes over announces them too; one that stays backup does not.
+        let mut b = node(100, 2);
+        b.start(0, &addrs, &mut |_: &[u8]| true);
+        assert_eq!(
+            b.stats.unsolicited_nas_sent, 0,
+            "a backup announces nothing"
+        );
+        let mut took_over = false;
+        for now in (0..10_000).step_by(10) {
+            took_over |= !b.tick(now, &addrs, &mut |_: &[u8]| true).is_empty() && b.serving();
+        }
+        assert!(took_over);
+        assert_eq!(b.stats.unsolicited_nas_sent, 2);
     }
 }
