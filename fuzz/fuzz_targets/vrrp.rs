@@ -91,13 +91,21 @@ fn advert_frame(a: &Advert, our_vrid: u8) -> (Vec<u8>, bool) {
 /// Checks a frame the node sent.
 fn check_sent(frame: &[u8], vrid: u8) {
     if frame.get(12..14) == Some(&[0x86, 0xdd]) {
-        assert_eq!(frame.len(), 14 + 40 + 32, "an advertisement with one option");
+        assert_eq!(
+            frame.len(),
+            14 + 40 + 32,
+            "an advertisement with one option"
+        );
         assert_eq!(frame[..6], [0x33, 0x33, 0, 0, 0, 1], "to all nodes");
         let ip = &frame[14..54];
         assert_eq!((ip[6], ip[7]), (58, 255), "ICMPv6, hop limit 255");
         let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
         let na = &frame[54..];
-        assert_eq!((na[0], na[4]), (136, 0x20), "an advertisement, override only");
+        assert_eq!(
+            (na[0], na[4]),
+            (136, 0x20),
+            "an advertisement, override only"
+        );
         assert_eq!(na[8..24], src.octets(), "from the target");
         assert!(VIRTUAL6.contains(&src), "advertisement for {src}");
         // The IPv6 pseudo-header: addresses, length, next header.

@@ -432,6 +432,8 @@ fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> 
         persistence: Some(Arc::new(PersistTable::with_capacity(64))),
         health: Some(HealthTap {
             source: LB_IP,
+            // The port's IPv6 address (the config above): probe answers to it are punted.
+            sources6: vec!["2001:db8:18::1".parse().unwrap()],
             ports: 50000..=50003,
             passive_syn_ms: 2000,
         }),
