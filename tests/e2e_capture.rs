@@ -249,15 +249,9 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
     // each (an Ethernet, IPv4 and UDP header take 42); HTTP goes on meanwhile.
     let small = lab.dir.path().join("udp.pcapng");
     let small_s = small.to_string_lossy().into_owned();
-    let mut capture = BackgroundProcess::spawn(
-        None,
+    let mut capture = daemon.start_capture(
+        &small,
         &[
-            SLUICECTL,
-            "-S",
-            &socket,
-            "capture",
-            "-w",
-            &small_s,
             "--dir",
             "rx",
             "--proto",
@@ -269,17 +263,6 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
             "--duration",
             "20",
         ],
-    );
-    let running = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
-        ctl(&daemon, &["--json", "capture", "--status"])
-            .stdout
-            .contains("\"running\": true")
-            .then_some(())
-    });
-    assert!(
-        running.is_some(),
-        "the capture did not start: {}",
-        capture.stderr_text()
     );
     lab.curl(&format!("http://{VIP}/"), 4, 1, &[]);
     let (_, udp) = lab.udp(VIP, UDP_PORT, 5, 41000);

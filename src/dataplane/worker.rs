@@ -176,7 +176,7 @@ impl Worker {
                 bump(&self.counters.busy_cycles, cycles);
                 idle_polls = 0;
             } else if let Some(sleep) = self.idle_sleep {
-                idle_polls += 1;
+                idle_polls = idle_polls.saturating_add(1);
                 if idle_polls >= IDLE_POLLS_BEFORE_SLEEP {
                     // Slept time counts as idle time: busy / total stays the load.
                     let before = tsc();
