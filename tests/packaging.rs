@@ -189,14 +189,16 @@ fn the_package_installs_checks_clean_and_documents_every_option() {
         lint.describe()
     );
 
-    // Man pages: they render, and list every option --help lists.
+    // Man pages: they render, and list every option --help lists (sluice's
+    // `simulate` subcommand has its own).
     let man = root.join("usr/share/man");
-    for (page, binary) in [
-        ("man8/sluice.8.gz", SLUICE),
-        ("man8/sluicectl.8.gz", SLUICECTL),
+    for (page, binary, args) in [
+        ("man8/sluice.8.gz", SLUICE, &["--help"][..]),
+        ("man8/sluice.8.gz", SLUICE, &["simulate", "--help"][..]),
+        ("man8/sluicectl.8.gz", SLUICECTL, &["--help"][..]),
     ] {
         let text = rendered(&man.join(page));
-        let help = ok(Command::new(binary).arg("--help"), 10).stdout;
+        let help = ok(Command::new(binary).args(args), 10).stdout;
         let options = options_in(&help);
         assert!(options.len() > 5, "{binary}: options {options:?}");
         let missing: Vec<&String> = options.iter().filter(|o| !text.contains(*o)).collect();
