@@ -144,6 +144,9 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
             &plb,
             "-n",
             "-U",
+            // Without it libpcap hands packets over a block at a time (up to a second
+            // late), and tcpdump stopped before then writes none of them.
+            "--immediate-mode",
             "-s",
             "0",
             "-w",
@@ -194,7 +197,23 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
         "{}",
         capture.stdout_text()
     );
-    std::thread::sleep(Duration::from_millis(200));
+    let ours_count = tshark(&file, &["frame.number"], "").len();
+    // tcpdump writes each frame as it gets it; stop it once it has as many as Sluice
+    // copied, or after a bound (the comparison below then shows what it missed).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let frames_so_far = || {
+        // Not `tshark()`: a file still being written may end in half a record.
+        let out = run_bounded(
+            std::process::Command::new("tshark")
+                .args(["-n", "-r"])
+                .arg(&wire),
+            Duration::from_secs(30),
+        );
+        out.stdout.lines().count()
+    };
+    while frames_so_far() < ours_count && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     drop(tcpdump);
 
     let fields = [

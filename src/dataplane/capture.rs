@@ -395,13 +395,18 @@ fn ipv6_headers(frame: &[u8]) -> Option<Headers> {
         return None;
     }
     let (src, dst) = (u128::from(ip.src_addr()), u128::from(ip.dst_addr()));
-    // A walk that fails (a non-first fragment among others) leaves the protocol
-    // unknown.
+    // A later fragment has no ports, but its fragment header names the protocol, as
+    // an IPv4 fragment's header does; read when the fragment header comes first, the
+    // layout libpcap's `tcp`/`udp` recognise too. Any other walk that fails leaves
+    // the protocol unknown.
     let (proto, ports) = match ip.upper_layer() {
         Ok(upper) => {
             let proto = upper.protocol.0;
             let l4 = ethernet::HEADER_LEN + upper.offset;
             (Some(proto), l4_ports(frame, proto, l4))
+        }
+        Err(ipv6::ExtHeaderError::NonFirstFragment) if ip.next_header() == ipv6::ext::FRAGMENT => {
+            (ip.payload().first().copied(), None)
         }
         Err(_) => (None, None),
     };
@@ -720,6 +725,148 @@ mod tests {
         // Truncated or garbled: no match, no panic.
         for cut in 0..syn_ext.len() {
             assert!(!a.wants(&syn_ext[..cut]));
+        }
+    }
+
+    /// Each filter's own matching agrees with libpcap's, run by tcpdump over the same
+    /// frames with the filter's [`CaptureFilter::bpf`] expression: the frames go to a
+    /// pcap file (frame `i` stamped `i` seconds), and the seconds tcpdump prints are
+    /// the frames it matched. The IPv6 frames with extension headers are fragments
+    /// with the fragment header first, which libpcap's `tcp`/`udp` see through; its
+    /// `port` does not read past the fragment header, so for filters with a port the
+    /// first fragment (which carries the ports, and which Sluice matches by them) is
+    /// left out of the comparison (`ipv6_frames_match_by_address_upper_layer_protocol_and_port`
+    /// covers it).
+    #[test]
+    fn filters_match_the_frames_tcpdump_matches_with_their_bpf_expressions() {
+        let (client6, vip6, rs6) = ("2001:db8:2::6", "2001:db8:18::100", "2001:db8:1a::11");
+        let mut later_fragment = frame(6, [198, 18, 0, 6], 40000, [198, 18, 1, 1], 80);
+        later_fragment[14 + 6..14 + 8].copy_from_slice(&[0x00, 0x10]);
+        let mut arp = frame(6, [198, 18, 0, 6], 40000, [198, 18, 1, 1], 80);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let frames = [
+            frame(6, [198, 18, 0, 6], 40000, [198, 18, 1, 1], 80),
+            frame(6, [198, 18, 0, 2], 8080, [198, 18, 0, 6], 40000),
+            frame(17, [198, 18, 0, 6], 5353, [198, 18, 1, 1], 53),
+            frame(17, [198, 18, 1, 1], 53, [198, 18, 0, 6], 5353),
+            frame(1, [198, 18, 0, 6], 0x0800, [198, 18, 1, 1], 0),
+            frame(47, [198, 18, 0, 9], 80, [198, 18, 1, 1], 80),
+            later_fragment,
+            arp,
+            frame6(6, client6, 40000, vip6, 80, 0, None),
+            frame6(6, rs6, 8080, client6, 40000, 0, None),
+            frame6(17, client6, 5353, vip6, 53, 0, None),
+            frame6(58, client6, 0x8000, vip6, 0, 0, None),
+            frame6(6, client6, 40001, rs6, 8080, 0, Some(0)),
+            frame6(6, client6, 40001, rs6, 8080, 0, Some(3)),
+        ];
+        const FIRST_FRAGMENT_V6: usize = 12;
+        let endpoint = |ip: &str, port: Option<u16>| Endpoint {
+            ip: ip.parse().unwrap(),
+            port,
+        };
+        let filters = [
+            CaptureFilter {
+                proto: Some(6),
+                ..Default::default()
+            },
+            CaptureFilter {
+                proto: Some(17),
+                ..Default::default()
+            },
+            CaptureFilter {
+                proto: Some(1),
+                ..Default::default()
+            },
+            CaptureFilter {
+                proto: Some(58),
+                ..Default::default()
+            },
+            CaptureFilter {
+                proto: Some(47),
+                ..Default::default()
+            },
+            CaptureFilter {
+                l4_port: Some(80),
+                ..Default::default()
+            },
+            CaptureFilter {
+                l4_port: Some(40000),
+                ..Default::default()
+            },
+            CaptureFilter {
+                endpoints: vec![endpoint("198.18.0.6", None)],
+                ..Default::default()
+            },
+            CaptureFilter {
+                endpoints: vec![endpoint(client6, None)],
+                ..Default::default()
+            },
+            CaptureFilter {
+                endpoints: vec![endpoint("198.18.1.1", Some(80))],
+                ..Default::default()
+            },
+            CaptureFilter {
+                endpoints: vec![endpoint(vip6, Some(80)), endpoint(rs6, Some(8080))],
+                ..Default::default()
+            },
+            CaptureFilter {
+                proto: Some(6),
+                l4_port: Some(40000),
+                endpoints: vec![endpoint("198.18.0.2", None), endpoint(rs6, None)],
+                ..Default::default()
+            },
+            CaptureFilter {
+                proto: Some(17),
+                endpoints: vec![endpoint("198.18.1.1", Some(53))],
+                ..Default::default()
+            },
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let pcap = dir.path().join("frames.pcap");
+        {
+            use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+            let file = std::fs::File::create(&pcap).unwrap();
+            let mut writer = PcapWriter::with_header(file, PcapHeader::default()).unwrap();
+            for (i, f) in frames.iter().enumerate() {
+                let at = std::time::Duration::from_secs(i as u64 + 1);
+                writer
+                    .write_packet(&PcapPacket::new(at, f.len() as u32, f))
+                    .unwrap();
+            }
+        }
+        for filter in &filters {
+            let expression = filter.bpf();
+            let out = std::process::Command::new("tcpdump")
+                .args(["-r"])
+                .arg(&pcap)
+                .args(["-nn", "-tt", "-Z", "root", &expression])
+                .output()
+                .expect("tcpdump (scripts/setup.sh installs it)");
+            assert!(
+                out.status.success(),
+                "tcpdump refused {expression:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let theirs: Vec<usize> = String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| l.split('.').next().unwrap().parse::<usize>().unwrap() - 1)
+                .collect();
+            let a = armed(filter);
+            let with_port =
+                filter.l4_port.is_some() || filter.endpoints.iter().any(|e| e.port.is_some());
+            let compared = |i: &usize| !(with_port && *i == FIRST_FRAGMENT_V6);
+            let theirs: Vec<usize> = theirs.into_iter().filter(compared).collect();
+            let ours: Vec<usize> = (0..frames.len())
+                .filter(compared)
+                .filter(|&i| a.wants(&frames[i]))
+                .collect();
+            assert_eq!(ours, theirs, "{expression}");
+            assert!(
+                !ours.is_empty() && ours.len() < frames.len(),
+                "{expression}"
+            );
         }
     }
 
