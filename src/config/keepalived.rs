@@ -417,13 +417,19 @@ impl Translation {
         let mut netmask: Option<Ipv4Addr> = None;
         let mut delay_loop_ms = (DEFAULT_DELAY_LOOP_S * 1000.0) as u64;
         let mut real_servers: Vec<&Node> = Vec::new();
+        let mut sorry: Option<&Node> = None;
+        let mut sorry_inhibit = false;
+        let mut sorry_mode: Option<&'static str> = None;
         for n in node.children() {
             match (n.keyword(), n.arg(1)) {
                 ("protocol", Some(p)) => match p.to_ascii_uppercase().as_str() {
                     "TCP" => proto = "tcp",
                     "UDP" => proto = "udp",
                     _ => {
-                        self.note(n, "Sluice balances TCP and UDP: the service is not translated");
+                        self.note(
+                            n,
+                            "Sluice balances TCP and UDP: the service is not translated",
+                        );
                         return;
                     }
                 },
@@ -456,23 +462,25 @@ impl Translation {
                     _ => self.note(n, "Sluice checks every 0.01 to 3600 s: 60 s is used"),
                 },
                 ("real_server", _) => real_servers.push(n),
-                ("sorry_server", _) => self.note(
-                    n,
-                    "Sluice has no sorry server: with every real server down, new connections are dropped or reset ([health] all_down)",
-                ),
-                ("sorry_server_inhibit" | "sorry_server_lvs_method", _) => {
-                    self.note(n, "Sluice has no sorry server")
+                ("sorry_server", _) => sorry = Some(n),
+                ("sorry_server_inhibit", None) => sorry_inhibit = true,
+                ("sorry_server_lvs_method", Some(k)) => match k.to_ascii_uppercase().as_str() {
+                    "NAT" => sorry_mode = Some("nat"),
+                    "DR" => sorry_mode = Some("dr"),
+                    "TUN" => sorry_mode = Some("tun"),
+                    _ => self.note(n, "not NAT, DR or TUN: the service's lb_kind is used"),
+                },
+                ("ha_suspend", None) => {
+                    self.note(n, "Sluice checks real servers whatever its VRRP state")
                 }
-                ("ha_suspend", None) => self.note(n, "Sluice checks real servers whatever its VRRP state"),
                 ("quorum" | "quorum_up" | "quorum_down" | "hysteresis", _) => {
                     self.note(n, "Sluice has no quorum")
                 }
                 ("persistence_engine", _) => self.note(n, "Sluice has no persistence engines"),
                 ("ops", None) => self.note(n, "Sluice has no one-packet scheduling"),
-                ("virtualhost", _) => self.note(
-                    n,
-                    "Sluice's HTTP check sends no Host header (HTTP/1.0)",
-                ),
+                ("virtualhost", _) => {
+                    self.note(n, "Sluice's HTTP check sends no Host header (HTTP/1.0)")
+                }
                 _ => self.note(n, "not translated"),
             }
         }
@@ -491,13 +499,67 @@ impl Translation {
             }
         }
         let mut seen: Vec<(Ipv4Addr, u16)> = Vec::new();
+        let mut servers = String::new();
         for rs in real_servers {
             if let Some(text) = self.real_server(rs, proto, port, mode, delay_loop_ms, &seen) {
-                t += &text.0;
+                servers += &text.0;
                 seen.push(text.1);
             }
         }
+        if let Some(n) = sorry {
+            let mode = sorry_mode.unwrap_or(mode);
+            if let Some((ip, p)) = self.sorry_server(n, port, mode, &seen) {
+                let inhibit = if sorry_inhibit {
+                    ", inhibit = true"
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    t,
+                    "sorry_server = {{ ip = {}, port = {p}, mode = \"{mode}\"{inhibit} }}",
+                    quote(&ip.to_string())
+                );
+            }
+        }
+        t += &servers;
         self.services += &t;
+    }
+
+    /// `sorry_server IP [PORT]`: its address and port, or `None` (noted).
+    fn sorry_server(
+        &mut self,
+        node: &Node,
+        service_port: u16,
+        mode: &str,
+        seen: &[(Ipv4Addr, u16)],
+    ) -> Option<(Ipv4Addr, u16)> {
+        let Some(Ok(ip)) = node.arg(1).map(str::parse::<Ipv4Addr>) else {
+            self.skip(node, "not an IPv4 sorry server: not translated");
+            return None;
+        };
+        let mut port = match node.arg(2).map(str::parse::<u16>) {
+            None | Some(Ok(0)) => service_port,
+            Some(Ok(p)) => p,
+            Some(Err(_)) => {
+                self.skip(node, "not a port (1..=65535): not translated");
+                return None;
+            }
+        };
+        if port != service_port && matches!(mode, "dr" | "tun") {
+            self.note(
+                node,
+                "dr and tun deliver to the service's port (as IPVS): the service's port is used",
+            );
+            port = service_port;
+        }
+        if seen.contains(&(ip, port)) {
+            self.skip(
+                node,
+                "the sorry server is also a real server: Sluice keeps them apart, it is not translated",
+            );
+            return None;
+        }
+        Some((ip, port))
     }
 
     fn real_server(

@@ -99,18 +99,7 @@ impl Snapshot {
         health: &HealthOverlay,
         departed: &[NatRoute],
     ) -> Self {
-        let services = table
-            .services()
-            .map(|s| {
-                let mut s = s.clone();
-                for rs in s.real_servers.iter_mut() {
-                    if health.evicted.contains(&rs.id) {
-                        rs.weight = 0;
-                    }
-                }
-                s
-            })
-            .collect();
+        let services = table.services().map(|s| pool(s, health)).collect();
         let mut snap = Snapshot::from_services(generation, services);
         for route in departed {
             let served = snap
@@ -254,6 +243,25 @@ impl Snapshot {
     pub fn is_local_address6(&self, addr: Ipv6Addr) -> bool {
         self.local_addresses6.binary_search(&addr).is_ok()
     }
+}
+
+/// Service `s` as the workers schedule it: evicted real servers at weight 0 and,
+/// when it has a sorry server, that server last, at weight 1 while no other can take
+/// a new connection and 0 otherwise. Being always there, the sorry server's sessions
+/// keep their real server (counters, NAT reply routing) after the others come back;
+/// every scheduler sees it as an ordinary real server.
+fn pool(s: &Service, health: &HealthOverlay) -> Service {
+    let mut s = s.clone();
+    for rs in s.real_servers.iter_mut() {
+        if health.evicted.contains(&rs.id) {
+            rs.weight = 0;
+        }
+    }
+    if let Some(sorry) = s.sorry_server {
+        let in_use = s.sorry_in_use(&s.real_servers);
+        s.real_servers.push(sorry.as_real_server(in_use));
+    }
+    s
 }
 
 /// The IPv4 and the IPv6 addresses of `addrs`, each sorted and deduplicated.
@@ -775,6 +783,7 @@ mod tests {
                 sched_flags: Default::default(),
                 mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
                 synproxy: crate::model::SynProxy::default(),
+                sorry_server: None,
             })
             .collect();
         Snapshot::from_services(generation, services)
