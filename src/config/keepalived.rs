@@ -10,7 +10,7 @@
 //! naming the line (an unbalanced brace, nesting deeper than keepalived's configs go).
 use crate::model::SchedulerKind;
 use std::fmt::Write as _;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// How deep blocks may nest (keepalived's deepest, `virtual_server` > `real_server`
 /// > `HTTP_GET` > `url`, is four).
@@ -238,7 +238,7 @@ pub fn import(text: &str, source: &str) -> Result<Import, String> {
 struct Translation {
     vrrp: String,
     services: String,
-    vips: Vec<Ipv4Addr>,
+    vips: Vec<IpAddr>,
     untranslated: Vec<(usize, String)>,
 }
 
@@ -391,13 +391,8 @@ impl Translation {
             self.skip(node, why);
             return;
         };
-        let Ok(vip) = addr.parse::<Ipv4Addr>() else {
-            let why = if addr.parse::<Ipv6Addr>().is_ok() {
-                "IPv6 virtual services are not translated by this import: write them by hand (docs/CONFIG.md)"
-            } else {
-                "not an IPv4 address"
-            };
-            self.skip(node, why);
+        let Ok(vip) = addr.parse::<IpAddr>() else {
+            self.skip(node, "not an IP address");
             return;
         };
         let port = match port.parse::<u16>() {
@@ -484,6 +479,13 @@ impl Translation {
                 _ => self.note(n, "not translated"),
             }
         }
+        if vip.is_ipv6() && persistence.is_some() {
+            self.note(
+                node,
+                "Sluice has no persistence on IPv6 services yet (docs/IPV6.md): persistence_timeout is not translated",
+            );
+            persistence = None;
+        }
         self.vips.push(vip);
         let mut t = format!(
             "\n[[services]]\nproto = \"{proto}\"\nvip = {}\nport = {port}\n",
@@ -498,17 +500,18 @@ impl Translation {
                 let _ = writeln!(t, "persistence_netmask = {}", quote(&m.to_string()));
             }
         }
-        let mut seen: Vec<(Ipv4Addr, u16)> = Vec::new();
+        let mut seen: Vec<(IpAddr, u16)> = Vec::new();
         let mut servers = String::new();
         for rs in real_servers {
-            if let Some(text) = self.real_server(rs, proto, port, mode, delay_loop_ms, &seen) {
+            if let Some(text) = self.real_server(rs, (vip, port), proto, mode, delay_loop_ms, &seen)
+            {
                 servers += &text.0;
                 seen.push(text.1);
             }
         }
         if let Some(n) = sorry {
             let mode = sorry_mode.unwrap_or(mode);
-            if let Some((ip, p)) = self.sorry_server(n, port, mode, &seen) {
+            if let Some((ip, p)) = self.sorry_server(n, vip, port, mode, &seen) {
                 let inhibit = if sorry_inhibit {
                     ", inhibit = true"
                 } else {
@@ -529,14 +532,19 @@ impl Translation {
     fn sorry_server(
         &mut self,
         node: &Node,
+        vip: IpAddr,
         service_port: u16,
         mode: &str,
-        seen: &[(Ipv4Addr, u16)],
-    ) -> Option<(Ipv4Addr, u16)> {
-        let Some(Ok(ip)) = node.arg(1).map(str::parse::<Ipv4Addr>) else {
-            self.skip(node, "not an IPv4 sorry server: not translated");
+        seen: &[(IpAddr, u16)],
+    ) -> Option<(IpAddr, u16)> {
+        let Some(Ok(ip)) = node.arg(1).map(str::parse::<IpAddr>) else {
+            self.skip(node, "not an IP address: not translated");
             return None;
         };
+        if ip.is_ipv6() != vip.is_ipv6() {
+            self.skip(node, "not of the service's address family: not translated");
+            return None;
+        }
         let mut port = match node.arg(2).map(str::parse::<u16>) {
             None | Some(Ok(0)) => service_port,
             Some(Ok(p)) => p,
@@ -565,16 +573,23 @@ impl Translation {
     fn real_server(
         &mut self,
         node: &Node,
+        (vip, service_port): (IpAddr, u16),
         proto: &str,
-        service_port: u16,
         mode: &str,
         delay_loop_ms: u64,
-        seen: &[(Ipv4Addr, u16)],
-    ) -> Option<(String, (Ipv4Addr, u16))> {
-        let Some(Ok(ip)) = node.arg(1).map(str::parse::<Ipv4Addr>) else {
-            self.skip(node, "not an IPv4 real server: not translated");
+        seen: &[(IpAddr, u16)],
+    ) -> Option<(String, (IpAddr, u16))> {
+        let Some(Ok(ip)) = node.arg(1).map(str::parse::<IpAddr>) else {
+            self.skip(node, "not an IP address: not translated");
             return None;
         };
+        if ip.is_ipv6() != vip.is_ipv6() {
+            self.skip(
+                node,
+                "not of the service's address family (only fullnat, not translated here, mixes them): not translated",
+            );
+            return None;
+        }
         let mut port = match node.arg(2).map(str::parse::<u16>) {
             None => service_port,
             Some(Ok(p)) if p > 0 => p,
@@ -855,6 +870,39 @@ virtual_server 10.1.1.1 80 {      # inline
             import.toml
         );
         assert_eq!(import.untranslated, vec![]);
+        loads(&import.toml);
+    }
+
+    #[test]
+    fn a_sorry_server_translates_with_its_inhibit_and_method() {
+        let text = "\
+virtual_server 10.1.1.1 80 {
+    lb_kind DR
+    sorry_server 10.2.0.9 80
+    sorry_server_inhibit
+    sorry_server_lvs_method TUN
+    real_server 10.2.0.1 80 {
+    }
+}
+virtual_server 10.1.1.2 80 {
+    lb_kind NAT
+    sorry_server 10.2.0.9
+    real_server 10.2.0.9 80 {
+    }
+}
+";
+        let import = import(text, "k.conf").unwrap();
+        assert!(
+            import.toml.contains(
+                "port = 80\nsorry_server = { ip = \"10.2.0.9\", port = 80, mode = \"tun\", inhibit = true }\n\n  [[services.real_servers]]\n  ip = \"10.2.0.1\"\n"
+            ),
+            "{}",
+            import.toml
+        );
+        // The sorry server is also a real server: left out, and said.
+        let lines: Vec<usize> = import.untranslated.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [11], "{:?}", import.untranslated);
+        assert_eq!(import.toml.matches("sorry_server").count(), 1);
         loads(&import.toml);
     }
 
