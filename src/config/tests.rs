@@ -2721,3 +2721,47 @@ fn icmp_error_rate_and_burst() {
         "burst 101: 1 to 100 (10 times the rate)",
     );
 }
+
+#[test]
+fn a_sorry_server_is_read_and_checked_as_a_real_server() {
+    let cfg = parse(&service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", inhibit = true }",
+    ))
+    .unwrap();
+    let sorry = cfg.services[0].sorry_server.unwrap();
+    assert_eq!(
+        (sorry.ip, sorry.port, sorry.mode, sorry.inhibit),
+        ("198.18.0.99".parse().unwrap(), 80, ForwardMode::Dr, true)
+    );
+    assert_eq!(cfg.services[0].real_servers.len(), 2);
+    assert!(parse(BASE)
+        .unwrap()
+        .services
+        .iter()
+        .all(|s| s.sorry_server.is_none()));
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.12\" }",
+        ),
+        26,
+        "services[0].sorry_server",
+        "is also a real server of this service",
+    );
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", port = 8080 }",
+        ),
+        26,
+        "services[0].sorry_server",
+        "only nat and fullnat can map ports",
+    );
+    let e = parse(&service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", weight = 2 }",
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("weight"), "{e}");
+}

@@ -1543,6 +1543,56 @@ port = 53
         );
     }
 
+    /// A reload that adds, changes or removes a sorry server: one request each, which
+    /// the table applies; the listing shows it while in use only.
+    #[test]
+    fn a_reload_sets_the_sorry_server_and_the_listing_shows_it_in_use() {
+        let (mut services, publisher) = setup();
+        let sorry = crate::model::SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, 99).into(),
+            port: 8080,
+            mode: ForwardMode::FullNat,
+            inhibit: false,
+        };
+        let mut desired = services.table.clone();
+        desired.set_sorry_server(http(), Some(sorry)).unwrap();
+        let requests = diff(&services.table, &desired).unwrap();
+        assert_eq!(
+            requests,
+            vec![Request::SetSorryServer {
+                service: http(),
+                sorry_server: Some(sorry),
+            }]
+        );
+        for r in requests {
+            call(&mut services, &publisher, r).unwrap();
+        }
+        let report = services.report(&[], super::super::rates::DEFAULT_WINDOW);
+        let s = &report.services[0];
+        assert_eq!(s.sorry_server.as_ref().unwrap().weight, 0);
+        assert!(!s.sorry_in_use);
+        assert_eq!(s.real_servers.len(), 1, "not listed while not in use");
+        // The only real server evicted: the sorry server is in use, and listed.
+        let id = services.table.get(http()).unwrap().real_servers[0].id;
+        services.health.evicted.insert(id);
+        let report = services.report(&[], super::super::rates::DEFAULT_WINDOW);
+        let s = &report.services[0];
+        assert!(s.sorry_in_use);
+        assert_eq!(s.real_servers.len(), 2);
+        assert!(s.real_servers[1].sorry && s.real_servers[1].weight == 1);
+        // Not in -S.
+        assert_eq!(services.save_report(&[]).services[0].real_servers.len(), 1);
+        let mut without = services.table.clone();
+        without.set_sorry_server(http(), None).unwrap();
+        assert_eq!(
+            diff(&services.table, &without).unwrap(),
+            vec![Request::SetSorryServer {
+                service: http(),
+                sorry_server: None,
+            }]
+        );
+    }
+
     /// A replaced list is freed on the management core once no worker's snapshot
     /// holds it, never by the worker letting go of its last snapshot.
     #[test]
