@@ -19,7 +19,8 @@
 //!    no eviction; every failed probe a timeout, at most 5 % of them.
 //! 6. A sorry server (not probed): new connections reach it only while the service's
 //!    only real server is evicted, and go back to the real server once it is
-//!    restored; `-Ln` lists it only while in use (about 4 s).
+//!    restored, though the service is persistent (the one client's template changes
+//!    sides with them); `-Ln` lists it only while in use (about 4 s).
 //!
 //! Timing tolerance: [`TOLERANCE`] on top of each bound covers the management loop's
 //! tick (5 ms), the probes' jitter (at most interval / 20 each), the 20 ms polling of
@@ -841,7 +842,11 @@ fn the_sorry_server_serves_while_the_only_real_server_is_down() {
     let toml = format!(
         "{}\n{}",
         health_section(&["check = \"tcp\""]),
-        service(80, &[sorry], &rs_list(&lab)[..1])
+        service(
+            80,
+            &[sorry, "persistence_timeout = 60".into()],
+            &rs_list(&lab)[..1]
+        )
     );
     let daemon = daemon_for(&lab, toml);
     // One target: the sorry server is not probed (as keepalived).

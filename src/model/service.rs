@@ -376,6 +376,24 @@ impl Service {
     pub fn sorry_in_use(&self, real_servers: &[RealServer]) -> bool {
         self.sorry_server.is_some() && !real_servers.iter().any(RealServer::accepts_new)
     }
+
+    /// For a snapshot's service (its sorry server last in `real_servers`): whether a
+    /// persistence template pinned to real server `id` is on the wrong side of the
+    /// sorry server's switch, pinned to the sorry server while it is not in use or to
+    /// another while it is. Such a template is not followed, so a persistent client
+    /// goes where new connections go, as when keepalived removes or adds the sorry
+    /// server in IPVS.
+    #[inline]
+    pub fn sorry_switched(&self, id: u32) -> bool {
+        let Some(sorry) = self.sorry_server else {
+            return false;
+        };
+        let in_use = self
+            .real_servers
+            .last()
+            .is_some_and(|r| r.id == sorry.id && r.weight > 0);
+        (id == sorry.id) != in_use
+    }
 }
 
 /// When the SYN proxy answers a service's new connections.
