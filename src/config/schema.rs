@@ -1059,6 +1059,14 @@ fn read_service(
     })?;
     check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
     let synproxy = read_synproxy(&t, proto, &real_servers)?;
+    if let (Some(sorry), Some(at)) = (&sorry_server, t.get("sorry_server")) {
+        if synproxy.mode != SynProxyMode::Off && !sorry.mode.rewrites_replies() {
+            return Err(at.invalid(format!(
+                "the SYN proxy needs nat or fullnat, but the sorry server uses mode {}, whose replies bypass Sluice",
+                sorry.mode
+            )));
+        }
+    }
     // The rules `sluicectl -A/-E` meets, so the file and the CLI accept the same.
     let persistent = persistence.map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
     crate::service::validate_service(&key, persistent.as_ref())
@@ -1317,6 +1325,11 @@ fn check_local_address_roles(services: &[ServiceRead]) -> Check<()> {
             roles.entry(rs.ip).or_insert_with(|| {
                 format!("a real server of {key} ({}.real_servers[{i}])", s.path)
             });
+        }
+        if let Some(sorry) = &s.config.sorry_server {
+            roles
+                .entry(sorry.ip)
+                .or_insert_with(|| format!("the sorry server of {key} ({}.sorry_server)", s.path));
         }
     }
     for s in services {

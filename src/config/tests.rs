@@ -2764,4 +2764,30 @@ fn a_sorry_server_is_read_and_checked_as_a_real_server() {
     ))
     .unwrap_err();
     assert!(e.to_string().contains("weight"), "{e}");
+    // What the table would refuse is refused at the sorry server's place.
+    assert_rejected(
+        &format!(
+            "{BASE}{}",
+            SERVICE
+                .replacen(
+                    "scheduler = \"rr\"",
+                    "scheduler = \"rr\"\nsynproxy = \"on\"\nsorry_server = { ip = \"198.18.0.99\" }",
+                    1
+                )
+                .replacen("weight = 1", "weight = 1\nmode = \"nat\"", 1)
+                .replacen("mode = \"dr\"", "mode = \"nat\"", 1)
+        ),
+        27,
+        "services[0].sorry_server",
+        "the SYN proxy needs nat or fullnat",
+    );
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nlocal_addresses = [\"198.18.0.99\"]\nsorry_server = { ip = \"198.18.0.99\", mode = \"nat\" }",
+        ),
+        26,
+        "services[0].local_addresses[0]",
+        "is the sorry server of",
+    );
 }
