@@ -17,6 +17,10 @@
 //!    (curl exit 28); `lb=alert-clear` when one comes back.
 //! 5. Healthy servers under load for 25 s with 100 ms probes (TCP and HTTP, fall 3):
 //!    no eviction; every failed probe a timeout, at most 5 % of them.
+//! 6. A sorry server (not probed): new connections reach it only while the service's
+//!    only real server is evicted, and go back to the real server once it is
+//!    restored, though the service is persistent (the one client's template changes
+//!    sides with them); `-Ln` lists it only while in use (about 4 s).
 //!
 //! Timing tolerance: [`TOLERANCE`] on top of each bound covers the management loop's
 //! tick (5 ms), the probes' jitter (at most interval / 20 each), the 20 ms polling of
@@ -826,5 +830,61 @@ fn healthy_servers_under_load_are_never_evicted() {
             .any(|l| l.starts_with("lb=evict") || l.starts_with("lb=alert")),
         "{lines:#?}"
     );
+    daemon.stop_clean();
+}
+
+#[test]
+fn the_sorry_server_serves_while_the_only_real_server_is_down() {
+    require_root();
+    let mut lab = lab_with(2, |_| Vec::new());
+    let (rs1, rs2) = (lab.bed.rs_ip(1).to_string(), lab.bed.rs_ip(2).to_string());
+    let sorry = format!("sorry_server = {{ ip = \"{rs2}\", port = {HTTP_PORT}, mode = \"nat\" }}");
+    let toml = format!(
+        "{}\n{}",
+        health_section(&["check = \"tcp\""]),
+        service(
+            80,
+            &[sorry, "persistence_timeout = 60".into()],
+            &rs_list(&lab)[..1]
+        )
+    );
+    let daemon = daemon_for(&lab, toml);
+    // One target: the sorry server is not probed (as keepalived).
+    wait_all_ok(&daemon, 1);
+    let (s, url) = (svc(80), format!("http://{VIP}/"));
+    let listing = |daemon: &Daemon| daemon.ctl(&["-L", "-n"]).expect_success("-Ln").stdout;
+    let rs2_line = format!(
+        "  -> {:<28} {:<7} {:<6}",
+        format!("{rs2}:{HTTP_PORT}"),
+        "Masq",
+        1
+    );
+    assert!(!listing(&daemon).contains(&rs2), "{}", listing(&daemon));
+    let up = curl_all_ok(&lab, &daemon, &url, 10, 2);
+    assert_eq!(up.keys().collect::<Vec<_>>(), ["rs1"], "{up:?}");
+
+    lab.kill_server(1);
+    wait_health(&daemon, Duration::from_secs(5), |h| evicted(h, &s, &rs1))
+        .unwrap_or_else(|| panic!("rs1 never evicted: {:#}", daemon.health()));
+    let down = curl_all_ok(&lab, &daemon, &url, 10, 2);
+    assert_eq!(down.keys().collect::<Vec<_>>(), ["rs2"], "{down:?}");
+    let list = daemon.list_services();
+    assert_eq!(list["services"][0]["sorry_in_use"], true, "{list}");
+    assert!(listing(&daemon).contains(&rs2_line), "{}", listing(&daemon));
+
+    let http = format!("0.0.0.0:{HTTP_PORT}");
+    lab.restart_server(1, &[("--http", &http)], &[]);
+    wait_health(&daemon, Duration::from_secs(5), |h| !evicted(h, &s, &rs1))
+        .unwrap_or_else(|| panic!("rs1 never restored: {:#}", daemon.health()));
+    let back = curl_all_ok(&lab, &daemon, &url, 10, 2);
+    assert_eq!(back.keys().collect::<Vec<_>>(), ["rs1"], "{back:?}");
+    let list = daemon.list_services();
+    let sorry = &list["services"][0]["sorry_server"];
+    assert_eq!(
+        (&sorry["weight"], &sorry["connections"]),
+        (&0.into(), &10.into()),
+        "{list}"
+    );
+    assert!(!listing(&daemon).contains(&rs2), "{}", listing(&daemon));
     daemon.stop_clean();
 }

@@ -10,7 +10,7 @@
 //! naming the line (an unbalanced brace, nesting deeper than keepalived's configs go).
 use crate::model::SchedulerKind;
 use std::fmt::Write as _;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// How deep blocks may nest (keepalived's deepest, `virtual_server` > `real_server`
 /// > `HTTP_GET` > `url`, is four).
@@ -238,7 +238,7 @@ pub fn import(text: &str, source: &str) -> Result<Import, String> {
 struct Translation {
     vrrp: String,
     services: String,
-    vips: Vec<Ipv4Addr>,
+    vips: Vec<IpAddr>,
     untranslated: Vec<(usize, String)>,
 }
 
@@ -391,13 +391,8 @@ impl Translation {
             self.skip(node, why);
             return;
         };
-        let Ok(vip) = addr.parse::<Ipv4Addr>() else {
-            let why = if addr.parse::<Ipv6Addr>().is_ok() {
-                "IPv6 virtual services are not translated by this import: write them by hand (docs/CONFIG.md)"
-            } else {
-                "not an IPv4 address"
-            };
-            self.skip(node, why);
+        let Ok(vip) = addr.parse::<IpAddr>() else {
+            self.skip(node, "not an IP address");
             return;
         };
         let port = match port.parse::<u16>() {
@@ -417,13 +412,19 @@ impl Translation {
         let mut netmask: Option<Ipv4Addr> = None;
         let mut delay_loop_ms = (DEFAULT_DELAY_LOOP_S * 1000.0) as u64;
         let mut real_servers: Vec<&Node> = Vec::new();
+        let mut sorry: Option<&Node> = None;
+        let mut sorry_inhibit = false;
+        let mut sorry_mode: Option<&'static str> = None;
         for n in node.children() {
             match (n.keyword(), n.arg(1)) {
                 ("protocol", Some(p)) => match p.to_ascii_uppercase().as_str() {
                     "TCP" => proto = "tcp",
                     "UDP" => proto = "udp",
                     _ => {
-                        self.note(n, "Sluice balances TCP and UDP: the service is not translated");
+                        self.note(
+                            n,
+                            "Sluice balances TCP and UDP: the service is not translated",
+                        );
                         return;
                     }
                 },
@@ -456,25 +457,34 @@ impl Translation {
                     _ => self.note(n, "Sluice checks every 0.01 to 3600 s: 60 s is used"),
                 },
                 ("real_server", _) => real_servers.push(n),
-                ("sorry_server", _) => self.note(
-                    n,
-                    "Sluice has no sorry server: with every real server down, new connections are dropped or reset ([health] all_down)",
-                ),
-                ("sorry_server_inhibit" | "sorry_server_lvs_method", _) => {
-                    self.note(n, "Sluice has no sorry server")
+                ("sorry_server", _) => sorry = Some(n),
+                ("sorry_server_inhibit", None) => sorry_inhibit = true,
+                ("sorry_server_lvs_method", Some(k)) => match k.to_ascii_uppercase().as_str() {
+                    "NAT" => sorry_mode = Some("nat"),
+                    "DR" => sorry_mode = Some("dr"),
+                    "TUN" => sorry_mode = Some("tun"),
+                    _ => self.note(n, "not NAT, DR or TUN: the service's lb_kind is used"),
+                },
+                ("ha_suspend", None) => {
+                    self.note(n, "Sluice checks real servers whatever its VRRP state")
                 }
-                ("ha_suspend", None) => self.note(n, "Sluice checks real servers whatever its VRRP state"),
                 ("quorum" | "quorum_up" | "quorum_down" | "hysteresis", _) => {
                     self.note(n, "Sluice has no quorum")
                 }
                 ("persistence_engine", _) => self.note(n, "Sluice has no persistence engines"),
                 ("ops", None) => self.note(n, "Sluice has no one-packet scheduling"),
-                ("virtualhost", _) => self.note(
-                    n,
-                    "Sluice's HTTP check sends no Host header (HTTP/1.0)",
-                ),
+                ("virtualhost", _) => {
+                    self.note(n, "Sluice's HTTP check sends no Host header (HTTP/1.0)")
+                }
                 _ => self.note(n, "not translated"),
             }
+        }
+        if vip.is_ipv6() && persistence.is_some() {
+            self.note(
+                node,
+                "Sluice has no persistence on IPv6 services yet (docs/IPV6.md): persistence_timeout is not translated",
+            );
+            persistence = None;
         }
         self.vips.push(vip);
         let mut t = format!(
@@ -490,29 +500,96 @@ impl Translation {
                 let _ = writeln!(t, "persistence_netmask = {}", quote(&m.to_string()));
             }
         }
-        let mut seen: Vec<(Ipv4Addr, u16)> = Vec::new();
+        let mut seen: Vec<(IpAddr, u16)> = Vec::new();
+        let mut servers = String::new();
         for rs in real_servers {
-            if let Some(text) = self.real_server(rs, proto, port, mode, delay_loop_ms, &seen) {
-                t += &text.0;
+            if let Some(text) = self.real_server(rs, (vip, port), proto, mode, delay_loop_ms, &seen)
+            {
+                servers += &text.0;
                 seen.push(text.1);
             }
         }
+        if let Some(n) = sorry {
+            let mode = sorry_mode.unwrap_or(mode);
+            if let Some((ip, p)) = self.sorry_server(n, vip, port, mode, &seen) {
+                let inhibit = if sorry_inhibit {
+                    ", inhibit = true"
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    t,
+                    "sorry_server = {{ ip = {}, port = {p}, mode = \"{mode}\"{inhibit} }}",
+                    quote(&ip.to_string())
+                );
+            }
+        }
+        t += &servers;
         self.services += &t;
+    }
+
+    /// `sorry_server IP [PORT]`: its address and port, or `None` (noted).
+    fn sorry_server(
+        &mut self,
+        node: &Node,
+        vip: IpAddr,
+        service_port: u16,
+        mode: &str,
+        seen: &[(IpAddr, u16)],
+    ) -> Option<(IpAddr, u16)> {
+        let Some(Ok(ip)) = node.arg(1).map(str::parse::<IpAddr>) else {
+            self.skip(node, "not an IP address: not translated");
+            return None;
+        };
+        if ip.is_ipv6() != vip.is_ipv6() {
+            self.skip(node, "not of the service's address family: not translated");
+            return None;
+        }
+        let mut port = match node.arg(2).map(str::parse::<u16>) {
+            None | Some(Ok(0)) => service_port,
+            Some(Ok(p)) => p,
+            Some(Err(_)) => {
+                self.skip(node, "not a port (1..=65535): not translated");
+                return None;
+            }
+        };
+        if port != service_port && matches!(mode, "dr" | "tun") {
+            self.note(
+                node,
+                "dr and tun deliver to the service's port (as IPVS): the service's port is used",
+            );
+            port = service_port;
+        }
+        if seen.contains(&(ip, port)) {
+            self.skip(
+                node,
+                "the sorry server is also a real server: Sluice keeps them apart, it is not translated",
+            );
+            return None;
+        }
+        Some((ip, port))
     }
 
     fn real_server(
         &mut self,
         node: &Node,
+        (vip, service_port): (IpAddr, u16),
         proto: &str,
-        service_port: u16,
         mode: &str,
         delay_loop_ms: u64,
-        seen: &[(Ipv4Addr, u16)],
-    ) -> Option<(String, (Ipv4Addr, u16))> {
-        let Some(Ok(ip)) = node.arg(1).map(str::parse::<Ipv4Addr>) else {
-            self.skip(node, "not an IPv4 real server: not translated");
+        seen: &[(IpAddr, u16)],
+    ) -> Option<(String, (IpAddr, u16))> {
+        let Some(Ok(ip)) = node.arg(1).map(str::parse::<IpAddr>) else {
+            self.skip(node, "not an IP address: not translated");
             return None;
         };
+        if ip.is_ipv6() != vip.is_ipv6() {
+            self.skip(
+                node,
+                "not of the service's address family (only fullnat, not translated here, mixes them): not translated",
+            );
+            return None;
+        }
         let mut port = match node.arg(2).map(str::parse::<u16>) {
             None => service_port,
             Some(Ok(p)) if p > 0 => p,
@@ -793,6 +870,39 @@ virtual_server 10.1.1.1 80 {      # inline
             import.toml
         );
         assert_eq!(import.untranslated, vec![]);
+        loads(&import.toml);
+    }
+
+    #[test]
+    fn a_sorry_server_translates_with_its_inhibit_and_method() {
+        let text = "\
+virtual_server 10.1.1.1 80 {
+    lb_kind DR
+    sorry_server 10.2.0.9 80
+    sorry_server_inhibit
+    sorry_server_lvs_method TUN
+    real_server 10.2.0.1 80 {
+    }
+}
+virtual_server 10.1.1.2 80 {
+    lb_kind NAT
+    sorry_server 10.2.0.9
+    real_server 10.2.0.9 80 {
+    }
+}
+";
+        let import = import(text, "k.conf").unwrap();
+        assert!(
+            import.toml.contains(
+                "port = 80\nsorry_server = { ip = \"10.2.0.9\", port = 80, mode = \"tun\", inhibit = true }\n\n  [[services.real_servers]]\n  ip = \"10.2.0.1\"\n"
+            ),
+            "{}",
+            import.toml
+        );
+        // The sorry server is also a real server: left out, and said.
+        let lines: Vec<usize> = import.untranslated.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [11], "{:?}", import.untranslated);
+        assert_eq!(import.toml.matches("sorry_server").count(), 1);
         loads(&import.toml);
     }
 

@@ -280,6 +280,9 @@ pub struct ServiceConfig {
     /// `rate_limit`, `rate_limit_burst`, `rate_limit_prefix`: new connections per
     /// second per source.
     pub rate_limit: Option<crate::service::RateLimit>,
+    /// `sorry_server`: the fallback real server, given new connections only while no
+    /// real server can take them.
+    pub sorry_server: Option<SorryServerConfig>,
     /// The line of the service's `[[services]]` header (or inline table), so later
     /// errors about the service (e.g. from the data plane) can point at it.
     pub line: usize,
@@ -348,6 +351,11 @@ pub struct RealServerConfig {
     /// `-y`: resume below this many (0 = IPVS's default of 3/4 of `upper`).
     pub lower: u32,
 }
+
+/// A service's `sorry_server` table (keepalived's `sorry_server`,
+/// `sorry_server_inhibit`, `sorry_server_lvs_method`): `port` defaults to the
+/// service's, `mode` to dr (as a real server's), `inhibit` to false.
+pub type SorryServerConfig = crate::model::SorryServerSpec;
 
 /// Why a config file was rejected, and where.
 ///

@@ -13,8 +13,8 @@ use super::source::Source;
 use super::tree::Node;
 use super::{
     Config, ControlConfig, EalConfig, Ipv4Cidr, Ipv6Cidr, LcoreConfig, LoopbackConfig, PortConfig,
-    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, SyncSettings, TimeoutsConfig,
-    VrrpSettings,
+    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, SorryServerConfig, SyncSettings,
+    TimeoutsConfig, VrrpSettings,
 };
 use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
@@ -93,7 +93,9 @@ const SERVICE_KEYS: &[&str] = &[
     "rate_limit",
     "rate_limit_burst",
     "rate_limit_prefix",
+    "sorry_server",
 ];
+const SORRY_SERVER_KEYS: &[&str] = &["ip", "port", "mode", "inhibit"];
 const REAL_SERVER_KEYS: &[&str] = &["ip", "port", "weight", "mode", "upper", "lower", "health"];
 /// The keys of a check, in `[health]` (defaults), a service's and a real server's
 /// `health` table.
@@ -1052,8 +1054,19 @@ fn read_service(
     let rate_limit = read_rate_limit(&t)?;
     let key = ServiceKey { proto, vip, port };
     let real_servers = read_real_servers(&t, key, ports, &health.apply(checks))?;
+    let sorry_server = t.optional("sorry_server", |f| {
+        read_sorry_server(f, key, ports, &real_servers)
+    })?;
     check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
     let synproxy = read_synproxy(&t, proto, &real_servers)?;
+    if let (Some(sorry), Some(at)) = (&sorry_server, t.get("sorry_server")) {
+        if synproxy.mode != SynProxyMode::Off && !sorry.mode.rewrites_replies() {
+            return Err(at.invalid(format!(
+                "the SYN proxy needs nat or fullnat, but the sorry server uses mode {}, whose replies bypass Sluice",
+                sorry.mode
+            )));
+        }
+    }
     // The rules `sluicectl -A/-E` meets, so the file and the CLI accept the same.
     let persistent = persistence.map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
     crate::service::validate_service(&key, persistent.as_ref())
@@ -1073,6 +1086,7 @@ fn read_service(
             all_down,
             acl,
             rate_limit,
+            sorry_server,
             line: source.line(f.node.start()),
         },
         path: f.path.clone(),
@@ -1312,6 +1326,11 @@ fn check_local_address_roles(services: &[ServiceRead]) -> Check<()> {
                 format!("a real server of {key} ({}.real_servers[{i}])", s.path)
             });
         }
+        if let Some(sorry) = &s.config.sorry_server {
+            roles
+                .entry(sorry.ip)
+                .or_insert_with(|| format!("the sorry server of {key} ({}.sorry_server)", s.path));
+        }
     }
     for s in services {
         for (ip, at) in s.config.local_addresses.iter().zip(&s.local_address_at) {
@@ -1387,6 +1406,41 @@ fn read_real_servers(
         servers.push(rs);
     }
     Ok(servers)
+}
+
+/// `sorry_server = { ip, port, mode, inhibit }`: the rules of a real server of the
+/// service, and not one of them.
+fn read_sorry_server(
+    f: &Field,
+    service: ServiceKey,
+    ports: &[PortRead],
+    real_servers: &[RealServerConfig],
+) -> Check<SorryServerConfig> {
+    let t = f.table(SORRY_SERVER_KEYS)?;
+    let ip_field = t.require("ip")?;
+    let ip = fields::real_server_ip(&ip_field)?;
+    if let Some(own) = own_address(ports, ip) {
+        return Err(ip_field.invalid(format!(
+            "sorry server {ip} is one of the appliance's own addresses ({own})"
+        )));
+    }
+    let mode = t.or("mode", DEFAULT_MODE, fields::forward_mode)?;
+    let port = t.or("port", service.port, fields::l4_port)?;
+    let inhibit = t.or("inhibit", false, |f| f.bool())?;
+    if real_servers.iter().any(|r| (r.ip, r.port) == (ip, port)) {
+        return Err(f.invalid(format!(
+            "{} is also a real server of this service: a sorry server is another server",
+            std::net::SocketAddr::new(ip, port)
+        )));
+    }
+    let spec = RealServerSpec::new(ip, port, 1, mode);
+    crate::service::validate_server(&service, &spec).map_err(|e| f.invalid(e.to_string()))?;
+    Ok(SorryServerConfig {
+        ip,
+        port,
+        mode,
+        inhibit,
+    })
 }
 
 fn read_real_server(

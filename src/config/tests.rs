@@ -1955,7 +1955,7 @@ fn docs_examples_of_new_sections_parse() {
                 .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 9, "{blocks:?}");
+    assert_eq!(blocks.len(), 10, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {
@@ -2745,5 +2745,75 @@ fn icmp_error_rate_and_burst() {
         23,
         "sessions.icmp_error_burst",
         "burst 101: 1 to 100 (10 times the rate)",
+    );
+}
+
+#[test]
+fn a_sorry_server_is_read_and_checked_as_a_real_server() {
+    let cfg = parse(&service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", inhibit = true }",
+    ))
+    .unwrap();
+    let sorry = cfg.services[0].sorry_server.unwrap();
+    assert_eq!(
+        (sorry.ip, sorry.port, sorry.mode, sorry.inhibit),
+        ("198.18.0.99".parse().unwrap(), 80, ForwardMode::Dr, true)
+    );
+    assert_eq!(cfg.services[0].real_servers.len(), 2);
+    assert!(parse(BASE)
+        .unwrap()
+        .services
+        .iter()
+        .all(|s| s.sorry_server.is_none()));
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.12\" }",
+        ),
+        26,
+        "services[0].sorry_server",
+        "is also a real server of this service",
+    );
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", port = 8080 }",
+        ),
+        26,
+        "services[0].sorry_server",
+        "only nat and fullnat can map ports",
+    );
+    let e = parse(&service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", weight = 2 }",
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("weight"), "{e}");
+    // What the table would refuse is refused at the sorry server's place.
+    assert_rejected(
+        &format!(
+            "{BASE}{}",
+            SERVICE
+                .replacen(
+                    "scheduler = \"rr\"",
+                    "scheduler = \"rr\"\nsynproxy = \"on\"\nsorry_server = { ip = \"198.18.0.99\" }",
+                    1
+                )
+                .replacen("weight = 1", "weight = 1\nmode = \"nat\"", 1)
+                .replacen("mode = \"dr\"", "mode = \"nat\"", 1)
+        ),
+        27,
+        "services[0].sorry_server",
+        "the SYN proxy needs nat or fullnat",
+    );
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nlocal_addresses = [\"198.18.0.99\"]\nsorry_server = { ip = \"198.18.0.99\", mode = \"nat\" }",
+        ),
+        26,
+        "services[0].local_addresses[0]",
+        "is the sorry server of",
     );
 }

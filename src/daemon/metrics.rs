@@ -350,7 +350,10 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
                 s.proto.to_uppercase(),
                 crate::control::render::endpoint(&s.vip, s.port)
             );
-            for r in &s.real_servers {
+            // The sorry server's series go on while it is not listed.
+            let listed = s.real_servers.iter().any(|r| r.sorry);
+            let sorry = s.sorry_server.iter().filter(|_| !listed);
+            for r in s.real_servers.iter().chain(sorry) {
                 let rs = crate::control::render::endpoint(&r.ip, r.port);
                 f.sample(name, &[("service", &service), ("rs", &rs)], get(r));
             }
@@ -372,6 +375,28 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
             "sluice_service_available",
             &[("service", &service)],
             u8::from(s.available),
+        );
+    }
+    let mut f = Family::new(
+        o,
+        "sluice_service_sorry_in_use",
+        "gauge",
+        "1 while the service's sorry server takes its new connections (no real server can); services with a sorry server only.",
+    );
+    for s in services
+        .services
+        .iter()
+        .filter(|s| s.sorry_server.is_some())
+    {
+        let service = format!(
+            "{} {}",
+            s.proto.to_uppercase(),
+            crate::control::render::endpoint(&s.vip, s.port)
+        );
+        f.sample(
+            "sluice_service_sorry_in_use",
+            &[("service", &service)],
+            u8::from(s.sorry_in_use),
         );
     }
     let mut f = Family::new(

@@ -39,9 +39,13 @@ impl Rates {
         now: Instant,
     ) {
         let mut seen = Vec::new();
-        for rs in table.services().flat_map(|s| s.real_servers.iter()) {
-            seen.push(rs.id);
-            let t = RealServerTotals::sum(counters, rs.id);
+        let ids = table.services().flat_map(|s| {
+            let sorry = s.sorry_server.map(|s| s.id);
+            s.real_servers.iter().map(|r| r.id).chain(sorry)
+        });
+        for id in ids {
+            seen.push(id);
+            let t = RealServerTotals::sum(counters, id);
             let values = [
                 t.connections,
                 t.in_packets,
@@ -49,7 +53,7 @@ impl Rates {
                 t.in_bytes,
                 t.out_bytes,
             ];
-            let h = self.history.entry(rs.id).or_default();
+            let h = self.history.entry(id).or_default();
             // Counters zeroed (`-Z`): the old samples no longer compare.
             if h.back()
                 .is_some_and(|(_, last)| values.iter().zip(last).any(|(v, l)| v < l))

@@ -152,6 +152,15 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 Some(_) => {}
             }
         }
+        // After the real servers change (a server may become the sorry server), before
+        // the SYN proxy goes on (it refuses a DR or TUN sorry server).
+        let sorry = |s: &crate::model::Service| s.sorry_server.map(|s| s.spec());
+        if existing.and_then(sorry) != sorry(d) {
+            out.push(Request::SetSorryServer {
+                service: key,
+                sorry_server: sorry(d),
+            });
+        }
         admission_diff(current, desired, key, &mut out);
         if proxy_on {
             out.extend(synproxy);
@@ -232,6 +241,20 @@ fn describe(req: &Request) -> Option<String> {
             synproxy.mode.name(),
             synproxy.auto_syn_rate
         ),
+        Request::SetSorryServer {
+            service,
+            sorry_server: Some(s),
+        } => format!(
+            "lb=config op=sorry-rs svc={} rs={} fwd={}{}",
+            svc(service),
+            crate::control::render::endpoint(s.ip, s.port),
+            s.mode.name(),
+            if s.inhibit { " inhibit" } else { "" }
+        ),
+        Request::SetSorryServer {
+            service,
+            sorry_server: None,
+        } => format!("lb=config op=sorry-rs svc={} rs=none", svc(service)),
         Request::AddServer { service, server } | Request::EditServer { service, server } => {
             let op = if matches!(req, Request::AddServer { .. }) {
                 "add-rs"
@@ -385,6 +408,13 @@ impl Services {
                 table.set_rate_limit(sc.key, sc.rate_limit).map_err(at)?;
             }
             table.set_synproxy(sc.key, sc.synproxy).map_err(at)?;
+            if sc.sorry_server.is_some() {
+                table
+                    .set_sorry_server(sc.key, sc.sorry_server)
+                    .map_err(at)?;
+                let sorry = table.get(sc.key).and_then(|s| s.sorry_server);
+                check_real_server_id(sorry.map_or(0, |s| s.id))?;
+            }
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
                 .map_err(at)?;
@@ -424,6 +454,7 @@ impl Services {
                 | Request::EditService { .. }
                 | Request::DeleteService { .. }
                 | Request::SetSynproxy { .. }
+                | Request::SetSorryServer { .. }
                 | Request::AddServer { .. }
                 | Request::EditServer { .. }
                 | Request::DeleteServer { .. }
@@ -574,6 +605,16 @@ impl Services {
                     .map_err(|e| e.to_string())?;
             }
         }
+        // So is the sorry server.
+        for service in self.table.services() {
+            if let Some(sorry) = service.sorry_server {
+                if desired.get(service.key).is_some() {
+                    desired
+                        .set_sorry_server(service.key, Some(sorry.spec()))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
         let changes = diff(&self.table, &desired)?;
         let (count, lines) = (changes.len(), describe_all(&changes));
         self.apply_all(changes, counters)
@@ -641,6 +682,22 @@ impl Services {
             }
             Request::DeleteService { service } => t.delete_service(service).map(drop),
             Request::SetSynproxy { service, synproxy } => t.set_synproxy(service, synproxy),
+            Request::SetSorryServer {
+                service,
+                sorry_server,
+            } => {
+                let before = t.get(service).and_then(|s| s.sorry_server);
+                t.set_sorry_server(service, sorry_server)
+                    .map_err(|e| e.to_string())?;
+                let id = t
+                    .get(service)
+                    .and_then(|s| s.sorry_server)
+                    .map_or(0, |s| s.id);
+                check_real_server_id(id).inspect_err(|_| {
+                    let _ = t.set_sorry_server(service, before.map(|s| s.spec()));
+                })?;
+                Ok(())
+            }
             Request::AddServer { service, server } => {
                 let id = t.add_server(service, server).map_err(|e| e.to_string())?;
                 check_real_server_id(id).inspect_err(|_| {
@@ -768,7 +825,13 @@ impl Services {
                 unlisted += 1;
                 continue;
             }
-            let fate = if self.health.reset_when_down.contains(key) {
+            let has_sorry = self
+                .table
+                .get(*key)
+                .is_some_and(|s| s.sorry_server.is_some());
+            let fate = if has_sorry {
+                "the sorry server takes new connections"
+            } else if self.health.reset_when_down.contains(key) {
                 "new TCP connections get an RST"
             } else {
                 "new connections are dropped"
@@ -956,6 +1019,42 @@ impl Services {
         self.listing(counters, window, false)
     }
 
+    /// One real server's line of the listing.
+    fn rs_status(
+        &self,
+        r: &crate::model::RealServer,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+        window: Duration,
+    ) -> RealServerStatus {
+        let t = RealServerTotals::sum(counters, r.id);
+        let rate = self.rates.rate(r.id, window);
+        RealServerStatus {
+            ip: r.ip.to_string(),
+            port: r.port,
+            weight: r.weight,
+            mode: r.mode.name().into(),
+            active: t.active,
+            inactive: t.inactive,
+            connections: t.connections,
+            in_packets: t.in_packets,
+            out_packets: t.out_packets,
+            in_bytes: t.in_bytes,
+            out_bytes: t.out_bytes,
+            upper: r.upper,
+            lower: r.lower,
+            cps: rate.cps.round() as u64,
+            in_pps: rate.in_pps.round() as u64,
+            out_pps: rate.out_pps.round() as u64,
+            in_bps: rate.in_bps.round() as u64,
+            out_bps: rate.out_bps.round() as u64,
+            evicted: self.health.evicted.contains(&r.id),
+            evictions: self.evictions.get(&r.id).copied().unwrap_or(0),
+            overloaded: t.overloaded,
+            sorry: false,
+            inhibit: false,
+        }
+    }
+
     fn listing(
         &self,
         counters: &[Arc<Box<[RealServerCounters]>>],
@@ -966,50 +1065,47 @@ impl Services {
             services: self
                 .table
                 .services()
-                .map(|s| ServiceStatus {
-                    proto: s.key.proto.name().to_lowercase(),
-                    vip: s.key.vip.to_string(),
-                    port: s.key.port,
-                    scheduler: s.scheduler.name().into(),
-                    persistence_s: s.persistence.map(|p| p.timeout_s),
-                    persistence_netmask: s.persistence.map(|p| p.netmask.to_string()),
-                    sched_flags: s.sched_flags.to_string(),
-                    real_servers: s
-                        .real_servers
-                        .iter()
-                        .map(|r| {
-                            let t = RealServerTotals::sum(counters, r.id);
-                            let rate = self.rates.rate(r.id, window);
-                            RealServerStatus {
-                                ip: r.ip.to_string(),
-                                port: r.port,
-                                weight: r.weight,
-                                mode: r.mode.name().into(),
-                                active: t.active,
-                                inactive: t.inactive,
-                                connections: t.connections,
-                                in_packets: t.in_packets,
-                                out_packets: t.out_packets,
-                                in_bytes: t.in_bytes,
-                                out_bytes: t.out_bytes,
-                                upper: r.upper,
-                                lower: r.lower,
-                                cps: rate.cps.round() as u64,
-                                in_pps: rate.in_pps.round() as u64,
-                                out_pps: rate.out_pps.round() as u64,
-                                in_bps: rate.in_bps.round() as u64,
-                                out_bps: rate.out_bps.round() as u64,
-                                evicted: self.health.evicted.contains(&r.id),
-                                evictions: self.evictions.get(&r.id).copied().unwrap_or(0),
-                                overloaded: t.overloaded,
+                .map(|s| {
+                    let sorry = s.sorry_server.map(|sorry| {
+                        let in_use = !self.has_available_server(s);
+                        RealServerStatus {
+                            sorry: true,
+                            inhibit: sorry.inhibit,
+                            ..self.rs_status(&sorry.as_real_server(in_use), counters, window)
+                        }
+                    });
+                    ServiceStatus {
+                        proto: s.key.proto.name().to_lowercase(),
+                        vip: s.key.vip.to_string(),
+                        port: s.key.port,
+                        scheduler: s.scheduler.name().into(),
+                        persistence_s: s.persistence.map(|p| p.timeout_s),
+                        persistence_netmask: s.persistence.map(|p| p.netmask.to_string()),
+                        sched_flags: s.sched_flags.to_string(),
+                        real_servers: {
+                            let mut list: Vec<RealServerStatus> = s
+                                .real_servers
+                                .iter()
+                                .map(|r| self.rs_status(r, counters, window))
+                                .collect();
+                            // As keepalived keeps IPVS: the sorry server is a real server
+                            // while in use, or always (at weight 0) with inhibit. Not in
+                            // `-S`: restored, it would become a real server.
+                            if let Some(sorry) = &sorry {
+                                if !with_rules && (sorry.weight > 0 || sorry.inhibit) {
+                                    list.push(sorry.clone());
+                                }
                             }
-                        })
-                        .collect(),
-                    available: self.has_available_server(s),
-                    local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
-                    toa: s.toa,
-                    synproxy: s.synproxy,
-                    admission: self.service_admission(s.key, with_rules),
+                            list
+                        },
+                        sorry_in_use: sorry.as_ref().is_some_and(|r| r.weight > 0),
+                        sorry_server: sorry,
+                        available: self.has_available_server(s),
+                        local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
+                        toa: s.toa,
+                        synproxy: s.synproxy,
+                        admission: self.service_admission(s.key, with_rules),
+                    }
                 })
                 .collect(),
         }
@@ -1444,6 +1540,56 @@ port = 53
                     limit: Some(crate::service::RateLimit::new(5, 5, 32).unwrap()),
                 },
             ]
+        );
+    }
+
+    /// A reload that adds, changes or removes a sorry server: one request each, which
+    /// the table applies; the listing shows it while in use only.
+    #[test]
+    fn a_reload_sets_the_sorry_server_and_the_listing_shows_it_in_use() {
+        let (mut services, publisher) = setup();
+        let sorry = crate::model::SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, 99).into(),
+            port: 8080,
+            mode: ForwardMode::FullNat,
+            inhibit: false,
+        };
+        let mut desired = services.table.clone();
+        desired.set_sorry_server(http(), Some(sorry)).unwrap();
+        let requests = diff(&services.table, &desired).unwrap();
+        assert_eq!(
+            requests,
+            vec![Request::SetSorryServer {
+                service: http(),
+                sorry_server: Some(sorry),
+            }]
+        );
+        for r in requests {
+            call(&mut services, &publisher, r).unwrap();
+        }
+        let report = services.report(&[], super::super::rates::DEFAULT_WINDOW);
+        let s = &report.services[0];
+        assert_eq!(s.sorry_server.as_ref().unwrap().weight, 0);
+        assert!(!s.sorry_in_use);
+        assert_eq!(s.real_servers.len(), 1, "not listed while not in use");
+        // The only real server evicted: the sorry server is in use, and listed.
+        let id = services.table.get(http()).unwrap().real_servers[0].id;
+        services.health.evicted.insert(id);
+        let report = services.report(&[], super::super::rates::DEFAULT_WINDOW);
+        let s = &report.services[0];
+        assert!(s.sorry_in_use);
+        assert_eq!(s.real_servers.len(), 2);
+        assert!(s.real_servers[1].sorry && s.real_servers[1].weight == 1);
+        // Not in -S.
+        assert_eq!(services.save_report(&[]).services[0].real_servers.len(), 1);
+        let mut without = services.table.clone();
+        without.set_sorry_server(http(), None).unwrap();
+        assert_eq!(
+            diff(&services.table, &without).unwrap(),
+            vec![Request::SetSorryServer {
+                service: http(),
+                sorry_server: None,
+            }]
         );
     }
 

@@ -1376,6 +1376,7 @@ mod tests {
             all_down: None,
             acl: Vec::new(),
             rate_limit: None,
+            sorry_server: None,
             line: 1,
         }
     }

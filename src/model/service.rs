@@ -309,6 +309,91 @@ pub struct Service {
     /// before opening them to a real server (NAT and FullNAT only).
     #[serde(default)]
     pub synproxy: SynProxy,
+    /// The fallback real server (keepalived's `sorry_server`): it gets new
+    /// connections only while no real server of `real_servers` can take one.
+    #[serde(default)]
+    pub sorry_server: Option<SorryServer>,
+}
+
+/// A service's sorry server: scheduled as an ordinary real server of weight 1 while
+/// no real server can take a new connection (every one evicted, of weight 0, or none
+/// left), and as one of weight 0 otherwise, so its sessions carry on after the
+/// regular servers come back while new connections go to them. Never health-checked
+/// (as keepalived).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SorryServer {
+    /// Assigned by the table from the real servers' ids.
+    pub id: u32,
+    pub ip: IpAddr,
+    pub port: u16,
+    pub mode: ForwardMode,
+    /// keepalived's `sorry_server_inhibit`: listed (weight 0) while not in use, as
+    /// keepalived leaves it in IPVS; without it, listed only while in use.
+    #[serde(default)]
+    pub inhibit: bool,
+}
+
+/// What an operator supplies for a sorry server (a service's `sorry_server` table);
+/// the table adds the id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SorryServerSpec {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub mode: ForwardMode,
+    #[serde(default)]
+    pub inhibit: bool,
+}
+
+impl SorryServer {
+    /// What it was made from.
+    pub fn spec(&self) -> SorryServerSpec {
+        SorryServerSpec {
+            ip: self.ip,
+            port: self.port,
+            mode: self.mode,
+            inhibit: self.inhibit,
+        }
+    }
+
+    /// The sorry server as a real server of weight 1 (in use) or 0.
+    pub fn as_real_server(&self, in_use: bool) -> RealServer {
+        RealServer {
+            id: self.id,
+            ip: self.ip,
+            port: self.port,
+            weight: u32::from(in_use),
+            mode: self.mode,
+            upper: 0,
+            lower: 0,
+        }
+    }
+}
+
+impl Service {
+    /// Whether the sorry server takes new connections: the service has one and none
+    /// of its real servers accepts new connections in `real_servers` (the table's,
+    /// or the table's with evicted servers at weight 0).
+    pub fn sorry_in_use(&self, real_servers: &[RealServer]) -> bool {
+        self.sorry_server.is_some() && !real_servers.iter().any(RealServer::accepts_new)
+    }
+
+    /// For a snapshot's service (its sorry server last in `real_servers`): whether a
+    /// persistence template pinned to real server `id` is on the wrong side of the
+    /// sorry server's switch, pinned to the sorry server while it is not in use or to
+    /// another while it is. Such a template is not followed, so a persistent client
+    /// goes where new connections go, as when keepalived removes or adds the sorry
+    /// server in IPVS.
+    #[inline]
+    pub fn sorry_switched(&self, id: u32) -> bool {
+        let Some(sorry) = self.sorry_server else {
+            return false;
+        };
+        let in_use = self
+            .real_servers
+            .last()
+            .is_some_and(|r| r.id == sorry.id && r.weight > 0);
+        (id == sorry.id) != in_use
+    }
 }
 
 /// When the SYN proxy answers a service's new connections.
@@ -453,6 +538,7 @@ mod tests {
             sched_flags: "mh-port".parse().unwrap(),
             mh_table_size: 251,
             synproxy: SynProxy::default(),
+            sorry_server: None,
         }
     }
 

@@ -99,18 +99,7 @@ impl Snapshot {
         health: &HealthOverlay,
         departed: &[NatRoute],
     ) -> Self {
-        let services = table
-            .services()
-            .map(|s| {
-                let mut s = s.clone();
-                for rs in s.real_servers.iter_mut() {
-                    if health.evicted.contains(&rs.id) {
-                        rs.weight = 0;
-                    }
-                }
-                s
-            })
-            .collect();
+        let services = table.services().map(|s| pool(s, health)).collect();
         let mut snap = Snapshot::from_services(generation, services);
         for route in departed {
             let served = snap
@@ -254,6 +243,25 @@ impl Snapshot {
     pub fn is_local_address6(&self, addr: Ipv6Addr) -> bool {
         self.local_addresses6.binary_search(&addr).is_ok()
     }
+}
+
+/// Service `s` as the workers schedule it: evicted real servers at weight 0 and,
+/// when it has a sorry server, that server last, at weight 1 while no other can take
+/// a new connection and 0 otherwise. Being always there, the sorry server's sessions
+/// keep their real server (counters, NAT reply routing) after the others come back;
+/// every scheduler sees it as an ordinary real server.
+fn pool(s: &Service, health: &HealthOverlay) -> Service {
+    let mut s = s.clone();
+    for rs in s.real_servers.iter_mut() {
+        if health.evicted.contains(&rs.id) {
+            rs.weight = 0;
+        }
+    }
+    if let Some(sorry) = s.sorry_server {
+        let in_use = s.sorry_in_use(&s.real_servers);
+        s.real_servers.push(sorry.as_real_server(in_use));
+    }
+    s
 }
 
 /// The IPv4 and the IPv6 addresses of `addrs`, each sorted and deduplicated.
@@ -588,6 +596,119 @@ mod tests {
         assert!(!Snapshot::build(3, &table).resets_when_down(i443));
     }
 
+    /// The sorry server's weight in the snapshot: last in the pool, 1 only while no
+    /// real server can take a new connection.
+    #[test]
+    fn the_sorry_server_takes_new_connections_only_while_no_real_server_can() {
+        let mut table = ServiceTable::new();
+        table
+            .add_service(key(1, 80), SchedulerKind::Rr, None)
+            .unwrap();
+        let spec = |last, weight| {
+            RealServerSpec::new(Ipv4Addr::new(10, 0, 0, last), 80, weight, ForwardMode::Nat)
+        };
+        let a = table.add_server(key(1, 80), spec(1, 3)).unwrap();
+        let b = table.add_server(key(1, 80), spec(2, 1)).unwrap();
+        let weights = |table: &ServiceTable, evicted: &[u32]| -> Vec<(u8, u32)> {
+            let health = HealthOverlay {
+                evicted: evicted.iter().copied().collect(),
+                ..Default::default()
+            };
+            let snap = Snapshot::build_with(1, table, &health, &[]);
+            let service = snap.find(&key(1, 80)).unwrap();
+            service
+                .real_servers
+                .iter()
+                .map(|r| (r.ipv4().octets()[3], r.weight))
+                .collect()
+        };
+        // No sorry server: as before, every server evicted leaves nothing at weight > 0.
+        assert_eq!(weights(&table, &[a, b]), [(1, 0), (2, 0)]);
+        let sorry = crate::model::SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, 9).into(),
+            port: 8080,
+            mode: ForwardMode::Nat,
+            inhibit: false,
+        };
+        table.set_sorry_server(key(1, 80), Some(sorry)).unwrap();
+        // Regular servers up: the sorry server is in the pool at weight 0.
+        assert_eq!(weights(&table, &[]), [(1, 3), (2, 1), (9, 0)]);
+        assert_eq!(weights(&table, &[a]), [(1, 0), (2, 1), (9, 0)]);
+        // All evicted: the sorry server takes the new connections.
+        assert_eq!(weights(&table, &[a, b]), [(1, 0), (2, 0), (9, 1)]);
+        // One back: the sorry server stops taking new ones (and stays, for its
+        // sessions).
+        assert_eq!(weights(&table, &[b]), [(1, 3), (2, 0), (9, 0)]);
+        // Weights 0 (drained) count as down; evictions and weights together too.
+        table.edit_server(key(1, 80), spec(1, 0)).unwrap();
+        assert_eq!(weights(&table, &[]), [(1, 0), (2, 1), (9, 0)]);
+        assert_eq!(weights(&table, &[b]), [(1, 0), (2, 0), (9, 1)]);
+        table.edit_server(key(1, 80), spec(2, 0)).unwrap();
+        assert_eq!(weights(&table, &[]), [(1, 0), (2, 0), (9, 1)]);
+        // Every real server removed.
+        for last in [1, 2] {
+            table
+                .delete_server(key(1, 80), Ipv4Addr::new(10, 0, 0, last).into(), 80)
+                .unwrap();
+        }
+        assert_eq!(weights(&table, &[]), [(9, 1)]);
+        // A server added back takes over.
+        table.add_server(key(1, 80), spec(3, 2)).unwrap();
+        assert_eq!(weights(&table, &[]), [(3, 2), (9, 0)]);
+        // The sorry server's replies reach their owner worker (NAT).
+        let snap = Snapshot::build(2, &table);
+        assert_eq!(
+            snap.nat_reply_services(Protocol::Tcp, Ipv4Addr::new(10, 0, 0, 9), 8080),
+            &[(key(1, 80).vip, 80)]
+        );
+    }
+
+    #[test]
+    fn a_sorry_server_is_refused_as_a_real_server_and_keeps_its_id() {
+        let mut table = ServiceTable::new();
+        table
+            .add_service(key(1, 80), SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 1), 80, 1, ForwardMode::Dr);
+        table.add_server(key(1, 80), rs).unwrap();
+        let sorry = |last, port, mode| crate::model::SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, last).into(),
+            port,
+            mode,
+            inhibit: false,
+        };
+        let version = table.version();
+        for (bad, why) in [
+            (
+                sorry(1, 80, ForwardMode::Dr),
+                "is both a real server and the sorry server",
+            ),
+            (
+                sorry(9, 8080, ForwardMode::Dr),
+                "only nat and fullnat can map ports",
+            ),
+        ] {
+            let e = table.set_sorry_server(key(1, 80), Some(bad)).unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        assert_eq!(table.version(), version, "nothing changed");
+        table
+            .set_sorry_server(key(1, 80), Some(sorry(9, 80, ForwardMode::Dr)))
+            .unwrap();
+        let id = table.get(key(1, 80)).unwrap().sorry_server.unwrap().id;
+        let again = crate::model::SorryServerSpec {
+            inhibit: true,
+            ..sorry(9, 80, ForwardMode::Dr)
+        };
+        table.set_sorry_server(key(1, 80), Some(again)).unwrap();
+        assert_eq!(table.get(key(1, 80)).unwrap().sorry_server.unwrap().id, id);
+        let rs = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 9), 80, 1, ForwardMode::Dr);
+        let e = table.add_server(key(1, 80), rs).unwrap_err();
+        assert!(e.to_string().contains("sorry server"), "{e}");
+        table.set_sorry_server(key(1, 80), None).unwrap();
+        assert_eq!(table.get(key(1, 80)).unwrap().sorry_server, None);
+    }
+
     #[test]
     fn build_indexes_services_and_vips() {
         let mut table = ServiceTable::new();
@@ -775,6 +896,7 @@ mod tests {
                 sched_flags: Default::default(),
                 mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
                 synproxy: crate::model::SynProxy::default(),
+                sorry_server: None,
             })
             .collect();
         Snapshot::from_services(generation, services)

@@ -14,8 +14,9 @@ use super::acl::{AclAction, Prefix};
 use super::admission::{Admission, AdmissionRules, RateLimit};
 use crate::model::Protocol;
 use crate::model::{
-    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, SynProxy,
-    SynProxyMode, MAX_LOCAL_ADDRESSES, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
+    ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, SorryServer,
+    SorryServerSpec, SynProxy, SynProxyMode, MAX_LOCAL_ADDRESSES, MAX_PERSISTENCE_TIMEOUT_S,
+    MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
@@ -132,6 +133,13 @@ pub enum ServiceError {
         service: ServiceKey,
         what: &'static str,
     },
+    /// The sorry server is also a real server of the service (either way round):
+    /// one address and port cannot be both.
+    SorryIsRealServer {
+        service: ServiceKey,
+        ip: IpAddr,
+        port: u16,
+    },
 }
 
 impl fmt::Display for ServiceError {
@@ -240,6 +248,11 @@ impl fmt::Display for ServiceError {
             ServiceError::Ipv6Unsupported { service, what } => {
                 write!(f, "{what} is not supported on IPv6 services yet ({service})")
             }
+            ServiceError::SorryIsRealServer { service, ip, port } => write!(
+                f,
+                "{} is both a real server and the sorry server of {service}",
+                std::net::SocketAddr::new(*ip, *port)
+            ),
         }
     }
 }
@@ -362,6 +375,7 @@ impl ServiceTable {
                 sched_flags: SchedFlags::default(),
                 mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
                 synproxy: crate::model::SynProxy::default(),
+                sorry_server: None,
             },
         );
         self.version += 1;
@@ -396,6 +410,9 @@ impl ServiceTable {
         for server in &removed.real_servers {
             count_use(&mut self.server_uses, server.ip, false);
         }
+        if let Some(sorry) = removed.sorry_server {
+            count_use(&mut self.server_uses, sorry.ip, false);
+        }
         for &ip in &removed.local_addresses {
             count_use(&mut self.local_address_uses, ip, false);
         }
@@ -423,6 +440,16 @@ impl ServiceTable {
             .ok_or(ServiceError::NoSuchService(key))?;
         if service.server_index(spec.ip, spec.port).is_some() {
             return Err(ServiceError::DestinationExists {
+                service: key,
+                ip: spec.ip,
+                port: spec.port,
+            });
+        }
+        if service
+            .sorry_server
+            .is_some_and(|s| (s.ip, s.port) == (spec.ip, spec.port))
+        {
+            return Err(ServiceError::SorryIsRealServer {
                 service: key,
                 ip: spec.ip,
                 port: spec.port,
@@ -528,6 +555,8 @@ impl ServiceTable {
                     "the VIP"
                 } else if other.real_servers.iter().any(|rs| rs.ip == ip) {
                     "a real server"
+                } else if other.sorry_server.is_some_and(|rs| rs.ip == ip) {
+                    "the sorry server"
                 } else {
                     continue;
                 };
@@ -595,6 +624,62 @@ impl ServiceTable {
         Ok(())
     }
 
+    /// Sets or removes (`None`) the sorry server of a service. It meets the rules of a
+    /// real server of the service and may not be one of them. The same address, port
+    /// and mode keep their id (and so their counters and sessions). Nothing changes on
+    /// error.
+    pub fn set_sorry_server(
+        &mut self,
+        key: ServiceKey,
+        spec: Option<SorryServerSpec>,
+    ) -> Result<(), ServiceError> {
+        let service = self
+            .services
+            .get(&key)
+            .ok_or(ServiceError::NoSuchService(key))?;
+        let old = service.sorry_server;
+        let new = match spec {
+            None => None,
+            Some(spec) => {
+                if service.server_index(spec.ip, spec.port).is_some() {
+                    return Err(ServiceError::SorryIsRealServer {
+                        service: key,
+                        ip: spec.ip,
+                        port: spec.port,
+                    });
+                }
+                let as_rs = RealServerSpec::new(spec.ip, spec.port, 1, spec.mode);
+                validate_server(&key, &as_rs)?;
+                check_synproxy_mode(service, &as_rs)?;
+                self.check_not_own("sorry server", spec.ip)?;
+                self.check_not_local_address(spec.ip)?;
+                let id = match old {
+                    Some(o) if (o.ip, o.port, o.mode) == (spec.ip, spec.port, spec.mode) => o.id,
+                    _ => take_id(&mut self.next_server_id)?,
+                };
+                Some(SorryServer {
+                    id,
+                    ip: spec.ip,
+                    port: spec.port,
+                    mode: spec.mode,
+                    inhibit: spec.inhibit,
+                })
+            }
+        };
+        if let Some(o) = old {
+            count_use(&mut self.server_uses, o.ip, false);
+        }
+        if let Some(n) = new {
+            count_use(&mut self.server_uses, n.ip, true);
+        }
+        self.services
+            .get_mut(&key)
+            .expect("looked up above")
+            .sorry_server = new;
+        self.version += 1;
+        Ok(())
+    }
+
     /// Sets the SYN proxy of a service. Turning it on (or auto) needs TCP and every
     /// real server in NAT or FullNAT mode; turning it off is always allowed. Nothing
     /// changes on error.
@@ -620,9 +705,11 @@ impl ServiceTable {
                     what: "the SYN proxy",
                 });
             }
+            let sorry = service.sorry_server.map(|s| s.as_real_server(false));
             if let Some(rs) = service
                 .real_servers
                 .iter()
+                .chain(sorry.iter())
                 .find(|rs| !rs.mode.rewrites_replies())
             {
                 return Err(ServiceError::SynProxyNeedsNat {

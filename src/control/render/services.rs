@@ -522,6 +522,8 @@ mod tests {
                 toa: true,
                 synproxy: crate::model::SynProxy::default(),
                 admission: None,
+                sorry_server: None,
+                sorry_in_use: false,
             }],
         }
     }

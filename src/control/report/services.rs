@@ -48,6 +48,14 @@ pub struct ServiceStatus {
     /// ipvsadm text layout has no place for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<super::ServiceAdmission>,
+    /// The sorry server (weight 1 while in use, else 0) with its counters, when the
+    /// service has one. `real_servers` lists it too (marked `sorry`) while in use, or
+    /// always with `inhibit`, as keepalived's entries in IPVS would be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sorry_server: Option<RealServerStatus>,
+    /// Whether the sorry server takes the new connections (no real server can).
+    #[serde(default)]
+    pub sorry_in_use: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -89,6 +97,12 @@ pub struct RealServerStatus {
     /// Its upper connection threshold keeps it from new connections (`-x`/`-y`).
     #[serde(default)]
     pub overloaded: bool,
+    /// The service's sorry server (`sorry_server`), not one of its real servers.
+    #[serde(default)]
+    pub sorry: bool,
+    /// keepalived's `sorry_server_inhibit` (sorry server only).
+    #[serde(default)]
+    pub inhibit: bool,
 }
 
 /// `-L --timeout`: the session timeouts in seconds, as ipvsadm names them.

@@ -102,9 +102,11 @@ impl Forwarder {
         let position = |real: u32| service.real_servers.iter().position(|r| r.id == real);
         let followed = template.and_then(|(table, k, _)| {
             let t = table.lookup(k, now)?;
-            let found = position(t.real);
+            let found = position(t.real).filter(|_| !service.sorry_switched(t.real));
             if found.is_none() {
                 // Its real server left the service: the template goes, as in IPVS.
+                // So does one on the wrong side of the sorry server's switch, as
+                // keepalived removing the sorry server (or adding it) expires them.
                 table.remove(k);
             }
             found

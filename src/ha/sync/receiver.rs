@@ -570,6 +570,7 @@ mod tests {
             sched_flags: Default::default(),
             mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
             synproxy: crate::model::SynProxy::default(),
+            sorry_server: None,
         };
         Snapshot::from_services(1, vec![service])
     }
