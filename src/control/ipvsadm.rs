@@ -217,7 +217,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut service: Option<ServiceKey> = None;
     let mut scheduler: Option<SchedulerKind> = None;
     let mut persistence: Option<u32> = None;
-    let mut netmask: Option<Ipv4Addr> = None;
+    let mut netmask: Option<String> = None;
     let mut server: Option<(IpAddr, Option<u16>)> = None;
     let mut mode: Option<ForwardMode> = None;
     let mut weight: Option<u32> = None;
@@ -355,10 +355,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 };
                 persistence = Some(timeout);
             }
-            "-M" | "--netmask" => {
-                let v = value(arg)?;
-                netmask = Some(v.parse().map_err(|_| format!("illegal netmask \"{v}\""))?);
-            }
+            // Read once the service is known: a prefix length after an IPv6 one.
+            "-M" | "--netmask" => netmask = Some(value(arg)?.to_string()),
             "-r" | "--real-server" => {
                 let proto = service.map_or(Protocol::Tcp, |s| s.proto);
                 server = Some(parse_server(proto, &value(arg)?)?)
@@ -507,15 +505,26 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     };
     let needs_service =
         || service.ok_or_else(|| "this command needs a service: -t|-u VIP:port".to_string());
-    let persistence = match (persistence, netmask) {
-        (Some(timeout_s), mask) => Some(Persistence {
-            timeout_s,
-            netmask: mask.unwrap_or(Ipv4Addr::BROADCAST),
-        }),
-        // As ipvsadm: the mask is taken and only counts with persistence.
-        (None, Some(_)) => None,
-        (None, None) => None,
+    // ipvsadm 1.31 reads `-M` as a prefix length, 1..128, when the service is IPv6
+    // ("illegal ipv6 netmask specified"), else as a dotted netmask.
+    let ipv6 = service.is_some_and(|s| s.is_ipv6());
+    let (mask, prefix6) = match netmask.as_deref() {
+        Some(v) if ipv6 => match v.parse::<u8>() {
+            Ok(n @ 1..=128) => (Ipv4Addr::BROADCAST, n),
+            _ => return Err(format!("illegal ipv6 netmask specified: \"{v}\"")),
+        },
+        Some(v) => (
+            v.parse().map_err(|_| format!("illegal netmask \"{v}\""))?,
+            Persistence::FULL_PREFIX6,
+        ),
+        None => (Ipv4Addr::BROADCAST, Persistence::FULL_PREFIX6),
     };
+    // As ipvsadm: the mask is taken and only counts with persistence.
+    let persistence = persistence.map(|timeout_s| Persistence {
+        netmask: mask,
+        prefix6,
+        ..Persistence::new(timeout_s)
+    });
     let spec = |service: ServiceKey| -> Result<RealServerSpec, String> {
         let (ip, port) = server.ok_or("this command needs a real server: -r RIP[:port]")?;
         let mode = mode.unwrap_or(ForwardMode::Dr);
@@ -1092,8 +1101,8 @@ mod tests {
                 service: key(Protocol::Udp, [198, 18, 1, 1], 53),
                 scheduler: Some(SchedulerKind::Wlc),
                 persistence: Some(Persistence {
-                    timeout_s: 60,
-                    netmask: [255, 255, 255, 0].into()
+                    netmask: [255, 255, 255, 0].into(),
+                    ..Persistence::new(60)
                 }),
                 sched_flags: Some(SchedFlags::default())
             }

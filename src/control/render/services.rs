@@ -98,15 +98,29 @@ pub fn render_services(report: &ServicesReport, stats: bool, exact: bool) -> Str
     out
 }
 
+/// The persistence netmask as ipvsadm 1.31 shows it, when it is not the family's
+/// default: an IPv4 netmask other than 255.255.255.255, an IPv6 prefix length
+/// other than 128 (`if (se->netmask != 128)`).
+fn shown_netmask(s: &ServiceStatus) -> Option<&str> {
+    let default = if s.vip.contains(':') {
+        "128"
+    } else {
+        "255.255.255.255"
+    };
+    s.persistence_netmask.as_deref().filter(|m| *m != default)
+}
+
 /// A service's line of `-Ln` and `-L --thresholds`: protocol, address, scheduler, the
 /// scheduler flags in brackets and, as ipvsadm, "persistent 300" and, for a netmask
 /// other than /32, "mask M".
 fn service_line(s: &ServiceStatus) -> String {
+    // `printf(" mask %s", inet_ntoa(mask))` for IPv4, `printf(" mask %i",
+    // se->netmask)` for IPv6.
     let persistent = s
         .persistence_s
-        .map(|p| match s.persistence_netmask.as_deref() {
-            Some(m) if m != "255.255.255.255" => format!(" persistent {p} mask {m}"),
-            _ => format!(" persistent {p}"),
+        .map(|p| match shown_netmask(s) {
+            Some(m) => format!(" persistent {p} mask {m}"),
+            None => format!(" persistent {p}"),
         })
         .unwrap_or_default();
     // ipvsadm prints the scheduler flags in brackets after the scheduler:
@@ -349,11 +363,7 @@ pub fn render_save(report: &ServicesReport) -> String {
         let mut line = format!("-A {service} -s {}", s.scheduler);
         if let Some(p) = s.persistence_s {
             let _ = write!(line, " -p {p}");
-            if let Some(mask) = s
-                .persistence_netmask
-                .as_deref()
-                .filter(|m| *m != "255.255.255.255")
-            {
+            if let Some(mask) = shown_netmask(s) {
                 let _ = write!(line, " -M {mask}");
             }
         }

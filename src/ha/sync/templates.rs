@@ -330,8 +330,8 @@ mod tests {
                 .unwrap();
         }
         let persistence = Persistence {
-            timeout_s: 300,
             netmask,
+            ..Persistence::new(300)
         };
         table
             .add_service(service_key(), SchedulerKind::Rr, Some(persistence))
@@ -464,8 +464,8 @@ mod tests {
                 service_key(),
                 SchedulerKind::Rr,
                 Some(Persistence {
-                    timeout_s: 300,
                     netmask: Ipv4Addr::new(255, 255, 0, 0),
+                    ..Persistence::new(300)
                 }),
             )
             .unwrap();
