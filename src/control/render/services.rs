@@ -832,6 +832,36 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv6_service_shows_its_prefix_length_as_ipvsadm_1_31() {
+        // print_service_entry: `if (se->af == AF_INET6) if (se->netmask != 128)
+        // printf(" mask %i", se->netmask);` in the listing, `printf(" -M %i",
+        // se->netmask)` in the rules.
+        let mut r = report();
+        r.services[0].vip = "2001:db8::1".into();
+        r.services[0].persistence_s = Some(300);
+        r.services[0].persistence_netmask = Some("64".into());
+        assert_eq!(
+            render_services(&r, false, false).lines().nth(3),
+            Some("TCP  [2001:db8::1]:80 rr persistent 300 mask 64")
+        );
+        assert!(
+            render_save(&r)
+                .lines()
+                .any(|l| l == "-A -t [2001:db8::1]:80 -s rr -p 300 -M 64"),
+            "{}",
+            render_save(&r)
+        );
+        r.services[0].persistence_netmask = Some("128".into());
+        assert_eq!(
+            render_services(&r, false, false).lines().nth(3),
+            Some("TCP  [2001:db8::1]:80 rr persistent 300")
+        );
+        assert!(render_save(&r)
+            .lines()
+            .any(|l| l == "-A -t [2001:db8::1]:80 -s rr -p 300"));
+    }
+
+    #[test]
     fn list_matches_ipvsadm_columns() {
         let text = render_services(&report(), false, false);
         let lines: Vec<&str> = text.lines().collect();
