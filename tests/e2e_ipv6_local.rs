@@ -1119,9 +1119,10 @@ fn servers_of(answers: &[(String, String)], source: &str) -> Vec<String> {
 /// two client addresses of one /64. Without persistence one client's connections
 /// alternate; with `-p` each client stays on one server, and the two clients (their
 /// first connections placed one after the other by rr) land on different ones; with
-/// `-M 64` both clients, one /64, share one server. `-Lnc` lists the templates as
-/// IPVS does (state NONE, the client network with port 0), `-Ln` and `-S` print the
-/// prefix length as ipvsadm 1.31 does. About 5 s.
+/// `-M 64` both clients, one /64, share one server. `-Lnc` (and `--json`) lists the
+/// templates as IPVS does (state NONE, the client network with port 0), `-Ln`, `-S`
+/// and `--persistent-conn` as ipvsadm 1.31 does. Then the /64's server at weight 0
+/// keeps it, and removed takes its template along. About 5 s.
 #[test]
 fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
     require_root();
@@ -1174,13 +1175,18 @@ fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
         "rr without persistence alternates: {plain:?}\n{}",
         daemon.dump()
     );
-    // -p (per client address, /128): each client pinned, the two on different servers.
-    let pinned = ask6(&lab, 91, &sources, 4);
+    // -p (per client address, /128): each client's connections in a row (rr would
+    // alternate them) stay on one server; the second client's first connection is
+    // the scheduler's next pick, the other server.
+    let pinned: Vec<_> = [CLIENT_IP6, second]
+        .iter()
+        .flat_map(|s| ask6(&lab, 91, &[s], 3))
+        .collect();
     let (a, b) = (servers_of(&pinned, CLIENT_IP6), servers_of(&pinned, second));
     assert!(
-        a.len() == 4
+        a.len() == 3
             && a.iter().all(|s| *s == a[0])
-            && b.len() == 4
+            && b.len() == 3
             && b.iter().all(|s| *s == b[0]),
         "each client on one real server: {pinned:?}\n{}",
         daemon.dump()
@@ -1195,7 +1201,7 @@ fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
     );
     let status = daemon.status();
     assert!(
-        event_count(&status, "persist_followed") >= 6 + 7,
+        event_count(&status, "persist_followed") >= 4 + 7,
         "connections placed by their template: {status:#}"
     );
 
@@ -1242,4 +1248,73 @@ fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
     ] {
         assert!(save.contains(&line), "{line:?} in\n{save}");
     }
+    // `--persistent-conn`: each real server `"  -> %-28s %-9u %-11u %-10u %-10u\n"`,
+    // PersistConn the templates pointing at it: the /64's server has one.
+    let vip92 = format!("[{VIP6}]:92");
+    let out = daemon.ctl(&["-Ln", "--persistent-conn", "-t", &vip92]);
+    let pinned_rs = format!("[{}]:7000", rs_of(&prefix[0].1));
+    let persist_conn = |line: &str| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| f[i].parse::<u64>().unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "  -> {:<28} {:<9} {:<11} {:<10} {:<10}",
+                f[1],
+                n(2),
+                n(3),
+                n(4),
+                n(5)
+            )
+        );
+        (f[1].to_string(), n(3))
+    };
+    let counted: Vec<(String, u64)> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("  -> ["))
+        .map(persist_conn)
+        .collect();
+    assert_eq!(counted.len(), 2, "{}", out.describe());
+    for (rs, templates) in counted {
+        assert_eq!(
+            templates,
+            u64::from(rs == pinned_rs),
+            "{rs}: {}",
+            out.stdout
+        );
+    }
+    // --json: the templates with no worker.
+    let json = daemon.ctl(&["-Lnc", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let template = v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client"] == "[2001:db8:18::]:0")
+        .unwrap_or_else(|| panic!("no /64 template in {v:#}"));
+    assert_eq!(template["state"], "NONE", "{v:#}");
+    assert_eq!(template["virtual"], vip92, "{v:#}");
+    assert!(template["worker"].is_null(), "{v:#}");
+
+    // As for IPv4: the template follows its real server at weight 0 (IPVS with
+    // expire_quiescent_template off), and goes when the server is removed; the next
+    // connection's server becomes the /64's template.
+    let pinned_addr = format!("[{}]:7000", rs_of(&prefix[0].1));
+    let edit = daemon.ctl(&["-e", "-t", &vip92, "-r", &pinned_addr, "-m", "-w", "0"]);
+    assert!(edit.success(), "{}", edit.describe());
+    let drained = ask6(&lab, 92, &sources, 1);
+    assert!(
+        drained.iter().all(|(_, s)| *s == prefix[0].1),
+        "weight 0 keeps its template's clients: {drained:?}"
+    );
+    let removed = daemon.ctl(&["-d", "-t", &vip92, "-r", &pinned_addr]);
+    assert!(removed.success(), "{}", removed.describe());
+    let moved = ask6(&lab, 92, &sources, 2);
+    assert!(
+        moved
+            .iter()
+            .all(|(_, s)| *s != prefix[0].1 && *s == moved[0].1),
+        "the template went with its server; the other one took the /64: {moved:?}"
+    );
 }

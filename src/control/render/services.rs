@@ -181,7 +181,8 @@ pub fn render_persistent_conns(
     for s in &report.services {
         out += &service_line(s);
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            // `addrport_to_anyname`: `[address]:port` for IPv6.
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             // `printf("  -> %-28s %-9u %-11u %-10u %-10u\n", ...)`.
             let _ = writeln!(
                 out,
