@@ -1317,4 +1317,11 @@ fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
             .all(|(_, s)| *s != prefix[0].1 && *s == moved[0].1),
         "the template went with its server; the other one took the /64: {moved:?}"
     );
+    // -S, -C, -R: the IPv6 services come back with their prefix lengths.
+    let saved = daemon.ctl(&["-S", "-n"]).stdout;
+    assert!(saved.contains(" -M 64\n"), "{saved}");
+    assert!(daemon.ctl(&["-C"]).success());
+    let out = daemon.restore(&saved);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(daemon.ctl(&["-S", "-n"]).stdout, saved);
 }
