@@ -1070,3 +1070,258 @@ fn packet_too_big_is_rate_limited_during_a_flood() {
     );
     daemon.stop_clean();
 }
+
+/// `e2e_apps.py ask` in the client's namespace against the IPv6 VIP's `port`:
+/// `rounds` rounds, each one kernel TCP connection from every address of `sources`
+/// in that order; the real server ("rs1", "rs2") that answered each, in order.
+fn ask6(lab: &AppLab, port: u16, sources: &[&str], rounds: u32) -> Vec<(String, String)> {
+    let (apps, port_s, rounds_s) = (AppLab::apps(), port.to_string(), rounds.to_string());
+    let mut args = vec![
+        PYTHON,
+        &apps,
+        "ask",
+        VIP6,
+        &port_s,
+        "--rounds",
+        &rounds_s,
+        "--timeout",
+        "4",
+    ];
+    for s in sources {
+        args.extend(["--source", s]);
+    }
+    let bound = Duration::from_secs(u64::from(rounds) * sources.len() as u64 * 8 + 10);
+    let out = lab.bed.exec(lab.bed.client_ns(), &args, bound);
+    assert!(out.success(), "ask [{VIP6}]:{port}: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let field = |k: &str| a[k].as_str().unwrap().to_string();
+            (field("source"), field("server"))
+        })
+        .collect()
+}
+
+/// The real servers that answered `source`'s connections, in order.
+fn servers_of(answers: &[(String, String)], source: &str) -> Vec<String> {
+    answers
+        .iter()
+        .filter(|(s, _)| s == source)
+        .map(|(_, server)| server.clone())
+        .collect()
+}
+
+/// Persistence on an IPv6 service (`-p`, `-M` a prefix length): `rr` over two NAT
+/// real servers (line-echo servers naming themselves), kernel TCP connections from
+/// two client addresses of one /64. Without persistence one client's connections
+/// alternate; with `-p` each client stays on one server, and the two clients (their
+/// first connections placed one after the other by rr) land on different ones; with
+/// `-M 64` both clients, one /64, share one server. `-Lnc` (and `--json`) lists the
+/// templates as IPVS does (state NONE, the client network with port 0), `-Ln`, `-S`
+/// and `--persistent-conn` as ipvsadm 1.31 does. Then the /64's server at weight 0
+/// keeps it, and removed takes its template along. About 5 s.
+#[test]
+fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    let second = "2001:db8:18::3";
+    let (client, client_if) = (
+        lab.bed.client_ns().to_string(),
+        lab.bed.client_if().to_string(),
+    );
+    lab.bed
+        .exec(
+            &client,
+            &[
+                "ip",
+                "-6",
+                "addr",
+                "add",
+                &format!("{second}/64"),
+                "dev",
+                &client_if,
+                "nodad",
+            ],
+            Duration::from_secs(10),
+        )
+        .expect_success("second client address");
+    lab.start_servers_listening(&[("--echo", "[::]:7000")]);
+    let services = [
+        service6(&lab, "tcp", 90, 7000, "nat", ""),
+        service6(&lab, "tcp", 91, 7000, "nat", "persistence_timeout = 60\n"),
+        service6(
+            &lab,
+            "tcp",
+            92,
+            7000,
+            "nat",
+            "persistence_timeout = 60\npersistence_netmask = 64\n",
+        ),
+    ]
+    .join("\n");
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+    let sources = [CLIENT_IP6, second];
+
+    // No persistence: rr alternates each client's connections.
+    let plain = ask6(&lab, 90, &[CLIENT_IP6], 4);
+    let plain = servers_of(&plain, CLIENT_IP6);
+    assert!(
+        plain.windows(2).all(|w| w[0] != w[1]),
+        "rr without persistence alternates: {plain:?}\n{}",
+        daemon.dump()
+    );
+    // -p (per client address, /128): each client's connections in a row (rr would
+    // alternate them) stay on one server; the second client's first connection is
+    // the scheduler's next pick, the other server.
+    let pinned: Vec<_> = [CLIENT_IP6, second]
+        .iter()
+        .flat_map(|s| ask6(&lab, 91, &[s], 3))
+        .collect();
+    let (a, b) = (servers_of(&pinned, CLIENT_IP6), servers_of(&pinned, second));
+    assert!(
+        a.len() == 3
+            && a.iter().all(|s| *s == a[0])
+            && b.len() == 3
+            && b.iter().all(|s| *s == b[0]),
+        "each client on one real server: {pinned:?}\n{}",
+        daemon.dump()
+    );
+    assert_ne!(a[0], b[0], "/128: two clients, two templates: {pinned:?}");
+    // -p -M 64: the two clients of one /64 share the first one's server.
+    let prefix = ask6(&lab, 92, &sources, 4);
+    assert!(
+        prefix.len() == 8 && prefix.iter().all(|(_, s)| *s == prefix[0].1),
+        "one /64, one real server: {prefix:?}\n{}",
+        daemon.dump()
+    );
+    let status = daemon.status();
+    assert!(
+        event_count(&status, "persist_followed") >= 4 + 7,
+        "connections placed by their template: {status:#}"
+    );
+
+    // The templates, as ipvsadm 1.31's `print_conn` prints IPVS's: state NONE, the
+    // client network and port 0, the virtual service, the template's real server.
+    let listing = daemon.ctl(&["-Lnc"]);
+    assert!(listing.success(), "{}", listing.describe());
+    let text = listing.stdout;
+    let templates: Vec<&str> = text.lines().filter(|l| l.contains(" NONE ")).collect();
+    let rs_of = |name: &str| rs_ip6(name.trim_start_matches("rs").parse().unwrap());
+    let expected = [
+        (CLIENT_IP6, 91, rs_of(&a[0])),
+        (second, 91, rs_of(&b[0])),
+        ("2001:db8:18::", 92, rs_of(&prefix[0].1)),
+    ];
+    assert_eq!(templates.len(), expected.len(), "{text}");
+    for (network, vport, rs) in expected {
+        let line = templates
+            .iter()
+            .find(|l| l.contains(&format!("[{network}]:0 ")) && l.contains(&format!("]:{vport} ")))
+            .unwrap_or_else(|| panic!("no template of [{network}]:0 for port {vport}:\n{text}"));
+        let expire = line.split_whitespace().nth(1).unwrap();
+        assert_eq!(
+            *line,
+            ipvsadm_conn_line(expire, "NONE", (network, 0), (VIP6, vport), (&rs, 7000)),
+            "{text}"
+        );
+    }
+    // `-Ln`: `printf(" persistent %u", se->timeout)`, then for AF_INET6
+    // `if (se->netmask != 128) printf(" mask %i", se->netmask)`; `-S`: `" -p %u"` and
+    // `" -M %i"` under the same condition.
+    let list = daemon.ctl(&["-Ln"]).stdout;
+    for line in [
+        format!("TCP  [{VIP6}]:90 rr\n"),
+        format!("TCP  [{VIP6}]:91 rr persistent 60\n"),
+        format!("TCP  [{VIP6}]:92 rr persistent 60 mask 64\n"),
+    ] {
+        assert!(list.contains(&line), "{line:?} in\n{list}");
+    }
+    let save = daemon.ctl(&["-S", "-n"]).stdout;
+    for line in [
+        format!("-A -t [{VIP6}]:91 -s rr -p 60\n"),
+        format!("-A -t [{VIP6}]:92 -s rr -p 60 -M 64\n"),
+    ] {
+        assert!(save.contains(&line), "{line:?} in\n{save}");
+    }
+    // `--persistent-conn`: each real server `"  -> %-28s %-9u %-11u %-10u %-10u\n"`,
+    // PersistConn the templates pointing at it: the /64's server has one.
+    let vip92 = format!("[{VIP6}]:92");
+    let out = daemon.ctl(&["-Ln", "--persistent-conn", "-t", &vip92]);
+    let pinned_rs = format!("[{}]:7000", rs_of(&prefix[0].1));
+    let persist_conn = |line: &str| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| f[i].parse::<u64>().unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "  -> {:<28} {:<9} {:<11} {:<10} {:<10}",
+                f[1],
+                n(2),
+                n(3),
+                n(4),
+                n(5)
+            )
+        );
+        (f[1].to_string(), n(3))
+    };
+    let counted: Vec<(String, u64)> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("  -> ["))
+        .map(persist_conn)
+        .collect();
+    assert_eq!(counted.len(), 2, "{}", out.describe());
+    for (rs, templates) in counted {
+        assert_eq!(
+            templates,
+            u64::from(rs == pinned_rs),
+            "{rs}: {}",
+            out.stdout
+        );
+    }
+    // --json: the templates with no worker.
+    let json = daemon.ctl(&["-Lnc", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let template = v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client"] == "[2001:db8:18::]:0")
+        .unwrap_or_else(|| panic!("no /64 template in {v:#}"));
+    assert_eq!(template["state"], "NONE", "{v:#}");
+    assert_eq!(template["virtual"], vip92, "{v:#}");
+    assert!(template["worker"].is_null(), "{v:#}");
+
+    // As for IPv4: the template follows its real server at weight 0 (IPVS with
+    // expire_quiescent_template off), and goes when the server is removed; the next
+    // connection's server becomes the /64's template.
+    let pinned_addr = format!("[{}]:7000", rs_of(&prefix[0].1));
+    let edit = daemon.ctl(&["-e", "-t", &vip92, "-r", &pinned_addr, "-m", "-w", "0"]);
+    assert!(edit.success(), "{}", edit.describe());
+    let drained = ask6(&lab, 92, &sources, 1);
+    assert!(
+        drained.iter().all(|(_, s)| *s == prefix[0].1),
+        "weight 0 keeps its template's clients: {drained:?}"
+    );
+    let removed = daemon.ctl(&["-d", "-t", &vip92, "-r", &pinned_addr]);
+    assert!(removed.success(), "{}", removed.describe());
+    let moved = ask6(&lab, 92, &sources, 2);
+    assert!(
+        moved
+            .iter()
+            .all(|(_, s)| *s != prefix[0].1 && *s == moved[0].1),
+        "the template went with its server; the other one took the /64: {moved:?}"
+    );
+    // -S, -C, -R: the IPv6 services come back with their prefix lengths.
+    let saved = daemon.ctl(&["-S", "-n"]).stdout;
+    assert!(saved.contains(" -M 64\n"), "{saved}");
+    assert!(daemon.ctl(&["-C"]).success());
+    let out = daemon.restore(&saved);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(daemon.ctl(&["-S", "-n"]).stdout, saved);
+}

@@ -1182,10 +1182,11 @@ fn persistent_conns(options: &Options, listing: &ipvsadm::Listing) -> Result<Str
     }
     listed(listing, services, |report| {
         render_persistent_conns(report, &|s, r| {
+            // As the connection listing writes them: `[address]:port` for IPv6.
             let key = (
                 s.proto.clone(),
-                format!("{}:{}", s.vip, s.port),
-                format!("{}:{}", r.ip, r.port),
+                sluice::control::render::endpoint(&s.vip, s.port),
+                sluice::control::render::endpoint(&r.ip, r.port),
             );
             templates.get(&key).copied().unwrap_or(0)
         })

@@ -485,6 +485,19 @@ pub(super) fn netmask(f: &Field) -> Check<Ipv4Addr> {
     Ok(mask)
 }
 
+/// `ipvsadm -M` after an IPv6 service: a prefix length, 1..=128.
+pub(super) fn prefix6(f: &Field) -> Check<u8> {
+    match f.int(1..=128) {
+        Ok(n) => Ok(n),
+        Err(_) if f.str().is_ok() => Err(f.invalid(format!(
+            "{:?} is an IPv6 service's prefix length: write an integer, 1..=128 (e.g. 64), \
+             not a dotted netmask",
+            f.str().unwrap_or_default()
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
 /// A real server's weight (`ipvsadm -w`): 0 drains it.
 pub(super) fn weight(f: &Field) -> Check<u32> {
     f.int(0..=i64::from(crate::model::MAX_WEIGHT))

@@ -252,8 +252,8 @@ pub struct ServiceConfig {
     /// Protocol, VIP and port; unique across services.
     pub key: ServiceKey,
     pub scheduler: SchedulerKind,
-    /// `ipvsadm -p [timeout] -M netmask`: (timeout in seconds, client netmask).
-    pub persistence: Option<(u32, Ipv4Addr)>,
+    /// `ipvsadm -p [timeout] -M netmask` (a prefix length for an IPv6 service).
+    pub persistence: Option<crate::model::Persistence>,
     /// In file order (`ipvsadm -a`); may be empty.
     pub real_servers: Vec<RealServerConfig>,
     /// FullNAT local addresses (`ipvsadm --add-laddr`, as in DPVS), in file order:

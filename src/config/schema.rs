@@ -1034,7 +1034,7 @@ fn read_service(
         crate::sched::mh::check_table_size(size).map_err(|e| f.invalid(e))?;
         Ok(size)
     })?;
-    let persistence = read_persistence(&t)?;
+    let persistence = read_persistence(&t, vip.is_ipv6())?;
     let (local_addresses, local_address_at) = read_local_addresses(&t, ports)?;
     let toa = t.or("toa", false, |f| {
         let toa = f.bool()?;
@@ -1068,8 +1068,7 @@ fn read_service(
         }
     }
     // The rules `sluicectl -A/-E` meets, so the file and the CLI accept the same.
-    let persistent = persistence.map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
-    crate::service::validate_service(&key, persistent.as_ref())
+    crate::service::validate_service(&key, persistence.as_ref())
         .map_err(|e| f.invalid(e.to_string()))?;
     Ok(ServiceRead {
         config: ServiceConfig {
@@ -1364,17 +1363,24 @@ fn own_address(ports: &[PortRead], ip: IpAddr) -> Option<&str> {
     })
 }
 
-/// `persistence_timeout` (`-p`) with an optional `persistence_netmask` (`-M`); the
-/// netmask means nothing without the timeout.
-fn read_persistence(t: &Table) -> Check<Option<(u32, Ipv4Addr)>> {
+/// `persistence_timeout` (`-p`) with an optional `persistence_netmask` (`-M`): a
+/// dotted netmask for an IPv4 service, a prefix length (an integer, 1..=128) for an
+/// IPv6 one, as ipvsadm's `-M` takes after an IPv6 `-t`. The netmask means nothing
+/// without the timeout.
+fn read_persistence(t: &Table, ipv6: bool) -> Check<Option<Persistence>> {
     let timeout = t.optional("persistence_timeout", fields::persistence_timeout)?;
     let netmask_field = t.get("persistence_netmask");
-    let netmask = netmask_field.as_ref().map(fields::netmask).transpose()?;
+    let (netmask, prefix6) = match &netmask_field {
+        Some(f) if ipv6 => (None, Some(fields::prefix6(f)?)),
+        Some(f) => (Some(fields::netmask(f)?), None),
+        None => (None, None),
+    };
     match (timeout, netmask_field) {
-        (Some(timeout), _) => Ok(Some((
-            timeout,
-            netmask.unwrap_or(DEFAULT_PERSISTENCE_NETMASK),
-        ))),
+        (Some(timeout_s), _) => Ok(Some(Persistence {
+            netmask: netmask.unwrap_or(DEFAULT_PERSISTENCE_NETMASK),
+            prefix6: prefix6.unwrap_or(Persistence::FULL_PREFIX6),
+            ..Persistence::new(timeout_s)
+        })),
         (None, Some(f)) => Err(f.invalid(
             "only applies to a persistent service: set `persistence_timeout` too (ipvsadm -M needs -p)",
         )),

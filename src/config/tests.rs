@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::model::Protocol;
+use crate::model::{Persistence, Protocol};
 
 /// A small valid config. Line numbers matter to the tests below:
 /// 1 [eal], 2 hugepages, 3 memory_mb, 4 file_prefix, 6 [lcores], 7 management,
@@ -911,7 +911,13 @@ fn example_netns() {
     let svc = &cfg.services[0];
     assert_eq!(svc.key.to_string(), "TCP 198.18.0.100:80");
     assert_eq!(svc.scheduler, SchedulerKind::Wrr);
-    assert_eq!(svc.persistence, Some((300, Ipv4Addr::BROADCAST)));
+    assert_eq!(
+        svc.persistence,
+        Some(Persistence {
+            netmask: Ipv4Addr::BROADCAST,
+            ..Persistence::new(300)
+        })
+    );
     assert!(svc
         .real_servers
         .iter()
@@ -965,7 +971,10 @@ fn example_baremetal() {
     assert_eq!(svc.key.to_string(), "TCP 203.0.113.80:443");
     assert_eq!(
         svc.persistence,
-        Some((600, Ipv4Addr::new(255, 255, 255, 0)))
+        Some(Persistence {
+            netmask: Ipv4Addr::new(255, 255, 255, 0),
+            ..Persistence::new(600)
+        })
     );
     assert_eq!(svc.real_servers.len(), 3);
     assert!(svc
@@ -1188,7 +1197,10 @@ port = 80
     assert_eq!(https.scheduler, SchedulerKind::Wrr);
     assert_eq!(
         https.persistence,
-        Some((300, Ipv4Addr::new(255, 255, 255, 0)))
+        Some(Persistence {
+            netmask: Ipv4Addr::new(255, 255, 255, 0),
+            ..Persistence::new(300)
+        })
     );
     assert_eq!(
         https.real_servers,
@@ -1226,7 +1238,13 @@ port = 80
     let dns = &cfg.services[1];
     assert_eq!(dns.key.proto, Protocol::Udp);
     assert_eq!(dns.line, 66);
-    assert_eq!(dns.persistence, Some((60, Ipv4Addr::BROADCAST)));
+    assert_eq!(
+        dns.persistence,
+        Some(Persistence {
+            netmask: Ipv4Addr::BROADCAST,
+            ..Persistence::new(60)
+        })
+    );
     assert_eq!(
         (dns.real_servers[0].upper, dns.real_servers[0].lower),
         (10, 10)
@@ -1528,7 +1546,10 @@ fn netmask_without_persistence_timeout() {
     let cfg = parse(&ok).unwrap();
     assert_eq!(
         cfg.services[0].persistence,
-        Some((2_678_400, Ipv4Addr::new(255, 255, 255, 0)))
+        Some(Persistence {
+            netmask: Ipv4Addr::new(255, 255, 255, 0),
+            ..Persistence::new(2_678_400)
+        })
     );
 }
 
@@ -1568,7 +1589,10 @@ fn bad_persistence() {
     );
     for good in ["0.0.0.0", "255.255.128.0", "255.255.255.255"] {
         let cfg = parse(&mask(good)).unwrap();
-        assert_eq!(cfg.services[0].persistence.unwrap().1.to_string(), good);
+        assert_eq!(
+            cfg.services[0].persistence.unwrap().netmask.to_string(),
+            good
+        );
     }
 }
 
@@ -2784,12 +2808,15 @@ fn a_sorry_server_is_read_and_checked_as_a_real_server() {
         "services[0].sorry_server",
         "only nat and fullnat can map ports",
     );
-    let e = parse(&service_with(
-        "scheduler = \"rr\"",
-        "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", weight = 2 }",
-    ))
-    .unwrap_err();
-    assert!(e.to_string().contains("weight"), "{e}");
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", weight = 2 }",
+        ),
+        26,
+        "services[0].sorry_server",
+        "weight",
+    );
     // What the table would refuse is refused at the sorry server's place.
     assert_rejected(
         &format!(
@@ -2816,4 +2843,55 @@ fn a_sorry_server_is_read_and_checked_as_a_real_server() {
         "services[0].local_addresses[0]",
         "is the sorry server of",
     );
+}
+
+#[test]
+fn an_ipv6_service_persists_per_a_prefix_length() {
+    let text = |netmask: &str| {
+        format!(
+            "{}[[services]]\nproto = \"tcp\"\nvip = \"2001:db8:18::100\"\nport = 80\n\
+             scheduler = \"rr\"\npersistence_timeout = 60\n{netmask}\n\
+             [[services.real_servers]]\nip = \"2001:db8:18::11\"\n",
+            base_with(
+                "\"198.18.0.1/24\"]",
+                "\"198.18.0.1/24\", \"2001:db8:18::1/64\"]"
+            )
+        )
+    };
+    let cfg = parse(&text("persistence_netmask = 64")).unwrap();
+    assert_eq!(
+        cfg.services[0].persistence,
+        Some(Persistence::with_prefix6(60, 64))
+    );
+    let cfg = parse(&text("")).unwrap();
+    assert_eq!(
+        cfg.services[0].persistence,
+        Some(Persistence::with_prefix6(60, 128)),
+        "per client address by default"
+    );
+    let field = "services[0].persistence_netmask";
+    assert_rejected(
+        &text("persistence_netmask = 0"),
+        27,
+        field,
+        "out of range (1..=128)",
+    );
+    assert_rejected(
+        &text("persistence_netmask = 129"),
+        27,
+        field,
+        "out of range (1..=128)",
+    );
+    assert_rejected(
+        &text("persistence_netmask = \"255.255.255.0\""),
+        27,
+        field,
+        "an IPv6 service's prefix length: write an integer",
+    );
+    // An IPv4 service's stays dotted.
+    let v4 = service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\npersistence_timeout = 60\npersistence_netmask = 24",
+    );
+    assert_rejected(&v4, 27, field, "expected a string");
 }

@@ -217,7 +217,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut service: Option<ServiceKey> = None;
     let mut scheduler: Option<SchedulerKind> = None;
     let mut persistence: Option<u32> = None;
-    let mut netmask: Option<Ipv4Addr> = None;
+    let mut netmask: Option<(String, bool)> = None;
     let mut server: Option<(IpAddr, Option<u16>)> = None;
     let mut mode: Option<ForwardMode> = None;
     let mut weight: Option<u32> = None;
@@ -341,8 +341,20 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 value(arg)?;
                 ifname = true;
             }
-            "-t" | "--tcp-service" => service = Some(parse_service(Protocol::Tcp, &value(arg)?)?),
-            "-u" | "--udp-service" => service = Some(parse_service(Protocol::Udp, &value(arg)?)?),
+            "-t" | "--tcp-service" | "-u" | "--udp-service" => {
+                let proto = if arg.starts_with("-t") || arg == "--tcp-service" {
+                    Protocol::Tcp
+                } else {
+                    Protocol::Udp
+                };
+                let key = parse_service(proto, &value(arg)?)?;
+                // ipvsadm 1.31's `parse_service` sets an IPv6 service's netmask to
+                // 128: a `-M` before it no longer counts.
+                if key.is_ipv6() {
+                    netmask = None;
+                }
+                service = Some(key);
+            }
             "-s" | "--scheduler" => scheduler = Some(value(arg)?.parse::<SchedulerKind>()?),
             "-p" | "--persistent" => {
                 // The timeout is optional, as in ipvsadm (default 300 s).
@@ -355,9 +367,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 };
                 persistence = Some(timeout);
             }
+            // A prefix length after an IPv6 service, else a dotted netmask.
             "-M" | "--netmask" => {
-                let v = value(arg)?;
-                netmask = Some(v.parse().map_err(|_| format!("illegal netmask \"{v}\""))?);
+                let ipv6 = service.is_some_and(|s| s.is_ipv6());
+                netmask = Some((value(arg)?.to_string(), ipv6));
             }
             "-r" | "--real-server" => {
                 let proto = service.map_or(Protocol::Tcp, |s| s.proto);
@@ -507,15 +520,29 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     };
     let needs_service =
         || service.ok_or_else(|| "this command needs a service: -t|-u VIP:port".to_string());
-    let persistence = match (persistence, netmask) {
-        (Some(timeout_s), mask) => Some(Persistence {
-            timeout_s,
-            netmask: mask.unwrap_or(Ipv4Addr::BROADCAST),
-        }),
-        // As ipvsadm: the mask is taken and only counts with persistence.
-        (None, Some(_)) => None,
-        (None, None) => None,
+    // ipvsadm 1.31 reads `-M` after an IPv6 `-t`/`-u` with `atoi` as a prefix length,
+    // 1..128 ("illegal ipv6 netmask specified"), else as a dotted netmask.
+    let (mask, prefix6) = match netmask {
+        Some((v, true)) => match crate::control::ipvsadm_usage::atoi(&v) {
+            n @ 1..=128 => (Ipv4Addr::BROADCAST, n as u8),
+            _ => {
+                return Err(format!(
+                    "illegal ipv6 netmask specified: \"{v}\" (a prefix length, 1..128)"
+                ))
+            }
+        },
+        Some((v, false)) => (
+            v.parse().map_err(|_| format!("illegal netmask \"{v}\""))?,
+            Persistence::FULL_PREFIX6,
+        ),
+        None => (Ipv4Addr::BROADCAST, Persistence::FULL_PREFIX6),
     };
+    // As ipvsadm: the mask is taken and only counts with persistence.
+    let persistence = persistence.map(|timeout_s| Persistence {
+        netmask: mask,
+        prefix6,
+        ..Persistence::new(timeout_s)
+    });
     let spec = |service: ServiceKey| -> Result<RealServerSpec, String> {
         let (ip, port) = server.ok_or("this command needs a real server: -r RIP[:port]")?;
         let mode = mode.unwrap_or(ForwardMode::Dr);
@@ -1092,8 +1119,8 @@ mod tests {
                 service: key(Protocol::Udp, [198, 18, 1, 1], 53),
                 scheduler: Some(SchedulerKind::Wlc),
                 persistence: Some(Persistence {
-                    timeout_s: 60,
-                    netmask: [255, 255, 255, 0].into()
+                    netmask: [255, 255, 255, 0].into(),
+                    ..Persistence::new(60)
                 }),
                 sched_flags: Some(SchedFlags::default())
             }
@@ -1633,6 +1660,54 @@ mod tests {
         // What ipvsadm itself refuses is an error.
         assert!(restore_line("-A -t 198.18.1.1:80 -s fastest").is_err());
         assert!(restore_line("-A -t").is_err());
+    }
+
+    #[test]
+    fn an_ipv6_service_takes_a_prefix_length_as_its_netmask() {
+        let persistence = |line: &str| match p(line).map(|c| c.request) {
+            Ok(Request::AddService { persistence, .. }) => Ok(persistence),
+            Ok(other) => panic!("{line}: {other:?}"),
+            Err(e) => Err(e),
+        };
+        // ipvsadm 1.31, `case 'M'`: after an IPv6 service `ce->svc.netmask =
+        // atoi(optarg)`, 1..128.
+        let v6 = "-A -t [2001:db8::1]:80 -s rr -p 60";
+        assert_eq!(
+            persistence(&format!("{v6} -M 64")),
+            Ok(Some(Persistence::with_prefix6(60, 64)))
+        );
+        assert_eq!(
+            persistence(v6),
+            Ok(Some(Persistence::with_prefix6(60, 128)))
+        );
+        assert_eq!(
+            persistence("-A -u [2001:db8::1]:53 -p 60 --netmask 1"),
+            Ok(Some(Persistence::with_prefix6(60, 1)))
+        );
+        for bad in ["0", "129", "255.255.255.0", "abc"] {
+            let err = persistence(&format!("{v6} -M {bad}")).unwrap_err();
+            assert!(
+                err.starts_with("illegal ipv6 netmask specified"),
+                "{bad}: {err}"
+            );
+        }
+        // `parse_service` sets an IPv6 service's netmask to 128: a `-M` before the
+        // service no longer counts.
+        assert_eq!(
+            persistence("-A -M 64 -t [2001:db8::1]:80 -p 60"),
+            Ok(Some(Persistence::with_prefix6(60, 128)))
+        );
+        // An IPv4 service's stays a dotted netmask.
+        assert_eq!(
+            persistence("-A -t 198.18.1.1:80 -p 60 -M 255.255.0.0"),
+            Ok(Some(Persistence {
+                netmask: Ipv4Addr::new(255, 255, 0, 0),
+                ..Persistence::new(60)
+            }))
+        );
+        assert!(persistence("-A -t 198.18.1.1:80 -p 60 -M 64")
+            .unwrap_err()
+            .contains("illegal netmask"));
     }
 
     #[test]

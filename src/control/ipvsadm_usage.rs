@@ -613,7 +613,8 @@ pub fn check(program: &str, args: &[String]) -> Result<(), Refusal> {
 }
 
 /// C's `atoi`: the leading digits, 0 without any.
-fn atoi(text: &str) -> i64 {
+/// C's `atoi` for the digits ipvsadm reads with it: the leading ones, else 0.
+pub(crate) fn atoi(text: &str) -> i64 {
     let digits: String = text.chars().take_while(|c| c.is_ascii_digit()).collect();
     digits.parse().unwrap_or(0)
 }
@@ -795,6 +796,19 @@ mod tests {
                 "illegal virtual server persistent mask specified\n",
                 2,
             ),
+            // After an IPv6 service, `ce->svc.netmask = atoi(optarg); if
+            // ((ce->svc.netmask < 1) || (ce->svc.netmask > 128)) fail(2, "illegal ipv6
+            // netmask specified")`.
+            (
+                "-A -t [2001:db8::1]:80 -p -M 129",
+                "illegal ipv6 netmask specified\n",
+                2,
+            ),
+            (
+                "-A -u [2001:db8::1]:53 -p -M 255.255.255.0",
+                "illegal ipv6 netmask specified\n",
+                2,
+            ),
             // `fail(2, "options conflicts in the list command")`
             ("-L -c --stats", "options conflicts in the list command\n", 2),
             // `fail(2, "--set option requires 3 timeout values")`
@@ -853,6 +867,8 @@ mod tests {
         passes("-A -t 1.2.3.4 -p");
         passes("-A -t 1.2.3.4:http -s wlc -p 600 -M 255.255.255.0");
         passes("-A -t 1.2.3.4:80 -M 255.255.255.0");
+        passes("-A -t [2001:db8::1]:80 -p 60 -M 64");
+        passes("-A -u [2001:db8::1]:53 -p -M 128");
         passes("-E -t 1.2.3.4:80");
         passes("-a -t 1.2.3.4:80 -r 10.0.0.1:8080 -m -w 0");
         passes("-a -t 1.2.3.4:80 -r 10.0.0.1 -i --tun-type ipip");

@@ -1161,11 +1161,23 @@ impl Registry {
     /// templates come before the first one left for the next page, if any.
     fn templates(&self, report: &mut ConnectionsReport, skip: usize, max: u32) -> Option<usize> {
         let now = self.now_tick();
-        for (i, (key, template)) in self.persist.live(now).enumerate().skip(skip) {
+        // IPv4 templates, then IPv6 ones (their client network `[address]:0`).
+        let v4 = self.persist.live(now).map(|(key, t)| {
+            let network = std::net::Ipv4Addr::from(key.network);
+            (key.service, crate::control::render::endpoint(network, 0), t)
+        });
+        let v6 = self.persist.live6(now).map(|(key, t)| {
+            (
+                key.service,
+                crate::control::render::endpoint(key.network, 0),
+                t,
+            )
+        });
+        for (i, (service_id, client, template)) in v4.chain(v6).enumerate().skip(skip) {
             if report.connections.len() >= max as usize {
                 return Some(i);
             }
-            let Some(service) = self.services.table.services().find(|s| s.id == key.service) else {
+            let Some(service) = self.services.table.services().find(|s| s.id == service_id) else {
                 continue;
             };
             let destination = service
@@ -1182,7 +1194,7 @@ impl Registry {
                 proto: service.key.proto.name().to_ascii_lowercase(),
                 expires_s: (left * self.tick_ms as u64 / 1000) as u32,
                 state: "NONE".into(),
-                client: format!("{}:0", std::net::Ipv4Addr::from(key.network)),
+                client,
                 virtual_service: crate::control::render::endpoint(
                     service.key.vip,
                     service.key.port,

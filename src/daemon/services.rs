@@ -12,7 +12,7 @@ use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
 };
 use crate::model::SchedulerKind;
-use crate::model::{Persistence, RealServerSpec, ServiceKey};
+use crate::model::{RealServerSpec, ServiceKey};
 use crate::service::{
     HealthOverlay, NatRoute, ServiceError, ServiceTable, Snapshot, SnapshotPublisher,
 };
@@ -372,9 +372,7 @@ impl Services {
         table.set_workers(cfg.lcores.workers.len());
         for sc in &cfg.services {
             let at = |e: ServiceError| format!("{}:{}: services: {e}", cfg.path.display(), sc.line);
-            let persistence = sc
-                .persistence
-                .map(|(timeout_s, netmask)| Persistence { timeout_s, netmask });
+            let persistence = sc.persistence;
             table
                 .add_service(sc.key, sc.scheduler, persistence)
                 .map_err(at)?;
@@ -1080,7 +1078,11 @@ impl Services {
                         port: s.key.port,
                         scheduler: s.scheduler.name().into(),
                         persistence_s: s.persistence.map(|p| p.timeout_s),
-                        persistence_netmask: s.persistence.map(|p| p.netmask.to_string()),
+                        // An IPv6 service's is its prefix length, as ipvsadm prints it.
+                        persistence_netmask: s.persistence.map(|p| match s.key.vip {
+                            std::net::IpAddr::V6(_) => p.prefix6.to_string(),
+                            std::net::IpAddr::V4(_) => p.netmask.to_string(),
+                        }),
                         sched_flags: s.sched_flags.to_string(),
                         real_servers: {
                             let mut list: Vec<RealServerStatus> = s

@@ -42,7 +42,7 @@ use crate::model::DropReason;
 use crate::model::{ForwardMode, Protocol, ServiceKey};
 use crate::sched::{self, Maglev, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
-use crate::session::persist::{PersistTable, TemplateKey};
+use crate::session::persist::PersistTable;
 use crate::session::table6::SessionTable6;
 use crate::session::{
     Direction, HashedKey, Session, SessionFlags, SessionId, SessionTable, TickTimeouts, Transition,
@@ -268,23 +268,61 @@ fn extend_template(
     now: u32,
     ticks_per_second: u32,
 ) {
-    let (Some(table), true) = (persist, s.flags().contains(SessionFlags::PERSISTENT)) else {
+    let client = Ipv4Addr::from(s.client_addr).into();
+    let persistent = s.flags().contains(SessionFlags::PERSISTENT);
+    extend_client_template(
+        persist,
+        snap,
+        s.service,
+        client,
+        persistent,
+        now,
+        ticks_per_second,
+    );
+}
+
+/// [`extend_template`] of an IPv6 session.
+fn extend_template6(
+    persist: &Option<Arc<PersistTable>>,
+    snap: &crate::service::Snapshot,
+    s: &crate::session::table6::Session6,
+    now: u32,
+    ticks_per_second: u32,
+) {
+    let client = s.client.into();
+    extend_client_template(
+        persist,
+        snap,
+        s.service,
+        client,
+        s.persistent,
+        now,
+        ticks_per_second,
+    );
+}
+
+fn extend_client_template(
+    persist: &Option<Arc<PersistTable>>,
+    snap: &crate::service::Snapshot,
+    service: u32,
+    client: std::net::IpAddr,
+    persistent: bool,
+    now: u32,
+    ticks_per_second: u32,
+) {
+    let (Some(table), true) = (persist, persistent) else {
         return;
     };
     let Some(p) = snap
         .services()
         .iter()
-        .find(|svc| svc.id == s.service)
+        .find(|svc| svc.id == service)
         .and_then(|svc| svc.persistence)
     else {
         return;
     };
-    let key = TemplateKey {
-        service: s.service,
-        network: s.client_addr & u32::from(p.netmask),
-    };
-    table.refresh(
-        key,
+    placement::AnyTemplateKey::of(service, client, &p).refresh(
+        table,
         now.wrapping_add(p.timeout_s.saturating_mul(ticks_per_second).max(1)),
         now,
     );

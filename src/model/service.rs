@@ -253,22 +253,43 @@ impl RealServerSpec {
 }
 
 /// Client affinity as `ipvsadm -p timeout -M netmask`: connections from one client
-/// network go to the same real server until the template times out.
+/// network go to the same real server until the template times out. An IPv4
+/// service's network is the client's address & `netmask`; an IPv6 service's is its
+/// first `prefix6` bits (`-M` takes a prefix length after an IPv6 `-t`/`-u`, as in
+/// ipvsadm). Each family leaves the other's field at its default (all ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Persistence {
     pub timeout_s: u32,
     pub netmask: Ipv4Addr,
+    /// 1..=128.
+    #[serde(default = "full_prefix6")]
+    pub prefix6: u8,
+}
+
+fn full_prefix6() -> u8 {
+    Persistence::FULL_PREFIX6
 }
 
 impl Persistence {
     /// ipvsadm's default for `-p` without a value.
     pub const DEFAULT_TIMEOUT_S: u32 = 300;
+    /// An IPv6 service's prefix length without `-M`: per client address.
+    pub const FULL_PREFIX6: u8 = 128;
 
-    /// Per-client persistence (netmask /32), as `-p timeout` without `-M`.
+    /// Per-client persistence (netmask /32, prefix /128), as `-p timeout` without `-M`.
     pub fn new(timeout_s: u32) -> Self {
         Persistence {
             timeout_s,
             netmask: Ipv4Addr::BROADCAST,
+            prefix6: Self::FULL_PREFIX6,
+        }
+    }
+
+    /// Per client network of `prefix6` bits, for an IPv6 service.
+    pub fn with_prefix6(timeout_s: u32, prefix6: u8) -> Self {
+        Persistence {
+            prefix6,
+            ..Self::new(timeout_s)
         }
     }
 
@@ -518,8 +539,8 @@ mod tests {
             key: ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, 1), 53),
             scheduler: SchedulerKind::Wrr,
             persistence: Some(Persistence {
-                timeout_s: 60,
                 netmask: Ipv4Addr::new(255, 255, 255, 0),
+                ..Persistence::new(60)
             }),
             real_servers: vec![RealServer {
                 id: 3,

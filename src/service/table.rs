@@ -77,6 +77,13 @@ pub enum ServiceError {
     },
     PersistenceTimeoutZero,
     PersistenceNetmaskInvalid(Ipv4Addr),
+    /// An IPv6 service's persistence prefix length (`-M`) outside 1..=128.
+    PersistencePrefixInvalid(u8),
+    /// A persistence netmask of the other family: a dotted netmask on an IPv6
+    /// service, or a prefix length on an IPv4 one.
+    PersistenceMaskFamily {
+        service: ServiceKey,
+    },
     /// 2^32 ids handed out in one run; ids are never reused, so none are left.
     IdsExhausted,
     /// Scheduler flags the scheduler does not take, or a Maglev table size that is
@@ -198,6 +205,20 @@ impl fmt::Display for ServiceError {
             ServiceError::PersistenceNetmaskInvalid(mask) => {
                 write!(f, "illegal persistent netmask {mask}: not contiguous")
             }
+            ServiceError::PersistencePrefixInvalid(n) => write!(
+                f,
+                "illegal ipv6 netmask {n}: an IPv6 service persists per a prefix length, 1..128"
+            ),
+            ServiceError::PersistenceMaskFamily { service } if service.is_ipv6() => write!(
+                f,
+                "{service} is an IPv6 service: its persistence netmask is a prefix length \
+                 (-M 64), not a dotted netmask"
+            ),
+            ServiceError::PersistenceMaskFamily { service } => write!(
+                f,
+                "{service} is an IPv4 service: its persistence netmask is dotted \
+                 (-M 255.255.255.0), not a prefix length"
+            ),
             ServiceError::IdsExhausted => f.write_str("no service or real server ids left"),
             ServiceError::LocalAddressExists { service, ip } => {
                 write!(f, "Local address already exists: {ip} in {service}")
@@ -936,18 +957,18 @@ pub fn validate_service(
     if key.port == 0 {
         return Err(ServiceError::ZeroPort(*key));
     }
-    if key.is_ipv6() && persistence.is_some() {
-        return Err(ServiceError::Ipv6Unsupported {
-            service: *key,
-            what: "persistence",
-        });
-    }
+    let family = |service| ServiceError::PersistenceMaskFamily { service };
     match persistence {
         None => Ok(()),
         Some(p) if p.timeout_s == 0 => Err(ServiceError::PersistenceTimeoutZero),
         Some(p) if p.timeout_s > MAX_PERSISTENCE_TIMEOUT_S => {
             Err(ServiceError::PersistenceTimeoutTooLong(p.timeout_s))
         }
+        Some(p) if key.is_ipv6() && p.netmask != Ipv4Addr::BROADCAST => Err(family(*key)),
+        Some(p) if key.is_ipv6() && !(1..=128).contains(&p.prefix6) => {
+            Err(ServiceError::PersistencePrefixInvalid(p.prefix6))
+        }
+        Some(p) if !key.is_ipv6() && p.prefix6 != Persistence::FULL_PREFIX6 => Err(family(*key)),
         Some(p) if !p.netmask_is_contiguous() => {
             Err(ServiceError::PersistenceNetmaskInvalid(p.netmask))
         }
@@ -1331,8 +1352,8 @@ mod tests {
                 .map(drop)
         });
         let holes = Persistence {
-            timeout_s: 60,
             netmask: Ipv4Addr::new(255, 0, 255, 0),
+            ..Persistence::new(60)
         };
         assert_rejected(&mut table, "illegal persistent netmask 255.0.255.0", |t| {
             t.add_service(http(), SchedulerKind::Rr, Some(holes))
@@ -1368,8 +1389,8 @@ mod tests {
             .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
             .unwrap();
         let persistence = Some(Persistence {
-            timeout_s: 600,
             netmask: Ipv4Addr::new(255, 255, 255, 0),
+            ..Persistence::new(600)
         });
         table
             .edit_service(http(), SchedulerKind::Wrr, persistence)
@@ -1749,15 +1770,38 @@ mod tests {
             t.add_server(http(), RealServerSpec::new(rs6, 80, 1, ForwardMode::Dr))
                 .map(drop)
         });
+    }
+
+    #[test]
+    fn ipv6_persistence_takes_a_prefix_length() {
+        let key = ServiceKey::new(Protocol::Tcp, "2001:db8::1".parse::<IpAddr>().unwrap(), 80);
         let mut t = ServiceTable::new();
-        let persistent = Some(Persistence::new(300));
-        let err = t
-            .add_service(key, SchedulerKind::Rr, persistent)
-            .unwrap_err();
+        for bad in [0, 129, 255] {
+            let p = Some(Persistence::with_prefix6(300, bad));
+            let err = t.add_service(key, SchedulerKind::Rr, p).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("illegal ipv6 netmask {bad}: an IPv6 service persists per a prefix length, 1..128")
+            );
+        }
+        let dotted = Some(Persistence {
+            netmask: Ipv4Addr::new(255, 255, 255, 0),
+            ..Persistence::new(300)
+        });
+        assert_rejected(&mut t, "its persistence netmask is a prefix length", |t| {
+            t.add_service(key, SchedulerKind::Rr, dotted).map(drop)
+        });
+        assert!(t.is_empty(), "nothing changed");
+        let prefixed = Some(Persistence::with_prefix6(300, 64));
+        assert_rejected(&mut t, "its persistence netmask is dotted", |t| {
+            t.add_service(http(), SchedulerKind::Rr, prefixed).map(drop)
+        });
+        t.add_service(key, SchedulerKind::Rr, prefixed).unwrap();
+        t.edit_service(key, SchedulerKind::Rr, Some(Persistence::new(60)))
+            .unwrap();
         assert_eq!(
-            err.to_string(),
-            "persistence is not supported on IPv6 services yet (TCP [2001:db8::1]:80)"
+            t.get(key).unwrap().persistence,
+            Some(Persistence::with_prefix6(60, 128))
         );
-        assert!(t.is_empty());
     }
 }

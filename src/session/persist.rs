@@ -21,12 +21,23 @@
 //!
 //! **Time** is in session-clock ticks (`[sessions] tick_ms`), the workers' common
 //! clock (TSC / tick length), so expiry needs no syscall.
+//!
+//! **IPv6** services' templates key on the client's address cut to the service's
+//! prefix length (`ipvsadm -M 64` after an IPv6 `-t`), three words instead of one: they
+//! live in a table of their own ([`TemplateKey6`], the `*6` methods), so IPv4 slots
+//! keep their size.
+use std::net::Ipv6Addr;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Slots per bucket.
 pub const WAYS: usize = 4;
 /// Torn reads retried before a lookup reports a miss.
 const READ_RETRIES: usize = 4;
+/// IPv6 template slots per IPv4 one: IPv6 templates have a table of their own (a
+/// wider key: 64-byte slots instead of 32), an eighth the size, as IPv6 sessions do.
+const V6_SHARE: usize = 8;
+/// The fewest IPv6 template slots.
+const V6_MIN: usize = 256;
 
 /// Which template: a service (by id) and a client network (address & netmask).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,15 +48,59 @@ pub struct TemplateKey {
 
 impl TemplateKey {
     /// Packed, never 0 (0 marks an empty slot).
-    fn word(self) -> u64 {
-        (u64::from(self.service) + 1) << 32 | u64::from(self.network)
+    fn words(self) -> [u64; 1] {
+        [(u64::from(self.service) + 1) << 32 | u64::from(self.network)]
     }
 
-    fn from_word(word: u64) -> TemplateKey {
+    fn from_words([word]: [u64; 1]) -> TemplateKey {
         TemplateKey {
             service: ((word >> 32) - 1) as u32,
             network: word as u32,
         }
+    }
+}
+
+/// An IPv6 service's template: the service (by id) and the client's address with the
+/// bits past the service's prefix length (`-M`, 128 by default) cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TemplateKey6 {
+    pub service: u32,
+    pub network: Ipv6Addr,
+}
+
+impl TemplateKey6 {
+    /// The template of `client` for a service persisting per `/prefix_len` (0..=128;
+    /// more than 128 counts as 128).
+    pub fn new(service: u32, client: Ipv6Addr, prefix_len: u8) -> TemplateKey6 {
+        TemplateKey6 {
+            service,
+            network: Ipv6Addr::from(u128::from(client) & prefix_mask6(prefix_len)),
+        }
+    }
+
+    /// The first word is never 0 (0 marks an empty slot).
+    fn words(self) -> [u64; 3] {
+        let n = u128::from(self.network);
+        [
+            (u64::from(self.service) + 1) << 32,
+            (n >> 64) as u64,
+            n as u64,
+        ]
+    }
+
+    fn from_words([service, high, low]: [u64; 3]) -> TemplateKey6 {
+        TemplateKey6 {
+            service: ((service >> 32) - 1) as u32,
+            network: Ipv6Addr::from(u128::from(high) << 64 | u128::from(low)),
+        }
+    }
+}
+
+/// The IPv6 netmask of a prefix length: its first `prefix_len` bits set.
+pub fn prefix_mask6(prefix_len: u8) -> u128 {
+    match prefix_len.min(128) {
+        0 => 0,
+        n => u128::MAX << (128 - u32::from(n)),
     }
 }
 
@@ -76,12 +131,22 @@ impl Template {
     }
 }
 
-#[derive(Default)]
+/// A slot whose key is `N` words (the first never 0 in a used slot).
 #[repr(align(32))]
-struct Slot {
+struct Slot<const N: usize> {
     seq: AtomicU32,
-    key: AtomicU64,
+    key: [AtomicU64; N],
     value: AtomicU64,
+}
+
+impl<const N: usize> Default for Slot<N> {
+    fn default() -> Self {
+        Slot {
+            seq: AtomicU32::new(0),
+            key: std::array::from_fn(|_| AtomicU64::new(0)),
+            value: AtomicU64::new(0),
+        }
+    }
 }
 
 /// What [`PersistTable::bind`] did.
@@ -97,42 +162,171 @@ pub enum Bind {
     Busy,
 }
 
+/// The IPv4 templates (one-word keys) and the IPv6 ones (three words), each in a
+/// set-associative table of its own, so IPv4 slots stay 32 bytes.
 pub struct PersistTable {
-    slots: Box<[Slot]>,
-    bucket_mask: usize,
+    v4: Slots<1>,
+    v6: Slots<3>,
 }
 
 impl PersistTable {
-    /// A table for about `capacity` templates (rounded up to a power of two buckets
-    /// of [`WAYS`] slots); all memory is allocated here.
+    /// A table for about `capacity` IPv4 templates (rounded up to a power of two
+    /// buckets of [`WAYS`] slots) and an eighth as many IPv6 ones (at least 256); all
+    /// memory is allocated here.
     pub fn with_capacity(capacity: usize) -> PersistTable {
-        let buckets = Self::buckets_for(capacity);
         PersistTable {
+            v4: Slots::with_capacity(capacity),
+            v6: Slots::with_capacity(Self::capacity6_for(capacity)),
+        }
+    }
+
+    fn capacity6_for(capacity: usize) -> usize {
+        (capacity / V6_SHARE).max(V6_MIN)
+    }
+
+    /// Slots for IPv4 templates ([`PersistTable::live_in`] covers them).
+    pub fn capacity(&self) -> usize {
+        self.v4.slots.len()
+    }
+
+    /// Slots for IPv6 templates ([`PersistTable::live6_in`] covers them).
+    pub fn capacity6(&self) -> usize {
+        self.v6.slots.len()
+    }
+
+    /// The live template for `key` at `now`.
+    pub fn lookup(&self, key: TemplateKey, now: u32) -> Option<Template> {
+        self.v4.lookup(key.words(), now)
+    }
+
+    /// The live IPv6 template for `key` at `now`.
+    pub fn lookup6(&self, key: TemplateKey6, now: u32) -> Option<Template> {
+        self.v6.lookup(key.words(), now)
+    }
+
+    /// Records that `key` goes to `template.real` until `template.expires`, unless a
+    /// live template for `key` exists already (then that one's real server is
+    /// returned, unchanged: the first writer wins).
+    pub fn bind(&self, key: TemplateKey, template: Template, now: u32) -> Bind {
+        self.v4.bind(key.words(), template, now)
+    }
+
+    /// [`PersistTable::bind`] for an IPv6 template.
+    pub fn bind6(&self, key: TemplateKey6, template: Template, now: u32) -> Bind {
+        self.v6.bind(key.words(), template, now)
+    }
+
+    /// Extends `key`'s template to at least `expires` (a new connection used it, or
+    /// one it controlled ended). No-op when the template is gone or a writer holds it.
+    pub fn refresh(&self, key: TemplateKey, expires: u32, now: u32) {
+        self.v4.refresh(key.words(), expires, now)
+    }
+
+    /// [`PersistTable::refresh`] for an IPv6 template.
+    pub fn refresh6(&self, key: TemplateKey6, expires: u32, now: u32) {
+        self.v6.refresh(key.words(), expires, now)
+    }
+
+    /// Removes `key`'s template (its real server left the service).
+    pub fn remove(&self, key: TemplateKey) {
+        self.v4.remove(key.words())
+    }
+
+    /// [`PersistTable::remove`] for an IPv6 template.
+    pub fn remove6(&self, key: TemplateKey6) {
+        self.v6.remove(key.words())
+    }
+
+    /// Every live IPv4 template at `now` (a full scan: for listings).
+    pub fn live(&self, now: u32) -> impl Iterator<Item = (TemplateKey, Template)> + '_ {
+        self.live_in(0..self.capacity(), now)
+    }
+
+    /// Every live IPv6 template at `now` (a full scan: for listings).
+    pub fn live6(&self, now: u32) -> impl Iterator<Item = (TemplateKey6, Template)> + '_ {
+        self.live6_in(0..self.capacity6(), now)
+    }
+
+    /// The live IPv4 templates at `now` in slots `slots` (clamped to the table), so a
+    /// reader can cover the table a slice at a time ([`PersistTable::capacity`] slots
+    /// in all). A template moves between slots only when it is removed and bound
+    /// again, so a slice-by-slice pass sees every template that lives through it.
+    pub fn live_in(
+        &self,
+        slots: std::ops::Range<usize>,
+        now: u32,
+    ) -> impl Iterator<Item = (TemplateKey, Template)> + '_ {
+        self.v4
+            .live_in(slots, now)
+            .map(|(k, t)| (TemplateKey::from_words(k), t))
+    }
+
+    /// [`PersistTable::live_in`] for the IPv6 templates
+    /// ([`PersistTable::capacity6`] slots in all).
+    pub fn live6_in(
+        &self,
+        slots: std::ops::Range<usize>,
+        now: u32,
+    ) -> impl Iterator<Item = (TemplateKey6, Template)> + '_ {
+        self.v6
+            .live_in(slots, now)
+            .map(|(k, t)| (TemplateKey6::from_words(k), t))
+    }
+
+    /// Bytes allocated.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.v4.slots) + std::mem::size_of_val(&*self.v6.slots)
+    }
+
+    /// [`memory_bytes`](Self::memory_bytes) of `with_capacity(capacity)`.
+    pub fn bytes_for(capacity: usize) -> usize {
+        Slots::<1>::bytes_for(capacity) + Slots::<3>::bytes_for(Self::capacity6_for(capacity))
+    }
+}
+
+/// One set-associative table of templates whose keys are `N` words.
+struct Slots<const N: usize> {
+    slots: Box<[Slot<N>]>,
+    bucket_mask: usize,
+}
+
+impl<const N: usize> Slots<N> {
+    fn with_capacity(capacity: usize) -> Self {
+        let buckets = Self::buckets_for(capacity);
+        Slots {
             slots: (0..buckets * WAYS).map(|_| Slot::default()).collect(),
             bucket_mask: buckets - 1,
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
-    }
-
-    fn bucket(&self, key: TemplateKey) -> &[Slot] {
+    fn bucket(&self, key: [u64; N]) -> &[Slot<N>] {
         // Fibonacci hashing of the packed key spreads networks and services.
-        let h = key.word().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h = key
+            .iter()
+            .fold(0u64, |h, w| (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let b = (h >> 32) as usize & self.bucket_mask;
         &self.slots[b * WAYS..(b + 1) * WAYS]
     }
 
+    fn load_key(slot: &Slot<N>) -> [u64; N] {
+        std::array::from_fn(|i| slot.key[i].load(Ordering::Relaxed))
+    }
+
+    fn store_key(slot: &Slot<N>, key: [u64; N]) {
+        for (word, value) in slot.key.iter().zip(key) {
+            word.store(value, Ordering::Relaxed);
+        }
+    }
+
     /// A consistent (key, value) of `slot`, or None after a few torn reads.
-    fn read(slot: &Slot) -> Option<(u64, u64)> {
+    fn read(slot: &Slot<N>) -> Option<([u64; N], u64)> {
         for _ in 0..READ_RETRIES {
             let before = slot.seq.load(Ordering::Acquire);
             if before & 1 == 1 {
                 std::hint::spin_loop();
                 continue;
             }
-            let key = slot.key.load(Ordering::Relaxed);
+            let key = Self::load_key(slot);
             let value = slot.value.load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             if slot.seq.load(Ordering::Relaxed) == before {
@@ -146,11 +340,11 @@ impl PersistTable {
     /// (what the caller read when it chose the slot). Err(None) when a writer held it,
     /// Err(Some((key, value))) when its content changed meanwhile.
     fn write(
-        slot: &Slot,
-        expected_key: u64,
-        key: u64,
+        slot: &Slot<N>,
+        expected_key: [u64; N],
+        key: [u64; N],
         value: u64,
-    ) -> Result<(), Option<(u64, u64)>> {
+    ) -> Result<(), Option<([u64; N], u64)>> {
         let seq = slot.seq.load(Ordering::Relaxed);
         if seq & 1 == 1
             || slot
@@ -165,24 +359,20 @@ impl PersistTable {
         {
             return Err(None);
         }
-        let (current_key, current_value) = (
-            slot.key.load(Ordering::Relaxed),
-            slot.value.load(Ordering::Relaxed),
-        );
+        let (current_key, current_value) =
+            (Self::load_key(slot), slot.value.load(Ordering::Relaxed));
         if current_key != expected_key {
             slot.seq.store(seq, Ordering::Release);
             return Err(Some((current_key, current_value)));
         }
-        slot.key.store(key, Ordering::Relaxed);
+        Self::store_key(slot, key);
         slot.value.store(value, Ordering::Relaxed);
         slot.seq.store(seq.wrapping_add(2), Ordering::Release);
         Ok(())
     }
 
-    /// The live template for `key` at `now`.
-    pub fn lookup(&self, key: TemplateKey, now: u32) -> Option<Template> {
-        let word = key.word();
-        self.bucket(key)
+    fn lookup(&self, word: [u64; N], now: u32) -> Option<Template> {
+        self.bucket(word)
             .iter()
             .find_map(|slot| match Self::read(slot) {
                 Some((k, v)) if k == word => {
@@ -192,17 +382,13 @@ impl PersistTable {
             })
     }
 
-    /// Records that `key` goes to `template.real` until `template.expires`, unless a
-    /// live template for `key` exists already (then that one's real server is
-    /// returned, unchanged: the first writer wins).
-    pub fn bind(&self, key: TemplateKey, template: Template, now: u32) -> Bind {
-        let word = key.word();
-        let bucket = self.bucket(key);
+    fn bind(&self, word: [u64; N], template: Template, now: u32) -> Bind {
+        let bucket = self.bucket(word);
         // The slot to write: this key's own, else a free or expired one, else the one
         // expiring first.
         // (slot, the key it held, whether that is a live template of another key)
-        let mut target: Option<(usize, u64, bool)> = None;
-        let mut soonest: Option<(usize, u64, u32)> = None;
+        let mut target: Option<(usize, [u64; N], bool)> = None;
+        let mut soonest: Option<(usize, [u64; N], u32)> = None;
         for (i, slot) in bucket.iter().enumerate() {
             // A slot being written may be this key's: do not risk a second copy.
             let Some((k, v)) = Self::read(slot) else {
@@ -216,7 +402,7 @@ impl PersistTable {
                 target = Some((i, k, false));
                 break;
             }
-            if k == 0 || !t.is_live(now) {
+            if k[0] == 0 || !t.is_live(now) {
                 target.get_or_insert((i, k, false));
                 continue;
             }
@@ -241,11 +427,8 @@ impl PersistTable {
         }
     }
 
-    /// Extends `key`'s template to at least `expires` (a new connection used it, or
-    /// one it controlled ended). No-op when the template is gone or a writer holds it.
-    pub fn refresh(&self, key: TemplateKey, expires: u32, now: u32) {
-        let word = key.word();
-        for slot in self.bucket(key) {
+    fn refresh(&self, word: [u64; N], expires: u32, now: u32) {
+        for slot in self.bucket(word) {
             if let Some((k, v)) = Self::read(slot) {
                 let t = Template::from_word(v);
                 if k == word && t.is_live(now) {
@@ -258,48 +441,31 @@ impl PersistTable {
         }
     }
 
-    /// Removes `key`'s template (its real server left the service).
-    pub fn remove(&self, key: TemplateKey) {
-        let word = key.word();
-        for slot in self.bucket(key) {
+    fn remove(&self, word: [u64; N]) {
+        for slot in self.bucket(word) {
             if matches!(Self::read(slot), Some((k, _)) if k == word) {
-                let _ = Self::write(slot, word, 0, 0);
+                let _ = Self::write(slot, word, [0; N], 0);
                 return;
             }
         }
     }
 
-    /// Every live template at `now` (a full scan: for listings).
-    pub fn live(&self, now: u32) -> impl Iterator<Item = (TemplateKey, Template)> + '_ {
-        self.live_in(0..self.slots.len(), now)
-    }
-
-    /// The live templates at `now` in slots `slots` (clamped to the table), so a
-    /// reader can cover the table a slice at a time ([`PersistTable::capacity`] slots
-    /// in all). A template moves between slots only when it is removed and bound
-    /// again, so a slice-by-slice pass sees every template that lives through it.
-    pub fn live_in(
+    fn live_in(
         &self,
         slots: std::ops::Range<usize>,
         now: u32,
-    ) -> impl Iterator<Item = (TemplateKey, Template)> + '_ {
+    ) -> impl Iterator<Item = ([u64; N], Template)> + '_ {
         let end = slots.end.min(self.slots.len());
         let start = slots.start.min(end);
         self.slots[start..end].iter().filter_map(move |slot| {
             let (k, v) = Self::read(slot)?;
             let t = Template::from_word(v);
-            (k != 0 && t.is_live(now)).then(|| (TemplateKey::from_word(k), t))
+            (k[0] != 0 && t.is_live(now)).then_some((k, t))
         })
     }
 
-    /// Bytes allocated.
-    pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots)
-    }
-
-    /// [`memory_bytes`](Self::memory_bytes) of `with_capacity(capacity)`.
-    pub fn bytes_for(capacity: usize) -> usize {
-        Self::buckets_for(capacity) * WAYS * std::mem::size_of::<Slot>()
+    fn bytes_for(capacity: usize) -> usize {
+        Self::buckets_for(capacity) * WAYS * std::mem::size_of::<Slot<N>>()
     }
 
     fn buckets_for(capacity: usize) -> usize {
@@ -460,5 +626,69 @@ mod tests {
             let table = PersistTable::with_capacity(capacity);
             assert_eq!(PersistTable::bytes_for(capacity), table.memory_bytes());
         }
+    }
+
+    fn key6(client: &str, prefix: u8) -> TemplateKey6 {
+        TemplateKey6::new(3, client.parse().unwrap(), prefix)
+    }
+
+    #[test]
+    fn an_ipv6_key_is_the_client_cut_to_the_prefix() {
+        // Expected networks written by hand, as an operator reads them.
+        let net = |client, prefix| key6(client, prefix).network.to_string();
+        assert_eq!(net("2001:db8:1:2:3:4:5:6", 128), "2001:db8:1:2:3:4:5:6");
+        assert_eq!(net("2001:db8:1:2:3:4:5:6", 64), "2001:db8:1:2::");
+        assert_eq!(net("2001:db8:1:2:3:4:5:6", 48), "2001:db8:1::");
+        assert_eq!(net("2001:db8:1:2:3:4:5:6", 65), "2001:db8:1:2::");
+        assert_eq!(net("2001:db8:1:2:8003:4:5:6", 65), "2001:db8:1:2:8000::");
+        assert_eq!(net("ffff:db8::1", 1), "8000::");
+        assert_eq!(net("2001:db8::1", 0), "::");
+        assert_eq!(prefix_mask6(200), u128::MAX, "past 128 is 128");
+        // Two clients of one /64 share a template; of another /64 they do not.
+        assert_eq!(
+            key6("2001:db8:a:b::10", 64),
+            key6("2001:db8:a:b:ffff::20", 64)
+        );
+        assert_ne!(key6("2001:db8:a:b::10", 64), key6("2001:db8:a:c::10", 64));
+        assert_ne!(key6("2001:db8:a:b::10", 128), key6("2001:db8:a:b::11", 128));
+        // The packed words come back as they went, the service included.
+        let k = TemplateKey6::new(u32::MAX - 1, "ffff::1".parse().unwrap(), 128);
+        assert_eq!(TemplateKey6::from_words(k.words()), k);
+        assert_ne!(k.words()[0], 0, "never an empty slot's key");
+    }
+
+    #[test]
+    fn ipv6_templates_pin_expire_and_list_apart_from_ipv4_ones() {
+        let table = PersistTable::with_capacity(64);
+        assert!(table.capacity6() >= 256);
+        let a = key6("2001:db8:a:b::10", 64);
+        let b = key6("2001:db8:a:b::99", 64);
+        assert_eq!(table.bind6(a, template(7, 100), 0), Bind::Created);
+        assert_eq!(table.lookup6(b, 50), Some(template(7, 100)), "same /64");
+        assert_eq!(table.bind6(b, template(9, 100), 1), Bind::Existing(7));
+        assert_eq!(table.lookup6(key6("2001:db8:a:c::10", 64), 50), None);
+        table.refresh6(a, 300, 50);
+        assert_eq!(table.lookup6(a, 200), Some(template(7, 300)));
+        // The IPv4 table does not see it, nor the IPv6 one IPv4 templates.
+        assert_eq!(table.live(10).count(), 0);
+        table.bind(key(1), template(2, 100), 0);
+        let v6: Vec<_> = table.live6(10).collect();
+        assert_eq!(v6, [(a, template(7, 300))]);
+        let mut sliced = Vec::new();
+        for start in (0..table.capacity6()).step_by(5) {
+            sliced.extend(table.live6_in(start..start + 5, 10));
+        }
+        assert_eq!(sliced, v6);
+        assert_eq!(table.lookup6(a, 300), None, "expired at its tick");
+        table.remove6(b);
+        assert_eq!(table.lookup6(a, 10), None, "removed");
+        assert_eq!(table.lookup(key(1), 10), Some(template(2, 100)));
+    }
+
+    #[test]
+    fn slots_keep_their_size() {
+        // IPv4 slots are what they were; an IPv6 one fills a cache line.
+        assert_eq!(std::mem::size_of::<Slot<1>>(), 32);
+        assert_eq!(std::mem::size_of::<Slot<3>>(), 64);
     }
 }

@@ -49,6 +49,9 @@ pub struct Session6 {
     /// DR: no packet from the real server seen (its replies bypass Sluice), so the
     /// client's segments move the state by the input-only table, as for IPv4.
     input_only: bool,
+    /// A persistence template placed it: its end extends the template (as IPv4's
+    /// `SessionFlags::PERSISTENT`).
+    pub persistent: bool,
     /// Tick at which the table took the session in.
     pub created: u32,
     deadline: u32,
@@ -85,6 +88,7 @@ impl Session6 {
             real,
             state: TcpState::None,
             input_only: matches!(mode, ForwardMode::Dr | ForwardMode::Tun),
+            persistent: false,
             created: 0,
             deadline: 0,
             packets: 0,

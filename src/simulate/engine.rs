@@ -1103,8 +1103,8 @@ mod tests {
             churn_percent: 20.0,
             minutes: 10,
             persistence: Some(Persistence {
-                timeout_s: 300,
                 netmask: Ipv4Addr::new(255, 255, 255, 0),
+                ..Persistence::new(300)
             }),
             events: vec![Event {
                 minute: 5,

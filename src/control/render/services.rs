@@ -98,15 +98,29 @@ pub fn render_services(report: &ServicesReport, stats: bool, exact: bool) -> Str
     out
 }
 
+/// The persistence netmask as ipvsadm 1.31 shows it, when it is not the family's
+/// default: an IPv4 netmask other than 255.255.255.255, an IPv6 prefix length
+/// other than 128 (`if (se->netmask != 128)`).
+fn shown_netmask(s: &ServiceStatus) -> Option<&str> {
+    let default = if s.vip.contains(':') {
+        "128"
+    } else {
+        "255.255.255.255"
+    };
+    s.persistence_netmask.as_deref().filter(|m| *m != default)
+}
+
 /// A service's line of `-Ln` and `-L --thresholds`: protocol, address, scheduler, the
 /// scheduler flags in brackets and, as ipvsadm, "persistent 300" and, for a netmask
 /// other than /32, "mask M".
 fn service_line(s: &ServiceStatus) -> String {
+    // `printf(" mask %s", inet_ntoa(mask))` for IPv4, `printf(" mask %i",
+    // se->netmask)` for IPv6.
     let persistent = s
         .persistence_s
-        .map(|p| match s.persistence_netmask.as_deref() {
-            Some(m) if m != "255.255.255.255" => format!(" persistent {p} mask {m}"),
-            _ => format!(" persistent {p}"),
+        .map(|p| match shown_netmask(s) {
+            Some(m) => format!(" persistent {p} mask {m}"),
+            None => format!(" persistent {p}"),
         })
         .unwrap_or_default();
     // ipvsadm prints the scheduler flags in brackets after the scheduler:
@@ -167,7 +181,8 @@ pub fn render_persistent_conns(
     for s in &report.services {
         out += &service_line(s);
         for r in &s.real_servers {
-            let remote = format!("{}:{}", r.ip, r.port);
+            // `addrport_to_anyname`: `[address]:port` for IPv6.
+            let remote = crate::control::render::endpoint(&r.ip, r.port);
             // `printf("  -> %-28s %-9u %-11u %-10u %-10u\n", ...)`.
             let _ = writeln!(
                 out,
@@ -349,11 +364,7 @@ pub fn render_save(report: &ServicesReport) -> String {
         let mut line = format!("-A {service} -s {}", s.scheduler);
         if let Some(p) = s.persistence_s {
             let _ = write!(line, " -p {p}");
-            if let Some(mask) = s
-                .persistence_netmask
-                .as_deref()
-                .filter(|m| *m != "255.255.255.255")
-            {
+            if let Some(mask) = shown_netmask(s) {
                 let _ = write!(line, " -M {mask}");
             }
         }
@@ -821,6 +832,36 @@ mod tests {
             render_services(&r, false, false).lines().nth(3),
             Some("TCP  198.18.1.1:80 rr persistent 300 mask 255.255.0.0")
         );
+    }
+
+    #[test]
+    fn an_ipv6_service_shows_its_prefix_length_as_ipvsadm_1_31() {
+        // print_service_entry: `if (se->af == AF_INET6) if (se->netmask != 128)
+        // printf(" mask %i", se->netmask);` in the listing, `printf(" -M %i",
+        // se->netmask)` in the rules.
+        let mut r = report();
+        r.services[0].vip = "2001:db8::1".into();
+        r.services[0].persistence_s = Some(300);
+        r.services[0].persistence_netmask = Some("64".into());
+        assert_eq!(
+            render_services(&r, false, false).lines().nth(3),
+            Some("TCP  [2001:db8::1]:80 rr persistent 300 mask 64")
+        );
+        assert!(
+            render_save(&r)
+                .lines()
+                .any(|l| l == "-A -t [2001:db8::1]:80 -s rr -p 300 -M 64"),
+            "{}",
+            render_save(&r)
+        );
+        r.services[0].persistence_netmask = Some("128".into());
+        assert_eq!(
+            render_services(&r, false, false).lines().nth(3),
+            Some("TCP  [2001:db8::1]:80 rr persistent 300")
+        );
+        assert!(render_save(&r)
+            .lines()
+            .any(|l| l == "-A -t [2001:db8::1]:80 -s rr -p 300"));
     }
 
     #[test]

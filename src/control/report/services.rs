@@ -21,7 +21,8 @@ pub struct ServiceStatus {
     pub scheduler: String,
     /// Persistence timeout in seconds, when set (`-p`).
     pub persistence_s: Option<u32>,
-    /// Persistence netmask (`-M`), when persistence is set.
+    /// Persistence netmask (`-M`), when persistence is set: dotted for an IPv4
+    /// service, the prefix length ("64") for an IPv6 one.
     #[serde(default)]
     pub persistence_netmask: Option<String>,
     /// Scheduler flags (`-b`), comma-separated; empty when none.

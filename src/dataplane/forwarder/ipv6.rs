@@ -15,8 +15,9 @@
 //! which the IPv4 path hands over when no IPv4 session takes them, back to IPv6
 //! (`nat64_reply`). Session sync hears of each packet's session (`sync6.rs`).
 //!
-//! Not yet on this path (the service table refuses them for IPv6 services):
-//! persistence, the SYN proxy, TOA. A NAT or FullNAT reply must reach the worker
+//! Persistence templates key on the client's address cut to the service's prefix
+//! length (`place_v6`). Not yet on this path (the service table refuses them for
+//! IPv6 services): the SYN proxy, TOA. A NAT or FullNAT reply must reach the worker
 //! that owns its session: with several workers, the IPv6 replies that RSS puts on
 //! another worker's queue find no session there and are dropped
 //! (`ipv6_no_service`), so IPv6 NAT and FullNAT services need one worker for now.
@@ -145,7 +146,7 @@ impl Forwarder {
             fold_ipv6(key.dst),
             key.dport,
         );
-        let placement = self.place(index, &folded, cx.now_tsc, cx.counters)?;
+        let placement = self.place_v6(index, &folded, key.src, cx.now_tsc, cx.counters)?;
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
         // NAT64: an IPv4 real server, and the IPv4 local address and port placement
@@ -158,6 +159,7 @@ impl Forwarder {
             _ => return Err(DropReason::NoRealServer),
         };
         let mut session = Session6::new(key, rs.mode, service.id, rs.id, real_addr, rs.port);
+        session.persistent = placement.persistent();
         if let Some(local) = local4 {
             (session.local_addr, session.local_port) = (local.lip.to_ipv6_mapped(), local.port);
         } else if rs.mode == ForwardMode::FullNat {
@@ -179,9 +181,11 @@ impl Forwarder {
             &mut self.overload,
             &mut self.pools,
         );
+        let (persist, now, per_second) = (&self.persist, self.now_tick, self.ticks_per_second);
         let inserted = self
             .sessions6
             .insert(session, self.now_tick, timeout, |old| {
+                super::extend_template6(persist, &snap, old, now, per_second);
                 forget_v6(real_servers, old);
                 release_nat64_port(pools, old, now_ms);
                 super::tell_load(load_view, schedulers, overload, real_servers, old.real);
@@ -497,10 +501,14 @@ impl Forwarder {
             overload,
             now_tick,
             pools,
+            persist,
+            snapshot,
+            ticks_per_second,
             ..
         } = self;
         let real_servers = &real_servers[..];
         sessions6.sweep(*now_tick, SWEEP_BUDGET, |s| {
+            super::extend_template6(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
             forget_v6(real_servers, s);
             release_nat64_port(pools, s, now_ms);
             super::tell_load(load_view, schedulers, overload, real_servers, s.real);

@@ -12,7 +12,7 @@ use crate::forward::laddr::LocalPort;
 use crate::forward::timestamps;
 use crate::model::{DropReason, ForwardMode, Protocol};
 use crate::sched::PickContext;
-use crate::session::persist::{Bind, Template, TemplateKey};
+use crate::session::persist::{Bind, PersistTable, Template, TemplateKey, TemplateKey6};
 use crate::session::{Direction, HashedKey, InsertError, Session, SessionFlags, Transition};
 use crate::wire::tcp::TcpFlags;
 
@@ -40,6 +40,66 @@ pub(super) struct Placement {
     flags: SessionFlags,
 }
 
+impl Placement {
+    /// Whether a persistence template placed the connection (or now pins its client).
+    pub(super) fn persistent(&self) -> bool {
+        self.flags.contains(SessionFlags::PERSISTENT)
+    }
+}
+
+/// A template of either family: an IPv4 client network, or an IPv6 client's address
+/// cut to the service's prefix length.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum AnyTemplateKey {
+    V4(TemplateKey),
+    V6(TemplateKey6),
+}
+
+impl AnyTemplateKey {
+    /// The template `client` falls under for `service` persisting as `p`.
+    pub(super) fn of(
+        service: u32,
+        client: std::net::IpAddr,
+        p: &crate::model::Persistence,
+    ) -> AnyTemplateKey {
+        match client {
+            std::net::IpAddr::V4(a) => AnyTemplateKey::V4(TemplateKey {
+                service,
+                network: u32::from(a) & u32::from(p.netmask),
+            }),
+            std::net::IpAddr::V6(a) => AnyTemplateKey::V6(TemplateKey6::new(service, a, p.prefix6)),
+        }
+    }
+
+    fn lookup(self, table: &PersistTable, now: u32) -> Option<Template> {
+        match self {
+            AnyTemplateKey::V4(k) => table.lookup(k, now),
+            AnyTemplateKey::V6(k) => table.lookup6(k, now),
+        }
+    }
+
+    fn bind(self, table: &PersistTable, template: Template, now: u32) -> Bind {
+        match self {
+            AnyTemplateKey::V4(k) => table.bind(k, template, now),
+            AnyTemplateKey::V6(k) => table.bind6(k, template, now),
+        }
+    }
+
+    pub(super) fn refresh(self, table: &PersistTable, expires: u32, now: u32) {
+        match self {
+            AnyTemplateKey::V4(k) => table.refresh(k, expires, now),
+            AnyTemplateKey::V6(k) => table.refresh6(k, expires, now),
+        }
+    }
+
+    fn remove(self, table: &PersistTable) {
+        match self {
+            AnyTemplateKey::V4(k) => table.remove(k),
+            AnyTemplateKey::V6(k) => table.remove6(k),
+        }
+    }
+}
+
 impl Forwarder {
     /// Places a new connection to service `service` (a snapshot index). Persistence
     /// (`-p`): a live template of the client's network decides, as long as its real
@@ -52,6 +112,31 @@ impl Forwarder {
         &mut self,
         service: usize,
         key: &FlowKey4,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Result<Placement, DropReason> {
+        let client = std::net::IpAddr::V4(key.src_addr());
+        self.place_client(service, key, client, now_tsc, counters)
+    }
+
+    /// [`Forwarder::place`] for an IPv6 client: `key` holds its addresses folded to
+    /// 32 bits (for the schedulers), `client` its own address (for the template).
+    pub(super) fn place_v6(
+        &mut self,
+        service: usize,
+        key: &FlowKey4,
+        client: std::net::Ipv6Addr,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Result<Placement, DropReason> {
+        self.place_client(service, key, client.into(), now_tsc, counters)
+    }
+
+    fn place_client(
+        &mut self,
+        service: usize,
+        key: &FlowKey4,
+        client: std::net::IpAddr,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
@@ -90,24 +175,21 @@ impl Forwarder {
         let now = self.now_tick;
         let template = match (&service.persistence, &self.persist) {
             (Some(p), Some(table)) => Some((
-                table,
-                TemplateKey {
-                    service: service.id,
-                    network: u32::from(key.src_addr()) & u32::from(p.netmask),
-                },
+                &**table,
+                AnyTemplateKey::of(service.id, client, p),
                 now.wrapping_add(p.timeout_s.saturating_mul(self.ticks_per_second).max(1)),
             )),
             _ => None,
         };
         let position = |real: u32| service.real_servers.iter().position(|r| r.id == real);
         let followed = template.and_then(|(table, k, _)| {
-            let t = table.lookup(k, now)?;
+            let t = k.lookup(table, now)?;
             let found = position(t.real).filter(|_| !service.sorry_switched(t.real));
             if found.is_none() {
                 // Its real server left the service: the template goes, as in IPVS.
                 // So does one on the wrong side of the sorry server's switch, as
                 // keepalived removing the sorry server (or adding it) expires them.
-                table.remove(k);
+                k.remove(table);
             }
             found
         });
@@ -132,7 +214,7 @@ impl Forwarder {
                 };
                 if let Some((table, k, expires)) = template {
                     let real = service.real_servers[pick].id;
-                    match table.bind(k, Template { real, expires }, now) {
+                    match k.bind(table, Template { real, expires }, now) {
                         Bind::Created => {}
                         Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
                         Bind::Busy => counters.event(Event::PersistBusy),
@@ -149,7 +231,7 @@ impl Forwarder {
             }
         };
         if let (Some(_), Some((table, k, expires))) = (followed, template) {
-            table.refresh(k, expires, now);
+            k.refresh(table, expires, now);
         }
         let rs = &service.real_servers[pick];
         let mut flags = SessionFlags::empty();

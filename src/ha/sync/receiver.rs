@@ -717,8 +717,8 @@ mod tests {
         );
         let mut persistent = service.clone();
         persistent.persistence = Some(crate::model::Persistence {
-            timeout_s: 300,
             netmask: Ipv4Addr::new(255, 255, 255, 0),
+            ..crate::model::Persistence::new(300)
         });
         let (t, was) = check_record(&template, &persistent, &timeouts).unwrap();
         assert_eq!((t.timeout_ms, was), (300_000, true));

@@ -49,7 +49,7 @@ impl<'a> ServicesById<'a> {
             .real_servers
             .iter()
             .find(|r| r.id == template.real)?;
-        // Persistence is IPv4 only (the table refuses it on IPv6 services).
+        // IPv4 templates only: IPv6 ones have no record kind yet (docs/SYNC.md).
         let (std::net::IpAddr::V4(vip), std::net::IpAddr::V4(rip)) = (service.key.vip, rs.ip)
         else {
             return None;
@@ -102,7 +102,7 @@ pub fn identify(
     {
         return Err(Skip::OtherNetmask);
     }
-    // Templates are IPv4 (persistence is refused on IPv6 services).
+    // Template records are IPv4: IPv6 templates have no record kind yet.
     let std::net::IpAddr::V4(network) = record.client.ip() else {
         return Err(Skip::NotPersistent);
     };
@@ -330,8 +330,8 @@ mod tests {
                 .unwrap();
         }
         let persistence = Persistence {
-            timeout_s: 300,
             netmask,
+            ..Persistence::new(300)
         };
         table
             .add_service(service_key(), SchedulerKind::Rr, Some(persistence))
@@ -464,8 +464,8 @@ mod tests {
                 service_key(),
                 SchedulerKind::Rr,
                 Some(Persistence {
-                    timeout_s: 300,
                     netmask: Ipv4Addr::new(255, 255, 0, 0),
+                    ..Persistence::new(300)
                 }),
             )
             .unwrap();
