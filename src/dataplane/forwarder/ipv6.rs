@@ -15,11 +15,13 @@
 //! which the IPv4 path hands over when no IPv4 session takes them, back to IPv6
 //! (`nat64_reply`). Session sync hears of each packet's session (`sync6.rs`).
 //!
+//! With several workers, as for IPv4: FullNAT takes local ports whose reply tuple
+//! the RSS view gives to the choosing worker, and a NAT real server's reply another
+//! worker owns is redirected to it once (`reply_owner_v6`); where the device does
+//! not hash IPv6 as the view says, packets are steered to the view's owner.
+//!
 //! Not yet on this path (the service table refuses them for IPv6 services):
-//! persistence, the SYN proxy, TOA. A NAT or FullNAT reply must reach the worker
-//! that owns its session: with several workers, the IPv6 replies that RSS puts on
-//! another worker's queue find no session there and are dropped
-//! (`ipv6_no_service`), so IPv6 NAT and FullNAT services need one worker for now.
+//! persistence, the SYN proxy, TOA.
 use super::observe::account;
 use super::{Action, Context, Forwarder};
 use crate::dataplane::counters::bump;
@@ -43,6 +45,11 @@ pub(super) const SWEEP_BUDGET: usize = 64;
 /// Local address and port pairs a new IPv6 FullNAT connection tries before it is
 /// refused: enough to step over the pairs still in use after a wrap of the range.
 const LOCAL_PORT_TRIES: usize = 16;
+/// Pairs looked at for those tries, most of them hashing to other workers (with n
+/// workers, n - 1 in n do): a bound on the work a SYN can cost.
+const LOCAL_PORT_CANDIDATES: usize = 1024;
+/// Local addresses whose share of the reply hash is computed once per choice.
+const CACHED_BASES: usize = 8;
 
 impl Forwarder {
     /// A TCP segment or UDP datagram in an IPv6 packet addressed to our MAC. `None`
@@ -87,7 +94,11 @@ impl Forwarder {
                     if self.is_probe_answer_v6(&key) {
                         return Some(Action::Punt);
                     }
-                    return None;
+                    return self.reply_owner_v6(&key, cx.port.redirected);
+                }
+                if let Some(owner) = self.rss.steer_to6(&key, cx.port.redirected) {
+                    // Steered: the connection opens, or lives, on the view's owner.
+                    return Some(Action::Redirect(owner));
                 }
                 match self.open_v6(&key, flags, pkt, cx) {
                     Ok(id) => (id, Direction::Inbound),
@@ -205,13 +216,50 @@ impl Forwarder {
         Ok(id)
     }
 
+    /// A packet of no session of this worker and to no IPv6 VIP: when it is a reply
+    /// another worker owns, that worker. A reply to a FullNAT local address is the
+    /// view's owner's (its port was chosen so), which only steering needs; a NAT real
+    /// server's reply belongs to the worker its request tuple (client -> VIP, the VIP
+    /// from the snapshot) hashes to, as [`super::miss::nat_reply_owner`] finds it for
+    /// IPv4. Never for a packet redirected once already.
+    fn reply_owner_v6(&self, key: &FlowKey6, redirected: bool) -> Option<Action> {
+        if redirected {
+            return None;
+        }
+        let snap = self.snapshot.current();
+        if snap.is_local_address6(key.dst) {
+            return self.rss.steer_to6(key, redirected).map(Action::Redirect);
+        }
+        let &(std::net::IpAddr::V6(vip), vport) = snap
+            .nat_reply_services(key.proto, key.src, key.sport)
+            .first()?
+        else {
+            return None;
+        };
+        let request = FlowKey6 {
+            src: key.dst,
+            dst: vip,
+            sport: key.dport,
+            dport: vport,
+            proto: key.proto,
+        };
+        let owner = self.rss.owner_of6(&request);
+        (owner != self.rss.queue).then_some(Action::Redirect(owner))
+    }
+
     /// FullNAT: a local address of `service` and a port of the worker's range that no
-    /// live session uses towards `real:rport`. A cursor walks every address and port
-    /// in turn (the addresses alternating), so a pair is reused as late as the range
-    /// allows, as the IPv4 pools reuse theirs first in, first out; the session table
-    /// itself says which are taken, so there are no books to keep. At most
-    /// `LOCAL_PORT_TRIES` pairs are tried (`LaddrExhausted` then, as when the service
-    /// has no IPv6 local address).
+    /// live session uses towards `real:rport`, and whose reply tuple (real server ->
+    /// local address and port) the RSS view gives to this worker, so that the reply
+    /// lands here and no two workers pick the same pair (each takes the ports that
+    /// hash to itself). A cursor walks every address and port in turn (the addresses
+    /// alternating), so a pair is reused as late as the range allows, as the IPv4
+    /// pools reuse theirs first in, first out; the session table itself says which
+    /// are taken, so there are no books to keep. The Toeplitz hash being linear, the
+    /// port's share of it is two table loads on top of the address part, computed
+    /// once per address (as `forward::laddr` splits it for IPv4). At most
+    /// `LOCAL_PORT_TRIES` pairs of this worker are tried, among at most
+    /// `LOCAL_PORT_CANDIDATES` (`LaddrExhausted` then, as when the service has no
+    /// IPv6 local address).
     fn local_port_v6(
         &mut self,
         service: &crate::model::Service,
@@ -226,13 +274,32 @@ impl Forwarder {
             return Err(DropReason::LaddrExhausted);
         }
         let span = u64::from(last - first) + 1;
-        for _ in 0..LOCAL_PORT_TRIES {
+        let rss = &self.rss;
+        // The reply tuple's hash without its destination port, per local address
+        // (the first few kept; a service rarely has more).
+        let base = |lip: Ipv6Addr| rss.toeplitz.hash_tuple6(rss.fields6, real, lip, rport, 0);
+        let mut bases = [0u32; CACHED_BASES];
+        for (slot, lip) in bases.iter_mut().zip(lips.clone()) {
+            *slot = base(lip);
+        }
+        let mut tries = 0;
+        for _ in 0..LOCAL_PORT_CANDIDATES {
             let at = self.laddr6_cursor;
             self.laddr6_cursor = at.wrapping_add(1);
-            let Some(lip) = lips.clone().nth((at % count) as usize) else {
+            let index = (at % count) as usize;
+            let Some(lip) = lips.clone().nth(index) else {
                 break;
             };
             let port = first + ((at / count) % span) as u16;
+            let mut hash = bases.get(index).copied().unwrap_or_else(|| base(lip));
+            if rss.fields6 == crate::flow::rss::HashFields::L3L4 {
+                let [hi, lo] = port.to_be_bytes();
+                let share = |at, byte| rss.toeplitz.byte_contribution(at, byte).unwrap_or(0);
+                hash ^= share(34, hi) ^ share(35, lo);
+            }
+            if rss.reta.queue(hash) != rss.queue {
+                continue;
+            }
             let reply = FlowKey6 {
                 src: real,
                 dst: lip,
@@ -242,6 +309,10 @@ impl Forwarder {
             };
             if self.sessions6.lookup(&reply, self.now_tick).is_none() {
                 return Ok((lip, port));
+            }
+            tries += 1;
+            if tries == LOCAL_PORT_TRIES {
+                break;
             }
         }
         Err(DropReason::LaddrExhausted)
@@ -454,6 +525,17 @@ impl Forwarder {
     /// it to address the health probes the management core hands it).
     pub fn neighbour6(&self, ip: Ipv6Addr) -> Option<MacAddr> {
         self.neighbours6.lookup(ip)
+    }
+
+    /// An IPv6 neighbour another worker learned (`dataplane::mesh`); not shared again.
+    pub fn learn_shared_neighbour6(&mut self, ip: Ipv6Addr, mac: MacAddr, now_tsc: u64) {
+        self.neighbours6.learn_shared(ip, mac, now_tsc);
+    }
+
+    /// Calls `each` for the IPv6 neighbours learned or changed since the last call,
+    /// for the other workers; returns how many changes did not fit in between.
+    pub fn take_neighbour6_changes(&mut self, each: impl FnMut(Ipv6Addr, MacAddr)) -> usize {
+        self.neighbours6.take_changes(each)
     }
 
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real

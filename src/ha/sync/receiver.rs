@@ -597,8 +597,10 @@ mod tests {
                         toeplitz: toeplitz.clone(),
                         reta: reta.clone(),
                         fields: HashFields::L3L4,
+                        fields6: HashFields::L3L4,
                         queue,
                         steer: false,
+                        steer6: false,
                     };
                     let redirect = nat_reply_owner(&snap, &rss, &reply, false);
                     let expected = (owner.queue != queue).then_some(owner.queue);
