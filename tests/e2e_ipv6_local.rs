@@ -231,7 +231,14 @@ pub(crate) fn ipv6_lab(lab: &AppLab) {
 
 /// `[[services]]` TOML for `proto` on the IPv6 VIP's `port`, to every real server of
 /// `lab` on `rport` in `mode`, with `extra` lines for the service.
-pub(crate) fn service6(lab: &AppLab, proto: &str, port: u16, rport: u16, mode: &str, extra: &str) -> String {
+pub(crate) fn service6(
+    lab: &AppLab,
+    proto: &str,
+    port: u16,
+    rport: u16,
+    mode: &str,
+    extra: &str,
+) -> String {
     let servers: String = (1..=lab.bed.rs_count())
         .map(|i| {
             format!(
@@ -498,7 +505,7 @@ fn curl_and_udp_over_ipv6_through_fullnat() {
 }
 
 /// NAT64's IPv4 local address, on the real servers' (IPv4) link.
-const LIP4: &str = "198.18.0.50";
+pub(crate) const LIP4: &str = "198.18.0.50";
 
 #[test]
 fn nat64_an_ipv6_client_downloads_1_mb_from_ipv4_only_real_servers() {

@@ -65,7 +65,9 @@ fn compare(key_bytes: [u8; 40], seed: u64) {
 /// An IPv6 address as `rte_thash_load_v6_addrs` loads it: four host-order words.
 fn v6_words(a: Ipv6Addr) -> [u32; 4] {
     let o = a.octets();
-    core::array::from_fn(|i| u32::from_be_bytes([o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]]))
+    core::array::from_fn(|i| {
+        u32::from_be_bytes([o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]])
+    })
 }
 
 fn compare_v6(key_bytes: [u8; 40], seed: u64) {

@@ -241,8 +241,7 @@ impl RssView {
     /// The worker (queue) the view gives this IPv6 tuple to.
     #[inline]
     pub(crate) fn owner_of6(&self, key: &FlowKey6) -> u16 {
-        self.reta
-            .queue(self.toeplitz.hash_key6(self.fields6, key))
+        self.reta.queue(self.toeplitz.hash_key6(self.fields6, key))
     }
 
     /// As [`RssView::steer_to`] for an IPv6 packet.

@@ -636,3 +636,128 @@ pub(super) fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
         RealServerCounters::gauge_add(&c.inactive, -1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ForwarderConfig, RssView};
+    use super::*;
+    use crate::model::{RealServerSpec, SchedulerKind};
+    use crate::service::{ServiceTable, Snapshot, SnapshotPublisher};
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    const VIP: &str = "2001:db8:18::100";
+    const REAL: &str = "2001:db8:1a::11";
+    const LIPS: [&str; 2] = ["2001:db8:1a::50", "2001:db8:1a::51"];
+
+    /// Worker `queue` of two behind the default key and a round-robin RETA, with one
+    /// IPv6 FullNAT service over two local addresses and the publisher it follows.
+    fn worker(queue: u16) -> (SnapshotPublisher, Forwarder) {
+        let mut table = ServiceTable::new();
+        let key = ServiceKey::new(Protocol::Tcp, VIP.parse::<Ipv6Addr>().unwrap(), 80);
+        table.add_service(key, SchedulerKind::Rr, None).unwrap();
+        let real: Ipv6Addr = REAL.parse().unwrap();
+        table
+            .add_server(
+                key,
+                RealServerSpec::new(real, 8080, 1, ForwardMode::FullNat),
+            )
+            .unwrap();
+        for lip in LIPS {
+            table
+                .add_laddr(key, lip.parse::<Ipv6Addr>().unwrap().into())
+                .unwrap();
+        }
+        let nat = ServiceKey::new(Protocol::Tcp, VIP.parse::<Ipv6Addr>().unwrap(), 81);
+        table.add_service(nat, SchedulerKind::Rr, None).unwrap();
+        table
+            .add_server(nat, RealServerSpec::new(real, 9090, 1, ForwardMode::Nat))
+            .unwrap();
+        let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        let config = ForwarderConfig::new(
+            1024,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(crate::dataplane::realserver_stats::new_table()),
+            RssView::default_spread(2, queue),
+        );
+        (publisher, Forwarder::new(config))
+    }
+
+    #[test]
+    fn fullnat_local_ports_are_those_whose_reply_hashes_to_the_choosing_worker() {
+        let real: Ipv6Addr = REAL.parse().unwrap();
+        let mut chosen: [HashSet<(Ipv6Addr, u16)>; 2] = Default::default();
+        for queue in 0..2u16 {
+            let (_publisher, mut f) = worker(queue);
+            let service = f.snapshot.current_arc().services()[0].clone();
+            for _ in 0..2000 {
+                let (lip, port) = f
+                    .local_port_v6(&service, real, 8080, Protocol::Tcp)
+                    .unwrap();
+                // The whole tuple hashed afresh (not the split the choice uses).
+                let hash = f.rss.toeplitz.hash_ipv6_ports(real, lip, 8080, port);
+                assert_eq!(f.rss.reta.queue(hash), queue, "[{lip}]:{port}");
+                assert!(chosen[usize::from(queue)].insert((lip, port)));
+            }
+            // Both addresses used, about half of the pairs walked kept.
+            let lips: HashSet<_> = chosen[usize::from(queue)].iter().map(|p| p.0).collect();
+            assert_eq!(lips.len(), 2);
+            assert!(f.laddr6_cursor < 6000, "{} pairs walked", f.laddr6_cursor);
+        }
+        assert!(
+            chosen[0].is_disjoint(&chosen[1]),
+            "two workers never take the same pair towards one real server"
+        );
+    }
+
+    #[test]
+    fn a_nat_reply_goes_to_the_worker_of_its_request_tuple_once() {
+        let (real, vip): (Ipv6Addr, Ipv6Addr) = (REAL.parse().unwrap(), VIP.parse().unwrap());
+        let mut seen = [0usize; 2];
+        for queue in 0..2u16 {
+            let (_publisher, f) = worker(queue);
+            for n in 0..200u16 {
+                let client =
+                    Ipv6Addr::from(0x2001_0db8_0018_0000_0000_0000_0000_1000 + u128::from(n));
+                let reply = FlowKey6 {
+                    src: real,
+                    dst: client,
+                    sport: 9090,
+                    dport: 40000 + n,
+                    proto: Protocol::Tcp,
+                };
+                let request = f.rss.toeplitz.hash_ipv6_ports(client, vip, 40000 + n, 81);
+                let owner = f.rss.reta.queue(request);
+                let expected = (owner != queue).then_some(Action::Redirect(owner));
+                assert_eq!(f.reply_owner_v6(&reply, false), expected, "{client}");
+                assert_eq!(f.reply_owner_v6(&reply, true), None, "never twice");
+                seen[usize::from(owner)] += 1;
+                // Not a NAT real server's port: no one's reply.
+                let stray = FlowKey6 {
+                    sport: 9091,
+                    ..reply
+                };
+                assert_eq!(f.reply_owner_v6(&stray, false), None);
+            }
+        }
+        assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
+    }
+
+    #[test]
+    fn a_worker_that_no_reply_can_reach_refuses_rather_than_searching_on() {
+        let real: Ipv6Addr = REAL.parse().unwrap();
+        let (_publisher, mut f) = worker(1);
+        // Every hash on queue 0: no pair is this worker's.
+        f.rss.reta = crate::flow::rss::Reta::from_entries(vec![0; 128]).unwrap();
+        let service = f.snapshot.current_arc().services()[0].clone();
+        assert_eq!(
+            f.local_port_v6(&service, real, 8080, Protocol::Tcp),
+            Err(DropReason::LaddrExhausted)
+        );
+        assert_eq!(f.laddr6_cursor, LOCAL_PORT_CANDIDATES as u64);
+    }
+}
