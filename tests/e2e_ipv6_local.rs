@@ -11,7 +11,7 @@ use crate::common::*;
 use std::time::Duration;
 
 const APPLIANCE_IP6: &str = "2001:db8:18::1";
-const CLIENT_IP6: &str = "2001:db8:18::2";
+pub(crate) const CLIENT_IP6: &str = "2001:db8:18::2";
 /// On the appliance's /64, but no one's.
 const NOBODY_IP6: &str = "2001:db8:18::99";
 
@@ -184,11 +184,11 @@ fn client_kernel_resolves_and_pings_the_appliance_over_ipv6() {
 
 /// The IPv6 VIP, on the client's link: the client's kernel resolves it through
 /// Neighbor Discovery, which Sluice answers for its VIPs.
-const VIP6: &str = "2001:db8:18::100";
+pub(crate) const VIP6: &str = "2001:db8:18::100";
 /// The appliance's address on the real servers' link, their default gateway.
 const GATEWAY6: &str = "2001:db8:1a::1";
 
-fn rs_ip6(i: u32) -> String {
+pub(crate) fn rs_ip6(i: u32) -> String {
     format!("2001:db8:1a::{}", 10 + i)
 }
 
@@ -197,7 +197,7 @@ fn rs_ip6(i: u32) -> String {
 /// TUN: the server holds the VIP on lo (Linux answers Neighbor Discovery only for
 /// addresses of the interface asked), and its replies, from the VIP, reach the
 /// client's link directly (a table of their own).
-fn ipv6_lab(lab: &AppLab) {
+pub(crate) fn ipv6_lab(lab: &AppLab) {
     let ten = Duration::from_secs(10);
     let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
     lab.bed
@@ -231,7 +231,14 @@ fn ipv6_lab(lab: &AppLab) {
 
 /// `[[services]]` TOML for `proto` on the IPv6 VIP's `port`, to every real server of
 /// `lab` on `rport` in `mode`, with `extra` lines for the service.
-fn service6(lab: &AppLab, proto: &str, port: u16, rport: u16, mode: &str, extra: &str) -> String {
+pub(crate) fn service6(
+    lab: &AppLab,
+    proto: &str,
+    port: u16,
+    rport: u16,
+    mode: &str,
+    extra: &str,
+) -> String {
     let servers: String = (1..=lab.bed.rs_count())
         .map(|i| {
             format!(
@@ -247,7 +254,7 @@ fn service6(lab: &AppLab, proto: &str, port: u16, rport: u16, mode: &str, extra:
 
 /// The addresses of the appliance's port in the IPv6 labs: IPv4, the client's link,
 /// the real servers' link.
-fn appliance6(lab: &AppLab) -> [String; 3] {
+pub(crate) fn appliance6(lab: &AppLab) -> [String; 3] {
     [
         format!("{}/24", lab.bed.appliance_ip()),
         format!("{APPLIANCE_IP6}/64"),
@@ -452,7 +459,7 @@ fn curl_over_ipv6_through_a_tun_service_with_packet_too_big() {
 }
 
 /// An IPv6 FullNAT local address, on the real servers' link.
-const LIP6: &str = "2001:db8:1a::50";
+pub(crate) const LIP6: &str = "2001:db8:1a::50";
 
 #[test]
 fn curl_and_udp_over_ipv6_through_fullnat() {
@@ -498,7 +505,7 @@ fn curl_and_udp_over_ipv6_through_fullnat() {
 }
 
 /// NAT64's IPv4 local address, on the real servers' (IPv4) link.
-const LIP4: &str = "198.18.0.50";
+pub(crate) const LIP4: &str = "198.18.0.50";
 
 #[test]
 fn nat64_an_ipv6_client_downloads_1_mb_from_ipv4_only_real_servers() {

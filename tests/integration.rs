@@ -29,6 +29,7 @@ mod e2e_fullnat_reuse;
 mod e2e_health;
 mod e2e_hot_change;
 mod e2e_ipv6_local;
+mod e2e_ipv6_multi_worker;
 mod e2e_multi_worker;
 mod e2e_netns;
 mod e2e_schedulers;

@@ -850,8 +850,10 @@ fn rss_view(app: &Appliance, queue: u16) -> RssView {
         toeplitz: view.toeplitz.clone(),
         reta: view.reta.clone(),
         fields: view.fields,
+        fields6: view.view_fields6(),
         queue,
         steer: view.ownership.steers(),
+        steer6: view.steers6(),
     }
 }
 
@@ -890,6 +892,13 @@ fn decide_queue_view(cfg: &Config, ports: &mut [PortEntry]) -> Result<QueueView,
             ),
             o => log::info!("port {}: packet ownership: {o}", pc.name),
         }
+        if view.steers6() && !view.ownership.steers() && view.ownership != Ownership::Single {
+            log::info!(
+                "port {}: IPv6 TCP/UDP not hashed as Sluice can model: IPv6 packets are \
+                 steered to their owner worker in software",
+                pc.name
+            );
+        }
         entry.ownership = view.ownership.clone();
         shared = Some(match shared {
             None => view,
@@ -927,6 +936,7 @@ fn same_hash(a: &QueueView, b: &QueueView) -> bool {
         && a.toeplitz.key() == b.toeplitz.key()
         && a.reta == b.reta
         && a.fields == b.fields
+        && a.fields6 == b.fields6
 }
 
 fn join_workers(cfg: &Config) {

@@ -35,7 +35,7 @@ use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
 use crate::flow::parse::{classify, peek_key, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
-use crate::flow::FlowKey4;
+use crate::flow::{FlowKey4, FlowKey6};
 use crate::forward::laddr::PortPool;
 use crate::forward::timestamps;
 use crate::model::DropReason;
@@ -210,11 +210,15 @@ pub struct RssView {
     pub toeplitz: Toeplitz,
     pub reta: Reta,
     pub fields: HashFields,
+    /// The fields IPv6 TCP/UDP tuples are hashed with.
+    pub fields6: HashFields,
     /// This worker's RX queue.
     pub queue: u16,
     /// The device does not hash as this view says (`Ownership::Steered`): a packet
     /// that misses this worker's table goes to the worker the view gives it to.
     pub steer: bool,
+    /// The same for IPv6 packets (also when only IPv6 is not hashed as modelled).
+    pub steer6: bool,
 }
 
 impl RssView {
@@ -227,9 +231,27 @@ impl RssView {
                 .expect("the default key is 40 bytes"),
             reta: Reta::new_round_robin(128, queues).expect("1 to 128 queues"),
             fields: HashFields::L3L4,
+            fields6: HashFields::L3L4,
             queue,
             steer: false,
+            steer6: false,
         }
+    }
+
+    /// The worker (queue) the view gives this IPv6 tuple to.
+    #[inline]
+    pub(crate) fn owner_of6(&self, key: &FlowKey6) -> u16 {
+        self.reta.queue(self.toeplitz.hash_key6(self.fields6, key))
+    }
+
+    /// As [`RssView::steer_to`] for an IPv6 packet.
+    #[inline]
+    fn steer_to6(&self, key: &FlowKey6, redirected: bool) -> Option<u16> {
+        if !self.steer6 || redirected {
+            return None;
+        }
+        let owner = self.owner_of6(key);
+        (owner != self.queue).then_some(owner)
     }
 
     /// The worker (queue) the view gives this tuple to.

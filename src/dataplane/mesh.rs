@@ -4,7 +4,10 @@
 //! - a packet ring (DPDK `rte_ring`, any producer, one consumer) for NAT replies the
 //!   NIC's hash delivered to a worker that does not own their session;
 //! - a neighbour queue for ARP entries another worker learned (a NIC delivers ARP to
-//!   one queue, so without it only that worker would know the real servers' MACs).
+//!   one queue, so without it only that worker would know the real servers' MACs),
+//!   and one for IPv6 neighbours (a Neighbor Advertisement lands on the queue RSS
+//!   picks, maybe not the soliciting worker's, and worker 0 addresses the health
+//!   probes from its own table).
 //!
 //! And two rings link the workers with the management core: frames it originates
 //! (health probes, VRRP advertisements, gratuitous ARP, sync datagrams over a DPDK
@@ -19,7 +22,7 @@
 use crate::dpdk::{DpdkError, PacketRing, RingConsumer, RingProducer, SharedProducer};
 use crate::wire::MacAddr;
 use crossbeam::queue::ArrayQueue;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Packets a worker's redirect ring holds (power of two; the ring keeps one free).
 pub const REDIRECT_RING_SIZE: u32 = 2048;
@@ -72,7 +75,8 @@ impl Injected {
 pub struct Mesh {
     /// Each worker's inbox, by worker id.
     redirect: Vec<SharedProducer>,
-    neighbours: NeighbourInboxes,
+    neighbours: NeighbourInboxes<Ipv4Addr>,
+    neighbours6: NeighbourInboxes<Ipv6Addr>,
     /// Frames for the management core.
     punt: SharedProducer,
     management_ring_size: u32,
@@ -116,6 +120,7 @@ impl Mesh {
             Mesh {
                 redirect,
                 neighbours: NeighbourInboxes::new(workers, NEIGHBOUR_INBOX),
+                neighbours6: NeighbourInboxes::new(workers, NEIGHBOUR_INBOX),
                 installs: (0..workers)
                     .map(|_| ArrayQueue::new(INSTALL_INBOX))
                     .collect(),
@@ -183,17 +188,28 @@ impl Mesh {
     pub fn take_neighbours(&self, w: usize, each: impl FnMut(Ipv4Addr, MacAddr)) {
         self.neighbours.take(w, each)
     }
+
+    /// Offers a learned IPv6 neighbour to every worker but `from`; returns how many
+    /// inboxes were full.
+    pub fn share_neighbour6(&self, from: usize, ip: Ipv6Addr, mac: MacAddr) -> usize {
+        self.neighbours6.share(from, ip, mac)
+    }
+
+    /// Takes the IPv6 neighbour updates waiting for worker `w`.
+    pub fn take_neighbours6(&self, w: usize, each: impl FnMut(Ipv6Addr, MacAddr)) {
+        self.neighbours6.take(w, each)
+    }
 }
 
 /// One bounded queue of neighbour updates per worker.
-struct NeighbourInboxes(Vec<ArrayQueue<(Ipv4Addr, MacAddr)>>);
+struct NeighbourInboxes<A>(Vec<ArrayQueue<(A, MacAddr)>>);
 
-impl NeighbourInboxes {
+impl<A: Copy> NeighbourInboxes<A> {
     fn new(workers: usize, capacity: usize) -> Self {
         NeighbourInboxes((0..workers).map(|_| ArrayQueue::new(capacity)).collect())
     }
 
-    fn share(&self, from: usize, ip: Ipv4Addr, mac: MacAddr) -> usize {
+    fn share(&self, from: usize, ip: A, mac: MacAddr) -> usize {
         self.0
             .iter()
             .enumerate()
@@ -201,7 +217,7 @@ impl NeighbourInboxes {
             .count()
     }
 
-    fn take(&self, w: usize, mut each: impl FnMut(Ipv4Addr, MacAddr)) {
+    fn take(&self, w: usize, mut each: impl FnMut(A, MacAddr)) {
         if let Some(q) = self.0.get(w) {
             while let Some((ip, mac)) = q.pop() {
                 each(ip, mac);

@@ -138,6 +138,10 @@ impl Worker {
             self.links.mesh.take_neighbours(me, |ip, mac| {
                 neighbours.learn_shared(ip, mac, start);
             });
+            let forwarder = &mut self.forwarder;
+            self.links.mesh.take_neighbours6(me, |ip, mac| {
+                forwarder.learn_shared_neighbour6(ip, mac, start);
+            });
             let (forwarder, counters) = (&mut self.forwarder, &self.counters);
             self.links
                 .mesh
@@ -360,6 +364,12 @@ impl Worker {
         let lost = self.neighbours.take_changes(|ip, mac| {
             counters.event(Event::NeighbourShared);
             let full = mesh.share_neighbour(me, ip, mac);
+            counters.event_n(Event::NeighbourShareLost, full as u64);
+        });
+        counters.event_n(Event::NeighbourShareLost, lost as u64);
+        let lost = self.forwarder.take_neighbour6_changes(|ip, mac| {
+            counters.event(Event::NeighbourShared);
+            let full = mesh.share_neighbour6(me, ip, mac);
             counters.event_n(Event::NeighbourShareLost, full as u64);
         });
         counters.event_n(Event::NeighbourShareLost, lost as u64);

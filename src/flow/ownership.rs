@@ -36,6 +36,9 @@ pub mod flow_type {
     pub const NONFRAG_IPV4_TCP: u64 = 1 << 4;
     pub const NONFRAG_IPV4_UDP: u64 = 1 << 5;
     pub const NONFRAG_IPV4_OTHER: u64 = 1 << 7;
+    pub const IPV6: u64 = 1 << 8;
+    pub const NONFRAG_IPV6_TCP: u64 = 1 << 10;
+    pub const NONFRAG_IPV6_UDP: u64 = 1 << 11;
     pub const L3_SRC_ONLY: u64 = 1 << 63;
     pub const L3_DST_ONLY: u64 = 1 << 62;
     pub const L4_SRC_ONLY: u64 = 1 << 61;
@@ -159,7 +162,24 @@ pub struct QueueView {
     pub toeplitz: Toeplitz,
     pub reta: Reta,
     pub fields: HashFields,
+    /// The fields IPv6 TCP and UDP are hashed with, when the device hashes them as
+    /// this view can model; `None`: the workers steer IPv6 packets to the view's owner
+    /// (over [`HashFields::L3L4`]) in software, whatever `ownership` says of IPv4.
+    pub fields6: Option<HashFields>,
     pub ownership: Ownership,
+}
+
+impl QueueView {
+    /// The fields the view hashes IPv6 tuples with: the device's, or the whole tuple
+    /// when IPv6 is steered.
+    pub fn view_fields6(&self) -> HashFields {
+        self.fields6.unwrap_or(HashFields::L3L4)
+    }
+
+    /// Whether the workers must steer IPv6 packets to the view's owner themselves.
+    pub fn steers6(&self) -> bool {
+        self.ownership.steers() || (self.ownership != Ownership::Single && self.fields6.is_none())
+    }
 }
 
 /// The view for `queues` workers of a port whose device reported `device`, configured
@@ -173,10 +193,14 @@ pub fn decide(
 ) -> Result<QueueView, RssError> {
     let fallback_key = configured_key.unwrap_or(&DEFAULT_RSS_KEY);
     let fallback = |ownership: Ownership| -> Result<QueueView, RssError> {
+        // One worker owns everything; the loopback peer puts IPv6 on queue 0 (it
+        // hashes IPv4 only) and a steered device is steered for IPv6 too.
+        let fields6 = (ownership == Ownership::Single).then_some(HashFields::L3L4);
         Ok(QueueView {
             toeplitz: Toeplitz::new(fallback_key)?,
             reta: Reta::new_round_robin(128, queues.max(1))?,
             fields: HashFields::L3L4,
+            fields6,
             ownership,
         })
     };
@@ -216,8 +240,24 @@ pub fn decide(
         toeplitz,
         reta,
         fields,
+        fields6: model_fields6(device.hash_fields),
         ownership: Ownership::Device,
     })
+}
+
+/// The whole-tuple fields the device hashes IPv6 TCP and UDP with, as for IPv4
+/// ([`model_fields`]): the same Toeplitz over 32 address bytes, then the ports.
+fn model_fields6(hf: u64) -> Option<HashFields> {
+    use flow_type::*;
+    if hf & FIELD_SELECTORS != 0 {
+        return None;
+    }
+    let (tcp, udp) = (hf & NONFRAG_IPV6_TCP != 0, hf & NONFRAG_IPV6_UDP != 0);
+    match (tcp, udp) {
+        (true, true) => Some(HashFields::L3L4),
+        (false, false) if hf & IPV6 != 0 => Some(HashFields::L3),
+        _ => None,
+    }
 }
 
 /// The whole-tuple fields the device hashes IPv4 TCP and UDP with, when one
@@ -246,7 +286,12 @@ mod tests {
         DeviceRss {
             offloads: IPV4 | FRAG_IPV4 | NONFRAG_IPV4_TCP | NONFRAG_IPV4_UDP | NONFRAG_IPV4_OTHER,
             key: Some((0..key_len as u8).map(|b| b.wrapping_mul(37)).collect()),
-            hash_fields: IPV4 | NONFRAG_IPV4_TCP | NONFRAG_IPV4_UDP,
+            hash_fields: IPV4
+                | NONFRAG_IPV4_TCP
+                | NONFRAG_IPV4_UDP
+                | IPV6
+                | NONFRAG_IPV6_TCP
+                | NONFRAG_IPV6_UDP,
             reta: Some((0..512).map(|i| (i % 2) as u16).collect()),
         }
     }
@@ -259,7 +304,30 @@ mod tests {
         assert_eq!(view.toeplitz.key(), device.key.as_deref().unwrap());
         assert_eq!(view.reta.size(), 512);
         assert_eq!(view.fields, HashFields::L3L4);
-        assert!(!view.ownership.steers());
+        assert_eq!(view.fields6, Some(HashFields::L3L4));
+        assert!(!view.ownership.steers() && !view.steers6());
+    }
+
+    #[test]
+    fn ipv6_is_steered_alone_when_the_device_does_not_hash_it_as_modelled() {
+        let mut device = nic(40);
+        device.hash_fields = IPV4 | NONFRAG_IPV4_TCP | NONFRAG_IPV4_UDP;
+        let view = decide(&device, None, 2, false).unwrap();
+        assert_eq!(view.ownership, Ownership::Device);
+        assert_eq!(view.fields6, None);
+        assert!(view.steers6());
+        assert_eq!(view.view_fields6(), HashFields::L3L4);
+        device.hash_fields |= IPV6;
+        let view = decide(&device, None, 2, false).unwrap();
+        assert_eq!(view.fields6, Some(HashFields::L3));
+        assert!(!view.steers6());
+        device.hash_fields |= NONFRAG_IPV6_TCP;
+        assert!(decide(&device, None, 2, false).unwrap().steers6());
+        // Steered and emulated ports steer IPv6 too; one worker needs nothing.
+        let none = DeviceRss::default();
+        assert!(decide(&none, None, 2, false).unwrap().steers6());
+        assert!(decide(&none, None, 2, true).unwrap().steers6());
+        assert!(!decide(&none, None, 1, false).unwrap().steers6());
     }
 
     #[test]
@@ -330,6 +398,17 @@ mod tests {
         assert_eq!(
             NONFRAG_IPV4_OTHER,
             dpdk_sys::SLUICE_ETH_RSS_NONFRAG_IPV4_OTHER
+        );
+        assert_eq!(IPV6, dpdk_sys::SLUICE_ETH_RSS_IPV6);
+        assert_eq!(NONFRAG_IPV6_TCP, dpdk_sys::SLUICE_ETH_RSS_NONFRAG_IPV6_TCP);
+        assert_eq!(NONFRAG_IPV6_UDP, dpdk_sys::SLUICE_ETH_RSS_NONFRAG_IPV6_UDP);
+        // What the daemon asks every port for covers IPv6 TCP and UDP.
+        let asked = dpdk_sys::SLUICE_ETH_RSS_IP
+            | dpdk_sys::SLUICE_ETH_RSS_TCP
+            | dpdk_sys::SLUICE_ETH_RSS_UDP;
+        assert_eq!(
+            asked & (IPV6 | NONFRAG_IPV6_TCP | NONFRAG_IPV6_UDP),
+            IPV6 | NONFRAG_IPV6_TCP | NONFRAG_IPV6_UDP
         );
         // The `*_ONLY` selectors are not in the bindings (not link-time constants):
         // ethdev defines them as RTE_BIT64(63) down to RTE_BIT64(60).

@@ -16,11 +16,14 @@
 //! (`nat64_reply`). Session sync hears of each packet's session (`sync6.rs`).
 //!
 //! Persistence templates key on the client's address cut to the service's prefix
-//! length (`place_v6`). Not yet on this path (the service table refuses them for
-//! IPv6 services): the SYN proxy, TOA. A NAT or FullNAT reply must reach the worker
-//! that owns its session: with several workers, the IPv6 replies that RSS puts on
-//! another worker's queue find no session there and are dropped
-//! (`ipv6_no_service`), so IPv6 NAT and FullNAT services need one worker for now.
+//! length (`place_v6`). With several workers, as for IPv4: FullNAT takes local ports
+//! whose reply tuple the RSS view gives to the choosing worker, and a NAT real
+//! server's reply another worker owns is redirected to it once (`reply_owner_v6`);
+//! where the device does not hash IPv6 as the view says, packets are steered to the
+//! view's owner.
+//!
+//! Not yet on this path (the service table refuses them for IPv6 services): the SYN
+//! proxy, TOA.
 use super::observe::account;
 use super::{Action, Context, Forwarder};
 use crate::dataplane::counters::bump;
@@ -44,6 +47,11 @@ pub(super) const SWEEP_BUDGET: usize = 64;
 /// Local address and port pairs a new IPv6 FullNAT connection tries before it is
 /// refused: enough to step over the pairs still in use after a wrap of the range.
 const LOCAL_PORT_TRIES: usize = 16;
+/// Pairs looked at for those tries, most of them hashing to other workers (with n
+/// workers, n - 1 in n do): a bound on the work a SYN can cost.
+const LOCAL_PORT_CANDIDATES: usize = 1024;
+/// Local addresses whose share of the reply hash is computed once per choice.
+const CACHED_BASES: usize = 8;
 
 impl Forwarder {
     /// A TCP segment or UDP datagram in an IPv6 packet addressed to our MAC. `None`
@@ -88,7 +96,11 @@ impl Forwarder {
                     if self.is_probe_answer_v6(&key) {
                         return Some(Action::Punt);
                     }
-                    return None;
+                    return self.reply_owner_v6(&key, cx.port.redirected);
+                }
+                if let Some(owner) = self.rss.steer_to6(&key, cx.port.redirected) {
+                    // Steered: the connection opens, or lives, on the view's owner.
+                    return Some(Action::Redirect(owner));
                 }
                 match self.open_v6(&key, flags, pkt, cx) {
                     Ok(id) => (id, Direction::Inbound),
@@ -209,13 +221,50 @@ impl Forwarder {
         Ok(id)
     }
 
+    /// A packet of no session of this worker and to no IPv6 VIP: when it is a reply
+    /// another worker owns, that worker. A reply to a FullNAT local address is the
+    /// view's owner's (its port was chosen so), which only steering needs; a NAT real
+    /// server's reply belongs to the worker its request tuple (client -> VIP, the VIP
+    /// from the snapshot) hashes to, as [`super::miss::nat_reply_owner`] finds it for
+    /// IPv4. Never for a packet redirected once already.
+    fn reply_owner_v6(&self, key: &FlowKey6, redirected: bool) -> Option<Action> {
+        if redirected {
+            return None;
+        }
+        let snap = self.snapshot.current();
+        if snap.is_local_address6(key.dst) {
+            return self.rss.steer_to6(key, redirected).map(Action::Redirect);
+        }
+        let &(std::net::IpAddr::V6(vip), vport) = snap
+            .nat_reply_services(key.proto, key.src, key.sport)
+            .first()?
+        else {
+            return None;
+        };
+        let request = FlowKey6 {
+            src: key.dst,
+            dst: vip,
+            sport: key.dport,
+            dport: vport,
+            proto: key.proto,
+        };
+        let owner = self.rss.owner_of6(&request);
+        (owner != self.rss.queue).then_some(Action::Redirect(owner))
+    }
+
     /// FullNAT: a local address of `service` and a port of the worker's range that no
-    /// live session uses towards `real:rport`. A cursor walks every address and port
-    /// in turn (the addresses alternating), so a pair is reused as late as the range
-    /// allows, as the IPv4 pools reuse theirs first in, first out; the session table
-    /// itself says which are taken, so there are no books to keep. At most
-    /// `LOCAL_PORT_TRIES` pairs are tried (`LaddrExhausted` then, as when the service
-    /// has no IPv6 local address).
+    /// live session uses towards `real:rport`, and whose reply tuple (real server ->
+    /// local address and port) the RSS view gives to this worker, so that the reply
+    /// lands here and no two workers pick the same pair (each takes the ports that
+    /// hash to itself). A cursor walks every address and port in turn (the addresses
+    /// alternating), so a pair is reused as late as the range allows, as the IPv4
+    /// pools reuse theirs first in, first out; the session table itself says which
+    /// are taken, so there are no books to keep. The Toeplitz hash being linear, the
+    /// port's share of it is two table loads on top of the address part, computed
+    /// once per address (as `forward::laddr` splits it for IPv4). At most
+    /// `LOCAL_PORT_TRIES` pairs of this worker are tried, among at most
+    /// `LOCAL_PORT_CANDIDATES` (`LaddrExhausted` then, as when the service has no
+    /// IPv6 local address).
     fn local_port_v6(
         &mut self,
         service: &crate::model::Service,
@@ -230,13 +279,32 @@ impl Forwarder {
             return Err(DropReason::LaddrExhausted);
         }
         let span = u64::from(last - first) + 1;
-        for _ in 0..LOCAL_PORT_TRIES {
+        let rss = &self.rss;
+        // The reply tuple's hash without its destination port, per local address
+        // (the first few kept; a service rarely has more).
+        let base = |lip: Ipv6Addr| rss.toeplitz.hash_tuple6(rss.fields6, real, lip, rport, 0);
+        let mut bases = [0u32; CACHED_BASES];
+        for (slot, lip) in bases.iter_mut().zip(lips.clone()) {
+            *slot = base(lip);
+        }
+        let mut tries = 0;
+        for _ in 0..LOCAL_PORT_CANDIDATES {
             let at = self.laddr6_cursor;
             self.laddr6_cursor = at.wrapping_add(1);
-            let Some(lip) = lips.clone().nth((at % count) as usize) else {
+            let index = (at % count) as usize;
+            let Some(lip) = lips.clone().nth(index) else {
                 break;
             };
             let port = first + ((at / count) % span) as u16;
+            let mut hash = bases.get(index).copied().unwrap_or_else(|| base(lip));
+            if rss.fields6 == crate::flow::rss::HashFields::L3L4 {
+                let [hi, lo] = port.to_be_bytes();
+                let share = |at, byte| rss.toeplitz.byte_contribution(at, byte).unwrap_or(0);
+                hash ^= share(34, hi) ^ share(35, lo);
+            }
+            if rss.reta.queue(hash) != rss.queue {
+                continue;
+            }
             let reply = FlowKey6 {
                 src: real,
                 dst: lip,
@@ -246,6 +314,10 @@ impl Forwarder {
             };
             if self.sessions6.lookup(&reply, self.now_tick).is_none() {
                 return Ok((lip, port));
+            }
+            tries += 1;
+            if tries == LOCAL_PORT_TRIES {
+                break;
             }
         }
         Err(DropReason::LaddrExhausted)
@@ -460,6 +532,17 @@ impl Forwarder {
         self.neighbours6.lookup(ip)
     }
 
+    /// An IPv6 neighbour another worker learned (`dataplane::mesh`); not shared again.
+    pub fn learn_shared_neighbour6(&mut self, ip: Ipv6Addr, mac: MacAddr, now_tsc: u64) {
+        self.neighbours6.learn_shared(ip, mac, now_tsc);
+    }
+
+    /// Calls `each` for the IPv6 neighbours learned or changed since the last call,
+    /// for the other workers; returns how many changes did not fit in between.
+    pub fn take_neighbour6_changes(&mut self, each: impl FnMut(Ipv6Addr, MacAddr)) -> usize {
+        self.neighbours6.take_changes(each)
+    }
+
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real
     /// servers it does not know (at most ten times a second each).
     fn request_resolution_v6(&mut self) {
@@ -560,5 +643,130 @@ pub(super) fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
         RealServerCounters::gauge_add(&c.active, -1);
     } else {
         RealServerCounters::gauge_add(&c.inactive, -1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ForwarderConfig, RssView};
+    use super::*;
+    use crate::model::{RealServerSpec, SchedulerKind};
+    use crate::service::{ServiceTable, Snapshot, SnapshotPublisher};
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    const VIP: &str = "2001:db8:18::100";
+    const REAL: &str = "2001:db8:1a::11";
+    const LIPS: [&str; 2] = ["2001:db8:1a::50", "2001:db8:1a::51"];
+
+    /// Worker `queue` of two behind the default key and a round-robin RETA, with one
+    /// IPv6 FullNAT service over two local addresses and the publisher it follows.
+    fn worker(queue: u16) -> (SnapshotPublisher, Forwarder) {
+        let mut table = ServiceTable::new();
+        let key = ServiceKey::new(Protocol::Tcp, VIP.parse::<Ipv6Addr>().unwrap(), 80);
+        table.add_service(key, SchedulerKind::Rr, None).unwrap();
+        let real: Ipv6Addr = REAL.parse().unwrap();
+        table
+            .add_server(
+                key,
+                RealServerSpec::new(real, 8080, 1, ForwardMode::FullNat),
+            )
+            .unwrap();
+        for lip in LIPS {
+            table
+                .add_laddr(key, lip.parse::<Ipv6Addr>().unwrap().into())
+                .unwrap();
+        }
+        let nat = ServiceKey::new(Protocol::Tcp, VIP.parse::<Ipv6Addr>().unwrap(), 81);
+        table.add_service(nat, SchedulerKind::Rr, None).unwrap();
+        table
+            .add_server(nat, RealServerSpec::new(real, 9090, 1, ForwardMode::Nat))
+            .unwrap();
+        let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        let config = ForwarderConfig::new(
+            1024,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(crate::dataplane::realserver_stats::new_table()),
+            RssView::default_spread(2, queue),
+        );
+        (publisher, Forwarder::new(config))
+    }
+
+    #[test]
+    fn fullnat_local_ports_are_those_whose_reply_hashes_to_the_choosing_worker() {
+        let real: Ipv6Addr = REAL.parse().unwrap();
+        let mut chosen: [HashSet<(Ipv6Addr, u16)>; 2] = Default::default();
+        for queue in 0..2u16 {
+            let (_publisher, mut f) = worker(queue);
+            let service = f.snapshot.current_arc().services()[0].clone();
+            for _ in 0..2000 {
+                let (lip, port) = f
+                    .local_port_v6(&service, real, 8080, Protocol::Tcp)
+                    .unwrap();
+                // The whole tuple hashed afresh (not the split the choice uses).
+                let hash = f.rss.toeplitz.hash_ipv6_ports(real, lip, 8080, port);
+                assert_eq!(f.rss.reta.queue(hash), queue, "[{lip}]:{port}");
+                assert!(chosen[usize::from(queue)].insert((lip, port)));
+            }
+            // Both addresses used, about half of the pairs walked kept.
+            let lips: HashSet<_> = chosen[usize::from(queue)].iter().map(|p| p.0).collect();
+            assert_eq!(lips.len(), 2);
+            assert!(f.laddr6_cursor < 6000, "{} pairs walked", f.laddr6_cursor);
+        }
+        assert!(
+            chosen[0].is_disjoint(&chosen[1]),
+            "two workers never take the same pair towards one real server"
+        );
+    }
+
+    #[test]
+    fn a_nat_reply_goes_to_the_worker_of_its_request_tuple_once() {
+        let (real, vip): (Ipv6Addr, Ipv6Addr) = (REAL.parse().unwrap(), VIP.parse().unwrap());
+        let mut seen = [0usize; 2];
+        for queue in 0..2u16 {
+            let (_publisher, f) = worker(queue);
+            for n in 0..200u16 {
+                let client =
+                    Ipv6Addr::from(0x2001_0db8_0018_0000_0000_0000_0000_1000 + u128::from(n));
+                let reply = FlowKey6 {
+                    src: real,
+                    dst: client,
+                    sport: 9090,
+                    dport: 40000 + n,
+                    proto: Protocol::Tcp,
+                };
+                let request = f.rss.toeplitz.hash_ipv6_ports(client, vip, 40000 + n, 81);
+                let owner = f.rss.reta.queue(request);
+                let expected = (owner != queue).then_some(Action::Redirect(owner));
+                assert_eq!(f.reply_owner_v6(&reply, false), expected, "{client}");
+                assert_eq!(f.reply_owner_v6(&reply, true), None, "never twice");
+                seen[usize::from(owner)] += 1;
+                // Not a NAT real server's port: no one's reply.
+                let stray = FlowKey6 {
+                    sport: 9091,
+                    ..reply
+                };
+                assert_eq!(f.reply_owner_v6(&stray, false), None);
+            }
+        }
+        assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
+    }
+
+    #[test]
+    fn a_worker_that_no_reply_can_reach_refuses_rather_than_searching_on() {
+        let real: Ipv6Addr = REAL.parse().unwrap();
+        let (_publisher, mut f) = worker(1);
+        // Every hash on queue 0: no pair is this worker's.
+        f.rss.reta = crate::flow::rss::Reta::from_entries(vec![0; 128]).unwrap();
+        let service = f.snapshot.current_arc().services()[0].clone();
+        assert_eq!(
+            f.local_port_v6(&service, real, 8080, Protocol::Tcp),
+            Err(DropReason::LaddrExhausted)
+        );
+        assert_eq!(f.laddr6_cursor, LOCAL_PORT_CANDIDATES as u64);
     }
 }

@@ -314,8 +314,9 @@ impl Owner {
 /// - FullNAT: the queue of the reply tuple `RIP:rport -> LIP:lport`, the tuple the
 ///   forwarder's `PortPool` chose `lport` for; replies are never redirected.
 /// - IPv6: the queue the NIC's Toeplitz hash of the IPv6 request tuple gives (source
-///   and destination address, then the ports with L3L4), as RSS hashes IPv6 packets;
-///   IPv6 replies are not redirected.
+///   and destination address, then the ports with L3L4), as RSS hashes IPv6 packets:
+///   of the request tuple for DR, TUN and NAT (NAT replies are redirected there), of
+///   the reply tuple for FullNAT (its local port was chosen for it).
 pub fn session_owner(
     record: &RecordRepr,
     toeplitz: &Toeplitz,
@@ -598,8 +599,10 @@ mod tests {
                         toeplitz: toeplitz.clone(),
                         reta: reta.clone(),
                         fields: HashFields::L3L4,
+                        fields6: HashFields::L3L4,
                         queue,
                         steer: false,
+                        steer6: false,
                     };
                     let redirect = nat_reply_owner(&snap, &rss, &reply, false);
                     let expected = (owner.queue != queue).then_some(owner.queue);
