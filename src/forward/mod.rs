@@ -47,6 +47,7 @@ use crate::wire::{checksum, ipv4, tcp, IpProtocol};
 
 pub mod dr;
 pub mod icmp;
+pub mod icmp6;
 pub mod laddr;
 pub mod nat;
 pub mod nat6;

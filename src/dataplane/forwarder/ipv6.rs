@@ -251,7 +251,7 @@ impl Forwarder {
     /// server's MAC as it is; NAT to the real server with its address and port, and
     /// its replies back to the client from the VIP; FullNAT the same with the local
     /// address and port as the source towards the real server.
-    fn egress_v6(
+    pub(super) fn egress_v6(
         &mut self,
         pkt: &mut Packet,
         parsed: &Parsed,
@@ -458,7 +458,7 @@ impl Forwarder {
 
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real
     /// servers it does not know (at most ten times a second each).
-    fn request_resolution_v6(&mut self) {
+    pub(super) fn request_resolution_v6(&mut self) {
         self.resolve_wanted = true;
     }
 
@@ -514,7 +514,7 @@ impl Forwarder {
 }
 
 /// Addresses a rewritten frame to `next_hop` from the port.
-fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Context) -> Action {
+pub(super) fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Context) -> Action {
     match next_hop {
         Some(mac) => match forward::dr::forward(frame, mac, cx.port.mac) {
             Ok(()) => Action::Transmit,
@@ -539,7 +539,7 @@ fn release_nat64_port(
 }
 
 /// The IPv4 real server of a NAT64 session (FullNAT to an IPv4-mapped address).
-fn nat64_real(s: &Session6) -> Option<std::net::Ipv4Addr> {
+pub(super) fn nat64_real(s: &Session6) -> Option<std::net::Ipv4Addr> {
     (s.mode == ForwardMode::FullNat)
         .then(|| s.real_addr.to_ipv4_mapped())
         .flatten()
