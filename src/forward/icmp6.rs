@@ -70,7 +70,7 @@ pub fn parse_error_v6(frame: &[u8], parsed: &Parsed) -> Result<Icmp6ErrorQuote, 
         return Err(DropReason::UnsupportedProtocol);
     }
     let end = parsed.ip_end();
-    if parsed.l4 < parsed.l3 + ipv6::HEADER_LEN {
+    if parsed.l3.checked_add(ipv6::HEADER_LEN).is_none_or(|at| parsed.l4 < at) {
         return Err(DropReason::Truncated);
     }
     let message = frame.get(parsed.l4..end).ok_or(DropReason::Truncated)?;
@@ -512,4 +512,455 @@ pub fn icmp6_to_icmp4(
     frame.copy_within(0..l3, start);
     frame[new_l3 - 2..new_l3].copy_from_slice(&EtherType::IPV4.0.to_be_bytes());
     Ok(start..quote.end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::parse::classify;
+    use crate::forward::parse_error;
+    use crate::forward::test_util::{random_parsed, sums_to_ones};
+    use crate::wire::test_util::{scapy, unhex, XorShift};
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+
+    const CLIENT: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 2);
+    const VIP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 0x100);
+    const RS: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x1a, 0, 0, 0, 0, 0x11);
+    const LIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x1a, 0, 0, 0, 0, 0x50);
+    const RS4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
+    const LIP4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 50);
+
+    /// The frames, each error as it arrives and (for those translated) the frame
+    /// scapy builds for what the receiver should get, by name. Built once per run by
+    /// scapy 2.5 (every length and checksum scapy's).
+    const FIXTURES: &str = r#"from scapy.all import Ether, IP, ICMP, TCP, UDP, Raw, raw
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop, ICMPv6DestUnreach, ICMPv6PacketTooBig, ICMPv6TimeExceeded, ICMPv6ParamProblem, ICMPv6EchoRequest, IPv6ExtHdrDestOpt
+CLIENT, VIP, RS, LIP6, ROUTER6 = "2001:db8:18::2", "2001:db8:18::100", "2001:db8:1a::11", "2001:db8:1a::50", "2001:db8:1a::fe"
+RS4, LIP4, ROUTER4 = "198.18.0.11", "198.18.0.50", "198.18.0.254"
+E = Ether(dst="02:00:00:00:00:01", src="02:00:00:00:00:02")
+def v6(src, dst, icmp, quote, hlim=60):
+    return raw(E/IPv6(src=src, dst=dst, hlim=hlim)/icmp/Raw(quote)).hex()
+def v4(src, dst, icmp, quote, ttl=62, tos=0xc0, id=7, flags=0):
+    return raw(E/IP(src=src, dst=dst, ttl=ttl, tos=tos, id=id, flags=flags)/icmp/Raw(quote)).hex()
+data = b"HTTP/1.1 200 OK\r\n" * 3
+out = {}
+# NAT, the real server's port unreachable about client:5353 -> RS:5300 (after DNAT).
+q = raw(IPv6(src=CLIENT, dst=RS, hlim=63)/UDP(sport=5353, dport=5300)/b"query")
+e = raw(IPv6(src=CLIENT, dst=VIP, hlim=63)/UDP(sport=5353, dport=53)/b"query")
+out["nat_out"] = (v6(RS, CLIENT, ICMPv6DestUnreach(code=4), q), v6(VIP, CLIENT, ICMPv6DestUnreach(code=4), e))
+# FullNAT, a router's Packet Too Big to LIP about LIP:1025 -> RS:8080, hop-by-hop inside.
+seg = TCP(sport=1025, dport=8080, flags="PA", seq=1000, ack=2000)/data
+q = raw(IPv6(src=LIP6, dst=RS)/IPv6ExtHdrHopByHop()/seg)
+seg = TCP(sport=40000, dport=80, flags="PA", seq=1000, ack=2000)/data
+e = raw(IPv6(src=CLIENT, dst=VIP)/IPv6ExtHdrHopByHop()/seg)
+out["fullnat_out"] = (v6(ROUTER6, LIP6, ICMPv6PacketTooBig(mtu=1400), q), v6(VIP, CLIENT, ICMPv6PacketTooBig(mtu=1400), e))
+# NAT, a router on the client's side: time exceeded about VIP:80 -> client:40000, 8 bytes of TCP.
+q = raw(IPv6(src=VIP, dst=CLIENT)/TCP(sport=80, dport=40000, seq=77)/data)[:48]
+e = raw(IPv6(src=RS, dst=CLIENT)/TCP(sport=8080, dport=40000, seq=77)/data)[:48]
+out["nat_in"] = (v6("2001:db8:18::fe", VIP, ICMPv6TimeExceeded(), q), v6("2001:db8:18::fe", RS, ICMPv6TimeExceeded(), e))
+# FullNAT, the client's port unreachable about VIP:53 -> client:5353.
+q = raw(IPv6(src=VIP, dst=CLIENT)/UDP(sport=53, dport=5353)/b"answer")
+e = raw(IPv6(src=RS, dst=LIP6)/UDP(sport=5300, dport=1025)/b"answer")
+out["fullnat_in"] = (v6(CLIENT, VIP, ICMPv6DestUnreach(code=4), q), v6(LIP6, RS, ICMPv6DestUnreach(code=4), e))
+# NAT64, the real server's port unreachable about LIP4:1030 -> RS4:5353.
+q = raw(IP(src=LIP4, dst=RS4, ttl=63, tos=0x10, id=99)/UDP(sport=1030, dport=5353)/b"hello")
+e = raw(IPv6(src=CLIENT, dst=VIP, hlim=63, tc=0x10)/UDP(sport=40001, dport=5353)/b"hello")
+out["nat64_unreach"] = (v4(RS4, LIP4, ICMP(type=3, code=3), q), raw(E/IPv6(src=VIP, dst=CLIENT, hlim=62, tc=0xc0)/ICMPv6DestUnreach(code=4)/Raw(e)).hex())
+# NAT64, a router's frag-needed (MTU 1400) about LIP4:1030 -> RS4:8080, DF.
+seg = TCP(sport=1030, dport=8080, flags="PA", seq=5, ack=6)/data
+q = raw(IP(src=LIP4, dst=RS4, flags="DF", id=3)/seg)
+seg = TCP(sport=40002, dport=8080, flags="PA", seq=5, ack=6)/data
+e = raw(IPv6(src=CLIENT, dst=VIP)/seg)
+out["nat64_frag_needed"] = (v4(ROUTER4, LIP4, ICMP(type=3, code=4, nexthopmtu=1400), q), raw(E/IPv6(src=VIP, dst=CLIENT, hlim=62, tc=0xc0)/ICMPv6PacketTooBig(mtu=1420)/Raw(e)).hex())
+# NAT64, the client's side: Packet Too Big (1280) about VIP:8080 -> client:40002.
+seg = TCP(sport=8080, dport=40002, flags="A", seq=9, ack=10)/data
+q = raw(IPv6(src=VIP, dst=CLIENT, hlim=61)/seg)
+seg = TCP(sport=8080, dport=1030, flags="A", seq=9, ack=10)/data
+e = raw(IP(src=RS4, dst=LIP4, ttl=61, id=0)/seg)
+out["nat64_to_server"] = (v6("2001:db8:18::fe", VIP, ICMPv6PacketTooBig(mtu=1280), q, hlim=58), raw(E/IP(src=LIP4, dst=RS4, ttl=58, id=0x1234)/ICMP(type=3, code=4, nexthopmtu=1260)/Raw(e)).hex())
+# NAT64, the client's parameter problem pointing at the hop limit (7 -> TTL, 8).
+q = raw(IPv6(src=VIP, dst=CLIENT)/UDP(sport=5353, dport=40003)/b"x")
+e = raw(IP(src=RS4, dst=LIP4, ttl=64, id=0)/UDP(sport=5353, dport=1031)/b"x")
+out["nat64_param"] = (v6(CLIENT, VIP, ICMPv6ParamProblem(code=0, ptr=7), q), raw(E/IP(src=LIP4, dst=RS4, ttl=60, id=0x1234)/ICMP(type=12, code=0, ptr=8)/Raw(e)).hex())
+# Malformed quotes (inputs only).
+bad = {}
+q = raw(IPv6(src=CLIENT, dst=RS, nh=60)/(IPv6ExtHdrDestOpt(nh=60)/IPv6ExtHdrDestOpt(nh=60)/IPv6ExtHdrDestOpt(nh=60)/IPv6ExtHdrDestOpt(nh=60)/IPv6ExtHdrDestOpt(nh=60)/IPv6ExtHdrDestOpt(nh=60)/IPv6ExtHdrDestOpt(nh=17))/UDP(sport=1, dport=2))
+bad["too_many"] = v6(RS, CLIENT, ICMPv6DestUnreach(code=4), q)
+q = raw(IPv6(src=CLIENT, dst=RS)/IPv6ExtHdrDestOpt()/UDP(sport=1, dport=2))
+bad["ext_cut"] = v6(RS, CLIENT, ICMPv6DestUnreach(code=4), q[:44])
+bad["ports_cut"] = v6(RS, CLIENT, ICMPv6DestUnreach(code=4), raw(IPv6(src=CLIENT, dst=RS)/UDP(sport=1, dport=2))[:46])
+bad["header_cut"] = v6(RS, CLIENT, ICMPv6DestUnreach(code=4), raw(IPv6(src=CLIENT, dst=RS))[:39])
+bad["not_v6"] = v6(RS, CLIENT, ICMPv6DestUnreach(code=4), raw(IP(src=RS4, dst=LIP4)/UDP(sport=1, dport=2)) + bytes(40))
+bad["echo_quoted"] = v6(RS, CLIENT, ICMPv6DestUnreach(code=4), raw(IPv6(src=CLIENT, dst=RS)/ICMPv6EchoRequest()))
+for k, (a, b) in out.items():
+    print(k, a, b)
+for k, a in bad.items():
+    print(k, a, "-")"#;
+
+    fn fixtures() -> &'static HashMap<String, (Vec<u8>, Vec<u8>)> {
+        static CELL: OnceLock<HashMap<String, (Vec<u8>, Vec<u8>)>> = OnceLock::new();
+        CELL.get_or_init(|| {
+            scapy(FIXTURES)
+                .lines()
+                .map(|line| {
+                    let mut fields = line.split(' ');
+                    let name = fields.next().unwrap().to_string();
+                    let input = unhex(fields.next().unwrap());
+                    let expected = unhex(fields.next().unwrap_or(""));
+                    (name, (input, expected))
+                })
+                .collect()
+        })
+    }
+
+    fn fixture(name: &str) -> (Vec<u8>, Vec<u8>) {
+        fixtures()[name].clone()
+    }
+
+    fn nat(name: &str, rewrite: QuoteRewrite6) -> Result<Vec<u8>, DropReason> {
+        let (mut buf, _) = fixture(name);
+        let parsed = classify(&buf).unwrap();
+        let quote = parse_error_v6(&buf, &parsed)?;
+        let before = buf.clone();
+        let result = nat_translate_error_v6(&mut buf, &parsed, &quote, &rewrite);
+        if result.is_err() {
+            assert_eq!(buf, before, "{name}: unmodified when refused");
+        }
+        result.map(|()| buf)
+    }
+
+    fn to_v6(input: &[u8], ends: &Nat64Ends<Ipv6Addr>, mtu: u16) -> Result<Vec<u8>, DropReason> {
+        let parsed = classify(input).unwrap();
+        let quote = parse_error(input, &parsed).unwrap();
+        let mut buf = vec![0u8; NAT64_ERROR_GROWTH];
+        buf.extend_from_slice(input);
+        let before = buf.clone();
+        let result = icmp4_to_icmp6(&mut buf, &parsed, &quote, ends, mtu);
+        if result.is_err() {
+            assert_eq!(buf, before, "unmodified when refused");
+        }
+        result.map(|len| buf[..len].to_vec())
+    }
+
+    fn to_v4(input: &[u8], ends: &Nat64Ends<Ipv4Addr>, mtu: u16) -> Result<Vec<u8>, DropReason> {
+        let mut buf = input.to_vec();
+        let parsed = classify(&buf).unwrap();
+        let quote = parse_error_v6(&buf, &parsed)?;
+        let result = icmp6_to_icmp4(&mut buf, &parsed, &quote, ends, mtu, 0x1234);
+        if result.is_err() {
+            assert_eq!(buf, input, "unmodified when refused");
+        }
+        result.map(|range| buf[range].to_vec())
+    }
+
+    const TO_CLIENT: Nat64Ends<Ipv6Addr> = Nat64Ends {
+        outer_src: VIP,
+        outer_dst: CLIENT,
+        inner_src: (CLIENT, 40001),
+        inner_dst: (VIP, 5353),
+    };
+
+    fn to_server(cport: u16) -> Nat64Ends<Ipv4Addr> {
+        Nat64Ends {
+            outer_src: LIP4,
+            outer_dst: RS4,
+            inner_src: (RS4, if cport == 40002 { 8080 } else { 5353 }),
+            inner_dst: (LIP4, if cport == 40002 { 1030 } else { 1031 }),
+        }
+    }
+
+    #[test]
+    fn parse_reads_the_quoted_tuple_past_extension_headers() {
+        let (buf, _) = fixture("fullnat_out");
+        let parsed = classify(&buf).unwrap();
+        let quote = parse_error_v6(&buf, &parsed).unwrap();
+        assert_eq!(
+            quote.key,
+            FlowKey6 {
+                src: LIP6,
+                dst: RS,
+                sport: 1025,
+                dport: 8080,
+                proto: Protocol::Tcp
+            }
+        );
+        assert_eq!(quote.icmp_type, icmpv6::Message::PACKET_TOO_BIG);
+        // Ethernet 14 + IPv6 40 + ICMPv6 8; the quote's hop-by-hop header is 8.
+        assert_eq!((quote.ip, quote.l4, quote.end), (62, 110, buf.len()));
+    }
+
+    #[test]
+    fn malformed_quotes_are_dropped_each_for_its_reason() {
+        for (name, reason) in [
+            ("too_many", DropReason::Ipv6TooManyExtHeaders),
+            ("ext_cut", DropReason::Ipv6ExtHeaderTruncated),
+            ("ports_cut", DropReason::Truncated),
+            ("header_cut", DropReason::Truncated),
+            ("not_v6", DropReason::BadIpv6Header),
+            ("echo_quoted", DropReason::IcmpErrorNoSession),
+        ] {
+            let (buf, _) = fixture(name);
+            let parsed = classify(&buf).unwrap();
+            assert_eq!(parse_error_v6(&buf, &parsed), Err(reason), "{name}");
+        }
+        // Not an error: an echo request, a redirect.
+        let (mut buf, _) = fixture("nat_out");
+        for t in [128u8, 137] {
+            buf[54] = t;
+            let parsed = classify(&buf).unwrap();
+            assert_eq!(
+                parse_error_v6(&buf, &parsed),
+                Err(DropReason::IcmpErrorNoSession)
+            );
+        }
+    }
+
+    /// Each NAT and FullNAT case gives, byte for byte, the frame scapy builds for
+    /// what the receiver should get: addresses and ports, the quoted TCP or UDP
+    /// checksum (whole quotes) and the ICMPv6 checksum over the new pseudo-header.
+    #[test]
+    fn nat_and_fullnat_errors_become_the_frames_scapy_builds() {
+        let cases = [
+            (
+                "nat_out",
+                QuoteRewrite6 {
+                    outer_src: Some(VIP),
+                    inner_dst: Some((VIP, 53)),
+                    ..QuoteRewrite6::default()
+                },
+            ),
+            (
+                "fullnat_out",
+                QuoteRewrite6 {
+                    outer_src: Some(VIP),
+                    outer_dst: Some(CLIENT),
+                    inner_src: Some((CLIENT, 40000)),
+                    inner_dst: Some((VIP, 80)),
+                },
+            ),
+            (
+                "nat_in",
+                QuoteRewrite6 {
+                    outer_dst: Some(RS),
+                    inner_src: Some((RS, 8080)),
+                    ..QuoteRewrite6::default()
+                },
+            ),
+            (
+                "fullnat_in",
+                QuoteRewrite6 {
+                    outer_src: Some(LIP6),
+                    outer_dst: Some(RS),
+                    inner_src: Some((RS, 5300)),
+                    inner_dst: Some((LIP6, 1025)),
+                },
+            ),
+        ];
+        for (name, rewrite) in cases {
+            let out = nat(name, rewrite).unwrap();
+            assert_eq!(hex(&out), hex(&fixture(name).1), "{name}");
+        }
+    }
+
+    /// RFC 7915 4.2 and 4.3: an ICMPv4 port unreachable and frag-needed from the
+    /// IPv4 side become the ICMPv6 port unreachable and Packet Too Big (MTU + 20)
+    /// scapy builds, quoting the client's IPv6 packet; 5.2 and 5.3 the other way: a
+    /// Packet Too Big (MTU - 20) and a parameter problem (the hop limit's pointer 7
+    /// becomes the TTL's, 8) become ICMPv4 errors to the real server.
+    #[test]
+    fn nat64_errors_become_the_frames_scapy_builds() {
+        let (input, expected) = fixture("nat64_unreach");
+        assert_eq!(hex(&to_v6(&input, &TO_CLIENT, 1500).unwrap()), hex(&expected));
+        let (input, expected) = fixture("nat64_frag_needed");
+        let ends = Nat64Ends {
+            inner_src: (CLIENT, 40002),
+            inner_dst: (VIP, 8080),
+            ..TO_CLIENT
+        };
+        assert_eq!(hex(&to_v6(&input, &ends, 1500).unwrap()), hex(&expected));
+        // The IPv6 link's MTU caps what is announced.
+        let capped = to_v6(&input, &ends, 1410).unwrap();
+        assert_eq!(icmpv6::Packet::new_unchecked(&capped[54..]).mtu(), 1410);
+        let (input, expected) = fixture("nat64_to_server");
+        assert_eq!(hex(&to_v4(&input, &to_server(40002), 1500).unwrap()), hex(&expected));
+        let (input, expected) = fixture("nat64_param");
+        assert_eq!(hex(&to_v4(&input, &to_server(40003), 1500).unwrap()), hex(&expected));
+    }
+
+    #[test]
+    fn untranslatable_and_corrupt_errors_are_refused_unchanged() {
+        // ICMPv4 codes RFC 7915 drops: host precedence violation (14), and codes
+        // past 15; a parameter problem pointing at the identification (4) or
+        // missing a required option (code 1).
+        let (input, _) = fixture("nat64_unreach");
+        let with = |at: usize, value: u8| {
+            let mut buf = input.clone();
+            buf[at] = value;
+            crate::wire::icmp::Packet::new_unchecked(&mut buf[34..]).fill_checksum();
+            buf
+        };
+        for buf in [with(35, 14), with(35, 16), with(34, 4)] {
+            let parsed = classify(&buf).unwrap();
+            if parse_error(&buf, &parsed).is_none() {
+                continue; // source quench is not read as an error about a session
+            }
+            assert_eq!(to_v6(&buf, &TO_CLIENT, 1500), Err(DropReason::IcmpUntranslatable));
+        }
+        let mut param = with(34, 12);
+        param[38] = 4;
+        crate::wire::icmp::Packet::new_unchecked(&mut param[34..]).fill_checksum();
+        assert_eq!(to_v6(&param, &TO_CLIENT, 1500), Err(DropReason::IcmpUntranslatable));
+        let mut missing = with(34, 12);
+        missing[35] = 1;
+        missing[38] = 0;
+        crate::wire::icmp::Packet::new_unchecked(&mut missing[34..]).fill_checksum();
+        assert_eq!(to_v6(&missing, &TO_CLIENT, 1500), Err(DropReason::IcmpUntranslatable));
+        // A corrupt ICMPv4 checksum.
+        let mut corrupt = input.clone();
+        *corrupt.last_mut().unwrap() ^= 1;
+        assert_eq!(to_v6(&corrupt, &TO_CLIENT, 1500), Err(DropReason::BadIcmpChecksum));
+
+        // ICMPv6: unrecognized option (parameter problem code 2), a pointer past
+        // the IPv6 header, destination unreachable code 5.
+        let (input, _) = fixture("nat64_param");
+        let icmp6_with = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut buf = input.clone();
+            edit(&mut buf);
+            icmpv6::Packet::new_unchecked(&mut buf[54..]).fill_checksum(CLIENT, VIP);
+            buf
+        };
+        for buf in [
+            icmp6_with(&|b| b[55] = 2),
+            icmp6_with(&|b| b[61] = 40),
+            icmp6_with(&|b| b[61] = 2),
+            icmp6_with(&|b| (b[54], b[55]) = (1, 5)),
+        ] {
+            assert_eq!(
+                to_v4(&buf, &to_server(40003), 1500),
+                Err(DropReason::IcmpUntranslatable)
+            );
+        }
+        let mut corrupt = input.clone();
+        *corrupt.last_mut().unwrap() ^= 1;
+        assert_eq!(
+            to_v4(&corrupt, &to_server(40003), 1500),
+            Err(DropReason::BadIcmpv6Checksum)
+        );
+        let rewrite = QuoteRewrite6 {
+            outer_src: Some(VIP),
+            ..QuoteRewrite6::default()
+        };
+        let (mut buf, _) = fixture("nat_out");
+        *buf.last_mut().unwrap() ^= 1;
+        let parsed = classify(&buf).unwrap();
+        let quote = parse_error_v6(&buf, &parsed).unwrap();
+        let before = buf.clone();
+        assert_eq!(
+            nat_translate_error_v6(&mut buf, &parsed, &quote, &rewrite),
+            Err(DropReason::BadIcmpv6Checksum)
+        );
+        assert_eq!(buf, before);
+        // A quote from another frame.
+        let mut stale = quote;
+        stale.l4 += 2;
+        assert_eq!(
+            nat_translate_error_v6(&mut buf, &parsed, &stale, &rewrite),
+            Err(DropReason::Truncated)
+        );
+    }
+
+    #[test]
+    fn mtus_follow_rfc_7915() {
+        use icmpv6::Message as M6;
+        let frag = |mtu: u16, total: u16, link: u16| {
+            let [hi, lo] = mtu.to_be_bytes();
+            map_v4_to_v6(icmp::Message::DEST_UNREACHABLE, 4, [0, 0, hi, lo], total, link)
+        };
+        assert_eq!(frag(1400, 1500, 1500), Some((M6::PACKET_TOO_BIG, 0, 1420)));
+        assert_eq!(frag(1490, 1500, 1500), Some((M6::PACKET_TOO_BIG, 0, 1500)));
+        // No MTU (a router before RFC 1191): the plateau below the quoted length.
+        assert_eq!(frag(0, 1500, 9000), Some((M6::PACKET_TOO_BIG, 0, 1512)));
+        assert_eq!(frag(0, 1006, 9000), Some((M6::PACKET_TOO_BIG, 0, 528)));
+        let ptb = |mtu: u32, link: u16| map_v6_to_v4(M6::PACKET_TOO_BIG, 0, mtu, link);
+        let frag_needed = |mtu: u16| {
+            let [hi, lo] = mtu.to_be_bytes();
+            Some((icmp::Message::DEST_UNREACHABLE, 4, [0, 0, hi, lo]))
+        };
+        assert_eq!(ptb(1280, 1500), frag_needed(1260));
+        assert_eq!(ptb(9000, 1500), frag_needed(1500));
+        assert_eq!(ptb(10, 1500), frag_needed(0));
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn fuzz_never_panics() {
+        let mut rng = XorShift(0x6c6c_1c1c_9e9e_0101);
+        let inputs: Vec<Vec<u8>> = fixtures().values().map(|(i, _)| i.clone()).collect();
+        let mut buf = [0u8; 400];
+        let (mut translated, mut families) = (0, 0);
+        for round in 0..60_000 {
+            let input = &inputs[rng.below(inputs.len())];
+            let len = rng.below(buf.len() - NAT64_ERROR_GROWTH + 1);
+            let frame = &mut buf[NAT64_ERROR_GROWTH..];
+            let n = input.len().min(len);
+            frame[..n].copy_from_slice(&input[..n]);
+            for _ in 0..rng.below(3) {
+                frame[rng.below(n.max(1))] = rng.next_u64() as u8;
+            }
+            let parsed = match classify(&frame[..len]) {
+                Ok(parsed) if round % 4 != 0 => parsed,
+                _ => random_parsed(&mut rng, len),
+            };
+            if let Ok(quote) = parse_error_v6(&frame[..len], &parsed) {
+                assert!(quote.ip + 40 <= quote.l4 && quote.l4 + 8 <= quote.end && quote.end <= len);
+                let rewrite = QuoteRewrite6 {
+                    outer_src: Some(Ipv6Addr::from(u128::from(rng.next_u64()))),
+                    outer_dst: None,
+                    inner_src: Some((Ipv6Addr::from(u128::from(rng.next_u64())), 7)),
+                    inner_dst: Some((Ipv6Addr::from(u128::from(rng.next_u64())), 9)),
+                };
+                let mut copy = frame[..len].to_vec();
+                if nat_translate_error_v6(&mut copy, &parsed, &quote, &rewrite).is_ok() {
+                    let ip = ipv6::Packet::new_unchecked(&copy[parsed.l3..]);
+                    let message = icmpv6::Packet::new_unchecked(&copy[parsed.l4..quote.end]);
+                    assert!(message.verify_checksum(ip.src_addr(), ip.dst_addr()));
+                    translated += 1;
+                }
+                let ends = Nat64Ends {
+                    outer_src: Ipv4Addr::from(rng.next_u64() as u32),
+                    outer_dst: RS4,
+                    inner_src: (RS4, 1),
+                    inner_dst: (LIP4, 2),
+                };
+                let mut copy = frame[..len].to_vec();
+                if let Ok(range) = icmp6_to_icmp4(&mut copy, &parsed, &quote, &ends, 1500, 1) {
+                    // The layout `parsed` gave (a made-up one may not be the frame's).
+                    let icmp_at = range.start + parsed.l3 + ipv4::MIN_HEADER_LEN;
+                    assert!(sums_to_ones(&copy[icmp_at..range.end]));
+                    families += 1;
+                }
+            }
+            if let Some(quote) = parse_error(&frame[..len], &parsed) {
+                let ends = Nat64Ends {
+                    outer_src: Ipv6Addr::from(u128::from(rng.next_u64())),
+                    outer_dst: CLIENT,
+                    inner_src: (CLIENT, 1),
+                    inner_dst: (VIP, 2),
+                };
+                if let Ok(n) = icmp4_to_icmp6(&mut buf[..NAT64_ERROR_GROWTH + len], &parsed, &quote, &ends, 1500) {
+                    let ip = ipv6::Packet::new_unchecked(&buf[parsed.l3..]);
+                    let message = icmpv6::Packet::new_unchecked(&buf[parsed.l3 + 40..n]);
+                    assert!(message.verify_checksum(ip.src_addr(), ip.dst_addr()));
+                    assert!(n <= 14 + ipv6::MIN_MTU);
+                    families += 1;
+                }
+            }
+        }
+        assert!(translated > 1000, "the fuzz reaches translation: {translated}");
+        assert!(families > 1000, "the fuzz reaches NAT64: {families}");
+    }
 }
