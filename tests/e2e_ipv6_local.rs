@@ -1075,10 +1075,12 @@ fn packet_too_big_is_rate_limited_during_a_flood() {
 /// for each `FAMILY:PORT` argument, a UDP socket that takes one datagram, connects
 /// to its sender, answers it half a second later (by then the client's socket is
 /// closed) and prints `PORT SENDER refused` when its kernel reports the port
-/// unreachable that comes back (ECONNREFUSED), `timeout` when nothing does.
+/// unreachable that comes back (ECONNREFUSED), `timeout` when nothing does. For
+/// `4big:PORT`, the answer is a 1500-byte IPv4 datagram with DF, and it prints
+/// `PORT SENDER mtu N`, N the path MTU its kernel then holds for the sender.
 const LATE_REPLIER: &str = r#"
 import socket, sys, threading, time
-def serve(family, port):
+def serve(family, port, big):
     s = socket.socket(family, socket.SOCK_DGRAM)
     if family == socket.AF_INET6:
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
@@ -1088,21 +1090,30 @@ def serve(family, port):
     _, peer = s.recvfrom(100)
     s.connect(peer[:2])
     time.sleep(0.5)
-    s.send(b"late")
-    s.settimeout(3)
-    try:
-        s.recv(100)
-        result = "answered"
-    except ConnectionRefusedError:
-        result = "refused"
-    except socket.timeout:
-        result = "timeout"
-    print(port, peer[0], result, flush=True)
+    if big:
+        s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+        s.send(bytes(1472))
+        time.sleep(0.5)
+        result = "mtu %d" % s.getsockopt(socket.IPPROTO_IP, 14)  # IP_MTU
+    else:
+        s.send(b"late")
+        s.settimeout(3)
+        try:
+            s.recv(100)
+            result = "answered"
+        except ConnectionRefusedError:
+            result = "refused"
+        except socket.timeout:
+            result = "timeout"
+    with lock:
+        print(f"{port} {peer[0]} {result}", flush=True)
 ready = threading.Semaphore(0)
+lock = threading.Lock()
 threads = []
 for arg in sys.argv[1:]:
     family, port = arg.split(":")
-    t = threading.Thread(target=serve, args=(socket.AF_INET6 if family == "6" else socket.AF_INET, int(port)))
+    af = socket.AF_INET6 if family == "6" else socket.AF_INET
+    t = threading.Thread(target=serve, args=(af, int(port), family == "4big"))
     t.start()
     threads.append(t)
 for _ in threads:
@@ -1120,7 +1131,10 @@ for t in threads:
 /// side: a real server's late answer to a client socket already closed gets the
 /// client's ICMPv6 port unreachable, translated for the real server (to its own
 /// address and port; FullNAT: from and to the local address; NAT64: into ICMPv4),
-/// whose connected socket then fails with ECONNREFUSED too. About 8 s.
+/// whose connected socket then fails with ECONNREFUSED too. And a NAT64 real
+/// server's 1500-byte answer with DF, 1520 bytes as IPv6, gets Sluice's frag-needed
+/// (MTU 1480): the real server's kernel then holds 1480 as the path MTU to the local
+/// address. About 3 s.
 #[test]
 fn icmp_errors_cross_nat_fullnat_and_nat64_both_ways() {
     require_root();
@@ -1135,7 +1149,7 @@ fn icmp_errors_cross_nat_fullnat_and_nat64_both_ways() {
              port = {rport}\n  mode = \"fullnat\"\n"
         )
     };
-    // Closed ports (5399) and the late replier's (5396 to 5398).
+    // Closed ports (5399) and the late replier's (5395 to 5398).
     let services = [
         service6(&lab, "udp", 5301, 5399, "nat", ""),
         service6(&lab, "udp", 5302, 5399, "fullnat", &lip6),
@@ -1143,6 +1157,7 @@ fn icmp_errors_cross_nat_fullnat_and_nat64_both_ways() {
         service6(&lab, "udp", 5311, 5398, "nat", ""),
         service6(&lab, "udp", 5312, 5396, "fullnat", &lip6),
         nat64(5313, 5397),
+        nat64(5314, 5395),
     ]
     .join("\n");
     let addresses = appliance6(&lab);
@@ -1162,11 +1177,19 @@ fn icmp_errors_cross_nat_fullnat_and_nat64_both_ways() {
 
     let mut replier = BackgroundProcess::spawn(
         Some(lab.bed.rs_ns(1)),
-        &[PYTHON, "-c", LATE_REPLIER, "6:5398", "6:5396", "4:5397"],
+        &[
+            PYTHON,
+            "-c",
+            LATE_REPLIER,
+            "6:5398",
+            "6:5396",
+            "4:5397",
+            "4big:5395",
+        ],
     );
     replier.wait_for_stderr(Duration::from_secs(10), "ready");
     let send_and_close = format!(
-        "import socket\nfor port in (5311, 5312, 5313):\n    \
+        "import socket\nfor port in (5311, 5312, 5313, 5314):\n    \
          s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n    \
          s.sendto(b'early', ('{VIP6}', port))\n    s.close()\n"
     );
@@ -1183,12 +1206,14 @@ fn icmp_errors_cross_nat_fullnat_and_nat64_both_ways() {
     assert_eq!(
         lines,
         [
+            format!("5395 {LIP4} mtu 1480"),
             format!("5396 {LIP6} refused"),
             format!("5397 {LIP4} refused"),
             format!("5398 {CLIENT_IP6} refused"),
         ],
         "the real server's sockets hear the client's port unreachable (NAT: from the \
-         client; FullNAT and NAT64: from the local address): {}\n{}",
+         client; FullNAT and NAT64: from the local address), and NAT64's frag-needed: \
+         {}\n{}",
         replier.stderr_text(),
         daemon.dump()
     );

@@ -10,7 +10,7 @@ use super::ipv6::{nat64_real, readdress};
 use super::{Action, Context, Forwarder};
 use crate::dpdk::Packet;
 use crate::flow::parse::Parsed;
-use crate::flow::{FlowKey, FlowKey6};
+use crate::flow::{FlowKey, FlowKey4, FlowKey6};
 use crate::forward::icmp6::{self, Nat64Ends, QuoteRewrite6};
 use crate::forward::IcmpErrorQuote;
 use crate::model::{DropReason, ForwardMode};
@@ -122,6 +122,30 @@ impl Forwarder {
         }
         let next_hop = cx.neighbours.lookup(real);
         super::egress::address(pkt.bytes_mut(), next_hop, real, cx.port)
+    }
+
+    /// NAT64, a real server's reply (`key`) that would not fit the port's MTU once
+    /// translated to IPv6: with DF set, a frag-needed to the real server from the
+    /// local address announcing the MTU less 20, within the worker's ICMP error
+    /// bucket (Sluice writes it, as TUN's); without DF, or over the rate, nothing.
+    /// The reply is dropped (`too_big`) either way: Sluice does not fragment.
+    pub(super) fn nat64_too_big(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        key: &FlowKey4,
+        cx: &Context,
+    ) -> Action {
+        let df = crate::forward::ip_packet(pkt.bytes(), parsed).is_some_and(|ip| ip.dont_frag());
+        let mtu = cx.port.mtu.saturating_sub(crate::forward::nat64::HEADER_GROWTH as u16);
+        if !df {
+            return Action::Drop(DropReason::TooBig);
+        }
+        let frame = pkt.bytes_mut();
+        match crate::forward::frag_needed(frame, parsed, mtu, key.dst_addr(), cx.port.mac) {
+            Some(len) => self.send_icmp_error(pkt, len, cx),
+            None => Action::Drop(DropReason::TooBig),
+        }
     }
 
     /// NAT64, an ICMPv4 error no IPv4 session took: if it quotes a packet Sluice

@@ -419,7 +419,7 @@ impl Forwarder {
         }
         let growth = forward::nat64::HEADER_GROWTH;
         if parsed.ip_total_len as usize + growth > cx.port.mtu as usize {
-            return Some(Action::Drop(DropReason::TooBig));
+            return Some(self.nat64_too_big(pkt, parsed, key, cx));
         }
         if flags.contains(TcpFlags::SYN) && flags.contains(TcpFlags::ACK) {
             let _ = forward::toa::clamp_mss(pkt.bytes_mut(), parsed, growth as u16);
