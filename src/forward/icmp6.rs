@@ -70,7 +70,11 @@ pub fn parse_error_v6(frame: &[u8], parsed: &Parsed) -> Result<Icmp6ErrorQuote, 
         return Err(DropReason::UnsupportedProtocol);
     }
     let end = parsed.ip_end();
-    if parsed.l3.checked_add(ipv6::HEADER_LEN).is_none_or(|at| parsed.l4 < at) {
+    if parsed
+        .l3
+        .checked_add(ipv6::HEADER_LEN)
+        .is_none_or(|at| parsed.l4 < at)
+    {
         return Err(DropReason::Truncated);
     }
     let message = frame.get(parsed.l4..end).ok_or(DropReason::Truncated)?;
@@ -237,9 +241,7 @@ fn map_v4_to_v6(
     let unreachable = |code| Some((M6::DEST_UNREACHABLE, code, 0));
     match (icmp_type, code) {
         (icmp::Message::DEST_UNREACHABLE, 0 | 1 | 5..=8 | 11 | 12) => unreachable(u6::NO_ROUTE),
-        (icmp::Message::DEST_UNREACHABLE, 9 | 10 | 13 | 15) => {
-            unreachable(u6::ADMIN_PROHIBITED)
-        }
+        (icmp::Message::DEST_UNREACHABLE, 9 | 10 | 13 | 15) => unreachable(u6::ADMIN_PROHIBITED),
         (icmp::Message::DEST_UNREACHABLE, 3) => unreachable(u6::PORT),
         // Protocol unreachable: an unrecognized next header, pointing at it.
         (icmp::Message::DEST_UNREACHABLE, 2) => Some((M6::PARAMETER_PROBLEM, 1, 6)),
@@ -376,7 +378,11 @@ pub fn icmp4_to_icmp6(
     let outer = ipv4::Packet::new_unchecked(&frame[l3..l4]);
     let (outer_class, outer_hops) = ((outer.dscp() << 2) | outer.ecn(), outer.ttl());
     let inner = ipv4::Packet::new_unchecked(&frame[quote.ip..quote.l4]);
-    let (class, hops, total) = ((inner.dscp() << 2) | inner.ecn(), inner.ttl(), inner.total_len());
+    let (class, hops, total) = (
+        (inner.dscp() << 2) | inner.ecn(),
+        inner.ttl(),
+        inner.total_len(),
+    );
     let inner_payload = usize::from(total).saturating_sub(inner.header_len());
     let rest: [u8; 4] = frame[l4 + 4..l4 + 8].try_into().expect("4 bytes");
     let (t6, c6, param) = map_v4_to_v6(quote.icmp_type, quote.code, rest, total, link_mtu)
@@ -474,7 +480,13 @@ pub fn icmp6_to_icmp4(
     new_addrs[..4].copy_from_slice(&ends.inner_src.0.octets());
     new_addrs[4..].copy_from_slice(&ends.inner_dst.0.octets());
     let ports = (ends.inner_src.1, ends.inner_dst.1);
-    requote(&mut frame[quote.l4..quote.end], quote.key.proto, old, words(&new_addrs), ports);
+    requote(
+        &mut frame[quote.l4..quote.end],
+        quote.key.proto,
+        old,
+        words(&new_addrs),
+        ports,
+    );
 
     let total = ipv4::MIN_HEADER_LEN + inner_payload;
     let mut packet = ipv4::Packet::new_unchecked(&mut frame[inner_at..quote.l4]);
@@ -598,8 +610,11 @@ for k, (a, b) in out.items():
 for k, a in bad.items():
     print(k, a, "-")"#;
 
-    fn fixtures() -> &'static HashMap<String, (Vec<u8>, Vec<u8>)> {
-        static CELL: OnceLock<HashMap<String, (Vec<u8>, Vec<u8>)>> = OnceLock::new();
+    /// Each fixture's input frame and expected output (empty when none), by name.
+    type Fixtures = HashMap<String, (Vec<u8>, Vec<u8>)>;
+
+    fn fixtures() -> &'static Fixtures {
+        static CELL: OnceLock<Fixtures> = OnceLock::new();
         CELL.get_or_init(|| {
             scapy(FIXTURES)
                 .lines()
@@ -771,7 +786,10 @@ for k, a in bad.items():
     #[test]
     fn nat64_errors_become_the_frames_scapy_builds() {
         let (input, expected) = fixture("nat64_unreach");
-        assert_eq!(hex(&to_v6(&input, &TO_CLIENT, 1500).unwrap()), hex(&expected));
+        assert_eq!(
+            hex(&to_v6(&input, &TO_CLIENT, 1500).unwrap()),
+            hex(&expected)
+        );
         let (input, expected) = fixture("nat64_frag_needed");
         let ends = Nat64Ends {
             inner_src: (CLIENT, 40002),
@@ -783,9 +801,15 @@ for k, a in bad.items():
         let capped = to_v6(&input, &ends, 1410).unwrap();
         assert_eq!(icmpv6::Packet::new_unchecked(&capped[54..]).mtu(), 1410);
         let (input, expected) = fixture("nat64_to_server");
-        assert_eq!(hex(&to_v4(&input, &to_server(40002), 1500).unwrap()), hex(&expected));
+        assert_eq!(
+            hex(&to_v4(&input, &to_server(40002), 1500).unwrap()),
+            hex(&expected)
+        );
         let (input, expected) = fixture("nat64_param");
-        assert_eq!(hex(&to_v4(&input, &to_server(40003), 1500).unwrap()), hex(&expected));
+        assert_eq!(
+            hex(&to_v4(&input, &to_server(40003), 1500).unwrap()),
+            hex(&expected)
+        );
     }
 
     #[test]
@@ -805,21 +829,33 @@ for k, a in bad.items():
             if parse_error(&buf, &parsed).is_none() {
                 continue; // source quench is not read as an error about a session
             }
-            assert_eq!(to_v6(&buf, &TO_CLIENT, 1500), Err(DropReason::IcmpUntranslatable));
+            assert_eq!(
+                to_v6(&buf, &TO_CLIENT, 1500),
+                Err(DropReason::IcmpUntranslatable)
+            );
         }
         let mut param = with(34, 12);
         param[38] = 4;
         crate::wire::icmp::Packet::new_unchecked(&mut param[34..]).fill_checksum();
-        assert_eq!(to_v6(&param, &TO_CLIENT, 1500), Err(DropReason::IcmpUntranslatable));
+        assert_eq!(
+            to_v6(&param, &TO_CLIENT, 1500),
+            Err(DropReason::IcmpUntranslatable)
+        );
         let mut missing = with(34, 12);
         missing[35] = 1;
         missing[38] = 0;
         crate::wire::icmp::Packet::new_unchecked(&mut missing[34..]).fill_checksum();
-        assert_eq!(to_v6(&missing, &TO_CLIENT, 1500), Err(DropReason::IcmpUntranslatable));
+        assert_eq!(
+            to_v6(&missing, &TO_CLIENT, 1500),
+            Err(DropReason::IcmpUntranslatable)
+        );
         // A corrupt ICMPv4 checksum.
         let mut corrupt = input.clone();
         *corrupt.last_mut().unwrap() ^= 1;
-        assert_eq!(to_v6(&corrupt, &TO_CLIENT, 1500), Err(DropReason::BadIcmpChecksum));
+        assert_eq!(
+            to_v6(&corrupt, &TO_CLIENT, 1500),
+            Err(DropReason::BadIcmpChecksum)
+        );
 
         // ICMPv6: unrecognized option (parameter problem code 2), a pointer past
         // the IPv6 header, destination unreachable code 5.
@@ -875,7 +911,13 @@ for k, a in bad.items():
         use icmpv6::Message as M6;
         let frag = |mtu: u16, total: u16, link: u16| {
             let [hi, lo] = mtu.to_be_bytes();
-            map_v4_to_v6(icmp::Message::DEST_UNREACHABLE, 4, [0, 0, hi, lo], total, link)
+            map_v4_to_v6(
+                icmp::Message::DEST_UNREACHABLE,
+                4,
+                [0, 0, hi, lo],
+                total,
+                link,
+            )
         };
         assert_eq!(frag(1400, 1500, 1500), Some((M6::PACKET_TOO_BIG, 0, 1420)));
         assert_eq!(frag(1490, 1500, 1500), Some((M6::PACKET_TOO_BIG, 0, 1500)));
@@ -951,7 +993,13 @@ for k, a in bad.items():
                     inner_src: (CLIENT, 1),
                     inner_dst: (VIP, 2),
                 };
-                if let Ok(n) = icmp4_to_icmp6(&mut buf[..NAT64_ERROR_GROWTH + len], &parsed, &quote, &ends, 1500) {
+                if let Ok(n) = icmp4_to_icmp6(
+                    &mut buf[..NAT64_ERROR_GROWTH + len],
+                    &parsed,
+                    &quote,
+                    &ends,
+                    1500,
+                ) {
                     let ip = ipv6::Packet::new_unchecked(&buf[parsed.l3..]);
                     let message = icmpv6::Packet::new_unchecked(&buf[parsed.l3 + 40..n]);
                     assert!(message.verify_checksum(ip.src_addr(), ip.dst_addr()));
@@ -960,7 +1008,10 @@ for k, a in bad.items():
                 }
             }
         }
-        assert!(translated > 1000, "the fuzz reaches translation: {translated}");
+        assert!(
+            translated > 1000,
+            "the fuzz reaches translation: {translated}"
+        );
         assert!(families > 1000, "the fuzz reaches NAT64: {families}");
     }
 }

@@ -21,7 +21,12 @@ use crate::wire::ethernet::MacAddr;
 impl Forwarder {
     /// An ICMPv6 error to our MAC: translated and sent on if it quotes a packet of
     /// one of the worker's IPv6 sessions, else dropped for why not.
-    pub(super) fn icmp6_error(&mut self, pkt: &mut Packet, parsed: &Parsed, cx: &Context) -> Action {
+    pub(super) fn icmp6_error(
+        &mut self,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        cx: &Context,
+    ) -> Action {
         let quote = match icmp6::parse_error_v6(pkt.bytes(), parsed) {
             Ok(quote) => quote,
             Err(reason) => return Action::Drop(reason),
@@ -137,7 +142,10 @@ impl Forwarder {
         cx: &Context,
     ) -> Action {
         let df = crate::forward::ip_packet(pkt.bytes(), parsed).is_some_and(|ip| ip.dont_frag());
-        let mtu = cx.port.mtu.saturating_sub(crate::forward::nat64::HEADER_GROWTH as u16);
+        let mtu = cx
+            .port
+            .mtu
+            .saturating_sub(crate::forward::nat64::HEADER_GROWTH as u16);
         if !df {
             return Action::Drop(DropReason::TooBig);
         }
