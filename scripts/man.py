@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes Sluice's man pages from the texts they document, so they cannot drift:
 
-  sluice(8)       from `sluice --help`
+  sluice(8)       from `sluice --help`, and `sluice simulate --help` as its
+                  SIMULATE section
   sluicectl(8)    from `sluicectl --help`
   sluice.toml(5)  from docs/CONFIG.md
 
@@ -48,11 +49,21 @@ def header(name, section, ver, what):
     ]
 
 
+def help_text(binary, *args):
+    return subprocess.run([binary, *args, "--help"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def verbatim_section(title, text):
+    """TEXT as one section, laid out as printed."""
+    lines = text.rstrip("\n").split("\n")
+    return [f".SH {title}", ".nf"] + [esc(l) if l.strip() else "" for l in lines] + [".fi"]
+
+
 def help_page(binary, name, summary, extra):
     """A man page from BINARY --help: `usage:` lines are the synopsis, each
     `Header:` paragraph a section, everything kept as laid out."""
-    text = subprocess.run([binary, "--help"], capture_output=True, text=True,
-                          check=True).stdout
+    text = help_text(binary)
     ver = version(binary)
     out = header(name, 8, ver, "System Administration")
     out.append(f"{name} \\- {summary}")
@@ -217,7 +228,9 @@ def main():
     ctl = sys.argv[3] if len(sys.argv) > 3 else os.path.join(HERE, "target/release/sluicectl")
     os.makedirs(outdir, exist_ok=True)
     pages = {
-        "sluice.8": help_page(sluice, "sluice", "L4 load balancer on DPDK", SLUICE_EXTRA),
+        "sluice.8": help_page(sluice, "sluice", "L4 load balancer on DPDK",
+                              verbatim_section("SIMULATE", help_text(sluice, "simulate"))
+                              + SLUICE_EXTRA),
         "sluicectl.8": help_page(ctl, "sluicectl",
                                  "control a running sluice daemon (ipvsadm syntax too)",
                                  SLUICECTL_EXTRA),

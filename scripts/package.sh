@@ -15,8 +15,10 @@
 #   /usr/share/bash-completion/completions/sluicectl
 #   /usr/share/doc/sluice/                      copyright, changelog, README, docs,
 #                                               examples/ (config/*.toml)
-# The ipvsadm name stays opt-in: `scripts/setup.sh --ipvsadm-link /usr/local/sbin
-# /usr/bin/sluicectl` after installing. Dependencies are the shared libraries' own
+#   /usr/lib/sluice/ipvsadm                     a link to sluicectl, outside PATH: the
+#                                               ipvsadm name stays opt-in (`ln -s
+#                                               /usr/lib/sluice/ipvsadm /usr/local/sbin/`)
+# Dependencies are the shared libraries' own
 # packages (dpkg-shlibdeps) plus dpdk (its PMDs are loaded at run time).
 # Prints the path of the .deb on its last line.
 set -euo pipefail
@@ -48,6 +50,10 @@ install -d "$root/DEBIAN" "$root/usr/sbin" "$root/usr/bin" "$root/etc/sluice" \
 
 install -m 0755 "$bin/sluice" "$root/usr/sbin/sluice"
 install -m 0755 "$bin/sluicectl" "$root/usr/bin/sluicectl"
+# Called by this name, sluicectl answers as ipvsadm 1.31 (relative, as policy 10.5
+# wants within /usr).
+install -d "$root/usr/lib/sluice"
+ln -s ../../bin/sluicectl "$root/usr/lib/sluice/ipvsadm"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note \
   "$root/usr/sbin/sluice" "$root/usr/bin/sluicectl"
 install -m 0644 "$here/packaging/sluice.toml" "$root/etc/sluice/sluice.toml"

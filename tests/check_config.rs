@@ -7,7 +7,7 @@
 //! starting DPDK. And `sluice --prepare` reserving the hugepages a config lacks.
 //!
 //! Run: `cargo test --release --test integration check_config::` (as root; about 5 s, most of it the
-//! 219 refused files).
+//! 231 refused files).
 
 use crate::common::*;
 use std::path::{Path, PathBuf};

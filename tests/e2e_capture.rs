@@ -5,6 +5,9 @@
 //! tshark reads both files: the same packets (addresses, ports, sequence numbers, IP
 //! ids, lengths), each direction flag as the frame's MACs say, nothing outside the
 //! filter; a second capture honours direction, protocol, count and snap length.
+//! The daemon runs confined as the packaged systemd unit confines it (its capability
+//! bounding set, no new privileges, a read-only file system), so the unit's
+//! capabilities are shown to be enough for af_packet and for captures.
 //!
 //! Run: `cargo test --release --test integration e2e_capture::` (as root; about 15 s).
 
@@ -46,6 +49,37 @@ fn ctl(daemon: &Daemon, args: &[&str]) -> CmdOutput {
     daemon.ctl(args)
 }
 
+/// The process `pid` is confined as `DaemonConfig::in_unit_sandbox` says: the unit's
+/// capability bounding set (CAP_IPC_LOCK 14, CAP_SYS_ADMIN 21, CAP_SYS_RAWIO 17,
+/// CAP_NET_RAW 13, CAP_NET_ADMIN 12, CAP_CHOWN 0, CAP_DAC_OVERRIDE 1, CAP_SETUID 7,
+/// CAP_SETGID 6, numbered as in linux/capability.h), no new privileges, and a
+/// read-only root file system.
+fn assert_unit_sandbox(pid: i32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {status}"))
+            .trim()
+            .to_string()
+    };
+    let unit_caps: u64 = [14, 21, 17, 13, 12, 0, 1, 7, 6]
+        .iter()
+        .map(|b| 1u64 << b)
+        .sum();
+    assert_eq!(field("CapBnd:"), format!("{unit_caps:016x}"), "{status}");
+    assert_eq!(field("CapEff:"), format!("{unit_caps:016x}"), "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mounts")).unwrap();
+    let root = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("/"))
+        .unwrap();
+    let options = root.split_whitespace().nth(3).unwrap();
+    assert!(options.split(',').any(|o| o == "ro"), "{root}");
+}
+
 #[test]
 fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filter() {
     require_root();
@@ -78,10 +112,17 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
         }
     }
     let toml = [service("tcp", 80), service("udp", UDP_PORT)].join("\n");
-    let daemon = lab.daemon(
-        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
-        toml,
+    // The daemon runs confined as the packaged unit confines it: what it does here
+    // (af_packet, promiscuous mode, captures created as their requester) needs no
+    // capability the unit does not keep.
+    let daemon = Daemon::start(
+        lab.daemon_config(
+            &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+            toml,
+        )
+        .in_unit_sandbox(),
     );
+    assert_unit_sandbox(daemon.pid());
     lab.prewarm(&daemon, GATEWAY);
 
     // The filter: the VIP's HTTP, and each real server's HTTP port, TCP only: both

@@ -760,31 +760,49 @@ fn restore_of_a_real_ipvsadm_save_in_both_modes() {
     assert_eq!(save(&daemon), "");
 
     // Line by line, as ipvsadm: what can be honoured is applied, the rest named by
-    // line and option; a line whose service was not restored gets ipvsadm's words.
+    // line and option; a line whose service was not restored gets ipvsadm's words
+    // alone, as `process_options` prints `ipvs_strerror(errno)`. The status is the
+    // last command's (`restore_table` returns its `result`): the last line applies.
     let out = restore(&link, &daemon, Path::new(FIXTURE), "");
     assert_eq!(
         out.stderr,
         "line 10: not applied: Sluice cannot honour -o: one-packet scheduling\n\
-         line 11: Service not defined\n\
+         Service not defined\n\
          line 12: not applied: Sluice cannot honour --pe sip: persistence engines\n\
          line 13: not applied: Sluice cannot honour -f 100: fwmark services (Sluice matches a service by protocol, address and port)\n\
          line 14: not applied: Sluice cannot honour -f 100: fwmark services (Sluice matches a service by protocol, address and port)\n\
          line 15: not applied: Sluice cannot honour --sctp-service 198.18.1.13:3868: SCTP services (Sluice balances TCP and UDP)\n\
          line 16: not applied: Sluice cannot honour -s ovf: Sluice has no ovf scheduler\n\
-         line 19: not applied: Sluice cannot honour --tun-type gue: Sluice tunnels with IP-in-IP only\n\
-         8 line(s) not applied, 10 applied\n",
+         line 19: not applied: Sluice cannot honour --tun-type gue: Sluice tunnels with IP-in-IP only\n",
         "{}",
         out.describe()
     );
-    assert_eq!(out.status.code(), Some(255), "{}", out.describe());
+    assert_eq!(out.status.code(), Some(0), "{}", out.describe());
     assert_eq!(save(&daemon), RESTORED);
 
-    // Again onto the restored table: as ipvsadm, every line now exists.
+    // Again onto the restored table: as ipvsadm, every line now exists, and the last
+    // one's refusal is the status (255, ipvsadm's -1 from the kernel call).
     let out = restore(&link, &daemon, Path::new(FIXTURE), "");
     assert_eq!(out.status.code(), Some(255), "{}", out.describe());
     assert!(
-        out.stderr.contains("line 4: Service already exists\n")
-            && out.stderr.contains("line 5: Destination already exists\n"),
+        out.stderr
+            .starts_with("Service already exists\nDestination already exists\n")
+            && !out.stderr.contains("line 4:"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(save(&daemon), RESTORED);
+
+    // sluicectl's own mode numbers every line not applied and sums them up, with
+    // status 1 when any was not.
+    let out = restore(Path::new(SLUICECTL), &daemon, Path::new(FIXTURE), "");
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains("sluicectl: line 4: Service already exists")
+            && out
+                .stderr
+                .ends_with("sluicectl: 18 line(s) not applied, 0 applied\n"),
         "{}",
         out.describe()
     );
@@ -823,6 +841,22 @@ fn restore_of_a_real_ipvsadm_save_in_both_modes() {
     assert_eq!(
         (out.stderr.as_str(), out.status.code()),
         ("illegal weight specified\n", Some(2)),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(save(&daemon), "-A -t 198.18.1.20:80 -s rr\n");
+
+    // A line whose first option is not a command: `tryhelp_exit(argv[0], -1)`, with
+    // the name ipvsadm was called by (`config_stream_read` hands each line argv[0]).
+    std::fs::write(&bad, "-n -A -t 198.18.1.22:80 -s rr\n").unwrap();
+    let out = restore(&link, &daemon, &bad, "");
+    let program = link.display();
+    assert_eq!(
+        (out.stderr.clone(), out.status.code()),
+        (
+            format!("Try `{program} -h' or '{program} --help' for more information.\n"),
+            Some(255)
+        ),
         "{}",
         out.describe()
     );

@@ -944,8 +944,11 @@ fn list_connections(options: &Options, out: &mut impl Write) -> Result<(), Failu
 #[derive(Debug, Default, PartialEq)]
 struct Restored {
     applied: usize,
-    /// `line N: ...` for every line not applied.
+    /// What was said of every line not applied.
     refused: Vec<String>,
+    /// Whether the last line that was a command was not applied: ipvsadm's `-R`
+    /// exits with that line's status alone.
+    last_refused: bool,
 }
 
 /// Consecutive restore lines sent as one all-or-nothing batch (one snapshot for
@@ -958,12 +961,17 @@ const RESTORE_CHUNK: usize = 1000;
 /// daemon refuses or that names what Sluice cannot do. A line ipvsadm cannot parse
 /// either ends the restore there, as ipvsadm's `fail(2, ...)` does, after the lines
 /// before it were applied.
+///
+/// `ipvsadm_program` is the name ipvsadm mode was called by (its `argv[0]`): then
+/// a line the daemon refuses is reported in ipvsadm's words alone, as ipvsadm's
+/// `process_options` prints them, without Sluice's line number.
 fn restore_lines(
     options: &Options,
     input: impl io::BufRead,
-    ipvsadm_mode: bool,
+    ipvsadm_program: Option<&str>,
     report: &mut dyn FnMut(&str),
 ) -> Result<Restored, Failure> {
+    let ipvsadm_mode = ipvsadm_program.is_some();
     let mut connection = client::Connection::open(&options.socket, options.timeout)?;
     let mut done = Restored::default();
     let mut pending: Vec<(usize, Request)> = Vec::new();
@@ -990,6 +998,7 @@ fn restore_lines(
             match connection.call(&batch) {
                 Ok(_) => {
                     done.applied += lines.len();
+                    done.last_refused = false;
                     return Ok(());
                 }
                 Err(client::ClientError::Daemon(_)) => {}
@@ -998,16 +1007,19 @@ fn restore_lines(
         }
         for (n, request) in lines {
             match connection.call(&request) {
-                Ok(_) => done.applied += 1,
+                Ok(_) => {
+                    done.applied += 1;
+                    done.last_refused = false;
+                }
                 Err(client::ClientError::Daemon(message)) => {
-                    let message = if ipvsadm_mode {
+                    let line = if ipvsadm_mode {
                         ipvsadm_words(&request, &message)
                     } else {
-                        message
+                        format!("line {n}: {message}")
                     };
-                    let line = format!("line {n}: {message}");
                     report(&line);
                     done.refused.push(line);
+                    done.last_refused = true;
                 }
                 Err(other) => return Err(other.into()),
             }
@@ -1021,6 +1033,21 @@ fn restore_lines(
             pending_bytes = 0;
         }
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        // ipvsadm reads each line with its own option parser and stops at the first
+        // it refuses, with that parser's words and no line number, after applying
+        // the lines before.
+        if let Some(program) = ipvsadm_program {
+            let words = ipvsadm::restore_words(&line);
+            if !words.is_empty() {
+                if let Err(refusal) = ipvsadm_usage::check(program, &words) {
+                    flush(&mut pending, &mut done, report)?;
+                    return Err(Failure {
+                        message: refusal.message,
+                        kind: FailureKind::Usage(refusal.status),
+                    });
+                }
+            }
+        }
         let command = match ipvsadm::restore_line(&line) {
             Ok(ipvsadm::RestoreLine::Nothing) => continue,
             Ok(ipvsadm::RestoreLine::Unsupported(what)) => {
@@ -1029,22 +1056,12 @@ fn restore_lines(
                 let line = format!("line {n}: not applied: Sluice cannot honour {what}");
                 report(&line);
                 done.refused.push(line);
+                done.last_refused = true;
                 continue;
             }
             Ok(ipvsadm::RestoreLine::Apply(command)) => command,
             Err(error) => {
                 flush(&mut pending, &mut done, report)?;
-                // ipvsadm reads each line with its own option parser and stops at the
-                // first it refuses, with that parser's words and no line number.
-                if ipvsadm_mode {
-                    let words = ipvsadm::restore_words(&line);
-                    if let Err(refusal) = ipvsadm_usage::check("ipvsadm", &words) {
-                        return Err(Failure {
-                            message: refusal.message,
-                            kind: FailureKind::Usage(refusal.status),
-                        });
-                    }
-                }
                 return Err(Failure {
                     message: format!("line {n}: {error}"),
                     kind: FailureKind::Usage(2),
@@ -1059,6 +1076,7 @@ fn restore_lines(
             );
             report(&line);
             done.refused.push(line);
+            done.last_refused = true;
             continue;
         }
         // `-Z` is answered outside the service table: on its own.
@@ -1204,9 +1222,25 @@ fn run(options: &Options, ipvsadm_mode: bool) -> Result<String, Failure> {
             output: ipvsadm::Output::Restore { atomic: false, .. },
             ..
         }) => {
-            let done = restore_lines(options, io::stdin().lock(), ipvsadm_mode, &mut |line| {
-                report_error(line, ipvsadm_mode)
-            })?;
+            // ipvsadm names itself in a refused line's usage text by its own argv[0].
+            let program = std::env::args().next().filter(|_| ipvsadm_mode);
+            let done = restore_lines(
+                options,
+                io::stdin().lock(),
+                program.as_deref(),
+                &mut |line| report_error(line, ipvsadm_mode),
+            )?;
+            if ipvsadm_mode {
+                // ipvsadm's restore_table returns the last command's result alone; each
+                // refusal was printed as it came.
+                return match done.last_refused {
+                    false => Ok(String::new()),
+                    true => Err(Failure {
+                        message: String::new(),
+                        kind: FailureKind::Refused,
+                    }),
+                };
+            }
             if done.refused.is_empty() {
                 return Ok(String::new());
             }
@@ -1349,7 +1383,9 @@ fn main() -> ExitCode {
                     }
                     _ => failure.message.clone(),
                 };
-                report_error(&message, ipvsadm_mode);
+                if !message.is_empty() {
+                    report_error(&message, ipvsadm_mode);
+                }
                 ExitCode::from(failure.status(ipvsadm_mode))
             }
         },

@@ -110,17 +110,22 @@ const BROKEN_CONFIGS: &str = "tests/fixtures/broken-configs.json";
 
 /// With `SLUICE_RECORD_BROKEN_CONFIGS=DIR`, each config [`assert_rejected`] refuses is
 /// written to DIR as one JSON case (`scripts/record-broken-configs.sh` gathers them
-/// into [`BROKEN_CONFIGS`]).
+/// into [`BROKEN_CONFIGS`]). Without it, the config must already be there, so a new
+/// rejection test cannot leave `sluice --check-config`'s test behind.
 fn record_rejected(text: &str, line: usize, field: &str, needle: &str) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
-    let Some(dir) = std::env::var_os("SLUICE_RECORD_BROKEN_CONFIGS") else {
-        return;
-    };
     // A config naming a file of the test's temp dir cannot be replayed without it.
     if text.contains(&*std::env::temp_dir().to_string_lossy()) {
         return;
     }
+    let Some(dir) = std::env::var_os("SLUICE_RECORD_BROKEN_CONFIGS") else {
+        assert!(
+            recorded_broken_configs().contains(text),
+            "this rejected config is not in {BROKEN_CONFIGS}: run scripts/record-broken-configs.sh"
+        );
+        return;
+    };
     let name = std::thread::current()
         .name()
         .unwrap_or("unnamed")
@@ -589,11 +594,11 @@ fn duplicate_ipv6_address_across_ports() {
         "\"198.18.0.1/24\", \"2001:db8::1/48\"",
         1,
     );
-    let err = parse(&text).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("address 2001:db8::1 is already used"),
-        "{err}"
+    assert_rejected(
+        &text,
+        24,
+        "ports[1].addresses[1]",
+        "address 2001:db8::1 is already used",
     );
 }
 
@@ -2076,16 +2081,24 @@ fn scheduler_flags_and_maglev_table_size() {
     let svc = &cfg.services[0];
     assert_eq!(svc.sched_flags.to_string(), "mh-port");
     assert_eq!(svc.mh_table_size, Some(251));
-    let err = parse(&with("scheduler = \"rr\"\nscheduler_flags = \"sh-port\"")).unwrap_err();
-    assert_eq!(err.field, "services[0].scheduler_flags", "{err}");
-    assert!(
-        err.to_string().contains("does not apply to scheduler rr"),
-        "{err}"
+    assert_rejected(
+        &with("scheduler = \"rr\"\nscheduler_flags = \"sh-port\""),
+        26,
+        "services[0].scheduler_flags",
+        "does not apply to scheduler rr",
     );
-    let err = parse(&with("scheduler = \"mh\"\nscheduler_flags = \"mh-turbo\"")).unwrap_err();
-    assert!(err.to_string().contains("unknown scheduler flag"), "{err}");
-    let err = parse(&with("scheduler = \"mh\"\nmh_table_size = 65536")).unwrap_err();
-    assert_eq!(err.field, "services[0].mh_table_size", "{err}");
+    assert_rejected(
+        &with("scheduler = \"mh\"\nscheduler_flags = \"mh-turbo\""),
+        26,
+        "services[0].scheduler_flags",
+        "unknown scheduler flag",
+    );
+    assert_rejected(
+        &with("scheduler = \"mh\"\nmh_table_size = 65536"),
+        26,
+        "services[0].mh_table_size",
+        "is not prime",
+    );
 }
 
 #[test]
@@ -2100,9 +2113,7 @@ fn metrics_address() {
         "[control]\nsocket = \"/run/sluice/test.sock\"\n",
         "[control]\nsocket = \"/run/sluice/test.sock\"\nmetrics = \"localhost\"\n",
     );
-    let err = parse(&bad).unwrap_err();
-    assert_eq!(err.field, "control.metrics", "{err}");
-    assert!(err.to_string().contains("ADDRESS:PORT"), "{err}");
+    assert_rejected(&bad, 12, "control.metrics", "ADDRESS:PORT");
 }
 
 #[test]
@@ -2597,6 +2608,21 @@ fn synproxy_parses_and_refuses_dr_tun_udp_and_bad_values() {
         "scheduler = \"rr\"\nsynproxy = \"off\"",
     ))
     .unwrap();
+}
+
+/// The texts of [`BROKEN_CONFIGS`], read once.
+fn recorded_broken_configs() -> &'static std::collections::HashSet<String> {
+    static TEXTS: std::sync::OnceLock<std::collections::HashSet<String>> =
+        std::sync::OnceLock::new();
+    TEXTS.get_or_init(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(BROKEN_CONFIGS);
+        let cases: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        cases
+            .iter()
+            .map(|case| case["text"].as_str().unwrap().to_string())
+            .collect()
+    })
 }
 
 /// The configs of [`BROKEN_CONFIGS`] are still refused at the line and field recorded

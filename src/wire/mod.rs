@@ -152,4 +152,21 @@ pub(crate) mod test_util {
             }
         }
     }
+
+    /// Runs a Python script with scapy and returns what it printed, for tests that
+    /// let scapy judge the bytes Sluice writes. scripts/setup.sh installs Debian's
+    /// python3-scapy, so its absence fails the test instead of skipping the check.
+    pub fn run_scapy(script: &str) -> String {
+        let output = ["/usr/bin/python3", "python3"]
+            .iter()
+            .find_map(|python| {
+                let out = std::process::Command::new(python)
+                    .args(["-c", script])
+                    .output()
+                    .ok()?;
+                out.status.success().then_some(out.stdout)
+            })
+            .expect("no python3 with scapy: run scripts/setup.sh");
+        String::from_utf8(output).expect("scapy printed UTF-8")
+    }
 }

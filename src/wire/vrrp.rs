@@ -364,9 +364,7 @@ mod tests {
         assert!(parsed.addresses.is_empty());
     }
 
-    /// scapy decodes what we emit and agrees with our checksum. Needs python3 with
-    /// scapy (scripts/setup.sh installs Debian's python3-scapy); without it the test
-    /// says so and checks nothing more.
+    /// scapy decodes what we emit and agrees with our checksum.
     #[test]
     fn scapy_decodes_our_advertisement() {
         let repr = Repr {
@@ -396,21 +394,10 @@ recomputed = IP(raw(p))[VRRPv3].chksum
 print(v.version, v.type, v.vrid, v.priority, v.ipcount, v.adv, ",".join(v.addrlist), theirs == recomputed)
 "#
         );
-        // scripts/setup.sh installs Debian's python3-scapy: its absence is a failure,
-        // not a reason to skip the check.
-        let output = ["/usr/bin/python3", "python3"]
-            .iter()
-            .find_map(|python| {
-                let out = std::process::Command::new(python)
-                    .args(["-c", &script])
-                    .output()
-                    .ok()?;
-                out.status.success().then_some(out.stdout)
-            })
-            .expect("no python3 with scapy: run scripts/setup.sh");
+        let output = crate::wire::test_util::run_scapy(&script);
         let addresses: Vec<String> = repr.addresses.iter().map(|a| a.to_string()).collect();
         assert_eq!(
-            String::from_utf8(output).unwrap().trim(),
+            output.trim(),
             format!("3 1 7 254 5 35 {} True", addresses.join(","))
         );
     }

@@ -216,6 +216,11 @@ impl AppLab {
 
     /// Sluice on the appliance's veth (net_af_packet) with these addresses and config.
     pub fn daemon(&self, addresses: &[&str], extra_toml: String) -> Daemon {
+        Daemon::start(self.daemon_config(addresses, extra_toml))
+    }
+
+    /// The config [`daemon`](AppLab::daemon) starts, to change before starting it.
+    pub fn daemon_config(&self, addresses: &[&str], extra_toml: String) -> DaemonConfig {
         let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
             "lan0",
             &format!("net_af_packet0,iface={}", self.bed.lb_if()),
@@ -223,7 +228,7 @@ impl AppLab {
         )])
         .in_netns(self.bed.lb_ns());
         cfg.extra_toml.push(extra_toml);
-        Daemon::start(cfg)
+        cfg
     }
 
     /// As [`daemon`](AppLab::daemon), with `workers` worker lcores sharing CPU 1 and

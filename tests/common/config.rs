@@ -69,6 +69,8 @@ pub struct DaemonConfig {
     pub extra_toml: Vec<String>,
     /// `Some(mb)`: run on hugepages with `memory_mb = mb` (default: ordinary memory).
     pub hugepages_mb: Option<u32>,
+    /// A command that execs `sluice` with its arguments appended (empty: none).
+    pub wrapper: Vec<String>,
 }
 
 impl DaemonConfig {
@@ -99,7 +101,53 @@ impl DaemonConfig {
             args: Vec::new(),
             extra_toml: Vec::new(),
             hugepages_mb: None,
+            wrapper: Vec::new(),
         }
+    }
+
+    /// Runs the daemon as the packaged systemd unit (packaging/sluice.service) would
+    /// confine it, as far as a test can without systemd: only the capabilities of
+    /// the unit's `CapabilityBoundingSet` (read from the unit, so the test follows
+    /// it), `NoNewPrivileges`, and `ProtectSystem=strict`'s read-only file system
+    /// with the unit's writable paths (`/run/sluice`, `/run/dpdk`) plus the test's
+    /// directory in /tmp (where its config, socket and capture files live; the unit
+    /// gives the daemon a private /tmp instead).
+    pub fn in_unit_sandbox(mut self) -> DaemonConfig {
+        let unit = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/sluice.service"),
+        )
+        .unwrap();
+        let caps: Vec<String> = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+            .expect("the unit has a CapabilityBoundingSet")
+            .split_whitespace()
+            .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+            .collect();
+        assert!(
+            unit.contains("\nNoNewPrivileges=yes\n") && unit.contains("\nProtectSystem=strict\n")
+        );
+        let script = "set -e; mkdir -p /run/sluice /run/dpdk; \
+            for d in /tmp /run/sluice /run/dpdk; do mount --bind $d $d; done; \
+            mount -o remount,bind,ro /; exec \"$@\"";
+        self.wrapper = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            "setpriv",
+            &format!("--bounding-set=-all,{}", caps.join(",")),
+            "--inh-caps=-all",
+            "--no-new-privs",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        self
     }
 
     pub fn in_netns(mut self, ns: &str) -> DaemonConfig {

@@ -62,15 +62,16 @@ impl Daemon {
     /// [`Daemon::spawn`] with these environment variables set for the daemon.
     pub fn spawn_with_env(config: DaemonConfig, env: &[(&str, &str)]) -> Daemon {
         let config_path = config.write();
-        let mut cmd = match &config.netns {
-            Some(ns) => {
-                // `ip netns exec` execs the program: the child pid is sluice's own.
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, SLUICE]);
-                c
-            }
-            None => Command::new(SLUICE),
+        // `ip netns exec` and the wrapper exec the next program: the child pid is
+        // sluice's own.
+        let mut argv: Vec<&str> = match &config.netns {
+            Some(ns) => vec!["ip", "netns", "exec", ns],
+            None => Vec::new(),
         };
+        argv.extend(config.wrapper.iter().map(String::as_str));
+        argv.push(SLUICE);
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..]);
         cmd.arg("--config").arg(&config_path).args(&config.args);
         cmd.envs(env.iter().copied());
         let what = describe_command(&cmd);

@@ -552,18 +552,9 @@ for h in {nas:?}:
           na.tgt, p[ICMPv6NDOptDstLLAddr].lladdr, len(p), theirs == recomputed)
 "#
         );
-        let output = ["/usr/bin/python3", "python3"]
-            .iter()
-            .find_map(|python| {
-                let out = std::process::Command::new(python)
-                    .args(["-c", &script])
-                    .output()
-                    .ok()?;
-                out.status.success().then_some(out.stdout)
-            })
-            .expect("no python3 with scapy: run scripts/setup.sh");
+        let output = crate::wire::test_util::run_scapy(&script);
         assert_eq!(
-            String::from_utf8(output).unwrap(),
+            output,
             "02:00:00:00:00:01 33:33:00:00:00:01 2001:db8:18::80 ff02::1 255 136 0 0 1 \
              2001:db8:18::80 02:00:00:00:00:01 86 True\n\
              02:00:00:00:00:01 33:33:00:00:00:01 2001:db8:18::a1 ff02::1 255 136 0 0 1 \
