@@ -532,7 +532,7 @@ mod tests {
     use crate::flow::parse::classify;
     use crate::forward::parse_error;
     use crate::forward::test_util::{random_parsed, sums_to_ones};
-    use crate::wire::test_util::{scapy, unhex, XorShift};
+    use crate::wire::test_util::{run_scapy, unhex, XorShift};
     use std::collections::HashMap;
     use std::sync::OnceLock;
 
@@ -616,7 +616,7 @@ for k, a in bad.items():
     fn fixtures() -> &'static Fixtures {
         static CELL: OnceLock<Fixtures> = OnceLock::new();
         CELL.get_or_init(|| {
-            scapy(FIXTURES)
+            run_scapy(FIXTURES)
                 .lines()
                 .map(|line| {
                     let mut fields = line.split(' ');

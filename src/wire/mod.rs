@@ -101,27 +101,6 @@ pub(crate) fn write_u32(data: &mut [u8], at: usize, value: u32) {
 
 #[cfg(test)]
 pub(crate) mod test_util {
-    /// Runs `script` with the system's python3 and scapy and returns what it prints.
-    /// scripts/setup.sh installs Debian's python3-scapy: its absence (or a script
-    /// that fails) is a failure, not a reason to skip the check.
-    pub fn scapy(script: &str) -> String {
-        let out = ["/usr/bin/python3", "python3"]
-            .iter()
-            .find_map(|python| {
-                std::process::Command::new(python)
-                    .args(["-c", script])
-                    .output()
-                    .ok()
-            })
-            .expect("no python3: run scripts/setup.sh");
-        assert!(
-            out.status.success(),
-            "scapy script failed (run scripts/setup.sh?): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("scapy prints text")
-    }
-
     /// Bytes from a string of hex digits (as scapy's `raw(p).hex()` prints them).
     pub fn unhex(hex: &str) -> Vec<u8> {
         (0..hex.len() / 2)
