@@ -1332,3 +1332,151 @@ fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
     assert!(out.success(), "{}", out.describe());
     assert_eq!(daemon.ctl(&["-S", "-n"]).stdout, saved);
 }
+
+/// The real server's side of [`icmp_errors_cross_nat_fullnat_and_nat64_both_ways`]:
+/// for each `FAMILY:PORT` argument, a UDP socket that takes one datagram, connects
+/// to its sender, answers it half a second later (by then the client's socket is
+/// closed) and prints `PORT SENDER refused` when its kernel reports the port
+/// unreachable that comes back (ECONNREFUSED), `timeout` when nothing does. For
+/// `4big:PORT`, the answer is a 1500-byte IPv4 datagram with DF, and it prints
+/// `PORT SENDER mtu N`, N the path MTU its kernel then holds for the sender.
+const LATE_REPLIER: &str = r#"
+import socket, sys, threading, time
+def serve(family, port, big):
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    if family == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+    ready.release()
+    s.settimeout(20)
+    _, peer = s.recvfrom(100)
+    s.connect(peer[:2])
+    time.sleep(0.5)
+    if big:
+        s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+        s.send(bytes(1472))
+        time.sleep(0.5)
+        result = "mtu %d" % s.getsockopt(socket.IPPROTO_IP, 14)  # IP_MTU
+    else:
+        s.send(b"late")
+        s.settimeout(3)
+        try:
+            s.recv(100)
+            result = "answered"
+        except ConnectionRefusedError:
+            result = "refused"
+        except socket.timeout:
+            result = "timeout"
+    with lock:
+        print(f"{port} {peer[0]} {result}", flush=True)
+ready = threading.Semaphore(0)
+lock = threading.Lock()
+threads = []
+for arg in sys.argv[1:]:
+    family, port = arg.split(":")
+    af = socket.AF_INET6 if family == "6" else socket.AF_INET
+    t = threading.Thread(target=serve, args=(af, int(port), family == "4big"))
+    t.start()
+    threads.append(t)
+for _ in threads:
+    ready.acquire()
+print("ready", file=sys.stderr, flush=True)
+for t in threads:
+    t.join()
+"#;
+
+/// ICMP errors about sessions cross NAT, FullNAT and NAT64 both ways, between real
+/// kernels. From the real server's side: a UDP datagram from the client to a port
+/// the real server does not listen on gets the real server's port unreachable
+/// (ICMPv6, or ICMPv4 for NAT64), translated into the ICMPv6 error the client's
+/// kernel matches to its socket: `recv` fails with ECONNREFUSED. From the client's
+/// side: a real server's late answer to a client socket already closed gets the
+/// client's ICMPv6 port unreachable, translated for the real server (to its own
+/// address and port; FullNAT: from and to the local address; NAT64: into ICMPv4),
+/// whose connected socket then fails with ECONNREFUSED too. And a NAT64 real
+/// server's 1500-byte answer with DF, 1520 bytes as IPv6, gets Sluice's frag-needed
+/// (MTU 1480): the real server's kernel then holds 1480 as the path MTU to the local
+/// address. About 3 s.
+#[test]
+fn icmp_errors_cross_nat_fullnat_and_nat64_both_ways() {
+    require_root();
+    let lab = AppLab::new(1);
+    ipv6_lab(&lab);
+    let rs4 = lab.bed.rs_ip(1).to_string();
+    let lip6 = format!("local_addresses = [\"{LIP6}\"]\n");
+    let nat64 = |port: u16, rport: u16| {
+        format!(
+            "[[services]]\nproto = \"udp\"\nvip = \"{VIP6}\"\nport = {port}\nscheduler = \"rr\"\n\
+             local_addresses = [\"{LIP4}\"]\n  [[services.real_servers]]\n  ip = \"{rs4}\"\n  \
+             port = {rport}\n  mode = \"fullnat\"\n"
+        )
+    };
+    // Closed ports (5399) and the late replier's (5395 to 5398).
+    let services = [
+        service6(&lab, "udp", 5301, 5399, "nat", ""),
+        service6(&lab, "udp", 5302, 5399, "fullnat", &lip6),
+        nat64(5303, 5399),
+        service6(&lab, "udp", 5311, 5398, "nat", ""),
+        service6(&lab, "udp", 5312, 5396, "fullnat", &lip6),
+        nat64(5313, 5397),
+        nat64(5314, 5395),
+    ]
+    .join("\n");
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+
+    for (port, what) in [(5301, "nat"), (5302, "fullnat"), (5303, "nat64")] {
+        // Two tries: the first may find the real server's MAC still unresolved.
+        let (out, v) = lab.udp(VIP6, port, 2, 0);
+        let failures = v["failures"].to_string();
+        assert!(
+            v["ok"] == 0 && failures.contains("Connection refused"),
+            "{what}: the client's UDP socket to a closed port is refused: {}\n{}",
+            out.describe(),
+            daemon.dump()
+        );
+    }
+
+    let mut replier = BackgroundProcess::spawn(
+        Some(lab.bed.rs_ns(1)),
+        &[
+            PYTHON,
+            "-c",
+            LATE_REPLIER,
+            "6:5398",
+            "6:5396",
+            "4:5397",
+            "4big:5395",
+        ],
+    );
+    replier.wait_for_stderr(Duration::from_secs(10), "ready");
+    let send_and_close = format!(
+        "import socket\nfor port in (5311, 5312, 5313, 5314):\n    \
+         s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n    \
+         s.sendto(b'early', ('{VIP6}', port))\n    s.close()\n"
+    );
+    lab.bed
+        .exec(
+            lab.bed.client_ns(),
+            &[PYTHON, "-c", &send_and_close],
+            Duration::from_secs(10),
+        )
+        .expect_success("client datagrams");
+    replier.wait_exit(Duration::from_secs(10));
+    let mut lines: Vec<String> = replier.stdout_text().lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            format!("5395 {LIP4} mtu 1480"),
+            format!("5396 {LIP6} refused"),
+            format!("5397 {LIP4} refused"),
+            format!("5398 {CLIENT_IP6} refused"),
+        ],
+        "the real server's sockets hear the client's port unreachable (NAT: from the \
+         client; FullNAT and NAT64: from the local address), and NAT64's frag-needed: \
+         {}\n{}",
+        replier.stderr_text(),
+        daemon.dump()
+    );
+}

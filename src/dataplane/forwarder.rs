@@ -8,10 +8,11 @@
 //! service's access list and rate limit) and `placement` (which
 //! real server, which local port; the session opens), `observe` (accounting, passive
 //! health, session sync), `egress` (rewrite for the mode, next hop). ICMP errors
-//! about a session take `icmp_error`.
+//! about a session take `icmp_error`, ICMPv6 errors and NAT64's `icmp6_error`.
 pub mod admission;
 mod egress;
 mod hit;
+mod icmp6_error;
 mod icmp_error;
 mod ipv6;
 mod miss;
@@ -33,7 +34,7 @@ use crate::dataplane::overload::Overload;
 use crate::dataplane::query::{ConnectionEntry, ListedSession, PoolEntry, Query};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
-use crate::flow::parse::{classify, peek_key, PacketKind, Parsed};
+use crate::flow::parse::{classify, peek_key, Ipv6Payload, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::{FlowKey4, FlowKey6};
 use crate::forward::laddr::PortPool;
@@ -882,6 +883,11 @@ impl Forwarder {
             counters,
         };
         match parsed.kind {
+            PacketKind::Ipv6(Ipv6Payload::Icmp { icmp_type, .. })
+                if to == port.mac && icmp_type.is_error() =>
+            {
+                self.icmp6_error(&mut pkt, &parsed, &cx)
+            }
             PacketKind::Ipv6(_) => {
                 if to == port.mac {
                     if let Some(action) = self.l4_v6(&mut pkt, &parsed, &cx) {

@@ -328,8 +328,9 @@ fn classify_ipv6(frame: &[u8], l2: L2Header) -> Result<Parsed, DropReason> {
     })
 }
 
-/// The drop reason for each way the extension-header walk can fail.
-fn ext_header_drop(err: ExtHeaderError) -> DropReason {
+/// The drop reason for each way the extension-header walk can fail (of a packet, or
+/// of the packet an ICMPv6 error quotes).
+pub fn ext_header_drop(err: ExtHeaderError) -> DropReason {
     match err {
         ExtHeaderError::TooManyHeaders => DropReason::Ipv6TooManyExtHeaders,
         ExtHeaderError::Truncated => DropReason::Ipv6ExtHeaderTruncated,

@@ -35,6 +35,9 @@
 //! - **ICMP errors** quoting a NAT session's packet are translated by
 //!   [`icmp::nat_translate_error`]: outer and quoted addresses and ports, every
 //!   checksum. For DR and TUN they are forwarded like any packet of the session.
+//!   ICMPv6 errors about IPv6 sessions likewise ([`icmp6::nat_translate_error_v6`]),
+//!   and NAT64's between ICMPv4 and ICMPv6 ([`icmp6::icmp4_to_icmp6`],
+//!   [`icmp6::icmp6_to_icmp4`], RFC 7915).
 //! - **No fragmentation and no reassembly.** Fragments are dropped at classification;
 //!   TUN answers DF packets that no longer fit with frag-needed and drops the others.
 //!
@@ -47,6 +50,7 @@ use crate::wire::{checksum, ipv4, tcp, IpProtocol};
 
 pub mod dr;
 pub mod icmp;
+pub mod icmp6;
 pub mod laddr;
 pub mod nat;
 pub mod nat6;

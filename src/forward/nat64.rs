@@ -21,7 +21,7 @@
 //! by 20 before [`to_v6`] ([`super::toa::clamp_mss`]): the IPv6 header is 20 bytes
 //! longer, so segments sized for the IPv4 path would not fit the client's. The
 //! client's SYN needs no clamp: its MSS is sized for IPv6, 20 bytes less than IPv4
-//! carries. ICMP errors are not translated here.
+//! carries. ICMP errors are translated by [`super::icmp6`].
 
 use core::ops::Range;
 use std::net::{Ipv4Addr, Ipv6Addr};

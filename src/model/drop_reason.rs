@@ -118,12 +118,17 @@ pub enum DropReason {
     /// Neighbor Advertisement (a known neighbour is refreshed from it, nothing to send
     /// back).
     NdiscAdvert,
-    /// ICMPv6 checksum wrong (echo request or Neighbor Discovery).
+    /// ICMPv6 checksum wrong (echo request, Neighbor Discovery, or an error about a
+    /// session).
     BadIcmpv6Checksum,
+    /// An ICMP error about a NAT64 session whose type or code RFC 7915 does not
+    /// translate between ICMPv4 and ICMPv6 (source route failed to a host precedence
+    /// violation, a parameter problem pointing at a field the other IP lacks, ...).
+    IcmpUntranslatable,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 48;
+    pub const COUNT: usize = 49;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -173,6 +178,7 @@ impl DropReason {
         DropReason::NdiscNotForUs,
         DropReason::NdiscAdvert,
         DropReason::BadIcmpv6Checksum,
+        DropReason::IcmpUntranslatable,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -226,6 +232,7 @@ impl DropReason {
             DropReason::NdiscNotForUs => "ndisc_not_for_us",
             DropReason::NdiscAdvert => "ndisc_advert",
             DropReason::BadIcmpv6Checksum => "bad_icmpv6_checksum",
+            DropReason::IcmpUntranslatable => "icmp_untranslatable",
         }
     }
 }

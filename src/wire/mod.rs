@@ -101,6 +101,13 @@ pub(crate) fn write_u32(data: &mut [u8], at: usize, value: u32) {
 
 #[cfg(test)]
 pub(crate) mod test_util {
+    /// Bytes from a string of hex digits (as scapy's `raw(p).hex()` prints them).
+    pub fn unhex(hex: &str) -> Vec<u8> {
+        (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex digits"))
+            .collect()
+    }
+
     /// Deterministic xorshift64 generator for fuzz-style tests (no extra crates).
     pub struct XorShift(pub u64);
 

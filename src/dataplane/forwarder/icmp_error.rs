@@ -22,6 +22,12 @@ impl Forwarder {
             return Action::Drop(DropReason::IcmpErrorNoSession);
         };
         let Some((id, dir)) = self.sessions.lookup(&quote.key.reversed()) else {
+            // NAT64: an error about a translated packet, its session in the IPv6 table.
+            if !self.sessions6.is_empty() {
+                if let Some(action) = self.nat64_icmp_error(pkt, parsed, &quote, cx) {
+                    return action;
+                }
+            }
             // ICMP is hashed by addresses only, so an error about another worker's
             // session lands anywhere: its quote names the session's tuple.
             if !port.redirected {

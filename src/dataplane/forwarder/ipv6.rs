@@ -327,7 +327,7 @@ impl Forwarder {
     /// server's MAC as it is; NAT to the real server with its address and port, and
     /// its replies back to the client from the VIP; FullNAT the same with the local
     /// address and port as the source towards the real server.
-    fn egress_v6(
+    pub(super) fn egress_v6(
         &mut self,
         pkt: &mut Packet,
         parsed: &Parsed,
@@ -495,7 +495,7 @@ impl Forwarder {
         }
         let growth = forward::nat64::HEADER_GROWTH;
         if parsed.ip_total_len as usize + growth > cx.port.mtu as usize {
-            return Some(Action::Drop(DropReason::TooBig));
+            return Some(self.nat64_too_big(pkt, parsed, key, cx));
         }
         if flags.contains(TcpFlags::SYN) && flags.contains(TcpFlags::ACK) {
             let _ = forward::toa::clamp_mss(pkt.bytes_mut(), parsed, growth as u16);
@@ -545,7 +545,7 @@ impl Forwarder {
 
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real
     /// servers it does not know (at most ten times a second each).
-    fn request_resolution_v6(&mut self) {
+    pub(super) fn request_resolution_v6(&mut self) {
         self.resolve_wanted = true;
     }
 
@@ -605,7 +605,7 @@ impl Forwarder {
 }
 
 /// Addresses a rewritten frame to `next_hop` from the port.
-fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Context) -> Action {
+pub(super) fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Context) -> Action {
     match next_hop {
         Some(mac) => match forward::dr::forward(frame, mac, cx.port.mac) {
             Ok(()) => Action::Transmit,
@@ -630,7 +630,7 @@ fn release_nat64_port(
 }
 
 /// The IPv4 real server of a NAT64 session (FullNAT to an IPv4-mapped address).
-fn nat64_real(s: &Session6) -> Option<std::net::Ipv4Addr> {
+pub(super) fn nat64_real(s: &Session6) -> Option<std::net::Ipv4Addr> {
     (s.mode == ForwardMode::FullNat)
         .then(|| s.real_addr.to_ipv4_mapped())
         .flatten()
