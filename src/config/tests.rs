@@ -2814,8 +2814,8 @@ fn a_sorry_server_is_read_and_checked_as_a_real_server() {
             "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", weight = 2 }",
         ),
         26,
-        "services[0].sorry_server",
-        "weight",
+        "services[0].sorry_server.weight",
+        "unknown key `weight`",
     );
     // What the table would refuse is refused at the sorry server's place.
     assert_rejected(
