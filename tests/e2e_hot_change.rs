@@ -4,7 +4,9 @@
 //! each sending a small numbered line every 50 ms, plus 20 new short connections a
 //! second. Meanwhile the test removes and re-adds real server rs4 50 times, edits
 //! every weight and switches the scheduler each round, recording the wall-clock time
-//! before and after each `sluicectl` call.
+//! before and after each `sluicectl` call. Then it takes rs4 out of the config file
+//! and puts it back 6 times (switching the scheduler with it), applied by
+//! `sluicectl reload` and by SIGHUP in turn, as `systemctl reload` does.
 //!
 //! rs4 is in the service when the long connections open (round robin over four
 //! servers: five of them land on rs4), so its removals must spare established
@@ -42,6 +44,9 @@ const NEW_PER_S: u32 = 20;
 const ROUNDS: usize = 50;
 /// Pause after each step of a round: the traffic sees every state for a while.
 const STEP_PAUSE: Duration = Duration::from_millis(120);
+/// Rounds of rs4 out of the config file and back, applied by `sluicectl reload` and
+/// SIGHUP in turn.
+const RELOAD_ROUNDS: usize = 6;
 /// The schedulers the rounds cycle through.
 const SCHEDULERS: [&str; 8] = ["wlc", "rr", "wrr", "lc", "mh", "sh", "sed", "wrandom"];
 /// The client's own bound (it stops earlier, when told to).
@@ -114,7 +119,7 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
     let toml = service_section("tcp", VIP, VPORT, "rr", &[], &servers);
     let daemon = lab.daemon(
         &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
-        toml,
+        toml.clone(),
     );
     lab.prewarm(&daemon, GATEWAY);
     let before = daemon.status();
@@ -176,9 +181,6 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
         changes += 1;
         std::thread::sleep(STEP_PAUSE);
     }
-    windows.push((open_since, f64::INFINITY));
-    let changing = started.elapsed();
-
     // The last state is what the rounds left: every worker has it.
     let list = daemon.list_services();
     let svc = find_service(&list, "tcp", VIP, VPORT).expect("the service is listed");
@@ -193,6 +195,60 @@ fn hot_changes_under_load_keep_sessions_and_route_new_ones_to_present_servers() 
         ((ROUNDS - 1) % 3 + 2) as u64,
         "{rs4}"
     );
+
+    // Then the same through the config file, as `systemctl reload` applies it (the
+    // unit's ExecReload is `sluicectl reload`; SIGHUP does the same): rs4 out of the
+    // file with the scheduler switched to wlc, then the file as it started, each by
+    // one means and back by the other. A reload's change is in the listing when
+    // `sluicectl reload` returns; a SIGHUP's once the listing shows it. rs4's long
+    // connections live through its removals as through `-d`.
+    let path = daemon.config_path.clone();
+    let file = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(file.matches(&toml).count(), 1, "{file}");
+    let without_rs4 = file.replace(
+        &toml,
+        &service_section("tcp", VIP, VPORT, "wlc", &[], &servers[..3]),
+    );
+    let listed = || {
+        let list = daemon.list_services();
+        let svc = find_service(&list, "tcp", VIP, VPORT).expect("the service is listed");
+        let rs4 = svc["real_servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["ip"] == rips[3].as_str());
+        (svc["scheduler"].as_str().unwrap().to_string(), rs4)
+    };
+    let apply = |text: &str, by_ctl: bool, want: (&str, bool)| -> (f64, f64) {
+        std::fs::write(&path, text).unwrap();
+        let (before, after) = if by_ctl {
+            let (before, after) = daemon.ctl_timed(&["reload"]);
+            assert_eq!(listed(), (want.0.to_string(), want.1), "reload returned");
+            (before, after)
+        } else {
+            let before = wall_now();
+            daemon.signal(libc::SIGHUP);
+            let seen = wait_for(Duration::from_secs(5), Duration::from_millis(20), || {
+                (listed() == (want.0.to_string(), want.1)).then_some(())
+            });
+            assert!(seen.is_some(), "SIGHUP not applied\n{}", daemon.dump());
+            (before, wall_now())
+        };
+        std::thread::sleep(STEP_PAUSE * 3);
+        (before, after)
+    };
+    for round in 0..RELOAD_ROUNDS {
+        let (_, removed) = apply(&without_rs4, round % 2 == 0, ("wlc", false));
+        windows.push((open_since, removed));
+        let (adding, _) = apply(&file, round % 2 == 1, ("rr", true));
+        open_since = adding;
+        changes += 2;
+    }
+    windows.push((open_since, f64::INFINITY));
+    let changing = started.elapsed();
+    let list = daemon.list_services();
+    let rs4 = real_server(&list, "tcp", VIP, VPORT, &rips[3]);
+    assert_eq!(rs_counter(rs4, "weight"), 1, "the file's weight: {rs4}");
 
     let (report, exit, client_stderr) = client.stop_and_report_with_exit();
     let status = daemon.status();
