@@ -6,7 +6,8 @@
 //! `WATCHDOG=1` pings at half the interval; `sluicectl reload` and SIGHUP are each
 //! framed by `RELOADING=1` (with `MONOTONIC_USEC`) and `READY=1`; SIGTERM sends
 //! `STOPPING=1` before the exit. And with `JOURNAL_STREAM` naming its stderr, log
-//! lines carry sd-daemon priorities (`<6>` info, `<3>` error), plain without.
+//! lines carry sd-daemon priorities (`<6>` info, `<4>` warning, `<3>` error), plain
+//! without.
 //!
 //! Run: `cargo test --release --test integration systemd_notify::` (as root; about 3 s).
 
@@ -148,6 +149,8 @@ fn stderr_with_journal_stream(stream: bool) -> String {
         .arg(&path)
         .args(["--duration", "0.5"])
         .env("JOURNAL_STREAM", format!("{}:{ino}", meta.dev()))
+        // Not a socket address systemd gives: the daemon warns, and carries on.
+        .env("NOTIFY_SOCKET", "nobody/notify")
         .stdout(Stdio::null())
         .stderr(err)
         .spawn()
@@ -166,6 +169,15 @@ fn log_lines_carry_priorities_only_when_stderr_is_the_journal() {
         .find(|l| l.contains("sluice up:"))
         .unwrap_or_else(|| panic!("no `sluice up` line:\n{journal}"));
     assert!(up.starts_with("<6>sluice::daemon: sluice up:"), "{up:?}");
+    // A warning: `<4>`.
+    let warning = journal
+        .lines()
+        .find(|l| l.contains("nobody/notify"))
+        .unwrap_or_else(|| panic!("no warning about NOTIFY_SOCKET:\n{journal}"));
+    assert!(
+        warning.starts_with("<4>sluice::daemon::systemd: "),
+        "{warning:?}"
+    );
     let plain = stderr_with_journal_stream(false);
     let up = plain
         .lines()
