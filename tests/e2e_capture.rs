@@ -358,6 +358,53 @@ fn a_filtered_capture_holds_what_tcpdump_saw_on_the_veth_and_honours_every_filte
         assert!(cap == 40 && len > 40, "{line}");
         assert_eq!(f[4], mac, "{line}");
     }
+    // Port and host, and an end by duration: UDP to rs1's port only, for 1 s while
+    // UDP and HTTP run through both real servers.
+    let timed = lab.dir.path().join("timed.pcapng");
+    let asked = wall_now();
+    let mut capture = daemon.start_capture(
+        &timed,
+        &[
+            "--port",
+            &UDP_PORT.to_string(),
+            "--host",
+            &rs1,
+            "--duration",
+            "1",
+        ],
+    );
+    let (_, udp) = lab.udp(VIP, UDP_PORT, 6, 42000);
+    assert_eq!(udp["ok"], 6, "{udp}");
+    lab.curl(&format!("http://{VIP}/"), 4, 1, &[]);
+    let exit = capture.wait_exit(Duration::from_secs(10));
+    let took = wall_now() - asked;
+    assert!(
+        exit.is_some_and(|s| s.success()) && capture.stdout_text().contains("(ended: duration)"),
+        "{exit:?} {}\n{}",
+        capture.stdout_text(),
+        capture.stderr_text()
+    );
+    assert!((1.0..5.0).contains(&took), "a 1 s capture took {took:.2} s");
+    let got = tshark(
+        &timed,
+        &["ip.src", "ip.dst", "udp.srcport", "udp.dstport"],
+        "",
+    );
+    let port = UDP_PORT.to_string();
+    assert!(
+        got.iter().all(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0] == rs1 || f[1] == rs1) && (f[2] == port || f[3] == port)
+        }),
+        "{got:?}"
+    );
+    // rr over two servers: 3 of the 6 exchanges on rs1, each a request in and out and
+    // an answer in and out.
+    let to_rs1 = got
+        .iter()
+        .filter(|l| l.split('\t').nth(1) == Some(rs1.as_str()));
+    assert!(to_rs1.count() >= 3, "{got:?}");
+
     // Bad requests change nothing and say what is wrong.
     let bad = ctl(&daemon, &["capture", "-w", &small_s, "-i", "nosuch"]);
     assert!(
