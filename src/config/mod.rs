@@ -262,6 +262,9 @@ pub struct ServiceConfig {
     pub local_addresses: Vec<std::net::IpAddr>,
     /// TOA: the client address as a TCP option in FullNAT sessions (tcp only).
     pub toa: bool,
+    /// `sloppy_tcp`: sessions open from any TCP segment but an RST (tcp only, no
+    /// fullnat real server or sorry server).
+    pub sloppy_tcp: bool,
     /// `synproxy` and `synproxy_auto_syn_rate`: the SYN proxy (tcp, nat and fullnat
     /// real servers only).
     pub synproxy: crate::model::SynProxy,

@@ -81,6 +81,7 @@ const SERVICE_KEYS: &[&str] = &[
     "persistence_netmask",
     "local_addresses",
     "toa",
+    "sloppy_tcp",
     "synproxy",
     "synproxy_auto_syn_rate",
     "scheduler_flags",
@@ -1059,6 +1060,7 @@ fn read_service(
     })?;
     check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
     let synproxy = read_synproxy(&t, proto, &real_servers)?;
+    let sloppy_tcp = read_sloppy_tcp(&t, proto, &real_servers, sorry_server.as_ref())?;
     if let (Some(sorry), Some(at)) = (&sorry_server, t.get("sorry_server")) {
         if synproxy.mode != SynProxyMode::Off && !sorry.mode.rewrites_replies() {
             return Err(at.invalid(format!(
@@ -1078,6 +1080,7 @@ fn read_service(
             real_servers,
             local_addresses,
             toa,
+            sloppy_tcp,
             synproxy,
             sched_flags,
             mh_table_size,
@@ -1201,6 +1204,42 @@ fn read_local_addresses(t: &Table, ports: &[PortRead]) -> Check<(Vec<IpAddr>, Ve
 /// without a session, per worker, 1..=100 000 000). On and auto need a tcp service
 /// whose real servers all use nat or fullnat: DR and TUN replies bypass Sluice, which
 /// then could not translate them.
+/// `sloppy_tcp`: the rules of [`crate::service::ServiceTable::set_sloppy_tcp`], named
+/// at the key.
+fn read_sloppy_tcp(
+    t: &Table,
+    proto: Protocol,
+    servers: &[RealServerConfig],
+    sorry: Option<&crate::model::SorryServerSpec>,
+) -> Check<bool> {
+    t.or("sloppy_tcp", false, |f| {
+        let on = f.bool()?;
+        if on && proto != Protocol::Tcp {
+            return Err(f.invalid(
+                "sloppy_tcp opens sessions from TCP segments that are not SYNs: only a tcp service can use it",
+            ));
+        }
+        if on {
+            let fullnat = servers
+                .iter()
+                .enumerate()
+                .find(|(_, rs)| rs.mode == ForwardMode::FullNat)
+                .map(|(i, rs)| format!("{}:{} ({}.real_servers[{i}])", rs.ip, rs.port, t.location().field))
+                .or_else(|| {
+                    sorry
+                        .filter(|s| s.mode == ForwardMode::FullNat)
+                        .map(|s| format!("{}:{} (its sorry_server)", s.ip, s.port))
+                });
+            if let Some(which) = fullnat {
+                return Err(f.invalid(format!(
+                    "sloppy_tcp cannot serve fullnat real server {which}: a session opened mid-connection would reach it from a new local port, a connection it never saw"
+                )));
+            }
+        }
+        Ok(on)
+    })
+}
+
 fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Check<SynProxy> {
     let mode = t.or("synproxy", SynProxyMode::Off, |f| {
         let mode = SynProxyMode::parse(f.str()?)

@@ -2895,3 +2895,52 @@ fn an_ipv6_service_persists_per_a_prefix_length() {
     );
     assert_rejected(&v4, 27, field, "expected a string");
 }
+
+#[test]
+fn sloppy_tcp_is_off_by_default_tcp_only_and_not_with_fullnat() {
+    assert!(parse(BASE).unwrap().services.iter().all(|s| !s.sloppy_tcp));
+    let on = parse(&service_with(
+        "scheduler = \"rr\"",
+        "scheduler = \"mh\"\nsloppy_tcp = true",
+    ))
+    .unwrap();
+    assert!(on.services[0].sloppy_tcp);
+    assert!(
+        !parse(&service_with("scheduler = \"rr\"", "scheduler = \"rr\""))
+            .unwrap()
+            .services[0]
+            .sloppy_tcp
+    );
+    let udp = service_with("proto = \"tcp\"", "proto = \"udp\"").replacen(
+        "scheduler = \"rr\"",
+        "scheduler = \"rr\"\nsloppy_tcp = true",
+        1,
+    );
+    assert_rejected(&udp, 26, "services[0].sloppy_tcp", "only a tcp service");
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsloppy_tcp = true\nlocal_addresses = [\"198.18.0.50\"]",
+        )
+        .replacen("mode = \"dr\"", "mode = \"fullnat\"", 1),
+        26,
+        "services[0].sloppy_tcp",
+        "cannot serve fullnat real server 198.18.0.12:80",
+    );
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsloppy_tcp = true\nlocal_addresses = [\"198.18.0.50\"]\n\
+             sorry_server = { ip = \"198.18.0.99\", mode = \"fullnat\" }",
+        ),
+        26,
+        "services[0].sloppy_tcp",
+        "198.18.0.99:80 (its sorry_server)",
+    );
+    assert_rejected(
+        &service_with("scheduler = \"rr\"", "scheduler = \"rr\"\nsloppy_tcp = 1"),
+        26,
+        "services[0].sloppy_tcp",
+        "expected a boolean",
+    );
+}

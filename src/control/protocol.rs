@@ -84,6 +84,8 @@ pub enum Request {
         #[serde(default)]
         sorry_server: Option<crate::model::SorryServerSpec>,
     },
+    /// A service's `sloppy_tcp` (config only): sessions from any TCP segment but an RST.
+    SetSloppyTcp { service: ServiceKey, on: bool },
     /// `-a`: add a real server to a service.
     AddServer {
         service: ServiceKey,
@@ -253,6 +255,7 @@ impl Request {
             Request::DeleteService { .. } => "delete_service",
             Request::SetSynproxy { .. } => "set_synproxy",
             Request::SetSorryServer { .. } => "set_sorry_server",
+            Request::SetSloppyTcp { .. } => "set_sloppy_tcp",
             Request::AddServer { .. } => "add_server",
             Request::EditServer { .. } => "edit_server",
             Request::DeleteServer { .. } => "delete_server",
@@ -646,7 +649,7 @@ mod tests {
         assert_eq!(
             text,
             "unknown command \"reboot\" (known commands: status, xstats, zero_counters, zero_service, \
-             list_services, save_services, add_service, edit_service, delete_service, set_synproxy, set_sorry_server, add_server, \
+             list_services, save_services, add_service, edit_service, delete_service, set_synproxy, set_sorry_server, set_sloppy_tcp, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
              list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit, \

@@ -139,6 +139,16 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
         if !proxy_on {
             out.extend(synproxy.clone());
         }
+        // sloppy_tcp refuses FullNAT servers too: off before servers change, on after.
+        let sloppy = (existing.is_some_and(|c| c.sloppy_tcp) != d.sloppy_tcp).then_some(
+            Request::SetSloppyTcp {
+                service: key,
+                on: d.sloppy_tcp,
+            },
+        );
+        if !d.sloppy_tcp {
+            out.extend(sloppy.clone());
+        }
         for r in &d.real_servers {
             match existing.and_then(|c| c.server(r.ip, r.port)) {
                 None => out.push(Request::AddServer {
@@ -164,6 +174,9 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
         admission_diff(current, desired, key, &mut out);
         if proxy_on {
             out.extend(synproxy);
+        }
+        if d.sloppy_tcp {
+            out.extend(sloppy);
         }
     }
     Ok(out)
@@ -255,6 +268,11 @@ fn describe(req: &Request) -> Option<String> {
             service,
             sorry_server: None,
         } => format!("lb=config op=sorry-rs svc={} rs=none", svc(service)),
+        Request::SetSloppyTcp { service, on } => format!(
+            "lb=config op=sloppy-tcp svc={} {}",
+            svc(service),
+            if *on { "on" } else { "off" }
+        ),
         Request::AddServer { service, server } | Request::EditServer { service, server } => {
             let op = if matches!(req, Request::AddServer { .. }) {
                 "add-rs"
@@ -413,6 +431,9 @@ impl Services {
                 let sorry = table.get(sc.key).and_then(|s| s.sorry_server);
                 check_real_server_id(sorry.map_or(0, |s| s.id))?;
             }
+            if sc.sloppy_tcp {
+                table.set_sloppy_tcp(sc.key, true).map_err(at)?;
+            }
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
                 .map_err(at)?;
@@ -453,6 +474,7 @@ impl Services {
                 | Request::DeleteService { .. }
                 | Request::SetSynproxy { .. }
                 | Request::SetSorryServer { .. }
+                | Request::SetSloppyTcp { .. }
                 | Request::AddServer { .. }
                 | Request::EditServer { .. }
                 | Request::DeleteServer { .. }
@@ -603,7 +625,14 @@ impl Services {
                     .map_err(|e| e.to_string())?;
             }
         }
-        // So is the sorry server.
+        // So are sloppy_tcp and the sorry server.
+        for service in self.table.services().filter(|s| s.sloppy_tcp) {
+            if desired.get(service.key).is_some() {
+                desired
+                    .set_sloppy_tcp(service.key, true)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         for service in self.table.services() {
             if let Some(sorry) = service.sorry_server {
                 if desired.get(service.key).is_some() {
@@ -680,6 +709,7 @@ impl Services {
             }
             Request::DeleteService { service } => t.delete_service(service).map(drop),
             Request::SetSynproxy { service, synproxy } => t.set_synproxy(service, synproxy),
+            Request::SetSloppyTcp { service, on } => t.set_sloppy_tcp(service, on),
             Request::SetSorryServer {
                 service,
                 sorry_server,
@@ -1105,6 +1135,7 @@ impl Services {
                         available: self.has_available_server(s),
                         local_addresses: s.local_addresses.iter().map(|a| a.to_string()).collect(),
                         toa: s.toa,
+                        sloppy_tcp: s.sloppy_tcp,
                         synproxy: s.synproxy,
                         admission: self.service_admission(s.key, with_rules),
                     }
@@ -1543,6 +1574,54 @@ port = 53
                 },
             ]
         );
+    }
+
+    /// sloppy_tcp refuses FullNAT servers, so a reload turns it on after the servers
+    /// change and off before they do; the listing's JSON shows it.
+    #[test]
+    fn a_reload_orders_sloppy_tcp_around_the_real_servers() {
+        let (mut services, publisher) = setup();
+        let fullnat = services.table.get(http()).unwrap().real_servers[0].clone();
+        assert_eq!(fullnat.mode, ForwardMode::FullNat);
+        let mut desired = services.table.clone();
+        desired
+            .delete_server(http(), fullnat.ip, fullnat.port)
+            .unwrap();
+        let nat = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 8080, 1, ForwardMode::Nat);
+        desired.add_server(http(), nat).unwrap();
+        desired.set_sloppy_tcp(http(), true).unwrap();
+        let on = Request::SetSloppyTcp {
+            service: http(),
+            on: true,
+        };
+        let requests = diff(&services.table, &desired).unwrap();
+        assert_eq!(requests.last(), Some(&on), "{requests:?}");
+        for r in requests {
+            call(&mut services, &publisher, r).unwrap();
+        }
+        let report = services.report(&[], super::super::rates::DEFAULT_WINDOW);
+        assert!(report.services[0].sloppy_tcp && !report.services[1].sloppy_tcp);
+        // And back: off first, then the FullNAT server returns.
+        let mut back =
+            Services::from_config(&Config::parse(CONFIG, Path::new("test.toml")).unwrap())
+                .unwrap()
+                .table;
+        back.delete_server(http(), fullnat.ip, fullnat.port)
+            .unwrap();
+        back.add_server(
+            http(),
+            RealServerSpec::new(fullnat.ip, fullnat.port, fullnat.weight, fullnat.mode),
+        )
+        .unwrap();
+        let requests = diff(&services.table, &back).unwrap();
+        let at = |want: fn(&Request) -> bool| requests.iter().position(want);
+        let off = at(|r| matches!(r, Request::SetSloppyTcp { on: false, .. }));
+        let added = at(|r| matches!(r, Request::AddServer { .. }));
+        assert!(off.is_some() && off < added, "{requests:?}");
+        for r in requests {
+            call(&mut services, &publisher, r).unwrap();
+        }
+        assert!(!services.table.get(http()).unwrap().sloppy_tcp);
     }
 
     /// A reload that adds, changes or removes a sorry server: one request each, which

@@ -1371,6 +1371,7 @@ mod tests {
             sched_flags: Default::default(),
             mh_table_size: None,
             toa: false,
+            sloppy_tcp: false,
             synproxy: crate::model::SynProxy::default(),
             health: Default::default(),
             all_down: None,

@@ -334,6 +334,14 @@ pub struct Service {
     /// connections only while no real server of `real_servers` can take one.
     #[serde(default)]
     pub sorry_server: Option<SorryServer>,
+    /// Open a session from any TCP segment but an RST, not only from a SYN (IPVS's
+    /// `sloppy_tcp`, here per service): a connection whose packets reach a node that
+    /// never saw its SYN (another node of an ECMP cluster, a restarted node, a backup
+    /// that took over without sync) carries on to the real server the scheduler picks
+    /// for it, which with mh, sh or dh is the one every node picks. Not with FullNAT
+    /// real servers: the server would see the connection from a new source.
+    #[serde(default)]
+    pub sloppy_tcp: bool,
 }
 
 /// A service's sorry server: scheduled as an ordinary real server of weight 1 while
@@ -560,6 +568,7 @@ mod tests {
             mh_table_size: 251,
             synproxy: SynProxy::default(),
             sorry_server: None,
+            sloppy_tcp: false,
         }
     }
 

@@ -127,6 +127,16 @@ pub enum ServiceError {
     },
     /// `auto` needs a SYN rate of at least 1 per second.
     SynProxyRateZero,
+    /// `sloppy_tcp` is about TCP segments: a UDP service opens sessions from any
+    /// datagram already.
+    SloppyNeedsTcp(ServiceKey),
+    /// A session opened mid-connection towards a FullNAT real server would reach it
+    /// from a new local address and port, a connection it never saw.
+    SloppyNotFullNat {
+        service: ServiceKey,
+        ip: IpAddr,
+        port: u16,
+    },
     /// A real server or local address of the other address family than the
     /// service's (`what` names which), except what NAT64 takes: IPv4 FullNAT real
     /// servers and IPv4 local addresses behind an IPv6 service.
@@ -256,6 +266,17 @@ impl fmt::Display for ServiceError {
                  whose replies bypass Sluice",
                 std::net::SocketAddr::new(*ip, *port),
                 mode.name()
+            ),
+            ServiceError::SloppyNeedsTcp(service) => write!(
+                f,
+                "sloppy_tcp opens sessions from TCP segments that are not SYNs: it cannot be \
+                 enabled on {service}, a UDP service opens them from any datagram"
+            ),
+            ServiceError::SloppyNotFullNat { service, ip, port } => write!(
+                f,
+                "sloppy_tcp cannot serve fullnat real server {} of {service}: a session opened \
+                 mid-connection would reach it from a new local port, a connection it never saw",
+                std::net::SocketAddr::new(*ip, *port)
             ),
             ServiceError::SynProxyRateZero => {
                 f.write_str("synproxy auto SYN rate must be at least 1 per second")
@@ -397,6 +418,7 @@ impl ServiceTable {
                 mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
                 synproxy: crate::model::SynProxy::default(),
                 sorry_server: None,
+                sloppy_tcp: false,
             },
         );
         self.version += 1;
@@ -478,6 +500,7 @@ impl ServiceTable {
         }
         validate_server(&key, &spec)?;
         check_synproxy_mode(service, &spec)?;
+        check_sloppy_mode(service, &spec)?;
         self.check_not_own("real server", spec.ip)?;
         self.check_not_local_address(spec.ip)?;
         let id = take_id(&mut self.next_server_id)?;
@@ -509,6 +532,7 @@ impl ServiceTable {
                 })?;
         validate_server(&key, &spec)?;
         check_synproxy_mode(service, &spec)?;
+        check_sloppy_mode(service, &spec)?;
         let server = &mut service.real_servers[index];
         *server = real_server(server.id, &spec);
         self.version += 1;
@@ -672,6 +696,7 @@ impl ServiceTable {
                 let as_rs = RealServerSpec::new(spec.ip, spec.port, 1, spec.mode);
                 validate_server(&key, &as_rs)?;
                 check_synproxy_mode(service, &as_rs)?;
+                check_sloppy_mode(service, &as_rs)?;
                 self.check_not_own("sorry server", spec.ip)?;
                 self.check_not_local_address(spec.ip)?;
                 let id = match old {
@@ -704,6 +729,36 @@ impl ServiceTable {
     /// Sets the SYN proxy of a service. Turning it on (or auto) needs TCP and every
     /// real server in NAT or FullNAT mode; turning it off is always allowed. Nothing
     /// changes on error.
+    /// Turns `sloppy_tcp` on or off: a TCP service only, none of whose real servers
+    /// (sorry server included) is FullNAT. Turning it off is always allowed.
+    pub fn set_sloppy_tcp(&mut self, key: ServiceKey, on: bool) -> Result<(), ServiceError> {
+        let service = self
+            .services
+            .get_mut(&key)
+            .ok_or(ServiceError::NoSuchService(key))?;
+        if on {
+            if key.proto != Protocol::Tcp {
+                return Err(ServiceError::SloppyNeedsTcp(key));
+            }
+            let sorry = service.sorry_server.map(|s| s.as_real_server(false));
+            if let Some(rs) = service
+                .real_servers
+                .iter()
+                .chain(sorry.iter())
+                .find(|rs| rs.mode == ForwardMode::FullNat)
+            {
+                return Err(ServiceError::SloppyNotFullNat {
+                    service: key,
+                    ip: rs.ip,
+                    port: rs.port,
+                });
+            }
+        }
+        service.sloppy_tcp = on;
+        self.version += 1;
+        Ok(())
+    }
+
     pub fn set_synproxy(
         &mut self,
         key: ServiceKey,
@@ -980,6 +1035,17 @@ pub fn validate_service(
 /// a weight of 0 to [`MAX_WEIGHT`], a lower threshold not above the upper one (as IPVS,
 /// even when the upper is 0), and the service's port unless NAT or FullNAT maps it.
 /// A service with the SYN proxy on (or auto) takes NAT and FullNAT real servers only.
+fn check_sloppy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), ServiceError> {
+    if service.sloppy_tcp && spec.mode == ForwardMode::FullNat {
+        return Err(ServiceError::SloppyNotFullNat {
+            service: service.key,
+            ip: spec.ip,
+            port: spec.port,
+        });
+    }
+    Ok(())
+}
+
 fn check_synproxy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if service.synproxy.mode != SynProxyMode::Off && !spec.mode.rewrites_replies() {
         return Err(ServiceError::SynProxyNeedsNat {
@@ -1653,6 +1719,57 @@ mod tests {
             Err(ServiceError::SynProxyNeedsTcp(_))
         ));
         table.set_synproxy(udp, SynProxy::default()).unwrap();
+    }
+
+    #[test]
+    fn sloppy_tcp_is_tcp_only_and_keeps_fullnat_out() {
+        let mut table = table_with_http();
+        assert!(!table.get(http()).unwrap().sloppy_tcp);
+        table
+            .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        table.set_sloppy_tcp(http(), true).unwrap();
+        assert!(table.get(http()).unwrap().sloppy_tcp);
+        // A FullNAT real server, added, edited into, or as the sorry server: refused.
+        table
+            .add_laddr(http(), Ipv4Addr::new(10, 0, 1, 1).into())
+            .unwrap();
+        let refusal =
+            "sloppy_tcp cannot serve fullnat real server 10.0.0.2:80 of TCP 198.18.1.1:80";
+        assert_rejected(&mut table, refusal, |t| {
+            t.add_server(http(), rs(2, 80, 1, ForwardMode::FullNat))
+                .map(drop)
+        });
+        assert_rejected(
+            &mut table,
+            "sloppy_tcp cannot serve fullnat real server 10.0.0.1:80",
+            |t| t.edit_server(http(), rs(1, 80, 1, ForwardMode::FullNat)),
+        );
+        assert_rejected(&mut table, refusal, |t| {
+            t.set_sorry_server(
+                http(),
+                Some(SorryServerSpec {
+                    ip: Ipv4Addr::new(10, 0, 0, 2).into(),
+                    port: 80,
+                    mode: ForwardMode::FullNat,
+                    inhibit: false,
+                }),
+            )
+        });
+        // Off, the FullNAT server comes in; then sloppy_tcp cannot go back on.
+        table.set_sloppy_tcp(http(), false).unwrap();
+        table
+            .add_server(http(), rs(2, 80, 1, ForwardMode::FullNat))
+            .unwrap();
+        assert_rejected(&mut table, refusal, |t| t.set_sloppy_tcp(http(), true));
+        let udp = ServiceKey::new(Protocol::Udp, VIP, 53);
+        table.add_service(udp, SchedulerKind::Rr, None).unwrap();
+        assert_rejected(
+            &mut table,
+            "sloppy_tcp opens sessions from TCP segments that are not SYNs: it cannot be enabled on UDP 198.18.1.1:53",
+            |t| t.set_sloppy_tcp(udp, true),
+        );
+        table.set_sloppy_tcp(udp, false).unwrap();
     }
 
     #[test]

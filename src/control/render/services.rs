@@ -531,6 +531,7 @@ mod tests {
                 }],
                 local_addresses: vec!["198.18.0.50".into()],
                 toa: true,
+                sloppy_tcp: false,
                 synproxy: crate::model::SynProxy::default(),
                 admission: None,
                 sorry_server: None,

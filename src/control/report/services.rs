@@ -40,6 +40,10 @@ pub struct ServiceStatus {
     /// Whether TOA (the client address as a TCP option) is on for FullNAT sessions.
     #[serde(default)]
     pub toa: bool,
+    /// Whether sessions open from any TCP segment but an RST (`sloppy_tcp`). Only in
+    /// the JSON.
+    #[serde(default)]
+    pub sloppy_tcp: bool,
     /// The SYN proxy's mode and `auto` rate. Only in the JSON (`-Ln --json`), as
     /// ipvsadm's text layout has no place for it.
     #[serde(default)]

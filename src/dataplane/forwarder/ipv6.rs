@@ -130,7 +130,8 @@ impl Forwarder {
 
     /// A new connection to an IPv6 VIP: the service on its port, a real server from
     /// placement, and a session filed under its keys. A TCP segment other than a SYN
-    /// opens nothing (`tcp_no_session`).
+    /// opens nothing (`tcp_no_session`), unless the service is `sloppy_tcp` and the
+    /// segment no RST.
     fn open_v6(
         &mut self,
         key: &FlowKey6,
@@ -138,17 +139,19 @@ impl Forwarder {
         pkt: &Packet,
         cx: &Context,
     ) -> Result<u32, DropReason> {
-        if key.proto == Protocol::Tcp && !flags.contains(TcpFlags::SYN) {
+        let snap = self.snapshot.current_arc();
+        let index = snap.find_index(&ServiceKey::new(key.proto, key.dst, key.dport));
+        if key.proto == Protocol::Tcp
+            && !flags.contains(TcpFlags::SYN)
+            && !index.is_some_and(|i| self.sloppy_opens(i, flags))
+        {
             return Err(DropReason::TcpNoSession);
         }
         if key.src.is_loopback() || key.src.is_unspecified() || cx.port.responder.is_local6(key.src)
         {
             return Err(DropReason::BadIpv6Header);
         }
-        let snap = self.snapshot.current_arc();
-        let index = snap
-            .find_index(&ServiceKey::new(key.proto, key.dst, key.dport))
-            .ok_or(DropReason::NoService)?;
+        let index = index.ok_or(DropReason::NoService)?;
         // Placement reads the client, its port and the destination as IPv4 words;
         // IPv6 ones are folded, as the hashing schedulers of IPVS fold them.
         let folded = FlowKey4::new(

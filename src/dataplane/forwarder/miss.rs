@@ -98,10 +98,12 @@ impl Forwarder {
             // than the view: it is opened, or lives, on the view's owner.
             return Err(Action::Redirect(owner));
         }
-        if key.proto == Protocol::Tcp
-            && !opens_connection(flags)
-            && !(super::synproxy::is_bare_ack(flags) && self.proxies(index))
-        {
+        // A TCP segment opens a session when it is a SYN, the SYN proxy's bare ACK, or
+        // anything but an RST with sloppy_tcp.
+        let opens = opens_connection(flags)
+            || (super::synproxy::is_bare_ack(flags) && self.proxies(index))
+            || self.sloppy_opens(index, flags);
+        if key.proto == Protocol::Tcp && !opens {
             return Err(Action::Drop(DropReason::TcpNoSession));
         }
         if !may_be_client(key.src_addr(), snap, port.responder) {
@@ -134,6 +136,22 @@ impl Forwarder {
             }
         }
         Action::Drop(reason)
+    }
+}
+
+impl Forwarder {
+    /// Whether service `index` (a snapshot index) opens sessions from TCP segments
+    /// that are not SYNs (`sloppy_tcp`): a connection that started on another node, or
+    /// before this one restarted, carries on where the scheduler sends it. Any segment
+    /// but an RST then opens one.
+    pub(super) fn sloppy_opens(&self, index: usize, flags: TcpFlags) -> bool {
+        !flags.contains(TcpFlags::RST)
+            && self
+                .snapshot
+                .current()
+                .services()
+                .get(index)
+                .is_some_and(|s| s.sloppy_tcp)
     }
 }
 

@@ -572,6 +572,7 @@ mod tests {
             mh_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
             synproxy: crate::model::SynProxy::default(),
             sorry_server: None,
+            sloppy_tcp: false,
         };
         Snapshot::from_services(1, vec![service])
     }
