@@ -332,9 +332,6 @@ def cmd_learn(args):
         sys.exit(1)
 
 
-CHECKSUMMED = (IP, TCP, UDP, ICMP)
-
-
 def recomputed(frame):
     """The frame rebuilt by scapy with every checksum it carries (IPv4 header, TCP,
     UDP, ICMP, ICMPv6, outer and tunnelled; quoted packets of ICMP errors apart)
@@ -346,9 +343,7 @@ def recomputed(frame):
             break
         for f in ("chksum", "cksum"):
             if f in layer.fields:
-                del layer.fields[f]
-        if isinstance(layer, CHECKSUMMED) or layer.__class__.__name__.startswith("ICMPv6"):
-            pass
+                delattr(layer, f)  # (not `del fields[f]`: that keeps the cached bytes)
         layer = layer.payload
     return raw(p)
 
@@ -370,7 +365,7 @@ def quote_recomputed(q):
     while layer and layer.__class__.__name__ != "NoPayload":
         for f in ("chksum", "cksum"):
             if f in layer.fields:
-                del layer.fields[f]
+                delattr(layer, f)
         layer = layer.payload
     return raw(p)
 
