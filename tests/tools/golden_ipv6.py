@@ -30,13 +30,21 @@ echo for the appliance.
         addresses, ports and ICMP types as for the expected frames and every checksum
         good. Exit 0 when everything matches, 1 with a report.
 
+    golden_ipv6.py selftest DIR
+        Proves the checker (no root, no Sluice): the expected frames themselves must
+        pass, and each broken variant (a checksum, a port, an address, the NA's
+        solicited flag, the NAT64 MSS, the quoted packet, a hop limit, a tunnel's flow
+        label, a missing, an extra and two swapped frames) must fail.
+
 Expected outputs come from the constants below, never from Sluice's output (but for
 the learned local ports and the NAT64 identification).
 """
 
+import hashlib
 import json
 import shutil
 import subprocess
+import tempfile
 import sys
 
 try:
@@ -381,7 +389,20 @@ TSHARK_FIELDS = [
 STATUS_FIELDS = [f for f in TSHARK_FIELDS if f.endswith("checksum.status")]
 
 
+_TSHARK_ROWS = {}
+
+
 def tshark(pcap):
+    """tshark's rows for pcap, once per content (the self-test decodes the same
+    expected frames many times, and tshark takes a while to start)."""
+    with open(pcap, "rb") as f:
+        content = hashlib.sha256(f.read()).digest()
+    if content not in _TSHARK_ROWS:
+        _TSHARK_ROWS[content] = tshark_run(pcap)
+    return _TSHARK_ROWS[content]
+
+
+def tshark_run(pcap):
     exe = shutil.which("tshark")
     if not exe:
         raise RuntimeError("tshark not found (run scripts/setup.sh)")
@@ -412,8 +433,8 @@ def with_actual_ident(expected, actual):
     return raw(e)
 
 
-def cmd_check(args):
-    out_pcap, expect_json = args
+def check(out_pcap, expect_json):
+    """The checker's findings: (errors, outputs, Sluice's own frames set aside)."""
     with open(expect_json) as f:
         expect = json.load(f)
     rep = Report()
@@ -444,7 +465,6 @@ def cmd_check(args):
             rep.fail(f"{where} [scapy]: the quoted packet's checksums recomputed differ")
     # tshark on the actual frames and on the expected ones (built from the constants).
     if frames:
-        import tempfile
         with tempfile.TemporaryDirectory() as d:
             wrpcap(f"{d}/actual.pcap", [Ether(f) for f in frames])
             wrpcap(f"{d}/expected.pcap", [Ether(f) for f in expected])
@@ -459,17 +479,111 @@ def cmd_check(args):
                         rep.eq(where, f"{field} #{k + 1} (1 = good)", st, "1")
                 else:
                     rep.eq(where, field, g[field], w[field])
-            # Every frame with a checksum must have had it verified by tshark.
-            if not any(g[f] for f in STATUS_FIELDS) and "ns" not in o["name"].lower():
-                if Ether(frames[i]).haslayer(TCP) or Ether(frames[i]).haslayer(UDP):
-                    rep.fail(f"{where}: tshark verified no checksum")
-    print(f"{len(frames)} outputs checked ({len(chatter)} frames of Sluice's own ARP/NS/NA beside)")
+            # Every output carries a checksum (TCP, UDP, ICMPv6, IPv4): tshark must
+            # have verified at least one.
+            if not any(g[f] for f in STATUS_FIELDS):
+                rep.fail(f"{where}: tshark verified no checksum")
+    return rep.errors, len(frames), len(chatter)
+
+
+def cmd_check(args):
+    out_pcap, expect_json = args
+    errors, outputs, chatter = check(out_pcap, expect_json)
+    print(f"{outputs} outputs checked ({chatter} frames of Sluice's own ARP/NS/NA beside)")
     with open(expect_json + ".summary", "w") as f:
-        json.dump({"chatter": len(chatter)}, f)
-    if rep.errors:
-        print("CHECK FAILED:\n  " + "\n  ".join(rep.errors))
+        json.dump({"chatter": chatter}, f)
+    if errors:
+        print("CHECK FAILED:\n  " + "\n  ".join(errors))
         sys.exit(1)
     print("check OK")
+
+
+SELFTEST_LPORTS = {"fn_tcp": {"lip": LIP6, "lport": 1024}, "fn_udp": {"lip": LIP6, "lport": 1025},
+                   "n64_tcp": {"lip": LIP4, "lport": 4096, "id": 1}, "n64_udp": {"lip": LIP4, "lport": 4097, "id": 2}}
+
+
+def cmd_selftest(args):
+    d = args[0]
+    with open(f"{d}/lports.json", "w") as f:
+        json.dump(SELFTEST_LPORTS, f)
+    cmd_make([f"{d}/in.pcap", f"{d}/expect.json", "--lports", f"{d}/lports.json"])
+    with open(f"{d}/expect.json") as f:
+        outs = json.load(f)["outputs"]
+    good = [bytes.fromhex(o["hex"]) for o in outs]
+    at = {o["name"]: i for i, o in enumerate(outs)}
+
+    def edit(name, change):
+        frames = list(good)
+        p = Ether(frames[at[name]])
+        change(p)
+        frames[at[name]] = raw(p)
+        return frames
+
+    def flip_tcp_checksum(p):
+        p[TCP].chksum ^= 1
+
+    def port(p):
+        p[UDP].sport += 1
+        del p[UDP].chksum
+
+    def address(p):
+        p[IPv6].src = LIP6
+        del p[TCP].chksum
+
+    def na_flag(p):
+        p[ICMPv6ND_NA].S = 0
+        del p[ICMPv6ND_NA].cksum
+
+    def mss(p):
+        p[TCP].options = [("MSS", 1460)]
+        del p[TCP].chksum
+
+    def quote(p):
+        load = bytearray(p[Raw].load)
+        load[-1] ^= 0xFF
+        p[Raw].load = bytes(load)
+        del p[ICMPv6DestUnreach].cksum
+
+    def hop_limit(p):
+        p[IPv6].hlim -= 1
+
+    def flow_label(p):
+        p[IPv6].fl = 0
+
+    def echo_data(p):
+        p[ICMPv6EchoReply].data = b"x" + p[ICMPv6EchoReply].data[1:]
+
+    nat64_ip_checksum = lambda p: setattr(p[IP], "chksum", p[IP].chksum ^ 0x100)  # noqa: E731
+    cases = [
+        ("expected frames", good, True),
+        ("NAT SYN: TCP checksum off by one", edit("NAT SYN to the real server", flip_tcp_checksum), False),
+        ("FullNAT UDP answer: source port + 1", edit("FullNAT UDP answer to the client", port), False),
+        ("FullNAT SYN-ACK: from the local address", edit("FullNAT SYN-ACK to the client", address), False),
+        ("NA without the solicited flag", edit("NA for the appliance's address", na_flag), False),
+        ("NAT64 SYN-ACK: MSS not clamped", edit("NAT64 SYN-ACK to the client, as IPv6, MSS 1440", mss), False),
+        ("NAT64 port unreachable: quote changed",
+         edit("NAT64 ICMPv6 port unreachable to the client, from the VIP", quote), False),
+        ("NAT64 UDP query: IPv4 header checksum",
+         edit("NAT64 UDP query to the real server, as IPv4", nat64_ip_checksum), False),
+        ("DR SYN: hop limit decremented", edit("DR SYN to the real server", hop_limit), False),
+        ("TUN: outer flow label not copied", edit("TUN SYN encapsulated", flow_label), False),
+        ("echo reply: data changed", edit("echo reply from the VIP", echo_data), False),
+        ("a frame missing", good[:-1], False),
+        ("a frame extra", good + [good[0]], False),
+        ("two frames swapped", good[:4] + [good[5], good[4]] + good[6:], False),
+    ]
+    wrong = 0
+    for name, frames, want_ok in cases:
+        wrpcap(f"{d}/out.pcap", [Ether(f) for f in frames])
+        errors, _, _ = check(f"{d}/out.pcap", f"{d}/expect.json")
+        ok = not errors
+        wrong += ok != want_ok
+        why = " ".join(" ".join(errors).split())
+        print(f"{name}: {'accepted' if ok else 'rejected'} ({'as it must' if ok == want_ok else 'WRONG'})"
+              + (f": {why[:150]}" if why else ""))
+    if wrong:
+        sys.exit(f"selftest FAILED: {wrong} verdicts wrong")
+    print("selftest OK: the checker accepts the expected output and rejects every broken variant")
 
 
 def main():
@@ -482,6 +596,8 @@ def main():
         cmd_learn(args)
     elif cmd == "check":
         cmd_check(args)
+    elif cmd == "selftest":
+        cmd_selftest(args)
     else:
         sys.exit(f"unknown command {cmd}")
 
