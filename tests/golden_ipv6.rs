@@ -3,7 +3,8 @@
 //! FullNAT v6 -> v6, and NAT64: FullNAT to an IPv4 real server from an IPv4 local
 //! address), both directions, with ICMPv6 errors about sessions (NAT's and FullNAT's
 //! port unreachable and FullNAT's Packet Too Big translated back to the client, NAT64's
-//! ICMPv4 port unreachable translated to ICMPv6 as RFC 7915 says), a Neighbor
+//! ICMPv4 port unreachable translated to ICMPv6 as RFC 7915 says, and the client's
+//! port unreachable about each UDP answer back to the real server), a Neighbor
 //! Solicitation for the appliance's IPv6 address and echo requests to it and to the
 //! VIP. Sluice reads it through net_pcap and writes what it sends to an output pcap,
 //! which `tests/tools/golden_ipv6.py check` compares with frames scapy builds from the
@@ -128,12 +129,12 @@ fn expectations(path: &Path) -> (Value, u64, u64) {
 }
 
 /// The checker must accept the expected frames and reject broken ones (a checksum, a
-/// port, an address, the NA's flag, the NAT64 MSS, the quote, a hop limit, the
+/// port, an address, the NA's flag, the NAT64 MSS, the quotes, a hop limit, the
 /// tunnel's flow label, the echo data, a missing, an extra and two swapped frames;
 /// see `golden_ipv6.py selftest`). Needs scapy and tshark, not root.
 #[test]
 fn golden_ipv6_checker_rejects_broken_output() {
-    assert_checker_selftest("golden_ipv6.py", 14);
+    assert_checker_selftest("golden_ipv6.py", 15);
 }
 
 #[test]

@@ -33,7 +33,7 @@ echo for the appliance.
     golden_ipv6.py selftest DIR
         Proves the checker (no root, no Sluice): the expected frames themselves must
         pass, and each broken variant (a checksum, a port, an address, the NA's
-        solicited flag, the NAT64 MSS, the quoted packet, a hop limit, a tunnel's flow
+        solicited flag, the NAT64 MSS, the quoted packets, a hop limit, a tunnel's flow
         label, a missing, an extra and two swapped frames) must fail.
 
 Expected outputs come from the constants below, never from Sluice's output (but for
@@ -271,6 +271,29 @@ def build(lports):
                 / raw(n64_udp_out)),
         [("NAT64 ICMPv6 port unreachable to the client, from the VIP",
           ours_to(CLIENT_MAC, ip6(VIP6, CLIENT6) / ICMPv6DestUnreach(code=4) / raw(n64_q)))])
+    # The client's side, about the real servers' answers: NAT to the real server from
+    # the client, FullNAT from the local address, quoting the answer as the real server
+    # sent it; NAT64's ICMPv6 port unreachable as ICMPv4 port unreachable (RFC 7915
+    # 5.2) from the IPv4 local address.
+    nat_ans = ip6(rs_ip("nat"), CLIENT6) / UDP(sport=5353, dport=40003) / b"answer"
+    add("NAT port unreachable from the client",
+        from_client(ip6(CLIENT6, VIP6) / ICMPv6DestUnreach(code=4)
+                    / raw(ip6(VIP6, CLIENT6) / UDP(sport=53, dport=40003) / b"answer")),
+        [("NAT port unreachable to the real server",
+          ours_to(rs_mac("nat"), ip6(CLIENT6, rs_ip("nat")) / ICMPv6DestUnreach(code=4) / raw(nat_ans)))])
+    fn_ans = ip6(rs_ip("fullnat"), LIP6) / UDP(sport=5454, dport=fu) / b"ans"
+    add("FullNAT port unreachable from the client",
+        from_client(ip6(CLIENT6, VIP6) / ICMPv6DestUnreach(code=4)
+                    / raw(ip6(VIP6, CLIENT6) / UDP(sport=54, dport=40006) / b"ans")),
+        [("FullNAT port unreachable to the real server, from the local address",
+          ours_to(rs_mac("fullnat"), ip6(LIP6, rs_ip("fullnat")) / ICMPv6DestUnreach(code=4) / raw(fn_ans)))])
+    n64_ans = IP(src=rs_ip("nat64"), dst=LIP4, ttl=61, tos=0x10, id=0x4343) / UDP(sport=5555, dport=nu) / b"ans64"
+    add("NAT64 port unreachable from the client",
+        from_client(ip6(CLIENT6, VIP6) / ICMPv6DestUnreach(code=4)
+                    / raw(ip6(VIP6, CLIENT6, hlim=61, tc=0x10) / UDP(sport=55, dport=40007) / b"ans64")),
+        [("NAT64 ICMPv4 port unreachable to the real server, from the local address",
+          ours_to(rs_mac("nat64"), IP(src=LIP4, dst=rs_ip("nat64"), ttl=64) / ICMP(type=3, code=3)
+                  / raw(n64_ans)), "nat64")])
     return F
 
 
@@ -430,6 +453,12 @@ def with_actual_ident(expected, actual):
         return expected
     e[IP].id = a[IP].id
     del e[IP].chksum
+    if ICMP in e and IPerror in e and IPerror in a:
+        # An ICMPv4 error quoting a packet translated from IPv6, which had no
+        # identification: the quoted one is the translator's too.
+        e[IPerror].id = a[IPerror].id
+        del e[IPerror].chksum
+        del e[ICMP].chksum
     return raw(e)
 
 
@@ -553,6 +582,11 @@ def cmd_selftest(args):
     def echo_data(p):
         p[ICMPv6EchoReply].data = b"x" + p[ICMPv6EchoReply].data[1:]
 
+    def quoted_ttl(p):
+        p[IPerror].ttl -= 1
+        del p[IPerror].chksum
+        del p[ICMP].chksum
+
     nat64_ip_checksum = lambda p: setattr(p[IP], "chksum", p[IP].chksum ^ 0x100)  # noqa: E731
     cases = [
         ("expected frames", good, True),
@@ -565,6 +599,8 @@ def cmd_selftest(args):
          edit("NAT64 ICMPv6 port unreachable to the client, from the VIP", quote), False),
         ("NAT64 UDP query: IPv4 header checksum",
          edit("NAT64 UDP query to the real server, as IPv4", nat64_ip_checksum), False),
+        ("NAT64 ICMPv4 error: quoted TTL changed",
+         edit("NAT64 ICMPv4 port unreachable to the real server, from the local address", quoted_ttl), False),
         ("DR SYN: hop limit decremented", edit("DR SYN to the real server", hop_limit), False),
         ("TUN: outer flow label not copied", edit("TUN SYN encapsulated", flow_label), False),
         ("echo reply: data changed", edit("echo reply from the VIP", echo_data), False),
