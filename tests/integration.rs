@@ -38,6 +38,7 @@ mod e2e_table_pressure;
 mod e2e_vrrp;
 mod golden_forwarding;
 mod golden_fullnat;
+mod golden_ipv6;
 mod golden_pcap;
 mod golden_synproxy;
 mod ipvsadm_fidelity;
