@@ -15,6 +15,12 @@
 //! - the workers redirected packets to each other, received every one, and dropped
 //!   none as `ipv6_no_service`, `tcp_no_session` or `laddr_exhausted`.
 //!
+//! ICMPv6 errors about sessions with two workers (as `e2e_ipv6_local.rs`'s
+//! `icmp_errors_cross_nat_fullnat_and_nat64_both_ways` with one): the kernel hashes
+//! an ICMPv6 error by its addresses only, so the errors about a service's sessions
+//! all land on one worker, about half of them off their session's; each reaches its
+//! owner and is translated there.
+//!
 //! And health checks of three IPv6 real servers with two workers: worker 0 sends the
 //! probes from its IPv6 neighbour table, and every server is probed up although the
 //! fanout puts each server's Neighbor Advertisements on one queue only (the other
@@ -23,7 +29,9 @@
 //! Run: `cargo test --release --test integration e2e_ipv6_multi_worker::` (as root).
 
 use crate::common::*;
-use crate::e2e_ipv6_local::{appliance6, ipv6_lab, rs_ip6, service6, LIP4, LIP6, VIP6};
+use crate::e2e_ipv6_local::{
+    appliance6, ipv6_lab, rs_ip6, service6, CLIENT_IP6, LATE_REPLIER, LIP4, LIP6, VIP6,
+};
 use std::time::Duration;
 
 const WORKERS: u32 = 2;
@@ -162,4 +170,120 @@ fn ipv6_real_servers_are_probed_up_with_two_workers() {
     );
     let status = daemon.status();
     assert!(event_count(&status, "neighbour_shared") > 0, "{status:#}");
+}
+
+/// ICMPv6 errors about IPv6 sessions cross two workers, both ways, NAT and FullNAT,
+/// between real kernels. From the real server's side: 8 UDP datagrams from the
+/// client, each from a socket of its own, to a port the real server does not listen
+/// on; each socket must hear the real server's port unreachable, translated, as
+/// ECONNREFUSED. From the client's side: 4 real server sockets per mode answer late
+/// to client sockets already closed, and each must hear the client's port
+/// unreachable (NAT: from the client; FullNAT: from the local address). The errors
+/// of one kind share their addresses, so the kernel's fanout puts them all on one
+/// queue, and the sessions they are about live on both workers (by their client
+/// ports): without the redirect, about half are dropped (`icmp_error_no_session`)
+/// and their sockets time out. The kernels' own ICMPv6 rate limit (a burst of 6 per
+/// destination) is turned off in the namespaces. About 3 s.
+#[test]
+fn icmpv6_errors_reach_the_worker_of_their_session() {
+    require_root();
+    const ERRORS: u32 = 8;
+    const LATE: u16 = 4;
+    let lab = AppLab::new(1);
+    ipv6_lab(&lab);
+    for ns in [lab.bed.client_ns(), lab.bed.rs_ns(1)] {
+        lab.bed
+            .exec(
+                ns,
+                &["sysctl", "-q", "-w", "net.ipv6.icmp.ratelimit=0"],
+                Duration::from_secs(10),
+            )
+            .expect_success("no ICMPv6 rate limit");
+    }
+    let lip6 = format!("local_addresses = [\"{LIP6}\"]\n");
+    // A closed port (5399), and the late replier's (5380 to 5383 and 5390 to 5393).
+    let mut services = vec![
+        service6(&lab, "udp", 5301, 5399, "nat", ""),
+        service6(&lab, "udp", 5302, 5399, "fullnat", &lip6),
+    ];
+    for i in 0..LATE {
+        services.push(service6(&lab, "udp", 5320 + i, 5390 + i, "nat", ""));
+        services.push(service6(&lab, "udp", 5330 + i, 5380 + i, "fullnat", &lip6));
+    }
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon_with_workers(
+        &addresses.each_ref().map(String::as_str),
+        services.join("\n"),
+        WORKERS,
+    );
+
+    for (i, (port, what)) in [(5301, "nat"), (5302, "fullnat")].into_iter().enumerate() {
+        let (out, v) = lab.udp(VIP6, port, ERRORS, 43000 + 100 * i as u16);
+        let refused = v["failures"].as_array().map_or(0, |f| {
+            f.iter()
+                .filter(|e| e.to_string().contains("Connection refused"))
+                .count()
+        });
+        assert_eq!(
+            refused,
+            ERRORS as usize,
+            "{what}: every client socket to a closed port is refused: {}\nstatus: {:#}\n{}",
+            out.describe(),
+            daemon.status(),
+            daemon.dump()
+        );
+    }
+
+    let ports: Vec<String> = (0..LATE)
+        .flat_map(|i| [format!("6:{}", 5390 + i), format!("6:{}", 5380 + i)])
+        .collect();
+    let mut argv = vec![PYTHON, "-c", LATE_REPLIER];
+    argv.extend(ports.iter().map(String::as_str));
+    let mut replier = BackgroundProcess::spawn(Some(lab.bed.rs_ns(1)), &argv);
+    replier.wait_for_stderr(Duration::from_secs(10), "ready");
+    let send_and_close = format!(
+        "import socket\nfor port in [*range(5320, {}), *range(5330, {})]:\n    \
+         s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n    \
+         s.sendto(b'early', ('{VIP6}', port))\n    s.close()\n",
+        5320 + LATE,
+        5330 + LATE
+    );
+    lab.bed
+        .exec(
+            lab.bed.client_ns(),
+            &[PYTHON, "-c", &send_and_close],
+            Duration::from_secs(10),
+        )
+        .expect_success("client datagrams");
+    replier.wait_exit(Duration::from_secs(10));
+    let mut lines: Vec<String> = replier.stdout_text().lines().map(String::from).collect();
+    lines.sort();
+    let mut expected: Vec<String> = (0..LATE)
+        .flat_map(|i| {
+            [
+                format!("{} {LIP6} refused", 5380 + i),
+                format!("{} {CLIENT_IP6} refused", 5390 + i),
+            ]
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(
+        lines,
+        expected,
+        "every real server socket hears the client's port unreachable: {}\nstatus: {:#}\n{}",
+        replier.stderr_text(),
+        daemon.status(),
+        daemon.dump()
+    );
+    let status = daemon.status();
+    assert_eq!(
+        drop_count(&status, "icmp_error_no_session"),
+        0,
+        "{status:#}"
+    );
+    assert_eq!(
+        event_count(&status, "redirected_out"),
+        event_count(&status, "redirected_in"),
+        "{status:#}"
+    );
 }

@@ -89,8 +89,9 @@ pub enum Action {
     /// sync datagram with `[sync] port`): hand it over through the health ring.
     Punt,
     /// The frame is rewritten but its next hop's MAC is unknown: hold it until this
-    /// address resolves (the worker asks for it by ARP), then address and send it.
-    Hold(Ipv4Addr),
+    /// address resolves (the worker asks for it by ARP, or for an IPv6 next hop by
+    /// Neighbor Solicitation), then address and send it.
+    Hold(std::net::IpAddr),
     /// A client segment of a proxied session whose real server has not answered yet:
     /// give it to [`Forwarder::await_server`], and it goes through `handle` again
     /// once the server has ([`Forwarder::release_awaiting`]).

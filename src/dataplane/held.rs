@@ -1,20 +1,27 @@
 //! Frames waiting for their next hop's MAC, as the kernel's unresolved-neighbour queue
 //! (`unres_qlen`): a frame the forwarder rewrote but could not address (`Action::Hold`)
-//! waits here while an ARP request asks for its next hop, and leaves as soon as the
-//! answer is learned. So the first packet towards a neighbour not resolved yet (a SYN
-//! to a new real server, a real server's reply to a client right after a takeover) is
-//! not lost to its sender's retransmission timeout. Fixed size, no allocation; a frame
-//! that finds no room, or waits longer than the hold time, is dropped as
-//! `neighbour_unresolved`, as it was before this queue existed.
+//! waits here while an ARP request (or, for an IPv6 next hop, a Neighbor
+//! Solicitation) asks for its next hop, and leaves as soon as the answer is learned.
+//! So the first packet towards a neighbour not resolved yet (a SYN to a new real
+//! server, a real server's reply to a client right after a takeover) is not lost to
+//! its sender's retransmission timeout. Fixed size, no allocation: one burst in all,
+//! at most [`PER_TARGET`] of them for one next hop (so a host that never answers
+//! cannot take the room of the others); a frame that finds no room, or waits longer
+//! than the hold time, is dropped as `neighbour_unresolved`, as it was before this
+//! queue existed.
 use crate::dpdk::{Burst, BURST_SIZE};
 use crate::wire::MacAddr;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Frames held at most for one next hop (the kernel's `unres_qlen` is per neighbour
+/// too).
+pub const PER_TARGET: usize = 8;
 
 /// Why a frame waits and until when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Waiting {
     /// The address whose MAC the frame needs.
-    target: Ipv4Addr,
+    target: IpAddr,
     /// The port it leaves on (the one it came from).
     port: u16,
     deadline_tsc: u64,
@@ -24,8 +31,8 @@ pub struct Held {
     frames: Burst,
     /// `waiting[i]` describes `frames` packet `i`.
     waiting: [Waiting; BURST_SIZE],
-    /// ARP requests to send: (target, port).
-    asks: [(Ipv4Addr, u16); BURST_SIZE],
+    /// Resolutions to ask for: (target, port).
+    asks: [(IpAddr, u16); BURST_SIZE],
     asks_len: usize,
     hold_tsc: u64,
     /// The neighbour table's `learned_total` at the last look: nothing can leave
@@ -40,11 +47,11 @@ impl Held {
         Held {
             frames: Burst::new(),
             waiting: [Waiting {
-                target: Ipv4Addr::UNSPECIFIED,
+                target: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 port: 0,
                 deadline_tsc: 0,
             }; BURST_SIZE],
-            asks: [(Ipv4Addr::UNSPECIFIED, 0); BURST_SIZE],
+            asks: [(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0); BURST_SIZE],
             asks_len: 0,
             hold_tsc,
             seen_learned: 0,
@@ -56,20 +63,22 @@ impl Held {
         self.frames.is_empty() && self.asks_len == 0
     }
 
-    /// Takes packet `i` of `from` to wait for `target` on `port`; `ask` says an ARP
-    /// request should go out for it (the forwarder's rate limiter agreed). False, and
-    /// the packet stays in `from`, when the queue is full.
+    /// Takes packet `i` of `from` to wait for `target` on `port`; `ask` says a
+    /// resolution should be asked for (an ARP request the forwarder's rate limiter
+    /// agreed to; for IPv6, the worker's solicitations, limited per address). False,
+    /// and the packet stays in `from`, when the queue is full or holds
+    /// [`PER_TARGET`] frames for `target` already.
     pub fn hold(
         &mut self,
         from: &mut Burst,
         i: usize,
-        target: Ipv4Addr,
+        target: IpAddr,
         port: u16,
         now_tsc: u64,
         ask: bool,
     ) -> bool {
         let slot = self.frames.len();
-        if !from.move_to(i, &mut self.frames) {
+        if !room_for(&self.waiting[..slot], target) || !from.move_to(i, &mut self.frames) {
             return false;
         }
         let deadline_tsc = now_tsc + self.hold_tsc;
@@ -86,8 +95,9 @@ impl Held {
         true
     }
 
-    /// Hands every pending ARP request to `ask` (target, port) and forgets them.
-    pub fn take_asks(&mut self, mut ask: impl FnMut(Ipv4Addr, u16)) {
+    /// Hands every pending resolution request to `ask` (target, port) and forgets
+    /// them.
+    pub fn take_asks(&mut self, mut ask: impl FnMut(IpAddr, u16)) {
         for &(target, port) in &self.asks[..self.asks_len] {
             ask(target, port);
         }
@@ -95,7 +105,8 @@ impl Held {
     }
 
     /// Whether `release` could let anything go: a neighbour was learned since the last
-    /// look, or a deadline passed. One comparison each while nothing changes.
+    /// look (`learned_total` counts both families' tables), or a deadline passed. One
+    /// comparison each while nothing changes.
     pub fn due(&self, learned_total: u64, now_tsc: u64) -> bool {
         !self.frames.is_empty()
             && (learned_total != self.seen_learned || now_tsc >= self.next_deadline_tsc)
@@ -109,7 +120,7 @@ impl Held {
         port: u16,
         src: MacAddr,
         now_tsc: u64,
-        lookup: impl Fn(Ipv4Addr) -> Option<MacAddr>,
+        lookup: impl Fn(IpAddr) -> Option<MacAddr>,
         out: &mut Burst,
     ) -> (usize, usize) {
         let mut expired = Burst::new();
@@ -155,5 +166,47 @@ impl Held {
     /// Records that the frames were looked at with the table at `learned_total`.
     pub fn looked(&mut self, learned_total: u64) {
         self.seen_learned = learned_total;
+    }
+}
+
+/// Whether one more frame may wait for `target` beside those `waiting`.
+fn room_for(waiting: &[Waiting], target: IpAddr) -> bool {
+    waiting.len() < BURST_SIZE && waiting.iter().filter(|w| w.target == target).count() < PER_TARGET
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting_for(targets: &[IpAddr]) -> Vec<Waiting> {
+        targets
+            .iter()
+            .map(|&target| Waiting {
+                target,
+                port: 0,
+                deadline_tsc: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_next_hop_holds_a_bounded_share_of_the_queue() {
+        let v6: IpAddr = "2001:db8:1a::11".parse().unwrap();
+        let other6: IpAddr = "2001:db8:1a::12".parse().unwrap();
+        let v4: IpAddr = "198.18.0.11".parse().unwrap();
+        let mut held = Vec::new();
+        for n in 0..PER_TARGET {
+            assert!(room_for(&waiting_for(&held), v6), "frame {n}");
+            held.push(v6);
+        }
+        assert!(!room_for(&waiting_for(&held), v6), "one past the share");
+        // Others still find room, of either family.
+        assert!(room_for(&waiting_for(&held), other6));
+        assert!(room_for(&waiting_for(&held), v4));
+        // The whole queue full of different next hops: no room for anyone.
+        let full: Vec<IpAddr> = (0..BURST_SIZE as u32)
+            .map(|n| IpAddr::V4(Ipv4Addr::from(0xc612_0100 + n)))
+            .collect();
+        assert!(!room_for(&waiting_for(&full), other6));
     }
 }

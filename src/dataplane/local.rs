@@ -212,9 +212,8 @@ impl LocalResponder {
         };
         if !for_us {
             return Err(match payload {
-                Ipv6Payload::Tcp { .. } | Ipv6Payload::Udp { .. } if !dst.is_multicast() => {
-                    DropReason::Ipv6NoService
-                }
+                _ if dst.is_multicast() => DropReason::Ipv6GroupNotJoined,
+                Ipv6Payload::Tcp { .. } | Ipv6Payload::Udp { .. } => DropReason::Ipv6NoService,
                 _ => DropReason::NotLocal,
             });
         }
@@ -1367,7 +1366,20 @@ mod tests {
             let mut other_group = NS;
             other_group[2..6].copy_from_slice(&[0xff, 0x12, 0x34, 0x56]);
             other_group[51..54].copy_from_slice(&[0x12, 0x34, 0x56]);
-            h.expect_drop(&edit_icmpv6(&other_group, |_| {}), NotLocal);
+            h.expect_drop(&edit_icmpv6(&other_group, |_| {}), Ipv6GroupNotJoined);
+            // The link's chatter, as a promiscuous port sees it (what Linux sends when
+            // an interface comes up): an MLDv2 report to all MLDv2 routers, a router
+            // solicitation to all routers. Neither is for a load balancer.
+            for (group, mac, msg_type) in [
+                ("ff02::16", [0x33, 0x33, 0, 0, 0, 0x16], 143),
+                ("ff02::2", [0x33, 0x33, 0, 0, 0, 0x02], 133),
+            ] {
+                let mut chatter = ECHO6;
+                chatter[..6].copy_from_slice(&mac);
+                chatter[38..54].copy_from_slice(&group.parse::<Ipv6Addr>().unwrap().octets());
+                let chatter = edit_icmpv6(&chatter, |m| m.set_msg_type(icmpv6::Message(msg_type)));
+                h.expect_drop(&chatter, Ipv6GroupNotJoined);
+            }
             // A group frame under another group's MAC, a unicast one to a group MAC.
             let mut wrong_mac = NS;
             wrong_mac[5] = 0x02;
@@ -1437,7 +1449,7 @@ mod tests {
         fn without_ipv6_addresses_nothing_is_answered() {
             let mut h = Harness6::new();
             h.responder = LocalResponder::new(OUR_MAC, &[OUR_IP]);
-            h.expect_drop(&NS, DropReason::NotLocal);
+            h.expect_drop(&NS, DropReason::Ipv6GroupNotJoined);
             h.expect_drop(&ECHO6, DropReason::NotLocal);
         }
 

@@ -447,25 +447,36 @@ impl Worker {
         }
         let (pool, ports, counters) = (&self.pool, &mut self.ports, &self.counters);
         let capture = &self.links.capture;
-        self.held.take_asks(|target, index| {
-            if let Some(port) = ports.get_mut(usize::from(index)) {
-                let mut out = Burst::new();
-                push_arp_request(&mut out, pool, port.responder.mac(), port.addr, target);
-                transmit_all(port, &mut out, counters, (capture, index, now));
+        let forwarder = &mut self.forwarder;
+        self.held.take_asks(|target, index| match target {
+            std::net::IpAddr::V4(target) => {
+                if let Some(port) = ports.get_mut(usize::from(index)) {
+                    let mut out = Burst::new();
+                    push_arp_request(&mut out, pool, port.responder.mac(), port.addr, target);
+                    transmit_all(port, &mut out, counters, (capture, index, now));
+                }
             }
+            // Not asked for (see `process`); the next poll would solicit them.
+            std::net::IpAddr::V6(_) => forwarder.request_resolution_v6(),
         });
-        let learned = self.neighbours.learned_total();
+        let learned = self
+            .neighbours
+            .learned_total()
+            .wrapping_add(self.forwarder.neighbour6_learned_total());
         if !self.held.due(learned, now) {
             return;
         }
-        let neighbours = &self.neighbours;
+        let (neighbours, forwarder) = (&self.neighbours, &self.forwarder);
         for (index, port) in ports.iter_mut().enumerate() {
             let mut out = Burst::new();
             let (sent, expired) = self.held.release(
                 index as u16,
                 port.responder.mac(),
                 now,
-                |ip| neighbours.lookup(ip),
+                |ip| match ip {
+                    std::net::IpAddr::V4(ip) => neighbours.lookup(ip),
+                    std::net::IpAddr::V6(ip) => forwarder.neighbour6(ip),
+                },
                 &mut out,
             );
             counters.event_n(Event::NeighbourHeldSent, sent as u64);
@@ -689,7 +700,13 @@ fn process(
                 false
             }
             Action::Hold(target) => {
-                let ask = forwarder.arp_due(target, now);
+                // IPv6: the forwarder has asked for a solicitation (one at most every
+                // 100 ms per address, within the hold time: an answer to the last
+                // one releases the frame as well).
+                let ask = match target {
+                    std::net::IpAddr::V4(ip) => forwarder.arp_due(ip, now),
+                    std::net::IpAddr::V6(_) => false,
+                };
                 if held.hold(rx, i, target, port_index, now, ask) {
                     counters.event(Event::NeighbourHeld);
                 } else {

@@ -20,8 +20,9 @@ pub enum DropReason {
     BadIpv4Checksum,
     /// IPv4 fragment (non-first or more-fragments set) addressed to us.
     Ipv4Fragment,
-    /// IPv4 or IPv6 packet whose destination is not one of the appliance's addresses
-    /// (nor, for IPv6, a multicast group it listens to).
+    /// IPv4 or IPv6 packet whose destination is not one of the appliance's addresses;
+    /// for IPv6, also an echo request to a group it listens to (not answered: one
+    /// request, many replies).
     NotLocal,
     /// IPv4 or IPv6 protocol with no handler (for the appliance's own addresses).
     UnsupportedProtocol,
@@ -125,10 +126,16 @@ pub enum DropReason {
     /// translate between ICMPv4 and ICMPv6 (source route failed to a host precedence
     /// violation, a parameter problem pointing at a field the other IP lacks, ...).
     IcmpUntranslatable,
+    /// IPv6 multicast to a group Sluice does not listen to: the chatter of other hosts
+    /// on the link, which a port in promiscuous mode sees (MLD reports to ff02::16,
+    /// router solicitations to ff02::2, duplicate address probes and solicitations to
+    /// other hosts' solicited-node groups). Sluice is neither a router nor an MLD
+    /// querier.
+    Ipv6GroupNotJoined,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 49;
+    pub const COUNT: usize = 50;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -179,6 +186,7 @@ impl DropReason {
         DropReason::NdiscAdvert,
         DropReason::BadIcmpv6Checksum,
         DropReason::IcmpUntranslatable,
+        DropReason::Ipv6GroupNotJoined,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -233,6 +241,7 @@ impl DropReason {
             DropReason::NdiscAdvert => "ndisc_advert",
             DropReason::BadIcmpv6Checksum => "bad_icmpv6_checksum",
             DropReason::IcmpUntranslatable => "icmp_untranslatable",
+            DropReason::Ipv6GroupNotJoined => "ipv6_group_not_joined",
         }
     }
 }

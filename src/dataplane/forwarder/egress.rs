@@ -282,7 +282,7 @@ pub(super) fn address(
 ) -> Action {
     match next_hop {
         Some(mac) => done(forward::dr::forward(frame, mac, port.mac)),
-        None => Action::Hold(target),
+        None => Action::Hold(target.into()),
     }
 }
 

@@ -38,7 +38,10 @@ impl Forwarder {
             return Action::Drop(DropReason::BadIpv6Header);
         }
         let Some((id, dir)) = self.sessions6.lookup(&key, self.now_tick) else {
-            return Action::Drop(DropReason::IcmpErrorNoSession);
+            return match self.icmp6_error_owner(&key, cx.port.redirected) {
+                Some(owner) => Action::Redirect(owner),
+                None => Action::Drop(DropReason::IcmpErrorNoSession),
+            };
         };
         let Some(s) = self.sessions6.get(id).copied() else {
             return Action::Drop(DropReason::IcmpErrorNoSession);
@@ -67,10 +70,7 @@ impl Forwarder {
             // From the client's side, about a reply: to the real server about the
             // packet it sent (FullNAT: from and to the local address it knows).
             (ForwardMode::Nat | ForwardMode::FullNat, _) => {
-                let Some(mac) = self.neighbours6.lookup(s.real_addr) else {
-                    self.request_resolution_v6();
-                    return Action::Drop(DropReason::NeighbourUnresolved);
-                };
+                let next_hop = self.neighbours6.lookup(s.real_addr);
                 let rewrite = QuoteRewrite6 {
                     outer_src: fullnat.then_some(s.local_addr),
                     outer_dst: Some(s.real_addr),
@@ -79,7 +79,7 @@ impl Forwarder {
                 };
                 let frame = pkt.bytes_mut();
                 match icmp6::nat_translate_error_v6(frame, parsed, &quote, &rewrite) {
-                    Ok(()) => readdress(frame, Some(mac), cx),
+                    Ok(()) => self.address_v6(frame, next_hop, s.real_addr, cx),
                     Err(reason) => Action::Drop(reason),
                 }
             }
@@ -91,6 +91,29 @@ impl Forwarder {
             }
             _ => Action::Drop(DropReason::IcmpErrorNoSession),
         }
+    }
+
+    /// The other worker an ICMPv6 error about none of this worker's sessions belongs
+    /// to, `key` being the quoted packet's tuple reversed (a tuple the session is
+    /// filed under). ICMPv6 is hashed by addresses only, so the error lands on any
+    /// worker, as ICMP errors do for IPv4 (`icmp_error`). From the real server's
+    /// side, `key` is the reply tuple: a FullNAT one (to a local address) belongs to
+    /// the view's owner of the reply tuple itself (its local port was chosen so),
+    /// even when the same real server and port serve a NAT service too; a NAT real
+    /// server's to the worker of its request tuple (client -> VIP, the VIP from the
+    /// snapshot). From the client's side, `key` is the request tuple, the view's
+    /// owner's. `None` when that is this worker, or the error was redirected once
+    /// already.
+    pub(super) fn icmp6_error_owner(&self, key: &FlowKey6, redirected: bool) -> Option<u16> {
+        if redirected {
+            return None;
+        }
+        let to_local_address = self.snapshot.current().is_local_address6(key.dst);
+        let owner = (!to_local_address)
+            .then(|| self.nat_reply_queue_v6(key))
+            .flatten()
+            .unwrap_or_else(|| self.rss.owner_of6(key));
+        (owner != self.rss.queue).then_some(owner)
     }
 
     /// NAT64, an ICMPv6 error from the client's side about a reply (VIP:vport ->

@@ -234,11 +234,20 @@ impl Forwarder {
         if redirected {
             return None;
         }
-        let snap = self.snapshot.current();
-        if snap.is_local_address6(key.dst) {
+        if self.snapshot.current().is_local_address6(key.dst) {
             return self.rss.steer_to6(key, redirected).map(Action::Redirect);
         }
-        let &(std::net::IpAddr::V6(vip), vport) = snap
+        let owner = self.nat_reply_queue_v6(key)?;
+        (owner != self.rss.queue).then_some(Action::Redirect(owner))
+    }
+
+    /// The queue the request tuple of a NAT real server's reply hashes to, when `key`
+    /// is such a reply (client -> VIP, the VIP of the first service using that real
+    /// server in NAT mode), as [`super::miss::nat_reply_queue`] for IPv4.
+    pub(super) fn nat_reply_queue_v6(&self, key: &FlowKey6) -> Option<u16> {
+        let &(std::net::IpAddr::V6(vip), vport) = self
+            .snapshot
+            .current()
             .nat_reply_services(key.proto, key.src, key.sport)
             .first()?
         else {
@@ -251,8 +260,7 @@ impl Forwarder {
             dport: vport,
             proto: key.proto,
         };
-        let owner = self.rss.owner_of6(&request);
-        (owner != self.rss.queue).then_some(Action::Redirect(owner))
+        Some(self.rss.owner_of6(&request))
     }
 
     /// FullNAT: a local address of `service` and a port of the worker's range that no
@@ -366,10 +374,6 @@ impl Forwarder {
                 let known = (mode == ForwardMode::Dr && s.peer_mac != [0; 6])
                     .then_some(MacAddr(s.peer_mac));
                 let next_hop = known.or_else(|| self.neighbours6.lookup(s.real_addr));
-                if next_hop.is_none() {
-                    self.request_resolution_v6();
-                    return Action::Drop(DropReason::NeighbourUnresolved);
-                }
                 if mode == ForwardMode::Nat {
                     let to = Some((s.real_addr, s.real_port));
                     if let Err(r) = forward::nat6::rewrite(frame, parsed, None, to) {
@@ -386,7 +390,7 @@ impl Forwarder {
                         live.peer_mac = mac.0;
                     }
                 }
-                readdress(frame, next_hop, cx)
+                self.address_v6(frame, next_hop, s.real_addr, cx)
             }
         }
     }
@@ -412,17 +416,22 @@ impl Forwarder {
         let known = (s.peer_mac != [0; 6]).then_some(MacAddr(s.peer_mac));
         let next_hop = known.or_else(|| self.neighbours6.lookup(s.real_addr));
         // No address to send from is no address to solicit from either.
-        let source = forward::tun6::source_for(cx.port.responder.addrs6(), s.real_addr);
-        let (Some(mac), Some(source)) = (next_hop, source) else {
-            self.request_resolution_v6();
+        let Some(source) = forward::tun6::source_for(cx.port.responder.addrs6(), s.real_addr)
+        else {
             return Action::Drop(DropReason::NeighbourUnresolved);
         };
         if !pkt.prepend(forward::tun6::OUTER_HEADER_LEN as u16) {
             return Action::Drop(DropReason::TooBig);
         }
         let frame = pkt.bytes_mut();
+        // Unresolved: encapsulated for now, addressed once the MAC is known (`Held`).
+        let mac = next_hop.unwrap_or(MacAddr::ZERO);
         match forward::tun6::encapsulate(frame, parsed.l3, source, s.real_addr, mac, cx.port.mac) {
             Ok(len) if pkt.set_len(len as u16) => {
+                if next_hop.is_none() {
+                    self.request_resolution_v6();
+                    return Action::Hold(s.real_addr.into());
+                }
                 if known.is_none() {
                     if let Some(live) = self.sessions6.get_mut(id) {
                         live.peer_mac = mac.0;
@@ -548,8 +557,31 @@ impl Forwarder {
 
     /// Asks for `target`'s MAC at the next housekeeping: the worker solicits the real
     /// servers it does not know (at most ten times a second each).
-    pub(super) fn request_resolution_v6(&mut self) {
+    pub(crate) fn request_resolution_v6(&mut self) {
         self.resolve_wanted = true;
+    }
+
+    /// Addresses a rewritten frame to the IPv6 real server `target` at `next_hop`,
+    /// or, while its MAC is unknown, holds it (`Held`, as IPv4 frames wait for ARP)
+    /// and asks for it by Neighbor Solicitation.
+    pub(super) fn address_v6(
+        &mut self,
+        frame: &mut [u8],
+        next_hop: Option<MacAddr>,
+        target: Ipv6Addr,
+        cx: &Context,
+    ) -> Action {
+        if next_hop.is_none() {
+            self.request_resolution_v6();
+            return Action::Hold(target.into());
+        }
+        readdress(frame, next_hop, cx)
+    }
+
+    /// How many IPv6 neighbour entries were inserted or changed so far (held frames
+    /// wait for it to move).
+    pub fn neighbour6_learned_total(&self) -> u64 {
+        self.neighbours6.learned_total()
     }
 
     /// Calls `send` for each IPv6 real server of the current snapshot whose MAC is
@@ -665,6 +697,14 @@ mod tests {
     /// Worker `queue` of two behind the default key and a round-robin RETA, with one
     /// IPv6 FullNAT service over two local addresses and the publisher it follows.
     fn worker(queue: u16) -> (SnapshotPublisher, Forwarder) {
+        worker_with(queue, |_| {})
+    }
+
+    /// [`worker`], with `more` done to the service table first.
+    fn worker_with(
+        queue: u16,
+        more: impl FnOnce(&mut ServiceTable),
+    ) -> (SnapshotPublisher, Forwarder) {
         let mut table = ServiceTable::new();
         let key = ServiceKey::new(Protocol::Tcp, VIP.parse::<Ipv6Addr>().unwrap(), 80);
         table.add_service(key, SchedulerKind::Rr, None).unwrap();
@@ -685,6 +725,7 @@ mod tests {
         table
             .add_server(nat, RealServerSpec::new(real, 9090, 1, ForwardMode::Nat))
             .unwrap();
+        more(&mut table);
         let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
         let hz = 1_000_000_000;
         let config = ForwarderConfig::new(
@@ -757,6 +798,96 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
+    }
+
+    #[test]
+    fn an_icmpv6_error_goes_to_the_worker_of_the_session_it_quotes_once() {
+        let (real, vip): (Ipv6Addr, Ipv6Addr) = (REAL.parse().unwrap(), VIP.parse().unwrap());
+        let workers = [worker(0), worker(1)];
+        let owner_at = |at: usize, key: &FlowKey6| workers[at].1.icmp6_error_owner(key, false);
+        let mut seen = [0usize; 2];
+        for n in 0..200u16 {
+            let client = Ipv6Addr::from(0x2001_0db8_0018_0000_0000_0000_0000_2000 + u128::from(n));
+            let cport = 30000 + n;
+            // From the client's side, about a reply (VIP:80 -> client): the quote
+            // reversed is the request tuple, its owner the hash of that tuple.
+            let request = FlowKey6 {
+                src: client,
+                dst: vip,
+                sport: cport,
+                dport: 80,
+                proto: Protocol::Tcp,
+            };
+            let hash = workers[0]
+                .1
+                .rss
+                .toeplitz
+                .hash_ipv6_ports(client, vip, cport, 80);
+            let owner = workers[0].1.rss.reta.queue(hash);
+            seen[usize::from(owner)] += 1;
+            // From a NAT real server's side, about the client's packet readdressed to
+            // it (client -> RS:9090): the reply tuple, owned as its request (to :81).
+            let nat_reply = FlowKey6 {
+                src: real,
+                dst: client,
+                sport: 9090,
+                dport: cport,
+                proto: Protocol::Tcp,
+            };
+            let hash = workers[0]
+                .1
+                .rss
+                .toeplitz
+                .hash_ipv6_ports(client, vip, cport, 81);
+            let nat_owner = workers[0].1.rss.reta.queue(hash);
+            for at in 0..2u16 {
+                let other = |owner: u16| (owner != at).then_some(owner);
+                assert_eq!(
+                    owner_at(usize::from(at), &request),
+                    other(owner),
+                    "{client}"
+                );
+                assert_eq!(owner_at(usize::from(at), &nat_reply), other(nat_owner));
+                let f = &workers[usize::from(at)].1;
+                assert_eq!(f.icmp6_error_owner(&request, true), None, "never twice");
+                assert_eq!(f.icmp6_error_owner(&nat_reply, true), None);
+            }
+        }
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+        // From a FullNAT real server's side, about LIP:lport -> RS:8080: the worker
+        // that chose that local port, whichever worker the error reached; also when
+        // RS:8080 serves a NAT service as well (its replies to clients are owned by
+        // their request tuples, not this one).
+        let nat_too = |table: &mut ServiceTable| {
+            let key = ServiceKey::new(Protocol::Tcp, vip, 84);
+            table.add_service(key, SchedulerKind::Rr, None).unwrap();
+            let spec = RealServerSpec::new(real, 8080, 1, ForwardMode::Nat);
+            table.add_server(key, spec).unwrap();
+        };
+        let workers = [worker_with(0, nat_too), worker_with(1, nat_too)];
+        let owner_at = |at: usize, key: &FlowKey6| workers[at].1.icmp6_error_owner(key, false);
+        for (chooser, (_, f)) in [worker(0), worker(1)].iter_mut().enumerate() {
+            let service = f.snapshot.current_arc().services()[0].clone();
+            for _ in 0..100 {
+                let (lip, lport) = f
+                    .local_port_v6(&service, real, 8080, Protocol::Tcp)
+                    .unwrap();
+                let reply = FlowKey6 {
+                    src: real,
+                    dst: lip,
+                    sport: 8080,
+                    dport: lport,
+                    proto: Protocol::Tcp,
+                };
+                let chooser = chooser as u16;
+                assert_eq!(owner_at(usize::from(chooser), &reply), None);
+                assert_eq!(
+                    owner_at(usize::from(1 - chooser), &reply),
+                    Some(chooser),
+                    "[{lip}]:{lport}"
+                );
+            }
+        }
     }
 
     #[test]
