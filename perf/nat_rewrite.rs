@@ -170,7 +170,15 @@ fn client_frame(family: Family, buf: &mut [u8], i: u32, flags: u8, timestamps: b
     match family {
         Family::V4 => {
             let (c, p) = flow(i);
-            tcp_frame(buf, c, p, Ipv4Addr::new(198, 18, 1, 1), 80, flags, timestamps)
+            tcp_frame(
+                buf,
+                c,
+                p,
+                Ipv4Addr::new(198, 18, 1, 1),
+                80,
+                flags,
+                timestamps,
+            )
         }
         Family::V6 | Family::Nat64 => {
             let (c, p) = flow6(i);
@@ -401,7 +409,10 @@ fn main() {
         Family::V6 | Family::Nat64 => {
             let t = fwd.sessions6();
             let bytes = t.memory_bytes() as f64 / t.capacity() as f64;
-            (bytes, "allocated (IPv6 slab + map; measure with rss_peak.sh)")
+            (
+                bytes,
+                "allocated (IPv6 slab + map; measure with rss_peak.sh)",
+            )
         }
     };
     let ghz = hz as f64 / 1e9;
