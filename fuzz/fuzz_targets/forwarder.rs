@@ -81,7 +81,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
                 ]);
                 *now += u64::from(ticks) * bed::TSC_PER_TICK;
                 fwd.poll(*now, &counters);
-                if let Err(e) = bed::check_books(&fwd) {
+                if let Err(e) = bed::check_books(fwd) {
                     panic!("after a poll: {e}");
                 }
                 continue;
@@ -170,7 +170,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             }
         }
         drop(burst);
-        if let Err(e) = bed::check_books(&fwd) {
+        if let Err(e) = bed::check_books(fwd) {
             panic!("after {action:?}: {e}\n in: {input:02x?}");
         }
     }

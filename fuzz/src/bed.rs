@@ -649,10 +649,11 @@ pub fn check_books(f: &Forwarder) -> Result<(), String> {
     for (_, session) in f.sessions().iter() {
         if session.mode == ForwardMode::FullNat && session.local_port != 0 {
             let lip = Ipv4Addr::from(session.local_addr);
-            if s.lips.contains(&lip) && LOCAL_PORTS.contains(&session.local_port) {
-                if !held.insert((session.service, IpAddr::V4(lip), session.local_port)) {
-                    return Err(format!("two sessions hold {lip}:{}", session.local_port));
-                }
+            if s.lips.contains(&lip)
+                && LOCAL_PORTS.contains(&session.local_port)
+                && !held.insert((session.service, IpAddr::V4(lip), session.local_port))
+            {
+                return Err(format!("two sessions hold {lip}:{}", session.local_port));
             }
         }
         let e = per_real.entry(session.real).or_default();

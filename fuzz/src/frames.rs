@@ -718,7 +718,7 @@ impl Universe<'_> {
         let l3 = f.len();
         let mut options: Vec<u8> = ip.options.0.clone().unwrap_or_default();
         options.truncate(40);
-        while options.len() % 4 != 0 {
+        while !options.len().is_multiple_of(4) {
             options.push(0);
         }
         let header_len = 20 + options.len();
@@ -768,7 +768,7 @@ impl Universe<'_> {
                 f.extend_from_slice(&dport.to_be_bytes());
                 f.extend_from_slice(&seq.to_be_bytes());
                 f.extend_from_slice(&ack.to_be_bytes());
-                f.extend_from_slice(&[((20 + opts.len()) / 4 << 4) as u8, flags.0]);
+                f.extend_from_slice(&[(((20 + opts.len()) / 4) << 4) as u8, flags.0]);
                 f.extend_from_slice(&window.to_be_bytes());
                 f.extend_from_slice(&[0, 0, 0, 0]);
                 f.extend_from_slice(&opts);
@@ -903,8 +903,8 @@ impl Universe<'_> {
         }
         // Chain the next-header fields: the IPv6 header's names the first extension.
         let first = kinds.first().copied().unwrap_or(upper);
-        for i in 0..exts.len() {
-            exts[i][0] = kinds.get(i + 1).copied().unwrap_or(upper);
+        for (i, e) in exts.iter_mut().enumerate() {
+            e[0] = kinds.get(i + 1).copied().unwrap_or(upper);
         }
         let ext_len: usize = exts.iter().map(Vec::len).sum();
         let payload_len = ext_len + body.len();
@@ -964,7 +964,7 @@ impl Universe<'_> {
                 b.extend_from_slice(&dp.to_be_bytes());
                 b.extend_from_slice(&seq.to_be_bytes());
                 b.extend_from_slice(&ack.to_be_bytes());
-                b.extend_from_slice(&[((20 + opts.len()) / 4 << 4) as u8, flags.0]);
+                b.extend_from_slice(&[(((20 + opts.len()) / 4) << 4) as u8, flags.0]);
                 b.extend_from_slice(&window.to_be_bytes());
                 b.extend_from_slice(&[0, 0, 0, 0]);
                 b.extend_from_slice(&opts);
