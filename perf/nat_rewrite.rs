@@ -4,8 +4,16 @@
 //! table, plus cycles per new session. Runs the EAL without hugepages (mbufs are real
 //! DPDK mbufs); only the time inside `handle` is counted, not refilling the burst.
 //!
-//! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS] [nat|fullnat] [--sync]
-//! [--timestamps]`
+//! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]
+//! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps]`
+//!
+//! `nat6`, `fullnat6` and `nat64` are the same phases over IPv6 clients and an IPv6
+//! VIP, through the same `handle`: IPv6 real servers in NAT, IPv6 local addresses and
+//! real servers in FullNAT, IPv4 local addresses and real servers behind the IPv6 VIP
+//! for NAT64. The IPv6 table is sized for SESSIONS exactly and the IPv4 table kept at
+//! 4096 (the daemon sizes the IPv6 table an eighth of the IPv4 one), and the sync ring
+//! is sized only with `--sync`, so the resident memory that grows with SESSIONS is the
+//! IPv6 table's (`perf/rss_peak.sh BIN SESSIONS PACKETS nat6`).
 //!
 //! `--timestamps` gives every segment a TCP timestamps option (NOP, NOP, TSval, TSecr,
 //! as Linux sends after the SYN): with `fullnat`, every packet then has its TSval moved
@@ -38,7 +46,7 @@ use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
 use sluice::session::Timeouts;
 use sluice::wire::checksum;
 use sluice::wire::ethernet::MacAddr;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 const LB_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
@@ -96,6 +104,89 @@ fn flow(i: u32) -> (Ipv4Addr, u16) {
     (host, 1024 + (i & 0x3fff) as u16)
 }
 
+/// Writes an Ethernet/IPv6/TCP frame (no payload) with a valid checksum, with a
+/// timestamps option when `timestamps`; returns its length.
+fn tcp_frame6(
+    buf: &mut [u8],
+    src: Ipv6Addr,
+    sport: u16,
+    dst: Ipv6Addr,
+    dport: u16,
+    flags: u8,
+    timestamps: bool,
+) -> usize {
+    let options = if timestamps { TS_OPTION_LEN } else { 0 };
+    let tcp_len = 20 + options;
+    buf[0..6].copy_from_slice(&LB_MAC);
+    buf[6..12].copy_from_slice(&CLIENT_MAC);
+    buf[12..14].copy_from_slice(&[0x86, 0xdd]);
+    let ip = &mut buf[14..54];
+    ip[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
+    ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+    ip[6] = 6;
+    ip[7] = 64;
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    let tcp = &mut buf[54..54 + tcp_len];
+    tcp.fill(0);
+    tcp[0..2].copy_from_slice(&sport.to_be_bytes());
+    tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+    tcp[4..8].copy_from_slice(&1000u32.to_be_bytes());
+    tcp[12] = ((tcp_len / 4) as u8) << 4;
+    tcp[13] = flags;
+    tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
+    if timestamps {
+        tcp[20..24].copy_from_slice(&[1, 1, 8, 10]);
+        tcp[24..28].copy_from_slice(&0x8c1a_2b3cu32.to_be_bytes());
+        tcp[28..32].copy_from_slice(&0x00c0_ffeeu32.to_be_bytes());
+    }
+    let sum = checksum::pseudo_header_sum_v6(src, dst, 6, tcp_len as u32) + checksum::sum(tcp);
+    let c = checksum::finish(sum);
+    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    54 + tcp_len
+}
+
+/// Client address and port of IPv6 flow `i` (distinct 5-tuples, 2001:db8:8000::/48).
+fn flow6(i: u32) -> (Ipv6Addr, u16) {
+    let host = Ipv6Addr::new(0x2001, 0xdb8, 0x8000, 0, 0, 0, 0, 0x100 + (i >> 14) as u16);
+    (host, 1024 + (i & 0x3fff) as u16)
+}
+
+/// The client side of the benchmark: IPv4 (`nat`, `fullnat`) or IPv6 (`nat6`,
+/// `fullnat6`, `nat64`: NAT64 has IPv6 clients and VIP, IPv4 local addresses and
+/// real servers).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+    Nat64,
+}
+
+const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+const LB_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+
+/// Frame of flow `i` from its client to the VIP, in the family's addresses.
+fn client_frame(family: Family, buf: &mut [u8], i: u32, flags: u8, timestamps: bool) -> usize {
+    match family {
+        Family::V4 => {
+            let (c, p) = flow(i);
+            tcp_frame(
+                buf,
+                c,
+                p,
+                Ipv4Addr::new(198, 18, 1, 1),
+                80,
+                flags,
+                timestamps,
+            )
+        }
+        Family::V6 | Family::Nat64 => {
+            let (c, p) = flow6(i);
+            tcp_frame6(buf, c, p, VIP6, 80, flags, timestamps)
+        }
+    }
+}
+
 fn main() {
     let sync = std::env::args().any(|a| a == "--sync");
     let timestamps = std::env::args().any(|a| a == "--timestamps");
@@ -112,11 +203,17 @@ fn main() {
         .get(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20_000_000);
-    let mode = match args.get(2).map(String::as_str) {
-        None | Some("nat") => ForwardMode::Nat,
-        Some("fullnat") => ForwardMode::FullNat,
-        Some(other) => panic!("mode {other:?}: expected nat or fullnat"),
+    let (mode, family) = match args.get(2).map(String::as_str) {
+        None | Some("nat") => (ForwardMode::Nat, Family::V4),
+        Some("fullnat") => (ForwardMode::FullNat, Family::V4),
+        Some("nat6") => (ForwardMode::Nat, Family::V6),
+        Some("fullnat6") => (ForwardMode::FullNat, Family::V6),
+        Some("nat64") => (ForwardMode::FullNat, Family::Nat64),
+        Some(other) => panic!("mode {other:?}: expected nat, fullnat, nat6, fullnat6 or nat64"),
     };
+    if family != Family::V4 && synproxy {
+        panic!("--synproxy is measured over IPv4 only");
+    }
     let prefix = format!("sl-bench-{}", std::process::id());
     let eal_args: Vec<String> = [
         "nat_rewrite",
@@ -141,24 +238,42 @@ fn main() {
     let vip = Ipv4Addr::new(198, 18, 1, 1);
     let lb_ip = Ipv4Addr::new(198, 18, 0, 1);
     let mut table = ServiceTable::new();
-    let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+    let vip_addr: IpAddr = match family {
+        Family::V4 => vip.into(),
+        Family::V6 | Family::Nat64 => VIP6.into(),
+    };
+    let key = ServiceKey::new(Protocol::Tcp, vip_addr, 80);
     table.add_service(key, SchedulerKind::Rr, None).unwrap();
     if mode == ForwardMode::FullNat {
         // Enough local addresses: each gives a worker 64 512 ports.
         let lips = (sessions as usize).div_ceil(60_000).max(1);
         for l in 0..lips as u8 {
-            table
-                .add_laddr(key, Ipv4Addr::new(198, 18, 2, 1 + l).into())
-                .unwrap();
+            let lip: IpAddr = match family {
+                Family::V4 | Family::Nat64 => Ipv4Addr::new(198, 18, 2, 1 + l).into(),
+                Family::V6 => Ipv6Addr::new(0x2001, 0xdb8, 3, 0, 0, 0, 0, 1 + l as u16).into(),
+            };
+            table.add_laddr(key, lip).unwrap();
         }
     }
     let mut neighbours = NeighbourTable::with_capacity(4096);
+    let mut neighbours6 = Vec::new();
     for r in 0..4u8 {
-        let ip = Ipv4Addr::new(198, 18, 0, 11 + r);
+        let mac = MacAddr([0x02, 0x52, 0x53, 0, 0, r]);
+        let ip: IpAddr = match family {
+            Family::V4 | Family::Nat64 => {
+                let ip = Ipv4Addr::new(198, 18, 0, 11 + r);
+                neighbours.learn(ip, mac, 0);
+                ip.into()
+            }
+            Family::V6 => {
+                let ip = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x11 + r as u16);
+                neighbours6.push((ip, mac));
+                ip.into()
+            }
+        };
         table
             .add_server(key, RealServerSpec::new(ip, 8080, 1, mode))
             .unwrap();
-        neighbours.learn(ip, MacAddr([0x02, 0x52, 0x53, 0, 0, r]), 0);
     }
     if synproxy {
         let on = sluice::model::SynProxy {
@@ -169,17 +284,34 @@ fn main() {
     }
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
     let hz = tsc_hz();
+    // IPv6: the sync ring only when used, so that what grows with SESSIONS is the table.
+    let ring_slots = if sync || family == Family::V4 {
+        sessions as usize + 1
+    } else {
+        1
+    };
     let rings = Arc::new(vec![
-        sluice::dataplane::sync_events::EventRing::with_capacity(sessions as usize + 1),
+        sluice::dataplane::sync_events::EventRing::with_capacity(ring_slots),
     ]);
+    // Headroom above the 1/64 of free slots under which each new session reclaims
+    // half-open ones (a SYN flood's defence): all SESSIONS must stay.
+    let v4_capacity = sessions as usize + sessions as usize / 32 + 64;
+    let (capacity, capacity6) = match family {
+        Family::V4 => (
+            v4_capacity,
+            sluice::dataplane::forwarder::ipv6_capacity(v4_capacity),
+        ),
+        Family::V6 | Family::Nat64 => (4096, sessions as usize),
+    };
     let config = ForwarderConfig {
+        capacity6,
         sync: sync.then(|| sluice::dataplane::forwarder::SyncLink {
             rings: rings.clone(),
             index: 0,
             policy: sluice::dataplane::sync_events::SyncPolicy::default(),
         }),
         ..ForwarderConfig::new(
-            sessions as usize,
+            capacity,
             publisher.reader(),
             Timeouts::default().in_ticks(100),
             hz / 10,
@@ -189,8 +321,11 @@ fn main() {
         )
     };
     let mut fwd = Forwarder::new(config);
+    for (ip, mac) in neighbours6 {
+        fwd.learn_shared_neighbour6(ip, mac, 0);
+    }
     let counters = WorkerCounters::default();
-    let responder = LocalResponder::new(LB_MAC, &[lb_ip]);
+    let responder = LocalResponder::new(LB_MAC, &[lb_ip]).with_ipv6(&[LB_IP6]);
     let port = PortContext {
         redirected: false,
         responder: &responder,
@@ -211,27 +346,25 @@ fn main() {
         synproxy_phases(&mut bench, sessions, packets, vip, timestamps);
         return;
     }
+    let live = |f: &Forwarder| match family {
+        Family::V4 => f.sessions().len(),
+        Family::V6 | Family::Nat64 => f.sessions6().len(),
+    };
     let (syn_cycles, created) = bench.run(
         sessions as u64,
-        &mut |i, buf| {
-            let (c, p) = flow(i as u32);
-            tcp_frame(buf, c, p, vip, 80, 0x02, timestamps)
-        },
+        &mut |i, buf| client_frame(family, buf, i as u32, 0x02, timestamps),
         &mut |_, _| {},
     );
     assert_eq!(
         created, sessions as u64,
         "every SYN must create a session and be forwarded"
     );
-    assert_eq!(bench.fwd.sessions().len(), sessions as usize);
+    assert_eq!(live(bench.fwd), sessions as usize);
 
     // Phase 1b: each session's first ACK establishes it (and, with sync, is synced).
     let (est_cycles, established) = bench.run(
         sessions as u64,
-        &mut |i, buf| {
-            let (c, p) = flow(i as u32);
-            tcp_frame(buf, c, p, vip, 80, 0x10, timestamps)
-        },
+        &mut |i, buf| client_frame(family, buf, i as u32, 0x10, timestamps),
         &mut |_, _| {},
     );
     assert_eq!(established, sessions as u64);
@@ -252,8 +385,7 @@ fn main() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let (c, p) = flow((x % sessions as u64) as u32);
-            tcp_frame(buf, c, p, vip, 80, 0x10, timestamps)
+            client_frame(family, buf, (x % sessions as u64) as u32, 0x10, timestamps)
         },
         &mut |_, _| {},
     );
@@ -262,17 +394,40 @@ fn main() {
         "every established packet must be forwarded"
     );
 
-    // Measured: the pages of the slab and the index the kernel has resident now.
-    let resident = fwd
-        .sessions()
-        .resident_bytes()
-        .expect("mincore over the session table");
-    let bytes = resident as f64 / fwd.sessions().capacity() as f64;
+    // IPv4, measured: the pages of the slab and the index the kernel has resident now.
+    // IPv6: the allocator's figure for the table (slab and map); the measured one is
+    // the process's resident memory, `perf/rss_peak.sh` at two sizes.
+    let (bytes, bytes_how) = match family {
+        Family::V4 => {
+            let resident = fwd
+                .sessions()
+                .resident_bytes()
+                .expect("mincore over the session table");
+            let bytes = resident as f64 / fwd.sessions().capacity() as f64;
+            (bytes, "resident (slab + index, mincore)")
+        }
+        Family::V6 | Family::Nat64 => {
+            let t = fwd.sessions6();
+            let bytes = t.memory_bytes() as f64 / t.capacity() as f64;
+            (
+                bytes,
+                "allocated (IPv6 slab + map; measure with rss_peak.sh)",
+            )
+        }
+    };
     let ghz = hz as f64 / 1e9;
     println!("| figure | value |");
     println!("|---|---|");
     println!("| sessions in table | {sessions} |");
-    println!("| mode | {} |", mode.name());
+    println!(
+        "| mode | {}{} |",
+        mode.name(),
+        match family {
+            Family::V4 => "",
+            Family::V6 => " (IPv6)",
+            Family::Nat64 => " (NAT64: IPv6 client and VIP, IPv4 real servers)",
+        }
+    );
     println!("| session sync | {} |", if sync { "on" } else { "off" });
     println!("| established packets measured | {packets} |");
     println!(
@@ -289,7 +444,7 @@ fn main() {
         est_cycles as f64 / sessions as f64
     );
     println!("| sync events pushed | {} |", rings[0].stats().pushed);
-    println!("| table bytes per session, resident (slab + index, mincore) | {bytes:.1} |");
+    println!("| table bytes per session, {bytes_how} | {bytes:.1} |");
     println!("| TSC | {ghz:.2} GHz |");
     drop(fwd);
     drop(pool);

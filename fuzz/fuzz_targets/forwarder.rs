@@ -12,8 +12,11 @@
 //! it returns); a frame to transmit fits its mbuf, its IPv4 header checksum verifies
 //! and its TCP/UDP/ICMP checksum verifies whenever the input's did; a frame to a NAT
 //! VIP never leaves with the VIP as its source, one to a FullNAT VIP leaves from a
-//! local address; it grew only within the MTU; the session table, the local-port pools
-//! and the real servers' gauges agree. At the end every session expires and every
+//! local address; it grew only within the MTU; the same for IPv6 (a TCP/UDP packet to
+//! an IPv6 FullNAT VIP leaves from an IPv6 local address, one to a NAT64 VIP as IPv4
+//! from an IPv4 local address, none with the VIP as source; the IPv6 L4 checksum
+//! verifies whenever the input's did); the session table, the local-port pools
+//! (IPv6 and NAT64 sessions' ports included) and the real servers' gauges agree. At the end every session expires and every
 //! local port is back in its pool.
 #![no_main]
 
@@ -22,7 +25,7 @@ use libfuzzer_sys::fuzz_target;
 use sluice::dataplane::counters::WorkerCounters;
 use sluice::dataplane::forwarder::{Action, PortContext};
 use sluice::dataplane::local::LocalResponder;
-use sluice::flow::parse::{classify, PacketKind};
+use sluice::flow::parse::{classify, Ipv6Payload, PacketKind};
 use sluice::wire::ethernet::MacAddr;
 use sluice_fuzz::bed::{self, LB_IP, LB_MAC};
 use sluice_fuzz::check::{self, Frame};
@@ -39,6 +42,8 @@ fuzz_target!(|data: &[u8]| {
         addrs: bed::ADDRS,
         ports: bed::PORTS,
         endpoints: bed::ENDPOINTS,
+        addrs6: bed::ADDRS6,
+        endpoints6: bed::ENDPOINTS6,
     };
     bed::with_bed(|bed| run(bed, data, &universe, shared));
 });
@@ -47,9 +52,8 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
     let bed::Bed { fwd, now, .. } = bed;
     let mut neighbours = bed::neighbours();
     let counters = WorkerCounters::default();
-    // An IPv6 address too, so that raw IPv6 frames reach Neighbor Discovery and echo.
-    let responder = LocalResponder::new(LB_MAC, &[LB_IP])
-        .with_ipv6(&["2001:db8::1".parse().expect("an IPv6 address")]);
+    // The port's IPv6 address too, so that IPv6 frames reach Neighbor Discovery and echo.
+    let responder = LocalResponder::new(LB_MAC, &[LB_IP]).with_ipv6(&[bed::LB_IP6]);
     fwd.poll(*now, &counters);
     let mut actions = [0u64; 7];
     for (n, (tag, body)) in sluice_fuzz::records(data).enumerate() {
@@ -77,7 +81,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
                 ]);
                 *now += u64::from(ticks) * bed::TSC_PER_TICK;
                 fwd.poll(*now, &counters);
-                if let Err(e) = bed::check_books(&fwd) {
+                if let Err(e) = bed::check_books(fwd) {
                     panic!("after a poll: {e}");
                 }
                 continue;
@@ -106,12 +110,15 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             let counted: u64 = after.iter().zip(&drops_before).map(|(a, b)| a - b).sum();
             assert_eq!(counted, 1);
         }
-        if std::env::var_os("FUZZ_TRACE").is_some() {
+        if let Some(trace) = std::env::var_os("FUZZ_TRACE") {
             eprintln!(
                 "{action:?} {} -> {} bytes",
                 input.len(),
                 burst.packet(0).len()
             );
+            if trace == "bytes" {
+                eprintln!("  in: {input:02x?}\n out: {:02x?}", burst.packet(0));
+            }
         }
         actions[match action {
             Action::Transmit => 0,
@@ -131,6 +138,14 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
                 Ok(f) => f,
                 Err(e) => panic!("{action:?}: {e}\n in: {input:02x?}\nout: {out:02x?}"),
             };
+            if let (Action::Transmit, Ok(p)) = (action, classify(&input)) {
+                if let PacketKind::Ipv6(Ipv6Payload::Tcp { .. } | Ipv6Payload::Udp { .. }) = p.kind
+                {
+                    let dst = &input[p.l3 + 24..p.l3 + 40];
+                    let vip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(dst).unwrap());
+                    check_v6(shared, vip, &sent, &out);
+                }
+            }
             if let (Frame::Ipv4(o), Ok(p)) = (&sent, classify(&input)) {
                 let grew = out.len() > input.len();
                 if grew && o.total_len > usize::from(MTU) && o.protocol == 6 {
@@ -155,7 +170,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             }
         }
         drop(burst);
-        if let Err(e) = bed::check_books(&fwd) {
+        if let Err(e) = bed::check_books(fwd) {
             panic!("after {action:?}: {e}\n in: {input:02x?}");
         }
     }
@@ -164,6 +179,31 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
     }
     if std::env::var_os("FUZZ_STATS").is_some() {
         tally(&counters, &actions);
+    }
+}
+
+/// A TCP/UDP packet to an IPv6 FullNAT VIP leaves from one of its IPv6 local
+/// addresses, one to a NAT64 VIP as IPv4 from an IPv4 local address; one to a NAT VIP
+/// never with the VIP as its source.
+fn check_v6(shared: &bed::Shared, vip: std::net::Ipv6Addr, sent: &Frame, out: &[u8]) {
+    let Some((l3, _)) = check::l2(out) else {
+        return;
+    };
+    let src6 = || {
+        out.get(l3 + 8..l3 + 24)
+            .map(|b| std::net::Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap()))
+    };
+    if shared.nat64_vips.contains(&vip) {
+        match sent {
+            Frame::Ipv4(o) if shared.lips.contains(&o.src) => {}
+            _ => panic!("NAT64: a packet to VIP {vip} leaves as {sent:?}\nout: {out:02x?}"),
+        }
+    } else if shared.fullnat6_vips.contains(&vip) {
+        if !src6().is_some_and(|s| shared.lips6.contains(&s)) {
+            panic!("FullNAT: a packet to VIP {vip} leaves from {:?}", src6());
+        }
+    } else if src6() == Some(vip) {
+        panic!("a packet to VIP {vip} leaves with the VIP as its source");
     }
 }
 

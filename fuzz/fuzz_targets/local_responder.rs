@@ -8,7 +8,7 @@
 //! answers for an address we own, to the asker; an echo reply goes from the address
 //! pinged, an address we own, back to the pinger; no address we own is ever learned as
 //! a neighbour. Frames that classify as IPv6 also go through
-//! `LocalResponder::process_ipv6` (with the address 2001:db8::1): no panic, no drop
+//! `LocalResponder::process_ipv6` (with the address 2001:db8:18::1 and a VIP): no panic, no drop
 //! counted inside, a reply from our MAC, our IPv6 address never learned.
 #![no_main]
 
@@ -18,12 +18,10 @@ use sluice::dataplane::counters::WorkerCounters;
 use sluice::dataplane::local::{LocalResponder, Verdict};
 use sluice::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use sluice::flow::parse::{classify, PacketKind};
-use sluice_fuzz::bed::{ADDRS, ENDPOINTS, LB_IP, LB_MAC, MACS, PORTS};
+use sluice_fuzz::bed::{ADDRS, ADDRS6, ENDPOINTS, ENDPOINTS6, LB_IP, LB_IP6, LB_MAC, MACS, PORTS};
 use sluice_fuzz::check::{self, Frame};
 use sluice_fuzz::frames::{FrameSpec, Universe};
-use std::net::{Ipv4Addr, Ipv6Addr};
-
-const LB_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+use std::net::Ipv4Addr;
 
 const VIPS: &[Ipv4Addr] = &[
     Ipv4Addr::new(198, 18, 0, 210),
@@ -37,6 +35,8 @@ fuzz_target!(|data: &[u8]| {
         addrs: ADDRS,
         ports: PORTS,
         endpoints: ENDPOINTS,
+        addrs6: ADDRS6,
+        endpoints6: ENDPOINTS6,
     };
     let responder = LocalResponder::new(LB_MAC, &[LB_IP]).with_ipv6(&[LB_IP6]);
     let mut neighbours = NeighbourTable::with_capacity(16);
@@ -70,8 +70,9 @@ fuzz_target!(|data: &[u8]| {
             buf.resize(frame.len() + 256, 0);
             let drops = counters.drops_snapshot();
             // One IPv6 VIP, answered as the responder's own addresses are.
-            let vips6: [std::net::Ipv6Addr; 1] =
-                [std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x100)];
+            let vips6: [std::net::Ipv6Addr; 1] = [std::net::Ipv6Addr::new(
+                0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 0x100,
+            )];
             let got = responder.process_ipv6(
                 &mut buf,
                 &parsed,

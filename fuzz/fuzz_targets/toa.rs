@@ -16,7 +16,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use sluice::flow::parse::{classify, PacketKind};
 use sluice::forward::toa::{self, InsertOutcome, MssOutcome, MIN_MSS, TOA_LEN};
-use sluice_fuzz::bed::{ADDRS, ENDPOINTS, LB_MAC, MACS, PORTS};
+use sluice_fuzz::bed::{ADDRS, ADDRS6, ENDPOINTS, ENDPOINTS6, LB_MAC, MACS, PORTS};
 use sluice_fuzz::check::{self, Frame};
 use sluice_fuzz::frames::{FrameSpec, Universe};
 use std::net::Ipv4Addr;
@@ -62,6 +62,8 @@ fuzz_target!(|data: &[u8]| {
             addrs: ADDRS,
             ports: PORTS,
             endpoints: ENDPOINTS,
+            addrs6: ADDRS6,
+            endpoints6: ENDPOINTS6,
         };
         let Ok(spec) = FrameSpec::arbitrary(&mut Unstructured::new(body)) else {
             return;

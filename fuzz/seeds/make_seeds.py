@@ -5,6 +5,7 @@ the same pcaps the golden tests feed the daemon) and the example configs.
 
     /usr/bin/python3 fuzz/seeds/make_seeds.py      (Debian's scapy; from the repo root)
     /usr/bin/python3 fuzz/seeds/make_seeds.py sync (the sync_receiver seeds only)
+    /usr/bin/python3 fuzz/seeds/make_seeds.py ipv6 (the IPv6 frame seeds only)
 
 Input formats (fuzz/src/lib.rs `records`): a record is a tag byte, a 16-bit big-endian
 length and that many bytes. Raw frames are tag 1 (forwarder, local_responder), raw
@@ -21,7 +22,10 @@ import subprocess
 import sys
 import tempfile
 
-from scapy.all import IP, TCP, UDP, Ether, IPv6, Raw, rdpcap
+from scapy.all import (ICMP, IP, TCP, UDP, Ether, ICMPv6DestUnreach, ICMPv6EchoRequest,
+                       ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6ND_RS, ICMPv6NDOptDstLLAddr,
+                       ICMPv6NDOptSrcLLAddr, ICMPv6PacketTooBig, IPv6, IPv6ExtHdrDestOpt,
+                       IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, Raw, rdpcap)
 from scapy.layers.vrrp import VRRPv3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,9 +115,86 @@ def sync_seeds():
     write("sync_receiver", "ipv6-keyed-dump", record(1, sync_message(recs6[1:], SYNC_KEY, mtype=3)))
 
 
+def ipv6_seeds():
+    """IPv6 frames for the bed's IPv6 services (fuzz/src/bed.rs): FullNAT v6, NAT64,
+    ICMPv6 errors about sessions both ways (ICMPv4 for NAT64's real servers), Neighbor
+    Discovery and echo, and extension headers."""
+    L, C, RSM = "02:53:4c:00:00:01", "02:00:00:00:01:00", "02:00:00:00:02:00"
+    CL, LB = "2001:db8:18::9", "2001:db8:18::1"
+    e = lambda src=C: Ether(dst=L, src=src)
+
+    def conn(vip, sport, dport):
+        return [e() / IPv6(src=CL, dst=vip) /
+                TCP(sport=sport, dport=dport, flags=fl, seq=1000 if fl == "S" else 1001,
+                    ack=0 if fl == "S" else 5001, options=[("MSS", 1440)] if fl == "S" else []) /
+                Raw(b"GET / HTTP/1.0\r\n\r\n" if fl == "PA" else b"")
+                for fl in ("S", "A", "PA")]
+    # FullNAT v6 -> v6: a connection and UDP, with replies from the real servers to the
+    # local addresses' first ports (where the pool starts), then the client's FIN.
+    f = conn("2001:db8:18::200", 33000, 80)
+    for lip in ("2001:db8:18::50", "2001:db8:18::51"):
+        for port in (40000, 40001):
+            for rs in ("2001:db8:18::31", "2001:db8:18::32"):
+                f.append(e(RSM) / IPv6(src=rs, dst=lip) / TCP(sport=8080, dport=port, flags="SA", seq=5000,
+                                                               ack=1001, options=[("MSS", 1460)]))
+    f += [e() / IPv6(src=CL, dst="2001:db8:18::200") / UDP(sport=1024 + n, dport=53) / Raw(b"q" * 20)
+          for n in range(2)]
+    f.append(e() / IPv6(src=CL, dst="2001:db8:18::200") / TCP(sport=33000, dport=80, flags="FA", seq=1019, ack=5001))
+    write("forwarder", "ipv6-fullnat", b"".join(record(1, bytes(x)) for x in f))
+    # NAT64: IPv6 client and VIP, IPv4 replies from the real servers to the IPv4 local
+    # address, an ICMPv4 error from a real server about a translated packet, an ICMPv6
+    # error from the client about a reply, and time passing.
+    f = conn("2001:db8:18::201", 33001, 80)
+    # (The bed's worker picks 198.18.0.23 and port 40005 for this connection.)
+    for port in (40005, 40000, 40001):
+        for rs in ("198.18.0.23", "198.18.0.24"):
+            f.append(e(RSM) / IP(src=rs, dst="198.18.0.52") /
+                     TCP(sport=8080, dport=port, flags="SA", seq=5000, ack=1001, options=[("MSS", 1460)]))
+            f.append(e(RSM) / IP(src=rs, dst="198.18.0.52") / ICMP(type=3, code=4, nexthopmtu=1400) /
+                     IP(src="198.18.0.52", dst=rs, flags="DF") / TCP(sport=port, dport=8080, flags="A", seq=1001))
+    f.append(e() / IPv6(src=CL, dst="2001:db8:18::201") / UDP(sport=1030, dport=53) / Raw(b"q" * 20))
+    f.append(e() / IPv6(src=CL, dst="2001:db8:18::201") / ICMPv6DestUnreach(code=4) /
+             IPv6(src="2001:db8:18::201", dst=CL) / UDP(sport=53, dport=1030))
+    write("forwarder", "ipv6-nat64", b"".join(record(1, bytes(x)) for x in f) + record(2, struct.pack(">H", 50)))
+    # ICMPv6 errors about NAT sessions: the real server's port unreachable about the
+    # client's packet, the client's Packet Too Big about a reply.
+    f = conn("2001:db8:18::100", 33002, 80)
+    f.append(e() / IPv6(src=CL, dst="2001:db8:18::100") / UDP(sport=1031, dport=53) / Raw(b"q"))
+    for rs in ("2001:db8:18::21", "2001:db8:18::22"):
+        f.append(e(RSM) / IPv6(src=rs, dst=CL) / ICMPv6DestUnreach(code=4) /
+                 IPv6(src=CL, dst=rs) / TCP(sport=33002, dport=8080, flags="A", seq=1001))
+    f.append(e() / IPv6(src=CL, dst="2001:db8:18::100") / ICMPv6PacketTooBig(mtu=1280) /
+             IPv6(src="2001:db8:18::100", dst=CL) / TCP(sport=80, dport=33002, flags="A", seq=5001) / Raw(b"x" * 64))
+    write("forwarder", "ipv6-icmp-errors", b"".join(record(1, bytes(x)) for x in f))
+    # Neighbor Discovery and echo: NS for the port's address and a VIP (to their
+    # solicited-node groups), one with hop limit 64 (ignored), a DAD probe, an NA from
+    # the real server not yet known (then a connection to it), a router solicitation,
+    # echo requests, and extension headers (hop-by-hop, destination options, routing,
+    # a fragment) in front of TCP.
+    f = [Ether(dst="33:33:ff:00:00:01", src=C) / IPv6(src=CL, dst="ff02::1:ff00:1", hlim=255) /
+         ICMPv6ND_NS(tgt=LB) / ICMPv6NDOptSrcLLAddr(lladdr=C),
+         Ether(dst="33:33:ff:00:01:00", src=C) / IPv6(src=CL, dst="ff02::1:ff00:100", hlim=255) /
+         ICMPv6ND_NS(tgt="2001:db8:18::100") / ICMPv6NDOptSrcLLAddr(lladdr=C),
+         e() / IPv6(src=CL, dst=LB, hlim=64) / ICMPv6ND_NS(tgt=LB) / ICMPv6NDOptSrcLLAddr(lladdr=C),
+         Ether(dst="33:33:ff:00:00:01", src=C) / IPv6(src="::", dst="ff02::1:ff00:1", hlim=255) / ICMPv6ND_NS(tgt=LB),
+         e(RSM) / IPv6(src="2001:db8:18::32", dst=LB, hlim=255) / ICMPv6ND_NA(tgt="2001:db8:18::32", R=0, S=1, O=1) /
+         ICMPv6NDOptDstLLAddr(lladdr=RSM),
+         e() / IPv6(src="fe80::1", dst="ff02::2", hlim=255) / ICMPv6ND_RS(),
+         e() / IPv6(src=CL, dst=LB) / ICMPv6EchoRequest(id=1, seq=1, data=b"ping"),
+         e() / IPv6(src=CL, dst="2001:db8:18::200") / ICMPv6EchoRequest(id=1, seq=2, data=b"ping")]
+    f += conn("2001:db8:18::200", 33003, 80)[:1]
+    f += [e() / IPv6(src=CL, dst="2001:db8:18::100") / h / TCP(sport=33004, dport=80, flags="S")
+          for h in (IPv6ExtHdrHopByHop(), IPv6ExtHdrDestOpt(), IPv6ExtHdrRouting(addresses=["2001:db8:18::100"]),
+                    IPv6ExtHdrFragment(offset=0, m=1, id=7))]
+    write("forwarder", "ipv6-ndp-echo-ext", b"".join(record(1, bytes(x)) for x in f))
+    write("local_responder", "ipv6-ndp-echo", b"".join(record(1, bytes(x)) for x in f[:8]))
+
+
 def main():
     if sys.argv[1:] == ["sync"]:
         return sync_seeds()
+    if sys.argv[1:] == ["ipv6"]:
+        return ipv6_seeds()
     frames = golden_frames()
     # forwarder: each golden pcap in runs of at most 64 frames (the target's limit).
     for t, fs in frames.items():
@@ -154,6 +235,7 @@ def main():
     v6 += [Ether(dst=L, src=C) / IPv6(src="2001:db8:18::9", dst=V6) / UDP(sport=1024 + n, dport=53) /
            Raw(b"q" * 20) for n in range(3)]
     write("forwarder", "ipv6-services", b"".join(record(1, bytes(f)) for f in v6))
+    ipv6_seeds()
     # local_responder: ARP and ICMP fixtures, one run.
     write("local_responder", "golden-arp-icmp", b"".join(record(1, f) for f in frames["arp_icmp"]))
     # toa: every golden TCP frame, raw, with room for the option.

@@ -1,7 +1,9 @@
 //! The forwarder under test: the golden tests' appliance (02:53:4c:00:00:01,
 //! 198.18.0.1/24) with their services (DR, NAT, TUN, FullNAT with two local addresses)
 //! plus TOA, persistence, a load-aware scheduler and a service whose real servers
-//! all weigh 0 (answered with RST), read through the crate's own config reader.
+//! all weigh 0 (answered with RST), read through the crate's own config reader; and
+//! IPv6 services: NAT and DR, FullNAT v6 -> v6 with two IPv6 local addresses, and
+//! NAT64 (IPv6 VIP, an IPv4 local address and IPv4 real servers).
 use sluice::config::Config;
 use sluice::daemon::Services;
 use sluice::dataplane::counters::WorkerCounters;
@@ -17,7 +19,7 @@ use sluice::session::table6::Session6;
 use sluice::session::{Session, TickTimeouts};
 use sluice::wire::ethernet::MacAddr;
 use std::collections::{HashMap, HashSet};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 
@@ -174,6 +176,58 @@ scheduler = "mh"
 
 [[services]]
 proto = "tcp"
+vip = "2001:db8:18::200"
+port = 80
+scheduler = "rr"
+local_addresses = ["2001:db8:18::50", "2001:db8:18::51"]
+  [[services.real_servers]]
+  ip = "2001:db8:18::31"
+  port = 8080
+  mode = "fullnat"
+  [[services.real_servers]]
+  ip = "2001:db8:18::32"
+  port = 8080
+  mode = "fullnat"
+
+[[services]]
+proto = "udp"
+vip = "2001:db8:18::200"
+port = 53
+scheduler = "rr"
+local_addresses = ["2001:db8:18::50", "2001:db8:18::51"]
+  [[services.real_servers]]
+  ip = "2001:db8:18::31"
+  port = 53
+  mode = "fullnat"
+
+[[services]]
+proto = "tcp"
+vip = "2001:db8:18::201"
+port = 80
+scheduler = "rr"
+local_addresses = ["198.18.0.52"]
+  [[services.real_servers]]
+  ip = "198.18.0.23"
+  port = 8080
+  mode = "fullnat"
+  [[services.real_servers]]
+  ip = "198.18.0.24"
+  port = 8080
+  mode = "fullnat"
+
+[[services]]
+proto = "udp"
+vip = "2001:db8:18::201"
+port = 53
+scheduler = "rr"
+local_addresses = ["198.18.0.52"]
+  [[services.real_servers]]
+  ip = "198.18.0.23"
+  port = 53
+  mode = "fullnat"
+
+[[services]]
+proto = "tcp"
 vip = "198.18.0.240"
 port = 80
 scheduler = "rr"
@@ -239,6 +293,9 @@ pub const ADDRS: &[Ipv4Addr] = &[
     Ipv4Addr::new(198, 18, 0, 22),
     Ipv4Addr::new(198, 18, 0, 50),
     Ipv4Addr::new(198, 18, 0, 51),
+    Ipv4Addr::new(198, 18, 0, 52),
+    Ipv4Addr::new(198, 18, 0, 23),
+    Ipv4Addr::new(198, 18, 0, 24),
     Ipv4Addr::new(224, 0, 0, 18),
     Ipv4Addr::new(224, 0, 0, 81),
     Ipv4Addr::BROADCAST,
@@ -257,7 +314,7 @@ pub const ENDPOINTS: &[(Ipv4Addr, u16)] = &{
     const fn a(last: u8) -> Ipv4Addr {
         Ipv4Addr::new(198, 18, 0, last)
     }
-    const FIXED: [(Ipv4Addr, u16); 30] = [
+    const FIXED: [(Ipv4Addr, u16); 33] = [
         (a(100), 33000),
         (a(100), 33001),
         (a(101), 1024),
@@ -288,16 +345,90 @@ pub const ENDPOINTS: &[(Ipv4Addr, u16)] = &{
         (a(22), 8080),
         (a(21), 4444),
         (a(22), 4444),
+        // NAT64's IPv4 real servers.
+        (a(23), 8080),
+        (a(24), 8080),
+        (a(23), 53),
     ];
-    let mut all = [(LB_IP, 0); 62];
+    // Local addresses .50, .51 (FullNAT) and .52 (NAT64), 16 ports of each pool.
+    let mut all = [(LB_IP, 0); 81];
     let mut i = 0;
-    while i < 30 {
+    while i < 33 {
         all[i] = FIXED[i];
         i += 1;
     }
-    while i < 62 {
-        let k = (i - 30) as u16;
+    while i < 81 {
+        let k = (i - 33) as u16;
         all[i] = (a(50 + (k / 16) as u8), 40000 + k % 16);
+        i += 1;
+    }
+    all
+};
+
+const fn v6(last: u16) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0x18, 0, 0, 0, 0, last)
+}
+
+/// The port's IPv6 address (the config above).
+pub const LB_IP6: Ipv6Addr = v6(1);
+
+/// IPv6 addresses frames are mostly made of: clients, the appliance's address and
+/// link-local address, the VIPs, real servers, local addresses, all-nodes, the
+/// solicited-node groups of the appliance's address and of a VIP, and an
+/// IPv4-mapped address (dropped on the wire).
+pub const ADDRS6: &[Ipv6Addr] = &[
+    v6(9),
+    v6(0xa),
+    Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 7),
+    LB_IP6,
+    Ipv6Addr::new(0xfe80, 0, 0, 0, 0x53, 0x4cff, 0xfe00, 1),
+    v6(0x100),
+    v6(0x200),
+    v6(0x201),
+    v6(0x21),
+    v6(0x22),
+    v6(0x31),
+    v6(0x32),
+    v6(0x50),
+    v6(0x51),
+    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1),
+    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 1),
+    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0x100),
+    Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0x21),
+    Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0xc612, 0x0017),
+    Ipv6Addr::UNSPECIFIED,
+];
+
+/// IPv6 TCP/UDP endpoints: clients, the services, the probe source, real servers,
+/// and the IPv6 local addresses with ports of their pools.
+pub const ENDPOINTS6: &[(Ipv6Addr, u16)] = &{
+    const FIXED: [(Ipv6Addr, u16); 16] = [
+        (v6(9), 33000),
+        (v6(9), 33001),
+        (v6(0xa), 1024),
+        (v6(0x100), 80),
+        (v6(0x100), 53),
+        (v6(0x200), 80),
+        (v6(0x200), 53),
+        (v6(0x201), 80),
+        (v6(0x201), 53),
+        (LB_IP6, 50000),
+        (v6(0x21), 8080),
+        (v6(0x22), 8080),
+        (v6(0x21), 53),
+        (v6(0x31), 8080),
+        (v6(0x32), 8080),
+        (v6(0x31), 53),
+    ];
+    let mut all = [(LB_IP6, 0); 48];
+    let mut i = 0;
+    while i < 16 {
+        all[i] = FIXED[i];
+        i += 1;
+    }
+    while i < 48 {
+        let k = (i - 16) as u16;
+        all[i] = (v6(0x50 + k / 16), 40000 + k % 16);
         i += 1;
     }
     all
@@ -320,6 +451,11 @@ pub struct Shared {
     pub nat_vips: HashSet<Ipv4Addr>,
     pub fullnat_vips: HashSet<Ipv4Addr>,
     pub lips: HashSet<Ipv4Addr>,
+    /// IPv6 VIPs of FullNAT services with IPv6 local addresses, of NAT64 services
+    /// (IPv4 local addresses), and the IPv6 local addresses.
+    pub fullnat6_vips: HashSet<Ipv6Addr>,
+    pub nat64_vips: HashSet<Ipv6Addr>,
+    pub lips6: HashSet<Ipv6Addr>,
     /// Every real-server id of the snapshot.
     pub real_ids: Vec<u32>,
     /// Real servers with a known MAC (the one left out makes frames wait for ARP).
@@ -336,6 +472,9 @@ pub fn shared() -> &'static Shared {
         let mut nat_vips = HashSet::new();
         let mut fullnat_vips = HashSet::new();
         let mut lips = HashSet::new();
+        let mut fullnat6_vips = HashSet::new();
+        let mut nat64_vips = HashSet::new();
+        let mut lips6 = HashSet::new();
         let mut real_ids = Vec::new();
         let mut resolved = Vec::new();
         for s in services.table.services() {
@@ -350,6 +489,13 @@ pub fn shared() -> &'static Shared {
                     }
                     ForwardMode::FullNat => {
                         fullnat_vips.extend(s.key.vip4());
+                        if let IpAddr::V6(vip) = s.key.vip {
+                            if r.ip.is_ipv4() {
+                                nat64_vips.insert(vip);
+                            } else {
+                                fullnat6_vips.insert(vip);
+                            }
+                        }
                     }
                     _ => {}
                 }
@@ -358,6 +504,10 @@ pub fn shared() -> &'static Shared {
                 }
             }
             lips.extend(s.local_addresses4());
+            lips6.extend(s.local_addresses.iter().filter_map(|a| match a {
+                IpAddr::V6(a) => Some(*a),
+                IpAddr::V4(_) => None,
+            }));
         }
         let snapshot = Snapshot::build_with(1, &services.table, &overlay, &[])
             .with_timeouts(services.timeouts);
@@ -368,6 +518,9 @@ pub fn shared() -> &'static Shared {
             nat_vips,
             fullnat_vips,
             lips,
+            fullnat6_vips,
+            nat64_vips,
+            lips6,
             real_ids,
             resolved,
         }
@@ -427,7 +580,7 @@ fn sync_rings() -> Arc<Vec<sluice::dataplane::sync_events::EventRing>> {
 
 fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> Forwarder {
     let s = shared();
-    Forwarder::new(ForwarderConfig {
+    let mut f = Forwarder::new(ForwarderConfig {
         local_ports: LOCAL_PORTS,
         persistence: Some(Arc::new(PersistTable::with_capacity(64))),
         health: Some(HealthTap {
@@ -456,7 +609,12 @@ fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> 
             s.real_servers.clone(),
             RssView::default_spread(2, 0),
         )
-    })
+    });
+    // One IPv6 real server of each service known; the others wait for an NA.
+    for (i, ip) in [v6(0x21), v6(0x31)].into_iter().enumerate() {
+        f.learn_shared_neighbour6(ip, MacAddr([2, 0, 0, 0, 6, i as u8]), 0);
+    }
+    f
 }
 
 pub fn neighbours() -> NeighbourTable {
@@ -479,10 +637,10 @@ pub fn pool_ports_in_use(f: &Forwarder) -> u64 {
     out.iter().map(|e| u64::from(e.counters.used)).sum()
 }
 
-/// The forwarder's books agree: the session table with itself; FullNAT sessions hold
-/// distinct local ports, exactly the pools' ports in use (those inside the pools'
-/// range and addresses); each real server's active and inactive gauges count its live
-/// sessions.
+/// The forwarder's books agree: the session table with itself; FullNAT sessions
+/// (IPv4 and NAT64) hold distinct local ports, exactly the pools' ports in use (those
+/// inside the pools' range and addresses); each real server's active and inactive
+/// gauges count its live sessions, IPv6 ones included.
 pub fn check_books(f: &Forwarder) -> Result<(), String> {
     let s = shared();
     f.sessions().check_consistency()?;
@@ -491,10 +649,11 @@ pub fn check_books(f: &Forwarder) -> Result<(), String> {
     for (_, session) in f.sessions().iter() {
         if session.mode == ForwardMode::FullNat && session.local_port != 0 {
             let lip = Ipv4Addr::from(session.local_addr);
-            if s.lips.contains(&lip) && LOCAL_PORTS.contains(&session.local_port) {
-                if !held.insert((session.service, lip, session.local_port)) {
-                    return Err(format!("two sessions hold {lip}:{}", session.local_port));
-                }
+            if s.lips.contains(&lip)
+                && LOCAL_PORTS.contains(&session.local_port)
+                && !held.insert((session.service, IpAddr::V4(lip), session.local_port))
+            {
+                return Err(format!("two sessions hold {lip}:{}", session.local_port));
             }
         }
         let e = per_real.entry(session.real).or_default();
@@ -505,6 +664,18 @@ pub fn check_books(f: &Forwarder) -> Result<(), String> {
         }
     }
     for (_, session) in f.sessions6().iter() {
+        // NAT64 sessions hold a port of the service's IPv4 pool (their local address
+        // IPv4-mapped); IPv6 FullNAT ones hold none (the table says which are taken).
+        let lip = session.local_addr.to_ipv4_mapped();
+        if let Some(lip) =
+            lip.filter(|l| session.mode == ForwardMode::FullNat && s.lips.contains(l))
+        {
+            if LOCAL_PORTS.contains(&session.local_port)
+                && !held.insert((session.service, IpAddr::V4(lip), session.local_port))
+            {
+                return Err(format!("two sessions hold {lip}:{}", session.local_port));
+            }
+        }
         let e = per_real.entry(session.real).or_default();
         if sluice::session::is_active(session.state()) {
             e.0 += 1;

@@ -376,6 +376,10 @@ pub struct HealthTap {
 pub struct ForwarderConfig {
     /// Sessions the table holds.
     pub capacity: usize,
+    /// IPv6 sessions the IPv6 table holds: [`ipv6_capacity`] of `capacity` (what the
+    /// daemon uses); set apart only where the IPv6 table is measured on its own
+    /// (the `nat_rewrite` benchmark's IPv6 modes).
+    pub capacity6: usize,
     pub snapshot: SnapshotReader,
     pub timeouts: TickTimeouts,
     pub tsc_per_tick: u64,
@@ -427,6 +431,7 @@ impl ForwarderConfig {
     ) -> ForwarderConfig {
         ForwarderConfig {
             capacity,
+            capacity6: ipv6_capacity(capacity),
             snapshot,
             timeouts,
             tsc_per_tick,
@@ -471,6 +476,7 @@ impl Forwarder {
     pub fn try_new(config: ForwarderConfig) -> Result<Self, crate::session::TableAllocError> {
         let ForwarderConfig {
             capacity,
+            capacity6,
             snapshot,
             timeouts,
             tsc_per_tick,
@@ -497,7 +503,7 @@ impl Forwarder {
                 crate::session::DEFAULT_WHEEL_SLOTS,
                 0,
             )?,
-            sessions6: SessionTable6::with_capacity(ipv6_capacity(capacity)),
+            sessions6: SessionTable6::with_capacity(capacity6),
             synproxy: synproxy::ProxyState::new(capacity, tsc_hz),
             peeked: [None; BURST_SIZE],
             snapshot,
