@@ -31,6 +31,12 @@
 //! same templates, and after the takeover every new connection from those addresses
 //! must reach the real server its template names (`persistence_templates_survive_...`).
 //!
+//! Without sync (`sloppy_tcp_and_mh_...`, DR): the service schedules by mh with
+//! `sloppy_tcp` on, and B never hears of A's connections. After A's crash each
+//! connection's next segment opens a session on B, to the real server B's Maglev
+//! table picks: all 100 must survive, and B's sessions must name the same real servers
+//! as A's did, the same config giving the same table in another process.
+//!
 //! Run: `cargo test --release --test integration e2e_failover:: -- --nocapture` (as root).
 
 use crate::common::*;
@@ -97,7 +103,15 @@ fn node(
     if scenario == Scenario::SynproxyCrash {
         extra.push("synproxy = \"on\"".to_string());
     }
-    let mut toml = service_section("tcp", VIP, PORT, "rr", &extra, &servers);
+    let scheduler = if scenario == Scenario::Sloppy {
+        // mh-port: the client's 100 connections (one address) hash apart, onto every
+        // server.
+        extra.push("sloppy_tcp = true\nscheduler_flags = \"mh-port\"".to_string());
+        "mh"
+    } else {
+        "rr"
+    };
+    let mut toml = service_section("tcp", VIP, PORT, scheduler, &extra, &servers);
     // NAT: the real servers' gateway is a virtual address of the pair, so their
     // replies follow the master.
     let gateway = if mode == "nat" {
@@ -106,11 +120,15 @@ fn node(
         String::new()
     };
     toml.push_str(&format!(
-        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n{gateway}\
-         \n[sync]\nlisten = \"{listen}:{SYNC_PORT}\"\npeers = [\"{peer}:{SYNC_PORT}\"]\n\
-         key = \"{KEY}\"\nperiod_ms = {}\n",
-        scenario.sync_period_ms()
+        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n{gateway}"
     ));
+    if scenario != Scenario::Sloppy {
+        toml.push_str(&format!(
+            "\n[sync]\nlisten = \"{listen}:{SYNC_PORT}\"\npeers = [\"{peer}:{SYNC_PORT}\"]\n\
+             key = \"{KEY}\"\nperiod_ms = {}\n",
+            scenario.sync_period_ms()
+        ));
+    }
     let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
         "lan0",
         &format!("net_af_packet0,iface={iface}"),
@@ -200,6 +218,11 @@ enum Scenario {
     /// is killed, and the new connections of those addresses through B must go where
     /// their templates say.
     Persistence,
+    /// No session sync: the service schedules by mh with `sloppy_tcp` on. B has never
+    /// heard of the connections; after the takeover each one's next segment (no SYN)
+    /// opens a session on B, to the real server B's own Maglev table picks for it,
+    /// which must be the one A's picked (same config, another process).
+    Sloppy,
 }
 
 /// SyncLoss: the refresh period, and the share of sync datagrams dropped.
@@ -264,6 +287,11 @@ fn ten_percent_sync_loss_loses_only_never_synced_nat_sessions() {
 #[test]
 fn persistence_templates_survive_a_crash_and_pin_new_nat_connections() {
     failover("nat", Scenario::Persistence);
+}
+
+#[test]
+fn sloppy_tcp_and_mh_keep_every_dr_connection_through_a_takeover_without_sync() {
+    failover("dr", Scenario::Sloppy);
 }
 
 /// The persistence templates a node lists for the VIP (`-L -n -c`: state NONE, no
@@ -694,14 +722,21 @@ fn failover(mode: &str, scenario: Scenario) {
     );
     // With sync loss, what B lacks now is lost at the crash: not waited for.
     let missing_before = LONG as usize - held(&on_a, &b);
-    let synced = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
-        let on_b = established(&sessions(&b));
-        (on_b == on_a).then_some(on_b)
-    });
+    let synced = (scenario != Scenario::Sloppy)
+        .then(|| {
+            wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+                let on_b = established(&sessions(&b));
+                (on_b == on_a).then_some(on_b)
+            })
+        })
+        .flatten();
     let on_b = established(&sessions(&b));
     let sync_b = b.ctl(&["sync", "--json"]);
+    if scenario == Scenario::Sloppy {
+        assert!(on_b.is_empty(), "B holds sessions without sync: {on_b:?}");
+    }
     assert!(
-        synced.is_some() || scenario == Scenario::SyncLoss,
+        synced.is_some() || matches!(scenario, Scenario::SyncLoss | Scenario::Sloppy),
         "B holds {} of A's {} sessions as A does\nmissing: {:?}\n{}",
         on_a.keys().filter(|k| on_b.contains_key(*k)).count(),
         on_a.len(),
@@ -929,6 +964,20 @@ fn failover(mode: &str, scenario: Scenario) {
     // The connections stayed on their real servers (the client checks every answer's
     // server) and the B is the one forwarding them now.
     assert_eq!(b.vrrp()["state"], "MASTER");
+    if scenario == Scenario::Sloppy {
+        // B opened every connection from a mid-connection segment, each to the real
+        // server A had: the two processes' Maglev tables agree. (The connections are
+        // closing by now: their state is not compared.)
+        let on_b: std::collections::BTreeSet<_> = sessions(&b).into_keys().collect();
+        let on_a: std::collections::BTreeSet<_> = on_a.into_keys().collect();
+        assert_eq!(on_b, on_a, "B's sessions against A's");
+        let servers: std::collections::BTreeSet<&String> = on_b.iter().map(|(_, rs)| rs).collect();
+        assert_eq!(
+            servers.len(),
+            3,
+            "mh-port spread the connections over {servers:?}"
+        );
+    }
     if let Some(pinned) = &pinned {
         let (followed, opened) = follow_through_b(&lab, &b, pinned);
         assert_eq!(followed, opened);
