@@ -1979,7 +1979,7 @@ fn docs_examples_of_new_sections_parse() {
                 .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 10, "{blocks:?}");
+    assert_eq!(blocks.len(), 11, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {
