@@ -247,7 +247,7 @@ impl RssView {
 
     /// As [`RssView::steer_to`] for an IPv6 packet.
     #[inline]
-    fn steer_to6(&self, key: &FlowKey6, redirected: bool) -> Option<u16> {
+    pub(crate) fn steer_to6(&self, key: &FlowKey6, redirected: bool) -> Option<u16> {
         if !self.steer6 || redirected {
             return None;
         }
