@@ -676,6 +676,12 @@ impl Forwarder {
                     let addr = |ip: std::net::Ipv6Addr, port: u16| {
                         SocketAddr::V6(std::net::SocketAddrV6::new(ip, port, 0, 0))
                     };
+                    // NAT64's IPv4 ends, kept IPv4-mapped, listed as the IPv4
+                    // addresses they are.
+                    let end = |ip: std::net::Ipv6Addr, port: u16| match ip.to_ipv4_mapped() {
+                        Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
+                        None => addr(ip, port),
+                    };
                     out.push(ConnectionEntry {
                         worker,
                         proto: s.proto,
@@ -683,8 +689,9 @@ impl Forwarder {
                         expires_ticks: left(s.deadline()),
                         client: addr(s.client, s.client_port),
                         virtual_service: addr(s.vip, s.vport),
-                        local: None,
-                        real_server: addr(s.real_addr, s.real_port),
+                        local: (s.mode == ForwardMode::FullNat)
+                            .then(|| end(s.local_addr, s.local_port)),
+                        real_server: end(s.real_addr, s.real_port),
                         session: ListedSession::V6(*s),
                         synproxy: None,
                     });
