@@ -1957,8 +1957,9 @@ fn real_servers_via(lab: &AppLab, mac: &str) {
 /// ends and both templates with their real servers. The active is killed and the
 /// client's and real servers' next hops moved to the standby: the long connections go
 /// on (a standby without them, or without their local ends, would drop their
-/// segments), and each client's new connections stay on its real server (the
-/// standby's own rr, fresh, would put the first on the same server for both).
+/// segments), and each client's new connections stay on its real server, the second
+/// client asking first (the standby's own rr, fresh, would give it the first
+/// client's server).
 #[test]
 fn standby_installs_ipv6_fullnat_nat64_sessions_and_templates() {
     use crate::e2e_ipv6_local::{ask6, ipv6_lab, servers_of, GATEWAY6, LIP4, LIP6};
@@ -2136,7 +2137,9 @@ fn standby_installs_ipv6_fullnat_nat64_sessions_and_templates() {
             b.dump()
         );
     }
-    let after: Vec<_> = [CLIENT6, second]
+    // The second client first: the standby's own rr, fresh, would give it the first
+    // client's server (its first pick, as the active's was).
+    let after: Vec<_> = [second, CLIENT6]
         .iter()
         .flat_map(|s| ask6(&lab, PERSISTENT6_PORT, &[s], 2))
         .collect();
