@@ -1081,7 +1081,12 @@ fn packet_too_big_is_rate_limited_during_a_flood() {
 /// `e2e_apps.py ask` in the client's namespace against the IPv6 VIP's `port`:
 /// `rounds` rounds, each one kernel TCP connection from every address of `sources`
 /// in that order; the real server ("rs1", "rs2") that answered each, in order.
-pub(crate) fn ask6(lab: &AppLab, port: u16, sources: &[&str], rounds: u32) -> Vec<(String, String)> {
+pub(crate) fn ask6(
+    lab: &AppLab,
+    port: u16,
+    sources: &[&str],
+    rounds: u32,
+) -> Vec<(String, String)> {
     let (apps, port_s, rounds_s) = (AppLab::apps(), port.to_string(), rounds.to_string());
     let mut args = vec![
         PYTHON,

@@ -1937,7 +1937,16 @@ fn real_servers_via(lab: &AppLab, mac: &str) {
         let (ns, ifname) = (lab.bed.rs_ns(i), lab.bed.rs_if(i));
         for (family, addr) in [("-6", LIP6), ("-6", GATEWAY6), ("-4", LIP4)] {
             let argv = [
-                "ip", family, "neigh", "replace", addr, "lladdr", mac, "dev", ifname, "nud",
+                "ip",
+                family,
+                "neigh",
+                "replace",
+                addr,
+                "lladdr",
+                mac,
+                "dev",
+                ifname,
+                "nud",
                 "permanent",
             ];
             lab.bed
@@ -2078,7 +2087,12 @@ fn standby_installs_ipv6_fullnat_nat64_sessions_and_templates() {
             })
             .collect()
     };
-    let mut last = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    let mut last = (
+        BTreeMap::new(),
+        BTreeMap::new(),
+        BTreeMap::new(),
+        BTreeMap::new(),
+    );
     let agreed = wait_for(Duration::from_secs(8), Duration::from_millis(200), || {
         last = (long_ones(&a), long_ones(&b), templates(&a), templates(&b));
         let (la, lb, ta, tb) = &last;
@@ -2103,12 +2117,18 @@ fn standby_installs_ipv6_fullnat_nat64_sessions_and_templates() {
     );
     let locals: Vec<&String> = on_b.values().collect();
     assert_eq!(
-        locals.iter().filter(|l| l.starts_with(&format!("[{LIP6}]:"))).count(),
+        locals
+            .iter()
+            .filter(|l| l.starts_with(&format!("[{LIP6}]:")))
+            .count(),
         4,
         "{on_b:?}"
     );
     assert_eq!(
-        locals.iter().filter(|l| l.starts_with(&format!("{LIP4}:"))).count(),
+        locals
+            .iter()
+            .filter(|l| l.starts_with(&format!("{LIP4}:")))
+            .count(),
         4,
         "{on_b:?}"
     );

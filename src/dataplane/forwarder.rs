@@ -1609,7 +1609,10 @@ mod tests {
         // IPv6 FullNAT: a local address the service has not here is refused.
         let at6 = |ip: Ipv6Addr, port| SocketAddr::new(ip.into(), port);
         let stranger: Ipv6Addr = "2001:db8:1a::52".parse().unwrap();
-        assert_eq!(f.install(&record(33002, 82, real6, at6(stranger, 41000))), None);
+        assert_eq!(
+            f.install(&record(33002, 82, real6, at6(stranger, 41000))),
+            None
+        );
         assert_eq!(
             f.install(&record(33002, 82, real6, at6(lip6, 41000))),
             Some(Event::SyncInstalled)

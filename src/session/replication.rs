@@ -1772,7 +1772,10 @@ mod tests {
         builder.push(&nat64).unwrap();
         let message = builder.finish().to_vec();
         let at = HEADER_LEN + 40;
-        assert_eq!(message[at..at + 16], Ipv4Addr::new(10, 1, 0, 21).to_ipv6_mapped().octets());
+        assert_eq!(
+            message[at..at + 16],
+            Ipv4Addr::new(10, 1, 0, 21).to_ipv6_mapped().octets()
+        );
         assert_eq!(records_of(&message).unwrap(), [nat64]);
     }
 
@@ -1869,15 +1872,8 @@ mod tests {
         assert_eq!(record.to_session6(3, 4), Some(full));
 
         let (rs4, lip4) = (Ipv4Addr::new(10, 1, 0, 21), Ipv4Addr::new(10, 1, 255, 1));
-        let mut nat64 = Session6::new(
-            &key,
-            ForwardMode::FullNat,
-            3,
-            4,
-            rs4.to_ipv6_mapped(),
-            8080,
-        )
-        .synced(TcpState::SynRecv, false);
+        let mut nat64 = Session6::new(&key, ForwardMode::FullNat, 3, 4, rs4.to_ipv6_mapped(), 8080)
+            .synced(TcpState::SynRecv, false);
         (nat64.local_addr, nat64.local_port) = (lip4.to_ipv6_mapped(), 5001);
         let record = RecordRepr::connection6(&nat64, RecordOp::Update, 1000);
         assert_eq!(record.real_server, SocketAddr::new(rs4.into(), 8080));

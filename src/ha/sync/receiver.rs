@@ -590,7 +590,14 @@ mod tests {
                 let key = FlowKey4::new(Protocol::Tcp, client, cport, VIP, 80);
                 let session = Session::new(&key, ForwardMode::Nat, 0, 0, RS, 8080);
                 let record = RecordRepr::connection(&session, RecordOp::Update, 1);
-                let owner = session_owner(&record, &toeplitz, &reta, HashFields::L3L4, HashFields::L3L4).unwrap();
+                let owner = session_owner(
+                    &record,
+                    &toeplitz,
+                    &reta,
+                    HashFields::L3L4,
+                    HashFields::L3L4,
+                )
+                .unwrap();
                 assert!(!owner.is_split());
                 let reply = session.reply_key().unwrap();
                 for queue in 0..queues {
@@ -742,7 +749,8 @@ mod tests {
             let s = Session::new(&key, ForwardMode::FullNat, 0, 0, RS, 8080)
                 .with_local(Ipv4Addr::new(10, 1, 255, 1), lport);
             let r = RecordRepr::connection(&s, RecordOp::Update, 1);
-            session_owner(&r, &toeplitz, &reta, HashFields::L3L4, HashFields::L3L4).filter(Owner::is_split)
+            session_owner(&r, &toeplitz, &reta, HashFields::L3L4, HashFields::L3L4)
+                .filter(Owner::is_split)
         });
         assert!(split.is_some());
         let template = RecordRepr::template(
@@ -756,7 +764,13 @@ mod tests {
             1,
         );
         assert_eq!(
-            session_owner(&template, &toeplitz, &reta, HashFields::L3L4, HashFields::L3L4),
+            session_owner(
+                &template,
+                &toeplitz,
+                &reta,
+                HashFields::L3L4,
+                HashFields::L3L4
+            ),
             None
         );
     }
@@ -846,9 +860,7 @@ mod tests {
                 steer6: true,
             };
             let mut pools: Vec<PortPool> = (0..4)
-                .map(|q| {
-                    PortPool::build(&lips, 1024..=65535, &toeplitz, &reta, fields, q).unwrap()
-                })
+                .map(|q| PortPool::build(&lips, 1024..=65535, &toeplitz, &reta, fields, q).unwrap())
                 .collect();
             let mut moved = 0;
             for n in 0..400u32 {
@@ -872,14 +884,8 @@ mod tests {
                 };
                 let client_queue = view(0).owner_of6(&key);
                 // NAT.
-                let nat = crate::session::table6::Session6::new(
-                    &key,
-                    ForwardMode::Nat,
-                    0,
-                    0,
-                    rs6,
-                    8080,
-                );
+                let nat =
+                    crate::session::table6::Session6::new(&key, ForwardMode::Nat, 0, 0, rs6, 8080);
                 let (o, wrong) = owner(&nat);
                 assert_eq!((o.queue, o.client_queue), (client_queue, client_queue));
                 moved += usize::from(wrong != o.queue);

@@ -15,7 +15,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use crate::model::{Service, ServiceKey};
 use crate::service::ServiceTable;
-use crate::session::persist::{prefix_mask6, Bind, PersistTable, Template, TemplateKey, TemplateKey6};
+use crate::session::persist::{
+    prefix_mask6, Bind, PersistTable, Template, TemplateKey, TemplateKey6,
+};
 use crate::session::replication::{RecordOp, RecordRepr};
 
 /// One template of the shared table: of an IPv4 service or of an IPv6 one.
@@ -669,11 +671,17 @@ mod tests {
 
         // One refreshed (a new connection used it): sent again, once.
         table.refresh(k(3), 1200, 60);
-        assert_eq!(passes(&mut tracker, &table, 60, 2), [(k(3).into(), t(3, 1200))]);
+        assert_eq!(
+            passes(&mut tracker, &table, 60, 2),
+            [(k(3).into(), t(3, 1200))]
+        );
         // One re-pinned to another real server.
         table.remove(k(4));
         table.bind(k(4), t(9, 1100), 70);
-        assert_eq!(passes(&mut tracker, &table, 70, 1), [(k(4).into(), t(9, 1100))]);
+        assert_eq!(
+            passes(&mut tracker, &table, 70, 1),
+            [(k(4).into(), t(9, 1100))]
+        );
 
         // 100 ticks after they were sent, the unchanged ones go again.
         let again = passes(&mut tracker, &table, 100, 1);
@@ -702,7 +710,10 @@ mod tests {
         );
         // Used here (this node took over): from now on it is ours to send.
         table.refresh(k(1), 900, 310);
-        assert_eq!(passes(&mut tracker, &table, 310, 1), [(k(1).into(), t(5, 900))]);
+        assert_eq!(
+            passes(&mut tracker, &table, 310, 1),
+            [(k(1).into(), t(5, 900))]
+        );
 
         // A template whose real server cannot be described is retried every pass.
         table.bind(k(2), t(6, 800), 320);
@@ -743,7 +754,9 @@ mod tests {
         table
             .add_server(key, RealServerSpec::new(rs6, 8080, 1, ForwardMode::Nat))
             .unwrap();
-        table.add_laddr(key, Ipv4Addr::new(10, 1, 255, 1).into()).unwrap();
+        table
+            .add_laddr(key, Ipv4Addr::new(10, 1, 255, 1).into())
+            .unwrap();
         table
             .add_server(key, RealServerSpec::new(RS1, 8080, 1, ForwardMode::FullNat))
             .unwrap();
@@ -759,7 +772,11 @@ mod tests {
         for rs in [RS6.parse::<IpAddr>().unwrap(), IpAddr::V4(RS1)] {
             let id = |table: &ServiceTable| {
                 let s = table
-                    .get(ServiceKey::new(Protocol::Tcp, VIP6.parse::<IpAddr>().unwrap(), 80))
+                    .get(ServiceKey::new(
+                        Protocol::Tcp,
+                        VIP6.parse::<IpAddr>().unwrap(),
+                        80,
+                    ))
                     .unwrap();
                 (s.id, s.real_servers.iter().find(|r| r.ip == rs).unwrap().id)
             };
@@ -816,7 +833,10 @@ mod tests {
         assert_eq!(sent, [(k(1).into(), t(1, 1000)), (key6.into(), t(2, 1000))]);
         assert!(passes(&mut tracker, &table, 10, 1).is_empty());
         table.refresh6(key6, 1200, 20);
-        assert_eq!(passes(&mut tracker, &table, 20, 1), [(key6.into(), t(2, 1200))]);
+        assert_eq!(
+            passes(&mut tracker, &table, 20, 1),
+            [(key6.into(), t(2, 1200))]
+        );
         tracker.received(key6, t(2, 1200), 30);
         table.remove6(key6);
         passes(&mut tracker, &table, 40, 2);
