@@ -839,7 +839,9 @@ pub const fn mode_from_code(code: u8) -> Option<ForwardMode> {
 ///
 /// An IPv6 connection has IPv6 client and virtual addresses (and prefix length 128);
 /// it travels as an IPv6 record ([`RECORD6_LEN`]). Its real server and local address
-/// are IPv6 too, or IPv4 (a translated connection), written IPv4-mapped.
+/// are IPv6 too, or IPv4 (NAT64), written IPv4-mapped. An IPv6 service's template
+/// (an IPv6 client network, its prefix length up to 128) travels as an IPv6 record
+/// too, of kind 4.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RecordRepr {
     pub kind: RecordKind,
