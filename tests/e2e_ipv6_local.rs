@@ -190,7 +190,7 @@ fn client_kernel_resolves_and_pings_the_appliance_over_ipv6() {
 /// Neighbor Discovery, which Sluice answers for its VIPs.
 pub(crate) const VIP6: &str = "2001:db8:18::100";
 /// The appliance's address on the real servers' link, their default gateway.
-const GATEWAY6: &str = "2001:db8:1a::1";
+pub(crate) const GATEWAY6: &str = "2001:db8:1a::1";
 
 pub(crate) fn rs_ip6(i: u32) -> String {
     format!("2001:db8:1a::{}", 10 + i)
@@ -1090,7 +1090,12 @@ fn packet_too_big_is_rate_limited_during_a_flood() {
 /// `e2e_apps.py ask` in the client's namespace against the IPv6 VIP's `port`:
 /// `rounds` rounds, each one kernel TCP connection from every address of `sources`
 /// in that order; the real server ("rs1", "rs2") that answered each, in order.
-fn ask6(lab: &AppLab, port: u16, sources: &[&str], rounds: u32) -> Vec<(String, String)> {
+pub(crate) fn ask6(
+    lab: &AppLab,
+    port: u16,
+    sources: &[&str],
+    rounds: u32,
+) -> Vec<(String, String)> {
     let (apps, port_s, rounds_s) = (AppLab::apps(), port.to_string(), rounds.to_string());
     let mut args = vec![
         PYTHON,
@@ -1122,7 +1127,7 @@ fn ask6(lab: &AppLab, port: u16, sources: &[&str], rounds: u32) -> Vec<(String, 
 }
 
 /// The real servers that answered `source`'s connections, in order.
-fn servers_of(answers: &[(String, String)], source: &str) -> Vec<String> {
+pub(crate) fn servers_of(answers: &[(String, String)], source: &str) -> Vec<String> {
     answers
         .iter()
         .filter(|(s, _)| s == source)

@@ -1858,3 +1858,320 @@ fn standby_holds_the_active_ipv6_sessions_and_forwards_them_after_failover() {
     b.stop_clean();
     eprintln!("IPv6 sync test: {:.1} s", started.elapsed().as_secs_f64());
 }
+
+/// A node of the IPv6 FullNAT, NAT64 and persistence test: `iface` (af_packet) in
+/// `ns`, IPv4 address `v4`, `2001:db8:18::HOST` on the client's link and `gateway`
+/// on the real servers' (the active holds their default gateway), the three
+/// services of [`standby_installs_ipv6_fullnat_nat64_sessions_and_templates`], sync
+/// from `listen` to `peer`.
+fn ipv6_fullnat_node(
+    lab: &AppLab,
+    (ns, iface): (&str, &str),
+    v4: &str,
+    host: u8,
+    gateway: &str,
+    (listen, peer): (&str, &str),
+) -> Daemon {
+    use crate::e2e_ipv6_local::{rs_ip6, LIP4, LIP6};
+    let servers = |ip: &dyn Fn(u32) -> String, mode: &str| -> String {
+        (1..=lab.bed.rs_count())
+            .map(|i| {
+                format!(
+                    "  [[services.real_servers]]\n  ip = \"{}\"\n  port = {ECHO_PORT}\n  mode = \"{mode}\"\n",
+                    ip(i)
+                )
+            })
+            .collect()
+    };
+    let service = |port: u16, extra: &str, servers: String| {
+        format!(
+            "[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = {port}\nscheduler = \"rr\"\n{extra}{servers}"
+        )
+    };
+    let v4_server = |i: u32| lab.bed.rs_ip(i).to_string();
+    let toml = [
+        service(
+            FULLNAT6_PORT,
+            &format!("local_addresses = [\"{LIP6}\"]\n"),
+            servers(&rs_ip6, "fullnat"),
+        ),
+        service(
+            NAT64_PORT,
+            &format!("local_addresses = [\"{LIP4}\"]\n"),
+            servers(&v4_server, "fullnat"),
+        ),
+        service(
+            PERSISTENT6_PORT,
+            "persistence_timeout = 60\n",
+            servers(&rs_ip6, "nat"),
+        ),
+        format!(
+            "[sync]\nlisten = \"{listen}:{SYNC_PORT}\"\npeers = [\"{peer}:{SYNC_PORT}\"]\nkey = \"{KEY}\"\n"
+        ),
+    ]
+    .join("\n");
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={iface}"),
+        &[
+            &format!("{v4}/24"),
+            &format!("2001:db8:18::{host}/64"),
+            &format!("{gateway}/64"),
+        ],
+    )])
+    .in_netns(ns);
+    cfg.extra_toml.push(toml);
+    Daemon::start(cfg)
+}
+
+const FULLNAT6_PORT: u16 = 7;
+const NAT64_PORT: u16 = 8;
+const PERSISTENT6_PORT: u16 = 90;
+
+/// The real servers' kernels send to the FullNAT local addresses (IPv6 and NAT64's
+/// IPv4 one) and to their IPv6 gateway through `mac`: permanent neighbour entries
+/// (both nodes answer for the local addresses: no VRRP here).
+fn real_servers_via(lab: &AppLab, mac: &str) {
+    use crate::e2e_ipv6_local::{GATEWAY6, LIP4, LIP6};
+    for i in 1..=lab.bed.rs_count() {
+        let (ns, ifname) = (lab.bed.rs_ns(i), lab.bed.rs_if(i));
+        for (family, addr) in [("-6", LIP6), ("-6", GATEWAY6), ("-4", LIP4)] {
+            let argv = [
+                "ip",
+                family,
+                "neigh",
+                "replace",
+                addr,
+                "lladdr",
+                mac,
+                "dev",
+                ifname,
+                "nud",
+                "permanent",
+            ];
+            lab.bed
+                .exec(ns, &argv, Duration::from_secs(10))
+                .expect_success("ip neigh replace");
+        }
+    }
+}
+
+/// IPv6 FullNAT, NAT64 and IPv6 persistence through session sync, end to end with
+/// kernel TCP: the active forwards 4 long echo connections over IPv6 FullNAT (an
+/// IPv6 local address) and 4 over NAT64 (IPv4 real servers from an IPv4 local
+/// address) before the standby starts (they reach it in the active's dump); then two
+/// client addresses connect to a persistent NAT service (`-p`, per address), rr
+/// putting them on different real servers, whose IPv6 templates reach the standby in
+/// batches. The standby holds the 8 long connections ESTABLISHED with their local
+/// ends and both templates with their real servers. The active is killed and the
+/// client's and real servers' next hops moved to the standby: the long connections go
+/// on (a standby without them, or without their local ends, would drop their
+/// segments), and each client's new connections stay on its real server, the second
+/// client asking first (the standby's own rr, fresh, would give it the first
+/// client's server).
+#[test]
+fn standby_installs_ipv6_fullnat_nat64_sessions_and_templates() {
+    use crate::e2e_ipv6_local::{ask6, ipv6_lab, servers_of, GATEWAY6, LIP4, LIP6};
+    require_root();
+    let started = std::time::Instant::now();
+    let mut lab = AppLab::new(2);
+    lab.bed.configure("lb2", &[]);
+    ipv6_lab(&lab);
+    let second = "2001:db8:18::3";
+    lab.bed
+        .exec(
+            lab.bed.client_ns(),
+            &[
+                "ip",
+                "-6",
+                "addr",
+                "add",
+                &format!("{second}/64"),
+                "dev",
+                lab.bed.client_if(),
+                "nodad",
+            ],
+            Duration::from_secs(10),
+        )
+        .expect_success("second client address");
+    let fact = |k: &str| lab.bed.fact(k).to_string();
+    let (lb2_ns, lb2_if) = (fact("LB2_NS"), fact("LB2_IF"));
+    let (sync_a, sync_b) = (fact("SYNC1_IP"), fact("SYNC2_IP"));
+    let (lb_ns, lb_if) = (lab.bed.lb_ns().to_string(), lab.bed.lb_if().to_string());
+    let echo = format!("[::]:{ECHO_PORT}");
+    lab.start_servers_listening(&[("--echo", &echo)]);
+
+    let mut a = ipv6_fullnat_node(
+        &lab,
+        (&lb_ns, &lb_if),
+        NODE_A,
+        1,
+        GATEWAY6,
+        (&sync_a, &sync_b),
+    );
+    let mac = |d: &Daemon| {
+        port(&d.status(), "lan0")["mac"]
+            .as_str()
+            .unwrap()
+            .to_ascii_lowercase()
+    };
+    client_vip_via(&lab, &mac(&a));
+    real_servers_via(&lab, &mac(&a));
+    let long = |tag: &str, port: u16| {
+        lab.stream(
+            tag,
+            VIP6,
+            port,
+            &[
+                "--long",
+                "4",
+                "--new-per-s",
+                "0",
+                "--interval-ms",
+                "100",
+                "--duration",
+                "60",
+            ],
+        )
+    };
+    let (fullnat, nat64) = (long("fullnat6", FULLNAT6_PORT), long("nat64", NAT64_PORT));
+
+    let b = ipv6_fullnat_node(
+        &lab,
+        (&lb2_ns, &lb2_if),
+        NODE_B,
+        9,
+        "2001:db8:1a::9",
+        (&sync_b, &sync_a),
+    );
+    let dumped = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        (stat(&sync_report(&b), &["stats", "dump_chunks_received"]) >= 1).then_some(())
+    });
+    assert!(
+        dumped.is_some(),
+        "no dump reached the standby:\nactive {:#}\nstandby {:#}",
+        sync_report(&a),
+        sync_report(&b)
+    );
+    // One client address after the other: rr gives them different real servers.
+    let pinned: Vec<_> = [CLIENT6, second]
+        .iter()
+        .flat_map(|s| ask6(&lab, PERSISTENT6_PORT, &[s], 2))
+        .collect();
+    let (first, other) = (servers_of(&pinned, CLIENT6), servers_of(&pinned, second));
+    assert!(
+        first.len() == 2
+            && other.len() == 2
+            && first[0] == first[1]
+            && other[0] == other[1]
+            && first[0] != other[0],
+        "each client on one real server, not the same: {pinned:?}\n{}",
+        a.dump()
+    );
+
+    // The standby's copy: the long connections with their local ends, the templates.
+    let long_ones = |d: &Daemon| -> BTreeMap<(String, String, String), String> {
+        let out = d.ctl(&["-L", "-n", "-c", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        v["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["worker"].is_number() && c["state"] == "ESTABLISHED")
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+                ((s("client"), s("virtual"), s("destination")), s("local"))
+            })
+            .filter(|((_, v, _), _)| {
+                v.ends_with(&format!(":{FULLNAT6_PORT}")) || v.ends_with(&format!(":{NAT64_PORT}"))
+            })
+            .collect()
+    };
+    let mut last = (
+        BTreeMap::new(),
+        BTreeMap::new(),
+        BTreeMap::new(),
+        BTreeMap::new(),
+    );
+    let agreed = wait_for(Duration::from_secs(8), Duration::from_millis(200), || {
+        last = (long_ones(&a), long_ones(&b), templates(&a), templates(&b));
+        let (la, lb, ta, tb) = &last;
+        let same_templates = ta.len() == 2 && ta.keys().all(|k| tb.contains_key(k));
+        (la.len() == 8 && la == lb && same_templates).then_some(())
+    });
+    let (on_a, on_b, templates_a, templates_b) = last;
+    let (ra, rb) = (sync_report(&a), sync_report(&b));
+    eprintln!(
+        "IPv6 FullNAT/NAT64 sync: active {on_a:?}\nstandby {on_b:?}\ntemplates: active \
+         {templates_a:?}, standby {templates_b:?}; active sent {} templates, standby \
+         installed {} (skipped {})",
+        ra["stats"]["templates_sent"],
+        rb["stats"]["templates_installed"],
+        rb["stats"]["templates_skipped"],
+    );
+    assert!(
+        agreed.is_some(),
+        "the standby does not hold the active's IPv6 FullNAT/NAT64 connections and \
+         templates after 8 s:\nactive {ra:#}\nstandby {rb:#}\n{}",
+        b.dump()
+    );
+    let locals: Vec<&String> = on_b.values().collect();
+    assert_eq!(
+        locals
+            .iter()
+            .filter(|l| l.starts_with(&format!("[{LIP6}]:")))
+            .count(),
+        4,
+        "{on_b:?}"
+    );
+    assert_eq!(
+        locals
+            .iter()
+            .filter(|l| l.starts_with(&format!("{LIP4}:")))
+            .count(),
+        4,
+        "{on_b:?}"
+    );
+
+    // Failover.
+    a.kill_hard();
+    let failed_at = std::time::Instant::now();
+    client_vip_via(&lab, &mac(&b));
+    real_servers_via(&lab, &mac(&b));
+    std::thread::sleep(Duration::from_millis(1500));
+    for (what, stream) in [("FullNAT", fullnat), ("NAT64", nat64)] {
+        let (report, exit, stderr) = stream.stop_and_report_with_exit();
+        let longs = report["long"].as_array().cloned().unwrap_or_default();
+        eprintln!(
+            "{what} after the failover ({} ms): {}",
+            failed_at.elapsed().as_millis(),
+            serde_json::to_string(&longs).unwrap()
+        );
+        assert!(
+            longs.len() == 4
+                && exit == Some(0)
+                && longs
+                    .iter()
+                    .all(|l| l["failures"].as_array().is_some_and(|f| f.is_empty())),
+            "{what} long connections failed over the failover: {report:#}\n{stderr}\n{}",
+            b.dump()
+        );
+    }
+    // The second client first: the standby's own rr, fresh, would give it the first
+    // client's server (its first pick, as the active's was).
+    let after: Vec<_> = [second, CLIENT6]
+        .iter()
+        .flat_map(|s| ask6(&lab, PERSISTENT6_PORT, &[s], 2))
+        .collect();
+    assert_eq!(
+        (servers_of(&after, CLIENT6), servers_of(&after, second)),
+        (first, other),
+        "persistent clients moved to another real server after the takeover\n{}",
+        b.dump()
+    );
+    b.stop_clean();
+    eprintln!(
+        "IPv6 FullNAT/NAT64/persistence sync test: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

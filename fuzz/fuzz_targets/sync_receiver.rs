@@ -126,7 +126,12 @@ fn record6_bytes(r: &RecordSpec, out: &mut Vec<u8>) {
     let b = &mut out[at..];
     b[..8].copy_from_slice(&v4[..8]);
     b[72..100].copy_from_slice(&v4[24..52]);
-    b[0] = if v4[0] == 1 { 3 } else { v4[0] };
+    // IPv6 connection (3) or template (4) in place of the IPv4 kinds.
+    b[0] = match v4[0] {
+        1 => 3,
+        2 => 4,
+        k => k,
+    };
     b[2] = if tcp { 6 } else { 17 };
     if r.mode < 232 {
         b[3] = mode;

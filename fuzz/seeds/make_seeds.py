@@ -56,12 +56,12 @@ def golden_frames():
 
 
 def sync_message(records, key=None, mtype=1):
-    """A sync message of version 5 (docs/SYNC.md) from 198.18.0.2 to every peer, or to
+    """A sync message of version 6 (docs/SYNC.md) from 198.18.0.2 to every peer, or to
     198.18.0.1 (the fuzz bed's node) for a resync request or dump chunk."""
     flags = 1 if key else 0
     length = 44 + sum(len(r) for r in records)
     to = 0 if mtype == 1 else 0xC6120001
-    head = struct.pack(">IBBHHHIIIIQQ", 0x534C5359, 5, mtype, flags, length, len(records),
+    head = struct.pack(">IBBHHHIIIIQQ", 0x534C5359, 6, mtype, flags, length, len(records),
                        0xC6120002, to, 0, 0, 1, 7)
     msg = head + b"".join(records)
     if key:
@@ -81,12 +81,25 @@ def sync_record(mode, client, cport, vip, vport, rip, rport, lip="0.0.0.0", lpor
         ip(client) + ip(vip) + ip(rip) + ip(lip) + sync_tail(cport, vport, rport, lport, tcp)
 
 
-def sync_record6(mode, client, cport, vip, vport, rip, rport, tcp=True, state=1, flags=0):
-    """An IPv6 connection record (kind 3, 100 bytes)."""
+def sync_record6(mode, client, cport, vip, vport, rip, rport, tcp=True, state=1, flags=0, lip=None, lport=0):
+    """An IPv6 connection record (kind 3, 100 bytes); an IPv4 real server or local
+    address (NAT64) IPv4-mapped."""
+    import ipaddress
+    def ip(a):
+        a = ipaddress.ip_address(a)
+        return (a if a.version == 6 else ipaddress.IPv6Address("::ffff:" + str(a))).packed
+    local = ip(lip) if lip else bytes(16)
+    return struct.pack(">BBBBBBH", 3, 1, 6 if tcp else 17, mode, state if tcp else 0, 128, flags) + \
+        ip(client) + ip(vip) + ip(rip) + local + sync_tail(cport, vport, rport, lport, tcp)
+
+
+def sync_template6(mode, network, prefix, vip, vport, rip, rport, tcp=True):
+    """An IPv6 persistence template record (kind 4, 100 bytes)."""
     import ipaddress
     ip = lambda a: ipaddress.IPv6Address(a).packed
-    return struct.pack(">BBBBBBH", 3, 1, 6 if tcp else 17, mode, state if tcp else 0, 128, flags) + \
-        ip(client) + ip(vip) + ip(rip) + bytes(16) + sync_tail(cport, vport, rport, 0, tcp)
+    return struct.pack(">BBBBBBH", 4, 1, 6 if tcp else 17, mode, 0, prefix, 0) + \
+        ip(network) + ip(vip) + ip(rip) + bytes(16) + \
+        struct.pack(">HHHHIII", 0, vport, rport, 0, 30000, 0, 0) + bytes(8)
 
 
 def sync_seeds():
@@ -113,6 +126,18 @@ def sync_seeds():
     write("sync_receiver", "ipv6", record(0, sync_message(recs6)))
     write("sync_receiver", "ipv6-keyed-mixed", record(1, sync_message(recs[:2] + recs6 + recs[3:4], SYNC_KEY)))
     write("sync_receiver", "ipv6-keyed-dump", record(1, sync_message(recs6[1:], SYNC_KEY, mtype=3)))
+    # IPv6 FullNAT and NAT64 connections and IPv6 templates (format version 6).
+    more6 = [
+        sync_record6(5, "2001:db8:18::2", 33020, "2001:db8:18::100", 80, "2001:db8:18::21", 8080,
+                     lip="2001:db8:18::50", lport=40000),
+        sync_record6(5, "2001:db8:18::2", 33021, "2001:db8:18::100", 80, "198.18.0.21", 8080,
+                     lip="198.18.0.50", lport=40001),
+        sync_template6(0, "2001:db8:18::", 64, "2001:db8:18::100", 80, "2001:db8:18::21", 8080),
+        sync_template6(0, "2001:db8:18::2", 128, "2001:db8:18::100", 80, "2001:db8:18::22", 8080),
+    ]
+    write("sync_receiver", "ipv6-fullnat-nat64-templates", record(0, sync_message(more6)))
+    write("sync_receiver", "ipv6-templates-keyed-dump",
+          record(1, sync_message(recs6[:1] + more6[2:], SYNC_KEY, mtype=3)))
 
 
 def ipv6_seeds():

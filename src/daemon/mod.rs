@@ -450,7 +450,7 @@ fn sync_node(
     let node = sync::SyncNode::bind(
         settings,
         rings.clone(),
-        (view.toeplitz, view.reta, view.fields),
+        (view.toeplitz, view.reta, view.fields, view.fields6),
         persist.clone(),
         cfg.sessions.tick_ms,
         crate::wire::MacAddr(app.ports[0].mac),
@@ -1356,6 +1356,11 @@ impl Registry {
         records.extend(
             self.persist
                 .live(now)
+                .filter_map(|(key, template)| by_id.record(key, template, now, tick_ms)),
+        );
+        records.extend(
+            self.persist
+                .live6(now)
                 .filter_map(|(key, template)| by_id.record(key, template, now, tick_ms)),
         );
         let Some((node, _)) = &mut self.sync else {

@@ -159,7 +159,7 @@ pub struct SyncNode {
     sender: SyncSender,
     receiver: Receiver,
     rings: Arc<Vec<EventRing>>,
-    rss: (Toeplitz, Reta, HashFields),
+    rss: (Toeplitz, Reta, HashFields, HashFields),
     buf: Vec<u8>,
     /// Receive buffer of the socket (the largest UDP datagram), kept across ticks.
     datagram: Vec<u8>,
@@ -192,7 +192,7 @@ impl SyncNode {
     pub fn bind(
         settings: &SyncSettings,
         rings: Arc<Vec<EventRing>>,
-        rss: (Toeplitz, Reta, HashFields),
+        rss: (Toeplitz, Reta, HashFields, HashFields),
         persist: Arc<PersistTable>,
         tick_ms: u32,
         mac: MacAddr,
@@ -257,7 +257,7 @@ impl SyncNode {
             dumps: Vec::new(),
             resync_request: None,
             tracker: TemplateTracker::new(
-                persist.capacity(),
+                &persist,
                 (TEMPLATE_PASS_MS / MANAGEMENT_TICK_MS) as usize,
                 resend_ticks(settings.period_ms, tick_ms),
             ),
@@ -583,7 +583,7 @@ impl SyncNode {
             }
             crate::session::replication::MessageType::SessionBatch => {}
         }
-        let (toeplitz, reta, fields) = &self.rss;
+        let (toeplitz, reta, fields, fields6) = &self.rss;
         for record in accepted.records() {
             let service = table.get(ServiceKey::new(
                 record.proto,
@@ -612,7 +612,7 @@ impl SyncNode {
                 let applied = templates::identify(table, &record, now, self.tick_ms).map(
                     |(key, template)| {
                         let applied = templates::apply(&self.persist, key, template, now);
-                        match (applied, self.persist.lookup(key, now)) {
+                        match (applied, key.lookup(&self.persist, now)) {
                             // The peer knows what we hold now: not echoed back.
                             (
                                 Applied::Created | Applied::Refreshed | Applied::Replaced,
@@ -633,7 +633,7 @@ impl SyncNode {
                 }
                 continue;
             }
-            let Some(owner) = session_owner(&record, toeplitz, reta, *fields) else {
+            let Some(owner) = session_owner(&record, toeplitz, reta, *fields, *fields6) else {
                 continue;
             };
             if mesh.install(usize::from(owner.queue), record) {

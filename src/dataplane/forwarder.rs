@@ -248,7 +248,7 @@ impl RssView {
 
     /// As [`RssView::steer_to`] for an IPv6 packet.
     #[inline]
-    fn steer_to6(&self, key: &FlowKey6, redirected: bool) -> Option<u16> {
+    pub(crate) fn steer_to6(&self, key: &FlowKey6, redirected: bool) -> Option<u16> {
         if !self.steer6 || redirected {
             return None;
         }
@@ -683,6 +683,12 @@ impl Forwarder {
                     let addr = |ip: std::net::Ipv6Addr, port: u16| {
                         SocketAddr::V6(std::net::SocketAddrV6::new(ip, port, 0, 0))
                     };
+                    // NAT64's IPv4 ends, kept IPv4-mapped, listed as the IPv4
+                    // addresses they are.
+                    let end = |ip: std::net::Ipv6Addr, port: u16| match ip.to_ipv4_mapped() {
+                        Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
+                        None => addr(ip, port),
+                    };
                     out.push(ConnectionEntry {
                         worker,
                         proto: s.proto,
@@ -690,8 +696,9 @@ impl Forwarder {
                         expires_ticks: left(s.deadline()),
                         client: addr(s.client, s.client_port),
                         virtual_service: addr(s.vip, s.vport),
-                        local: None,
-                        real_server: addr(s.real_addr, s.real_port),
+                        local: (s.mode == ForwardMode::FullNat)
+                            .then(|| end(s.local_addr, s.local_port)),
+                        real_server: end(s.real_addr, s.real_port),
                         session: ListedSession::V6(*s),
                         synproxy: None,
                     });
@@ -1508,5 +1515,129 @@ mod tests {
         gone.op = RecordOp::Remove;
         assert_eq!(f.install(&gone), Some(Event::SyncRemoved));
         assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (0, 0));
+    }
+    /// The standby's IPv6 FullNAT and NAT64 sessions: a NAT64 session's IPv4 local
+    /// port is reserved in the service's pool (so no new connection takes it), a port
+    /// held already or of no local address here refuses the record, and a removal
+    /// gives the port back; an IPv6 FullNAT session needs one of the service's IPv6
+    /// local addresses, and its reply (real server to local address and port) finds
+    /// it.
+    #[test]
+    fn synced_ipv6_fullnat_and_nat64_sessions_hold_their_local_ends() {
+        use crate::model::{RealServerSpec, ServiceKey};
+        use crate::service::{ServiceTable, Snapshot};
+        use crate::session::replication::{RecordFlags, RecordKind, RecordOp, RecordRepr};
+        use crate::session::TcpState;
+        use std::net::Ipv6Addr;
+        let vip: Ipv6Addr = "2001:db8:18::100".parse().unwrap();
+        let (lip4, rs4) = (Ipv4Addr::new(198, 18, 0, 50), Ipv4Addr::new(198, 18, 0, 21));
+        let (lip6, rs6): (Ipv6Addr, Ipv6Addr) = (
+            "2001:db8:1a::50".parse().unwrap(),
+            "2001:db8:1a::11".parse().unwrap(),
+        );
+        let mut table = ServiceTable::new();
+        let nat64 = ServiceKey::new(Protocol::Tcp, vip, 83);
+        table
+            .add_service(nat64, crate::model::SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = RealServerSpec::new(rs4, 8080, 1, ForwardMode::FullNat);
+        table.add_server(nat64, rs).unwrap();
+        table.add_laddr(nat64, lip4.into()).unwrap();
+        let full6 = ServiceKey::new(Protocol::Tcp, vip, 82);
+        table
+            .add_service(full6, crate::model::SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = RealServerSpec::new(rs6, 8080, 1, ForwardMode::FullNat);
+        table.add_server(full6, rs).unwrap();
+        table.add_laddr(full6, lip6.into()).unwrap();
+        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        let mut config = ForwarderConfig::new(
+            64,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(super::super::realserver_stats::new_table()),
+            RssView::default_spread(1, 0),
+        );
+        config.local_ports = 40000..=40031;
+        let mut f = Forwarder::new(config);
+        let client: Ipv6Addr = "2001:db8:18::2".parse().unwrap();
+        let record = |cport: u16, vport: u16, real: SocketAddr, local: SocketAddr| RecordRepr {
+            kind: RecordKind::Connection,
+            op: RecordOp::Update,
+            proto: Protocol::Tcp,
+            mode: ForwardMode::FullNat,
+            state: TcpState::Established,
+            client_prefix_len: 128,
+            flags: RecordFlags::default(),
+            client: SocketAddr::new(client.into(), cport),
+            virtual_service: SocketAddr::new(vip.into(), vport),
+            real_server: real,
+            local: Some(local),
+            timeout_ms: 60_000,
+            timestamp_offset: 0,
+            synproxy: None,
+        };
+        let (real4, real6) = (
+            SocketAddr::new(rs4.into(), 8080),
+            SocketAddr::new(rs6.into(), 8080),
+        );
+        let at4 = |port| SocketAddr::new(lip4.into(), port);
+        // NAT64: a port outside the pool, or of another address: not installed.
+        assert_eq!(f.install(&record(33000, 83, real4, at4(50000))), None);
+        let other = SocketAddr::new(Ipv4Addr::new(198, 18, 0, 52).into(), 40000);
+        assert_eq!(f.install(&record(33000, 83, real4, other)), None);
+        assert_eq!((f.sessions6().len(), pool_ports_in_use(&f)), (0, 0));
+        assert_eq!(
+            f.install(&record(33000, 83, real4, at4(40000))),
+            Some(Event::SyncInstalled)
+        );
+        assert_eq!((f.sessions6().len(), pool_ports_in_use(&f)), (1, 1));
+        // The port taken: neither the peer's next record nor this worker's pool
+        // hands it out again.
+        assert_eq!(f.install(&record(33001, 83, real4, at4(40000))), None);
+        assert!(f.pools.values().any(|p| p.is_in_use(lip4, 40000)));
+        // Its IPv4 reply key finds it (IPv4-mapped, as the data plane files it).
+        let reply = FlowKey6 {
+            src: rs4.to_ipv6_mapped(),
+            dst: lip4.to_ipv6_mapped(),
+            sport: 8080,
+            dport: 40000,
+            proto: Protocol::Tcp,
+        };
+        assert!(f.sessions6.lookup(&reply, 0).is_some());
+        let mut gone = record(33000, 83, real4, at4(40000));
+        gone.op = RecordOp::Remove;
+        assert_eq!(f.install(&gone), Some(Event::SyncRemoved));
+        assert_eq!((f.sessions6().len(), pool_ports_in_use(&f)), (0, 0));
+
+        // IPv6 FullNAT: a local address the service has not here is refused.
+        let at6 = |ip: Ipv6Addr, port| SocketAddr::new(ip.into(), port);
+        let stranger: Ipv6Addr = "2001:db8:1a::52".parse().unwrap();
+        assert_eq!(
+            f.install(&record(33002, 82, real6, at6(stranger, 41000))),
+            None
+        );
+        assert_eq!(
+            f.install(&record(33002, 82, real6, at6(lip6, 41000))),
+            Some(Event::SyncInstalled)
+        );
+        let reply = FlowKey6 {
+            src: rs6,
+            dst: lip6,
+            sport: 8080,
+            dport: 41000,
+            proto: Protocol::Tcp,
+        };
+        let (id, dir) = f.sessions6.lookup(&reply, 0).unwrap();
+        assert_eq!(dir, crate::session::Direction::Outbound);
+        assert_eq!(f.sessions6.get(id).unwrap().client_port, 33002);
+        // Another client with that local end: its reply key is taken, refused.
+        assert_eq!(f.install(&record(33003, 82, real6, at6(lip6, 41000))), None);
+        // Mixed families are no session: an IPv6 real server behind an IPv4 end.
+        assert_eq!(f.install(&record(33004, 82, real6, at4(40001))), None);
+        assert_eq!((f.sessions6().len(), pool_ports_in_use(&f)), (1, 0));
     }
 }

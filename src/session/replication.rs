@@ -1,4 +1,4 @@
-//! The session sync message format, version 5: what the active node sends its standby
+//! The session sync message format, version 6: what the active node sends its standby
 //! in UDP datagrams. Layout, versioning rule and semantics are in `docs/SYNC.md`.
 //!
 //! As in `crate::wire`: [`Packet`] is a zero-copy view over any `T: AsRef<[u8]>`,
@@ -13,7 +13,8 @@
 //! the forwarding mode has a field of its own (numbered with IPVS's `IP_VS_CONN_F_*`
 //! forwarding codes, FullNAT as in DPVS), and the timeout is in milliseconds. As IPVS
 //! v1 sends IPv6 connections in records of their own, larger type, an IPv6 connection
-//! is a record of its own kind and size ([`RECORD6_LEN`]), in the same messages.
+//! is a record of its own kind and size ([`RECORD6_LEN`]), in the same messages; an
+//! IPv6 persistence template too (kind 4, the IPv6 connection's layout).
 use core::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
@@ -37,7 +38,7 @@ fn write_u64(data: &mut [u8], at: usize, value: u64) {
 pub const MAGIC: u32 = 0x534c_5359;
 /// The version this module reads and writes. Any change to the header or record layout
 /// takes a new number; a receiver rejects every version but its own.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 
 mod field {
     pub const MAGIC: usize = 0;
@@ -97,19 +98,19 @@ mod field6 {
 pub const HEADER_LEN: usize = field::RECORDS;
 /// Bytes per IPv4 record (kinds 1 and 2).
 pub const RECORD_LEN: usize = field::RECORD_END;
-/// Bytes per IPv6 connection record (kind 3).
+/// Bytes per IPv6 record (kinds 3 and 4).
 pub const RECORD6_LEN: usize = field6::RECORD_END;
 
 /// Record kind byte of an IPv6 connection.
 const KIND_CONNECTION6: u8 = 3;
-/// Record kind byte an IPv6 template would take: not defined yet, so refused.
+/// Record kind byte of an IPv6 persistence template.
 const KIND_TEMPLATE6: u8 = 4;
 
 /// Bytes of a record whose kind byte is `kind`, if the kind is one this version has.
 pub const fn record_len(kind: u8) -> Option<usize> {
     match kind {
         1 | 2 => Some(RECORD_LEN),
-        KIND_CONNECTION6 => Some(RECORD6_LEN),
+        KIND_CONNECTION6 | KIND_TEMPLATE6 => Some(RECORD6_LEN),
         _ => None,
     }
 }
@@ -169,8 +170,8 @@ pub enum RecordFault {
     Mode,
     /// Not an IPVS TCP state, or not NONE where only NONE fits (UDP, templates).
     State,
-    /// Not 32 for a connection (128 for an IPv6 one); above 32, or host bits set, for
-    /// a template.
+    /// Not 32 for a connection (128 for an IPv6 one); above 32 (128 for an IPv6
+    /// template), or host bits set, for a template.
     PrefixLen,
     /// An IPv6 record whose client or virtual address is an IPv4-mapped one (an IPv4
     /// connection travels in an IPv4 record).
@@ -838,7 +839,9 @@ pub const fn mode_from_code(code: u8) -> Option<ForwardMode> {
 ///
 /// An IPv6 connection has IPv6 client and virtual addresses (and prefix length 128);
 /// it travels as an IPv6 record ([`RECORD6_LEN`]). Its real server and local address
-/// are IPv6 too, or IPv4 (a translated connection), written IPv4-mapped.
+/// are IPv6 too, or IPv4 (NAT64), written IPv4-mapped. An IPv6 service's template
+/// (an IPv6 client network, its prefix length up to 128) travels as an IPv6 record
+/// too, of kind 4.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RecordRepr {
     pub kind: RecordKind,
@@ -914,9 +917,17 @@ impl RecordRepr {
     /// The record of an IPv6 session, which has `timeout_ms` left to live.
     pub fn connection6(session: &Session6, op: RecordOp, timeout_ms: u32) -> RecordRepr {
         let addr = |ip: Ipv6Addr, port: u16| SocketAddr::V6(SocketAddrV6::new(ip, port, 0, 0));
+        // NAT64's IPv4 ends, which the session keeps IPv4-mapped, as IPv4 addresses
+        // (as a parsed record has them).
+        let end = |ip: Ipv6Addr, port: u16| {
+            SocketAddr::new(ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4), port)
+        };
         let mut flags = RecordFlags::empty();
         if session.no_output() {
             flags = flags | RecordFlags::NO_OUTPUT;
+        }
+        if session.persistent {
+            flags = flags | RecordFlags::PERSISTENT;
         }
         RecordRepr {
             kind: RecordKind::Connection,
@@ -928,11 +939,10 @@ impl RecordRepr {
             flags,
             client: addr(session.client, session.client_port),
             virtual_service: addr(session.vip, session.vport),
-            real_server: addr(session.real_addr, session.real_port),
-            // FullNAT's and NAT64's local end (IPv4-mapped for NAT64): the standby
-            // does not install these yet (`to_session6`), but the record is whole.
+            real_server: end(session.real_addr, session.real_port),
+            // FullNAT's and NAT64's local end (an IPv4 one for NAT64).
             local: (session.mode == ForwardMode::FullNat)
-                .then(|| addr(session.local_addr, session.local_port)),
+                .then(|| end(session.local_addr, session.local_port)),
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
             timestamp_offset: 0,
             synproxy: None,
@@ -977,6 +987,38 @@ impl RecordRepr {
             client: SocketAddr::V4(SocketAddrV4::new(network, 0)),
             virtual_service: SocketAddr::V4(virtual_service),
             real_server: SocketAddr::V4(real_server),
+            local: None,
+            timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
+            timestamp_offset: 0,
+            synproxy: None,
+        }
+    }
+
+    /// The record of an IPv6 service's persistence template: `network/prefix_len` of
+    /// service `proto virtual_service` goes to `real_server` (IPv6, or IPv4 behind
+    /// NAT64) in `mode` for `timeout_ms` more. Travels as an IPv6 record (kind 4).
+    #[allow(clippy::too_many_arguments)]
+    pub fn template6(
+        op: RecordOp,
+        proto: Protocol,
+        virtual_service: SocketAddrV6,
+        network: Ipv6Addr,
+        prefix_len: u8,
+        real_server: SocketAddr,
+        mode: ForwardMode,
+        timeout_ms: u32,
+    ) -> RecordRepr {
+        RecordRepr {
+            kind: RecordKind::Template,
+            op,
+            proto,
+            mode,
+            state: TcpState::None,
+            client_prefix_len: prefix_len,
+            flags: RecordFlags::empty(),
+            client: SocketAddr::V6(SocketAddrV6::new(network, 0, 0, 0)),
+            virtual_service: SocketAddr::V6(virtual_service),
+            real_server,
             local: None,
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
             timestamp_offset: 0,
@@ -1045,29 +1087,46 @@ impl RecordRepr {
         Some(session)
     }
 
-    /// The IPv6 session an IPv6 connection record describes (DR, TUN or NAT to an
-    /// IPv6 real server), under the receiver's own numbering; `None` otherwise.
+    /// The IPv6 session an IPv6 connection record describes, under the receiver's own
+    /// numbering: DR, TUN or NAT to an IPv6 real server, FullNAT with an IPv6 local
+    /// address and port to one, or NAT64 (FullNAT with an IPv4 local address and port
+    /// to an IPv4 real server, kept IPv4-mapped as the data plane keeps them). `None`
+    /// for anything else (a template, an IPv4 record, mixed families).
     pub fn to_session6(&self, service: u32, real: u32) -> Option<Session6> {
-        if self.kind != RecordKind::Connection || self.local.is_some() {
+        if self.kind != RecordKind::Connection {
             return None;
         }
-        let SocketAddr::V6(rs) = self.real_server else {
-            return None;
+        let v6 = |a: IpAddr| match a {
+            IpAddr::V6(a) => a,
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
         };
-        let session = Session6::new(
+        let (real_addr, local) = match (self.mode, self.real_server, self.local) {
+            (ForwardMode::FullNat, SocketAddr::V6(_), Some(SocketAddr::V6(_)))
+            | (ForwardMode::FullNat, SocketAddr::V4(_), Some(SocketAddr::V4(_))) => {
+                (v6(self.real_server.ip()), self.local)
+            }
+            (ForwardMode::FullNat, _, _) => return None,
+            (_, SocketAddr::V6(rs), None) => (*rs.ip(), None),
+            _ => return None,
+        };
+        let mut session = Session6::new(
             &self.in_key6()?,
             self.mode,
             service,
             real,
-            *rs.ip(),
-            rs.port(),
+            real_addr,
+            self.real_server.port(),
         );
+        if let Some(local) = local {
+            (session.local_addr, session.local_port) = (v6(local.ip()), local.port());
+        }
+        session.persistent = self.flags.contains(RecordFlags::PERSISTENT);
         Some(session.synced(self.state, self.flags.contains(RecordFlags::NO_OUTPUT)))
     }
 
     /// Parses and validates one record; the fault names the first bad field.
     pub fn parse<T: AsRef<[u8]>>(record: &Record<T>) -> Result<RecordRepr, RecordFault> {
-        if record.kind() == KIND_CONNECTION6 {
+        if matches!(record.kind(), KIND_CONNECTION6 | KIND_TEMPLATE6) {
             return Self::parse6(record.buffer.as_ref());
         }
         if record.buffer.as_ref().len() < RECORD_LEN {
@@ -1151,13 +1210,21 @@ impl RecordRepr {
         self.wire_len()
     }
 
-    /// Parses and validates an IPv6 connection record (kind 3). Its fields other than
-    /// the addresses are those of an IPv4 record, with the same rules; the prefix
-    /// length is 128, and the client and virtual addresses are not IPv4-mapped.
+    /// Parses and validates an IPv6 record: a connection (kind 3) or a persistence
+    /// template (kind 4). Its fields other than the addresses are those of an IPv4
+    /// record, with the same rules; a connection's prefix length is 128, a template's
+    /// at most 128 with no host bits set in its network, and the client and virtual
+    /// addresses are not IPv4-mapped.
     fn parse6(b: &[u8]) -> Result<RecordRepr, RecordFault> {
         if b.len() < RECORD6_LEN {
             return Err(RecordFault::Kind);
         }
+        let kind = match b[field::KIND] {
+            KIND_CONNECTION6 => RecordKind::Connection,
+            KIND_TEMPLATE6 => RecordKind::Template,
+            _ => return Err(RecordFault::Kind),
+        };
+        let template = kind == RecordKind::Template;
         // The fields but the addresses, where an IPv4 record has them.
         let mut rest = [0u8; RECORD_LEN];
         rest[..field::CLIENT_ADDR].copy_from_slice(&b[..field6::CLIENT_ADDR]);
@@ -1171,15 +1238,8 @@ impl RecordRepr {
         let proto = Protocol::from_ip_protocol(r.protocol()).ok_or(RecordFault::Protocol)?;
         let mode = mode_from_code(r.mode()).ok_or(RecordFault::Mode)?;
         let state = TcpState::from_u8(r.state()).ok_or(RecordFault::State)?;
-        if proto == Protocol::Udp && state != TcpState::None {
+        if (proto == Protocol::Udp || template) && state != TcpState::None {
             return Err(RecordFault::State);
-        }
-        if r.prefix_len() != 128 {
-            return Err(RecordFault::PrefixLen);
-        }
-        let flags = r.flags();
-        if flags & !RecordFlags::KNOWN != 0 {
-            return Err(RecordFault::Flags);
         }
         let addr = |at: usize| {
             let mut octets = [0u8; 16];
@@ -1187,6 +1247,21 @@ impl RecordRepr {
             Ipv6Addr::from(octets)
         };
         let (client, vip) = (addr(field6::CLIENT_ADDR), addr(field6::VIRTUAL_ADDR));
+        let prefix_len = r.prefix_len();
+        let host_bits = u128::MAX.checked_shr(u32::from(prefix_len)).unwrap_or(0);
+        let prefix_ok = match kind {
+            RecordKind::Connection => prefix_len == 128,
+            RecordKind::Template => prefix_len <= 128 && u128::from(client) & host_bits == 0,
+        };
+        if !prefix_ok {
+            return Err(RecordFault::PrefixLen);
+        }
+        let flags = r.flags();
+        if flags & !RecordFlags::KNOWN != 0 || (template && flags != 0) {
+            return Err(RecordFault::Flags);
+        }
+        // An IPv4-mapped template network is as wrong as a mapped client: an IPv4
+        // client's template travels in an IPv4 record.
         if client.to_ipv4_mapped().is_some() || vip.to_ipv4_mapped().is_some() {
             return Err(RecordFault::Address);
         }
@@ -1194,15 +1269,18 @@ impl RecordRepr {
         let ip = |a: Ipv6Addr| a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4);
         let local = addr(field6::LOCAL_ADDR);
         let has_local = !local.is_unspecified() || r.local_port() != 0;
-        let wants_local = mode == ForwardMode::FullNat;
+        let wants_local = !template && mode == ForwardMode::FullNat;
         let local_complete = !local.is_unspecified() && r.local_port() != 0;
         if (wants_local && !local_complete) || (!wants_local && has_local) {
             return Err(RecordFault::Local);
         }
+        if template && r.client_port() != 0 {
+            return Err(RecordFault::TemplatePort);
+        }
         if r.timeout_ms() > MAX_TIMEOUT_MS {
             return Err(RecordFault::Timeout);
         }
-        let tcp = proto == Protocol::Tcp;
+        let tcp = !template && proto == Protocol::Tcp;
         if r.timestamp_offset() != 0 && !tcp {
             return Err(RecordFault::TimestampOffset);
         }
@@ -1211,12 +1289,12 @@ impl RecordRepr {
             return Err(RecordFault::Synproxy);
         }
         Ok(RecordRepr {
-            kind: RecordKind::Connection,
+            kind,
             op,
             proto,
             mode,
             state,
-            client_prefix_len: 128,
+            client_prefix_len: prefix_len,
             flags: RecordFlags(flags & !RecordFlags::SYNPROXY.0),
             client: SocketAddr::V6(SocketAddrV6::new(client, r.client_port(), 0, 0)),
             virtual_service: SocketAddr::V6(SocketAddrV6::new(vip, r.virtual_port(), 0, 0)),
@@ -1426,8 +1504,8 @@ mod tests {
     /// 899.5 s left. Written out by hand from the layout table in docs/SYNC.md.
     #[rustfmt::skip]
     static FULLNAT_BATCH: [u8; 96] = [
-        // magic "SLSY", version 5, type 1 (batch), flags 0
-        0x53, 0x4c, 0x53, 0x59, 0x05, 0x01, 0x00, 0x00,
+        // magic "SLSY", version 6, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x06, 0x01, 0x00, 0x00,
         // length 96, count 1, sender 0x0a0b0c0d
         0x00, 0x60, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
         // recipient 0.0.0.0 (every peer), dump id 0
@@ -1463,8 +1541,8 @@ mod tests {
     /// Written out by hand from the IPv6 record's table in docs/SYNC.md.
     #[rustfmt::skip]
     static IPV6_BATCH: [u8; 144] = [
-        // magic "SLSY", version 5, type 1 (batch), flags 0
-        0x53, 0x4c, 0x53, 0x59, 0x05, 0x01, 0x00, 0x00,
+        // magic "SLSY", version 6, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x06, 0x01, 0x00, 0x00,
         // length 144, count 1, sender 0x0a0b0c0d
         0x00, 0x90, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
         // recipient 0.0.0.0 (every peer), dump id 0
@@ -1618,6 +1696,203 @@ mod tests {
         builder.push(&fullnat_record()).unwrap();
     }
 
+    /// A batch from the same node, sequence 9, with one IPv6 persistence template:
+    /// TCP service [2001:db8::1]:80, client network 2001:db8:2::/64 to NAT real
+    /// server [2001:db8:1::2]:8080, 300 s left. Written out by hand from the IPv6
+    /// record's table in docs/SYNC.md (kind 4).
+    #[rustfmt::skip]
+    static IPV6_TEMPLATE_BATCH: [u8; 144] = [
+        // magic "SLSY", version 6, type 1 (batch), flags 0
+        0x53, 0x4c, 0x53, 0x59, 0x06, 0x01, 0x00, 0x00,
+        // length 144, count 1, sender 0x0a0b0c0d
+        0x00, 0x90, 0x00, 0x01, 0x0a, 0x0b, 0x0c, 0x0d,
+        // recipient 0.0.0.0 (every peer), dump id 0
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        // chunk 0, epoch (high half)
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x2a, 0x1b,
+        // epoch (low half), sequence (high half)
+        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+        // sequence (low half): 9
+        0x00, 0x00, 0x00, 0x09,
+        // record: IPv6 template (4), update, TCP, NAT (0), state NONE, /64, no flags
+        0x04, 0x01, 0x06, 0x00, 0x00, 0x40, 0x00, 0x00,
+        // client network 2001:db8:2::
+        0x20, 0x01, 0x0d, 0xb8, 0x00, 0x02, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        // VIP 2001:db8::1
+        0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+        // real server 2001:db8:1::2
+        0x20, 0x01, 0x0d, 0xb8, 0x00, 0x01, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02,
+        // local address: none
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        // cport 0, vport 80, rport 8080, lport 0
+        0x00, 0x00, 0x00, 0x50, 0x1f, 0x90, 0x00, 0x00,
+        // timeout 300 000 ms, timestamp offset 0
+        0x00, 0x04, 0x93, 0xe0, 0x00, 0x00, 0x00, 0x00,
+        // SYN proxy: none; window scales, reserved
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00,
+    ];
+
+    fn ipv6_template() -> RecordRepr {
+        RecordRepr::template6(
+            RecordOp::Update,
+            Protocol::Tcp,
+            "[2001:db8::1]:80".parse().unwrap(),
+            "2001:db8:2::".parse().unwrap(),
+            64,
+            "[2001:db8:1::2]:8080".parse().unwrap(),
+            ForwardMode::Nat,
+            300_000,
+        )
+    }
+
+    #[test]
+    fn ipv6_template_parses_and_emits_byte_for_byte() {
+        let header = MessageRepr {
+            sequence: 9,
+            ..batch_header()
+        };
+        let packet = Packet::new_checked(&IPV6_TEMPLATE_BATCH[..]).unwrap();
+        assert_eq!(MessageRepr::parse(&packet).unwrap(), header);
+        assert_eq!(packet.record(0).kind(), 4);
+        assert_eq!(records_of(&IPV6_TEMPLATE_BATCH).unwrap(), [ipv6_template()]);
+        let mut buf = [0u8; 1500];
+        let mut builder = MessageBuilder::new(&mut buf, header, 1500, false);
+        builder.push(&ipv6_template()).unwrap();
+        assert_eq!(builder.finish(), &IPV6_TEMPLATE_BATCH[..]);
+        assert_eq!(ipv6_template().to_session6(1, 2), None, "not a session");
+        // NAT64: an IPv4 real server, IPv4-mapped on the wire.
+        let mut nat64 = ipv6_template();
+        nat64.mode = ForwardMode::FullNat;
+        nat64.real_server = "10.1.0.21:8080".parse().unwrap();
+        let mut buf = [0u8; 1500];
+        let mut builder = MessageBuilder::new(&mut buf, header, 1500, false);
+        builder.push(&nat64).unwrap();
+        let message = builder.finish().to_vec();
+        let at = HEADER_LEN + 40;
+        assert_eq!(
+            message[at..at + 16],
+            Ipv4Addr::new(10, 1, 0, 21).to_ipv6_mapped().octets()
+        );
+        assert_eq!(records_of(&message).unwrap(), [nat64]);
+    }
+
+    /// Every field of an IPv6 template a receiver refuses, by the fault it names; a
+    /// truncated one is refused as a whole message; an IPv6 template in a
+    /// version 5 message is another version's.
+    #[test]
+    fn bad_ipv6_templates_are_refused() {
+        let at = HEADER_LEN;
+        let bad = |offset: usize, value: u8| {
+            let mut b = IPV6_TEMPLATE_BATCH;
+            b[offset] = value;
+            records_of(&b)
+        };
+        for (offset, value, fault) in [
+            (at + 1, 0u8, RecordFault::Op),
+            (at + 2, 1, RecordFault::Protocol),
+            (at + 3, 9, RecordFault::Mode),
+            (at + 4, 1, RecordFault::State),
+            (at + 5, 129, RecordFault::PrefixLen),
+            // A host bit past /64.
+            (at + 8 + 15, 1, RecordFault::PrefixLen),
+            (at + 7, 1, RecordFault::Flags),
+            (at + 6, 0x80, RecordFault::Flags),
+            (at + 56, 0x20, RecordFault::Local),
+            (at + 79, 1, RecordFault::Local),
+            (at + 72, 1, RecordFault::TemplatePort),
+            (at + 80, 0xff, RecordFault::Timeout),
+            (at + 87, 1, RecordFault::TimestampOffset),
+            (at + 88, 1, RecordFault::Synproxy),
+        ] {
+            assert_eq!(
+                bad(offset, value),
+                Err(SyncWireError::BadRecord { index: 0, fault }),
+                "byte {offset} = {value:#x}"
+            );
+        }
+        // An IPv4-mapped network (::ffff:0.0.0.0/96): an IPv4 client's template
+        // travels in an IPv4 record.
+        let mut mapped = IPV6_TEMPLATE_BATCH;
+        mapped[at + 5] = 96;
+        mapped[at + 8..at + 24].fill(0);
+        mapped[at + 18..at + 20].fill(0xff);
+        assert_eq!(
+            records_of(&mapped),
+            Err(SyncWireError::BadRecord {
+                index: 0,
+                fault: RecordFault::Address
+            })
+        );
+        // /0 with no network bits is fine, as for IPv4.
+        let mut everyone = IPV6_TEMPLATE_BATCH;
+        everyone[at + 5] = 0;
+        everyone[at + 8..at + 24].fill(0);
+        assert_eq!(records_of(&everyone).unwrap()[0].client_prefix_len, 0);
+        // Cut short anywhere: the whole message is refused.
+        for len in 0..IPV6_TEMPLATE_BATCH.len() {
+            assert!(
+                Packet::new_checked(&IPV6_TEMPLATE_BATCH[..len]).is_err(),
+                "{len} bytes"
+            );
+        }
+        // An IPv6 template record's length said with an IPv4 record's: the kind's
+        // length no longer adds up.
+        let mut short = IPV6_TEMPLATE_BATCH[..HEADER_LEN + RECORD_LEN].to_vec();
+        short[9] = (HEADER_LEN + RECORD_LEN) as u8;
+        assert_eq!(
+            Packet::new_checked(&short[..]).err(),
+            Some(SyncWireError::BadLength)
+        );
+        let mut old = IPV6_TEMPLATE_BATCH;
+        old[4] = 5;
+        assert_eq!(
+            Packet::new_checked(&old[..]).err(),
+            Some(SyncWireError::WrongVersion(5))
+        );
+    }
+
+    /// An IPv6 FullNAT connection and a NAT64 one (IPv4 real server and local end)
+    /// become the sessions the data plane keeps (the IPv4 ends IPv4-mapped), and a
+    /// session's record is the record again.
+    #[test]
+    fn ipv6_fullnat_and_nat64_records_are_sessions() {
+        let key = ipv6_record().in_key6().unwrap();
+        let rs6: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let lip6: Ipv6Addr = "2001:db8:ff::1".parse().unwrap();
+        let mut full = Session6::new(&key, ForwardMode::FullNat, 3, 4, rs6, 8080)
+            .synced(TcpState::Established, false);
+        (full.local_addr, full.local_port) = (lip6, 5000);
+        full.persistent = true;
+        let record = RecordRepr::connection6(&full, RecordOp::Update, 1000);
+        assert_eq!(record.local, Some(SocketAddr::new(lip6.into(), 5000)));
+        assert!(record.flags.contains(RecordFlags::PERSISTENT));
+        assert_eq!(record.to_session6(3, 4), Some(full));
+
+        let (rs4, lip4) = (Ipv4Addr::new(10, 1, 0, 21), Ipv4Addr::new(10, 1, 255, 1));
+        let mut nat64 = Session6::new(&key, ForwardMode::FullNat, 3, 4, rs4.to_ipv6_mapped(), 8080)
+            .synced(TcpState::SynRecv, false);
+        (nat64.local_addr, nat64.local_port) = (lip4.to_ipv6_mapped(), 5001);
+        let record = RecordRepr::connection6(&nat64, RecordOp::Update, 1000);
+        assert_eq!(record.real_server, SocketAddr::new(rs4.into(), 8080));
+        assert_eq!(record.local, Some(SocketAddr::new(lip4.into(), 5001)));
+        let mut buf = [0u8; 1500];
+        let mut builder = MessageBuilder::new(&mut buf, batch_header(), 1500, false);
+        builder.push(&record).unwrap();
+        let parsed = records_of(builder.finish()).unwrap()[0];
+        assert_eq!(parsed, record);
+        assert_eq!(parsed.to_session6(3, 4), Some(nat64));
+        // Mixed families (an IPv6 real server behind an IPv4 local end) are no
+        // session the data plane makes.
+        let mut mixed = record;
+        mixed.real_server = SocketAddr::new(rs6.into(), 8080);
+        assert_eq!(mixed.to_session6(3, 4), None);
+    }
+
     fn fullnat_record() -> RecordRepr {
         RecordRepr {
             kind: RecordKind::Connection,
@@ -1668,7 +1943,7 @@ mod tests {
     fn fullnat_batch_fields() {
         let packet = Packet::new_checked(&FULLNAT_BATCH[..]).unwrap();
         assert_eq!(packet.magic(), MAGIC);
-        assert_eq!(packet.version(), 5);
+        assert_eq!(packet.version(), 6);
         assert_eq!(packet.len(), 96);
         assert_eq!(packet.trailer(), None);
         assert_eq!(MessageRepr::parse(&packet).unwrap(), batch_header());
@@ -1745,9 +2020,9 @@ mod tests {
         // A version-1 message (28-byte header, no epoch) is recognised as such even
         // when its length would not fit this version's layout: the version is checked
         // before any length. So are version 2 (records without the timestamp offset),
-        // version 3 (without the SYN proxy's fields), version 4 (no IPv6 records) and
-        // a later version.
-        for other in [1u8, 2, 3, 4, 6] {
+        // version 3 (without the SYN proxy's fields), version 4 (no IPv6 records),
+        // version 5 (no IPv6 templates) and a later version.
+        for other in [1u8, 2, 3, 4, 5, 7] {
             let mut old = FULLNAT_BATCH;
             old[4] = other;
             assert_eq!(records_of(&old), Err(SyncWireError::WrongVersion(other)));
@@ -1819,7 +2094,7 @@ mod tests {
         let at = HEADER_LEN;
         let cases: &[(usize, u8, RecordFault)] = &[
             (at, 0, RecordFault::Kind),
-            (at, 4, RecordFault::Kind),
+            (at, 5, RecordFault::Kind),
             (at, 0xff, RecordFault::Kind),
             (at + 1, 0, RecordFault::Op),
             (at + 1, 3, RecordFault::Op),
@@ -2033,6 +2308,26 @@ mod tests {
         let mode = ForwardMode::ALL[rng.below(4)];
         let timeout_ms = rng.next_u64() as u32 % (MAX_TIMEOUT_MS + 1);
         let port = |rng: &mut XorShift| rng.next_u64() as u16;
+        if rng.below(10) == 0 {
+            let prefix_len = rng.below(129) as u8;
+            let top = 0x2001_0db8u128 << 96 | u128::from(rng.next_u64()) << 32;
+            let network = Ipv6Addr::from(top & crate::session::persist::prefix_mask6(prefix_len));
+            let vip = Ipv6Addr::from(top | 1);
+            let real = match rng.below(3) {
+                0 => SocketAddr::new(IpAddr::V4(random_addr(rng)), port(rng)),
+                _ => SocketAddr::new(IpAddr::V6(Ipv6Addr::from(top | 2)), port(rng)),
+            };
+            return RecordRepr::template6(
+                op,
+                proto,
+                SocketAddrV6::new(vip, port(rng), 0, 0),
+                network,
+                prefix_len,
+                real,
+                mode,
+                timeout_ms,
+            );
+        }
         if rng.below(5) == 0 {
             let prefix_len = rng.below(33) as u8;
             let mask = u32::MAX.checked_shl(32 - prefix_len as u32).unwrap_or(0);

@@ -360,14 +360,14 @@ impl Forwarder {
                 {
                     return Action::Drop(r);
                 }
-                readdress(frame, Some(MacAddr(s.peer_mac)), cx)
+                readdress(frame, self.client_hop_v6(s), cx)
             }
             (ForwardMode::FullNat, Direction::Outbound) => {
                 let (src, dst) = ((s.vip, s.vport), (s.client, s.client_port));
                 if let Err(r) = forward::nat6::rewrite(frame, parsed, Some(src), Some(dst)) {
                     return Action::Drop(r);
                 }
-                readdress(frame, Some(MacAddr(s.peer_mac)), cx)
+                readdress(frame, self.client_hop_v6(s), cx)
             }
             (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
             (mode, _) => {
@@ -519,12 +519,23 @@ impl Forwarder {
         Some(
             match forward::nat64::to_v6(pkt.bytes_mut(), parsed, src, dst) {
                 Ok(len) if pkt.set_len(len as u16) => {
-                    readdress(pkt.bytes_mut(), Some(MacAddr(s.peer_mac)), cx)
+                    readdress(pkt.bytes_mut(), self.client_hop_v6(&s), cx)
                 }
                 Ok(_) => Action::Drop(DropReason::TooBig),
                 Err(r) => Action::Drop(r),
             },
         )
+    }
+
+    /// Where a reply to the client of NAT, FullNAT or NAT64 session `s` goes: the MAC
+    /// its packets came from, or, for a session that session sync installed and that has seen
+    /// no client packet here yet, the client's neighbour entry (none: dropped as
+    /// unresolved, as the client's next packet teaches it).
+    fn client_hop_v6(&self, s: &Session6) -> Option<MacAddr> {
+        if s.peer_mac != [0; 6] {
+            return Some(MacAddr(s.peer_mac));
+        }
+        self.neighbours6.lookup(s.client)
     }
 
     /// TCP to a health probe's IPv6 source address and ports: a real server answering
@@ -651,7 +662,7 @@ pub(super) fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Contex
 }
 
 /// A NAT64 session's end: its IPv4 local port goes back to the service's pool.
-fn release_nat64_port(
+pub(super) fn release_nat64_port(
     pools: &mut hashbrown::HashMap<u32, crate::forward::laddr::PortPool>,
     s: &Session6,
     now_ms: u32,

@@ -2,7 +2,7 @@
 //! for the standby when the sync policy says so (the same policy as IPv4); on the
 //! standby, the peer's IPv6 records installed into, refreshed in or removed from the
 //! worker's IPv6 session table.
-use super::ipv6::forget_v6;
+use super::ipv6::{forget_v6, release_nat64_port};
 use super::Forwarder;
 use crate::dataplane::counters::Event;
 use crate::dataplane::realserver_stats::RealServerCounters;
@@ -13,6 +13,7 @@ use crate::session::is_active;
 use crate::session::replication::{RecordKind, RecordOp, RecordRepr};
 use crate::session::table6::Session6;
 use crate::session::Transition;
+use std::net::IpAddr;
 
 impl Forwarder {
     /// Session sync, after a packet moved IPv6 session `id` (`s`, as it is now) by
@@ -35,12 +36,13 @@ impl Forwarder {
         }
     }
 
-    /// A NAT session a peer's record installed has no way back to the client yet
-    /// (the MAC its packets come from): the client's first packet here gives it.
+    /// A NAT, FullNAT or NAT64 session a peer's record installed has no way back to
+    /// the client yet (the MAC its packets come from): the client's first packet here
+    /// gives it.
     #[inline]
     pub(super) fn learn_client_hop_v6(&mut self, id: u32, pkt: &Packet) {
         if let Some(s) = self.sessions6.get_mut(id) {
-            if s.mode == ForwardMode::Nat && s.peer_mac == [0; 6] {
+            if matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat) && s.peer_mac == [0; 6] {
                 if let Some(mac) = pkt.bytes().get(6..12) {
                     s.peer_mac.copy_from_slice(mac);
                 }
@@ -50,7 +52,11 @@ impl Forwarder {
 
     /// Session sync (standby): installs, refreshes or removes the peer's IPv6 session
     /// `r`. Returns the event to count, or `None` when the record cannot be installed
-    /// (no such service or real server here, another mode, or no room).
+    /// (no such service or real server here, another mode, a local end that is not
+    /// this worker's to use, or no room). A FullNAT session's local address and port
+    /// are the active's choice: an IPv6 pair is taken by the session's reply key in
+    /// the table itself (no other session can hold it), a NAT64 session's IPv4 pair is
+    /// reserved in the service's pool, as an IPv4 FullNAT session's.
     pub(super) fn install_v6(&mut self, r: &RecordRepr) -> Option<Event> {
         if r.kind != RecordKind::Connection {
             return None;
@@ -60,6 +66,7 @@ impl Forwarder {
         if r.op == RecordOp::Remove {
             if let Some(s) = found.and_then(|id| self.sessions6.remove(id)) {
                 forget_v6(&self.real_servers, &s);
+                release_nat64_port(&mut self.pools, &s, self.ts_clock.now_ms());
                 self.load_changed(s.real);
             }
             return Some(Event::SyncRemoved);
@@ -93,21 +100,45 @@ impl Forwarder {
         if rs.mode != r.mode {
             return None;
         }
-        // The client-side next hop of a NAT session is learned from the client's
-        // first packet after a takeover; a DR real server's from the neighbour table.
-        let session = r.to_session6(service.id, rs.id)?;
-        let (real_servers, load_view, schedulers, overload) = (
+        // The client-side next hop of a NAT or FullNAT session is learned from the
+        // client's first packet after a takeover; a DR real server's from the
+        // neighbour table.
+        let mut session = r.to_session6(service.id, rs.id)?;
+        session.created = self.now_tick;
+        if let Some(local) = r.local {
+            let fits = match local.ip() {
+                // NAT64: the active took this IPv4 port from its pool; this worker's
+                // pool must not hand it out again.
+                IpAddr::V4(lip) => self
+                    .pools
+                    .get_mut(&service.id)
+                    .is_some_and(|pool| pool.reserve(lip, local.port())),
+                IpAddr::V6(lip) => service.local_addresses6().any(|a| a == lip),
+            };
+            if !fits {
+                return None;
+            }
+        }
+        let now_ms = self.ts_clock.now_ms();
+        let (real_servers, load_view, schedulers, overload, pools) = (
             &self.real_servers[..],
             &self.load_view,
             &mut self.schedulers,
             &mut self.overload,
+            &mut self.pools,
         );
-        self.sessions6
+        let inserted = self
+            .sessions6
             .insert(session, self.now_tick, timeout_ticks, |old| {
                 forget_v6(real_servers, old);
+                release_nat64_port(pools, old, now_ms);
                 super::tell_load(load_view, schedulers, overload, real_servers, old.real);
-            })
-            .ok()?;
+            });
+        if inserted.is_err() {
+            // No room, or a key taken: the port reserved above goes back.
+            release_nat64_port(&mut self.pools, &session, now_ms);
+            return None;
+        }
         let c = &self.real_servers[rs.id as usize];
         let gauge = if is_active(r.state) {
             &c.active

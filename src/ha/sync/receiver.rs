@@ -306,22 +306,29 @@ impl Owner {
 }
 
 /// The owner of a synced connection under this node's RSS (`None` for a template:
-/// templates live in the table shared by all workers).
+/// templates live in the table shared by all workers). `fields` are the fields the
+/// device hashes IPv4 TCP/UDP tuples with, `fields6` those of IPv6 ones (the data
+/// plane's `RssView::fields` and `fields6`: a device may hash the two differently).
 ///
 /// - DR, TUN, NAT: the queue of the request tuple `client:cport -> VIP:vport`. That is
 ///   where the client's packets arrive; NAT replies are redirected there by
 ///   `nat_reply_owner` in the forwarder, which hashes this same tuple.
 /// - FullNAT: the queue of the reply tuple `RIP:rport -> LIP:lport`, the tuple the
 ///   forwarder's `PortPool` chose `lport` for; replies are never redirected.
-/// - IPv6: the queue the NIC's Toeplitz hash of the IPv6 request tuple gives (source
-///   and destination address, then the ports with L3L4), as RSS hashes IPv6 packets:
-///   of the request tuple for DR, TUN and NAT (NAT replies are redirected there), of
-///   the reply tuple for FullNAT (its local port was chosen for it).
+/// - IPv6: the queue the NIC's Toeplitz hash of the IPv6 tuple gives (source and
+///   destination address, then the ports with L3L4), as RSS hashes IPv6 packets: of
+///   the request tuple for DR, TUN and NAT (NAT replies are redirected there, by
+///   `reply_owner_v6`), of the reply tuple for FullNAT (`local_port_v6` chose the
+///   local port for it).
+/// - NAT64 (an IPv6 client, FullNAT to an IPv4 real server from an IPv4 local
+///   address): the queue of its IPv4 reply tuple, hashed as IPv4, the tuple the
+///   worker's `PortPool` chose the port for; its client's packets hash as IPv6.
 pub fn session_owner(
     record: &RecordRepr,
     toeplitz: &Toeplitz,
     reta: &Reta,
     fields: HashFields,
+    fields6: HashFields,
 ) -> Option<Owner> {
     if record.kind != RecordKind::Connection {
         return None;
@@ -335,16 +342,8 @@ pub fn session_owner(
                 std::net::IpAddr::V6(a) => a,
                 std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
             };
-            let mut input = [0u8; 36];
-            input[..16].copy_from_slice(&v6(src).octets());
-            input[16..32].copy_from_slice(&v6(dst).octets());
-            input[32..34].copy_from_slice(&src.port().to_be_bytes());
-            input[34..].copy_from_slice(&dst.port().to_be_bytes());
-            let len = match fields {
-                HashFields::L3 => 32,
-                HashFields::L3L4 => 36,
-            };
-            reta.queue(toeplitz.hash_bytes(&input[..len]).unwrap_or(0))
+            let hash = toeplitz.hash_tuple6(fields6, v6(src), v6(dst), src.port(), dst.port());
+            reta.queue(hash)
         }
     };
     let client_queue = queue_of(record.client, record.virtual_service);
@@ -592,7 +591,14 @@ mod tests {
                 let key = FlowKey4::new(Protocol::Tcp, client, cport, VIP, 80);
                 let session = Session::new(&key, ForwardMode::Nat, 0, 0, RS, 8080);
                 let record = RecordRepr::connection(&session, RecordOp::Update, 1);
-                let owner = session_owner(&record, &toeplitz, &reta, HashFields::L3L4).unwrap();
+                let owner = session_owner(
+                    &record,
+                    &toeplitz,
+                    &reta,
+                    HashFields::L3L4,
+                    HashFields::L3L4,
+                )
+                .unwrap();
                 assert!(!owner.is_split());
                 let reply = session.reply_key().unwrap();
                 for queue in 0..queues {
@@ -650,7 +656,7 @@ mod tests {
                         Session::new(&key, ForwardMode::FullNat, 0, 0, *rs.ip(), rs.port())
                             .with_local(lip, lport);
                     let record = RecordRepr::connection(&session, RecordOp::Update, 1);
-                    let owner = session_owner(&record, &toeplitz, &reta, fields).unwrap();
+                    let owner = session_owner(&record, &toeplitz, &reta, fields, fields).unwrap();
                     assert_eq!(
                         owner.queue,
                         pool.owner_queue(),
@@ -744,7 +750,8 @@ mod tests {
             let s = Session::new(&key, ForwardMode::FullNat, 0, 0, RS, 8080)
                 .with_local(Ipv4Addr::new(10, 1, 255, 1), lport);
             let r = RecordRepr::connection(&s, RecordOp::Update, 1);
-            session_owner(&r, &toeplitz, &reta, HashFields::L3L4).filter(Owner::is_split)
+            session_owner(&r, &toeplitz, &reta, HashFields::L3L4, HashFields::L3L4)
+                .filter(Owner::is_split)
         });
         assert!(split.is_some());
         let template = RecordRepr::template(
@@ -758,7 +765,13 @@ mod tests {
             1,
         );
         assert_eq!(
-            session_owner(&template, &toeplitz, &reta, HashFields::L3L4),
+            session_owner(
+                &template,
+                &toeplitz,
+                &reta,
+                HashFields::L3L4,
+                HashFields::L3L4
+            ),
             None
         );
     }
@@ -798,6 +811,10 @@ mod tests {
                 0x02d1_feef,
             ),
         ];
+        let other = |f| match f {
+            HashFields::L3 => HashFields::L3L4,
+            HashFields::L3L4 => HashFields::L3,
+        };
         for (src, sport, dst, dport, l3, l3l4) in vectors {
             let mut r = record(VIP, 1);
             r.mode = ForwardMode::Dr;
@@ -805,13 +822,114 @@ mod tests {
             r.virtual_service = SocketAddr::new(dst.parse().unwrap(), dport);
             r.real_server = SocketAddr::new("2001:db8::2".parse().unwrap(), 80);
             for (fields, hash) in [(HashFields::L3, l3), (HashFields::L3L4, l3l4)] {
-                let owner = session_owner(&r, &toeplitz, &reta, fields).unwrap();
+                // The IPv4 fields do not matter to an IPv6 tuple.
+                let owner = session_owner(&r, &toeplitz, &reta, other(fields), fields).unwrap();
                 assert_eq!(
                     (owner.queue, owner.client_queue),
                     (hash as u16, hash as u16),
                     "{src} -> {dst} {fields:?}"
                 );
             }
+        }
+    }
+    /// IPv6 owners are the data plane's with several workers, whatever the IPv4
+    /// fields: NAT by the view's owner of the request tuple (where `reply_owner_v6`
+    /// redirects replies), FullNAT by the view's owner of the reply tuple (the one
+    /// `local_port_v6` chose the port for), NAT64 by the worker whose IPv4
+    /// `PortPool` handed out the port. The IPv6 fields differing from the IPv4 ones,
+    /// hashing IPv6 tuples with the IPv4 fields would put some on other workers.
+    #[test]
+    fn ipv6_owners_follow_the_ipv6_view_of_the_data_plane() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 4).unwrap();
+        let vip: std::net::Ipv6Addr = "2001:db8:18::100".parse().unwrap();
+        let rs6: std::net::Ipv6Addr = "2001:db8:1a::11".parse().unwrap();
+        let lip6: std::net::Ipv6Addr = "2001:db8:1a::50".parse().unwrap();
+        let lips = [Ipv4Addr::new(10, 1, 255, 1)];
+        let mut rng = XorShift(0x0006_0000_0000_0006);
+        for (fields, fields6) in [
+            (HashFields::L3, HashFields::L3L4),
+            (HashFields::L3L4, HashFields::L3),
+        ] {
+            let view = |queue| RssView {
+                toeplitz: toeplitz.clone(),
+                reta: reta.clone(),
+                fields,
+                fields6,
+                queue,
+                steer: true,
+                steer6: true,
+            };
+            let mut pools: Vec<PortPool> = (0..4)
+                .map(|q| PortPool::build(&lips, 1024..=65535, &toeplitz, &reta, fields, q).unwrap())
+                .collect();
+            let mut moved = 0;
+            for n in 0..400u32 {
+                let client = std::net::Ipv6Addr::from(
+                    0x2001_0db8_0002_0000_0000_0000_0000_0000u128 | u128::from(rng.next_u64()),
+                );
+                let key = crate::flow::FlowKey6 {
+                    src: client,
+                    dst: vip,
+                    sport: rng.next_u64() as u16,
+                    dport: 80,
+                    proto: Protocol::Tcp,
+                };
+                let owner = |s: &crate::session::table6::Session6| {
+                    let r = RecordRepr::connection6(s, RecordOp::Update, 1);
+                    let wrong = session_owner(&r, &toeplitz, &reta, fields, fields);
+                    (
+                        session_owner(&r, &toeplitz, &reta, fields, fields6).unwrap(),
+                        wrong.unwrap().queue,
+                    )
+                };
+                let client_queue = view(0).owner_of6(&key);
+                // NAT.
+                let nat =
+                    crate::session::table6::Session6::new(&key, ForwardMode::Nat, 0, 0, rs6, 8080);
+                let (o, wrong) = owner(&nat);
+                assert_eq!((o.queue, o.client_queue), (client_queue, client_queue));
+                moved += usize::from(wrong != o.queue);
+                // FullNAT: the local port a worker would choose, i.e. one whose reply
+                // tuple its view owns.
+                let mut full = crate::session::table6::Session6::new(
+                    &key,
+                    ForwardMode::FullNat,
+                    0,
+                    0,
+                    rs6,
+                    8080,
+                );
+                (full.local_addr, full.local_port) = (lip6, 1024 + (n as u16 % 60000));
+                let reply = full.reply_key().unwrap();
+                let (o, _) = owner(&full);
+                assert_eq!(o.queue, view(0).owner_of6(&reply));
+                assert_eq!(o.client_queue, client_queue);
+                for q in 0..4u16 {
+                    // Steering on worker q sends the reply to the owner, or keeps it.
+                    let stays = view(q).steer_to6(&reply, false).is_none();
+                    assert_eq!(stays, q == o.queue);
+                }
+                // NAT64: the worker the client's packets land on takes an IPv4 port.
+                let rs4 = SocketAddrV4::new(Ipv4Addr::from(rng.next_u64() as u32), 8080);
+                let pool = &mut pools[usize::from(client_queue)];
+                let Some(LocalPort { lip, port, .. }) = pool.allocate(rs4, 0) else {
+                    continue; // L3 hashing: this worker may own no class for rs4
+                };
+                let mut nat64 = crate::session::table6::Session6::new(
+                    &key,
+                    ForwardMode::FullNat,
+                    0,
+                    0,
+                    rs4.ip().to_ipv6_mapped(),
+                    8080,
+                );
+                (nat64.local_addr, nat64.local_port) = (lip.to_ipv6_mapped(), port);
+                let (o, _) = owner(&nat64);
+                assert_eq!(o.queue, pool.owner_queue(), "{rs4} {lip}:{port}");
+                assert!(!o.is_split());
+            }
+            assert!(moved > 100, "{fields:?}/{fields6:?}: {moved} of 400 moved");
         }
     }
 }

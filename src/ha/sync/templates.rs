@@ -7,14 +7,68 @@
 //! datagram heals); a peer's templates go straight into this node's table
 //! ([`apply`]), the management core being just another writer of that lock-free
 //! table. Messages carry identities, not ids: [`ServicesById::record`] and
-//! [`identify`] map between the two through each node's own [`ServiceTable`].
+//! [`identify`] map between the two through each node's own [`ServiceTable`]. IPv4
+//! and IPv6 templates (the table's two halves) travel alike, each in a record of its
+//! family; a [`TemplateId`] names one of either.
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use crate::model::{Service, ServiceKey};
 use crate::service::ServiceTable;
-use crate::session::persist::{Bind, PersistTable, Template, TemplateKey};
+use crate::session::persist::{
+    prefix_mask6, Bind, PersistTable, Template, TemplateKey, TemplateKey6,
+};
 use crate::session::replication::{RecordOp, RecordRepr};
+
+/// One template of the shared table: of an IPv4 service or of an IPv6 one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TemplateId {
+    V4(TemplateKey),
+    V6(TemplateKey6),
+}
+
+impl From<TemplateKey> for TemplateId {
+    fn from(key: TemplateKey) -> TemplateId {
+        TemplateId::V4(key)
+    }
+}
+
+impl From<TemplateKey6> for TemplateId {
+    fn from(key: TemplateKey6) -> TemplateId {
+        TemplateId::V6(key)
+    }
+}
+
+impl TemplateId {
+    /// The live template of this id in `table` at `now`.
+    pub fn lookup(self, table: &PersistTable, now: u32) -> Option<Template> {
+        match self {
+            TemplateId::V4(key) => table.lookup(key, now),
+            TemplateId::V6(key) => table.lookup6(key, now),
+        }
+    }
+
+    fn bind(self, table: &PersistTable, template: Template, now: u32) -> Bind {
+        match self {
+            TemplateId::V4(key) => table.bind(key, template, now),
+            TemplateId::V6(key) => table.bind6(key, template, now),
+        }
+    }
+
+    fn refresh(self, table: &PersistTable, expires: u32, now: u32) {
+        match self {
+            TemplateId::V4(key) => table.refresh(key, expires, now),
+            TemplateId::V6(key) => table.refresh6(key, expires, now),
+        }
+    }
+
+    fn remove(self, table: &PersistTable) {
+        match self {
+            TemplateId::V4(key) => table.remove(key),
+            TemplateId::V6(key) => table.remove6(key),
+        }
+    }
+}
 
 /// This node's services by id, to map many templates at once.
 pub struct ServicesById<'a>(HashMap<u32, &'a Service>);
@@ -31,7 +85,7 @@ impl<'a> ServicesById<'a> {
     /// service's netmask (edited since): the peer would reject the whole message.
     pub fn record(
         &self,
-        key: TemplateKey,
+        key: impl Into<TemplateId>,
         template: Template,
         now: u32,
         tick_ms: u32,
@@ -39,32 +93,58 @@ impl<'a> ServicesById<'a> {
         if !template.is_live(now) {
             return None;
         }
-        let service = self.0.get(&key.service)?;
+        let key = key.into();
+        let service_id = match key {
+            TemplateId::V4(k) => k.service,
+            TemplateId::V6(k) => k.service,
+        };
+        let service = self.0.get(&service_id)?;
         let persistence = service.persistence?;
-        let mask = u32::from(persistence.netmask);
-        if !persistence.netmask_is_contiguous() || key.network & !mask != 0 {
-            return None;
-        }
         let rs = service
             .real_servers
             .iter()
             .find(|r| r.id == template.real)?;
-        // IPv4 templates only: IPv6 ones have no record kind yet (docs/SYNC.md).
-        let (std::net::IpAddr::V4(vip), std::net::IpAddr::V4(rip)) = (service.key.vip, rs.ip)
-        else {
-            return None;
-        };
         let left_ms = u64::from(template.expires.wrapping_sub(now)) * u64::from(tick_ms);
-        Some(RecordRepr::template(
-            RecordOp::Update,
-            service.key.proto,
-            SocketAddrV4::new(vip, service.key.port),
-            Ipv4Addr::from(key.network),
-            mask.leading_ones() as u8,
-            SocketAddrV4::new(rip, rs.port),
-            rs.mode,
-            left_ms.min(u64::from(u32::MAX)) as u32,
-        ))
+        let left_ms = left_ms.min(u64::from(u32::MAX)) as u32;
+        match (key, service.key.vip) {
+            (TemplateId::V4(key), IpAddr::V4(vip)) => {
+                let mask = u32::from(persistence.netmask);
+                if !persistence.netmask_is_contiguous() || key.network & !mask != 0 {
+                    return None;
+                }
+                let IpAddr::V4(rip) = rs.ip else {
+                    return None;
+                };
+                Some(RecordRepr::template(
+                    RecordOp::Update,
+                    service.key.proto,
+                    SocketAddrV4::new(vip, service.key.port),
+                    Ipv4Addr::from(key.network),
+                    mask.leading_ones() as u8,
+                    SocketAddrV4::new(rip, rs.port),
+                    rs.mode,
+                    left_ms,
+                ))
+            }
+            (TemplateId::V6(key), IpAddr::V6(vip)) => {
+                let prefix = persistence.prefix6.min(128);
+                if u128::from(key.network) & !prefix_mask6(prefix) != 0 {
+                    return None;
+                }
+                Some(RecordRepr::template6(
+                    RecordOp::Update,
+                    service.key.proto,
+                    SocketAddrV6::new(vip, service.key.port, 0, 0),
+                    key.network,
+                    prefix,
+                    SocketAddr::new(rs.ip, rs.port),
+                    rs.mode,
+                    left_ms,
+                ))
+            }
+            // A service whose address family changed under the template.
+            _ => None,
+        }
     }
 }
 
@@ -86,29 +166,42 @@ pub enum Skip {
 /// Which of this node's templates a template record names, and for an update what it
 /// becomes at `now`: `expires = now + timeout / tick_ms` (rounded down, so the copy
 /// never outlives the original by more than the transit time). `None` for a removal.
+/// The record's prefix length must be the service's here: its netmask (IPv4), or its
+/// IPv6 prefix length (`-M` of an IPv6 service).
 pub fn identify(
     table: &ServiceTable,
     record: &RecordRepr,
     now: u32,
     tick_ms: u32,
-) -> Result<(TemplateKey, Option<Template>), Skip> {
+) -> Result<(TemplateId, Option<Template>), Skip> {
     let vs = record.virtual_service;
     let service = table
         .get(ServiceKey::new(record.proto, vs.ip(), vs.port()))
         .ok_or(Skip::NoService)?;
     let persistence = service.persistence.ok_or(Skip::NotPersistent)?;
-    if !persistence.netmask_is_contiguous()
-        || u32::from(persistence.netmask).leading_ones() != u32::from(record.client_prefix_len)
-    {
-        return Err(Skip::OtherNetmask);
-    }
-    // Template records are IPv4: IPv6 templates have no record kind yet.
-    let std::net::IpAddr::V4(network) = record.client.ip() else {
-        return Err(Skip::NotPersistent);
-    };
-    let key = TemplateKey {
-        service: service.id,
-        network: u32::from(network),
+    let key = match record.client.ip() {
+        IpAddr::V4(network) => {
+            if !persistence.netmask_is_contiguous()
+                || u32::from(persistence.netmask).leading_ones()
+                    != u32::from(record.client_prefix_len)
+            {
+                return Err(Skip::OtherNetmask);
+            }
+            TemplateId::V4(TemplateKey {
+                service: service.id,
+                network: u32::from(network),
+            })
+        }
+        IpAddr::V6(network) => {
+            if persistence.prefix6.min(128) != record.client_prefix_len {
+                return Err(Skip::OtherNetmask);
+            }
+            TemplateId::V6(TemplateKey6::new(
+                service.id,
+                network,
+                record.client_prefix_len,
+            ))
+        }
     };
     if record.op == RecordOp::Remove {
         return Ok((key, None));
@@ -152,28 +245,29 @@ pub enum Applied {
 /// Installs a peer's template for `key` (`None`: removes it) into `table` at `now`.
 pub fn apply(
     table: &PersistTable,
-    key: TemplateKey,
+    key: impl Into<TemplateId>,
     template: Option<Template>,
     now: u32,
 ) -> Applied {
+    let key = key.into();
     let Some(template) = template else {
-        table.remove(key);
+        key.remove(table);
         return Applied::Removed;
     };
-    match table.bind(key, template, now) {
+    match key.bind(table, template, now) {
         Bind::Created | Bind::CreatedEvicting => Applied::Created,
         Bind::Busy => Applied::Busy,
         Bind::Existing(real) if real == template.real => {
-            table.refresh(key, template.expires, now);
+            key.refresh(table, template.expires, now);
             Applied::Refreshed
         }
         Bind::Existing(_) => {
             let later = |a: u32, b: u32| (a.wrapping_sub(b) as i32) > 0;
-            match table.lookup(key, now) {
+            match key.lookup(table, now) {
                 Some(local) if !later(template.expires, local.expires) => Applied::Kept,
                 _ => {
-                    table.remove(key);
-                    match table.bind(key, template, now) {
+                    key.remove(table);
+                    match key.bind(table, template, now) {
                         Bind::Created | Bind::CreatedEvicting => Applied::Replaced,
                         _ => Applied::Busy,
                     }
@@ -196,15 +290,15 @@ struct Known {
     from_peer: bool,
 }
 
-/// Which templates to send: the table is scanned a slice per call, a whole pass every
-/// `ticks_per_pass` calls; a live template is due when it is new, its real server or
+/// Which templates to send: the table (its IPv4 slots, then its IPv6 ones) is scanned
+/// a slice per call, a whole pass every `ticks_per_pass` calls; a live template is due when it is new, its real server or
 /// expiry changed since it was last sent, or `resend_ticks` passed since then. What
 /// it remembers (one entry per live template it sent or received) is dropped for
 /// templates a whole pass did not see (expired, removed, evicted). Management core
 /// only: a plain map.
 #[derive(Debug)]
 pub struct TemplateTracker {
-    known: HashMap<TemplateKey, Known>,
+    known: HashMap<TemplateId, Known>,
     cursor: usize,
     pass: u32,
     slots_per_tick: usize,
@@ -212,8 +306,10 @@ pub struct TemplateTracker {
 }
 
 impl TemplateTracker {
-    /// For a table of `slots` slots ([`PersistTable::capacity`]).
-    pub fn new(slots: usize, ticks_per_pass: usize, resend_ticks: u32) -> TemplateTracker {
+    /// For `table` (its [`PersistTable::capacity`] and
+    /// [`PersistTable::capacity6`] slots).
+    pub fn new(table: &PersistTable, ticks_per_pass: usize, resend_ticks: u32) -> TemplateTracker {
+        let slots = table.capacity() + table.capacity6();
         TemplateTracker {
             known: HashMap::new(),
             cursor: 0,
@@ -239,11 +335,19 @@ impl TemplateTracker {
         &mut self,
         table: &PersistTable,
         now: u32,
-        mut send: impl FnMut(TemplateKey, Template) -> bool,
+        mut send: impl FnMut(TemplateId, Template) -> bool,
     ) -> usize {
-        let end = (self.cursor + self.slots_per_tick).min(table.capacity());
+        let (v4, total) = (table.capacity(), table.capacity() + table.capacity6());
+        let start = self.cursor.min(total);
+        let end = (start + self.slots_per_tick).min(total);
+        let live4 = table
+            .live_in(start.min(v4)..end.min(v4), now)
+            .map(|(k, t)| (TemplateId::V4(k), t));
+        let live6 = table
+            .live6_in(start.max(v4) - v4..end.max(v4) - v4, now)
+            .map(|(k, t)| (TemplateId::V6(k), t));
         let mut sent = 0;
-        for (key, t) in table.live_in(self.cursor..end, now) {
+        for (key, t) in live4.chain(live6) {
             let due = match self.known.get_mut(&key) {
                 None => true,
                 Some(k) => {
@@ -268,7 +372,7 @@ impl TemplateTracker {
             }
         }
         self.cursor = end;
-        if self.cursor >= table.capacity() {
+        if self.cursor >= total {
             let pass = self.pass;
             self.known.retain(|_, k| k.seen == pass);
             self.pass = pass.wrapping_add(1);
@@ -279,9 +383,9 @@ impl TemplateTracker {
 
     /// `key`'s template as this node's table holds it after a peer's record was
     /// applied: the peer knows it, so it is not sent back unless it changes here.
-    pub fn received(&mut self, key: TemplateKey, template: Template, now: u32) {
+    pub fn received(&mut self, key: impl Into<TemplateId>, template: Template, now: u32) {
         self.known.insert(
-            key,
+            key.into(),
             Known {
                 real: template.real,
                 expires: template.expires,
@@ -293,8 +397,8 @@ impl TemplateTracker {
     }
 
     /// Forgets `key`: if a template for it lives, it is sent at the next pass.
-    pub fn forget(&mut self, key: TemplateKey) {
-        self.known.remove(&key);
+    pub fn forget(&mut self, key: impl Into<TemplateId>) {
+        self.known.remove(&key.into());
     }
 }
 
@@ -305,6 +409,7 @@ mod tests {
     use crate::model::SchedulerKind;
     use crate::model::{ForwardMode, Persistence, RealServerSpec};
     use crate::session::replication::{RecordKind, MAX_TIMEOUT_MS};
+    use std::net::Ipv6Addr;
 
     const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
     const RS1: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 21);
@@ -387,10 +492,10 @@ mod tests {
         let (k, t) = identify(&standby, &record, 50, 10).unwrap();
         assert_eq!(
             k,
-            TemplateKey {
+            TemplateId::V4(TemplateKey {
                 service: service2,
                 network: u32::from(NET)
-            }
+            })
         );
         assert_eq!(
             t,
@@ -540,7 +645,7 @@ mod tests {
         table: &PersistTable,
         now: u32,
         n: usize,
-    ) -> Vec<(TemplateKey, Template)> {
+    ) -> Vec<(TemplateId, Template)> {
         let mut out = Vec::new();
         for _ in 0..n * 8 {
             tracker.scan(table, now, |k, t| {
@@ -555,7 +660,7 @@ mod tests {
     fn the_tracker_sends_what_is_new_or_changed_and_resends_the_rest_periodically() {
         let table = PersistTable::with_capacity(64);
         // 8 calls per pass; resend after 100 ticks.
-        let mut tracker = TemplateTracker::new(table.capacity(), 8, 100);
+        let mut tracker = TemplateTracker::new(&table, 8, 100);
         for n in 0..10 {
             table.bind(k(n), t(n, 1000), 0);
         }
@@ -566,11 +671,17 @@ mod tests {
 
         // One refreshed (a new connection used it): sent again, once.
         table.refresh(k(3), 1200, 60);
-        assert_eq!(passes(&mut tracker, &table, 60, 2), [(k(3), t(3, 1200))]);
+        assert_eq!(
+            passes(&mut tracker, &table, 60, 2),
+            [(k(3).into(), t(3, 1200))]
+        );
         // One re-pinned to another real server.
         table.remove(k(4));
         table.bind(k(4), t(9, 1100), 70);
-        assert_eq!(passes(&mut tracker, &table, 70, 1), [(k(4), t(9, 1100))]);
+        assert_eq!(
+            passes(&mut tracker, &table, 70, 1),
+            [(k(4).into(), t(9, 1100))]
+        );
 
         // 100 ticks after they were sent, the unchanged ones go again.
         let again = passes(&mut tracker, &table, 100, 1);
@@ -589,7 +700,7 @@ mod tests {
     #[test]
     fn the_tracker_does_not_echo_a_peers_templates_and_retries_unsendable_ones() {
         let table = PersistTable::with_capacity(64);
-        let mut tracker = TemplateTracker::new(table.capacity(), 8, 100);
+        let mut tracker = TemplateTracker::new(&table, 8, 100);
         assert_eq!(apply(&table, k(1), Some(t(5, 500)), 0), Applied::Created);
         tracker.received(k(1), table.lookup(k(1), 0).unwrap(), 0);
         assert!(passes(&mut tracker, &table, 0, 1).is_empty(), "not echoed");
@@ -599,14 +710,17 @@ mod tests {
         );
         // Used here (this node took over): from now on it is ours to send.
         table.refresh(k(1), 900, 310);
-        assert_eq!(passes(&mut tracker, &table, 310, 1), [(k(1), t(5, 900))]);
+        assert_eq!(
+            passes(&mut tracker, &table, 310, 1),
+            [(k(1).into(), t(5, 900))]
+        );
 
         // A template whose real server cannot be described is retried every pass.
         table.bind(k(2), t(6, 800), 320);
         let mut tries = 0;
         for _ in 0..16 {
             tracker.scan(&table, 320, |key, _| {
-                tries += usize::from(key == k(2));
+                tries += usize::from(key == k(2).into());
                 false
             });
         }
@@ -614,5 +728,118 @@ mod tests {
         // Forgotten: sent at the next pass although unchanged.
         tracker.forget(k(1));
         assert_eq!(passes(&mut tracker, &table, 330, 1).len(), 2);
+    }
+    const VIP6: &str = "2001:db8:18::100";
+    const RS6: &str = "2001:db8:1a::11";
+
+    /// An IPv6 node: a decoy service first when `decoy`, then a TCP service on
+    /// [VIP6]:80 persisting per `/prefix6` with an IPv6 NAT real server and an IPv4
+    /// one behind NAT64 (FullNAT, one IPv4 local address).
+    fn node6(decoy: bool, prefix6: u8) -> ServiceTable {
+        let mut table = ServiceTable::new();
+        if decoy {
+            table
+                .add_service(service_key(), SchedulerKind::Rr, None)
+                .unwrap();
+        }
+        let key = ServiceKey::new(Protocol::Tcp, VIP6.parse::<Ipv6Addr>().unwrap(), 80);
+        table
+            .add_service(
+                key,
+                SchedulerKind::Rr,
+                Some(Persistence::with_prefix6(300, prefix6)),
+            )
+            .unwrap();
+        let rs6: Ipv6Addr = RS6.parse().unwrap();
+        table
+            .add_server(key, RealServerSpec::new(rs6, 8080, 1, ForwardMode::Nat))
+            .unwrap();
+        table
+            .add_laddr(key, Ipv4Addr::new(10, 1, 255, 1).into())
+            .unwrap();
+        table
+            .add_server(key, RealServerSpec::new(RS1, 8080, 1, ForwardMode::FullNat))
+            .unwrap();
+        table
+    }
+
+    /// IPv6 templates travel as IPv6 template records, to the peer's own ids, for an
+    /// IPv6 and a NAT64 real server; the prefix length must be the service's there.
+    #[test]
+    fn an_ipv6_template_maps_to_the_peers_own_ids_by_identity() {
+        let (active, standby) = (node6(false, 64), node6(true, 64));
+        let client: Ipv6Addr = "2001:db8:2:0:1:2:3:4".parse().unwrap();
+        for rs in [RS6.parse::<IpAddr>().unwrap(), IpAddr::V4(RS1)] {
+            let id = |table: &ServiceTable| {
+                let s = table
+                    .get(ServiceKey::new(
+                        Protocol::Tcp,
+                        VIP6.parse::<IpAddr>().unwrap(),
+                        80,
+                    ))
+                    .unwrap();
+                (s.id, s.real_servers.iter().find(|r| r.ip == rs).unwrap().id)
+            };
+            let (service, real) = id(&active);
+            let key = TemplateKey6::new(service, client, 64);
+            let record = ServicesById::new(&active)
+                .record(key, t(real, 1600), 1000, 100)
+                .unwrap();
+            assert!(record.is_ipv6());
+            assert_eq!(record.client, "[2001:db8:2::]:0".parse().unwrap());
+            assert_eq!(record.client_prefix_len, 64);
+            assert_eq!(record.real_server, SocketAddr::new(rs, 8080));
+            assert_eq!(record.timeout_ms, 60_000);
+            let (service2, real2) = id(&standby);
+            assert_ne!(service, service2);
+            let (k, template) = identify(&standby, &record, 50, 10).unwrap();
+            assert_eq!(k, TemplateId::V6(TemplateKey6::new(service2, client, 64)));
+            assert_eq!(template, Some(t(real2, 50 + 6000)));
+            // Into the standby's table, where its workers look IPv6 clients up.
+            let table = PersistTable::with_capacity(64);
+            assert_eq!(apply(&table, k, template, 50), Applied::Created);
+            assert_eq!(
+                table.lookup6(TemplateKey6::new(service2, client, 64), 60),
+                template
+            );
+            assert_eq!(apply(&table, k, None, 60), Applied::Removed);
+            assert_eq!(k.lookup(&table, 60), None);
+            // Another prefix length here: the network means nothing here.
+            assert_eq!(
+                identify(&node6(false, 48), &record, 50, 10),
+                Err(Skip::OtherNetmask)
+            );
+        }
+        // A network with bits past the service's prefix (edited since) is not sent.
+        let odd = TemplateKey6 {
+            service: 0,
+            network: client,
+        };
+        assert!(ServicesById::new(&active)
+            .record(odd, t(0, 1600), 1000, 100)
+            .is_none());
+    }
+
+    /// The tracker's pass covers the IPv6 half of the table too.
+    #[test]
+    fn the_tracker_sends_ipv6_templates_too() {
+        let table = PersistTable::with_capacity(64);
+        let mut tracker = TemplateTracker::new(&table, 8, 100);
+        let key6 = TemplateKey6::new(1, "2001:db8::7".parse().unwrap(), 128);
+        table.bind(k(1), t(1, 1000), 0);
+        table.bind6(key6, t(2, 1000), 0);
+        let mut sent = passes(&mut tracker, &table, 0, 1);
+        sent.sort_by_key(|(id, _)| matches!(id, TemplateId::V6(_)));
+        assert_eq!(sent, [(k(1).into(), t(1, 1000)), (key6.into(), t(2, 1000))]);
+        assert!(passes(&mut tracker, &table, 10, 1).is_empty());
+        table.refresh6(key6, 1200, 20);
+        assert_eq!(
+            passes(&mut tracker, &table, 20, 1),
+            [(key6.into(), t(2, 1200))]
+        );
+        tracker.received(key6, t(2, 1200), 30);
+        table.remove6(key6);
+        passes(&mut tracker, &table, 40, 2);
+        assert_eq!(tracker.len(), 1, "the gone IPv6 template forgotten");
     }
 }
