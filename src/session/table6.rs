@@ -14,15 +14,15 @@
 //! tables are an order of magnitude smaller by default).
 //!
 //! [`SessionTable`]: super::SessionTable
+use super::hugemem::HugePageAlloc;
 use super::state::{self, Direction, TcpState, Transition};
 use super::table::{index_value as value, split_value as split};
 use super::timeouts::TickTimeouts;
-use super::hugemem::HugePageAlloc;
 use super::InsertError;
-use allocator_api2::vec::Vec as HugeVec;
 use crate::flow::FlowKey6;
 use crate::model::{ForwardMode, Protocol};
 use crate::wire::tcp::TcpFlags;
+use allocator_api2::vec::Vec as HugeVec;
 use std::net::Ipv6Addr;
 
 /// An IPv6 session: a client's connection to an IPv6 VIP, forwarded to an IPv6 real
