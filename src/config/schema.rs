@@ -1058,9 +1058,9 @@ fn read_service(
     let sorry_server = t.optional("sorry_server", |f| {
         read_sorry_server(f, key, ports, &real_servers)
     })?;
-    check_fullnat_has_local_address(&t, &real_servers, &local_addresses)?;
+    check_fullnat_has_local_address(&t, &real_servers, sorry_server.as_ref(), &local_addresses)?;
     let synproxy = read_synproxy(&t, proto, &real_servers)?;
-    let sloppy_tcp = read_sloppy_tcp(&t, proto, &real_servers, sorry_server.as_ref())?;
+    let sloppy_tcp = read_sloppy_tcp(&t, proto, &real_servers, sorry_server.as_ref(), &synproxy)?;
     if let (Some(sorry), Some(at)) = (&sorry_server, t.get("sorry_server")) {
         if synproxy.mode != SynProxyMode::Off && !sorry.mode.rewrites_replies() {
             return Err(at.invalid(format!(
@@ -1198,12 +1198,6 @@ fn read_local_addresses(t: &Table, ports: &[PortRead]) -> Check<(Vec<IpAddr>, Ve
     Ok((addresses, items.iter().map(Field::location).collect()))
 }
 
-/// FullNAT rewrites the client's address to one of the service's local addresses, so
-/// a service with a fullnat real server needs at least one.
-/// `synproxy = "off" | "on" | "auto"` and `synproxy_auto_syn_rate` (SYNs per second
-/// without a session, per worker, 1..=100 000 000). On and auto need a tcp service
-/// whose real servers all use nat or fullnat: DR and TUN replies bypass Sluice, which
-/// then could not translate them.
 /// `sloppy_tcp`: the rules of [`crate::service::ServiceTable::set_sloppy_tcp`], named
 /// at the key.
 fn read_sloppy_tcp(
@@ -1211,9 +1205,15 @@ fn read_sloppy_tcp(
     proto: Protocol,
     servers: &[RealServerConfig],
     sorry: Option<&crate::model::SorryServerSpec>,
+    synproxy: &SynProxy,
 ) -> Check<bool> {
     t.or("sloppy_tcp", false, |f| {
         let on = f.bool()?;
+        if on && synproxy.mode != SynProxyMode::Off {
+            return Err(f.invalid(
+                "sloppy_tcp and synproxy exclude each other: the SYN proxy opens connections only from a cookie ACK",
+            ));
+        }
         if on && proto != Protocol::Tcp {
             return Err(f.invalid(
                 "sloppy_tcp opens sessions from TCP segments that are not SYNs: only a tcp service can use it",
@@ -1240,6 +1240,10 @@ fn read_sloppy_tcp(
     })
 }
 
+/// `synproxy = "off" | "on" | "auto"` and `synproxy_auto_syn_rate` (SYNs per second
+/// without a session, per worker, 1..=100 000 000). On and auto need a tcp service
+/// whose real servers all use nat or fullnat: DR and TUN replies bypass Sluice, which
+/// then could not translate them.
 fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Check<SynProxy> {
     let mode = t.or("synproxy", SynProxyMode::Off, |f| {
         let mode = SynProxyMode::parse(f.str()?)
@@ -1321,25 +1325,45 @@ fn check_ipv6_probe_source(
     Ok(())
 }
 
+/// FullNAT rewrites the client's address to one of the service's local addresses, so
+/// a service with a fullnat real server, or a fullnat sorry server, needs at least
+/// one.
 fn check_fullnat_has_local_address(
     t: &Table,
     servers: &[RealServerConfig],
+    sorry: Option<&crate::model::SorryServerSpec>,
     local_addresses: &[IpAddr],
 ) -> Check<()> {
     if !local_addresses.is_empty() {
         return Ok(());
     }
-    let Some(i) = servers
+    let which = servers
         .iter()
-        .position(|rs| rs.mode == ForwardMode::FullNat)
-    else {
+        .enumerate()
+        .find(|(_, rs)| rs.mode == ForwardMode::FullNat)
+        .map(|(i, rs)| {
+            format!(
+                "real server {}:{} ({}.real_servers[{i}])",
+                rs.ip,
+                rs.port,
+                t.location().field
+            )
+        })
+        .or_else(|| {
+            sorry.filter(|s| s.mode == ForwardMode::FullNat).map(|s| {
+                format!(
+                    "sorry server {}:{} ({}.sorry_server)",
+                    s.ip,
+                    s.port,
+                    t.location().field
+                )
+            })
+        });
+    let Some(which) = which else {
         return Ok(());
     };
     let why = format!(
-        "real server {}:{} ({}.real_servers[{i}]) uses mode fullnat, which needs at least one local address to use as the source towards the real servers",
-        servers[i].ip,
-        servers[i].port,
-        t.location().field
+        "{which} uses mode fullnat, which needs at least one local address to use as the source towards the real servers"
     );
     match t.get("local_addresses") {
         Some(f) => Err(f.invalid(format!("no local addresses, but {why}"))),

@@ -2938,6 +2938,26 @@ fn sloppy_tcp_is_off_by_default_tcp_only_and_not_with_fullnat() {
         "198.18.0.99:80 (its sorry_server)",
     );
     assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsynproxy = \"on\"\nsloppy_tcp = true",
+        )
+        .replacen("mode = \"dr\"", "mode = \"nat\"", 1)
+        .replacen("weight = 1", "weight = 1\nmode = \"nat\"", 1),
+        27,
+        "services[0].sloppy_tcp",
+        "sloppy_tcp and synproxy exclude each other",
+    );
+    assert_rejected(
+        &service_with(
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nsorry_server = { ip = \"198.18.0.99\", mode = \"fullnat\" }",
+        ),
+        21,
+        "services[0].local_addresses",
+        "sorry server 198.18.0.99:80 (services[0].sorry_server) uses mode fullnat",
+    );
+    assert_rejected(
         &service_with("scheduler = \"rr\"", "scheduler = \"rr\"\nsloppy_tcp = 1"),
         26,
         "services[0].sloppy_tcp",

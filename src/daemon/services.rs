@@ -149,6 +149,16 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
         if !d.sloppy_tcp {
             out.extend(sloppy.clone());
         }
+        // After the real servers that go have gone (one may become the sorry server),
+        // before those that come (one may be the sorry server until now), before the
+        // SYN proxy or sloppy_tcp goes on (they refuse some sorry servers).
+        let sorry = |s: &crate::model::Service| s.sorry_server.map(|s| s.spec());
+        if existing.and_then(sorry) != sorry(d) {
+            out.push(Request::SetSorryServer {
+                service: key,
+                sorry_server: sorry(d),
+            });
+        }
         for r in &d.real_servers {
             match existing.and_then(|c| c.server(r.ip, r.port)) {
                 None => out.push(Request::AddServer {
@@ -161,15 +171,6 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 }),
                 Some(_) => {}
             }
-        }
-        // After the real servers change (a server may become the sorry server), before
-        // the SYN proxy goes on (it refuses a DR or TUN sorry server).
-        let sorry = |s: &crate::model::Service| s.sorry_server.map(|s| s.spec());
-        if existing.and_then(sorry) != sorry(d) {
-            out.push(Request::SetSorryServer {
-                service: key,
-                sorry_server: sorry(d),
-            });
         }
         admission_diff(current, desired, key, &mut out);
         if proxy_on {
@@ -1574,6 +1575,57 @@ port = 53
                 },
             ]
         );
+    }
+
+    /// The sorry server and a real server trade places in one reload: the old sorry
+    /// server comes in as a real server, the old real server becomes the sorry server.
+    #[test]
+    fn a_reload_swaps_the_sorry_server_and_a_real_server() {
+        let (mut services, publisher) = setup();
+        let real = services.table.get(http()).unwrap().real_servers[0].clone();
+        let sorry = crate::model::SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, 99).into(),
+            port: 8080,
+            mode: ForwardMode::FullNat,
+            inhibit: false,
+        };
+        call(
+            &mut services,
+            &publisher,
+            Request::SetSorryServer {
+                service: http(),
+                sorry_server: Some(sorry),
+            },
+        )
+        .unwrap();
+        let mut desired = services.table.clone();
+        desired.delete_server(http(), real.ip, real.port).unwrap();
+        desired.set_sorry_server(http(), None).unwrap();
+        desired
+            .add_server(
+                http(),
+                RealServerSpec::new(sorry.ip, sorry.port, 1, sorry.mode),
+            )
+            .unwrap();
+        let old_real = crate::model::SorryServerSpec {
+            ip: real.ip,
+            port: real.port,
+            mode: real.mode,
+            inhibit: false,
+        };
+        desired.set_sorry_server(http(), Some(old_real)).unwrap();
+        for r in diff(&services.table, &desired).unwrap() {
+            call(&mut services, &publisher, r.clone()).unwrap_or_else(|e| panic!("{r:?}: {e}"));
+        }
+        let now = services.table.get(http()).unwrap();
+        assert_eq!(
+            now.real_servers
+                .iter()
+                .map(|r| (r.ip, r.port))
+                .collect::<Vec<_>>(),
+            [(sorry.ip, sorry.port)]
+        );
+        assert_eq!(now.sorry_server.map(|s| s.spec()), Some(old_real));
     }
 
     /// sloppy_tcp refuses FullNAT servers, so a reload turns it on after the servers

@@ -137,6 +137,9 @@ pub enum ServiceError {
         ip: IpAddr,
         port: u16,
     },
+    /// The SYN proxy opens connections only from a cookie ACK, so with it `sloppy_tcp`
+    /// would do nothing: the two are refused together.
+    SloppyWithSynProxy(ServiceKey),
     /// A real server or local address of the other address family than the
     /// service's (`what` names which), except what NAT64 takes: IPv4 FullNAT real
     /// servers and IPv4 local addresses behind an IPv6 service.
@@ -277,6 +280,11 @@ impl fmt::Display for ServiceError {
                 "sloppy_tcp cannot serve fullnat real server {} of {service}: a session opened \
                  mid-connection would reach it from a new local port, a connection it never saw",
                 std::net::SocketAddr::new(*ip, *port)
+            ),
+            ServiceError::SloppyWithSynProxy(service) => write!(
+                f,
+                "sloppy_tcp and the SYN proxy exclude each other on {service}: the SYN proxy \
+                 opens connections only from a cookie ACK"
             ),
             ServiceError::SynProxyRateZero => {
                 f.write_str("synproxy auto SYN rate must be at least 1 per second")
@@ -726,9 +734,6 @@ impl ServiceTable {
         Ok(())
     }
 
-    /// Sets the SYN proxy of a service. Turning it on (or auto) needs TCP and every
-    /// real server in NAT or FullNAT mode; turning it off is always allowed. Nothing
-    /// changes on error.
     /// Turns `sloppy_tcp` on or off: a TCP service only, none of whose real servers
     /// (sorry server included) is FullNAT. Turning it off is always allowed.
     pub fn set_sloppy_tcp(&mut self, key: ServiceKey, on: bool) -> Result<(), ServiceError> {
@@ -739,6 +744,9 @@ impl ServiceTable {
         if on {
             if key.proto != Protocol::Tcp {
                 return Err(ServiceError::SloppyNeedsTcp(key));
+            }
+            if service.synproxy.mode != SynProxyMode::Off {
+                return Err(ServiceError::SloppyWithSynProxy(key));
             }
             let sorry = service.sorry_server.map(|s| s.as_real_server(false));
             if let Some(rs) = service
@@ -759,6 +767,9 @@ impl ServiceTable {
         Ok(())
     }
 
+    /// Sets the SYN proxy of a service. Turning it on (or auto) needs TCP and every
+    /// real server in NAT or FullNAT mode; turning it off is always allowed. Nothing
+    /// changes on error.
     pub fn set_synproxy(
         &mut self,
         key: ServiceKey,
@@ -774,6 +785,9 @@ impl ServiceTable {
             }
             if synproxy.auto_syn_rate == 0 {
                 return Err(ServiceError::SynProxyRateZero);
+            }
+            if service.sloppy_tcp {
+                return Err(ServiceError::SloppyWithSynProxy(key));
             }
             if key.is_ipv6() {
                 return Err(ServiceError::Ipv6Unsupported {
@@ -1031,10 +1045,7 @@ pub fn validate_service(
     }
 }
 
-/// The rules every real server meets, from the config or a command: a unicast address,
-/// a weight of 0 to [`MAX_WEIGHT`], a lower threshold not above the upper one (as IPVS,
-/// even when the upper is 0), and the service's port unless NAT or FullNAT maps it.
-/// A service with the SYN proxy on (or auto) takes NAT and FullNAT real servers only.
+/// A `sloppy_tcp` service takes no FullNAT real server.
 fn check_sloppy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if service.sloppy_tcp && spec.mode == ForwardMode::FullNat {
         return Err(ServiceError::SloppyNotFullNat {
@@ -1046,6 +1057,7 @@ fn check_sloppy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), Ser
     Ok(())
 }
 
+/// A service with the SYN proxy on (or auto) takes NAT and FullNAT real servers only.
 fn check_synproxy_mode(service: &Service, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if service.synproxy.mode != SynProxyMode::Off && !spec.mode.rewrites_replies() {
         return Err(ServiceError::SynProxyNeedsNat {
@@ -1066,6 +1078,9 @@ pub const IPV6_MODES: &[ForwardMode] = &[
     ForwardMode::FullNat,
 ];
 
+/// The rules every real server meets, from the config or a command: a unicast address,
+/// a weight of 0 to [`MAX_WEIGHT`], a lower threshold not above the upper one (as IPVS,
+/// even when the upper is 0), and the service's port unless NAT or FullNAT maps it.
 pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), ServiceError> {
     if !is_unicast(spec.ip) {
         return Err(ServiceError::NotUnicast {
@@ -1770,6 +1785,19 @@ mod tests {
             |t| t.set_sloppy_tcp(udp, true),
         );
         table.set_sloppy_tcp(udp, false).unwrap();
+        // The SYN proxy and sloppy_tcp exclude each other, whichever comes first.
+        let web = ServiceKey::new(Protocol::Tcp, VIP, 8080);
+        table.add_service(web, SchedulerKind::Rr, None).unwrap();
+        table.set_sloppy_tcp(web, true).unwrap();
+        let on = SynProxy {
+            mode: SynProxyMode::On,
+            ..SynProxy::default()
+        };
+        let both = "sloppy_tcp and the SYN proxy exclude each other on TCP 198.18.1.1:8080";
+        assert_rejected(&mut table, both, |t| t.set_synproxy(web, on));
+        table.set_sloppy_tcp(web, false).unwrap();
+        table.set_synproxy(web, on).unwrap();
+        assert_rejected(&mut table, both, |t| t.set_sloppy_tcp(web, true));
     }
 
     #[test]

@@ -16,7 +16,6 @@ use crate::forward::IcmpErrorQuote;
 use crate::model::{DropReason, ForwardMode};
 use crate::session::table6::Session6;
 use crate::session::Direction;
-use crate::wire::ethernet::MacAddr;
 
 impl Forwarder {
     /// An ICMPv6 error to our MAC: translated and sent on if it quotes a packet of
@@ -63,7 +62,7 @@ impl Forwarder {
                 };
                 let frame = pkt.bytes_mut();
                 match icmp6::nat_translate_error_v6(frame, parsed, &quote, &rewrite) {
-                    Ok(()) => readdress(frame, Some(MacAddr(s.peer_mac)), cx),
+                    Ok(()) => readdress(frame, self.client_hop_v6(&s), cx),
                     Err(reason) => Action::Drop(reason),
                 }
             }
@@ -216,7 +215,7 @@ impl Forwarder {
         Some(
             match icmp6::icmp4_to_icmp6(buf, parsed, quote, &ends, cx.port.mtu) {
                 Ok(len) if pkt.set_len(len as u16) => {
-                    readdress(pkt.bytes_mut(), Some(MacAddr(s.peer_mac)), cx)
+                    readdress(pkt.bytes_mut(), self.client_hop_v6(&s), cx)
                 }
                 Ok(_) => Action::Drop(DropReason::Truncated),
                 Err(reason) => Action::Drop(reason),

@@ -531,7 +531,7 @@ impl Forwarder {
     /// its packets came from, or, for a session that session sync installed and that has seen
     /// no client packet here yet, the client's neighbour entry (none: dropped as
     /// unresolved, as the client's next packet teaches it).
-    fn client_hop_v6(&self, s: &Session6) -> Option<MacAddr> {
+    pub(super) fn client_hop_v6(&self, s: &Session6) -> Option<MacAddr> {
         if s.peer_mac != [0; 6] {
             return Some(MacAddr(s.peer_mac));
         }
