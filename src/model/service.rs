@@ -503,6 +503,31 @@ impl Service {
         self.server_index(ip, port).map(|i| &self.real_servers[i])
     }
 
+    /// The server `ip:port` a session or template may be pinned to: a real server or
+    /// the sorry server, which the table keeps out of `real_servers` (the sorry server
+    /// as a real server of weight 0; only its identity and mode count here).
+    pub fn pinnable_server(&self, ip: impl Into<IpAddr>, port: u16) -> Option<RealServer> {
+        let ip = ip.into();
+        self.server(ip, port).cloned().or_else(|| {
+            self.sorry_server
+                .filter(|s| s.ip == ip && s.port == port)
+                .map(|s| s.as_real_server(false))
+        })
+    }
+
+    /// As [`Service::pinnable_server`], by id.
+    pub fn pinnable_server_by_id(&self, id: u32) -> Option<RealServer> {
+        self.real_servers
+            .iter()
+            .find(|r| r.id == id)
+            .cloned()
+            .or_else(|| {
+                self.sorry_server
+                    .filter(|s| s.id == id)
+                    .map(|s| s.as_real_server(false))
+            })
+    }
+
     /// Whether any real server can take a new connection (some weight > 0).
     pub fn has_available_server(&self) -> bool {
         self.real_servers.iter().any(RealServer::accepts_new)

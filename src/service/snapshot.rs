@@ -292,18 +292,24 @@ pub struct NatRoute {
 }
 
 impl NatRoute {
-    /// Every NAT real server of every service in `table`.
+    /// Every NAT real server of every service in `table`, sorry servers included (the
+    /// table keeps them out of `real_servers`; their sessions' replies need routing too).
     pub fn all(table: &ServiceTable) -> std::collections::HashSet<NatRoute> {
         table
             .services()
             .flat_map(|s| {
+                let sorry = s
+                    .sorry_server
+                    .map(|sorry| (sorry.ip, sorry.port, sorry.mode));
                 s.real_servers
                     .iter()
-                    .filter(|r| r.mode == ForwardMode::Nat)
-                    .map(move |r| NatRoute {
+                    .map(|r| (r.ip, r.port, r.mode))
+                    .chain(sorry)
+                    .filter(|&(_, _, mode)| mode == ForwardMode::Nat)
+                    .map(move |(real_ip, real_port, _)| NatRoute {
                         proto: s.key.proto,
-                        real_ip: r.ip,
-                        real_port: r.port,
+                        real_ip,
+                        real_port,
                         vip: s.key.vip,
                         vport: s.key.port,
                     })
@@ -971,5 +977,53 @@ mod tests {
             assert_eq!(last, PUBLISHES, "a reader missed the final snapshot");
             assert!(changes >= 1 && changes <= refreshes);
         }
+    }
+
+    /// A NAT sorry server's replies are routed like a real server's, so its route
+    /// departs (and keeps redirecting replies) when the sorry server is removed.
+    #[test]
+    fn nat_routes_include_a_nat_sorry_server() {
+        let mut table = ServiceTable::new();
+        table
+            .add_service(key(1, 80), SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = Ipv4Addr::new(10, 0, 0, 1);
+        table
+            .add_server(key(1, 80), RealServerSpec::new(rs, 80, 1, ForwardMode::Nat))
+            .unwrap();
+        let sorry = Ipv4Addr::new(10, 0, 0, 99);
+        let route = |ip: Ipv4Addr, port| NatRoute {
+            proto: Protocol::Tcp,
+            real_ip: ip.into(),
+            real_port: port,
+            vip: key(1, 80).vip,
+            vport: 80,
+        };
+        let set_sorry = |table: &mut ServiceTable, mode| {
+            table
+                .set_sorry_server(
+                    key(1, 80),
+                    Some(crate::model::SorryServerSpec {
+                        ip: sorry.into(),
+                        port: 80,
+                        mode,
+                        inhibit: false,
+                    }),
+                )
+                .unwrap()
+        };
+        set_sorry(&mut table, ForwardMode::Nat);
+        let with_sorry = NatRoute::all(&table);
+        assert_eq!(
+            with_sorry,
+            [route(rs, 80), route(sorry, 80)].into_iter().collect()
+        );
+        // A DR sorry server needs no reply route.
+        set_sorry(&mut table, ForwardMode::Dr);
+        assert_eq!(NatRoute::all(&table), [route(rs, 80)].into_iter().collect());
+        table.set_sorry_server(key(1, 80), None).unwrap();
+        let without = NatRoute::all(&table);
+        let gone: Vec<_> = with_sorry.difference(&without).collect();
+        assert_eq!(gone, [&route(sorry, 80)]);
     }
 }

@@ -218,9 +218,13 @@ impl Forwarder {
                         Bind::Created => {}
                         Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
                         Bind::Busy => counters.event(Event::PersistBusy),
-                        // Another worker pinned this network an instant ago.
+                        // Another worker pinned this network an instant ago (not
+                        // followed across the sorry server's switch, as above: that
+                        // worker may still run the snapshot before it).
                         Bind::Existing(other) => {
-                            if let Some(i) = position(other) {
+                            if let Some(i) =
+                                position(other).filter(|_| !service.sorry_switched(other))
+                            {
                                 counters.event(Event::PersistFollowed);
                                 pick = i;
                             }

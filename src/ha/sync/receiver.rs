@@ -251,7 +251,7 @@ pub enum Conflict {
 }
 
 /// Holds `record` against `service` (the one of its virtual service here): the real
-/// server must be in it with the record's mode, a FullNAT local address must be one of
+/// server must be in it (or be its sorry server) with the record's mode, a FullNAT local address must be one of
 /// the service's. Returns the record with its timeout clamped to what this node gives
 /// its state (`timeouts`; a template: the service's persistence timeout), and whether
 /// it was clamped.
@@ -261,9 +261,7 @@ pub fn check_record(
     timeouts: &Timeouts,
 ) -> Result<(RecordRepr, bool), Conflict> {
     let rs = service
-        .real_servers
-        .iter()
-        .find(|r| r.ip == record.real_server.ip() && r.port == record.real_server.port())
+        .pinnable_server(record.real_server.ip(), record.real_server.port())
         .ok_or(Conflict::UnknownRealServer)?;
     if rs.mode != record.mode {
         return Err(Conflict::WrongMode);
@@ -732,6 +730,55 @@ mod tests {
         });
         let (t, was) = check_record(&template, &persistent, &timeouts).unwrap();
         assert_eq!((t.timeout_ms, was), (300_000, true));
+    }
+
+    /// A session pinned to the sorry server is held against the table's service, whose
+    /// `real_servers` leave the sorry server out: it is accepted all the same.
+    #[test]
+    fn a_record_for_the_sorry_server_is_accepted() {
+        let key = ServiceKey::new(Protocol::Tcp, VIP, 80);
+        let mut table = crate::service::ServiceTable::new();
+        table.add_service(key, SchedulerKind::Rr, None).unwrap();
+        table
+            .add_server(
+                key,
+                crate::model::RealServerSpec::new(RS, 8080, 1, ForwardMode::Nat),
+            )
+            .unwrap();
+        let sorry = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 99), 80);
+        table
+            .set_sorry_server(
+                key,
+                Some(crate::model::SorryServerSpec {
+                    ip: (*sorry.ip()).into(),
+                    port: sorry.port(),
+                    mode: ForwardMode::Nat,
+                    inhibit: false,
+                }),
+            )
+            .unwrap();
+        let service = table.get(key).unwrap();
+        assert!(service.server(*sorry.ip(), sorry.port()).is_none());
+        let timeouts = Timeouts::default();
+        let mut to_sorry = record(VIP, 1000);
+        to_sorry.real_server = sorry.into();
+        assert_eq!(
+            check_record(&to_sorry, service, &timeouts),
+            Ok((to_sorry, false))
+        );
+        let mut dr = to_sorry;
+        dr.mode = ForwardMode::Dr;
+        assert_eq!(
+            check_record(&dr, service, &timeouts),
+            Err(Conflict::WrongMode)
+        );
+        // Another port of the sorry server's address is not it.
+        let mut other = to_sorry;
+        other.real_server = SocketAddrV4::new(*sorry.ip(), 81).into();
+        assert_eq!(
+            check_record(&other, service, &timeouts),
+            Err(Conflict::UnknownRealServer)
+        );
     }
 
     #[test]

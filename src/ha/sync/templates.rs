@@ -100,10 +100,7 @@ impl<'a> ServicesById<'a> {
         };
         let service = self.0.get(&service_id)?;
         let persistence = service.persistence?;
-        let rs = service
-            .real_servers
-            .iter()
-            .find(|r| r.id == template.real)?;
+        let rs = service.pinnable_server_by_id(template.real)?;
         let left_ms = u64::from(template.expires.wrapping_sub(now)) * u64::from(tick_ms);
         let left_ms = left_ms.min(u64::from(u32::MAX)) as u32;
         match (key, service.key.vip) {
@@ -207,9 +204,7 @@ pub fn identify(
         return Ok((key, None));
     }
     let rs = service
-        .real_servers
-        .iter()
-        .find(|r| r.ip == record.real_server.ip() && r.port == record.real_server.port())
+        .pinnable_server(record.real_server.ip(), record.real_server.port())
         .ok_or(Skip::UnknownReal)?;
     let ticks = record.timeout_ms / tick_ms.max(1);
     if ticks == 0 {
@@ -407,7 +402,7 @@ mod tests {
     use super::*;
     use crate::model::Protocol;
     use crate::model::SchedulerKind;
-    use crate::model::{ForwardMode, Persistence, RealServerSpec};
+    use crate::model::{ForwardMode, Persistence, RealServerSpec, SorryServerSpec};
     use crate::session::replication::{RecordKind, MAX_TIMEOUT_MS};
     use std::net::Ipv6Addr;
 
@@ -841,5 +836,63 @@ mod tests {
         table.remove6(key6);
         passes(&mut tracker, &table, 40, 2);
         assert_eq!(tracker.len(), 1, "the gone IPv6 template forgotten");
+    }
+
+    #[test]
+    fn a_template_pinned_to_the_sorry_server_maps_by_identity() {
+        const SORRY: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 99);
+        let with_sorry = |decoys| {
+            let mut t = node(decoys, MASK24, &[RS1]);
+            t.set_sorry_server(
+                service_key(),
+                Some(SorryServerSpec {
+                    ip: SORRY.into(),
+                    port: 80,
+                    mode: ForwardMode::Nat,
+                    inhibit: false,
+                }),
+            )
+            .unwrap();
+            t
+        };
+        let sorry_id = |t: &ServiceTable| {
+            let s = t.get(service_key()).unwrap();
+            (s.id, s.sorry_server.unwrap().id)
+        };
+        let active = with_sorry(0);
+        let standby = with_sorry(2);
+        let (service, real) = sorry_id(&active);
+        let key = TemplateKey {
+            service,
+            network: u32::from(NET),
+        };
+        let template = Template {
+            real,
+            expires: 1600,
+        };
+        let record = ServicesById::new(&active)
+            .record(key, template, 1000, 100)
+            .expect("a template to the sorry server is described");
+        assert_eq!(record.real_server, SocketAddrV4::new(SORRY, 80).into());
+        assert_eq!(record.mode, ForwardMode::Nat);
+
+        let (service2, real2) = sorry_id(&standby);
+        assert_ne!(real, real2);
+        assert_eq!(
+            identify(&standby, &record, 0, 100),
+            Ok((
+                TemplateId::V4(TemplateKey {
+                    service: service2,
+                    network: u32::from(NET)
+                }),
+                Some(Template {
+                    real: real2,
+                    expires: 600
+                })
+            ))
+        );
+        // A standby without that sorry server cannot place it.
+        let bare = node(0, MASK24, &[RS1]);
+        assert_eq!(identify(&bare, &record, 0, 100), Err(Skip::UnknownReal));
     }
 }
