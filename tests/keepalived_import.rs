@@ -204,15 +204,15 @@ persistence_timeout = 50
 ";
 
 /// keepalived.conf.IPv6: `virtual_server ae00::1 80` (`lb_algo rr`, `lb_kind NAT`,
-/// `persistence_timeout 50`, which Sluice's IPv6 services lack) with `real_server
-/// ae00::10 25` (`weight 1`) checked by `SMTP_CHECK` (not Sluice's): a NAT server on
-/// another port, no health table.
+/// `persistence_timeout 50`) with `real_server ae00::10 25` (`weight 1`) checked by
+/// `SMTP_CHECK` (not Sluice's): a NAT server on another port, no health table.
 const IPV6: &str = "
 [[services]]
 proto = \"tcp\"
 vip = \"ae00::1\"
 port = 80
 scheduler = \"rr\"
+persistence_timeout = 50
 
   [[services.real_servers]]
   ip = \"ae00::10\"
@@ -277,9 +277,8 @@ fn keepalived_samples_translate_as_they_read() {
         ),
         // 4 global_defs, 23 UDP_CHECK.
         ("keepalived.conf.UDP_CHECK", UDP_CHECK, &[4, 23]),
-        // 3 global_defs, 7 virtual_server_group, 13 the virtual server's persistence,
-        // 24 SMTP_CHECK.
-        ("keepalived.conf.IPv6", IPV6, &[3, 7, 13, 24]),
+        // 3 global_defs, 7 virtual_server_group, 24 SMTP_CHECK.
+        ("keepalived.conf.IPv6", IPV6, &[3, 7, 24]),
         // 3 global_defs, 13 virtual_server_group, 22 `virtual_server group VSG_1`:
         // Sluice has no service groups, so nothing is translated.
         ("keepalived.conf.virtual_server_group", "", &[3, 13, 22]),

@@ -410,6 +410,7 @@ impl Translation {
         let mut mode = "nat";
         let mut persistence: Option<u32> = None;
         let mut netmask: Option<Ipv4Addr> = None;
+        let mut prefix6: Option<u8> = None;
         let mut delay_loop_ms = (DEFAULT_DELAY_LOOP_S * 1000.0) as u64;
         let mut real_servers: Vec<&Node> = Vec::new();
         let mut sorry: Option<&Node> = None;
@@ -446,6 +447,12 @@ impl Translation {
                         _ => self.note(n, "not a timeout of 1..=2678400 s"),
                     }
                 }
+                // keepalived reads an IPv6 service's granularity as a prefix length
+                // (1..=128), an IPv4 one's as a netmask.
+                ("persistence_granularity", Some(m)) if vip.is_ipv6() => match m.parse::<u8>() {
+                    Ok(len @ 1..=128) => prefix6 = Some(len),
+                    _ => self.note(n, "not an IPv6 prefix length of 1..=128"),
+                },
                 ("persistence_granularity", Some(m)) => match m.parse::<Ipv4Addr>() {
                     Ok(m) if u32::from(m).leading_ones() + u32::from(m).trailing_zeros() == 32 => {
                         netmask = Some(m)
@@ -479,13 +486,6 @@ impl Translation {
                 _ => self.note(n, "not translated"),
             }
         }
-        if vip.is_ipv6() && persistence.is_some() {
-            self.note(
-                node,
-                "Sluice has no persistence on IPv6 services yet (docs/IPV6.md): persistence_timeout is not translated",
-            );
-            persistence = None;
-        }
         self.vips.push(vip);
         let mut t = format!(
             "\n[[services]]\nproto = \"{proto}\"\nvip = {}\nport = {port}\n",
@@ -498,6 +498,10 @@ impl Translation {
             let _ = writeln!(t, "persistence_timeout = {p}");
             if let Some(m) = netmask.filter(|m| *m != Ipv4Addr::BROADCAST) {
                 let _ = writeln!(t, "persistence_netmask = {}", quote(&m.to_string()));
+            }
+            // 128, one template per client address, is Sluice's default too.
+            if let Some(len) = prefix6.filter(|len| *len != 128) {
+                let _ = writeln!(t, "persistence_netmask = {len}");
             }
         }
         let mut seen: Vec<(IpAddr, u16)> = Vec::new();
@@ -929,6 +933,67 @@ virtual_server 10.1.1.2 53 {
         assert_eq!(lines, [1, 3, 7, 8, 10], "{:?}", import.untranslated);
         assert!(import.untranslated[2].1.starts_with("lb_algo ovf: "));
         loads(&import.toml);
+    }
+
+    #[test]
+    fn an_ipv6_service_keeps_its_persistence_and_prefix_length() {
+        // keepalived writes an IPv6 service's granularity as a prefix length.
+        let text = "\
+virtual_server 2001:db8:18::10 443 {
+    lb_algo rr
+    persistence_timeout 300
+    persistence_granularity 64
+    real_server 2001:db8:18::20 443 {
+    }
+}
+virtual_server 2001:db8:18::11 443 {
+    persistence_timeout
+    persistence_granularity 128
+}
+virtual_server 2001:db8:18::12 443 {
+    persistence_timeout 60
+    persistence_granularity 255.255.255.0
+}
+virtual_server 2001:db8:18::13 443 {
+    persistence_timeout 60
+    persistence_granularity 129
+}
+";
+        let import = import(text, "k.conf").unwrap();
+        let t = &import.toml;
+        assert!(
+            t.contains(
+                "vip = \"2001:db8:18::10\"\nport = 443\nscheduler = \"rr\"\n\
+                 persistence_timeout = 300\npersistence_netmask = 64\n"
+            ),
+            "{t}"
+        );
+        // 128 (one template per address) is Sluice's default: not written.
+        assert!(
+            t.contains("vip = \"2001:db8:18::11\"\nport = 443\npersistence_timeout = 360\n\n"),
+            "{t}"
+        );
+        for vip in ["2001:db8:18::12", "2001:db8:18::13"] {
+            let at = t.find(vip).unwrap();
+            assert_eq!(
+                t[at..].split("\n\n").next().unwrap().trim_end(),
+                format!("{vip}\"\nport = 443\npersistence_timeout = 60"),
+                "{t}"
+            );
+        }
+        let lines: Vec<usize> = import.untranslated.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [14, 18], "{:?}", import.untranslated);
+        assert!(import.untranslated[0].1.contains("prefix length"));
+        let text = format!(
+            "{}{t}",
+            BASE.replace(
+                "\"198.18.0.1/24\"]",
+                "\"198.18.0.1/24\", \"2001:db8:18::1/64\"]"
+            )
+        );
+        if let Err(e) = crate::config::Config::parse(&text, std::path::Path::new("import.toml")) {
+            panic!("{e}\n{text}");
+        }
     }
 
     #[test]

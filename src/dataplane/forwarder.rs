@@ -503,7 +503,7 @@ impl Forwarder {
                 crate::session::DEFAULT_WHEEL_SLOTS,
                 0,
             )?,
-            sessions6: SessionTable6::with_capacity(capacity6),
+            sessions6: SessionTable6::try_with_capacity(capacity6)?,
             synproxy: synproxy::ProxyState::new(capacity, tsc_hz),
             peeked: [None; BURST_SIZE],
             snapshot,

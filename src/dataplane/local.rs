@@ -231,7 +231,9 @@ impl LocalResponder {
             return self.answer_ndisc(buf, l3, repr, from, neighbours, now_tsc, counters, vips6);
         }
         if icmp_type.is_error() {
-            // No IPv6 session yet that an error could be about.
+            // Errors about sessions are the forwarder's: it takes every ICMPv6 error
+            // sent to the port's MAC before the responder sees it. One reaching here
+            // came to a broadcast or multicast MAC and is about no session of ours.
             return Err(DropReason::IcmpErrorNoSession);
         }
         if dst.is_multicast() {

@@ -461,9 +461,13 @@ pub fn icmp6_to_icmp4(
     let (outer_class, outer_hops) = (outer.traffic_class(), outer.hop_limit());
     let inner = ipv6::Packet::new_unchecked(&frame[quote.ip..quote.ip + ipv6::HEADER_LEN]);
     let (class, hops) = (inner.traffic_class(), inner.hop_limit());
-    // The original's upper-layer length: its payload less the extension headers.
+    // The original's upper-layer length: its payload less the extension headers,
+    // capped where an IPv4 total length ends (an IPv6 payload of up to 65535 bytes
+    // plus a 20-byte IPv4 header would otherwise wrap).
     let ext_len = quote.l4 - quote.ip - ipv6::HEADER_LEN;
-    let inner_payload = usize::from(inner.payload_len()).saturating_sub(ext_len);
+    let inner_payload = usize::from(inner.payload_len())
+        .saturating_sub(ext_len)
+        .min(usize::from(u16::MAX) - ipv4::MIN_HEADER_LEN);
     let message = icmpv6::Packet::new_unchecked(&frame[l4..quote.end]);
     let (t4, c4, rest) = map_v6_to_v4(quote.icmp_type, quote.code, message.mtu(), link_mtu)
         .ok_or(DropReason::IcmpUntranslatable)?;
@@ -810,6 +814,23 @@ for k, a in bad.items():
             hex(&to_v4(&input, &to_server(40003), 1500).unwrap()),
             hex(&expected)
         );
+    }
+
+    #[test]
+    fn a_quoted_ipv6_length_past_what_ipv4_can_say_is_capped() {
+        // The quoted packet's IPv6 payload length (bytes 4-5 of the quoted header,
+        // at 62 in the frame) set past 65515: as an IPv4 total length it is 65535.
+        let (input, _) = fixture("nat64_to_server");
+        let router: Ipv6Addr = "2001:db8:18::fe".parse().unwrap();
+        for (payload, total) in [(65515u16, 65535u16), (65516, 65535), (65535, 65535)] {
+            let mut buf = input.clone();
+            buf[66..68].copy_from_slice(&payload.to_be_bytes());
+            icmpv6::Packet::new_unchecked(&mut buf[54..]).fill_checksum(router, VIP);
+            let out = to_v4(&buf, &to_server(40002), 1500).unwrap();
+            let quoted = ipv4::Packet::new_unchecked(&out[42..62]);
+            assert_eq!(quoted.total_len(), total, "payload {payload}");
+            assert!(quoted.verify_checksum(), "payload {payload}");
+        }
     }
 
     #[test]

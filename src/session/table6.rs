@@ -16,7 +16,7 @@
 //! [`SessionTable`]: super::SessionTable
 use super::hugemem::HugePageAlloc;
 use super::state::{self, Direction, TcpState, Transition};
-use super::table::{index_value as value, split_value as split};
+use super::table::{index_value as value, split_value as split, TableAllocError};
 use super::timeouts::TickTimeouts;
 use super::InsertError;
 use crate::flow::FlowKey6;
@@ -203,19 +203,39 @@ pub struct SessionTable6 {
 
 impl SessionTable6 {
     /// A table for `capacity` sessions (at most 2^31), all its memory taken now.
+    /// Panics when the memory cannot be had; [`try_with_capacity`] reports it instead.
+    ///
+    /// [`try_with_capacity`]: Self::try_with_capacity
     pub fn with_capacity(capacity: usize) -> SessionTable6 {
+        Self::try_with_capacity(capacity).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`with_capacity`](Self::with_capacity), but a refused allocation (the
+    /// kernel has not the memory, or an address-space limit) is an error, not an
+    /// abort. The memory is written here, so it is placed on the NUMA node of the
+    /// calling thread: build a worker's table on the worker's own lcore.
+    pub fn try_with_capacity(capacity: usize) -> Result<SessionTable6, TableAllocError> {
         let capacity = capacity.min(1 << 31);
-        let mut slab = HugeVec::with_capacity_in(capacity, HugePageAlloc);
+        let refused = || TableAllocError {
+            capacity,
+            bytes: Self::bytes_for(capacity),
+        };
+        let mut slab = HugeVec::new_in(HugePageAlloc);
+        slab.try_reserve_exact(capacity).map_err(|_| refused())?;
         slab.extend((0..capacity).map(|i| Slot::Vacant {
             next: if i + 1 < capacity { i as u32 + 1 } else { NIL },
         }));
-        SessionTable6 {
+        let mut index = hashbrown::HashMap::with_capacity_in(0, HugePageAlloc);
+        index
+            .try_reserve(capacity.saturating_mul(2))
+            .map_err(|_| refused())?;
+        Ok(SessionTable6 {
             slab,
-            index: hashbrown::HashMap::with_capacity_in(capacity.saturating_mul(2), HugePageAlloc),
+            index,
             free_head: if capacity > 0 { 0 } else { NIL },
             len: 0,
             cursor: 0,
-        }
+        })
     }
 
     /// Bytes a table for `capacity` sessions allocates, slab and map, known before
@@ -567,6 +587,26 @@ mod tests {
             let (known, got) = (SessionTable6::bytes_for(capacity), t.memory_bytes());
             assert_eq!(known, got, "capacity {capacity}");
         }
+    }
+
+    #[test]
+    fn an_allocation_the_kernel_refuses_is_an_error() {
+        // 2^31 slots of over 100 bytes: a slab above 200 GiB, more than any test
+        // machine has, so the kernel's overcommit check refuses the mapping. With
+        // overcommit unlimited (mode 1) it would be granted and then faulted in.
+        let mode = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap();
+        if mode.trim() == "1" {
+            eprintln!("vm.overcommit_memory = 1: a refused mapping cannot be provoked");
+            return;
+        }
+        // Above the cap: clamped to it, and the error names the clamped capacity.
+        let e = SessionTable6::try_with_capacity(usize::MAX)
+            .err()
+            .expect("a 200 GiB slab was granted");
+        assert_eq!(e.capacity, 1 << 31);
+        assert_eq!(e.bytes, SessionTable6::bytes_for(1 << 31));
+        assert!(e.bytes > 200 << 30, "{e:?}");
+        assert!(e.to_string().contains("refused"), "{e}");
     }
 
     #[test]
