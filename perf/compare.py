@@ -16,7 +16,8 @@ import subprocess
 import sys
 
 FIGURES = {
-    "established": r"cycles/packet, established[^|]*\|\s*([\d.]+)",
+    "established": r"cycles/packet, established \([^|]*\|\s*([\d.]+)",
+    "established, median burst": r"cycles/packet, established, median burst[^|]*\|\s*([\d.]+)",
     "new session": r"cycles/new session[^|]*\|\s*([\d.]+)",
     "establishing ACK": r"cycles/establishing ACK[^|]*\|\s*([\d.]+)",
     "bytes/session": r"bytes per session[^|]*\|\s*([\d.]+)",

@@ -193,7 +193,7 @@ pub fn peek_key(frame: &[u8]) -> Option<FlowKey4> {
 
 /// Classifies a received frame for forwarding; see the module doc for the order of
 /// checks. Never panics, never allocates, whatever the bytes.
-#[inline]
+#[inline(always)]
 pub fn classify(frame: &[u8]) -> Result<Parsed, DropReason> {
     let l2 = ethernet::parse_l2(frame).map_err(|_| DropReason::Truncated)?;
     let l3 = l2.l3_offset;
@@ -272,6 +272,7 @@ pub fn classify(frame: &[u8]) -> Result<Parsed, DropReason> {
 }
 
 /// The IPv6 part of [`classify`], from the IPv6 header on; see the module doc.
+#[inline(never)]
 fn classify_ipv6(frame: &[u8], l2: L2Header) -> Result<Parsed, DropReason> {
     let l3 = l2.l3_offset;
     let bytes = frame.get(l3..).ok_or(DropReason::Truncated)?;

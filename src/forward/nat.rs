@@ -65,25 +65,31 @@ pub fn rewrite(
     if ip.protocol() != protocol {
         return Err(DropReason::UnsupportedProtocol);
     }
-    let (old_src, old_dst) = (ip.src_addr(), ip.dst_addr());
+    let (old_src, old_dst) = (u32::from(ip.src_addr()), u32::from(ip.dst_addr()));
+    // One checksum delta per header, folded once: the L4 one covers the pseudo-header
+    // addresses and the ports, the IPv4 one the addresses.
+    let mut l3_delta = checksum::Delta::default();
+    if let Some((addr, _)) = src {
+        l3_delta = l3_delta.field32(old_src, u32::from(addr));
+    }
+    if let Some((addr, _)) = dst {
+        l3_delta = l3_delta.field32(old_dst, u32::from(addr));
+    }
 
-    // L4 first: its pseudo-header update needs the old addresses, and its checks must
-    // pass before anything is written.
+    // L4 first: its checks must pass before anything is written.
     macro_rules! rewrite_l4 {
         ($segment:expr) => {{
             let mut segment = $segment;
-            if let Some((addr, port)) = src {
-                segment.update_checksum32(u32::from(old_src), u32::from(addr));
-                let old = segment.src_port();
+            let mut delta = l3_delta;
+            if let Some((_, port)) = src {
+                delta = delta.field16(segment.src_port(), port);
                 segment.set_src_port(port);
-                segment.update_checksum16(old, port);
             }
-            if let Some((addr, port)) = dst {
-                segment.update_checksum32(u32::from(old_dst), u32::from(addr));
-                let old = segment.dst_port();
+            if let Some((_, port)) = dst {
+                delta = delta.field16(segment.dst_port(), port);
                 segment.set_dst_port(port);
-                segment.update_checksum16(old, port);
             }
+            segment.apply_checksum_delta(delta);
         }};
     }
     if protocol == IpProtocol::TCP {
@@ -98,14 +104,12 @@ pub fn rewrite(
 
     if let Some((addr, _)) = src {
         ip.set_src_addr(addr);
-        let value = checksum::update32(ip.checksum(), u32::from(old_src), u32::from(addr));
-        ip.set_checksum(value);
     }
     if let Some((addr, _)) = dst {
         ip.set_dst_addr(addr);
-        let value = checksum::update32(ip.checksum(), u32::from(old_dst), u32::from(addr));
-        ip.set_checksum(value);
     }
+    let value = l3_delta.apply(ip.checksum());
+    ip.set_checksum(value);
     Ok(())
 }
 

@@ -14,6 +14,7 @@ impl MacAddr {
 
     /// The Ethernet address of IPv4 multicast group `group` (RFC 1112 section 6.4):
     /// 01:00:5e and the group's low 23 bits.
+    #[inline]
     pub const fn ipv4_multicast(group: std::net::Ipv4Addr) -> MacAddr {
         let [_, b, c, d] = group.octets();
         MacAddr([0x01, 0x00, 0x5e, b & 0x7f, c, d])
@@ -21,6 +22,7 @@ impl MacAddr {
 
     /// The Ethernet address of IPv6 multicast group `group` (RFC 2464 section 7):
     /// 33:33 and the group's low 32 bits.
+    #[inline]
     pub const fn ipv6_multicast(group: std::net::Ipv6Addr) -> MacAddr {
         let o = group.octets();
         MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]])
@@ -30,35 +32,42 @@ impl MacAddr {
     ///
     /// # Panics
     /// If `bytes` is shorter than six bytes.
+    #[inline]
     pub fn from_bytes(bytes: &[u8]) -> MacAddr {
         let mut mac = [0; 6];
         mac.copy_from_slice(&bytes[..6]);
         MacAddr(mac)
     }
 
+    #[inline]
     pub const fn octets(&self) -> [u8; 6] {
         self.0
     }
 
+    #[inline]
     pub fn is_broadcast(&self) -> bool {
         *self == Self::BROADCAST
     }
 
     /// Group address (I/G bit set); broadcast is a multicast address too.
+    #[inline]
     pub const fn is_multicast(&self) -> bool {
         self.0[0] & 0x01 != 0
     }
 
     /// One of the 33:33:xx:xx:xx:xx MACs IPv6 multicast groups map to (RFC 2464).
+    #[inline]
     pub const fn is_ipv6_multicast(&self) -> bool {
         self.0[0] == 0x33 && self.0[1] == 0x33
     }
 
+    #[inline]
     pub const fn is_unicast(&self) -> bool {
         !self.is_multicast()
     }
 
     /// Locally administered (U/L bit set), as in virtual NICs and containers.
+    #[inline]
     pub const fn is_local(&self) -> bool {
         self.0[0] & 0x02 != 0
     }
@@ -92,6 +101,7 @@ impl EtherType {
     pub const QINQ: EtherType = EtherType(0x88a8);
 
     /// A tag protocol identifier that introduces a VLAN tag.
+    #[inline]
     pub const fn is_vlan_tag(self) -> bool {
         self.0 == Self::VLAN.0 || self.0 == Self::QINQ.0
     }
@@ -131,17 +141,20 @@ pub struct Frame<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Frame<T> {
     /// Wraps `buffer` without checks; accessors panic if it is shorter than 14 bytes.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Frame<T> {
         Frame { buffer }
     }
 
     /// Wraps `buffer` after checking it holds the 14-byte header.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Frame<T>, WireError> {
         let frame = Self::new_unchecked(buffer);
         frame.check_len()?;
         Ok(frame)
     }
 
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         if self.buffer.as_ref().len() < HEADER_LEN {
             Err(WireError::Truncated)
@@ -150,42 +163,51 @@ impl<T: AsRef<[u8]>> Frame<T> {
         }
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline]
     pub fn dst_addr(&self) -> MacAddr {
         MacAddr::from_bytes(&self.buffer.as_ref()[field::DESTINATION])
     }
 
+    #[inline]
     pub fn src_addr(&self) -> MacAddr {
         MacAddr::from_bytes(&self.buffer.as_ref()[field::SOURCE])
     }
 
     /// The outer EtherType, which may be a VLAN tag protocol id; see [`parse_l2`].
+    #[inline]
     pub fn ethertype(&self) -> EtherType {
         EtherType(read_u16(self.buffer.as_ref(), field::ETHERTYPE))
     }
 
     /// Everything after the 14-byte header, VLAN tags included.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[field::PAYLOAD..]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
+    #[inline]
     pub fn set_dst_addr(&mut self, addr: MacAddr) {
         self.buffer.as_mut()[field::DESTINATION].copy_from_slice(&addr.0);
     }
 
+    #[inline]
     pub fn set_src_addr(&mut self, addr: MacAddr) {
         self.buffer.as_mut()[field::SOURCE].copy_from_slice(&addr.0);
     }
 
+    #[inline]
     pub fn set_ethertype(&mut self, ethertype: EtherType) {
         write_u16(self.buffer.as_mut(), field::ETHERTYPE, ethertype.0);
     }
 
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[field::PAYLOAD..]
     }
@@ -207,6 +229,7 @@ pub struct L2Header {
 
 /// Walks the Ethernet header and up to [`MAX_VLAN_TAGS`] VLAN tags (0x8100 or 0x88a8,
 /// in either position, since switches in the wild use both).
+#[inline(always)]
 pub fn parse_l2(frame: &[u8]) -> Result<L2Header, WireError> {
     if frame.len() < HEADER_LEN {
         return Err(WireError::Truncated);
@@ -241,6 +264,7 @@ pub struct Repr {
 }
 
 impl Repr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr, WireError> {
         frame.check_len()?;
         Ok(Repr {
@@ -250,11 +274,13 @@ impl Repr {
         })
     }
 
+    #[inline]
     pub const fn header_len(&self) -> usize {
         HEADER_LEN
     }
 
     /// Writes the header into `frame`, whose buffer must hold at least 14 bytes.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut Frame<T>) {
         frame.set_src_addr(self.src_addr);
         frame.set_dst_addr(self.dst_addr);

@@ -42,6 +42,7 @@ pub struct Packet<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Wraps `buffer` without checks; accessors may panic on a short or inconsistent
     /// buffer.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Packet<T> {
         Packet { buffer }
     }
@@ -52,12 +53,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Errors: `Truncated` when the buffer is shorter than 20 bytes, than the header
     /// length, or than `total_len`; `Malformed` when the version is not 4, the IHL is
     /// below 5, or `total_len` is smaller than the header.
+    #[inline(always)]
     pub fn new_checked(buffer: T) -> Result<Packet<T>, WireError> {
         let packet = Self::new_unchecked(buffer);
         packet.check_len()?;
         Ok(packet)
     }
 
+    #[inline(always)]
     pub fn check_len(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < MIN_HEADER_LEN {
@@ -83,97 +86,123 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
+    #[inline(always)]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline(always)]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
     }
 
     /// Header length in bytes (IHL * 4), options included.
+    #[inline(always)]
     pub fn header_len(&self) -> usize {
         ((self.buffer.as_ref()[field::VER_IHL] & 0x0f) as usize) * 4
     }
 
     /// The header carries options (IHL above 5).
+    #[inline(always)]
     pub fn has_options(&self) -> bool {
         self.header_len() > MIN_HEADER_LEN
     }
 
+    #[inline(always)]
     pub fn dscp(&self) -> u8 {
         self.buffer.as_ref()[field::DSCP_ECN] >> 2
     }
 
+    #[inline(always)]
     pub fn ecn(&self) -> u8 {
         self.buffer.as_ref()[field::DSCP_ECN] & 0x03
     }
 
+    #[inline(always)]
     pub fn total_len(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::TOTAL_LEN)
     }
 
+    #[inline(always)]
     pub fn ident(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::IDENT)
     }
 
+    #[inline(always)]
     pub fn dont_frag(&self) -> bool {
         read_u16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_DONT_FRAG != 0
     }
 
+    #[inline(always)]
     pub fn more_frags(&self) -> bool {
         read_u16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_MORE_FRAGS != 0
     }
 
     /// Fragment offset in bytes (the field counts 8-byte units).
+    #[inline(always)]
     pub fn frag_offset(&self) -> u16 {
         (read_u16(self.buffer.as_ref(), field::FLAGS_FRAG) & FRAG_OFFSET_MASK) << 3
     }
 
     /// Part of a fragmented datagram: more fragments follow, or this is not the first.
+    #[inline(always)]
     pub fn is_fragment(&self) -> bool {
         read_u16(self.buffer.as_ref(), field::FLAGS_FRAG) & (FLAG_MORE_FRAGS | FRAG_OFFSET_MASK)
             != 0
     }
 
+    #[inline(always)]
     pub fn ttl(&self) -> u8 {
         self.buffer.as_ref()[field::TTL]
     }
 
+    #[inline(always)]
     pub fn protocol(&self) -> IpProtocol {
         IpProtocol(self.buffer.as_ref()[field::PROTOCOL])
     }
 
+    #[inline(always)]
     pub fn checksum(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
+    #[inline(always)]
     pub fn src_addr(&self) -> Ipv4Addr {
         let d = &self.buffer.as_ref()[field::SRC];
         Ipv4Addr::new(d[0], d[1], d[2], d[3])
     }
 
+    #[inline(always)]
     pub fn dst_addr(&self) -> Ipv4Addr {
         let d = &self.buffer.as_ref()[field::DST];
         Ipv4Addr::new(d[0], d[1], d[2], d[3])
     }
 
     /// The header, options included.
+    #[inline(always)]
     pub fn header(&self) -> &[u8] {
         &self.buffer.as_ref()[..self.header_len()]
     }
 
     /// The options bytes (empty without options).
+    #[inline(always)]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
     }
 
     /// The header checksum is correct.
+    #[inline(always)]
     pub fn verify_checksum(&self) -> bool {
-        checksum::fold(checksum::sum(self.header())) == 0xffff
+        let header = self.header();
+        let sum = match <&[u8; MIN_HEADER_LEN]>::try_from(header) {
+            Ok(plain) => checksum::sum20(plain),
+            Err(_) => checksum::sum(header),
+        };
+        checksum::fold(sum) == 0xffff
     }
 
     /// The payload up to `total_len`, without Ethernet padding.
+    #[inline(always)]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..self.total_len() as usize]
     }
@@ -181,23 +210,28 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets version 4 and the header length in bytes (a multiple of 4, 20..=60).
+    #[inline(always)]
     pub fn set_version_and_header_len(&mut self, header_len: usize) {
         self.buffer.as_mut()[field::VER_IHL] = 0x40 | ((header_len / 4) as u8 & 0x0f);
     }
 
+    #[inline(always)]
     pub fn set_dscp_ecn(&mut self, dscp: u8, ecn: u8) {
         self.buffer.as_mut()[field::DSCP_ECN] = (dscp << 2) | (ecn & 0x03);
     }
 
+    #[inline(always)]
     pub fn set_total_len(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::TOTAL_LEN, value);
     }
 
+    #[inline(always)]
     pub fn set_ident(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::IDENT, value);
     }
 
     /// Sets the flags and fragment offset (in bytes, a multiple of 8) at once.
+    #[inline(always)]
     pub fn set_fragmentation(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
         let mut value = (offset >> 3) & FRAG_OFFSET_MASK;
         if dont_frag {
@@ -209,39 +243,47 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         write_u16(self.buffer.as_mut(), field::FLAGS_FRAG, value);
     }
 
+    #[inline(always)]
     pub fn set_ttl(&mut self, value: u8) {
         self.buffer.as_mut()[field::TTL] = value;
     }
 
+    #[inline(always)]
     pub fn set_protocol(&mut self, value: IpProtocol) {
         self.buffer.as_mut()[field::PROTOCOL] = value.0;
     }
 
+    #[inline(always)]
     pub fn set_checksum(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::CHECKSUM, value);
     }
 
+    #[inline(always)]
     pub fn set_src_addr(&mut self, addr: Ipv4Addr) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&addr.octets());
     }
 
+    #[inline(always)]
     pub fn set_dst_addr(&mut self, addr: Ipv4Addr) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&addr.octets());
     }
 
     /// Recomputes the header checksum over the header and its options.
+    #[inline(always)]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let value = checksum::finish(checksum::sum(self.header()));
         self.set_checksum(value);
     }
 
+    #[inline(always)]
     pub fn options_mut(&mut self) -> &mut [u8] {
         let end = self.header_len();
         &mut self.buffer.as_mut()[MIN_HEADER_LEN..end]
     }
 
     /// The payload up to `total_len`, without Ethernet padding.
+    #[inline(always)]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let range = self.header_len()..self.total_len() as usize;
         &mut self.buffer.as_mut()[range]
@@ -262,6 +304,7 @@ impl Repr {
     /// Reads the fields of a checked packet. Options are skipped and the checksum is
     /// not verified here: callers that must check it call `verify_checksum`, so a NIC
     /// that already validated it saves the work.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, WireError> {
         packet.check_len()?;
         Ok(Repr {
@@ -273,12 +316,14 @@ impl Repr {
         })
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         MIN_HEADER_LEN
     }
 
     /// Writes a 20-byte header (no options, DSCP 0, ident 0, don't-fragment) with its
     /// checksum. The buffer must hold at least 20 bytes; the payload is not touched.
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_version_and_header_len(MIN_HEADER_LEN);
         packet.set_dscp_ecn(0, 0);

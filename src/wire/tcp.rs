@@ -41,16 +41,19 @@ impl TcpFlags {
     pub const ECE: TcpFlags = TcpFlags(0x40);
     pub const CWR: TcpFlags = TcpFlags(0x80);
 
+    #[inline]
     pub const fn empty() -> TcpFlags {
         TcpFlags(0)
     }
 
     /// Every flag in `other` is set.
+    #[inline]
     pub const fn contains(self, other: TcpFlags) -> bool {
         self.0 & other.0 == other.0
     }
 
     /// At least one flag of `other` is set.
+    #[inline]
     pub const fn intersects(self, other: TcpFlags) -> bool {
         self.0 & other.0 != 0
     }
@@ -94,6 +97,7 @@ pub struct Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Wraps `buffer` without checks; accessors may panic on a short buffer.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Packet<T> {
         Packet { buffer }
     }
@@ -102,12 +106,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
     ///
     /// Errors: `Truncated` below 20 bytes or the declared header length;
     /// `Malformed` for a data offset below 5.
+    #[inline(always)]
     pub fn new_checked(buffer: T) -> Result<Packet<T>, WireError> {
         let packet = Self::new_unchecked(buffer);
         packet.check_len()?;
         Ok(packet)
     }
 
+    #[inline(always)]
     pub fn check_len(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < MIN_HEADER_LEN {
@@ -123,75 +129,91 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
+    #[inline(always)]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline(always)]
     pub fn src_port(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
+    #[inline(always)]
     pub fn dst_port(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::DST_PORT)
     }
 
+    #[inline(always)]
     pub fn seq_number(&self) -> u32 {
         read_u32(self.buffer.as_ref(), field::SEQ_NUM)
     }
 
+    #[inline(always)]
     pub fn ack_number(&self) -> u32 {
         read_u32(self.buffer.as_ref(), field::ACK_NUM)
     }
 
     /// Header length in bytes (data offset * 4), options included.
+    #[inline(always)]
     pub fn header_len(&self) -> usize {
         ((self.buffer.as_ref()[field::DATA_OFFSET] >> 4) as usize) * 4
     }
 
+    #[inline(always)]
     pub fn flags(&self) -> TcpFlags {
         TcpFlags(self.buffer.as_ref()[field::FLAGS])
     }
 
+    #[inline(always)]
     pub fn syn(&self) -> bool {
         self.flags().contains(TcpFlags::SYN)
     }
 
+    #[inline(always)]
     pub fn ack(&self) -> bool {
         self.flags().contains(TcpFlags::ACK)
     }
 
+    #[inline(always)]
     pub fn fin(&self) -> bool {
         self.flags().contains(TcpFlags::FIN)
     }
 
+    #[inline(always)]
     pub fn rst(&self) -> bool {
         self.flags().contains(TcpFlags::RST)
     }
 
+    #[inline(always)]
     pub fn window_len(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::WINDOW)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn checksum(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
+    #[inline(always)]
     pub fn urgent_at(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::URGENT)
     }
 
     /// The raw options bytes.
+    #[inline(always)]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[field::OPTIONS..self.header_len()]
     }
 
     /// Iterates over the options; see [`Options`].
+    #[inline(always)]
     pub fn option_iter(&self) -> Options<'_> {
         Options::new(self.options())
     }
 
     /// The MSS option of a SYN, if present and well formed.
+    #[inline(always)]
     pub fn max_segment_size(&self) -> Option<u16> {
         self.option_iter().find_map(|option| match option {
             Ok(TcpOption::MaxSegmentSize(mss)) => Some(mss),
@@ -199,6 +221,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         })
     }
 
+    #[inline(always)]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
@@ -210,6 +233,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// The checksum over pseudo-header, header and data is correct.
+    #[inline(always)]
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         let Some(len) = self.segment_len() else {
             return false;
@@ -219,6 +243,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// The checksum over the IPv6 pseudo-header, header and data is correct.
+    #[inline(always)]
     pub fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
         let data = self.buffer.as_ref();
         let len = data.len() as u32;
@@ -228,56 +253,67 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline(always)]
     pub fn set_src_port(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::SRC_PORT, value);
     }
 
+    #[inline(always)]
     pub fn set_dst_port(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::DST_PORT, value);
     }
 
+    #[inline(always)]
     pub fn set_seq_number(&mut self, value: u32) {
         write_u32(self.buffer.as_mut(), field::SEQ_NUM, value);
     }
 
+    #[inline(always)]
     pub fn set_ack_number(&mut self, value: u32) {
         write_u32(self.buffer.as_mut(), field::ACK_NUM, value);
     }
 
     /// Sets the header length in bytes (a multiple of 4, 20..=60); clears the
     /// reserved bits that share the byte.
+    #[inline(always)]
     pub fn set_header_len(&mut self, header_len: usize) {
         self.buffer.as_mut()[field::DATA_OFFSET] = ((header_len / 4) as u8) << 4;
     }
 
+    #[inline(always)]
     pub fn set_flags(&mut self, flags: TcpFlags) {
         self.buffer.as_mut()[field::FLAGS] = flags.0;
     }
 
+    #[inline(always)]
     pub fn set_window_len(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::WINDOW, value);
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn set_checksum(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::CHECKSUM, value);
     }
 
+    #[inline(always)]
     pub fn set_urgent_at(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::URGENT, value);
     }
 
+    #[inline(always)]
     pub fn options_mut(&mut self) -> &mut [u8] {
         let end = self.header_len();
         &mut self.buffer.as_mut()[field::OPTIONS..end]
     }
 
+    #[inline(always)]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
         &mut self.buffer.as_mut()[start..]
     }
 
     /// Recomputes the checksum over pseudo-header, header and data.
+    #[inline(always)]
     pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         // Over 64 KiB the length wraps; such a segment cannot be sent over IPv4 anyway.
@@ -288,6 +324,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 
     /// Recomputes the checksum over the IPv6 pseudo-header, header and data.
+    #[inline(always)]
     pub fn fill_checksum_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
         self.set_checksum(0);
         let data = self.buffer.as_ref();
@@ -299,7 +336,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Adjusts the checksum for an IPv6 address of the pseudo-header that changed
     /// from `old` to `new` (RFC 1624).
-    #[inline]
+    #[inline(always)]
     pub fn update_checksum128(&mut self, old: Ipv6Addr, new: Ipv6Addr) {
         let value = checksum::update128(self.checksum(), old, new);
         self.set_checksum(value);
@@ -307,15 +344,22 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Adjusts the checksum for a 16-bit field (a port) that changed from `old` to
     /// `new`, in the segment or its pseudo-header (RFC 1624).
-    #[inline]
+    #[inline(always)]
     pub fn update_checksum16(&mut self, old: u16, new: u16) {
         let value = checksum::update16(self.checksum(), old, new);
         self.set_checksum(value);
     }
 
+    /// Adjusts the checksum for the changes summed in `delta` (RFC 1624).
+    #[inline(always)]
+    pub fn apply_checksum_delta(&mut self, delta: checksum::Delta) {
+        let value = delta.apply(self.checksum());
+        self.set_checksum(value);
+    }
+
     /// Adjusts the checksum for a 32-bit field (an address in the pseudo-header, a
     /// sequence number) that changed from `old` to `new` (RFC 1624).
-    #[inline]
+    #[inline(always)]
     pub fn update_checksum32(&mut self, old: u32, new: u32) {
         let value = checksum::update32(self.checksum(), old, new);
         self.set_checksum(value);
@@ -355,6 +399,7 @@ pub enum TcpOption<'a> {
 
 impl TcpOption<'_> {
     /// Bytes the option takes on the wire.
+    #[inline(always)]
     pub fn buffer_len(&self) -> usize {
         match self {
             TcpOption::EndOfList | TcpOption::NoOperation => 1,
@@ -369,6 +414,7 @@ impl TcpOption<'_> {
 
     /// Writes the option at the start of `buffer` and returns its length, or `None`
     /// (writing nothing) if it does not fit or its data is too long to encode.
+    #[inline(always)]
     pub fn emit(&self, buffer: &mut [u8]) -> Option<usize> {
         let len = self.buffer_len();
         if len > buffer.len() || len > u8::MAX as usize {
@@ -418,6 +464,7 @@ pub struct Options<'a> {
 }
 
 impl<'a> Options<'a> {
+    #[inline(always)]
     pub fn new(options: &'a [u8]) -> Options<'a> {
         Options { rest: options }
     }

@@ -29,6 +29,7 @@ pub struct Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Wraps `buffer` without checks; accessors may panic on a short buffer.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Packet<T> {
         Packet { buffer }
     }
@@ -37,12 +38,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
     ///
     /// Errors: `Truncated` below 8 bytes or below `length`; `Malformed` when `length`
     /// is smaller than the header.
+    #[inline(always)]
     pub fn new_checked(buffer: T) -> Result<Packet<T>, WireError> {
         let packet = Self::new_unchecked(buffer);
         packet.check_len()?;
         Ok(packet)
     }
 
+    #[inline(always)]
     pub fn check_len(&self) -> Result<(), WireError> {
         let buffer_len = self.buffer.as_ref().len();
         if buffer_len < HEADER_LEN {
@@ -58,14 +61,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
+    #[inline(always)]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline(always)]
     pub fn src_port(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
+    #[inline(always)]
     pub fn dst_port(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::DST_PORT)
     }
@@ -76,11 +82,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read_u16(self.buffer.as_ref(), field::LENGTH)
     }
 
+    #[inline(always)]
     pub fn checksum(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// The payload up to `length`.
+    #[inline(always)]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[field::PAYLOAD..self.len() as usize]
     }
@@ -90,6 +98,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// The checksum is correct, or absent (zero), which IPv4 allows.
+    #[inline(always)]
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         if self.checksum() == NO_CHECKSUM {
             return true;
@@ -100,6 +109,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// The checksum over the IPv6 pseudo-header and datagram is correct. Over IPv6 a
     /// checksum is mandatory (RFC 8200 section 8.1): zero never verifies.
+    #[inline(always)]
     pub fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
         if self.checksum() == NO_CHECKSUM {
             return false;
@@ -111,22 +121,27 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline(always)]
     pub fn set_src_port(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::SRC_PORT, value);
     }
 
+    #[inline(always)]
     pub fn set_dst_port(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::DST_PORT, value);
     }
 
+    #[inline(always)]
     pub fn set_len(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::LENGTH, value);
     }
 
+    #[inline(always)]
     pub fn set_checksum(&mut self, value: u16) {
         write_u16(self.buffer.as_mut(), field::CHECKSUM, value);
     }
 
+    #[inline(always)]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.len() as usize;
         &mut self.buffer.as_mut()[field::PAYLOAD..end]
@@ -134,6 +149,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Computes the checksum over pseudo-header and datagram (up to `length`); a
     /// computed zero is written as 0xffff so it does not read as "no checksum".
+    #[inline(always)]
     pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         let pseudo = checksum::pseudo_header_sum(src, dst, IpProtocol::UDP.0, self.len());
@@ -143,6 +159,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Computes the checksum over the IPv6 pseudo-header and datagram; a computed
     /// zero is written as 0xffff, as over IPv4.
+    #[inline(always)]
     pub fn fill_checksum_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
         self.set_checksum(0);
         let len = self.len() as u32;
@@ -154,22 +171,33 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Adjusts the checksum for an IPv6 address of the pseudo-header changed from
     /// `old` to `new`, with the zero rule of the other updates (a zero checksum,
     /// which IPv6 forbids, stays zero and keeps failing `verify_checksum_v6`).
+    #[inline(always)]
     pub fn update_checksum128(&mut self, old: Ipv6Addr, new: Ipv6Addr) {
         self.update_checksum_with(|current| checksum::update128(current, old, new));
     }
 
     /// Adjusts the checksum for a 16-bit field (a port) changed from `old` to `new`
     /// (RFC 1624). An absent checksum stays absent; a result of 0 becomes 0xffff.
+    #[inline(always)]
     pub fn update_checksum16(&mut self, old: u16, new: u16) {
         self.update_checksum_with(|current| checksum::update16(current, old, new));
     }
 
     /// Adjusts the checksum for a 32-bit field (a pseudo-header address) changed from
     /// `old` to `new`, with the same zero rule.
+    #[inline(always)]
     pub fn update_checksum32(&mut self, old: u32, new: u32) {
         self.update_checksum_with(|current| checksum::update32(current, old, new));
     }
 
+    /// Adjusts the checksum for the changes summed in `delta`, with the same zero
+    /// rule.
+    #[inline(always)]
+    pub fn apply_checksum_delta(&mut self, delta: checksum::Delta) {
+        self.update_checksum_with(|current| delta.apply(current));
+    }
+
+    #[inline]
     fn update_checksum_with(&mut self, update: impl FnOnce(u16) -> u16) {
         let current = self.checksum();
         if current == NO_CHECKSUM {
@@ -191,6 +219,7 @@ pub struct Repr {
 impl Repr {
     /// Reads the header of a checked datagram; the checksum is the caller's to verify,
     /// since it needs the IP addresses.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, WireError> {
         packet.check_len()?;
         Ok(Repr {
@@ -200,12 +229,14 @@ impl Repr {
         })
     }
 
+    #[inline]
     pub const fn header_len(&self) -> usize {
         HEADER_LEN
     }
 
     /// Writes the header and the checksum. The payload must already be in place after
     /// the header, and the buffer at least `8 + payload_len` long.
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         packet: &mut Packet<T>,
