@@ -1433,8 +1433,8 @@ impl Registry {
         Ok(node.report())
     }
 
-    /// `sluicectl drain` / `undrain`: applied at once (the include file goes to BIRD
-    /// before the answer), answered with the cluster report.
+    /// `sluicectl drain` / `undrain`: decided at once (the new include file is handed
+    /// to the birdc thread before the answer), answered with the cluster report.
     fn drain(&mut self, on: bool) -> Result<crate::ha::bgp::ClusterReport, String> {
         let Some(node) = &mut self.bgp else {
             return Err("BGP is off: the config has no [bgp] section".into());
