@@ -119,7 +119,7 @@ fn wait_route(
     rt: &str,
     present: bool,
     what: &str,
-    dump: impl Fn() -> String,
+    dump: &dyn Fn() -> String,
 ) -> Duration {
     let start = Instant::now();
     let via = format!("via {NODE_PEER}");

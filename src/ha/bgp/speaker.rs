@@ -223,8 +223,7 @@ pub fn birdc(link: &BirdLink, args: &[&str]) -> Result<String, String> {
     let last = stderr
         .lines()
         .chain(stdout.lines())
-        .filter(|l| !l.trim().is_empty() && !l.ends_with("ready."))
-        .last()
+        .rfind(|l| !l.trim().is_empty() && !l.ends_with("ready."))
         .unwrap_or("no output")
         .trim()
         .to_string();
