@@ -4,21 +4,24 @@
 //!
 //! - a node BIRD in the same namespace (config/bird-node.conf as it is, its include
 //!   path moved into the test's directory), peering over a plain veth pair
-//!   (`NAME-g1` 198.19.77.1 in `NAME-lb`, `NAME-g2` 198.19.77.2 in `NAME-rt`) with
-//! - a router BIRD in namespace `NAME-rt` (config/bird-router.conf as it is), which
+//!   (`NAME-g1` 198.19.77.1 in `NAME-lb`, `NAME-g2` 198.19.77.2 in the router's) with
+//! - a router BIRD in a namespace of its own (`bgprt-TAG`, config/bird-router.conf as
+//!   it is), which
 //!   installs what it learns into its kernel.
 //!
 //! What is checked is what the router sees, in its kernel (`ip route`) and in BIRD
 //! (`birdc show route`): the VIP is announced while its service has a healthy real
 //! server; withdrawn when the server fails its health check and when its weight is
 //! set to 0, announced again when it recovers; withdrawn on `sluicectl drain` while
-//! the client's connections still go through, back on `undrain`; withdrawn on
+//! the client's connections still go through, back on `undrain`; withdrawn when the
+//! service is deleted, back when `reload` restores it from the file; withdrawn on
 //! SIGTERM while Sluice still runs its shutdown grace. BFD sessions come up (100 ms x
 //! 3). `sluicectl cluster` names BIRD's session and the reason of each withdrawal.
 //! Both BIRDs run in the foreground (`bird -f`) as the test's children with their own
-//! control sockets and pid files; they and the bed go on drop, also on failure.
+//! control sockets and pid files; they, the router's namespace and the bed go on
+//! drop, also on failure.
 //!
-//! About 20 s (bed, BGP session, five transitions with 200 ms health checks).
+//! About 6 s (bed, BGP session, six transitions with 200 ms health checks).
 //!
 //! Run: `cargo test --release --test integration e2e_bgp:: -- --nocapture` (as root).
 
@@ -46,17 +49,17 @@ fn sample(name: &str) -> String {
         .unwrap_or_else(|e| panic!("config/{name}: {e}"))
 }
 
-/// The router namespace and the veth pair to it, named after the bed (so its
-/// `down` removes them too).
-fn router_link(bed: &Testbed) -> String {
-    let rt = format!("{}-rt", bed.name);
+/// The router's namespace (deleted on drop: declare it before the processes in it)
+/// and the veth pair to it from the bed's appliance namespace.
+fn router_link(bed: &Testbed) -> Netns {
+    let ns = Netns::new("bgprt");
+    let rt = ns.0.clone();
     let (g1, g2) = (format!("{}-g1", bed.name), format!("{}-g2", bed.name));
     let t = Duration::from_secs(10);
     let run = |args: &[&str]| {
         run_bounded(std::process::Command::new(args[0]).args(&args[1..]), t)
             .expect_success(&args.join(" "))
     };
-    run(&["ip", "netns", "add", &rt]);
     run(&[
         "ip", "link", "add", &g1, "type", "veth", "peer", "name", &g2,
     ]);
@@ -67,9 +70,8 @@ fn router_link(bed: &Testbed) -> String {
     run(&["ip", "-n", bed.lb_ns(), "addr", "add", &a1, "dev", &g1]);
     run(&["ip", "-n", &rt, "addr", "add", &a2, "dev", &g2]);
     run(&["ip", "-n", bed.lb_ns(), "link", "set", &g1, "up"]);
-    run(&["ip", "-n", &rt, "link", "set", "lo", "up"]);
     run(&["ip", "-n", &rt, "link", "set", &g2, "up"]);
-    rt
+    ns
 }
 
 /// `bird -f` in `ns` with `conf`, its own control socket and pid file in `dir`.
@@ -104,8 +106,8 @@ fn birdc(ctl: &Path, args: &[&str]) -> String {
 }
 
 /// The router's kernel route to the VIP, if any (`ip route show VIP`).
-fn router_route(bed: &Testbed, rt: &str) -> String {
-    bed.exec(rt, &["ip", "route", "show", VIP], Duration::from_secs(5))
+fn router_route(rt: &str) -> String {
+    netns_exec(rt, &["ip", "route", "show", VIP], Duration::from_secs(5))
         .expect_success("ip route show")
         .stdout
         .trim()
@@ -114,22 +116,16 @@ fn router_route(bed: &Testbed, rt: &str) -> String {
 
 /// Waits until the router's kernel has (`present`) or lacks the VIP's route via the
 /// node; the time it took.
-fn wait_route(
-    bed: &Testbed,
-    rt: &str,
-    present: bool,
-    what: &str,
-    dump: &dyn Fn() -> String,
-) -> Duration {
+fn wait_route(rt: &str, present: bool, what: &str, dump: &dyn Fn() -> String) -> Duration {
     let start = Instant::now();
     let via = format!("via {NODE_PEER}");
     wait_for(ROUTE_BOUND, Duration::from_millis(50), || {
-        (router_route(bed, rt).contains(&via) == present).then_some(())
+        (router_route(rt).contains(&via) == present).then_some(())
     })
     .unwrap_or_else(|| {
         panic!(
             "{what}: the router's route to {VIP} is {:?}, expected it {} within {ROUTE_BOUND:?}\n{}",
-            router_route(bed, rt),
+            router_route(rt),
             if present { "present" } else { "gone" },
             dump()
         )
@@ -175,7 +171,8 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     lab.bed.configure("rs-gateway", &[APPLIANCE]);
     let http = format!("0.0.0.0:{HTTP_PORT}");
     lab.start_servers_with(&[("--http", &http)], |_| Vec::new());
-    let rt = router_link(&lab.bed);
+    let rt_ns = router_link(&lab.bed);
+    let rt = rt_ns.0.clone();
     let dir = lab.dir.path().to_path_buf();
     let include = dir.join("bird-vips.conf");
     // BIRD does not start on a missing include file (docs/CLUSTER.md).
@@ -211,7 +208,7 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     };
 
     // Announced: the router's kernel and BIRD have it via the node.
-    wait_route(&lab.bed, &rt, true, "healthy server", &dump);
+    wait_route(&rt, true, "healthy server", &dump);
     let shown = birdc(&router_ctl, &["show", "route", &format!("{VIP}/32")]);
     assert!(
         shown.contains(&format!("{VIP}/32")) && shown.contains(&format!("via {NODE_PEER}")),
@@ -250,10 +247,10 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
 
     // The real server dies: health evicts it, the VIP goes.
     lab.kill_server(1);
-    wait_route(&lab.bed, &rt, false, "server killed", &dump);
+    wait_route(&rt, false, "server killed", &dump);
     assert_eq!(vip_reason(&cluster(&daemon)), "no_healthy_server");
     lab.restart_server(1, &[("--http", &http)], &[]);
-    wait_route(&lab.bed, &rt, true, "server back", &dump);
+    wait_route(&rt, true, "server back", &dump);
 
     // Weight 0: no server can take a new connection.
     let target = format!("{VIP}:80");
@@ -261,12 +258,12 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     daemon
         .ctl(&["-e", "-t", &target, "-r", &real, "-m", "-w", "0"])
         .expect_success("weight 0");
-    wait_route(&lab.bed, &rt, false, "weight 0", &dump);
+    wait_route(&rt, false, "weight 0", &dump);
     assert_eq!(vip_reason(&cluster(&daemon)), "no_healthy_server");
     daemon
         .ctl(&["-e", "-t", &target, "-r", &real, "-m", "-w", "1"])
         .expect_success("weight 1");
-    wait_route(&lab.bed, &rt, true, "weight 1", &dump);
+    wait_route(&rt, true, "weight 1", &dump);
 
     // Drain: withdrawn, and the client's connections still go through Sluice.
     let drained = daemon
@@ -275,12 +272,23 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
         .stdout;
     let drained: serde_json::Value = serde_json::from_str(&drained).unwrap();
     assert_eq!(drained["draining"], true, "{drained}");
-    wait_route(&lab.bed, &rt, false, "drain", &dump);
+    wait_route(&rt, false, "drain", &dump);
     assert_eq!(vip_reason(&cluster(&daemon)), "draining");
     let batch = lab.curl(&format!("http://{VIP}/"), 10, 2, &[]);
     assert_eq!(batch["ok"], 10, "forwarding while drained: {batch}");
     daemon.ctl(&["undrain"]).expect_success("undrain");
-    wait_route(&lab.bed, &rt, true, "undrain", &dump);
+    wait_route(&rt, true, "undrain", &dump);
+
+    // The service deleted: gone; the config file's service back by `reload`.
+    daemon.ctl(&["-D", "-t", &target]).expect_success("-D");
+    wait_route(&rt, false, "service deleted", &dump);
+    assert_eq!(vip_reason(&cluster(&daemon)), "service_gone");
+    daemon.ctl(&["reload"]).expect_success("reload");
+    wait_route(&rt, true, "service reloaded", &dump);
+    eprintln!(
+        "{}",
+        daemon.ctl(&["cluster"]).expect_success("cluster").stdout
+    );
 
     // SIGTERM: the route goes while Sluice is still in its grace, then it exits.
     let events = daemon.event_lines();
@@ -291,7 +299,7 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
         "{events:?}"
     );
     daemon.signal(libc::SIGTERM);
-    let took = wait_route(&lab.bed, &rt, false, "SIGTERM", &dump);
+    let took = wait_route(&rt, false, "SIGTERM", &dump);
     assert!(
         daemon.try_exit().is_none(),
         "sluice exited before its grace ({took:?} after SIGTERM)\n{}",

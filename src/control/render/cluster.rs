@@ -34,10 +34,12 @@ pub fn render_cluster(r: &ClusterReport) -> String {
             "Name", "Proto", "State", "Since"
         ));
         for p in rows {
-            out.push_str(&format!(
-                "  {:<w$}  {:<5}  {:<6}  {:<23}  {}\n",
+            let line = format!(
+                "  {:<w$}  {:<5}  {:<6}  {:<23}  {}",
                 p.name, p.proto, p.state, p.since, p.info
-            ));
+            );
+            out.push_str(line.trim_end());
+            out.push('\n');
         }
     }
     let announced = r.vips.iter().filter(|v| v.announced).count();
