@@ -43,6 +43,8 @@ const SAMPLE_INCLUDE: &str = "/run/sluice/bird-vips.conf";
 /// shared 2-core machine.
 const ROUTE_BOUND: Duration = Duration::from_secs(10);
 const GRACE_MS: u64 = 1500;
+/// The Prometheus endpoint, inside the appliance's namespace.
+const METRICS: &str = "127.0.0.1:9180";
 
 fn sample(name: &str) -> String {
     std::fs::read_to_string(repo_root().join("config").join(name))
@@ -193,10 +195,12 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
         node_ctl.display(),
         service_section("tcp", VIP, 80, "rr", &[], &[(&rs, HTTP_PORT, 1, "nat")])
     );
-    let mut daemon = lab.daemon(
+    let mut cfg = lab.daemon_config(
         &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
         toml,
     );
+    cfg.metrics = Some(METRICS.into());
+    let mut daemon = Daemon::start(cfg);
     lab.prewarm(&daemon, GATEWAY);
     let dump = || {
         format!(
@@ -289,6 +293,39 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
         "{}",
         daemon.ctl(&["cluster"]).expect_success("cluster").stdout
     );
+
+    // The same as Prometheus metrics, which promtool accepts.
+    let scraped = netns_exec(
+        lab.bed.lb_ns(),
+        &["curl", "-sf", &format!("http://{METRICS}/metrics")],
+        Duration::from_secs(10),
+    )
+    .expect_success("scrape");
+    let exposition = dir.join("metrics.txt");
+    std::fs::write(&exposition, &scraped.stdout).unwrap();
+    let lint = run_bounded(
+        std::process::Command::new("sh").args([
+            "-c",
+            &format!("promtool check metrics < {}", exposition.display()),
+        ]),
+        Duration::from_secs(10),
+    );
+    assert!(
+        lint.success() && lint.stdout.trim().is_empty() && lint.stderr.trim().is_empty(),
+        "promtool check metrics: {}",
+        lint.describe()
+    );
+    for line in [
+        format!("sluice_bgp_vip_announced{{vip=\"{VIP}\"}} 1"),
+        "sluice_bgp_session_established{name=\"router1\"} 1".to_string(),
+        "sluice_bgp_draining 0".to_string(),
+    ] {
+        assert!(
+            scraped.stdout.lines().any(|l| l == line),
+            "{line} not in\n{}",
+            scraped.stdout
+        );
+    }
 
     // SIGTERM: the route goes while Sluice is still in its grace, then it exits.
     let events = daemon.event_lines();

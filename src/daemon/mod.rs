@@ -1565,6 +1565,9 @@ impl Registry {
             &self.services.admission_reports(),
         ));
         text.push_str(&metrics::render_ha(&health, vrrp.as_ref(), sync.as_ref()));
+        if let Some(node) = &self.bgp {
+            text.push_str(&metrics::render_bgp(&node.report()));
+        }
         Ok(serde_json::Value::String(text))
     }
 
