@@ -257,3 +257,111 @@ impl BgpNode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings whose `birdc` is a shell script in `dir` running `body`.
+    fn settings(dir: &std::path::Path, body: &str) -> BgpSettings {
+        use std::os::unix::fs::PermissionsExt;
+        let birdc = dir.join("birdc");
+        std::fs::write(&birdc, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&birdc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        BgpSettings {
+            birdc,
+            socket: dir.join("bird.ctl"),
+            include: dir.join("vips.conf"),
+            protocol: "sluice".into(),
+            communities: vec![],
+            timeout_ms: 200,
+            retry_ms: 100,
+            poll_ms: 60_000,
+            shutdown_grace_ms: 300,
+        }
+    }
+
+    fn svc(vip: &str, available: bool) -> ServiceHealth {
+        ServiceHealth {
+            vip: vip.parse().unwrap(),
+            available,
+        }
+    }
+
+    /// Ticks every 5 ms until `done` holds or `limit` passes; the time it took.
+    fn tick_until(node: &mut BgpNode, s: &[ServiceHealth], limit: Duration) -> Option<Duration> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            node.tick(s);
+            if node.shutdown_done() {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    #[test]
+    fn changes_are_events_and_reach_the_include_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = BgpNode::new(settings(dir.path(), "exit 0")).unwrap();
+        let up = [svc("198.18.1.1", true), svc("198.18.1.2", false)];
+        assert_eq!(
+            node.tick(&up),
+            vec![
+                "lb=bgp vip=198.18.1.1 announce".to_string(),
+                "lb=bgp vip=198.18.1.2 withdraw reason=\"no healthy server\"".to_string(),
+            ]
+        );
+        assert!(node.tick(&up).is_empty(), "no change, no event");
+        assert!(node.set_draining(true));
+        assert_eq!(
+            node.tick(&up),
+            vec!["lb=bgp vip=198.18.1.1 withdraw reason=\"draining\"".to_string()]
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !node.report().in_sync && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let text = std::fs::read_to_string(dir.path().join("vips.conf")).unwrap();
+        assert!(!text.contains("route "), "{text}");
+        node.set_draining(false);
+        node.tick(&[svc("198.18.1.2", true)]);
+        let r = node.report();
+        assert_eq!(r.vips[0].reason, Some(Withdrawal::ServiceGone));
+        assert!(r.vips[1].announced);
+    }
+
+    #[test]
+    fn shutdown_waits_for_birds_withdrawal_then_the_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = BgpNode::new(settings(dir.path(), "exit 0")).unwrap();
+        let up = [svc("198.18.1.1", true)];
+        node.tick(&up);
+        node.begin_shutdown();
+        assert!(!node.shutdown_done());
+        let took = tick_until(&mut node, &up, Duration::from_secs(5)).expect("done");
+        assert!(
+            took >= Duration::from_millis(300),
+            "{took:?}: before the grace"
+        );
+        let text = std::fs::read_to_string(dir.path().join("vips.conf")).unwrap();
+        assert!(!text.contains("route "), "{text}");
+        assert_eq!(node.report().vips[0].reason, Some(Withdrawal::ShuttingDown));
+    }
+
+    #[test]
+    fn shutdown_gives_up_on_a_bird_that_refuses_after_twice_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = BgpNode::new(settings(dir.path(), "echo refused; exit 1")).unwrap();
+        let up = [svc("198.18.1.1", true)];
+        node.tick(&up);
+        node.begin_shutdown();
+        let took = tick_until(&mut node, &up, Duration::from_secs(5)).expect("done");
+        // 2 x 200 ms, then the 300 ms grace.
+        assert!(took >= Duration::from_millis(700), "{took:?}");
+        let r = node.report();
+        assert!(!r.in_sync && r.failures > 0, "{r:?}");
+        assert!(r.error.unwrap().contains("refused"));
+    }
+}
