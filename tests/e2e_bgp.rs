@@ -10,7 +10,7 @@
 //!   installs what it learns into its kernel.
 //!
 //! What is checked is what the router sees, in its kernel (`ip route`) and in BIRD
-//! (`birdc show route`): the VIP is announced while its service has a healthy real
+//! (`birdc show route all`, with the community `[bgp] communities` asks for): the VIP is announced while its service has a healthy real
 //! server; withdrawn when the server fails its health check and when its weight is
 //! set to 0, announced again when it recovers; withdrawn on `sluicectl drain` while
 //! the client's connections still go through, back on `undrain`; withdrawn when the
@@ -189,7 +189,7 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     let rs = lab.bed.rs_ip(1).to_string();
     let toml = format!(
         "[health]\ncheck = \"tcp\"\ninterval_ms = 200\ntimeout_ms = 150\nfall = 2\nrise = 1\nretry_ms = 500\n\n\
-         [bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 200\nretry_ms = 200\ntimeout_ms = 3000\n\
+         [bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 200\nretry_ms = 200\ntimeout_ms = 3000\ncommunities = [\"65000:100\"]\n\
          shutdown_grace_ms = {GRACE_MS}\n\n{}",
         include.display(),
         node_ctl.display(),
@@ -213,9 +213,11 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
 
     // Announced: the router's kernel and BIRD have it via the node.
     wait_route(&rt, true, "healthy server", &dump);
-    let shown = birdc(&router_ctl, &["show", "route", &format!("{VIP}/32")]);
+    let shown = birdc(&router_ctl, &["show", "route", "all", &format!("{VIP}/32")]);
     assert!(
-        shown.contains(&format!("{VIP}/32")) && shown.contains(&format!("via {NODE_PEER}")),
+        shown.contains(&format!("{VIP}/32"))
+            && shown.contains(&format!("via {NODE_PEER}"))
+            && shown.contains("BGP.community: (65000,100)"),
         "{shown}"
     );
     let c = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
