@@ -332,6 +332,7 @@ fn main() {
         mac: MacAddr(LB_MAC),
         addr: lb_ip,
         mtu: 1500,
+        exception: false,
     };
 
     // Phase 1: open every session with a SYN.

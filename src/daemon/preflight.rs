@@ -36,7 +36,41 @@ pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
 pub fn check_resources(cfg: &Config) -> Result<(), String> {
     check_lcores(cfg, &allowed_cpus()?)?;
     check_memory(cfg, &MemoryNeed::of(cfg), &Available::read())?;
-    check_pci_devices(cfg, Path::new(PCI_DEVICES))
+    check_pci_devices(cfg, Path::new(PCI_DEVICES))?;
+    check_exception_devices(cfg, Path::new("/dev"))
+}
+
+/// Every `[ports.exception]` has the kernel device its kind needs: /dev/net/tun for
+/// a tap, /dev/vhost-net for virtio-user (the vhost-net module, often missing in
+/// containers and VMs). Refused at the `kind` line, before the EAL would fail with
+/// a PMD's message.
+fn check_exception_devices(cfg: &Config, dev: &Path) -> Result<(), String> {
+    use crate::config::ExceptionKind;
+    for (i, port) in cfg.ports.iter().enumerate() {
+        let Some(exception) = &port.exception else {
+            continue;
+        };
+        let (needed, hint) = match exception.kind {
+            ExceptionKind::Tap => ("net/tun", "load the tun module, or give the container /dev/net/tun"),
+            ExceptionKind::VirtioUser => (
+                "vhost-net",
+                "load the vhost_net module, or use kind = \"tap\"",
+            ),
+        };
+        let path = dev.join(needed);
+        if !path.exists() {
+            return Err(format!(
+                "{}:{}: ports[{i}].exception.kind: port {}: kind = \"{}\" needs {}, \
+                 which this machine does not have ({hint})",
+                cfg.path.display(),
+                exception.kind_line,
+                port.name,
+                exception.kind.as_str(),
+                path.display(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Where the kernel lists PCI devices.

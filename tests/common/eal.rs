@@ -100,6 +100,7 @@ pub fn worker(
             responder: LocalResponder::new(LB_MAC, &[lb_ip]),
             addr: lb_ip,
             mtu: 1500,
+            exception: None,
         }],
         forwarder,
         counters.clone(),
