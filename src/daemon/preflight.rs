@@ -644,6 +644,30 @@ mod tests {
     }
 
     #[test]
+    fn an_exception_interface_needs_its_kernel_device() {
+        let dev = tempfile::tempdir().unwrap();
+        let with = |kind: &str| config(&format!("{PORT}[ports.exception]\nkind = \"{kind}\"\n"));
+        let (tap, virtio) = (with("tap"), with("virtio-user"));
+        assert!(check_exception_devices(&config(PORT), dev.path()).is_ok());
+        // An empty /dev: neither works, each refused at its `kind` line.
+        let e = check_exception_devices(&virtio, dev.path()).unwrap_err();
+        assert!(
+            e.contains("sluice.toml:17: ports[0].exception.kind: port p0: kind = \"virtio-user\" needs"),
+            "{e}"
+        );
+        assert!(e.contains("vhost-net, which this machine does not have"), "{e}");
+        let e = check_exception_devices(&tap, dev.path()).unwrap_err();
+        assert!(e.contains("net/tun, which this machine does not have"), "{e}");
+        // With the device node each needs, each passes.
+        std::fs::create_dir(dev.path().join("net")).unwrap();
+        std::fs::write(dev.path().join("net/tun"), "").unwrap();
+        assert!(check_exception_devices(&tap, dev.path()).is_ok());
+        assert!(check_exception_devices(&virtio, dev.path()).is_err());
+        std::fs::write(dev.path().join("vhost-net"), "").unwrap();
+        assert!(check_exception_devices(&virtio, dev.path()).is_ok());
+    }
+
+    #[test]
     fn cpu_lists_are_compact() {
         assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
         assert_eq!(cpu_list(&[]), "none");
