@@ -74,6 +74,7 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
         format!("interface = {iface:?}"),
         format!("rate = {RATE}"),
     ];
+    cfg.metrics = Some("127.0.0.1:9101".into());
     let daemon = Daemon::start(cfg);
     let lb = lab.bed.lb_ns().to_string();
     let t = Duration::from_secs(10);
@@ -209,6 +210,31 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
     });
     let e = caught_up.unwrap_or_else(|| panic!("the interface got fewer than {total}: {}", daemon.dump()));
     assert_eq!(e["to_kernel_lost"], 0, "{e}");
+
+    // The Prometheus endpoint, read by the reference parser, says the same.
+    let script = repo_root().join("tests/tools/prom_scrape.py");
+    let out = lab
+        .bed
+        .exec(
+            &lb,
+            &[PYTHON, &script.to_string_lossy(), "http://127.0.0.1:9101/metrics"],
+            Duration::from_secs(20),
+        )
+        .expect_success("prom_scrape.py");
+    let scraped: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let sample = |name: &str, label: (&str, &str)| {
+        scraped["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s[0] == name && s[1][label.0] == label.1)
+            .and_then(|s| s[2].as_f64())
+            .unwrap_or_else(|| panic!("no {name} {label:?} in {scraped}"))
+    };
+    let to_kernel = sample("sluice_exception_frames_total", ("direction", "to_kernel"));
+    assert!(to_kernel >= total as f64, "{to_kernel} < {total}");
+    assert!(sample("sluice_exception_frames_total", ("direction", "from_kernel")) > 0.0);
+    assert!(sample("sluice_drops_total", ("reason", "exception_rate_limited")) >= limited as f64);
 
     // Flood over: the listener answers again.
     std::thread::sleep(Duration::from_millis(200));

@@ -1974,12 +1974,12 @@ fn docs_examples_of_new_sections_parse() {
         .skip(1)
         .filter_map(|b| b.split("```").next())
         .filter(|b| {
-            ["[timeouts]", "[sessions]", "[[services]]", "services = ["]
+            ["[timeouts]", "[sessions]", "[[services]]", "services = [", "[[ports]]"]
                 .iter()
                 .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 11, "{blocks:?}");
+    assert_eq!(blocks.len(), 12, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {

@@ -538,7 +538,7 @@ impl std::fmt::Display for Attached {
 fn attached_devices(cfg: &Config) -> Vec<(String, Attached)> {
     let mut out: Vec<(String, Attached)> = Vec::new();
     for port in &cfg.ports {
-        let found = match &port.device {
+        let mut found = match &port.device {
             PortDevice::Pci(addr) => vec![Attached::Pci(addr.clone())],
             PortDevice::Vdev(spec) => vdev_interfaces(spec)
                 .into_iter()
@@ -546,6 +546,10 @@ fn attached_devices(cfg: &Config) -> Vec<(String, Attached)> {
                 .collect(),
             PortDevice::Loopback => Vec::new(),
         };
+        // The exception path's kernel interface is as much this instance's.
+        if let Some(e) = &port.exception {
+            found.push(Attached::Interface(e.interface.clone()));
+        }
         for device in found {
             if !out.iter().any(|(_, d)| *d == device) {
                 out.push((port.name.clone(), device));
