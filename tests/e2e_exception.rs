@@ -95,11 +95,21 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
         "{iface} should be up with the port's MAC {port_mac}: {}",
         link.stdout
     );
-    assert_eq!(port(&status, "lan0")["exception"]["interface"], iface.as_str());
+    assert_eq!(
+        port(&status, "lan0")["exception"]["interface"],
+        iface.as_str()
+    );
     lab.bed
         .exec(
             &lb,
-            &["ip", "addr", "add", &format!("{APPLIANCE}/24"), "dev", &iface],
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("{APPLIANCE}/24"),
+                "dev",
+                &iface,
+            ],
             t,
         )
         .expect_success("ip addr add");
@@ -172,7 +182,8 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
     let sent: Value = serde_json::from_str(flood.stdout_text().trim()).unwrap_or_default();
     let flood_s = sent["seconds"].as_f64().unwrap_or(FLOOD_SECONDS);
     assert_eq!(
-        during["ok"], 30,
+        during["ok"],
+        30,
         "forwarding during the flood: {during}\n{}",
         daemon.dump()
     );
@@ -205,10 +216,12 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
     let caught_up = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
         let s = daemon.status();
         let e = port(&s, "lan0")["exception"].clone();
-        let written = e["to_kernel"].as_u64().unwrap_or(0) + e["to_kernel_lost"].as_u64().unwrap_or(0);
+        let written =
+            e["to_kernel"].as_u64().unwrap_or(0) + e["to_kernel_lost"].as_u64().unwrap_or(0);
         (written >= total).then_some(e)
     });
-    let e = caught_up.unwrap_or_else(|| panic!("the interface got fewer than {total}: {}", daemon.dump()));
+    let e = caught_up
+        .unwrap_or_else(|| panic!("the interface got fewer than {total}: {}", daemon.dump()));
     assert_eq!(e["to_kernel_lost"], 0, "{e}");
 
     // The Prometheus endpoint, read by the reference parser, says the same.
@@ -217,7 +230,11 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
         .bed
         .exec(
             &lb,
-            &[PYTHON, &script.to_string_lossy(), "http://127.0.0.1:9101/metrics"],
+            &[
+                PYTHON,
+                &script.to_string_lossy(),
+                "http://127.0.0.1:9101/metrics",
+            ],
             Duration::from_secs(20),
         )
         .expect_success("prom_scrape.py");
@@ -233,7 +250,12 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
     };
     let to_kernel = sample("sluice_exception_frames_total", ("direction", "to_kernel"));
     assert!(to_kernel >= total as f64, "{to_kernel} < {total}");
-    assert!(sample("sluice_exception_frames_total", ("direction", "from_kernel")) > 0.0);
+    assert!(
+        sample(
+            "sluice_exception_frames_total",
+            ("direction", "from_kernel")
+        ) > 0.0
+    );
     assert!(sample("sluice_drops_total", ("reason", "exception_rate_limited")) >= limited as f64);
 
     // Flood over: the listener answers again.

@@ -12,9 +12,9 @@ use super::reader::{Check, Field, Location, Table};
 use super::source::Source;
 use super::tree::Node;
 use super::{
-    Config, ControlConfig, EalConfig, ExceptionConfig, ExceptionKind, Ipv4Cidr, Ipv6Cidr, LcoreConfig, LoopbackConfig, PortConfig,
-    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, SorryServerConfig, SyncSettings,
-    TimeoutsConfig, VrrpSettings,
+    Config, ControlConfig, EalConfig, ExceptionConfig, ExceptionKind, Ipv4Cidr, Ipv6Cidr,
+    LcoreConfig, LoopbackConfig, PortConfig, PortDevice, RealServerConfig, ServiceConfig,
+    SessionsConfig, SorryServerConfig, SyncSettings, TimeoutsConfig, VrrpSettings,
 };
 use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
@@ -714,21 +714,19 @@ fn read_exception(t: &Table, port: &str, source: &Source) -> Check<Option<Except
         Some(f) => fields::interface_name(&f)?,
         None => format!("sx-{port}").chars().take(15).collect(),
     };
-    let ring_size = e.or(
-        "ring_size",
-        ExceptionConfig::DEFAULT_RING_SIZE,
-        |f| {
-            let n: u32 = f.int(64..=16_384)?;
-            if !n.is_power_of_two() {
-                return Err(f.invalid(format!("{n} is not a power of two (64..=16384)")));
-            }
-            Ok(n)
-        },
-    )?;
+    let ring_size = e.or("ring_size", ExceptionConfig::DEFAULT_RING_SIZE, |f| {
+        let n: u32 = f.int(64..=16_384)?;
+        if !n.is_power_of_two() {
+            return Err(f.invalid(format!("{n} is not a power of two (64..=16384)")));
+        }
+        Ok(n)
+    })?;
     Ok(Some(ExceptionConfig {
         kind,
         interface,
-        rate: e.or("rate", ExceptionConfig::DEFAULT_RATE, |f| f.int(1..=10_000_000))?,
+        rate: e.or("rate", ExceptionConfig::DEFAULT_RATE, |f| {
+            f.int(1..=10_000_000)
+        })?,
         ring_size,
         kind_line: source.line(kind_field.node.start()),
     }))

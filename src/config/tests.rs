@@ -1974,9 +1974,15 @@ fn docs_examples_of_new_sections_parse() {
         .skip(1)
         .filter_map(|b| b.split("```").next())
         .filter(|b| {
-            ["[timeouts]", "[sessions]", "[[services]]", "services = [", "[[ports]]"]
-                .iter()
-                .any(|h| b.starts_with(h))
+            [
+                "[timeouts]",
+                "[sessions]",
+                "[[services]]",
+                "services = [",
+                "[[ports]]",
+            ]
+            .iter()
+            .any(|h| b.starts_with(h))
         })
         .collect();
     assert_eq!(blocks.len(), 12, "{blocks:?}");
@@ -2972,7 +2978,13 @@ fn exception_interfaces() {
     let cfg = parse(&s("kind = \"tap\"")).unwrap();
     let e = cfg.ports[1].exception.clone().expect("the second port's");
     assert_eq!(
-        (e.kind, e.interface.as_str(), e.rate, e.ring_size, e.kind_line),
+        (
+            e.kind,
+            e.interface.as_str(),
+            e.rate,
+            e.ring_size,
+            e.kind_line
+        ),
         (
             ExceptionKind::Tap,
             "sx-lan1",
@@ -2991,7 +3003,10 @@ fn exception_interfaces() {
     ))
     .unwrap();
     let e = cfg.ports[1].exception.clone().unwrap();
-    assert_eq!((e.kind, e.rate, e.ring_size), (ExceptionKind::VirtioUser, 500, 256));
+    assert_eq!(
+        (e.kind, e.rate, e.ring_size),
+        (ExceptionKind::VirtioUser, 500, 256)
+    );
     assert_eq!(
         e.vdev(1).1,
         "virtio_user_sx1,path=/dev/vhost-net,iface=bgp0,queue_size=256"

@@ -6,12 +6,12 @@
 //! send out of the port. The interface's syscalls (a write per frame) are made here,
 //! never on a worker.
 use crate::config::{ExceptionConfig, ExceptionKind, PortConfig};
+use crate::control::report::status::{ExceptionCounts as Counts, ExceptionStatus};
 use crate::dataplane::mesh::Injected;
 use crate::dpdk::{
     Burst, Eal, Mempool, PacketRing, Port, PortSettings, RingConsumer, RingProducer, RxQueue,
     SharedProducer, TxQueue,
 };
-use crate::control::report::status::{ExceptionCounts as Counts, ExceptionStatus};
 
 /// Descriptors of the kernel interface's one RX and one TX queue.
 pub const INTERFACE_DESC: u16 = 512;
@@ -52,7 +52,9 @@ impl KernelInterface {
             config.kind.as_str()
         );
         let (vdev, _) = config.vdev(index);
-        let id = eal.port_by_name(&vdev).map_err(|e| format!("{what}: {e}"))?;
+        let id = eal
+            .port_by_name(&vdev)
+            .map_err(|e| format!("{what}: {e}"))?;
         let mut port = Port::new(id);
         let settings = PortSettings {
             queues: 1,

@@ -51,7 +51,10 @@ fn check_exception_devices(cfg: &Config, dev: &Path) -> Result<(), String> {
             continue;
         };
         let (needed, hint) = match exception.kind {
-            ExceptionKind::Tap => ("net/tun", "load the tun module, or give the container /dev/net/tun"),
+            ExceptionKind::Tap => (
+                "net/tun",
+                "load the tun module, or give the container /dev/net/tun",
+            ),
             ExceptionKind::VirtioUser => (
                 "vhost-net",
                 "load the vhost_net module, or use kind = \"tap\"",
@@ -656,12 +659,20 @@ mod tests {
         // An empty /dev: neither works, each refused at its `kind` line.
         let e = check_exception_devices(&virtio, dev.path()).unwrap_err();
         assert!(
-            e.contains("sluice.toml:17: ports[0].exception.kind: port p0: kind = \"virtio-user\" needs"),
+            e.contains(
+                "sluice.toml:17: ports[0].exception.kind: port p0: kind = \"virtio-user\" needs"
+            ),
             "{e}"
         );
-        assert!(e.contains("vhost-net, which this machine does not have"), "{e}");
+        assert!(
+            e.contains("vhost-net, which this machine does not have"),
+            "{e}"
+        );
         let e = check_exception_devices(&tap, dev.path()).unwrap_err();
-        assert!(e.contains("net/tun, which this machine does not have"), "{e}");
+        assert!(
+            e.contains("net/tun, which this machine does not have"),
+            "{e}"
+        );
         // With the device node each needs, each passes.
         std::fs::create_dir(dev.path().join("net")).unwrap();
         std::fs::write(dev.path().join("net/tun"), "").unwrap();

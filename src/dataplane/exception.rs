@@ -46,9 +46,7 @@ pub fn for_kernel(
         PacketKind::Icmp { dst, .. } => {
             matches!(reason, R::IcmpNotEcho | R::IcmpErrorNoSession) && port.is_local(dst)
         }
-        PacketKind::OtherIpv4 { dst, .. } => {
-            reason == R::UnsupportedProtocol && port.is_local(dst)
-        }
+        PacketKind::OtherIpv4 { dst, .. } => reason == R::UnsupportedProtocol && port.is_local(dst),
         PacketKind::Ipv6(payload) => {
             let Some(dst) = dst6 else {
                 return false;
@@ -136,8 +134,8 @@ mod tests {
     use crate::model::Protocol;
     use crate::wire::icmp;
     use crate::wire::icmpv6;
-    use crate::wire::IpProtocol;
     use crate::wire::tcp::TcpFlags;
+    use crate::wire::IpProtocol;
     use std::net::Ipv4Addr;
 
     const PORT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -177,10 +175,25 @@ mod tests {
         let p = port();
         use DropReason as R;
         // BGP, SSH, BFD to the port's own address: no service, no probe, no sync.
-        assert!(for_kernel(R::UnsupportedProtocol, &tcp(PORT, 179), None, &p));
+        assert!(for_kernel(
+            R::UnsupportedProtocol,
+            &tcp(PORT, 179),
+            None,
+            &p
+        ));
         assert!(for_kernel(R::UnsupportedProtocol, &tcp(PORT, 22), None, &p));
-        assert!(for_kernel(R::UnsupportedProtocol, &udp(PORT, 3784), None, &p));
-        assert!(for_kernel(R::UnsupportedProtocol, &udp(PORT, 4784), None, &p));
+        assert!(for_kernel(
+            R::UnsupportedProtocol,
+            &udp(PORT, 3784),
+            None,
+            &p
+        ));
+        assert!(for_kernel(
+            R::UnsupportedProtocol,
+            &udp(PORT, 4784),
+            None,
+            &p
+        ));
         // To a VIP without that service, to another host, or a segment dropped for
         // another reason (malformed, not ours): Sluice's drop stands.
         assert!(!for_kernel(R::NoService, &tcp(VIP, 22), None, &p));
@@ -197,9 +210,19 @@ mod tests {
         let reply = icmp::Message::ECHO_REPLY;
         let unreachable = icmp::Message::DEST_UNREACHABLE;
         assert!(for_kernel(R::IcmpNotEcho, &icmp(PORT, reply), None, &p));
-        assert!(for_kernel(R::IcmpErrorNoSession, &icmp(PORT, unreachable), None, &p));
+        assert!(for_kernel(
+            R::IcmpErrorNoSession,
+            &icmp(PORT, unreachable),
+            None,
+            &p
+        ));
         // A bad checksum stays a drop; so does ICMP to a VIP.
-        assert!(!for_kernel(R::BadIcmpChecksum, &icmp(PORT, reply), None, &p));
+        assert!(!for_kernel(
+            R::BadIcmpChecksum,
+            &icmp(PORT, reply),
+            None,
+            &p
+        ));
         assert!(!for_kernel(R::IcmpNotEcho, &icmp(VIP, reply), None, &p));
         let ospf = |dst| PacketKind::OtherIpv4 {
             src: CLIENT,

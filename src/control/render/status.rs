@@ -85,7 +85,11 @@ pub fn render_status(report: &StatusReport) -> String {
             .filter_map(|p| p.exception.as_ref().map(|e| (p, e)))
         {
             let punted = report.events.get("exception_punted").copied().unwrap_or(0);
-            let injected = report.events.get("exception_injected").copied().unwrap_or(0);
+            let injected = report
+                .events
+                .get("exception_injected")
+                .copied()
+                .unwrap_or(0);
             let drop = |name: &str| report.drops.get(name).copied().unwrap_or(0);
             let _ = writeln!(
                 out,
