@@ -5,7 +5,7 @@
 //! DPDK mbufs); only the time inside `handle` is counted, not refilling the burst.
 //!
 //! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]
-//! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps]`
+//! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception]`
 //!
 //! `nat6`, `fullnat6` and `nat64` are the same phases over IPv6 clients and an IPv6
 //! VIP, through the same `handle`: IPv6 real servers in NAT, IPv6 local addresses and
@@ -30,6 +30,10 @@
 //! opened, SYN to the real server), the real server's SYN-ACK (absorbed, ACK to the
 //! server) and established client ACKs with sequence (and SACK-free) translation.
 //! Compare its established row with a run without it for the translation's cost.
+//!
+//! `--exception` runs as on a port with an exception path (`[ports.exception]`):
+//! compare with a run without it, and with a binary of the code before the exception
+//! path, for the check's cost on forwarded packets (it sits on the drop path only).
 //!
 //! (defaults 1000000, 20000000, nat). Needs root (DPDK). Prints a markdown table.
 //! FullNAT adds the local-port allocation to each new session and rewrites both ends.
@@ -191,6 +195,7 @@ fn main() {
     let sync = std::env::args().any(|a| a == "--sync");
     let timestamps = std::env::args().any(|a| a == "--timestamps");
     let synproxy = std::env::args().any(|a| a == "--synproxy");
+    let exception = std::env::args().any(|a| a == "--exception");
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -332,6 +337,7 @@ fn main() {
         mac: MacAddr(LB_MAC),
         addr: lb_ip,
         mtu: 1500,
+        exception,
     };
 
     // Phase 1: open every session with a SYN.

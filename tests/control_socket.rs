@@ -47,6 +47,7 @@ fn sample_report() -> StatusReport {
             rx_nombuf: 2,
             ownership: "single".into(),
             ownership_detail: "single worker".into(),
+            exception: None,
         }],
         lcores: vec![
             LcoreStatus {

@@ -164,6 +164,28 @@ pub(super) fn port_name(f: &Field) -> Check<String> {
     }
 }
 
+/// A kernel network interface name: 1..=15 characters (IFNAMSIZ), letters, digits,
+/// '_', '-' and '.', and not "." or "..". Nothing that would end a DPDK device
+/// argument (',' or '=').
+pub(super) fn interface_name(f: &Field) -> Check<String> {
+    let s = f.str()?;
+    if s.is_empty() || s.len() > 15 {
+        return Err(f.invalid(format!(
+            "{s:?} must be 1..=15 characters long (a Linux interface name)"
+        )));
+    }
+    if s == "." || s == ".." {
+        return Err(f.invalid(format!("{s:?} is not a valid interface name")));
+    }
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    match s.chars().find(|&c| !ok_char(c)) {
+        Some(c) => Err(f.invalid(format!(
+            "{s:?} contains {c:?}; only letters, digits, '_', '-' and '.' are allowed"
+        ))),
+        None => Ok(s.to_string()),
+    }
+}
+
 /// A PCI address, `DDDD:BB:DD.F` or `BB:DD.F`, returned in the full lowercase form
 /// DPDK uses as the device name (so the daemon can look the port up by it).
 pub(super) fn pci_address(f: &Field) -> Check<String> {

@@ -140,6 +140,71 @@ pub struct PortConfig {
     /// Toeplitz key (40 or 52 bytes); `None` keeps the driver's default.
     pub rss_key: Option<Vec<u8>>,
     pub mtu: Option<u16>,
+    /// `[ports.exception]`: the kernel interface paired with this port.
+    pub exception: Option<ExceptionConfig>,
+}
+
+/// `[ports.exception]`: a kernel interface paired with the port. Frames for the
+/// port's own addresses that Sluice does not handle itself go up to it, and what the
+/// kernel writes to it leaves through the port (docs/EXCEPTION_PATH.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExceptionConfig {
+    pub kind: ExceptionKind,
+    /// The kernel interface's name.
+    pub interface: String,
+    /// Frames handed to the kernel per second at most, over all workers.
+    pub rate: u32,
+    /// Slots of each ring between the workers and the kernel interface (a power of two).
+    pub ring_size: u32,
+    /// The line of `kind`, for the preflight check's error.
+    pub kind_line: usize,
+}
+
+/// What the kernel interface is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExceptionKind {
+    /// DPDK's TAP PMD (`net_tap`, /dev/net/tun).
+    Tap,
+    /// DPDK's virtio-user PMD with the vhost-net backend (/dev/vhost-net).
+    VirtioUser,
+}
+
+impl ExceptionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExceptionKind::Tap => "tap",
+            ExceptionKind::VirtioUser => "virtio-user",
+        }
+    }
+}
+
+impl ExceptionConfig {
+    /// Frames per second handed up when `rate` is not set: a few BGP/BFD sessions
+    /// and an SSH login need far less; a flood gets no more.
+    pub const DEFAULT_RATE: u32 = 10_000;
+    /// Ring slots when `ring_size` is not set: 1024 frames wait at most one 5 ms
+    /// management tick, i.e. up to ~200k frames/s would pass.
+    pub const DEFAULT_RING_SIZE: u32 = 1024;
+
+    /// The vdev name and EAL `--vdev` spec of port `index`'s kernel interface.
+    pub fn vdev(&self, index: usize) -> (String, String) {
+        match self.kind {
+            ExceptionKind::Tap => {
+                let name = format!("net_tap_sx{index}");
+                let spec = format!("{name},iface={}", self.interface);
+                (name, spec)
+            }
+            ExceptionKind::VirtioUser => {
+                let name = format!("virtio_user_sx{index}");
+                let spec = format!(
+                    "{name},path=/dev/vhost-net,iface={},queue_size={}",
+                    self.interface,
+                    self.ring_size.min(1024)
+                );
+                (name, spec)
+            }
+        }
+    }
 }
 
 /// Where a port's packets come from.
@@ -480,6 +545,11 @@ impl Config {
         for port in &self.ports {
             if let PortDevice::Vdev(spec) = &port.device {
                 args.extend(["--vdev".into(), spec.clone()]);
+            }
+        }
+        for (i, port) in self.ports.iter().enumerate() {
+            if let Some(exception) = &port.exception {
+                args.extend(["--vdev".into(), exception.vdev(i).1]);
             }
         }
         args.extend(self.eal.extra_args.iter().cloned());

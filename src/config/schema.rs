@@ -12,9 +12,9 @@ use super::reader::{Check, Field, Location, Table};
 use super::source::Source;
 use super::tree::Node;
 use super::{
-    Config, ControlConfig, EalConfig, Ipv4Cidr, Ipv6Cidr, LcoreConfig, LoopbackConfig, PortConfig,
-    PortDevice, RealServerConfig, ServiceConfig, SessionsConfig, SorryServerConfig, SyncSettings,
-    TimeoutsConfig, VrrpSettings,
+    Config, ControlConfig, EalConfig, ExceptionConfig, ExceptionKind, Ipv4Cidr, Ipv6Cidr,
+    LcoreConfig, LoopbackConfig, PortConfig, PortDevice, RealServerConfig, ServiceConfig,
+    SessionsConfig, SorryServerConfig, SyncSettings, TimeoutsConfig, VrrpSettings,
 };
 use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
@@ -43,7 +43,10 @@ const PORT_KEYS: &[&str] = &[
     "tx_desc",
     "rss_key",
     "mtu",
+    "exception",
 ];
+/// `[ports.exception]`: the kernel interface paired with a port.
+const EXCEPTION_KEYS: &[&str] = &["kind", "interface", "rate", "ring_size"];
 const LOOPBACK_KEYS: &[&str] = &[
     "peers",
     "ping_interval_ms",
@@ -173,7 +176,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let eal = read_eal(&root)?;
     let lcores = read_lcores(&root)?;
     let control = read_control(&root)?;
-    let ports = read_ports(&root)?;
+    let ports = read_ports(&root, source)?;
     let loopback = read_loopback(&root, &ports)?;
     let timeouts = read_timeouts(&root)?;
     let sessions = read_sessions(&root)?;
@@ -708,6 +711,8 @@ struct PortRead {
     device_at: Location,
     address_at: Vec<Location>,
     address6_at: Vec<Location>,
+    /// `[ports.exception]`'s table.
+    exception_at: Option<Location>,
 }
 
 impl PortRead {
@@ -716,7 +721,7 @@ impl PortRead {
     }
 }
 
-fn read_ports(root: &Table) -> Check<Vec<PortRead>> {
+fn read_ports(root: &Table, source: &Source) -> Check<Vec<PortRead>> {
     let list = root
         .get("ports")
         .ok_or_else(|| root.missing("ports", "at least one [[ports]] table is required"))?;
@@ -727,7 +732,7 @@ fn read_ports(root: &Table) -> Check<Vec<PortRead>> {
     let mut unique = Uniqueness::default();
     let mut ports = Vec::with_capacity(items.len());
     for item in &items {
-        let port = read_port(item)?;
+        let port = read_port(item, source)?;
         unique.check(&port)?;
         ports.push(port);
     }
@@ -744,7 +749,7 @@ fn table_array(f: &Field, what: &str, header: &str) -> Check<Vec<Field>> {
     })
 }
 
-fn read_port(f: &Field) -> Check<PortRead> {
+fn read_port(f: &Field, source: &Source) -> Check<PortRead> {
     let t = f.table(PORT_KEYS)?;
     let name_field = t.require("name")?;
     let name = fields::port_name(&name_field)?;
@@ -752,6 +757,7 @@ fn read_port(f: &Field) -> Check<PortRead> {
     let mac = t.optional("mac", fields::mac_address)?;
     let address_field = t.require("addresses")?;
     let read = read_addresses(&address_field)?;
+    let exception = read_exception(&t, &name, source)?;
     Ok(PortRead {
         config: PortConfig {
             name,
@@ -763,12 +769,52 @@ fn read_port(f: &Field) -> Check<PortRead> {
             tx_desc: t.or("tx_desc", DEFAULT_DESC, fields::desc_count)?,
             rss_key: t.optional("rss_key", fields::rss_key)?,
             mtu: t.optional("mtu", fields::mtu)?,
+            exception,
         },
         name_at: name_field.location(),
         device_at,
         address_at: read.v4_at,
         address6_at: read.v6_at,
+        exception_at: t.get("exception").map(|f| f.location()),
     })
+}
+
+/// `[ports.exception]`: `kind` ("tap" or "virtio-user") is required; the interface
+/// is named after the port unless `interface` says otherwise.
+fn read_exception(t: &Table, port: &str, source: &Source) -> Check<Option<ExceptionConfig>> {
+    let Some(e) = t.table("exception", EXCEPTION_KEYS)? else {
+        return Ok(None);
+    };
+    let kind_field = e.require("kind")?;
+    let kind = match kind_field.str()? {
+        "tap" => ExceptionKind::Tap,
+        "virtio-user" => ExceptionKind::VirtioUser,
+        other => {
+            return Err(kind_field.invalid(format!(
+                "{other:?} is not a kind of kernel interface (expected \"tap\" or \"virtio-user\")"
+            )))
+        }
+    };
+    let interface = match e.get("interface") {
+        Some(f) => fields::interface_name(&f)?,
+        None => format!("sx-{port}").chars().take(15).collect(),
+    };
+    let ring_size = e.or("ring_size", ExceptionConfig::DEFAULT_RING_SIZE, |f| {
+        let n: u32 = f.int(64..=16_384)?;
+        if !n.is_power_of_two() {
+            return Err(f.invalid(format!("{n} is not a power of two (64..=16384)")));
+        }
+        Ok(n)
+    })?;
+    Ok(Some(ExceptionConfig {
+        kind,
+        interface,
+        rate: e.or("rate", ExceptionConfig::DEFAULT_RATE, |f| {
+            f.int(1..=10_000_000)
+        })?,
+        ring_size,
+        kind_line: source.line(kind_field.node.start()),
+    }))
 }
 
 /// Exactly one of `pci`, `vdev`, `loopback = true`. (`loopback = false` is allowed
@@ -856,6 +902,8 @@ struct Uniqueness {
     addresses: HashMap<Ipv4Addr, String>,
     addresses6: HashMap<Ipv6Addr, String>,
     loopback: Option<String>,
+    /// Kernel interfaces of `[ports.exception]`.
+    interfaces: HashMap<String, String>,
 }
 
 impl Uniqueness {
@@ -881,6 +929,15 @@ impl Uniqueness {
         for (cidr, at) in p.addresses6.iter().zip(&port.address6_at) {
             let what = format!("address {}", cidr.addr);
             claim(&mut self.addresses6, cidr.addr, at, &what)?;
+        }
+        if let (Some(e), Some(at)) = (&p.exception, &port.exception_at) {
+            if p.device == PortDevice::Loopback {
+                return Err(at.invalid(
+                    "a loopback port has no kernel side to pair: remove [ports.exception]",
+                ));
+            }
+            let what = format!("kernel interface {:?}", e.interface);
+            claim(&mut self.interfaces, e.interface.clone(), at, &what)?;
         }
         Ok(())
     }

@@ -1980,12 +1980,13 @@ fn docs_examples_of_new_sections_parse() {
                 "[[services]]",
                 "services = [",
                 "[bgp]",
+                "[[ports]]",
             ]
             .iter()
             .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 12, "{blocks:?}");
+    assert_eq!(blocks.len(), 13, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {
@@ -3047,5 +3048,111 @@ fn bad_bgp_settings_name_their_field() {
         23,
         "bgp.hold_ms",
         "unknown",
+    );
+}
+
+#[test]
+fn exception_interfaces() {
+    // BASE, SECOND_PORT (lines 21-24), then [ports.exception] at line 25, keys from 26.
+    let s = |kv: &str| format!("{BASE}{SECOND_PORT}[ports.exception]\n{kv}\n");
+    let cfg = parse(&s("kind = \"tap\"")).unwrap();
+    let e = cfg.ports[1].exception.clone().expect("the second port's");
+    assert_eq!(
+        (
+            e.kind,
+            e.interface.as_str(),
+            e.rate,
+            e.ring_size,
+            e.kind_line
+        ),
+        (
+            ExceptionKind::Tap,
+            "sx-lan1",
+            ExceptionConfig::DEFAULT_RATE,
+            ExceptionConfig::DEFAULT_RING_SIZE,
+            26
+        )
+    );
+    assert!(cfg.ports[0].exception.is_none());
+    assert!(cfg
+        .eal_args()
+        .windows(2)
+        .any(|w| w == ["--vdev", "net_tap_sx1,iface=sx-lan1"]));
+    let cfg = parse(&s(
+        "kind = \"virtio-user\"\ninterface = \"bgp0\"\nrate = 500\nring_size = 256",
+    ))
+    .unwrap();
+    let e = cfg.ports[1].exception.clone().unwrap();
+    assert_eq!(
+        (e.kind, e.rate, e.ring_size),
+        (ExceptionKind::VirtioUser, 500, 256)
+    );
+    assert_eq!(
+        e.vdev(1).1,
+        "virtio_user_sx1,path=/dev/vhost-net,iface=bgp0,queue_size=256"
+    );
+
+    assert_rejected(
+        &s("interface = \"x\""),
+        25,
+        "ports[1].exception.kind",
+        "missing",
+    );
+    assert_rejected(
+        &s("kind = \"kni\""),
+        26,
+        "ports[1].exception.kind",
+        "\"kni\" is not a kind of kernel interface (expected \"tap\" or \"virtio-user\")",
+    );
+    assert_rejected(
+        &s("kind = \"tap\"\ninterface = \"tap,iface=eth0\""),
+        27,
+        "ports[1].exception.interface",
+        "contains ','",
+    );
+    assert_rejected(
+        &s("kind = \"tap\"\ninterface = \"a-very-long-name0\""),
+        27,
+        "ports[1].exception.interface",
+        "must be 1..=15 characters long",
+    );
+    assert_rejected(
+        &s("kind = \"tap\"\nrate = 0"),
+        27,
+        "ports[1].exception.rate",
+        "out of range",
+    );
+    assert_rejected(
+        &s("kind = \"tap\"\nring_size = 1000"),
+        27,
+        "ports[1].exception.ring_size",
+        "1000 is not a power of two (64..=16384)",
+    );
+    assert_rejected(
+        &s("kind = \"tap\"\nqueues = 2"),
+        27,
+        "ports[1].exception.queues",
+        "unknown",
+    );
+    // The loopback port has no kernel side; two ports cannot share an interface.
+    assert_rejected(
+        &base_with(
+            "addresses = [\"198.18.0.1/24\"]\n",
+            "addresses = [\"198.18.0.1/24\"]\n[ports.exception]\nkind = \"tap\"\n",
+        ),
+        18,
+        "ports[0].exception",
+        "a loopback port has no kernel side",
+    );
+    let two = format!(
+        "{BASE}{SECOND_PORT}[ports.exception]\nkind = \"tap\"\ninterface = \"k0\"\n\
+         [[ports]]\nname = \"lan2\"\nvdev = \"net_null1\"\naddresses = [\"198.18.2.1/24\"]\n\
+         [ports.exception]\nkind = \"tap\"\ninterface = \"k0\"\n"
+    );
+    assert_rejected(
+        &two,
+        32,
+        "ports[2].exception",
+        "kernel interface \"k0\" is already used by ports[1].exception",
     );
 }

@@ -104,6 +104,33 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
         );
     }
 
+    // The exception path's kernel side (the workers' side is in the events and
+    // drops: exception_punted, exception_injected, exception_rate_limited, ...).
+    if status.ports.iter().any(|p| p.exception.is_some()) {
+        let mut f = Family::new(
+            o,
+            "sluice_exception_frames_total",
+            "counter",
+            "Frames across a port's kernel interface ([ports.exception]): to_kernel, to_kernel_lost (the interface refused them), from_kernel, from_kernel_lost (inject ring full).",
+        );
+        for p in &status.ports {
+            let Some(e) = &p.exception else { continue };
+            let c = &e.counts;
+            for (direction, n) in [
+                ("to_kernel", c.to_kernel),
+                ("to_kernel_lost", c.to_kernel_lost),
+                ("from_kernel", c.from_kernel),
+                ("from_kernel_lost", c.from_kernel_lost),
+            ] {
+                f.sample(
+                    "sluice_exception_frames_total",
+                    &[("port", &p.name), ("direction", direction)],
+                    n,
+                );
+            }
+        }
+    }
+
     type LcoreGetter = fn(&crate::control::report::LcoreStatus) -> u64;
     let worker_metrics: [(&str, &str, &str, LcoreGetter); 11] = [
         (

@@ -3,6 +3,7 @@
 //! tears everything down in reverse order.
 mod adoption;
 mod capture;
+mod exception;
 mod metrics;
 mod preflight;
 mod prepare;
@@ -24,6 +25,7 @@ use crate::control::report::{
 use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::capture::{Capture, CaptureTap};
 use crate::dataplane::counters::WorkerCounters;
+use crate::dataplane::exception::ExceptionLink;
 use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
@@ -71,6 +73,8 @@ pub struct PortEntry {
     pub addresses: Vec<String>,
     /// How this port's packets reach the worker owning their session.
     pub ownership: Ownership,
+    /// Its kernel interface (`[ports.exception]`).
+    pub exception: Option<exception::KernelInterface>,
 }
 
 /// Everything the management core owns while the appliance runs. Field order is drop
@@ -510,6 +514,9 @@ fn shut_down(
         if let Err(e) = p.port.stop() {
             log::warn!("{e}");
         }
+        if let Some(kernel) = &mut p.exception {
+            kernel.stop();
+        }
     }
     drop(app);
     log::info!("sluice stopped");
@@ -542,7 +549,13 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
     // Room for every descriptor, every worker's bursts in flight and the emulator (and
     // the default health rings); the larger health rings of sync over a port add what
     // they hold beyond those. A power of two minus one as rte_mempool prefers.
+    // Each kernel interface: its two queues' descriptors and its ring.
+    let exception: u32 = (cfg.ports.iter())
+        .filter_map(|p| p.exception.as_ref())
+        .map(|e| 2 * exception::INTERFACE_DESC as u32 + e.ring_size)
+        .sum();
     let wanted = descriptors
+        + exception
         + queues as u32 * REDIRECT_RING_SIZE
         + 8192
         + 2 * (health_ring - HEALTH_RING_SIZE);
@@ -621,6 +634,17 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
                 .chain(pc.addresses6.iter().map(|a| a.to_string()))
                 .collect(),
             ownership: Ownership::Single,
+            exception: match &pc.exception {
+                Some(e) => Some(exception::KernelInterface::open(
+                    &eal,
+                    ports.len(),
+                    pc,
+                    e,
+                    mac,
+                    &pool,
+                )?),
+                None => None,
+            },
         });
     }
 
@@ -754,6 +778,14 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                         .with_ipv6(&pc.addresses6.iter().map(|a| a.addr).collect::<Vec<_>>()),
                     addr: addrs[0],
                     mtu: pc.mtu.unwrap_or(1500),
+                    exception: entry.exception.as_ref().map(|k| {
+                        ExceptionLink::new(
+                            k.producer(),
+                            k.config().rate,
+                            cfg.lcores.workers.len(),
+                            hz,
+                        )
+                    }),
                 }
             })
             .collect();
@@ -1825,6 +1857,11 @@ fn management_loop(
             let _ = reply.send(answer);
         }
         registry.capture.drain();
+        for port in &mut app.ports {
+            if let Some(kernel) = &mut port.exception {
+                kernel.pump(&app.inject);
+            }
+        }
         registry.tick_health(app.plane());
         registry.tick_bgp();
         registry.tick_sync(app.plane());

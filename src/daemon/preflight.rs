@@ -36,7 +36,44 @@ pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
 pub fn check_resources(cfg: &Config) -> Result<(), String> {
     check_lcores(cfg, &allowed_cpus()?)?;
     check_memory(cfg, &MemoryNeed::of(cfg), &Available::read())?;
-    check_pci_devices(cfg, Path::new(PCI_DEVICES))
+    check_pci_devices(cfg, Path::new(PCI_DEVICES))?;
+    check_exception_devices(cfg, Path::new("/dev"))
+}
+
+/// Every `[ports.exception]` has the kernel device its kind needs: /dev/net/tun for
+/// a tap, /dev/vhost-net for virtio-user (the vhost-net module, often missing in
+/// containers and VMs). Refused at the `kind` line, before the EAL would fail with
+/// a PMD's message.
+fn check_exception_devices(cfg: &Config, dev: &Path) -> Result<(), String> {
+    use crate::config::ExceptionKind;
+    for (i, port) in cfg.ports.iter().enumerate() {
+        let Some(exception) = &port.exception else {
+            continue;
+        };
+        let (needed, hint) = match exception.kind {
+            ExceptionKind::Tap => (
+                "net/tun",
+                "load the tun module, or give the container /dev/net/tun",
+            ),
+            ExceptionKind::VirtioUser => (
+                "vhost-net",
+                "load the vhost_net module, or use kind = \"tap\"",
+            ),
+        };
+        let path = dev.join(needed);
+        if !path.exists() {
+            return Err(format!(
+                "{}:{}: ports[{i}].exception.kind: port {}: kind = \"{}\" needs {}, \
+                 which this machine does not have ({hint})",
+                cfg.path.display(),
+                exception.kind_line,
+                port.name,
+                exception.kind.as_str(),
+                path.display(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Where the kernel lists PCI devices.
@@ -504,7 +541,7 @@ impl std::fmt::Display for Attached {
 fn attached_devices(cfg: &Config) -> Vec<(String, Attached)> {
     let mut out: Vec<(String, Attached)> = Vec::new();
     for port in &cfg.ports {
-        let found = match &port.device {
+        let mut found = match &port.device {
             PortDevice::Pci(addr) => vec![Attached::Pci(addr.clone())],
             PortDevice::Vdev(spec) => vdev_interfaces(spec)
                 .into_iter()
@@ -512,6 +549,10 @@ fn attached_devices(cfg: &Config) -> Vec<(String, Attached)> {
                 .collect(),
             PortDevice::Loopback => Vec::new(),
         };
+        // The exception path's kernel interface is as much this instance's.
+        if let Some(e) = &port.exception {
+            found.push(Attached::Interface(e.interface.clone()));
+        }
         for device in found {
             if !out.iter().any(|(_, d)| *d == device) {
                 out.push((port.name.clone(), device));
@@ -607,6 +648,38 @@ mod tests {
             e.contains("lcores.cpus: worker lcore 6 is mapped to CPU 3"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_exception_interface_needs_its_kernel_device() {
+        let dev = tempfile::tempdir().unwrap();
+        let with = |kind: &str| config(&format!("{PORT}[ports.exception]\nkind = \"{kind}\"\n"));
+        let (tap, virtio) = (with("tap"), with("virtio-user"));
+        assert!(check_exception_devices(&config(PORT), dev.path()).is_ok());
+        // An empty /dev: neither works, each refused at its `kind` line.
+        let e = check_exception_devices(&virtio, dev.path()).unwrap_err();
+        assert!(
+            e.contains(
+                "sluice.toml:17: ports[0].exception.kind: port p0: kind = \"virtio-user\" needs"
+            ),
+            "{e}"
+        );
+        assert!(
+            e.contains("vhost-net, which this machine does not have"),
+            "{e}"
+        );
+        let e = check_exception_devices(&tap, dev.path()).unwrap_err();
+        assert!(
+            e.contains("net/tun, which this machine does not have"),
+            "{e}"
+        );
+        // With the device node each needs, each passes.
+        std::fs::create_dir(dev.path().join("net")).unwrap();
+        std::fs::write(dev.path().join("net/tun"), "").unwrap();
+        assert!(check_exception_devices(&tap, dev.path()).is_ok());
+        assert!(check_exception_devices(&virtio, dev.path()).is_err());
+        std::fs::write(dev.path().join("vhost-net"), "").unwrap();
+        assert!(check_exception_devices(&virtio, dev.path()).is_ok());
     }
 
     #[test]

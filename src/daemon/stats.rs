@@ -296,6 +296,7 @@ fn port_status(p: &PortEntry) -> PortStatus {
         rx_nombuf: s.rx_nombuf,
         ownership: p.ownership.name().to_string(),
         ownership_detail: p.ownership.to_string(),
+        exception: p.exception.as_ref().map(|k| k.report()),
     }
 }
 

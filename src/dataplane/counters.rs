@@ -98,10 +98,15 @@ pub enum Event {
     /// the worker's share of `[sessions] icmp_error_rate` was used up (the packet is
     /// dropped as `too_big` all the same).
     IcmpErrorSuppressed,
+    /// A frame went up the exception path: its port's ring to the kernel
+    /// interface took it.
+    ExceptionPunted,
+    /// A frame the kernel wrote to a port's kernel interface was sent out of the port.
+    ExceptionInjected,
 }
 
 impl Event {
-    pub const COUNT: usize = 37;
+    pub const COUNT: usize = 39;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -140,6 +145,8 @@ impl Event {
         Event::Neighbour6Learned,
         Event::Neighbour6TableFull,
         Event::IcmpErrorSuppressed,
+        Event::ExceptionPunted,
+        Event::ExceptionInjected,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -180,6 +187,8 @@ impl Event {
             Event::Neighbour6Learned => "neighbour6_learned",
             Event::Neighbour6TableFull => "neighbour6_table_full",
             Event::IcmpErrorSuppressed => "icmp_errors_suppressed",
+            Event::ExceptionPunted => "exception_punted",
+            Event::ExceptionInjected => "exception_injected",
         }
     }
 }

@@ -27,6 +27,7 @@ pub(crate) use miss::nat_reply_owner;
 
 use crate::dataplane::awaiting::AwaitServer;
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
+use crate::dataplane::exception;
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
 use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
@@ -69,6 +70,9 @@ pub struct PortContext<'a> {
     pub mtu: u16,
     /// The frames come from another worker's redirect ring: never redirect them again.
     pub redirected: bool,
+    /// The port has a kernel interface (`[ports.exception]`): frames for its own
+    /// addresses that Sluice does not handle go there (`Action::Exception`).
+    pub exception: bool,
 }
 
 /// What to do with a frame after `Forwarder::handle`.
@@ -88,6 +92,9 @@ pub enum Action {
     /// For the management core (an answer to a health probe, a VRRP advertisement, a
     /// sync datagram with `[sync] port`): hand it over through the health ring.
     Punt,
+    /// For the kernel: the port's own addresses' traffic that Sluice does not handle
+    /// (`dataplane::exception`): hand it to the port's exception ring.
+    Exception,
     /// The frame is rewritten but its next hop's MAC is unknown: hold it until this
     /// address resolves (the worker asks for it by ARP, or for an IPv6 next hop by
     /// Neighbor Solicitation), then address and send it.
@@ -896,7 +903,7 @@ impl Forwarder {
             now_tsc,
             counters,
         };
-        match parsed.kind {
+        let action = match parsed.kind {
             PacketKind::Ipv6(Ipv6Payload::Icmp { icmp_type, .. })
                 if to == port.mac && icmp_type.is_error() =>
             {
@@ -952,6 +959,38 @@ impl Forwarder {
             }),
             PacketKind::Tcp { key, flags, .. } => self.l4(&mut pkt, &parsed, key, flags, &cx),
             PacketKind::Udp { key } => self.l4(&mut pkt, &parsed, key, TcpFlags::empty(), &cx),
+        };
+        match action {
+            // Only a drop can be the kernel's: forwarded and answered frames pay this
+            // one compare.
+            Action::Drop(reason) if port.exception && to == port.mac => {
+                self.to_kernel_or(reason, pkt.bytes(), &parsed, port)
+            }
+            action => action,
+        }
+    }
+
+    /// A frame to our MAC dropped for `reason`, on a port with an exception path: the
+    /// kernel's if [`exception::for_kernel`] says so, else the drop.
+    #[cold]
+    fn to_kernel_or(
+        &self,
+        reason: DropReason,
+        frame: &[u8],
+        parsed: &Parsed,
+        port: &PortContext,
+    ) -> Action {
+        let dst6 = match parsed.kind {
+            PacketKind::Ipv6(_) => frame
+                .get(parsed.l3 + 24..parsed.l3 + 40)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(Ipv6Addr::from),
+            _ => None,
+        };
+        if exception::for_kernel(reason, &parsed.kind, dst6, port.responder) {
+            Action::Exception
+        } else {
+            Action::Drop(reason)
         }
     }
 

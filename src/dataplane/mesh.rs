@@ -55,6 +55,9 @@ pub enum Injected {
     /// Addressed already (VRRP advertisements, gratuitous ARP, ARP requests): worker 0
     /// only writes the port's MAC as the source.
     Addressed = 3,
+    /// Written by the kernel to a port's exception interface (`[ports.exception]`):
+    /// sent as it is, out of the port the mbuf's port field names.
+    Kernel = 4,
 }
 
 impl Injected {
@@ -67,6 +70,7 @@ impl Injected {
             1 => Some(Injected::HealthProbe),
             2 => Some(Injected::SyncDatagram),
             3 => Some(Injected::Addressed),
+            4 => Some(Injected::Kernel),
             _ => None,
         }
     }

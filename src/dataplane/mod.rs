@@ -3,6 +3,7 @@
 pub mod awaiting;
 pub mod capture;
 pub mod counters;
+pub mod exception;
 pub mod forwarder;
 pub mod held;
 pub mod loads;

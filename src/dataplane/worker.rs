@@ -3,6 +3,7 @@
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
 use crate::dataplane::capture::{CaptureTap, Direction};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
+use crate::dataplane::exception::ExceptionLink;
 use crate::dataplane::forwarder::{Action, Forwarder, PortContext};
 use crate::dataplane::held::Held;
 use crate::dataplane::local::LocalResponder;
@@ -37,6 +38,8 @@ pub struct WorkerPort {
     /// Source address of Sluice's own ARP, ICMP and tunnel packets on this port.
     pub addr: Ipv4Addr,
     pub mtu: u16,
+    /// The port's exception path to its kernel interface, if it has one.
+    pub exception: Option<ExceptionLink>,
 }
 
 pub struct Worker {
@@ -261,8 +264,17 @@ impl Worker {
         };
         let (mac, addr) = (port.responder.mac(), port.addr);
         let mut untagged = Burst::new();
+        let mut elsewhere = Burst::new();
         for i in 0..out.len() {
             let kind = Injected::from_tag(out.user_tag(i));
+            if kind == Some(Injected::Kernel) {
+                // The kernel addressed it (its interface has the port's MAC); the
+                // mbuf's port field says which port's interface wrote it.
+                if out.port(i) != 0 {
+                    out.move_to(i, &mut elsewhere);
+                }
+                continue;
+            }
             let frame = out.packet_mut(i);
             let to = ethernet::Frame::new_unchecked(&*frame).dst_addr();
             let sent = match kind {
@@ -278,6 +290,7 @@ impl Worker {
                 }
                 Some(Injected::SyncDatagram) => Event::SyncFrameSent,
                 Some(Injected::HealthProbe) => Event::HealthProbeSent,
+                Some(Injected::Kernel) => continue,
                 None => {
                     // Only `inject` fills the ring, and it tags every frame.
                     out.move_to(i, &mut untagged);
@@ -348,6 +361,11 @@ impl Worker {
         }
         untagged.free_all();
         out.compact_moved();
+        let kernel = (0..out.len())
+            .filter(|&i| out.user_tag(i) == Injected::Kernel.tag())
+            .count();
+        self.counters
+            .event_n(Event::ExceptionInjected, kernel as u64);
         self.links.capture.tap(out, 0, Direction::Tx, tsc());
         let queued = out.len() as u64;
         let sent = port.tx.tx(out) as u64;
@@ -356,6 +374,34 @@ impl Worker {
             WorkerCounters::drop(&self.counters, DropReason::TxFull);
         }
         out.free_all();
+        if !elsewhere.is_empty() {
+            self.send_kernel_frames(&mut elsewhere);
+        }
+    }
+
+    /// The kernel's frames for ports other than the first (rare: the exception path
+    /// of a second port), each out of the port its mbuf names.
+    fn send_kernel_frames(&mut self, frames: &mut Burst) {
+        while !frames.is_empty() {
+            let index = frames.port(0);
+            let mut same = Burst::new();
+            for i in 0..frames.len() {
+                if frames.port(i) == index {
+                    frames.move_to(i, &mut same);
+                }
+            }
+            frames.compact_moved();
+            match self.ports.get_mut(usize::from(index)) {
+                Some(port) => {
+                    self.counters
+                        .event_n(Event::ExceptionInjected, same.len() as u64);
+                    let tap = (&self.links.capture, index, tsc());
+                    transmit_all(port, &mut same, &self.counters, tap);
+                }
+                // Cannot happen: the management core names a port it has.
+                None => same.free_all(),
+            }
+        }
     }
 
     /// Offers what the neighbour table learned since the last poll to the other workers.
@@ -668,6 +714,7 @@ fn process(
         addr: port.addr,
         mtu: port.mtu,
         redirected,
+        exception: port.exception.is_some(),
     };
     let mut rx_bytes = 0u64;
     let mut tx_bytes = 0u64;
@@ -730,12 +777,27 @@ fn process(
                 }
                 false
             }
+            Action::Exception => {
+                // Counted once the exception ring took it (`ExceptionLink::flush`).
+                let taken = match port.exception.as_mut() {
+                    Some(link) => link.take(rx, i, now),
+                    // Cannot happen: the forwarder asks only on a port with a link.
+                    None => Err(DropReason::UnsupportedProtocol),
+                };
+                if let Err(reason) = taken {
+                    counters.drop(reason);
+                }
+                false
+            }
         };
         if send {
             // tx can hold a whole burst, and it is empty at the start of each poll.
             tx_bytes += rx.packet_len(i) as u64;
             rx.move_to(i, tx);
         }
+    }
+    if let Some(link) = port.exception.as_mut() {
+        link.flush(counters);
     }
     // Dropped packets are still in rx (sent ones were moved out); one bulk free.
     rx.free_all();

@@ -132,10 +132,16 @@ pub enum DropReason {
     /// other hosts' solicited-node groups). Sluice is neither a router nor an MLD
     /// querier.
     Ipv6GroupNotJoined,
+    /// A frame for the kernel interface of the exception path over the port's punt
+    /// rate limit (`[ports.exception] rate`, this worker's share).
+    ExceptionRateLimited,
+    /// A frame for the kernel interface of the exception path found its ring full
+    /// (the management core is behind).
+    ExceptionRingFull,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 50;
+    pub const COUNT: usize = 52;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -187,6 +193,8 @@ impl DropReason {
         DropReason::BadIcmpv6Checksum,
         DropReason::IcmpUntranslatable,
         DropReason::Ipv6GroupNotJoined,
+        DropReason::ExceptionRateLimited,
+        DropReason::ExceptionRingFull,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -242,6 +250,8 @@ impl DropReason {
             DropReason::BadIcmpv6Checksum => "bad_icmpv6_checksum",
             DropReason::IcmpUntranslatable => "icmp_untranslatable",
             DropReason::Ipv6GroupNotJoined => "ipv6_group_not_joined",
+            DropReason::ExceptionRateLimited => "exception_rate_limited",
+            DropReason::ExceptionRingFull => "exception_ring_full",
         }
     }
 }

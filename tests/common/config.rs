@@ -14,6 +14,8 @@ pub struct PortSpec {
     pub vdev: Option<String>,
     pub mac: Option<String>,
     pub addresses: Vec<String>,
+    /// `[ports.exception]` lines (e.g. `kind = "tap"`); written when non-empty.
+    pub exception: Vec<String>,
 }
 
 impl PortSpec {
@@ -23,6 +25,7 @@ impl PortSpec {
             vdev: Some(vdev.into()),
             mac: None,
             addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            exception: Vec::new(),
         }
     }
 
@@ -32,6 +35,7 @@ impl PortSpec {
             vdev: None,
             mac: Some(mac.into()),
             addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            exception: Vec::new(),
         }
     }
 
@@ -206,6 +210,9 @@ impl DaemonConfig {
             }
             let addrs: Vec<String> = p.addresses.iter().map(|a| q(a)).collect();
             writeln!(t, "addresses = [{}]\n", addrs.join(", ")).unwrap();
+            if !p.exception.is_empty() {
+                writeln!(t, "[ports.exception]\n{}\n", p.exception.join("\n")).unwrap();
+            }
         }
         if !self.loopback.is_empty() {
             writeln!(t, "[loopback]\n{}", self.loopback.join("\n")).unwrap();

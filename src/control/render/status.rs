@@ -79,6 +79,35 @@ pub fn render_status(report: &StatusReport) -> String {
                 port.name, port.ownership_detail
             );
         }
+        for (port, e) in report
+            .ports
+            .iter()
+            .filter_map(|p| p.exception.as_ref().map(|e| (p, e)))
+        {
+            let punted = report.events.get("exception_punted").copied().unwrap_or(0);
+            let injected = report
+                .events
+                .get("exception_injected")
+                .copied()
+                .unwrap_or(0);
+            let drop = |name: &str| report.drops.get(name).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "  port {} exception: {} interface {}, {} frames/s at most; punted {punted}, \
+                 to kernel {} (lost {}), from kernel {} (lost {}), injected {injected}; \
+                 dropped: rate limit {}, ring full {}",
+                port.name,
+                e.kind,
+                e.interface,
+                e.rate,
+                e.counts.to_kernel,
+                e.counts.to_kernel_lost,
+                e.counts.from_kernel,
+                e.counts.from_kernel_lost,
+                drop("exception_rate_limited"),
+                drop("exception_ring_full"),
+            );
+        }
     }
 
     out.push_str("\nlcores\n");
@@ -301,6 +330,7 @@ mod tests {
                 rx_nombuf: 3,
                 ownership: "steered".into(),
                 ownership_detail: "software steering (the device has no Toeplitz RSS)".into(),
+                exception: None,
             }],
             lcores: vec![
                 LcoreStatus {

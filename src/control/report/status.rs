@@ -84,6 +84,38 @@ pub struct PortStatus {
     /// The same in words, with the reason for steering.
     #[serde(default)]
     pub ownership_detail: String,
+    /// The port's exception path to its kernel interface (`[ports.exception]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<ExceptionStatus>,
+}
+
+/// A port's kernel interface (docs/EXCEPTION_PATH.md) and what crossed it, as the
+/// management core counted it. The workers' side (punted, dropped by the rate limit
+/// or a full ring, injected) is in the events and drops.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExceptionStatus {
+    pub port: String,
+    pub interface: String,
+    /// `tap` or `virtio-user`.
+    pub kind: String,
+    /// Frames per second to the kernel at most.
+    pub rate: u32,
+    pub ring_size: u32,
+    #[serde(flatten)]
+    pub counts: ExceptionCounts,
+}
+
+/// Frames across one kernel interface.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExceptionCounts {
+    /// Written to the kernel interface.
+    pub to_kernel: u64,
+    /// Refused by the interface (the kernel's queue full).
+    pub to_kernel_lost: u64,
+    /// Written by the kernel, handed to worker 0 to send.
+    pub from_kernel: u64,
+    /// Written by the kernel, lost to a full inject ring.
+    pub from_kernel_lost: u64,
 }
 
 /// One lcore: a worker or the management core.
