@@ -15,7 +15,9 @@
 //!
 //! - With timestamp rewriting on (the default): wrk's new connections per second
 //!   through FullNAT are at least 0.9x those through NAT to the same servers (two
-//!   rounds each, alternating), the real servers count no `TcpExtPAWSTimewait`, and
+//!   rounds each, alternating; the best round of each, since other work on the
+//!   machine only ever slows a round down), the real servers count no
+//!   `TcpExtPAWSTimewait`, and
 //!   `sluicectl --get-laddr` counts the ports reused towards the same real server
 //!   within its TIME-WAIT (early), none of them unprotected, with the warning and the
 //!   sizing rule.
@@ -220,12 +222,15 @@ fn fullnat_ports_reused_within_time_wait_are_accepted_by_real_servers() {
     // Rewriting on (the default).
     let daemon = sluice(&lab, FIRST_PORT, true);
     let paws_before = paws_timewait(&lab);
-    let (mut nat, mut fullnat) = (0.0, 0.0);
+    // The best round of each: a round slowed by other work on the machine (a CI run
+    // once measured FullNAT at 3121/s against NAT's 4972/s, then 6989 against 6733 in
+    // the next round) says nothing about FullNAT.
+    let (mut nat, mut fullnat) = (0.0f64, 0.0f64);
     for round in 0..2 {
         let (n, _) = wrk_rate(&lab, &nat_url);
         let (f, text) = wrk_rate(&lab, &fullnat_url);
         eprintln!("round {round}: NAT {n:.0} conn/s, FullNAT {f:.0} conn/s\n{text}");
-        (nat, fullnat) = (nat + n, fullnat + f);
+        (nat, fullnat) = (nat.max(n), fullnat.max(f));
     }
     let paws_on = paws_timewait(&lab) - paws_before;
     let ((early, unprotected), laddr) = early_reuses(&daemon);
@@ -247,7 +252,7 @@ fn fullnat_ports_reused_within_time_wait_are_accepted_by_real_servers() {
     );
     assert!(
         fullnat >= 0.9 * nat,
-        "FullNAT {fullnat:.0} new connections/s (sum of 2 runs), NAT {nat:.0}: below 0.9x\n\
+        "FullNAT {fullnat:.0} new connections/s (best of 2 rounds), NAT {nat:.0}: below 0.9x\n\
          {laddr}\n{status:#}"
     );
     drop(daemon);
