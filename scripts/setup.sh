@@ -8,6 +8,9 @@ PACKAGES=(
   iproute2 ethtool tcpdump tshark python3-scapy iputils-ping arping curl
   bridge-utils procps python3-prometheus-client keepalived nftables nginx wrk
   prometheus
+  # BGP through BIRD (tests/e2e_bgp.rs, docs/CLUSTER.md): the tests run their own bird
+  # processes in namespaces, never the system service.
+  bird2
   # Packaging (scripts/package.sh, tests/packaging.rs): dpkg-deb and dpkg-shlibdeps,
   # strip, lintian, man -l, systemd-analyze verify.
   dpkg-dev binutils lintian man-db systemd
@@ -66,7 +69,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   # tshark asks whether non-root users may capture; answer once, non-interactively.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get update -q
-  # nginx, keepalived and prometheus would start system-wide services on install (and
+  # nginx, keepalived, prometheus and bird2 would start system-wide services on install (and
   # nginx fail the install if port 80 is taken); the tests run their own instances
   # inside namespaces. A policy-rc.d that refuses every start, only for this install.
   policy=/usr/sbin/policy-rc.d
@@ -76,6 +79,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     trap 'rm -f "$policy"' EXIT
   fi
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # bird2's package enables bird.service; a node runs BIRD on purpose, with its own
+  # config (config/bird-node.conf), so one installed here is left disabled.
+  if [[ " ${missing[*]} " == *" bird2 "* ]] && command -v systemctl >/dev/null; then
+    systemctl disable --quiet bird.service 2>/dev/null || true
+  fi
 fi
 
 pkg-config --atleast-version=22.11 libdpdk || {

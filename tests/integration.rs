@@ -21,6 +21,7 @@ mod cli_ipvsadm;
 mod control_socket;
 mod daemon_lifecycle;
 mod e2e_admission;
+mod e2e_bgp;
 mod e2e_capture;
 mod e2e_exception;
 mod e2e_failover;

@@ -5,10 +5,10 @@
 use sluice::control::client;
 use sluice::control::protocol::{ConnectionsCursor, Request};
 use sluice::control::render::{
-    connection_line, connections_title, render_admission, render_admission_all, render_connections,
-    render_events, render_health, render_laddrs, render_persistent_conns, render_rates,
-    render_save, render_services, render_skew, render_status, render_sync, render_thresholds,
-    render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
+    connection_line, connections_title, render_admission, render_admission_all, render_cluster,
+    render_connections, render_events, render_health, render_laddrs, render_persistent_conns,
+    render_rates, render_save, render_services, render_skew, render_status, render_sync,
+    render_thresholds, render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::report::{ConnectionsReport, ServicesReport};
 use sluice::control::{ipvsadm, ipvsadm_usage};
@@ -33,6 +33,10 @@ Commands:
                   all-or-nothing change (ports, lcores and sessions need a restart)
   sync            session sync: messages/records sent and received, rejected by reason
   vrrp            VRRP state (MASTER/BACKUP), priority, the master heard, counters
+  cluster         BGP through BIRD ([bgp]): BIRD's BGP and BFD sessions, the VIPs
+                  announced and, for each withdrawn one, why (docs/CLUSTER.md)
+  drain | undrain withdraw every VIP from BGP for maintenance (connections keep
+                  being forwarded), or announce them again
   health          health checks: each watched real server's check, state (up or
                   EVICTED), evictions and last probe result; probe counters
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
@@ -140,6 +144,10 @@ enum Command {
     Vrrp,
     /// Session sync counters.
     Sync,
+    /// BGP through BIRD: sessions, VIPs, reasons.
+    Cluster,
+    /// `drain` (true) / `undrain` (false).
+    Drain(bool),
     /// Apply the config file's services as a diff.
     Reload,
     /// `skew [-t|-u VIP:port] [--window S] [--threshold PCT]`.
@@ -174,6 +182,9 @@ impl Command {
             "health" => Command::Health,
             "vrrp" => Command::Vrrp,
             "sync" => Command::Sync,
+            "cluster" => Command::Cluster,
+            "drain" => Command::Drain(true),
+            "undrain" => Command::Drain(false),
             "reload" => Command::Reload,
             "skew" => return Command::parse_skew(args),
             "capture" => return Command::parse_capture(args),
@@ -359,6 +370,8 @@ impl Command {
             Command::Health => Request::Health,
             Command::Vrrp => Request::Vrrp,
             Command::Sync => Request::Sync,
+            Command::Cluster => Request::Cluster,
+            Command::Drain(on) => Request::Drain { on: *on },
             Command::Reload => Request::Reload,
             Command::Skew { window_s, .. } => Request::ServiceRates {
                 window_s: *window_s,
@@ -382,6 +395,7 @@ impl Command {
             Command::Health => Ok(render_health(&parse(result)?)),
             Command::Vrrp => Ok(render_vrrp(&parse(result)?)),
             Command::Sync => Ok(render_sync(&parse(result)?)),
+            Command::Cluster | Command::Drain(_) => Ok(render_cluster(&parse(result)?)),
             Command::Reload => Ok(format!(
                 "reloaded: {} change(s) applied\n",
                 result["applied"].as_u64().unwrap_or(0)
@@ -1645,6 +1659,7 @@ mod tests {
             (Command::Health, "source"),
             (Command::Vrrp, "vrid"),
             (Command::Sync, "listen"),
+            (Command::Cluster, "draining"),
         ] {
             let error = command
                 .render(serde_json::json!({ "renamed": 1 }))

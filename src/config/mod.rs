@@ -56,6 +56,9 @@ pub struct Config {
     pub vrrp: Option<VrrpSettings>,
     /// Session sync to peers (`[sync]`); off without it.
     pub sync: Option<SyncSettings>,
+    /// BGP announcements of the VIPs through BIRD (`[bgp]`, docs/CLUSTER.md); off
+    /// without it.
+    pub bgp: Option<crate::ha::bgp::BgpSettings>,
     /// The virtual services, in file order (none when there is no `[[services]]`).
     pub services: Vec<ServiceConfig>,
 }

@@ -27,7 +27,7 @@ use crate::service::{AclAction, Prefix, RateLimit};
 
 const ROOT_KEYS: &[&str] = &[
     "eal", "lcores", "control", "ports", "loopback", "timeouts", "sessions", "health", "vrrp",
-    "sync", "services",
+    "sync", "bgp", "services",
 ];
 const EAL_KEYS: &[&str] = &["hugepages", "memory_mb", "file_prefix", "extra_args"];
 const LCORE_KEYS: &[&str] = &["management", "workers", "cpus", "idle_sleep_us"];
@@ -135,6 +135,17 @@ const VRRP_KEYS: &[&str] = &[
     "source",
     "addresses",
 ];
+const BGP_KEYS: &[&str] = &[
+    "include",
+    "socket",
+    "birdc",
+    "protocol",
+    "communities",
+    "timeout_ms",
+    "retry_ms",
+    "poll_ms",
+    "shutdown_grace_ms",
+];
 /// `[health]` alone: where probes come from and appliance-wide behaviour.
 const HEALTH_ONLY_KEYS: &[&str] = &[
     "source",
@@ -172,6 +183,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let health = read_health(&root, &ports)?;
     let vrrp = read_vrrp(&root)?;
     let sync = read_sync(&root, &ports)?;
+    let bgp = read_bgp(&root)?;
     let services = read_services(&root, &ports, source, &health)?;
     Ok(Config {
         path: source.path.to_path_buf(),
@@ -185,6 +197,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
         health,
         vrrp,
         sync,
+        bgp,
         services,
     })
 }
@@ -359,6 +372,78 @@ fn read_sync_port(
         )));
     }
     Ok(name.to_string())
+}
+
+/// `[bgp]`: optional; its presence turns the BGP announcements through BIRD on.
+fn read_bgp(root: &Table) -> Check<Option<crate::ha::bgp::BgpSettings>> {
+    let Some(t) = root.table("bgp", BGP_KEYS)? else {
+        return Ok(None);
+    };
+    let absolute = |f: &Field, example: &str| {
+        let s = f.str()?;
+        if !s.starts_with('/') || s.ends_with('/') || s.chars().any(char::is_control) {
+            return Err(f.invalid(format!(
+                "expected an absolute file path, for example \"{example}\""
+            )));
+        }
+        Ok(std::path::PathBuf::from(s))
+    };
+    let include = absolute(&t.require("include")?, "/run/sluice/bird-vips.conf")?;
+    if include.to_string_lossy().contains('"') {
+        return Err(t
+            .get("include")
+            .expect("read above")
+            .invalid("a path with '\"' cannot be named in BIRD's `include \"...\";`"));
+    }
+    let protocol = t.or("protocol", "sluice".to_string(), |f| {
+        let s = f.str()?;
+        let ok = s.len() <= 32
+            && s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(f.invalid(
+                "expected a BIRD symbol: a letter, then letters, digits or '_', at most 32 (Sluice appends 4 and 6)",
+            ));
+        }
+        Ok(s.to_string())
+    })?;
+    let communities = t.or("communities", Vec::new(), |f| {
+        f.array()?
+            .iter()
+            .map(|c| {
+                let s = c.str()?;
+                let parsed = s.split_once(':').and_then(|(a, v)| {
+                    Some((a.trim().parse::<u16>().ok()?, v.trim().parse::<u16>().ok()?))
+                });
+                parsed.ok_or_else(|| {
+                    c.invalid(format!(
+                        "{s:?} is not a BGP community: expected \"ASN:VALUE\", both 0..=65535, for example \"65000:100\""
+                    ))
+                })
+            })
+            .collect()
+    })?;
+    Ok(Some(crate::ha::bgp::BgpSettings {
+        birdc: t.or("birdc", "birdc".into(), |f| {
+            let s = f.str()?;
+            if s.is_empty() || s.chars().any(char::is_control) {
+                return Err(
+                    f.invalid("expected a program name or path, for example \"/usr/sbin/birdc\"")
+                );
+            }
+            Ok(std::path::PathBuf::from(s))
+        })?,
+        socket: t.or("socket", "/run/bird/bird.ctl".into(), |f| {
+            absolute(f, "/run/bird/bird.ctl")
+        })?,
+        include,
+        protocol,
+        communities,
+        timeout_ms: t.or("timeout_ms", 5000, |f| f.int(100..=60_000))?,
+        retry_ms: t.or("retry_ms", 2000, |f| f.int(100..=600_000))?,
+        poll_ms: t.or("poll_ms", 1000, |f| f.int(100..=60_000))?,
+        shutdown_grace_ms: t.or("shutdown_grace_ms", 2000, |f| f.int(0..=600_000))?,
+    }))
 }
 
 /// `[vrrp]`: optional; its presence turns VRRP on.

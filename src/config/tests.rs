@@ -1980,12 +1980,13 @@ fn docs_examples_of_new_sections_parse() {
                 "[[services]]",
                 "services = [",
                 "[[ports]]",
+                "[bgp]",
             ]
             .iter()
             .any(|h| b.starts_with(h))
         })
         .collect();
-    assert_eq!(blocks.len(), 12, "{blocks:?}");
+    assert_eq!(blocks.len(), 13, "{blocks:?}");
     for block in blocks {
         // Top-level keys go before BASE's first header, tables after its last.
         let text = if block.starts_with("services = [") {
@@ -3074,5 +3075,84 @@ fn exception_interfaces() {
         32,
         "ports[2].exception",
         "kernel interface \"k0\" is already used by ports[1].exception",
+    );
+}
+
+#[test]
+fn bgp_section_parses_with_its_defaults() {
+    let text = format!(
+        "{BASE}[bgp]\ninclude = \"/run/sluice/bird-vips.conf\"\ncommunities = [\"65000:100\", \"65000:7\"]\n"
+    );
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    let bgp = cfg.bgp.unwrap();
+    assert_eq!(bgp.include, PathBuf::from("/run/sluice/bird-vips.conf"));
+    assert_eq!(bgp.socket, PathBuf::from("/run/bird/bird.ctl"));
+    assert_eq!(bgp.birdc, PathBuf::from("birdc"));
+    assert_eq!(bgp.protocol, "sluice");
+    assert_eq!(bgp.communities, vec![(65000, 100), (65000, 7)]);
+    assert_eq!(
+        (
+            bgp.timeout_ms,
+            bgp.retry_ms,
+            bgp.poll_ms,
+            bgp.shutdown_grace_ms
+        ),
+        (5000, 2000, 1000, 2000)
+    );
+    assert!(parse(BASE).unwrap().bgp.is_none());
+}
+
+#[test]
+fn bad_bgp_settings_name_their_field() {
+    // BASE has 20 lines; [bgp] is line 21.
+    assert_rejected(
+        &format!("{BASE}[bgp]\nsocket = \"/run/bird/bird.ctl\"\n"),
+        21,
+        "bgp.include",
+        "missing",
+    );
+    assert_rejected(
+        &format!("{BASE}[bgp]\ninclude = \"bird-vips.conf\"\n"),
+        22,
+        "bgp.include",
+        "absolute file path",
+    );
+    assert_rejected(
+        &format!("{BASE}[bgp]\ninclude = \"/run/a\\\"b.conf\"\n"),
+        22,
+        "bgp.include",
+        "cannot be named",
+    );
+    assert_rejected(
+        &format!("{BASE}[bgp]\ninclude = \"/run/v.conf\"\nsocket = \"bird.ctl\"\n"),
+        23,
+        "bgp.socket",
+        "absolute file path",
+    );
+    assert_rejected(
+        &format!("{BASE}[bgp]\ninclude = \"/run/v.conf\"\nprotocol = \"4sluice\"\n"),
+        23,
+        "bgp.protocol",
+        "BIRD symbol",
+    );
+    assert_rejected(
+        &format!(
+            "{BASE}[bgp]\ninclude = \"/run/v.conf\"\ncommunities = [\"65000:100\", \"70000:1\"]\n"
+        ),
+        23,
+        "bgp.communities[1]",
+        "not a BGP community",
+    );
+    assert_rejected(
+        &format!("{BASE}[bgp]\ninclude = \"/run/v.conf\"\ntimeout_ms = 50\n"),
+        23,
+        "bgp.timeout_ms",
+        "100",
+    );
+    assert_rejected(
+        &format!("{BASE}[bgp]\ninclude = \"/run/v.conf\"\nhold_ms = 5\n"),
+        23,
+        "bgp.hold_ms",
+        "unknown",
     );
 }

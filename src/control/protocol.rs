@@ -178,6 +178,12 @@ pub enum Request {
     Vrrp,
     /// Session sync: messages and records sent and received, rejections by reason.
     Sync,
+    /// BGP through BIRD: the sessions, the VIPs announced and why any is withdrawn
+    /// (`ha::bgp::ClusterReport`).
+    Cluster,
+    /// Withdraws every VIP from BGP for maintenance (`on`), or announces them again;
+    /// connections go on being forwarded. Answers with the cluster report.
+    Drain { on: bool },
     /// Service changes applied all or none and published as one snapshot (`-R`):
     /// `{"generation":N,"applied":count}`, or the first failing command's error. With
     /// `replace` (`-R --replace`) the batch describes the whole table: services,
@@ -281,6 +287,8 @@ impl Request {
             Request::Health => "health",
             Request::Vrrp => "vrrp",
             Request::Sync => "sync",
+            Request::Cluster => "cluster",
+            Request::Drain { .. } => "drain",
             Request::Reload => "reload",
             Request::CaptureStart { .. } => "capture_start",
             Request::CaptureStatus => "capture_status",
@@ -652,7 +660,7 @@ mod tests {
              list_services, save_services, add_service, edit_service, delete_service, set_synproxy, set_sorry_server, set_sloppy_tcp, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, batch, batch_begin, batch_part, batch_commit, \
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, cluster, drain, batch, batch_begin, batch_part, batch_commit, \
              capture_start, capture_status, capture_stop)"
         );
     }

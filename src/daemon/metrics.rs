@@ -890,6 +890,121 @@ pub fn render_ha(
     o
 }
 
+/// BGP through BIRD (`[bgp]`, docs/CLUSTER.md): per VIP whether it is announced,
+/// the drain and shutdown state, BIRD's sessions, and the `birdc configure` counts.
+pub fn render_bgp(r: &crate::ha::bgp::ClusterReport) -> String {
+    let mut o = String::new();
+    let mut f = Family::new(
+        &mut o,
+        "sluice_bgp_vip_announced",
+        "gauge",
+        "1 while this node has BIRD announce the VIP, 0 while withdrawn (sluicectl cluster says why).",
+    );
+    for v in &r.vips {
+        f.sample(
+            "sluice_bgp_vip_announced",
+            &[("vip", v.vip.as_str())],
+            u8::from(v.announced),
+        );
+    }
+    let mut f = Family::new(
+        &mut o,
+        "sluice_bgp_draining",
+        "gauge",
+        "1 while the node is drained (sluicectl drain) or shutting down.",
+    );
+    f.sample(
+        "sluice_bgp_draining",
+        &[],
+        u8::from(r.draining || r.shutting_down),
+    );
+    let mut f = Family::new(
+        &mut o,
+        "sluice_bgp_session_established",
+        "gauge",
+        "1 while BIRD's BGP protocol is up and Established (from birdc show protocols).",
+    );
+    for s in &r.sessions {
+        f.sample(
+            "sluice_bgp_session_established",
+            &[("name", s.name.as_str())],
+            u8::from(s.state == "up" && s.info.starts_with("Established")),
+        );
+    }
+    for (name, value, help) in [
+        (
+            "sluice_bgp_configures_total",
+            r.applies,
+            "birdc configure calls BIRD accepted.",
+        ),
+        (
+            "sluice_bgp_configure_failures_total",
+            r.failures,
+            "birdc configure calls that failed (BIRD down, refused file, timeout).",
+        ),
+    ] {
+        Family::new(&mut o, name, "counter", help).sample(name, &[], value);
+    }
+    o
+}
+
+#[cfg(test)]
+mod bgp_tests {
+    use super::render_bgp;
+    use crate::control::report::{BirdProtocol, ClusterReport, VipReport};
+    use crate::ha::bgp::decide::Withdrawal;
+
+    #[test]
+    fn bgp_families_carry_vips_sessions_and_counts() {
+        let r = ClusterReport {
+            draining: false,
+            shutting_down: false,
+            socket: "/run/bird/bird.ctl".into(),
+            include: "/run/sluice/bird-vips.conf".into(),
+            in_sync: true,
+            applies: 4,
+            failures: 1,
+            error: None,
+            sessions: vec![BirdProtocol {
+                name: "router1".into(),
+                proto: "BGP".into(),
+                table: "---".into(),
+                state: "up".into(),
+                since: "06:45:43.848".into(),
+                info: "Established".into(),
+            }],
+            bfd: vec![],
+            sessions_age_ms: Some(10),
+            sessions_error: None,
+            vips: vec![
+                VipReport {
+                    vip: "198.18.1.1".into(),
+                    services: 1,
+                    announced: true,
+                    reason: None,
+                },
+                VipReport {
+                    vip: "198.18.1.2".into(),
+                    services: 1,
+                    announced: false,
+                    reason: Some(Withdrawal::NoHealthyServer),
+                },
+            ],
+        };
+        let text = render_bgp(&r);
+        for line in [
+            "sluice_bgp_vip_announced{vip=\"198.18.1.1\"} 1",
+            "sluice_bgp_vip_announced{vip=\"198.18.1.2\"} 0",
+            "sluice_bgp_draining 0",
+            "sluice_bgp_session_established{name=\"router1\"} 1",
+            "sluice_bgp_configures_total 4",
+            "sluice_bgp_configure_failures_total 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod admission_tests {
     use super::render_admission;

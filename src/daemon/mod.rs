@@ -186,6 +186,11 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         health: health_monitor(&cfg, started),
         vrrp: vrrp_node(&cfg, &app),
         vrrp_started: false,
+        bgp: bgp_node(&cfg).map_err(|e| {
+            stop.store(true, Ordering::SeqCst);
+            join_workers(&cfg);
+            StartError::Control(e)
+        })?,
         sync: sync_node(&cfg, &app, sync_rings.as_ref(), &persist).map_err(|e| {
             stop.store(true, Ordering::SeqCst);
             join_workers(&cfg);
@@ -419,6 +424,21 @@ fn health_monitor(cfg: &Config, started: Instant) -> HealthMonitor {
         u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
     )
     .with_sources6(cfg.health_sources6())
+}
+
+/// The BGP node of `[bgp]`: its thread that talks to BIRD.
+fn bgp_node(cfg: &Config) -> Result<Option<crate::ha::bgp::BgpNode>, String> {
+    let Some(settings) = cfg.bgp.clone() else {
+        return Ok(None);
+    };
+    log::info!(
+        "bgp: VIPs announced through BIRD at {} (include file {})",
+        settings.socket.display(),
+        settings.include.display()
+    );
+    crate::ha::bgp::BgpNode::new(settings)
+        .map(Some)
+        .map_err(|e| format!("bgp: starting the birdc thread: {e}"))
 }
 
 /// The VRRP node of `[vrrp]`, on the first port.
@@ -1021,6 +1041,8 @@ struct Registry {
     started: Instant,
     vrrp: Option<crate::ha::vrrp::node::VrrpNode>,
     vrrp_started: bool,
+    /// BGP announcements through BIRD (`[bgp]`).
+    bgp: Option<crate::ha::bgp::BgpNode>,
     /// Session sync and its listen address.
     sync: Option<(sync::SyncNode, std::net::SocketAddrV4)>,
     /// `sluicectl capture`, and the ports' names by index.
@@ -1415,6 +1437,51 @@ impl Registry {
         Ok(node.report(*listen, now_ms))
     }
 
+    /// BGP's turn of the management loop: decides every VIP from the services and
+    /// their health (a real server of weight above 0 that is not evicted), hands BIRD
+    /// a new include file when the announced set changed, and logs the changes.
+    fn tick_bgp(&mut self) {
+        let Some(node) = &mut self.bgp else {
+            return;
+        };
+        let services: Vec<crate::ha::bgp::decide::ServiceHealth> = self
+            .services
+            .table
+            .services()
+            .map(|s| crate::ha::bgp::decide::ServiceHealth {
+                vip: s.key.vip,
+                available: self.services.has_available_server(s),
+            })
+            .collect();
+        for line in node.tick(&services) {
+            self.services.record(line);
+        }
+    }
+
+    fn cluster_report(&self) -> Result<crate::ha::bgp::ClusterReport, String> {
+        let Some(node) = &self.bgp else {
+            return Err("BGP is off: the config has no [bgp] section".into());
+        };
+        Ok(node.report())
+    }
+
+    /// `sluicectl drain` / `undrain`: decided at once (the new include file is handed
+    /// to the birdc thread before the answer), answered with the cluster report.
+    fn drain(&mut self, on: bool) -> Result<crate::ha::bgp::ClusterReport, String> {
+        let Some(node) = &mut self.bgp else {
+            return Err("BGP is off: the config has no [bgp] section".into());
+        };
+        if node.shutting_down() {
+            return Err("shutting down: every VIP is being withdrawn already".into());
+        }
+        if node.set_draining(on) {
+            self.services
+                .record(format!("lb=bgp {}", if on { "drain" } else { "undrain" }));
+        }
+        self.tick_bgp();
+        self.cluster_report()
+    }
+
     fn vrrp_report(&self) -> Result<VrrpReport, String> {
         let Some(node) = &self.vrrp else {
             return Err("VRRP is off: the config has no [vrrp] section".into());
@@ -1530,6 +1597,9 @@ impl Registry {
             &self.services.admission_reports(),
         ));
         text.push_str(&metrics::render_ha(&health, vrrp.as_ref(), sync.as_ref()));
+        if let Some(node) = &self.bgp {
+            text.push_str(&metrics::render_bgp(&node.report()));
+        }
         Ok(serde_json::Value::String(text))
     }
 
@@ -1678,9 +1748,30 @@ fn management_loop(
     let mut next_rates = Instant::now();
     loop {
         notifier.watchdog_tick(Instant::now());
-        if let Some(sig) = signals::received() {
-            log::info!("signal {sig} received");
-            break;
+        let stop = if let Some(sig) = signals::received() {
+            Some(format!("signal {sig} received"))
+        } else {
+            duration
+                .is_some_and(|d| started.elapsed() >= d)
+                .then(|| "duration elapsed".to_string())
+        };
+        if let Some(why) = stop {
+            // With BGP, the VIPs are withdrawn first and the loop (forwarding, health,
+            // control) goes on through the grace; then the workers stop.
+            match &mut registry.bgp {
+                Some(node) if !node.shutdown_done() => {
+                    if !node.shutting_down() {
+                        log::info!("{why}");
+                        node.begin_shutdown();
+                    }
+                }
+                _ => {
+                    if registry.bgp.is_none() {
+                        log::info!("{why}");
+                    }
+                    break;
+                }
+            }
         }
         if signals::take_hangup() {
             log::info!(
@@ -1688,10 +1779,6 @@ fn management_loop(
                 registry.config_path.display()
             );
             let _ = reload_notified(registry, app.plane(), notifier);
-        }
-        if duration.is_some_and(|d| started.elapsed() >= d) {
-            log::info!("duration elapsed");
-            break;
         }
         while let Ok((req, reply)) = calls.try_recv() {
             let generation = registry.services.generation;
@@ -1714,6 +1801,14 @@ fn management_loop(
             } else if req == Request::Vrrp {
                 registry
                     .vrrp_report()
+                    .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
+            } else if req == Request::Cluster {
+                registry
+                    .cluster_report()
+                    .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
+            } else if let Request::Drain { on } = req {
+                registry
+                    .drain(on)
                     .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
             } else if req == Request::Sync {
                 registry
@@ -1768,6 +1863,7 @@ fn management_loop(
             }
         }
         registry.tick_health(app.plane());
+        registry.tick_bgp();
         registry.tick_sync(app.plane());
         let now = Instant::now();
         if now >= next_rates {

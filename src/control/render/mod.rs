@@ -1,6 +1,7 @@
 //! The reports of `crate::control::report` as the text `sluicectl` prints, one module
 //! per command (the ipvsadm listings of the service table share one).
 pub mod admission;
+pub mod cluster;
 pub mod connections;
 pub mod events;
 pub mod health;
@@ -10,6 +11,7 @@ pub mod sync;
 pub mod vrrp;
 
 pub use admission::{render_admission, render_admission_all};
+pub use cluster::render_cluster;
 pub use connections::{connection_line, connections_title, render_connections};
 pub use events::{render_events, utc};
 pub use health::render_health;

@@ -10,6 +10,8 @@ pub mod events;
 pub mod services;
 pub mod status;
 
+pub use crate::ha::bgp::bird::BirdProtocol;
+pub use crate::ha::bgp::{ClusterReport, VipReport};
 pub use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStats};
 pub use crate::ha::vrrp::node::{VrrpReport, VrrpStats};
 pub use crate::health::{HealthReport, MonitorStats, TargetReport};
