@@ -77,7 +77,12 @@ fn router_link(bed: &Testbed) -> Netns {
 }
 
 /// `bird -f` in `ns` with `conf`, its own control socket and pid file in `dir`.
-pub(crate) fn start_bird(ns: &str, dir: &Path, who: &str, conf: &str) -> (BackgroundProcess, PathBuf) {
+pub(crate) fn start_bird(
+    ns: &str,
+    dir: &Path,
+    who: &str,
+    conf: &str,
+) -> (BackgroundProcess, PathBuf) {
     let conf_path = dir.join(format!("{who}.conf"));
     std::fs::write(&conf_path, conf).unwrap();
     let ctl = dir.join(format!("{who}.ctl"));

@@ -125,7 +125,14 @@ fn on_switch(bed: &Testbed, suffix: &str, ifname: &str, port: &str) -> String {
     offloads_off(&sw, port);
     ns_run(
         &sw,
-        &["ip", "link", "set", port, "master", &format!("{}-br", bed.name)],
+        &[
+            "ip",
+            "link",
+            "set",
+            port,
+            "master",
+            &format!("{}-br", bed.name),
+        ],
     );
     ns_run(&sw, &["ip", "link", "set", port, "up"]);
     ns_run(&ns, &["ip", "link", "set", ifname, "up"]);
@@ -191,7 +198,9 @@ fn router_conf() -> String {
     let conf = sample("bird-router.conf");
     let first = format!("protocol bgp node1 from node {{\n  local {SAMPLE_ROUTER};\n  neighbor {SAMPLE_NODE} as 65001;\n}}");
     assert!(conf.contains(&first), "config/bird-router.conf changed");
-    let mut conf = conf.replace(SAMPLE_ROUTER, ROUTER).replace(SAMPLE_NODE, NODES[0]);
+    let mut conf = conf
+        .replace(SAMPLE_ROUTER, ROUTER)
+        .replace(SAMPLE_NODE, NODES[0]);
     for (i, addr) in NODES.iter().enumerate().skip(1) {
         conf.push_str(&format!(
             "\nprotocol bgp node{} from node {{\n  local {ROUTER};\n  neighbor {addr} as 65001;\n}}\n",
@@ -218,7 +227,7 @@ fn start_node(site: &NodeSite, rs: &[String]) -> Node {
         // BIRD does not start on a missing include file (docs/CLUSTER.md).
         std::fs::write(site.include(), "").unwrap();
     }
-    let ctl = site.dir.join("bird.ctl");
+    let ctl = site.dir.join("node.ctl");
     let servers: Vec<(&str, u16, u32, &str)> =
         rs.iter().map(|ip| (ip.as_str(), PORT, 1, "dr")).collect();
     let extra = vec!["sloppy_tcp = true\nscheduler_flags = \"mh-port\"".to_string()];
@@ -244,7 +253,14 @@ fn start_node(site: &NodeSite, rs: &[String]) -> Node {
         .to_string();
     ns_run(
         &site.ns,
-        &["ip", "addr", "add", &format!("{}/24", site.addr), "dev", &tap],
+        &[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/24", site.addr),
+            "dev",
+            &tap,
+        ],
     );
     // Frames on the veth reach this kernel too (af_packet only copies them): strict
     // reverse-path filtering drops them there, since the router is behind the tap,
@@ -296,9 +312,14 @@ fn next_hops(rt: &str) -> Vec<String> {
 }
 
 /// Waits until the router's route to the VIP has exactly `want` as next hops; the
-/// time it took.
-fn wait_hops(rt: &str, want: &[&str], what: &str, dump: &dyn Fn() -> String) -> Duration {
-    let start = Instant::now();
+/// time since `start` (the event's) when it had.
+fn wait_hops(
+    rt: &str,
+    want: &[&str],
+    start: Instant,
+    what: &str,
+    dump: &dyn Fn() -> String,
+) -> Duration {
     let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
     want.sort();
     wait_for(ROUTE_BOUND, Duration::from_millis(20), || {
@@ -391,7 +412,9 @@ fn three_nodes_behind_an_ecmp_router_keep_connections_through_a_kill_a_restart_a
     };
 
     // 1. Three next hops; the connections spread over the three nodes.
-    wait_hops(&rt, &NODES, "three nodes up", &|| dump(&nodes));
+    wait_hops(&rt, &NODES, Instant::now(), "three nodes up", &|| {
+        dump(&nodes)
+    });
     let bfd = birdc(&router_ctl, &["show", "bfd", "sessions"]);
     let bfd_up = bfd.lines().filter(|l| l.contains(" Up ")).count();
     assert_eq!(bfd_up, 3, "BFD sessions on the router:\n{bfd}");
@@ -428,22 +451,22 @@ fn three_nodes_behind_an_ecmp_router_keep_connections_through_a_kill_a_restart_a
     );
 
     // 2. kill -9 of node 1: BFD takes its route away.
-    let killed_wall = wall_now();
+    let (killed_wall, killed) = (wall_now(), Instant::now());
     {
         let n = &mut nodes[0];
         n.daemon.kill_hard();
         n.bird.kill_now();
     }
-    let withdrawn = wait_hops(&rt, &NODES[1..], "node 1 killed", &|| dump(&nodes));
+    let withdrawn = wait_hops(&rt, &NODES[1..], killed, "node 1 killed", &|| dump(&nodes));
     std::thread::sleep(SETTLE);
     let after_kill: Vec<u64> = nodes[1..].iter().map(sessions).collect();
     eprintln!("sessions on nodes 2 and 3 after the kill: {after_kill:?} (before {spread:?})");
 
     // 3. Node 1 back: it announces again, and the flows ECMP moves back open there.
-    let restarted_wall = wall_now();
+    let (restarted_wall, restarted) = (wall_now(), Instant::now());
     nodes[0] = start_node(&sites[0], &rs);
     warm(&lab, &nodes[0], sites[0].addr);
-    let announced = wait_hops(&rt, &NODES, "node 1 restarted", &|| dump(&nodes));
+    let announced = wait_hops(&rt, &NODES, restarted, "node 1 restarted", &|| dump(&nodes));
     std::thread::sleep(SETTLE);
     let back = sessions(&nodes[0]);
     eprintln!("sessions on the restarted node 1: {back}");
@@ -454,14 +477,18 @@ fn three_nodes_behind_an_ecmp_router_keep_connections_through_a_kill_a_restart_a
     );
 
     // 4. Drain node 2: its route goes, nothing breaks.
-    let drained_wall = wall_now();
+    let (drained_wall, drain_start) = (wall_now(), Instant::now());
     nodes[1]
         .daemon
         .ctl(&["drain"])
         .expect_success("sluicectl drain");
-    let drained = wait_hops(&rt, &[NODES[0], NODES[2]], "node 2 drained", &|| {
-        dump(&nodes)
-    });
+    let drained = wait_hops(
+        &rt,
+        &[NODES[0], NODES[2]],
+        drain_start,
+        "node 2 drained",
+        &|| dump(&nodes),
+    );
     std::thread::sleep(SETTLE);
     let report = client.stop_and_report();
     let stopped_wall = wall_now();
