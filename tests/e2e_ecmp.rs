@@ -33,7 +33,7 @@
 //! Printed: the time of each route change, the connections lost and the largest gaps
 //! per phase (the client records each connection's largest gap and when it ended).
 //!
-//! About 35 s. Run: `cargo test --release --test integration e2e_ecmp:: -- --nocapture`
+//! About 25 s (measured 24.5-25.1 s on the shared 2-core machine). Run: `cargo test --release --test integration e2e_ecmp:: -- --nocapture`
 //! (as root).
 
 use crate::common::*;
@@ -237,7 +237,8 @@ fn start_node(lab: &AppLab, site: &NodeSite, rs: &[String]) -> Node {
         rs.iter().map(|ip| (ip.as_str(), PORT, 1, "dr")).collect();
     let extra = vec!["sloppy_tcp = true\nscheduler_flags = \"mh-port\"".to_string()];
     let toml = format!(
-        "[bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 500\nretry_ms = 200\ntimeout_ms = 3000\n\n{}",
+        "[bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 500\nretry_ms = 200\ntimeout_ms = 3000\n\
+         shutdown_grace_ms = 0\n\n{}",
         site.include().display(),
         ctl.display(),
         service_section("tcp", VIP, PORT, "mh", &extra, &servers)
@@ -589,14 +590,19 @@ fn three_nodes_behind_an_ecmp_router_keep_connections_through_a_kill_a_restart_a
         kill_gap < TARGET.as_secs_f64(),
         "largest gap around the kill {kill_gap:.3} s >= {TARGET:?} ({gaps:?})"
     );
-    // The restart and the drain lose no packet in Sluice; what stalls a connection
-    // there is the shared CPUs (a starved client, server or worker, then TCP's
-    // backoff): measured and printed, bounded loosely.
+    // In the runs measured no node dropped or missed a frame, yet one run beside other
+    // tests saw 2.0-2.6 s gaps in the restart and drain phases, where no route change
+    // loses a segment: the shared CPUs (a starved client, server or worker, then TCP's
+    // backoff). Measured and printed, bounded loosely.
     for phase in ["restart", "drain"] {
         assert!(
             gap_of(phase) < SLOW_GAP.as_secs_f64(),
             "largest gap in the {phase} phase {:.3} s >= {SLOW_GAP:?} ({gaps:?})",
             gap_of(phase)
         );
+    }
+    // SIGTERM: each node withdraws (BIRD accepts), exits 0 and cleans up.
+    for n in nodes {
+        n.daemon.stop_clean();
     }
 }
