@@ -33,7 +33,7 @@
 //! Printed: the time of each route change, the connections lost and the largest gaps
 //! per phase (the client records each connection's largest gap and when it ended).
 //!
-//! About 25 s (measured 24.5-25.1 s on the shared 2-core machine). Run: `cargo test --release --test integration e2e_ecmp:: -- --nocapture`
+//! About 19 s (18.7 s measured on the shared 2-core machine). Run: `cargo test --release --test integration e2e_ecmp:: -- --nocapture`
 //! (as root).
 
 use crate::common::*;
