@@ -3,14 +3,15 @@
 //! Sluice in the bed's appliance namespace, and next to it
 //!
 //! - a node BIRD in the same namespace (config/bird-node.conf as it is, its include
-//!   path moved into the test's directory), peering over a plain veth pair
+//!   pattern moved into the test's directory; started before Sluice has written the
+//!   file), peering over a plain veth pair
 //!   (`NAME-g1` 198.19.77.1 in `NAME-lb`, `NAME-g2` 198.19.77.2 in the router's) with
 //! - a router BIRD in a namespace of its own (`bgprt-TAG`, config/bird-router.conf as
 //!   it is), which
 //!   installs what it learns into its kernel.
 //!
 //! What is checked is what the router sees, in its kernel (`ip route`) and in BIRD
-//! (`birdc show route`): the VIP is announced while its service has a healthy real
+//! (`birdc show route all`, with the community `[bgp] communities` asks for): the VIP is announced while its service has a healthy real
 //! server; withdrawn when the server fails its health check and when its weight is
 //! set to 0, announced again when it recovers; withdrawn on `sluicectl drain` while
 //! the client's connections still go through, back on `undrain`; withdrawn when the
@@ -36,8 +37,8 @@ const VIP: &str = "198.18.1.1";
 const HTTP_PORT: u16 = 8080;
 const NODE_PEER: &str = "198.19.77.1";
 const ROUTER_PEER: &str = "198.19.77.2";
-/// The include path the sample node config names; the test moves it.
-const SAMPLE_INCLUDE: &str = "/run/sluice/bird-vips.conf";
+/// The include pattern the sample node config names; the test moves it.
+const SAMPLE_INCLUDE: &str = "/run/sluice/bird-vips*.conf";
 /// How long a route change may take to reach the router's kernel: the health
 /// verdict (2 x 200 ms), birdc, one BGP UPDATE, the kernel protocol; generous for a
 /// shared 2-core machine.
@@ -181,20 +182,20 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     let rt_ns = router_link(&lab.bed);
     let rt = rt_ns.0.clone();
     let dir = lab.dir.path().to_path_buf();
+    // Not written yet when BIRD starts: the sample's pattern matches nothing then.
     let include = dir.join("bird-vips.conf");
-    // BIRD does not start on a missing include file (docs/CLUSTER.md).
-    std::fs::write(&include, "").unwrap();
 
     let (_router_bird, router_ctl) = start_bird(&rt, &dir, "router", &sample("bird-router.conf"));
     let node_conf = sample("bird-node.conf");
     assert!(node_conf.contains(SAMPLE_INCLUDE));
-    let node_conf = node_conf.replace(SAMPLE_INCLUDE, include.to_str().unwrap());
+    let pattern = dir.join("bird-vips*.conf");
+    let node_conf = node_conf.replace(SAMPLE_INCLUDE, pattern.to_str().unwrap());
     let (_node_bird, node_ctl) = start_bird(lab.bed.lb_ns(), &dir, "node", &node_conf);
 
     let rs = lab.bed.rs_ip(1).to_string();
     let toml = format!(
         "[health]\ncheck = \"tcp\"\ninterval_ms = 200\ntimeout_ms = 150\nfall = 2\nrise = 1\nretry_ms = 500\n\n\
-         [bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 200\nretry_ms = 200\ntimeout_ms = 3000\n\
+         [bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 200\nretry_ms = 200\ntimeout_ms = 3000\ncommunities = [\"65000:100\"]\n\
          shutdown_grace_ms = {GRACE_MS}\n\n{}",
         include.display(),
         node_ctl.display(),
@@ -218,9 +219,11 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
 
     // Announced: the router's kernel and BIRD have it via the node.
     wait_route(&rt, true, "healthy server", &dump);
-    let shown = birdc(&router_ctl, &["show", "route", &format!("{VIP}/32")]);
+    let shown = birdc(&router_ctl, &["show", "route", "all", &format!("{VIP}/32")]);
     assert!(
-        shown.contains(&format!("{VIP}/32")) && shown.contains(&format!("via {NODE_PEER}")),
+        shown.contains(&format!("{VIP}/32"))
+            && shown.contains(&format!("via {NODE_PEER}"))
+            && shown.contains("BGP.community: (65000,100)"),
         "{shown}"
     );
     let c = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {

@@ -35,8 +35,9 @@ Commands:
   vrrp            VRRP state (MASTER/BACKUP), priority, the master heard, counters
   cluster         BGP through BIRD ([bgp]): BIRD's BGP and BFD sessions, the VIPs
                   announced and, for each withdrawn one, why (docs/CLUSTER.md)
-  drain | undrain withdraw every VIP from BGP for maintenance (connections keep
-                  being forwarded), or announce them again
+  drain           withdraw every VIP from BGP for maintenance (connections keep
+                  being forwarded)
+  undrain         announce the VIPs again after a drain
   health          health checks: each watched real server's check, state (up or
                   EVICTED), evictions and last probe result; probe counters
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]

@@ -74,6 +74,18 @@ pub fn worker(
     pool: &Arc<Mempool>,
     publisher: &SnapshotPublisher,
 ) -> (Worker, Arc<WorkerCounters>, Arc<AtomicBool>) {
+    worker_with(name, lb, (lb_ip, &[]), pool, publisher, None)
+}
+
+/// As [`worker`], with IPv6 addresses on the port and an exception path.
+pub fn worker_with(
+    name: &str,
+    lb: &mut Port,
+    (lb_ip, lb_ip6): (Ipv4Addr, &[std::net::Ipv6Addr]),
+    pool: &Arc<Mempool>,
+    publisher: &SnapshotPublisher,
+    exception: Option<sluice::dataplane::exception::ExceptionLink>,
+) -> (Worker, Arc<WorkerCounters>, Arc<AtomicBool>) {
     let hz = sluice::dpdk::tsc_hz();
     let forwarder = Forwarder::new(ForwarderConfig::new(
         1024,
@@ -97,10 +109,10 @@ pub fn worker(
         vec![WorkerPort {
             rx,
             tx,
-            responder: LocalResponder::new(LB_MAC, &[lb_ip]),
+            responder: LocalResponder::new(LB_MAC, &[lb_ip]).with_ipv6(lb_ip6),
             addr: lb_ip,
             mtu: 1500,
-            exception: None,
+            exception,
         }],
         forwarder,
         counters.clone(),

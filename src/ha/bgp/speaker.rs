@@ -99,6 +99,9 @@ impl Drop for Speaker {
 
 fn run(link: &BirdLink, orders: &Receiver<Order>, status: &Mutex<SpeakerStatus>) {
     let mut pending: Option<(u64, String)> = None;
+    // What BIRD last accepted, to write again if the file goes (a cleaned /run, an
+    // operator) or changes under us.
+    let mut applied: Option<(u64, String)> = None;
     let mut retry_at = Instant::now();
     let mut poll_at = Instant::now();
     loop {
@@ -135,7 +138,7 @@ fn run(link: &BirdLink, orders: &Receiver<Order>, status: &Mutex<SpeakerStatus>)
                         s.applies += 1;
                         s.error = None;
                         s.failed_at = None;
-                        pending = None;
+                        applied = pending.take();
                     }
                     Err(e) => {
                         log::warn!(
@@ -151,6 +154,16 @@ fn run(link: &BirdLink, orders: &Receiver<Order>, status: &Mutex<SpeakerStatus>)
             }
         }
         if Instant::now() >= poll_at {
+            if let (None, Some((generation, text))) = (&pending, &applied) {
+                if std::fs::read_to_string(&link.include).ok().as_deref() != Some(text.as_str()) {
+                    log::warn!(
+                        "bgp: {} is gone or was changed by someone else; writing it again",
+                        link.include.display()
+                    );
+                    pending = Some((*generation, text.clone()));
+                    retry_at = Instant::now();
+                }
+            }
             let read = birdc(link, &["show", "protocols"]).and_then(|out| parse_protocols(&out));
             let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
             match read {
@@ -251,6 +264,29 @@ mod tests {
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
+    }
+
+    #[test]
+    fn a_file_removed_under_it_is_written_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = link(&script(dir.path(), "exit 0"), dir.path());
+        l.poll = Duration::from_millis(20);
+        let speaker = Speaker::start(l.clone()).unwrap();
+        speaker.apply(1, "protocol static sluice4 { ipv4; }\n".into());
+        let wait = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !done() {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        wait("applied", &|| speaker.status().applies == 1);
+        std::fs::remove_file(&l.include).unwrap();
+        wait("written again", &|| speaker.status().applies == 2);
+        assert_eq!(
+            std::fs::read_to_string(&l.include).unwrap(),
+            "protocol static sluice4 { ipv4; }\n"
+        );
     }
 
     #[test]
