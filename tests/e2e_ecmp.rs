@@ -51,7 +51,7 @@ const NODES: [&str; 3] = ["198.18.0.1", "198.18.0.2", "198.18.0.3"];
 /// The addresses in the sample BIRD configs (node, router), replaced by the test's.
 const SAMPLE_NODE: &str = "198.19.77.1";
 const SAMPLE_ROUTER: &str = "198.19.77.2";
-const SAMPLE_INCLUDE: &str = "/run/sluice/bird-vips.conf";
+const SAMPLE_INCLUDE: &str = "/run/sluice/bird-vips*.conf";
 const LONG: usize = 150;
 const INTERVAL_MS: u32 = 200;
 /// The largest gap a connection may see (BFD 3 x 100 ms, then BIRD and the kernel).
@@ -216,11 +216,13 @@ fn router_conf() -> String {
     conf
 }
 
-/// config/bird-node.conf for a node: its address, the router's, its include path.
+/// config/bird-node.conf for a node: its address, the router's, its include pattern
+/// (matching the file Sluice writes, [`NodeSite::include`]).
 fn node_conf(site: &NodeSite) -> String {
     let conf = sample("bird-node.conf");
     assert!(conf.contains(SAMPLE_INCLUDE) && conf.contains(SAMPLE_NODE));
-    conf.replace(SAMPLE_INCLUDE, site.include().to_str().unwrap())
+    let pattern = site.dir.join("bird-vips*.conf");
+    conf.replace(SAMPLE_INCLUDE, pattern.to_str().unwrap())
         .replace(SAMPLE_NODE, site.addr)
         .replace(SAMPLE_ROUTER, ROUTER)
 }
@@ -230,10 +232,6 @@ fn node_conf(site: &NodeSite) -> String {
 /// MACs, then starts the node's BIRD (which announces the VIP).
 fn start_node(lab: &AppLab, site: &NodeSite, rs: &[String]) -> Node {
     std::fs::create_dir_all(&site.dir).unwrap();
-    if !site.include().exists() {
-        // BIRD does not start on a missing include file (docs/CLUSTER.md).
-        std::fs::write(site.include(), "").unwrap();
-    }
     let ctl = site.dir.join("node.ctl");
     let servers: Vec<(&str, u16, u32, &str)> =
         rs.iter().map(|ip| (ip.as_str(), PORT, 1, "dr")).collect();
