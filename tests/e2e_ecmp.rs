@@ -34,10 +34,11 @@
 //! breaks after the kill's phase, the largest gap around the kill is under 1 s (3 s
 //! in the later phases, where only CPU contention stalls a connection).
 //! Printed: the time of each route change, the connections lost and the largest gaps
-//! per phase (the client records each connection's largest gap and when it ended).
+//! per phase (the client lists every gap over two request intervals), each node's
+//! sessions and drops.
 //!
-//! About 19 s (18.7 s measured on the shared 2-core machine). Run: `cargo test --release --test integration e2e_ecmp:: -- --nocapture`
-//! (as root).
+//! About 19 s (17.9-19.2 s measured on the shared 2-core machine). Run:
+//! `cargo test --release --test integration e2e_ecmp:: -- --nocapture` (as root).
 
 use crate::common::*;
 use crate::e2e_bgp::{birdc, sample, start_bird};
@@ -90,10 +91,11 @@ impl NodeSite {
     }
 }
 
-/// A running node: Sluice and its BIRD (the daemon drops first: declared first).
+/// A running node: Sluice and its BIRD (the daemon drops first: declared first;
+/// BIRD is only kept running).
 struct Node {
     daemon: Daemon,
-    bird: BackgroundProcess,
+    _bird: BackgroundProcess,
 }
 
 fn run(args: &[&str]) {
@@ -240,7 +242,10 @@ fn start_node(lab: &AppLab, site: &NodeSite, rs: &[String]) -> Node {
     let daemon = start_sluice(lab, site, rs);
     let (bird, ctl) = start_bird(&site.ns, &site.dir, "node", &node_conf(site));
     assert_eq!(ctl, site.ctl());
-    Node { daemon, bird }
+    Node {
+        daemon,
+        _bird: bird,
+    }
 }
 
 /// Starts Sluice on the node (tap exception path, `[bgp]` pointing at the node's
