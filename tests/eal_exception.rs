@@ -77,6 +77,16 @@ fn ospf(buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> usize {
     60
 }
 
+/// Stops the worker on lcore 1 and waits for it, when dropped.
+struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+        wait_lcore(1);
+    }
+}
+
 #[test]
 fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     let eal = Eal::init(&eal_args("eal_exception"))
@@ -110,6 +120,8 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
         Some(link),
     );
     launch_on_lcore(1, move || worker.run()).unwrap();
+    // Should an assertion fail, the worker stops before the ports drop under it.
+    let _stop_first = StopOnDrop(stop.clone());
     let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();
 
     // Sends one frame, waits for the worker to have handled it (its rx count), and
@@ -273,6 +285,7 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     stop.store(true, Ordering::SeqCst);
     assert_eq!(wait_lcore(1), 0);
     let _ = (prx, ptx);
+    drop(_stop_first);
     drop(kernel);
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
