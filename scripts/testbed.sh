@@ -36,6 +36,10 @@
 #   namespace NAME-c     NAME-c0   client, 198.18.0.100/24
 #   namespace NAME-rsI   NAME-rI   real server I, 198.18.0.(10+I)/24
 #
+# A test may add more namespaces of the same pattern (tests/e2e_ecmp.rs: NAME-lb3 with
+# NAME-lb3v/NAME-plb3, a router NAME-rt with NAME-rtv/NAME-prt); `down` removes
+# NAME-lbN and NAME-rt as well.
+#
 # Sluice attaches to NAME-lb0 with net_af_packet (run it with `ip netns exec NAME-lb`)
 # and is expected to own 198.18.0.1 (APPLIANCE_IP). Every veth end has its offloads off
 # (checksum, TSO, GSO, GRO), IPv6 is disabled in every namespace (no DAD/RS/MLD noise
@@ -91,7 +95,7 @@ need_root() {
 namespaces_of() {
   local name="$1"
   ip netns list 2>/dev/null | awk '{print $1}' |
-    grep -E "^${name}-(sw|lb|lb2|c|rs[0-9]+)$" || true
+    grep -E "^${name}-(sw|lb|lb[0-9]+|c|rt|rs[0-9]+)$" || true
 }
 
 # Interfaces in the ROOT namespace that belong to NAME (normally none; only a
@@ -99,7 +103,7 @@ namespaces_of() {
 root_links_of() {
   local name="$1"
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-    grep -E "^${name}-(br|lb0|lb2v|plb|plb2|s1|s2|c0|pc|r[0-9]+|pr[0-9]+)$" || true
+    grep -E "^${name}-(br|lb0|lb[0-9]+v|plb|plb[0-9]+|s1|s2|c0|pc|rtv|prt|r[0-9]+|pr[0-9]+)$" || true
 }
 
 nsx() {

@@ -47,7 +47,7 @@ const GRACE_MS: u64 = 1500;
 /// The Prometheus endpoint, inside the appliance's namespace.
 const METRICS: &str = "127.0.0.1:9180";
 
-fn sample(name: &str) -> String {
+pub(crate) fn sample(name: &str) -> String {
     std::fs::read_to_string(repo_root().join("config").join(name))
         .unwrap_or_else(|e| panic!("config/{name}: {e}"))
 }
@@ -78,7 +78,12 @@ fn router_link(bed: &Testbed) -> Netns {
 }
 
 /// `bird -f` in `ns` with `conf`, its own control socket and pid file in `dir`.
-fn start_bird(ns: &str, dir: &Path, who: &str, conf: &str) -> (BackgroundProcess, PathBuf) {
+pub(crate) fn start_bird(
+    ns: &str,
+    dir: &Path,
+    who: &str,
+    conf: &str,
+) -> (BackgroundProcess, PathBuf) {
     let conf_path = dir.join(format!("{who}.conf"));
     std::fs::write(&conf_path, conf).unwrap();
     let ctl = dir.join(format!("{who}.ctl"));
@@ -100,7 +105,7 @@ fn start_bird(ns: &str, dir: &Path, who: &str, conf: &str) -> (BackgroundProcess
     (p, ctl)
 }
 
-fn birdc(ctl: &Path, args: &[&str]) -> String {
+pub(crate) fn birdc(ctl: &Path, args: &[&str]) -> String {
     let mut cmd = std::process::Command::new("birdc");
     cmd.arg("-s").arg(ctl).args(args);
     run_bounded(&mut cmd, Duration::from_secs(5))

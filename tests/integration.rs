@@ -23,6 +23,7 @@ mod daemon_lifecycle;
 mod e2e_admission;
 mod e2e_bgp;
 mod e2e_capture;
+mod e2e_ecmp;
 mod e2e_exception;
 mod e2e_failover;
 mod e2e_forwarding;

@@ -62,13 +62,15 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         connections are under way at once. Writes
         one JSON object to --out (atomically) and prints it:
         {"long": [{"server", "sent", "ok", "failures": [...], "max_gap_s",
-                   "max_gap_end", "last_answer", "t_failed"}],
+                   "max_gap_end", "last_answer", "t_failed", "gaps"}],
          "new": [{"t_start", "t_connected", "t_end", "server", "error"}],
          "seconds": ELAPSED}. Exit 0 when nothing failed. Per long connection,
         max_gap_s is the largest time between two consecutive answers (0.0 until it
         had two), max_gap_end the wall time of the answer that ended that gap (null
         until then), last_answer the wall time of the last answer and t_failed that of
         the failure that ended it (null if none): a failover's interruption, measured.
+        gaps lists every gap longer than two intervals as [wall time of the answer
+        before it, wall time of the answer that ended it].
 
     e2e_apps.py ask ADDR PORT --source IP [--source IP]... [--rounds R] [--timeout S]
         Which line-echo server (serve --echo) answers each client address: R rounds
@@ -410,6 +412,8 @@ def cmd_stream(args):
                 if rec["last_answer"] is not None and now - rec["last_answer"] > rec["max_gap_s"]:
                     rec["max_gap_s"] = now - rec["last_answer"]
                     rec["max_gap_end"] = now
+                if rec["last_answer"] is not None and now - rec["last_answer"] > 2 * args.interval_ms / 1000.0:
+                    rec["gaps"].append([rec["last_answer"], now])
                 rec["last_answer"] = now
                 if stop.wait(args.interval_ms / 1000.0):
                     return
@@ -440,9 +444,10 @@ def cmd_stream(args):
     # Per long connection, besides the counts: the largest time between two consecutive
     # answers (max_gap_s, 0 until two answers) and the wall time (time.time()) of the
     # answer that ended it (max_gap_end), the wall time of the last answer, and of the
-    # failure if one ended the connection (t_failed).
+    # failure if one ended the connection (t_failed); every gap longer than two
+    # intervals as [wall time of the answer before it, of the answer after it] (gaps).
     longs = [{"server": None, "sent": 0, "ok": 0, "failures": [], "max_gap_s": 0.0,
-              "max_gap_end": None, "last_answer": None, "t_failed": None}
+              "max_gap_end": None, "last_answer": None, "t_failed": None, "gaps": []}
              for _ in range(args.long)]
     started = [threading.Event() for _ in range(args.long)]
     threads = [threading.Thread(target=long_conn, args=(i, longs[i], started[i]), daemon=True)
