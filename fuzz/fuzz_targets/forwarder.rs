@@ -55,7 +55,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
     // The port's IPv6 address too, so that IPv6 frames reach Neighbor Discovery and echo.
     let responder = LocalResponder::new(LB_MAC, &[LB_IP]).with_ipv6(&[bed::LB_IP6]);
     fwd.poll(*now, &counters);
-    let mut actions = [0u64; 7];
+    let mut actions = [0u64; 8];
     for (n, (tag, body)) in sluice_fuzz::records(data).enumerate() {
         if n >= 64 {
             break;
@@ -93,6 +93,9 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             addr: LB_IP,
             mtu: MTU,
             redirected: tag % 4 == 3,
+            // Half the frames on a port with an exception path: a drop may then
+            // become the kernel's.
+            exception: tag % 8 >= 4,
         };
         let mut burst = burst_of(&frame);
         let input = burst.packet(0).to_vec();
@@ -128,6 +131,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             Action::Punt => 4,
             Action::Hold(_) => 5,
             Action::AwaitServer(_) => 6,
+            Action::Exception => 7,
         }] += 1;
         let out = burst.packet(0).to_vec();
         let room = burst.packet_with_tailroom_mut(0).len();
@@ -209,13 +213,13 @@ fn check_v6(shared: &bed::Shared, vip: std::net::Ipv6Addr, sent: &Frame, out: &[
 
 /// With FUZZ_STATS set: what the inputs reached so far (actions, drop reasons and
 /// events summed over inputs), every 65536 inputs, to see that the deep paths run.
-fn tally(counters: &WorkerCounters, actions: &[u64; 7]) {
+fn tally(counters: &WorkerCounters, actions: &[u64; 8]) {
     use sluice::dataplane::counters::Event;
     use sluice::model::DropReason;
     use std::cell::RefCell;
     thread_local! {
-        static TOTAL: RefCell<(u64, [u64; 7], Vec<u64>, Vec<u64>)> =
-            RefCell::new((0, [0; 7], vec![0; DropReason::COUNT], vec![0; Event::COUNT]));
+        static TOTAL: RefCell<(u64, [u64; 8], Vec<u64>, Vec<u64>)> =
+            RefCell::new((0, [0; 8], vec![0; DropReason::COUNT], vec![0; Event::COUNT]));
     }
     TOTAL.with(|t| {
         let mut t = t.borrow_mut();
@@ -231,9 +235,9 @@ fn tally(counters: &WorkerCounters, actions: &[u64; 7]) {
         }
         if t.0 % 65536 == 0 {
             eprintln!(
-                "inputs {} actions [transmit, instead, drop, redirect, punt, hold, await] {:?}",
+                "inputs {} actions [transmit, instead, drop, redirect, punt, hold, await, exception] {:?}",
                 t.0,
-                &t.1[..6]
+                &t.1[..]
             );
             let drops: Vec<String> = DropReason::ALL
                 .iter()
