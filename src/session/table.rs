@@ -633,6 +633,22 @@ impl SessionTable {
     pub fn insert_hashed(
         &mut self,
         in_key: &HashedKey,
+        session: Session,
+        now_tick: u32,
+        timeout_ticks: u32,
+    ) -> Result<SessionId, InsertError> {
+        let reply = session.reply_key().map(HashedKey::new);
+        self.insert_with_keys(in_key, reply.as_ref(), session, now_tick, timeout_ticks)
+    }
+
+    /// [`insert_hashed`](Self::insert_hashed) with the reply key's hash also already
+    /// computed (by the caller that prefetched its bucket). Keys that are not the
+    /// session's own are ignored and the right ones hashed, so a caller's mistake can
+    /// cost time but never file a session under a key it does not have.
+    pub fn insert_with_keys(
+        &mut self,
+        in_key: &HashedKey,
+        reply_key: Option<&HashedKey>,
         mut session: Session,
         now_tick: u32,
         timeout_ticks: u32,
@@ -644,7 +660,10 @@ impl SessionTable {
             own = HashedKey::new(session.in_key());
             &own
         };
-        let reply = session.reply_key().map(HashedKey::new);
+        let reply = match (session.reply_key(), reply_key) {
+            (Some(wanted), Some(given)) if given.key == wanted => Some(*given),
+            (wanted, _) => wanted.map(HashedKey::new),
+        };
         if let Some(reply) = &reply {
             if reply.key == in_key.key || self.lookup_hashed(reply).is_some() {
                 return Err(InsertError::KeyExists(Direction::Outbound));
@@ -1066,6 +1085,35 @@ mod tests {
         assert_eq!(got.state(), TcpState::None);
         assert_eq!(got.deadline(), 100);
         assert!(!got.flags().contains(SessionFlags::NO_OUTPUT));
+    }
+
+    #[test]
+    fn keys_given_with_a_session_that_are_not_its_own_are_not_filed() {
+        let mut table = SessionTable::with_capacity(16);
+        let (key, reply, s) = nat(1, 40000, 2);
+        let (wrong_key, wrong_reply, _) = nat(7, 40007, 3);
+        let wrong_key = HashedKey::new(wrong_key);
+        let wrong_reply = HashedKey::new(wrong_reply.unwrap());
+        let id = table
+            .insert_with_keys(&wrong_key, Some(&wrong_reply), s, 0, 100)
+            .unwrap();
+        assert_eq!(table.lookup(&key), Some((id, Direction::Inbound)));
+        assert_eq!(
+            table.lookup(&reply.unwrap()),
+            Some((id, Direction::Outbound))
+        );
+        assert_eq!(table.lookup(wrong_key.key()), None);
+        assert_eq!(table.lookup(wrong_reply.key()), None);
+        assert_eq!(table.index_keys(), 2);
+        // A reply key given for a session that has none (DR) is ignored too.
+        let (dr_key, _, dr) = dr(2, 40002, 2);
+        let id = table
+            .insert_with_keys(&HashedKey::new(dr_key), Some(&wrong_reply), dr, 0, 100)
+            .unwrap();
+        assert_eq!(table.lookup(&dr_key), Some((id, Direction::Inbound)));
+        assert_eq!(table.lookup(wrong_reply.key()), None);
+        assert_eq!(table.index_keys(), 3);
+        table.check_consistency().unwrap();
     }
 
     #[test]

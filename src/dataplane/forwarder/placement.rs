@@ -351,11 +351,16 @@ impl Forwarder {
         let first_timeout = self.timeouts.session(key.proto, session.state());
         // The snapshot is not needed past here (retiring below needs `self` whole).
         let rs_id = rs.id;
+        self.relieve_pressure(counters);
+        let (now_tick, reply) = (self.now_tick, reply_key.as_ref());
+        let mut inserted =
+            self.sessions
+                .insert_with_keys(hashed, reply, session, now_tick, first_timeout);
         // A NAT reply key already taken: the same client port towards the same real
         // server through another VIP. A finished connection (TIME_WAIT, CLOSE) gives
         // way, as a reused client port does on its own VIP; a live one keeps the key
         // and the new connection is refused rather than crossed with it.
-        if let Some(reply) = &reply_key {
+        if let (Err(InsertError::KeyExists(Direction::Outbound)), Some(reply)) = (inserted, reply) {
             if let Some((old, Direction::Outbound)) = self.sessions.lookup_hashed(reply) {
                 if self
                     .sessions
@@ -363,14 +368,17 @@ impl Forwarder {
                     .is_some_and(super::miss::reusable_for_new_connection)
                 {
                     self.retire(old, counters);
+                    inserted = self.sessions.insert_with_keys(
+                        hashed,
+                        Some(reply),
+                        session,
+                        now_tick,
+                        first_timeout,
+                    );
                 }
             }
         }
-        self.relieve_pressure(counters);
-        let id = match self
-            .sessions
-            .insert_hashed(hashed, session, self.now_tick, first_timeout)
-        {
+        let id = match inserted {
             Ok(id) => id,
             Err(InsertError::TableFull) => {
                 release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
