@@ -21,6 +21,15 @@ use std::sync::Arc;
 /// stalls its RX loop.
 const INSTALLS_PER_POLL: usize = 256;
 
+/// How often a worker does its housekeeping ([`Worker::housekeeping`]), in
+/// microseconds. Each of its steps is cheap when it finds nothing, but together they
+/// read a dozen queues and counters that other cores write: done on every poll, a
+/// worker receiving small bursts spent more on them than on its packets. Every 10 µs
+/// keeps each step's delay far below anything it serves (the session clock ticks in
+/// milliseconds, a management query waits up to its own timeout), while a saturated
+/// worker, whose 32-packet bursts take about that long, still runs it about every poll.
+const HOUSEKEEPING_PERIOD_US: u64 = 10;
+
 /// Neighbour entries per worker; inserting beyond this is refused and counted.
 pub const NEIGHBOUR_CAPACITY: usize = 4096;
 
@@ -116,46 +125,21 @@ impl Worker {
         log::info!("worker {} polling {} port(s)", self.id, self.ports.len());
         let mut rx = Burst::new();
         let mut tx = Burst::new();
-        let second = tsc_hz();
         let mut next_resolve = 0u64;
         let mut outbox = Outbox::new(self.links.mesh.workers());
-        let me = self.id as usize;
         let mut idle_polls = 0u32;
         self.counters
             .session_table_bytes
             .store(self.forwarder.sessions().memory_bytes() as u64, Relaxed);
+        let housekeeping_period = tsc_hz() / 1_000_000 * HOUSEKEEPING_PERIOD_US;
+        let mut next_housekeeping = 0u64;
         while !self.links.stop.load(Relaxed) {
             let start = tsc();
-            self.forwarder.poll(start, &self.counters);
-            self.counters.zero_if_requested();
-            let wanted = self.forwarder.take_resolve_wanted();
-            if self.forwarder.take_snapshot_changed() || wanted || start >= next_resolve {
-                next_resolve = start + second;
-                self.resolve_real_servers(start);
+            let housekeeping = start >= next_housekeeping;
+            if housekeeping {
+                next_housekeeping = start + housekeeping_period;
+                self.housekeeping(start, &mut next_resolve, &mut tx);
             }
-            let (forwarder, id) = (&self.forwarder, self.id);
-            self.links
-                .mailbox
-                .serve(|query| forwarder.answer(query, id));
-            let neighbours = &mut self.neighbours;
-            self.links.mesh.take_neighbours(me, |ip, mac| {
-                neighbours.learn_shared(ip, mac, start);
-            });
-            let forwarder = &mut self.forwarder;
-            self.links.mesh.take_neighbours6(me, |ip, mac| {
-                forwarder.learn_shared_neighbour6(ip, mac, start);
-            });
-            let (forwarder, counters) = (&mut self.forwarder, &self.counters);
-            self.links
-                .mesh
-                .take_installs(me, INSTALLS_PER_POLL, |record| {
-                    counters.event(
-                        forwarder
-                            .install(&record)
-                            .unwrap_or(Event::SyncInstallFailed),
-                    );
-                });
-            self.send_injected(&mut tx);
             let mut received = self.drain_redirected(start, &mut rx, &mut tx, &mut outbox);
             for (index, port) in self.ports.iter_mut().enumerate() {
                 let mut cx = BurstContext {
@@ -170,12 +154,14 @@ impl Worker {
                 received += poll_port(port, index as u16, &mut cx, &mut rx, &mut tx);
                 outbox.send(&self.links.mesh, &self.counters);
             }
-            self.release_awaiting(start, &mut tx, &mut outbox);
-            self.send_held(start);
-            self.share_neighbours();
-            self.counters
-                .neighbour_entries
-                .store(self.neighbours.len() as u64, Relaxed);
+            if housekeeping {
+                self.release_awaiting(start, &mut tx, &mut outbox);
+                self.send_held(start);
+                self.share_neighbours();
+                self.counters
+                    .neighbour_entries
+                    .store(self.neighbours.len() as u64, Relaxed);
+            }
             let cycles = tsc().wrapping_sub(start);
             bump(&self.counters.total_cycles, cycles);
             bump(&self.counters.polls, 1);
@@ -198,6 +184,45 @@ impl Worker {
 }
 
 impl Worker {
+    /// What a worker does besides moving packets, at most once per
+    /// [`HOUSEKEEPING_PERIOD_US`]: advance its clock and expire sessions, adopt a new
+    /// service snapshot, answer the management core's questions, learn the neighbours
+    /// and install the synced sessions other workers and the management core sent, and
+    /// transmit the management core's frames.
+    fn housekeeping(&mut self, now: u64, next_resolve: &mut u64, tx: &mut Burst) {
+        self.forwarder.poll(now, &self.counters);
+        self.counters.zero_if_requested();
+        let wanted = self.forwarder.take_resolve_wanted();
+        if self.forwarder.take_snapshot_changed() || wanted || now >= *next_resolve {
+            *next_resolve = now + tsc_hz();
+            self.resolve_real_servers(now);
+        }
+        let (forwarder, id) = (&self.forwarder, self.id);
+        self.links
+            .mailbox
+            .serve(|query| forwarder.answer(query, id));
+        let me = self.id as usize;
+        let neighbours = &mut self.neighbours;
+        self.links.mesh.take_neighbours(me, |ip, mac| {
+            neighbours.learn_shared(ip, mac, now);
+        });
+        let forwarder = &mut self.forwarder;
+        self.links.mesh.take_neighbours6(me, |ip, mac| {
+            forwarder.learn_shared_neighbour6(ip, mac, now);
+        });
+        let (forwarder, counters) = (&mut self.forwarder, &self.counters);
+        self.links
+            .mesh
+            .take_installs(me, INSTALLS_PER_POLL, |record| {
+                counters.event(
+                    forwarder
+                        .install(&record)
+                        .unwrap_or(Event::SyncInstallFailed),
+                );
+            });
+        self.send_injected(tx);
+    }
+
     /// Handles the packets other workers redirected here, grouped by the port they
     /// arrived on; returns how many there were.
     fn drain_redirected(
