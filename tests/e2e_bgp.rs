@@ -22,7 +22,12 @@
 //! control sockets and pid files; they, the router's namespace and the bed go on
 //! drop, also on failure.
 //!
-//! About 6 s (bed, BGP session, six transitions with 200 ms health checks).
+//! A second test runs Sluice with `[vrrp]` too, alone on its link: while it is VRRP
+//! backup (three 2.5 s adverts) the BGP session comes up and the router gets no
+//! route; once it is master, the route comes.
+//!
+//! About 6 s (bed, BGP session, six transitions with 200 ms health checks), and 9 s
+//! for the VRRP test.
 //!
 //! Run: `cargo test --release --test integration e2e_bgp:: -- --nocapture` (as root).
 
@@ -168,37 +173,81 @@ fn vip_reason(c: &serde_json::Value) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no {VIP} in {c}"))
 }
 
+/// The bed with one real server serving HTTP, the router's namespace with its BIRD
+/// (config/bird-router.conf), and the node's BIRD (config/bird-node.conf, its include
+/// pattern moved into the test's directory) next to where Sluice will run. Fields
+/// drop in order: the BIRDs, then the router's namespace, then the bed.
+struct BgpBed {
+    _node_bird: BackgroundProcess,
+    _router_bird: BackgroundProcess,
+    _rt_ns: Netns,
+    lab: AppLab,
+    rt: String,
+    dir: PathBuf,
+    /// Sluice's include file (not written yet when BIRD starts: the node config's
+    /// pattern matches nothing then).
+    include: PathBuf,
+    router_ctl: PathBuf,
+    node_ctl: PathBuf,
+}
+
+impl BgpBed {
+    fn new() -> BgpBed {
+        let mut lab = AppLab::new(1);
+        lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+        lab.bed.configure("rs-gateway", &[APPLIANCE]);
+        let http = format!("0.0.0.0:{HTTP_PORT}");
+        lab.start_servers_with(&[("--http", &http)], |_| Vec::new());
+        let rt_ns = router_link(&lab.bed);
+        let rt = rt_ns.0.clone();
+        let dir = lab.dir.path().to_path_buf();
+        let include = dir.join("bird-vips.conf");
+        let (router_bird, router_ctl) =
+            start_bird(&rt, &dir, "router", &sample("bird-router.conf"));
+        let node_conf = sample("bird-node.conf");
+        assert!(node_conf.contains(SAMPLE_INCLUDE));
+        let pattern = dir.join("bird-vips*.conf");
+        let node_conf = node_conf.replace(SAMPLE_INCLUDE, pattern.to_str().unwrap());
+        let (node_bird, node_ctl) = start_bird(lab.bed.lb_ns(), &dir, "node", &node_conf);
+        BgpBed {
+            _node_bird: node_bird,
+            _router_bird: router_bird,
+            _rt_ns: rt_ns,
+            lab,
+            rt,
+            dir,
+            include,
+            router_ctl,
+            node_ctl,
+        }
+    }
+}
+
+/// Sluice's `[bgp]` section for `bed`, short timers (ends with a newline).
+fn bgp_section(include: &Path, node_ctl: &Path) -> String {
+    format!(
+        "[bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 200\nretry_ms = 200\ntimeout_ms = 3000\ncommunities = [\"65000:100\"]\n",
+        include.display(),
+        node_ctl.display(),
+    )
+}
+
 // ---------------------------------------------------------------------------------
 
 #[test]
 fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_failure_drain_and_sigterm(
 ) {
     require_root();
-    let mut lab = AppLab::new(1);
-    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
-    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    let mut bed = BgpBed::new();
+    let lab = &mut bed.lab;
+    let (rt, dir) = (bed.rt.clone(), bed.dir.clone());
+    let (include, router_ctl, node_ctl) = (&bed.include, &bed.router_ctl, &bed.node_ctl);
     let http = format!("0.0.0.0:{HTTP_PORT}");
-    lab.start_servers_with(&[("--http", &http)], |_| Vec::new());
-    let rt_ns = router_link(&lab.bed);
-    let rt = rt_ns.0.clone();
-    let dir = lab.dir.path().to_path_buf();
-    // Not written yet when BIRD starts: the sample's pattern matches nothing then.
-    let include = dir.join("bird-vips.conf");
-
-    let (_router_bird, router_ctl) = start_bird(&rt, &dir, "router", &sample("bird-router.conf"));
-    let node_conf = sample("bird-node.conf");
-    assert!(node_conf.contains(SAMPLE_INCLUDE));
-    let pattern = dir.join("bird-vips*.conf");
-    let node_conf = node_conf.replace(SAMPLE_INCLUDE, pattern.to_str().unwrap());
-    let (_node_bird, node_ctl) = start_bird(lab.bed.lb_ns(), &dir, "node", &node_conf);
-
     let rs = lab.bed.rs_ip(1).to_string();
     let toml = format!(
         "[health]\ncheck = \"tcp\"\ninterval_ms = 200\ntimeout_ms = 150\nfall = 2\nrise = 1\nretry_ms = 500\n\n\
-         [bgp]\ninclude = \"{}\"\nsocket = \"{}\"\npoll_ms = 200\nretry_ms = 200\ntimeout_ms = 3000\ncommunities = [\"65000:100\"]\n\
-         shutdown_grace_ms = {GRACE_MS}\n\n{}",
-        include.display(),
-        node_ctl.display(),
+         {}shutdown_grace_ms = {GRACE_MS}\n\n{}",
+        bgp_section(include, node_ctl),
         service_section("tcp", VIP, 80, "rr", &[], &[(&rs, HTTP_PORT, 1, "nat")])
     );
     let mut cfg = lab.daemon_config(
@@ -211,15 +260,15 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     let dump = || {
         format!(
             "router: {}\nnode: {}\ninclude: {}",
-            birdc(&router_ctl, &["show", "route", "all"]),
-            birdc(&node_ctl, &["show", "protocols"]),
-            std::fs::read_to_string(&include).unwrap_or_default()
+            birdc(router_ctl, &["show", "route", "all"]),
+            birdc(node_ctl, &["show", "protocols"]),
+            std::fs::read_to_string(include).unwrap_or_default()
         )
     };
 
     // Announced: the router's kernel and BIRD have it via the node.
     wait_route(&rt, true, "healthy server", &dump);
-    let shown = birdc(&router_ctl, &["show", "route", "all", &format!("{VIP}/32")]);
+    let shown = birdc(router_ctl, &["show", "route", "all", &format!("{VIP}/32")]);
     assert!(
         shown.contains(&format!("{VIP}/32"))
             && shown.contains(&format!("via {NODE_PEER}"))
@@ -244,7 +293,7 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     );
     // BFD at 100 ms x 3, on both sides.
     let bfd = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
-        let s = birdc(&router_ctl, &["show", "bfd", "sessions"]);
+        let s = birdc(router_ctl, &["show", "bfd", "sessions"]);
         s.lines()
             .any(|l| l.starts_with(NODE_PEER) && l.contains(" Up "))
             .then_some(s)
@@ -252,7 +301,7 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
     .unwrap_or_else(|| {
         panic!(
             "no BFD session up: {}",
-            birdc(&router_ctl, &["show", "bfd", "sessions"])
+            birdc(router_ctl, &["show", "bfd", "sessions"])
         )
     });
     assert!(bfd.contains("0.100") && bfd.contains("0.300"), "{bfd}");
@@ -357,9 +406,83 @@ fn bird_announces_the_vip_while_it_has_a_healthy_server_and_withdraws_it_on_fail
         "{}",
         daemon.dump()
     );
-    let left = std::fs::read_to_string(&include).unwrap();
+    let left = std::fs::read_to_string(include).unwrap();
     assert!(
         !left.contains("route "),
         "routes left in the include file:\n{left}"
+    );
+}
+
+#[test]
+fn a_vrrp_backup_announces_nothing_until_it_is_master() {
+    require_root();
+    let mut bed = BgpBed::new();
+    let lab = &mut bed.lab;
+    let rt = bed.rt.clone();
+    let (include, router_ctl, node_ctl) = (&bed.include, &bed.router_ctl, &bed.node_ctl);
+    let rs = lab.bed.rs_ip(1).to_string();
+    // Alone on its link, the node is backup for three adverts (7.5 s and its skew)
+    // before it becomes master: long enough for the BGP session to come up first.
+    let toml = format!(
+        "{}\n[vrrp]\nvrid = 61\npriority = 100\nadvert_interval_ms = 2500\n\n{}",
+        bgp_section(include, node_ctl),
+        service_section("tcp", VIP, 80, "rr", &[], &[(&rs, HTTP_PORT, 1, "nat")])
+    );
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    let start = Instant::now();
+    let dump = || {
+        format!(
+            "router: {}\nnode: {}\ninclude: {}\nvrrp: {}",
+            birdc(router_ctl, &["show", "route", "all"]),
+            birdc(node_ctl, &["show", "protocols"]),
+            std::fs::read_to_string(include).unwrap_or_default(),
+            daemon.vrrp()
+        )
+    };
+    let c = wait_for(Duration::from_secs(7), Duration::from_millis(100), || {
+        let c = cluster(&daemon);
+        (c["sessions"][0]["info"] == "Established" && c["in_sync"] == true).then_some(c)
+    })
+    .unwrap_or_else(|| panic!("no Established session in sync: {}", dump()));
+    assert_eq!(
+        daemon.vrrp()["state"],
+        "BACKUP",
+        "master {:?} after start, before the BGP session was up: nothing to check\n{}",
+        start.elapsed(),
+        dump()
+    );
+    // Backup, BGP established and BIRD in sync with Sluice's file: the router has
+    // nothing from the node.
+    assert_eq!(c["vrrp_backup"], true, "{c}");
+    assert_eq!(vip_reason(&c), "vrrp_backup", "{c}");
+    assert!(
+        !router_route(&rt).contains(&format!("via {NODE_PEER}")),
+        "a backup's route at the router: {}\n{}",
+        router_route(&rt),
+        dump()
+    );
+    let text = daemon.ctl(&["cluster"]).expect_success("cluster").stdout;
+    assert!(text.starts_with("node vrrp backup;"), "{text}");
+
+    // Master: the route comes.
+    let master = wait_for(Duration::from_secs(15), Duration::from_millis(50), || {
+        (daemon.vrrp()["state"] == "MASTER").then(|| start.elapsed())
+    })
+    .unwrap_or_else(|| panic!("never master: {}", dump()));
+    let took = wait_route(&rt, true, "VRRP master", &dump);
+    eprintln!("master {master:?} after start; the router had the route {took:?} later");
+    let c = cluster(&daemon);
+    assert_eq!(c["vrrp_backup"], false, "{c}");
+    assert_eq!(vip_reason(&c), serde_json::Value::Null, "{c}");
+    assert!(
+        daemon
+            .event_lines()
+            .iter()
+            .any(|l| l == &format!("lb=bgp vip={VIP} announce")),
+        "{:?}",
+        daemon.event_lines()
     );
 }

@@ -959,6 +959,7 @@ mod bgp_tests {
         let r = ClusterReport {
             draining: false,
             shutting_down: false,
+            vrrp_backup: false,
             socket: "/run/bird/bird.ctl".into(),
             include: "/run/sluice/bird-vips.conf".into(),
             in_sync: true,

@@ -1453,6 +1453,18 @@ impl Registry {
                 available: self.services.has_available_server(s),
             })
             .collect();
+        // A VRRP backup does not serve the VIPs: it leaves their routes to the master.
+        let backup = self.vrrp.as_ref().is_some_and(|v| !v.serving());
+        if node.set_vrrp_backup(backup) {
+            log::info!(
+                "bgp: VRRP {}",
+                if backup {
+                    "backup: the VIPs are withdrawn"
+                } else {
+                    "master: the VIPs may be announced"
+                }
+            );
+        }
         for line in node.tick(&services) {
             self.services.record(line);
         }

@@ -5,10 +5,11 @@ use crate::control::report::{BirdProtocol, ClusterReport};
 /// `birdc show protocols` last showed them, and every VIP with its reason when
 /// withdrawn.
 pub fn render_cluster(r: &ClusterReport) -> String {
-    let node = match (r.shutting_down, r.draining) {
-        (true, _) => "shutting down",
-        (false, true) => "draining",
-        (false, false) => "serving",
+    let node = match (r.shutting_down, r.draining, r.vrrp_backup) {
+        (true, _, _) => "shutting down",
+        (false, true, _) => "draining",
+        (false, false, true) => "vrrp backup",
+        (false, false, false) => "serving",
     };
     let mut out = format!(
         "node {node}; BIRD at {}, include {}: {} ({} configure(s), {} failure(s))\n",
@@ -71,6 +72,7 @@ mod tests {
         let r = ClusterReport {
             draining: true,
             shutting_down: false,
+            vrrp_backup: false,
             socket: "/run/bird/bird.ctl".into(),
             include: "/run/sluice/bird-vips.conf".into(),
             in_sync: true,
@@ -124,5 +126,24 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["vips"][1]["reason"], "service_gone");
         assert_eq!(serde_json::from_value::<ClusterReport>(json).unwrap(), r);
+        let backup = ClusterReport {
+            draining: false,
+            vrrp_backup: true,
+            vips: vec![VipReport {
+                vip: "198.18.5.1".into(),
+                services: 1,
+                announced: false,
+                reason: Some(Withdrawal::VrrpBackup),
+            }],
+            ..r
+        };
+        let text = render_cluster(&backup);
+        assert!(text.starts_with("node vrrp backup; BIRD at"), "{text}");
+        assert!(
+            text.contains("withdrawn: vrrp backup (1 service(s))"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&backup).unwrap();
+        assert_eq!(json["vips"][0]["reason"], "vrrp_backup");
     }
 }

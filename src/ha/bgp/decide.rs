@@ -11,6 +11,10 @@ pub enum Withdrawal {
     ShuttingDown,
     /// `sluicectl drain`: withdrawn for maintenance; connections are still forwarded.
     Draining,
+    /// With `[vrrp]` too: the node is VRRP backup, so the VIPs are not its to serve
+    /// (it neither owns nor answers for them); announcing them would draw their
+    /// traffic to a node that drops it.
+    VrrpBackup,
     /// No service has this VIP any more (deleted, or gone in a reload).
     ServiceGone,
     /// Every real server of every service on the VIP is evicted by its health check or
@@ -23,6 +27,7 @@ impl Withdrawal {
         match self {
             Withdrawal::ShuttingDown => "shutting down",
             Withdrawal::Draining => "draining",
+            Withdrawal::VrrpBackup => "vrrp backup",
             Withdrawal::ServiceGone => "service gone",
             Withdrawal::NoHealthyServer => "no healthy server",
         }
@@ -42,6 +47,8 @@ pub struct ServiceHealth {
 pub struct NodeState {
     pub draining: bool,
     pub shutting_down: bool,
+    /// VRRP runs on this node and it is not master.
+    pub vrrp_backup: bool,
 }
 
 /// The decision for one VIP.
@@ -57,9 +64,9 @@ pub struct VipDecision {
 /// Decides every VIP of `services`, and of `known` (the VIPs seen earlier in this run,
 /// so one whose last service went is reported as withdrawn, not forgotten), sorted by
 /// address. A VIP is announced when it has a service, one of its services has an
-/// available real server, and the node is neither draining nor shutting down. The
-/// reason given is the first that holds of: shutting down, draining, service gone,
-/// no healthy server.
+/// available real server, and the node is neither draining, nor shutting down, nor a
+/// VRRP backup. The reason given is the first that holds of: shutting down, draining,
+/// VRRP backup, service gone, no healthy server.
 pub fn decide(
     services: &[ServiceHealth],
     known: &BTreeSet<IpAddr>,
@@ -79,6 +86,8 @@ pub fn decide(
                 Some(Withdrawal::ShuttingDown)
             } else if node.draining {
                 Some(Withdrawal::Draining)
+            } else if node.vrrp_backup {
+                Some(Withdrawal::VrrpBackup)
             } else if count == 0 {
                 Some(Withdrawal::ServiceGone)
             } else if !available {
@@ -147,17 +156,39 @@ mod tests {
         let services = [svc("198.18.5.1", true), svc("198.18.5.2", false)];
         let draining = NodeState {
             draining: true,
-            shutting_down: false,
+            ..NodeState::default()
         };
         let d = decide(&services, &BTreeSet::new(), draining);
         assert!(d.iter().all(|v| v.withdrawn == Some(Withdrawal::Draining)));
         let both = NodeState {
             draining: true,
             shutting_down: true,
+            vrrp_backup: true,
         };
         let d = decide(&services, &BTreeSet::new(), both);
         assert!(d
             .iter()
             .all(|v| v.withdrawn == Some(Withdrawal::ShuttingDown)));
+    }
+
+    #[test]
+    fn a_vrrp_backup_withdraws_every_vip_until_it_is_master() {
+        let services = [svc("198.18.5.1", true), svc("198.18.5.2", false)];
+        let backup = NodeState {
+            vrrp_backup: true,
+            ..NodeState::default()
+        };
+        let d = decide(&services, &BTreeSet::new(), backup);
+        assert!(d
+            .iter()
+            .all(|v| v.withdrawn == Some(Withdrawal::VrrpBackup)));
+        let draining = NodeState {
+            draining: true,
+            ..backup
+        };
+        let d = decide(&services, &BTreeSet::new(), draining);
+        assert!(d.iter().all(|v| v.withdrawn == Some(Withdrawal::Draining)));
+        let master = decide(&services, &BTreeSet::new(), NodeState::default());
+        assert_eq!(master[0].withdrawn, None);
     }
 }

@@ -74,6 +74,9 @@ pub struct VipReport {
 pub struct ClusterReport {
     pub draining: bool,
     pub shutting_down: bool,
+    /// With `[vrrp]` too: the node is VRRP backup, so it announces nothing.
+    #[serde(default)]
+    pub vrrp_backup: bool,
     pub socket: String,
     pub include: String,
     /// Whether BIRD has accepted the include file for the current decision.
@@ -201,6 +204,14 @@ impl BgpNode {
         changed
     }
 
+    /// With `[vrrp]` too: whether the node is VRRP backup (every VIP withdrawn at the
+    /// next tick while it is); true when it changed anything.
+    pub fn set_vrrp_backup(&mut self, backup: bool) -> bool {
+        let changed = self.state.vrrp_backup != backup;
+        self.state.vrrp_backup = backup;
+        changed
+    }
+
     /// Starts the shutdown: every VIP is withdrawn at the next tick.
     pub fn begin_shutdown(&mut self) {
         if self.shutdown_at.is_none() {
@@ -234,6 +245,7 @@ impl BgpNode {
         ClusterReport {
             draining: self.state.draining,
             shutting_down: self.state.shutting_down,
+            vrrp_backup: self.state.vrrp_backup,
             socket: self.settings.socket.display().to_string(),
             include: self.settings.include.display().to_string(),
             in_sync: s.applied == self.generation,
@@ -326,6 +338,14 @@ mod tests {
         let text = std::fs::read_to_string(dir.path().join("vips.conf")).unwrap();
         assert!(!text.contains("route "), "{text}");
         node.set_draining(false);
+        assert!(node.set_vrrp_backup(true));
+        assert!(!node.set_vrrp_backup(true));
+        assert!(
+            node.tick(&up).is_empty(),
+            "already withdrawn (draining): no new event"
+        );
+        assert_eq!(node.report().vips[0].reason, Some(Withdrawal::VrrpBackup));
+        node.set_vrrp_backup(false);
         node.tick(&[svc("198.18.1.2", true)]);
         let r = node.report();
         assert_eq!(r.vips[0].reason, Some(Withdrawal::ServiceGone));
