@@ -73,11 +73,13 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         before it, wall time of the answer that ended it].
 
     e2e_apps.py ask ADDR PORT --source IP [--source IP]... [--rounds R] [--timeout S]
+                    [--ttl T]
         Which line-echo server (serve --echo) answers each client address: R rounds
         (default 1); in each, for every --source in the order given, one connection
         from that address (bound to IP, an ephemeral port), one line "A<round> IP",
         its answer (checked to be the echo), close. At most 1000 connections, every
-        socket operation bounded by --timeout. Prints one JSON object:
+        socket operation bounded by --timeout; --ttl sets the connections' IP TTL
+        (IP_TTL, from the SYN on). Prints one JSON object:
         {"answers": [{"source", "round", "server", "error"}], "seconds": ELAPSED}
         (server null and error set on a failure). Exit 0 when every one was answered.
 """
@@ -358,9 +360,22 @@ def cmd_udp(args):
 class LineConn:
     """A TCP connection exchanging lines, every operation bounded by `timeout`."""
 
-    def __init__(self, addr, port, timeout, source=None):
-        self.sock = socket.create_connection((addr, port), timeout=timeout,
-                                             source_address=(source, 0) if source else None)
+    def __init__(self, addr, port, timeout, source=None, ttl=None):
+        if ttl is None:
+            self.sock = socket.create_connection((addr, port), timeout=timeout,
+                                                 source_address=(source, 0) if source else None)
+        else:
+            # Every segment, the SYN included, leaves with this TTL (GTSM senders use 255).
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            if source:
+                self.sock.bind((source, 0))
+            try:
+                self.sock.connect((addr, port))
+            except OSError:
+                self.sock.close()
+                raise
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.rfile = self.sock.makefile("rb")
 
@@ -550,7 +565,7 @@ def cmd_ask(args):
             rec = {"source": src, "round": r, "server": None, "error": None}
             conn = None
             try:
-                conn = LineConn(args.addr, args.port, args.timeout, source=src)
+                conn = LineConn(args.addr, args.port, args.timeout, source=src, ttl=args.ttl)
                 rec["server"], rec["error"] = conn.ask(f"A{r} {src}")
             except OSError as e:
                 rec["error"] = repr(e)
@@ -617,6 +632,7 @@ def main():
     a.add_argument("--source", action="append", required=True)
     a.add_argument("--rounds", type=int, default=1)
     a.add_argument("--timeout", type=float, default=2.0)
+    a.add_argument("--ttl", type=int)
     args = p.parse_args()
     return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap,
             "stream": cmd_stream, "ask": cmd_ask,
