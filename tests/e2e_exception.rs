@@ -11,10 +11,11 @@
 //!   held to the configured rate: `exception_punted` grows by about rate x seconds,
 //!   `exception_rate_limited` takes the rest; requests through the VIP all succeed
 //!   meanwhile, and the listener answers again once the flood ends.
-//! - During the flood, connections from the client to a second listener on the BGP
-//!   port (179) with IP TTL 255, as BIRD's `ttl security on` sends, all complete:
-//!   their frames take the control budget (`exception_punted_control`), which the
-//!   flood (TTL 64) cannot spend.
+//! - During the flood, with IP TTL 255 (as BFD and BIRD's `ttl security on` send):
+//!   5 connections to a second listener on the BGP port (179) complete, and 60 UDP
+//!   exchanges with a kernel echo socket on BFD's port (3784), at ~500/s, all get
+//!   their answer, far beyond the rate the flood holds: their frames take the control
+//!   budget (`exception_punted_control`), which the flood (TTL 64) cannot spend.
 //!
 //! About 15 s. Run: `cargo test --release --test integration e2e_exception::` (as root).
 
@@ -35,6 +36,12 @@ const FLOOD_SECONDS: f64 = 3.0;
 
 /// The kernel's listener on the BGP port, asked with TTL 255.
 const BGP_PORT: u16 = 179;
+/// The kernel's UDP echo socket on BFD's single-hop port.
+const BFD_PORT: u16 = 3784;
+/// UDP exchanges with it during the flood, with TTL 255: more than the rate's bucket
+/// and refill could pass in their time (~0.1 s), fewer than the control budget's
+/// bucket (100).
+const BFD_EXCHANGES: u64 = 60;
 
 /// `e2e_apps.py ask` from the client to the kernel's listener on `listen_port`,
 /// `rounds` connections, each operation within `timeout` seconds, with IP TTL `ttl`
@@ -150,6 +157,8 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
             &format!("{APPLIANCE}:{LISTEN_PORT}"),
             "--echo",
             &format!("{APPLIANCE}:{BGP_PORT}"),
+            "--udp",
+            &format!("{APPLIANCE}:{BFD_PORT}"),
         ],
     );
     listener.wait_until(Duration::from_secs(15), "listener ready", || ready.exists());
@@ -195,6 +204,26 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
     // segments (SYN, ACK, data, FIN) take the control budget. Without it, one SYN in
     // twenty would pass, and a connect waits 1 s before its first retry.
     let (answered, bgp) = ask_listener(&lab, BGP_PORT, 5, "1", Some(255));
+    let bfd = lab
+        .bed
+        .exec(
+            lab.bed.client_ns(),
+            &[
+                PYTHON,
+                &AppLab::apps(),
+                "udp",
+                APPLIANCE,
+                &BFD_PORT.to_string(),
+                "--count",
+                &BFD_EXCHANGES.to_string(),
+                "--timeout",
+                "0.1",
+                "--ttl",
+                "255",
+            ],
+            Duration::from_secs(30),
+        )
+        .stdout;
     let bgp_done = t0.elapsed().as_secs_f64();
     let during = lab.curl(&format!("http://{VIP}/"), 30, 4, &[]);
     let exit = flood.wait_exit(Duration::from_secs(30));
@@ -219,15 +248,23 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
         "BGP with TTL 255 during the flood: {bgp}\n{}",
         daemon.dump()
     );
+    let bfd: Value = serde_json::from_str(bfd.trim()).unwrap_or_default();
+    assert_eq!(
+        bfd["ok"].as_u64(),
+        Some(BFD_EXCHANGES),
+        "UDP to BFD's port with TTL 255 during the flood: {bfd}\n{}",
+        daemon.dump()
+    );
     assert!(
         bgp_done < flood_s,
-        "the BGP connections ended at {bgp_done:.2} s, after the {flood_s} s flood"
+        "the BGP and BFD exchanges ended at {bgp_done:.2} s, after the {flood_s} s flood"
     );
     let delta = |name: &str| event_count(&after, name) - event_count(&before, name);
     let control = delta("exception_punted_control");
     assert!(
-        control >= 5 * 3,
-        "the BGP connections' segments took the control budget: {control}"
+        control >= 5 * 3 + BFD_EXCHANGES,
+        "the BGP connections' segments and the BFD datagrams took the control budget: \
+         {control}"
     );
     // The control budget's frames come on top of the rate.
     let punted = delta("exception_punted") - control;

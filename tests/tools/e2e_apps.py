@@ -39,9 +39,10 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         {"ok": N_OK, "bodies": {BODY: COUNT}, "failures": ["...", ...],
          "seconds": ELAPSED}. Exit 0 when every request succeeded.
 
-    e2e_apps.py udp ADDR PORT --count N [--sport-base P] [--timeout S]
+    e2e_apps.py udp ADDR PORT --count N [--sport-base P] [--timeout S] [--ttl T]
         N UDP exchanges, each from a new socket (source port P+i when --sport-base is
-        given, an ephemeral one otherwise): send b"ping I", wait for one reply.
+        given, an ephemeral one otherwise; IP TTL T with --ttl): send b"ping I", wait
+        for one reply.
         Prints one JSON object: {"ok": N_OK, "replies": ["...", ...], "failures": [...],
         "last_reply_at": UNIX_TIME}. Exit 0 when every exchange got its reply.
 
@@ -337,6 +338,8 @@ def cmd_udp(args):
         s = socket.socket(socket.AF_INET6 if ":" in args.addr else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if args.ttl is not None:
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, args.ttl)
             if args.sport_base:
                 s.bind(("", args.sport_base + i))
             s.settimeout(args.timeout)
@@ -606,6 +609,7 @@ def main():
     u.add_argument("--count", type=int, required=True)
     u.add_argument("--sport-base", type=int, default=0)
     u.add_argument("--timeout", type=float, default=2.0)
+    u.add_argument("--ttl", type=int)
     st = sub.add_parser("stream")
     st.add_argument("addr")
     st.add_argument("port", type=int)
