@@ -39,10 +39,11 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         {"ok": N_OK, "bodies": {BODY: COUNT}, "failures": ["...", ...],
          "seconds": ELAPSED}. Exit 0 when every request succeeded.
 
-    e2e_apps.py udp ADDR PORT --count N [--sport-base P] [--timeout S] [--ttl T]
+    e2e_apps.py udp ADDR PORT --count N [--sport-base P] [--timeout S] [--ttl T] [--burst]
         N UDP exchanges, each from a new socket (source port P+i when --sport-base is
         given, an ephemeral one otherwise; IP TTL T with --ttl): send b"ping I", wait
-        for one reply.
+        for one reply. With --burst, one socket sends the N datagrams back to back,
+        then takes the replies until none came for --timeout.
         Prints one JSON object: {"ok": N_OK, "replies": ["...", ...], "failures": [...],
         "last_reply_at": UNIX_TIME}. Exit 0 when every exchange got its reply.
 
@@ -332,6 +333,8 @@ def cmd_curl(args):
 
 
 def cmd_udp(args):
+    if args.burst:
+        return udp_burst(args)
     replies, failures = [], []
     last = None
     for i in range(args.count):
@@ -356,6 +359,33 @@ def cmd_udp(args):
             failures.append(f"#{i}: {e}")
         finally:
             s.close()
+    print(json.dumps({"ok": len(replies), "replies": replies, "failures": failures, "last_reply_at": last}))
+    return 0 if not failures else 1
+
+
+def udp_burst(args):
+    """`udp --burst`: the N datagrams back to back from one socket, then the echoes
+    until --timeout passes without one."""
+    s = socket.socket(socket.AF_INET6 if ":" in args.addr else socket.AF_INET, socket.SOCK_DGRAM)
+    if args.ttl is not None:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, args.ttl)
+    s.connect((args.addr, args.port))
+    sent = [f"ping {i}".encode() for i in range(args.count)]
+    for msg in sent:
+        s.send(msg)
+    s.settimeout(args.timeout)
+    echoed, last = set(), None
+    while True:
+        try:
+            data = s.recv(65535)
+        except socket.timeout:
+            break
+        _, _, msg = data.partition(b" ")
+        echoed.add(msg)
+        last = time.time()
+    s.close()
+    replies = sorted(m.decode() for m in echoed if m in set(sent))
+    failures = [m.decode() for m in sent if m not in echoed]
     print(json.dumps({"ok": len(replies), "replies": replies, "failures": failures, "last_reply_at": last}))
     return 0 if not failures else 1
 
@@ -610,6 +640,7 @@ def main():
     u.add_argument("--sport-base", type=int, default=0)
     u.add_argument("--timeout", type=float, default=2.0)
     u.add_argument("--ttl", type=int)
+    u.add_argument("--burst", action="store_true")
     st = sub.add_parser("stream")
     st.add_argument("addr")
     st.add_argument("port", type=int)
