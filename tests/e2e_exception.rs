@@ -17,7 +17,7 @@
 //!   6 times the rate's bucket: their frames take the control budget
 //!   (`exception_punted_control`, bucket 100), which the flood (TTL 64) cannot spend.
 //!
-//! About 15 s. Run: `cargo test --release --test integration e2e_exception::` (as root).
+//! About 7 s. Run: `cargo test --release --test integration e2e_exception::` (as root).
 
 use crate::common::*;
 use serde_json::Value;
