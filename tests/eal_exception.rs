@@ -11,6 +11,9 @@
 //!   another address does not.
 //! - A burst of 100 datagrams to the port's address at a rate of 50/s: the bucket
 //!   (8) goes up, the rest is `exception_rate_limited`.
+//! - Then 30 BFD datagrams and 30 SYNs to port 22, all with TTL 255, at once: the
+//!   BFD ones all go up on the control budget (`exception_punted_control`), the SYNs
+//!   get no more than the rate's refill.
 //!
 //! One test function only: the EAL initialises once per process.
 mod common;
@@ -58,6 +61,15 @@ fn syn6(buf: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr) -> usize {
     let c = checksum::finish(sum);
     tcp[16..18].copy_from_slice(&c.to_be_bytes());
     74
+}
+
+/// Sets an IPv4 frame's TTL to 255 (as GTSM senders and BFD do), its header
+/// checksum redone.
+fn ttl_255(frame: &mut [u8]) {
+    frame[22] = 255;
+    frame[24..26].fill(0);
+    let c = checksum::finish(checksum::sum(&frame[14..34]));
+    frame[24..26].copy_from_slice(&c.to_be_bytes());
 }
 
 /// An IPv4 packet of protocol 89 (OSPF) from `src` to `dst`, 20 bytes of payload.
@@ -280,6 +292,54 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     assert_eq!(
         counters.drops_snapshot()[DropReason::ExceptionRingFull as usize],
         0
+    );
+
+    // The control budget: 30 BFD datagrams and 30 SSH SYNs at once, all with TTL 255,
+    // the rate's bucket still spent: every BFD one goes up, on the control budget;
+    // the SYNs get no priority, the rate's refill at most.
+    let control0 = counters.events_snapshot()[Event::ExceptionPuntedControl as usize];
+    let limited0 = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize];
+    let mut sent = 0;
+    let mut up = 0;
+    while sent < 60 {
+        let room = (60 - sent).min(16);
+        assert!(out.alloc_from(&pool, room));
+        for i in 0..room {
+            let n = sent + i;
+            out.set_packet_len(i, frames::MAX_FRAME as u16);
+            let b = out.packet_mut(i);
+            let len = if n % 2 == 0 {
+                frames::udp_datagram(b, &e(50000 + n as u16, lb_ip, 3784, LB_MAC), b"bfd")
+            } else {
+                frames::tcp_segment(b, &e(50000 + n as u16, lb_ip, 22, LB_MAC), 1, 0, SYN, &[])
+            };
+            ttl_255(b);
+            out.set_packet_len(i, len as u16);
+        }
+        sent += ptx.tx(&mut out);
+        out.free_all();
+        let mut got = Burst::new();
+        up += kernel.dequeue(&mut got);
+        got.free_all();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while counters.rx_packets.load(Ordering::Relaxed) < handled + 160 {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not take the burst"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let mut got = Burst::new();
+    up += kernel.dequeue(&mut got);
+    got.free_all();
+    let control = counters.events_snapshot()[Event::ExceptionPuntedControl as usize] - control0;
+    let limited = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize] - limited0;
+    assert_eq!(control, 30, "the BFD datagrams, on the control budget");
+    assert!(
+        (30..=33).contains(&up) && up as u64 + limited == 60,
+        "{up} up ({control} control), {limited} rate-limited"
     );
 
     stop.store(true, Ordering::SeqCst);

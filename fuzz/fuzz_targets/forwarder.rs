@@ -131,7 +131,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             Action::Punt => 4,
             Action::Hold(_) => 5,
             Action::AwaitServer(_) => 6,
-            Action::Exception => 7,
+            Action::Exception(_) => 7,
         }] += 1;
         let out = burst.packet(0).to_vec();
         let room = burst.packet_with_tailroom_mut(0).len();

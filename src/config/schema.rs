@@ -16,6 +16,7 @@ use super::{
     LcoreConfig, LoopbackConfig, PortConfig, PortDevice, RealServerConfig, ServiceConfig,
     SessionsConfig, SorryServerConfig, SyncSettings, TimeoutsConfig, VrrpSettings,
 };
+use crate::dataplane::exception;
 use crate::health::spec::{
     AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig, MAX_PATH_LEN,
 };
@@ -810,7 +811,22 @@ fn read_exception(t: &Table, port: &str, source: &Source) -> Check<Option<Except
         kind,
         interface,
         rate: e.or("rate", ExceptionConfig::DEFAULT_RATE, |f| {
-            f.int(1..=10_000_000)
+            let max = exception::MAX_RATE;
+            let n: i64 = f.int(i64::MIN..=i64::MAX)?;
+            if n < 1 {
+                return Err(f.invalid(format!("{n} is out of range (1..={max})")));
+            }
+            if n > i64::from(max) {
+                return Err(f.invalid(format!(
+                    "{n} frames/s is more than the management core writes to the kernel \
+                     interface: at most {max} ({} frames per 5 ms tick, {}/s, less the \
+                     {}/s of the control budget for BGP, BFD and ARP)",
+                    exception::FRAMES_PER_TICK,
+                    exception::FRAMES_PER_TICK * exception::TICKS_PER_SECOND,
+                    exception::CONTROL_RATE
+                )));
+            }
+            Ok(n as u32)
         })?,
         ring_size,
         kind_line: source.line(kind_field.node.start()),

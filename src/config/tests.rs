@@ -3120,8 +3120,24 @@ fn exception_interfaces() {
         &s("kind = \"tap\"\nrate = 0"),
         27,
         "ports[1].exception.rate",
-        "out of range",
+        "0 is out of range (1..=11800)",
     );
+    // The management core writes 64 frames per 5 ms tick to the interface (12800/s),
+    // 1000/s of which are the control budget's: a higher rate could never be met.
+    let cfg = parse(&s("kind = \"tap\"\nrate = 11800")).unwrap();
+    assert_eq!(cfg.ports[1].exception.as_ref().unwrap().rate, 11_800);
+    for rate in ["11801", "10000000"] {
+        assert_rejected(
+            &s(&format!("kind = \"tap\"\nrate = {rate}")),
+            27,
+            "ports[1].exception.rate",
+            &format!(
+                "{rate} frames/s is more than the management core writes to the kernel \
+                 interface: at most 11800 (64 frames per 5 ms tick, 12800/s, less the \
+                 1000/s of the control budget for BGP, BFD and ARP)"
+            ),
+        );
+    }
     assert_rejected(
         &s("kind = \"tap\"\nring_size = 1000"),
         27,

@@ -7,6 +7,7 @@
 //! never on a worker.
 use crate::config::{ExceptionConfig, ExceptionKind, PortConfig};
 use crate::control::report::status::{ExceptionCounts as Counts, ExceptionStatus};
+use crate::dataplane::exception::BURSTS_PER_TICK;
 use crate::dataplane::mesh::Injected;
 use crate::dpdk::{
     Burst, Eal, Mempool, PacketRing, Port, PortSettings, RingConsumer, RingProducer, RxQueue,
@@ -115,23 +116,27 @@ impl KernelInterface {
     }
 
     /// One management tick: the workers' frames into the interface, the kernel's onto
-    /// the inject ring. At most a ring's worth each way, so a tick stays short.
+    /// the inject ring. At most `exception::FRAMES_PER_TICK` each way (a syscall per
+    /// frame), so a flood cannot stretch the tick that also runs health checks, VRRP,
+    /// BGP and control requests; the rest waits in the ring (or the interface's queue)
+    /// for the next tick.
     pub fn pump(&mut self, inject: &RingProducer) {
-        let budget = self.config.ring_size as usize;
         let mut burst = Burst::new();
-        let mut moved = 0;
-        while moved < budget && self.punted.dequeue(&mut burst) > 0 {
+        for _ in 0..BURSTS_PER_TICK {
+            if self.punted.dequeue(&mut burst) == 0 {
+                break;
+            }
             let queued = burst.len();
-            moved += queued;
             let sent = self.tx.tx(&mut burst);
             self.counts.to_kernel += sent as u64;
             self.counts.to_kernel_lost += (queued - sent) as u64;
             burst.free_all();
         }
-        let mut moved = 0;
-        while moved < budget && self.rx.rx(&mut burst) > 0 {
-            let got = burst.len();
-            moved += got;
+        for _ in 0..BURSTS_PER_TICK {
+            let got = self.rx.rx(&mut burst);
+            if got == 0 {
+                break;
+            }
             for i in 0..got {
                 burst.set_user_tag(i, Injected::Kernel.tag());
                 burst.set_port(i, self.port_index);

@@ -103,10 +103,13 @@ pub enum Event {
     ExceptionPunted,
     /// A frame the kernel wrote to a port's kernel interface was sent out of the port.
     ExceptionInjected,
+    /// Of the frames `ExceptionPunted` counts, one taken on the port's control budget
+    /// (BGP/BFD with TTL 255, ARP, neighbour discovery: `dataplane::exception::Punt`).
+    ExceptionPuntedControl,
 }
 
 impl Event {
-    pub const COUNT: usize = 39;
+    pub const COUNT: usize = 40;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -147,6 +150,7 @@ impl Event {
         Event::IcmpErrorSuppressed,
         Event::ExceptionPunted,
         Event::ExceptionInjected,
+        Event::ExceptionPuntedControl,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -189,6 +193,7 @@ impl Event {
             Event::IcmpErrorSuppressed => "icmp_errors_suppressed",
             Event::ExceptionPunted => "exception_punted",
             Event::ExceptionInjected => "exception_injected",
+            Event::ExceptionPuntedControl => "exception_punted_control",
         }
     }
 }

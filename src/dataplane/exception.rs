@@ -9,11 +9,87 @@
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::dataplane::forwarder::admission::ErrorLimiter;
 use crate::dataplane::local::LocalResponder;
-use crate::dpdk::{Burst, SharedProducer};
+use crate::dpdk::{Burst, SharedProducer, BURST_SIZE};
 use crate::flow::parse::{Ipv6Payload, PacketKind};
 use crate::model::DropReason;
 use crate::service::admission::RateLimit;
 use std::net::Ipv6Addr;
+
+/// Bursts the management core moves each way per tick and port: its writes to the
+/// interface are a syscall per frame (~23 us each measured on a 2-CPU VM,
+/// perf/results/exception.md), so 64 frames each way keep a tick's exception work
+/// near 1.5 ms per direction, well inside the 5 ms tick. The rest waits in the ring.
+pub const BURSTS_PER_TICK: usize = 2;
+/// Frames the management core moves each way per tick and port.
+pub const FRAMES_PER_TICK: u32 = (BURSTS_PER_TICK * BURST_SIZE) as u32;
+/// Management ticks per second at most (a tick sleeps 5 ms after its work).
+pub const TICKS_PER_SECOND: u32 = 200;
+/// The control budget of a port, frames per second over all workers (each takes its
+/// share): BFD at 10 ms intervals on a few sessions, BGP keepalives and updates,
+/// ARP and neighbour discovery fit many times over.
+pub const CONTROL_RATE: u32 = 1000;
+/// The highest `[ports.exception] rate`: what the management core moves per second
+/// (`FRAMES_PER_TICK` x `TICKS_PER_SECOND`) less the control budget, so a flood at
+/// the full rate still leaves the control frames room in the ring.
+pub const MAX_RATE: u32 = FRAMES_PER_TICK * TICKS_PER_SECOND - CONTROL_RATE;
+
+/// TCP port of BGP.
+const BGP_PORT: u16 = 179;
+/// UDP ports of BFD: single-hop control (RFC 5881), echo, multihop (RFC 5883).
+const BFD_PORTS: [u16; 3] = [3784, 3785, 4784];
+/// The TTL (hop limit) a frame from a neighbour on the link arrives with when sent
+/// with the most (GTSM, RFC 5082): a sender further away cannot reach it.
+const GTSM_TTL: u8 = 255;
+
+/// Which of a port's two punt budgets a frame for the kernel draws on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Punt {
+    /// The port's `rate`, shared with whatever else comes to the appliance's
+    /// address, a flood included.
+    General,
+    /// The control budget first ([`CONTROL_RATE`]), then the general one: frames
+    /// only a neighbour on the link can send, which the kernel's routing needs.
+    Control,
+}
+
+/// The budget a frame [`for_kernel`] passed draws on: [`Punt::Control`] for frames no
+/// one beyond the link can forge, which the appliance's routing depends on:
+///
+/// - BGP (TCP from or to port 179) and BFD (UDP to 3784, 3785, 4784) arriving with
+///   TTL (IPv6: hop limit) 255: single-hop BFD is always sent so (RFC 5881), BGP
+///   with GTSM (`ttl security on` in BIRD); every router on the way lowers it, so a
+///   remote flood cannot carry it, whatever it forges;
+/// - ARP replies, which no router forwards, and neighbour discovery (ICMPv6 133 to
+///   137, which the kernel accepts only with hop limit 255 anyway).
+///
+/// The rest, including BGP with a lower TTL: [`Punt::General`]. `frame` is the whole
+/// frame, `l3` the offset of its IP header.
+pub fn punt_class(kind: &PacketKind, frame: &[u8], l3: usize) -> Punt {
+    // IPv4 TTL at byte 8 of the header, IPv6 hop limit at byte 7.
+    let ttl_at = |offset: usize| frame.get(l3 + offset).copied() == Some(GTSM_TTL);
+    let control = match *kind {
+        PacketKind::Arp => true,
+        PacketKind::Tcp { key, .. } => {
+            (key.dport == BGP_PORT || key.sport == BGP_PORT) && ttl_at(8)
+        }
+        PacketKind::Udp { key } => BFD_PORTS.contains(&key.dport) && ttl_at(8),
+        PacketKind::Icmp { .. } | PacketKind::OtherIpv4 { .. } => false,
+        PacketKind::Ipv6(payload) => {
+            let ours = match payload {
+                Ipv6Payload::Tcp { sport, dport, .. } => sport == BGP_PORT || dport == BGP_PORT,
+                Ipv6Payload::Udp { dport, .. } => BFD_PORTS.contains(&dport),
+                Ipv6Payload::Icmp { icmp_type, .. } => (133..=137).contains(&icmp_type.0),
+                Ipv6Payload::Other { .. } => false,
+            };
+            ours && ttl_at(7)
+        }
+    };
+    if control {
+        Punt::Control
+    } else {
+        Punt::General
+    }
+}
 
 /// Whether a frame unicast to the port's MAC, which the forwarder dropped for
 /// `reason`, is the kernel's instead: traffic for the port's own addresses that Sluice
@@ -73,65 +149,128 @@ pub fn for_kernel(
     }
 }
 
-/// A worker's end of one port's exception path: the ring to the management core and
-/// this worker's share of the port's rate limit.
-pub struct ExceptionLink {
-    ring: SharedProducer,
-    limiter: ErrorLimiter,
-    /// This burst's frames for the kernel, handed to the ring once per burst.
-    pending: Burst,
+/// One worker's shares of a port's two punt budgets (GCRA on the worker's TSC): the
+/// general `rate`, and [`CONTROL_RATE`] for [`Punt::Control`] frames.
+pub struct PuntBudgets {
+    general: ErrorLimiter,
+    control: ErrorLimiter,
 }
 
-impl ExceptionLink {
+impl PuntBudgets {
     /// `rate` frames per second over all `workers` (each worker takes its share, with
-    /// bursts of a twentieth of a second), at `tsc_hz`.
-    pub fn new(ring: SharedProducer, rate: u32, workers: usize, tsc_hz: u64) -> ExceptionLink {
-        let limit = RateLimit {
+    /// bursts of a twentieth of a second), and [`CONTROL_RATE`] more for control
+    /// frames (bursts of a tenth of a second), at `tsc_hz`.
+    pub fn new(rate: u32, workers: usize, tsc_hz: u64) -> PuntBudgets {
+        let general = RateLimit {
             rate: rate.max(1),
             burst: (rate / 20).max(8),
             prefix_len: 32,
         };
-        ExceptionLink {
-            ring,
-            limiter: ErrorLimiter::new(limit.per_worker(workers, tsc_hz)),
-            pending: Burst::new(),
+        let control = RateLimit {
+            rate: CONTROL_RATE,
+            burst: CONTROL_RATE / 10,
+            prefix_len: 32,
+        };
+        PuntBudgets {
+            general: ErrorLimiter::new(general.per_worker(workers, tsc_hz)),
+            control: ErrorLimiter::new(control.per_worker(workers, tsc_hz)),
         }
     }
 
-    /// Takes frame `i` of `rx` for the kernel if the rate limit allows it at `now`
-    /// (TSC); otherwise the reason to drop it for (it stays in `rx`).
+    /// The budget a frame of class `punt` is taken on at `now` (TSC), if any: a
+    /// control frame the control budget while it lasts, then (as any other) the
+    /// general one.
     #[inline]
-    pub fn take(&mut self, rx: &mut Burst, i: usize, now: u64) -> Result<(), DropReason> {
-        if !self.limiter.allow(now) {
-            return Err(DropReason::ExceptionRateLimited);
+    pub fn admit(&mut self, punt: Punt, now: u64) -> Option<Punt> {
+        if punt == Punt::Control && self.control.allow(now) {
+            Some(Punt::Control)
+        } else if self.general.allow(now) {
+            Some(Punt::General)
+        } else {
+            None
         }
-        if !rx.move_to(i, &mut self.pending) {
+    }
+}
+
+/// A worker's end of one port's exception path: the ring to the management core and
+/// this worker's shares of the port's budgets.
+pub struct ExceptionLink {
+    ring: SharedProducer,
+    budgets: PuntBudgets,
+    /// This burst's frames for the kernel, handed to the ring once per burst.
+    pending: Burst,
+    /// Those of them taken on the control budget, handed to the ring first.
+    pending_control: Burst,
+}
+
+impl ExceptionLink {
+    /// The budgets of [`PuntBudgets::new`] for `rate` over `workers`.
+    pub fn new(ring: SharedProducer, rate: u32, workers: usize, tsc_hz: u64) -> ExceptionLink {
+        ExceptionLink {
+            ring,
+            budgets: PuntBudgets::new(rate, workers, tsc_hz),
+            pending: Burst::new(),
+            pending_control: Burst::new(),
+        }
+    }
+
+    /// Takes frame `i` of `rx`, of class `punt`, for the kernel if a budget allows it
+    /// at `now` (TSC, [`PuntBudgets::admit`]); otherwise the reason to drop it for (it
+    /// stays in `rx`).
+    #[inline]
+    pub fn take(
+        &mut self,
+        rx: &mut Burst,
+        i: usize,
+        punt: Punt,
+        now: u64,
+    ) -> Result<(), DropReason> {
+        let to = match self.budgets.admit(punt, now) {
+            Some(Punt::Control) => &mut self.pending_control,
+            Some(Punt::General) => &mut self.pending,
+            None => return Err(DropReason::ExceptionRateLimited),
+        };
+        if !rx.move_to(i, to) {
             // Cannot happen: pending is emptied after every burst, which it fits.
             return Err(DropReason::ExceptionRingFull);
         }
         Ok(())
     }
 
-    /// Hands this burst's frames to the ring; what it refuses is counted and freed.
+    /// Hands this burst's frames to the ring, the control budget's first; what it
+    /// refuses is counted and freed.
     #[inline]
     pub fn flush(&mut self, counters: &WorkerCounters) {
-        if self.pending.is_empty() {
-            return;
+        if !self.pending_control.is_empty() {
+            let taken = Self::hand(&self.ring, &mut self.pending_control, counters);
+            counters.event_n(Event::ExceptionPuntedControl, taken as u64);
         }
-        let taken = self.ring.enqueue(&mut self.pending);
+        if !self.pending.is_empty() {
+            Self::hand(&self.ring, &mut self.pending, counters);
+        }
+    }
+
+    /// Enqueues `pending` on `ring`, counts and frees what it refused; how many it took.
+    #[inline]
+    fn hand(ring: &SharedProducer, pending: &mut Burst, counters: &WorkerCounters) -> usize {
+        let taken = ring.enqueue(pending);
         counters.event_n(Event::ExceptionPunted, taken as u64);
-        for _ in 0..self.pending.len() {
+        for _ in 0..pending.len() {
             counters.drop(DropReason::ExceptionRingFull);
         }
-        self.pending.free_all();
+        pending.free_all();
+        taken
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::emulator::frames::{self, Endpoints};
+    use crate::flow::parse::classify;
     use crate::flow::FlowKey4;
     use crate::model::Protocol;
+    use crate::wire::checksum;
     use crate::wire::icmp;
     use crate::wire::icmpv6;
     use crate::wire::tcp::TcpFlags;
@@ -268,5 +407,190 @@ mod tests {
         assert!(for_kernel(R::NdiscAdvert, &na, Some(link_local), &p));
         assert!(!for_kernel(R::NdiscAdvert, &na, Some(other), &p));
         assert!(!for_kernel(R::BadIcmpv6Checksum, &na, Some(ours), &p));
+    }
+
+    const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    /// The TTL of an IPv4 frame from `emulator::frames` (which writes 64) set to
+    /// `ttl`, the header checksum redone.
+    fn with_ttl(mut frame: Vec<u8>, ttl: u8) -> Vec<u8> {
+        frame[22] = ttl;
+        frame[24..26].fill(0);
+        let c = checksum::finish(checksum::sum(&frame[14..34]));
+        frame[24..26].copy_from_slice(&c.to_be_bytes());
+        frame
+    }
+
+    fn endpoints(sport: u16, dport: u16) -> Endpoints {
+        Endpoints {
+            src_mac: PEER_MAC,
+            dst_mac: LB_MAC,
+            src: CLIENT,
+            dst: PORT,
+            sport,
+            dport,
+        }
+    }
+
+    /// A SYN from the client to the port's address, `sport` to `dport`, with `ttl`.
+    fn syn_frame(sport: u16, dport: u16, ttl: u8) -> Vec<u8> {
+        let mut b = vec![0; frames::MAX_FRAME];
+        let n = frames::tcp_segment(&mut b, &endpoints(sport, dport), 1, 0, 0x02, &[]);
+        b.truncate(n);
+        with_ttl(b, ttl)
+    }
+
+    /// A datagram from the client to the port's address, `sport` to `dport`, `ttl`.
+    fn udp_frame(sport: u16, dport: u16, ttl: u8) -> Vec<u8> {
+        let mut b = vec![0; frames::MAX_FRAME];
+        let n = frames::udp_datagram(&mut b, &endpoints(sport, dport), b"bfd");
+        b.truncate(n);
+        with_ttl(b, ttl)
+    }
+
+    /// An IPv6 frame from fe80::2 to the port's 2001:db8::1 with hop limit `hops`
+    /// carrying `l4` (next header `proto`), its checksum filled in at `sum_at`.
+    fn ipv6_frame(proto: u8, hops: u8, mut l4: Vec<u8>, sum_at: usize) -> Vec<u8> {
+        let (src, dst): (Ipv6Addr, Ipv6Addr) =
+            ("fe80::2".parse().unwrap(), "2001:db8::1".parse().unwrap());
+        let pseudo = checksum::pseudo_header_sum_v6(src, dst, proto, l4.len() as u32);
+        let c = checksum::finish(pseudo + checksum::sum(&l4));
+        l4[sum_at..sum_at + 2].copy_from_slice(&c.to_be_bytes());
+        let mut b = Vec::new();
+        b.extend_from_slice(&LB_MAC);
+        b.extend_from_slice(&PEER_MAC);
+        b.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+        b.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+        b.extend_from_slice(&[proto, hops]);
+        b.extend_from_slice(&src.octets());
+        b.extend_from_slice(&dst.octets());
+        b.extend_from_slice(&l4);
+        b
+    }
+
+    fn syn6_frame(dport: u16, hops: u8) -> Vec<u8> {
+        let mut tcp = vec![0; 20];
+        tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = 0x02;
+        tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
+        ipv6_frame(6, hops, tcp, 16)
+    }
+
+    fn udp6_frame(dport: u16, hops: u8) -> Vec<u8> {
+        let mut udp = vec![0; 12];
+        udp[0..2].copy_from_slice(&49152u16.to_be_bytes());
+        udp[2..4].copy_from_slice(&dport.to_be_bytes());
+        udp[4..6].copy_from_slice(&12u16.to_be_bytes());
+        ipv6_frame(17, hops, udp, 6)
+    }
+
+    /// A Neighbor Advertisement for the client's fe80::2.
+    fn na6_frame(hops: u8) -> Vec<u8> {
+        let mut na = vec![0; 24];
+        na[0] = 136;
+        na[4] = 0x60;
+        na[8..24].copy_from_slice(&"fe80::2".parse::<Ipv6Addr>().unwrap().octets());
+        ipv6_frame(58, hops, na, 2)
+    }
+
+    /// The class of a frame as the forwarder finds it: the parser's view of it.
+    fn class_of(frame: &[u8]) -> Punt {
+        let parsed = classify(frame).unwrap_or_else(|r| panic!("{r:?}: {frame:02x?}"));
+        punt_class(&parsed.kind, frame, parsed.l3)
+    }
+
+    #[test]
+    fn bgp_and_bfd_with_ttl_255_arp_and_nd_are_control_the_rest_general() {
+        use Punt::{Control, General};
+        // BGP from or to port 179 and BFD (single-hop, echo, multihop) sent with
+        // TTL 255: only a neighbour on the link can deliver them so.
+        assert_eq!(class_of(&syn_frame(40000, 179, 255)), Control);
+        assert_eq!(class_of(&syn_frame(179, 40000, 255)), Control);
+        for bfd in [3784, 3785, 4784] {
+            assert_eq!(class_of(&udp_frame(49152, bfd, 255)), Control, "{bfd}");
+            // One router on the way, or a sender that did not ask for GTSM.
+            assert_eq!(class_of(&udp_frame(49152, bfd, 254)), General, "{bfd}");
+        }
+        assert_eq!(class_of(&syn_frame(40000, 179, 64)), General);
+        assert_eq!(class_of(&syn_frame(40000, 179, 1)), General);
+        // TTL 255 gives no priority to other ports (SSH, DNS, BFD's port as source).
+        assert_eq!(class_of(&syn_frame(40000, 22, 255)), General);
+        assert_eq!(class_of(&udp_frame(49152, 53, 255)), General);
+        assert_eq!(class_of(&udp_frame(3784, 40000, 255)), General);
+        // ARP replies never cross a router.
+        let mut arp = vec![0; frames::MAX_FRAME];
+        let n = frames::arp_reply(&mut arp, PEER_MAC, CLIENT, LB_MAC, PORT);
+        assert_eq!(class_of(&arp[..n]), Control);
+        // IPv6 alike, by the hop limit; neighbour discovery is sent with 255 always.
+        assert_eq!(class_of(&syn6_frame(179, 255)), Control);
+        assert_eq!(class_of(&syn6_frame(179, 64)), General);
+        assert_eq!(class_of(&syn6_frame(22, 255)), General);
+        assert_eq!(class_of(&udp6_frame(3784, 255)), Control);
+        assert_eq!(class_of(&udp6_frame(3784, 63)), General);
+        assert_eq!(class_of(&na6_frame(255)), Control);
+        assert_eq!(class_of(&na6_frame(64)), General);
+        // A frame cut short of its TTL (as no parsed frame is) is general.
+        assert_eq!(punt_class(&tcp(PORT, 179), &[0; 20], 14), General);
+    }
+
+    #[test]
+    fn a_flood_spends_the_general_budget_bgp_and_bfd_with_ttl_255_keep_theirs() {
+        // One worker, TSC at 1 MHz (1 tick = 1 us), rate 200/s (bucket 10).
+        const HZ: u64 = 1_000_000;
+        let mut budgets = PuntBudgets::new(200, 1, HZ);
+        let flood = syn_frame(40000, 179, 64);
+        let (bgp, bfd) = (syn_frame(179, 40000, 255), udp_frame(49152, 3784, 255));
+        let forged = syn_frame(40000, 22, 255);
+        let mut got = std::collections::HashMap::<(&str, Option<Punt>), u32>::new();
+        let mut take = |what, frame: &[u8], now| {
+            *got.entry((what, budgets.admit(class_of(frame), now)))
+                .or_default() += 1;
+        };
+        // One second: a SYN flood to port 179 at TTL 64, 4000/s; a BGP segment and a
+        // BFD packet every 20 ms (50/s each), and as many SYNs forged with TTL 255 to
+        // SSH.
+        for step in 0..4000u64 {
+            let now = HZ + step * 250;
+            take("flood", &flood, now);
+            if step % 80 == 0 {
+                take("bgp", &bgp, now);
+                take("bfd", &bfd, now);
+                take("forged", &forged, now);
+            }
+        }
+        let n = |what, budget| got.get(&(what, budget)).copied().unwrap_or(0);
+        // Every BGP and BFD frame passed, on the control budget.
+        assert_eq!(n("bgp", Some(Punt::Control)), 50, "{got:?}");
+        assert_eq!(n("bfd", Some(Punt::Control)), 50, "{got:?}");
+        // The flood got the general rate over the second, plus its bucket, at most.
+        let flooded = n("flood", Some(Punt::General));
+        assert!((190..=211).contains(&flooded), "{flooded}: {got:?}");
+        assert_eq!(n("flood", Some(Punt::Control)), 0, "{got:?}");
+        // The forged frames drew on the general budget only, which the flood holds.
+        assert_eq!(n("forged", Some(Punt::Control)), 0, "{got:?}");
+        assert!(n("forged", None) >= 40, "{got:?}");
+    }
+
+    #[test]
+    fn control_frames_over_their_budget_fall_back_to_the_general_one() {
+        const HZ: u64 = 1_000_000;
+        let mut budgets = PuntBudgets::new(200, 1, HZ);
+        let now = HZ;
+        // At one instant: the control bucket (a tenth of CONTROL_RATE), then the
+        // general bucket (rate / 20 = 10), then nothing.
+        let control = (CONTROL_RATE / 10) as usize;
+        let admitted: Vec<_> = (0..control + 11)
+            .map(|_| budgets.admit(Punt::Control, now))
+            .collect();
+        assert!(admitted[..control]
+            .iter()
+            .all(|a| *a == Some(Punt::Control)));
+        assert!(admitted[control..control + 10]
+            .iter()
+            .all(|a| *a == Some(Punt::General)));
+        assert_eq!(admitted[control + 10], None);
     }
 }

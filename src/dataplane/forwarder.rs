@@ -93,8 +93,9 @@ pub enum Action {
     /// sync datagram with `[sync] port`): hand it over through the health ring.
     Punt,
     /// For the kernel: the port's own addresses' traffic that Sluice does not handle
-    /// (`dataplane::exception`): hand it to the port's exception ring.
-    Exception,
+    /// (`dataplane::exception`): hand it to the port's exception ring, on the budget
+    /// it draws on.
+    Exception(exception::Punt),
     /// The frame is rewritten but its next hop's MAC is unknown: hold it until this
     /// address resolves (the worker asks for it by ARP, or for an IPv6 next hop by
     /// Neighbor Solicitation), then address and send it.
@@ -988,7 +989,7 @@ impl Forwarder {
             _ => None,
         };
         if exception::for_kernel(reason, &parsed.kind, dst6, port.responder) {
-            Action::Exception
+            Action::Exception(exception::punt_class(&parsed.kind, frame, parsed.l3))
         } else {
             Action::Drop(reason)
         }

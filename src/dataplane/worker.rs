@@ -802,10 +802,10 @@ fn process(
                 }
                 false
             }
-            Action::Exception => {
+            Action::Exception(punt) => {
                 // Counted once the exception ring took it (`ExceptionLink::flush`).
                 let taken = match port.exception.as_mut() {
-                    Some(link) => link.take(rx, i, now),
+                    Some(link) => link.take(rx, i, punt, now),
                     // Cannot happen: the forwarder asks only on a port with a link.
                     None => Err(DropReason::UnsupportedProtocol),
                 };

@@ -39,9 +39,11 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         {"ok": N_OK, "bodies": {BODY: COUNT}, "failures": ["...", ...],
          "seconds": ELAPSED}. Exit 0 when every request succeeded.
 
-    e2e_apps.py udp ADDR PORT --count N [--sport-base P] [--timeout S]
+    e2e_apps.py udp ADDR PORT --count N [--sport-base P] [--timeout S] [--ttl T] [--burst]
         N UDP exchanges, each from a new socket (source port P+i when --sport-base is
-        given, an ephemeral one otherwise): send b"ping I", wait for one reply.
+        given, an ephemeral one otherwise; IP TTL T with --ttl): send b"ping I", wait
+        for one reply. With --burst, one socket sends the N datagrams back to back,
+        then takes the replies until none came for --timeout.
         Prints one JSON object: {"ok": N_OK, "replies": ["...", ...], "failures": [...],
         "last_reply_at": UNIX_TIME}. Exit 0 when every exchange got its reply.
 
@@ -73,11 +75,13 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         before it, wall time of the answer that ended it].
 
     e2e_apps.py ask ADDR PORT --source IP [--source IP]... [--rounds R] [--timeout S]
+                    [--ttl T]
         Which line-echo server (serve --echo) answers each client address: R rounds
         (default 1); in each, for every --source in the order given, one connection
         from that address (bound to IP, an ephemeral port), one line "A<round> IP",
         its answer (checked to be the echo), close. At most 1000 connections, every
-        socket operation bounded by --timeout. Prints one JSON object:
+        socket operation bounded by --timeout; --ttl sets the connections' IP TTL
+        (IP_TTL, from the SYN on). Prints one JSON object:
         {"answers": [{"source", "round", "server", "error"}], "seconds": ELAPSED}
         (server null and error set on a failure). Exit 0 when every one was answered.
 """
@@ -329,12 +333,16 @@ def cmd_curl(args):
 
 
 def cmd_udp(args):
+    if args.burst:
+        return udp_burst(args)
     replies, failures = [], []
     last = None
     for i in range(args.count):
         s = socket.socket(socket.AF_INET6 if ":" in args.addr else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if args.ttl is not None:
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, args.ttl)
             if args.sport_base:
                 s.bind(("", args.sport_base + i))
             s.settimeout(args.timeout)
@@ -355,12 +363,52 @@ def cmd_udp(args):
     return 0 if not failures else 1
 
 
+def udp_burst(args):
+    """`udp --burst`: the N datagrams back to back from one socket, then the echoes
+    until --timeout passes without one."""
+    s = socket.socket(socket.AF_INET6 if ":" in args.addr else socket.AF_INET, socket.SOCK_DGRAM)
+    if args.ttl is not None:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, args.ttl)
+    s.connect((args.addr, args.port))
+    sent = [f"ping {i}".encode() for i in range(args.count)]
+    for msg in sent:
+        s.send(msg)
+    s.settimeout(args.timeout)
+    echoed, last = set(), None
+    while True:
+        try:
+            data = s.recv(65535)
+        except socket.timeout:
+            break
+        _, _, msg = data.partition(b" ")
+        echoed.add(msg)
+        last = time.time()
+    s.close()
+    replies = sorted(m.decode() for m in echoed if m in set(sent))
+    failures = [m.decode() for m in sent if m not in echoed]
+    print(json.dumps({"ok": len(replies), "replies": replies, "failures": failures, "last_reply_at": last}))
+    return 0 if not failures else 1
+
+
 class LineConn:
     """A TCP connection exchanging lines, every operation bounded by `timeout`."""
 
-    def __init__(self, addr, port, timeout, source=None):
-        self.sock = socket.create_connection((addr, port), timeout=timeout,
-                                             source_address=(source, 0) if source else None)
+    def __init__(self, addr, port, timeout, source=None, ttl=None):
+        if ttl is None:
+            self.sock = socket.create_connection((addr, port), timeout=timeout,
+                                                 source_address=(source, 0) if source else None)
+        else:
+            # Every segment, the SYN included, leaves with this TTL (GTSM senders use 255).
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            if source:
+                self.sock.bind((source, 0))
+            try:
+                self.sock.connect((addr, port))
+            except OSError:
+                self.sock.close()
+                raise
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.rfile = self.sock.makefile("rb")
 
@@ -550,7 +598,7 @@ def cmd_ask(args):
             rec = {"source": src, "round": r, "server": None, "error": None}
             conn = None
             try:
-                conn = LineConn(args.addr, args.port, args.timeout, source=src)
+                conn = LineConn(args.addr, args.port, args.timeout, source=src, ttl=args.ttl)
                 rec["server"], rec["error"] = conn.ask(f"A{r} {src}")
             except OSError as e:
                 rec["error"] = repr(e)
@@ -591,6 +639,8 @@ def main():
     u.add_argument("--count", type=int, required=True)
     u.add_argument("--sport-base", type=int, default=0)
     u.add_argument("--timeout", type=float, default=2.0)
+    u.add_argument("--ttl", type=int)
+    u.add_argument("--burst", action="store_true")
     st = sub.add_parser("stream")
     st.add_argument("addr")
     st.add_argument("port", type=int)
@@ -617,6 +667,7 @@ def main():
     a.add_argument("--source", action="append", required=True)
     a.add_argument("--rounds", type=int, default=1)
     a.add_argument("--timeout", type=float, default=2.0)
+    a.add_argument("--ttl", type=int)
     args = p.parse_args()
     return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap,
             "stream": cmd_stream, "ask": cmd_ask,

@@ -85,6 +85,9 @@ pub fn render_status(report: &StatusReport) -> String {
             .filter_map(|p| p.exception.as_ref().map(|e| (p, e)))
         {
             let punted = report.events.get("exception_punted").copied().unwrap_or(0);
+            let control = (report.events.get("exception_punted_control"))
+                .copied()
+                .unwrap_or(0);
             let injected = report
                 .events
                 .get("exception_injected")
@@ -93,7 +96,8 @@ pub fn render_status(report: &StatusReport) -> String {
             let drop = |name: &str| report.drops.get(name).copied().unwrap_or(0);
             let _ = writeln!(
                 out,
-                "  port {} exception: {} interface {}, {} frames/s at most; punted {punted}, \
+                "  port {} exception: {} interface {}, {} frames/s at most; punted {punted} \
+                 (control {control}), \
                  to kernel {} (lost {}), from kernel {} (lost {}), injected {injected}; \
                  dropped: rate limit {}, ring full {}",
                 port.name,
