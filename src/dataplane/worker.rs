@@ -23,11 +23,12 @@ const INSTALLS_PER_POLL: usize = 256;
 
 /// How often a worker does its housekeeping ([`Worker::housekeeping`]), in
 /// microseconds. Each of its steps is cheap when it finds nothing, but together they
-/// read a dozen queues and counters that other cores write: done on every poll, a
-/// worker receiving small bursts spent more on them than on its packets. Every 10 µs
-/// keeps each step's delay far below anything it serves (the session clock ticks in
-/// milliseconds, a management query waits up to its own timeout), while a saturated
-/// worker, whose 32-packet bursts take about that long, still runs it about every poll.
+/// read a dozen queues and counters that other cores write: about 100 TSC cycles per
+/// poll, half of what an empty poll costs (perf/results/harness.md), paid again on
+/// every small burst. Every 10 µs keeps each step's delay far below anything it
+/// serves (the session clock ticks in milliseconds, a management query waits up to its
+/// own timeout), while a saturated worker, whose 32-packet bursts take about that
+/// long, still runs it about every poll.
 const HOUSEKEEPING_PERIOD_US: u64 = 10;
 
 /// Neighbour entries per worker; inserting beyond this is refused and counted.
