@@ -247,46 +247,53 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
         "every frame above that went up was counted once"
     );
 
+    // Sends `n` frames built by `build(k, frame)` at once, waits until the worker has
+    // handled them all, and returns (frames handed to the kernel, when the worker was
+    // done).
+    let mut in_flight = handled;
+    let mut burst = |n: usize, build: &dyn Fn(usize, &mut [u8]) -> usize| -> (usize, Instant) {
+        let mut out = Burst::new();
+        let (mut sent, mut up) = (0, 0);
+        while sent < n {
+            let room = (n - sent).min(16);
+            assert!(out.alloc_from(&pool, room));
+            for i in 0..room {
+                out.set_packet_len(i, frames::MAX_FRAME as u16);
+                let len = build(sent + i, out.packet_mut(i));
+                out.set_packet_len(i, len as u16);
+            }
+            sent += ptx.tx(&mut out);
+            out.free_all();
+            let mut got = Burst::new();
+            up += kernel.dequeue(&mut got);
+            got.free_all();
+        }
+        in_flight += n as u64;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while counters.rx_packets.load(Ordering::Relaxed) < in_flight {
+            assert!(
+                Instant::now() < deadline,
+                "the worker did not take the burst"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let done = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut got = Burst::new();
+        up += kernel.dequeue(&mut got);
+        got.free_all();
+        (up, done)
+    };
+
     // The rate: 100 datagrams at once at 50/s pass the bucket's worth, and what the
     // rate refills while they go through (measured, so a slow machine cannot fail it).
     let refilled =
         |since: Instant| (since.elapsed().as_millis() as u64 * u64::from(RATE)).div_ceil(1000) + 1;
-    let mut out = Burst::new();
-    let mut sent = 0;
-    let mut up = 0;
     let burst_start = Instant::now();
-    while sent < 100 {
-        let room = (100 - sent).min(16);
-        assert!(out.alloc_from(&pool, room));
-        for i in 0..room {
-            out.set_packet_len(i, frames::MAX_FRAME as u16);
-            let len = frames::udp_datagram(
-                out.packet_mut(i),
-                &e(50000 + (sent + i) as u16, lb_ip, 3784, LB_MAC),
-                b"x",
-            );
-            out.set_packet_len(i, len as u16);
-        }
-        sent += ptx.tx(&mut out);
-        out.free_all();
-        let mut got = Burst::new();
-        up += kernel.dequeue(&mut got);
-        got.free_all();
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while counters.rx_packets.load(Ordering::Relaxed) < handled + 100 {
-        assert!(
-            Instant::now() < deadline,
-            "the worker did not take the burst"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // The general bucket is spent from here on (refilling at RATE).
-    let general_spent = Instant::now();
-    std::thread::sleep(Duration::from_millis(20));
-    let mut got = Burst::new();
-    up += kernel.dequeue(&mut got);
-    got.free_all();
+    // From when the worker is done, the general bucket is spent (refilling at RATE).
+    let (up, general_spent) = burst(100, &|k, b| {
+        frames::udp_datagram(b, &e(50000 + k as u16, lb_ip, 3784, LB_MAC), b"x")
+    });
     let limited = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize];
     // The bucket, plus what the rate refilled while the burst went through (1 per
     // 20 ms at 50/s).
@@ -306,41 +313,15 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     // the SYNs get no priority, the rate's refill at most.
     let control0 = counters.events_snapshot()[Event::ExceptionPuntedControl as usize];
     let limited0 = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize];
-    let mut sent = 0;
-    let mut up = 0;
-    while sent < 60 {
-        let room = (60 - sent).min(16);
-        assert!(out.alloc_from(&pool, room));
-        for i in 0..room {
-            let n = sent + i;
-            out.set_packet_len(i, frames::MAX_FRAME as u16);
-            let b = out.packet_mut(i);
-            let len = if n % 2 == 0 {
-                frames::udp_datagram(b, &e(50000 + n as u16, lb_ip, 3784, LB_MAC), b"bfd")
-            } else {
-                frames::tcp_segment(b, &e(50000 + n as u16, lb_ip, 22, LB_MAC), 1, 0, SYN, &[])
-            };
-            ttl_255(b);
-            out.set_packet_len(i, len as u16);
-        }
-        sent += ptx.tx(&mut out);
-        out.free_all();
-        let mut got = Burst::new();
-        up += kernel.dequeue(&mut got);
-        got.free_all();
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while counters.rx_packets.load(Ordering::Relaxed) < handled + 160 {
-        assert!(
-            Instant::now() < deadline,
-            "the worker did not take the burst"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    std::thread::sleep(Duration::from_millis(20));
-    let mut got = Burst::new();
-    up += kernel.dequeue(&mut got);
-    got.free_all();
+    let (up, _) = burst(60, &|k, b| {
+        let len = if k % 2 == 0 {
+            frames::udp_datagram(b, &e(50000 + k as u16, lb_ip, 3784, LB_MAC), b"bfd")
+        } else {
+            frames::tcp_segment(b, &e(50000 + k as u16, lb_ip, 22, LB_MAC), 1, 0, SYN, &[])
+        };
+        ttl_255(b);
+        len
+    });
     let control = counters.events_snapshot()[Event::ExceptionPuntedControl as usize] - control0;
     let limited = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize] - limited0;
     assert_eq!(control, 30, "the BFD datagrams, on the control budget");
