@@ -1897,6 +1897,8 @@ fn management_loop(
                 next_stats = Some(at + every);
             }
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(
+            crate::dataplane::MANAGEMENT_TICK_MS.into(),
+        ));
     }
 }

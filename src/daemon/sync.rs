@@ -40,8 +40,7 @@ use std::time::{Duration, Instant};
 const EVENTS_PER_TICK: usize = 65_536;
 /// Datagrams read per tick at most.
 const DATAGRAMS_PER_TICK: usize = 1024;
-/// The management loop's tick, and the time a scan of the whole template table takes.
-const MANAGEMENT_TICK_MS: u32 = 5;
+/// The time a scan of the whole template table takes, over management ticks.
 const TEMPLATE_PASS_MS: u32 = 1000;
 /// Dump chunks sent per tick at most, over all dumps under way (`continue_dumps`).
 const DUMP_CHUNKS_PER_TICK: u32 = 32;
@@ -258,7 +257,7 @@ impl SyncNode {
             resync_request: None,
             tracker: TemplateTracker::new(
                 &persist,
-                (TEMPLATE_PASS_MS / MANAGEMENT_TICK_MS) as usize,
+                (TEMPLATE_PASS_MS / crate::dataplane::MANAGEMENT_TICK_MS) as usize,
                 resend_ticks(settings.period_ms, tick_ms),
             ),
             persist,

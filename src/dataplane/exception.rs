@@ -22,8 +22,9 @@ use std::net::Ipv6Addr;
 pub const BURSTS_PER_TICK: usize = 2;
 /// Frames the management core moves each way per tick and port.
 pub const FRAMES_PER_TICK: u32 = (BURSTS_PER_TICK * BURST_SIZE) as u32;
-/// Management ticks per second at most (a tick sleeps 5 ms after its work).
-pub const TICKS_PER_SECOND: u32 = 200;
+/// Management ticks per second at most (a tick sleeps
+/// [`MANAGEMENT_TICK_MS`](super::MANAGEMENT_TICK_MS) after its work).
+pub const TICKS_PER_SECOND: u32 = 1000 / super::MANAGEMENT_TICK_MS;
 /// The control budget of a port, frames per second over all workers (each takes its
 /// share): BFD at 10 ms intervals on a few sessions, BGP keepalives and updates,
 /// ARP and neighbour discovery fit many times over.

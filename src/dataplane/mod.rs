@@ -15,3 +15,8 @@ pub mod query;
 pub mod realserver_stats;
 pub mod sync_events;
 pub mod worker;
+
+/// The management core's loop period: it sleeps this long after each turn's work.
+/// What it moves per turn (sync events and datagrams, exception frames, template
+/// scans) is bounded per turn, so rates follow from this.
+pub const MANAGEMENT_TICK_MS: u32 = 5;
