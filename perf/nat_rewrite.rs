@@ -512,22 +512,20 @@ impl Bench<'_> {
             self.fwd.poll(now, self.counters);
             let start = tsc();
             let mut transmitted = [false; BURST_SIZE];
-            // As the worker does: one pass to warm the session table, then handle.
-            self.fwd.prefetch_sessions(&burst);
-            for (i, t) in transmitted.iter_mut().enumerate().take(n) {
-                burst.prefetch(i + 1);
-                if self.fwd.handle(
-                    burst.packet_at(i),
-                    self.port,
-                    self.neighbours,
-                    now,
-                    self.counters,
-                ) == Action::Transmit
-                {
-                    forwarded += 1;
-                    *t = true;
-                }
-            }
+            // As the worker does: the whole burst through `handle_burst`.
+            self.fwd.handle_burst(
+                &mut burst,
+                self.port,
+                self.neighbours,
+                now,
+                self.counters,
+                |_, _, i, action| {
+                    if action == Action::Transmit {
+                        forwarded += 1;
+                        transmitted[i] = true;
+                    }
+                },
+            );
             let spent = tsc() - start;
             cycles += spent;
             if n == BURST_SIZE {

@@ -10,6 +10,7 @@
 //! health, session sync), `egress` (rewrite for the mode, next hop). ICMP errors
 //! about a session take `icmp_error`, ICMPv6 errors and NAT64's `icmp6_error`.
 pub mod admission;
+mod burst;
 mod egress;
 mod hit;
 mod icmp6_error;
@@ -104,6 +105,11 @@ pub enum Action {
     /// give it to [`Forwarder::await_server`], and it goes through `handle` again
     /// once the server has ([`Forwarder::release_awaiting`]).
     AwaitServer(AwaitServer),
+    /// The packet waits for the end of its burst, where [`Forwarder::handle_burst`]
+    /// finishes it and hands on its real action: a new session is filed then, once
+    /// its reply key's bucket has loaded. Only `handle_burst` parks packets, and it
+    /// never hands this action on.
+    Parked,
 }
 
 /// What a packet is handled with besides the forwarder's own state, for one call of
@@ -134,6 +140,12 @@ pub struct Forwarder {
     synproxy: synproxy::ProxyState,
     /// Each frame's tuple and hash as the burst's prefetch pass peeked them.
     peeked: [Option<HashedKey>; BURST_SIZE],
+    /// Within [`Forwarder::handle_burst`]: new sessions are made but filed at the
+    /// burst's end (`forwarder/burst.rs`).
+    parking: bool,
+    /// The burst's packets that wait for the end of it: new sessions and the later
+    /// packets of their connections, in arrival order. Never more than a burst.
+    parked: Vec<burst::Parked>,
     snapshot: SnapshotReader,
     /// One scheduler per service, by snapshot index; rebuilt when the snapshot changes.
     schedulers: Vec<Box<dyn Scheduler>>,
@@ -514,6 +526,8 @@ impl Forwarder {
             sessions6: SessionTable6::try_with_capacity(capacity6)?,
             synproxy: synproxy::ProxyState::new(capacity, tsc_hz),
             peeked: [None; BURST_SIZE],
+            parking: false,
+            parked: Vec::with_capacity(BURST_SIZE),
             snapshot,
             schedulers: Vec::new(),
             loads: Vec::new(),
@@ -961,11 +975,25 @@ impl Forwarder {
             PacketKind::Tcp { key, flags, .. } => self.l4(&mut pkt, &parsed, key, flags, &cx),
             PacketKind::Udp { key } => self.l4(&mut pkt, &parsed, key, TcpFlags::empty(), &cx),
         };
+        self.unless_for_kernel(action, to, pkt.bytes(), &parsed, port)
+    }
+
+    /// `action`, unless it drops a frame to our MAC on a port with an exception path:
+    /// then the kernel may take it (see [`Forwarder::to_kernel_or`]).
+    #[inline]
+    fn unless_for_kernel(
+        &self,
+        action: Action,
+        to: MacAddr,
+        frame: &[u8],
+        parsed: &Parsed,
+        port: &PortContext,
+    ) -> Action {
         match action {
             // Only a drop can be the kernel's: forwarded and answered frames pay this
             // one compare.
             Action::Drop(reason) if port.exception && to == port.mac => {
-                self.to_kernel_or(reason, pkt.bytes(), &parsed, port)
+                self.to_kernel_or(reason, frame, parsed, port)
             }
             action => action,
         }
@@ -1032,7 +1060,9 @@ impl Forwarder {
     /// 2. hit: the session's state moves on the packet (`hit.rs`);
     ///    miss: is it a new connection to a service (`miss.rs`)? May it open
     ///    (`admission.rs`: access list, rate limit)? Which real server,
-    ///    which local port (`placement.rs`)? Then its session opens (`placement.rs`);
+    ///    which local port (`placement.rs`)? Then its session opens (`placement.rs`),
+    ///    within a burst at the burst's end, it and the later packets of its
+    ///    connection parked till then (`burst.rs`);
     /// 3. account: the packet counts on its real server (`observe.rs`);
     /// 4. egress: rewritten for the session's mode and addressed to its next hop
     ///    (`egress.rs`).
@@ -1047,6 +1077,10 @@ impl Forwarder {
         let hashed = self.hashed(pkt.index(), key);
         let found = self.sessions.lookup_hashed(&hashed);
         let found = self.unless_reopened(found, flags, cx.counters);
+        if self.parking && !self.parked.is_empty() && self.waits_on_parked(&hashed, found) {
+            // A packet whose session a parked one will file (or retire): after it.
+            return self.park(burst::Parked::Behind(pkt.index()));
+        }
         // The SYN proxy may turn the segment into another (the SYN to the real
         // server): then it goes on as that.
         let rewritten;
@@ -1112,7 +1146,18 @@ impl Forwarder {
                     Err(reason) if proxied.is_some() => return Action::Drop(reason),
                     Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),
                 };
-                match self.open(&hashed, &placement, flags, pkt, parsed, cx) {
+                let opening = self.prepare_open(&hashed, &placement, flags, pkt, parsed, cx);
+                // Within a burst, a plain new session (neither proxied nor holding its
+                // first data) with a reply key is filed at the burst's end, once its
+                // reply bucket, loading since `prepare_open`, is there.
+                if self.parking && proxied.is_none() && opening.has_reply() {
+                    return self.park(burst::Parked::Open {
+                        index: pkt.index(),
+                        opening,
+                        parsed: *parsed,
+                    });
+                }
+                match self.file_open(&opening, cx.counters) {
                     Ok(mut matched) => {
                         if let Some(hs) = &proxied {
                             self.synproxy_opened(&mut matched, hs);

@@ -744,84 +744,93 @@ fn process(
     };
     let mut rx_bytes = 0u64;
     let mut tx_bytes = 0u64;
-    forwarder.prefetch_sessions(rx);
     for i in 0..n {
-        rx.prefetch(i + 1);
         rx_bytes += rx.packet_len(i) as u64;
-        let action = forwarder.handle(rx.packet_at(i), &ctx, neighbours, now, counters);
-        let send = match action {
-            Action::Transmit => true,
-            Action::TransmitInstead(reason) => {
-                counters.drop(reason);
-                true
-            }
-            Action::Drop(reason) => {
-                counters.drop(reason);
-                false
-            }
-            Action::Redirect(owner) => {
-                // The owner learns the port from the mbuf (ring PMDs leave it unset).
-                rx.set_port(i, port_index);
-                // Counted once the owner's ring took it (Outbox::send).
-                let moved = match outbox.redirect.get_mut(owner as usize) {
-                    Some(out) => rx.move_to(i, out),
-                    None => false,
-                };
-                if !moved {
-                    counters.drop(DropReason::RedirectRingFull);
-                }
-                false
-            }
-            Action::Hold(target) => {
-                // IPv6: the forwarder has asked for a solicitation (one at most every
-                // 100 ms per address, within the hold time: an answer to the last
-                // one releases the frame as well).
-                let ask = match target {
-                    std::net::IpAddr::V4(ip) => forwarder.arp_due(ip, now),
-                    std::net::IpAddr::V6(_) => false,
-                };
-                if held.hold(rx, i, target, port_index, now, ask) {
-                    counters.event(Event::NeighbourHeld);
-                } else {
-                    counters.drop(DropReason::NeighbourUnresolved);
-                }
-                false
-            }
-            Action::AwaitServer(what) => {
-                if forwarder.await_server(rx, i, what, port_index, now) {
-                    counters.event(Event::SynproxyDataHeld);
-                } else {
-                    // Cannot happen: the forwarder asks only when there is room.
-                    counters.drop(DropReason::ServerUnanswered);
-                }
-                false
-            }
-            Action::Punt => {
-                // Counted once the punt ring took it (Outbox::send).
-                if !rx.move_to(i, &mut outbox.punt) {
-                    counters.drop(DropReason::HealthRingFull);
-                }
-                false
-            }
-            Action::Exception(punt) => {
-                // Counted once the exception ring took it (`ExceptionLink::flush`).
-                let taken = match port.exception.as_mut() {
-                    Some(link) => link.take(rx, i, punt, now),
-                    // Cannot happen: the forwarder asks only on a port with a link.
-                    None => Err(DropReason::UnsupportedProtocol),
-                };
-                if let Err(reason) = taken {
-                    counters.drop(reason);
-                }
-                false
-            }
-        };
-        if send {
-            // tx can hold a whole burst, and it is empty at the start of each poll.
-            tx_bytes += rx.packet_len(i) as u64;
-            rx.move_to(i, tx);
-        }
     }
+    let exception = &mut port.exception;
+    forwarder.handle_burst(
+        rx,
+        &ctx,
+        neighbours,
+        now,
+        counters,
+        |forwarder, rx, i, action| {
+            let send = match action {
+                Action::Transmit => true,
+                Action::TransmitInstead(reason) => {
+                    counters.drop(reason);
+                    true
+                }
+                Action::Drop(reason) => {
+                    counters.drop(reason);
+                    false
+                }
+                Action::Redirect(owner) => {
+                    // The owner learns the port from the mbuf (ring PMDs leave it unset).
+                    rx.set_port(i, port_index);
+                    // Counted once the owner's ring took it (Outbox::send).
+                    let moved = match outbox.redirect.get_mut(owner as usize) {
+                        Some(out) => rx.move_to(i, out),
+                        None => false,
+                    };
+                    if !moved {
+                        counters.drop(DropReason::RedirectRingFull);
+                    }
+                    false
+                }
+                Action::Hold(target) => {
+                    // IPv6: the forwarder has asked for a solicitation (one at most every
+                    // 100 ms per address, within the hold time: an answer to the last
+                    // one releases the frame as well).
+                    let ask = match target {
+                        std::net::IpAddr::V4(ip) => forwarder.arp_due(ip, now),
+                        std::net::IpAddr::V6(_) => false,
+                    };
+                    if held.hold(rx, i, target, port_index, now, ask) {
+                        counters.event(Event::NeighbourHeld);
+                    } else {
+                        counters.drop(DropReason::NeighbourUnresolved);
+                    }
+                    false
+                }
+                Action::AwaitServer(what) => {
+                    if forwarder.await_server(rx, i, what, port_index, now) {
+                        counters.event(Event::SynproxyDataHeld);
+                    } else {
+                        // Cannot happen: the forwarder asks only when there is room.
+                        counters.drop(DropReason::ServerUnanswered);
+                    }
+                    false
+                }
+                Action::Punt => {
+                    // Counted once the punt ring took it (Outbox::send).
+                    if !rx.move_to(i, &mut outbox.punt) {
+                        counters.drop(DropReason::HealthRingFull);
+                    }
+                    false
+                }
+                Action::Exception(punt) => {
+                    // Counted once the exception ring took it (`ExceptionLink::flush`).
+                    let taken = match exception.as_mut() {
+                        Some(link) => link.take(rx, i, punt, now),
+                        // Cannot happen: the forwarder asks only on a port with a link.
+                        None => Err(DropReason::UnsupportedProtocol),
+                    };
+                    if let Err(reason) = taken {
+                        counters.drop(reason);
+                    }
+                    false
+                }
+                // Never handed on: `handle_burst` gives the parked packet's real action.
+                Action::Parked => false,
+            };
+            if send {
+                // tx can hold a whole burst, and it is empty at the start of each poll.
+                tx_bytes += rx.packet_len(i) as u64;
+                rx.move_to(i, tx);
+            }
+        },
+    );
     if let Some(link) = port.exception.as_mut() {
         link.flush(counters);
     }

@@ -1,7 +1,8 @@
 //! Placement: where a new connection goes. The service's persistence template, if
 //! one is live, else its scheduler, picks the real server; FullNAT takes a local
 //! address and port from the worker's pool. The choice comes back as a value
-//! ([`Placement`]); [`Forwarder::open`] then files the session under both its keys.
+//! ([`Placement`]); [`Forwarder::prepare_open`] makes the session and [`Forwarder::file_open`]
+//! files it under both its keys.
 use super::{release_local_port, Context, Forwarder, Matched};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::realserver_stats::RealServerCounters;
@@ -44,6 +45,42 @@ impl Placement {
     /// Whether a persistence template placed the connection (or now pins its client).
     pub(super) fn persistent(&self) -> bool {
         self.flags.contains(SessionFlags::PERSISTENT)
+    }
+}
+
+/// A session made for a new connection but not filed yet ([`Forwarder::prepare_open`]),
+/// its reply key's bucket loading meanwhile.
+pub(super) struct Opening {
+    hashed: HashedKey,
+    reply: Option<HashedKey>,
+    session: Session,
+    first_timeout: u32,
+    flags: TcpFlags,
+}
+
+impl Opening {
+    /// Whether the session will be filed under `key` (either direction).
+    pub(super) fn files(&self, key: &HashedKey) -> bool {
+        self.hashed == *key || self.reply.as_ref() == Some(key)
+    }
+
+    /// Whether the session will take a key `other` is filed under.
+    pub(super) fn shares_a_key(&self, other: &Session) -> bool {
+        let mine = [Some(*self.hashed.key()), self.reply.map(|r| *r.key())];
+        [Some(other.in_key()), other.reply_key()]
+            .iter()
+            .flatten()
+            .any(|k| mine.contains(&Some(*k)))
+    }
+
+    /// Whether the session has a reply key (NAT, FullNAT), whose bucket is loading.
+    pub(super) fn has_reply(&self) -> bool {
+        self.reply.is_some()
+    }
+
+    /// The TCP flags of the packet that opens it.
+    pub(super) fn flags(&self) -> TcpFlags {
+        self.flags
     }
 }
 
@@ -272,9 +309,12 @@ impl Forwarder {
     /// those time out. Established sessions are never reclaimed. Counted as
     /// `half_open_reclaimed`; the sessions end as if expired (a synced standby hears
     /// of it).
-    fn relieve_pressure(&mut self, counters: &WorkerCounters) {
+    ///
+    /// `pending` sessions are made but not filed yet (parked in this burst): the
+    /// table is as full as it will be once they are.
+    fn relieve_pressure(&mut self, counters: &WorkerCounters, pending: usize) {
         let reserve = (self.sessions.capacity() / PRESSURE_FREE_SHARE).max(1);
-        if self.sessions.free() > reserve {
+        if self.sessions.free() > reserve + pending {
             return;
         }
         for _ in 0..RECLAIM_PER_NEW {
@@ -286,16 +326,16 @@ impl Forwarder {
         }
     }
 
-    /// Opens the session placement decided for the packet `pkt` (keyed `hashed`) and
-    /// moves it on that first packet. Its next hop: NAT and FullNAT answer the MAC the
-    /// client's packet came from, DR and TUN the real server's, when known. A reply
-    /// key already taken (the same client port towards the same real server through
-    /// another VIP) gives way when its connection is over and refuses the new one
-    /// otherwise (`NatTupleInUse`); a full table refuses it too (`SessionTableFull`).
-    /// A refused session's local port goes back to its pool. A FullNAT TCP session
-    /// whose SYN carries timestamps moves them onto Sluice's clock
-    /// (`forward::timestamps`), unless that is turned off.
-    pub(super) fn open(
+    /// The first half of opening a session: relieves table pressure (see
+    /// [`Forwarder::relieve_pressure`]), makes the session placement decided, starts
+    /// loading its reply key's bucket (the one cold line of a new session the burst's
+    /// prefetch could not know: it depends on the pick), and counts the connection on
+    /// its real server at once, so that the next pick, in the same burst or not, sees
+    /// the load. Its next hop: NAT and FullNAT answer the MAC the client's packet came
+    /// from, DR and TUN the real server's, when known. A FullNAT TCP session whose SYN
+    /// carries timestamps moves them onto Sluice's clock (`forward::timestamps`),
+    /// unless that is turned off.
+    pub(super) fn prepare_open(
         &mut self,
         hashed: &HashedKey,
         placement: &Placement,
@@ -303,9 +343,9 @@ impl Forwarder {
         pkt: &Packet,
         parsed: &Parsed,
         cx: &Context,
-    ) -> Result<Matched, DropReason> {
+    ) -> Opening {
+        self.relieve_pressure(cx.counters, self.parked_openings());
         let key = hashed.key();
-        let counters = cx.counters;
         let snap = self.snapshot.current();
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
@@ -330,11 +370,8 @@ impl Forwarder {
             }
         }
         session.set_flags(placement.flags);
-        // The reply key's bucket is the one cold line of a new session the burst's
-        // prefetch could not know (it depends on the pick): start loading it now, under
-        // the rest of the session's making.
-        let reply_key = session.reply_key().map(HashedKey::new);
-        if let Some(reply) = &reply_key {
+        let reply = session.reply_key().map(HashedKey::new);
+        if let Some(reply) = &reply {
             self.sessions.prefetch_bucket(reply);
         }
         session.created = self.now_tick;
@@ -349,10 +386,37 @@ impl Forwarder {
                 .unwrap_or([0; 6]),
         };
         let first_timeout = self.timeouts.session(key.proto, session.state());
-        // The snapshot is not needed past here (retiring below needs `self` whole).
         let rs_id = rs.id;
-        self.relieve_pressure(counters);
-        let (now_tick, reply) = (self.now_tick, reply_key.as_ref());
+        self.count_connection(rs_id, 1);
+        Opening {
+            hashed: *hashed,
+            reply,
+            session,
+            first_timeout,
+            flags,
+        }
+    }
+
+    /// The second half: files the session under both its keys and moves it on its
+    /// first packet. A reply key already taken (the same client port towards the same
+    /// real server through another VIP) gives way when its connection is over and
+    /// refuses the new one otherwise (`NatTupleInUse`); a full table refuses it too
+    /// (`SessionTableFull`). A refused session's local port goes back to its pool and
+    /// its connection is uncounted.
+    pub(super) fn file_open(
+        &mut self,
+        opening: &Opening,
+        counters: &WorkerCounters,
+    ) -> Result<Matched, DropReason> {
+        let Opening {
+            hashed,
+            reply,
+            session,
+            first_timeout,
+            flags,
+        } = opening;
+        let (hashed, session, first_timeout, flags) = (hashed, *session, *first_timeout, *flags);
+        let (now_tick, reply) = (self.now_tick, reply.as_ref());
         let mut inserted =
             self.sessions
                 .insert_with_keys(hashed, reply, session, now_tick, first_timeout);
@@ -380,20 +444,16 @@ impl Forwarder {
         }
         let id = match inserted {
             Ok(id) => id,
-            Err(InsertError::TableFull) => {
+            Err(refused) => {
                 release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
-                return Err(DropReason::SessionTableFull);
-            }
-            Err(InsertError::KeyExists(_)) => {
-                release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
-                return Err(DropReason::NatTupleInUse);
+                self.count_connection(session.real, -1);
+                return Err(match refused {
+                    InsertError::TableFull => DropReason::SessionTableFull,
+                    InsertError::KeyExists(_) => DropReason::NatTupleInUse,
+                });
             }
         };
         bump(&counters.sessions_created, 1);
-        let c = &self.real_servers[rs_id as usize];
-        bump(&c.connections, 1);
-        RealServerCounters::gauge_add(&c.inactive, 1);
-        self.load_changed(rs_id);
         let transition =
             self.sessions
                 .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts);
@@ -415,5 +475,15 @@ impl Forwarder {
             session: *self.sessions.get(id).expect("inserted just now"),
             transition,
         })
+    }
+
+    /// Counts (`delta` 1) or uncounts (-1) a new connection on real server `rs_id`: its
+    /// connections and, the session being new, its inactive gauge; its scheduler and
+    /// thresholds hear of the load.
+    fn count_connection(&mut self, rs_id: u32, delta: i64) {
+        let c = &self.real_servers[rs_id as usize];
+        RealServerCounters::gauge_add(&c.connections, delta);
+        RealServerCounters::gauge_add(&c.inactive, delta);
+        self.load_changed(rs_id);
     }
 }

@@ -1,0 +1,163 @@
+//! The burst: every packet of an RX burst handled in order, with one exception that
+//! keeps a new session's cold line off the critical path. A new NAT or FullNAT
+//! session's reply key depends on the real server (and local port) placement picks,
+//! so the burst's prefetch pass cannot load its index bucket; filed at once, the
+//! insert waits a whole memory latency for it. Within [`Forwarder::handle_burst`], the
+//! session is made and counted when its packet comes (`prepare_open`: placement has
+//! run, the next pick sees its load, the reply bucket starts loading), and filed,
+//! rewritten and sent at the end of the burst (`file_open`), after the rest of the
+//! burst has been handled under that load. A later packet of the same connection in
+//! the same burst (either key) waits behind it and is handled after it, in order.
+//!
+//! What it changes, seen from outside: a burst's new sessions leave after its other
+//! packets. Every decision is taken when its packet comes, in arrival order, as
+//! `handle` alone takes it: admission, placement, the real server's load count, table
+//! pressure's reclaim (counting the parked sessions as filed). A packet that would
+//! see a parked session (one of its keys, or a key of the session it found, which a
+//! parked session will take over) waits behind it. What moves is the insert, and with
+//! it its refusals (full table, reply key held by a live connection): a refused
+//! session's load count is taken back only at the burst's end, so the picks of the
+//! same burst between see it.
+use super::placement::Opening;
+use super::{Action, Context, Forwarder, PortContext};
+use crate::dataplane::counters::WorkerCounters;
+use crate::dataplane::neighbour::NeighbourTable;
+use crate::dpdk::{Burst, Packet};
+use crate::flow::parse::Parsed;
+use crate::session::{Direction, HashedKey, SessionId};
+use crate::wire::ethernet::MacAddr;
+
+/// A packet of the burst that waits for its end.
+pub(super) enum Parked {
+    /// Packet `index` opens this session, made but not filed; `parsed` is its frame's.
+    Open {
+        index: usize,
+        opening: Opening,
+        parsed: Parsed,
+    },
+    /// Packet `index` belongs to a connection parked before it: handled afresh once
+    /// that is filed.
+    Behind(usize),
+}
+
+impl Parked {
+    fn index(&self) -> usize {
+        match *self {
+            Parked::Open { index, .. } | Parked::Behind(index) => index,
+        }
+    }
+}
+
+impl Forwarder {
+    /// Handles every packet of `burst`, as [`Forwarder::handle`] would one by one,
+    /// and gives each packet's action to `dispatch` (with the forwarder and the burst,
+    /// to act on it): first the packets handled at once, in order, then the parked
+    /// ones (see the module's documentation), in order. Never hands on
+    /// [`Action::Parked`].
+    pub fn handle_burst(
+        &mut self,
+        burst: &mut Burst,
+        port: &PortContext,
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+        mut dispatch: impl FnMut(&mut Forwarder, &mut Burst, usize, Action),
+    ) {
+        self.prefetch_sessions(burst);
+        self.parked.clear();
+        let mut cx = Context {
+            port,
+            neighbours,
+            now_tsc,
+            counters,
+        };
+        for i in 0..burst.len() {
+            burst.prefetch(i + 1);
+            self.parking = true;
+            let action = self.handle(burst.packet_at(i), port, cx.neighbours, now_tsc, counters);
+            self.parking = false;
+            if action != Action::Parked {
+                dispatch(self, burst, i, action);
+            } else if matches!(self.parked.last(), Some(Parked::Behind(_))) {
+                // The packet needs a parked session: everything parked goes now, so
+                // that it, and every packet after it, sees the table and the loads
+                // as one-by-one handling would.
+                self.finish_parked(burst, &mut cx, &mut dispatch);
+            }
+        }
+        self.finish_parked(burst, &mut cx, &mut dispatch);
+    }
+
+    /// Finishes every parked packet, in order, and hands on its action.
+    fn finish_parked(
+        &mut self,
+        burst: &mut Burst,
+        cx: &mut Context,
+        dispatch: &mut impl FnMut(&mut Forwarder, &mut Burst, usize, Action),
+    ) {
+        // Taken out (keeping its capacity) so that finishing may borrow `self`.
+        let mut parked = std::mem::take(&mut self.parked);
+        for p in parked.drain(..) {
+            let i = p.index();
+            let action = self.finish(p, burst.packet_at(i), cx);
+            dispatch(self, burst, i, action);
+        }
+        self.parked = parked;
+    }
+
+    /// Parks `p`: its packet's action comes from `handle_burst` at the burst's end.
+    pub(super) fn park(&mut self, p: Parked) -> Action {
+        // A burst parks each packet at most once, and `parked` holds a whole burst.
+        debug_assert!(self.parked.len() < self.parked.capacity());
+        self.parked.push(p);
+        Action::Parked
+    }
+
+    /// Whether the packet keyed `key`, which found `found`, must wait for a session
+    /// parked in this burst: that session will be filed under `key`, or under a key
+    /// of `found`'s (a reply key a finished connection still holds gives way to it).
+    pub(super) fn waits_on_parked(
+        &self,
+        key: &HashedKey,
+        found: Option<(SessionId, Direction)>,
+    ) -> bool {
+        let held = found.and_then(|(id, _)| self.sessions.get(id));
+        self.parked.iter().any(|p| match p {
+            Parked::Open { opening, .. } => {
+                opening.files(key) || held.is_some_and(|s| opening.shares_a_key(s))
+            }
+            Parked::Behind(_) => false,
+        })
+    }
+
+    /// How many sessions are parked, made but not filed.
+    pub(super) fn parked_openings(&self) -> usize {
+        self.parked
+            .iter()
+            .filter(|p| matches!(p, Parked::Open { .. }))
+            .count()
+    }
+
+    /// The end of a parked packet: its session filed, then accounted and sent as
+    /// `l4` would have; or, behind one, handled afresh.
+    fn finish(&mut self, p: Parked, mut pkt: Packet<'_>, cx: &mut Context) -> Action {
+        let (opening, parsed) = match p {
+            Parked::Behind(_) => {
+                return self.handle(pkt, cx.port, cx.neighbours, cx.now_tsc, cx.counters)
+            }
+            Parked::Open {
+                opening, parsed, ..
+            } => (opening, parsed),
+        };
+        let action = match self.file_open(&opening, cx.counters) {
+            Ok(matched) => {
+                self.account_packet(&matched, u64::from(pkt.len()));
+                self.egress(&mut pkt, &parsed, &matched, opening.flags(), cx)
+            }
+            Err(reason) => Action::Drop(reason),
+        };
+        let frame = pkt.bytes();
+        let to = MacAddr(frame[..6].try_into().expect("checked Ethernet header"));
+        self.unless_for_kernel(action, to, frame, &parsed, cx.port)
+    }
+}

@@ -1,0 +1,389 @@
+//! `Forwarder::handle_burst` against `Forwarder::handle` one packet at a time: two
+//! forwarders over the same services get the same random bursts of real DPDK mbufs
+//! (new connections, retransmitted SYNs, data, FINs, RSTs, port reuse, replies from
+//! the real servers, a NAT reply key two VIPs want at once, FullNAT UDP, DR), one
+//! through each. Every packet must leave with the same action and the same bytes,
+//! and the tables and counters must end the same; only the order in which the
+//! actions are handed on may differ (parked new sessions last). Then two bursts
+//! whose order is known show that parking happens at all.
+//! One test function only: the EAL initialises once per process.
+mod common;
+
+use common::eal::eal_args;
+use sluice::dataplane::counters::WorkerCounters;
+use sluice::dataplane::forwarder::{Action, Forwarder, ForwarderConfig, PortContext, RssView};
+use sluice::dataplane::local::LocalResponder;
+use sluice::dataplane::neighbour::NeighbourTable;
+use sluice::dataplane::realserver_stats::{self, RealServerCounters};
+use sluice::dpdk::{Burst, Eal, Mempool, BURST_SIZE};
+use sluice::emulator::frames::{self, Endpoints};
+use sluice::model::{DropReason, ForwardMode, Protocol, RealServerSpec, SchedulerKind, ServiceKey};
+use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
+use sluice::session::Timeouts;
+use sluice::wire::ethernet::MacAddr;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+const LB_MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
+const CLIENT_MAC: [u8; 6] = [0x02, 0x43, 0x4c, 0, 0, 1];
+const HZ: u64 = 1_000_000_000;
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+const FIN_ACK: u8 = 0x11;
+const RST: u8 = 0x04;
+const SYN_ACK: u8 = 0x12;
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+fn rs_mac(rs: Ipv4Addr) -> [u8; 6] {
+    [0x02, 0x52, 0x53, 0, 0, rs.octets()[3]]
+}
+
+/// The services both forwarders serve:
+/// - VIP1:80/tcp NAT wlc over rs1-rs3 (weights 1-3: picks depend on the loads the
+///   same burst's earlier connections added);
+/// - VIP2:80/tcp and VIP3:80/tcp NAT rr, both to rs4:80: the same client port to
+///   both wants one reply key (`nat_tuple_in_use`, or the finished one gives way);
+/// - VIP1:53/udp FullNAT rr over rs5, rs6;
+/// - VIP4:80/tcp DR to rs7 (no reply key: never parked).
+fn services() -> ServiceTable {
+    let mut t = ServiceTable::new();
+    let tcp = |vip: &str| ServiceKey::new(Protocol::Tcp, ip(vip), 80);
+    let add = |t: &mut ServiceTable, key, sched, servers: &[(&str, u16, u32, ForwardMode)]| {
+        t.add_service(key, sched, None).unwrap();
+        for &(rs, port, weight, mode) in servers {
+            t.add_server(key, RealServerSpec::new(ip(rs), port, weight, mode))
+                .unwrap();
+        }
+    };
+    use ForwardMode::*;
+    add(
+        &mut t,
+        tcp("198.18.1.1"),
+        SchedulerKind::Wlc,
+        &[
+            ("198.18.0.11", 80, 1, Nat),
+            ("198.18.0.12", 80, 2, Nat),
+            ("198.18.0.13", 80, 3, Nat),
+        ],
+    );
+    for vip in ["198.18.1.2", "198.18.1.3"] {
+        add(
+            &mut t,
+            tcp(vip),
+            SchedulerKind::Rr,
+            &[("198.18.0.14", 80, 1, Nat)],
+        );
+    }
+    let dns = ServiceKey::new(Protocol::Udp, ip("198.18.1.1"), 53);
+    add(
+        &mut t,
+        dns,
+        SchedulerKind::Rr,
+        &[
+            ("198.18.0.15", 53, 1, FullNat),
+            ("198.18.0.16", 53, 1, FullNat),
+        ],
+    );
+    t.add_laddr(dns, ip("198.18.2.1").into()).unwrap();
+    add(
+        &mut t,
+        tcp("198.18.1.4"),
+        SchedulerKind::Rr,
+        &[("198.18.0.17", 80, 1, Dr)],
+    );
+    t
+}
+
+/// One forwarder with its own counters and neighbours (every real server known).
+struct Side {
+    fwd: Forwarder,
+    counters: WorkerCounters,
+    real_servers: Arc<Box<[RealServerCounters]>>,
+    neighbours: NeighbourTable,
+}
+
+fn side(publisher: &SnapshotPublisher) -> Side {
+    let real_servers = Arc::new(realserver_stats::new_table());
+    let fwd = Forwarder::new(ForwarderConfig::new(
+        4096,
+        publisher.reader(),
+        Timeouts::default().in_ticks(100),
+        HZ / 100,
+        HZ,
+        real_servers.clone(),
+        RssView::default_spread(1, 0),
+    ));
+    let mut neighbours = NeighbourTable::with_capacity(64);
+    for last in 11..=17u8 {
+        let rs = Ipv4Addr::new(198, 18, 0, last);
+        neighbours.learn(rs, MacAddr(rs_mac(rs)), 0);
+    }
+    neighbours.learn(ip("198.18.0.100"), MacAddr(CLIENT_MAC), 0);
+    Side {
+        fwd,
+        counters: WorkerCounters::default(),
+        real_servers,
+        neighbours,
+    }
+}
+
+/// xorshift64: the bursts are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+}
+
+/// Writes a random frame into `buf`: mostly client segments to the services from a
+/// few client ports (so connections repeat, collide and reuse ports within a burst),
+/// some replies from the NAT real servers to those ports.
+fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
+    let client = rng.pick(&[ip("198.18.0.100"), ip("198.18.0.101")]);
+    let cport = 1000 + (rng.next() % 6) as u16;
+    let flags = rng.pick(&[SYN, SYN, SYN, ACK, ACK, FIN_ACK, RST]);
+    let to = |dst: Ipv4Addr, dport: u16| Endpoints {
+        src_mac: CLIENT_MAC,
+        dst_mac: LB_MAC,
+        src: client,
+        dst,
+        sport: cport,
+        dport,
+    };
+    match rng.next() % 8 {
+        0 | 1 => frames::tcp_segment(buf, &to(ip("198.18.1.1"), 80), 1, 0, flags, &[]),
+        2 => frames::tcp_segment(buf, &to(ip("198.18.1.2"), 80), 1, 0, flags, &[]),
+        3 => frames::tcp_segment(buf, &to(ip("198.18.1.3"), 80), 1, 0, flags, &[]),
+        4 => frames::tcp_segment(buf, &to(ip("198.18.1.4"), 80), 1, 0, flags, &[]),
+        5 => frames::udp_datagram(buf, &to(ip("198.18.1.1"), 53), b"q"),
+        _ => {
+            // A NAT real server answers the client's port.
+            let rs = rng.pick(&[
+                ip("198.18.0.11"),
+                ip("198.18.0.12"),
+                ip("198.18.0.13"),
+                ip("198.18.0.14"),
+            ]);
+            let flags = rng.pick(&[SYN_ACK, ACK, FIN_ACK]);
+            let e = Endpoints {
+                src_mac: rs_mac(rs),
+                dst_mac: LB_MAC,
+                src: rs,
+                dst: client,
+                sport: 80,
+                dport: cport,
+            };
+            frames::tcp_segment(buf, &e, 9, 2, flags, &[])
+        }
+    }
+}
+
+/// A burst of `frames` (written by `write`), allocated from `pool`.
+fn burst_of(pool: &Mempool, lens: &[Vec<u8>]) -> Burst {
+    let mut b = Burst::new();
+    assert!(b.alloc_from(pool, lens.len()), "mempool exhausted");
+    for (i, f) in lens.iter().enumerate() {
+        b.set_packet_len(i, frames::MAX_FRAME as u16);
+        b.packet_mut(i)[..f.len()].copy_from_slice(f);
+        b.set_packet_len(i, f.len() as u16);
+    }
+    b
+}
+
+/// What happened to each packet of a burst: its action and its bytes afterwards, and
+/// the order in which the actions were handed on.
+struct Outcome {
+    actions: Vec<Action>,
+    bytes: Vec<Vec<u8>>,
+    order: Vec<usize>,
+}
+
+fn one_by_one(s: &mut Side, port: &PortContext, pool: &Mempool, f: &[Vec<u8>]) -> Outcome {
+    let mut b = burst_of(pool, f);
+    s.fwd.prefetch_sessions(&b);
+    let actions = (0..b.len())
+        .map(|i| {
+            s.fwd
+                .handle(b.packet_at(i), port, &mut s.neighbours, 0, &s.counters)
+        })
+        .collect();
+    let bytes = (0..b.len()).map(|i| b.packet(i).to_vec()).collect();
+    b.free_all();
+    Outcome {
+        actions,
+        bytes,
+        order: (0..f.len()).collect(),
+    }
+}
+
+fn as_burst(s: &mut Side, port: &PortContext, pool: &Mempool, f: &[Vec<u8>]) -> Outcome {
+    let mut b = burst_of(pool, f);
+    let mut actions = vec![None; f.len()];
+    let mut order = Vec::new();
+    s.fwd.handle_burst(
+        &mut b,
+        port,
+        &mut s.neighbours,
+        0,
+        &s.counters,
+        |_, _, i, a| {
+            assert!(actions[i].is_none(), "packet {i} handed on twice");
+            actions[i] = Some(a);
+            order.push(i);
+        },
+    );
+    let bytes = (0..b.len()).map(|i| b.packet(i).to_vec()).collect();
+    b.free_all();
+    Outcome {
+        actions: actions
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| a.unwrap_or_else(|| panic!("packet {i} never handed on")))
+            .collect(),
+        bytes,
+        order,
+    }
+}
+
+/// Each real server's (connections, active, inactive, in packets, out packets).
+fn books(s: &Side) -> Vec<[u64; 5]> {
+    s.real_servers[..32]
+        .iter()
+        .map(|c| {
+            [
+                c.connections.load(Relaxed),
+                c.active.load(Relaxed),
+                c.inactive.load(Relaxed),
+                c.in_packets.load(Relaxed),
+                c.out_packets.load(Relaxed),
+            ]
+        })
+        .collect()
+}
+
+fn frame(write: impl FnOnce(&mut [u8]) -> usize) -> Vec<u8> {
+    let mut buf = vec![0u8; frames::MAX_FRAME];
+    let len = write(&mut buf);
+    buf.truncate(len);
+    buf
+}
+
+#[test]
+fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
+    let _eal = Eal::init(&eal_args("eal_burst"))
+        .expect("EAL init (run scripts/setup.sh; tests need root)");
+    let pool = Mempool::new("burst_pool", 1023, 64, 2048).unwrap();
+    let publisher = SnapshotPublisher::new(Snapshot::build(1, &services()));
+    let responder = LocalResponder::new(LB_MAC, &[ip("198.18.0.1")]);
+    let port = PortContext {
+        redirected: false,
+        responder: &responder,
+        mac: MacAddr(LB_MAC),
+        addr: ip("198.18.0.1"),
+        mtu: 1500,
+        exception: false,
+    };
+    let (mut one, mut many) = (side(&publisher), side(&publisher));
+    for s in [&mut one, &mut many] {
+        s.fwd.poll(0, &s.counters);
+    }
+
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let (mut reordered, mut frames_seen) = (0, 0);
+    // Drops by reason, as the worker would count them from the actions.
+    let mut dropped = std::collections::BTreeMap::<String, usize>::new();
+    for round in 0..400 {
+        let n = 1 + (rng.next() % BURST_SIZE as u64) as usize;
+        let f: Vec<Vec<u8>> = (0..n)
+            .map(|_| frame(|b| random_frame(&mut rng, b)))
+            .collect();
+        let a = one_by_one(&mut one, &port, &pool, &f);
+        let b = as_burst(&mut many, &port, &pool, &f);
+        for i in 0..n {
+            assert_eq!(
+                a.actions[i], b.actions[i],
+                "round {round}, packet {i} of {n}: one by one {:?}, as a burst {:?}",
+                a.actions[i], b.actions[i]
+            );
+            assert_eq!(
+                a.bytes[i], b.bytes[i],
+                "round {round}, packet {i}: bytes differ"
+            );
+            if let Action::Drop(reason) = b.actions[i] {
+                *dropped.entry(format!("{reason:?}")).or_default() += 1;
+            }
+        }
+        if b.order.windows(2).any(|w| w[0] > w[1]) {
+            reordered += 1;
+        }
+        frames_seen += n;
+    }
+    assert_eq!(one.fwd.sessions().len(), many.fwd.sessions().len());
+    assert_eq!(books(&one), books(&many), "real-server books differ");
+    assert_eq!(
+        one.counters.events_snapshot(),
+        many.counters.events_snapshot()
+    );
+    assert_eq!(
+        one.counters.sessions_created.load(Relaxed),
+        many.counters.sessions_created.load(Relaxed)
+    );
+    // The random bursts did reach the cases the test is about.
+    let created = many.counters.sessions_created.load(Relaxed);
+    eprintln!(
+        "{frames_seen} frames, {created} sessions opened, {reordered} bursts handed on \
+         out of order, drops {dropped:?}"
+    );
+    assert!(created > 200, "only {created} sessions opened");
+    assert!(reordered > 100, "only {reordered} bursts parked anything");
+    let in_use = format!("{:?}", DropReason::NatTupleInUse);
+    assert!(dropped.get(&in_use).is_some_and(|&n| n > 0), "{dropped:?}");
+
+    // Known order: a DR SYN is handed on at once; the NAT SYN before it is parked,
+    // and so is the ACK of the same connection after it, which then finds the session.
+    let client = |sport: u16, dst: &str| Endpoints {
+        src_mac: CLIENT_MAC,
+        dst_mac: LB_MAC,
+        src: ip("198.18.0.102"),
+        dst: ip(dst),
+        sport,
+        dport: 80,
+    };
+    let f = vec![
+        frame(|b| frames::tcp_segment(b, &client(2000, "198.18.1.1"), 1, 0, SYN, &[])),
+        frame(|b| frames::tcp_segment(b, &client(2001, "198.18.1.4"), 1, 0, SYN, &[])),
+        frame(|b| frames::tcp_segment(b, &client(2000, "198.18.1.1"), 2, 1, ACK, &[])),
+    ];
+    let before = many.counters.sessions_created.load(Relaxed);
+    let out = as_burst(&mut many, &port, &pool, &f);
+    assert_eq!(out.order, [1, 0, 2]);
+    assert_eq!(out.actions, [Action::Transmit; 3]);
+    assert_eq!(many.counters.sessions_created.load(Relaxed) - before, 2);
+    let sent = |i: usize| match frames::parse(&out.bytes[i]) {
+        frames::Frame::Tcp(s) => (s.e.dst, s.flags),
+        other => panic!("packet {i}: {other:?}"),
+    };
+    let nat_rs = sent(0).0;
+    assert!(
+        [ip("198.18.0.11"), ip("198.18.0.12"), ip("198.18.0.13")].contains(&nat_rs),
+        "{nat_rs}"
+    );
+    assert_eq!(
+        sent(2),
+        (nat_rs, ACK),
+        "the ACK follows its SYN's real server"
+    );
+    assert_eq!(sent(1).0, ip("198.18.1.4"), "DR keeps the VIP");
+}
