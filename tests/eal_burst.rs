@@ -108,15 +108,19 @@ struct Side {
 
 fn side(publisher: &SnapshotPublisher) -> Side {
     let real_servers = Arc::new(realserver_stats::new_table());
-    let fwd = Forwarder::new(ForwarderConfig::new(
-        4096,
-        publisher.reader(),
-        Timeouts::default().in_ticks(100),
-        HZ / 100,
-        HZ,
-        real_servers.clone(),
-        RssView::default_spread(1, 0),
-    ));
+    // A small table, which would not park by default: parking forced.
+    let fwd = Forwarder::new(ForwarderConfig {
+        park_new_sessions: Some(true),
+        ..ForwarderConfig::new(
+            4096,
+            publisher.reader(),
+            Timeouts::default().in_ticks(100),
+            HZ / 100,
+            HZ,
+            real_servers.clone(),
+            RssView::default_spread(1, 0),
+        )
+    });
     let mut neighbours = NeighbourTable::with_capacity(64);
     for last in 11..=17u8 {
         let rs = Ipv4Addr::new(198, 18, 0, last);

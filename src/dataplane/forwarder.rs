@@ -140,12 +140,17 @@ pub struct Forwarder {
     synproxy: synproxy::ProxyState,
     /// Each frame's tuple and hash as the burst's prefetch pass peeked them.
     peeked: [Option<HashedKey>; BURST_SIZE],
+    /// [`ForwarderConfig::park_new_sessions`], decided.
+    park_new_sessions: bool,
     /// Within [`Forwarder::handle_burst`]: new sessions are made but filed at the
     /// burst's end (`forwarder/burst.rs`).
     parking: bool,
     /// The burst's packets that wait for the end of it: new sessions and the later
     /// packets of their connections, in arrival order. Never more than a burst.
     parked: Vec<burst::Parked>,
+    /// The hashes of the keys the parked sessions will be filed under (two a
+    /// session at most): a packet's check against them is one compare each.
+    parked_hashes: Vec<crate::session::KeyHash>,
     snapshot: SnapshotReader,
     /// One scheduler per service, by snapshot index; rebuilt when the snapshot changes.
     schedulers: Vec<Box<dyn Scheduler>>,
@@ -435,7 +440,19 @@ pub struct ForwarderConfig {
     /// This worker's share of the ICMP errors Sluice writes itself (Packet Too Big,
     /// frag-needed), in TSC ticks.
     pub icmp_error_limit: crate::service::admission::WorkerLimit,
+    /// Whether [`Forwarder::handle_burst`] files new NAT and FullNAT sessions at the
+    /// end of their burst (`forwarder/burst.rs`). `None`: when the session index is
+    /// at least [`PARK_INDEX_BYTES`], where the bucket of a new reply key is rarely in
+    /// the cache; `Some` decides it either way (tests).
+    pub park_new_sessions: Option<bool>,
 }
+
+/// The index size from which new sessions are parked by default. Parking costs a new
+/// session about 120 cycles when its reply bucket is cached anyway (a 1k-session
+/// table) and saves about as much when the bucket comes from memory (1M sessions,
+/// a 20 MiB index; `perf/results/nat_rewrite.md`); 4 MiB is past a core's L2 on
+/// current x86 parts. Sizes in between were not measured.
+pub const PARK_INDEX_BYTES: usize = 4 << 20;
 
 impl ForwarderConfig {
     /// A configuration with the required parts and nothing optional: default local
@@ -469,6 +486,7 @@ impl ForwarderConfig {
             sync_port: None,
             icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT
                 .per_worker(1, tsc_hz),
+            park_new_sessions: None,
         }
     }
 }
@@ -513,6 +531,7 @@ impl Forwarder {
             sync,
             sync_port,
             icmp_error_limit,
+            park_new_sessions,
         } = config;
         let tsc_per_tick = tsc_per_tick.max(1);
         let tick_ms =
@@ -526,8 +545,10 @@ impl Forwarder {
             sessions6: SessionTable6::try_with_capacity(capacity6)?,
             synproxy: synproxy::ProxyState::new(capacity, tsc_hz),
             peeked: [None; BURST_SIZE],
+            park_new_sessions: false,
             parking: false,
             parked: Vec::with_capacity(BURST_SIZE),
+            parked_hashes: Vec::with_capacity(2 * BURST_SIZE),
             snapshot,
             schedulers: Vec::new(),
             loads: Vec::new(),
@@ -577,6 +598,8 @@ impl Forwarder {
             icmp_errors: admission::ErrorLimiter::new(icmp_error_limit),
             tsc_hz,
         };
+        f.park_new_sessions =
+            park_new_sessions.unwrap_or(f.sessions.index_bytes() >= PARK_INDEX_BYTES);
         f.rebuild_schedulers();
         Ok(f)
     }

@@ -847,6 +847,11 @@ impl SessionTable {
             + self.wheel.memory_bytes()
     }
 
+    /// Bytes of the hash index alone (its buckets), constant after construction.
+    pub fn index_bytes(&self) -> usize {
+        self.index.memory().1
+    }
+
     /// Free slots.
     #[inline]
     pub fn free(&self) -> usize {

@@ -65,6 +65,7 @@ impl Forwarder {
     ) {
         self.prefetch_sessions(burst);
         self.parked.clear();
+        self.parked_hashes.clear();
         let mut cx = Context {
             port,
             neighbours,
@@ -73,7 +74,7 @@ impl Forwarder {
         };
         for i in 0..burst.len() {
             burst.prefetch(i + 1);
-            self.parking = true;
+            self.parking = self.park_new_sessions;
             let action = self.handle(burst.packet_at(i), port, cx.neighbours, now_tsc, counters);
             self.parking = false;
             if action != Action::Parked {
@@ -97,6 +98,7 @@ impl Forwarder {
     ) {
         // Taken out (keeping its capacity) so that finishing may borrow `self`.
         let mut parked = std::mem::take(&mut self.parked);
+        self.parked_hashes.clear();
         for p in parked.drain(..) {
             let i = p.index();
             let action = self.finish(p, burst.packet_at(i), cx);
@@ -106,28 +108,50 @@ impl Forwarder {
     }
 
     /// Parks `p`: its packet's action comes from `handle_burst` at the burst's end.
+    #[inline(never)]
     pub(super) fn park(&mut self, p: Parked) -> Action {
-        // A burst parks each packet at most once, and `parked` holds a whole burst.
+        // A burst parks each packet at most once, and `parked` holds a whole burst
+        // (`parked_hashes` two keys a packet): neither ever grows.
         debug_assert!(self.parked.len() < self.parked.capacity());
+        if let Parked::Open { opening, .. } = &p {
+            self.parked_hashes.extend(opening.keys().map(|k| k.hash()));
+        }
         self.parked.push(p);
         Action::Parked
     }
 
     /// Whether the packet keyed `key`, which found `found`, must wait for a session
-    /// parked in this burst: that session will be filed under `key`, or under a key
-    /// of `found`'s (a reply key a finished connection still holds gives way to it).
+    /// parked in this burst: that session will be filed under `key`, or under the
+    /// reply key of `found` (which gives it way if its connection is over by then,
+    /// and keeps it otherwise: either way the packet must see the outcome). Hashes
+    /// first: a packet of another connection costs a compare per parked key, and one
+    /// hash more when it found a session with a reply key.
+    #[inline(never)]
     pub(super) fn waits_on_parked(
         &self,
         key: &HashedKey,
         found: Option<(SessionId, Direction)>,
     ) -> bool {
-        let held = found.and_then(|(id, _)| self.sessions.get(id));
-        self.parked.iter().any(|p| match p {
-            Parked::Open { opening, .. } => {
-                opening.files(key) || held.is_some_and(|s| opening.shares_a_key(s))
-            }
-            Parked::Behind(_) => false,
-        })
+        let wanted = |k: &HashedKey| {
+            self.parked_hashes.contains(&k.hash())
+                && self.parked.iter().any(|p| match p {
+                    Parked::Open { opening, .. } => opening.files(k),
+                    Parked::Behind(_) => false,
+                })
+        };
+        if wanted(key) {
+            return true;
+        }
+        // Found by its reply key, the session's other key is its client key, which
+        // no new session can want: only the reply key of one found inbound can be.
+        match found {
+            Some((id, Direction::Inbound)) => self
+                .sessions
+                .get(id)
+                .and_then(|s| s.reply_key())
+                .is_some_and(|reply| wanted(&HashedKey::new(reply))),
+            _ => false,
+        }
     }
 
     /// How many sessions are parked, made but not filed.

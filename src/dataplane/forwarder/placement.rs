@@ -64,13 +64,10 @@ impl Opening {
         self.hashed == *key || self.reply.as_ref() == Some(key)
     }
 
-    /// Whether the session will take a key `other` is filed under.
-    pub(super) fn shares_a_key(&self, other: &Session) -> bool {
-        let mine = [Some(*self.hashed.key()), self.reply.map(|r| *r.key())];
-        [Some(other.in_key()), other.reply_key()]
-            .iter()
-            .flatten()
-            .any(|k| mine.contains(&Some(*k)))
+    /// The keys the session will be filed under: its client key, and its reply key
+    /// if it has one.
+    pub(super) fn keys(&self) -> impl Iterator<Item = &HashedKey> {
+        std::iter::once(&self.hashed).chain(self.reply.as_ref())
     }
 
     /// Whether the session has a reply key (NAT, FullNAT), whose bucket is loading.
@@ -335,6 +332,7 @@ impl Forwarder {
     /// from, DR and TUN the real server's, when known. A FullNAT TCP session whose SYN
     /// carries timestamps moves them onto Sluice's clock (`forward::timestamps`),
     /// unless that is turned off.
+    #[inline(never)]
     pub(super) fn prepare_open(
         &mut self,
         hashed: &HashedKey,
@@ -403,6 +401,7 @@ impl Forwarder {
     /// refuses the new one otherwise (`NatTupleInUse`); a full table refuses it too
     /// (`SessionTableFull`). A refused session's local port goes back to its pool and
     /// its connection is uncounted.
+    #[inline(never)]
     pub(super) fn file_open(
         &mut self,
         opening: &Opening,
