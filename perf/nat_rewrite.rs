@@ -1,8 +1,10 @@
 //! Micro-benchmark: cycles per packet of the worker's real forwarding path
-//! (`Forwarder::handle`: classify, session lookup, state update, NAT rewrite with
-//! incremental checksums, MAC rewrite) for established flows with N sessions in the
-//! table, plus cycles per new session. Runs the EAL without hugepages (mbufs are real
-//! DPDK mbufs); only the time inside `handle` is counted, not refilling the burst.
+//! (`Forwarder::handle_burst`, as the worker calls it: the burst's prefetch pass, then
+//! per packet classify, session lookup, state update, NAT rewrite with incremental
+//! checksums, MAC rewrite, new sessions filed at the burst's end) for established
+//! flows with N sessions in the table, plus cycles per new session. Runs the EAL
+//! without hugepages (mbufs are real DPDK mbufs); only the time inside
+//! `handle_burst` is counted, not refilling the burst.
 //!
 //! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]
 //! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception]`
@@ -484,9 +486,9 @@ impl Bench<'_> {
         }
     }
 
-    /// Runs `count` frames built by `build(i)` through `handle`, a burst at a time,
+    /// Runs `count` frames built by `build(i)` through `handle_burst`, a burst at a time,
     /// showing each transmitted frame `i` to `sent` (outside the measured time).
-    /// Returns (cycles spent inside `handle` only, frames forwarded).
+    /// Returns (cycles spent inside `handle_burst` only, frames forwarded).
     fn run(
         &mut self,
         count: u64,
