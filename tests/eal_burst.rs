@@ -236,6 +236,11 @@ fn as_burst(s: &mut Side, port: &PortContext, pool: &Mempool, f: &[Vec<u8>]) -> 
     let mut b = burst_of(pool, f);
     let mut actions = vec![None; f.len()];
     let mut order = Vec::new();
+    // Connections are a counter (Prometheus `_total`): never lower than before, even
+    // while a session that will be refused is parked.
+    let real_servers = s.real_servers.clone();
+    let connections = |c: &RealServerCounters| c.connections.load(Relaxed);
+    let mut seen: Vec<u64> = real_servers.iter().map(connections).collect();
     s.fwd.handle_burst(
         &mut b,
         port,
@@ -246,6 +251,10 @@ fn as_burst(s: &mut Side, port: &PortContext, pool: &Mempool, f: &[Vec<u8>]) -> 
             assert!(actions[i].is_none(), "packet {i} handed on twice");
             actions[i] = Some(a);
             order.push(i);
+            for (c, seen) in real_servers.iter().zip(seen.iter_mut()) {
+                assert!(connections(c) >= *seen, "a connection count went down");
+                *seen = connections(c);
+            }
         },
     );
     let bytes = (0..b.len()).map(|i| b.packet(i).to_vec()).collect();

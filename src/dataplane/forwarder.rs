@@ -1169,15 +1169,22 @@ impl Forwarder {
                     Err(reason) if proxied.is_some() => return Action::Drop(reason),
                     Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),
                 };
-                let opening = self.prepare_open(&hashed, &placement, flags, pkt, parsed, cx);
+                let mut opening = self.prepare_open(&hashed, &placement, flags, pkt, parsed, cx);
                 // Within a burst, a plain new session (neither proxied nor holding its
                 // first data) with a reply key is filed at the burst's end, once its
                 // reply bucket, loading since `prepare_open`, is there.
                 if self.parking && proxied.is_none() && opening.has_reply() {
+                    self.count_load_early(&mut opening);
+                    let to = MacAddr(
+                        pkt.bytes()[..6]
+                            .try_into()
+                            .expect("checked Ethernet header"),
+                    );
                     return self.park(burst::Parked::Open {
                         index: pkt.index(),
                         opening,
                         parsed: *parsed,
+                        to,
                     });
                 }
                 match self.file_open(&opening, cx.counters) {

@@ -11,13 +11,27 @@
 //!
 //! What it changes, seen from outside: a burst's new sessions leave after its other
 //! packets. Every decision is taken when its packet comes, in arrival order, as
-//! `handle` alone takes it: admission, placement, the real server's load count, table
+//! `handle` alone takes it: admission, placement, the session in its real server's
+//! load (so the next pick sees it; its connection is counted once filed), table
 //! pressure's reclaim (counting the parked sessions as filed). A packet that would
-//! see a parked session (one of its keys, or a key of the session it found, which a
-//! parked session will take over) waits behind it. What moves is the insert, and with
-//! it its refusals (full table, reply key held by a live connection): a refused
-//! session's load count is taken back only at the burst's end, so the picks of the
-//! same burst between see it.
+//! see a parked session (one of its keys, or the reply key of the session it found,
+//! which a parked session may take over) first has everything parked finished. What
+//! moves is the insert and what follows it, and with it these, all within one burst:
+//! - a refusal (full table, reply key held by a live connection) is known only when
+//!   the session is filed: until then its load stays counted, so a pick between sees
+//!   it, and a connection threshold it crossed keeps its server marked overloaded
+//!   until the load falls back under the threshold's lower mark;
+//! - a session opened without parking (DR, TUN, the SYN proxy's) is filed before
+//!   sessions parked earlier in the burst: of two that want the same reply key or the
+//!   last free slot, the other one may win;
+//! - the parked session's egress sees the neighbour table as of the burst's end (an
+//!   ARP answer later in the burst addresses it instead of holding it);
+//! - an ICMP error quoting a parked session's tuple does not wait for it (only a
+//!   forged one can: the session's first packet has not left yet).
+//!
+//! Cost: each packet after the first parked session checks its key's hash against
+//! the parked ones (at most 64 compares), and an inbound packet that hits a NAT or
+//! FullNAT session hashes that session's reply key once more.
 use super::placement::Opening;
 use super::{Action, Context, Forwarder, PortContext};
 use crate::dataplane::counters::WorkerCounters;
@@ -29,11 +43,13 @@ use crate::wire::ethernet::MacAddr;
 
 /// A packet of the burst that waits for its end.
 pub(super) enum Parked {
-    /// Packet `index` opens this session, made but not filed; `parsed` is its frame's.
+    /// Packet `index` opens this session, made but not filed; `parsed` is its frame's
+    /// and `to` its destination MAC as it came (egress rewrites it).
     Open {
         index: usize,
         opening: Opening,
         parsed: Parsed,
+        to: MacAddr,
     },
     /// Packet `index` belongs to a connection parked before it: handled afresh once
     /// that is filed.
@@ -165,13 +181,16 @@ impl Forwarder {
     /// The end of a parked packet: its session filed, then accounted and sent as
     /// `l4` would have; or, behind one, handled afresh.
     fn finish(&mut self, p: Parked, mut pkt: Packet<'_>, cx: &mut Context) -> Action {
-        let (opening, parsed) = match p {
+        let (opening, parsed, to) = match p {
             Parked::Behind(_) => {
                 return self.handle(pkt, cx.port, cx.neighbours, cx.now_tsc, cx.counters)
             }
             Parked::Open {
-                opening, parsed, ..
-            } => (opening, parsed),
+                opening,
+                parsed,
+                to,
+                ..
+            } => (opening, parsed, to),
         };
         let action = match self.file_open(&opening, cx.counters) {
             Ok(matched) => {
@@ -181,7 +200,6 @@ impl Forwarder {
             Err(reason) => Action::Drop(reason),
         };
         let frame = pkt.bytes();
-        let to = MacAddr(frame[..6].try_into().expect("checked Ethernet header"));
         self.unless_for_kernel(action, to, frame, &parsed, cx.port)
     }
 }

@@ -56,6 +56,8 @@ pub(super) struct Opening {
     session: Session,
     first_timeout: u32,
     flags: TcpFlags,
+    /// Counted in its real server's load already ([`Forwarder::count_load_early`]).
+    load_counted: bool,
 }
 
 impl Opening {
@@ -326,9 +328,7 @@ impl Forwarder {
     /// The first half of opening a session: relieves table pressure (see
     /// [`Forwarder::relieve_pressure`]), makes the session placement decided, starts
     /// loading its reply key's bucket (the one cold line of a new session the burst's
-    /// prefetch could not know: it depends on the pick), and counts the connection on
-    /// its real server at once, so that the next pick, in the same burst or not, sees
-    /// the load. Its next hop: NAT and FullNAT answer the MAC the client's packet came
+    /// prefetch could not know: it depends on the pick). Its next hop: NAT and FullNAT answer the MAC the client's packet came
     /// from, DR and TUN the real server's, when known. A FullNAT TCP session whose SYN
     /// carries timestamps moves them onto Sluice's clock (`forward::timestamps`),
     /// unless that is turned off.
@@ -384,14 +384,13 @@ impl Forwarder {
                 .unwrap_or([0; 6]),
         };
         let first_timeout = self.timeouts.session(key.proto, session.state());
-        let rs_id = rs.id;
-        self.count_connection(rs_id, 1);
         Opening {
             hashed: *hashed,
             reply,
             session,
             first_timeout,
             flags,
+            load_counted: false,
         }
     }
 
@@ -399,8 +398,9 @@ impl Forwarder {
     /// first packet. A reply key already taken (the same client port towards the same
     /// real server through another VIP) gives way when its connection is over and
     /// refuses the new one otherwise (`NatTupleInUse`); a full table refuses it too
-    /// (`SessionTableFull`). A refused session's local port goes back to its pool and
-    /// its connection is uncounted.
+    /// (`SessionTableFull`). A refused session's local port goes back to its pool, and
+    /// an early load count is taken back. A filed one counts as a connection of its
+    /// real server, and in its load unless counted early.
     #[inline(never)]
     pub(super) fn file_open(
         &mut self,
@@ -413,6 +413,7 @@ impl Forwarder {
             session,
             first_timeout,
             flags,
+            load_counted,
         } = opening;
         let (hashed, session, first_timeout, flags) = (hashed, *session, *first_timeout, *flags);
         let (now_tick, reply) = (self.now_tick, reply.as_ref());
@@ -445,7 +446,9 @@ impl Forwarder {
             Ok(id) => id,
             Err(refused) => {
                 release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
-                self.count_connection(session.real, -1);
+                if *load_counted {
+                    self.count_load(session.real, -1);
+                }
                 return Err(match refused {
                     InsertError::TableFull => DropReason::SessionTableFull,
                     InsertError::KeyExists(_) => DropReason::NatTupleInUse,
@@ -453,6 +456,10 @@ impl Forwarder {
             }
         };
         bump(&counters.sessions_created, 1);
+        bump(&self.real_servers[session.real as usize].connections, 1);
+        if !*load_counted {
+            self.count_load(session.real, 1);
+        }
         let transition =
             self.sessions
                 .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts);
@@ -476,13 +483,19 @@ impl Forwarder {
         })
     }
 
-    /// Counts (`delta` 1) or uncounts (-1) a new connection on real server `rs_id`: its
-    /// connections and, the session being new, its inactive gauge; its scheduler and
-    /// thresholds hear of the load.
-    fn count_connection(&mut self, rs_id: u32, delta: i64) {
-        let c = &self.real_servers[rs_id as usize];
-        RealServerCounters::gauge_add(&c.connections, delta);
-        RealServerCounters::gauge_add(&c.inactive, delta);
+    /// Counts the session of `opening` in its real server's load before it is filed
+    /// (a parked session: the picks of the rest of the burst then see it, as they
+    /// would have seen it filed). [`Forwarder::file_open`] takes it back if the
+    /// session is refused.
+    pub(super) fn count_load_early(&mut self, opening: &mut Opening) {
+        self.count_load(opening.session.real, 1);
+        opening.load_counted = true;
+    }
+
+    /// Adds `delta` (1 or -1) new, not yet established, sessions to real server
+    /// `rs_id`'s inactive gauge; its scheduler and thresholds hear of the load.
+    fn count_load(&mut self, rs_id: u32, delta: i64) {
+        RealServerCounters::gauge_add(&self.real_servers[rs_id as usize].inactive, delta);
         self.load_changed(rs_id);
     }
 }
