@@ -1,4 +1,5 @@
-//! The packet path of one worker: `classify` and `Forwarder::handle` over a sequence of
+//! The packet path of one worker: `classify` and `Forwarder::handle_burst` (one frame a
+//! burst, new sessions parked and filed at its end) over a sequence of
 //! frames (structured ones aimed at the VIPs, real servers and local addresses, and
 //! raw bytes), with time passing and sessions expiring in between. See `bed.rs` for
 //! the services (DR, NAT, TUN, FullNAT with a local-port pool, TOA, persistence).
@@ -100,8 +101,20 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
         let mut burst = burst_of(&frame);
         let input = burst.packet(0).to_vec();
         let drops_before = counters.drops_snapshot();
-        fwd.prefetch_sessions(&burst);
-        let action = fwd.handle(burst.packet_at(0), &port, &mut neighbours, *now, &counters);
+        // As the worker does: a burst (of one frame) through `handle_burst`.
+        let mut handed = None;
+        fwd.handle_burst(
+            &mut burst,
+            &port,
+            &mut neighbours,
+            *now,
+            &counters,
+            |_, _, i, a| {
+                assert!(i == 0 && handed.is_none(), "frame {i} handed on again");
+                handed = Some(a);
+            },
+        );
+        let action = handed.expect("the frame handed on");
         assert_eq!(
             drops_before,
             counters.drops_snapshot(),
@@ -132,6 +145,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
             Action::Hold(_) => 5,
             Action::AwaitServer(_) => 6,
             Action::Exception(_) => 7,
+            Action::Parked => unreachable!("handle_burst never hands on Parked"),
         }] += 1;
         let out = burst.packet(0).to_vec();
         let room = burst.packet_with_tailroom_mut(0).len();
