@@ -20,6 +20,7 @@ use sluice::emulator::frames::{self, Endpoints};
 use sluice::model::{DropReason, ForwardMode, Protocol, RealServerSpec, SchedulerKind, ServiceKey};
 use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
 use sluice::session::Timeouts;
+use sluice::wire::checksum;
 use sluice::wire::ethernet::MacAddr;
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -166,12 +167,18 @@ fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
         sport: cport,
         dport,
     };
-    match rng.next() % 8 {
+    match rng.next() % 9 {
         0 | 1 => frames::tcp_segment(buf, &to(ip("198.18.1.1"), 80), 1, 0, flags, &[]),
         2 => frames::tcp_segment(buf, &to(ip("198.18.1.2"), 80), 1, 0, flags, &[]),
         3 => frames::tcp_segment(buf, &to(ip("198.18.1.3"), 80), 1, 0, flags, &[]),
         4 => frames::tcp_segment(buf, &to(ip("198.18.1.4"), 80), 1, 0, flags, &[]),
         5 => frames::udp_datagram(buf, &to(ip("198.18.1.1"), 53), b"q"),
+        6 => {
+            // A host unreachable from a NAT real server's side about the client's
+            // segment to it (parked or not, in this burst or an earlier one).
+            let rs = rng.pick(&[ip("198.18.0.11"), ip("198.18.0.14")]);
+            icmp_error_about(buf, rs, client, cport, rs, 80)
+        }
         _ => {
             // A NAT real server answers the client's port.
             let rs = rng.pick(&[
@@ -192,6 +199,51 @@ fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
             frames::tcp_segment(buf, &e, 9, 2, flags, &[])
         }
     }
+}
+
+/// An ICMP host unreachable from `from` (its MAC a real server's) to `client`,
+/// quoting the client's TCP segment `client:cport -> dst:dport`. Returns its length.
+fn icmp_error_about(
+    buf: &mut [u8],
+    from: Ipv4Addr,
+    client: Ipv4Addr,
+    cport: u16,
+    dst: Ipv4Addr,
+    dport: u16,
+) -> usize {
+    let mut quoted = [0u8; frames::MAX_FRAME];
+    let e = Endpoints {
+        src_mac: CLIENT_MAC,
+        dst_mac: rs_mac(dst),
+        src: client,
+        dst,
+        sport: cport,
+        dport,
+    };
+    frames::tcp_segment(&mut quoted, &e, 1, 0, SYN, &[]);
+    let quote = &quoted[14..14 + 28]; // its IPv4 header and 8 bytes of TCP
+    buf[..6].copy_from_slice(&LB_MAC);
+    buf[6..12].copy_from_slice(&rs_mac(from));
+    buf[12..14].copy_from_slice(&[0x08, 0x00]);
+    let total = 20 + 8 + quote.len();
+    let ip = &mut buf[14..34];
+    ip.copy_from_slice(
+        &[0x45, 0, 0, 0, 0, 1, 0, 0, 64, 1, 0, 0]
+            .iter()
+            .chain(&from.octets())
+            .chain(&client.octets())
+            .copied()
+            .collect::<Vec<u8>>(),
+    );
+    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    let c = checksum::finish(checksum::sum(ip));
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let icmp = &mut buf[34..34 + 8 + quote.len()];
+    icmp[..8].copy_from_slice(&[3, 1, 0, 0, 0, 0, 0, 0]);
+    icmp[8..].copy_from_slice(quote);
+    let c = checksum::finish(checksum::sum(icmp));
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    14 + total
 }
 
 /// A burst of `frames` (written by `write`), allocated from `pool`.
@@ -317,6 +369,7 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
     let (mut reordered, mut frames_seen) = (0, 0);
     // Drops by reason, as the worker would count them from the actions.
     let mut dropped = std::collections::BTreeMap::<String, usize>::new();
+    let mut icmp_sent = 0;
     for round in 0..400 {
         let n = 1 + (rng.next() % BURST_SIZE as u64) as usize;
         let f: Vec<Vec<u8>> = (0..n)
@@ -336,6 +389,9 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
             );
             if let Action::Drop(reason) = b.actions[i] {
                 *dropped.entry(format!("{reason:?}")).or_default() += 1;
+            }
+            if b.actions[i] == Action::Transmit && f[i][23] == 1 {
+                icmp_sent += 1;
             }
         }
         if b.order.windows(2).any(|w| w[0] > w[1]) {
@@ -357,12 +413,13 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
     let created = many.counters.sessions_created.load(Relaxed);
     eprintln!(
         "{frames_seen} frames, {created} sessions opened, {reordered} bursts handed on \
-         out of order, drops {dropped:?}"
+         out of order, {icmp_sent} ICMP errors translated, drops {dropped:?}"
     );
     assert!(created > 200, "only {created} sessions opened");
     assert!(reordered > 100, "only {reordered} bursts parked anything");
     let in_use = format!("{:?}", DropReason::NatTupleInUse);
     assert!(dropped.get(&in_use).is_some_and(|&n| n > 0), "{dropped:?}");
+    assert!(icmp_sent > 0, "no ICMP error was translated");
 
     // Known order: a DR SYN is handed on at once; the NAT SYN before it is parked,
     // and so is the ACK of the same connection after it, which then finds the session.

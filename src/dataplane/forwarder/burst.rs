@@ -25,9 +25,10 @@
 //!   sessions parked earlier in the burst: of two that want the same reply key or the
 //!   last free slot, the other one may win;
 //! - the parked session's egress sees the neighbour table as of the burst's end (an
-//!   ARP answer later in the burst addresses it instead of holding it);
-//! - an ICMP error quoting a parked session's tuple does not wait for it (only a
-//!   forged one can: the session's first packet has not left yet).
+//!   ARP answer later in the burst addresses it instead of holding it).
+//!
+//! An ICMP error quoting a packet of a parked session (only a forged one can: the
+//! session's first packet has not left yet) waits for it like any other packet.
 //!
 //! Cost: each packet after the first parked session checks its key's hash against
 //! the parked ones (at most 64 compares), and an inbound packet that hits a NAT or

@@ -9,7 +9,7 @@ use crate::flow::parse::Parsed;
 use crate::flow::{FlowKey, FlowKey4};
 use crate::forward::{self, QuoteRewrite};
 use crate::model::{DropReason, ForwardMode};
-use crate::session::Direction;
+use crate::session::{Direction, HashedKey};
 use crate::wire::ethernet::MacAddr;
 use std::net::Ipv4Addr;
 
@@ -21,7 +21,13 @@ impl Forwarder {
         let Some(quote) = forward::parse_error(pkt.bytes(), parsed) else {
             return Action::Drop(DropReason::IcmpErrorNoSession);
         };
-        let Some((id, dir)) = self.sessions.lookup(&quote.key.reversed()) else {
+        let quoted = HashedKey::new(quote.key.reversed());
+        let found = self.sessions.lookup_hashed(&quoted);
+        if self.parking && !self.parked.is_empty() && self.waits_on_parked(&quoted, found) {
+            // It quotes a packet of a session parked in this burst: after it.
+            return self.park(super::burst::Parked::Behind(pkt.index()));
+        }
+        let Some((id, dir)) = found else {
             // NAT64: an error about a translated packet, its session in the IPv6 table.
             if !self.sessions6.is_empty() {
                 if let Some(action) = self.nat64_icmp_error(pkt, parsed, &quote, cx) {
