@@ -7,7 +7,7 @@
 //! `handle_burst` is counted, not refilling the burst.
 //!
 //! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]
-//! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception]`
+//! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception] [--park]`
 //!
 //! `nat6`, `fullnat6` and `nat64` are the same phases over IPv6 clients and an IPv6
 //! VIP, through the same `handle`: IPv6 real servers in NAT, IPv6 local addresses and
@@ -32,6 +32,10 @@
 //! opened, SYN to the real server), the real server's SYN-ACK (absorbed, ACK to the
 //! server) and established client ACKs with sequence (and SACK-free) translation.
 //! Compare its established row with a run without it for the translation's cost.
+//!
+//! `--park` parks new sessions to the end of their burst whatever the table's size
+//! (by default only from a 4 MiB index, `PARK_INDEX_BYTES`): compare a small table
+//! with and without it for what parking costs where the reply bucket is cached.
 //!
 //! `--exception` runs as on a port with an exception path (`[ports.exception]`):
 //! compare with a run without it, and with a binary of the code before the exception
@@ -198,6 +202,7 @@ fn main() {
     let timestamps = std::env::args().any(|a| a == "--timestamps");
     let synproxy = std::env::args().any(|a| a == "--synproxy");
     let exception = std::env::args().any(|a| a == "--exception");
+    let park = std::env::args().any(|a| a == "--park");
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -312,6 +317,8 @@ fn main() {
     };
     let config = ForwarderConfig {
         capacity6,
+        // By default the table's size decides (`PARK_INDEX_BYTES`).
+        park_new_sessions: park.then_some(true),
         sync: sync.then(|| sluice::dataplane::forwarder::SyncLink {
             rings: rings.clone(),
             index: 0,

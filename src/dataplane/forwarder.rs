@@ -448,10 +448,10 @@ pub struct ForwarderConfig {
 }
 
 /// The index size from which new sessions are parked by default. Parking costs a new
-/// session about 120 cycles when its reply bucket is cached anyway (a 1k-session
-/// table) and saves about as much when the bucket comes from memory (1M sessions,
-/// a 20 MiB index; `perf/results/nat_rewrite.md`); 4 MiB is past a core's L2 on
-/// current x86 parts. Sizes in between were not measured.
+/// session about 200 cycles when its reply bucket is cached anyway (a 1k-session
+/// table, `nat_rewrite --park`) and saves about 100 when the bucket comes from memory
+/// (1M sessions, a 20 MiB index; `perf/results/nat_rewrite.md`); 4 MiB is past a
+/// core's L2 on current x86 parts. Sizes in between were not measured.
 pub const PARK_INDEX_BYTES: usize = 4 << 20;
 
 impl ForwarderConfig {

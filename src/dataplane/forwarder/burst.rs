@@ -3,10 +3,10 @@
 //! session's reply key depends on the real server (and local port) placement picks,
 //! so the burst's prefetch pass cannot load its index bucket; filed at once, the
 //! insert waits a whole memory latency for it. Within [`Forwarder::handle_burst`], the
-//! session is made and counted when its packet comes (`prepare_open`: placement has
-//! run, the next pick sees its load, the reply bucket starts loading), and filed,
-//! rewritten and sent at the end of the burst (`file_open`), after the rest of the
-//! burst has been handled under that load. A later packet of the same connection in
+//! session is made when its packet comes (`prepare_open`: placement has run, the
+//! reply bucket starts loading) and counted in its real server's load (the next pick
+//! sees it), then filed, counted as a connection, rewritten and sent at the end of
+//! the burst (`file_open`), after the rest of the burst has been handled. A later packet of the same connection in
 //! the same burst (either key) waits behind it and is handled after it, in order.
 //!
 //! What it changes, seen from outside: a burst's new sessions leave after its other
