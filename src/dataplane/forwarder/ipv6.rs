@@ -102,6 +102,19 @@ impl Forwarder {
                     // Steered: the connection opens, or lives, on the view's owner.
                     return Some(Action::Redirect(owner));
                 }
+                // No new connection from an address of ours or a martian: its
+                // session would send the real server's answers to ourselves (as for
+                // IPv4, `miss::may_be_client`).
+                let snap = self.snapshot.current();
+                if key.src.is_unspecified()
+                    || key.src.is_multicast()
+                    || key.src.is_loopback()
+                    || cx.port.responder.is_local6(key.src)
+                    || snap.is_vip6(key.src)
+                    || snap.is_local_address6(key.src)
+                {
+                    return Some(Action::Drop(DropReason::BadIpv6Header));
+                }
                 match self.open_v6(&key, flags, pkt, cx) {
                     Ok(id) => (id, Direction::Inbound),
                     Err(reason) => return Some(Action::Drop(reason)),
