@@ -102,19 +102,6 @@ impl Forwarder {
                     // Steered: the connection opens, or lives, on the view's owner.
                     return Some(Action::Redirect(owner));
                 }
-                // No new connection from an address of ours or a martian: its
-                // session would send the real server's answers to ourselves (as for
-                // IPv4, `miss::may_be_client`).
-                let snap = self.snapshot.current();
-                if key.src.is_unspecified()
-                    || key.src.is_multicast()
-                    || key.src.is_loopback()
-                    || cx.port.responder.is_local6(key.src)
-                    || snap.is_vip6(key.src)
-                    || snap.is_local_address6(key.src)
-                {
-                    return Some(Action::Drop(DropReason::BadIpv6Header));
-                }
                 match self.open_v6(&key, flags, pkt, cx) {
                     Ok(id) => (id, Direction::Inbound),
                     Err(reason) => return Some(Action::Drop(reason)),
@@ -160,8 +147,7 @@ impl Forwarder {
         {
             return Err(DropReason::TcpNoSession);
         }
-        if key.src.is_loopback() || key.src.is_unspecified() || cx.port.responder.is_local6(key.src)
-        {
+        if !may_be_client6(key.src, &snap, cx.port.responder) {
             return Err(DropReason::BadIpv6Header);
         }
         let index = index.ok_or(DropReason::NoService)?;
@@ -705,6 +691,23 @@ pub(super) fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
     }
 }
 
+/// Whether a new connection may come from `client`: not unspecified, multicast or
+/// loopback, and not an address of this appliance (the port's, an IPv6 VIP, an IPv6
+/// FullNAT local address). A session for one of ours would send the real server's
+/// answers to ourselves, as the VIP's own in NAT (IPv4's `miss::may_be_client`).
+fn may_be_client6(
+    client: Ipv6Addr,
+    snap: &crate::service::Snapshot,
+    responder: &crate::dataplane::local::LocalResponder,
+) -> bool {
+    !(client.is_unspecified()
+        || client.is_multicast()
+        || client.is_loopback()
+        || responder.is_local6(client)
+        || snap.is_vip6(client)
+        || snap.is_local_address6(client))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{ForwarderConfig, RssView};
@@ -926,5 +929,33 @@ mod tests {
             Err(DropReason::LaddrExhausted)
         );
         assert_eq!(f.laddr6_cursor, LOCAL_PORT_CANDIDATES as u64);
+    }
+
+    #[test]
+    fn new_connections_from_our_own_or_martian_addresses_are_refused() {
+        let (_publisher, f) = worker(0);
+        let port6: Ipv6Addr = "2001:db8:18::1".parse().unwrap();
+        let responder = crate::dataplane::local::LocalResponder::new(
+            [2, 0x53, 0x4c, 0, 0, 1],
+            &[std::net::Ipv4Addr::new(198, 18, 0, 1)],
+        )
+        .with_ipv6(&[port6]);
+        let snap = f.snapshot.current();
+        let ours = [VIP, LIPS[0], LIPS[1]].map(|a| a.parse::<Ipv6Addr>().unwrap());
+        for addr in ours.into_iter().chain([port6]) {
+            assert!(!may_be_client6(addr, snap, &responder), "{addr}");
+        }
+        for martian in [
+            Ipv6Addr::UNSPECIFIED,
+            Ipv6Addr::LOCALHOST,
+            "ff02::1".parse().unwrap(),
+            "ff0e::1:2".parse().unwrap(),
+        ] {
+            assert!(!may_be_client6(martian, snap, &responder), "{martian}");
+        }
+        for client in ["2001:db8:18::99", REAL, "fe80::1"] {
+            let client: Ipv6Addr = client.parse().unwrap();
+            assert!(may_be_client6(client, snap, &responder), "{client}");
+        }
     }
 }
