@@ -189,7 +189,8 @@ fn synproxy_nat_and_fullnat_carry_transfers_with_and_without_tcp_options() {
     );
     // curl sends its request right after the handshake's ACK, often before the real
     // server answered Sluice's SYN: those requests wait and go on, none is lost to
-    // the client's retransmission timeout (which would show as a SYN resent).
+    // the client's retransmission timeout (which would show as a SYN resent). So does
+    // an upload's whole first flight (its initial window, ten segments).
     assert_eq!(held, held_sent, "held data not all delivered: {status:#}");
     assert_eq!(drop_count(&status, "server_unanswered"), 0, "{status:#}");
     assert_eq!(

@@ -7,8 +7,9 @@
 //! SYN is answered and then three forged ACKs (a hash bit of the cookie flipped,
 //! another ISN, another client port) are dropped as invalid.
 //!
-//! Client data before the real server's SYN-ACK (docs/SYNPROXY.md): a request, a
-//! second segment and a FIN held, then sent translated after the ACK that completes
+//! Client data before the real server's SYN-ACK (docs/SYNPROXY.md): a whole initial
+//! window (an upload's headers, eight body segments, the FIN) held, none of it sent
+//! as the SYN again, then sent translated after the ACK that completes
 //! the server's handshake; a held request retransmitted (the SYN again, the data
 //! delivered once); a FullNAT cookie ACK that carries the request (its copy is the
 //! SYN; the data follows the ACK); a server that never answers (its held request

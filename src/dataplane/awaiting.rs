@@ -16,10 +16,12 @@
 //! server never answered) is dropped and counted.
 use crate::dpdk::{Burst, Mempool, BURST_SIZE};
 
-/// Frames one session may have waiting: a request seldom takes more segments than
-/// the initial window lets a client send before the first answer; the rest go the
-/// old way.
-pub const PER_SESSION: usize = 4;
+/// Frames one session may have waiting: a whole initial window. Before anything it
+/// sent is acknowledged a client sends at most that many segments (10 on Linux and
+/// most stacks, RFC 6928), so even an upload's first flight waits whole instead of
+/// each segment past the limit going to the server as the SYN again. More than that
+/// is a client with a larger window, and goes the old way.
+pub const PER_SESSION: usize = 10;
 
 /// What a held frame waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -172,7 +172,7 @@ ACTIVE_AT_END = {"B", "C", "D", "G", "H"}
 # Client segments held for their real server's handshake, sent once it answered, the
 # SYN sent again for a retransmission of a held segment, and held segments dropped
 # because the server never answered.
-DATA_HELD = {"F": 3, "G": 1, "H": 1, "I": 1}
+DATA_HELD = {"F": 10, "G": 1, "H": 1, "I": 1}
 SYN_RESENT = {"G": 1}
 # Stands in for a binding that never came out, so the script can go on (check then
 # fails, naming the session).
@@ -648,16 +648,23 @@ def script():
     drop("E ACK with the cookie and another ISN", forged(isn_add=2), "tcp_no_session")
     drop("E ACK with the cookie from another client port", forged(cport=43006), "tcp_no_session")
 
-    # --- F: the request, a second segment and the FIN before the server's SYN-ACK ----
+    # --- F: a whole initial window (an upload: headers, eight body segments, the FIN) before
+    # the server's SYN-ACK: all ten wait, none goes to the server as the SYN again ----
     syn("F", 161)
     cookie_ack("F", 162)
-    fdata = base.payload(120, 40)
-    hold("F", "F request (held)", client("F", "PA", 1, 1, tsval=5002, data=rq, ip_id=163))
-    hold("F", "F second segment (held)", client("F", "PA", 1 + n, 1, tsval=5002, data=fdata, ip_id=164))
-    hold("F", "F FIN (held)", client("F", "FA", 1 + n + len(fdata), 1, tsval=5003, ip_id=165))
+    # An upload: the headers, then the body in eight segments (text, which tshark
+    # reads as the body its Content-Length announces).
+    body = [bytes(0x61 + (k + i) % 26 for i in range(120)) for k in range(8)]
+    post = (f"POST / HTTP/1.1\r\nHost: {NAT_VIP}\r\nContent-Length: {sum(map(len, body))}\r\n\r\n").encode()
+    hold("F", "F request headers (held)", client("F", "PA", 1, 1, tsval=5002, data=post, ip_id=163))
+    sent = 1 + len(post)
+    for k, fdata in enumerate(body):
+        hold("F", f"F body segment {k + 1} (held)", client("F", "PA", sent, 1, tsval=5002, data=fdata, ip_id=164 + k))
+        sent += len(fdata)
+    hold("F", "F FIN (held)", client("F", "FA", sent, 1, tsval=5003, ip_id=172))
     server_synack("F", 601)
     to_client("F", "F server's ACK of everything, FIN included",
-              server("F", "A", 1, 2 + n + len(fdata), tsval=1, tsecr=5003, ip_id=602))
+              server("F", "A", 1, sent + 1, tsval=1, tsecr=5003, ip_id=602))
 
     # --- G: a held request retransmitted before the server's SYN-ACK -----------------
     syn("G", 171)
@@ -1043,7 +1050,7 @@ def cmd_selftest(args):
     scenario("tcp-checksum-wrong", good_b, False, replaced(req, bytes(bad_sum)))
     scenario("frames-swapped", good_b, False, good[:req] + [good[req + 1], good[req]] + good[req + 2:])
     # Client segments that came before the real server's SYN-ACK.
-    fack, freq = at("F ACK to the real server"), at("F request (held")
+    fack, freq = at("F ACK to the real server"), at("F request headers (held")
     scenario("held-data-before-the-server-ack", good_b, False,
              good[:fack] + [good[freq], good[fack]] + good[freq + 1:])
     scenario("held-data-sent-at-once-not-held", good_b, False,
