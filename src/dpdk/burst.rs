@@ -127,16 +127,9 @@ impl Burst {
     #[inline(always)]
     pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
         let m = self.live(i);
-        // SAFETY: m is a live mbuf owned by this burst (`live` checked the slot); its
-        // data lies at buf_addr + data_off for data_len bytes, inside the mbuf's buffer,
-        // and nobody else references it while we hold &mut self.
-        unsafe {
-            let mb = &*m;
-            std::slice::from_raw_parts_mut(
-                (mb.buf_addr as *mut u8).add(mb.data_off as usize),
-                mb.data_len as usize,
-            )
-        }
+        // SAFETY: `live` checked the slot: a live mbuf this burst owns, which nobody
+        // else references while we hold &mut self.
+        unsafe { mbuf::bytes_mut(m) }
     }
 
     /// Packet `i`'s bytes followed by the free space after them in the mbuf (its
@@ -145,13 +138,8 @@ impl Burst {
     #[inline]
     pub fn packet_with_tailroom_mut(&mut self, i: usize) -> &mut [u8] {
         let m = self.live(i);
-        // SAFETY: as in packet_mut; the slice ends at the end of the mbuf's data buffer
-        // (buf_len), which the mbuf owns, and data_off <= buf_len always holds.
-        unsafe {
-            let mb = &*m;
-            let room = mb.buf_len.saturating_sub(mb.data_off) as usize;
-            std::slice::from_raw_parts_mut((mb.buf_addr as *mut u8).add(mb.data_off as usize), room)
-        }
+        // SAFETY: as in packet_mut.
+        unsafe { mbuf::with_tailroom_mut(m) }
     }
 
     /// Packet `i`'s bytes (first segment).
@@ -159,13 +147,7 @@ impl Burst {
     pub fn packet(&self, i: usize) -> &[u8] {
         let m = self.live(i);
         // SAFETY: as in packet_mut, with shared access.
-        unsafe {
-            let mb = &*m;
-            std::slice::from_raw_parts(
-                (mb.buf_addr as *const u8).add(mb.data_off as usize),
-                mb.data_len as usize,
-            )
-        }
+        unsafe { mbuf::bytes(m) }
     }
 
     /// Total bytes of packet `i` (all segments).
@@ -173,7 +155,7 @@ impl Burst {
     pub fn packet_len(&self, i: usize) -> u32 {
         let m = self.live(i);
         // SAFETY: live mbuf owned by this burst.
-        unsafe { (*m).pkt_len }
+        unsafe { mbuf::pkt_len(m) }
     }
 
     /// The port field of packet `i`'s mbuf: which port it arrived on, where the data
@@ -228,10 +210,11 @@ impl Burst {
     /// moved out, else a panic now (a bug in the caller).
     #[inline(always)]
     pub fn packet_at(&mut self, i: usize) -> Packet<'_> {
-        self.live(i);
+        let mbuf = self.live(i);
         Packet {
-            burst: self,
+            mbuf,
             index: i,
+            _burst: std::marker::PhantomData,
         }
     }
 
@@ -281,16 +264,8 @@ impl Burst {
     /// buffer's tailroom.
     pub fn set_packet_len(&mut self, i: usize, len: u16) -> bool {
         let m = self.live(i);
-        // SAFETY: owned live mbuf; we only write its length fields after checking room.
-        unsafe {
-            let mb = &mut *m;
-            if mb.data_off as u32 + len as u32 > mb.buf_len as u32 {
-                return false;
-            }
-            mb.data_len = len;
-            mb.pkt_len = len as u32;
-        }
-        true
+        // SAFETY: owned live mbuf, nobody else references it while we hold &mut self.
+        unsafe { mbuf::set_len(m, len) }
     }
 
     /// Grows packet `i` by `n` bytes at the front (into the mbuf's headroom, as
@@ -298,36 +273,16 @@ impl Burst {
     /// false, changing nothing, when the headroom is too small.
     pub fn prepend(&mut self, i: usize, n: u16) -> bool {
         let m = self.live(i);
-        // SAFETY: owned live mbuf; we move data_off back within the buffer only after
-        // checking there is room, and keep data_len/pkt_len consistent.
-        unsafe {
-            let mb = &mut *m;
-            if mb.data_off < n || mb.data_len as u32 + n as u32 > u16::MAX as u32 {
-                return false;
-            }
-            mb.data_off -= n;
-            mb.data_len += n;
-            mb.pkt_len += n as u32;
-        }
-        true
+        // SAFETY: owned live mbuf, nobody else references it while we hold &mut self.
+        unsafe { mbuf::prepend(m, n) }
     }
 
     /// Shrinks packet `i` by `n` bytes at the front (as `rte_pktmbuf_adj`): they
     /// become headroom. Returns false, changing nothing, when the packet is shorter.
     pub fn adj(&mut self, i: usize, n: u16) -> bool {
         let m = self.live(i);
-        // SAFETY: owned live mbuf; data_off moves forward by at most data_len, so it
-        // stays within the buffer, and data_len/pkt_len shrink by the same amount.
-        unsafe {
-            let mb = &mut *m;
-            if mb.data_len < n {
-                return false;
-            }
-            mb.data_off += n;
-            mb.data_len -= n;
-            mb.pkt_len -= n as u32;
-        }
-        true
+        // SAFETY: owned live mbuf, nobody else references it while we hold &mut self.
+        unsafe { mbuf::adj(m, n) }
     }
 
     /// Frees every packet still held (one bulk call).
@@ -347,11 +302,15 @@ impl Burst {
 /// stages pass along instead of a `(burst, index)` pair. It reaches only its own
 /// packet, and while it lives nothing else reaches the burst, so a stage cannot
 /// touch another packet or move this one out from under itself. Made by
-/// [`Burst::packet_at`], which checks the slot once; every accessor checks it again
-/// (the same bounds and null test as the burst's own accessors).
+/// [`Burst::packet_at`], which checks the slot once and keeps its mbuf: the slot
+/// cannot change while the burst is borrowed, and no method here moves the mbuf out
+/// (they change its length and offset in place), so the accessors need no check of
+/// their own.
 pub struct Packet<'a> {
-    burst: &'a mut Burst,
+    /// The live mbuf in slot `index`, owned by the borrowed burst.
+    mbuf: *mut rte_mbuf,
     index: usize,
+    _burst: std::marker::PhantomData<&'a mut Burst>,
 }
 
 impl Packet<'_> {
@@ -365,26 +324,31 @@ impl Packet<'_> {
     /// The packet's bytes (first segment).
     #[inline(always)]
     pub fn bytes(&self) -> &[u8] {
-        self.burst.packet(self.index)
+        // SAFETY: `mbuf` is live and owned by the burst this handle borrows mutably
+        // (checked by `packet_at`, unchangeable since); shared access through &self.
+        unsafe { mbuf::bytes(self.mbuf) }
     }
 
     /// The packet's bytes (first segment), mutable.
     #[inline(always)]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        self.burst.packet_mut(self.index)
+        // SAFETY: as in `bytes`; exclusive through &mut self.
+        unsafe { mbuf::bytes_mut(self.mbuf) }
     }
 
     /// The packet's bytes followed by its mbuf's tailroom, for rewrites that grow it in
     /// place; call [`Packet::set_len`] with the new length afterwards.
     #[inline]
     pub fn with_tailroom_mut(&mut self) -> &mut [u8] {
-        self.burst.packet_with_tailroom_mut(self.index)
+        // SAFETY: as in `bytes_mut`.
+        unsafe { mbuf::with_tailroom_mut(self.mbuf) }
     }
 
     /// Total bytes of the packet (all segments).
     #[inline(always)]
     pub fn len(&self) -> u32 {
-        self.burst.packet_len(self.index)
+        // SAFETY: as in `bytes`.
+        unsafe { mbuf::pkt_len(self.mbuf) }
     }
 
     /// Whether the packet holds no byte (a runt no driver delivers, but a length is
@@ -397,19 +361,142 @@ impl Packet<'_> {
     /// Sets the packet's length (single segment); false when it exceeds the tailroom.
     #[inline]
     pub fn set_len(&mut self, len: u16) -> bool {
-        self.burst.set_packet_len(self.index, len)
+        // SAFETY: as in `bytes_mut`.
+        unsafe { mbuf::set_len(self.mbuf, len) }
     }
 
     /// Grows the packet by `n` bytes at the front (see [`Burst::prepend`]).
     #[inline]
     pub fn prepend(&mut self, n: u16) -> bool {
-        self.burst.prepend(self.index, n)
+        // SAFETY: as in `bytes_mut`.
+        unsafe { mbuf::prepend(self.mbuf, n) }
     }
 
     /// Shrinks the packet by `n` bytes at the front (see [`Burst::adj`]).
     #[inline]
     pub fn adj(&mut self, n: u16) -> bool {
-        self.burst.adj(self.index, n)
+        // SAFETY: as in `bytes_mut`.
+        unsafe { mbuf::adj(self.mbuf, n) }
+    }
+}
+
+/// What [`Burst`] and [`Packet`] do to one mbuf, once they have checked it is theirs.
+/// Single-segment packets: the data lies at `buf_addr + data_off` for `data_len`
+/// bytes, inside the mbuf's buffer of `buf_len` bytes.
+mod mbuf {
+    use dpdk_sys::rte_mbuf;
+
+    /// # Safety
+    /// `m` is a live mbuf the caller owns and nobody writes while the slice lives.
+    #[inline(always)]
+    pub(super) unsafe fn bytes<'a>(m: *mut rte_mbuf) -> &'a [u8] {
+        // SAFETY: the caller's guarantee; the data lies inside the mbuf's buffer.
+        unsafe {
+            let mb = &*m;
+            std::slice::from_raw_parts(
+                (mb.buf_addr as *const u8).add(mb.data_off as usize),
+                mb.data_len as usize,
+            )
+        }
+    }
+
+    /// # Safety
+    /// `m` is a live mbuf the caller owns and nobody else references while the slice
+    /// lives.
+    #[inline(always)]
+    pub(super) unsafe fn bytes_mut<'a>(m: *mut rte_mbuf) -> &'a mut [u8] {
+        // SAFETY: the caller's guarantee; the data lies inside the mbuf's buffer.
+        unsafe {
+            let mb = &*m;
+            std::slice::from_raw_parts_mut(
+                (mb.buf_addr as *mut u8).add(mb.data_off as usize),
+                mb.data_len as usize,
+            )
+        }
+    }
+
+    /// The data and the free space after it, to the end of the buffer.
+    ///
+    /// # Safety
+    /// As [`bytes_mut`].
+    #[inline]
+    pub(super) unsafe fn with_tailroom_mut<'a>(m: *mut rte_mbuf) -> &'a mut [u8] {
+        // SAFETY: the caller's guarantee; the slice ends at the end of the mbuf's data
+        // buffer (buf_len), which the mbuf owns, and data_off <= buf_len always holds.
+        unsafe {
+            let mb = &*m;
+            let room = mb.buf_len.saturating_sub(mb.data_off) as usize;
+            std::slice::from_raw_parts_mut((mb.buf_addr as *mut u8).add(mb.data_off as usize), room)
+        }
+    }
+
+    /// # Safety
+    /// `m` is a live mbuf the caller owns.
+    #[inline(always)]
+    pub(super) unsafe fn pkt_len(m: *mut rte_mbuf) -> u32 {
+        // SAFETY: the caller's guarantee.
+        unsafe { (*m).pkt_len }
+    }
+
+    /// Sets the length (single segment); false, changing nothing, past the tailroom.
+    ///
+    /// # Safety
+    /// `m` is a live mbuf the caller owns and nobody else references.
+    #[inline]
+    pub(super) unsafe fn set_len(m: *mut rte_mbuf, len: u16) -> bool {
+        // SAFETY: the caller's guarantee; the length fields are written only after
+        // checking the room.
+        unsafe {
+            let mb = &mut *m;
+            if mb.data_off as u32 + len as u32 > mb.buf_len as u32 {
+                return false;
+            }
+            mb.data_len = len;
+            mb.pkt_len = len as u32;
+        }
+        true
+    }
+
+    /// Grows the data by `n` bytes at the front (as `rte_pktmbuf_prepend`); false,
+    /// changing nothing, when the headroom is too small.
+    ///
+    /// # Safety
+    /// As [`set_len`].
+    #[inline]
+    pub(super) unsafe fn prepend(m: *mut rte_mbuf, n: u16) -> bool {
+        // SAFETY: the caller's guarantee; data_off moves back within the buffer only
+        // after checking there is room, and data_len/pkt_len stay consistent.
+        unsafe {
+            let mb = &mut *m;
+            if mb.data_off < n || mb.data_len as u32 + n as u32 > u16::MAX as u32 {
+                return false;
+            }
+            mb.data_off -= n;
+            mb.data_len += n;
+            mb.pkt_len += n as u32;
+        }
+        true
+    }
+
+    /// Shrinks the data by `n` bytes at the front (as `rte_pktmbuf_adj`): they become
+    /// headroom. False, changing nothing, when the data is shorter.
+    ///
+    /// # Safety
+    /// As [`set_len`].
+    #[inline]
+    pub(super) unsafe fn adj(m: *mut rte_mbuf, n: u16) -> bool {
+        // SAFETY: the caller's guarantee; data_off moves forward by at most data_len,
+        // so it stays within the buffer, and data_len/pkt_len shrink by the same amount.
+        unsafe {
+            let mb = &mut *m;
+            if mb.data_len < n {
+                return false;
+            }
+            mb.data_off += n;
+            mb.data_len -= n;
+            mb.pkt_len -= n as u32;
+        }
+        true
     }
 }
 
