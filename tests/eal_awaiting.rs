@@ -1,6 +1,6 @@
 //! The SYN proxy's queue of client segments waiting for their real server
-//! (`dataplane::awaiting`), on real mbufs: what it takes (room, at most four frames a
-//! session, never the same sequence number twice), what it lets go (copies for the
+//! (`dataplane::awaiting`), on real mbufs: what it takes (room, at most `PER_SESSION`
+//! frames a session, never the same sequence number twice), what it lets go (copies for the
 //! SYN first, then, oldest first, the frames of sessions no longer waiting on the
 //! port asked), what it drops (past the hold time), and that every mbuf returns to
 //! the pool.

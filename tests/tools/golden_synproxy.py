@@ -1057,7 +1057,8 @@ def cmd_selftest(args):
              good[:at("F SYN to the real server") + 1] + [good[freq]] + good[at("F SYN to the real server") + 1:freq]
              + good[freq + 1:])
     scenario("held-segments-reordered", good_b, False, good[:freq] + [good[freq + 1], good[freq]] + good[freq + 2:])
-    scenario("held-fin-lost", good_b, False, good[:freq + 2] + good[freq + 3:])
+    ffin = at("F FIN (held")
+    scenario("held-fin-lost", good_b, False, good[:ffin] + good[ffin + 1:])
     scenario("held-data-ack-not-translated", good_b, False,
              replaced(freq, changed(freq, ack=good_b["F"]["cookie"] + 1)))
     scenario("held-data-tsecr-not-translated", good_b, False,
