@@ -204,6 +204,14 @@ def build(lports):
         [("TUN SYN encapsulated", ours_to(rs_mac("tun"), IPv6(src=OUR_IP6, dst=rs_ip("tun"), nh=41, hlim=64,
                                                                 tc=0x48, fl=0x12345) / p))])
 
+    # No new connection from an address of ours or a multicast one: its session would
+    # send the real server's answers to ourselves.
+    for name, src, l4 in (("the VIP to itself", VIP6, UDP(sport=53, dport=53) / b"golden6 loop"),
+                          ("the FullNAT local address", LIP6, syn(40009, 80)),
+                          ("the appliance's address", OUR_IP6, syn(40010, 80)),
+                          ("a multicast address", "ff0e::1:2", UDP(sport=40011, dport=53) / b"golden6 mc")):
+        add(f"new connection from {name}", from_client(ip6(src, VIP6) / l4), drop="bad_ipv6_header")
+
     # FullNAT v6 -> v6 and NAT64: the client's side first.
     fn_syn = ip6(CLIENT6, VIP6) / syn(40005, 83)
     fn_q = ip6(CLIENT6, VIP6) / UDP(sport=40006, dport=54) / b"golden6 fullnat query"

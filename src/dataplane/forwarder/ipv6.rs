@@ -131,7 +131,8 @@ impl Forwarder {
     /// A new connection to an IPv6 VIP: the service on its port, a real server from
     /// placement, and a session filed under its keys. A TCP segment other than a SYN
     /// opens nothing (`tcp_no_session`), unless the service is `sloppy_tcp` and the
-    /// segment no RST.
+    /// segment no RST. Nor does one from an address of ours or a martian
+    /// (`bad_ipv6_header`, [`may_be_client6`]).
     fn open_v6(
         &mut self,
         key: &FlowKey6,
