@@ -46,14 +46,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	size_t span = n * stride;
-	char *raw = mmap(0, span + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* Whole 2 MiB pages, so that even a packed span can be given one. */
+	size_t mapped = (span + HUGE - 1) & ~(HUGE - 1);
+	char *raw = mmap(0, mapped + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (raw == MAP_FAILED) {
 		perror("mmap");
 		return 1;
 	}
 	char *p = (char *)(((uintptr_t)raw + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
-	madvise(p, span, MADV_HUGEPAGE);
-	for (size_t i = 0; i < span; i += 4096)
+	madvise(p, mapped, MADV_HUGEPAGE);
+	for (size_t i = 0; i < mapped; i += 4096)
 		p[i] = 1;
 	size_t *order = malloc(n * sizeof *order);
 	if (!order) {

@@ -10,7 +10,8 @@ pub const BURST_SIZE: usize = 32;
 ///
 /// [`Burst::move_to`] leaves a hole (a null slot) where the packet was, so the rest
 /// keep their indices during a pass over the burst. Every accessor checks its slot
-/// (a moved-out packet panics, it is never read), and everything that hands the
+/// (a moved-out packet panics, it is never read; a [`Packet`] checks it once, when
+/// it is made), and everything that hands the
 /// burst's mbufs to DPDK (TX, rings) closes the holes first, so no null pointer ever
 /// leaves the burst: soundness does not depend on the caller's discipline.
 pub struct Burst {
