@@ -46,7 +46,7 @@ fn golden_synproxy_checker_rejects_broken_output() {
 #[test]
 fn golden_synproxy_handshake_translation_and_counters() {
     require_root();
-    let mut run = run_live_golden("golden_synproxy.py", 70, 65);
+    let mut run = run_live_golden("golden_synproxy.py", 77, 72);
     if run.expect["drops"]["server_unanswered"].as_u64() != Some(1) {
         run.problems
             .fail("the expectations do not name drops.server_unanswered = 1".into());
