@@ -20,7 +20,6 @@ use sluice::emulator::frames::{self, Endpoints};
 use sluice::model::{DropReason, ForwardMode, Protocol, RealServerSpec, SchedulerKind, ServiceKey};
 use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
 use sluice::session::Timeouts;
-use sluice::wire::checksum;
 use sluice::wire::ethernet::MacAddr;
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -221,29 +220,17 @@ fn icmp_error_about(
         dport,
     };
     frames::tcp_segment(&mut quoted, &e, 1, 0, SYN, &[]);
-    let quote = &quoted[14..14 + 28]; // its IPv4 header and 8 bytes of TCP
-    buf[..6].copy_from_slice(&LB_MAC);
-    buf[6..12].copy_from_slice(&rs_mac(from));
-    buf[12..14].copy_from_slice(&[0x08, 0x00]);
-    let total = 20 + 8 + quote.len();
-    let ip = &mut buf[14..34];
-    ip.copy_from_slice(
-        &[0x45, 0, 0, 0, 0, 1, 0, 0, 64, 1, 0, 0]
-            .iter()
-            .chain(&from.octets())
-            .chain(&client.octets())
-            .copied()
-            .collect::<Vec<u8>>(),
-    );
-    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    let c = checksum::finish(checksum::sum(ip));
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let icmp = &mut buf[34..34 + 8 + quote.len()];
-    icmp[..8].copy_from_slice(&[3, 1, 0, 0, 0, 0, 0, 0]);
-    icmp[8..].copy_from_slice(quote);
-    let c = checksum::finish(checksum::sum(icmp));
-    icmp[2..4].copy_from_slice(&c.to_be_bytes());
-    14 + total
+    // Its IPv4 header and 8 bytes of TCP.
+    frames::icmp_error(
+        buf,
+        rs_mac(from),
+        LB_MAC,
+        from,
+        client,
+        3,
+        1,
+        &quoted[14..14 + 28],
+    )
 }
 
 /// A burst of `frames` (written by `write`), allocated from `pool`.

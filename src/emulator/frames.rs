@@ -1,7 +1,7 @@
 //! Frames the emulated hosts send and receive, written and read at fixed offsets:
-//! ARP, ICMP echo, TCP segments, UDP datagrams and (read only) IP-in-IP. Deliberately
-//! independent of `crate::wire` (only the checksum sums are shared) so the emulator
-//! cross-checks the appliance instead of agreeing with it.
+//! ARP, ICMP echo and errors, TCP segments, UDP datagrams and (read only) IP-in-IP.
+//! Deliberately independent of `crate::wire` (only the checksum sums are shared) so
+//! the emulator cross-checks the appliance instead of agreeing with it.
 use crate::wire::checksum;
 use std::net::Ipv4Addr;
 
@@ -122,6 +122,31 @@ pub fn echo_request(
     let c = checksum::finish(checksum::sum(icmp));
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
     14 + 20 + icmp_len
+}
+
+/// An ICMP error (`icmp_type`, `code`: destination unreachable is 3) from `src` to
+/// `dst` quoting `quote` (the offending packet's IPv4 header and first bytes). Returns
+/// the frame length.
+#[allow(clippy::too_many_arguments)]
+pub fn icmp_error(
+    buf: &mut [u8],
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    icmp_type: u8,
+    code: u8,
+    quote: &[u8],
+) -> usize {
+    let icmp_len = 8 + quote.len();
+    put_eth(buf, dst_mac, src_mac, 0x0800);
+    put_ipv4(buf, (20 + icmp_len) as u16, 1, src, dst);
+    let icmp = &mut buf[34..34 + icmp_len];
+    icmp[..8].copy_from_slice(&[icmp_type, code, 0, 0, 0, 0, 0, 0]);
+    icmp[8..].copy_from_slice(quote);
+    let c = checksum::finish(checksum::sum(icmp));
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    pad(buf, 14 + 20 + icmp_len)
 }
 
 /// Kinds of malformed or unwanted frames the emulator mixes in.
