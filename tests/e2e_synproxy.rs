@@ -188,15 +188,19 @@ fn synproxy_nat_and_fullnat_carry_transfers_with_and_without_tcp_options() {
         event_count(&status, "synproxy_syn_resent"),
     );
     // curl sends its request right after the handshake's ACK, often before the real
-    // server answered Sluice's SYN: those requests wait and go on, none is lost to
-    // the client's retransmission timeout (which would show as a SYN resent). So does
-    // an upload's whole first flight (its initial window, ten segments).
+    // server answered Sluice's SYN: those requests wait and go on. So does an upload's
+    // whole first flight (its initial window, ten segments). Without the wait, every
+    // such segment would go to the server as the SYN again. A client may still send
+    // again before a real server slowed by a busy machine answers (a tail loss probe
+    // comes after about 10 ms), and that is a SYN resent too: at most one for every
+    // two segments held.
     assert_eq!(held, held_sent, "held data not all delivered: {status:#}");
     assert_eq!(drop_count(&status, "server_unanswered"), 0, "{status:#}");
-    assert_eq!(
-        event_count(&status, "synproxy_syn_resent"),
-        0,
-        "a client had to retransmit before its real server answered: {status:#}"
+    let resent = event_count(&status, "synproxy_syn_resent");
+    assert!(
+        resent * 2 <= held,
+        "{resent} SYNs resent for {held} segments held: early data went to the server \
+         as the SYN instead of waiting: {status:#}"
     );
     // A client may retransmit a SYN (a cookie each time), never fewer.
     assert!(
