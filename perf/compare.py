@@ -20,6 +20,7 @@ FIGURES = {
     "established, median burst": r"cycles/packet, established, median burst[^|]*\|\s*([\d.]+)",
     "new session": r"cycles/new session[^|]*\|\s*([\d.]+)",
     "establishing ACK": r"cycles/establishing ACK[^|]*\|\s*([\d.]+)",
+    "expired session": r"cycles/expired session[^|]*\|\s*([\d.]+)",
     "bytes/session": r"bytes per session[^|]*\|\s*([\d.]+)",
 }
 

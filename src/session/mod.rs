@@ -43,7 +43,10 @@
 //! idle established session is therefore looked at once per revolution instead of a
 //! list being edited on every packet. Shortening a deadline (FIN, RST) refiles at once.
 //! Expiry work is bounded per call ([`SessionTable::expire`]'s budget) so a burst of
-//! timeouts never stalls the packet loop.
+//! timeouts never stalls the packet loop. The wheel's lists are chains through random
+//! entries, and each expired session's keys sit in random buckets: the wheel starts
+//! loading the next entry of its chain while it handles one, and the table prefetches
+//! an expired session's buckets and takes its keys out a few sessions later.
 //!
 //! # Memory per session
 //!

@@ -785,6 +785,15 @@ impl SessionTable {
     /// `budget` entries. `on_expire` sees each one just before it is removed, to update
     /// per-real-server counts or free a FullNAT port. Call again while
     /// [`Advance::caught_up`] is false.
+    ///
+    /// Expired sessions come off the wheel's lists one by one, each a random entry,
+    /// and each has one or two keys in random buckets of the index. Removed at once,
+    /// every key would wait for its bucket; so the slot is freed at once, and its keys
+    /// wait in a queue of [`EXPIRY_PIPELINE`] while their buckets load (prefetched
+    /// when the session expires) and are removed when the queue moves on or the call
+    /// ends. Nothing looks the table up in between: by the time this returns the index
+    /// holds exactly the live sessions' keys. Costs a queue of a few words on the
+    /// stack.
     pub fn expire(
         &mut self,
         now_tick: u32,
@@ -799,10 +808,22 @@ impl SessionTable {
             len,
             ..
         } = self;
-        wheel.advance(&mut slab[..], now_tick, budget, |at, session| {
+        let mut waiting = [None::<SessionKeys>; EXPIRY_PIPELINE];
+        let mut next = 0;
+        let advance = wheel.advance(&mut slab[..], now_tick, budget, |at, session| {
             on_expire(SessionId(at), session);
-            release(at, session, index, free_head, len);
-        })
+            let keys = SessionKeys::of(at, session);
+            keys.prefetch(index);
+            if let Some(earlier) = waiting[next].replace(keys) {
+                earlier.remove_from(index);
+            }
+            next = (next + 1) % EXPIRY_PIPELINE;
+            free_slot(at, session, free_head, len);
+        });
+        for keys in waiting.into_iter().flatten() {
+            keys.remove_from(index);
+        }
+        advance
     }
 
     /// Every live session, in slab order (a full scan: for listings, not per packet).
@@ -974,6 +995,44 @@ impl SessionTable {
     }
 }
 
+/// Expired sessions whose index keys wait for their buckets ([`SessionTable::expire`]):
+/// enough to cover a memory latency with the work of the sessions after them.
+const EXPIRY_PIPELINE: usize = 8;
+
+/// The index keys of the session in slot `at`: what removing them needs once the slot
+/// itself may be reused.
+#[derive(Clone, Copy)]
+struct SessionKeys {
+    at: u32,
+    inbound: KeyHash,
+    reply: Option<KeyHash>,
+}
+
+impl SessionKeys {
+    fn of(at: u32, session: &Session) -> SessionKeys {
+        SessionKeys {
+            at,
+            inbound: HashedKey::new(session.in_key()).hash,
+            reply: session.reply_key().map(|k| HashedKey::new(k).hash),
+        }
+    }
+
+    /// Starts loading the keys' buckets.
+    fn prefetch(&self, index: &SessionIndex) {
+        index.prefetch(self.inbound);
+        if let Some(reply) = self.reply {
+            index.prefetch(reply);
+        }
+    }
+
+    fn remove_from(self, index: &mut SessionIndex) {
+        index.remove(self.inbound, index_value(self.at, Direction::Inbound));
+        if let Some(reply) = self.reply {
+            index.remove(reply, index_value(self.at, Direction::Outbound));
+        }
+    }
+}
+
 /// Returns a session's slot to the free list and its keys out of the index. The timer
 /// must already be disarmed.
 fn release(
@@ -983,17 +1042,14 @@ fn release(
     free_head: &mut u32,
     len: &mut u32,
 ) {
+    SessionKeys::of(at, session).remove_from(index);
+    free_slot(at, session, free_head, len);
+}
+
+/// Returns a session's slot to the free list; its keys must be out of the index, or
+/// taken out before anything looks the index up. The timer must already be disarmed.
+fn free_slot(at: u32, session: &mut Session, free_head: &mut u32, len: &mut u32) {
     debug_assert!(!session.timer.is_armed());
-    index.remove(
-        HashedKey::new(session.in_key()).hash,
-        index_value(at, Direction::Inbound),
-    );
-    if let Some(reply) = session.reply_key() {
-        index.remove(
-            HashedKey::new(reply).hash,
-            index_value(at, Direction::Outbound),
-        );
-    }
     session.flags = SessionFlags::empty();
     session.timer.next = *free_head;
     *free_head = at;
@@ -1278,6 +1334,49 @@ mod tests {
         assert_eq!(expire_all(&mut table, 1000).len(), 20);
         assert!(table.is_empty());
         assert_eq!(table.index_keys(), 0);
+    }
+
+    #[test]
+    fn one_expiry_call_past_its_key_queue_leaves_exactly_the_live_keys() {
+        // More sessions expire in one call than wait in the key queue, among live
+        // ones: every expired key must be gone and every live one found, before and
+        // after the freed slots are taken again.
+        let mut table = SessionTable::with_wheel(256, 64, 0);
+        let count = 5 * EXPIRY_PIPELINE as u16 + 3;
+        let mut sessions = Vec::new();
+        for port in 0..count {
+            let (key, reply, s) = if port % 3 == 0 {
+                dr(1, port, 2)
+            } else {
+                nat(1, port, 2)
+            };
+            let deadline = if port % 4 == 0 { 500 } else { 10 };
+            sessions.push((table.insert(s, 0, deadline).unwrap(), key, reply, deadline));
+        }
+        let advance = table.expire(20, usize::MAX, |_, _| {});
+        assert!(advance.caught_up);
+        assert!(advance.expired > EXPIRY_PIPELINE);
+        table.check_consistency().unwrap();
+        for (id, key, reply, deadline) in &sessions {
+            let live = *deadline == 500;
+            assert_eq!(table.lookup(key).is_some(), live, "{key:?}");
+            if let Some(reply) = reply {
+                assert_eq!(
+                    table.lookup(reply),
+                    live.then_some((*id, Direction::Outbound))
+                );
+            }
+        }
+        for port in 0..count {
+            let (key, reply, s) = nat(9, port, 3);
+            let id = table.insert(s, 20, 100).unwrap();
+            assert_eq!(table.lookup(&key), Some((id, Direction::Inbound)));
+            assert_eq!(
+                table.lookup(&reply.unwrap()),
+                Some((id, Direction::Outbound))
+            );
+        }
+        table.check_consistency().unwrap();
     }
 
     #[test]
