@@ -4,7 +4,8 @@
 #
 #   sudo perf/dut_split.sh SCENARIO [SECONDS] [ROUNDS]
 #
-# Runs `sluice-gen bench --scenarios SCENARIO --no-brackets` ROUNDS times (default 3).
+# Runs `sluice-gen bench --scenarios SCENARIO --no-brackets` ROUNDS times (default 3),
+# with `SLUICE=BIN SLUICECTL=CTL` in the environment against that build of Sluice.
 # In each, once the generator reports ready, it samples the DUT's forwarding thread
 # (`rte-worker-1`: Sluice's worker, testpmd's forwarding lcore) with `perf record -e
 # cpu-clock` for SECONDS (default 10) of the measure window, then splits the samples by
@@ -19,17 +20,21 @@ scenario=${1:?usage: perf/dut_split.sh SCENARIO [SECONDS] [ROUNDS]}
 seconds=${2:-10}
 rounds=${3:-3}
 gen=${SLUICE_GEN:-target/release/sluice-gen}
+# Another Sluice build as the DUT: SLUICE=BIN SLUICECTL=CTL (both, as `bench` takes them).
+dut=
+if [ -n "${SLUICE:-}" ]; then dut="--sluice $SLUICE --sluicectl ${SLUICECTL:?SLUICECTL too}"; fi
 command -v perf >/dev/null || { echo "perf not found (Debian: linux-perf)" >&2; exit 1; }
 [ -x "$gen" ] || { echo "$gen not found: cargo build --release --bins" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/dut-split.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-printf '| round | DUT cycles/pkt | DUT code | memif | mbuf/mempool | kernel | other | busy %% DUT/gen | c2c ns |\n'
-printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '| round | DUT cycles/pkt | DUT code | memif | mbuf/mempool | kernel | other | busy %% DUT/gen | c2c ns | new sessions/s |\n'
+printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 round=1
 while [ "$round" -le "$rounds" ]; do
+    # shellcheck disable=SC2086
     "$gen" bench --scenarios "$scenario" --no-brackets --duration $((seconds + 10)) \
-        --out "$work/out.md" >"$work/bench.log" 2>&1 &
+        $dut --out "$work/out.md" >"$work/bench.log" 2>&1 &
     bench=$!
     # The scenario's directory holds the generator's log; @READY ends establishing.
     ready=
@@ -57,13 +62,14 @@ while [ "$round" -le "$rounds" ]; do
         /^\| scenario \|/ { for (i = 1; i <= NF; i++) { h = $i; gsub(/^ +| +$/, "", h); col[h] = i } }
         $2 ~ "^ *" s " *$" && col["c2c ns"] {
             c = $col["DUT cycles/pkt"]; x = $col["c2c ns"]; b = $col["busy % DUT/gen"]
-            gsub(/ /, "", c); gsub(/ /, "", x); gsub(/ /, "", b)
-            print c, x, b; exit
+            n = $col["new sess/s per worker"]
+            gsub(/ /, "", c); gsub(/ /, "", x); gsub(/ /, "", b); gsub(/ /, "", n)
+            print c, x, b, n; exit
         }' "$work/out.md")
-    [ $# -eq 3 ] || { echo "round $round: no row for $scenario" >&2; exit 1; }
-    cycles=$1 c2c=$2 busy=$3
+    [ $# -eq 4 ] || { echo "round $round: no row for $scenario" >&2; exit 1; }
+    cycles=$1 c2c=$2 busy=$3 new=$4
     perf report -i "$work/perf.data" --no-children --sort dso --stdio 2>/dev/null |
-        awk -v r="$round" -v c="$cycles" -v x="$c2c" -v busy="$busy" '
+        awk -v r="$round" -v c="$cycles" -v x="$c2c" -v busy="$busy" -v new="$new" '
             /^ *[0-9.]+%/ {
                 share = $1; sub(/%/, "", share); dso = $2
                 if (dso ~ /memif/) m += share
@@ -72,7 +78,7 @@ while [ "$round" -le "$rounds" ]; do
                 else if (dso == "sluice" || dso == "dpdk-testpmd") d += share
                 else o += share
             }
-            END { printf "| %d | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", r, c,
-                  c * d / 100, c * m / 100, c * b / 100, c * k / 100, c * o / 100, busy, x }'
+            END { printf "| %d | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s |\n", r, c,
+                  c * d / 100, c * m / 100, c * b / 100, c * k / 100, c * o / 100, busy, x, new }'
     round=$((round + 1))
 done
