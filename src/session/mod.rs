@@ -43,10 +43,8 @@
 //! idle established session is therefore looked at once per revolution instead of a
 //! list being edited on every packet. Shortening a deadline (FIN, RST) refiles at once.
 //! Expiry work is bounded per call ([`SessionTable::expire`]'s budget) so a burst of
-//! timeouts never stalls the packet loop. The wheel's lists are chains through random
-//! entries, and each expired session's keys sit in random buckets: the wheel starts
-//! loading the next entry of its chain while it handles one, and the table prefetches
-//! an expired session's buckets and takes its keys out a few sessions later.
+//! timeouts never stalls the packet loop. Each expired session's keys sit in random
+//! buckets: the table prefetches them and takes the keys out a few sessions later.
 //!
 //! # Memory per session
 //!

@@ -786,14 +786,13 @@ impl SessionTable {
     /// per-real-server counts or free a FullNAT port. Call again while
     /// [`Advance::caught_up`] is false.
     ///
-    /// Expired sessions come off the wheel's lists one by one, each a random entry,
-    /// and each has one or two keys in random buckets of the index. Removed at once,
-    /// every key would wait for its bucket; so the slot is freed at once, and its keys
-    /// wait in a queue of [`EXPIRY_PIPELINE`] while their buckets load (prefetched
-    /// when the session expires) and are removed when the queue moves on or the call
-    /// ends. Nothing looks the table up in between: by the time this returns the index
-    /// holds exactly the live sessions' keys. Costs a queue of a few words on the
-    /// stack.
+    /// Each expired session has one or two keys in random buckets of the index.
+    /// Removed at once, every key would wait for its bucket; so the slot is freed at
+    /// once, and its keys wait in a queue of [`EXPIRY_PIPELINE`] while their buckets
+    /// load (prefetched when the session expires) and are removed when the queue moves
+    /// on or the call ends. Nothing looks the table up in between (`on_expire` sees
+    /// one session, not the table): by the time this returns the index holds exactly
+    /// the live sessions' keys. Costs a queue of eight entries on the stack.
     pub fn expire(
         &mut self,
         now_tick: u32,
@@ -808,17 +807,17 @@ impl SessionTable {
             len,
             ..
         } = self;
-        let mut waiting = [None::<SessionKeys>; EXPIRY_PIPELINE];
+        let mut waiting = [None::<IndexEntries>; EXPIRY_PIPELINE];
         let mut next = 0;
         let advance = wheel.advance(&mut slab[..], now_tick, budget, |at, session| {
             on_expire(SessionId(at), session);
-            let keys = SessionKeys::of(at, session);
+            let keys = IndexEntries::of(at, session);
             keys.prefetch(index);
             if let Some(earlier) = waiting[next].replace(keys) {
                 earlier.remove_from(index);
             }
             next = (next + 1) % EXPIRY_PIPELINE;
-            free_slot(at, session, free_head, len);
+            recycle_slot(at, session, free_head, len);
         });
         for keys in waiting.into_iter().flatten() {
             keys.remove_from(index);
@@ -999,18 +998,18 @@ impl SessionTable {
 /// enough to cover a memory latency with the work of the sessions after them.
 const EXPIRY_PIPELINE: usize = 8;
 
-/// The index keys of the session in slot `at`: what removing them needs once the slot
-/// itself may be reused.
+/// Where the session in slot `at` is filed in the index (its keys' hashes): what
+/// removing it from the index needs once the slot itself may be reused.
 #[derive(Clone, Copy)]
-struct SessionKeys {
+struct IndexEntries {
     at: u32,
     inbound: KeyHash,
     reply: Option<KeyHash>,
 }
 
-impl SessionKeys {
-    fn of(at: u32, session: &Session) -> SessionKeys {
-        SessionKeys {
+impl IndexEntries {
+    fn of(at: u32, session: &Session) -> IndexEntries {
+        IndexEntries {
             at,
             inbound: HashedKey::new(session.in_key()).hash,
             reply: session.reply_key().map(|k| HashedKey::new(k).hash),
@@ -1026,9 +1025,11 @@ impl SessionKeys {
     }
 
     fn remove_from(self, index: &mut SessionIndex) {
-        index.remove(self.inbound, index_value(self.at, Direction::Inbound));
+        let removed = index.remove(self.inbound, index_value(self.at, Direction::Inbound));
+        debug_assert!(removed, "slot {}: its inbound key was not filed", self.at);
         if let Some(reply) = self.reply {
-            index.remove(reply, index_value(self.at, Direction::Outbound));
+            let removed = index.remove(reply, index_value(self.at, Direction::Outbound));
+            debug_assert!(removed, "slot {}: its reply key was not filed", self.at);
         }
     }
 }
@@ -1042,13 +1043,13 @@ fn release(
     free_head: &mut u32,
     len: &mut u32,
 ) {
-    SessionKeys::of(at, session).remove_from(index);
-    free_slot(at, session, free_head, len);
+    IndexEntries::of(at, session).remove_from(index);
+    recycle_slot(at, session, free_head, len);
 }
 
 /// Returns a session's slot to the free list; its keys must be out of the index, or
 /// taken out before anything looks the index up. The timer must already be disarmed.
-fn free_slot(at: u32, session: &mut Session, free_head: &mut u32, len: &mut u32) {
+fn recycle_slot(at: u32, session: &mut Session, free_head: &mut u32, len: &mut u32) {
     debug_assert!(!session.timer.is_armed());
     session.flags = SessionFlags::empty();
     session.timer.next = *free_head;

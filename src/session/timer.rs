@@ -258,12 +258,6 @@ impl TimerWheel {
                 }
                 done.examined += 1;
                 self.unlink(nodes, id);
-                // The list is a chain through the entries: start loading the next one
-                // while this one is handled.
-                let next = self.heads[due as usize];
-                if let Some(entry) = nodes.get(next as usize) {
-                    super::prefetch_line(entry);
-                }
                 let deadline = nodes[id as usize].timer().deadline;
                 if is_due(deadline, self.now) {
                     self.armed -= 1;
