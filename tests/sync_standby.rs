@@ -652,8 +652,10 @@ fn group_listener(ns: &str, on: &str) -> BackgroundProcess {
 
 /// The group listener's lines after "ready": (source ip, source port, magic, type).
 fn heard(listener: &BackgroundProcess) -> Vec<(String, u16, String, i64)> {
-    listener
-        .stdout_text()
+    let text = listener.stdout_text();
+    // The listener still runs and may be halfway through a line: read finished ones.
+    let finished = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    finished
         .lines()
         .skip_while(|l| *l != "ready")
         .skip(1)
