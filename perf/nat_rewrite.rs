@@ -112,14 +112,6 @@ fn tcp_frame(
 }
 
 /// Client address and port of flow `i` (distinct 5-tuples).
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 fn flow(i: u32) -> (Ipv4Addr, u16) {
     let host = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 128, 0)) + (i >> 14));
     (host, 1024 + (i & 0x3fff) as u16)
@@ -165,6 +157,15 @@ fn tcp_frame6(
     let c = checksum::finish(sum);
     tcp[16..18].copy_from_slice(&c.to_be_bytes());
     54 + tcp_len
+}
+
+/// Greatest common divisor: a step coprime with N visits every index below N once.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Client address and port of IPv6 flow `i` (distinct 5-tuples, 2001:db8:8000::/48).
