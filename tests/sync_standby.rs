@@ -284,10 +284,11 @@ fn sync_report(daemon: &Daemon) -> serde_json::Value {
     serde_json::from_str(&out.stdout).unwrap()
 }
 
-/// A sealed sync message carrying one connection to `vip`, via NAT to
+/// A sealed sync message from 127.0.0.1 carrying one connection to `vip`, via NAT to
 /// 198.18.0.2:8080.
 fn message(vip: Ipv4Addr, key: Option<&str>) -> Vec<u8> {
     message_to(
+        Ipv4Addr::LOCALHOST,
         vip,
         SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8080),
         ForwardMode::Nat,
@@ -295,9 +296,16 @@ fn message(vip: Ipv4Addr, key: Option<&str>) -> Vec<u8> {
     )
 }
 
-/// A sealed sync message carrying one connection from 198.18.0.77:40000 to `vip`:80,
-/// forwarded to `real` in `mode`.
-fn message_to(vip: Ipv4Addr, real: SocketAddrV4, mode: ForwardMode, key: Option<&str>) -> Vec<u8> {
+/// A sealed sync message from the node listening on `sender` (the receiver accepts it
+/// only from that address) carrying one connection from 198.18.0.77:40000 to
+/// `vip`:80, forwarded to `real` in `mode`.
+fn message_to(
+    sender: Ipv4Addr,
+    vip: Ipv4Addr,
+    real: SocketAddrV4,
+    mode: ForwardMode,
+    key: Option<&str>,
+) -> Vec<u8> {
     let client = FlowKey4::new(
         Protocol::Tcp,
         Ipv4Addr::new(198, 18, 0, 77),
@@ -308,7 +316,11 @@ fn message_to(vip: Ipv4Addr, real: SocketAddrV4, mode: ForwardMode, key: Option<
     let session = Session::new(&client, mode, 0, 0, *real.ip(), real.port());
     let ring = EventRing::with_capacity(4);
     assert!(ring.push(SessionEvent::new(EventKind::Created, &session, 60_000)));
-    let mut sender = SyncSender::new(1, 1500, key.map(|k| SyncKey::from_hex(k).unwrap()));
+    let mut sender = SyncSender::new(
+        u32::from(sender),
+        1500,
+        key.map(|k| SyncKey::from_hex(k).unwrap()),
+    );
     let mut buf = vec![0u8; 1500];
     let mut out = Vec::new();
     sender.send_events(std::slice::from_ref(&ring), 16, &mut buf, |d| {
@@ -795,7 +807,13 @@ fn active_and_standby_sync_over_multicast() {
     std::thread::sleep(Duration::from_millis(200));
     let before = sync_report(&standby);
     let installed_before = event_count(&standby.status(), "sync_installed");
-    let good = message(VIP.parse().unwrap(), Some(KEY));
+    let good = message_to(
+        ACTIVE_IP.parse().unwrap(),
+        VIP.parse().unwrap(),
+        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8080),
+        ForwardMode::Nat,
+        Some(KEY),
+    );
     send_to_group(&ns_a.0, STRANGER_IP, &good);
     send_to_group(&ns_b.0, STANDBY_IP, &good);
     let n =
@@ -1156,7 +1174,13 @@ fn over_a_dpdk_port(multicast: bool) {
     let before = sync_report(&b);
     let installed_before = event_count(&b.status(), "sync_installed");
     let rs1 = SocketAddrV4::new(lab.bed.rs_ip(1).parse().unwrap(), 80);
-    let good = message_to(VIP.parse().unwrap(), rs1, ForwardMode::Dr, Some(KEY));
+    let good = message_to(
+        NODE_A.parse().unwrap(),
+        VIP.parse().unwrap(),
+        rs1,
+        ForwardMode::Dr,
+        Some(KEY),
+    );
     // From the client, a non-peer (to the group with multicast, else to the standby).
     send_from_client(&lab, if multicast { GROUP } else { NODE_B }, &good);
     let mut frames = 1;
@@ -1403,9 +1427,9 @@ fn replayed_and_forged_messages_are_refused_and_counted_and_install_nothing() {
     replay.extend(sealed(&mut earlier, &[newcomer]));
     // 3. Forged: another key, and no key.
     let other_key = SyncKey::from_hex("ffeeddccbbaa99887766554433221100").unwrap();
-    let mut forger = SyncSender::new(1, 1500, Some(other_key));
+    let mut forger = SyncSender::new(u32::from(Ipv4Addr::LOCALHOST), 1500, Some(other_key));
     let mut forged = sealed(&mut forger, &[newcomer]);
-    let mut keyless = SyncSender::new(1, 1500, None);
+    let mut keyless = SyncSender::new(u32::from(Ipv4Addr::LOCALHOST), 1500, None);
     forged.extend(sealed(&mut keyless, &[newcomer]));
     send_all_from_peer(&ns.0, standby_port, &replay);
     send_all_from_peer(&ns.0, standby_port, &forged);

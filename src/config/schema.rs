@@ -215,6 +215,15 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
     };
     let listen_field = t.require("listen")?;
     let listen = address(&listen_field)?;
+    // Every message names its sender by this address, and the peers accept a message
+    // only from the address it names: it must be the one this node sends from.
+    if listen.ip().is_unspecified() || listen.ip().is_multicast() || listen.ip().is_broadcast() {
+        return Err(listen_field.invalid(format!(
+            "{} is not one of this node's addresses: the peers list this node by the \
+             address it sends from, which its messages carry",
+            listen.ip()
+        )));
+    }
     let peers_field = t.require("peers")?;
     let peer_fields = peers_field.array()?;
     let peers = peer_fields.iter().map(address).collect::<Check<Vec<_>>>()?;

@@ -2348,6 +2348,12 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
         "at least one peer",
     );
     assert_rejected(
+        &format!("{BASE}[sync]\nlisten = \"0.0.0.0:8848\"\npeers = [\"198.19.0.2:1\"]\n"),
+        22,
+        "sync.listen",
+        "not one of this node's addresses",
+    );
+    assert_rejected(
         &format!(
             "{BASE}[sync]\nlisten = \"198.19.0.1:1\"\npeers = [\"198.19.0.2:1\"]\nkey = \"abcd\"\n"
         ),

@@ -54,6 +54,9 @@ pub enum RejectReason {
     UnknownVip,
     /// A resync request or dump chunk for another node, or a batch naming a recipient.
     Misdirected,
+    /// Authenticated, but its sender (the node's listen address, under the HMAC) is
+    /// not the address it came from: one peer's message replayed from another's.
+    WrongSender,
     /// Authenticated, but not fresh: a sequence number already had or behind the
     /// window, or an earlier life of the peer (`sync::peers`).
     Replayed,
@@ -62,7 +65,7 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
     pub const ALL: [RejectReason; RejectReason::COUNT] = [
         RejectReason::UnknownPeer,
         RejectReason::NotSync,
@@ -73,6 +76,7 @@ impl RejectReason {
         RejectReason::BadHmac,
         RejectReason::UnknownVip,
         RejectReason::Misdirected,
+        RejectReason::WrongSender,
         RejectReason::Replayed,
         RejectReason::UnconfirmedEpoch,
     ];
@@ -89,6 +93,7 @@ impl RejectReason {
             RejectReason::BadHmac => "bad_hmac",
             RejectReason::UnknownVip => "unknown_vip",
             RejectReason::Misdirected => "misdirected",
+            RejectReason::WrongSender => "wrong_sender",
             RejectReason::Replayed => "replayed",
             RejectReason::UnconfirmedEpoch => "unconfirmed_epoch",
         }
@@ -221,6 +226,13 @@ pub fn validate<'a>(
     // Authenticate before looking at anything the sender chose (type, records).
     auth::verify(&packet, config.key.as_ref()).map_err(|_| RejectReason::BadHmac)?;
     let header = MessageRepr::parse(&packet)?;
+    // The key is shared by every node, so the HMAC alone does not say which node
+    // sealed the message; its sender field does, and it must be where it came from.
+    // Else a message captured from one peer, sent again from another's address, would
+    // be judged fresh against that other peer's window (or taken for its restart).
+    if header.sender != u32::from(source) {
+        return Err(RejectReason::WrongSender);
+    }
     let for_us = match header.message_type {
         MessageType::SessionBatch => header.recipient.is_unspecified(),
         MessageType::ResyncRequest | MessageType::DumpChunk => header.recipient == config.local,
@@ -395,7 +407,7 @@ mod tests {
         let header = MessageRepr {
             message_type: MessageType::SessionBatch,
             flags: MessageFlags::empty(),
-            sender: 1,
+            sender: u32::from(PEER),
             recipient: Ipv4Addr::UNSPECIFIED,
             epoch: 1,
             sequence: 1,
@@ -504,13 +516,18 @@ mod tests {
         named[16..20].copy_from_slice(&US.octets());
         auth::seal(&mut named, &key);
         cases.push((named, PEER, RejectReason::Misdirected));
-        let mut sender = crate::ha::sync::sender::SyncSender::new(1, 1500, Some(key.clone()));
+        let mut sender =
+            crate::ha::sync::sender::SyncSender::new(u32::from(PEER), 1500, Some(key.clone()));
         let mut buf = [0u8; 128];
         let other = Ipv4Addr::new(192, 0, 2, 2);
         let to_other = sender.resync_request(5, other, &mut buf).to_vec();
         cases.push((to_other, PEER, RejectReason::Misdirected));
         let to_us = sender.resync_request(6, US, &mut buf).to_vec();
         assert!(rx.receive(&to_us, PEER, our_service).is_ok());
+        // PEER's own batch and request, sent again from the other peer's address:
+        // authentic, but not that peer's.
+        cases.push((good.clone(), other, RejectReason::WrongSender));
+        cases.push((to_us.clone(), other, RejectReason::WrongSender));
 
         for (bytes, source, reason) in &cases {
             assert_eq!(

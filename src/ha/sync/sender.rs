@@ -317,14 +317,14 @@ mod tests {
                 )));
             }
         }
-        let mut sender = SyncSender::new(7, 1500, Some(key.clone()));
+        let mut sender = SyncSender::new(u32::from(PEER), 1500, Some(key.clone()));
         let mut rx = receiver(Some(key));
         let mut buf = [0u8; 1500];
         let mut sizes = Vec::new();
         let mut seen = Vec::new();
         let taken = sender.send_events(&rings, 1000, &mut buf, |datagram| {
             let accepted = rx.receive(datagram, PEER, |_, _| true).unwrap();
-            assert_eq!(accepted.header.sender, 7);
+            assert_eq!(accepted.header.sender, u32::from(PEER));
             seen.push(accepted.header.sequence);
             sizes.push(accepted.header.count);
             assert!(datagram.len() + 28 <= 1500);
@@ -341,7 +341,7 @@ mod tests {
     #[test]
     fn dump_chunks_are_numbered_and_the_last_is_flagged() {
         for (records, chunks) in [(0usize, 1u32), (27, 1), (28, 2), (100, 4)] {
-            let mut sender = SyncSender::new(1, 1500, None);
+            let mut sender = SyncSender::new(u32::from(PEER), 1500, None);
             let mut rx = receiver(None);
             let mut buf = [0u8; 1500];
             let table = (0..records as u16).map(|n| {
@@ -375,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_paced_dump_numbers_on_across_calls_and_flags_only_its_end() {
-        let mut sender = SyncSender::new(1, 1500, None);
+        let mut sender = SyncSender::new(u32::from(PEER), 1500, None);
         let mut rx = receiver(None);
         let mut buf = [0u8; 1500];
         let table: Vec<_> = (0..410u16)
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn records_go_out_as_full_batches() {
-        let mut sender = SyncSender::new(3, 1500, None);
+        let mut sender = SyncSender::new(u32::from(PEER), 1500, None);
         let mut rx = receiver(None);
         let mut buf = [0u8; 1500];
         let template = crate::session::replication::RecordRepr::template(
@@ -449,7 +449,7 @@ mod tests {
     #[test]
     fn resync_request_is_accepted_and_carries_the_dump_id() {
         let key = SyncKey::new(&[1; 16]).unwrap();
-        let mut sender = SyncSender::new(2, 1500, Some(key.clone()));
+        let mut sender = SyncSender::new(u32::from(PEER), 1500, Some(key.clone()));
         let mut buf = [0u8; 128];
         let request = sender.resync_request(0xabcd, US, &mut buf).to_vec();
         let mut rx = receiver(Some(key));
