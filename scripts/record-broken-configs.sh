@@ -9,7 +9,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-(cd "$here" && SLUICE_RECORD_BROKEN_CONFIGS="$dir" cargo test --release --lib config:: -q >/dev/null)
+# The fixture check itself fails while the fixtures are stale: the recording stands.
+(cd "$here" && SLUICE_RECORD_BROKEN_CONFIGS="$dir" cargo test --release --lib config:: -q >/dev/null 2>&1) || true
 python3 - "$dir" "$here/tests/fixtures/broken-configs.json" <<'PY'
 import json, os, sys
 src, dst = sys.argv[1], sys.argv[2]
@@ -17,6 +18,8 @@ cases = {}
 for f in os.listdir(src):
     c = json.load(open(os.path.join(src, f)))
     cases[c["text"]] = c  # the same text from two tests once
+if not cases:
+    sys.exit("no rejected configs recorded: do the config tests build? (cargo test --release --lib config::)")
 out = sorted(cases.values(), key=lambda c: (c["test"], c["line"], c["field"], c["text"]))
 with open(dst, "w") as f:
     json.dump(out, f, indent=1, ensure_ascii=False)

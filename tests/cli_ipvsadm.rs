@@ -294,6 +294,28 @@ fn bad_commands_are_refused_and_change_nothing() {
             "illegal persistence timeout \"2678401\"",
         ),
         ("--set 1 1 2147484", 2, "illegal udp timeout \"2147484\""),
+        // Options the command does not take (ipvsadm's commands_v_options): refused
+        // as plain sluicectl too, before anything is sent (`-C` would flush all).
+        (
+            "-C -t 198.18.1.1:80",
+            2,
+            "Illegal 'service-address' option with the 'flush' command",
+        ),
+        (
+            "-D -t 198.18.1.1:80 -s rr",
+            2,
+            "Illegal 'scheduler' option with the 'delete-service' command",
+        ),
+        (
+            "-A -t 198.18.1.9:80 -r 198.18.0.9:80",
+            2,
+            "Illegal 'real-server' option with the 'add-service' command",
+        ),
+        (
+            "-e -t 198.18.1.1:80 -r 198.18.0.2:8080 -m -x 2147483648",
+            2,
+            "illegal upper threshold \"2147483648\"",
+        ),
     ];
     for (line, code, needle) in cases {
         let args: Vec<&str> = line.split_whitespace().collect();
@@ -307,6 +329,16 @@ fn bad_commands_are_refused_and_change_nothing() {
             "{line} changed the table"
         );
     }
+    // An option a line's command does not take refuses the whole batch too.
+    let out = restore_atomic(&daemon, "-A -t 198.18.9.9:80 -s rr\n-C -t 198.18.1.1:80\n");
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains("line 2: Illegal 'service-address' option with the 'flush' command"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(ok(&daemon, &["-S", "-n"]), before);
     // The same rules inside a restore: the whole batch is refused.
     let out = restore_atomic(
         &daemon,

@@ -527,5 +527,5 @@ pub(super) fn weight(f: &Field) -> Check<u32> {
 
 /// A connection threshold (`ipvsadm -x` / `-y`); 0 means none.
 pub(super) fn conn_threshold(f: &Field) -> Check<u32> {
-    f.int(0..=i64::from(u32::MAX))
+    f.int(0..=i64::from(crate::model::MAX_CONN_THRESHOLD))
 }

@@ -1628,7 +1628,14 @@ fn service_number_ranges() {
         &service_with("weight = 1", "upper = -1"),
         29,
         "services[0].real_servers[0].upper",
-        "out of range (0..=4294967295)",
+        "out of range (0..=2147483647)",
+    );
+    // ipvsadm's INT_MAX: a larger threshold would make an `-S` that its restore refuses.
+    assert_rejected(
+        &service_with("weight = 1", "lower = 2147483648"),
+        29,
+        "services[0].real_servers[0].lower",
+        "out of range (0..=2147483647)",
     );
 }
 

@@ -7,7 +7,8 @@
 use super::protocol::Request;
 use crate::model::Protocol;
 use crate::model::{
-    ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
+    ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_CONN_THRESHOLD,
+    MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
 use crate::model::{SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE};
@@ -145,6 +146,81 @@ enum Verb {
     AclList,
     AclLoad,
     RateLimit,
+}
+
+impl Verb {
+    /// The command's name in ipvsadm's messages (its `cmdnames`), or Sluice's option.
+    fn name(self) -> &'static str {
+        match self {
+            Verb::AddService => "add-service",
+            Verb::EditService => "edit-service",
+            Verb::DeleteService => "delete-service",
+            Verb::AddServer => "add-server",
+            Verb::EditServer => "edit-server",
+            Verb::DeleteServer => "delete-server",
+            Verb::Clear => "flush",
+            Verb::List => "list",
+            Verb::AddLaddr => "add-laddr",
+            Verb::DelLaddr => "del-laddr",
+            Verb::GetLaddr => "get-laddr",
+            Verb::Zero => "zero",
+            Verb::Save => "save",
+            Verb::Restore => "restore",
+            Verb::Set => "set",
+            Verb::AclAdd => "acl-add",
+            Verb::AclDel => "acl-del",
+            Verb::AclList => "acl-list",
+            Verb::AclLoad => "acl-load",
+            Verb::RateLimit => "rate-limit",
+        }
+    }
+
+    /// Whether the command takes the option named `option` ([`option_name`]): for
+    /// ipvsadm's commands, the options its `commands_v_options` table does not mark
+    /// 'x', and Sluice's own options on the commands they belong to.
+    fn takes(self, option: &str) -> bool {
+        let options: &[&str] = match self {
+            Verb::AddService | Verb::EditService => &[
+                "service-address",
+                "scheduler",
+                "persistent",
+                "netmask",
+                "sched-flags",
+                "synproxy",
+                "synproxy-rate",
+            ],
+            Verb::DeleteService | Verb::Zero => &["service-address"],
+            Verb::AddServer | Verb::EditServer => &[
+                "service-address",
+                "real-server",
+                "forwarding-method",
+                "weight",
+                "u-threshold",
+                "l-threshold",
+            ],
+            Verb::DeleteServer => &["service-address", "real-server"],
+            Verb::Clear | Verb::Set => &[],
+            Verb::List => &[
+                "numeric",
+                "connection",
+                "service-address",
+                "timeout",
+                "stats",
+                "rate",
+                "thresholds",
+                "persistent-conn",
+                "nosort",
+                "exact",
+            ],
+            Verb::Save => &["numeric"],
+            Verb::Restore => &["replace", "atomic"],
+            Verb::AddLaddr | Verb::DelLaddr => &["service-address", "laddr", "ifname"],
+            Verb::GetLaddr | Verb::AclList => &["service-address", "numeric"],
+            Verb::AclAdd | Verb::AclDel | Verb::AclLoad => &["service-address"],
+            Verb::RateLimit => &["service-address", "burst", "per-prefix"],
+        };
+        options.contains(&option)
+    }
 }
 
 /// The short options that take a value, in ipvsadm's popt table (`-t -u -f -s -p -M
@@ -390,10 +466,20 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 weight = Some(parse_number("weight", &value(arg)?, 0, MAX_WEIGHT)?)
             }
             "-x" | "--u-threshold" => {
-                upper = Some(parse_number("upper threshold", &value(arg)?, 0, u32::MAX)?)
+                upper = Some(parse_number(
+                    "upper threshold",
+                    &value(arg)?,
+                    0,
+                    MAX_CONN_THRESHOLD,
+                )?)
             }
             "-y" | "--l-threshold" => {
-                lower = Some(parse_number("lower threshold", &value(arg)?, 0, u32::MAX)?)
+                lower = Some(parse_number(
+                    "lower threshold",
+                    &value(arg)?,
+                    0,
+                    MAX_CONN_THRESHOLD,
+                )?)
             }
             "--synproxy" => {
                 let text = value(arg)?;
@@ -511,6 +597,15 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         if ifname {
             return Err("option -F/--ifname only applies to --add-laddr and --del-laddr".into());
         }
+    }
+    // Every option the command does not take is refused, in ipvsadm's words: a line
+    // ipvsadm refuses must never act (`-C -t VIP:port` would otherwise flush the whole
+    // table, `-A ... -r RIP` add the service without its server).
+    if let Some(name) = given.iter().find(|name| !verb.takes(name)) {
+        return Err(format!(
+            "Illegal '{name}' option with the '{}' command",
+            verb.name()
+        ));
     }
     let needs_laddr = || {
         laddr
@@ -1366,6 +1461,63 @@ mod tests {
         ] {
             let err = p(line).expect_err(line);
             assert!(err.contains(needle), "{line}: {err}");
+        }
+    }
+
+    /// An option the command does not take is refused, whatever the program is
+    /// called, in ipvsadm's words (its `commands_v_options` 'x' entries), and so is
+    /// the same line in a restore file: nothing of it acts.
+    #[test]
+    fn options_the_command_does_not_take_are_refused() {
+        const S: &str = "-t 198.18.1.1:80";
+        const R: &str = "-r 198.18.0.11:80";
+        for (line, option, command) in [
+            (format!("-C {S}"), "service-address", "flush"),
+            (format!("-D {S} -s rr"), "scheduler", "delete-service"),
+            ("-Z -s rr".to_string(), "scheduler", "zero"),
+            (format!("-A {S} -w 5"), "weight", "add-service"),
+            (format!("-A {S} {R}"), "real-server", "add-service"),
+            (format!("-A {S} -m"), "forwarding-method", "add-service"),
+            (format!("-E {S} -x 5"), "u-threshold", "edit-service"),
+            (format!("-a {S} {R} -s rr"), "scheduler", "add-server"),
+            (format!("-a {S} {R} -p 60"), "persistent", "add-server"),
+            (format!("-d {S} {R} -w 5"), "weight", "delete-server"),
+            (format!("-e {S} {R} -n"), "numeric", "edit-server"),
+            ("-L -w 3".to_string(), "weight", "list"),
+            ("-S -y 1".to_string(), "l-threshold", "save"),
+            ("--set 1 2 3 -n".to_string(), "numeric", "set"),
+            ("-R -n".to_string(), "numeric", "restore"),
+            (format!("--rate-limit 5 {S} -w 1"), "weight", "rate-limit"),
+            (format!("-P {S} -z 198.18.0.50 -w 1"), "weight", "add-laddr"),
+        ] {
+            let want = format!("Illegal '{option}' option with the '{command}' command");
+            assert_eq!(p(&line).map(|_| ()), Err(want.clone()), "{line}");
+            assert_eq!(restore_line(&line).map(|_| ()), Err(want), "{line}");
+        }
+        // What the commands do take still parses.
+        for line in [
+            format!("-A {S} -s rr -p 60 -M 255.255.255.0 -b sh-port"),
+            format!("-a {S} {R} -m -w 3 -x 10 -y 5"),
+            format!("-d {S} {R}"),
+            format!("-Z {S}"),
+            "-C".to_string(),
+            "-Ln --stats --nosort --exact".to_string(),
+            "-S -n".to_string(),
+            "-R --atomic".to_string(),
+        ] {
+            assert!(p(&line).is_ok(), "{line}: {:?}", p(&line).err());
+        }
+    }
+
+    /// Connection thresholds stop at ipvsadm's `INT_MAX`: a saved table with a larger
+    /// one would stop ipvsadm's restore at that line.
+    #[test]
+    fn thresholds_above_int_max_are_refused() {
+        const A: &str = "-a -t 198.18.1.1:80 -r 198.18.0.11:80 -m";
+        assert!(p(&format!("{A} -x 2147483647 -y 2147483647")).is_ok());
+        for option in ["-x", "-y"] {
+            let err = p(&format!("{A} {option} 2147483648")).unwrap_err();
+            assert!(err.contains("threshold"), "{option}: {err}");
         }
     }
 

@@ -170,6 +170,10 @@ mod protocol_name {
 /// The largest weight ipvsadm accepts (`-w 0..65535`).
 pub const MAX_WEIGHT: u32 = 65535;
 
+/// The largest connection threshold (`-x`, `-y`) ipvsadm accepts: its `INT_MAX`. A
+/// larger one would make a saved table (`-S`) that ipvsadm's restore refuses.
+pub const MAX_CONN_THRESHOLD: u32 = i32::MAX as u32;
+
 /// The longest persistence timeout (`-p`), 31 days, as ipvsadm allows.
 pub const MAX_PERSISTENCE_TIMEOUT_S: u32 = 31 * 86_400;
 

@@ -15,8 +15,8 @@ use super::admission::{Admission, AdmissionRules, RateLimit};
 use crate::model::Protocol;
 use crate::model::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, SorryServer,
-    SorryServerSpec, SynProxy, SynProxyMode, MAX_LOCAL_ADDRESSES, MAX_PERSISTENCE_TIMEOUT_S,
-    MAX_WEIGHT,
+    SorryServerSpec, SynProxy, SynProxyMode, MAX_CONN_THRESHOLD, MAX_LOCAL_ADDRESSES,
+    MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
 use std::collections::{BTreeMap, HashMap};
@@ -43,6 +43,8 @@ pub enum ServiceError {
         port: u16,
     },
     WeightOutOfRange(u32),
+    /// A connection threshold above [`MAX_CONN_THRESHOLD`] (ipvsadm's `INT_MAX`).
+    ThresholdOutOfRange(u32),
     /// ipvsadm/IPVS refuse a lower threshold above the upper one.
     ThresholdsInverted {
         upper: u32,
@@ -179,6 +181,10 @@ impl fmt::Display for ServiceError {
             ServiceError::WeightOutOfRange(weight) => {
                 write!(f, "illegal weight specified: {weight} (range 0..{MAX_WEIGHT})")
             }
+            ServiceError::ThresholdOutOfRange(threshold) => write!(
+                f,
+                "illegal threshold specified: {threshold} (range 0..{MAX_CONN_THRESHOLD})"
+            ),
             ServiceError::ThresholdsInverted { upper, lower } => write!(
                 f,
                 "illegal thresholds: lower threshold {lower} is higher than upper threshold {upper}"
@@ -1105,6 +1111,12 @@ pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), Se
     }
     if spec.weight > MAX_WEIGHT {
         return Err(ServiceError::WeightOutOfRange(spec.weight));
+    }
+    if let Some(&t) = [spec.upper, spec.lower]
+        .iter()
+        .find(|&&t| t > MAX_CONN_THRESHOLD)
+    {
+        return Err(ServiceError::ThresholdOutOfRange(t));
     }
     // As IPVS: the check applies even with upper = 0 (no limit), where any lower
     // threshold would be meaningless.
