@@ -578,6 +578,29 @@ fn skew_flags_a_pinned_service_and_rates_show_traffic() {
         .unwrap_or_else(|| panic!("{rates}"));
     let cps: u64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!((20..=200).contains(&cps), "CPS {cps}: {rates}");
+    // -Z zeroes what ipvsadm's zeroes, the services' counters, and not the ports':
+    // monitoring reads those as counters that only grow. `sluicectl zero` resets
+    // them too.
+    let conns = |daemon: &Daemon| -> u64 {
+        let stats = ok(daemon, &["-L", "-n", "--stats", "--exact"]);
+        let line = stats
+            .lines()
+            .find(|l| l.starts_with("TCP  198.18.1.2:80"))
+            .unwrap_or_else(|| panic!("{stats}"));
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    let rx = |daemon: &Daemon| port_counter(&daemon.status(), "lan0", "rx_packets");
+    let (conns_before, rx_before) = (conns(&daemon), rx(&daemon));
+    assert!(conns_before >= 40, "{conns_before} connections in 3 s");
+    ok(&daemon, &["-Z"]);
+    let conns_after = conns(&daemon);
+    assert!(
+        conns_after < conns_before / 2,
+        "-Z left {conns_after} of {conns_before} connections"
+    );
+    assert!(rx(&daemon) >= rx_before, "-Z reset the port's counters");
+    ok(&daemon, &["zero"]);
+    assert!(rx(&daemon) < rx_before, "zero left the port's counters");
     daemon.stop_clean();
 }
 

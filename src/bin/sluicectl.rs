@@ -687,7 +687,7 @@ fn restore_batch(input: impl io::BufRead, replace: bool) -> Result<Request, Stri
         let is_change = command.output == ipvsadm::Output::Quiet
             && !matches!(
                 command.request,
-                Request::Batch { .. } | Request::ZeroCounters | Request::SetTimeouts { .. }
+                Request::Batch { .. } | Request::ZeroServices | Request::SetTimeouts { .. }
             );
         if !is_change {
             return Err(format!(
@@ -1095,7 +1095,7 @@ fn restore_lines(
             continue;
         }
         // `-Z` is answered outside the service table: on its own.
-        if command.request == Request::ZeroCounters {
+        if command.request == Request::ZeroServices {
             flush(&mut pending, &mut done, report)?;
         }
         pending_bytes += serde_json::to_string(&command.request).map_or(0, |l| l.len() + 1);
@@ -1104,7 +1104,7 @@ fn restore_lines(
             || pending_bytes >= BATCH_PART_BYTES
             || pending
                 .last()
-                .is_some_and(|(_, r)| *r == Request::ZeroCounters)
+                .is_some_and(|(_, r)| *r == Request::ZeroServices)
         {
             flush(&mut pending, &mut done, report)?;
         }
@@ -1471,7 +1471,7 @@ mod tests {
         );
         assert!(usage_error(&["--set", "60", "x", "30"]).contains("tcpfin timeout"));
         assert!(usage_error(&["--set", "60"]).contains("three values"));
-        assert_eq!(request(&["-Z"]), Request::ZeroCounters);
+        assert_eq!(request(&["-Z"]), Request::ZeroServices);
     }
 
     #[test]

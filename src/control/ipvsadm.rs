@@ -667,7 +667,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         ),
         Verb::Zero => match service {
             Some(service) => (Request::ZeroService { service }, Output::Quiet),
-            None => (Request::ZeroCounters, Output::Quiet),
+            None => (Request::ZeroServices, Output::Quiet),
         },
         Verb::Save => (Request::SaveServices, Output::Save),
         Verb::Restore => (
@@ -1739,7 +1739,7 @@ mod tests {
             p("-Z -t 198.18.1.1:80").unwrap().request,
             Request::ZeroService { service: svc }
         );
-        assert_eq!(p("-Z").unwrap().request, Request::ZeroCounters);
+        assert_eq!(p("-Z").unwrap().request, Request::ZeroServices);
         assert_eq!(
             p("-Lnc -t 198.18.1.1:80").unwrap_err(),
             "The option 'service-address' conflicts with the 'connection' option in the 'list' command"

@@ -45,6 +45,12 @@ pub enum Request {
     /// `-Z -t|-u VIP:port`: zero one service's traffic counters (its real servers'
     /// connections, packets and bytes), as ipvsadm zeroes one service.
     ZeroService { service: ServiceKey },
+    /// `-Z`: zero every service's counters (its real servers' connections, packets and
+    /// bytes, its access list's hits), as ipvsadm zeroes all of IPVS's. Port, lcore,
+    /// drop and event counters stay: they are the appliance's, not IPVS's, and
+    /// monitoring reads them as counters that only grow ([`Request::ZeroCounters`]
+    /// resets those too).
+    ZeroServices,
     /// Virtual services with their real servers and counters (`ipvsadm -Ln`).
     ListServices,
     /// `-S`: the services listing with every service's access-list rules as well
@@ -254,6 +260,7 @@ impl Request {
             Request::Xstats { .. } => "xstats",
             Request::ZeroCounters => "zero_counters",
             Request::ZeroService { .. } => "zero_service",
+            Request::ZeroServices => "zero_services",
             Request::ListServices => "list_services",
             Request::SaveServices => "save_services",
             Request::AddService { .. } => "add_service",
@@ -507,6 +514,7 @@ mod tests {
             (Request::Status, r#"{"cmd":"status"}"#),
             (Request::Xstats { port: 3 }, r#"{"cmd":"xstats","port":3}"#),
             (Request::ZeroCounters, r#"{"cmd":"zero_counters"}"#),
+            (Request::ZeroServices, r#"{"cmd":"zero_services"}"#),
             (Request::SaveServices, r#"{"cmd":"save_services"}"#),
             (
                 Request::ListConnections {
@@ -656,7 +664,7 @@ mod tests {
         let text = error.to_string();
         assert_eq!(
             text,
-            "unknown command \"reboot\" (known commands: status, xstats, zero_counters, zero_service, \
+            "unknown command \"reboot\" (known commands: status, xstats, zero_counters, zero_service, zero_services, \
              list_services, save_services, add_service, edit_service, delete_service, set_synproxy, set_sorry_server, set_sloppy_tcp, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \

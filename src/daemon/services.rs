@@ -468,6 +468,7 @@ impl Services {
             req,
             Request::ListServices
                 | Request::ZeroService { .. }
+                | Request::ZeroServices
                 | Request::SaveServices
                 | Request::ServiceRates { .. }
                 | Request::AddService { .. }
@@ -754,6 +755,13 @@ impl Services {
                         }
                     }
                 }
+                return Ok(Applied::Answer(serde_json::json!({ "zeroed": true })));
+            }
+            Request::ZeroServices => {
+                for table in counters {
+                    table.iter().for_each(RealServerCounters::zero_traffic);
+                }
+                t.zero_admission_counts();
                 return Ok(Applied::Answer(serde_json::json!({ "zeroed": true })));
             }
             Request::AddLaddr { service, ip } => t.add_laddr(service, ip),
