@@ -1,5 +1,6 @@
 //! The daemon's life cycle: clean exit on SIGTERM and SIGINT (exit 0, no DPDK runtime
-//! directory, no control socket left), exit 1 with `file:line:col` on a bad config,
+//! directory, no control socket left), and at the end of `--duration` with stdout a
+//! pipe nobody reads, exit 1 with `file:line:col` on a bad config,
 //! exit 1 with a one-line message and no leftovers on a start-up failure, exit 2 on
 //! bad usage, and a test bed that leaves no namespace behind after `down`.
 //!
@@ -91,6 +92,48 @@ fn sigterm_exits_zero_and_cleans_up() {
 #[test]
 fn sigint_exits_zero_and_cleans_up() {
     runs_then_stops_cleanly_on(libc::SIGINT);
+}
+
+/// Statistics printed to a pipe whose reader is gone (`sluice ... | head`): the
+/// printing stops with a warning, the daemon goes on to its `--duration` and exits 0,
+/// and leaves no lock, socket or DPDK runtime directory behind.
+#[test]
+fn a_closed_stdout_stops_the_statistics_not_the_daemon() {
+    require_root();
+    let mut cfg = loopback_config();
+    cfg.args = ["--duration", "3", "--stats-interval", "50"]
+        .map(String::from)
+        .to_vec();
+    let mut daemon = Daemon::spawn_with_stdout_closed(cfg);
+    let prefix = daemon.config.file_prefix.clone();
+    let mut lock = daemon.socket().as_os_str().to_owned();
+    lock.push(".lock");
+    let status = daemon
+        .wait_exit(Duration::from_secs(3) + READY_TIMEOUT + EXIT_TIMEOUT)
+        .unwrap_or_else(|| panic!("sluice did not exit by itself\n{}", daemon.dump()));
+    let stderr = daemon.stderr_text();
+    assert!(
+        status.success(),
+        "sluice exited with {status}\n{}",
+        daemon.dump()
+    );
+    assert!(!stderr.contains("panicked"), "{}", daemon.dump());
+    assert!(
+        stderr.contains("statistics are no longer printed"),
+        "{}",
+        daemon.dump()
+    );
+    assert!(stderr.contains("duration elapsed"), "{}", daemon.dump());
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "lock file left behind"
+    );
+    assert!(!daemon.socket().exists(), "control socket left behind");
+    let left = dpdk_runtime_dirs(&prefix);
+    assert!(
+        left.is_empty(),
+        "DPDK runtime directory left behind: {left:?}"
+    );
 }
 
 #[test]

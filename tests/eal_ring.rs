@@ -1,16 +1,17 @@
 //! EAL integration over net_ring: a real worker loop on lcore 1, fed through an
-//! in-process ring port pair, answers ARP and ICMP echo and counts a malformed frame.
+//! in-process ring port pair, answers ARP and ICMP echo and counts a malformed frame;
+//! then a panic with a job running, which `LcoreJobs` stops before the EAL's cleanup.
 //! One test function only: the EAL initialises once per process.
 mod common;
 
 use common::eal::{eal_args, ring_ports, worker, LB_MAC};
 use sluice::dataplane::counters::Event;
-use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
+use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, LcoreJobs, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Garbage, Reply};
 use sluice::model::DropReason;
 use sluice::service::SnapshotPublisher;
 use std::net::Ipv4Addr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -123,5 +124,30 @@ fn worker_answers_arp_and_ping_over_net_ring() {
     drop(peer);
     drop(pair);
     drop(pool);
+
+    // A panic while a job still runs on lcore 1: the LcoreJobs that launched it stops
+    // it and waits for it as the panic unwinds, so the EAL's cleanup (which waits for
+    // every worker lcore, and would wait forever for a running one) returns.
+    let mut jobs = LcoreJobs::new();
+    let flag = jobs.stop_flag().clone();
+    let returned = Arc::new(AtomicBool::new(false));
+    let seen = returned.clone();
+    jobs.launch(1, move || {
+        while !flag.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        seen.store(true, Ordering::SeqCst);
+        0
+    })
+    .unwrap();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _jobs = jobs;
+        panic!("the management core panics with a job running");
+    }));
+    assert!(unwound.is_err());
+    assert!(
+        returned.load(Ordering::SeqCst),
+        "the job was told to stop and waited for"
+    );
     drop(eal);
 }

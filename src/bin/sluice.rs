@@ -1,5 +1,6 @@
 //! `sluice --config FILE`: the appliance daemon.
 use sluice::daemon::{self, CheckDepth, Options};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,7 +26,8 @@ const USAGE: &str = "usage: sluice --config FILE [--duration SECS] [--stats-inte
                          is, an interface that is up is refused
   --duration SECS        stop by itself after SECS seconds (demos, tests)
   --stats-interval MS    print testpmd-style statistics every MS milliseconds
-                         (loopback configs default to [loopback].stats_interval_ms)
+                         (loopback configs default to [loopback].stats_interval_ms),
+                         to stdout, until a write to it fails (no reader any more)
   -h, --help             this text
   -V, --version          version
 
@@ -35,6 +37,20 @@ around a reload, STOPPING=1, and WATCHDOG=1 pings when WATCHDOG_USEC is set.
 
 Logging: RUST_LOG=debug|info|warn (default info), to stderr; with priority prefixes
 (<3> error .. <7> debug) when stderr is the journal (JOURNAL_STREAM).";
+
+/// `println!` and `eprintln!` without their panic when the reader went away (`sluice
+/// ... | head`): the line is lost, the exit status is the one the work earned.
+macro_rules! out_line {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+macro_rules! err_line {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
 
 /// What the command line asks for.
 enum Mode {
@@ -59,7 +75,7 @@ fn parse_args(args: &[String]) -> Result<Option<Mode>, String> {
         match a.as_str() {
             "-h" | "--help" => return Ok(None),
             "-V" | "--version" => {
-                println!("sluice {}", env!("CARGO_PKG_VERSION"));
+                out_line!("sluice {}", env!("CARGO_PKG_VERSION"));
                 std::process::exit(0);
             }
             "-c" | "--config" => config = Some(PathBuf::from(value(a)?)),
@@ -121,7 +137,6 @@ fn main() -> ExitCode {
     if journal {
         // The journal stamps each line and reads its priority from the prefix.
         logger.format(|buf, record| {
-            use std::io::Write;
             let prefix = daemon::journal_prefix(record.level());
             writeln!(buf, "{prefix}{}: {}", record.target(), record.args())
         });
@@ -137,12 +152,12 @@ fn main() -> ExitCode {
             return match daemon::prepare_host(&file, driver.as_deref()) {
                 Ok(done) => {
                     for line in done {
-                        println!("sluice: {}: {line}", file.display());
+                        out_line!("sluice: {}: {line}", file.display());
                     }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("{error_prefix}sluice: {e}");
+                    err_line!("{error_prefix}sluice: {e}");
                     ExitCode::FAILURE
                 }
             };
@@ -150,28 +165,28 @@ fn main() -> ExitCode {
         Ok(Some(Mode::Check(file, depth))) => {
             return match daemon::check_config(&file, depth) {
                 Ok(summary) => {
-                    println!("sluice: {summary}");
+                    out_line!("sluice: {summary}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("{error_prefix}sluice: {e}");
+                    err_line!("{error_prefix}sluice: {e}");
                     ExitCode::FAILURE
                 }
             };
         }
         Ok(None) => {
-            println!("{USAGE}");
+            out_line!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("{error_prefix}sluice: {e}\n\n{USAGE}");
+            err_line!("{error_prefix}sluice: {e}\n\n{USAGE}");
             return ExitCode::from(2);
         }
     };
     match daemon::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{error_prefix}sluice: {e}");
+            err_line!("{error_prefix}sluice: {e}");
             ExitCode::FAILURE
         }
     }

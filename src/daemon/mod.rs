@@ -36,8 +36,8 @@ use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
 use crate::dpdk::{
-    launch_on_lcore, wait_lcore, Burst, Eal, Mempool, Port, PortSettings, RingConsumer,
-    RingPortPair, RingProducer, RssSettings,
+    Burst, Eal, LcoreJobs, Mempool, Port, PortSettings, RingConsumer, RingPortPair, RingProducer,
+    RssSettings,
 };
 use crate::emulator::{Emulator, NicRss};
 use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason};
@@ -50,7 +50,6 @@ use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -78,8 +77,12 @@ pub struct PortEntry {
 }
 
 /// Everything the management core owns while the appliance runs. Field order is drop
-/// order: ports before the rings they sit on, rings before the mempool, the EAL last.
+/// order: the workers stop first (on every path out of [`run`], a panic's included),
+/// then ports before the rings they sit on, rings before the mempool, the EAL last.
 struct Appliance {
+    /// The worker lcores' jobs: dropping them stops and waits for every worker, before
+    /// the ports they poll go and before `rte_eal_cleanup` would wait for them forever.
+    workers: LcoreJobs,
     emulator: Option<Emulator>,
     ports: Vec<PortEntry>,
     /// The workers' inboxes (their rings hold mbufs: dropped before the pool).
@@ -150,14 +153,10 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
     let started = Instant::now();
     let state = SharedState::new(&cfg).map_err(StartError::Services)?;
     let mut app = bring_up(&cfg).map_err(StartError::Devices)?;
+    // From here on, every way out of this function (an error, a panic) drops `app`,
+    // which stops and waits for the workers first.
     launch_workers(&cfg, &mut app, &state.for_workers()).map_err(StartError::Workers)?;
-    // From here on, a failure must stop the workers it launched.
-    let stop_workers = |e: StartError| {
-        state.stop.store(true, Ordering::SeqCst);
-        join_workers(&cfg);
-        e
-    };
-    let control = start_control(&cfg).map_err(|e| stop_workers(StartError::Control(e)))?;
+    let control = start_control(&cfg).map_err(StartError::Control)?;
     log::info!(
         "sluice up: {} port(s), {} worker(s), control socket {}",
         app.ports.len(),
@@ -178,7 +177,6 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         mailboxes,
         persist,
         sync_rings,
-        stop,
         capture,
     } = state;
     view.capture = Some(capture.clone());
@@ -186,16 +184,8 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         health: health_monitor(&cfg, started),
         vrrp: vrrp_node(&cfg, &app),
         vrrp_started: false,
-        bgp: bgp_node(&cfg).map_err(|e| {
-            stop.store(true, Ordering::SeqCst);
-            join_workers(&cfg);
-            StartError::Control(e)
-        })?,
-        sync: sync_node(&cfg, &app, sync_rings.as_ref(), &persist).map_err(|e| {
-            stop.store(true, Ordering::SeqCst);
-            join_workers(&cfg);
-            StartError::Control(e)
-        })?,
+        bgp: bgp_node(&cfg).map_err(StartError::Control)?,
+        sync: sync_node(&cfg, &app, sync_rings.as_ref(), &persist).map_err(StartError::Control)?,
         started,
         services,
         publisher,
@@ -239,7 +229,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
     registry.capture.stop();
     registry.stop_vrrp(app.plane());
     drop(control);
-    shut_down(&cfg, app, &stop, &counters, &mut view);
+    shut_down(app, &counters, &mut view);
     Ok(())
 }
 
@@ -319,7 +309,6 @@ struct SharedState {
     mailboxes: Vec<Arc<Mailbox>>,
     persist: Arc<PersistTable>,
     sync_rings: Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
-    stop: Arc<AtomicBool>,
     /// Packet capture: the filter and the workers' copy rings.
     capture: Arc<Capture>,
 }
@@ -358,7 +347,6 @@ impl SharedState {
                         .collect(),
                 )
             }),
-            stop: Arc::new(AtomicBool::new(false)),
             capture: Arc::new(Capture::new(workers)),
         })
     }
@@ -369,7 +357,6 @@ impl SharedState {
             counters: &self.counters,
             real_servers: &self.real_servers,
             publisher: &self.publisher,
-            stop: &self.stop,
             mailboxes: &self.mailboxes,
             persist: &self.persist,
             sync_rings: &self.sync_rings,
@@ -492,22 +479,19 @@ fn sync_node(
 /// get a moment to finish what is in their rings, so the final counts on both sides
 /// describe the same packets; then the workers stop, the final statistics are
 /// printed and the ports stop before the rest is dropped.
-fn shut_down(
-    cfg: &Config,
-    mut app: Appliance,
-    stop: &AtomicBool,
-    counters: &[Arc<WorkerCounters>],
-    view: &mut stats::StatsView,
-) {
+fn shut_down(mut app: Appliance, counters: &[Arc<WorkerCounters>], view: &mut stats::StatsView) {
     let final_stats = app.emulator.take().map(|em| {
         let stats = em.stop();
         std::thread::sleep(Duration::from_millis(200));
         stats
     });
-    stop.store(true, Ordering::SeqCst);
-    join_workers(cfg);
+    for (lcore, rc) in app.workers.stop() {
+        if rc != 0 {
+            log::warn!("worker on lcore {lcore} exited with {rc}");
+        }
+    }
     if let Some(stats) = final_stats {
-        println!("{}", stats.summary());
+        view.write_out(&stats.summary());
     }
     view.print(&app.ports, counters, None);
     for p in &mut app.ports {
@@ -677,6 +661,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
     let (mesh, ends) = Mesh::with_management_ring("sluice", cfg.lcores.workers.len(), health_ring)
         .map_err(|e| format!("worker rings: {e}"))?;
     Ok(Appliance {
+        workers: LcoreJobs::new(),
         emulator,
         ports,
         mesh: Arc::new(mesh),
@@ -731,7 +716,6 @@ struct Shared<'a> {
     counters: &'a [Arc<WorkerCounters>],
     real_servers: &'a [Arc<Box<[RealServerCounters]>>],
     publisher: &'a SnapshotPublisher,
-    stop: &'a Arc<AtomicBool>,
     mailboxes: &'a [Arc<Mailbox>],
     persist: &'a Arc<PersistTable>,
     sync_rings: &'a Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
@@ -743,7 +727,6 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         counters,
         real_servers,
         publisher,
-        stop,
         mailboxes,
         persist,
         sync_rings,
@@ -762,7 +745,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
     // worker's answer: a table the memory cannot hold stops the workers already
     // running and is a start-up error (the preflight check makes it rare).
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    let mut launched = Vec::new();
+    let mut launched = 0;
     for (w, &lcore) in cfg.lcores.workers.iter().enumerate().rev() {
         let ports: Vec<WorkerPort> = queues
             .iter_mut()
@@ -836,7 +819,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         let pool = app.pool.clone();
         let counters = counters[w].clone();
         let links = Links {
-            stop: (*stop).clone(),
+            stop: app.workers.stop_flag().clone(),
             mesh: app.mesh.clone(),
             inbox: app.worker_inboxes[w]
                 .take()
@@ -866,18 +849,15 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 1
             }
         };
-        if let Err(e) = launch_on_lcore(lcore, job) {
-            stop.store(true, Ordering::SeqCst);
-            for &l in &launched {
-                wait_lcore(l);
-            }
+        if let Err(e) = app.workers.launch(lcore, job) {
+            app.workers.stop();
             return Err(format!("worker lcore {lcore}: {e}"));
         }
-        launched.push(lcore);
+        launched += 1;
     }
     drop(ready_tx);
     let mut failure = None;
-    for _ in 0..launched.len() {
+    for _ in 0..launched {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => failure = failure.or(Some(e)),
@@ -885,10 +865,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         }
     }
     if let Some(e) = failure {
-        stop.store(true, Ordering::SeqCst);
-        for &l in &launched {
-            wait_lcore(l);
-        }
+        app.workers.stop();
         return Err(e);
     }
     Ok(())
@@ -989,15 +966,6 @@ fn same_hash(a: &QueueView, b: &QueueView) -> bool {
         && a.reta == b.reta
         && a.fields == b.fields
         && a.fields6 == b.fields6
-}
-
-fn join_workers(cfg: &Config) {
-    for &lcore in &cfg.lcores.workers {
-        let rc = wait_lcore(lcore);
-        if rc != 0 {
-            log::warn!("worker on lcore {lcore} exited with {rc}");
-        }
-    }
 }
 
 /// The control thread forwards each request to the management loop and waits for the

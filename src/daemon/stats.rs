@@ -28,6 +28,8 @@ pub struct StatsView {
     pub adoption: super::adoption::Adoption,
     /// The capture's per-worker copy rings, for their copied and dropped counts.
     pub capture: Option<Arc<Capture>>,
+    /// Where the printed statistics go.
+    stdout: Printout,
 }
 
 impl StatsView {
@@ -40,6 +42,7 @@ impl StatsView {
             last_cycles: vec![(0, 0); cfg.lcores.workers.len()],
             adoption: Default::default(),
             capture: None,
+            stdout: Printout::default(),
         }
     }
 
@@ -176,6 +179,9 @@ impl StatsView {
         counters: &[Arc<WorkerCounters>],
         emulator: Option<&EmulatorStats>,
     ) {
+        if !self.stdout.open {
+            return;
+        }
         let now = Instant::now();
         // One reading per port, so the totals and the rates below agree.
         let stats: Vec<_> = ports
@@ -262,8 +268,40 @@ impl StatsView {
         if let Some(em) = emulator {
             out += &format!("  peers:  {}\n", em.summary());
         }
-        println!("{out}");
+        self.write_out(&out);
         self.last = Some((now, readings));
+    }
+
+    /// Writes `text` and a newline to stdout, unless an earlier write failed.
+    pub fn write_out(&mut self, text: &str) {
+        self.stdout.write(&mut std::io::stdout().lock(), text);
+    }
+}
+
+/// Printed statistics, to stdout until a write fails. Statistics are for whoever
+/// watches: once they are gone (`sluice ... | head`, a closed terminal, a log reader
+/// that died) the printing stops, with a warning on stderr, and the appliance goes on
+/// forwarding: a stats reader must not be able to take the data plane down, nor
+/// unwind the management core with workers still running.
+struct Printout {
+    open: bool,
+}
+
+impl Default for Printout {
+    fn default() -> Self {
+        Printout { open: true }
+    }
+}
+
+impl Printout {
+    fn write(&mut self, out: &mut impl std::io::Write, text: &str) {
+        if !self.open {
+            return;
+        }
+        if let Err(e) = writeln!(out, "{text}").and_then(|_| out.flush()) {
+            self.open = false;
+            log::warn!("writing statistics to stdout: {e}: statistics are no longer printed");
+        }
     }
 }
 
@@ -306,4 +344,50 @@ fn port_list(ports: &[PortEntry]) -> String {
         .map(|p| format!("{} = {}", p.port.id(), p.name))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{self, Write};
+
+    /// Accepts `room` writes, then fails each as a pipe with no reader does.
+    struct Pipe {
+        room: usize,
+        written: String,
+        attempts: usize,
+    }
+
+    impl Write for Pipe {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.attempts += 1;
+            if self.room == 0 {
+                return Err(io::ErrorKind::BrokenPipe.into());
+            }
+            self.room -= 1;
+            self.written += std::str::from_utf8(buf).unwrap();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_stdout_stops_the_printing_without_a_panic() {
+        let mut pipe = Pipe {
+            room: 2,
+            written: String::new(),
+            attempts: 0,
+        };
+        let mut out = Printout::default();
+        out.write(&mut pipe, "first");
+        assert_eq!(pipe.written, "first\n");
+        out.write(&mut pipe, "second");
+        assert!(!out.open, "a broken pipe closes the printout");
+        let attempts = pipe.attempts;
+        out.write(&mut pipe, "third");
+        assert_eq!(pipe.attempts, attempts, "nothing is written once it failed");
+    }
 }

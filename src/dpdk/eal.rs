@@ -7,7 +7,8 @@ static INITIALISED: AtomicBool = AtomicBool::new(false);
 
 /// The DPDK Environment Abstraction Layer. `rte_eal_init` may run once per process, so
 /// `Eal::init` succeeds once; dropping the `Eal` runs `rte_eal_cleanup`. Drop every port,
-/// ring and mempool before the `Eal`.
+/// ring and mempool before the `Eal`, and stop every job launched on a worker lcore
+/// ([`LcoreJobs`](super::LcoreJobs)): with one still running the cleanup is skipped.
 pub struct Eal {
     /// `/var/run/dpdk/<file-prefix>`: the EAL creates it and `rte_eal_cleanup` leaves
     /// it behind, so we remove it on drop.
@@ -74,13 +75,25 @@ impl Eal {
 
 impl Drop for Eal {
     fn drop(&mut self) {
-        // SAFETY: called once, after the owner dropped the objects it created; other
-        // lcores have been waited for by the daemon before the Eal goes out of scope.
-        let rc = unsafe { dpdk_sys::rte_eal_cleanup() };
-        if rc < 0 {
-            log::warn!(
-                "rte_eal_cleanup: {}",
-                DpdkError::from_code("rte_eal_cleanup", rc)
+        // rte_eal_cleanup waits for every worker lcore's job and has no way to tell one
+        // to stop: with one still running it would never return. Their owner stops them
+        // first (`LcoreJobs`); should one still run, the process is better off ending
+        // without the cleanup than hanging in it.
+        let running = running_worker_lcores();
+        if running.is_empty() {
+            // SAFETY: called once, after the owner dropped the objects it created; no
+            // worker lcore runs a job (checked just above), so the wait inside returns.
+            let rc = unsafe { dpdk_sys::rte_eal_cleanup() };
+            if rc < 0 {
+                log::warn!(
+                    "rte_eal_cleanup: {}",
+                    DpdkError::from_code("rte_eal_cleanup", rc)
+                );
+            }
+        } else {
+            log::error!(
+                "lcores {running:?} still run a job: rte_eal_cleanup skipped (it would wait \
+                 for them forever)"
             );
         }
         if let Some(dir) = &self.runtime_dir {
@@ -91,4 +104,21 @@ impl Drop for Eal {
             }
         }
     }
+}
+
+/// The worker lcores whose job has not returned yet.
+fn running_worker_lcores() -> Vec<u32> {
+    let mut running = Vec::new();
+    // SAFETY: plain reads of the EAL's lcore table, valid while the EAL is up.
+    let mut lcore = unsafe { dpdk_sys::rte_get_next_lcore(u32::MAX, 1, 0) };
+    while lcore < dpdk_sys::RTE_MAX_LCORE {
+        // SAFETY: as above; lcore is an enabled worker lcore.
+        let state = unsafe { dpdk_sys::rte_eal_get_lcore_state(lcore) };
+        if state == dpdk_sys::rte_lcore_state_t_RUNNING {
+            running.push(lcore);
+        }
+        // SAFETY: as above.
+        lcore = unsafe { dpdk_sys::rte_get_next_lcore(lcore, 1, 0) };
+    }
+    running
 }

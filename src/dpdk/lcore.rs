@@ -1,5 +1,7 @@
 use super::error::DpdkError;
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Why a closure could not be started on an lcore.
 pub type LaunchError = DpdkError;
@@ -42,6 +44,77 @@ where
 pub fn wait_lcore(lcore: u32) -> i32 {
     // SAFETY: lcore ids come from the config, validated against the EAL's lcores.
     unsafe { dpdk_sys::rte_eal_wait_lcore(lcore) }
+}
+
+/// The jobs one owner launched on worker lcores, and the flag that tells them to
+/// return. Dropping it, on an error return or while a panic unwinds as much as at an
+/// orderly stop, raises the flag and waits for every job: `rte_eal_cleanup` waits for
+/// running lcores without telling them anything, so an owner that dropped its [`Eal`]
+/// (or the ports its jobs poll) with jobs still running would hang, or pull the ports
+/// out from under them. Keep it where it drops before those.
+///
+/// [`Eal`]: super::Eal
+pub struct LcoreJobs {
+    stop: Arc<AtomicBool>,
+    running: Vec<u32>,
+}
+
+impl LcoreJobs {
+    /// No job yet; the stop flag starts lowered.
+    pub fn new() -> LcoreJobs {
+        LcoreJobs {
+            stop: Arc::new(AtomicBool::new(false)),
+            running: Vec::new(),
+        }
+    }
+
+    /// The flag the jobs poll: they return once it is set.
+    pub fn stop_flag(&self) -> &Arc<AtomicBool> {
+        &self.stop
+    }
+
+    /// Runs `job` on `lcore` (see [`launch_on_lcore`]); from now on stopping waits for it.
+    pub fn launch<F>(&mut self, lcore: u32, job: F) -> Result<(), LaunchError>
+    where
+        F: FnOnce() -> i32 + Send + 'static,
+    {
+        launch_on_lcore(lcore, job)?;
+        self.running.push(lcore);
+        Ok(())
+    }
+
+    /// Raises the stop flag and waits for every job still running, in launch order;
+    /// returns each one's lcore and return value. Once stopped, stopping again (or the
+    /// drop) waits for nothing.
+    pub fn stop(&mut self) -> Vec<(u32, i32)> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.running
+            .drain(..)
+            .map(|lcore| (lcore, wait_lcore(lcore)))
+            .collect()
+    }
+}
+
+impl Default for LcoreJobs {
+    fn default() -> Self {
+        LcoreJobs::new()
+    }
+}
+
+impl Drop for LcoreJobs {
+    fn drop(&mut self) {
+        if self.running.is_empty() {
+            return;
+        }
+        if std::thread::panicking() {
+            log::error!("panicking: stopping the jobs on lcores {:?}", self.running);
+        }
+        for (lcore, rc) in self.stop() {
+            if rc != 0 {
+                log::warn!("the job on lcore {lcore} returned {rc}");
+            }
+        }
+    }
 }
 
 /// The calling thread's lcore id (`u32::MAX` on a thread the EAL does not know).

@@ -15,6 +15,7 @@ pub use eal::Eal;
 pub use error::DpdkError;
 pub use lcore::{
     current_lcore, launch_on_lcore, register_thread, tsc, tsc_hz, wait_lcore, LaunchError,
+    LcoreJobs,
 };
 pub use mempool::{Mempool, MBUF_DATA_ROOM};
 pub use port::{LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue};

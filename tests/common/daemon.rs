@@ -61,6 +61,16 @@ impl Daemon {
 
     /// [`Daemon::spawn`] with these environment variables set for the daemon.
     pub fn spawn_with_env(config: DaemonConfig, env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn_inner(config, env, true)
+    }
+
+    /// [`Daemon::spawn`] with stdout a pipe nobody reads: its read end is closed at once,
+    /// so every write to it fails with EPIPE (`sluice ... | head` once head is done).
+    pub fn spawn_with_stdout_closed(config: DaemonConfig) -> Daemon {
+        Daemon::spawn_inner(config, &[], false)
+    }
+
+    fn spawn_inner(config: DaemonConfig, env: &[(&str, &str)], read_stdout: bool) -> Daemon {
         let config_path = config.write();
         // `ip netns exec` and the wrapper exec the next program: the child pid is
         // sluice's own.
@@ -83,10 +93,12 @@ impl Daemon {
             .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Vec::new()));
-        let readers = vec![
-            drain(child.stdout.take().unwrap(), stdout.clone()),
-            drain(child.stderr.take().unwrap(), stderr.clone()),
-        ];
+        let mut readers = vec![drain(child.stderr.take().unwrap(), stderr.clone())];
+        let out = child.stdout.take().unwrap();
+        match read_stdout {
+            true => readers.push(drain(out, stdout.clone())),
+            false => drop(out),
+        }
         Daemon {
             config,
             config_path,
