@@ -207,7 +207,9 @@ impl Drop for ControlServer {
     }
 }
 
-fn create_parent_dir(path: &Path) -> io::Result<()> {
+/// Creates the directory of the socket at `path` (and its parents) with mode
+/// [`SOCKET_DIR_MODE`] if it does not exist; an existing one is left as it is.
+pub fn create_parent_dir(path: &Path) -> io::Result<()> {
     let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
         return Ok(());
     };

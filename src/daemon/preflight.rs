@@ -483,6 +483,11 @@ impl InstanceLocks {
         };
         let mut locks = Vec::new();
         let socket = &cfg.control.socket;
+        // The lock sits beside the socket: its directory is made here, as the control
+        // server would make it, not only when the server starts (/run/sluice is gone
+        // after a reboot).
+        crate::control::server::create_parent_dir(socket)
+            .map_err(|e| format!("{file}: control.socket {}: {e}", socket.display()))?;
         let mut lock_path = socket.clone().into_os_string();
         lock_path.push(".lock");
         let lock_path = PathBuf::from(lock_path);
@@ -814,5 +819,20 @@ mod tests {
         assert!(!Path::new(&socket_lock).exists());
         let again = InstanceLocks::take(&other, dir.path());
         assert!(again.is_ok(), "{:?}", again.err());
+    }
+
+    #[test]
+    fn a_missing_socket_directory_is_made_before_the_lock() {
+        use std::os::unix::fs::PermissionsExt;
+        let mut cfg = config(PORT);
+        let dir = tempfile::tempdir().unwrap();
+        let parent = dir.path().join("nodir/sub");
+        cfg.control.socket = parent.join("ctl.sock");
+        let locks = InstanceLocks::take(&cfg, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(parent.join("ctl.sock.lock").exists());
+        let mode = std::fs::metadata(&parent).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, crate::control::server::SOCKET_DIR_MODE);
+        drop(locks);
+        assert!(!parent.join("ctl.sock.lock").exists());
     }
 }
