@@ -251,8 +251,9 @@ impl MemoryNeed {
 pub struct Available {
     /// `MemAvailable` in /proc/meminfo.
     pub mem_available: Option<u64>,
-    /// Room left under this process's cgroup (v2) `memory.max`, when it has one.
-    pub cgroup_room: Option<u64>,
+    /// Room left under this process's memory cgroup limit, when it has one, and the
+    /// file that sets it (`memory.max` on cgroup v2, `memory.limit_in_bytes` on v1).
+    pub cgroup_room: Option<(u64, &'static str)>,
     /// Free hugepages of every size (/sys/kernel/mm/hugepages).
     pub hugepages_free: Option<u64>,
 }
@@ -276,21 +277,107 @@ fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
     Some(kb * 1024)
 }
 
-fn cgroup_room() -> Option<u64> {
+/// The room under this process's memory cgroup: the v2 one, the v1 memory
+/// controller's, or the smaller of the two when a hybrid setup has both. Only the
+/// process's own cgroup is read, not its ancestors'.
+fn cgroup_room() -> Option<(u64, &'static str)> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let v2 = cgroup_v2_room(&own).map(|room| (room, "memory.max"));
+    let v1 = cgroup_v1_room(&own).map(|room| (room, "memory.limit_in_bytes"));
+    match (v2, v1) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn cgroup_v2_room(own: &str) -> Option<u64> {
     let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
     let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
-    let max: u64 = std::fs::read_to_string(dir.join("memory.max"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?; // "max": no limit
-    let current: u64 = std::fs::read_to_string(dir.join("memory.current"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let max: u64 = read_number(&dir.join("memory.max"))?; // "max": no limit
+    let current = read_number(&dir.join("memory.current"))?;
     Some(max.saturating_sub(current))
+}
+
+fn cgroup_v1_room(own: &str) -> Option<u64> {
+    let path = v1_memory_cgroup(own)?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (root, mount_point) = v1_memory_mount(&mountinfo)?;
+    let dir = v1_cgroup_dir(path, &root, &mount_point);
+    let limit = v1_limit(&std::fs::read_to_string(dir.join("memory.limit_in_bytes")).ok()?)?;
+    let usage = read_number(&dir.join("memory.usage_in_bytes"))?;
+    Some(limit.saturating_sub(usage))
+}
+
+fn read_number(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The cgroup path of the v1 memory controller in /proc/self/cgroup
+/// (`N:memory:/path`, or `N:cpu,memory:/path` when it is mounted with others).
+fn v1_memory_cgroup(own: &str) -> Option<&str> {
+    own.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        (id != "0" && controllers.split(',').any(|c| c == "memory")).then_some(path)
+    })
+}
+
+/// The v1 memory controller's mount in /proc/self/mountinfo: the cgroup path its root
+/// is (not `/` inside a container that sees only its own cgroup) and where it is
+/// mounted. Fields: `id parent major:minor root mount-point options [optional...] -
+/// fstype source super-options`, paths with `\ooo` octal escapes.
+fn v1_memory_mount(mountinfo: &str) -> Option<(PathBuf, PathBuf)> {
+    mountinfo.lines().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        let mut fs = fs.split(' ');
+        let (fstype, _source, options) = (fs.next()?, fs.next()?, fs.next()?);
+        if fstype != "cgroup" || !options.split(',').any(|o| o == "memory") {
+            return None;
+        }
+        let mut fields = mount.split(' ').skip(3);
+        let (root, mount_point) = (fields.next()?, fields.next()?);
+        Some((unescape(root).into(), unescape(mount_point).into()))
+    })
+}
+
+/// A mountinfo path with its `\ooo` escapes (space, tab, newline, backslash) decoded.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |n, b| n.wrapping_mul(8) + (b - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Where the cgroup at `path` is under a v1 mount of cgroup `root` at `mount_point`.
+fn v1_cgroup_dir(path: &str, root: &Path, mount_point: &Path) -> PathBuf {
+    let path = Path::new(path);
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    mount_point.join(relative.strip_prefix("/").unwrap_or(relative))
+}
+
+/// `memory.limit_in_bytes`, or `None` for no limit: v1 writes "unlimited" as the
+/// largest page-aligned count a signed 64-bit counter holds (9223372036854771712 with
+/// 4 KiB pages), so anything from 2^62 up is taken as that.
+fn v1_limit(text: &str) -> Option<u64> {
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|&limit: &u64| limit < 1 << 62)
 }
 
 fn hugepages_free() -> Option<u64> {
@@ -325,10 +412,11 @@ fn mib(bytes: u64) -> String {
 /// Refuses a config whose tables do not fit in the memory available.
 fn check_memory(cfg: &Config, need: &MemoryNeed, avail: &Available) -> Result<(), String> {
     let ordinary = need.ordinary() as u64;
+    let under_cgroup = |(room, file)| (room, format!("left under this cgroup's {file}"));
     let room = match (avail.mem_available, avail.cgroup_room) {
-        (Some(m), Some(c)) if c < m => Some((c, "left under this cgroup's memory.max")),
-        (Some(m), _) => Some((m, "MemAvailable in /proc/meminfo")),
-        (None, Some(c)) => Some((c, "left under this cgroup's memory.max")),
+        (Some(m), Some(c)) if c.0 < m => Some(under_cgroup(c)),
+        (Some(m), _) => Some((m, "MemAvailable in /proc/meminfo".to_string())),
+        (None, Some(c)) => Some(under_cgroup(c)),
         (None, None) => None,
     };
     if let Some((room, source)) = room {
@@ -742,12 +830,12 @@ mod tests {
         let need = MemoryNeed::of(&small);
         assert!(check_memory(&small, &need, &avail).is_ok());
         let capped = Available {
-            cgroup_room: Some(64 << 20),
+            cgroup_room: Some((64 << 20, "memory.limit_in_bytes")),
             ..avail
         };
         let e = check_memory(&small, &need, &capped).unwrap_err();
         assert!(
-            e.contains("64 MiB is available (left under this cgroup"),
+            e.contains("64 MiB is available (left under this cgroup's memory.limit_in_bytes)"),
             "{e}"
         );
     }
@@ -819,6 +907,57 @@ mod tests {
         assert!(!Path::new(&socket_lock).exists());
         let again = InstanceLocks::take(&other, dir.path());
         assert!(again.is_ok(), "{:?}", again.err());
+    }
+
+    #[test]
+    fn the_v1_memory_cgroup_is_found_from_proc_self_cgroup_and_mountinfo() {
+        // cgroup v1 (with the v2 hierarchy unused), memory co-mounted with nothing.
+        let own = "12:pids:/system.slice/sluice.service\n\
+                   4:memory:/system.slice/sluice.service\n\
+                   2:cpu,cpuacct:/system.slice/sluice.service\n\
+                   1:name=systemd:/system.slice/sluice.service\n\
+                   0::/system.slice/sluice.service\n";
+        assert_eq!(v1_memory_cgroup(own), Some("/system.slice/sluice.service"));
+        // Co-mounted: "cpu,memory"; "memory_x" or "name=memory" are not it.
+        assert_eq!(v1_memory_cgroup("3:cpu,memory:/a\n"), Some("/a"));
+        assert_eq!(v1_memory_cgroup("3:memory_x:/a\n5:name=memory:/b\n"), None);
+        assert_eq!(v1_memory_cgroup("0::/a\n"), None, "v2 only");
+        let mountinfo = "25 30 0:23 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755\n\
+                         26 25 0:24 / /sys/fs/cgroup/unified rw shared:10 - cgroup2 cgroup2 rw\n\
+                         33 25 0:29 / /sys/fs/cgroup/cpu,cpuacct rw shared:15 - cgroup cgroup rw,cpu,cpuacct\n\
+                         35 25 0:31 / /sys/fs/cgroup/memory rw,nosuid shared:17 - cgroup cgroup rw,memory\n";
+        let (root, mount) = v1_memory_mount(mountinfo).unwrap();
+        assert_eq!(
+            (root.as_path(), mount.as_path()),
+            (Path::new("/"), Path::new("/sys/fs/cgroup/memory"))
+        );
+        assert_eq!(
+            v1_cgroup_dir("/system.slice/sluice.service", &root, &mount),
+            Path::new("/sys/fs/cgroup/memory/system.slice/sluice.service")
+        );
+        // Inside a container: the mount's root is the container's cgroup, its path in
+        // /proc/self/cgroup starts with it; an escaped space in the mount point.
+        let container = "1094 1085 0:31 /docker/abc /sys/fs/cgroup/mem\\040ory ro,nosuid master:17 - cgroup cgroup rw,memory\n";
+        let (root, mount) = v1_memory_mount(container).unwrap();
+        assert_eq!(mount, Path::new("/sys/fs/cgroup/mem ory"));
+        assert_eq!(
+            v1_cgroup_dir("/docker/abc/inner", &root, &mount),
+            Path::new("/sys/fs/cgroup/mem ory/inner")
+        );
+        assert_eq!(v1_cgroup_dir("/docker/abc", &root, &mount), mount);
+        assert_eq!(
+            v1_memory_mount(&mountinfo[..mountinfo.find("35 25").unwrap()]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_v1_limit_of_unlimited_is_no_limit() {
+        assert_eq!(v1_limit("1073741824\n"), Some(1 << 30));
+        // "Unlimited" with 4 KiB and with 64 KiB pages.
+        assert_eq!(v1_limit("9223372036854771712\n"), None);
+        assert_eq!(v1_limit("9223372036854710272\n"), None);
+        assert_eq!(v1_limit("-1"), None);
     }
 
     #[test]
