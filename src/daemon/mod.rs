@@ -806,6 +806,10 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 }
                 _ => None,
             },
+            sync_peers: cfg
+                .sync
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.peers.iter().map(|p| *p.ip()).collect()),
             ..ForwarderConfig::new(
                 cfg.sessions.capacity as usize,
                 publisher.reader(),

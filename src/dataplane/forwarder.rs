@@ -215,6 +215,9 @@ pub struct Forwarder {
     sync_listen: Option<SocketAddrV4>,
     /// ...and, with multicast, UDP to the group, arriving with the group's MAC.
     sync_group: Option<(MacAddr, SocketAddrV4)>,
+    /// The sync peers' addresses, sorted: datagrams from anyone else are dropped here,
+    /// not queued on the punt ring ahead of the probes' answers and VRRP's adverts.
+    sync_peers: Vec<Ipv4Addr>,
     /// Per-source new-connection rate-limit buckets (`forwarder/admission.rs`).
     rate_table: admission::RateTable,
     /// The ICMP errors this worker writes itself, rate-limited (RFC 4443 2.4(f)).
@@ -437,6 +440,8 @@ pub struct ForwarderConfig {
     /// listen address, and to the group (with its MAC as destination) when set, go to
     /// the management core, as VRRP advertisements do.
     pub sync_port: Option<(SocketAddrV4, Option<SocketAddrV4>)>,
+    /// With `sync_port`: the peers' addresses, the only sources whose datagrams go up.
+    pub sync_peers: Vec<Ipv4Addr>,
     /// This worker's share of the ICMP errors Sluice writes itself (Packet Too Big,
     /// frag-needed), in TSC ticks.
     pub icmp_error_limit: crate::service::admission::WorkerLimit,
@@ -484,6 +489,7 @@ impl ForwarderConfig {
             vrrp: false,
             sync: None,
             sync_port: None,
+            sync_peers: Vec::new(),
             icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT
                 .per_worker(1, tsc_hz),
             park_new_sessions: None,
@@ -530,6 +536,7 @@ impl Forwarder {
             vrrp,
             sync,
             sync_port,
+            sync_peers,
             icmp_error_limit,
             park_new_sessions,
         } = config;
@@ -591,6 +598,11 @@ impl Forwarder {
             vrrp,
             sync,
             sync_listen: sync_port.map(|(listen, _)| listen),
+            sync_peers: {
+                let mut peers = sync_peers;
+                peers.sort_unstable();
+                peers
+            },
             sync_group: sync_port
                 .and_then(|(_, group)| group)
                 .map(|g| (MacAddr::ipv4_multicast(*g.ip()), g)),
@@ -1046,6 +1058,11 @@ impl Forwarder {
         }
     }
 
+    /// Whether `ip` is one of the sync peers (`[sync] port`).
+    fn is_sync_peer(&self, ip: Ipv4Addr) -> bool {
+        self.sync_peers.binary_search(&ip).is_ok()
+    }
+
     /// A frame to a MAC neither ours nor broadcast: a VRRP advertisement (with VRRP
     /// on) or a sync datagram to the group (with sync over a port and multicast) goes
     /// to the management core; anything else is not ours.
@@ -1071,7 +1088,13 @@ impl Forwarder {
                 kind: PacketKind::Udp { key },
                 l3: ethernet::HEADER_LEN,
                 ..
-            }) if sync == Some(SocketAddrV4::new(key.dst_addr(), key.dport)) => Action::Punt,
+            }) if sync == Some(SocketAddrV4::new(key.dst_addr(), key.dport)) => {
+                if self.is_sync_peer(key.src_addr()) {
+                    Action::Punt
+                } else {
+                    Action::Drop(DropReason::NotAPeer)
+                }
+            }
             Ok(_) => Action::Drop(DropReason::NotOurMac),
             Err(reason) => Action::Drop(reason),
         }
@@ -1475,13 +1498,14 @@ mod tests {
         let group = SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848);
         let peer = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8848);
         let mac = MacAddr::ipv4_multicast(*group.ip());
-        let build = |to: SocketAddrV4, dst_mac: MacAddr| {
+        let build_from = |from: SocketAddrV4, to: SocketAddrV4, dst_mac: MacAddr| {
             let mut f = vec![0u8; frame::HEADERS_LEN + 8];
-            frame::write(&mut f, peer, to, b"SLSY\x01\x01\0\0").unwrap();
+            frame::write(&mut f, from, to, b"SLSY\x01\x01\0\0").unwrap();
             f[0..6].copy_from_slice(&dst_mac.0);
             f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
             f
         };
+        let build = |to: SocketAddrV4, dst_mac: MacAddr| build_from(peer, to, dst_mac);
         let (_publisher, f) = bare_forwarder();
         // Not configured: a group MAC is not ours.
         assert_eq!(
@@ -1491,10 +1515,21 @@ mod tests {
         let with_sync_port = |port| {
             let (publisher, mut config) = bare_config();
             config.sync_port = Some(port);
+            config.sync_peers = vec![Ipv4Addr::new(198, 18, 0, 9), *peer.ip()];
             (publisher, Forwarder::new(config))
         };
         let (_publisher, f) = with_sync_port((listen, Some(group)));
         assert_eq!(f.to_group(&build(group, mac), mac), Action::Punt);
+        // The same datagram from an address that is no peer's: dropped here.
+        let stranger = build_from(
+            SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 3), 8848),
+            group,
+            mac,
+        );
+        assert_eq!(
+            f.to_group(&stranger, mac),
+            Action::Drop(DropReason::NotAPeer)
+        );
         // Another port of the group, another group with the same MAC (the low 23 bits
         // only), or another group MAC: not ours.
         let other_port = SocketAddrV4::new(*group.ip(), 8849);

@@ -138,10 +138,14 @@ pub enum DropReason {
     /// A frame for the kernel interface of the exception path found its ring full
     /// (the management core is behind).
     ExceptionRingFull,
+    /// To the health checker's probe ports from an address that is no real server's,
+    /// or to the sync listen address (`[sync] port`) from one that is no peer's: kept
+    /// off the ring that carries the probes' answers and the VRRP adverts up.
+    NotAPeer,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 52;
+    pub const COUNT: usize = 53;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -195,6 +199,7 @@ impl DropReason {
         DropReason::Ipv6GroupNotJoined,
         DropReason::ExceptionRateLimited,
         DropReason::ExceptionRingFull,
+        DropReason::NotAPeer,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -252,6 +257,7 @@ impl DropReason {
             DropReason::Ipv6GroupNotJoined => "ipv6_group_not_joined",
             DropReason::ExceptionRateLimited => "exception_rate_limited",
             DropReason::ExceptionRingFull => "exception_ring_full",
+            DropReason::NotAPeer => "not_a_peer",
         }
     }
 }

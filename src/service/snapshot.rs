@@ -51,6 +51,11 @@ pub struct Snapshot {
     /// [`Snapshot::is_local_address`].
     local_addresses: Vec<Ipv4Addr>,
     local_addresses6: Vec<Ipv6Addr>,
+    /// Every service's real servers' addresses (sorry servers included), sorted and
+    /// deduplicated, for [`Snapshot::is_real_server`]: the only sources whose answers
+    /// to the health checker's probes are handed to the management core.
+    real_servers: Vec<Ipv4Addr>,
+    real_servers6: Vec<Ipv6Addr>,
     /// NAT real servers (protocol, address, port) -> the services (VIP, port) they
     /// serve in NAT mode: a reply from one names its client but not the VIP, and the
     /// VIP is what the owner worker's RSS hash used.
@@ -139,6 +144,11 @@ impl Snapshot {
                 .iter()
                 .flat_map(|s| s.local_addresses.iter().copied()),
         );
+        let (real_servers, real_servers6) = split_families(
+            services
+                .iter()
+                .flat_map(|s| s.real_servers.iter().map(|r| r.ip)),
+        );
         let mut nat_reply_services: HashMap<_, Vec<_>> = HashMap::new();
         for s in &services {
             for rs in s.real_servers.iter().filter(|r| r.mode == ForwardMode::Nat) {
@@ -168,6 +178,8 @@ impl Snapshot {
             vips6,
             local_addresses,
             local_addresses6,
+            real_servers,
+            real_servers6,
             nat_reply_services,
             timeouts: None,
             reset_when_down: Vec::new(),
@@ -242,6 +254,15 @@ impl Snapshot {
     #[inline]
     pub fn is_local_address6(&self, addr: Ipv6Addr) -> bool {
         self.local_addresses6.binary_search(&addr).is_ok()
+    }
+
+    /// Whether `addr` is a real server of some service (on any protocol or port).
+    #[inline]
+    pub fn is_real_server(&self, addr: IpAddr) -> bool {
+        match addr {
+            IpAddr::V4(a) => self.real_servers.binary_search(&a).is_ok(),
+            IpAddr::V6(a) => self.real_servers6.binary_search(&a).is_ok(),
+        }
     }
 }
 

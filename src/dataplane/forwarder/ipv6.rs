@@ -93,8 +93,13 @@ impl Forwarder {
             Some(hit) => hit,
             None => {
                 if !self.snapshot.current().is_vip6(key.dst) {
-                    if self.is_probe_answer_v6(&key) {
-                        return Some(Action::Punt);
+                    if self.is_to_probe_port_v6(&key) {
+                        // Only a real server's: see `admit`.
+                        return Some(if self.snapshot.current().is_real_server(key.src.into()) {
+                            Action::Punt
+                        } else {
+                            Action::Drop(DropReason::NotAPeer)
+                        });
                     }
                     return self.reply_owner_v6(&key, cx.port.redirected);
                 }
@@ -538,9 +543,9 @@ impl Forwarder {
         self.neighbours6.lookup(s.client)
     }
 
-    /// TCP to a health probe's IPv6 source address and ports: a real server answering
-    /// a probe, for the management core.
-    fn is_probe_answer_v6(&self, key: &FlowKey6) -> bool {
+    /// TCP to a health probe's IPv6 source address and ports: an answer to a probe, if
+    /// it comes from a real server.
+    fn is_to_probe_port_v6(&self, key: &FlowKey6) -> bool {
         key.proto == Protocol::Tcp
             && self
                 .health_source

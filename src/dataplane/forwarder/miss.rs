@@ -61,8 +61,14 @@ impl Forwarder {
         let snap = self.snapshot.current();
         let Some(index) = snap.find_index(&ServiceKey::new(key.proto, vip, key.dport)) else {
             if let Some((source, ports)) = &self.health_source {
+                // Only a real server's: anyone else's would take the punt ring's room
+                // from the probes' answers and the VRRP adverts.
                 if key.proto == Protocol::Tcp && vip == *source && ports.contains(&key.dport) {
-                    return Err(Action::Punt);
+                    return Err(if snap.is_real_server(key.src_addr().into()) {
+                        Action::Punt
+                    } else {
+                        Action::Drop(DropReason::NotAPeer)
+                    });
                 }
             }
             if self.sync_listen == Some(SocketAddrV4::new(vip, key.dport))
@@ -70,7 +76,11 @@ impl Forwarder {
                 && parsed.l3 == ethernet::HEADER_LEN
             {
                 // A peer's sync datagram (`[sync] port`): the management core checks it.
-                return Err(Action::Punt);
+                return Err(if self.is_sync_peer(key.src_addr()) {
+                    Action::Punt
+                } else {
+                    Action::Drop(DropReason::NotAPeer)
+                });
             }
             let reason = if port.responder.is_local(vip) {
                 DropReason::UnsupportedProtocol
