@@ -267,11 +267,15 @@ impl Probe {
                 theirs,
                 status,
             } => {
-                if seg.flags.contains(TcpFlags::RST) {
-                    return Some(Err("reset before a status line".into()));
-                }
                 // In order only: a segment out of order is ignored (the server resends).
-                if seg.seq == *theirs && !seg.payload.is_empty() {
+                // That holds for RST and FIN too (RFC 5961's exact match): the probe's
+                // ports are predictable, and a reset or close anywhere in the window
+                // would let a blind sender that forges the server's address fail it.
+                let in_order = seg.seq == *theirs;
+                if seg.flags.contains(TcpFlags::RST) {
+                    return in_order.then(|| Err("reset before a status line".into()));
+                }
+                if in_order && !seg.payload.is_empty() {
                     let room = STATUS_BYTES - status.len();
                     status.extend_from_slice(&seg.payload[..seg.payload.len().min(room)]);
                     *theirs = theirs.wrapping_add(seg.payload.len() as u32);
@@ -283,7 +287,7 @@ impl Probe {
                     status.windows(2).any(|w| w == b"\r\n") || status.len() >= STATUS_BYTES;
                 let verdict = if line_done || (status.len() >= 12 && status.starts_with(b"HTTP/")) {
                     Some(read_status(status, expect))
-                } else if seg.flags.contains(TcpFlags::FIN) {
+                } else if in_order && seg.flags.contains(TcpFlags::FIN) {
                     Some(Err("closed before a status line".into()))
                 } else {
                     None
@@ -453,6 +457,47 @@ mod tests {
         let rst = parse_segment(&out[2]).unwrap();
         assert!(rst.flags.contains(TcpFlags::RST));
         assert_eq!(rst.seq, 101 + req.payload.len() as u32);
+    }
+
+    /// While the status line is read, a reset or a close counts only at the next
+    /// byte expected: one elsewhere in the window (a blind forger's) is ignored.
+    #[test]
+    fn a_reset_or_close_counts_only_in_order() {
+        let mut send = |_: &[u8]| {};
+        let check = Check::http("/health", Ipv4Addr::new(198, 18, 0, 11).into(), 200);
+        let mut p = Probe::start(ends(), check, 100, &mut send);
+        let synack = reply(9000, 101, TcpFlags::SYN | TcpFlags::ACK, &[]);
+        assert_eq!(
+            p.on_segment(&parse_segment(&synack).unwrap(), &mut send),
+            None
+        );
+        let mut at = |seq: u32, flags: TcpFlags| {
+            let seg = reply(seq, 0, flags, &[]);
+            p.on_segment(&parse_segment(&seg).unwrap(), &mut send)
+        };
+        for seq in [9000, 9002, 9001 + 20_000, 9001u32.wrapping_sub(5)] {
+            assert_eq!(at(seq, TcpFlags::RST), None, "RST at {seq}");
+            assert_eq!(at(seq, TcpFlags::FIN | TcpFlags::ACK), None, "FIN at {seq}");
+        }
+        assert_eq!(
+            at(9001, TcpFlags::FIN | TcpFlags::ACK),
+            Some(Err("closed before a status line".into()))
+        );
+        let mut p = Probe::start(
+            ends(),
+            Check::http("/", Ipv4Addr::new(198, 18, 0, 11).into(), 200),
+            100,
+            &mut send,
+        );
+        assert_eq!(
+            p.on_segment(&parse_segment(&synack).unwrap(), &mut send),
+            None
+        );
+        let rst = reply(9001, 0, TcpFlags::RST, &[]);
+        assert_eq!(
+            p.on_segment(&parse_segment(&rst).unwrap(), &mut send),
+            Some(Err("reset before a status line".into()))
+        );
     }
 
     #[test]
