@@ -682,6 +682,12 @@ fn reload_applies_the_config_files_difference() {
     );
     assert!(ok(&daemon, &["reload"]).starts_with("reloaded: 0 change(s)"));
     assert!(ok(&daemon, &["events"]).contains("op=reload"));
+    // What only a restart applies is not applied, and the answer says so.
+    std::fs::write(&path, format!("{cfg}\n[sessions]\ncapacity = 4096\n")).unwrap();
+    assert_eq!(
+        ok(&daemon, &["reload"]),
+        "reloaded: 0 change(s) applied\nnot applied, needs a restart: sessions\n"
+    );
     daemon.stop_clean();
 }
 

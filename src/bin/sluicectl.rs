@@ -397,10 +397,17 @@ impl Command {
             Command::Vrrp => Ok(render_vrrp(&parse(result)?)),
             Command::Sync => Ok(render_sync(&parse(result)?)),
             Command::Cluster | Command::Drain(_) => Ok(render_cluster(&parse(result)?)),
-            Command::Reload => Ok(format!(
-                "reloaded: {} change(s) applied\n",
-                result["applied"].as_u64().unwrap_or(0)
-            )),
+            Command::Reload => {
+                let mut text = format!(
+                    "reloaded: {} change(s) applied\n",
+                    result["applied"].as_u64().unwrap_or(0)
+                );
+                if let Some(names) = result["needs_restart"].as_array() {
+                    let names: Vec<&str> = names.iter().filter_map(|n| n.as_str()).collect();
+                    text += &format!("not applied, needs a restart: {}\n", names.join(", "));
+                }
+                Ok(text)
+            }
             Command::Skew {
                 service,
                 threshold_pct,

@@ -64,7 +64,7 @@ pub struct Config {
 }
 
 /// `[eal]`: how DPDK's environment is initialised.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EalConfig {
     /// false: run on ordinary memory (`--no-huge --no-shconf`), for tests and demos.
     pub hugepages: bool,
@@ -88,7 +88,7 @@ impl Default for EalConfig {
 }
 
 /// `[lcores]`: which CPU cores (DPDK lcore ids) do what.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LcoreConfig {
     /// The main lcore: control socket, stats, health checks, sync.
     pub management: u32,
@@ -104,7 +104,7 @@ pub struct LcoreConfig {
 }
 
 /// `[control]`: the management interface.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ControlConfig {
     /// The Unix socket sluicectl connects to (absolute, < 108 bytes).
     pub socket: PathBuf,
@@ -123,7 +123,7 @@ pub struct ControlGroup {
 }
 
 /// One `[[ports]]` table: a NIC or virtual device and the appliance's addresses on it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PortConfig {
     pub name: String,
     pub device: PortDevice,
@@ -219,7 +219,7 @@ pub enum PortDevice {
 }
 
 /// `[loopback]`: the built-in peer emulator behind a `loopback = true` port.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoopbackConfig {
     /// Emulated neighbours, at the port's first address +1, +2, ...
     pub peers: u16,
@@ -577,6 +577,46 @@ impl PortConfig {
 }
 
 impl Config {
+    /// The settings that differ between `self`, the config the daemon started with,
+    /// and `reloaded`, among those a reload cannot apply (the workers, ports, tables
+    /// and sockets were made from them at start): their names, for the operator to
+    /// learn that they wait for a restart.
+    pub fn restart_only_changes(&self, reloaded: &Config) -> Vec<&'static str> {
+        let vrrp_fixed = |c: &Config| {
+            c.vrrp
+                .as_ref()
+                .map(|v| (v.vrid, v.source, v.addresses.clone()))
+        };
+        let probes_from = |c: &Config| {
+            (
+                c.health.source,
+                c.health.source6,
+                c.health.source_ports.clone(),
+            )
+        };
+        [
+            ("eal", self.eal != reloaded.eal),
+            ("lcores", self.lcores != reloaded.lcores),
+            ("control", self.control != reloaded.control),
+            ("ports", self.ports != reloaded.ports),
+            ("loopback", self.loopback != reloaded.loopback),
+            ("sessions", self.sessions != reloaded.sessions),
+            ("sync", self.sync != reloaded.sync),
+            ("bgp", self.bgp != reloaded.bgp),
+            (
+                "vrrp (on or off, vrid, source, addresses)",
+                vrrp_fixed(self) != vrrp_fixed(reloaded),
+            ),
+            (
+                "health (source, source6, source_ports)",
+                probes_from(self) != probes_from(reloaded),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
+    }
+
     /// The services' and real servers' `health` tables, for the health monitor.
     pub fn health_overrides(&self) -> crate::health::Overrides {
         let mut o = crate::health::Overrides::default();

@@ -198,6 +198,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
             + 1,
         persist,
         config_path: cfg.path.clone(),
+        started_config: cfg.clone(),
         capture: capture::Capturing::new(capture),
         port_names: cfg.ports.iter().map(|p| p.name.clone()).collect(),
     };
@@ -1008,6 +1009,9 @@ struct Registry {
     persist: Arc<PersistTable>,
     /// The config file, for `sluicectl reload`.
     config_path: PathBuf,
+    /// The config the daemon started with: a reload names what it changes of the
+    /// settings only a restart applies.
+    started_config: Config,
     health: HealthMonitor,
     /// The health monitor's clock starts here.
     started: Instant,
@@ -1493,9 +1497,11 @@ impl Registry {
     /// difference to the running table in one batch (all or nothing), then its VRRP
     /// priority, advertisement interval and preempt flag (a planned switchover: raise
     /// the standby's priority). Other sections (ports, lcores, EAL, sessions, VRID,
-    /// sync) need a restart and are not compared.
+    /// sync) need a restart: a change to them is not applied but named in the answer
+    /// (`needs_restart`) and the log, so that nobody takes it for live.
     fn reload(&mut self, plane: sync::Plane) -> Result<serde_json::Value, String> {
         let cfg = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        let needs_restart = self.started_config.restart_only_changes(&cfg);
         let desired = Services::from_config(&cfg)?;
         // Health settings apply from the next tick (the probe source and ports need a
         // restart: the workers were told them at start).
@@ -1543,6 +1549,14 @@ impl Registry {
                 let applied = answer["applied"].as_u64().unwrap_or(0);
                 answer["applied"] = serde_json::json!(applied + 1);
             }
+        }
+        if !needs_restart.is_empty() {
+            log::warn!(
+                "reload of {}: not applied, needs a restart: {}",
+                self.config_path.display(),
+                needs_restart.join(", ")
+            );
+            answer["needs_restart"] = serde_json::json!(needs_restart);
         }
         Ok(answer)
     }
