@@ -600,6 +600,8 @@ fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> 
             SocketAddrV4::new(LB_IP, 8848),
             Some(SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 81), 8848)),
         )),
+        // One of ADDRS: datagrams from it reach the punt path, the others' are dropped.
+        sync_peers: vec![Ipv4Addr::new(198, 18, 0, 100)],
         // The table is small: parking forced, so the burst's finishing is fuzzed too.
         park_new_sessions: Some(true),
         ..ForwarderConfig::new(
