@@ -176,50 +176,22 @@ impl Verb {
     }
 
     /// Whether the command takes the option named `option` ([`option_name`]): for
-    /// ipvsadm's commands, the options its `commands_v_options` table does not mark
-    /// 'x', and Sluice's own options on the commands they belong to.
+    /// ipvsadm's commands and options, what its `commands_v_options` table does not
+    /// mark 'x'; Sluice's own options only on the commands they belong to.
     fn takes(self, option: &str) -> bool {
-        let options: &[&str] = match self {
-            Verb::AddService | Verb::EditService => &[
-                "service-address",
-                "scheduler",
-                "persistent",
-                "netmask",
-                "sched-flags",
-                "synproxy",
-                "synproxy-rate",
-            ],
-            Verb::DeleteService | Verb::Zero => &["service-address"],
-            Verb::AddServer | Verb::EditServer => &[
-                "service-address",
-                "real-server",
-                "forwarding-method",
-                "weight",
-                "u-threshold",
-                "l-threshold",
-            ],
-            Verb::DeleteServer => &["service-address", "real-server"],
-            Verb::Clear | Verb::Set => &[],
-            Verb::List => &[
-                "numeric",
-                "connection",
-                "service-address",
-                "timeout",
-                "stats",
-                "rate",
-                "thresholds",
-                "persistent-conn",
-                "nosort",
-                "exact",
-            ],
-            Verb::Save => &["numeric"],
+        if let Some(allowed) = super::ipvsadm_usage::allows(self.name(), option) {
+            return allowed;
+        }
+        let own: &[&str] = match self {
+            Verb::AddService | Verb::EditService => &["synproxy", "synproxy-rate"],
             Verb::Restore => &["replace", "atomic"],
             Verb::AddLaddr | Verb::DelLaddr => &["service-address", "laddr", "ifname"],
             Verb::GetLaddr | Verb::AclList => &["service-address", "numeric"],
             Verb::AclAdd | Verb::AclDel | Verb::AclLoad => &["service-address"],
             Verb::RateLimit => &["service-address", "burst", "per-prefix"],
+            _ => &[],
         };
-        options.contains(&option)
+        own.contains(&option)
     }
 }
 

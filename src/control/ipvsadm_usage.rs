@@ -114,6 +114,14 @@ const COMMANDS_V_OPTIONS: [&[u8; 34]; 14] = [
     b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", // ZERO
 ];
 
+/// Whether ipvsadm's `commands_v_options` lets `command` (a `CMDNAMES` name) take
+/// `option` (an `OPTNAMES` name): `None` when either is not ipvsadm's.
+pub fn allows(command: &str, option: &str) -> Option<bool> {
+    let row = CMDNAMES.iter().position(|&c| c == command)?;
+    let column = OPTNAMES.iter().position(|&o| o == option)?;
+    Some(COMMANDS_V_OPTIONS[row][column] != b'x')
+}
+
 // Indexes into `CMDNAMES`.
 const ADD: usize = 0;
 const EDIT: usize = 1;

@@ -421,16 +421,20 @@ mod tests {
         );
     }
 
+    /// An HTTP probe (ISN 100) past the server's SYN-ACK (ISN 9000): it reads the
+    /// status line from sequence number 9001.
+    fn http_probe_reading(send: &mut impl FnMut(&[u8])) -> Probe {
+        let check = Check::http("/health", Ipv4Addr::new(198, 18, 0, 11).into(), 200);
+        let mut p = Probe::start(ends(), check, 100, &mut *send);
+        let synack = reply(9000, 101, TcpFlags::SYN | TcpFlags::ACK, &[]);
+        assert_eq!(p.on_segment(&parse_segment(&synack).unwrap(), send), None);
+        p
+    }
+
     fn http_exchange(answer: &[&[u8]]) -> (Option<Outcome>, Vec<Vec<u8>>) {
         let mut out = Vec::new();
         let mut send = |f: &[u8]| out.push(f.to_vec());
-        let check = Check::http("/health", Ipv4Addr::new(198, 18, 0, 11).into(), 200);
-        let mut p = Probe::start(ends(), check, 100, &mut send);
-        let synack = reply(9000, 101, TcpFlags::SYN | TcpFlags::ACK, &[]);
-        assert_eq!(
-            p.on_segment(&parse_segment(&synack).unwrap(), &mut send),
-            None
-        );
+        let mut p = http_probe_reading(&mut send);
         let mut seq = 9001;
         let mut verdict = None;
         for part in answer {
@@ -464,13 +468,7 @@ mod tests {
     #[test]
     fn a_reset_or_close_counts_only_in_order() {
         let mut send = |_: &[u8]| {};
-        let check = Check::http("/health", Ipv4Addr::new(198, 18, 0, 11).into(), 200);
-        let mut p = Probe::start(ends(), check, 100, &mut send);
-        let synack = reply(9000, 101, TcpFlags::SYN | TcpFlags::ACK, &[]);
-        assert_eq!(
-            p.on_segment(&parse_segment(&synack).unwrap(), &mut send),
-            None
-        );
+        let mut p = http_probe_reading(&mut send);
         let mut at = |seq: u32, flags: TcpFlags| {
             let seg = reply(seq, 0, flags, &[]);
             p.on_segment(&parse_segment(&seg).unwrap(), &mut send)
@@ -483,16 +481,7 @@ mod tests {
             at(9001, TcpFlags::FIN | TcpFlags::ACK),
             Some(Err("closed before a status line".into()))
         );
-        let mut p = Probe::start(
-            ends(),
-            Check::http("/", Ipv4Addr::new(198, 18, 0, 11).into(), 200),
-            100,
-            &mut send,
-        );
-        assert_eq!(
-            p.on_segment(&parse_segment(&synack).unwrap(), &mut send),
-            None
-        );
+        let mut p = http_probe_reading(&mut send);
         let rst = reply(9001, 0, TcpFlags::RST, &[]);
         assert_eq!(
             p.on_segment(&parse_segment(&rst).unwrap(), &mut send),
