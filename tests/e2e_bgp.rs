@@ -421,10 +421,13 @@ fn a_vrrp_backup_announces_nothing_until_it_is_master() {
     let rt = bed.rt.clone();
     let (include, router_ctl, node_ctl) = (&bed.include, &bed.router_ctl, &bed.node_ctl);
     let rs = lab.bed.rs_ip(1).to_string();
+    // A peer that never advertises (no host has its address).
+    const PEER: &str = "198.18.0.250";
     // Alone on its link, the node is backup for three adverts (7.5 s and its skew)
     // before it becomes master: long enough for the BGP session to come up first.
     let toml = format!(
-        "{}\n[vrrp]\nvrid = 61\npriority = 100\nadvert_interval_ms = 2500\n\n{}",
+        "{}\n[vrrp]\nvrid = 61\npriority = 100\nadvert_interval_ms = 2500\n\
+         peers = [\"{PEER}\"]\n\n{}",
         bgp_section(include, node_ctl),
         service_section("tcp", VIP, 80, "rr", &[], &[(&rs, HTTP_PORT, 1, "nat")])
     );

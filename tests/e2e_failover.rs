@@ -119,8 +119,11 @@ fn node(
     } else {
         String::new()
     };
+    // The other node is the only VRRP peer.
+    let vrrp_peer = if addr == NODE_A { NODE_B } else { NODE_A };
     toml.push_str(&format!(
-        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n{gateway}"
+        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n\
+         peers = [\"{vrrp_peer}\"]\n{gateway}"
     ));
     if scenario != Scenario::Sloppy {
         toml.push_str(&format!(

@@ -15,8 +15,10 @@
 //!    the 3.6 s a silent master would take.
 //! 3. Malformed and foreign adverts (wrong VRID, TTL 64, bad checksum, truncated
 //!    address list; each with priority 254, which would win were it accepted) sent
-//!    with scapy are counted as rejected and change nothing; the same advert without
-//!    the defect is accepted and makes Sluice backup (the check can fail).
+//!    with scapy are counted as rejected and change nothing; so does the advert
+//!    without a defect from an address not in `[vrrp] peers` (dropped by the worker
+//!    as `not_a_peer`); the same advert from the peer is accepted and makes Sluice
+//!    backup (the checks can fail).
 //!
 //! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
 //! integration e2e_vrrp:: -- --nocapture --test-threads 1` (as root).
@@ -37,6 +39,8 @@ const PEER_PRIORITY: u8 = 100;
 /// Slack on every measured bound: process start-up of the pollers (`ip netns exec`
 /// every 10 ms), keepalived's and Sluice's loops, on a shared 2-core machine.
 const TOLERANCE: Duration = Duration::from_secs(1);
+/// On the client's subnet, not a peer: its adverts must not count.
+const STRANGER: &str = "198.18.0.77";
 /// How often an address or a state is polled while timing a change.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -75,7 +79,8 @@ fn lab() -> AppLab {
     lab
 }
 
-/// Sluice with one NAT service (VIP:80 -> rs1) and `[vrrp]` at `priority`.
+/// Sluice with one NAT service (VIP:80 -> rs1) and `[vrrp]` at `priority`, keepalived
+/// (rs2's address) its peer.
 fn sluice(lab: &AppLab, priority: u8, advert_interval_ms: u32) -> Daemon {
     let mut toml = service_section(
         "tcp",
@@ -86,7 +91,9 @@ fn sluice(lab: &AppLab, priority: u8, advert_interval_ms: u32) -> Daemon {
         &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
     );
     toml.push_str(&format!(
-        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {advert_interval_ms}\n"
+        "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {advert_interval_ms}\n\
+         peers = [\"{}\"]\n",
+        lab.bed.rs_ip(2)
     ));
     lab.daemon(
         &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
@@ -458,19 +465,22 @@ fn malformed_and_foreign_adverts_are_rejected() {
         "rr",
         &[],
         &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
-    ) + &format!("\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\n");
+    ) + &format!(
+        "\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\npeers = [\"{client_ip}\"]\n"
+    );
     let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
     let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
     assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
-    let send = |kind: &str| {
+    let send_from = |src: &str, kind: &str| {
         lab.bed
             .exec(
                 client_ns,
-                &[PYTHON, "-c", ADVERTS, client_if, client_ip, VIP, kind],
+                &[PYTHON, "-c", ADVERTS, client_if, src, VIP, kind],
                 Duration::from_secs(30),
             )
             .expect_success("scapy adverts");
     };
+    let send = |kind: &str| send_from(client_ip, kind);
 
     let before = daemon.vrrp();
     send("bad");
@@ -506,7 +516,37 @@ fn malformed_and_foreign_adverts_are_rejected() {
     );
     assert!(after["master"].is_null(), "{after:#}");
 
-    // The same advert without a defect wins (254 > 150): the check above can fail.
+    // The advert without a defect, from an address that is not a peer's: the worker
+    // drops it (VRRPv3 has no authentication; the peer list is what stands in for it).
+    let strangers_before = drop_count(&daemon.status(), "not_a_peer");
+    send_from(STRANGER, "good");
+    let dropped = wait_for(Duration::from_secs(3), POLL, || {
+        (drop_count(&daemon.status(), "not_a_peer") > strangers_before).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let after = daemon.vrrp();
+    assert!(
+        dropped.is_some(),
+        "a stranger's advert was not dropped as not_a_peer: {:#}",
+        daemon.status()
+    );
+    assert_eq!(
+        drop_count(&daemon.status(), "not_a_peer"),
+        strangers_before + 1
+    );
+    assert_eq!(after["state"], "MASTER", "{after:#}");
+    assert_eq!(
+        stat(&after, "adverts_received"),
+        stat(&before, "adverts_received"),
+        "{after:#}"
+    );
+    assert_eq!(
+        stat(&after, "adverts_rejected"),
+        rejected_before + 4,
+        "{after:#}"
+    );
+
+    // The same advert from the peer wins (254 > 150): the checks above can fail.
     send("good");
     let backup = wait_for(Duration::from_secs(3), POLL, || {
         let v = daemon.vrrp();

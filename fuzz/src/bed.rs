@@ -7,7 +7,9 @@
 use sluice::config::Config;
 use sluice::daemon::Services;
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView, SyncLink};
+use sluice::dataplane::forwarder::{
+    Forwarder, ForwarderConfig, HealthTap, RssView, SyncLink, VrrpSenders,
+};
 use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::query::Query;
 use sluice::dataplane::realserver_stats::{self, RealServerCounters};
@@ -590,7 +592,8 @@ fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> 
             ports: 50000..=50003,
             passive_syn_ms: 2000,
         }),
-        vrrp: true,
+        // One of ADDRS, as for sync: its adverts are punted, the others' dropped.
+        vrrp: VrrpSenders::Peers(vec![Ipv4Addr::new(198, 18, 0, 100)]),
         sync: Some(SyncLink {
             rings,
             index: 0,

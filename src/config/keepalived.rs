@@ -294,6 +294,7 @@ impl Translation {
         let mut advert_ms: Option<u64> = None;
         let mut preempt = true;
         let mut addresses: Vec<Ipv4Addr> = Vec::new();
+        let mut peers: Vec<Ipv4Addr> = Vec::new();
         for n in node.children() {
             match (n.keyword(), n.arg(1)) {
                 ("virtual_router_id", Some(v)) => match v.parse::<u8>() {
@@ -342,6 +343,20 @@ impl Translation {
                 ("authentication", _) => {
                     self.note(n, "VRRPv3 (RFC 5798) has no authentication")
                 }
+                ("unicast_peer", _) => {
+                    self.note(
+                        n,
+                        "the peers are kept as [vrrp] peers, the only senders whose adverts \
+                         count; Sluice still advertises to 224.0.0.18, not to each peer",
+                    );
+                    for p in n.children() {
+                        match p.keyword().parse::<Ipv4Addr>() {
+                            Ok(ip) if !peers.contains(&ip) => peers.push(ip),
+                            Ok(_) => {}
+                            Err(_) => self.note(p, "Sluice's VRRP peers are IPv4 addresses"),
+                        }
+                    }
+                }
                 _ => self.note(n, "not translated"),
             }
         }
@@ -350,6 +365,19 @@ impl Translation {
             return;
         };
         let mut t = format!("\n[vrrp]\nvrid = {vrid}\n");
+        if peers.is_empty() {
+            // keepalived takes adverts from anyone on the link; so does the
+            // translation, said out loud, since Sluice refuses it by default.
+            self.note(
+                node,
+                "no unicast_peer: written as `any_peer = true` (adverts from any sender on \
+                 the link count); list the other routers in [vrrp] peers instead",
+            );
+            t += "any_peer = true\n";
+        } else {
+            let list: Vec<String> = peers.iter().map(|a| quote(&a.to_string())).collect();
+            let _ = writeln!(t, "peers = [{}]", list.join(", "));
+        }
         if let Some(p) = priority {
             let _ = writeln!(t, "priority = {p}");
         }
@@ -908,6 +936,48 @@ virtual_server 10.1.1.2 80 {
         assert_eq!(lines, [11], "{:?}", import.untranslated);
         assert_eq!(import.toml.matches("sorry_server").count(), 1);
         loads(&import.toml);
+    }
+
+    #[test]
+    fn vrrp_peers_come_from_unicast_peer_or_are_opened_to_any_sender_out_loud() {
+        let text = "\
+vrrp_instance VI_1 {
+    virtual_router_id 51
+    unicast_peer {
+        198.18.0.2
+        198.18.0.3
+        2001:db8::2
+    }
+}
+";
+        let import = import(text, "k.conf").unwrap();
+        assert!(
+            import
+                .toml
+                .contains("[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\", \"198.18.0.3\"]\n"),
+            "{}",
+            import.toml
+        );
+        // unicast_peer itself (Sluice still multicasts), and the IPv6 peer.
+        let lines: Vec<usize> = import.untranslated.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [3, 6], "{:?}", import.untranslated);
+        loads(&import.toml);
+        // Without unicast_peer keepalived hears anyone on the link: the translation
+        // does too, in so many words, and says so.
+        let open = super::import(
+            "vrrp_instance VI_1 {\n    virtual_router_id 51\n}\n",
+            "k.conf",
+        )
+        .unwrap();
+        assert!(
+            open.toml.contains("[vrrp]\nvrid = 51\nany_peer = true\n"),
+            "{}",
+            open.toml
+        );
+        assert_eq!(open.untranslated.len(), 1, "{:?}", open.untranslated);
+        assert_eq!(open.untranslated[0].0, 1);
+        assert!(open.untranslated[0].1.contains("any_peer = true"));
+        loads(&open.toml);
     }
 
     #[test]

@@ -376,6 +376,9 @@ pub struct VrrpSettings {
     /// Virtual addresses besides the VIPs and local addresses, e.g. the NAT real
     /// servers' gateway, which must move with the master.
     pub addresses: Vec<Ipv4Addr>,
+    /// The other routers' addresses: the only senders whose advertisements count.
+    /// Empty only with the explicit `any_peer = true`.
+    pub peers: Vec<Ipv4Addr>,
 }
 
 /// `[sync]`: sessions sent to and received from peers over UDP, on a kernel interface
@@ -585,7 +588,7 @@ impl Config {
         let vrrp_fixed = |c: &Config| {
             c.vrrp
                 .as_ref()
-                .map(|v| (v.vrid, v.source, v.addresses.clone()))
+                .map(|v| (v.vrid, v.source, v.addresses.clone(), v.peers.clone()))
         };
         let probes_from = |c: &Config| {
             (
@@ -604,7 +607,7 @@ impl Config {
             ("sync", self.sync != reloaded.sync),
             ("bgp", self.bgp != reloaded.bgp),
             (
-                "vrrp (on or off, vrid, source, addresses)",
+                "vrrp (on or off, vrid, source, addresses, peers)",
                 vrrp_fixed(self) != vrrp_fixed(reloaded),
             ),
             (

@@ -135,6 +135,8 @@ const VRRP_KEYS: &[&str] = &[
     "preempt",
     "source",
     "addresses",
+    "peers",
+    "any_peer",
 ];
 const BGP_KEYS: &[&str] = &[
     "include",
@@ -182,7 +184,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let timeouts = read_timeouts(&root)?;
     let sessions = read_sessions(&root)?;
     let health = read_health(&root, &ports)?;
-    let vrrp = read_vrrp(&root)?;
+    let vrrp = read_vrrp(&root, &ports)?;
     let sync = read_sync(&root, &ports)?;
     let bgp = read_bgp(&root)?;
     let services = read_services(&root, &ports, source, &health)?;
@@ -456,39 +458,115 @@ fn read_bgp(root: &Table) -> Check<Option<crate::ha::bgp::BgpSettings>> {
     }))
 }
 
-/// `[vrrp]`: optional; its presence turns VRRP on.
-fn read_vrrp(root: &Table) -> Check<Option<VrrpSettings>> {
+/// `[vrrp]`: optional; its presence turns VRRP on. VRRP advertises on the first
+/// port, so `source` is one of its addresses and every peer is on one of its subnets
+/// (adverts go out with TTL 255 and are taken only with it: a peer is on the link).
+fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
     let Some(t) = root.table("vrrp", VRRP_KEYS)? else {
         return Ok(None);
     };
-    Ok(Some(VrrpSettings {
-        vrid: t.require("vrid")?.int(1..=255)?,
-        priority: t.or("priority", 100, |f| f.int(1..=255))?,
-        advert_interval_ms: t.or("advert_interval_ms", 1000, |f| {
-            let ms: u32 = f.int(10..=40_950)?;
-            if !ms.is_multiple_of(10) {
-                return Err(f.invalid(format!(
-                    "{ms} is not a multiple of 10: VRRPv3 advertises the interval in centiseconds"
+    let vrid = t.require("vrid")?.int(1..=255)?;
+    let priority = t.or("priority", 100, |f| f.int(1..=255))?;
+    let advert_interval_ms = t.or("advert_interval_ms", 1000, |f| {
+        let ms: u32 = f.int(10..=40_950)?;
+        if !ms.is_multiple_of(10) {
+            return Err(f.invalid(format!(
+                "{ms} is not a multiple of 10: VRRPv3 advertises the interval in centiseconds"
+            )));
+        }
+        Ok(ms)
+    })?;
+    let preempt = t.or("preempt", true, Field::bool)?;
+    let ipv4 = |f: &Field, example: &str| {
+        f.str()?.parse::<Ipv4Addr>().map_err(|_| {
+            f.invalid(format!(
+                "expected an IPv4 address, for example \"{example}\""
+            ))
+        })
+    };
+    let first = ports.first().map(|p| &p.config);
+    let cidrs = || {
+        first.map_or_else(String::new, |p| {
+            p.addresses
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    };
+    let source = t.optional("source", |f| {
+        let ip = ipv4(f, "198.18.0.1")?;
+        match first {
+            Some(p) if !p.addresses.iter().any(|a| a.addr == ip) => Err(f.invalid(format!(
+                "{ip} is not an address of port {:?} ({}): VRRP advertises from the first port",
+                p.name,
+                cidrs()
+            ))),
+            _ => Ok(ip),
+        }
+    })?;
+    let primary = source.or_else(|| first?.addresses.first().map(|a| a.addr));
+    let peers: Vec<Ipv4Addr> = t.or("peers", Vec::new(), |f| {
+        let mut peers = Vec::new();
+        for a in f.array()? {
+            let ip = ipv4(&a, "198.18.0.2")?;
+            if Some(ip) == primary {
+                return Err(a.invalid(format!(
+                    "{ip} is this node's own advertising address: list the other routers"
                 )));
             }
-            Ok(ms)
-        })?,
-        preempt: t.or("preempt", true, Field::bool)?,
-        source: t.optional("source", |f| {
-            f.str()?
-                .parse::<Ipv4Addr>()
-                .map_err(|_| f.invalid("expected an IPv4 address, for example \"198.18.0.1\""))
-        })?,
+            if let Some(p) = first {
+                if !p.addresses.iter().any(|c| c.contains(ip)) || ip.is_broadcast() {
+                    return Err(a.invalid(format!(
+                        "{ip} is not on a subnet of port {:?} ({}): VRRP peers share the first port's link",
+                        p.name,
+                        cidrs()
+                    )));
+                }
+            }
+            if peers.contains(&ip) {
+                return Err(a.invalid(format!("{ip} is listed twice")));
+            }
+            peers.push(ip);
+        }
+        Ok(peers)
+    })?;
+    // Without a list, any host on the link forges the master's adverts (VRRPv3 has no
+    // authentication): only an explicit opt-out runs so (docs/CONFIG.md, `[vrrp]`).
+    let any_peer = t.or("any_peer", false, Field::bool)?;
+    match (peers.is_empty(), any_peer) {
+        (true, false) => {
+            return Err(match t.get("peers") {
+                Some(f) => f.invalid(
+                    "at least one peer is needed (or `any_peer = true` to take adverts from any sender on the link)",
+                ),
+                None => t.missing(
+                    "peers",
+                    "VRRP needs the other routers' addresses (`peers = [\"198.18.0.2\"]`): \
+                     VRRPv3 has no authentication, so without the list any host on the link \
+                     can make this node master or backup; to take adverts from any sender \
+                     anyway, say `any_peer = true`",
+                ),
+            })
+        }
+        (false, true) => {
+            return Err(t
+                .get("any_peer")
+                .expect("read above")
+                .invalid("`any_peer = true` with `peers`: remove one of them"))
+        }
+        _ => {}
+    }
+    Ok(Some(VrrpSettings {
+        vrid,
+        priority,
+        advert_interval_ms,
+        preempt,
+        source,
         addresses: t.or("addresses", Vec::new(), |f| {
-            f.array()?
-                .iter()
-                .map(|a| {
-                    a.str()?.parse::<Ipv4Addr>().map_err(|_| {
-                        a.invalid("expected an IPv4 address, for example \"198.18.0.254\"")
-                    })
-                })
-                .collect()
+            f.array()?.iter().map(|a| ipv4(a, "198.18.0.254")).collect()
         })?,
+        peers,
     }))
 }
 

@@ -2207,7 +2207,8 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
         );
     let text = format!(
         "{BASE}[health]\ncheck = \"tcp\"\ninterval_ms = 3000\nall_down = \"rst\"\n\n\
-         [vrrp]\nvrid = 51\nadvert_interval_ms = 100\naddresses = [\"198.18.0.254\"]\n\n\
+         [vrrp]\nvrid = 51\nadvert_interval_ms = 100\naddresses = [\"198.18.0.254\"]\n\
+         peers = [\"198.18.0.3\", \"198.18.0.2\"]\n\n\
          [sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n\
          multicast = \"224.0.0.81:8848\"\nkey = \"000102030405060708090a0b0c0d0e0f\"\n\n{service}"
     );
@@ -2233,6 +2234,14 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
         (51, 100, 100, true)
     );
     assert_eq!(vrrp.addresses, vec![Ipv4Addr::new(198, 18, 0, 254)]);
+    assert_eq!(
+        vrrp.peers,
+        vec![Ipv4Addr::new(198, 18, 0, 3), Ipv4Addr::new(198, 18, 0, 2)]
+    );
+    // Taking adverts from anyone on the link is an explicit choice.
+    let any = parse(&format!("{BASE}[vrrp]\nvrid = 51\nany_peer = true\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(any.vrrp.unwrap().peers, Vec::<Ipv4Addr>::new());
     let sync = cfg.sync.as_ref().unwrap();
     assert_eq!(sync.peers.len(), 1);
     assert_eq!(
@@ -2347,6 +2356,44 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
         23,
         "vrrp.advert_interval_ms",
         "multiple of 10",
+    );
+    // VRRPv3 has no authentication: the peers' addresses are what it takes, and
+    // they share the first port's link.
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\n"),
+        21,
+        "vrrp.peers",
+        "any host on the link",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\npeers = []\n"),
+        23,
+        "vrrp.peers",
+        "at least one peer",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\npeers = [\"198.19.0.2\"]\n"),
+        23,
+        "vrrp.peers[0]",
+        "not on a subnet of port \"lan0\"",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\npeers = [\"198.18.0.2\", \"198.18.0.1\"]\n"),
+        23,
+        "vrrp.peers[1]",
+        "own advertising address",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\npeers = [\"198.18.0.2\"]\nany_peer = true\n"),
+        24,
+        "vrrp.any_peer",
+        "remove one of them",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\nsource = \"198.18.0.9\"\npeers = [\"198.18.0.2\"]\n"),
+        23,
+        "vrrp.source",
+        "not an address of port \"lan0\"",
     );
     assert_rejected(
         &format!("{BASE}[sync]\nlisten = \"198.19.0.1:1\"\npeers = []\n"),

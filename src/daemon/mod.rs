@@ -26,7 +26,7 @@ use crate::control::server::{ControlServer, Handler};
 use crate::dataplane::capture::{Capture, CaptureTap};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::exception::ExceptionLink;
-use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView};
+use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView, VrrpSenders};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{
@@ -789,7 +789,11 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 ports: cfg.health.source_ports.clone(),
                 passive_syn_ms: cfg.health.passive_syn_ms,
             }),
-            vrrp: cfg.vrrp.is_some(),
+            vrrp: match &cfg.vrrp {
+                None => VrrpSenders::Off,
+                Some(v) if v.peers.is_empty() => VrrpSenders::Any,
+                Some(v) => VrrpSenders::Peers(v.peers.clone()),
+            },
             sync: match (sync_rings, &cfg.sync) {
                 (Some(rings), Some(settings)) => Some(crate::dataplane::forwarder::SyncLink {
                     rings: rings.clone(),

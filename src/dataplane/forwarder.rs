@@ -206,8 +206,8 @@ pub struct Forwarder {
     /// Passive detection: a client SYN resent this many ticks after the session began,
     /// with nothing from the real server, counts as unanswered.
     passive_syn_ticks: u32,
-    /// VRRP runs on the management core: its advertisements go there.
-    vrrp: bool,
+    /// VRRP runs on the management core: its peers' advertisements go there.
+    vrrp: VrrpSenders,
     /// Session sync: where this worker tells the management core about its sessions.
     sync: Option<SyncLink>,
     /// Session sync over a DPDK port: UDP to the listen address
@@ -223,6 +223,43 @@ pub struct Forwarder {
     /// The ICMP errors this worker writes itself, rate-limited (RFC 4443 2.4(f)).
     icmp_errors: admission::ErrorLimiter,
     tsc_hz: u64,
+}
+
+/// Whose VRRP advertisements a worker hands to the management core. VRRPv3 carries
+/// no authentication, so the sender's address (on the link: adverts count only with
+/// TTL 255) is what tells a peer from a stranger; a stranger's advert is dropped here,
+/// before it takes the punt ring's room or moves the election.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum VrrpSenders {
+    /// VRRP is off: the VRRP group's frames are not ours.
+    #[default]
+    Off,
+    /// `[vrrp] any_peer = true`: every sender's.
+    Any,
+    /// `[vrrp] peers`: theirs only.
+    Peers(Vec<Ipv4Addr>),
+}
+
+impl VrrpSenders {
+    fn sorted(self) -> VrrpSenders {
+        match self {
+            VrrpSenders::Peers(mut peers) => {
+                peers.sort_unstable();
+                peers.dedup();
+                VrrpSenders::Peers(peers)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether an advertisement from `src` goes up (VRRP on).
+    fn admits(&self, src: Ipv4Addr) -> bool {
+        match self {
+            VrrpSenders::Off => false,
+            VrrpSenders::Any => true,
+            VrrpSenders::Peers(peers) => peers.binary_search(&src).is_ok(),
+        }
+    }
 }
 
 /// A worker's end of session sync: its event ring (index `index` of `rings`) and when
@@ -431,8 +468,9 @@ pub struct ForwarderConfig {
     /// persistence are scheduled connection by connection.
     pub persistence: Option<Arc<PersistTable>>,
     pub health: Option<HealthTap>,
-    /// VRRP advertisements (to 224.0.0.18, protocol 112) go to the management core.
-    pub vrrp: bool,
+    /// Whose VRRP advertisements (to 224.0.0.18, protocol 112) go to the management
+    /// core.
+    pub vrrp: VrrpSenders,
     /// Session sync: sessions worth telling the standby about become events on this
     /// worker's ring.
     pub sync: Option<SyncLink>,
@@ -486,7 +524,7 @@ impl ForwarderConfig {
             load_view: None,
             persistence: None,
             health: None,
-            vrrp: false,
+            vrrp: VrrpSenders::Off,
             sync: None,
             sync_port: None,
             sync_peers: Vec::new(),
@@ -595,7 +633,7 @@ impl Forwarder {
                 .as_ref()
                 .map_or_else(Vec::new, |h| h.sources6.clone()),
             health_source: health.map(|h| (h.source, h.ports)),
-            vrrp,
+            vrrp: vrrp.sorted(),
             sync,
             sync_listen: sync_port.map(|(listen, _)| listen),
             sync_peers: {
@@ -1067,7 +1105,7 @@ impl Forwarder {
     /// on) or a sync datagram to the group (with sync over a port and multicast) goes
     /// to the management core; anything else is not ours.
     fn to_group(&self, frame: &[u8], to: MacAddr) -> Action {
-        let vrrp = self.vrrp && to == vrrp::MULTICAST_MAC;
+        let vrrp = self.vrrp != VrrpSenders::Off && to == vrrp::MULTICAST_MAC;
         let sync = self
             .sync_group
             .and_then(|(mac, group)| (mac == to).then_some(group));
@@ -1078,12 +1116,18 @@ impl Forwarder {
             Ok(Parsed {
                 kind:
                     PacketKind::OtherIpv4 {
+                        src,
                         dst: crate::wire::vrrp::MULTICAST_GROUP,
                         protocol: crate::wire::vrrp::PROTOCOL,
-                        ..
                     },
                 ..
-            }) if vrrp => Action::Punt,
+            }) if vrrp => {
+                if self.vrrp.admits(src) {
+                    Action::Punt
+                } else {
+                    Action::Drop(DropReason::NotAPeer)
+                }
+            }
             Ok(Parsed {
                 kind: PacketKind::Udp { key },
                 l3: ethernet::HEADER_LEN,
@@ -1489,6 +1533,56 @@ mod tests {
     fn bare_forwarder() -> (crate::service::SnapshotPublisher, Forwarder) {
         let (publisher, config) = bare_config();
         (publisher, Forwarder::new(config))
+    }
+
+    #[test]
+    fn vrrp_adverts_go_up_from_the_peers_only() {
+        use crate::ha::vrrp::node::{VirtualAddresses, VrrpNode};
+        use crate::ha::vrrp::router::VrrpConfig;
+        // A real advert, from `from` (priority 255 advertises at once).
+        let advert_from = |from: Ipv4Addr| {
+            let mut node = VrrpNode::new(
+                VrrpConfig {
+                    vrid: 51,
+                    priority: 255,
+                    advert_interval_cs: 100,
+                    preempt: true,
+                    primary_addr: from,
+                },
+                MacAddr([2, 0, 0, 0, 0, 2]),
+            );
+            let mut frames = Vec::new();
+            let addrs = VirtualAddresses {
+                v4: vec![Ipv4Addr::new(198, 18, 1, 1)],
+                v6: Vec::new(),
+            };
+            node.start(0, &addrs, &mut |f: &[u8]| {
+                frames.push(f.to_vec());
+                true
+            });
+            frames.swap_remove(0)
+        };
+        let (peer, stranger) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3));
+        let with = |senders: VrrpSenders| {
+            let (publisher, mut config) = bare_config();
+            config.vrrp = senders;
+            (publisher, Forwarder::new(config))
+        };
+        let mac = vrrp::MULTICAST_MAC;
+        let (_p, f) = with(VrrpSenders::Peers(vec![Ipv4Addr::new(198, 18, 0, 9), peer]));
+        assert_eq!(f.to_group(&advert_from(peer), mac), Action::Punt);
+        assert_eq!(
+            f.to_group(&advert_from(stranger), mac),
+            Action::Drop(DropReason::NotAPeer)
+        );
+        // `any_peer = true`: anyone's goes up; VRRP off: the group is not ours.
+        let (_p, f) = with(VrrpSenders::Any);
+        assert_eq!(f.to_group(&advert_from(stranger), mac), Action::Punt);
+        let (_p, f) = with(VrrpSenders::Off);
+        assert_eq!(
+            f.to_group(&advert_from(peer), mac),
+            Action::Drop(DropReason::NotOurMac)
+        );
     }
 
     #[test]

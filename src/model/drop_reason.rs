@@ -139,8 +139,9 @@ pub enum DropReason {
     /// (the management core is behind).
     ExceptionRingFull,
     /// To the health checker's probe ports from an address that is no real server's,
-    /// or to the sync listen address (`[sync] port`) from one that is no peer's: kept
-    /// off the ring that carries the probes' answers and the VRRP adverts up.
+    /// to the sync listen address (`[sync] port`) from one that is no peer's, or a
+    /// VRRP advert from an address not in `[vrrp] peers`: kept off the ring that
+    /// carries the probes' answers and the VRRP adverts up.
     NotAPeer,
 }
 
