@@ -351,7 +351,7 @@ fn main() {
         fwd.learn_shared_neighbour6(ip, mac, 0);
     }
     let counters = WorkerCounters::default();
-    let responder = LocalResponder::new(LB_MAC, &[lb_ip]).with_ipv6(&[LB_IP6]);
+    let responder = LocalResponder::new(LB_MAC, &[(lb_ip, 24)]).with_ipv6(&[LB_IP6]);
     let port = PortContext {
         redirected: false,
         responder: &responder,

@@ -338,7 +338,7 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
         .expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Mempool::new("burst_pool", 1023, 64, 2048).unwrap();
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &services()));
-    let responder = LocalResponder::new(LB_MAC, &[ip("198.18.0.1")]);
+    let responder = LocalResponder::new(LB_MAC, &[(ip("198.18.0.1"), 24)]);
     let port = PortContext {
         redirected: false,
         responder: &responder,

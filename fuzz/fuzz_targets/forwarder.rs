@@ -54,7 +54,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
     let mut neighbours = bed::neighbours();
     let counters = WorkerCounters::default();
     // The port's IPv6 address too, so that IPv6 frames reach Neighbor Discovery and echo.
-    let responder = LocalResponder::new(LB_MAC, &[LB_IP]).with_ipv6(&[bed::LB_IP6]);
+    let responder = LocalResponder::new(LB_MAC, &[(LB_IP, 24)]).with_ipv6(&[bed::LB_IP6]);
     fwd.poll(*now, &counters);
     let mut actions = [0u64; 8];
     for (n, (tag, body)) in sluice_fuzz::records(data).enumerate() {

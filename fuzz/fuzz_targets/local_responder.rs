@@ -28,6 +28,10 @@ const VIPS: &[Ipv4Addr] = &[
     Ipv4Addr::new(198, 18, 0, 240),
 ];
 
+/// One of ADDRS off the port's /24: learned only as a real server (the other
+/// off-link senders are answered, not learned).
+const REAL_SERVERS: &[Ipv4Addr] = &[Ipv4Addr::new(198, 51, 100, 7)];
+
 fuzz_target!(|data: &[u8]| {
     let universe = Universe {
         our_mac: LB_MAC,
@@ -38,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
         addrs6: ADDRS6,
         endpoints6: ENDPOINTS6,
     };
-    let responder = LocalResponder::new(LB_MAC, &[LB_IP]).with_ipv6(&[LB_IP6]);
+    let responder = LocalResponder::new(LB_MAC, &[(LB_IP, 24)]).with_ipv6(&[LB_IP6]);
     let mut neighbours = NeighbourTable::with_capacity(16);
     let mut neighbours6 = Neighbour6Table::with_capacity(16);
     let counters = WorkerCounters::default();
@@ -98,7 +102,14 @@ fuzz_target!(|data: &[u8]| {
         let input = frame.clone();
         let drops = counters.drops_snapshot();
         let verdict =
-            responder.process_with_vips(&mut frame, &mut neighbours, n as u64, &counters, VIPS);
+            responder.process_with_vips(
+                &mut frame,
+                &mut neighbours,
+                n as u64,
+                &counters,
+                VIPS,
+                REAL_SERVERS,
+            );
         assert_eq!(
             drops,
             counters.drops_snapshot(),

@@ -755,10 +755,15 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             .map(|((q, pc), entry)| {
                 let (rx, tx) = q.pop().expect("one queue pair per worker");
                 let addrs: Vec<_> = pc.addresses.iter().map(|a| a.addr).collect();
+                let subnets: Vec<_> = pc
+                    .addresses
+                    .iter()
+                    .map(|a| (a.addr, a.prefix_len))
+                    .collect();
                 WorkerPort {
                     rx,
                     tx,
-                    responder: LocalResponder::new(entry.mac, &addrs)
+                    responder: LocalResponder::new(entry.mac, &subnets)
                         .with_ipv6(&pc.addresses6.iter().map(|a| a.addr).collect::<Vec<_>>()),
                     addr: addrs[0],
                     mtu: pc.mtu.unwrap_or(1500),

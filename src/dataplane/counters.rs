@@ -15,6 +15,9 @@ pub enum Event {
     IcmpEchoReplied,
     NeighbourLearned,
     NeighbourTableFull,
+    /// An ARP request for us from a sender on none of the port's subnets and no real
+    /// server: answered, but not learned, so strangers cannot fill the table.
+    NeighbourOffLink,
     /// FullNAT: the client address was written into a segment as TOA.
     ToaInserted,
     /// FullNAT: the segment had no room for TOA (it went on without).
@@ -109,12 +112,13 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 40;
+    pub const COUNT: usize = 41;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
         Event::NeighbourLearned,
         Event::NeighbourTableFull,
+        Event::NeighbourOffLink,
         Event::ToaInserted,
         Event::ToaNoRoom,
         Event::RedirectedOut,
@@ -158,6 +162,7 @@ impl Event {
             Event::IcmpEchoReplied => "icmp_echo_replied",
             Event::NeighbourLearned => "neighbour_learned",
             Event::NeighbourTableFull => "neighbour_table_full",
+            Event::NeighbourOffLink => "neighbour_off_link",
             Event::ToaInserted => "toa_inserted",
             Event::ToaNoRoom => "toa_no_room",
             Event::RedirectedOut => "redirected_out",

@@ -283,7 +283,7 @@ mod tests {
     const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
 
     fn port() -> LocalResponder {
-        LocalResponder::new([2, 0, 0, 0, 0, 1], &[PORT])
+        LocalResponder::new([2, 0, 0, 0, 0, 1], &[(PORT, 24)])
             .with_ipv6(&["2001:db8::1".parse().unwrap()])
     }
 

@@ -1024,6 +1024,7 @@ impl Forwarder {
                 now_tsc,
                 counters,
                 vips,
+                self.snapshot.current().real_servers_v4(),
             )),
             PacketKind::Icmp { dst, icmp_type, .. } => {
                 if icmp_type.is_error() {
@@ -1035,6 +1036,7 @@ impl Forwarder {
                         now_tsc,
                         counters,
                         vips,
+                        &[],
                     ))
                 } else {
                     Action::Drop(DropReason::NotLocal)

@@ -45,6 +45,8 @@ pub struct LocalResponder {
     mac: MacAddr,
     /// A fixed array scanned linearly: at most 16 compares, no hashing, no pointers.
     addrs: [Ipv4Addr; MAX_LOCAL_ADDRS],
+    /// Each address's subnet mask: who is on the port's link.
+    masks: [u32; MAX_LOCAL_ADDRS],
     addr_count: usize,
     /// The port's IPv6 addresses, scanned the same way.
     addrs6: [Ipv6Addr; MAX_LOCAL_ADDRS],
@@ -52,20 +54,31 @@ pub struct LocalResponder {
 }
 
 impl LocalResponder {
+    /// A responder for the port with MAC `mac` and the IPv4 addresses `addrs`, each
+    /// with its prefix length (which says who is on the port's link).
+    ///
     /// # Panics
     /// If more than [`MAX_LOCAL_ADDRS`] addresses are given (the config rejects that
     /// earlier, so reaching it here is a bug).
-    pub fn new(mac: [u8; 6], addrs: &[Ipv4Addr]) -> Self {
+    pub fn new(mac: [u8; 6], addrs: &[(Ipv4Addr, u8)]) -> Self {
         assert!(
             addrs.len() <= MAX_LOCAL_ADDRS,
             "at most {MAX_LOCAL_ADDRS} local addresses, got {}",
             addrs.len()
         );
         let mut table = [Ipv4Addr::UNSPECIFIED; MAX_LOCAL_ADDRS];
-        table[..addrs.len()].copy_from_slice(addrs);
+        let mut masks = [u32::MAX; MAX_LOCAL_ADDRS];
+        for (i, &(addr, prefix_len)) in addrs.iter().enumerate() {
+            table[i] = addr;
+            // checked_shl: a /0 would shift by 32.
+            masks[i] = u32::MAX
+                .checked_shl(32 - u32::from(prefix_len.min(32)))
+                .unwrap_or(0);
+        }
         LocalResponder {
             mac: MacAddr(mac),
             addrs: table,
+            masks,
             addr_count: addrs.len(),
             addrs6: [Ipv6Addr::UNSPECIFIED; MAX_LOCAL_ADDRS],
             addr6_count: 0,
@@ -124,6 +137,15 @@ impl LocalResponder {
         self.addrs().contains(&ip)
     }
 
+    /// `ip` is on one of the port's subnets (on its link).
+    pub fn on_link(&self, ip: Ipv4Addr) -> bool {
+        let ip = u32::from(ip);
+        self.addrs()
+            .iter()
+            .zip(&self.masks)
+            .any(|(&ours, &mask)| ip & mask == u32::from(ours) & mask)
+    }
+
     /// Handles one received frame: rewrites it into an ARP reply or ICMP echo reply
     /// (`Verdict::Reply`) or says why it must be dropped. Never panics, whatever the
     /// bytes; never allocates. Counts the events (replies, neighbours learned) itself;
@@ -135,12 +157,13 @@ impl LocalResponder {
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Verdict {
-        self.process_with_vips(frame, neighbours, now_tsc, counters, &[])
+        self.process_with_vips(frame, neighbours, now_tsc, counters, &[], &[])
     }
 
     /// As [`process`](Self::process), also answering for the virtual service
     /// addresses in `vips` (sorted): Sluice owns its VIPs on the wire, so clients
-    /// resolve and ping them like its own addresses.
+    /// resolve and ping them like its own addresses. `real_servers` (sorted) may be
+    /// learned from off the port's subnets too.
     pub fn process_with_vips(
         &self,
         frame: &mut [u8],
@@ -148,10 +171,12 @@ impl LocalResponder {
         now_tsc: u64,
         counters: &WorkerCounters,
         vips: &[Ipv4Addr],
+        real_servers: &[Ipv4Addr],
     ) -> Verdict {
         let me = Answering {
             responder: self,
             vips,
+            real_servers,
         };
         match me.respond(frame, neighbours, now_tsc, counters) {
             Ok(()) => Verdict::Reply,
@@ -387,6 +412,8 @@ struct Answering<'a> {
     responder: &'a LocalResponder,
     /// Sorted virtual service addresses.
     vips: &'a [Ipv4Addr],
+    /// Sorted real-server addresses: neighbours worth an entry wherever they are.
+    real_servers: &'a [Ipv4Addr],
 }
 
 impl Answering<'_> {
@@ -447,11 +474,22 @@ impl Answering<'_> {
 
         if self.may_learn(sender_ip, sender_mac) {
             // RFC 826: refresh a known sender from any ARP; add a new one only when the
-            // packet is for us, so one chatty segment cannot fill the table.
-            let learned = if target_is_ours {
+            // packet is for us, so one chatty segment cannot fill the table, and only
+            // from the port's link or a real server: senders made up by the thousand
+            // would otherwise fill it for good, and a real server added later would
+            // never be resolved.
+            let learned = if !target_is_ours {
+                neighbours.update_existing(sender_ip, sender_mac, now_tsc)
+            } else if self.responder.on_link(sender_ip)
+                || self.real_servers.binary_search(&sender_ip).is_ok()
+            {
                 Some(neighbours.learn(sender_ip, sender_mac, now_tsc))
             } else {
-                neighbours.update_existing(sender_ip, sender_mac, now_tsc)
+                let known = neighbours.update_existing(sender_ip, sender_mac, now_tsc);
+                if known.is_none() {
+                    counters.event(Event::NeighbourOffLink);
+                }
+                known
             };
             match learned {
                 Some(Learn::Inserted) => counters.event(Event::NeighbourLearned),
@@ -666,7 +704,7 @@ mod tests {
 
         fn with_table(neighbours: NeighbourTable) -> Harness {
             Harness {
-                responder: LocalResponder::new(OUR_MAC, &[OUR_IP, OUR_OTHER_IP]),
+                responder: LocalResponder::new(OUR_MAC, &[(OUR_IP, 24), (OUR_OTHER_IP, 24)]),
                 neighbours,
                 counters: WorkerCounters::default(),
             }
@@ -803,6 +841,53 @@ mod tests {
         h.expect_drop(&reply, DropReason::ArpReply);
         assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(CLIENT_MAC));
         assert_eq!(h.event(Event::NeighbourLearned), 1);
+    }
+
+    /// An ARP request for us with its sender's address set to `sender`.
+    fn arp_request_from(sender: Ipv4Addr) -> [u8; 60] {
+        let mut frame = ARP_REQUEST;
+        arp::Packet::new_unchecked(&mut frame[14..]).set_sender_protocol_addr(sender);
+        frame
+    }
+
+    #[test]
+    fn off_link_senders_are_answered_but_learned_only_as_real_servers() {
+        let mut h = Harness::new();
+        let stranger = Ipv4Addr::new(203, 0, 113, 9);
+        let real_server = Ipv4Addr::new(203, 0, 113, 10);
+        let answer = |h: &mut Harness, sender: Ipv4Addr| {
+            let mut frame = arp_request_from(sender);
+            h.responder.process_with_vips(
+                &mut frame,
+                &mut h.neighbours,
+                1000,
+                &h.counters,
+                &[],
+                &[real_server],
+            )
+        };
+        // Off both of the port's subnets (10.0.0.0/24, 192.0.2.0/24): answered, not
+        // learned, counted.
+        assert_eq!(answer(&mut h, stranger), Verdict::Reply);
+        assert_eq!(h.neighbours.lookup(stranger), None);
+        assert_eq!(h.event(Event::NeighbourOffLink), 1);
+        assert_eq!(h.event(Event::NeighbourLearned), 0);
+        // A real server is learned wherever it is; an on-link sender too.
+        assert_eq!(answer(&mut h, real_server), Verdict::Reply);
+        assert_eq!(h.neighbours.lookup(real_server), Some(CLIENT_MAC));
+        let on_link = Ipv4Addr::new(192, 0, 2, 200);
+        assert_eq!(answer(&mut h, on_link), Verdict::Reply);
+        assert_eq!(h.neighbours.lookup(on_link), Some(CLIENT_MAC));
+        assert_eq!(h.event(Event::NeighbourLearned), 2);
+        assert_eq!(h.event(Event::NeighbourOffLink), 1);
+        // Thousands of made-up senders leave the table as it was: a real server
+        // added later still finds room.
+        for i in 0..4096u32 {
+            answer(&mut h, Ipv4Addr::from(0xcb00_7100 + (i << 8) + 1));
+        }
+        assert_eq!(h.neighbours.len(), 2);
+        assert_eq!(h.event(Event::NeighbourTableFull), 0);
+        assert_eq!(h.event(Event::NeighbourOffLink), 4097);
     }
 
     #[test]
@@ -998,7 +1083,7 @@ mod tests {
 
     #[test]
     fn responder_addresses() {
-        let responder = LocalResponder::new(OUR_MAC, &[OUR_IP]);
+        let responder = LocalResponder::new(OUR_MAC, &[(OUR_IP, 24)]);
         assert_eq!(responder.mac(), MacAddr(OUR_MAC));
         assert_eq!(responder.addrs(), &[OUR_IP]);
         assert!(responder.is_local(OUR_IP) && !responder.is_local(CLIENT_IP));
@@ -1006,14 +1091,14 @@ mod tests {
             !responder.is_local(Ipv4Addr::UNSPECIFIED),
             "unused slots never match"
         );
-        let full: Vec<_> = (0..16).map(|i| Ipv4Addr::new(10, 1, 0, i)).collect();
+        let full: Vec<_> = (0..16).map(|i| (Ipv4Addr::new(10, 1, 0, i), 24)).collect();
         assert_eq!(LocalResponder::new(OUR_MAC, &full).addrs().len(), 16);
     }
 
     #[test]
     #[should_panic(expected = "at most 16 local addresses")]
     fn too_many_addresses_panics() {
-        let addrs: Vec<_> = (0..17).map(|i| Ipv4Addr::new(10, 1, 0, i)).collect();
+        let addrs: Vec<_> = (0..17).map(|i| (Ipv4Addr::new(10, 1, 0, i), 24)).collect();
         LocalResponder::new(OUR_MAC, &addrs);
     }
 
@@ -1212,7 +1297,7 @@ mod tests {
 
             fn with_table(neighbours: Neighbour6Table) -> Harness6 {
                 Harness6 {
-                    responder: LocalResponder::new(OUR_MAC, &[OUR_IP]).with_ipv6(&[OUR_IP6]),
+                    responder: LocalResponder::new(OUR_MAC, &[(OUR_IP, 24)]).with_ipv6(&[OUR_IP6]),
                     neighbours,
                     counters: WorkerCounters::default(),
                     vips6: Vec::new(),
@@ -1276,7 +1361,7 @@ mod tests {
             // A responder without IPv6 addresses of its own, OUR_IP6 as a VIP: the
             // same advertisement as for an own address; not a VIP: not answered.
             let mut h = Harness6::new();
-            h.responder = LocalResponder::new(OUR_MAC, &[OUR_IP]);
+            h.responder = LocalResponder::new(OUR_MAC, &[(OUR_IP, 24)]);
             assert!(h.process(&NS).is_err());
             h.vips6 = vec![OUR_IP6];
             assert_eq!(h.process(&NS).unwrap(), NA);
@@ -1450,7 +1535,7 @@ mod tests {
         #[test]
         fn without_ipv6_addresses_nothing_is_answered() {
             let mut h = Harness6::new();
-            h.responder = LocalResponder::new(OUR_MAC, &[OUR_IP]);
+            h.responder = LocalResponder::new(OUR_MAC, &[(OUR_IP, 24)]);
             h.expect_drop(&NS, DropReason::Ipv6GroupNotJoined);
             h.expect_drop(&ECHO6, DropReason::NotLocal);
         }

@@ -256,6 +256,11 @@ impl Snapshot {
         self.local_addresses6.binary_search(&addr).is_ok()
     }
 
+    /// Every service's IPv4 real servers, sorted, each once.
+    pub fn real_servers_v4(&self) -> &[Ipv4Addr] {
+        &self.real_servers
+    }
+
     /// Whether `addr` is a real server of some service (on any protocol or port).
     #[inline]
     pub fn is_real_server(&self, addr: IpAddr) -> bool {

@@ -109,7 +109,7 @@ pub fn worker_with(
         vec![WorkerPort {
             rx,
             tx,
-            responder: LocalResponder::new(LB_MAC, &[lb_ip]).with_ipv6(lb_ip6),
+            responder: LocalResponder::new(LB_MAC, &[(lb_ip, 24)]).with_ipv6(lb_ip6),
             addr: lb_ip,
             mtu: 1500,
             exception,

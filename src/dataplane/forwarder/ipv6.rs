@@ -943,7 +943,7 @@ mod tests {
         let port6: Ipv6Addr = "2001:db8:18::1".parse().unwrap();
         let responder = crate::dataplane::local::LocalResponder::new(
             [2, 0x53, 0x4c, 0, 0, 1],
-            &[std::net::Ipv4Addr::new(198, 18, 0, 1)],
+            &[(std::net::Ipv4Addr::new(198, 18, 0, 1), 24)],
         )
         .with_ipv6(&[port6]);
         let snap = f.snapshot.current();

@@ -271,7 +271,7 @@ mod tests {
             .unwrap();
         table.add_laddr(full, lip.into()).unwrap();
         let snap = Snapshot::build(1, &table);
-        let responder = LocalResponder::new([2, 0x53, 0x4c, 0, 0, 1], &[port_addr]);
+        let responder = LocalResponder::new([2, 0x53, 0x4c, 0, 0, 1], &[(port_addr, 24)]);
         for ours in [vip, lip, port_addr, Ipv4Addr::new(198, 18, 0, 240)] {
             assert!(!may_be_client(ours, &snap, &responder), "{ours}");
         }
