@@ -56,6 +56,10 @@ pub struct Snapshot {
     /// to the health checker's probes are handed to the management core.
     real_servers: Vec<Ipv4Addr>,
     real_servers6: Vec<Ipv6Addr>,
+    /// Ids of the real servers in the table (sorry servers included) that health
+    /// checking has not evicted, sorted: a SYN on a session of any other opens a new
+    /// connection elsewhere ([`Snapshot::keeps_real_server`]).
+    kept_real_ids: Vec<u32>,
     /// NAT real servers (protocol, address, port) -> the services (VIP, port) they
     /// serve in NAT mode: a reply from one names its client but not the VIP, and the
     /// VIP is what the owner worker's RSS hash used.
@@ -106,6 +110,7 @@ impl Snapshot {
     ) -> Self {
         let services = table.services().map(|s| pool(s, health)).collect();
         let mut snap = Snapshot::from_services(generation, services);
+        snap.kept_real_ids.retain(|id| !health.evicted.contains(id));
         for route in departed {
             let served = snap
                 .nat_reply_services
@@ -149,6 +154,12 @@ impl Snapshot {
                 .iter()
                 .flat_map(|s| s.real_servers.iter().map(|r| r.ip)),
         );
+        let mut kept_real_ids: Vec<u32> = services
+            .iter()
+            .flat_map(|s| s.real_servers.iter().map(|r| r.id))
+            .collect();
+        kept_real_ids.sort_unstable();
+        kept_real_ids.dedup();
         let mut nat_reply_services: HashMap<_, Vec<_>> = HashMap::new();
         for s in &services {
             for rs in s.real_servers.iter().filter(|r| r.mode == ForwardMode::Nat) {
@@ -180,6 +191,7 @@ impl Snapshot {
             local_addresses6,
             real_servers,
             real_servers6,
+            kept_real_ids,
             nat_reply_services,
             timeouts: None,
             reset_when_down: Vec::new(),
@@ -254,6 +266,15 @@ impl Snapshot {
     #[inline]
     pub fn is_local_address6(&self, addr: Ipv6Addr) -> bool {
         self.local_addresses6.binary_search(&addr).is_ok()
+    }
+
+    /// Whether real server `id` is still in the table and not evicted by health
+    /// checking. Its sessions carry on either way; a client's SYN on one that is not
+    /// (its retransmission, or a new connection from a reused port) is better sent to
+    /// a server that can answer, as IPVS's `expire_nodest_conn` does.
+    #[inline]
+    pub fn keeps_real_server(&self, id: u32) -> bool {
+        self.kept_real_ids.binary_search(&id).is_ok()
     }
 
     /// Every service's IPv4 real servers, sorted, each once.

@@ -19,9 +19,11 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 impl Forwarder {
     /// What the lookup `found`, unless the packet is a SYN on the client key of a
-    /// connection that is over: then the client reuses its port for a new connection,
-    /// so the old session is retired and the packet is a miss, scheduled afresh, as
-    /// IPVS does (conn_reuse_mode).
+    /// connection that is over, or of one whose real server has been evicted or
+    /// removed: then the client opens a new connection (from a reused port, or by
+    /// resending a SYN the dead server never answered), so the old session is retired
+    /// and the packet is a miss, scheduled afresh, as IPVS does (conn_reuse_mode,
+    /// expire_nodest_conn).
     #[inline]
     pub(super) fn unless_reopened(
         &mut self,
@@ -31,10 +33,10 @@ impl Forwarder {
     ) -> Option<(SessionId, Direction)> {
         if let Some((id, Direction::Inbound | Direction::InputOnly)) = found {
             if opens_connection(flags)
-                && self
-                    .sessions
-                    .get(id)
-                    .is_some_and(reusable_for_new_connection)
+                && self.sessions.get(id).is_some_and(|s| {
+                    reusable_for_new_connection(s)
+                        || !self.snapshot.current().keeps_real_server(s.real)
+                })
             {
                 self.retire(id, counters);
                 return None;
@@ -293,5 +295,136 @@ mod tests {
             &snap,
             &responder
         ));
+    }
+
+    /// A NAT service VIP:80 over two real servers (rr, optionally persistent), and
+    /// a worker reading it; the table and the servers' ids.
+    fn two_server_worker(
+        persistence: Option<crate::model::Persistence>,
+    ) -> (
+        crate::service::ServiceTable,
+        crate::service::SnapshotPublisher,
+        Forwarder,
+        [u32; 2],
+    ) {
+        use crate::model::{RealServerSpec, SchedulerKind};
+        use crate::service::{ServiceTable, Snapshot, SnapshotPublisher};
+        let mut table = ServiceTable::new();
+        let svc = ServiceKey::new(Protocol::Tcp, VIP, 80);
+        table
+            .add_service(svc, SchedulerKind::Rr, persistence)
+            .unwrap();
+        let ids = [RS[0], RS[1]].map(|ip| {
+            table
+                .add_server(svc, RealServerSpec::new(ip, 8080, 1, ForwardMode::Nat))
+                .unwrap()
+        });
+        let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        let config = super::super::ForwarderConfig {
+            persistence: Some(std::sync::Arc::new(
+                crate::session::persist::PersistTable::with_capacity(64),
+            )),
+            ..super::super::ForwarderConfig::new(
+                64,
+                publisher.reader(),
+                crate::session::Timeouts::default().in_ticks(100),
+                hz / 10,
+                hz,
+                std::sync::Arc::new(crate::dataplane::realserver_stats::new_table()),
+                RssView::default_spread(1, 0),
+            )
+        };
+        (table, publisher, Forwarder::new(config), ids)
+    }
+
+    const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
+    const RS: [Ipv4Addr; 2] = [Ipv4Addr::new(198, 18, 0, 11), Ipv4Addr::new(198, 18, 0, 12)];
+
+    /// Publishes `table` with `evicted` evicted and lets the worker adopt it.
+    fn publish(
+        publisher: &crate::service::SnapshotPublisher,
+        f: &mut Forwarder,
+        table: &crate::service::ServiceTable,
+        evicted: &[u32],
+    ) {
+        use crate::service::{HealthOverlay, Snapshot};
+        let health = HealthOverlay {
+            evicted: evicted.iter().copied().collect(),
+            ..HealthOverlay::default()
+        };
+        let generation = publisher.next_generation();
+        publisher
+            .publish(Snapshot::build_with(generation, table, &health, &[]))
+            .unwrap();
+        f.poll(0, &WorkerCounters::default());
+    }
+
+    #[test]
+    fn a_syn_on_a_session_of_an_evicted_or_removed_server_opens_a_new_connection() {
+        let (mut table, publisher, mut f, ids) = two_server_worker(None);
+        let counters = WorkerCounters::default();
+        let service = f.snapshot.current().services()[0].id;
+        // The client's half-open connection to the second server, as its first SYN
+        // left it.
+        let key = FlowKey4::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 7), 40000, VIP, 80);
+        let open = |f: &mut Forwarder| {
+            let s = Session::new(&key, ForwardMode::Nat, service, ids[1], RS[1], 8080);
+            f.sessions.insert(s, 0, 100).unwrap();
+            f.sessions.lookup(&key)
+        };
+        let found = open(&mut f);
+        assert!(found.is_some());
+        // The server is there: its resent SYN stays with it.
+        assert_eq!(f.unless_reopened(found, TcpFlags::SYN, &counters), found);
+        // Evicted: every other segment still goes to it, a SYN opens anew.
+        publish(&publisher, &mut f, &table, &[ids[1]]);
+        assert_eq!(f.unless_reopened(found, TcpFlags::ACK, &counters), found);
+        assert_eq!(
+            f.unless_reopened(found, TcpFlags::SYN | TcpFlags::ACK, &counters),
+            found
+        );
+        assert_eq!(f.unless_reopened(found, TcpFlags::SYN, &counters), None);
+        assert_eq!(f.sessions.lookup(&key), None, "the old session is retired");
+        // Restored, then removed from the table: the same.
+        publish(&publisher, &mut f, &table, &[]);
+        let found = open(&mut f);
+        assert_eq!(f.unless_reopened(found, TcpFlags::SYN, &counters), found);
+        table
+            .delete_server(ServiceKey::new(Protocol::Tcp, VIP, 80), RS[1].into(), 8080)
+            .unwrap();
+        publish(&publisher, &mut f, &table, &[]);
+        assert_eq!(f.unless_reopened(found, TcpFlags::SYN, &counters), None);
+        assert_eq!(f.sessions.lookup(&key), None);
+    }
+
+    #[test]
+    fn a_persistence_template_of_an_evicted_server_is_not_followed() {
+        let persistence = crate::model::Persistence::new(300);
+        let (table, publisher, mut f, ids) = two_server_worker(Some(persistence));
+        let counters = WorkerCounters::default();
+        let client = Ipv4Addr::new(198, 18, 1, 7);
+        let key = |port: u16| FlowKey4::new(Protocol::Tcp, client, port, VIP, 80);
+        let first = f.place(0, &key(40000), 0, &counters).unwrap();
+        let pinned = first.real;
+        assert!(first.persistent());
+        // The template holds while its server is up.
+        for port in 40001..40005 {
+            assert_eq!(f.place(0, &key(port), 0, &counters).unwrap().real, pinned);
+        }
+        // Evicted: the client goes to the other server, which becomes its template.
+        publish(&publisher, &mut f, &table, &[ids[pinned]]);
+        for port in 40005..40009 {
+            assert_eq!(
+                f.place(0, &key(port), 0, &counters).unwrap().real,
+                1 - pinned
+            );
+        }
+        // Restored: the new template holds.
+        publish(&publisher, &mut f, &table, &[]);
+        assert_eq!(
+            f.place(0, &key(40010), 0, &counters).unwrap().real,
+            1 - pinned
+        );
     }
 }

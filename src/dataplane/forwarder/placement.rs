@@ -139,8 +139,8 @@ impl AnyTemplateKey {
 impl Forwarder {
     /// Places a new connection to service `service` (a snapshot index). Persistence
     /// (`-p`): a live template of the client's network decides, as long as its real
-    /// server is still in the service (weight 0 included, as IPVS with
-    /// expire_quiescent_template off); otherwise the scheduler does, and the choice
+    /// server is still in the service and not evicted (weight 0 included, as IPVS
+    /// with expire_quiescent_template off); otherwise the scheduler does, and the choice
     /// becomes the template. FullNAT then takes a local port whose replies the RSS
     /// view gives back to this worker. Fails with `NoRealServer` when the scheduler
     /// has nobody, `LaddrExhausted` when the pool is out of ports.
@@ -220,11 +220,13 @@ impl Forwarder {
         let position = |real: u32| service.real_servers.iter().position(|r| r.id == real);
         let followed = template.and_then(|(table, k, _)| {
             let t = k.lookup(table, now)?;
-            let found = position(t.real).filter(|_| !service.sorry_switched(t.real));
+            let found = position(t.real)
+                .filter(|_| !service.sorry_switched(t.real) && snap.keeps_real_server(t.real));
             if found.is_none() {
-                // Its real server left the service: the template goes, as in IPVS.
-                // So does one on the wrong side of the sorry server's switch, as
-                // keepalived removing the sorry server (or adding it) expires them.
+                // Its real server left the service or was evicted by health checking:
+                // the template goes, as in IPVS when keepalived removes a failed
+                // server. So does one on the wrong side of the sorry server's switch,
+                // as keepalived removing the sorry server (or adding it) expires them.
                 k.remove(table);
             }
             found
