@@ -16,7 +16,8 @@ pub enum Event {
     NeighbourLearned,
     NeighbourTableFull,
     /// An ARP request for us from a sender on none of the port's subnets and no real
-    /// server: answered, but not learned, so strangers cannot fill the table.
+    /// server, while the neighbour table is at least half full: answered, not
+    /// learned, so made-up senders cannot fill it.
     NeighbourOffLink,
     /// FullNAT: the client address was written into a segment as TOA.
     ToaInserted,

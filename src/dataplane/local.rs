@@ -485,11 +485,17 @@ impl Answering<'_> {
             {
                 Some(neighbours.learn(sender_ip, sender_mac, now_tsc))
             } else {
-                let known = neighbours.update_existing(sender_ip, sender_mac, now_tsc);
-                if known.is_none() {
-                    counters.event(Event::NeighbourOffLink);
+                // Off the port's subnets: a host on the link with a route to another
+                // subnet (a client a synced session answers before it has sent
+                // anything), or a made-up sender. Half the table at most.
+                let half = neighbours.capacity() / 2;
+                match neighbours.learn_below(sender_ip, sender_mac, now_tsc, half) {
+                    Learn::Full => {
+                        counters.event(Event::NeighbourOffLink);
+                        None
+                    }
+                    learned => Some(learned),
                 }
-                known
             };
             match learned {
                 Some(Learn::Inserted) => counters.event(Event::NeighbourLearned),
@@ -851,9 +857,8 @@ mod tests {
     }
 
     #[test]
-    fn off_link_senders_are_answered_but_learned_only_as_real_servers() {
+    fn off_link_senders_take_half_the_table_at_most() {
         let mut h = Harness::new();
-        let stranger = Ipv4Addr::new(203, 0, 113, 9);
         let real_server = Ipv4Addr::new(203, 0, 113, 10);
         let answer = |h: &mut Harness, sender: Ipv4Addr| {
             let mut frame = arp_request_from(sender);
@@ -866,28 +871,37 @@ mod tests {
                 &[real_server],
             )
         };
-        // Off both of the port's subnets (10.0.0.0/24, 192.0.2.0/24): answered, not
-        // learned, counted.
-        assert_eq!(answer(&mut h, stranger), Verdict::Reply);
-        assert_eq!(h.neighbours.lookup(stranger), None);
-        assert_eq!(h.event(Event::NeighbourOffLink), 1);
-        assert_eq!(h.event(Event::NeighbourLearned), 0);
-        // A real server is learned wherever it is; an on-link sender too.
+        // Made up by the thousand, off both of the port's subnets (10.0.0.0/24,
+        // 192.0.2.0/24): all answered, the first 8 of 16 entries learned, the rest
+        // counted.
+        for i in 0..4096u32 {
+            let sender = Ipv4Addr::from(0xcb00_7100 + (i << 8) + 1);
+            assert_eq!(answer(&mut h, sender), Verdict::Reply);
+        }
+        assert_eq!(h.neighbours.len(), 8);
+        assert_eq!(h.event(Event::NeighbourLearned), 8);
+        assert_eq!(h.event(Event::NeighbourOffLink), 4096 - 8);
+        assert_eq!(h.event(Event::NeighbourTableFull), 0);
+        // The other half stays for real servers, wherever they are, and the port's
+        // own link.
         assert_eq!(answer(&mut h, real_server), Verdict::Reply);
         assert_eq!(h.neighbours.lookup(real_server), Some(CLIENT_MAC));
-        let on_link = Ipv4Addr::new(192, 0, 2, 200);
-        assert_eq!(answer(&mut h, on_link), Verdict::Reply);
-        assert_eq!(h.neighbours.lookup(on_link), Some(CLIENT_MAC));
-        assert_eq!(h.event(Event::NeighbourLearned), 2);
-        assert_eq!(h.event(Event::NeighbourOffLink), 1);
-        // Thousands of made-up senders leave the table as it was: a real server
-        // added later still finds room.
-        for i in 0..4096u32 {
-            answer(&mut h, Ipv4Addr::from(0xcb00_7100 + (i << 8) + 1));
+        for i in 0..7u8 {
+            let on_link = Ipv4Addr::new(192, 0, 2, 100 + i);
+            assert_eq!(answer(&mut h, on_link), Verdict::Reply);
+            assert_eq!(h.neighbours.lookup(on_link), Some(CLIENT_MAC));
         }
-        assert_eq!(h.neighbours.len(), 2);
-        assert_eq!(h.event(Event::NeighbourTableFull), 0);
-        assert_eq!(h.event(Event::NeighbourOffLink), 4097);
+        assert_eq!(h.neighbours.len(), 16);
+        // A known off-link sender is still refreshed.
+        let first = Ipv4Addr::from(0xcb00_7101);
+        let mut frame = arp_request_from(first);
+        arp::Packet::new_unchecked(&mut frame[14..])
+            .set_sender_hardware_addr(MacAddr([2, 0, 0, 0, 0, 0x77]));
+        h.process(&mut frame);
+        assert_eq!(
+            h.neighbours.lookup(first),
+            Some(MacAddr([2, 0, 0, 0, 0, 0x77]))
+        );
     }
 
     #[test]

@@ -184,16 +184,29 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         learned
     }
 
+    /// `learn`, but a new entry only while the table holds fewer than `limit`: for
+    /// neighbours of lesser standing, which must leave the rest of the table to the
+    /// others however many of them come.
+    pub fn learn_below(&mut self, ip: A, mac: MacAddr, now_tsc: u64, limit: usize) -> Learn {
+        let learned = self.learn_within(ip, mac, now_tsc, limit.min(self.capacity));
+        self.remember(learned, ip, mac);
+        learned
+    }
+
     /// `learn` for an entry another worker learned and shared: not remembered again,
     /// so updates never bounce between workers.
     pub fn learn_shared(&mut self, ip: A, mac: MacAddr, now_tsc: u64) -> Learn {
+        self.learn_within(ip, mac, now_tsc, self.capacity)
+    }
+
+    fn learn_within(&mut self, ip: A, mac: MacAddr, now_tsc: u64, limit: usize) -> Learn {
         let (index, found) = self.probe(ip);
         if found {
             let learned = Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
             self.learned_total += u64::from(learned == Learn::Updated);
             return learned;
         }
-        if self.is_full() {
+        if self.len >= limit {
             return Learn::Full;
         }
         self.slots[index] = Slot {
