@@ -195,6 +195,40 @@ fn a_config_this_machine_cannot_run_is_refused_naming_the_field() {
     assert!(!Path::new(&lock).exists(), "a check left its lock file");
 }
 
+/// The preflight's check of the EAL's memory: refused naming its field (without
+/// DPDK), while the default loopback config passes.
+#[test]
+fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes() {
+    require_root();
+    let out = check(&[], &loopback_config().write());
+    assert!(out.success(), "{}", out.describe());
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("eal.memory_mb, PCI devices)"),
+        "{}",
+        out.describe()
+    );
+
+    // Two workers with 4096 RX and TX descriptors do not fit in 256 MB.
+    let mut cfg = loopback_config();
+    cfg.ports[0].settings = vec!["rx_desc = 4096".into(), "tx_desc = 4096".into()];
+    cfg.workers = vec![1, 2];
+    cfg.cpus = Some(vec![1, 1]);
+    let path = cfg.write();
+    let out = check(&[], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains(&format!(
+            "{}: eal.memory_mb = 256 cannot hold the mbuf pool: 65535 mbufs",
+            path.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    assert_no_dpdk(&out);
+    assert!(check(&["--file-only"], &path).success());
+}
+
 #[test]
 fn a_missing_file_and_bad_usage_are_refused() {
     let out = check(&[], Path::new("/nonexistent/sluice.toml"));
@@ -247,8 +281,9 @@ fn prepare_reserves_the_hugepages_the_check_wanted() {
         file: dir.join("nr_hugepages"),
         was: std::fs::read_to_string(dir.join("nr_hugepages")).unwrap(),
     };
-    // 4 MiB more than is free now.
-    let memory_mb = number("free_hugepages") * 2 + 4;
+    // 4 MiB more than is free now, and at least the 64 MiB that hold the loopback
+    // config's mbuf pool on hugepages (the check refuses less).
+    let memory_mb = (number("free_hugepages") * 2).max(60) + 4;
     let mut cfg = loopback_config();
     cfg.hugepages_mb = Some(memory_mb as u32);
     let path = cfg.write();

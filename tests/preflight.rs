@@ -1,8 +1,8 @@
 //! Start-up checks made before the EAL (src/daemon/preflight.rs): a config this
-//! machine cannot run, or a second instance on the same socket or interface, is
-//! refused at once with exit 1, a message naming the field, no DPDK output and nothing
-//! left behind; and what a started appliance announces (gratuitous ARP) and leaves
-//! (no hugepage files).
+//! machine cannot run (an mbuf pool beyond `eal.memory_mb`), or a second instance on
+//! the same socket or interface, is refused at once with exit 1, a message naming the
+//! field, no DPDK output and nothing left behind; and what a started appliance
+//! announces (gratuitous ARP) and leaves (no hugepage files).
 //!
 //! Run: `cargo test --release --test integration preflight::` (as root).
 
@@ -305,4 +305,41 @@ fn with_hugepages_no_hugepage_file_outlives_the_process() {
     assert!(daemon.terminate().success(), "{}", daemon.dump());
     let left = hugepage_files(&prefix);
     assert!(left.is_empty(), "hugepage files left: {left:?}");
+}
+
+/// The config of the SRE report: two workers, 4096 RX and TX descriptors, without
+/// hugepages.
+fn large_rings_config(memory_mb: u32) -> DaemonConfig {
+    let mut cfg = loopback_config();
+    cfg.ports[0].settings = vec!["rx_desc = 4096".into(), "tx_desc = 4096".into()];
+    cfg.workers = vec![1, 2];
+    cfg.cpus = Some(vec![1, 1]);
+    cfg.memory_mb = memory_mb;
+    cfg
+}
+
+#[test]
+fn an_mbuf_pool_beyond_eal_memory_mb_is_refused_and_the_figure_it_names_starts() {
+    require_root();
+    let cfg = large_rings_config(256);
+    let file = cfg.path("sluice.toml").display().to_string();
+    let err = expect_refusal(
+        cfg,
+        &[
+            &format!("{file}: eal.memory_mb = 256 cannot hold the mbuf pool: 65535 mbufs"),
+            "of 2368 bytes each take 258 MiB in 4 KiB pages without hugepages",
+            "; set eal.memory_mb = ",
+        ],
+    );
+    let smallest: u32 = err
+        .split("set eal.memory_mb = ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no figure in {err}"));
+    assert!((258..=264).contains(&smallest), "{err}");
+    // At the figure it names, rte_pktmbuf_pool_create finds the room: the daemon
+    // starts and stops cleanly.
+    let mut daemon = Daemon::start(large_rings_config(smallest));
+    assert!(daemon.terminate().success(), "{}", daemon.dump());
 }

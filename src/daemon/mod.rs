@@ -29,9 +29,7 @@ use crate::dataplane::exception::ExceptionLink;
 use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView, VrrpSenders};
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
-use crate::dataplane::mesh::{
-    Injected, Mesh, HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE,
-};
+use crate::dataplane::mesh::{Injected, Mesh, HEALTH_RING_SIZE, SYNC_PORT_RING_SIZE};
 use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
@@ -246,10 +244,10 @@ pub enum CheckDepth {
 /// `sluice --check-config`: everything the daemon checks before it starts DPDK, with
 /// no DPDK, no socket and no lasting lock: the file (syntax, fields, cross-field
 /// rules), its services as the service table builds them, then (with
-/// [`CheckDepth::Machine`]) the lcores, memory, hugepages and PCI devices. While
-/// another Sluice runs this config, its resources are in use by it and are not
-/// checked; the answer says so. Returns a one-line summary, or the first error (the
-/// same text the daemon would stop with).
+/// [`CheckDepth::Machine`]) the lcores, memory, hugepages, `eal.memory_mb`, PCI and
+/// kernel devices. While another Sluice runs this config, its resources are in use by
+/// it and are not checked; the answer says so. Returns a one-line summary, or the
+/// first error (the same text the daemon would stop with).
 pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String, StartError> {
     let cfg = Config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
     let services = Services::from_config(&cfg).map_err(StartError::Services)?;
@@ -275,7 +273,8 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
             drop(locks);
             preflight::check_resources(&cfg).map_err(StartError::Preflight)?;
             Ok(format!(
-                "{summary}; fits this machine (lcores, memory, hugepages, PCI devices)"
+                "{summary}; fits this machine (lcores, memory, hugepages, eal.memory_mb, \
+                 PCI devices)"
             ))
         }
         Err(e) if e.contains("held by another Sluice") => {
@@ -521,33 +520,20 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         }
     }
     let queues = cfg.lcores.workers.len() as u16;
-    let descriptors: u32 = cfg
-        .ports
-        .iter()
-        .map(|p| (p.rx_desc as u32 + p.tx_desc as u32) * queues as u32 * 2)
-        .sum();
     // Sync over a DPDK port shares the health rings, which are larger then.
     let health_ring = match cfg.sync.as_ref().and_then(|s| s.port.as_ref()) {
         Some(_) => SYNC_PORT_RING_SIZE,
         None => HEALTH_RING_SIZE,
     };
-    // Room for every descriptor, every worker's bursts in flight and the emulator (and
-    // the default health rings); the larger health rings of sync over a port add what
-    // they hold beyond those. A power of two minus one as rte_mempool prefers.
-    // Each kernel interface: its two queues' descriptors and its ring.
-    let exception: u32 = (cfg.ports.iter())
-        .filter_map(|p| p.exception.as_ref())
-        .map(|e| 2 * exception::INTERFACE_DESC as u32 + e.ring_size)
-        .sum();
-    let wanted = descriptors
-        + exception
-        + queues as u32 * REDIRECT_RING_SIZE
-        + 8192
-        + 2 * (health_ring - HEALTH_RING_SIZE);
-    let count = wanted.next_power_of_two() - 1;
+    // Sized by the preflight's count, which checked that it fits in eal.memory_mb.
     let pool = Arc::new(
-        Mempool::new("sluice_mbufs", count, 256, crate::dpdk::MBUF_DATA_ROOM)
-            .map_err(|e| e.to_string())?,
+        Mempool::new(
+            "sluice_mbufs",
+            preflight::mbuf_count(cfg),
+            preflight::MBUF_CACHE,
+            crate::dpdk::MBUF_DATA_ROOM,
+        )
+        .map_err(|e| e.to_string())?,
     );
 
     let mut ports = Vec::new();

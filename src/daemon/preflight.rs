@@ -4,11 +4,14 @@
 //!
 //! - every lcore runs on a CPU this process may use (`sched_getaffinity`);
 //! - the memory the tables will take fits in what the kernel has available;
+//! - the mbuf pool and what the EAL takes besides fit in `eal.memory_mb`;
 //! - no other Sluice holds the control socket or an attached interface (an exclusive
 //!   `flock` on a lock file per socket and per interface, held until exit).
 use crate::config::{Config, PortDevice};
 use crate::dataplane::forwarder::Forwarder;
+use crate::dataplane::mesh::{HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE};
 use crate::dataplane::realserver_stats::{RealServerCounters, MAX_REAL_SERVER_IDS};
+use crate::dpdk::{PoolFootprint, MBUF_DATA_ROOM};
 use crate::forward::laddr::PortPool;
 use crate::session::persist::PersistTable;
 use crate::session::DEFAULT_WHEEL_SLOTS;
@@ -32,10 +35,12 @@ pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
 
 /// The checks of this machine's resources: lcores against the CPUs this process may
 /// use, the tables' memory against what is available, the EAL's hugepages against the
-/// free ones, and each PCI port's device present in sysfs.
+/// free ones, the mbuf pool against `eal.memory_mb`, each PCI port's device present in
+/// sysfs, and each exception interface's kernel device.
 pub fn check_resources(cfg: &Config) -> Result<(), String> {
     check_lcores(cfg, &allowed_cpus()?)?;
     check_memory(cfg, &MemoryNeed::of(cfg), &Available::read())?;
+    check_eal_memory(cfg, &EalMemory::of(cfg, eal_page_size(cfg)))?;
     check_pci_devices(cfg, Path::new(PCI_DEVICES))?;
     check_exception_devices(cfg, Path::new("/dev"))
 }
@@ -475,6 +480,157 @@ fn sessions_that_fit(room: u64, workers: usize) -> usize {
         }
     }
     lo
+}
+
+// ---------------------------------------------------------------------------------
+// the EAL's memory
+
+/// Each lcore's cache of the mbuf pool.
+pub const MBUF_CACHE: u32 = 256;
+
+/// What the EAL, the rings and the ports take from `eal.memory_mb` besides the mbuf
+/// pool. Measured with `rte_malloc_get_socket_stats` on loopback and af_packet
+/// daemons (docs/CONFIG.md): 152 KiB after EAL init, 0.41 MiB in all with one worker,
+/// 0.49 MiB with four; the allowance is 2 MiB, and below for what grows.
+const EAL_OWN: usize = 2 << 20;
+/// Each worker's queue on each port and its rings (measured: 34 KiB a worker).
+const EAL_PER_QUEUE: usize = 64 << 10;
+/// Each `[ports.exception]` kernel interface (measured: 1.3 MiB for a tap).
+const EAL_PER_EXCEPTION: usize = 2 << 20;
+/// Each queue pair of a PCI port: the driver's descriptor rings, which common PMDs
+/// reserve at their largest size (ice: 8160 descriptors of 32 bytes for RX, of 16 for
+/// TX, and their software rings, about 0.4 MiB). Not measured: no NIC here.
+const EAL_PER_PCI_QUEUE: usize = 1 << 20;
+
+/// How many mbufs the daemon's pool holds. Room for every descriptor (each port's RX
+/// and TX rings for every worker, twice: a loopback port's far side has as many),
+/// every worker's bursts in flight and the emulator (and the default health rings),
+/// each kernel interface's two queues and its ring, every worker's redirect ring; the
+/// larger health rings of sync over a port add what they hold beyond those. A power of
+/// two minus one, as rte_mempool prefers.
+pub fn mbuf_count(cfg: &Config) -> u32 {
+    let queues = cfg.lcores.workers.len() as u32;
+    let descriptors: u32 = cfg
+        .ports
+        .iter()
+        .map(|p| (u32::from(p.rx_desc) + u32::from(p.tx_desc)) * queues * 2)
+        .sum();
+    let health_ring = match cfg.sync.as_ref().and_then(|s| s.port.as_ref()) {
+        Some(_) => SYNC_PORT_RING_SIZE,
+        None => HEALTH_RING_SIZE,
+    };
+    let exception: u32 = (cfg.ports.iter())
+        .filter_map(|p| p.exception.as_ref())
+        .map(|e| 2 * u32::from(super::exception::INTERFACE_DESC) + e.ring_size)
+        .sum();
+    let wanted = descriptors
+        + exception
+        + queues * REDIRECT_RING_SIZE
+        + 8192
+        + 2 * (health_ring - HEALTH_RING_SIZE);
+    wanted.next_power_of_two() - 1
+}
+
+/// What the config takes of the EAL's memory (`eal.memory_mb`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EalMemory {
+    pub mbufs: u32,
+    /// The mbuf pool as rte_mempool sizes it.
+    pub pool: PoolFootprint,
+    /// What the EAL, the rings and the ports take besides.
+    pub own: usize,
+    /// The EAL's page size: 4 KiB without hugepages.
+    pub page: usize,
+}
+
+impl EalMemory {
+    pub fn of(cfg: &Config, page: usize) -> EalMemory {
+        let mbufs = mbuf_count(cfg);
+        let channels = eal_option(cfg, "-n").unwrap_or(4) * eal_option(cfg, "-r").unwrap_or(1);
+        let workers = cfg.lcores.workers.len();
+        let pci_ports = (cfg.ports.iter())
+            .filter(|p| matches!(p.device, PortDevice::Pci(_)))
+            .count();
+        let exceptions = cfg.ports.iter().filter(|p| p.exception.is_some()).count();
+        EalMemory {
+            mbufs,
+            pool: PoolFootprint::pktmbuf(mbufs, MBUF_CACHE, MBUF_DATA_ROOM, page, channels),
+            own: EAL_OWN
+                + workers * cfg.ports.len() * EAL_PER_QUEUE
+                + workers * pci_ports * EAL_PER_PCI_QUEUE
+                + exceptions * EAL_PER_EXCEPTION,
+            page,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.pool.total() + self.own
+    }
+
+    /// The smallest `eal.memory_mb` that holds it.
+    pub fn memory_mb(&self) -> u64 {
+        (self.total() as u64).div_ceil(1 << 20)
+    }
+}
+
+/// A numeric EAL option of `eal.extra_args` (`-n 4` or `-n4`).
+fn eal_option(cfg: &Config, flag: &str) -> Option<u32> {
+    let args = &cfg.eal.extra_args;
+    args.iter().enumerate().find_map(|(i, a)| {
+        let value = match a.strip_prefix(flag)? {
+            "" => args.get(i + 1)?.as_str(),
+            rest => rest,
+        };
+        value.parse().ok().filter(|&n| n > 0)
+    })
+}
+
+/// The page the EAL's memory comes in: the base page without hugepages (whatever
+/// the pool needs beyond it is rounded to), the default hugepage size with them.
+fn eal_page_size(cfg: &Config) -> usize {
+    match cfg.eal.hugepages {
+        true => hugepage_size() as usize,
+        // SAFETY: sysconf only reads.
+        false => (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize,
+    }
+}
+
+/// The default hugepage size (`Hugepagesize` in /proc/meminfo), 2 MiB if unknown.
+fn hugepage_size() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| meminfo_bytes(&t, "Hugepagesize"))
+        .unwrap_or(2 << 20)
+}
+
+/// Refuses a config whose mbuf pool, with what the EAL takes besides, does not fit in
+/// `eal.memory_mb`: `rte_pktmbuf_pool_create` would fail after the EAL started, with
+/// "Cannot allocate memory" and no field named.
+fn check_eal_memory(cfg: &Config, need: &EalMemory) -> Result<(), String> {
+    let have = u64::from(cfg.eal.memory_mb) << 20;
+    if need.total() as u64 <= have {
+        return Ok(());
+    }
+    let pages = match cfg.eal.hugepages {
+        true => format!("{} KiB hugepages", need.page >> 10),
+        false => format!("{} KiB pages without hugepages", need.page >> 10),
+    };
+    Err(format!(
+        "{}: eal.memory_mb = {} cannot hold the mbuf pool: {} mbufs (the RX and TX \
+         descriptors of {} port(s) for {} worker(s), and the rings) of {} bytes each take \
+         {} in {pages}, and DPDK itself, its rings and the ports {} besides, {} in all; set \
+         eal.memory_mb = {} or more, or lower ports[].rx_desc and tx_desc",
+        cfg.path.display(),
+        cfg.eal.memory_mb,
+        need.mbufs,
+        cfg.ports.len(),
+        cfg.lcores.workers.len(),
+        need.pool.object,
+        mib(need.pool.total() as u64),
+        mib(need.own as u64),
+        mib(need.total() as u64),
+        need.memory_mb(),
+    ))
 }
 
 // ---------------------------------------------------------------------------------
@@ -973,5 +1129,99 @@ mod tests {
         assert_eq!(mode, crate::control::server::SOCKET_DIR_MODE);
         drop(locks);
         assert!(!parent.join("ctl.sock.lock").exists());
+    }
+
+    /// The config of the SRE report: two workers, 4096 RX and TX descriptors, 256 MB.
+    fn large_rings(memory_mb: u32) -> Config {
+        let mut cfg =
+            config(&PORT.replace("addresses", "rx_desc = 4096\ntx_desc = 4096\naddresses"));
+        cfg.lcores.workers = vec![1, 2];
+        cfg.eal.memory_mb = memory_mb;
+        cfg
+    }
+
+    #[test]
+    fn the_mbuf_pool_is_counted_per_descriptor_worker_and_ring() {
+        // One worker, 1024 + 1024 descriptors (twice), its redirect ring, 8192: 14336.
+        assert_eq!(mbuf_count(&config(PORT)), 16_383);
+        // Two workers, 4096 + 4096: 32768 + 4096 + 8192.
+        assert_eq!(mbuf_count(&large_rings(256)), 65_535);
+        // A tap exception interface adds its queues and ring: 14336 + 1024 + 4096.
+        let tap = config(&format!(
+            "{PORT}[ports.exception]\nkind = \"tap\"\nring_size = 4096\n"
+        ));
+        assert_eq!(mbuf_count(&tap), 32_767);
+    }
+
+    #[test]
+    fn a_pool_larger_than_eal_memory_mb_is_refused_with_the_smallest_that_fits() {
+        let page = 4096;
+        let need = EalMemory::of(&large_rings(256), page);
+        assert_eq!(need.mbufs, 65_535);
+        // One mbuf a page without hugepages: 256 MiB of objects, less a page.
+        assert!(need.pool.objects > (256 << 20) - 4096, "{need:?}");
+        assert!(need.pool.total() > 256 << 20, "{need:?}");
+        assert!(need.own >= EAL_OWN + 2 * EAL_PER_QUEUE, "{need:?}");
+        let e = check_eal_memory(&large_rings(256), &need).unwrap_err();
+        assert!(
+            e.contains(
+                "sluice.toml: eal.memory_mb = 256 cannot hold the mbuf pool: 65535 mbufs \
+                 (the RX and TX descriptors of 1 port(s) for 2 worker(s), and the rings) \
+                 of 2368 bytes each take 258 MiB in 4 KiB pages without hugepages"
+            ),
+            "{e}"
+        );
+        let smallest = need.memory_mb();
+        assert!(
+            e.contains(&format!("; set eal.memory_mb = {smallest} or more")),
+            "{e}"
+        );
+        // The figure it names fits; one MB less does not.
+        assert!(check_eal_memory(&large_rings(smallest as u32), &need).is_ok());
+        let e = check_eal_memory(&large_rings(smallest as u32 - 1), &need).unwrap_err();
+        assert!(e.contains("cannot hold the mbuf pool"), "{e}");
+        // The default rings fit in 256 MB with room to spare.
+        let default = EalMemory::of(&config(PORT), page);
+        assert!(check_eal_memory(&config(PORT), &default).is_ok());
+        assert!(default.memory_mb() < 128, "{default:?}");
+        // With hugepages an mbuf takes its own size, not a page.
+        let mut huge = large_rings(256);
+        huge.eal.hugepages = true;
+        let need = EalMemory::of(&huge, 2 << 20);
+        assert!(need.pool.objects < 160 << 20, "{need:?}");
+        assert!(check_eal_memory(&huge, &need).is_ok());
+    }
+
+    #[test]
+    fn eal_channels_come_from_extra_args() {
+        let mut cfg = config(PORT);
+        assert_eq!(eal_option(&cfg, "-n"), None);
+        cfg.eal.extra_args = vec!["-n".into(), "6".into(), "-r2".into()];
+        assert_eq!(eal_option(&cfg, "-n"), Some(6));
+        assert_eq!(eal_option(&cfg, "-r"), Some(2));
+        cfg.eal.extra_args = vec!["--no-telemetry".into()];
+        assert_eq!(eal_option(&cfg, "-n"), None);
+    }
+
+    /// Every config the repository ships fits its own `eal.memory_mb`.
+    #[test]
+    fn the_example_configs_fit_their_eal_memory() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("config"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.push(root.join("packaging/sluice.toml"));
+        assert!(files.len() > 2, "{files:?}");
+        for file in files {
+            let cfg = Config::load(&file).unwrap_or_else(|e| panic!("{e}"));
+            let page = if cfg.eal.hugepages { 2 << 20 } else { 4096 };
+            let need = EalMemory::of(&cfg, page);
+            if let Err(e) = check_eal_memory(&cfg, &need) {
+                panic!("{e}");
+            }
+        }
     }
 }

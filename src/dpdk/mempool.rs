@@ -6,6 +6,118 @@ use std::ptr::NonNull;
 /// segment.
 pub const MBUF_DATA_ROOM: u16 = 2048;
 
+/// What `rte_pktmbuf_pool_create` takes from the EAL's memory, computed as DPDK 22.11
+/// sizes a pool (`rte_mempool_create_empty`, `rte_mempool_calc_obj_size`,
+/// `rte_mempool_op_calc_mem_size_helper`, the `ring_mp_mc` driver's ring), so that a
+/// pool that cannot fit is refused before the EAL starts rather than failing inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolFootprint {
+    /// One object: its header, the mbuf, headroom and data room, padded to cache
+    /// lines and spread across memory channels.
+    pub object: usize,
+    /// The memzone the objects are placed in: no object crosses a page of the EAL's
+    /// memory (4 KiB without hugepages: one mbuf a page).
+    pub objects: usize,
+    /// The pool's own memzone: `struct rte_mempool`, a cache for each of the
+    /// `RTE_MAX_LCORE` lcores when it has caches, the pktmbuf private area.
+    pub header: usize,
+    /// The ring that holds the free objects (the next power of two above the count).
+    pub ring: usize,
+    /// The heap's bookkeeping: an element header for each allocation, the pool's
+    /// list entry, a chunk header (`rte_mempool_memhdr`) for each IOVA-contiguous run
+    /// of pages the objects occupy, and the objects' alignment to a page.
+    pub bookkeeping: usize,
+}
+
+impl PoolFootprint {
+    /// A pool of `count` mbufs of `data_room` bytes (+ headroom) with a per-lcore cache
+    /// of `cache`, in EAL memory of `page` bytes a page, with `channels` memory
+    /// channels times ranks (`-n` x `-r`; DPDK takes 4 x 1 when they are not given).
+    pub fn pktmbuf(
+        count: u32,
+        cache: u32,
+        data_room: u16,
+        page: usize,
+        channels: u32,
+    ) -> PoolFootprint {
+        use std::mem::size_of;
+        const LINE: usize = dpdk_sys::RTE_CACHE_LINE_SIZE as usize;
+        let align = |n: usize, to: usize| n.div_ceil(to) * to;
+        let count = count as usize;
+        // rte_mempool_calc_obj_size without flags: a cache-aligned header, the element
+        // (mbuf, private area 0, headroom, data room), a trailer to the next cache
+        // line, then cache lines added until their count is prime to the channels.
+        let header = align(size_of::<dpdk_sys::rte_mempool_objhdr>(), LINE);
+        let element = align(
+            size_of::<dpdk_sys::rte_mbuf>()
+                + dpdk_sys::RTE_PKTMBUF_HEADROOM as usize
+                + usize::from(data_room),
+            8,
+        );
+        let mut lines = align(header + element, LINE) / LINE;
+        while gcd(lines, channels.max(1) as usize) != 1 {
+            lines += 1;
+        }
+        let object = lines * LINE;
+        // rte_mempool_op_calc_mem_size_helper: objects do not cross pages; the last
+        // page holds what is left, plus one object's worth for an unaligned start.
+        let objects = match object.cmp(&page) {
+            _ if count == 0 => 0,
+            std::cmp::Ordering::Greater => align(object, page) * count,
+            _ => {
+                let per_page = page / object;
+                let in_last = (count - 1) % per_page + 1;
+                in_last * object + (count - in_last) / per_page * page + object - 1
+            }
+        };
+        let caches = match cache {
+            0 => 0,
+            _ => dpdk_sys::RTE_MAX_LCORE as usize * size_of::<dpdk_sys::rte_mempool_cache>(),
+        };
+        let pool_header = align(
+            size_of::<dpdk_sys::rte_mempool>()
+                + caches
+                + align(size_of::<dpdk_sys::rte_pktmbuf_pool_private>(), LINE),
+            LINE,
+        );
+        let slots = (count + 1).next_power_of_two();
+        let ring = align(
+            size_of::<dpdk_sys::rte_ring>() + slots * size_of::<usize>(),
+            LINE,
+        );
+        // Each memzone, the pool's list entry and each chunk header is a heap element
+        // with a cache-aligned `malloc_elem` header (two lines, as a bound); the
+        // objects' memzone is aligned to a page, up to a page of padding before it. The
+        // objects' memzone is one chunk when it is IOVA-contiguous: always without
+        // hugepages (the EAL selects IOVA as VA there, physical addresses being
+        // unavailable), at worst one a page with hugepages.
+        const ELEMENT: usize = 2 * LINE;
+        let chunks = match page > 4096 {
+            true => objects.div_ceil(page),
+            false => 1,
+        };
+        let small = ELEMENT + align(size_of::<dpdk_sys::rte_mempool_memhdr>(), LINE);
+        PoolFootprint {
+            object,
+            objects,
+            header: pool_header,
+            ring,
+            bookkeeping: 3 * ELEMENT + (1 + chunks) * small + page,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.objects + self.header + self.ring + self.bookkeeping
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    match b {
+        0 => a,
+        _ => gcd(b, a % b),
+    }
+}
+
 /// A packet-buffer pool (`rte_pktmbuf_pool_create`). Dropping it frees the pool: every
 /// mbuf taken from it must have been returned first (ports stopped, rings drained).
 pub struct Mempool {
@@ -60,5 +172,48 @@ impl Drop for Mempool {
     fn drop(&mut self) {
         // SAFETY: we own the pool; callers returned its mbufs (documented contract).
         unsafe { dpdk_sys::rte_mempool_free(self.raw.as_ptr()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the EAL's heap gave `rte_pktmbuf_pool_create` for the daemon's pool
+    /// (`heap_allocsz_bytes` of `rte_malloc_get_socket_stats` before and after, EAL
+    /// `--no-huge`, DPDK 22.11): the model covers it, within a few KiB.
+    #[test]
+    fn the_pool_footprint_covers_what_dpdk_allocated() {
+        for (count, measured) in [(16_383u32, 68_294_848usize), (65_535, 270_014_656)] {
+            let pool = PoolFootprint::pktmbuf(count, 256, MBUF_DATA_ROOM, 4096, 4);
+            assert!(
+                pool.total() >= measured && pool.total() - measured < 16 << 10,
+                "{count} mbufs: model {pool:?} = {}, measured {measured}",
+                pool.total()
+            );
+        }
+    }
+
+    #[test]
+    fn objects_do_not_cross_pages_and_are_spread_over_channels() {
+        let pool = PoolFootprint::pktmbuf(16_383, 256, MBUF_DATA_ROOM, 4096, 4);
+        // Header 64, mbuf 128, headroom 128, data room 2048: 37 cache lines, prime to
+        // 4 channels.
+        assert_eq!(pool.object, 2368);
+        // One object a 4 KiB page; the last page holds one, plus an unaligned start.
+        assert_eq!(pool.objects, 16_382 * 4096 + 2368 + 2367);
+        // The ring: 16384 slots; the header: a cache for each of 128 lcores.
+        assert!(pool.ring >= 16_384 * 8 && pool.ring < 16_384 * 8 + 1024);
+        assert!(pool.header > 128 * std::mem::size_of::<dpdk_sys::rte_mempool_cache>());
+        let no_cache = PoolFootprint::pktmbuf(16_383, 0, MBUF_DATA_ROOM, 4096, 4);
+        assert!(no_cache.header < 4096, "{no_cache:?}");
+        // 2 MiB pages hold 885 objects each.
+        let huge = PoolFootprint::pktmbuf(885 * 3, 256, MBUF_DATA_ROOM, 2 << 20, 4);
+        assert_eq!(huge.objects, 885 * 2368 + 2 * (2 << 20) + 2367);
+        // A 38-line object is padded to 39 lines over 4 channels, not over 1 or 3.
+        let even = 2048 + 64;
+        assert_eq!(PoolFootprint::pktmbuf(1, 0, even, 4096, 4).object, 39 * 64);
+        assert_eq!(PoolFootprint::pktmbuf(1, 0, even, 4096, 3).object, 38 * 64);
+        assert_eq!(PoolFootprint::pktmbuf(1, 0, even, 4096, 1).object, 38 * 64);
     }
 }

@@ -17,6 +17,6 @@ pub use lcore::{
     current_lcore, launch_on_lcore, register_thread, tsc, tsc_hz, wait_lcore, LaunchError,
     LcoreJobs,
 };
-pub use mempool::{Mempool, MBUF_DATA_ROOM};
+pub use mempool::{Mempool, PoolFootprint, MBUF_DATA_ROOM};
 pub use port::{LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue};
 pub use ring::{PacketRing, RingConsumer, RingPortPair, RingProducer, SharedProducer};

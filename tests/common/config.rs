@@ -16,6 +16,8 @@ pub struct PortSpec {
     pub addresses: Vec<String>,
     /// `[ports.exception]` lines (e.g. `kind = "tap"`); written when non-empty.
     pub exception: Vec<String>,
+    /// More lines of the entry (e.g. `rx_desc = 4096`).
+    pub settings: Vec<String>,
 }
 
 impl PortSpec {
@@ -26,6 +28,7 @@ impl PortSpec {
             mac: None,
             addresses: addresses.iter().map(|a| a.to_string()).collect(),
             exception: Vec::new(),
+            settings: Vec::new(),
         }
     }
 
@@ -36,6 +39,7 @@ impl PortSpec {
             mac: Some(mac.into()),
             addresses: addresses.iter().map(|a| a.to_string()).collect(),
             exception: Vec::new(),
+            settings: Vec::new(),
         }
     }
 
@@ -73,6 +77,8 @@ pub struct DaemonConfig {
     pub extra_toml: Vec<String>,
     /// `Some(mb)`: run on hugepages with `memory_mb = mb` (default: ordinary memory).
     pub hugepages_mb: Option<u32>,
+    /// `memory_mb` without hugepages (default 256).
+    pub memory_mb: u32,
     /// A command that execs `sluice` with its arguments appended (empty: none).
     pub wrapper: Vec<String>,
 }
@@ -105,6 +111,7 @@ impl DaemonConfig {
             args: Vec::new(),
             extra_toml: Vec::new(),
             hugepages_mb: None,
+            memory_mb: 256,
             wrapper: Vec::new(),
         }
     }
@@ -168,7 +175,7 @@ impl DaemonConfig {
         let q = |s: &str| format!("{s:?}");
         let (hugepages, memory_mb) = match self.hugepages_mb {
             Some(mb) => (true, mb),
-            None => (false, 256),
+            None => (false, self.memory_mb),
         };
         writeln!(
             t,
@@ -207,6 +214,9 @@ impl DaemonConfig {
             }
             if let Some(mac) = &p.mac {
                 writeln!(t, "mac = {}", q(mac)).unwrap();
+            }
+            for line in &p.settings {
+                writeln!(t, "{line}").unwrap();
             }
             let addrs: Vec<String> = p.addresses.iter().map(|a| q(a)).collect();
             writeln!(t, "addresses = [{}]\n", addrs.join(", ")).unwrap();
