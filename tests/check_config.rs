@@ -195,8 +195,8 @@ fn a_config_this_machine_cannot_run_is_refused_naming_the_field() {
     assert!(!Path::new(&lock).exists(), "a check left its lock file");
 }
 
-/// The preflight's check of the EAL's memory: refused naming its field (without
-/// DPDK), while the default loopback config passes.
+/// The preflight's checks of the EAL's memory and the open-file limit: each refused
+/// naming its field (without DPDK), while the default loopback config passes.
 #[test]
 fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes() {
     require_root();
@@ -204,7 +204,7 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
     assert!(out.success(), "{}", out.describe());
     let said = format!("{}{}", out.stdout, out.stderr);
     assert!(
-        said.contains("eal.memory_mb, PCI devices)"),
+        said.contains("eal.memory_mb, PCI devices, open files)"),
         "{}",
         out.describe()
     );
@@ -227,6 +227,25 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
     );
     assert_no_dpdk(&out);
     assert!(check(&["--file-only"], &path).success());
+
+    // A hard open-file limit below the 83 the loopback config needs.
+    let cfg = loopback_config();
+    let path = cfg.write();
+    let out = run_bounded(
+        Command::new("prlimit")
+            .args(["--nofile=64:64", "--", SLUICE, "--check-config"])
+            .arg(&path),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains(
+            "the open-file limit (RLIMIT_NOFILE) is 64, but this config needs about 83 \
+             descriptors"
+        ),
+        "{}",
+        out.describe()
+    );
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Start-up checks made before the EAL (src/daemon/preflight.rs): a config this
-//! machine cannot run (an mbuf pool beyond `eal.memory_mb`), or a second instance on
-//! the same socket or interface, is refused at once with exit 1, a message naming the
-//! field, no DPDK output and nothing left behind; and what a started appliance
-//! announces (gratuitous ARP) and leaves (no hugepage files).
+//! machine cannot run (an mbuf pool beyond `eal.memory_mb`, an open-file limit below
+//! its needs), or a second instance on the same socket or interface, is refused at
+//! once with exit 1, a message naming the field, no DPDK output and nothing left
+//! behind; and what a started appliance announces (gratuitous ARP) and leaves (no
+//! hugepage files).
 //!
 //! Run: `cargo test --release --test integration preflight::` (as root).
 
@@ -341,5 +342,53 @@ fn an_mbuf_pool_beyond_eal_memory_mb_is_refused_and_the_figure_it_names_starts()
     // At the figure it names, rte_pktmbuf_pool_create finds the room: the daemon
     // starts and stops cleanly.
     let mut daemon = Daemon::start(large_rings_config(smallest));
+    assert!(daemon.terminate().success(), "{}", daemon.dump());
+}
+
+/// `prlimit --nofile=SOFT:HARD` before sluice.
+fn nofile(cfg: &mut DaemonConfig, soft: u32, hard: u32) {
+    cfg.wrapper = vec![
+        "prlimit".into(),
+        format!("--nofile={soft}:{hard}"),
+        "--".into(),
+    ];
+}
+
+#[test]
+fn an_open_file_limit_below_the_need_is_refused_and_a_low_soft_one_is_raised() {
+    require_root();
+    // The loopback config with one worker: 15 + 4 for its lcore + 64 while running.
+    let mut cfg = loopback_config();
+    nofile(&mut cfg, 82, 82);
+    let file = cfg.path("sluice.toml").display().to_string();
+    expect_refusal(
+        cfg,
+        &[
+            &format!(
+                "{file}: the open-file limit (RLIMIT_NOFILE) is 82, but this config needs \
+                 about 83 descriptors"
+            ),
+            "LimitNOFILE=83 or more in the systemd unit (systemctl edit sluice)",
+            "or ulimit -n 83 in the shell that starts sluice",
+        ],
+    );
+    // A hard limit that is enough: the soft one is raised to it, and said so.
+    let mut cfg = loopback_config();
+    nofile(&mut cfg, 20, 83);
+    let mut daemon = Daemon::start(cfg);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid())).unwrap();
+    let open_files = limits.lines().find(|l| l.starts_with("Max open files"));
+    assert_eq!(
+        open_files.map(|l| l.split_whitespace().skip(3).take(2).collect::<Vec<_>>()),
+        Some(vec!["83", "83"]),
+        "{limits}"
+    );
+    assert!(
+        daemon
+            .stderr_text()
+            .contains("open-file limit raised from 20 to 83 (the hard limit)"),
+        "{}",
+        daemon.dump()
+    );
     assert!(daemon.terminate().success(), "{}", daemon.dump());
 }

@@ -145,6 +145,7 @@ impl std::error::Error for StartError {}
 /// then the management loop, then an orderly shutdown.
 pub fn run(opts: &Options) -> Result<(), StartError> {
     let cfg = Config::load(&opts.config).map_err(|e| StartError::Config(e.to_string()))?;
+    preflight::raise_open_file_limit();
     // Before the EAL: a config this machine cannot run leaves nothing behind.
     let _instance_locks = preflight::check(&cfg).map_err(StartError::Preflight)?;
     signals::install().map_err(StartError::Signals)?;
@@ -245,9 +246,9 @@ pub enum CheckDepth {
 /// no DPDK, no socket and no lasting lock: the file (syntax, fields, cross-field
 /// rules), its services as the service table builds them, then (with
 /// [`CheckDepth::Machine`]) the lcores, memory, hugepages, `eal.memory_mb`, PCI and
-/// kernel devices. While another Sluice runs this config, its resources are in use by
-/// it and are not checked; the answer says so. Returns a one-line summary, or the
-/// first error (the same text the daemon would stop with).
+/// kernel devices and the open-file limit. While another Sluice runs this config, its
+/// resources are in use by it and are not checked; the answer says so. Returns a
+/// one-line summary, or the first error (the same text the daemon would stop with).
 pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String, StartError> {
     let cfg = Config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
     let services = Services::from_config(&cfg).map_err(StartError::Services)?;
@@ -274,7 +275,7 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
             preflight::check_resources(&cfg).map_err(StartError::Preflight)?;
             Ok(format!(
                 "{summary}; fits this machine (lcores, memory, hugepages, eal.memory_mb, \
-                 PCI devices)"
+                 PCI devices, open files)"
             ))
         }
         Err(e) if e.contains("held by another Sluice") => {

@@ -5,6 +5,7 @@
 //! - every lcore runs on a CPU this process may use (`sched_getaffinity`);
 //! - the memory the tables will take fits in what the kernel has available;
 //! - the mbuf pool and what the EAL takes besides fit in `eal.memory_mb`;
+//! - the open-file limit leaves room for the EAL's and the ports' descriptors;
 //! - no other Sluice holds the control socket or an attached interface (an exclusive
 //!   `flock` on a lock file per socket and per interface, held until exit).
 use crate::config::{Config, PortDevice};
@@ -36,13 +37,14 @@ pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
 /// The checks of this machine's resources: lcores against the CPUs this process may
 /// use, the tables' memory against what is available, the EAL's hugepages against the
 /// free ones, the mbuf pool against `eal.memory_mb`, each PCI port's device present in
-/// sysfs, and each exception interface's kernel device.
+/// sysfs, each exception interface's kernel device, and the open-file limit.
 pub fn check_resources(cfg: &Config) -> Result<(), String> {
     check_lcores(cfg, &allowed_cpus()?)?;
     check_memory(cfg, &MemoryNeed::of(cfg), &Available::read())?;
     check_eal_memory(cfg, &EalMemory::of(cfg, eal_page_size(cfg)))?;
     check_pci_devices(cfg, Path::new(PCI_DEVICES))?;
-    check_exception_devices(cfg, Path::new("/dev"))
+    check_exception_devices(cfg, Path::new("/dev"))?;
+    check_open_files(cfg, &FileNeed::of(cfg, hugepage_size()), open_file_limit())
 }
 
 /// Every `[ports.exception]` has the kernel device its kind needs: /dev/net/tun for
@@ -634,6 +636,152 @@ fn check_eal_memory(cfg: &Config, need: &EalMemory) -> Result<(), String> {
 }
 
 // ---------------------------------------------------------------------------------
+// open files
+
+/// Descriptors of a started daemon that do not depend on the config: standard
+/// streams, the log, the control socket and its lock, the EAL's interrupt thread
+/// (epoll, timerfd, pipes) and its memory (a memfd without hugepages). Measured with
+/// /proc/PID/fd on a loopback daemon: 19 with one worker, 4 of them the worker's.
+const FILES_BASE: u64 = 15;
+/// Each worker lcore: the EAL's two pipes to it (measured: 4 a worker).
+const FILES_PER_WORKER: u64 = 4;
+/// Each port that is not a loopback one: its lock file and the PMD's own (af_packet:
+/// a socket; tap: the tun device, a keep-alive and a netlink socket; vfio-pci: the
+/// group, the device, interrupt eventfds). Measured for af_packet: 2.
+const FILES_PER_PORT: u64 = 4;
+/// Each queue of such a port (af_packet: a socket a queue pair, tap: a queue fd,
+/// vfio-pci: an interrupt eventfd). Measured for af_packet: 1.
+const FILES_PER_QUEUE: u64 = 2;
+/// Each `[ports.exception]` interface (measured for a tap: 6).
+const FILES_PER_EXCEPTION: u64 = 8;
+/// With hugepages, the runtime directory's files: its config, an fbarray for each
+/// memory segment list and for the memzones, the multi-process socket (measured: 7).
+const FILES_RUNTIME_DIR: u64 = 8;
+/// Room for what a running daemon opens: control and metrics connections (the
+/// control socket's beyond the limit wait in its backlog), session sync's sockets,
+/// BIRD's control socket, a capture file, the config on reload.
+const FILES_RUNNING: u64 = 64;
+
+/// The descriptors a config will hold, by what holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileNeed {
+    /// One a hugepage the EAL maps (it keeps each segment's file open), or a few with
+    /// `--single-file-segments`, and the runtime directory's files.
+    pub hugepages: u64,
+    pub workers: u64,
+    /// The ports, their queues and exception interfaces.
+    pub ports: u64,
+}
+
+impl FileNeed {
+    pub fn of(cfg: &Config, hugepage: u64) -> FileNeed {
+        let workers = cfg.lcores.workers.len() as u64;
+        let single_file = (cfg.eal.extra_args.iter()).any(|a| a == "--single-file-segments");
+        let hugepages = match (cfg.eal.hugepages, single_file) {
+            (false, _) => 0,
+            // One file per memory segment list: a few per page size and NUMA node.
+            (true, true) => 16 + FILES_RUNTIME_DIR,
+            (true, false) => {
+                (u64::from(cfg.eal.memory_mb) << 20).div_ceil(hugepage.max(1)) + FILES_RUNTIME_DIR
+            }
+        };
+        let ports = (cfg.ports.iter())
+            .map(|p| {
+                let device = match p.device {
+                    PortDevice::Loopback => 0,
+                    _ => FILES_PER_PORT + workers * FILES_PER_QUEUE,
+                };
+                device + p.exception.as_ref().map_or(0, |_| FILES_PER_EXCEPTION)
+            })
+            .sum();
+        FileNeed {
+            hugepages,
+            workers: workers * FILES_PER_WORKER,
+            ports,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        FILES_BASE + self.hugepages + self.workers + self.ports + FILES_RUNNING
+    }
+}
+
+/// This process's hard limit on open files (`None`: unknown or unlimited).
+fn open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    (limit.rlim_max != libc::RLIM_INFINITY).then_some(limit.rlim_max)
+}
+
+/// Raises the soft limit on open files to the hard one, as the EAL opens a file per
+/// hugepage and the soft limit is often 1024; says so when it changes.
+pub fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
+        || limit.rlim_cur >= limit.rlim_max
+    {
+        return;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: limit.rlim_max,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        log::info!(
+            "open-file limit raised from {} to {} (the hard limit)",
+            limit.rlim_cur,
+            limit.rlim_max
+        );
+    } else {
+        log::warn!(
+            "open-file limit: cannot raise {} to the hard limit {}: {}",
+            limit.rlim_cur,
+            limit.rlim_max,
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Refuses a config whose descriptors do not fit under the hard open-file limit: the
+/// EAL would abort when it cannot open one.
+fn check_open_files(cfg: &Config, need: &FileNeed, hard: Option<u64>) -> Result<(), String> {
+    let total = need.total();
+    let Some(hard) = hard.filter(|&h| h < total) else {
+        return Ok(());
+    };
+    let hugepages = match need.hugepages {
+        0 => String::new(),
+        n => format!(
+            "{n} for the hugepages of eal.memory_mb = {} and DPDK's runtime files, ",
+            cfg.eal.memory_mb
+        ),
+    };
+    Err(format!(
+        "{}: the open-file limit (RLIMIT_NOFILE) is {hard}, but this config needs about \
+         {total} descriptors ({hugepages}{} for {} worker lcore(s), {} for the ports, \
+         {FILES_BASE} for DPDK and the daemon, {FILES_RUNNING} for connections and \
+         files while it runs); raise the hard limit: LimitNOFILE={total} or more in the \
+         systemd unit (systemctl edit sluice), or ulimit -n {total} in the shell that \
+         starts sluice",
+        cfg.path.display(),
+        need.workers,
+        cfg.lcores.workers.len(),
+        need.ports,
+    ))
+}
+
+// ---------------------------------------------------------------------------------
 // instance locks
 
 /// One exclusive `flock` on a lock file, released (and the file removed) on drop.
@@ -1203,10 +1351,17 @@ mod tests {
         assert_eq!(eal_option(&cfg, "-n"), None);
     }
 
-    /// Every config the repository ships fits its own `eal.memory_mb`.
+    /// Every config the repository ships fits its own `eal.memory_mb` and the packaged
+    /// unit's `LimitNOFILE`.
     #[test]
-    fn the_example_configs_fit_their_eal_memory() {
+    fn the_example_configs_fit_their_eal_memory_and_the_units_file_limit() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let unit = std::fs::read_to_string(root.join("packaging/sluice.service")).unwrap();
+        let limit: u64 = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("LimitNOFILE="))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("the unit sets LimitNOFILE");
         let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("config"))
             .unwrap()
             .flatten()
@@ -1222,6 +1377,70 @@ mod tests {
             if let Err(e) = check_eal_memory(&cfg, &need) {
                 panic!("{e}");
             }
+            let files = FileNeed::of(&cfg, 2 << 20);
+            if let Err(e) = check_open_files(&cfg, &files, Some(limit)) {
+                panic!("{e}");
+            }
         }
+    }
+
+    #[test]
+    fn open_files_are_counted_per_worker_port_and_hugepage() {
+        // An af_packet port, one worker, no hugepages.
+        let cfg = config(PORT);
+        let need = FileNeed::of(&cfg, 2 << 20);
+        assert_eq!(
+            need,
+            FileNeed {
+                hugepages: 0,
+                workers: 4,
+                ports: 6
+            }
+        );
+        assert_eq!(need.total(), 15 + 4 + 6 + 64);
+        // Two workers and a tap exception interface.
+        let mut tap = config(&format!("{PORT}[ports.exception]\nkind = \"tap\"\n"));
+        tap.lcores.workers = vec![1, 2];
+        let need = FileNeed::of(&tap, 2 << 20);
+        assert_eq!((need.workers, need.ports), (8, 4 + 2 * 2 + 8));
+        // A file kept open for each 2 MiB hugepage of 2 GB, or a few per segment list.
+        let mut huge = config(PORT);
+        (huge.eal.hugepages, huge.eal.memory_mb) = (true, 2048);
+        assert_eq!(FileNeed::of(&huge, 2 << 20).hugepages, 1024 + 8);
+        assert_eq!(FileNeed::of(&huge, 1 << 30).hugepages, 2 + 8);
+        huge.eal.extra_args = vec!["--single-file-segments".into()];
+        assert_eq!(FileNeed::of(&huge, 2 << 20).hugepages, 16 + 8);
+    }
+
+    #[test]
+    fn a_hard_open_file_limit_below_the_need_is_refused_saying_how_to_raise_it() {
+        let cfg = config(PORT);
+        let need = FileNeed::of(&cfg, 2 << 20);
+        assert!(check_open_files(&cfg, &need, Some(89)).is_ok());
+        assert!(check_open_files(&cfg, &need, None).is_ok());
+        let e = check_open_files(&cfg, &need, Some(64)).unwrap_err();
+        assert!(
+            e.contains(
+                "sluice.toml: the open-file limit (RLIMIT_NOFILE) is 64, but this config \
+                 needs about 89 descriptors (4 for 1 worker lcore(s), 6 for the ports"
+            ),
+            "{e}"
+        );
+        assert!(
+            e.contains("LimitNOFILE=89 or more in the systemd unit"),
+            "{e}"
+        );
+        assert!(e.contains("ulimit -n 89 in the shell"), "{e}");
+        let mut huge = config(PORT);
+        (huge.eal.hugepages, huge.eal.memory_mb) = (true, 2048);
+        let need = FileNeed::of(&huge, 2 << 20);
+        let e = check_open_files(&huge, &need, Some(1024)).unwrap_err();
+        assert!(
+            e.contains(
+                "about 1121 descriptors (1032 for the hugepages of eal.memory_mb = 2048 and \
+                 DPDK's runtime files, "
+            ),
+            "{e}"
+        );
     }
 }
