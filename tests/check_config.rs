@@ -195,8 +195,9 @@ fn a_config_this_machine_cannot_run_is_refused_naming_the_field() {
     assert!(!Path::new(&lock).exists(), "a check left its lock file");
 }
 
-/// The preflight's checks of the EAL's memory and the open-file limit: each refused
-/// naming its field (without DPDK), while the default loopback config passes.
+/// The preflight's checks of the EAL's memory, the open-file limit and the listen
+/// addresses: each refused naming its field (without DPDK), while the default
+/// loopback config passes; a listen address is let go after the check.
 #[test]
 fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes() {
     require_root();
@@ -204,7 +205,7 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
     assert!(out.success(), "{}", out.describe());
     let said = format!("{}{}", out.stdout, out.stderr);
     assert!(
-        said.contains("eal.memory_mb, PCI devices, open files)"),
+        said.contains("eal.memory_mb, PCI devices, open files, listen addresses"),
         "{}",
         out.describe()
     );
@@ -246,6 +247,27 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
         "{}",
         out.describe()
     );
+
+    // A metrics address in use; once free, the check binds it and lets it go.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let mut cfg = loopback_config();
+    cfg.metrics = Some(addr.to_string());
+    let path = cfg.write();
+    let out = check(&[], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains(&format!(
+            "{}: control.metrics: cannot listen on {addr}: Address already in use",
+            path.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    drop(held);
+    let out = check(&[], &path);
+    assert!(out.success(), "{}", out.describe());
+    assert!(std::net::TcpListener::bind(addr).is_ok());
 }
 
 #[test]

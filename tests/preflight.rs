@@ -1,9 +1,9 @@
 //! Start-up checks made before the EAL (src/daemon/preflight.rs): a config this
 //! machine cannot run (an mbuf pool beyond `eal.memory_mb`, an open-file limit below
-//! its needs), or a second instance on the same socket or interface, is refused at
-//! once with exit 1, a message naming the field, no DPDK output and nothing left
-//! behind; and what a started appliance announces (gratuitous ARP) and leaves (no
-//! hugepage files).
+//! its needs, a metrics or sync address it cannot bind), or a second instance on the
+//! same socket or interface, is refused at once with exit 1, a message naming the
+//! field, no DPDK output and nothing left behind; and what a started appliance
+//! announces (gratuitous ARP) and leaves (no hugepage files).
 //!
 //! Run: `cargo test --release --test integration preflight::` (as root).
 
@@ -391,4 +391,60 @@ fn an_open_file_limit_below_the_need_is_refused_and_a_low_soft_one_is_raised() {
         daemon.dump()
     );
     assert!(daemon.terminate().success(), "{}", daemon.dump());
+}
+
+#[test]
+fn a_metrics_port_in_use_is_refused_before_the_eal_naming_control_metrics() {
+    require_root();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let mut cfg = loopback_config();
+    cfg.metrics = Some(addr.to_string());
+    let socket = cfg.socket.clone();
+    let file = cfg.path("sluice.toml").display().to_string();
+    let err = expect_refusal(
+        cfg,
+        &[&format!(
+            "{file}: control.metrics: cannot listen on {addr}: Address already in use \
+             (os error 98) (another process listens there)"
+        )],
+    );
+    assert!(!err.contains("sluice up"), "{err}");
+    assert!(!socket.exists(), "control socket left");
+    assert!(!lock_of(&socket).exists(), "socket lock left");
+    // Nothing kept the port: it binds again once the test lets it go.
+    drop(held);
+    assert!(std::net::TcpListener::bind(addr).is_ok());
+}
+
+#[test]
+fn a_sync_address_not_of_this_host_or_in_use_is_refused_naming_sync_listen() {
+    require_root();
+    let sync = |listen: &str| {
+        let mut cfg = loopback_config();
+        cfg.extra_toml = vec![format!(
+            "[sync]\nlisten = \"{listen}\"\npeers = [\"192.0.2.2:8848\"]\nunauthenticated = true"
+        )];
+        cfg
+    };
+    // 192.0.2.1 (TEST-NET-1) is no address of this host.
+    let cfg = sync("192.0.2.1:8848");
+    let file = cfg.path("sluice.toml").display().to_string();
+    expect_refusal(
+        cfg,
+        &[&format!(
+            "{file}: sync.listen: cannot bind 192.0.2.1:8848: Cannot assign requested \
+             address (os error 99) (not an address of this host)"
+        )],
+    );
+    let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let cfg = sync(&addr.to_string());
+    let file = cfg.path("sluice.toml").display().to_string();
+    expect_refusal(
+        cfg,
+        &[&format!(
+            "{file}: sync.listen: cannot bind {addr}: Address already in use (os error 98)"
+        )],
+    );
 }

@@ -12,7 +12,7 @@ use crate::control::server::Handler;
 use crate::ha::sync::peers::ResyncState;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -509,8 +509,9 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    pub fn spawn(addr: SocketAddr, handler: Handler) -> std::io::Result<MetricsServer> {
-        let listener = TcpListener::bind(addr)?;
+    /// Serves on `listener`, bound before the EAL started.
+    pub fn spawn(listener: TcpListener, handler: Handler) -> std::io::Result<MetricsServer> {
+        let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_thread = stop.clone();

@@ -148,6 +148,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
     preflight::raise_open_file_limit();
     // Before the EAL: a config this machine cannot run leaves nothing behind.
     let _instance_locks = preflight::check(&cfg).map_err(StartError::Preflight)?;
+    let listeners = preflight::Listeners::bind(&cfg).map_err(StartError::Preflight)?;
     signals::install().map_err(StartError::Signals)?;
     let started = Instant::now();
     let state = SharedState::new(&cfg).map_err(StartError::Services)?;
@@ -155,7 +156,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
     // From here on, every way out of this function (an error, a panic) drops `app`,
     // which stops and waits for the workers first.
     launch_workers(&cfg, &mut app, &state.for_workers()).map_err(StartError::Workers)?;
-    let control = start_control(&cfg).map_err(StartError::Control)?;
+    let control = start_control(&cfg, listeners.metrics).map_err(StartError::Control)?;
     log::info!(
         "sluice up: {} port(s), {} worker(s), control socket {}",
         app.ports.len(),
@@ -184,7 +185,8 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         vrrp: vrrp_node(&cfg, &app),
         vrrp_started: false,
         bgp: bgp_node(&cfg).map_err(StartError::Control)?,
-        sync: sync_node(&cfg, &app, sync_rings.as_ref(), &persist).map_err(StartError::Control)?,
+        sync: sync_node(&cfg, listeners.sync, &app, sync_rings.as_ref(), &persist)
+            .map_err(StartError::Control)?,
         started,
         services,
         publisher,
@@ -246,9 +248,10 @@ pub enum CheckDepth {
 /// no DPDK, no socket and no lasting lock: the file (syntax, fields, cross-field
 /// rules), its services as the service table builds them, then (with
 /// [`CheckDepth::Machine`]) the lcores, memory, hugepages, `eal.memory_mb`, PCI and
-/// kernel devices and the open-file limit. While another Sluice runs this config, its
-/// resources are in use by it and are not checked; the answer says so. Returns a
-/// one-line summary, or the first error (the same text the daemon would stop with).
+/// kernel devices, the open-file limit and the listen addresses (bound and let go).
+/// While another Sluice runs this config, its resources are in use by it and are not
+/// checked; the answer says so. Returns a one-line summary, or the first error (the
+/// same text the daemon would stop with).
 pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String, StartError> {
     let cfg = Config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
     let services = Services::from_config(&cfg).map_err(StartError::Services)?;
@@ -271,11 +274,12 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
     // Taken and released at once: held means a running instance owns the resources.
     match preflight::InstanceLocks::take(&cfg, std::path::Path::new(preflight::LOCK_DIR)) {
         Ok(locks) => {
-            drop(locks);
             preflight::check_resources(&cfg).map_err(StartError::Preflight)?;
+            drop(preflight::Listeners::bind(&cfg).map_err(StartError::Preflight)?);
+            drop(locks);
             Ok(format!(
                 "{summary}; fits this machine (lcores, memory, hugepages, eal.memory_mb, \
-                 PCI devices, open files)"
+                 PCI devices, open files, listen addresses)"
             ))
         }
         Err(e) if e.contains("held by another Sluice") => {
@@ -366,14 +370,17 @@ impl SharedState {
     }
 }
 
-/// The control socket and, if configured, the metrics listener; both hand their
-/// requests to the management loop through one channel.
-fn start_control(cfg: &Config) -> Result<ControlEnds, String> {
+/// The control socket and, if configured, the metrics endpoint on its listener; both
+/// hand their requests to the management loop through one channel.
+fn start_control(
+    cfg: &Config,
+    metrics: Option<std::net::TcpListener>,
+) -> Result<ControlEnds, String> {
     let (calls_tx, calls_rx) = channel::bounded::<ControlCall>(64);
-    let metrics_server = match cfg.control.metrics {
-        Some(addr) => Some(
-            metrics::MetricsServer::spawn(addr, control_handler(calls_tx.clone()))
-                .map_err(|e| format!("{}: control.metrics {addr}: {e}", cfg.path.display()))?,
+    let metrics_server = match metrics {
+        Some(listener) => Some(
+            metrics::MetricsServer::spawn(listener, control_handler(calls_tx.clone()))
+                .map_err(|e| format!("{}: control.metrics: {e}", cfg.path.display()))?,
         ),
         None => None,
     };
@@ -448,9 +455,11 @@ fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::Vrr
     ))
 }
 
-/// The session sync node of `[sync]`, bound to its sockets (or to its port).
+/// The session sync node of `[sync]`, on its sockets bound before the EAL (or on its
+/// port).
 fn sync_node(
     cfg: &Config,
+    sockets: Option<sync::SyncSockets>,
     app: &Appliance,
     rings: Option<&Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
     persist: &Arc<PersistTable>,
@@ -461,6 +470,7 @@ fn sync_node(
     let view = rss_view(app, 0);
     let node = sync::SyncNode::bind(
         settings,
+        sockets,
         rings.clone(),
         (view.toeplitz, view.reta, view.fields, view.fields6),
         persist.clone(),

@@ -7,7 +7,8 @@
 //! - the mbuf pool and what the EAL takes besides fit in `eal.memory_mb`;
 //! - the open-file limit leaves room for the EAL's and the ports' descriptors;
 //! - no other Sluice holds the control socket or an attached interface (an exclusive
-//!   `flock` on a lock file per socket and per interface, held until exit).
+//!   `flock` on a lock file per socket and per interface, held until exit);
+//! - the metrics endpoint and session sync can bind their addresses ([`Listeners`]).
 use crate::config::{Config, PortDevice};
 use crate::dataplane::forwarder::Forwarder;
 use crate::dataplane::mesh::{HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE};
@@ -782,6 +783,49 @@ fn check_open_files(cfg: &Config, need: &FileNeed, hard: Option<u64>) -> Result<
 }
 
 // ---------------------------------------------------------------------------------
+// listeners
+
+/// The sockets the daemon listens on besides its control socket: the metrics
+/// endpoint's and session sync's (through a kernel socket). Bound before the EAL
+/// starts, so that an address in use or not of this host is refused then, naming its
+/// field, and handed on to their servers once the appliance is up.
+pub struct Listeners {
+    pub metrics: Option<std::net::TcpListener>,
+    pub sync: Option<super::sync::SyncSockets>,
+}
+
+impl Listeners {
+    pub fn bind(cfg: &Config) -> Result<Listeners, String> {
+        let file = cfg.path.display();
+        let metrics = match cfg.control.metrics {
+            Some(addr) => Some(std::net::TcpListener::bind(addr).map_err(|e| {
+                format!(
+                    "{file}: control.metrics: cannot listen on {addr}: {e}{}",
+                    bind_hint(&e)
+                )
+            })?),
+            None => None,
+        };
+        let sync = match &cfg.sync {
+            Some(settings) if settings.port.is_none() => {
+                Some(super::sync::SyncSockets::bind(settings).map_err(|e| format!("{file}: {e}"))?)
+            }
+            _ => None,
+        };
+        Ok(Listeners { metrics, sync })
+    }
+}
+
+/// What to do about a failed bind.
+pub fn bind_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => " (another process listens there)",
+        std::io::ErrorKind::AddrNotAvailable => " (not an address of this host)",
+        _ => "",
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // instance locks
 
 /// One exclusive `flock` on a lock file, released (and the file removed) on drop.
@@ -1442,5 +1486,42 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn listen_addresses_in_use_or_not_of_this_host_are_refused_naming_the_field() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let mut cfg = config(PORT);
+        cfg.control.metrics = Some(addr);
+        let e = Listeners::bind(&cfg).err().unwrap();
+        assert!(
+            e.contains(&format!(
+                "sluice.toml: control.metrics: cannot listen on {addr}: "
+            )),
+            "{e}"
+        );
+        assert!(e.contains("(another process listens there)"), "{e}");
+        drop(held);
+        let bound = Listeners::bind(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bound.metrics.unwrap().local_addr().unwrap(), addr);
+        // 192.0.2.1 (TEST-NET-1) is no address of this host.
+        let sync = |listen: &str, peer: &str, extra: &str| {
+            config(&format!(
+                "{PORT}\n[sync]\nlisten = \"{listen}\"\npeers = [\"{peer}\"]\n\
+                 unauthenticated = true\n{extra}"
+            ))
+        };
+        let e = Listeners::bind(&sync("192.0.2.1:8848", "192.0.2.2:8848", ""))
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("sluice.toml: sync.listen: cannot bind 192.0.2.1:8848: "),
+            "{e}"
+        );
+        assert!(e.contains("(not an address of this host)"), "{e}");
+        // Sync through a DPDK port binds no kernel socket.
+        let port = sync("198.18.0.1:8848", "198.18.0.2:8848", "port = \"p0\"\n");
+        assert!(Listeners::bind(&port).unwrap().sync.is_none());
     }
 }

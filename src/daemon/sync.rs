@@ -63,6 +63,35 @@ pub struct Plane<'a> {
 }
 
 /// How sync datagrams leave and arrive.
+/// The kernel sockets of sync without `[sync] port`: the one bound to `listen`, and
+/// with `multicast` the one bound to the group. Bound before the EAL starts
+/// ([`super::preflight::Listeners`]) and handed to [`SyncNode::bind`].
+pub struct SyncSockets {
+    socket: UdpSocket,
+    group: Option<UdpSocket>,
+}
+
+impl SyncSockets {
+    /// Binds `listen` (and joins the group); the error names the field.
+    pub fn bind(settings: &SyncSettings) -> Result<SyncSockets, String> {
+        let socket = UdpSocket::bind(settings.listen).map_err(|e| {
+            format!(
+                "sync.listen: cannot bind {}: {e}{}",
+                settings.listen,
+                super::preflight::bind_hint(&e)
+            )
+        })?;
+        socket
+            .set_nonblocking(true)
+            .map_err(|e| format!("sync.listen: {e}"))?;
+        let group = settings
+            .multicast
+            .map(|group| multicast_socket(&socket, settings.listen, group))
+            .transpose()?;
+        Ok(SyncSockets { socket, group })
+    }
+}
+
 enum Transport {
     /// Bound to `listen`: sends everything (batches to the group with `multicast`),
     /// receives what is sent to `listen`; with `multicast`, the socket bound to the
@@ -190,6 +219,7 @@ impl SyncNode {
     /// out from `mac`, the port's.
     pub fn bind(
         settings: &SyncSettings,
+        sockets: Option<SyncSockets>,
         rings: Arc<Vec<EventRing>>,
         rss: (Toeplitz, Reta, HashFields, HashFields),
         persist: Arc<PersistTable>,
@@ -203,15 +233,10 @@ impl SyncNode {
                 frame: vec![0; frame::HEADERS_LEN + usize::from(settings.mtu)],
             },
             None => {
-                let socket = UdpSocket::bind(settings.listen)
-                    .map_err(|e| format!("sync: cannot bind {}: {e}", settings.listen))?;
-                socket
-                    .set_nonblocking(true)
-                    .map_err(|e| format!("sync: {e}"))?;
-                let group = settings
-                    .multicast
-                    .map(|group| multicast_socket(&socket, settings.listen, group))
-                    .transpose()?;
+                let SyncSockets { socket, group } = match sockets {
+                    Some(bound) => bound,
+                    None => SyncSockets::bind(settings)?,
+                };
                 Transport::Socket { socket, group }
             }
         };
@@ -727,7 +752,7 @@ fn multicast_socket(
 ) -> Result<UdpSocket, String> {
     use socket2::{Domain, Protocol, SockRef, Socket, Type};
     let fail = |what: &'static str| {
-        move |e: std::io::Error| format!("sync: multicast {group}: {what}: {e}")
+        move |e: std::io::Error| format!("sync.multicast: {group}: {what}: {e}")
     };
     // Sending: out of the interface that holds `listen` (IP_MULTICAST_IF), one hop
     // (the standby is on the same link, as with IPVS), and not back to this node.
