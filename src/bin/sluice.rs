@@ -14,8 +14,10 @@ const USAGE: &str = "usage: sluice --config FILE [--duration SECS] [--stats-inte
   -c, --config FILE      TOML configuration (see docs/CONFIG.md; examples in config/)
   --check-config FILE    check FILE as the daemon would before starting, without
                          starting DPDK: syntax, fields, services, then this machine's
-                         lcores, memory, hugepages and PCI devices; exit 0 when the
-                         daemon would start, 1 with the file, line and field otherwise
+                         lcores, memory, hugepages, the mbuf pool in eal.memory_mb,
+                         PCI devices, open-file limit and listen addresses; exit 0
+                         when the daemon would start, 1 with the file, line and field
+                         otherwise
   --file-only            with --check-config: skip this machine's resources (a file
                          written for another machine)
   --prepare FILE         make this host ready for FILE (as root, before each start:
