@@ -1082,6 +1082,7 @@ mod ha_tests {
                 adverts_rejected: 3,
                 ..VrrpStats::default()
             },
+            peers: vec!["198.18.0.2".into()],
         };
         let sync = SyncReport {
             listen: "198.19.0.1:8848".into(),

@@ -443,16 +443,19 @@ fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::Vrr
         .source
         .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
         .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
-    Some(crate::ha::vrrp::node::VrrpNode::new(
-        crate::ha::vrrp::router::VrrpConfig {
-            vrid: v.vrid,
-            priority: v.priority,
-            advert_interval_cs: (v.advert_interval_ms / 10) as u16,
-            preempt: v.preempt,
-            primary_addr: primary,
-        },
-        crate::wire::MacAddr(app.ports[0].mac),
-    ))
+    Some(
+        crate::ha::vrrp::node::VrrpNode::new(
+            crate::ha::vrrp::router::VrrpConfig {
+                vrid: v.vrid,
+                priority: v.priority,
+                advert_interval_cs: (v.advert_interval_ms / 10) as u16,
+                preempt: v.preempt,
+                primary_addr: primary,
+            },
+            crate::wire::MacAddr(app.ports[0].mac),
+        )
+        .with_peers(&v.peers),
+    )
 }
 
 /// The session sync node of `[sync]`, on its sockets bound before the EAL (or on its

@@ -8,8 +8,13 @@ pub fn render_vrrp(r: &VrrpReport) -> String {
     let master_priority = r
         .master_priority
         .map_or_else(|| "null".to_string(), |p| p.to_string());
+    let peers = match r.peers.is_empty() {
+        true => "any sender (any_peer = true)".to_string(),
+        false => r.peers.join(", "),
+    };
     format!(
         "VRRP vrid {} {} (priority {}, advert {} ms, preempt {}) from {} for {:.1}s\n\
+         peers: {peers}\n\
          master heard: {} (priority {})\n\
          adverts sent {} received {} rejected {}; gratuitous ARP {}; unsolicited NA {}; \
          transitions {}\n",
@@ -55,6 +60,7 @@ mod tests {
                 unsolicited_nas_sent: 5,
                 transitions: 4,
             },
+            peers: vec!["198.18.0.1".into(), "198.18.0.3".into()],
         }
     }
 
@@ -64,6 +70,7 @@ mod tests {
         assert_eq!(
             render_vrrp(&r),
             "VRRP vrid 51 BACKUP (priority 100, advert 1000 ms, preempt true) from 198.18.0.2 for 12.3s\n\
+             peers: 198.18.0.1, 198.18.0.3\n\
              master heard: 198.18.0.1 (priority 200)\n\
              adverts sent 1 received 40 rejected 2; gratuitous ARP 3; unsolicited NA 5; \
              transitions 4\n"
@@ -72,6 +79,12 @@ mod tests {
         r.master_priority = None;
         assert!(
             render_vrrp(&r).contains("\nmaster heard: - (priority null)\n"),
+            "{}",
+            render_vrrp(&r)
+        );
+        r.peers.clear();
+        assert!(
+            render_vrrp(&r).contains("\npeers: any sender (any_peer = true)\n"),
             "{}",
             render_vrrp(&r)
         );

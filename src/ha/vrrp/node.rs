@@ -56,6 +56,10 @@ pub struct VrrpReport {
     pub master_priority: Option<u8>,
     pub since_change_ms: u64,
     pub stats: VrrpStats,
+    /// `[vrrp] peers`: the only senders whose adverts count; empty with `any_peer =
+    /// true` (a report from a Sluice that predates peers reads empty too).
+    #[serde(default)]
+    pub peers: Vec<String>,
 }
 
 /// A gratuitous ARP for each of `addrs` (a broadcast who-has for the address, from
@@ -107,6 +111,8 @@ pub fn send_unsolicited_adverts(
 pub struct VrrpNode {
     router: Router,
     mac: MacAddr,
+    /// `[vrrp] peers` (the workers filter by them), for the report.
+    peers: Vec<Ipv4Addr>,
     last_heard: Option<(Ipv4Addr, u8)>,
     changed_at_ms: u64,
     pub stats: VrrpStats,
@@ -125,10 +131,18 @@ impl VrrpNode {
         VrrpNode {
             router: Router::new(config),
             mac,
+            peers: Vec::new(),
             last_heard: None,
             changed_at_ms: 0,
             stats: VrrpStats::default(),
         }
+    }
+
+    /// The same node, reporting `peers` as the only senders whose adverts count (the
+    /// workers drop anyone else's; empty: any sender's).
+    pub fn with_peers(mut self, peers: &[Ipv4Addr]) -> Self {
+        self.peers = peers.to_vec();
+        self
     }
 
     /// Whether this node serves the virtual addresses (it is master).
@@ -344,6 +358,7 @@ impl VrrpNode {
             master_priority: self.last_heard.map(|(_, p)| p),
             since_change_ms: now_ms.saturating_sub(self.changed_at_ms),
             stats: self.stats,
+            peers: self.peers.iter().map(Ipv4Addr::to_string).collect(),
         }
     }
 }
