@@ -967,6 +967,15 @@ fn vrrp_takeover_moves_a_clients_ipv6_neighbour_entry_to_sluice() {
         rs_ip6(1)
     ));
     let daemon = Daemon::start(cfg);
+    // Alone on its link, it takes adverts from anyone: said at start and in the report.
+    let warned = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        daemon
+            .stderr_text()
+            .contains("vrrp: adverts from ANY sender on the link count")
+            .then_some(())
+    });
+    assert!(warned.is_some(), "no warning at start:\n{}", daemon.dump());
+    assert_eq!(daemon.vrrp()["peers"], serde_json::json!([]));
     let port_mac = port(&daemon.status(), "lan0")["mac"]
         .as_str()
         .expect("ports[lan0].mac is a string")

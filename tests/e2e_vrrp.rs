@@ -483,7 +483,11 @@ fn malformed_and_foreign_adverts_are_rejected() {
     let send = |kind: &str| send_from(client_ip, kind);
 
     let before = daemon.vrrp();
-    assert_eq!(before["peers"], serde_json::json!([client_ip]), "{before:#}");
+    assert_eq!(
+        before["peers"],
+        serde_json::json!([client_ip]),
+        "{before:#}"
+    );
     send("bad");
     let rejected_before = stat(&before, "adverts_rejected");
     let counted = wait_for(Duration::from_secs(3), POLL, || {

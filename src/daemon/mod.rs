@@ -439,6 +439,13 @@ fn bgp_node(cfg: &Config) -> Result<Option<crate::ha::bgp::BgpNode>, String> {
 /// The VRRP node of `[vrrp]`, on the first port.
 fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::VrrpNode> {
     let v = cfg.vrrp.as_ref()?;
+    if v.peers.is_empty() {
+        log::warn!(
+            "vrrp: adverts from ANY sender on the link count (`any_peer = true` in [vrrp]): \
+             any host there can make this node master or backup; list the other routers \
+             in `peers` instead"
+        );
+    }
     let primary = v
         .source
         .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
