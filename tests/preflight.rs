@@ -308,7 +308,7 @@ fn with_hugepages_no_hugepage_file_outlives_the_process() {
     assert!(left.is_empty(), "hugepage files left: {left:?}");
 }
 
-/// The config of the SRE report: two workers, 4096 RX and TX descriptors, without
+/// A config whose pool outgrows its memory: two workers, 4096 RX and TX descriptors, without
 /// hugepages.
 fn large_rings_config(memory_mb: u32) -> DaemonConfig {
     let mut cfg = loopback_config();

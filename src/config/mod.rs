@@ -379,6 +379,8 @@ pub struct VrrpSettings {
     /// The other routers' addresses: the only senders whose advertisements count.
     /// Empty only with the explicit `any_peer = true`.
     pub peers: Vec<Ipv4Addr>,
+    /// `any_peer = true`: adverts from any sender on the link count (`peers` empty).
+    pub any_peer: bool,
 }
 
 /// `[sync]`: sessions sent to and received from peers over UDP, on a kernel interface
@@ -586,9 +588,15 @@ impl Config {
     /// learn that they wait for a restart.
     pub fn restart_only_changes(&self, reloaded: &Config) -> Vec<&'static str> {
         let vrrp_fixed = |c: &Config| {
-            c.vrrp
-                .as_ref()
-                .map(|v| (v.vrid, v.source, v.addresses.clone(), v.peers.clone()))
+            c.vrrp.as_ref().map(|v| {
+                (
+                    v.vrid,
+                    v.source,
+                    v.addresses.clone(),
+                    v.peers.clone(),
+                    v.any_peer,
+                )
+            })
         };
         let probes_from = |c: &Config| {
             (

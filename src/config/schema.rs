@@ -510,9 +510,10 @@ fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
         let mut peers = Vec::new();
         for a in f.array()? {
             let ip = ipv4(&a, "198.18.0.2")?;
-            if Some(ip) == primary {
+            let own = first.is_some_and(|p| p.addresses.iter().any(|c| c.addr == ip));
+            if Some(ip) == primary || own {
                 return Err(a.invalid(format!(
-                    "{ip} is this node's own advertising address: list the other routers"
+                    "{ip} is one of this node's own addresses: list the other routers"
                 )));
             }
             if let Some(p) = first {
@@ -567,6 +568,7 @@ fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
             f.array()?.iter().map(|a| ipv4(a, "198.18.0.254")).collect()
         })?,
         peers,
+        any_peer,
     }))
 }
 

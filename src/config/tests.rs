@@ -2241,7 +2241,8 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
     // Taking adverts from anyone on the link is an explicit choice.
     let any = parse(&format!("{BASE}[vrrp]\nvrid = 51\nany_peer = true\n"))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(any.vrrp.unwrap().peers, Vec::<Ipv4Addr>::new());
+    let any = any.vrrp.unwrap();
+    assert_eq!((any.peers, any.any_peer), (Vec::<Ipv4Addr>::new(), true));
     let sync = cfg.sync.as_ref().unwrap();
     assert_eq!(sync.peers.len(), 1);
     assert_eq!(
@@ -2381,7 +2382,7 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
         &format!("{BASE}[vrrp]\nvrid = 1\npeers = [\"198.18.0.2\", \"198.18.0.1\"]\n"),
         23,
         "vrrp.peers[1]",
-        "own advertising address",
+        "one of this node's own addresses",
     );
     assert_rejected(
         &format!("{BASE}[vrrp]\nvrid = 1\npeers = [\"198.18.0.2\"]\nany_peer = true\n"),

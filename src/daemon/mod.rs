@@ -439,7 +439,7 @@ fn bgp_node(cfg: &Config) -> Result<Option<crate::ha::bgp::BgpNode>, String> {
 /// The VRRP node of `[vrrp]`, on the first port.
 fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::VrrpNode> {
     let v = cfg.vrrp.as_ref()?;
-    if v.peers.is_empty() {
+    if v.any_peer {
         log::warn!(
             "vrrp: adverts from ANY sender on the link count (`any_peer = true` in [vrrp]): \
              any host there can make this node master or backup; list the other routers \
@@ -803,7 +803,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             }),
             vrrp: match &cfg.vrrp {
                 None => VrrpSenders::Off,
-                Some(v) if v.peers.is_empty() => VrrpSenders::Any,
+                Some(v) if v.any_peer => VrrpSenders::Any,
                 Some(v) => VrrpSenders::Peers(v.peers.clone()),
             },
             sync: match (sync_rings, &cfg.sync) {

@@ -1323,7 +1323,7 @@ mod tests {
         assert!(!parent.join("ctl.sock.lock").exists());
     }
 
-    /// The config of the SRE report: two workers, 4096 RX and TX descriptors, 256 MB.
+    /// A config whose pool outgrows its memory: two workers, 4096 RX and TX descriptors, 256 MB.
     fn large_rings(memory_mb: u32) -> Config {
         let mut cfg =
             config(&PORT.replace("addresses", "rx_desc = 4096\ntx_desc = 4096\naddresses"));

@@ -62,7 +62,6 @@ pub struct Plane<'a> {
     pub punted: &'a RingConsumer,
 }
 
-/// How sync datagrams leave and arrive.
 /// The kernel sockets of sync without `[sync] port`: the one bound to `listen`, and
 /// with `multicast` the one bound to the group. Bound before the EAL starts
 /// ([`super::preflight::Listeners`]) and handed to [`SyncNode::bind`].
@@ -92,6 +91,7 @@ impl SyncSockets {
     }
 }
 
+/// How sync datagrams leave and arrive.
 enum Transport {
     /// Bound to `listen`: sends everything (batches to the group with `multicast`),
     /// receives what is sent to `listen`; with `multicast`, the socket bound to the

@@ -977,7 +977,7 @@ impl Forwarder {
         let to_us = to == port.mac || to.is_broadcast();
         // IPv6 groups (Neighbor Discovery) are for the responder, which checks them.
         if !to_us && !to.is_ipv6_multicast() {
-            return self.to_group(frame, to);
+            return self.to_group(frame, to, port);
         }
         let parsed = match classify(frame) {
             Ok(p) => p,
@@ -1106,7 +1106,7 @@ impl Forwarder {
     /// A frame to a MAC neither ours nor broadcast: a VRRP advertisement (with VRRP
     /// on) or a sync datagram to the group (with sync over a port and multicast) goes
     /// to the management core; anything else is not ours.
-    fn to_group(&self, frame: &[u8], to: MacAddr) -> Action {
+    fn to_group(&self, frame: &[u8], to: MacAddr, port: &PortContext) -> Action {
         let vrrp = self.vrrp != VrrpSenders::Off && to == vrrp::MULTICAST_MAC;
         let sync = self
             .sync_group
@@ -1124,7 +1124,10 @@ impl Forwarder {
                     },
                 ..
             }) if vrrp => {
-                if self.vrrp.admits(src) {
+                // On the link of the port it came in on, too: a host on another
+                // port's link that forges a peer's address (TTL 255 holds on its own
+                // link) must not move the election.
+                if self.vrrp.admits(src) && port.responder.on_link(src) {
                     Action::Punt
                 } else {
                     Action::Drop(DropReason::NotAPeer)
@@ -1531,6 +1534,22 @@ mod tests {
         (publisher, config)
     }
 
+    /// The first port, 198.18.0.1/24, answering with `responder`.
+    fn lan0(responder: &LocalResponder) -> PortContext<'_> {
+        PortContext {
+            responder,
+            mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            addr: Ipv4Addr::new(198, 18, 0, 1),
+            mtu: 1500,
+            redirected: false,
+            exception: false,
+        }
+    }
+
+    fn lan0_responder() -> LocalResponder {
+        LocalResponder::new([2, 0, 0, 0, 0, 1], &[(Ipv4Addr::new(198, 18, 0, 1), 24)])
+    }
+
     /// A forwarder with no service (and the publisher its reader follows).
     fn bare_forwarder() -> (crate::service::SnapshotPublisher, Forwarder) {
         let (publisher, config) = bare_config();
@@ -1571,18 +1590,26 @@ mod tests {
             (publisher, Forwarder::new(config))
         };
         let mac = vrrp::MULTICAST_MAC;
+        let responder = lan0_responder();
+        let port = lan0(&responder);
         let (_p, f) = with(VrrpSenders::Peers(vec![Ipv4Addr::new(198, 18, 0, 9), peer]));
-        assert_eq!(f.to_group(&advert_from(peer), mac), Action::Punt);
+        assert_eq!(f.to_group(&advert_from(peer), mac, &port), Action::Punt);
         assert_eq!(
-            f.to_group(&advert_from(stranger), mac),
+            f.to_group(&advert_from(stranger), mac, &port),
+            Action::Drop(DropReason::NotAPeer)
+        );
+        // A peer's address on a port whose link it is not on: forged there.
+        let other = LocalResponder::new([2, 0, 0, 0, 0, 2], &[(Ipv4Addr::new(198, 19, 0, 1), 24)]);
+        assert_eq!(
+            f.to_group(&advert_from(peer), mac, &lan0(&other)),
             Action::Drop(DropReason::NotAPeer)
         );
         // `any_peer = true`: anyone's goes up; VRRP off: the group is not ours.
         let (_p, f) = with(VrrpSenders::Any);
-        assert_eq!(f.to_group(&advert_from(stranger), mac), Action::Punt);
+        assert_eq!(f.to_group(&advert_from(stranger), mac, &port), Action::Punt);
         let (_p, f) = with(VrrpSenders::Off);
         assert_eq!(
-            f.to_group(&advert_from(peer), mac),
+            f.to_group(&advert_from(peer), mac, &port),
             Action::Drop(DropReason::NotOurMac)
         );
     }
@@ -1602,10 +1629,12 @@ mod tests {
             f
         };
         let build = |to: SocketAddrV4, dst_mac: MacAddr| build_from(peer, to, dst_mac);
+        let responder = lan0_responder();
+        let port = lan0(&responder);
         let (_publisher, f) = bare_forwarder();
         // Not configured: a group MAC is not ours.
         assert_eq!(
-            f.to_group(&build(group, mac), mac),
+            f.to_group(&build(group, mac), mac, &port),
             Action::Drop(DropReason::NotOurMac)
         );
         let with_sync_port = |port| {
@@ -1615,7 +1644,7 @@ mod tests {
             (publisher, Forwarder::new(config))
         };
         let (_publisher, f) = with_sync_port((listen, Some(group)));
-        assert_eq!(f.to_group(&build(group, mac), mac), Action::Punt);
+        assert_eq!(f.to_group(&build(group, mac), mac, &port), Action::Punt);
         // The same datagram from an address that is no peer's: dropped here.
         let stranger = build_from(
             SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 3), 8848),
@@ -1623,7 +1652,7 @@ mod tests {
             mac,
         );
         assert_eq!(
-            f.to_group(&stranger, mac),
+            f.to_group(&stranger, mac, &port),
             Action::Drop(DropReason::NotAPeer)
         );
         // Another port of the group, another group with the same MAC (the low 23 bits
@@ -1637,27 +1666,31 @@ mod tests {
             (group, MacAddr::ipv4_multicast(Ipv4Addr::new(224, 0, 0, 82))),
         ] {
             assert_eq!(
-                f.to_group(&build(to, dst_mac), dst_mac),
+                f.to_group(&build(to, dst_mac), dst_mac, &port),
                 Action::Drop(DropReason::NotOurMac),
                 "{to} to {dst_mac}"
             );
         }
         // VRRP's MAC stays VRRP's: not ours while VRRP is off.
         assert_eq!(
-            f.to_group(&build(group, vrrp::MULTICAST_MAC), vrrp::MULTICAST_MAC),
+            f.to_group(
+                &build(group, vrrp::MULTICAST_MAC),
+                vrrp::MULTICAST_MAC,
+                &port
+            ),
             Action::Drop(DropReason::NotOurMac)
         );
         // A broken IPv4 header on the group's MAC: dropped for what it is.
         let mut bad = build(group, mac);
         bad[24] ^= 1;
         assert_eq!(
-            f.to_group(&bad, mac),
+            f.to_group(&bad, mac, &port),
             Action::Drop(DropReason::BadIpv4Checksum)
         );
         // Unicast sync needs no group: set without one, the group MAC is not ours.
         let (_publisher, f) = with_sync_port((listen, None));
         assert_eq!(
-            f.to_group(&build(group, mac), mac),
+            f.to_group(&build(group, mac), mac, &port),
             Action::Drop(DropReason::NotOurMac)
         );
     }
