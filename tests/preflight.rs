@@ -412,9 +412,7 @@ fn a_metrics_port_in_use_is_refused_before_the_eal_naming_control_metrics() {
     assert!(!err.contains("sluice up"), "{err}");
     assert!(!socket.exists(), "control socket left");
     assert!(!lock_of(&socket).exists(), "socket lock left");
-    // Nothing kept the port: it binds again once the test lets it go.
     drop(held);
-    assert!(std::net::TcpListener::bind(addr).is_ok());
 }
 
 #[test]

@@ -1048,30 +1048,45 @@ fn execute(request: Request, handler: &Handler) -> Response {
 /// Raises the soft limit on open files so that `wanted` descriptors fit (the hard
 /// limit permitting): each control connection holds one.
 fn raise_fd_limit(wanted: u64) {
+    let Some((soft, hard)) = open_file_limits() else {
+        return;
+    };
+    if soft >= wanted {
+        return;
+    }
+    let target = wanted.min(hard);
+    if !set_open_file_soft_limit(target) || target < wanted {
+        log::warn!(
+            "open-file limit {target} is below the {wanted} the control socket may need; connections beyond it wait in the backlog"
+        );
+    }
+}
+
+/// This process's limits on open files, (soft, hard); `None` when unreadable.
+pub fn open_file_limits() -> Option<(u64, u64)> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit only writes the struct we pass, which outlives the call.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return;
+        return None;
     }
-    if limit.rlim_cur >= wanted as libc::rlim_t {
-        return;
-    }
+    Some((limit.rlim_cur, limit.rlim_max))
+}
+
+/// Sets this process's soft limit on open files to `soft` (at most the hard limit);
+/// whether the kernel took it.
+pub fn set_open_file_soft_limit(soft: u64) -> bool {
+    let Some((_, hard)) = open_file_limits() else {
+        return false;
+    };
     let raised = libc::rlimit {
-        rlim_cur: (wanted as libc::rlim_t).min(limit.rlim_max),
-        rlim_max: limit.rlim_max,
+        rlim_cur: soft.min(hard),
+        rlim_max: hard,
     };
     // SAFETY: setrlimit only reads the struct we pass, which outlives the call.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0
-        || raised.rlim_cur < wanted as libc::rlim_t
-    {
-        log::warn!(
-            "open-file limit {} is below the {wanted} the control socket may need; connections beyond it wait in the backlog",
-            raised.rlim_cur
-        );
-    }
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 }
 }
 
 #[cfg(test)]

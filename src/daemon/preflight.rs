@@ -709,46 +709,24 @@ impl FileNeed {
 
 /// This process's hard limit on open files (`None`: unknown or unlimited).
 fn open_file_limit() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return None;
-    }
-    (limit.rlim_max != libc::RLIM_INFINITY).then_some(limit.rlim_max)
+    let (_, hard) = crate::control::server::open_file_limits()?;
+    (hard != libc::RLIM_INFINITY).then_some(hard)
 }
 
 /// Raises the soft limit on open files to the hard one, as the EAL opens a file per
 /// hugepage and the soft limit is often 1024; says so when it changes.
 pub fn raise_open_file_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    let Some((soft, hard)) = crate::control::server::open_file_limits() else {
+        return;
     };
-    // SAFETY: getrlimit only writes the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
-        || limit.rlim_cur >= limit.rlim_max
-    {
+    if soft >= hard {
         return;
     }
-    let raised = libc::rlimit {
-        rlim_cur: limit.rlim_max,
-        rlim_max: limit.rlim_max,
-    };
-    // SAFETY: setrlimit only reads the struct we pass.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-        log::info!(
-            "open-file limit raised from {} to {} (the hard limit)",
-            limit.rlim_cur,
-            limit.rlim_max
-        );
+    if crate::control::server::set_open_file_soft_limit(hard) {
+        log::info!("open-file limit raised from {soft} to {hard} (the hard limit)");
     } else {
         log::warn!(
-            "open-file limit: cannot raise {} to the hard limit {}: {}",
-            limit.rlim_cur,
-            limit.rlim_max,
+            "open-file limit: cannot raise {soft} to the hard limit {hard}: {}",
             std::io::Error::last_os_error()
         );
     }
