@@ -70,10 +70,7 @@ impl LocalResponder {
         let mut masks = [u32::MAX; MAX_LOCAL_ADDRS];
         for (i, &(addr, prefix_len)) in addrs.iter().enumerate() {
             table[i] = addr;
-            // checked_shl: a /0 would shift by 32.
-            masks[i] = u32::MAX
-                .checked_shl(32 - u32::from(prefix_len.min(32)))
-                .unwrap_or(0);
+            masks[i] = crate::service::acl::mask(prefix_len.min(32));
         }
         LocalResponder {
             mac: MacAddr(mac),
