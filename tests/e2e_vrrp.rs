@@ -19,6 +19,11 @@
 //!    without a defect from an address not in `[vrrp] peers` (dropped by the worker
 //!    as `not_a_peer`); the same advert from the peer is accepted and makes Sluice
 //!    backup (the checks can fail).
+//! 4. keepalived in unicast mode (`unicast_peer` Sluice, which makes it leave
+//!    224.0.0.18 alone) and Sluice with `unicast = true`: Sluice at 50 hears
+//!    keepalived's adverts to its own address and stays backup; Sluice at 150 preempts,
+//!    so keepalived heard Sluice's adverts to its address (with Sluice multicasting
+//!    instead, keepalived keeps the VIP: both master).
 //!
 //! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
 //! integration e2e_vrrp:: -- --nocapture --test-threads 1` (as root).
@@ -82,6 +87,11 @@ fn lab() -> AppLab {
 /// Sluice with one NAT service (VIP:80 -> rs1) and `[vrrp]` at `priority`, keepalived
 /// (rs2's address) its peer.
 fn sluice(lab: &AppLab, priority: u8, advert_interval_ms: u32) -> Daemon {
+    sluice_with(lab, priority, advert_interval_ms, "")
+}
+
+/// [`sluice`] with `extra` lines in `[vrrp]`.
+fn sluice_with(lab: &AppLab, priority: u8, advert_interval_ms: u32, extra: &str) -> Daemon {
     let mut toml = service_section(
         "tcp",
         VIP,
@@ -92,7 +102,7 @@ fn sluice(lab: &AppLab, priority: u8, advert_interval_ms: u32) -> Daemon {
     );
     toml.push_str(&format!(
         "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {advert_interval_ms}\n\
-         peers = [\"{}\"]\n",
+         peers = [\"{}\"]\n{extra}",
         lab.bed.rs_ip(2)
     ));
     lab.daemon(
@@ -109,6 +119,21 @@ struct Keepalived {
 
 impl Keepalived {
     fn start(lab: &AppLab, advert_int: &str) -> Keepalived {
+        Keepalived::start_with(lab, advert_int, "")
+    }
+
+    /// In unicast mode: adverts from rs2's address to Sluice's, and only Sluice's
+    /// count (`unicast_peer` makes keepalived leave 224.0.0.18 alone).
+    fn start_unicast(lab: &AppLab, advert_int: &str) -> Keepalived {
+        let unicast = format!(
+            "  unicast_src_ip {}\n  unicast_peer {{\n    {APPLIANCE}\n  }}\n",
+            lab.bed.rs_ip(2)
+        );
+        Keepalived::start_with(lab, advert_int, &unicast)
+    }
+
+    /// With `extra` lines in its `vrrp_instance`.
+    fn start_with(lab: &AppLab, advert_int: &str, extra: &str) -> Keepalived {
         let dir = lab.dir.path();
         let file = |name: &str| -> PathBuf { dir.join(name) };
         let conf = file("keepalived.conf");
@@ -118,7 +143,7 @@ impl Keepalived {
                 "global_defs {{\n  vrrp_version 3\n  router_id {name}\n}}\n\
                  vrrp_instance VI_1 {{\n  state BACKUP\n  interface {ifname}\n  \
                  virtual_router_id {VRID}\n  priority {PEER_PRIORITY}\n  advert_int {advert_int}\n  \
-                 virtual_ipaddress {{\n    {VIP}/32\n  }}\n}}\n",
+                 virtual_ipaddress {{\n    {VIP}/32\n  }}\n{extra}}}\n",
                 name = lab.bed.name,
                 ifname = lab.bed.rs_if(2),
             ),
@@ -417,6 +442,86 @@ fn sigterm_resigns_and_keepalived_takes_over_after_its_skew() {
         "{}",
         keepalived.log()
     );
+    drop(keepalived);
+}
+
+#[test]
+fn election_both_ways_with_keepalived_in_unicast_mode() {
+    require_root();
+    let lab = lab();
+    let interval_cs = 10; // 100 ms on both sides.
+    let peer_down = master_down(PEER_PRIORITY, interval_cs);
+    let unicast = "unicast = true\n";
+    let rs2 = lab.bed.rs_ip(2);
+
+    // (a) keepalived alone in unicast mode: master, the VIP on rs2.
+    let keepalived = Keepalived::start_unicast(&lab, "0.1");
+    let took = time_until_vip_on_rs2(&lab, true, Instant::now(), Duration::from_secs(10));
+    assert!(took.is_some(), "{}", keepalived.log());
+
+    // (b) Sluice at 50: it hears keepalived's adverts to its own address, so it stays
+    // backup (taking the VIP would mean it heard nothing).
+    let daemon = sluice_with(&lab, 50, 100, unicast);
+    let heard = wait_for(Duration::from_secs(5), POLL, || {
+        let v = daemon.vrrp();
+        (v["master"] == rs2).then_some(v)
+    });
+    let v = heard.unwrap_or_else(|| {
+        panic!(
+            "Sluice never heard keepalived's unicast adverts: {:#}\n{}\n{}",
+            daemon.vrrp(),
+            keepalived.log(),
+            daemon.dump()
+        )
+    });
+    assert_eq!(v["unicast"], true, "{v:#}");
+    std::thread::sleep(peer_down * 3);
+    let v = daemon.vrrp();
+    eprintln!("(b) Sluice at 50 beside keepalived in unicast mode: {v}");
+    assert_eq!(v["state"], "BACKUP", "{v:#}");
+    assert_eq!(stat(&v, "transitions"), 1, "{v:#}");
+    assert!(stat(&v, "adverts_received") >= 5, "{v:#}");
+    assert_eq!(stat(&v, "adverts_rejected"), 0, "{v:#}");
+    assert!(vip_on_rs2(&lab), "{}", keepalived.log());
+    daemon.stop_clean();
+
+    // (c) Sluice at 150 preempts: keepalived hears Sluice's adverts to its address
+    // (it does not listen to 224.0.0.18 in this mode) and gives the VIP up; and it
+    // stays backup, its log free of complaints about them.
+    let ready = Instant::now();
+    let daemon = sluice_with(&lab, 150, 100, unicast);
+    let dropped = time_until_vip_on_rs2(&lab, false, ready, Duration::from_secs(10));
+    let own_down = master_down(150, interval_cs);
+    eprintln!("(c) Sluice at 150: VIP gone from keepalived after {dropped:?} (its master down {own_down:?})");
+    let dropped = dropped.unwrap_or_else(|| {
+        panic!(
+            "keepalived kept the VIP: it never heard Sluice\n{}\n{:#}",
+            keepalived.log(),
+            daemon.vrrp()
+        )
+    });
+    assert!(dropped < own_down + TOLERANCE, "{dropped:?}");
+    let deadline = Instant::now() + peer_down * 3;
+    while Instant::now() < deadline {
+        assert!(
+            !vip_on_rs2(&lab),
+            "keepalived took the VIP back\n{}",
+            keepalived.log()
+        );
+        std::thread::sleep(POLL);
+    }
+    let v = daemon.vrrp();
+    assert_eq!(v["state"], "MASTER", "{v:#}");
+    assert!(stat(&v, "adverts_sent") >= 5, "{v:#}");
+    let log = keepalived.log();
+    assert!(log.contains("Entering BACKUP STATE"), "{log}");
+    for complaint in ["invalid", "checksum", "not a unicast peer"] {
+        assert!(
+            !log.contains(complaint),
+            "{complaint:?} in keepalived's log\n{log}"
+        );
+    }
+    daemon.stop_clean();
     drop(keepalived);
 }
 

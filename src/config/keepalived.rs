@@ -295,6 +295,7 @@ impl Translation {
         let mut preempt = true;
         let mut addresses: Vec<Ipv4Addr> = Vec::new();
         let mut peers: Vec<Ipv4Addr> = Vec::new();
+        let mut source: Option<Ipv4Addr> = None;
         for n in node.children() {
             match (n.keyword(), n.arg(1)) {
                 ("virtual_router_id", Some(v)) => match v.parse::<u8>() {
@@ -343,12 +344,13 @@ impl Translation {
                 ("authentication", _) => {
                     self.note(n, "VRRPv3 (RFC 5798) has no authentication")
                 }
+                ("unicast_src_ip", Some(v)) => match v.parse::<Ipv4Addr>() {
+                    Ok(ip) => source = Some(ip),
+                    Err(_) => self.note(n, "Sluice advertises from an IPv4 address"),
+                },
                 ("unicast_peer", _) => {
-                    self.note(
-                        n,
-                        "the peers are kept as [vrrp] peers, the only senders whose adverts \
-                         count; Sluice still advertises to 224.0.0.18, not to each peer",
-                    );
+                    // [vrrp] peers with `unicast = true`: adverts to each of them, as
+                    // keepalived sends them, and theirs the only ones that count.
                     for p in n.children() {
                         match p.keyword().parse::<Ipv4Addr>() {
                             Ok(ip) if !peers.contains(&ip) => peers.push(ip),
@@ -376,7 +378,10 @@ impl Translation {
             t += "any_peer = true\n";
         } else {
             let list: Vec<String> = peers.iter().map(|a| quote(&a.to_string())).collect();
-            let _ = writeln!(t, "peers = [{}]", list.join(", "));
+            let _ = writeln!(t, "peers = [{}]\nunicast = true", list.join(", "));
+        }
+        if let Some(ip) = source {
+            let _ = writeln!(t, "source = {}", quote(&ip.to_string()));
         }
         if let Some(p) = priority {
             let _ = writeln!(t, "priority = {p}");
@@ -939,10 +944,11 @@ virtual_server 10.1.1.2 80 {
     }
 
     #[test]
-    fn vrrp_peers_come_from_unicast_peer_or_are_opened_to_any_sender_out_loud() {
+    fn vrrp_unicast_peers_are_kept_and_advertised_to_or_any_sender_is_let_in_out_loud() {
         let text = "\
 vrrp_instance VI_1 {
     virtual_router_id 51
+    unicast_src_ip 198.18.0.1
     unicast_peer {
         198.18.0.2
         198.18.0.3
@@ -952,15 +958,16 @@ vrrp_instance VI_1 {
 ";
         let import = import(text, "k.conf").unwrap();
         assert!(
-            import
-                .toml
-                .contains("[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\", \"198.18.0.3\"]\n"),
+            import.toml.contains(
+                "[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\", \"198.18.0.3\"]\nunicast = true\n\
+                 source = \"198.18.0.1\"\n"
+            ),
             "{}",
             import.toml
         );
-        // unicast_peer itself (Sluice still multicasts), and the IPv6 peer.
+        // Only the IPv6 peer has no equivalent.
         let lines: Vec<usize> = import.untranslated.iter().map(|(l, _)| *l).collect();
-        assert_eq!(lines, [3, 6], "{:?}", import.untranslated);
+        assert_eq!(lines, [7], "{:?}", import.untranslated);
         loads(&import.toml);
         // Without unicast_peer keepalived hears anyone on the link: the translation
         // does too, in so many words, and says so.

@@ -381,6 +381,8 @@ pub struct VrrpSettings {
     pub peers: Vec<Ipv4Addr>,
     /// `any_peer = true`: adverts from any sender on the link count (`peers` empty).
     pub any_peer: bool,
+    /// `unicast = true`: adverts go to each of `peers` instead of 224.0.0.18.
+    pub unicast: bool,
 }
 
 /// `[sync]`: sessions sent to and received from peers over UDP, on a kernel interface
@@ -595,6 +597,7 @@ impl Config {
                     v.addresses.clone(),
                     v.peers.clone(),
                     v.any_peer,
+                    v.unicast,
                 )
             })
         };

@@ -137,6 +137,7 @@ const VRRP_KEYS: &[&str] = &[
     "addresses",
     "peers",
     "any_peer",
+    "unicast",
 ];
 const BGP_KEYS: &[&str] = &[
     "include",
@@ -558,6 +559,15 @@ fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
         }
         _ => {}
     }
+    // keepalived's `unicast_peer`: adverts to each peer instead of the group, which a
+    // keepalived in that mode does not join.
+    let unicast = t.or("unicast", false, Field::bool)?;
+    if unicast && any_peer {
+        return Err(t
+            .get("unicast")
+            .expect("read above")
+            .invalid("`unicast = true` sends to `peers`, and `any_peer = true` lists none"));
+    }
     Ok(Some(VrrpSettings {
         vrid,
         priority,
@@ -569,6 +579,7 @@ fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
         })?,
         peers,
         any_peer,
+        unicast,
     }))
 }
 

@@ -2243,6 +2243,12 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
         .unwrap_or_else(|e| panic!("{e}"));
     let any = any.vrrp.unwrap();
     assert_eq!((any.peers, any.any_peer), (Vec::<Ipv4Addr>::new(), true));
+    assert!(!vrrp.unicast && !any.unicast);
+    let unicast = parse(&format!(
+        "{BASE}[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\"]\nunicast = true\n"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(unicast.vrrp.unwrap().unicast);
     let sync = cfg.sync.as_ref().unwrap();
     assert_eq!(sync.peers.len(), 1);
     assert_eq!(
@@ -2389,6 +2395,18 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
         24,
         "vrrp.any_peer",
         "remove one of them",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\nany_peer = true\nunicast = true\n"),
+        24,
+        "vrrp.unicast",
+        "`any_peer = true` lists none",
+    );
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\nunicast = true\n"),
+        21,
+        "vrrp.peers",
+        "VRRP needs the other routers' addresses",
     );
     assert_rejected(
         &format!("{BASE}[vrrp]\nvrid = 1\nsource = \"198.18.0.9\"\npeers = [\"198.18.0.2\"]\n"),

@@ -1083,6 +1083,7 @@ mod ha_tests {
                 ..VrrpStats::default()
             },
             peers: vec!["198.18.0.2".into()],
+            unicast: false,
         };
         let sync = SyncReport {
             listen: "198.19.0.1:8848".into(),

@@ -461,7 +461,7 @@ fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::Vrr
             },
             crate::wire::MacAddr(app.ports[0].mac),
         )
-        .with_peers(&v.peers),
+        .with_peers(&v.peers, v.unicast),
     )
 }
 

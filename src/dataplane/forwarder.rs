@@ -1042,11 +1042,9 @@ impl Forwarder {
                     Action::Drop(DropReason::NotLocal)
                 }
             }
-            PacketKind::OtherIpv4 { dst, .. } => Action::Drop(if owns(dst) {
-                DropReason::UnsupportedProtocol
-            } else {
-                DropReason::NotLocal
-            }),
+            PacketKind::OtherIpv4 { src, dst, protocol } => {
+                self.other_ipv4(src, dst, protocol, owns(dst), port)
+            }
             PacketKind::Tcp { key, flags, .. } => self.l4(&mut pkt, &parsed, key, flags, &cx),
             PacketKind::Udp { key } => self.l4(&mut pkt, &parsed, key, TcpFlags::empty(), &cx),
         };
@@ -1098,6 +1096,42 @@ impl Forwarder {
         }
     }
 
+    /// An IPv4 protocol other than TCP, UDP and ICMP, to `dst` (`owned`: a VIP or an
+    /// address of the port): a VRRP advert to the port (`[vrrp] unicast`,
+    /// keepalived's `unicast_peer`) goes up by the same sender rules as one to the
+    /// group; the rest is not ours to serve.
+    fn other_ipv4(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        protocol: crate::wire::IpProtocol,
+        owned: bool,
+        port: &PortContext,
+    ) -> Action {
+        if protocol == vrrp::PROTOCOL && port.responder.is_local(dst) {
+            self.vrrp_advert(src, port)
+        } else if owned {
+            Action::Drop(DropReason::UnsupportedProtocol)
+        } else {
+            Action::Drop(DropReason::NotLocal)
+        }
+    }
+
+    /// A VRRP advertisement from `src`, to the group or to one of the port's
+    /// addresses: up to the management core when it is a peer's (any sender's with
+    /// `any_peer`), on the link of the port it came in on, too: a host on another
+    /// port's link that forges a peer's address (TTL 255 holds on its own link) must
+    /// not move the election. VRRP off: nobody's.
+    fn vrrp_advert(&self, src: Ipv4Addr, port: &PortContext) -> Action {
+        if self.vrrp.admits(src) && port.responder.on_link(src) {
+            Action::Punt
+        } else if self.vrrp == VrrpSenders::Off {
+            Action::Drop(DropReason::UnsupportedProtocol)
+        } else {
+            Action::Drop(DropReason::NotAPeer)
+        }
+    }
+
     /// Whether `ip` is one of the sync peers (`[sync] port`).
     fn is_sync_peer(&self, ip: Ipv4Addr) -> bool {
         self.sync_peers.binary_search(&ip).is_ok()
@@ -1123,16 +1157,7 @@ impl Forwarder {
                         protocol: crate::wire::vrrp::PROTOCOL,
                     },
                 ..
-            }) if vrrp => {
-                // On the link of the port it came in on, too: a host on another
-                // port's link that forges a peer's address (TTL 255 holds on its own
-                // link) must not move the election.
-                if self.vrrp.admits(src) && port.responder.on_link(src) {
-                    Action::Punt
-                } else {
-                    Action::Drop(DropReason::NotAPeer)
-                }
-            }
+            }) if vrrp => self.vrrp_advert(src, port),
             Ok(Parsed {
                 kind: PacketKind::Udp { key },
                 l3: ethernet::HEADER_LEN,
@@ -1611,6 +1636,58 @@ mod tests {
         assert_eq!(
             f.to_group(&advert_from(peer), mac, &port),
             Action::Drop(DropReason::NotOurMac)
+        );
+    }
+
+    /// An advert to one of the port's addresses (a unicast peer's, keepalived's
+    /// `unicast_peer`) goes up by the same sender rules as one to the group.
+    #[test]
+    fn unicast_vrrp_adverts_to_the_port_go_up_from_the_peers_only() {
+        let (peer, stranger) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3));
+        let (ours, elsewhere) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 50));
+        let responder = lan0_responder();
+        let port = lan0(&responder);
+        let decide = |senders: VrrpSenders, src, dst, protocol| {
+            let (_publisher, mut config) = bare_config();
+            config.vrrp = senders;
+            let f = Forwarder::new(config);
+            f.other_ipv4(src, dst, protocol, responder.is_local(dst), &port)
+        };
+        let peers = || VrrpSenders::Peers(vec![peer]);
+        let v = vrrp::PROTOCOL;
+        assert_eq!(decide(peers(), peer, ours, v), Action::Punt);
+        assert_eq!(
+            decide(peers(), stranger, ours, v),
+            Action::Drop(DropReason::NotAPeer)
+        );
+        assert_eq!(
+            decide(peers(), peer, elsewhere, v),
+            Action::Drop(DropReason::NotLocal)
+        );
+        assert_eq!(decide(VrrpSenders::Any, stranger, ours, v), Action::Punt);
+        // A peer's address from another port's link: forged there.
+        let other = LocalResponder::new([2, 0, 0, 0, 0, 2], &[(Ipv4Addr::new(198, 19, 0, 1), 24)]);
+        let (_publisher, mut config) = bare_config();
+        config.vrrp = peers();
+        assert_eq!(
+            Forwarder::new(config).other_ipv4(
+                peer,
+                Ipv4Addr::new(198, 19, 0, 1),
+                v,
+                true,
+                &lan0(&other)
+            ),
+            Action::Drop(DropReason::NotAPeer)
+        );
+        // VRRP off: protocol 112 is not ours (the kernel's, with an exception path);
+        // nor is another protocol with VRRP on.
+        assert_eq!(
+            decide(VrrpSenders::Off, peer, ours, v),
+            Action::Drop(DropReason::UnsupportedProtocol)
+        );
+        assert_eq!(
+            decide(peers(), peer, ours, crate::wire::IpProtocol(89)),
+            Action::Drop(DropReason::UnsupportedProtocol)
         );
     }
 

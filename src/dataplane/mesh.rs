@@ -53,7 +53,8 @@ pub enum Injected {
     /// group, addressed already.
     SyncDatagram = 2,
     /// Addressed already (VRRP advertisements, gratuitous ARP, ARP requests): worker 0
-    /// only writes the port's MAC as the source.
+    /// only writes the port's MAC as the source. To the zero MAC (a VRRP advert to a
+    /// unicast peer): worker 0 resolves the destination as it does a probe's.
     Addressed = 3,
     /// Written by the kernel to a port's exception interface (`[ports.exception]`):
     /// sent as it is, out of the port the mbuf's port field names.

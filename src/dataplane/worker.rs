@@ -274,8 +274,9 @@ impl Worker {
     /// the first port's MAC and their destination's, or become an ARP request (a
     /// Neighbor Solicitation for an IPv6 probe) for it when unknown (the probe is lost then, and times out; so is the datagram, which
     /// sync tolerates); frames already addressed (VRRP, ARP, sync to a multicast
-    /// group) just get the port's MAC as their source. The source IP is the frame's
-    /// own (any address of the port).
+    /// group) just get the port's MAC as their source; an `Addressed` frame to the
+    /// zero MAC (a VRRP advert to a unicast peer) is resolved as a probe is. The
+    /// source IP is the frame's own (any address of the port).
     fn send_injected(&mut self, out: &mut Burst) {
         let Some(inject) = &self.links.inject else {
             return;
@@ -304,18 +305,20 @@ impl Worker {
             let frame = out.packet_mut(i);
             let to = ethernet::Frame::new_unchecked(&*frame).dst_addr();
             let sent = match kind {
-                Some(Injected::Addressed) => {
+                Some(Injected::Addressed) if to != MacAddr::ZERO => {
                     let _ = crate::forward::dr::forward(frame, to, mac);
                     continue;
                 }
+                // To a neighbour by address only (a unicast VRRP advert).
+                Some(Injected::Addressed) => None,
                 Some(Injected::SyncDatagram) if to != MacAddr::ZERO => {
                     // To a group: addressed already.
                     let _ = crate::forward::dr::forward(frame, to, mac);
                     self.counters.event(Event::SyncFrameSent);
                     continue;
                 }
-                Some(Injected::SyncDatagram) => Event::SyncFrameSent,
-                Some(Injected::HealthProbe) => Event::HealthProbeSent,
+                Some(Injected::SyncDatagram) => Some(Event::SyncFrameSent),
+                Some(Injected::HealthProbe) => Some(Event::HealthProbeSent),
                 Some(Injected::Kernel) => continue,
                 None => {
                     // Only `inject` fills the ring, and it tags every frame.
@@ -335,7 +338,9 @@ impl Worker {
                 };
                 if let Some(peer) = self.forwarder.neighbour6(target) {
                     let _ = crate::forward::dr::forward(frame, peer, mac);
-                    self.counters.event(sent);
+                    if let Some(sent) = sent {
+                        self.counters.event(sent);
+                    }
                     continue;
                 }
                 let solicit = out.set_packet_len(i, SOLICIT_LEN as u16).then(|| {
@@ -369,7 +374,9 @@ impl Worker {
             match self.neighbours.lookup(target) {
                 Some(peer) => {
                     let _ = crate::forward::dr::forward(frame, peer, mac);
-                    self.counters.event(sent);
+                    if let Some(sent) = sent {
+                        self.counters.event(sent);
+                    }
                 }
                 None => {
                     if let Some(len) = crate::wire::arp::write_request(

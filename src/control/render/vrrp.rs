@@ -8,9 +8,10 @@ pub fn render_vrrp(r: &VrrpReport) -> String {
     let master_priority = r
         .master_priority
         .map_or_else(|| "null".to_string(), |p| p.to_string());
-    let peers = match r.peers.is_empty() {
-        true => "any sender (any_peer = true)".to_string(),
-        false => r.peers.join(", "),
+    let peers = match (r.peers.is_empty(), r.unicast) {
+        (true, _) => "any sender (any_peer = true)".to_string(),
+        (false, false) => r.peers.join(", "),
+        (false, true) => format!("{} (adverts sent to each)", r.peers.join(", ")),
     };
     format!(
         "VRRP vrid {} {} (priority {}, advert {} ms, preempt {}) from {} for {:.1}s\n\
@@ -61,6 +62,7 @@ mod tests {
                 transitions: 4,
             },
             peers: vec!["198.18.0.1".into(), "198.18.0.3".into()],
+            unicast: false,
         }
     }
 
@@ -79,6 +81,12 @@ mod tests {
         r.master_priority = None;
         assert!(
             render_vrrp(&r).contains("\nmaster heard: - (priority null)\n"),
+            "{}",
+            render_vrrp(&r)
+        );
+        r.unicast = true;
+        assert!(
+            render_vrrp(&r).contains("\npeers: 198.18.0.1, 198.18.0.3 (adverts sent to each)\n"),
             "{}",
             render_vrrp(&r)
         );

@@ -1,8 +1,8 @@
 //! VRRPv3 on the management core: the state machine of `crate::ha::vrrp::router` fed with
 //! the advertisements the workers hand up and with time, its actions turned into
-//! frames (advertisements to 224.0.0.18, gratuitous ARP for every IPv4 virtual
-//! address and an unsolicited Neighbor Advertisement for every IPv6 one) that worker 0
-//! transmits. While backup, the snapshots say the VIPs are not ours:
+//! frames that worker 0 transmits: advertisements (to 224.0.0.18 or, with `[vrrp]
+//! unicast`, to each peer), a gratuitous ARP for every IPv4 virtual address and an
+//! unsolicited Neighbor Advertisement for every IPv6 one. While backup, the snapshots say the VIPs are not ours:
 //! the workers stop answering ARP and ping for them, so traffic goes to the master.
 use crate::ha::vrrp::router::{Actions, Advert, Event, Router, State, VrrpConfig, RESIGN_PRIORITY};
 use crate::wire::ethernet::{self, EtherType, MacAddr};
@@ -11,6 +11,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VrrpStats {
+    /// Frames: with `[vrrp] unicast`, one per peer per advertisement.
     pub adverts_sent: u64,
     pub adverts_received: u64,
     /// Not for our VRID, wrong TTL, bad checksum or version, truncated.
@@ -60,6 +61,9 @@ pub struct VrrpReport {
     /// true` (a report from a Sluice that predates peers reads empty too).
     #[serde(default)]
     pub peers: Vec<String>,
+    /// `[vrrp] unicast`: adverts go to each peer's address instead of 224.0.0.18.
+    #[serde(default)]
+    pub unicast: bool,
 }
 
 /// A gratuitous ARP for each of `addrs` (a broadcast who-has for the address, from
@@ -111,8 +115,10 @@ pub fn send_unsolicited_adverts(
 pub struct VrrpNode {
     router: Router,
     mac: MacAddr,
-    /// `[vrrp] peers` (the workers filter by them), for the report.
+    /// `[vrrp] peers` (the workers filter by them).
     peers: Vec<Ipv4Addr>,
+    /// Adverts to each of `peers` rather than to the group.
+    unicast: bool,
     last_heard: Option<(Ipv4Addr, u8)>,
     changed_at_ms: u64,
     pub stats: VrrpStats,
@@ -132,6 +138,7 @@ impl VrrpNode {
             router: Router::new(config),
             mac,
             peers: Vec::new(),
+            unicast: false,
             last_heard: None,
             changed_at_ms: 0,
             stats: VrrpStats::default(),
@@ -139,9 +146,13 @@ impl VrrpNode {
     }
 
     /// The same node, reporting `peers` as the only senders whose adverts count (the
-    /// workers drop anyone else's; empty: any sender's).
-    pub fn with_peers(mut self, peers: &[Ipv4Addr]) -> Self {
+    /// workers drop anyone else's; empty: any sender's); with `unicast`, advertising
+    /// to each of them (keepalived's `unicast_peer`) instead of to 224.0.0.18, which a
+    /// keepalived in unicast mode does not listen to. Unicast with no peer would
+    /// advertise to nobody: it stays multicast (the config refuses it anyway).
+    pub fn with_peers(mut self, peers: &[Ipv4Addr], unicast: bool) -> Self {
         self.peers = peers.to_vec();
+        self.unicast = unicast && !peers.is_empty();
         self
     }
 
@@ -218,7 +229,8 @@ impl VrrpNode {
         ))
     }
 
-    /// A frame the workers handed up as VRRP (IPv4 protocol 112 to 224.0.0.18).
+    /// A frame the workers handed up as VRRP (IPv4 protocol 112 from a peer, to
+    /// 224.0.0.18 or to an address of the port).
     pub fn on_frame(
         &mut self,
         frame: &[u8],
@@ -304,6 +316,9 @@ impl VrrpNode {
         )]
     }
 
+    /// One advertisement at `priority` to 224.0.0.18, or with `unicast` one to each
+    /// peer, its destination MAC left zero for worker 0 to resolve (RFC 5798's
+    /// checksum covers the destination address, so each is summed for its own).
     fn send_advert(
         &mut self,
         priority: u8,
@@ -317,31 +332,38 @@ impl VrrpNode {
             max_advert_interval: c.advert_interval_cs,
             addresses: addrs.v4.iter().copied().take(255).collect(),
         };
+        let group = [(vrrp::MULTICAST_MAC, vrrp::MULTICAST_GROUP)];
+        let peers: Vec<(MacAddr, Ipv4Addr)> = match self.unicast {
+            true => self.peers.iter().map(|&p| (MacAddr::ZERO, p)).collect(),
+            false => group.to_vec(),
+        };
         let l3 = ethernet::HEADER_LEN;
         let l4 = l3 + ipv4::MIN_HEADER_LEN;
         let len = l4 + repr.buffer_len();
         let mut frame = vec![0u8; len.max(60)];
-        ethernet::Repr {
-            src_addr: self.mac,
-            dst_addr: vrrp::MULTICAST_MAC,
-            ethertype: EtherType::IPV4,
-        }
-        .emit(&mut ethernet::Frame::new_unchecked(&mut frame[..]));
-        ipv4::Repr {
-            src_addr: c.primary_addr,
-            dst_addr: vrrp::MULTICAST_GROUP,
-            protocol: vrrp::PROTOCOL,
-            payload_len: repr.buffer_len(),
-            ttl: vrrp::TTL,
-        }
-        .emit(&mut ipv4::Packet::new_unchecked(&mut frame[l3..len]));
-        repr.emit(
-            &mut vrrp::Packet::new_unchecked(&mut frame[l4..len]),
-            c.primary_addr,
-            vrrp::MULTICAST_GROUP,
-        );
-        if send(&frame) {
-            self.stats.adverts_sent += 1;
+        for (mac, to) in peers {
+            ethernet::Repr {
+                src_addr: self.mac,
+                dst_addr: mac,
+                ethertype: EtherType::IPV4,
+            }
+            .emit(&mut ethernet::Frame::new_unchecked(&mut frame[..]));
+            ipv4::Repr {
+                src_addr: c.primary_addr,
+                dst_addr: to,
+                protocol: vrrp::PROTOCOL,
+                payload_len: repr.buffer_len(),
+                ttl: vrrp::TTL,
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(&mut frame[l3..len]));
+            repr.emit(
+                &mut vrrp::Packet::new_unchecked(&mut frame[l4..len]),
+                c.primary_addr,
+                to,
+            );
+            if send(&frame) {
+                self.stats.adverts_sent += 1;
+            }
         }
     }
 
@@ -359,6 +381,7 @@ impl VrrpNode {
             since_change_ms: now_ms.saturating_sub(self.changed_at_ms),
             stats: self.stats,
             peers: self.peers.iter().map(Ipv4Addr::to_string).collect(),
+            unicast: self.unicast,
         }
     }
 }
@@ -588,5 +611,60 @@ for h in {nas:?}:
         }
         assert!(took_over);
         assert_eq!(b.stats.unsolicited_nas_sent, 2);
+    }
+
+    /// With `unicast`, each advertisement goes to each peer: to its address, the MAC
+    /// left for worker 0 to resolve, TTL 255, the checksum over that destination; and
+    /// a peer takes it as an advert from the master.
+    #[test]
+    fn unicast_adverts_go_to_each_peer_summed_for_its_address() {
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
+        let peers = [Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3)];
+        let mut a = node(255, 1).with_peers(&peers, true);
+        let mut frames = Vec::new();
+        a.start(0, &vips, &mut |f: &[u8]| {
+            frames.push(f.to_vec());
+            true
+        });
+        let adverts: Vec<&Vec<u8>> = frames.iter().filter(|f| f[12..14] == [8, 0]).collect();
+        assert_eq!(adverts.len(), 2, "{frames:?}");
+        assert_eq!(a.stats.adverts_sent, 2);
+        for (f, &peer) in adverts.iter().zip(&peers) {
+            let eth = ethernet::Frame::new_checked(&f[..]).unwrap();
+            assert_eq!(eth.dst_addr(), MacAddr::ZERO);
+            let ip = ipv4::Packet::new_checked(&f[ethernet::HEADER_LEN..]).unwrap();
+            assert_eq!(
+                (ip.src_addr(), ip.dst_addr(), ip.ttl(), ip.protocol()),
+                (
+                    Ipv4Addr::new(198, 18, 0, 1),
+                    peer,
+                    vrrp::TTL,
+                    vrrp::PROTOCOL
+                )
+            );
+            let body = &f[ethernet::HEADER_LEN + ip.header_len()..][..ip.total_len() as usize - 20];
+            let packet = vrrp::Packet::new_checked(body).unwrap();
+            assert!(packet.verify_checksum(ip.src_addr(), peer));
+            assert!(!packet.verify_checksum(ip.src_addr(), vrrp::MULTICAST_GROUP));
+        }
+        // The gratuitous ARPs still go to everyone.
+        assert!(frames.iter().any(|f| f[..6] == [0xff; 6]), "{frames:?}");
+        let mut b = node(100, 2).with_peers(&[Ipv4Addr::new(198, 18, 0, 1)], true);
+        b.start(0, &vips, &mut |_: &[u8]| true);
+        b.on_frame(adverts[0], 1, &vips, &mut |_: &[u8]| true);
+        assert_eq!((b.stats.adverts_received, b.stats.adverts_rejected), (1, 0));
+        let r = b.report(1);
+        assert_eq!((r.master.as_deref(), r.unicast), (Some("198.18.0.1"), true));
+        // Unicast with no peer would advertise to nobody: it stays with the group.
+        let mut c = node(255, 1).with_peers(&[], true);
+        let mut sent = Vec::new();
+        c.start(0, &vips, &mut |f: &[u8]| {
+            sent.push(f.to_vec());
+            true
+        });
+        assert!(
+            sent.iter().any(|f| f[..6] == vrrp::MULTICAST_MAC.0),
+            "{sent:?}"
+        );
     }
 }
