@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::control::protocol::Request;
 use crate::control::report::{
     AclRuleStatus, AdmissionReport, EventLine, EventsReport, LaddrReport, RealServerStatus,
-    ServiceAdmission, ServiceStatus, ServicesReport, TimeoutsReport,
+    ServiceAdmission, ServiceCounts, ServiceStatus, ServicesReport, TimeoutsReport,
 };
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
@@ -56,6 +56,12 @@ pub struct Services {
     /// they still carry reach their owner worker.
     pub nat_routes: std::collections::HashSet<NatRoute>,
     pub departed_nat: std::collections::HashMap<NatRoute, std::time::Instant>,
+    /// Each service's real servers and sorry server as of the last publish, and
+    /// those removed from it since: the service's counters go on counting them
+    /// ([`ServiceCounts`]). Ids are never reused and the workers' counter slots are
+    /// never freed, so a departed id counts only its own traffic.
+    pub member_ids: std::collections::HashMap<ServiceKey, Vec<u32>>,
+    pub departed_ids: std::collections::HashMap<ServiceKey, Vec<u32>>,
     /// Whether this node answers for the VIPs (false while VRRP makes it a backup).
     pub serving_vips: bool,
     /// VRRP's virtual addresses besides VIPs and local addresses (`[vrrp] addresses`).
@@ -439,7 +445,7 @@ impl Services {
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
                 .map_err(at)?;
         }
-        Ok(Services {
+        let mut services = Services {
             table,
             timeouts: super::timeouts_from_config(cfg),
             generation: 0,
@@ -453,13 +459,17 @@ impl Services {
             evictions: Default::default(),
             nat_routes: Default::default(),
             departed_nat: Default::default(),
+            member_ids: Default::default(),
+            departed_ids: Default::default(),
             serving_vips: cfg.vrrp.is_none(),
             vrrp_addresses: cfg
                 .vrrp
                 .as_ref()
                 .map(|v| v.addresses.clone())
                 .unwrap_or_default(),
-        })
+        };
+        services.note_departed_ids();
+        Ok(services)
     }
 
     /// Whether this request is about services (handled here, not by the stats view).
@@ -748,9 +758,13 @@ impl Services {
                 let s = t
                     .get(service)
                     .ok_or_else(|| ServiceError::NoSuchService(service).to_string())?;
-                for r in &s.real_servers {
+                // The service's counters count all of these.
+                let sorry = s.sorry_server.map(|r| r.id);
+                let departed = self.departed_ids.get(&service).into_iter().flatten();
+                let ids = s.real_servers.iter().map(|r| r.id).chain(sorry);
+                for id in ids.chain(departed.copied()) {
                     for table in counters {
-                        if let Some(c) = table.get(r.id as usize) {
+                        if let Some(c) = table.get(id as usize) {
                             c.zero_traffic();
                         }
                     }
@@ -826,6 +840,7 @@ impl Services {
             .retain(|r, at| !routes.contains(r) && now.duration_since(*at) <= keep);
         self.nat_routes = routes;
         let departed: Vec<NatRoute> = self.departed_nat.keys().copied().collect();
+        self.note_departed_ids();
         let generation = publisher.next_generation();
         let snapshot = Snapshot::build_with(generation, &self.table, &self.health, &departed)
             .with_timeouts(self.timeouts)
@@ -839,6 +854,51 @@ impl Services {
         self.generation = generation;
         self.alert_on_unavailable();
         Ok(())
+    }
+
+    /// Moves the ids that left a service since the last publish to its departed ones;
+    /// a service that is gone takes its departed ids with it (added again, it counts
+    /// from zero, as in IPVS).
+    fn note_departed_ids(&mut self) {
+        let mut members = std::collections::HashMap::new();
+        for s in self.table.services() {
+            let sorry = s.sorry_server.map(|r| r.id);
+            let ids: Vec<u32> = s.real_servers.iter().map(|r| r.id).chain(sorry).collect();
+            if let Some(before) = self.member_ids.get(&s.key) {
+                let gone = before.iter().filter(|id| !ids.contains(id)).copied();
+                self.departed_ids.entry(s.key).or_default().extend(gone);
+            }
+            members.insert(s.key, ids);
+        }
+        self.departed_ids.retain(|k, _| members.contains_key(k));
+        self.member_ids = members;
+    }
+
+    /// Service `s`'s counters: its real servers', its sorry server's and those of the
+    /// real servers it has lost since it was added, summed over the workers.
+    fn service_counts(
+        &self,
+        s: &crate::model::Service,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> ServiceCounts {
+        let sorry = s.sorry_server.map(|r| r.id);
+        let departed = self.departed_ids.get(&s.key).into_iter().flatten().copied();
+        let ids = s
+            .real_servers
+            .iter()
+            .map(|r| r.id)
+            .chain(sorry)
+            .chain(departed);
+        let mut c = ServiceCounts::default();
+        for id in ids {
+            let t = RealServerTotals::sum(counters, id);
+            c.connections += t.connections;
+            c.in_packets += t.in_packets;
+            c.out_packets += t.out_packets;
+            c.in_bytes += t.in_bytes;
+            c.out_bytes += t.out_bytes;
+        }
+        c
     }
 
     /// Seed 004: when every real server of a service weighs 0 (or there is none), new
@@ -1147,6 +1207,7 @@ impl Services {
                         sloppy_tcp: s.sloppy_tcp,
                         synproxy: s.synproxy,
                         admission: self.service_admission(s.key, with_rules),
+                        stats: Some(self.service_counts(s, counters)),
                     }
                 })
                 .collect(),
@@ -1258,6 +1319,106 @@ port = 53
         });
         call(&mut services, &publisher, Request::Clear).unwrap();
         assert!(routed(&publisher).is_empty());
+    }
+
+    /// A service's counters never go backwards while it exists: a removed real
+    /// server's counts stay in them (its sessions may still be counting), as does the
+    /// sorry server's when it is not listed; `-Z` of the service zeroes those too;
+    /// deleted and added again, the service counts from zero.
+    #[test]
+    fn service_counters_keep_removed_real_servers_and_the_sorry_server() {
+        let (mut services, publisher) = setup();
+        let counters = vec![Arc::new(crate::dataplane::realserver_stats::new_table())];
+        let server = |last: u8| {
+            RealServerSpec::new(Ipv4Addr::new(10, 0, 0, last), 8080, 1, ForwardMode::FullNat)
+        };
+        let handle = |services: &mut Services, req: Request| {
+            services.handle(req, &publisher, &counters).unwrap();
+        };
+        handle(
+            &mut services,
+            Request::AddServer {
+                service: http(),
+                server: server(12),
+            },
+        );
+        let sorry = crate::model::SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, 99).into(),
+            port: 8080,
+            mode: ForwardMode::FullNat,
+            inhibit: false,
+        };
+        handle(
+            &mut services,
+            Request::SetSorryServer {
+                service: http(),
+                sorry_server: Some(sorry),
+            },
+        );
+        let s = services.table.get(http()).unwrap();
+        let ids: Vec<u32> = s.real_servers.iter().map(|r| r.id).collect();
+        let sorry_id = s.sorry_server.unwrap().id;
+        // 10.0.0.11: 1 connection, 10.0.0.12: 2, the sorry server 4; each as many
+        // packets times 10 and bytes times 1000.
+        for (id, n) in ids.iter().copied().chain([sorry_id]).zip([1u64, 2, 4]) {
+            let c = &counters[0][id as usize];
+            use std::sync::atomic::Ordering::Relaxed;
+            c.connections.store(n, Relaxed);
+            c.in_packets.store(10 * n, Relaxed);
+            c.out_packets.store(10 * n, Relaxed);
+            c.in_bytes.store(1000 * n, Relaxed);
+            c.out_bytes.store(1000 * n, Relaxed);
+        }
+        let own = |services: &Services| {
+            let report = services.report(&counters, super::super::rates::DEFAULT_WINDOW);
+            let s = report.services.into_iter().find(|s| s.port == 80).unwrap();
+            (s.stats.unwrap(), s.real_servers.len())
+        };
+        let all = ServiceCounts {
+            connections: 7,
+            in_packets: 70,
+            out_packets: 70,
+            in_bytes: 7000,
+            out_bytes: 7000,
+        };
+        // The sorry server is not listed (not in use) and still counts.
+        assert_eq!(own(&services), (all, 2));
+        handle(
+            &mut services,
+            Request::DeleteServer {
+                service: http(),
+                ip: Ipv4Addr::new(10, 0, 0, 12).into(),
+                port: 8080,
+            },
+        );
+        assert_eq!(own(&services), (all, 1), "10.0.0.12 removed");
+        // Its sessions go on counting, on the service.
+        counters[0][ids[1] as usize]
+            .connections
+            .store(3, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(own(&services).0.connections, 8);
+        // The other service is another service's business.
+        let report = services.report(&counters, super::super::rates::DEFAULT_WINDOW);
+        let udp = report.services.iter().find(|s| s.port == 53).unwrap();
+        assert_eq!(udp.stats, Some(ServiceCounts::default()));
+        handle(&mut services, Request::ZeroService { service: http() });
+        assert_eq!(own(&services).0, ServiceCounts::default());
+        counters[0][ids[1] as usize]
+            .connections
+            .store(5, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(own(&services).0.connections, 5);
+        // Deleted and added again: a new service, counting from zero.
+        handle(&mut services, Request::DeleteService { service: http() });
+        handle(
+            &mut services,
+            Request::AddService {
+                service: http(),
+                scheduler: None,
+                persistence: None,
+                sched_flags: None,
+            },
+        );
+        assert_eq!(own(&services), (ServiceCounts::default(), 0));
     }
 
     #[test]

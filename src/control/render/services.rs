@@ -1,7 +1,8 @@
 //! The ipvsadm-style listings as text: `-L` (with `--stats`, `--rate`), `sluicectl
 //! skew`, `-S`, `-L --timeout` and `--get-laddr`.
 use crate::control::report::{
-    LaddrReport, RealServerStatus, ServiceAdmission, ServiceStatus, ServicesReport, TimeoutsReport,
+    LaddrReport, RealServerStatus, ServiceAdmission, ServiceCounts, ServiceStatus, ServicesReport,
+    TimeoutsReport,
 };
 use std::fmt::Write as _;
 
@@ -55,13 +56,21 @@ pub fn render_services(report: &ServicesReport, stats: bool, exact: bool) -> Str
         let local = crate::control::render::endpoint(&s.vip, s.port);
         if stats {
             let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
+            // The service's own, which a removed real server does not take away.
+            let own = s.stats.unwrap_or(ServiceCounts {
+                connections: sum(|r| r.connections),
+                in_packets: sum(|r| r.in_packets),
+                out_packets: sum(|r| r.out_packets),
+                in_bytes: sum(|r| r.in_bytes),
+                out_bytes: sum(|r| r.out_bytes),
+            });
             let _ = write!(out, "{proto:<4} {local:<28}");
             for n in [
-                sum(|r| r.connections),
-                sum(|r| r.in_packets),
-                sum(|r| r.out_packets),
-                sum(|r| r.in_bytes),
-                sum(|r| r.out_bytes),
+                own.connections,
+                own.in_packets,
+                own.out_packets,
+                own.in_bytes,
+                own.out_bytes,
             ] {
                 out += &largenum(n, exact);
             }
@@ -536,6 +545,7 @@ mod tests {
                 admission: None,
                 sorry_server: None,
                 sorry_in_use: false,
+                stats: None,
             }],
         }
     }
@@ -1039,12 +1049,33 @@ mod tests {
         );
     }
 
+    /// The service line shows the service's own counters; a report without them
+    /// (from an older Sluice) sums the listed real servers.
     #[test]
-    fn stats_sum_real_servers_into_the_service_line() {
-        let text = render_services(&report(), true, true);
-        let service = text.lines().find(|l| l.starts_with("TCP")).unwrap();
-        let fields: Vec<&str> = service.split_whitespace().collect();
-        assert_eq!(fields, ["TCP", "198.18.1.1:80", "3", "15", "0", "900", "0"]);
+    fn stats_show_the_service_counters_or_sum_the_real_servers() {
+        let service_line = |r: &ServicesReport| {
+            let text = render_services(r, true, true);
+            let line = text.lines().find(|l| l.starts_with("TCP")).unwrap();
+            line.split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            service_line(&report()),
+            ["TCP", "198.18.1.1:80", "3", "15", "0", "900", "0"]
+        );
+        let mut r = report();
+        r.services[0].stats = Some(ServiceCounts {
+            connections: 5,
+            in_packets: 25,
+            out_packets: 2,
+            in_bytes: 1500,
+            out_bytes: 300,
+        });
+        assert_eq!(
+            service_line(&r),
+            ["TCP", "198.18.1.1:80", "5", "25", "2", "1500", "300"]
+        );
     }
 }
 

@@ -61,6 +61,22 @@ pub struct ServiceStatus {
     /// Whether the sorry server takes the new connections (no real server can).
     #[serde(default)]
     pub sorry_in_use: bool,
+    /// The service's own counters (`-Ln --stats`'s service line). None in a report
+    /// from a Sluice that predates them: the listed real servers' sum then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<ServiceCounts>,
+}
+
+/// A service's counters as IPVS keeps them: never backwards while the service exists.
+/// They count its real servers, those removed from it since it was added (their
+/// sessions may still be carrying traffic), and its sorry server, listed or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceCounts {
+    pub connections: u64,
+    pub in_packets: u64,
+    pub out_packets: u64,
+    pub in_bytes: u64,
+    pub out_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
