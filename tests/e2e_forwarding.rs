@@ -13,6 +13,8 @@
 //! - UDP session expiry: with `[timeouts] udp = 2` and `tick_ms = 10` the sessions of a
 //!   UDP exchange disappear within a bounded wait (not before the timeout), the real
 //!   servers' counts return to 0, and a new datagram makes a new session.
+//! - A real server's new MAC (set without a gratuitous ARP): unreachable at once,
+//!   reached again within 30 s (+5) of its last confirmation, when Sluice asks anew.
 //!
 //! Run: `cargo test --release --test integration e2e_forwarding::` (as root).
 
@@ -435,6 +437,90 @@ fn nat_rr_and_wrr_spread_300_connections_and_keep_the_client_address() {
     lab.assert_no_checksum_errors();
     let status = daemon.status();
     assert_eq!(drop_count(&status, "tx_full"), 0, "{status:#}");
+    stop(daemon);
+}
+
+/// A real server whose MAC changes without a gratuitous ARP (Linux sends none when
+/// its address is set): connections to it fail at once, since Sluice's entry still
+/// holds the old MAC, and go through again once worker 0 has asked for the real
+/// server anew, within `NEIGHBOUR_RECHECK_S` (30 s) of the entry's last confirmation.
+/// The real server is given Sluice's MAC for good first, so it never ARPs for Sluice
+/// itself (which would tell Sluice the new MAC without the recheck).
+#[test]
+fn a_real_server_that_changes_its_mac_is_reached_again_after_the_recheck() {
+    require_root();
+    const RECHECK: Duration = Duration::from_secs(30);
+    let mut lab = AppLab::new(1);
+    lab.bed.configure("client-addr", &[NAT_CLIENT, NAT_GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers(&[format!("0.0.0.0:{NAT_HTTP_PORT}")], &[]);
+    let rs = lab.bed.rs_ip(1).to_string();
+    let toml = service_toml(
+        "tcp",
+        NAT_VIP_RR,
+        80,
+        "rr",
+        &[(rs.as_str(), NAT_HTTP_PORT, 1, "nat")],
+    );
+    let addrs = nat_addresses();
+    let daemon = lab.daemon(&[&addrs[0], &addrs[1]], toml);
+    // The real server pings Sluice, which learns (confirms) its MAC now.
+    lab.prewarm(&daemon, NAT_GATEWAY);
+    let confirmed = Instant::now();
+    let url = format!("http://{NAT_VIP_RR}/");
+    let batch = lab.curl(&url, 3, 1, &[]);
+    assert_eq!(batch["ok"], 3, "{batch}\n{}", diagnostics(&lab));
+
+    let (ns, ifname, t) = (lab.bed.rs_ns(1), lab.bed.rs_if(1), Duration::from_secs(10));
+    let lb_mac = lab.bed.lb_mac().to_lowercase();
+    for cmd in [
+        vec![
+            "ip",
+            "link",
+            "set",
+            "dev",
+            ifname,
+            "address",
+            "02:53:4c:99:00:01",
+        ],
+        vec![
+            "ip",
+            "neigh",
+            "replace",
+            APPLIANCE,
+            "lladdr",
+            &lb_mac,
+            "nud",
+            "permanent",
+            "dev",
+            ifname,
+        ],
+    ] {
+        lab.bed.exec(ns, &cmd, t).expect_success(&cmd.join(" "));
+    }
+    let once = || lab.curl(&url, 1, 1, &["--max-time", "2"])["ok"] == 1;
+    assert!(
+        !once(),
+        "reached at the new MAC at once: the test shows nothing"
+    );
+    let reached = wait_for(
+        RECHECK + Duration::from_secs(10),
+        Duration::from_millis(500),
+        || once().then(|| confirmed.elapsed()),
+    );
+    eprintln!("the real server's new MAC reached {reached:?} after its last confirmation");
+    let reached = reached.unwrap_or_else(|| {
+        panic!(
+            "never reached at its new MAC\n{}\n{}",
+            diagnostics(&lab),
+            daemon.dump()
+        )
+    });
+    // Asked once the entry is RECHECK old, at the next second's round, plus the
+    // curl that saw it.
+    assert!(reached < RECHECK + Duration::from_secs(5), "{reached:?}");
+    let batch = lab.curl(&url, 5, 1, &[]);
+    assert_eq!(batch["ok"], 5, "{batch}\n{}", diagnostics(&lab));
     stop(daemon);
 }
 

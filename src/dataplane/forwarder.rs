@@ -61,6 +61,12 @@ use std::sync::Arc;
 const EXPIRY_BUDGET: usize = 64;
 /// Slots of the ARP-request rate limiter (direct-mapped by address).
 const ARP_LIMITER_SLOTS: usize = 64;
+/// A real server's neighbour entry not confirmed for this long is asked for again
+/// (an ARP request or Neighbor Solicitation, to everyone), so a MAC that changed
+/// without a gratuitous ARP is found within about this time. Linux holds an entry
+/// reachable for 15 to 45 s before checking it. One request per real server per
+/// period: 1,000 real servers cost about 33 a second.
+pub const NEIGHBOUR_RECHECK_S: u64 = 30;
 
 /// What the port a frame arrived on looks like to the forwarder.
 pub struct PortContext<'a> {
@@ -167,6 +173,8 @@ pub struct Forwarder {
     /// (address, TSC of the last ARP request we sent for it).
     arp_sent: [(u32, u64); ARP_LIMITER_SLOTS],
     arp_interval_tsc: u64,
+    /// [`NEIGHBOUR_RECHECK_S`] in TSC cycles.
+    neighbour_recheck_tsc: u64,
     ip_ident: u16,
     snapshot_changed: bool,
     /// An IPv6 packet found its next hop unresolved: solicit at the next poll.
@@ -607,6 +615,7 @@ impl Forwarder {
             arp_sent: [(0, 0); ARP_LIMITER_SLOTS],
             // At most ten ARP requests a second per unresolved address.
             arp_interval_tsc: tsc_hz / 10,
+            neighbour_recheck_tsc: tsc_hz * NEIGHBOUR_RECHECK_S,
             ip_ident: 0,
             // The first poll resolves the real servers of the initial snapshot.
             snapshot_changed: true,
@@ -712,12 +721,15 @@ impl Forwarder {
 
     /// Calls `send` for each real server of the current snapshot whose MAC is not
     /// known yet (at most ten times a second per address), so the first client packet
-    /// towards it usually finds it resolved. Runs once per second and on every new
-    /// snapshot, never per packet.
+    /// towards it usually finds it resolved; with `recheck` (one worker does it: the
+    /// answers are shared when they change anything), also for each whose entry was
+    /// not confirmed for [`NEIGHBOUR_RECHECK_S`] (`NeighbourTable::recheck_due`). Runs
+    /// once per second and on every new snapshot, never per packet.
     pub fn resolve_real_servers(
         &mut self,
-        neighbours: &NeighbourTable,
+        neighbours: &mut NeighbourTable,
         now_tsc: u64,
+        recheck: bool,
         mut send: impl FnMut(Ipv4Addr),
     ) {
         let snap = self.snapshot.current();
@@ -727,6 +739,9 @@ impl Forwarder {
             IpAddr::V6(_) => None,
         }) {
             if neighbours.lookup(ip).is_some() {
+                if recheck && neighbours.recheck_due(ip, now_tsc, self.neighbour_recheck_tsc) {
+                    send(ip);
+                }
                 continue;
             }
             let slot = &mut self.arp_sent[limiter_slot(ip)];
@@ -1637,6 +1652,50 @@ mod tests {
             f.to_group(&advert_from(peer), mac, &port),
             Action::Drop(DropReason::NotOurMac)
         );
+    }
+
+    /// Real servers are ARPed for while unknown, and, by the worker that rechecks,
+    /// again once their entry was not confirmed for `NEIGHBOUR_RECHECK_S`.
+    #[test]
+    fn real_servers_are_resolved_and_rechecked_after_the_recheck_age() {
+        let mut table = crate::service::ServiceTable::new();
+        let key = crate::model::ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80);
+        table
+            .add_service(key, crate::model::SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = Ipv4Addr::new(198, 18, 0, 11);
+        let spec = crate::model::RealServerSpec::new(rs, 80, 1, ForwardMode::Dr);
+        table.add_server(key, spec).unwrap();
+        let (publisher, mut config) = bare_config();
+        publisher
+            .publish(crate::service::Snapshot::build(2, &table))
+            .unwrap();
+        config.snapshot = publisher.reader();
+        let mut f = Forwarder::new(config);
+        let hz: u64 = 1_000_000_000;
+        let age = NEIGHBOUR_RECHECK_S * hz;
+        let mut neighbours = NeighbourTable::with_capacity(16);
+        let asked = |f: &mut Forwarder, n: &mut NeighbourTable, now: u64, recheck: bool| {
+            let mut sent = Vec::new();
+            f.resolve_real_servers(n, now, recheck, |ip| sent.push(ip));
+            sent
+        };
+        assert_eq!(asked(&mut f, &mut neighbours, 1, true), [rs], "unknown");
+        neighbours.learn(rs, MacAddr([2, 0, 0, 0, 0, 11]), 2);
+        assert!(asked(&mut f, &mut neighbours, 2 + age, true).is_empty());
+        assert!(
+            asked(&mut f, &mut neighbours, 3 + age, false).is_empty(),
+            "not the worker that rechecks"
+        );
+        assert_eq!(asked(&mut f, &mut neighbours, 3 + age, true), [rs]);
+        assert!(
+            asked(&mut f, &mut neighbours, 4 + age, true).is_empty(),
+            "asked already"
+        );
+        // The answer carries the new MAC and restarts the age.
+        neighbours.learn(rs, MacAddr([2, 0, 0, 0, 0, 12]), 5 + age);
+        assert!(asked(&mut f, &mut neighbours, 5 + 2 * age, true).is_empty());
+        assert_eq!(asked(&mut f, &mut neighbours, 6 + 2 * age, true), [rs]);
     }
 
     /// An advert to one of the port's addresses (a unicast peer's, keepalived's

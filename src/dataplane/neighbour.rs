@@ -67,6 +67,8 @@ pub struct Neighbour<A = Ipv4Addr> {
 struct Slot<A> {
     occupied: bool,
     neighbour: Neighbour<A>,
+    /// TSC when [`NeighbourTable::recheck_due`] last said to ask again (0: never).
+    rechecked_tsc: u64,
 }
 
 impl<A: NeighbourAddr> Slot<A> {
@@ -77,6 +79,7 @@ impl<A: NeighbourAddr> Slot<A> {
             mac: MacAddr::ZERO,
             updated_tsc: 0,
         },
+        rechecked_tsc: 0,
     };
 }
 
@@ -216,10 +219,33 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
                 mac,
                 updated_tsc: now_tsc,
             },
+            rechecked_tsc: 0,
         };
         self.len += 1;
         self.learned_total += 1;
         Learn::Inserted
+    }
+
+    /// Whether to ask for `ip` again: its entry has been neither learned, confirmed
+    /// nor asked about for more than `age_tsc` (then it counts as asked from now on).
+    /// An address with no entry is never due: resolving it is the caller's other job.
+    ///
+    /// Entries are only ever replaced by what the neighbour itself sends, so a host
+    /// that changes its MAC without a gratuitous ARP (a rebuilt VM, a swapped NIC;
+    /// Linux sends none by default) would keep getting frames at its old MAC, health
+    /// probes included, for as long as the process runs. Asking again finds the new
+    /// MAC, and the answer replaces the entry.
+    pub fn recheck_due(&mut self, ip: A, now_tsc: u64, age_tsc: u64) -> bool {
+        let (index, true) = self.probe(ip) else {
+            return false;
+        };
+        let slot = &mut self.slots[index];
+        let last = slot.neighbour.updated_tsc.max(slot.rechecked_tsc);
+        if now_tsc.saturating_sub(last) <= age_tsc {
+            return false;
+        }
+        slot.rechecked_tsc = now_tsc;
+        true
     }
 
     /// How many entries were inserted or changed so far.
@@ -555,5 +581,32 @@ mod tests {
             "entries of nets 0..=2 are too old"
         );
         assert_eq!(table.len(), 16);
+    }
+
+    /// An entry is asked about again once neither an answer nor a question touched
+    /// it for the age; then not again for another age, unless an answer came.
+    #[test]
+    fn recheck_is_due_once_per_age_since_the_last_answer_or_question() {
+        let mut table = NeighbourTable::with_capacity(4);
+        let ip = Ipv4Addr::new(10, 0, 0, 1);
+        assert!(
+            !table.recheck_due(ip, 1_000, 10),
+            "no entry: nothing to recheck"
+        );
+        table.learn(ip, mac(1), 100);
+        assert!(!table.recheck_due(ip, 110, 10));
+        assert!(table.recheck_due(ip, 111, 10));
+        assert!(!table.recheck_due(ip, 112, 10), "asked at 111");
+        assert!(!table.recheck_due(ip, 121, 10));
+        assert!(table.recheck_due(ip, 122, 10), "no answer: asked again");
+        // The answer (the same MAC, or a new one) restarts the age.
+        assert_eq!(table.learn(ip, mac(2), 125), Learn::Updated);
+        assert!(!table.recheck_due(ip, 135, 10));
+        assert!(table.recheck_due(ip, 136, 10));
+        // Moved by another entry's removal: the mark moves with it.
+        let other = Ipv4Addr::new(10, 0, 0, 2);
+        table.learn(other, mac(3), 136);
+        table.remove(other);
+        assert!(!table.recheck_due(ip, 140, 10));
     }
 }

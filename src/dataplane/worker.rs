@@ -462,20 +462,25 @@ impl Worker {
         };
         let mut out = Burst::new();
         let (pool, mac, addr) = (&self.pool, port.responder.mac(), port.addr);
+        // Worker 0 rechecks known ones: a NIC hands it the ARP answers, and the
+        // health probes leave from it.
+        let recheck = self.id == 0;
         self.forwarder
-            .resolve_real_servers(&self.neighbours, now, |target| {
+            .resolve_real_servers(&mut self.neighbours, now, recheck, |target| {
                 push_arp_request(&mut out, pool, mac, addr, target);
             });
         // IPv6 real servers are solicited from the port's IPv6 address that shares
         // the longest prefix with them (the one on their link).
         let addrs6 = port.responder.addrs6();
         if !addrs6.is_empty() {
-            self.forwarder.resolve_real_servers_v6(now, |target| {
-                let common = |a: &Ipv6Addr| (u128::from(*a) ^ u128::from(target)).leading_zeros();
-                if let Some(&src) = addrs6.iter().max_by_key(|a| common(a)) {
-                    push_solicit(&mut out, pool, mac, src, target);
-                }
-            });
+            self.forwarder
+                .resolve_real_servers_v6(now, recheck, |target| {
+                    let common =
+                        |a: &Ipv6Addr| (u128::from(*a) ^ u128::from(target)).leading_zeros();
+                    if let Some(&src) = addrs6.iter().max_by_key(|a| common(a)) {
+                        push_solicit(&mut out, pool, mac, src, target);
+                    }
+                });
         }
         let tap = (&self.links.capture, 0, now);
         transmit_all(port, &mut out, &self.counters, tap);

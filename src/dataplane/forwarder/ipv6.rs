@@ -601,8 +601,14 @@ impl Forwarder {
     }
 
     /// Calls `send` for each IPv6 real server of the current snapshot whose MAC is
-    /// not known yet, at most ten times a second per address.
-    pub fn resolve_real_servers_v6(&mut self, now_tsc: u64, mut send: impl FnMut(Ipv6Addr)) {
+    /// not known yet, at most ten times a second per address; with `recheck`, also for
+    /// each whose entry was not confirmed for `NEIGHBOUR_RECHECK_S` (as the IPv4 ones).
+    pub fn resolve_real_servers_v6(
+        &mut self,
+        now_tsc: u64,
+        recheck: bool,
+        mut send: impl FnMut(Ipv6Addr),
+    ) {
         let snap = self.snapshot.current();
         let servers = snap.services().iter().flat_map(|s| s.real_servers.iter());
         for ip in servers.filter_map(|rs| match rs.ip {
@@ -610,6 +616,10 @@ impl Forwarder {
             std::net::IpAddr::V4(_) => None,
         }) {
             if self.neighbours6.lookup(ip).is_some() {
+                let age = self.neighbour_recheck_tsc;
+                if recheck && self.neighbours6.recheck_due(ip, now_tsc, age) {
+                    send(ip);
+                }
                 continue;
             }
             let folded = fold_ipv6(ip);
