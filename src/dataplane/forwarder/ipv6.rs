@@ -89,6 +89,7 @@ impl Forwarder {
             return Some(Action::Drop(DropReason::BadIpv6Header));
         }
         let found = self.sessions6.lookup(&key, self.now_tick);
+        let found = self.unless_reopened_v6(found, flags);
         let (id, dir) = match found {
             Some(hit) => hit,
             None => {
@@ -659,10 +660,63 @@ impl Forwarder {
         });
     }
 
+    /// What the lookup `found`, unless the packet is a SYN on the client key of a
+    /// connection that is over, or of one whose real server has been evicted or
+    /// removed: the session is retired and the packet is a miss, scheduled afresh, as
+    /// for IPv4 (`unless_reopened`).
+    #[inline]
+    fn unless_reopened_v6(
+        &mut self,
+        found: Option<(u32, Direction)>,
+        flags: TcpFlags,
+    ) -> Option<(u32, Direction)> {
+        if let Some((id, Direction::Inbound | Direction::InputOnly)) = found {
+            if super::miss::opens_connection(flags)
+                && self.sessions6.get(id).is_some_and(|s| {
+                    reusable_for_new_connection6(s)
+                        || !self.snapshot.current().keeps_real_server(s.real)
+                })
+            {
+                self.retire_v6(id);
+                return None;
+            }
+        }
+        found
+    }
+
+    /// Removes IPv6 session `id` before its time, with an expired one's bookkeeping.
+    fn retire_v6(&mut self, id: u32) {
+        let Some(s) = self.sessions6.remove(id) else {
+            return;
+        };
+        let now_ms = self.ts_clock.now_ms();
+        super::extend_template6(
+            &self.persist,
+            self.snapshot.current(),
+            &s,
+            self.now_tick,
+            self.ticks_per_second,
+        );
+        forget_v6(&self.real_servers, &s);
+        release_nat64_port(&mut self.pools, &s, now_ms);
+        self.load_changed(s.real);
+    }
+
     /// This worker's IPv6 sessions (for listings and checks, not per packet).
     pub fn sessions6(&self) -> &crate::session::table6::SessionTable6 {
         &self.sessions6
     }
+}
+
+/// [`super::miss::reusable_for_new_connection`] for an IPv6 session.
+#[inline]
+fn reusable_for_new_connection6(s: &Session6) -> bool {
+    s.proto == Protocol::Tcp
+        && match s.state() {
+            TcpState::TimeWait | TcpState::Close => true,
+            TcpState::FinWait => s.no_output(),
+            _ => false,
+        }
 }
 
 /// Addresses a rewritten frame to `next_hop` from the port.
@@ -781,6 +835,81 @@ mod tests {
             RssView::default_spread(2, queue),
         );
         (publisher, Forwarder::new(config))
+    }
+
+    /// As for IPv4: a SYN on the session of an evicted or removed real server, or on
+    /// one whose connection is over, retires it and is a miss; every other segment
+    /// stays with the session.
+    #[test]
+    fn a_syn_on_a_session_of_an_evicted_server_or_an_ended_one_opens_anew() {
+        let mut kept = None;
+        let (publisher, mut f) = worker_with(0, |t| kept = Some(t.clone()));
+        let mut table = kept.unwrap();
+        let vip: Ipv6Addr = VIP.parse().unwrap();
+        let nat = ServiceKey::new(Protocol::Tcp, vip, 81);
+        let real = table.get(nat).unwrap().real_servers[0].id;
+        let service = f.snapshot.current().find_index(&nat).unwrap() as u32;
+        let key = FlowKey6 {
+            src: "2001:db8:2::7".parse().unwrap(),
+            dst: vip,
+            sport: 40000,
+            dport: 81,
+            proto: Protocol::Tcp,
+        };
+        let open = |f: &mut Forwarder, state: TcpState| {
+            let s = Session6::new(
+                &key,
+                ForwardMode::Nat,
+                service,
+                real,
+                REAL.parse().unwrap(),
+                9090,
+            )
+            .synced(state, false);
+            f.sessions6.insert(s, 0, 100, |_| {}).unwrap();
+            f.sessions6.lookup(&key, 0)
+        };
+        let publish = |f: &mut Forwarder, table: &ServiceTable, evicted: &[u32]| {
+            let health = crate::service::HealthOverlay {
+                evicted: evicted.iter().copied().collect(),
+                ..Default::default()
+            };
+            let generation = publisher.next_generation();
+            publisher
+                .publish(Snapshot::build_with(generation, table, &health, &[]))
+                .unwrap();
+            f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        };
+        let found = open(&mut f, TcpState::SynRecv);
+        assert!(found.is_some());
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), found);
+        publish(&mut f, &table, &[real]);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::ACK), found);
+        assert_eq!(
+            f.unless_reopened_v6(found, TcpFlags::SYN | TcpFlags::ACK),
+            found
+        );
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), None);
+        assert_eq!(
+            f.sessions6.lookup(&key, 0),
+            None,
+            "the old session is retired"
+        );
+        // Restored: a SYN on an ended connection (TIME_WAIT) opens anew too.
+        publish(&mut f, &table, &[]);
+        let found = open(&mut f, TcpState::Established);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), found);
+        f.sessions6.remove(found.unwrap().0);
+        let found = open(&mut f, TcpState::TimeWait);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), None);
+        // Removed from the table: the same.
+        let found = open(&mut f, TcpState::SynRecv);
+        table
+            .delete_server(nat, REAL.parse::<Ipv6Addr>().unwrap().into(), 9090)
+            .unwrap();
+        publish(&mut f, &table, &[]);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), None);
+        assert_eq!(f.sessions6.lookup(&key, 0), None);
     }
 
     #[test]

@@ -226,7 +226,7 @@ fn may_be_client(
 
 /// A TCP segment that opens a connection: SYN without ACK or RST.
 #[inline]
-fn opens_connection(flags: TcpFlags) -> bool {
+pub(super) fn opens_connection(flags: TcpFlags) -> bool {
     flags.contains(TcpFlags::SYN) && !flags.intersects(TcpFlags::ACK | TcpFlags::RST)
 }
 
