@@ -88,6 +88,7 @@ struct Appliance {
     /// The management core's ends of the inject and punt rings.
     inject: RingProducer,
     punted: RingConsumer,
+    vrrp_punted: RingConsumer,
     /// Each worker's inbox, and worker 0's end of the inject ring, until the workers
     /// take them at launch.
     worker_inboxes: Vec<Option<RingConsumer>>,
@@ -675,6 +676,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         mesh: Arc::new(mesh),
         inject: ends.inject_in,
         punted: ends.punted,
+        vrrp_punted: ends.vrrp_punted,
         worker_inboxes: ends.redirect_inboxes.into_iter().map(Some).collect(),
         inject_out: Some(ends.inject_out),
         queues: queue_view,
@@ -693,6 +695,7 @@ impl Appliance {
             pool: &self.pool,
             inject: &self.inject,
             punted: &self.punted,
+            vrrp_punted: &self.vrrp_punted,
         }
     }
 }
@@ -1279,31 +1282,40 @@ impl Registry {
             master: self.vrrp.as_ref().is_some_and(|v| v.serving()),
             timeouts: self.services.timeouts,
         };
-        // Bounded: at most a ring's worth per tick.
-        for _ in 0..(plane.mesh.management_ring_size() as usize / crate::dpdk::BURST_SIZE) {
-            if plane.punted.dequeue(&mut answers) == 0 {
-                break;
-            }
-            for i in 0..answers.len() {
-                let frame = answers.packet(i);
-                let ip_protocol = (frame.len() > 23 && frame[12..14] == [0x08, 0x00])
-                    .then(|| crate::wire::IpProtocol(frame[23]));
-                match (&mut self.vrrp, &mut self.sync) {
-                    (Some(node), _) if ip_protocol == Some(crate::wire::vrrp::PROTOCOL) => {
-                        let addrs = self.services.virtual_addresses();
-                        for line in node.on_frame(frame, now_ms, &addrs, &mut send_vrrp) {
-                            self.services.record(line);
-                        }
-                    }
-                    // Sync over a DPDK port: the workers hand up UDP to the listen
-                    // address or the group only (probe answers are TCP).
-                    (_, Some((node, _))) if ip_protocol == Some(crate::wire::IpProtocol::UDP) => {
-                        node.on_frame(frame, &self.services.table, plane.mesh, when);
-                    }
-                    _ => events.extend(self.health.on_frame(frame, now_ms, &mut send_probe)),
+        // VRRP's own ring first, whatever waits on the other; then at most a ring's
+        // worth of the other per tick.
+        let rings = [
+            (plane.vrrp_punted, crate::dataplane::mesh::VRRP_RING_SIZE),
+            (plane.punted, plane.mesh.management_ring_size()),
+        ];
+        for (ring, size) in rings {
+            for _ in 0..(size as usize).div_ceil(crate::dpdk::BURST_SIZE) {
+                if ring.dequeue(&mut answers) == 0 {
+                    break;
                 }
+                for i in 0..answers.len() {
+                    let frame = answers.packet(i);
+                    let ip_protocol = (frame.len() > 23 && frame[12..14] == [0x08, 0x00])
+                        .then(|| crate::wire::IpProtocol(frame[23]));
+                    match (&mut self.vrrp, &mut self.sync) {
+                        (Some(node), _) if crate::wire::vrrp::carries_vrrp(frame) => {
+                            let addrs = self.services.virtual_addresses();
+                            for line in node.on_frame(frame, now_ms, &addrs, &mut send_vrrp) {
+                                self.services.record(line);
+                            }
+                        }
+                        // Sync over a DPDK port: the workers hand up UDP to the listen
+                        // address or the group only (probe answers are TCP).
+                        (_, Some((node, _)))
+                            if ip_protocol == Some(crate::wire::IpProtocol::UDP) =>
+                        {
+                            node.on_frame(frame, &self.services.table, plane.mesh, when);
+                        }
+                        _ => events.extend(self.health.on_frame(frame, now_ms, &mut send_probe)),
+                    }
+                }
+                answers.free_all();
             }
-            answers.free_all();
         }
         let counters = &self.real_servers;
         let (more, _) = self.health.tick(

@@ -60,6 +60,8 @@ pub struct Plane<'a> {
     pub pool: &'a Mempool,
     pub inject: &'a RingProducer,
     pub punted: &'a RingConsumer,
+    /// The VRRP advertisements the workers punted, on their own ring.
+    pub vrrp_punted: &'a RingConsumer,
 }
 
 /// The kernel sockets of sync without `[sync] port`: the one bound to `listen`, and

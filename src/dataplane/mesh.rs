@@ -33,6 +33,11 @@ pub const INSTALL_INBOX: usize = 8192;
 /// Frames in flight on the inject and punt rings (health probes and their answers,
 /// VRRP).
 pub const HEALTH_RING_SIZE: u32 = 1024;
+/// VRRP advertisements handed up on a ring of their own, so that nothing else the
+/// workers hand up (a flood of forged probe answers, a burst of sync datagrams) can
+/// crowd them out and make a master look dead. Adverts come at most every 10 ms per
+/// peer; the management core drains the ring first, every tick.
+pub const VRRP_RING_SIZE: u32 = 64;
 /// The same rings when session sync also travels through them (`[sync] port`): at
 /// ~26k sync datagrams/s (measured at 343k new connections/s), 130 per 5 ms
 /// management tick each way, 4096 slots are ~150 ms of them (1024 would be ~40 ms,
@@ -84,6 +89,8 @@ pub struct Mesh {
     neighbours6: NeighbourInboxes<Ipv6Addr>,
     /// Frames for the management core.
     punt: SharedProducer,
+    /// VRRP advertisements for the management core.
+    vrrp_punt: SharedProducer,
     management_ring_size: u32,
     /// Session sync: records from the peer, for the worker that will own each session.
     installs: Vec<ArrayQueue<crate::session::replication::RecordRepr>>,
@@ -99,6 +106,8 @@ pub struct MeshEnds {
     pub inject_in: RingProducer,
     /// What the workers punted, for the management core.
     pub punted: RingConsumer,
+    /// The VRRP advertisements the workers punted.
+    pub vrrp_punted: RingConsumer,
 }
 
 impl Mesh {
@@ -121,6 +130,8 @@ impl Mesh {
         let (inject_in, inject_out) =
             PacketRing::single_producer(&format!("{name}_inject"), ring_size)?;
         let (punt, punted) = PacketRing::multi_producer(&format!("{name}_punt"), ring_size)?;
+        let (vrrp_punt, vrrp_punted) =
+            PacketRing::multi_producer(&format!("{name}_vrrp"), VRRP_RING_SIZE)?;
         Ok((
             Mesh {
                 redirect,
@@ -130,6 +141,7 @@ impl Mesh {
                     .map(|_| ArrayQueue::new(INSTALL_INBOX))
                     .collect(),
                 punt,
+                vrrp_punt,
                 management_ring_size: ring_size,
             },
             MeshEnds {
@@ -137,6 +149,7 @@ impl Mesh {
                 inject_out,
                 inject_in,
                 punted,
+                vrrp_punted,
             },
         ))
     }
@@ -167,6 +180,11 @@ impl Mesh {
     /// Where a worker hands frames up to the management core.
     pub fn punt(&self) -> &SharedProducer {
         &self.punt
+    }
+
+    /// Where a worker hands VRRP advertisements up ([`VRRP_RING_SIZE`]).
+    pub fn vrrp_punt(&self) -> &SharedProducer {
+        &self.vrrp_punt
     }
 
     /// Slots of the inject and punt rings.

@@ -653,8 +653,10 @@ fn transmit_all(
 struct Outbox {
     /// Per destination worker, by worker id.
     redirect: Vec<Burst>,
-    /// Frames for the management core (probe answers, VRRP, sync).
+    /// Frames for the management core (probe answers, sync).
     punt: Burst,
+    /// VRRP advertisements, on their own ring.
+    vrrp: Burst,
 }
 
 impl Outbox {
@@ -662,6 +664,7 @@ impl Outbox {
         Outbox {
             redirect: (0..workers).map(|_| Burst::new()).collect(),
             punt: Burst::new(),
+            vrrp: Burst::new(),
         }
     }
 
@@ -681,13 +684,19 @@ impl Outbox {
             }
             out.free_all();
         }
-        if !self.punt.is_empty() {
-            let taken = mesh.punt().enqueue(&mut self.punt);
-            counters.event_n(Event::HealthReplyUp, taken as u64);
-            for _ in 0..self.punt.len() {
-                counters.drop(DropReason::HealthRingFull);
+        for (out, ring, full) in [
+            (&mut self.punt, mesh.punt(), DropReason::HealthRingFull),
+            (&mut self.vrrp, mesh.vrrp_punt(), DropReason::VrrpRingFull),
+        ] {
+            if out.is_empty() {
+                continue;
             }
-            self.punt.free_all();
+            let taken = ring.enqueue(out);
+            counters.event_n(Event::HealthReplyUp, taken as u64);
+            for _ in 0..out.len() {
+                counters.drop(full);
+            }
+            out.free_all();
         }
     }
 }
@@ -816,8 +825,12 @@ fn process(
                 }
                 Action::Punt => {
                     // Counted once the punt ring took it (Outbox::send).
-                    if !rx.move_to(i, &mut outbox.punt) {
-                        counters.drop(DropReason::HealthRingFull);
+                    let (out, full) = match crate::wire::vrrp::carries_vrrp(rx.packet(i)) {
+                        true => (&mut outbox.vrrp, DropReason::VrrpRingFull),
+                        false => (&mut outbox.punt, DropReason::HealthRingFull),
+                    };
+                    if !rx.move_to(i, out) {
+                        counters.drop(full);
                     }
                     false
                 }

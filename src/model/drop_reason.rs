@@ -76,6 +76,9 @@ pub enum DropReason {
     /// A health probe's answer could not be handed to the management core (its ring
     /// is full); the probe times out.
     HealthRingFull,
+    /// A VRRP advertisement could not be handed to the management core (its own ring
+    /// is full).
+    VrrpRingFull,
     /// A new connection from a source the service's access list denies.
     AclDenied,
     /// A new connection over the service's per-source rate limit.
@@ -146,7 +149,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 53;
+    pub const COUNT: usize = 54;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -178,6 +181,7 @@ impl DropReason {
         DropReason::LaddrExhausted,
         DropReason::RedirectRingFull,
         DropReason::HealthRingFull,
+        DropReason::VrrpRingFull,
         DropReason::AclDenied,
         DropReason::RateLimited,
         DropReason::ServerUnanswered,
@@ -236,6 +240,7 @@ impl DropReason {
             DropReason::LaddrExhausted => "laddr_exhausted",
             DropReason::RedirectRingFull => "redirect_ring_full",
             DropReason::HealthRingFull => "health_ring_full",
+            DropReason::VrrpRingFull => "vrrp_ring_full",
             DropReason::AclDenied => "acl_denied",
             DropReason::RateLimited => "rate_limited",
             DropReason::ServerUnanswered => "server_unanswered",

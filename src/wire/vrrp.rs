@@ -46,6 +46,13 @@ mod field {
 
 pub const HEADER_LEN: usize = field::ADDRESSES;
 
+/// Whether `frame` is an untagged Ethernet frame carrying IPv4 protocol VRRP (its
+/// advertisement unchecked): how frames handed up to the management core are told
+/// apart without parsing them again.
+pub fn carries_vrrp(frame: &[u8]) -> bool {
+    frame.len() > 23 && frame[12..14] == [0x08, 0x00] && frame[23] == PROTOCOL.0
+}
+
 /// A view of a VRRPv3 IPv4 advertisement: the header and `count` addresses. Bytes
 /// after the addresses are not part of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

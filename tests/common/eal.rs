@@ -1,4 +1,4 @@
-//! The EAL test bed of `eal_ring` and `eal_held`: one EAL per process, a net_ring port
+//! The EAL test bed of the `eal_*` tests: one EAL per process, a net_ring port
 //! pair (the appliance's port and a peer the test drives), and a worker polling the
 //! appliance's port on lcore 1.
 use sluice::dataplane::capture::{Capture, CaptureTap};
@@ -9,7 +9,7 @@ use sluice::dataplane::mesh::Mesh;
 use sluice::dataplane::query::Mailbox;
 use sluice::dataplane::realserver_stats;
 use sluice::dataplane::worker::{Links, Worker, WorkerPort};
-use sluice::dpdk::{Mempool, Port, PortSettings, RingPortPair};
+use sluice::dpdk::{Mempool, Port, PortSettings, RingConsumer, RingPortPair};
 use sluice::service::SnapshotPublisher;
 use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -86,8 +86,24 @@ pub fn worker_with(
     publisher: &SnapshotPublisher,
     exception: Option<sluice::dataplane::exception::ExceptionLink>,
 ) -> (Worker, Arc<WorkerCounters>, Arc<AtomicBool>) {
+    // The management core's ends (inject producer, punt consumers) are dropped: these
+    // tests inject nothing and read no punted frames.
+    let (worker, counters, stop, _punted) = worker_from(
+        name,
+        lb,
+        (lb_ip, lb_ip6),
+        pool,
+        forwarder_config(publisher),
+        exception,
+    );
+    (worker, counters, stop)
+}
+
+/// The forwarder config of [`worker`]: the services `publisher` publishes, one
+/// worker.
+pub fn forwarder_config(publisher: &SnapshotPublisher) -> ForwarderConfig {
     let hz = sluice::dpdk::tsc_hz();
-    let forwarder = Forwarder::new(ForwarderConfig::new(
+    ForwarderConfig::new(
         1024,
         publisher.reader(),
         Timeouts::default().in_ticks(100),
@@ -95,12 +111,30 @@ pub fn worker_with(
         hz,
         Arc::new(realserver_stats::new_table()),
         RssView::default_spread(1, 0),
-    ));
+    )
+}
+
+/// The management core's ends of the rings the worker hands frames up on: the punt
+/// ring and the VRRP ring.
+pub struct Punted {
+    pub punted: RingConsumer,
+    pub vrrp: RingConsumer,
+}
+
+/// As [`worker_with`], the worker's forwarder made from `config`, with the ends of
+/// the rings it hands frames up on.
+pub fn worker_from(
+    name: &str,
+    lb: &mut Port,
+    (lb_ip, lb_ip6): (Ipv4Addr, &[std::net::Ipv6Addr]),
+    pool: &Arc<Mempool>,
+    config: ForwarderConfig,
+    exception: Option<sluice::dataplane::exception::ExceptionLink>,
+) -> (Worker, Arc<WorkerCounters>, Arc<AtomicBool>, Punted) {
+    let forwarder = Forwarder::new(config);
     let (rx, tx) = lb.take_queues().unwrap().pop().unwrap();
     let counters = Arc::new(WorkerCounters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    // The management core's ends (inject producer, punt consumer) are dropped: these
-    // tests inject nothing and read no punted frames.
     let (mesh, ends) = Mesh::new(name, 1).unwrap();
     let inbox = ends.redirect_inboxes.into_iter().next().unwrap();
     let worker = Worker::new(
@@ -125,5 +159,9 @@ pub fn worker_with(
             capture: CaptureTap::new(Arc::new(Capture::new(1)), 0),
         },
     );
-    (worker, counters, stop)
+    let punted = Punted {
+        punted: ends.punted,
+        vrrp: ends.vrrp_punted,
+    };
+    (worker, counters, stop, punted)
 }
