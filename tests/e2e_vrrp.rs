@@ -22,8 +22,8 @@
 //! 4. keepalived in unicast mode (`unicast_peer` Sluice, which makes it leave
 //!    224.0.0.18 alone) and Sluice with `unicast = true`: Sluice at 50 hears
 //!    keepalived's adverts to its own address and stays backup; Sluice at 150 preempts,
-//!    so keepalived heard Sluice's adverts to its address (with Sluice multicasting
-//!    instead, keepalived keeps the VIP: both master).
+//!    so keepalived heard Sluice's adverts to its address (tried by hand with Sluice
+//!    multicasting instead: keepalived kept the VIP, both master).
 //!
 //! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
 //! integration e2e_vrrp:: -- --nocapture --test-threads 1` (as root).

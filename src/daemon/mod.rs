@@ -809,6 +809,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 Some(v) if v.any_peer => VrrpSenders::Any,
                 Some(v) => VrrpSenders::Peers(v.peers.clone()),
             },
+            vrrp_unicast: cfg.vrrp.as_ref().is_some_and(|v| v.unicast),
             sync: match (sync_rings, &cfg.sync) {
                 (Some(rings), Some(settings)) => Some(crate::dataplane::forwarder::SyncLink {
                     rings: rings.clone(),

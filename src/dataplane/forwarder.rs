@@ -216,6 +216,8 @@ pub struct Forwarder {
     passive_syn_ticks: u32,
     /// VRRP runs on the management core: its peers' advertisements go there.
     vrrp: VrrpSenders,
+    /// `[vrrp] unicast`: the peers' adverts to a port address go there too.
+    vrrp_unicast: bool,
     /// Session sync: where this worker tells the management core about its sessions.
     sync: Option<SyncLink>,
     /// Session sync over a DPDK port: UDP to the listen address
@@ -479,6 +481,8 @@ pub struct ForwarderConfig {
     /// Whose VRRP advertisements (to 224.0.0.18, protocol 112) go to the management
     /// core.
     pub vrrp: VrrpSenders,
+    /// `[vrrp] unicast`: their advertisements to a port address go up too.
+    pub vrrp_unicast: bool,
     /// Session sync: sessions worth telling the standby about become events on this
     /// worker's ring.
     pub sync: Option<SyncLink>,
@@ -533,6 +537,7 @@ impl ForwarderConfig {
             persistence: None,
             health: None,
             vrrp: VrrpSenders::Off,
+            vrrp_unicast: false,
             sync: None,
             sync_port: None,
             sync_peers: Vec::new(),
@@ -580,6 +585,7 @@ impl Forwarder {
             persistence,
             health,
             vrrp,
+            vrrp_unicast,
             sync,
             sync_port,
             sync_peers,
@@ -643,6 +649,7 @@ impl Forwarder {
                 .map_or_else(Vec::new, |h| h.sources6.clone()),
             health_source: health.map(|h| (h.source, h.ports)),
             vrrp: vrrp.sorted(),
+            vrrp_unicast,
             sync,
             sync_listen: sync_port.map(|(listen, _)| listen),
             sync_peers: {
@@ -1058,7 +1065,7 @@ impl Forwarder {
                 }
             }
             PacketKind::OtherIpv4 { src, dst, protocol } => {
-                self.other_ipv4(src, dst, protocol, owns(dst), port)
+                self.other_ipv4(frame, (src, dst, protocol), owns(dst), port)
             }
             PacketKind::Tcp { key, flags, .. } => self.l4(&mut pkt, &parsed, key, flags, &cx),
             PacketKind::Udp { key } => self.l4(&mut pkt, &parsed, key, TcpFlags::empty(), &cx),
@@ -1111,20 +1118,19 @@ impl Forwarder {
         }
     }
 
-    /// An IPv4 protocol other than TCP, UDP and ICMP, to `dst` (`owned`: a VIP or an
-    /// address of the port): a VRRP advert to the port (`[vrrp] unicast`,
-    /// keepalived's `unicast_peer`) goes up by the same sender rules as one to the
+    /// An IPv4 protocol other than TCP, UDP and ICMP, from `src` to `dst` (`owned`: a
+    /// VIP or an address of the port): with `[vrrp] unicast` (keepalived's
+    /// `unicast_peer`), a VRRP advert to the port goes up by the rules of one to the
     /// group; the rest is not ours to serve.
     fn other_ipv4(
         &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        protocol: crate::wire::IpProtocol,
+        frame: &[u8],
+        (src, dst, protocol): (Ipv4Addr, Ipv4Addr, crate::wire::IpProtocol),
         owned: bool,
         port: &PortContext,
     ) -> Action {
-        if protocol == vrrp::PROTOCOL && port.responder.is_local(dst) {
-            self.vrrp_advert(src, port)
+        if protocol == vrrp::PROTOCOL && self.vrrp_unicast && port.responder.is_local(dst) {
+            self.vrrp_advert(frame, src, true, port)
         } else if owned {
             Action::Drop(DropReason::UnsupportedProtocol)
         } else {
@@ -1132,16 +1138,29 @@ impl Forwarder {
         }
     }
 
-    /// A VRRP advertisement from `src`, to the group or to one of the port's
-    /// addresses: up to the management core when it is a peer's (any sender's with
-    /// `any_peer`), on the link of the port it came in on, too: a host on another
-    /// port's link that forges a peer's address (TTL 255 holds on its own link) must
-    /// not move the election. VRRP off: nobody's.
-    fn vrrp_advert(&self, src: Ipv4Addr, port: &PortContext) -> Action {
-        if self.vrrp.admits(src) && port.responder.on_link(src) {
+    /// A VRRP advertisement (`frame`) from `src`, to the group or, `unicast`, to one
+    /// of the port's addresses: up to the management core when it is a peer's (any
+    /// sender's with `any_peer`), on the link of the port it came in on, too: a host
+    /// on another port's link that forges a peer's address (TTL 255 holds on its own
+    /// link) must not move the election. One to a port address may have been routed
+    /// from anywhere: only TTL 255 says it was sent on this link (RFC 5798 section
+    /// 5.1.1.3), so another TTL stays off the VRRP ring (the group's never leave
+    /// their link; the management core checks their TTL). Untagged only: the
+    /// management core reads them so. VRRP off: nobody's.
+    fn vrrp_advert(
+        &self,
+        frame: &[u8],
+        src: Ipv4Addr,
+        unicast: bool,
+        port: &PortContext,
+    ) -> Action {
+        if self.vrrp == VrrpSenders::Off || !vrrp::carries_vrrp(frame) {
+            return Action::Drop(DropReason::UnsupportedProtocol);
+        }
+        let ip = crate::wire::ipv4::Packet::new_unchecked(&frame[ethernet::HEADER_LEN..]);
+        let from_the_link = !unicast || ip.ttl() == vrrp::TTL;
+        if from_the_link && self.vrrp.admits(src) && port.responder.on_link(src) {
             Action::Punt
-        } else if self.vrrp == VrrpSenders::Off {
-            Action::Drop(DropReason::UnsupportedProtocol)
         } else {
             Action::Drop(DropReason::NotAPeer)
         }
@@ -1172,7 +1191,7 @@ impl Forwarder {
                         protocol: crate::wire::vrrp::PROTOCOL,
                     },
                 ..
-            }) if vrrp => self.vrrp_advert(src, port),
+            }) if vrrp => self.vrrp_advert(frame, src, false, port),
             Ok(Parsed {
                 kind: PacketKind::Udp { key },
                 l3: ethernet::HEADER_LEN,
@@ -1698,55 +1717,95 @@ mod tests {
         assert_eq!(asked(&mut f, &mut neighbours, 6 + 2 * age, true), [rs]);
     }
 
-    /// An advert to one of the port's addresses (a unicast peer's, keepalived's
-    /// `unicast_peer`) goes up by the same sender rules as one to the group.
+    /// With `[vrrp] unicast`, an advert to one of the port's addresses (keepalived's
+    /// `unicast_peer`) goes up by the sender rules of one to the group, and only with
+    /// TTL 255: any other may have been routed from anywhere.
     #[test]
-    fn unicast_vrrp_adverts_to_the_port_go_up_from_the_peers_only() {
+    fn unicast_vrrp_adverts_to_the_port_go_up_from_the_peers_on_the_link_only() {
         let (peer, stranger) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3));
         let (ours, elsewhere) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 50));
         let responder = lan0_responder();
         let port = lan0(&responder);
-        let decide = |senders: VrrpSenders, src, dst, protocol| {
+        // IPv4 protocol `protocol` with `ttl` from `src` to `dst`, to the port's MAC
+        // (the body: a VRRPv3 header; the management core checks the rest).
+        let frame = |src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, ttl: u8| {
+            let mut f = vec![0u8; 14 + 20 + 8];
+            ethernet::Repr {
+                src_addr: MacAddr([2, 0, 0, 0, 0, 9]),
+                dst_addr: MacAddr([2, 0, 0, 0, 0, 1]),
+                ethertype: ethernet::EtherType::IPV4,
+            }
+            .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+            crate::wire::ipv4::Repr {
+                src_addr: src,
+                dst_addr: dst,
+                protocol: crate::wire::IpProtocol(protocol),
+                payload_len: 8,
+                ttl,
+            }
+            .emit(&mut crate::wire::ipv4::Packet::new_unchecked(&mut f[14..]));
+            f[34..38].copy_from_slice(&[0x31, 51, 254, 0]);
+            f
+        };
+        let decide = |senders: VrrpSenders, unicast: bool, f: &[u8]| {
             let (_publisher, mut config) = bare_config();
             config.vrrp = senders;
-            let f = Forwarder::new(config);
-            f.other_ipv4(src, dst, protocol, responder.is_local(dst), &port)
+            config.vrrp_unicast = unicast;
+            let ip = crate::wire::ipv4::Packet::new_unchecked(&f[14..]);
+            let (src, dst) = (ip.src_addr(), ip.dst_addr());
+            Forwarder::new(config).other_ipv4(
+                f,
+                (src, dst, ip.protocol()),
+                responder.is_local(dst),
+                &port,
+            )
         };
         let peers = || VrrpSenders::Peers(vec![peer]);
-        let v = vrrp::PROTOCOL;
-        assert_eq!(decide(peers(), peer, ours, v), Action::Punt);
+        let advert = |src, dst| frame(src, dst, 112, 255);
+        assert_eq!(decide(peers(), true, &advert(peer, ours)), Action::Punt);
         assert_eq!(
-            decide(peers(), stranger, ours, v),
+            decide(peers(), true, &advert(stranger, ours)),
+            Action::Drop(DropReason::NotAPeer)
+        );
+        // Routed (TTL below 255): not from the link, whatever its source says.
+        assert_eq!(
+            decide(peers(), true, &frame(peer, ours, 112, 254)),
             Action::Drop(DropReason::NotAPeer)
         );
         assert_eq!(
-            decide(peers(), peer, elsewhere, v),
+            decide(peers(), true, &advert(peer, elsewhere)),
             Action::Drop(DropReason::NotLocal)
         );
-        assert_eq!(decide(VrrpSenders::Any, stranger, ours, v), Action::Punt);
+        assert_eq!(
+            decide(VrrpSenders::Any, true, &advert(stranger, ours)),
+            Action::Punt
+        );
+        // Without `unicast`, or with VRRP off, protocol 112 to the port is not ours
+        // (the kernel's, with an exception path); nor is another protocol.
+        for (senders, unicast) in [(peers(), false), (VrrpSenders::Off, true)] {
+            assert_eq!(
+                decide(senders, unicast, &advert(peer, ours)),
+                Action::Drop(DropReason::UnsupportedProtocol)
+            );
+        }
+        assert_eq!(
+            decide(peers(), true, &frame(peer, ours, 89, 255)),
+            Action::Drop(DropReason::UnsupportedProtocol)
+        );
         // A peer's address from another port's link: forged there.
         let other = LocalResponder::new([2, 0, 0, 0, 0, 2], &[(Ipv4Addr::new(198, 19, 0, 1), 24)]);
         let (_publisher, mut config) = bare_config();
         config.vrrp = peers();
+        config.vrrp_unicast = true;
+        let to_other = advert(peer, Ipv4Addr::new(198, 19, 0, 1));
         assert_eq!(
             Forwarder::new(config).other_ipv4(
-                peer,
-                Ipv4Addr::new(198, 19, 0, 1),
-                v,
+                &to_other,
+                (peer, Ipv4Addr::new(198, 19, 0, 1), vrrp::PROTOCOL),
                 true,
                 &lan0(&other)
             ),
             Action::Drop(DropReason::NotAPeer)
-        );
-        // VRRP off: protocol 112 is not ours (the kernel's, with an exception path);
-        // nor is another protocol with VRRP on.
-        assert_eq!(
-            decide(VrrpSenders::Off, peer, ours, v),
-            Action::Drop(DropReason::UnsupportedProtocol)
-        );
-        assert_eq!(
-            decide(peers(), peer, ours, crate::wire::IpProtocol(89)),
-            Action::Drop(DropReason::UnsupportedProtocol)
         );
     }
 

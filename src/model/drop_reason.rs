@@ -143,8 +143,9 @@ pub enum DropReason {
     ExceptionRingFull,
     /// To the health checker's probe ports from an address that is no real server's,
     /// to the sync listen address (`[sync] port`) from one that is no peer's, or a
-    /// VRRP advert from an address not in `[vrrp] peers`: kept off the ring that
-    /// carries the probes' answers and the VRRP adverts up.
+    /// VRRP advert from an address not in `[vrrp] peers` (or, to a port address, with
+    /// a TTL other than 255: routed, not from the link): kept off the rings that carry
+    /// the probes' answers and the VRRP adverts up.
     NotAPeer,
 }
 

@@ -64,7 +64,7 @@ impl Forwarder {
         let Some(index) = snap.find_index(&ServiceKey::new(key.proto, vip, key.dport)) else {
             if let Some((source, ports)) = &self.health_source {
                 // Only a real server's: anyone else's would take the punt ring's room
-                // from the probes' answers and the VRRP adverts.
+                // from the probes' answers.
                 if key.proto == Protocol::Tcp && vip == *source && ports.contains(&key.dport) {
                     return Err(if snap.is_real_server(key.src_addr().into()) {
                         Action::Punt
