@@ -26,7 +26,7 @@
 //! proxy, TOA.
 use super::observe::account;
 use super::{Action, Context, Forwarder};
-use crate::dataplane::counters::bump;
+use crate::dataplane::counters::{bump, WorkerCounters};
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::dpdk::Packet;
 use crate::flow::parse::{Ipv6Payload, PacketKind, Parsed};
@@ -89,7 +89,7 @@ impl Forwarder {
             return Some(Action::Drop(DropReason::BadIpv6Header));
         }
         let found = self.sessions6.lookup(&key, self.now_tick);
-        let found = self.unless_reopened_v6(found, flags);
+        let found = self.unless_reopened_v6(found, flags, cx.counters);
         let (id, dir) = match found {
             Some(hit) => hit,
             None => {
@@ -669,6 +669,7 @@ impl Forwarder {
         &mut self,
         found: Option<(u32, Direction)>,
         flags: TcpFlags,
+        counters: &WorkerCounters,
     ) -> Option<(u32, Direction)> {
         if let Some((id, Direction::Inbound | Direction::InputOnly)) = found {
             if super::miss::opens_connection(flags)
@@ -677,18 +678,20 @@ impl Forwarder {
                         || !self.snapshot.current().keeps_real_server(s.real)
                 })
             {
-                self.retire_v6(id);
+                self.retire_v6(id, counters);
                 return None;
             }
         }
         found
     }
 
-    /// Removes IPv6 session `id` before its time, with an expired one's bookkeeping.
-    fn retire_v6(&mut self, id: u32) {
+    /// Removes IPv6 session `id` before its time, with an expired one's bookkeeping,
+    /// and tells the standby (`retire` for IPv4).
+    fn retire_v6(&mut self, id: u32, counters: &WorkerCounters) {
         let Some(s) = self.sessions6.remove(id) else {
             return;
         };
+        self.sync_retired_v6(&s);
         let now_ms = self.ts_clock.now_ms();
         super::extend_template6(
             &self.persist,
@@ -700,6 +703,7 @@ impl Forwarder {
         forget_v6(&self.real_servers, &s);
         release_nat64_port(&mut self.pools, &s, now_ms);
         self.load_changed(s.real);
+        bump(&counters.sessions_expired, 1);
     }
 
     /// This worker's IPv6 sessions (for listings and checks, not per packet).
@@ -856,8 +860,9 @@ mod tests {
             dport: 81,
             proto: Protocol::Tcp,
         };
+        // Each session the standby heard of.
         let open = |f: &mut Forwarder, state: TcpState| {
-            let s = Session6::new(
+            let mut s = Session6::new(
                 &key,
                 ForwardMode::Nat,
                 service,
@@ -866,6 +871,7 @@ mod tests {
                 9090,
             )
             .synced(state, false);
+            s.mark_synced(0);
             f.sessions6.insert(s, 0, 100, |_| {}).unwrap();
             f.sessions6.lookup(&key, 0)
         };
@@ -880,35 +886,60 @@ mod tests {
                 .unwrap();
             f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
         };
+        let counters = crate::dataplane::counters::WorkerCounters::default();
+        let events = Arc::new(vec![
+            crate::dataplane::sync_events::EventRing::with_capacity(16),
+        ]);
+        f.sync = Some(super::super::SyncLink {
+            rings: events.clone(),
+            index: 0,
+            policy: crate::dataplane::sync_events::SyncPolicy::default(),
+        });
+        let deleted = || {
+            let mut kinds = Vec::new();
+            events[0].drain(16, |e| kinds.push(e.kind));
+            kinds
+        };
         let found = open(&mut f, TcpState::SynRecv);
         assert!(found.is_some());
-        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), found);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN, &counters), found);
         publish(&mut f, &table, &[real]);
-        assert_eq!(f.unless_reopened_v6(found, TcpFlags::ACK), found);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::ACK, &counters), found);
         assert_eq!(
-            f.unless_reopened_v6(found, TcpFlags::SYN | TcpFlags::ACK),
+            f.unless_reopened_v6(found, TcpFlags::SYN | TcpFlags::ACK, &counters),
             found
         );
-        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), None);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN, &counters), None);
         assert_eq!(
             f.sessions6.lookup(&key, 0),
             None,
             "the old session is retired"
         );
+        // The standby is told, so the new connection is not taken there for it.
+        assert_eq!(
+            deleted(),
+            [crate::dataplane::sync_events::EventKind::Deleted]
+        );
+        assert_eq!(
+            counters
+                .sessions_expired
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
         // Restored: a SYN on an ended connection (TIME_WAIT) opens anew too.
         publish(&mut f, &table, &[]);
         let found = open(&mut f, TcpState::Established);
-        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), found);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN, &counters), found);
         f.sessions6.remove(found.unwrap().0);
         let found = open(&mut f, TcpState::TimeWait);
-        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), None);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN, &counters), None);
         // Removed from the table: the same.
         let found = open(&mut f, TcpState::SynRecv);
         table
             .delete_server(nat, REAL.parse::<Ipv6Addr>().unwrap().into(), 9090)
             .unwrap();
         publish(&mut f, &table, &[]);
-        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN), None);
+        assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN, &counters), None);
         assert_eq!(f.sessions6.lookup(&key, 0), None);
     }
 

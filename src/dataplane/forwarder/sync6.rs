@@ -6,7 +6,7 @@ use super::ipv6::{forget_v6, release_nat64_port};
 use super::Forwarder;
 use crate::dataplane::counters::Event;
 use crate::dataplane::realserver_stats::RealServerCounters;
-use crate::dataplane::sync_events::SessionEvent;
+use crate::dataplane::sync_events::{EventKind, SessionEvent};
 use crate::dpdk::Packet;
 use crate::model::{ForwardMode, ServiceKey};
 use crate::session::is_active;
@@ -33,6 +33,19 @@ impl Forwarder {
         let now = self.now_tick;
         if let Some(live) = self.sessions6.get_mut(id) {
             live.mark_synced(now);
+        }
+    }
+
+    /// Session sync: IPv6 session `s` was retired before its time; a standby that
+    /// heard of it drops its copy, as for IPv4 (`Forwarder::retire`), so the new
+    /// connection on the same client key is not taken there for the old one.
+    pub(super) fn sync_retired_v6(&self, s: &Session6) {
+        let Some(link) = &self.sync else {
+            return;
+        };
+        let synced = s.ticks_since_sync(self.now_tick).is_some();
+        if let Some(kind) = link.policy.on_end(EventKind::Deleted, synced) {
+            link.rings[link.index].push(SessionEvent::new6(kind, s, 0));
         }
     }
 
