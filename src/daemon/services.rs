@@ -56,12 +56,14 @@ pub struct Services {
     /// they still carry reach their owner worker.
     pub nat_routes: std::collections::HashSet<NatRoute>,
     pub departed_nat: std::collections::HashMap<NatRoute, std::time::Instant>,
-    /// Each service's real servers and sorry server as of the last publish, and
-    /// those removed from it since: the service's counters go on counting them
-    /// ([`ServiceCounts`]). Ids are never reused and the workers' counter slots are
-    /// never freed, so a departed id counts only its own traffic.
-    pub member_ids: std::collections::HashMap<ServiceKey, Vec<u32>>,
-    pub departed_ids: std::collections::HashMap<ServiceKey, Vec<u32>>,
+    /// By service id: each service's real servers and sorry server as of the last
+    /// publish, and those removed from it since: the service's counters go on
+    /// counting them ([`ServiceCounts`]). Service and real-server ids are never
+    /// reused and the workers' counter slots are never freed, so a departed id counts
+    /// only its own traffic, and a service deleted and added again (a new id) starts
+    /// from zero.
+    pub member_ids: std::collections::HashMap<u32, Vec<u32>>,
+    pub departed_ids: std::collections::HashMap<u32, Vec<u32>>,
     /// Whether this node answers for the VIPs (false while VRRP makes it a backup).
     pub serving_vips: bool,
     /// VRRP's virtual addresses besides VIPs and local addresses (`[vrrp] addresses`).
@@ -755,14 +757,12 @@ impl Services {
                 Ok(())
             }
             Request::ZeroService { service } => {
-                let s = t
+                let s = self
+                    .table
                     .get(service)
                     .ok_or_else(|| ServiceError::NoSuchService(service).to_string())?;
-                // The service's counters count all of these.
-                let sorry = s.sorry_server.map(|r| r.id);
-                let departed = self.departed_ids.get(&service).into_iter().flatten();
-                let ids = s.real_servers.iter().map(|r| r.id).chain(sorry);
-                for id in ids.chain(departed.copied()) {
+                // Everything the service's counters count.
+                for id in self.counted_ids(s) {
                     for table in counters {
                         if let Some(c) = table.get(id as usize) {
                             c.zero_traffic();
@@ -857,38 +857,43 @@ impl Services {
     }
 
     /// Moves the ids that left a service since the last publish to its departed ones;
-    /// a service that is gone takes its departed ids with it (added again, it counts
-    /// from zero, as in IPVS).
+    /// a service that is gone takes its departed ids with it (added again, it has a
+    /// new id and counts from zero, as in IPVS).
     fn note_departed_ids(&mut self) {
         let mut members = std::collections::HashMap::new();
         for s in self.table.services() {
             let sorry = s.sorry_server.map(|r| r.id);
             let ids: Vec<u32> = s.real_servers.iter().map(|r| r.id).chain(sorry).collect();
-            if let Some(before) = self.member_ids.get(&s.key) {
+            if let Some(before) = self.member_ids.get(&s.id) {
                 let gone = before.iter().filter(|id| !ids.contains(id)).copied();
-                self.departed_ids.entry(s.key).or_default().extend(gone);
+                self.departed_ids.entry(s.id).or_default().extend(gone);
             }
-            members.insert(s.key, ids);
+            members.insert(s.id, ids);
         }
         self.departed_ids.retain(|k, _| members.contains_key(k));
         self.member_ids = members;
     }
 
-    /// Service `s`'s counters: its real servers', its sorry server's and those of the
-    /// real servers it has lost since it was added, summed over the workers.
+    /// The real-server ids service `s`'s counters count, each once: its real servers,
+    /// its sorry server, and those it had at the last publish or lost before.
+    fn counted_ids(&self, s: &crate::model::Service) -> Vec<u32> {
+        let sorry = s.sorry_server.map(|r| r.id);
+        let earlier = [self.member_ids.get(&s.id), self.departed_ids.get(&s.id)];
+        let mut ids: Vec<u32> = (s.real_servers.iter().map(|r| r.id).chain(sorry))
+            .chain(earlier.into_iter().flatten().flatten().copied())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Service `s`'s counters ([`Services::counted_ids`]), summed over the workers.
     fn service_counts(
         &self,
         s: &crate::model::Service,
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> ServiceCounts {
-        let sorry = s.sorry_server.map(|r| r.id);
-        let departed = self.departed_ids.get(&s.key).into_iter().flatten().copied();
-        let ids = s
-            .real_servers
-            .iter()
-            .map(|r| r.id)
-            .chain(sorry)
-            .chain(departed);
+        let ids = self.counted_ids(s);
         let mut c = ServiceCounts::default();
         for id in ids {
             let t = RealServerTotals::sum(counters, id);
@@ -1416,6 +1421,33 @@ port = 53
                 scheduler: None,
                 persistence: None,
                 sched_flags: None,
+            },
+        );
+        assert_eq!(own(&services), (ServiceCounts::default(), 0));
+        // The same within one batch (one publish): still a new service.
+        handle(
+            &mut services,
+            Request::AddServer {
+                service: http(),
+                server: server(13),
+            },
+        );
+        let id = services.table.get(http()).unwrap().real_servers[0].id;
+        counters[0][id as usize]
+            .connections
+            .store(9, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(own(&services).0.connections, 9);
+        let add = Request::AddService {
+            service: http(),
+            scheduler: None,
+            persistence: None,
+            sched_flags: None,
+        };
+        handle(
+            &mut services,
+            Request::Batch {
+                requests: vec![Request::DeleteService { service: http() }, add],
+                replace: false,
             },
         );
         assert_eq!(own(&services), (ServiceCounts::default(), 0));
