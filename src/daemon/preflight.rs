@@ -11,9 +11,7 @@
 //! - the metrics endpoint and session sync can bind their addresses ([`Listeners`]).
 use crate::config::{Config, PortDevice};
 use crate::dataplane::forwarder::Forwarder;
-use crate::dataplane::mesh::{
-    HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE, VRRP_RING_SIZE,
-};
+use crate::dataplane::mesh::{HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE};
 use crate::dataplane::realserver_stats::{RealServerCounters, MAX_REAL_SERVER_IDS};
 use crate::dpdk::{PoolFootprint, MBUF_DATA_ROOM};
 use crate::forward::laddr::PortPool;
@@ -509,11 +507,11 @@ const EAL_PER_PCI_QUEUE: usize = 1 << 20;
 
 /// How many mbufs the daemon's pool holds. Room for every descriptor (each port's RX
 /// and TX rings for every worker, twice: a loopback port's far side has as many),
-/// every worker's bursts in flight and the emulator (and the default health rings),
-/// each kernel interface's two queues and its ring, every worker's redirect ring, the
-/// VRRP ring; the
-/// larger health rings of sync over a port add what they hold beyond those. A power of
-/// two minus one, as rte_mempool prefers.
+/// every worker's bursts in flight and the emulator (and the default health rings and
+/// the 64-slot VRRP ring: an allowance of 8192, not a measurement), each kernel
+/// interface's two queues and its ring, every worker's redirect ring; the larger
+/// health rings of sync over a port add what they hold beyond those. A power of two
+/// minus one, as rte_mempool prefers.
 pub fn mbuf_count(cfg: &Config) -> u32 {
     let queues = cfg.lcores.workers.len() as u32;
     let descriptors: u32 = cfg
@@ -532,7 +530,6 @@ pub fn mbuf_count(cfg: &Config) -> u32 {
     let wanted = descriptors
         + exception
         + queues * REDIRECT_RING_SIZE
-        + VRRP_RING_SIZE
         + 8192
         + 2 * (health_ring - HEALTH_RING_SIZE);
     wanted.next_power_of_two() - 1
