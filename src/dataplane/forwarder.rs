@@ -718,10 +718,10 @@ impl Forwarder {
             forget(pools, real_servers, s, now_ms);
             tell_load(load_view, schedulers, overload, real_servers, s.real);
         });
+        let expired = expired + self.sweep_v6();
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
         }
-        self.sweep_v6();
         let sessions = self.sessions.len() + self.sessions6.len();
         counters.sessions.store(sessions as u64, Relaxed);
     }

@@ -635,8 +635,8 @@ impl Forwarder {
     }
 
     /// Removes the IPv6 sessions whose time has come, a bounded number of slots per
-    /// call, and gives their real servers their counts back.
-    pub(super) fn sweep_v6(&mut self) {
+    /// call, and gives their real servers their counts back; returns how many went.
+    pub(super) fn sweep_v6(&mut self) -> u64 {
         let now_ms = self.ts_clock.now_ms();
         let Forwarder {
             sessions6,
@@ -652,12 +652,15 @@ impl Forwarder {
             ..
         } = self;
         let real_servers = &real_servers[..];
+        let mut expired = 0;
         sessions6.sweep(*now_tick, SWEEP_BUDGET, |s| {
+            expired += 1;
             super::extend_template6(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
             forget_v6(real_servers, s);
             release_nat64_port(pools, s, now_ms);
             super::tell_load(load_view, schedulers, overload, real_servers, s.real);
         });
+        expired
     }
 
     /// What the lookup `found`, unless the packet is a SYN on the client key of a
@@ -941,6 +944,27 @@ mod tests {
         publish(&mut f, &table, &[]);
         assert_eq!(f.unless_reopened_v6(found, TcpFlags::SYN, &counters), None);
         assert_eq!(f.sessions6.lookup(&key, 0), None);
+        // One that expires counts as expired too.
+        let expired = |c: &crate::dataplane::counters::WorkerCounters| {
+            c.sessions_expired
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = expired(&counters);
+        let s = Session6::new(
+            &key,
+            ForwardMode::Nat,
+            service,
+            real,
+            REAL.parse().unwrap(),
+            9090,
+        );
+        f.sessions6.insert(s, 0, 1, |_| {}).unwrap();
+        // 10 s of TSC at 1 GHz, 100 ms ticks: long past its one tick.
+        for _ in 0..64 {
+            f.poll(10_000_000_000, &counters);
+        }
+        assert_eq!(f.sessions6.len(), 0);
+        assert_eq!(expired(&counters), before + 1);
     }
 
     #[test]
