@@ -111,11 +111,14 @@ fn a_bad_restore_line_changes_nothing() {
         out.describe()
     );
     assert_eq!(ok(&daemon, &["-S", "-n"]), before);
-    // An unparsable line is caught before anything is sent.
+    // A line Sluice cannot honour (a scheduler no one has) is caught before anything
+    // is sent.
     let out = restore_atomic(&daemon, "-C\n-A -t 198.18.9.9:80 -s fastest\n");
     assert!(!out.success());
     assert!(
-        out.stderr.contains("line 2: unknown scheduler"),
+        out.stderr
+            .contains("line 2: Sluice cannot honour -s fastest: no scheduler is called")
+            && out.stderr.contains("nothing was changed"),
         "{}",
         out.describe()
     );

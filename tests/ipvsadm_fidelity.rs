@@ -861,5 +861,27 @@ fn restore_of_a_real_ipvsadm_save_in_both_modes() {
         out.describe()
     );
     assert_eq!(save(&daemon), "-A -t 198.18.1.20:80 -s rr\n");
+
+    // A scheduler no one has: ipvsadm's parser takes any name (`strncpy(...
+    // sched_name, optarg, ...)`) and IPVS refuses it (`Scheduler or persistence engine
+    // not found`), so the restore goes on: the line after it is applied.
+    std::fs::write(
+        &bad,
+        "-A -t 198.18.1.23:80 -s nosuch\n-A -t 198.18.1.24:80 -s rr\n",
+    )
+    .unwrap();
+    let out = restore(&link, &daemon, &bad, "");
+    assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+    assert!(
+        out.stderr.starts_with(
+            "line 1: not applied: Sluice cannot honour -s nosuch: no scheduler is called"
+        ),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        save(&daemon),
+        "-A -t 198.18.1.20:80 -s rr\n-A -t 198.18.1.24:80 -s rr\n"
+    );
     daemon.stop_clean();
 }
