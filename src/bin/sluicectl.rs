@@ -452,6 +452,17 @@ impl Command {
 /// (ipvsadm's `ipvs_sort_dests`) unless `--nosort`; with `-t|-u VIP:port` only that
 /// service, without the version line (ipvsadm's `list_service` prints the title and
 /// the one entry), and ipvsadm's "No such service" when there is none.
+/// Where a real server's address sorts in a listing, as ipvsadm's `ipvs_cmp_dests`
+/// orders them: by address as a number (an IPv6 one word by word, high first), then
+/// by port; IPv4 before IPv6 (AF_INET is the smaller family).
+fn address_order(ip: &str) -> (u8, u128) {
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => (0, u128::from(u32::from(a))),
+        Ok(std::net::IpAddr::V6(a)) => (1, u128::from(a)),
+        Err(_) => (2, 0),
+    }
+}
+
 fn listed(
     listing: &ipvsadm::Listing,
     result: serde_json::Value,
@@ -460,13 +471,8 @@ fn listed(
     let mut report: ServicesReport = parse(result)?;
     if !listing.nosort {
         for s in &mut report.services {
-            s.real_servers.sort_by_key(|r| {
-                (
-                    r.ip.parse::<std::net::Ipv4Addr>()
-                        .map_or(u32::MAX, u32::from),
-                    r.port,
-                )
-            });
+            s.real_servers
+                .sort_by_key(|r| (address_order(&r.ip), r.port));
         }
     }
     let Some(only) = listing.only else {
@@ -1447,6 +1453,32 @@ mod tests {
 
     fn usage_error(args: &[&str]) -> String {
         parse(args).expect_err("expected a usage error").0
+    }
+
+    /// IPv6 real servers sort by address, then port, as IPv4 ones (they sorted by
+    /// port alone).
+    #[test]
+    fn real_servers_sort_by_address_then_port_in_both_families() {
+        let mut ips = vec![
+            ("2001:db8::10", 80),
+            ("2001:db8::2", 8080),
+            ("198.18.0.20", 80),
+            ("2001:db8::2", 80),
+            ("fe80::1", 1),
+            ("198.18.0.3", 443),
+        ];
+        ips.sort_by_key(|(ip, port)| (address_order(ip), *port));
+        assert_eq!(
+            ips,
+            [
+                ("198.18.0.3", 443),
+                ("198.18.0.20", 80),
+                ("2001:db8::2", 80),
+                ("2001:db8::2", 8080),
+                ("2001:db8::10", 80),
+                ("fe80::1", 1),
+            ]
+        );
     }
 
     #[test]
