@@ -1389,6 +1389,19 @@ fn duplicate_real_server() {
     parse(&two_services("port = 80", "port = 81")).unwrap();
 }
 
+/// A real server at a loopback address is refused where it stands: Sluice has no
+/// local delivery.
+#[test]
+fn loopback_real_server() {
+    let text = service_with("198.18.0.11", "127.0.0.1");
+    assert_rejected(
+        &text,
+        27,
+        "services[0].real_servers[0]",
+        "invalid real server address 127.0.0.1: a loopback address",
+    );
+}
+
 #[test]
 fn vip_special_addresses() {
     let at = |vip: &str, needle: &str| {

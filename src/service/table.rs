@@ -106,6 +106,22 @@ pub enum ServiceError {
         ip: IpAddr,
         why: &'static str,
     },
+    /// A real server (or sorry server) that is a VIP of this table, or a VIP that is
+    /// one of its real servers: Sluice answers ARP for its VIPs and sends to real
+    /// servers, so it would send the traffic to itself (or both it and the host would
+    /// answer for the address).
+    VipIsRealServer {
+        ip: IpAddr,
+        /// What `ip` already is ("the VIP", "a real server") of `holder`.
+        role: &'static str,
+        holder: ServiceKey,
+    },
+    /// A real server at a loopback address: Sluice has no local delivery (IPVS's
+    /// "local" forwarding); a real server is a host on one of its links.
+    LoopbackRealServer {
+        what: &'static str,
+        addr: IpAddr,
+    },
     /// One address in two roles: a local address that is also a VIP or a real server.
     /// `role` is what `ip` already is ("the VIP", "a real server", "a local
     /// address") of `holder`. Sluice answers ARP for its local addresses and VIPs and
@@ -252,6 +268,14 @@ impl fmt::Display for ServiceError {
             ServiceError::BadLocalAddress { ip, why } => {
                 write!(f, "invalid local address {ip}: {why}")
             }
+            ServiceError::VipIsRealServer { ip, role, holder } => write!(
+                f,
+                "address {ip} is already {role} of {holder}; a VIP cannot also be a real server (Sluice would send the traffic to itself)"
+            ),
+            ServiceError::LoopbackRealServer { what, addr } => write!(
+                f,
+                "invalid {what} address {addr}: a loopback address (Sluice has no local delivery; a real server is a host on one of its links)"
+            ),
             ServiceError::AddressConflict { ip, role, holder } => write!(
                 f,
                 "address {ip} is already {role} of {holder}; a local address cannot also be a VIP or a real server"
@@ -403,6 +427,40 @@ impl ServiceTable {
         Ok(())
     }
 
+    /// A real server or sorry server at `ip` must not be a VIP of the table.
+    fn check_not_vip(&self, ip: IpAddr) -> Result<(), ServiceError> {
+        if !self.vip_uses.contains_key(&ip) {
+            return Ok(());
+        }
+        match self.services.values().find(|s| s.key.vip == ip) {
+            Some(holder) => Err(ServiceError::VipIsRealServer {
+                ip,
+                role: "the VIP",
+                holder: holder.key,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A VIP must not be a real server or sorry server of the table.
+    fn check_not_real_server(&self, vip: IpAddr) -> Result<(), ServiceError> {
+        if !self.server_uses.contains_key(&vip) {
+            return Ok(());
+        }
+        let holder = self.services.values().find(|s| {
+            s.real_servers.iter().any(|r| r.ip == vip)
+                || s.sorry_server.is_some_and(|r| r.ip == vip)
+        });
+        match holder {
+            Some(holder) => Err(ServiceError::VipIsRealServer {
+                ip: vip,
+                role: "a real server",
+                holder: holder.key,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// `ipvsadm -A`. Returns the new service's id.
     pub fn add_service(
         &mut self,
@@ -415,6 +473,7 @@ impl ServiceTable {
         }
         validate_service(&key, persistence.as_ref())?;
         self.check_not_own("VIP", key.vip)?;
+        self.check_not_real_server(key.vip)?;
         self.check_not_local_address(key.vip)?;
         let id = take_id(&mut self.next_service_id)?;
         count_use(&mut self.vip_uses, key.vip, true);
@@ -516,6 +575,7 @@ impl ServiceTable {
         check_synproxy_mode(service, &spec)?;
         check_sloppy_mode(service, &spec)?;
         self.check_not_own("real server", spec.ip)?;
+        self.check_not_vip(spec.ip)?;
         self.check_not_local_address(spec.ip)?;
         let id = take_id(&mut self.next_server_id)?;
         let service = self.services.get_mut(&key).expect("looked up above");
@@ -712,6 +772,7 @@ impl ServiceTable {
                 check_synproxy_mode(service, &as_rs)?;
                 check_sloppy_mode(service, &as_rs)?;
                 self.check_not_own("sorry server", spec.ip)?;
+                self.check_not_vip(spec.ip)?;
                 self.check_not_local_address(spec.ip)?;
                 let id = match old {
                     Some(o) if (o.ip, o.port, o.mode) == (spec.ip, spec.port, spec.mode) => o.id,
@@ -1094,6 +1155,12 @@ pub fn validate_server(key: &ServiceKey, spec: &RealServerSpec) -> Result<(), Se
             addr: spec.ip,
         });
     }
+    if spec.ip.is_loopback() {
+        return Err(ServiceError::LoopbackRealServer {
+            what: "real server",
+            addr: spec.ip,
+        });
+    }
     // NAT64 (FullNAT only): an IPv4 real server behind an IPv6 VIP.
     let nat64 = key.is_ipv6() && !spec.ip.is_ipv6() && spec.mode == ForwardMode::FullNat;
     if spec.ip.is_ipv6() != key.is_ipv6() && !nat64 {
@@ -1187,6 +1254,61 @@ mod tests {
         assert!(!message.contains('\n'), "{message:?}");
         assert_eq!(table.services().cloned().collect::<Vec<_>>(), before);
         assert_eq!(table.version(), version);
+    }
+
+    /// A real server (or sorry server) at a VIP of the table, a VIP at one of its
+    /// real servers, and a real server at a loopback address are refused, naming
+    /// why, and change nothing.
+    #[test]
+    fn real_servers_at_a_vip_or_a_loopback_address_are_refused() {
+        let mut table = table_with_http();
+        let other = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 2), 80);
+        table.add_service(other, SchedulerKind::Rr, None).unwrap();
+        let at = |ip: IpAddr| RealServerSpec::new(ip, 80, 1, ForwardMode::Dr);
+        for vip in [VIP, Ipv4Addr::new(198, 18, 1, 2)] {
+            assert_rejected(&mut table, "a VIP cannot also be a real server", |t| {
+                t.add_server(http(), at(vip.into())).map(drop)
+            });
+        }
+        for lo in [
+            IpAddr::from(Ipv4Addr::new(127, 0, 0, 1)),
+            Ipv4Addr::new(127, 9, 9, 9).into(),
+        ] {
+            assert_rejected(&mut table, "a loopback address", |t| {
+                t.add_server(http(), at(lo)).map(drop)
+            });
+        }
+        let sorry = |ip: IpAddr| crate::model::SorryServerSpec {
+            ip,
+            port: 80,
+            mode: ForwardMode::Dr,
+            inhibit: false,
+        };
+        assert_rejected(&mut table, "a VIP cannot also be a real server", |t| {
+            t.set_sorry_server(http(), Some(sorry(Ipv4Addr::new(198, 18, 1, 2).into())))
+        });
+        assert_rejected(&mut table, "a loopback address", |t| {
+            t.set_sorry_server(http(), Some(sorry(Ipv4Addr::LOCALHOST.into())))
+        });
+        // The other way round: a VIP at a real server's or the sorry server's address.
+        table
+            .add_server(http(), rs(7, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        table
+            .set_sorry_server(other, Some(sorry(Ipv4Addr::new(10, 0, 0, 8).into())))
+            .unwrap();
+        for taken in [7, 8] {
+            let key = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(10, 0, 0, taken), 443);
+            assert_rejected(&mut table, "is already a real server of", |t| {
+                t.add_service(key, SchedulerKind::Rr, None).map(drop)
+            });
+        }
+        // Removed, the address is free for a VIP again.
+        table
+            .delete_server(http(), Ipv4Addr::new(10, 0, 0, 7).into(), 80)
+            .unwrap();
+        let key = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(10, 0, 0, 7), 443);
+        table.add_service(key, SchedulerKind::Rr, None).unwrap();
     }
 
     #[test]
