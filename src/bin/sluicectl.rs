@@ -10,7 +10,7 @@ use sluice::control::render::{
     render_rates, render_save, render_services, render_skew, render_status, render_sync,
     render_thresholds, render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
 };
-use sluice::control::report::{ConnectionsReport, ServicesReport};
+use sluice::control::report::{ConnectionsReport, ServiceStatus, ServicesReport};
 use sluice::control::{ipvsadm, ipvsadm_usage};
 use sluice::control::{DEFAULT_SOCKET_PATH, MAX_REQUEST_BYTES};
 use sluice::model::SchedulerKind;
@@ -67,8 +67,10 @@ the link `scripts/setup.sh --ipvsadm-link` makes, exit statuses and words are ip
   -d -t|-u VIP:port -r RIP[:port]                                delete a real server
   -C                                                             clear all services
   -L|-l [-n] [-t|-u VIP:port] [--stats|--rate|--thresholds|--persistent-conn] [-X] [--nosort]
-                                                                 list services (real servers sorted
-                                                                 by address and port unless --nosort;
+                                                                 list services (sorted by family,
+                                                                 protocol, address and port, real
+                                                                 servers by address and port, unless
+                                                                 --nosort;
                                                                  counters from 100M on in K/M/G/T
                                                                  unless -X/--exact)
   -L|-l [-n] --timeout                                           session timeouts (tcp tcpfin udp)
@@ -463,6 +465,13 @@ fn address_order(ip: &str) -> (u8, u128) {
     }
 }
 
+/// Where a service sorts in a listing, as ipvsadm's `ipvs_cmp_services` orders them:
+/// by family (IPv4 first), protocol (TCP, 6, before UDP, 17), address, then port.
+fn service_order(s: &ServiceStatus) -> ((u8, bool, u128), u16) {
+    let (family, address) = address_order(&s.vip);
+    ((family, s.proto != "tcp", address), s.port)
+}
+
 fn listed(
     listing: &ipvsadm::Listing,
     result: serde_json::Value,
@@ -470,6 +479,7 @@ fn listed(
 ) -> Result<String, Failure> {
     let mut report: ServicesReport = parse(result)?;
     if !listing.nosort {
+        report.services.sort_by_key(service_order);
         for s in &mut report.services {
             s.real_servers
                 .sort_by_key(|r| (address_order(&r.ip), r.port));
@@ -1477,6 +1487,42 @@ mod tests {
                 ("2001:db8::2", 8080),
                 ("2001:db8::10", 80),
                 ("fe80::1", 1),
+            ]
+        );
+    }
+
+    /// Services sort by family first, then protocol, address and port: all IPv4
+    /// services before the IPv6 ones, as ipvsadm lists them.
+    #[test]
+    fn services_sort_by_family_protocol_address_and_port() {
+        let service = |proto: &str, vip: &str, port: u16| ServiceStatus {
+            proto: proto.into(),
+            vip: vip.into(),
+            port,
+            ..Default::default()
+        };
+        let mut list = [
+            service("udp", "2001:db8::1", 53),
+            service("tcp", "2001:db8::1", 80),
+            service("udp", "198.18.1.1", 53),
+            service("tcp", "198.18.1.20", 80),
+            service("tcp", "198.18.1.3", 443),
+            service("tcp", "198.18.1.3", 80),
+        ];
+        list.sort_by_key(service_order);
+        let order: Vec<(&str, &str, u16)> = list
+            .iter()
+            .map(|s| (s.proto.as_str(), s.vip.as_str(), s.port))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("tcp", "198.18.1.3", 80),
+                ("tcp", "198.18.1.3", 443),
+                ("tcp", "198.18.1.20", 80),
+                ("udp", "198.18.1.1", 53),
+                ("tcp", "2001:db8::1", 80),
+                ("udp", "2001:db8::1", 53),
             ]
         );
     }
