@@ -863,9 +863,11 @@ impl Services {
         let mut members = std::collections::HashMap::new();
         for s in self.table.services() {
             let sorry = s.sorry_server.map(|r| r.id);
-            let ids: Vec<u32> = s.real_servers.iter().map(|r| r.id).chain(sorry).collect();
+            let mut ids: Vec<u32> = s.real_servers.iter().map(|r| r.id).chain(sorry).collect();
+            // Sorted, so a service of thousands of real servers costs n log n here.
+            ids.sort_unstable();
             if let Some(before) = self.member_ids.get(&s.id) {
-                let gone = before.iter().filter(|id| !ids.contains(id)).copied();
+                let gone = before.iter().filter(|id| ids.binary_search(id).is_err());
                 self.departed_ids.entry(s.id).or_default().extend(gone);
             }
             members.insert(s.id, ids);

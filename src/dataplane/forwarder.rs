@@ -730,14 +730,17 @@ impl Forwarder {
     /// known yet (at most ten times a second per address), so the first client packet
     /// towards it usually finds it resolved; with `recheck` (one worker does it: the
     /// answers are shared when they change anything), also for each whose entry was
-    /// not confirmed for [`NEIGHBOUR_RECHECK_S`] (`NeighbourTable::recheck_due`). Runs
-    /// once per second and on every new snapshot, never per packet.
+    /// not confirmed for [`NEIGHBOUR_RECHECK_S`] (`NeighbourTable::recheck_due`).
+    /// Stops at the first `send` that finds no room (a burst's worth a round, so
+    /// thousands of real servers do not make a broadcast storm): the others wait
+    /// for the next round. Runs once per second and on every new snapshot, never per
+    /// packet.
     pub fn resolve_real_servers(
         &mut self,
         neighbours: &mut NeighbourTable,
         now_tsc: u64,
         recheck: bool,
-        mut send: impl FnMut(Ipv4Addr),
+        mut send: impl FnMut(Ipv4Addr) -> bool,
     ) {
         let snap = self.snapshot.current();
         let servers = snap.services().iter().flat_map(|s| s.real_servers.iter());
@@ -745,9 +748,14 @@ impl Forwarder {
             IpAddr::V4(ip) => Some(ip),
             IpAddr::V6(_) => None,
         }) {
+            // `send` false: no room this round; the rest are not marked as asked,
+            // and go in the next rounds.
             if neighbours.lookup(ip).is_some() {
                 if recheck && neighbours.recheck_due(ip, now_tsc, self.neighbour_recheck_tsc) {
-                    send(ip);
+                    if !send(ip) {
+                        return;
+                    }
+                    neighbours.mark_rechecked(ip, now_tsc);
                 }
                 continue;
             }
@@ -755,8 +763,10 @@ impl Forwarder {
             if slot.0 == u32::from(ip) && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
                 continue;
             }
+            if !send(ip) {
+                return;
+            }
             *slot = (u32::from(ip), now_tsc);
-            send(ip);
         }
     }
 
@@ -1696,7 +1706,10 @@ mod tests {
         let mut neighbours = NeighbourTable::with_capacity(16);
         let asked = |f: &mut Forwarder, n: &mut NeighbourTable, now: u64, recheck: bool| {
             let mut sent = Vec::new();
-            f.resolve_real_servers(n, now, recheck, |ip| sent.push(ip));
+            f.resolve_real_servers(n, now, recheck, |ip| {
+                sent.push(ip);
+                true
+            });
             sent
         };
         assert_eq!(asked(&mut f, &mut neighbours, 1, true), [rs], "unknown");
@@ -1715,6 +1728,14 @@ mod tests {
         neighbours.learn(rs, MacAddr([2, 0, 0, 0, 0, 12]), 5 + age);
         assert!(asked(&mut f, &mut neighbours, 5 + 2 * age, true).is_empty());
         assert_eq!(asked(&mut f, &mut neighbours, 6 + 2 * age, true), [rs]);
+        // No room for the request: not counted as asked, so asked in the next round.
+        let mut tried = 0;
+        f.resolve_real_servers(&mut neighbours, 7 + 3 * age, true, |_| {
+            tried += 1;
+            false
+        });
+        assert_eq!(tried, 1);
+        assert_eq!(asked(&mut f, &mut neighbours, 7 + 3 * age, true), [rs]);
     }
 
     /// With `[vrrp] unicast`, an advert to one of the port's addresses (keepalived's

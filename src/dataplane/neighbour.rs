@@ -67,7 +67,7 @@ pub struct Neighbour<A = Ipv4Addr> {
 struct Slot<A> {
     occupied: bool,
     neighbour: Neighbour<A>,
-    /// TSC when [`NeighbourTable::recheck_due`] last said to ask again (0: never).
+    /// TSC when it was last asked about ([`NeighbourTable::mark_rechecked`]; 0: never).
     rechecked_tsc: u64,
 }
 
@@ -227,7 +227,7 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
     }
 
     /// Whether to ask for `ip` again: its entry has been neither learned, confirmed
-    /// nor asked about for more than `age_tsc` (then it counts as asked from now on).
+    /// nor asked about ([`NeighbourTable::mark_rechecked`]) for more than `age_tsc`.
     /// An address with no entry is never due: resolving it is the caller's other job.
     ///
     /// Entries are only ever replaced by what the neighbour itself sends, so a host
@@ -235,17 +235,20 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
     /// Linux sends none by default) would keep getting frames at its old MAC, health
     /// probes included, for as long as the process runs. Asking again finds the new
     /// MAC, and the answer replaces the entry.
-    pub fn recheck_due(&mut self, ip: A, now_tsc: u64, age_tsc: u64) -> bool {
+    pub fn recheck_due(&self, ip: A, now_tsc: u64, age_tsc: u64) -> bool {
         let (index, true) = self.probe(ip) else {
             return false;
         };
-        let slot = &mut self.slots[index];
+        let slot = &self.slots[index];
         let last = slot.neighbour.updated_tsc.max(slot.rechecked_tsc);
-        if now_tsc.saturating_sub(last) <= age_tsc {
-            return false;
+        now_tsc.saturating_sub(last) > age_tsc
+    }
+
+    /// `ip` was asked about at `now_tsc`: not due again for an age.
+    pub fn mark_rechecked(&mut self, ip: A, now_tsc: u64) {
+        if let (index, true) = self.probe(ip) {
+            self.slots[index].rechecked_tsc = now_tsc;
         }
-        slot.rechecked_tsc = now_tsc;
-        true
     }
 
     /// How many entries were inserted or changed so far.
@@ -589,24 +592,29 @@ mod tests {
     fn recheck_is_due_once_per_age_since_the_last_answer_or_question() {
         let mut table = NeighbourTable::with_capacity(4);
         let ip = Ipv4Addr::new(10, 0, 0, 1);
-        assert!(
-            !table.recheck_due(ip, 1_000, 10),
-            "no entry: nothing to recheck"
-        );
+        // Due, and then asked.
+        let due = |table: &mut NeighbourTable, now: u64| {
+            let due = table.recheck_due(ip, now, 10);
+            if due {
+                table.mark_rechecked(ip, now);
+            }
+            due
+        };
+        assert!(!due(&mut table, 1_000), "no entry: nothing to recheck");
         table.learn(ip, mac(1), 100);
-        assert!(!table.recheck_due(ip, 110, 10));
-        assert!(table.recheck_due(ip, 111, 10));
-        assert!(!table.recheck_due(ip, 112, 10), "asked at 111");
-        assert!(!table.recheck_due(ip, 121, 10));
-        assert!(table.recheck_due(ip, 122, 10), "no answer: asked again");
+        assert!(!due(&mut table, 110));
+        assert!(due(&mut table, 111));
+        assert!(!due(&mut table, 112), "asked at 111");
+        assert!(!due(&mut table, 121));
+        assert!(due(&mut table, 122), "no answer: asked again");
         // The answer (the same MAC, or a new one) restarts the age.
         assert_eq!(table.learn(ip, mac(2), 125), Learn::Updated);
-        assert!(!table.recheck_due(ip, 135, 10));
-        assert!(table.recheck_due(ip, 136, 10));
+        assert!(!due(&mut table, 135));
+        assert!(due(&mut table, 136));
         // Moved by another entry's removal: the mark moves with it.
         let other = Ipv4Addr::new(10, 0, 0, 2);
         table.learn(other, mac(3), 136);
         table.remove(other);
-        assert!(!table.recheck_due(ip, 140, 10));
+        assert!(!due(&mut table, 140));
     }
 }

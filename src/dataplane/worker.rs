@@ -467,7 +467,7 @@ impl Worker {
         let recheck = self.id == 0;
         self.forwarder
             .resolve_real_servers(&mut self.neighbours, now, recheck, |target| {
-                push_arp_request(&mut out, pool, mac, addr, target);
+                push_arp_request(&mut out, pool, mac, addr, target)
             });
         // IPv6 real servers are solicited from the port's IPv6 address that shares
         // the longest prefix with them (the one on their link).
@@ -477,8 +477,9 @@ impl Worker {
                 .resolve_real_servers_v6(now, recheck, |target| {
                     let common =
                         |a: &Ipv6Addr| (u128::from(*a) ^ u128::from(target)).leading_zeros();
-                    if let Some(&src) = addrs6.iter().max_by_key(|a| common(a)) {
-                        push_solicit(&mut out, pool, mac, src, target);
+                    match addrs6.iter().max_by_key(|a| common(a)) {
+                        Some(&src) => push_solicit(&mut out, pool, mac, src, target),
+                        None => true,
                     }
                 });
         }
@@ -572,15 +573,20 @@ impl Worker {
     }
 }
 
-/// Appends an ARP request for `target`, from `mac`/`addr`, to `out` (nothing when `out`
-/// is full or the pool is empty).
 /// Bytes of an Ethernet+IPv6 Neighbor Solicitation with its source link-layer option.
 const SOLICIT_LEN: usize = 86;
 
-/// Appends a Neighbor Solicitation for `target` from (`mac`, `src`) to `out`.
-fn push_solicit(out: &mut Burst, pool: &Mempool, mac: MacAddr, src: Ipv6Addr, target: Ipv6Addr) {
+/// Appends a Neighbor Solicitation for `target` from (`mac`, `src`) to `out`; false
+/// when there was no room (`out` full or the pool empty).
+fn push_solicit(
+    out: &mut Burst,
+    pool: &Mempool,
+    mac: MacAddr,
+    src: Ipv6Addr,
+    target: Ipv6Addr,
+) -> bool {
     if out.is_full() || !out.alloc_from(pool, 1) {
-        return;
+        return false;
     }
     let i = out.len() - 1;
     out.set_packet_len(i, SOLICIT_LEN as u16);
@@ -598,17 +604,20 @@ fn push_solicit(out: &mut Burst, pool: &Mempool, mac: MacAddr, src: Ipv6Addr, ta
         // Cannot happen: 86 bytes hold an Ethernet+IPv6+NS with its option.
         None => out.free_all(),
     }
+    true
 }
 
+/// Appends an ARP request for `target`, from `mac`/`addr`, to `out`; false when there
+/// was no room (`out` full or the pool empty).
 fn push_arp_request(
     out: &mut Burst,
     pool: &Mempool,
     mac: MacAddr,
     addr: Ipv4Addr,
     target: Ipv4Addr,
-) {
+) -> bool {
     if out.is_full() || !out.alloc_from(pool, 1) {
-        return;
+        return false;
     }
     let i = out.len() - 1;
     out.set_packet_len(i, 60);
@@ -626,6 +635,7 @@ fn push_arp_request(
         // Should it ever, send nothing rather than a malformed frame.
         None => out.free_all(),
     }
+    true
 }
 
 /// Transmits Sluice's own frames in `out` on `port` (a capture sees them as sent on

@@ -603,12 +603,13 @@ impl Forwarder {
 
     /// Calls `send` for each IPv6 real server of the current snapshot whose MAC is
     /// not known yet, at most ten times a second per address; with `recheck`, also for
-    /// each whose entry was not confirmed for `NEIGHBOUR_RECHECK_S` (as the IPv4 ones).
+    /// each whose entry was not confirmed for `NEIGHBOUR_RECHECK_S`; stops at the first
+    /// `send` that finds no room (as the IPv4 ones).
     pub fn resolve_real_servers_v6(
         &mut self,
         now_tsc: u64,
         recheck: bool,
-        mut send: impl FnMut(Ipv6Addr),
+        mut send: impl FnMut(Ipv6Addr) -> bool,
     ) {
         let snap = self.snapshot.current();
         let servers = snap.services().iter().flat_map(|s| s.real_servers.iter());
@@ -619,7 +620,10 @@ impl Forwarder {
             if self.neighbours6.lookup(ip).is_some() {
                 let age = self.neighbour_recheck_tsc;
                 if recheck && self.neighbours6.recheck_due(ip, now_tsc, age) {
-                    send(ip);
+                    if !send(ip) {
+                        return;
+                    }
+                    self.neighbours6.mark_rechecked(ip, now_tsc);
                 }
                 continue;
             }
@@ -629,8 +633,10 @@ impl Forwarder {
             if slot.0 == tag && now_tsc.wrapping_sub(slot.1) < self.arp_interval_tsc {
                 continue;
             }
+            if !send(ip) {
+                return;
+            }
             *slot = (tag, now_tsc);
-            send(ip);
         }
     }
 
@@ -677,7 +683,7 @@ impl Forwarder {
         if let Some((id, Direction::Inbound | Direction::InputOnly)) = found {
             if super::miss::opens_connection(flags)
                 && self.sessions6.get(id).is_some_and(|s| {
-                    reusable_for_new_connection6(s)
+                    super::miss::connection_over(s.proto, s.state(), s.no_output())
                         || !self.snapshot.current().keeps_real_server(s.real)
                 })
             {
@@ -713,17 +719,6 @@ impl Forwarder {
     pub fn sessions6(&self) -> &crate::session::table6::SessionTable6 {
         &self.sessions6
     }
-}
-
-/// [`super::miss::reusable_for_new_connection`] for an IPv6 session.
-#[inline]
-fn reusable_for_new_connection6(s: &Session6) -> bool {
-    s.proto == Protocol::Tcp
-        && match s.state() {
-            TcpState::TimeWait | TcpState::Close => true,
-            TcpState::FinWait => s.no_output(),
-            _ => false,
-        }
 }
 
 /// Addresses a rewritten frame to `next_hop` from the port.
@@ -863,9 +858,8 @@ mod tests {
             dport: 81,
             proto: Protocol::Tcp,
         };
-        // Each session the standby heard of.
-        let open = |f: &mut Forwarder, state: TcpState| {
-            let mut s = Session6::new(
+        let session = || {
+            Session6::new(
                 &key,
                 ForwardMode::Nat,
                 service,
@@ -873,7 +867,10 @@ mod tests {
                 REAL.parse().unwrap(),
                 9090,
             )
-            .synced(state, false);
+        };
+        // Each session the standby heard of.
+        let open = |f: &mut Forwarder, state: TcpState| {
+            let mut s = session().synced(state, false);
             s.mark_synced(0);
             f.sessions6.insert(s, 0, 100, |_| {}).unwrap();
             f.sessions6.lookup(&key, 0)
@@ -950,15 +947,7 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed)
         };
         let before = expired(&counters);
-        let s = Session6::new(
-            &key,
-            ForwardMode::Nat,
-            service,
-            real,
-            REAL.parse().unwrap(),
-            9090,
-        );
-        f.sessions6.insert(s, 0, 1, |_| {}).unwrap();
+        f.sessions6.insert(session(), 0, 1, |_| {}).unwrap();
         // 10 s of TSC at 1 GHz, 100 ms ticks: long past its one tick.
         for _ in 0..64 {
             f.poll(10_000_000_000, &counters);

@@ -235,11 +235,27 @@ pub(super) fn opens_connection(flags: TcpFlags) -> bool {
 /// (DR/TUN), as IPVS's `is_new_conn_expected`.
 #[inline]
 pub(super) fn reusable_for_new_connection(s: &Session) -> bool {
-    use crate::session::{SessionFlags, TcpState};
-    s.proto == Protocol::Tcp
-        && match s.state() {
+    use crate::session::SessionFlags;
+    connection_over(
+        s.proto,
+        s.state(),
+        s.flags().contains(SessionFlags::NO_OUTPUT),
+    )
+}
+
+/// [`reusable_for_new_connection`] from a session's protocol, state and whether
+/// Sluice sees only the client side (`no_output`), for either family's sessions.
+#[inline]
+pub(super) fn connection_over(
+    proto: Protocol,
+    state: crate::session::TcpState,
+    no_output: bool,
+) -> bool {
+    use crate::session::TcpState;
+    proto == Protocol::Tcp
+        && match state {
             TcpState::TimeWait | TcpState::Close => true,
-            TcpState::FinWait => s.flags().contains(SessionFlags::NO_OUTPUT),
+            TcpState::FinWait => no_output,
             _ => false,
         }
 }
