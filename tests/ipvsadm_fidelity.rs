@@ -191,6 +191,19 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
         (&["-Ln", "-u", "198.18.1.2:53"], format!("{TITLE}{udp}"), "", 0),
         (&["-L", "-n", "-t", "198.18.9.9:80"], String::new(), "No such service\n", 1),
         (&["-Lnc"], connections, "", 0),
+        // `list_conn` with FMT_PERSISTENTCONN: `printf("pro expire %-11s %-18s %-18s
+        // %-18s %-16s %s\n", "state", "source", "virtual", "destination", "pe name",
+        // "pe_data")`; `print_conn` writes the two columns only for a persistence
+        // engine's entries, so the lines stay as `-Lnc`'s.
+        (
+            &["-Lnc", "--persistent-conn"],
+            format!(
+                "IPVS connection entries\npro expire {:<11} {:<18} {:<18} {:<18} {:<16} {}\n",
+                "state", "source", "virtual", "destination", "pe name", "pe_data"
+            ),
+            "",
+            0,
+        ),
         // `{ ipvs_add_dest, ESRCH, "Service not defined" }`
         (
             &["-a", "-t", "198.18.9.9:80", "-r", "198.18.0.22:80"],
@@ -324,6 +337,25 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
             "options conflicts in the list command\n",
             2,
         ),
+        (
+            &["-L", "--timeout", "--persistent-conn"],
+            String::new(),
+            "options conflicts in the list command\n",
+            2,
+        ),
+        // `{ ipvs_add_service, ENOENT, "Scheduler or persistence engine not found" }`
+        (
+            &["-A", "-t", "198.18.1.5:80", "-s", "nosuch"],
+            String::new(),
+            "Scheduler or persistence engine not found\n",
+            255,
+        ),
+        (
+            &["-E", "-t", "198.18.1.1:80", "-s", "nosuch"],
+            String::new(),
+            "Scheduler or persistence engine not found\n",
+            255,
+        ),
         // `fail(2, "--set option requires 3 timeout values")`
         (
             &["--set", "1", "2"],
@@ -358,7 +390,7 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
     ];
     for (args, stdout, stderr, status) in &cases {
         let out = ipvsadm(&link, &daemon, args);
-        let listed = if args.contains(&"-Lnc") {
+        let listed = if args.first() == Some(&"-Lnc") {
             connections_checked(&out.stdout)
         } else {
             counts_checked(&out.stdout)
@@ -388,10 +420,14 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
     );
 
     // `-X`: the stats title, `printf("%-33s %8s %8s %8s %8s %8s\n  -> RemoteAddress:Port\n",
-    // "Prot LocalAddress:Port", "Conns", "InPkts", "OutPkts", "InBytes", "OutBytes")`.
+    // "Prot LocalAddress:Port", "Conns", "InPkts", "OutPkts", "InBytes", "OutBytes")`;
+    // with other table formats too, `print_title` prints the first of stats, rate,
+    // thresholds, persistent-conn.
     for args in [
         &["-L", "-n", "--stats", "-X"][..],
         &["-Ln", "--stats", "--exact"],
+        &["-Ln", "--rate", "--stats", "-X"],
+        &["-Ln", "--persistent-conn", "--thresholds", "--stats", "-X"],
     ] {
         let out = ipvsadm(&link, &daemon, args);
         assert_eq!(out.status.code(), Some(0), "{}", out.describe());
@@ -401,6 +437,18 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
         );
         assert!(out.stdout.starts_with(&title), "{}", out.describe());
     }
+    // `print_title` with FMT_RATE before FMT_THRESHOLDS and FMT_PERSISTENTCONN.
+    let out = ipvsadm(
+        &link,
+        &daemon,
+        &["-Ln", "--persistent-conn", "--thresholds", "--rate"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+    let title = format!(
+        "{VERSION_LINE}{:<33} {:>8} {:>8} {:>8} {:>8} {:>8}\n  -> RemoteAddress:Port\n",
+        "Prot LocalAddress:Port", "CPS", "InPPS", "OutPPS", "InBPS", "OutBPS"
+    );
+    assert!(out.stdout.starts_with(&title), "{}", out.describe());
 
     // `version()`: `"ipvsadm " IPVSADM_VERSION " (compiled with "
     // IPVS_OPTION_PROCESSING " and IPVS v%d.%d.%d)\n"`, sluicectl in the place of

@@ -436,7 +436,9 @@ impl Command {
                 }
                 ipvsadm::Output::Thresholds => listed(&c.listing, result, render_thresholds),
                 ipvsadm::Output::Save => listed(&c.listing, result, render_save),
-                ipvsadm::Output::Connections => Ok(render_connections(&parse(result)?)),
+                ipvsadm::Output::Connections { persistent } => {
+                    Ok(render_connections(&parse(result)?, *persistent))
+                }
                 ipvsadm::Output::Quiet | ipvsadm::Output::Restore { .. } => Ok(String::new()),
                 ipvsadm::Output::Laddrs => Ok(render_laddrs(&parse(result)?)),
                 ipvsadm::Output::Admission => Ok(render_admission(&parse(result)?)),
@@ -555,7 +557,7 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
 
 /// [`parse_args`]; called as ipvsadm (`ipvsadm` is the program name it was called
 /// by), an ipvsadm command line is first judged as ipvsadm 1.31 judges it
-/// ([`ipvsadm_usage::check`]), so that its refusals keep ipvsadm's words and statuses.
+/// ([`ipvsadm_usage::check_command`]), so that its refusals keep ipvsadm's words and statuses.
 fn parse_args_as(
     ipvsadm: Option<&str>,
     args: &[String],
@@ -654,7 +656,7 @@ fn parse_args_as(
         Command::parse(name, command_args)?
     } else {
         if let Some(program) = ipvsadm {
-            ipvsadm_usage::check(program, &ipvsadm_args).map_err(UsageError::ipvsadm)?;
+            ipvsadm_usage::check_command(program, &ipvsadm_args).map_err(UsageError::ipvsadm)?;
         }
         Command::Ipvsadm(ipvsadm::parse(&ipvsadm_args).map_err(UsageError::new)?)
     };
@@ -939,7 +941,11 @@ const CONNECTIONS_PAGE: u32 = 50_000;
 /// listing of any size needs neither a cap nor memory for all of it. With `--json`
 /// the same object a single reply gives (`{"connections":[...],"truncated":false}`),
 /// written as it comes.
-fn list_connections(options: &Options, out: &mut impl Write) -> Result<(), Failure> {
+fn list_connections(
+    options: &Options,
+    persistent: bool,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
     let mut connection = client::Connection::open(&options.socket, options.timeout)?;
     let mut page = Some(ConnectionsCursor::default());
     let mut first = true;
@@ -947,7 +953,7 @@ fn list_connections(options: &Options, out: &mut impl Write) -> Result<(), Failu
     if options.json {
         out.write_all(b"{\"connections\":[").map_err(write_error)?;
     } else {
-        out.write_all(connections_title().as_bytes())
+        out.write_all(connections_title(persistent).as_bytes())
             .map_err(write_error)?;
     }
     while let Some(cursor) = page {
@@ -1242,12 +1248,12 @@ fn run(options: &Options, ipvsadm_mode: bool) -> Result<String, Failure> {
             ..
         }) => return persistent_conns(options, listing),
         Command::Ipvsadm(ipvsadm::Command {
-            output: ipvsadm::Output::Connections,
+            output: ipvsadm::Output::Connections { persistent },
             ..
         }) => {
             let stdout = io::stdout();
             let mut out = io::BufWriter::new(stdout.lock());
-            match list_connections(options, &mut out).and_then(|()| {
+            match list_connections(options, *persistent, &mut out).and_then(|()| {
                 out.flush()
                     .map_err(|e| Failure::from(format!("cannot write output: {e}")))
             }) {

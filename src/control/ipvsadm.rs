@@ -40,8 +40,10 @@ pub enum Output {
     /// ([`render_save`](crate::control::render::render_save)).
     Save,
     /// `-Lc`: the connection entries
-    /// ([`render_connections`](crate::control::render::render_connections)).
-    Connections,
+    /// ([`render_connections`](crate::control::render::render_connections)); with
+    /// `persistent` (`-Lc --persistent-conn`) the title has ipvsadm's persistence
+    /// engine columns, which stay empty: Sluice has no persistence engine.
+    Connections { persistent: bool },
     /// A change: nothing to print on success, as ipvsadm.
     Quiet,
     /// `-R`: the CLI reads ipvsadm-save lines from stdin. By default it applies them
@@ -492,19 +494,32 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     if connections && verb != Verb::List {
         return Err("option -c/--connection only applies to -L/--list".into());
     }
-    if connections && stats {
-        return Err("options -c/--connection and --stats cannot be combined".into());
+    for (given, option) in [
+        (stats, "--stats"),
+        (rate, "--rate"),
+        (thresholds, "--thresholds"),
+        (persistent_conn, "--persistent-conn"),
+        (show_timeouts, "--timeout"),
+    ] {
+        if given && verb != Verb::List {
+            return Err(format!("option {option} only applies to -L/--list"));
+        }
     }
-    if rate && (verb != Verb::List || stats || connections) {
-        return Err("option --rate only applies to -L/--list, without --stats or -c".into());
-    }
-    if thresholds && (verb != Verb::List || stats || rate || connections) {
-        return Err(
-            "option --thresholds only applies to -L/--list, without --stats, --rate or -c".into(),
-        );
-    }
-    if show_timeouts && verb != Verb::List {
-        return Err("option --timeout only applies to -L/--list".into());
+    // ipvsadm's own list checks: `-c` and `--timeout` list one thing each, so none of
+    // the table formats apply to them (`--persistent-conn` does to `-c`: the columns
+    // of a persistence engine), and they are "1" options, one at a time.
+    if verb == Verb::List {
+        if (connections || show_timeouts) && (stats || rate || thresholds)
+            || show_timeouts && persistent_conn
+        {
+            return Err("options conflicts in the list command".into());
+        }
+        if connections && show_timeouts {
+            return Err(
+                "The option 'timeout' conflicts with the 'connection' option in the 'list' command"
+                    .into(),
+            );
+        }
     }
     if (synproxy_mode.is_some() || synproxy_rate.is_some())
         && !matches!(verb, Verb::AddService | Verb::EditService)
@@ -548,12 +563,6 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
     if exact && verb != Verb::List {
         return Err("option -X/--exact only applies to -L/--list".into());
-    }
-    if persistent_conn && (verb != Verb::List || stats || rate || thresholds || connections) {
-        return Err(
-            "option --persistent-conn only applies to -L/--list, without --stats, --rate, --thresholds or -c"
-                .into(),
-        );
     }
     let listing = Listing {
         only: if verb == Verb::List { service } else { None },
@@ -626,17 +635,22 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Ok(spec.with_thresholds(upper.unwrap_or(0), lower.unwrap_or(0)))
     };
     let (request, output) = match verb {
-        Verb::List if show_timeouts => (Request::GetTimeouts, Output::Timeouts),
-        Verb::List if rate => (Request::ListServices, Output::Rates),
-        Verb::List if thresholds => (Request::ListServices, Output::Thresholds),
-        Verb::List if persistent_conn => (Request::ListServices, Output::PersistentConns),
         Verb::List if connections => (
             Request::ListConnections {
                 max: None,
                 page: None,
             },
-            Output::Connections,
+            Output::Connections {
+                persistent: persistent_conn,
+            },
         ),
+        Verb::List if show_timeouts => (Request::GetTimeouts, Output::Timeouts),
+        // Of several table formats the first of these wins, as in ipvsadm's
+        // `print_title` and `print_service_entry`.
+        Verb::List if stats => (Request::ListServices, Output::List { stats }),
+        Verb::List if rate => (Request::ListServices, Output::Rates),
+        Verb::List if thresholds => (Request::ListServices, Output::Thresholds),
+        Verb::List if persistent_conn => (Request::ListServices, Output::PersistentConns),
         Verb::Zero => match service {
             Some(service) => (Request::ZeroService { service }, Output::Quiet),
             None => (Request::ZeroServices, Output::Quiet),
@@ -656,7 +670,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             let [tcp, tcpfin, udp] = set_values.expect("set with --set");
             (Request::SetTimeouts { tcp, tcpfin, udp }, Output::Quiet)
         }
-        Verb::List => (Request::ListServices, Output::List { stats }),
+        Verb::List => (Request::ListServices, Output::List { stats: false }),
         Verb::Clear => (Request::Clear, Output::Quiet),
         Verb::EditService if synproxy_only => (
             Request::SetSynproxy {
@@ -1304,28 +1318,54 @@ mod tests {
                 page: None,
             }
         );
-        assert_eq!(lnc.output, Output::Connections);
+        assert_eq!(lnc.output, Output::Connections { persistent: false });
+        assert_eq!(
+            p("-Lnc --persistent-conn").unwrap().output,
+            Output::Connections { persistent: true }
+        );
         assert!(p("-A -t 198.18.1.1:80 -c")
             .unwrap_err()
             .contains("only applies to -L"));
-        assert!(p("-L -c --stats")
-            .unwrap_err()
-            .contains("cannot be combined"));
         assert_eq!(
             p("-L -n --stats").unwrap().output,
             Output::List { stats: true }
         );
         assert_eq!(p("-Ln --thresholds").unwrap().output, Output::Thresholds);
-        for bad in [
-            "-Ln --thresholds --stats",
-            "-Ln --thresholds --rate",
-            "-Lnc --thresholds",
+        // ipvsadm takes several table formats and shows the first of stats, rate,
+        // thresholds, persistent-conn (`print_title`'s if/else chain).
+        for (line, output) in [
+            ("-Ln --rate --stats", Output::List { stats: true }),
+            ("-Ln --thresholds --stats", Output::List { stats: true }),
+            (
+                "-Ln --persistent-conn --stats",
+                Output::List { stats: true },
+            ),
+            ("-Ln --thresholds --rate", Output::Rates),
+            ("-Ln --persistent-conn --rate", Output::Rates),
+            ("-Ln --persistent-conn --thresholds", Output::Thresholds),
+            ("-Ln -t 198.18.1.1:80 --thresholds --rate", Output::Rates),
         ] {
-            assert!(
-                p(bad).unwrap_err().contains("--thresholds only applies"),
+            assert_eq!(p(line).unwrap().output, output, "{line}");
+        }
+        // ipvsadm: `fail(2, "options conflicts in the list command")` for a table
+        // format with -c or --timeout, and for --persistent-conn with --timeout.
+        for bad in [
+            "-L -c --stats",
+            "-Lnc --rate",
+            "-Lnc --thresholds",
+            "-L --timeout --stats",
+            "-L --timeout --persistent-conn",
+        ] {
+            assert_eq!(
+                p(bad).unwrap_err(),
+                "options conflicts in the list command",
                 "{bad}"
             );
         }
+        assert_eq!(
+            p("-L -c --timeout").unwrap_err(),
+            "The option 'timeout' conflicts with the 'connection' option in the 'list' command"
+        );
         assert!(is_command("-Ln") && is_command("-a") && is_command("--list"));
         assert!(!is_command("status") && !is_command("--json"));
         assert!(is_command("-S") && is_command("-Z") && is_command("-R") && is_command("--set"));
@@ -1521,9 +1561,10 @@ mod tests {
             ("-A -t 198.18.1.1:80 -p -M 255.0.0.300", "illegal netmask"),
             ("-S -X", "-X/--exact only applies to -L"),
             (
-                "-L --persistent-conn --stats",
-                "--persistent-conn only applies",
+                "-L --timeout --persistent-conn",
+                "options conflicts in the list",
             ),
+            ("-S --stats", "--stats only applies to -L"),
             ("-L --bogus", "unknown or unsupported option \"--bogus\""),
             ("-n", "no command given"),
             (

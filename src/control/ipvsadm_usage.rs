@@ -11,7 +11,7 @@
 //! and is left to [`super::ipvsadm::parse`], which names what is wrong in Sluice's
 //! words.
 use super::ipvsadm::{expand, resolve_host, resolve_port};
-use crate::model::Protocol;
+use crate::model::{Protocol, SchedulerKind};
 use std::net::Ipv6Addr;
 
 /// Why ipvsadm would refuse the command line: what it prints on stderr (its whole
@@ -415,19 +415,40 @@ fn check_sched_flags(sched: Option<&str>, flags: &str) -> Result<(), Refusal> {
 /// Judges an ipvsadm command line (the words after the program name) as ipvsadm 1.31
 /// does before it calls the kernel. `Ok` when ipvsadm would go ahead, or when the
 /// line carries Sluice's own options; `program` is the name it was called by
-/// (ipvsadm's `argv[0]`, which `tryhelp_exit` prints).
+/// (ipvsadm's `argv[0]`, which `tryhelp_exit` prints). `-R` judges each line with
+/// this alone: ipvsadm stops a restore at a line its parser refuses, and carries on
+/// past one the kernel refuses.
 pub fn check(program: &str, args: &[String]) -> Result<(), Refusal> {
+    check_words(program, args).map(drop)
+}
+
+/// [`check`], then what the kernel refuses of a single command before Sluice would
+/// see it, in libipvs's words: a scheduler it does not have (`ipvs_add_service` and
+/// `ipvs_update_service` fail with ENOENT, which ipvsadm prints through
+/// `ipvs_strerror` before main returns -1).
+pub fn check_command(program: &str, args: &[String]) -> Result<(), Refusal> {
+    match check_words(program, args)? {
+        Some(name) if name.parse::<SchedulerKind>().is_err() => Err(Refusal {
+            message: "Scheduler or persistence engine not found\n".into(),
+            status: 255,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// [`check`]'s work; on `Ok` the scheduler named by `-A` or `-E`, if any.
+fn check_words(program: &str, args: &[String]) -> Result<Option<String>, Refusal> {
     let words = expand(args);
     let Some(first) = words.first() else {
-        return Ok(());
+        return Ok(None);
     };
     // `-h` and `-v` print and exit 0; the caller handles them.
     if matches!(first.as_str(), "-h" | "--help" | "-v" | "--version") {
-        return Ok(());
+        return Ok(None);
     }
     let command = command_index(first);
     if words.iter().any(|w| is_sluice_only(w, command)) {
-        return Ok(());
+        return Ok(None);
     }
     let Some(command) = command else {
         return Err(tryhelp(program));
@@ -617,7 +638,7 @@ pub fn check(program: &str, args: &[String]) -> Result<(), Refusal> {
             return Err(fail("options conflicts in the list command"));
         }
     }
-    Ok(())
+    Ok(sched.filter(|_| command == ADD || command == EDIT))
 }
 
 /// C's `atoi`: the leading digits, 0 without any.
@@ -740,6 +761,40 @@ mod tests {
         assert_eq!(check("ipvsadm", &args), Ok(()), "{line}");
     }
 
+    /// libipvs's `{ ipvs_add_service, ENOENT, "Scheduler or persistence engine not
+    /// found" }` (and `ipvs_update_service`'s), then main's -1: for a command alone,
+    /// never for a `-R` line, which ipvsadm carries on past.
+    #[test]
+    fn a_scheduler_the_kernel_lacks_is_refused_as_libipvs_words_it() {
+        let words =
+            |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_string).collect() };
+        for line in ["-A -t 1.2.3.4:80 -s nosuch", "-E -t 1.2.3.4:80 -s RR"] {
+            assert_eq!(
+                check_command("ipvsadm", &words(line)),
+                Err(Refusal {
+                    message: "Scheduler or persistence engine not found\n".into(),
+                    status: 255
+                }),
+                "{line}"
+            );
+            passes(line);
+        }
+        for line in [
+            "-A -t 1.2.3.4:80 -s mh -b mh-port",
+            "-E -t 1.2.3.4:80",
+            "-a -t 1.2.3.4:80 -r 10.0.0.1",
+        ] {
+            assert_eq!(check_command("ipvsadm", &words(line)), Ok(()), "{line}");
+        }
+        // Usage refusals come first, as in ipvsadm.
+        assert_eq!(
+            check_command("ipvsadm", &words("-A -s nosuch"))
+                .unwrap_err()
+                .status,
+            2
+        );
+    }
+
     #[test]
     fn the_tables_are_ipvsadms() {
         // Rows as ipvsadm.c writes them, quote for quote (ADD and LIST).
@@ -819,6 +874,12 @@ mod tests {
             ),
             // `fail(2, "options conflicts in the list command")`
             ("-L -c --stats", "options conflicts in the list command\n", 2),
+            ("-L --timeout --rate", "options conflicts in the list command\n", 2),
+            (
+                "-L --timeout --persistent-conn",
+                "options conflicts in the list command\n",
+                2,
+            ),
             // `fail(2, "--set option requires 3 timeout values")`
             ("--set 1 2", "--set option requires 3 timeout values\n", 2),
             // `fail(2, "unexpected argument %s", optarg)`

@@ -3,12 +3,21 @@ use crate::control::report::{ConnectionStatus, ConnectionsReport};
 
 /// `-Lnc`'s two title lines, as ipvsadm's `list_conn` prints them:
 /// `printf("IPVS connection entries\n")` and
-/// `printf("pro expire %-11s %-18s %-18s %s\n", "state", "source", "virtual", "destination")`.
-pub fn connections_title() -> String {
-    format!(
-        "IPVS connection entries\npro expire {:<11} {:<18} {:<18} {}\n",
-        "state", "source", "virtual", "destination"
-    )
+/// `printf("pro expire %-11s %-18s %-18s %s\n", "state", "source", "virtual", "destination")`,
+/// or with `persistent` (`--persistent-conn`)
+/// `printf("pro expire %-11s %-18s %-18s %-18s %-16s %s\n", ..., "destination", "pe name", "pe_data")`.
+/// Sessions are listed the same either way: ipvsadm prints the two columns only for
+/// a connection of a persistence engine (SIP), which Sluice does not have.
+pub fn connections_title(persistent: bool) -> String {
+    let (state, source, virt, dest) = ("state", "source", "virtual", "destination");
+    if persistent {
+        format!(
+            "IPVS connection entries\npro expire {state:<11} {source:<18} {virt:<18} {dest:<18} {:<16} {}\n",
+            "pe name", "pe_data"
+        )
+    } else {
+        format!("IPVS connection entries\npro expire {state:<11} {source:<18} {virt:<18} {dest}\n")
+    }
 }
 
 /// One session in ipvsadm's `print_conn` layout:
@@ -28,8 +37,8 @@ pub fn connection_line(c: &ConnectionStatus) -> String {
 }
 
 /// Renders `-Lnc` whole: the title, then every session (see [`connection_line`]).
-pub fn render_connections(report: &ConnectionsReport) -> String {
-    let mut out = connections_title();
+pub fn render_connections(report: &ConnectionsReport, persistent: bool) -> String {
+    let mut out = connections_title(persistent);
     for c in &report.connections {
         out += &connection_line(c);
     }
@@ -70,7 +79,7 @@ mod tests {
             next: None,
         };
         assert_eq!(
-            render_connections(&report),
+            render_connections(&report, false),
             "IPVS connection entries\n\
              pro expire state       source             virtual            destination\n\
              TCP 01:05  ESTABLISHED 198.18.100.200:40000 198.18.1.1:80      198.18.0.11:8080\n\
@@ -78,13 +87,27 @@ mod tests {
              TCP 01:05  NONE        198.18.0.0:0       198.18.1.1:80      198.18.0.11:8080\n"
         );
         // `awk '$1=="TCP"'` and `awk '{print $6}'` pipelines.
-        let text = render_connections(&report);
+        let text = render_connections(&report, false);
         let sixth: Vec<&str> = text
             .lines()
             .filter(|l| l.split_whitespace().next() == Some("TCP"))
             .map(|l| l.split_whitespace().nth(5).unwrap())
             .collect();
         assert_eq!(sixth, ["198.18.0.11:8080"; 3]);
+        // `-Lnc --persistent-conn`: the title of `list_conn` with `FMT_PERSISTENTCONN`;
+        // the lines as before (`print_conn` adds the two columns only to a
+        // persistence engine's eleven-field entries).
+        let persistent = render_connections(&report, true);
+        let mut lines = persistent.lines();
+        assert_eq!(lines.next(), Some("IPVS connection entries"));
+        assert_eq!(
+            lines.next(),
+            Some(
+                "pro expire state       source             virtual            \
+                 destination        pe name          pe_data"
+            )
+        );
+        assert!(lines.eq(text.lines().skip(2)));
         // The extended fields stay in the JSON.
         let json = serde_json::to_value(&report.connections[1]).unwrap();
         assert_eq!(json["virtual"], "198.18.1.1:80");
