@@ -16,7 +16,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One metric family: HELP and TYPE once, then its samples.
 struct Family<'a> {
@@ -502,7 +502,9 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
 }
 
 /// The HTTP endpoint: `GET /metrics` answers the exposition text, anything else 404.
-/// One scrape at a time (Prometheus scrapes rarely); every read and write is bounded.
+/// One scrape at a time (Prometheus scrapes rarely); each client has
+/// [`EXCHANGE_TIMEOUT`] to send its request and again to take the answer, so a slow
+/// or stalled one holds the endpoint no longer than that.
 pub struct MetricsServer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -548,17 +550,35 @@ impl Drop for MetricsServer {
     }
 }
 
+/// How long one client may take to send its request head, and then to take the
+/// whole response. A bound on the whole exchange, not on each read or write: with only
+/// per-call timeouts a client trickling a byte a second would hold the one-at-a-time
+/// endpoint for hours, and no scrape would get through.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The time left before `deadline` as a socket timeout; `None` once it has passed
+/// (a zero timeout would mean "block for ever").
+fn time_left(deadline: Instant) -> Option<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then_some(left)
+}
+
 fn serve(mut stream: TcpStream, handler: &Handler) {
     let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
     // The request head, at most 8 KiB.
+    let deadline = Instant::now() + EXCHANGE_TIMEOUT;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        let Some(left) = time_left(deadline) else {
+            return;
+        };
+        let _ = stream.set_read_timeout(Some(left));
         match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
         }
     }
     let line = String::from_utf8_lossy(&head);
@@ -577,7 +597,20 @@ fn serve(mut stream: TcpStream, handler: &Handler) {
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let _ = stream.write_all(response.as_bytes());
+    let deadline = Instant::now() + EXCHANGE_TIMEOUT;
+    let mut unsent = response.as_bytes();
+    while !unsent.is_empty() {
+        let Some(left) = time_left(deadline) else {
+            return;
+        };
+        let _ = stream.set_write_timeout(Some(left));
+        match stream.write(unsent) {
+            Ok(0) => return,
+            Ok(n) => unsent = &unsent[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// The exposition text of admission (access lists and rate limits), from the
@@ -1169,5 +1202,112 @@ mod ha_tests {
         assert!(!text.contains("sluice_sync_multicast_info"), "{text}");
         let plain = render_ha(&health, None, None);
         assert!(!plain.contains("vrrp") && !plain.contains("sync"));
+    }
+}
+
+#[cfg(test)]
+mod server_tests {
+    use super::*;
+    use std::net::Shutdown;
+
+    fn endpoint() -> (MetricsServer, std::net::SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler: Handler = Arc::new(|_| Ok(serde_json::json!("sluice_up 1\n")));
+        (MetricsServer::spawn(listener, handler).unwrap(), addr)
+    }
+
+    fn scrape(addr: std::net::SocketAddr) -> String {
+        let mut client = TcpStream::connect(addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        client.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    /// A client that sends its request a byte every 300 ms (each read well inside a
+    /// per-read timeout) is cut off once the exchange's time is up, and the scrape
+    /// queued behind it is answered. Without the overall bound the trickler would be
+    /// read for as long as it keeps sending: here 15 s, in the wild for hours.
+    #[test]
+    fn a_trickling_client_cannot_hold_the_endpoint() {
+        let (_server, addr) = endpoint();
+        let mut trickler = TcpStream::connect(addr).unwrap();
+        let started = Instant::now();
+        let trickle = std::thread::spawn(move || {
+            // Until the server closes (a write fails) or 15 s pass.
+            while started.elapsed() < Duration::from_secs(15) {
+                if trickler.write_all(b"G").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let _ = trickler.shutdown(Shutdown::Both);
+            started.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let answer = scrape(addr);
+        let answered = started.elapsed();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("sluice_up 1\n"), "{answer}");
+        assert!(
+            answered < Duration::from_secs(10),
+            "the scrape waited {answered:?} behind a trickling client"
+        );
+        // The trickler's writes start failing once the server has dropped it.
+        let cut_off = trickle.join().unwrap();
+        assert!(
+            cut_off < Duration::from_secs(10),
+            "trickled for {cut_off:?}"
+        );
+    }
+
+    /// A client that takes the answer a little at a time (each write making
+    /// progress well inside a per-write timeout) is cut off once the exchange's time is
+    /// up, and the scrape queued behind it is answered.
+    #[test]
+    fn a_slow_reader_cannot_hold_the_endpoint() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let body = "x".repeat(32 << 20);
+        let handler: Handler = Arc::new(move |_| Ok(serde_json::json!(body)));
+        let _server = MetricsServer::spawn(listener, handler).unwrap();
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let started = Instant::now();
+        let scraped = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let scraped = Arc::clone(&scraped);
+            // 200 KB/s: minutes for all of it; it stops once the scrape is answered
+            // (or after 15 s, the time an unbounded server would serve it).
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while !scraped.load(Ordering::Relaxed)
+                    && started.elapsed() < Duration::from_secs(15)
+                {
+                    if matches!(slow.read(&mut buf), Ok(0) | Err(_)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let answer = scrape(addr);
+        let answered = started.elapsed();
+        scraped.store(true, Ordering::Relaxed);
+        reader.join().unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{}",
+            &answer[..64]
+        );
+        assert!(
+            answered < Duration::from_secs(10),
+            "the scrape waited {answered:?} behind a slow reader"
+        );
     }
 }
