@@ -390,6 +390,30 @@ fn an_open_file_limit_below_the_need_is_refused_and_a_low_soft_one_is_raised() {
         "{}",
         daemon.dump()
     );
+    // At that limit control connections get 83 - 19 - 32 = 32 descriptors: a 33rd
+    // connection is refused with an error line, not left to fail on EMFILE in the
+    // backlog (nor to take a descriptor the daemon's own files need).
+    assert!(
+        daemon
+            .stderr_text()
+            .contains("control socket: at most 32 connections at once"),
+        "{}",
+        daemon.dump()
+    );
+    let held: Vec<std::os::unix::net::UnixStream> = (0..40)
+        .map(|_| std::os::unix::net::UnixStream::connect(daemon.socket()).unwrap())
+        .collect();
+    let mut refused = 0;
+    for mut stream in held.iter().skip(32) {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let mut answer = String::new();
+        let _ = std::io::Read::read_to_string(&mut stream, &mut answer);
+        refused += usize::from(answer.contains("too many control connections (limit 32)"));
+    }
+    assert_eq!(refused, 8, "{}", daemon.dump());
+    drop(held);
     assert!(daemon.terminate().success(), "{}", daemon.dump());
 }
 

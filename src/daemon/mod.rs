@@ -22,7 +22,7 @@ use crate::control::protocol::{ConnectionsCursor, Request, DEFAULT_MAX_CONNECTIO
 use crate::control::report::{
     ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing, StatusReport,
 };
-use crate::control::server::{ControlServer, Handler};
+use crate::control::server::{ControlServer, Handler, ServerLimits};
 use crate::dataplane::capture::{Capture, CaptureTap};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::exception::ExceptionLink;
@@ -385,10 +385,19 @@ fn start_control(
         ),
         None => None,
     };
+    let max_connections = preflight::control_connection_limit(cfg);
+    if max_connections < preflight::CONTROL_CONNECTIONS_MAX {
+        log::info!(
+            "control socket: at most {max_connections} connections at once (what the open-file limit leaves)"
+        );
+    }
     let server = ControlServer::spawn_with_group(
         &cfg.control.socket,
         control_handler(calls_tx),
-        Default::default(),
+        ServerLimits {
+            max_connections,
+            ..Default::default()
+        },
         cfg.control.group.as_ref().map(|g| g.gid),
     )
     .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))?;

@@ -659,10 +659,16 @@ const FILES_PER_EXCEPTION: u64 = 8;
 /// With hugepages, the runtime directory's files: its config, an fbarray for each
 /// memory segment list and for the memzones, the multi-process socket (measured: 7).
 const FILES_RUNTIME_DIR: u64 = 8;
-/// Room for what a running daemon opens: control and metrics connections (the
-/// control socket's beyond the limit wait in its backlog), session sync's sockets,
-/// BIRD's control socket, a capture file, the config on reload.
+/// Room for what a running daemon opens: control connections (at least
+/// [`FILES_RUNNING`] - [`FILES_RESERVED`] of them), and the rest.
 const FILES_RUNNING: u64 = 64;
+/// Of [`FILES_RUNNING`], what the daemon itself opens while it runs and control
+/// connections must never take: the metrics connection, session sync's sockets,
+/// BIRD's control socket, a capture file, the config on reload, a log file rotated.
+const FILES_RESERVED: u64 = 32;
+/// The control socket's own bound on connections open at once, where the open-file
+/// limit leaves room for more.
+pub const CONTROL_CONNECTIONS_MAX: usize = 2048;
 
 /// The descriptors a config will hold, by what holds them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -706,6 +712,28 @@ impl FileNeed {
     pub fn total(&self) -> u64 {
         FILES_BASE + self.hugepages + self.workers + self.ports + FILES_RUNNING
     }
+}
+
+/// How many control connections may be open at once: what the hard open-file limit
+/// leaves after everything else the config holds and [`FILES_RESERVED`], at most
+/// [`CONTROL_CONNECTIONS_MAX`]. Connections beyond it are refused with an error line;
+/// without this bound they would take the descriptors a capture, a reload or a sync
+/// socket needs, and those would fail with EMFILE instead. At least
+/// [`FILES_RUNNING`] - [`FILES_RESERVED`], as [`check_resources`] refuses a limit
+/// below the need.
+pub fn control_connection_limit(cfg: &Config) -> usize {
+    connection_limit(&FileNeed::of(cfg, hugepage_size()), open_file_limit())
+}
+
+fn connection_limit(need: &FileNeed, hard: Option<u64>) -> usize {
+    let Some(hard) = hard else {
+        return CONTROL_CONNECTIONS_MAX;
+    };
+    let others = need.total() - FILES_RUNNING + FILES_RESERVED;
+    let room = hard
+        .saturating_sub(others)
+        .max(FILES_RUNNING - FILES_RESERVED);
+    usize::try_from(room).map_or(CONTROL_CONNECTIONS_MAX, |r| r.min(CONTROL_CONNECTIONS_MAX))
 }
 
 /// This process's hard limit on open files (`None`: unknown or unlimited).
@@ -1433,6 +1461,27 @@ mod tests {
         assert_eq!(FileNeed::of(&huge, 1 << 30).hugepages, 2 + 8);
         huge.eal.extra_args = vec!["--single-file-segments".into()];
         assert_eq!(FileNeed::of(&huge, 2 << 20).hugepages, 16 + 8);
+    }
+
+    #[test]
+    fn control_connections_get_what_the_open_file_limit_leaves() {
+        let cfg = config(PORT);
+        // 15 + 4 + 6 for DPDK, the worker and the port, 32 kept for the daemon.
+        let need = FileNeed::of(&cfg, 2 << 20);
+        assert_eq!(connection_limit(&need, None), CONTROL_CONNECTIONS_MAX);
+        assert_eq!(
+            connection_limit(&need, Some(1 << 20)),
+            CONTROL_CONNECTIONS_MAX
+        );
+        assert_eq!(connection_limit(&need, Some(1024)), 1024 - 25 - 32);
+        assert_eq!(connection_limit(&need, Some(89)), 32);
+        // Below the need (refused by the preflight): never zero.
+        assert_eq!(connection_limit(&need, Some(10)), 32);
+        // 2 GB of 2 MiB hugepages hold 1032 descriptors.
+        let mut huge = config(PORT);
+        (huge.eal.hugepages, huge.eal.memory_mb) = (true, 2048);
+        let need = FileNeed::of(&huge, 2 << 20);
+        assert_eq!(connection_limit(&need, Some(2048)), 2048 - 1057 - 32);
     }
 
     #[test]
