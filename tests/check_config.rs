@@ -157,7 +157,7 @@ fn a_config_this_machine_cannot_run_is_refused_naming_the_field() {
     assert_eq!(out.status.code(), Some(1), "{}", out.describe());
     assert!(
         out.stderr.contains(&format!(
-            "lcores.workers: worker lcore {cpus} runs on CPU {cpus}"
+            "lcores.workers[0]: worker lcore {cpus} runs on CPU {cpus}"
         )),
         "{}",
         out.describe()
@@ -184,7 +184,7 @@ fn a_config_this_machine_cannot_run_is_refused_naming_the_field() {
     assert!(
         out.stderr.contains(&format!(
             "{}: sessions.capacity = 67108864 needs",
-            path.display()
+            written_at(&path, "capacity")
         )),
         "{}",
         out.describe()
@@ -221,7 +221,7 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
     assert!(
         out.stderr.contains(&format!(
             "{}: eal.memory_mb = 256 cannot hold the mbuf pool: 65535 mbufs",
-            path.display()
+            written_at(&path, "memory_mb")
         )),
         "{}",
         out.describe()
@@ -259,7 +259,7 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
     assert!(
         out.stderr.contains(&format!(
             "{}: control.metrics: cannot listen on {addr}: Address already in use",
-            path.display()
+            written_at(&path, "metrics")
         )),
         "{}",
         out.describe()

@@ -78,14 +78,17 @@ fn an_oversized_session_capacity_exits_1_naming_the_field_and_leaves_nothing() {
     cfg.cpus = Some(vec![1; workers as usize]);
     cfg.extra_toml = vec!["[sessions]\ncapacity = 67108864".into()];
     let socket = cfg.socket.clone();
-    let file = cfg.path("sluice.toml").display().to_string();
-    expect_refusal(
+    let at = written_at(&cfg.write(), "capacity");
+    let err = expect_refusal(
         cfg,
         &[
-            &format!("{file}: sessions.capacity = 67108864 needs"),
             &format!("of session tables ({workers} worker(s) x "),
             "is available (MemAvailable in /proc/meminfo); lower sessions.capacity",
         ],
+    );
+    assert!(
+        err.contains(&format!("{at}: sessions.capacity = 67108864 needs")),
+        "{err}"
     );
     assert!(!socket.exists(), "control socket left");
     assert!(!lock_of(&socket).exists(), "socket lock left");
@@ -98,12 +101,20 @@ fn a_worker_lcore_outside_the_machine_exits_1_naming_lcores_workers() {
     let mut cfg = loopback_config();
     cfg.workers = vec![cpus]; // one past the last CPU
     let socket = cfg.socket.clone();
-    expect_refusal(
+    // `workers = [N]`: the value's first element is one past the `[`.
+    let at = written_at(&cfg.write(), "workers");
+    let err = expect_refusal(
         cfg,
         &[
-            &format!("lcores.workers: worker lcore {cpus} runs on CPU {cpus}"),
+            &format!("lcores.workers[0]: worker lcore {cpus} runs on CPU {cpus}"),
             "this process may run only on CPU(s) ",
         ],
+    );
+    let (file_line, column) = at.rsplit_once(':').unwrap();
+    let element = format!("{file_line}:{}", column.parse::<usize>().unwrap() + 1);
+    assert!(
+        err.contains(&format!("{element}: lcores.workers[0]: ")),
+        "{err}"
     );
     assert!(!socket.exists(), "control socket left");
 }
@@ -323,7 +334,7 @@ fn large_rings_config(memory_mb: u32) -> DaemonConfig {
 fn an_mbuf_pool_beyond_eal_memory_mb_is_refused_and_the_figure_it_names_starts() {
     require_root();
     let cfg = large_rings_config(256);
-    let file = cfg.path("sluice.toml").display().to_string();
+    let file = written_at(&cfg.write(), "memory_mb");
     let err = expect_refusal(
         cfg,
         &[
@@ -425,7 +436,7 @@ fn a_metrics_port_in_use_is_refused_before_the_eal_naming_control_metrics() {
     let mut cfg = loopback_config();
     cfg.metrics = Some(addr.to_string());
     let socket = cfg.socket.clone();
-    let file = cfg.path("sluice.toml").display().to_string();
+    let file = written_at(&cfg.write(), "metrics");
     let err = expect_refusal(
         cfg,
         &[&format!(

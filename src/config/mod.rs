@@ -39,6 +39,9 @@ use source::Source;
 pub struct Config {
     /// The file it was loaded from (for messages and reloads).
     pub path: PathBuf,
+    /// The text it was read from, kept so that a check made after loading (the
+    /// daemon's preflight) names the line of the field it refuses ([`Config::place`]).
+    pub text: ConfigText,
     pub eal: EalConfig,
     pub lcores: LcoreConfig,
     pub control: ControlConfig,
@@ -579,6 +582,53 @@ impl PortConfig {
         match &self.device {
             PortDevice::Pci(addr) => Some(addr),
             _ => None,
+        }
+    }
+}
+
+/// A config's text (shared: configs are cloned); its `Debug` is its size only.
+#[derive(Clone, Default)]
+pub struct ConfigText(std::sync::Arc<str>);
+
+impl fmt::Debug for ConfigText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ConfigText({} bytes)", self.0.len())
+    }
+}
+
+impl Config {
+    /// Where `field` is written: the 1-based line and column of its value, for a path
+    /// in [`ConfigError::field`]'s form (`eal.memory_mb`, `ports[1].pci`,
+    /// `lcores.cpus[2]`); `None` for a field left to its default.
+    pub fn locate(&self, field: &str) -> Option<(usize, usize)> {
+        let root = tree::parse(&self.text.0).ok()?;
+        let mut node = &root;
+        for segment in field.split('.') {
+            let (name, indices) = segment.split_once('[').unwrap_or((segment, ""));
+            let tree::Value::Table(entries) = &node.value else {
+                return None;
+            };
+            node = &entries.iter().find(|e| e.key == name)?.value;
+            for index in indices.split('[') {
+                let Some(index) = index.strip_suffix(']') else {
+                    continue;
+                };
+                let tree::Value::Array(items) = &node.value else {
+                    return None;
+                };
+                node = items.get(index.parse::<usize>().ok()?)?;
+            }
+        }
+        let span = node.span.as_ref()?;
+        Some(source::line_column(&self.text.0, span.start))
+    }
+
+    /// How a refusal made after loading names where `field` is: `FILE:LINE:COLUMN`
+    /// as a [`ConfigError`] does, or `FILE` alone for a field left to its default.
+    pub fn place(&self, field: &str) -> String {
+        match self.locate(field) {
+            Some((line, column)) => format!("{}:{line}:{column}", self.path.display()),
+            None => self.path.display().to_string(),
         }
     }
 }

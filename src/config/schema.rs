@@ -12,8 +12,8 @@ use super::reader::{Check, Field, Location, Table};
 use super::source::Source;
 use super::tree::Node;
 use super::{
-    Config, ControlConfig, EalConfig, ExceptionConfig, ExceptionKind, Ipv4Cidr, Ipv6Cidr,
-    LcoreConfig, LoopbackConfig, PortConfig, PortDevice, RealServerConfig, ServiceConfig,
+    Config, ConfigText, ControlConfig, EalConfig, ExceptionConfig, ExceptionKind, Ipv4Cidr,
+    Ipv6Cidr, LcoreConfig, LoopbackConfig, PortConfig, PortDevice, RealServerConfig, ServiceConfig,
     SessionsConfig, SorryServerConfig, SyncSettings, TimeoutsConfig, VrrpSettings,
 };
 use crate::dataplane::exception;
@@ -191,6 +191,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let services = read_services(&root, &ports, source, &health)?;
     Ok(Config {
         path: source.path.to_path_buf(),
+        text: ConfigText(source.text.into()),
         eal,
         lcores,
         control,

@@ -53,7 +53,7 @@ fn one_line(message: &str) -> String {
 }
 
 /// 1-based line and column (in characters) of byte offset `at`.
-fn line_column(text: &str, at: usize) -> (usize, usize) {
+pub(super) fn line_column(text: &str, at: usize) -> (usize, usize) {
     let mut at = at.min(text.len());
     while !text.is_char_boundary(at) {
         at -= 1;

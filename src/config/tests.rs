@@ -3264,3 +3264,32 @@ fn exception_interfaces() {
         "kernel interface \"k0\" is already used by ports[1].exception",
     );
 }
+
+/// `Config::locate` finds a value where the text has it, through tables, arrays of
+/// tables, array elements, dotted keys and inline tables; a field left to its default
+/// has no place.
+#[test]
+fn a_field_is_located_at_its_value() {
+    let cfg = parse(&format!("{BASE}{SERVICE}")).unwrap();
+    assert_eq!(cfg.locate("lcores.workers"), Some((8, 11)));
+    assert_eq!(cfg.locate("lcores.workers[0]"), Some((8, 12)));
+    assert_eq!(cfg.locate("ports[0].mac"), Some((16, 7)));
+    assert_eq!(
+        cfg.locate("services[0].real_servers[1].mode"),
+        Some((33, 8))
+    );
+    assert_eq!(cfg.locate("sessions.capacity"), None);
+    assert_eq!(cfg.locate("lcores.workers[1]"), None);
+    assert_eq!(cfg.locate("ports[3].mac"), None);
+    assert_eq!(cfg.place("sessions.capacity"), "test.toml");
+    assert_eq!(cfg.place("lcores.workers[0]"), "test.toml:8:12");
+    let dotted = parse(&format!("sessions.capacity = 4096\n{BASE}")).unwrap();
+    assert_eq!(dotted.locate("sessions.capacity"), Some((1, 21)));
+    assert_eq!(dotted.locate("lcores.workers[0]"), Some((9, 12)));
+    let inline = format!(
+        "control = {{ socket = \"/run/sluice/x.sock\" }}\n{}",
+        BASE.replace("[control]\nsocket = \"/run/sluice/test.sock\"", "")
+    );
+    let cfg = parse(&inline).unwrap();
+    assert_eq!(cfg.locate("control.socket"), Some((1, 22)));
+}

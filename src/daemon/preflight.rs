@@ -96,7 +96,7 @@ fn check_pci_devices(cfg: &Config, sysfs: &Path) -> Result<(), String> {
                 return Err(format!(
                     "{}: ports[{i}].pci: port {}: no PCI device {addr} on this machine \
                      (no {})",
-                    cfg.path.display(),
+                    cfg.place(&format!("ports[{i}].pci")),
                     port.name,
                     sysfs.join(addr).display()
                 ));
@@ -132,18 +132,18 @@ fn allowed_cpus() -> Result<Vec<u32>, String> {
 /// worker on `cpus[i]` when given, else on the CPU of its id (EAL `-l`/`--lcores`).
 fn check_lcores(cfg: &Config, allowed: &[u32]) -> Result<(), String> {
     let l = &cfg.lcores;
-    let refuse = |field: &str, what: String| {
+    let refuse = |field: String, what: String| {
         Err(format!(
             "{}: lcores.{field}: {what}, but this process may run only on CPU(s) {} \
              (of {} CPUs online; sched_getaffinity)",
-            cfg.path.display(),
+            cfg.place(&format!("lcores.{field}")),
             cpu_list(allowed),
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         ))
     };
     if !allowed.contains(&l.management) {
         return refuse(
-            "management",
+            "management".into(),
             format!("lcore {} runs on CPU {}", l.management, l.management),
         );
     }
@@ -151,13 +151,13 @@ fn check_lcores(cfg: &Config, allowed: &[u32]) -> Result<(), String> {
         match &l.cpus {
             Some(cpus) if !allowed.contains(&cpus[i]) => {
                 return refuse(
-                    "cpus",
+                    format!("cpus[{i}]"),
                     format!("worker lcore {worker} is mapped to CPU {}", cpus[i]),
                 );
             }
             None if !allowed.contains(&worker) => {
                 return refuse(
-                    "workers",
+                    format!("workers[{i}]"),
                     format!("worker lcore {worker} runs on CPU {worker}"),
                 );
             }
@@ -435,7 +435,7 @@ fn check_memory(cfg: &Config, need: &MemoryNeed, avail: &Available) -> Result<()
                  and {} besides (counters, pools, persistence{}), {} in all, but only {} is \
                  available ({source}); lower sessions.capacity ({} at most here) or free \
                  memory",
-                cfg.path.display(),
+                cfg.place("sessions.capacity"),
                 cfg.sessions.capacity,
                 mib(need.workers as u64 * need.sessions_per_worker as u64),
                 need.workers,
@@ -458,7 +458,7 @@ fn check_memory(cfg: &Config, need: &MemoryNeed, avail: &Available) -> Result<()
                 "{}: eal.memory_mb = {} needs {} of hugepages but {} is free \
                  (/sys/kernel/mm/hugepages/*/free_hugepages); reserve more hugepages, lower \
                  eal.memory_mb, or set eal.hugepages = false",
-                cfg.path.display(),
+                cfg.place("eal.memory_mb"),
                 cfg.eal.memory_mb,
                 mib(need.hugepages as u64),
                 mib(free)
@@ -624,7 +624,7 @@ fn check_eal_memory(cfg: &Config, need: &EalMemory) -> Result<(), String> {
          descriptors of {} port(s) for {} worker(s), and the rings) of {} bytes each take \
          {} in {pages}, and DPDK itself, its rings and the ports {} besides, {} in all; set \
          eal.memory_mb = {} or more, or lower ports[].rx_desc and tx_desc",
-        cfg.path.display(),
+        cfg.place("eal.memory_mb"),
         cfg.eal.memory_mb,
         need.mbufs,
         cfg.ports.len(),
@@ -807,7 +807,8 @@ impl Listeners {
         let metrics = match cfg.control.metrics {
             Some(addr) => Some(std::net::TcpListener::bind(addr).map_err(|e| {
                 format!(
-                    "{file}: control.metrics: cannot listen on {addr}: {e}{}",
+                    "{}: control.metrics: cannot listen on {addr}: {e}{}",
+                    cfg.place("control.metrics"),
                     bind_hint(&e)
                 )
             })?),
@@ -926,22 +927,23 @@ impl InstanceLocks {
         };
         let mut locks = Vec::new();
         let socket = &cfg.control.socket;
+        let at = cfg.place("control.socket");
         // The lock sits beside the socket: its directory is made here, as the control
         // server would make it, not only when the server starts (/run/sluice is gone
         // after a reboot).
         crate::control::server::create_parent_dir(socket)
-            .map_err(|e| format!("{file}: control.socket {}: {e}", socket.display()))?;
+            .map_err(|e| format!("{at}: control.socket {}: {e}", socket.display()))?;
         let mut lock_path = socket.clone().into_os_string();
         lock_path.push(".lock");
         let lock_path = PathBuf::from(lock_path);
         locks.push(LockFile::take(&lock_path, &holder).map_err(|e| match e {
             Ok(who) => format!(
-                "{file}: control.socket {} is {} (lock {})",
+                "{at}: control.socket {} is {} (lock {})",
                 socket.display(),
                 held_by(who),
                 lock_path.display()
             ),
-            Err(e) => format!("{file}: control.socket {}: lock: {e}", socket.display()),
+            Err(e) => format!("{at}: control.socket {}: lock: {e}", socket.display()),
         })?);
         let attached = attached_devices(cfg);
         if !attached.is_empty() {
@@ -1074,13 +1076,14 @@ mod tests {
         let cfg = config(PORT);
         assert!(check_lcores(&cfg, &[0, 1]).is_ok());
         let e = check_lcores(&cfg, &[0]).unwrap_err();
+        // Line 7 of `config`'s text: `workers = [1]`, the value at column 12.
         assert!(
-            e.contains("lcores.workers: worker lcore 1 runs on CPU 1"),
+            e.contains("sluice.toml:7:12: lcores.workers[0]: worker lcore 1 runs on CPU 1"),
             "{e}"
         );
         assert!(e.contains("CPU(s) 0 "), "{e}");
         let e = check_lcores(&cfg, &[1, 2, 3]).unwrap_err();
-        assert!(e.contains("lcores.management"), "{e}");
+        assert!(e.contains("sluice.toml:6:14: lcores.management: "), "{e}");
         assert!(e.contains("CPU(s) 1-3 "), "{e}");
     }
 
@@ -1092,8 +1095,9 @@ mod tests {
         assert!(check_lcores(&cfg, &[0, 1]).is_ok());
         cfg.lcores.cpus = Some(vec![1, 3]);
         let e = check_lcores(&cfg, &[0, 1]).unwrap_err();
+        // Set here, not in the file: no line to name.
         assert!(
-            e.contains("lcores.cpus: worker lcore 6 is mapped to CPU 3"),
+            e.contains("sluice.toml: lcores.cpus[1]: worker lcore 6 is mapped to CPU 3"),
             "{e}"
         );
     }
@@ -1163,7 +1167,7 @@ mod tests {
         };
         let e = check_memory(&cfg, &need, &avail).unwrap_err();
         assert!(
-            e.contains("sluice.toml: sessions.capacity = 67108864 needs"),
+            e.contains("sluice.toml:18:12: sessions.capacity = 67108864 needs"),
             "{e}"
         );
         assert!(
@@ -1364,7 +1368,7 @@ mod tests {
         let e = check_eal_memory(&large_rings(256), &need).unwrap_err();
         assert!(
             e.contains(
-                "sluice.toml: eal.memory_mb = 256 cannot hold the mbuf pool: 65535 mbufs \
+                "sluice.toml:3:13: eal.memory_mb = 256 cannot hold the mbuf pool: 65535 mbufs \
                  (the RX and TX descriptors of 1 port(s) for 2 worker(s), and the rings) \
                  of 2368 bytes each take 258 MiB in 4 KiB pages without hugepages"
             ),

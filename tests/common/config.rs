@@ -4,7 +4,7 @@
 
 use super::process::unique_tag;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One `[[ports]]` entry.
 #[derive(Clone, Debug)]
@@ -264,4 +264,21 @@ pub fn service_section(
         ));
     }
     t
+}
+
+/// Where `key = ...` is first written in the TOML at `path`, found by reading the text
+/// line by line (not with Sluice's parser): `PATH:LINE:COLUMN` of its value, the form
+/// in which a refusal made after loading names the line. Panics when no line has it.
+pub fn written_at(path: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    for (i, line) in text.lines().enumerate() {
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
+        if name.trim() == key {
+            let column = line.len() - value.trim_start().len() + 1;
+            return format!("{}:{}:{column}", path.display(), i + 1);
+        }
+    }
+    panic!("no `{key} =` line in {}:\n{text}", path.display())
 }
