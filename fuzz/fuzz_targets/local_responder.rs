@@ -77,13 +77,20 @@ fuzz_target!(|data: &[u8]| {
             let vips6: [std::net::Ipv6Addr; 1] = [std::net::Ipv6Addr::new(
                 0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 0x100,
             )];
+            // One IPv6 real server, learned into the reserved quarter.
+            let real_servers6: [std::net::Ipv6Addr; 1] = [std::net::Ipv6Addr::new(
+                0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 0x11,
+            )];
             let got = responder.process_ipv6(
                 &mut buf,
                 &parsed,
                 &mut neighbours6,
                 n as u64,
                 &counters,
-                &vips6,
+                sluice::dataplane::local::Known6 {
+                    vips6: &vips6,
+                    real_servers6: &real_servers6,
+                },
             );
             assert_eq!(
                 drops,
@@ -101,15 +108,14 @@ fuzz_target!(|data: &[u8]| {
         }
         let input = frame.clone();
         let drops = counters.drops_snapshot();
-        let verdict =
-            responder.process_with_vips(
-                &mut frame,
-                &mut neighbours,
-                n as u64,
-                &counters,
-                VIPS,
-                REAL_SERVERS,
-            );
+        let verdict = responder.process_with_vips(
+            &mut frame,
+            &mut neighbours,
+            n as u64,
+            &counters,
+            VIPS,
+            REAL_SERVERS,
+        );
         assert_eq!(
             drops,
             counters.drops_snapshot(),

@@ -1041,7 +1041,10 @@ impl Forwarder {
                     &mut self.neighbours6,
                     now_tsc,
                     counters,
-                    &self.owned6,
+                    crate::dataplane::local::Known6 {
+                        vips6: &self.owned6,
+                        real_servers6: self.snapshot.current().real_servers_v6(),
+                    },
                 );
                 match reply {
                     Ok(len) if pkt.set_len(len as u16) => Action::Transmit,

@@ -198,8 +198,9 @@ impl LocalResponder {
         neighbours: &mut Neighbour6Table,
         now_tsc: u64,
         counters: &WorkerCounters,
-        vips6: &[Ipv6Addr],
+        known: Known6<'_>,
     ) -> Result<usize, DropReason> {
+        let vips6 = known.vips6;
         let PacketKind::Ipv6(payload) = parsed.kind else {
             return Err(DropReason::UnknownEthertype);
         };
@@ -250,7 +251,7 @@ impl LocalResponder {
                 eth_src: peer_mac,
                 to_us: self.is_local6(dst),
             };
-            return self.answer_ndisc(buf, l3, repr, from, neighbours, now_tsc, counters, vips6);
+            return self.answer_ndisc(buf, l3, repr, from, neighbours, now_tsc, counters, known);
         }
         if icmp_type.is_error() {
             // Errors about sessions are the forwarder's: it takes every ICMPv6 error
@@ -289,20 +290,21 @@ impl LocalResponder {
         neighbours: &mut Neighbour6Table,
         now_tsc: u64,
         counters: &WorkerCounters,
-        vips6: &[Ipv6Addr],
+        known: Known6<'_>,
     ) -> Result<usize, DropReason> {
         match repr {
             NdiscRepr::NeighborSolicit {
                 target,
                 source_lladdr,
             } => {
-                let target_is_ours = self.is_local6(target) || vips6.binary_search(&target).is_ok();
+                let target_is_ours =
+                    self.is_local6(target) || known.vips6.binary_search(&target).is_ok();
                 if let Some(mac) = source_lladdr {
                     if self.may_learn6(from.ip, mac) {
                         // As for ARP: a solicitation for us creates the solicitor's
                         // entry (RFC 4861 section 7.2.3); others only refresh one.
                         let learned = if target_is_ours {
-                            Some(neighbours.learn(from.ip, mac, now_tsc))
+                            Some(known.learn(neighbours, from.ip, mac, now_tsc))
                         } else {
                             neighbours.update_existing(from.ip, mac, now_tsc)
                         };
@@ -355,7 +357,7 @@ impl LocalResponder {
                         let answer =
                             flags.contains(crate::wire::icmpv6::NaFlags::SOLICITED) && from.to_us;
                         let learned = if answer {
-                            Some(neighbours.learn(target, mac, now_tsc))
+                            Some(known.learn(neighbours, target, mac, now_tsc))
                         } else {
                             neighbours.update_existing(target, mac, now_tsc)
                         };
@@ -381,6 +383,37 @@ impl LocalResponder {
             && !ip.is_multicast()
             && !ip.is_loopback()
             && !self.is_local6(ip)
+    }
+}
+
+/// What the forwarder knows of the IPv6 addresses a Neighbor Discovery message may
+/// name: the VIPs (answered as ours) and the real servers (always learned).
+#[derive(Clone, Copy, Default)]
+pub struct Known6<'a> {
+    /// Sorted.
+    pub vips6: &'a [Ipv6Addr],
+    /// Sorted.
+    pub real_servers6: &'a [Ipv6Addr],
+}
+
+impl Known6<'_> {
+    /// Learns a neighbour that a message for us vouches for: a real server while the
+    /// table has room, any other only into [`NeighbourTable::unreserved`], so
+    /// solicitors made up by the thousand (a /64 holds 2^64 of them) cannot leave a
+    /// real server added later unresolved.
+    fn learn(
+        &self,
+        neighbours: &mut Neighbour6Table,
+        ip: Ipv6Addr,
+        mac: MacAddr,
+        now_tsc: u64,
+    ) -> Learn {
+        if self.real_servers6.binary_search(&ip).is_ok() {
+            neighbours.learn(ip, mac, now_tsc)
+        } else {
+            let room = neighbours.unreserved();
+            neighbours.learn_below(ip, mac, now_tsc, room)
+        }
     }
 }
 
@@ -477,10 +510,13 @@ impl Answering<'_> {
             // never be resolved.
             let learned = if !target_is_ours {
                 neighbours.update_existing(sender_ip, sender_mac, now_tsc)
-            } else if self.responder.on_link(sender_ip)
-                || self.real_servers.binary_search(&sender_ip).is_ok()
-            {
+            } else if self.real_servers.binary_search(&sender_ip).is_ok() {
                 Some(neighbours.learn(sender_ip, sender_mac, now_tsc))
+            } else if self.responder.on_link(sender_ip) {
+                // A quarter stays for real servers: senders made up on a large
+                // subnet must not leave one added later unresolved either.
+                let room = neighbours.unreserved();
+                Some(neighbours.learn_below(sender_ip, sender_mac, now_tsc, room))
             } else {
                 // Off the port's subnets: a host on the link with a route to another
                 // subnet (a client a synced session answers before it has sent
@@ -856,7 +892,10 @@ mod tests {
     #[test]
     fn off_link_senders_take_half_the_table_at_most() {
         let mut h = Harness::new();
-        let real_server = Ipv4Addr::new(203, 0, 113, 10);
+        // Sorted, as the snapshot gives them; one off the port's subnets.
+        let real_servers: Vec<Ipv4Addr> =
+            (0..5).map(|i| Ipv4Addr::new(203, 0, 113, 10 + i)).collect();
+        let real_server = real_servers[0];
         let answer = |h: &mut Harness, sender: Ipv4Addr| {
             let mut frame = arp_request_from(sender);
             h.responder.process_with_vips(
@@ -865,7 +904,7 @@ mod tests {
                 1000,
                 &h.counters,
                 &[],
-                &[real_server],
+                &real_servers,
             )
         };
         // Made up by the thousand, off both of the port's subnets (10.0.0.0/24,
@@ -880,13 +919,20 @@ mod tests {
         assert_eq!(h.event(Event::NeighbourOffLink), 4096 - 8);
         assert_eq!(h.event(Event::NeighbourTableFull), 0);
         // The other half stays for real servers, wherever they are, and the port's
-        // own link.
+        // own link; the last quarter for real servers alone.
         assert_eq!(answer(&mut h, real_server), Verdict::Reply);
         assert_eq!(h.neighbours.lookup(real_server), Some(CLIENT_MAC));
         for i in 0..7u8 {
             let on_link = Ipv4Addr::new(192, 0, 2, 100 + i);
             assert_eq!(answer(&mut h, on_link), Verdict::Reply);
-            assert_eq!(h.neighbours.lookup(on_link), Some(CLIENT_MAC));
+            let learned = h.neighbours.lookup(on_link).is_some();
+            assert_eq!(learned, i < 3, "on-link sender {i}");
+        }
+        assert_eq!(h.neighbours.len(), 12);
+        assert_eq!(h.event(Event::NeighbourTableFull), 4);
+        for &rs in &real_servers[1..] {
+            assert_eq!(answer(&mut h, rs), Verdict::Reply);
+            assert_eq!(h.neighbours.lookup(rs), Some(CLIENT_MAC));
         }
         assert_eq!(h.neighbours.len(), 16);
         // A known off-link sender is still refreshed.
@@ -1299,6 +1345,7 @@ mod tests {
             neighbours: Neighbour6Table,
             counters: WorkerCounters,
             vips6: Vec<Ipv6Addr>,
+            real_servers6: Vec<Ipv6Addr>,
         }
 
         impl Harness6 {
@@ -1312,6 +1359,7 @@ mod tests {
                     neighbours,
                     counters: WorkerCounters::default(),
                     vips6: Vec::new(),
+                    real_servers6: Vec::new(),
                 }
             }
 
@@ -1327,7 +1375,10 @@ mod tests {
                     &mut self.neighbours,
                     1000,
                     &self.counters,
-                    &self.vips6,
+                    Known6 {
+                        vips6: &self.vips6,
+                        real_servers6: &self.real_servers6,
+                    },
                 )?;
                 buf.truncate(len);
                 Ok(buf)
@@ -1439,6 +1490,40 @@ mod tests {
                 h.neighbours.lookup(CLIENT_IP6),
                 Some(MacAddr([0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc]))
             );
+        }
+
+        /// `NS` (a solicitation for our address with a source link-layer option)
+        /// sent from `src`, its checksum made again.
+        fn ns_from(src: Ipv6Addr) -> Vec<u8> {
+            let mut frame = NS.to_vec();
+            frame[22..38].copy_from_slice(&src.octets());
+            let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&frame[38..54]).unwrap());
+            icmpv6::Packet::new_unchecked(&mut frame[54..]).fill_checksum(src, dst);
+            frame
+        }
+
+        /// Solicitors made up by the thousand take three quarters of the table at
+        /// most: the last quarter stays for real servers, whose solicitations (and
+        /// answers to ours) are still learned.
+        #[test]
+        fn made_up_solicitors_leave_a_quarter_for_real_servers() {
+            let mut h = Harness6::with_table(Neighbour6Table::with_capacity(16));
+            let real_servers: Vec<Ipv6Addr> = (0..4u16)
+                .map(|i| Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10 + i))
+                .collect();
+            h.real_servers6 = real_servers.clone();
+            for i in 0..1000u16 {
+                let made_up = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x99, i);
+                assert_eq!(h.process(&ns_from(made_up)).map(|_| ()), Ok(()), "{i}");
+            }
+            assert_eq!(h.neighbours.len(), 12);
+            assert_eq!(h.event(Event::Neighbour6Learned), 12);
+            assert_eq!(h.event(Event::Neighbour6TableFull), 1000 - 12);
+            for &rs in &real_servers {
+                assert_eq!(h.process(&ns_from(rs)).map(|_| ()), Ok(()));
+                assert_eq!(h.neighbours.lookup(rs), Some(CLIENT_MAC), "{rs}");
+            }
+            assert_eq!(h.neighbours.len(), 16);
         }
 
         #[test]
@@ -1563,7 +1648,7 @@ mod tests {
                     &mut h.neighbours,
                     0,
                     &h.counters,
-                    &[],
+                    Known6::default(),
                 );
                 assert!(got.is_err(), "len {len}");
             }

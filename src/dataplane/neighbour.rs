@@ -196,6 +196,13 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         learned
     }
 
+    /// How many entries neighbours other than real servers may hold: all but a
+    /// quarter of the table, which stays for real servers (learned with
+    /// [`NeighbourTable::learn`] up to the whole capacity), whatever else asks.
+    pub fn unreserved(&self) -> usize {
+        self.capacity - self.capacity / 4
+    }
+
     /// `learn` for an entry another worker learned and shared: not remembered again,
     /// so updates never bounce between workers.
     pub fn learn_shared(&mut self, ip: A, mac: MacAddr, now_tsc: u64) -> Learn {

@@ -282,6 +282,11 @@ impl Snapshot {
         &self.real_servers
     }
 
+    /// Every service's IPv6 real servers, sorted, each once.
+    pub fn real_servers_v6(&self) -> &[Ipv6Addr] {
+        &self.real_servers6
+    }
+
     /// Whether `addr` is a real server of some service (on any protocol or port).
     #[inline]
     pub fn is_real_server(&self, addr: IpAddr) -> bool {
