@@ -405,7 +405,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
                 service = Some(key);
             }
-            "-s" | "--scheduler" => scheduler = Some(value(arg)?.parse::<SchedulerKind>()?),
+            // An empty name is ipvsadm's default, as if `-s` were not given.
+            "-s" | "--scheduler" => {
+                scheduler = match value(arg)?.as_str() {
+                    "" => None,
+                    name => Some(name.parse::<SchedulerKind>()?),
+                }
+            }
             "-p" | "--persistent" => {
                 // The timeout is optional, as in ipvsadm (default 300 s).
                 let timeout = match it.peek() {
@@ -509,16 +515,17 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     // the table formats apply to them (`--persistent-conn` does to `-c`: the columns
     // of a persistence engine), and they are "1" options, one at a time.
     if verb == Verb::List {
-        if (connections || show_timeouts) && (stats || rate || thresholds)
-            || show_timeouts && persistent_conn
-        {
-            return Err("options conflicts in the list command".into());
-        }
+        // `generic_opt_check` comes first in ipvsadm.
         if connections && show_timeouts {
             return Err(
                 "The option 'timeout' conflicts with the 'connection' option in the 'list' command"
                     .into(),
             );
+        }
+        if (connections || show_timeouts) && (stats || rate || thresholds)
+            || show_timeouts && persistent_conn
+        {
+            return Err("options conflicts in the list command".into());
         }
     }
     if (synproxy_mode.is_some() || synproxy_rate.is_some())
@@ -977,7 +984,7 @@ pub enum RestoreLine {
 }
 
 /// ipvsadm's schedulers (its `SCHEDULERS` file, 1.31).
-const IPVSADM_SCHEDULERS: &[&str] = &[
+pub(crate) const IPVSADM_SCHEDULERS: &[&str] = &[
     "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh",
 ];
 
@@ -1362,10 +1369,22 @@ mod tests {
                 "{bad}"
             );
         }
-        assert_eq!(
-            p("-L -c --timeout").unwrap_err(),
-            "The option 'timeout' conflicts with the 'connection' option in the 'list' command"
-        );
+        for line in ["-L -c --timeout", "-L -c --timeout --stats"] {
+            assert_eq!(
+                p(line).unwrap_err(),
+                "The option 'timeout' conflicts with the 'connection' option in the 'list' command"
+            );
+        }
+        // An empty name is ipvsadm's default scheduler (`if (strlen(sched_name) == 0)
+        // strcpy(sched_name, DEF_SCHED)`).
+        let words = ["-A", "-t", "198.18.1.1:80", "-s", ""].map(String::from);
+        assert!(matches!(
+            parse(&words).unwrap().request,
+            Request::AddService {
+                scheduler: None,
+                ..
+            }
+        ));
         assert!(is_command("-Ln") && is_command("-a") && is_command("--list"));
         assert!(!is_command("status") && !is_command("--json"));
         assert!(is_command("-S") && is_command("-Z") && is_command("-R") && is_command("--set"));

@@ -423,12 +423,21 @@ pub fn check(program: &str, args: &[String]) -> Result<(), Refusal> {
 }
 
 /// [`check`], then what the kernel refuses of a single command before Sluice would
-/// see it, in libipvs's words: a scheduler it does not have (`ipvs_add_service` and
+/// see it, in libipvs's words: a scheduler no kernel has (`ipvs_add_service` and
 /// `ipvs_update_service` fail with ENOENT, which ipvsadm prints through
-/// `ipvs_strerror` before main returns -1).
+/// `ipvs_strerror` before main returns -1). One of IPVS's that Sluice lacks (`ovf`)
+/// is left to Sluice's own words. The kernel looks the service up before the
+/// scheduler, so `-A` of a service that exists (or `-E` of one that does not) with
+/// such a name gets this answer here where ipvsadm says "Service already exists"
+/// ("No such service"), with the same status.
 pub fn check_command(program: &str, args: &[String]) -> Result<(), Refusal> {
+    let unknown = |name: &str| {
+        !name.is_empty()
+            && name.parse::<SchedulerKind>().is_err()
+            && !super::ipvsadm::IPVSADM_SCHEDULERS.contains(&name)
+    };
     match check_words(program, args)? {
-        Some(name) if name.parse::<SchedulerKind>().is_err() => Err(Refusal {
+        Some(name) if unknown(&name) => Err(Refusal {
             message: "Scheduler or persistence engine not found\n".into(),
             status: 255,
         }),
@@ -783,6 +792,8 @@ mod tests {
             "-A -t 1.2.3.4:80 -s mh -b mh-port",
             "-E -t 1.2.3.4:80",
             "-a -t 1.2.3.4:80 -r 10.0.0.1",
+            // IPVS has it, Sluice not: Sluice's words follow.
+            "-A -t 1.2.3.4:80 -s ovf",
         ] {
             assert_eq!(check_command("ipvsadm", &words(line)), Ok(()), "{line}");
         }

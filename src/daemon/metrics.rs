@@ -503,8 +503,8 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
 
 /// The HTTP endpoint: `GET /metrics` answers the exposition text, anything else 404.
 /// One scrape at a time (Prometheus scrapes rarely); each client has
-/// [`EXCHANGE_TIMEOUT`] to send its request and again to take the answer, so a slow
-/// or stalled one holds the endpoint no longer than that.
+/// [`REQUEST_TIMEOUT`] to send its request and [`ANSWER_TIMEOUT`] to take the answer,
+/// so a slow or stalled one holds the endpoint no longer than that.
 pub struct MetricsServer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -550,11 +550,15 @@ impl Drop for MetricsServer {
     }
 }
 
-/// How long one client may take to send its request head, and then to take the
-/// whole response. A bound on the whole exchange, not on each read or write: with only
-/// per-call timeouts a client trickling a byte a second would hold the one-at-a-time
-/// endpoint for hours, and no scrape would get through.
-const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one client may take to send its whole request head. A bound on the whole
+/// of it, not on each read: with only per-call timeouts a client trickling a byte a
+/// second would hold the one-at-a-time endpoint for hours, and no scrape would get
+/// through.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one client may take to receive the whole answer, bounded the same way:
+/// Prometheus's default scrape timeout, so a scraper on a slow link still gets a
+/// large exposition whole.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The time left before `deadline` as a socket timeout; `None` once it has passed
 /// (a zero timeout would mean "block for ever").
@@ -566,7 +570,7 @@ fn time_left(deadline: Instant) -> Option<Duration> {
 fn serve(mut stream: TcpStream, handler: &Handler) {
     let _ = stream.set_nonblocking(false);
     // The request head, at most 8 KiB.
-    let deadline = Instant::now() + EXCHANGE_TIMEOUT;
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
@@ -597,7 +601,7 @@ fn serve(mut stream: TcpStream, handler: &Handler) {
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let deadline = Instant::now() + EXCHANGE_TIMEOUT;
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
     let mut unsent = response.as_bytes();
     while !unsent.is_empty() {
         let Some(left) = time_left(deadline) else {
@@ -1229,7 +1233,7 @@ mod server_tests {
     }
 
     /// A client that sends its request a byte every 300 ms (each read well inside a
-    /// per-read timeout) is cut off once the exchange's time is up, and the scrape
+    /// per-read timeout) is cut off once the request's time (2 s) is up, and the scrape
     /// queued behind it is answered. Without the overall bound the trickler would be
     /// read for as long as it keeps sending: here 15 s, in the wild for hours.
     #[test]
@@ -1266,13 +1270,13 @@ mod server_tests {
     }
 
     /// A client that takes the answer a little at a time (each write making
-    /// progress well inside a per-write timeout) is cut off once the exchange's time is
-    /// up, and the scrape queued behind it is answered.
+    /// progress well inside a per-write timeout) is cut off once the answer's time is
+    /// up (10 s), and the scrape queued behind it is answered in full.
     #[test]
     fn a_slow_reader_cannot_hold_the_endpoint() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let body = "x".repeat(32 << 20);
+        let body = "x".repeat(64 << 20);
         let handler: Handler = Arc::new(move |_| Ok(serde_json::json!(body)));
         let _server = MetricsServer::spawn(listener, handler).unwrap();
         let mut slow = TcpStream::connect(addr).unwrap();
@@ -1282,11 +1286,11 @@ mod server_tests {
         let reader = {
             let scraped = Arc::clone(&scraped);
             // 200 KB/s: minutes for all of it; it stops once the scrape is answered
-            // (or after 15 s, the time an unbounded server would serve it).
+            // (or after 30 s, the time an unbounded server would serve it).
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 while !scraped.load(Ordering::Relaxed)
-                    && started.elapsed() < Duration::from_secs(15)
+                    && started.elapsed() < Duration::from_secs(30)
                 {
                     if matches!(slow.read(&mut buf), Ok(0) | Err(_)) {
                         break;
@@ -1302,11 +1306,13 @@ mod server_tests {
         reader.join().unwrap();
         assert!(
             answer.starts_with("HTTP/1.1 200 OK\r\n"),
-            "{}",
-            &answer[..64]
+            "{:?}",
+            answer.get(..64)
         );
+        // The whole answer, for the scraper on a fast link.
+        assert!(answer.ends_with(&format!("\r\n\r\n{}", "x".repeat(64 << 20))));
         assert!(
-            answered < Duration::from_secs(10),
+            answered < Duration::from_secs(20),
             "the scrape waited {answered:?} behind a slow reader"
         );
     }

@@ -1909,7 +1909,7 @@ fn management_loop(
                 real_servers,
                 ..
             } = registry;
-            services.rates.sample(&services.table, real_servers, now);
+            services.sample_rates(real_servers, now);
         }
         if let (Some(at), Some(every)) = (next_stats, stats_interval) {
             if Instant::now() >= at {

@@ -28,6 +28,56 @@ type Sample = (Instant, [u64; 5]);
 #[derive(Default)]
 pub struct Rates {
     history: HashMap<u32, VecDeque<Sample>>,
+    /// The same for each service's own counters, by service id: IPVS estimates a
+    /// service's rates from its own counters, which go on counting real servers
+    /// removed from it, not from the listed real servers' rates.
+    services: HashMap<u32, VecDeque<Sample>>,
+}
+
+/// Appends a sample to `h`, which keeps a minute of them; counters that went
+/// backwards (`-Z`) start it again, as the old samples no longer compare.
+fn push(h: &mut VecDeque<Sample>, now: Instant, values: [u64; 5]) {
+    if h.back()
+        .is_some_and(|(_, last)| values.iter().zip(last).any(|(v, l)| v < l))
+    {
+        h.clear();
+    }
+    h.push_back((now, values));
+    while h.len() > MAX_WINDOW_S as usize + 1 {
+        h.pop_front();
+    }
+}
+
+/// The rates over (about) the last `window` of `h`: between its newest sample and the
+/// newest one at least `window` older (or the oldest kept).
+fn rate_of(h: Option<&VecDeque<Sample>>, window: Duration) -> Rate {
+    let Some(h) = h else {
+        return Rate::default();
+    };
+    let Some(&(newest_at, newest)) = h.back() else {
+        return Rate::default();
+    };
+    let base = h
+        .iter()
+        .rev()
+        .find(|(at, _)| newest_at.duration_since(*at) >= window)
+        .or_else(|| h.front())
+        .copied();
+    let Some((base_at, base)) = base else {
+        return Rate::default();
+    };
+    let secs = newest_at.duration_since(base_at).as_secs_f64();
+    if secs <= 0.0 {
+        return Rate::default();
+    }
+    let per_s = |i: usize| newest[i].saturating_sub(base[i]) as f64 / secs;
+    Rate {
+        cps: per_s(0),
+        in_pps: per_s(1),
+        out_pps: per_s(2),
+        in_bps: per_s(3),
+        out_bps: per_s(4),
+    }
 }
 
 impl Rates {
@@ -53,51 +103,36 @@ impl Rates {
                 t.in_bytes,
                 t.out_bytes,
             ];
-            let h = self.history.entry(id).or_default();
-            // Counters zeroed (`-Z`): the old samples no longer compare.
-            if h.back()
-                .is_some_and(|(_, last)| values.iter().zip(last).any(|(v, l)| v < l))
-            {
-                h.clear();
-            }
-            h.push_back((now, values));
-            while h.len() > MAX_WINDOW_S as usize + 1 {
-                h.pop_front();
-            }
+            push(self.history.entry(id).or_default(), now, values);
         }
         self.history.retain(|id, _| seen.contains(id));
+    }
+
+    /// Takes one sample of each service's own counters, `(service id, [connections,
+    /// in packets, out packets, in bytes, out bytes])`; forgets services not given.
+    pub fn sample_services(
+        &mut self,
+        services: impl Iterator<Item = (u32, [u64; 5])>,
+        now: Instant,
+    ) {
+        let mut seen = Vec::new();
+        for (id, values) in services {
+            seen.push(id);
+            push(self.services.entry(id).or_default(), now, values);
+        }
+        seen.sort_unstable();
+        self.services.retain(|id, _| seen.binary_search(id).is_ok());
     }
 
     /// Real server `id`'s rates over (about) the last `window`: between its newest
     /// sample and the newest one at least `window` older (or the oldest kept).
     pub fn rate(&self, id: u32, window: Duration) -> Rate {
-        let Some(h) = self.history.get(&id) else {
-            return Rate::default();
-        };
-        let Some(&(newest_at, newest)) = h.back() else {
-            return Rate::default();
-        };
-        let base = h
-            .iter()
-            .rev()
-            .find(|(at, _)| newest_at.duration_since(*at) >= window)
-            .or_else(|| h.front())
-            .copied();
-        let Some((base_at, base)) = base else {
-            return Rate::default();
-        };
-        let secs = newest_at.duration_since(base_at).as_secs_f64();
-        if secs <= 0.0 {
-            return Rate::default();
-        }
-        let per_s = |i: usize| newest[i].saturating_sub(base[i]) as f64 / secs;
-        Rate {
-            cps: per_s(0),
-            in_pps: per_s(1),
-            out_pps: per_s(2),
-            in_bps: per_s(3),
-            out_bps: per_s(4),
-        }
+        rate_of(self.history.get(&id), window)
+    }
+
+    /// Service `id`'s own rates over (about) the last `window`, as [`Rates::rate`].
+    pub fn service_rate(&self, id: u32, window: Duration) -> Rate {
+        rate_of(self.services.get(&id), window)
     }
 }
 

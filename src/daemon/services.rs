@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::control::protocol::Request;
 use crate::control::report::{
     AclRuleStatus, AdmissionReport, EventLine, EventsReport, LaddrReport, RealServerStatus,
-    ServiceAdmission, ServiceCounts, ServiceStatus, ServicesReport, TimeoutsReport,
+    ServiceAdmission, ServiceCounts, ServiceRates, ServiceStatus, ServicesReport, TimeoutsReport,
 };
 use crate::dataplane::realserver_stats::{
     RealServerCounters, RealServerTotals, MAX_REAL_SERVER_IDS,
@@ -19,7 +19,7 @@ use crate::service::{
 use crate::session::Timeouts;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Scheduler of a service added without `-s`: weighted, so weights mean something.
 pub const DEFAULT_SCHEDULER: SchedulerKind = SchedulerKind::DEFAULT;
@@ -889,6 +889,26 @@ impl Services {
         ids
     }
 
+    /// One sample of every real server's and every service's own counters, once a
+    /// second, for the rates `-L --rate` shows.
+    pub fn sample_rates(&mut self, counters: &[Arc<Box<[RealServerCounters]>>], now: Instant) {
+        self.rates.sample(&self.table, counters, now);
+        let services: Vec<(u32, [u64; 5])> = (self.table.services())
+            .map(|s| {
+                let c = self.service_counts(s, counters);
+                let values = [
+                    c.connections,
+                    c.in_packets,
+                    c.out_packets,
+                    c.in_bytes,
+                    c.out_bytes,
+                ];
+                (s.id, values)
+            })
+            .collect();
+        self.rates.sample_services(services.into_iter(), now);
+    }
+
     /// Service `s`'s counters ([`Services::counted_ids`]), summed over the workers.
     fn service_counts(
         &self,
@@ -1215,6 +1235,16 @@ impl Services {
                         synproxy: s.synproxy,
                         admission: self.service_admission(s.key, with_rules),
                         stats: Some(self.service_counts(s, counters)),
+                        rates: Some({
+                            let r = self.rates.service_rate(s.id, window);
+                            ServiceRates {
+                                cps: r.cps.round() as u64,
+                                in_pps: r.in_pps.round() as u64,
+                                out_pps: r.out_pps.round() as u64,
+                                in_bps: r.in_bps.round() as u64,
+                                out_bps: r.out_bps.round() as u64,
+                            }
+                        }),
                     }
                 })
                 .collect(),
@@ -2104,6 +2134,80 @@ port = 53
         assert_eq!(
             listed["services"][0]["admission"]["totals"]["acl_denied"],
             1
+        );
+    }
+
+    /// `-L --rate`'s service line comes from the service's own counters, sampled
+    /// once a second: a real server removed from the service still counts there
+    /// while its sessions carry traffic, as in IPVS's service estimator, though it
+    /// is no longer listed to be summed.
+    #[test]
+    fn service_rates_come_from_its_own_counters() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (mut services, publisher) = setup();
+        let counters = vec![Arc::new(crate::dataplane::realserver_stats::new_table())];
+        let service = services.table.get(http()).unwrap();
+        let (service_id, id) = (service.id, service.real_servers[0].id);
+        let c = &counters[0][id as usize];
+        let t0 = Instant::now();
+        let window = super::super::rates::DEFAULT_WINDOW;
+        let listed = |services: &Services| {
+            let report = services.report(&counters, window);
+            report.services.into_iter().find(|s| s.port == 80).unwrap()
+        };
+        // 20 connections and 300 packets a second.
+        for second in 0..=2u64 {
+            c.connections.store(20 * second, Relaxed);
+            c.in_packets.store(300 * second, Relaxed);
+            services.sample_rates(&counters, t0 + Duration::from_secs(second));
+        }
+        let s = listed(&services);
+        assert_eq!((s.real_servers[0].cps, s.real_servers[0].in_pps), (20, 300));
+        let rates = s.rates.unwrap();
+        assert_eq!((rates.cps, rates.in_pps, rates.out_pps), (20, 300, 0));
+        services
+            .handle(
+                Request::DeleteServer {
+                    service: http(),
+                    ip: Ipv4Addr::new(10, 0, 0, 11).into(),
+                    port: 8080,
+                },
+                &publisher,
+                &counters,
+            )
+            .unwrap();
+        for second in 3..=5u64 {
+            c.connections.store(20 * second, Relaxed);
+            c.in_packets.store(300 * second, Relaxed);
+            services.sample_rates(&counters, t0 + Duration::from_secs(second));
+        }
+        let s = listed(&services);
+        assert!(s.real_servers.is_empty(), "{s:?}");
+        assert_eq!(s.rates.map(|r| (r.cps, r.in_pps)), Some((20, 300)));
+        let text = crate::control::render::render_rates(
+            &crate::control::report::ServicesReport { services: vec![s] },
+            false,
+        );
+        assert!(
+            text.contains(&format!("TCP  {:<28}{:>9}{:>9}", "198.18.1.1:80", 20, 300)),
+            "{text}"
+        );
+        // Deleted, the service's history goes with it.
+        services
+            .handle(
+                Request::DeleteService { service: http() },
+                &publisher,
+                &counters,
+            )
+            .unwrap();
+        assert_ne!(
+            services.rates.service_rate(service_id, window),
+            Default::default()
+        );
+        services.sample_rates(&counters, t0 + Duration::from_secs(6));
+        assert_eq!(
+            services.rates.service_rate(service_id, window),
+            Default::default()
         );
     }
 }

@@ -387,7 +387,9 @@ impl LocalResponder {
 }
 
 /// What the forwarder knows of the IPv6 addresses a Neighbor Discovery message may
-/// name: the VIPs (answered as ours) and the real servers (always learned).
+/// name: the VIPs (answered as ours) and the real servers (learned from a
+/// solicitation for us or a solicited advertisement to us while the table has room;
+/// others only into its unreserved part).
 #[derive(Clone, Copy, Default)]
 pub struct Known6<'a> {
     /// Sorted.
@@ -1524,6 +1526,41 @@ mod tests {
                 assert_eq!(h.neighbours.lookup(rs), Some(CLIENT_MAC), "{rs}");
             }
             assert_eq!(h.neighbours.len(), 16);
+        }
+
+        /// A solicited advertisement sent to our address (the answer to one of our
+        /// solicitations) for `target`, from `UNSOL_NA`.
+        fn solicited_na_for(target: Ipv6Addr) -> Vec<u8> {
+            let mut frame = UNSOL_NA.to_vec();
+            frame[..6].copy_from_slice(&OUR_MAC);
+            frame[38..54].copy_from_slice(&OUR_IP6.octets());
+            let src = Ipv6Addr::from(<[u8; 16]>::try_from(&frame[22..38]).unwrap());
+            let mut na = icmpv6::Packet::new_unchecked(&mut frame[54..]);
+            na.set_na_flags(icmpv6::NaFlags::SOLICITED);
+            na.set_target_addr(target);
+            na.fill_checksum(src, OUR_IP6);
+            frame
+        }
+
+        /// Answers to our solicitations obey the same reserve: once three quarters
+        /// are taken, only a real server's answer makes a new entry.
+        #[test]
+        fn solicited_advertisements_leave_the_reserve_to_real_servers() {
+            let mut h = Harness6::with_table(Neighbour6Table::with_capacity(16));
+            let real_server = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
+            h.real_servers6 = vec![real_server];
+            for i in 0..12u16 {
+                let other = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x98, i);
+                h.expect_drop(&solicited_na_for(other), DropReason::NdiscAdvert);
+                assert!(h.neighbours.lookup(other).is_some(), "{other}");
+            }
+            let one_more = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x98, 12);
+            h.expect_drop(&solicited_na_for(one_more), DropReason::NdiscAdvert);
+            assert_eq!(h.neighbours.lookup(one_more), None);
+            assert_eq!(h.event(Event::Neighbour6TableFull), 1);
+            h.expect_drop(&solicited_na_for(real_server), DropReason::NdiscAdvert);
+            assert!(h.neighbours.lookup(real_server).is_some());
+            assert_eq!(h.neighbours.len(), 13);
         }
 
         #[test]

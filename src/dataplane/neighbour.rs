@@ -209,6 +209,13 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         self.learn_within(ip, mac, now_tsc, self.capacity)
     }
 
+    /// `learn_shared`, a new entry only while the table holds fewer than `limit`: the
+    /// learning worker judged the entry against its own table, and this one may be
+    /// fuller.
+    pub fn learn_shared_below(&mut self, ip: A, mac: MacAddr, now_tsc: u64, limit: usize) -> Learn {
+        self.learn_within(ip, mac, now_tsc, limit.min(self.capacity))
+    }
+
     fn learn_within(&mut self, ip: A, mac: MacAddr, now_tsc: u64, limit: usize) -> Learn {
         let (index, found) = self.probe(ip);
         if found {
@@ -623,5 +630,28 @@ mod tests {
         table.learn(other, mac(3), 136);
         table.remove(other);
         assert!(!due(&mut table, 140));
+    }
+
+    #[test]
+    fn a_quarter_is_reserved_and_shared_entries_respect_a_limit() {
+        let mut table = NeighbourTable::with_capacity(16);
+        assert_eq!(table.unreserved(), 12);
+        for i in 0..12u8 {
+            let ip = Ipv4Addr::new(10, 0, 0, i);
+            assert_eq!(table.learn_shared_below(ip, mac(i), 1, 12), Learn::Inserted);
+        }
+        let next = Ipv4Addr::new(10, 0, 0, 12);
+        assert_eq!(table.learn_shared_below(next, mac(12), 1, 12), Learn::Full);
+        // A known entry is still refreshed, and a shared one never remembered.
+        let first = Ipv4Addr::new(10, 0, 0, 0);
+        assert_eq!(
+            table.learn_shared_below(first, mac(99), 2, 12),
+            Learn::Updated
+        );
+        assert_eq!(table.lookup(first), Some(mac(99)));
+        assert_eq!(table.learn_shared(next, mac(12), 2), Learn::Inserted);
+        let mut changes = 0;
+        table.take_changes(|_, _| changes += 1);
+        assert_eq!(changes, 0);
     }
 }

@@ -203,9 +203,15 @@ impl Worker {
             .mailbox
             .serve(|query| forwarder.answer(query, id));
         let me = self.id as usize;
-        let neighbours = &mut self.neighbours;
+        let (neighbours, forwarder) = (&mut self.neighbours, &self.forwarder);
         self.links.mesh.take_neighbours(me, |ip, mac| {
-            neighbours.learn_shared(ip, mac, now);
+            // The last quarter stays for real servers here too.
+            if forwarder.is_real_server(ip.into()) {
+                neighbours.learn_shared(ip, mac, now);
+            } else {
+                let room = neighbours.unreserved();
+                neighbours.learn_shared_below(ip, mac, now, room);
+            }
         });
         let forwarder = &mut self.forwarder;
         self.links.mesh.take_neighbours6(me, |ip, mac| {

@@ -218,13 +218,20 @@ pub fn render_rates(report: &ServicesReport, exact: bool) -> String {
         let sum = |f: fn(&RealServerStatus) -> u64| s.real_servers.iter().map(f).sum::<u64>();
         let local = crate::control::render::endpoint(&s.vip, s.port);
         let _ = write!(out, "{:<4} {local:<28}", s.proto.to_uppercase());
-        for n in [
-            sum(|r| r.cps),
-            sum(|r| r.in_pps),
-            sum(|r| r.out_pps),
-            sum(|r| r.in_bps),
-            sum(|r| r.out_bps),
-        ] {
+        // The service's own rates (IPVS's service estimator), else the listed real
+        // servers' sum.
+        let own = s
+            .rates
+            .map(|r| [r.cps, r.in_pps, r.out_pps, r.in_bps, r.out_bps]);
+        for n in own.unwrap_or_else(|| {
+            [
+                sum(|r| r.cps),
+                sum(|r| r.in_pps),
+                sum(|r| r.out_pps),
+                sum(|r| r.in_bps),
+                sum(|r| r.out_bps),
+            ]
+        }) {
             out += &largenum(n, exact);
         }
         out += "\n";
@@ -546,6 +553,7 @@ mod tests {
                 sorry_server: None,
                 sorry_in_use: false,
                 stats: None,
+                rates: None,
             }],
         }
     }

@@ -20,7 +20,7 @@ pub use capture::CaptureReport;
 pub use connections::{ConnectionStatus, ConnectionsReport};
 pub use events::{EventLine, EventsReport};
 pub use services::{
-    LaddrPoolStatus, LaddrReport, LaddrSizing, RealServerStatus, ServiceCounts, ServiceStatus,
-    ServicesReport, TimeoutsReport,
+    LaddrPoolStatus, LaddrReport, LaddrSizing, RealServerStatus, ServiceCounts, ServiceRates,
+    ServiceStatus, ServicesReport, TimeoutsReport,
 };
 pub use status::{AdoptionReport, LcoreStatus, PortStatus, StatusReport, XstatsReport};

@@ -65,6 +65,21 @@ pub struct ServiceStatus {
     /// from a Sluice that predates them: the listed real servers' sum then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<ServiceCounts>,
+    /// The service's own rates over `-L --rate`'s window, from its own counters (so
+    /// they go on counting real servers removed from it). None in a report from a
+    /// Sluice that predates them: the listed real servers' sum then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rates: Option<ServiceRates>,
+}
+
+/// A service's connections, packets and bytes per second, as `-L --rate` shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceRates {
+    pub cps: u64,
+    pub in_pps: u64,
+    pub out_pps: u64,
+    pub in_bps: u64,
+    pub out_bps: u64,
 }
 
 /// A service's counters as IPVS keeps them: never backwards while the service exists.

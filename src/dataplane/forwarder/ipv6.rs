@@ -562,8 +562,20 @@ impl Forwarder {
     }
 
     /// An IPv6 neighbour another worker learned (`dataplane::mesh`); not shared again.
+    /// A new one that is no real server goes only into the unreserved part of the
+    /// table (`NeighbourTable::unreserved`), as it would have here.
     pub fn learn_shared_neighbour6(&mut self, ip: Ipv6Addr, mac: MacAddr, now_tsc: u64) {
-        self.neighbours6.learn_shared(ip, mac, now_tsc);
+        if self.snapshot.current().is_real_server(ip.into()) {
+            self.neighbours6.learn_shared(ip, mac, now_tsc);
+        } else {
+            let room = self.neighbours6.unreserved();
+            self.neighbours6.learn_shared_below(ip, mac, now_tsc, room);
+        }
+    }
+
+    /// Whether `ip` is a real server of some service (in the current snapshot).
+    pub fn is_real_server(&self, ip: std::net::IpAddr) -> bool {
+        self.snapshot.current().is_real_server(ip)
     }
 
     /// Calls `each` for the IPv6 neighbours learned or changed since the last call,
