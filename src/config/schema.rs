@@ -508,9 +508,17 @@ fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
         }
     })?;
     let primary = source.or_else(|| first?.addresses.first().map(|a| a.addr));
+    /// The routers of a VRRP group besides this one: a handful in practice.
+    const MAX_VRRP_PEERS: usize = 32;
     let peers: Vec<Ipv4Addr> = t.or("peers", Vec::new(), |f| {
         let mut peers = Vec::new();
-        for a in f.array()? {
+        for (i, a) in f.array()?.into_iter().enumerate() {
+            if i == MAX_VRRP_PEERS {
+                return Err(a.invalid(format!(
+                    "more than {MAX_VRRP_PEERS} peers: with `unicast` every advert goes to \
+                     each of them, through the same ring as the health probes"
+                )));
+            }
             let ip = ipv4(&a, "198.18.0.2")?;
             let own = first.is_some_and(|p| p.addresses.iter().any(|c| c.addr == ip));
             if Some(ip) == primary || own {

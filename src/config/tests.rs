@@ -2397,6 +2397,13 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
         "vrrp.peers[0]",
         "not on a subnet of port \"lan0\"",
     );
+    let many: Vec<String> = (2..=34).map(|i| format!("\"198.18.0.{i}\"")).collect();
+    assert_rejected(
+        &format!("{BASE}[vrrp]\nvrid = 1\npeers = [{}]\n", many.join(", ")),
+        23,
+        "vrrp.peers[32]",
+        "more than 32 peers",
+    );
     assert_rejected(
         &format!("{BASE}[vrrp]\nvrid = 1\npeers = [\"198.18.0.2\", \"198.18.0.1\"]\n"),
         23,
