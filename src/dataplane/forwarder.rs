@@ -1184,17 +1184,6 @@ impl Forwarder {
         self.sync_peers.binary_search(&ip).is_ok()
     }
 
-    /// Whether the neighbour entry of `ip` stays however long it goes unconfirmed: a
-    /// real server's (asked for again every `NEIGHBOUR_RECHECK_S`), a sync peer's or
-    /// a VRRP peer's. The last two are sent to by the management core, whose frames
-    /// to an unresolved address are dropped (an ARP request goes instead), and a peer
-    /// that only listens never sends the ARP that would confirm its entry.
-    pub fn keeps_neighbour(&self, ip: Ipv4Addr) -> bool {
-        self.is_real_server(ip.into())
-            || self.is_sync_peer(ip)
-            || matches!(&self.vrrp, VrrpSenders::Peers(peers) if peers.binary_search(&ip).is_ok())
-    }
-
     /// A frame to a MAC neither ours nor broadcast: a VRRP advertisement (with VRRP
     /// on) or a sync datagram to the group (with sync over a port and multicast) goes
     /// to the management core; anything else is not ours.
@@ -2148,18 +2137,5 @@ mod tests {
         // Mixed families are no session: an IPv6 real server behind an IPv4 end.
         assert_eq!(f.install(&record(33004, 82, real6, at4(40001))), None);
         assert_eq!((f.sessions6().len(), pool_ports_in_use(&f)), (1, 0));
-    }
-
-    /// The peers' neighbour entries never expire (nor the real servers', whose test
-    /// is the snapshot's `is_real_server`); anyone else's may.
-    #[test]
-    fn the_peers_keep_their_neighbour_entries() {
-        let (_publisher, mut config) = bare_config();
-        let (vrrp_peer, sync_peer) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 5));
-        config.vrrp = VrrpSenders::Peers(vec![vrrp_peer]);
-        config.sync_peers = vec![sync_peer];
-        let f = Forwarder::new(config);
-        assert!(f.keeps_neighbour(vrrp_peer) && f.keeps_neighbour(sync_peer));
-        assert!(!f.keeps_neighbour(Ipv4Addr::new(198, 18, 0, 9)));
     }
 }

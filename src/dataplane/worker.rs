@@ -36,8 +36,8 @@ pub const NEIGHBOUR_CAPACITY: usize = 4096;
 /// A neighbour that is no real server and was neither learned nor confirmed (by an
 /// ARP or Neighbor Discovery message from it) for this long is removed from the
 /// worker's tables; one still in use is resolved again at its next frame, which waits
-/// meanwhile (`neighbour_held`). Real servers stay (they are asked for again every
-/// `NEIGHBOUR_RECHECK_S`), and the sync and VRRP peers (`Forwarder::keeps_neighbour`).
+/// meanwhile (`neighbour_held`). Real servers stay: they are asked for again every
+/// `NEIGHBOUR_RECHECK_S`.
 pub const NEIGHBOUR_MAX_AGE_S: u64 = 300;
 /// Neighbour table slots looked at per housekeeping round, per family: a table of
 /// 8192 slots is swept about every 10 ms.
@@ -218,7 +218,7 @@ impl Worker {
             .expire_neighbours6(now, max_age, NEIGHBOUR_SWEEP_SLOTS);
         let (neighbours, forwarder) = (&mut self.neighbours, &self.forwarder);
         let expired = neighbours.expire_some(now, max_age, NEIGHBOUR_SWEEP_SLOTS, |ip| {
-            forwarder.keeps_neighbour(ip)
+            forwarder.is_real_server(ip.into())
         });
         self.counters
             .event_n(Event::NeighbourExpired, (expired + expired6) as u64);
