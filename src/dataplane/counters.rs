@@ -110,14 +110,10 @@ pub enum Event {
     /// Of the frames `ExceptionPunted` counts, one taken on the port's control budget
     /// (BGP/BFD with TTL 255, ARP, neighbour discovery: `dataplane::exception::Punt`).
     ExceptionPuntedControl,
-    /// A neighbour that is no real server was removed from a neighbour table (either
-    /// family) after [`NEIGHBOUR_MAX_AGE_S`](crate::dataplane::worker::NEIGHBOUR_MAX_AGE_S)
-    /// without being learned or confirmed again: its room goes back to new neighbours.
-    NeighbourExpired,
 }
 
 impl Event {
-    pub const COUNT: usize = 42;
+    pub const COUNT: usize = 41;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -160,7 +156,6 @@ impl Event {
         Event::ExceptionPunted,
         Event::ExceptionInjected,
         Event::ExceptionPuntedControl,
-        Event::NeighbourExpired,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -205,7 +200,6 @@ impl Event {
             Event::ExceptionPunted => "exception_punted",
             Event::ExceptionInjected => "exception_injected",
             Event::ExceptionPuntedControl => "exception_punted_control",
-            Event::NeighbourExpired => "neighbour_expired",
         }
     }
 }

@@ -98,8 +98,6 @@ pub struct NeighbourTable<A = Ipv4Addr> {
     /// Entries inserted or changed so far (any source): frames waiting for a next hop
     /// are looked at again only when this moved.
     learned_total: u64,
-    /// Where [`NeighbourTable::expire_some`] looks next.
-    sweep: usize,
 }
 
 /// Changes remembered between two `take_changes` calls (a worker calls it after every
@@ -120,7 +118,6 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
             changes_len: 0,
             changes_lost: 0,
             learned_total: 0,
-            sweep: 0,
         }
     }
 
@@ -266,38 +263,6 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         if let (index, true) = self.probe(ip) {
             self.slots[index].rechecked_tsc = now_tsc;
         }
-    }
-
-    /// Looks at the next `slots` slots (from where the last call stopped, wrapping
-    /// around) and removes the entries neither learned nor confirmed for more than
-    /// `age_tsc` that `keep` does not keep; returns how many it removed. Called a few
-    /// slots at a time, it sweeps the whole table in the background, so neighbours
-    /// that left (a DHCP lease gone, a client that went quiet) give their room back
-    /// instead of filling the table for good, at a cost bounded per call. An entry a
-    /// removal shifts back into slots already looked at waits for the next round.
-    pub fn expire_some(
-        &mut self,
-        now_tsc: u64,
-        age_tsc: u64,
-        slots: usize,
-        keep: impl Fn(A) -> bool,
-    ) -> usize {
-        let mut removed = 0;
-        for _ in 0..slots.min(self.slots.len()) {
-            let index = self.sweep & self.mask();
-            let slot = &self.slots[index];
-            let stale = slot.occupied
-                && now_tsc.saturating_sub(slot.neighbour.updated_tsc) > age_tsc
-                && !keep(slot.neighbour.ip);
-            if stale {
-                self.remove_at(index);
-                removed += 1;
-                // The slot may now hold a shifted entry: look at it again.
-                continue;
-            }
-            self.sweep = self.sweep.wrapping_add(1);
-        }
-        removed
     }
 
     /// How many entries were inserted or changed so far.
@@ -688,43 +653,5 @@ mod tests {
         let mut changes = 0;
         table.take_changes(|_, _| changes += 1);
         assert_eq!(changes, 0);
-    }
-
-    #[test]
-    fn stale_entries_are_swept_out_a_few_slots_at_a_time() {
-        let mut table = NeighbourTable::with_capacity(64);
-        for i in 0..40u8 {
-            // Even ones learned at 100, odd ones at 1000.
-            let at = if i % 2 == 0 { 100 } else { 1000 };
-            table.learn(Ipv4Addr::new(10, 0, 0, i), mac(i), at);
-        }
-        let kept = Ipv4Addr::new(10, 0, 0, 0);
-        let keep = |ip: Ipv4Addr| ip == kept;
-        // Nothing is older than 1000 at 1050.
-        assert_eq!(table.expire_some(1050, 1000, 1 << 10, keep), 0);
-        // At 1500 the even ones are 1400 old: 19 go (10.0.0.0 is kept), a few slots
-        // a call, and every call looks at no more than it was given.
-        let mut removed = 0;
-        for _ in 0..table.slots.len() {
-            let n = table.expire_some(1500, 1000, 4, keep);
-            assert!(n <= 4);
-            removed += n;
-        }
-        assert_eq!(removed, 19);
-        assert_eq!(table.len(), 21);
-        for i in 0..40u8 {
-            let present = table.lookup(Ipv4Addr::new(10, 0, 0, i)).is_some();
-            assert_eq!(present, i % 2 == 1 || i == 0, "10.0.0.{i}");
-        }
-        // A refreshed entry stays.
-        let odd = Ipv4Addr::new(10, 0, 0, 1);
-        table.learn(odd, mac(1), 2400);
-        let mut removed = 0;
-        for _ in 0..table.slots.len() {
-            removed += table.expire_some(2500, 1000, 4, keep);
-        }
-        assert_eq!(removed, 19);
-        assert_eq!(table.len(), 2);
-        assert!(table.lookup(odd).is_some() && table.lookup(kept).is_some());
     }
 }

@@ -33,15 +33,6 @@ const HOUSEKEEPING_PERIOD_US: u64 = 10;
 
 /// Neighbour entries per worker; inserting beyond this is refused and counted.
 pub const NEIGHBOUR_CAPACITY: usize = 4096;
-/// A neighbour that is no real server and was neither learned nor confirmed (by an
-/// ARP or Neighbor Discovery message from it) for this long is removed from the
-/// worker's tables; one still in use is resolved again at its next frame, which waits
-/// meanwhile (`neighbour_held`). Real servers stay: they are asked for again every
-/// `NEIGHBOUR_RECHECK_S`.
-pub const NEIGHBOUR_MAX_AGE_S: u64 = 300;
-/// Neighbour table slots looked at per housekeeping round, per family: a table of
-/// 8192 slots is swept about every 10 ms.
-const NEIGHBOUR_SWEEP_SLOTS: usize = 8;
 
 /// How long a frame may wait for its next hop's MAC (`Held`): an ARP answer takes
 /// well under a millisecond on a LAN; past this the sender's own retransmission is
@@ -212,16 +203,7 @@ impl Worker {
             .mailbox
             .serve(|query| forwarder.answer(query, id));
         let me = self.id as usize;
-        let max_age = NEIGHBOUR_MAX_AGE_S * tsc_hz();
-        let expired6 = self
-            .forwarder
-            .expire_neighbours6(now, max_age, NEIGHBOUR_SWEEP_SLOTS);
         let (neighbours, forwarder) = (&mut self.neighbours, &self.forwarder);
-        let expired = neighbours.expire_some(now, max_age, NEIGHBOUR_SWEEP_SLOTS, |ip| {
-            forwarder.is_real_server(ip.into())
-        });
-        self.counters
-            .event_n(Event::NeighbourExpired, (expired + expired6) as u64);
         self.links.mesh.take_neighbours(me, |ip, mac| {
             // The last quarter stays for real servers here too.
             if forwarder.is_real_server(ip.into()) {

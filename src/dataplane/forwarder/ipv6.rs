@@ -573,16 +573,6 @@ impl Forwarder {
         }
     }
 
-    /// Sweeps `slots` slots of the IPv6 neighbour table for entries older than
-    /// `age_tsc` that are no real server (`NeighbourTable::expire_some`); how many
-    /// went.
-    pub fn expire_neighbours6(&mut self, now_tsc: u64, age_tsc: u64, slots: usize) -> usize {
-        let snapshot = self.snapshot.current();
-        self.neighbours6.expire_some(now_tsc, age_tsc, slots, |ip| {
-            snapshot.is_real_server(ip.into())
-        })
-    }
-
     /// Whether `ip` is a real server of some service (in the current snapshot).
     pub fn is_real_server(&self, ip: std::net::IpAddr) -> bool {
         self.snapshot.current().is_real_server(ip)
