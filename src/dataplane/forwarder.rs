@@ -989,6 +989,19 @@ impl Forwarder {
         }
     }
 
+    /// The IPv6 addresses Neighbor Discovery treats apart: the VIPs answered for,
+    /// and the real servers, whose entries may use the whole neighbour table.
+    /// (Of the fields apart, so the neighbour table can be borrowed beside it.)
+    fn known6<'a>(
+        owned6: &'a [Ipv6Addr],
+        snapshot: &'a SnapshotReader,
+    ) -> crate::dataplane::local::Known6<'a> {
+        crate::dataplane::local::Known6 {
+            vips6: owned6,
+            real_servers6: snapshot.current().real_servers_v6(),
+        }
+    }
+
     /// Handles one packet of a burst. Never panics; allocates nothing.
     pub fn handle(
         &mut self,
@@ -1041,10 +1054,7 @@ impl Forwarder {
                     &mut self.neighbours6,
                     now_tsc,
                     counters,
-                    crate::dataplane::local::Known6 {
-                        vips6: &self.owned6,
-                        real_servers6: self.snapshot.current().real_servers_v6(),
-                    },
+                    Self::known6(&self.owned6, &self.snapshot),
                 );
                 match reply {
                     Ok(len) if pkt.set_len(len as u16) => Action::Transmit,
@@ -2137,5 +2147,39 @@ mod tests {
         // Mixed families are no session: an IPv6 real server behind an IPv4 end.
         assert_eq!(f.install(&record(33004, 82, real6, at4(40001))), None);
         assert_eq!((f.sessions6().len(), pool_ports_in_use(&f)), (1, 0));
+    }
+
+    /// Neighbor Discovery is told the snapshot's IPv6 real servers, and what other
+    /// workers share keeps the table's last quarter for them too.
+    #[test]
+    fn ipv6_real_servers_keep_their_quarter_of_the_neighbour_table() {
+        use crate::model::{RealServerSpec, ServiceKey};
+        use crate::service::{ServiceTable, Snapshot};
+        use std::net::Ipv6Addr;
+        let vip: Ipv6Addr = "2001:db8:18::100".parse().unwrap();
+        let rs: Ipv6Addr = "2001:db8:1a::11".parse().unwrap();
+        let mut table = ServiceTable::new();
+        let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+        table
+            .add_service(key, crate::model::SchedulerKind::Rr, None)
+            .unwrap();
+        table
+            .add_server(key, RealServerSpec::new(rs, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
+        let (_bare, mut config) = bare_config();
+        config.snapshot = publisher.reader();
+        let mut f = Forwarder::new(config);
+        let known = Forwarder::known6(&f.owned6, &f.snapshot);
+        assert_eq!(known.real_servers6, &[rs][..]);
+        let mac = |i: u16| MacAddr([2, 0, 0, 0, (i >> 8) as u8, i as u8]);
+        let capacity = crate::dataplane::worker::NEIGHBOUR_CAPACITY;
+        for i in 0..capacity as u16 {
+            let made_up = Ipv6Addr::new(0x2001, 0xdb8, 0x1a, 0, 0, 0, 0x99, i);
+            f.learn_shared_neighbour6(made_up, mac(i), 1);
+        }
+        assert_eq!(f.neighbours6.len(), capacity - capacity / 4);
+        f.learn_shared_neighbour6(rs, mac(7), 2);
+        assert_eq!(f.neighbour6(rs), Some(mac(7)));
     }
 }

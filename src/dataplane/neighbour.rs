@@ -209,11 +209,22 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         self.learn_within(ip, mac, now_tsc, self.capacity)
     }
 
-    /// `learn_shared`, a new entry only while the table holds fewer than `limit`: the
-    /// learning worker judged the entry against its own table, and this one may be
-    /// fuller.
-    pub fn learn_shared_below(&mut self, ip: A, mac: MacAddr, now_tsc: u64, limit: usize) -> Learn {
-        self.learn_within(ip, mac, now_tsc, limit.min(self.capacity))
+    /// `learn_shared` for what another worker shared, keeping the reserve here too:
+    /// a real server's entry may take the whole table, any other a new entry only
+    /// within [`NeighbourTable::unreserved`]. The learning worker judged the entry
+    /// against its own table, and this one may be fuller.
+    pub fn learn_shared_keeping_reserve(
+        &mut self,
+        ip: A,
+        mac: MacAddr,
+        now_tsc: u64,
+        real_server: bool,
+    ) -> Learn {
+        let limit = match real_server {
+            true => self.capacity,
+            false => self.unreserved(),
+        };
+        self.learn_within(ip, mac, now_tsc, limit)
     }
 
     fn learn_within(&mut self, ip: A, mac: MacAddr, now_tsc: u64, limit: usize) -> Learn {
@@ -633,23 +644,31 @@ mod tests {
     }
 
     #[test]
-    fn a_quarter_is_reserved_and_shared_entries_respect_a_limit() {
+    fn a_quarter_is_reserved_and_shared_entries_respect_it() {
         let mut table = NeighbourTable::with_capacity(16);
         assert_eq!(table.unreserved(), 12);
         for i in 0..12u8 {
             let ip = Ipv4Addr::new(10, 0, 0, i);
-            assert_eq!(table.learn_shared_below(ip, mac(i), 1, 12), Learn::Inserted);
+            let learned = table.learn_shared_keeping_reserve(ip, mac(i), 1, false);
+            assert_eq!(learned, Learn::Inserted);
         }
         let next = Ipv4Addr::new(10, 0, 0, 12);
-        assert_eq!(table.learn_shared_below(next, mac(12), 1, 12), Learn::Full);
+        let learned = table.learn_shared_keeping_reserve(next, mac(12), 1, false);
+        assert_eq!(learned, Learn::Full);
         // A known entry is still refreshed, and a shared one never remembered.
         let first = Ipv4Addr::new(10, 0, 0, 0);
-        assert_eq!(
-            table.learn_shared_below(first, mac(99), 2, 12),
-            Learn::Updated
-        );
+        let learned = table.learn_shared_keeping_reserve(first, mac(99), 2, false);
+        assert_eq!(learned, Learn::Updated);
         assert_eq!(table.lookup(first), Some(mac(99)));
-        assert_eq!(table.learn_shared(next, mac(12), 2), Learn::Inserted);
+        // A real server takes the reserve, up to the whole table and no further.
+        for i in 12..16u8 {
+            let ip = Ipv4Addr::new(10, 0, 0, i);
+            let learned = table.learn_shared_keeping_reserve(ip, mac(i), 2, true);
+            assert_eq!(learned, Learn::Inserted);
+        }
+        let beyond = Ipv4Addr::new(10, 0, 0, 16);
+        let learned = table.learn_shared_keeping_reserve(beyond, mac(16), 2, true);
+        assert_eq!(learned, Learn::Full);
         let mut changes = 0;
         table.take_changes(|_, _| changes += 1);
         assert_eq!(changes, 0);

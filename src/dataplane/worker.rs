@@ -205,13 +205,8 @@ impl Worker {
         let me = self.id as usize;
         let (neighbours, forwarder) = (&mut self.neighbours, &self.forwarder);
         self.links.mesh.take_neighbours(me, |ip, mac| {
-            // The last quarter stays for real servers here too.
-            if forwarder.is_real_server(ip.into()) {
-                neighbours.learn_shared(ip, mac, now);
-            } else {
-                let room = neighbours.unreserved();
-                neighbours.learn_shared_below(ip, mac, now, room);
-            }
+            let real_server = forwarder.is_real_server(ip.into());
+            neighbours.learn_shared_keeping_reserve(ip, mac, now, real_server);
         });
         let forwarder = &mut self.forwarder;
         self.links.mesh.take_neighbours6(me, |ip, mac| {

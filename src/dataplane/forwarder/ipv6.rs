@@ -565,12 +565,8 @@ impl Forwarder {
     /// A new one that is no real server goes only into the unreserved part of the
     /// table (`NeighbourTable::unreserved`), as it would have here.
     pub fn learn_shared_neighbour6(&mut self, ip: Ipv6Addr, mac: MacAddr, now_tsc: u64) {
-        if self.snapshot.current().is_real_server(ip.into()) {
-            self.neighbours6.learn_shared(ip, mac, now_tsc);
-        } else {
-            let room = self.neighbours6.unreserved();
-            self.neighbours6.learn_shared_below(ip, mac, now_tsc, room);
-        }
+        let real_server = self.snapshot.current().is_real_server(ip.into());
+        (self.neighbours6).learn_shared_keeping_reserve(ip, mac, now_tsc, real_server);
     }
 
     /// Whether `ip` is a real server of some service (in the current snapshot).
