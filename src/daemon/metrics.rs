@@ -1,6 +1,6 @@
 //! Prometheus metrics: the text exposition format (version 0.0.4) built from the very
 //! reports `sluicectl status --json` and `-L -n --json` print, so the two always agree,
-//! and a minimal HTTP endpoint (`[control] metrics = "addr:port"`) on its own thread
+//! and a minimal HTTP endpoint (`[control] metrics = "addr:port"`) on its own threads
 //! that asks the management loop for them, like the control socket does.
 use crate::control::protocol::Request;
 use crate::control::render::skew_pct;
@@ -10,11 +10,12 @@ use crate::control::report::{
 };
 use crate::control::server::Handler;
 use crate::ha::sync::peers::ResyncState;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -502,9 +503,12 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
 }
 
 /// The HTTP endpoint: `GET /metrics` answers the exposition text, anything else 404.
-/// One scrape at a time (Prometheus scrapes rarely); each client has
-/// [`REQUEST_TIMEOUT`] to send its request and [`ANSWER_TIMEOUT`] to take the answer,
-/// so a slow or stalled one holds the endpoint no longer than that.
+/// Each client is served on a thread of its own, [`CLIENTS_MAX`] at once and
+/// [`CLIENTS_PER_SOURCE`] from one address (beyond either the connection is closed
+/// unanswered), and has [`REQUEST_TIMEOUT`] to send its request and
+/// [`ANSWER_TIMEOUT`] to take the answer. So a client that stalls, or one that
+/// reconnects as soon as it is cut off, holds a slot for 8 s at most and never keeps
+/// another address's scrape waiting.
 pub struct MetricsServer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -520,9 +524,26 @@ impl MetricsServer {
         let thread = std::thread::Builder::new()
             .name("sluice-metrics".into())
             .spawn(move || {
+                let clients = Arc::new(Clients::default());
                 while !stop_thread.load(Ordering::Relaxed) {
                     match listener.accept() {
-                        Ok((stream, _)) => serve(stream, &handler),
+                        Ok((stream, peer)) => {
+                            // Beyond the bounds the connection is closed unanswered.
+                            let Some(slot) = clients.admit(peer.ip()) else {
+                                log::debug!("metrics endpoint: {peer} refused, too many clients");
+                                continue;
+                            };
+                            let handler = Arc::clone(&handler);
+                            let spawned = std::thread::Builder::new()
+                                .name("sluice-metrics-client".into())
+                                .spawn(move || {
+                                    serve(stream, &handler);
+                                    drop(slot);
+                                });
+                            if let Err(e) = spawned {
+                                log::warn!("metrics endpoint: no thread for {peer}: {e}");
+                            }
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             std::thread::sleep(Duration::from_millis(20))
                         }
@@ -550,15 +571,65 @@ impl Drop for MetricsServer {
     }
 }
 
+/// Clients served at once. Their descriptors are among those the preflight keeps
+/// back for the daemon's own use (`FILES_RESERVED`).
+const CLIENTS_MAX: usize = 8;
+/// Clients served at once from one address: Prometheus scrapes a target one scrape at
+/// a time, and a second slot covers a scrape that begins while the last one, given up
+/// by a client that timed out, is still being cut off here.
+const CLIENTS_PER_SOURCE: usize = 2;
+
+/// The clients being served, by source address.
+#[derive(Default)]
+struct Clients(Mutex<HashMap<IpAddr, usize>>);
+
+/// One client's place among [`Clients`], given back when dropped.
+struct ClientSlot {
+    clients: Arc<Clients>,
+    source: IpAddr,
+}
+
+impl Clients {
+    /// A place for a client from `source`, unless [`CLIENTS_MAX`] are served or
+    /// [`CLIENTS_PER_SOURCE`] from `source`.
+    fn admit(self: &Arc<Self>, source: IpAddr) -> Option<ClientSlot> {
+        let mut served = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = served.values().sum();
+        let from_source = served.entry(source).or_insert(0);
+        if total >= CLIENTS_MAX || *from_source >= CLIENTS_PER_SOURCE {
+            if *from_source == 0 {
+                served.remove(&source);
+            }
+            return None;
+        }
+        *from_source += 1;
+        Some(ClientSlot {
+            clients: Arc::clone(self),
+            source,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut served = self.clients.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = served.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                served.remove(&self.source);
+            }
+        }
+    }
+}
+
 /// How long one client may take to send its whole request head. A bound on the whole
 /// of it, not on each read: with only per-call timeouts a client trickling a byte a
-/// second would hold the one-at-a-time endpoint for hours, and no scrape would get
-/// through.
+/// second would hold its slot for hours, and a few of them every slot.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one client may take to receive the whole answer, bounded the same way:
-/// with [`REQUEST_TIMEOUT`], a client that stalls holds the endpoint 8 s at most,
-/// under Prometheus's default scrape timeout of 10 s, while a scraper on a slow link
-/// still has 6 s for a large exposition.
+/// with [`REQUEST_TIMEOUT`], a client that stalls holds its slot 8 s at most, under
+/// Prometheus's default scrape timeout of 10 s, while a scraper on a slow link still
+/// has 6 s for a large exposition.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// The time left before `deadline` as a socket timeout; `None` once it has passed
@@ -1231,6 +1302,70 @@ mod server_tests {
         let mut answer = String::new();
         client.read_to_string(&mut answer).unwrap();
         answer
+    }
+
+    /// A connection to `addr` from `source` (any of 127/8 reaches the loopback).
+    fn connect_from(source: std::net::Ipv4Addr, addr: std::net::SocketAddr) -> TcpStream {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        let from = std::net::SocketAddr::new(source.into(), 0);
+        socket.bind(&from.into()).unwrap();
+        socket.connect(&addr.into()).unwrap();
+        socket.into()
+    }
+
+    /// Whether the server closed `client` without an answer (within 1 s).
+    fn closed_unanswered(mut client: TcpStream) -> bool {
+        client
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        match client.read(&mut buf) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        }
+    }
+
+    /// Stalled clients hold their own slots only: from one address two at most (a
+    /// third is closed at once), eight in all, and while any slot is free a scrape
+    /// is answered without waiting for them to be cut off. Served one at a time, the
+    /// scrape would wait 2 s behind each stalled client.
+    #[test]
+    fn stalled_clients_hold_their_own_slots_only() {
+        let (_server, addr) = endpoint();
+        let local = |last: u8| std::net::Ipv4Addr::new(127, 0, 0, last);
+        let started = Instant::now();
+        let stalled: Vec<TcpStream> = (0..2).map(|_| connect_from(local(2), addr)).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(closed_unanswered(connect_from(local(2), addr)));
+        let answer = scrape(addr);
+        assert!(answer.ends_with("sluice_up 1\n"), "{answer}");
+        let answered = started.elapsed();
+        assert!(
+            answered < Duration::from_secs(2),
+            "the scrape waited {answered:?} behind two stalled clients"
+        );
+        // Six more from three other addresses fill the eight slots: a scrape from a
+        // fifth address is closed too, until the stalled are cut off (2 s).
+        let more: Vec<TcpStream> = (3..6)
+            .flat_map(|last| {
+                [
+                    connect_from(local(last), addr),
+                    connect_from(local(last), addr),
+                ]
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < Duration::from_millis(1800),
+            "too slow to tell: {elapsed:?}"
+        );
+        assert!(closed_unanswered(connect_from(local(9), addr)));
+        std::thread::sleep(Duration::from_secs(3).saturating_sub(started.elapsed()));
+        assert!(scrape(addr).ends_with("sluice_up 1\n"));
+        drop((stalled, more));
     }
 
     /// A client that sends its request a byte every 300 ms (each read well inside a

@@ -663,7 +663,7 @@ const FILES_RUNTIME_DIR: u64 = 8;
 /// [`FILES_RUNNING`] - [`FILES_RESERVED`] of them), and the rest.
 const FILES_RUNNING: u64 = 64;
 /// Of [`FILES_RUNNING`], what the daemon itself opens while it runs and control
-/// connections must never take: the metrics connection, session sync's sockets,
+/// connections must never take: the metrics connections (8 at most), session sync's sockets,
 /// BIRD's control socket, a capture file, the config on reload, a log file rotated.
 const FILES_RESERVED: u64 = 32;
 /// The control socket's own bound on connections open at once, where the open-file
