@@ -628,6 +628,23 @@ fn reload_applies_the_config_files_difference() {
         out.describe()
     );
     assert_eq!(ok(&daemon, &["-S", "-n"]), before);
+    // A file the services refuse (a TOA change needs a restart) changes nothing, the
+    // health checks it also turns on included: within a health tick of applying them
+    // the monitor would list a target per real server.
+    let targets = |daemon: &Daemon| ok_json(daemon, &["health"])["targets"].clone();
+    assert_eq!(targets(&daemon), serde_json::json!([]), "checks are off");
+    let refused = original.replacen("scheduler = \"rr\"", "scheduler = \"rr\"\ntoa = true", 1)
+        + "\n[health]\ncheck = \"tcp\"\ninterval_ms = 3000\n";
+    std::fs::write(&path, &refused).unwrap();
+    let out = daemon.ctl(&["reload"]);
+    assert!(
+        !out.success() && out.stderr.contains("toa changes need a restart"),
+        "{}",
+        out.describe()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(targets(&daemon), serde_json::json!([]));
+    assert_eq!(ok(&daemon, &["-S", "-n"]), before);
 
     // 198.18.0.3 leaves, 198.18.0.2 weighs 5, 198.18.0.6 joins; a new service.
     let mut cfg = daemon.config.toml();

@@ -1541,10 +1541,6 @@ impl Registry {
         let cfg = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         let needs_restart = self.started_config.restart_only_changes(&cfg);
         let desired = Services::from_config(&cfg)?;
-        // Health settings apply from the next tick (the probe source and ports need a
-        // restart: the workers were told them at start).
-        self.health
-            .reconfigure(cfg.health.clone(), cfg.health_overrides());
         let mut requests = services::diff(&self.services.table, &desired.table)?;
         let (tcp, tcpfin, udp) = desired.timeouts.get();
         if desired.timeouts != self.services.timeouts {
@@ -1570,6 +1566,11 @@ impl Registry {
             };
             services.handle(batch, publisher, real_servers)?
         };
+        // Only once the services took the file: a refused reload changes nothing.
+        // Health settings apply from the next tick (the probe source and ports stay
+        // until a restart: the workers were told them at start).
+        self.health
+            .reconfigure(cfg.health.clone(), cfg.health_overrides());
         if let (Some(node), Some(v)) = (&mut self.vrrp, &cfg.vrrp) {
             let now_ms = self.started.elapsed().as_millis() as u64;
             let addrs = self.services.virtual_addresses();

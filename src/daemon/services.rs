@@ -83,6 +83,37 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
             out.push(Request::DeleteService { service: s.key });
         }
     }
+    // Every removal before any addition, across services: an address may leave one
+    // role (a real server, a local address) in a service that sorts after the one
+    // taking it in another role (a VIP), which the table refuses while both hold.
+    for d in desired.services() {
+        let Some(c) = current.get(d.key) else {
+            continue;
+        };
+        if c.toa != d.toa {
+            return Err(format!(
+                "{}: toa changes need a restart (not an ipvsadm change)",
+                d.key
+            ));
+        }
+        for r in &c.real_servers {
+            if d.server(r.ip, r.port).is_none() {
+                out.push(Request::DeleteServer {
+                    service: d.key,
+                    ip: r.ip,
+                    port: r.port,
+                });
+            }
+        }
+        for lip in &c.local_addresses {
+            if !d.local_addresses.contains(lip) {
+                out.push(Request::DelLaddr {
+                    service: d.key,
+                    ip: *lip,
+                });
+            }
+        }
+    }
     for d in desired.services() {
         let key = d.key;
         match current.get(key) {
@@ -93,11 +124,6 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 sched_flags: Some(d.sched_flags),
             }),
             Some(c) => {
-                if c.toa != d.toa {
-                    return Err(format!(
-                        "{key}: toa changes need a restart (not an ipvsadm change)"
-                    ));
-                }
                 if (c.scheduler, c.persistence, c.sched_flags)
                     != (d.scheduler, d.persistence, d.sched_flags)
                 {
@@ -107,23 +133,6 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                         persistence: d.persistence,
                         sched_flags: Some(d.sched_flags),
                     });
-                }
-                for r in &c.real_servers {
-                    if d.server(r.ip, r.port).is_none() {
-                        out.push(Request::DeleteServer {
-                            service: key,
-                            ip: r.ip,
-                            port: r.port,
-                        });
-                    }
-                }
-                for lip in &c.local_addresses {
-                    if !d.local_addresses.contains(lip) {
-                        out.push(Request::DelLaddr {
-                            service: key,
-                            ip: *lip,
-                        });
-                    }
                 }
             }
         }
@@ -1907,6 +1916,43 @@ port = 53
             call(&mut services, &publisher, r).unwrap();
         }
         assert!(!services.table.get(http()).unwrap().sloppy_tcp);
+    }
+
+    /// A reload where an address leaves a role in one service (a real server, a local
+    /// address) and takes another (a VIP) in a service that sorts before it: every
+    /// removal goes first, so the table never holds both at once.
+    #[test]
+    fn a_reload_frees_an_address_before_another_service_takes_it() {
+        let (mut services, publisher) = setup();
+        let mut desired = services.table.clone();
+        let (old_server, old_lip) = (Ipv4Addr::new(10, 0, 0, 11), lip(51));
+        desired
+            .delete_server(http(), old_server.into(), 8080)
+            .unwrap();
+        let nat = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 8080, 1, ForwardMode::FullNat);
+        desired.add_server(http(), nat).unwrap();
+        desired.del_laddr(http(), old_lip.into()).unwrap();
+        // Both sort before 198.18.1.1.
+        for vip in [old_server, old_lip] {
+            let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+            desired
+                .add_service(key, crate::model::SchedulerKind::Rr, None)
+                .unwrap();
+            let dr = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 13), 80, 1, ForwardMode::Dr);
+            desired.add_server(key, dr).unwrap();
+        }
+        let requests = diff(&services.table, &desired).unwrap();
+        let batch = Request::Batch {
+            requests,
+            replace: false,
+        };
+        call(&mut services, &publisher, batch).unwrap();
+        assert_eq!(services.table.services().count(), 4);
+        let http = services.table.get(http()).unwrap();
+        assert!(http
+            .server(std::net::IpAddr::V4(old_server), 8080)
+            .is_none());
+        assert_eq!(http.local_addresses, vec![std::net::IpAddr::V4(lip(50))]);
     }
 
     /// A reload that adds, changes or removes a sorry server: one request each, which

@@ -171,7 +171,15 @@ impl HealthMonitor {
     /// New settings (a config reload): every server's check is worked out again at
     /// the next tick; verdicts are kept.
     pub fn reconfigure(&mut self, cfg: HealthConfig, overrides: Overrides) {
-        self.cfg = cfg;
+        // The probes' source addresses and ports stay: the workers hand the checker
+        // only answers to the ports they were told at start, so probes from other
+        // ports would go unanswered and evict every real server.
+        self.cfg = HealthConfig {
+            source: self.cfg.source,
+            source6: self.cfg.source6,
+            source_ports: self.cfg.source_ports.clone(),
+            ..cfg
+        };
         self.service_checks = overrides.services;
         self.server_checks = overrides.servers;
         self.table_version = None;

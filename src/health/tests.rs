@@ -495,3 +495,32 @@ fn without_an_ipv6_source_an_ipv6_server_is_not_probed_and_says_why() {
     assert!((9..=11).contains(&m.stats.probes_skipped), "{:?}", m.stats);
     assert_eq!(m.stats.probes_sent, 0);
 }
+
+/// A reload's new settings apply, except the probes' source ports (and addresses):
+/// the workers hand back only answers to the ports they were told at start, so
+/// probes from a new range would go unanswered and evict every server.
+#[test]
+fn a_reload_keeps_the_probes_source_ports() {
+    let t = table(4);
+    let mut m = monitor(CheckKind::Tcp);
+    let started_with = m.source_ports();
+    let mut net = Net { sent: Vec::new() };
+    let mut cfg = m.cfg.clone();
+    cfg.source_ports = 50000..=50999;
+    cfg.source = Some(Ipv4Addr::new(198, 18, 0, 99));
+    cfg.defaults.interval_ms = 1000;
+    m.reconfigure(cfg, Overrides::default());
+    assert_eq!(m.source_ports(), started_with);
+    assert_eq!(m.cfg.defaults.interval_ms, 1000);
+    let mut probes = Vec::new();
+    for now in 0..1000 {
+        net.tick(&mut m, &t, now);
+        probes.extend(net.syns());
+    }
+    assert_eq!(probes.len(), 4, "one probe each in the new 1 s interval");
+    for probe in &probes {
+        let p = parse_segment(probe).unwrap();
+        assert!(started_with.contains(&p.from.port()), "{}", p.from);
+        assert_eq!(p.from.ip(), std::net::IpAddr::V4(SOURCE));
+    }
+}
