@@ -7,8 +7,10 @@
 //! insert: `Inserted` grows the IPv4 packet by exactly 8 bytes within the room and the
 //! cap, leaves the payload and the other options' bytes as they were, and the option
 //! read back is the client; `Replaced` keeps the length and reads back the client;
-//! `NoRoom` and errors leave the frame unchanged; the TCP and IPv4 checksums verify
-//! whenever the input's did. clamp_mss: the MSS only goes down, by at most the amount
+//! the option the `toa` module would read first (any kind-254 option) is Sluice's;
+//! `NoRoom` and `remove_forged` leave no kind-254 option the module would read and
+//! change no other byte but the checksum; errors leave the frame unchanged; the TCP
+//! and IPv4 checksums verify whenever the input's did. clamp_mss: the MSS only goes down, by at most the amount
 //! asked and not below 88 (unless it was already), everything else unchanged.
 #![no_main]
 
@@ -26,6 +28,29 @@ fn tcp_options(frame: &[u8], l3: usize, ihl: usize) -> &[u8] {
     let l4 = l3 + ihl;
     let header_len = usize::from(frame[l4 + 12] >> 4) * 4;
     &frame[l4 + 20..l4 + header_len]
+}
+
+/// Independent reader, walking as the `toa` kernel module does: the first option of
+/// kind 254 of any length (the module takes 8, and DPVS's 20 as well).
+fn first_toa_kind(options: &[u8]) -> Option<&[u8]> {
+    let mut at = 0;
+    while at < options.len() {
+        match options[at] {
+            0 => return None,
+            1 => at += 1,
+            k => {
+                let l = usize::from(*options.get(at + 1)?);
+                if l < 2 || at + l > options.len() {
+                    return None;
+                }
+                if k == 254 {
+                    return Some(&options[at..at + l]);
+                }
+                at += l;
+            }
+        }
+    }
+    None
 }
 
 /// Independent reader: the first option of kind `kind` with length `len`.
@@ -48,6 +73,24 @@ fn option(options: &[u8], kind: u8, len: usize) -> Option<&[u8]> {
         }
     }
     None
+}
+
+/// `out` is `frame` with any kind-254 option the module would read made NOPs: no
+/// other byte changed but the TCP checksum's, which verifies whenever it did.
+fn no_toa_kind_left(frame: &[u8], out: &[u8], l3: usize, before: &check::Ipv4) {
+    let l4 = l3 + before.header_len;
+    let opts = tcp_options(out, l3, before.header_len);
+    assert_eq!(first_toa_kind(opts), None, "a kind-254 option is left");
+    let options = l4 + 20..l4 + 20 + opts.len();
+    for i in (0..frame.len()).filter(|&i| out[i] != frame[i]) {
+        let in_checksum = (l4 + 16..l4 + 18).contains(&i);
+        assert!(
+            in_checksum || (options.contains(&i) && out[i] == 1),
+            "byte {i} changed to {}",
+            out[i]
+        );
+    }
+    check::rewritten(frame, out).unwrap();
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -114,18 +157,25 @@ fuzz_target!(|data: &[u8]| {
                 "payload changed"
             );
             let opts = tcp_options(out, l3, after.header_len);
-            let got = option(opts, 254, 8).expect("no TOA option after insertion");
-            assert_eq!(got, toa::encode(client));
+            let got = first_toa_kind(opts).expect("no TOA option after insertion");
+            assert_eq!(got, toa::encode(client), "the module would read another");
             assert_eq!(toa::find(opts), Some(client));
         }
         Ok(InsertOutcome::Replaced) => {
             check::rewritten(&frame, &buf[..frame.len()]).unwrap();
             let opts = tcp_options(&buf, l3, before.header_len);
+            assert_eq!(first_toa_kind(opts), Some(&toa::encode(client)[..]));
             assert_eq!(toa::find(opts), Some(client));
         }
-        Ok(InsertOutcome::NoRoom) | Err(_) => {
-            assert_eq!(buf[..frame.len()], frame[..], "refused but changed");
-        }
+        Ok(InsertOutcome::NoRoom) => no_toa_kind_left(&frame, &buf[..frame.len()], l3, &before),
+        Err(_) => assert_eq!(buf[..frame.len()], frame[..], "refused but changed"),
+    }
+
+    // A later segment's own TOA options.
+    let mut buf = frame.clone();
+    match toa::remove_forged(&mut buf, &parsed) {
+        Ok(_) => no_toa_kind_left(&frame, &buf, l3, &before),
+        Err(_) => assert_eq!(buf, frame, "refused but changed"),
     }
 
     // MSS clamping.

@@ -23,6 +23,9 @@ pub enum Event {
     ToaInserted,
     /// FullNAT: the segment had no room for TOA (it went on without).
     ToaNoRoom,
+    /// FullNAT: a client's segment towards the real server carried a TOA option of
+    /// its own (kind 254), which a TOA module would have believed; made NOPs.
+    ToaForgedRemoved,
     /// NAT: a real server's reply arrived on this worker but its session lives on
     /// another; it was handed to the owner's redirect ring.
     RedirectedOut,
@@ -113,7 +116,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 41;
+    pub const COUNT: usize = 42;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -122,6 +125,7 @@ impl Event {
         Event::NeighbourOffLink,
         Event::ToaInserted,
         Event::ToaNoRoom,
+        Event::ToaForgedRemoved,
         Event::RedirectedOut,
         Event::RedirectedIn,
         Event::NeighbourShared,
@@ -166,6 +170,7 @@ impl Event {
             Event::NeighbourOffLink => "neighbour_off_link",
             Event::ToaInserted => "toa_inserted",
             Event::ToaNoRoom => "toa_no_room",
+            Event::ToaForgedRemoved => "toa_forged_removed",
             Event::RedirectedOut => "redirected_out",
             Event::RedirectedIn => "redirected_in",
             Event::NeighbourShared => "neighbour_shared",

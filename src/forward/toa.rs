@@ -21,7 +21,12 @@
 //! (the `toa` module included) take the first kind-254 option they meet. A segment that
 //! already carries a kind-254 option of length 8 (a client trying to choose the
 //! address the server will believe) has that option overwritten in place with the real
-//! client ([`InsertOutcome::Replaced`]), whether or not there is room for another.
+//! client ([`InsertOutcome::Replaced`]), whether or not there is room for another, and
+//! any other kind-254 option made NOPs; with no room and no such option to reuse, the
+//! client's kind-254 options still become NOPs. Options are found as the module walks
+//! them, which steps over options malformed for their kind. The client's later
+//! segments lose theirs too ([`remove_forged`]): the module reads the ACK that
+//! completes the server's handshake, which may come after the one given TOA.
 //! Sequence numbers are untouched: options are not sequence space. The caller inserts
 //! into the client's first ACK (the one that completes the handshake: the segment the
 //! `toa` module reads, below) when the service has TOA on, and counts
@@ -97,8 +102,9 @@ pub enum InsertOutcome {
     /// A kind-254 option of length 8 was already there and now holds the client; the
     /// frame length is unchanged.
     Replaced,
-    /// No room in the TCP header or the buffer: the frame is unchanged (the caller
-    /// counts it and forwards the segment as it is).
+    /// No room in the TCP header or the buffer: the frame is unchanged but for any
+    /// kind-254 option of the client's, now NOPs (the caller counts it and forwards
+    /// the segment).
     NoRoom,
 }
 
@@ -122,29 +128,87 @@ pub fn encode(client: (Ipv4Addr, u16)) -> [u8; TOA_LEN] {
 }
 
 /// The client in the first TOA option of a TCP options area, as the `toa` module reads
-/// it: the first option of kind 254 and length 8. Stops at a malformed option.
+/// it ([`kind_254_options`]): the first option of kind 254 and length 8.
 pub fn find(options: &[u8]) -> Option<(Ipv4Addr, u16)> {
-    let at = toa_offset(options)?;
+    let (at, _) = kind_254_options(options)
+        .into_iter()
+        .flatten()
+        .find(|&(_, len)| len == TOA_LEN)?;
     let data = options.get(at + 2..at + TOA_LEN)?;
     let port = u16::from_be_bytes([data[0], data[1]]);
     Some((Ipv4Addr::new(data[2], data[3], data[4], data[5]), port))
 }
 
-/// Offset in `options` of the first kind-254 option of length 8.
-fn toa_offset(options: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    for option in Options::new(options) {
-        match option {
-            Ok(TcpOption::Unknown { kind, data })
-                if kind == TOA_KIND && data.len() == TOA_LEN - 2 =>
-            {
-                return Some(at)
+/// Most options an options area of 40 bytes holds (two bytes each at least).
+const MAX_OPTIONS: usize = 20;
+
+/// The (offset, length) of every kind-254 option in `options`, in order, walked as the
+/// `toa` module walks them: End of Option List stops, a NOP is one byte, and any other
+/// option is stepped over by its length byte, whatever its kind, while that length is
+/// at least 2 and fits (else the walk stops). Lenient on purpose: an option malformed
+/// for its kind (an MSS of length 3) stops Sluice's own parser but not the module, so
+/// a kind-254 option behind it would be read by the module and missed here. The
+/// module takes length 8 (IPv4) and, in DPVS's version, 20 (IPv6).
+fn kind_254_options(options: &[u8]) -> [Option<(usize, usize)>; MAX_OPTIONS] {
+    let mut found = [None; MAX_OPTIONS];
+    let (mut at, mut n) = (0, 0);
+    while let Some(&kind) = options.get(at) {
+        match kind {
+            0 => break,
+            1 => at += 1,
+            _ => {
+                let len = usize::from(options.get(at + 1).copied().unwrap_or(0));
+                if len < 2 || at + len > options.len() {
+                    break;
+                }
+                if kind == TOA_KIND {
+                    // Cannot overflow: each option takes two bytes at least.
+                    found[n] = Some((at, len));
+                    n += 1;
+                }
+                at += len;
             }
-            Ok(option) => at += option.buffer_len(),
-            Err(_) => return None,
         }
     }
-    None
+    found
+}
+
+/// Every kind-254 option of the TCP options at `segment[options_at..]` made NOPs
+/// (checksum updated), but the one at `keep`; how many.
+fn nop_kind_254(segment: &mut [u8], options_at: usize, header_len: usize, keep: usize) -> usize {
+    const NOPS: [u8; 40] = [1; 40];
+    let found = kind_254_options(&segment[options_at..header_len]);
+    let mut removed = 0;
+    for (at, len) in found.into_iter().flatten().filter(|&(at, _)| at != keep) {
+        super::replace_tcp_bytes(segment, options_at + at, &NOPS[..len]);
+        removed += 1;
+    }
+    removed
+}
+
+/// Makes NOPs of every kind-254 option of the TCP segment `parsed` describes, as the
+/// `toa` module would read it ([`kind_254_options`]), with the TCP checksum updated;
+/// returns how many. For a FullNAT segment towards a real server that carries no TOA
+/// of Sluice's: the module reads the option from whichever ACK completes the server's
+/// handshake, which need not be the one Sluice wrote TOA into (that one may be lost
+/// or refused by the server), so a client's own option there would be believed.
+/// Errors as [`insert`]'s, with the frame unchanged.
+pub fn remove_forged(frame: &mut [u8], parsed: &Parsed) -> Result<usize, DropReason> {
+    let super::TcpSegment {
+        l4,
+        ip_end,
+        header_len,
+    } = super::tcp_segment(frame, parsed)?;
+    if header_len == tcp::MIN_HEADER_LEN {
+        return Ok(0);
+    }
+    let segment = &mut frame[l4..ip_end];
+    Ok(nop_kind_254(
+        segment,
+        tcp::MIN_HEADER_LEN,
+        header_len,
+        usize::MAX,
+    ))
 }
 
 /// Offset in `options` of the MSS option's value, and the value.
@@ -181,10 +245,21 @@ pub fn insert(
     let option = encode(client);
     let options_at = l4 + tcp::MIN_HEADER_LEN;
 
-    if let Some(at) = toa_offset(&frame[options_at..l4 + header_len]) {
-        super::replace_tcp_bytes(&mut frame[l4..ip_end], tcp::MIN_HEADER_LEN + at, &option);
+    // A client's own kind-254 options: the first of length 8 holds the client now,
+    // the others go (the module could read one of them first).
+    let options = &frame[options_at..l4 + header_len];
+    let first_8 = kind_254_options(options)
+        .into_iter()
+        .flatten()
+        .find(|&(_, len)| len == TOA_LEN);
+    let segment = &mut frame[l4..ip_end];
+    if let Some((at, _)) = first_8 {
+        nop_kind_254(segment, tcp::MIN_HEADER_LEN, header_len, at);
+        super::replace_tcp_bytes(segment, tcp::MIN_HEADER_LEN + at, &option);
         return Ok(InsertOutcome::Replaced);
     }
+    // Those left go even with no room for ours: better no client than a forged one.
+    nop_kind_254(segment, tcp::MIN_HEADER_LEN, header_len, usize::MAX);
 
     let new_end = ip_end + TOA_LEN;
     let old_total = (ip_end - parsed.l3) as u16;
@@ -767,5 +842,86 @@ mod tests {
             }
         }
         assert!(reached > 5000, "the fuzz reaches the rewrites: {reached}");
+    }
+
+    /// ACK_PLAIN with `options` (a multiple of 4 bytes) and both checksums made.
+    fn ack_with_options(options: &[u8]) -> Vec<u8> {
+        assert_eq!(options.len() % 4, 0);
+        let mut frame = ACK_PLAIN[..54].to_vec();
+        frame.extend_from_slice(options);
+        frame[16..18].copy_from_slice(&((40 + options.len()) as u16).to_be_bytes());
+        frame[46] = (((20 + options.len()) / 4) as u8) << 4;
+        let mut ip = ipv4::Packet::new_unchecked(&mut frame[14..]);
+        ip.fill_checksum();
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        tcp::Packet::new_unchecked(ip.payload_mut()).fill_checksum(src, dst);
+        frame
+    }
+
+    /// A forged option behind one malformed for its kind (an MSS of length 3, which
+    /// Linux ignores on an ACK) in a full options area: Sluice's parser stops at the
+    /// MSS, the module steps over it and would read the forgery. It holds the client
+    /// now, with the checksum right.
+    #[test]
+    fn a_forged_option_behind_a_malformed_one_is_replaced() {
+        let mut options = vec![2, 3, 0, TOA_KIND, 8, 0x9c, 0x40, 1, 2, 3, 4];
+        options.resize(40, 1);
+        let frame = ack_with_options(&options);
+        assert_eq!(
+            find(&tcp_options(&frame)),
+            Some((Ipv4Addr::new(1, 2, 3, 4), 40000))
+        );
+        let (buf, outcome) = insert_into(&frame, 64);
+        assert_eq!(outcome, Ok(InsertOutcome::Replaced));
+        let out = &buf[..frame.len()];
+        assert_eq!(find(&tcp_options(out)), Some(CLIENT));
+        assert_eq!(out, &recomputed(out)[..]);
+    }
+
+    /// Kind-254 options of other lengths (DPVS's module takes 20, an IPv6 client)
+    /// become NOPs: with room, ours goes first; without, none is left.
+    #[test]
+    fn other_kind_254_options_become_nops() {
+        let mut options = vec![TOA_KIND, 20];
+        options.extend_from_slice(&[0xab; 18]);
+        options.extend_from_slice(&[1, 1, 1, 1]);
+        let frame = ack_with_options(&options);
+        let (buf, outcome) = insert_into(&frame, 64);
+        let Ok(InsertOutcome::Inserted { new_len }) = outcome else {
+            panic!("{outcome:?}");
+        };
+        let out = &buf[..new_len];
+        let read = tcp_options(out);
+        assert_eq!(read[..TOA_LEN], encode(CLIENT));
+        assert_eq!(read[TOA_LEN..], [1; 24]);
+        assert_eq!(out, &recomputed(out)[..]);
+        // No room: the 20-byte one still goes.
+        let mut full = options.clone();
+        full.resize(40, 1);
+        full[24..].copy_from_slice(&[TOA_KIND, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let frame = ack_with_options(&full);
+        let (buf, outcome) = insert_into(&frame, 64);
+        assert_eq!(outcome, Ok(InsertOutcome::NoRoom));
+        let out = &buf[..frame.len()];
+        assert_eq!(tcp_options(out), vec![1; 40]);
+        assert_eq!(out, &recomputed(out)[..]);
+    }
+
+    /// A later segment's forged option is removed (at an odd offset too), and a
+    /// segment without one is left alone.
+    #[test]
+    fn remove_forged_leaves_only_nops_where_a_forgery_was() {
+        let options = [1, TOA_KIND, 8, 0x9c, 0x40, 1, 2, 3, 4, 1, 1, 1];
+        let frame = ack_with_options(&options);
+        let mut out = frame.clone();
+        let parsed = classify(&frame).unwrap();
+        assert_eq!(remove_forged(&mut out, &parsed), Ok(1));
+        assert_eq!(tcp_options(&out), vec![1; 12]);
+        assert_eq!(out, recomputed(&out));
+        assert_eq!(remove_forged(&mut out, &parsed), Ok(0));
+        let mut plain = ACK_TS;
+        let parsed = classify(&plain).unwrap();
+        assert_eq!(remove_forged(&mut plain, &parsed), Ok(0));
+        assert_eq!(plain, ACK_TS);
     }
 }

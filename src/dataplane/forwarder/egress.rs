@@ -7,7 +7,7 @@ use super::{done, Action, Context, Forwarder, Matched, PortContext};
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::dataplane::neighbour::NeighbourTable;
 use crate::dpdk::Packet;
-use crate::flow::parse::Parsed;
+use crate::flow::parse::{PacketKind, Parsed};
 use crate::forward::{self, MtuCheck};
 use crate::model::{DropReason, ForwardMode};
 use crate::session::{Direction, Session, SessionFlags};
@@ -130,6 +130,17 @@ impl Forwarder {
                         if offset != 0 {
                             if let Err(r) = forward::timestamps::shift(frame, parsed, offset, 0) {
                                 return Action::Drop(r);
+                            }
+                        }
+                        // A TOA option of the client's own would be believed by a TOA
+                        // module on the real server (TOA on or off here); the segment
+                        // still to get Sluice's has them replaced there (`toa`).
+                        if matches!(parsed.kind, PacketKind::Tcp { .. })
+                            && !s.flags().contains(SessionFlags::TOA_PENDING)
+                        {
+                            let removed = forward::toa::remove_forged(frame, parsed).unwrap_or(0);
+                            if removed != 0 {
+                                cx.counters.event_n(Event::ToaForgedRemoved, removed as u64);
                             }
                         }
                         address(frame, rs_mac, rs_ip, port)
