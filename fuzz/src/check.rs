@@ -93,9 +93,12 @@ pub fn ipv6(p: &[u8]) -> Option<Frame> {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
+    // A UDP checksum field of 0 is "none", which IPv6 forbids (RFC 8200 8.1), even
+    // where the sum would verify.
+    let udp_without = protocol == 17 && l4.get(6..8) == Some(&[0, 0][..]);
     Some(Frame::Ipv6 {
         protocol,
-        l4_ok: sum == 0xffff,
+        l4_ok: sum == 0xffff && !udp_without,
     })
 }
 

@@ -52,7 +52,9 @@ pub fn rewrite(
                 sum = checksum::update16(sum, segment.dst_port(), port);
                 segment.set_dst_port(port);
             }
-            segment.set_checksum(sum);
+            // A UDP checksum computing to 0 is sent as 0xffff: 0 means "none", which
+            // IPv6 forbids (RFC 8200 section 8.1; Linux drops such datagrams).
+            segment.set_checksum(if !is_tcp && sum == 0 { 0xffff } else { sum });
         }};
     }
     if is_tcp {
@@ -158,6 +160,30 @@ mod tests {
             assert_eq!(got, scratch_checksum(&f, at, tcp));
             assert_eq!(&f[22..38], &rs.octets());
         }
+    }
+
+    /// A datagram whose checksum after the rewrite computes to 0 carries 0xffff: 0
+    /// would mean "no checksum", which IPv6 forbids and Linux drops.
+    #[test]
+    fn a_udp_checksum_computing_to_zero_is_sent_as_all_ones() {
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let (at, field) = (54, 54 + 6);
+        let found = (0..=u16::MAX).find_map(|v| {
+            let mut f = frame(false, false);
+            f[at + 10..at + 12].copy_from_slice(&v.to_be_bytes());
+            fix_checksum(&mut f, at, false);
+            let parsed = classify(&f).unwrap();
+            rewrite(&mut f, &parsed, None, Some((rs, 8080))).unwrap();
+            (scratch_checksum(&f, at, false) == 0).then_some(f)
+        });
+        let f = found.expect("some payload makes the checksum 0");
+        assert_eq!(u16::from_be_bytes([f[field], f[field + 1]]), 0xffff);
+        // It verifies: the sum over pseudo-header and datagram is all ones.
+        let src = Ipv6Addr::from(<[u8; 16]>::try_from(&f[22..38]).unwrap());
+        let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&f[38..54]).unwrap());
+        let len = (f.len() - at) as u32;
+        let sum = checksum::pseudo_header_sum_v6(src, dst, 17, len) + checksum::sum(&f[at..]);
+        assert_eq!(checksum::fold(sum), 0xffff);
     }
 
     #[test]
