@@ -123,6 +123,22 @@ fn a_bad_restore_line_changes_nothing() {
         out.describe()
     );
     assert_eq!(ok(&daemon, &["-S", "-n"]), before);
+    // Line by line, a line ipvsadm refuses (its command not first) stops the restore
+    // after the lines before, as ipvsadm's -R does, though Sluice's parser would
+    // read it.
+    let input = "-A -t 198.18.9.8:80 -s rr\n-t 198.18.9.9:80 -A -s rr\n-A -t 198.18.9.7:80 -s rr\n";
+    let (out, _) = restore_timed(&daemon, input, false, Duration::from_secs(15));
+    assert!(
+        !out.success() && out.stderr.contains("line 2: Try `sluicectl -h'"),
+        "{}",
+        out.describe()
+    );
+    let saved = ok(&daemon, &["-S", "-n"]);
+    assert!(saved.contains("-A -t 198.18.9.8:80 -s rr"), "{saved}");
+    assert!(
+        !saved.contains("198.18.9.9") && !saved.contains("198.18.9.7"),
+        "{saved}"
+    );
     daemon.stop_clean();
 }
 

@@ -698,6 +698,14 @@ fn restore_batch(input: impl io::BufRead, replace: bool) -> Result<Request, Stri
     for (n, line) in input.lines().enumerate() {
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
         let text = line.trim();
+        // What ipvsadm refuses is refused here too, however Sluice's parser reads it.
+        let words = ipvsadm::restore_words(text);
+        if !words.is_empty() {
+            if let Err(refusal) = ipvsadm_usage::check("sluicectl", &words) {
+                let why = refusal.message.trim_end();
+                return Err(format!("line {}: {why}; nothing was changed", n + 1));
+            }
+        }
         let command =
             match ipvsadm::restore_line(text).map_err(|e| format!("line {}: {e}", n + 1))? {
                 ipvsadm::RestoreLine::Nothing => continue,
@@ -1079,17 +1087,21 @@ fn restore_lines(
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
         // ipvsadm reads each line with its own option parser and stops at the first
         // it refuses, with that parser's words and no line number, after applying
-        // the lines before.
-        if let Some(program) = ipvsadm_program {
-            let words = ipvsadm::restore_words(&line);
-            if !words.is_empty() {
-                if let Err(refusal) = ipvsadm_usage::check(program, &words) {
-                    flush(&mut pending, &mut done, report)?;
-                    return Err(Failure {
-                        message: refusal.message,
-                        kind: FailureKind::Usage(refusal.status),
-                    });
-                }
+        // the lines before. As sluicectl too (a line ipvsadm refuses must never act,
+        // however Sluice's own parser would read it), with the line's number.
+        let words = ipvsadm::restore_words(&line);
+        if !words.is_empty() {
+            let program = ipvsadm_program.unwrap_or("sluicectl");
+            if let Err(refusal) = ipvsadm_usage::check(program, &words) {
+                flush(&mut pending, &mut done, report)?;
+                let message = match ipvsadm_program {
+                    Some(_) => refusal.message,
+                    None => format!("line {n}: {}", refusal.message),
+                };
+                return Err(Failure {
+                    message,
+                    kind: FailureKind::Usage(refusal.status),
+                });
             }
         }
         let command = match ipvsadm::restore_line(&line) {
@@ -1590,6 +1602,24 @@ mod tests {
         assert!(restore_batch(query.as_bytes(), false)
             .unwrap_err()
             .contains("line 1: only"));
+        // What ipvsadm refuses, though Sluice's parser would take it: the command not
+        // first, an option the command does not take.
+        for (line, why) in [
+            ("-t 198.18.1.6:80 -A -s rr", "Try `sluicectl -h'"),
+            (
+                "-A -t 198.18.1.7:80 -s rr --tun-type ipip",
+                "Illegal 'tun-type' option with the 'add-service' command",
+            ),
+        ] {
+            let input = format!("-A -t 198.18.1.1:80 -s rr\n{line}\n");
+            let err = restore_batch(input.as_bytes(), false).unwrap_err();
+            assert!(
+                err.starts_with("line 2: ")
+                    && err.contains(why)
+                    && err.ends_with("nothing was changed"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -905,8 +905,17 @@ fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
     })
 }
 
+/// Whether `text` is all digits (or empty): no address for ipvsadm (`str_is_digit`),
+/// where a name lookup would read `8080` as 0.0.31.144.
+fn all_digits(text: &str) -> bool {
+    text.chars().all(|c| c.is_ascii_digit())
+}
+
 fn parse_service(proto: Protocol, text: &str) -> Result<ServiceKey, String> {
     let illegal = || format!("illegal virtual server address \"{text}\"");
+    if all_digits(text) {
+        return Err(illegal());
+    }
     let (ip, port) = split_host_port(text).ok_or_else(illegal)?;
     // Without a port, port 0, as ipvsadm (its "all ports" service).
     let port = port.unwrap_or("0");
@@ -918,6 +927,9 @@ fn parse_service(proto: Protocol, text: &str) -> Result<ServiceKey, String> {
 /// `-r RIP[:port]`; a port name is looked up for `proto` (the service's, as ipvsadm).
 fn parse_server(proto: Protocol, text: &str) -> Result<(IpAddr, Option<u16>), String> {
     let illegal = || format!("illegal real server address \"{text}\"");
+    if all_digits(text) {
+        return Err(illegal());
+    }
     let (ip, port) = split_host_port(text).ok_or_else(illegal)?;
     let port = port.map(|p| resolve_port(proto, p)).transpose()?;
     let ip = resolve_host(ip).ok_or_else(illegal)?;
@@ -1563,6 +1575,12 @@ mod tests {
         for (line, needle) in [
             ("-A", "needs a service"),
             ("-A -t 198.18.1.300:80", "illegal virtual server address"),
+            // All digits: no address for ipvsadm (a lookup would give 0.0.31.144).
+            ("-A -t 8080", "illegal virtual server address"),
+            (
+                "-a -t 198.18.1.5:80 -r 8080 -m",
+                "illegal real server address",
+            ),
             (
                 "-A -t 198.18.1.1:80 -s nosuch",
                 "unknown scheduler \"nosuch\"",

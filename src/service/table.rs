@@ -1058,9 +1058,12 @@ fn real_server(id: u32, spec: &RealServerSpec) -> RealServer {
     }
 }
 
+/// An address packets can be sent to: not unspecified, broadcast or multicast, and
+/// for IPv4 not in 0.0.0.0/8 ("this network", a source only: RFC 1122 3.2.1.3, where a
+/// digits-only host name such as `8080` lands, 0.0.31.144, through `inet_aton`).
 fn is_unicast(addr: IpAddr) -> bool {
     match addr {
-        IpAddr::V4(a) => !(a.is_unspecified() || a.is_broadcast() || a.is_multicast()),
+        IpAddr::V4(a) => !(a.octets()[0] == 0 || a.is_broadcast() || a.is_multicast()),
         IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
     }
 }
@@ -1583,6 +1586,7 @@ mod tests {
             Ipv4Addr::UNSPECIFIED,
             Ipv4Addr::BROADCAST,
             Ipv4Addr::new(224, 0, 0, 1),
+            Ipv4Addr::new(0, 0, 31, 144),
         ] {
             let key = ServiceKey::new(Protocol::Tcp, vip, 80);
             assert_rejected(&mut table, "not a unicast address", |t| {
@@ -1590,10 +1594,12 @@ mod tests {
             });
         }
         table.add_service(http(), SchedulerKind::Rr, None).unwrap();
-        let bad = RealServerSpec::new(Ipv4Addr::UNSPECIFIED, 80, 1, ForwardMode::Dr);
-        assert_rejected(&mut table, "invalid real server address", |t| {
-            t.add_server(http(), bad).map(drop)
-        });
+        for ip in [Ipv4Addr::UNSPECIFIED, Ipv4Addr::new(0, 0, 31, 144)] {
+            let bad = RealServerSpec::new(ip, 80, 1, ForwardMode::Dr);
+            assert_rejected(&mut table, "invalid real server address", |t| {
+                t.add_server(http(), bad).map(drop)
+            });
+        }
     }
 
     #[test]

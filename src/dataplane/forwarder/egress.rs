@@ -303,7 +303,7 @@ pub(super) fn address(
 /// a session installed by sync that has seen no client packet yet, the client's entry
 /// in the neighbour table.
 #[inline]
-fn client_next_hop(s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
+pub(super) fn client_next_hop(s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
     if s.peer_mac != [0; 6] {
         return Some(MacAddr(s.peer_mac));
     }

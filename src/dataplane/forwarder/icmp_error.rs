@@ -10,7 +10,6 @@ use crate::flow::{FlowKey, FlowKey4};
 use crate::forward::{self, QuoteRewrite};
 use crate::model::{DropReason, ForwardMode};
 use crate::session::{Direction, HashedKey};
-use crate::wire::ethernet::MacAddr;
 use std::net::Ipv4Addr;
 
 impl Forwarder {
@@ -55,7 +54,11 @@ impl Forwarder {
                 if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
                     return Action::Drop(r);
                 }
-                done(forward::dr::forward(frame, MacAddr(s.peer_mac), port.mac))
+                // As the replies go: a synced session with no client packet yet knows
+                // no MAC of its own.
+                let client = Ipv4Addr::from(s.client_addr);
+                let next_hop = super::egress::client_next_hop(&s, cx.neighbours);
+                super::egress::address(frame, next_hop, client, port)
             }
             (ForwardMode::Nat | ForwardMode::FullNat, _) => {
                 let rs_ip = Ipv4Addr::from(s.real_addr);
