@@ -452,19 +452,19 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
 }
 
 /// serde's `deny_unknown_fields` covers struct variants but not unit variants of an
-/// internally tagged enum, so also compare the received fields with the ones the parsed
-/// request writes back: anything extra (and not `null`) was not understood.
+/// internally tagged enum, nor the structs inside a request (a persistence, a SYN
+/// proxy setting), so also compare the received fields with the ones the parsed
+/// request writes back, at every depth: anything extra (and not `null`) was not
+/// understood, and a misspelt `prefx6` must not leave the prefix silently at its
+/// default.
 fn reject_unknown_fields(
     cmd: &str,
     received: &serde_json::Map<String, Value>,
     request: &Request,
 ) -> Result<(), ProtocolError> {
     let understood = serde_json::to_value(request).expect("a Request always serialises");
-    let unknown: Vec<&str> = received
-        .iter()
-        .filter(|(key, value)| !value.is_null() && understood.get(key.as_str()).is_none())
-        .map(|(key, _)| key.as_str())
-        .collect();
+    let mut unknown = Vec::new();
+    unknown_fields("", received, &understood, &mut unknown);
     if unknown.is_empty() {
         return Ok(());
     }
@@ -472,6 +472,41 @@ fn reject_unknown_fields(
         cmd: cmd.to_string(),
         detail: format!("unknown field `{}`", unknown.join("`, `")),
     })
+}
+
+/// Appends to `unknown` the paths (`persistence.prefx6`, `requests[1].sevice`) of
+/// the fields of `received` that `understood` lacks, looking into objects and into
+/// arrays of the same length.
+fn unknown_fields(
+    path: &str,
+    received: &serde_json::Map<String, Value>,
+    understood: &Value,
+    unknown: &mut Vec<String>,
+) {
+    for (key, value) in received.iter().filter(|(_, v)| !v.is_null()) {
+        let here = match path {
+            "" => key.clone(),
+            _ => format!("{path}.{key}"),
+        };
+        match understood.get(key.as_str()) {
+            None => unknown.push(here),
+            Some(known) => nested_unknown(&here, value, known, unknown),
+        }
+    }
+}
+
+fn nested_unknown(path: &str, received: &Value, understood: &Value, unknown: &mut Vec<String>) {
+    match (received, understood) {
+        (Value::Object(fields), known @ Value::Object(_)) => {
+            unknown_fields(path, fields, known, unknown)
+        }
+        (Value::Array(items), Value::Array(known)) if items.len() == known.len() => {
+            for (i, (item, known)) in items.iter().zip(known).enumerate() {
+                nested_unknown(&format!("{path}[{i}]"), item, known, unknown);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Turns serde's error into ours. serde reports an unknown tag as
@@ -766,5 +801,48 @@ mod tests {
             .into_result()
             .unwrap_err()
             .contains("without a message"));
+    }
+
+    /// A misspelt field inside a request's struct is refused by its path, as one at
+    /// the top is: it must not leave the setting silently at its default.
+    #[test]
+    fn unknown_fields_inside_a_request_are_refused_too() {
+        use crate::model::{Persistence, SchedulerKind, ServiceKey};
+        let request = Request::AddService {
+            service: ServiceKey::new(
+                crate::model::Protocol::Tcp,
+                std::net::Ipv4Addr::new(198, 18, 1, 1),
+                80,
+            ),
+            scheduler: Some(SchedulerKind::Rr),
+            persistence: Some(Persistence::new(300)),
+            sched_flags: None,
+        };
+        let line = request.to_line();
+        assert_eq!(
+            parse_request(line.trim_end().as_bytes()),
+            Ok(request.clone())
+        );
+        let mut value: Value = serde_json::from_str(&line).unwrap();
+        value["persistence"]["prefx6"] = Value::from(64);
+        let error = parse_request(value.to_string().as_bytes()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "bad arguments for command \"add_service\": unknown field `persistence.prefx6`"
+        );
+        // Inside a batch's requests too.
+        let batch = Request::Batch {
+            requests: vec![Request::ZeroServices, request],
+            replace: false,
+        };
+        let mut value: Value = serde_json::from_str(&batch.to_line()).unwrap();
+        value["requests"][1]["persistence"]["timeout_ms"] = Value::from(5);
+        let error = parse_request(value.to_string().as_bytes()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .ends_with("unknown field `requests[1].persistence.timeout_ms`"),
+            "{error}"
+        );
     }
 }
