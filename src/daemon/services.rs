@@ -406,23 +406,34 @@ impl Services {
         let mut table = ServiceTable::new();
         table.set_own_addresses(own_addresses.clone());
         table.set_workers(cfg.lcores.workers.len());
-        for sc in &cfg.services {
+        for (i, sc) in cfg.services.iter().enumerate() {
             let at = |e: ServiceError| format!("{}:{}: services: {e}", cfg.path.display(), sc.line);
+            // A refusal about one value (an address another service holds in another
+            // role, say) names it as load errors do: FILE:LINE:COLUMN: field.
+            let at_field = |field: String| {
+                move |e: ServiceError| format!("{}: {field}: {e}", cfg.place(&field))
+            };
             let persistence = sc.persistence;
             table
                 .add_service(sc.key, sc.scheduler, persistence)
-                .map_err(at)?;
-            for rs in &sc.real_servers {
+                .map_err(at_field(format!("services[{i}].vip")))?;
+            for (j, rs) in sc.real_servers.iter().enumerate() {
                 let spec = RealServerSpec::new(rs.ip, rs.port, rs.weight, rs.mode)
                     .with_thresholds(rs.upper, rs.lower);
-                let id = table.add_server(sc.key, spec).map_err(at)?;
+                let id = table
+                    .add_server(sc.key, spec)
+                    .map_err(at_field(format!("services[{i}].real_servers[{j}].ip")))?;
                 check_real_server_id(id)?;
             }
-            for &ip in &sc.local_addresses {
-                table.add_laddr(sc.key, ip).map_err(at)?;
+            for (k, &ip) in sc.local_addresses.iter().enumerate() {
+                table
+                    .add_laddr(sc.key, ip)
+                    .map_err(at_field(format!("services[{i}].local_addresses[{k}]")))?;
             }
             if sc.toa {
-                table.set_toa(sc.key, true).map_err(at)?;
+                table
+                    .set_toa(sc.key, true)
+                    .map_err(at_field(format!("services[{i}].toa")))?;
             }
             for action in [
                 crate::service::AclAction::Allow,
@@ -1916,6 +1927,31 @@ port = 53
             call(&mut services, &publisher, r).unwrap();
         }
         assert!(!services.table.get(http()).unwrap().sloppy_tcp);
+    }
+
+    /// A config whose real server is another service's VIP is refused naming that
+    /// value, FILE:LINE:COLUMN: field, as load errors do (the line found here by a
+    /// plain text scan, not by the config's own parser).
+    #[test]
+    fn a_cross_service_conflict_names_the_value() {
+        let text = format!(
+            "{CONFIG}\n[[services]]\nproto = \"tcp\"\nvip = \"198.18.1.2\"\nport = 80\n\n  \
+             [[services.real_servers]]\n  ip = \"198.18.1.1\"\n  port = 80\n  mode = \"dr\"\n"
+        );
+        let (line, column) = text
+            .lines()
+            .enumerate()
+            .find(|(_, l)| l.trim_start() == "ip = \"198.18.1.1\"")
+            .map(|(n, l)| (n + 1, l.find("ip").unwrap() + 6))
+            .unwrap();
+        let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+        let err = Services::from_config(&cfg).err().unwrap();
+        let place = format!("test.toml:{line}:{column}: services[2].real_servers[0].ip: ");
+        assert!(err.starts_with(&place), "{err} (wanted {place})");
+        assert!(
+            err.contains("address 198.18.1.1 is already the VIP"),
+            "{err}"
+        );
     }
 
     /// A reload where an address leaves a role in one service (a real server, a local
