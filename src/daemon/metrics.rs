@@ -525,6 +525,16 @@ impl MetricsServer {
             .name("sluice-metrics".into())
             .spawn(move || {
                 let clients = Arc::new(Clients::default());
+                // One render asked of the management loop at a time: clients served at
+                // once must not queue a render each for one pass of the loop (VRRP and
+                // health ticks wait behind them).
+                let handler: Handler = {
+                    let one_at_a_time = Mutex::new(());
+                    Arc::new(move |request| {
+                        let _turn = one_at_a_time.lock().unwrap_or_else(|e| e.into_inner());
+                        handler(request)
+                    })
+                };
                 while !stop_thread.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, peer)) => {

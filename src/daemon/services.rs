@@ -78,6 +78,7 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
     let spec = |r: &crate::model::RealServer| {
         RealServerSpec::new(r.ip, r.port, r.weight, r.mode).with_thresholds(r.upper, r.lower)
     };
+    let sorry = |s: &crate::model::Service| s.sorry_server.map(|s| s.spec());
     for s in current.services() {
         if desired.get(s.key).is_none() {
             out.push(Request::DeleteService { service: s.key });
@@ -112,6 +113,13 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                     ip: *lip,
                 });
             }
+        }
+        // A sorry server that goes or changes: the old one goes now too.
+        if sorry(c).is_some() && sorry(c) != sorry(d) {
+            out.push(Request::SetSorryServer {
+                service: d.key,
+                sorry_server: None,
+            });
         }
     }
     for d in desired.services() {
@@ -169,8 +177,11 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
         // After the real servers that go have gone (one may become the sorry server),
         // before those that come (one may be the sorry server until now), before the
         // SYN proxy or sloppy_tcp goes on (they refuse some sorry servers).
-        let sorry = |s: &crate::model::Service| s.sorry_server.map(|s| s.spec());
-        if existing.and_then(sorry) != sorry(d) {
+        // (One that changed was taken away with the removals.)
+        let kept = existing
+            .and_then(sorry)
+            .filter(|old| sorry(d).as_ref() == Some(old));
+        if kept != sorry(d) {
             out.push(Request::SetSorryServer {
                 service: key,
                 sorry_server: sorry(d),
@@ -1955,12 +1966,25 @@ port = 53
     }
 
     /// A reload where an address leaves a role in one service (a real server, a local
-    /// address) and takes another (a VIP) in a service that sorts before it: every
-    /// removal goes first, so the table never holds both at once.
+    /// address, the sorry server) and takes another (a VIP) in a service that sorts
+    /// before it: every removal goes first, so the table never holds both at once.
     #[test]
     fn a_reload_frees_an_address_before_another_service_takes_it() {
         let (mut services, publisher) = setup();
+        let old_sorry = Ipv4Addr::new(10, 0, 0, 9);
+        let sorry = crate::model::SorryServerSpec {
+            ip: old_sorry.into(),
+            port: 8080,
+            mode: ForwardMode::FullNat,
+            inhibit: false,
+        };
+        let set = Request::SetSorryServer {
+            service: http(),
+            sorry_server: Some(sorry),
+        };
+        call(&mut services, &publisher, set).unwrap();
         let mut desired = services.table.clone();
+        desired.set_sorry_server(http(), None).unwrap();
         let (old_server, old_lip) = (Ipv4Addr::new(10, 0, 0, 11), lip(51));
         desired
             .delete_server(http(), old_server.into(), 8080)
@@ -1968,8 +1992,8 @@ port = 53
         let nat = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 8080, 1, ForwardMode::FullNat);
         desired.add_server(http(), nat).unwrap();
         desired.del_laddr(http(), old_lip.into()).unwrap();
-        // Both sort before 198.18.1.1.
-        for vip in [old_server, old_lip] {
+        // All three sort before 198.18.1.1.
+        for vip in [old_server, old_lip, old_sorry] {
             let key = ServiceKey::new(Protocol::Tcp, vip, 80);
             desired
                 .add_service(key, crate::model::SchedulerKind::Rr, None)
@@ -1983,7 +2007,7 @@ port = 53
             replace: false,
         };
         call(&mut services, &publisher, batch).unwrap();
-        assert_eq!(services.table.services().count(), 4);
+        assert_eq!(services.table.services().count(), 5);
         let http = services.table.get(http()).unwrap();
         assert!(http
             .server(std::net::IpAddr::V4(old_server), 8080)

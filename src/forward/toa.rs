@@ -130,10 +130,7 @@ pub fn encode(client: (Ipv4Addr, u16)) -> [u8; TOA_LEN] {
 /// The client in the first TOA option of a TCP options area, as the `toa` module reads
 /// it ([`kind_254_options`]): the first option of kind 254 and length 8.
 pub fn find(options: &[u8]) -> Option<(Ipv4Addr, u16)> {
-    let (at, _) = kind_254_options(options)
-        .into_iter()
-        .flatten()
-        .find(|&(_, len)| len == TOA_LEN)?;
+    let (at, _) = kind_254_options(options).find(|&(_, len)| len == TOA_LEN)?;
     let data = options.get(at + 2..at + TOA_LEN)?;
     let port = u16::from_be_bytes([data[0], data[1]]);
     Some((Ipv4Addr::new(data[2], data[3], data[4], data[5]), port))
@@ -149,8 +146,9 @@ const MAX_OPTIONS: usize = 20;
 /// for its kind (an MSS of length 3) stops Sluice's own parser but not the module, so
 /// a kind-254 option behind it would be read by the module and missed here. The
 /// module takes length 8 (IPv4) and, in DPVS's version, 20 (IPv6).
-fn kind_254_options(options: &[u8]) -> [Option<(usize, usize)>; MAX_OPTIONS] {
-    let mut found = [None; MAX_OPTIONS];
+/// (At most [`MAX_OPTIONS`] of them: all an options area of 40 bytes can hold.)
+fn kind_254_options(options: &[u8]) -> impl Iterator<Item = (usize, usize)> {
+    let mut found = [None::<(u8, u8)>; MAX_OPTIONS];
     let (mut at, mut n) = (0, 0);
     while let Some(&kind) = options.get(at) {
         match kind {
@@ -162,8 +160,10 @@ fn kind_254_options(options: &[u8]) -> [Option<(usize, usize)>; MAX_OPTIONS] {
                     break;
                 }
                 if kind == TOA_KIND {
-                    // Cannot overflow: each option takes two bytes at least.
-                    found[n] = Some((at, len));
+                    match (found.get_mut(n), u8::try_from(at)) {
+                        (Some(slot), Ok(at)) => *slot = Some((at, len as u8)),
+                        _ => break,
+                    }
                     n += 1;
                 }
                 at += len;
@@ -171,6 +171,9 @@ fn kind_254_options(options: &[u8]) -> [Option<(usize, usize)>; MAX_OPTIONS] {
         }
     }
     found
+        .into_iter()
+        .flatten()
+        .map(|(at, len)| (usize::from(at), usize::from(len)))
 }
 
 /// Every kind-254 option of the TCP options at `segment[options_at..]` made NOPs
@@ -179,7 +182,7 @@ fn nop_kind_254(segment: &mut [u8], options_at: usize, header_len: usize, keep: 
     const NOPS: [u8; 40] = [1; 40];
     let found = kind_254_options(&segment[options_at..header_len]);
     let mut removed = 0;
-    for (at, len) in found.into_iter().flatten().filter(|&(at, _)| at != keep) {
+    for (at, len) in found.filter(|&(at, _)| at != keep) {
         super::replace_tcp_bytes(segment, options_at + at, &NOPS[..len]);
         removed += 1;
     }
@@ -194,21 +197,32 @@ fn nop_kind_254(segment: &mut [u8], options_at: usize, header_len: usize, keep: 
 /// or refused by the server), so a client's own option there would be believed.
 /// Errors as [`insert`]'s, with the frame unchanged.
 pub fn remove_forged(frame: &mut [u8], parsed: &Parsed) -> Result<usize, DropReason> {
-    let super::TcpSegment {
-        l4,
-        ip_end,
-        header_len,
-    } = super::tcp_segment(frame, parsed)?;
-    if header_len == tcp::MIN_HEADER_LEN {
-        return Ok(0);
+    let super::TcpSegment { l4, ip_end, .. } = super::tcp_segment(frame, parsed)?;
+    Ok(remove_forged_from_segment(&mut frame[l4..ip_end]))
+}
+
+/// [`remove_forged`] on a TCP segment of either family, from its first header byte
+/// to its end (the checksum is updated incrementally, so the pseudo-header does not
+/// matter): for IPv6 FullNAT and NAT64 too. A SYN is left alone: the module reads
+/// ACKs only, and SYNs carry RFC 6994 experiments in kind 254 (TCP Fast Open's
+/// experimental cookie). A segment too short for its header is left alone.
+pub fn remove_forged_from_segment(segment: &mut [u8]) -> usize {
+    let Some(&[offset, flags]) = segment.get(12..14) else {
+        return 0;
+    };
+    let header_len = usize::from(offset >> 4) * 4;
+    if TcpFlags(flags).contains(TcpFlags::SYN)
+        || header_len < tcp::MIN_HEADER_LEN
+        || header_len > segment.len()
+    {
+        return 0;
     }
-    let segment = &mut frame[l4..ip_end];
-    Ok(nop_kind_254(
-        segment,
-        tcp::MIN_HEADER_LEN,
-        header_len,
-        usize::MAX,
-    ))
+    // Most segments carry no byte 254 among their options (timestamps at most): one
+    // scan of at most 40 bytes, no walk.
+    if !segment[tcp::MIN_HEADER_LEN..header_len].contains(&TOA_KIND) {
+        return 0;
+    }
+    nop_kind_254(segment, tcp::MIN_HEADER_LEN, header_len, usize::MAX)
 }
 
 /// Offset in `options` of the MSS option's value, and the value.
@@ -248,10 +262,7 @@ pub fn insert(
     // A client's own kind-254 options: the first of length 8 holds the client now,
     // the others go (the module could read one of them first).
     let options = &frame[options_at..l4 + header_len];
-    let first_8 = kind_254_options(options)
-        .into_iter()
-        .flatten()
-        .find(|&(_, len)| len == TOA_LEN);
+    let first_8 = kind_254_options(options).find(|&(_, len)| len == TOA_LEN);
     let segment = &mut frame[l4..ip_end];
     if let Some((at, _)) = first_8 {
         nop_kind_254(segment, tcp::MIN_HEADER_LEN, header_len, at);
@@ -923,5 +934,12 @@ mod tests {
         let parsed = classify(&plain).unwrap();
         assert_eq!(remove_forged(&mut plain, &parsed), Ok(0));
         assert_eq!(plain, ACK_TS);
+        // A SYN keeps its kind-254 options (RFC 6994 experiments): the module reads
+        // ACKs only.
+        let mut syn = frame.clone();
+        syn[47] = 0x02;
+        let mut out = syn.clone();
+        assert_eq!(remove_forged(&mut out, &classify(&syn).unwrap()), Ok(0));
+        assert_eq!(out, syn);
     }
 }

@@ -26,7 +26,7 @@
 //! proxy, TOA.
 use super::observe::account;
 use super::{Action, Context, Forwarder};
-use crate::dataplane::counters::{bump, WorkerCounters};
+use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::dpdk::Packet;
 use crate::flow::parse::{Ipv6Payload, PacketKind, Parsed};
@@ -391,6 +391,16 @@ impl Forwarder {
                     if let Err(r) = forward::nat6::rewrite(frame, parsed, from, to) {
                         return Action::Drop(r);
                     }
+                    // A client's own TOA would be believed by a module there.
+                    if let PacketKind::Ipv6(Ipv6Payload::Tcp { .. }) = parsed.kind {
+                        let end = parsed.l3 + parsed.ip_total_len as usize;
+                        if let Some(segment) = frame.get_mut(parsed.l4..end) {
+                            let removed = forward::toa::remove_forged_from_segment(segment);
+                            if removed != 0 {
+                                cx.counters.event_n(Event::ToaForgedRemoved, removed as u64);
+                            }
+                        }
+                    }
                 } else if let (Some(mac), None) = (next_hop, known) {
                     if let Some(live) = self.sessions6.get_mut(id) {
                         live.peer_mac = mac.0;
@@ -473,6 +483,15 @@ impl Forwarder {
         let (start, len) = (range.start as u16, (range.end - range.start) as u16);
         if !pkt.adj(start) || !pkt.set_len(len) {
             return Action::Drop(DropReason::Truncated);
+        }
+        // A client's own TOA would be believed by a module on the IPv4 real server.
+        if let PacketKind::Ipv6(Ipv6Payload::Tcp { .. }) = parsed.kind {
+            if let Ok(v4) = crate::flow::parse::classify(pkt.bytes()) {
+                let removed = forward::toa::remove_forged(pkt.bytes_mut(), &v4).unwrap_or(0);
+                if removed != 0 {
+                    cx.counters.event_n(Event::ToaForgedRemoved, removed as u64);
+                }
+            }
         }
         let next_hop = cx.neighbours.lookup(real);
         super::egress::address(pkt.bytes_mut(), next_hop, real, cx.port)
