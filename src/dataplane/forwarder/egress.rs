@@ -138,7 +138,7 @@ impl Forwarder {
                         if matches!(parsed.kind, PacketKind::Tcp { .. })
                             && !s.flags().contains(SessionFlags::TOA_PENDING)
                         {
-                            let removed = forward::toa::remove_forged(frame, parsed).unwrap_or(0);
+                            let removed = forward::toa::remove_forged_classified(frame, parsed);
                             if removed != 0 {
                                 cx.counters.event_n(Event::ToaForgedRemoved, removed as u64);
                             }

@@ -393,12 +393,9 @@ impl Forwarder {
                     }
                     // A client's own TOA would be believed by a module there.
                     if let PacketKind::Ipv6(Ipv6Payload::Tcp { .. }) = parsed.kind {
-                        let end = parsed.l3 + parsed.ip_total_len as usize;
-                        if let Some(segment) = frame.get_mut(parsed.l4..end) {
-                            let removed = forward::toa::remove_forged_from_segment(segment);
-                            if removed != 0 {
-                                cx.counters.event_n(Event::ToaForgedRemoved, removed as u64);
-                            }
+                        let removed = forward::toa::remove_forged_classified(frame, parsed);
+                        if removed != 0 {
+                            cx.counters.event_n(Event::ToaForgedRemoved, removed as u64);
                         }
                     }
                 } else if let (Some(mac), None) = (next_hop, known) {
