@@ -31,9 +31,10 @@ fn tcp_options(frame: &[u8], l3: usize, ihl: usize) -> &[u8] {
     &frame[l4 + 20..l4 + header_len]
 }
 
-/// Independent reader, walking as the `toa` kernel module does: the first option of
-/// kind 254 of any length (the module takes 8, and DPVS's 20 as well).
-fn first_toa_kind(options: &[u8]) -> Option<&[u8]> {
+/// Independent reader, walking as the `toa` kernel module does (End of Option List
+/// stops, NOP is one byte, any other option is stepped over by its length while that
+/// is at least 2 and fits): the first option for which `wanted(kind, length)` holds.
+fn first_option(options: &[u8], wanted: impl Fn(u8, usize) -> bool) -> Option<&[u8]> {
     let mut at = 0;
     while at < options.len() {
         match options[at] {
@@ -44,7 +45,7 @@ fn first_toa_kind(options: &[u8]) -> Option<&[u8]> {
                 if l < 2 || at + l > options.len() {
                     return None;
                 }
-                if k == 254 {
+                if wanted(k, l) {
                     return Some(&options[at..at + l]);
                 }
                 at += l;
@@ -54,26 +55,14 @@ fn first_toa_kind(options: &[u8]) -> Option<&[u8]> {
     None
 }
 
-/// Independent reader: the first option of kind `kind` with length `len`.
+/// The first option of kind 254 of any length (the module takes 8, and DPVS's 20).
+fn first_toa_kind(options: &[u8]) -> Option<&[u8]> {
+    first_option(options, |kind, _| kind == 254)
+}
+
+/// The first option of kind `kind` with length `len`.
 fn option(options: &[u8], kind: u8, len: usize) -> Option<&[u8]> {
-    let mut at = 0;
-    while at < options.len() {
-        match options[at] {
-            0 => return None,
-            1 => at += 1,
-            k => {
-                let l = usize::from(*options.get(at + 1)?);
-                if l < 2 || at + l > options.len() {
-                    return None;
-                }
-                if k == kind && l == len {
-                    return Some(&options[at..at + l]);
-                }
-                at += l;
-            }
-        }
-    }
-    None
+    first_option(options, |k, l| k == kind && l == len)
 }
 
 /// `out` is `frame` with any kind-254 option the module would read made NOPs: no
