@@ -17,6 +17,10 @@
 //! as the connections made, no invalid or expired cookie), and no kernel counted a
 //! checksum error.
 //!
+//! With every other SYN-ACK of the real servers lost, every request still succeeds.
+//! With every SYN-ACK lost on the switch, a client's reset of a connection its cookie
+//! opened must remove the real server's half-open connection within 3 s.
+//!
 //! Then a spoofed SYN flood, twice: 200 000 SYNs from 198.18.64.0/18 sent through a
 //! raw socket from a third namespace (`e2e_apps.py synflood`, paced over 3 s) to an
 //! echo service, while the client keeps 20 long-lived keep-alive connections (a line
@@ -222,6 +226,7 @@ fn synproxy_nat_and_fullnat_carry_transfers_with_and_without_tcp_options() {
     lab.assert_no_checksum_errors();
 
     lost_server_synacks(&lab, &daemon, &digest);
+    client_reset_before_the_server_answers(&lab, &daemon);
 
     // The flood, proxy on, then proxy off (which fills the table: last).
     let on = flood(&lab, &daemon, NAT_VIP);
@@ -351,6 +356,72 @@ fn lost_server_synacks(lab: &AppLab, daemon: &Daemon, digest: &str) {
         "{after:#}"
     );
     assert_eq!(drop_count(&after, "server_unanswered"), 0, "{after:#}");
+}
+
+/// Every SYN-ACK of the real servers is lost on the switch (nft on their bridge ports;
+/// the servers' own sends succeed, as with a loss on the wire), so each holds a
+/// half-open connection for a client that Sluice's cookie handshake has connected.
+/// The client resets its connection (SO_LINGER 0): Sluice must pass the reset on, in
+/// a form the server takes, and the server's half-open connection must go within 3 s
+/// (it would live through its SYN-ACK retries, about a minute, if the reset became
+/// a SYN or were dropped). Once for the NAT service, once for the FullNAT one.
+fn client_reset_before_the_server_answers(lab: &AppLab, daemon: &Daemon) {
+    let before = daemon.status();
+    let namespaces = [lab.bed.rs_ns(1), lab.bed.rs_ns(2)];
+    let switch = lab.bed.fact("SW_NS");
+    let nft = |command: &str| {
+        lab.bed
+            .exec(switch, &["nft", command], Duration::from_secs(10))
+            .expect_success("nft")
+    };
+    nft("add table netdev sluice_mute");
+    for i in 1..=2 {
+        nft(&format!(
+            "add chain netdev sluice_mute in{i} {{ type filter hook ingress device \"{}-pr{i}\" priority 0; }}",
+            lab.bed.name
+        ));
+        nft(&format!(
+            "add rule netdev sluice_mute in{i} meta l4proto tcp tcp sport {HTTP_PORT} \
+             tcp flags & (syn | ack) == (syn | ack) counter drop"
+        ));
+    }
+    let apps = AppLab::apps();
+    let mut runs = Vec::new();
+    for vip in [NAT_VIP, FULLNAT_VIP] {
+        let port = HTTP_PORT.to_string();
+        let mut args = vec![PYTHON, apps.as_str(), "abort", vip, "80"];
+        for ns in namespaces {
+            args.extend(["--watch", ns]);
+        }
+        args.extend(["--watch-port", &port, "--timeout", "3"]);
+        let out = lab
+            .bed
+            .exec(lab.bed.client_ns(), &args, Duration::from_secs(20));
+        runs.push((vip, out));
+    }
+    let listed = nft("list table netdev sluice_mute");
+    nft("delete table netdev sluice_mute");
+    assert!(
+        listed.stdout.matches("counter packets 0 ").count() == 0,
+        "a real server's SYN-ACK was not lost on its way: {}",
+        listed.describe()
+    );
+    let after = daemon.status();
+    for (vip, out) in &runs {
+        eprintln!(
+            "client reset before the server answered, {vip}: {}",
+            out.stdout.trim()
+        );
+        assert!(
+            out.success(),
+            "{vip}: the real server's half-open connection outlived the client's reset \
+             (half_open_before must be 1 and half_open_after 0): {}\nstatus: {after:#}",
+            out.describe()
+        );
+    }
+    let delta = |name: &str| event_count(&after, name) - event_count(&before, name);
+    assert_eq!(delta("synproxy_client_reset"), 2, "{after:#}");
+    assert_eq!(delta("synproxy_syn_resent"), 0, "{after:#}");
 }
 
 const ECHO_PORT: u16 = 7777;

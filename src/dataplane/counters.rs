@@ -83,6 +83,9 @@ pub enum Event {
     /// SYN proxy: the client sent again before the real server answered; the SYN to
     /// the real server went out again instead of the segment.
     SynproxySynResent,
+    /// SYN proxy: the client reset the connection before the real server answered;
+    /// the server was sent the reset, and nothing more of the connection passes.
+    SynproxyClientReset,
     /// SYN proxy: a client segment with data came before the real server answered; it
     /// waits for the server's handshake (a frame that waits too long is dropped as
     /// `synproxy_server_unanswered`).
@@ -116,7 +119,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 42;
+    pub const COUNT: usize = 43;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -149,6 +152,7 @@ impl Event {
         Event::SynproxyCookieExpired,
         Event::SynproxyConnection,
         Event::SynproxySynResent,
+        Event::SynproxyClientReset,
         Event::SynproxyDataHeld,
         Event::SynproxyDataSent,
         Event::NdAnswered,
@@ -194,6 +198,7 @@ impl Event {
             Event::SynproxyCookieExpired => "synproxy_cookies_expired",
             Event::SynproxyConnection => "synproxy_connections",
             Event::SynproxySynResent => "synproxy_syn_resent",
+            Event::SynproxyClientReset => "synproxy_client_reset",
             Event::SynproxyDataHeld => "synproxy_data_held",
             Event::SynproxyDataSent => "synproxy_data_sent",
             Event::NdAnswered => "nd_answered",

@@ -1265,12 +1265,12 @@ impl Forwarder {
         let matched = match found {
             Some((id, dir)) => {
                 if key.proto == Protocol::Tcp {
-                    match self.synproxy_pending(id, dir, pkt, parsed, cx) {
+                    match self.synproxy_pending(id, dir, pkt, parsed, flags, cx) {
                         synproxy::Pending::No => {}
                         synproxy::Pending::Done(action) => return action,
-                        synproxy::Pending::Resend(p) => {
+                        synproxy::Pending::Resend(p, as_flags) => {
                             rewritten = p;
-                            (parsed, flags) = (&rewritten, TcpFlags::SYN);
+                            (parsed, flags) = (&rewritten, as_flags);
                         }
                     }
                 }

@@ -497,6 +497,26 @@ pub fn write_server_syn(
     })
 }
 
+/// Turns the client's RST in `buf`, for a session whose real server has not answered
+/// yet, into the RST the server can take: the client's own sequence number (the
+/// proxy does not move the client's numbers), no ACK, no options and no data. The
+/// client's ACK field acknowledges the cookie, a number the server never sent, and
+/// Linux ignores a reset to a half-open connection whose ACK is not its own
+/// (`tcp_check_req`). Returns the new frame length.
+pub fn write_server_rst(buf: &mut [u8], parsed: &Parsed) -> Result<usize, DropReason> {
+    let (l4, _, _) = segment_of(buf, parsed)?;
+    let key = parsed.flow_key().ok_or(DropReason::UnsupportedProtocol)?;
+    let rst = NewSegment {
+        src: (key.src_addr(), key.sport),
+        dst: (key.dst_addr(), key.dport),
+        seq: read_u32(buf, l4 + 4),
+        ack: 0,
+        flags: TcpFlags::RST,
+        window: 0,
+    };
+    write_segment(buf, parsed, &rst, |_| 0)
+}
+
 /// What the real server's SYN-ACK says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerHandshake {
@@ -1045,6 +1065,30 @@ mod tests {
         assert_eq!(read_u32(seg.options(), 4), 0x77 + 100);
         assert_eq!(read_u32(seg.options(), 8), 0x77 + 200);
         assert_eq!(data, recomputed(&data));
+    }
+
+    #[test]
+    fn a_client_reset_becomes_a_bare_reset_at_the_clients_sequence_number() {
+        // RST|ACK with timestamps and a payload (which RFC 5961 allows to carry a
+        // reason): the server gets RST alone, the client's seq, no ACK, no options.
+        let ts = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 7];
+        let mut buf = client_frame(5001, 0xdead_0001, 0x14, &ts, b"bye");
+        buf.extend_from_slice(&[0xee; 64]); // tailroom
+        let parsed = classify(&buf).unwrap();
+        let len = write_server_rst(&mut buf, &parsed).unwrap();
+        let out = &buf[..len];
+        assert_eq!(len, parsed.l3 + 40);
+        assert!(tcp_ok(out));
+        let parsed = classify(out).unwrap();
+        let ip = ipv4::Packet::new_checked(&out[parsed.l3..]).unwrap();
+        assert_eq!((ip.src_addr(), ip.dst_addr()), (CLIENT, VIP));
+        let seg = tcp::Packet::new_checked(ip.payload()).unwrap();
+        assert_eq!((seg.src_port(), seg.dst_port()), (40000, 80));
+        assert_eq!(seg.seq_number(), 5001);
+        assert_eq!(seg.ack_number(), 0);
+        assert_eq!(seg.flags(), TcpFlags::RST);
+        assert_eq!(seg.header_len(), 20);
+        assert_eq!(seg.window_len(), 0);
     }
 
     #[test]

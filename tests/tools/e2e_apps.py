@@ -74,6 +74,15 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         gaps lists every gap longer than two intervals as [wall time of the answer
         before it, wall time of the answer that ended it].
 
+    e2e_apps.py abort ADDR PORT --watch NS --watch-port P [--watch NS]... [--timeout S]
+        A connection reset before the real server finished its handshake: connects to
+        ADDR:PORT, waits (at most S seconds) until one of the --watch namespaces holds a
+        half-open connection on local port P (`ss state syn-recv`), then closes with
+        SO_LINGER 0 (the kernel sends an RST) and waits (at most S seconds) until no
+        --watch namespace holds one. Prints one JSON object: {"connected": bool,
+        "half_open_before": N, "half_open_after": N, "cleared_after_s": SECONDS or
+        null}. Exit 0 when the half-open connection appeared and went.
+
     e2e_apps.py ask ADDR PORT --source IP [--source IP]... [--rounds R] [--timeout S]
                     [--ttl T]
         Which line-echo server (serve --echo) answers each client address: R rounds
@@ -93,6 +102,7 @@ import os
 import signal
 import socket
 import socketserver
+import struct
 import subprocess
 import sys
 import threading
@@ -587,6 +597,40 @@ def cmd_synflood(args):
     return 0
 
 
+def half_open(namespaces, port):
+    """Half-open (SYN-RECV) connections on local port `port` in `namespaces`."""
+    n = 0
+    for ns in namespaces:
+        out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Htn", "state", "syn-recv",
+                              f"( sport = :{port} )"], capture_output=True, text=True, timeout=10)
+        n += sum(1 for line in out.stdout.splitlines() if line.strip())
+    return n
+
+
+def wait_half_open(namespaces, port, want_some, timeout):
+    deadline = time.time() + timeout
+    while True:
+        n = half_open(namespaces, port)
+        if (n > 0) == want_some or time.time() >= deadline:
+            return n
+        time.sleep(0.05)
+
+
+def cmd_abort(args):
+    rec = {"connected": False, "half_open_before": 0, "half_open_after": None, "cleared_after_s": None}
+    sock = socket.create_connection((args.addr, args.port), timeout=args.timeout)
+    rec["connected"] = True
+    rec["half_open_before"] = wait_half_open(args.watch, args.watch_port, True, args.timeout)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    reset_at = time.time()
+    sock.close()
+    rec["half_open_after"] = wait_half_open(args.watch, args.watch_port, False, args.timeout)
+    if rec["half_open_after"] == 0:
+        rec["cleared_after_s"] = round(time.time() - reset_at, 3)
+    print(json.dumps(rec))
+    return 0 if rec["half_open_before"] > 0 and rec["half_open_after"] == 0 else 1
+
+
 def cmd_ask(args):
     if args.rounds * len(args.source) > 1000:
         print("ask: at most 1000 connections", file=sys.stderr)
@@ -661,6 +705,12 @@ def main():
     f.add_argument("--net", required=True)
     f.add_argument("--seconds", type=float, default=4.0)
     f.add_argument("--seed", type=int, default=1)
+    ab = sub.add_parser("abort")
+    ab.add_argument("addr")
+    ab.add_argument("port", type=int)
+    ab.add_argument("--watch", action="append", required=True)
+    ab.add_argument("--watch-port", type=int, required=True)
+    ab.add_argument("--timeout", type=float, default=3.0)
     a = sub.add_parser("ask")
     a.add_argument("addr")
     a.add_argument("port", type=int)
@@ -670,7 +720,7 @@ def main():
     a.add_argument("--ttl", type=int)
     args = p.parse_args()
     return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap,
-            "stream": cmd_stream, "ask": cmd_ask,
+            "stream": cmd_stream, "ask": cmd_ask, "abort": cmd_abort,
             "synflood": cmd_synflood}[args.cmd](args)
 
 

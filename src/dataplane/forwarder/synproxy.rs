@@ -32,6 +32,10 @@ use std::net::Ipv4Addr;
 
 /// Meta word: the entry holds a handshake waiting for the real server.
 const PENDING: u32 = 1 << 31;
+/// Meta word, with PENDING: the client reset the connection before the real server
+/// answered, and the server was sent the reset. Nothing more passes either way: a
+/// SYN-ACK already on its way must not be completed into a connection nobody uses.
+const ABORTED: u32 = 1 << 28;
 /// "No window scale" in a 4-bit field.
 const NO_SCALE: u32 = 0xf;
 
@@ -44,7 +48,7 @@ const AWAIT_SERVER_MS: u64 = 3000;
 pub(super) struct ProxyState {
     /// Per session slot: pending `[cookie, cookie TSval, client ISN, meta]` (meta:
     /// PENDING, MSS index bits 0-2, window scale 4-7, SACK 8, timestamps 9, window
-    /// 12-27) or established `[seq delta, TS delta, 0, meta]` (meta: the server's
+    /// 12-27, ABORTED) or established `[seq delta, TS delta, 0, meta]` (meta: the server's
     /// window scale 0-3 and the client's 4-7 when only it scales).
     entries: Vec<[u32; 4]>,
     /// Per service (snapshot index): the `auto` mode's SYN rate meter.
@@ -117,6 +121,15 @@ impl ProxyState {
         }
     }
 
+    /// The client of pending session `id` reset it.
+    fn set_aborted(&mut self, id: SessionId) {
+        if let Some(e) = self.entries.get_mut(id.index() as usize) {
+            if e[3] & PENDING != 0 {
+                e[3] |= ABORTED;
+            }
+        }
+    }
+
     fn set_established(&mut self, id: SessionId, t: &Translation) {
         let scale = |s: Option<u8>| s.map_or(NO_SCALE, u32::from);
         let meta = scale(t.server_wscale) | (scale(t.client_wscale) << 4);
@@ -174,9 +187,9 @@ pub(super) enum Miss {
 pub(super) enum Pending {
     /// Handled here (the server's SYN-ACK, turned into its ACK) or dropped.
     Done(Action),
-    /// The client's segment is now the SYN again (`Parsed` of the rewritten frame):
-    /// on to egress as a SYN.
-    Resend(Parsed),
+    /// The client's segment is now another (`Parsed` of the rewritten frame, and its
+    /// flags): the SYN again, or the reset the server can take. On to egress as that.
+    Resend(Parsed, TcpFlags),
     /// Not a pending session (established, or not proxied): the usual path.
     No,
 }
@@ -302,6 +315,7 @@ impl Forwarder {
         dir: Direction,
         pkt: &mut Packet,
         parsed: &Parsed,
+        flags: TcpFlags,
         cx: &Context,
     ) -> Pending {
         if !self
@@ -311,10 +325,31 @@ impl Forwarder {
         {
             return Pending::No;
         }
-        let Some((hs, _)) = self.synproxy.pending(id) else {
+        let Some((hs, meta)) = self.synproxy.pending(id) else {
             return Pending::No;
         };
+        if meta & ABORTED != 0 {
+            return Pending::Done(Action::Drop(DropReason::TcpNoSession));
+        }
         if dir == Direction::Inbound {
+            // The client gave up: so must the server, or it holds the half-open
+            // connection through its SYN-ACK retries. The reset goes in place of the
+            // SYN a client segment would otherwise become.
+            if flags.contains(TcpFlags::RST) {
+                self.synproxy.set_aborted(id);
+                cx.counters.event(Event::SynproxyClientReset);
+                let len = match synproxy::write_server_rst(pkt.bytes_mut(), parsed) {
+                    Ok(len) => len,
+                    Err(reason) => return Pending::Done(Action::Drop(reason)),
+                };
+                if !pkt.set_len(len as u16) {
+                    return Pending::Done(Action::Drop(DropReason::Truncated));
+                }
+                return match classify(pkt.bytes()) {
+                    Ok(parsed) => Pending::Resend(parsed, TcpFlags::RST),
+                    Err(reason) => Pending::Done(Action::Drop(reason)),
+                };
+            }
             // Data (or a FIN) not held yet waits for the server's handshake.
             let data = data_seq(pkt.bytes(), parsed);
             if let Some(seq) = data {
@@ -338,7 +373,7 @@ impl Forwarder {
                     if !first {
                         cx.counters.event(Event::SynproxySynResent);
                     }
-                    Pending::Resend(parsed)
+                    Pending::Resend(parsed, TcpFlags::SYN)
                 }
                 Err(reason) => Pending::Done(Action::Drop(reason)),
             };
@@ -518,10 +553,11 @@ impl Forwarder {
         } = &mut self.synproxy;
         // A removed session's entry stays until its slot opens another proxied
         // session: what waits for it then waits until its deadline and is dropped.
+        // What waits for a session its client reset goes on at once, to be dropped.
         let waits = |index: u32| {
             entries
                 .get(index as usize)
-                .is_some_and(|e| e[3] & PENDING != 0)
+                .is_some_and(|e| e[3] & (PENDING | ABORTED) == PENDING)
         };
         awaiting.release(port, now_tsc, pool, waits, out)
     }
