@@ -70,6 +70,10 @@ pub struct Resync {
     started_ms: u64,
     #[serde(skip)]
     progress_ms: u64,
+    /// A chunk of the current dump id was missing: it is asked for again, and its
+    /// later chunks are no news (each would be the same gap).
+    #[serde(skip)]
+    gap: bool,
 }
 
 impl Resync {
@@ -82,6 +86,7 @@ impl Resync {
         took_ms: None,
         started_ms: 0,
         progress_ms: 0,
+        gap: false,
     };
 }
 
@@ -201,6 +206,11 @@ pub struct Peer {
     pub last_heard_ms: Option<u64>,
     #[serde(skip)]
     window: Option<Window>,
+    /// The resync requests served from a life this node cannot confirm: its epoch
+    /// and their sequence numbers. Each costs a dump of the whole table, so each is
+    /// served once: a replayed one is refused as a believed life's would be.
+    #[serde(skip)]
+    unconfirmed_requests: Option<(u64, Window)>,
     /// When the last dump for it started.
     #[serde(skip)]
     last_dump_ms: Option<u64>,
@@ -260,6 +270,7 @@ impl Peers {
                     epoch: None,
                     last_heard_ms: None,
                     window: None,
+                    unconfirmed_requests: None,
                     last_dump_ms: None,
                     resync: Resync::IDLE,
                 })
@@ -284,7 +295,9 @@ impl Peers {
     /// answering the dump this node asked the peer for (a dump id this node's earlier
     /// messages never used). A resync request from an unconfirmed life is let through
     /// (`Heard::Unconfirmed`: the caller rate-limits the dump it costs) without the
-    /// life being believed. Fresh messages are then counted as `accepted` does.
+    /// life being believed, once: the same request again, or one of that life's
+    /// earlier ones, or one of an earlier life's, is refused. Fresh messages are then
+    /// counted as `accepted` does.
     pub fn admit(&mut self, from: Ipv4Addr, m: &MessageRepr, now_ms: u64) -> Result<Heard, Stale> {
         let Some(peer) = self.get_mut(from) else {
             return Ok(Heard::Ok);
@@ -317,6 +330,27 @@ impl Peers {
                     && matches!(r.state, ResyncState::Requested | ResyncState::Receiving);
                 if known.is_none() && !answers_us {
                     if m.message_type == MessageType::ResyncRequest {
+                        let requests = &mut peer.unconfirmed_requests;
+                        match requests {
+                            Some((epoch, _)) if m.epoch < *epoch => {
+                                peer.old_epoch += 1;
+                                return Err(Stale::OldEpoch);
+                            }
+                            Some((epoch, window)) if m.epoch == *epoch => {
+                                match window.position(m.sequence) {
+                                    Position::Seen => {
+                                        peer.replayed += 1;
+                                        return Err(Stale::Replayed);
+                                    }
+                                    Position::TooOld => {
+                                        peer.too_old += 1;
+                                        return Err(Stale::TooOld);
+                                    }
+                                    Position::Late | Position::Ahead(_) => window.mark(m.sequence),
+                                }
+                            }
+                            _ => *requests = Some((m.epoch, Window::starting_at(m.sequence))),
+                        }
                         return Ok(Heard::Unconfirmed);
                     }
                     peer.unconfirmed_epoch += 1;
@@ -353,7 +387,11 @@ impl Peers {
         {
             return heard;
         }
+        if r.gap {
+            return heard;
+        }
         if m.chunk != r.chunks {
+            r.gap = true;
             return Heard::DumpGap;
         }
         r.chunks += 1;
@@ -394,6 +432,7 @@ impl Peers {
             took_ms: None,
             started_ms,
             progress_ms: now_ms,
+            gap: false,
         };
         true
     }
@@ -644,6 +683,61 @@ mod tests {
         assert_eq!(p.admit(A, &request, 50), Err(Stale::Replayed));
         let a = peer(&p);
         assert_eq!((a.unconfirmed_epoch, a.replayed, a.messages), (2, 2, 2));
+    }
+
+    /// A resync request of a life this node cannot confirm costs a dump of the whole
+    /// table: a captured one sent again, at any pace, gets none.
+    #[test]
+    fn a_resync_request_of_an_unconfirmed_life_is_served_once() {
+        let mut p = Peers::new([A]);
+        let request = |epoch: u64, sequence: u64| MessageRepr {
+            message_type: MessageType::ResyncRequest,
+            dump_id: 77,
+            count: 0,
+            ..batch_of(epoch, sequence)
+        };
+        assert_eq!(p.admit(A, &request(LIFE, 41), 0), Ok(Heard::Unconfirmed));
+        for t in [1_000, 60_000, 3_600_000] {
+            assert_eq!(p.admit(A, &request(LIFE, 41), t), Err(Stale::Replayed));
+        }
+        // One sent before it (captured earlier): refused too.
+        assert_eq!(p.admit(A, &request(LIFE, 40), 0), Err(Stale::Replayed));
+        // The peer's next request, and a later life's, are served; an earlier life's
+        // is not.
+        assert_eq!(p.admit(A, &request(LIFE, 45), 0), Ok(Heard::Unconfirmed));
+        assert_eq!(p.admit(A, &request(LIFE, 43), 0), Ok(Heard::Unconfirmed));
+        assert_eq!(p.admit(A, &request(LIFE, 43), 0), Err(Stale::Replayed));
+        assert_eq!(p.admit(A, &request(LIFE - 1, 99), 0), Err(Stale::OldEpoch));
+        assert_eq!(p.admit(A, &request(LIFE + 1, 0), 0), Ok(Heard::Unconfirmed));
+        assert_eq!(p.admit(A, &request(LIFE, 46), 0), Err(Stale::OldEpoch));
+        let a = peer(&p);
+        assert_eq!(a.epoch, None, "a request confirms no life");
+        assert_eq!((a.replayed, a.old_epoch, a.messages), (5, 2, 0));
+    }
+
+    /// A chunk lost from the dump this node asked for is one gap (one request again),
+    /// not one for every chunk after it.
+    #[test]
+    fn a_lost_chunk_is_one_gap() {
+        let mut p = Peers::new([A]);
+        assert!(p.asking(A, 8, false, 0));
+        assert_eq!(p.admit(A, &chunk(10, 8, 0, false), 1), Ok(Heard::Ok));
+        assert_eq!(p.admit(A, &chunk(12, 8, 2, false), 2), Ok(Heard::DumpGap));
+        for (seq, n) in [(13, 3), (14, 4), (15, 5)] {
+            assert_eq!(p.admit(A, &chunk(seq, 8, n, n == 5), 3), Ok(Heard::Ok));
+        }
+        let r = peer(&p).resync;
+        assert_eq!((r.state, r.chunks), (ResyncState::Receiving, 1));
+        // Asked again: the new dump counts from its first chunk.
+        assert!(p.asking(A, 9, true, 4));
+        for (seq, n) in [(16, 0), (17, 1)] {
+            assert_eq!(p.admit(A, &chunk(seq, 9, n, n == 1), 5), Ok(Heard::Ok));
+        }
+        let r = peer(&p).resync;
+        assert_eq!(
+            (r.state, r.chunks, r.attempts),
+            (ResyncState::Complete, 2, 2)
+        );
     }
 
     #[test]
