@@ -230,7 +230,22 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
     }
     let peers_field = t.require("peers")?;
     let peer_fields = peers_field.array()?;
-    let peers = peer_fields.iter().map(address).collect::<Check<Vec<_>>>()?;
+    let mut peers = Vec::with_capacity(peer_fields.len());
+    for f in &peer_fields {
+        let peer = address(f)?;
+        // A node that lists itself (one file for every node, say) takes its own
+        // batches back: a session it retires and a new one on the same tuple, and the
+        // retirement coming back removes the new connection.
+        if peer == listen {
+            return Err(f.invalid(format!(
+                "{peer} is this node's own `listen` address: list the other nodes"
+            )));
+        }
+        if peers.contains(&peer) {
+            return Err(f.invalid(format!("{peer} is listed twice")));
+        }
+        peers.push(peer);
+    }
     if peers.is_empty() {
         return Err(peers_field.invalid("at least one peer is needed"));
     }

@@ -2446,6 +2446,23 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
         "sync.listen",
         "not one of this node's addresses",
     );
+    // One file for both nodes, listing both: this node would take its own batches.
+    assert_rejected(
+        &format!(
+            "{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\", \"198.19.0.1:8848\"]\n{SYNC_KEY_LINE}"
+        ),
+        23,
+        "sync.peers[1]",
+        "this node's own `listen` address",
+    );
+    assert_rejected(
+        &format!(
+            "{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\", \"198.19.0.2:8848\"]\n{SYNC_KEY_LINE}"
+        ),
+        23,
+        "sync.peers[1]",
+        "198.19.0.2:8848 is listed twice",
+    );
     assert_rejected(
         &format!(
             "{BASE}[sync]\nlisten = \"198.19.0.1:1\"\npeers = [\"198.19.0.2:1\"]\nkey = \"abcd\"\n"
