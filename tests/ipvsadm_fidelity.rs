@@ -579,8 +579,10 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
     // with persistence, and `print_service_entry` prints it only then); `-E` without
     // `-s` is wlc again (`strcpy(ce.svc.sched_name, DEF_SCHED)`, `"wlc"`); the
     // scheduler flags in brackets after the scheduler (`printf(" ("); print_sched_flags(se);
-    // printf(")")`); `-S` writes `" -p %u"` before `" -b "`.
+    // printf(")")`); `-S` writes `" -p %u"` before `" -b "`; `-p` without a value is
+    // libipvs.h's `IPVS_SVC_PERSISTENT_TIMEOUT (6*60)`.
     for args in [
+        &["-A", "-t", "198.18.1.7:80", "-s", "rr", "-p"][..],
         &[
             "-A",
             "-t",
@@ -622,6 +624,13 @@ fn every_case_prints_and_exits_as_ipvsadm_1_31() {
     assert_eq!(
         out.stdout,
         format!("{TITLE}TCP  198.18.1.6:80 sh (sh-port) persistent 60\n"),
+        "{}",
+        out.describe()
+    );
+    let out = ipvsadm(&link, &daemon, &["-Ln", "-t", "198.18.1.7:80"]);
+    assert_eq!(
+        out.stdout,
+        format!("{TITLE}TCP  198.18.1.7:80 rr persistent 360\n"),
         "{}",
         out.describe()
     );

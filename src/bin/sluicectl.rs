@@ -658,7 +658,13 @@ fn parse_args_as(
         if let Some(program) = ipvsadm {
             ipvsadm_usage::check_command(program, &ipvsadm_args).map_err(UsageError::ipvsadm)?;
         }
-        Command::Ipvsadm(ipvsadm::parse(&ipvsadm_args).map_err(UsageError::new)?)
+        match ipvsadm::read_words(ipvsadm_args).map_err(UsageError::new)? {
+            ipvsadm::RestoreLine::Apply(command) => Command::Ipvsadm(command),
+            ipvsadm::RestoreLine::Unsupported(what) => {
+                return Err(UsageError::new(format!("Sluice cannot honour {what}")))
+            }
+            ipvsadm::RestoreLine::Nothing => unreachable!("a command option was given"),
+        }
     };
     Ok(Invocation::Run(Options {
         socket: socket_from(socket, env_socket),
@@ -1543,6 +1549,91 @@ mod tests {
                 ("udp", "2001:db8::1", 53),
             ]
         );
+    }
+
+    /// What an operator's script hands ipvsadm on its command line is read as `-R`
+    /// reads it: `--tun-type ipip` (written by ipvsadm 1.31's `-S` on every `-i`
+    /// line) and `-b flag-N` are taken, and what Sluice cannot do is named, also when
+    /// called as ipvsadm (not ipvsadm's "Try `ipvsadm -h'", which says the syntax is
+    /// wrong).
+    #[test]
+    fn the_command_line_takes_what_restore_takes_and_names_the_rest() {
+        let as_ipvsadm = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            parse_args_as(Some("ipvsadm"), &args, None)
+        };
+        let command = |args: &[&str]| match as_ipvsadm(args) {
+            Ok(Invocation::Run(options)) => options.command,
+            other => panic!("{args:?}: expected a command, got {other:?}"),
+        };
+        let refusal = |args: &[&str]| match as_ipvsadm(args) {
+            Err(e) => e.0,
+            other => panic!("{args:?}: expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            command(&[
+                "-a",
+                "-t",
+                "198.18.1.1:80",
+                "-r",
+                "198.18.0.5:80",
+                "-i",
+                "--tun-type",
+                "ipip"
+            ]),
+            command(&["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.5:80", "-i"]),
+        );
+        assert_eq!(
+            command(&["-A", "-t", "198.18.1.1:80", "-s", "rr", "-b", "flag-1"]),
+            command(&["-A", "-t", "198.18.1.1:80", "-s", "rr"]),
+        );
+        assert_eq!(
+            command(&[
+                "-A",
+                "-t",
+                "198.18.1.1:80",
+                "-s",
+                "sh",
+                "-b",
+                "flag-2,flag-3"
+            ]),
+            command(&["-A", "-t", "198.18.1.1:80", "-s", "sh", "-b", "sh-port"]),
+        );
+        for (args, named) in [
+            (
+                &["--start-daemon", "master"][..],
+                "--start-daemon: IPVS's connection sync daemon",
+            ),
+            (
+                &["--stop-daemon", "backup"][..],
+                "--stop-daemon: IPVS's connection sync daemon",
+            ),
+            (
+                &[
+                    "-a",
+                    "-t",
+                    "198.18.1.1:80",
+                    "-r",
+                    "198.18.0.5",
+                    "-i",
+                    "--tun-type",
+                    "gue",
+                    "--tun-port",
+                    "6080",
+                ][..],
+                "--tun-type gue: Sluice tunnels with IP-in-IP only",
+            ),
+            (
+                &["-A", "-f", "100", "-s", "rr"][..],
+                "-f 100: fwmark services",
+            ),
+        ] {
+            let message = refusal(args);
+            assert!(
+                message.starts_with(&format!("Sluice cannot honour {named}")),
+                "{args:?}: {message}"
+            );
+        }
     }
 
     #[test]

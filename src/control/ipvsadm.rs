@@ -114,6 +114,8 @@ pub fn is_command(arg: &str) -> bool {
         "--acl-list",
         "--acl-load",
         "--rate-limit",
+        "--start-daemon",
+        "--stop-daemon",
     ];
     if LONG.contains(&arg) {
         return true;
@@ -413,7 +415,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
             }
             "-p" | "--persistent" => {
-                // The timeout is optional, as in ipvsadm (default 300 s).
+                // The timeout is optional, as in ipvsadm (default 360 s).
                 let timeout = match it.peek() {
                     Some(v) if v.chars().all(|c| c.is_ascii_digit()) => {
                         let v = it.next().expect("peeked");
@@ -1020,7 +1022,12 @@ pub fn restore_words(line: &str) -> Vec<String> {
 /// Sluice cannot do is named: fwmark and SCTP services, IPv6, one-packet scheduling,
 /// persistence engines, schedulers it lacks, GUE and GRE tunnels.
 pub fn restore_line(line: &str) -> Result<RestoreLine, String> {
-    let mut words = restore_words(line);
+    read_words(restore_words(line))
+}
+
+/// An ipvsadm command's words, read as [`restore_line`] reads a line: the command
+/// line and `-R` take the same things and name the same things Sluice cannot do.
+pub fn read_words(mut words: Vec<String>) -> Result<RestoreLine, String> {
     if words.is_empty() {
         return Ok(RestoreLine::Nothing);
     }
@@ -1048,6 +1055,12 @@ pub fn restore_line(line: &str) -> Result<RestoreLine, String> {
                 return unsupported(format!("{}: one-packet scheduling", words[i]))
             }
             "--pe" => return unsupported(format!("--pe {next}: persistence engines")),
+            opt @ ("--start-daemon" | "--stop-daemon" | "--daemon") => {
+                return unsupported(format!(
+                    "{opt}: IPVS's connection sync daemon (Sluice syncs sessions as its \
+                     [sync] section says, docs/SYNC.md; `sluicectl sync` shows it)"
+                ))
+            }
             "-s" | "--scheduler" if next.parse::<SchedulerKind>().is_err() => {
                 // ipvsadm takes any name here and IPVS refuses what no module
                 // provides: the line is not applied and the restore goes on.

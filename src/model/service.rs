@@ -275,8 +275,9 @@ fn full_prefix6() -> u8 {
 }
 
 impl Persistence {
-    /// ipvsadm's default for `-p` without a value.
-    pub const DEFAULT_TIMEOUT_S: u32 = 300;
+    /// ipvsadm's default for `-p` without a value (libipvs's
+    /// `IPVS_SVC_PERSISTENT_TIMEOUT`, 6 minutes).
+    pub const DEFAULT_TIMEOUT_S: u32 = 360;
     /// An IPv6 service's prefix length without `-M`: per client address.
     pub const FULL_PREFIX6: u8 = 128;
 
