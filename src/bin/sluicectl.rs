@@ -580,13 +580,15 @@ fn parse_args_as(
         };
         // ipvsadm's `-S` (save) takes no value; sluicectl's `-S PATH` always does, and a
         // path never starts with '-'. `--timeout` likewise: with a number it is the
-        // request timeout, without one ipvsadm's `-L --timeout`.
+        // request timeout, without one ipvsadm's `-L --timeout`; called as ipvsadm,
+        // always ipvsadm's (which refuses `-A ... --timeout 5`, as ipvsadm does).
         let next_is_value = args.peek().is_some_and(|next| !next.starts_with('-'));
         let next_is_number = args.peek().is_some_and(|next| next.parse::<f64>().is_ok());
         let ipvsadm_mode = !ipvsadm_args.is_empty() || positional.is_empty();
         if inline_value.is_none()
             && ipvsadm_mode
-            && ((name == "-S" && !next_is_value) || (name == "--timeout" && !next_is_number))
+            && ((name == "-S" && !next_is_value)
+                || (name == "--timeout" && (!next_is_number || ipvsadm.is_some())))
         {
             ipvsadm_args.push(arg.clone());
             continue;
@@ -1634,6 +1636,16 @@ mod tests {
                 "{args:?}: {message}"
             );
         }
+        // `--timeout` is ipvsadm's, which only `-L` takes: not the request timeout.
+        assert!(matches!(
+            as_ipvsadm(&["-A", "-t", "198.18.1.1:80", "--timeout", "5"]),
+            Err(UsageError(_, Some(_)))
+        ));
+        let list_timeout = ["-L", "--timeout"].map(String::from);
+        assert_eq!(
+            command(&["-L", "--timeout"]),
+            Command::Ipvsadm(ipvsadm::parse(&list_timeout).unwrap())
+        );
     }
 
     #[test]
