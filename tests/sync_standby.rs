@@ -306,16 +306,29 @@ fn message_to(
     mode: ForwardMode,
     key: Option<&str>,
 ) -> Vec<u8> {
-    let client = FlowKey4::new(
-        Protocol::Tcp,
-        Ipv4Addr::new(198, 18, 0, 77),
-        40_000,
-        vip,
-        80,
-    );
-    let session = Session::new(&client, mode, 0, 0, *real.ip(), real.port());
+    message_for(sender, &[vip], real, mode, key)
+}
+
+/// As [`message_to`], one connection per VIP of `vips` (client port 40000, 40001 ...).
+fn message_for(
+    sender: Ipv4Addr,
+    vips: &[Ipv4Addr],
+    real: SocketAddrV4,
+    mode: ForwardMode,
+    key: Option<&str>,
+) -> Vec<u8> {
     let ring = EventRing::with_capacity(4);
-    assert!(ring.push(SessionEvent::new(EventKind::Created, &session, 60_000)));
+    for (i, vip) in vips.iter().enumerate() {
+        let client = FlowKey4::new(
+            Protocol::Tcp,
+            Ipv4Addr::new(198, 18, 0, 77),
+            40_000 + i as u16,
+            *vip,
+            80,
+        );
+        let session = Session::new(&client, mode, 0, 0, *real.ip(), real.port());
+        assert!(ring.push(SessionEvent::new(EventKind::Created, &session, 60_000)));
+    }
     let mut sender = SyncSender::new(
         u32::from(sender),
         1500,
@@ -390,20 +403,17 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     let mut bad_hmac = good.clone();
     let last = bad_hmac.len() - 1;
     bad_hmac[last] ^= 1;
-    let unknown_vip = message(Ipv4Addr::new(198, 18, 9, 9), Some(KEY));
     let unsealed = message(vip, None);
     send_from(&ns.0, "127.0.0.1", standby_port, &wrong_version);
     send_from(&ns.0, "127.0.0.1", standby_port, &truncated);
     send_from(&ns.0, "127.0.0.2", standby_port, &good);
     send_from(&ns.0, "127.0.0.1", standby_port, &bad_hmac);
-    send_from(&ns.0, "127.0.0.1", standby_port, &unknown_vip);
     send_from(&ns.0, "127.0.0.1", standby_port, &unsealed);
     let want = [
         ("wrong_version", 1),
         ("truncated", 1),
         ("unknown_peer", 1),
         ("bad_hmac", 2),
-        ("unknown_vip", 1),
     ];
     let counted = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
         let r = sync_report(&standby);
@@ -434,6 +444,40 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
     // The same message, untampered, from the peer: accepted and installed.
     send_from(&ns.0, "127.0.0.1", standby_port, &good);
     genuine_message_installed(&standby, installed_before);
+
+    // A service the peer has and this node lacks (a config change that reached the
+    // peer first) costs that record only: the other one is installed.
+    let before = sync_report(&standby);
+    let installed_before = event_count(&standby.status(), "sync_installed");
+    let mixed = message_for(
+        Ipv4Addr::LOCALHOST,
+        &[Ipv4Addr::new(198, 18, 9, 9), vip],
+        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8080),
+        ForwardMode::Nat,
+        Some(KEY),
+    );
+    send_from(&ns.0, "127.0.0.1", standby_port, &mixed);
+    let stat = |r: &serde_json::Value| r["stats"]["records_refused_service"].as_u64().unwrap();
+    let refused = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        let r = sync_report(&standby);
+        (stat(&r) == stat(&before) + 1
+            && event_count(&standby.status(), "sync_installed") == installed_before + 1)
+            .then_some(())
+    });
+    assert!(
+        refused.is_some(),
+        "a message with a record for a service this node lacks: expected that record \
+         refused (records_refused_service + 1) and the other installed: {:#}\nbefore {before:#}",
+        sync_report(&standby)
+    );
+    assert!(
+        sessions(&standby).contains_key(&(
+            "198.18.0.77:40001".to_string(),
+            format!("{VIP}:80"),
+            "198.18.0.2:8080".to_string()
+        )),
+        "the known service's record was not installed"
+    );
     standby.stop_clean();
 }
 

@@ -887,6 +887,11 @@ pub fn render_ha(
                 "Sync frames dropped for their lengths or IPv4/UDP checksums (sync over a DPDK port).",
             ),
             (
+                "sluice_sync_records_refused_service_total",
+                s.stats.records_refused_service,
+                "Synced records refused: their virtual service is not here.",
+            ),
+            (
                 "sluice_sync_records_refused_real_server_total",
                 s.stats.records_refused_real_server,
                 "Synced records refused: their real server is not in the service here.",

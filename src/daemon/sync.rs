@@ -559,12 +559,7 @@ impl SyncNode {
             self.stats.own_datagrams_ignored += 1;
             return;
         }
-        let exists = |proto, vs: std::net::SocketAddr| {
-            table
-                .get(ServiceKey::new(proto, vs.ip(), vs.port()))
-                .is_some()
-        };
-        let Ok(accepted) = self.receiver.receive(datagram, *from.ip(), exists) else {
+        let Ok(accepted) = self.receiver.receive(datagram, *from.ip()) else {
             return;
         };
         let peer = self.peers.iter().find(|p| p.ip() == from.ip()).copied();
@@ -616,8 +611,12 @@ impl SyncNode {
                 record.virtual_service.ip(),
                 record.virtual_service.port(),
             ));
-            // The receiver checked every record's service exists.
-            let Some(service) = service else { continue };
+            // A service the peer has and this node lacks (a config change reaching
+            // one node first): that record alone is refused.
+            let Some(service) = service else {
+                self.stats.records_refused_service += 1;
+                continue;
+            };
             let record = match check_record(&record, service, &when.timeouts) {
                 Ok((record, clamped)) => {
                     self.stats.timeouts_clamped += u64::from(clamped);

@@ -62,8 +62,9 @@ pub fn render_sync(r: &SyncReport) -> String {
     );
     let _ = writeln!(
         out,
-        "records refused (contradict this node's config): real server {}, mode {}, local address {}; \
-         timeouts cut to this node's {}",
+        "records refused (contradict this node's config): service {}, real server {}, mode {}, \
+         local address {}; timeouts cut to this node's {}",
+        s.records_refused_service,
         s.records_refused_real_server,
         s.records_refused_mode,
         s.records_refused_local,

@@ -25,7 +25,6 @@ use std::net::{Ipv4Addr, SocketAddr};
 use super::auth::{self, SyncKey};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::model::ForwardMode;
-use crate::model::Protocol;
 use crate::model::Service;
 use crate::session::replication::{
     parse_records, MessageRepr, MessageType, Packet, RecordKind, RecordRepr, SyncWireError,
@@ -50,8 +49,6 @@ pub enum RejectReason {
     BadRecord,
     /// The HMAC is wrong, missing while a key is configured, or present while none is.
     BadHmac,
-    /// A record for a virtual service this node does not have.
-    UnknownVip,
     /// A resync request or dump chunk for another node, or a batch naming a recipient.
     Misdirected,
     /// Authenticated, but its sender (the node's listen address, under the HMAC) is
@@ -65,7 +62,7 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 11;
     pub const ALL: [RejectReason; RejectReason::COUNT] = [
         RejectReason::UnknownPeer,
         RejectReason::NotSync,
@@ -74,7 +71,6 @@ impl RejectReason {
         RejectReason::Malformed,
         RejectReason::BadRecord,
         RejectReason::BadHmac,
-        RejectReason::UnknownVip,
         RejectReason::Misdirected,
         RejectReason::WrongSender,
         RejectReason::Replayed,
@@ -91,7 +87,6 @@ impl RejectReason {
             RejectReason::Malformed => "malformed",
             RejectReason::BadRecord => "bad_record",
             RejectReason::BadHmac => "bad_hmac",
-            RejectReason::UnknownVip => "unknown_vip",
             RejectReason::Misdirected => "misdirected",
             RejectReason::WrongSender => "wrong_sender",
             RejectReason::Replayed => "replayed",
@@ -192,15 +187,13 @@ impl Receiver {
         self.counters.rejected[reason as usize] += 1;
     }
 
-    /// Checks `datagram` from `source`; `service_exists(proto, vip:port)` says whether
-    /// this node has that virtual service. Counts the result either way.
+    /// Checks `datagram` from `source`. Counts the result either way.
     pub fn receive<'a>(
         &mut self,
         datagram: &'a [u8],
         source: Ipv4Addr,
-        service_exists: impl FnMut(Protocol, SocketAddr) -> bool,
     ) -> Result<Accepted<'a>, RejectReason> {
-        let result = validate(datagram, source, &self.config, service_exists);
+        let result = validate(datagram, source, &self.config);
         match &result {
             Ok(accepted) => {
                 self.counters.accepted_messages += 1;
@@ -213,11 +206,14 @@ impl Receiver {
 }
 
 /// The checks of [`Receiver::receive`], without counting.
+/// Records are checked for their values only: one for a virtual service this node
+/// does not have is the caller's to skip (and count), as any record that
+/// contradicts this node's config, so that peers whose services differ for a while
+/// (a rolling config change) keep syncing the services they share.
 pub fn validate<'a>(
     datagram: &'a [u8],
     source: Ipv4Addr,
     config: &ReceiverConfig,
-    mut service_exists: impl FnMut(Protocol, SocketAddr) -> bool,
 ) -> Result<Accepted<'a>, RejectReason> {
     if !config.peers.contains(&source) {
         return Err(RejectReason::UnknownPeer);
@@ -240,13 +236,7 @@ pub fn validate<'a>(
     if !for_us {
         return Err(RejectReason::Misdirected);
     }
-    let mut unknown_vip = false;
-    parse_records(&packet, |record| {
-        unknown_vip |= !service_exists(record.proto, record.virtual_service);
-    })?;
-    if unknown_vip {
-        return Err(RejectReason::UnknownVip);
-    }
+    parse_records(&packet, |_| ())?;
     Ok(Accepted { header, packet })
 }
 
@@ -374,6 +364,7 @@ mod tests {
     use crate::flow::rss::DEFAULT_RSS_KEY;
     use crate::flow::FlowKey4;
     use crate::forward::laddr::{LocalPort, PortPool};
+    use crate::model::Protocol;
     use crate::model::SchedulerKind;
     use crate::model::ServiceKey;
     use crate::model::{RealServer, Service};
@@ -435,10 +426,6 @@ mod tests {
         })
     }
 
-    fn our_service(_: Protocol, vs: SocketAddr) -> bool {
-        vs == SocketAddrV4::new(VIP, 80).into()
-    }
-
     #[test]
     fn accepts_and_returns_records() {
         let key = SyncKey::new(b"a shared key, 32 bytes long.....").unwrap();
@@ -446,12 +433,19 @@ mod tests {
         for key in [None, Some(key)] {
             let mut rx = receiver(key.clone());
             let bytes = message(&records, key.as_ref());
-            let accepted = rx.receive(&bytes, PEER, our_service).unwrap();
+            let accepted = rx.receive(&bytes, PEER).unwrap();
             assert_eq!(accepted.records().collect::<Vec<_>>(), records);
             assert_eq!(rx.counters().accepted_messages, 1);
             assert_eq!(rx.counters().accepted_records, 2);
             assert_eq!(rx.counters().rejected_total(), 0);
         }
+        // A record for a service this node lacks does not void the message: the
+        // caller skips it and installs the rest.
+        let other = [record(VIP, 1000), record(Ipv4Addr::new(203, 0, 113, 99), 1)];
+        let mut rx = receiver(None);
+        let bytes = message(&other, None);
+        let accepted = rx.receive(&bytes, PEER).unwrap();
+        assert_eq!(accepted.records().collect::<Vec<_>>(), other);
     }
 
     /// Each forged or malformed case is rejected with its own reason, counted once,
@@ -461,7 +455,7 @@ mod tests {
         let key = SyncKey::new(b"a shared key, 32 bytes long.....").unwrap();
         let good = message(&[record(VIP, 1000), record(VIP, 1001)], Some(&key));
         let mut rx = receiver(Some(key.clone()));
-        assert!(rx.receive(&good, PEER, our_service).is_ok());
+        assert!(rx.receive(&good, PEER).is_ok());
 
         let mut cases: Vec<(Vec<u8>, Ipv4Addr, RejectReason)> = Vec::new();
         cases.push((
@@ -504,12 +498,6 @@ mod tests {
         bad_type[5] = 9;
         auth::seal(&mut bad_type, &key);
         cases.push((bad_type, PEER, RejectReason::Malformed));
-        // One record of two for a VIP this node lacks.
-        let unknown = message(
-            &[record(VIP, 1000), record(Ipv4Addr::new(203, 0, 113, 99), 1)],
-            Some(&key),
-        );
-        cases.push((unknown, PEER, RejectReason::UnknownVip));
         // A batch naming a recipient; a resync request for another node (a copy of
         // one sent to the other peer), and one for us that passes.
         let mut named = good.clone();
@@ -523,17 +511,14 @@ mod tests {
         let to_other = sender.resync_request(5, other, &mut buf).to_vec();
         cases.push((to_other, PEER, RejectReason::Misdirected));
         let to_us = sender.resync_request(6, US, &mut buf).to_vec();
-        assert!(rx.receive(&to_us, PEER, our_service).is_ok());
+        assert!(rx.receive(&to_us, PEER).is_ok());
         // PEER's own batch and request, sent again from the other peer's address:
         // authentic, but not that peer's.
         cases.push((good.clone(), other, RejectReason::WrongSender));
         cases.push((to_us.clone(), other, RejectReason::WrongSender));
 
         for (bytes, source, reason) in &cases {
-            assert_eq!(
-                rx.receive(bytes, *source, our_service).map(|a| a.header),
-                Err(*reason)
-            );
+            assert_eq!(rx.receive(bytes, *source).map(|a| a.header), Err(*reason));
         }
         for reason in RejectReason::ALL {
             let want = cases.iter().filter(|c| c.2 == reason).count() as u64;
@@ -544,7 +529,7 @@ mod tests {
         // Without a key, a keyed message is refused too (the peers disagree).
         let mut open = receiver(None);
         assert_eq!(
-            open.receive(&good, PEER, our_service).map(|a| a.header),
+            open.receive(&good, PEER).map(|a| a.header),
             Err(RejectReason::BadHmac)
         );
     }
@@ -560,7 +545,7 @@ mod tests {
             if rng.below(2) == 0 && len >= 8 {
                 buf[..5].copy_from_slice(&[0x53, 0x4c, 0x53, 0x59, 2]);
             }
-            assert!(rx.receive(&buf[..len], PEER, |_, _| true).is_err());
+            assert!(rx.receive(&buf[..len], PEER).is_err());
         }
         assert_eq!(rx.counters().rejected_total(), 5000);
     }

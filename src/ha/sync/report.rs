@@ -124,9 +124,11 @@ pub struct SyncStats {
     pub frames_received: u64,
     pub frames_malformed: u64,
     /// Records of accepted messages refused for contradicting this node's config (the
-    /// rest of their message is installed): the real server is not in the service,
-    /// it forwards in another mode here, or a FullNAT local address is not the
-    /// service's. And records whose timeout was cut to this node's for their state.
+    /// rest of their message is installed): their virtual service is not here, the
+    /// real server is not in the service, it forwards in another mode here, or a
+    /// FullNAT local address is not the service's. And records whose timeout was cut
+    /// to this node's for their state.
+    pub records_refused_service: u64,
     pub records_refused_real_server: u64,
     pub records_refused_mode: u64,
     pub records_refused_local: u64,

@@ -323,7 +323,7 @@ mod tests {
         let mut sizes = Vec::new();
         let mut seen = Vec::new();
         let taken = sender.send_events(&rings, 1000, &mut buf, |datagram| {
-            let accepted = rx.receive(datagram, PEER, |_, _| true).unwrap();
+            let accepted = rx.receive(datagram, PEER).unwrap();
             assert_eq!(accepted.header.sender, u32::from(PEER));
             seen.push(accepted.header.sequence);
             sizes.push(accepted.header.count);
@@ -353,7 +353,7 @@ mod tests {
             });
             let mut got = Vec::new();
             let sent = sender.send_dump(42, US, table, &mut buf, |datagram| {
-                let a = rx.receive(datagram, PEER, |_, _| true).unwrap();
+                let a = rx.receive(datagram, PEER).unwrap();
                 assert_eq!(a.header.message_type, MessageType::DumpChunk);
                 assert_eq!(a.header.dump_id, 42);
                 got.push((
@@ -393,7 +393,7 @@ mod tests {
         while !dump.is_done() {
             calls += 1;
             let sent = sender.continue_dump(&mut dump, 4, &mut buf, |d| {
-                let a = rx.receive(d, PEER, |_, _| true).unwrap();
+                let a = rx.receive(d, PEER).unwrap();
                 got.push((
                     a.header.chunk,
                     a.header.count,
@@ -433,7 +433,7 @@ mod tests {
         );
         let mut counts = Vec::new();
         let sent = sender.send_records(std::iter::repeat_n(template, 90), &mut buf, |d| {
-            let a = rx.receive(d, PEER, |_, _| true).unwrap();
+            let a = rx.receive(d, PEER).unwrap();
             assert_eq!(a.header.message_type, MessageType::SessionBatch);
             assert!(a.records().all(|r| r == template));
             counts.push(a.header.count);
@@ -453,7 +453,7 @@ mod tests {
         let mut buf = [0u8; 128];
         let request = sender.resync_request(0xabcd, US, &mut buf).to_vec();
         let mut rx = receiver(Some(key));
-        let accepted = rx.receive(&request, PEER, |_, _| false).unwrap();
+        let accepted = rx.receive(&request, PEER).unwrap();
         assert_eq!(accepted.header.message_type, MessageType::ResyncRequest);
         assert_eq!(accepted.header.dump_id, 0xabcd);
         assert_eq!(accepted.header.recipient, US);
