@@ -23,7 +23,8 @@
 //! address the server will believe) has that option overwritten in place with the real
 //! client ([`InsertOutcome::Replaced`]), whether or not there is room for another, and
 //! any other kind-254 option made NOPs; with no room and no such option to reuse, the
-//! client's kind-254 options still become NOPs. Options are found as the module walks
+//! client's kind-254 options still become NOPs, and the first eight NOPs in a row
+//! (where a longer one was, say) take ours. Options are found as the module walks
 //! them, which steps over options malformed for their kind. The client's later
 //! segments lose theirs too ([`remove_forged`]): the module reads the ACK that
 //! completes the server's handshake, which may come after the one given TOA.
@@ -99,12 +100,13 @@ pub enum InsertOutcome {
     /// The option was inserted; the frame is now `new_len` bytes long (the IPv4 packet
     /// grew by 8; Ethernet padding the frame had is gone).
     Inserted { new_len: usize },
-    /// A kind-254 option of length 8 was already there and now holds the client; the
-    /// frame length is unchanged.
+    /// The option was written over the client's own: a kind-254 option of length 8,
+    /// or, with no room for one more, at least 8 bytes of NOPs (a longer kind-254
+    /// option made NOPs, say); the frame length is unchanged.
     Replaced,
-    /// No room in the TCP header or the buffer: the frame is unchanged but for any
-    /// kind-254 option of the client's, now NOPs (the caller counts it and forwards
-    /// the segment).
+    /// No room in the TCP header or the buffer, and no 8 NOPs in a row to write over:
+    /// the frame is unchanged but for any kind-254 option of the client's, now NOPs
+    /// (the caller counts it and forwards the segment).
     NoRoom,
 }
 
@@ -174,6 +176,37 @@ fn kind_254_options(options: &[u8]) -> impl Iterator<Item = (usize, usize)> {
         .into_iter()
         .flatten()
         .map(|(at, len)| (usize::from(at), usize::from(len)))
+}
+
+/// The offset of the first `want` NOPs in a row in `options`, walked as
+/// [`kind_254_options`] walks them (so the run starts where the `toa` module reads an
+/// option).
+fn nop_run(options: &[u8], want: usize) -> Option<usize> {
+    let (mut at, mut run_start, mut run) = (0, 0, 0);
+    while let Some(&kind) = options.get(at) {
+        match kind {
+            0 => return None,
+            1 => {
+                if run == 0 {
+                    run_start = at;
+                }
+                run += 1;
+                if run == want {
+                    return Some(run_start);
+                }
+                at += 1;
+            }
+            _ => {
+                let len = usize::from(options.get(at + 1).copied().unwrap_or(0));
+                if len < 2 || at + len > options.len() {
+                    return None;
+                }
+                run = 0;
+                at += len;
+            }
+        }
+    }
+    None
 }
 
 /// Every kind-254 option of the TCP options at `segment[options_at..]` made NOPs
@@ -304,12 +337,26 @@ pub fn insert(
 
     let new_end = ip_end + TOA_LEN;
     let old_total = (ip_end - parsed.l3) as u16;
-    let Ok(new_total) = u16::try_from(ip_end - parsed.l3 + TOA_LEN) else {
-        return Ok(InsertOutcome::NoRoom);
+    let no_room = match u16::try_from(ip_end - parsed.l3 + TOA_LEN) {
+        Ok(_) => {
+            header_len + TOA_LEN > tcp::MAX_HEADER_LEN || new_end > frame.len().min(max_frame_len)
+        }
+        Err(_) => true,
     };
-    if header_len + TOA_LEN > tcp::MAX_HEADER_LEN || new_end > frame.len().min(max_frame_len) {
-        return Ok(InsertOutcome::NoRoom);
+    if no_room {
+        // Eight NOPs in a row (where a longer kind-254 option was, say) hold ours
+        // as well as new room would: the server gets the client rather than none.
+        let segment = &mut frame[l4..ip_end];
+        let options = &segment[tcp::MIN_HEADER_LEN..header_len];
+        return Ok(match nop_run(options, TOA_LEN) {
+            Some(at) => {
+                super::replace_tcp_bytes(segment, tcp::MIN_HEADER_LEN + at, &option);
+                InsertOutcome::Replaced
+            }
+            None => InsertOutcome::NoRoom,
+        });
     }
+    let new_total = (ip_end - parsed.l3 + TOA_LEN) as u16;
 
     frame.copy_within(options_at..ip_end, options_at + TOA_LEN);
     frame[options_at..options_at + TOA_LEN].copy_from_slice(&option);
@@ -920,7 +967,8 @@ mod tests {
     }
 
     /// Kind-254 options of other lengths (DPVS's module takes 20, an IPv6 client)
-    /// become NOPs: with room, ours goes first; without, none is left.
+    /// become NOPs: with room, ours goes first; without, ours goes where eight of
+    /// those NOPs are, and where there are not eight in a row, none is left.
     #[test]
     fn other_kind_254_options_become_nops() {
         let mut options = vec![TOA_KIND, 20];
@@ -936,16 +984,54 @@ mod tests {
         assert_eq!(read[..TOA_LEN], encode(CLIENT));
         assert_eq!(read[TOA_LEN..], [1; 24]);
         assert_eq!(out, &recomputed(out)[..]);
-        // No room: the 20-byte one still goes.
+        // No room: ours where the 20-byte one was, the rest NOPs.
         let mut full = options.clone();
         full.resize(40, 1);
         full[24..].copy_from_slice(&[TOA_KIND, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         let frame = ack_with_options(&full);
         let (buf, outcome) = insert_into(&frame, 64);
+        assert_eq!(outcome, Ok(InsertOutcome::Replaced));
+        let out = &buf[..frame.len()];
+        let mut want = encode(CLIENT).to_vec();
+        want.resize(40, 1);
+        assert_eq!(tcp_options(out), want);
+        assert_eq!(find(&tcp_options(out)), Some(CLIENT));
+        assert_eq!(out, &recomputed(out)[..]);
+        // No room and never eight NOPs in a row (two 4-byte options with timestamps
+        // between): none left.
+        let mut split = vec![TOA_KIND, 4, 0, 0, 8, 10];
+        split.extend_from_slice(&[0; 8]);
+        split.extend_from_slice(&[TOA_KIND, 4, 0, 0]);
+        split.resize(40, 0x22);
+        split[18..].copy_from_slice(&[
+            0x22, 22, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ]);
+        let frame = ack_with_options(&split);
+        let (buf, outcome) = insert_into(&frame, 64);
         assert_eq!(outcome, Ok(InsertOutcome::NoRoom));
         let out = &buf[..frame.len()];
-        assert_eq!(tcp_options(out), vec![1; 40]);
+        let read = tcp_options(out);
+        assert_eq!(read[..4], [1; 4]);
+        assert_eq!(read[14..18], [1; 4]);
+        assert_eq!(find(&read), None);
         assert_eq!(out, &recomputed(out)[..]);
+    }
+
+    #[test]
+    fn a_run_of_nops_is_found_where_the_module_walks() {
+        assert_eq!(nop_run(&[1; 8], 8), Some(0));
+        // Timestamps whose value bytes are all 1 (not NOPs: inside an option), then 8 NOPs.
+        let mut opts = vec![1, 1, 1, 8, 10];
+        opts.extend_from_slice(&[1; 16]);
+        assert_eq!(nop_run(&opts, 8), Some(13));
+        // A NOP byte inside another option's data is not an option.
+        let mut opts = vec![2, 12];
+        opts.extend_from_slice(&[1; 10]);
+        opts.extend_from_slice(&[1; 7]);
+        assert_eq!(nop_run(&opts, 8), None);
+        // End of Option List ends the walk; a bad length too.
+        assert_eq!(nop_run(&[1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1], 8), None);
+        assert_eq!(nop_run(&[1, 5, 1, 1, 1, 1, 1, 1, 1, 1], 8), None);
     }
 
     /// A later segment's forged option is removed (at an odd offset too), and a
