@@ -673,8 +673,8 @@ impl SyncNode {
     /// answer confirms it), unless a request is under way.
     fn ask_to_confirm(&mut self, peer: Option<SocketAddrV4>, now_ms: u64) {
         let Some(peer) = peer else { return };
-        if self.seen.should_ask_to_confirm(*peer.ip(), now_ms)
-            && !self.asks.iter().any(|(p, _)| *p == peer)
+        if !self.asks.iter().any(|(p, _)| *p == peer)
+            && self.seen.should_ask_to_confirm(*peer.ip(), now_ms)
         {
             log::info!(
                 "sync: {peer} speaks from a life this node has not confirmed: asking for its table"

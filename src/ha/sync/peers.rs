@@ -29,6 +29,11 @@ pub const DUMP_INTERVAL_MS: u64 = 1000;
 /// How soon after asking a peer for its table, traffic from a life of it this node
 /// cannot confirm yet asks again.
 pub const UNCONFIRMED_ASK_MS: u64 = 500;
+/// After [`RESYNC_ATTEMPTS`] such asks without a life confirmed, each waits twice as
+/// long as the one before, up to this: every ask costs the peer a walk of its whole
+/// table, and a peer that cannot be confirmed soon (its dumps lost on the way, say)
+/// would otherwise pay it every second for as long as its traffic comes.
+pub const UNCONFIRMED_ASK_MAX_MS: u64 = 64_000;
 /// A dump whose next chunk has not come this long after the request or the last chunk
 /// is asked for again.
 pub const RESYNC_TIMEOUT_MS: u64 = 2000;
@@ -211,6 +216,12 @@ pub struct Peer {
     /// served once: a replayed one is refused as a believed life's would be.
     #[serde(skip)]
     unconfirmed_requests: Option<(u64, Window)>,
+    /// Asks for its table because of traffic from a life not confirmed, since a life
+    /// of it was last confirmed, and when the last one went out.
+    #[serde(skip)]
+    confirm_asks: u32,
+    #[serde(skip)]
+    last_confirm_ask_ms: Option<u64>,
     /// When the last dump for it started.
     #[serde(skip)]
     last_dump_ms: Option<u64>,
@@ -271,6 +282,8 @@ impl Peers {
                     last_heard_ms: None,
                     window: None,
                     unconfirmed_requests: None,
+                    confirm_asks: 0,
+                    last_confirm_ask_ms: None,
                     last_dump_ms: None,
                     resync: Resync::IDLE,
                 })
@@ -358,6 +371,7 @@ impl Peers {
                 }
                 peer.restarts += u64::from(known.is_some());
                 peer.epoch = Some(m.epoch);
+                peer.confirm_asks = 0;
                 peer.window = Some(Window::starting_at(m.sequence));
             }
         }
@@ -455,17 +469,35 @@ impl Peers {
     }
 
     /// Whether to ask `addr` for its table because of traffic from a life of it this
-    /// node cannot confirm: no request of ours is under way, or the last one went out
-    /// at least [`UNCONFIRMED_ASK_MS`] ago.
-    pub fn should_ask_to_confirm(&self, addr: Ipv4Addr, now_ms: u64) -> bool {
-        self.peers.iter().any(|p| {
-            p.addr == addr
-                && p.epoch.is_none()
-                && (!matches!(
-                    p.resync.state,
-                    ResyncState::Requested | ResyncState::Receiving
-                ) || now_ms.saturating_sub(p.resync.progress_ms) >= UNCONFIRMED_ASK_MS)
-        })
+    /// node cannot confirm: no request of ours went out in the last
+    /// [`UNCONFIRMED_ASK_MS`], nor an ask of this kind within its back-off
+    /// ([`UNCONFIRMED_ASK_MAX_MS`]). If so, it counts as asked.
+    pub fn should_ask_to_confirm(&mut self, addr: Ipv4Addr, now_ms: u64) -> bool {
+        let Some(p) = self.get_mut(addr) else {
+            return false;
+        };
+        if p.epoch.is_some() {
+            return false;
+        }
+        let under_way = matches!(
+            p.resync.state,
+            ResyncState::Requested | ResyncState::Receiving
+        ) && now_ms.saturating_sub(p.resync.progress_ms) < UNCONFIRMED_ASK_MS;
+        let backed_off = p.last_confirm_ask_ms.is_some_and(|t| {
+            let doublings = p
+                .confirm_asks
+                .saturating_add(1)
+                .saturating_sub(RESYNC_ATTEMPTS)
+                .min(16);
+            let wait = (UNCONFIRMED_ASK_MS << doublings).min(UNCONFIRMED_ASK_MAX_MS);
+            now_ms.saturating_sub(t) < wait
+        });
+        if under_way || backed_off {
+            return false;
+        }
+        p.confirm_asks = p.confirm_asks.saturating_add(1);
+        p.last_confirm_ask_ms = Some(now_ms);
+        true
     }
 
     /// Peers whose dump stalled (no chunk for `RESYNC_TIMEOUT_MS`): to ask again.
@@ -738,6 +770,32 @@ mod tests {
             (r.state, r.chunks, r.attempts),
             (ResyncState::Complete, 2, 2)
         );
+    }
+
+    /// A peer whose life cannot be confirmed (no dump ever arrives) is asked every
+    /// 500 ms at first, then less and less often, at least once every 64 s; once a
+    /// life is confirmed and then lost again, the asks start afresh.
+    #[test]
+    fn asks_to_confirm_back_off() {
+        let mut p = Peers::new([A]);
+        let mut asked = Vec::new();
+        for t in (0..300_000).step_by(100) {
+            if p.should_ask_to_confirm(A, t) {
+                asked.push(t);
+            }
+        }
+        let gaps: Vec<u64> = asked.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(
+            gaps[..10],
+            [500, 500, 500, 500, 1000, 2000, 4000, 8000, 16000, 32000]
+        );
+        assert!(gaps[10..].iter().all(|&g| g == 64_000), "{gaps:?}");
+        // Confirmed by the dump asked for: no more asks; a later unconfirmed life
+        // (the node restarted and this one missed the new life's dump) starts again.
+        assert!(p.asking(A, 3, false, 300_000));
+        assert_eq!(p.admit(A, &chunk(1, 3, 0, true), 300_001), Ok(Heard::Ok));
+        assert!(!p.should_ask_to_confirm(A, 400_000));
+        assert_eq!(peer(&p).confirm_asks, 0);
     }
 
     #[test]
