@@ -113,6 +113,18 @@ pub const fn master_down_interval_cs(priority: u8, master_adver_interval_cs: u16
     3 * master_adver_interval_cs as u32 + skew_time_cs(priority, master_adver_interval_cs)
 }
 
+/// A master answers another router's resignation (priority 0) at once, but at most
+/// this often: anyone on the link can send one from a peer's address (VRRPv3 has no
+/// authentication), and each answer goes to every peer in unicast mode.
+pub const RESIGN_ANSWER_GAP_MS: u64 = 100;
+
+/// The interval learned from an advertisement, at least 1 cs: an interval of 0 (no
+/// router sends one) would make the master-down time 0 and the backup take over at
+/// once after every advertisement.
+fn learned_interval_cs(advertised: u16) -> u16 {
+    advertised.max(1)
+}
+
 const fn cs_to_ms(cs: u32) -> u64 {
     cs as u64 * 10
 }
@@ -128,6 +140,8 @@ pub struct Router {
     pub adver_deadline_ms: Option<u64>,
     /// Backup: when the master is declared down.
     pub master_down_deadline_ms: Option<u64>,
+    /// Master: when it last answered a resignation at once.
+    pub resign_answered_ms: Option<u64>,
 }
 
 impl Router {
@@ -138,6 +152,7 @@ impl Router {
             master_adver_interval_cs: config.advert_interval_cs,
             adver_deadline_ms: None,
             master_down_deadline_ms: None,
+            resign_answered_ms: None,
         }
     }
 
@@ -193,7 +208,8 @@ impl Router {
                     // highest-priority backup answers first.
                     self.master_down_deadline_ms = Some(now + cs_to_ms(self.skew_time_cs()));
                 } else if !self.config.preempt || advert.priority >= self.config.priority {
-                    self.master_adver_interval_cs = advert.max_advert_interval_cs;
+                    self.master_adver_interval_cs =
+                        learned_interval_cs(advert.max_advert_interval_cs);
                     self.become_backup(now);
                 }
                 // Else: a lower-priority master and we preempt; let the timer run out.
@@ -214,7 +230,15 @@ impl Router {
             },
             (State::Master, Event::Advert(advert)) => {
                 if advert.priority == RESIGN_PRIORITY {
-                    // Another master resigned (a split brain ending): assert ourselves.
+                    // Another master resigned (a split brain ending): assert ourselves,
+                    // unless that was just done (the regular advertisement follows).
+                    if self
+                        .resign_answered_ms
+                        .is_some_and(|t| now.saturating_sub(t) < RESIGN_ANSWER_GAP_MS)
+                    {
+                        return Actions::none();
+                    }
+                    self.resign_answered_ms = Some(now);
                     self.arm_advert(now);
                     Actions::SEND_ADVERT
                 } else if advert.priority > self.config.priority
@@ -222,7 +246,8 @@ impl Router {
                         && advert.sender > self.config.primary_addr)
                 {
                     self.adver_deadline_ms = None;
-                    self.master_adver_interval_cs = advert.max_advert_interval_cs;
+                    self.master_adver_interval_cs =
+                        learned_interval_cs(advert.max_advert_interval_cs);
                     self.become_backup(now);
                     Actions::STOP_SERVING_VIPS
                 } else {
@@ -374,6 +399,38 @@ mod tests {
         let (router, _) = router.step(slow, 50_000);
         assert_eq!(router.master_adver_interval_cs, 200);
         assert_eq!(router.next_deadline(), Some(50_000 + 10 * (600 + 121)));
+    }
+
+    /// Resignations sent as fast as a forger can (one a millisecond for a second):
+    /// the master answers the first at once and then at most one per 100 ms.
+    #[test]
+    fn a_master_answers_resignations_at_most_every_100_ms() {
+        let mut router = started(config(OWNER_PRIORITY, LOW_ADDR), 0);
+        assert_eq!(router.state, State::Master);
+        let mut answered = Vec::new();
+        for t in 1_000..2_000 {
+            let (next, actions) = router.step(advert(RESIGN_PRIORITY, HIGH_ADDR), t);
+            router = next;
+            if actions.contains(Actions::SEND_ADVERT) {
+                answered.push(t);
+            }
+        }
+        assert_eq!(answered, (1_000..2_000).step_by(100).collect::<Vec<_>>());
+    }
+
+    /// An advertised interval of 0 is learned as 1 cs: the backup still waits three
+    /// intervals and the skew, not 0.
+    #[test]
+    fn an_interval_of_zero_is_learned_as_one_centisecond() {
+        let router = started(config(100, LOW_ADDR), 0);
+        let zero = Event::Advert(Advert {
+            priority: 200,
+            max_advert_interval_cs: 0,
+            sender: HIGH_ADDR,
+        });
+        let (router, _) = router.step(zero, 5_000);
+        assert_eq!(router.master_adver_interval_cs, 1);
+        assert_eq!(router.next_deadline(), Some(5_000 + 30));
     }
 
     #[test]
