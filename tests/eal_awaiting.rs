@@ -8,7 +8,7 @@
 mod common;
 
 use common::eal::eal_args;
-use sluice::dataplane::awaiting::{AwaitServer, Awaiting, Released, PER_SESSION};
+use sluice::dataplane::awaiting::{AwaitServer, Awaiting, Released, Wait, PER_SESSION};
 use sluice::dpdk::{Burst, Eal, Mempool, BURST_SIZE};
 
 /// A frame whose bytes say which session and sequence number it is.
@@ -77,13 +77,14 @@ fn awaiting_holds_releases_and_expires_segments_without_leaking_mbufs() {
 
     // Port 0 while every session waits: only the copy for session 2's SYN comes out.
     let mut out = Burst::new();
-    let done = q.release(0, 500, &pool, |_| true, &mut out);
+    let done = q.release(0, 500, &pool, |_| Wait::Waiting, &mut out);
     assert_eq!(
         done,
         Released {
             frames: 0,
             syns: 1,
-            expired: 0
+            expired: 0,
+            reset: 0,
         }
     );
     assert_eq!(ids(&out), vec![(2, 200)]);
@@ -103,12 +104,24 @@ fn awaiting_holds_releases_and_expires_segments_without_leaking_mbufs() {
     );
     assert!(!q.take_syn_copy(2, 200), "a retransmission after the copy");
     // Its SYN made, session 2's frame waits like the others.
-    let done = q.release(0, 500, &pool, |_| true, &mut out);
+    let done = q.release(0, 500, &pool, |_| Wait::Waiting, &mut out);
     assert_eq!(done, Released::default());
 
     // Session 1's server answered: its frames leave in order, session 2's stay, and
     // port 1's frame (session 3) is not touched when port 0 is asked.
-    let done = q.release(0, 500, &pool, |s| s != 1, &mut out);
+    let done = q.release(
+        0,
+        500,
+        &pool,
+        |s| {
+            if s == 1 {
+                Wait::Answered
+            } else {
+                Wait::Waiting
+            }
+        },
+        &mut out,
+    );
     assert_eq!(done.frames, PER_SESSION);
     assert_eq!(
         ids(&out),
@@ -125,12 +138,12 @@ fn awaiting_holds_releases_and_expires_segments_without_leaking_mbufs() {
 
     // Past the hold time (deadline 10 + 1000): session 2 is dropped on port 0;
     // session 3 on port 1 too when port 1 is asked.
-    let done = q.release(0, 1009, &pool, |_| true, &mut out);
+    let done = q.release(0, 1009, &pool, |_| Wait::Waiting, &mut out);
     assert_eq!(done, Released::default(), "not yet");
-    let done = q.release(0, 1010, &pool, |_| true, &mut out);
+    let done = q.release(0, 1010, &pool, |_| Wait::Waiting, &mut out);
     assert_eq!(done.expired, 1);
     assert!(out.is_empty());
-    let done = q.release(1, 1010, &pool, |_| true, &mut out);
+    let done = q.release(1, 1010, &pool, |_| Wait::Waiting, &mut out);
     assert_eq!(done.expired, 1);
     assert!(q.is_empty());
 
@@ -143,13 +156,40 @@ fn awaiting_holds_releases_and_expires_segments_without_leaking_mbufs() {
     // `out` holds at most a burst: what does not fit stays for the next call.
     let mut partial = Burst::new();
     assert!(partial.push_copy(&pool, &frame(0, 0)));
-    let done = q.release(0, 0, &pool, |_| false, &mut partial);
+    let done = q.release(0, 0, &pool, |_| Wait::Answered, &mut partial);
     assert_eq!(done.frames, BURST_SIZE - 1);
     assert_eq!(q.len(), 1);
     partial.free_all();
-    let done = q.release(0, 0, &pool, |_| false, &mut out);
+    let done = q.release(0, 0, &pool, |_| Wait::Answered, &mut out);
     assert_eq!(done.frames, 1);
     out.free_all();
     assert!(q.is_empty());
+
+    // A session whose client reset it: its frames are freed at once, before their
+    // deadline, and the one still owed a SYN gets no copy.
+    assert!(hold(&mut q, 7, 700, 0, 0, true));
+    assert!(hold(&mut q, 7, 701, 0, 0, false));
+    assert!(hold(&mut q, 8, 800, 0, 0, false));
+    let done = q.release(
+        0,
+        1,
+        &pool,
+        |s| if s == 7 { Wait::Reset } else { Wait::Waiting },
+        &mut out,
+    );
+    assert_eq!(
+        done,
+        Released {
+            frames: 0,
+            syns: 0,
+            expired: 0,
+            reset: 2,
+        }
+    );
+    assert!(out.is_empty());
+    assert_eq!(q.len(), 1, "session 8 still waits");
+    let done = q.release(0, 1, &pool, |_| Wait::Answered, &mut out);
+    assert_eq!(done.frames, 1);
+    out.free_all();
     assert_eq!(pool.in_use(), 0, "an mbuf leaked");
 }

@@ -46,10 +46,16 @@ fn golden_synproxy_checker_rejects_broken_output() {
 #[test]
 fn golden_synproxy_handshake_translation_and_counters() {
     require_root();
-    let mut run = run_live_golden("golden_synproxy.py", 77, 72);
-    if run.expect["drops"]["server_unanswered"].as_u64() != Some(1) {
-        run.problems
-            .fail("the expectations do not name drops.server_unanswered = 1".into());
+    let mut run = run_live_golden("golden_synproxy.py", 84, 75);
+    for (reason, n) in [
+        ("server_unanswered", 1),
+        ("client_reset", 2),
+        ("reset_out_of_window", 2),
+    ] {
+        if run.expect["drops"][reason].as_u64() != Some(n) {
+            run.problems
+                .fail(format!("the expectations do not name drops.{reason} = {n}"));
+        }
     }
     // The SYN proxy's counters must be among those compared exactly.
     for event in [
@@ -61,6 +67,7 @@ fn golden_synproxy_handshake_translation_and_counters() {
         "synproxy_syn_resent",
         "synproxy_data_held",
         "synproxy_data_sent",
+        "synproxy_client_reset",
     ] {
         if run.expect["events"][event].as_u64().is_none() {
             run.problems

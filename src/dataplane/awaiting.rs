@@ -61,6 +61,20 @@ pub struct Released {
     pub syns: usize,
     /// Frames freed: held past their deadline.
     pub expired: usize,
+    /// Frames freed: their client reset the connection.
+    pub reset: usize,
+}
+
+/// Where the session a frame waits for stands (the caller's answer to
+/// [`Awaiting::release`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Still waiting for its real server.
+    Waiting,
+    /// The server answered (or the session is gone): the frame goes on.
+    Answered,
+    /// Its client reset it: the frame is freed.
+    Reset,
 }
 
 pub struct Awaiting {
@@ -163,22 +177,23 @@ impl Awaiting {
     /// For the frames of `port`, oldest first: a copy of each that still needs its
     /// SYN goes to `out` (it becomes that SYN in the forwarder; when `pool` is out of
     /// mbufs the client's retransmission does it later); those whose session no
-    /// longer waits (`waits` says) move to `out` after the copies; those past their
-    /// deadline are freed. `out` must be empty; what does not fit stays for the next
-    /// call.
+    /// longer waits (`session` says) move to `out` after the copies, or are freed if
+    /// its client reset it; those past their deadline are freed. `out` must be empty;
+    /// what does not fit stays for the next call.
     pub fn release(
         &mut self,
         port: u16,
         now_tsc: u64,
         pool: &Mempool,
-        waits: impl Fn(u32) -> bool,
+        session: impl Fn(u32) -> Wait,
         out: &mut Burst,
     ) -> Released {
         let mut done = Released::default();
         let total = self.frames.len();
         for i in 0..total {
             let w = &mut self.waiting[i];
-            if w.port != port || !w.needs_syn || out.is_full() {
+            if w.port != port || !w.needs_syn || out.is_full() || session(w.session) == Wait::Reset
+            {
                 continue;
             }
             if out.push_copy(pool, self.frames.packet(i)) {
@@ -193,7 +208,11 @@ impl Awaiting {
             if w.port != port {
                 continue;
             }
-            if !w.needs_syn && !waits(w.session) {
+            let state = session(w.session);
+            if state == Wait::Reset {
+                *moved = self.frames.move_to(i, &mut expired);
+                done.reset += usize::from(*moved);
+            } else if !w.needs_syn && state == Wait::Answered {
                 if out.is_full() {
                     continue;
                 }
@@ -204,7 +223,7 @@ impl Awaiting {
                 done.expired += usize::from(*moved);
             }
         }
-        if done.frames + done.expired > 0 {
+        if done.frames + done.expired + done.reset > 0 {
             self.frames.compact_moved();
             let mut kept = 0;
             for i in (0..total).filter(|&i| !moved[i]) {

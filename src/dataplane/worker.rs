@@ -506,6 +506,8 @@ impl Worker {
                 .event_n(Event::SynproxyDataSent, done.frames as u64);
             (0..done.expired)
                 .for_each(|_| WorkerCounters::drop(&self.counters, DropReason::ServerUnanswered));
+            (0..done.reset)
+                .for_each(|_| WorkerCounters::drop(&self.counters, DropReason::ClientReset));
             if frames.is_empty() {
                 continue;
             }

@@ -86,6 +86,14 @@ pub enum DropReason {
     /// SYN proxy: a client segment waited for its real server's handshake longer than
     /// the hold time (the server never answered).
     ServerUnanswered,
+    /// SYN proxy: a segment of a connection its client reset before the real server
+    /// answered (a client segment that waited for the server, the server's late
+    /// SYN-ACK, anything after).
+    ClientReset,
+    /// SYN proxy: a reset for a connection still waiting for its real server, at a
+    /// sequence number its client cannot have reached or acknowledging something
+    /// other than the cookie (an off-path guess).
+    ResetOutOfWindow,
     /// IPv6 header inconsistent: version, a payload length past the frame; or a
     /// multicast source, or, for an echo request, an unspecified or loopback source;
     /// or TCP/UDP from or to an IPv4-mapped address (`::ffff:0:0/96`).
@@ -150,7 +158,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 54;
+    pub const COUNT: usize = 56;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -186,6 +194,8 @@ impl DropReason {
         DropReason::AclDenied,
         DropReason::RateLimited,
         DropReason::ServerUnanswered,
+        DropReason::ClientReset,
+        DropReason::ResetOutOfWindow,
         DropReason::BadIpv6Header,
         DropReason::Ipv6Fragment,
         DropReason::Ipv6TooManyExtHeaders,
@@ -245,6 +255,8 @@ impl DropReason {
             DropReason::AclDenied => "acl_denied",
             DropReason::RateLimited => "rate_limited",
             DropReason::ServerUnanswered => "server_unanswered",
+            DropReason::ClientReset => "client_reset",
+            DropReason::ResetOutOfWindow => "reset_out_of_window",
             DropReason::BadIpv6Header => "bad_ipv6_header",
             DropReason::Ipv6Fragment => "ipv6_fragment",
             DropReason::Ipv6TooManyExtHeaders => "ipv6_too_many_ext_headers",

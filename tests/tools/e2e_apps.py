@@ -74,14 +74,16 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         gaps lists every gap longer than two intervals as [wall time of the answer
         before it, wall time of the answer that ended it].
 
-    e2e_apps.py abort ADDR PORT --watch NS --watch-port P [--watch NS]... [--timeout S]
+    e2e_apps.py abort ADDR PORT --watch NS --watch-port P [--watch NS]... [--timeout S] [--again]
         A connection reset before the real server finished its handshake: connects to
         ADDR:PORT, waits (at most S seconds) until one of the --watch namespaces holds a
         half-open connection on local port P (`ss state syn-recv`), then closes with
         SO_LINGER 0 (the kernel sends an RST) and waits (at most S seconds) until no
         --watch namespace holds one. Prints one JSON object: {"connected": bool,
         "half_open_before": N, "half_open_after": N, "cleared_after_s": SECONDS or
-        null}. Exit 0 when the half-open connection appeared and went.
+        null}. With --again, the same again from the same local address and port
+        (a client reusing its port), both records in a list. Exit 0 when every
+        half-open connection appeared and went.
 
     e2e_apps.py ask ADDR PORT --source IP [--source IP]... [--rounds R] [--timeout S]
                     [--ttl T]
@@ -616,10 +618,23 @@ def wait_half_open(namespaces, port, want_some, timeout):
         time.sleep(0.05)
 
 
-def cmd_abort(args):
+def abort_once(args, local=None):
+    """Connect (from `local` if given), wait for the half-open connection, reset, wait
+    for it to go. Returns (record, the local address used)."""
     rec = {"connected": False, "half_open_before": 0, "half_open_after": None, "cleared_after_s": None}
-    sock = socket.create_connection((args.addr, args.port), timeout=args.timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(args.timeout)
+    try:
+        if local is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(local)
+        sock.connect((args.addr, args.port))
+    except OSError as e:
+        rec["error"] = repr(e)
+        sock.close()
+        return rec, local
     rec["connected"] = True
+    local = sock.getsockname()
     rec["half_open_before"] = wait_half_open(args.watch, args.watch_port, True, args.timeout)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     reset_at = time.time()
@@ -627,8 +642,17 @@ def cmd_abort(args):
     rec["half_open_after"] = wait_half_open(args.watch, args.watch_port, False, args.timeout)
     if rec["half_open_after"] == 0:
         rec["cleared_after_s"] = round(time.time() - reset_at, 3)
-    print(json.dumps(rec))
-    return 0 if rec["half_open_before"] > 0 and rec["half_open_after"] == 0 else 1
+    return rec, local
+
+
+def cmd_abort(args):
+    rec, local = abort_once(args)
+    runs = [rec]
+    if args.again and rec["connected"]:
+        runs.append(abort_once(args, local)[0])
+    print(json.dumps(runs if args.again else rec))
+    ok = all(r["connected"] and r["half_open_before"] > 0 and r["half_open_after"] == 0 for r in runs)
+    return 0 if ok and len(runs) == 1 + int(args.again) else 1
 
 
 def cmd_ask(args):
@@ -711,6 +735,7 @@ def main():
     ab.add_argument("--watch", action="append", required=True)
     ab.add_argument("--watch-port", type=int, required=True)
     ab.add_argument("--timeout", type=float, default=3.0)
+    ab.add_argument("--again", action="store_true")
     a = sub.add_parser("ask")
     a.add_argument("addr")
     a.add_argument("port", type=int)

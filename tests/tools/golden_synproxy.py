@@ -162,9 +162,13 @@ SESSIONS = {
     # NAT: a real server that never answers: the held request is dropped after 3 s.
     "I": dict(mode="nat", cport=43010, isn=0x9A9A0000, syn=linux_syn_options(8000), ts=8000, wscale=7, sack=True,
               mss=1460, sisn=None, srv_ts=None, srv_wscale=None, srv_sack=False),
+    # NAT: the client resets the connection before the real server answered; the
+    # server's SYN-ACK comes after.
+    "R": dict(mode="nat", cport=43011, isn=0xB0B00000, syn=linux_syn_options(9000), ts=9000, wscale=7, sack=True,
+              mss=1460, sisn=0xC0C00000, srv_ts=1400000, srv_wscale=7, srv_sack=True),
 }
 # Sessions opened by a valid cookie; those whose real server answered (spliced).
-OPENED = ["A", "B", "C", "D", "F", "G", "H", "I"]
+OPENED = ["A", "B", "C", "D", "F", "G", "H", "I", "R"]
 SPLICED = ["A", "B", "C", "D", "F", "G", "H"]
 # Which sessions end ESTABLISHED (active); A closes, F's client sent its FIN, I's
 # server never answered.
@@ -172,7 +176,7 @@ ACTIVE_AT_END = {"B", "C", "D", "G", "H"}
 # Client segments held for their real server's handshake, sent once it answered, the
 # SYN sent again for a retransmission of a held segment, and held segments dropped
 # because the server never answered.
-DATA_HELD = {"F": 10, "G": 1, "H": 1, "I": 1}
+DATA_HELD = {"F": 10, "G": 1, "H": 1, "I": 1, "R": 1}
 SYN_RESENT = {"G": 1}
 # Stands in for a binding that never came out, so the script can go on (check then
 # fails, naming the session).
@@ -334,6 +338,15 @@ def expect_server_ack(name, raw, key, b):
     frame = fresh(src, sport, rip, RPORT, "A", (s["isn"] + 1) & 0xFFFFFFFF, (s["sisn"] + 1) & 0xFFFFFFFF, window,
                   ts, rs_mac)
     return expect_fresh("synproxy-server-ack", name, frame, rs_mac)
+
+
+def expect_server_rst(name, raw, key, b):
+    """The client's reset before the real server answered, as the server can take
+    it: the client's sequence number, no ACK, no options, window 0."""
+    s, _, rip, rs_mac = session(key)
+    src, sport = server_view(key, b)
+    frame = fresh(src, sport, rip, RPORT, "R", Ether(raw)[TCP].seq, 0, 0, [], rs_mac)
+    return expect_fresh("synproxy-server-rst", name, frame, rs_mac)
 
 
 def translated(raw, src, sport, dst, dport, seq_add=0, ack_sub=0, tsval_add=0, tsecr_sub=0, sack_sub=0,
@@ -558,6 +571,25 @@ def script():
     hold("I", "I request (held; its server never answers)", client("I", "PA", 1, 1, tsval=8002, data=rq,
                                                                    ip_id=183), drop_later="server_unanswered")
     held.pop("I")
+
+    # --- R: the client resets before its real server answered -----------------------
+    syn("R", 191)
+    cookie_ack("R", 192)
+    hold("R", "R request (held; its client then resets)", client("R", "PA", 1, 1, tsval=9002, data=rq,
+                                                                  ip_id=193), drop_later="client_reset")
+    held.pop("R")
+    # Resets the client cannot have sent: past the window the cookie SYN-ACK gave it,
+    # or acknowledging something else than the cookie.
+    drop("R reset 65,536 bytes past the client's ISN + 1 (off-path guess)",
+         client("R", "RA", 1 + 65536, 1, ip_id=194), "reset_out_of_window")
+    drop("R reset acknowledging another number than the cookie (off-path guess)",
+         client("R", "RA", 1 + len(rq), 5, ip_id=195), "reset_out_of_window")
+    make = client("R", "RA", 1 + len(rq), 1, ip_id=196)
+    S.append(Step("R reset from the client (after its held request)", make,
+                  expect=lambda b, raw: [expect_server_rst("R reset to the real server", raw, "R", b)],
+                  session="R", side="in", events={"synproxy_client_reset": 1}))
+    drop("R SYN-ACK from the real server after the reset",
+         server("R", "SA", 0, 1, window=65160, options=lambda b: server_opts("R", 9001)), "client_reset")
 
     # --- A: NAT, Linux client and server; data both ways, SACK both ways, FIN ---------
     syn("A", 101)
@@ -849,7 +881,7 @@ def build_expectations(bindings):
 
 def expectations_of(bindings):
     b = usable(bindings)
-    frames, outputs, drops = [], [], {r: 0 for r in gf.DROP_REASONS + ["server_unanswered"]}
+    frames, outputs, drops = [], [], {r: 0 for r in gf.DROP_REASONS + ["server_unanswered", "client_reset", "reset_out_of_window"]}
     ledger = {rip: {"connections": 0, "active": 0, "in": 0, "out": 0} for rip in RIPS}
     for index, step in enumerate(script()):
         raw = step.make(b)
@@ -871,7 +903,8 @@ def expectations_of(bindings):
             # retransmission as the SYN again) and every server segment (its SYN-ACK
             # too, which comes out as the ACK to the server; that ACK, written by
             # Sluice, is not a packet that arrived).
-            e["in"] += sum(1 for o in outs if o["kind"] in ("synproxy-server-syn", "synproxy-to-server"))
+            e["in"] += sum(1 for o in outs if o["kind"] in ("synproxy-server-syn", "synproxy-to-server",
+                                                             "synproxy-server-rst"))
             e["out"] += sum(1 for o in outs if o["kind"] in ("synproxy-to-client", "synproxy-server-ack"))
     syns = sum(1 for s in SESSIONS.values())
     forged = sum(1 for f in frames if f["drop"] == "tcp_no_session")
@@ -890,7 +923,7 @@ def expectations_of(bindings):
                    "synproxy_cookies_sent": syns, "synproxy_cookies_valid": len(OPENED),
                    "synproxy_cookies_invalid": forged, "synproxy_cookies_expired": 0,
                    "synproxy_connections": len(SPLICED), "synproxy_syn_resent": sum(SYN_RESENT.values()),
-                   "synproxy_data_held": sum(DATA_HELD.values()),
+                   "synproxy_data_held": sum(DATA_HELD.values()), "synproxy_client_reset": 1,
                    "synproxy_data_sent": sum(v for k, v in DATA_HELD.items() if k in SPLICED)},
         "sessions_created": len(OPENED), "sessions_expired": 0, "sessions": len(OPENED),
         "real_servers": [{"vip": vip, "rip": rip, "mode": mode, "services": [["tcp", VPORT]],

@@ -18,7 +18,7 @@
 //! [`Action::AwaitServer`]) and go through the forwarder again once the session no
 //! longer waits: the client need not retransmit its request.
 use super::{Action, Context, Forwarder, Matched};
-use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released};
+use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released, Wait};
 use crate::dataplane::counters::Event;
 use crate::dpdk::{Burst, Mempool, Packet};
 use crate::flow::parse::{classify, Parsed};
@@ -329,15 +329,25 @@ impl Forwarder {
             return Pending::No;
         };
         if meta & ABORTED != 0 {
-            return Pending::Done(Action::Drop(DropReason::TcpNoSession));
+            return Pending::Done(Action::Drop(DropReason::ClientReset));
         }
         if dir == Direction::Inbound {
             // The client gave up: so must the server, or it holds the half-open
             // connection through its SYN-ACK retries. The reset goes in place of the
-            // SYN a client segment would otherwise become.
+            // SYN a client segment would otherwise become, if the client can have
+            // sent it: a sequence number within what the cookie SYN-ACK let it send
+            // (65,535 bytes: a SYN-ACK's window is never scaled), acknowledging the
+            // cookie if anything. Any other is an off-path guess, and is dropped.
             if flags.contains(TcpFlags::RST) {
-                self.synproxy.set_aborted(id);
-                cx.counters.event(Event::SynproxyClientReset);
+                let Some((seq, ack)) = seq_and_ack(pkt.bytes(), parsed) else {
+                    return Pending::Done(Action::Drop(DropReason::BadTcpHeader));
+                };
+                let sent = seq.wrapping_sub(hs.client_isn.wrapping_add(1));
+                let acks_cookie =
+                    !flags.contains(TcpFlags::ACK) || ack == hs.cookie.wrapping_add(1);
+                if sent > u32::from(u16::MAX) || !acks_cookie {
+                    return Pending::Done(Action::Drop(DropReason::ResetOutOfWindow));
+                }
                 let len = match synproxy::write_server_rst(pkt.bytes_mut(), parsed) {
                     Ok(len) => len,
                     Err(reason) => return Pending::Done(Action::Drop(reason)),
@@ -345,10 +355,12 @@ impl Forwarder {
                 if !pkt.set_len(len as u16) {
                     return Pending::Done(Action::Drop(DropReason::Truncated));
                 }
-                return match classify(pkt.bytes()) {
-                    Ok(parsed) => Pending::Resend(parsed, TcpFlags::RST),
-                    Err(reason) => Pending::Done(Action::Drop(reason)),
+                let Ok(parsed) = classify(pkt.bytes()) else {
+                    return Pending::Done(Action::Drop(DropReason::Truncated));
                 };
+                self.synproxy.set_aborted(id);
+                cx.counters.event(Event::SynproxyClientReset);
+                return Pending::Resend(parsed, TcpFlags::RST);
             }
             // Data (or a FIN) not held yet waits for the server's handshake.
             let data = data_seq(pkt.bytes(), parsed);
@@ -512,6 +524,17 @@ impl Forwarder {
         self.synproxy.set_established(id, &t);
     }
 
+    /// Whether the client of proxied session `s` (in slot `index`) reset it before
+    /// its real server answered: a SYN on its tuple then opens a new connection.
+    pub(super) fn synproxy_aborted(&self, index: u32, s: &Session) -> bool {
+        s.flags().contains(SessionFlags::SYNPROXY)
+            && self
+                .synproxy
+                .entries
+                .get(index as usize)
+                .is_some_and(|e| e[3] & ABORTED != 0)
+    }
+
     /// Bytes of the proxy's side array.
     pub fn synproxy_bytes(&self) -> usize {
         self.synproxy.bytes()
@@ -553,14 +576,22 @@ impl Forwarder {
         } = &mut self.synproxy;
         // A removed session's entry stays until its slot opens another proxied
         // session: what waits for it then waits until its deadline and is dropped.
-        // What waits for a session its client reset goes on at once, to be dropped.
-        let waits = |index: u32| {
-            entries
-                .get(index as usize)
-                .is_some_and(|e| e[3] & (PENDING | ABORTED) == PENDING)
+        let session = |index: u32| match entries.get(index as usize).map(|e| e[3]) {
+            Some(meta) if meta & ABORTED != 0 => Wait::Reset,
+            Some(meta) if meta & PENDING != 0 => Wait::Waiting,
+            _ => Wait::Answered,
         };
-        awaiting.release(port, now_tsc, pool, waits, out)
+        awaiting.release(port, now_tsc, pool, session, out)
     }
+}
+
+/// The sequence and acknowledgement numbers of a TCP segment.
+fn seq_and_ack(frame: &[u8], parsed: &Parsed) -> Option<(u32, u32)> {
+    let seg = crate::forward::tcp_segment(frame, parsed).ok()?;
+    Some((
+        crate::wire::read_u32(frame, seg.l4 + 4),
+        crate::wire::read_u32(frame, seg.l4 + 8),
+    ))
 }
 
 /// The sequence number of a TCP segment that carries data or a FIN (what the real
