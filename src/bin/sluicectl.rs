@@ -585,11 +585,10 @@ fn parse_args_as(
         let next_is_value = args.peek().is_some_and(|next| !next.starts_with('-'));
         let next_is_number = args.peek().is_some_and(|next| next.parse::<f64>().is_ok());
         let ipvsadm_mode = !ipvsadm_args.is_empty() || positional.is_empty();
-        if inline_value.is_none()
-            && ipvsadm_mode
-            && ((name == "-S" && !next_is_value)
-                || (name == "--timeout" && (!next_is_number || ipvsadm.is_some())))
-        {
+        let ipvsadm_save = name == "-S" && inline_value.is_none() && !next_is_value;
+        let ipvsadm_timeout = name == "--timeout"
+            && (ipvsadm.is_some() || (inline_value.is_none() && !next_is_number));
+        if ipvsadm_mode && (ipvsadm_save || ipvsadm_timeout) {
             ipvsadm_args.push(arg.clone());
             continue;
         }
@@ -1585,6 +1584,19 @@ mod tests {
             ]),
             command(&["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.5:80", "-i"]),
         );
+        // Attached values too.
+        assert_eq!(
+            command(&[
+                "-a",
+                "-t",
+                "198.18.1.1:80",
+                "-r",
+                "198.18.0.5:80",
+                "-i",
+                "--tun-type=ipip"
+            ]),
+            command(&["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.5:80", "-i"]),
+        );
         assert_eq!(
             command(&["-A", "-t", "198.18.1.1:80", "-s", "rr", "-b", "flag-1"]),
             command(&["-A", "-t", "198.18.1.1:80", "-s", "rr"]),
@@ -1629,6 +1641,7 @@ mod tests {
                 &["-A", "-f", "100", "-s", "rr"][..],
                 "-f 100: fwmark services",
             ),
+            (&["-A", "-f100", "-s", "rr"][..], "-f 100: fwmark services"),
         ] {
             let message = refusal(args);
             assert!(
@@ -1637,10 +1650,13 @@ mod tests {
             );
         }
         // `--timeout` is ipvsadm's, which only `-L` takes: not the request timeout.
-        assert!(matches!(
-            as_ipvsadm(&["-A", "-t", "198.18.1.1:80", "--timeout", "5"]),
-            Err(UsageError(_, Some(_)))
-        ));
+        for timeout in [&["--timeout", "5"][..], &["--timeout=5"]] {
+            let args = [&["-A", "-t", "198.18.1.1:80"][..], timeout].concat();
+            assert!(
+                matches!(as_ipvsadm(&args), Err(UsageError(_, Some(_)))),
+                "{args:?}"
+            );
+        }
         let list_timeout = ["-L", "--timeout"].map(String::from);
         assert_eq!(
             command(&["-L", "--timeout"]),

@@ -241,8 +241,12 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
                 "{peer} is this node's own `listen` address: list the other nodes"
             )));
         }
-        if peers.contains(&peer) {
-            return Err(f.invalid(format!("{peer} is listed twice")));
+        // Peers are told apart by address alone (the address a datagram comes from).
+        if peers
+            .iter()
+            .any(|p: &std::net::SocketAddrV4| p.ip() == peer.ip())
+        {
+            return Err(f.invalid(format!("{} is listed twice", peer.ip())));
         }
         peers.push(peer);
     }

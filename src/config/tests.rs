@@ -2457,11 +2457,11 @@ fn bad_health_vrrp_and_sync_settings_name_their_field() {
     );
     assert_rejected(
         &format!(
-            "{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\", \"198.19.0.2:8848\"]\n{SYNC_KEY_LINE}"
+            "{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\", \"198.19.0.2:8849\"]\n{SYNC_KEY_LINE}"
         ),
         23,
         "sync.peers[1]",
-        "198.19.0.2:8848 is listed twice",
+        "198.19.0.2 is listed twice",
     );
     assert_rejected(
         &format!(

@@ -1027,10 +1027,12 @@ pub fn restore_line(line: &str) -> Result<RestoreLine, String> {
 
 /// An ipvsadm command's words, read as [`restore_line`] reads a line: the command
 /// line and `-R` take the same things and name the same things Sluice cannot do.
-pub fn read_words(mut words: Vec<String>) -> Result<RestoreLine, String> {
+pub fn read_words(words: Vec<String>) -> Result<RestoreLine, String> {
     if words.is_empty() {
         return Ok(RestoreLine::Nothing);
     }
+    // Attached values apart first (`--tun-type=ipip`, `-f100`), as `parse` does.
+    let mut words = expand(&words);
     let scheduler = words
         .iter()
         .position(|w| w == "-s" || w == "--scheduler")
