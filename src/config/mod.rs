@@ -388,6 +388,27 @@ pub struct VrrpSettings {
     pub unicast: bool,
 }
 
+/// Key material as written in the config (hex): compared and cloned as a string, never
+/// shown by `Debug`, so no debug print of the settings can log it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretHex(String);
+
+impl SecretHex {
+    pub fn new(hex: &str) -> SecretHex {
+        SecretHex(hex.to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretHex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretHex(..)")
+    }
+}
+
 /// `[sync]`: sessions sent to and received from peers over UDP, on a kernel interface
 /// of the management side or, with `port`, through the data plane (docs/SYNC.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,7 +428,7 @@ pub struct SyncSettings {
     pub multicast: Option<std::net::SocketAddrV4>,
     /// HMAC-SHA256 key (hex, at least 16 bytes): every message sealed and checked.
     /// `None` only with the explicit `unauthenticated = true`.
-    pub key: Option<String>,
+    pub key: Option<SecretHex>,
     /// UDP flows are first synced at this many packets (IPVS sync_threshold).
     pub threshold: u32,
     /// Busy sessions are synced again at least this often (ms).

@@ -272,7 +272,7 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
     let key = t.optional("key", |f| {
         let hex = f.str()?;
         crate::ha::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
-        Ok(hex.to_string())
+        Ok(super::SecretHex::new(hex))
     })?;
     // Without a key anyone who can send from a peer's address rewrites the session
     // table: only an explicit opt-out runs so (docs/SYNC.md, Authentication).

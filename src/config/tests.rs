@@ -2302,7 +2302,16 @@ fn sync_without_a_key_needs_the_explicit_opt_out() {
     let open = parse(&sync_with("unauthenticated = true\n")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(open.sync.unwrap().key, None);
     let keyed = parse(&sync_with(SYNC_KEY_LINE)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(keyed.sync.unwrap().key.is_some());
+    // A debug print of the config (a log line, a panic message) shows no key.
+    let shown = format!("{keyed:?}");
+    assert!(
+        shown.contains("SecretHex(..)") && !shown.contains("0102030405"),
+        "{shown}"
+    );
+    assert_eq!(
+        keyed.sync.unwrap().key.as_ref().map(|k| k.as_str()),
+        Some("000102030405060708090a0b0c0d0e0f")
+    );
     assert_rejected(
         &sync_with(&format!("{SYNC_KEY_LINE}unauthenticated = true\n")),
         25,

@@ -244,8 +244,8 @@ impl SyncNode {
         };
         let key = settings
             .key
-            .as_deref()
-            .map(SyncKey::from_hex)
+            .as_ref()
+            .map(|k| SyncKey::from_hex(k.as_str()))
             .transpose()
             .map_err(|e| format!("sync.key: {e}"))?;
         if key.is_none() {
