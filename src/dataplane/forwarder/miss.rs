@@ -36,7 +36,6 @@ impl Forwarder {
                 && self.sessions.get(id).is_some_and(|s| {
                     reusable_for_new_connection(s)
                         || !self.snapshot.current().keeps_real_server(s.real)
-                        || self.synproxy_aborted(id.index(), s)
                 })
             {
                 self.retire(id, counters);

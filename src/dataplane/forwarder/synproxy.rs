@@ -360,6 +360,12 @@ impl Forwarder {
                 };
                 self.synproxy.set_aborted(id);
                 cx.counters.event(Event::SynproxyClientReset);
+                // Closed, not left in SYN_RECV as a client's reset leaves a session
+                // (IPVS's table): the connection is over, its slot comes back after
+                // the close timeout, and a SYN on its tuple opens a new one.
+                if let Some(live) = self.sessions.get_mut(id) {
+                    live.set_state(crate::session::TcpState::Close);
+                }
                 return Pending::Resend(parsed, TcpFlags::RST);
             }
             // Data (or a FIN) not held yet waits for the server's handshake.
@@ -522,17 +528,6 @@ impl Forwarder {
             client_wscale: delta.client_wscale,
         };
         self.synproxy.set_established(id, &t);
-    }
-
-    /// Whether the client of proxied session `s` (in slot `index`) reset it before
-    /// its real server answered: a SYN on its tuple then opens a new connection.
-    pub(super) fn synproxy_aborted(&self, index: u32, s: &Session) -> bool {
-        s.flags().contains(SessionFlags::SYNPROXY)
-            && self
-                .synproxy
-                .entries
-                .get(index as usize)
-                .is_some_and(|e| e[3] & ABORTED != 0)
     }
 
     /// Bytes of the proxy's side array.
