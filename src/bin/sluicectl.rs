@@ -1571,32 +1571,15 @@ mod tests {
             Err(e) => e.0,
             other => panic!("{args:?}: expected a refusal, got {other:?}"),
         };
-        assert_eq!(
-            command(&[
-                "-a",
-                "-t",
-                "198.18.1.1:80",
-                "-r",
-                "198.18.0.5:80",
-                "-i",
-                "--tun-type",
-                "ipip"
-            ]),
-            command(&["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.5:80", "-i"]),
-        );
-        // Attached values too.
-        assert_eq!(
-            command(&[
-                "-a",
-                "-t",
-                "198.18.1.1:80",
-                "-r",
-                "198.18.0.5:80",
-                "-i",
-                "--tun-type=ipip"
-            ]),
-            command(&["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.5:80", "-i"]),
-        );
+        // Separate and attached values alike.
+        let tunnel = ["-a", "-t", "198.18.1.1:80", "-r", "198.18.0.5:80", "-i"];
+        for tun_type in [&["--tun-type", "ipip"][..], &["--tun-type=ipip"]] {
+            assert_eq!(
+                command(&[&tunnel[..], tun_type].concat()),
+                command(&tunnel),
+                "{tun_type:?}"
+            );
+        }
         assert_eq!(
             command(&["-A", "-t", "198.18.1.1:80", "-s", "rr", "-b", "flag-1"]),
             command(&["-A", "-t", "198.18.1.1:80", "-s", "rr"]),

@@ -229,6 +229,29 @@ pub struct Peer {
     pub resync: Resync,
 }
 
+impl Peer {
+    /// Counts a refused message under its reason; the refusal.
+    fn refuse<T>(&mut self, stale: Stale) -> Result<T, Stale> {
+        *match stale {
+            Stale::Replayed => &mut self.replayed,
+            Stale::TooOld => &mut self.too_old,
+            Stale::OldEpoch => &mut self.old_epoch,
+            Stale::Unconfirmed => &mut self.unconfirmed_epoch,
+        } += 1;
+        Err(stale)
+    }
+}
+
+/// Why a sequence number's place in its life's window refuses it: had already, or
+/// behind the window.
+fn stale_at(position: Position) -> Option<Stale> {
+    match position {
+        Position::Seen => Some(Stale::Replayed),
+        Position::TooOld => Some(Stale::TooOld),
+        Position::Late | Position::Ahead(_) => None,
+    }
+}
+
 /// Why [`Peers::admit`] refused an authenticated message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stale {
@@ -317,23 +340,17 @@ impl Peers {
             return Ok(Heard::Ok);
         };
         match (peer.epoch, peer.window.as_mut()) {
-            (Some(epoch), _) if m.epoch < epoch => {
-                peer.old_epoch += 1;
-                return Err(Stale::OldEpoch);
-            }
+            (Some(epoch), _) if m.epoch < epoch => return peer.refuse(Stale::OldEpoch),
             (Some(epoch), Some(window)) if m.epoch == epoch => {
-                match window.position(m.sequence) {
-                    Position::Seen => {
-                        peer.replayed += 1;
-                        return Err(Stale::Replayed);
-                    }
-                    Position::TooOld => {
-                        peer.too_old += 1;
-                        return Err(Stale::TooOld);
-                    }
+                let position = window.position(m.sequence);
+                if let Some(stale) = stale_at(position) {
+                    return peer.refuse(stale);
+                }
+                match position {
                     Position::Late => peer.reordered += 1,
                     Position::Ahead(n) if n <= LOSS_BOUND => peer.lost += n - 1,
                     Position::Ahead(_) => peer.out_of_window += 1,
+                    Position::Seen | Position::TooOld => {}
                 }
                 window.mark(m.sequence);
             }
@@ -347,28 +364,19 @@ impl Peers {
                         let requests = &mut peer.unconfirmed_requests;
                         match requests {
                             Some((epoch, _)) if m.epoch < *epoch => {
-                                peer.old_epoch += 1;
-                                return Err(Stale::OldEpoch);
+                                return peer.refuse(Stale::OldEpoch)
                             }
                             Some((epoch, window)) if m.epoch == *epoch => {
-                                match window.position(m.sequence) {
-                                    Position::Seen => {
-                                        peer.replayed += 1;
-                                        return Err(Stale::Replayed);
-                                    }
-                                    Position::TooOld => {
-                                        peer.too_old += 1;
-                                        return Err(Stale::TooOld);
-                                    }
-                                    Position::Late | Position::Ahead(_) => window.mark(m.sequence),
+                                if let Some(stale) = stale_at(window.position(m.sequence)) {
+                                    return peer.refuse(stale);
                                 }
+                                window.mark(m.sequence);
                             }
                             _ => *requests = Some((m.epoch, Window::starting_at(m.sequence))),
                         }
                         return Ok(Heard::Unconfirmed);
                     }
-                    peer.unconfirmed_epoch += 1;
-                    return Err(Stale::Unconfirmed);
+                    return peer.refuse(Stale::Unconfirmed);
                 }
                 peer.restarts += u64::from(known.is_some());
                 peer.epoch = Some(m.epoch);
