@@ -336,9 +336,13 @@ fn message_for(
     );
     let mut buf = vec![0u8; 1500];
     let mut out = Vec::new();
-    sender.send_events(std::slice::from_ref(&ring), 16, &mut buf, |d| {
-        out = d.to_vec()
-    });
+    sender.send_events(
+        std::slice::from_ref(&ring),
+        16,
+        &mut buf,
+        |d| out = d.to_vec(),
+        |_| {},
+    );
     assert!(!out.is_empty());
     out
 }

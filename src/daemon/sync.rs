@@ -314,7 +314,14 @@ impl SyncNode {
             .iter()
             .filter(|r| r.kind == RecordKind::Template)
             .count() as u64;
-        self.dumps.retain(|(to, _)| *to != peer);
+        let stats = &mut self.stats;
+        self.dumps.retain(|(to, d)| {
+            let replaced = *to == peer;
+            if replaced {
+                stats.dump_records_superseded += d.skipped();
+            }
+            !replaced
+        });
         self.dumps
             .push((peer, Dump::new(dump_id, *peer.ip(), records)));
         self.stats.dumps_sent += 1;
@@ -351,7 +358,12 @@ impl SyncNode {
                 }
             });
         }
-        dumps.retain(|(_, d)| !d.is_done());
+        dumps.retain(|(_, d)| {
+            if d.is_done() {
+                stats.dump_records_superseded += d.skipped();
+            }
+            !d.is_done()
+        });
     }
 
     /// One turn at session-clock tick `now`: send what the workers queued and the
@@ -388,6 +400,7 @@ impl SyncNode {
             tick_ms,
             tracker,
             template_records,
+            dumps,
             ..
         } = self;
         // Batches: once to the group with `multicast`, else once to every peer.
@@ -410,7 +423,10 @@ impl SyncNode {
                 }
             }
         };
-        let sent = sender.send_events(rings, EVENTS_PER_TICK, buf, &mut to_peers);
+        // A record batched now is newer than a dump's copy of it still to go out.
+        let sent = sender.send_events(rings, EVENTS_PER_TICK, buf, &mut to_peers, |r| {
+            dumps.iter_mut().for_each(|(_, d)| d.supersede(r))
+        });
         // This tick's slice of the template table: what the peers were not told yet.
         // (The services by id are built only when a template is due.)
         let mut by_id = None;
@@ -422,6 +438,9 @@ impl SyncNode {
                 .map(|r| template_records.push(r))
                 .is_some()
         });
+        for r in template_records.iter() {
+            dumps.iter_mut().for_each(|(_, d)| d.supersede(r));
+        }
         let templates_sent = sender.send_records(template_records.drain(..), buf, &mut to_peers);
         self.stats.events_sent += sent as u64;
         self.stats.templates_sent += templates_sent as u64;

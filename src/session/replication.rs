@@ -886,6 +886,18 @@ pub struct SynproxyDelta {
     pub client_wscale: Option<u8>,
 }
 
+/// What a record is about: the connection or template a receiver files it under
+/// (its client, or client network, and virtual service). Two records with the same
+/// subject describe the same entry, the later one newer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecordSubject {
+    pub kind: RecordKind,
+    pub proto: Protocol,
+    pub client: SocketAddr,
+    pub client_prefix_len: u8,
+    pub virtual_service: SocketAddr,
+}
+
 /// "No window scale" in a record's window-scale byte.
 const NO_WSCALE: u8 = 0xff;
 /// Largest window scale TCP allows (RFC 7323).
@@ -1023,6 +1035,17 @@ impl RecordRepr {
             timeout_ms: timeout_ms.min(MAX_TIMEOUT_MS),
             timestamp_offset: 0,
             synproxy: None,
+        }
+    }
+
+    /// The entry this record describes.
+    pub fn subject(&self) -> RecordSubject {
+        RecordSubject {
+            kind: self.kind,
+            proto: self.proto,
+            client: self.client,
+            client_prefix_len: self.client_prefix_len,
+            virtual_service: self.virtual_service,
         }
     }
 

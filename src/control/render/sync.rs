@@ -72,11 +72,14 @@ pub fn render_sync(r: &SyncReport) -> String {
     );
     let _ = writeln!(
         out,
-        "resync: {} requests sent, {} received ({} ignored: rate limit), {} dumps sent, {} chunks received",
+        "resync: {} requests sent, {} received ({} ignored: rate limit), {} dumps sent ({} records, \
+         {} left out: a batch sent them newer), {} chunks received",
         s.resync_requests_sent,
         s.resync_requests_received,
         s.resync_requests_ignored,
         s.dumps_sent,
+        s.dump_records_sent,
+        s.dump_records_superseded,
         s.dump_chunks_received
     );
     let _ = writeln!(

@@ -98,7 +98,11 @@ pub struct SyncStats {
     pub resync_requests_sent: u64,
     pub resync_requests_received: u64,
     pub dumps_sent: u64,
+    /// Records in the tables dumped, as they were when the peers asked.
     pub dump_records_sent: u64,
+    /// Records of those left out because a batch had carried a newer record of the
+    /// same entry while the dump went out (`Dump::supersede`).
+    pub dump_records_superseded: u64,
     pub dump_chunks_received: u64,
     /// Persistence templates: sent in batches (new, changed, or resent), received,
     /// installed (created, or refreshed or replaced), removed on a peer's word, and

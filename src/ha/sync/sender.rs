@@ -4,13 +4,21 @@
 use super::auth::{self, SyncKey};
 use crate::dataplane::sync_events::EventRing;
 use crate::session::replication::{
-    MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr,
+    MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr, RecordSubject,
 };
+use std::collections::HashSet;
 use std::net::Ipv4Addr;
 
 /// A table being dumped to a peer, chunk by chunk (`SyncSender::continue_dump`), so a
 /// large table goes out over several ticks instead of flooding the peer's receive
 /// buffer at once.
+///
+/// The records are the table as it was when the peer asked, and the last chunks go
+/// out seconds later (about 4 s for 1M sessions). Batches keep flowing meanwhile, to
+/// every peer, the one dumped to included. A batch record is newer than the dump's
+/// record of the same entry, so once one went out (`supersede`) the dump's is not
+/// sent: arriving after the batch's, it would set the peer's copy back to the older
+/// state (or bring back a session the batch ended) until the entry's next record.
 pub struct Dump<I: Iterator<Item = RecordRepr>> {
     pub dump_id: u32,
     /// The peer that asked (its listen address): the chunks name it as recipient.
@@ -18,6 +26,11 @@ pub struct Dump<I: Iterator<Item = RecordRepr>> {
     records: std::iter::Peekable<I>,
     next_chunk: u32,
     done: bool,
+    /// Entries a batch described since the dump began. It grows with the batches
+    /// sent while the dump goes out and is dropped with the dump.
+    superseded: HashSet<RecordSubject>,
+    /// The dump's records left out for a newer batch record.
+    skipped: u64,
 }
 
 impl<I: Iterator<Item = RecordRepr>> Dump<I> {
@@ -28,7 +41,22 @@ impl<I: Iterator<Item = RecordRepr>> Dump<I> {
             records: records.into_iter().peekable(),
             next_chunk: 0,
             done: false,
+            superseded: HashSet::new(),
+            skipped: 0,
         }
+    }
+
+    /// A batch carried `record` to every peer: the dump's own record of the same
+    /// entry, if not sent yet, is older and is left out.
+    pub fn supersede(&mut self, record: &RecordRepr) {
+        if !self.done {
+            self.superseded.insert(record.subject());
+        }
+    }
+
+    /// The dump's records left out so far for a newer batch record.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Whether the last chunk went out.
@@ -127,13 +155,15 @@ impl SyncSender {
     }
 
     /// Drains up to `budget` events from `rings` (round by round, so one busy worker
-    /// cannot starve the others) into as few batches as fit the MTU.
+    /// cannot starve the others) into as few batches as fit the MTU. `sent` sees
+    /// every record batched (for the dumps under way: `Dump::supersede`).
     pub fn send_events(
         &mut self,
         rings: &[EventRing],
         budget: usize,
         buf: &mut [u8],
         mut send: impl FnMut(&[u8]),
+        mut sent: impl FnMut(&RecordRepr),
     ) -> usize {
         let authenticated = self.key.is_some();
         let header = self.header(MessageType::SessionBatch, Ipv4Addr::UNSPECIFIED, 0, 0);
@@ -152,6 +182,7 @@ impl SyncSender {
                 break;
             }
             for record in records.drain(..) {
+                sent(&record);
                 if builder.push(&record).is_err() {
                     self.finish(builder, &mut send);
                     let header =
@@ -232,6 +263,11 @@ impl SyncSender {
             // Fill the chunk; peeking at the next record then says whether it is the last.
             let mut builder = MessageBuilder::new(&mut *buf, header, self.mtu, authenticated);
             while let Some(record) = dump.records.peek() {
+                if !dump.superseded.is_empty() && dump.superseded.contains(&record.subject()) {
+                    dump.records.next();
+                    dump.skipped += 1;
+                    continue;
+                }
                 if builder.push(record).is_err() {
                     if builder.is_empty() {
                         // Larger than an empty message's room: it can never go.
@@ -246,6 +282,7 @@ impl SyncSender {
             sent += 1;
             if dump.records.peek().is_none() {
                 dump.done = true;
+                dump.superseded = HashSet::new();
                 builder.set_last_chunk();
             }
             self.finish(builder, &mut send);
@@ -322,20 +359,29 @@ mod tests {
         let mut buf = [0u8; 1500];
         let mut sizes = Vec::new();
         let mut seen = Vec::new();
-        let taken = sender.send_events(&rings, 1000, &mut buf, |datagram| {
-            let accepted = rx.receive(datagram, PEER).unwrap();
-            assert_eq!(accepted.header.sender, u32::from(PEER));
-            seen.push(accepted.header.sequence);
-            sizes.push(accepted.header.count);
-            assert!(datagram.len() + 28 <= 1500);
-        });
+        let taken = sender.send_events(
+            &rings,
+            1000,
+            &mut buf,
+            |datagram| {
+                let accepted = rx.receive(datagram, PEER).unwrap();
+                assert_eq!(accepted.header.sender, u32::from(PEER));
+                seen.push(accepted.header.sequence);
+                sizes.push(accepted.header.count);
+                assert!(datagram.len() + 28 <= 1500);
+            },
+            |_| {},
+        );
         assert_eq!(taken, 150);
         // 150 records at 26 per authenticated message: 26 five times, 20.
         assert_eq!(sizes, [26, 26, 26, 26, 26, 20]);
         assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
         assert_eq!(rx.counters().accepted_records, 150);
         // The budget bounds the work per call; nothing left, nothing sent.
-        assert_eq!(sender.send_events(&rings, 10, &mut buf, |_| panic!()), 0);
+        assert_eq!(
+            sender.send_events(&rings, 10, &mut buf, |_| panic!(), |_| panic!()),
+            0
+        );
     }
 
     #[test]
@@ -414,6 +460,61 @@ mod tests {
             sender.continue_dump(&mut dump, 4, &mut buf, |_| panic!()),
             0
         );
+    }
+
+    #[test]
+    fn a_dump_leaves_out_what_a_batch_sent_meanwhile() {
+        use crate::session::replication::RecordOp;
+        let mut sender = SyncSender::new(u32::from(PEER), 1500, None);
+        let mut rx = receiver(None);
+        let table: Vec<_> = (0..410u16)
+            .map(|n| RecordRepr::connection(&session(1, n), RecordOp::Update, 9))
+            .collect();
+        let mut dump = Dump::new(7, US, table);
+        let mut dumped = Vec::new();
+        let mut chunks = |sender: &mut SyncSender, dump: &mut Dump<_>, n| {
+            sender.continue_dump(dump, n, &mut [0u8; 1500], |d| {
+                let a = rx.receive(d, PEER).unwrap();
+                assert_eq!(a.header.message_type, MessageType::DumpChunk);
+                dumped.extend(a.records().map(|r| (r.client.port(), r.op)));
+            })
+        };
+        // Four chunks (108 records) go out; then the workers report session 10
+        // (dumped already), 300 ended and 350 changed.
+        assert_eq!(chunks(&mut sender, &mut dump, 4), 4);
+        let ring = EventRing::with_capacity(16);
+        for (n, kind) in [
+            (10, EventKind::StateChanged),
+            (300, EventKind::Deleted),
+            (350, EventKind::StateChanged),
+        ] {
+            assert!(ring.push(SessionEvent::new(kind, &session(1, n), 1)));
+        }
+        let mut batched = Vec::new();
+        sender.send_events(
+            std::slice::from_ref(&ring),
+            16,
+            &mut [0u8; 1500],
+            |_| {},
+            |r| {
+                batched.push(r.client.port());
+                dump.supersede(r)
+            },
+        );
+        assert_eq!(batched, [10, 300, 350]);
+        while !dump.is_done() {
+            chunks(&mut sender, &mut dump, 4);
+        }
+        let ports: Vec<u16> = dumped.iter().map(|d| d.0).collect();
+        let expected: Vec<u16> = (0..410).filter(|n| ![300, 350].contains(n)).collect();
+        assert_eq!(
+            ports, expected,
+            "the dump's older records of 300 and 350 stay out"
+        );
+        assert_eq!(dump.skipped(), 2);
+        // A finished dump has nothing left to leave out, and keeps no set.
+        dump.supersede(&RecordRepr::connection(&session(1, 1), RecordOp::Update, 9));
+        assert!(dump.superseded.is_empty());
     }
 
     #[test]
