@@ -1337,6 +1337,21 @@ fn read_service(
         Some(h) => h.optional("all_down", read_all_down)?,
         None => None,
     };
+    if vip.is_ipv6() {
+        // The service table refuses them too; here the error names the field.
+        for (field, what) in [
+            ("acl_allow", "an access list"),
+            ("acl_deny", "an access list"),
+            ("acl_file", "an access list"),
+            ("rate_limit", "a per-source rate limit"),
+        ] {
+            if let Some(at) = t.get(field) {
+                return Err(at.invalid(format!(
+                    "{what} is not supported on IPv6 services yet: its rules match IPv4 clients only"
+                )));
+            }
+        }
+    }
     let acl = read_acl(&t, source)?;
     let rate_limit = read_rate_limit(&t)?;
     let key = ServiceKey { proto, vip, port };

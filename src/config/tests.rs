@@ -3029,6 +3029,46 @@ fn an_ipv6_service_persists_per_a_prefix_length() {
 }
 
 #[test]
+fn an_ipv6_service_refuses_access_lists_and_rate_limits_it_would_not_enforce() {
+    let text = |extra: &str| {
+        format!(
+            "{}[[services]]\nproto = \"tcp\"\nvip = \"2001:db8:18::100\"\nport = 80\n\
+             scheduler = \"rr\"\n{extra}\n\
+             [[services.real_servers]]\nip = \"2001:db8:18::11\"\n",
+            base_with(
+                "\"198.18.0.1/24\"]",
+                "\"198.18.0.1/24\", \"2001:db8:18::1/64\"]"
+            )
+        )
+    };
+    parse(&text("")).unwrap();
+    for (extra, field, needle) in [
+        (
+            "acl_allow = [\"10.0.0.0/8\"]",
+            "acl_allow",
+            "an access list is not supported on IPv6 services",
+        ),
+        (
+            "acl_deny = [\"0.0.0.0/0\"]",
+            "acl_deny",
+            "an access list is not supported on IPv6 services",
+        ),
+        (
+            "acl_file = \"rules.txt\"",
+            "acl_file",
+            "an access list is not supported on IPv6 services",
+        ),
+        (
+            "rate_limit = 1",
+            "rate_limit",
+            "a per-source rate limit is not supported on IPv6 services",
+        ),
+    ] {
+        assert_rejected(&text(extra), 26, &format!("services[0].{field}"), needle);
+    }
+}
+
+#[test]
 fn sloppy_tcp_is_off_by_default_tcp_only_and_not_with_fullnat() {
     assert!(parse(BASE).unwrap().services.iter().all(|s| !s.sloppy_tcp));
     let on = parse(&service_with(

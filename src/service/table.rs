@@ -971,6 +971,14 @@ impl ServiceTable {
         action: AclAction,
         prefixes: &[Prefix],
     ) -> Result<(), ServiceError> {
+        // The rules match IPv4 clients only, and the IPv6 path does not consult them:
+        // accepted, they would show in --acl-list and deny no one.
+        if key.is_ipv6() {
+            return Err(ServiceError::Ipv6Unsupported {
+                service: key,
+                what: "an access list",
+            });
+        }
         self.edit_admission(key, |r| r.add(action, prefixes))
     }
 
@@ -993,6 +1001,12 @@ impl ServiceTable {
         key: ServiceKey,
         limit: Option<RateLimit>,
     ) -> Result<(), ServiceError> {
+        if limit.is_some() && key.is_ipv6() {
+            return Err(ServiceError::Ipv6Unsupported {
+                service: key,
+                what: "a per-source rate limit",
+            });
+        }
         self.edit_admission(key, |r| r.set_rate_limit(limit))
     }
 
@@ -2049,6 +2063,24 @@ mod tests {
         assert_rejected(&mut t, "TOA is not supported on IPv6", |t| {
             t.set_toa(key, true)
         });
+        assert_rejected(&mut t, "an access list is not supported on IPv6", |t| {
+            let any = crate::service::acl::Prefix::new(Ipv4Addr::UNSPECIFIED, 0).unwrap();
+            t.acl_add(key, crate::service::acl::AclAction::Deny, &[any])
+        });
+        assert_rejected(
+            &mut t,
+            "a per-source rate limit is not supported on IPv6",
+            |t| {
+                let limit = crate::service::admission::RateLimit {
+                    rate: 1,
+                    burst: 1,
+                    prefix_len: 32,
+                };
+                t.set_rate_limit(key, Some(limit))
+            },
+        );
+        t.set_rate_limit(key, None).unwrap();
+        assert!(t.admission(key).is_none_or(|r| r.rate_limit().is_none()));
         // An IPv6 real server behind an IPv4 service is refused the same way.
         let mut t = table_with_http();
         assert_rejected(&mut t, "not of the address family", |t| {
