@@ -1578,3 +1578,70 @@ fn the_first_syn_to_an_unresolved_ipv6_real_server_waits_for_its_advertisement()
     assert_eq!(drop_count(&status, "neighbour_unresolved"), 0, "{status:#}");
     assert_eq!(held, sent, "every held frame went out: {status:#}");
 }
+
+/// Session-table pressure over IPv6, as `e2e_table_pressure` over IPv4: a session
+/// table of 1024 (256 IPv6 slots per worker), then 1,500 SYNs to a NAT service from
+/// spoofed IPv6 sources (scapy, from the client's namespace). The real server answers
+/// each one, so every SYN leaves a half-open session that would hold its slot for the
+/// SYN_RECV timeout (60 s). With the table nearly full, each new session reclaims the
+/// oldest half-open ones, so 30 kernel connections right after the flood all succeed.
+#[test]
+fn a_spoofed_ipv6_syn_flood_does_not_lock_out_new_connections() {
+    require_root();
+    const SPOOFED: u64 = 1500;
+    let mut lab = AppLab::new(1);
+    ipv6_lab(&lab);
+    lab.start_servers(&["[::]:8080".to_string()], &[]);
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(
+        &addresses.each_ref().map(String::as_str),
+        service6(&lab, "tcp", 80, 8080, "nat", "") + "\n[sessions]\ncapacity = 1024\n",
+    );
+    let client = lab.bed.client_ns().to_string();
+    let client_if = lab.bed.client_if().to_string();
+    let mac = port(&daemon.status(), "lan0")["mac"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Sources on the client's /64 (none of them the client's), one per SYN.
+    let script = format!(
+        "from scapy.all import Ether, IPv6, TCP, sendp, conf\n\
+         conf.verb = 0\n\
+         frames = [Ether(dst='{mac}')/IPv6(src='2001:db8:18::1:%x' % i, dst='{VIP6}')\
+         /TCP(sport=1024 + i, dport=80, flags='S', seq=i) for i in range({SPOOFED})]\n\
+         sendp(frames, iface='{client_if}')\n"
+    );
+    lab.bed
+        .exec(
+            &client,
+            &["/usr/bin/python3", "-c", &script],
+            Duration::from_secs(60),
+        )
+        .expect_success("scapy flood");
+    // The flood is in once the SYNs past the table's room have made room for
+    // themselves (or, if they cannot, after 10 s).
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        (event_count(&daemon.status(), "half_open_reclaimed") >= SPOOFED / 2).then_some(())
+    });
+    let batch = lab.curl(&format!("http://[{VIP6}]:80/"), 30, 4, &[]);
+    let after = daemon.status();
+    let (reclaimed, full) = (
+        event_count(&after, "half_open_reclaimed"),
+        drop_count(&after, "session_table_full"),
+    );
+    println!(
+        "{SPOOFED} spoofed IPv6 SYNs into 256 IPv6 slots: {reclaimed} half-open sessions \
+         reclaimed, {full} refused as session_table_full; new connections after: {} of 30",
+        batch["ok"]
+    );
+    assert_eq!(batch["ok"].as_u64(), Some(30), "{batch}\n{}", daemon.dump());
+    assert_eq!(
+        full, 0,
+        "no new session was refused for want of room: {after:#}"
+    );
+    assert!(
+        reclaimed >= SPOOFED / 2,
+        "the spoofed SYNs past the table's room made room for themselves: {reclaimed}"
+    );
+    daemon.stop_clean();
+}

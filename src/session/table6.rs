@@ -11,10 +11,14 @@
 //! Expiry is lazy: a lookup treats a session past its deadline as gone, and
 //! [`SessionTable6::sweep`] removes expired entries a bounded number of slots at a
 //! time (the management of an IPv4 table's timer wheel is not repeated here: IPv6
-//! tables are an order of magnitude smaller by default).
+//! tables are an order of magnitude smaller by default). TCP sessions are also
+//! kept in the order they were made (4 bytes per slot, [`super::reclaim`]), so a
+//! table under a SYN flood gives up its oldest half-open sessions first
+//! ([`SessionTable6::oldest_half_open`]), as an IPv4 table does.
 //!
 //! [`SessionTable`]: super::SessionTable
 use super::hugemem::HugePageAlloc;
+use super::reclaim::CreationOrder;
 use super::state::{self, Direction, TcpState, Transition};
 use super::table::{index_value as value, split_value as split, TableAllocError};
 use super::timeouts::TickTimeouts;
@@ -168,6 +172,15 @@ impl Session6 {
         }
     }
 
+    /// A TCP connection not yet established (as [`super::Session::is_half_open`]).
+    pub fn is_half_open(&self) -> bool {
+        self.proto == Protocol::Tcp
+            && matches!(
+                self.state,
+                TcpState::None | TcpState::SynRecv | TcpState::SynSent
+            )
+    }
+
     /// The tick the session expires at, unless a packet comes first.
     pub fn deadline(&self) -> u32 {
         self.deadline
@@ -199,6 +212,8 @@ pub struct SessionTable6 {
     len: usize,
     /// Where the next [`SessionTable6::sweep`] starts.
     cursor: usize,
+    /// TCP sessions in the order they were made, for reclaiming half-open ones.
+    created: CreationOrder,
 }
 
 impl SessionTable6 {
@@ -229,17 +244,19 @@ impl SessionTable6 {
         index
             .try_reserve(capacity.saturating_mul(2))
             .map_err(|_| refused())?;
+        let created = CreationOrder::try_new(capacity).ok_or_else(refused)?;
         Ok(SessionTable6 {
             slab,
             index,
             free_head: if capacity > 0 { 0 } else { NIL },
             len: 0,
             cursor: 0,
+            created,
         })
     }
 
-    /// Bytes a table for `capacity` sessions allocates, slab and map, known before
-    /// making it. The map is hashbrown's layout: buckets a power of two at 7/8 load
+    /// Bytes a table for `capacity` sessions allocates, slab, map and creation
+    /// order, known before making it. The map is hashbrown's layout: buckets a power of two at 7/8 load
     /// (4 or 8 for small maps), the entries rounded up to 16 bytes, then one control
     /// byte per bucket and a 16-byte group.
     pub fn bytes_for(capacity: usize) -> usize {
@@ -263,12 +280,37 @@ impl SessionTable6 {
         capacity
             .saturating_mul(std::mem::size_of::<Slot>())
             .saturating_add(map)
+            .saturating_add(CreationOrder::bytes_for(capacity))
     }
 
-    /// Bytes this table allocated, as the allocator was asked for them: the slab
-    /// and the map's one allocation (buckets and control bytes).
+    /// Bytes this table allocated, as the allocator was asked for them: the slab,
+    /// the map's one allocation (buckets and control bytes) and the creation order.
     pub fn memory_bytes(&self) -> usize {
-        self.slab.capacity() * std::mem::size_of::<Slot>() + self.index.allocation_size()
+        self.slab.capacity() * std::mem::size_of::<Slot>()
+            + self.index.allocation_size()
+            + self.created.memory().1
+    }
+
+    /// Free slots.
+    pub fn free(&self) -> usize {
+        self.capacity() - self.len
+    }
+
+    /// The oldest half-open TCP session the table still has, looking at most
+    /// `max_scan` entries of its creation order (each one looked at is used up), as
+    /// the IPv4 table's [`super::SessionTable::oldest_half_open`]. The caller
+    /// removes it.
+    pub fn oldest_half_open(&mut self, max_scan: usize) -> Option<u32> {
+        for _ in 0..max_scan {
+            let (slot, tick) = self.created.pop()?;
+            let Some(s) = self.get(slot) else {
+                continue;
+            };
+            if self.created.tick_bits(s.created) == tick && s.is_half_open() {
+                return Some(slot);
+            }
+        }
+        None
     }
 
     pub fn len(&self) -> usize {
@@ -353,6 +395,9 @@ impl SessionTable6 {
         }
         self.slab[at as usize] = Slot::Used(session);
         self.len += 1;
+        if session.proto == Protocol::Tcp {
+            self.created.push(at, now_tick);
+        }
         Ok(at)
     }
 
@@ -538,6 +583,49 @@ mod tests {
             112,
             "as the module doc says"
         );
+    }
+
+    #[test]
+    fn the_oldest_half_open_session_goes_first_established_ones_never() {
+        let mut t = SessionTable6::with_capacity(8);
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let tt = timeouts();
+        let mut ids = Vec::new();
+        for (tick, port) in (1..=4).zip(40000u16..) {
+            let s = Session6::new(&key("2001:db8:2::9", port), ForwardMode::Nat, 1, 7, rs, 80);
+            let id = t.insert(s, tick, 1000, |_| panic!()).unwrap();
+            t.on_packet(id, Direction::Inbound, TcpFlags::SYN, tick, &tt);
+            ids.push(id);
+        }
+        // The first is established (the server's SYN-ACK, the client's ACK).
+        t.on_packet(
+            ids[0],
+            Direction::Outbound,
+            TcpFlags::SYN | TcpFlags::ACK,
+            5,
+            &tt,
+        );
+        t.on_packet(ids[0], Direction::Inbound, TcpFlags::ACK, 5, &tt);
+        assert!(!t.get(ids[0]).unwrap().is_half_open());
+        // The second ends; its slot goes to a later half-open session.
+        t.remove(ids[1]).unwrap();
+        let s = Session6::new(&key("2001:db8:2::9", 50000), ForwardMode::Nat, 1, 7, rs, 80);
+        let reused = t.insert(s, 6, 1000, |_| panic!()).unwrap();
+        assert_eq!(reused, ids[1]);
+        // UDP is never a candidate.
+        let mut udp = key("2001:db8:2::9", 53);
+        udp.proto = Protocol::Udp;
+        t.insert(
+            Session6::new(&udp, ForwardMode::Nat, 1, 7, rs, 53),
+            7,
+            1000,
+            |_| panic!(),
+        )
+        .unwrap();
+        assert_eq!(t.free(), 3);
+        let order: Vec<u32> = std::iter::from_fn(|| t.oldest_half_open(64)).collect();
+        assert_eq!(order, [ids[2], ids[3], reused]);
+        assert_eq!(t.oldest_half_open(64), None, "each found once");
     }
 
     fn t_session(mut s: Session6, created: u32, deadline: u32) -> Session6 {

@@ -158,6 +158,7 @@ impl Forwarder {
             return Err(DropReason::BadIpv6Header);
         }
         let index = index.ok_or(DropReason::NoService)?;
+        self.relieve_pressure_v6(cx.counters);
         // Placement reads the client, its port and the destination as IPv4 words;
         // IPv6 ones are folded, as the hashing schedulers of IPVS fold them.
         let folded = FlowKey4::new(
@@ -716,6 +717,27 @@ impl Forwarder {
             }
         }
         found
+    }
+
+    /// Table pressure, as for IPv4 (`relieve_pressure`): when at most 1/64 of the
+    /// IPv6 table's slots are free, up to two half-open TCP sessions go, oldest
+    /// first, so a flood of SYNs that never complete cannot lock new IPv6
+    /// connections out until they time out (and, for NAT64, give back the local
+    /// ports they hold). Established sessions are never reclaimed. Counted as
+    /// `half_open_reclaimed`.
+    fn relieve_pressure_v6(&mut self, counters: &WorkerCounters) {
+        use super::placement::{PRESSURE_FREE_SHARE, RECLAIM_PER_NEW, RECLAIM_SCAN};
+        let reserve = (self.sessions6.capacity() / PRESSURE_FREE_SHARE).max(1);
+        if self.sessions6.free() > reserve {
+            return;
+        }
+        for _ in 0..RECLAIM_PER_NEW {
+            let Some(id) = self.sessions6.oldest_half_open(RECLAIM_SCAN) else {
+                return;
+            };
+            self.retire_v6(id, counters);
+            counters.event(Event::HalfOpenReclaimed);
+        }
     }
 
     /// Removes IPv6 session `id` before its time, with an expired one's bookkeeping,

@@ -19,13 +19,13 @@ use crate::wire::tcp::TcpFlags;
 
 /// The table is under pressure when at most this share of its slots is free (1/64,
 /// and at least one slot): each new session then reclaims half-open ones first.
-const PRESSURE_FREE_SHARE: usize = 64;
+pub(super) const PRESSURE_FREE_SHARE: usize = 64;
 /// Half-open sessions a new session may reclaim under pressure: more than one, so
 /// the table drains back to the mark while new connections keep coming.
-const RECLAIM_PER_NEW: usize = 2;
+pub(super) const RECLAIM_PER_NEW: usize = 2;
 /// Entries of the creation order one reclaim may look at (stale ones included): a
 /// bound on the work one new session does.
-const RECLAIM_SCAN: usize = 64;
+pub(super) const RECLAIM_SCAN: usize = 64;
 
 /// Where a new connection goes, as placement decided it.
 pub(super) struct Placement {
