@@ -92,6 +92,8 @@ pub enum Request {
     },
     /// A service's `sloppy_tcp` (config only): sessions from any TCP segment but an RST.
     SetSloppyTcp { service: ServiceKey, on: bool },
+    /// A service's Maglev lookup-table size (`mh_table_size`, config only).
+    SetMhTableSize { service: ServiceKey, size: u32 },
     /// `-a`: add a real server to a service.
     AddServer {
         service: ServiceKey,
@@ -269,6 +271,7 @@ impl Request {
             Request::SetSynproxy { .. } => "set_synproxy",
             Request::SetSorryServer { .. } => "set_sorry_server",
             Request::SetSloppyTcp { .. } => "set_sloppy_tcp",
+            Request::SetMhTableSize { .. } => "set_mh_table_size",
             Request::AddServer { .. } => "add_server",
             Request::EditServer { .. } => "edit_server",
             Request::DeleteServer { .. } => "delete_server",

@@ -145,6 +145,15 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
             }
         }
         let existing = current.get(key);
+        // Kept by -A/-E (their size is the current one, or the default for a new
+        // service): set on its own when the file's differs.
+        let size = existing.map_or(crate::model::MH_DEFAULT_TABLE_SIZE, |c| c.mh_table_size);
+        if size != d.mh_table_size {
+            out.push(Request::SetMhTableSize {
+                service: key,
+                size: d.mh_table_size,
+            });
+        }
         for lip in &d.local_addresses {
             if !existing.is_some_and(|c| c.local_addresses.contains(lip)) {
                 out.push(Request::AddLaddr {
@@ -301,6 +310,10 @@ fn describe(req: &Request) -> Option<String> {
             "lb=config op=sloppy-tcp svc={} {}",
             svc(service),
             if *on { "on" } else { "off" }
+        ),
+        Request::SetMhTableSize { service, size } => format!(
+            "lb=config op=mh-table-size svc={} size={size}",
+            svc(service)
         ),
         Request::AddServer { service, server } | Request::EditServer { service, server } => {
             let op = if matches!(req, Request::AddServer { .. }) {
@@ -520,6 +533,7 @@ impl Services {
                 | Request::SetSynproxy { .. }
                 | Request::SetSorryServer { .. }
                 | Request::SetSloppyTcp { .. }
+                | Request::SetMhTableSize { .. }
                 | Request::AddServer { .. }
                 | Request::EditServer { .. }
                 | Request::DeleteServer { .. }
@@ -755,6 +769,10 @@ impl Services {
             Request::DeleteService { service } => t.delete_service(service).map(drop),
             Request::SetSynproxy { service, synproxy } => t.set_synproxy(service, synproxy),
             Request::SetSloppyTcp { service, on } => t.set_sloppy_tcp(service, on),
+            Request::SetMhTableSize { service, size } => {
+                let flags = t.get(service).map(|s| s.sched_flags).unwrap_or_default();
+                t.set_sched_params(service, flags, Some(size))
+            }
             Request::SetSorryServer {
                 service,
                 sorry_server,
@@ -1938,6 +1956,38 @@ port = 53
             call(&mut services, &publisher, r).unwrap();
         }
         assert!(!services.table.get(http()).unwrap().sloppy_tcp);
+    }
+
+    /// `mh_table_size` is the config's only: a reload that changes it, on a service
+    /// kept or a new one, sets it, so every node started or reloaded from one file
+    /// has the same Maglev table (ECMP moves flows between them).
+    #[test]
+    fn a_reload_sets_the_maglev_table_size() {
+        let (mut services, publisher) = setup();
+        assert!(diff(&services.table, &services.table.clone())
+            .unwrap()
+            .is_empty());
+        let mut desired = services.table.clone();
+        desired
+            .edit_service(http(), SchedulerKind::Mh, None)
+            .unwrap();
+        desired
+            .set_sched_params(http(), Default::default(), Some(1009))
+            .unwrap();
+        let added = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 9), 80);
+        desired.add_service(added, SchedulerKind::Mh, None).unwrap();
+        desired
+            .set_sched_params(added, Default::default(), Some(4099))
+            .unwrap();
+        let requests = diff(&services.table, &desired).unwrap();
+        for r in requests {
+            call(&mut services, &publisher, r).unwrap();
+        }
+        for (key, size) in [(http(), 1009), (added, 4099)] {
+            let s = services.table.get(key).unwrap();
+            assert_eq!((s.scheduler, s.mh_table_size), (SchedulerKind::Mh, size));
+        }
+        assert!(diff(&services.table, &desired).unwrap().is_empty());
     }
 
     /// A config whose real server is another service's VIP is refused naming that
