@@ -882,7 +882,8 @@ impl Forwarder {
                 ),
             })
             .collect();
-        self.synproxy.reset_services(snap.services().len());
+        self.synproxy
+            .reset_services(snap.services().iter().map(|s| s.id));
         let widest = snap
             .services()
             .iter()

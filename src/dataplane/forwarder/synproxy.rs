@@ -60,8 +60,10 @@ pub(super) struct ProxyState {
 
 /// SYNs without a session in the current one-second window, and until when the proxy
 /// stays on.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct AutoRate {
+    /// The service's id (stable across snapshots).
+    service: u32,
     window_start: u32,
     syns: u32,
     on_until: u32,
@@ -78,10 +80,23 @@ impl ProxyState {
         }
     }
 
-    /// A new snapshot: one meter per service (meters start afresh).
-    pub(super) fn reset_services(&mut self, services: usize) {
-        self.auto.clear();
-        self.auto.resize(services, AutoRate::default());
+    /// A new snapshot: one meter per service, in the snapshot's order (`ids`). A
+    /// service it had keeps its meter: every publish (a health eviction, an edit, a
+    /// reload, a VRRP change) would otherwise switch `auto` off in the middle of a
+    /// flood, and let `auto_syn_rate` more SYNs a second open real sessions before
+    /// cookies came back. Once per publish, not per packet.
+    pub(super) fn reset_services(&mut self, ids: impl Iterator<Item = u32>) {
+        let mut old = std::mem::take(&mut self.auto);
+        old.sort_unstable_by_key(|m| m.service);
+        self.auto = ids
+            .map(|id| match old.binary_search_by_key(&id, |m| m.service) {
+                Ok(at) => old[at],
+                Err(_) => AutoRate {
+                    service: id,
+                    ..AutoRate::default()
+                },
+            })
+            .collect();
     }
 
     fn pending(&self, id: SessionId) -> Option<(Handshake, u32)> {
@@ -624,4 +639,35 @@ fn rewrite_into_syn(
         return Err(DropReason::Truncated);
     }
     classify(pkt.bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_snapshot_keeps_the_meters_of_the_services_it_keeps() {
+        let mut state = ProxyState::new(8, 1_000_000);
+        state.reset_services([10, 20, 30].into_iter());
+        // Service 20 is under a flood: cookies until tick 500.
+        state.auto[1].syns = 5000;
+        state.auto[1].on_until = 500;
+        let flooded = state.auto[1];
+        // A publish drops service 10 and adds 15, which sorts before 20.
+        state.reset_services([15, 20, 30].into_iter());
+        assert_eq!(
+            state.auto[1], flooded,
+            "the flooded service keeps its meter"
+        );
+        assert_eq!(
+            state.auto[0],
+            AutoRate {
+                service: 15,
+                ..AutoRate::default()
+            },
+            "a new service starts afresh"
+        );
+        assert_eq!(state.auto.len(), 3);
+        assert_eq!(state.auto[2].service, 30);
+    }
 }
