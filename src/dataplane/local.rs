@@ -244,6 +244,14 @@ impl LocalResponder {
             return Err(DropReason::UnsupportedProtocol);
         };
         if icmp_type.is_ndisc() {
+            // RFC 6980: Neighbor Discovery in a fragment, an atomic one included, is
+            // dropped, as Linux drops it: a fragment header is how ND is slipped past
+            // a switch's ND inspection (RFC 7113) to poison a neighbour entry.
+            if l4 != l3 + ipv6::HEADER_LEN
+                && packet.upper_layer().is_ok_and(|u| u.fragment.is_some())
+            {
+                return Err(DropReason::NdiscMalformed);
+            }
             let message = icmpv6::Packet::new_unchecked(&buf[l4..end]);
             let repr = NdiscRepr::parse(&message, src, dst, hop_limit).map_err(ndisc_drop)?;
             let from = Solicitor {
@@ -1635,6 +1643,16 @@ mod tests {
                 data[n - 6] = 0x01;
             });
             h.expect_drop(&group_lladdr, NdiscMalformed);
+            // The same solicitation as an atomic fragment (offset 0, no more): the
+            // ICMPv6 checksum still holds (its pseudo-header counts the ICMPv6 length).
+            let mut atomic = NS[..54].to_vec();
+            atomic[20] = 44;
+            let len = u16::from_be_bytes([atomic[18], atomic[19]]) + 8;
+            atomic[18..20].copy_from_slice(&len.to_be_bytes());
+            atomic.extend_from_slice(&[58, 0, 0, 0, 0x12, 0x34, 0x56, 0x78]);
+            atomic.extend_from_slice(&NS[54..]);
+            h.expect_drop(&atomic, NdiscMalformed);
+            assert!(h.neighbours.is_empty(), "nor is a fragment's sender");
 
             // Echo.
             let mut bad_sum = ECHO6;

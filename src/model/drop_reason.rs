@@ -119,7 +119,8 @@ pub enum DropReason {
     /// Neighbor Discovery message shorter than its fixed part.
     NdiscTruncated,
     /// Neighbor Discovery message breaking a rule of RFC 4861 (code, options,
-    /// multicast target, a duplicate address probe to the wrong group, ...).
+    /// multicast target, a duplicate address probe to the wrong group, ...) or
+    /// RFC 6980 (a fragment header, an atomic fragment's included).
     NdiscMalformed,
     /// Router solicitation, router advertisement or redirect: Sluice neither answers
     /// nor follows them.
