@@ -273,23 +273,27 @@ impl HealthMonitor {
         self.rng.next_u64()
     }
 
-    /// Follows the service table: new real servers get a check (first probe at a
-    /// random point of their first interval, so a thousand servers are not probed in
-    /// one burst), removed ones lose theirs. Returns whether anyone's eviction ended
-    /// this way (a removed or unwatched server).
-    fn reconcile(&mut self, table: &ServiceTable, now_ms: u64) -> bool {
+    /// Follows the service table and the checks: new real servers get a check (first
+    /// probe at a random point of their first interval, so a thousand servers are not
+    /// probed in one burst), removed ones lose theirs. An eviction whose checks are
+    /// now off ends (an event says so). Returns those events and whether anyone's eviction ended
+    /// (also by the server's removal).
+    fn reconcile(&mut self, table: &ServiceTable, now_ms: u64) -> (Vec<HealthEvent>, bool) {
+        let mut events = Vec::new();
         if self.table_version == Some(table.version()) {
-            return false;
+            return (events, false);
         }
         self.table_version = Some(table.version());
         self.services = table.services().map(|s| s.key).collect();
         let mut present = std::collections::HashSet::new();
+        let mut unwatched = std::collections::HashSet::new();
         let mut changed = false;
         for s in table.services() {
             for rs in &s.real_servers {
                 let ip = rs.ip;
                 let spec = self.spec_for(s.key, rs.ip, rs.port);
                 if !spec.watches() {
+                    unwatched.insert(rs.id);
                     continue;
                 }
                 present.insert(rs.id);
@@ -298,6 +302,16 @@ impl HealthMonitor {
                     Some(t) => {
                         if t.spec.kind != spec.kind && spec.kind != CheckKind::None {
                             t.next_probe_ms = now_ms + jitter;
+                        }
+                        if let Some(change) = t.verdict.on_check_off(&spec, now_ms) {
+                            changed = true;
+                            events.push(HealthEvent {
+                                id: rs.id,
+                                service: t.service,
+                                ip,
+                                port: t.port,
+                                change,
+                            });
                         }
                         t.spec = spec;
                     }
@@ -330,15 +344,30 @@ impl HealthMonitor {
                 }
             }
         }
-        self.targets.retain(|id, t| {
-            let keep = present.contains(id);
-            changed |= !keep && t.verdict.evicted;
+        self.targets.retain(|&id, t| {
+            let keep = present.contains(&id);
+            if !keep && t.verdict.evicted {
+                changed = true;
+                // Still in the table but watched by nothing now: back in service,
+                // and an event says so, as for any restoration.
+                if unwatched.contains(&id) {
+                    events.push(HealthEvent {
+                        id,
+                        service: t.service,
+                        ip: t.ip,
+                        port: t.port,
+                        change: Change::Restored {
+                            reason: "check-off".into(),
+                        },
+                    });
+                }
+            }
             keep
         });
         let targets = &self.targets;
         self.in_flight
             .retain(|_, f| targets.contains_key(&f.target));
-        changed
+        (events, changed)
     }
 
     /// A frame the workers handed up (TCP to the probe source); `send` transmits.
@@ -383,7 +412,8 @@ impl HealthMonitor {
 
     /// A probe's verdict. Probes keep a fixed rate (the next one is due an interval
     /// after this one started, not after its verdict), so a dead server is evicted
-    /// within `fall * interval + timeout` of its death.
+    /// within `fall * interval + timeout` of its death. A probe whose check a reload
+    /// turned off meanwhile decides nothing: its eviction could never be undone.
     fn conclude(
         &mut self,
         id: u32,
@@ -404,6 +434,9 @@ impl HealthMonitor {
             Ok(()) => "ok".into(),
             Err(e) => e.clone(),
         });
+        if t.spec.kind == CheckKind::None {
+            return Vec::new();
+        }
         let change = t.verdict.on_probe(&t.spec, ok, now_ms);
         if let Some(delay) = t.verdict.next_probe_in(&t.spec, ok) {
             t.next_probe_ms = started_ms + delay;
@@ -430,8 +463,7 @@ impl HealthMonitor {
         passive: impl Fn(u32) -> PassiveTotals,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> (Vec<HealthEvent>, bool) {
-        let reconciled = self.reconcile(table, now_ms);
-        let mut events = Vec::new();
+        let (mut events, reconciled) = self.reconcile(table, now_ms);
         let expired: Vec<u16> = self
             .in_flight
             .iter()

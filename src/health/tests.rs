@@ -524,3 +524,148 @@ fn a_reload_keeps_the_probes_source_ports() {
         assert_eq!(p.from.ip(), std::net::IpAddr::V4(SOURCE));
     }
 }
+/// Ticks from `from` until an event, answering nothing; returns the events and when.
+fn run_until_event(
+    m: &mut HealthMonitor,
+    t: &ServiceTable,
+    net: &mut Net,
+    from: u64,
+) -> (Vec<HealthEvent>, u64) {
+    for now in from..from + 100_000 {
+        let events = net.tick(m, t, now);
+        if !events.is_empty() {
+            return (events, now);
+        }
+    }
+    panic!("no event after {from} ms");
+}
+
+/// Turning a server's active check off ends the eviction that check decided: no probe
+/// would ever restore it, and passive detection neither watches an evicted server nor
+/// restores one it did not evict. A passive eviction keeps its back-off.
+#[test]
+fn a_reload_that_turns_the_check_off_restores_what_the_check_evicted() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let (events, at) = run_until_event(&mut m, &t, &mut net, 0);
+    assert!(events[0].line().starts_with("lb=evict"), "{events:?}");
+    // Off, with passive detection still watching the server.
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.kind = CheckKind::None;
+    cfg.defaults.passive = true;
+    m.reconfigure(cfg, Overrides::default());
+    let events = net.tick(&mut m, &t, at + 1);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        events[0].line(),
+        "lb=restore svc=198.18.1.1:80/tcp rs=198.18.0.11:8080 reason=check-off"
+    );
+    assert!(m.overlay().evicted.is_empty());
+    assert_eq!(m.report(at + 1)[0].restores, 1);
+    net.syns();
+    for now in at + 2..at + 1000 {
+        assert!(net.tick(&mut m, &t, now).is_empty());
+        assert!(net.syns().is_empty(), "no check, no probe");
+    }
+
+    // Off, with nothing left watching it: restored, and said so, as well.
+    let mut m = monitor(CheckKind::Tcp);
+    let (_, at) = run_until_event(&mut m, &t, &mut net, 0);
+    m.reconfigure(HealthConfig::default(), Overrides::default());
+    let events = net.tick(&mut m, &t, at + 1);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].line().ends_with("reason=check-off"), "{events:?}");
+    assert!(m.overlay().evicted.is_empty());
+
+    // A UDP service's server whose health.port goes away has no active check left.
+    let dns = ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, 2), 53);
+    let mut udp = ServiceTable::new();
+    udp.add_service(dns, SchedulerKind::Rr, None).unwrap();
+    let ip = Ipv4Addr::new(198, 18, 0, 21);
+    udp.add_server(dns, RealServerSpec::new(ip, 53, 1, ForwardMode::Nat))
+        .unwrap();
+    let mut o = Overrides::default();
+    let port = CheckOverride {
+        port: Some(5353),
+        passive: Some(true),
+        ..Default::default()
+    };
+    o.services.insert(dns, (port, None));
+    let mut m = HealthMonitor::new(monitor(CheckKind::Tcp).cfg, SOURCE, o, 3);
+    let (_, at) = run_until_event(&mut m, &udp, &mut net, 0);
+    assert_eq!(m.overlay().evicted.len(), 1);
+    let mut o = Overrides::default();
+    let passive_only = CheckOverride {
+        passive: Some(true),
+        ..Default::default()
+    };
+    o.services.insert(dns, (passive_only, None));
+    m.reconfigure(m.cfg.clone(), o);
+    let events = net.tick(&mut m, &udp, at + 1);
+    assert!(events[0].line().ends_with("reason=check-off"), "{events:?}");
+    assert!(m.overlay().evicted.is_empty());
+
+    // Evicted by passive detection under an active check: turning the check off
+    // leaves it to the passive back-off (retry_ms, 300 ms here).
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind: CheckKind::Tcp,
+            interval_ms: 100_000,
+            timeout_ms: 50,
+            retry_ms: 300,
+            passive: true,
+            passive_fall: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
+    let mut send = |_: &[u8]| true;
+    let refused = |n: u32| {
+        move |_: u32| PassiveTotals {
+            refused: n,
+            ..Default::default()
+        }
+    };
+    m.tick(&t, 0, refused(0), &mut send);
+    let (events, _) = m.tick(&t, 1, refused(1), &mut send);
+    assert!(
+        events[0].line().ends_with("reason=passive-1fail"),
+        "{events:?}"
+    );
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.kind = CheckKind::None;
+    m.reconfigure(cfg, Overrides::default());
+    for now in 2..301 {
+        assert!(m.tick(&t, now, refused(1), &mut send).0.is_empty(), "{now}");
+    }
+    let (events, _) = m.tick(&t, 301, refused(1), &mut send);
+    assert!(
+        events[0].line().ends_with("reason=backoff-300ms"),
+        "{events:?}"
+    );
+}
+
+/// A probe in flight when a reload turns its check off decides nothing: an eviction
+/// by it could never be undone.
+#[test]
+fn a_probe_whose_check_was_turned_off_meanwhile_evicts_nobody() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Tcp);
+    m.cfg.defaults.fall = 1;
+    let mut net = Net { sent: Vec::new() };
+    let mut now = 0;
+    while net.syns().is_empty() {
+        net.tick(&mut m, &t, now);
+        now += 1;
+    }
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.kind = CheckKind::None;
+    cfg.defaults.passive = true;
+    m.reconfigure(cfg, Overrides::default());
+    for n in now..now + 1000 {
+        assert!(net.tick(&mut m, &t, n).is_empty(), "at {n}");
+    }
+    assert!(m.overlay().evicted.is_empty());
+}

@@ -68,6 +68,17 @@ impl Verdict {
         })
     }
 
+    /// The server's active check is now `none` (a reload): an eviction that check
+    /// decided ends, since nothing else would ever end it (no probe runs, and passive
+    /// detection neither watches an evicted server nor restores what it did not
+    /// evict). A passive eviction keeps its back-off ([`Verdict::on_time`]).
+    pub fn on_check_off(&mut self, spec: &CheckSpec, now_ms: u64) -> Option<Change> {
+        if spec.kind != CheckKind::None || !self.evicted || self.passive_evicted {
+            return None;
+        }
+        Some(self.restore("check-off".into(), now_ms))
+    }
+
     /// One active probe's result.
     pub fn on_probe(&mut self, spec: &CheckSpec, ok: bool, now_ms: u64) -> Option<Change> {
         if !self.evicted {
