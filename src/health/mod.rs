@@ -22,7 +22,7 @@ use probe::{Check, Endpoints, Probe, Segment};
 use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use verdict::{Change, PassiveDelta, Verdict};
+use verdict::{Change, Pace, PassiveDelta, Verdict};
 
 /// A change the management core logs and publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,8 +73,26 @@ struct Target {
     spec: CheckSpec,
     verdict: Verdict,
     next_probe_ms: u64,
+    /// What `next_probe_ms` was planned from.
+    plan: Plan,
     last_outcome: Option<String>,
     passive_seen: Option<PassiveTotals>,
+}
+
+/// When a target's next probe was planned, and which setting spaced it: a reload
+/// that changes that setting re-plans the probe from the same moment, rather than
+/// leaving it where the old setting put it (up to `retry_ms`, a day, away).
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    from_ms: u64,
+    pace: Pace,
+}
+
+impl Target {
+    fn plan(&mut self, from_ms: u64, pace: Pace) {
+        self.plan = Plan { from_ms, pace };
+        self.next_probe_ms = from_ms + pace.ms(&self.spec);
+    }
 }
 
 struct InFlight {
@@ -275,8 +293,9 @@ impl HealthMonitor {
 
     /// Follows the service table and the checks: new real servers get a check (first
     /// probe at a random point of their first interval, so a thousand servers are not
-    /// probed in one burst), removed ones lose theirs. An eviction whose checks are
-    /// now off ends (an event says so). Returns those events and whether anyone's eviction ended
+    /// probed in one burst), removed ones lose theirs, and changed checks apply to
+    /// the probe already planned. An eviction whose checks are now off ends (an
+    /// event says so). Returns those events and whether anyone's eviction ended
     /// (also by the server's removal).
     fn reconcile(&mut self, table: &ServiceTable, now_ms: u64) -> (Vec<HealthEvent>, bool) {
         let mut events = Vec::new();
@@ -302,6 +321,13 @@ impl HealthMonitor {
                     Some(t) => {
                         if t.spec.kind != spec.kind && spec.kind != CheckKind::None {
                             t.next_probe_ms = now_ms + jitter;
+                            t.plan = Plan {
+                                from_ms: now_ms,
+                                pace: Pace::Interval,
+                            };
+                        } else if t.plan.pace.ms(&spec) != t.plan.pace.ms(&t.spec) {
+                            let due = t.plan.from_ms + t.plan.pace.ms(&spec);
+                            t.next_probe_ms = t.next_probe_ms.min(due);
                         }
                         if let Some(change) = t.verdict.on_check_off(&spec, now_ms) {
                             changed = true;
@@ -336,6 +362,10 @@ impl HealthMonitor {
                                 spec,
                                 verdict: Verdict::default(),
                                 next_probe_ms: now_ms + jitter,
+                                plan: Plan {
+                                    from_ms: now_ms,
+                                    pace: Pace::Interval,
+                                },
                                 last_outcome: None,
                                 passive_seen: None,
                             },
@@ -438,8 +468,8 @@ impl HealthMonitor {
             return Vec::new();
         }
         let change = t.verdict.on_probe(&t.spec, ok, now_ms);
-        if let Some(delay) = t.verdict.next_probe_in(&t.spec, ok) {
-            t.next_probe_ms = started_ms + delay;
+        if let Some(pace) = t.verdict.next_pace(&t.spec, ok) {
+            t.plan(started_ms, pace);
         }
         change
             .map(|change| HealthEvent {
@@ -500,6 +530,10 @@ impl HealthMonitor {
                     // Passive eviction with an active check: the check restores it,
                     // after the back-off.
                     t.next_probe_ms = t.verdict.retry_at_ms;
+                    t.plan = Plan {
+                        from_ms: now_ms,
+                        pace: Pace::Retry,
+                    };
                 }
             }
             let (service, ip, port) = (t.service, t.ip, t.port);
@@ -534,7 +568,7 @@ impl HealthMonitor {
             // An IPv6 real server and no IPv6 source (warned when it was added): the
             // report shows why it is never probed, and it is never evicted by it.
             t.last_outcome = Some(NO_SOURCE6.into());
-            t.next_probe_ms = now_ms + u64::from(t.spec.interval_ms);
+            t.plan(now_ms, Pace::Interval);
             self.stats.probes_skipped += 1;
             return;
         };
@@ -545,8 +579,8 @@ impl HealthMonitor {
         };
         // The next probe is planned now, so a lost frame cannot stop the checks; a
         // verdict re-plans it. A little jitter keeps servers spread out over time.
-        let interval = u64::from(t.spec.interval_ms);
-        t.next_probe_ms = now_ms + interval + jitter % (interval / 20 + 1);
+        t.plan(now_ms, Pace::Interval);
+        t.next_probe_ms += jitter % (u64::from(t.spec.interval_ms) / 20 + 1);
         let deadline_ms = now_ms + u64::from(t.spec.timeout_ms);
         let mut queued = true;
         let ends = Endpoints {

@@ -524,6 +524,7 @@ fn a_reload_keeps_the_probes_source_ports() {
         assert_eq!(p.from.ip(), std::net::IpAddr::V4(SOURCE));
     }
 }
+
 /// Ticks from `from` until an event, answering nothing; returns the events and when.
 fn run_until_event(
     m: &mut HealthMonitor,
@@ -668,4 +669,78 @@ fn a_probe_whose_check_was_turned_off_meanwhile_evicts_nobody() {
         assert!(net.tick(&mut m, &t, n).is_empty(), "at {n}");
     }
     assert!(m.overlay().evicted.is_empty());
+}
+
+/// The SYN times from `from` (exclusive) to `to`, answering nothing.
+fn syn_times(
+    m: &mut HealthMonitor,
+    t: &ServiceTable,
+    net: &mut Net,
+    from: u64,
+    to: u64,
+) -> Vec<u64> {
+    let mut at = Vec::new();
+    for now in from..to {
+        net.tick(m, t, now);
+        at.extend(net.syns().iter().map(|_| now));
+    }
+    at
+}
+
+/// A reloaded `retry_ms` or `interval_ms` applies to the probe already planned: the
+/// next one is due no later than the new value after the last one started.
+#[test]
+fn a_reloaded_interval_or_retry_applies_to_the_probe_already_planned() {
+    let t = table(1);
+    let mut net = Net { sent: Vec::new() };
+    // An evicted server retried every 10 minutes; the operator reloads 300 ms.
+    let mut m = monitor(CheckKind::Tcp);
+    m.cfg.defaults.retry_ms = 600_000;
+    let mut syns = Vec::new();
+    let mut evicted_at = None;
+    for now in 0..1000 {
+        if !net.tick(&mut m, &t, now).is_empty() {
+            evicted_at = Some(now);
+            break;
+        }
+        syns.extend(net.syns().iter().map(|_| now));
+    }
+    let evicted_at = evicted_at.expect("evicted");
+    let last_start = *syns.last().unwrap();
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.retry_ms = 300;
+    m.reconfigure(cfg, Overrides::default());
+    let next = syn_times(&mut m, &t, &mut net, evicted_at + 1, evicted_at + 2000);
+    assert_eq!(
+        next.first(),
+        Some(&(last_start + 300)),
+        "last probe at {last_start}, evicted at {evicted_at}"
+    );
+
+    // An up server probed every 100 s; the operator reloads 200 ms.
+    let mut m = monitor(CheckKind::Tcp);
+    m.cfg.defaults.interval_ms = 100_000;
+    m.cfg.defaults.fall = 1000;
+    let mut first = None;
+    let mut now = 0;
+    while first.is_none() {
+        first = syn_times(&mut m, &t, &mut net, now, now + 1).pop();
+        now += 1;
+    }
+    let first = first.unwrap();
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.interval_ms = 200;
+    m.reconfigure(cfg, Overrides::default());
+    let next = syn_times(&mut m, &t, &mut net, first + 100, first + 1000);
+    assert_eq!(
+        next,
+        [200, 400, 600, 800].map(|d| first + d),
+        "then every 200 ms"
+    );
+    // A longer setting leaves the planned probe where it was.
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.interval_ms = 5000;
+    m.reconfigure(cfg, Overrides::default());
+    let next = syn_times(&mut m, &t, &mut net, first + 1000, first + 10_000);
+    assert_eq!(next, [first + 1000, first + 6000]);
 }
