@@ -560,7 +560,6 @@ impl HealthMonitor {
             return;
         };
         let isn = self.random() as u32;
-        let jitter = self.random();
         let ip = self.targets.get(&id).expect("caller checked").ip;
         let source = self.source_for(ip);
         let t = self.targets.get_mut(&id).expect("caller checked");
@@ -577,10 +576,10 @@ impl HealthMonitor {
             CheckKind::Http => Check::http(&t.spec.path, t.ip, t.spec.expect),
             _ => Check::Tcp,
         };
-        // The next probe is planned now, so a lost frame cannot stop the checks; a
-        // verdict re-plans it. A little jitter keeps servers spread out over time.
+        // The next probe is planned now, so a frame that could not be queued cannot
+        // stop the checks; the verdict re-plans it from the same start. The servers
+        // stay as spread out as their first probes were.
         t.plan(now_ms, Pace::Interval);
-        t.next_probe_ms += jitter % (u64::from(t.spec.interval_ms) / 20 + 1);
         let deadline_ms = now_ms + u64::from(t.spec.timeout_ms);
         let mut queued = true;
         let ends = Endpoints {
