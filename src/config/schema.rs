@@ -642,9 +642,23 @@ fn read_health(root: &Table, ports: &[PortRead]) -> Check<HealthConfig> {
     }
     Ok(HealthConfig {
         source: t.optional("source", |f| {
-            f.str()?
-                .parse::<Ipv4Addr>()
-                .map_err(|_| f.invalid("expected an IPv4 address, for example \"198.18.0.1\""))
+            let addr = f.str()?.parse::<Ipv4Addr>().map_err(|_| {
+                f.invalid("expected an IPv4 address, for example \"198.18.0.1\"")
+            })?;
+            // A probe from an address nobody answers for fails on every server: a
+            // typo here would evict them all.
+            let Some(port) = ports.first().map(|p| &p.config) else {
+                return Ok(addr);
+            };
+            if !port.addresses.iter().any(|a| a.addr == addr) {
+                let cidrs: Vec<String> = port.addresses.iter().map(|a| a.to_string()).collect();
+                return Err(f.invalid(format!(
+                    "{addr} is not an IPv4 address of the first port {:?} ({}): probes leave through it, and the answers must come back to one of its addresses",
+                    port.name,
+                    cidrs.join(", ")
+                )));
+            }
+            Ok(addr)
         })?,
         source6: t.optional("source6", |f| {
             let addr = f.str()?.parse::<Ipv6Addr>().map_err(|_| {

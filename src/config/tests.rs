@@ -2867,6 +2867,43 @@ fn an_ipv6_real_server_with_a_check_needs_an_ipv6_address_to_probe_from() {
     );
 }
 
+#[test]
+fn the_ipv4_probe_source_must_be_an_address_of_the_first_port() {
+    let two = BASE.replace(
+        "addresses = [\"198.18.0.1/24\"]",
+        "addresses = [\"198.18.0.1/24\", \"198.18.2.1/24\"]",
+    );
+    let health = |base: &str, source: &str| format!("{base}[health]\nsource = \"{source}\"\n");
+    // Unset: the first port's first address; set: any of the first port's.
+    assert_eq!(
+        parse(BASE).unwrap().health_source(),
+        Some(Ipv4Addr::new(198, 18, 0, 1))
+    );
+    let cfg = parse(&health(&two, "198.18.2.1")).unwrap();
+    assert_eq!(cfg.health_source(), Some(Ipv4Addr::new(198, 18, 2, 1)));
+    // A typo: every probe would go out from an address nobody answers for.
+    let err = assert_rejected(
+        &health(BASE, "198.18.0.9"),
+        22,
+        "health.source",
+        "198.18.0.9 is not an IPv4 address of the first port \"lan0\" (198.18.0.1/24)",
+    );
+    assert!(err.to_string().starts_with("test.toml:22:"), "{err}");
+    // Probes leave through the first port only: another port's address is refused too.
+    assert_rejected(
+        &health(&two_ports("name", "name"), "198.18.1.1"),
+        26,
+        "health.source",
+        "not an IPv4 address of the first port",
+    );
+    assert_rejected(
+        &health(BASE, "2001:db8::1"),
+        22,
+        "health.source",
+        "expected an IPv4 address",
+    );
+}
+
 fn v6(s: &str) -> std::net::Ipv6Addr {
     s.parse().unwrap()
 }

@@ -22,7 +22,7 @@ use probe::{Check, Endpoints, Probe, Segment};
 use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use verdict::{Change, PassiveDelta, Verdict};
+use verdict::{Change, Pace, PassiveDelta, Verdict};
 
 /// A change the management core logs and publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,8 +73,26 @@ struct Target {
     spec: CheckSpec,
     verdict: Verdict,
     next_probe_ms: u64,
+    /// What `next_probe_ms` was planned from.
+    plan: Plan,
     last_outcome: Option<String>,
     passive_seen: Option<PassiveTotals>,
+}
+
+/// When a target's next probe was planned, and which setting spaced it: a reload
+/// that changes that setting re-plans the probe from the same moment, rather than
+/// leaving it where the old setting put it (up to `retry_ms`, a day, away).
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    from_ms: u64,
+    pace: Pace,
+}
+
+impl Target {
+    fn plan(&mut self, from_ms: u64, pace: Pace) {
+        self.plan = Plan { from_ms, pace };
+        self.next_probe_ms = from_ms + pace.ms(&self.spec);
+    }
 }
 
 struct InFlight {
@@ -273,23 +291,28 @@ impl HealthMonitor {
         self.rng.next_u64()
     }
 
-    /// Follows the service table: new real servers get a check (first probe at a
-    /// random point of their first interval, so a thousand servers are not probed in
-    /// one burst), removed ones lose theirs. Returns whether anyone's eviction ended
-    /// this way (a removed or unwatched server).
-    fn reconcile(&mut self, table: &ServiceTable, now_ms: u64) -> bool {
+    /// Follows the service table and the checks: new real servers get a check (first
+    /// probe at a random point of their first interval, so a thousand servers are not
+    /// probed in one burst), removed ones lose theirs, and changed checks apply to
+    /// the probe already planned. An eviction whose checks are now off ends (an
+    /// event says so). Returns those events and whether anyone's eviction ended
+    /// (also by the server's removal).
+    fn reconcile(&mut self, table: &ServiceTable, now_ms: u64) -> (Vec<HealthEvent>, bool) {
+        let mut events = Vec::new();
         if self.table_version == Some(table.version()) {
-            return false;
+            return (events, false);
         }
         self.table_version = Some(table.version());
         self.services = table.services().map(|s| s.key).collect();
         let mut present = std::collections::HashSet::new();
+        let mut unwatched = std::collections::HashSet::new();
         let mut changed = false;
         for s in table.services() {
             for rs in &s.real_servers {
                 let ip = rs.ip;
                 let spec = self.spec_for(s.key, rs.ip, rs.port);
                 if !spec.watches() {
+                    unwatched.insert(rs.id);
                     continue;
                 }
                 present.insert(rs.id);
@@ -298,6 +321,23 @@ impl HealthMonitor {
                     Some(t) => {
                         if t.spec.kind != spec.kind && spec.kind != CheckKind::None {
                             t.next_probe_ms = now_ms + jitter;
+                            t.plan = Plan {
+                                from_ms: now_ms,
+                                pace: Pace::Interval,
+                            };
+                        } else if t.plan.pace.ms(&spec) != t.plan.pace.ms(&t.spec) {
+                            let due = t.plan.from_ms + t.plan.pace.ms(&spec);
+                            t.next_probe_ms = t.next_probe_ms.min(due);
+                        }
+                        if let Some(change) = t.verdict.on_check_off(&spec, now_ms) {
+                            changed = true;
+                            events.push(HealthEvent {
+                                id: rs.id,
+                                service: t.service,
+                                ip,
+                                port: t.port,
+                                change,
+                            });
                         }
                         t.spec = spec;
                     }
@@ -322,6 +362,10 @@ impl HealthMonitor {
                                 spec,
                                 verdict: Verdict::default(),
                                 next_probe_ms: now_ms + jitter,
+                                plan: Plan {
+                                    from_ms: now_ms,
+                                    pace: Pace::Interval,
+                                },
                                 last_outcome: None,
                                 passive_seen: None,
                             },
@@ -330,15 +374,30 @@ impl HealthMonitor {
                 }
             }
         }
-        self.targets.retain(|id, t| {
-            let keep = present.contains(id);
-            changed |= !keep && t.verdict.evicted;
+        self.targets.retain(|&id, t| {
+            let keep = present.contains(&id);
+            if !keep && t.verdict.evicted {
+                changed = true;
+                // Still in the table but watched by nothing now: back in service,
+                // and an event says so, as for any restoration.
+                if unwatched.contains(&id) {
+                    events.push(HealthEvent {
+                        id,
+                        service: t.service,
+                        ip: t.ip,
+                        port: t.port,
+                        change: Change::Restored {
+                            reason: "check-off".into(),
+                        },
+                    });
+                }
+            }
             keep
         });
         let targets = &self.targets;
         self.in_flight
             .retain(|_, f| targets.contains_key(&f.target));
-        changed
+        (events, changed)
     }
 
     /// A frame the workers handed up (TCP to the probe source); `send` transmits.
@@ -383,7 +442,8 @@ impl HealthMonitor {
 
     /// A probe's verdict. Probes keep a fixed rate (the next one is due an interval
     /// after this one started, not after its verdict), so a dead server is evicted
-    /// within `fall * interval + timeout` of its death.
+    /// within `fall * interval + timeout` of its death. A probe whose check a reload
+    /// turned off meanwhile decides nothing: its eviction could never be undone.
     fn conclude(
         &mut self,
         id: u32,
@@ -404,9 +464,12 @@ impl HealthMonitor {
             Ok(()) => "ok".into(),
             Err(e) => e.clone(),
         });
+        if t.spec.kind == CheckKind::None {
+            return Vec::new();
+        }
         let change = t.verdict.on_probe(&t.spec, ok, now_ms);
-        if let Some(delay) = t.verdict.next_probe_in(&t.spec, ok) {
-            t.next_probe_ms = started_ms + delay;
+        if let Some(pace) = t.verdict.next_pace(&t.spec, ok) {
+            t.plan(started_ms, pace);
         }
         change
             .map(|change| HealthEvent {
@@ -430,8 +493,7 @@ impl HealthMonitor {
         passive: impl Fn(u32) -> PassiveTotals,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> (Vec<HealthEvent>, bool) {
-        let reconciled = self.reconcile(table, now_ms);
-        let mut events = Vec::new();
+        let (mut events, reconciled) = self.reconcile(table, now_ms);
         let expired: Vec<u16> = self
             .in_flight
             .iter()
@@ -468,6 +530,10 @@ impl HealthMonitor {
                     // Passive eviction with an active check: the check restores it,
                     // after the back-off.
                     t.next_probe_ms = t.verdict.retry_at_ms;
+                    t.plan = Plan {
+                        from_ms: now_ms,
+                        pace: Pace::Retry,
+                    };
                 }
             }
             let (service, ip, port) = (t.service, t.ip, t.port);
@@ -494,7 +560,6 @@ impl HealthMonitor {
             return;
         };
         let isn = self.random() as u32;
-        let jitter = self.random();
         let ip = self.targets.get(&id).expect("caller checked").ip;
         let source = self.source_for(ip);
         let t = self.targets.get_mut(&id).expect("caller checked");
@@ -502,7 +567,7 @@ impl HealthMonitor {
             // An IPv6 real server and no IPv6 source (warned when it was added): the
             // report shows why it is never probed, and it is never evicted by it.
             t.last_outcome = Some(NO_SOURCE6.into());
-            t.next_probe_ms = now_ms + u64::from(t.spec.interval_ms);
+            t.plan(now_ms, Pace::Interval);
             self.stats.probes_skipped += 1;
             return;
         };
@@ -511,10 +576,10 @@ impl HealthMonitor {
             CheckKind::Http => Check::http(&t.spec.path, t.ip, t.spec.expect),
             _ => Check::Tcp,
         };
-        // The next probe is planned now, so a lost frame cannot stop the checks; a
-        // verdict re-plans it. A little jitter keeps servers spread out over time.
-        let interval = u64::from(t.spec.interval_ms);
-        t.next_probe_ms = now_ms + interval + jitter % (interval / 20 + 1);
+        // The next probe is planned now, so a frame that could not be queued cannot
+        // stop the checks; the verdict re-plans it from the same start. The servers
+        // stay as spread out as their first probes were.
+        t.plan(now_ms, Pace::Interval);
         let deadline_ms = now_ms + u64::from(t.spec.timeout_ms);
         let mut queued = true;
         let ends = Endpoints {

@@ -524,3 +524,223 @@ fn a_reload_keeps_the_probes_source_ports() {
         assert_eq!(p.from.ip(), std::net::IpAddr::V4(SOURCE));
     }
 }
+
+/// Ticks from `from` until an event, answering nothing; returns the events and when.
+fn run_until_event(
+    m: &mut HealthMonitor,
+    t: &ServiceTable,
+    net: &mut Net,
+    from: u64,
+) -> (Vec<HealthEvent>, u64) {
+    for now in from..from + 100_000 {
+        let events = net.tick(m, t, now);
+        if !events.is_empty() {
+            return (events, now);
+        }
+    }
+    panic!("no event after {from} ms");
+}
+
+/// Turning a server's active check off ends the eviction that check decided: no probe
+/// would ever restore it, and passive detection neither watches an evicted server nor
+/// restores one it did not evict. A passive eviction keeps its back-off.
+#[test]
+fn a_reload_that_turns_the_check_off_restores_what_the_check_evicted() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let (events, at) = run_until_event(&mut m, &t, &mut net, 0);
+    assert!(events[0].line().starts_with("lb=evict"), "{events:?}");
+    // Off, with passive detection still watching the server.
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.kind = CheckKind::None;
+    cfg.defaults.passive = true;
+    m.reconfigure(cfg, Overrides::default());
+    let events = net.tick(&mut m, &t, at + 1);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        events[0].line(),
+        "lb=restore svc=198.18.1.1:80/tcp rs=198.18.0.11:8080 reason=check-off"
+    );
+    assert!(m.overlay().evicted.is_empty());
+    assert_eq!(m.report(at + 1)[0].restores, 1);
+    net.syns();
+    for now in at + 2..at + 1000 {
+        assert!(net.tick(&mut m, &t, now).is_empty());
+        assert!(net.syns().is_empty(), "no check, no probe");
+    }
+
+    // Off, with nothing left watching it: restored, and said so, as well.
+    let mut m = monitor(CheckKind::Tcp);
+    let (_, at) = run_until_event(&mut m, &t, &mut net, 0);
+    m.reconfigure(HealthConfig::default(), Overrides::default());
+    let events = net.tick(&mut m, &t, at + 1);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].line().ends_with("reason=check-off"), "{events:?}");
+    assert!(m.overlay().evicted.is_empty());
+
+    // A UDP service's server whose health.port goes away has no active check left.
+    let dns = ServiceKey::new(Protocol::Udp, Ipv4Addr::new(198, 18, 1, 2), 53);
+    let mut udp = ServiceTable::new();
+    udp.add_service(dns, SchedulerKind::Rr, None).unwrap();
+    let ip = Ipv4Addr::new(198, 18, 0, 21);
+    udp.add_server(dns, RealServerSpec::new(ip, 53, 1, ForwardMode::Nat))
+        .unwrap();
+    let mut o = Overrides::default();
+    let port = CheckOverride {
+        port: Some(5353),
+        passive: Some(true),
+        ..Default::default()
+    };
+    o.services.insert(dns, (port, None));
+    let mut m = HealthMonitor::new(monitor(CheckKind::Tcp).cfg, SOURCE, o, 3);
+    let (_, at) = run_until_event(&mut m, &udp, &mut net, 0);
+    assert_eq!(m.overlay().evicted.len(), 1);
+    let mut o = Overrides::default();
+    let passive_only = CheckOverride {
+        passive: Some(true),
+        ..Default::default()
+    };
+    o.services.insert(dns, (passive_only, None));
+    m.reconfigure(m.cfg.clone(), o);
+    let events = net.tick(&mut m, &udp, at + 1);
+    assert!(events[0].line().ends_with("reason=check-off"), "{events:?}");
+    assert!(m.overlay().evicted.is_empty());
+
+    // Evicted by passive detection under an active check: turning the check off
+    // leaves it to the passive back-off (retry_ms, 300 ms here).
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind: CheckKind::Tcp,
+            interval_ms: 100_000,
+            timeout_ms: 50,
+            retry_ms: 300,
+            passive: true,
+            passive_fall: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
+    let mut send = |_: &[u8]| true;
+    let refused = |n: u32| {
+        move |_: u32| PassiveTotals {
+            refused: n,
+            ..Default::default()
+        }
+    };
+    m.tick(&t, 0, refused(0), &mut send);
+    let (events, _) = m.tick(&t, 1, refused(1), &mut send);
+    assert!(
+        events[0].line().ends_with("reason=passive-1fail"),
+        "{events:?}"
+    );
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.kind = CheckKind::None;
+    m.reconfigure(cfg, Overrides::default());
+    for now in 2..301 {
+        assert!(m.tick(&t, now, refused(1), &mut send).0.is_empty(), "{now}");
+    }
+    let (events, _) = m.tick(&t, 301, refused(1), &mut send);
+    assert!(
+        events[0].line().ends_with("reason=backoff-300ms"),
+        "{events:?}"
+    );
+}
+
+/// A probe in flight when a reload turns its check off decides nothing: an eviction
+/// by it could never be undone.
+#[test]
+fn a_probe_whose_check_was_turned_off_meanwhile_evicts_nobody() {
+    let t = table(1);
+    let mut m = monitor(CheckKind::Tcp);
+    m.cfg.defaults.fall = 1;
+    let mut net = Net { sent: Vec::new() };
+    let mut now = 0;
+    while net.syns().is_empty() {
+        net.tick(&mut m, &t, now);
+        now += 1;
+    }
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.kind = CheckKind::None;
+    cfg.defaults.passive = true;
+    m.reconfigure(cfg, Overrides::default());
+    for n in now..now + 1000 {
+        assert!(net.tick(&mut m, &t, n).is_empty(), "at {n}");
+    }
+    assert!(m.overlay().evicted.is_empty());
+}
+
+/// The SYN times from `from` (exclusive) to `to`, answering nothing.
+fn syn_times(
+    m: &mut HealthMonitor,
+    t: &ServiceTable,
+    net: &mut Net,
+    from: u64,
+    to: u64,
+) -> Vec<u64> {
+    let mut at = Vec::new();
+    for now in from..to {
+        net.tick(m, t, now);
+        at.extend(net.syns().iter().map(|_| now));
+    }
+    at
+}
+
+/// A reloaded `retry_ms` or `interval_ms` applies to the probe already planned: the
+/// next one is due no later than the new value after the last one started.
+#[test]
+fn a_reloaded_interval_or_retry_applies_to_the_probe_already_planned() {
+    let t = table(1);
+    let mut net = Net { sent: Vec::new() };
+    // An evicted server retried every 10 minutes; the operator reloads 300 ms.
+    let mut m = monitor(CheckKind::Tcp);
+    m.cfg.defaults.retry_ms = 600_000;
+    let mut syns = Vec::new();
+    let mut evicted_at = None;
+    for now in 0..1000 {
+        if !net.tick(&mut m, &t, now).is_empty() {
+            evicted_at = Some(now);
+            break;
+        }
+        syns.extend(net.syns().iter().map(|_| now));
+    }
+    let evicted_at = evicted_at.expect("evicted");
+    let last_start = *syns.last().unwrap();
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.retry_ms = 300;
+    m.reconfigure(cfg, Overrides::default());
+    let next = syn_times(&mut m, &t, &mut net, evicted_at + 1, evicted_at + 2000);
+    assert_eq!(
+        next.first(),
+        Some(&(last_start + 300)),
+        "last probe at {last_start}, evicted at {evicted_at}"
+    );
+
+    // An up server probed every 100 s; the operator reloads 200 ms.
+    let mut m = monitor(CheckKind::Tcp);
+    m.cfg.defaults.interval_ms = 100_000;
+    m.cfg.defaults.fall = 1000;
+    let mut first = None;
+    let mut now = 0;
+    while first.is_none() {
+        first = syn_times(&mut m, &t, &mut net, now, now + 1).pop();
+        now += 1;
+    }
+    let first = first.unwrap();
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.interval_ms = 200;
+    m.reconfigure(cfg, Overrides::default());
+    let next = syn_times(&mut m, &t, &mut net, first + 100, first + 1000);
+    assert_eq!(
+        next,
+        [200, 400, 600, 800].map(|d| first + d),
+        "then every 200 ms"
+    );
+    // A longer setting leaves the planned probe where it was.
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.interval_ms = 5000;
+    m.reconfigure(cfg, Overrides::default());
+    let next = syn_times(&mut m, &t, &mut net, first + 1000, first + 10_000);
+    assert_eq!(next, [first + 1000, first + 6000]);
+}

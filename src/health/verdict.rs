@@ -54,18 +54,54 @@ pub struct Verdict {
     pub changed_at_ms: u64,
 }
 
+/// Which setting spaces a server's next probe from the moment it is planned from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// `interval_ms`: an up or recovering server.
+    Interval,
+    /// `retry_ms`: an evicted server whose last probe failed, or one just evicted by
+    /// passive detection.
+    Retry,
+}
+
+impl Pace {
+    pub fn ms(self, spec: &CheckSpec) -> u64 {
+        u64::from(match self {
+            Pace::Interval => spec.interval_ms,
+            Pace::Retry => spec.retry_ms,
+        })
+    }
+}
+
 impl Verdict {
-    /// The delay until the next probe after a result: `None` when the server needs no
+    /// What spaces the next probe after a result: `None` when the server needs no
     /// probe (no active check).
-    pub fn next_probe_in(&self, spec: &CheckSpec, last_ok: bool) -> Option<u64> {
+    pub fn next_pace(&self, spec: &CheckSpec, last_ok: bool) -> Option<Pace> {
         if spec.kind == CheckKind::None {
             return None;
         }
         Some(if self.evicted && !last_ok {
-            u64::from(spec.retry_ms)
+            Pace::Retry
         } else {
-            u64::from(spec.interval_ms)
+            Pace::Interval
         })
+    }
+
+    /// The delay until the next probe after a result: `None` when the server needs no
+    /// probe (no active check).
+    pub fn next_probe_in(&self, spec: &CheckSpec, last_ok: bool) -> Option<u64> {
+        self.next_pace(spec, last_ok).map(|p| p.ms(spec))
+    }
+
+    /// The server's active check is now `none` (a reload): an eviction that check
+    /// decided ends, since nothing else would ever end it (no probe runs, and passive
+    /// detection neither watches an evicted server nor restores what it did not
+    /// evict). A passive eviction keeps its back-off ([`Verdict::on_time`]).
+    pub fn on_check_off(&mut self, spec: &CheckSpec, now_ms: u64) -> Option<Change> {
+        if spec.kind != CheckKind::None || !self.evicted || self.passive_evicted {
+            return None;
+        }
+        Some(self.restore("check-off".into(), now_ms))
     }
 
     /// One active probe's result.
