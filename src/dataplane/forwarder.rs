@@ -1289,11 +1289,19 @@ impl Forwarder {
                     Err(action) => return action,
                 };
                 // Admission (access list, rate limit) decides on the packet that
-                // opens: for a proxied service the SYN, before its cookie; the ACK
-                // that then carries a valid cookie proves a SYN that was admitted.
+                // opens: for a proxied service the SYN, before its cookie. The ACK
+                // that then carries a valid cookie proves a SYN that was admitted,
+                // and meets the access list again (not the rate, which its SYN paid):
+                // a cookie lives about two minutes, and a deny added meanwhile, in
+                // an incident, must hold against the cookies already handed out.
                 let syn = flags.contains(TcpFlags::SYN);
                 if key.proto != Protocol::Tcp || syn {
                     if let Err(reason) = self.check_admission(service, &key, cx.now_tsc) {
+                        return Action::Drop(reason);
+                    }
+                } else if self.proxies(service) {
+                    // Only a cookie can open it (the proxy reads every such segment).
+                    if let Err(reason) = self.check_acl(service, &key) {
                         return Action::Drop(reason);
                     }
                 }

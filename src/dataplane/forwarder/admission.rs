@@ -185,22 +185,13 @@ impl Forwarder {
         key: &FlowKey4,
         now_tsc: u64,
     ) -> Result<(), DropReason> {
+        self.check_acl(service, key)?;
         let snap = self.snapshot.current();
         let Some(admission) = snap.admission(service) else {
             return Ok(());
         };
         let worker = usize::from(self.rss.queue);
         let source = key.src_addr();
-        if let Some(acl) = &admission.acl {
-            let verdict = acl.decide(source);
-            if let Some(rule) = verdict.rule {
-                acl.count(worker, rule);
-            }
-            if !verdict.allowed {
-                admission.counters.count(worker, AdmissionEvent::AclDenied);
-                return Err(DropReason::AclDenied);
-            }
-        }
         if let Some(limit) = admission.rate_limit {
             let limit = self.rate_table.share(limit, admission.workers, self.tsc_hz);
             let bucket =
@@ -217,6 +208,29 @@ impl Forwarder {
                     .count(worker, AdmissionEvent::RateLimited);
                 return Err(DropReason::RateLimited);
             }
+        }
+        Ok(())
+    }
+
+    /// The service's access list alone, for `key`'s source: the drop reason when it
+    /// refuses. Counted as [`Self::check_admission`] counts it.
+    #[inline]
+    pub(super) fn check_acl(&self, service: usize, key: &FlowKey4) -> Result<(), DropReason> {
+        let snap = self.snapshot.current();
+        let Some(admission) = snap.admission(service) else {
+            return Ok(());
+        };
+        let Some(acl) = &admission.acl else {
+            return Ok(());
+        };
+        let worker = usize::from(self.rss.queue);
+        let verdict = acl.decide(key.src_addr());
+        if let Some(rule) = verdict.rule {
+            acl.count(worker, rule);
+        }
+        if !verdict.allowed {
+            admission.counters.count(worker, AdmissionEvent::AclDenied);
+            return Err(DropReason::AclDenied);
         }
         Ok(())
     }
