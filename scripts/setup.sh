@@ -79,10 +79,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     trap 'rm -f "$policy"' EXIT
   fi
   apt-get install -y -q --no-install-recommends "${missing[@]}"
-  # bird2's package enables bird.service; a node runs BIRD on purpose, with its own
-  # config (config/bird-node.conf), so one installed here is left disabled.
-  if [[ " ${missing[*]} " == *" bird2 "* ]] && command -v systemctl >/dev/null; then
-    systemctl disable --quiet bird.service 2>/dev/null || true
+  # The packages enable their services, which would start at the next boot: nginx on
+  # :80 and Prometheus on :9090 (no authentication) listening on every address,
+  # keepalived sending VRRP, BIRD with its default config. The tests run their own
+  # instances inside namespaces, and a node runs BIRD on purpose, with its own config
+  # (config/bird-node.conf): those installed here are left disabled.
+  if command -v systemctl >/dev/null; then
+    for pair in nginx:nginx prometheus:prometheus keepalived:keepalived bird2:bird; do
+      if [[ " ${missing[*]} " == *" ${pair%%:*} "* ]]; then
+        systemctl disable --quiet "${pair#*:}.service" 2>/dev/null || true
+      fi
+    done
   fi
 fi
 
