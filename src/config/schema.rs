@@ -1295,7 +1295,7 @@ fn read_services(
     let mut services = Vec::with_capacity(items.len());
     for item in &items {
         let service = read_service(item, ports, source, &health.defaults)?;
-        check_ipv6_probe_source(item, &service.config, ports, health)?;
+        check_ipv6_neighbour_source(item, &service.config, ports, health)?;
         let key = service.config.key;
         claim_with(&mut seen, key, &item.location(), |first| {
             format!("service {key} is defined twice: {first} has the same protocol, VIP and port")
@@ -1596,21 +1596,20 @@ fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Ch
     })
 }
 
-/// An IPv6 real server with an active check needs an IPv6 address to probe it from:
-/// `[health] source6`, or an IPv6 address on the first port (probes leave through it).
-/// Without one the check could never run, so the file is refused rather than the
-/// server silently left unchecked.
-fn check_ipv6_probe_source(
+/// Sluice resolves an IPv6 real server (Neighbor Discovery) and probes it from the
+/// first port's IPv6 addresses only: a service with an IPv6 real server or sorry
+/// server on a first port with none would load, and every packet to that server would
+/// wait for a neighbour entry nothing asks for and be dropped (`neighbour_unresolved`).
+fn check_ipv6_neighbour_source(
     f: &Field,
     service: &ServiceConfig,
     ports: &[PortRead],
     health: &HealthConfig,
 ) -> Check<()> {
-    let has_source6 = health.source6.is_some()
-        || ports
-            .first()
-            .is_some_and(|p| !p.config.addresses6.is_empty());
-    if has_source6 {
+    if ports
+        .first()
+        .is_some_and(|p| !p.config.addresses6.is_empty())
+    {
         return Ok(());
     }
     let mut overrides = crate::health::Overrides::default();
@@ -1624,18 +1623,33 @@ fn check_ipv6_probe_source(
     }
     let monitor =
         crate::health::HealthMonitor::new(health.clone(), Ipv4Addr::UNSPECIFIED, overrides, 0);
-    for (i, rs) in service.real_servers.iter().enumerate() {
-        if !rs.ip.is_ipv6() {
+    let servers = service
+        .real_servers
+        .iter()
+        .enumerate()
+        .map(|(i, rs)| (rs.ip, rs.port, format!("real_servers[{i}]")))
+        .chain(
+            service
+                .sorry_server
+                .iter()
+                .map(|s| (s.ip, s.port, "sorry_server".to_string())),
+        );
+    for (ip, port, what) in servers {
+        if !ip.is_ipv6() {
             continue;
         }
-        let kind = monitor.spec_for(service.key, rs.ip, rs.port).kind;
-        if kind != crate::health::spec::CheckKind::None {
-            return Err(f.invalid(format!(
-                "real server {} (real_servers[{i}]) has a {} check, but there is no IPv6 address to probe it from: add an IPv6 address to the first port's addresses, or set check = \"none\" for it",
-                std::net::SocketAddr::new(rs.ip, rs.port),
-                kind.name()
-            )));
-        }
+        let kind = monitor.spec_for(service.key, ip, port).kind;
+        let probed = if kind != crate::health::spec::CheckKind::None {
+            format!(" (and probes its {} check from one)", kind.name())
+        } else {
+            String::new()
+        };
+        return Err(f.invalid(format!(
+            "{} ({what}) is IPv6, but the first port has no IPv6 address: Sluice finds \
+             its MAC by Neighbor Discovery from that port's IPv6 address{probed}; add an \
+             IPv6 address to the first port's addresses",
+            std::net::SocketAddr::new(ip, port),
+        )));
     }
     Ok(())
 }

@@ -2826,22 +2826,40 @@ fn ipv6_checked(base: &str, health: &str, rs: &str) -> String {
 }
 
 #[test]
-fn an_ipv6_real_server_with_a_check_needs_an_ipv6_address_to_probe_from() {
+fn an_ipv6_real_server_needs_an_ipv6_address_on_the_first_port() {
     let err = assert_rejected(
         &ipv6_checked(BASE, "check = \"tcp\"\n", ""),
         24,
         "services[0]",
-        "no IPv6 address to probe it from",
+        "is IPv6, but the first port has no IPv6 address",
     );
-    assert!(err.message.contains("[2001:db8:1a::11]:80"), "{err}");
-    // Without a check, or with an IPv6 address on the port, it is accepted; the
-    // probes come from the port's IPv6 addresses (or the one `source6` names).
-    parse(&ipv6_checked(
-        BASE,
-        "check = \"tcp\"\n",
-        "  [services.real_servers.health]\n  check = \"none\"\n",
-    ))
-    .unwrap();
+    assert!(
+        err.message
+            .contains("[2001:db8:1a::11]:80 (real_servers[0])")
+            && err.message.contains("probes its tcp check"),
+        "{err}"
+    );
+    // Without a check too: nothing would resolve its MAC.
+    let err = assert_rejected(
+        &ipv6_checked(
+            BASE,
+            "check = \"tcp\"\n",
+            "  [services.real_servers.health]\n  check = \"none\"\n",
+        ),
+        24,
+        "services[0]",
+        "finds its MAC by Neighbor Discovery",
+    );
+    assert!(!err.message.contains("probes"), "{err}");
+    // NAT64: IPv4 real servers behind the IPv6 VIP are found by ARP.
+    let nat64 = format!(
+        "{BASE}[[services]]\nproto = \"tcp\"\nvip = \"2001:db8:18::100\"\nport = 80\n\
+         local_addresses = [\"198.18.0.50\"]\n\n[[services.real_servers]]\n\
+         ip = \"198.18.0.11\"\nmode = \"fullnat\"\n"
+    );
+    parse(&nat64).unwrap();
+    // With an IPv6 address on the first port it is accepted; the probes come from
+    // the port's IPv6 addresses (or the one `source6` names).
     let dual = BASE.replace(
         "addresses = [\"198.18.0.1/24\"]",
         "addresses = [\"198.18.0.1/24\", \"2001:db8:18::1/64\", \"2001:db8:1a::1/64\"]",
