@@ -901,6 +901,16 @@ fn read_port(f: &Field, source: &Source) -> Check<PortRead> {
     let address_field = t.require("addresses")?;
     let read = read_addresses(&address_field)?;
     let exception = read_exception(&t, &name, source)?;
+    let mtu = t.optional("mtu", fields::mtu)?;
+    if let (Some(small), Some(at)) = (mtu.filter(|m| *m < 1280), t.get("mtu")) {
+        if !read.v6.is_empty() {
+            // RFC 8200: every IPv6 link carries 1280; a Packet Too Big below it
+            // would be ignored (RFC 8201), and the clients' packets lost.
+            return Err(at.invalid(format!(
+                "{small} is below IPv6's minimum link MTU of 1280, and the port has IPv6 addresses"
+            )));
+        }
+    }
     Ok(PortRead {
         config: PortConfig {
             name,
@@ -911,7 +921,7 @@ fn read_port(f: &Field, source: &Source) -> Check<PortRead> {
             rx_desc: t.or("rx_desc", DEFAULT_DESC, fields::desc_count)?,
             tx_desc: t.or("tx_desc", DEFAULT_DESC, fields::desc_count)?,
             rss_key: t.optional("rss_key", fields::rss_key)?,
-            mtu: t.optional("mtu", fields::mtu)?,
+            mtu,
             exception,
         },
         name_at: name_field.location(),

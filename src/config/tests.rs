@@ -689,6 +689,21 @@ fn mtu_range() {
     let text = |v: &str| base_with("addresses", &format!("mtu = {v}\naddresses"));
     assert_rejected(&text("67"), 17, "ports[0].mtu", "out of range (68..=9000)");
     assert_eq!(parse(&text("9000")).unwrap().ports[0].mtu, Some(9000));
+    assert_eq!(parse(&text("576")).unwrap().ports[0].mtu, Some(576));
+    // IPv6 needs 1280 on every link.
+    let dual = |v: &str| {
+        base_with(
+            "addresses = [\"198.18.0.1/24\"]",
+            &format!("mtu = {v}\naddresses = [\"198.18.0.1/24\", \"2001:db8:18::1/64\"]"),
+        )
+    };
+    assert_rejected(
+        &dual("1279"),
+        17,
+        "ports[0].mtu",
+        "below IPv6's minimum link MTU of 1280",
+    );
+    assert_eq!(parse(&dual("1280")).unwrap().ports[0].mtu, Some(1280));
 }
 
 // ---- errors: lcores, control, eal ------------------------------------------
