@@ -121,15 +121,17 @@ impl CookieKey {
         KEY.get_or_init(CookieKey::random)
     }
 
-    /// SipHash-2-4 of the three words.
-    fn hash(&self, words: [u64; 3]) -> u64 {
+    /// SipHash-2-4 of the words' little-endian bytes (`8 * N` bytes). Other secrets
+    /// that must be unguessable from outside use it too, under keys of their own (the
+    /// health probes' initial sequence numbers, `crate::health`).
+    pub fn hash<const N: usize>(&self, words: [u64; N]) -> u64 {
         let mut v = [
             self.k0 ^ 0x736f_6d65_7073_6575,
             self.k1 ^ 0x646f_7261_6e64_6f6d,
             self.k0 ^ 0x6c79_6765_6e65_7261,
             self.k1 ^ 0x7465_6462_7974_6573,
         ];
-        let last = 24u64 << 56;
+        let last = ((8 * N) as u64 & 0xff) << 56;
         for m in words.into_iter().chain(std::iter::once(last)) {
             v[3] ^= m;
             sip_round(&mut v);
@@ -785,15 +787,22 @@ mod tests {
             0x0f0e_0d0c_0b0a_0908,
             0x1716_1514_1312_1110,
         ];
-        #[allow(deprecated)]
-        let reference = {
-            use std::hash::Hasher;
-            let mut h = std::hash::SipHasher::new_with_keys(SECRET.k0, SECRET.k1);
-            let bytes: Vec<u8> = (0u8..24).collect();
-            h.write(&bytes);
-            h.finish()
-        };
-        assert_eq!(SECRET.hash(words), reference);
+        assert_eq!(SECRET.hash(words), std_siphash(&words));
+        // Other lengths (the health probes' ISNs hash six words).
+        let six = [1, 2, 3, u64::MAX, 5, 0x8000_0000_0000_0001];
+        assert_eq!(SECRET.hash(six), std_siphash(&six));
+        assert_eq!(SECRET.hash([42]), std_siphash(&[42]));
+        assert_eq!(SECRET.hash([]), std_siphash(&[]));
+    }
+
+    /// The standard library's SipHash-2-4 under `SECRET` of the words' LE bytes.
+    #[allow(deprecated)]
+    fn std_siphash(words: &[u64]) -> u64 {
+        use std::hash::Hasher;
+        let mut h = std::hash::SipHasher::new_with_keys(SECRET.k0, SECRET.k1);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        h.write(&bytes);
+        h.finish()
     }
 
     #[test]

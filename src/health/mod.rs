@@ -16,6 +16,7 @@ pub mod spec;
 pub mod verdict;
 
 use crate::dataplane::realserver_stats::{PassiveTotals, PASSIVE_FIELD_MASK};
+use crate::forward::synproxy::CookieKey;
 use crate::model::ServiceKey;
 use crate::service::{HealthOverlay, ServiceTable};
 use probe::{Check, Endpoints, Probe, Segment};
@@ -142,7 +143,14 @@ pub struct HealthMonitor {
     /// By local (source) port.
     in_flight: HashMap<u16, InFlight>,
     next_port: u16,
+    /// Spreads the first probes; seeded by the caller, so not secret.
     rng: crate::model::rng::Rng,
+    /// The secret of the probes' initial sequence numbers, from the kernel's
+    /// randomness: a reply must acknowledge the ISN, and that keeps a sender that
+    /// forges a real server's address out only if it cannot work the ISN out.
+    isn_key: CookieKey,
+    /// Probes given an ISN so far: no two probes hash the same input.
+    isns_drawn: u64,
     table_version: Option<u64>,
     /// The table's services as of the last reconcile.
     services: Vec<ServiceKey>,
@@ -180,6 +188,8 @@ impl HealthMonitor {
             targets: BTreeMap::new(),
             in_flight: HashMap::new(),
             rng: crate::model::rng::Rng::new(seed),
+            isn_key: CookieKey::random(),
+            isns_drawn: 0,
             table_version: None,
             services: Vec::new(),
             stats: MonitorStats::default(),
@@ -289,6 +299,31 @@ impl HealthMonitor {
 
     fn random(&mut self) -> u64 {
         self.rng.next_u64()
+    }
+
+    /// A probe's initial sequence number, as RFC 6528 has a TCP's: a keyed hash of
+    /// its four addresses and ports and of a count of probes, under a secret from the
+    /// kernel. The seeded generator would not do: its seed (pid, start time) can be
+    /// guessed, and one ISN seen gives away the next. RFC 6528's clock, which moves
+    /// a reused four-tuple's ISNs past an old connection's, is not needed: the count
+    /// makes every probe's input new, and an old probe's late answer on the same
+    /// ports acknowledges another ISN, which the probe ignores as a forger's.
+    fn isn(&mut self, ends: &Endpoints) -> u32 {
+        let wide = |ip: IpAddr| match ip {
+            IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+            IpAddr::V6(v6) => u128::from(v6),
+        };
+        let (local, remote) = (wide(ends.local.ip()), wide(ends.remote.ip()));
+        self.isns_drawn += 1;
+        let hash = self.isn_key.hash([
+            (local >> 64) as u64,
+            local as u64,
+            (remote >> 64) as u64,
+            remote as u64,
+            (u64::from(ends.local.port()) << 16) | u64::from(ends.remote.port()),
+            self.isns_drawn,
+        ]);
+        hash as u32
     }
 
     /// Follows the service table and the checks: new real servers get a check (first
@@ -559,7 +594,6 @@ impl HealthMonitor {
             self.stats.probes_skipped += 1;
             return;
         };
-        let isn = self.random() as u32;
         let ip = self.targets.get(&id).expect("caller checked").ip;
         let source = self.source_for(ip);
         let t = self.targets.get_mut(&id).expect("caller checked");
@@ -586,6 +620,7 @@ impl HealthMonitor {
             local: SocketAddr::new(source, port),
             remote,
         };
+        let isn = self.isn(&ends);
         let probe = Probe::start(ends, check, isn, &mut |b| queued &= send(b));
         if !queued {
             self.stats.probes_skipped += 1;

@@ -744,3 +744,28 @@ fn a_reloaded_interval_or_retry_applies_to_the_probe_already_planned() {
     let next = syn_times(&mut m, &t, &mut net, first + 1000, first + 10_000);
     assert_eq!(next, [first + 1000, first + 6000]);
 }
+
+/// A probe's ISN is the one thing a blind forger of a real server's answers has to
+/// guess. Two monitors built alike (same seed, settings, servers, clock: all an
+/// outsider can know or try) send the same SYNs from the same ports at the same
+/// moments, yet with other ISNs: the ISNs come from a secret the inputs do not give.
+#[test]
+fn twin_monitors_send_the_same_probes_with_other_isns() {
+    let t = table(4);
+    let (mut a, mut b) = (monitor(CheckKind::Tcp), monitor(CheckKind::Tcp));
+    let (mut net_a, mut net_b) = (Net { sent: Vec::new() }, Net { sent: Vec::new() });
+    let mut probes = 0;
+    for now in 0..1000 {
+        net_a.tick(&mut a, &t, now);
+        net_b.tick(&mut b, &t, now);
+        let (syns_a, syns_b) = (net_a.syns(), net_b.syns());
+        assert_eq!(syns_a.len(), syns_b.len(), "at {now} ms");
+        for (fa, fb) in syns_a.iter().zip(&syns_b) {
+            let (sa, sb) = (parse_segment(fa).unwrap(), parse_segment(fb).unwrap());
+            assert_eq!((sa.from, sa.to), (sb.from, sb.to), "at {now} ms");
+            assert_ne!(sa.seq, sb.seq, "probe {probes} from {}", sa.from);
+            probes += 1;
+        }
+    }
+    assert!(probes >= 12, "{probes} probes");
+}

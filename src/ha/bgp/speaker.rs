@@ -194,45 +194,86 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 
 /// Runs `birdc -s SOCKET ARGS...`, killed past `link.timeout`; its output on success
 /// (exit 0), else an error with its last line.
+///
+/// The whole call is bounded by the timeout, not only the child: `birdc` is often a
+/// wrapper (`ip netns exec`, `sudo`, a script without `exec`) whose own children
+/// hold the output pipes, so killing the child alone leaves them open and a read to
+/// their end waits for the grandchild. The child leads a process group of its own,
+/// and a timeout kills the group.
 pub fn birdc(link: &BirdLink, args: &[&str]) -> Result<String, String> {
-    let child = Command::new(&link.birdc)
+    use std::os::unix::process::CommandExt;
+    let what = format!("birdc {}", args.join(" "));
+    let deadline = Instant::now() + link.timeout;
+    let mut child = Command::new(&link.birdc)
         .arg("-s")
         .arg(&link.socket)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .map_err(|e| format!("running {}: {e}", link.birdc.display()))?;
-    let pid = child.id();
-    let (tx, rx) = channel::bounded(1);
-    // The reader waits for the child; this thread only waits for the reader, so a
-    // BIRD that hangs costs at most the timeout.
-    let reader = std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let what = format!("birdc {}", args.join(" "));
-    let output = match rx.recv_timeout(link.timeout) {
-        Ok(out) => out.map_err(|e| format!("{what}: {e}"))?,
-        Err(_) => {
-            // SAFETY: kill(2) on the pid of our own child, which the reader thread has
-            // not reaped yet (it is still waiting for it), so the pid is not reused.
-            unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    // Both pipes are read at once, so a child filling one is never stuck while the
+    // other is read; the readers end at EOF, once every process holding the pipe
+    // has exited or closed it.
+    let (tx, rx) = channel::bounded(2);
+    if let Some(out) = child.stdout.take() {
+        drain(out, 0, tx.clone());
+    }
+    if let Some(err) = child.stderr.take() {
+        drain(err, 1, tx.clone());
+    }
+    drop(tx);
+    let mut output = [Vec::new(), Vec::new()];
+    let mut open = 2;
+    // Nothing but this function reaps the child, so until it has, the child's pid,
+    // which is its process group's id, cannot be reused.
+    let status = loop {
+        if open > 0 {
+            match rx.recv_deadline(deadline) {
+                Ok((stream, bytes)) => {
+                    output[stream] = bytes;
+                    open -= 1;
+                }
+                Err(RecvTimeoutError::Disconnected) => open = 0,
+                Err(RecvTimeoutError::Timeout) => break None,
             }
-            let _ = reader.join();
-            return Err(format!(
-                "{what}: no answer within {} ms (killed)",
-                link.timeout.as_millis()
-            ));
+            continue;
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    break None;
+                }
+                std::thread::sleep((deadline - now).min(Duration::from_millis(2)));
+            }
+            Err(e) => return Err(format!("{what}: {e}")),
         }
     };
-    let _ = reader.join();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    if output.status.success() {
+    let Some(status) = status else {
+        // SAFETY: kill(2) on the process group the child leads (its id is the
+        // child's pid, `process_group(0)`); the child is not reaped yet (see the
+        // loop), so that id still names its group and no one else's.
+        unsafe {
+            libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+        }
+        let _ = child.wait();
+        // The readers are left to end at EOF: a process that left the group (its
+        // own session) could hold the pipes open for as long as it lives.
+        return Err(format!(
+            "{what}: no answer within {} ms (killed)",
+            link.timeout.as_millis()
+        ));
+    };
+    let [stdout, stderr] = output;
+    let stdout = String::from_utf8_lossy(&stdout).into_owned();
+    if status.success() {
         return Ok(stdout);
     }
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&stderr);
     let last = stderr
         .lines()
         .chain(stdout.lines())
@@ -240,7 +281,21 @@ pub fn birdc(link: &BirdLink, args: &[&str]) -> Result<String, String> {
         .unwrap_or("no output")
         .trim()
         .to_string();
-    Err(format!("{what}: {} ({last})", output.status))
+    Err(format!("{what}: {status} ({last})"))
+}
+
+/// Reads `pipe` to its end on a thread of its own and sends what it read, tagged
+/// `stream`.
+fn drain(
+    mut pipe: impl std::io::Read + Send + 'static,
+    stream: usize,
+    tx: Sender<(usize, Vec<u8>)>,
+) {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        let _ = tx.send((stream, bytes));
+    });
 }
 
 #[cfg(test)]
@@ -297,6 +352,44 @@ mod tests {
         let e = birdc(&l, &["configure"]).unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         assert!(e.contains("no answer within 300 ms"), "{e}");
+    }
+
+    /// A wrapper that runs birdc as a child of its own (no `exec`), here a process
+    /// that hangs holding the output pipes: the call still ends at the timeout, and
+    /// the grandchild is killed with the wrapper.
+    #[test]
+    fn a_hanging_grandchild_of_birdc_is_killed_at_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild.pid");
+        let body = format!("sh -c 'echo $$ > {}; exec sleep 30'", pidfile.display());
+        let mut l = link(&script(dir.path(), &body), dir.path());
+        // Time for the wrapper to start the grandchild on a loaded machine.
+        l.timeout = Duration::from_secs(1);
+        let bound = l.timeout + Duration::from_secs(5);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let call = l.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(birdc(&call, &["configure"]));
+        });
+        let e = rx
+            .recv_timeout(bound)
+            .unwrap_or_else(|_| panic!("birdc still running after {bound:?}"))
+            .unwrap_err();
+        assert!(e.contains("no answer within 1000 ms"), "{e}");
+        let pid = std::fs::read_to_string(&pidfile).expect("the grandchild started");
+        let stat = format!("/proc/{}/stat", pid.trim());
+        // Gone, or a zombie until whoever inherited it reaps it.
+        let dead = || match std::fs::read_to_string(&stat) {
+            Ok(s) => s
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])),
+            Err(_) => true,
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !dead() {
+            assert!(Instant::now() < deadline, "grandchild {} alive", pid.trim());
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]
