@@ -15,7 +15,7 @@
 //! index)[31:5] |
 //! (counter mod 4) << 3 | MSS index`, where
 //! - `hash` is SipHash-2-4 under a 128-bit secret drawn once per process from the
-//!   kernel ([`CookieKey::process`]): every worker checks every other's cookies, and
+//!   kernel ([`SipKey::process`]): every worker checks every other's cookies, and
 //!   nobody outside can compute one;
 //! - `counter` is Sluice's timestamp clock (wall-clock milliseconds, the same on every
 //!   worker; [`crate::forward::timestamps::Clock`]) in slots of 2^16 ms (65.5 s): a
@@ -83,21 +83,22 @@ const TS_SACK: u32 = 1 << 4;
 /// Window Sluice announces in the cookie SYN-ACK (unscaled, as in every SYN).
 const SYNACK_WINDOW: u16 = 65535;
 
-/// The 128-bit secret of the cookies.
+/// A 128-bit SipHash-2-4 key drawn from the kernel: the secret of the SYN proxy's
+/// cookies, and of the health probes' sequence numbers (each with a key of its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CookieKey {
+pub struct SipKey {
     k0: u64,
     k1: u64,
 }
 
-impl CookieKey {
-    pub const fn new(k0: u64, k1: u64) -> CookieKey {
-        CookieKey { k0, k1 }
+impl SipKey {
+    pub const fn new(k0: u64, k1: u64) -> SipKey {
+        SipKey { k0, k1 }
     }
 
     /// A key from the kernel's randomness (`/dev/urandom`), or, should that fail,
     /// from the standard library's randomly seeded hasher.
-    pub fn random() -> CookieKey {
+    pub fn random() -> SipKey {
         use std::io::Read;
         let mut bytes = [0u8; 16];
         if std::fs::File::open("/dev/urandom")
@@ -105,20 +106,20 @@ impl CookieKey {
             .is_ok()
         {
             let (a, b) = bytes.split_at(8);
-            return CookieKey::new(
+            return SipKey::new(
                 u64::from_ne_bytes(a.try_into().unwrap_or_default()),
                 u64::from_ne_bytes(b.try_into().unwrap_or_default()),
             );
         }
         use std::hash::BuildHasher;
         let state = std::collections::hash_map::RandomState::new();
-        CookieKey::new(state.hash_one(1u64), state.hash_one(2u64))
+        SipKey::new(state.hash_one(1u64), state.hash_one(2u64))
     }
 
     /// The key every worker of this process uses, drawn at first use (at start).
-    pub fn process() -> &'static CookieKey {
-        static KEY: std::sync::OnceLock<CookieKey> = std::sync::OnceLock::new();
-        KEY.get_or_init(CookieKey::random)
+    pub fn process() -> &'static SipKey {
+        static KEY: std::sync::OnceLock<SipKey> = std::sync::OnceLock::new();
+        KEY.get_or_init(SipKey::random)
     }
 
     /// SipHash-2-4 of the words' little-endian bytes (`8 * N` bytes). Other secrets
@@ -368,7 +369,7 @@ pub fn answer_syn(
     buf: &mut [u8],
     parsed: &Parsed,
     port_mac: MacAddr,
-    secret: &CookieKey,
+    secret: &SipKey,
     now_ms: u32,
 ) -> Result<usize, DropReason> {
     let (l4, _, header_len) = segment_of(buf, parsed)?;
@@ -429,7 +430,7 @@ pub enum AckCheck {
 /// Whether the client's segment `parsed` (an ACK without SYN, RST or FIN, no
 /// session) answers a cookie SYN-ACK of Sluice's: `ack - 1` a cookie of its tuple
 /// and `seq - 1`, still within its time.
-pub fn check_ack(frame: &[u8], parsed: &Parsed, secret: &CookieKey, now_ms: u32) -> AckCheck {
+pub fn check_ack(frame: &[u8], parsed: &Parsed, secret: &SipKey, now_ms: u32) -> AckCheck {
     let Ok((l4, _, header_len)) = segment_of(frame, parsed) else {
         return AckCheck::Invalid;
     };
@@ -710,7 +711,7 @@ mod tests {
     const RIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
     const OUR_MAC: MacAddr = MacAddr([0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c]);
     const CLIENT_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
-    const SECRET: CookieKey = CookieKey::new(0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908);
+    const SECRET: SipKey = SipKey::new(0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908);
     // 2026-12-02 03:00 UTC in ms, modulo 2^32.
     const NOW: u32 = 1_796_180_400_000u64 as u32;
 
@@ -851,7 +852,7 @@ mod tests {
             CookieCheck::Invalid
         );
         assert_eq!(
-            CookieKey::new(1, 2).check(&k, 1000, cookie, now),
+            SipKey::new(1, 2).check(&k, 1000, cookie, now),
             CookieCheck::Invalid
         );
         assert_eq!(

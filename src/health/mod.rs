@@ -16,7 +16,7 @@ pub mod spec;
 pub mod verdict;
 
 use crate::dataplane::realserver_stats::{PassiveTotals, PASSIVE_FIELD_MASK};
-use crate::forward::synproxy::CookieKey;
+use crate::forward::synproxy::SipKey;
 use crate::model::ServiceKey;
 use crate::service::{HealthOverlay, ServiceTable};
 use probe::{Check, Endpoints, Probe, Segment};
@@ -148,7 +148,7 @@ pub struct HealthMonitor {
     /// The secret of the probes' initial sequence numbers, from the kernel's
     /// randomness: a reply must acknowledge the ISN, and that keeps a sender that
     /// forges a real server's address out only if it cannot work the ISN out.
-    isn_key: CookieKey,
+    isn_key: SipKey,
     /// Probes given an ISN so far: no two probes hash the same input.
     isns_drawn: u64,
     table_version: Option<u64>,
@@ -188,7 +188,7 @@ impl HealthMonitor {
             targets: BTreeMap::new(),
             in_flight: HashMap::new(),
             rng: crate::model::rng::Rng::new(seed),
-            isn_key: CookieKey::random(),
+            isn_key: SipKey::random(),
             isns_drawn: 0,
             table_version: None,
             services: Vec::new(),

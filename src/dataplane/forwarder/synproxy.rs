@@ -22,7 +22,7 @@ use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released, Wait};
 use crate::dataplane::counters::Event;
 use crate::dpdk::{Burst, Mempool, Packet};
 use crate::flow::parse::{classify, Parsed};
-use crate::forward::synproxy::{self, AckCheck, CookieKey, Handshake, Translation, MSS_TABLE};
+use crate::forward::synproxy::{self, AckCheck, Handshake, SipKey, Translation, MSS_TABLE};
 use crate::forward::timestamps;
 use crate::model::{DropReason, Protocol, SynProxyMode};
 use crate::session::replication::SynproxyDelta;
@@ -53,7 +53,7 @@ pub(super) struct ProxyState {
     entries: Vec<[u32; 4]>,
     /// Per service (snapshot index): the `auto` mode's SYN rate meter.
     auto: Vec<AutoRate>,
-    secret: &'static CookieKey,
+    secret: &'static SipKey,
     /// Client segments waiting for their real server's handshake.
     awaiting: Awaiting,
 }
@@ -75,7 +75,7 @@ impl ProxyState {
             // Zeroed: the allocator takes it from fresh (lazily mapped) pages.
             entries: vec![[0u32; 4]; capacity],
             auto: Vec::new(),
-            secret: CookieKey::process(),
+            secret: SipKey::process(),
             awaiting: Awaiting::new(tsc_hz / 1000 * AWAIT_SERVER_MS),
         }
     }
