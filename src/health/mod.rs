@@ -87,12 +87,41 @@ struct Target {
 struct Plan {
     from_ms: u64,
     pace: Pace,
+    /// How far after `from_ms` the probe was planned: the setting's value, or more
+    /// (a passive eviction's grown back-off).
+    delay_ms: u64,
+}
+
+impl Plan {
+    fn new(from_ms: u64, pace: Pace, delay_ms: u64) -> Plan {
+        Plan {
+            from_ms,
+            pace,
+            delay_ms,
+        }
+    }
+
+    /// The next probe under `spec` when its spacing setting changed, or `None` to
+    /// keep the one planned: only a shorter spacing moves it, to the first point after
+    /// `now_ms` of the grid `from_ms + k * new`. A point already past would send every
+    /// server a reload touched at the same tick, and they would stay bunched (each
+    /// verdict spaces the next probe from its own start); the grid keeps each
+    /// server's phase, as their first probes' random offsets spread them.
+    fn replanned(&self, spec: &CheckSpec, now_ms: u64) -> Option<u64> {
+        let new = self.pace.ms(spec).max(1);
+        if new >= self.delay_ms {
+            return None;
+        }
+        let since = now_ms.saturating_sub(self.from_ms);
+        Some(self.from_ms + since.div_ceil(new).max(1) * new)
+    }
 }
 
 impl Target {
     fn plan(&mut self, from_ms: u64, pace: Pace) {
-        self.plan = Plan { from_ms, pace };
-        self.next_probe_ms = from_ms + pace.ms(&self.spec);
+        let delay_ms = pace.ms(&self.spec);
+        self.plan = Plan::new(from_ms, pace, delay_ms);
+        self.next_probe_ms = from_ms + delay_ms;
     }
 }
 
@@ -356,13 +385,12 @@ impl HealthMonitor {
                     Some(t) => {
                         if t.spec.kind != spec.kind && spec.kind != CheckKind::None {
                             t.next_probe_ms = now_ms + jitter;
-                            t.plan = Plan {
-                                from_ms: now_ms,
-                                pace: Pace::Interval,
-                            };
-                        } else if t.plan.pace.ms(&spec) != t.plan.pace.ms(&t.spec) {
-                            let due = t.plan.from_ms + t.plan.pace.ms(&spec);
-                            t.next_probe_ms = t.next_probe_ms.min(due);
+                            t.plan = Plan::new(now_ms, Pace::Interval, jitter);
+                        } else if let Some(due) = t.plan.replanned(&spec, now_ms) {
+                            if due < t.next_probe_ms {
+                                t.next_probe_ms = due;
+                                t.plan.delay_ms = due - t.plan.from_ms;
+                            }
                         }
                         if let Some(change) = t.verdict.on_check_off(&spec, now_ms) {
                             changed = true;
@@ -397,10 +425,7 @@ impl HealthMonitor {
                                 spec,
                                 verdict: Verdict::default(),
                                 next_probe_ms: now_ms + jitter,
-                                plan: Plan {
-                                    from_ms: now_ms,
-                                    pace: Pace::Interval,
-                                },
+                                plan: Plan::new(now_ms, Pace::Interval, jitter),
                                 last_outcome: None,
                                 passive_seen: None,
                             },
@@ -414,15 +439,21 @@ impl HealthMonitor {
             if !keep && t.verdict.evicted {
                 changed = true;
                 // Still in the table but watched by nothing now: back in service,
-                // and an event says so, as for any restoration.
+                // and an event says which watcher was turned off, as for any
+                // restoration.
                 if unwatched.contains(&id) {
+                    let reason = if t.verdict.passive_evicted {
+                        "passive-off"
+                    } else {
+                        "check-off"
+                    };
                     events.push(HealthEvent {
                         id,
                         service: t.service,
                         ip: t.ip,
                         port: t.port,
                         change: Change::Restored {
-                            reason: "check-off".into(),
+                            reason: reason.into(),
                         },
                     });
                 }
@@ -489,6 +520,9 @@ impl HealthMonitor {
         let Some(t) = self.targets.get_mut(&id) else {
             return Vec::new();
         };
+        if t.spec.kind == CheckKind::None {
+            return Vec::new();
+        }
         let ok = outcome.is_ok();
         if ok {
             self.stats.probes_ok += 1;
@@ -499,9 +533,6 @@ impl HealthMonitor {
             Ok(()) => "ok".into(),
             Err(e) => e.clone(),
         });
-        if t.spec.kind == CheckKind::None {
-            return Vec::new();
-        }
         let change = t.verdict.on_probe(&t.spec, ok, now_ms);
         if let Some(pace) = t.verdict.next_pace(&t.spec, ok) {
             t.plan(started_ms, pace);
@@ -565,10 +596,11 @@ impl HealthMonitor {
                     // Passive eviction with an active check: the check restores it,
                     // after the back-off.
                     t.next_probe_ms = t.verdict.retry_at_ms;
-                    t.plan = Plan {
-                        from_ms: now_ms,
-                        pace: Pace::Retry,
-                    };
+                    t.plan = Plan::new(
+                        now_ms,
+                        Pace::Retry,
+                        t.verdict.retry_at_ms.saturating_sub(now_ms),
+                    );
                 }
             }
             let (service, ip, port) = (t.service, t.ip, t.port);

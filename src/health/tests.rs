@@ -648,6 +648,45 @@ fn a_reload_that_turns_the_check_off_restores_what_the_check_evicted() {
     );
 }
 
+/// A server passive detection evicted, with no active check, whose `passive` a reload
+/// turns off: nothing watches it any more, so it is restored, and the event names what
+/// was turned off.
+#[test]
+fn turning_passive_off_restores_what_it_evicted_as_passive_off() {
+    let t = table(1);
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind: CheckKind::None,
+            retry_ms: 100_000,
+            passive: true,
+            passive_fall: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
+    let mut send = |_: &[u8]| true;
+    let refused = |n: u32| {
+        move |_: u32| PassiveTotals {
+            refused: n,
+            ..Default::default()
+        }
+    };
+    m.tick(&t, 0, refused(0), &mut send);
+    let (events, _) = m.tick(&t, 1, refused(1), &mut send);
+    assert!(events[0].line().starts_with("lb=evict"), "{events:?}");
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.passive = false;
+    m.reconfigure(cfg, Overrides::default());
+    let (events, _) = m.tick(&t, 2, refused(1), &mut send);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].line().ends_with("reason=passive-off"),
+        "{events:?}"
+    );
+    assert!(m.overlay().evicted.is_empty());
+}
+
 /// A probe in flight when a reload turns its check off decides nothing: an eviction
 /// by it could never be undone.
 #[test]
@@ -743,6 +782,36 @@ fn a_reloaded_interval_or_retry_applies_to_the_probe_already_planned() {
     m.reconfigure(cfg, Overrides::default());
     let next = syn_times(&mut m, &t, &mut net, first + 1000, first + 10_000);
     assert_eq!(next, [first + 1000, first + 6000]);
+}
+
+/// A reload that shortens the interval keeps the servers' probes apart: a probe the
+/// new interval puts in the past goes at the next point of its own grid (its last
+/// start plus a multiple of the interval), not at the next tick with every other.
+#[test]
+fn a_shortened_interval_keeps_the_probes_spread() {
+    let t = table(50);
+    let mut net = Net { sent: Vec::new() };
+    let mut m = monitor(CheckKind::Tcp);
+    m.cfg.defaults.interval_ms = 10_000;
+    m.cfg.defaults.fall = 1000;
+    // Each server's first probe at a random point of the first 10 s.
+    let first = syn_times(&mut m, &t, &mut net, 0, 10_000);
+    assert_eq!(first.len(), 50);
+    syn_times(&mut m, &t, &mut net, 10_000, 15_000);
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.interval_ms = 500;
+    m.reconfigure(cfg, Overrides::default());
+    let next = syn_times(&mut m, &t, &mut net, 15_000, 15_500);
+    assert_eq!(next.len(), 50, "each server once in the new interval");
+    let mut per_ms = std::collections::BTreeMap::new();
+    for at in &next {
+        *per_ms.entry(*at).or_insert(0) += 1;
+    }
+    let busiest = per_ms.values().max().copied().unwrap_or(0);
+    assert!(
+        busiest <= 5,
+        "{busiest} probes in one millisecond: {per_ms:?}"
+    );
 }
 
 /// A probe's ISN is the one thing a blind forger of a real server's answers has to

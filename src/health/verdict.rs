@@ -89,6 +89,7 @@ impl Verdict {
 
     /// The delay until the next probe after a result: `None` when the server needs no
     /// probe (no active check).
+    #[cfg(test)]
     pub fn next_probe_in(&self, spec: &CheckSpec, last_ok: bool) -> Option<u64> {
         self.next_pace(spec, last_ok).map(|p| p.ms(spec))
     }
@@ -98,7 +99,14 @@ impl Verdict {
     /// detection neither watches an evicted server nor restores what it did not
     /// evict). A passive eviction keeps its back-off ([`Verdict::on_time`]).
     pub fn on_check_off(&mut self, spec: &CheckSpec, now_ms: u64) -> Option<Change> {
-        if spec.kind != CheckKind::None || !self.evicted || self.passive_evicted {
+        if spec.kind != CheckKind::None {
+            return None;
+        }
+        // Counts of a check that is off: one failure after it comes back must not
+        // complete an old streak.
+        self.fails = 0;
+        self.oks = 0;
+        if !self.evicted || self.passive_evicted {
             return None;
         }
         Some(self.restore("check-off".into(), now_ms))
