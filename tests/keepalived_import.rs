@@ -322,10 +322,12 @@ fn sluice_starts_with_an_imported_sample() {
     require_root();
     let start = |name: &str| {
         let (toml, _) = import(name);
+        // An IPv6 address too: the IPv6 sample's real servers are found by Neighbor
+        // Discovery from one.
         let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
             "lan0",
             "02:53:4c:00:00:01",
-            &["198.18.0.1/24"],
+            &["198.18.0.1/24", "2001:db8:18::1/64"],
         )]);
         cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
         cfg.extra_toml = vec![toml];
