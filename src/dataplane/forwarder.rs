@@ -1299,11 +1299,6 @@ impl Forwarder {
                     if let Err(reason) = self.check_admission(service, &key, cx.now_tsc) {
                         return Action::Drop(reason);
                     }
-                } else if self.proxies(service) {
-                    // Only a cookie can open it (the proxy reads every such segment).
-                    if let Err(reason) = self.check_acl(service, &key) {
-                        return Action::Drop(reason);
-                    }
                 }
                 let (mut proxied, mut held) = (None, None);
                 if key.proto == Protocol::Tcp {
@@ -1315,6 +1310,11 @@ impl Forwarder {
                         }
                         synproxy::Miss::NotProxied => {}
                         synproxy::Miss::Done(action) => return action,
+                        synproxy::Miss::Open(..) | synproxy::Miss::OpenHeld(..)
+                            if self.acl_refuses(service, &key) =>
+                        {
+                            return Action::Drop(DropReason::AclDenied);
+                        }
                         synproxy::Miss::Open(hs, p) => {
                             rewritten = p;
                             (parsed, flags) = (&rewritten, TcpFlags::SYN);

@@ -137,6 +137,15 @@ impl TcpEvent {
     }
 }
 
+/// A TCP connection whose handshake has not completed: what table pressure may
+/// reclaim (the creation order of `reclaim`).
+pub const fn is_half_open(state: TcpState) -> bool {
+    matches!(
+        state,
+        TcpState::None | TcpState::SynRecv | TcpState::SynSent
+    )
+}
+
 /// Whether a connection counts in the real server's ActiveConn column (`ipvsadm -Ln`);
 /// every other connection, UDP included, counts in InActConn.
 ///

@@ -280,11 +280,7 @@ impl Session {
     /// ([`SessionTable::oldest_half_open`]).
     #[inline]
     pub fn is_half_open(&self) -> bool {
-        self.proto == Protocol::Tcp
-            && matches!(
-                self.state,
-                TcpState::None | TcpState::SynRecv | TcpState::SynSent
-            )
+        self.proto == Protocol::Tcp && state::is_half_open(self.state)
     }
 
     /// Counts in the real server's ActiveConn (else InActConn).

@@ -174,11 +174,7 @@ impl Session6 {
 
     /// A TCP connection not yet established (as [`super::Session::is_half_open`]).
     pub fn is_half_open(&self) -> bool {
-        self.proto == Protocol::Tcp
-            && matches!(
-                self.state,
-                TcpState::None | TcpState::SynRecv | TcpState::SynSent
-            )
+        self.proto == Protocol::Tcp && state::is_half_open(self.state)
     }
 
     /// The tick the session expires at, unless a packet comes first.

@@ -185,13 +185,22 @@ impl Forwarder {
         key: &FlowKey4,
         now_tsc: u64,
     ) -> Result<(), DropReason> {
-        self.check_acl(service, key)?;
         let snap = self.snapshot.current();
         let Some(admission) = snap.admission(service) else {
             return Ok(());
         };
         let worker = usize::from(self.rss.queue);
         let source = key.src_addr();
+        if let Some(acl) = &admission.acl {
+            let verdict = acl.decide(source);
+            if let Some(rule) = verdict.rule {
+                acl.count(worker, rule);
+            }
+            if !verdict.allowed {
+                admission.counters.count(worker, AdmissionEvent::AclDenied);
+                return Err(DropReason::AclDenied);
+            }
+        }
         if let Some(limit) = admission.rate_limit {
             let limit = self.rate_table.share(limit, admission.workers, self.tsc_hz);
             let bucket =
@@ -212,27 +221,29 @@ impl Forwarder {
         Ok(())
     }
 
-    /// The service's access list alone, for `key`'s source: the drop reason when it
-    /// refuses. Counted as [`Self::check_admission`] counts it.
+    /// Whether the service's access list refuses `key`'s source now, for a segment
+    /// whose SYN it admitted already (a cookie's ACK). Only a refusal is counted (on
+    /// its rule and as `acl_denied`): the admission was counted on the SYN.
     #[inline]
-    pub(super) fn check_acl(&self, service: usize, key: &FlowKey4) -> Result<(), DropReason> {
+    pub(super) fn acl_refuses(&self, service: usize, key: &FlowKey4) -> bool {
         let snap = self.snapshot.current();
-        let Some(admission) = snap.admission(service) else {
-            return Ok(());
+        let Some(acl) = snap
+            .admission(service)
+            .and_then(|a| a.acl.as_ref().map(|l| (a, l)))
+        else {
+            return false;
         };
-        let Some(acl) = &admission.acl else {
-            return Ok(());
-        };
-        let worker = usize::from(self.rss.queue);
+        let (admission, acl) = acl;
         let verdict = acl.decide(key.src_addr());
+        if verdict.allowed {
+            return false;
+        }
+        let worker = usize::from(self.rss.queue);
         if let Some(rule) = verdict.rule {
             acl.count(worker, rule);
         }
-        if !verdict.allowed {
-            admission.counters.count(worker, AdmissionEvent::AclDenied);
-            return Err(DropReason::AclDenied);
-        }
-        Ok(())
+        admission.counters.count(worker, AdmissionEvent::AclDenied);
+        true
     }
 }
 

@@ -158,7 +158,6 @@ impl Forwarder {
             return Err(DropReason::BadIpv6Header);
         }
         let index = index.ok_or(DropReason::NoService)?;
-        self.relieve_pressure_v6(cx.counters);
         // Placement reads the client, its port and the destination as IPv4 words;
         // IPv6 ones are folded, as the hashing schedulers of IPVS fold them.
         let folded = FlowKey4::new(
@@ -194,6 +193,8 @@ impl Forwarder {
                 .expect("checked Ethernet header"),
             _ => self.neighbours6.lookup(real_addr).map_or([0; 6], |m| m.0),
         };
+        // Placed: only a connection that will be filed makes room.
+        self.relieve_pressure_v6(cx.counters);
         let timeout = self.timeouts.session(key.proto, TcpState::None);
         let now_ms = self.ts_clock.now_ms();
         let (real_servers, load_view, schedulers, overload, pools) = (
