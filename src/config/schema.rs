@@ -757,6 +757,22 @@ fn read_eal(root: &Table) -> Check<EalConfig> {
         file_prefix: t.or("file_prefix", defaults.file_prefix, fields::file_prefix)?,
         extra_args: t.or("extra_args", defaults.extra_args, Field::strings)?,
     };
+    if let Some(f) = t.get("extra_args") {
+        // Sluice always passes -m (eal.memory_mb); the EAL refuses --socket-mem
+        // beside it, and a second -m, only once the EAL starts, after every check.
+        let memory = |a: &str| {
+            a == "-m"
+                || (a.starts_with("-m") && a[2..].bytes().all(|b| b.is_ascii_digit()))
+                || a == "--socket-mem"
+                || a.starts_with("--socket-mem=")
+        };
+        if let Some(arg) = eal.extra_args.iter().find(|a| memory(a)) {
+            return Err(f.invalid(format!(
+                "{arg}: Sluice passes -m itself (eal.memory_mb), and the EAL refuses \
+                 --socket-mem or another -m beside it: size the memory with eal.memory_mb"
+            )));
+        }
+    }
     if !eal.hugepages && eal.memory_mb < MIN_NO_HUGE_MB {
         // Only reachable with memory_mb written out: the default is large enough.
         let at = t

@@ -1037,6 +1037,24 @@ fn example_baremetal() {
     }
 }
 
+#[test]
+fn extra_args_refuse_the_memory_options_sluice_passes() {
+    let text = |v: &str| base_with("[eal]\n", &format!("[eal]\nextra_args = {v}\n"));
+    for arg in ["--socket-mem=1024", "--socket-mem", "-m", "-m512"] {
+        assert_rejected(
+            &text(&format!("[\"--log-level=lib.eal:notice\", \"{arg}\"]")),
+            2,
+            "eal.extra_args",
+            "Sluice passes -m itself",
+        );
+    }
+    let cfg = parse(&text("[\"--iova-mode=va\", \"--match-allocations\"]")).unwrap();
+    assert_eq!(
+        cfg.eal.extra_args,
+        ["--iova-mode=va", "--match-allocations"]
+    );
+}
+
 // ---- timeouts, sessions, services: valid input ---------------------------------
 
 #[test]
