@@ -7,7 +7,7 @@
 //! One test function only: the EAL initialises once per process.
 mod common;
 
-use common::eal::{eal_args, ring_ports, worker, LB_MAC};
+use common::eal::{eal_args, ring_ports, send_frame, worker, LB_MAC};
 use sluice::dataplane::counters::Event;
 use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Endpoints, Frame};
@@ -58,13 +58,7 @@ fn a_cookie_handed_out_before_a_deny_does_not_open_a_connection() {
     launch_on_lcore(1, move || worker.run()).unwrap();
 
     let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();
-    let mut send = |frame: &[u8]| {
-        let mut out = Burst::new();
-        assert!(out.alloc_from(&pool, 1));
-        out.set_packet_len(0, frame.len() as u16);
-        out.packet_mut(0).copy_from_slice(frame);
-        assert_eq!(ptx.tx(&mut out), 1);
-    };
+    let mut send = |frame: &[u8]| send_frame(&mut ptx, &pool, frame);
     // The TCP segments the worker sends within `wait`, as (destination, flags, seq).
     let mut segments = |wait: Duration| -> Vec<(Ipv4Addr, u8, u32)> {
         let deadline = Instant::now() + wait;

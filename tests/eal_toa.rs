@@ -8,7 +8,7 @@
 //! One test function only: the EAL initialises once per process.
 mod common;
 
-use common::eal::{eal_args, ring_ports, worker, LB_MAC};
+use common::eal::{eal_args, ring_ports, send_frame, worker, LB_MAC};
 use sluice::dataplane::counters::Event;
 use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Endpoints, Frame};
@@ -78,13 +78,7 @@ fn toa_reaches_the_real_server_and_a_clients_own_never_does() {
     launch_on_lcore(1, move || worker.run()).unwrap();
 
     let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();
-    let mut send = |frame: &[u8]| {
-        let mut out = Burst::new();
-        assert!(out.alloc_from(&pool, 1));
-        out.set_packet_len(0, frame.len() as u16);
-        out.packet_mut(0).copy_from_slice(frame);
-        assert_eq!(ptx.tx(&mut out), 1);
-    };
+    let mut send = |frame: &[u8]| send_frame(&mut ptx, &pool, frame);
     // The first TCP segment the worker sends to `to` within 2 s, as a frame.
     let mut receive = |to: Ipv4Addr| -> Vec<u8> {
         let deadline = Instant::now() + Duration::from_secs(2);

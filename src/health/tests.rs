@@ -541,6 +541,40 @@ fn run_until_event(
     panic!("no event after {from} ms");
 }
 
+/// Passive counts in which every connection to the server was refused `n` times.
+fn refused(n: u32) -> impl Fn(u32) -> PassiveTotals {
+    move |_: u32| PassiveTotals {
+        refused: n,
+        ..Default::default()
+    }
+}
+
+/// A monitor with `kind` checks (every 100 s), passive detection on (one refusal
+/// evicts) and `retry_ms`, whose one server of `t` passive detection evicted at 1 ms.
+fn passively_evicted(t: &ServiceTable, kind: CheckKind, retry_ms: u32) -> HealthMonitor {
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind,
+            interval_ms: 100_000,
+            timeout_ms: 50,
+            retry_ms,
+            passive: true,
+            passive_fall: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
+    let mut send = |_: &[u8]| true;
+    m.tick(t, 0, refused(0), &mut send);
+    let (events, _) = m.tick(t, 1, refused(1), &mut send);
+    assert!(
+        events[0].line().ends_with("reason=passive-1fail"),
+        "{events:?}"
+    );
+    m
+}
+
 /// Turning a server's active check off ends the eviction that check decided: no probe
 /// would ever restore it, and passive detection neither watches an evicted server nor
 /// restores one it did not evict. A passive eviction keeps its back-off.
@@ -609,32 +643,8 @@ fn a_reload_that_turns_the_check_off_restores_what_the_check_evicted() {
 
     // Evicted by passive detection under an active check: turning the check off
     // leaves it to the passive back-off (retry_ms, 300 ms here).
-    let cfg = HealthConfig {
-        defaults: CheckSpec {
-            kind: CheckKind::Tcp,
-            interval_ms: 100_000,
-            timeout_ms: 50,
-            retry_ms: 300,
-            passive: true,
-            passive_fall: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
+    let mut m = passively_evicted(&t, CheckKind::Tcp, 300);
     let mut send = |_: &[u8]| true;
-    let refused = |n: u32| {
-        move |_: u32| PassiveTotals {
-            refused: n,
-            ..Default::default()
-        }
-    };
-    m.tick(&t, 0, refused(0), &mut send);
-    let (events, _) = m.tick(&t, 1, refused(1), &mut send);
-    assert!(
-        events[0].line().ends_with("reason=passive-1fail"),
-        "{events:?}"
-    );
     let mut cfg = m.cfg.clone();
     cfg.defaults.kind = CheckKind::None;
     m.reconfigure(cfg, Overrides::default());
@@ -654,27 +664,8 @@ fn a_reload_that_turns_the_check_off_restores_what_the_check_evicted() {
 #[test]
 fn turning_passive_off_restores_what_it_evicted_as_passive_off() {
     let t = table(1);
-    let cfg = HealthConfig {
-        defaults: CheckSpec {
-            kind: CheckKind::None,
-            retry_ms: 100_000,
-            passive: true,
-            passive_fall: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
+    let mut m = passively_evicted(&t, CheckKind::None, 100_000);
     let mut send = |_: &[u8]| true;
-    let refused = |n: u32| {
-        move |_: u32| PassiveTotals {
-            refused: n,
-            ..Default::default()
-        }
-    };
-    m.tick(&t, 0, refused(0), &mut send);
-    let (events, _) = m.tick(&t, 1, refused(1), &mut send);
-    assert!(events[0].line().starts_with("lb=evict"), "{events:?}");
     let mut cfg = m.cfg.clone();
     cfg.defaults.passive = false;
     m.reconfigure(cfg, Overrides::default());

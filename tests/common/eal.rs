@@ -9,7 +9,7 @@ use sluice::dataplane::mesh::Mesh;
 use sluice::dataplane::query::Mailbox;
 use sluice::dataplane::realserver_stats;
 use sluice::dataplane::worker::{Links, Worker, WorkerPort};
-use sluice::dpdk::{Mempool, Port, PortSettings, RingConsumer, RingPortPair};
+use sluice::dpdk::{Burst, Mempool, Port, PortSettings, RingConsumer, RingPortPair, TxQueue};
 use sluice::service::SnapshotPublisher;
 use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -38,6 +38,14 @@ pub fn eal_args(name: &str) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// Sends `frame` to the appliance's port from the peer's queue `tx`, in an mbuf of
+/// `pool`.
+pub fn send_frame(tx: &mut TxQueue, pool: &Mempool, frame: &[u8]) {
+    let mut out = Burst::new();
+    assert!(out.push_copy(pool, frame));
+    assert_eq!(tx.tx(&mut out), 1);
 }
 
 /// The appliance's port (MAC `LB_MAC`) and the peer's, both started, one queue each.

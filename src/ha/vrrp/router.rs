@@ -326,9 +326,14 @@ mod tests {
     }
 
     fn advert(priority: u8, sender: Ipv4Addr) -> Event {
+        advert_every(priority, 100, sender)
+    }
+
+    /// An advert that announces `interval_cs`.
+    fn advert_every(priority: u8, interval_cs: u16, sender: Ipv4Addr) -> Event {
         Event::Advert(Advert {
             priority,
-            max_advert_interval_cs: 100,
+            max_advert_interval_cs: interval_cs,
             sender,
         })
     }
@@ -391,11 +396,7 @@ mod tests {
             assert_eq!(router.state, State::Backup);
         }
         // A master advertising every 2 s: master down becomes 3 * 200 + 121 cs.
-        let slow = Event::Advert(Advert {
-            priority: 200,
-            max_advert_interval_cs: 200,
-            sender: HIGH_ADDR,
-        });
+        let slow = advert_every(200, 200, HIGH_ADDR);
         let (router, _) = router.step(slow, 50_000);
         assert_eq!(router.master_adver_interval_cs, 200);
         assert_eq!(router.next_deadline(), Some(50_000 + 10 * (600 + 121)));
@@ -423,11 +424,7 @@ mod tests {
     #[test]
     fn an_interval_of_zero_is_learned_as_one_centisecond() {
         let router = started(config(100, LOW_ADDR), 0);
-        let zero = Event::Advert(Advert {
-            priority: 200,
-            max_advert_interval_cs: 0,
-            sender: HIGH_ADDR,
-        });
+        let zero = advert_every(200, 0, HIGH_ADDR);
         let (router, _) = router.step(zero, 5_000);
         assert_eq!(router.master_adver_interval_cs, 1);
         assert_eq!(router.next_deadline(), Some(5_000 + 30));
