@@ -431,33 +431,40 @@ impl Services {
         table.set_own_addresses(own_addresses.clone());
         table.set_workers(cfg.lcores.workers.len());
         for (i, sc) in cfg.services.iter().enumerate() {
-            let at = |e: ServiceError| format!("{}:{}: services: {e}", cfg.path.display(), sc.line);
-            // A refusal about one value (an address another service holds in another
-            // role, say) names it as load errors do: FILE:LINE:COLUMN: field.
+            // A refusal names its field as load errors do (FILE:LINE:COLUMN: field), or
+            // the service's line for a field left to its default. The file's own checks
+            // read one service at a time; the table also sees the others (an address
+            // another service holds in another role, say).
             let at_field = |field: String| {
-                move |e: ServiceError| format!("{}: {field}: {e}", cfg.place(&field))
+                move |e: ServiceError| match cfg.locate(&field) {
+                    Some((line, column)) => {
+                        format!("{}:{line}:{column}: {field}: {e}", cfg.path.display())
+                    }
+                    None => format!("{}:{}: {field}: {e}", cfg.path.display(), sc.line),
+                }
             };
+            let field = |name: &str| format!("services[{i}].{name}");
             let persistence = sc.persistence;
             table
                 .add_service(sc.key, sc.scheduler, persistence)
-                .map_err(at_field(format!("services[{i}].vip")))?;
+                .map_err(at_field(field("vip")))?;
             for (j, rs) in sc.real_servers.iter().enumerate() {
                 let spec = RealServerSpec::new(rs.ip, rs.port, rs.weight, rs.mode)
                     .with_thresholds(rs.upper, rs.lower);
                 let id = table
                     .add_server(sc.key, spec)
-                    .map_err(at_field(format!("services[{i}].real_servers[{j}].ip")))?;
+                    .map_err(at_field(field(&format!("real_servers[{j}].ip"))))?;
                 check_real_server_id(id)?;
             }
             for (k, &ip) in sc.local_addresses.iter().enumerate() {
                 table
                     .add_laddr(sc.key, ip)
-                    .map_err(at_field(format!("services[{i}].local_addresses[{k}]")))?;
+                    .map_err(at_field(field(&format!("local_addresses[{k}]"))))?;
             }
             if sc.toa {
                 table
                     .set_toa(sc.key, true)
-                    .map_err(at_field(format!("services[{i}].toa")))?;
+                    .map_err(at_field(field("toa")))?;
             }
             for action in [
                 crate::service::AclAction::Allow,
@@ -470,26 +477,45 @@ impl Services {
                     .map(|(_, p)| *p)
                     .collect();
                 if !prefixes.is_empty() {
-                    table.acl_add(sc.key, action, &prefixes).map_err(at)?;
+                    let written = match action {
+                        crate::service::AclAction::Allow => "acl_allow",
+                        crate::service::AclAction::Deny => "acl_deny",
+                    };
+                    let name = match cfg.locate(&field(written)) {
+                        Some(_) => written,
+                        None => "acl_file",
+                    };
+                    table
+                        .acl_add(sc.key, action, &prefixes)
+                        .map_err(at_field(field(name)))?;
                 }
             }
             if sc.rate_limit.is_some() {
-                table.set_rate_limit(sc.key, sc.rate_limit).map_err(at)?;
+                table
+                    .set_rate_limit(sc.key, sc.rate_limit)
+                    .map_err(at_field(field("rate_limit")))?;
             }
-            table.set_synproxy(sc.key, sc.synproxy).map_err(at)?;
+            table
+                .set_synproxy(sc.key, sc.synproxy)
+                .map_err(at_field(field("synproxy")))?;
             if sc.sorry_server.is_some() {
                 table
                     .set_sorry_server(sc.key, sc.sorry_server)
-                    .map_err(at)?;
+                    .map_err(at_field(field("sorry_server.ip")))?;
                 let sorry = table.get(sc.key).and_then(|s| s.sorry_server);
                 check_real_server_id(sorry.map_or(0, |s| s.id))?;
             }
             if sc.sloppy_tcp {
-                table.set_sloppy_tcp(sc.key, true).map_err(at)?;
+                table
+                    .set_sloppy_tcp(sc.key, true)
+                    .map_err(at_field(field("sloppy_tcp")))?;
             }
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
-                .map_err(at)?;
+                .map_err(at_field(field(match cfg.locate(&field("mh_table_size")) {
+                    Some(_) => "mh_table_size",
+                    None => "scheduler_flags",
+                })))?;
         }
         let mut services = Services {
             table,
@@ -2013,6 +2039,28 @@ port = 53
             err.contains("address 198.18.1.1 is already the VIP"),
             "{err}"
         );
+    }
+
+    /// A sorry server at another service's VIP is refused by the table, not by the
+    /// file's own checks (they read one service at a time): the refusal still names
+    /// the field and where it is written.
+    #[test]
+    fn a_sorry_server_conflict_names_the_field() {
+        let text = format!(
+            "{CONFIG}\n[[services]]\nproto = \"tcp\"\nvip = \"198.18.1.2\"\nport = 80\n\n  \
+             [[services.real_servers]]\n  ip = \"10.0.0.21\"\n  port = 80\n  mode = \"nat\"\n\n  \
+             [services.sorry_server]\n  ip = \"198.18.1.1\"\n  port = 80\n  mode = \"nat\"\n"
+        );
+        let line = text
+            .lines()
+            .position(|l| l.trim_start() == "ip = \"198.18.1.1\"")
+            .unwrap()
+            + 1;
+        let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+        let err = Services::from_config(&cfg).err().unwrap();
+        let place = format!("test.toml:{line}:8: services[2].sorry_server.ip: ");
+        assert!(err.starts_with(&place), "{err} (wanted {place})");
+        assert!(err.contains("198.18.1.1"), "{err}");
     }
 
     /// A reload where an address leaves a role in one service (a real server, a local
