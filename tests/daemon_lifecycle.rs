@@ -331,6 +331,45 @@ fn startup_failure_exits_one_without_leftovers() {
     assert!(!cfg.socket.exists(), "control socket left behind");
 }
 
+/// The limits a device reports once the EAL has probed it, met before the port is
+/// configured: more workers than an af_packet device has queue pairs is refused
+/// naming the field, with nothing left behind.
+#[test]
+fn a_device_limit_is_refused_naming_the_field() {
+    require_root();
+    let mut bed = Testbed::up(0);
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={},qpairs=1", bed.lb_if()),
+        &["198.18.0.1/24"],
+    )]);
+    cfg.workers = vec![1, 2];
+    cfg.cpus = Some(vec![1, 1]);
+    let path = cfg.write();
+    let out = run_bounded(
+        Command::new("ip")
+            .args(["netns", "exec", bed.lb_ns(), SLUICE, "--config"])
+            .arg(&path),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    let want = format!(
+        "{}: lcores.workers: 2 workers need 2 RX and TX queues on port \"lan0\", whose \
+         device (net_af_packet) has at most 1 RX and 1 TX queues",
+        written_at(&path, "workers")
+    );
+    assert!(
+        out.stderr.contains(&want),
+        "{}\nwanted {want}",
+        out.describe()
+    );
+    assert!(
+        dpdk_runtime_dirs(&cfg.file_prefix).is_empty(),
+        "DPDK runtime dir left behind"
+    );
+    assert!(bed.down().success());
+}
+
 #[test]
 fn bad_usage_exits_two() {
     for args in [

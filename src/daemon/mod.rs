@@ -570,7 +570,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
     let mut ports = Vec::new();
     let mut ring_pairs = Vec::new();
     let mut emulator_ports = Vec::new();
-    for pc in &cfg.ports {
+    for (index, pc) in cfg.ports.iter().enumerate() {
         let id = match &pc.device {
             PortDevice::Pci(addr) => eal
                 .port_by_name(addr)
@@ -602,6 +602,10 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
             }
         };
         let mut port = Port::new(id);
+        let limits = port
+            .limits()
+            .map_err(|e| format!("port {}: {e}", pc.name))?;
+        preflight::check_device(cfg, index, &port.driver_name(), &limits)?;
         let settings = PortSettings {
             queues,
             rx_desc: pc.rx_desc,
@@ -927,7 +931,7 @@ fn rss_view(app: &Appliance, queue: u16) -> RssView {
 fn decide_queue_view(cfg: &Config, ports: &mut [PortEntry]) -> Result<QueueView, String> {
     let queues = cfg.lcores.workers.len() as u16;
     let mut shared: Option<QueueView> = None;
-    for (entry, pc) in ports.iter_mut().zip(&cfg.ports) {
+    for (index, (entry, pc)) in ports.iter_mut().zip(&cfg.ports).enumerate() {
         let loopback = matches!(pc.device, PortDevice::Loopback);
         let device = if queues > 1 && !loopback {
             let conf = entry.port.rss_conf().ok();
@@ -943,8 +947,13 @@ fn decide_queue_view(cfg: &Config, ports: &mut [PortEntry]) -> Result<QueueView,
         } else {
             DeviceRss::default()
         };
-        let view = ownership::decide(&device, pc.rss_key.as_deref(), queues, loopback)
-            .map_err(|e| format!("ports.rss_key of port {}: {e}", pc.name))?;
+        let view =
+            ownership::decide(&device, pc.rss_key.as_deref(), queues, loopback).map_err(|e| {
+                format!(
+                    "{}: ports[{index}].rss_key: {e}",
+                    cfg.place(&format!("ports[{index}].rss_key"))
+                )
+            })?;
         match &view.ownership {
             Ownership::Steered(why) => log::warn!(
                 "port {}: {} workers but {why}: packets a worker receives for another \

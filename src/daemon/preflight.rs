@@ -13,7 +13,7 @@ use crate::config::{Config, PortDevice};
 use crate::dataplane::forwarder::Forwarder;
 use crate::dataplane::mesh::{HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE};
 use crate::dataplane::realserver_stats::{RealServerCounters, MAX_REAL_SERVER_IDS};
-use crate::dpdk::{PoolFootprint, MBUF_DATA_ROOM};
+use crate::dpdk::{DeviceLimits, PoolFootprint, MBUF_DATA_ROOM};
 use crate::forward::laddr::PortPool;
 use crate::session::persist::PersistTable;
 use crate::session::DEFAULT_WHEEL_SLOTS;
@@ -46,6 +46,46 @@ pub fn check_resources(cfg: &Config) -> Result<(), String> {
     check_pci_devices(cfg, Path::new(PCI_DEVICES))?;
     check_exception_devices(cfg, Path::new("/dev"))?;
     check_open_files(cfg, &FileNeed::of(cfg, hugepage_size()), open_file_limit())
+}
+
+/// A port's own limits, known only once the EAL has probed its device: the queues
+/// the workers need (one RX and one TX queue each) and the port's `mtu`. Checked
+/// before the port is configured, so the refusal names the field, not the DPDK call
+/// that would have failed.
+pub fn check_device(
+    cfg: &Config,
+    index: usize,
+    driver: &str,
+    limits: &DeviceLimits,
+) -> Result<(), String> {
+    let port = &cfg.ports[index];
+    let workers = cfg.lcores.workers.len();
+    let most = usize::from(limits.max_rx_queues.min(limits.max_tx_queues));
+    if workers > most {
+        return Err(format!(
+            "{}: lcores.workers: {workers} workers need {workers} RX and TX queues on port \
+             {:?}, whose device ({driver}) has at most {} RX and {} TX queues; use at most \
+             {most} worker(s), or give the device more queues",
+            cfg.place("lcores.workers"),
+            port.name,
+            limits.max_rx_queues,
+            limits.max_tx_queues,
+        ));
+    }
+    if let Some(mtu) = port.mtu {
+        // A driver that leaves the maximum unset reports 0: nothing to check against.
+        if mtu < limits.min_mtu || (limits.max_mtu != 0 && mtu > limits.max_mtu) {
+            return Err(format!(
+                "{}: ports[{index}].mtu: {mtu} is outside what the device of port {:?} \
+                 ({driver}) takes, {} to {}",
+                cfg.place(&format!("ports[{index}].mtu")),
+                port.name,
+                limits.min_mtu,
+                limits.max_mtu,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every `[ports.exception]` has the kernel device its kind needs: /dev/net/tun for
@@ -1070,6 +1110,33 @@ mod tests {
 
     const PORT: &str = "[[ports]]\nname = \"p0\"\nvdev = \"net_af_packet0,iface=veth9\"\n\
                         addresses = [\"198.18.0.1/24\"]\n";
+
+    /// The device's own maximum, as a NIC with 2 KiB buffers reports it: a port `mtu`
+    /// above it names the field and its place; one within passes.
+    #[test]
+    fn an_mtu_beyond_the_device_is_refused_naming_the_field() {
+        let limits = DeviceLimits {
+            max_rx_queues: 4,
+            max_tx_queues: 4,
+            min_mtu: 68,
+            max_mtu: 2026,
+        };
+        let cfg = config(&format!("{PORT}mtu = 9000\n"));
+        let e = check_device(&cfg, 0, "net_x", &limits).unwrap_err();
+        assert!(
+            e.contains("sluice.toml:16:7: ports[0].mtu: 9000 is outside what the device of port \"p0\" (net_x) takes, 68 to 2026"),
+            "{e}"
+        );
+        let cfg = config(&format!("{PORT}mtu = 1500\n"));
+        assert_eq!(check_device(&cfg, 0, "net_x", &limits), Ok(()));
+        // A driver that reports no maximum.
+        let cfg = config(&format!("{PORT}mtu = 9000\n"));
+        let unset = DeviceLimits {
+            max_mtu: 0,
+            ..limits
+        };
+        assert_eq!(check_device(&cfg, 0, "net_x", &unset), Ok(()));
+    }
 
     #[test]
     fn lcores_outside_the_affinity_are_refused_naming_the_field() {

@@ -18,5 +18,7 @@ pub use lcore::{
     LcoreJobs,
 };
 pub use mempool::{Mempool, PoolFootprint, MBUF_DATA_ROOM};
-pub use port::{LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue};
+pub use port::{
+    DeviceLimits, LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue,
+};
 pub use ring::{PacketRing, RingConsumer, RingPortPair, RingProducer, SharedProducer};

@@ -61,6 +61,16 @@ pub struct Port {
     software_mac: Option<[u8; 6]>,
 }
 
+/// The limits a device reports for the settings Sluice gives it, read before they are
+/// applied so that a refusal can name the config field rather than the DPDK call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    pub max_rx_queues: u16,
+    pub max_tx_queues: u16,
+    pub min_mtu: u16,
+    pub max_mtu: u16,
+}
+
 impl Port {
     /// Takes ownership of ethdev `id` (probed by the EAL or created from rings).
     pub fn new(id: u16) -> Port {
@@ -89,6 +99,17 @@ impl Port {
             dpdk_sys::rte_eth_dev_info_get(self.id, &mut info)
         })?;
         Ok(info)
+    }
+
+    /// What the device can be configured with, as it reports it.
+    pub fn limits(&self) -> Result<DeviceLimits, DpdkError> {
+        let info = self.info()?;
+        Ok(DeviceLimits {
+            max_rx_queues: info.max_rx_queues,
+            max_tx_queues: info.max_tx_queues,
+            min_mtu: info.min_mtu,
+            max_mtu: info.max_mtu,
+        })
     }
 
     /// The PMD's name (`net_ring`, `net_af_packet`, `net_ixgbe`, ...).
