@@ -251,8 +251,18 @@ pub struct ConnectionsCursor {
 }
 
 /// Sessions `-Lnc` lists unless asked for another bound: about 30 MB of JSON, under
-/// the client's 64 MiB reply cap.
+/// the client's 64 MiB reply cap. Also the most one reply holds: a larger `max` is
+/// cut to it ([`connections_bound`]).
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 200_000;
+
+/// The sessions one `list_connections` reply may hold for a request's `max`: the
+/// reply is built whole in the daemon's memory before it is sent, so a client may not
+/// ask for the whole table at once (millions of sessions, gigabytes of JSON); it
+/// pages through it instead.
+pub fn connections_bound(max: Option<u32>) -> u32 {
+    max.unwrap_or(DEFAULT_MAX_CONNECTIONS)
+        .min(DEFAULT_MAX_CONNECTIONS)
+}
 
 impl Request {
     /// The wire name of this request, as in its `cmd` field.
@@ -847,5 +857,12 @@ mod tests {
                 .ends_with("unknown field `requests[1].persistence.timeout_ms`"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_connection_listing_reply_holds_at_most_the_default_bound() {
+        assert_eq!(connections_bound(None), DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(connections_bound(Some(3)), 3);
+        assert_eq!(connections_bound(Some(u32::MAX)), DEFAULT_MAX_CONNECTIONS);
     }
 }

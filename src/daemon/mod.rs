@@ -18,7 +18,7 @@ pub use services::{check_real_server_id, Services};
 pub use systemd::{journal_prefix, stderr_is_journal};
 
 use crate::config::{Config, PortDevice};
-use crate::control::protocol::{ConnectionsCursor, Request, DEFAULT_MAX_CONNECTIONS};
+use crate::control::protocol::{connections_bound, ConnectionsCursor, Request};
 use crate::control::report::{
     ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing, StatusReport,
 };
@@ -1861,7 +1861,7 @@ fn management_loop(
                     .sync_report()
                     .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
             } else if let Request::ListConnections { max, page } = req {
-                registry.connections(max.unwrap_or(DEFAULT_MAX_CONNECTIONS), page)
+                registry.connections(connections_bound(max), page)
             } else if matches!(req, Request::GetLaddr { .. }) {
                 registry.laddrs(req)
             } else if Services::handles(&req) {

@@ -33,7 +33,7 @@ use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, Verdict};
 use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use crate::dataplane::overload::Overload;
-use crate::dataplane::query::{ConnectionEntry, ListedSession, PoolEntry, Query};
+use crate::dataplane::query::{ConnectionEntry, ListedSession, PoolEntry, Query, SLOTS_PER_ANSWER};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
 use crate::flow::parse::{classify, peek_key, Ipv6Payload, PacketKind, Parsed};
@@ -780,7 +780,10 @@ impl Forwarder {
                 // Due but not yet swept (expiry runs within a budget): 0.
                 let left = |deadline: u32| (deadline.wrapping_sub(now) as i32).max(0) as u32;
                 let v4_slots = self.sessions.capacity();
-                for (index, s) in self.sessions.iter_from(*from) {
+                // The slots this answer reads, used or not: its cost is bounded even
+                // in a large, nearly empty table.
+                let end = from.saturating_add(SLOTS_PER_ANSWER);
+                for (index, s) in self.sessions.iter_slots(*from..end) {
                     if out.len() == out.capacity() {
                         *next = Some(index);
                         return;
@@ -802,7 +805,8 @@ impl Forwarder {
                         synproxy: self.synproxy_delta(index as u32, s),
                     });
                 }
-                for (index, s) in self.sessions6.iter_from(from.saturating_sub(v4_slots)) {
+                let slots6 = from.saturating_sub(v4_slots)..end.saturating_sub(v4_slots);
+                for (index, s) in self.sessions6.iter_slots(slots6) {
                     if out.len() == out.capacity() {
                         *next = Some(v4_slots + index);
                         return;
@@ -829,6 +833,9 @@ impl Forwarder {
                         session: ListedSession::V6(*s),
                         synproxy: None,
                     });
+                }
+                if end < v4_slots + self.sessions6.capacity() {
+                    *next = Some(end);
                 }
             }
             Query::Pools { out } => {
@@ -2033,6 +2040,77 @@ mod tests {
         assert_eq!(f.install(&gone), Some(Event::SyncRemoved));
         assert_eq!((f.sessions().len(), pool_ports_in_use(&f)), (0, 0));
     }
+    /// A listing reads at most [`SLOTS_PER_ANSWER`] slots per answer, used or not: a
+    /// large table with one session is read in short chunks (each between two polls),
+    /// and the one session is listed once.
+    #[test]
+    fn a_connection_listing_reads_a_bounded_number_of_slots_per_answer() {
+        use crate::model::{RealServerSpec, ServiceKey};
+        use crate::service::{ServiceTable, Snapshot};
+        use crate::session::replication::{RecordFlags, RecordKind, RecordOp, RecordRepr};
+        use crate::session::TcpState;
+        let vip = Ipv4Addr::new(198, 18, 0, 210);
+        let real = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 11), 80);
+        let mut table = ServiceTable::new();
+        let dr = ServiceKey::new(Protocol::Tcp, vip, 80);
+        table
+            .add_service(dr, crate::model::SchedulerKind::Rr, None)
+            .unwrap();
+        let rs = RealServerSpec::new(*real.ip(), 80, 1, ForwardMode::Dr);
+        table.add_server(dr, rs).unwrap();
+        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        let config = ForwarderConfig::new(
+            4 * SLOTS_PER_ANSWER,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(super::super::realserver_stats::new_table()),
+            RssView::default_spread(1, 0),
+        );
+        let mut f = Forwarder::new(config);
+        let record = RecordRepr {
+            kind: RecordKind::Connection,
+            op: RecordOp::Update,
+            proto: Protocol::Tcp,
+            mode: ForwardMode::Dr,
+            state: TcpState::Established,
+            client_prefix_len: 32,
+            flags: RecordFlags::default(),
+            client: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), 33000).into(),
+            virtual_service: SocketAddrV4::new(vip, 80).into(),
+            real_server: real.into(),
+            local: None,
+            timeout_ms: 60_000,
+            timestamp_offset: 0,
+            synproxy: None,
+        };
+        assert_eq!(f.install(&record), Some(Event::SyncInstalled));
+        let slots = f.sessions().capacity() + f.sessions6.capacity();
+        let (mut from, mut answers, mut listed) = (Some(0), 0, 0);
+        while let Some(at) = from {
+            let mut query = Query::Connections {
+                from: at,
+                out: Vec::with_capacity(crate::dataplane::query::CONNECTIONS_PER_CHUNK),
+                next: None,
+            };
+            f.answer(&mut query, 0);
+            let Query::Connections { out, next, .. } = query else {
+                unreachable!()
+            };
+            if let Some(n) = next {
+                assert!(n > at && n - at <= SLOTS_PER_ANSWER, "{at} -> {n}");
+            }
+            listed += out.len();
+            answers += 1;
+            from = next;
+            assert!(answers <= slots, "the listing does not end");
+        }
+        assert_eq!(listed, 1);
+        assert_eq!(answers, slots.div_ceil(SLOTS_PER_ANSWER));
+    }
+
     /// The standby's IPv6 FullNAT and NAT64 sessions: a NAT64 session's IPv4 local
     /// port is reserved in the service's pool (so no new connection takes it), a port
     /// held already or of no local address here refuses the record, and a removal

@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 /// Sessions a worker lists per chunk: a few hundred microseconds of its time.
 pub const CONNECTIONS_PER_CHUNK: usize = 4096;
 
+/// Table slots a worker reads for one chunk, used or not (4 MiB of IPv4 slots). A
+/// chunk ends at whichever bound comes first, so a million-slot table with a few
+/// sessions is read in 16 short chunks rather than one long stall.
+pub const SLOTS_PER_ANSWER: usize = 65_536;
+
 /// One session as `-Lnc` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionEntry {

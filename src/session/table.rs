@@ -830,13 +830,19 @@ impl SessionTable {
             .map(|(index, s)| (SessionId(index as u32), s))
     }
 
-    /// Live sessions from slab index `from` on, in slab order, with their indices: a
-    /// resumable scan for listings read in chunks.
-    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = (usize, &Session)> + '_ {
-        self.slab
+    /// Live sessions in the slab slots `slots` (cut to the slab), in slab order, with
+    /// their indices: a resumable scan for listings read in chunks, which reads only
+    /// those slots however few of them are in use.
+    pub fn iter_slots(
+        &self,
+        slots: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (usize, &Session)> + '_ {
+        let end = slots.end.min(self.slab.len());
+        let start = slots.start.min(end);
+        self.slab[start..end]
             .iter()
             .enumerate()
-            .skip(from)
+            .map(move |(i, s)| (start + i, s))
             .filter(|(_, s)| s.in_use())
     }
 

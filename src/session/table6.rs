@@ -478,15 +478,20 @@ impl SessionTable6 {
         }
     }
 
-    /// Live sessions from slab index `from` on, in slab order, with their indices: a
-    /// resumable scan for listings read in chunks.
-    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = (usize, &Session6)> + '_ {
-        self.slab
+    /// Live sessions in the slab slots `slots` (cut to the slab), in slab order, with
+    /// their indices: a resumable scan for listings read in chunks, which reads only
+    /// those slots however few of them are in use.
+    pub fn iter_slots(
+        &self,
+        slots: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (usize, &Session6)> + '_ {
+        let end = slots.end.min(self.slab.len());
+        let start = slots.start.min(end);
+        self.slab[start..end]
             .iter()
             .enumerate()
-            .skip(from)
-            .filter_map(|(i, s)| match s {
-                Slot::Used(s) => Some((i, s)),
+            .filter_map(move |(i, s)| match s {
+                Slot::Used(s) => Some((start + i, s)),
                 Slot::Vacant { .. } => None,
             })
     }
