@@ -1874,10 +1874,7 @@ fn management_loop(
                 services.handle(req, publisher, real_servers)
             } else {
                 if req == Request::ZeroCounters {
-                    for table in &registry.real_servers {
-                        table.iter().for_each(RealServerCounters::zero_traffic);
-                    }
-                    registry.services.table.zero_admission_counts();
+                    registry.services.zero_all(&registry.real_servers);
                 }
                 view.answer(
                     req,

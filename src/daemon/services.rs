@@ -64,6 +64,12 @@ pub struct Services {
     /// from zero.
     pub member_ids: std::collections::HashMap<u32, Vec<u32>>,
     pub departed_ids: std::collections::HashMap<u32, Vec<u32>>,
+    /// By real-server id: its traffic counts summed over the workers when `-Z` (or
+    /// `sluicectl zero`) last zeroed it. Listings and metrics show the counts since;
+    /// the workers' own counters are never written by this core, as each worker
+    /// updates them with a plain load and store that would undo a zero written
+    /// meanwhile. Rates read the workers' counters, which never go back.
+    pub zeroed_at: std::collections::HashMap<u32, Traffic>,
     /// Whether this node answers for the VIPs (false while VRRP makes it a backup).
     pub serving_vips: bool,
     /// VRRP's virtual addresses besides VIPs and local addresses (`[vrrp] addresses`).
@@ -399,6 +405,28 @@ fn describe_all(requests: &[Request]) -> Vec<String> {
     requests.iter().filter_map(describe).collect()
 }
 
+/// A real server's traffic counts at one moment ([`Services::zeroed_at`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub connections: u64,
+    pub in_packets: u64,
+    pub in_bytes: u64,
+    pub out_packets: u64,
+    pub out_bytes: u64,
+}
+
+impl Traffic {
+    fn of(t: &RealServerTotals) -> Traffic {
+        Traffic {
+            connections: t.connections,
+            in_packets: t.in_packets,
+            in_bytes: t.in_bytes,
+            out_packets: t.out_packets,
+            out_bytes: t.out_bytes,
+        }
+    }
+}
+
 /// What one request did to the services.
 enum Applied {
     /// The table (or the timeouts) changed: publish.
@@ -533,6 +561,7 @@ impl Services {
             departed_nat: Default::default(),
             member_ids: Default::default(),
             departed_ids: Default::default(),
+            zeroed_at: Default::default(),
             serving_vips: cfg.vrrp.is_none(),
             vrrp_addresses: cfg
                 .vrrp
@@ -838,19 +867,13 @@ impl Services {
                     .ok_or_else(|| ServiceError::NoSuchService(service).to_string())?;
                 // Everything the service's counters count.
                 for id in self.counted_ids(s) {
-                    for table in counters {
-                        if let Some(c) = table.get(id as usize) {
-                            c.zero_traffic();
-                        }
-                    }
+                    self.zeroed_at
+                        .insert(id, Traffic::of(&RealServerTotals::sum(counters, id)));
                 }
                 return Ok(Applied::Answer(serde_json::json!({ "zeroed": true })));
             }
             Request::ZeroServices => {
-                for table in counters {
-                    table.iter().for_each(RealServerCounters::zero_traffic);
-                }
-                t.zero_admission_counts();
+                self.zero_all(counters);
                 return Ok(Applied::Answer(serde_json::json!({ "zeroed": true })));
             }
             Request::AddLaddr { service, ip } => t.add_laddr(service, ip),
@@ -970,7 +993,7 @@ impl Services {
         self.rates.sample(&self.table, counters, now);
         let services: Vec<(u32, [u64; 5])> = (self.table.services())
             .map(|s| {
-                let c = self.service_counts(s, counters);
+                let c = self.service_counts(s, counters, false);
                 let values = [
                     c.connections,
                     c.in_packets,
@@ -984,16 +1007,48 @@ impl Services {
         self.rates.sample_services(services.into_iter(), now);
     }
 
-    /// Service `s`'s counters ([`Services::counted_ids`]), summed over the workers.
+    /// Zeroes every real server's traffic counts and every service's admission
+    /// counts (`-Z`, `sluicectl zero`).
+    pub fn zero_all(&mut self, counters: &[Arc<Box<[RealServerCounters]>>]) {
+        let ids: Vec<u32> = (self.table.services())
+            .flat_map(|s| self.counted_ids(s))
+            .collect();
+        for id in ids {
+            self.zeroed_at
+                .insert(id, Traffic::of(&RealServerTotals::sum(counters, id)));
+        }
+        self.table.zero_admission_counts();
+    }
+
+    /// Real server `id`'s counters summed over the workers, its traffic counted since
+    /// it was last zeroed.
+    fn totals(&self, counters: &[Arc<Box<[RealServerCounters]>>], id: u32) -> RealServerTotals {
+        let mut t = RealServerTotals::sum(counters, id);
+        if let Some(at) = self.zeroed_at.get(&id) {
+            t.connections = t.connections.saturating_sub(at.connections);
+            t.in_packets = t.in_packets.saturating_sub(at.in_packets);
+            t.in_bytes = t.in_bytes.saturating_sub(at.in_bytes);
+            t.out_packets = t.out_packets.saturating_sub(at.out_packets);
+            t.out_bytes = t.out_bytes.saturating_sub(at.out_bytes);
+        }
+        t
+    }
+
+    /// Service `s`'s counters ([`Services::counted_ids`]), summed over the workers:
+    /// since the last zero (`since_zero`), or as the workers count them (for rates).
     fn service_counts(
         &self,
         s: &crate::model::Service,
         counters: &[Arc<Box<[RealServerCounters]>>],
+        since_zero: bool,
     ) -> ServiceCounts {
         let ids = self.counted_ids(s);
         let mut c = ServiceCounts::default();
         for id in ids {
-            let t = RealServerTotals::sum(counters, id);
+            let t = match since_zero {
+                true => self.totals(counters, id),
+                false => RealServerTotals::sum(counters, id),
+            };
             c.connections += t.connections;
             c.in_packets += t.in_packets;
             c.out_packets += t.out_packets;
@@ -1225,7 +1280,7 @@ impl Services {
         counters: &[Arc<Box<[RealServerCounters]>>],
         window: Duration,
     ) -> RealServerStatus {
-        let t = RealServerTotals::sum(counters, r.id);
+        let t = self.totals(counters, r.id);
         let rate = self.rates.rate(r.id, window);
         RealServerStatus {
             ip: r.ip.to_string(),
@@ -1309,7 +1364,7 @@ impl Services {
                         sloppy_tcp: s.sloppy_tcp,
                         synproxy: s.synproxy,
                         admission: self.service_admission(s.key, with_rules),
-                        stats: Some(self.service_counts(s, counters)),
+                        stats: Some(self.service_counts(s, counters, true)),
                         rates: Some({
                             let r = self.rates.service_rate(s.id, window);
                             ServiceRates {
@@ -1515,9 +1570,10 @@ port = 53
         assert_eq!(udp.stats, Some(ServiceCounts::default()));
         handle(&mut services, Request::ZeroService { service: http() });
         assert_eq!(own(&services).0, ServiceCounts::default());
+        // 5 more since the zero (the workers' counter goes on from 3).
         counters[0][ids[1] as usize]
             .connections
-            .store(5, std::sync::atomic::Ordering::Relaxed);
+            .store(8, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(own(&services).0.connections, 5);
         // Deleted and added again: a new service, counting from zero.
         handle(&mut services, Request::DeleteService { service: http() });
@@ -1558,6 +1614,41 @@ port = 53
             },
         );
         assert_eq!(own(&services), (ServiceCounts::default(), 0));
+    }
+
+    /// A worker updates its counters with a plain load and store: a zero that lands
+    /// between the two is undone by the store. `-Z` (and `sluicectl zero`) must hold
+    /// all the same: the count shown is what the worker counted since.
+    #[test]
+    fn a_zero_holds_against_a_worker_update_in_flight() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (mut services, publisher) = setup();
+        let counters = vec![Arc::new(crate::dataplane::realserver_stats::new_table())];
+        let id = services.table.get(http()).unwrap().real_servers[0].id;
+        let c = &counters[0][id as usize];
+        c.in_packets.store(1000, Relaxed);
+        c.connections.store(10, Relaxed);
+        let shown = |services: &Services| {
+            let report = services.report(&counters, super::super::rates::DEFAULT_WINDOW);
+            let s = report.services.into_iter().find(|s| s.port == 80).unwrap();
+            (s.real_servers[0].in_packets, s.stats.unwrap().in_packets)
+        };
+        assert_eq!(shown(&services), (1000, 1000));
+        for zero in [
+            Request::ZeroService { service: http() },
+            Request::ZeroServices,
+        ] {
+            // The worker has loaded its count when the zero comes, and stores one
+            // more after it.
+            let loaded = c.in_packets.load(Relaxed);
+            services.handle(zero, &publisher, &counters).unwrap();
+            c.in_packets.store(loaded + 1, Relaxed);
+            assert_eq!(shown(&services), (1, 1));
+            c.in_packets.store(loaded + 5, Relaxed);
+            assert_eq!(shown(&services), (5, 5));
+        }
+        services.zero_all(&counters);
+        assert_eq!(shown(&services), (0, 0));
     }
 
     #[test]

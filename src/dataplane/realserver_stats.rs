@@ -113,19 +113,6 @@ impl RealServerCounters {
     pub fn overloaded(&self) -> bool {
         self.passive.load(Relaxed) & OVERLOADED_BIT != 0
     }
-
-    /// Zeroes the traffic counters; the gauges describe live sessions and stay.
-    pub fn zero_traffic(&self) {
-        for c in [
-            &self.connections,
-            &self.in_packets,
-            &self.in_bytes,
-            &self.out_packets,
-            &self.out_bytes,
-        ] {
-            c.store(0, Relaxed);
-        }
-    }
 }
 
 /// One worker's table of real-server counters.
