@@ -51,6 +51,11 @@ pub enum Event {
     HealthProbeSent,
     /// A real server's answer to a health probe was handed to the management core.
     HealthReplyUp,
+    /// A session sync datagram from a peer (`[sync] port`) was handed to the
+    /// management core.
+    SyncFrameUp,
+    /// A VRRP advert from a peer was handed to the management core.
+    VrrpAdvertUp,
     /// Session sync (standby): a session from the peer installed or updated.
     SyncInstalled,
     /// Session sync (standby): a synced session removed.
@@ -119,7 +124,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 43;
+    pub const COUNT: usize = 45;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -139,6 +144,8 @@ impl Event {
         Event::AllDownReset,
         Event::HealthProbeSent,
         Event::HealthReplyUp,
+        Event::SyncFrameUp,
+        Event::VrrpAdvertUp,
         Event::SyncInstalled,
         Event::SyncRemoved,
         Event::SyncInstallFailed,
@@ -185,6 +192,8 @@ impl Event {
             Event::AllDownReset => "all_down_reset",
             Event::HealthProbeSent => "health_probe_sent",
             Event::HealthReplyUp => "health_reply_up",
+            Event::SyncFrameUp => "sync_frame_up",
+            Event::VrrpAdvertUp => "vrrp_advert_up",
             Event::SyncInstalled => "sync_installed",
             Event::SyncRemoved => "sync_removed",
             Event::SyncInstallFailed => "sync_install_failed",

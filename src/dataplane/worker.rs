@@ -12,7 +12,7 @@ use crate::dataplane::neighbour::NeighbourTable;
 use crate::dataplane::query::Mailbox;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RingConsumer, RxQueue, TxQueue};
 use crate::model::DropReason;
-use crate::wire::{ethernet, MacAddr};
+use crate::wire::{ethernet, IpProtocol, MacAddr};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -697,19 +697,32 @@ impl Outbox {
             }
             out.free_all();
         }
-        for (out, ring, full) in [
-            (&mut self.punt, mesh.punt(), DropReason::HealthRingFull),
-            (&mut self.vrrp, mesh.vrrp_punt(), DropReason::VrrpRingFull),
-        ] {
-            if out.is_empty() {
-                continue;
+        // The punt ring carries probe answers (TCP) and sync datagrams (UDP); the
+        // ring takes a prefix of the burst, so the sync frames taken are those
+        // counted before less those left.
+        let sync_frames = |b: &Burst| {
+            (0..b.len())
+                .filter(|&i| crate::wire::ipv4::carries(b.packet(i), IpProtocol::UDP))
+                .count() as u64
+        };
+        if !self.punt.is_empty() {
+            let sync_before = sync_frames(&self.punt);
+            let taken = mesh.punt().enqueue(&mut self.punt) as u64;
+            let sync_taken = sync_before - sync_frames(&self.punt);
+            counters.event_n(Event::SyncFrameUp, sync_taken);
+            counters.event_n(Event::HealthReplyUp, taken - sync_taken);
+            for _ in 0..self.punt.len() {
+                counters.drop(DropReason::HealthRingFull);
             }
-            let taken = ring.enqueue(out);
-            counters.event_n(Event::HealthReplyUp, taken as u64);
-            for _ in 0..out.len() {
-                counters.drop(full);
+            self.punt.free_all();
+        }
+        if !self.vrrp.is_empty() {
+            let taken = mesh.vrrp_punt().enqueue(&mut self.vrrp);
+            counters.event_n(Event::VrrpAdvertUp, taken as u64);
+            for _ in 0..self.vrrp.len() {
+                counters.drop(DropReason::VrrpRingFull);
             }
-            out.free_all();
+            self.vrrp.free_all();
         }
     }
 }

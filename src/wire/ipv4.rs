@@ -28,6 +28,13 @@ pub const MIN_HEADER_LEN: usize = 20;
 /// Default TTL of packets Sluice originates (Linux's default too).
 pub const DEFAULT_TTL: u8 = 64;
 
+/// Whether `frame` is an untagged Ethernet frame carrying IPv4 protocol `protocol`
+/// (nothing else checked): how frames handed up to the management core are told
+/// apart without parsing them again.
+pub fn carries(frame: &[u8], protocol: IpProtocol) -> bool {
+    frame.len() > 23 && frame[12..14] == [0x08, 0x00] && frame[23] == protocol.0
+}
+
 const FLAG_DONT_FRAG: u16 = 0x4000;
 const FLAG_MORE_FRAGS: u16 = 0x2000;
 const FRAG_OFFSET_MASK: u16 = 0x1fff;

@@ -50,7 +50,7 @@ pub const HEADER_LEN: usize = field::ADDRESSES;
 /// advertisement unchecked): how frames handed up to the management core are told
 /// apart without parsing them again.
 pub fn carries_vrrp(frame: &[u8]) -> bool {
-    frame.len() > 23 && frame[12..14] == [0x08, 0x00] && frame[23] == PROTOCOL.0
+    super::ipv4::carries(frame, PROTOCOL)
 }
 
 /// A view of a VRRPv3 IPv4 advertisement: the header and `count` addresses. Bytes
