@@ -13,7 +13,7 @@
 //! server of weight 0 (draining). For a service with thresholds the worker keeps its
 //! own copy of the service's real servers, in which an overloaded server's weight is
 //! 0, and picks from that copy; schedulers that read weights only when built
-//! (wrr, fo, and the load-tracking lc, wlc, sed, nq, lblc and lblcr) hear the change through
+//! (wrr, fo, wrandom, p2c, and the load-tracking lc, wlc, sed, nq, lblc and lblcr) hear the change through
 //! [`Scheduler::set_weight`](crate::sched::Scheduler::set_weight). So every
 //! scheduler, fo included, honours overload, and none had to learn a second notion of
 //! "not available". A persistence template still sends its client network to its
@@ -265,5 +265,32 @@ mod tests {
         assert!(own[1].overloaded());
         o.reset([plain.as_slice()].into_iter(), &own);
         assert!(!own[1].overloaded());
+    }
+
+    #[test]
+    fn the_random_schedulers_pick_a_server_again_once_its_overload_ends() {
+        for kind in [SchedulerKind::Wrandom, SchedulerKind::P2c] {
+            let own = realserver_stats::new_table();
+            let mut limited = servers(&[(2, 0), (0, 0)]);
+            for rs in &mut limited {
+                rs.weight = 1;
+            }
+            let mut o = Overload::default();
+            o.reset([limited.as_slice()].into_iter(), &own);
+            let mut s = sched::build(kind, o.servers(0).unwrap());
+            let ctx = PickContext::new(Ipv4Addr::LOCALHOST, 1, &[]);
+            o.apply(0, 0, ServerLoad::new(2, 0), &mut *s, &own);
+            assert_eq!(o.servers(0).unwrap()[0].weight, 0, "{kind}");
+            for _ in 0..100 {
+                assert_eq!(s.pick(o.servers(0).unwrap(), &ctx), Some(1), "{kind}");
+            }
+            // 1 connection: below 3/4 of upper, the server takes new ones again.
+            o.apply(0, 0, ServerLoad::new(1, 0), &mut *s, &own);
+            assert_eq!(o.servers(0).unwrap()[0].weight, 1, "{kind}");
+            let again = (0..1000)
+                .filter(|_| s.pick(o.servers(0).unwrap(), &ctx) == Some(0))
+                .count();
+            assert!(again >= 250, "{kind}: picked {again} times in 1000");
+        }
     }
 }

@@ -191,7 +191,8 @@ impl<'a> PickContext<'a> {
 ///   rebuilds the scheduler when it adopts a new snapshot). A scheduler that keeps
 ///   per-server state must still not panic if the slice length differs; it restarts.
 /// - A server with weight 0 is draining and is never picked.
-/// - Weights: wrr and fo read them when built and through [`Scheduler::set_weight`];
+/// - Weights: wrr, fo, wrandom and p2c read them when built and through
+///   [`Scheduler::set_weight`];
 ///   lc, wlc, sed, nq, lblc and lblcr read them from `servers` at each pick unless the context
 ///   says loads are tracked, and then also only when built and through `set_weight`.
 ///   The data plane rebuilds schedulers on every change of the list, weights included.
@@ -215,8 +216,8 @@ pub trait Scheduler: Send {
 
     /// Server `index` now has `weight` (0: draining) without a rebuild: O(log n) for
     /// fo, lc, wlc, sed, nq, lblc and lblcr, and for wrr unless it leaves a replayed cycle (then
-    /// O(n) once); a no-op for the others, which read `servers` at each pick or need
-    /// a rebuild.
+    /// O(n) once); O(n) for wrandom and p2c (their running sums); a no-op for the
+    /// others, which read `servers` at each pick or need a rebuild.
     fn set_weight(&mut self, _index: usize, _weight: u32) {}
 }
 

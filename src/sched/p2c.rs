@@ -80,6 +80,10 @@ impl Scheduler for PowerOfTwoChoices {
         }
         None
     }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.weights.set(index, weight);
+    }
 }
 
 #[cfg(test)]
