@@ -897,6 +897,9 @@ impl Forwarder {
             snap.services().iter().map(|s| s.real_servers.as_slice()),
             &self.real_servers,
         );
+        for (i, scheduler) in self.schedulers.iter_mut().enumerate() {
+            self.overload.tell(i, &mut **scheduler);
+        }
         for (i, (s, scheduler)) in snap.services().iter().zip(&self.schedulers).enumerate() {
             if scheduler.tracks_loads() || self.overload.has_thresholds(i) {
                 self.load_view.track(i, &s.real_servers);
