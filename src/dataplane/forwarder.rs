@@ -878,7 +878,7 @@ impl Forwarder {
                 None => sched::build_with(
                     s.scheduler,
                     &s.real_servers,
-                    &sched::SchedulerParams::for_service(s, seed),
+                    &snap.scheduler_params(i, seed),
                 ),
             })
             .collect();

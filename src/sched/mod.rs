@@ -56,6 +56,13 @@ pub struct SchedulerParams {
     /// Seed of the random schedulers (wrandom, p2c). The data plane passes one per
     /// worker so workers do not draw the same sequence.
     pub seed: u64,
+    /// Positions of the servers that sh and dh leave out of their bucket tables:
+    /// those health checking evicted and a sorry server not in use, at weight 0 in
+    /// the pool so that their sessions keep their real server, where keepalived would
+    /// have deleted them from IPVS. A server an operator set to weight 0 is not
+    /// withdrawn and keeps a bucket, as in IPVS. Empty unless the snapshot says
+    /// ([`Snapshot::scheduler_params`](crate::service::Snapshot::scheduler_params)).
+    pub withdrawn: Vec<usize>,
 }
 
 impl Default for SchedulerParams {
@@ -64,6 +71,7 @@ impl Default for SchedulerParams {
             maglev_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
             flags: SchedFlags::default(),
             seed: DEFAULT_SEED,
+            withdrawn: Vec::new(),
         }
     }
 }
@@ -75,6 +83,7 @@ impl SchedulerParams {
             maglev_table_size: service.mh_table_size,
             flags: service.sched_flags,
             seed,
+            withdrawn: Vec::new(),
         }
     }
 
@@ -250,8 +259,12 @@ pub fn build_with(
         SchedulerKind::Wlc => Box::new(WeightedLeastConnection::new(servers)),
         SchedulerKind::Sed => Box::new(ShortestExpectedDelay::new(servers)),
         SchedulerKind::Nq => Box::new(NeverQueue::new(servers)),
-        SchedulerKind::Dh => Box::new(DestinationHashing::new(servers)),
-        SchedulerKind::Sh => Box::new(SourceHashing::new(servers, params.flags)),
+        SchedulerKind::Dh => Box::new(DestinationHashing::withdrawing(servers, &params.withdrawn)),
+        SchedulerKind::Sh => Box::new(SourceHashing::withdrawing(
+            servers,
+            params.flags,
+            &params.withdrawn,
+        )),
         SchedulerKind::Lblc => Box::new(LocalityLeastConnection::new(servers)),
         SchedulerKind::Lblcr => Box::new(LocalityLeastConnectionReplicated::new(servers)),
         SchedulerKind::Mh => Box::new(
