@@ -129,6 +129,12 @@ impl Scheduler for WeightedRandom {
     fn set_weight(&mut self, index: usize, weight: u32) {
         self.weights.set(index, weight);
     }
+
+    fn inherit(&mut self, previous: &dyn Scheduler) {
+        if let Some(previous) = crate::sched::same_kind::<WeightedRandom>(previous) {
+            self.rng = previous.rng.clone();
+        }
+    }
 }
 
 #[cfg(test)]
