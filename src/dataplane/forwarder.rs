@@ -160,6 +160,8 @@ pub struct Forwarder {
     snapshot: SnapshotReader,
     /// One scheduler per service, by snapshot index; rebuilt when the snapshot changes.
     schedulers: Vec<Box<dyn Scheduler>>,
+    /// The id of each service of `schedulers`, to match them with the next snapshot's.
+    scheduled: Vec<u32>,
     /// Scratch for the loads handed to a scheduler (capacity kept across picks).
     loads: Vec<ServerLoad>,
     /// Real-server loads over all workers, or of this worker only.
@@ -610,6 +612,7 @@ impl Forwarder {
             parked_hashes: Vec::with_capacity(2 * BURST_SIZE),
             snapshot,
             schedulers: Vec::new(),
+            scheduled: Vec::new(),
             loads: Vec::new(),
             load_view: load_view
                 .unwrap_or_else(|| LoadView::new(vec![real_servers.clone()], 0, tsc_hz)),
@@ -876,19 +879,32 @@ impl Forwarder {
         // prebuilt with the snapshot.
         let seed = sched::DEFAULT_SEED
             ^ (u64::from(self.rss.queue) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // Each carries on from the service's previous one (Scheduler::inherit).
+        let mut previous: hashbrown::HashMap<u32, Box<dyn Scheduler>> = self
+            .scheduled
+            .drain(..)
+            .zip(self.schedulers.drain(..))
+            .collect();
         self.schedulers = snap
             .services()
             .iter()
             .enumerate()
-            .map(|(i, s)| match snap.maglev(i) {
-                Some(table) => Box::new(Maglev::clone(table)) as Box<dyn Scheduler>,
-                None => sched::build_with(
-                    s.scheduler,
-                    &s.real_servers,
-                    &sched::SchedulerParams::for_service(s, seed),
-                ),
+            .map(|(i, s)| {
+                let mut scheduler = match snap.maglev(i) {
+                    Some(table) => Box::new(Maglev::clone(table)) as Box<dyn Scheduler>,
+                    None => sched::build_with(
+                        s.scheduler,
+                        &s.real_servers,
+                        &snap.scheduler_params(i, seed),
+                    ),
+                };
+                if let Some(previous) = previous.remove(&s.id) {
+                    scheduler.inherit(&*previous);
+                }
+                scheduler
             })
             .collect();
+        self.scheduled = snap.services().iter().map(|s| s.id).collect();
         self.synproxy
             .reset_services(snap.services().iter().map(|s| s.id));
         let widest = snap
@@ -904,6 +920,9 @@ impl Forwarder {
             snap.services().iter().map(|s| s.real_servers.as_slice()),
             &self.real_servers,
         );
+        for (i, scheduler) in self.schedulers.iter_mut().enumerate() {
+            self.overload.tell(i, &mut **scheduler);
+        }
         for (i, (s, scheduler)) in snap.services().iter().zip(&self.schedulers).enumerate() {
             if scheduler.tracks_loads() || self.overload.has_thresholds(i) {
                 self.load_view.track(i, &s.real_servers);

@@ -13,7 +13,7 @@
 //! server of weight 0 (draining). For a service with thresholds the worker keeps its
 //! own copy of the service's real servers, in which an overloaded server's weight is
 //! 0, and picks from that copy; schedulers that read weights only when built
-//! (wrr, fo, and the load-tracking lc, wlc, sed, nq, lblc and lblcr) hear the change through
+//! (wrr, fo, wrandom, p2c, and the load-tracking lc, wlc, sed, nq, lblc and lblcr) hear the change through
 //! [`Scheduler::set_weight`](crate::sched::Scheduler::set_weight). So every
 //! scheduler, fo included, honours overload, and none had to learn a second notion of
 //! "not available". A persistence template still sends its client network to its
@@ -85,27 +85,76 @@ pub struct Flip {
 }
 
 impl Overload {
-    /// Starts over for a new snapshot's services (off the packet path): no server is
-    /// overloaded until its counts say so, and the marks this worker left in `own`
-    /// are cleared.
+    /// Takes up a new snapshot's services (off the packet path). A server that is
+    /// overloaded stays so when the new snapshot still has it (same id) with the same
+    /// thresholds: leaving the state only below `lower` (or 3/4 of `upper`) is the
+    /// point of the rule, and a change elsewhere in the configuration must not let a
+    /// server between the two take new connections again. Every other server starts
+    /// not overloaded until its counts say so, and the marks this worker left in
+    /// `own` for servers no longer overloaded are cleared. The new snapshot's
+    /// schedulers still have to hear of the servers kept overloaded: [`Overload::tell`].
     pub fn reset<'a>(
         &mut self,
         services: impl Iterator<Item = &'a [RealServer]>,
         own: &[RealServerCounters],
     ) {
-        for id in self.marked.drain(..) {
-            if let Some(c) = own.get(id as usize) {
-                c.set_overloaded(false);
-            }
-        }
+        // (id, upper, lower) of every server overloaded now.
+        let mut carried: Vec<(u32, u32, u32)> = self
+            .services
+            .iter()
+            .flatten()
+            .flat_map(|s| {
+                s.servers
+                    .iter()
+                    .zip(&s.overloaded)
+                    .filter(|(_, &overloaded)| overloaded)
+                    .map(|(r, _)| (r.id, r.upper, r.lower))
+            })
+            .collect();
+        carried.sort_unstable();
         self.services.clear();
+        let mut kept = Vec::new();
         for servers in services {
             let thresholds = servers.iter().any(|r| r.upper > 0);
-            self.services.push(thresholds.then(|| ServiceOverload {
-                servers: servers.to_vec(),
-                weights: servers.iter().map(|r| r.weight).collect(),
-                overloaded: vec![false; servers.len()],
+            self.services.push(thresholds.then(|| {
+                let mut copy = servers.to_vec();
+                let overloaded = copy
+                    .iter_mut()
+                    .map(|r| {
+                        let was =
+                            r.upper > 0 && carried.binary_search(&(r.id, r.upper, r.lower)).is_ok();
+                        if was {
+                            r.weight = 0;
+                            kept.push(r.id);
+                        }
+                        was
+                    })
+                    .collect();
+                ServiceOverload {
+                    servers: copy,
+                    weights: servers.iter().map(|r| r.weight).collect(),
+                    overloaded,
+                }
             }));
+        }
+        for id in self.marked.drain(..) {
+            if !kept.contains(&id) {
+                if let Some(c) = own.get(id as usize) {
+                    c.set_overloaded(false);
+                }
+            }
+        }
+        self.marked = kept;
+    }
+
+    /// Tells service `index`'s scheduler, freshly built from the snapshot's weights,
+    /// that the servers [`Overload::reset`] kept overloaded have weight 0.
+    pub fn tell(&self, index: usize, scheduler: &mut dyn Scheduler) {
+        let Some(Some(s)) = self.services.get(index) else {
+            return;
+        };
+        for (position, _) in s.overloaded.iter().enumerate().filter(|(_, &o)| o) {
+            scheduler.set_weight(position, 0);
         }
     }
 
@@ -265,5 +314,71 @@ mod tests {
         assert!(own[1].overloaded());
         o.reset([plain.as_slice()].into_iter(), &own);
         assert!(!own[1].overloaded());
+    }
+
+    #[test]
+    fn the_random_schedulers_pick_a_server_again_once_its_overload_ends() {
+        for kind in [SchedulerKind::Wrandom, SchedulerKind::P2c] {
+            let own = realserver_stats::new_table();
+            let mut limited = servers(&[(2, 0), (0, 0)]);
+            for rs in &mut limited {
+                rs.weight = 1;
+            }
+            let mut o = Overload::default();
+            o.reset([limited.as_slice()].into_iter(), &own);
+            let mut s = sched::build(kind, o.servers(0).unwrap());
+            let ctx = PickContext::new(Ipv4Addr::LOCALHOST, 1, &[]);
+            o.apply(0, 0, ServerLoad::new(2, 0), &mut *s, &own);
+            assert_eq!(o.servers(0).unwrap()[0].weight, 0, "{kind}");
+            for _ in 0..100 {
+                assert_eq!(s.pick(o.servers(0).unwrap(), &ctx), Some(1), "{kind}");
+            }
+            // 1 connection: below 3/4 of upper, the server takes new ones again.
+            o.apply(0, 0, ServerLoad::new(1, 0), &mut *s, &own);
+            assert_eq!(o.servers(0).unwrap()[0].weight, 1, "{kind}");
+            let again = (0..1000)
+                .filter(|_| s.pick(o.servers(0).unwrap(), &ctx) == Some(0))
+                .count();
+            assert!(again >= 250, "{kind}: picked {again} times in 1000");
+        }
+    }
+
+    #[test]
+    fn a_new_snapshot_keeps_an_overloaded_server_overloaded_until_below_lower() {
+        let own = realserver_stats::new_table();
+        let mut o = Overload::default();
+        let mut limited = servers(&[(100, 0), (0, 0)]);
+        o.reset([limited.as_slice()].into_iter(), &own);
+        let mut s = sched::build(SchedulerKind::Wrr, o.servers(0).unwrap());
+        o.apply(0, 0, ServerLoad::new(100, 0), &mut *s, &own);
+        assert_eq!(o.servers(0).unwrap()[0].weight, 0);
+        // 90 is between 3/4 of upper (75) and upper: still overloaded.
+        o.apply(0, 0, ServerLoad::new(90, 0), &mut *s, &own);
+        assert_eq!(o.servers(0).unwrap()[0].weight, 0);
+        // An unrelated change (the other server's weight) makes a new snapshot.
+        limited[1].weight = 5;
+        o.reset([limited.as_slice()].into_iter(), &own);
+        assert!(own[1].overloaded(), "the mark stays");
+        let mut s = sched::build(SchedulerKind::Wrr, &limited);
+        o.tell(0, &mut *s);
+        let ctx = PickContext::new(Ipv4Addr::LOCALHOST, 1, &[]);
+        assert_eq!(o.observe(0, 0, ServerLoad::new(90, 0)), None);
+        assert_eq!(o.servers(0).unwrap()[0].weight, 0);
+        for _ in 0..20 {
+            assert_eq!(s.pick(o.servers(0).unwrap(), &ctx), Some(1));
+        }
+        // Below 3/4 of upper: it takes new connections again.
+        o.apply(0, 0, ServerLoad::new(74, 0), &mut *s, &own);
+        assert_eq!(o.servers(0).unwrap()[0].weight, 3);
+        assert!(!own[1].overloaded());
+        assert!((0..20).any(|_| s.pick(o.servers(0).unwrap(), &ctx) == Some(0)));
+        // New thresholds start afresh: 90 is below the new upper.
+        o.apply(0, 0, ServerLoad::new(100, 0), &mut *s, &own);
+        o.apply(0, 0, ServerLoad::new(90, 0), &mut *s, &own);
+        limited[0].upper = 200;
+        o.reset([limited.as_slice()].into_iter(), &own);
+        assert!(!own[1].overloaded());
+        assert_eq!(o.servers(0).unwrap()[0].weight, 3);
+        assert_eq!(o.observe(0, 0, ServerLoad::new(90, 0)), None);
     }
 }

@@ -15,7 +15,8 @@
 //! (10.1.0.5 and 10.2.0.5 always collide); the top bits mix all four octets.
 //!
 //! A destination whose bucket names a draining server (weight 0) gets no server, as in
-//! the kernel (dh has no fallback flag). In an ordinary virtual service every
+//! the kernel (dh has no fallback flag). As in sh, servers health checking evicted and
+//! a sorry server not in use take no bucket (keepalived would have deleted them). In an ordinary virtual service every
 //! connection has the same destination (the VIP), so dh sends all of them to one
 //! server: it is meant for services that see many destinations.
 use crate::model::RealServer;
@@ -34,8 +35,14 @@ pub struct DestinationHashing {
 
 impl DestinationHashing {
     pub fn new(servers: &[RealServer]) -> Self {
+        DestinationHashing::withdrawing(servers, &[])
+    }
+
+    /// As [`DestinationHashing::new`], the servers at positions `withdrawn` left out
+    /// of the table (see [`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)).
+    pub fn withdrawing(servers: &[RealServer], withdrawn: &[usize]) -> Self {
         DestinationHashing {
-            table: BucketTable::new(servers),
+            table: BucketTable::new(servers, withdrawn),
         }
     }
 

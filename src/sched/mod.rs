@@ -4,7 +4,8 @@
 //! established sessions are forwarded from the session table without asking it.
 //!
 //! **State is per worker.** Each worker builds its own scheduler instances from the
-//! snapshot it reads and rebuilds them when it picks up a new snapshot, so `pick` takes
+//! snapshot it reads and rebuilds them when it picks up a new snapshot (each carrying on
+//! from the one it replaces: [`Scheduler::inherit`]), so `pick` takes
 //! `&mut self` and needs no locks or atomics. The consequence: with N workers, each
 //! runs its own sequence. Round robin over 3 servers with 2 workers gives each worker
 //! `a b c a b c ...` over the connections *it* sees, so the global spread is exact only
@@ -56,6 +57,13 @@ pub struct SchedulerParams {
     /// Seed of the random schedulers (wrandom, p2c). The data plane passes one per
     /// worker so workers do not draw the same sequence.
     pub seed: u64,
+    /// Positions of the servers that sh and dh leave out of their bucket tables:
+    /// those health checking evicted and a sorry server not in use, at weight 0 in
+    /// the pool so that their sessions keep their real server, where keepalived would
+    /// have deleted them from IPVS. A server an operator set to weight 0 is not
+    /// withdrawn and keeps a bucket, as in IPVS. Empty unless the snapshot says
+    /// ([`Snapshot::scheduler_params`](crate::service::Snapshot::scheduler_params)).
+    pub withdrawn: Vec<usize>,
 }
 
 impl Default for SchedulerParams {
@@ -64,6 +72,7 @@ impl Default for SchedulerParams {
             maglev_table_size: crate::model::MH_DEFAULT_TABLE_SIZE,
             flags: SchedFlags::default(),
             seed: DEFAULT_SEED,
+            withdrawn: Vec::new(),
         }
     }
 }
@@ -75,6 +84,7 @@ impl SchedulerParams {
             maglev_table_size: service.mh_table_size,
             flags: service.sched_flags,
             seed,
+            withdrawn: Vec::new(),
         }
     }
 
@@ -191,11 +201,13 @@ impl<'a> PickContext<'a> {
 ///   rebuilds the scheduler when it adopts a new snapshot). A scheduler that keeps
 ///   per-server state must still not panic if the slice length differs; it restarts.
 /// - A server with weight 0 is draining and is never picked.
-/// - Weights: wrr and fo read them when built and through [`Scheduler::set_weight`];
+/// - Weights: wrr, fo, wrandom and p2c read them when built and through
+///   [`Scheduler::set_weight`];
 ///   lc, wlc, sed, nq, lblc and lblcr read them from `servers` at each pick unless the context
 ///   says loads are tracked, and then also only when built and through `set_weight`.
-///   The data plane rebuilds schedulers on every change of the list, weights included.
-pub trait Scheduler: Send {
+///   The data plane rebuilds schedulers on every change of the list, weights included,
+///   and has each carry on from the one it replaces ([`Scheduler::inherit`]).
+pub trait Scheduler: Send + std::any::Any {
     fn kind(&self) -> SchedulerKind;
     /// Index into `servers` of the real server for a new connection; None when no server
     /// can take it (all weight 0 / none).
@@ -215,9 +227,25 @@ pub trait Scheduler: Send {
 
     /// Server `index` now has `weight` (0: draining) without a rebuild: O(log n) for
     /// fo, lc, wlc, sed, nq, lblc and lblcr, and for wrr unless it leaves a replayed cycle (then
-    /// O(n) once); a no-op for the others, which read `servers` at each pick or need
-    /// a rebuild.
+    /// O(n) once); O(n) for wrandom and p2c (their running sums); a no-op for the
+    /// others, which read `servers` at each pick or need a rebuild.
     fn set_weight(&mut self, _index: usize, _weight: u32) {}
+
+    /// Carries on from `previous`, the scheduler this one replaces for the same
+    /// service when a worker adopts a new snapshot, where that makes sense: rr keeps
+    /// its position (modulo the new list), wrr its running weights while the list
+    /// and weights are unchanged, wrandom and p2c their generator's state. Without it
+    /// every snapshot (a health flap, an edit of another service) would restart them,
+    /// and with few new connections between snapshots each worker's first pick, the
+    /// same server every time, would take most of them. A no-op for the others and
+    /// for a `previous` of another kind.
+    fn inherit(&mut self, _previous: &dyn Scheduler) {}
+}
+
+/// `previous` as a `T`, when it is one (for [`Scheduler::inherit`]).
+pub(crate) fn same_kind<T: Scheduler>(previous: &dyn Scheduler) -> Option<&T> {
+    let any: &dyn std::any::Any = previous;
+    any.downcast_ref::<T>()
 }
 
 /// Whether `index` is a server of `servers` that takes new connections: how the
@@ -249,8 +277,12 @@ pub fn build_with(
         SchedulerKind::Wlc => Box::new(WeightedLeastConnection::new(servers)),
         SchedulerKind::Sed => Box::new(ShortestExpectedDelay::new(servers)),
         SchedulerKind::Nq => Box::new(NeverQueue::new(servers)),
-        SchedulerKind::Dh => Box::new(DestinationHashing::new(servers)),
-        SchedulerKind::Sh => Box::new(SourceHashing::new(servers, params.flags)),
+        SchedulerKind::Dh => Box::new(DestinationHashing::withdrawing(servers, &params.withdrawn)),
+        SchedulerKind::Sh => Box::new(SourceHashing::withdrawing(
+            servers,
+            params.flags,
+            &params.withdrawn,
+        )),
         SchedulerKind::Lblc => Box::new(LocalityLeastConnection::new(servers)),
         SchedulerKind::Lblcr => Box::new(LocalityLeastConnectionReplicated::new(servers)),
         SchedulerKind::Mh => Box::new(
@@ -653,5 +685,53 @@ mod tests {
             ServerLoad::new(u32::MAX, u32::MAX).overhead(),
             u64::from(u32::MAX) * 257
         );
+    }
+
+    /// A worker rebuilds its schedulers on every snapshot; with one new connection
+    /// between snapshots the sequence must go on, not restart at the same server.
+    #[test]
+    fn a_rebuild_between_every_pick_keeps_the_spread() {
+        let servers = servers(&[1, 1, 1]);
+        let params = SchedulerParams {
+            seed: 99,
+            ..SchedulerParams::default()
+        };
+        for kind in [
+            SchedulerKind::Rr,
+            SchedulerKind::Wrr,
+            SchedulerKind::Wrandom,
+            SchedulerKind::P2c,
+        ] {
+            let mut scheduler = build_with(kind, &servers, &params);
+            let mut hits = [0usize; 3];
+            // Each connection stays open (p2c's loads).
+            let mut load = vec![ServerLoad::default(); 3];
+            for _ in 0..300 {
+                let mut rebuilt = build_with(kind, &servers, &params);
+                rebuilt.inherit(&*scheduler);
+                scheduler = rebuilt;
+                let pick = scheduler.pick(&servers, &ctx_with(&load)).unwrap();
+                hits[pick] += 1;
+                load[pick].active += 1;
+            }
+            if matches!(kind, SchedulerKind::Rr | SchedulerKind::Wrr) {
+                assert_eq!(hits, [100; 3], "{kind}");
+            } else {
+                assert!(
+                    hits.iter().all(|h| (60..=140).contains(h)),
+                    "{kind}: {hits:?}"
+                );
+            }
+        }
+        // rr keeps its position modulo a shorter list; another kind inherits nothing.
+        let mut rr = build(SchedulerKind::Rr, &servers);
+        assert_eq!(sequence(&mut *rr, &servers, 2), "ab");
+        let two = super::test_support::servers(&[1, 1]);
+        let mut shorter = build(SchedulerKind::Rr, &two);
+        shorter.inherit(&*rr);
+        assert_eq!(sequence(&mut *shorter, &two, 3), "aba");
+        let mut wrr = build(SchedulerKind::Wrr, &servers);
+        wrr.inherit(&*rr);
+        assert_eq!(sequence(&mut *wrr, &servers, 3), "abc");
     }
 }

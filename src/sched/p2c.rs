@@ -80,6 +80,16 @@ impl Scheduler for PowerOfTwoChoices {
         }
         None
     }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.weights.set(index, weight);
+    }
+
+    fn inherit(&mut self, previous: &dyn Scheduler) {
+        if let Some(previous) = crate::sched::same_kind::<PowerOfTwoChoices>(previous) {
+            self.rng = previous.rng.clone();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,11 +9,16 @@ use crate::sched::{PickContext, Scheduler};
 pub struct RoundRobin {
     /// Index tried first on the next pick: the one after the last picked.
     next: usize,
+    /// Length of the list it was built for.
+    len: usize,
 }
 
 impl RoundRobin {
-    pub fn new(_servers: &[RealServer]) -> Self {
-        RoundRobin { next: 0 }
+    pub fn new(servers: &[RealServer]) -> Self {
+        RoundRobin {
+            next: 0,
+            len: servers.len(),
+        }
     }
 }
 
@@ -34,6 +39,12 @@ impl Scheduler for RoundRobin {
             index = if index + 1 == count { 0 } else { index + 1 };
         }
         None
+    }
+
+    fn inherit(&mut self, previous: &dyn Scheduler) {
+        if let Some(previous) = crate::sched::same_kind::<RoundRobin>(previous) {
+            self.next = previous.next.checked_rem(self.len).unwrap_or(0);
+        }
     }
 }
 

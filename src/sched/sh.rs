@@ -11,6 +11,13 @@
 //! the servers late in the list get fewer buckets than their weight says, or none.
 //! Keep sh weights small (1..=10 or so).
 //!
+//! The weight-0 quirk is IPVS's for a server an operator quiesced (`-e -w 0`), and
+//! stays so. Servers that keepalived would have deleted from IPVS instead, those
+//! health checking evicted and a sorry server not in use, are also at weight 0 in the
+//! workers' pool (so their sessions keep their real server) but take no bucket:
+//! their clients hash to the other servers, as after keepalived's delete
+//! ([`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)).
+//!
 //! **Hash** (current kernels): bucket = `hash_32(addr + port, 8)`, the top 8 bits of
 //! `(addr + port) * 0x61C88647` (the kernel's `GOLDEN_RATIO_32`), with the address and
 //! port as host-order integers and `port` = 0 unless `sh-port` is set.
@@ -48,33 +55,37 @@ pub(crate) struct BucketTable {
 }
 
 impl BucketTable {
-    pub(crate) fn new(servers: &[RealServer]) -> Self {
+    /// The table for `servers`, the servers at positions `withdrawn` left out.
+    pub(crate) fn new(servers: &[RealServer], withdrawn: &[usize]) -> Self {
         let mut table = BucketTable {
             buckets: [0; TABLE_SIZE],
             built_for: 0,
         };
-        table.fill(servers);
+        table.fill(servers, withdrawn);
         table
     }
 
     /// Walk the list, `weight` consecutive buckets per server (at least one, as the
-    /// kernel's `++d_count >= weight` moves on after one bucket when weight is 0).
-    fn fill(&mut self, servers: &[RealServer]) {
+    /// kernel's `++d_count >= weight` moves on after one bucket when weight is 0),
+    /// skipping the `withdrawn` positions, which keepalived would have deleted from
+    /// IPVS: their clients hash to the others. When every server is withdrawn (none
+    /// can take a connection anyway) the walk takes them all.
+    fn fill(&mut self, servers: &[RealServer], withdrawn: &[usize]) {
         self.built_for = servers.len();
-        if servers.is_empty() {
+        let all = (0..servers.len()).all(|i| withdrawn.contains(&i));
+        let listed = |i: usize| all || !withdrawn.contains(&i);
+        let Some(mut server) = (0..servers.len()).find(|&i| listed(i)) else {
             return;
-        }
-        let mut server = 0;
+        };
         let mut taken = 0u32;
         for bucket in self.buckets.iter_mut() {
             *bucket = server as u32;
             taken += 1;
             if taken >= servers[server].weight {
-                server = if server + 1 == servers.len() {
-                    0
-                } else {
-                    server + 1
-                };
+                server = (server + 1..servers.len())
+                    .chain(0..=server)
+                    .find(|&i| listed(i))
+                    .unwrap_or(server);
                 taken = 0;
             }
         }
@@ -85,7 +96,7 @@ impl BucketTable {
     #[inline]
     pub(crate) fn refresh(&mut self, servers: &[RealServer]) {
         if self.built_for != servers.len() {
-            self.fill(servers);
+            self.fill(servers, &[]);
         }
     }
 
@@ -111,8 +122,14 @@ pub struct SourceHashing {
 impl SourceHashing {
     /// The table for `servers`; `flags.sh_port` and `flags.sh_fallback` apply.
     pub fn new(servers: &[RealServer], flags: SchedFlags) -> Self {
+        SourceHashing::withdrawing(servers, flags, &[])
+    }
+
+    /// As [`SourceHashing::new`], the servers at positions `withdrawn` left out of
+    /// the table (see [`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)).
+    pub fn withdrawing(servers: &[RealServer], flags: SchedFlags, withdrawn: &[usize]) -> Self {
         SourceHashing {
-            table: BucketTable::new(servers),
+            table: BucketTable::new(servers, withdrawn),
             port: flags.sh_port,
             fallback: flags.sh_fallback,
         }

@@ -407,6 +407,11 @@ impl SmoothMax {
         }
     }
 
+    /// Server `index`'s weight as it was last set.
+    pub fn weight(&self, index: usize) -> u32 {
+        self.weights[index]
+    }
+
     /// Server `index` now has `weight` (0: takes no part). Its running weight keeps
     /// its value and grows by the new weight from the next pick on, as when the scan
     /// reads a changed weight. Ignored past the end.

@@ -4,8 +4,10 @@
 //! sequence to keep, at the price of short-term noise: with few servers and few
 //! connections the split wanders more than wrr's.
 //!
-//! The running sums of the weights are computed when the scheduler is built; a pick is
-//! one random number ([`Rng`]) and a binary search over those sums, O(log n).
+//! The running sums of the weights are computed when the scheduler is built and
+//! follow [`Scheduler::set_weight`] (connection thresholds take a server out and give
+//! it back that way, O(n)); a pick is one random number ([`Rng`]) and a binary search
+//! over those sums, O(log n).
 use crate::model::rng::Rng;
 use crate::model::RealServer;
 use crate::model::SchedulerKind;
@@ -33,6 +35,19 @@ impl CumulativeWeights {
         for server in servers {
             sum += u64::from(server.weight);
             self.ends.push(sum);
+        }
+    }
+
+    /// Server `index` now has `weight`: the sums from it on move by the difference.
+    /// O(n), no allocation; ignored past the end.
+    pub(crate) fn set(&mut self, index: usize, weight: u32) {
+        if index >= self.ends.len() {
+            return;
+        }
+        let old = self.weight(index);
+        let new = u64::from(weight);
+        for end in &mut self.ends[index..] {
+            *end = *end - old + new;
         }
     }
 
@@ -110,6 +125,16 @@ impl Scheduler for WeightedRandom {
         }
         None
     }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        self.weights.set(index, weight);
+    }
+
+    fn inherit(&mut self, previous: &dyn Scheduler) {
+        if let Some(previous) = crate::sched::same_kind::<WeightedRandom>(previous) {
+            self.rng = previous.rng.clone();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -183,5 +208,21 @@ mod tests {
         let drained = servers(&[0, 0]);
         let mut wrandom = WeightedRandom::new(&drained, 0);
         assert_eq!(wrandom.pick(&drained, &ctx()), None);
+    }
+
+    #[test]
+    fn set_weight_moves_the_intervals() {
+        let servers = servers(&[2, 0, 3]);
+        let mut weights = CumulativeWeights::new(&servers);
+        weights.set(1, 4);
+        assert_eq!(
+            (weights.total(), weights.start(2), weights.weight(1)),
+            (9, 6, 4)
+        );
+        weights.set(0, 0);
+        let owners: Vec<usize> = (0..7).map(|r| weights.owner(r)).collect();
+        assert_eq!(owners, vec![1, 1, 1, 1, 2, 2, 2]);
+        weights.set(9, 1);
+        assert_eq!(weights.total(), 7);
     }
 }

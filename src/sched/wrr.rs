@@ -27,6 +27,9 @@ use crate::sched::{PickContext, Scheduler};
 #[derive(Clone, Debug)]
 pub struct SmoothWeightedRoundRobin {
     max: SmoothMax,
+    /// Id and weight of each server it was built for, to tell whether a rebuilt one
+    /// may carry on from it.
+    built: Vec<(u32, u32)>,
 }
 
 impl SmoothWeightedRoundRobin {
@@ -34,6 +37,7 @@ impl SmoothWeightedRoundRobin {
     pub fn new(servers: &[RealServer]) -> Self {
         SmoothWeightedRoundRobin {
             max: SmoothMax::new(servers),
+            built: servers.iter().map(|s| (s.id, s.weight)).collect(),
         }
     }
 
@@ -59,6 +63,23 @@ impl Scheduler for SmoothWeightedRoundRobin {
 
     fn set_weight(&mut self, index: usize, weight: u32) {
         self.max.set_weight(index, weight);
+    }
+
+    /// The running weights carry over when the servers and their weights are the
+    /// same; those `previous` was told of since (thresholds) go back to the built ones.
+    fn inherit(&mut self, previous: &dyn Scheduler) {
+        let Some(previous) = crate::sched::same_kind::<SmoothWeightedRoundRobin>(previous) else {
+            return;
+        };
+        if previous.built != self.built {
+            return;
+        }
+        self.max = previous.max.clone();
+        for (index, &(_, weight)) in self.built.iter().enumerate() {
+            if self.max.weight(index) != weight {
+                self.max.set_weight(index, weight);
+            }
+        }
     }
 }
 

@@ -277,6 +277,32 @@ impl Snapshot {
         self.kept_real_ids.binary_search(&id).is_ok()
     }
 
+    /// What service `index`'s scheduler is built with, for worker `seed`: the
+    /// service's parameters and the servers its pool keeps only for their sessions,
+    /// those health checking evicted and the sorry server while not in use, which
+    /// keepalived would have deleted from IPVS
+    /// ([`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)).
+    pub fn scheduler_params(&self, index: usize, seed: u64) -> crate::sched::SchedulerParams {
+        let Some(service) = self.services.get(index) else {
+            return crate::sched::SchedulerParams {
+                seed,
+                ..Default::default()
+            };
+        };
+        let sorry = service.sorry_server.map(|s| s.id);
+        let mut params = crate::sched::SchedulerParams::for_service(service, seed);
+        params.withdrawn = service
+            .real_servers
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                !self.keeps_real_server(r.id) || (Some(r.id) == sorry && r.weight == 0)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        params
+    }
+
     /// Every service's IPv4 real servers, sorted, each once.
     pub fn real_servers_v4(&self) -> &[Ipv4Addr] {
         &self.real_servers
@@ -1077,5 +1103,80 @@ mod tests {
         let without = NatRoute::all(&table);
         let gone: Vec<_> = with_sorry.difference(&without).collect();
         assert_eq!(gone, [&route(sorry, 80)]);
+    }
+
+    /// sh and dh with an idle sorry server, or with a server health checking evicted,
+    /// give their clients to the other servers; a server an operator set to weight 0
+    /// keeps its bucket, as in IPVS.
+    #[test]
+    fn hashing_schedulers_leave_evicted_servers_and_an_idle_sorry_server_out() {
+        use crate::sched::{self, PickContext};
+        for kind in [SchedulerKind::Sh, SchedulerKind::Dh, SchedulerKind::Mh] {
+            let mut table = ServiceTable::new();
+            table.add_service(key(1, 80), kind, None).unwrap();
+            let ids: Vec<u32> = (0..3u8)
+                .map(|i| {
+                    let spec = RealServerSpec::new(
+                        Ipv4Addr::new(10, 0, 0, 11 + i),
+                        80,
+                        1,
+                        ForwardMode::Dr,
+                    );
+                    table.add_server(key(1, 80), spec).unwrap()
+                })
+                .collect();
+            let sorry = crate::model::SorryServerSpec {
+                ip: Ipv4Addr::new(10, 0, 0, 99).into(),
+                port: 80,
+                mode: ForwardMode::Dr,
+                inhibit: false,
+            };
+            table.set_sorry_server(key(1, 80), Some(sorry)).unwrap();
+            // Each client's pick, by snapshot.
+            let picks = |table: &ServiceTable, evicted: &[u32]| -> Vec<Option<usize>> {
+                let health = HealthOverlay {
+                    evicted: evicted.iter().copied().collect(),
+                    ..Default::default()
+                };
+                let snap = Snapshot::build_with(1, table, &health, &[]);
+                let servers = &snap.services()[0].real_servers;
+                let mut s = sched::build_with(kind, servers, &snap.scheduler_params(0, 1));
+                (0..10_000u32)
+                    .map(|i| {
+                        let client =
+                            Ipv4Addr::from(0x6440_0000 | (i.wrapping_mul(0x9e37_79b1) >> 10));
+                        let ctx = PickContext::new(client, 1024, &[]).with_destination(client);
+                        s.pick(servers, &ctx)
+                    })
+                    .collect()
+            };
+            let all_up = picks(&table, &[]);
+            assert!(all_up.iter().all(|p| matches!(p, Some(0..=2))), "{kind}");
+            let one_down = picks(&table, &[ids[1]]);
+            assert!(
+                one_down.iter().all(|p| matches!(p, Some(0) | Some(2))),
+                "{kind}"
+            );
+            assert!(one_down.iter().filter(|p| **p == Some(0)).count() > 3_000);
+            assert!(one_down.iter().filter(|p| **p == Some(2)).count() > 3_000);
+            // All evicted: the sorry server takes everyone.
+            let all_down = picks(&table, &ids);
+            assert!(all_down.iter().all(|p| *p == Some(3)), "{kind}");
+            // An operator's weight 0 keeps its bucket in sh and dh: its clients get
+            // no server (sh-fallback aside), as in IPVS.
+            let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 80, 0, ForwardMode::Dr);
+            table.edit_server(key(1, 80), spec).unwrap();
+            let quiesced = picks(&table, &[]);
+            let refused = quiesced.iter().filter(|p| p.is_none()).count();
+            assert!(
+                quiesced.iter().all(|p| *p != Some(1) && *p != Some(3)),
+                "{kind}"
+            );
+            if kind == SchedulerKind::Mh {
+                assert_eq!(refused, 0);
+            } else {
+                assert!((2_000..4_500).contains(&refused), "{kind}: {refused}");
+            }
+        }
     }
 }
