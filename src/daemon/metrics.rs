@@ -5,7 +5,7 @@
 use crate::control::protocol::Request;
 use crate::control::render::skew_pct;
 use crate::control::report::{
-    AdmissionReport, HealthReport, LaddrReport, PeerReport, ServicesReport, StatusReport,
+    AdmissionReport, HealthReport, LaddrPoolStatus, PeerReport, ServicesReport, StatusReport,
     SyncReport, VrrpReport,
 };
 use crate::control::server::Handler;
@@ -51,7 +51,11 @@ fn escape(v: &str) -> String {
 }
 
 /// The exposition text for one scrape.
-pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrReport]) -> String {
+pub fn render(
+    status: &StatusReport,
+    services: &ServicesReport,
+    pools: &[LaddrPoolStatus],
+) -> String {
     let mut out = String::new();
     let o = &mut out;
     Family::new(o, "sluice_up", "gauge", "1 while the appliance runs.").sample("sluice_up", &[], 1);
@@ -480,23 +484,18 @@ pub fn render(status: &StatusReport, services: &ServicesReport, pools: &[LaddrRe
     ];
     for (i, (name, kind, help)) in pool_metrics.into_iter().enumerate() {
         let mut f = Family::new(o, name, kind, help);
-        for report in pools {
-            let service = report.service.to_string();
-            for p in &report.pools {
-                let value = match i {
-                    0 => u64::from(p.used),
-                    1 => u64::from(p.free),
-                    2 => p.misses,
-                    3 => p.early_reuses,
-                    _ => p.unprotected_reuses,
-                };
-                let (worker, lip) = (p.worker.to_string(), p.lip.to_string());
-                f.sample(
-                    name,
-                    &[("service", &service), ("lip", &lip), ("worker", &worker)],
-                    value,
-                );
-            }
+        // Per local address, not per service: the services that share an address
+        // share its ports, so a per-service series would count them once each.
+        for p in pools {
+            let value = match i {
+                0 => u64::from(p.used),
+                1 => u64::from(p.free),
+                2 => p.misses,
+                3 => p.early_reuses,
+                _ => p.unprotected_reuses,
+            };
+            let (worker, lip) = (p.worker.to_string(), p.lip.to_string());
+            f.sample(name, &[("lip", &lip), ("worker", &worker)], value);
         }
     }
     out

@@ -42,7 +42,7 @@ use crate::flow::ownership::{self, DeviceRss, Ownership, QueueView, SteerReason}
 use crate::ha::sync::report::SyncReport;
 use crate::ha::vrrp::node::VrrpReport;
 use crate::health::{HealthMonitor, HealthReport};
-use crate::model::{ForwardMode, ServiceKey};
+use crate::model::ForwardMode;
 use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
@@ -1615,18 +1615,16 @@ impl Registry {
         let services = self
             .services
             .report(&self.real_servers, rates::DEFAULT_WINDOW);
-        let with_laddrs: Vec<ServiceKey> = self
+        // One pass over every worker's pools, whatever the number of services.
+        let with_laddrs = self
             .services
             .table
             .services()
-            .filter(|s| !s.local_addresses.is_empty())
-            .map(|s| s.key)
-            .collect();
-        let mut pools = Vec::new();
-        for service in with_laddrs {
-            let report = self.laddrs(Request::GetLaddr { service })?;
-            pools.push(serde_json::from_value(report).map_err(|e| e.to_string())?);
-        }
+            .any(|s| !s.local_addresses.is_empty());
+        let pools = match with_laddrs {
+            true => self.pool_rows()?,
+            false => Vec::new(),
+        };
         let mut text = metrics::render(status, &services, &pools);
         let health = self.health_report();
         let vrrp = self
@@ -1708,7 +1706,6 @@ impl Registry {
         let Some(found) = self.services.table.get(service) else {
             return serde_json::to_value(report).map_err(|e| e.to_string());
         };
-        let id = found.id;
         let cps: f64 = found
             .real_servers
             .iter()
@@ -1720,32 +1717,81 @@ impl Registry {
             server_time_wait_s: self.server_time_wait_s,
             ports_per_address: self.ports_per_address,
         });
-        for (w, mailbox) in self.mailboxes.iter().enumerate() {
-            let query = Query::Pools {
-                out: Vec::with_capacity(4096),
-            };
-            let Query::Pools { out } = mailbox
-                .ask(query, QUERY_TIMEOUT)
-                .map_err(|e| format!("worker {w}: {e}"))?
-            else {
-                return Err(format!("worker {w}: answered another question"));
-            };
-            report.pools.extend(
-                out.iter()
-                    .filter(|p| p.service == id)
-                    .map(|p| LaddrPoolStatus {
-                        worker: p.worker,
-                        lip: p.counters.lip,
-                        used: p.counters.used,
-                        free: p.counters.free,
-                        misses: p.counters.misses,
-                        early_reuses: p.counters.early_reuses,
-                        unprotected_reuses: p.counters.unprotected_reuses,
-                    }),
-            );
+        // A local address's pool is shared by the services that list it: its rows,
+        // per worker in the service's order, once the service has FullNAT real servers.
+        if found
+            .real_servers
+            .iter()
+            .any(|r| r.mode == ForwardMode::FullNat)
+        {
+            let lips: Vec<std::net::Ipv4Addr> = found.local_addresses4().collect();
+            report.pools = service_pools(&self.pool_rows()?, &lips);
         }
         serde_json::to_value(report).map_err(|e| e.to_string())
     }
+
+    /// Every worker's local-address pools, each address once per worker whichever
+    /// services share it: one question per worker, and more only for a worker with
+    /// more addresses than [`crate::dataplane::query::POOLS_PER_CHUNK`].
+    fn pool_rows(&self) -> Result<Vec<LaddrPoolStatus>, String> {
+        collect_pool_rows(self.mailboxes.len(), |w, query| {
+            self.mailboxes[w].ask(query, QUERY_TIMEOUT)
+        })
+    }
+}
+
+/// Every worker's local-address pools, asking worker `w` with `ask(w, query)` (a
+/// [`Query::Pools`] answered page after page, each address once per worker).
+pub(crate) fn collect_pool_rows(
+    workers: usize,
+    mut ask: impl FnMut(usize, Query) -> Result<Query, String>,
+) -> Result<Vec<LaddrPoolStatus>, String> {
+    let mut rows = Vec::new();
+    for w in 0..workers {
+        let mut from = 0;
+        loop {
+            let query = Query::Pools {
+                from,
+                out: Vec::with_capacity(crate::dataplane::query::POOLS_PER_CHUNK),
+                next: None,
+            };
+            let Query::Pools { out, next, .. } =
+                ask(w, query).map_err(|e| format!("worker {w}: {e}"))?
+            else {
+                return Err(format!("worker {w}: answered another question"));
+            };
+            rows.extend(out.iter().map(|p| LaddrPoolStatus {
+                worker: p.worker,
+                lip: p.counters.lip,
+                used: p.counters.used,
+                free: p.counters.free,
+                misses: p.counters.misses,
+                early_reuses: p.counters.early_reuses,
+                unprotected_reuses: p.counters.unprotected_reuses,
+            }));
+            match next {
+                Some(next) if next > from => from = next,
+                _ => break,
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The rows of `rows` (every worker's pools, as `Registry::pool_rows` gets them)
+/// on the local addresses `lips` of one service: per worker, in the service's order.
+pub(crate) fn service_pools(
+    rows: &[LaddrPoolStatus],
+    lips: &[std::net::Ipv4Addr],
+) -> Vec<LaddrPoolStatus> {
+    let position = |lip| lips.iter().position(|&l| l == lip);
+    let mut mine: Vec<LaddrPoolStatus> = rows
+        .iter()
+        .filter(|p| position(p.lip).is_some())
+        .cloned()
+        .collect();
+    mine.sort_by_key(|p| (p.worker, position(p.lip)));
+    mine
 }
 
 /// When the management loop stops by itself and prints statistics.

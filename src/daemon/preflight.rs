@@ -256,12 +256,23 @@ impl MemoryNeed {
         let ports = usize::from(cfg.sessions.local_port_last)
             .saturating_sub(usize::from(cfg.sessions.local_port_first))
             + 1;
-        let pools: usize = cfg
+        // One pool per worker, over the distinct IPv4 local addresses: services that
+        // share an address share its ports (IPv6 local addresses have no pool).
+        let mut lips: Vec<std::net::Ipv4Addr> = cfg
             .services
             .iter()
-            .filter(|s| !s.local_addresses.is_empty())
-            .map(|s| PortPool::bytes_for(s.local_addresses.len(), ports, RETA_SIZE_BOUND))
-            .sum();
+            .flat_map(|s| s.local_addresses.iter())
+            .filter_map(|a| match a {
+                std::net::IpAddr::V4(a) => Some(*a),
+                std::net::IpAddr::V6(_) => None,
+            })
+            .collect();
+        lips.sort_unstable();
+        lips.dedup();
+        let pools = match lips.len() {
+            0 => 0,
+            n => PortPool::bytes_for(n, ports, RETA_SIZE_BOUND),
+        };
         let counters = MAX_REAL_SERVER_IDS * std::mem::size_of::<RealServerCounters>();
         // crossbeam's ArrayQueue: a stamp word beside each event.
         let sync_ring = match cfg.sync {

@@ -39,7 +39,7 @@ use crate::dpdk::{Burst, Packet, BURST_SIZE};
 use crate::flow::parse::{classify, peek_key, Ipv6Payload, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::{FlowKey4, FlowKey6};
-use crate::forward::laddr::PortPool;
+use crate::forward::laddr::{LaddrSet, PortPool};
 use crate::forward::timestamps;
 use crate::model::DropReason;
 use crate::model::{ForwardMode, Protocol, ServiceKey};
@@ -192,9 +192,13 @@ pub struct Forwarder {
     laddr6_cursor: u64,
     /// The IPv6 neighbour table, fed by Neighbor Discovery to the port's addresses.
     neighbours6: Neighbour6Table,
-    /// FullNAT local-port pools, by service id; kept across snapshots while the
-    /// service's local addresses stay the same.
-    pools: hashbrown::HashMap<u32, PortPool>,
+    /// FullNAT local ports, one pool per local address shared by every service that
+    /// uses it, kept across snapshots while a service lists the address or a session
+    /// holds one of its ports (`forward::laddr`). Made with the first FullNAT service.
+    pool: Option<PortPool>,
+    /// Each service's local addresses in `pool` (empty when it has no IPv4 FullNAT
+    /// local address), with its id, by snapshot index.
+    laddr_sets: Vec<(u32, LaddrSet)>,
     /// Persistence templates, shared by all workers.
     persist: Option<Arc<PersistTable>>,
     /// Session-clock ticks per second, for template timeouts.
@@ -635,7 +639,8 @@ impl Forwarder {
             neighbours6: Neighbour6Table::with_capacity(
                 crate::dataplane::worker::NEIGHBOUR_CAPACITY,
             ),
-            pools: hashbrown::HashMap::new(),
+            pool: None,
+            laddr_sets: Vec::new(),
             persist: persistence,
             ticks_per_second: (tsc_hz / tsc_per_tick).clamp(1, u32::MAX as u64) as u32,
             tick_ms,
@@ -701,7 +706,7 @@ impl Forwarder {
         let Forwarder {
             sessions,
             real_servers,
-            pools,
+            pool,
             persist,
             snapshot,
             ticks_per_second,
@@ -718,7 +723,7 @@ impl Forwarder {
             if observe::expired_unanswered(s) {
                 real_servers[s.real as usize].count_passive(Passive::Unanswered);
             }
-            forget(pools, real_servers, s, now_ms);
+            forget(pool, real_servers, s, now_ms);
             tell_load(load_view, schedulers, overload, real_servers, s.real);
         });
         let expired = expired + self.sweep_v6();
@@ -841,18 +846,17 @@ impl Forwarder {
                     *next = Some(end);
                 }
             }
-            Query::Pools { out } => {
-                for (&service, pool) in &self.pools {
-                    for counters in pool.counters() {
-                        if out.len() == out.capacity() {
-                            return;
-                        }
-                        out.push(PoolEntry {
-                            worker,
-                            service,
-                            counters,
-                        });
+            Query::Pools { from, out, next } => {
+                *next = None;
+                let Some(pool) = &self.pool else {
+                    return;
+                };
+                for (slot, counters) in pool.counters_from(*from) {
+                    if out.len() == out.capacity() {
+                        *next = Some(slot);
+                        return;
                     }
+                    out.push(PoolEntry { worker, counters });
                 }
             }
         }
@@ -943,28 +947,24 @@ impl Forwarder {
         }
         self.owned6.sort_unstable();
         self.owned6.dedup();
-        let rss = &self.rss;
-        let mut pools = std::mem::take(&mut self.pools);
-        pools.retain(|id, pool| {
-            snap.services()
+        // The ports belong to the local address, not to the service: services that
+        // share one allocate from the same free lists, so no two of them hand out the
+        // same reply tuple, and a service's edit leaves the ports its sessions hold
+        // (and the address's counters) as they are. IPv6 local addresses have no pool:
+        // `open_v6` picks from them.
+        let fullnat = |s: &crate::model::Service| {
+            s.real_servers
                 .iter()
-                .any(|s| s.id == *id && pool.lips().eq(s.local_addresses4()))
-        });
-        for s in snap.services() {
-            let fullnat = s
-                .real_servers
-                .iter()
-                .any(|r| r.mode == ForwardMode::FullNat);
-            if !fullnat || s.local_addresses.is_empty() || pools.contains_key(&s.id) {
-                continue;
-            }
-            let lips: Vec<Ipv4Addr> = s.local_addresses4().collect();
-            if lips.is_empty() {
-                // IPv6 local addresses only: `open_v6` picks from them.
-                continue;
-            }
-            match PortPool::build(
-                &lips,
+                .any(|r| r.mode == ForwardMode::FullNat)
+        };
+        let lips = snap
+            .services()
+            .iter()
+            .filter(|s| fullnat(s))
+            .flat_map(|s| s.local_addresses4());
+        if self.pool.is_none() && lips.clone().next().is_some() {
+            let rss = &self.rss;
+            match PortPool::new(
                 self.local_ports.clone(),
                 &rss.toeplitz,
                 &rss.reta,
@@ -973,12 +973,38 @@ impl Forwarder {
             ) {
                 Ok(mut pool) => {
                     pool.set_server_time_wait(self.server_time_wait_ms);
-                    pools.insert(s.id, pool);
+                    self.pool = Some(pool);
                 }
-                Err(e) => log::warn!("service {}: no FullNAT port pool: {e}", s.key),
+                Err(e) => log::warn!("no FullNAT port pool: {e}"),
             }
         }
-        self.pools = pools;
+        if let Some(pool) = &mut self.pool {
+            pool.set_addresses(lips);
+        }
+        let old_sets: hashbrown::HashMap<u32, LaddrSet> =
+            std::mem::take(&mut self.laddr_sets).into_iter().collect();
+        let mut service_lips = Vec::new();
+        self.laddr_sets = snap
+            .services()
+            .iter()
+            .map(|s| {
+                service_lips.clear();
+                service_lips.extend(s.local_addresses4());
+                let mut set = match &self.pool {
+                    Some(pool) if fullnat(s) && !service_lips.is_empty() => {
+                        pool.set_of(&service_lips).unwrap_or_else(|e| {
+                            log::warn!("service {}: no FullNAT local port: {e}", s.key);
+                            LaddrSet::default()
+                        })
+                    }
+                    _ => LaddrSet::default(),
+                };
+                if let Some(old) = old_sets.get(&s.id) {
+                    set.continue_from(old);
+                }
+                (s.id, set)
+            })
+            .collect();
         log::info!(
             "worker: service snapshot {} ({} services)",
             snap.generation(),
@@ -1416,7 +1442,7 @@ impl Forwarder {
             let counters_free = found.and_then(|id| self.sessions.remove(id));
             if let Some(s) = counters_free {
                 forget(
-                    &mut self.pools,
+                    &mut self.pool,
                     &self.real_servers,
                     &s,
                     self.ts_clock.now_ms(),
@@ -1477,10 +1503,11 @@ impl Forwarder {
                 // A port this worker cannot reserve (held for another session, or
                 // not of this service's local addresses here: the nodes' configs
                 // differ) is not this node's to use: the record is not installed.
-                let reserved = self
-                    .pools
-                    .get_mut(&service.id)
-                    .is_some_and(|pool| pool.reserve(*local.ip(), local.port()));
+                let reserved = service.local_addresses4().any(|a| a == *local.ip())
+                    && self
+                        .pool
+                        .as_mut()
+                        .is_some_and(|pool| pool.reserve(*local.ip(), local.port()));
                 if !reserved {
                     return None;
                 }
@@ -1497,7 +1524,7 @@ impl Forwarder {
             .is_err()
         {
             // No room, or a key taken: the port reserved above goes back.
-            release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
+            release_local_port(&mut self.pool, &session, self.ts_clock.now_ms());
             return None;
         }
         let c = &self.real_servers[rs.id as usize];
@@ -1525,12 +1552,12 @@ impl Forwarder {
 /// sync): its FullNAT local port goes back to the pool and its real server's
 /// active/inactive gauge drops.
 fn forget(
-    pools: &mut hashbrown::HashMap<u32, PortPool>,
+    pool: &mut Option<PortPool>,
     real_servers: &[RealServerCounters],
     s: &Session,
     now_ms: u32,
 ) {
-    release_local_port(pools, s, now_ms);
+    release_local_port(pool, s, now_ms);
     let c = &real_servers[s.real as usize];
     RealServerCounters::gauge_add(
         if s.is_active() {
@@ -1576,12 +1603,11 @@ impl Forwarder {
     }
 }
 
-/// Returns a FullNAT session's local port to its service's pool at `now_ms` on the
-/// timestamp clock (no-op otherwise, or when the pool was rebuilt for other local
-/// addresses since).
-fn release_local_port(pools: &mut hashbrown::HashMap<u32, PortPool>, s: &Session, now_ms: u32) {
+/// Returns a FullNAT session's local port to its local address's pool at `now_ms` on
+/// the timestamp clock, whichever service the session was of (no-op otherwise).
+fn release_local_port(pool: &mut Option<PortPool>, s: &Session, now_ms: u32) {
     if s.mode == ForwardMode::FullNat && s.local_port != 0 {
-        if let Some(pool) = pools.get_mut(&s.service) {
+        if let Some(pool) = pool {
             let _ = pool.release(
                 Ipv4Addr::from(s.local_addr),
                 s.local_port,
@@ -1962,10 +1988,12 @@ mod tests {
     /// Local ports of every pool of `f` in use.
     fn pool_ports_in_use(f: &Forwarder) -> u32 {
         let mut q = Query::Pools {
+            from: 0,
             out: Vec::with_capacity(8),
+            next: None,
         };
         f.answer(&mut q, 0);
-        let Query::Pools { out } = q else {
+        let Query::Pools { out, .. } = q else {
             unreachable!()
         };
         out.iter().map(|e| e.counters.used).sum()
@@ -2212,7 +2240,7 @@ mod tests {
         // The port taken: neither the peer's next record nor this worker's pool
         // hands it out again.
         assert_eq!(f.install(&record(33001, 83, real4, at4(40000))), None);
-        assert!(f.pools.values().any(|p| p.is_in_use(lip4, 40000)));
+        assert!(f.pool.as_ref().is_some_and(|p| p.is_in_use(lip4, 40000)));
         // Its IPv4 reply key finds it (IPv4-mapped, as the data plane files it).
         let reply = FlowKey6 {
             src: rs4.to_ipv6_mapped(),
@@ -2287,5 +2315,62 @@ mod tests {
         assert_eq!(f.neighbours6.len(), capacity - capacity / 4);
         f.learn_shared_neighbour6(rs, mac(7), 2);
         assert_eq!(f.neighbour6(rs), Some(mac(7)));
+    }
+
+    /// The management core's view of the pools with many services (600 of 8 local
+    /// addresses each): every service gets a row per local address, and the whole
+    /// listing costs the worker two questions (4800 addresses, 4096 a chunk), not one
+    /// per service.
+    #[test]
+    fn the_pools_query_gives_every_service_its_local_addresses() {
+        use crate::model::{RealServerSpec, SchedulerKind, ServiceKey};
+        use crate::service::{ServiceTable, Snapshot};
+        const SERVICES: u32 = 600;
+        const LIPS: u32 = 8;
+        let lip = |service: u32, i: u32| Ipv4Addr::from(0x0a00_0001 + service * LIPS + i);
+        let mut table = ServiceTable::new();
+        for service in 0..SERVICES {
+            let key = ServiceKey::new(Protocol::Tcp, Ipv4Addr::from(0xc612_0100 + service), 80);
+            table.add_service(key, SchedulerKind::Rr, None).unwrap();
+            let rs = RealServerSpec::new(
+                Ipv4Addr::new(198, 51, 100, 21),
+                8080,
+                1,
+                ForwardMode::FullNat,
+            );
+            table.add_server(key, rs).unwrap();
+            for i in 0..LIPS {
+                table.add_laddr(key, lip(service, i).into()).unwrap();
+            }
+        }
+        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
+        let hz = 1_000_000_000;
+        let mut config = ForwarderConfig::new(
+            1024,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(super::super::realserver_stats::new_table()),
+            RssView::default_spread(1, 0),
+        );
+        config.local_ports = 40000..=40003;
+        let f = Forwarder::new(config);
+        let mut asked = 0;
+        let rows = crate::daemon::collect_pool_rows(1, |_, mut query| {
+            asked += 1;
+            f.answer(&mut query, 0);
+            Ok(query)
+        })
+        .unwrap();
+        assert_eq!(rows.len(), (SERVICES * LIPS) as usize);
+        assert_eq!(asked, 2);
+        for service in 0..SERVICES {
+            let lips: Vec<Ipv4Addr> = (0..LIPS).map(|i| lip(service, i)).collect();
+            let mine = crate::daemon::service_pools(&rows, &lips);
+            let got: Vec<Ipv4Addr> = mine.iter().map(|p| p.lip).collect();
+            assert_eq!(got, lips, "service {service}");
+            assert!(mine.iter().all(|p| p.used == 0 && p.free == 4));
+        }
     }
 }

@@ -47,11 +47,14 @@ pub enum ListedSession {
     V6(crate::session::table6::Session6),
 }
 
-/// One local address of one service's pool on one worker.
+/// Local addresses a worker lists per chunk of a [`Query::Pools`].
+pub const POOLS_PER_CHUNK: usize = 4096;
+
+/// One local address's pool on one worker (shared by every service that uses the
+/// address: the management core maps addresses to services).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolEntry {
     pub worker: u16,
-    pub service: u32,
     pub counters: LaddrCounters,
 }
 
@@ -65,8 +68,14 @@ pub enum Query {
         out: Vec<ConnectionEntry>,
         next: Option<usize>,
     },
-    /// Every local address of every port pool, at most `out`'s capacity.
-    Pools { out: Vec<PoolEntry> },
+    /// The worker's local-address pools from position `from` on, each once whichever
+    /// services use it, at most `out`'s capacity; `next` says where to continue
+    /// (None: the end).
+    Pools {
+        from: usize,
+        out: Vec<PoolEntry>,
+        next: Option<usize>,
+    },
 }
 
 /// One worker's mailbox: one question at a time.
@@ -160,7 +169,11 @@ mod tests {
     #[test]
     fn nobody_serving_times_out_and_leaves_the_mailbox_usable() {
         let mailbox = Mailbox::default();
-        let q = || Query::Pools { out: Vec::new() };
+        let q = || Query::Pools {
+            from: 0,
+            out: Vec::new(),
+            next: None,
+        };
         let err = mailbox.ask(q(), Duration::from_millis(20)).unwrap_err();
         assert!(err.contains("no answer"), "{err}");
         mailbox.serve(|_| panic!("the timed-out question was withdrawn"));

@@ -46,9 +46,20 @@
 //!   in use on two workers at once, but then towards two different `RIP:rport`: for one
 //!   destination the hash partitions the ports among the workers, so two workers never
 //!   hand out the same reply 4-tuple. This needs (a) all workers' pools built with the
-//!   key, RETA and [`HashFields`] the NIC port receiving the replies uses, and (b) a LIP
-//!   in at most one pool per worker (DPVS also ties a local address to one service).
-//!   TCP and UDP may share a pool (conservative) or have one each.
+//!   key, RETA and [`HashFields`] the NIC port receiving the replies uses, and (b) one
+//!   pool state per LIP per worker, whatever the number of services that use the LIP
+//!   (as DPVS: the ports belong to the local address). Two pools of one LIP on a
+//!   worker would start alike and hand out the same ports in lockstep, so one
+//!   service's session would get the reply tuple another service's session holds.
+//!   A [`PortPool`] is therefore the worker's, over every LIP of every service; a
+//!   service allocates through its [`LaddrSet`] (which of the pool's LIPs are its, and
+//!   its round robin over them), and a port is released to its LIP whichever service
+//!   held it. TCP and UDP services share a LIP's pool (conservative: their reply
+//!   tuples differ by protocol).
+//! - **Edits.** [`PortPool::set_addresses`] keeps the state of every LIP that stays
+//!   (ports in use, free-list order, counters) when services gain, lose or reorder
+//!   local addresses, and keeps a LIP no service lists while its sessions hold
+//!   ports, so their releases never free a port a newer session holds.
 //! - **Capacity.** A worker can have every port of a LIP in use (towards different real
 //!   servers). Towards one `RIP:rport` it can use the ports whose class it owns for that
 //!   context: `ports * owned entries / S`, i.e. `ports / N` with a round-robin RETA over
@@ -74,18 +85,21 @@
 //!
 //! # Cost
 //!
-//! No allocation after [`PortPool::build`]. [`PortPool::allocate`]: six table loads, the
-//! bitmap scan above on the round-robin LIP, and only when that LIP has no suitable port
-//! for this destination, the same on the next LIPs (at most the number of LIPs).
-//! [`PortPool::release`]: finds the LIP among the pool's few (a linear scan over a
-//! handful of addresses, cheaper than hashing), then O(1).
+//! No allocation outside [`PortPool::new`] and [`PortPool::set_addresses`] (a new
+//! snapshot). [`PortPool::allocate`]: six table loads, the bitmap scan above on the
+//! service's round-robin LIP, and only when that LIP has no suitable port for this
+//! destination, the same on the service's next LIPs (at most its number of LIPs).
+//! [`PortPool::release`]: finds the LIP by binary search over the worker's LIPs
+//! (sorted, 8 bytes each: a few cache lines for hundreds), then O(1).
 //!
 //! Memory per worker (measured by the `memory_for_a_realistic_config` test): 4 LIPs,
-//! ports 1024..=65535 (64 512 each), RETA of 128 entries: **2 621 720 bytes (2.5
-//! MiB)**; with a 512-entry RETA: **2 628 104 bytes**. Per LIP: two bytes of list link,
+//! ports 1024..=65535 (64 512 each), RETA of 128 entries: **2 621 768 bytes (2.5
+//! MiB)**; with a 512-entry RETA: **2 628 152 bytes**. Per LIP: two bytes of list link,
 //! one bit of in-use flag and eight bytes of last use (when, towards which real
 //! server: the early-reuse count below) per port, four bytes per RETA entry for list
-//! heads and tails; per pool, 6 KiB of hash tables. Four workers: 10.5 MB.
+//! heads and tails; per worker, 6 KiB of hash tables. Four workers: 10.5 MB. The LIPs
+//! counted are the distinct ones: a LIP several services share costs this once per
+//! worker, and a LIP no service lists any more until its sessions have ended.
 //!
 //! # Reuse within the real servers' TIME-WAIT
 //!
@@ -129,6 +143,8 @@ pub enum PoolError {
     /// The RETA size is not a power of two (no NIC has such a table, and the XOR of
     /// hash parts only predicts the NIC's index when it is a bit mask).
     RetaSize(usize),
+    /// A service's local address the pool was not given.
+    UnknownLocalAddress(Ipv4Addr),
     /// `set_reta` with a table of another size than the pool was built for.
     RetaSizeChanged { built: usize, given: usize },
     /// No RETA entry sends packets to the worker's queue: it could never get a reply.
@@ -140,6 +156,7 @@ impl fmt::Display for PoolError {
         match self {
             PoolError::NoLocalAddress => f.write_str("no local address"),
             PoolError::DuplicateLocalAddress(lip) => write!(f, "local address {lip} given twice"),
+            PoolError::UnknownLocalAddress(lip) => write!(f, "local address {lip} not pooled"),
             PoolError::PortRange { first, last } => {
                 write!(
                     f,
@@ -213,6 +230,8 @@ pub struct LocalPort {
 #[derive(Debug)]
 struct LaddrPool {
     lip: Ipv4Addr,
+    /// A service lists it (else it is kept only for the ports its sessions hold).
+    listed: bool,
     /// The LIP's part of the reply hash, masked to the RETA index bits.
     lip_part: u16,
     /// Per class: first and last free port offset, or `NIL`.
@@ -340,7 +359,8 @@ fn xor_permute(mut x: u64, m: u32) -> u64 {
     x
 }
 
-/// One worker's FullNAT local ports over a set of LIPs; see the module doc.
+/// One worker's FullNAT local ports, one [`LaddrPool`] per LIP whichever services use
+/// it; see the module doc.
 #[derive(Debug)]
 pub struct PortPool {
     owner_queue: u16,
@@ -353,37 +373,65 @@ pub struct PortPool {
     owned: Box<[u64]>,
     /// Per reply-tuple byte position and value: its part of the hash, masked.
     tables: Box<[[u16; 256]; REPLY_TUPLE_LEN]>,
-    laddrs: Box<[LaddrPool]>,
-    /// The LIP the next allocation tries first (round robin, as DPVS).
-    next_laddr: usize,
-    /// Allocations refused because no LIP had a suitable port.
-    exhausted: u64,
+    /// The LIPs' pools by slot. A slot keeps its LIP, and so its ports in use, while
+    /// a service lists the LIP or a session still holds one of its ports; a
+    /// [`LaddrSet`] names LIPs by slot.
+    laddrs: Vec<Option<LaddrPool>>,
+    /// (LIP, slot), sorted by LIP: releases find a port's LIP by binary search.
+    index: Vec<(u32, u32)>,
     /// How long the real servers keep a closed connection's tuple in TIME-WAIT, in
     /// milliseconds: a reuse sooner than this is counted as early.
     server_time_wait_ms: u32,
 }
 
+/// One service's local addresses in a worker's [`PortPool`], in the service's order,
+/// and where its round robin over them stands. Made by [`PortPool::set_of`]; valid
+/// until the pool's next [`PortPool::set_addresses`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaddrSet {
+    slots: Box<[u32]>,
+    /// The LIP the next allocation tries first (round robin, as DPVS).
+    next: usize,
+    /// Allocations refused because no LIP had a suitable port.
+    exhausted: u64,
+}
+
+impl LaddrSet {
+    /// Allocations refused because none of the set's LIPs had a suitable port.
+    pub fn exhausted(&self) -> u64 {
+        self.exhausted
+    }
+
+    /// Takes over `old`'s round-robin position and refusal count: the same service in
+    /// a new snapshot goes on where it was.
+    pub fn continue_from(&mut self, old: &LaddrSet) {
+        self.next = match self.slots.len() {
+            0 => 0,
+            n => old.next % n,
+        };
+        self.exhausted = old.exhausted;
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
 impl PortPool {
-    /// Builds the pool of the worker receiving replies on `owner_queue`, for `lips`
-    /// and the local ports in `ports` (not including 0), given the key, RETA and hash
-    /// fields of the NIC port the replies arrive on. Every port of every LIP starts
-    /// free. This is the only allocation the pool does.
-    pub fn build(
-        lips: &[Ipv4Addr],
+    /// The pool of the worker receiving replies on `owner_queue`, for the local ports
+    /// in `ports` (not including 0), given the key, RETA and hash fields of the NIC
+    /// port the replies arrive on; no LIP yet ([`PortPool::set_addresses`]).
+    pub fn new(
         ports: RangeInclusive<u16>,
         toeplitz: &Toeplitz,
         reta: &Reta,
         fields: HashFields,
         owner_queue: u16,
     ) -> Result<PortPool, PoolError> {
-        if lips.is_empty() {
-            return Err(PoolError::NoLocalAddress);
-        }
-        for (i, &lip) in lips.iter().enumerate() {
-            if lips[..i].contains(&lip) {
-                return Err(PoolError::DuplicateLocalAddress(lip));
-            }
-        }
         let (first, last) = (*ports.start(), *ports.end());
         if first == 0 || first > last {
             return Err(PoolError::PortRange { first, last });
@@ -408,52 +456,167 @@ impl PortPool {
             }
         }
 
-        let words = size.div_ceil(64);
         let mut pool = PortPool {
             owner_queue,
             fields,
             first_port: first,
             port_count: (last - first) as u32 + 1,
             class_mask,
-            owned: vec![0u64; words].into_boxed_slice(),
+            owned: vec![0u64; size.div_ceil(64)].into_boxed_slice(),
             tables,
-            laddrs: Box::new([]),
-            next_laddr: 0,
-            exhausted: 0,
+            laddrs: Vec::new(),
+            index: Vec::new(),
             server_time_wait_ms: DEFAULT_SERVER_TIME_WAIT_MS,
         };
         pool.set_reta(reta)?;
+        Ok(pool)
+    }
 
-        let count = pool.port_count as usize;
-        let laddrs: Vec<LaddrPool> = lips
+    /// [`PortPool::new`] with the LIPs `lips`, and the set of all of them in that
+    /// order. Every port of every LIP starts free.
+    pub fn build(
+        lips: &[Ipv4Addr],
+        ports: RangeInclusive<u16>,
+        toeplitz: &Toeplitz,
+        reta: &Reta,
+        fields: HashFields,
+        owner_queue: u16,
+    ) -> Result<(PortPool, LaddrSet), PoolError> {
+        let mut pool = PortPool::new(ports, toeplitz, reta, fields, owner_queue)?;
+        // Refused before anything is built: no LIP, or one twice.
+        pool.check_list(lips)?;
+        pool.laddrs.reserve_exact(lips.len());
+        pool.index.reserve_exact(lips.len());
+        pool.set_addresses(lips.iter().copied());
+        let set = pool.set_of(lips)?;
+        Ok((pool, set))
+    }
+
+    fn check_list(&self, lips: &[Ipv4Addr]) -> Result<(), PoolError> {
+        if lips.is_empty() {
+            return Err(PoolError::NoLocalAddress);
+        }
+        for (i, &lip) in lips.iter().enumerate() {
+            if lips[..i].contains(&lip) {
+                return Err(PoolError::DuplicateLocalAddress(lip));
+            }
+        }
+        Ok(())
+    }
+
+    /// A new LIP's pool: every port free, in ascending order within its class.
+    fn new_laddr(&self, lip: Ipv4Addr) -> LaddrPool {
+        let size = self.class_mask as usize + 1;
+        let count = self.port_count as usize;
+        let mut laddr = LaddrPool {
+            lip,
+            lip_part: self.lip_part(lip),
+            listed: true,
+            head: vec![NIL; size].into_boxed_slice(),
+            tail: vec![NIL; size].into_boxed_slice(),
+            next: vec![NIL; count].into_boxed_slice(),
+            in_use: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
+            released_at: vec![0u32; count].into_boxed_slice(),
+            released_to: vec![0u32; count].into_boxed_slice(),
+            nonempty: vec![0u64; self.owned.len()].into_boxed_slice(),
+            rotor: 0,
+            used: 0,
+            misses: 0,
+            early_reuses: 0,
+            unprotected_reuses: 0,
+        };
+        for offset in 0..count as u16 {
+            let class = self.port_class(self.first_port + offset) as usize;
+            laddr.push_tail(class, offset);
+        }
+        laddr
+    }
+
+    /// Makes the pool's LIPs those of `lips` (the local addresses of every service,
+    /// in any order, repeats allowed): a LIP already here keeps its state (ports in
+    /// use, free-list order, counters), whichever services list it now; a new one
+    /// starts with every port free. A LIP no longer listed stays while its sessions
+    /// hold ports (their releases come back to it; nothing allocates from it), and
+    /// goes at the first call that finds none in use. Allocates (management-paced:
+    /// on a new snapshot, never per packet); [`LaddrSet`]s made before are void.
+    pub fn set_addresses(&mut self, lips: impl IntoIterator<Item = Ipv4Addr>) {
+        let mut wanted: Vec<u32> = lips.into_iter().map(u32::from).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        for slot in &mut self.laddrs {
+            if let Some(laddr) = slot {
+                laddr.listed = wanted.binary_search(&u32::from(laddr.lip)).is_ok();
+                if !laddr.listed && laddr.used == 0 {
+                    *slot = None;
+                }
+            }
+        }
+        while matches!(self.laddrs.last(), Some(None)) {
+            self.laddrs.pop();
+        }
+        self.rebuild_index();
+        let mut free = 0;
+        for &lip in &wanted {
+            let lip = Ipv4Addr::from(lip);
+            if self.slot_of(lip).is_some() {
+                continue;
+            }
+            let laddr = self.new_laddr(lip);
+            while free < self.laddrs.len() && self.laddrs[free].is_some() {
+                free += 1;
+            }
+            match self.laddrs.get_mut(free) {
+                Some(slot) => *slot = Some(laddr),
+                None => self.laddrs.push(Some(laddr)),
+            }
+        }
+        self.rebuild_index();
+    }
+
+    fn rebuild_index(&mut self) {
+        self.index.clear();
+        self.index.extend(
+            self.laddrs
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, l)| l.as_ref().map(|l| (u32::from(l.lip), slot as u32))),
+        );
+        self.index.sort_unstable();
+    }
+
+    /// The slot of `lip`, if the pool has it.
+    #[inline]
+    fn slot_of(&self, lip: Ipv4Addr) -> Option<usize> {
+        let lip = u32::from(lip);
+        self.index
+            .binary_search_by_key(&lip, |&(addr, _)| addr)
+            .ok()
+            .map(|i| self.index[i].1 as usize)
+    }
+
+    #[inline]
+    fn laddr_mut(&mut self, lip: Ipv4Addr) -> Option<&mut LaddrPool> {
+        let slot = self.slot_of(lip)?;
+        self.laddrs[slot].as_mut()
+    }
+
+    /// The set of one service's LIPs `lips`, in its order, each already given to
+    /// [`PortPool::set_addresses`].
+    pub fn set_of(&self, lips: &[Ipv4Addr]) -> Result<LaddrSet, PoolError> {
+        self.check_list(lips)?;
+        let slots = lips
             .iter()
             .map(|&lip| {
-                let mut laddr = LaddrPool {
-                    lip,
-                    lip_part: pool.lip_part(lip),
-                    head: vec![NIL; size].into_boxed_slice(),
-                    tail: vec![NIL; size].into_boxed_slice(),
-                    next: vec![NIL; count].into_boxed_slice(),
-                    in_use: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
-                    released_at: vec![0u32; count].into_boxed_slice(),
-                    released_to: vec![0u32; count].into_boxed_slice(),
-                    nonempty: vec![0u64; words].into_boxed_slice(),
-                    rotor: 0,
-                    used: 0,
-                    misses: 0,
-                    early_reuses: 0,
-                    unprotected_reuses: 0,
-                };
-                // Ascending, so each class hands its ports out in port order at first.
-                for offset in 0..count as u16 {
-                    let class = pool.port_class(first + offset) as usize;
-                    laddr.push_tail(class, offset);
-                }
-                laddr
+                self.slot_of(lip)
+                    .map(|slot| slot as u32)
+                    .ok_or(PoolError::UnknownLocalAddress(lip))
             })
-            .collect();
-        pool.laddrs = laddrs.into_boxed_slice();
-        Ok(pool)
+            .collect::<Result<Box<[u32]>, PoolError>>()?;
+        Ok(LaddrSet {
+            slots,
+            next: 0,
+            exhausted: 0,
+        })
     }
 
     /// Takes the new RETA (same size, e.g. after rebalancing queues): only the worker's
@@ -506,24 +669,33 @@ impl PortPool {
             ^ t[RPORT_AT + 1][q as usize]
     }
 
-    /// A local address and port for a new session towards the real server `rs`
-    /// (`RIP:rport`), whose replies `rs -> LIP:lport` the NIC delivers to this worker's
-    /// queue, at `now_ms` on the pool's clock. LIPs are tried round robin; a LIP with
-    /// no suitable free port counts a miss and the next is tried. `None` when no LIP
-    /// can serve: the session is refused (counted in [`PortPool::exhausted`]). A port
-    /// that served `rs`'s address less than the server TIME-WAIT ago counts an early
-    /// reuse.
+    /// A local address of `set` and a port for a new session towards the real server
+    /// `rs` (`RIP:rport`), whose replies `rs -> LIP:lport` the NIC delivers to this
+    /// worker's queue, at `now_ms` on the pool's clock. The set's LIPs are tried round
+    /// robin; a LIP with no suitable free port counts a miss and the next is tried.
+    /// `None` when no LIP can serve: the session is refused (counted in
+    /// [`LaddrSet::exhausted`]). A port that served `rs`'s address less than the server
+    /// TIME-WAIT ago counts an early reuse. A port taken here is in use for every
+    /// service sharing its LIP.
     #[inline]
-    pub fn allocate(&mut self, rs: SocketAddrV4, now_ms: u32) -> Option<LocalPort> {
+    pub fn allocate(
+        &mut self,
+        set: &mut LaddrSet,
+        rs: SocketAddrV4,
+        now_ms: u32,
+    ) -> Option<LocalPort> {
         let server_part = self.server_part(rs);
-        let count = self.laddrs.len();
-        let mut index = self.next_laddr;
+        let count = set.slots.len();
+        let mut index = set.next;
         for _ in 0..count {
-            let laddr = &mut self.laddrs[index];
+            let slot = set.slots[index] as usize;
             index = if index + 1 == count { 0 } else { index + 1 };
+            let Some(laddr) = self.laddrs.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
             let context = server_part ^ laddr.lip_part;
             if let Some(offset) = laddr.take(context, &self.owned, self.class_mask) {
-                self.next_laddr = index;
+                set.next = index;
                 let early_reuse = laddr.note_reuse(offset, rs, now_ms, self.server_time_wait_ms);
                 return Some(LocalPort {
                     lip: laddr.lip,
@@ -533,14 +705,14 @@ impl PortPool {
             }
             laddr.misses += 1;
         }
-        self.exhausted += 1;
+        set.exhausted += 1;
         None
     }
 
     /// Counts an early reuse on `lip` whose session cannot prove itself newer to the
     /// real server (its client sent no TCP timestamps, or rewriting them is off).
     pub fn count_unprotected_reuse(&mut self, lip: Ipv4Addr) {
-        if let Some(laddr) = self.laddrs.iter_mut().find(|laddr| laddr.lip == lip) {
+        if let Some(laddr) = self.laddr_mut(lip) {
             laddr.unprotected_reuses += 1;
         }
     }
@@ -557,7 +729,8 @@ impl PortPool {
     pub fn allocate_on(&mut self, lip: Ipv4Addr, rs: SocketAddrV4, now_ms: u32) -> Option<u16> {
         let server_part = self.server_part(rs);
         let time_wait = self.server_time_wait_ms;
-        let laddr = self.laddrs.iter_mut().find(|laddr| laddr.lip == lip)?;
+        let slot = self.slot_of(lip)?;
+        let laddr = self.laddrs[slot].as_mut()?;
         let context = server_part ^ laddr.lip_part;
         match laddr.take(context, &self.owned, self.class_mask) {
             Some(offset) => {
@@ -572,8 +745,8 @@ impl PortPool {
     }
 
     /// Returns a port to its LIP's pool when its session towards the real server
-    /// address `rs` ends, at `now_ms`. The port goes to the tail of its list (reused
-    /// last).
+    /// address `rs` ends, at `now_ms`, whichever service the session was of. The port
+    /// goes to the tail of its list (reused last).
     #[inline]
     pub fn release(
         &mut self,
@@ -582,16 +755,9 @@ impl PortPool {
         rs: Ipv4Addr,
         now_ms: u32,
     ) -> Result<(), ReleaseError> {
-        let offset = lport
-            .checked_sub(self.first_port)
-            .filter(|&offset| (offset as u32) < self.port_count)
-            .ok_or(ReleaseError::PortOutOfRange)?;
+        let offset = self.offset(lport).ok_or(ReleaseError::PortOutOfRange)?;
         let class = self.port_class(lport) as usize;
-        let laddr = self
-            .laddrs
-            .iter_mut()
-            .find(|laddr| laddr.lip == lip)
-            .ok_or(ReleaseError::UnknownAddress)?;
+        let laddr = self.laddr_mut(lip).ok_or(ReleaseError::UnknownAddress)?;
         if !laddr.in_use(offset) {
             return Err(ReleaseError::NotInUse);
         }
@@ -603,19 +769,25 @@ impl PortPool {
         Ok(())
     }
 
-    /// Marks `lport` on `lip` as in use without allocating it: a session synced from
-    /// the active node brings its own local port, which this worker must not hand out
-    /// again. False when the port is not the pool's or already in use. Walks the
-    /// port's free list (management-paced, never on the per-packet path).
-    pub fn reserve(&mut self, lip: Ipv4Addr, lport: u16) -> bool {
-        let Some(offset) = lport
+    /// The offset of `lport` in the pool's range.
+    #[inline]
+    fn offset(&self, lport: u16) -> Option<u16> {
+        lport
             .checked_sub(self.first_port)
             .filter(|&offset| (offset as u32) < self.port_count)
-        else {
+    }
+
+    /// Marks `lport` on `lip` as in use without allocating it: a session synced from
+    /// the active node brings its own local port, which this worker must not hand out
+    /// again (to any service sharing the LIP). False when the port is not the pool's or
+    /// already in use. Walks the port's free list (management-paced, never on the
+    /// per-packet path).
+    pub fn reserve(&mut self, lip: Ipv4Addr, lport: u16) -> bool {
+        let Some(offset) = self.offset(lport) else {
             return false;
         };
         let class = self.port_class(lport) as usize;
-        let Some(laddr) = self.laddrs.iter_mut().find(|laddr| laddr.lip == lip) else {
+        let Some(laddr) = self.laddr_mut(lip) else {
             return false;
         };
         if laddr.in_use(offset) {
@@ -651,37 +823,65 @@ impl PortPool {
 
     /// Whether `lport` on `lip` is allocated on this worker.
     pub fn is_in_use(&self, lip: Ipv4Addr, lport: u16) -> bool {
-        let Some(offset) = lport
-            .checked_sub(self.first_port)
-            .filter(|&offset| (offset as u32) < self.port_count)
-        else {
+        let Some(offset) = self.offset(lport) else {
             return false;
         };
-        self.laddrs
-            .iter()
-            .find(|laddr| laddr.lip == lip)
+        self.slot_of(lip)
+            .and_then(|slot| self.laddrs[slot].as_ref())
             .is_some_and(|laddr| laddr.in_use(offset))
     }
 
-    /// Per-LIP state, in the order the LIPs were given.
-    pub fn counters(&self) -> impl Iterator<Item = LaddrCounters> + '_ {
-        self.laddrs.iter().map(|laddr| LaddrCounters {
+    fn counters_of(&self, laddr: &LaddrPool) -> LaddrCounters {
+        LaddrCounters {
             lip: laddr.lip,
             used: laddr.used,
             free: self.port_count - laddr.used,
             misses: laddr.misses,
             early_reuses: laddr.early_reuses,
             unprotected_reuses: laddr.unprotected_reuses,
-        })
+        }
     }
 
-    /// Allocations refused because no LIP had a suitable port.
-    pub fn exhausted(&self) -> u64 {
-        self.exhausted
+    /// Per-LIP state, by slot (for a pool from [`PortPool::build`], in the order the
+    /// LIPs were given). A LIP no service lists any more is among them while its
+    /// sessions hold ports.
+    pub fn counters(&self) -> impl Iterator<Item = LaddrCounters> + '_ {
+        self.counters_from(0).map(|(_, counters)| counters)
     }
 
+    /// [`PortPool::counters`] from slot `from` on, each with its slot: a listing in
+    /// chunks goes on from the slot after the last one it got.
+    pub fn counters_from(&self, from: usize) -> impl Iterator<Item = (usize, LaddrCounters)> + '_ {
+        self.laddrs
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter_map(|(slot, l)| l.as_ref().map(|l| (slot, self.counters_of(l))))
+    }
+
+    /// The per-LIP state of the LIPs of `set`, in its order.
+    pub fn counters_of_set<'a>(
+        &'a self,
+        set: &'a LaddrSet,
+    ) -> impl Iterator<Item = LaddrCounters> + 'a {
+        set.slots
+            .iter()
+            .filter_map(|&slot| self.laddrs.get(slot as usize)?.as_ref())
+            .map(|l| self.counters_of(l))
+    }
+
+    /// The pool's LIPs, by slot; those no service lists any more (kept while their
+    /// sessions hold ports) included.
     pub fn lips(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
-        self.laddrs.iter().map(|laddr| laddr.lip)
+        self.laddrs.iter().flatten().map(|laddr| laddr.lip)
+    }
+
+    /// Whether `lip` is one of the addresses of the last
+    /// [`PortPool::set_addresses`] (false for one kept only for its sessions).
+    pub fn is_listed(&self, lip: Ipv4Addr) -> bool {
+        self.slot_of(lip)
+            .and_then(|slot| self.laddrs[slot].as_ref())
+            .is_some_and(|laddr| laddr.listed)
     }
 
     pub fn port_range(&self) -> RangeInclusive<u16> {
@@ -703,10 +903,12 @@ impl PortPool {
         core::mem::size_of::<Self>()
             + core::mem::size_of_val(&*self.tables)
             + words(&self.owned)
-            + core::mem::size_of_val(&*self.laddrs)
+            + self.laddrs.capacity() * core::mem::size_of::<Option<LaddrPool>>()
+            + self.index.capacity() * core::mem::size_of::<(u32, u32)>()
             + self
                 .laddrs
                 .iter()
+                .flatten()
                 .map(|laddr| {
                     halves(&laddr.head)
                         + halves(&laddr.tail)
@@ -719,9 +921,11 @@ impl PortPool {
                 .sum::<usize>()
     }
 
-    /// [`memory_bytes`](Self::memory_bytes) of a pool of `lips` local addresses with
-    /// `ports` ports each, built for a redirection table of `reta_size` entries: known
-    /// before the pool is built (start-up checks it against the memory available).
+    /// [`memory_bytes`](Self::memory_bytes) of a worker's pool of `lips` distinct
+    /// local addresses (over all services: a LIP shared by several services counts
+    /// once) with `ports` ports each, built for a redirection table of `reta_size`
+    /// entries: known before the pool is built (start-up checks it against the memory
+    /// available).
     pub fn bytes_for(lips: usize, ports: usize, reta_size: usize) -> usize {
         let words = reta_size.div_ceil(64) * 8;
         let per_lip = 2 * reta_size * 2 // head, tail
@@ -732,10 +936,12 @@ impl PortPool {
         core::mem::size_of::<Self>()
             + REPLY_TUPLE_LEN * 256 * 2
             + words
-            + lips * (core::mem::size_of::<LaddrPool>() + per_lip)
+            + lips
+                * (core::mem::size_of::<Option<LaddrPool>>()
+                    + core::mem::size_of::<(u32, u32)>()
+                    + per_lip)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -743,8 +949,49 @@ mod tests {
     use crate::wire::test_util::XorShift;
     use std::collections::HashSet;
 
+    /// A pool of one service's LIPs, and that service's set.
+    struct One {
+        pool: PortPool,
+        set: LaddrSet,
+    }
+
+    impl One {
+        fn allocate(&mut self, rs: SocketAddrV4, now_ms: u32) -> Option<LocalPort> {
+            self.pool.allocate(&mut self.set, rs, now_ms)
+        }
+
+        fn exhausted(&self) -> u64 {
+            self.set.exhausted()
+        }
+    }
+
+    impl core::ops::Deref for One {
+        type Target = PortPool;
+        fn deref(&self) -> &PortPool {
+            &self.pool
+        }
+    }
+
+    impl core::ops::DerefMut for One {
+        fn deref_mut(&mut self) -> &mut PortPool {
+            &mut self.pool
+        }
+    }
+
+    fn build(
+        lips: &[Ipv4Addr],
+        ports: RangeInclusive<u16>,
+        toeplitz: &Toeplitz,
+        reta: &Reta,
+        fields: HashFields,
+        owner_queue: u16,
+    ) -> Result<One, PoolError> {
+        let (pool, set) = PortPool::build(lips, ports, toeplitz, reta, fields, owner_queue)?;
+        Ok(One { pool, set })
+    }
+
     /// [`PortPool::allocate`] at time 0, as a pair.
-    fn take(pool: &mut PortPool, rs: SocketAddrV4) -> Option<(Ipv4Addr, u16)> {
+    fn take(pool: &mut One, rs: SocketAddrV4) -> Option<(Ipv4Addr, u16)> {
         pool.allocate(rs, 0).map(|p| (p.lip, p.port))
     }
 
@@ -779,9 +1026,9 @@ mod tests {
         lips: &[Ipv4Addr],
         ports: RangeInclusive<u16>,
         workers: u16,
-    ) -> Vec<PortPool> {
+    ) -> Vec<One> {
         (0..workers)
-            .map(|q| PortPool::build(lips, ports.clone(), toeplitz, reta, fields, q).unwrap())
+            .map(|q| build(lips, ports.clone(), toeplitz, reta, fields, q).unwrap())
             .collect()
     }
 
@@ -895,7 +1142,7 @@ mod tests {
     fn a_reserved_port_is_never_handed_out_and_is_released_like_any_other() {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
         let reta = Reta::new_round_robin(128, 2).unwrap();
-        let mut pool = PortPool::build(
+        let mut pool = build(
             &LIPS[..1],
             5000..=5999,
             &toeplitz,
@@ -926,7 +1173,7 @@ mod tests {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
         // One queue: every port suits every server, and a single port comes back.
         let reta = Reta::new_round_robin(128, 1).unwrap();
-        let mut pool = PortPool::build(
+        let mut pool = build(
             &LIPS[..1],
             7000..=7000,
             &toeplitz,
@@ -972,7 +1219,7 @@ mod tests {
     fn no_port_twice_and_release_returns_it() {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
         let reta = Reta::new_round_robin(128, 2).unwrap();
-        let mut pool = PortPool::build(
+        let mut pool = build(
             &LIPS[..2],
             5000..=5999,
             &toeplitz,
@@ -1029,8 +1276,7 @@ mod tests {
     fn released_ports_are_reused_last() {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
         let reta = Reta::new_round_robin(64, 1).unwrap();
-        let mut pool =
-            PortPool::build(&LIPS[..1], 1..=4096, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
+        let mut pool = build(&LIPS[..1], 1..=4096, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
         let rs = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 443);
         let (lip, first) = take(&mut pool, rs).unwrap();
         pool.release(lip, first, Ipv4Addr::UNSPECIFIED, 0).unwrap();
@@ -1055,8 +1301,7 @@ mod tests {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
         let reta = Reta::new_round_robin(128, 1).unwrap();
         let lip = LIPS[0];
-        let mut pool =
-            PortPool::build(&[lip], 40000..=40007, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
+        let mut pool = build(&[lip], 40000..=40007, &toeplitz, &reta, HashFields::L3L4, 0).unwrap();
         let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 11), 80);
         let results: Vec<_> = (0..20).map(|_| take(&mut pool, rs)).collect();
         let granted: Vec<_> = results.iter().flatten().copied().collect();
@@ -1090,8 +1335,7 @@ mod tests {
     fn set_reta_moves_ownership_without_rebuilding() {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
         let before = Reta::new_round_robin(128, 4).unwrap();
-        let mut pool =
-            PortPool::build(&LIPS, 1024..=65535, &toeplitz, &before, HashFields::L3L4, 2).unwrap();
+        let mut pool = build(&LIPS, 1024..=65535, &toeplitz, &before, HashFields::L3L4, 2).unwrap();
         // Queue 2 now owns every other entry.
         let after =
             Reta::from_entries((0..128).map(|i| if i % 2 == 0 { 2 } else { 0 }).collect()).unwrap();
@@ -1122,35 +1366,40 @@ mod tests {
     fn build_errors() {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
         let reta = Reta::new_round_robin(128, 4).unwrap();
-        let build = |lips: &[Ipv4Addr], ports, reta: &Reta, q| {
-            PortPool::build(lips, ports, &toeplitz, reta, HashFields::L3L4, q).map(|_| ())
+        let try_build = |lips: &[Ipv4Addr], ports, reta: &Reta, q| {
+            build(lips, ports, &toeplitz, reta, HashFields::L3L4, q).map(|_| ())
         };
-        assert_eq!(build(&[], 1..=2, &reta, 0), Err(PoolError::NoLocalAddress));
         assert_eq!(
-            build(&[LIPS[0], LIPS[1], LIPS[0]], 1..=2, &reta, 0),
+            try_build(&[], 1..=2, &reta, 0),
+            Err(PoolError::NoLocalAddress)
+        );
+        assert_eq!(
+            try_build(&[LIPS[0], LIPS[1], LIPS[0]], 1..=2, &reta, 0),
             Err(PoolError::DuplicateLocalAddress(LIPS[0]))
         );
         assert_eq!(
-            build(&LIPS, 0..=10, &reta, 0),
+            try_build(&LIPS, 0..=10, &reta, 0),
             Err(PoolError::PortRange { first: 0, last: 10 })
         );
         #[allow(clippy::reversed_empty_ranges)]
         let empty = 10..=9;
         assert_eq!(
-            build(&LIPS, empty, &reta, 0),
+            try_build(&LIPS, empty, &reta, 0),
             Err(PoolError::PortRange { first: 10, last: 9 })
         );
         let odd = Reta::new_round_robin(100, 4).unwrap();
-        assert_eq!(build(&LIPS, 1..=2, &odd, 0), Err(PoolError::RetaSize(100)));
         assert_eq!(
-            build(&LIPS, 1..=2, &reta, 4),
+            try_build(&LIPS, 1..=2, &odd, 0),
+            Err(PoolError::RetaSize(100))
+        );
+        assert_eq!(
+            try_build(&LIPS, 1..=2, &reta, 4),
             Err(PoolError::QueueNotInReta(4))
         );
         assert!(PoolError::QueueNotInReta(4).to_string().contains("queue 4"));
         // The widest range: every port but 0.
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
-        let pool =
-            PortPool::build(&LIPS[..1], 1..=65535, &toeplitz, &reta, HashFields::L3L4, 3).unwrap();
+        let pool = build(&LIPS[..1], 1..=65535, &toeplitz, &reta, HashFields::L3L4, 3).unwrap();
         assert_eq!(pool.port_range(), 1..=65535);
         assert_eq!(pool.counters().next().unwrap().free, 65535);
         assert_eq!(pool.owner_queue(), 3);
@@ -1181,8 +1430,8 @@ mod tests {
             let floor = 4 * (64_512 * (2 + 8) + 64_512 / 8 + reta_size * 4);
             assert!(per_worker >= floor && per_worker < floor + 16 * 1024);
             let expected = match reta_size {
-                128 => 2_621_720,
-                _ => 2_628_104,
+                128 => 2_621_768,
+                _ => 2_628_152,
             };
             assert_eq!(per_worker, expected, "update the module doc");
         }
@@ -1202,7 +1451,7 @@ mod tests {
         ] {
             let reta = Reta::new_round_robin(size, queues).unwrap();
             let q = rng.below(queues as usize) as u16;
-            let mut pool = PortPool::build(
+            let mut pool = build(
                 &LIPS[..3],
                 ports.clone(),
                 &toeplitz,

@@ -194,9 +194,17 @@ mod tests {
         // worker whose pool chose that local port, whichever worker the error
         // reached, though REAL:8080 serves the NAT service too.
         for (chooser, (_, f)) in [worker(0), worker(1)].iter_mut().enumerate() {
-            let pool = f.pools.values_mut().next().expect("the FullNAT pool");
+            let pool = f.pool.as_mut().expect("the FullNAT pool");
+            let set = f
+                .laddr_sets
+                .iter_mut()
+                .map(|(_, set)| set)
+                .find(|set| !set.is_empty())
+                .expect("the FullNAT service's local addresses");
             for _ in 0..100 {
-                let local = pool.allocate(SocketAddrV4::new(REAL, 8080), 0).unwrap();
+                let local = pool
+                    .allocate(set, SocketAddrV4::new(REAL, 8080), 0)
+                    .unwrap();
                 let reply = FlowKey4::new(Protocol::Tcp, REAL, 8080, local.lip, local.port);
                 assert_eq!(owner_at(chooser, &reply), None);
                 assert_eq!(

@@ -197,12 +197,12 @@ impl Forwarder {
         self.relieve_pressure_v6(cx.counters);
         let timeout = self.timeouts.session(key.proto, TcpState::None);
         let now_ms = self.ts_clock.now_ms();
-        let (real_servers, load_view, schedulers, overload, pools) = (
+        let (real_servers, load_view, schedulers, overload, pool) = (
             &self.real_servers[..],
             &self.load_view,
             &mut self.schedulers,
             &mut self.overload,
-            &mut self.pools,
+            &mut self.pool,
         );
         let (persist, now, per_second) = (&self.persist, self.now_tick, self.ticks_per_second);
         let inserted = self
@@ -210,7 +210,7 @@ impl Forwarder {
             .insert(session, self.now_tick, timeout, |old| {
                 super::extend_template6(persist, &snap, old, now, per_second);
                 forget_v6(real_servers, old);
-                release_nat64_port(pools, old, now_ms);
+                release_nat64_port(pool, old, now_ms);
                 super::tell_load(load_view, schedulers, overload, real_servers, old.real);
             })
             .map_err(|e| match e {
@@ -220,7 +220,7 @@ impl Forwarder {
         let id = match inserted {
             Ok(id) => id,
             Err(reason) => {
-                release_nat64_port(&mut self.pools, &session, now_ms);
+                release_nat64_port(&mut self.pool, &session, now_ms);
                 return Err(reason);
             }
         };
@@ -677,7 +677,7 @@ impl Forwarder {
             schedulers,
             overload,
             now_tick,
-            pools,
+            pool,
             persist,
             snapshot,
             ticks_per_second,
@@ -689,7 +689,7 @@ impl Forwarder {
             expired += 1;
             super::extend_template6(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
             forget_v6(real_servers, s);
-            release_nat64_port(pools, s, now_ms);
+            release_nat64_port(pool, s, now_ms);
             super::tell_load(load_view, schedulers, overload, real_servers, s.real);
         });
         expired
@@ -757,7 +757,7 @@ impl Forwarder {
             self.ticks_per_second,
         );
         forget_v6(&self.real_servers, &s);
-        release_nat64_port(&mut self.pools, &s, now_ms);
+        release_nat64_port(&mut self.pool, &s, now_ms);
         self.load_changed(s.real);
         bump(&counters.sessions_expired, 1);
     }
@@ -779,16 +779,16 @@ pub(super) fn readdress(frame: &mut [u8], next_hop: Option<MacAddr>, cx: &Contex
     }
 }
 
-/// A NAT64 session's end: its IPv4 local port goes back to the service's pool.
+/// A NAT64 session's end: its IPv4 local port goes back to its local address's pool.
 pub(super) fn release_nat64_port(
-    pools: &mut hashbrown::HashMap<u32, crate::forward::laddr::PortPool>,
+    pool: &mut Option<crate::forward::laddr::PortPool>,
     s: &Session6,
     now_ms: u32,
 ) {
     let (Some(lip), Some(real)) = (s.local_addr.to_ipv4_mapped(), nat64_real(s)) else {
         return;
     };
-    if let Some(pool) = pools.get_mut(&s.service) {
+    if let Some(pool) = pool {
         let _ = pool.release(lip, s.local_port, real, now_ms);
     }
 }

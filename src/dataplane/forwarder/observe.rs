@@ -157,7 +157,7 @@ impl Forwarder {
                 self.ticks_per_second,
             );
             forget(
-                &mut self.pools,
+                &mut self.pool,
                 &self.real_servers,
                 &s,
                 self.ts_clock.now_ms(),

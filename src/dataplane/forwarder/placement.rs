@@ -284,10 +284,12 @@ impl Forwarder {
         // IPv6 real servers take their local port in `open_v6`.
         if rs.mode == ForwardMode::FullNat && rs.ip.is_ipv4() {
             let target = std::net::SocketAddrV4::new(rs.ipv4(), rs.port);
+            let now_ms = self.ts_clock.now_ms();
             let Some(taken) = self
-                .pools
-                .get_mut(&service.id)
-                .and_then(|p| p.allocate(target, self.ts_clock.now_ms()))
+                .pool
+                .as_mut()
+                .zip(self.laddr_sets.get_mut(index))
+                .and_then(|(pool, (_, set))| pool.allocate(set, target, now_ms))
             else {
                 return Err(DropReason::LaddrExhausted);
             };
@@ -362,7 +364,7 @@ impl Forwarder {
                     session = session.with_timestamp_offset(offset);
                 }
                 None if local.early_reuse => {
-                    if let Some(pool) = self.pools.get_mut(&service.id) {
+                    if let Some(pool) = &mut self.pool {
                         pool.count_unprotected_reuse(local.lip);
                     }
                 }
@@ -447,7 +449,7 @@ impl Forwarder {
         let id = match inserted {
             Ok(id) => id,
             Err(refused) => {
-                release_local_port(&mut self.pools, &session, self.ts_clock.now_ms());
+                release_local_port(&mut self.pool, &session, self.ts_clock.now_ms());
                 if *load_counted {
                     self.count_load(session.real, -1);
                 }
@@ -499,5 +501,181 @@ impl Forwarder {
     fn count_load(&mut self, rs_id: u32, delta: i64) {
         RealServerCounters::gauge_add(&self.real_servers[rs_id as usize].inactive, delta);
         self.load_changed(rs_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ForwarderConfig, RssView};
+    use super::*;
+    use crate::model::{RealServerSpec, SchedulerKind, ServiceKey};
+    use crate::service::{ServiceTable, Snapshot, SnapshotPublisher};
+    use std::collections::HashSet;
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    const REAL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 21);
+    const LIP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 50);
+    const LIP2: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 51);
+    const CLIENT: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 7);
+
+    fn fullnat_service(table: &mut ServiceTable, vip: Ipv4Addr, lips: &[Ipv4Addr]) -> ServiceKey {
+        let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+        table.add_service(key, SchedulerKind::Rr, None).unwrap();
+        let rs = RealServerSpec::new(REAL, 8080, 1, ForwardMode::FullNat);
+        table.add_server(key, rs).unwrap();
+        for &lip in lips {
+            table.add_laddr(key, lip.into()).unwrap();
+        }
+        key
+    }
+
+    /// The only worker, with local ports 40000..=40999 on each local address.
+    fn forwarder(table: &ServiceTable) -> (SnapshotPublisher, Forwarder) {
+        let publisher = SnapshotPublisher::new(Snapshot::build(1, table));
+        let hz = 1_000_000_000;
+        let mut config = ForwarderConfig::new(
+            4096,
+            publisher.reader(),
+            crate::session::Timeouts::default().in_ticks(100),
+            hz / 10,
+            hz,
+            Arc::new(crate::dataplane::realserver_stats::new_table()),
+            RssView::default_spread(1, 0),
+        );
+        config.local_ports = 40000..=40999;
+        (publisher, Forwarder::new(config))
+    }
+
+    /// A client SYN to `vip:80` from `CLIENT:cport` placed and filed as the data
+    /// plane does it (`prepare_open` without the frame: no timestamps, no MAC).
+    fn open(
+        f: &mut Forwarder,
+        vip: Ipv4Addr,
+        cport: u16,
+        counters: &WorkerCounters,
+    ) -> Result<Matched, DropReason> {
+        let key = FlowKey4::new(Protocol::Tcp, CLIENT, cport, vip, 80);
+        let snap = f.snapshot.current_arc();
+        let index = snap
+            .find_index(&ServiceKey::new(Protocol::Tcp, vip, 80))
+            .unwrap();
+        let placement = f.place(index, &key, 0, counters)?;
+        let service = &snap.services()[placement.service];
+        let rs = &service.real_servers[placement.real];
+        let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ipv4(), rs.port);
+        if let Some(local) = placement.local {
+            session = session.with_local(local.lip, local.port);
+        }
+        session.created = f.now_tick;
+        let opening = Opening {
+            hashed: HashedKey::new(key),
+            reply: session.reply_key().map(HashedKey::new),
+            session,
+            first_timeout: f.timeouts.session(Protocol::Tcp, session.state()),
+            flags: TcpFlags::SYN,
+            load_counted: false,
+        };
+        f.file_open(&opening, counters)
+    }
+
+    /// The worker's ports in use on `lip`.
+    fn used(f: &Forwarder, lip: Ipv4Addr) -> u32 {
+        f.pool
+            .as_ref()
+            .and_then(|p| p.counters().find(|c| c.lip == lip))
+            .map_or(0, |c| c.used)
+    }
+
+    /// Two services sharing a local address, towards the same real server: the
+    /// address's ports are one pool, so no connection of one is refused for a reply
+    /// tuple the other holds, and no two sessions share a local port.
+    #[test]
+    fn services_sharing_a_local_address_never_take_the_same_port() {
+        let (vip1, vip2) = (Ipv4Addr::new(198, 18, 1, 1), Ipv4Addr::new(198, 18, 1, 2));
+        let mut table = ServiceTable::new();
+        fullnat_service(&mut table, vip1, &[LIP]);
+        fullnat_service(&mut table, vip2, &[LIP]);
+        let (_publisher, mut f) = forwarder(&table);
+        let counters = WorkerCounters::default();
+        let mut tuples = HashSet::new();
+        for n in 0..400u16 {
+            for vip in [vip1, vip2] {
+                let matched = open(&mut f, vip, 10_000 + n, &counters)
+                    .unwrap_or_else(|e| panic!("{vip} connection {n} refused: {e:?}"));
+                let s = matched.session;
+                assert_eq!(Ipv4Addr::from(s.local_addr), LIP);
+                assert!(
+                    tuples.insert(s.reply_key().unwrap()),
+                    "{vip}: reply tuple {}:{} handed out twice",
+                    LIP,
+                    s.local_port
+                );
+            }
+        }
+        assert_eq!(used(&f, LIP), 800);
+        // A synced session of one service takes its port from the other's too.
+        let free = (40000..=40999u16)
+            .find(|&p| !f.pool.as_ref().unwrap().is_in_use(LIP, p))
+            .unwrap();
+        assert!(f.pool.as_mut().unwrap().reserve(LIP, free));
+        for n in 0..150u16 {
+            let s = open(&mut f, vip2, 20_000 + n, &counters).unwrap().session;
+            assert_ne!(s.local_port, free, "a reserved port handed out");
+        }
+    }
+
+    /// A local address added to a service with live sessions (a new snapshot): the
+    /// ports those sessions hold stay in use, new sessions on the same real server are
+    /// never refused for them, and each session's end frees its port once.
+    #[test]
+    fn adding_a_local_address_keeps_the_ports_in_use() {
+        let vip = Ipv4Addr::new(198, 18, 1, 1);
+        let mut table = ServiceTable::new();
+        let key = fullnat_service(&mut table, vip, &[LIP]);
+        let (publisher, mut f) = forwarder(&table);
+        let counters = WorkerCounters::default();
+        const N: u16 = 300;
+        let old: Vec<Matched> = (0..N)
+            .map(|n| open(&mut f, vip, 10_000 + n, &counters).unwrap())
+            .collect();
+        assert_eq!(used(&f, LIP), u32::from(N));
+
+        table.add_laddr(key, LIP2.into()).unwrap();
+        publisher.publish(Snapshot::build(2, &table)).unwrap();
+        f.poll(0, &counters);
+        let mut new = Vec::new();
+        for n in 0..N {
+            match open(&mut f, vip, 20_000 + n, &counters) {
+                Ok(m) => new.push(m),
+                Err(e) => panic!("connection {n} after the edit refused: {e:?}"),
+            }
+        }
+        let on = |sessions: &[Matched], lip: Ipv4Addr| {
+            sessions
+                .iter()
+                .filter(|m| Ipv4Addr::from(m.session.local_addr) == lip)
+                .count() as u32
+        };
+        let (new_on_1, new_on_2) = (on(&new, LIP), on(&new, LIP2));
+        assert!(new_on_1 > 0 && new_on_2 > 0, "{new_on_1} {new_on_2}");
+        assert_eq!(used(&f, LIP), u32::from(N) + new_on_1);
+        assert_eq!(used(&f, LIP2), new_on_2);
+
+        // The old sessions end: their ports, and only theirs, come back.
+        for m in &old {
+            f.retire(m.id, &counters);
+        }
+        assert_eq!(used(&f, LIP), new_on_1);
+        assert_eq!(used(&f, LIP2), new_on_2);
+        for m in &new {
+            let s = m.session;
+            let lip = Ipv4Addr::from(s.local_addr);
+            assert!(f.pool.as_ref().unwrap().is_in_use(lip, s.local_port));
+        }
+        for m in &new {
+            f.retire(m.id, &counters);
+        }
+        assert_eq!((used(&f, LIP), used(&f, LIP2)), (0, 0));
     }
 }

@@ -79,7 +79,7 @@ impl Forwarder {
         if r.op == RecordOp::Remove {
             if let Some(s) = found.and_then(|id| self.sessions6.remove(id)) {
                 forget_v6(&self.real_servers, &s);
-                release_nat64_port(&mut self.pools, &s, self.ts_clock.now_ms());
+                release_nat64_port(&mut self.pool, &s, self.ts_clock.now_ms());
                 self.load_changed(s.real);
             }
             return Some(Event::SyncRemoved);
@@ -122,10 +122,13 @@ impl Forwarder {
             let fits = match local.ip() {
                 // NAT64: the active took this IPv4 port from its pool; this worker's
                 // pool must not hand it out again.
-                IpAddr::V4(lip) => self
-                    .pools
-                    .get_mut(&service.id)
-                    .is_some_and(|pool| pool.reserve(lip, local.port())),
+                IpAddr::V4(lip) => {
+                    service.local_addresses4().any(|a| a == lip)
+                        && self
+                            .pool
+                            .as_mut()
+                            .is_some_and(|pool| pool.reserve(lip, local.port()))
+                }
                 IpAddr::V6(lip) => service.local_addresses6().any(|a| a == lip),
             };
             if !fits {
@@ -133,23 +136,23 @@ impl Forwarder {
             }
         }
         let now_ms = self.ts_clock.now_ms();
-        let (real_servers, load_view, schedulers, overload, pools) = (
+        let (real_servers, load_view, schedulers, overload, pool) = (
             &self.real_servers[..],
             &self.load_view,
             &mut self.schedulers,
             &mut self.overload,
-            &mut self.pools,
+            &mut self.pool,
         );
         let inserted = self
             .sessions6
             .insert(session, self.now_tick, timeout_ticks, |old| {
                 forget_v6(real_servers, old);
-                release_nat64_port(pools, old, now_ms);
+                release_nat64_port(pool, old, now_ms);
                 super::tell_load(load_view, schedulers, overload, real_servers, old.real);
             });
         if inserted.is_err() {
             // No room, or a key taken: the port reserved above goes back.
-            release_nat64_port(&mut self.pools, &session, now_ms);
+            release_nat64_port(&mut self.pool, &session, now_ms);
             return None;
         }
         let c = &self.real_servers[rs.id as usize];

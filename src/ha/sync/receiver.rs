@@ -363,7 +363,7 @@ mod tests {
     use crate::dataplane::forwarder::{nat_reply_owner, RssView};
     use crate::flow::rss::DEFAULT_RSS_KEY;
     use crate::flow::FlowKey4;
-    use crate::forward::laddr::{LocalPort, PortPool};
+    use crate::forward::laddr::{LaddrSet, LocalPort, PortPool};
     use crate::model::Protocol;
     use crate::model::SchedulerKind;
     use crate::model::ServiceKey;
@@ -629,7 +629,7 @@ mod tests {
             let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
             let reta = Reta::new_round_robin(128, 4).unwrap();
             for queue in 0..4u16 {
-                let mut pool =
+                let (mut pool, mut set) =
                     PortPool::build(&lips, 1024..=65535, &toeplitz, &reta, fields, queue).unwrap();
                 for _ in 0..300 {
                     let rs = SocketAddrV4::new(
@@ -638,7 +638,7 @@ mod tests {
                     );
                     let Some(LocalPort {
                         lip, port: lport, ..
-                    }) = pool.allocate(rs, 0)
+                    }) = pool.allocate(&mut set, rs, 0)
                     else {
                         continue; // L3 hashing: this worker may own no class for rs
                     };
@@ -909,7 +909,7 @@ mod tests {
                 steer: true,
                 steer6: true,
             };
-            let mut pools: Vec<PortPool> = (0..4)
+            let mut pools: Vec<(PortPool, LaddrSet)> = (0..4)
                 .map(|q| PortPool::build(&lips, 1024..=65535, &toeplitz, &reta, fields, q).unwrap())
                 .collect();
             let mut moved = 0;
@@ -961,8 +961,8 @@ mod tests {
                 }
                 // NAT64: the worker the client's packets land on takes an IPv4 port.
                 let rs4 = SocketAddrV4::new(Ipv4Addr::from(rng.next_u64() as u32), 8080);
-                let pool = &mut pools[usize::from(client_queue)];
-                let Some(LocalPort { lip, port, .. }) = pool.allocate(rs4, 0) else {
+                let (pool, set) = &mut pools[usize::from(client_queue)];
+                let Some(LocalPort { lip, port, .. }) = pool.allocate(set, rs4, 0) else {
                     continue; // L3 hashing: this worker may own no class for rs4
                 };
                 let mut nat64 = crate::session::table6::Session6::new(
