@@ -79,37 +79,45 @@ pub fn render_status(report: &StatusReport) -> String {
                 port.name, port.ownership_detail
             );
         }
-        for (port, e) in report
-            .ports
-            .iter()
+        // The workers count exception frames for the appliance, not per port: on one
+        // port's line only when that port is the only one with an exception path.
+        let exception_ports: Vec<_> = (report.ports.iter())
             .filter_map(|p| p.exception.as_ref().map(|e| (p, e)))
-        {
-            let punted = report.events.get("exception_punted").copied().unwrap_or(0);
-            let control = (report.events.get("exception_punted_control"))
-                .copied()
-                .unwrap_or(0);
-            let injected = report
-                .events
-                .get("exception_injected")
-                .copied()
-                .unwrap_or(0);
-            let drop = |name: &str| report.drops.get(name).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "  port {} exception: {} interface {}, {} frames/s at most; punted {punted} \
-                 (control {control}), \
-                 to kernel {} (lost {}), from kernel {} (lost {}), injected {injected}; \
-                 dropped: rate limit {}, ring full {}",
-                port.name,
-                e.kind,
-                e.interface,
-                e.rate,
+            .collect();
+        let event = |name: &str| report.events.get(name).copied().unwrap_or(0);
+        let drop = |name: &str| report.drops.get(name).copied().unwrap_or(0);
+        let punted = format!(
+            "punted {} (control {})",
+            event("exception_punted"),
+            event("exception_punted_control")
+        );
+        let injected = format!("injected {}", event("exception_injected"));
+        let dropped = format!(
+            "dropped: rate limit {}, ring full {}",
+            drop("exception_rate_limited"),
+            drop("exception_ring_full"),
+        );
+        for (port, e) in &exception_ports {
+            let kernel_side = format!(
+                "to kernel {} (lost {}), from kernel {} (lost {})",
                 e.counts.to_kernel,
                 e.counts.to_kernel_lost,
                 e.counts.from_kernel,
                 e.counts.from_kernel_lost,
-                drop("exception_rate_limited"),
-                drop("exception_ring_full"),
+            );
+            let head = format!(
+                "  port {} exception: {} interface {}, {} frames/s at most;",
+                port.name, e.kind, e.interface, e.rate
+            );
+            let _ = match exception_ports.len() {
+                1 => writeln!(out, "{head} {punted}, {kernel_side}, {injected}; {dropped}"),
+                _ => writeln!(out, "{head} {kernel_side}"),
+            };
+        }
+        if exception_ports.len() > 1 {
+            let _ = writeln!(
+                out,
+                "  exception, all ports: {punted}, {injected}; {dropped}"
             );
         }
     }
@@ -591,5 +599,53 @@ mod tests {
         assert_eq!(format_uptime(0), "00:00:00");
         assert_eq!(format_uptime(3_661_999), "01:01:01");
         assert_eq!(format_uptime(2 * 86_400_000 + 5_000), "2d 00:00:05");
+    }
+
+    /// The workers' exception counts are the appliance's: on the port's line when
+    /// one port has an exception path, on a line of their own when several do.
+    #[test]
+    fn exception_counts_are_shown_per_port_only_where_they_are_one_ports() {
+        use crate::control::report::status::{ExceptionCounts, ExceptionStatus};
+        let with_exception = |name: &str, interface: &str, to_kernel: u64| {
+            let mut port = sample().ports.remove(0);
+            port.name = name.into();
+            port.exception = Some(ExceptionStatus {
+                port: name.into(),
+                interface: interface.into(),
+                kind: "tap".into(),
+                rate: 200,
+                ring_size: 256,
+                counts: ExceptionCounts {
+                    to_kernel,
+                    ..Default::default()
+                },
+            });
+            port
+        };
+        let mut report = sample();
+        report.events.insert("exception_punted".into(), 9);
+        report.events.insert("exception_punted_control".into(), 4);
+        report.events.insert("exception_injected".into(), 11);
+        report.ports = vec![with_exception("lan0", "sx-lan0", 9)];
+        let text = render_status(&report);
+        assert_eq!(
+            line_with(&text, "exception:"),
+            "  port lan0 exception: tap interface sx-lan0, 200 frames/s at most; punted 9 \
+             (control 4), to kernel 9 (lost 0), from kernel 0 (lost 0), injected 11; \
+             dropped: rate limit 0, ring full 0"
+        );
+        report.ports.push(with_exception("lan1", "sx-lan1", 0));
+        let text = render_status(&report);
+        assert_eq!(
+            line_with(&text, "port lan1 exception:"),
+            "  port lan1 exception: tap interface sx-lan1, 200 frames/s at most; to kernel 0 \
+             (lost 0), from kernel 0 (lost 0)"
+        );
+        assert!(!line_with(&text, "port lan0 exception:").contains("punted"));
+        assert_eq!(
+            line_with(&text, "exception, all ports:"),
+            "  exception, all ports: punted 9 (control 4), injected 11; dropped: rate \
+             limit 0, ring full 0"
+        );
     }
 }
