@@ -634,18 +634,26 @@ pub fn neighbours() -> NeighbourTable {
 
 /// Ports in use in each pool of the forwarder, summed.
 pub fn pool_ports_in_use(f: &Forwarder) -> u64 {
-    let mut q = Query::Pools {
-        out: Vec::with_capacity(64),
-    };
-    f.answer(&mut q, 0);
-    let Query::Pools { out } = q else {
-        unreachable!()
-    };
-    out.iter().map(|e| u64::from(e.counters.used)).sum()
+    let (mut from, mut used) = (Some(0), 0);
+    while let Some(at) = from {
+        let mut q = Query::Pools {
+            from: at,
+            out: Vec::with_capacity(64),
+            next: None,
+        };
+        f.answer(&mut q, 0);
+        let Query::Pools { out, next, .. } = q else {
+            unreachable!()
+        };
+        used += out.iter().map(|e| u64::from(e.counters.used)).sum::<u64>();
+        from = next;
+    }
+    used
 }
 
 /// The forwarder's books agree: the session table with itself; FullNAT sessions
-/// (IPv4 and NAT64) hold distinct local ports, exactly the pools' ports in use (those
+/// (IPv4 and NAT64) hold distinct local ports, whichever service they belong to (the
+/// services that share a local address share its ports), exactly the pools' ports in use (those
 /// inside the pools' range and addresses); each real server's active and inactive
 /// gauges count its live sessions, IPv6 ones included.
 pub fn check_books(f: &Forwarder) -> Result<(), String> {
@@ -658,7 +666,7 @@ pub fn check_books(f: &Forwarder) -> Result<(), String> {
             let lip = Ipv4Addr::from(session.local_addr);
             if s.lips.contains(&lip)
                 && LOCAL_PORTS.contains(&session.local_port)
-                && !held.insert((session.service, IpAddr::V4(lip), session.local_port))
+                && !held.insert((IpAddr::V4(lip), session.local_port))
             {
                 return Err(format!("two sessions hold {lip}:{}", session.local_port));
             }
@@ -678,7 +686,7 @@ pub fn check_books(f: &Forwarder) -> Result<(), String> {
             lip.filter(|l| session.mode == ForwardMode::FullNat && s.lips.contains(l))
         {
             if LOCAL_PORTS.contains(&session.local_port)
-                && !held.insert((session.service, IpAddr::V4(lip), session.local_port))
+                && !held.insert((IpAddr::V4(lip), session.local_port))
             {
                 return Err(format!("two sessions hold {lip}:{}", session.local_port));
             }
