@@ -16,7 +16,9 @@
 //! health checking evicted and a sorry server not in use, are also at weight 0 in the
 //! workers' pool (so their sessions keep their real server) but take no bucket:
 //! their clients hash to the other servers, as after keepalived's delete
-//! ([`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)).
+//! ([`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)). With
+//! `sh-fallback` an evicted server keeps its buckets instead: its clients fall back
+//! and the rest stay put, where a walk without it moves most of them.
 //!
 //! **Hash** (current kernels): bucket = `hash_32(addr + port, 8)`, the top 8 bits of
 //! `(addr + port) * 0x61C88647` (the kernel's `GOLDEN_RATIO_32`), with the address and
@@ -69,23 +71,31 @@ impl BucketTable {
     /// kernel's `++d_count >= weight` moves on after one bucket when weight is 0),
     /// skipping the `withdrawn` positions, which keepalived would have deleted from
     /// IPVS: their clients hash to the others. When every server is withdrawn (none
-    /// can take a connection anyway) the walk takes them all.
+    /// can take a connection anyway) the walk takes them all. The servers walked are
+    /// listed once, so the cost is the list plus the buckets, however many are
+    /// withdrawn.
     fn fill(&mut self, servers: &[RealServer], withdrawn: &[usize]) {
         self.built_for = servers.len();
-        let all = (0..servers.len()).all(|i| withdrawn.contains(&i));
-        let listed = |i: usize| all || !withdrawn.contains(&i);
-        let Some(mut server) = (0..servers.len()).find(|&i| listed(i)) else {
+        let mut out = vec![false; servers.len()];
+        for &i in withdrawn {
+            if let Some(o) = out.get_mut(i) {
+                *o = true;
+            }
+        }
+        let mut walked: Vec<usize> = (0..servers.len()).filter(|&i| !out[i]).collect();
+        if walked.is_empty() {
+            walked = (0..servers.len()).collect();
+        }
+        let Some(&first) = walked.first() else {
             return;
         };
-        let mut taken = 0u32;
+        let (mut at, mut server, mut taken) = (0, first, 0u32);
         for bucket in self.buckets.iter_mut() {
             *bucket = server as u32;
             taken += 1;
             if taken >= servers[server].weight {
-                server = (server + 1..servers.len())
-                    .chain(0..=server)
-                    .find(|&i| listed(i))
-                    .unwrap_or(server);
+                at = (at + 1) % walked.len();
+                server = walked[at];
                 taken = 0;
             }
         }

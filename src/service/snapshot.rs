@@ -278,10 +278,14 @@ impl Snapshot {
     }
 
     /// What service `index`'s scheduler is built with, for worker `seed`: the
-    /// service's parameters and the servers its pool keeps only for their sessions,
-    /// those health checking evicted and the sorry server while not in use, which
-    /// keepalived would have deleted from IPVS
-    /// ([`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)).
+    /// service's parameters and the servers its pool keeps only for their sessions
+    /// ([`SchedulerParams::withdrawn`](crate::sched::SchedulerParams)): the sorry
+    /// server while not in use, and those health checking evicted, unless the
+    /// service is sh with `sh-fallback`. Withdrawing a server moves every bucket after
+    /// it (sh and dh do not hash consistently), so most clients change server; with
+    /// `sh-fallback` an evicted server keeps its buckets, whose clients fall back to
+    /// another server while the rest stay where they were. Without it those clients
+    /// would be refused: better moved.
     pub fn scheduler_params(&self, index: usize, seed: u64) -> crate::sched::SchedulerParams {
         let Some(service) = self.services.get(index) else {
             return crate::sched::SchedulerParams {
@@ -291,12 +295,15 @@ impl Snapshot {
         };
         let sorry = service.sorry_server.map(|s| s.id);
         let mut params = crate::sched::SchedulerParams::for_service(service, seed);
+        let falls_back =
+            service.scheduler == crate::model::SchedulerKind::Sh && params.flags.sh_fallback;
         params.withdrawn = service
             .real_servers
             .iter()
             .enumerate()
             .filter(|(_, r)| {
-                !self.keeps_real_server(r.id) || (Some(r.id) == sorry && r.weight == 0)
+                let idle_sorry = Some(r.id) == sorry && r.weight == 0;
+                idle_sorry || (!falls_back && !self.keeps_real_server(r.id))
             })
             .map(|(i, _)| i)
             .collect();
@@ -1178,5 +1185,54 @@ mod tests {
                 assert!((2_000..4_500).contains(&refused), "{kind}: {refused}");
             }
         }
+    }
+
+    /// sh with `sh-fallback`: an evicted server keeps its buckets, so its clients
+    /// fall back to others and every other client keeps its server (withdrawing it
+    /// would move most of them).
+    #[test]
+    fn sh_with_fallback_moves_only_an_evicted_servers_clients() {
+        use crate::sched::{self, PickContext};
+        let mut table = ServiceTable::new();
+        table
+            .add_service(key(1, 80), SchedulerKind::Sh, None)
+            .unwrap();
+        let ids: Vec<u32> = (0..10u8)
+            .map(|i| {
+                let ip = Ipv4Addr::new(10, 0, 0, 11 + i);
+                let spec = RealServerSpec::new(ip, 80, 1, ForwardMode::Dr);
+                table.add_server(key(1, 80), spec).unwrap()
+            })
+            .collect();
+        table
+            .set_sched_params(key(1, 80), "sh-fallback".parse().unwrap(), None)
+            .unwrap();
+        let picks = |evicted: &[u32]| -> Vec<Option<usize>> {
+            let health = HealthOverlay {
+                evicted: evicted.iter().copied().collect(),
+                ..Default::default()
+            };
+            let snap = Snapshot::build_with(1, &table, &health, &[]);
+            let servers = &snap.services()[0].real_servers;
+            let mut s = sched::build_with(SchedulerKind::Sh, servers, &snap.scheduler_params(0, 1));
+            (0..10_000u32)
+                .map(|i| {
+                    let client = Ipv4Addr::from(0x6440_0000 | (i.wrapping_mul(0x9e37_79b1) >> 10));
+                    s.pick(servers, &PickContext::new(client, 1024, &[]))
+                })
+                .collect()
+        };
+        let before = picks(&[]);
+        let after = picks(&[ids[3]]);
+        let mut moved = 0;
+        for (b, a) in before.iter().zip(&after) {
+            assert!(a.is_some() && *a != Some(3), "{b:?} -> {a:?}");
+            if *b != Some(3) {
+                assert_eq!(a, b, "a client of a healthy server moved");
+            } else {
+                moved += 1;
+            }
+        }
+        assert!(moved > 500, "{moved} clients of the evicted server");
     }
 }
