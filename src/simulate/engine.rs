@@ -8,8 +8,10 @@
 //!   snapshot holds; each also has a `speed` (only used for the lifetime of arriving
 //!   connections). Any change to the list (add, remove, weight) rebuilds every
 //!   worker's scheduler with [`sched::build_with`] (default parameters, a per-worker
-//!   seed derived from the scenario's), as the data plane does when it adopts a new
-//!   snapshot: round robin starts again from the first server, and so on. Every pick
+//!   seed derived from the scenario's), carrying on from the one it replaces
+//!   ([`sched::Scheduler::inherit`]), as the data plane does when it adopts a new
+//!   snapshot: round robin keeps its place (modulo the new list), the random ones
+//!   their generator, hash tables are rebuilt. Every pick
 //!   gets the simulated clock (`with_now_ms`) and the service address [`VIP`] as the
 //!   destination (`with_destination`).
 //! - **Long-lived connections** belong to clients (an address each). They are opened
@@ -562,16 +564,22 @@ impl<'a> Sim<'a> {
         self.active_sums.push(0);
     }
 
-    /// A fresh scheduler per worker for the current list, as a worker does when it
-    /// adopts a new snapshot.
+    /// A new scheduler per worker for the current list, carrying on from the one it
+    /// replaces ([`Scheduler::inherit`]), as a worker does when it adopts a new
+    /// snapshot.
     fn rebuild(&mut self) {
+        let previous = std::mem::take(&mut self.schedulers);
         self.schedulers = (0..self.sc.workers)
             .map(|worker| {
                 let params = SchedulerParams {
                     seed: mix(self.sc.seed ^ mix(u64::from(worker) + 1)),
                     ..SchedulerParams::default()
                 };
-                sched::build_with(self.kind, &self.servers, &params)
+                let mut scheduler = sched::build_with(self.kind, &self.servers, &params);
+                if let Some(old) = previous.get(worker as usize) {
+                    scheduler.inherit(old.as_ref());
+                }
+                scheduler
             })
             .collect();
     }
