@@ -979,7 +979,7 @@ impl Forwarder {
             }
         }
         if let Some(pool) = &mut self.pool {
-            pool.set_addresses(lips);
+            pool.set_addresses(lips, self.ts_clock.now_ms());
         }
         let old_sets: hashbrown::HashMap<u32, LaddrSet> =
             std::mem::take(&mut self.laddr_sets).into_iter().collect();

@@ -59,7 +59,9 @@
 //! - **Edits.** [`PortPool::set_addresses`] keeps the state of every LIP that stays
 //!   (ports in use, free-list order, counters) when services gain, lose or reorder
 //!   local addresses, and keeps a LIP no service lists while its sessions hold
-//!   ports, so their releases never free a port a newer session holds.
+//!   ports, so their releases never free a port a newer session holds, and for the
+//!   real servers' TIME-WAIT after its last release, so that listed again it still
+//!   counts a port's early reuse.
 //! - **Capacity.** A worker can have every port of a LIP in use (towards different real
 //!   servers). Towards one `RIP:rport` it can use the ports whose class it owns for that
 //!   context: `ports * owned entries / S`, i.e. `ports / N` with a round-robin RETA over
@@ -93,13 +95,14 @@
 //! (sorted, 8 bytes each: a few cache lines for hundreds), then O(1).
 //!
 //! Memory per worker (measured by the `memory_for_a_realistic_config` test): 4 LIPs,
-//! ports 1024..=65535 (64 512 each), RETA of 128 entries: **2 621 768 bytes (2.5
-//! MiB)**; with a 512-entry RETA: **2 628 152 bytes**. Per LIP: two bytes of list link,
+//! ports 1024..=65535 (64 512 each), RETA of 128 entries: **2 621 800 bytes (2.5
+//! MiB)**; with a 512-entry RETA: **2 628 184 bytes**. Per LIP: two bytes of list link,
 //! one bit of in-use flag and eight bytes of last use (when, towards which real
 //! server: the early-reuse count below) per port, four bytes per RETA entry for list
 //! heads and tails; per worker, 6 KiB of hash tables. Four workers: 10.5 MB. The LIPs
 //! counted are the distinct ones: a LIP several services share costs this once per
-//! worker, and a LIP no service lists any more until its sessions have ended.
+//! worker, and a LIP no service lists any more until its sessions have ended and a
+//! TIME-WAIT has passed (8 more bytes per LIP for when it last released a port).
 //!
 //! # Reuse within the real servers' TIME-WAIT
 //!
@@ -245,6 +248,11 @@ struct LaddrPool {
     /// and towards which real server address (0: never released).
     released_at: Box<[u32]>,
     released_to: Box<[u32]>,
+    /// When a port was last released (the pool's millisecond clock), if ever: an
+    /// address no service lists is kept while a real server may still hold one of its
+    /// tuples in TIME-WAIT, so that, listed again, it does not hand the port out as
+    /// new.
+    last_release: Option<u32>,
     /// Per class, one bit: its free list is not empty.
     nonempty: Box<[u64]>,
     /// RETA index to start the next search at, so allocations rotate over classes.
@@ -487,7 +495,7 @@ impl PortPool {
         pool.check_list(lips)?;
         pool.laddrs.reserve_exact(lips.len());
         pool.index.reserve_exact(lips.len());
-        pool.set_addresses(lips.iter().copied());
+        pool.set_addresses(lips.iter().copied(), 0);
         let set = pool.set_of(lips)?;
         Ok((pool, set))
     }
@@ -518,6 +526,7 @@ impl PortPool {
             in_use: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
             released_at: vec![0u32; count].into_boxed_slice(),
             released_to: vec![0u32; count].into_boxed_slice(),
+            last_release: None,
             nonempty: vec![0u64; self.owned.len()].into_boxed_slice(),
             rotor: 0,
             used: 0,
@@ -536,17 +545,25 @@ impl PortPool {
     /// in any order, repeats allowed): a LIP already here keeps its state (ports in
     /// use, free-list order, counters), whichever services list it now; a new one
     /// starts with every port free. A LIP no longer listed stays while its sessions
-    /// hold ports (their releases come back to it; nothing allocates from it), and
-    /// goes at the first call that finds none in use. Allocates (management-paced:
-    /// on a new snapshot, never per packet); [`LaddrSet`]s made before are void.
-    pub fn set_addresses(&mut self, lips: impl IntoIterator<Item = Ipv4Addr>) {
+    /// hold ports (their releases come back to it; nothing allocates from it) and
+    /// for the real servers' TIME-WAIT after its last release
+    /// ([`set_server_time_wait`](Self::set_server_time_wait)), so that listed again
+    /// soon it still knows which ports a real server may hold; it goes at the first
+    /// call at `now_ms` (the pool's millisecond clock) after both. Allocates
+    /// (management-paced: on a new snapshot, never per packet); [`LaddrSet`]s made
+    /// before are void.
+    pub fn set_addresses(&mut self, lips: impl IntoIterator<Item = Ipv4Addr>, now_ms: u32) {
         let mut wanted: Vec<u32> = lips.into_iter().map(u32::from).collect();
         wanted.sort_unstable();
         wanted.dedup();
+        let time_wait = self.server_time_wait_ms;
         for slot in &mut self.laddrs {
             if let Some(laddr) = slot {
                 laddr.listed = wanted.binary_search(&u32::from(laddr.lip)).is_ok();
-                if !laddr.listed && laddr.used == 0 {
+                let waited = laddr
+                    .last_release
+                    .is_none_or(|at| now_ms.wrapping_sub(at) >= time_wait);
+                if !laddr.listed && laddr.used == 0 && waited {
                     *slot = None;
                 }
             }
@@ -765,6 +782,7 @@ impl PortPool {
         laddr.used -= 1;
         laddr.released_at[offset as usize] = now_ms;
         laddr.released_to[offset as usize] = u32::from(rs);
+        laddr.last_release = Some(now_ms);
         laddr.push_tail(class, offset);
         Ok(())
     }
@@ -1430,8 +1448,8 @@ mod tests {
             let floor = 4 * (64_512 * (2 + 8) + 64_512 / 8 + reta_size * 4);
             assert!(per_worker >= floor && per_worker < floor + 16 * 1024);
             let expected = match reta_size {
-                128 => 2_621_768,
-                _ => 2_628_152,
+                128 => 2_621_800,
+                _ => 2_628_184,
             };
             assert_eq!(per_worker, expected, "update the module doc");
         }
@@ -1502,5 +1520,40 @@ mod tests {
             let count = ports.len() as u32;
             assert!(pool.counters().all(|c| c.used + c.free == count));
         }
+    }
+
+    /// A local address a reload drops from every service while a real server may still
+    /// hold one of its tuples in TIME-WAIT is kept: added back, its port towards that
+    /// server counts as an early reuse, as if it had stayed. A full TIME-WAIT after
+    /// its last release (and no port in use), it goes.
+    #[test]
+    fn an_address_dropped_and_added_back_within_time_wait_keeps_its_history() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 1).unwrap();
+        let mut one = build(
+            &LIPS[..2],
+            7000..=7000,
+            &toeplitz,
+            &reta,
+            HashFields::L3L4,
+            0,
+        )
+        .unwrap();
+        let pool = &mut one.pool;
+        pool.set_server_time_wait(60_000);
+        let (kept, lip) = (LIPS[0], LIPS[1]);
+        let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 80);
+        let port = pool.allocate_on(lip, rs, 1_000).unwrap();
+        pool.release(lip, port, *rs.ip(), 2_000).unwrap();
+        pool.set_addresses([kept], 3_000);
+        pool.set_addresses([kept, lip], 4_000);
+        assert_eq!(pool.allocate_on(lip, rs, 5_000), Some(port));
+        let row = |pool: &PortPool| pool.counters().find(|c| c.lip == lip);
+        assert_eq!(row(pool).map(|c| c.early_reuses), Some(1));
+        pool.release(lip, port, *rs.ip(), 6_000).unwrap();
+        pool.set_addresses([kept], 65_999);
+        assert!(row(pool).is_some(), "within TIME-WAIT of the last release");
+        pool.set_addresses([kept], 66_000);
+        assert!(row(pool).is_none(), "a full TIME-WAIT after: gone");
     }
 }
