@@ -738,7 +738,9 @@ pub fn drain(f: &mut Forwarder, now: &mut u64, counters: &WorkerCounters) -> Res
     let overdue: Vec<String> = f
         .sessions6()
         .iter()
-        .filter(|(_, s)| s.deadline() <= tick)
+        // Ticks wrap (10 minutes an input: a long run passes u32::MAX ticks of
+        // 100 ms): compared as a signed distance, as the wheel does.
+        .filter(|(_, s)| (tick.wrapping_sub(s.deadline()) as i32) >= 0)
         .map(|(id, s)| format!("{id} deadline {} {s:?}", s.deadline()))
         .collect();
     if !overdue.is_empty() {
