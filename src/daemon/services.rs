@@ -70,6 +70,10 @@ pub struct Services {
     /// updates them with a plain load and store that would undo a zero written
     /// meanwhile. Rates read the workers' counters, which never go back.
     pub zeroed_at: std::collections::HashMap<u32, Traffic>,
+    /// Whether the first port has an IPv6 address: Neighbor Discovery for IPv6 real
+    /// servers leaves from it, so without one an IPv6 real server is refused (the
+    /// config's own check, for `sluicectl` too).
+    pub first_port_ipv6: bool,
     /// Whether this node answers for the VIPs (false while VRRP makes it a backup).
     pub serving_vips: bool,
     /// VRRP's virtual addresses besides VIPs and local addresses (`[vrrp] addresses`).
@@ -562,6 +566,7 @@ impl Services {
             member_ids: Default::default(),
             departed_ids: Default::default(),
             zeroed_at: Default::default(),
+            first_port_ipv6: cfg.ports.first().is_some_and(|p| !p.addresses6.is_empty()),
             serving_vips: cfg.vrrp.is_none(),
             vrrp_addresses: cfg
                 .vrrp
@@ -769,6 +774,7 @@ impl Services {
         req: Request,
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> Result<Applied, String> {
+        self.check_ipv6_neighbour_source(&req)?;
         let t = &mut self.table;
         let changed = match req {
             Request::ListServices | Request::ServiceRates { .. } => {
@@ -1005,6 +1011,31 @@ impl Services {
             })
             .collect();
         self.rates.sample_services(services.into_iter(), now);
+    }
+
+    /// Refuses an IPv6 real server or sorry server when the first port has no IPv6
+    /// address, as a config with one is refused: its MAC would never be resolved and
+    /// every packet to it would be dropped (`neighbour_unresolved`).
+    fn check_ipv6_neighbour_source(&self, req: &Request) -> Result<(), String> {
+        let (ip, port, what) = match req {
+            Request::AddServer { server, .. } | Request::EditServer { server, .. } => {
+                (server.ip, server.port, "real server")
+            }
+            Request::SetSorryServer {
+                sorry_server: Some(s),
+                ..
+            } => (s.ip, s.port, "sorry server"),
+            _ => return Ok(()),
+        };
+        if !ip.is_ipv6() || self.first_port_ipv6 {
+            return Ok(());
+        }
+        Err(format!(
+            "{what} {} is IPv6, but the first port has no IPv6 address: Sluice finds its \
+             MAC by Neighbor Discovery from that port's IPv6 address; add one to the first \
+             port's addresses (a restart)",
+            std::net::SocketAddr::new(ip, port)
+        ))
     }
 
     /// Zeroes every real server's traffic counts and every service's admission
@@ -1614,6 +1645,67 @@ port = 53
             },
         );
         assert_eq!(own(&services), (ServiceCounts::default(), 0));
+    }
+
+    /// As a config is refused: an IPv6 real server or sorry server needs an IPv6
+    /// address on the first port. Refused, the table does not change; with one, taken.
+    #[test]
+    fn an_ipv6_real_server_needs_an_ipv6_address_on_the_first_port() {
+        let counters = vec![Arc::new(crate::dataplane::realserver_stats::new_table())];
+        let v6: std::net::IpAddr = "2001:db8:1a::11".parse().unwrap();
+        let service = ServiceKey {
+            proto: Protocol::Tcp,
+            vip: "2001:db8:18::100".parse().unwrap(),
+            port: 80,
+        };
+        let requests = [
+            Request::AddServer {
+                service,
+                server: RealServerSpec::new(v6, 8080, 1, ForwardMode::Nat),
+            },
+            Request::SetSorryServer {
+                service,
+                sorry_server: Some(crate::model::SorryServerSpec {
+                    ip: v6,
+                    port: 8081,
+                    mode: ForwardMode::Nat,
+                    inhibit: false,
+                }),
+            },
+        ];
+        let with_service = |cfg: &str| {
+            let cfg = Config::parse(cfg, Path::new("test.toml")).unwrap();
+            let mut services = Services::from_config(&cfg).unwrap();
+            let publisher = SnapshotPublisher::new(Snapshot::build(0, &services.table));
+            let add = Request::AddService {
+                service,
+                scheduler: None,
+                persistence: None,
+                sched_flags: None,
+            };
+            services.handle(add, &publisher, &counters).unwrap();
+            (services, publisher)
+        };
+        let (mut services, publisher) = with_service(CONFIG);
+        let version = services.table.version();
+        for req in requests.clone() {
+            let err = services.handle(req, &publisher, &counters).unwrap_err();
+            assert!(
+                err.contains("2001:db8:1a::11]:808")
+                    && err.contains("is IPv6, but the first port has no IPv6 address"),
+                "{err}"
+            );
+        }
+        assert_eq!(services.table.version(), version, "the table changed");
+        let with_v6 = CONFIG.replace(
+            "addresses = [\"198.18.0.1/24\"]",
+            "addresses = [\"198.18.0.1/24\", \"2001:db8:1a::1/64\"]",
+        );
+        let (mut services, publisher) = with_service(&with_v6);
+        for req in requests {
+            let answer = services.handle(req, &publisher, &counters);
+            assert!(answer.is_ok(), "{answer:?}");
+        }
     }
 
     /// A worker updates its counters with a plain load and store: a zero that lands
