@@ -1653,6 +1653,28 @@ fn done(r: Result<(), DropReason>) -> Action {
     }
 }
 
+/// A one-worker configuration over `table` with room for `capacity` sessions, and the
+/// publisher its reader follows: the forwarder of the unit tests.
+#[cfg(test)]
+pub(crate) fn test_config(
+    table: &crate::service::ServiceTable,
+    capacity: usize,
+) -> (crate::service::SnapshotPublisher, ForwarderConfig) {
+    let publisher =
+        crate::service::SnapshotPublisher::new(crate::service::Snapshot::build(1, table));
+    let hz = 1_000_000_000;
+    let config = ForwarderConfig::new(
+        capacity,
+        publisher.reader(),
+        crate::session::Timeouts::default().in_ticks(100),
+        hz / 10,
+        hz,
+        Arc::new(crate::dataplane::realserver_stats::new_table()),
+        RssView::default_spread(1, 0),
+    );
+    (publisher, config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1661,20 +1683,7 @@ mod tests {
     /// The configuration of a forwarder with no service (and the publisher its
     /// reader follows).
     fn bare_config() -> (crate::service::SnapshotPublisher, ForwarderConfig) {
-        let table = crate::service::ServiceTable::new();
-        let publisher =
-            crate::service::SnapshotPublisher::new(crate::service::Snapshot::build(1, &table));
-        let hz = 1_000_000_000;
-        let config = ForwarderConfig::new(
-            1024,
-            publisher.reader(),
-            crate::session::Timeouts::default().in_ticks(100),
-            hz / 10,
-            hz,
-            Arc::new(super::super::realserver_stats::new_table()),
-            RssView::default_spread(1, 0),
-        );
-        (publisher, config)
+        test_config(&crate::service::ServiceTable::new(), 1024)
     }
 
     /// The first port, 198.18.0.1/24, answering with `responder`.
@@ -2009,7 +2018,7 @@ mod tests {
     #[test]
     fn synced_fullnat_sessions_keep_the_port_books_straight() {
         use crate::model::{RealServerSpec, ServiceKey};
-        use crate::service::{ServiceTable, Snapshot};
+        use crate::service::ServiceTable;
         use crate::session::replication::{RecordFlags, RecordKind, RecordOp, RecordRepr};
         use crate::session::TcpState;
         let vip = Ipv4Addr::new(198, 18, 0, 240);
@@ -2029,18 +2038,8 @@ mod tests {
             .unwrap();
         let rs = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 11), 80, 1, ForwardMode::Dr);
         table.add_server(dr, rs).unwrap();
-        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
-        let hz = 1_000_000_000;
         // Room for one session.
-        let mut config = ForwarderConfig::new(
-            1,
-            publisher.reader(),
-            crate::session::Timeouts::default().in_ticks(100),
-            hz / 10,
-            hz,
-            Arc::new(super::super::realserver_stats::new_table()),
-            RssView::default_spread(1, 0),
-        );
+        let (_publisher, mut config) = test_config(&table, 1);
         config.local_ports = 40000..=40031;
         let mut f = Forwarder::new(config);
         let record = |client: u16, vip: Ipv4Addr, real: SocketAddrV4, lport: u16| RecordRepr {
@@ -2093,7 +2092,7 @@ mod tests {
     #[test]
     fn a_connection_listing_reads_a_bounded_number_of_slots_per_answer() {
         use crate::model::{RealServerSpec, ServiceKey};
-        use crate::service::{ServiceTable, Snapshot};
+        use crate::service::ServiceTable;
         use crate::session::replication::{RecordFlags, RecordKind, RecordOp, RecordRepr};
         use crate::session::TcpState;
         let vip = Ipv4Addr::new(198, 18, 0, 210);
@@ -2105,17 +2104,7 @@ mod tests {
             .unwrap();
         let rs = RealServerSpec::new(*real.ip(), 80, 1, ForwardMode::Dr);
         table.add_server(dr, rs).unwrap();
-        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
-        let hz = 1_000_000_000;
-        let config = ForwarderConfig::new(
-            4 * SLOTS_PER_ANSWER,
-            publisher.reader(),
-            crate::session::Timeouts::default().in_ticks(100),
-            hz / 10,
-            hz,
-            Arc::new(super::super::realserver_stats::new_table()),
-            RssView::default_spread(1, 0),
-        );
+        let (_publisher, config) = test_config(&table, 4 * SLOTS_PER_ANSWER);
         let mut f = Forwarder::new(config);
         let record = RecordRepr {
             kind: RecordKind::Connection,
@@ -2167,7 +2156,7 @@ mod tests {
     #[test]
     fn synced_ipv6_fullnat_and_nat64_sessions_hold_their_local_ends() {
         use crate::model::{RealServerSpec, ServiceKey};
-        use crate::service::{ServiceTable, Snapshot};
+        use crate::service::ServiceTable;
         use crate::session::replication::{RecordFlags, RecordKind, RecordOp, RecordRepr};
         use crate::session::TcpState;
         use std::net::Ipv6Addr;
@@ -2192,17 +2181,7 @@ mod tests {
         let rs = RealServerSpec::new(rs6, 8080, 1, ForwardMode::FullNat);
         table.add_server(full6, rs).unwrap();
         table.add_laddr(full6, lip6.into()).unwrap();
-        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
-        let hz = 1_000_000_000;
-        let mut config = ForwarderConfig::new(
-            64,
-            publisher.reader(),
-            crate::session::Timeouts::default().in_ticks(100),
-            hz / 10,
-            hz,
-            Arc::new(super::super::realserver_stats::new_table()),
-            RssView::default_spread(1, 0),
-        );
+        let (_publisher, mut config) = test_config(&table, 64);
         config.local_ports = 40000..=40031;
         let mut f = Forwarder::new(config);
         let client: Ipv6Addr = "2001:db8:18::2".parse().unwrap();
@@ -2288,7 +2267,7 @@ mod tests {
     #[test]
     fn ipv6_real_servers_keep_their_quarter_of_the_neighbour_table() {
         use crate::model::{RealServerSpec, ServiceKey};
-        use crate::service::{ServiceTable, Snapshot};
+        use crate::service::ServiceTable;
         use std::net::Ipv6Addr;
         let vip: Ipv6Addr = "2001:db8:18::100".parse().unwrap();
         let rs: Ipv6Addr = "2001:db8:1a::11".parse().unwrap();
@@ -2300,9 +2279,7 @@ mod tests {
         table
             .add_server(key, RealServerSpec::new(rs, 80, 1, ForwardMode::Dr))
             .unwrap();
-        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
-        let (_bare, mut config) = bare_config();
-        config.snapshot = publisher.reader();
+        let (_publisher, config) = test_config(&table, 1024);
         let mut f = Forwarder::new(config);
         let known = Forwarder::known6(&f.owned6, &f.snapshot);
         assert_eq!(known.real_servers6, &[rs][..]);
@@ -2324,7 +2301,7 @@ mod tests {
     #[test]
     fn the_pools_query_gives_every_service_its_local_addresses() {
         use crate::model::{RealServerSpec, SchedulerKind, ServiceKey};
-        use crate::service::{ServiceTable, Snapshot};
+        use crate::service::ServiceTable;
         const SERVICES: u32 = 600;
         const LIPS: u32 = 8;
         let lip = |service: u32, i: u32| Ipv4Addr::from(0x0a00_0001 + service * LIPS + i);
@@ -2343,17 +2320,7 @@ mod tests {
                 table.add_laddr(key, lip(service, i).into()).unwrap();
             }
         }
-        let publisher = crate::service::SnapshotPublisher::new(Snapshot::build(1, &table));
-        let hz = 1_000_000_000;
-        let mut config = ForwarderConfig::new(
-            1024,
-            publisher.reader(),
-            crate::session::Timeouts::default().in_ticks(100),
-            hz / 10,
-            hz,
-            Arc::new(super::super::realserver_stats::new_table()),
-            RssView::default_spread(1, 0),
-        );
+        let (_publisher, mut config) = test_config(&table, 1024);
         config.local_ports = 40000..=40003;
         let f = Forwarder::new(config);
         let mut asked = 0;

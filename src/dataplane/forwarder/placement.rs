@@ -506,13 +506,11 @@ impl Forwarder {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{ForwarderConfig, RssView};
     use super::*;
     use crate::model::{RealServerSpec, SchedulerKind, ServiceKey};
     use crate::service::{ServiceTable, Snapshot, SnapshotPublisher};
     use std::collections::HashSet;
     use std::net::Ipv4Addr;
-    use std::sync::Arc;
 
     const REAL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 21);
     const LIP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 50);
@@ -532,17 +530,7 @@ mod tests {
 
     /// The only worker, with local ports 40000..=40999 on each local address.
     fn forwarder(table: &ServiceTable) -> (SnapshotPublisher, Forwarder) {
-        let publisher = SnapshotPublisher::new(Snapshot::build(1, table));
-        let hz = 1_000_000_000;
-        let mut config = ForwarderConfig::new(
-            4096,
-            publisher.reader(),
-            crate::session::Timeouts::default().in_ticks(100),
-            hz / 10,
-            hz,
-            Arc::new(crate::dataplane::realserver_stats::new_table()),
-            RssView::default_spread(1, 0),
-        );
+        let (publisher, mut config) = super::super::test_config(table, 4096);
         config.local_ports = 40000..=40999;
         (publisher, Forwarder::new(config))
     }
