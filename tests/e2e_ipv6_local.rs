@@ -1153,6 +1153,29 @@ pub(crate) fn servers_of(answers: &[(String, String)], source: &str) -> Vec<Stri
 /// templates as IPVS does (state NONE, the client network with port 0), `-Ln`, `-S`
 /// and `--persistent-conn` as ipvsadm 1.31 does. Then the /64's server at weight 0
 /// keeps it, and removed takes its template along. About 5 s.
+/// A template of an IPv6 service lives while a connection it placed is open, as for
+/// IPv4 (`e2e_schedulers::check_template_kept_while_open`; IPv6 sessions expire by
+/// another mechanism, a sweep of their table). About 15 s.
+#[test]
+fn an_ipv6_persistence_template_lives_while_its_connection_is_open() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    lab.start_servers_listening(&[("--echo", "[::]:7000")]);
+    let services = service6(&lab, "tcp", 93, 7000, "nat", "persistence_timeout = 2\n");
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), services);
+    crate::e2e_schedulers::check_template_kept_while_open(
+        &lab,
+        &daemon,
+        VIP6,
+        93,
+        &format!("[{CLIENT_IP6}]:0"),
+        &|i| format!("[{}]:7000", rs_ip6(i as u32)),
+    );
+    daemon.stop_clean();
+}
+
 #[test]
 fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
     require_root();

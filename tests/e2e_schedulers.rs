@@ -8,6 +8,7 @@
 
 use crate::common::*;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 const APPLIANCE: &str = "198.18.0.1";
 const CLIENT: &str = "198.18.2.100/24";
@@ -335,4 +336,117 @@ fn an_upper_threshold_caps_a_server_and_fo_moves_on() {
         "{other}"
     );
     daemon.stop_clean();
+}
+
+/// Persistence with a connection longer than the timeout, as IPVS keeps it: a template
+/// lives while a connection it placed is open, not only the timeout after the last one
+/// began. `rr` over two NAT echo servers, `persistence_timeout = 2`, one worker
+/// (`check_template_kept_while_open`). About 15 s.
+#[test]
+fn a_persistence_template_lives_while_its_connection_is_open() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers_listening(&[("--echo", "0.0.0.0:7000")]);
+    let rips: Vec<String> = (1..=2).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let servers: Vec<(&str, u16, u32, &str)> =
+        rips.iter().map(|r| (r.as_str(), 7000, 1, "nat")).collect();
+    let toml = service_section(
+        "tcp",
+        VIP,
+        7000,
+        "rr",
+        &["persistence_timeout = 2".to_string()],
+        &servers,
+    );
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    lab.prewarm(&daemon, GATEWAY);
+    let client_ip = CLIENT.split('/').next().unwrap();
+    check_template_kept_while_open(&lab, &daemon, VIP, 7000, &format!("{client_ip}:0"), &|i| {
+        format!("{}:7000", rips[i - 1])
+    });
+    daemon.stop_clean();
+}
+
+/// With a persistent (2 s) rr service over two real servers on `vip:port`, the client
+/// holds one connection open (a request every 500 ms) for 11 s and opens a new one
+/// every 5 s beside it. Each new one must reach the long connection's server (rr,
+/// asked afresh once the template was gone, would give the other), and `-Lnc` must
+/// list the client's template (`template_client`, as `-Lnc --json` writes it), naming
+/// that server (`destination(i)` for server `rsi`), 7 s in: 5 s past the timeout.
+pub(crate) fn check_template_kept_while_open(
+    lab: &AppLab,
+    daemon: &Daemon,
+    vip: &str,
+    port: u16,
+    template_client: &str,
+    destination: &dyn Fn(usize) -> String,
+) {
+    let client = lab.stream(
+        "persist",
+        vip,
+        port,
+        &[
+            "--long",
+            "1",
+            "--interval-ms",
+            "500",
+            "--new-per-s",
+            "0.2",
+            "--duration",
+            "30",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(7));
+    let listed = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+    assert!(listed.success(), "{}", listed.describe());
+    std::thread::sleep(Duration::from_secs(4));
+    let report = client.stop_and_report();
+    let v: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let templates: Vec<&serde_json::Value> = v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["state"] == "NONE" && c["client"] == template_client)
+        .collect();
+
+    let long = &report["long"][0];
+    assert!(
+        long["failures"].as_array().unwrap().is_empty(),
+        "the long connection failed: {report}\n{}",
+        daemon.dump()
+    );
+    let pinned = long["server"].as_str().unwrap();
+    let new: Vec<&str> = report["new"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["server"].as_str().unwrap_or("none"))
+        .collect();
+    assert!(
+        new.len() >= 3,
+        "a new connection at 0, 5 and 10 s: {report}"
+    );
+    assert!(
+        new.iter().all(|s| *s == pinned),
+        "every new connection with the long one's server {pinned}: {new:?}\n{}",
+        daemon.dump()
+    );
+    let index: usize = pinned.trim_start_matches("rs").parse().unwrap();
+    assert_eq!(
+        templates.len(),
+        1,
+        "the client's template listed 5 s past its timeout: {}",
+        listed.stdout
+    );
+    assert_eq!(
+        templates[0]["destination"],
+        destination(index).as_str(),
+        "{}",
+        listed.stdout
+    );
 }

@@ -415,22 +415,71 @@ fn extend_client_template(
     now: u32,
     ticks_per_second: u32,
 ) {
+    if let Some((table, key, p)) = client_template(persist, snap, service, client, persistent) {
+        let timeout = p.timeout_s.saturating_mul(ticks_per_second).max(1);
+        key.refresh(table, now.wrapping_add(timeout), now);
+    }
+}
+
+/// The template a connection of `client` to `service` falls under, if a template
+/// placed it (`persistent`) and the service still persists.
+fn client_template<'a>(
+    persist: &'a Option<Arc<PersistTable>>,
+    snap: &crate::service::Snapshot,
+    service: u32,
+    client: std::net::IpAddr,
+    persistent: bool,
+) -> Option<(
+    &'a PersistTable,
+    placement::AnyTemplateKey,
+    crate::model::Persistence,
+)> {
     let (Some(table), true) = (persist, persistent) else {
-        return;
+        return None;
     };
-    let Some(p) = snap
-        .services()
-        .iter()
-        .find(|svc| svc.id == service)
-        .and_then(|svc| svc.persistence)
-    else {
-        return;
-    };
-    placement::AnyTemplateKey::of(service, client, &p).refresh(
-        table,
-        now.wrapping_add(p.timeout_s.saturating_mul(ticks_per_second).max(1)),
-        now,
-    );
+    let p = snap.by_id(service)?.persistence?;
+    Some((table, placement::AnyTemplateKey::of(service, client, &p), p))
+}
+
+/// How a live connection placed by a persistence template keeps it, as IPVS keeps a
+/// template while it controls connections: every `every` ticks (half the timeout, at
+/// least a second) the connection renews it for `holds` ticks (the timeout, and at
+/// least two renewals' worth), so it never lapses between two renewals. Once the last
+/// connection ends, the template lives the timeout on from then (at most `holds`
+/// after the last renewal: 2 s for a timeout under 2 s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TemplateRenewal {
+    pub every: u32,
+    pub holds: u32,
+}
+
+impl TemplateRenewal {
+    pub(crate) fn of(timeout_s: u32, ticks_per_second: u32) -> TemplateRenewal {
+        let timeout = timeout_s.saturating_mul(ticks_per_second).max(1);
+        let every = (timeout / 2).max(ticks_per_second).max(1);
+        TemplateRenewal {
+            every,
+            holds: timeout.max(every.saturating_mul(2)),
+        }
+    }
+}
+
+/// A live connection placed by a persistence template renews it
+/// ([`TemplateRenewal`]). Returns the tick by which it must be renewed again, or
+/// None when it has no template to keep.
+fn keep_client_template(
+    persist: &Option<Arc<PersistTable>>,
+    snap: &crate::service::Snapshot,
+    service: u32,
+    client: std::net::IpAddr,
+    persistent: bool,
+    now: u32,
+    ticks_per_second: u32,
+) -> Option<u32> {
+    let (table, key, p) = client_template(persist, snap, service, client, persistent)?;
+    let renewal = TemplateRenewal::of(p.timeout_s, ticks_per_second);
+    key.refresh(table, now.wrapping_add(renewal.holds), now);
+    Some(now.wrapping_add(renewal.every))
 }
 
 /// FullNAT local ports handed out (DPVS's default range).
@@ -717,15 +766,32 @@ impl Forwarder {
             ..
         } = self;
         let mut expired = 0;
-        sessions.expire(*now_tick, EXPIRY_BUDGET, |_, s| {
-            expired += 1;
-            extend_template(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
-            if observe::expired_unanswered(s) {
-                real_servers[s.real as usize].count_passive(Passive::Unanswered);
-            }
-            forget(pool, real_servers, s, now_ms);
-            tell_load(load_view, schedulers, overload, real_servers, s.real);
-        });
+        let snap = snapshot.current();
+        sessions.expire_visiting(
+            *now_tick,
+            EXPIRY_BUDGET,
+            |_, s| {
+                expired += 1;
+                extend_template(persist, snap, s, *now_tick, *ticks_per_second);
+                if observe::expired_unanswered(s) {
+                    real_servers[s.real as usize].count_passive(Passive::Unanswered);
+                }
+                forget(pool, real_servers, s, now_ms);
+                tell_load(load_view, schedulers, overload, real_servers, s.real);
+            },
+            // A live connection keeps its persistence template.
+            |_, s| {
+                keep_client_template(
+                    persist,
+                    snap,
+                    s.service,
+                    Ipv4Addr::from(s.client_addr).into(),
+                    s.flags().contains(SessionFlags::PERSISTENT),
+                    *now_tick,
+                    *ticks_per_second,
+                )
+            },
+        );
         let expired = expired + self.sweep_v6();
         if expired > 0 {
             bump(&counters.sessions_expired, expired);
@@ -1700,6 +1766,24 @@ mod tests {
 
     fn lan0_responder() -> LocalResponder {
         LocalResponder::new([2, 0, 0, 0, 0, 1], &[(Ipv4Addr::new(198, 18, 0, 1), 24)])
+    }
+
+    #[test]
+    fn a_template_renewal_holds_past_the_next_one() {
+        for tps in [1, 10, 100, 1000] {
+            for timeout_s in [1, 2, 3, 10, 300, 2_678_400] {
+                let r = TemplateRenewal::of(timeout_s, tps);
+                let timeout = timeout_s * tps;
+                assert!(r.every >= tps, "at most once a second: {r:?}");
+                assert!(r.every <= timeout.max(tps), "{r:?}");
+                assert!(r.holds >= timeout, "at least the timeout: {r:?}");
+                assert!(r.holds >= 2 * r.every, "no gap between renewals: {r:?}");
+                assert!(
+                    r.holds <= timeout.max(2 * tps),
+                    "no longer than needed: {r:?}"
+                );
+            }
+        }
     }
 
     /// A forwarder with no service (and the publisher its reader follows).

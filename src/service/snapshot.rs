@@ -60,6 +60,9 @@ pub struct Snapshot {
     /// checking has not evicted, sorted: a SYN on a session of any other opens a new
     /// connection elsewhere ([`Snapshot::keeps_real_server`]).
     kept_real_ids: Vec<u32>,
+    /// (service id, index in `services`), sorted by id: a session names its service
+    /// by id, and a worker's housekeeping finds it by binary search, not a scan.
+    by_id: Vec<(u32, u32)>,
     /// NAT real servers (protocol, address, port) -> the services (VIP, port) they
     /// serve in NAT mode: a reply from one names its client but not the VIP, and the
     /// VIP is what the owner worker's RSS hash used.
@@ -160,6 +163,12 @@ impl Snapshot {
             .collect();
         kept_real_ids.sort_unstable();
         kept_real_ids.dedup();
+        let mut by_id: Vec<(u32, u32)> = services
+            .iter()
+            .enumerate()
+            .map(|(index, s)| (s.id, index as u32))
+            .collect();
+        by_id.sort_unstable();
         let mut nat_reply_services: HashMap<_, Vec<_>> = HashMap::new();
         for s in &services {
             for rs in s.real_servers.iter().filter(|r| r.mode == ForwardMode::Nat) {
@@ -192,6 +201,7 @@ impl Snapshot {
             real_servers,
             real_servers6,
             kept_real_ids,
+            by_id,
             nat_reply_services,
             timeouts: None,
             reset_when_down: Vec::new(),
@@ -240,6 +250,16 @@ impl Snapshot {
     #[inline]
     pub fn find_index(&self, key: &ServiceKey) -> Option<usize> {
         self.by_key.get(key).copied()
+    }
+
+    /// The service numbered `id` (ids are unique; a repeated one finds the first
+    /// in table order). A binary search.
+    pub fn by_id(&self, id: u32) -> Option<&Service> {
+        let at = self.by_id.partition_point(|&(i, _)| i < id);
+        match self.by_id.get(at) {
+            Some(&(i, index)) if i == id => self.services.get(index as usize),
+            _ => None,
+        }
     }
 
     /// Whether `addr` is the VIP of some service (on any protocol or port), e.g. to

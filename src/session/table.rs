@@ -793,7 +793,20 @@ impl SessionTable {
         &mut self,
         now_tick: u32,
         budget: usize,
+        on_expire: impl FnMut(SessionId, &Session),
+    ) -> Advance {
+        self.expire_visiting(now_tick, budget, on_expire, |_, _| None)
+    }
+
+    /// [`SessionTable::expire`], also showing `on_visit` each live session the wheel
+    /// meets on its way ([`TimerWheel::advance_visiting`]): at least once a
+    /// revolution of the wheel, or by the tick `on_visit` asks to meet it again.
+    pub fn expire_visiting(
+        &mut self,
+        now_tick: u32,
+        budget: usize,
         mut on_expire: impl FnMut(SessionId, &Session),
+        mut on_visit: impl FnMut(SessionId, &Session) -> Option<u32>,
     ) -> Advance {
         let SessionTable {
             slab,
@@ -805,20 +818,34 @@ impl SessionTable {
         } = self;
         let mut waiting = [None::<IndexEntries>; EXPIRY_PIPELINE];
         let mut next = 0;
-        let advance = wheel.advance(&mut slab[..], now_tick, budget, |at, session| {
-            on_expire(SessionId(at), session);
-            let keys = IndexEntries::of(at, session);
-            keys.prefetch(index);
-            if let Some(earlier) = waiting[next].replace(keys) {
-                earlier.remove_from(index);
-            }
-            next = (next + 1) % EXPIRY_PIPELINE;
-            recycle_slot(at, session, free_head, len);
-        });
+        let advance = wheel.advance_visiting(
+            &mut slab[..],
+            now_tick,
+            budget,
+            |at, session| {
+                on_expire(SessionId(at), session);
+                let keys = IndexEntries::of(at, session);
+                keys.prefetch(index);
+                if let Some(earlier) = waiting[next].replace(keys) {
+                    earlier.remove_from(index);
+                }
+                next = (next + 1) % EXPIRY_PIPELINE;
+                recycle_slot(at, session, free_head, len);
+            },
+            |at, session| on_visit(SessionId(at), session),
+        );
         for keys in waiting.into_iter().flatten() {
             keys.remove_from(index);
         }
         advance
+    }
+
+    /// Makes sure [`SessionTable::expire_visiting`] shows session `id` to its
+    /// `on_visit` by tick `visit` (before its deadline, that is).
+    pub fn visit_by(&mut self, id: SessionId, visit: u32) {
+        if self.get(id).is_some() {
+            self.wheel.visit_by(&mut self.slab[..], id.0, visit);
+        }
     }
 
     /// Every live session, in slab order (a full scan: for listings, not per packet).

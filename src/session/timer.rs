@@ -221,6 +221,22 @@ impl TimerWheel {
         }
     }
 
+    /// Makes sure the wheel meets armed entry `id` by tick `visit` (for
+    /// [`TimerWheel::advance_visiting`]'s `on_visit`), moving it to that tick's slot
+    /// when its deadline comes later. Its deadline is untouched. A `visit` already
+    /// due, or not before the deadline, changes nothing.
+    pub fn visit_by<T: Timed>(&mut self, nodes: &mut [T], id: u32, visit: u32) {
+        let link = nodes[id as usize].timer();
+        if link.is_armed()
+            && !is_due(visit, self.now)
+            && is_due(visit, link.deadline)
+            && visit != link.deadline
+        {
+            self.unlink(nodes, id);
+            self.push(nodes, id, visit & self.mask);
+        }
+    }
+
     /// Disarms entry `id`. Returns whether it was armed.
     pub fn cancel<T: Timed>(&mut self, nodes: &mut [T], id: u32) -> bool {
         if !nodes[id as usize].timer().is_armed() {
@@ -241,7 +257,24 @@ impl TimerWheel {
         nodes: &mut [T],
         now: u32,
         budget: usize,
+        on_expire: impl FnMut(u32, &mut T),
+    ) -> Advance {
+        self.advance_visiting(nodes, now, budget, on_expire, |_, _| None)
+    }
+
+    /// [`TimerWheel::advance`], also showing `on_visit` each live entry the wheel
+    /// meets (filed in a slot before its deadline: postponed since, or a deadline more
+    /// than a revolution away). `on_visit` may ask to meet the entry again by a tick of
+    /// its own: the entry is then filed in that tick's slot if it comes before the
+    /// deadline's. So a caller can look at a long-lived entry at least that often,
+    /// at the cost of a re-filing each time; its deadline is untouched.
+    pub fn advance_visiting<T: Timed>(
+        &mut self,
+        nodes: &mut [T],
+        now: u32,
+        budget: usize,
         mut on_expire: impl FnMut(u32, &mut T),
+        mut on_visit: impl FnMut(u32, &T) -> Option<u32>,
     ) -> Advance {
         let mut done = Advance::default();
         let due = self.due_list();
@@ -265,8 +298,13 @@ impl TimerWheel {
                     on_expire(id, &mut nodes[id as usize]);
                 } else {
                     // Postponed since it was filed: file it by its current deadline,
-                    // which is in the future, so never onto the due list again.
-                    self.push(nodes, id, deadline & self.mask);
+                    // which is in the future, so never onto the due list again; or
+                    // by the visit asked for, if that comes first (and after now).
+                    let at = match on_visit(id, &nodes[id as usize]) {
+                        Some(visit) if !is_due(visit, self.now) && is_due(visit, deadline) => visit,
+                        _ => deadline,
+                    };
+                    self.push(nodes, id, at & self.mask);
                 }
             }
             if self.armed == 0 {
@@ -557,6 +595,78 @@ mod tests {
         assert_eq!(wheel.now(), now);
         assert_eq!(run(&mut wheel, &mut n, now + 4), NOTHING);
         assert_eq!(run(&mut wheel, &mut n, now + 5), [0]);
+    }
+
+    /// (tick, entry id) pairs.
+    type Ticked = Vec<(u32, u32)>;
+
+    /// Advances tick by tick to `to`, returning (tick, id) of every visit and expiry;
+    /// `visit_every` is what `on_visit` asks for (None: nothing).
+    fn visits(
+        wheel: &mut TimerWheel,
+        n: &mut [TimerLink],
+        from: u32,
+        to: u32,
+        visit_every: Option<u32>,
+    ) -> (Ticked, Ticked) {
+        let (mut visited, mut expired) = (Vec::new(), Vec::new());
+        for tick in from..=to {
+            let step = wheel.advance_visiting(
+                n,
+                tick,
+                usize::MAX,
+                |id, _| expired.push((tick, id)),
+                |id, _| {
+                    visited.push((tick, id));
+                    visit_every.map(|every| tick + every)
+                },
+            );
+            assert!(step.caught_up);
+        }
+        (visited, expired)
+    }
+
+    #[test]
+    fn a_visit_asked_for_comes_before_the_deadline_and_leaves_it_alone() {
+        // 16 slots; an entry due at 100, far beyond a revolution.
+        let mut wheel = TimerWheel::new(16, 0);
+        let mut n = nodes(1);
+        wheel.schedule(&mut n, 0, 0, 100);
+        // Left alone, the wheel meets it once a revolution (ticks 100 mod 16 = 4, ...).
+        let (visited, _) = visits(&mut wheel, &mut n, 1, 40, None);
+        assert_eq!(visited, [(4, 0), (20, 0), (36, 0)]);
+        // Asking for every 5 ticks: met first where it sits (52, its slot's next
+        // turn), then every 5 ticks from there.
+        let (visited, expired) = visits(&mut wheel, &mut n, 41, 100, Some(5));
+        let ticks: Vec<u32> = visited.iter().map(|v| v.0).collect();
+        assert_eq!(ticks, [52, 57, 62, 67, 72, 77, 82, 87, 92, 97]);
+        // The deadline is untouched: it expires at 100, not before, not after.
+        assert_eq!(expired, [(100, 0)]);
+        // A visit asked for at or after the deadline changes nothing.
+        wheel.schedule(&mut n, 0, 100, 110);
+        let (visited, expired) = visits(&mut wheel, &mut n, 101, 120, Some(50));
+        assert!(visited.is_empty(), "{visited:?}");
+        assert_eq!(expired, [(110, 0)]);
+    }
+
+    #[test]
+    fn visit_by_moves_an_entry_ahead_of_its_deadline_only() {
+        let mut wheel = TimerWheel::new(64, 0);
+        let mut n = nodes(3);
+        for id in 0..3 {
+            wheel.schedule(&mut n, id, 0, 50);
+        }
+        wheel.visit_by(&mut n, 0, 10); // before the deadline: met at 10
+        wheel.visit_by(&mut n, 1, 50); // at the deadline: nothing
+        wheel.visit_by(&mut n, 2, 0); // already due: nothing
+        let (visited, expired) = visits(&mut wheel, &mut n, 1, 60, None);
+        assert_eq!(visited, [(10, 0)]);
+        let mut expired: Vec<u32> = expired.iter().map(|e| e.0).collect();
+        expired.dedup();
+        assert_eq!(expired, [50], "all three expire at their deadline");
+        // Not armed: nothing happens, nothing breaks.
+        wheel.visit_by(&mut n, 0, 70);
+        assert_eq!(wheel.armed(), 0);
     }
 
     #[test]

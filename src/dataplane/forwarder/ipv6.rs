@@ -685,13 +685,36 @@ impl Forwarder {
         } = self;
         let real_servers = &real_servers[..];
         let mut expired = 0;
-        sessions6.sweep(*now_tick, SWEEP_BUDGET, |s| {
-            expired += 1;
-            super::extend_template6(persist, snapshot.current(), s, *now_tick, *ticks_per_second);
-            forget_v6(real_servers, s);
-            release_nat64_port(pool, s, now_ms);
-            super::tell_load(load_view, schedulers, overload, real_servers, s.real);
-        });
+        let snap = snapshot.current();
+        let now = *now_tick;
+        sessions6.sweep_visiting(
+            now,
+            SWEEP_BUDGET,
+            |s| {
+                expired += 1;
+                super::extend_template6(persist, snap, s, now, *ticks_per_second);
+                forget_v6(real_servers, s);
+                release_nat64_port(pool, s, now_ms);
+                super::tell_load(load_view, schedulers, overload, real_servers, s.real);
+            },
+            // A live connection keeps its persistence template. The sweep comes by
+            // far more often than a renewal is due: the session's tick rate-limits it.
+            |s| {
+                if !s.persistent || (now.wrapping_sub(s.template_due) as i32) < 0 {
+                    return;
+                }
+                s.template_due = super::keep_client_template(
+                    persist,
+                    snap,
+                    s.service,
+                    s.client.into(),
+                    s.persistent,
+                    now,
+                    *ticks_per_second,
+                )
+                .unwrap_or(now.wrapping_add(*ticks_per_second));
+            },
+        );
         expired
     }
 

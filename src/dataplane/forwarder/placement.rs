@@ -467,6 +467,20 @@ impl Forwarder {
         let transition =
             self.sessions
                 .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts);
+        if session.flags().contains(SessionFlags::PERSISTENT) {
+            // The connection keeps its template while it lives: the wheel shows it to
+            // `poll` by its first renewal, which its deadline may not be.
+            let renewal = self
+                .snapshot
+                .current()
+                .by_id(session.service)
+                .and_then(|s| s.persistence)
+                .map(|p| super::TemplateRenewal::of(p.timeout_s, self.ticks_per_second));
+            if let Some(renewal) = renewal {
+                self.sessions
+                    .visit_by(id, self.now_tick.wrapping_add(renewal.every));
+            }
+        }
         if self.sync.is_some() {
             let t = Transition {
                 from: crate::session::TcpState::None,
