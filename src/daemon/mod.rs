@@ -1558,22 +1558,22 @@ impl Registry {
         let mut answer = if requests.is_empty() {
             serde_json::json!({ "applied": 0, "generation": self.services.generation })
         } else {
-            self.services.record(format!(
-                "lb=config op=reload file={} commands={}",
-                self.config_path.display(),
+            let file = self.config_path.display().to_string();
+            let preface = format!(
+                "lb=config op=reload file={file} commands={}",
                 requests.len()
-            ));
+            );
             let Registry {
                 services,
                 publisher,
                 real_servers,
                 ..
             } = self;
-            let batch = Request::Batch {
-                requests,
-                replace: false,
-            };
-            services.handle(batch, publisher, real_servers)?
+            services
+                .batch(requests, false, Some(preface), publisher, real_servers)
+                .inspect_err(|e| {
+                    services.record(format!("lb=config op=reload-refused file={file} error={e}"))
+                })?
         };
         // Only once the services took the file: a refused reload changes nothing.
         // Health settings apply from the next tick (the probe source and ports stay

@@ -637,7 +637,7 @@ impl Services {
             return serde_json::to_value(report).map_err(|e| e.to_string());
         }
         if let Request::Batch { requests, replace } = req {
-            return self.batch(requests, replace, publisher, counters);
+            return self.batch(requests, replace, None, publisher, counters);
         }
         let line = describe(&req);
         match self.apply(req, counters)? {
@@ -656,10 +656,13 @@ impl Services {
     /// first built on an empty table (so every command is checked before anything
     /// changes), then the live table is turned into it by the smallest set of changes
     /// ([`diff`]): real servers that stay keep their ids, counters and sessions.
-    fn batch(
+    /// `preface`, an event line saying what the batch is (a reload), is recorded
+    /// before the batch's own lines if it is applied, and not at all if it is refused.
+    pub fn batch(
         &mut self,
         requests: Vec<Request>,
         replace: bool,
+        preface: Option<String>,
         publisher: &SnapshotPublisher,
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> Result<serde_json::Value, String> {
@@ -679,7 +682,7 @@ impl Services {
                 return Err(format!("{error} (nothing was changed)"));
             }
         };
-        for line in lines {
+        for line in preface.into_iter().chain(lines) {
             self.record(line);
         }
         if replace {
@@ -2596,5 +2599,43 @@ port = 53
             services.rates.service_rate(service_id, window),
             Default::default()
         );
+    }
+
+    #[test]
+    fn a_batch_preface_is_recorded_only_when_the_batch_is_applied() {
+        let (mut services, publisher) = setup();
+        let events = |s: &Services| -> Vec<String> {
+            s.events.iter().map(|(_, line)| line.clone()).collect()
+        };
+        let before = events(&services);
+        // The second command names no service: the whole batch is refused.
+        let refused = services.batch(
+            vec![
+                Request::DeleteService { service: dns() },
+                Request::DeleteService {
+                    service: ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 9), 80),
+                },
+            ],
+            false,
+            Some("lb=config op=reload file=x commands=2".into()),
+            &publisher,
+            &[],
+        );
+        assert!(refused.is_err());
+        assert_eq!(events(&services), before, "a refused batch records nothing");
+        services
+            .batch(
+                vec![Request::DeleteService { service: dns() }],
+                false,
+                Some("lb=config op=reload file=x commands=1".into()),
+                &publisher,
+                &[],
+            )
+            .unwrap();
+        let added = &events(&services)[before.len()..];
+        assert_eq!(added.len(), 3, "{added:?}");
+        assert_eq!(added[0], "lb=config op=reload file=x commands=1");
+        assert_eq!(added[1], "lb=config op=del-svc svc=198.18.1.1:53/udp");
+        assert_eq!(added[2], "lb=config op=batch commands=1");
     }
 }
