@@ -61,7 +61,8 @@ pub struct Icmp6ErrorQuote {
 /// ICMPv6 checksum is not checked here.
 ///
 /// Errors: `IcmpErrorNoSession` for what no session can be about (another message
-/// type, another quoted protocol); `Truncated` for a message or quote cut short (or
+/// type, another quoted protocol); `IcmpErrorMisaddressed` for an error not addressed
+/// to the quoted packet's source; `Truncated` for a message or quote cut short (or
 /// a `parsed` that is not `frame`'s); `BadIpv6Header` for a quote that is not IPv6;
 /// the extension-header reasons of [`classify`](crate::flow::parse::classify) for a
 /// quoted chain that is too long, cut short or malformed.
@@ -97,6 +98,11 @@ pub fn parse_error_v6(frame: &[u8], parsed: &Parsed) -> Result<Icmp6ErrorQuote, 
     let inner = ipv6::Packet::new_unchecked(quoted);
     if inner.version() != 6 {
         return Err(DropReason::BadIpv6Header);
+    }
+    // Every sender addresses an error to the source of the packet it quotes (checked
+    // above: the outer header lies whole before `l4`).
+    if ipv6::Packet::new_unchecked(&frame[parsed.l3..]).dst_addr() != inner.src_addr() {
+        return Err(DropReason::IcmpErrorMisaddressed);
     }
     let upper = ipv6::walk_extension_headers(inner.next_header(), &quoted[ipv6::HEADER_LEN..])
         .map_err(ext_header_drop)?;
@@ -723,6 +729,16 @@ for k, a in bad.items():
             let parsed = classify(&buf).unwrap();
             assert_eq!(parse_error_v6(&buf, &parsed), Err(reason), "{name}");
         }
+        // Addressed to another host than the quoted packet's source.
+        let (mut buf, _) = fixture("nat_out");
+        let parsed = classify(&buf).unwrap();
+        assert!(parse_error_v6(&buf, &parsed).is_ok());
+        buf[14 + 24 + 15] ^= 1;
+        let parsed = classify(&buf).unwrap();
+        assert_eq!(
+            parse_error_v6(&buf, &parsed),
+            Err(DropReason::IcmpErrorMisaddressed)
+        );
         // Not an error: an echo request, a redirect.
         let (mut buf, _) = fixture("nat_out");
         for t in [128u8, 137] {

@@ -63,6 +63,10 @@ pub enum DropReason {
     TooBig,
     /// ICMP error quoting a packet of no known session.
     IcmpErrorNoSession,
+    /// ICMP error not addressed to the source of the packet it quotes, which is where
+    /// every sender of an error addresses it: forged, it would have been forwarded to
+    /// an address of the sender's choosing.
+    IcmpErrorMisaddressed,
     /// NAT: the real-server side tuple (RIP:rport <-> client:cport) is taken by another
     /// session (the same client port through another VIP to the same real server); the
     /// real server could not tell the two connections apart, so the new one is refused.
@@ -159,7 +163,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 56;
+    pub const COUNT: usize = 57;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -187,6 +191,7 @@ impl DropReason {
         DropReason::NoService,
         DropReason::TooBig,
         DropReason::IcmpErrorNoSession,
+        DropReason::IcmpErrorMisaddressed,
         DropReason::NatTupleInUse,
         DropReason::LaddrExhausted,
         DropReason::RedirectRingFull,
@@ -248,6 +253,7 @@ impl DropReason {
             DropReason::NoService => "no_service",
             DropReason::TooBig => "too_big",
             DropReason::IcmpErrorNoSession => "icmp_error_no_session",
+            DropReason::IcmpErrorMisaddressed => "icmp_error_misaddressed",
             DropReason::NatTupleInUse => "nat_tuple_in_use",
             DropReason::LaddrExhausted => "laddr_exhausted",
             DropReason::RedirectRingFull => "redirect_ring_full",

@@ -108,7 +108,7 @@ RS_MACS = {**{m[1]: m[2] for m in MODES.values()}, **dict(RR_SERVERS)}
 DROP_REASONS = base.DROP_REASONS + [
     "ipv4_options", "bad_tcp_header", "bad_udp_header", "tcp_no_session",
     "no_real_server", "session_table_full", "neighbour_unresolved", "no_service", "too_big",
-    "icmp_error_no_session", "nat_tuple_in_use",
+    "icmp_error_no_session", "icmp_error_misaddressed", "nat_tuple_in_use",
 ]
 
 
@@ -561,6 +561,11 @@ def build():
         lambda n, r: expect_icmp_nat(n, r, "client", [quote_of(orig_req)],
                                      {"IPerror.src": c, "IPerror.dst": vnat, "TCPerror.sport": cp,
                                       "TCPerror.dport": 80}))
+    # The same quote addressed elsewhere than to its source (the client): translated,
+    # it would go to a host of the sender's choice from the VIP.
+    drop("NAT ICMP error about the session's request, addressed to another host",
+         icmp_error(rip_nat, "198.18.0.99", 11, 0, dnat_req, src_mac=nat_rs_mac, ip_id=406),
+         "icmp_error_misaddressed")
     fwd("NAT TCP response", tcp(rip_nat, 8080, c, cp, "PA", 9001, 7001 + len(rq), data=rs, ip_id=403,
                                 src_mac=nat_rs_mac), nat_tcp_rs)
     drop("IPv4 IHL 4 in the middle of the NAT flow",

@@ -20,6 +20,11 @@ impl Forwarder {
         let Some(quote) = forward::parse_error(pkt.bytes(), parsed) else {
             return Action::Drop(DropReason::IcmpErrorNoSession);
         };
+        // Every sender addresses an error to the source of the packet it quotes.
+        // Forged otherwise, it would be sent on to an address of its sender's choice.
+        if parsed.ip_addrs().map(|(_, dst)| dst) != Some(quote.key.src_addr()) {
+            return Action::Drop(DropReason::IcmpErrorMisaddressed);
+        }
         let quoted = HashedKey::new(quote.key.reversed());
         let found = self.sessions.lookup_hashed(&quoted);
         if self.parking && !self.parked.is_empty() && self.waits_on_parked(&quoted, found) {
