@@ -173,9 +173,14 @@ impl Forwarder {
         match forward::check_mtu(pkt.bytes(), parsed, port.mtu) {
             MtuCheck::Fits => {}
             MtuCheck::FragNeeded { next_hop_mtu } => {
+                // From the VIP the packet was sent to, as IPVS's host stack answers a
+                // packet to a local address: the client's filters expect the VIP,
+                // and a port address may be private.
+                let Some((_, vip)) = parsed.ip_addrs() else {
+                    return Action::Drop(DropReason::TooBig);
+                };
                 let frame = pkt.bytes_mut();
-                let Some(len) =
-                    forward::frag_needed(frame, parsed, next_hop_mtu, port.addr, port.mac)
+                let Some(len) = forward::frag_needed(frame, parsed, next_hop_mtu, vip, port.mac)
                 else {
                     return Action::Drop(DropReason::TooBig);
                 };
