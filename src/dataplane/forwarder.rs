@@ -1190,6 +1190,17 @@ impl Forwarder {
                 vips,
                 self.snapshot.current().real_servers_v4(),
             )),
+            // What Sluice forwards must come to its own MAC: as Linux forwards no
+            // frame sent to another host or to all (`ip_forward`), and IPVS balances
+            // none, a TCP or UDP packet, or an ICMP error, in a broadcast frame is
+            // dropped; taken, it would be forwarded by every node of a VRRP or ECMP
+            // link at once. (An echo request is answered, as Linux answers it.)
+            PacketKind::Tcp { .. } | PacketKind::Udp { .. } if to != port.mac => {
+                Action::Drop(DropReason::NotOurMac)
+            }
+            PacketKind::Icmp { icmp_type, .. } if icmp_type.is_error() && to != port.mac => {
+                Action::Drop(DropReason::NotOurMac)
+            }
             PacketKind::Icmp { dst, icmp_type, .. } => {
                 if icmp_type.is_error() {
                     self.icmp_error(&mut pkt, &parsed, &cx)

@@ -532,6 +532,13 @@ def build():
     drop("UDP length past the IP payload", udp(c, 40110, vnat, VIP_UDP_PORT, b"short", len=200),
          "bad_udp_header")
     drop("TCP SYN to a VIP port without a service", tcp(c, 40111, vdr, 81, "S", 1), "no_service")
+    drop("TCP SYN to a VIP in a broadcast frame",
+         frame(IP(src=c, dst=vdr, flags="DF") / TCP(sport=40115, dport=80, flags="S", seq=1),
+               dst_mac="ff:ff:ff:ff:ff:ff"), "not_our_mac")
+    drop("ICMP error in a broadcast frame",
+         frame(IP(src=c, dst=vnat) / ICMP(type=3, code=3)
+               / Raw(bytes(IP(src=vnat, dst=c) / UDP(sport=VIP_UDP_PORT, dport=49998))[:28]),
+               dst_mac="ff:ff:ff:ff:ff:ff"), "not_our_mac")
     drop("UDP to a VIP port without a service", udp(c, 40112, vnat, VIP_UDP_PORT + 1, b"nobody"), "no_service")
     drop("TCP ACK without a session", tcp(c, 40113, vdr, 80, "A", 5, 6), "tcp_no_session")
     drop("TCP data without a session", tcp(c, 40114, vnat, 80, "PA", 5, 6, data=b"hello"), "tcp_no_session")
