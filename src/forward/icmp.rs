@@ -196,7 +196,21 @@ pub struct QuoteRewrite {
     /// proxy spliced, whose client saw the server's bytes numbered from the cookie
     /// (the real server checks that an error quotes a sequence number it sent).
     pub inner_seq_delta: u32,
+    /// A frag-needed announcing a smaller next-hop MTU announces this one instead (0:
+    /// none). For an error to a real server that keeps one path MTU for many clients
+    /// (FullNAT, NAT64: it knows them all as the local address), see
+    /// [`SHARED_PATH_MIN_MTU`].
+    pub min_next_hop_mtu: u16,
 }
+
+/// The least next-hop MTU a frag-needed from a client's side announces to a real
+/// server that sees every client as the local address (FullNAT, NAT64). The server
+/// keeps one path MTU per destination, so one client's error lowers it for all of
+/// them: a forged "MTU 68" would make Linux clamp it to 552 for ten minutes, and send
+/// every UDP reply above that in fragments, which Sluice does not forward. 1280 (the
+/// IPv6 minimum, which almost every IPv4 path carries too) bounds the harm; a client
+/// whose path is narrower than that is not served large packets.
+pub const SHARED_PATH_MIN_MTU: u16 = 1280;
 
 impl QuoteRewrite {
     /// NAT, an error arriving from the client side about a reply the real server sent
@@ -209,6 +223,7 @@ impl QuoteRewrite {
             inner_src: Some((rs_addr, rs_port)),
             inner_dst: None,
             inner_seq_delta: 0,
+            min_next_hop_mtu: 0,
         }
     }
 
@@ -223,6 +238,7 @@ impl QuoteRewrite {
             inner_src: None,
             inner_dst: Some((vip, vport)),
             inner_seq_delta: 0,
+            min_next_hop_mtu: 0,
         }
     }
 }
@@ -324,6 +340,17 @@ pub fn nat_translate_error(
                 }
                 tcp.set_seq_number(new);
             }
+        }
+    }
+
+    if rewrite.min_next_hop_mtu > 0
+        && quote.icmp_type == icmp::Message::DEST_UNREACHABLE
+        && quote.code == icmp::CODE_FRAG_NEEDED
+    {
+        // Bytes 6..8 of the message (parse_error checked: l4 + 8 <= quote.ip).
+        let field = &mut frame[parsed.l4 + 6..parsed.l4 + 8];
+        if u16::from_be_bytes([field[0], field[1]]) < rewrite.min_next_hop_mtu {
+            field.copy_from_slice(&rewrite.min_next_hop_mtu.to_be_bytes());
         }
     }
 
@@ -621,6 +648,7 @@ mod tests {
             inner_src: Some((Ipv4Addr::new(10, 9, 8, 7), 1234)),
             inner_dst: Some((Ipv4Addr::new(172, 16, 0, 1), 4321)),
             inner_seq_delta: 0x8000_0001,
+            min_next_hop_mtu: 0,
         };
         let seq_before = tcp::Packet::new_checked(&ICMP_ERR_IN_FULL[62..])
             .unwrap()
@@ -735,6 +763,7 @@ mod tests {
                     inner_src: Some((Ipv4Addr::from(rng.next_u64() as u32), 9)),
                     inner_dst: Some((Ipv4Addr::from(rng.next_u64() as u32), 10)),
                     inner_seq_delta: rng.next_u64() as u32,
+                    min_next_hop_mtu: rng.next_u64() as u16,
                 };
                 if nat_translate_error(&mut buf[..len], &parsed, &quote, &rewrite).is_ok() {
                     let message = &buf[parsed.l4..quote.end];

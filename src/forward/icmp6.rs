@@ -293,6 +293,10 @@ fn map_v6_to_v4(
         (icmpv6::Message::DEST_UNREACHABLE, 1) => unreachable(10),
         (icmpv6::Message::DEST_UNREACHABLE, 4) => unreachable(3),
         (icmpv6::Message::PACKET_TOO_BIG, _) => {
+            // No IPv6 link is narrower than 1280 (RFC 8201 section 4: a smaller MTU
+            // is read as 1280), and the IPv4 real server keeps one path MTU for
+            // every client behind the local address (`SHARED_PATH_MIN_MTU`).
+            let param = param.max(ipv6::MIN_MTU as u32);
             let mtu = param.saturating_sub(20).min(u32::from(link_mtu)) as u16;
             let [hi, lo] = mtu.to_be_bytes();
             Some((M4::DEST_UNREACHABLE, icmp::CODE_FRAG_NEEDED, [0, 0, hi, lo]))
@@ -968,7 +972,9 @@ for k, a in bad.items():
         };
         assert_eq!(ptb(1280, 1500), frag_needed(1260));
         assert_eq!(ptb(9000, 1500), frag_needed(1500));
-        assert_eq!(ptb(10, 1500), frag_needed(0));
+        // Below the IPv6 minimum: read as 1280.
+        assert_eq!(ptb(10, 1500), frag_needed(1260));
+        assert_eq!(ptb(1279, 1500), frag_needed(1260));
     }
 
     fn hex(bytes: &[u8]) -> String {

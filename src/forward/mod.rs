@@ -62,7 +62,10 @@ pub mod toa;
 pub mod tun;
 pub mod tun6;
 
-pub use icmp::{frag_needed, nat_translate_error, parse_error, IcmpErrorQuote, QuoteRewrite};
+pub use icmp::{
+    frag_needed, nat_translate_error, parse_error, IcmpErrorQuote, QuoteRewrite,
+    SHARED_PATH_MIN_MTU,
+};
 pub use nat::{dnat, snat};
 pub use tun::{check_mtu, encapsulate, encapsulated_len, MtuCheck};
 

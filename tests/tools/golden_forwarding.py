@@ -165,11 +165,14 @@ def udp(src, sport, dst, dport, data, ip_id=1, ttl=64, tos=0, df=True, chksum=No
     return frame(ip / u / Raw(data), src_mac=src_mac, pad_to=pad_to)
 
 
-def icmp_error(src, dst, icmp_type, code, quoted_ip, src_mac=CLIENT_MAC, ttl=64, ip_id=7, df=False):
-    """An ICMP error quoting the first IHL + 8 bytes of `quoted_ip` (an IP packet)."""
+def icmp_error(src, dst, icmp_type, code, quoted_ip, src_mac=CLIENT_MAC, ttl=64, ip_id=7, df=False,
+               mtu=0):
+    """An ICMP error quoting the first IHL + 8 bytes of `quoted_ip` (an IP packet);
+    `mtu`: a frag-needed's next-hop MTU."""
     ihl = (quoted_ip[0] & 0x0F) * 4
     ip = IP(src=src, dst=dst, ttl=ttl, id=ip_id, flags="DF" if df else 0)
-    return frame(ip / ICMP(type=icmp_type, code=code) / Raw(quoted_ip[:ihl + 8]), src_mac=src_mac)
+    message = ICMP(type=icmp_type, code=code, nexthopmtu=mtu)
+    return frame(ip / message / Raw(quoted_ip[:ihl + 8]), src_mac=src_mac)
 
 
 def arp_reply_from(rs_mac, rs_ip):

@@ -223,13 +223,16 @@ def quote_alts(orig_ip, translated_ip):
     return [q_orig]
 
 
-def expect_icmp(name, raw, key, b, towards, orig_ip):
+def expect_icmp(name, raw, key, b, towards, orig_ip, next_hop_mtu=None):
     """An ICMP error about a packet of session `key`: towards "client" (it came from the
     real-server side, to the LIP) or "rs" (it came from the client, to the VIP).
-    orig_ip: the packet the receiver sent, which the translated quote must show."""
+    orig_ip: the packet the receiver sent, which the translated quote must show.
+    next_hop_mtu: the frag-needed MTU the receiver must see, if not the sender's."""
     proto, cport, rip, rs_mac, vport, rport = session_rs(key)
     lip, lport, _ = b[key]
     translated = gf.strip_pad(raw)[14 + 20 + 8:]
+    if next_hop_mtu is not None:
+        raw = raw[:14 + 20 + 6] + next_hop_mtu.to_bytes(2, "big") + raw[14 + 20 + 8:]
     alts = []
     for q in quote_alts(orig_ip, translated):
         if towards == "client":
@@ -247,6 +250,8 @@ def expect_icmp(name, raw, key, b, towards, orig_ip):
         fields = {"IP.src": lip, "IP.dst": rip, "IPerror.src": rip, "IPerror.dst": lip,
                   f"{l4}.sport": rport, f"{l4}.dport": lport}
     fields.update({"IP.ttl": p[IP].ttl, "IP.id": p[IP].id, "ICMP.type": p[ICMP].type, "ICMP.code": p[ICMP].code})
+    if next_hop_mtu is not None:
+        fields["ICMP.nexthopmtu"] = next_hop_mtu
     return gf.out("icmp-fullnat", name, alts, CLIENT_MAC if towards == "client" else rs_mac, fields,
                   zero_eq=[24, 36, 14 + 20 + 8 + 10])
 
@@ -389,6 +394,18 @@ def script():
     S.append(Step("ICMP port-unreachable from the client about U1's reply", u1_rejected, session="U1",
                   expect=lambda b, raw: [expect_icmp("port-unreachable to rs1 about its U1 reply", raw, "U1", b,
                                                      "rs", ip_packet(u1_reply(b)))]))
+
+    # A frag-needed from the client's side: the real server knows every client as the
+    # local address, so the MTU it hears is at least 1280 (a forged 576 would lower it
+    # for all of them).
+    def u1_frag_needed(b):
+        seen = ip_packet(expect_to_client("", u1_reply(b), "U1", b)["alts"][0])
+        return gf.icmp_error(c, VIP, 3, 4, seen, ip_id=505, mtu=576)
+    S.append(Step("ICMP frag-needed (MTU 576) from the client about U1's reply", u1_frag_needed,
+                  session="U1",
+                  expect=lambda b, raw: [expect_icmp("frag-needed (MTU 1280) to rs1 about its U1 reply", raw,
+                                                     "U1", b, "rs", ip_packet(u1_reply(b)),
+                                                     next_hop_mtu=1280)]))
     unknown = bytes(IP(src=LIPS[1], dst=rip1, flags="DF") / UDP(sport=1000, dport=ur) / b"?")
     drop("ICMP port-unreachable from rs1 quoting a LIP port without a session",
          lambda b: gf.icmp_error(rip1, LIPS[1], 3, 3, unknown, src_mac=mac1, ip_id=603), "icmp_error_no_session")

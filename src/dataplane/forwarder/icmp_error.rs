@@ -75,10 +75,12 @@ impl Forwarder {
                 // The quote is of a segment the client got, numbered from the cookie.
                 rewrite.inner_seq_delta = self.synproxy_seq_delta(id, &s);
                 if s.mode == ForwardMode::FullNat {
-                    // The real server knows the client as LIP:lport.
+                    // The real server knows the client as LIP:lport, and so every
+                    // other client using the local address.
                     let local = (Ipv4Addr::from(s.local_addr), s.local_port);
                     rewrite.outer_src = Some(local.0);
                     rewrite.inner_dst = Some(local);
+                    rewrite.min_next_hop_mtu = forward::SHARED_PATH_MIN_MTU;
                 }
                 if let Err(r) = forward::nat_translate_error(frame, parsed, &quote, &rewrite) {
                     return Action::Drop(r);
