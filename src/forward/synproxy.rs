@@ -41,7 +41,7 @@
 //! |---|---|
 //! | client SYN | [`answer_syn`]: rewritten in place into the cookie SYN-ACK, out the port it came from; no state |
 //! | client ACK without a session | [`check_ack`]: `ack - 1` must be a cookie of this tuple and `seq - 1` (the client ISN) within its slot |
-//! | valid ACK | [`write_server_syn`]: the same frame becomes the SYN to the real server: client ISN, MSS from the cookie, the client's window scale, SACK-permitted and TSval; its payload is dropped (the client sends it again) |
+//! | valid ACK | [`write_server_syn`]: the same frame becomes the SYN to the real server: client ISN, MSS from the cookie, the client's window scale, SACK-permitted and TSval. An ACK with data waits for the server's handshake (the data plane holds it) and a copy of it becomes the SYN; only when there is no room to hold it does the frame itself become the SYN, its payload dropped (the client sends it again) |
 //! | server SYN-ACK | [`read_server_synack`] learns the server's ISN, window scale and TSval; [`write_server_ack`] turns the frame into the ACK that completes the server's handshake |
 //! | server -> client | [`to_client`]: `seq + delta`, window rescaled to the scale the client was promised; TSval moved by the timestamp delta (with [`crate::forward::timestamps::shift`]) |
 //! | client -> server | [`to_server`]: `ack - delta`, every SACK edge `- delta`; TSecr moved back by the timestamp delta |
