@@ -54,19 +54,39 @@ pub(super) struct ProxyState {
     /// Per service (snapshot index): the `auto` mode's SYN rate meter.
     auto: Vec<AutoRate>,
     secret: &'static SipKey,
+    /// TSC cycles a second: the `auto` meters' clock.
+    tsc_hz: u64,
     /// Client segments waiting for their real server's handshake.
     awaiting: Awaiting,
 }
 
 /// SYNs without a session in the current one-second window, and until when the proxy
-/// stays on.
+/// stays on. Times are TSC cycles, which do not wrap in the life of a host: a meter
+/// that never fired, or fired long ago, reads off whatever the clock says.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct AutoRate {
     /// The service's id (stable across snapshots).
     service: u32,
-    window_start: u32,
+    window_start: u64,
     syns: u32,
-    on_until: u32,
+    on_until: u64,
+}
+
+impl AutoRate {
+    /// Counts a SYN at `now` (`second` cycles a second) and says whether the proxy is
+    /// on: once a one-second window has seen more than `rate`, and until a whole
+    /// window after that stays at or below it.
+    fn count(&mut self, now: u64, second: u64, rate: u32) -> bool {
+        if now.saturating_sub(self.window_start) >= second {
+            self.window_start = now;
+            self.syns = 0;
+        }
+        self.syns = self.syns.saturating_add(1);
+        if self.syns > rate {
+            self.on_until = now.saturating_add(2 * second);
+        }
+        now < self.on_until
+    }
 }
 
 impl ProxyState {
@@ -76,6 +96,7 @@ impl ProxyState {
             entries: vec![[0u32; 4]; capacity],
             auto: Vec::new(),
             secret: SipKey::process(),
+            tsc_hz,
             awaiting: Awaiting::new(tsc_hz / 1000 * AWAIT_SERVER_MS),
         }
     }
@@ -249,7 +270,7 @@ impl Forwarder {
         }
         let now_ms = self.ts_clock.now_ms();
         if flags.contains(TcpFlags::SYN) {
-            if sp.mode == SynProxyMode::Auto && !self.auto_on(index, sp.auto_syn_rate) {
+            if sp.mode == SynProxyMode::Auto && !self.auto_on(index, sp.auto_syn_rate, cx.now_tsc) {
                 return Miss::NotProxied;
             }
             let secret = self.synproxy.secret;
@@ -291,25 +312,14 @@ impl Forwarder {
         }
     }
 
-    /// `auto`: counts a SYN without a session for service `index` and says whether the
-    /// proxy is on for it: once a one-second window has seen more than `rate`, and
-    /// until a whole window after that stays at or below it.
-    fn auto_on(&mut self, index: usize, rate: u32) -> bool {
-        let now = self.now_tick;
-        let second = self.ticks_per_second;
-        let Some(meter) = self.synproxy.auto.get_mut(index) else {
-            return false;
-        };
-        if now.wrapping_sub(meter.window_start) >= second {
-            meter.window_start = now;
-            meter.syns = 0;
-        }
-        meter.syns = meter.syns.saturating_add(1);
-        if meter.syns > rate {
-            meter.on_until = now.wrapping_add(2 * second);
-        }
-        // Signed distance: on while `on_until` is ahead.
-        (meter.on_until.wrapping_sub(now) as i32) > 0
+    /// `auto`: counts a SYN without a session for service `index` at `now_tsc` and
+    /// says whether the proxy is on for it ([`AutoRate::count`]).
+    fn auto_on(&mut self, index: usize, rate: u32, now_tsc: u64) -> bool {
+        let second = self.synproxy.tsc_hz;
+        self.synproxy
+            .auto
+            .get_mut(index)
+            .is_some_and(|meter| meter.count(now_tsc, second, rate))
     }
 
     /// A proxied session was opened by placement: flag it and keep its handshake.
@@ -669,5 +679,28 @@ mod tests {
         );
         assert_eq!(state.auto.len(), 3);
         assert_eq!(state.auto[2].service, 30);
+    }
+
+    #[test]
+    fn auto_is_off_until_the_rate_is_passed_whatever_the_clock_reads() {
+        let second = 100;
+        // Any clock reading: from start, and past 2^31 and 2^32 (a tick counter of
+        // 10 ms from host boot passes 2^31 after 248 days).
+        for start in [0, 1, 5, (1 << 31) + 5, (1 << 32) + 5, u64::from(u32::MAX)] {
+            let mut meter = AutoRate::default();
+            for i in 0..10 {
+                assert!(
+                    !meter.count(start + i, second, 10),
+                    "SYN {i} at {start}: a meter that never fired reads off"
+                );
+            }
+            assert!(meter.count(start + 10, second, 10), "past the rate: on");
+            // Two seconds later, with the rate kept below, off again; and still off
+            // long after.
+            let later = start + 10 + 2 * second;
+            assert!(!meter.count(later, second, 10), "{start}: off after 2 s");
+            assert!(!meter.count(later + (1 << 31) + 3, second, 10));
+            assert!(!meter.count(later + (1 << 32) + 3, second, 10));
+        }
     }
 }
