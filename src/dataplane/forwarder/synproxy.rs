@@ -230,10 +230,12 @@ pub(super) enum Pending {
     No,
 }
 
-/// A bare ACK: ACK without SYN, RST or FIN (what completes a handshake).
+/// A segment that may answer a cookie SYN-ACK: ACK without SYN or RST. It may carry
+/// data and a FIN (a client that sends its request and closes at once), as Linux's
+/// syncookies take it.
 #[inline]
-pub(super) fn is_bare_ack(flags: TcpFlags) -> bool {
-    flags.contains(TcpFlags::ACK) && !flags.intersects(TcpFlags(0x07))
+pub(super) fn may_carry_cookie(flags: TcpFlags) -> bool {
+    flags.contains(TcpFlags::ACK) && !flags.intersects(TcpFlags::SYN | TcpFlags::RST)
 }
 
 impl Forwarder {

@@ -1,0 +1,186 @@
+//! A real worker loop on lcore 1 over net_ring, a NAT TCP service with the SYN proxy on,
+//! the test playing clients and the real server: what the proxy does with the
+//! segments around the handshake with the real server (docs/SYNPROXY.md).
+//!
+//! - A cookie ACK that carries a FIN (with and without data) opens the connection,
+//!   and the FIN reaches the server after its handshake.
+//!
+//! One test function only: the EAL initialises once per process.
+mod common;
+
+use common::eal::{eal_args, ring_ports, send_frame, worker, LB_MAC};
+use sluice::dataplane::counters::Event;
+use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
+use sluice::emulator::frames::{self, Endpoints, Frame};
+use sluice::model::{
+    DropReason, ForwardMode, Protocol, RealServerSpec, SchedulerKind, ServiceKey, SynProxy,
+    SynProxyMode,
+};
+use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CLIENT_MAC: [u8; 6] = [0x02, 0x43, 0x4c, 0, 0, 1];
+const RS_MAC: [u8; 6] = [0x02, 0x52, 0x53, 0, 0, 1];
+const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
+const PSH: u8 = 0x08;
+const ACK: u8 = 0x10;
+const SYN_ACK: u8 = 0x12;
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+/// A frame `write` writes.
+fn build(write: impl Fn(&mut [u8]) -> usize) -> Vec<u8> {
+    let mut buf = vec![0u8; frames::MAX_FRAME];
+    let len = write(&mut buf);
+    buf.truncate(len);
+    buf
+}
+
+/// A TCP segment the worker sent: destination, flags, seq, ack, payload length.
+type Seg = (Ipv4Addr, u8, u32, u32, usize);
+
+#[test]
+fn the_proxy_around_the_real_servers_handshake() {
+    let eal = Eal::init(&eal_args("eal_synproxy"))
+        .expect("EAL init (run scripts/setup.sh; tests need root)");
+    let pool = Arc::new(Mempool::new("sp_pool", 4095, 64, 2048).unwrap());
+    let pair = RingPortPair::new("sp", 1, 256).unwrap();
+    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+
+    let (lb_ip, rs, client) = (ip("198.18.0.1"), ip("198.18.0.11"), ip("198.18.0.100"));
+    let vip = ip("198.18.1.1");
+    let on = SynProxy {
+        mode: SynProxyMode::On,
+        ..Default::default()
+    };
+    let mut table = ServiceTable::new();
+    let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+    table.add_service(key, SchedulerKind::Rr, None).unwrap();
+    table.set_synproxy(key, on).unwrap();
+    table
+        .add_server(key, RealServerSpec::new(rs, 8080, 1, ForwardMode::Nat))
+        .unwrap();
+    let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
+    let (worker, counters, stop) = worker("eal_synproxy", &mut lb, lb_ip, &pool, &publisher);
+    launch_on_lcore(1, move || worker.run()).unwrap();
+
+    let (mut prx, mut ptx) = peer.take_queues().unwrap().pop().unwrap();
+    let mut send = |frame: &[u8]| send_frame(&mut ptx, &pool, frame);
+    let mut segments = |wait: Duration| -> Vec<Seg> {
+        let deadline = Instant::now() + wait;
+        let mut got = Vec::new();
+        let mut rxb = Burst::new();
+        while Instant::now() < deadline {
+            if prx.rx(&mut rxb) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            got.extend(
+                (0..rxb.len()).filter_map(|i| match frames::parse(rxb.packet(i)) {
+                    Frame::Tcp(s) => Some((s.e.dst, s.flags, s.seq, s.ack, s.payload.len())),
+                    _ => None,
+                }),
+            );
+            rxb.free_all();
+        }
+        got
+    };
+    let from_client = |vip: Ipv4Addr, sport: u16| Endpoints {
+        src_mac: CLIENT_MAC,
+        dst_mac: LB_MAC,
+        src: client,
+        dst: vip,
+        sport,
+        dport: 80,
+    };
+    let from_server = |dport: u16| Endpoints {
+        src_mac: RS_MAC,
+        dst_mac: LB_MAC,
+        src: rs,
+        dst: client,
+        sport: 8080,
+        dport,
+    };
+    let wait = Duration::from_millis(300);
+    let (isn, server_isn) = (1000u32, 90_000u32);
+
+    // The real server and the client make themselves known.
+    send(&build(|b| frames::arp_request(b, RS_MAC, rs, lb_ip)));
+    send(&build(|b| {
+        frames::arp_request(b, CLIENT_MAC, client, lb_ip)
+    }));
+    segments(wait);
+    // A client's SYN to `vip` from `sport`: the cookie.
+    macro_rules! cookie_for {
+        ($vip:expr, $sport:expr) => {{
+            send(&build(|b| {
+                frames::tcp_segment(b, &from_client($vip, $sport), isn, 0, SYN, &[])
+            }));
+            let out = segments(wait);
+            assert_eq!(out.len(), 1, "one cookie SYN-ACK: {out:?}");
+            assert_eq!((out[0].0, out[0].1), (client, SYN_ACK));
+            out[0].2
+        }};
+    }
+
+    // A cookie ACK with a FIN, with and without data: the connection opens (a copy
+    // of the ACK is the SYN), and the FIN reaches the server after its handshake.
+    for (sport, flags, data) in [
+        (40003, FIN | ACK, &b""[..]),
+        (40004, FIN | PSH | ACK, b"GET / HTTP/1.0\r\n\r\n"),
+    ] {
+        let cookie = cookie_for!(vip, sport);
+        send(&build(|b| {
+            frames::tcp_segment(
+                b,
+                &from_client(vip, sport),
+                isn + 1,
+                cookie + 1,
+                flags,
+                data,
+            )
+        }));
+        assert_eq!(
+            segments(wait),
+            [(rs, SYN, isn, 0, 0)],
+            "a cookie ACK with flags {flags:#x} opens the connection"
+        );
+        send(&build(|b| {
+            frames::tcp_segment(b, &from_server(sport), server_isn, isn + 1, SYN_ACK, &[])
+        }));
+        assert_eq!(
+            segments(wait),
+            [
+                (rs, ACK, isn + 1, server_isn + 1, 0),
+                (rs, flags, isn + 1, server_isn + 1, data.len())
+            ],
+            "the server's handshake, then the client's FIN"
+        );
+    }
+
+    stop.store(true, Ordering::SeqCst);
+    assert_eq!(wait_lcore(1), 0);
+    let drops = counters.drops_snapshot();
+    let events = counters.events_snapshot();
+    assert_eq!(events[Event::SynproxyCookieSent as usize], 2);
+    assert_eq!(events[Event::SynproxyCookieValid as usize], 2);
+    assert_eq!(events[Event::SynproxyCookieInvalid as usize], 0);
+    assert_eq!(events[Event::SynproxySynResent as usize], 0);
+    assert_eq!(events[Event::SynproxyConnection as usize], 2);
+    assert_eq!(events[Event::SynproxyDataHeld as usize], 2);
+    assert_eq!(events[Event::SynproxyDataSent as usize], 2);
+    assert_eq!(drops[DropReason::TcpNoSession as usize], 0);
+    let _ = (prx, ptx);
+    assert_eq!(pool.in_use(), 0, "mbufs leaked");
+    drop(lb);
+    drop(peer);
+    drop(pair);
+    drop(pool);
+    drop(eal);
+}
