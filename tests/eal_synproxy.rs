@@ -2,6 +2,12 @@
 //! the test playing clients and the real server: what the proxy does with the
 //! segments around the handshake with the real server (docs/SYNPROXY.md).
 //!
+//! - The real server answers the SYN with a bare ACK (it still holds an older
+//!   connection on the tuple, in TIME_WAIT): it gets a reset at that ACK's number, the
+//!   ACK goes nowhere, and the SYN sent again is answered and spliced with the
+//!   server's own numbers.
+//! - The real server refuses the SYN: its reset reaches the client at the number the
+//!   client expects, unless it does not acknowledge the SYN.
 //! - A cookie ACK that carries a FIN (with and without data) opens the connection,
 //!   and the FIN reaches the server after its handshake.
 //!
@@ -26,6 +32,7 @@ const CLIENT_MAC: [u8; 6] = [0x02, 0x43, 0x4c, 0, 0, 1];
 const RS_MAC: [u8; 6] = [0x02, 0x52, 0x53, 0, 0, 1];
 const FIN: u8 = 0x01;
 const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
 const PSH: u8 = 0x08;
 const ACK: u8 = 0x10;
 const SYN_ACK: u8 = 0x12;
@@ -129,6 +136,74 @@ fn the_proxy_around_the_real_servers_handshake() {
         }};
     }
 
+    // The server still holds the tuple's older connection: it answers the SYN with
+    // the old connection's ACK, which must not splice the new one. It gets a reset at
+    // that ACK's number; the client's next segment sends the SYN again, which the
+    // server answers; the client's data then reaches it with its own numbers.
+    let cookie = cookie_for!(vip, 40001);
+    let cookie_ack =
+        build(|b| frames::tcp_segment(b, &from_client(vip, 40001), isn + 1, cookie + 1, ACK, &[]));
+    send(&cookie_ack);
+    assert_eq!(
+        segments(wait),
+        [(rs, SYN, isn, 0, 0)],
+        "the SYN to the server"
+    );
+    send(&build(|b| {
+        frames::tcp_segment(b, &from_server(40001), 7777, 0x5000_0000, ACK, &[])
+    }));
+    assert_eq!(
+        segments(wait),
+        [(rs, RST, 0x5000_0000, 0, 0)],
+        "a stale ACK from the server: a reset to the server, nothing to the client"
+    );
+    send(&cookie_ack);
+    assert_eq!(segments(wait), [(rs, SYN, isn, 0, 0)], "the SYN again");
+    send(&build(|b| {
+        frames::tcp_segment(b, &from_server(40001), server_isn, isn + 1, SYN_ACK, &[])
+    }));
+    assert_eq!(
+        segments(wait),
+        [(rs, ACK, isn + 1, server_isn + 1, 0)],
+        "the server's handshake completed"
+    );
+    send(&build(|b| {
+        frames::tcp_segment(
+            b,
+            &from_client(vip, 40001),
+            isn + 1,
+            cookie + 1,
+            PSH | ACK,
+            b"GET",
+        )
+    }));
+    assert_eq!(
+        segments(wait),
+        [(rs, PSH | ACK, isn + 1, server_isn + 1, 3)],
+        "spliced on the server's SYN-ACK, not its stale ACK"
+    );
+
+    // The server refuses the SYN: a reset that does not acknowledge it is not about
+    // this connection and goes nowhere; one that does reaches the client at the
+    // number it expects.
+    let cookie = cookie_for!(vip, 40002);
+    send(&build(|b| {
+        frames::tcp_segment(b, &from_client(vip, 40002), isn + 1, cookie + 1, ACK, &[])
+    }));
+    assert_eq!(segments(wait), [(rs, SYN, isn, 0, 0)]);
+    send(&build(|b| {
+        frames::tcp_segment(b, &from_server(40002), 0, 5, RST | ACK, &[])
+    }));
+    assert_eq!(segments(wait), [], "a reset not acknowledging the SYN");
+    send(&build(|b| {
+        frames::tcp_segment(b, &from_server(40002), 0, isn + 1, RST | ACK, &[])
+    }));
+    assert_eq!(
+        segments(wait),
+        [(client, RST | ACK, cookie + 1, isn + 1, 0)],
+        "the server's refusal, at the client's numbers"
+    );
+
     // A cookie ACK with a FIN, with and without data: the connection opens (a copy
     // of the ACK is the SYN), and the FIN reaches the server after its handshake.
     for (sport, flags, data) in [
@@ -168,13 +243,15 @@ fn the_proxy_around_the_real_servers_handshake() {
     assert_eq!(wait_lcore(1), 0);
     let drops = counters.drops_snapshot();
     let events = counters.events_snapshot();
-    assert_eq!(events[Event::SynproxyCookieSent as usize], 2);
-    assert_eq!(events[Event::SynproxyCookieValid as usize], 2);
+    assert_eq!(events[Event::SynproxyCookieSent as usize], 4);
+    assert_eq!(events[Event::SynproxyCookieValid as usize], 4);
     assert_eq!(events[Event::SynproxyCookieInvalid as usize], 0);
-    assert_eq!(events[Event::SynproxySynResent as usize], 0);
-    assert_eq!(events[Event::SynproxyConnection as usize], 2);
+    assert_eq!(events[Event::SynproxyStaleReset as usize], 1);
+    assert_eq!(events[Event::SynproxySynResent as usize], 1);
+    assert_eq!(events[Event::SynproxyConnection as usize], 3);
     assert_eq!(events[Event::SynproxyDataHeld as usize], 2);
     assert_eq!(events[Event::SynproxyDataSent as usize], 2);
+    assert_eq!(drops[DropReason::ResetOutOfWindow as usize], 1);
     assert_eq!(drops[DropReason::TcpNoSession as usize], 0);
     let _ = (prx, ptx);
     assert_eq!(pool.in_use(), 0, "mbufs leaked");

@@ -424,18 +424,7 @@ impl Forwarder {
             };
         }
         let Some(server) = synproxy::read_server_synack(pkt.bytes(), parsed) else {
-            // Not a SYN-ACK (an RST refusing the SYN, say): the client expects the
-            // server's numbers to start after the cookie.
-            let seq = match crate::forward::tcp_segment(pkt.bytes(), parsed) {
-                Ok(seg) => crate::wire::read_u32(pkt.bytes(), seg.l4 + 4),
-                Err(reason) => return Pending::Done(Action::Drop(reason)),
-            };
-            let t = Translation {
-                seq_delta: hs.cookie.wrapping_add(1).wrapping_sub(seq),
-                ..Translation::default()
-            };
-            self.synproxy.set_established(id, &t);
-            return Pending::No;
+            return self.synproxy_not_synack(id, &hs, pkt, parsed, flags, cx);
         };
         if server.ack != hs.client_isn.wrapping_add(1) {
             return Pending::Done(Action::Drop(DropReason::TcpNoSession));
@@ -487,6 +476,57 @@ impl Forwarder {
             rs_ip,
             cx.port,
         ))
+    }
+
+    /// The real server sent something else than the SYN-ACK its SYN waits for: what
+    /// a client in SYN-SENT would make of it (RFC 9293 3.10.7.3), since the server sees
+    /// one there.
+    fn synproxy_not_synack(
+        &mut self,
+        id: SessionId,
+        hs: &Handshake,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        flags: TcpFlags,
+        cx: &Context,
+    ) -> Pending {
+        let Some((seq, ack)) = seq_and_ack(pkt.bytes(), parsed) else {
+            return Pending::Done(Action::Drop(DropReason::BadTcpHeader));
+        };
+        let acks_syn = flags.contains(TcpFlags::ACK) && ack == hs.client_isn.wrapping_add(1);
+        if flags.contains(TcpFlags::RST) {
+            // The server refuses the SYN. Only a reset acknowledging it does: any other
+            // is not about this connection, and the translation below would land it
+            // exactly where the client accepts it.
+            if !acks_syn {
+                return Pending::Done(Action::Drop(DropReason::ResetOutOfWindow));
+            }
+            // The client expects the server's numbers to start after the cookie.
+            let t = Translation {
+                seq_delta: hs.cookie.wrapping_add(1).wrapping_sub(seq),
+                ..Translation::default()
+            };
+            self.synproxy.set_established(id, &t);
+            return Pending::No;
+        }
+        if !flags.contains(TcpFlags::ACK) || acks_syn {
+            // Neither a reset nor a SYN-ACK, and nothing to answer (no ACK, or one
+            // that acknowledges the SYN): dropped, as SYN-SENT does.
+            return Pending::Done(Action::Drop(DropReason::TcpNoSession));
+        }
+        // An ACK that is not the SYN-ACK: the server still holds an older connection
+        // on this tuple (its TIME_WAIT ACK, or a challenge ACK). Splicing on it would
+        // fix a translation from the old connection's numbers for good. A reset at
+        // its acknowledgement number ends the old connection, and the SYN, sent again
+        // on the client's next segment, then opens the new one.
+        match crate::forward::reset::answer_with_rst(pkt.bytes_mut(), parsed, cx.port.mac) {
+            Ok(len) if pkt.set_len(len as u16) => {
+                cx.counters.event(Event::SynproxyStaleReset);
+                Pending::Done(Action::Transmit)
+            }
+            Ok(_) => Pending::Done(Action::Drop(DropReason::Truncated)),
+            Err(reason) => Pending::Done(Action::Drop(reason)),
+        }
     }
 
     /// Egress of an established proxied session: sequence numbers, SACK blocks,
