@@ -1,4 +1,4 @@
-//! A real worker loop on lcore 1 over net_ring, a NAT TCP service with the SYN proxy on,
+//! A real worker loop on lcore 1 over net_ring, TCP services with the SYN proxy on,
 //! the test playing clients and the real server: what the proxy does with the
 //! segments around the handshake with the real server (docs/SYNPROXY.md).
 //!
@@ -10,6 +10,8 @@
 //!   client expects, unless it does not acknowledge the SYN.
 //! - A cookie ACK that carries a FIN (with and without data) opens the connection,
 //!   and the FIN reaches the server after its handshake.
+//! - A valid cookie ACK whose connection cannot be placed (no real server; with
+//!   `all_down = "rst"` and without) is answered with a reset to the client.
 //!
 //! One test function only: the EAL initialises once per process.
 mod common;
@@ -22,7 +24,7 @@ use sluice::model::{
     DropReason, ForwardMode, Protocol, RealServerSpec, SchedulerKind, ServiceKey, SynProxy,
     SynProxyMode,
 };
-use sluice::service::{ServiceTable, Snapshot, SnapshotPublisher};
+use sluice::service::{HealthOverlay, ServiceTable, Snapshot, SnapshotPublisher};
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -61,19 +63,26 @@ fn the_proxy_around_the_real_servers_handshake() {
     let (mut lb, mut peer) = ring_ports(&pair, &pool);
 
     let (lb_ip, rs, client) = (ip("198.18.0.1"), ip("198.18.0.11"), ip("198.18.0.100"));
-    let vip = ip("198.18.1.1");
+    let (vip, vip_rst, vip_drop) = (ip("198.18.1.1"), ip("198.18.1.2"), ip("198.18.1.3"));
     let on = SynProxy {
         mode: SynProxyMode::On,
         ..Default::default()
     };
     let mut table = ServiceTable::new();
-    let key = ServiceKey::new(Protocol::Tcp, vip, 80);
-    table.add_service(key, SchedulerKind::Rr, None).unwrap();
-    table.set_synproxy(key, on).unwrap();
+    let key = |vip| ServiceKey::new(Protocol::Tcp, vip, 80);
+    for v in [vip, vip_rst, vip_drop] {
+        table.add_service(key(v), SchedulerKind::Rr, None).unwrap();
+        table.set_synproxy(key(v), on).unwrap();
+    }
     table
-        .add_server(key, RealServerSpec::new(rs, 8080, 1, ForwardMode::Nat))
+        .add_server(key(vip), RealServerSpec::new(rs, 8080, 1, ForwardMode::Nat))
         .unwrap();
-    let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
+    // The other two services have no real server; one says `all_down = "rst"`.
+    let health = HealthOverlay {
+        reset_when_down: [key(vip_rst)].into_iter().collect(),
+        ..HealthOverlay::default()
+    };
+    let publisher = SnapshotPublisher::new(Snapshot::build_with(1, &table, &health, &[]));
     let (worker, counters, stop) = worker("eal_synproxy", &mut lb, lb_ip, &pool, &publisher);
     launch_on_lcore(1, move || worker.run()).unwrap();
 
@@ -239,18 +248,40 @@ fn the_proxy_around_the_real_servers_handshake() {
         );
     }
 
+    // A valid cookie ACK with no real server to take its connection: a reset to the
+    // client at the cookie ACK's acknowledgement number, as a bare ACK and carrying
+    // data, whatever `all_down` says.
+    for (vip, sport, data) in [(vip_rst, 40005, &b""[..]), (vip_drop, 40006, b"GET")] {
+        let cookie = cookie_for!(vip, sport);
+        send(&build(|b| {
+            frames::tcp_segment(b, &from_client(vip, sport), isn + 1, cookie + 1, ACK, data)
+        }));
+        assert_eq!(
+            segments(wait),
+            [(client, RST, cookie + 1, 0, 0)],
+            "{vip}: the refused connection's client gets a reset"
+        );
+    }
+
     stop.store(true, Ordering::SeqCst);
     assert_eq!(wait_lcore(1), 0);
     let drops = counters.drops_snapshot();
     let events = counters.events_snapshot();
-    assert_eq!(events[Event::SynproxyCookieSent as usize], 4);
-    assert_eq!(events[Event::SynproxyCookieValid as usize], 4);
+    assert_eq!(events[Event::SynproxyCookieSent as usize], 6);
+    assert_eq!(events[Event::SynproxyCookieValid as usize], 6);
     assert_eq!(events[Event::SynproxyCookieInvalid as usize], 0);
     assert_eq!(events[Event::SynproxyStaleReset as usize], 1);
     assert_eq!(events[Event::SynproxySynResent as usize], 1);
     assert_eq!(events[Event::SynproxyConnection as usize], 3);
     assert_eq!(events[Event::SynproxyDataHeld as usize], 2);
     assert_eq!(events[Event::SynproxyDataSent as usize], 2);
+    assert_eq!(events[Event::SynproxyRefused as usize], 2);
+    assert_eq!(
+        events[Event::AllDownReset as usize],
+        1,
+        "all_down = rst only"
+    );
+    assert_eq!(drops[DropReason::NoRealServer as usize], 2);
     assert_eq!(drops[DropReason::ResetOutOfWindow as usize], 1);
     assert_eq!(drops[DropReason::TcpNoSession as usize], 0);
     let _ = (prx, ptx);

@@ -314,6 +314,37 @@ impl Forwarder {
         }
     }
 
+    /// A valid cookie ACK whose connection placement could not open (`reason`): the
+    /// client holds an established connection already, so a drop would leave it
+    /// waiting (resending its data until the cookie expires, minutes, or, if it
+    /// waits for the server to speak first, for good). It is answered with a reset
+    /// at the number it expects (the cookie ACK's acknowledgement number), whatever
+    /// the reason and whatever `all_down` says: the client can only retry with a new
+    /// connection. `pkt` is the cookie ACK, or the SYN to the real server made of it.
+    pub(super) fn synproxy_refuse(
+        &self,
+        reason: DropReason,
+        service: usize,
+        hs: &Handshake,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        cx: &Context,
+    ) -> Action {
+        let seq = hs.cookie.wrapping_add(1);
+        match crate::forward::reset::reset_sender_at(pkt.bytes_mut(), parsed, cx.port.mac, seq) {
+            Ok(len) if pkt.set_len(len as u16) => {
+                cx.counters.event(Event::SynproxyRefused);
+                if reason == DropReason::NoRealServer
+                    && self.snapshot.current().resets_when_down(service)
+                {
+                    cx.counters.event(Event::AllDownReset);
+                }
+                Action::TransmitInstead(reason)
+            }
+            _ => Action::Drop(reason),
+        }
+    }
+
     /// `auto`: counts a SYN without a session for service `index` at `now_tsc` and
     /// says whether the proxy is on for it ([`AutoRate::count`]).
     fn auto_on(&mut self, index: usize, rate: u32, now_tsc: u64) -> bool {
