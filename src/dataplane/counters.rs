@@ -98,6 +98,14 @@ pub enum Event {
     /// SYN proxy: a held client segment went on to the real server after its
     /// handshake.
     SynproxyDataSent,
+    /// SYN proxy: while its SYN waited for an answer, the real server sent an ACK that
+    /// is not a SYN-ACK (it still holds an older connection on the tuple, in TIME_WAIT
+    /// say); the server was sent a reset at that ACK's number and the ACK dropped.
+    SynproxyStaleReset,
+    /// SYN proxy: a valid cookie ACK whose connection could not be placed (no real
+    /// server available, no local port, no room in the session table) was answered
+    /// with a reset to the client.
+    SynproxyRefused,
     /// A Neighbor Solicitation for one of the port's IPv6 addresses was answered.
     NdAnswered,
     /// A duplicate address probe (a solicitation from the unspecified address) for
@@ -124,7 +132,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 45;
+    pub const COUNT: usize = 47;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -162,6 +170,8 @@ impl Event {
         Event::SynproxyClientReset,
         Event::SynproxyDataHeld,
         Event::SynproxyDataSent,
+        Event::SynproxyStaleReset,
+        Event::SynproxyRefused,
         Event::NdAnswered,
         Event::NdDadDefended,
         Event::IcmpV6EchoReplied,
@@ -210,6 +220,8 @@ impl Event {
             Event::SynproxyClientReset => "synproxy_client_reset",
             Event::SynproxyDataHeld => "synproxy_data_held",
             Event::SynproxyDataSent => "synproxy_data_sent",
+            Event::SynproxyStaleReset => "synproxy_stale_reset",
+            Event::SynproxyRefused => "synproxy_refused",
             Event::NdAnswered => "nd_answered",
             Event::NdDadDefended => "nd_dad_defended",
             Event::IcmpV6EchoReplied => "icmpv6_echo_replied",

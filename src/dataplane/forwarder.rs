@@ -1458,8 +1458,12 @@ impl Forwarder {
                 }
                 let placement = match self.place(service, &key, cx.now_tsc, cx.counters) {
                     Ok(placement) => placement,
-                    Err(reason) if proxied.is_some() => return Action::Drop(reason),
-                    Err(reason) => return self.refuse(reason, service, key.proto, pkt, parsed, cx),
+                    Err(reason) => {
+                        return match &proxied {
+                            Some(hs) => self.synproxy_refuse(reason, service, hs, pkt, parsed, cx),
+                            None => self.refuse(reason, service, key.proto, pkt, parsed, cx),
+                        }
+                    }
                 };
                 let mut opening = self.prepare_open(&hashed, &placement, flags, pkt, parsed, cx);
                 // Within a burst, a plain new session (neither proxied nor holding its
@@ -1494,7 +1498,12 @@ impl Forwarder {
                         }
                         matched
                     }
-                    Err(reason) => return Action::Drop(reason),
+                    Err(reason) => {
+                        return match &proxied {
+                            Some(hs) => self.synproxy_refuse(reason, service, hs, pkt, parsed, cx),
+                            None => Action::Drop(reason),
+                        }
+                    }
                 }
             }
         };

@@ -19,13 +19,7 @@ pub fn answer_with_rst(
     parsed: &Parsed,
     port_mac: MacAddr,
 ) -> Result<usize, DropReason> {
-    let seg = tcp::Packet::new_checked(
-        frame
-            .get(parsed.l4..parsed.ip_end())
-            .ok_or(DropReason::Truncated)?,
-    )
-    .map_err(|_| DropReason::Truncated)?;
-    let (sport, dport) = (seg.src_port(), seg.dst_port());
+    let seg = segment(frame, parsed)?;
     let flags = seg.flags();
     let mut consumed = seg.payload().len() as u32;
     if flags.contains(TcpFlags::SYN) {
@@ -42,6 +36,44 @@ pub fn answer_with_rst(
             seg.seq_number().wrapping_add(consumed),
             TcpFlags::RST | TcpFlags::ACK,
         )
+    };
+    write_rst(frame, parsed, port_mac, seq, ack, rst_flags)
+}
+
+/// Turns the TCP segment of `frame` into an RST without ACK back to its sender at
+/// sequence number `seq`, from `port_mac`: for a segment whose ACK field is not what
+/// its sender expects the reset at (the SYN proxy rewrote the cookie ACK into the SYN
+/// to the real server, which acknowledges nothing). Returns the new frame length.
+pub fn reset_sender_at(
+    frame: &mut [u8],
+    parsed: &Parsed,
+    port_mac: MacAddr,
+    seq: u32,
+) -> Result<usize, DropReason> {
+    segment(frame, parsed)?;
+    write_rst(frame, parsed, port_mac, seq, 0, TcpFlags::RST)
+}
+
+fn segment<'a>(frame: &'a [u8], parsed: &Parsed) -> Result<tcp::Packet<&'a [u8]>, DropReason> {
+    tcp::Packet::new_checked(
+        frame
+            .get(parsed.l4..parsed.ip_end())
+            .ok_or(DropReason::Truncated)?,
+    )
+    .map_err(|_| DropReason::Truncated)
+}
+
+fn write_rst(
+    frame: &mut [u8],
+    parsed: &Parsed,
+    port_mac: MacAddr,
+    seq: u32,
+    ack: u32,
+    rst_flags: TcpFlags,
+) -> Result<usize, DropReason> {
+    let (sport, dport) = {
+        let seg = segment(frame, parsed)?;
+        (seg.src_port(), seg.dst_port())
     };
     let ip = ipv4::Packet::new_checked(&frame[parsed.l3..]).map_err(|_| DropReason::Truncated)?;
     let (client, vip) = (ip.src_addr(), ip.dst_addr());
@@ -131,5 +163,20 @@ mod tests {
         assert_eq!(rst.flags, TcpFlags::RST);
         assert_eq!(rst.seq, 777);
         assert!(rst.payload.is_empty());
+    }
+
+    #[test]
+    fn a_reset_at_a_given_number_has_no_ack() {
+        let mut f = segment(TcpFlags::SYN, 1000, 0, &[]);
+        let parsed = classify(&f).unwrap();
+        let n = reset_sender_at(&mut f, &parsed, OUR_MAC, 0xdead_beef).unwrap();
+        let rst = parse_segment(&f[..n]).expect("valid checksums");
+        assert_eq!(rst.flags, TcpFlags::RST);
+        assert_eq!((rst.seq, rst.ack), (0xdead_beef, 0));
+        assert_eq!(
+            rst.to,
+            SocketAddrV4::new(Ipv4Addr::new(198, 18, 2, 100), 40000).into()
+        );
+        assert_eq!(&f[0..6], &CLIENT_MAC.0);
     }
 }

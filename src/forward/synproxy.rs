@@ -41,7 +41,7 @@
 //! |---|---|
 //! | client SYN | [`answer_syn`]: rewritten in place into the cookie SYN-ACK, out the port it came from; no state |
 //! | client ACK without a session | [`check_ack`]: `ack - 1` must be a cookie of this tuple and `seq - 1` (the client ISN) within its slot |
-//! | valid ACK | [`write_server_syn`]: the same frame becomes the SYN to the real server: client ISN, MSS from the cookie, the client's window scale, SACK-permitted and TSval; its payload is dropped (the client sends it again) |
+//! | valid ACK | [`write_server_syn`]: the same frame becomes the SYN to the real server: client ISN, MSS from the cookie, the client's window scale, SACK-permitted and TSval. An ACK with data or a FIN waits for the server's handshake (the data plane holds it) and a copy of it becomes the SYN; only when there is no room to hold it does the frame itself become the SYN, its payload dropped (the client sends it again) |
 //! | server SYN-ACK | [`read_server_synack`] learns the server's ISN, window scale and TSval; [`write_server_ack`] turns the frame into the ACK that completes the server's handshake |
 //! | server -> client | [`to_client`]: `seq + delta`, window rescaled to the scale the client was promised; TSval moved by the timestamp delta (with [`crate::forward::timestamps::shift`]) |
 //! | client -> server | [`to_server`]: `ack - delta`, every SACK edge `- delta`; TSecr moved back by the timestamp delta |
@@ -427,9 +427,9 @@ pub enum AckCheck {
     Invalid,
 }
 
-/// Whether the client's segment `parsed` (an ACK without SYN, RST or FIN, no
-/// session) answers a cookie SYN-ACK of Sluice's: `ack - 1` a cookie of its tuple
-/// and `seq - 1`, still within its time.
+/// Whether the client's segment `parsed` (an ACK without SYN or RST, no session; it
+/// may carry data and a FIN, as with Linux's syncookies) answers a cookie SYN-ACK of
+/// Sluice's: `ack - 1` a cookie of its tuple and `seq - 1`, still within its time.
 pub fn check_ack(frame: &[u8], parsed: &Parsed, secret: &SipKey, now_ms: u32) -> AckCheck {
     let Ok((l4, _, header_len)) = segment_of(frame, parsed) else {
         return AckCheck::Invalid;
@@ -439,7 +439,7 @@ pub fn check_ack(frame: &[u8], parsed: &Parsed, secret: &SipKey, now_ms: u32) ->
     };
     let seg = tcp::Packet::new_unchecked(&frame[l4..l4 + header_len]);
     let flags = seg.flags();
-    if !flags.contains(TcpFlags::ACK) || flags.intersects(TcpFlags(0x07)) {
+    if !flags.contains(TcpFlags::ACK) || flags.intersects(TcpFlags::SYN | TcpFlags::RST) {
         return AckCheck::Invalid;
     }
     let client_isn = seg.seq_number().wrapping_sub(1);
@@ -1263,6 +1263,32 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_cookie_ack_may_carry_a_fin_not_a_syn_or_a_reset() {
+        let mut syn = client_frame(5000, 0, 0x02, &[], &[]);
+        let parsed = classify(&syn).unwrap();
+        syn.resize(syn.len() + 64, 0);
+        let len = answer_syn(&mut syn, &parsed, OUR_MAC, &SECRET, NOW).unwrap();
+        let cookie = tcp::Packet::new_checked(&syn[34..len])
+            .unwrap()
+            .seq_number();
+        let ack = |flags: u8, payload: &[u8]| {
+            let f = client_frame(5001, cookie.wrapping_add(1), flags, &[], payload);
+            let parsed = classify(&f).unwrap();
+            check_ack(&f, &parsed, &SECRET, NOW)
+        };
+        // ACK|FIN, ACK|PSH|FIN with the request: the connection opens.
+        for (flags, payload) in [(0x11, &b""[..]), (0x19, b"GET / HTTP/1.0\r\n\r\n")] {
+            assert!(
+                matches!(ack(flags, payload), AckCheck::Valid(hs) if hs.cookie == cookie),
+                "flags {flags:#x}"
+            );
+        }
+        for flags in [0x12, 0x14, 0x15] {
+            assert_eq!(ack(flags, b""), AckCheck::Invalid, "flags {flags:#x}");
         }
     }
 }

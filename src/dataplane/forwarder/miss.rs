@@ -110,10 +110,10 @@ impl Forwarder {
             // than the view: it is opened, or lives, on the view's owner.
             return Err(Action::Redirect(owner));
         }
-        // A TCP segment opens a session when it is a SYN, the SYN proxy's bare ACK, or
-        // anything but an RST with sloppy_tcp.
+        // A TCP segment opens a session when it is a SYN, the SYN proxy's cookie ACK
+        // (with or without data and FIN), or anything but an RST with sloppy_tcp.
         let opens = opens_connection(flags)
-            || (super::synproxy::is_bare_ack(flags) && self.proxies(index))
+            || (super::synproxy::may_carry_cookie(flags) && self.proxies(index))
             || self.sloppy_opens(index, flags);
         if key.proto == Protocol::Tcp && !opens {
             return Err(Action::Drop(DropReason::TcpNoSession));

@@ -54,19 +54,39 @@ pub(super) struct ProxyState {
     /// Per service (snapshot index): the `auto` mode's SYN rate meter.
     auto: Vec<AutoRate>,
     secret: &'static SipKey,
+    /// TSC cycles a second: the `auto` meters' clock.
+    tsc_hz: u64,
     /// Client segments waiting for their real server's handshake.
     awaiting: Awaiting,
 }
 
 /// SYNs without a session in the current one-second window, and until when the proxy
-/// stays on.
+/// stays on. Times are TSC cycles, which do not wrap in the life of a host: a meter
+/// that never fired, or fired long ago, reads off whatever the clock says.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct AutoRate {
     /// The service's id (stable across snapshots).
     service: u32,
-    window_start: u32,
+    window_start: u64,
     syns: u32,
-    on_until: u32,
+    on_until: u64,
+}
+
+impl AutoRate {
+    /// Counts a SYN at `now` (`second` cycles a second) and says whether the proxy is
+    /// on: once a one-second window has seen more than `rate`, and until a whole
+    /// window after that stays at or below it.
+    fn count(&mut self, now: u64, second: u64, rate: u32) -> bool {
+        if now.saturating_sub(self.window_start) >= second {
+            self.window_start = now;
+            self.syns = 0;
+        }
+        self.syns = self.syns.saturating_add(1);
+        if self.syns > rate {
+            self.on_until = now.saturating_add(2 * second);
+        }
+        now < self.on_until
+    }
 }
 
 impl ProxyState {
@@ -76,6 +96,7 @@ impl ProxyState {
             entries: vec![[0u32; 4]; capacity],
             auto: Vec::new(),
             secret: SipKey::process(),
+            tsc_hz,
             awaiting: Awaiting::new(tsc_hz / 1000 * AWAIT_SERVER_MS),
         }
     }
@@ -209,10 +230,12 @@ pub(super) enum Pending {
     No,
 }
 
-/// A bare ACK: ACK without SYN, RST or FIN (what completes a handshake).
+/// A segment that may answer a cookie SYN-ACK: ACK without SYN or RST. It may carry
+/// data and a FIN (a client that sends its request and closes at once), as Linux's
+/// syncookies take it.
 #[inline]
-pub(super) fn is_bare_ack(flags: TcpFlags) -> bool {
-    flags.contains(TcpFlags::ACK) && !flags.intersects(TcpFlags(0x07))
+pub(super) fn may_carry_cookie(flags: TcpFlags) -> bool {
+    flags.contains(TcpFlags::ACK) && !flags.intersects(TcpFlags::SYN | TcpFlags::RST)
 }
 
 impl Forwarder {
@@ -249,7 +272,7 @@ impl Forwarder {
         }
         let now_ms = self.ts_clock.now_ms();
         if flags.contains(TcpFlags::SYN) {
-            if sp.mode == SynProxyMode::Auto && !self.auto_on(index, sp.auto_syn_rate) {
+            if sp.mode == SynProxyMode::Auto && !self.auto_on(index, sp.auto_syn_rate, cx.now_tsc) {
                 return Miss::NotProxied;
             }
             let secret = self.synproxy.secret;
@@ -291,25 +314,45 @@ impl Forwarder {
         }
     }
 
-    /// `auto`: counts a SYN without a session for service `index` and says whether the
-    /// proxy is on for it: once a one-second window has seen more than `rate`, and
-    /// until a whole window after that stays at or below it.
-    fn auto_on(&mut self, index: usize, rate: u32) -> bool {
-        let now = self.now_tick;
-        let second = self.ticks_per_second;
-        let Some(meter) = self.synproxy.auto.get_mut(index) else {
-            return false;
-        };
-        if now.wrapping_sub(meter.window_start) >= second {
-            meter.window_start = now;
-            meter.syns = 0;
+    /// A valid cookie ACK whose connection placement could not open (`reason`): the
+    /// client holds an established connection already, so a drop would leave it
+    /// waiting (resending its data until the cookie expires, minutes, or, if it
+    /// waits for the server to speak first, for good). It is answered with a reset
+    /// at the number it expects (the cookie ACK's acknowledgement number), whatever
+    /// the reason and whatever `all_down` says: the client can only retry with a new
+    /// connection. `pkt` is the cookie ACK, or the SYN to the real server made of it.
+    pub(super) fn synproxy_refuse(
+        &self,
+        reason: DropReason,
+        service: usize,
+        hs: &Handshake,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        cx: &Context,
+    ) -> Action {
+        let seq = hs.cookie.wrapping_add(1);
+        match crate::forward::reset::reset_sender_at(pkt.bytes_mut(), parsed, cx.port.mac, seq) {
+            Ok(len) if pkt.set_len(len as u16) => {
+                cx.counters.event(Event::SynproxyRefused);
+                if reason == DropReason::NoRealServer
+                    && self.snapshot.current().resets_when_down(service)
+                {
+                    cx.counters.event(Event::AllDownReset);
+                }
+                Action::TransmitInstead(reason)
+            }
+            _ => Action::Drop(reason),
         }
-        meter.syns = meter.syns.saturating_add(1);
-        if meter.syns > rate {
-            meter.on_until = now.wrapping_add(2 * second);
-        }
-        // Signed distance: on while `on_until` is ahead.
-        (meter.on_until.wrapping_sub(now) as i32) > 0
+    }
+
+    /// `auto`: counts a SYN without a session for service `index` at `now_tsc` and
+    /// says whether the proxy is on for it ([`AutoRate::count`]).
+    fn auto_on(&mut self, index: usize, rate: u32, now_tsc: u64) -> bool {
+        let second = self.synproxy.tsc_hz;
+        self.synproxy
+            .auto
+            .get_mut(index)
+            .is_some_and(|meter| meter.count(now_tsc, second, rate))
     }
 
     /// A proxied session was opened by placement: flag it and keep its handshake.
@@ -412,18 +455,7 @@ impl Forwarder {
             };
         }
         let Some(server) = synproxy::read_server_synack(pkt.bytes(), parsed) else {
-            // Not a SYN-ACK (an RST refusing the SYN, say): the client expects the
-            // server's numbers to start after the cookie.
-            let seq = match crate::forward::tcp_segment(pkt.bytes(), parsed) {
-                Ok(seg) => crate::wire::read_u32(pkt.bytes(), seg.l4 + 4),
-                Err(reason) => return Pending::Done(Action::Drop(reason)),
-            };
-            let t = Translation {
-                seq_delta: hs.cookie.wrapping_add(1).wrapping_sub(seq),
-                ..Translation::default()
-            };
-            self.synproxy.set_established(id, &t);
-            return Pending::No;
+            return self.synproxy_not_synack(id, &hs, pkt, parsed, flags, cx);
         };
         if server.ack != hs.client_isn.wrapping_add(1) {
             return Pending::Done(Action::Drop(DropReason::TcpNoSession));
@@ -475,6 +507,57 @@ impl Forwarder {
             rs_ip,
             cx.port,
         ))
+    }
+
+    /// The real server sent something else than the SYN-ACK its SYN waits for: what
+    /// a client in SYN-SENT would make of it (RFC 9293 3.10.7.3), since the server sees
+    /// one there.
+    fn synproxy_not_synack(
+        &mut self,
+        id: SessionId,
+        hs: &Handshake,
+        pkt: &mut Packet,
+        parsed: &Parsed,
+        flags: TcpFlags,
+        cx: &Context,
+    ) -> Pending {
+        let Some((seq, ack)) = seq_and_ack(pkt.bytes(), parsed) else {
+            return Pending::Done(Action::Drop(DropReason::BadTcpHeader));
+        };
+        let acks_syn = flags.contains(TcpFlags::ACK) && ack == hs.client_isn.wrapping_add(1);
+        if flags.contains(TcpFlags::RST) {
+            // The server refuses the SYN. Only a reset acknowledging it does: any other
+            // is not about this connection, and the translation below would land it
+            // exactly where the client accepts it.
+            if !acks_syn {
+                return Pending::Done(Action::Drop(DropReason::ResetOutOfWindow));
+            }
+            // The client expects the server's numbers to start after the cookie.
+            let t = Translation {
+                seq_delta: hs.cookie.wrapping_add(1).wrapping_sub(seq),
+                ..Translation::default()
+            };
+            self.synproxy.set_established(id, &t);
+            return Pending::No;
+        }
+        if !flags.contains(TcpFlags::ACK) || acks_syn {
+            // Neither a reset nor a SYN-ACK, and nothing to answer (no ACK, or one
+            // that acknowledges the SYN): dropped, as SYN-SENT does.
+            return Pending::Done(Action::Drop(DropReason::TcpNoSession));
+        }
+        // An ACK that is not the SYN-ACK: the server still holds an older connection
+        // on this tuple (its TIME_WAIT ACK, or a challenge ACK). Splicing on it would
+        // fix a translation from the old connection's numbers for good. A reset at
+        // its acknowledgement number ends the old connection, and the SYN, sent again
+        // on the client's next segment, then opens the new one.
+        match crate::forward::reset::answer_with_rst(pkt.bytes_mut(), parsed, cx.port.mac) {
+            Ok(len) if pkt.set_len(len as u16) => {
+                cx.counters.event(Event::SynproxyStaleReset);
+                Pending::Done(Action::Transmit)
+            }
+            Ok(_) => Pending::Done(Action::Drop(DropReason::Truncated)),
+            Err(reason) => Pending::Done(Action::Drop(reason)),
+        }
     }
 
     /// Egress of an established proxied session: sequence numbers, SACK blocks,
@@ -669,5 +752,28 @@ mod tests {
         );
         assert_eq!(state.auto.len(), 3);
         assert_eq!(state.auto[2].service, 30);
+    }
+
+    #[test]
+    fn auto_is_off_until_the_rate_is_passed_whatever_the_clock_reads() {
+        let second = 100;
+        // Any clock reading: from start, and past 2^31 and 2^32 (a tick counter of
+        // 10 ms from host boot passes 2^31 after 248 days).
+        for start in [0, 1, 5, (1 << 31) + 5, (1 << 32) + 5, u64::from(u32::MAX)] {
+            let mut meter = AutoRate::default();
+            for i in 0..10 {
+                assert!(
+                    !meter.count(start + i, second, 10),
+                    "SYN {i} at {start}: a meter that never fired reads off"
+                );
+            }
+            assert!(meter.count(start + 10, second, 10), "past the rate: on");
+            // Two seconds later, with the rate kept below, off again; and still off
+            // long after.
+            let later = start + 10 + 2 * second;
+            assert!(!meter.count(later, second, 10), "{start}: off after 2 s");
+            assert!(!meter.count(later + (1 << 31) + 3, second, 10));
+            assert!(!meter.count(later + (1 << 32) + 3, second, 10));
+        }
     }
 }
