@@ -1144,15 +1144,6 @@ pub(crate) fn servers_of(answers: &[(String, String)], source: &str) -> Vec<Stri
         .collect()
 }
 
-/// Persistence on an IPv6 service (`-p`, `-M` a prefix length): `rr` over two NAT
-/// real servers (line-echo servers naming themselves), kernel TCP connections from
-/// two client addresses of one /64. Without persistence one client's connections
-/// alternate; with `-p` each client stays on one server, and the two clients (their
-/// first connections placed one after the other by rr) land on different ones; with
-/// `-M 64` both clients, one /64, share one server. `-Lnc` (and `--json`) lists the
-/// templates as IPVS does (state NONE, the client network with port 0), `-Ln`, `-S`
-/// and `--persistent-conn` as ipvsadm 1.31 does. Then the /64's server at weight 0
-/// keeps it, and removed takes its template along. About 5 s.
 /// A template of an IPv6 service lives while a connection it placed is open, as for
 /// IPv4 (`e2e_schedulers::check_template_kept_while_open`; IPv6 sessions expire by
 /// another mechanism, a sweep of their table). About 15 s.
@@ -1176,6 +1167,15 @@ fn an_ipv6_persistence_template_lives_while_its_connection_is_open() {
     daemon.stop_clean();
 }
 
+/// Persistence on an IPv6 service (`-p`, `-M` a prefix length): `rr` over two NAT
+/// real servers (line-echo servers naming themselves), kernel TCP connections from
+/// two client addresses of one /64. Without persistence one client's connections
+/// alternate; with `-p` each client stays on one server, and the two clients (their
+/// first connections placed one after the other by rr) land on different ones; with
+/// `-M 64` both clients, one /64, share one server. `-Lnc` (and `--json`) lists the
+/// templates as IPVS does (state NONE, the client network with port 0), `-Ln`, `-S`
+/// and `--persistent-conn` as ipvsadm 1.31 does. Then the /64's server at weight 0
+/// keeps it, and removed takes its template along. About 5 s.
 #[test]
 fn ipv6_persistence_pins_a_client_and_its_prefix_to_one_real_server() {
     require_root();

@@ -378,6 +378,9 @@ fn a_persistence_template_lives_while_its_connection_is_open() {
 /// asked afresh once the template was gone, would give the other), and `-Lnc` must
 /// list the client's template (`template_client`, as `-Lnc --json` writes it), naming
 /// that server (`destination(i)` for server `rsi`), 7 s in: 5 s past the timeout.
+/// Then the long connection closes; 5 s later (its session closing, in TIME_WAIT, a
+/// connection the template still controls, as in IPVS) new connections still reach
+/// that server.
 pub(crate) fn check_template_kept_while_open(
     lab: &AppLab,
     daemon: &Daemon,
@@ -406,6 +409,15 @@ pub(crate) fn check_template_kept_while_open(
     assert!(listed.success(), "{}", listed.describe());
     std::thread::sleep(Duration::from_secs(4));
     let report = client.stop_and_report();
+    std::thread::sleep(Duration::from_secs(5));
+    let later = lab.stream(
+        "persist-later",
+        vip,
+        port,
+        &["--long", "0", "--new-per-s", "1", "--duration", "30"],
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let later = later.stop_and_report();
     let v: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
     let templates: Vec<&serde_json::Value> = v["connections"]
         .as_array()
@@ -434,6 +446,17 @@ pub(crate) fn check_template_kept_while_open(
     assert!(
         new.iter().all(|s| *s == pinned),
         "every new connection with the long one's server {pinned}: {new:?}\n{}",
+        daemon.dump()
+    );
+    let closed: Vec<&str> = later["new"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["server"].as_str().unwrap_or("none"))
+        .collect();
+    assert!(
+        !closed.is_empty() && closed.iter().all(|s| *s == pinned),
+        "after the long connection closed, new ones with its server {pinned}: {closed:?}\n{}",
         daemon.dump()
     );
     let index: usize = pinned.trim_start_matches("rs").parse().unwrap();

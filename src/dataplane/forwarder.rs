@@ -1138,7 +1138,8 @@ impl Forwarder {
             return Action::Drop(DropReason::BadSourceMac);
         }
         let to = eth.dst_addr();
-        let to_us = to == port.mac || to.is_broadcast();
+        let to_port = to == port.mac;
+        let to_us = to_port || to.is_broadcast();
         // IPv6 groups (Neighbor Discovery) are for the responder, which checks them.
         if !to_us && !to.is_ipv6_multicast() {
             return self.to_group(frame, to, port);
@@ -1195,10 +1196,10 @@ impl Forwarder {
             // none, a TCP or UDP packet, or an ICMP error, in a broadcast frame is
             // dropped; taken, it would be forwarded by every node of a VRRP or ECMP
             // link at once. (An echo request is answered, as Linux answers it.)
-            PacketKind::Tcp { .. } | PacketKind::Udp { .. } if to != port.mac => {
+            PacketKind::Tcp { .. } | PacketKind::Udp { .. } if !to_port => {
                 Action::Drop(DropReason::NotOurMac)
             }
-            PacketKind::Icmp { icmp_type, .. } if icmp_type.is_error() && to != port.mac => {
+            PacketKind::Icmp { icmp_type, .. } if icmp_type.is_error() && !to_port => {
                 Action::Drop(DropReason::NotOurMac)
             }
             PacketKind::Icmp { dst, icmp_type, .. } => {
@@ -1603,19 +1604,25 @@ impl Forwarder {
             _ => {}
         }
         session.created = self.now_tick;
+        let persistent = r
+            .flags
+            .contains(crate::session::replication::RecordFlags::PERSISTENT);
+        if persistent {
+            // It keeps its template here too, once this node forwards it.
+            session.set_flags(SessionFlags::PERSISTENT);
+        }
         let active = session.is_active();
-        if self
-            .sessions
-            .insert(session, self.now_tick, timeout_ticks)
-            .is_err()
-        {
+        let Ok(id) = self.sessions.insert(session, self.now_tick, timeout_ticks) else {
             // No room, or a key taken: the port reserved above goes back.
             release_local_port(&mut self.pool, &session, self.ts_clock.now_ms());
             return None;
-        }
+        };
         let c = &self.real_servers[rs.id as usize];
         RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
         self.load_changed(rs.id);
+        if persistent {
+            self.schedule_template_renewal(id, session.service);
+        }
         if let (Some(delta), Some((id, _))) = (r.synproxy, self.sessions.lookup(&key)) {
             self.synproxy_install(id, &delta);
         }
@@ -1803,6 +1810,56 @@ mod tests {
                     "no longer than needed: {r:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_synced_persistent_session_stays_persistent() {
+        use crate::model::{RealServerSpec, ServiceKey};
+        use crate::session::replication::{RecordFlags, RecordKind, RecordOp, RecordRepr};
+        let vip = Ipv4Addr::new(198, 18, 0, 240);
+        let real = std::net::SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 21), 8080);
+        let mut table = crate::service::ServiceTable::new();
+        let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+        let persistence = Some(crate::model::Persistence::new(60));
+        table
+            .add_service(key, crate::model::SchedulerKind::Rr, persistence)
+            .unwrap();
+        let rs = RealServerSpec::new(*real.ip(), real.port(), 1, ForwardMode::Nat);
+        table.add_server(key, rs).unwrap();
+        let (_publisher, config) = test_config(&table, 16);
+        let mut f = Forwarder::new(config);
+        let record = |port: u16, flags: RecordFlags| RecordRepr {
+            kind: RecordKind::Connection,
+            op: RecordOp::Update,
+            proto: Protocol::Tcp,
+            mode: ForwardMode::Nat,
+            state: crate::session::TcpState::Established,
+            client_prefix_len: 32,
+            flags,
+            client: std::net::SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 7), port).into(),
+            virtual_service: std::net::SocketAddrV4::new(vip, 80).into(),
+            real_server: real.into(),
+            local: None,
+            timeout_ms: 60_000,
+            timestamp_offset: 0,
+            synproxy: None,
+        };
+        for (port, flags, persistent) in [
+            (40000, RecordFlags::PERSISTENT, true),
+            (40001, RecordFlags::default(), false),
+        ] {
+            assert_eq!(f.install(&record(port, flags)), Some(Event::SyncInstalled));
+            let (_, s) = f
+                .sessions()
+                .iter()
+                .find(|(_, s)| s.client_port == port)
+                .unwrap();
+            assert_eq!(
+                s.flags().contains(SessionFlags::PERSISTENT),
+                persistent,
+                "{port}"
+            );
         }
     }
 

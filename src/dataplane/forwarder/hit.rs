@@ -32,6 +32,10 @@ impl Forwarder {
             if self.sync.is_some() {
                 self.sync_after_packet(id, &s, t);
             }
+            if t.changed() && s.flags().contains(SessionFlags::PERSISTENT) {
+                // A FIN may have moved its deadline, and with it its next visit.
+                self.schedule_template_renewal(id, s.service);
+            }
         }
         if s.peer_mac == [0; 6]
             && dir == Direction::Inbound

@@ -443,4 +443,24 @@ mod tests {
             1 - pinned
         );
     }
+
+    #[test]
+    fn a_one_second_template_is_live_at_its_first_renewal() {
+        use crate::session::persist::TemplateKey;
+        let (_table, _publisher, mut f, _ids) =
+            two_server_worker(Some(crate::model::Persistence::new(1)));
+        let counters = WorkerCounters::default();
+        let client = Ipv4Addr::new(198, 18, 1, 7);
+        let key = FlowKey4::new(Protocol::Tcp, client, 40000, VIP, 80);
+        assert!(f.place(0, &key, 0, &counters).unwrap().persistent());
+        let renewal = super::super::TemplateRenewal::of(1, f.ticks_per_second);
+        let template = TemplateKey {
+            service: f.snapshot.current().services()[0].id,
+            network: u32::from(client),
+        };
+        let table = f.persist.as_ref().unwrap();
+        // The wheel renews it then: it must still be there to renew.
+        let first_renewal = f.now_tick.wrapping_add(renewal.every);
+        assert!(table.lookup(template, first_renewal).is_some());
+    }
 }

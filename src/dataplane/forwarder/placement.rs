@@ -213,7 +213,10 @@ impl Forwarder {
             (Some(p), Some(table)) => Some((
                 &**table,
                 AnyTemplateKey::of(service.id, client, p),
-                now.wrapping_add(p.timeout_s.saturating_mul(self.ticks_per_second).max(1)),
+                // Held past the connection's first renewal, however short the timeout.
+                now.wrapping_add(
+                    super::TemplateRenewal::of(p.timeout_s, self.ticks_per_second).holds,
+                ),
             )),
             _ => None,
         };
@@ -468,18 +471,7 @@ impl Forwarder {
             self.sessions
                 .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts);
         if session.flags().contains(SessionFlags::PERSISTENT) {
-            // The connection keeps its template while it lives: the wheel shows it to
-            // `poll` by its first renewal, which its deadline may not be.
-            let renewal = self
-                .snapshot
-                .current()
-                .by_id(session.service)
-                .and_then(|s| s.persistence)
-                .map(|p| super::TemplateRenewal::of(p.timeout_s, self.ticks_per_second));
-            if let Some(renewal) = renewal {
-                self.sessions
-                    .visit_by(id, self.now_tick.wrapping_add(renewal.every));
-            }
+            self.schedule_template_renewal(id, session.service);
         }
         if self.sync.is_some() {
             let t = Transition {
@@ -499,6 +491,28 @@ impl Forwarder {
             session: *self.sessions.get(id).expect("inserted just now"),
             transition,
         })
+    }
+
+    /// A connection keeps its persistence template while it lives: the wheel must
+    /// show session `id` (of service id `service`) to `poll` by its next renewal,
+    /// which its deadline may not do (the first one is set when it is filed, and a
+    /// FIN moves it). For a session placed by a template, when it is filed and when
+    /// its state changes; not per packet.
+    pub(super) fn schedule_template_renewal(
+        &mut self,
+        id: crate::session::SessionId,
+        service: u32,
+    ) {
+        let renewal = self
+            .snapshot
+            .current()
+            .by_id(service)
+            .and_then(|s| s.persistence)
+            .map(|p| super::TemplateRenewal::of(p.timeout_s, self.ticks_per_second));
+        if let Some(renewal) = renewal {
+            self.sessions
+                .visit_by(id, self.now_tick.wrapping_add(renewal.every));
+        }
     }
 
     /// Counts the session of `opening` in its real server's load before it is filed
