@@ -1016,9 +1016,13 @@ fn same_hash(a: &QueueView, b: &QueueView) -> bool {
 fn control_handler(calls: Sender<ControlCall>) -> Handler {
     Arc::new(move |req: Request| {
         // A batch may carry a whole table (a restore of 100k services takes about a
-        // second): give it longer than a single change.
+        // second), and a listing or save answers with one (about as long for 100k):
+        // give them longer than a single change, which a loaded machine can stretch
+        // past 2 s.
         let answer_within = if req.is_batch() {
             Duration::from_secs(60)
+        } else if matches!(req, Request::ListServices | Request::SaveServices) {
+            Duration::from_secs(30)
         } else {
             Duration::from_secs(2)
         };
@@ -1572,7 +1576,9 @@ impl Registry {
             services
                 .batch(requests, false, Some(preface), publisher, real_servers)
                 .inspect_err(|e| {
-                    services.record(format!("lb=config op=reload-refused file={file} error={e}"))
+                    services.record(format!(
+                        "lb=config op=reload-refused file={file} error={e:?}"
+                    ))
                 })?
         };
         // Only once the services took the file: a refused reload changes nothing.
