@@ -1,7 +1,9 @@
-//! An RST in answer to a client's segment, written over that segment in place: used
+//! An RST in answer to a segment, written over that segment in place: to a client
 //! when a service has no real server able to take a new connection and is set to
-//! fail fast (`all_down = "rst"`), so clients get "connection refused" at once instead
-//! of resending SYNs into silence.
+//! fail fast (`all_down = "rst"`), so it gets "connection refused" at once instead of
+//! resending SYNs into silence; and by the SYN proxy, to a client whose cookie ACK
+//! cannot be placed, or to a real server answering the proxied SYN with an ACK of an
+//! older connection.
 //!
 //! RFC 9293 §3.10.7.1: to a segment without ACK, the RST has sequence number 0 and
 //! acknowledges the segment (SYN counts one); to a segment with ACK, the RST takes
