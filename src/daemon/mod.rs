@@ -1016,9 +1016,8 @@ fn same_hash(a: &QueueView, b: &QueueView) -> bool {
 fn control_handler(calls: Sender<ControlCall>) -> Handler {
     Arc::new(move |req: Request| {
         // A batch may carry a whole table (a restore of 100k services takes about a
-        // second), and a listing or save answers with one (about as long for 100k):
-        // give them longer than a single change, which a loaded machine can stretch
-        // past 2 s.
+        // second), and a listing or save answers with one: give them longer than a
+        // single change, which a loaded machine can stretch past 2 s.
         let answer_within = if req.is_batch() {
             Duration::from_secs(60)
         } else if matches!(req, Request::ListServices | Request::SaveServices) {
