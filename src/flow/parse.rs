@@ -1,8 +1,8 @@
 //! Classification of a received frame for the forwarding path: L2 (VLAN tags walked),
 //! IPv4 validated, the TCP/UDP 5-tuple extracted, all without copying or allocating.
 //! IPv6 is validated up to its upper-layer header (extension headers walked, at most
-//! six) and handed on as [`PacketKind::Ipv6`]: for now only the local responder takes
-//! it (Neighbor Discovery, echo), there are no IPv6 services yet.
+//! six) and handed on as [`PacketKind::Ipv6`]: to the IPv6 services (TCP, UDP, ICMPv6
+//! errors) and to the local responder (Neighbor Discovery, echo).
 //!
 //! Checks run in a fixed order and a rejected frame gets exactly one [`DropReason`]:
 //!
@@ -99,14 +99,14 @@ pub enum PacketKind {
 /// What an IPv6 packet carries after its extension headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ipv6Payload {
-    /// A TCP segment (header checked as for IPv4), for the IPv6 services to come.
+    /// A TCP segment (header checked as for IPv4), for the IPv6 services.
     Tcp {
         sport: u16,
         dport: u16,
         flags: TcpFlags,
         payload_len: u16,
     },
-    /// A UDP datagram (header checked as for IPv4), for the IPv6 services to come.
+    /// A UDP datagram (header checked as for IPv4), for the IPv6 services.
     Udp { sport: u16, dport: u16 },
     /// An ICMPv6 message (at least its 8-byte header; checksum not verified).
     Icmp {
