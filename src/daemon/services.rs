@@ -658,7 +658,7 @@ impl Services {
     /// ([`diff`]): real servers that stay keep their ids, counters and sessions.
     /// `preface`, an event line saying what the batch is (a reload), is recorded
     /// before the batch's own lines if it is applied, and not at all if it is refused.
-    pub fn batch(
+    pub(crate) fn batch(
         &mut self,
         requests: Vec<Request>,
         replace: bool,
