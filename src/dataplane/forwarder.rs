@@ -1608,7 +1608,7 @@ impl Forwarder {
             .flags
             .contains(crate::session::replication::RecordFlags::PERSISTENT);
         if persistent {
-            // It keeps its template here too, once this node forwards it.
+            // It renews its template here too (the standby's copy, synced).
             session.set_flags(SessionFlags::PERSISTENT);
         }
         let active = session.is_active();
