@@ -433,12 +433,16 @@ pub(crate) fn check_template_kept_while_open(
         daemon.dump()
     );
     let pinned = long["server"].as_str().unwrap();
-    let new: Vec<&str> = report["new"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["server"].as_str().unwrap_or("none"))
-        .collect();
+    // The server of each new connection of a stream report.
+    let servers = |report: &serde_json::Value| -> Vec<String> {
+        report["new"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["server"].as_str().unwrap_or("none").to_string())
+            .collect()
+    };
+    let new = servers(&report);
     assert!(
         new.len() >= 3,
         "a new connection at 0, 5 and 10 s: {report}"
@@ -448,12 +452,7 @@ pub(crate) fn check_template_kept_while_open(
         "every new connection with the long one's server {pinned}: {new:?}\n{}",
         daemon.dump()
     );
-    let closed: Vec<&str> = later["new"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["server"].as_str().unwrap_or("none"))
-        .collect();
+    let closed = servers(&later);
     assert!(
         !closed.is_empty() && closed.iter().all(|s| *s == pinned),
         "after the long connection closed, new ones with its server {pinned}: {closed:?}\n{}",
