@@ -271,8 +271,8 @@ impl LocalResponder {
             // A ping to a group is not answered: one request, many replies.
             return Err(DropReason::NotLocal);
         }
-        if src.is_unspecified() || src.is_loopback() {
-            return Err(DropReason::BadIpv6Header);
+        if ipv6::is_martian_source(src) {
+            return Err(DropReason::MartianSource);
         }
         let message =
             icmpv6::Packet::new_checked(&buf[l4..end]).map_err(|_| DropReason::Truncated)?;
@@ -607,12 +607,8 @@ impl Answering<'_> {
         let peer_ip = packet.src_addr();
         // A source that is not a single remote host (RFC 1812 martians) would turn our
         // reply into a broadcast or a reflection: never answer it.
-        if peer_ip.is_unspecified()
-            || peer_ip.is_broadcast()
-            || peer_ip.is_multicast()
-            || peer_ip.is_loopback()
-        {
-            return Err(DropReason::BadIpv4Header);
+        if ipv4::is_martian_source(peer_ip) {
+            return Err(DropReason::MartianSource);
         }
 
         let mut message =
@@ -1115,7 +1111,7 @@ mod tests {
             Ipv4Addr::LOCALHOST,
         ] {
             let frame = edit_ipv4(&ECHO_REQUEST, |ip| ip.set_src_addr(martian));
-            h.expect_drop(&frame, BadIpv4Header);
+            h.expect_drop(&frame, MartianSource);
         }
 
         // ICMP.
@@ -1666,7 +1662,10 @@ mod tests {
             h.expect_drop(&unreachable, IcmpErrorNoSession);
             let mut from_loopback = ECHO6;
             from_loopback[22..38].copy_from_slice(&Ipv6Addr::LOCALHOST.octets());
-            h.expect_drop(&edit_icmpv6(&from_loopback, |_| {}), BadIpv6Header);
+            h.expect_drop(&edit_icmpv6(&from_loopback, |_| {}), MartianSource);
+            let mut unspecified = ECHO6;
+            unspecified[22..38].fill(0);
+            h.expect_drop(&edit_icmpv6(&unspecified, |_| {}), MartianSource);
             let mut to_all_nodes = ECHO6;
             to_all_nodes[..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0, 1]);
             to_all_nodes[38..54].copy_from_slice(&ipv6::ALL_NODES.octets());

@@ -12,6 +12,7 @@
 //! | EtherType anything but IPv4, ARP and IPv6                    | `UnknownEthertype`   |
 //! | version not 4, IHL below 5 or past the total length, total length below the header or past the frame | `BadIpv4Header` |
 //! | header checksum                                              | `BadIpv4Checksum`    |
+//! | a source no single host sends from: 0/8, 127/8, multicast, 255.255.255.255 | `MartianSource` |
 //! | more-fragments set or fragment offset not 0                  | `Ipv4Fragment`       |
 //! | IPv4 options (IHL above 5) on TCP or UDP                     | `Ipv4Options`        |
 //! | TCP segment under 20 bytes, data offset below 5 or past the end | `BadTcpHeader`    |
@@ -24,7 +25,7 @@
 //! |--------------------------------------------------------------|----------------------|
 //! | IPv6 header under 40 bytes                                   | `Truncated`          |
 //! | version not 6, payload length past the frame                 | `BadIpv6Header`      |
-//! | multicast source address (RFC 4291 section 2.7)              | `BadIpv6Header`      |
+//! | multicast or loopback source address (RFC 4291)              | `MartianSource`      |
 //! | more than six extension headers                              | `Ipv6TooManyExtHeaders` |
 //! | an extension header past the end of the payload              | `Ipv6ExtHeaderTruncated` |
 //! | hop-by-hop options not first                                 | `Ipv6HopByHopNotFirst` |
@@ -222,6 +223,11 @@ pub fn classify(frame: &[u8]) -> Result<Parsed, DropReason> {
     if !packet.verify_checksum() {
         return Err(DropReason::BadIpv4Checksum);
     }
+    // Linux drops these at input whatever they carry (`martian_source`): forwarded or
+    // answered, they would reach a group, the sender's own loopback, or no one.
+    if ipv4::is_martian_source(packet.src_addr()) {
+        return Err(DropReason::MartianSource);
+    }
     if packet.is_fragment() {
         return Err(DropReason::Ipv4Fragment);
     }
@@ -282,8 +288,10 @@ fn classify_ipv6(frame: &[u8], l2: L2Header) -> Result<Parsed, DropReason> {
     let packet = ipv6::Packet::new_checked(bytes).map_err(|_| DropReason::BadIpv6Header)?;
     let ip_total_len = u16::try_from(ipv6::HEADER_LEN + packet.payload_len() as usize)
         .map_err(|_| DropReason::BadIpv6Header)?;
-    if packet.src_addr().is_multicast() {
-        return Err(DropReason::BadIpv6Header);
+    // The unspecified source goes on: a duplicate address probe comes from it.
+    let src = packet.src_addr();
+    if src.is_multicast() || src.is_loopback() {
+        return Err(DropReason::MartianSource);
     }
     let upper = packet.upper_layer().map_err(ext_header_drop)?;
     if upper.fragment.is_some_and(|f| f.more_frags) {
@@ -675,7 +683,15 @@ mod tests {
         expect_err(&edited(&IPV6_ECHO, 14, |b| b[14] = 0x40), BadIpv6Header);
         expect_err(&edited(&IPV6_ECHO, 14, |b| b[19] += 1), BadIpv6Header);
         expect_err(&IPV6_ECHO[..65], BadIpv6Header);
-        expect_err(&edited(&IPV6_ECHO, 14, |b| b[22] = 0xff), BadIpv6Header);
+        expect_err(&edited(&IPV6_ECHO, 14, |b| b[22] = 0xff), MartianSource);
+        // (`edited` would write an IPv4 checksum into the source address.)
+        let mut loopback_source = IPV6_ECHO;
+        loopback_source[22..38].copy_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+        expect_err(&loopback_source, MartianSource);
+        // A duplicate address probe comes from the unspecified address: it goes on.
+        let mut unspecified_source = IPV6_ECHO;
+        unspecified_source[22..38].fill(0);
+        assert!(classify(&unspecified_source).is_ok());
         // The extension-header walk: one reason per way it fails.
         expect_err(&edited(&IPV6_TCP_EXT, 14, |b| b[73] = 1), Ipv6RoutingHeader);
         expect_err(
@@ -752,6 +768,20 @@ mod tests {
         let mut corrupt = TCP_SYN;
         corrupt[22] -= 1; // TTL, checksum left as is
         expect_err(&corrupt, DropReason::BadIpv4Checksum);
+    }
+
+    #[test]
+    fn martian_sources() {
+        for frame in [&TCP_SYN[..], &UDP_DNS[..], &ICMP_ECHO[..]] {
+            for source in [[0, 1, 2, 3], [127, 0, 0, 1], [224, 0, 0, 5], [255; 4]] {
+                let martian = edited(frame, 14, |b| b[26..30].copy_from_slice(&source));
+                expect_err(&martian, DropReason::MartianSource);
+            }
+            for source in [[1, 0, 0, 1], [126, 255, 255, 255], [223, 255, 255, 254]] {
+                let host = edited(frame, 14, |b| b[26..30].copy_from_slice(&source));
+                assert!(classify(&host).is_ok(), "{source:?}");
+            }
+        }
     }
 
     #[test]

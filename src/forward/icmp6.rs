@@ -80,6 +80,12 @@ pub fn parse_error_v6(frame: &[u8], parsed: &Parsed) -> Result<Icmp6ErrorQuote, 
     }
     let message = frame.get(parsed.l4..end).ok_or(DropReason::Truncated)?;
     let message = icmpv6::Packet::new_checked(message).map_err(|_| DropReason::Truncated)?;
+    // An error comes from the one node that wrote it (RFC 4443 section 2.2); the
+    // outer header lies whole before `l4` (checked above). `classify` has dropped
+    // multicast and loopback sources; the unspecified one it lets on, for probes.
+    if ipv6::is_martian_source(ipv6::Packet::new_unchecked(&frame[parsed.l3..]).src_addr()) {
+        return Err(DropReason::MartianSource);
+    }
     let icmp_type = message.msg_type();
     if !matches!(
         icmp_type,
@@ -742,6 +748,14 @@ for k, a in bad.items():
         assert_eq!(
             parse_error_v6(&buf, &parsed),
             Err(DropReason::IcmpErrorMisaddressed)
+        );
+        // From the unspecified address: no node wrote it.
+        let (mut buf, _) = fixture("nat_out");
+        buf[14 + 8..14 + 24].fill(0);
+        let parsed = classify(&buf).unwrap();
+        assert_eq!(
+            parse_error_v6(&buf, &parsed),
+            Err(DropReason::MartianSource)
         );
         // Not an error: an echo request, a redirect.
         let (mut buf, _) = fixture("nat_out");

@@ -270,7 +270,7 @@ mod tests {
             if protocol == IpProtocol::TCP {
                 l4[12] = ((header_len / 4) as u8) << 4 | (l4[12] & 0x0f);
             }
-            let src = Ipv4Addr::from(rng.next_u64() as u32);
+            let src = rng.host_v4();
             let dst = Ipv4Addr::from(rng.next_u64() as u32);
             let original = frame(protocol, src, dst, &l4[..len], udp_checksum);
             let parsed = classify(&original).unwrap();

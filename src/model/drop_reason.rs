@@ -12,9 +12,7 @@ pub enum DropReason {
     /// IPv6 TCP or UDP to an address that is not the appliance's: there are no IPv6
     /// services yet.
     Ipv6NoService,
-    /// IPv4 header inconsistent: version, IHL, total length; or a source address no
-    /// host may send from (unspecified, broadcast, multicast, loopback, or, for a new
-    /// connection, one of the appliance's own addresses, VIPs and local addresses).
+    /// IPv4 header inconsistent: version, IHL, total length.
     BadIpv4Header,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
@@ -98,9 +96,8 @@ pub enum DropReason {
     /// sequence number its client cannot have reached or acknowledging something
     /// other than the cookie (an off-path guess).
     ResetOutOfWindow,
-    /// IPv6 header inconsistent: version, a payload length past the frame; or a
-    /// multicast source, or, for an echo request, an unspecified or loopback source;
-    /// or TCP/UDP from or to an IPv4-mapped address (`::ffff:0:0/96`).
+    /// IPv6 header inconsistent: version, a payload length past the frame; or TCP/UDP
+    /// from or to an IPv4-mapped address (`::ffff:0:0/96`).
     BadIpv6Header,
     /// IPv6 fragment: a non-first one, or a first one with more to come (an atomic
     /// fragment, RFC 6946, is whole and goes on).
@@ -160,10 +157,17 @@ pub enum DropReason {
     /// a TTL other than 255: routed, not from the link): kept off the rings that carry
     /// the probes' answers and the VRRP adverts up.
     NotAPeer,
+    /// A source address no single host sends from (`wire::ipv4::is_martian_source`,
+    /// `wire::ipv6::is_martian_source`: "this network", loopback, multicast, the
+    /// limited broadcast, IPv6's unspecified address), on an echo request, an ICMP
+    /// error or a new connection; or, for a new connection, an address of the
+    /// appliance's own (its port's, a VIP, a local address), whose session would send
+    /// the real server's answers to ourselves. Forged or misrouted, never malformed.
+    MartianSource,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 57;
+    pub const COUNT: usize = 58;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -222,6 +226,7 @@ impl DropReason {
         DropReason::ExceptionRateLimited,
         DropReason::ExceptionRingFull,
         DropReason::NotAPeer,
+        DropReason::MartianSource,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -284,6 +289,7 @@ impl DropReason {
             DropReason::ExceptionRateLimited => "exception_rate_limited",
             DropReason::ExceptionRingFull => "exception_ring_full",
             DropReason::NotAPeer => "not_a_peer",
+            DropReason::MartianSource => "martian_source",
         }
     }
 }

@@ -35,6 +35,15 @@ pub fn carries(frame: &[u8], protocol: IpProtocol) -> bool {
     frame.len() > 23 && frame[12..14] == [0x08, 0x00] && frame[23] == protocol.0
 }
 
+/// Whether no single host sends from `addr` (RFC 1812 section 5.3.7, as Linux's input
+/// route check): "this network" 0.0.0.0/8, loopback 127.0.0.0/8, multicast, or the
+/// limited broadcast. A packet from one is forged or misrouted; answering or
+/// forwarding it would reach a group, the sender's loopback, or no one.
+pub fn is_martian_source(addr: Ipv4Addr) -> bool {
+    let first = addr.octets()[0];
+    first == 0 || first == 127 || addr.is_multicast() || addr.is_broadcast()
+}
+
 const FLAG_DONT_FRAG: u16 = 0x4000;
 const FLAG_MORE_FRAGS: u16 = 0x2000;
 const FRAG_OFFSET_MASK: u16 = 0x1fff;
@@ -483,5 +492,29 @@ mod tests {
         out.set_ident(0x1c46);
         out.fill_checksum();
         assert_eq!(buf, ECHO_PACKET);
+    }
+
+    #[test]
+    fn martian_sources_are_the_ones_no_single_host_sends_from() {
+        for martian in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "127.0.0.1",
+            "127.255.0.9",
+            "224.0.0.1",
+            "239.255.255.250",
+            "255.255.255.255",
+        ] {
+            assert!(is_martian_source(martian.parse().unwrap()), "{martian}");
+        }
+        for host in [
+            "1.0.0.1",
+            "126.255.255.255",
+            "128.0.0.1",
+            "198.18.0.10",
+            "223.255.255.254",
+        ] {
+            assert!(!is_martian_source(host.parse().unwrap()), "{host}");
+        }
     }
 }

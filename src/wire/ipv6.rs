@@ -55,6 +55,13 @@ pub const fn solicited_node(addr: Ipv6Addr) -> Ipv6Addr {
     )
 }
 
+/// Whether no single host sends from `addr` (RFC 4291 section 2.5.2 and 2.7, as
+/// Linux's input check): the unspecified address, loopback, or multicast. A packet
+/// from one is forged or misrouted.
+pub fn is_martian_source(addr: Ipv6Addr) -> bool {
+    addr.is_unspecified() || addr.is_loopback() || addr.is_multicast()
+}
+
 /// The link-scope all-nodes multicast address, ff02::1.
 pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 
@@ -880,5 +887,15 @@ mod tests {
         );
         assert_eq!(solicited_node(a("2001:db8::2")), a("ff02::1:ff00:2"));
         assert!(solicited_node(a("fe80::ffff:ffff")).is_multicast());
+    }
+
+    #[test]
+    fn martian_sources_are_the_ones_no_single_host_sends_from() {
+        for martian in ["::", "::1", "ff02::1", "ff0e::1:2"] {
+            assert!(is_martian_source(a(martian)), "{martian}");
+        }
+        for host in ["2001:db8::1", "fe80::1", "::ffff:198.18.0.1", "fc00::1"] {
+            assert!(!is_martian_source(a(host)), "{host}");
+        }
     }
 }

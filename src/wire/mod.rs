@@ -130,6 +130,16 @@ pub(crate) mod test_util {
                 *b = self.next_u64() as u8;
             }
         }
+
+        /// A random IPv4 address a host may send from (`classify` drops the others).
+        pub fn host_v4(&mut self) -> std::net::Ipv4Addr {
+            loop {
+                let addr = std::net::Ipv4Addr::from(self.next_u64() as u32);
+                if !super::ipv4::is_martian_source(addr) {
+                    return addr;
+                }
+            }
+        }
     }
 
     /// Runs a Python script with scapy and returns what it printed, for tests that

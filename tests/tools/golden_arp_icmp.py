@@ -70,7 +70,7 @@ DROP_REASONS = [
     "truncated", "unknown_ethertype", "ipv6_no_service", "bad_ipv4_header", "bad_ipv4_checksum",
     "ipv4_fragment", "not_local", "unsupported_protocol", "bad_arp", "arp_not_for_us",
     "arp_reply", "icmp_not_echo", "bad_icmp_checksum", "bad_source_mac", "not_our_mac",
-    "tx_full",
+    "tx_full", "martian_source",
 ]
 
 
@@ -226,6 +226,11 @@ def build_frames():
         ("IPv4 first fragment (MF) to us", echo_request(A_MAC, A_IP, flags="MF", seq=13), "ipv4_fragment"),
         ("IPv4 later fragment to us", bytes(Ether(src=A_MAC, dst=OUR_MAC) / IP(
             src=A_IP, dst=OUR_IP, proto=1, frag=8, flags=0) / Raw(payload(24))), "ipv4_fragment"),
+        # From addresses no single host sends from (RFC 1812): never answered.
+        ("echo from 0.0.0.0", echo_request(A_MAC, "0.0.0.0", seq=19), "martian_source"),
+        ("echo from 127.0.0.1", echo_request(A_MAC, "127.0.0.1", seq=20), "martian_source"),
+        ("echo from a multicast address", echo_request(A_MAC, "224.0.0.5", seq=21), "martian_source"),
+        ("echo from the limited broadcast", echo_request(A_MAC, "255.255.255.255", seq=22), "martian_source"),
         # The port has no IPv6 address: an echo to any IPv6 address is not for us.
         ("IPv6 echo", bytes(Ether(src=A_MAC, dst=OUR_MAC) / IPv6(src="2001:2::a", dst="2001:2::1")
                             / ICMPv6EchoRequest(id=1, seq=1)), "not_local"),

@@ -576,6 +576,12 @@ def build():
     drop("NAT ICMP error about the session's request, addressed to another host",
          icmp_error(rip_nat, "198.18.0.99", 11, 0, dnat_req, src_mac=nat_rs_mac, ip_id=406),
          "icmp_error_misaddressed")
+    # The same error from a source no host sends from (RFC 1812), and new connections
+    # from such a source or from an address of the appliance's own (the VIP itself).
+    drop("NAT ICMP error about the session's request, from 127.0.0.1",
+         icmp_error("127.0.0.1", c, 11, 0, dnat_req, src_mac=nat_rs_mac, ip_id=407), "martian_source")
+    drop("NAT TCP SYN from 0.0.0.0", tcp("0.0.0.0", 40151, vnat, 80, "S", 100, ip_id=308), "martian_source")
+    drop("NAT TCP SYN from the VIP to itself", tcp(vnat, 40152, vnat, 80, "S", 100, ip_id=309), "martian_source")
     fwd("NAT TCP response", tcp(rip_nat, 8080, c, cp, "PA", 9001, 7001 + len(rq), data=rs, ip_id=403,
                                 src_mac=nat_rs_mac), nat_tcp_rs)
     drop("IPv4 IHL 4 in the middle of the NAT flow",

@@ -209,8 +209,10 @@ def build(lports):
     for name, src, l4 in (("the VIP to itself", VIP6, UDP(sport=53, dport=53) / b"golden6 loop"),
                           ("the FullNAT local address", LIP6, syn(40009, 80)),
                           ("the appliance's address", OUR_IP6, syn(40010, 80)),
-                          ("a multicast address", "ff0e::1:2", UDP(sport=40011, dport=53) / b"golden6 mc")):
-        add(f"new connection from {name}", from_client(ip6(src, VIP6) / l4), drop="bad_ipv6_header")
+                          ("a multicast address", "ff0e::1:2", UDP(sport=40011, dport=53) / b"golden6 mc"),
+                          ("the loopback address", "::1", syn(40012, 80)),
+                          ("the unspecified address", "::", syn(40013, 80))):
+        add(f"new connection from {name}", from_client(ip6(src, VIP6) / l4), drop="martian_source")
 
     # FullNAT v6 -> v6 and NAT64: the client's side first.
     fn_syn = ip6(CLIENT6, VIP6) / syn(40005, 83)

@@ -138,7 +138,7 @@ impl Forwarder {
     /// placement, and a session filed under its keys. A TCP segment other than a SYN
     /// opens nothing (`tcp_no_session`), unless the service is `sloppy_tcp` and the
     /// segment no RST. Nor does one from an address of ours or a martian
-    /// (`bad_ipv6_header`, [`may_be_client6`]).
+    /// (`martian_source`, [`may_be_client6`]).
     fn open_v6(
         &mut self,
         key: &FlowKey6,
@@ -155,7 +155,7 @@ impl Forwarder {
             return Err(DropReason::TcpNoSession);
         }
         if !may_be_client6(key.src, &snap, cx.port.responder) {
-            return Err(DropReason::BadIpv6Header);
+            return Err(DropReason::MartianSource);
         }
         let index = index.ok_or(DropReason::NoService)?;
         // Placement reads the client, its port and the destination as IPv4 words;
@@ -833,8 +833,9 @@ pub(super) fn forget_v6(real_servers: &[RealServerCounters], s: &Session6) {
     }
 }
 
-/// Whether a new connection may come from `client`: not unspecified, multicast or
-/// loopback, and not an address of this appliance (the port's, an IPv6 VIP, an IPv6
+/// Whether a new connection may come from `client`: not a martian
+/// ([`ipv6::is_martian_source`]: unspecified, multicast or loopback), and not an
+/// address of this appliance (the port's, an IPv6 VIP, an IPv6
 /// FullNAT local address). A session for one of ours would send the real server's
 /// answers to ourselves, as the VIP's own in NAT (IPv4's `miss::may_be_client`).
 fn may_be_client6(
@@ -842,9 +843,7 @@ fn may_be_client6(
     snap: &crate::service::Snapshot,
     responder: &crate::dataplane::local::LocalResponder,
 ) -> bool {
-    !(client.is_unspecified()
-        || client.is_multicast()
-        || client.is_loopback()
+    !(ipv6::is_martian_source(client)
         || responder.is_local6(client)
         || snap.is_vip6(client)
         || snap.is_local_address6(client))

@@ -13,8 +13,8 @@ use crate::flow::FlowKey4;
 use crate::forward;
 use crate::model::{DropReason, Protocol, ServiceKey};
 use crate::session::{Direction, Session, SessionId};
-use crate::wire::ethernet;
 use crate::wire::tcp::TcpFlags;
+use crate::wire::{ethernet, ipv4};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 impl Forwarder {
@@ -119,7 +119,7 @@ impl Forwarder {
             return Err(Action::Drop(DropReason::TcpNoSession));
         }
         if !may_be_client(key.src_addr(), snap, port.responder) {
-            return Err(Action::Drop(DropReason::BadIpv4Header));
+            return Err(Action::Drop(DropReason::MartianSource));
         }
         Ok(index)
     }
@@ -207,18 +207,16 @@ pub(super) fn nat_reply_queue(
 }
 
 /// Whether a new connection may come from `client`: not an RFC 1812 martian
-/// (unspecified, broadcast, multicast, loopback) and not an address of this appliance
-/// (a port's, a VIP, a FullNAT local address). A session for one of ours would send
-/// the real server's answers to ourselves, as the VIP's own in NAT.
+/// ([`ipv4::is_martian_source`], which `classify` has dropped already) and not an
+/// address of this appliance (a port's, a VIP, a FullNAT local address). A session
+/// for one of ours would send the real server's answers to ourselves, as the VIP's
+/// own in NAT.
 fn may_be_client(
     client: Ipv4Addr,
     snap: &crate::service::Snapshot,
     responder: &LocalResponder,
 ) -> bool {
-    !(client.is_unspecified()
-        || client.is_broadcast()
-        || client.is_multicast()
-        || client.is_loopback()
+    !(ipv4::is_martian_source(client)
         || responder.is_local(client)
         || snap.is_vip(client)
         || snap.is_local_address(client))
