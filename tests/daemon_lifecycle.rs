@@ -367,6 +367,37 @@ fn a_device_limit_is_refused_naming_the_field() {
         dpdk_runtime_dirs(&cfg.file_prefix).is_empty(),
         "DPDK runtime dir left behind"
     );
+
+    // An MTU beyond the device's largest frame (net_af_packet: 1518 bytes), which
+    // `rte_eth_dev_set_mtu` would refuse with EINVAL at start.
+    let mut cfg = DaemonConfig::new(vec![PortSpec::vdev(
+        "lan0",
+        &format!("net_af_packet0,iface={}", bed.lb_if()),
+        &["198.18.0.1/24"],
+    )]);
+    cfg.ports[0].settings.push("mtu = 9000".into());
+    let path = cfg.write();
+    let out = run_bounded(
+        Command::new("ip")
+            .args(["netns", "exec", bed.lb_ns(), SLUICE, "--config"])
+            .arg(&path),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    let want = format!(
+        "{}: ports[0].mtu: 9000 is outside what the device of port \"lan0\" \
+         (net_af_packet) takes,",
+        written_at(&path, "mtu")
+    );
+    assert!(
+        out.stderr.contains(&want) && out.stderr.contains(" to 1500"),
+        "{}\nwanted {want} ... to 1500",
+        out.describe()
+    );
+    assert!(
+        dpdk_runtime_dirs(&cfg.file_prefix).is_empty(),
+        "DPDK runtime dir left behind"
+    );
     assert!(bed.down().success());
 }
 

@@ -29,9 +29,21 @@ fn golden_icmp_checksum_corner_cases() {
     run_golden("checksum-corners");
 }
 
+/// A port at MTU 9000: echo requests in 1500-byte to 9000-byte packets (one of them
+/// VLAN-tagged) are each received whole and answered in full.
+#[test]
+fn golden_jumbo_frames_are_answered_whole() {
+    run_golden_with("jumbo", &["mtu = 9000"]);
+}
+
 /// make -> sluice on net_pcap -> check, then the status counters against the
 /// expectations.
 fn run_golden(set: &str) {
+    run_golden_with(set, &[]);
+}
+
+/// [`run_golden`] with more lines for the port's entry (`port_settings`).
+fn run_golden_with(set: &str, port_settings: &[&str]) {
     require_root();
     let cfg = DaemonConfig::new(Vec::new());
     let in_pcap = cfg.path("in.pcap");
@@ -67,7 +79,9 @@ fn run_golden(set: &str) {
         in_pcap.display(),
         out_pcap.display()
     );
-    cfg.ports = vec![PortSpec::vdev("lan0", &vdev, &[OUR_ADDR]).with_mac(OUR_MAC)];
+    let mut port = PortSpec::vdev("lan0", &vdev, &[OUR_ADDR]).with_mac(OUR_MAC);
+    port.settings = port_settings.iter().map(|s| s.to_string()).collect();
+    cfg.ports = vec![port];
     let mut daemon = Daemon::start(cfg);
 
     // Everything read, processed by the worker, and the replies handed to the PMD.

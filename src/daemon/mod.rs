@@ -562,7 +562,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
             "sluice_mbufs",
             preflight::mbuf_count(cfg),
             preflight::MBUF_CACHE,
-            crate::dpdk::MBUF_DATA_ROOM,
+            preflight::mbuf_data_room(cfg),
         )
         .map_err(|e| e.to_string())?,
     );

@@ -586,6 +586,26 @@ pub fn mbuf_count(cfg: &Config) -> u32 {
     wanted.next_power_of_two() - 1
 }
 
+/// What a received frame and its rewrite take in one mbuf beyond the L3 MTU: the
+/// Ethernet header and two VLAN tags (22 bytes), and room for what a rewrite adds (an
+/// IPv6 TUN header is 40 bytes, a TOA option 8) with some to spare (64).
+const FRAME_OVERHEAD: usize = 22 + 64;
+
+/// The data room of the daemon's mbufs. Every frame is received whole into one mbuf
+/// (the forwarding path reads one segment; a NIC given smaller buffers than its
+/// frames chains them, or drops what does not fit), so the room follows the largest
+/// port `mtu`: [`MBUF_DATA_ROOM`] (2048) up to an MTU of 1962, beyond it the MTU and
+/// [`FRAME_OVERHEAD`] rounded up to 1 KiB (9216 for 9000).
+pub fn mbuf_data_room(cfg: &Config) -> u16 {
+    let mtu = (cfg.ports.iter())
+        .map(|p| usize::from(p.mtu.unwrap_or(1500)))
+        .max()
+        .unwrap_or(1500);
+    let frame = (mtu + FRAME_OVERHEAD).next_multiple_of(1024);
+    // `ports[].mtu` is at most 9000 (`config::fields::mtu`): 9216 bytes.
+    u16::try_from(frame).map_or(u16::MAX, |f| f.max(MBUF_DATA_ROOM))
+}
+
 /// What the config takes of the EAL's memory (`eal.memory_mb`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EalMemory {
@@ -609,7 +629,7 @@ impl EalMemory {
         let exceptions = cfg.ports.iter().filter(|p| p.exception.is_some()).count();
         EalMemory {
             mbufs,
-            pool: PoolFootprint::pktmbuf(mbufs, MBUF_CACHE, MBUF_DATA_ROOM, page, channels),
+            pool: PoolFootprint::pktmbuf(mbufs, MBUF_CACHE, mbuf_data_room(cfg), page, channels),
             own: EAL_OWN
                 + workers * cfg.ports.len() * EAL_PER_QUEUE
                 + workers * pci_ports * EAL_PER_PCI_QUEUE
@@ -674,7 +694,8 @@ fn check_eal_memory(cfg: &Config, need: &EalMemory) -> Result<(), String> {
         "{}: eal.memory_mb = {} cannot hold the mbuf pool: {} mbufs (the RX and TX \
          descriptors of {} port(s) for {} worker(s), and the rings) of {} bytes each take \
          {} in {pages}, and DPDK itself, its rings and the ports {} besides, {} in all; set \
-         eal.memory_mb = {} or more, or lower ports[].rx_desc and tx_desc",
+         eal.memory_mb = {} or more, or lower ports[].rx_desc and tx_desc (or ports[].mtu: \
+         an mbuf holds a whole frame, {} bytes of data)",
         cfg.place("eal.memory_mb"),
         cfg.eal.memory_mb,
         need.mbufs,
@@ -685,6 +706,7 @@ fn check_eal_memory(cfg: &Config, need: &EalMemory) -> Result<(), String> {
         mib(need.own as u64),
         mib(need.total() as u64),
         need.memory_mb(),
+        mbuf_data_room(cfg),
     ))
 }
 
@@ -1471,6 +1493,39 @@ mod tests {
         let need = EalMemory::of(&huge, 2 << 20);
         assert!(need.pool.objects < 160 << 20, "{need:?}");
         assert!(check_eal_memory(&huge, &need).is_ok());
+    }
+
+    /// A frame is received whole into one mbuf: the data room follows the largest
+    /// port MTU, and the pool's memory with it, checked before start.
+    #[test]
+    fn the_mbuf_data_room_holds_the_largest_ports_frames() {
+        let with_mtu = |mtu: &str| config(&format!("{PORT}{mtu}"));
+        let room = |mtu: &str| mbuf_data_room(&with_mtu(mtu));
+        assert_eq!(room(""), 2048);
+        assert_eq!(room("mtu = 1500\n"), 2048);
+        assert_eq!(room("mtu = 1962\n"), 2048);
+        assert_eq!(room("mtu = 1963\n"), 3072);
+        assert_eq!(room("mtu = 9000\n"), 9216);
+        let second = "[[ports]]\nname = \"p1\"\nvdev = \"net_af_packet1,iface=veth8\"\n\
+                      addresses = [\"198.18.1.1/24\"]\nmtu = 4000\n";
+        assert_eq!(mbuf_data_room(&config(&format!("{PORT}{second}"))), 4096);
+        let page = 4096;
+        let (mut small, mut jumbo) = (with_mtu(""), with_mtu("mtu = 9000\n"));
+        let (small_need, jumbo_need) = (EalMemory::of(&small, page), EalMemory::of(&jumbo, page));
+        // Memory for the 1500-byte frames' pool: the jumbo one is refused before start.
+        small.eal.memory_mb = small_need.memory_mb() as u32;
+        jumbo.eal.memory_mb = small.eal.memory_mb;
+        assert!(check_eal_memory(&small, &small_need).is_ok());
+        assert_eq!(small_need.mbufs, jumbo_need.mbufs);
+        assert!(
+            jumbo_need.pool.object >= small_need.pool.object + 9216 - 2048,
+            "{small_need:?} {jumbo_need:?}"
+        );
+        let e = check_eal_memory(&jumbo, &jumbo_need).unwrap_err();
+        assert!(
+            e.contains("cannot hold the mbuf pool") && e.contains("9216 bytes of data"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -71,6 +71,24 @@ pub struct DeviceLimits {
     pub max_mtu: u16,
 }
 
+/// The largest MTU a device takes: its own limit, and what its largest frame
+/// (`max_rx_pktlen`) carries past the L2 overhead, as `rte_eth_dev_set_mtu` reckons
+/// it (the difference of the two when the device reports both, else Ethernet header
+/// and CRC, 18 bytes).
+fn max_mtu(device_max_mtu: u16, max_rx_pktlen: u32) -> u16 {
+    const ETHER_HEADER_AND_CRC: u32 = 18;
+    if max_rx_pktlen == 0 {
+        return device_max_mtu;
+    }
+    let overhead = if device_max_mtu != u16::MAX && max_rx_pktlen > u32::from(device_max_mtu) {
+        max_rx_pktlen - u32::from(device_max_mtu)
+    } else {
+        ETHER_HEADER_AND_CRC
+    };
+    let by_frame = max_rx_pktlen.saturating_sub(overhead);
+    device_max_mtu.min(u16::try_from(by_frame).unwrap_or(u16::MAX))
+}
+
 impl Port {
     /// Takes ownership of ethdev `id` (probed by the EAL or created from rings).
     pub fn new(id: u16) -> Port {
@@ -101,14 +119,17 @@ impl Port {
         Ok(info)
     }
 
-    /// What the device can be configured with, as it reports it.
+    /// What the device can be configured with, as it reports it. `max_mtu` is the
+    /// smaller of the device's MTU limit and what its largest frame carries, which
+    /// `rte_eth_dev_set_mtu` also checks (net_af_packet reports no MTU limit but
+    /// 1518-byte frames).
     pub fn limits(&self) -> Result<DeviceLimits, DpdkError> {
         let info = self.info()?;
         Ok(DeviceLimits {
             max_rx_queues: info.max_rx_queues,
             max_tx_queues: info.max_tx_queues,
             min_mtu: info.min_mtu,
-            max_mtu: info.max_mtu,
+            max_mtu: max_mtu(info.max_mtu, info.max_rx_pktlen),
         })
     }
 
@@ -192,9 +213,18 @@ impl Port {
         )?;
         if let Some(mtu) = s.mtu {
             // SAFETY: configured port id.
-            check(&format!("set MTU {mtu} on port {}", self.id), unsafe {
-                dpdk_sys::rte_eth_dev_set_mtu(self.id, mtu)
-            })?;
+            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(self.id, mtu) };
+            if rc == -(libc::ENOTSUP) {
+                // A device without an MTU of its own (net_pcap, net_ring) passes frames
+                // of any size it holds; Sluice keeps to `mtu` in software as always.
+                log::info!(
+                    "port {}: {} has no MTU to set; {mtu} applies in software",
+                    self.id,
+                    self.driver_name()
+                );
+            } else {
+                check(&format!("set MTU {mtu} on port {}", self.id), rc)?;
+            }
         }
         if let Some(mac) = s.mac {
             let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
@@ -536,5 +566,26 @@ impl TxQueue {
         } as usize;
         burst.consume_front(n);
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::max_mtu;
+
+    /// As devices report themselves in DPDK 22.11 (`rte_eth_dev_info`).
+    #[test]
+    fn the_largest_mtu_is_what_both_the_mtu_and_the_frame_limits_allow() {
+        // net_af_packet: no MTU limit, 1518-byte frames.
+        assert_eq!(max_mtu(u16::MAX, 1518), 1500);
+        // net_pcap: no MTU limit, 65535-byte frames.
+        assert_eq!(max_mtu(u16::MAX, 65535), 65517);
+        // A NIC reporting both (i40e): the MTU limit, the frame 26 bytes more.
+        assert_eq!(max_mtu(9702, 9728), 9702);
+        // A frame limit below what the MTU limit says.
+        assert_eq!(max_mtu(9000, 4000), 3982);
+        // Nothing reported: nothing to check against.
+        assert_eq!(max_mtu(0, 0), 0);
+        assert_eq!(max_mtu(1500, 0), 1500);
     }
 }

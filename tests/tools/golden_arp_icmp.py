@@ -180,7 +180,21 @@ def build_checksum_corners():
     ]
 
 
-FRAME_SETS = {"main": lambda: build_frames(), "checksum-corners": lambda: build_checksum_corners()}
+def build_jumbo():
+    """Echo requests in jumbo frames, for a port at MTU 9000: each is received whole
+    (one mbuf) and answered in full."""
+    return [
+        ("echo 1472 bytes (a 1500-byte packet)", echo_request(A_MAC, A_IP, size=1472, seq=1, seed=1), "reply"),
+        ("echo 4000 bytes", echo_request(A_MAC, A_IP, size=4000, seq=2, seed=2), "reply"),
+        ("echo 8972 bytes (a 9000-byte packet)", echo_request(B_MAC, B_IP, size=8972, seq=3, seed=3), "reply"),
+        ("echo 8972 bytes, VLAN 100", echo_request(A_MAC, A_IP, vlans=[(0x8100, 100, 0)], size=8972, seq=4,
+                                                   seed=4), "reply"),
+        ("final echo from A", echo_request(A_MAC, A_IP, size=56, seq=99, seed=9), "reply"),
+    ]
+
+
+FRAME_SETS = {"main": lambda: build_frames(), "checksum-corners": lambda: build_checksum_corners(),
+              "jumbo": lambda: build_jumbo()}
 
 
 def build_frames():
