@@ -168,6 +168,16 @@ fn the_proxy_around_the_real_servers_handshake() {
     );
     send(&cookie_ack);
     assert_eq!(segments(wait), [(rs, SYN, isn, 0, 0)], "the SYN again");
+    // A SYN-ACK for another SYN (its ack is not the SYN's ISN + 1): a reset at its
+    // ack, as a client in SYN-SENT answers it; the session waits on.
+    send(&build(|b| {
+        frames::tcp_segment(b, &from_server(40001), 31_337, isn + 77, SYN_ACK, &[])
+    }));
+    assert_eq!(
+        segments(wait),
+        [(rs, RST, isn + 77, 0, 0)],
+        "a SYN-ACK not for the pending SYN: a reset to the server"
+    );
     send(&build(|b| {
         frames::tcp_segment(b, &from_server(40001), server_isn, isn + 1, SYN_ACK, &[])
     }));
@@ -270,7 +280,7 @@ fn the_proxy_around_the_real_servers_handshake() {
     assert_eq!(events[Event::SynproxyCookieSent as usize], 6);
     assert_eq!(events[Event::SynproxyCookieValid as usize], 6);
     assert_eq!(events[Event::SynproxyCookieInvalid as usize], 0);
-    assert_eq!(events[Event::SynproxyStaleReset as usize], 1);
+    assert_eq!(events[Event::SynproxyStaleReset as usize], 2);
     assert_eq!(events[Event::SynproxySynResent as usize], 1);
     assert_eq!(events[Event::SynproxyConnection as usize], 3);
     assert_eq!(events[Event::SynproxyDataHeld as usize], 2);

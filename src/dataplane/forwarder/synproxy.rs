@@ -458,7 +458,9 @@ impl Forwarder {
             return self.synproxy_not_synack(id, &hs, pkt, parsed, flags, cx);
         };
         if server.ack != hs.client_isn.wrapping_add(1) {
-            return Pending::Done(Action::Drop(DropReason::TcpNoSession));
+            // A SYN-ACK for another SYN than ours: a client in SYN-SENT resets it
+            // (RFC 9293 3.10.7.3) and goes on waiting for its own.
+            return reset_stale(pkt, parsed, cx);
         }
         let t = Translation::new(&hs, &server);
         self.synproxy.set_established(id, &t);
@@ -550,14 +552,7 @@ impl Forwarder {
         // fix a translation from the old connection's numbers for good. A reset at
         // its acknowledgement number ends the old connection, and the SYN, sent again
         // on the client's next segment, then opens the new one.
-        match crate::forward::reset::answer_with_rst(pkt.bytes_mut(), parsed, cx.port.mac) {
-            Ok(len) if pkt.set_len(len as u16) => {
-                cx.counters.event(Event::SynproxyStaleReset);
-                Pending::Done(Action::Transmit)
-            }
-            Ok(_) => Pending::Done(Action::Drop(DropReason::Truncated)),
-            Err(reason) => Pending::Done(Action::Drop(reason)),
-        }
+        reset_stale(pkt, parsed, cx)
     }
 
     /// Egress of an established proxied session: sequence numbers, SACK blocks,
@@ -698,6 +693,20 @@ fn data_seq(frame: &[u8], parsed: &Parsed) -> Option<u32> {
 
 fn server_synack() -> TcpFlags {
     TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0)
+}
+
+/// A real server's segment that acknowledges another SYN than the proxy's pending one
+/// (an older connection's ACK, a SYN-ACK for another SYN): answered with a reset at
+/// its acknowledgement number, as the client in SYN-SENT the server sees would.
+fn reset_stale(pkt: &mut Packet, parsed: &Parsed, cx: &Context) -> Pending {
+    match crate::forward::reset::answer_with_rst(pkt.bytes_mut(), parsed, cx.port.mac) {
+        Ok(len) if pkt.set_len(len as u16) => {
+            cx.counters.event(Event::SynproxyStaleReset);
+            Pending::Done(Action::Transmit)
+        }
+        Ok(_) => Pending::Done(Action::Drop(DropReason::Truncated)),
+        Err(reason) => Pending::Done(Action::Drop(reason)),
+    }
 }
 
 /// The TSecr of the server's SYN-ACK: the TSval of the SYN it answers.
