@@ -10,7 +10,8 @@
 //! `handle_burst` is counted, not refilling the burst.
 //!
 //! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]
-//! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception] [--park]`
+//! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception] [--park]
+//! [--persist=SECONDS]`
 //!
 //! `nat6`, `fullnat6` and `nat64` are the same phases over IPv6 clients and an IPv6
 //! VIP, through the same `handle`: IPv6 real servers in NAT, IPv6 local addresses and
@@ -39,6 +40,17 @@
 //! `--park` parks new sessions to the end of their burst whatever the table's size
 //! (by default only from a 4 MiB index, `PARK_INDEX_BYTES`): compare a small table
 //! with and without it for what parking costs where the reply bucket is cached.
+//!
+//! `--persist=SECONDS` gives the service persistence (`-p SECONDS`, netmask
+//! 255.255.255.255) and every session a client of its own (IPv4: from 100.64.0.0/10):
+//! each new session also makes its client's template, and, over
+//! IPv4, every live session renews its template from the worker's housekeeping (every
+//! half timeout, at least every second). The "housekeeping" row (IPv4) measures that:
+//! after the established phase, four seconds of the worker's `poll` at one call per
+//! 10 us (the worker's `HOUSEKEEPING_PERIOD_US`) of a clock moved by hand, cycles per
+//! session per second, and how many templates are live at the end (all of them, if
+//! renewal kept up). Compare with a run without `--persist` (the wheel's own walk,
+//! the polls' own cost) for what renewal costs.
 //!
 //! `--exception` runs as on a port with an exception path (`[ports.exception]`):
 //! compare with a run without it, and with a binary of the code before the exception
@@ -113,9 +125,19 @@ fn tcp_frame(
 
 /// Client address and port of flow `i` (distinct 5-tuples).
 fn flow(i: u32) -> (Ipv4Addr, u16) {
+    if ONE_CLIENT_PER_SESSION.load(std::sync::atomic::Ordering::Relaxed) {
+        // 100.64.0.0/10: room for four million clients (never put on a wire).
+        let host = Ipv4Addr::from(u32::from(Ipv4Addr::new(100, 64, 0, 0)) + i);
+        return (host, 1024 + (i & 0x3fff) as u16);
+    }
     let host = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 128, 0)) + (i >> 14));
     (host, 1024 + (i & 0x3fff) as u16)
 }
+
+/// With `--persist`: every session from a client of its own, so each has a template of
+/// its own (16384 sessions a client would share 62 templates among a million).
+static ONE_CLIENT_PER_SESSION: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// Writes an Ethernet/IPv6/TCP frame (no payload) with a valid checksum, with a
 /// timestamps option when `timestamps`; returns its length.
@@ -215,6 +237,10 @@ fn main() {
     let synproxy = std::env::args().any(|a| a == "--synproxy");
     let exception = std::env::args().any(|a| a == "--exception");
     let park = std::env::args().any(|a| a == "--park");
+    let persist: Option<u32> = std::env::args().find_map(|a| {
+        a.strip_prefix("--persist=")
+            .map(|s| s.parse().expect("--persist=SECONDS"))
+    });
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -235,6 +261,13 @@ fn main() {
         Some("nat64") => (ForwardMode::FullNat, Family::Nat64),
         Some(other) => panic!("mode {other:?}: expected nat, fullnat, nat6, fullnat6 or nat64"),
     };
+    if persist.is_some() {
+        assert!(
+            sessions <= 1 << 22,
+            "--persist: at most 4194304 sessions (clients)"
+        );
+        ONE_CLIENT_PER_SESSION.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     if family != Family::V4 && synproxy {
         panic!("--synproxy is measured over IPv4 only");
     }
@@ -267,7 +300,14 @@ fn main() {
         Family::V6 | Family::Nat64 => VIP6.into(),
     };
     let key = ServiceKey::new(Protocol::Tcp, vip_addr, 80);
-    table.add_service(key, SchedulerKind::Rr, None).unwrap();
+    let persistence = persist.map(|timeout_s| sluice::model::Persistence {
+        timeout_s,
+        netmask: Ipv4Addr::BROADCAST,
+        prefix6: sluice::model::Persistence::FULL_PREFIX6,
+    });
+    table
+        .add_service(key, SchedulerKind::Rr, persistence)
+        .unwrap();
     if mode == ForwardMode::FullNat {
         // Enough local addresses: each gives a worker 64 512 ports.
         let lips = (sessions as usize).div_ceil(60_000).max(1);
@@ -307,6 +347,13 @@ fn main() {
         table.set_synproxy(key, on).unwrap();
     }
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
+    // A template per client, in a table with room for twice as many (it is bucketed:
+    // a full bucket evicts), as the daemon's shared one.
+    let templates = persist.map(|_| {
+        Arc::new(sluice::session::persist::PersistTable::with_capacity(
+            2 * sessions as usize,
+        ))
+    });
     let hz = tsc_hz();
     // IPv6: the sync ring only when used, so that what grows with SESSIONS is the table.
     let ring_slots = if sync || family == Family::V4 {
@@ -331,6 +378,7 @@ fn main() {
         capacity6,
         // By default the table's size decides (`PARK_INDEX_BYTES`).
         park_new_sessions: park.then_some(true),
+        persistence: templates.clone(),
         sync: sync.then(|| sluice::dataplane::forwarder::SyncLink {
             rings: rings.clone(),
             index: 0,
@@ -423,6 +471,29 @@ fn main() {
     );
     let ack_median_burst = bench.median_burst_per_packet();
 
+    // Phase 2a (IPv4): the worker's housekeeping while every session lives, as its
+    // loop calls `poll` (every 10 us), over four seconds of a clock moved by hand: the
+    // wheel's walk, and with `--persist` every session's template renewed by its
+    // visits.
+    let housekeeping = (family == Family::V4).then(|| {
+        const POLLS_PER_S: u64 = 100_000;
+        const SECONDS: u64 = 4;
+        let from = tsc();
+        let start = tsc();
+        for p in 1..=POLLS_PER_S * SECONDS {
+            bench.fwd.poll(from + hz * p / POLLS_PER_S, &counters);
+        }
+        let spent = tsc() - start;
+        assert_eq!(live(bench.fwd), sessions as usize, "nothing expires");
+        // The forwarder's clock: ticks of 100 ms (`Timeouts::in_ticks(100)` above).
+        let now_tick = ((from + hz * SECONDS) / (hz / 10)) as u32;
+        let live_templates = templates.as_ref().map(|t| t.live(now_tick).count());
+        (
+            spent as f64 / (sessions as f64 * SECONDS as f64),
+            live_templates,
+        )
+    });
+
     // Phase 2b (IPv4, for the expiry phase): every client closes, each session once, in
     // a scrambled order. A FIN shortens its session's deadline, which files the
     // session at once at the head of its new slot's list; the wheel's lists then run
@@ -508,6 +579,18 @@ fn main() {
         if sync { " + sync event" } else { "" },
         est_cycles as f64 / sessions as f64
     );
+    if let Some((c, live_templates)) = housekeeping {
+        println!(
+            "| cycles/session/second of housekeeping (poll every 10 us: wheel walk{}) | {c:.1} |",
+            match persist {
+                Some(s) => format!(", templates renewed, -p {s}"),
+                None => String::new(),
+            }
+        );
+        if let Some(n) = live_templates {
+            println!("| templates live after 4 s of housekeeping | {n} |");
+        }
+    }
     if let Some(c) = expiry_cycles {
         println!("| cycles/expired session (polls until empty: wheel walk, accounting, keys out, slot freed) | {c:.1} |");
     }

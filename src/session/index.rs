@@ -87,6 +87,15 @@ impl Hasher {
         let h = folded_multiply(a ^ self.seeds[0], b ^ self.seeds[1]);
         KeyHash(folded_multiply(h, self.seeds[2]))
     }
+
+    /// Hashes any number of words, two at a time, into 64 bits for a table of another
+    /// kind (persistence templates) that needs the same protection; its bucket is
+    /// [`KeyHash::home`]'s multiply-shift of the high half.
+    pub fn hash_words(&self, words: &[u64]) -> u64 {
+        words.chunks(2).fold(0, |h, pair| {
+            self.hash(h ^ pair[0], pair.get(1).copied().unwrap_or(0)).0
+        })
+    }
 }
 
 #[inline]
