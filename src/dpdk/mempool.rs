@@ -137,7 +137,14 @@ impl Mempool {
     /// `count` mbufs of `data_room` bytes each (+ headroom); `count` should be 2^k - 1.
     pub fn new(name: &str, count: u32, cache: u32, data_room: u16) -> Result<Self, DpdkError> {
         let c = CString::new(name).map_err(|_| DpdkError::other("mempool", "NUL in name"))?;
-        let room = data_room + dpdk_sys::RTE_PKTMBUF_HEADROOM as u16;
+        let room = data_room
+            .checked_add(dpdk_sys::RTE_PKTMBUF_HEADROOM as u16)
+            .ok_or_else(|| {
+                DpdkError::other(
+                    format!("mempool {name}"),
+                    format!("a data room of {data_room} bytes plus the headroom exceeds 65535"),
+                )
+            })?;
         // SAFETY: c is a valid name; the EAL is initialised (callers hold an Eal).
         let raw = unsafe {
             dpdk_sys::rte_pktmbuf_pool_create(
@@ -205,6 +212,15 @@ mod tests {
                 pool.total()
             );
         }
+    }
+
+    /// Refused before any DPDK call: no EAL is needed to see it.
+    #[test]
+    fn a_data_room_that_overflows_with_the_headroom_is_refused() {
+        let err = Mempool::new("overflow", 63, 0, u16::MAX)
+            .err()
+            .expect("a data room of 65535 leaves no place for the headroom");
+        assert!(err.message.contains("exceeds 65535"), "{err}");
     }
 
     #[test]
