@@ -1,3 +1,4 @@
+use super::eal::EalGuard;
 use super::error::DpdkError;
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -125,6 +126,8 @@ fn gcd(a: usize, b: usize) -> usize {
 /// mbuf taken from it must have been returned first (ports stopped, rings drained).
 pub struct Mempool {
     raw: NonNull<dpdk_sys::rte_mempool>,
+    /// Keeps the EAL up while the pool exists.
+    _eal: EalGuard,
 }
 
 // SAFETY: rte_mempool is designed for concurrent use from many lcores (per-lcore caches
@@ -145,7 +148,8 @@ impl Mempool {
                     format!("a data room of {data_room} bytes plus the headroom exceeds 65535"),
                 )
             })?;
-        // SAFETY: c is a valid name; the EAL is initialised (callers hold an Eal).
+        let eal = EalGuard::acquire(&format!("mempool {name}"))?;
+        // SAFETY: c is a valid name; the EAL is up (eal holds it up).
         let raw = unsafe {
             dpdk_sys::rte_pktmbuf_pool_create(
                 c.as_ptr(),
@@ -157,7 +161,7 @@ impl Mempool {
             )
         };
         NonNull::new(raw)
-            .map(|raw| Mempool { raw })
+            .map(|raw| Mempool { raw, _eal: eal })
             .ok_or_else(|| DpdkError::from_code(format!("rte_pktmbuf_pool_create({name})"), 0))
     }
 
@@ -180,7 +184,8 @@ impl Mempool {
 
 impl Drop for Mempool {
     fn drop(&mut self) {
-        // SAFETY: we own the pool; callers returned its mbufs (documented contract).
+        // SAFETY: we own the pool; callers returned its mbufs (documented contract); the
+        // EAL is up (our guard drops after this).
         unsafe { dpdk_sys::rte_mempool_free(self.raw.as_ptr()) }
     }
 }

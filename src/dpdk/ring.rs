@@ -1,4 +1,5 @@
 use super::burst::{Burst, BURST_SIZE};
+use super::eal::EalGuard;
 use super::error::{check, DpdkError};
 use std::cell::Cell;
 use std::ffi::CString;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 /// dropped.
 pub struct PacketRing {
     raw: NonNull<dpdk_sys::rte_ring>,
+    _eal: EalGuard,
 }
 
 // SAFETY: the ring itself is only reached through its ends, which enforce the
@@ -94,11 +96,13 @@ impl PacketRing {
 
     fn create(name: &str, size: u32, flags: u32) -> Result<Self, DpdkError> {
         let c = CString::new(name).map_err(|_| DpdkError::other("ring", "NUL in name"))?;
-        // SAFETY: valid name; the flags match what the constructors document.
+        let eal = EalGuard::acquire(&format!("ring {name}"))?;
+        // SAFETY: valid name; the flags match what the constructors document; the EAL
+        // is up (eal holds it up).
         let raw =
             unsafe { dpdk_sys::rte_ring_create(c.as_ptr(), size, dpdk_sys::SOCKET_ID_ANY, flags) };
         NonNull::new(raw)
-            .map(|raw| PacketRing { raw })
+            .map(|raw| PacketRing { raw, _eal: eal })
             .ok_or_else(|| DpdkError::from_code(format!("rte_ring_create({name})"), 0))
     }
 
