@@ -95,7 +95,7 @@ struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
-        wait_lcore(1);
+        let _ = wait_lcore(1);
     }
 }
 
@@ -332,7 +332,7 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     );
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let _ = (prx, ptx);
     drop(_stop_first);
     drop(kernel);

@@ -129,7 +129,7 @@ fn first_syn_waits_for_its_real_servers_mac_instead_of_being_dropped() {
     let (_, syns) = collect(Duration::from_millis(400), &|_| false);
     assert!(syns.is_empty(), "{syns:?}");
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let events = counters.events_snapshot();
     let drops = counters.drops_snapshot();
     assert_eq!(events[Event::NeighbourHeldSent as usize], 1);

@@ -171,7 +171,7 @@ fn a_vrrp_advert_reaches_the_management_core_past_a_full_punt_ring() {
         counters.drops_snapshot()
     );
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
 
     let events = counters.events_snapshot();
     let drops = counters.drops_snapshot();

@@ -78,7 +78,7 @@ fn worker_answers_arp_and_ping_over_net_ring() {
         rxb.free_all();
     }
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
 
     assert_eq!(
         replies.len(),

@@ -264,7 +264,7 @@ fn the_proxy_around_the_real_servers_handshake() {
     }
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let drops = counters.drops_snapshot();
     let events = counters.events_snapshot();
     assert_eq!(events[Event::SynproxyCookieSent as usize], 6);

@@ -130,7 +130,7 @@ fn a_cookie_handed_out_before_a_deny_does_not_open_a_connection() {
     );
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let drops = counters.drops_snapshot();
     let events = counters.events_snapshot();
     assert_eq!(drops[DropReason::AclDenied as usize], 1);

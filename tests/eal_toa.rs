@@ -164,7 +164,7 @@ fn toa_reaches_the_real_server_and_a_clients_own_never_does() {
     assert_eq!(toa::find(tcp_options(&second)), None);
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let events = counters.events_snapshot();
     assert_eq!(events[Event::ToaInserted as usize], 1);
     assert_eq!(events[Event::ToaForgedRemoved as usize], 1);

@@ -50,6 +50,21 @@ fn not_up(op: &str) -> DpdkError {
     DpdkError::other(op, "the EAL is not initialised (or was cleaned up)")
 }
 
+/// Runs `f` while the EAL is up, holding it up (and keeping other launches out) until
+/// `f` returns; an error naming `op` when it is not up.
+pub(super) fn while_up<R>(
+    op: &str,
+    f: impl FnOnce() -> Result<R, DpdkError>,
+) -> Result<R, DpdkError> {
+    let s = state();
+    if !s.up {
+        return Err(not_up(op));
+    }
+    let result = f();
+    drop(s);
+    result
+}
+
 /// The DPDK Environment Abstraction Layer. `rte_eal_init` may run once per process, so
 /// `Eal::init` succeeds once; dropping the `Eal` runs `rte_eal_cleanup`, unless a port,
 /// ring or mempool is still alive or a job launched on a worker lcore still runs
