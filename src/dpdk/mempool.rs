@@ -122,12 +122,14 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
-/// A packet-buffer pool (`rte_pktmbuf_pool_create`). Dropping it frees the pool: every
-/// mbuf taken from it must have been returned first (ports stopped, rings drained).
+/// A packet-buffer pool (`rte_pktmbuf_pool_create`). Dropping it frees the pool when
+/// every mbuf taken from it is back; with some still out (in a burst, a ring, a
+/// device's queue) it is leaked instead, with a log line, since they still point into
+/// it. A port keeps the pool its RX queues refill from alive (it holds an `Arc`).
 pub struct Mempool {
     raw: NonNull<dpdk_sys::rte_mempool>,
-    /// Keeps the EAL up while the pool exists.
-    _eal: EalGuard,
+    /// Keeps the EAL up while the pool exists; forgotten when the pool is leaked.
+    eal: Option<EalGuard>,
 }
 
 // SAFETY: rte_mempool is designed for concurrent use from many lcores (per-lcore caches
@@ -161,7 +163,10 @@ impl Mempool {
             )
         };
         NonNull::new(raw)
-            .map(|raw| Mempool { raw, _eal: eal })
+            .map(|raw| Mempool {
+                raw,
+                eal: Some(eal),
+            })
             .ok_or_else(|| DpdkError::from_code(format!("rte_pktmbuf_pool_create({name})"), 0))
     }
 
@@ -184,8 +189,20 @@ impl Mempool {
 
 impl Drop for Mempool {
     fn drop(&mut self) {
-        // SAFETY: we own the pool; callers returned its mbufs (documented contract); the
-        // EAL is up (our guard drops after this).
+        // Only this handle can take mbufs from the pool (ports that refill from it hold
+        // it alive), and it is going: once every mbuf is seen back, none goes out again.
+        let out = self.in_use();
+        if out > 0 {
+            log::warn!(
+                "mempool {:p}: {out} mbufs still out; the pool is leaked, not freed",
+                self.raw
+            );
+            // The mbufs out still point into the pool: the EAL's memory must stay.
+            std::mem::forget(self.eal.take());
+            return;
+        }
+        // SAFETY: we own the pool, every mbuf is back in it (checked above) and nothing
+        // else can take one; the EAL is up (our guard drops after this).
         unsafe { dpdk_sys::rte_mempool_free(self.raw.as_ptr()) }
     }
 }
