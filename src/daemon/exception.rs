@@ -160,9 +160,14 @@ impl KernelInterface {
         }
     }
 
-    /// Stops the interface (the kernel's side goes down with it).
-    pub fn stop(&mut self) {
-        if let Err(e) = self.port.stop() {
+    /// Stops the interface (the kernel's side goes down with it) and closes it: its
+    /// queue handles go first, since a port is not stopped under them.
+    pub fn stop(self) {
+        let KernelInterface {
+            rx, tx, mut port, ..
+        } = self;
+        drop((rx, tx));
+        if let Err(e) = port.stop() {
             log::warn!("{e}");
         }
     }

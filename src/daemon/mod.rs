@@ -528,7 +528,7 @@ fn shut_down(mut app: Appliance, counters: &[Arc<WorkerCounters>], view: &mut st
         if let Err(e) = p.port.stop() {
             log::warn!("{e}");
         }
-        if let Some(kernel) = &mut p.exception {
+        if let Some(kernel) = p.exception.take() {
             kernel.stop();
         }
     }
