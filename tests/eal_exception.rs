@@ -95,7 +95,7 @@ struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
-        wait_lcore(1);
+        let _ = wait_lcore(1);
     }
 }
 
@@ -105,7 +105,7 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
         .expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("exc_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("x", 1, 256).unwrap();
-    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+    let (mut lb, mut peer) = ring_ports(pair, &pool);
 
     let ip = |s: &str| -> Ipv4Addr { s.parse().unwrap() };
     let ip6 = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
@@ -332,14 +332,13 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     );
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let _ = (prx, ptx);
     drop(_stop_first);
     drop(kernel);
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
     drop(peer);
-    drop(pair);
     drop(pool);
     drop(eal);
 }

@@ -34,7 +34,7 @@ fn first_syn_waits_for_its_real_servers_mac_instead_of_being_dropped() {
         Eal::init(&eal_args("eal_held")).expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("held_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("h", 1, 256).unwrap();
-    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+    let (mut lb, mut peer) = ring_ports(pair, &pool);
 
     let (lb_ip, client) = (ip("198.18.0.1"), ip("198.18.0.100"));
     let (vip1, rs1) = (ip("198.18.1.1"), ip("198.18.0.11"));
@@ -129,7 +129,7 @@ fn first_syn_waits_for_its_real_servers_mac_instead_of_being_dropped() {
     let (_, syns) = collect(Duration::from_millis(400), &|_| false);
     assert!(syns.is_empty(), "{syns:?}");
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let events = counters.events_snapshot();
     let drops = counters.drops_snapshot();
     assert_eq!(events[Event::NeighbourHeldSent as usize], 1);
@@ -143,7 +143,6 @@ fn first_syn_waits_for_its_real_servers_mac_instead_of_being_dropped() {
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
     drop(peer);
-    drop(pair);
     drop(pool);
     drop(eal);
 }

@@ -46,7 +46,7 @@ fn a_vrrp_advert_reaches_the_management_core_past_a_full_punt_ring() {
         Eal::init(&eal_args("eal_punt")).expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("test_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("t", 1, 256).unwrap();
-    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+    let (mut lb, mut peer) = ring_ports(pair, &pool);
     let lb_ip = Ipv4Addr::new(198, 18, 0, 1);
     let peer_ip = Ipv4Addr::new(198, 18, 0, 2);
     let real = Ipv4Addr::new(198, 18, 0, 11);
@@ -171,7 +171,7 @@ fn a_vrrp_advert_reaches_the_management_core_past_a_full_punt_ring() {
         counters.drops_snapshot()
     );
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
 
     let events = counters.events_snapshot();
     let drops = counters.drops_snapshot();

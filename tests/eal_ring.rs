@@ -27,7 +27,7 @@ fn worker_answers_arp_and_ping_over_net_ring() {
     );
     let pool = Arc::new(Mempool::new("test_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("t", 1, 256).unwrap();
-    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+    let (mut lb, mut peer) = ring_ports(pair, &pool);
     assert_eq!(lb.mac().unwrap(), LB_MAC, "MAC override applied");
     assert!(lb.link().up, "ring ports report link up once started");
 
@@ -78,7 +78,7 @@ fn worker_answers_arp_and_ping_over_net_ring() {
         rxb.free_all();
     }
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
 
     assert_eq!(
         replies.len(),
@@ -122,7 +122,6 @@ fn worker_answers_arp_and_ping_over_net_ring() {
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
     drop(peer);
-    drop(pair);
     drop(pool);
 
     // A panic while a job still runs on lcore 1: the LcoreJobs that launched it stops

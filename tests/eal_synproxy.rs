@@ -60,7 +60,7 @@ fn the_proxy_around_the_real_servers_handshake() {
         .expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("sp_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("sp", 1, 256).unwrap();
-    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+    let (mut lb, mut peer) = ring_ports(pair, &pool);
 
     let (lb_ip, rs, client) = (ip("198.18.0.1"), ip("198.18.0.11"), ip("198.18.0.100"));
     let (vip, vip_rst, vip_drop) = (ip("198.18.1.1"), ip("198.18.1.2"), ip("198.18.1.3"));
@@ -274,7 +274,7 @@ fn the_proxy_around_the_real_servers_handshake() {
     }
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let drops = counters.drops_snapshot();
     let events = counters.events_snapshot();
     assert_eq!(events[Event::SynproxyCookieSent as usize], 6);
@@ -298,7 +298,6 @@ fn the_proxy_around_the_real_servers_handshake() {
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
     drop(peer);
-    drop(pair);
     drop(pool);
     drop(eal);
 }

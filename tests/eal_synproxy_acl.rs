@@ -38,7 +38,7 @@ fn a_cookie_handed_out_before_a_deny_does_not_open_a_connection() {
         .expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("spacl_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("sa", 1, 256).unwrap();
-    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+    let (mut lb, mut peer) = ring_ports(pair, &pool);
 
     let (lb_ip, vip, rs) = (ip("198.18.0.1"), ip("198.18.1.1"), ip("198.18.0.11"));
     let (denied, allowed) = (ip("198.18.2.100"), ip("198.18.2.101"));
@@ -130,7 +130,7 @@ fn a_cookie_handed_out_before_a_deny_does_not_open_a_connection() {
     );
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let drops = counters.drops_snapshot();
     let events = counters.events_snapshot();
     assert_eq!(drops[DropReason::AclDenied as usize], 1);
@@ -140,7 +140,6 @@ fn a_cookie_handed_out_before_a_deny_does_not_open_a_connection() {
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
     drop(peer);
-    drop(pair);
     drop(pool);
     drop(eal);
 }

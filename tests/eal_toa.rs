@@ -61,7 +61,7 @@ fn toa_reaches_the_real_server_and_a_clients_own_never_does() {
         Eal::init(&eal_args("eal_toa")).expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("toa_pool", 4095, 64, 2048).unwrap());
     let pair = RingPortPair::new("t", 1, 256).unwrap();
-    let (mut lb, mut peer) = ring_ports(&pair, &pool);
+    let (mut lb, mut peer) = ring_ports(pair, &pool);
 
     let (lb_ip, client, vip) = (ip("198.18.0.1"), ip("198.18.0.100"), ip("198.18.1.1"));
     let (rs, lip) = (ip("198.18.0.11"), ip("198.18.0.50"));
@@ -164,7 +164,7 @@ fn toa_reaches_the_real_server_and_a_clients_own_never_does() {
     assert_eq!(toa::find(tcp_options(&second)), None);
 
     stop.store(true, Ordering::SeqCst);
-    assert_eq!(wait_lcore(1), 0);
+    assert_eq!(wait_lcore(1).unwrap(), 0);
     let events = counters.events_snapshot();
     assert_eq!(events[Event::ToaInserted as usize], 1);
     assert_eq!(events[Event::ToaForgedRemoved as usize], 1);
@@ -172,7 +172,6 @@ fn toa_reaches_the_real_server_and_a_clients_own_never_does() {
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
     drop(peer);
-    drop(pair);
     drop(pool);
     drop(eal);
 }

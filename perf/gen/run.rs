@@ -64,7 +64,7 @@ const CMD_QUIT: u8 = 2;
 struct Dpdk {
     port: Port,
     queues: Vec<(sluice::dpdk::RxQueue, sluice::dpdk::TxQueue)>,
-    pool: Mempool,
+    pool: std::sync::Arc<Mempool>,
     _eal: Eal,
 }
 
@@ -97,8 +97,9 @@ fn init_dpdk(a: &RunArgs) -> Result<Dpdk, String> {
     let descs = 1024u32;
     let wanted = a.window as u32 + a.queues as u32 * (2 * descs + 1024) + 8192;
     let pool = Mempool::new("gen_pool", wanted.next_power_of_two() - 1, 256, 2048)
+        .map(std::sync::Arc::new)
         .map_err(|e| e.to_string())?;
-    let mut port = Port::new(id);
+    let mut port = Port::new(id).map_err(|e| format!("memif port: {e}"))?;
     port.configure(
         &PortSettings {
             queues: a.queues,

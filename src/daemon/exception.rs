@@ -13,6 +13,7 @@ use crate::dpdk::{
     Burst, Eal, Mempool, PacketRing, Port, PortSettings, RingConsumer, RingProducer, RxQueue,
     SharedProducer, TxQueue,
 };
+use std::sync::Arc;
 
 /// Descriptors of the kernel interface's one RX and one TX queue.
 pub const INTERFACE_DESC: u16 = 512;
@@ -44,7 +45,7 @@ impl KernelInterface {
         pc: &PortConfig,
         config: &ExceptionConfig,
         mac: [u8; 6],
-        pool: &Mempool,
+        pool: &Arc<Mempool>,
     ) -> Result<KernelInterface, String> {
         let what = format!(
             "port {}: exception interface {} ({})",
@@ -56,7 +57,7 @@ impl KernelInterface {
         let id = eal
             .port_by_name(&vdev)
             .map_err(|e| format!("{what}: {e}"))?;
-        let mut port = Port::new(id);
+        let mut port = Port::new(id).map_err(|e| format!("{what}: {e}"))?;
         let settings = PortSettings {
             queues: 1,
             rx_desc: INTERFACE_DESC,
@@ -159,9 +160,14 @@ impl KernelInterface {
         }
     }
 
-    /// Stops the interface (the kernel's side goes down with it).
-    pub fn stop(&mut self) {
-        if let Err(e) = self.port.stop() {
+    /// Stops the interface (the kernel's side goes down with it) and closes it: its
+    /// queue handles go first, since a port is not stopped under them.
+    pub fn stop(self) {
+        let KernelInterface {
+            rx, tx, mut port, ..
+        } = self;
+        drop((rx, tx));
+        if let Err(e) = port.stop() {
             log::warn!("{e}");
         }
     }

@@ -96,7 +96,6 @@ struct Appliance {
     /// The software view of the ports' queue choice every worker shares.
     queues: QueueView,
     _emulator_ports: Vec<Port>,
-    _ring_pairs: Vec<RingPortPair>,
     pool: Arc<Mempool>,
     _eal: Eal,
 }
@@ -529,7 +528,7 @@ fn shut_down(mut app: Appliance, counters: &[Arc<WorkerCounters>], view: &mut st
         if let Err(e) = p.port.stop() {
             log::warn!("{e}");
         }
-        if let Some(kernel) = &mut p.exception {
+        if let Some(kernel) = p.exception.take() {
             kernel.stop();
         }
     }
@@ -568,22 +567,21 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
     );
 
     let mut ports = Vec::new();
-    let mut ring_pairs = Vec::new();
     let mut emulator_ports = Vec::new();
     for (index, pc) in cfg.ports.iter().enumerate() {
-        let id = match &pc.device {
-            PortDevice::Pci(addr) => eal
-                .port_by_name(addr)
-                .map_err(|e| format!("port {}: {e}", pc.name))?,
+        let claim = |id: Result<u16, _>| {
+            id.and_then(Port::new)
+                .map_err(|e| format!("port {}: {e}", pc.name))
+        };
+        let mut port = match &pc.device {
+            PortDevice::Pci(addr) => claim(eal.port_by_name(addr))?,
             PortDevice::Vdev(spec) => {
-                let name = spec.split(',').next().unwrap_or(spec);
-                eal.port_by_name(name)
-                    .map_err(|e| format!("port {}: {e}", pc.name))?
+                claim(eal.port_by_name(spec.split(',').next().unwrap_or(spec)))?
             }
             PortDevice::Loopback => {
-                let pair = RingPortPair::new(&format!("lo_{}", pc.name), queues, 1024)
-                    .map_err(|e| format!("port {}: {e}", pc.name))?;
-                let mut far = Port::new(pair.b);
+                let RingPortPair { a, b: mut far } =
+                    RingPortPair::new(&format!("lo_{}", pc.name), queues, 1024)
+                        .map_err(|e| format!("port {}: {e}", pc.name))?;
                 far.configure(
                     &PortSettings {
                         queues,
@@ -596,12 +594,10 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
                 .map_err(|e| e.to_string())?;
                 far.start().map_err(|e| e.to_string())?;
                 emulator_ports.push(far);
-                let id = pair.a;
-                ring_pairs.push(pair);
-                id
+                a
             }
         };
-        let mut port = Port::new(id);
+        let id = port.id();
         let limits = port
             .limits()
             .map_err(|e| format!("port {}: {e}", pc.name))?;
@@ -694,7 +690,6 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         inject_out: Some(ends.inject_out),
         queues: queue_view,
         _emulator_ports: emulator_ports,
-        _ring_pairs: ring_pairs,
         pool,
         _eal: eal,
     })

@@ -116,14 +116,6 @@ impl Burst {
         self.holes = false;
     }
 
-    /// Forgets the (moved-out) contents without freeing: use after every packet was
-    /// moved with `move_to`.
-    pub fn clear_moved(&mut self) {
-        debug_assert!(self.mbufs[..self.len].iter().all(|m| m.is_null()));
-        self.len = 0;
-        self.holes = false;
-    }
-
     /// Packet `i`'s bytes (first segment), mutable.
     #[inline(always)]
     pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {

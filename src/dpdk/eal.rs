@@ -2,13 +2,74 @@ use super::error::{check, DpdkError};
 use std::ffi::CString;
 use std::os::raw::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 static INITIALISED: AtomicBool = AtomicBool::new(false);
 
+/// Whether the EAL is up, and how many objects built on it (pools, rings, ports) are
+/// alive. One lock orders object creation, lcore launches and the cleanup.
+struct EalState {
+    up: bool,
+    live: usize,
+}
+
+static STATE: Mutex<EalState> = Mutex::new(EalState { up: false, live: 0 });
+
+fn state() -> MutexGuard<'static, EalState> {
+    // The state is two plain fields, consistent after any panic.
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Held by every object that lives in the EAL's memory or drives its devices (a
+/// mempool, a ring, a port): it can only be taken while the EAL is up, and while one
+/// exists dropping the [`Eal`] does not run `rte_eal_cleanup`. An object whose memory
+/// must outlive it (a pool with mbufs still out) forgets its guard.
+pub(super) struct EalGuard(());
+
+impl EalGuard {
+    /// A guard, or an error naming `op` when the EAL is not up.
+    pub(super) fn acquire(op: &str) -> Result<EalGuard, DpdkError> {
+        let mut s = state();
+        if !s.up {
+            return Err(not_up(op));
+        }
+        s.live += 1;
+        Ok(EalGuard(()))
+    }
+}
+
+impl Drop for EalGuard {
+    fn drop(&mut self) {
+        state().live -= 1;
+    }
+}
+
+fn not_up(op: &str) -> DpdkError {
+    DpdkError::other(op, "the EAL is not initialised (or was cleaned up)")
+}
+
+/// Runs `f` while the EAL is up, holding it up (and keeping other launches out) until
+/// `f` returns; an error naming `op` when it is not up.
+pub(super) fn while_up<R>(
+    op: &str,
+    f: impl FnOnce() -> Result<R, DpdkError>,
+) -> Result<R, DpdkError> {
+    let s = state();
+    if !s.up {
+        return Err(not_up(op));
+    }
+    let result = f();
+    drop(s);
+    result
+}
+
 /// The DPDK Environment Abstraction Layer. `rte_eal_init` may run once per process, so
-/// `Eal::init` succeeds once; dropping the `Eal` runs `rte_eal_cleanup`. Drop every port,
-/// ring and mempool before the `Eal`, and stop every job launched on a worker lcore
-/// ([`LcoreJobs`](super::LcoreJobs)): with one still running the cleanup is skipped.
+/// `Eal::init` succeeds once; dropping the `Eal` runs `rte_eal_cleanup`, unless a port,
+/// ring or mempool is still alive or a job launched on a worker lcore still runs
+/// ([`LcoreJobs`](super::LcoreJobs)): then the cleanup is skipped (with a log line),
+/// since the survivors still use the EAL's memory and devices.
 pub struct Eal {
     /// `/var/run/dpdk/<file-prefix>`: the EAL creates it and `rte_eal_cleanup` leaves
     /// it behind, so we remove it on drop.
@@ -40,6 +101,7 @@ impl Eal {
         if rc < 0 {
             return Err(DpdkError::from_code("rte_eal_init", rc));
         }
+        state().up = true;
         log::info!("EAL up: {}", args.join(" "));
         // SAFETY: returns a pointer to a static string inside the EAL, valid after init.
         let dir = unsafe { std::ffi::CStr::from_ptr(dpdk_sys::rte_eal_get_runtime_dir()) };
@@ -75,15 +137,27 @@ impl Eal {
 
 impl Drop for Eal {
     fn drop(&mut self) {
+        // The lock is held to the end of the cleanup: no object is made and no job is
+        // launched between the checks and the cleanup.
+        let mut s = state();
         // rte_eal_cleanup waits for every worker lcore's job and has no way to tell one
         // to stop: with one still running it would never return. Their owner stops them
         // first (`LcoreJobs`); should one still run, the process is better off ending
         // without the cleanup than hanging in it.
         let running = running_worker_lcores();
-        if running.is_empty() {
-            // SAFETY: called once, after the owner dropped the objects it created; no
-            // worker lcore runs a job (checked just above), so the wait inside returns.
+        if s.live > 0 {
+            log::error!(
+                "{} DPDK objects (ports, rings, mempools) are still alive: rte_eal_cleanup \
+                 skipped (they still use the EAL's memory)",
+                s.live
+            );
+        } else if running.is_empty() {
+            // SAFETY: the EAL is up and no object built on it is alive (live == 0, and
+            // none can be made while we hold the lock); no worker lcore runs a job
+            // (checked just above, and none can be launched while we hold the lock), so
+            // the wait inside returns.
             let rc = unsafe { dpdk_sys::rte_eal_cleanup() };
+            s.up = false;
             if rc < 0 {
                 log::warn!(
                     "rte_eal_cleanup: {}",

@@ -9,8 +9,9 @@ pub type LaunchError = DpdkError;
 type Job = Box<dyn FnOnce() -> i32 + Send>;
 
 extern "C" fn trampoline(arg: *mut c_void) -> c_int {
-    // SAFETY: arg is the Box<Job> leaked by launch_on_lcore, handed to exactly one lcore,
-    // so we are its only owner.
+    // SAFETY: arg is the Box<Job> leaked by launch_on_lcore, handed to exactly one lcore
+    // (launches are serialised and refused unless the lcore is idle), so we are its only
+    // owner.
     let job: Box<Job> = unsafe { Box::from_raw(arg as *mut Job) };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
         Ok(rc) => rc,
@@ -21,29 +22,79 @@ extern "C" fn trampoline(arg: *mut c_void) -> c_int {
     }
 }
 
-/// Runs `job` on worker lcore `lcore` (which must be idle). Its return value comes back
-/// from `wait_lcore`.
-pub fn launch_on_lcore<F>(lcore: u32, job: F) -> Result<(), LaunchError>
-where
-    F: FnOnce() -> i32 + Send + 'static,
-{
-    let boxed: Box<Job> = Box::new(Box::new(job));
-    let raw = Box::into_raw(boxed) as *mut c_void;
-    // SAFETY: trampoline matches lcore_function_t; raw stays valid until the trampoline
-    // takes it back. On failure the lcore never runs it, so we reclaim it below.
-    let rc = unsafe { dpdk_sys::rte_eal_remote_launch(Some(trampoline), raw, lcore) };
-    if rc < 0 {
-        // SAFETY: the launch failed, so nobody else owns raw.
-        drop(unsafe { Box::from_raw(raw as *mut Job) });
-        return Err(DpdkError::from_code(format!("launch on lcore {lcore}"), rc));
+/// Refuses what the EAL's lcore calls would index out of bounds or misuse: an lcore
+/// past `RTE_MAX_LCORE`, one the EAL was not given, or the main lcore (which runs no
+/// launched job).
+fn check_worker_lcore(op: &str, lcore: u32) -> Result<(), DpdkError> {
+    if lcore >= dpdk_sys::RTE_MAX_LCORE {
+        return Err(DpdkError::other(
+            op,
+            format!(
+                "lcore {lcore} is out of range (< {})",
+                dpdk_sys::RTE_MAX_LCORE
+            ),
+        ));
+    }
+    // SAFETY: lcore < RTE_MAX_LCORE (checked above); a plain read of the EAL's lcore
+    // table, a static array.
+    if unsafe { dpdk_sys::rte_lcore_is_enabled(lcore) } == 0 {
+        return Err(DpdkError::other(
+            op,
+            format!("lcore {lcore} is not one of the EAL's lcores"),
+        ));
+    }
+    // SAFETY: a plain read of the EAL's configuration.
+    if lcore == unsafe { dpdk_sys::rte_get_main_lcore() } {
+        return Err(DpdkError::other(
+            op,
+            format!("lcore {lcore} is the main lcore, not a worker"),
+        ));
     }
     Ok(())
 }
 
-/// Waits for the job on `lcore` to finish and returns its return value.
-pub fn wait_lcore(lcore: u32) -> i32 {
-    // SAFETY: lcore ids come from the config, validated against the EAL's lcores.
-    unsafe { dpdk_sys::rte_eal_wait_lcore(lcore) }
+/// Runs `job` on worker lcore `lcore`, which must be idle. Its return value comes back
+/// from `wait_lcore`. Refused when the EAL is not up, when `lcore` is not one of its
+/// worker lcores, or when a job still runs there.
+pub fn launch_on_lcore<F>(lcore: u32, job: F) -> Result<(), LaunchError>
+where
+    F: FnOnce() -> i32 + Send + 'static,
+{
+    let op = format!("launch on lcore {lcore}");
+    // Launches are serialised (and the EAL kept up) by the EAL's lock: two threads
+    // cannot both find the lcore idle and hand it two jobs.
+    super::eal::while_up(&op, || {
+        check_worker_lcore(&op, lcore)?;
+        let boxed: Box<Job> = Box::new(Box::new(job));
+        let raw = Box::into_raw(boxed) as *mut c_void;
+        // SAFETY: trampoline matches lcore_function_t; lcore is an enabled worker lcore
+        // (checked above, so its lcore_config entry exists); raw stays valid until the
+        // trampoline takes it back, or is reclaimed or leaked below.
+        let rc = unsafe { dpdk_sys::rte_eal_remote_launch(Some(trampoline), raw, lcore) };
+        if rc >= 0 {
+            return Ok(());
+        }
+        if rc == -libc::EBUSY {
+            // SAFETY: -EBUSY is returned before the job is handed over (the lcore was
+            // not idle), so nobody else owns raw.
+            drop(unsafe { Box::from_raw(raw as *mut Job) });
+        } else {
+            // Any other failure (-EPIPE) may come after the wake-up was sent: the lcore
+            // may run the job and free it, so it is leaked here rather than freed twice.
+            log::error!("launch on lcore {lcore} failed after the hand-over: job leaked");
+        }
+        Err(DpdkError::from_code(op.clone(), rc))
+    })
+}
+
+/// Waits for the job on worker lcore `lcore` to finish and returns its return value
+/// (0 at once when the lcore runs nothing). Refused for an lcore that is not one of the
+/// EAL's worker lcores.
+pub fn wait_lcore(lcore: u32) -> Result<i32, DpdkError> {
+    check_worker_lcore(&format!("wait for lcore {lcore}"), lcore)?;
+    // SAFETY: lcore is an enabled worker lcore (checked above); the wait only reads its
+    // lcore_config entry, which any thread may do.
+    Ok(unsafe { dpdk_sys::rte_eal_wait_lcore(lcore) })
 }
 
 /// The jobs one owner launched on worker lcores, and the flag that tells them to
@@ -90,7 +141,13 @@ impl LcoreJobs {
         self.stop.store(true, Ordering::SeqCst);
         self.running
             .drain(..)
-            .map(|lcore| (lcore, wait_lcore(lcore)))
+            .map(|lcore| {
+                let rc = wait_lcore(lcore).unwrap_or_else(|e| {
+                    log::error!("{e}");
+                    -1
+                });
+                (lcore, rc)
+            })
             .collect()
     }
 }

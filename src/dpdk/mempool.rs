@@ -1,3 +1,4 @@
+use super::eal::EalGuard;
 use super::error::DpdkError;
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -121,10 +122,14 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
-/// A packet-buffer pool (`rte_pktmbuf_pool_create`). Dropping it frees the pool: every
-/// mbuf taken from it must have been returned first (ports stopped, rings drained).
+/// A packet-buffer pool (`rte_pktmbuf_pool_create`). Dropping it frees the pool when
+/// every mbuf taken from it is back; with some still out (in a burst, a ring, a
+/// device's queue) it is leaked instead, with a log line, since they still point into
+/// it. A port keeps the pool its RX queues refill from alive (it holds an `Arc`).
 pub struct Mempool {
     raw: NonNull<dpdk_sys::rte_mempool>,
+    /// Keeps the EAL up while the pool exists; forgotten when the pool is leaked.
+    eal: Option<EalGuard>,
 }
 
 // SAFETY: rte_mempool is designed for concurrent use from many lcores (per-lcore caches
@@ -137,8 +142,16 @@ impl Mempool {
     /// `count` mbufs of `data_room` bytes each (+ headroom); `count` should be 2^k - 1.
     pub fn new(name: &str, count: u32, cache: u32, data_room: u16) -> Result<Self, DpdkError> {
         let c = CString::new(name).map_err(|_| DpdkError::other("mempool", "NUL in name"))?;
-        let room = data_room + dpdk_sys::RTE_PKTMBUF_HEADROOM as u16;
-        // SAFETY: c is a valid name; the EAL is initialised (callers hold an Eal).
+        let room = data_room
+            .checked_add(dpdk_sys::RTE_PKTMBUF_HEADROOM as u16)
+            .ok_or_else(|| {
+                DpdkError::other(
+                    format!("mempool {name}"),
+                    format!("a data room of {data_room} bytes plus the headroom exceeds 65535"),
+                )
+            })?;
+        let eal = EalGuard::acquire(&format!("mempool {name}"))?;
+        // SAFETY: c is a valid name; the EAL is up (eal holds it up).
         let raw = unsafe {
             dpdk_sys::rte_pktmbuf_pool_create(
                 c.as_ptr(),
@@ -150,7 +163,10 @@ impl Mempool {
             )
         };
         NonNull::new(raw)
-            .map(|raw| Mempool { raw })
+            .map(|raw| Mempool {
+                raw,
+                eal: Some(eal),
+            })
             .ok_or_else(|| DpdkError::from_code(format!("rte_pktmbuf_pool_create({name})"), 0))
     }
 
@@ -173,7 +189,20 @@ impl Mempool {
 
 impl Drop for Mempool {
     fn drop(&mut self) {
-        // SAFETY: we own the pool; callers returned its mbufs (documented contract).
+        // Only this handle can take mbufs from the pool (ports that refill from it hold
+        // it alive), and it is going: once every mbuf is seen back, none goes out again.
+        let out = self.in_use();
+        if out > 0 {
+            log::warn!(
+                "mempool {:p}: {out} mbufs still out; the pool is leaked, not freed",
+                self.raw
+            );
+            // The mbufs out still point into the pool: the EAL's memory must stay.
+            std::mem::forget(self.eal.take());
+            return;
+        }
+        // SAFETY: we own the pool, every mbuf is back in it (checked above) and nothing
+        // else can take one; the EAL is up (our guard drops after this).
         unsafe { dpdk_sys::rte_mempool_free(self.raw.as_ptr()) }
     }
 }
@@ -205,6 +234,15 @@ mod tests {
                 pool.total()
             );
         }
+    }
+
+    /// Refused before any DPDK call: no EAL is needed to see it.
+    #[test]
+    fn a_data_room_that_overflows_with_the_headroom_is_refused() {
+        let err = Mempool::new("overflow", 63, 0, u16::MAX)
+            .err()
+            .expect("a data room of 65535 leaves no place for the headroom");
+        assert!(err.message.contains("exceeds 65535"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! The thin, owning layer over DPDK. Every DPDK object has one Rust owner whose `Drop`
-//! releases it; per-lcore objects (`RxQueue`, `TxQueue`) are `Send` but not `Sync`, so
-//! the type system keeps a queue on one lcore. Packet bytes are reached through mbuf
-//! fields read from Rust, never through a per-packet FFI call.
+//! The thin, owning layer over DPDK. Every DPDK object is released by the `Drop` of its
+//! last Rust owner (a port shares its device with its queue handles, a ring port its
+//! rings with its pair, a pool with the ports that refill from it), and nothing is
+//! built before the EAL is up or left alive by its cleanup; per-lcore objects
+//! (`RxQueue`, `TxQueue`) are `Send` but not `Sync`, so the type system keeps a queue on
+//! one lcore. Packet bytes are reached through mbuf fields read from Rust, never through
+//! a per-packet FFI call.
 mod burst;
 mod eal;
 mod error;

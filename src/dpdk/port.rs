@@ -1,9 +1,13 @@
 use super::burst::{Burst, BURST_SIZE};
+use super::eal::EalGuard;
 use super::error::{check, DpdkError};
 use super::mempool::Mempool;
+use super::ring::PairRings;
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// How to set up a port.
 #[derive(Debug, Clone, Default)]
@@ -49,16 +53,63 @@ pub struct PortStats {
     pub rx_nombuf: u64,
 }
 
-/// An ethdev port. Dropping it stops and closes the device. Queues handed out by
-/// `take_queues` must no longer be polled when the port drops.
+/// Which ethdevs a [`Port`] owns: one owner per device, so that each queue has one
+/// handle.
+static CLAIMED: [AtomicBool; dpdk_sys::RTE_MAX_ETHPORTS as usize] =
+    [const { AtomicBool::new(false) }; dpdk_sys::RTE_MAX_ETHPORTS as usize];
+
+/// An ethdev port, the one owner of its device (a second `Port` for the same ethdev is
+/// refused). Its queue handles (`take_queues`) share the device with it: while one is
+/// alive the port is not stopped or reconfigured under it, and the device is stopped
+/// and closed when the port and all its queue handles are gone. Control calls are not
+/// thread-safe in DPDK, so a port is `Send` but not `Sync`.
 pub struct Port {
+    shared: Arc<PortShared>,
     id: u16,
     queues: u16,
     configured: bool,
-    started: bool,
     queues_taken: bool,
     /// The configured MAC when the device cannot take it (net_ring): `mac()` returns it.
     software_mac: Option<[u8; 6]>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+/// What a port and its queue handles share; the last of them to go closes the device.
+struct PortShared {
+    id: u16,
+    started: AtomicBool,
+    /// The rings of a ring port ([`RingPortPair`](super::RingPortPair)): the device
+    /// points at them, so they are freed only after it is closed.
+    _rings: Option<Arc<PairRings>>,
+    /// Every pool an RX queue of the device was set up on: it refills from them until it
+    /// is closed. Dropped after the rings, which return their mbufs to them.
+    rx_pools: Vec<Arc<Mempool>>,
+    _eal: EalGuard,
+}
+
+impl Drop for PortShared {
+    fn drop(&mut self) {
+        if *self.started.get_mut() {
+            // SAFETY: the port and every queue handle are gone, so nothing polls it.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_stop(self.id) };
+            if rc < 0 {
+                log::warn!(
+                    "{}",
+                    DpdkError::from_code(format!("rte_eth_dev_stop(port {})", self.id), rc)
+                );
+            }
+        }
+        // SAFETY: the port is stopped and nothing polls or configures it any more (the
+        // port and every queue handle are gone); its rings and pools outlive the call.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
+        if rc < 0 {
+            log::warn!(
+                "{}",
+                DpdkError::from_code(format!("close port {}", self.id), rc)
+            );
+        }
+        CLAIMED[usize::from(self.id)].store(false, Ordering::Release);
+    }
 }
 
 /// The limits a device reports for the settings Sluice gives it, read before they are
@@ -90,16 +141,53 @@ fn max_mtu(device_max_mtu: u16, max_rx_pktlen: u32) -> u16 {
 }
 
 impl Port {
-    /// Takes ownership of ethdev `id` (probed by the EAL or created from rings).
-    pub fn new(id: u16) -> Port {
-        Port {
+    /// Takes ownership of ethdev `id` (probed by the EAL). Refused when the EAL is not
+    /// up, when no such ethdev exists, or when another `Port` owns it.
+    pub fn new(id: u16) -> Result<Port, DpdkError> {
+        Port::claim(id, None)
+    }
+
+    /// As `new`, for a ring port whose device points at `rings`.
+    pub(super) fn claim(id: u16, rings: Option<Arc<PairRings>>) -> Result<Port, DpdkError> {
+        let op = format!("port {id}");
+        let eal = EalGuard::acquire(&op)?;
+        let claim = CLAIMED
+            .get(usize::from(id))
+            .ok_or_else(|| DpdkError::other(op.as_str(), "port id out of range"))?;
+        if claim.swap(true, Ordering::AcqRel) {
+            return Err(DpdkError::other(op, "already owned by another Port"));
+        }
+        // SAFETY: a plain query; the EAL is up (eal holds it up).
+        if unsafe { dpdk_sys::rte_eth_dev_is_valid_port(id) } == 0 {
+            claim.store(false, Ordering::Release);
+            return Err(DpdkError::other(op, "no such ethdev"));
+        }
+        Ok(Port {
+            shared: Arc::new(PortShared {
+                id,
+                started: AtomicBool::new(false),
+                _rings: rings,
+                rx_pools: Vec::new(),
+                _eal: eal,
+            }),
             id,
             queues: 0,
             configured: false,
-            started: false,
             queues_taken: false,
             software_mac: None,
-        }
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Refuses `op` while a queue handle of this port is alive (a lcore may poll it).
+    fn check_no_queue_handles(&mut self, op: &str) -> Result<&mut PortShared, DpdkError> {
+        let id = self.id;
+        Arc::get_mut(&mut self.shared).ok_or_else(|| {
+            DpdkError::other(
+                format!("{op} (port {id})"),
+                "its queue handles are still alive (drop them first)",
+            )
+        })
     }
 
     pub fn id(&self) -> u16 {
@@ -160,13 +248,19 @@ impl Port {
             .into_owned()
     }
 
-    /// Configures queues, RSS, MTU and MAC, and sets up every RX queue on `pool`.
-    pub fn configure(&mut self, s: &PortSettings, pool: &Mempool) -> Result<(), DpdkError> {
-        if self.started {
+    /// Configures queues, RSS, MTU and MAC, and sets up every RX queue on `pool`, which
+    /// the port keeps alive while the device may refill from it. Refused while the port
+    /// runs or a queue handle of it is alive.
+    pub fn configure(&mut self, s: &PortSettings, pool: &Arc<Mempool>) -> Result<(), DpdkError> {
+        let shared = self.check_no_queue_handles("port configure")?;
+        if *shared.started.get_mut() {
             return Err(DpdkError::other(
                 "port configure",
                 "port is running; stop it first",
             ));
+        }
+        if !shared.rx_pools.iter().any(|p| Arc::ptr_eq(p, pool)) {
+            shared.rx_pools.push(pool.clone());
         }
         let info = self.info()?;
         if s.queues == 0 || s.queues > info.max_rx_queues || s.queues > info.max_tx_queues {
@@ -257,7 +351,7 @@ impl Port {
         let socket = if socket < 0 { 0 } else { socket as u32 };
         for q in 0..s.queues {
             // SAFETY: queue q < configured count; a null rx_conf means device defaults;
-            // pool outlives the port by the daemon's drop order.
+            // the port keeps pool alive until the device is closed (rx_pools).
             check(&format!("rx queue {q} setup on port {}", self.id), unsafe {
                 dpdk_sys::rte_eth_rx_queue_setup(
                     self.id,
@@ -275,6 +369,9 @@ impl Port {
         }
         self.queues = s.queues;
         self.configured = true;
+        // No handle of the old queues is alive (checked above): the new ones may be
+        // handed out.
+        self.queues_taken = false;
         Ok(())
     }
 
@@ -286,22 +383,27 @@ impl Port {
         check(&format!("rte_eth_dev_start(port {})", self.id), unsafe {
             dpdk_sys::rte_eth_dev_start(self.id)
         })?;
-        self.started = true;
+        self.shared.started.store(true, Ordering::Relaxed);
         Ok(())
     }
 
+    /// Stops the device. Refused while a queue handle of the port is alive.
     pub fn stop(&mut self) -> Result<(), DpdkError> {
-        if self.started {
-            // SAFETY: started port; no lcore polls it any more (caller's contract).
-            check(&format!("rte_eth_dev_stop(port {})", self.id), unsafe {
-                dpdk_sys::rte_eth_dev_stop(self.id)
+        if self.shared.started.load(Ordering::Relaxed) {
+            let id = self.id;
+            let shared = self.check_no_queue_handles("port stop")?;
+            // SAFETY: started port; no queue handle is alive (checked just above, and
+            // none can be made while we hold &mut self), so nothing polls it.
+            check(&format!("rte_eth_dev_stop(port {id})"), unsafe {
+                dpdk_sys::rte_eth_dev_stop(id)
             })?;
-            self.started = false;
+            *shared.started.get_mut() = false;
         }
         Ok(())
     }
 
-    /// Hands out the queue tokens, once: one (RX, TX) pair per queue index.
+    /// Hands out the queue tokens, once per configuration: one (RX, TX) pair per queue
+    /// index.
     pub fn take_queues(&mut self) -> Result<Vec<(RxQueue, TxQueue)>, DpdkError> {
         if !self.configured || self.queues_taken {
             return Err(DpdkError::other(
@@ -316,11 +418,13 @@ impl Port {
                     RxQueue {
                         port: self.id,
                         queue: q,
+                        _device: self.shared.clone(),
                         _one_lcore: PhantomData,
                     },
                     TxQueue {
                         port: self.id,
                         queue: q,
+                        _device: self.shared.clone(),
                         _one_lcore: PhantomData,
                     },
                 )
@@ -490,27 +594,13 @@ impl Port {
     }
 }
 
-impl Drop for Port {
-    fn drop(&mut self) {
-        if let Err(e) = self.stop() {
-            log::warn!("{e}");
-        }
-        // SAFETY: the port is stopped and no queue is polled any more.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
-        if rc < 0 {
-            log::warn!(
-                "{}",
-                DpdkError::from_code(format!("close port {}", self.id), rc)
-            );
-        }
-    }
-}
-
 /// The right to receive on one queue of one port. `Send` (it moves to its lcore once)
 /// but not `Sync`: DPDK queues are not thread-safe, so exactly one lcore polls each.
+/// It keeps the device open (and its port from stopping or reconfiguring it).
 pub struct RxQueue {
     port: u16,
     queue: u16,
+    _device: Arc<PortShared>,
     _one_lcore: PhantomData<Cell<()>>,
 }
 
@@ -527,7 +617,8 @@ impl RxQueue {
     pub fn rx(&mut self, burst: &mut Burst) -> usize {
         let room = BURST_SIZE - burst.len();
         // SAFETY: the destination slots are inside the burst's array; this token is the
-        // only poller of (port, queue); the burst owns what DPDK hands back.
+        // only poller of (port, queue) (one Port per device, one handle per queue), and
+        // keeps the device open and configured; the burst owns what DPDK hands back.
         unsafe {
             let dst = burst.storage().add(burst.len());
             let n = dpdk_sys::rte_eth_rx_burst(self.port, self.queue, dst, room as u16) as usize;
@@ -541,6 +632,7 @@ impl RxQueue {
 pub struct TxQueue {
     port: u16,
     queue: u16,
+    _device: Arc<PortShared>,
     _one_lcore: PhantomData<Cell<()>>,
 }
 
@@ -560,7 +652,8 @@ impl TxQueue {
             return 0;
         }
         // SAFETY: the first len slots are owned mbufs; DPDK takes ownership of the first
-        // n it returns, which we then forget with consume_front.
+        // n it returns, which we then forget with consume_front; this token is the only
+        // user of (port, queue) and keeps the device open and configured.
         let n = unsafe {
             dpdk_sys::rte_eth_tx_burst(self.port, self.queue, burst.storage(), burst.len() as u16)
         } as usize;
@@ -571,7 +664,7 @@ impl TxQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::max_mtu;
+    use super::*;
 
     /// As devices report themselves in DPDK 22.11 (`rte_eth_dev_info`).
     #[test]
@@ -587,5 +680,22 @@ mod tests {
         // Nothing reported: nothing to check against.
         assert_eq!(max_mtu(0, 0), 0);
         assert_eq!(max_mtu(1500, 0), 1500);
+    }
+
+    /// DPDK's ethdev control calls are not thread-safe: a `Port` moves between threads
+    /// but is never shared by two. (A compile-time check: were `Port` `Sync`, both
+    /// impls below would apply and the call would be ambiguous.)
+    #[test]
+    fn a_port_is_send_but_not_sync() {
+        trait AmbiguousIfSync<A> {
+            fn check() {}
+        }
+        impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+        impl<T: ?Sized + Sync> AmbiguousIfSync<u8> for T {}
+        <Port as AmbiguousIfSync<_>>::check();
+        fn send<T: Send>() {}
+        send::<Port>();
+        send::<RxQueue>();
+        send::<TxQueue>();
     }
 }

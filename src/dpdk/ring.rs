@@ -1,5 +1,7 @@
 use super::burst::{Burst, BURST_SIZE};
+use super::eal::EalGuard;
 use super::error::{check, DpdkError};
+use super::port::Port;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::marker::PhantomData;
@@ -21,6 +23,7 @@ use std::sync::Arc;
 /// dropped.
 pub struct PacketRing {
     raw: NonNull<dpdk_sys::rte_ring>,
+    _eal: EalGuard,
 }
 
 // SAFETY: the ring itself is only reached through its ends, which enforce the
@@ -94,11 +97,13 @@ impl PacketRing {
 
     fn create(name: &str, size: u32, flags: u32) -> Result<Self, DpdkError> {
         let c = CString::new(name).map_err(|_| DpdkError::other("ring", "NUL in name"))?;
-        // SAFETY: valid name; the flags match what the constructors document.
+        let eal = EalGuard::acquire(&format!("ring {name}"))?;
+        // SAFETY: valid name; the flags match what the constructors document; the EAL
+        // is up (eal holds it up).
         let raw =
             unsafe { dpdk_sys::rte_ring_create(c.as_ptr(), size, dpdk_sys::SOCKET_ID_ANY, flags) };
         NonNull::new(raw)
-            .map(|raw| PacketRing { raw })
+            .map(|raw| PacketRing { raw, _eal: eal })
             .ok_or_else(|| DpdkError::from_code(format!("rte_ring_create({name})"), 0))
     }
 
@@ -200,11 +205,15 @@ impl Drop for PacketRing {
 
 /// Two ethdev ports joined back to back by rings (`rte_eth_from_rings`): what one
 /// transmits on queue q, the other receives on queue q. The in-process wire between
-/// Sluice and the peer emulator or traffic generator.
+/// Sluice and the peer emulator or traffic generator. Each port holds the rings alive,
+/// so they are freed only once both devices, which point at them, are closed.
 pub struct RingPortPair {
-    pub a: u16,
-    pub b: u16,
-    // Rings outlive the ports built on them: drop the Ports first (the daemon does).
+    pub a: Port,
+    pub b: Port,
+}
+
+/// The rings of a [`RingPortPair`], shared by its two ports.
+pub(super) struct PairRings {
     _a_to_b: Vec<PacketRing>,
     _b_to_a: Vec<PacketRing>,
 }
@@ -222,16 +231,19 @@ impl RingPortPair {
                 })
                 .collect()
         };
-        let a_to_b = mk("ab")?;
-        let b_to_a = mk("ba")?;
+        let (a_to_b, b_to_a) = (mk("ab")?, mk("ba")?);
         let ptrs = |v: &[PacketRing]| v.iter().map(|r| r.raw.as_ptr()).collect::<Vec<_>>();
         let (ab, ba) = (ptrs(&a_to_b), ptrs(&b_to_a));
+        let rings = Arc::new(PairRings {
+            _a_to_b: a_to_b,
+            _b_to_a: b_to_a,
+        });
         let make_port =
             |suffix: &str, rx: &[*mut dpdk_sys::rte_ring], tx: &[*mut dpdk_sys::rte_ring]| {
                 let n = CString::new(format!("{name}_{suffix}"))
                     .map_err(|_| DpdkError::other("ring port", "NUL in name"))?;
-                // SAFETY: rx/tx hold `queues` live rings each, which outlive the port (kept
-                // in this struct); the name is a valid C string.
+                // SAFETY: rx/tx hold `queues` live rings each, which the port made below
+                // holds alive until its device is closed; the name is a valid C string.
                 let rc = unsafe {
                     dpdk_sys::rte_eth_from_rings(
                         n.as_ptr(),
@@ -242,15 +254,16 @@ impl RingPortPair {
                         0,
                     )
                 };
-                check(&format!("rte_eth_from_rings({name}_{suffix})"), rc).map(|id| id as u16)
+                let id = check(&format!("rte_eth_from_rings({name}_{suffix})"), rc)? as u16;
+                Port::claim(id, Some(rings.clone())).inspect_err(|_| {
+                    // Unowned, the device is never closed and keeps pointing at the
+                    // rings: they must never be freed.
+                    std::mem::forget(rings.clone());
+                })
             };
+        // Should b fail, a drops here: its device is closed before the rings go.
         let a = make_port("a", &ba, &ab)?;
         let b = make_port("b", &ab, &ba)?;
-        Ok(RingPortPair {
-            a,
-            b,
-            _a_to_b: a_to_b,
-            _b_to_a: b_to_a,
-        })
+        Ok(RingPortPair { a, b })
     }
 }

@@ -25,9 +25,13 @@ fn mapped_len(layout: Layout) -> usize {
 /// sessions then each fault in a new 2 MiB page (measured: ~5 ms of kernel time
 /// apiece on a VM, ~200 ms for a burst of 100 new connections, long enough for a
 /// worker to miss sending or reading VRRP adverts at a 100 ms interval).
-fn prefault(start: *mut u8, len: usize) {
+///
+/// # Safety
+/// `start..start + len` is writable memory of one fresh anonymous mapping that holds
+/// zeros and that nothing else references yet.
+unsafe fn prefault(start: *mut u8, len: usize) {
     for offset in (0..len).step_by(4096) {
-        // SAFETY: inside the mapping of `len` bytes just made; the byte is zero (fresh
+        // SAFETY: inside the `len` bytes the caller vouches for; the byte is zero (fresh
         // anonymous memory) and nobody else holds the block yet.
         unsafe { std::ptr::write_volatile(start.add(offset), 0) };
     }
@@ -77,7 +81,9 @@ unsafe impl Allocator for HugePageAlloc {
             // Advice only: failure (THP disabled) leaves ordinary pages.
             libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
         }
-        prefault(aligned as *mut u8, len);
+        // SAFETY: `aligned..aligned + len` is the part of the fresh anonymous mapping
+        // kept above, zero-filled, and not yet handed to anyone.
+        unsafe { prefault(aligned as *mut u8, len) };
         let ptr = NonNull::new(aligned as *mut u8).ok_or(AllocError)?;
         Ok(NonNull::slice_from_raw_parts(ptr, len))
     }

@@ -49,7 +49,7 @@ pub fn send_frame(tx: &mut TxQueue, pool: &Mempool, frame: &[u8]) {
 }
 
 /// The appliance's port (MAC `LB_MAC`) and the peer's, both started, one queue each.
-pub fn ring_ports(pair: &RingPortPair, pool: &Mempool) -> (Port, Port) {
+pub fn ring_ports(pair: RingPortPair, pool: &Arc<Mempool>) -> (Port, Port) {
     let settings = PortSettings {
         queues: 1,
         rx_desc: 256,
@@ -57,10 +57,12 @@ pub fn ring_ports(pair: &RingPortPair, pool: &Mempool) -> (Port, Port) {
         mac: Some(LB_MAC),
         ..Default::default()
     };
-    let mut lb = Port::new(pair.a);
+    let RingPortPair {
+        a: mut lb,
+        b: mut peer,
+    } = pair;
     lb.configure(&settings, pool).unwrap();
     lb.start().unwrap();
-    let mut peer = Port::new(pair.b);
     peer.configure(
         &PortSettings {
             mac: None,
