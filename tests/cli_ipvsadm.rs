@@ -461,6 +461,37 @@ fn the_daemon_answers_within_100_ms_beside_1000_idle_and_20_slowloris_clients() 
     daemon.stop_clean();
 }
 
+/// `-t`/`-u` narrow a JSON listing as they narrow the text: one service, or none with
+/// "No such service" and exit 1 (a script asking for one service must not read
+/// another's counters).
+#[test]
+fn a_json_listing_is_narrowed_to_its_service_as_the_text_is() {
+    let daemon = daemon();
+    for args in [
+        &["-L", "-n", "-u", "198.18.1.2:53"][..],
+        &["-L", "-n", "--stats", "-u", "198.18.1.2:53"],
+        &["-L", "-n", "--rate", "-u", "198.18.1.2:53"],
+    ] {
+        let json = ok_json(&daemon, args);
+        let services = json["services"].as_array().expect("services");
+        assert_eq!(services.len(), 1, "{args:?}: {json:#}");
+        assert_eq!(
+            (
+                &services[0]["proto"],
+                &services[0]["vip"],
+                &services[0]["port"]
+            ),
+            (&"udp".into(), &"198.18.1.2".into(), &53.into()),
+            "{args:?}: {json:#}"
+        );
+    }
+    let out = daemon.ctl(&["--json", "-L", "-n", "-t", "198.18.1.99:80"]);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(out.stdout.is_empty(), "{}", out.describe());
+    assert!(out.stderr.contains("No such service"), "{}", out.describe());
+    daemon.stop_clean();
+}
+
 #[test]
 fn timeouts_are_set_and_shown_as_ipvsadm_does() {
     let daemon = daemon();

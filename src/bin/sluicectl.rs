@@ -506,6 +506,26 @@ fn listed(
     })
 }
 
+/// A listing's JSON as `-t`/`-u`/`-f` narrows it, as [`listed`] narrows the text:
+/// only that service, or "No such service" (exit 1) when there is none.
+fn narrowed(
+    listing: &ipvsadm::Listing,
+    mut result: serde_json::Value,
+) -> Result<serde_json::Value, Failure> {
+    let (Some(only), Some(services)) = (
+        listing.only,
+        result.get_mut("services").and_then(|s| s.as_array_mut()),
+    ) else {
+        return Ok(result);
+    };
+    let (proto, vip) = (only.proto.name().to_lowercase(), only.vip.to_string());
+    services.retain(|s| s["proto"] == proto && s["vip"] == vip && s["port"] == only.port);
+    if services.is_empty() {
+        return Err(Failure::listing(NO_SUCH_SERVICE));
+    }
+    Ok(result)
+}
+
 /// ipvsadm's words (libipvs `ipvs_strerror`) for the daemon's refusals.
 const NO_SUCH_SERVICE: &str = "No such service";
 
@@ -1346,6 +1366,10 @@ fn run(options: &Options, ipvsadm_mode: bool) -> Result<String, Failure> {
         }
     };
     if options.json {
+        let result = match &options.command {
+            Command::Ipvsadm(c) => narrowed(&c.listing, result)?,
+            _ => result,
+        };
         let mut text = serde_json::to_string_pretty(&result).map_err(|error| error.to_string())?;
         text.push('\n');
         Ok(text)
