@@ -278,6 +278,22 @@ fn a_dead_server_is_evicted_in_bounded_time_gets_nothing_and_is_restored() {
         listed["weight"], 1,
         "eviction never changes the weight: {listed}"
     );
+    // ipvsadm's table keeps the weight and has no column for it: a note on stderr
+    // names the evicted server, stdout stays ipvsadm's.
+    let table = daemon.ctl(&["-L", "-n"]).expect_success("sluicectl -L -n");
+    let note = format!("TCP {VIP}:80 -> {rs2}:{HTTP_PORT}");
+    assert!(
+        table.stderr.contains("note: 1 real server(s) evicted by health checking")
+            && table.stderr.contains(&note)
+            && table.stderr.lines().count() == 1,
+        "{}",
+        table.describe()
+    );
+    assert!(
+        table.stdout.starts_with("IP Virtual Server version") && !table.stdout.contains("note"),
+        "{}",
+        table.describe()
+    );
 
     // 300 new connections: every one answered, none sent to rs2.
     let conns_before = rs_connections(&daemon, 80, &rs2);

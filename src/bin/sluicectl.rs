@@ -1374,8 +1374,55 @@ fn run(options: &Options, ipvsadm_mode: bool) -> Result<String, Failure> {
         text.push('\n');
         Ok(text)
     } else {
-        options.command.render(result)
+        let evicted = match &options.command {
+            Command::Ipvsadm(c) if !ipvsadm_mode => evicted_note(c, &result),
+            _ => None,
+        };
+        let text = options.command.render(result)?;
+        if let Some(note) = evicted {
+            report_error(&note, false);
+        }
+        Ok(text)
     }
+}
+
+/// For a service listing (`-L -n`, `--stats`, `--rate`), the real servers health
+/// checking has evicted, as one line for stderr. ipvsadm's layout has no column for
+/// it and keeps each server's configured weight, so the table alone reads "all
+/// well" where keepalived would have taken the server out; the note, on stderr,
+/// leaves the pipelines that read stdout as they are. Called as ipvsadm: nothing.
+fn evicted_note(c: &ipvsadm::Command, result: &serde_json::Value) -> Option<String> {
+    if !matches!(
+        c.output,
+        ipvsadm::Output::List { .. } | ipvsadm::Output::Rates
+    ) {
+        return None;
+    }
+    let report: ServicesReport = serde_json::from_value(result.clone()).ok()?;
+    let shown = |s: &ServiceStatus| {
+        c.listing.only.is_none_or(|only| {
+            s.proto == only.proto.name().to_lowercase()
+                && s.vip == only.vip.to_string()
+                && s.port == only.port
+        })
+    };
+    let evicted: Vec<String> = (report.services.iter().filter(|s| shown(s)))
+        .flat_map(|s| {
+            let service = sluice::control::render::endpoint(&s.vip, s.port);
+            (s.real_servers.iter().filter(|r| r.evicted)).map(move |r| {
+                let server = sluice::control::render::endpoint(&r.ip, r.port);
+                format!("{} {service} -> {server}", s.proto.to_uppercase())
+            })
+        })
+        .collect();
+    (!evicted.is_empty()).then(|| {
+        format!(
+            "note: {} real server(s) evicted by health checking take no new connections \
+             (listed with their configured weight): {}; see `sluicectl health`",
+            evicted.len(),
+            evicted.join(", ")
+        )
+    })
 }
 
 /// Prints the message as exactly one line: `sluicectl: <message>`, or, called as
