@@ -749,6 +749,16 @@ fn reload_applies_the_config_files_difference() {
     );
     assert!(ok(&daemon, &["reload"]).starts_with("reloaded: 0 change(s)"));
     assert!(ok(&daemon, &["events"]).contains("op=reload"));
+    // Health checks turned on, then off: each reload changes one thing, and says so.
+    let checked = format!(
+        "{cfg}
+[health]
+check = \"tcp\"\ninterval_ms = 3000\n"
+    );
+    for text in [&checked, &cfg] {
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(ok(&daemon, &["reload"]), "reloaded: 1 change(s) applied\n");
+    }
     // What only a restart applies is not applied, and the answer says so.
     std::fs::write(&path, format!("{cfg}\n[sessions]\ncapacity = 4096\n")).unwrap();
     assert_eq!(

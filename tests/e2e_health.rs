@@ -283,7 +283,9 @@ fn a_dead_server_is_evicted_in_bounded_time_gets_nothing_and_is_restored() {
     let table = daemon.ctl(&["-L", "-n"]).expect_success("sluicectl -L -n");
     let note = format!("TCP {VIP}:80 -> {rs2}:{HTTP_PORT}");
     assert!(
-        table.stderr.contains("note: 1 real server(s) evicted by health checking")
+        table
+            .stderr
+            .contains("note: 1 real server(s) evicted by health checking")
             && table.stderr.contains(&note)
             && table.stderr.lines().count() == 1,
         "{}",

@@ -1578,8 +1578,16 @@ impl Registry {
         // Only once the services took the file: a refused reload changes nothing.
         // Health settings apply from the next tick (the probe source and ports stay
         // until a restart: the workers were told them at start).
-        self.health
-            .reconfigure(cfg.health.clone(), cfg.health_overrides());
+        let count_one = |answer: &mut serde_json::Value| {
+            let applied = answer["applied"].as_u64().unwrap_or(0);
+            answer["applied"] = serde_json::json!(applied + 1);
+        };
+        if self
+            .health
+            .reconfigure(cfg.health.clone(), cfg.health_overrides())
+        {
+            count_one(&mut answer);
+        }
         if let (Some(node), Some(v)) = (&mut self.vrrp, &cfg.vrrp) {
             let now_ms = self.started.elapsed().as_millis() as u64;
             let addrs = self.services.virtual_addresses();
@@ -1594,8 +1602,7 @@ impl Registry {
                 &mut send,
             ) {
                 self.services.record(line);
-                let applied = answer["applied"].as_u64().unwrap_or(0);
-                answer["applied"] = serde_json::json!(applied + 1);
+                count_one(&mut answer);
             }
         }
         if !needs_restart.is_empty() {

@@ -186,6 +186,19 @@ pub struct HealthMonitor {
     pub stats: MonitorStats,
 }
 
+/// Whether `new` sets anything other than `old` did: a key of both with another
+/// value, or a new key with more than the defaults.
+fn settings_changed<K, V>(old: &HashMap<K, V>, new: &HashMap<K, V>) -> bool
+where
+    K: Eq + std::hash::Hash,
+    V: PartialEq + Default,
+{
+    new.iter().any(|(k, v)| match old.get(k) {
+        Some(before) => before != v,
+        None => *v != V::default(),
+    })
+}
+
 /// What a service and its real servers override, from the config.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -227,19 +240,27 @@ impl HealthMonitor {
 
     /// New settings (a config reload): every server's check is worked out again at
     /// the next tick; verdicts are kept.
-    pub fn reconfigure(&mut self, cfg: HealthConfig, overrides: Overrides) {
+    /// Returns whether a setting changed (for the reload's count of changes): the
+    /// section's, or a `health` table of a service or real server that stays (one that
+    /// comes or goes with its service or server is that one's change).
+    pub fn reconfigure(&mut self, cfg: HealthConfig, overrides: Overrides) -> bool {
         // The probes' source addresses and ports stay: the workers hand the checker
         // only answers to the ports they were told at start, so probes from other
         // ports would go unanswered and evict every real server.
-        self.cfg = HealthConfig {
+        let cfg = HealthConfig {
             source: self.cfg.source,
             source6: self.cfg.source6,
             source_ports: self.cfg.source_ports.clone(),
             ..cfg
         };
+        let changed = cfg != self.cfg
+            || settings_changed(&self.service_checks, &overrides.services)
+            || settings_changed(&self.server_checks, &overrides.servers);
+        self.cfg = cfg;
         self.service_checks = overrides.services;
         self.server_checks = overrides.servers;
         self.table_version = None;
+        changed
     }
 
     /// Probes IPv6 real servers from `sources6` (the appliance's IPv6 addresses on
