@@ -93,13 +93,19 @@ fn dpdk_objects_are_owned_and_outlive_what_points_at_them() {
     a.start().unwrap();
     b.start().unwrap();
 
-    // Not stopped nor reconfigured while a queue handle is alive.
+    // Not stopped, reconfigured or started while a queue handle is alive.
     let queues = a.take_queues().unwrap();
     let stop = a.stop().expect_err("stop with a queue handle alive");
     assert!(stop.message.contains("queue handles"), "{stop}");
     assert!(a.configure(&settings(), &pool).is_err());
     drop(queues);
     a.stop().unwrap();
+    a.configure(&settings(), &pool).unwrap();
+    let queues = a.take_queues().unwrap();
+    let start = a.start().expect_err("start with a queue handle alive");
+    assert!(start.message.contains("queue handles"), "{start}");
+    drop(queues);
+    // Queues are handed out once per configuration.
     a.configure(&settings(), &pool).unwrap();
     a.start().unwrap();
 

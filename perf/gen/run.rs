@@ -59,8 +59,8 @@ const CMD_NONE: u8 = 0;
 const CMD_MEASURE: u8 = 1;
 const CMD_QUIT: u8 = 2;
 
-/// Everything DPDK the loop uses; dropped in field order (queues' port, then the pool,
-/// then the EAL).
+/// Everything DPDK the loop uses; dropped in field order: the port, then its queue
+/// handles (the last of them closes the device), the pool, the EAL.
 struct Dpdk {
     port: Port,
     queues: Vec<(sluice::dpdk::RxQueue, sluice::dpdk::TxQueue)>,

@@ -1,19 +1,25 @@
 use super::error::{check, DpdkError};
 use std::ffi::CString;
 use std::os::raw::c_char;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 static INITIALISED: AtomicBool = AtomicBool::new(false);
 
-/// Whether the EAL is up, and how many objects built on it (pools, rings, ports) are
-/// alive. One lock orders object creation, lcore launches and the cleanup.
+/// Whether the EAL is up. One lock orders object creation, lcore launches and the
+/// cleanup; an object's end does not take it (see [`LIVE`]).
 struct EalState {
     up: bool,
-    live: usize,
 }
 
-static STATE: Mutex<EalState> = Mutex::new(EalState { up: false, live: 0 });
+static STATE: Mutex<EalState> = Mutex::new(EalState { up: false });
+
+/// How many objects built on the EAL (pools, rings, ports) are alive. Raised only under
+/// [`STATE`]'s lock, while the EAL is up; lowered without it, so that dropping an
+/// object never waits for the lock (a job refused at launch is dropped while the
+/// launch holds it). The cleanup reads it under the lock: nothing can raise it then,
+/// and a count that falls meanwhile only makes the cleanup skip needlessly.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 fn state() -> MutexGuard<'static, EalState> {
     // The state is two plain fields, consistent after any panic.
@@ -31,18 +37,18 @@ pub(super) struct EalGuard(());
 impl EalGuard {
     /// A guard, or an error naming `op` when the EAL is not up.
     pub(super) fn acquire(op: &str) -> Result<EalGuard, DpdkError> {
-        let mut s = state();
+        let s = state();
         if !s.up {
             return Err(not_up(op));
         }
-        s.live += 1;
+        LIVE.fetch_add(1, Ordering::AcqRel);
         Ok(EalGuard(()))
     }
 }
 
 impl Drop for EalGuard {
     fn drop(&mut self) {
-        state().live -= 1;
+        LIVE.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -145,14 +151,14 @@ impl Drop for Eal {
         // first (`LcoreJobs`); should one still run, the process is better off ending
         // without the cleanup than hanging in it.
         let running = running_worker_lcores();
-        if s.live > 0 {
+        let live = LIVE.load(Ordering::Acquire);
+        if live > 0 {
             log::error!(
-                "{} DPDK objects (ports, rings, mempools) are still alive: rte_eal_cleanup \
-                 skipped (they still use the EAL's memory)",
-                s.live
+                "{live} DPDK objects (ports, rings, mempools) are still alive: \
+                 rte_eal_cleanup skipped (they still use the EAL's memory)"
             );
         } else if running.is_empty() {
-            // SAFETY: the EAL is up and no object built on it is alive (live == 0, and
+            // SAFETY: the EAL is up and no object built on it is alive (LIVE read 0, and
             // none can be made while we hold the lock); no worker lcore runs a job
             // (checked just above, and none can be launched while we hold the lock), so
             // the wait inside returns.

@@ -201,8 +201,12 @@ impl Drop for Mempool {
             std::mem::forget(self.eal.take());
             return;
         }
-        // SAFETY: we own the pool, every mbuf is back in it (checked above) and nothing
-        // else can take one; the EAL is up (our guard drops after this).
+        // SAFETY: we own the pool and nothing else can take an mbuf from it; every mbuf
+        // is back in it, as far as `rte_mempool_in_use_count` can tell: it reads the
+        // other lcores' caches without synchronising with them (DPDK calls it a
+        // debugging aid), so this relies on no other thread returning mbufs of this
+        // pool while its last handle drops, as in the daemon, whose workers have
+        // stopped by then. The EAL is up (our guard drops after this).
         unsafe { dpdk_sys::rte_mempool_free(self.raw.as_ptr()) }
     }
 }

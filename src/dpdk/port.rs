@@ -262,6 +262,9 @@ impl Port {
         if !shared.rx_pools.iter().any(|p| Arc::ptr_eq(p, pool)) {
             shared.rx_pools.push(pool.clone());
         }
+        // Until this configuration is whole: a failure half-way leaves no queue to hand
+        // out from the old one.
+        self.configured = false;
         let info = self.info()?;
         if s.queues == 0 || s.queues > info.max_rx_queues || s.queues > info.max_tx_queues {
             return Err(DpdkError::other(
@@ -375,11 +378,15 @@ impl Port {
         Ok(())
     }
 
+    /// Starts the device. Refused while a queue handle is alive: starting rewrites the
+    /// burst functions an lcore polling that queue would be reading.
     pub fn start(&mut self) -> Result<(), DpdkError> {
         if !self.configured {
             return Err(DpdkError::other("port start", "port not configured"));
         }
-        // SAFETY: configured port.
+        self.check_no_queue_handles("port start")?;
+        // SAFETY: configured port; no queue handle is alive (checked just above, and
+        // none can be made while we hold &mut self), so nothing polls it meanwhile.
         check(&format!("rte_eth_dev_start(port {})", self.id), unsafe {
             dpdk_sys::rte_eth_dev_start(self.id)
         })?;
