@@ -166,8 +166,6 @@ const DEFAULT_DESC: u16 = 1024;
 const MIN_NO_HUGE_MB: u32 = 64;
 const MAX_WORKERS: usize = 64;
 const MAX_ADDRESSES: usize = 16;
-/// ipvsadm defaults to `-s wlc`; Sluice's weighted scheduler, and so its default,
-/// is wrr.
 /// `-g`, ipvsadm's default.
 const DEFAULT_MODE: ForwardMode = ForwardMode::Dr;
 const DEFAULT_WEIGHT: u32 = 1;

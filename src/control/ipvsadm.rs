@@ -1063,7 +1063,10 @@ pub fn read_words(words: Vec<String>) -> Result<RestoreLine, String> {
                      [sync] section says, docs/SYNC.md; `sluicectl sync` shows it)"
                 ))
             }
-            "-s" | "--scheduler" if next.parse::<SchedulerKind>().is_err() => {
+            // Without a value it is ipvsadm's own usage error, which `parse` reports.
+            "-s" | "--scheduler"
+                if i + 1 < words.len() && next.parse::<SchedulerKind>().is_err() =>
+            {
                 // ipvsadm takes any name here and IPVS refuses what no module
                 // provides: the line is not applied and the restore goes on.
                 return unsupported(if IPVSADM_SCHEDULERS.contains(&next.as_str()) {
@@ -1883,6 +1886,8 @@ mod tests {
         }
         // What ipvsadm itself refuses is an error.
         assert!(restore_line("-A -t").is_err());
+        let missing = restore_line("-A -t 198.18.1.1:80 -s").unwrap_err();
+        assert!(missing.contains("-s"), "{missing}");
         assert!(restore_line("-A -t 198.18.1.1:80 -w 1").is_err());
     }
 

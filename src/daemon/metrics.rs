@@ -435,7 +435,7 @@ pub fn render(
         o,
         "sluice_service_connection_skew_ratio",
         "gauge",
-        "Max over average of the real servers' connections (1 = even; sluicectl skew).",
+        "Largest share of connections a real server holds over its weight's share (1 = as weighted; sluicectl skew).",
     );
     for s in &services.services {
         let service = format!(
@@ -451,7 +451,7 @@ pub fn render(
         f.sample(
             "sluice_service_connection_skew_ratio",
             &[("service", &service)],
-            skew_pct(&conns) as f64 / 100.0,
+            skew_pct(&conns, &crate::control::render::skew_weights(s)) as f64 / 100.0,
         );
     }
 

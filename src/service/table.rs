@@ -77,6 +77,8 @@ pub enum ServiceError {
         what: &'static str,
         addr: IpAddr,
     },
+    /// A VIP on a loopback address: no packet to one comes from the wire.
+    LoopbackVip(IpAddr),
     PersistenceTimeoutZero,
     PersistenceNetmaskInvalid(Ipv4Addr),
     /// An IPv6 service's persistence prefix length (`-M`) outside 1..=128.
@@ -234,6 +236,11 @@ impl fmt::Display for ServiceError {
             ServiceError::NotUnicast { what, addr } => {
                 write!(f, "invalid {what} address {addr}: not a unicast address")
             }
+            ServiceError::LoopbackVip(addr) => write!(
+                f,
+                "invalid virtual service address {addr}: a loopback address (Sluice serves \
+                 the wire, where no packet to one comes from)"
+            ),
             ServiceError::PersistenceTimeoutZero => {
                 f.write_str("illegal timeout for persistent service: 0 (must be at least 1 s)")
             }
@@ -1095,8 +1102,9 @@ fn validate_local_address(ip: IpAddr) -> Result<(), ServiceError> {
     Err(ServiceError::BadLocalAddress { ip, why })
 }
 
-/// The rules every service meets, from the config or a command: a unicast VIP, a real
-/// port, a persistence timeout of 1 s to 31 days with a contiguous netmask.
+/// The rules every service meets, from the config or a command: a unicast VIP not on
+/// loopback, a real port, a persistence timeout of 1 s to 31 days with a contiguous
+/// netmask.
 pub fn validate_service(
     key: &ServiceKey,
     persistence: Option<&Persistence>,
@@ -1106,6 +1114,9 @@ pub fn validate_service(
             what: "virtual service",
             addr: key.vip,
         });
+    }
+    if key.vip.is_loopback() {
+        return Err(ServiceError::LoopbackVip(key.vip));
     }
     if key.port == 0 {
         return Err(ServiceError::ZeroPort(*key));
@@ -1604,6 +1615,17 @@ mod tests {
         ] {
             let key = ServiceKey::new(Protocol::Tcp, vip, 80);
             assert_rejected(&mut table, "not a unicast address", |t| {
+                t.add_service(key, SchedulerKind::Rr, None).map(drop)
+            });
+        }
+        // Nothing to a loopback address comes from the wire Sluice serves.
+        for vip in [
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V4(Ipv4Addr::new(127, 1, 2, 3)),
+            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ] {
+            let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+            assert_rejected(&mut table, "a loopback address", |t| {
                 t.add_service(key, SchedulerKind::Rr, None).map(drop)
             });
         }

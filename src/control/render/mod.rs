@@ -17,8 +17,8 @@ pub use events::{render_events, utc};
 pub use health::render_health;
 pub use services::{
     largenum, render_laddrs, render_persistent_conns, render_rates, render_save, render_services,
-    render_skew, render_thresholds, render_timeouts, skew_pct, DEFAULT_SKEW_THRESHOLD_PCT,
-    PACKETS_PER_CONNECTION_ADVISORY,
+    render_skew, render_thresholds, render_timeouts, skew_pct, skew_weights,
+    DEFAULT_SKEW_THRESHOLD_PCT, PACKETS_PER_CONNECTION_ADVISORY,
 };
 pub use status::{render_status, render_xstats};
 pub use sync::render_sync;

@@ -257,14 +257,29 @@ pub const DEFAULT_SKEW_THRESHOLD_PCT: u32 = 300;
 /// the L4 proxy for requests).
 pub const PACKETS_PER_CONNECTION_ADVISORY: u64 = 1000;
 
-/// max / average of `values`, in percent (100 = even); 0 without traffic.
-pub fn skew_pct(values: &[u64]) -> u64 {
-    let total: u64 = values.iter().sum();
-    if values.is_empty() || total == 0 {
+/// The largest share of the total any real server took against the share its weight
+/// gives it, in percent (100 = as the weights say; with equal weights, max over
+/// average); 0 without traffic. A server that takes no new connections (weight 0,
+/// evicted by health checking: `weights` gives it 0) is left out: no share is its.
+pub fn skew_pct(values: &[u64], weights: &[u32]) -> u64 {
+    let taking = || values.iter().zip(weights).filter(|(_, &w)| w > 0);
+    let total: u128 = taking().map(|(&v, _)| u128::from(v)).sum();
+    let total_weight: u128 = taking().map(|(_, &w)| u128::from(w)).sum();
+    if total == 0 {
         return 0;
     }
-    let max = *values.iter().max().unwrap();
-    max * 100 * values.len() as u64 / total
+    taking()
+        .map(|(&v, &w)| u128::from(v) * total_weight * 100 / (u128::from(w) * total))
+        .max()
+        .map_or(0, |pct| u64::try_from(pct).unwrap_or(u64::MAX))
+}
+
+/// The weights [`skew_pct`] judges a service's real servers by: each one's weight, 0
+/// for one that takes no new connections (evicted, or at weight 0).
+pub fn skew_weights(s: &ServiceStatus) -> Vec<u32> {
+    (s.real_servers.iter())
+        .map(|r| if r.evicted { 0 } else { r.weight })
+        .collect()
 }
 
 /// `sluicectl skew`: per service, each real server's connections (active + inactive,
@@ -315,11 +330,12 @@ pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u
                 bps[i]
             );
         }
+        let weights = skew_weights(s);
         let (sc, scps, spps, sbps) = (
-            skew_pct(&conns),
-            skew_pct(&cps),
-            skew_pct(&pps),
-            skew_pct(&bps),
+            skew_pct(&conns, &weights),
+            skew_pct(&cps, &weights),
+            skew_pct(&pps, &weights),
+            skew_pct(&bps, &weights),
         );
         let _ = writeln!(
             out,
@@ -703,13 +719,25 @@ mod tests {
 
     #[test]
     fn skew_ratios_warnings_and_the_long_lived_advisory() {
-        assert_eq!(skew_pct(&[47, 6, 5, 4, 4, 3, 3, 2]), 47 * 100 * 8 / 74);
-        assert_eq!(skew_pct(&[10, 10, 10]), 100);
-        assert_eq!(skew_pct(&[0, 0]), 0);
+        let even = [1; 8];
+        assert_eq!(
+            skew_pct(&[47, 6, 5, 4, 4, 3, 3, 2], &even),
+            47 * 100 * 8 / 74
+        );
+        assert_eq!(skew_pct(&[10, 10, 10], &even[..3]), 100);
+        assert_eq!(skew_pct(&[0, 0], &even[..2]), 0);
+        // Shares as the weights give them are no skew; a drained server (weight 0)
+        // is left out, whatever it still holds.
+        assert_eq!(skew_pct(&[150, 100, 50], &[3, 2, 1]), 100);
+        assert_eq!(skew_pct(&[100, 100, 0], &[1, 1, 0]), 100);
+        assert_eq!(skew_pct(&[100, 100, 30], &[1, 1, 0]), 100);
+        assert_eq!(skew_pct(&[100, 50, 50], &[1, 2, 1]), 200);
+        assert_eq!(skew_pct(&[0, 0, 7], &[1, 1, 0]), 0);
         let mut r = report();
         let rs = |ip: &str, active: u64, cps: u64, in_pps: u64| RealServerStatus {
             ip: ip.into(),
             port: 80,
+            weight: 1,
             active,
             cps,
             in_pps,
