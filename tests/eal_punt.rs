@@ -1,10 +1,12 @@
 //! EAL integration over net_ring: the rings a worker hands frames up to the management
-//! core on. A flood of probe answers forged from a real server's address fills the
-//! punt ring (nobody drains it here, as when the management core falls behind); a
-//! peer's VRRP advertisement after it still reaches the management core, on the VRRP
-//! ring, so the flood cannot make a live master look dead. With one shared ring the
-//! advert would be dropped as `health_ring_full`. A peer's sync datagram, which shares
-//! the punt ring with the probe answers, is counted apart from them.
+//! core on, one per kind. A flood of datagrams from a sync peer's address fills the
+//! sync ring (nobody drains it here, as when the management core falls behind); a
+//! probe's answer after it still goes up, so the flood cannot make live real servers
+//! look dead. A flood of probe answers forged from a real server's address then fills
+//! the probe ring; a peer's VRRP advertisement after it still reaches the management
+//! core, on the VRRP ring, so the flood cannot make a live master look dead. With one
+//! shared ring, the sync flood would leave the answer no room, and the probe flood
+//! the advert.
 //! One test function only: the EAL initialises once per process.
 mod common;
 
@@ -41,7 +43,7 @@ fn wait_until(counters: &WorkerCounters, done: impl Fn(&[u64], &[u64]) -> bool) 
 }
 
 #[test]
-fn a_vrrp_advert_reaches_the_management_core_past_a_full_punt_ring() {
+fn each_kind_reaches_the_management_core_past_a_flood_of_another() {
     let _eal =
         Eal::init(&eal_args("eal_punt")).expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Arc::new(Mempool::new("test_pool", 4095, 64, 2048).unwrap());
@@ -84,56 +86,70 @@ fn a_vrrp_advert_reaches_the_management_core_past_a_full_punt_ring() {
         sport: 80,
         dport: *probe_ports.start(),
     };
-    let mut out = Burst::new();
-    // First a peer's sync datagram: up the same punt ring, counted as what it is.
-    let sync_up = Event::SyncFrameUp as usize;
     let from_peer = Endpoints {
         src: peer_ip,
         sport: 8848,
         dport: 8848,
         ..forged
     };
-    assert!(out.alloc_from(&pool, 1));
-    out.set_packet_len(0, frames::MAX_FRAME as u16);
-    let len = frames::udp_datagram(out.packet_mut(0), &from_peer, b"a sync datagram");
-    out.set_packet_len(0, len as u16);
-    assert_eq!(ptx.tx(&mut out), 1);
-    assert!(
-        wait_until(&counters, |e, _| e[sync_up] == 1),
-        "the sync datagram did not go up: events {:?} drops {:?}",
-        counters.events_snapshot(),
-        counters.drops_snapshot()
-    );
-    let mut sent = 0u64;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sent < FLOOD && Instant::now() < deadline {
-        while !out.is_full() && sent + (out.len() as u64) < FLOOD {
-            assert!(out.alloc_from(&pool, 1));
-            let i = out.len() - 1;
-            out.set_packet_len(i, frames::MAX_FRAME as u16);
-            let len = frames::tcp_segment(out.packet_mut(i), &forged, 1, 1, 0x12, &[]);
-            out.set_packet_len(i, len as u16);
+    let mut out = Burst::new();
+    // Sends `count` frames, each written by `write` into a fresh mbuf.
+    let mut flood = |count: u64, write: &dyn Fn(&mut [u8]) -> usize| {
+        let mut sent = 0u64;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sent < count && Instant::now() < deadline {
+            while !out.is_full() && sent + (out.len() as u64) < count {
+                assert!(out.alloc_from(&pool, 1));
+                let i = out.len() - 1;
+                out.set_packet_len(i, frames::MAX_FRAME as u16);
+                let len = write(out.packet_mut(i));
+                out.set_packet_len(i, len as u16);
+            }
+            sent += ptx.tx(&mut out) as u64;
         }
-        sent += ptx.tx(&mut out) as u64;
-    }
-    out.free_all();
-    assert_eq!(sent, FLOOD, "the peer could not send the flood");
-    let up = Event::HealthReplyUp as usize;
-    let full = DropReason::HealthRingFull as usize;
-    // The punt ring keeps one slot free.
-    let ring_holds = u64::from(HEALTH_RING_SIZE) - 1;
-    assert!(
-        wait_until(&counters, |e, d| e[up] + d[full] == FLOOD),
-        "events {:?} drops {:?}",
-        counters.events_snapshot(),
-        counters.drops_snapshot()
+        out.free_all();
+        assert_eq!(sent, count, "the peer could not send them all");
+    };
+    let sync_datagram = |b: &mut [u8]| frames::udp_datagram(b, &from_peer, b"a sync datagram");
+    let probe_answer = |b: &mut [u8]| frames::tcp_segment(b, &forged, 1, 1, 0x12, &[]);
+    let (up, full) = (
+        Event::HealthReplyUp as usize,
+        DropReason::HealthRingFull as usize,
     );
+    let (sync_up, sync_full) = (
+        Event::SyncFrameUp as usize,
+        DropReason::SyncRingFull as usize,
+    );
+    // Each ring keeps one slot free.
+    let ring_holds = u64::from(HEALTH_RING_SIZE) - 1;
+    let counted = |what: &str, done: &dyn Fn(&[u64], &[u64]) -> bool| {
+        assert!(
+            wait_until(&counters, done),
+            "{what}: events {:?} drops {:?}",
+            counters.events_snapshot(),
+            counters.drops_snapshot()
+        );
+    };
+
+    // A flood of datagrams from a peer's address to the sync port (forged or not:
+    // the management core checks them) fills the sync ring, and only that one: a
+    // probe's answer after it still goes up.
+    flood(FLOOD, &sync_datagram);
+    counted("the sync flood", &|e, d| e[sync_up] + d[sync_full] == FLOOD);
+    assert_eq!(counters.events_snapshot()[sync_up], ring_holds);
+    flood(1, &probe_answer);
+    counted("a probe answer after the sync flood", &|e, _| e[up] == 1);
+
+    // A flood of probe answers forged from the real server's address fills the probe
+    // ring, and only that one.
+    flood(FLOOD, &probe_answer);
+    counted("the probe flood", &|e, d| e[up] + d[full] == FLOOD + 1);
     assert_eq!(
         counters.events_snapshot()[up],
-        ring_holds - 1,
+        ring_holds,
         "the punt ring is full"
     );
-    assert_eq!(counters.drops_snapshot()[full], FLOOD - (ring_holds - 1));
+    assert_eq!(counters.drops_snapshot()[full], FLOOD + 1 - ring_holds);
 
     // Then the peer's advertisement.
     let mut node = VrrpNode::new(
@@ -176,29 +192,39 @@ fn a_vrrp_advert_reaches_the_management_core_past_a_full_punt_ring() {
     let events = counters.events_snapshot();
     let drops = counters.drops_snapshot();
     assert_eq!(drops[vrrp_full], 0, "{drops:?}");
-    assert_eq!(drops[full], FLOOD - (ring_holds - 1), "{drops:?}");
-    // Each frame counted once, as what it is: probe answers, the sync datagram, the
+    assert_eq!(
+        (drops[full], drops[sync_full]),
+        (FLOOD + 1 - ring_holds, FLOOD - ring_holds),
+        "{drops:?}"
+    );
+    // Each frame counted once, as what it is: probe answers, sync datagrams, the
     // advert.
     assert_eq!(
         (events[up], events[sync_up], events[vrrp_up]),
-        (ring_holds - 1, 1, 1),
+        (ring_holds, ring_holds, 1),
         "{events:?}"
     );
     let mut got = Burst::new();
     assert_eq!(punted.vrrp.dequeue(&mut got), 1);
     assert_eq!(got.packet(0), &advert[..], "the advert, as sent");
     got.free_all();
-    // The forged answers wait on the punt ring; every mbuf goes back to the pool.
-    let mut waiting = 0;
-    loop {
-        let n = punted.punted.dequeue(&mut got);
-        if n == 0 {
-            break;
+    // The answers and the datagrams wait on their rings; every mbuf goes back to the
+    // pool.
+    for (ring, what) in [
+        (&punted.punted, "probe answers"),
+        (&punted.sync, "sync datagrams"),
+    ] {
+        let mut waiting = 0;
+        loop {
+            let n = ring.dequeue(&mut got);
+            if n == 0 {
+                break;
+            }
+            waiting += n as u64;
+            got.free_all();
         }
-        waiting += n as u64;
-        got.free_all();
+        assert_eq!(waiting, ring_holds, "{what}");
     }
-    assert_eq!(waiting, ring_holds);
     // What the worker sent the peer meanwhile (ARP requests for the real server).
     while prx.rx(&mut got) > 0 {
         got.free_all();

@@ -89,6 +89,7 @@ struct Appliance {
     inject: RingProducer,
     punted: RingConsumer,
     vrrp_punted: RingConsumer,
+    sync_punted: RingConsumer,
     /// Each worker's inbox, and worker 0's end of the inject ring, until the workers
     /// take them at launch.
     worker_inboxes: Vec<Option<RingConsumer>>,
@@ -686,6 +687,7 @@ fn bring_up(cfg: &Config) -> Result<Appliance, String> {
         inject: ends.inject_in,
         punted: ends.punted,
         vrrp_punted: ends.vrrp_punted,
+        sync_punted: ends.sync_punted,
         worker_inboxes: ends.redirect_inboxes.into_iter().map(Some).collect(),
         inject_out: Some(ends.inject_out),
         queues: queue_view,
@@ -704,6 +706,7 @@ impl Appliance {
             inject: &self.inject,
             punted: &self.punted,
             vrrp_punted: &self.vrrp_punted,
+            sync_punted: &self.sync_punted,
         }
     }
 }
@@ -1291,7 +1294,7 @@ impl Registry {
         let mut send_vrrp = |frame: &[u8]| inject(plane, Injected::Addressed, frame);
         let mut events = Vec::new();
         let mut answers = Burst::new();
-        // Sync over a DPDK port: its datagrams come with the others.
+        // Sync over a DPDK port: its datagrams come on a ring of their own.
         let when = crate::daemon::sync::When {
             now: self.now_tick(),
             now_ms,
@@ -1299,11 +1302,12 @@ impl Registry {
             master: self.vrrp.as_ref().is_some_and(|v| v.serving()),
             timeouts: self.services.timeouts,
         };
-        // VRRP's own ring first, whatever waits on the other; then at most a ring's
-        // worth of the other per tick.
+        // VRRP's own ring first, whatever waits on the others; then at most a ring's
+        // worth of each of the others per tick.
         let rings = [
             (plane.vrrp_punted, crate::dataplane::mesh::VRRP_RING_SIZE),
             (plane.punted, plane.mesh.management_ring_size()),
+            (plane.sync_punted, plane.mesh.management_ring_size()),
         ];
         for (ring, size) in rings {
             for _ in 0..(size as usize).div_ceil(crate::dpdk::BURST_SIZE) {

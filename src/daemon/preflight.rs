@@ -560,9 +560,10 @@ const EAL_PER_PCI_QUEUE: usize = 1 << 20;
 /// and TX rings for every worker, twice: a loopback port's far side has as many),
 /// every worker's bursts in flight and the emulator (and the default health rings and
 /// the 64-slot VRRP ring: an allowance of 8192, not a measurement), each kernel
-/// interface's two queues and its ring, every worker's redirect ring; the larger
-/// health rings of sync over a port add what they hold beyond those. A power of two
-/// minus one, as rte_mempool prefers.
+/// interface's two queues and its ring, every worker's redirect ring; sync over a port
+/// adds what its larger inject and probe rings hold beyond those, and its own punt
+/// ring (without it that ring stays empty). A power of two minus one, as rte_mempool
+/// prefers.
 pub fn mbuf_count(cfg: &Config) -> u32 {
     let queues = cfg.lcores.workers.len() as u32;
     let descriptors: u32 = cfg
@@ -570,9 +571,9 @@ pub fn mbuf_count(cfg: &Config) -> u32 {
         .iter()
         .map(|p| (u32::from(p.rx_desc) + u32::from(p.tx_desc)) * queues * 2)
         .sum();
-    let health_ring = match cfg.sync.as_ref().and_then(|s| s.port.as_ref()) {
-        Some(_) => SYNC_PORT_RING_SIZE,
-        None => HEALTH_RING_SIZE,
+    let (health_ring, sync_ring) = match cfg.sync.as_ref().and_then(|s| s.port.as_ref()) {
+        Some(_) => (SYNC_PORT_RING_SIZE, SYNC_PORT_RING_SIZE),
+        None => (HEALTH_RING_SIZE, 0),
     };
     let exception: u32 = (cfg.ports.iter())
         .filter_map(|p| p.exception.as_ref())
@@ -582,7 +583,8 @@ pub fn mbuf_count(cfg: &Config) -> u32 {
         + exception
         + queues * REDIRECT_RING_SIZE
         + 8192
-        + 2 * (health_ring - HEALTH_RING_SIZE);
+        + 2 * (health_ring - HEALTH_RING_SIZE)
+        + sync_ring;
     wanted.next_power_of_two() - 1
 }
 

@@ -62,6 +62,8 @@ pub struct Plane<'a> {
     pub punted: &'a RingConsumer,
     /// The VRRP advertisements the workers punted, on their own ring.
     pub vrrp_punted: &'a RingConsumer,
+    /// The peers' sync datagrams the workers punted, on their own ring.
+    pub sync_punted: &'a RingConsumer,
 }
 
 /// The kernel sockets of sync without `[sync] port`: the one bound to `listen`, and

@@ -12,9 +12,11 @@
 //! And two rings link the workers with the management core: frames it originates
 //! (health probes, VRRP advertisements, gratuitous ARP, sync datagrams over a DPDK
 //! port) go out through worker 0 on the **inject** ring (one producer, one consumer),
-//! and frames the workers hand up to it (probe answers, VRRP, sync) come back on the
-//! **punt** ring (any worker produces, the management core consumes). Sync over a
-//! DPDK port (`[sync] port`) makes both larger (`SYNC_PORT_RING_SIZE`).
+//! and frames the workers hand up to it come back on three **punt** rings (any worker
+//! produces, the management core consumes), one per kind so that none can crowd out
+//! another: probe answers, VRRP advertisements, sync datagrams. Sync over a DPDK port
+//! (`[sync] port`) makes the inject ring and the probe and sync punt rings larger
+//! (`SYNC_PORT_RING_SIZE`).
 //!
 //! All refuse when full and the sender counts it; nothing blocks. The shared side
 //! (the producers any worker may use) lives in [`Mesh`]; each single end is handed to
@@ -87,10 +89,12 @@ pub struct Mesh {
     redirect: Vec<SharedProducer>,
     neighbours: NeighbourInboxes<Ipv4Addr>,
     neighbours6: NeighbourInboxes<Ipv6Addr>,
-    /// Frames for the management core.
+    /// Frames for the management core: health probes' answers.
     punt: SharedProducer,
     /// VRRP advertisements for the management core.
     vrrp_punt: SharedProducer,
+    /// Peers' sync datagrams for the management core (sync over a port).
+    sync_punt: SharedProducer,
     management_ring_size: u32,
     /// Session sync: records from the peer, for the worker that will own each session.
     installs: Vec<ArrayQueue<crate::session::replication::RecordRepr>>,
@@ -108,6 +112,8 @@ pub struct MeshEnds {
     pub punted: RingConsumer,
     /// The VRRP advertisements the workers punted.
     pub vrrp_punted: RingConsumer,
+    /// The sync datagrams the workers punted.
+    pub sync_punted: RingConsumer,
 }
 
 impl Mesh {
@@ -132,6 +138,8 @@ impl Mesh {
         let (punt, punted) = PacketRing::multi_producer(&format!("{name}_punt"), ring_size)?;
         let (vrrp_punt, vrrp_punted) =
             PacketRing::multi_producer(&format!("{name}_vrrp"), VRRP_RING_SIZE)?;
+        let (sync_punt, sync_punted) =
+            PacketRing::multi_producer(&format!("{name}_sync"), ring_size)?;
         Ok((
             Mesh {
                 redirect,
@@ -142,6 +150,7 @@ impl Mesh {
                     .collect(),
                 punt,
                 vrrp_punt,
+                sync_punt,
                 management_ring_size: ring_size,
             },
             MeshEnds {
@@ -150,6 +159,7 @@ impl Mesh {
                 inject_in,
                 punted,
                 vrrp_punted,
+                sync_punted,
             },
         ))
     }
@@ -185,6 +195,14 @@ impl Mesh {
     /// Where a worker hands VRRP advertisements up ([`VRRP_RING_SIZE`]).
     pub fn vrrp_punt(&self) -> &SharedProducer {
         &self.vrrp_punt
+    }
+
+    /// Where a worker hands a peer's sync datagram up: a ring of its own, so that a
+    /// burst of them, or a flood forged from a peer's address (checked only by the
+    /// management core), cannot crowd out the probes' answers and make live real
+    /// servers look dead, nor the answers crowd out sync.
+    pub fn sync_punt(&self) -> &SharedProducer {
+        &self.sync_punt
     }
 
     /// Slots of the inject and punt rings.

@@ -666,10 +666,12 @@ fn transmit_all(
 struct Outbox {
     /// Per destination worker, by worker id.
     redirect: Vec<Burst>,
-    /// Frames for the management core (probe answers, sync).
+    /// Frames for the management core: probe answers.
     punt: Burst,
     /// VRRP advertisements, on their own ring.
     vrrp: Burst,
+    /// Peers' sync datagrams, on their own ring.
+    sync: Burst,
 }
 
 impl Outbox {
@@ -678,6 +680,7 @@ impl Outbox {
             redirect: (0..workers).map(|_| Burst::new()).collect(),
             punt: Burst::new(),
             vrrp: Burst::new(),
+            sync: Burst::new(),
         }
     }
 
@@ -697,24 +700,30 @@ impl Outbox {
             }
             out.free_all();
         }
-        // The punt ring carries probe answers (TCP) and sync datagrams (UDP); the
-        // ring takes a prefix of the burst, so the sync frames taken are those
-        // counted before less those left.
-        let sync_frames = |b: &Burst| {
-            (0..b.len())
-                .filter(|&i| crate::wire::ipv4::carries(b.packet(i), IpProtocol::UDP))
-                .count() as u64
-        };
-        if !self.punt.is_empty() {
-            let sync_before = sync_frames(&self.punt);
-            let taken = mesh.punt().enqueue(&mut self.punt) as u64;
-            let sync_taken = sync_before - sync_frames(&self.punt);
-            counters.event_n(Event::SyncFrameUp, sync_taken);
-            counters.event_n(Event::HealthReplyUp, taken - sync_taken);
-            for _ in 0..self.punt.len() {
-                counters.drop(DropReason::HealthRingFull);
+        let rings = [
+            (
+                &mut self.punt,
+                mesh.punt(),
+                Event::HealthReplyUp,
+                DropReason::HealthRingFull,
+            ),
+            (
+                &mut self.sync,
+                mesh.sync_punt(),
+                Event::SyncFrameUp,
+                DropReason::SyncRingFull,
+            ),
+        ];
+        for (out, ring, up, full) in rings {
+            if out.is_empty() {
+                continue;
             }
-            self.punt.free_all();
+            let taken = ring.enqueue(out);
+            counters.event_n(up, taken as u64);
+            for _ in 0..out.len() {
+                counters.drop(full);
+            }
+            out.free_all();
         }
         if !self.vrrp.is_empty() {
             let taken = mesh.vrrp_punt().enqueue(&mut self.vrrp);
@@ -851,9 +860,14 @@ fn process(
                 }
                 Action::Punt => {
                     // Counted once the punt ring took it (Outbox::send).
-                    let (out, full) = match crate::wire::vrrp::carries_vrrp(rx.packet(i)) {
-                        true => (&mut outbox.vrrp, DropReason::VrrpRingFull),
-                        false => (&mut outbox.punt, DropReason::HealthRingFull),
+                    // The forwarder punts VRRP, sync (UDP) and probe answers (TCP).
+                    let frame = rx.packet(i);
+                    let (out, full) = if crate::wire::vrrp::carries_vrrp(frame) {
+                        (&mut outbox.vrrp, DropReason::VrrpRingFull)
+                    } else if crate::wire::ipv4::carries(frame, IpProtocol::UDP) {
+                        (&mut outbox.sync, DropReason::SyncRingFull)
+                    } else {
+                        (&mut outbox.punt, DropReason::HealthRingFull)
                     };
                     if !rx.move_to(i, out) {
                         counters.drop(full);

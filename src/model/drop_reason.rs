@@ -164,10 +164,13 @@ pub enum DropReason {
     /// appliance's own (its port's, a VIP, a local address), whose session would send
     /// the real server's answers to ourselves. Forged or misrouted, never malformed.
     MartianSource,
+    /// A peer's sync datagram the management core's sync ring had no room for (it
+    /// falls behind, or a flood forged from a peer's address fills it).
+    SyncRingFull,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 58;
+    pub const COUNT: usize = 59;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -227,6 +230,7 @@ impl DropReason {
         DropReason::ExceptionRingFull,
         DropReason::NotAPeer,
         DropReason::MartianSource,
+        DropReason::SyncRingFull,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -290,6 +294,7 @@ impl DropReason {
             DropReason::ExceptionRingFull => "exception_ring_full",
             DropReason::NotAPeer => "not_a_peer",
             DropReason::MartianSource => "martian_source",
+            DropReason::SyncRingFull => "sync_ring_full",
         }
     }
 }

@@ -129,6 +129,7 @@ pub fn forwarder_config(publisher: &SnapshotPublisher) -> ForwarderConfig {
 pub struct Punted {
     pub punted: RingConsumer,
     pub vrrp: RingConsumer,
+    pub sync: RingConsumer,
 }
 
 /// As [`worker_with`], the worker's forwarder made from `config`, with the ends of
@@ -172,6 +173,7 @@ pub fn worker_from(
     let punted = Punted {
         punted: ends.punted,
         vrrp: ends.vrrp_punted,
+        sync: ends.sync_punted,
     };
     (worker, counters, stop, punted)
 }
