@@ -471,6 +471,7 @@ fn a_json_listing_is_narrowed_to_its_service_as_the_text_is() {
         &["-L", "-n", "-u", "198.18.1.2:53"][..],
         &["-L", "-n", "--stats", "-u", "198.18.1.2:53"],
         &["-L", "-n", "--rate", "-u", "198.18.1.2:53"],
+        &["-L", "-n", "--persistent-conn", "-u", "198.18.1.2:53"],
     ] {
         let json = ok_json(&daemon, args);
         let services = json["services"].as_array().expect("services");
@@ -750,15 +751,27 @@ fn reload_applies_the_config_files_difference() {
     assert!(ok(&daemon, &["reload"]).starts_with("reloaded: 0 change(s)"));
     assert!(ok(&daemon, &["events"]).contains("op=reload"));
     // Health checks turned on, then off: each reload changes one thing, and says so.
-    let checked = format!(
-        "{cfg}
-[health]
-check = \"tcp\"\ninterval_ms = 3000\n"
-    );
+    let checked = format!("{cfg}\n[health]\ncheck = \"tcp\"\ninterval_ms = 3000\n");
     for text in [&checked, &cfg] {
         std::fs::write(&path, text).unwrap();
         assert_eq!(ok(&daemon, &["reload"]), "reloaded: 1 change(s) applied\n");
     }
+    // A new service with a health table of its own: its two commands (the service,
+    // its real server), the table no third change.
+    let with_new = cfg.clone()
+        + &service_section(
+            "tcp",
+            "198.18.1.4",
+            80,
+            "rr",
+            &["[services.health]".into(), "check = \"tcp\"".into()],
+            &[("198.18.0.8", 80, 1, "dr")],
+        );
+    std::fs::write(&path, &with_new).unwrap();
+    assert_eq!(ok(&daemon, &["reload"]), "reloaded: 2 change(s) applied\n");
+    // Gone again: one command (the service, its server with it).
+    std::fs::write(&path, &cfg).unwrap();
+    assert_eq!(ok(&daemon, &["reload"]), "reloaded: 1 change(s) applied\n");
     // What only a restart applies is not applied, and the answer says so.
     std::fs::write(&path, format!("{cfg}\n[sessions]\ncapacity = 4096\n")).unwrap();
     assert_eq!(

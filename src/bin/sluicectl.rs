@@ -41,7 +41,8 @@ Commands:
   health          health checks: each watched real server's check, state (up or
                   EVICTED), evictions and last probe result; probe counters
   skew [-t|-u VIP:port] [--window SECS] [--threshold PCT]
-                  connection/rate skew per real server (seed 000): max/avg ratios,
+                  connection/rate skew per real server (seed 000): largest share
+                  over the share its weight gives (100% = as scheduled),
                   WARN above PCT (default 300), advisory on long-lived traffic
   import-keepalived FILE
                   print keepalived.conf FILE's virtual_server, real_server (with
@@ -490,10 +491,9 @@ fn listed(
     let Some(only) = listing.only else {
         return Ok(render(&report));
     };
-    let proto = only.proto.name().to_lowercase();
     report
         .services
-        .retain(|s| s.proto == proto && s.vip == only.vip.to_string() && s.port == only.port);
+        .retain(|s| is_listed(&only, &s.proto, &s.vip, s.port));
     if report.services.is_empty() {
         return Err(Failure::listing(NO_SUCH_SERVICE));
     }
@@ -504,6 +504,12 @@ fn listed(
         }
         _ => text,
     })
+}
+
+/// Whether the service of `proto` ("tcp"), `vip` and `port` is the one `-t`/`-u`
+/// names.
+fn is_listed(only: &sluice::model::ServiceKey, proto: &str, vip: &str, port: u16) -> bool {
+    proto == only.proto.name().to_lowercase() && vip == only.vip.to_string() && port == only.port
 }
 
 /// A listing's JSON as `-t`/`-u`/`-f` narrows it, as [`listed`] narrows the text:
@@ -518,8 +524,11 @@ fn narrowed(
     ) else {
         return Ok(result);
     };
-    let (proto, vip) = (only.proto.name().to_lowercase(), only.vip.to_string());
-    services.retain(|s| s["proto"] == proto && s["vip"] == vip && s["port"] == only.port);
+    services.retain(|s| {
+        let text = |field: &str| s[field].as_str().unwrap_or_default().to_string();
+        let port = s["port"].as_u64().and_then(|p| u16::try_from(p).ok());
+        port.is_some_and(|port| is_listed(&only, &text("proto"), &text("vip"), port))
+    });
     if services.is_empty() {
         return Err(Failure::listing(NO_SUCH_SERVICE));
     }
@@ -1238,6 +1247,7 @@ fn persistent_conns(options: &Options, listing: &ipvsadm::Listing) -> Result<Str
     let mut connection = client::Connection::open(&options.socket, options.timeout)?;
     let services = connection.call(&Request::ListServices)?;
     if options.json {
+        let services = narrowed(listing, services)?;
         let mut text =
             serde_json::to_string_pretty(&services).map_err(|error| error.to_string())?;
         text.push('\n');
@@ -1400,11 +1410,7 @@ fn evicted_note(c: &ipvsadm::Command, result: &serde_json::Value) -> Option<Stri
     }
     let report: ServicesReport = serde_json::from_value(result.clone()).ok()?;
     let shown = |s: &ServiceStatus| {
-        c.listing.only.is_none_or(|only| {
-            s.proto == only.proto.name().to_lowercase()
-                && s.vip == only.vip.to_string()
-                && s.port == only.port
-        })
+        (c.listing.only).is_none_or(|only| is_listed(&only, &s.proto, &s.vip, s.port))
     };
     let evicted: Vec<String> = (report.services.iter().filter(|s| shown(s)))
         .flat_map(|s| {

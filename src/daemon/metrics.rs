@@ -435,7 +435,7 @@ pub fn render(
         o,
         "sluice_service_connection_skew_ratio",
         "gauge",
-        "Largest share of connections a real server holds over its weight's share (1 = as weighted; sluicectl skew).",
+        "Largest share of connections a real server holds over the share its scheduler gives it (1 = as scheduled; sluicectl skew).",
     );
     for s in &services.services {
         let service = format!(

@@ -53,7 +53,7 @@ const RESOLVE_WAIT: Duration = Duration::from_millis(200);
 
 /// What the management core sends and receives through the data plane with: the
 /// workers' shared inboxes, the pool of its frames' mbufs, and its own ends of the
-/// inject ring (to worker 0) and the punt ring (from every worker).
+/// inject ring (to worker 0) and the punt rings (from every worker).
 #[derive(Clone, Copy)]
 pub struct Plane<'a> {
     pub mesh: &'a Mesh,

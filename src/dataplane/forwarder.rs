@@ -232,7 +232,7 @@ pub struct Forwarder {
     /// ...and, with multicast, UDP to the group, arriving with the group's MAC.
     sync_group: Option<(MacAddr, SocketAddrV4)>,
     /// The sync peers' addresses, sorted: datagrams from anyone else are dropped here,
-    /// not queued on the punt ring ahead of the probes' answers and VRRP's adverts.
+    /// not queued on the sync ring ahead of the peers' own.
     sync_peers: Vec<Ipv4Addr>,
     /// Per-source new-connection rate-limit buckets (`forwarder/admission.rs`).
     rate_table: admission::RateTable,

@@ -32,8 +32,8 @@ pub const REDIRECT_RING_SIZE: u32 = 2048;
 pub const NEIGHBOUR_INBOX: usize = 1024;
 /// Synced sessions waiting in a worker's install inbox.
 pub const INSTALL_INBOX: usize = 8192;
-/// Frames in flight on the inject and punt rings (health probes and their answers,
-/// VRRP).
+/// Frames in flight on the inject ring (health probes, VRRP adverts, gratuitous ARP)
+/// and on the probes' and the sync punt rings.
 pub const HEALTH_RING_SIZE: u32 = 1024;
 /// VRRP advertisements handed up on a ring of their own, so that nothing else the
 /// workers hand up (a flood of forged probe answers, a burst of sync datagrams) can

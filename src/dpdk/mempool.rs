@@ -3,8 +3,9 @@ use super::error::DpdkError;
 use std::ffi::CString;
 use std::ptr::NonNull;
 
-/// Data room of the appliance's mbufs (after the headroom): its largest frame in one
-/// segment.
+/// The smallest data room of the appliance's mbufs (after the headroom): a 1500-byte
+/// MTU's frame in one segment with room to spare. A larger port MTU makes it larger
+/// (`daemon::preflight::mbuf_data_room`).
 pub const MBUF_DATA_ROOM: u16 = 2048;
 
 /// What `rte_pktmbuf_pool_create` takes from the EAL's memory, computed as DPDK 22.11

@@ -223,8 +223,10 @@ pub fn classify(frame: &[u8]) -> Result<Parsed, DropReason> {
     if !packet.verify_checksum() {
         return Err(DropReason::BadIpv4Checksum);
     }
-    // Linux drops these at input whatever they carry (`martian_source`): forwarded or
-    // answered, they would reach a group, the sender's own loopback, or no one.
+    // Linux drops these at input (`martian_source`; it takes 0.0.0.0 to the limited
+    // broadcast, DHCP, which comes in broadcast frames Sluice forwards nothing from):
+    // forwarded or answered, they would reach a group, the sender's own loopback, or
+    // no one.
     if ipv4::is_martian_source(packet.src_addr()) {
         return Err(DropReason::MartianSource);
     }

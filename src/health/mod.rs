@@ -186,17 +186,15 @@ pub struct HealthMonitor {
     pub stats: MonitorStats,
 }
 
-/// Whether `new` sets anything other than `old` did: a key of both with another
-/// value, or a new key with more than the defaults.
+/// Whether a key of both `old` and `new` has another value: a new key comes with its
+/// service or real server, whose addition is the change.
 fn settings_changed<K, V>(old: &HashMap<K, V>, new: &HashMap<K, V>) -> bool
 where
     K: Eq + std::hash::Hash,
-    V: PartialEq + Default,
+    V: PartialEq,
 {
-    new.iter().any(|(k, v)| match old.get(k) {
-        Some(before) => before != v,
-        None => *v != V::default(),
-    })
+    new.iter()
+        .any(|(k, v)| old.get(k).is_some_and(|before| before != v))
 }
 
 /// What a service and its real servers override, from the config.

@@ -1115,7 +1115,7 @@ pub fn validate_service(
             addr: key.vip,
         });
     }
-    if key.vip.is_loopback() {
+    if key.vip.to_canonical().is_loopback() {
         return Err(ServiceError::LoopbackVip(key.vip));
     }
     if key.port == 0 {
@@ -1623,6 +1623,7 @@ mod tests {
             IpAddr::V4(Ipv4Addr::LOCALHOST),
             IpAddr::V4(Ipv4Addr::new(127, 1, 2, 3)),
             IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped()),
         ] {
             let key = ServiceKey::new(Protocol::Tcp, vip, 80);
             assert_rejected(&mut table, "a loopback address", |t| {

@@ -250,7 +250,7 @@ pub fn render_rates(report: &ServicesReport, exact: bool) -> String {
     out
 }
 
-/// Connection skew above this (max over average, percent) earns a WARN (seed 000).
+/// Connection skew above this ([`skew_pct`], percent) earns a WARN (seed 000).
 pub const DEFAULT_SKEW_THRESHOLD_PCT: u32 = 300;
 /// In-packets per new connection above this: traffic rides on a few long-lived
 /// connections, and L4 balance is luck (seed 000's rule of thumb, with in-packets as
@@ -274,17 +274,28 @@ pub fn skew_pct(values: &[u64], weights: &[u32]) -> u64 {
         .map_or(0, |pct| u64::try_from(pct).unwrap_or(u64::MAX))
 }
 
-/// The weights [`skew_pct`] judges a service's real servers by: each one's weight, 0
-/// for one that takes no new connections (evicted, or at weight 0).
+/// The shares [`skew_pct`] judges a service's real servers by, as its scheduler
+/// deals: each one's weight for the weighted ones; an equal share for rr, lc and dh,
+/// which use a weight only to tell 0 from the rest; everything to the heaviest for
+/// fo. 0 for a server that takes no new connections (evicted, or at weight 0).
 pub fn skew_weights(s: &ServiceStatus) -> Vec<u32> {
+    let taking = |r: &RealServerStatus| !r.evicted && r.weight > 0;
+    let heaviest = (s.real_servers.iter().filter(|r| taking(r)))
+        .map(|r| r.weight)
+        .max();
     (s.real_servers.iter())
-        .map(|r| if r.evicted { 0 } else { r.weight })
+        .map(|r| match s.scheduler.as_str() {
+            _ if !taking(r) => 0,
+            "rr" | "lc" | "dh" => 1,
+            "fo" => u32::from(Some(r.weight) == heaviest),
+            _ => r.weight,
+        })
         .collect()
 }
 
 /// `sluicectl skew`: per service, each real server's connections (active + inactive,
 /// as `ipvsadm -Lnc` counts them), new connections/s, packets/s and bytes/s, the
-/// max/avg skew of each, a WARN when connection skew passes `threshold_pct`, and an
+/// skew of each ([`skew_pct`]), a WARN when connection skew passes `threshold_pct`, and an
 /// advisory when in-packets per new connection pass [`PACKETS_PER_CONNECTION_ADVISORY`].
 pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u32) -> String {
     let mut out = String::new();
@@ -339,7 +350,7 @@ pub fn render_skew(report: &ServicesReport, only: Option<&str>, threshold_pct: u
         );
         let _ = writeln!(
             out,
-            "  skew max/avg: conns {sc}%  cps {scps}%  pps {spps}%  bps {sbps}%"
+            "  skew (share/weight): conns {sc}%  cps {scps}%  pps {spps}%  bps {sbps}%"
         );
         if sc > u64::from(threshold_pct) {
             let _ = writeln!(
@@ -733,6 +744,30 @@ mod tests {
         assert_eq!(skew_pct(&[100, 100, 30], &[1, 1, 0]), 100);
         assert_eq!(skew_pct(&[100, 50, 50], &[1, 2, 1]), 200);
         assert_eq!(skew_pct(&[0, 0, 7], &[1, 1, 0]), 0);
+        // What each scheduler deals: rr ignores weights but 0, fo sends all to the
+        // heaviest, wrr by weight; evicted servers take nothing.
+        let mut service = report().services[0].clone();
+        let server = |weight: u32, evicted: bool| RealServerStatus {
+            weight,
+            evicted,
+            ..Default::default()
+        };
+        service.real_servers = vec![
+            server(10, false),
+            server(1, false),
+            server(0, false),
+            server(5, true),
+        ];
+        for (scheduler, shares) in [
+            ("rr", [1, 1, 0, 0]),
+            ("lc", [1, 1, 0, 0]),
+            ("fo", [1, 0, 0, 0]),
+            ("wrr", [10, 1, 0, 0]),
+            ("wlc", [10, 1, 0, 0]),
+        ] {
+            service.scheduler = scheduler.into();
+            assert_eq!(skew_weights(&service), shares, "{scheduler}");
+        }
         let mut r = report();
         let rs = |ip: &str, active: u64, cps: u64, in_pps: u64| RealServerStatus {
             ip: ip.into(),
