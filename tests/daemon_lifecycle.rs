@@ -345,14 +345,24 @@ fn a_device_limit_is_refused_naming_the_field() {
     )]);
     cfg.workers = vec![1, 2];
     cfg.cpus = Some(vec![1, 1]);
-    let path = cfg.write();
-    let out = run_bounded(
-        Command::new("ip")
-            .args(["netns", "exec", bed.lb_ns(), SLUICE, "--config"])
-            .arg(&path),
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    // Started in the bed's namespace: exit 1, nothing left behind; the config's path
+    // and the run's output for the message.
+    let refused = |cfg: &DaemonConfig| {
+        let path = cfg.write();
+        let out = run_bounded(
+            Command::new("ip")
+                .args(["netns", "exec", bed.lb_ns(), SLUICE, "--config"])
+                .arg(&path),
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+        assert!(
+            dpdk_runtime_dirs(&cfg.file_prefix).is_empty(),
+            "DPDK runtime dir left behind"
+        );
+        (path, out)
+    };
+    let (path, out) = refused(&cfg);
     let want = format!(
         "{}: lcores.workers: 2 workers need 2 RX and TX queues on port \"lan0\", whose \
          device (net_af_packet) has at most 1 RX and 1 TX queues",
@@ -363,10 +373,6 @@ fn a_device_limit_is_refused_naming_the_field() {
         "{}\nwanted {want}",
         out.describe()
     );
-    assert!(
-        dpdk_runtime_dirs(&cfg.file_prefix).is_empty(),
-        "DPDK runtime dir left behind"
-    );
 
     // An MTU beyond the device's largest frame (net_af_packet: 1518 bytes), which
     // `rte_eth_dev_set_mtu` would refuse with EINVAL at start.
@@ -376,14 +382,7 @@ fn a_device_limit_is_refused_naming_the_field() {
         &["198.18.0.1/24"],
     )]);
     cfg.ports[0].settings.push("mtu = 9000".into());
-    let path = cfg.write();
-    let out = run_bounded(
-        Command::new("ip")
-            .args(["netns", "exec", bed.lb_ns(), SLUICE, "--config"])
-            .arg(&path),
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    let (path, out) = refused(&cfg);
     let want = format!(
         "{}: ports[0].mtu: 9000 is outside what the device of port \"lan0\" \
          (net_af_packet) takes,",
@@ -393,10 +392,6 @@ fn a_device_limit_is_refused_naming_the_field() {
         out.stderr.contains(&want) && out.stderr.contains(" to 1500"),
         "{}\nwanted {want} ... to 1500",
         out.describe()
-    );
-    assert!(
-        dpdk_runtime_dirs(&cfg.file_prefix).is_empty(),
-        "DPDK runtime dir left behind"
     );
     assert!(bed.down().success());
 }
