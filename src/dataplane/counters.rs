@@ -298,6 +298,13 @@ impl WorkerCounters {
     pub fn drop(&self, reason: DropReason) {
         bump(&self.drops[reason as usize], 1);
     }
+    /// Counts `n` packets dropped for one reason (what a full ring or queue refused).
+    #[inline(always)]
+    pub fn drop_n(&self, reason: DropReason, n: u64) {
+        if n > 0 {
+            bump(&self.drops[reason as usize], n);
+        }
+    }
     #[inline(always)]
     pub fn event(&self, event: Event) {
         bump(&self.events[event as usize], 1);

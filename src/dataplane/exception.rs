@@ -256,9 +256,7 @@ impl ExceptionLink {
     fn hand(ring: &SharedProducer, pending: &mut Burst, counters: &WorkerCounters) -> usize {
         let taken = ring.enqueue(pending);
         counters.event_n(Event::ExceptionPunted, taken as u64);
-        for _ in 0..pending.len() {
-            counters.drop(DropReason::ExceptionRingFull);
-        }
+        counters.drop_n(DropReason::ExceptionRingFull, pending.len() as u64);
         pending.free_all();
         taken
     }

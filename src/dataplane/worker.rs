@@ -504,10 +504,10 @@ impl Worker {
                 .release_awaiting(index as u16, now, &self.pool, &mut frames);
             self.counters
                 .event_n(Event::SynproxyDataSent, done.frames as u64);
-            (0..done.expired)
-                .for_each(|_| WorkerCounters::drop(&self.counters, DropReason::ServerUnanswered));
-            (0..done.reset)
-                .for_each(|_| WorkerCounters::drop(&self.counters, DropReason::ClientReset));
+            self.counters
+                .drop_n(DropReason::ServerUnanswered, done.expired as u64);
+            self.counters
+                .drop_n(DropReason::ClientReset, done.reset as u64);
             if frames.is_empty() {
                 continue;
             }
@@ -568,8 +568,7 @@ impl Worker {
                 &mut out,
             );
             counters.event_n(Event::NeighbourHeldSent, sent as u64);
-            (0..expired)
-                .for_each(|_| WorkerCounters::drop(counters, DropReason::NeighbourUnresolved));
+            counters.drop_n(DropReason::NeighbourUnresolved, expired as u64);
             transmit_all(port, &mut out, counters, (capture, index as u16, now));
         }
         self.held.looked(learned);
@@ -656,7 +655,7 @@ fn transmit_all(
     let queued = out.len() as u64;
     let sent = port.tx.tx(out) as u64;
     bump(&counters.tx_packets, sent);
-    (sent..queued).for_each(|_| counters.drop(DropReason::TxFull));
+    counters.drop_n(DropReason::TxFull, queued - sent);
     out.free_all();
 }
 
@@ -695,9 +694,7 @@ impl Outbox {
                 None => 0,
             };
             counters.event_n(Event::RedirectedOut, taken as u64);
-            for _ in 0..out.len() {
-                counters.drop(DropReason::RedirectRingFull);
-            }
+            counters.drop_n(DropReason::RedirectRingFull, out.len() as u64);
             out.free_all();
         }
         let rings = [
@@ -713,6 +710,12 @@ impl Outbox {
                 Event::SyncFrameUp,
                 DropReason::SyncRingFull,
             ),
+            (
+                &mut self.vrrp,
+                mesh.vrrp_punt(),
+                Event::VrrpAdvertUp,
+                DropReason::VrrpRingFull,
+            ),
         ];
         for (out, ring, up, full) in rings {
             if out.is_empty() {
@@ -720,18 +723,8 @@ impl Outbox {
             }
             let taken = ring.enqueue(out);
             counters.event_n(up, taken as u64);
-            for _ in 0..out.len() {
-                counters.drop(full);
-            }
+            counters.drop_n(full, out.len() as u64);
             out.free_all();
-        }
-        if !self.vrrp.is_empty() {
-            let taken = mesh.vrrp_punt().enqueue(&mut self.vrrp);
-            counters.event_n(Event::VrrpAdvertUp, taken as u64);
-            for _ in 0..self.vrrp.len() {
-                counters.drop(DropReason::VrrpRingFull);
-            }
-            self.vrrp.free_all();
         }
     }
 }

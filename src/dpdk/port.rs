@@ -125,12 +125,18 @@ pub struct DeviceLimits {
 /// The largest MTU a device takes: its own limit, and what its largest frame
 /// (`max_rx_pktlen`) carries past the L2 overhead, as `rte_eth_dev_set_mtu` reckons
 /// it (the difference of the two when the device reports both, else Ethernet header
-/// and CRC, 18 bytes).
+/// and CRC, 18 bytes). 0 is "no limit known": a device that reports no MTU limit but a
+/// largest frame is held to the frame.
 fn max_mtu(device_max_mtu: u16, max_rx_pktlen: u32) -> u16 {
     const ETHER_HEADER_AND_CRC: u32 = 18;
     if max_rx_pktlen == 0 {
         return device_max_mtu;
     }
+    let device_max_mtu = if device_max_mtu == 0 {
+        u16::MAX
+    } else {
+        device_max_mtu
+    };
     let overhead = if device_max_mtu != u16::MAX && max_rx_pktlen > u32::from(device_max_mtu) {
         max_rx_pktlen - u32::from(device_max_mtu)
     } else {
@@ -686,6 +692,8 @@ mod tests {
         assert_eq!(max_mtu(9000, 4000), 3982);
         // Nothing reported: nothing to check against.
         assert_eq!(max_mtu(0, 0), 0);
+        // No MTU limit reported, a largest frame reported: the frame's.
+        assert_eq!(max_mtu(0, 1518), 1500);
         assert_eq!(max_mtu(1500, 0), 1500);
     }
 
