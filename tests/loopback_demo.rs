@@ -269,6 +269,55 @@ fn udp_dr_and_tun_services_are_served_too() {
     }
 }
 
+/// Every emulated real server answers health probes as a server with its port open
+/// would (HTTP 200 on the real server's own port): with HTTP checks every 200 ms and
+/// one failure evicting, no server of any mode is evicted and every service keeps both
+/// servers. The UDP service on port 53 has no TCP listener behind it, so it is not
+/// checked.
+#[test]
+fn health_checks_find_every_emulated_real_server_up() {
+    require_root();
+    let services = MORE_SERVICES.replacen(
+        "port = 53\nscheduler = \"rr\"\n",
+        "port = 53\nscheduler = \"rr\"\n  [services.health]\n  check = \"none\"\n",
+        1,
+    );
+    assert_ne!(
+        services, MORE_SERVICES,
+        "MORE_SERVICES no longer has its UDP service on 53"
+    );
+    let health = "[health]\ncheck = \"http\"\ninterval_ms = 200\ntimeout_ms = 150\nfall = 1\n";
+    let (list, daemon) = run_demo(demo_config(&format!("{services}\n{health}")));
+    let summary = final_summary(&daemon.stdout_text());
+    let context = format!("{summary}\n{list:#}\n{}", daemon.dump());
+    assert_eq!(number_after(&summary, "bad "), 0, "bad frames:\n{context}");
+    assert_eq!(
+        number_after(&summary, "failed "),
+        0,
+        "failed exchanges:\n{context}"
+    );
+    // Six servers (two per TCP service) over about 3 s at 5 probes a second, each
+    // answered twice (SYN-ACK, HTTP response): far more than 6 answers.
+    assert!(
+        number_after(&summary, "health probes answered ") >= 30,
+        "too few probes answered:\n{context}"
+    );
+    let log = format!("{}{}", daemon.stdout_text(), daemon.stderr_text());
+    assert!(
+        !log.contains("lb=evict"),
+        "a real server was evicted:\n{context}"
+    );
+    for service in [
+        "TCP 198.18.1.1:80",
+        "TCP 198.18.1.2:80",
+        "TCP 198.18.1.3:80",
+    ] {
+        let counts: Vec<u64> = served(&summary, service).iter().map(|&(_, n)| n).collect();
+        assert_eq!(counts.len(), 2, "{service}: {context}");
+        assert_near_equal(service, &counts, &context);
+    }
+}
+
 /// The connections Sluice has given `rip` of the demo's TCP service so far.
 fn connections_to(daemon: &Daemon, rip: &str) -> u64 {
     rs_counter(

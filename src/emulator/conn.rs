@@ -162,6 +162,39 @@ pub fn serve_tcp(
     }
 }
 
+/// The status line and headers an emulated real server answers an HTTP health probe
+/// with: every emulated server is healthy.
+pub const PROBE_RESPONSE: &[u8] = b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n";
+
+/// A real server's answer to a segment of the appliance's health probe (from the
+/// appliance's own address), as a kernel with the port open answers it: the SYN gets a
+/// SYN-ACK, an HTTP request gets [`PROBE_RESPONSE`] and a FIN, and the probe's RST (it
+/// closes every probe with one) and bare ACKs need nothing. `None`: nothing to send.
+pub fn serve_probe(s: &Segment) -> Option<Answer> {
+    let f = s.flags;
+    if f & RST != 0 {
+        return None;
+    }
+    if f & (SYN | ACK) == SYN {
+        return Some(Answer {
+            seq: server_isn(s.e.src, s.e.sport, s.seq),
+            ack: s.seq.wrapping_add(1),
+            flags: SYN | ACK,
+            response: None,
+        });
+    }
+    if f & (SYN | ACK) == ACK && s.payload.starts_with(b"GET ") {
+        let isn = server_isn(s.e.src, s.e.sport, s.seq.wrapping_sub(1));
+        return Some(Answer {
+            seq: isn.wrapping_add(1),
+            ack: s.seq.wrapping_add(s.payload.len() as u32),
+            flags: PSH | ACK | FIN,
+            response: None,
+        });
+    }
+    None
+}
+
 /// The real server's response to a UDP request received as `me`.
 pub fn serve_udp(
     s: &Segment,

@@ -12,7 +12,8 @@
 //!   who-has and serves what the appliance forwards: NAT replies go back through the
 //!   appliance (its gateway), FullNAT replies go back to the appliance's local address;
 //!   DR and TUN replies go from the VIP straight to the client, handed over inside the
-//!   emulator as a switch would.
+//!   emulator as a switch would. It answers the appliance's health probes (TCP from the
+//!   appliance's address to its own) as a healthy host with the port open.
 //!
 //! **RSS.** A net_ring port has no hash of its own, so the emulator plays the NIC's
 //! part: it sends every frame on the queue a NIC with the appliance's Toeplitz key and
@@ -79,6 +80,9 @@ pub struct EmulatorStats {
     pub rtt_max_ns: AtomicU64,
     /// The appliance's ARP requests for an emulated host, answered.
     pub arp_answered: AtomicU64,
+    /// Segments of the appliance's health probes that an emulated real server answered
+    /// (SYN-ACKs and HTTP responses).
+    pub probes_answered: AtomicU64,
     /// TCP connections the clients opened, completed (last ACK sent after a correct
     /// FIN-ACK) and failed (timed out or a wrong reply).
     pub tcp_opened: AtomicU64,
@@ -160,7 +164,7 @@ impl EmulatorStats {
             self.tcp_time_sum_ns.load(Relaxed) as f64 / completed as f64 / 1e6
         };
         out += &format!(
-            "\n          tcp opened {opened} completed {completed} failed {failed} in flight {}, time avg {avg_ms:.2} ms max {:.2} ms; udp round trips {round_trips}/{requests} failed {udp_failed} in flight {}; retransmits {} duplicates {} table full {} arp answered {}; replies via the appliance {} (off the owner's queue {})",
+            "\n          tcp opened {opened} completed {completed} failed {failed} in flight {}, time avg {avg_ms:.2} ms max {:.2} ms; udp round trips {round_trips}/{requests} failed {udp_failed} in flight {}; retransmits {} duplicates {} table full {} arp answered {} health probes answered {}; replies via the appliance {} (off the owner's queue {})",
             opened.saturating_sub(completed + failed),
             self.tcp_time_max_ns.load(Relaxed) as f64 / 1e6,
             requests.saturating_sub(round_trips + udp_failed),
@@ -168,6 +172,7 @@ impl EmulatorStats {
             self.duplicates.load(Relaxed),
             self.table_full.load(Relaxed),
             self.arp_answered.load(Relaxed),
+            self.probes_answered.load(Relaxed),
             self.replies_via_appliance.load(Relaxed),
             self.replies_off_owner.load(Relaxed),
         );
@@ -1099,6 +1104,12 @@ impl Run {
         let Some(&h) = self.by_mac.get(&s.e.dst_mac) else {
             return self.bad("packet to a MAC no emulated host has");
         };
+        // The appliance's own address sends TCP only as a health probe (clients' packets
+        // keep the client's address, FullNAT's leave from local addresses, which are
+        // never a port's address).
+        if proto == Protocol::Tcp && s.e.src == self.appliance_ip {
+            return self.answer_probe(q, h, s);
+        }
         let ep = self.endpoints.iter().position(|e| {
             e.host == h
                 && e.proto == proto
@@ -1115,6 +1126,58 @@ impl Run {
         match self.hosts[h].client {
             Some(c) => self.client_reply(c, proto, s, Via::Ring),
             None => self.bad("packet for an address and port no emulated real server serves"),
+        }
+    }
+
+    /// Host `h` answers a health probe's segment `s` if one of its real servers listens
+    /// on the port (in any mode: the probe goes to the server's own address), else
+    /// resets it as a kernel with the port closed would.
+    fn answer_probe(&mut self, q: usize, h: usize, s: &Segment) {
+        let me = self.hosts[h];
+        if me.ip != s.e.dst {
+            return self.bad("health probe to an address its MAC's host does not have");
+        }
+        let listens = self
+            .endpoints
+            .iter()
+            .any(|e| e.host == h && e.proto == Protocol::Tcp && e.port == s.e.dport);
+        let answer = if listens {
+            conn::serve_probe(s)
+        } else if s.flags & frames::tcp_flags::RST == 0 {
+            Some(conn::Answer {
+                seq: if s.flags & frames::tcp_flags::ACK != 0 {
+                    s.ack
+                } else {
+                    0
+                },
+                ack: s.seq.wrapping_add(1),
+                flags: frames::tcp_flags::RST | frames::tcp_flags::ACK,
+                response: None,
+            })
+        } else {
+            None
+        };
+        let Some(a) = answer else {
+            return;
+        };
+        let e = Endpoints {
+            src_mac: me.mac,
+            dst_mac: self.appliance_mac,
+            src: s.e.dst,
+            dst: s.e.src,
+            sport: s.e.dport,
+            dport: s.e.sport,
+        };
+        let payload: &[u8] = if a.flags & frames::tcp_flags::FIN != 0 {
+            conn::PROBE_RESPONSE
+        } else {
+            &[]
+        };
+        let sent = self.emit(q, |buf| {
+            frames::tcp_segment(buf, &e, a.seq, a.ack, a.flags, payload)
+        });
+        if sent && listens {
+            self.stats.probes_answered.fetch_add(1, Relaxed);
         }
     }
 
