@@ -332,8 +332,9 @@ fn frame(write: impl FnOnce(&mut [u8]) -> usize) -> Vec<u8> {
     buf
 }
 
+/// One EAL per process: every check over real mbufs runs from this one test.
 #[test]
-fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
+fn forwarding_over_real_mbufs() {
     let _eal = Eal::init(&eal_args("eal_burst"))
         .expect("EAL init (run scripts/setup.sh; tests need root)");
     let pool = Mempool::new("burst_pool", 1023, 64, 2048).unwrap();
@@ -347,7 +348,85 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
         mtu: 1500,
         exception: false,
     };
-    let (mut one, mut many) = (side(&publisher), side(&publisher));
+    a_burst_decides_every_packet_as_one_by_one_handling_does(&pool, &publisher, &port);
+    nat_replies_follow_the_client_sides_latest_next_hop(&pool, &publisher, &port);
+    assert_eq!(pool.in_use(), 0, "mbufs leaked");
+}
+
+/// A NAT (TCP) and a FullNAT (UDP) connection whose client side moves to another router (an
+/// upstream failover or ECMP change without a shared MAC): the real server's replies
+/// go to the MAC the client's packets came from last, not to the first one.
+fn nat_replies_follow_the_client_sides_latest_next_hop(
+    pool: &Mempool,
+    publisher: &SnapshotPublisher,
+    port: &PortContext,
+) {
+    const ROUTER_A: [u8; 6] = [0x02, 0x52, 0x54, 0, 0, 0xa];
+    const ROUTER_B: [u8; 6] = [0x02, 0x52, 0x54, 0, 0, 0xb];
+    let mut s = side(publisher);
+    s.fwd.poll(0, &s.counters);
+    let client = ip("203.0.113.9");
+    for (proto, vip, vport) in [
+        (Protocol::Tcp, "198.18.1.1", 80),
+        (Protocol::Udp, "198.18.1.1", 53),
+    ] {
+        let from = |mac: [u8; 6]| Endpoints {
+            src_mac: mac,
+            dst_mac: LB_MAC,
+            src: client,
+            dst: ip(vip),
+            sport: 3000,
+            dport: vport,
+        };
+        let send = |s: &mut Side, f: Vec<u8>| {
+            let out = one_by_one(s, port, pool, &[f]);
+            assert_eq!(out.actions, [Action::Transmit], "{proto:?}");
+            out.bytes[0].clone()
+        };
+        let open = match proto {
+            Protocol::Tcp => frame(|b| frames::tcp_segment(b, &from(ROUTER_A), 1, 0, SYN, &[])),
+            Protocol::Udp => frame(|b| frames::udp_datagram(b, &from(ROUTER_A), b"q")),
+        };
+        let forwarded = send(&mut s, open);
+        // The real server's answer to what it got, from its own MAC to ours.
+        let answer = |forwarded: &[u8]| {
+            let seg = match frames::parse(forwarded) {
+                frames::Frame::Tcp(seg) | frames::Frame::Udp(seg) => seg,
+                other => panic!("{proto:?}: forwarded {other:?}"),
+            };
+            let e = Endpoints {
+                src_mac: rs_mac(seg.e.dst),
+                dst_mac: LB_MAC,
+                src: seg.e.dst,
+                dst: seg.e.src,
+                sport: seg.e.dport,
+                dport: seg.e.sport,
+            };
+            match proto {
+                Protocol::Tcp => frame(|b| frames::tcp_segment(b, &e, 50, 2, SYN_ACK, &[])),
+                Protocol::Udp => frame(|b| frames::udp_datagram(b, &e, b"a")),
+            }
+        };
+        let reply_mac = |bytes: &[u8]| -> [u8; 6] { bytes[0..6].try_into().unwrap() };
+        let reply = send(&mut s, answer(&forwarded));
+        assert_eq!(reply_mac(&reply), ROUTER_A, "{proto:?}: before the move");
+        // The client's next packet comes through router B.
+        let next = match proto {
+            Protocol::Tcp => frame(|b| frames::tcp_segment(b, &from(ROUTER_B), 2, 51, ACK, &[])),
+            Protocol::Udp => frame(|b| frames::udp_datagram(b, &from(ROUTER_B), b"q")),
+        };
+        let forwarded = send(&mut s, next);
+        let reply = send(&mut s, answer(&forwarded));
+        assert_eq!(reply_mac(&reply), ROUTER_B, "{proto:?}: after the move");
+    }
+}
+
+fn a_burst_decides_every_packet_as_one_by_one_handling_does(
+    pool: &Mempool,
+    publisher: &SnapshotPublisher,
+    port: &PortContext,
+) {
+    let (mut one, mut many) = (side(publisher), side(publisher));
     for s in [&mut one, &mut many] {
         s.fwd.poll(0, &s.counters);
     }
@@ -362,8 +441,8 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
         let f: Vec<Vec<u8>> = (0..n)
             .map(|_| frame(|b| random_frame(&mut rng, b)))
             .collect();
-        let a = one_by_one(&mut one, &port, &pool, &f);
-        let b = as_burst(&mut many, &port, &pool, &f);
+        let a = one_by_one(&mut one, port, pool, &f);
+        let b = as_burst(&mut many, port, pool, &f);
         for (i, sent) in f.iter().enumerate() {
             assert_eq!(
                 a.actions[i], b.actions[i],
@@ -425,7 +504,7 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
         frame(|b| frames::tcp_segment(b, &client(2000, "198.18.1.1"), 2, 1, ACK, &[])),
     ];
     let before = many.counters.sessions_created.load(Relaxed);
-    let out = as_burst(&mut many, &port, &pool, &f);
+    let out = as_burst(&mut many, port, pool, &f);
     assert_eq!(out.order, [1, 0, 2]);
     assert_eq!(out.actions, [Action::Transmit; 3]);
     assert_eq!(many.counters.sessions_created.load(Relaxed) - before, 2);

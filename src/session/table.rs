@@ -119,7 +119,7 @@ pub struct Session {
     pub local_port: u16,
     /// The one next-hop MAC the data plane cannot cheaply look up. DR/TUN: the real
     /// server's (all zero while unresolved). NAT/FullNAT: the MAC the client's packets
-    /// came from, i.e. the next hop back towards the client.
+    /// last came from, i.e. the next hop back towards the client.
     pub peer_mac: [u8; 6],
     pub proto: Protocol,
     pub mode: ForwardMode,

@@ -43,7 +43,7 @@ pub struct Session6 {
     /// real server (unspecified and 0 in the other modes).
     pub local_addr: Ipv6Addr,
     pub local_port: u16,
-    /// NAT and FullNAT: the MAC the client's packets came from (the way back); DR: the real
+    /// NAT and FullNAT: the MAC the client's packets last came from (the way back); DR: the real
     /// server's, once known (all zero before).
     pub peer_mac: [u8; 6],
     pub proto: Protocol,

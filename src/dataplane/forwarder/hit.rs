@@ -1,6 +1,6 @@
 //! Hit: the packet belongs to a session of this worker. The session's state moves
-//! on the packet, the observers hear of the move, and a session installed by sync
-//! learns its client side's next hop.
+//! on the packet, the observers hear of the move, and a NAT or FullNAT session follows
+//! its client side's next hop (learns it, when installed by sync).
 use super::{Forwarder, Matched};
 use crate::dpdk::Packet;
 use crate::model::{ForwardMode, Protocol};
@@ -37,15 +37,18 @@ impl Forwarder {
                 self.schedule_template_renewal(id, s.service);
             }
         }
-        if s.peer_mac == [0; 6]
-            && dir == Direction::Inbound
-            && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
-        {
-            // Installed by session sync: learn the client side's next hop.
-            if let Some(live) = self.sessions.get_mut(id) {
-                live.peer_mac = pkt.bytes()[6..12]
-                    .try_into()
-                    .expect("checked Ethernet header");
+        if dir == Direction::Inbound && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat) {
+            // Replies go to the MAC the client's packets last came from: a session
+            // installed by sync learns it here, and one whose client side moved to
+            // another router (an upstream failover or ECMP change without a shared
+            // MAC) follows it instead of sending to the old one for its lifetime.
+            let from: [u8; 6] = pkt.bytes()[6..12]
+                .try_into()
+                .expect("checked Ethernet header");
+            if s.peer_mac != from {
+                if let Some(live) = self.sessions.get_mut(id) {
+                    live.peer_mac = from;
+                }
             }
         }
         Matched {

@@ -49,15 +49,17 @@ impl Forwarder {
         }
     }
 
-    /// A NAT, FullNAT or NAT64 session a peer's record installed has no way back to
-    /// the client yet (the MAC its packets come from): the client's first packet here
-    /// gives it.
+    /// Replies of a NAT, FullNAT or NAT64 session go to the MAC the client's packets
+    /// last came from: a session a peer's record installed learns it from the client's
+    /// first packet here, and one whose client side moved to another router follows it.
     #[inline]
     pub(super) fn learn_client_hop_v6(&mut self, id: u32, pkt: &Packet) {
         if let Some(s) = self.sessions6.get_mut(id) {
-            if matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat) && s.peer_mac == [0; 6] {
+            if matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat) {
                 if let Some(mac) = pkt.bytes().get(6..12) {
-                    s.peer_mac.copy_from_slice(mac);
+                    if s.peer_mac != mac {
+                        s.peer_mac.copy_from_slice(mac);
+                    }
                 }
             }
         }
