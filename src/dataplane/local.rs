@@ -563,8 +563,11 @@ impl Answering<'_> {
                 counters.event(Event::ArpReplied);
                 Ok(())
             }
-            arp::Operation::Request => Err(DropReason::ArpNotForUs),
-            _ => Err(DropReason::ArpReply),
+            // A reply is ours (and, with an exception path, the kernel's: its own
+            // resolutions) only when it is for one of our addresses; one for another
+            // host's, a gratuitous reply among them, has nothing more for anyone here.
+            arp::Operation::Reply if target_is_ours => Err(DropReason::ArpReply),
+            _ => Err(DropReason::ArpNotForUs),
         }
     }
 
@@ -1072,7 +1075,11 @@ mod tests {
         let mut frame = ARP_REPLY;
         frame[..6].copy_from_slice(&OUR_MAC);
         frame[6..12].copy_from_slice(&CLIENT_MAC.0);
+        frame[38..42].copy_from_slice(&OUR_IP.octets());
         h.expect_drop(&frame, ArpReply);
+        // A reply to our MAC for another host's address: not ours (nor the kernel's).
+        frame[41] = 3;
+        h.expect_drop(&frame, ArpNotForUs);
 
         // IPv4.
         h.expect_drop(&ECHO_REQUEST[..14 + 19], Truncated);

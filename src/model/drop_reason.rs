@@ -26,9 +26,11 @@ pub enum DropReason {
     UnsupportedProtocol,
     /// ARP that is not Ethernet/IPv4, or has bad lengths.
     BadArp,
-    /// ARP request for an address that is not ours (learned from, not answered).
+    /// ARP request or reply for an address that is not ours (a known sender is
+    /// refreshed from it; nothing is answered).
     ArpNotForUs,
-    /// ARP reply (learned from, nothing to send back).
+    /// ARP reply for one of our addresses (learned from, nothing to send back; with an
+    /// exception path, the kernel's).
     ArpReply,
     /// ICMP or ICMPv6 message (not an error, not Neighbor Discovery) other than echo
     /// request.
