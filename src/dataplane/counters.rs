@@ -129,10 +129,16 @@ pub enum Event {
     /// Of the frames `ExceptionPunted` counts, one taken on the port's control budget
     /// (BGP/BFD with TTL 255, ARP, neighbour discovery: `dataplane::exception::Punt`).
     ExceptionPuntedControl,
+    /// A neighbour entered a full share of the neighbour table in the slot of one
+    /// neither a real server nor a configured peer, not heard from for a while (IPv4),
+    /// or, for a real server, of any such entry (`NeighbourTable::learn_making_room`).
+    NeighbourReclaimed,
+    /// The same for the IPv6 neighbour table (real servers only).
+    Neighbour6Reclaimed,
 }
 
 impl Event {
-    pub const COUNT: usize = 47;
+    pub const COUNT: usize = 49;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -181,6 +187,8 @@ impl Event {
         Event::ExceptionPunted,
         Event::ExceptionInjected,
         Event::ExceptionPuntedControl,
+        Event::NeighbourReclaimed,
+        Event::Neighbour6Reclaimed,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -231,6 +239,8 @@ impl Event {
             Event::ExceptionPunted => "exception_punted",
             Event::ExceptionInjected => "exception_injected",
             Event::ExceptionPuntedControl => "exception_punted_control",
+            Event::NeighbourReclaimed => "neighbour_reclaimed",
+            Event::Neighbour6Reclaimed => "neighbour6_reclaimed",
         }
     }
 }

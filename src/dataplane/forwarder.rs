@@ -30,7 +30,7 @@ use crate::dataplane::awaiting::AwaitServer;
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::exception;
 use crate::dataplane::loads::LoadView;
-use crate::dataplane::local::{LocalResponder, Verdict};
+use crate::dataplane::local::{LocalResponder, NeighbourPolicy, Verdict};
 use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use crate::dataplane::overload::Overload;
 use crate::dataplane::query::{ConnectionEntry, ListedSession, PoolEntry, Query, SLOTS_PER_ANSWER};
@@ -67,6 +67,12 @@ const ARP_LIMITER_SLOTS: usize = 64;
 /// reachable for 15 to 45 s before checking it. One request per real server per
 /// period: 1,000 real servers cost about 33 a second.
 pub const NEIGHBOUR_RECHECK_S: u64 = 30;
+/// An IPv4 neighbour entry that is neither a real server's nor a configured peer's,
+/// neither learned nor confirmed for this long, gives its slot to a new entry when its
+/// share of the table is full (`NeighbourTable::learn_making_room`). Hosts in use
+/// confirm theirs every minute or so (Linux re-resolves a neighbour it talks to after
+/// 15 to 45 s); one given up while still wanted is asked for again.
+pub const NEIGHBOUR_STALE_S: u64 = 300;
 
 /// What the port a frame arrived on looks like to the forwarder.
 pub struct PortContext<'a> {
@@ -234,6 +240,10 @@ pub struct Forwarder {
     /// The sync peers' addresses, sorted: datagrams from anyone else are dropped here,
     /// not queued on the sync ring ahead of the peers' own.
     sync_peers: Vec<Ipv4Addr>,
+    /// The VRRP unicast and sync peers, sorted: their neighbour entries are kept.
+    neighbour_peers: Vec<Ipv4Addr>,
+    /// [`NEIGHBOUR_STALE_S`] in TSC cycles.
+    neighbour_stale_tsc: u64,
     /// Per-source new-connection rate-limit buckets (`forwarder/admission.rs`).
     rate_table: admission::RateTable,
     /// The ICMP errors this worker writes itself, rate-limited (RFC 4443 2.4(f)).
@@ -705,6 +715,16 @@ impl Forwarder {
                 .as_ref()
                 .map_or_else(Vec::new, |h| h.sources6.clone()),
             health_source: health.map(|h| (h.source, h.ports)),
+            neighbour_peers: {
+                let mut peers = sync_peers.clone();
+                if let VrrpSenders::Peers(vrrp_peers) = &vrrp {
+                    peers.extend_from_slice(vrrp_peers);
+                }
+                peers.sort_unstable();
+                peers.dedup();
+                peers
+            },
+            neighbour_stale_tsc: tsc_hz.saturating_mul(NEIGHBOUR_STALE_S),
             vrrp: vrrp.sorted(),
             vrrp_unicast,
             sync,
@@ -1189,7 +1209,7 @@ impl Forwarder {
                 now_tsc,
                 counters,
                 vips,
-                self.snapshot.current().real_servers_v4(),
+                self.neighbour_policy(),
             )),
             // What Sluice forwards must come to its own MAC: as Linux forwards no
             // frame sent to another host or to all (`ip_forward`), and IPVS balances
@@ -1212,7 +1232,7 @@ impl Forwarder {
                         now_tsc,
                         counters,
                         vips,
-                        &[],
+                        NeighbourPolicy::default(),
                     ))
                 } else {
                     Action::Drop(DropReason::NotLocal)
@@ -1225,6 +1245,16 @@ impl Forwarder {
             PacketKind::Udp { key } => self.l4(&mut pkt, &parsed, key, TcpFlags::empty(), &cx),
         };
         self.unless_for_kernel(action, to, pkt.bytes(), &parsed, port)
+    }
+
+    /// Which IPv4 neighbours keep their entries (the current real servers and the
+    /// configured peers), and when the others may give theirs up.
+    pub fn neighbour_policy(&self) -> NeighbourPolicy<'_> {
+        NeighbourPolicy {
+            real_servers: self.snapshot.current().real_servers_v4(),
+            peers: &self.neighbour_peers,
+            stale_tsc: self.neighbour_stale_tsc,
+        }
     }
 
     /// `action`, unless it drops a frame to our MAC on a port with an exception path:

@@ -154,13 +154,20 @@ impl LocalResponder {
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Verdict {
-        self.process_with_vips(frame, neighbours, now_tsc, counters, &[], &[])
+        self.process_with_vips(
+            frame,
+            neighbours,
+            now_tsc,
+            counters,
+            &[],
+            NeighbourPolicy::default(),
+        )
     }
 
     /// As [`process`](Self::process), also answering for the virtual service
     /// addresses in `vips` (sorted): Sluice owns its VIPs on the wire, so clients
-    /// resolve and ping them like its own addresses. `real_servers` (sorted) may be
-    /// learned from off the port's subnets too.
+    /// resolve and ping them like its own addresses. `policy` says which neighbours
+    /// keep their entries.
     pub fn process_with_vips(
         &self,
         frame: &mut [u8],
@@ -168,12 +175,12 @@ impl LocalResponder {
         now_tsc: u64,
         counters: &WorkerCounters,
         vips: &[Ipv4Addr],
-        real_servers: &[Ipv4Addr],
+        policy: NeighbourPolicy<'_>,
     ) -> Verdict {
         let me = Answering {
             responder: self,
             vips,
-            real_servers,
+            policy,
         };
         match me.respond(frame, neighbours, now_tsc, counters) {
             Ok(()) => Verdict::Reply,
@@ -316,11 +323,7 @@ impl LocalResponder {
                         } else {
                             neighbours.update_existing(from.ip, mac, now_tsc)
                         };
-                        match learned {
-                            Some(Learn::Inserted) => counters.event(Event::Neighbour6Learned),
-                            Some(Learn::Full) => counters.event(Event::Neighbour6TableFull),
-                            _ => {}
-                        }
+                        count_learned6(learned, counters);
                     }
                 }
                 if !target_is_ours {
@@ -369,11 +372,7 @@ impl LocalResponder {
                         } else {
                             neighbours.update_existing(target, mac, now_tsc)
                         };
-                        match learned {
-                            Some(Learn::Inserted) => counters.event(Event::Neighbour6Learned),
-                            Some(Learn::Full) => counters.event(Event::Neighbour6TableFull),
-                            _ => {}
-                        }
+                        count_learned6(learned, counters);
                     }
                 }
                 Err(DropReason::NdiscAdvert)
@@ -419,11 +418,29 @@ impl Known6<'_> {
         now_tsc: u64,
     ) -> Learn {
         if self.real_servers6.binary_search(&ip).is_ok() {
-            neighbours.learn(ip, mac, now_tsc)
+            // A real server matters more than any other entry: with the table full,
+            // it takes the slot of one that is no real server. Other IPv6 entries
+            // give up none (an IPv6 next hop that is no real server is not solicited
+            // again once gone).
+            let keep = |other: Ipv6Addr| self.real_servers6.binary_search(&other).is_ok();
+            neighbours.learn_making_room(ip, mac, now_tsc, neighbours.capacity(), 0, keep)
         } else {
             let room = neighbours.unreserved();
             neighbours.learn_below(ip, mac, now_tsc, room)
         }
+    }
+}
+
+/// Counts what learning an IPv6 neighbour did.
+fn count_learned6(learned: Option<Learn>, counters: &WorkerCounters) {
+    match learned {
+        Some(Learn::Inserted) => counters.event(Event::Neighbour6Learned),
+        Some(Learn::Reclaimed) => {
+            counters.event(Event::Neighbour6Learned);
+            counters.event(Event::Neighbour6Reclaimed);
+        }
+        Some(Learn::Full) => counters.event(Event::Neighbour6TableFull),
+        _ => {}
     }
 }
 
@@ -447,13 +464,72 @@ fn ndisc_drop(err: NdiscError) -> DropReason {
     }
 }
 
+/// Which IPv4 neighbours keep their entries in a full table, and when the others may
+/// give theirs up.
+#[derive(Clone, Copy, Debug)]
+pub struct NeighbourPolicy<'a> {
+    /// Sorted real-server addresses: worth an entry wherever they are, and, with the
+    /// table full, worth the slot of any entry that is neither a real server nor a
+    /// peer.
+    pub real_servers: &'a [Ipv4Addr],
+    /// Sorted addresses of the configured peers (VRRP unicast, session sync): their
+    /// entries are never given up either.
+    pub peers: &'a [Ipv4Addr],
+    /// Any other entry not learned or confirmed for this long (TSC cycles) gives its
+    /// slot to a new one when its share of the table is full; `u64::MAX`: never.
+    pub stale_tsc: u64,
+}
+
+impl Default for NeighbourPolicy<'_> {
+    /// No real server, no peer, nothing given up.
+    fn default() -> Self {
+        NeighbourPolicy {
+            real_servers: &[],
+            peers: &[],
+            stale_tsc: u64::MAX,
+        }
+    }
+}
+
+impl NeighbourPolicy<'_> {
+    /// Whether `ip`'s entry is never given up.
+    #[inline]
+    pub fn keeps(&self, ip: Ipv4Addr) -> bool {
+        self.real_servers.binary_search(&ip).is_ok() || self.peers.binary_search(&ip).is_ok()
+    }
+
+    /// Learns `ip -> mac` into a table shared out as the ARP path does (real servers
+    /// to the whole table, making room; others within `limit`, making room from stale
+    /// entries); `remember`: offered to the other workers when new or changed.
+    pub fn learn(
+        &self,
+        neighbours: &mut NeighbourTable,
+        ip: Ipv4Addr,
+        mac: MacAddr,
+        now_tsc: u64,
+        limit: usize,
+        remember: bool,
+    ) -> Learn {
+        let keep = |other| self.keeps(other);
+        let (limit, min_age) = if self.real_servers.binary_search(&ip).is_ok() {
+            (neighbours.capacity(), 0)
+        } else {
+            (limit, self.stale_tsc)
+        };
+        if remember {
+            neighbours.learn_making_room(ip, mac, now_tsc, limit, min_age, keep)
+        } else {
+            neighbours.learn_shared_making_room(ip, mac, now_tsc, limit, min_age, keep)
+        }
+    }
+}
+
 /// A responder together with the VIPs it answers for on this burst.
 struct Answering<'a> {
     responder: &'a LocalResponder,
     /// Sorted virtual service addresses.
     vips: &'a [Ipv4Addr],
-    /// Sorted real-server addresses: neighbours worth an entry wherever they are.
-    real_servers: &'a [Ipv4Addr],
+    policy: NeighbourPolicy<'a>,
 }
 
 impl Answering<'_> {
@@ -518,21 +594,26 @@ impl Answering<'_> {
             // from the port's link or a real server: senders made up by the thousand
             // would otherwise fill it for good, and a real server added later would
             // never be resolved.
+            // A real server may take the whole table; with it full, the slot of
+            // any entry that is neither a real server nor a peer. Others make room
+            // only from entries not heard from for `stale_tsc`, so what is in use
+            // stays, and addresses that came and went do not hold slots for good.
+            let policy = self.policy;
             let learned = if !target_is_ours {
                 neighbours.update_existing(sender_ip, sender_mac, now_tsc)
-            } else if self.real_servers.binary_search(&sender_ip).is_ok() {
-                Some(neighbours.learn(sender_ip, sender_mac, now_tsc))
+            } else if policy.real_servers.binary_search(&sender_ip).is_ok() {
+                Some(policy.learn(neighbours, sender_ip, sender_mac, now_tsc, 0, true))
             } else if self.responder.on_link(sender_ip) {
                 // A quarter stays for real servers: senders made up on a large
                 // subnet must not leave one added later unresolved either.
                 let room = neighbours.unreserved();
-                Some(neighbours.learn_below(sender_ip, sender_mac, now_tsc, room))
+                Some(policy.learn(neighbours, sender_ip, sender_mac, now_tsc, room, true))
             } else {
                 // Off the port's subnets: a host on the link with a route to another
                 // subnet (a client a synced session answers before it has sent
                 // anything), or a made-up sender. Half the table at most.
                 let half = neighbours.capacity() / 2;
-                match neighbours.learn_below(sender_ip, sender_mac, now_tsc, half) {
+                match policy.learn(neighbours, sender_ip, sender_mac, now_tsc, half, true) {
                     Learn::Full => {
                         counters.event(Event::NeighbourOffLink);
                         None
@@ -542,6 +623,15 @@ impl Answering<'_> {
             };
             match learned {
                 Some(Learn::Inserted) => counters.event(Event::NeighbourLearned),
+                Some(Learn::Reclaimed) => {
+                    counters.event(Event::NeighbourLearned);
+                    counters.event(Event::NeighbourReclaimed);
+                }
+                Some(Learn::Unchanged) if operation == arp::Operation::Reply && target_is_ours => {
+                    // An answer to our request: another worker may have asked after
+                    // giving up its copy, and only this one received the answer.
+                    neighbours.share_again(sender_ip, sender_mac);
+                }
                 Some(Learn::Full) => counters.event(Event::NeighbourTableFull),
                 _ => {}
             }
@@ -913,7 +1003,10 @@ mod tests {
                 1000,
                 &h.counters,
                 &[],
-                &real_servers,
+                NeighbourPolicy {
+                    real_servers: &real_servers,
+                    ..NeighbourPolicy::default()
+                },
             )
         };
         // Made up by the thousand, off both of the port's subnets (10.0.0.0/24,
@@ -954,6 +1047,117 @@ mod tests {
             h.neighbours.lookup(first),
             Some(MacAddr([2, 0, 0, 0, 0, 0x77]))
         );
+    }
+
+    #[test]
+    fn a_full_table_makes_room_from_entries_that_came_and_went() {
+        let mut h = Harness::new();
+        let peer = Ipv4Addr::new(192, 0, 2, 50);
+        let mut real_servers = vec![Ipv4Addr::new(192, 0, 2, 60)];
+        let answer = |h: &mut Harness, sender: Ipv4Addr, now: u64, rs: &[Ipv4Addr]| {
+            let mut frame = arp_request_from(sender);
+            let policy = NeighbourPolicy {
+                real_servers: rs,
+                peers: &[peer],
+                stale_tsc: 1000,
+            };
+            let verdict = h.responder.process_with_vips(
+                &mut frame,
+                &mut h.neighbours,
+                now,
+                &h.counters,
+                &[],
+                policy,
+            );
+            assert_eq!(verdict, Verdict::Reply, "{sender}");
+        };
+        // The peer first, then on-link senders up to the unreserved 12 of 16, all at 0.
+        answer(&mut h, peer, 0, &real_servers);
+        let on_link = |i: u8| Ipv4Addr::new(192, 0, 2, 100 + i);
+        for i in 0..11 {
+            answer(&mut h, on_link(i), 0, &real_servers);
+        }
+        assert_eq!(h.neighbours.len(), 12);
+        // Nothing stale yet: a new sender is refused.
+        answer(&mut h, on_link(11), 999, &real_servers);
+        assert_eq!(h.neighbours.lookup(on_link(11)), None);
+        assert_eq!(h.event(Event::NeighbourTableFull), 1);
+        // 1000 later every sender but the peer is stale: each new one takes the slot
+        // of one of them, never the peer's.
+        for i in 11..22 {
+            answer(&mut h, on_link(i), 1000, &real_servers);
+            assert!(h.neighbours.lookup(on_link(i)).is_some(), "sender {i}");
+        }
+        assert_eq!(h.event(Event::NeighbourReclaimed), 11);
+        assert_eq!(h.neighbours.len(), 12);
+        assert!(
+            h.neighbours.lookup(peer).is_some(),
+            "the peer's entry was given up"
+        );
+        assert!((0..11).all(|i| h.neighbours.lookup(on_link(i)).is_none()));
+        // Every slot holds the peer or a fresh sender: the next is refused again.
+        answer(&mut h, on_link(22), 1500, &real_servers);
+        assert_eq!(h.neighbours.lookup(on_link(22)), None);
+        assert_eq!(h.event(Event::NeighbourTableFull), 2);
+        // Real servers fill the reserve; with the table full, a real server added
+        // later takes a fresh sender's slot at once, and no real server's or the peer's.
+        for i in 0..4 {
+            real_servers.push(Ipv4Addr::new(192, 0, 2, 61 + i));
+        }
+        for &rs in &real_servers[..4] {
+            answer(&mut h, rs, 1500, &real_servers);
+        }
+        assert_eq!(h.neighbours.len(), 16);
+        let added_later = real_servers[4];
+        answer(&mut h, added_later, 1501, &real_servers);
+        assert!(h.neighbours.lookup(added_later).is_some());
+        assert_eq!(h.event(Event::NeighbourReclaimed), 12);
+        assert_eq!(h.neighbours.len(), 16);
+        assert!(h.neighbours.lookup(peer).is_some());
+        assert!(real_servers
+            .iter()
+            .all(|&rs| h.neighbours.lookup(rs).is_some()));
+        assert_eq!(
+            (11..22)
+                .filter(|&i| h.neighbours.lookup(on_link(i)).is_some())
+                .count(),
+            10
+        );
+    }
+
+    #[test]
+    fn an_answer_to_our_request_is_shared_even_unchanged() {
+        let mut h = Harness::new();
+        // The client answering an ARP request of ours.
+        let mut reply = ARP_REPLY;
+        reply[..6].copy_from_slice(&OUR_MAC);
+        reply[6..12].copy_from_slice(&CLIENT_MAC.0);
+        {
+            let mut packet = arp::Packet::new_unchecked(&mut reply[14..]);
+            packet.set_sender_hardware_addr(CLIENT_MAC);
+            packet.set_sender_protocol_addr(CLIENT_IP);
+            packet.set_target_hardware_addr(MacAddr(OUR_MAC));
+            packet.set_target_protocol_addr(OUR_IP);
+        }
+        let shared = |h: &mut Harness| {
+            let mut seen = Vec::new();
+            h.neighbours.take_changes(|ip, mac| seen.push((ip, mac)));
+            seen
+        };
+        h.expect_drop(&reply, DropReason::ArpReply);
+        assert_eq!(shared(&mut h), [(CLIENT_IP, CLIENT_MAC)], "new: shared");
+        // The same answer again (another worker asked after giving up its copy).
+        h.expect_drop(&reply, DropReason::ArpReply);
+        assert_eq!(
+            shared(&mut h),
+            [(CLIENT_IP, CLIENT_MAC)],
+            "unchanged: shared again"
+        );
+        // A request from it is no answer: unchanged, not shared.
+        let mut request = arp_request_from(CLIENT_IP);
+        arp::Packet::new_unchecked(&mut request[14..]).set_target_protocol_addr(OUR_IP);
+        assert_eq!(h.process(&mut request), Verdict::Reply);
+        assert_eq!(shared(&mut h), [], "a request: not shared");
     }
 
     #[test]

@@ -4,9 +4,14 @@
 //!
 //! Fixed capacity, allocated once at construction: the data plane never allocates, and
 //! a flood of ARP from a segment cannot grow memory; when full, new entries are refused
-//! and the caller counts it. Open addressing with linear probing over at least twice as
-//! many slots as entries keeps probe sequences short; removal shifts entries back
-//! instead of leaving tombstones, so lookups never slow down over time.
+//! and the caller counts it, unless the caller lets a new entry take the slot of one
+//! it does not keep and that has not been heard from for a while
+//! ([`NeighbourTable::learn_making_room`]): entries are never expired on a timer (a
+//! worker that learns an entry from another is not told when it is confirmed), but
+//! addresses that came and went (real servers removed, clients, made-up senders) do
+//! not hold their slots for good. Open addressing with linear probing over at least
+//! twice as many slots as entries keeps probe sequences short; removal shifts entries
+//! back instead of leaving tombstones, so lookups never slow down over time.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -52,7 +57,15 @@ pub enum Learn {
     Unchanged,
     /// No entry existed and the table is full: nothing was stored.
     Full,
+    /// A new entry was added in the slot of one the caller does not keep and that had
+    /// not been heard from for long enough ([`NeighbourTable::learn_making_room`]).
+    Reclaimed,
 }
+
+/// How many slots one search for an entry to give up looks at, at most: the work a
+/// refused insert costs is bounded whatever fills the table (at the table's load of at
+/// most one half, about 32 entries).
+const RECLAIM_SCAN: usize = 64;
 
 /// One learned neighbour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +111,8 @@ pub struct NeighbourTable<A = Ipv4Addr> {
     /// Entries inserted or changed so far (any source): frames waiting for a next hop
     /// are looked at again only when this moved.
     learned_total: u64,
+    /// Where the next search for an entry to give up starts (it goes round the slots).
+    reclaim_cursor: usize,
 }
 
 /// Changes remembered between two `take_changes` calls (a worker calls it after every
@@ -118,6 +133,7 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
             changes_len: 0,
             changes_lost: 0,
             learned_total: 0,
+            reclaim_cursor: 0,
         }
     }
 
@@ -194,6 +210,88 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         let learned = self.learn_within(ip, mac, now_tsc, limit.min(self.capacity));
         self.remember(learned, ip, mac);
         learned
+    }
+
+    /// `learn_below`, but when the table already holds `limit` entries a new entry may
+    /// take the slot of one that `keep` does not claim and that has been neither learned
+    /// nor confirmed for `min_age_tsc` or more (0: any such entry), found among the next
+    /// [`RECLAIM_SCAN`] slots from where the last search stopped ([`Learn::Reclaimed`]);
+    /// only when there is none is it refused ([`Learn::Full`]).
+    pub fn learn_making_room(
+        &mut self,
+        ip: A,
+        mac: MacAddr,
+        now_tsc: u64,
+        limit: usize,
+        min_age_tsc: u64,
+        keep: impl Fn(A) -> bool,
+    ) -> Learn {
+        let learned = self.learn_reclaiming(ip, mac, now_tsc, limit, min_age_tsc, keep);
+        self.remember(learned, ip, mac);
+        learned
+    }
+
+    /// `learn_making_room` for an entry another worker learned and shared: not
+    /// remembered again, so updates never bounce between workers.
+    pub fn learn_shared_making_room(
+        &mut self,
+        ip: A,
+        mac: MacAddr,
+        now_tsc: u64,
+        limit: usize,
+        min_age_tsc: u64,
+        keep: impl Fn(A) -> bool,
+    ) -> Learn {
+        self.learn_reclaiming(ip, mac, now_tsc, limit, min_age_tsc, keep)
+    }
+
+    fn learn_reclaiming(
+        &mut self,
+        ip: A,
+        mac: MacAddr,
+        now_tsc: u64,
+        limit: usize,
+        min_age_tsc: u64,
+        keep: impl Fn(A) -> bool,
+    ) -> Learn {
+        let limit = limit.min(self.capacity);
+        match self.learn_within(ip, mac, now_tsc, limit) {
+            Learn::Full if self.reclaim(now_tsc, min_age_tsc, keep) => {
+                // A replacement: the table holds as many entries as before, however
+                // far past `limit` others (real servers in the reserve) have taken it.
+                match self.learn_within(ip, mac, now_tsc, self.capacity) {
+                    Learn::Inserted => Learn::Reclaimed,
+                    other => other,
+                }
+            }
+            learned => learned,
+        }
+    }
+
+    /// Removes one entry that `keep` does not claim and that is at least `min_age_tsc`
+    /// old, among the next [`RECLAIM_SCAN`] slots; whether one went.
+    fn reclaim(&mut self, now_tsc: u64, min_age_tsc: u64, keep: impl Fn(A) -> bool) -> bool {
+        let mask = self.mask();
+        for _ in 0..RECLAIM_SCAN {
+            let index = self.reclaim_cursor;
+            self.reclaim_cursor = (index + 1) & mask;
+            let slot = &self.slots[index];
+            if slot.occupied
+                && now_tsc.saturating_sub(slot.neighbour.updated_tsc) >= min_age_tsc
+                && !keep(slot.neighbour.ip)
+            {
+                self.remove_at(index);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Offers `ip -> mac` to the other workers again although it did not change here:
+    /// for an answer to a request of ours, which another worker may have asked for after
+    /// giving up its own copy, and which only this worker received.
+    pub fn share_again(&mut self, ip: A, mac: MacAddr) {
+        self.remember(Learn::Inserted, ip, mac);
     }
 
     /// How many entries neighbours other than real servers may hold: all but a
@@ -294,7 +392,7 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
     }
 
     fn remember(&mut self, learned: Learn, ip: A, mac: MacAddr) {
-        if !matches!(learned, Learn::Inserted | Learn::Updated) {
+        if !matches!(learned, Learn::Inserted | Learn::Updated | Learn::Reclaimed) {
             return;
         }
         match self.changes.get_mut(self.changes_len) {
@@ -547,6 +645,67 @@ mod tests {
             assert_eq!(table.lookup(*ip), Some(*m));
         }
         assert_eq!(table.iter().count(), model.len());
+    }
+
+    /// `learn_making_room` against a `HashMap` model, in a full table with many
+    /// collisions: an entry given up is one the caller does not keep and old enough,
+    /// exactly one goes per reclaimed insert, and every other entry stays reachable
+    /// after the backward shift.
+    #[test]
+    fn making_room_gives_up_only_stale_entries_not_kept() {
+        let mut rng = crate::wire::test_util::XorShift(0x5eed_0f51_07a5_u64);
+        let mut table = NeighbourTable::with_capacity(40);
+        let mut model: HashMap<Ipv4Addr, (MacAddr, u64)> = HashMap::new();
+        // Even host parts are kept (real servers, peers).
+        let keep = |ip: Ipv4Addr| ip.octets()[3].is_multiple_of(2);
+        let min_age = 300;
+        let (mut reclaimed, mut refused) = (0, 0);
+        for step in 0..50_000u64 {
+            let r = rng.next_u64();
+            let ip = Ipv4Addr::new(10, (r >> 8) as u8 & 1, 0, r as u8 & 0x7f);
+            let m = mac((r >> 16) as u8 & 3);
+            let limit = if r >> 63 == 0 { 40 } else { 30 };
+            if (r >> 56) & 0xf == 0 {
+                assert_eq!(
+                    table.remove(ip).map(|n| n.mac),
+                    model.remove(&ip).map(|e| e.0)
+                );
+                continue;
+            }
+            let learned = table.learn_making_room(ip, m, step, limit, min_age, keep);
+            match learned {
+                Learn::Unchanged | Learn::Updated => {
+                    let old = model.get(&ip).expect("known").0;
+                    assert_eq!(learned == Learn::Unchanged, old == m);
+                }
+                Learn::Inserted => assert!(!model.contains_key(&ip) && model.len() < limit),
+                Learn::Reclaimed => {
+                    assert!(!model.contains_key(&ip) && model.len() >= limit);
+                    let gone: Vec<Ipv4Addr> = model
+                        .keys()
+                        .copied()
+                        .filter(|&k| table.lookup(k).is_none())
+                        .collect();
+                    assert_eq!(gone.len(), 1, "one entry per reclaimed insert");
+                    let (_, learned_at) = model.remove(&gone[0]).unwrap();
+                    assert!(!keep(gone[0]), "a kept entry was given up");
+                    assert!(step - learned_at >= min_age, "a fresh entry was given up");
+                    reclaimed += 1;
+                }
+                Learn::Full => {
+                    assert!(!model.contains_key(&ip) && model.len() >= limit);
+                    refused += 1;
+                }
+            }
+            if learned != Learn::Full {
+                model.insert(ip, (m, step));
+            }
+            assert_eq!(table.len(), model.len());
+            for (k, (mac, _)) in &model {
+                assert_eq!(table.lookup(*k), Some(*mac), "step {step}");
+            }
+        }
+        assert!(reclaimed > 100 && refused > 100, "{reclaimed} {refused}");
     }
 
     #[test]

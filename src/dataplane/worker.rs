@@ -203,10 +203,12 @@ impl Worker {
             .mailbox
             .serve(|query| forwarder.answer(query, id));
         let me = self.id as usize;
-        let (neighbours, forwarder) = (&mut self.neighbours, &self.forwarder);
+        let (neighbours, policy) = (&mut self.neighbours, self.forwarder.neighbour_policy());
         self.links.mesh.take_neighbours(me, |ip, mac| {
-            let real_server = forwarder.is_real_server(ip.into());
-            neighbours.learn_shared_keeping_reserve(ip, mac, now, real_server);
+            // The learning worker judged the entry against its own table; this one may
+            // be fuller, so the reserve for real servers is kept here too.
+            let room = neighbours.unreserved();
+            policy.learn(neighbours, ip, mac, now, room, false);
         });
         let forwarder = &mut self.forwarder;
         self.links.mesh.take_neighbours6(me, |ip, mac| {

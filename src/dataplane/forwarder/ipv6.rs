@@ -581,10 +581,17 @@ impl Forwarder {
 
     /// An IPv6 neighbour another worker learned (`dataplane::mesh`); not shared again.
     /// A new one that is no real server goes only into the unreserved part of the
-    /// table (`NeighbourTable::unreserved`), as it would have here.
+    /// table (`NeighbourTable::unreserved`), as it would have here; a real server's
+    /// into the whole table, in the slot of one that is no real server when it is full.
     pub fn learn_shared_neighbour6(&mut self, ip: Ipv6Addr, mac: MacAddr, now_tsc: u64) {
-        let real_server = self.snapshot.current().is_real_server(ip.into());
-        (self.neighbours6).learn_shared_keeping_reserve(ip, mac, now_tsc, real_server);
+        let snapshot = self.snapshot.current();
+        let keep = |other: Ipv6Addr| snapshot.real_servers_v6().binary_search(&other).is_ok();
+        let table = &mut self.neighbours6;
+        if keep(ip) {
+            table.learn_shared_making_room(ip, mac, now_tsc, table.capacity(), 0, keep);
+        } else {
+            table.learn_shared_keeping_reserve(ip, mac, now_tsc, false);
+        }
     }
 
     /// Whether `ip` is a real server of some service (in the current snapshot).
