@@ -342,6 +342,7 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does() {
     let port = PortContext {
         redirected: false,
         responder: &responder,
+        index: 0,
         mac: MacAddr(LB_MAC),
         addr: ip("198.18.0.1"),
         mtu: 1500,
