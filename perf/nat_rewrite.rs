@@ -403,6 +403,7 @@ fn main() {
     let port = PortContext {
         redirected: false,
         responder: &responder,
+        index: 0,
         mac: MacAddr(LB_MAC),
         addr: lb_ip,
         mtu: 1500,

@@ -343,6 +343,7 @@ fn forwarding_over_real_mbufs() {
     let port = PortContext {
         redirected: false,
         responder: &responder,
+        index: 0,
         mac: MacAddr(LB_MAC),
         addr: ip("198.18.0.1"),
         mtu: 1500,

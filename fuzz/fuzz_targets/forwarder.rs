@@ -90,6 +90,7 @@ fn run(bed: &mut bed::Bed, data: &[u8], universe: &Universe, shared: &bed::Share
         };
         let port = PortContext {
             responder: &responder,
+            index: 0,
             mac: MacAddr(LB_MAC),
             addr: LB_IP,
             mtu: MTU,

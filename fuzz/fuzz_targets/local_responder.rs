@@ -15,7 +15,7 @@
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::dataplane::local::{LocalResponder, Verdict};
+use sluice::dataplane::local::{LocalResponder, NeighbourPolicy, Verdict};
 use sluice::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use sluice::flow::parse::{classify, PacketKind};
 use sluice_fuzz::bed::{ADDRS, ADDRS6, ENDPOINTS, ENDPOINTS6, LB_IP, LB_IP6, LB_MAC, MACS, PORTS};
@@ -114,7 +114,12 @@ fuzz_target!(|data: &[u8]| {
             n as u64,
             &counters,
             VIPS,
-            REAL_SERVERS,
+            NeighbourPolicy {
+                real_servers: REAL_SERVERS,
+                peers: &[],
+                // Entries of lesser standing give their slots up after a few frames.
+                stale_tsc: 3,
+            },
         );
         assert_eq!(
             drops,

@@ -336,8 +336,8 @@ pub struct ServiceConfig {
     /// `sloppy_tcp`: sessions open from any TCP segment but an RST (tcp only, no
     /// fullnat real server or sorry server).
     pub sloppy_tcp: bool,
-    /// `synproxy` and `synproxy_auto_syn_rate`: the SYN proxy (tcp, nat and fullnat
-    /// real servers only).
+    /// `synproxy`, `synproxy_auto_syn_rate` and `synproxy_syn_retries`: the SYN proxy
+    /// (tcp, nat and fullnat real servers only).
     pub synproxy: crate::model::SynProxy,
     /// `ipvsadm -b`: scheduler flags (only the scheduler's own).
     pub sched_flags: crate::model::SchedFlags,

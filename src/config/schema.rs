@@ -23,7 +23,10 @@ use crate::health::spec::{
 use crate::model::Protocol;
 use crate::model::{ForwardMode, Persistence, RealServerSpec, ServiceKey, MAX_LOCAL_ADDRESSES};
 use crate::model::{SchedFlags, SchedulerKind};
-use crate::model::{SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE};
+use crate::model::{
+    SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE, DEFAULT_SYNPROXY_SYN_RETRIES,
+    MAX_SYNPROXY_SYN_RETRIES,
+};
 use crate::service::{AclAction, Prefix, RateLimit};
 
 const ROOT_KEYS: &[&str] = &[
@@ -88,6 +91,7 @@ const SERVICE_KEYS: &[&str] = &[
     "sloppy_tcp",
     "synproxy",
     "synproxy_auto_syn_rate",
+    "synproxy_syn_retries",
     "scheduler_flags",
     "mh_table_size",
     "health",
@@ -1579,8 +1583,9 @@ fn read_sloppy_tcp(
     })
 }
 
-/// `synproxy = "off" | "on" | "auto"` and `synproxy_auto_syn_rate` (SYNs per second
-/// without a session, per worker, 1..=100 000 000). On and auto need a tcp service
+/// `synproxy = "off" | "on" | "auto"`, `synproxy_auto_syn_rate` (SYNs per second
+/// without a session, per worker, 1..=100 000 000) and `synproxy_syn_retries` (times
+/// the SYN to the real server goes again, 0..=5). On and auto need a tcp service
 /// whose real servers all use nat or fullnat: DR and TUN replies bypass Sluice, which
 /// then could not translate them.
 fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Check<SynProxy> {
@@ -1614,9 +1619,13 @@ fn read_synproxy(t: &Table, proto: Protocol, servers: &[RealServerConfig]) -> Ch
         DEFAULT_SYNPROXY_AUTO_SYN_RATE,
         |f| f.int(1..=100_000_000),
     )?;
+    let syn_retries = t.or("synproxy_syn_retries", DEFAULT_SYNPROXY_SYN_RETRIES, |f| {
+        f.int(0..=i64::from(MAX_SYNPROXY_SYN_RETRIES))
+    })?;
     Ok(SynProxy {
         mode,
         auto_syn_rate,
+        syn_retries,
     })
 }
 

@@ -2739,14 +2739,15 @@ fn nat_service(kv: &str) -> String {
 #[test]
 fn synproxy_parses_and_refuses_dr_tun_udp_and_bad_values() {
     let cfg = parse(&nat_service(
-        "synproxy = \"auto\"\nsynproxy_auto_syn_rate = 5000",
+        "synproxy = \"auto\"\nsynproxy_auto_syn_rate = 5000\nsynproxy_syn_retries = 5",
     ))
     .unwrap();
     assert_eq!(
         cfg.services[0].synproxy,
         crate::model::SynProxy {
             mode: crate::model::SynProxyMode::Auto,
-            auto_syn_rate: 5000
+            auto_syn_rate: 5000,
+            syn_retries: 5,
         }
     );
     let cfg = parse(&nat_service("synproxy = \"on\"")).unwrap();
@@ -2755,6 +2756,7 @@ fn synproxy_parses_and_refuses_dr_tun_udp_and_bad_values() {
         crate::model::SynProxyMode::On
     );
     assert_eq!(cfg.services[0].synproxy.auto_syn_rate, 1000);
+    assert_eq!(cfg.services[0].synproxy.syn_retries, 3);
     let cfg = parse(&nat_service("")).unwrap();
     assert_eq!(cfg.services[0].synproxy, crate::model::SynProxy::default());
     // A TUN real server (the second, at services[0].real_servers[1]).
@@ -2790,6 +2792,18 @@ fn synproxy_parses_and_refuses_dr_tun_udp_and_bad_values() {
         27,
         "services[0].synproxy_auto_syn_rate",
         "",
+    );
+    assert_rejected(
+        &nat_service("synproxy = \"on\"\nsynproxy_syn_retries = 6"),
+        27,
+        "services[0].synproxy_syn_retries",
+        "6 is out of range (0..=5)",
+    );
+    assert_rejected(
+        &nat_service("synproxy = \"on\"\nsynproxy_syn_retries = \"3\""),
+        27,
+        "services[0].synproxy_syn_retries",
+        "an integer",
     );
     // Off is fine with DR.
     parse(&service_with(

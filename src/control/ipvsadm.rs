@@ -11,7 +11,10 @@ use crate::model::{
     MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
-use crate::model::{SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE};
+use crate::model::{
+    SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE, DEFAULT_SYNPROXY_SYN_RETRIES,
+    MAX_SYNPROXY_SYN_RETRIES,
+};
 use crate::service::admission::MAX_RATE;
 use crate::service::{AclAction, Prefix, RateLimit};
 use crate::session::timeouts::MAX_TIMEOUT_SECS;
@@ -187,7 +190,9 @@ impl Verb {
             return allowed;
         }
         let own: &[&str] = match self {
-            Verb::AddService | Verb::EditService => &["synproxy", "synproxy-rate"],
+            Verb::AddService | Verb::EditService => {
+                &["synproxy", "synproxy-rate", "synproxy-retries"]
+            }
             Verb::Restore => &["replace", "atomic"],
             Verb::AddLaddr | Verb::DelLaddr => &["service-address", "laddr", "ifname"],
             Verb::GetLaddr | Verb::AclList => &["service-address", "numeric"],
@@ -297,6 +302,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut per_prefix: Option<u8> = None;
     let mut synproxy_mode: Option<SynProxyMode> = None;
     let mut synproxy_rate: Option<u32> = None;
+    let mut synproxy_retries: Option<u8> = None;
     // As ipvsadm, an option given twice is an error rather than the last one winning.
     let mut given: Vec<&'static str> = Vec::new();
 
@@ -478,6 +484,15 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     100_000_000,
                 )?)
             }
+            "--synproxy-retries" => {
+                let n = parse_number(
+                    "synproxy SYN retries",
+                    &value(arg)?,
+                    0,
+                    u32::from(MAX_SYNPROXY_SYN_RETRIES),
+                )?;
+                synproxy_retries = Some(n as u8)
+            }
             "-n" | "--numeric" => {}
             "-X" | "--exact" => exact = true,
             "--persistent-conn" => persistent_conn = true,
@@ -530,17 +545,24 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             return Err("options conflicts in the list command".into());
         }
     }
-    if (synproxy_mode.is_some() || synproxy_rate.is_some())
+    if (synproxy_mode.is_some() || synproxy_rate.is_some() || synproxy_retries.is_some())
         && !matches!(verb, Verb::AddService | Verb::EditService)
     {
-        return Err("options --synproxy and --synproxy-rate only apply to -A and -E".into());
+        return Err(
+            "options --synproxy, --synproxy-rate and --synproxy-retries only apply to -A and -E"
+                .into(),
+        );
     }
     if synproxy_rate.is_some() && synproxy_mode.is_none() {
         return Err("option --synproxy-rate needs --synproxy".into());
     }
+    if synproxy_retries.is_some() && synproxy_mode.is_none() {
+        return Err("option --synproxy-retries needs --synproxy".into());
+    }
     let synproxy = synproxy_mode.map(|mode| SynProxy {
         mode,
         auto_syn_rate: synproxy_rate.unwrap_or(DEFAULT_SYNPROXY_AUTO_SYN_RATE),
+        syn_retries: synproxy_retries.unwrap_or(DEFAULT_SYNPROXY_SYN_RETRIES),
     });
     // Only the SYN proxy changes with `-E --synproxy` and nothing else of ipvsadm's.
     let synproxy_only = verb == Verb::EditService
@@ -879,6 +901,7 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         "--atomic" => "atomic",
         "--synproxy" => "synproxy",
         "--synproxy-rate" => "synproxy-rate",
+        "--synproxy-retries" => "synproxy-retries",
         "-z" | "--laddr" => "laddr",
         "-F" | "--ifname" => "ifname",
         "--burst" => "burst",
@@ -1143,6 +1166,7 @@ mod tests {
         let on = SynProxy {
             mode: SynProxyMode::On,
             auto_syn_rate: 1000,
+            syn_retries: 3,
         };
         assert_eq!(
             p("-A -t 198.18.1.1:80 -s rr --synproxy on")
@@ -1166,14 +1190,15 @@ mod tests {
         );
         // -E with only --synproxy changes nothing else.
         assert_eq!(
-            p("-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 20000")
+            p("-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 20000 --synproxy-retries 0")
                 .unwrap()
                 .request,
             Request::SetSynproxy {
                 service: vip,
                 synproxy: SynProxy {
                     mode: SynProxyMode::Auto,
-                    auto_syn_rate: 20000
+                    auto_syn_rate: 20000,
+                    syn_retries: 0,
                 },
             }
         );
@@ -1191,6 +1216,14 @@ mod tests {
             (
                 "-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 0",
                 "rate",
+            ),
+            (
+                "-E -t 198.18.1.1:80 --synproxy on --synproxy-retries 6",
+                "illegal synproxy SYN retries \"6\" (expected 0..=5)",
+            ),
+            (
+                "-E -t 198.18.1.1:80 --synproxy-retries 2",
+                "needs --synproxy",
             ),
         ] {
             let err = p(line).unwrap_err();

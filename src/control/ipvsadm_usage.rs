@@ -348,6 +348,7 @@ fn is_sluice_only(word: &str, command: Option<usize>) -> bool {
         "--per-prefix",
         "--synproxy",
         "--synproxy-rate",
+        "--synproxy-retries",
         "--atomic",
         "--replace",
         "--fullnat",

@@ -297,10 +297,11 @@ fn describe(req: &Request) -> Option<String> {
         },
         Request::DeleteService { service } => format!("lb=config op=del-svc svc={}", svc(service)),
         Request::SetSynproxy { service, synproxy } => format!(
-            "lb=config op=synproxy svc={} mode={} auto_syn_rate={}",
+            "lb=config op=synproxy svc={} mode={} auto_syn_rate={} syn_retries={}",
             svc(service),
             synproxy.mode.name(),
-            synproxy.auto_syn_rate
+            synproxy.auto_syn_rate,
+            synproxy.syn_retries
         ),
         Request::SetSorryServer {
             service,

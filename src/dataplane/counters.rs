@@ -106,6 +106,17 @@ pub enum Event {
     /// server available, no local port, no room in the session table) was answered
     /// with a reset to the client.
     SynproxyRefused,
+    /// SYN proxy: the real server had not answered the SYN within its retransmission
+    /// timeout (1 s, doubling), or had just been sent a `SynproxyStaleReset`: the
+    /// worker's timer sent the SYN again.
+    SynproxySynRetried,
+    /// SYN proxy: the real server answered none of the SYN's retries: the client was
+    /// sent a reset at the number it expects, the server a bare reset, and the
+    /// session closed.
+    SynproxyGaveUp,
+    /// SYN proxy: a proxied connection opened while the worker's SYN timer list was
+    /// full: its SYN goes again only on the client's next segment.
+    SynproxyRetryFull,
     /// A Neighbor Solicitation for one of the port's IPv6 addresses was answered.
     NdAnswered,
     /// A duplicate address probe (a solicitation from the unspecified address) for
@@ -138,7 +149,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 49;
+    pub const COUNT: usize = 52;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -178,6 +189,9 @@ impl Event {
         Event::SynproxyDataSent,
         Event::SynproxyStaleReset,
         Event::SynproxyRefused,
+        Event::SynproxySynRetried,
+        Event::SynproxyGaveUp,
+        Event::SynproxyRetryFull,
         Event::NdAnswered,
         Event::NdDadDefended,
         Event::IcmpV6EchoReplied,
@@ -230,6 +244,9 @@ impl Event {
             Event::SynproxyDataSent => "synproxy_data_sent",
             Event::SynproxyStaleReset => "synproxy_stale_reset",
             Event::SynproxyRefused => "synproxy_refused",
+            Event::SynproxySynRetried => "synproxy_syn_retried",
+            Event::SynproxyGaveUp => "synproxy_gave_up",
+            Event::SynproxyRetryFull => "synproxy_retry_full",
             Event::NdAnswered => "nd_answered",
             Event::NdDadDefended => "nd_dad_defended",
             Event::IcmpV6EchoReplied => "icmpv6_echo_replied",

@@ -77,6 +77,9 @@ pub const NEIGHBOUR_STALE_S: u64 = 300;
 /// What the port a frame arrived on looks like to the forwarder.
 pub struct PortContext<'a> {
     pub responder: &'a LocalResponder,
+    /// The port's index among the worker's: where the SYN proxy's timer sends a SYN
+    /// again.
+    pub index: u16,
     pub mac: MacAddr,
     /// The port's first address: source of Sluice's own ARP, ICMP and tunnel packets.
     pub addr: Ipv4Addr,
@@ -565,6 +568,9 @@ pub struct ForwarderConfig {
     /// at least [`PARK_INDEX_BYTES`], where the bucket of a new reply key is rarely in
     /// the cache; `Some` decides it either way (tests).
     pub park_new_sessions: Option<bool>,
+    /// The SYN proxy's first wait for a real server's SYN-ACK before the SYN goes
+    /// again ([`synproxy::SYN_TIMEOUT_MS`]); tests shorten it.
+    pub synproxy_syn_timeout_ms: u32,
 }
 
 /// The index size from which new sessions are parked by default. Parking costs a new
@@ -609,6 +615,7 @@ impl ForwarderConfig {
             icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT
                 .per_worker(1, tsc_hz),
             park_new_sessions: None,
+            synproxy_syn_timeout_ms: synproxy::SYN_TIMEOUT_MS,
         }
     }
 }
@@ -656,6 +663,7 @@ impl Forwarder {
             sync_peers,
             icmp_error_limit,
             park_new_sessions,
+            synproxy_syn_timeout_ms,
         } = config;
         let tsc_per_tick = tsc_per_tick.max(1);
         let tick_ms =
@@ -667,7 +675,7 @@ impl Forwarder {
                 0,
             )?,
             sessions6: SessionTable6::try_with_capacity(capacity6)?,
-            synproxy: synproxy::ProxyState::new(capacity, tsc_hz),
+            synproxy: synproxy::ProxyState::new(capacity, tsc_hz, synproxy_syn_timeout_ms),
             peeked: [None; BURST_SIZE],
             park_new_sessions: false,
             parking: false,
@@ -1518,6 +1526,18 @@ impl Forwarder {
                     Ok(mut matched) => {
                         if let Some(hs) = &proxied {
                             self.synproxy_opened(&mut matched, hs);
+                            if held.is_none() {
+                                // The frame is the first SYN now.
+                                let tsval = hs.client_tsval.filter(|_| hs.cookie_tsval.is_some());
+                                self.synproxy_arm(
+                                    matched.id,
+                                    hs,
+                                    tsval,
+                                    pkt.bytes(),
+                                    parsed.l3,
+                                    cx,
+                                );
+                            }
                         }
                         if let Some(seq) = held {
                             // The ACK waits with its data; a copy becomes the SYN.
@@ -1813,6 +1833,7 @@ mod tests {
     fn lan0(responder: &LocalResponder) -> PortContext<'_> {
         PortContext {
             responder,
+            index: 0,
             mac: MacAddr([2, 0, 0, 0, 0, 1]),
             addr: Ipv4Addr::new(198, 18, 0, 1),
             mtu: 1500,

@@ -14,6 +14,7 @@ pub mod overload;
 pub mod query;
 pub mod realserver_stats;
 pub mod sync_events;
+pub mod synproxy_retry;
 pub mod worker;
 
 /// The management core's loop period: it sleeps this long after each turn's work.

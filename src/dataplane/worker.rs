@@ -157,6 +157,7 @@ impl Worker {
             }
             if housekeeping {
                 self.release_awaiting(start, &mut tx, &mut outbox);
+                self.retry_syns(start, &mut tx, &mut outbox);
                 self.send_held(start);
                 self.share_neighbours();
                 self.counters
@@ -528,6 +529,46 @@ impl Worker {
         }
     }
 
+    /// The SYN proxy's timer, once its scan period is up while it times anything:
+    /// the SYNs due again and the connections given up (`Forwarder::synproxy_retry`).
+    /// The rebuilt client segments go through the forwarder as redirected frames do
+    /// (flagged as the timer's, for its counters); the resets to clients go out as
+    /// they are.
+    fn retry_syns(&mut self, now: u64, tx: &mut Burst, outbox: &mut Outbox) {
+        if !self.forwarder.synproxy_timer_due(now) {
+            return;
+        }
+        for (index, port) in self.ports.iter_mut().enumerate() {
+            let (mut frames, mut to_clients) = (Burst::new(), Burst::new());
+            self.forwarder.synproxy_retry(
+                index as u16,
+                port.responder.mac(),
+                now,
+                &self.pool,
+                &mut frames,
+                &mut to_clients,
+            );
+            let capture = (&self.links.capture, index as u16, now);
+            transmit_all(port, &mut to_clients, &self.counters, capture);
+            if frames.is_empty() {
+                continue;
+            }
+            let mut cx = BurstContext {
+                forwarder: &mut self.forwarder,
+                neighbours: &mut self.neighbours,
+                counters: &self.counters,
+                held: &mut self.held,
+                outbox,
+                capture: &self.links.capture,
+                now,
+            };
+            cx.forwarder.synproxy_timer_frames(true);
+            process(port, index as u16, true, &mut cx, &mut frames, tx);
+            cx.forwarder.synproxy_timer_frames(false);
+            outbox.send(&self.links.mesh, &self.counters);
+        }
+    }
+
     /// The held frames' turn (`Held`): ARP requests for their next hops, then the
     /// frames whose next hop was learned meanwhile go out, and those held too long
     /// are dropped. Nothing to do (one branch) while nothing is held.
@@ -787,6 +828,7 @@ fn process(
     let n = rx.len();
     let ctx = PortContext {
         responder: &port.responder,
+        index: port_index,
         mac: port.responder.mac(),
         addr: port.addr,
         mtu: port.mtu,

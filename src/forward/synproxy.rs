@@ -324,15 +324,15 @@ struct NewSegment {
 }
 
 /// Writes `seg` (a fresh 20-byte IPv4 header, then TCP with the options `options`
-/// writes) over the frame from `parsed.l3`, keeping L2. `buf` may be longer than the
+/// writes) over the frame from `l3`, keeping L2. `buf` may be longer than the
 /// frame (the mbuf's tailroom). Returns the new frame length.
 fn write_segment(
     buf: &mut [u8],
-    parsed: &Parsed,
+    l3: usize,
     seg: &NewSegment,
     options: impl FnOnce(&mut [u8]) -> usize,
 ) -> Result<usize, DropReason> {
-    let l4 = parsed.l3 + ipv4::MIN_HEADER_LEN;
+    let l4 = l3 + ipv4::MIN_HEADER_LEN;
     let mut scratch = [0u8; MAX_HANDSHAKE_OPTIONS];
     let options_len = options(&mut scratch);
     let header_len = tcp::MIN_HEADER_LEN + options_len;
@@ -347,7 +347,7 @@ fn write_segment(
         payload_len: header_len,
         ttl: ipv4::DEFAULT_TTL,
     }
-    .emit(&mut ipv4::Packet::new_unchecked(&mut buf[parsed.l3..l4]));
+    .emit(&mut ipv4::Packet::new_unchecked(&mut buf[l3..l4]));
     buf[l4 + tcp::MIN_HEADER_LEN..end].copy_from_slice(&scratch[..options_len]);
     let mut out = tcp::Packet::new_unchecked(&mut buf[l4..end]);
     out.set_src_port(seg.src.1);
@@ -396,7 +396,7 @@ pub fn answer_syn(
         flags: TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
         window: SYNACK_WINDOW,
     };
-    let len = write_segment(buf, parsed, &answer, |o| {
+    let len = write_segment(buf, parsed.l3, &answer, |o| {
         write_handshake_options(o, Some(MSS_TABLE[index]), sack, ts, wscale)
     })?;
     crate::forward::dr::forward(buf, client_mac, port_mac)?;
@@ -489,7 +489,7 @@ pub fn write_server_syn(
         flags: TcpFlags::SYN,
         window,
     };
-    write_segment(buf, parsed, &syn, |o| {
+    write_segment(buf, parsed.l3, &syn, |o| {
         write_handshake_options(
             o,
             Some(handshake.mss),
@@ -497,6 +497,37 @@ pub fn write_server_syn(
             tsval.map(|v| (v, 0)),
             handshake.wscale,
         )
+    })
+}
+
+/// Writes into `buf`, after `l2` (the Ethernet header and VLAN tags of the client's
+/// cookie ACK, as they came), the bare ACK of handshake `hs` on connection `key`
+/// (client -> VIP) that the client sent: `seq = ISN + 1`, `ack = cookie + 1`, its
+/// window, and timestamps (`tsval`, echoing the cookie TSval) when the SYN made of
+/// the ACK carried them. [`write_server_syn`] makes the same SYN of it as of the
+/// client's own, so the data plane's timer sends the SYN again down the path a
+/// client's retransmitted ACK takes. Returns the frame length.
+pub fn write_client_ack(
+    buf: &mut [u8],
+    l2: &[u8],
+    key: &FlowKey4,
+    hs: &Handshake,
+    tsval: Option<u32>,
+) -> Result<usize, DropReason> {
+    buf.get_mut(..l2.len())
+        .ok_or(DropReason::Truncated)?
+        .copy_from_slice(l2);
+    let ack = NewSegment {
+        src: (key.src_addr(), key.sport),
+        dst: (key.dst_addr(), key.dport),
+        seq: hs.client_isn.wrapping_add(1),
+        ack: hs.cookie.wrapping_add(1),
+        flags: TcpFlags::ACK,
+        window: hs.window,
+    };
+    let ts = tsval.zip(hs.cookie_tsval);
+    write_segment(buf, l2.len(), &ack, |o| {
+        write_handshake_options(o, None, false, ts, None)
     })
 }
 
@@ -517,7 +548,7 @@ pub fn write_server_rst(buf: &mut [u8], parsed: &Parsed) -> Result<usize, DropRe
         flags: TcpFlags::RST,
         window: 0,
     };
-    write_segment(buf, parsed, &rst, |_| 0)
+    write_segment(buf, parsed.l3, &rst, |_| 0)
 }
 
 /// What the real server's SYN-ACK says.
@@ -575,7 +606,7 @@ pub fn write_server_ack(
         let eth = ethernet::Frame::new_unchecked(&*frame);
         (eth.src_addr(), eth.dst_addr())
     };
-    let len = write_segment(frame, parsed, &ack, |o| match ts {
+    let len = write_segment(frame, parsed.l3, &ack, |o| match ts {
         Some((tsval, tsecr)) => {
             o[..2].copy_from_slice(&[1, 1]);
             2 + TcpOption::Timestamps { tsval, tsecr }
@@ -1290,5 +1321,72 @@ mod tests {
         for flags in [0x12, 0x14, 0x15] {
             assert_eq!(ack(flags, b""), AckCheck::Invalid, "flags {flags:#x}");
         }
+    }
+
+    #[test]
+    fn the_rebuilt_cookie_ack_makes_the_same_syn_as_the_clients() {
+        let mut syn = client_frame(0x1a2b_3c4d, 0, 0x02, &LINUX_SYN, &[]);
+        let parsed = classify(&syn).unwrap();
+        let len = answer_syn(&mut syn, &parsed, OUR_MAC, &SECRET, NOW).unwrap();
+        let cookie = tcp::Packet::new_checked(&syn[34..len])
+            .unwrap()
+            .seq_number();
+        let cookie_ts = cookie_tsval(NOW, Some(7), true);
+        let mut ts = vec![0x01, 0x01, 0x08, 0x0a];
+        ts.extend_from_slice(&0x8c1a_2b40u32.to_be_bytes());
+        ts.extend_from_slice(&cookie_ts.to_be_bytes());
+        // With timestamps (and with them SACK and window scale), and without.
+        for options in [ts, vec![]] {
+            let ack = client_frame(0x1a2b_3c4e, cookie.wrapping_add(1), 0x10, &options, &[]);
+            let parsed = classify(&ack).unwrap();
+            let AckCheck::Valid(hs) = check_ack(&ack, &parsed, &SECRET, NOW) else {
+                panic!("cookie refused");
+            };
+            let mut first = ack.clone();
+            first.resize(ack.len() + 64, 0);
+            let len = write_server_syn(&mut first, &parsed, &hs, hs.client_tsval).unwrap();
+            first.truncate(len);
+
+            let mut rebuilt = vec![0u8; 128];
+            let len =
+                write_client_ack(&mut rebuilt, &ack[..14], &key(), &hs, hs.client_tsval).unwrap();
+            rebuilt.truncate(len);
+            assert!(tcp_ok(&rebuilt));
+            let rp = classify(&rebuilt).unwrap();
+            assert_eq!(
+                check_ack(&rebuilt, &rp, &SECRET, NOW),
+                AckCheck::Valid(hs),
+                "the rebuilt ACK carries the client's handshake"
+            );
+            let tsval = crate::forward::timestamps::tsval(&rebuilt, &rp);
+            assert_eq!(tsval, hs.client_tsval);
+            rebuilt.resize(128, 0);
+            let len = write_server_syn(&mut rebuilt, &rp, &hs, tsval).unwrap();
+            rebuilt.truncate(len);
+            assert_eq!(rebuilt, first, "the same SYN, byte for byte");
+        }
+        // The L2 header as it came, VLAN tag included; no room: an error.
+        let mut tagged = [0u8; 18];
+        tagged[..12].copy_from_slice(&client_frame(1, 1, 0x10, &[], &[])[..12]);
+        tagged[12..].copy_from_slice(&[0x81, 0x00, 0x00, 0x64, 0x08, 0x00]);
+        let hs = Handshake {
+            client_isn: 7,
+            cookie,
+            mss: 1460,
+            wscale: None,
+            sack: false,
+            client_tsval: None,
+            cookie_tsval: None,
+            window: 502,
+        };
+        let mut buf = vec![0u8; 128];
+        let len = write_client_ack(&mut buf, &tagged, &key(), &hs, None).unwrap();
+        let parsed = classify(&buf[..len]).unwrap();
+        assert_eq!(parsed.l2.vlan_id, Some(100));
+        assert_eq!(parsed.flow_key(), Some(key()));
+        assert_eq!(
+            write_client_ack(&mut buf[..50], &tagged, &key(), &hs, None),
+            Err(DropReason::Truncated)
+        );
     }
 }

@@ -18,6 +18,7 @@ pub use protocol::Protocol;
 pub use scheduler::{SchedFlags, SchedulerKind, MH_DEFAULT_TABLE_SIZE};
 pub use service::{
     ForwardMode, Persistence, RealServer, RealServerSpec, Service, ServiceKey, SorryServer,
-    SorryServerSpec, SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE, MAX_CONN_THRESHOLD,
-    MAX_LOCAL_ADDRESSES, MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
+    SorryServerSpec, SynProxy, SynProxyMode, DEFAULT_SYNPROXY_AUTO_SYN_RATE,
+    DEFAULT_SYNPROXY_SYN_RETRIES, MAX_CONN_THRESHOLD, MAX_LOCAL_ADDRESSES,
+    MAX_PERSISTENCE_TIMEOUT_S, MAX_SYNPROXY_SYN_RETRIES, MAX_WEIGHT,
 };

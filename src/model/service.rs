@@ -467,6 +467,14 @@ impl SynProxyMode {
 /// worker and service.
 pub const DEFAULT_SYNPROXY_AUTO_SYN_RATE: u32 = 1000;
 
+/// The default of [`SynProxy::syn_retries`]: as LVS's `synproxy_syn_retry`.
+pub const DEFAULT_SYNPROXY_SYN_RETRIES: u8 = 3;
+
+/// The most [`SynProxy::syn_retries`]: the SYN goes at 0, 1, 3, 7, 15 and 31 s and the
+/// connection is given up at 63 s, while the SYN_RECV timeout (60 s by default) that
+/// each SYN renews still holds the session.
+pub const MAX_SYNPROXY_SYN_RETRIES: u8 = 5;
+
 /// A service's SYN proxy settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SynProxy {
@@ -475,10 +483,20 @@ pub struct SynProxy {
     /// turns on.
     #[serde(default = "default_auto_syn_rate")]
     pub auto_syn_rate: u32,
+    /// Times the SYN to the real server is sent again, 1 s after it and then after
+    /// twice as long each time, while the server does not answer; after the last
+    /// wait the connection is given up (a reset to each side). 0: no timer, the SYN
+    /// goes again only on the client's next segment.
+    #[serde(default = "default_syn_retries")]
+    pub syn_retries: u8,
 }
 
 fn default_auto_syn_rate() -> u32 {
     DEFAULT_SYNPROXY_AUTO_SYN_RATE
+}
+
+fn default_syn_retries() -> u8 {
+    DEFAULT_SYNPROXY_SYN_RETRIES
 }
 
 impl Default for SynProxy {
@@ -486,6 +504,7 @@ impl Default for SynProxy {
         SynProxy {
             mode: SynProxyMode::Off,
             auto_syn_rate: DEFAULT_SYNPROXY_AUTO_SYN_RATE,
+            syn_retries: DEFAULT_SYNPROXY_SYN_RETRIES,
         }
     }
 }

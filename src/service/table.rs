@@ -147,6 +147,8 @@ pub enum ServiceError {
     },
     /// `auto` needs a SYN rate of at least 1 per second.
     SynProxyRateZero,
+    /// More SYN retries than [`crate::model::MAX_SYNPROXY_SYN_RETRIES`].
+    SynProxyRetries(u8),
     /// `sloppy_tcp` is about TCP segments: a UDP service opens sessions from any
     /// datagram already.
     SloppyNeedsTcp(ServiceKey),
@@ -326,6 +328,11 @@ impl fmt::Display for ServiceError {
             ServiceError::SynProxyRateZero => {
                 f.write_str("synproxy auto SYN rate must be at least 1 per second")
             }
+            ServiceError::SynProxyRetries(n) => write!(
+                f,
+                "synproxy SYN retries {n} is out of range (0..={})",
+                crate::model::MAX_SYNPROXY_SYN_RETRIES
+            ),
             ServiceError::SchedulerParams(reason) => f.write_str(reason),
             ServiceError::FamilyMismatch { service, what, ip } => write!(
                 f,
@@ -859,6 +866,9 @@ impl ServiceTable {
             }
             if synproxy.auto_syn_rate == 0 {
                 return Err(ServiceError::SynProxyRateZero);
+            }
+            if synproxy.syn_retries > crate::model::MAX_SYNPROXY_SYN_RETRIES {
+                return Err(ServiceError::SynProxyRetries(synproxy.syn_retries));
             }
             if service.sloppy_tcp {
                 return Err(ServiceError::SloppyWithSynProxy(key));
@@ -1899,10 +1909,22 @@ mod tests {
                 http(),
                 SynProxy {
                     mode: SynProxyMode::Auto,
-                    auto_syn_rate: 0
+                    auto_syn_rate: 0,
+                    ..SynProxy::default()
                 }
             ),
             Err(ServiceError::SynProxyRateZero)
+        ));
+        assert!(matches!(
+            table.set_synproxy(
+                http(),
+                SynProxy {
+                    mode: SynProxyMode::On,
+                    syn_retries: 6,
+                    ..SynProxy::default()
+                }
+            ),
+            Err(ServiceError::SynProxyRetries(6))
         ));
         let udp = ServiceKey::new(Protocol::Udp, VIP, 53);
         table.add_service(udp, SchedulerKind::Rr, None).unwrap();

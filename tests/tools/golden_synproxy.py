@@ -190,8 +190,10 @@ def services_toml():
         t.append(f"{k} = 600")
     t.append("")
     for vip, (rip, _), mode in ((NAT_VIP, RS_NAT, "nat"), (FNAT_VIP, RS_FNAT, "fullnat")):
+        # No SYN timer: its SYNs come at times the script cannot place among its frames
+        # (tests/eal_synproxy.rs covers it).
         t += ["[[services]]", 'proto = "tcp"', f'vip = "{vip}"', f"port = {VPORT}", 'scheduler = "rr"',
-              'synproxy = "on"']
+              'synproxy = "on"', "synproxy_syn_retries = 0"]
         if mode == "fullnat":
             t.append(f'local_addresses = ["{LIP}"]')
         t += ["", "  [[services.real_servers]]", f'  ip = "{rip}"', f"  port = {RPORT}", "  weight = 1",

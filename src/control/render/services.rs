@@ -446,6 +446,9 @@ pub fn render_save(report: &ServicesReport) -> String {
             if proxy.auto_syn_rate != crate::model::DEFAULT_SYNPROXY_AUTO_SYN_RATE {
                 let _ = write!(line, " --synproxy-rate {}", proxy.auto_syn_rate);
             }
+            if proxy.syn_retries != crate::model::DEFAULT_SYNPROXY_SYN_RETRIES {
+                let _ = write!(line, " --synproxy-retries {}", proxy.syn_retries);
+            }
             let _ = writeln!(out, "{line}");
         }
         if let Some(admission) = &s.admission {
@@ -593,11 +596,12 @@ mod tests {
         r.services[0].synproxy = SynProxy {
             mode: SynProxyMode::Auto,
             auto_syn_rate: 5000,
+            syn_retries: 1,
         };
         let text = render_save(&r);
         assert_eq!(
             text.lines().last(),
-            Some("-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 5000")
+            Some("-E -t 198.18.1.1:80 --synproxy auto --synproxy-rate 5000 --synproxy-retries 1")
         );
         // The line parses back into the same setting.
         let args: Vec<String> = text

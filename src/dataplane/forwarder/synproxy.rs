@@ -17,9 +17,17 @@
 //! wait in [`Awaiting`] (the worker moves the frames there on
 //! [`Action::AwaitServer`]) and go through the forwarder again once the session no
 //! longer waits: the client need not retransmit its request.
+//!
+//! The SYN to the real server is timed ([`SynTimer`]): while the server does not
+//! answer, the worker's housekeeping rebuilds the client's cookie ACK from the side
+//! entry and sends it through the forwarder, which makes the SYN of it as of a client
+//! retransmitting its ACK; after the service's `syn_retries` the connection is given
+//! up the way a client's reset ends it, and the client gets the reset a refused
+//! connection gets.
 use super::{Action, Context, Forwarder, Matched};
 use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released, Wait};
 use crate::dataplane::counters::Event;
+use crate::dataplane::synproxy_retry::{Due, Status, SynTimer};
 use crate::dpdk::{Burst, Mempool, Packet};
 use crate::flow::parse::{classify, Parsed};
 use crate::forward::synproxy::{self, AckCheck, Handshake, SipKey, Translation, MSS_TABLE};
@@ -27,6 +35,7 @@ use crate::forward::timestamps;
 use crate::model::{DropReason, Protocol, SynProxyMode};
 use crate::session::replication::SynproxyDelta;
 use crate::session::{Direction, Session, SessionFlags, SessionId};
+use crate::wire::ethernet::MacAddr;
 use crate::wire::tcp::TcpFlags;
 use std::net::Ipv4Addr;
 
@@ -36,6 +45,10 @@ const PENDING: u32 = 1 << 31;
 /// answered, and the server was sent the reset. Nothing more passes either way: a
 /// SYN-ACK already on its way must not be completed into a connection nobody uses.
 const ABORTED: u32 = 1 << 28;
+/// Meta word, with PENDING: the real server was just sent a reset ending an older
+/// connection on the tuple (`SynproxyStaleReset`), so the timer sends the SYN again
+/// at its next scan rather than at its time.
+const RETRY_NOW: u32 = 1 << 29;
 /// "No window scale" in a 4-bit field.
 const NO_SCALE: u32 = 0xf;
 
@@ -43,6 +56,10 @@ const NO_SCALE: u32 = 0xf;
 /// server's first SYN-ACK retransmission (1 s on Linux), which answers a lost
 /// SYN-ACK; a server silent that long has its segments dropped.
 const AWAIT_SERVER_MS: u64 = 3000;
+
+/// The SYN to a real server is sent again after this long without its SYN-ACK, then
+/// after twice as long each time: a kernel's initial retransmission timeout (RFC 6298).
+pub const SYN_TIMEOUT_MS: u32 = 1000;
 
 /// The proxy's per-worker state.
 pub(super) struct ProxyState {
@@ -58,6 +75,11 @@ pub(super) struct ProxyState {
     tsc_hz: u64,
     /// Client segments waiting for their real server's handshake.
     awaiting: Awaiting,
+    /// The sessions whose SYN waits for its real server's SYN-ACK.
+    timer: SynTimer<SessionId>,
+    /// The frames going through the forwarder are the timer's (its rebuilt cookie
+    /// ACKs and resets), not the client's: counted as such.
+    timer_frames: bool,
 }
 
 /// SYNs without a session in the current one-second window, and until when the proxy
@@ -90,14 +112,19 @@ impl AutoRate {
 }
 
 impl ProxyState {
-    pub(super) fn new(capacity: usize, tsc_hz: u64) -> ProxyState {
+    /// The state for a table of `capacity` slots, its SYN timer's first wait
+    /// `syn_timeout_ms`.
+    pub(super) fn new(capacity: usize, tsc_hz: u64, syn_timeout_ms: u32) -> ProxyState {
+        let ms = tsc_hz / 1000;
         ProxyState {
             // Zeroed: the allocator takes it from fresh (lazily mapped) pages.
             entries: vec![[0u32; 4]; capacity],
             auto: Vec::new(),
             secret: SipKey::process(),
             tsc_hz,
-            awaiting: Awaiting::new(tsc_hz / 1000 * AWAIT_SERVER_MS),
+            awaiting: Awaiting::new(ms * AWAIT_SERVER_MS),
+            timer: SynTimer::new(ms * u64::from(syn_timeout_ms), ms),
+            timer_frames: false,
         }
     }
 
@@ -121,25 +148,7 @@ impl ProxyState {
     }
 
     fn pending(&self, id: SessionId) -> Option<(Handshake, u32)> {
-        let [cookie, cookie_tsval, client_isn, meta] = *self.entries.get(id.index() as usize)?;
-        if meta & PENDING == 0 {
-            return None;
-        }
-        let wscale = (meta >> 4) & 0xf;
-        let timestamps = meta & (1 << 9) != 0;
-        Some((
-            Handshake {
-                client_isn,
-                cookie,
-                mss: MSS_TABLE[(meta & 7) as usize],
-                wscale: (wscale != NO_SCALE).then_some(wscale as u8),
-                sack: meta & (1 << 8) != 0,
-                client_tsval: None,
-                cookie_tsval: timestamps.then_some(cookie_tsval),
-                window: (meta >> 12) as u16,
-            },
-            meta,
-        ))
+        decode_pending(*self.entries.get(id.index() as usize)?)
     }
 
     fn set_pending(&mut self, id: SessionId, hs: &Handshake) {
@@ -154,6 +163,16 @@ impl ProxyState {
         meta |= u32::from(hs.window) << 12;
         if let Some(e) = self.entries.get_mut(id.index() as usize) {
             *e = [hs.cookie, hs.cookie_tsval.unwrap_or(0), hs.client_isn, meta];
+        }
+    }
+
+    /// The real server of pending session `id` was sent a reset ending an older
+    /// connection: the timer sends the SYN again at its next scan.
+    fn kick(&mut self, id: SessionId) {
+        if let Some(e) = self.entries.get_mut(id.index() as usize) {
+            if e[3] & PENDING != 0 {
+                e[3] |= RETRY_NOW;
+            }
         }
     }
 
@@ -366,6 +385,34 @@ impl Forwarder {
         self.synproxy.set_pending(m.id, hs);
     }
 
+    /// The first SYN of proxied session `id` (handshake `hs`, with `tsval`) is on its
+    /// way, made of `frame` (L2 up to `l3` as the client's cookie ACK came): time it,
+    /// unless its service says no retries.
+    pub(super) fn synproxy_arm(
+        &mut self,
+        id: SessionId,
+        hs: &Handshake,
+        tsval: Option<u32>,
+        frame: &[u8],
+        l3: usize,
+        cx: &Context,
+    ) {
+        let retries = self
+            .sessions
+            .get(id)
+            .and_then(|s| self.snapshot.current().by_id(s.service))
+            .map_or(0, |s| s.synproxy.syn_retries);
+        if retries == 0 {
+            return;
+        }
+        let l2 = frame.get(..l3).unwrap_or_default();
+        let timed =
+            (self.synproxy.timer).arm(id, hs.cookie, tsval, cx.port.index, retries, l2, cx.now_tsc);
+        if !timed {
+            cx.counters.event(Event::SynproxyRetryFull);
+        }
+    }
+
     /// The hit stage's hook for a proxied session still waiting for the real server.
     pub(super) fn synproxy_pending(
         &mut self,
@@ -417,7 +464,12 @@ impl Forwarder {
                     return Pending::Done(Action::Drop(DropReason::Truncated));
                 };
                 self.synproxy.set_aborted(id);
-                cx.counters.event(Event::SynproxyClientReset);
+                cx.counters.event(if self.synproxy.timer_frames {
+                    // The timer's: the server never answered the SYN's retries.
+                    Event::SynproxyGaveUp
+                } else {
+                    Event::SynproxyClientReset
+                });
                 // Closed, not left in SYN_RECV as a client's reset leaves a session
                 // (IPVS's table): the connection is over, its slot comes back after
                 // the close timeout, and a SYN on its tuple opens a new one.
@@ -440,13 +492,19 @@ impl Forwarder {
             // The client sent again (its ACK, or data held already or finding no room)
             // before the real server answered: the SYN may have been lost, so it goes
             // again in this segment's place. Or this is the copy of a held cookie ACK
-            // with data, which becomes the first SYN the same way.
+            // with data, which becomes the first SYN the same way; or the timer's
+            // rebuilt cookie ACK, the SYN sent again.
             let first =
                 data.is_some_and(|seq| self.synproxy.awaiting.take_syn_copy(id.index(), seq));
             let tsval = timestamps::tsval(pkt.bytes(), parsed);
             return match rewrite_into_syn(pkt, parsed, &hs, tsval) {
                 Ok(parsed) => {
-                    if !first {
+                    if first {
+                        let tsval = tsval.filter(|_| hs.cookie_tsval.is_some());
+                        self.synproxy_arm(id, &hs, tsval, pkt.bytes(), parsed.l3, cx);
+                    } else if self.synproxy.timer_frames {
+                        cx.counters.event(Event::SynproxySynRetried);
+                    } else {
                         cx.counters.event(Event::SynproxySynResent);
                     }
                     Pending::Resend(parsed, TcpFlags::SYN)
@@ -460,6 +518,7 @@ impl Forwarder {
         if server.ack != hs.client_isn.wrapping_add(1) {
             // A SYN-ACK for another SYN than ours: a client in SYN-SENT resets it
             // (RFC 9293 3.10.7.3) and goes on waiting for its own.
+            self.synproxy.kick(id);
             return reset_stale(pkt, parsed, cx);
         }
         let t = Translation::new(&hs, &server);
@@ -551,7 +610,9 @@ impl Forwarder {
         // on this tuple (its TIME_WAIT ACK, or a challenge ACK). Splicing on it would
         // fix a translation from the old connection's numbers for good. A reset at
         // its acknowledgement number ends the old connection, and the SYN, sent again
-        // on the client's next segment, then opens the new one.
+        // by the timer at once (or on the client's next segment), then opens the new
+        // one.
+        self.synproxy.kick(id);
         reset_stale(pkt, parsed, cx)
     }
 
@@ -648,6 +709,126 @@ impl Forwarder {
         !self.synproxy.awaiting.is_empty()
     }
 
+    /// Whether the SYN timer's scan is due at `now_tsc` (then the worker calls
+    /// [`Forwarder::synproxy_retry`] for each port). Starts its next period.
+    pub fn synproxy_timer_due(&mut self, now_tsc: u64) -> bool {
+        self.synproxy.timer.scan_due(now_tsc)
+    }
+
+    /// The SYN timer's frames for `port` (its MAC `port_mac`) at `now_tsc`, from
+    /// `pool`: into `forward`, for `handle` (with [`Forwarder::synproxy_timer_frames`]
+    /// on), the rebuilt cookie ACKs of the sessions whose SYN is due again (the
+    /// forwarder makes the SYN of each, as of a client's retransmitted ACK) and, for
+    /// those given up, the client's reset (which the forwarder sends the server as a
+    /// bare reset, closing the session); into `to_client`, ready to send, their resets
+    /// to the client, at the number it expects as for a refused connection. What finds
+    /// no room waits for the next scan.
+    pub fn synproxy_retry(
+        &mut self,
+        port: u16,
+        port_mac: MacAddr,
+        now_tsc: u64,
+        pool: &Mempool,
+        forward: &mut Burst,
+        to_client: &mut Burst,
+    ) {
+        struct Cx<'a> {
+            entries: &'a mut [[u32; 4]],
+            sessions: &'a crate::session::SessionTable,
+            pool: &'a Mempool,
+            forward: &'a mut Burst,
+            to_client: &'a mut Burst,
+        }
+        let ProxyState { entries, timer, .. } = &mut self.synproxy;
+        let mut cx = Cx {
+            entries,
+            sessions: &self.sessions,
+            pool,
+            forward,
+            to_client,
+        };
+        let status = |cx: &Cx, t: &crate::dataplane::synproxy_retry::Timed<SessionId>| {
+            let proxied = cx
+                .sessions
+                .get(t.session)
+                .is_some_and(|s| s.flags().contains(SessionFlags::SYNPROXY));
+            match cx.entries.get(t.session.index() as usize) {
+                Some(&[cookie, _, _, meta])
+                    if proxied
+                        && cookie == t.cookie
+                        && meta & PENDING != 0
+                        && meta & ABORTED == 0 =>
+                {
+                    if meta & RETRY_NOW != 0 {
+                        Status::Kicked
+                    } else {
+                        Status::Waiting
+                    }
+                }
+                _ => Status::Gone,
+            }
+        };
+        timer.scan(port, now_tsc, &mut cx, status, |cx, t, due| {
+            let (Some(s), Some(entry)) = (
+                cx.sessions.get(t.session),
+                cx.entries.get_mut(t.session.index() as usize),
+            ) else {
+                return false;
+            };
+            let Some((hs, _)) = decode_pending(*entry) else {
+                return false;
+            };
+            let mut ack = [0u8; 128];
+            let Ok(len) = synproxy::write_client_ack(&mut ack, t.l2(), &s.in_key(), &hs, t.tsval())
+            else {
+                return false;
+            };
+            match due {
+                Due::Resend => {
+                    if cx.forward.is_full() || !cx.forward.push_copy(cx.pool, &ack[..len]) {
+                        return false;
+                    }
+                    entry[3] &= !RETRY_NOW;
+                    true
+                }
+                Due::GiveUp => {
+                    if cx.forward.is_full() || cx.to_client.is_full() {
+                        return false;
+                    }
+                    let mut rst = ack;
+                    let Ok(parsed) = classify(&ack[..len]) else {
+                        return false;
+                    };
+                    let seq = hs.cookie.wrapping_add(1);
+                    let (Ok(to_server), Ok(to_client)) = (
+                        synproxy::write_server_rst(&mut rst, &parsed),
+                        crate::forward::reset::reset_sender_at(
+                            &mut ack[..len],
+                            &parsed,
+                            port_mac,
+                            seq,
+                        ),
+                    ) else {
+                        return false;
+                    };
+                    if !cx.forward.push_copy(cx.pool, &rst[..to_server]) {
+                        return false;
+                    }
+                    // Without an mbuf for it the client is not told; the server's
+                    // reset still ends the connection.
+                    cx.to_client.push_copy(cx.pool, &ack[..to_client]);
+                    true
+                }
+            }
+        });
+    }
+
+    /// Whether the frames `handle` gets are the SYN timer's
+    /// ([`Forwarder::synproxy_retry`]'s `forward`), counted as such.
+    pub fn synproxy_timer_frames(&mut self, on: bool) {
+        self.synproxy.timer_frames = on;
+    }
+
     /// The waiting segments of `port` that may go on now, into `out` (empty) for
     /// `handle`: copies that become SYNs to real servers, then the segments of
     /// sessions whose server has answered. Those waiting past the hold time are
@@ -671,6 +852,30 @@ impl Forwarder {
         };
         awaiting.release(port, now_tsc, pool, session, out)
     }
+}
+
+/// The handshake a side entry holds while its session waits for the real server, and
+/// its meta word; `None` for any other entry.
+fn decode_pending(entry: [u32; 4]) -> Option<(Handshake, u32)> {
+    let [cookie, cookie_tsval, client_isn, meta] = entry;
+    if meta & PENDING == 0 {
+        return None;
+    }
+    let wscale = (meta >> 4) & 0xf;
+    let timestamps = meta & (1 << 9) != 0;
+    Some((
+        Handshake {
+            client_isn,
+            cookie,
+            mss: MSS_TABLE[(meta & 7) as usize],
+            wscale: (wscale != NO_SCALE).then_some(wscale as u8),
+            sack: meta & (1 << 8) != 0,
+            client_tsval: None,
+            cookie_tsval: timestamps.then_some(cookie_tsval),
+            window: (meta >> 12) as u16,
+        },
+        meta,
+    ))
 }
 
 /// The sequence and acknowledgement numbers of a TCP segment.
@@ -739,7 +944,7 @@ mod tests {
 
     #[test]
     fn a_new_snapshot_keeps_the_meters_of_the_services_it_keeps() {
-        let mut state = ProxyState::new(8, 1_000_000);
+        let mut state = ProxyState::new(8, 1_000_000, SYN_TIMEOUT_MS);
         state.reset_services([10, 20, 30].into_iter());
         // Service 20 is under a flood: cookies until tick 500.
         state.auto[1].syns = 5000;
