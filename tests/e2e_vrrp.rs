@@ -488,8 +488,11 @@ fn election_both_ways_with_keepalived_in_unicast_mode() {
     // (c) Sluice at 150 preempts: keepalived hears Sluice's adverts to its address
     // (it does not listen to 224.0.0.18 in this mode) and gives the VIP up; and it
     // stays backup, its log free of complaints about them.
-    let ready = Instant::now();
+    // Timed from when the daemon is up, as the multicast case is: its start-up (EAL,
+    // tables) is not VRRP's to answer for, and takes a second and more on a loaded
+    // machine.
     let daemon = sluice_with(&lab, 150, 100, unicast);
+    let ready = Instant::now();
     let dropped = time_until_vip_on_rs2(&lab, false, ready, Duration::from_secs(10));
     let own_down = master_down(150, interval_cs);
     eprintln!("(c) Sluice at 150: VIP gone from keepalived after {dropped:?} (its master down {own_down:?})");

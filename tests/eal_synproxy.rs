@@ -456,6 +456,27 @@ fn the_proxy_around_the_real_servers_handshake() {
     }));
     assert_eq!(segments!(wait), [], "given up: the late SYN-ACK is dropped");
 
+    // The client's side moves to another router (its retransmitted cookie ACK comes
+    // from router B's MAC) while the server answers none: the timer's SYNs keep B as
+    // the way back, so the reset that gives the connection up goes to B.
+    const ROUTER_B: [u8; 6] = [0x02, 0x52, 0x54, 0, 0, 0xb];
+    let (cookie, _, _) = timed_open!(40014);
+    let mut via_b = linux_ack(40014, cookie, 0);
+    via_b[6..12].copy_from_slice(&ROUTER_B);
+    send(&via_b);
+    let out = tcp_frames(Duration::from_millis(1500), 5);
+    let to_client: Vec<[u8; 6]> = out
+        .iter()
+        .filter(|f| seg(f).is_some_and(|s| s.0 == client))
+        .map(|f| f[0..6].try_into().unwrap())
+        .collect();
+    assert_eq!(
+        to_client,
+        [ROUTER_B],
+        "the give-up reset to the client's latest next hop: {:?}",
+        out.iter().map(|f| seg(f)).collect::<Vec<_>>()
+    );
+
     // The server answers with an older connection's ACK: it gets its reset, and the
     // SYN goes again at once (not after the timer's wait), which it answers.
     let (_, first, _) = timed_open!(40013);
@@ -488,13 +509,13 @@ fn the_proxy_around_the_real_servers_handshake() {
     assert_eq!(wait_lcore(1).unwrap(), 0);
     let drops = counters.drops_snapshot();
     let events = counters.events_snapshot();
-    assert_eq!(events[Event::SynproxyCookieSent as usize], 9);
-    assert_eq!(events[Event::SynproxyCookieValid as usize], 9);
+    assert_eq!(events[Event::SynproxyCookieSent as usize], 10);
+    assert_eq!(events[Event::SynproxyCookieValid as usize], 10);
     assert_eq!(events[Event::SynproxyCookieInvalid as usize], 0);
     assert_eq!(events[Event::SynproxyStaleReset as usize], 3);
-    assert_eq!(events[Event::SynproxySynResent as usize], 1);
-    assert_eq!(events[Event::SynproxySynRetried as usize], 4);
-    assert_eq!(events[Event::SynproxyGaveUp as usize], 1);
+    assert_eq!(events[Event::SynproxySynResent as usize], 2);
+    assert_eq!(events[Event::SynproxySynRetried as usize], 6);
+    assert_eq!(events[Event::SynproxyGaveUp as usize], 2);
     assert_eq!(events[Event::SynproxyRetryFull as usize], 0);
     assert_eq!(events[Event::SynproxyClientReset as usize], 0);
     assert_eq!(events[Event::SynproxyConnection as usize], 5);

@@ -627,13 +627,17 @@ impl Answering<'_> {
                     counters.event(Event::NeighbourLearned);
                     counters.event(Event::NeighbourReclaimed);
                 }
-                Some(Learn::Unchanged) if operation == arp::Operation::Reply && target_is_ours => {
-                    // An answer to our request: another worker may have asked after
-                    // giving up its copy, and only this one received the answer.
-                    neighbours.share_again(sender_ip, sender_mac);
-                }
                 Some(Learn::Full) => counters.event(Event::NeighbourTableFull),
                 _ => {}
+            }
+            if matches!(learned, Some(Learn::Unchanged | Learn::Full))
+                && operation == arp::Operation::Reply
+                && target_is_ours
+            {
+                // An answer to our request that changed nothing here: another worker
+                // may have asked (after giving up its copy, or with room this table
+                // lacks), and only this one received the answer.
+                neighbours.share_again(sender_ip, sender_mac);
             }
         }
 
@@ -1158,6 +1162,24 @@ mod tests {
         arp::Packet::new_unchecked(&mut request[14..]).set_target_protocol_addr(OUR_IP);
         assert_eq!(h.process(&mut request), Verdict::Reply);
         assert_eq!(shared(&mut h), [], "a request: not shared");
+        // With no room here (the unreserved 12 of 16 taken), an answer is still
+        // offered to the workers that may have room.
+        for i in 0..11 {
+            let mut request = arp_request_from(Ipv4Addr::new(10, 0, 0, 100 + i));
+            arp::Packet::new_unchecked(&mut request[14..]).set_target_protocol_addr(OUR_IP);
+            h.process(&mut request);
+        }
+        let _ = shared(&mut h);
+        assert_eq!(h.neighbours.len(), 12);
+        let stranger = Ipv4Addr::new(10, 0, 0, 200);
+        arp::Packet::new_unchecked(&mut reply[14..]).set_sender_protocol_addr(stranger);
+        h.expect_drop(&reply, DropReason::ArpReply);
+        assert_eq!(h.neighbours.lookup(stranger), None);
+        assert_eq!(
+            shared(&mut h),
+            [(stranger, CLIENT_MAC)],
+            "full here: shared"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::dataplane::forwarder::{Action, Forwarder, PortContext};
 use crate::dataplane::held::Held;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{Injected, Mesh};
-use crate::dataplane::neighbour::NeighbourTable;
+use crate::dataplane::neighbour::{Learn, NeighbourTable};
 use crate::dataplane::query::Mailbox;
 use crate::dpdk::{tsc, tsc_hz, Burst, Mempool, RingConsumer, RxQueue, TxQueue};
 use crate::model::DropReason;
@@ -205,15 +205,20 @@ impl Worker {
             .serve(|query| forwarder.answer(query, id));
         let me = self.id as usize;
         let (neighbours, policy) = (&mut self.neighbours, self.forwarder.neighbour_policy());
+        let counters = &self.counters;
         self.links.mesh.take_neighbours(me, |ip, mac| {
             // The learning worker judged the entry against its own table; this one may
             // be fuller, so the reserve for real servers is kept here too.
             let room = neighbours.unreserved();
-            policy.learn(neighbours, ip, mac, now, room, false);
+            if policy.learn(neighbours, ip, mac, now, room, false) == Learn::Reclaimed {
+                counters.event(Event::NeighbourReclaimed);
+            }
         });
         let forwarder = &mut self.forwarder;
         self.links.mesh.take_neighbours6(me, |ip, mac| {
-            forwarder.learn_shared_neighbour6(ip, mac, now);
+            if forwarder.learn_shared_neighbour6(ip, mac, now) == Learn::Reclaimed {
+                counters.event(Event::Neighbour6Reclaimed);
+            }
         });
         let (forwarder, counters) = (&mut self.forwarder, &self.counters);
         self.links

@@ -1144,15 +1144,22 @@ impl Run {
         let answer = if listens {
             conn::serve_probe(s)
         } else if s.flags & frames::tcp_flags::RST == 0 {
-            Some(conn::Answer {
-                seq: if s.flags & frames::tcp_flags::ACK != 0 {
-                    s.ack
-                } else {
-                    0
-                },
-                ack: s.seq.wrapping_add(1),
-                flags: frames::tcp_flags::RST | frames::tcp_flags::ACK,
-                response: None,
+            // RFC 9293 3.10.7.1: a segment with ACK gets a bare reset at its ack; one
+            // without (the SYN) a reset acknowledging it.
+            Some(if s.flags & frames::tcp_flags::ACK != 0 {
+                conn::Answer {
+                    seq: s.ack,
+                    ack: 0,
+                    flags: frames::tcp_flags::RST,
+                    response: None,
+                }
+            } else {
+                conn::Answer {
+                    seq: 0,
+                    ack: s.seq.wrapping_add(1),
+                    flags: frames::tcp_flags::RST | frames::tcp_flags::ACK,
+                    response: None,
+                }
             })
         } else {
             None

@@ -7,8 +7,15 @@ pub fn render_health(report: &HealthReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<24} {:<21} {:<5} {:<8} {:>9} {:>6} {:<22} {:>10}",
-        "Service", "RealServer", "Check", "State", "Evictions", "Fall", "LastProbe", "SinceChange"
+        "{:<24} {:<21} {:<5} {:<8} {:>9} {:>9} {:<22} {:>10}",
+        "Service",
+        "RealServer",
+        "Check",
+        "State",
+        "Evictions",
+        "Fall/Rise",
+        "LastProbe",
+        "SinceChange"
     );
     for t in &report.targets {
         let rs = crate::control::render::endpoint(&t.ip, t.port);
@@ -21,7 +28,7 @@ pub fn render_health(report: &HealthReport) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<24} {:<21} {:<5} {:<8} {:>9} {:>6} {:<22} {:>9.1}s",
+            "{:<24} {:<21} {:<5} {:<8} {:>9} {:>9} {:<22} {:>9.1}s",
             t.service,
             rs,
             check,
@@ -100,6 +107,19 @@ mod tests {
         let text = render_health(&report);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            [
+                "Service",
+                "RealServer",
+                "Check",
+                "State",
+                "Evictions",
+                "Fall/Rise",
+                "LastProbe",
+                "SinceChange"
+            ]
+        );
         assert_eq!(
             lines[1].split_whitespace().collect::<Vec<_>>(),
             [

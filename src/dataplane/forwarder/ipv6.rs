@@ -27,6 +27,7 @@
 use super::observe::account;
 use super::{Action, Context, Forwarder};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
+use crate::dataplane::neighbour::Learn;
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::dpdk::Packet;
 use crate::flow::parse::{Ipv6Payload, PacketKind, Parsed};
@@ -583,14 +584,14 @@ impl Forwarder {
     /// A new one that is no real server goes only into the unreserved part of the
     /// table (`NeighbourTable::unreserved`), as it would have here; a real server's
     /// into the whole table, in the slot of one that is no real server when it is full.
-    pub fn learn_shared_neighbour6(&mut self, ip: Ipv6Addr, mac: MacAddr, now_tsc: u64) {
+    pub fn learn_shared_neighbour6(&mut self, ip: Ipv6Addr, mac: MacAddr, now_tsc: u64) -> Learn {
         let snapshot = self.snapshot.current();
         let keep = |other: Ipv6Addr| snapshot.real_servers_v6().binary_search(&other).is_ok();
         let table = &mut self.neighbours6;
         if keep(ip) {
-            table.learn_shared_making_room(ip, mac, now_tsc, table.capacity(), 0, keep);
+            table.learn_shared_making_room(ip, mac, now_tsc, table.capacity(), 0, keep)
         } else {
-            table.learn_shared_keeping_reserve(ip, mac, now_tsc, false);
+            table.learn_shared_keeping_reserve(ip, mac, now_tsc, false)
         }
     }
 

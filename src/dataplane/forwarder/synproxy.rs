@@ -783,6 +783,12 @@ impl Forwarder {
             else {
                 return false;
             };
+            // From the MAC the client's packets last came from, not the one it had when
+            // the timer was set: going through the forwarder as a client's segment, the
+            // frame would move the session's way back to the client to its source.
+            if s.peer_mac != [0; 6] {
+                ack[6..12].copy_from_slice(&s.peer_mac);
+            }
             match due {
                 Due::Resend => {
                     if cx.forward.is_full() || !cx.forward.push_copy(cx.pool, &ack[..len]) {
