@@ -363,8 +363,14 @@ impl LocalResponder {
                 // solicitations (for a real server): the entry RFC 4861 would have
                 // made INCOMPLETE when soliciting is made now. One claiming our own
                 // address is never taken.
+                // Without the Override flag an advertisement does not replace another
+                // link-layer address already known (RFC 4861 section 7.2.5): a proxy's
+                // or an anycast responder's answer must not take a host's entry.
+                let overrides = flags.contains(crate::wire::icmpv6::NaFlags::OVERRIDE);
                 if let Some(mac) = target_lladdr {
-                    if self.may_learn6(target, mac) {
+                    let keeps_other =
+                        !overrides && neighbours.lookup(target).is_some_and(|known| known != mac);
+                    if self.may_learn6(target, mac) && !keeps_other {
                         let answer =
                             flags.contains(crate::wire::icmpv6::NaFlags::SOLICITED) && from.to_us;
                         let learned = if answer {
@@ -1724,6 +1730,17 @@ mod tests {
                 "no entry created from an advertisement"
             );
             h.neighbours.learn(CLIENT_IP6, CLIENT_MAC, 0);
+            // Without the Override flag another address does not replace the known one.
+            let mut no_override = UNSOL_NA.to_vec();
+            let src = Ipv6Addr::from(<[u8; 16]>::try_from(&no_override[22..38]).unwrap());
+            let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&no_override[38..54]).unwrap());
+            let mut na = icmpv6::Packet::new_unchecked(&mut no_override[54..]);
+            assert!(na.na_flags().contains(icmpv6::NaFlags::OVERRIDE));
+            na.set_na_flags(icmpv6::NaFlags(0));
+            na.fill_checksum(src, dst);
+            h.expect_drop(&no_override, DropReason::NdiscAdvert);
+            assert_eq!(h.neighbours.lookup(CLIENT_IP6), Some(CLIENT_MAC));
+            // With it, the advertised address replaces it.
             h.expect_drop(&UNSOL_NA, DropReason::NdiscAdvert);
             assert_eq!(
                 h.neighbours.lookup(CLIENT_IP6),
