@@ -994,10 +994,14 @@ fn vrrp_takeover_moves_a_clients_ipv6_neighbour_entry_to_sluice() {
         daemon.dump()
     );
     assert_eq!(vrrp["state"], "MASTER", "{vrrp:#}");
-    assert_eq!(vrrp["stats"]["unsolicited_nas_sent"], 1, "{vrrp:#}");
+    // One at the takeover, and one more 5 s later (`ANNOUNCE_AGAIN_MS`) if the wait
+    // above took that long.
+    let sent = vrrp["stats"]["unsolicited_nas_sent"].as_u64();
+    assert!(matches!(sent, Some(1 | 2)), "{vrrp:#}");
     let text = daemon.ctl(&["vrrp"]);
     assert!(
-        text.stdout.contains("; unsolicited NA 1; "),
+        text.stdout.contains("; unsolicited NA 1; ")
+            || text.stdout.contains("; unsolicited NA 2; "),
         "sluicectl vrrp: {}",
         text.stdout
     );

@@ -121,8 +121,16 @@ pub struct VrrpNode {
     unicast: bool,
     last_heard: Option<(Ipv4Addr, u8)>,
     changed_at_ms: u64,
+    /// When to announce the virtual addresses once more after becoming master.
+    announce_again_at_ms: Option<u64>,
     pub stats: VrrpStats,
 }
+
+/// A new master announces its addresses again this long after the first time, as
+/// keepalived does (`vrrp_garp_master_delay`, 5 s): a neighbour that missed the first
+/// gratuitous ARP or advertisement (a lost frame, a switch port still coming up) does
+/// not keep sending to the old master until its cache entry ages out.
+pub const ANNOUNCE_AGAIN_MS: u64 = 5000;
 
 fn state_name(s: State) -> &'static str {
     match s {
@@ -141,6 +149,7 @@ impl VrrpNode {
             unicast: false,
             last_heard: None,
             changed_at_ms: 0,
+            announce_again_at_ms: None,
             stats: VrrpStats::default(),
         }
     }
@@ -186,10 +195,25 @@ impl VrrpNode {
         addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
+        if let Some(at) = self.announce_again_at_ms {
+            if now_ms >= at {
+                self.announce_again_at_ms = None;
+                if self.serving() {
+                    self.announce(addrs, send);
+                }
+            }
+        }
         match self.router.next_deadline() {
             Some(at) if now_ms >= at => self.step(Event::Tick, now_ms, addrs, send),
             _ => Vec::new(),
         }
+    }
+
+    /// A gratuitous ARP for every IPv4 virtual address, an unsolicited Neighbor
+    /// Advertisement for every IPv6 one.
+    fn announce(&mut self, addrs: &VirtualAddresses, send: &mut impl FnMut(&[u8]) -> bool) {
+        self.stats.gratuitous_arps_sent += send_gratuitous_arps(self.mac, &addrs.v4, send);
+        self.stats.unsolicited_nas_sent += send_unsolicited_adverts(self.mac, &addrs.v6, send);
     }
 
     /// `sluicectl reload`: new priority, advertisement interval or preempt flag; the
@@ -293,8 +317,8 @@ impl VrrpNode {
             self.send_advert(RESIGN_PRIORITY, addrs, send);
         }
         if actions.contains(Actions::SEND_GRATUITOUS_ARP) {
-            self.stats.gratuitous_arps_sent += send_gratuitous_arps(self.mac, &addrs.v4, send);
-            self.stats.unsolicited_nas_sent += send_unsolicited_adverts(self.mac, &addrs.v6, send);
+            self.announce(addrs, send);
+            self.announce_again_at_ms = Some(now_ms.saturating_add(ANNOUNCE_AGAIN_MS));
         }
         let after = self.router.state;
         if after == before {
@@ -570,6 +594,24 @@ mod tests {
         assert!(lines[0].ends_with("addresses=3"), "{lines:?}");
         assert_eq!(a.stats.gratuitous_arps_sent, 1);
         assert_eq!(a.stats.unsolicited_nas_sent, 2);
+        // Once more 5 s later while still master, and not again after that.
+        let mut again = Vec::new();
+        let mut collect = |f: &[u8]| {
+            again.push(f.to_vec());
+            true
+        };
+        a.tick(ANNOUNCE_AGAIN_MS - 1, &addrs, &mut collect);
+        assert_eq!(a.stats.gratuitous_arps_sent, 1, "not before its time");
+        a.tick(ANNOUNCE_AGAIN_MS, &addrs, &mut collect);
+        a.tick(3 * ANNOUNCE_AGAIN_MS, &addrs, &mut collect);
+        assert_eq!(a.stats.gratuitous_arps_sent, 2);
+        assert_eq!(a.stats.unsolicited_nas_sent, 4);
+        let is_arp = |f: &Vec<u8>| f[12..14] == [0x08, 0x06];
+        assert_eq!(
+            again.iter().filter(|f| is_arp(f)).count(),
+            1,
+            "one ARP again"
+        );
         let nas: Vec<String> = sent
             .iter()
             .filter(|f| f[12..14] == [0x86, 0xdd])
@@ -605,11 +647,10 @@ for h in {nas:?}:
             b.stats.unsolicited_nas_sent, 0,
             "a backup announces nothing"
         );
-        let mut took_over = false;
-        for now in (0..10_000).step_by(10) {
-            took_over |= !b.tick(now, &addrs, &mut |_: &[u8]| true).is_empty() && b.serving();
-        }
-        assert!(took_over);
+        let took_over = (0..10_000)
+            .step_by(10)
+            .find(|&now| !b.tick(now, &addrs, &mut |_: &[u8]| true).is_empty() && b.serving());
+        assert!(took_over.is_some());
         assert_eq!(b.stats.unsolicited_nas_sent, 2);
     }
 
