@@ -363,16 +363,19 @@ impl LocalResponder {
                 // solicitations (for a real server): the entry RFC 4861 would have
                 // made INCOMPLETE when soliciting is made now. One claiming our own
                 // address is never taken.
-                // Without the Override flag an advertisement does not replace another
-                // link-layer address already known (RFC 4861 section 7.2.5): a proxy's
-                // or an anycast responder's answer must not take a host's entry.
+                // An unsolicited advertisement without the Override flag does not
+                // replace another link-layer address already known (RFC 4861 section
+                // 7.2.5): a proxy's or an anycast responder's must not take a host's
+                // entry. An answer to our own solicitation does (Sluice keeps no
+                // neighbour states, so the RFC's way out, an entry deleted after
+                // unanswered probes, is not there).
                 let overrides = flags.contains(crate::wire::icmpv6::NaFlags::OVERRIDE);
+                let answer = flags.contains(crate::wire::icmpv6::NaFlags::SOLICITED) && from.to_us;
                 if let Some(mac) = target_lladdr {
-                    let keeps_other =
-                        !overrides && neighbours.lookup(target).is_some_and(|known| known != mac);
+                    let keeps_other = !overrides
+                        && !answer
+                        && neighbours.lookup(target).is_some_and(|known| known != mac);
                     if self.may_learn6(target, mac) && !keeps_other {
-                        let answer =
-                            flags.contains(crate::wire::icmpv6::NaFlags::SOLICITED) && from.to_us;
                         let learned = if answer {
                             Some(known.learn(neighbours, target, mac, now_tsc))
                         } else {
@@ -636,13 +639,14 @@ impl Answering<'_> {
                 Some(Learn::Full) => counters.event(Event::NeighbourTableFull),
                 _ => {}
             }
-            if matches!(learned, Some(Learn::Unchanged | Learn::Full))
+            if learned == Some(Learn::Unchanged)
                 && operation == arp::Operation::Reply
                 && target_is_ours
             {
-                // An answer to our request that changed nothing here: another worker
-                // may have asked (after giving up its copy, or with room this table
-                // lacks), and only this one received the answer.
+                // An answer to our request about an entry this worker holds: another
+                // worker may have asked after giving up its copy, and only this one
+                // received the answer. (Not when there was no room here: made-up
+                // senders could then fill the shares.)
                 neighbours.share_again(sender_ip, sender_mac);
             }
         }
@@ -1168,8 +1172,9 @@ mod tests {
         arp::Packet::new_unchecked(&mut request[14..]).set_target_protocol_addr(OUR_IP);
         assert_eq!(h.process(&mut request), Verdict::Reply);
         assert_eq!(shared(&mut h), [], "a request: not shared");
-        // With no room here (the unreserved 12 of 16 taken), an answer is still
-        // offered to the workers that may have room.
+        // With no room here (the unreserved 12 of 16 taken), an answer for an address
+        // this worker does not hold is not offered (made-up senders could fill the
+        // shares); and repeated answers take at most half of a round's shares.
         for i in 0..11 {
             let mut request = arp_request_from(Ipv4Addr::new(10, 0, 0, 100 + i));
             arp::Packet::new_unchecked(&mut request[14..]).set_target_protocol_addr(OUR_IP);
@@ -1178,14 +1183,15 @@ mod tests {
         let _ = shared(&mut h);
         assert_eq!(h.neighbours.len(), 12);
         let stranger = Ipv4Addr::new(10, 0, 0, 200);
-        arp::Packet::new_unchecked(&mut reply[14..]).set_sender_protocol_addr(stranger);
-        h.expect_drop(&reply, DropReason::ArpReply);
+        let mut from_stranger = reply;
+        arp::Packet::new_unchecked(&mut from_stranger[14..]).set_sender_protocol_addr(stranger);
+        h.expect_drop(&from_stranger, DropReason::ArpReply);
         assert_eq!(h.neighbours.lookup(stranger), None);
-        assert_eq!(
-            shared(&mut h),
-            [(stranger, CLIENT_MAC)],
-            "full here: shared"
-        );
+        assert_eq!(shared(&mut h), [], "full here: not shared");
+        for _ in 0..100 {
+            h.expect_drop(&reply, DropReason::ArpReply);
+        }
+        assert_eq!(shared(&mut h).len(), 16, "half of the 32 a round holds");
     }
 
     #[test]
@@ -1794,6 +1800,24 @@ mod tests {
             na.set_target_addr(target);
             na.fill_checksum(src, OUR_IP6);
             frame
+        }
+
+        /// An answer to our solicitation replaces a known address even without the
+        /// Override flag (a recheck's answer must be able to correct an entry), where
+        /// an unsolicited advertisement without it does not.
+        #[test]
+        fn an_answer_without_override_still_corrects_an_entry() {
+            let mut h = Harness6::new();
+            let target = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
+            h.neighbours.learn(target, CLIENT_MAC, 0);
+            let answer = solicited_na_for(target);
+            let flags = icmpv6::Packet::new_unchecked(&answer[54..]).na_flags();
+            assert!(!flags.contains(icmpv6::NaFlags::OVERRIDE));
+            h.expect_drop(&answer, DropReason::NdiscAdvert);
+            assert_eq!(
+                h.neighbours.lookup(target),
+                Some(MacAddr([0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc]))
+            );
         }
 
         /// Answers to our solicitations obey the same reserve: once three quarters

@@ -289,9 +289,13 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
 
     /// Offers `ip -> mac` to the other workers again although it did not change here:
     /// for an answer to a request of ours, which another worker may have asked for after
-    /// giving up its own copy, and which only this worker received.
+    /// giving up its own copy, and which only this worker received. Only into the first
+    /// half of the changes a round holds: the rest stays for entries that are new or
+    /// changed, however many such answers (or forged ones) arrive.
     pub fn share_again(&mut self, ip: A, mac: MacAddr) {
-        self.remember(Learn::Inserted, ip, mac);
+        if self.changes_len < CHANGES / 2 {
+            self.remember(Learn::Inserted, ip, mac);
+        }
     }
 
     /// How many entries neighbours other than real servers may hold: all but a

@@ -17,8 +17,8 @@ pub struct VrrpStats {
     /// Not for our VRID, wrong TTL, bad checksum or version, truncated.
     pub adverts_rejected: u64,
     pub gratuitous_arps_sent: u64,
-    /// Unsolicited Neighbor Advertisements, one per IPv6 address taken over (a
-    /// report from a Sluice that predates them reads 0).
+    /// Unsolicited Neighbor Advertisements, one per IPv6 address taken over and one
+    /// more each 5 s later (a report from a Sluice that predates them reads 0).
     #[serde(default)]
     pub unsolicited_nas_sent: u64,
     pub transitions: u64,
