@@ -323,7 +323,7 @@ impl LocalResponder {
                         } else {
                             neighbours.update_existing(from.ip, mac, now_tsc)
                         };
-                        count_learned6(learned, counters);
+                        count_learned(learned, counters, NEIGHBOUR6_EVENTS);
                     }
                 }
                 if !target_is_ours {
@@ -381,7 +381,7 @@ impl LocalResponder {
                         } else {
                             neighbours.update_existing(target, mac, now_tsc)
                         };
-                        count_learned6(learned, counters);
+                        count_learned(learned, counters, NEIGHBOUR6_EVENTS);
                     }
                 }
                 Err(DropReason::NdiscAdvert)
@@ -440,15 +440,28 @@ impl Known6<'_> {
     }
 }
 
-/// Counts what learning an IPv6 neighbour did.
-fn count_learned6(learned: Option<Learn>, counters: &WorkerCounters) {
+/// The events one family's neighbour learning counts: learned, reclaimed, table full.
+const NEIGHBOUR_EVENTS: [Event; 3] = [
+    Event::NeighbourLearned,
+    Event::NeighbourReclaimed,
+    Event::NeighbourTableFull,
+];
+const NEIGHBOUR6_EVENTS: [Event; 3] = [
+    Event::Neighbour6Learned,
+    Event::Neighbour6Reclaimed,
+    Event::Neighbour6TableFull,
+];
+
+/// Counts what learning a neighbour did, as `events` name it for its family.
+fn count_learned(learned: Option<Learn>, counters: &WorkerCounters, events: [Event; 3]) {
+    let [learned_event, reclaimed, full] = events;
     match learned {
-        Some(Learn::Inserted) => counters.event(Event::Neighbour6Learned),
+        Some(Learn::Inserted) => counters.event(learned_event),
         Some(Learn::Reclaimed) => {
-            counters.event(Event::Neighbour6Learned);
-            counters.event(Event::Neighbour6Reclaimed);
+            counters.event(learned_event);
+            counters.event(reclaimed);
         }
-        Some(Learn::Full) => counters.event(Event::Neighbour6TableFull),
+        Some(Learn::Full) => counters.event(full),
         _ => {}
     }
 }
@@ -630,15 +643,7 @@ impl Answering<'_> {
                     learned => Some(learned),
                 }
             };
-            match learned {
-                Some(Learn::Inserted) => counters.event(Event::NeighbourLearned),
-                Some(Learn::Reclaimed) => {
-                    counters.event(Event::NeighbourLearned);
-                    counters.event(Event::NeighbourReclaimed);
-                }
-                Some(Learn::Full) => counters.event(Event::NeighbourTableFull),
-                _ => {}
-            }
+            count_learned(learned, counters, NEIGHBOUR_EVENTS);
             if learned == Some(Learn::Unchanged)
                 && operation == arp::Operation::Reply
                 && target_is_ours
