@@ -351,7 +351,48 @@ fn forwarding_over_real_mbufs() {
     };
     a_burst_decides_every_packet_as_one_by_one_handling_does(&pool, &publisher, &port);
     nat_replies_follow_the_client_sides_latest_next_hop(&pool, &publisher, &port);
+    a_dr_session_follows_its_real_servers_mac_and_keeps_the_last_one(&pool, &publisher, &port);
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
+}
+
+/// A DR connection whose real server moves to another MAC (a NIC swapped, a VM
+/// migrated): its next packet goes to the MAC the neighbour table learned, and once
+/// the table has no entry for the server at all (a removed server's entry gave its
+/// slot to another), to the MAC it last went to.
+fn a_dr_session_follows_its_real_servers_mac_and_keeps_the_last_one(
+    pool: &Mempool,
+    publisher: &SnapshotPublisher,
+    port: &PortContext,
+) {
+    const MOVED: [u8; 6] = [0x02, 0x52, 0x53, 1, 0, 17];
+    let mut s = side(publisher);
+    s.fwd.poll(0, &s.counters);
+    let rs = ip("198.18.0.17");
+    let e = Endpoints {
+        src_mac: CLIENT_MAC,
+        dst_mac: LB_MAC,
+        src: ip("203.0.113.9"),
+        dst: ip("198.18.1.4"),
+        sport: 3001,
+        dport: 80,
+    };
+    let mut seq = 0;
+    let mut send = |s: &mut Side, flags: u8| {
+        seq += 1;
+        let f = frame(|b| frames::tcp_segment(b, &e, seq, 1, flags, &[]));
+        let out = one_by_one(s, port, pool, &[f]);
+        assert_eq!(out.actions, [Action::Transmit]);
+        <[u8; 6]>::try_from(&out.bytes[0][0..6]).unwrap()
+    };
+    assert_eq!(send(&mut s, SYN), rs_mac(rs), "to the MAC it has at first");
+    s.neighbours.learn(rs, MacAddr(MOVED), 1);
+    assert_eq!(send(&mut s, ACK), MOVED, "after the real server moved");
+    assert!(s.neighbours.remove(rs).is_some());
+    assert_eq!(
+        send(&mut s, ACK),
+        MOVED,
+        "no entry: the MAC it last went to"
+    );
 }
 
 /// A NAT (TCP) and a FullNAT (UDP) connection whose client side moves to another router (an

@@ -39,6 +39,8 @@ The contract encoded here (see docs/TESTING.md, "Golden forwarding"):
   * ICMP errors quoting a NAT session's packet are translated (outer address, quoted
     address and port, checksums); for DR/TUN they go where the session's packets go.
   * Ethernet padding of a forwarded frame may be kept or trimmed (DR, NAT).
+  * A DR or TUN real server that announces a new MAC (an ARP reply) gets its
+    sessions' next packets at the new MAC.
   * Port reuse (IPVS conn_reuse): a SYN (no ACK/RST) on the tuple of a TCP session in
     TIME_WAIT/CLOSE (DR/TUN: also FIN_WAIT) retires it (sessions_expired) and is
     scheduled afresh (rr: the next real server); on an ESTABLISHED session it follows
@@ -103,6 +105,9 @@ SHARED_VIP = "198.18.0.222"
 NAT_TCP_RPORT = MODES["nat"][3]
 RIPS = [m[1] for m in MODES.values()] + [ip for ip, _ in RR_SERVERS]
 RS_MACS = {**{m[1]: m[2] for m in MODES.values()}, **dict(RR_SERVERS)}
+# The MACs the DR and TUN real servers move to before the last frames (a NIC swapped,
+# a VM migrated): their sessions' packets must follow.
+MOVED_MACS = {"dr": "02:00:00:01:00:11", "tun": "02:00:00:01:00:13"}
 
 # Every drop reason `sluicectl status --json` reports (all compared, zeros included).
 DROP_REASONS = base.DROP_REASONS + [
@@ -228,8 +233,9 @@ def l4_zero_eq(raw):
     return []
 
 
-def expect_dr(name, raw, mode):
-    _, rip, rs_mac, _, _ = MODES[mode]
+def expect_dr(name, raw, mode, rs_mac=None):
+    _, rip, first_mac, _, _ = MODES[mode]
+    rs_mac = rs_mac or first_mac
     p = Ether(strip_pad(raw))[IP]
     fields = {"IP.src": p.src, "IP.dst": p.dst, **ip_fields(raw)}
     return out("dr", name, [with_macs(a, rs_mac, OUR_MAC) for a in padding_alts(raw)], rs_mac, fields)
@@ -290,8 +296,9 @@ def expect_nat_out(name, raw, vip=None):
     return out("nat-out", name, alts, CLIENT_MAC, fields, zero_eq=[24] + l4_zero_eq(raw))
 
 
-def expect_tun(name, raw):
-    _, rip, rs_mac, _, _ = MODES["tun"]
+def expect_tun(name, raw, rs_mac=None):
+    _, rip, first_mac, _, _ = MODES["tun"]
+    rs_mac = rs_mac or first_mac
     inner = strip_pad(raw)[14:]
     tos = inner[1]
     df = inner[6] & 0x40
@@ -721,17 +728,26 @@ def build():
     tun_reply = bytes(IP(src=vtun, dst=c, id=11, flags="DF") / UDP(sport=VIP_UDP_PORT, dport=cp) / Raw(b"tun reply"))
     fwd("TUN ICMP port-unreachable about the session's reply", icmp_error(c, vtun, 3, 3, tun_reply, df=True), tun)
 
+    # The DR and TUN real servers move to new MACs and say so (a gratuitous ARP reply):
+    # their sessions' next packets go to the new MACs, not the ones they first had.
+    for mode in ("dr", "tun"):
+        drop(f"ARP reply from the {mode} real server at its new MAC",
+             arp_reply_from(MOVED_MACS[mode], MODES[mode][1]), "arp_reply")
     # A last valid frame of each mode, so a frame that goes missing at the end shows.
-    fwd("DR UDP final datagram", udp(c, 40002, vdr, VIP_UDP_PORT, b"final", ip_id=203),
-        lambda n, r: expect_dr(n, r, "dr"))
+    fwd("DR UDP final datagram, to the real server's new MAC",
+        udp(c, 40002, vdr, VIP_UDP_PORT, b"final", ip_id=203),
+        lambda n, r: expect_dr(n, r, "dr", MOVED_MACS["dr"]))
     fwd("NAT UDP final datagram", udp(c, 40004, vnat, VIP_UDP_PORT, b"final", ip_id=504),
         lambda n, r: expect_nat_in(n, r))
-    fwd("TUN UDP final datagram", udp(c, 40007, vtun, VIP_UDP_PORT, b"final", ip_id=805), tun)
+    fwd("TUN UDP final datagram, to the real server's new MAC",
+        udp(c, 40007, vtun, VIP_UDP_PORT, b"final", ip_id=805),
+        lambda n, r: expect_tun(n, r, MOVED_MACS["tun"]))
     return F, ledger
 
 
 # Real servers' expected statistics (sluicectl -L -n --stats --json).
-MAC_TO_RIP = {mac: ip for ip, mac in RS_MACS.items()}
+MAC_TO_RIP = {**{mac: ip for ip, mac in RS_MACS.items()},
+              **{mac: MODES[mode][1] for mode, mac in MOVED_MACS.items()}}
 # VIPs served by one real server whatever the packet (DR and TUN).
 SOLE_RIP = {MODES[m][0]: MODES[m][1] for m in ("dr", "tun")}
 

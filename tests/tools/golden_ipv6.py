@@ -76,6 +76,8 @@ RS = {  # name: (address, MAC)
     "fullnat": ("2001:db8:18::14", "02:00:00:00:00:14"),
     "nat64": ("198.18.0.15", "02:00:00:00:00:15"),
 }
+# The MACs the DR and TUN real servers move to before the last frames.
+MOVED_MACS = {"dr": "02:00:00:01:00:11", "tun": "02:00:00:01:00:13"}
 # (proto, virtual port, real server, real port, mode, local address)
 SERVICES = [
     ("tcp", 81, "dr", 81, "dr", None),
@@ -304,6 +306,20 @@ def build(lports):
         [("NAT64 ICMPv4 port unreachable to the real server, from the local address",
           ours_to(rs_mac("nat64"), IP(src=LIP4, dst=rs_ip("nat64"), ttl=64) / ICMP(type=3, code=3)
                   / raw(n64_ans)), "nat64")])
+    # The DR and TUN real servers move to new MACs (a NIC swapped, a VM migrated) and
+    # say so with an unsolicited advertisement (Override set): their sessions' next
+    # packets go to the new MACs, not to the ones they first had.
+    for name in ("dr", "tun"):
+        ip, mac = rs_ip(name), MOVED_MACS[name]
+        add(f"unsolicited NA from the {name} real server at its new MAC",
+            Ether(src=mac, dst=OUR_MAC) / IPv6(src=ip, dst=OUR_IP6, hlim=255)
+            / ICMPv6ND_NA(R=0, S=0, O=1, tgt=ip) / ICMPv6NDOptDstLLAddr(lladdr=mac), drop="ndisc_advert")
+    p = ip6(CLIENT6, VIP6) / TCP(sport=40001, dport=81, flags="A", seq=1001, ack=5001, window=64800)
+    add("DR ACK", from_client(p), [("DR ACK to the real server's new MAC", ours_to(MOVED_MACS["dr"], p))])
+    p = ip6(CLIENT6, VIP6, hlim=33) / TCP(sport=40004, dport=82, flags="A", seq=1001, ack=5001, window=64800)
+    add("TUN ACK", from_client(p),
+        [("TUN ACK encapsulated, to the real server's new MAC",
+          ours_to(MOVED_MACS["tun"], IPv6(src=OUR_IP6, dst=rs_ip("tun"), nh=41, hlim=64) / p))])
     return F
 
 

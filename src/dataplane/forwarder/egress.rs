@@ -36,13 +36,12 @@ impl Forwarder {
         let s = &m.session;
         let action = self.forward(pkt, parsed, s, m.dir, cx);
         if let (Action::Transmit, ForwardMode::Dr | ForwardMode::Tun) = (action, s.mode) {
-            // Cache a freshly resolved next hop in the session.
-            if s.peer_mac == [0; 6] {
-                if let (Some(mac), Some(live)) = (
-                    cx.neighbours.lookup(Ipv4Addr::from(s.real_addr)),
-                    self.sessions.get_mut(m.id),
-                ) {
-                    live.peer_mac = mac.0;
+            // Keep the MAC the frame went to (its destination, just written) as the
+            // session's fallback: written only when it changed.
+            let sent_to = pkt.bytes().get(..6);
+            if sent_to.is_some_and(|mac| mac != s.peer_mac) {
+                if let (Some(mac), Some(live)) = (sent_to, self.sessions.get_mut(m.id)) {
+                    live.peer_mac.copy_from_slice(mac);
                 }
             }
         }
@@ -150,13 +149,17 @@ impl Forwarder {
         }
     }
 
-    /// The real server's MAC: the one a DR or TUN session cached, else the neighbour
-    /// table's.
+    /// The real server's MAC: the neighbour table's, so a session follows a real
+    /// server whose MAC changed (a NIC swapped, a VM moved, an address taken over by
+    /// its pair) as soon as the table learns it; else, for DR and TUN, the one the
+    /// session last sent to. That fallback keeps the connections of a real server no
+    /// longer configured, whose entry may have given its slot to another, and of one a
+    /// session sync record installed before this node resolved it.
     pub(super) fn next_hop(&self, s: &Session, neighbours: &NeighbourTable) -> Option<MacAddr> {
-        if s.peer_mac != [0; 6] && matches!(s.mode, ForwardMode::Dr | ForwardMode::Tun) {
-            return Some(MacAddr(s.peer_mac));
-        }
-        neighbours.lookup(Ipv4Addr::from(s.real_addr))
+        neighbours.lookup(Ipv4Addr::from(s.real_addr)).or_else(|| {
+            (s.peer_mac != [0; 6] && matches!(s.mode, ForwardMode::Dr | ForwardMode::Tun))
+                .then_some(MacAddr(s.peer_mac))
+        })
     }
 
     /// Encapsulates the frame for `rs_ip` (IPIP); the outer Ethernet addresses are

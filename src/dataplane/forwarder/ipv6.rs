@@ -380,9 +380,11 @@ impl Forwarder {
             }
             (_, Direction::Outbound) => Action::Drop(DropReason::NotLocal),
             (mode, _) => {
+                // As for IPv4 (`next_hop`): the table's entry first, so a DR session
+                // follows its real server's new MAC; the one it last sent to else.
                 let known = (mode == ForwardMode::Dr && s.peer_mac != [0; 6])
                     .then_some(MacAddr(s.peer_mac));
-                let next_hop = known.or_else(|| self.neighbours6.lookup(s.real_addr));
+                let next_hop = self.neighbours6.lookup(s.real_addr).or(known);
                 if mode == ForwardMode::Nat {
                     let to = Some((s.real_addr, s.real_port));
                     if let Err(r) = forward::nat6::rewrite(frame, parsed, None, to) {
@@ -401,7 +403,7 @@ impl Forwarder {
                             cx.counters.event_n(Event::ToaForgedRemoved, removed as u64);
                         }
                     }
-                } else if let (Some(mac), None) = (next_hop, known) {
+                } else if let Some(mac) = next_hop.filter(|&mac| Some(mac) != known) {
                     if let Some(live) = self.sessions6.get_mut(id) {
                         live.peer_mac = mac.0;
                     }
@@ -430,7 +432,7 @@ impl Forwarder {
             };
         }
         let known = (s.peer_mac != [0; 6]).then_some(MacAddr(s.peer_mac));
-        let next_hop = known.or_else(|| self.neighbours6.lookup(s.real_addr));
+        let next_hop = self.neighbours6.lookup(s.real_addr).or(known);
         // No address to send from is no address to solicit from either.
         let Some(source) = forward::tun6::source_for(cx.port.responder.addrs6(), s.real_addr)
         else {
@@ -448,7 +450,7 @@ impl Forwarder {
                     self.request_resolution_v6();
                     return Action::Hold(s.real_addr.into());
                 }
-                if known.is_none() {
+                if Some(mac) != known {
                     if let Some(live) = self.sessions6.get_mut(id) {
                         live.peer_mac = mac.0;
                     }
