@@ -21,6 +21,7 @@
 use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 const APPLIANCE: &str = "198.18.0.1";
@@ -455,12 +456,22 @@ fn a_real_server_that_changes_its_mac_is_reached_again_after_the_recheck() {
     lab.bed.configure("rs-gateway", &[APPLIANCE]);
     lab.start_servers(&[format!("0.0.0.0:{NAT_HTTP_PORT}")], &[]);
     let rs = lab.bed.rs_ip(1).to_string();
+    // A second real server nobody answers for (weight 0: never scheduled), which
+    // `sluicectl neigh` must list as unresolved.
+    let silent = {
+        let mut octets = lab.bed.rs_ip(1).parse::<Ipv4Addr>().unwrap().octets();
+        octets[3] = 250;
+        Ipv4Addr::from(octets).to_string()
+    };
     let toml = service_toml(
         "tcp",
         NAT_VIP_RR,
         80,
         "rr",
-        &[(rs.as_str(), NAT_HTTP_PORT, 1, "nat")],
+        &[
+            (rs.as_str(), NAT_HTTP_PORT, 1, "nat"),
+            (silent.as_str(), NAT_HTTP_PORT, 0, "nat"),
+        ],
     );
     let addrs = nat_addresses();
     let daemon = lab.daemon(&[&addrs[0], &addrs[1]], toml);
@@ -472,6 +483,49 @@ fn a_real_server_that_changes_its_mac_is_reached_again_after_the_recheck() {
     assert_eq!(batch["ok"], 3, "{batch}\n{}", diagnostics(&lab));
 
     let (ns, ifname, t) = (lab.bed.rs_ns(1), lab.bed.rs_if(1), Duration::from_secs(10));
+    // `sluicectl neigh` against the kernel's own word for the real server's MAC.
+    let kernel_mac = || {
+        let out = lab
+            .bed
+            .exec(ns, &["ip", "-j", "link", "show", "dev", ifname], t);
+        let link: serde_json::Value = serde_json::from_str(&out.stdout).expect("ip -j link");
+        link[0]["address"].as_str().expect("a MAC").to_string()
+    };
+    let listed_mac = |want: &str| {
+        let table = daemon.neighbours();
+        let rows: Vec<&serde_json::Value> = table["neighbours"]
+            .as_array()
+            .expect("neighbours")
+            .iter()
+            .filter(|n| n["address"] == rs.as_str())
+            .collect();
+        let workers = table["workers"].as_array().expect("workers").len();
+        let every_worker: Vec<u64> = (0..workers as u64).collect();
+        let unresolved: Vec<&str> = table["unresolved"]
+            .as_array()
+            .expect("unresolved")
+            .iter()
+            .filter_map(|u| u["address"].as_str())
+            .collect();
+        assert_eq!(unresolved, [silent.as_str()], "{table}");
+        (rows.len() == 1
+            && rows[0]["mac"] == want
+            && rows[0]["role"] == "real_server"
+            && rows[0]["workers"] == serde_json::json!(every_worker))
+        .then_some(())
+        .ok_or(table)
+    };
+    let before = kernel_mac();
+    if let Err(table) = listed_mac(&before) {
+        panic!("sluicectl neigh does not list {rs} at {before} on every worker: {table}");
+    }
+    let text = daemon.ctl(&["neigh"]);
+    assert!(
+        text.success() && text.stdout.contains(&before) && text.stdout.contains("(unresolved)"),
+        "{}",
+        text.describe()
+    );
+
     let lb_mac = lab.bed.lb_mac().to_lowercase();
     for cmd in [
         vec![
@@ -521,6 +575,11 @@ fn a_real_server_that_changes_its_mac_is_reached_again_after_the_recheck() {
     assert!(reached < RECHECK + Duration::from_secs(5), "{reached:?}");
     let batch = lab.curl(&url, 5, 1, &[]);
     assert_eq!(batch["ok"], 5, "{batch}\n{}", diagnostics(&lab));
+    let after = kernel_mac();
+    assert_eq!(after, "02:53:4c:99:00:01");
+    if let Err(table) = listed_mac(&after) {
+        panic!("sluicectl neigh does not list {rs} at its new MAC {after}: {table}");
+    }
     stop(daemon);
 }
 

@@ -6,9 +6,10 @@ use sluice::control::client;
 use sluice::control::protocol::{ConnectionsCursor, Request};
 use sluice::control::render::{
     connection_line, connections_title, render_admission, render_admission_all, render_cluster,
-    render_connections, render_events, render_health, render_laddrs, render_persistent_conns,
-    render_rates, render_save, render_services, render_skew, render_status, render_sync,
-    render_thresholds, render_timeouts, render_vrrp, render_xstats, DEFAULT_SKEW_THRESHOLD_PCT,
+    render_connections, render_events, render_health, render_laddrs, render_neighbours,
+    render_persistent_conns, render_rates, render_save, render_services, render_skew,
+    render_status, render_sync, render_thresholds, render_timeouts, render_vrrp, render_xstats,
+    DEFAULT_SKEW_THRESHOLD_PCT,
 };
 use sluice::control::report::{ConnectionsReport, ServiceStatus, ServicesReport};
 use sluice::control::{ipvsadm, ipvsadm_usage};
@@ -33,6 +34,9 @@ Commands:
                   all-or-nothing change (ports, lcores and sessions need a restart)
   sync            session sync: messages/records sent and received, rejected by reason
   vrrp            VRRP state (MASTER/BACKUP), priority, the master heard, counters
+  neigh           the workers' neighbour tables (ARP, Neighbor Discovery): each
+                  address's MAC, role, age and the workers holding it; the real
+                  servers some worker has not resolved
   cluster         BGP through BIRD ([bgp]): BIRD's BGP and BFD sessions, the VIPs
                   announced and, for each withdrawn one, why (docs/CLUSTER.md)
   drain           withdraw every VIP from BGP for maintenance (connections keep
@@ -148,6 +152,8 @@ enum Command {
     Vrrp,
     /// Session sync counters.
     Sync,
+    /// The workers' neighbour tables.
+    Neighbours,
     /// BGP through BIRD: sessions, VIPs, reasons.
     Cluster,
     /// `drain` (true) / `undrain` (false).
@@ -186,6 +192,7 @@ impl Command {
             "health" => Command::Health,
             "vrrp" => Command::Vrrp,
             "sync" => Command::Sync,
+            "neigh" => Command::Neighbours,
             "cluster" => Command::Cluster,
             "drain" => Command::Drain(true),
             "undrain" => Command::Drain(false),
@@ -374,6 +381,7 @@ impl Command {
             Command::Health => Request::Health,
             Command::Vrrp => Request::Vrrp,
             Command::Sync => Request::Sync,
+            Command::Neighbours => Request::Neighbours,
             Command::Cluster => Request::Cluster,
             Command::Drain(on) => Request::Drain { on: *on },
             Command::Reload => Request::Reload,
@@ -399,6 +407,7 @@ impl Command {
             Command::Health => Ok(render_health(&parse(result)?)),
             Command::Vrrp => Ok(render_vrrp(&parse(result)?)),
             Command::Sync => Ok(render_sync(&parse(result)?)),
+            Command::Neighbours => Ok(render_neighbours(&parse(result)?)),
             Command::Cluster | Command::Drain(_) => Ok(render_cluster(&parse(result)?)),
             Command::Reload => {
                 let mut text = format!(

@@ -186,6 +186,10 @@ pub enum Request {
     Vrrp,
     /// Session sync: messages and records sent and received, rejections by reason.
     Sync,
+    /// The workers' neighbour tables (ARP and Neighbor Discovery) and the real
+    /// servers some worker has not resolved
+    /// ([`crate::control::report::NeighboursReport`]).
+    Neighbours,
     /// BGP through BIRD: the sessions, the VIPs announced and why any is withdrawn
     /// (`ha::bgp::ClusterReport`).
     Cluster,
@@ -307,6 +311,7 @@ impl Request {
             Request::Health => "health",
             Request::Vrrp => "vrrp",
             Request::Sync => "sync",
+            Request::Neighbours => "neighbours",
             Request::Cluster => "cluster",
             Request::Drain { .. } => "drain",
             Request::Reload => "reload",
@@ -716,7 +721,7 @@ mod tests {
              list_services, save_services, add_service, edit_service, delete_service, set_synproxy, set_sorry_server, set_sloppy_tcp, set_mh_table_size, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, cluster, drain, batch, batch_begin, batch_part, batch_commit, \
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, neighbours, cluster, drain, batch, batch_begin, batch_part, batch_commit, \
              capture_start, capture_status, capture_stop)"
         );
     }

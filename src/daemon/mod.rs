@@ -20,7 +20,8 @@ pub use systemd::{journal_prefix, stderr_is_journal};
 use crate::config::{Config, PortDevice};
 use crate::control::protocol::{connections_bound, ConnectionsCursor, Request};
 use crate::control::report::{
-    ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing, StatusReport,
+    ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing,
+    NeighboursReport, StatusReport,
 };
 use crate::control::server::{ControlServer, Handler, ServerLimits};
 use crate::dataplane::capture::{Capture, CaptureTap};
@@ -30,7 +31,7 @@ use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{Injected, Mesh, HEALTH_RING_SIZE, SYNC_PORT_RING_SIZE};
-use crate::dataplane::query::{Mailbox, Query, CONNECTIONS_PER_CHUNK};
+use crate::dataplane::query::{Mailbox, NeighbourTables, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
 use crate::dpdk::{
@@ -47,6 +48,7 @@ use crate::service::{Snapshot, SnapshotPublisher};
 use crate::session::persist::PersistTable;
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -1741,6 +1743,18 @@ impl Registry {
         serde_json::to_value(report).map_err(|e| e.to_string())
     }
 
+    /// `sluicectl neigh`: every worker's neighbour entries, and the current real
+    /// servers some worker has none for.
+    fn neighbours_report(&self) -> Result<NeighboursReport, String> {
+        let snapshot = self.publisher.current();
+        let real_servers: Vec<IpAddr> = (snapshot.real_servers_v4().iter().map(|&a| a.into()))
+            .chain(snapshot.real_servers_v6().iter().map(|&a| a.into()))
+            .collect();
+        collect_neighbours(self.mailboxes.len(), &real_servers, |w, query| {
+            self.mailboxes[w].ask(query, QUERY_TIMEOUT)
+        })
+    }
+
     /// Every worker's local-address pools, each address once per worker whichever
     /// services share it: one question per worker, and more only for a worker with
     /// more addresses than [`crate::dataplane::query::POOLS_PER_CHUNK`].
@@ -1749,6 +1763,44 @@ impl Registry {
             self.mailboxes[w].ask(query, QUERY_TIMEOUT)
         })
     }
+}
+
+/// Every worker's neighbour tables, asking worker `w` with `ask(w, query)` (a
+/// [`Query::Neighbours`] answered a bounded number of slots at a time), as the
+/// report of `sluicectl neigh` with `real_servers` the current real servers.
+pub(crate) fn collect_neighbours(
+    workers: usize,
+    real_servers: &[IpAddr],
+    mut ask: impl FnMut(usize, Query) -> Result<Query, String>,
+) -> Result<NeighboursReport, String> {
+    let (mut tables, mut entries) = (Vec::new(), Vec::new());
+    for w in 0..workers {
+        let mut from = 0;
+        let last = loop {
+            let query = Query::Neighbours {
+                from,
+                out: Vec::with_capacity(crate::dataplane::query::NEIGHBOUR_SLOTS_PER_ANSWER),
+                next: None,
+                tables: NeighbourTables::default(),
+            };
+            let Query::Neighbours {
+                out,
+                next,
+                tables: t,
+                ..
+            } = ask(w, query).map_err(|e| format!("worker {w}: {e}"))?
+            else {
+                return Err(format!("worker {w}: answered another question"));
+            };
+            entries.extend(out);
+            match next {
+                Some(next) if next > from => from = next,
+                _ => break t,
+            }
+        };
+        tables.push((w as u16, last));
+    }
+    Ok(NeighboursReport::build(&tables, &entries, real_servers))
 }
 
 /// Every worker's local-address pools, asking worker `w` with `ask(w, query)` (a
@@ -1912,6 +1964,10 @@ fn management_loop(
             } else if let Request::Drain { on } = req {
                 registry
                     .drain(on)
+                    .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
+            } else if req == Request::Neighbours {
+                registry
+                    .neighbours_report()
                     .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
             } else if req == Request::Sync {
                 registry

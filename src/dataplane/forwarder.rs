@@ -33,7 +33,10 @@ use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, NeighbourPolicy, Verdict};
 use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use crate::dataplane::overload::Overload;
-use crate::dataplane::query::{ConnectionEntry, ListedSession, PoolEntry, Query, SLOTS_PER_ANSWER};
+use crate::dataplane::query::{
+    ConnectionEntry, ListedSession, NeighbourEntry, NeighbourRole, NeighbourTables, PoolEntry,
+    Query, NEIGHBOUR_SLOTS_PER_ANSWER, SLOTS_PER_ANSWER,
+};
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
 use crate::flow::parse::{classify, peek_key, Ipv6Payload, PacketKind, Parsed};
@@ -872,10 +875,70 @@ impl Forwarder {
         }
     }
 
-    /// Answers a management query from this worker's own state; fills at most the
-    /// room the query brought (never allocates).
-    pub fn answer(&self, query: &mut Query, worker: u16) {
+    /// Answers a management query from this worker's own state (`neighbours`: its
+    /// IPv4 neighbour table, `now_tsc`: the time entries' ages are counted to); fills
+    /// at most the room the query brought (never allocates).
+    pub fn answer(
+        &self,
+        query: &mut Query,
+        worker: u16,
+        neighbours: &NeighbourTable,
+        now_tsc: u64,
+    ) {
         match query {
+            Query::Neighbours {
+                from,
+                out,
+                next,
+                tables,
+            } => {
+                *tables = NeighbourTables {
+                    ipv4: neighbours.len(),
+                    ipv6: self.neighbours6.len(),
+                    capacity: neighbours.capacity().max(self.neighbours6.capacity()),
+                };
+                let (v4_slots, v6_slots) = (neighbours.slot_count(), self.neighbours6.slot_count());
+                // At most one entry a slot: no more slots than the room the caller
+                // brought, so nothing grows here.
+                let step = NEIGHBOUR_SLOTS_PER_ANSWER.min(out.capacity() - out.len());
+                let end = from.saturating_add(step);
+                *next = (end < v4_slots + v6_slots).then_some(end);
+                let age_ms =
+                    |updated: u64| now_tsc.saturating_sub(updated) / (self.tsc_hz / 1000).max(1);
+                let policy = self.neighbour_policy();
+                for (_, n) in neighbours.slots(*from..end) {
+                    let role = if policy.real_servers.binary_search(&n.ip).is_ok() {
+                        NeighbourRole::RealServer
+                    } else if policy.peers.binary_search(&n.ip).is_ok() {
+                        NeighbourRole::Peer
+                    } else {
+                        NeighbourRole::Other
+                    };
+                    out.push(NeighbourEntry {
+                        worker,
+                        ip: n.ip.into(),
+                        mac: n.mac,
+                        age_ms: age_ms(n.updated_tsc),
+                        role,
+                    });
+                }
+                let real_servers6 = self.snapshot.current().real_servers_v6();
+                let slots6 = from.saturating_sub(v4_slots)..end.saturating_sub(v4_slots);
+                for (_, n) in self.neighbours6.slots(slots6) {
+                    let role = if real_servers6.binary_search(&n.ip).is_ok() {
+                        NeighbourRole::RealServer
+                    } else {
+                        NeighbourRole::Other
+                    };
+                    out.push(NeighbourEntry {
+                        worker,
+                        ip: n.ip.into(),
+                        mac: n.mac,
+                        age_ms: age_ms(n.updated_tsc),
+                        role,
+                    });
+                }
+            }
             Query::Connections { from, out, next } => {
                 *next = None;
                 let now = self.now_tick;
@@ -2213,7 +2276,7 @@ mod tests {
             out: Vec::with_capacity(8),
             next: None,
         };
-        f.answer(&mut q, 0);
+        f.answer(&mut q, 0, &NeighbourTable::with_capacity(1), 0);
         let Query::Pools { out, .. } = q else {
             unreachable!()
         };
@@ -2343,7 +2406,7 @@ mod tests {
                 out: Vec::with_capacity(crate::dataplane::query::CONNECTIONS_PER_CHUNK),
                 next: None,
             };
-            f.answer(&mut query, 0);
+            f.answer(&mut query, 0, &NeighbourTable::with_capacity(1), 0);
             let Query::Connections { out, next, .. } = query else {
                 unreachable!()
             };
@@ -2506,6 +2569,113 @@ mod tests {
         assert_eq!(f.neighbour6(rs), Some(mac(7)));
     }
 
+    /// `sluicectl neigh`'s question: every entry of both tables once, with its role
+    /// and age, in answers of at most a bounded number of slots.
+    #[test]
+    fn the_neighbours_query_lists_both_tables_in_bounded_steps() {
+        use crate::dataplane::query::{NeighbourRole, NEIGHBOUR_SLOTS_PER_ANSWER};
+        use crate::model::{RealServerSpec, ServiceKey};
+        use crate::service::ServiceTable;
+        use std::net::Ipv6Addr;
+        let rs4 = Ipv4Addr::new(198, 18, 0, 11);
+        let rs6: Ipv6Addr = "2001:db8:1a::11".parse().unwrap();
+        let peer = Ipv4Addr::new(198, 18, 0, 2);
+        let mut table = ServiceTable::new();
+        for (vip, rs) in [
+            (
+                IpAddr::from(Ipv4Addr::new(198, 18, 1, 1)),
+                IpAddr::from(rs4),
+            ),
+            ("2001:db8:18::100".parse().unwrap(), rs6.into()),
+        ] {
+            let key = ServiceKey::new(Protocol::Tcp, vip, 80);
+            table
+                .add_service(key, crate::model::SchedulerKind::Rr, None)
+                .unwrap();
+            table
+                .add_server(key, RealServerSpec::new(rs, 80, 1, ForwardMode::Dr))
+                .unwrap();
+        }
+        let (_publisher, mut config) = test_config(&table, 1024);
+        config.sync_peers = vec![peer];
+        let mut f = Forwarder::new(config);
+        let hz = 1_000_000_000;
+        let mac = |i: u16| MacAddr([2, 0, 0, 0, (i >> 8) as u8, i as u8]);
+        let capacity = crate::dataplane::worker::NEIGHBOUR_CAPACITY;
+        let mut v4 = NeighbourTable::with_capacity(capacity);
+        v4.learn(rs4, mac(1), 0);
+        v4.learn(peer, mac(2), hz);
+        // Others to well past one answer's slots.
+        const OTHERS: u16 = 3000;
+        for i in 0..OTHERS {
+            v4.learn(Ipv4Addr::from(0x0a00_0000 + u32::from(i)), mac(100 + i), 0);
+        }
+        f.learn_shared_neighbour6(rs6, mac(6), 2 * hz);
+        f.learn_shared_neighbour6("2001:db8:1a::99".parse().unwrap(), mac(7), 0);
+        let now = 5 * hz;
+        let (mut from, mut asked, mut got) = (0, 0, Vec::new());
+        loop {
+            let mut q = Query::Neighbours {
+                from,
+                out: Vec::with_capacity(NEIGHBOUR_SLOTS_PER_ANSWER),
+                next: None,
+                tables: Default::default(),
+            };
+            f.answer(&mut q, 3, &v4, now);
+            asked += 1;
+            let Query::Neighbours {
+                out, next, tables, ..
+            } = q
+            else {
+                unreachable!()
+            };
+            assert_eq!((tables.ipv4, tables.ipv6), (OTHERS as usize + 2, 2));
+            assert!(out.capacity() == NEIGHBOUR_SLOTS_PER_ANSWER, "never grown");
+            got.extend(out);
+            match next {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        let slots = v4.slot_count() + f.neighbours6.slot_count();
+        assert_eq!(asked, slots.div_ceil(NEIGHBOUR_SLOTS_PER_ANSWER));
+        assert_eq!(got.len(), OTHERS as usize + 4, "each entry once");
+        let find = |ip: IpAddr| {
+            let e = got.iter().find(|e| e.ip == ip).unwrap();
+            (e.worker, e.mac, e.age_ms, e.role)
+        };
+        assert_eq!(
+            find(rs4.into()),
+            (3, mac(1), 5000, NeighbourRole::RealServer)
+        );
+        assert_eq!(find(peer.into()), (3, mac(2), 4000, NeighbourRole::Peer));
+        assert_eq!(
+            find(rs6.into()),
+            (3, mac(6), 3000, NeighbourRole::RealServer)
+        );
+        assert_eq!(
+            find("2001:db8:1a::99".parse().unwrap()).3,
+            NeighbourRole::Other
+        );
+        assert_eq!(
+            find(Ipv4Addr::new(10, 0, 0, 7).into()).3,
+            NeighbourRole::Other
+        );
+        // Less room than a step reads only as many slots as the room holds.
+        let mut q = Query::Neighbours {
+            from: 0,
+            out: Vec::with_capacity(4),
+            next: None,
+            tables: Default::default(),
+        };
+        f.answer(&mut q, 3, &v4, now);
+        let Query::Neighbours { out, next, .. } = q else {
+            unreachable!()
+        };
+        assert!(out.len() <= 4 && out.capacity() == 4);
+        assert_eq!(next, Some(4));
+    }
+
     /// The management core's view of the pools with many services (600 of 8 local
     /// addresses each): every service gets a row per local address, and the whole
     /// listing costs the worker two questions (4800 addresses, 4096 a chunk), not one
@@ -2538,7 +2708,7 @@ mod tests {
         let mut asked = 0;
         let rows = crate::daemon::collect_pool_rows(1, |_, mut query| {
             asked += 1;
-            f.answer(&mut query, 0);
+            f.answer(&mut query, 0, &NeighbourTable::with_capacity(1), 0);
             Ok(query)
         })
         .unwrap();

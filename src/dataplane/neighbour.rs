@@ -485,6 +485,27 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         self.len = 0;
     }
 
+    /// How many slots the table has (entries listed by [`NeighbourTable::slots`] are
+    /// at positions below it).
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The entries in the slots of `range` (clamped to the table), with their slot
+    /// positions: a listing reads a large table in bounded steps.
+    pub fn slots(
+        &self,
+        range: core::ops::Range<usize>,
+    ) -> impl Iterator<Item = (usize, &Neighbour<A>)> + '_ {
+        let end = range.end.min(self.slots.len());
+        let start = range.start.min(end);
+        self.slots[start..end]
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.occupied)
+            .map(move |(i, slot)| (start + i, &slot.neighbour))
+    }
+
     /// All entries, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &Neighbour<A>> + '_ {
         self.slots

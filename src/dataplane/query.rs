@@ -1,6 +1,6 @@
 //! Questions the management core asks a worker about state only that worker may touch:
-//! its session tables, IPv4 and IPv6 (`sluicectl -Lnc`), and its FullNAT port pools
-//! (`--get-laddr`).
+//! its session tables, IPv4 and IPv6 (`sluicectl -Lnc`), its FullNAT port pools
+//! (`--get-laddr`) and its neighbour tables (`sluicectl neigh`).
 //!
 //! The management core allocates the answer's room and posts the query in the
 //! worker's [`Mailbox`]; the worker, between two polls, fills at most that room (no
@@ -58,6 +58,42 @@ pub struct PoolEntry {
     pub counters: LaddrCounters,
 }
 
+/// Neighbour-table slots a worker reads for one answer, used or not: the two tables
+/// (IPv4, then IPv6) are read in a few short steps rather than one long stall.
+pub const NEIGHBOUR_SLOTS_PER_ANSWER: usize = 4096;
+
+/// Why a worker keeps a neighbour entry, as its table sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NeighbourRole {
+    /// The address of a real server in the current services: never given up.
+    RealServer,
+    /// A configured peer's (`[vrrp] peers`, `[sync] peers`): never given up.
+    Peer,
+    /// Anything else (a client, a router, a removed real server): gives its slot up
+    /// once stale and its share of the table is full.
+    Other,
+}
+
+/// One entry of a worker's neighbour table (IPv4 or IPv6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NeighbourEntry {
+    pub worker: u16,
+    pub ip: std::net::IpAddr,
+    pub mac: crate::wire::MacAddr,
+    /// Milliseconds since the entry was last learned or confirmed on this worker.
+    pub age_ms: u64,
+    pub role: NeighbourRole,
+}
+
+/// How full one worker's neighbour tables are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NeighbourTables {
+    pub ipv4: usize,
+    pub ipv6: usize,
+    /// Entries each table holds at most.
+    pub capacity: usize,
+}
+
 #[derive(Debug)]
 pub enum Query {
     /// Sessions from position `from` on, at most `out`'s capacity; `next` says where
@@ -75,6 +111,16 @@ pub enum Query {
         from: usize,
         out: Vec<PoolEntry>,
         next: Option<usize>,
+    },
+    /// The worker's neighbour entries in the slots from position `from` on, at most
+    /// [`NEIGHBOUR_SLOTS_PER_ANSWER`] slots (`out` has room for them all); `next`
+    /// says where to continue (None: the end). Positions below the IPv4 table's slot
+    /// count are its slots; the IPv6 table's follow. `tables`: how full both are.
+    Neighbours {
+        from: usize,
+        out: Vec<NeighbourEntry>,
+        next: Option<usize>,
+        tables: NeighbourTables,
     },
 }
 

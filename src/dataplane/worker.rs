@@ -199,10 +199,10 @@ impl Worker {
             *next_resolve = now + tsc_hz();
             self.resolve_real_servers(now);
         }
-        let (forwarder, id) = (&self.forwarder, self.id);
+        let (forwarder, id, neighbours) = (&self.forwarder, self.id, &self.neighbours);
         self.links
             .mailbox
-            .serve(|query| forwarder.answer(query, id));
+            .serve(|query| forwarder.answer(query, id, neighbours, now));
         let me = self.id as usize;
         let (neighbours, policy) = (&mut self.neighbours, self.forwarder.neighbour_policy());
         let counters = &self.counters;

@@ -273,6 +273,24 @@ impl Daemon {
         })
     }
 
+    /// `sluicectl neigh --json`, parsed: `{"workers": [...], "neighbours": [...],
+    /// "unresolved": [...]}`.
+    pub fn neighbours(&self) -> serde_json::Value {
+        let out = self.ctl(&["neigh", "--json"]);
+        assert!(
+            out.success(),
+            "sluicectl neigh --json failed: {}\n{}",
+            out.describe(),
+            self.dump()
+        );
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "sluicectl neigh --json printed invalid JSON ({e}):\n{}",
+                out.stdout
+            )
+        })
+    }
+
     /// `sluicectl health --json`, parsed: `{"targets": [...], "stats": {...}}`.
     pub fn health(&self) -> serde_json::Value {
         let out = self.ctl(&["health", "--json"]);

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod connections;
 pub mod events;
 pub mod health;
+pub mod neighbours;
 pub mod services;
 pub mod status;
 pub mod sync;
@@ -15,6 +16,7 @@ pub use cluster::render_cluster;
 pub use connections::{connection_line, connections_title, render_connections};
 pub use events::{render_events, utc};
 pub use health::render_health;
+pub use neighbours::render_neighbours;
 pub use services::{
     largenum, render_laddrs, render_persistent_conns, render_rates, render_save, render_services,
     render_skew, render_thresholds, render_timeouts, skew_pct, skew_weights,

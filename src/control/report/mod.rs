@@ -7,6 +7,7 @@ pub mod admission;
 pub mod capture;
 pub mod connections;
 pub mod events;
+pub mod neighbours;
 pub mod services;
 pub mod status;
 
@@ -19,6 +20,9 @@ pub use admission::{AclRuleStatus, AdmissionReport, ServiceAdmission};
 pub use capture::CaptureReport;
 pub use connections::{ConnectionStatus, ConnectionsReport};
 pub use events::{EventLine, EventsReport};
+pub use neighbours::{
+    NeighbourStatus, NeighboursReport, UnresolvedNeighbour, WorkerNeighbourTables,
+};
 pub use services::{
     LaddrPoolStatus, LaddrReport, LaddrSizing, RealServerStatus, ServiceCounts, ServiceRates,
     ServiceStatus, ServicesReport, TimeoutsReport,
