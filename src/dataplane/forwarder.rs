@@ -831,11 +831,15 @@ impl Forwarder {
         counters.sessions.store(sessions as u64, Relaxed);
     }
 
-    /// Calls `send` for each real server of the current snapshot whose MAC is not
-    /// known yet (at most ten times a second per address), so the first client packet
-    /// towards it usually finds it resolved; with `recheck` (one worker does it: the
-    /// answers are shared when they change anything), also for each whose entry was
-    /// not confirmed for [`NEIGHBOUR_RECHECK_S`] (`NeighbourTable::recheck_due`).
+    /// Calls `send` for each real server of the current snapshot, and each configured
+    /// peer (`[vrrp] peers`, `[sync] peers`), whose MAC is not known yet (at most ten
+    /// times a second per address), so the first client packet towards it usually
+    /// finds it resolved; with `recheck` (one worker does it: the answers are shared
+    /// when they change anything), also for each whose entry was not confirmed for
+    /// [`NEIGHBOUR_RECHECK_S`] (`NeighbourTable::recheck_due`). A peer whose MAC
+    /// changed without a gratuitous ARP (a node rebuilt on other hardware) would
+    /// otherwise get the adverts and sync frames at its old MAC for good: a VRRP
+    /// backup that no longer hears the master takes over, and both are masters.
     /// Stops at the first `send` that finds no room (a burst's worth a round, so
     /// thousands of real servers do not make a broadcast storm): the others wait
     /// for the next round. Runs once per second and on every new snapshot, never per
@@ -849,10 +853,11 @@ impl Forwarder {
     ) {
         let snap = self.snapshot.current();
         let servers = snap.services().iter().flat_map(|s| s.real_servers.iter());
-        for ip in servers.filter_map(|rs| match rs.ip {
+        let servers = servers.filter_map(|rs| match rs.ip {
             IpAddr::V4(ip) => Some(ip),
             IpAddr::V6(_) => None,
-        }) {
+        });
+        for ip in servers.chain(self.neighbour_peers.iter().copied()) {
             // `send` false: no room this round; the rest are not marked as asked,
             // and go in the next rounds.
             if neighbours.lookup(ip).is_some() {
@@ -2094,6 +2099,37 @@ mod tests {
         });
         assert_eq!(tried, 1);
         assert_eq!(asked(&mut f, &mut neighbours, 7 + 3 * age, true), [rs]);
+    }
+
+    /// The configured peers (VRRP unicast, session sync) are resolved and rechecked as
+    /// real servers are: a peer rebuilt with another MAC is found again.
+    #[test]
+    fn peers_are_resolved_and_rechecked_as_real_servers_are() {
+        let (peer, sync_peer) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3));
+        let (_publisher, mut config) = bare_config();
+        config.vrrp = VrrpSenders::Peers(vec![peer]);
+        config.sync_peers = vec![sync_peer];
+        let mut f = Forwarder::new(config);
+        let age = NEIGHBOUR_RECHECK_S * 1_000_000_000;
+        let mut neighbours = NeighbourTable::with_capacity(16);
+        let asked = |f: &mut Forwarder, n: &mut NeighbourTable, now: u64| {
+            let mut sent = Vec::new();
+            f.resolve_real_servers(n, now, true, |ip| {
+                sent.push(ip);
+                true
+            });
+            sent
+        };
+        assert_eq!(
+            asked(&mut f, &mut neighbours, 1),
+            [peer, sync_peer],
+            "unknown"
+        );
+        neighbours.learn(peer, MacAddr([2, 0, 0, 0, 0, 2]), 2);
+        neighbours.learn(sync_peer, MacAddr([2, 0, 0, 0, 0, 3]), 2);
+        assert!(asked(&mut f, &mut neighbours, 2 + age).is_empty());
+        assert_eq!(asked(&mut f, &mut neighbours, 3 + age), [peer, sync_peer]);
+        assert!(asked(&mut f, &mut neighbours, 4 + age).is_empty(), "asked");
     }
 
     /// With `[vrrp] unicast`, an advert to one of the port's addresses (keepalived's
