@@ -6,7 +6,8 @@
 # It packages the release binaries already built (target/release/sluice and
 # sluicectl; `cargo build --release` first, or set SLUICE_BIN_DIR), stripped, with:
 #   /usr/sbin/sluice, /usr/bin/sluicectl
-#   /etc/sluice/sluice.toml                     commented; a conffile (kept on upgrade)
+#   /etc/sluice/sluice.toml                     commented; a conffile (kept on upgrade);
+#                                               mode 0640 (it may hold [sync] key)
 #   /lib/systemd/system/sluice.service          Type=notify, ExecStartPre --prepare,
 #                                               ExecReload, WatchdogSec, hardening
 #   /usr/share/man/man8/sluice.8.gz, sluicectl.8.gz, man5/sluice.toml.5.gz
@@ -56,7 +57,14 @@ install -d "$root/usr/lib/sluice"
 ln -s ../../bin/sluicectl "$root/usr/lib/sluice/ipvsadm"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note \
   "$root/usr/sbin/sluice" "$root/usr/bin/sluicectl"
-install -m 0644 "$here/packaging/sluice.toml" "$root/etc/sluice/sluice.toml"
+# 0640: the config may hold secrets ([sync] key); lintian is told why below.
+install -m 0640 "$here/packaging/sluice.toml" "$root/etc/sluice/sluice.toml"
+install -d "$root/usr/share/lintian/overrides"
+cat >"$root/usr/share/lintian/overrides/$name" <<'EOF'
+# The config may hold the session-sync key: others must not read it (docs/DEPLOYMENT.md).
+sluice: non-standard-file-perm 0640 != 0644 [etc/sluice/sluice.toml]
+EOF
+chmod 0644 "$root/usr/share/lintian/overrides/$name"
 install -m 0644 "$here/packaging/sluice.service" "$root/lib/systemd/system/sluice.service"
 install -m 0644 "$here/packaging/sluicectl.bash-completion" \
   "$root/usr/share/bash-completion/completions/sluicectl"

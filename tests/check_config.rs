@@ -269,6 +269,90 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
     assert!(out.success(), "{}", out.describe());
 }
 
+/// `[sync] key_file`: the key in a file of its own, which only its owner may read
+/// (refused naming the field and the fix otherwise); a key written in a config every
+/// user may read is accepted with a warning naming `key_file`.
+#[test]
+fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    const HEX: &str = "000102030405060708090a0b0c0d0e0f";
+    let sync = |key: &str| {
+        let mut cfg = loopback_config();
+        cfg.extra_toml.push(format!(
+            "[sync]\nlisten = \"198.18.0.1:8848\"\npeers = [\"198.18.0.2:8848\"]\n{key}\n"
+        ));
+        cfg
+    };
+    let mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    // Relative to the config's directory.
+    let cfg = sync("key_file = \"sync.key\"");
+    let key = cfg.path("sync.key");
+    std::fs::write(&key, format!("{HEX}\n")).unwrap();
+    let path = cfg.write();
+    mode(&path, 0o644);
+    for (key_mode, refused) in [(0o644, true), (0o640, true), (0o600, false), (0o400, false)] {
+        mode(&key, key_mode);
+        let out = check(&["--file-only"], &path);
+        if refused {
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{key_mode:o}: {}",
+                out.describe()
+            );
+            let want = format!(
+                "{}: sync.key_file: {} has mode {key_mode:04o}: users besides its owner could \
+                 read or change the key (run `chmod 600 {}`)",
+                written_at(&path, "key_file"),
+                key.display(),
+                key.display()
+            );
+            assert!(out.stderr.contains(&want), "{want}\n{}", out.describe());
+        } else {
+            assert!(out.success(), "{key_mode:o}: {}", out.describe());
+            assert!(!out.stdout.contains("warning"), "{}", out.describe());
+        }
+    }
+    std::fs::write(&key, "not hex\n").unwrap();
+    let out = check(&["--file-only"], &path);
+    assert!(
+        out.stderr.contains("sync.key_file") && out.stderr.contains("hex"),
+        "{}",
+        out.describe()
+    );
+    std::fs::remove_file(&key).unwrap();
+    let out = check(&["--file-only"], &path);
+    assert!(
+        out.stderr.contains("sync.key_file") && out.stderr.contains("cannot read"),
+        "{}",
+        out.describe()
+    );
+
+    // The key in the config itself: fine while only its owner and group may read it.
+    let cfg = sync(&format!("key = \"{HEX}\""));
+    let path = cfg.write();
+    mode(&path, 0o640);
+    let out = check(&["--file-only"], &path);
+    assert!(
+        out.success() && !out.stdout.contains("warning"),
+        "{}",
+        out.describe()
+    );
+    mode(&path, 0o644);
+    let out = check(&["--file-only"], &path);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains(&format!(
+            "sluice: warning: {}: [sync] key is readable by every user (mode 0644)",
+            path.display()
+        )) && out.stdout.contains("`key_file`"),
+        "{}",
+        out.describe()
+    );
+}
+
 #[test]
 fn a_missing_file_and_bad_usage_are_refused() {
     let out = check(&[], Path::new("/nonexistent/sluice.toml"));

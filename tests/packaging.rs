@@ -121,7 +121,7 @@ fn the_package_installs_checks_clean_and_documents_every_option() {
     for (file, mode) in [
         ("usr/sbin/sluice", 0o755),
         ("usr/bin/sluicectl", 0o755),
-        ("etc/sluice/sluice.toml", 0o644),
+        ("etc/sluice/sluice.toml", 0o640),
         ("lib/systemd/system/sluice.service", 0o644),
         ("usr/share/man/man8/sluice.8.gz", 0o644),
         ("usr/share/man/man8/sluicectl.8.gz", 0o644),

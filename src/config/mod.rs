@@ -429,6 +429,9 @@ pub struct SyncSettings {
     /// HMAC-SHA256 key (hex, at least 16 bytes): every message sealed and checked.
     /// `None` only with the explicit `unauthenticated = true`.
     pub key: Option<SecretHex>,
+    /// The file the key was read from (`key_file`), or `None` when it is written in
+    /// the config itself (or there is none).
+    pub key_file: Option<std::path::PathBuf>,
     /// UDP flows are first synced at this many packets (IPVS sync_threshold).
     pub threshold: u32,
     /// Busy sessions are synced again at least this often (ms).

@@ -127,6 +127,7 @@ const SYNC_KEYS: &[&str] = &[
     "peers",
     "multicast",
     "key",
+    "key_file",
     "unauthenticated",
     "threshold",
     "period_ms",
@@ -188,7 +189,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
     let sessions = read_sessions(&root)?;
     let health = read_health(&root, &ports)?;
     let vrrp = read_vrrp(&root, &ports)?;
-    let sync = read_sync(&root, &ports)?;
+    let sync = read_sync(&root, &ports, source)?;
     let bgp = read_bgp(&root)?;
     let services = read_services(&root, &ports, source, &health)?;
     Ok(Config {
@@ -210,7 +211,7 @@ pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
 }
 
 /// `[sync]`: optional; its presence turns session sync on.
-fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
+fn read_sync(root: &Table, ports: &[PortRead], source: &Source) -> Check<Option<SyncSettings>> {
     let Some(t) = root.table("sync", SYNC_KEYS)? else {
         return Ok(None);
     };
@@ -276,6 +277,16 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
         crate::ha::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
         Ok(super::SecretHex::new(hex))
     })?;
+    let (key, key_file) = match (key, t.get("key_file")) {
+        (Some(_), Some(f)) => {
+            return Err(f.invalid("`key_file` with a `key`: remove one of them"));
+        }
+        (None, Some(f)) => {
+            let (key, path) = read_key_file(&f, source)?;
+            (Some(key), Some(path))
+        }
+        (key, None) => (key, None),
+    };
     // Without a key anyone who can send from a peer's address rewrites the session
     // table: only an explicit opt-out runs so (docs/SYNC.md, Authentication).
     let unauthenticated = t.or("unauthenticated", false, |f| f.bool())?;
@@ -314,10 +325,42 @@ fn read_sync(root: &Table, ports: &[PortRead]) -> Check<Option<SyncSettings>> {
         peers,
         multicast,
         key,
+        key_file,
         threshold: t.or("threshold", 3, |f| f.int(0..=1_000_000))?,
         period_ms: t.or("period_ms", 10_000, |f| f.int(100..=3_600_000))?,
         mtu,
     }))
+}
+
+/// `[sync] key_file`: the key's hex in a file of its own (relative to the config
+/// file's directory), surrounding whitespace ignored, so the config itself can be
+/// readable by others and kept in version control. The file must not be: a group or
+/// other user that can read it can forge sync messages, which install, change and
+/// remove sessions (as ssh refuses a private key others can read).
+fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::path::PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let name = f.str()?;
+    let path = match source.path.parent() {
+        Some(dir) if std::path::Path::new(name).is_relative() => dir.join(name),
+        _ => std::path::PathBuf::from(name),
+    };
+    let shown = path.display();
+    let mode = std::fs::metadata(&path)
+        .map_err(|e| f.invalid(format!("cannot read {shown}: {e}")))?
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(f.invalid(format!(
+            "{shown} has mode {:04o}: users besides its owner could read or change the key \
+             (run `chmod 600 {shown}`)",
+            mode & 0o7777
+        )));
+    }
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| f.invalid(format!("cannot read {shown}: {e}")))?;
+    let hex = text.trim();
+    crate::ha::sync::auth::SyncKey::from_hex(hex)
+        .map_err(|e| f.invalid(format!("{shown}: {e}")))?;
+    Ok((super::SecretHex::new(hex), path))
 }
 
 /// The `[sync]` fields that sync over a DPDK port constrains, for their locations.

@@ -2321,6 +2321,40 @@ fn sync_with(rest: &str) -> String {
     format!("{BASE}[sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n{rest}")
 }
 
+/// `key_file` reads the same key a `key` line gives, from a file beside the config
+/// (or at an absolute path); with `key` too, or with `unauthenticated`, it is refused.
+#[test]
+fn a_sync_key_file_gives_the_key_and_excludes_the_inline_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("sync.key");
+    std::fs::write(&key, "  000102030405060708090a0b0c0d0e0f\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("sluice.toml");
+    for line in [
+        "key_file = \"sync.key\"\n".to_string(),
+        format!("key_file = {:?}\n", key.display().to_string()),
+    ] {
+        let cfg = Config::parse(&sync_with(&line), &config).unwrap_or_else(|e| panic!("{e}"));
+        let sync = cfg.sync.unwrap();
+        assert_eq!(
+            sync.key.as_ref().map(|k| k.as_str()),
+            Some("000102030405060708090a0b0c0d0e0f")
+        );
+        assert_eq!(sync.key_file.as_deref(), Some(key.as_path()));
+    }
+    let absolute = format!("key_file = {:?}\n", key.display().to_string());
+    let err = parse(&sync_with(&format!("{SYNC_KEY_LINE}{absolute}"))).unwrap_err();
+    assert_eq!(
+        (err.field.as_str(), err.line),
+        ("sync.key_file", 25),
+        "{err}"
+    );
+    assert!(err.message.contains("with a `key`"), "{err}");
+    let err = parse(&sync_with(&format!("{absolute}unauthenticated = true\n"))).unwrap_err();
+    assert_eq!(err.field, "sync.unauthenticated", "{err}");
+}
+
 #[test]
 fn sync_without_a_key_needs_the_explicit_opt_out() {
     let err = assert_rejected(&sync_with(""), 21, "sync.key", "missing key `key`");

@@ -271,6 +271,10 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
             .sum::<usize>(),
     );
     drop(services);
+    let summary = match preflight::readable_sync_key(&cfg) {
+        Some(warning) => format!("{summary}\nsluice: warning: {warning}"),
+        None => summary,
+    };
     if depth == CheckDepth::File {
         return Ok(format!("{summary}; machine resources not checked"));
     }
