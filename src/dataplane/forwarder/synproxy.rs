@@ -25,8 +25,8 @@
 //! up the way a client's reset ends it, and the client gets the reset a refused
 //! connection gets. The timer's ticket for a session is kept by its slot, beside the
 //! side array, so that whatever ends the wait (the server's SYN-ACK or reset, the
-//! client's reset, its slot reused) frees the timer's entry at once, and a stale reset
-//! to the server finds it to kick.
+//! client's reset, the session's end, its slot reused) frees the timer's entry at
+//! once, and a stale reset to the server finds it to kick.
 use super::{Action, Context, Forwarder, Matched};
 use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released, Wait};
 use crate::dataplane::counters::Event;
@@ -204,6 +204,15 @@ impl ProxyState {
         if let Some(ticket) = Ticket::from_bits(*bits) {
             *bits = 0;
             self.timer.forget(ticket, id);
+        }
+    }
+
+    /// Session `id`, `s`, was removed from the table: if its SYN was timed, the entry
+    /// goes with it.
+    #[inline]
+    pub(super) fn ended(&mut self, id: SessionId, s: &Session) {
+        if s.flags().contains(SessionFlags::SYNPROXY) {
+            self.forget_timer(id);
         }
     }
 
@@ -1058,9 +1067,10 @@ mod tests {
             );
             seen
         };
-        let (a, _) = open(1);
+        let (a, sa) = open(1);
         let (b, _) = open(2);
         let (c, _) = open(3);
+        let (d, sd) = open(4);
         // The server's SYN-ACK (or its reset acknowledging the SYN).
         arm(&mut state, a, 10);
         state.set_established(a, &Translation::default());
@@ -1076,8 +1086,12 @@ mod tests {
         // The slot taken by another connection: the old one's entry goes.
         state.set_pending(c, &hs(31));
         assert!(state.timer.is_empty(), "slot reused: forgotten at once");
+        // The session removed (expired, reclaimed).
+        arm(&mut state, d, 40);
+        state.ended(d, &sd);
+        assert!(state.timer.is_empty(), "session ended: forgotten at once");
         // A slot's ticket that outlived its entry (given up by the timer) frees
-        // nothing when the slot's wait ends, not another connection's entry in the
+        // nothing when its session ends, not another connection's entry in the
         // same slab entry.
         let old = arm(&mut state, a, 11);
         state
@@ -1091,7 +1105,7 @@ mod tests {
             "the same slab entry"
         );
         state.kick(a);
-        state.forget_timer(a);
+        state.ended(a, &sa);
         assert_eq!(state.timer.len(), 1, "the other connection's entry stays");
         assert_eq!(waiting(&mut state, 1), [] as [u32; 0], "and is not kicked");
     }
