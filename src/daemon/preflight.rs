@@ -262,8 +262,8 @@ fn cpu_list(cpus: &[u32]) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryNeed {
     pub workers: usize,
-    /// One worker's session table (the figures the allocator uses) and its SYN
-    /// proxy side array ([`Forwarder::session_bytes_for`]).
+    /// One worker's session table (the figures the allocator uses), its SYN proxy
+    /// side array and SYN timer ([`Forwarder::session_bytes_for`]).
     pub sessions_per_worker: usize,
     /// Everything else in ordinary memory: per-worker real-server counters, FullNAT
     /// port pools and sync rings, the persistence table, and the EAL's memory when it
@@ -1273,10 +1273,14 @@ mod tests {
         let need = MemoryNeed::of(&cfg);
         assert_eq!(need.workers, 1);
         // The session tables as allocated (IPv4, and IPv6 at an eighth, 2^17), and
-        // the SYN proxy's 16 bytes a slot.
+        // the SYN proxy's 20 bytes a slot (side entry and timer ticket) and its timer.
+        use crate::dataplane::synproxy_retry::{SynTimer, CAPACITY};
         let v6 = crate::session::table6::SessionTable6::with_capacity(1 << 17).memory_bytes();
-        let expected =
-            crate::session::SessionTable::with_capacity(1 << 20).memory_bytes() + (16 << 20) + v6;
+        let timer = SynTimer::<crate::session::SessionId>::bytes_for(CAPACITY);
+        let expected = crate::session::SessionTable::with_capacity(1 << 20).memory_bytes()
+            + (20 << 20)
+            + timer
+            + v6;
         assert_eq!(need.sessions_per_worker, expected);
         // Without hugepages the EAL's 256 MB is ordinary memory.
         assert!(need.other >= 256 << 20);

@@ -794,6 +794,7 @@ impl Forwarder {
             load_view,
             schedulers,
             overload,
+            synproxy,
             ..
         } = self;
         let mut expired = 0;
@@ -801,8 +802,9 @@ impl Forwarder {
         sessions.expire_visiting(
             *now_tick,
             EXPIRY_BUDGET,
-            |_, s| {
+            |id, s| {
                 expired += 1;
+                synproxy.ended(id, s);
                 extend_template(persist, snap, s, *now_tick, *ticks_per_second);
                 if observe::expired_unanswered(s) {
                     real_servers[s.real as usize].count_passive(Passive::Unanswered);
@@ -1644,8 +1646,9 @@ impl Forwarder {
         let key = r.in_key()?;
         let found = self.sessions.lookup(&key).map(|(id, _)| id);
         if r.op == RecordOp::Remove {
-            let counters_free = found.and_then(|id| self.sessions.remove(id));
-            if let Some(s) = counters_free {
+            let counters_free = found.and_then(|id| Some((id, self.sessions.remove(id)?)));
+            if let Some((id, s)) = counters_free {
+                self.synproxy.ended(id, &s);
                 forget(
                     &mut self.pool,
                     &self.real_servers,

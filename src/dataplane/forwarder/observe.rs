@@ -143,6 +143,7 @@ impl Forwarder {
     /// back and its real server's gauges drop.
     pub(super) fn retire(&mut self, id: SessionId, counters: &WorkerCounters) {
         if let Some(s) = self.sessions.remove(id) {
+            self.synproxy.ended(id, &s);
             if let Some(link) = &self.sync {
                 let synced = s.flags().contains(SessionFlags::SYNCED);
                 if let Some(kind) = link.policy.on_end(EventKind::Deleted, synced) {

@@ -23,11 +23,14 @@
 //! entry and sends it through the forwarder, which makes the SYN of it as of a client
 //! retransmitting its ACK; after the service's `syn_retries` the connection is given
 //! up the way a client's reset ends it, and the client gets the reset a refused
-//! connection gets.
+//! connection gets. The timer's ticket for a session is kept by its slot, beside the
+//! side array, so that whatever ends the wait (the server's SYN-ACK or reset, the
+//! client's reset, the session's end, its slot reused) frees the timer's entry at
+//! once, and a stale reset to the server finds it to kick.
 use super::{Action, Context, Forwarder, Matched};
 use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released, Wait};
 use crate::dataplane::counters::Event;
-use crate::dataplane::synproxy_retry::{Due, Status, SynTimer};
+use crate::dataplane::synproxy_retry::{Due, Status, SynTimer, Ticket, Timed, CAPACITY};
 use crate::dpdk::{Burst, Mempool, Packet};
 use crate::flow::parse::{classify, Parsed};
 use crate::forward::synproxy::{self, AckCheck, Handshake, SipKey, Translation, MSS_TABLE};
@@ -45,10 +48,6 @@ const PENDING: u32 = 1 << 31;
 /// answered, and the server was sent the reset. Nothing more passes either way: a
 /// SYN-ACK already on its way must not be completed into a connection nobody uses.
 const ABORTED: u32 = 1 << 28;
-/// Meta word, with PENDING: the real server was just sent a reset ending an older
-/// connection on the tuple (`SynproxyStaleReset`), so the timer sends the SYN again
-/// at its next scan rather than at its time.
-const RETRY_NOW: u32 = 1 << 29;
 /// "No window scale" in a 4-bit field.
 const NO_SCALE: u32 = 0xf;
 
@@ -77,6 +76,10 @@ pub(super) struct ProxyState {
     awaiting: Awaiting,
     /// The sessions whose SYN waits for its real server's SYN-ACK.
     timer: SynTimer<SessionId>,
+    /// Per session slot, the bits of its [`Ticket`] in `timer` (0: none), kept until
+    /// the wait ends. Apart from `entries`, which has no room for it: only the timer's
+    /// arming and the end of a wait touch it, never an established segment.
+    tickets: Vec<u32>,
     /// The frames going through the forwarder are the timer's (its rebuilt cookie
     /// ACKs and resets), not the client's: counted as such.
     timer_frames: bool,
@@ -124,6 +127,8 @@ impl ProxyState {
             tsc_hz,
             awaiting: Awaiting::new(ms * AWAIT_SERVER_MS),
             timer: SynTimer::new(ms * u64::from(syn_timeout_ms), ms),
+            // Zeroed too, and mapped only as proxied sessions use its pages.
+            tickets: vec![0u32; capacity],
             timer_frames: false,
         }
     }
@@ -152,6 +157,8 @@ impl ProxyState {
     }
 
     fn set_pending(&mut self, id: SessionId, hs: &Handshake) {
+        // The slot's previous connection, if it still had an entry, waits no more.
+        self.forget_timer(id);
         let index = synproxy::mss_index(Some(hs.mss)) as u32;
         let mut meta = PENDING | index | (hs.wscale.map_or(NO_SCALE, u32::from) << 4);
         if hs.sack {
@@ -169,10 +176,43 @@ impl ProxyState {
     /// The real server of pending session `id` was sent a reset ending an older
     /// connection: the timer sends the SYN again at its next scan.
     fn kick(&mut self, id: SessionId) {
-        if let Some(e) = self.entries.get_mut(id.index() as usize) {
-            if e[3] & PENDING != 0 {
-                e[3] |= RETRY_NOW;
-            }
+        let ticket = self
+            .tickets
+            .get(id.index() as usize)
+            .and_then(|&bits| Ticket::from_bits(bits));
+        if let Some(ticket) = ticket {
+            self.timer.kick(ticket, id);
+        }
+    }
+
+    /// Session `id`'s SYN was timed with `ticket`.
+    fn timed(&mut self, id: SessionId, ticket: Ticket) {
+        self.forget_timer(id);
+        if let Some(bits) = self.tickets.get_mut(id.index() as usize) {
+            *bits = ticket.bits();
+        }
+    }
+
+    /// Session `id` (or the slot's connection before it) waits for its real server no
+    /// more: its timer entry, if it still has one, is freed. Writes only a ticket that
+    /// is there: a slot whose SYN was never timed (a standby's synced sessions) keeps
+    /// its page unbacked.
+    pub(super) fn forget_timer(&mut self, id: SessionId) {
+        let Some(bits) = self.tickets.get_mut(id.index() as usize) else {
+            return;
+        };
+        if let Some(ticket) = Ticket::from_bits(*bits) {
+            *bits = 0;
+            self.timer.forget(ticket, id);
+        }
+    }
+
+    /// Session `id`, `s`, was removed from the table: if its SYN was timed, the entry
+    /// goes with it.
+    #[inline]
+    pub(super) fn ended(&mut self, id: SessionId, s: &Session) {
+        if s.flags().contains(SessionFlags::SYNPROXY) {
+            self.forget_timer(id);
         }
     }
 
@@ -183,9 +223,11 @@ impl ProxyState {
                 e[3] |= ABORTED;
             }
         }
+        self.forget_timer(id);
     }
 
     fn set_established(&mut self, id: SessionId, t: &Translation) {
+        self.forget_timer(id);
         let scale = |s: Option<u8>| s.map_or(NO_SCALE, u32::from);
         let meta = scale(t.server_wscale) | (scale(t.client_wscale) << 4);
         if let Some(e) = self.entries.get_mut(id.index() as usize) {
@@ -211,14 +253,22 @@ impl ProxyState {
         })
     }
 
-    /// Bytes of the side array for a table of `capacity` slots.
+    /// Bytes a slot: its side entry and its timer ticket.
+    const SLOT_BYTES: usize = std::mem::size_of::<[u32; 4]>() + std::mem::size_of::<u32>();
+
+    /// Bytes of the side array, the tickets and the SYN timer for a table of
+    /// `capacity` slots.
     pub(super) fn bytes_for(capacity: usize) -> usize {
-        capacity.saturating_mul(std::mem::size_of::<[u32; 4]>())
+        capacity
+            .saturating_mul(Self::SLOT_BYTES)
+            .saturating_add(SynTimer::<SessionId>::bytes_for(CAPACITY))
     }
 
-    /// Bytes of the side array (for the docs' cost line and the tests).
+    /// Bytes of the side array, the tickets and the SYN timer (for the docs' cost line
+    /// and the tests).
     pub(super) fn bytes(&self) -> usize {
-        self.entries.len() * std::mem::size_of::<[u32; 4]>()
+        self.entries.len() * Self::SLOT_BYTES
+            + SynTimer::<SessionId>::bytes_for(self.timer.capacity())
     }
 }
 
@@ -408,8 +458,9 @@ impl Forwarder {
         let l2 = frame.get(..l3).unwrap_or_default();
         let timed =
             (self.synproxy.timer).arm(id, hs.cookie, tsval, cx.port.index, retries, l2, cx.now_tsc);
-        if !timed {
-            cx.counters.event(Event::SynproxyRetryFull);
+        match timed {
+            Some(ticket) => self.synproxy.timed(id, ticket),
+            None => cx.counters.event(Event::SynproxyRetryFull),
         }
     }
 
@@ -733,7 +784,7 @@ impl Forwarder {
         to_client: &mut Burst,
     ) {
         struct Cx<'a> {
-            entries: &'a mut [[u32; 4]],
+            entries: &'a [[u32; 4]],
             sessions: &'a crate::session::SessionTable,
             pool: &'a Mempool,
             forward: &'a mut Burst,
@@ -747,7 +798,9 @@ impl Forwarder {
             forward,
             to_client,
         };
-        let status = |cx: &Cx, t: &crate::dataplane::synproxy_retry::Timed<SessionId>| {
+        // Whatever ends a wait frees the entry then; this is for what would end one
+        // without a word to the timer.
+        let status = |cx: &Cx, t: &Timed<SessionId>| {
             let proxied = cx
                 .sessions
                 .get(t.session)
@@ -759,11 +812,7 @@ impl Forwarder {
                         && meta & PENDING != 0
                         && meta & ABORTED == 0 =>
                 {
-                    if meta & RETRY_NOW != 0 {
-                        Status::Kicked
-                    } else {
-                        Status::Waiting
-                    }
+                    Status::Waiting
                 }
                 _ => Status::Gone,
             }
@@ -771,7 +820,7 @@ impl Forwarder {
         timer.scan(port, now_tsc, &mut cx, status, |cx, t, due| {
             let (Some(s), Some(entry)) = (
                 cx.sessions.get(t.session),
-                cx.entries.get_mut(t.session.index() as usize),
+                cx.entries.get(t.session.index() as usize),
             ) else {
                 return false;
             };
@@ -790,13 +839,7 @@ impl Forwarder {
                 ack[6..12].copy_from_slice(&s.peer_mac);
             }
             match due {
-                Due::Resend => {
-                    if cx.forward.is_full() || !cx.forward.push_copy(cx.pool, &ack[..len]) {
-                        return false;
-                    }
-                    entry[3] &= !RETRY_NOW;
-                    true
-                }
+                Due::Resend => !cx.forward.is_full() && cx.forward.push_copy(cx.pool, &ack[..len]),
                 Due::GiveUp => {
                     if cx.forward.is_full() || cx.to_client.is_full() {
                         return false;
@@ -972,6 +1015,99 @@ mod tests {
         );
         assert_eq!(state.auto.len(), 3);
         assert_eq!(state.auto[2].service, 30);
+    }
+
+    #[test]
+    fn whatever_ends_a_wait_frees_its_synproxy_timer_entry_at_once() {
+        use crate::flow::FlowKey4;
+        use crate::model::ForwardMode;
+        use crate::session::SessionTable;
+        let mut table = SessionTable::with_capacity(8);
+        let mut open = |sport: u16| {
+            let key = FlowKey4::new(
+                Protocol::Tcp,
+                Ipv4Addr::new(192, 0, 2, 1),
+                sport,
+                Ipv4Addr::new(198, 51, 100, 1),
+                80,
+            );
+            let mut s = Session::new(&key, ForwardMode::Nat, 0, 0, Ipv4Addr::LOCALHOST, 80);
+            s.set_flags(SessionFlags::SYNPROXY);
+            let id = table.insert(s, 0, 1000).unwrap();
+            (id, s)
+        };
+        let hs = |cookie| Handshake {
+            client_isn: 1,
+            cookie,
+            mss: 1460,
+            wscale: None,
+            sack: false,
+            client_tsval: None,
+            cookie_tsval: None,
+            window: 1000,
+        };
+        let mut state = ProxyState::new(8, 1_000_000, SYN_TIMEOUT_MS);
+        let arm = |state: &mut ProxyState, id: SessionId, cookie: u32| {
+            state.set_pending(id, &hs(cookie));
+            let ticket = state.timer.arm(id, cookie, None, 0, 3, &[], 0).unwrap();
+            state.timed(id, ticket);
+            ticket
+        };
+        let waiting = |state: &mut ProxyState, now| {
+            let mut seen = Vec::new();
+            state.timer.scan(
+                0,
+                now,
+                &mut seen,
+                |_, _| Status::Waiting,
+                |seen, t, _| {
+                    seen.push(t.cookie);
+                    true
+                },
+            );
+            seen
+        };
+        let (a, sa) = open(1);
+        let (b, _) = open(2);
+        let (c, _) = open(3);
+        let (d, sd) = open(4);
+        // The server's SYN-ACK (or its reset acknowledging the SYN).
+        arm(&mut state, a, 10);
+        state.set_established(a, &Translation::default());
+        assert!(state.timer.is_empty(), "answered: forgotten at once");
+        // The client's reset.
+        arm(&mut state, b, 20);
+        state.set_aborted(b);
+        assert!(state.timer.is_empty(), "reset: forgotten at once");
+        // A stale reset to the server: the SYN goes at the next scan, not in 1 s.
+        arm(&mut state, c, 30);
+        state.kick(c);
+        assert_eq!(waiting(&mut state, 1), [30]);
+        // The slot taken by another connection: the old one's entry goes.
+        state.set_pending(c, &hs(31));
+        assert!(state.timer.is_empty(), "slot reused: forgotten at once");
+        // The session removed (expired, reclaimed).
+        arm(&mut state, d, 40);
+        state.ended(d, &sd);
+        assert!(state.timer.is_empty(), "session ended: forgotten at once");
+        // A slot's ticket that outlived its entry (given up by the timer) frees
+        // nothing when its session ends, not another connection's entry in the
+        // same slab entry.
+        let old = arm(&mut state, a, 11);
+        state
+            .timer
+            .scan(0, u64::MAX, &mut (), |_, _| Status::Gone, |_, _, _| true);
+        assert!(state.timer.is_empty());
+        let other = arm(&mut state, b, 21);
+        assert_eq!(
+            old.bits() & 0xffff,
+            other.bits() & 0xffff,
+            "the same slab entry"
+        );
+        state.kick(a);
+        state.ended(a, &sa);
+        assert_eq!(state.timer.len(), 1, "the other connection's entry stays");
+        assert_eq!(waiting(&mut state, 1), [] as [u32; 0], "and is not kicked");
     }
 
     #[test]
