@@ -510,7 +510,7 @@ impl Config {
 
     /// Validates `text`; `path` is only used in errors and kept in `Config::path`.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let source = Source { text, path };
+        let source = Source::new(text, path);
         let root = tree::parse(text).map_err(|e| source.syntax_error(&e))?;
         schema::read_config(root, &source).map_err(|e| source.error(e))
     }

@@ -11,6 +11,20 @@ use super::ConfigError;
 pub(super) struct Source<'a> {
     pub text: &'a str,
     pub path: &'a Path,
+    /// Byte offsets where each line after the first starts, found on the first
+    /// [`Source::line`]: a config of thousands of services asks for a line per
+    /// service, and counting from the top each time would be quadratic.
+    line_starts: std::cell::OnceCell<Vec<usize>>,
+}
+
+impl<'a> Source<'a> {
+    pub fn new(text: &'a str, path: &'a Path) -> Source<'a> {
+        Source {
+            text,
+            path,
+            line_starts: std::cell::OnceCell::new(),
+        }
+    }
 }
 
 impl Source<'_> {
@@ -27,7 +41,14 @@ impl Source<'_> {
 
     /// The 1-based line of byte offset `at`.
     pub fn line(&self, at: usize) -> usize {
-        line_column(self.text, at).0
+        let starts = self.line_starts.get_or_init(|| {
+            (self.text.bytes().enumerate())
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i + 1)
+                .collect()
+        });
+        // Lines starting at or before `at`, plus the first.
+        starts.partition_point(|&start| start <= at) + 1
     }
 
     /// toml's own errors (syntax, duplicate keys) carry a span but no field path;
@@ -149,6 +170,15 @@ mod tests {
         assert_eq!(line_column(text, at), (2, 10));
         assert_eq!(line_column(text, 0), (1, 1));
         assert_eq!(line_column(text, 10_000), (3, 1));
+    }
+
+    #[test]
+    fn the_line_of_an_offset_is_the_one_counting_from_the_top_gives() {
+        let text = "\na = 1\n\nb = \"ßß\"\n[[x]]\nc = 2";
+        let source = Source::new(text, Path::new("t.toml"));
+        for at in 0..text.len() + 3 {
+            assert_eq!(source.line(at), line_column(text, at).0, "offset {at}");
+        }
     }
 
     #[test]

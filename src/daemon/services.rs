@@ -514,13 +514,15 @@ impl Services {
                         crate::service::AclAction::Allow => "acl_allow",
                         crate::service::AclAction::Deny => "acl_deny",
                     };
-                    let name = match cfg.locate(&field(written)) {
-                        Some(_) => written,
-                        None => "acl_file",
-                    };
-                    table
-                        .acl_add(sc.key, action, &prefixes)
-                        .map_err(at_field(field(name)))?;
+                    // Where the rules came from is looked for only on a refusal:
+                    // `locate` parses the whole file again.
+                    table.acl_add(sc.key, action, &prefixes).map_err(|e| {
+                        let name = match cfg.locate(&field(written)) {
+                            Some(_) => written,
+                            None => "acl_file",
+                        };
+                        at_field(field(name))(e)
+                    })?;
                 }
             }
             if sc.rate_limit.is_some() {
@@ -545,10 +547,13 @@ impl Services {
             }
             table
                 .set_sched_params(sc.key, sc.sched_flags, sc.mh_table_size)
-                .map_err(at_field(field(match cfg.locate(&field("mh_table_size")) {
-                    Some(_) => "mh_table_size",
-                    None => "scheduler_flags",
-                })))?;
+                .map_err(|e| {
+                    let name = match cfg.locate(&field("mh_table_size")) {
+                        Some(_) => "mh_table_size",
+                        None => "scheduler_flags",
+                    };
+                    at_field(field(name))(e)
+                })?;
         }
         let mut services = Services {
             table,
