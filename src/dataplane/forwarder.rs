@@ -186,6 +186,10 @@ pub struct Forwarder {
     real_servers: Arc<Box<[RealServerCounters]>>,
     /// (address, TSC of the last ARP request we sent for it).
     arp_sent: [(u32, u64); ARP_LIMITER_SLOTS],
+    /// Where the next resolution round starts in the real servers and peers (IPv4,
+    /// IPv6): a round that ran out of room resumes there, so the addresses after a
+    /// run of unanswered ones are still asked and rechecked.
+    resolve_cursor: (usize, usize),
     arp_interval_tsc: u64,
     /// [`NEIGHBOUR_RECHECK_S`] in TSC cycles.
     neighbour_recheck_tsc: u64,
@@ -696,6 +700,7 @@ impl Forwarder {
             now_tick: 0,
             real_servers,
             arp_sent: [(0, 0); ARP_LIMITER_SLOTS],
+            resolve_cursor: (0, 0),
             // At most ten ARP requests a second per unresolved address.
             arp_interval_tsc: tsc_hz / 10,
             neighbour_recheck_tsc: tsc_hz * NEIGHBOUR_RECHECK_S,
@@ -844,8 +849,10 @@ impl Forwarder {
     /// backup that no longer hears the master takes over, and both are masters.
     /// Stops at the first `send` that finds no room (a burst's worth a round, so
     /// thousands of real servers do not make a broadcast storm): the others wait
-    /// for the next round. Runs once per second and on every new snapshot, never per
-    /// packet.
+    /// for the next round, which starts where this one stopped (real servers that
+    /// never answer would otherwise take every round's room, and those after them
+    /// would never be rechecked). Runs once per second and on every new snapshot,
+    /// never per packet.
     pub fn resolve_real_servers(
         &mut self,
         neighbours: &mut NeighbourTable,
@@ -854,12 +861,17 @@ impl Forwarder {
         mut send: impl FnMut(Ipv4Addr) -> bool,
     ) {
         let snap = self.snapshot.current();
-        let servers = snap.services().iter().flat_map(|s| s.real_servers.iter());
-        let servers = servers.filter_map(|rs| match rs.ip {
-            IpAddr::V4(ip) => Some(ip),
-            IpAddr::V6(_) => None,
-        });
-        for ip in servers.chain(self.neighbour_peers.iter().copied()) {
+        let (servers, peers) = (snap.real_servers_v4(), &self.neighbour_peers);
+        let count = servers.len() + peers.len();
+        let start = self.resolve_cursor.0 % count.max(1);
+        for k in 0..count {
+            let at = (start + k) % count;
+            let ip = match servers.get(at) {
+                Some(&ip) => ip,
+                None => peers[at - servers.len()],
+            };
+            // Where the next round starts if this `send` finds no room.
+            self.resolve_cursor.0 = at;
             // `send` false: no room this round; the rest are not marked as asked,
             // and go in the next rounds.
             if neighbours.lookup(ip).is_some() {
@@ -2102,6 +2114,54 @@ mod tests {
         });
         assert_eq!(tried, 1);
         assert_eq!(asked(&mut f, &mut neighbours, 7 + 3 * age, true), [rs]);
+    }
+
+    /// Real servers that never answer, first in the list and more than a round has
+    /// room for, do not starve the rechecks of those after them: each round resumes
+    /// where the last ran out of room.
+    #[test]
+    fn unanswered_real_servers_do_not_starve_the_rechecks_after_them() {
+        let mut table = crate::service::ServiceTable::new();
+        let key = crate::model::ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80);
+        table
+            .add_service(key, crate::model::SchedulerKind::Rr, None)
+            .unwrap();
+        // 40 silent ones (198.18.0.x sort before 198.18.1.x), then 60 that answer.
+        let silent = |i: u8| Ipv4Addr::new(198, 18, 0, 10 + i);
+        let known = |i: u8| Ipv4Addr::new(198, 18, 1, 10 + i);
+        for ip in (0..40).map(silent).chain((0..60).map(known)) {
+            let spec = crate::model::RealServerSpec::new(ip, 80, 1, ForwardMode::Nat);
+            table.add_server(key, spec).unwrap();
+        }
+        let (publisher, mut config) = bare_config();
+        publisher
+            .publish(crate::service::Snapshot::build(2, &table))
+            .unwrap();
+        config.snapshot = publisher.reader();
+        let mut f = Forwarder::new(config);
+        let hz: u64 = 1_000_000_000;
+        let mut neighbours = NeighbourTable::with_capacity(256);
+        for i in 0..60 {
+            neighbours.learn(known(i), MacAddr([2, 0, 0, 0, 1, i]), 1);
+        }
+        // One round a second, 32 requests of room each, from when every known entry
+        // is due for its recheck: within a few rounds each has been asked.
+        let mut rechecked = std::collections::BTreeSet::new();
+        for round in 0..8u64 {
+            let now = NEIGHBOUR_RECHECK_S * hz + round * hz + 2;
+            let mut room = 32;
+            f.resolve_real_servers(&mut neighbours, now, true, |ip| {
+                if room == 0 {
+                    return false;
+                }
+                room -= 1;
+                if ip.octets()[2] == 1 {
+                    rechecked.insert(ip);
+                }
+                true
+            });
+        }
+        assert_eq!(rechecked.len(), 60, "rechecked: {rechecked:?}");
     }
 
     /// The configured peers (VRRP unicast, session sync) are resolved and rechecked as

@@ -648,11 +648,13 @@ impl Forwarder {
         mut send: impl FnMut(Ipv6Addr) -> bool,
     ) {
         let snap = self.snapshot.current();
-        let servers = snap.services().iter().flat_map(|s| s.real_servers.iter());
-        for ip in servers.filter_map(|rs| match rs.ip {
-            std::net::IpAddr::V6(ip) => Some(ip),
-            std::net::IpAddr::V4(_) => None,
-        }) {
+        let servers = snap.real_servers_v6();
+        // As for IPv4: a round that runs out of room is resumed where it stopped.
+        let start = self.resolve_cursor.1 % servers.len().max(1);
+        for k in 0..servers.len() {
+            let at = (start + k) % servers.len();
+            let ip = servers[at];
+            self.resolve_cursor.1 = at;
             if self.neighbours6.lookup(ip).is_some() {
                 let age = self.neighbour_recheck_tsc;
                 if recheck && self.neighbours6.recheck_due(ip, now_tsc, age) {
