@@ -56,7 +56,7 @@ use crate::session::{
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
 use crate::wire::vrrp;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -1905,6 +1905,7 @@ pub(crate) fn test_config(
 mod tests {
     use super::*;
     use crate::model::Protocol;
+    use std::net::IpAddr;
 
     /// The configuration of a forwarder with no service (and the publisher its
     /// reader follows).
