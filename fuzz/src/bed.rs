@@ -641,7 +641,7 @@ pub fn pool_ports_in_use(f: &Forwarder) -> u64 {
             out: Vec::with_capacity(64),
             next: None,
         };
-        f.answer(&mut q, 0);
+        f.answer(&mut q, 0, &NeighbourTable::with_capacity(1), 0);
         let Query::Pools { out, next, .. } = q else {
             unreachable!()
         };
