@@ -315,6 +315,18 @@ fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warne
             assert!(!out.stdout.contains("warning"), "{}", out.describe());
         }
     }
+    // Owned by another user (who could change it), even at 0600.
+    std::os::unix::fs::chown(&key, Some(65534), None).unwrap();
+    let out = check(&["--file-only"], &path);
+    assert!(
+        out.stderr.contains("sync.key_file")
+            && out
+                .stderr
+                .contains("is owned by uid 65534: only root or this process's user"),
+        "{}",
+        out.describe()
+    );
+    std::os::unix::fs::chown(&key, Some(0), None).unwrap();
     std::fs::write(&key, "not hex\n").unwrap();
     let out = check(&["--file-only"], &path);
     assert!(
@@ -343,11 +355,15 @@ fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warne
     mode(&path, 0o644);
     let out = check(&["--file-only"], &path);
     assert!(out.success(), "{}", out.describe());
+    let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(
-        out.stdout.contains(&format!(
-            "sluice: warning: {}: [sync] key is readable by every user (mode 0644)",
-            path.display()
-        )) && out.stdout.contains("`key_file`"),
+        lines.len() == 2
+            && lines[0].ends_with("; machine resources not checked")
+            && lines[1].starts_with(&format!(
+                "sluice: warning: {}: [sync] key is readable by every user (mode 0644)",
+                path.display()
+            ))
+            && lines[1].contains("`key_file`"),
         "{}",
         out.describe()
     );

@@ -508,7 +508,8 @@ impl Config {
         Config::parse(&text, path)
     }
 
-    /// Validates `text`; `path` is only used in errors and kept in `Config::path`.
+    /// Validates `text`; `path` is kept in `Config::path`, named in errors, and the
+    /// directory files the config names (`acl_file`, `[sync] key_file`) are found from.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let source = Source::new(text, path);
         let root = tree::parse(text).map_err(|e| source.syntax_error(&e))?;

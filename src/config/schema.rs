@@ -336,18 +336,40 @@ fn read_sync(root: &Table, ports: &[PortRead], source: &Source) -> Check<Option<
 /// file's directory), surrounding whitespace ignored, so the config itself can be
 /// readable by others and kept in version control. The file must not be: a group or
 /// other user that can read it can forge sync messages, which install, change and
-/// remove sessions (as ssh refuses a private key others can read).
+/// remove sessions, and one that owns it can change the key (as ssh refuses a private
+/// key others can read or own). Opened once, not through a symbolic link, and judged
+/// by what was opened (no window between the check and the read); a regular file
+/// only (a FIFO would hang the load, and a reload on the management loop with it),
+/// refused past [`KEY_FILE_MAX`] bytes.
 fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::path::PathBuf)> {
-    use std::os::unix::fs::MetadataExt;
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let name = f.str()?;
     let path = match source.path.parent() {
         Some(dir) if std::path::Path::new(name).is_relative() => dir.join(name),
         _ => std::path::PathBuf::from(name),
     };
     let shown = path.display();
-    let mode = std::fs::metadata(&path)
-        .map_err(|e| f.invalid(format!("cannot read {shown}: {e}")))?
-        .mode();
+    let cannot = |e: std::io::Error| f.invalid(format!("cannot read {shown}: {e}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.file_type().is_file() {
+        return Err(f.invalid(format!("{shown} is not a regular file")));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(f.invalid(format!(
+            "{shown} is owned by uid {}: only root or this process's user ({me}) may own \
+             the key (run `chown {me} {shown}`)",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode();
     if mode & 0o077 != 0 {
         return Err(f.invalid(format!(
             "{shown} has mode {:04o}: users besides its owner could read or change the key \
@@ -355,13 +377,24 @@ fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::pa
             mode & 0o7777
         )));
     }
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| f.invalid(format!("cannot read {shown}: {e}")))?;
+    let mut text = String::new();
+    file.take(KEY_FILE_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > KEY_FILE_MAX {
+        return Err(f.invalid(format!(
+            "{shown} is longer than {KEY_FILE_MAX} bytes: no key"
+        )));
+    }
     let hex = text.trim();
     crate::ha::sync::auth::SyncKey::from_hex(hex)
         .map_err(|e| f.invalid(format!("{shown}: {e}")))?;
     Ok((super::SecretHex::new(hex), path))
 }
+
+/// The most of a `key_file` read: a key of a few hundred hex digits at most, and
+/// anything longer is no key.
+const KEY_FILE_MAX: u64 = 4096;
 
 /// The `[sync]` fields that sync over a DPDK port constrains, for their locations.
 struct SyncPortFields<'a> {

@@ -2353,6 +2353,27 @@ fn a_sync_key_file_gives_the_key_and_excludes_the_inline_one() {
     assert!(err.message.contains("with a `key`"), "{err}");
     let err = parse(&sync_with(&format!("{absolute}unauthenticated = true\n"))).unwrap_err();
     assert_eq!(err.field, "sync.unauthenticated", "{err}");
+    // Not through a symbolic link, not a FIFO (which would hang the load), not past
+    // the size of any key.
+    let link = dir.path().join("link.key");
+    std::os::unix::fs::symlink(&key, &link).unwrap();
+    let fifo = dir.path().join("fifo.key");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let long = dir.path().join("long.key");
+    std::fs::write(&long, "00".repeat(3000)).unwrap();
+    std::fs::set_permissions(&long, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (file, needle) in [
+        ("link.key", "cannot read"),
+        ("fifo.key", "is not a regular file"),
+        ("long.key", "is longer than 4096 bytes"),
+    ] {
+        let line = format!("key_file = \"{file}\"\n");
+        let err = Config::parse(&sync_with(&line), &config).unwrap_err();
+        assert_eq!(err.field, "sync.key_file", "{err}");
+        assert!(err.message.contains(needle), "{needle:?} not in {err}");
+    }
 }
 
 #[test]

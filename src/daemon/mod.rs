@@ -253,8 +253,9 @@ pub enum CheckDepth {
 /// [`CheckDepth::Machine`]) the lcores, memory, hugepages, `eal.memory_mb`, PCI and
 /// kernel devices, the open-file limit and the listen addresses (bound and let go).
 /// While another Sluice runs this config, its resources are in use by it and are not
-/// checked; the answer says so. Returns a one-line summary, or the first error (the
-/// same text the daemon would stop with).
+/// checked; the answer says so. Returns a one-line summary (then a warning line when
+/// the file holds a sync key every user may read), or the first error (the same text
+/// the daemon would stop with).
 pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String, StartError> {
     let cfg = Config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
     let services = Services::from_config(&cfg).map_err(StartError::Services)?;
@@ -271,29 +272,32 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
             .sum::<usize>(),
     );
     drop(services);
-    let summary = match preflight::readable_sync_key(&cfg) {
-        Some(warning) => format!("{summary}\nsluice: warning: {warning}"),
-        None => summary,
+    // A warning goes on a line of its own after the summary.
+    let warned = |line: String| match preflight::readable_sync_key(&cfg) {
+        Some(warning) => format!("{line}\nsluice: warning: {warning}"),
+        None => line,
     };
     if depth == CheckDepth::File {
-        return Ok(format!("{summary}; machine resources not checked"));
+        return Ok(warned(format!("{summary}; machine resources not checked")));
     }
     // Taken and released at once: held means a running instance owns the resources.
-    match preflight::InstanceLocks::take(&cfg, std::path::Path::new(preflight::LOCK_DIR)) {
-        Ok(locks) => {
-            preflight::check_resources(&cfg).map_err(StartError::Preflight)?;
-            drop(preflight::Listeners::bind(&cfg).map_err(StartError::Preflight)?);
-            drop(locks);
-            Ok(format!(
-                "{summary}; fits this machine (lcores, memory, hugepages, eal.memory_mb, \
+    let checked =
+        match preflight::InstanceLocks::take(&cfg, std::path::Path::new(preflight::LOCK_DIR)) {
+            Ok(locks) => {
+                preflight::check_resources(&cfg).map_err(StartError::Preflight)?;
+                drop(preflight::Listeners::bind(&cfg).map_err(StartError::Preflight)?);
+                drop(locks);
+                Ok(format!(
+                    "{summary}; fits this machine (lcores, memory, hugepages, eal.memory_mb, \
                  PCI devices, open files, listen addresses)"
-            ))
-        }
-        Err(e) if e.contains("held by another Sluice") => {
-            Ok(format!("{summary}; machine resources not checked: {e}"))
-        }
-        Err(e) => Err(StartError::Preflight(e)),
-    }
+                ))
+            }
+            Err(e) if e.contains("held by another Sluice") => {
+                Ok(format!("{summary}; machine resources not checked: {e}"))
+            }
+            Err(e) => Err(StartError::Preflight(e)),
+        };
+    checked.map(warned)
 }
 
 /// `sluice --prepare`: reserves the hugepages and binds the PCI devices `path` needs

@@ -731,9 +731,15 @@ impl Forwarder {
                 .as_ref()
                 .map_or_else(Vec::new, |h| h.sources6.clone()),
             health_source: health.map(|h| (h.source, h.ports)),
+            // The peers this port sends to by their MACs: sync's when it runs over the
+            // port (over a kernel socket the kernel resolves them), VRRP's in unicast
+            // (multicast adverts go to the group's MAC).
             neighbour_peers: {
-                let mut peers = sync_peers.clone();
-                if let VrrpSenders::Peers(vrrp_peers) = &vrrp {
+                let mut peers = match sync_port {
+                    Some(_) => sync_peers.clone(),
+                    None => Vec::new(),
+                };
+                if let (VrrpSenders::Peers(vrrp_peers), true) = (&vrrp, vrrp_unicast) {
                     peers.extend_from_slice(vrrp_peers);
                 }
                 peers.sort_unstable();
@@ -2165,15 +2171,40 @@ mod tests {
         assert_eq!(rechecked.len(), 60, "rechecked: {rechecked:?}");
     }
 
-    /// The configured peers (VRRP unicast, session sync) are resolved and rechecked as
-    /// real servers are: a peer rebuilt with another MAC is found again.
+    /// The peers this port sends to by their MACs (VRRP unicast, session sync over the
+    /// port) are resolved and rechecked as real servers are: a peer rebuilt with
+    /// another MAC is found again. Multicast VRRP and sync over a kernel socket need
+    /// no entry here, and get no ARP.
     #[test]
     fn peers_are_resolved_and_rechecked_as_real_servers_are() {
         let (peer, sync_peer) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3));
-        let (_publisher, mut config) = bare_config();
-        config.vrrp = VrrpSenders::Peers(vec![peer]);
-        config.sync_peers = vec![sync_peer];
-        let mut f = Forwarder::new(config);
+        let peers = |unicast: bool, over_port: bool| {
+            let (_publisher, mut config) = bare_config();
+            config.vrrp = VrrpSenders::Peers(vec![peer]);
+            config.vrrp_unicast = unicast;
+            config.sync_peers = vec![sync_peer];
+            if over_port {
+                config.sync_port = Some(("198.18.0.1:8848".parse().unwrap(), None));
+            }
+            Forwarder::new(config)
+        };
+        for (unicast, over_port, want) in [
+            (false, false, vec![]),
+            (true, false, vec![peer]),
+            (false, true, vec![sync_peer]),
+        ] {
+            let mut f = peers(unicast, over_port);
+            let mut sent = Vec::new();
+            f.resolve_real_servers(&mut NeighbourTable::with_capacity(16), 1, true, |ip| {
+                sent.push(ip);
+                true
+            });
+            assert_eq!(
+                sent, want,
+                "unicast {unicast}, sync over the port {over_port}"
+            );
+        }
+        let mut f = peers(true, true);
         let age = NEIGHBOUR_RECHECK_S * 1_000_000_000;
         let mut neighbours = NeighbourTable::with_capacity(16);
         let asked = |f: &mut Forwarder, n: &mut NeighbourTable, now: u64| {
@@ -2698,6 +2729,7 @@ mod tests {
         }
         let (_publisher, mut config) = test_config(&table, 1024);
         config.sync_peers = vec![peer];
+        config.sync_port = Some(("198.18.0.1:8848".parse().unwrap(), None));
         let mut f = Forwarder::new(config);
         let hz = 1_000_000_000;
         let mac = |i: u16| MacAddr([2, 0, 0, 0, (i >> 8) as u8, i as u8]);

@@ -66,6 +66,9 @@ pub struct Worker {
     /// How long to sleep after [`IDLE_POLLS_BEFORE_SLEEP`] polls in a row found
     /// nothing; `None` (the default) polls without pause. See [`Worker::with_idle_sleep`].
     idle_sleep: Option<std::time::Duration>,
+    /// Which family the next resolution round asks for first: the two share a
+    /// round's burst, so they take turns at it.
+    resolve_v6_first: bool,
 }
 
 /// Empty polls in a row before an idle worker sleeps: a burst gap shorter than this
@@ -107,6 +110,7 @@ impl Worker {
             links,
             held: Held::new(tsc_hz() / 1000 * HOLD_MS),
             idle_sleep: None,
+            resolve_v6_first: false,
         }
     }
 
@@ -474,23 +478,31 @@ impl Worker {
         // Worker 0 rechecks known ones: a NIC hands it the ARP answers, and the
         // health probes leave from it.
         let recheck = self.id == 0;
-        self.forwarder
-            .resolve_real_servers(&mut self.neighbours, now, recheck, |target| {
-                push_arp_request(&mut out, pool, mac, addr, target)
-            });
-        // IPv6 real servers are solicited from the port's IPv6 address that shares
-        // the longest prefix with them (the one on their link).
-        let addrs6 = port.responder.addrs6();
-        if !addrs6.is_empty() {
-            self.forwarder
-                .resolve_real_servers_v6(now, recheck, |target| {
-                    let common =
-                        |a: &Ipv6Addr| (u128::from(*a) ^ u128::from(target)).leading_zeros();
-                    match addrs6.iter().max_by_key(|a| common(a)) {
-                        Some(&src) => push_solicit(&mut out, pool, mac, src, target),
-                        None => true,
-                    }
-                });
+        // The families share the round's burst and take turns at going first, so
+        // unanswered addresses of one cannot keep the other from every round.
+        self.resolve_v6_first = !self.resolve_v6_first;
+        for v6 in [self.resolve_v6_first, !self.resolve_v6_first] {
+            if !v6 {
+                self.forwarder
+                    .resolve_real_servers(&mut self.neighbours, now, recheck, |target| {
+                        push_arp_request(&mut out, pool, mac, addr, target)
+                    });
+                continue;
+            }
+            // IPv6 real servers are solicited from the port's IPv6 address that shares
+            // the longest prefix with them (the one on their link).
+            let addrs6 = port.responder.addrs6();
+            if !addrs6.is_empty() {
+                self.forwarder
+                    .resolve_real_servers_v6(now, recheck, |target| {
+                        let common =
+                            |a: &Ipv6Addr| (u128::from(*a) ^ u128::from(target)).leading_zeros();
+                        match addrs6.iter().max_by_key(|a| common(a)) {
+                            Some(&src) => push_solicit(&mut out, pool, mac, src, target),
+                            None => true,
+                        }
+                    });
+            }
         }
         let tap = (&self.links.capture, 0, now);
         transmit_all(port, &mut out, &self.counters, tap);

@@ -117,9 +117,10 @@ pub struct Session {
     pub real_port: u16,
     /// FullNAT local port; 0 otherwise.
     pub local_port: u16,
-    /// The one next-hop MAC the data plane cannot cheaply look up. DR/TUN: the real
-    /// server's (all zero while unresolved). NAT/FullNAT: the MAC the client's packets
-    /// last came from, i.e. the next hop back towards the client.
+    /// DR/TUN: the real server's MAC the session last sent to (all zero before the
+    /// first), used only when the neighbour table has no entry for the server (its
+    /// packets follow the table's). NAT/FullNAT: the MAC the client's packets last
+    /// came from, i.e. the next hop back towards the client, which no table holds.
     pub peer_mac: [u8; 6],
     pub proto: Protocol,
     pub mode: ForwardMode,

@@ -106,13 +106,17 @@ impl NeighboursReport {
         let mut wanted = real_servers.to_vec();
         wanted.sort_unstable();
         wanted.dedup();
+        // Built once: tens of thousands of real servers times every worker's entries
+        // would otherwise stall the management loop that builds this.
+        let held: std::collections::HashSet<(IpAddr, u16)> =
+            entries.iter().map(|e| (e.ip, e.worker)).collect();
         let unresolved = wanted
             .into_iter()
             .filter_map(|address| {
                 let missing: Vec<u16> = tables
                     .iter()
                     .map(|&(worker, _)| worker)
-                    .filter(|&w| !entries.iter().any(|e| e.ip == address && e.worker == w))
+                    .filter(|&w| !held.contains(&(address, w)))
                     .collect();
                 (!missing.is_empty()).then_some(UnresolvedNeighbour {
                     address,

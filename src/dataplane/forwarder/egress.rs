@@ -18,9 +18,9 @@ use std::net::Ipv4Addr;
 
 impl Forwarder {
     /// Egress of a TCP/UDP packet of session `m`: rewritten and addressed for the
-    /// session's mode ([`Forwarder::forward`]). A DR or TUN session whose next hop was
-    /// unknown when it opened caches it once a packet went out to it, so later packets
-    /// skip the neighbour lookup; a FullNAT session with TOA pending gets the TOA work
+    /// session's mode ([`Forwarder::forward`]). A DR or TUN session keeps the MAC its
+    /// packet went to, for when the neighbour table no longer has its real server
+    /// ([`Forwarder::next_hop`]); a FullNAT session with TOA pending gets the TOA work
     /// done on this packet (see [`Forwarder::toa`]). Inlined into both callers (`l4`
     /// and the burst's parked sessions): out of line it costs the established path
     /// a call and its spills, about 40 instructions a packet (callgrind).
