@@ -494,8 +494,8 @@ pub struct NeighbourPolicy<'a> {
     /// table full, worth the slot of any entry that is neither a real server nor a
     /// peer.
     pub real_servers: &'a [Ipv4Addr],
-    /// Sorted addresses of the configured peers (VRRP unicast, session sync): their
-    /// entries are never given up either.
+    /// Sorted addresses of the peers the port sends to by their MACs (VRRP unicast,
+    /// session sync over the port): their entries are never given up either.
     pub peers: &'a [Ipv4Addr],
     /// Any other entry not learned or confirmed for this long (TSC cycles) gives its
     /// slot to a new one when its share of the table is full; `u64::MAX`: never.
