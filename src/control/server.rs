@@ -187,6 +187,20 @@ impl ControlServer {
     }
 }
 
+impl ControlServer {
+    /// Asks the server to stop, without waiting: it takes no new connection and ends
+    /// once every request in flight is answered ([`ControlServer::is_stopped`]).
+    pub fn begin_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = (&*self.wake).write(&[1]);
+    }
+
+    /// Whether the server's thread has ended.
+    pub fn is_stopped(&self) -> bool {
+        self.acceptor.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);

@@ -233,7 +233,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
     log::info!("shutting down");
     registry.capture.stop();
     registry.stop_vrrp(app.plane());
-    drop(control);
+    control.shut_down();
     shut_down(app, &counters, &mut view);
     Ok(())
 }
@@ -413,7 +413,7 @@ fn start_control(
     .map_err(|e| format!("control socket {}: {e}", cfg.control.socket.display()))?;
     Ok(ControlEnds {
         calls: calls_rx,
-        _server: server,
+        server,
         _metrics_server: metrics_server,
     })
 }
@@ -422,8 +422,25 @@ fn start_control(
 /// threads when dropped), and the requests they hand the management loop.
 struct ControlEnds {
     calls: channel::Receiver<ControlCall>,
-    _server: ControlServer,
+    server: ControlServer,
     _metrics_server: Option<metrics::MetricsServer>,
+}
+
+impl ControlEnds {
+    /// Stops the control socket once the management loop no longer answers: every
+    /// request still waiting for the loop is answered with an error until the server's
+    /// thread has ended. Dropping the receiver alone would not do: a bounded channel
+    /// keeps its messages (and so their reply senders) until its senders are gone too,
+    /// and the server, which holds the sender, waits for those requests' answers.
+    fn shut_down(self) {
+        self.server.begin_stop();
+        while !self.server.is_stopped() {
+            while let Ok((_, reply)) = self.calls.try_recv() {
+                let _ = reply.send(Err("the daemon is shutting down".into()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 /// The health monitor, probing from the config's source address.
