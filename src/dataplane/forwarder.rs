@@ -2140,11 +2140,7 @@ mod tests {
             let spec = crate::model::RealServerSpec::new(ip, 80, 1, ForwardMode::Nat);
             table.add_server(key, spec).unwrap();
         }
-        let (publisher, mut config) = bare_config();
-        publisher
-            .publish(crate::service::Snapshot::build(2, &table))
-            .unwrap();
-        config.snapshot = publisher.reader();
+        let (_publisher, config) = test_config(&table, 1024);
         let mut f = Forwarder::new(config);
         let hz: u64 = 1_000_000_000;
         let mut neighbours = NeighbourTable::with_capacity(256);
