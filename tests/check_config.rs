@@ -369,6 +369,48 @@ fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warne
     );
 }
 
+/// The workers count real servers in 65,535 slots: a config with one more is refused
+/// at the real server that does not fit, by file, line and field.
+#[test]
+fn a_config_with_more_real_servers_than_ids_is_refused_at_the_one_too_many() {
+    let mut cfg = loopback_config();
+    let addresses: Vec<String> = (0..65_536u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0001 + i).to_string())
+        .collect();
+    let servers: Vec<(&str, u16, u32, &str)> = addresses
+        .iter()
+        .map(|a| (a.as_str(), 80, 1, "dr"))
+        .collect();
+    cfg.extra_toml = vec![service_section(
+        "tcp",
+        "198.18.1.1",
+        80,
+        "rr",
+        &[],
+        &servers,
+    )];
+    let path = cfg.write();
+    let out = check(&["--file-only"], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    let last = addresses.last().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = 1 + text
+        .lines()
+        .position(|l| l.trim() == format!("ip = \"{last}\""))
+        .expect("the last real server's line");
+    let want = format!(
+        "sluice: {}:{line}:8: services[0].real_servers[65535].ip: too many real servers: at most \
+         65535 real and sorry servers at once",
+        path.display()
+    );
+    assert!(
+        out.stderr.lines().next().unwrap_or("").starts_with(&want),
+        "want {want}\n{}",
+        out.describe()
+    );
+    assert_no_dpdk(&out);
+}
+
 #[test]
 fn a_missing_file_and_bad_usage_are_refused() {
     let out = check(&[], Path::new("/nonexistent/sluice.toml"));

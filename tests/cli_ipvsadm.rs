@@ -250,6 +250,82 @@ fn save_and_replace_round_trip_100k_services() {
     daemon.stop_clean();
 }
 
+/// `-A` of one service and `-a` of `count` DR real servers from address `first` up,
+/// as `-R` reads them.
+fn one_service_of(first: std::net::Ipv4Addr, count: u32) -> String {
+    let mut text = String::from("-A -t 198.18.1.1:80 -s rr\n");
+    for i in 0..count {
+        let rip = std::net::Ipv4Addr::from(u32::from(first) + i);
+        text.push_str(&format!("-a -t 198.18.1.1:80 -r {rip}:80 -g -w 1\n"));
+    }
+    text
+}
+
+/// `status --json`'s real-server ids: (in use, waiting, limit).
+fn real_server_ids(daemon: &Daemon) -> (u64, u64, u64) {
+    let status = ok_json(daemon, &["status"]);
+    let ids = &status["real_server_ids"];
+    let field = |name: &str| ids[name].as_u64().unwrap_or_else(|| panic!("{status}"));
+    (field("in_use"), field("waiting"), field("limit"))
+}
+
+/// The workers count each real server in one of 65,535 slots, by id: a daemon must
+/// still take its 65,536th real server when earlier ones were removed (their ids come
+/// back once nothing refers to them), and refuse, changing nothing, a table that would
+/// hold more at once (removed servers count until released).
+#[test]
+fn real_servers_removed_give_their_ids_to_new_ones() {
+    require_root();
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )]);
+    cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
+    // No service in the config: the emulated clients open connections to the
+    // config's services only, and a removed server's id waits for its sessions (and,
+    // with persistence anywhere, for the longest timeout).
+    let daemon = Daemon::start(cfg);
+    let released = |daemon: &Daemon, in_use: u64| {
+        wait_for(Duration::from_secs(15), Duration::from_millis(200), || {
+            let ids = real_server_ids(daemon);
+            (ids.0 == in_use && ids.1 == 0).then_some(())
+        })
+        .unwrap_or_else(|| panic!("ids {:?}\n{}", real_server_ids(daemon), daemon.dump()));
+    };
+    let first = one_service_of(std::net::Ipv4Addr::new(10, 0, 0, 1), 40_000);
+    let (out, _) = restore_timed(&daemon, &first, true, Duration::from_secs(120));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    released(&daemon, 40_000);
+    assert_eq!(real_server_ids(&daemon).2, 65_535);
+
+    // 40,000 others in their place at once: 80,000 ids held. Refused, nothing changed.
+    let second = one_service_of(std::net::Ipv4Addr::new(10, 1, 0, 1), 40_000);
+    let (out, _) = restore_timed(&daemon, &second, true, Duration::from_secs(120));
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains("too many real servers: at most 65535 real and sorry servers")
+            && out.stderr.contains("nothing was changed"),
+        "{}",
+        out.describe()
+    );
+    let (saved, _) = save_timed(&daemon);
+    assert!(saved == first, "a refused replace changed the table");
+    assert_eq!(real_server_ids(&daemon).0, 40_000);
+
+    // Cleared, the 40,000 ids come back (no session refers to them), and the same
+    // 40,000 others are taken: 80,000 real servers over the daemon's life.
+    ok(&daemon, &["-C"]);
+    released(&daemon, 0);
+    let (out, _) = restore_timed(&daemon, &second, true, Duration::from_secs(120));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    let (saved, _) = save_timed(&daemon);
+    assert!(saved == second, "-S differs from what -R --replace loaded");
+    assert_eq!(real_server_ids(&daemon).0, 40_000);
+    daemon.stop_clean();
+}
+
 /// The CLI meets the config's rules: each bad command fails (non-zero exit, one line
 /// naming the problem) and `-S -n` shows the table unchanged afterwards.
 #[test]

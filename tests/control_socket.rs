@@ -87,6 +87,7 @@ fn sample_report() -> StatusReport {
         sessions_created: 9,
         sessions_expired: 4,
         snapshot_adoption: Default::default(),
+        real_server_ids: Default::default(),
     }
 }
 

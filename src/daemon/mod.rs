@@ -14,7 +14,7 @@ mod stats;
 mod sync;
 mod systemd;
 
-pub use services::{check_real_server_id, Services};
+pub use services::Services;
 pub use systemd::{journal_prefix, stderr_is_journal};
 
 use crate::config::{Config, PortDevice};
@@ -1969,6 +1969,14 @@ fn management_loop(
                     app.emulator.as_ref().map(Emulator::stats),
                 );
                 registry.metrics(&status)
+            } else if req == Request::Status {
+                let mut status = view.status(
+                    &app.ports,
+                    counters,
+                    app.emulator.as_ref().map(Emulator::stats),
+                );
+                status.real_server_ids = registry.services.id_report();
+                serde_json::to_value(status).map_err(|e| e.to_string())
             } else if req == Request::Reload {
                 reload_notified(registry, app.plane(), notifier)
             } else if matches!(
@@ -2055,6 +2063,14 @@ fn management_loop(
                 ..
             } = registry;
             services.sample_rates(real_servers, now);
+            let adopted = (counters.iter())
+                .map(|c| {
+                    c.snapshot_generation
+                        .load(std::sync::atomic::Ordering::Acquire)
+                })
+                .min()
+                .unwrap_or(0);
+            services.release_server_ids(real_servers, adopted, now);
         }
         if let (Some(at), Some(every)) = (next_stats, stats_interval) {
             if Instant::now() >= at {

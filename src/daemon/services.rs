@@ -58,10 +58,9 @@ pub struct Services {
     pub departed_nat: std::collections::HashMap<NatRoute, std::time::Instant>,
     /// By service id: each service's real servers and sorry server as of the last
     /// publish, and those removed from it since: the service's counters go on
-    /// counting them ([`ServiceCounts`]). Service and real-server ids are never
-    /// reused and the workers' counter slots are never freed, so a departed id counts
-    /// only its own traffic, and a service deleted and added again (a new id) starts
-    /// from zero.
+    /// counting them ([`ServiceCounts`]) until the id is released ([`Retiring`]),
+    /// when its counts move to [`Services::released_traffic`]. Service ids are never
+    /// reused, so a service deleted and added again (a new id) starts from zero.
     pub member_ids: std::collections::HashMap<u32, Vec<u32>>,
     pub departed_ids: std::collections::HashMap<u32, Vec<u32>>,
     /// By real-server id: its traffic counts summed over the workers when `-Z` (or
@@ -70,6 +69,17 @@ pub struct Services {
     /// updates them with a plain load and store that would undo a zero written
     /// meanwhile. Rates read the workers' counters, which never go back.
     pub zeroed_at: std::collections::HashMap<u32, Traffic>,
+    /// Removed real and sorry servers' ids, in the order they left, until each is
+    /// released back to the table ([`Services::release_server_ids`]).
+    pub retiring: std::collections::VecDeque<Retiring>,
+    /// The longest persistence timeout any published service has had, in seconds: a
+    /// removed server's id waits this long after its last session, for the templates
+    /// that may still name it.
+    pub longest_persistence_s: u32,
+    /// By service id: the traffic of its departed real servers whose ids were
+    /// released, as (the workers' counts, the counts since the service was last
+    /// zeroed). Its counters go on counting them.
+    pub released_traffic: std::collections::HashMap<u32, (Traffic, Traffic)>,
     /// Whether the first port has an IPv6 address: Neighbor Discovery for IPv6 real
     /// servers leaves from it, so without one an IPv6 real server is refused (the
     /// config's own check, for `sluicectl` too).
@@ -440,14 +450,51 @@ enum Applied {
     Answer(serde_json::Value),
 }
 
-/// Per-worker real-server counters are indexed by id; ids are never reused.
-pub fn check_real_server_id(id: u32) -> Result<(), String> {
-    if id as usize >= MAX_REAL_SERVER_IDS {
-        return Err(format!(
-            "real-server id space exhausted ({MAX_REAL_SERVER_IDS} additions in this process); restart sluice"
-        ));
+impl Traffic {
+    fn add(&mut self, t: &Traffic) {
+        self.connections += t.connections;
+        self.in_packets += t.in_packets;
+        self.in_bytes += t.in_bytes;
+        self.out_packets += t.out_packets;
+        self.out_bytes += t.out_bytes;
     }
-    Ok(())
+}
+
+/// Real server `id`'s counters summed over the workers, less its counts when it was
+/// last zeroed (`zeroed_at`).
+fn totals_since_zero(
+    zeroed_at: &std::collections::HashMap<u32, Traffic>,
+    counters: &[Arc<Box<[RealServerCounters]>>],
+    id: u32,
+) -> RealServerTotals {
+    let mut t = RealServerTotals::sum(counters, id);
+    if let Some(at) = zeroed_at.get(&id) {
+        t.connections = t.connections.saturating_sub(at.connections);
+        t.in_packets = t.in_packets.saturating_sub(at.in_packets);
+        t.in_bytes = t.in_bytes.saturating_sub(at.in_bytes);
+        t.out_packets = t.out_packets.saturating_sub(at.out_packets);
+        t.out_bytes = t.out_bytes.saturating_sub(at.out_bytes);
+    }
+    t
+}
+
+/// A removed real or sorry server's id on its way back to the table.
+///
+/// The workers count each real server in a slot of a fixed array indexed by its id
+/// ([`MAX_REAL_SERVER_IDS`]), and a session names its real server by id, so an id may
+/// be handed out again only once nothing refers to it: every worker has adopted a
+/// snapshot without it (no new session, its overload marks cleared), no worker has a
+/// session counted on it (its active and inactive gauges read 0 on every worker; a
+/// worker counts every session it files, synced ones too), and that has held for the
+/// longest persistence timeout (a client's template names its server by id, and is
+/// kept alive by that client's sessions, which all went to that server).
+#[derive(Clone, Copy, Debug)]
+pub struct Retiring {
+    pub id: u32,
+    /// The first snapshot without it.
+    pub generation: u64,
+    /// Since when no worker has had a session counted on it, as of the checks so far.
+    pub quiet_since: Option<Instant>,
 }
 
 impl Services {
@@ -461,6 +508,7 @@ impl Services {
             })
             .collect();
         let mut table = ServiceTable::new();
+        table.set_server_id_limit(MAX_REAL_SERVER_IDS as u32);
         table.set_own_addresses(own_addresses.clone());
         table.set_workers(cfg.lcores.workers.len());
         for (i, sc) in cfg.services.iter().enumerate() {
@@ -484,10 +532,9 @@ impl Services {
             for (j, rs) in sc.real_servers.iter().enumerate() {
                 let spec = RealServerSpec::new(rs.ip, rs.port, rs.weight, rs.mode)
                     .with_thresholds(rs.upper, rs.lower);
-                let id = table
+                table
                     .add_server(sc.key, spec)
                     .map_err(at_field(field(&format!("real_servers[{j}].ip"))))?;
-                check_real_server_id(id)?;
             }
             for (k, &ip) in sc.local_addresses.iter().enumerate() {
                 table
@@ -537,8 +584,6 @@ impl Services {
                 table
                     .set_sorry_server(sc.key, sc.sorry_server)
                     .map_err(at_field(field("sorry_server.ip")))?;
-                let sorry = table.get(sc.key).and_then(|s| s.sorry_server);
-                check_real_server_id(sorry.map_or(0, |s| s.id))?;
             }
             if sc.sloppy_tcp {
                 table
@@ -572,6 +617,9 @@ impl Services {
             member_ids: Default::default(),
             departed_ids: Default::default(),
             zeroed_at: Default::default(),
+            retiring: Default::default(),
+            longest_persistence_s: 0,
+            released_traffic: Default::default(),
             first_port_ipv6: cfg.ports.first().is_some_and(|p| !p.addresses6.is_empty()),
             serving_vips: cfg.vrrp.is_none(),
             vrrp_addresses: cfg
@@ -846,27 +894,8 @@ impl Services {
             Request::SetSorryServer {
                 service,
                 sorry_server,
-            } => {
-                let before = t.get(service).and_then(|s| s.sorry_server);
-                t.set_sorry_server(service, sorry_server)
-                    .map_err(|e| e.to_string())?;
-                let id = t
-                    .get(service)
-                    .and_then(|s| s.sorry_server)
-                    .map_or(0, |s| s.id);
-                check_real_server_id(id).inspect_err(|_| {
-                    let _ = t.set_sorry_server(service, before.map(|s| s.spec()));
-                })?;
-                Ok(())
-            }
-            Request::AddServer { service, server } => {
-                let id = t.add_server(service, server).map_err(|e| e.to_string())?;
-                check_real_server_id(id).inspect_err(|_| {
-                    // Undo: the worker tables cannot count an id this large.
-                    let _ = t.delete_server(service, server.ip, server.port);
-                })?;
-                Ok(())
-            }
+            } => t.set_sorry_server(service, sorry_server),
+            Request::AddServer { service, server } => t.add_server(service, server).map(drop),
             Request::EditServer { service, server } => t.edit_server(service, server),
             Request::DeleteServer { service, ip, port } => {
                 t.delete_server(service, ip, port).map(drop)
@@ -881,9 +910,13 @@ impl Services {
                     .get(service)
                     .ok_or_else(|| ServiceError::NoSuchService(service).to_string())?;
                 // Everything the service's counters count.
+                let service_id = s.id;
                 for id in self.counted_ids(s) {
                     self.zeroed_at
                         .insert(id, Traffic::of(&RealServerTotals::sum(counters, id)));
+                }
+                if let Some((_, since_zero)) = self.released_traffic.get_mut(&service_id) {
+                    *since_zero = Traffic::default();
                 }
                 return Ok(Applied::Answer(serde_json::json!({ "zeroed": true })));
             }
@@ -955,6 +988,15 @@ impl Services {
         let departed: Vec<NatRoute> = self.departed_nat.keys().copied().collect();
         self.note_departed_ids();
         let generation = publisher.next_generation();
+        let longest = self.table.services().filter_map(|s| s.persistence);
+        let longest = longest.map(|p| p.timeout_s).max().unwrap_or(0);
+        self.longest_persistence_s = self.longest_persistence_s.max(longest);
+        let removed = self.table.take_removed_server_ids().into_iter();
+        self.retiring.extend(removed.map(|id| Retiring {
+            id,
+            generation,
+            quiet_since: None,
+        }));
         let snapshot = Snapshot::build_with(generation, &self.table, &self.health, &departed)
             .with_timeouts(self.timeouts)
             .with_serving_vips(self.serving_vips)
@@ -986,6 +1028,7 @@ impl Services {
             members.insert(s.id, ids);
         }
         self.departed_ids.retain(|k, _| members.contains_key(k));
+        self.released_traffic.retain(|k, _| members.contains_key(k));
         self.member_ids = members;
     }
 
@@ -1000,6 +1043,86 @@ impl Services {
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+
+    /// How many real-server ids are held, and by what (`sluicectl status`).
+    pub fn id_report(&self) -> crate::control::report::RealServerIdsReport {
+        let in_use = self
+            .table
+            .services()
+            .map(|s| s.real_servers.len() as u64 + u64::from(s.sorry_server.is_some()));
+        crate::control::report::RealServerIdsReport {
+            in_use: in_use.sum(),
+            waiting: self.table.unreleased_server_ids() as u64,
+            limit: MAX_REAL_SERVER_IDS as u64 - 1,
+        }
+    }
+
+    /// Releases to the table the ids of removed servers nothing refers to any more
+    /// ([`Retiring`]), given the workers' counters and the oldest snapshot generation a
+    /// worker holds. Called once a second on the management core: each check reads one
+    /// counter line per waiting id and worker. A released id's traffic stays in its
+    /// former service's counters; its next holder starts from zero. Returns how many
+    /// were released.
+    pub fn release_server_ids(
+        &mut self,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+        adopted: u64,
+        now: Instant,
+    ) -> usize {
+        let hold = Duration::from_secs(u64::from(self.longest_persistence_s));
+        let mut released = std::collections::HashSet::new();
+        for r in self.retiring.iter_mut() {
+            // In publish order: the rest are newer still.
+            if r.generation > adopted {
+                break;
+            }
+            let counted = counters.iter().any(|table| {
+                table.get(r.id as usize).is_some_and(|c| {
+                    c.active.load(std::sync::atomic::Ordering::Relaxed) != 0
+                        || c.inactive.load(std::sync::atomic::Ordering::Relaxed) != 0
+                })
+            });
+            if counted {
+                r.quiet_since = None;
+                continue;
+            }
+            let quiet_since = *r.quiet_since.get_or_insert(now);
+            if now.duration_since(quiet_since) >= hold {
+                released.insert(r.id);
+            }
+        }
+        if released.is_empty() {
+            return 0;
+        }
+        self.retiring.retain(|r| !released.contains(&r.id));
+        for (service_id, ids) in self.departed_ids.iter_mut() {
+            let (gone, kept): (Vec<u32>, Vec<u32>) =
+                ids.iter().partition(|id| released.contains(id));
+            if gone.is_empty() {
+                continue;
+            }
+            *ids = kept;
+            let (raw, since_zero) = self.released_traffic.entry(*service_id).or_default();
+            for id in gone {
+                raw.add(&Traffic::of(&RealServerTotals::sum(counters, id)));
+                since_zero.add(&Traffic::of(&totals_since_zero(
+                    &self.zeroed_at,
+                    counters,
+                    id,
+                )));
+            }
+        }
+        for &id in &released {
+            // The next holder's counts start here, as after a `-Z`.
+            let now_counts = Traffic::of(&RealServerTotals::sum(counters, id));
+            self.zeroed_at.insert(id, now_counts);
+            self.evictions.remove(&id);
+            self.health.evicted.remove(&id);
+            let ok = self.table.release_server_id(id);
+            debug_assert!(ok, "real-server id {id} released twice");
+        }
+        released.len()
     }
 
     /// One sample of every real server's and every service's own counters, once a
@@ -1057,21 +1180,16 @@ impl Services {
             self.zeroed_at
                 .insert(id, Traffic::of(&RealServerTotals::sum(counters, id)));
         }
+        for (_, since_zero) in self.released_traffic.values_mut() {
+            *since_zero = Traffic::default();
+        }
         self.table.zero_admission_counts();
     }
 
     /// Real server `id`'s counters summed over the workers, its traffic counted since
     /// it was last zeroed.
     fn totals(&self, counters: &[Arc<Box<[RealServerCounters]>>], id: u32) -> RealServerTotals {
-        let mut t = RealServerTotals::sum(counters, id);
-        if let Some(at) = self.zeroed_at.get(&id) {
-            t.connections = t.connections.saturating_sub(at.connections);
-            t.in_packets = t.in_packets.saturating_sub(at.in_packets);
-            t.in_bytes = t.in_bytes.saturating_sub(at.in_bytes);
-            t.out_packets = t.out_packets.saturating_sub(at.out_packets);
-            t.out_bytes = t.out_bytes.saturating_sub(at.out_bytes);
-        }
-        t
+        totals_since_zero(&self.zeroed_at, counters, id)
     }
 
     /// Service `s`'s counters ([`Services::counted_ids`]), summed over the workers:
@@ -1084,6 +1202,14 @@ impl Services {
     ) -> ServiceCounts {
         let ids = self.counted_ids(s);
         let mut c = ServiceCounts::default();
+        if let Some((raw, since)) = self.released_traffic.get(&s.id) {
+            let t = if since_zero { since } else { raw };
+            c.connections = t.connections;
+            c.in_packets = t.in_packets;
+            c.out_packets = t.out_packets;
+            c.in_bytes = t.in_bytes;
+            c.out_bytes = t.out_bytes;
+        }
         for id in ids {
             let t = match since_zero {
                 true => self.totals(counters, id),
@@ -1654,6 +1780,114 @@ port = 53
             },
         );
         assert_eq!(own(&services), (ServiceCounts::default(), 0));
+    }
+
+    /// A removed real server's id is handed out again only once every worker has
+    /// adopted a snapshot without it, no worker counts a session on it, and that has
+    /// held for the longest persistence timeout; its traffic stays in its former
+    /// service's counters and its next holder starts from zero.
+    #[test]
+    fn a_removed_servers_id_is_released_once_nothing_refers_to_it() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (mut services, publisher) = setup();
+        let counters: Vec<_> = (0..2)
+            .map(|_| Arc::new(crate::dataplane::realserver_stats::new_table()))
+            .collect();
+        // 10.0.0.11 holds id 1; only id 2 is left.
+        services.table.set_server_id_limit(3);
+        let server = |last: u8| {
+            RealServerSpec::new(Ipv4Addr::new(10, 0, 0, last), 8080, 1, ForwardMode::FullNat)
+        };
+        let add = |last: u8| Request::AddServer {
+            service: http(),
+            server: server(last),
+        };
+        services.handle(add(12), &publisher, &counters).unwrap();
+        let id = services.table.get(http()).unwrap().real_servers[1].id;
+        assert_eq!(id, 2);
+        let refused = services.handle(add(13), &publisher, &counters).unwrap_err();
+        assert!(
+            refused.contains("too many real servers: at most 2"),
+            "{refused}"
+        );
+        // 10.0.0.12's traffic: 5 connections, one session still open on worker 1.
+        counters[0][id as usize].connections.store(3, Relaxed);
+        counters[1][id as usize].connections.store(2, Relaxed);
+        counters[1][id as usize].inactive.store(1, Relaxed);
+        let service_connections = |services: &Services| {
+            let report = services.report(&counters, super::super::rates::DEFAULT_WINDOW);
+            let s = report.services.into_iter().find(|s| s.port == 80).unwrap();
+            let listed = s.real_servers.iter().map(|r| r.connections).collect();
+            (s.stats.unwrap().connections, listed)
+        };
+        assert_eq!(service_connections(&services), (5, vec![0, 5]));
+        let delete = Request::DeleteServer {
+            service: http(),
+            ip: Ipv4Addr::new(10, 0, 0, 12).into(),
+            port: 8080,
+        };
+        services.handle(delete, &publisher, &counters).unwrap();
+        let gone = services.generation;
+        let ids = |services: &Services| {
+            let r = services.id_report();
+            (r.in_use, r.waiting)
+        };
+        assert_eq!(ids(&services), (1, 1));
+        let t0 = Instant::now();
+        // A worker still holds the snapshot with it.
+        assert_eq!(services.release_server_ids(&counters, gone - 1, t0), 0);
+        // Adopted, but a session is still counted on it.
+        assert_eq!(services.release_server_ids(&counters, gone, t0), 0);
+        assert!(services.handle(add(13), &publisher, &counters).is_err());
+        counters[1][id as usize].inactive.store(0, Relaxed);
+        counters[0][id as usize].active.store(1, Relaxed);
+        assert_eq!(services.release_server_ids(&counters, gone, t0), 0);
+        counters[0][id as usize].active.store(0, Relaxed);
+        // Nothing refers to it and no service has persistence: released.
+        assert_eq!(services.release_server_ids(&counters, gone, t0), 1);
+        assert_eq!(services.release_server_ids(&counters, gone, t0), 0, "once");
+        assert_eq!(ids(&services), (1, 0));
+        assert_eq!(service_connections(&services), (5, vec![0]));
+        services.handle(add(13), &publisher, &counters).unwrap();
+        assert_eq!(services.table.get(http()).unwrap().real_servers[1].id, id);
+        // The new holder starts from zero; the service keeps the old one's 5.
+        assert_eq!(service_connections(&services), (5, vec![0, 0]));
+        counters[0][id as usize].connections.store(4, Relaxed);
+        assert_eq!(service_connections(&services), (6, vec![0, 1]));
+        services
+            .handle(
+                Request::ZeroService { service: http() },
+                &publisher,
+                &counters,
+            )
+            .unwrap();
+        assert_eq!(service_connections(&services), (0, vec![0, 0]));
+
+        // With persistence: the id waits for the longest timeout after its last
+        // session, a session seen meanwhile starting the wait again.
+        let persistent = Request::EditService {
+            service: http(),
+            scheduler: None,
+            persistence: Some(crate::model::Persistence::new(300)),
+            sched_flags: None,
+        };
+        services.handle(persistent, &publisher, &counters).unwrap();
+        let delete = Request::DeleteServer {
+            service: http(),
+            ip: Ipv4Addr::new(10, 0, 0, 13).into(),
+            port: 8080,
+        };
+        services.handle(delete, &publisher, &counters).unwrap();
+        let gone = services.generation;
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(services.release_server_ids(&counters, gone, at(0)), 0);
+        assert_eq!(services.release_server_ids(&counters, gone, at(299)), 0);
+        counters[1][id as usize].inactive.store(1, Relaxed);
+        assert_eq!(services.release_server_ids(&counters, gone, at(300)), 0);
+        counters[1][id as usize].inactive.store(0, Relaxed);
+        assert_eq!(services.release_server_ids(&counters, gone, at(301)), 0);
+        assert_eq!(services.release_server_ids(&counters, gone, at(600)), 0);
+        assert_eq!(services.release_server_ids(&counters, gone, at(601)), 1);
     }
 
     /// As a config is refused: an IPv6 real server or sorry server needs an IPv6

@@ -168,6 +168,8 @@ impl StatsView {
                 .map(|c| c.sessions_expired.load(Relaxed))
                 .sum(),
             snapshot_adoption: self.adoption.report(),
+            // The service table's business: the management loop fills it in.
+            real_server_ids: Default::default(),
         }
     }
 

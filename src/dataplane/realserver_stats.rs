@@ -22,8 +22,9 @@ pub const PASSIVE_FIELD_MASK: u32 = (1 << PASSIVE_FIELD_BITS) - 1;
 /// worker holds the server overloaded (`crate::dataplane::overload`).
 const OVERLOADED_BIT: u64 = 1 << 63;
 
-/// Real-server ids a process can hand out (ids are never reused; see
-/// `service::ServiceTable`). 64 bytes each per worker: 4 MiB per worker.
+/// Slots per worker, one per real-server id (id 0 is never handed out): a removed
+/// server's id is handed out again only once no session is counted on it
+/// (`daemon::services::Retiring`). 64 bytes each per worker: 4 MiB per worker.
 pub const MAX_REAL_SERVER_IDS: usize = 65536;
 
 #[repr(C, align(64))]

@@ -185,8 +185,9 @@ pub const MAX_LOCAL_ADDRESSES: usize = 64;
 /// One real server (an ipvsadm "destination") of a virtual service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RealServer {
-    /// Assigned by the table; stable across edits and never reused within a run, so
-    /// per-worker stats keyed by it survive snapshot swaps.
+    /// Assigned by the table; stable across edits, so per-worker stats keyed by it
+    /// survive snapshot swaps. Handed out again after the server's removal only once
+    /// nothing refers to it any more (the daemon releases it to the table).
     pub id: u32,
     /// Of the service's family, except behind an IPv6 FullNAT service (NAT64).
     pub ip: IpAddr,

@@ -19,7 +19,7 @@ use crate::model::{
     MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
 use crate::model::{SchedFlags, SchedulerKind};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -88,8 +88,14 @@ pub enum ServiceError {
     PersistenceMaskFamily {
         service: ServiceKey,
     },
-    /// 2^32 ids handed out in one run; ids are never reused, so none are left.
+    /// 2^32 service ids handed out in one run; service ids are never reused, so none
+    /// are left.
     IdsExhausted,
+    /// Every real-server id below the table's limit is held: by a real or sorry
+    /// server, or by one removed whose id is not released yet.
+    ServerIdsExhausted {
+        limit: u32,
+    },
     /// Scheduler flags the scheduler does not take, or a Maglev table size that is
     /// not a usable prime.
     SchedulerParams(String),
@@ -263,7 +269,13 @@ impl fmt::Display for ServiceError {
                 "{service} is an IPv4 service: its persistence netmask is dotted \
                  (-M 255.255.255.0), not a prefix length"
             ),
-            ServiceError::IdsExhausted => f.write_str("no service or real server ids left"),
+            ServiceError::IdsExhausted => f.write_str("no service ids left"),
+            ServiceError::ServerIdsExhausted { limit } => write!(
+                f,
+                "too many real servers: at most {} real and sorry servers at once, counting \
+                 removed ones until their last session ends",
+                limit - 1
+            ),
             ServiceError::LocalAddressExists { service, ip } => {
                 write!(f, "Local address already exists: {ip} in {service}")
             }
@@ -364,6 +376,17 @@ pub struct ServiceTable {
     services: BTreeMap<ServiceKey, Service>,
     next_service_id: u32,
     next_server_id: u32,
+    /// Real-server ids stay below this ([`ServiceTable::set_server_id_limit`]).
+    server_id_limit: u32,
+    /// Ids of real and sorry servers removed since [`ServiceTable::take_removed_server_ids`]
+    /// last gave them out.
+    removed_server_ids: Vec<u32>,
+    /// Ids removed and given out, not yet released: held until their owner says no
+    /// session or template refers to them any more.
+    unreleased_server_ids: HashSet<u32>,
+    /// Ids released ([`ServiceTable::release_server_id`]), handed out again oldest
+    /// first once no fresh id is left.
+    free_server_ids: VecDeque<u32>,
     /// Bumped by every successful change; a natural snapshot generation.
     version: u64,
     /// The appliance's own (port) addresses, which no service may use.
@@ -408,6 +431,10 @@ impl ServiceTable {
             services: BTreeMap::new(),
             next_service_id: 1,
             next_server_id: 1,
+            server_id_limit: u32::MAX,
+            removed_server_ids: Vec::new(),
+            unreleased_server_ids: HashSet::new(),
+            free_server_ids: VecDeque::new(),
             version: 0,
             own_addresses: Vec::new(),
             vip_uses: HashMap::new(),
@@ -539,9 +566,11 @@ impl ServiceTable {
         count_use(&mut self.vip_uses, key.vip, false);
         for server in &removed.real_servers {
             count_use(&mut self.server_uses, server.ip, false);
+            self.removed_server_ids.push(server.id);
         }
         if let Some(sorry) = removed.sorry_server {
             count_use(&mut self.server_uses, sorry.ip, false);
+            self.removed_server_ids.push(sorry.id);
         }
         for &ip in &removed.local_addresses {
             count_use(&mut self.local_address_uses, ip, false);
@@ -591,7 +620,7 @@ impl ServiceTable {
         self.check_not_own("real server", spec.ip)?;
         self.check_not_vip(spec.ip)?;
         self.check_not_local_address(spec.ip)?;
-        let id = take_id(&mut self.next_server_id)?;
+        let id = self.take_server_id()?;
         let service = self.services.get_mut(&key).expect("looked up above");
         service.real_servers.push(real_server(id, &spec));
         count_use(&mut self.server_uses, spec.ip, true);
@@ -647,6 +676,7 @@ impl ServiceTable {
             })?;
         let removed = service.real_servers.remove(index);
         count_use(&mut self.server_uses, ip, false);
+        self.removed_server_ids.push(removed.id);
         self.version += 1;
         Ok(removed)
     }
@@ -790,7 +820,7 @@ impl ServiceTable {
                 self.check_not_local_address(spec.ip)?;
                 let id = match old {
                     Some(o) if (o.ip, o.port, o.mode) == (spec.ip, spec.port, spec.mode) => o.id,
-                    _ => take_id(&mut self.next_server_id)?,
+                    _ => self.take_server_id()?,
                 };
                 Some(SorryServer {
                     id,
@@ -803,6 +833,9 @@ impl ServiceTable {
         };
         if let Some(o) = old {
             count_use(&mut self.server_uses, o.ip, false);
+            if new.is_none_or(|n| n.id != o.id) {
+                self.removed_server_ids.push(o.id);
+            }
         }
         if let Some(n) = new {
             count_use(&mut self.server_uses, n.ip, true);
@@ -939,8 +972,14 @@ impl ServiceTable {
         }
     }
 
-    /// `ipvsadm -C`. Id counters are not reset: ids are never reused within a run.
+    /// `ipvsadm -C`. Id counters are not reset: service ids are never reused within a
+    /// run, and real-server ids only once released.
     pub fn clear(&mut self) {
+        for s in self.services.values() {
+            let sorry = s.sorry_server.map(|r| r.id);
+            let ids = s.real_servers.iter().map(|r| r.id).chain(sorry);
+            self.removed_server_ids.extend(ids);
+        }
         self.services.clear();
         self.vip_uses.clear();
         self.server_uses.clear();
@@ -949,6 +988,51 @@ impl ServiceTable {
             self.retired_admission.extend(rules.into_compiled());
         }
         self.version += 1;
+    }
+
+    /// Real-server ids stay below `limit` (the workers count each real server in a
+    /// slot of a fixed array indexed by its id); set before any server is added.
+    pub fn set_server_id_limit(&mut self, limit: u32) {
+        self.server_id_limit = limit;
+    }
+
+    /// A real-server id: a fresh one while any is left below the limit, so a removed
+    /// server's id waits as long as it can before it is used again; then the oldest
+    /// released one.
+    fn take_server_id(&mut self) -> Result<u32, ServiceError> {
+        if self.next_server_id < self.server_id_limit {
+            return take_id(&mut self.next_server_id);
+        }
+        self.free_server_ids
+            .pop_front()
+            .ok_or(ServiceError::ServerIdsExhausted {
+                limit: self.server_id_limit,
+            })
+    }
+
+    /// The ids of the real and sorry servers removed since the last call (`-d`, `-D`,
+    /// `-C`, a sorry server replaced): their owner releases each one
+    /// ([`ServiceTable::release_server_id`]) once nothing refers to it any more.
+    pub fn take_removed_server_ids(&mut self) -> Vec<u32> {
+        let removed = std::mem::take(&mut self.removed_server_ids);
+        self.unreleased_server_ids.extend(removed.iter().copied());
+        removed
+    }
+
+    /// Ids of removed servers not released yet, given out or not.
+    pub fn unreleased_server_ids(&self) -> usize {
+        self.removed_server_ids.len() + self.unreleased_server_ids.len()
+    }
+
+    /// Makes removed server `id` available again. Only an id that
+    /// [`ServiceTable::take_removed_server_ids`] gave out, and only once: any other id
+    /// (one a server holds, one already released) is refused with `false`.
+    pub fn release_server_id(&mut self, id: u32) -> bool {
+        if !self.unreleased_server_ids.remove(&id) {
+            return false;
+        }
+        self.free_server_ids.push_back(id);
+        true
     }
 
     /// How many workers admission counts and rate limits are kept for (1 until set);
@@ -2165,5 +2249,92 @@ mod tests {
             t.get(key).unwrap().persistence,
             Some(Persistence::with_prefix6(60, 128))
         );
+    }
+
+    /// Real-server ids stay below the limit; a removed server's id comes back only
+    /// when its owner releases it, once, after every fresh id is used; each way a
+    /// server leaves (`-d`, `-D`, `-C`, a sorry server replaced or removed) gives its
+    /// id out for release, and a kept sorry server keeps its id.
+    #[test]
+    fn removed_server_ids_come_back_only_when_released() {
+        let mut table = table_with_http();
+        // Ids 1, 2 and 3.
+        table.set_server_id_limit(4);
+        let a = table
+            .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        let b = table
+            .add_server(http(), rs(2, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        let c = table
+            .add_server(http(), rs(3, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        assert_eq!((a, b, c), (1, 2, 3));
+        assert_rejected(&mut table, "too many real servers: at most 3", |t| {
+            t.add_server(http(), rs(4, 80, 1, ForwardMode::Dr))
+                .map(drop)
+        });
+        table
+            .delete_server(http(), rs(2, 80, 1, ForwardMode::Dr).ip, 80)
+            .unwrap();
+        // Removed, not released: still held.
+        assert_eq!(table.unreleased_server_ids(), 1);
+        assert_rejected(&mut table, "too many real servers", |t| {
+            t.add_server(http(), rs(4, 80, 1, ForwardMode::Dr))
+                .map(drop)
+        });
+        // Not given out yet: nothing to release, and no id a server holds.
+        assert!(!table.release_server_id(b));
+        assert!(!table.release_server_id(a));
+        assert_eq!(table.take_removed_server_ids(), vec![b]);
+        assert_eq!(table.take_removed_server_ids(), Vec::<u32>::new());
+        assert!(table.release_server_id(b));
+        assert!(!table.release_server_id(b), "released twice");
+        assert_eq!(table.unreleased_server_ids(), 0);
+        assert_eq!(
+            table
+                .add_server(http(), rs(4, 80, 1, ForwardMode::Dr))
+                .unwrap(),
+            b
+        );
+
+        // Every other way out.
+        let sorry = |last: u8, port: u16| SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 1, last).into(),
+            port,
+            mode: ForwardMode::Dr,
+            inhibit: false,
+        };
+        let mut table = table_with_http();
+        let other = ServiceKey::new(Protocol::Udp, VIP, 53);
+        table.add_service(other, SchedulerKind::Rr, None).unwrap();
+        table
+            .add_server(http(), rs(1, 80, 1, ForwardMode::Dr))
+            .unwrap();
+        table.set_sorry_server(http(), Some(sorry(1, 80))).unwrap();
+        table
+            .add_server(other, rs(2, 53, 1, ForwardMode::Dr))
+            .unwrap();
+        table.set_sorry_server(other, Some(sorry(2, 53))).unwrap();
+        let sorry_id = |t: &ServiceTable, k| t.get(k).unwrap().sorry_server.unwrap().id;
+        let first_sorry = sorry_id(&table, http());
+        // The same sorry server again keeps its id; another replaces it.
+        table.set_sorry_server(http(), Some(sorry(1, 80))).unwrap();
+        assert_eq!(table.take_removed_server_ids(), Vec::<u32>::new());
+        table.set_sorry_server(http(), Some(sorry(3, 80))).unwrap();
+        assert_eq!(table.take_removed_server_ids(), vec![first_sorry]);
+        let second_sorry = sorry_id(&table, http());
+        table.set_sorry_server(http(), None).unwrap();
+        assert_eq!(table.take_removed_server_ids(), vec![second_sorry]);
+        let other_ids = {
+            let s = table.get(other).unwrap();
+            vec![s.real_servers[0].id, s.sorry_server.unwrap().id]
+        };
+        table.delete_service(other).unwrap();
+        assert_eq!(table.take_removed_server_ids(), other_ids);
+        let http_id = table.get(http()).unwrap().real_servers[0].id;
+        table.clear();
+        assert_eq!(table.take_removed_server_ids(), vec![http_id]);
+        assert_eq!(table.unreleased_server_ids(), 5);
     }
 }

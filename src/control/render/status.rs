@@ -22,6 +22,14 @@ pub fn render_status(report: &StatusReport) -> String {
         report.sessions, report.sessions_created, report.sessions_expired
     );
     out.push_str(&render_adoption(&report.snapshot_adoption));
+    let ids = &report.real_server_ids;
+    if ids.limit > 0 {
+        let _ = writeln!(
+            out,
+            "real-server ids {} in use, {} waiting for their sessions to end, {} at most",
+            ids.in_use, ids.waiting, ids.limit
+        );
+    }
 
     out.push_str("\nports\n");
     if report.ports.is_empty() {
@@ -317,7 +325,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::report::{LcoreStatus, PortStatus};
+    use crate::control::report::{LcoreStatus, PortStatus, RealServerIdsReport};
 
     fn sample() -> StatusReport {
         StatusReport {
@@ -397,6 +405,11 @@ mod tests {
                 recent: 5,
                 within_1ms: 5,
             },
+            real_server_ids: RealServerIdsReport {
+                in_use: 12,
+                waiting: 3,
+                limit: 65535,
+            },
         }
     }
 
@@ -416,6 +429,15 @@ mod tests {
         assert_eq!(
             text.lines().next(),
             Some("sluice 0.1.0  pid 4242  up 1d 01:01:01  neighbours 3")
+        );
+    }
+
+    #[test]
+    fn status_says_how_many_real_server_ids_are_held() {
+        let text = render_status(&sample());
+        assert_eq!(
+            line_with(&text, "real-server ids"),
+            "real-server ids 12 in use, 3 waiting for their sessions to end, 65535 at most"
         );
     }
 

@@ -27,4 +27,6 @@ pub use services::{
     LaddrPoolStatus, LaddrReport, LaddrSizing, RealServerStatus, ServiceCounts, ServiceRates,
     ServiceStatus, ServicesReport, TimeoutsReport,
 };
-pub use status::{AdoptionReport, LcoreStatus, PortStatus, StatusReport, XstatsReport};
+pub use status::{
+    AdoptionReport, LcoreStatus, PortStatus, RealServerIdsReport, StatusReport, XstatsReport,
+};

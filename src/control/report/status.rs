@@ -29,6 +29,24 @@ pub struct StatusReport {
     /// How long published service changes took to reach every worker.
     #[serde(default)]
     pub snapshot_adoption: AdoptionReport,
+    /// Real-server ids: each real and sorry server holds one, and a removed one's
+    /// stays held until nothing refers to it.
+    #[serde(default)]
+    pub real_server_ids: RealServerIdsReport,
+}
+
+/// Real-server ids: the workers count each real server in a slot indexed by its id,
+/// so at most `limit` are held at once. A removed server's id is held until no worker
+/// has a session counted on it and its templates can have expired, then handed out
+/// again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RealServerIdsReport {
+    /// Held by the real and sorry servers in the table.
+    pub in_use: u64,
+    /// Held by removed servers, waiting for their last session (and templates).
+    pub waiting: u64,
+    /// Ids there are: `in_use + waiting` never exceeds it.
+    pub limit: u64,
 }
 
 /// Publish -> every worker adopted, for the service snapshots published since start
