@@ -5,7 +5,8 @@ start-up and `sluicectl reload` at scale.
     perf/config_scale.py OUT.toml SERVICES REAL_SERVERS_PER_SERVICE [SCHEDULER]
 
 Services are TCP port 80 on 10.0.0.1, 10.0.0.2, ...; every real server has its own
-address from 198.18.1.0 on (NAT, port 8080). Then, for example:
+address from 198.18.1.0 on (NAT, port 8080), and `[sessions] neighbours` is raised to
+hold them (every worker keeps a neighbour entry for each). Then, for example:
 
     /usr/bin/time -f "%e s" ./target/release/sluice --check-config OUT.toml --file-only
 """
@@ -38,6 +39,9 @@ peers = 1
 [sessions]
 capacity = 65536
 ''']
+# Real-server addresses may fill three quarters of the neighbour tables.
+neighbours = max(4096, -(-services * per * 4 // 3))
+lines[0] += f"neighbours = {neighbours}\n"
 first_vip = int(ipaddress.IPv4Address("10.0.0.0"))
 first_rs = int(ipaddress.IPv4Address("198.18.1.0"))
 k = 0

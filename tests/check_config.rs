@@ -374,12 +374,10 @@ fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warne
 #[test]
 fn a_config_with_more_real_servers_than_ids_is_refused_at_the_one_too_many() {
     let mut cfg = loopback_config();
-    let addresses: Vec<String> = (0..65_536u32)
-        .map(|i| std::net::Ipv4Addr::from(0x0a00_0001 + i).to_string())
-        .collect();
-    let servers: Vec<(&str, u16, u32, &str)> = addresses
+    // Two addresses (NAT, ports 1 to 32768 each): the neighbour tables have room.
+    let servers: Vec<(&str, u16, u32, &str)> = ["10.0.0.1", "10.0.0.2"]
         .iter()
-        .map(|a| (a.as_str(), 80, 1, "dr"))
+        .flat_map(|a| (1..=32_768).map(move |port| (*a, port, 1, "nat")))
         .collect();
     cfg.extra_toml = vec![service_section(
         "tcp",
@@ -392,12 +390,13 @@ fn a_config_with_more_real_servers_than_ids_is_refused_at_the_one_too_many() {
     let path = cfg.write();
     let out = check(&["--file-only"], &path);
     assert_eq!(out.status.code(), Some(1), "{}", out.describe());
-    let last = addresses.last().unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
-    let line = 1 + text
-        .lines()
-        .position(|l| l.trim() == format!("ip = \"{last}\""))
-        .expect("the last real server's line");
+    let lines: Vec<&str> = text.lines().collect();
+    let line = 1
+        + (0..lines.len())
+            .rev()
+            .find(|&i| lines[i].trim() == "ip = \"10.0.0.2\"")
+            .expect("the last real server's line");
     let want = format!(
         "sluice: {}:{line}:8: services[0].real_servers[65535].ip: too many real servers: at most \
          65535 real and sorry servers at once",
@@ -409,6 +408,56 @@ fn a_config_with_more_real_servers_than_ids_is_refused_at_the_one_too_many() {
         out.describe()
     );
     assert_no_dpdk(&out);
+}
+
+/// Every worker keeps a neighbour entry for each distinct real-server address:
+/// 3073 addresses do not fit the default tables (4096 entries, three quarters for
+/// real servers) and are refused at the one too many, naming the key; with
+/// `[sessions] neighbours = 8192` the same file passes.
+#[test]
+fn more_real_server_addresses_than_the_neighbour_tables_hold_are_refused() {
+    let addresses: Vec<String> = (0..3073u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0001 + i).to_string())
+        .collect();
+    let servers: Vec<(&str, u16, u32, &str)> = addresses
+        .iter()
+        .map(|a| (a.as_str(), 80, 1, "dr"))
+        .collect();
+    let config = |extra: Option<&str>| {
+        let mut cfg = loopback_config();
+        cfg.extra_toml = extra.map(String::from).into_iter().collect();
+        cfg.extra_toml.push(service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "rr",
+            &[],
+            &servers,
+        ));
+        // The directory goes with the config: keep both.
+        let path = cfg.write();
+        (cfg, path)
+    };
+    let (_cfg, path) = config(None);
+    let out = check(&["--file-only"], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    let first = out.stderr.lines().next().unwrap_or("").to_string();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = 1 + text
+        .lines()
+        .position(|l| l.trim() == "ip = \"10.0.12.1\"")
+        .expect("the 3073rd real server's line");
+    let want = format!(
+        "sluice: {}:{line}:8: services[0].real_servers[3072].ip: real server address \
+         10.0.12.1: the workers' neighbour tables are sized for 3072 distinct IPv4 real and \
+         sorry server addresses, all in use (three quarters of [sessions] neighbours; raise \
+         it, a restart)",
+        path.display()
+    );
+    assert_eq!(first, want, "{}", out.describe());
+    let (_raised, path) = config(Some("[sessions]\nneighbours = 8192\n"));
+    let out = check(&["--file-only"], &path);
+    assert!(out.success(), "{}", out.describe());
 }
 
 #[test]

@@ -203,7 +203,9 @@ fn big_table() -> String {
         let scheduler = ["rr", "wrr", "wlc", "lc"][(i % 4) as usize];
         text.push_str(&format!("-A -t {vip}:80 -s {scheduler}\n"));
         if i % 4 == 0 {
-            let rip = std::net::Ipv4Addr::from(0xac10_0001 + i);
+            // 750 addresses, each serving many services: the neighbour tables hold
+            // 3072 real-server addresses by default.
+            let rip = std::net::Ipv4Addr::from(0xac10_0001 + i % 3000);
             text.push_str(&format!("-a -t {vip}:80 -r {rip}:80 -g -w {}\n", 1 + i % 7));
         }
     }
@@ -250,13 +252,12 @@ fn save_and_replace_round_trip_100k_services() {
     daemon.stop_clean();
 }
 
-/// `-A` of one service and `-a` of `count` DR real servers from address `first` up,
-/// as `-R` reads them.
-fn one_service_of(first: std::net::Ipv4Addr, count: u32) -> String {
+/// `-A` of one service and `-a` of `count` NAT real servers at address `rip`, ports
+/// 1, 2, ..., as `-R` reads them.
+fn one_service_of(rip: std::net::Ipv4Addr, count: u16) -> String {
     let mut text = String::from("-A -t 198.18.1.1:80 -s rr\n");
-    for i in 0..count {
-        let rip = std::net::Ipv4Addr::from(u32::from(first) + i);
-        text.push_str(&format!("-a -t 198.18.1.1:80 -r {rip}:80 -g -w 1\n"));
+    for port in 1..=count {
+        text.push_str(&format!("-a -t 198.18.1.1:80 -r {rip}:{port} -m -w 1\n"));
     }
     text
 }
@@ -300,7 +301,7 @@ fn real_servers_removed_give_their_ids_to_new_ones() {
     assert_eq!(real_server_ids(&daemon).2, 65_535);
 
     // 40,000 others in their place at once: 80,000 ids held. Refused, nothing changed.
-    let second = one_service_of(std::net::Ipv4Addr::new(10, 1, 0, 1), 40_000);
+    let second = one_service_of(std::net::Ipv4Addr::new(10, 0, 0, 2), 40_000);
     let (out, _) = restore_timed(&daemon, &second, true, Duration::from_secs(120));
     assert!(!out.success(), "{}", out.describe());
     assert!(

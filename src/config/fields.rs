@@ -406,6 +406,12 @@ pub(super) fn idle_sleep_us(f: &Field) -> Check<u32> {
     f.int(0..=1000)
 }
 
+/// Neighbour entries per worker and family: at least 256 (real servers, gateways and
+/// peers of a small site), at most 1Mi (2Mi slots of 40 bytes, 80 MiB a worker).
+pub(super) fn neighbour_capacity(f: &Field) -> Check<u32> {
+    f.int(256..=1 << 20)
+}
+
 /// A FullNAT local port bound (port 0 is never handed out).
 pub(super) fn local_port(f: &Field) -> Check<u16> {
     f.int(1..=65535)

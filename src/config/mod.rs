@@ -301,6 +301,19 @@ pub struct SessionsConfig {
     /// itself (Packet Too Big, frag-needed) per second and in a burst, for the whole
     /// appliance (RFC 4443 section 2.4(f)); the prefix length is unused.
     pub icmp_error_limit: crate::service::RateLimit,
+    /// Entries each worker's IPv4 and IPv6 neighbour tables hold. Real and sorry
+    /// servers' distinct addresses may fill three quarters of it
+    /// ([`SessionsConfig::server_addresses`]).
+    pub neighbours: u32,
+}
+
+impl SessionsConfig {
+    /// Distinct real and sorry server addresses of one family the service table
+    /// takes: every worker keeps a neighbour entry for each, and a quarter of the
+    /// table stays for the rest (gateways, VRRP and sync peers, clients on the link).
+    pub fn server_addresses(&self) -> u32 {
+        self.neighbours - self.neighbours / 4
+    }
 }
 
 impl Default for SessionsConfig {
@@ -313,6 +326,7 @@ impl Default for SessionsConfig {
             server_time_wait_s: 60,
             rewrite_timestamps: true,
             icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT,
+            neighbours: crate::dataplane::worker::NEIGHBOUR_CAPACITY as u32,
         }
     }
 }

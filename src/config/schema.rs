@@ -78,6 +78,7 @@ const SESSION_KEYS: &[&str] = &[
     "rewrite_timestamps",
     "icmp_error_rate",
     "icmp_error_burst",
+    "neighbours",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "proto",
@@ -1352,6 +1353,7 @@ fn read_sessions(root: &Table) -> Check<SessionsConfig> {
         )?,
         rewrite_timestamps: t.or("rewrite_timestamps", d.rewrite_timestamps, Field::bool)?,
         icmp_error_limit: read_icmp_error_limit(&t, d.icmp_error_limit)?,
+        neighbours: t.or("neighbours", d.neighbours, fields::neighbour_capacity)?,
     })
 }
 

@@ -1221,6 +1221,7 @@ port = 80
             server_time_wait_s: 60,
             rewrite_timestamps: true,
             icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT,
+            neighbours: 4096,
         }
     );
     assert_eq!(cfg.services.len(), 3);
@@ -2073,6 +2074,23 @@ fn local_port_range() {
         "sessions.local_port_last",
         "local_port_first 3000 is above local_port_last 2000",
     );
+}
+
+#[test]
+fn neighbour_tables_are_sized_by_sessions_neighbours() {
+    let s = |kv: &str| format!("{BASE}[sessions]\n{kv}\n");
+    let cfg = parse(&s("neighbours = 65536")).unwrap();
+    assert_eq!(cfg.sessions.neighbours, 65536);
+    assert_eq!(cfg.sessions.server_addresses(), 49152);
+    assert_eq!(parse(BASE).unwrap().sessions.server_addresses(), 3072);
+    for bad in ["255", "1048577"] {
+        assert_rejected(
+            &s(&format!("neighbours = {bad}")),
+            22,
+            "sessions.neighbours",
+            "out of range (256..=1048576)",
+        );
+    }
 }
 
 #[test]

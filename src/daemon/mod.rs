@@ -869,6 +869,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 .sync
                 .as_ref()
                 .map_or_else(Vec::new, |s| s.peers.iter().map(|p| *p.ip()).collect()),
+            neighbour_capacity: cfg.sessions.neighbours as usize,
             ..ForwarderConfig::new(
                 cfg.sessions.capacity as usize,
                 publisher.reader(),
@@ -2057,9 +2058,11 @@ fn management_loop(
         let now = Instant::now();
         if now >= next_rates {
             next_rates = now + Duration::from_secs(1);
+            let tick = registry.now_tick();
             let Registry {
                 services,
                 real_servers,
+                persist,
                 ..
             } = registry;
             services.sample_rates(real_servers, now);
@@ -2070,7 +2073,11 @@ fn management_loop(
                 })
                 .min()
                 .unwrap_or(0);
-            services.release_server_ids(real_servers, adopted, now);
+            services.release_server_ids(real_servers, adopted, now, |ready| {
+                let v4 = persist.live(tick).map(|(_, t)| t.real);
+                let v6 = persist.live6(tick).map(|(_, t)| t.real);
+                v4.chain(v6).filter(|id| ready.contains(id)).collect()
+            });
         }
         if let (Some(at), Some(every)) = (next_stats, stats_interval) {
             if Instant::now() >= at {

@@ -299,6 +299,11 @@ impl MemoryNeed {
             n => PortPool::bytes_for(n, ports, RETA_SIZE_BOUND),
         };
         let counters = MAX_REAL_SERVER_IDS * std::mem::size_of::<RealServerCounters>();
+        let neighbours = cfg.sessions.neighbours as usize;
+        let neighbours =
+            crate::dataplane::neighbour::NeighbourTable::<std::net::Ipv4Addr>::bytes_for(
+                neighbours,
+            ) + crate::dataplane::neighbour::Neighbour6Table::bytes_for(neighbours);
         // crossbeam's ArrayQueue: a stamp word beside each event.
         let sync_ring = match cfg.sync {
             Some(_) => {
@@ -316,7 +321,7 @@ impl MemoryNeed {
         MemoryNeed {
             workers,
             sessions_per_worker,
-            other: workers * (counters + pools + sync_ring)
+            other: workers * (counters + neighbours + pools + sync_ring)
                 + PersistTable::bytes_for(super::PERSIST_TEMPLATES)
                 + eal_ordinary,
             hugepages,
@@ -1285,6 +1290,22 @@ mod tests {
         // Without hugepages the EAL's 256 MB is ordinary memory.
         assert!(need.other >= 256 << 20);
         assert_eq!(need.hugepages, 0);
+    }
+
+    /// Each worker's two neighbour tables, as allocated, grow with `[sessions]
+    /// neighbours`.
+    #[test]
+    fn memory_need_counts_the_neighbour_tables() {
+        let at = |n: u32| {
+            let cfg = config(&format!("{PORT}\n[sessions]\nneighbours = {n}\n"));
+            MemoryNeed::of(&cfg).other
+        };
+        use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
+        // `bytes_for` is what a table allocates (the neighbour module's test).
+        let tables =
+            |n| NeighbourTable::<std::net::Ipv4Addr>::bytes_for(n) + Neighbour6Table::bytes_for(n);
+        assert_eq!(at(65536) - at(4096), tables(65536) - tables(4096));
+        assert_eq!(tables(65536) - tables(4096), (131072 - 8192) * (40 + 48));
     }
 
     #[test]

@@ -72,10 +72,10 @@ pub struct Services {
     /// Removed real and sorry servers' ids, in the order they left, until each is
     /// released back to the table ([`Services::release_server_ids`]).
     pub retiring: std::collections::VecDeque<Retiring>,
-    /// The longest persistence timeout any published service has had, in seconds: a
-    /// removed server's id waits this long after its last session, for the templates
-    /// that may still name it.
-    pub longest_persistence_s: u32,
+    /// By real-server id: its traffic counts summed over the workers when it was
+    /// released for another server, which counts from there (in its service's
+    /// rates, which read the workers' counters, not the counts since `-Z`).
+    pub reissued_at: std::collections::HashMap<u32, Traffic>,
     /// By service id: the traffic of its departed real servers whose ids were
     /// released, as (the workers' counts, the counts since the service was last
     /// zeroed). Its counters go on counting them.
@@ -451,6 +451,20 @@ enum Applied {
 }
 
 impl Traffic {
+    /// These counts less `base` (counts taken earlier), or these.
+    fn since(self, base: Option<&Traffic>) -> Traffic {
+        let Some(b) = base else {
+            return self;
+        };
+        Traffic {
+            connections: self.connections.saturating_sub(b.connections),
+            in_packets: self.in_packets.saturating_sub(b.in_packets),
+            in_bytes: self.in_bytes.saturating_sub(b.in_bytes),
+            out_packets: self.out_packets.saturating_sub(b.out_packets),
+            out_bytes: self.out_bytes.saturating_sub(b.out_bytes),
+        }
+    }
+
     fn add(&mut self, t: &Traffic) {
         self.connections += t.connections;
         self.in_packets += t.in_packets;
@@ -467,27 +481,44 @@ fn totals_since_zero(
     counters: &[Arc<Box<[RealServerCounters]>>],
     id: u32,
 ) -> RealServerTotals {
-    let mut t = RealServerTotals::sum(counters, id);
-    if let Some(at) = zeroed_at.get(&id) {
-        t.connections = t.connections.saturating_sub(at.connections);
-        t.in_packets = t.in_packets.saturating_sub(at.in_packets);
-        t.in_bytes = t.in_bytes.saturating_sub(at.in_bytes);
-        t.out_packets = t.out_packets.saturating_sub(at.out_packets);
-        t.out_bytes = t.out_bytes.saturating_sub(at.out_bytes);
+    let t = RealServerTotals::sum(counters, id);
+    let since = Traffic::of(&t).since(zeroed_at.get(&id));
+    RealServerTotals {
+        connections: since.connections,
+        in_packets: since.in_packets,
+        in_bytes: since.in_bytes,
+        out_packets: since.out_packets,
+        out_bytes: since.out_bytes,
+        ..t
     }
-    t
+}
+
+/// Real server `id`'s traffic summed over the workers since its id was last handed to
+/// a new server (`reissued_at`), or since start.
+fn raw_since_reissue(
+    reissued_at: &std::collections::HashMap<u32, Traffic>,
+    counters: &[Arc<Box<[RealServerCounters]>>],
+    id: u32,
+) -> Traffic {
+    Traffic::of(&RealServerTotals::sum(counters, id)).since(reissued_at.get(&id))
 }
 
 /// A removed real or sorry server's id on its way back to the table.
 ///
 /// The workers count each real server in a slot of a fixed array indexed by its id
-/// ([`MAX_REAL_SERVER_IDS`]), and a session names its real server by id, so an id may
-/// be handed out again only once nothing refers to it: every worker has adopted a
-/// snapshot without it (no new session, its overload marks cleared), no worker has a
-/// session counted on it (its active and inactive gauges read 0 on every worker; a
-/// worker counts every session it files, synced ones too), and that has held for the
-/// longest persistence timeout (a client's template names its server by id, and is
-/// kept alive by that client's sessions, which all went to that server).
+/// ([`MAX_REAL_SERVER_IDS`]), and sessions and persistence templates name their real
+/// server by id, so an id may be handed out again only once nothing refers to it:
+///
+/// - every worker has adopted a snapshot without it: no new session or template can
+///   name it (sync installs find servers by address in the current table), and its
+///   overload marks are cleared;
+/// - no worker has a session counted on it (its active and inactive gauges read 0 on
+///   every worker: a worker counts every session it files, synced ones too), on every
+///   check for [`QUIET_FOR`]: a session changing state moves from one gauge to the
+///   other in two stores, and one reading may fall between them;
+/// - no live template names it (templates are renewed by their client's sessions,
+///   whichever server those went to, and a peer's may outlive ours; a template that
+///   has expired is never renewed).
 #[derive(Clone, Copy, Debug)]
 pub struct Retiring {
     pub id: u32,
@@ -496,6 +527,10 @@ pub struct Retiring {
     /// Since when no worker has had a session counted on it, as of the checks so far.
     pub quiet_since: Option<Instant>,
 }
+
+/// How long every check must find no session counted on a removed server before its
+/// id may be released: the checks run once a second, so three of them.
+pub const QUIET_FOR: Duration = Duration::from_secs(2);
 
 impl Services {
     pub fn from_config(cfg: &Config) -> Result<Services, String> {
@@ -509,6 +544,7 @@ impl Services {
             .collect();
         let mut table = ServiceTable::new();
         table.set_server_id_limit(MAX_REAL_SERVER_IDS as u32);
+        table.set_server_address_limit(cfg.sessions.server_addresses() as usize);
         table.set_own_addresses(own_addresses.clone());
         table.set_workers(cfg.lcores.workers.len());
         for (i, sc) in cfg.services.iter().enumerate() {
@@ -618,7 +654,7 @@ impl Services {
             departed_ids: Default::default(),
             zeroed_at: Default::default(),
             retiring: Default::default(),
-            longest_persistence_s: 0,
+            reissued_at: Default::default(),
             released_traffic: Default::default(),
             first_port_ipv6: cfg.ports.first().is_some_and(|p| !p.addresses6.is_empty()),
             serving_vips: cfg.vrrp.is_none(),
@@ -988,9 +1024,6 @@ impl Services {
         let departed: Vec<NatRoute> = self.departed_nat.keys().copied().collect();
         self.note_departed_ids();
         let generation = publisher.next_generation();
-        let longest = self.table.services().filter_map(|s| s.persistence);
-        let longest = longest.map(|p| p.timeout_s).max().unwrap_or(0);
-        self.longest_persistence_s = self.longest_persistence_s.max(longest);
         let removed = self.table.take_removed_server_ids().into_iter();
         self.retiring.extend(removed.map(|id| Retiring {
             id,
@@ -1059,19 +1092,21 @@ impl Services {
     }
 
     /// Releases to the table the ids of removed servers nothing refers to any more
-    /// ([`Retiring`]), given the workers' counters and the oldest snapshot generation a
-    /// worker holds. Called once a second on the management core: each check reads one
-    /// counter line per waiting id and worker. A released id's traffic stays in its
-    /// former service's counters; its next holder starts from zero. Returns how many
-    /// were released.
+    /// ([`Retiring`]), given the workers' counters, the oldest snapshot generation a
+    /// worker holds, and `templates_naming`, which returns those of the ids it is given
+    /// that a live persistence template names (a scan of the templates, made only when
+    /// some id is otherwise ready). Called once a second on the management core: each
+    /// check reads one counter line per waiting id and worker. A released id's traffic
+    /// stays in its former service's counters; its next holder's counts start from
+    /// zero. Returns how many were released.
     pub fn release_server_ids(
         &mut self,
         counters: &[Arc<Box<[RealServerCounters]>>],
         adopted: u64,
         now: Instant,
+        templates_naming: impl FnOnce(&std::collections::HashSet<u32>) -> std::collections::HashSet<u32>,
     ) -> usize {
-        let hold = Duration::from_secs(u64::from(self.longest_persistence_s));
-        let mut released = std::collections::HashSet::new();
+        let mut ready = std::collections::HashSet::new();
         for r in self.retiring.iter_mut() {
             // In publish order: the rest are newer still.
             if r.generation > adopted {
@@ -1088,10 +1123,17 @@ impl Services {
                 continue;
             }
             let quiet_since = *r.quiet_since.get_or_insert(now);
-            if now.duration_since(quiet_since) >= hold {
-                released.insert(r.id);
+            if now.duration_since(quiet_since) >= QUIET_FOR {
+                ready.insert(r.id);
             }
         }
+        if ready.is_empty() {
+            return 0;
+        }
+        for named in templates_naming(&ready) {
+            ready.remove(&named);
+        }
+        let released = ready;
         if released.is_empty() {
             return 0;
         }
@@ -1105,7 +1147,7 @@ impl Services {
             *ids = kept;
             let (raw, since_zero) = self.released_traffic.entry(*service_id).or_default();
             for id in gone {
-                raw.add(&Traffic::of(&RealServerTotals::sum(counters, id)));
+                raw.add(&raw_since_reissue(&self.reissued_at, counters, id));
                 since_zero.add(&Traffic::of(&totals_since_zero(
                     &self.zeroed_at,
                     counters,
@@ -1114,9 +1156,11 @@ impl Services {
             }
         }
         for &id in &released {
-            // The next holder's counts start here, as after a `-Z`.
+            // The next holder's counts start here, in listings (as after a `-Z`) and
+            // in its service's rates.
             let now_counts = Traffic::of(&RealServerTotals::sum(counters, id));
             self.zeroed_at.insert(id, now_counts);
+            self.reissued_at.insert(id, now_counts);
             self.evictions.remove(&id);
             self.health.evicted.remove(&id);
             let ok = self.table.release_server_id(id);
@@ -1200,28 +1244,24 @@ impl Services {
         counters: &[Arc<Box<[RealServerCounters]>>],
         since_zero: bool,
     ) -> ServiceCounts {
-        let ids = self.counted_ids(s);
-        let mut c = ServiceCounts::default();
-        if let Some((raw, since)) = self.released_traffic.get(&s.id) {
-            let t = if since_zero { since } else { raw };
-            c.connections = t.connections;
-            c.in_packets = t.in_packets;
-            c.out_packets = t.out_packets;
-            c.in_bytes = t.in_bytes;
-            c.out_bytes = t.out_bytes;
+        let released = self.released_traffic.get(&s.id);
+        let mut c = released.map_or_else(Traffic::default, |(raw, since)| match since_zero {
+            true => *since,
+            false => *raw,
+        });
+        for id in self.counted_ids(s) {
+            c.add(&match since_zero {
+                true => Traffic::of(&self.totals(counters, id)),
+                false => raw_since_reissue(&self.reissued_at, counters, id),
+            });
         }
-        for id in ids {
-            let t = match since_zero {
-                true => self.totals(counters, id),
-                false => RealServerTotals::sum(counters, id),
-            };
-            c.connections += t.connections;
-            c.in_packets += t.in_packets;
-            c.out_packets += t.out_packets;
-            c.in_bytes += t.in_bytes;
-            c.out_bytes += t.out_bytes;
+        ServiceCounts {
+            connections: c.connections,
+            in_packets: c.in_packets,
+            out_packets: c.out_packets,
+            in_bytes: c.in_bytes,
+            out_bytes: c.out_bytes,
         }
-        c
     }
 
     /// Seed 004: when every real server of a service weighs 0 (or there is none), new
@@ -1783,11 +1823,12 @@ port = 53
     }
 
     /// A removed real server's id is handed out again only once every worker has
-    /// adopted a snapshot without it, no worker counts a session on it, and that has
-    /// held for the longest persistence timeout; its traffic stays in its former
-    /// service's counters and its next holder starts from zero.
+    /// adopted a snapshot without it, no worker has counted a session on it for
+    /// [`QUIET_FOR`], and no live template names it; its traffic stays in its former
+    /// service's counters and rates, and its next holder starts from zero.
     #[test]
     fn a_removed_servers_id_is_released_once_nothing_refers_to_it() {
+        use std::collections::HashSet;
         use std::sync::atomic::Ordering::Relaxed;
         let (mut services, publisher) = setup();
         let counters: Vec<_> = (0..2)
@@ -1814,13 +1855,15 @@ port = 53
         counters[0][id as usize].connections.store(3, Relaxed);
         counters[1][id as usize].connections.store(2, Relaxed);
         counters[1][id as usize].inactive.store(1, Relaxed);
-        let service_connections = |services: &Services| {
+        let counts = |services: &Services| {
             let report = services.report(&counters, super::super::rates::DEFAULT_WINDOW);
             let s = report.services.into_iter().find(|s| s.port == 80).unwrap();
             let listed = s.real_servers.iter().map(|r| r.connections).collect();
-            (s.stats.unwrap().connections, listed)
+            let service = services.table.get(http()).unwrap();
+            let raw = services.service_counts(service, &counters, false);
+            (s.stats.unwrap().connections, raw.connections, listed)
         };
-        assert_eq!(service_connections(&services), (5, vec![0, 5]));
+        assert_eq!(counts(&services), (5, 5, vec![0, 5]));
         let delete = Request::DeleteServer {
             service: http(),
             ip: Ipv4Addr::new(10, 0, 0, 12).into(),
@@ -1834,26 +1877,43 @@ port = 53
         };
         assert_eq!(ids(&services), (1, 1));
         let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let no_template = |_: &HashSet<u32>| HashSet::new();
+        let release = |services: &mut Services, adopted: u64, now: Instant| {
+            services.release_server_ids(&counters, adopted, now, no_template)
+        };
         // A worker still holds the snapshot with it.
-        assert_eq!(services.release_server_ids(&counters, gone - 1, t0), 0);
+        assert_eq!(release(&mut services, gone - 1, at(0)), 0);
         // Adopted, but a session is still counted on it.
-        assert_eq!(services.release_server_ids(&counters, gone, t0), 0);
+        assert_eq!(release(&mut services, gone, at(0)), 0);
         assert!(services.handle(add(13), &publisher, &counters).is_err());
         counters[1][id as usize].inactive.store(0, Relaxed);
+        // Quiet from 1 s on, until a reading at 2 s sees a session (one moving
+        // between the gauges reads as none for an instant): quiet again from 3 s.
+        assert_eq!(release(&mut services, gone, at(1)), 0);
         counters[0][id as usize].active.store(1, Relaxed);
-        assert_eq!(services.release_server_ids(&counters, gone, t0), 0);
+        assert_eq!(release(&mut services, gone, at(2)), 0);
         counters[0][id as usize].active.store(0, Relaxed);
-        // Nothing refers to it and no service has persistence: released.
-        assert_eq!(services.release_server_ids(&counters, gone, t0), 1);
-        assert_eq!(services.release_server_ids(&counters, gone, t0), 0, "once");
+        assert_eq!(release(&mut services, gone, at(3)), 0);
+        assert_eq!(release(&mut services, gone, at(4)), 0);
+        // A live template still names it.
+        let named = services.release_server_ids(&counters, gone, at(5), |ready| {
+            assert_eq!(*ready, HashSet::from([id]));
+            ready.clone()
+        });
+        assert_eq!(named, 0);
+        // Nothing refers to it: released, once.
+        assert_eq!(release(&mut services, gone, at(5)), 1);
+        assert_eq!(release(&mut services, gone, at(6)), 0, "once");
         assert_eq!(ids(&services), (1, 0));
-        assert_eq!(service_connections(&services), (5, vec![0]));
+        assert_eq!(counts(&services), (5, 5, vec![0]));
         services.handle(add(13), &publisher, &counters).unwrap();
         assert_eq!(services.table.get(http()).unwrap().real_servers[1].id, id);
-        // The new holder starts from zero; the service keeps the old one's 5.
-        assert_eq!(service_connections(&services), (5, vec![0, 0]));
+        // The new holder starts from zero, in the listing and in the service's rates;
+        // the service keeps the old one's 5.
+        assert_eq!(counts(&services), (5, 5, vec![0, 0]));
         counters[0][id as usize].connections.store(4, Relaxed);
-        assert_eq!(service_connections(&services), (6, vec![0, 1]));
+        assert_eq!(counts(&services), (6, 6, vec![0, 1]));
         services
             .handle(
                 Request::ZeroService { service: http() },
@@ -1861,33 +1921,7 @@ port = 53
                 &counters,
             )
             .unwrap();
-        assert_eq!(service_connections(&services), (0, vec![0, 0]));
-
-        // With persistence: the id waits for the longest timeout after its last
-        // session, a session seen meanwhile starting the wait again.
-        let persistent = Request::EditService {
-            service: http(),
-            scheduler: None,
-            persistence: Some(crate::model::Persistence::new(300)),
-            sched_flags: None,
-        };
-        services.handle(persistent, &publisher, &counters).unwrap();
-        let delete = Request::DeleteServer {
-            service: http(),
-            ip: Ipv4Addr::new(10, 0, 0, 13).into(),
-            port: 8080,
-        };
-        services.handle(delete, &publisher, &counters).unwrap();
-        let gone = services.generation;
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        assert_eq!(services.release_server_ids(&counters, gone, at(0)), 0);
-        assert_eq!(services.release_server_ids(&counters, gone, at(299)), 0);
-        counters[1][id as usize].inactive.store(1, Relaxed);
-        assert_eq!(services.release_server_ids(&counters, gone, at(300)), 0);
-        counters[1][id as usize].inactive.store(0, Relaxed);
-        assert_eq!(services.release_server_ids(&counters, gone, at(301)), 0);
-        assert_eq!(services.release_server_ids(&counters, gone, at(600)), 0);
-        assert_eq!(services.release_server_ids(&counters, gone, at(601)), 1);
+        assert_eq!(counts(&services), (0, 6, vec![0, 0]));
     }
 
     /// As a config is refused: an IPv6 real server or sorry server needs an IPv6

@@ -578,6 +578,9 @@ pub struct ForwarderConfig {
     /// The SYN proxy's first wait for a real server's SYN-ACK before the SYN goes
     /// again ([`synproxy::SYN_TIMEOUT_MS`]); tests shorten it.
     pub synproxy_syn_timeout_ms: u32,
+    /// Entries of each of the worker's neighbour tables (IPv4 and IPv6; `[sessions]
+    /// neighbours`).
+    pub neighbour_capacity: usize,
 }
 
 /// The index size from which new sessions are parked by default. Parking costs a new
@@ -623,6 +626,7 @@ impl ForwarderConfig {
                 .per_worker(1, tsc_hz),
             park_new_sessions: None,
             synproxy_syn_timeout_ms: synproxy::SYN_TIMEOUT_MS,
+            neighbour_capacity: crate::dataplane::worker::NEIGHBOUR_CAPACITY,
         }
     }
 }
@@ -636,6 +640,12 @@ impl Forwarder {
         SessionTable::bytes_for(capacity, wheel_slots)
             .saturating_add(synproxy::ProxyState::bytes_for(capacity))
             .saturating_add(SessionTable6::bytes_for(ipv6_capacity(capacity)))
+    }
+
+    /// Entries each of the worker's neighbour tables holds (the IPv6 one is the
+    /// forwarder's, the IPv4 one the worker's).
+    pub fn neighbour_capacity(&self) -> usize {
+        self.neighbours6.capacity()
     }
 
     /// A worker's forwarder; panics when the session table's memory cannot be had
@@ -671,6 +681,7 @@ impl Forwarder {
             icmp_error_limit,
             park_new_sessions,
             synproxy_syn_timeout_ms,
+            neighbour_capacity,
         } = config;
         let tsc_per_tick = tsc_per_tick.max(1);
         let tick_ms =
@@ -711,9 +722,7 @@ impl Forwarder {
             owned: Vec::new(),
             owned6: Vec::new(),
             laddr6_cursor: 0,
-            neighbours6: Neighbour6Table::with_capacity(
-                crate::dataplane::worker::NEIGHBOUR_CAPACITY,
-            ),
+            neighbours6: Neighbour6Table::with_capacity(neighbour_capacity),
             pool: None,
             laddr_sets: Vec::new(),
             persist: persistence,
@@ -2849,5 +2858,24 @@ mod tests {
             assert_eq!(got, lips, "service {service}");
             assert!(mine.iter().all(|p| p.used == 0 && p.free == 4));
         }
+    }
+
+    /// Both neighbour tables take `[sessions] neighbours` (the worker sizes its IPv4
+    /// table from the forwarder's).
+    #[test]
+    fn the_neighbour_tables_take_the_configured_capacity() {
+        let table = crate::service::ServiceTable::new();
+        let (_publisher, config) = test_config(&table, 1024);
+        assert_eq!(
+            Forwarder::new(config).neighbour_capacity(),
+            crate::dataplane::worker::NEIGHBOUR_CAPACITY
+        );
+        let (_publisher, config) = test_config(&table, 1024);
+        let f = Forwarder::new(ForwarderConfig {
+            neighbour_capacity: 20_000,
+            ..config
+        });
+        assert_eq!(f.neighbour_capacity(), 20_000);
+        assert_eq!(f.neighbours6.capacity(), 20_000);
     }
 }

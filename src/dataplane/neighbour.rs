@@ -120,10 +120,19 @@ pub struct NeighbourTable<A = Ipv4Addr> {
 const CHANGES: usize = 32;
 
 impl<A: NeighbourAddr> NeighbourTable<A> {
+    /// Bytes a table of `capacity` entries allocates.
+    pub fn bytes_for(capacity: usize) -> usize {
+        Self::slots_for(capacity) * std::mem::size_of::<Slot<A>>()
+    }
+
+    fn slots_for(capacity: usize) -> usize {
+        capacity.saturating_mul(2).max(2).next_power_of_two()
+    }
+
     /// A table holding at most `capacity` neighbours; all memory is allocated here.
     pub fn with_capacity(capacity: usize) -> NeighbourTable<A> {
         // Load factor at most 1/2; at least two slots so the hash shift stays below 64.
-        let slot_count = capacity.saturating_mul(2).max(2).next_power_of_two();
+        let slot_count = Self::slots_for(capacity);
         NeighbourTable {
             slots: vec![Slot::EMPTY; slot_count].into_boxed_slice(),
             slot_bits: slot_count.trailing_zeros(),
@@ -856,5 +865,25 @@ mod tests {
         let mut changes = 0;
         table.take_changes(|_, _| changes += 1);
         assert_eq!(changes, 0);
+    }
+
+    /// What the start-up memory check counts for a table is what it allocates.
+    #[test]
+    fn bytes_for_is_what_a_table_allocates() {
+        for capacity in [1, 256, 1000, 4096, 65536] {
+            let v4 = NeighbourTable::<Ipv4Addr>::with_capacity(capacity);
+            let v6 = Neighbour6Table::with_capacity(capacity);
+            assert_eq!(
+                std::mem::size_of_val(&*v4.slots),
+                NeighbourTable::<Ipv4Addr>::bytes_for(capacity)
+            );
+            assert_eq!(
+                std::mem::size_of_val(&*v6.slots),
+                Neighbour6Table::bytes_for(capacity)
+            );
+        }
+        // 40 and 48 bytes a slot, two slots an entry (rounded up to a power of two).
+        assert_eq!(NeighbourTable::<Ipv4Addr>::bytes_for(4096), 8192 * 40);
+        assert_eq!(Neighbour6Table::bytes_for(4096), 8192 * 48);
     }
 }

@@ -31,7 +31,8 @@ const INSTALLS_PER_POLL: usize = 256;
 /// long, still runs it about every poll.
 const HOUSEKEEPING_PERIOD_US: u64 = 10;
 
-/// Neighbour entries per worker; inserting beyond this is refused and counted.
+/// Neighbour entries per worker and family by default (`[sessions] neighbours`);
+/// inserting beyond the capacity is refused and counted.
 pub const NEIGHBOUR_CAPACITY: usize = 4096;
 
 /// How long a frame may wait for its next hop's MAC (`Held`): an ARP answer takes
@@ -104,7 +105,9 @@ impl Worker {
             id,
             pool,
             ports,
-            neighbours: NeighbourTable::with_capacity(NEIGHBOUR_CAPACITY),
+            // The same size as the forwarder's IPv6 table: both are `[sessions]
+            // neighbours`.
+            neighbours: NeighbourTable::with_capacity(forwarder.neighbour_capacity()),
             forwarder,
             counters,
             links,

@@ -96,6 +96,12 @@ pub enum ServiceError {
     ServerIdsExhausted {
         limit: u32,
     },
+    /// A real or sorry server at a new address when the table holds as many distinct
+    /// addresses of its family as the workers' neighbour tables are sized for.
+    ServerAddressesExhausted {
+        ip: IpAddr,
+        limit: usize,
+    },
     /// Scheduler flags the scheduler does not take, or a Maglev table size that is
     /// not a usable prime.
     SchedulerParams(String),
@@ -270,6 +276,13 @@ impl fmt::Display for ServiceError {
                  (-M 255.255.255.0), not a prefix length"
             ),
             ServiceError::IdsExhausted => f.write_str("no service ids left"),
+            ServiceError::ServerAddressesExhausted { ip, limit } => write!(
+                f,
+                "real server address {ip}: the workers' neighbour tables are sized for {limit} \
+                 distinct {} real and sorry server addresses, all in use (three quarters of \
+                 [sessions] neighbours; raise it, a restart)",
+                if ip.is_ipv6() { "IPv6" } else { "IPv4" }
+            ),
             ServiceError::ServerIdsExhausted { limit } => write!(
                 f,
                 "too many real servers: at most {} real and sorry servers at once, counting \
@@ -378,6 +391,11 @@ pub struct ServiceTable {
     next_server_id: u32,
     /// Real-server ids stay below this ([`ServiceTable::set_server_id_limit`]).
     server_id_limit: u32,
+    /// Distinct real and sorry server addresses of one family the table takes
+    /// ([`ServiceTable::set_server_address_limit`]), and how many it holds (the keys
+    /// of `server_uses`), IPv4 then IPv6.
+    server_address_limit: usize,
+    server_addresses: [usize; 2],
     /// Ids of real and sorry servers removed since [`ServiceTable::take_removed_server_ids`]
     /// last gave them out.
     removed_server_ids: Vec<u32>,
@@ -432,6 +450,8 @@ impl ServiceTable {
             next_service_id: 1,
             next_server_id: 1,
             server_id_limit: u32::MAX,
+            server_address_limit: usize::MAX,
+            server_addresses: [0, 0],
             removed_server_ids: Vec::new(),
             unreleased_server_ids: HashSet::new(),
             free_server_ids: VecDeque::new(),
@@ -565,11 +585,11 @@ impl ServiceTable {
             .ok_or(ServiceError::NoSuchService(key))?;
         count_use(&mut self.vip_uses, key.vip, false);
         for server in &removed.real_servers {
-            count_use(&mut self.server_uses, server.ip, false);
+            self.count_server_address(server.ip, false);
             self.removed_server_ids.push(server.id);
         }
         if let Some(sorry) = removed.sorry_server {
-            count_use(&mut self.server_uses, sorry.ip, false);
+            self.count_server_address(sorry.ip, false);
             self.removed_server_ids.push(sorry.id);
         }
         for &ip in &removed.local_addresses {
@@ -620,10 +640,11 @@ impl ServiceTable {
         self.check_not_own("real server", spec.ip)?;
         self.check_not_vip(spec.ip)?;
         self.check_not_local_address(spec.ip)?;
+        self.check_server_address_room(spec.ip)?;
         let id = self.take_server_id()?;
         let service = self.services.get_mut(&key).expect("looked up above");
         service.real_servers.push(real_server(id, &spec));
-        count_use(&mut self.server_uses, spec.ip, true);
+        self.count_server_address(spec.ip, true);
         self.version += 1;
         Ok(id)
     }
@@ -675,7 +696,7 @@ impl ServiceTable {
                 port,
             })?;
         let removed = service.real_servers.remove(index);
-        count_use(&mut self.server_uses, ip, false);
+        self.count_server_address(ip, false);
         self.removed_server_ids.push(removed.id);
         self.version += 1;
         Ok(removed)
@@ -818,6 +839,7 @@ impl ServiceTable {
                 self.check_not_own("sorry server", spec.ip)?;
                 self.check_not_vip(spec.ip)?;
                 self.check_not_local_address(spec.ip)?;
+                self.check_server_address_room(spec.ip)?;
                 let id = match old {
                     Some(o) if (o.ip, o.port, o.mode) == (spec.ip, spec.port, spec.mode) => o.id,
                     _ => self.take_server_id()?,
@@ -832,13 +854,13 @@ impl ServiceTable {
             }
         };
         if let Some(o) = old {
-            count_use(&mut self.server_uses, o.ip, false);
+            self.count_server_address(o.ip, false);
             if new.is_none_or(|n| n.id != o.id) {
                 self.removed_server_ids.push(o.id);
             }
         }
         if let Some(n) = new {
-            count_use(&mut self.server_uses, n.ip, true);
+            self.count_server_address(n.ip, true);
         }
         self.services
             .get_mut(&key)
@@ -983,11 +1005,45 @@ impl ServiceTable {
         self.services.clear();
         self.vip_uses.clear();
         self.server_uses.clear();
+        self.server_addresses = [0, 0];
         self.local_address_uses.clear();
         for (_, rules) in self.admission.drain() {
             self.retired_admission.extend(rules.into_compiled());
         }
         self.version += 1;
+    }
+
+    /// At most `limit` distinct real and sorry server addresses of each family: every
+    /// worker keeps a neighbour entry for each. Set before any server is added.
+    pub fn set_server_address_limit(&mut self, limit: usize) {
+        self.server_address_limit = limit;
+    }
+
+    /// Refuses a real or sorry server at `ip` when it would be one distinct address
+    /// of its family too many.
+    fn check_server_address_room(&self, ip: IpAddr) -> Result<(), ServiceError> {
+        let family = usize::from(ip.is_ipv6());
+        if self.server_uses.contains_key(&ip)
+            || self.server_addresses[family] < self.server_address_limit
+        {
+            return Ok(());
+        }
+        Err(ServiceError::ServerAddressesExhausted {
+            ip,
+            limit: self.server_address_limit,
+        })
+    }
+
+    /// One more (`up`) or one less real or sorry server at `ip`.
+    fn count_server_address(&mut self, ip: IpAddr, up: bool) {
+        let before = self.server_uses.len();
+        count_use(&mut self.server_uses, ip, up);
+        let family = usize::from(ip.is_ipv6());
+        match self.server_uses.len().cmp(&before) {
+            std::cmp::Ordering::Greater => self.server_addresses[family] += 1,
+            std::cmp::Ordering::Less => self.server_addresses[family] -= 1,
+            std::cmp::Ordering::Equal => {}
+        }
     }
 
     /// Real-server ids stay below `limit` (the workers count each real server in a
@@ -2336,5 +2392,64 @@ mod tests {
         table.clear();
         assert_eq!(table.take_removed_server_ids(), vec![http_id]);
         assert_eq!(table.unreleased_server_ids(), 5);
+    }
+
+    /// The table takes at most as many distinct real and sorry server addresses of
+    /// each family as it is told (each needs a neighbour entry in every worker): a
+    /// new address beyond is refused, naming the key to raise, and changes nothing;
+    /// another port of an address it holds is no new address; a removal makes room.
+    #[test]
+    fn distinct_real_server_addresses_stay_within_the_limit() {
+        let mut table = table_with_http();
+        let six = ServiceKey::new(Protocol::Tcp, "2001:db8::1".parse::<IpAddr>().unwrap(), 80);
+        table.add_service(six, SchedulerKind::Rr, None).unwrap();
+        table.set_server_address_limit(2);
+        let nat = |last: u8, port: u16| rs(last, port, 1, ForwardMode::Nat);
+        table.add_server(http(), nat(1, 80)).unwrap();
+        table.add_server(http(), nat(2, 80)).unwrap();
+        table.add_server(http(), nat(2, 81)).unwrap();
+        assert_rejected(
+            &mut table,
+            "real server address 10.0.0.3: the workers' neighbour tables are sized for 2 \
+             distinct IPv4 real and sorry server addresses, all in use (three quarters of \
+             [sessions] neighbours; raise it, a restart)",
+            |t| t.add_server(http(), nat(3, 80)).map(drop),
+        );
+        let sorry = SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, 3).into(),
+            port: 80,
+            mode: ForwardMode::Nat,
+            inhibit: false,
+        };
+        assert_rejected(&mut table, "sized for 2 distinct IPv4", |t| {
+            t.set_sorry_server(http(), Some(sorry))
+        });
+        // The other family counts on its own.
+        let v6 = |last: u16| {
+            RealServerSpec::new(
+                std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, last),
+                80,
+                1,
+                ForwardMode::Dr,
+            )
+        };
+        table.add_server(six, v6(1)).unwrap();
+        table.add_server(six, v6(2)).unwrap();
+        assert_rejected(&mut table, "sized for 2 distinct IPv6", |t| {
+            t.add_server(six, v6(3)).map(drop)
+        });
+        // 10.0.0.2 still has port 81: no room yet; without it, room for 10.0.0.3.
+        table
+            .delete_server(http(), Ipv4Addr::new(10, 0, 0, 2).into(), 80)
+            .unwrap();
+        assert!(table.add_server(http(), nat(3, 80)).is_err());
+        table
+            .delete_server(http(), Ipv4Addr::new(10, 0, 0, 2).into(), 81)
+            .unwrap();
+        table.add_server(http(), nat(3, 80)).unwrap();
+        table.clear();
+        table.add_service(http(), SchedulerKind::Rr, None).unwrap();
+        table.add_server(http(), nat(4, 80)).unwrap();
+        table.add_server(http(), nat(5, 80)).unwrap();
     }
 }
