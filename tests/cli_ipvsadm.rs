@@ -284,8 +284,8 @@ fn real_servers_removed_give_their_ids_to_new_ones() {
     )]);
     cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
     // No service in the config: the emulated clients open connections to the
-    // config's services only, and a removed server's id waits for its sessions (and,
-    // with persistence anywhere, for the longest timeout).
+    // config's services only, and a removed server's id waits for its sessions (and
+    // any template naming it).
     let daemon = Daemon::start(cfg);
     let released = |daemon: &Daemon, in_use: u64| {
         wait_for(Duration::from_secs(15), Duration::from_millis(200), || {
@@ -324,6 +324,59 @@ fn real_servers_removed_give_their_ids_to_new_ones() {
     let (saved, _) = save_timed(&daemon);
     assert!(saved == second, "-S differs from what -R --replace loaded");
     assert_eq!(real_server_ids(&daemon).0, 40_000);
+    daemon.stop_clean();
+}
+
+/// `[sessions] neighbours` sizes every worker's IPv4 and IPv6 neighbour tables, as
+/// `neigh` reports them, and the service table takes three quarters of it in real
+/// server addresses: the 769th address of 1024 is refused, changing nothing.
+#[test]
+fn the_neighbour_tables_are_the_size_the_config_gives() {
+    require_root();
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24"],
+    )]);
+    cfg.workers = vec![1, 2];
+    cfg.cpus = Some(vec![1, 1]);
+    cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
+    cfg.extra_toml = vec!["[sessions]\nneighbours = 1024\n".into()];
+    let daemon = Daemon::start(cfg);
+    let report = ok_json(&daemon, &["neigh"]);
+    let workers = report["workers"].as_array().expect("workers");
+    assert_eq!(workers.len(), 2, "{report}");
+    for w in workers {
+        assert_eq!(
+            (w["capacity"].as_u64(), w["capacity6"].as_u64()),
+            (Some(1024), Some(1024)),
+            "{report}"
+        );
+    }
+    let mut table = String::from("-A -t 198.18.1.1:80 -s rr\n");
+    for i in 0..768u32 {
+        let rip = std::net::Ipv4Addr::from(0x0a00_0001 + i);
+        table.push_str(&format!("-a -t 198.18.1.1:80 -r {rip}:80 -g -w 1\n"));
+    }
+    let (out, _) = restore_timed(&daemon, &table, true, Duration::from_secs(60));
+    assert!(out.success(), "{}\n{}", out.describe(), daemon.dump());
+    let out = daemon.ctl(&["-a", "-t", "198.18.1.1:80", "-r", "10.0.9.1", "-g"]);
+    assert!(
+        !out.success()
+            && out.stderr.contains(
+                "real server address 10.0.9.1: the workers' neighbour tables are sized for 768 \
+                 distinct IPv4 real and sorry server addresses"
+            ),
+        "{}",
+        out.describe()
+    );
+    let (saved, _) = save_timed(&daemon);
+    assert!(saved == table, "a refused -a changed the table");
+    // Another port of an address it holds is no new address.
+    ok(
+        &daemon,
+        &["-a", "-t", "198.18.1.1:80", "-r", "10.0.0.1:8080", "-m"],
+    );
     daemon.stop_clean();
 }
 

@@ -257,9 +257,17 @@ fn fullnat_ports_reused_within_time_wait_are_accepted_by_real_servers() {
     // Rewriting off, fresh ports: the real servers drop reused tuples' SYNs.
     let daemon = sluice(&lab, FIRST_PORT + ports(), false);
     let paws_before = paws_timewait(&lab);
-    let (n, _) = wrk_rate(&lab, &nat_url);
-    let (f, _) = wrk_rate(&lab, &fullnat_url);
-    let paws_off = paws_timewait(&lab) - paws_before;
+    // Up to three rounds: the control needs ports to come back within the servers'
+    // TIME-WAIT, which a round slowed by other tests on the machine may not reach.
+    let (mut n, mut f, mut paws_off) = (0.0f64, 0.0f64, 0);
+    for _ in 0..3 {
+        n = n.max(wrk_rate(&lab, &nat_url).0);
+        f = f.max(wrk_rate(&lab, &fullnat_url).0);
+        paws_off = paws_timewait(&lab) - paws_before;
+        if paws_off > 0 {
+            break;
+        }
+    }
     let ((early, unprotected), laddr) = early_reuses(&daemon);
     eprintln!("rewrite off: PAWSTimewait +{paws_off}, NAT {n:.0}, FullNAT {f:.0}\n{laddr}");
     assert!(

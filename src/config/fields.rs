@@ -407,7 +407,8 @@ pub(super) fn idle_sleep_us(f: &Field) -> Check<u32> {
 }
 
 /// Neighbour entries per worker and family: at least 256 (real servers, gateways and
-/// peers of a small site), at most 1Mi (2Mi slots of 40 bytes, 80 MiB a worker).
+/// peers of a small site), at most 1Mi (2Mi slots of 40 and 48 bytes: 176 MiB a
+/// worker for both tables).
 pub(super) fn neighbour_capacity(f: &Field) -> Check<u32> {
     f.int(256..=1 << 20)
 }

@@ -1605,6 +1605,15 @@ impl Registry {
                     services.record(format!(
                         "lb=config op=reload-refused file={file} error={e:?}"
                     ))
+                })
+                .map_err(|e| match needs_restart.is_empty() {
+                    true => e,
+                    // A raised [sessions] neighbours, say, that the running table
+                    // cannot know of yet.
+                    false => format!(
+                        "{e} (the file also changes what needs a restart: {})",
+                        needs_restart.join(", ")
+                    ),
                 })?
         };
         // Only once the services took the file: a refused reload changes nothing.
@@ -2074,9 +2083,10 @@ fn management_loop(
                 .min()
                 .unwrap_or(0);
             services.release_server_ids(real_servers, adopted, now, |ready| {
-                let v4 = persist.live(tick).map(|(_, t)| t.real);
-                let v6 = persist.live6(tick).map(|(_, t)| t.real);
-                v4.chain(v6).filter(|id| ready.contains(id)).collect()
+                // A slot a worker kept writing: every id counts as named this round.
+                persist
+                    .reals_named(ready, tick)
+                    .unwrap_or_else(|| ready.clone())
             });
         }
         if let (Some(at), Some(every)) = (next_stats, stats_interval) {

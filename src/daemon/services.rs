@@ -80,6 +80,8 @@ pub struct Services {
     /// released, as (the workers' counts, the counts since the service was last
     /// zeroed). Its counters go on counting them.
     pub released_traffic: std::collections::HashMap<u32, (Traffic, Traffic)>,
+    /// Whether some published service has had persistence (so templates may exist).
+    pub had_persistence: bool,
     /// Whether the first port has an IPv6 address: Neighbor Discovery for IPv6 real
     /// servers leaves from it, so without one an IPv6 real server is refused (the
     /// config's own check, for `sluicectl` too).
@@ -513,23 +515,28 @@ fn raw_since_reissue(
 ///   name it (sync installs find servers by address in the current table), and its
 ///   overload marks are cleared;
 /// - no worker has a session counted on it (its active and inactive gauges read 0 on
-///   every worker: a worker counts every session it files, synced ones too), on every
-///   check for [`QUIET_FOR`]: a session changing state moves from one gauge to the
-///   other in two stores, and one reading may fall between them;
+///   every worker: a worker counts every session it files, synced ones too), on
+///   [`QUIET_CHECKS`] checks in a row over at least [`QUIET_FOR`]: a session changing
+///   state moves from one gauge to the other in two stores, and one reading may fall
+///   between them;
 /// - no live template names it (templates are renewed by their client's sessions,
 ///   whichever server those went to, and a peer's may outlive ours; a template that
-///   has expired is never renewed).
+///   has expired is never renewed). Looked for only once some service has had
+///   persistence: there are no templates before.
 #[derive(Clone, Copy, Debug)]
 pub struct Retiring {
     pub id: u32,
     /// The first snapshot without it.
     pub generation: u64,
-    /// Since when no worker has had a session counted on it, as of the checks so far.
+    /// Since when no worker has had a session counted on it, as of the checks so far,
+    /// and how many checks in a row found none.
     pub quiet_since: Option<Instant>,
+    pub quiet_checks: u32,
 }
 
-/// How long every check must find no session counted on a removed server before its
-/// id may be released: the checks run once a second, so three of them.
+/// Checks in a row that must find no session counted on a removed server before its
+/// id may be released, and the least time they span (they run once a second).
+pub const QUIET_CHECKS: u32 = 3;
 pub const QUIET_FOR: Duration = Duration::from_secs(2);
 
 impl Services {
@@ -656,6 +663,7 @@ impl Services {
             retiring: Default::default(),
             reissued_at: Default::default(),
             released_traffic: Default::default(),
+            had_persistence: false,
             first_port_ipv6: cfg.ports.first().is_some_and(|p| !p.addresses6.is_empty()),
             serving_vips: cfg.vrrp.is_none(),
             vrrp_addresses: cfg
@@ -1029,7 +1037,9 @@ impl Services {
             id,
             generation,
             quiet_since: None,
+            quiet_checks: 0,
         }));
+        self.had_persistence |= self.table.services().any(|s| s.persistence.is_some());
         let snapshot = Snapshot::build_with(generation, &self.table, &self.health, &departed)
             .with_timeouts(self.timeouts)
             .with_serving_vips(self.serving_vips)
@@ -1120,18 +1130,22 @@ impl Services {
             });
             if counted {
                 r.quiet_since = None;
+                r.quiet_checks = 0;
                 continue;
             }
             let quiet_since = *r.quiet_since.get_or_insert(now);
-            if now.duration_since(quiet_since) >= QUIET_FOR {
+            r.quiet_checks += 1;
+            if r.quiet_checks >= QUIET_CHECKS && now.duration_since(quiet_since) >= QUIET_FOR {
                 ready.insert(r.id);
             }
         }
         if ready.is_empty() {
             return 0;
         }
-        for named in templates_naming(&ready) {
-            ready.remove(&named);
+        if self.had_persistence {
+            for named in templates_naming(&ready) {
+                ready.remove(&named);
+            }
         }
         let released = ready;
         if released.is_empty() {
@@ -1878,7 +1892,8 @@ port = 53
         assert_eq!(ids(&services), (1, 1));
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let no_template = |_: &HashSet<u32>| HashSet::new();
+        // No service has had persistence: no template to look for.
+        let no_template = |_: &HashSet<u32>| -> HashSet<u32> { unreachable!("templates") };
         let release = |services: &mut Services, adopted: u64, now: Instant| {
             services.release_server_ids(&counters, adopted, now, no_template)
         };
@@ -1895,16 +1910,26 @@ port = 53
         assert_eq!(release(&mut services, gone, at(2)), 0);
         counters[0][id as usize].active.store(0, Relaxed);
         assert_eq!(release(&mut services, gone, at(3)), 0);
-        assert_eq!(release(&mut services, gone, at(4)), 0);
-        // A live template still names it.
-        let named = services.release_server_ids(&counters, gone, at(5), |ready| {
+        // Two quiet checks 5 s apart (a stalled loop): not enough.
+        assert_eq!(release(&mut services, gone, at(8)), 0);
+        // With persistence somewhere, a live template may still name it.
+        services.had_persistence = true;
+        let named = services.release_server_ids(&counters, gone, at(9), |ready| {
             assert_eq!(*ready, HashSet::from([id]));
             ready.clone()
         });
         assert_eq!(named, 0);
         // Nothing refers to it: released, once.
-        assert_eq!(release(&mut services, gone, at(5)), 1);
-        assert_eq!(release(&mut services, gone, at(6)), 0, "once");
+        let none = |_: &HashSet<u32>| HashSet::new();
+        assert_eq!(
+            services.release_server_ids(&counters, gone, at(10), none),
+            1
+        );
+        assert_eq!(
+            services.release_server_ids(&counters, gone, at(11), none),
+            0,
+            "once"
+        );
         assert_eq!(ids(&services), (1, 0));
         assert_eq!(counts(&services), (5, 5, vec![0]));
         services.handle(add(13), &publisher, &counters).unwrap();

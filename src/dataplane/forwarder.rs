@@ -929,7 +929,8 @@ impl Forwarder {
                 *tables = NeighbourTables {
                     ipv4: neighbours.len(),
                     ipv6: self.neighbours6.len(),
-                    capacity: neighbours.capacity().max(self.neighbours6.capacity()),
+                    capacity: neighbours.capacity(),
+                    capacity6: self.neighbours6.capacity(),
                 };
                 let (v4_slots, v6_slots) = (neighbours.slot_count(), self.neighbours6.slot_count());
                 // At most one entry a slot: no more slots than the room the caller

@@ -90,8 +90,9 @@ pub struct NeighbourEntry {
 pub struct NeighbourTables {
     pub ipv4: usize,
     pub ipv6: usize,
-    /// Entries each table holds at most.
+    /// Entries the IPv4 table holds at most, and the IPv6 one.
     pub capacity: usize,
+    pub capacity6: usize,
 }
 
 #[derive(Debug)]

@@ -839,7 +839,15 @@ impl ServiceTable {
                 self.check_not_own("sorry server", spec.ip)?;
                 self.check_not_vip(spec.ip)?;
                 self.check_not_local_address(spec.ip)?;
-                self.check_server_address_room(spec.ip)?;
+                // The old sorry server's address goes if nothing else uses it.
+                let frees_its_family = old.is_some_and(|o| {
+                    o.ip != spec.ip
+                        && o.ip.is_ipv6() == spec.ip.is_ipv6()
+                        && self.server_uses.get(&o.ip) == Some(&1)
+                });
+                if !frees_its_family {
+                    self.check_server_address_room(spec.ip)?;
+                }
                 let id = match old {
                     Some(o) if (o.ip, o.port, o.mode) == (spec.ip, spec.port, spec.mode) => o.id,
                     _ => self.take_server_id()?,
@@ -2424,6 +2432,37 @@ mod tests {
         assert_rejected(&mut table, "sized for 2 distinct IPv4", |t| {
             t.set_sorry_server(http(), Some(sorry))
         });
+        // A sorry server moving from an address only it uses to a new one: no more
+        // addresses than before. Then removed, its address is free again.
+        let other = ServiceKey::new(Protocol::Udp, VIP, 53);
+        table.add_service(other, SchedulerKind::Rr, None).unwrap();
+        let sorry_at = |last: u8| SorryServerSpec {
+            ip: Ipv4Addr::new(10, 0, 0, last).into(),
+            port: 53,
+            mode: ForwardMode::Nat,
+            inhibit: false,
+        };
+        table
+            .delete_server(http(), Ipv4Addr::new(10, 0, 0, 1).into(), 80)
+            .unwrap();
+        table.set_sorry_server(other, Some(sorry_at(7))).unwrap();
+        table.set_sorry_server(other, Some(sorry_at(8))).unwrap();
+        assert_rejected(&mut table, "sized for 2 distinct IPv4", |t| {
+            t.add_server(http(), nat(1, 80)).map(drop)
+        });
+        table.set_sorry_server(other, None).unwrap();
+        table.add_server(http(), nat(1, 80)).unwrap();
+        // A deleted service's addresses are free again.
+        let one = Ipv4Addr::new(10, 0, 0, 1).into();
+        table.delete_server(http(), one, 80).unwrap();
+        table
+            .add_server(other, rs(9, 53, 1, ForwardMode::Nat))
+            .unwrap();
+        assert_rejected(&mut table, "sized for 2 distinct IPv4", |t| {
+            t.add_server(http(), nat(1, 80)).map(drop)
+        });
+        table.delete_service(other).unwrap();
+        table.add_server(http(), nat(1, 80)).unwrap();
         // The other family counts on its own.
         let v6 = |last: u16| {
             RealServerSpec::new(

@@ -243,6 +243,22 @@ impl PersistTable {
         self.live_in(0..self.capacity(), now)
     }
 
+    /// Which of real servers `ids` a live template names at `now` (a full scan of both
+    /// tables), or `None` when some slot could not be read whole (a worker was writing
+    /// it at each try): the caller must then take every id as named. An expired
+    /// template is never renewed, so an id no live template names stays unnamed once
+    /// no new template can name it.
+    pub fn reals_named(
+        &self,
+        ids: &std::collections::HashSet<u32>,
+        now: u32,
+    ) -> Option<std::collections::HashSet<u32>> {
+        let mut named = std::collections::HashSet::new();
+        self.v4.reals_named(ids, now, &mut named)?;
+        self.v6.reals_named(ids, now, &mut named)?;
+        Some(named)
+    }
+
     /// Every live IPv6 template at `now` (a full scan: for listings).
     pub fn live6(&self, now: u32) -> impl Iterator<Item = (TemplateKey6, Template)> + '_ {
         self.live6_in(0..self.capacity6(), now)
@@ -472,6 +488,22 @@ impl<const N: usize> Slots<N> {
         })
     }
 
+    fn reals_named(
+        &self,
+        ids: &std::collections::HashSet<u32>,
+        now: u32,
+        named: &mut std::collections::HashSet<u32>,
+    ) -> Option<()> {
+        for slot in self.slots.iter() {
+            let (k, v) = Self::read(slot)?;
+            let t = Template::from_word(v);
+            if k[0] != 0 && t.is_live(now) && ids.contains(&t.real) {
+                named.insert(t.real);
+            }
+        }
+        Some(())
+    }
+
     fn bytes_for(capacity: usize) -> usize {
         Self::buckets_for(capacity) * WAYS * std::mem::size_of::<Slot<N>>()
     }
@@ -513,6 +545,23 @@ mod tests {
         // An expired template is replaced.
         assert_eq!(table.bind(key(10), template(8, 300), 150), Bind::Created);
         assert_eq!(table.lookup(key(10), 200), Some(template(8, 300)));
+    }
+
+    /// The real servers live templates name, IPv4 and IPv6, among those asked about;
+    /// an expired template names none.
+    #[test]
+    fn reals_named_finds_the_live_templates_of_the_ids_asked_about() {
+        let table = PersistTable::with_capacity(64);
+        table.bind(key(1), template(5, 100), 0);
+        table.bind(key(2), template(6, 50), 0);
+        table.bind(key(3), template(9, 100), 0);
+        let six = TemplateKey6::new(3, "2001:db8::1".parse().unwrap(), 128);
+        table.bind6(six, template(7, 100), 0);
+        let ids = std::collections::HashSet::from([5, 6, 7, 8]);
+        let named = table.reals_named(&ids, 10).unwrap();
+        assert_eq!(named, std::collections::HashSet::from([5, 6, 7]));
+        let named = table.reals_named(&ids, 60).unwrap();
+        assert_eq!(named, std::collections::HashSet::from([5, 7]), "6 expired");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub fn render_neighbours(r: &NeighboursReport) -> String {
         let _ = writeln!(
             out,
             "worker {}: IPv4 {} of {}, IPv6 {} of {}",
-            w.worker, w.ipv4, w.capacity, w.ipv6, w.capacity
+            w.worker, w.ipv4, w.capacity, w.ipv6, w.capacity6
         );
     }
     let all = r.workers.len();
@@ -67,6 +67,7 @@ mod tests {
             ipv4: 2,
             ipv6: 1,
             capacity: 4096,
+            capacity6: 2048,
         };
         let r = NeighboursReport {
             workers: vec![tables(0), tables(1)],
@@ -93,8 +94,8 @@ mod tests {
         };
         assert_eq!(
             render_neighbours(&r),
-            "worker 0: IPv4 2 of 4096, IPv6 1 of 4096\n\
-             worker 1: IPv4 2 of 4096, IPv6 1 of 4096\n\
+            "worker 0: IPv4 2 of 4096, IPv6 1 of 2048\n\
+             worker 1: IPv4 2 of 4096, IPv6 1 of 2048\n\
              Address                                  MAC               Role              Age Workers\n\
              198.18.0.11                              02:00:00:00:00:11 real_server      1.3s all\n\
              2001:db8::11                             02:00:00:00:00:21 other           61.0s 1\n\

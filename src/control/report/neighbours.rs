@@ -29,8 +29,11 @@ pub struct WorkerNeighbourTables {
     pub worker: u16,
     pub ipv4: usize,
     pub ipv6: usize,
-    /// Entries each table holds at most.
+    /// Entries the IPv4 table holds at most, and the IPv6 one (`[sessions]
+    /// neighbours`, both).
     pub capacity: usize,
+    #[serde(default)]
+    pub capacity6: usize,
 }
 
 /// An address with one MAC, on the workers that hold it so.
@@ -81,6 +84,7 @@ impl NeighboursReport {
                 ipv4: t.ipv4,
                 ipv6: t.ipv6,
                 capacity: t.capacity,
+                capacity6: t.capacity6,
             })
             .collect();
         // IpAddr orders IPv4 before IPv6, each by address.
@@ -153,6 +157,7 @@ mod tests {
             ipv4: 2,
             ipv6: 1,
             capacity: 4096,
+            capacity6: 4096,
         };
         let rs = NeighbourRole::RealServer;
         let entries = [
