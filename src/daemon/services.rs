@@ -1040,10 +1040,17 @@ impl Services {
             quiet_checks: 0,
         }));
         self.had_persistence |= self.table.services().any(|s| s.persistence.is_some());
-        let snapshot = Snapshot::build_with(generation, &self.table, &self.health, &departed)
-            .with_timeouts(self.timeouts)
-            .with_serving_vips(self.serving_vips)
-            .with_extra_addresses(&self.vrrp_addresses);
+        let previous = publisher.current();
+        let snapshot = Snapshot::build_reusing(
+            generation,
+            &self.table,
+            &self.health,
+            &departed,
+            Some(&previous),
+        )
+        .with_timeouts(self.timeouts)
+        .with_serving_vips(self.serving_vips)
+        .with_extra_addresses(&self.vrrp_addresses);
         // Stamped just before the swap: a worker may adopt before publish returns.
         let at = (std::time::Instant::now(), crate::dpdk::tsc());
         publisher.publish(snapshot).map_err(|e| e.to_string())?;

@@ -111,8 +111,24 @@ impl Snapshot {
         health: &HealthOverlay,
         departed: &[NatRoute],
     ) -> Self {
+        Snapshot::build_reusing(generation, table, health, departed, None)
+    }
+
+    /// As [`Snapshot::build_with`], taking from `previous` the Maglev table of each mh
+    /// service whose servers (as scheduled: weights, evictions, order), table size and
+    /// flags did not change, instead of building it again: a Maglev table of M slots
+    /// costs O(M) to build (M is 65537 by default), so with hundreds of mh services a
+    /// change to one of them rebuilt them all, for hundreds of milliseconds on the
+    /// management core. Comparing costs O(servers) per service.
+    pub fn build_reusing(
+        generation: u64,
+        table: &ServiceTable,
+        health: &HealthOverlay,
+        departed: &[NatRoute],
+        previous: Option<&Snapshot>,
+    ) -> Self {
         let services = table.services().map(|s| pool(s, health)).collect();
-        let mut snap = Snapshot::from_services(generation, services);
+        let mut snap = Snapshot::from_services_reusing(generation, services, previous);
         snap.kept_real_ids.retain(|id| !health.evicted.contains(id));
         for route in departed {
             let served = snap
@@ -142,6 +158,16 @@ impl Snapshot {
     /// A snapshot of `services` as given. Keys are expected to be unique (as a
     /// [`ServiceTable`] guarantees); if one repeats, lookups find its first occurrence.
     pub fn from_services(generation: u64, services: Vec<Service>) -> Self {
+        Snapshot::from_services_reusing(generation, services, None)
+    }
+
+    /// As [`Snapshot::from_services`], reusing `previous`'s unchanged Maglev tables
+    /// ([`Snapshot::build_reusing`]).
+    fn from_services_reusing(
+        generation: u64,
+        services: Vec<Service>,
+        previous: Option<&Snapshot>,
+    ) -> Self {
         let mut by_key = HashMap::with_capacity(services.len());
         for (index, service) in services.iter().enumerate() {
             by_key.entry(service.key).or_insert(index);
@@ -180,13 +206,28 @@ impl Snapshot {
                 }
             }
         }
+        let unchanged = |s: &Service| {
+            let p = previous?;
+            let index = *p.by_key.get(&s.key)?;
+            let before = &p.services[index];
+            let same = before.scheduler == SchedulerKind::Mh
+                && before.mh_table_size == s.mh_table_size
+                && before.sched_flags == s.sched_flags
+                && before.real_servers == s.real_servers;
+            same.then(|| p.maglev.get(index).cloned().flatten())
+                .flatten()
+        };
         let maglev = services
             .iter()
             .map(|s| {
-                (s.scheduler == SchedulerKind::Mh)
-                    .then(|| Maglev::new(&s.real_servers, s.mh_table_size, s.sched_flags).ok())
-                    .flatten()
-                    .map(Arc::new)
+                if s.scheduler != SchedulerKind::Mh {
+                    return None;
+                }
+                unchanged(s).or_else(|| {
+                    Maglev::new(&s.real_servers, s.mh_table_size, s.sched_flags)
+                        .ok()
+                        .map(Arc::new)
+                })
             })
             .collect();
         Snapshot {
@@ -1254,5 +1295,63 @@ mod tests {
             }
         }
         assert!(moved > 500, "{moved} clients of the evicted server");
+    }
+
+    /// A snapshot keeps the previous one's Maglev table for an mh service whose
+    /// servers (as scheduled), table size and flags did not change, and builds the
+    /// table again, the same as from scratch, for one whose did.
+    #[test]
+    fn unchanged_maglev_tables_are_reused_and_changed_ones_rebuilt() {
+        let mut table = ServiceTable::new();
+        for port in [80, 81] {
+            table
+                .add_service(key(1, port), SchedulerKind::Mh, None)
+                .unwrap();
+            for last in [11, 12] {
+                let spec =
+                    RealServerSpec::new(Ipv4Addr::new(10, 0, 0, last), port, 1, ForwardMode::Dr);
+                table.add_server(key(1, port), spec).unwrap();
+            }
+        }
+        let health = HealthOverlay::default();
+        let first = Snapshot::build(1, &table);
+        let reused = |before: &Snapshot, after: &Snapshot, port| {
+            let (i, j) = (before.by_key[&key(1, port)], after.by_key[&key(1, port)]);
+            Arc::ptr_eq(before.maglev(i).unwrap(), after.maglev(j).unwrap())
+        };
+        let same = |snap: &Snapshot, table: &ServiceTable, port| {
+            let fresh = Snapshot::build(9, table);
+            let (i, j) = (snap.by_key[&key(1, port)], fresh.by_key[&key(1, port)]);
+            snap.maglev(i).unwrap().table() == fresh.maglev(j).unwrap().table()
+        };
+        let second = Snapshot::build_reusing(2, &table, &health, &[], Some(&first));
+        assert!(reused(&first, &second, 80) && reused(&first, &second, 81));
+        // A weight changes on :81: its table is rebuilt, :80's kept.
+        let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 81, 5, ForwardMode::Dr);
+        table.edit_server(key(1, 81), spec).unwrap();
+        let third = Snapshot::build_reusing(3, &table, &health, &[], Some(&second));
+        assert!(reused(&second, &third, 80) && !reused(&second, &third, 81));
+        assert!(same(&third, &table, 80) && same(&third, &table, 81));
+        // An eviction, a new table size, flags: rebuilt each time.
+        let evicted = HealthOverlay {
+            evicted: [table.get(key(1, 80)).unwrap().real_servers[0].id].into(),
+            ..HealthOverlay::default()
+        };
+        let fourth = Snapshot::build_reusing(4, &table, &evicted, &[], Some(&third));
+        assert!(!reused(&third, &fourth, 80) && reused(&third, &fourth, 81));
+        table
+            .set_sched_params(key(1, 80), Default::default(), Some(251))
+            .unwrap();
+        let fifth = Snapshot::build_reusing(5, &table, &health, &[], Some(&fourth));
+        assert!(!reused(&fourth, &fifth, 80) && same(&fifth, &table, 80));
+        let flags = crate::model::SchedFlags {
+            mh_port: true,
+            ..Default::default()
+        };
+        table
+            .set_sched_params(key(1, 80), flags, Some(251))
+            .unwrap();
+        let sixth = Snapshot::build_reusing(6, &table, &health, &[], Some(&fifth));
+        assert!(!reused(&fifth, &sixth, 80) && reused(&fifth, &sixth, 81));
     }
 }
