@@ -369,6 +369,11 @@ fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warne
     );
 }
 
+/// TCP 198.18.1.1:80, rr, with `servers` (address, port, weight, mode).
+fn one_rr_service(servers: &[(&str, u16, u32, &str)]) -> String {
+    service_section("tcp", "198.18.1.1", 80, "rr", &[], servers)
+}
+
 /// The workers count real servers in 65,535 slots: a config with one more is refused
 /// at the real server that does not fit, by file, line and field.
 #[test]
@@ -379,14 +384,7 @@ fn a_config_with_more_real_servers_than_ids_is_refused_at_the_one_too_many() {
         .iter()
         .flat_map(|a| (1..=32_768).map(move |port| (*a, port, 1, "nat")))
         .collect();
-    cfg.extra_toml = vec![service_section(
-        "tcp",
-        "198.18.1.1",
-        80,
-        "rr",
-        &[],
-        &servers,
-    )];
+    cfg.extra_toml = vec![one_rr_service(&servers)];
     let path = cfg.write();
     let out = check(&["--file-only"], &path);
     assert_eq!(out.status.code(), Some(1), "{}", out.describe());
@@ -426,14 +424,7 @@ fn more_real_server_addresses_than_the_neighbour_tables_hold_are_refused() {
     let config = |extra: Option<&str>| {
         let mut cfg = loopback_config();
         cfg.extra_toml = extra.map(String::from).into_iter().collect();
-        cfg.extra_toml.push(service_section(
-            "tcp",
-            "198.18.1.1",
-            80,
-            "rr",
-            &[],
-            &servers,
-        ));
+        cfg.extra_toml.push(one_rr_service(&servers));
         // The directory goes with the config: keep both.
         let path = cfg.write();
         (cfg, path)

@@ -7,14 +7,20 @@
 use crate::common::*;
 use std::time::Duration;
 
-fn daemon() -> Daemon {
-    require_root();
+/// One loopback port and one emulated peer sending no malformed frames; no service.
+fn loopback_config() -> DaemonConfig {
     let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
         "lan0",
         "02:53:4c:00:00:01",
         &["198.18.0.1/24"],
     )]);
     cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
+    cfg
+}
+
+fn daemon() -> Daemon {
+    require_root();
+    let mut cfg = loopback_config();
     cfg.extra_toml = vec![
         service_section(
             "tcp",
@@ -277,12 +283,7 @@ fn real_server_ids(daemon: &Daemon) -> (u64, u64, u64) {
 #[test]
 fn real_servers_removed_give_their_ids_to_new_ones() {
     require_root();
-    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
-        "lan0",
-        "02:53:4c:00:00:01",
-        &["198.18.0.1/24"],
-    )]);
-    cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
+    let cfg = loopback_config();
     // No service in the config: the emulated clients open connections to the
     // config's services only, and a removed server's id waits for its sessions (and
     // any template naming it).
@@ -333,14 +334,9 @@ fn real_servers_removed_give_their_ids_to_new_ones() {
 #[test]
 fn the_neighbour_tables_are_the_size_the_config_gives() {
     require_root();
-    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
-        "lan0",
-        "02:53:4c:00:00:01",
-        &["198.18.0.1/24"],
-    )]);
+    let mut cfg = loopback_config();
     cfg.workers = vec![1, 2];
     cfg.cpus = Some(vec![1, 1]);
-    cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
     cfg.extra_toml = vec!["[sessions]\nneighbours = 1024\n".into()];
     let daemon = Daemon::start(cfg);
     let report = ok_json(&daemon, &["neigh"]);
