@@ -148,6 +148,46 @@ fn a_bad_restore_line_changes_nothing() {
     daemon.stop_clean();
 }
 
+/// `-R` line by line with a refused line among 120 (one request to the daemon): the refused line is reported by
+/// number with the daemon's words and changes nothing, every other line is applied,
+/// and the whole restore is one snapshot (each publish rebuilds the workers' snapshot
+/// from the whole table: one per line made a large restore take minutes).
+#[test]
+fn a_line_by_line_restore_with_a_refused_line_is_one_snapshot() {
+    let daemon = daemon();
+    // Publishes counted by the management loop, which waits for every worker's
+    // adoption before it answers the change.
+    let publishes = |d: &Daemon| {
+        d.status()["snapshot_adoption"]["publishes"]
+            .as_u64()
+            .expect("snapshot_adoption.publishes")
+    };
+    let mut input = String::from("-A -t 198.18.9.1:80 -s wrr\n");
+    // Line 2 names a service that does not exist.
+    input.push_str("-a -t 198.18.9.2:80 -r 198.18.0.9:80 -m\n");
+    for port in 1000..1118 {
+        input.push_str(&format!("-a -t 198.18.9.1:80 -r 198.18.0.9:{port} -m\n"));
+    }
+    let before = publishes(&daemon);
+    let (out, _) = restore_timed(&daemon, &input, false, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("line 2: ")
+            && out.stderr.contains("1 line(s) not applied, 119 applied"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(publishes(&daemon), before + 1, "{}", daemon.dump());
+    let saved = ok(&daemon, &["-S", "-n"]);
+    assert_eq!(
+        saved.matches("-a -t 198.18.9.1:80 -r 198.18.0.9:").count(),
+        118,
+        "{saved}"
+    );
+    assert!(!saved.contains("198.18.9.2"), "{saved}");
+    daemon.stop_clean();
+}
+
 /// `sluicectl --socket SOCKET -R [--replace]` with `input` on stdin, timed; bounded by
 /// `timeout`.
 fn restore_timed(

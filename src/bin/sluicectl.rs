@@ -1048,11 +1048,37 @@ struct Restored {
     last_refused: bool,
 }
 
-/// Consecutive restore lines sent as one all-or-nothing batch (one snapshot for
-/// many lines, at most [`BATCH_PART_BYTES`] of requests so the batch fits a request
-/// line); a batch that fails is sent again line by line, so each line stands or falls
-/// on its own as ipvsadm applies it.
+/// Consecutive restore lines sent as one [`Request::ApplyEach`]: each line stands or
+/// falls on its own as ipvsadm applies it, and the daemon publishes one snapshot for
+/// them all. At most this many lines and [`BATCH_PART_BYTES`] of requests, so the
+/// request fits a request line and each answer comes well within its time.
 const RESTORE_CHUNK: usize = 1000;
+
+/// What an [`Request::ApplyEach`] answer says of each of its `count` commands: `None`
+/// applied, `Some(words)` refused with the daemon's words.
+fn each_answer(answer: &serde_json::Value, count: usize) -> Result<Vec<Option<String>>, Failure> {
+    let malformed = || {
+        Failure::from(format!(
+            "the daemon's answer to a restore is malformed: {answer}"
+        ))
+    };
+    let mut each = vec![None; count];
+    let refused = answer
+        .get("refused")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(malformed)?;
+    for refusal in refused {
+        let command = refusal.get("command").and_then(serde_json::Value::as_u64);
+        let error = refusal.get("error").and_then(serde_json::Value::as_str);
+        match (command, error) {
+            (Some(i), Some(error)) if (1..=count as u64).contains(&i) => {
+                each[i as usize - 1] = Some(error.to_string());
+            }
+            _ => return Err(malformed()),
+        }
+    }
+    Ok(each)
+}
 
 /// `-R` as ipvsadm does it: line by line, in order, carrying on past a line the
 /// daemon refuses or that names what Sluice cannot do. A line ipvsadm cannot parse
@@ -1080,37 +1106,19 @@ fn restore_lines(
             return Ok(());
         }
         let lines = std::mem::take(pending);
-        if lines.len() > 1 {
-            let requests: Vec<Request> = lines
-                .iter()
-                .flat_map(|(_, r)| match r {
-                    Request::Batch { requests, .. } => requests.clone(),
-                    other => vec![other.clone()],
-                })
-                .collect();
-            let batch = Request::Batch {
-                requests,
-                replace: false,
-            };
-            match connection.call(&batch) {
-                Ok(_) => {
-                    done.applied += lines.len();
-                    done.last_refused = false;
-                    return Ok(());
-                }
-                Err(client::ClientError::Daemon(_)) => {}
-                Err(other) => return Err(other.into()),
-            }
-        }
-        for (n, request) in lines {
-            match connection.call(&request) {
-                Ok(_) => {
+        let answer = connection.call(&Request::ApplyEach {
+            requests: lines.iter().map(|(_, r)| r.clone()).collect(),
+        })?;
+        let each = each_answer(&answer, lines.len())?;
+        for ((n, request), refusal) in lines.iter().zip(each) {
+            match refusal {
+                None => {
                     done.applied += 1;
                     done.last_refused = false;
                 }
-                Err(client::ClientError::Daemon(message)) => {
+                Some(message) => {
                     let line = if ipvsadm_mode {
-                        ipvsadm_words(&request, &message)
+                        ipvsadm_words(request, &message)
                     } else {
                         format!("line {n}: {message}")
                     };
@@ -1118,7 +1126,6 @@ fn restore_lines(
                     done.refused.push(line);
                     done.last_refused = true;
                 }
-                Err(other) => return Err(other.into()),
             }
         }
         Ok(())
@@ -1180,18 +1187,9 @@ fn restore_lines(
             done.last_refused = true;
             continue;
         }
-        // `-Z` is answered outside the service table: on its own.
-        if command.request == Request::ZeroServices {
-            flush(&mut pending, &mut done, report)?;
-        }
         pending_bytes += serde_json::to_string(&command.request).map_or(0, |l| l.len() + 1);
         pending.push((n, command.request));
-        if pending.len() >= RESTORE_CHUNK
-            || pending_bytes >= BATCH_PART_BYTES
-            || pending
-                .last()
-                .is_some_and(|(_, r)| *r == Request::ZeroServices)
-        {
+        if pending.len() >= RESTORE_CHUNK || pending_bytes >= BATCH_PART_BYTES {
             flush(&mut pending, &mut done, report)?;
         }
     }

@@ -206,6 +206,13 @@ pub enum Request {
         #[serde(default)]
         replace: bool,
     },
+    /// Service changes applied one by one, in order, each as if sent alone (one the
+    /// table refuses changes nothing, and the next is still applied), then published
+    /// as one snapshot (`-R` without `--atomic`): `{"generation":N,"applied":count,
+    /// "refused":[{"command":i,"error":"..."}]}`, `command` counting from 1. A command
+    /// that is itself a [`Request::Batch`] without `replace` (an ipvsadm line that
+    /// makes two changes) stands or falls whole.
+    ApplyEach { requests: Vec<Request> },
     /// Opens a batch staged over several lines on this connection (a batch larger than
     /// one request line): `{"staged":0}`. Served by the control server itself.
     BatchBegin {
@@ -303,6 +310,7 @@ impl Request {
             Request::GetTimeouts => "get_timeouts",
             Request::ServiceRates { .. } => "service_rates",
             Request::Batch { .. } => "batch",
+            Request::ApplyEach { .. } => "apply_each",
             Request::BatchBegin { .. } => "batch_begin",
             Request::BatchPart { .. } => "batch_part",
             Request::BatchCommit => "batch_commit",
@@ -326,6 +334,7 @@ impl Request {
         matches!(
             self,
             Request::Batch { .. }
+                | Request::ApplyEach { .. }
                 | Request::BatchBegin { .. }
                 | Request::BatchPart { .. }
                 | Request::BatchCommit

@@ -707,6 +707,7 @@ impl Services {
                 | Request::SetTimeouts { .. }
                 | Request::GetTimeouts
                 | Request::Batch { .. }
+                | Request::ApplyEach { .. }
                 | Request::Events
         )
     }
@@ -736,6 +737,9 @@ impl Services {
         }
         if let Request::Batch { requests, replace } = req {
             return self.batch(requests, replace, None, publisher, counters);
+        }
+        if let Request::ApplyEach { requests } = req {
+            return self.apply_each(requests, publisher, counters);
         }
         let line = describe(&req);
         match self.apply(req, counters)? {
@@ -797,6 +801,85 @@ impl Services {
             "generation": self.generation,
             "applied": count,
             "changes": changes,
+        }))
+    }
+
+    /// `-R` as ipvsadm applies it, without a snapshot per line: each command applied
+    /// on its own, in order, exactly as [`Services::handle`] would apply it alone (a
+    /// refused one changes nothing and is answered with the same words), then one
+    /// publish for all that were applied. A restore of N lines with a refusal among
+    /// them costs one snapshot, not N: each publish builds the workers' snapshot from
+    /// the whole table, and every worker stops forwarding while it adopts one.
+    ///
+    /// A command that is itself a batch (`-A ... --synproxy`: the service and its
+    /// proxy) is applied all or nothing on a copy of the table, which costs a copy of
+    /// the table for that command.
+    pub(crate) fn apply_each(
+        &mut self,
+        requests: Vec<Request>,
+        publisher: &SnapshotPublisher,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> Result<serde_json::Value, String> {
+        let count = requests.len();
+        let mut applied = 0;
+        let mut refused = Vec::new();
+        let mut lines = Vec::new();
+        for (i, request) in requests.into_iter().enumerate() {
+            let outcome = match request {
+                Request::Batch {
+                    requests,
+                    replace: false,
+                } if !requests.iter().any(Request::is_batch) => {
+                    let (saved_table, saved_timeouts) = (self.table.clone(), self.timeouts);
+                    let described = describe_all(&requests);
+                    match self.apply_all(requests, counters) {
+                        Ok(()) => Ok(described),
+                        Err(error) => {
+                            self.table = saved_table;
+                            self.timeouts = saved_timeouts;
+                            Err(error)
+                        }
+                    }
+                }
+                request if request.is_batch() => Err("batches do not nest".to_string()),
+                request => {
+                    let described = describe(&request);
+                    match self.apply(request, counters) {
+                        Ok(Applied::Changed) => Ok(described.into_iter().collect()),
+                        // `-Z` among the lines: done in its place, nothing to publish.
+                        Ok(Applied::Answer(_)) => Ok(Vec::new()),
+                        Err(error) => Err(error),
+                    }
+                }
+            };
+            match outcome {
+                Ok(described) => {
+                    applied += 1;
+                    if count <= BATCH_EVENT_LINES {
+                        lines.extend(described);
+                    }
+                }
+                Err(error) => refused.push(serde_json::json!({
+                    "command": i + 1,
+                    "error": error,
+                })),
+            }
+        }
+        if applied > 0 {
+            for line in lines {
+                self.record(line);
+            }
+            if count > BATCH_EVENT_LINES {
+                self.record(format!(
+                    "lb=config op=apply-each commands={count} applied={applied}"
+                ));
+            }
+            self.publish(publisher)?;
+        }
+        Ok(serde_json::json!({
+            "generation": self.generation,
+            "applied": applied,
+            "refused": refused,
         }))
     }
 
@@ -2943,5 +3026,90 @@ port = 53
         assert_eq!(added[0], "lb=config op=reload file=x commands=1");
         assert_eq!(added[1], "lb=config op=del-svc svc=198.18.1.1:53/udp");
         assert_eq!(added[2], "lb=config op=batch commands=1");
+    }
+
+    /// `-R` line by line: each command is applied as if alone (a refused one changes
+    /// nothing and answers with its own words, the next still goes on), a two-change
+    /// line stands or falls whole, and all of it is published as one snapshot.
+    #[test]
+    fn apply_each_applies_what_it_can_and_publishes_once() {
+        let (mut services, publisher) = setup();
+        let rip = |last| Ipv4Addr::new(10, 0, 0, last);
+        let add = |last| Request::AddServer {
+            service: http(),
+            server: RealServerSpec::new(rip(last), 8080, 1, crate::model::ForwardMode::FullNat),
+        };
+        let other = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 2), 80);
+        let add_service = |service| Request::AddService {
+            service,
+            scheduler: None,
+            persistence: None,
+            sched_flags: None,
+        };
+        // The words a refused command has when it is sent alone.
+        let alone = call(&mut services, &publisher, add(11)).unwrap_err();
+        let before = publisher.current().generation();
+        let answer = call(
+            &mut services,
+            &publisher,
+            Request::ApplyEach {
+                requests: vec![
+                    add(12),
+                    add(11),
+                    // Two changes, the second refused: the first is undone.
+                    Request::Batch {
+                        requests: vec![add_service(other), add(11)],
+                        replace: false,
+                    },
+                    Request::ZeroService { service: http() },
+                    add(13),
+                    Request::BatchCommit,
+                ],
+            },
+        )
+        .unwrap();
+        assert_eq!(answer["applied"], json!(3), "{answer}");
+        let refused = answer["refused"].as_array().unwrap();
+        assert_eq!(refused.len(), 3, "{answer}");
+        assert_eq!(refused[0], json!({"command": 2, "error": alone}));
+        assert_eq!(refused[1]["command"], json!(3));
+        assert_eq!(
+            refused[2],
+            json!({"command": 6, "error": "batches do not nest"})
+        );
+        let now = publisher.current();
+        assert_eq!(now.generation(), before + 1, "one snapshot for all of it");
+        assert_eq!(answer["generation"], json!(now.generation()));
+        let servers = |s: &Snapshot| {
+            let mut ips: Vec<std::net::IpAddr> = s
+                .find(&http())
+                .unwrap()
+                .real_servers
+                .iter()
+                .map(|r| r.ip)
+                .collect();
+            ips.sort();
+            ips
+        };
+        assert_eq!(
+            servers(&now),
+            [11, 12, 13].map(|l| std::net::IpAddr::V4(rip(l)))
+        );
+        assert!(
+            now.find(&other).is_none(),
+            "the refused line's service is undone"
+        );
+        assert!(services.table.get(other).is_none());
+        // Nothing applied: nothing published.
+        let answer = call(
+            &mut services,
+            &publisher,
+            Request::ApplyEach {
+                requests: vec![add(11)],
+            },
+        )
+        .unwrap();
+        assert_eq!(answer["applied"], json!(0));
+        assert_eq!(publisher.current().generation(), before + 1);
     }
 }

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Times changes to a loopback daemon holding a large table: a line-by-line `-R` with
+a refused line, and single `-a` changes, each with what the daemon measured of it.
+
+    sudo perf/change_scale.py BIN_DIR SERVICES PER SCHEDULER RESTORE_LINES CHANGES
+
+BIN_DIR holds `sluice` and `sluicectl` (e.g. ./target/release). The table is
+`perf/config_scale.py`'s: SERVICES TCP services on 10.0.0.1:80, 10.0.0.2:80, ... with
+PER NAT real servers each. Then:
+
+- `sluicectl -R` of RESTORE_LINES lines: the first names a service that does not
+  exist (refused), the others add a real server (a new port of an address the table
+  already has) to the services in turn. Printed: seconds from `sluicectl` start to
+  exit, and the snapshots the daemon published for it (`status`:
+  `snapshot_adoption.publishes`).
+- CHANGES single `-a` to the first service, each timed the same way, with the
+  daemon's own figure for it: the time from the publish to the slowest worker's
+  adoption of the snapshot (`snapshot_adoption.last_ns`), which includes the worker's
+  rebuild of its schedulers; the worker forwards nothing meanwhile.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+bin_dir, services, per, scheduler, lines, changes = sys.argv[1:7]
+services, per, lines, changes = int(services), int(per), int(lines), int(changes)
+here = os.path.dirname(os.path.abspath(__file__))
+work = tempfile.mkdtemp(prefix="change-scale-")
+config = os.path.join(work, "sluice.toml")
+socket = os.path.join(work, "sluice.sock")
+subprocess.run(
+    [sys.executable, os.path.join(here, "config_scale.py"), config, str(services), str(per), scheduler],
+    check=True,
+    stdout=subprocess.DEVNULL,
+)
+with open(config) as f:
+    text = f.read()
+text = text.replace("/run/sluice/config-scale.sock", socket)
+text = text.replace('file_prefix = "config-scale"', f'file_prefix = "cs-{os.getpid()}"')
+with open(config, "w") as f:
+    f.write(text)
+ctl = [os.path.join(bin_dir, "sluicectl"), "--socket", socket, "--timeout", "120"]
+log = open(os.path.join(work, "sluice.log"), "w")
+daemon = subprocess.Popen([os.path.join(bin_dir, "sluice"), "--config", config], stdout=log, stderr=log)
+
+
+def status():
+    out = subprocess.run(ctl + ["status", "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["snapshot_adoption"]
+
+
+try:
+    deadline = time.time() + 120
+    while True:
+        if daemon.poll() is not None:
+            sys.exit(f"the daemon exited: see {log.name}")
+        if os.path.exists(socket) and subprocess.run(ctl + ["status"], capture_output=True).returncode == 0:
+            break
+        if time.time() > deadline:
+            sys.exit("the daemon did not start within 120 s")
+        time.sleep(0.2)
+    restore = ["-a -t 10.255.255.254:80 -r 198.18.1.0:8080 -m"]
+    for i in range(lines - 1):
+        service = 1 + i % services
+        first_rs = (service - 1) * per
+        rs = f"198.18.{1 + first_rs // 256}.{first_rs % 256}"
+        restore.append(f"-a -t 10.0.{(service >> 8) & 255}.{service & 255}:80 -r {rs}:{9000 + i // services} -m")
+    before = status()["publishes"]
+    started = time.monotonic()
+    out = subprocess.run(ctl + ["-R"], input="\n".join(restore) + "\n", capture_output=True, text=True)
+    took = time.monotonic() - started
+    published = status()["publishes"] - before
+    summary = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+    print(f"restore of {lines} lines: {took:.2f} s, {published} snapshot(s); {summary}")
+    for i in range(changes):
+        started = time.monotonic()
+        subprocess.run(
+            ctl + ["-a", "-t", "10.0.0.1:80", "-r", f"198.18.1.0:{20000 + i}", "-m"],
+            check=True,
+            capture_output=True,
+        )
+        took = time.monotonic() - started
+        last = status()["last_ns"]
+        adopted = f"{last / 1e6:.2f} ms" if last is not None else "late"
+        print(f"-a {i + 1}: {took:.3f} s, adoption {adopted}")
+finally:
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        daemon.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
