@@ -46,7 +46,7 @@ use crate::forward::laddr::{LaddrSet, PortPool};
 use crate::forward::timestamps;
 use crate::model::DropReason;
 use crate::model::{ForwardMode, Protocol, ServiceKey};
-use crate::sched::{self, Maglev, Scheduler, ServerLoad};
+use crate::sched::{self, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
 use crate::session::persist::PersistTable;
 use crate::session::table6::SessionTable6;
@@ -1087,7 +1087,7 @@ impl Forwarder {
             .enumerate()
             .map(|(i, s)| {
                 let mut scheduler = match snap.maglev(i) {
-                    Some(table) => Box::new(Maglev::clone(table)) as Box<dyn Scheduler>,
+                    Some(table) => Box::new(Arc::clone(table)) as Box<dyn Scheduler>,
                     None => sched::build_with(
                         s.scheduler,
                         &s.real_servers,
@@ -2878,5 +2878,47 @@ mod tests {
         });
         assert_eq!(f.neighbour_capacity(), 20_000);
         assert_eq!(f.neighbours6.capacity(), 20_000);
+    }
+
+    /// A worker picks from the snapshot's own Maglev table, not from a copy of it:
+    /// adopting a snapshot costs no copy of any `mh` table, and a snapshot that
+    /// reuses the previous one's table leaves the worker on that same table.
+    #[test]
+    fn workers_share_the_snapshots_maglev_tables() {
+        let mut table = crate::service::ServiceTable::new();
+        let key = crate::model::ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), 80);
+        table
+            .add_service(key, crate::model::SchedulerKind::Mh, None)
+            .unwrap();
+        for last in [11, 12] {
+            let rs = Ipv4Addr::new(198, 18, 0, last);
+            let spec = crate::model::RealServerSpec::new(rs, 80, 1, ForwardMode::Dr);
+            table.add_server(key, spec).unwrap();
+        }
+        let (publisher, mut config) = bare_config();
+        publisher
+            .publish(crate::service::Snapshot::build(2, &table))
+            .unwrap();
+        config.snapshot = publisher.reader();
+        let mut f = Forwarder::new(config);
+        let shares = |f: &Forwarder, publisher: &crate::service::SnapshotPublisher| {
+            let any: &dyn std::any::Any = &*f.schedulers[0];
+            let mine = any
+                .downcast_ref::<Arc<crate::sched::Maglev>>()
+                .expect("the worker's mh scheduler is the snapshot's table");
+            Arc::ptr_eq(mine, publisher.current().maglev(0).unwrap())
+        };
+        assert!(shares(&f, &publisher));
+        let first = publisher.current();
+        let health = crate::service::HealthOverlay::default();
+        let next = crate::service::Snapshot::build_reusing(3, &table, &health, &[], Some(&first));
+        publisher.publish(next).unwrap();
+        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        assert_eq!(f.snapshot.current().generation(), 3);
+        assert!(shares(&f, &publisher));
+        assert!(Arc::ptr_eq(
+            first.maglev(0).unwrap(),
+            publisher.current().maglev(0).unwrap()
+        ));
     }
 }

@@ -436,6 +436,28 @@ impl Scheduler for Maglev {
     }
 
     fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
+        self.choose(servers, ctx)
+    }
+}
+
+/// A table shared with the service snapshot it was built for: every worker picks from
+/// the snapshot's one copy. A Maglev table has no per-worker state (a pick only
+/// reads it), and copying it would cost each worker a copy of every `mh` service's
+/// table (256 KiB at the default size) on every snapshot it adopts.
+impl Scheduler for std::sync::Arc<Maglev> {
+    fn kind(&self) -> SchedulerKind {
+        SchedulerKind::Mh
+    }
+
+    fn pick(&mut self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
+        self.choose(servers, ctx)
+    }
+}
+
+impl Maglev {
+    /// The server for a new connection: its slot's owner, or with `mh-fallback` the
+    /// kernel's walk past an unavailable one.
+    pub fn choose(&self, servers: &[RealServer], ctx: &PickContext) -> Option<usize> {
         let slot = self.slot_of(ctx);
         let index = self.table[slot];
         if index == EMPTY {
