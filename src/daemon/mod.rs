@@ -2051,6 +2051,8 @@ fn management_loop(
                     };
                     view.adoption
                         .measure(&published, counters, adoption::ADOPTION_TIMEOUT);
+                    // Every worker let go of the replaced snapshot: free it here.
+                    registry.publisher.reap();
                 }
             }
             let _ = reply.send(answer);
@@ -2067,6 +2069,8 @@ fn management_loop(
         let now = Instant::now();
         if now >= next_rates {
             next_rates = now + Duration::from_secs(1);
+            // What a late worker still held at the last publish.
+            registry.publisher.reap();
             let tick = registry.now_tick();
             let Registry {
                 services,

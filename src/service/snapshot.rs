@@ -19,9 +19,16 @@
 //! snapshot. A worker that polls an idle queue still loops, so it refreshes too.
 //!
 //! **No torn reads.** A snapshot is never mutated after it is built; a reader holds
-//! either the old `Arc` or the new one, never a mixture. An old snapshot is freed when
-//! its last holder lets go, which may be a worker: that free happens once per change,
-//! inside `refresh`, not on the per-packet path.
+//! either the old `Arc` or the new one, never a mixture.
+//!
+//! **Freed by the publisher.** The publisher keeps every snapshot it replaced until no
+//! reader holds it, and frees it in [`SnapshotPublisher::reap`] (also called by each
+//! publish), so a worker letting go of the old snapshot only decrements a count. A
+//! snapshot of a large table is many allocations (a list per service, a route list per
+//! NAT real server); freed by the last worker to adopt, they stalled that worker's
+//! forwarding for as long as the frees took. The cost is memory: a replaced snapshot
+//! lives until the publisher's next `reap` after the last worker adopted its
+//! successor.
 use crate::model::Protocol;
 use crate::model::SchedulerKind;
 use crate::model::{ForwardMode, Service, ServiceKey};
@@ -575,6 +582,8 @@ struct Shared {
 /// The management side: swaps in new snapshots.
 pub struct SnapshotPublisher {
     shared: Arc<Shared>,
+    /// Snapshots replaced while some reader still held them, freed by [`Self::reap`].
+    retired: Mutex<Vec<Arc<Snapshot>>>,
 }
 
 impl SnapshotPublisher {
@@ -584,7 +593,19 @@ impl SnapshotPublisher {
                 generation: CachePadded::new(AtomicU64::new(initial.generation)),
                 current: Mutex::new(Arc::new(initial)),
             }),
+            retired: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Frees the replaced snapshots no reader holds any more, here rather than on the
+    /// worker that lets go last. Call it after the workers adopted a publish and now
+    /// and then; returns how many are still held.
+    pub fn reap(&self) -> usize {
+        let mut retired = self.retired.lock();
+        // Only the current snapshot is ever handed out again: a count of one on a
+        // replaced one is final.
+        retired.retain(|s| Arc::strong_count(s) > 1);
+        retired.len()
     }
 
     /// Makes `snapshot` the current one; readers adopt it at their next `refresh`.
@@ -608,8 +629,9 @@ impl SnapshotPublisher {
             self.shared.generation.store(generation, Ordering::Relaxed);
             previous
         };
-        // If no reader holds the old snapshot any more, free it outside the lock.
-        drop(previous);
+        // Freed here, outside the lock, once no reader holds it.
+        self.retired.lock().push(previous);
+        self.reap();
         Ok(())
     }
 
@@ -674,7 +696,8 @@ impl SnapshotReader {
         if Arc::ptr_eq(&published, &self.snapshot) {
             return false;
         }
-        // The old snapshot is dropped here, after the lock was released.
+        // The old snapshot is let go here, after the lock was released; the
+        // publisher frees it (SnapshotPublisher::reap).
         self.snapshot = published;
         true
     }
@@ -945,6 +968,40 @@ mod tests {
         assert!(snap.services().is_empty() && snap.vips().is_empty());
         assert!(snap.local_addresses().is_empty());
         assert!(!snap.is_vip(Ipv4Addr::new(198, 18, 1, 1)));
+    }
+
+    /// A replaced snapshot is freed by the publisher's `reap` once no reader holds
+    /// it, never by the reader that lets go of it last; a publish reaps too.
+    #[test]
+    fn the_publisher_frees_what_readers_let_go() {
+        let publisher = SnapshotPublisher::default();
+        let mut readers = [publisher.reader(), publisher.reader()];
+        let first = Arc::downgrade(&publisher.current());
+        publisher
+            .publish(Snapshot::from_services(1, Vec::new()))
+            .unwrap();
+        assert!(readers[0].refresh());
+        assert_eq!(publisher.reap(), 1, "one reader still holds generation 0");
+        assert!(first.upgrade().is_some());
+        assert!(readers[1].refresh());
+        // The last reader let go: the snapshot is still there for the publisher.
+        assert!(first.upgrade().is_some());
+        assert_eq!(publisher.reap(), 0);
+        assert!(first.upgrade().is_none(), "freed by reap");
+        // A publish frees what no reader holds.
+        let second = Arc::downgrade(&publisher.current());
+        publisher
+            .publish(Snapshot::from_services(2, Vec::new()))
+            .unwrap();
+        for r in &mut readers {
+            assert!(r.refresh());
+        }
+        assert!(second.upgrade().is_some());
+        publisher
+            .publish(Snapshot::from_services(3, Vec::new()))
+            .unwrap();
+        assert!(second.upgrade().is_none(), "freed by the next publish");
+        assert_eq!(publisher.reap(), 1, "generation 2, held by both readers");
     }
 
     #[test]
