@@ -1096,6 +1096,8 @@ fn restore_lines(
 ) -> Result<Restored, Failure> {
     let ipvsadm_mode = ipvsadm_program.is_some();
     let mut connection = client::Connection::open(&options.socket, options.timeout)?;
+    // A chunk of a large table can take the daemon seconds (it has 60 s for it).
+    connection.set_timeout(options.timeout.max(COMMIT_TIMEOUT));
     let mut done = Restored::default();
     let mut pending: Vec<(usize, Request)> = Vec::new();
     let mut flush = |pending: &mut Vec<(usize, Request)>,
@@ -1106,10 +1108,26 @@ fn restore_lines(
             return Ok(());
         }
         let lines = std::mem::take(pending);
-        let answer = connection.call(&Request::ApplyEach {
+        let each = match connection.call(&Request::ApplyEach {
             requests: lines.iter().map(|(_, r)| r.clone()).collect(),
-        })?;
-        let each = each_answer(&answer, lines.len())?;
+        }) {
+            Ok(answer) => each_answer(&answer, lines.len())?,
+            // A daemon older than `apply_each`: one request (and snapshot) per line.
+            Err(client::ClientError::Daemon(message))
+                if message.starts_with("unknown command \"apply_each\"") =>
+            {
+                let mut each = Vec::with_capacity(lines.len());
+                for (_, request) in &lines {
+                    each.push(match connection.call(request) {
+                        Ok(_) => None,
+                        Err(client::ClientError::Daemon(message)) => Some(message),
+                        Err(other) => return Err(other.into()),
+                    });
+                }
+                each
+            }
+            Err(other) => return Err(other.into()),
+        };
         for ((n, request), refusal) in lines.iter().zip(each) {
             match refusal {
                 None => {

@@ -730,7 +730,7 @@ mod tests {
              list_services, save_services, add_service, edit_service, delete_service, set_synproxy, set_sorry_server, set_sloppy_tcp, set_mh_table_size, add_server, \
              edit_server, delete_server, clear, add_laddr, del_laddr, get_laddr, \
              acl_add, acl_del, acl_clear, acl_list, set_rate_limit, \
-             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, neighbours, cluster, drain, batch, batch_begin, batch_part, batch_commit, \
+             list_connections, set_timeouts, get_timeouts, service_rates, metrics, reload, events, health, vrrp, sync, neighbours, cluster, drain, batch, apply_each, batch_begin, batch_part, batch_commit, \
              capture_start, capture_status, capture_stop)"
         );
     }

@@ -799,6 +799,9 @@ impl Forwarder {
             counters
                 .snapshot_generation
                 .store(self.snapshot.current().generation(), Release);
+            // The old schedulers are gone: the old snapshot, and the Maglev tables
+            // they shared with it, are the publisher's to free.
+            self.snapshot.let_go_of_replaced();
         }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
         self.ts_clock.advance(now_tsc);

@@ -656,6 +656,7 @@ impl SnapshotPublisher {
             shared: Arc::clone(&self.shared),
             cached_generation: snapshot.generation,
             snapshot,
+            replaced: None,
         }
     }
 }
@@ -671,6 +672,11 @@ pub struct SnapshotReader {
     shared: Arc<Shared>,
     snapshot: Arc<Snapshot>,
     cached_generation: u64,
+    /// The snapshot the last adoption replaced, held until the worker has let go of
+    /// what it derived from it ([`SnapshotReader::let_go_of_replaced`]): its schedulers
+    /// share the old snapshot's Maglev tables, and the publisher, which frees
+    /// snapshots, must stay their last holder.
+    replaced: Option<Arc<Snapshot>>,
 }
 
 impl SnapshotReader {
@@ -696,10 +702,18 @@ impl SnapshotReader {
         if Arc::ptr_eq(&published, &self.snapshot) {
             return false;
         }
-        // The old snapshot is let go here, after the lock was released; the
-        // publisher frees it (SnapshotPublisher::reap).
-        self.snapshot = published;
+        // Kept until `let_go_of_replaced` (or the next adoption); the publisher frees
+        // it (SnapshotPublisher::reap). A reader letting go of a replaced snapshot
+        // never frees it: the publisher holds every replaced snapshot until no
+        // reader does.
+        self.replaced = Some(std::mem::replace(&mut self.snapshot, published));
         true
+    }
+
+    /// Lets go of the snapshot the last adoption replaced, once nothing derived from
+    /// it (a worker's schedulers) is left.
+    pub fn let_go_of_replaced(&mut self) {
+        self.replaced = None;
     }
 
     /// The snapshot in use; stable between two `refresh` calls.
@@ -720,6 +734,7 @@ impl Clone for SnapshotReader {
             shared: Arc::clone(&self.shared),
             snapshot: Arc::clone(&self.snapshot),
             cached_generation: self.cached_generation,
+            replaced: None,
         }
     }
 }
@@ -981,14 +996,19 @@ mod tests {
             .publish(Snapshot::from_services(1, Vec::new()))
             .unwrap();
         assert!(readers[0].refresh());
+        readers[0].let_go_of_replaced();
         assert_eq!(publisher.reap(), 1, "one reader still holds generation 0");
         assert!(first.upgrade().is_some());
         assert!(readers[1].refresh());
+        // Held as the replaced snapshot until the reader lets go of it.
+        assert_eq!(publisher.reap(), 1);
+        readers[1].let_go_of_replaced();
         // The last reader let go: the snapshot is still there for the publisher.
         assert!(first.upgrade().is_some());
         assert_eq!(publisher.reap(), 0);
         assert!(first.upgrade().is_none(), "freed by reap");
-        // A publish frees what no reader holds.
+        // A publish frees what no reader holds; a reader's next adoption lets go of
+        // what it had not let go of.
         let second = Arc::downgrade(&publisher.current());
         publisher
             .publish(Snapshot::from_services(2, Vec::new()))
@@ -996,12 +1016,26 @@ mod tests {
         for r in &mut readers {
             assert!(r.refresh());
         }
-        assert!(second.upgrade().is_some());
         publisher
             .publish(Snapshot::from_services(3, Vec::new()))
             .unwrap();
+        assert!(second.upgrade().is_some(), "held as replaced");
+        for r in &mut readers {
+            assert!(r.refresh());
+        }
+        assert!(
+            second.upgrade().is_some(),
+            "the publisher frees it, not a reader"
+        );
+        publisher
+            .publish(Snapshot::from_services(4, Vec::new()))
+            .unwrap();
         assert!(second.upgrade().is_none(), "freed by the next publish");
-        assert_eq!(publisher.reap(), 1, "generation 2, held by both readers");
+        assert_eq!(
+            publisher.reap(),
+            2,
+            "generation 2 held as replaced, 3 as current"
+        );
     }
 
     #[test]
