@@ -451,6 +451,53 @@ fn more_real_server_addresses_than_the_neighbour_tables_hold_are_refused() {
     assert!(out.success(), "{}", out.describe());
 }
 
+/// An `mh` service with more real servers than its Maglev table has slots is refused
+/// by file, line and field (its `mh_table_size`): past the last slot a server would
+/// never get a connection.
+#[test]
+fn an_mh_service_with_more_real_servers_than_slots_is_refused() {
+    let servers = [
+        ("10.0.0.1", 80, 1, "dr"),
+        ("10.0.0.2", 80, 1, "dr"),
+        ("10.0.0.3", 80, 1, "dr"),
+        ("10.0.0.4", 80, 1, "dr"),
+    ];
+    let config = |slots: u32| {
+        let mut cfg = loopback_config();
+        cfg.extra_toml = vec![service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "mh",
+            &[format!("mh_table_size = {slots}")],
+            &servers,
+        )];
+        let path = cfg.write();
+        (cfg, path)
+    };
+    let (_cfg, path) = config(3);
+    let out = check(&["--file-only"], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    let text = std::fs::read_to_string(&path).unwrap();
+    // The size is set once the service has its real servers: the key to change.
+    let line = 1 + text
+        .lines()
+        .position(|l| l.trim() == "mh_table_size = 3")
+        .expect("the mh_table_size line");
+    let want = format!(
+        "sluice: {}:{line}:17: services[0].mh_table_size: TCP 198.18.1.1:80: an mh table \
+         of 3 slots cannot hold 4 real servers (each needs a slot; mh_table_size is a prime, \
+         65537 by default, and spreads weights finely only when it is many times the number \
+         of real servers)",
+        path.display()
+    );
+    let first = out.stderr.lines().next().unwrap_or("");
+    assert_eq!(first, want, "{}", out.describe());
+    let (_cfg, path) = config(5);
+    let out = check(&["--file-only"], &path);
+    assert!(out.success(), "{}", out.describe());
+}
+
 #[test]
 fn a_missing_file_and_bad_usage_are_refused() {
     let out = check(&[], Path::new("/nonexistent/sluice.toml"));

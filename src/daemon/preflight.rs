@@ -265,9 +265,9 @@ pub struct MemoryNeed {
     /// One worker's session table (the figures the allocator uses), its SYN proxy
     /// side array and SYN timer ([`Forwarder::session_bytes_for`]).
     pub sessions_per_worker: usize,
-    /// Everything else in ordinary memory: per-worker real-server counters, FullNAT
-    /// port pools and sync rings, the persistence table, and the EAL's memory when it
-    /// runs without hugepages.
+    /// Everything else in ordinary memory: per-worker real-server counters, neighbour
+    /// tables, FullNAT port pools and sync rings, the persistence table, the `mh`
+    /// services' Maglev tables, and the EAL's memory when it runs without hugepages.
     pub other: usize,
     /// The EAL's memory from hugepages (`eal.memory_mb` with `hugepages = true`).
     pub hugepages: usize,
@@ -313,6 +313,17 @@ impl MemoryNeed {
             }
             None => 0,
         };
+        // One Maglev table per mh service, shared by the workers; twice, as a change
+        // builds the new table while the workers still use the old one.
+        let maglev: usize = (cfg.services.iter())
+            .filter(|s| s.scheduler == crate::model::SchedulerKind::Mh)
+            .map(|s| {
+                let size = s
+                    .mh_table_size
+                    .unwrap_or(crate::model::MH_DEFAULT_TABLE_SIZE);
+                2 * crate::sched::Maglev::bytes_for(size)
+            })
+            .sum();
         let eal = (cfg.eal.memory_mb as usize) << 20;
         let (eal_ordinary, hugepages) = match cfg.eal.hugepages {
             true => (0, eal),
@@ -323,6 +334,7 @@ impl MemoryNeed {
             sessions_per_worker,
             other: workers * (counters + neighbours + pools + sync_ring)
                 + PersistTable::bytes_for(super::PERSIST_TEMPLATES)
+                + maglev
                 + eal_ordinary,
             hugepages,
         }
@@ -1306,6 +1318,33 @@ mod tests {
             |n| NeighbourTable::<std::net::Ipv4Addr>::bytes_for(n) + Neighbour6Table::bytes_for(n);
         assert_eq!(at(65536) - at(4096), tables(65536) - tables(4096));
         assert_eq!(tables(65536) - tables(4096), (131072 - 8192) * (40 + 48));
+    }
+
+    /// Each `mh` service's Maglev table counts twice (the one in use and the one a
+    /// change builds), at its own size.
+    #[test]
+    fn memory_need_counts_the_maglev_tables() {
+        let service = |scheduler: &str, size: Option<u32>| {
+            format!(
+                "[[services]]\nproto = \"tcp\"\nvip = \"198.18.1.1\"\nport = 80\n\
+                 scheduler = \"{scheduler}\"\n{}",
+                size.map(|s| format!("mh_table_size = {s}\n"))
+                    .unwrap_or_default()
+            )
+        };
+        let other = |services: &str| MemoryNeed::of(&config(&format!("{PORT}\n{services}"))).other;
+        let base = other(&service("rr", None));
+        assert_eq!(other(&service("mh", None)) - base, 2 * 65537 * 4);
+        assert_eq!(
+            other(&service("mh", Some(1_000_003))) - base,
+            2 * 1_000_003 * 4
+        );
+        // What a table of that size holds.
+        let table = crate::sched::Maglev::new(&[], 251, Default::default()).unwrap();
+        assert_eq!(
+            crate::sched::Maglev::bytes_for(251),
+            std::mem::size_of_val(table.table())
+        );
     }
 
     #[test]

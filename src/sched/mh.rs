@@ -385,6 +385,12 @@ impl Maglev {
         })
     }
 
+    /// The bytes a table of `table_size` slots allocates (its slot array; the rest is
+    /// a few words).
+    pub fn bytes_for(table_size: u32) -> usize {
+        table_size as usize * std::mem::size_of::<u32>()
+    }
+
     /// Slot → server index (`u32::MAX` for an unowned slot), for tests and diagnostics.
     pub fn table(&self) -> &[u32] {
         &self.table

@@ -105,6 +105,13 @@ pub enum ServiceError {
     /// Scheduler flags the scheduler does not take, or a Maglev table size that is
     /// not a usable prime.
     SchedulerParams(String),
+    /// An `mh` service with more real servers than its Maglev table has slots: the
+    /// servers past the last slot would never get a connection.
+    MaglevTableTooSmall {
+        service: ServiceKey,
+        slots: u32,
+        servers: usize,
+    },
     LocalAddressExists {
         service: ServiceKey,
         ip: IpAddr,
@@ -196,6 +203,25 @@ pub enum ServiceError {
     },
 }
 
+/// Refuses an `mh` service whose Maglev table of `slots` would be smaller than its
+/// `servers`: a table fills one slot per server per round, so once it is full the
+/// servers not yet placed get none, silently.
+fn check_maglev_room(
+    service: ServiceKey,
+    scheduler: SchedulerKind,
+    slots: u32,
+    servers: usize,
+) -> Result<(), ServiceError> {
+    if scheduler == SchedulerKind::Mh && servers > slots as usize {
+        return Err(ServiceError::MaglevTableTooSmall {
+            service,
+            slots,
+            servers,
+        });
+    }
+    Ok(())
+}
+
 impl fmt::Display for ServiceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -282,6 +308,16 @@ impl fmt::Display for ServiceError {
                  distinct {} real and sorry server addresses, all in use (three quarters of \
                  [sessions] neighbours; raise it, a restart)",
                 if ip.is_ipv6() { "IPv6" } else { "IPv4" }
+            ),
+            ServiceError::MaglevTableTooSmall {
+                service,
+                slots,
+                servers,
+            } => write!(
+                f,
+                "{service}: an mh table of {slots} slots cannot hold {servers} real servers \
+                 (each needs a slot; mh_table_size is a prime, 65537 by default, and spreads \
+                 weights finely only when it is many times the number of real servers)"
             ),
             ServiceError::ServerIdsExhausted { limit } => write!(
                 f,
@@ -571,6 +607,12 @@ impl ServiceTable {
             .services
             .get_mut(&key)
             .ok_or(ServiceError::NoSuchService(key))?;
+        check_maglev_room(
+            key,
+            scheduler,
+            service.mh_table_size,
+            service.real_servers.len(),
+        )?;
         service.scheduler = scheduler;
         service.persistence = persistence;
         self.version += 1;
@@ -637,6 +679,12 @@ impl ServiceTable {
         validate_server(&key, &spec)?;
         check_synproxy_mode(service, &spec)?;
         check_sloppy_mode(service, &spec)?;
+        check_maglev_room(
+            key,
+            service.scheduler,
+            service.mh_table_size,
+            service.real_servers.len() + 1,
+        )?;
         self.check_not_own("real server", spec.ip)?;
         self.check_not_vip(spec.ip)?;
         self.check_not_local_address(spec.ip)?;
@@ -980,6 +1028,7 @@ impl ServiceTable {
         let size = mh_table_size.unwrap_or(service.mh_table_size);
         crate::sched::mh::check_table_size(size)
             .map_err(|e| ServiceError::SchedulerParams(format!("mh table size: {e}")))?;
+        check_maglev_room(key, service.scheduler, size, service.real_servers.len())?;
         service.sched_flags = flags;
         service.mh_table_size = size;
         self.version += 1;
@@ -2490,5 +2539,41 @@ mod tests {
         table.add_service(http(), SchedulerKind::Rr, None).unwrap();
         table.add_server(http(), nat(4, 80)).unwrap();
         table.add_server(http(), nat(5, 80)).unwrap();
+    }
+
+    /// An `mh` service holds no more real servers than its Maglev table has slots:
+    /// a server beyond, a smaller table, or a switch to `mh` with too many servers is
+    /// refused and changes nothing; other schedulers have no such bound.
+    #[test]
+    fn an_mh_table_holds_no_more_real_servers_than_slots() {
+        let mut table = table_with_http();
+        let dr = |last: u8| rs(last, 80, 1, ForwardMode::Dr);
+        for last in 1..=4 {
+            table.add_server(http(), dr(last)).unwrap();
+        }
+        // rr: any table size, however small.
+        table
+            .set_sched_params(http(), SchedFlags::default(), Some(3))
+            .unwrap();
+        let too_small = "TCP 198.18.1.1:80: an mh table of 3 slots cannot hold 4 real servers";
+        assert_rejected(&mut table, too_small, |t| {
+            t.edit_service(http(), SchedulerKind::Mh, None)
+        });
+        table.delete_server(http(), dr(4).ip, 80).unwrap();
+        table.edit_service(http(), SchedulerKind::Mh, None).unwrap();
+        assert_rejected(&mut table, too_small, |t| {
+            t.add_server(http(), dr(4)).map(drop)
+        });
+        assert_rejected(
+            &mut table,
+            "an mh table of 2 slots cannot hold 3 real servers",
+            |t| t.set_sched_params(http(), SchedFlags::default(), Some(2)),
+        );
+        table
+            .set_sched_params(http(), SchedFlags::default(), Some(5))
+            .unwrap();
+        table.add_server(http(), dr(4)).unwrap();
+        table.add_server(http(), dr(5)).unwrap();
+        assert_eq!(table.get(http()).unwrap().real_servers.len(), 5);
     }
 }
