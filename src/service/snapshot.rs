@@ -67,6 +67,10 @@ pub struct Snapshot {
     /// checking has not evicted, sorted: a SYN on a session of any other opens a new
     /// connection elsewhere ([`Snapshot::keeps_real_server`]).
     kept_real_ids: Vec<u32>,
+    /// Per service (same index): the positions of the servers its scheduler leaves
+    /// out ([`Snapshot::scheduler_params`]), worked out here once rather than by
+    /// every worker at every adoption (a search of `kept_real_ids` per server).
+    withdrawn: Vec<Vec<usize>>,
     /// (service id, index in `services`), sorted by id: a session names its service
     /// by id, and a worker's housekeeping finds it by binary search, not a scan.
     by_id: Vec<(u32, u32)>,
@@ -136,7 +140,10 @@ impl Snapshot {
     ) -> Self {
         let services = table.services().map(|s| pool(s, health)).collect();
         let mut snap = Snapshot::from_services_reusing(generation, services, previous);
-        snap.kept_real_ids.retain(|id| !health.evicted.contains(id));
+        if !health.evicted.is_empty() {
+            snap.kept_real_ids.retain(|id| !health.evicted.contains(id));
+            snap.withdrawn = snap.withdrawn_servers();
+        }
         for route in departed {
             let served = snap
                 .nat_reply_services
@@ -237,7 +244,7 @@ impl Snapshot {
                 })
             })
             .collect();
-        Snapshot {
+        let mut snap = Snapshot {
             maglev,
             generation,
             services,
@@ -249,6 +256,7 @@ impl Snapshot {
             real_servers,
             real_servers6,
             kept_real_ids,
+            withdrawn: Vec::new(),
             by_id,
             nat_reply_services,
             timeouts: None,
@@ -256,7 +264,9 @@ impl Snapshot {
             admission: Vec::new(),
             serving_vips: true,
             extra_addresses: Vec::new(),
-        }
+        };
+        snap.withdrawn = snap.withdrawn_servers();
+        snap
     }
 
     pub fn generation(&self) -> u64 {
@@ -361,21 +371,28 @@ impl Snapshot {
                 ..Default::default()
             };
         };
-        let sorry = service.sorry_server.map(|s| s.id);
         let mut params = crate::sched::SchedulerParams::for_service(service, seed);
-        let falls_back =
-            service.scheduler == crate::model::SchedulerKind::Sh && params.flags.sh_fallback;
-        params.withdrawn = service
-            .real_servers
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| {
-                let idle_sorry = Some(r.id) == sorry && r.weight == 0;
-                idle_sorry || (!falls_back && !self.keeps_real_server(r.id))
-            })
-            .map(|(i, _)| i)
-            .collect();
+        params.withdrawn = self.withdrawn.get(index).cloned().unwrap_or_default();
         params
+    }
+
+    /// Every service's [`Snapshot::withdrawn`], from `kept_real_ids`.
+    fn withdrawn_servers(&self) -> Vec<Vec<usize>> {
+        (self.services.iter())
+            .map(|service| {
+                let sorry = service.sorry_server.map(|s| s.id);
+                let falls_back = service.scheduler == crate::model::SchedulerKind::Sh
+                    && service.sched_flags.sh_fallback;
+                (service.real_servers.iter())
+                    .enumerate()
+                    .filter(|(_, r)| {
+                        let idle_sorry = Some(r.id) == sorry && r.weight == 0;
+                        idle_sorry || (!falls_back && !self.keeps_real_server(r.id))
+                    })
+                    .map(|(i, _)| i)
+                    .collect()
+            })
+            .collect()
     }
 
     /// Every service's IPv4 real servers, sorted, each once.
