@@ -146,6 +146,22 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
     }
     for d in desired.services() {
         let key = d.key;
+        // Kept by -A/-E (their size is the current one, or the default for a new
+        // service): set on its own when the file's differs. A larger table goes in
+        // before an -E that may make the service mh (which needs a slot for each of its
+        // real servers), a smaller one after an -E that may make it something else.
+        let size = current
+            .get(key)
+            .map_or(crate::model::MH_DEFAULT_TABLE_SIZE, |c| c.mh_table_size);
+        let set_size = (size != d.mh_table_size).then_some(Request::SetMhTableSize {
+            service: key,
+            size: d.mh_table_size,
+        });
+        let (size_first, size_after) = match set_size {
+            Some(r) if current.get(key).is_some() && d.mh_table_size > size => (Some(r), None),
+            other => (None, other),
+        };
+        out.extend(size_first);
         match current.get(key) {
             None => out.push(Request::AddService {
                 service: key,
@@ -166,16 +182,8 @@ pub fn diff(current: &ServiceTable, desired: &ServiceTable) -> Result<Vec<Reques
                 }
             }
         }
+        out.extend(size_after);
         let existing = current.get(key);
-        // Kept by -A/-E (their size is the current one, or the default for a new
-        // service): set on its own when the file's differs.
-        let size = existing.map_or(crate::model::MH_DEFAULT_TABLE_SIZE, |c| c.mh_table_size);
-        if size != d.mh_table_size {
-            out.push(Request::SetMhTableSize {
-                service: key,
-                size: d.mh_table_size,
-            });
-        }
         for lip in &d.local_addresses {
             if !existing.is_some_and(|c| c.local_addresses.contains(lip)) {
                 out.push(Request::AddLaddr {
@@ -3213,5 +3221,53 @@ port = 53
         .unwrap();
         assert_eq!(answer["applied"], json!(1));
         assert_eq!(publisher.current().generation(), before + 1);
+    }
+
+    /// A reload that makes a service mh and raises its table size at once, or makes
+    /// it something else and lowers the size, applies: the larger table goes in
+    /// before the scheduler change, the smaller one after (an mh service needs a slot
+    /// for each of its real servers at every step).
+    #[test]
+    fn a_reload_changes_the_scheduler_and_the_table_size_in_an_order_that_fits() {
+        let (mut services, publisher) = setup();
+        for last in 20..30 {
+            let server = RealServerSpec::new(
+                Ipv4Addr::new(10, 0, 0, last),
+                8080,
+                1,
+                crate::model::ForwardMode::FullNat,
+            );
+            services.table.add_server(http(), server).unwrap();
+        }
+        services
+            .table
+            .set_sched_params(http(), Default::default(), Some(7))
+            .unwrap();
+        let servers = services.table.get(http()).unwrap().real_servers.len();
+        assert_eq!(servers, 11);
+        for (scheduler, size) in [(SchedulerKind::Mh, 13), (SchedulerKind::Rr, 7)] {
+            // The desired table itself is built in the order that fits.
+            let mut desired = services.table.clone();
+            let resize = |t: &mut crate::service::ServiceTable| {
+                t.set_sched_params(http(), Default::default(), Some(size))
+            };
+            if scheduler == SchedulerKind::Mh {
+                resize(&mut desired).unwrap();
+            }
+            desired.edit_service(http(), scheduler, None).unwrap();
+            resize(&mut desired).unwrap();
+            let requests = diff(&services.table, &desired).unwrap();
+            call(
+                &mut services,
+                &publisher,
+                Request::Batch {
+                    requests,
+                    replace: false,
+                },
+            )
+            .unwrap();
+            let s = services.table.get(http()).unwrap();
+            assert_eq!((s.scheduler, s.mh_table_size), (scheduler, size));
+        }
     }
 }

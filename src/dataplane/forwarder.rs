@@ -792,6 +792,10 @@ impl Forwarder {
         if self.snapshot_changed {
             // Adopted (schedulers rebuilt): tell the management core, which times
             // publish -> adoption. The first poll reports the start-up snapshot.
+            // The old schedulers are gone: the old snapshot, and the Maglev tables
+            // they shared with it, are the publisher's to free, which it does once
+            // the generation below shows this worker adopted.
+            self.snapshot.let_go_of_replaced();
             use std::sync::atomic::Ordering::{Relaxed, Release};
             counters
                 .snapshot_adopted_tsc
@@ -799,9 +803,6 @@ impl Forwarder {
             counters
                 .snapshot_generation
                 .store(self.snapshot.current().generation(), Release);
-            // The old schedulers are gone: the old snapshot, and the Maglev tables
-            // they shared with it, are the publisher's to free.
-            self.snapshot.let_go_of_replaced();
         }
         self.now_tick = (now_tsc / self.tsc_per_tick) as u32;
         self.ts_clock.advance(now_tsc);
