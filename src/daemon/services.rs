@@ -923,21 +923,36 @@ impl Services {
             });
         };
         let mut pair = requests.into_iter();
-        let (first, second) = (pair.next(), pair.next());
-        self.apply_all(first.into_iter().collect(), counters)
-            .map_err(|e| {
-                let e = e.replace("command 1 of 1:", "command 1 of 2:");
-                format!("{e} (nothing was changed)")
-            })?;
-        let Err(error) = self.apply_all(second.into_iter().collect(), counters) else {
+        let (Some(first), Some(second)) = (pair.next(), pair.next()) else {
+            unreachable!("matched as a pair above");
+        };
+        self.apply_change(first, counters)
+            .map_err(|e| format!("command 1 of 2: {e} (nothing was changed)"))?;
+        let Err(error) = self.apply_change(second, counters) else {
             return Ok(());
         };
-        let error = error.replace("command 1 of 1:", "command 2 of 2:");
         match self.apply(undo, counters) {
-            Ok(_) => Err(format!("{error} (nothing was changed)")),
+            Ok(_) => Err(format!("command 2 of 2: {error} (nothing was changed)")),
             // Cannot happen: the undo puts back what was valid a moment ago. Said if
             // it does, rather than claiming nothing changed.
-            Err(undo_error) => Err(format!("{error}; undoing command 1 failed: {undo_error}")),
+            Err(undo_error) => Err(format!(
+                "command 2 of 2: {error}; undoing command 1 failed: {undo_error}"
+            )),
+        }
+    }
+
+    /// One command of a batch: a change, or the reason it is not applied.
+    fn apply_change(
+        &mut self,
+        request: Request,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> Result<(), String> {
+        if request.is_batch() {
+            return Err("batches do not nest".to_string());
+        }
+        match self.apply(request, counters)? {
+            Applied::Changed => Ok(()),
+            Applied::Answer(_) => Err("not a change".to_string()),
         }
     }
 
@@ -950,17 +965,8 @@ impl Services {
     ) -> Result<(), String> {
         let count = requests.len();
         for (i, r) in requests.into_iter().enumerate() {
-            let outcome = if r.is_batch() {
-                Err("batches do not nest".to_string())
-            } else {
-                self.apply(r, counters)
-            };
-            let error = match outcome {
-                Ok(Applied::Changed) => continue,
-                Ok(Applied::Answer(_)) => "not a change".to_string(),
-                Err(e) => e,
-            };
-            return Err(format!("command {} of {count}: {error}", i + 1));
+            self.apply_change(r, counters)
+                .map_err(|error| format!("command {} of {count}: {error}", i + 1))?;
         }
         Ok(())
     }

@@ -1933,6 +1933,19 @@ mod tests {
         test_config(&crate::service::ServiceTable::new(), 1024)
     }
 
+    /// A forwarder that has adopted a snapshot of `table` (generation 2), and the
+    /// publisher it follows.
+    fn forwarder_for(
+        table: &crate::service::ServiceTable,
+    ) -> (crate::service::SnapshotPublisher, Forwarder) {
+        let (publisher, mut config) = bare_config();
+        publisher
+            .publish(crate::service::Snapshot::build(2, table))
+            .unwrap();
+        config.snapshot = publisher.reader();
+        (publisher, Forwarder::new(config))
+    }
+
     /// The first port, 198.18.0.1/24, answering with `responder`.
     fn lan0(responder: &LocalResponder) -> PortContext<'_> {
         PortContext {
@@ -2094,12 +2107,7 @@ mod tests {
         let rs = Ipv4Addr::new(198, 18, 0, 11);
         let spec = crate::model::RealServerSpec::new(rs, 80, 1, ForwardMode::Dr);
         table.add_server(key, spec).unwrap();
-        let (publisher, mut config) = bare_config();
-        publisher
-            .publish(crate::service::Snapshot::build(2, &table))
-            .unwrap();
-        config.snapshot = publisher.reader();
-        let mut f = Forwarder::new(config);
+        let (_publisher, mut f) = forwarder_for(&table);
         let hz: u64 = 1_000_000_000;
         let age = NEIGHBOUR_RECHECK_S * hz;
         let mut neighbours = NeighbourTable::with_capacity(16);
@@ -2899,12 +2907,7 @@ mod tests {
             let spec = crate::model::RealServerSpec::new(rs, 80, 1, ForwardMode::Dr);
             table.add_server(key, spec).unwrap();
         }
-        let (publisher, mut config) = bare_config();
-        publisher
-            .publish(crate::service::Snapshot::build(2, &table))
-            .unwrap();
-        config.snapshot = publisher.reader();
-        let mut f = Forwarder::new(config);
+        let (publisher, mut f) = forwarder_for(&table);
         let shares = |f: &Forwarder, publisher: &crate::service::SnapshotPublisher| {
             let any: &dyn std::any::Any = &*f.schedulers[0];
             let mine = any
