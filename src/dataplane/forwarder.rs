@@ -172,8 +172,9 @@ pub struct Forwarder {
     snapshot: SnapshotReader,
     /// One scheduler per service, by snapshot index; rebuilt when the snapshot changes.
     schedulers: Vec<Box<dyn Scheduler>>,
-    /// The id of each service of `schedulers`, to match them with the next snapshot's.
-    scheduled: Vec<u32>,
+    /// The id and [`Snapshot::scheduling_version`] of each service of `schedulers`,
+    /// to match them with the next snapshot's.
+    scheduled: Vec<(u32, u64)>,
     /// Scratch for the loads handed to a scheduler (capacity kept across picks).
     loads: Vec<ServerLoad>,
     /// Real-server loads over all workers, or of this worker only.
@@ -1079,32 +1080,50 @@ impl Forwarder {
         // prebuilt with the snapshot.
         let seed = sched::DEFAULT_SEED
             ^ (u64::from(self.rss.queue) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        // Each carries on from the service's previous one (Scheduler::inherit).
-        let mut previous: hashbrown::HashMap<u32, Box<dyn Scheduler>> = self
+        // A service whose scheduling inputs did not change keeps its scheduler (and
+        // its loads' sums below): with thousands of services, building them all again
+        // at every change to one stalled the worker for milliseconds. Any other
+        // carries on from the service's previous one (Scheduler::inherit).
+        let mut previous: hashbrown::HashMap<u32, (u64, usize, Box<dyn Scheduler>)> = self
             .scheduled
             .drain(..)
             .zip(self.schedulers.drain(..))
+            .enumerate()
+            .map(|(index, ((id, version), scheduler))| (id, (version, index, scheduler)))
             .collect();
+        let mut kept_from = Vec::with_capacity(snap.services().len());
         self.schedulers = snap
             .services()
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let mut scheduler = match snap.maglev(i) {
-                    Some(table) => Box::new(Arc::clone(table)) as Box<dyn Scheduler>,
-                    None => sched::build_with(
-                        s.scheduler,
-                        &s.real_servers,
-                        &snap.scheduler_params(i, seed),
-                    ),
-                };
-                if let Some(previous) = previous.remove(&s.id) {
-                    scheduler.inherit(&*previous);
+                let version = snap.scheduling_version(i);
+                let old = previous.remove(&s.id);
+                let unchanged = old.as_ref().is_some_and(|(v, ..)| *v == version);
+                kept_from.push(old.as_ref().filter(|_| unchanged).map(|(_, j, _)| *j));
+                match (snap.maglev(i), old) {
+                    (None, Some((_, _, kept))) if unchanged => kept,
+                    (maglev, old) => {
+                        let mut scheduler = match maglev {
+                            // The snapshot's own table: shared, never copied.
+                            Some(table) => Box::new(Arc::clone(table)) as Box<dyn Scheduler>,
+                            None => sched::build_with(
+                                s.scheduler,
+                                &s.real_servers,
+                                &snap.scheduler_params(i, seed),
+                            ),
+                        };
+                        if let Some((_, _, previous)) = old {
+                            scheduler.inherit(&*previous);
+                        }
+                        scheduler
+                    }
                 }
-                scheduler
             })
             .collect();
-        self.scheduled = snap.services().iter().map(|s| s.id).collect();
+        self.scheduled = (snap.services().iter().enumerate())
+            .map(|(i, s)| (s.id, snap.scheduling_version(i)))
+            .collect();
         self.synproxy
             .reset_services(snap.services().iter().map(|s| s.id));
         let widest = snap
@@ -1114,19 +1133,17 @@ impl Forwarder {
             .max()
             .unwrap_or(0);
         self.loads.reserve(widest);
-        self.load_view
-            .reset(snap.services().iter().map(|s| s.real_servers.as_slice()));
+        self.load_view.reset(
+            (snap.services().iter().zip(&kept_from))
+                .map(|(s, &kept)| (s.real_servers.as_slice(), kept)),
+            Arc::clone(snap.load_positions()),
+        );
         self.overload.reset(
             snap.services().iter().map(|s| s.real_servers.as_slice()),
             &self.real_servers,
         );
         for (i, scheduler) in self.schedulers.iter_mut().enumerate() {
             self.overload.tell(i, &mut **scheduler);
-        }
-        for (i, (s, scheduler)) in snap.services().iter().zip(&self.schedulers).enumerate() {
-            if scheduler.tracks_loads() || self.overload.has_thresholds(i) {
-                self.load_view.track(i, &s.real_servers);
-            }
         }
         self.owned.clear();
         if snap.serving_vips() {
@@ -2927,5 +2944,56 @@ mod tests {
             first.maglev(0).unwrap(),
             publisher.current().maglev(0).unwrap()
         ));
+    }
+
+    /// A worker adopting a snapshot keeps the scheduler of each service whose
+    /// scheduling inputs did not change (the same object, its state with it) and
+    /// builds one for a service that did change.
+    #[test]
+    fn a_worker_keeps_the_schedulers_of_unchanged_services() {
+        let mut table = crate::service::ServiceTable::new();
+        let key =
+            |port| crate::model::ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), port);
+        for port in [80, 81] {
+            table
+                .add_service(key(port), crate::model::SchedulerKind::Wlc, None)
+                .unwrap();
+            for last in [11, 12] {
+                let rs = Ipv4Addr::new(198, 18, 0, last);
+                let spec = crate::model::RealServerSpec::new(rs, port, 1, ForwardMode::Nat);
+                table.add_server(key(port), spec).unwrap();
+            }
+        }
+        let (publisher, mut f) = forwarder_for(&table);
+        let schedulers = |f: &Forwarder| -> Vec<*const ()> {
+            let snap = f.snapshot.current();
+            [80, 81]
+                .map(|port| {
+                    let i = snap.find_index(&key(port)).unwrap();
+                    &*f.schedulers[i] as *const dyn Scheduler as *const ()
+                })
+                .to_vec()
+        };
+        let before = schedulers(&f);
+        let rs = Ipv4Addr::new(198, 18, 0, 13);
+        let spec = crate::model::RealServerSpec::new(rs, 81, 1, ForwardMode::Nat);
+        table.add_server(key(81), spec).unwrap();
+        let health = crate::service::HealthOverlay::default();
+        let next = crate::service::Snapshot::build_reusing(
+            3,
+            &table,
+            &health,
+            &[],
+            Some(&publisher.current()),
+        );
+        publisher.publish(next).unwrap();
+        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        assert_eq!(f.snapshot.current().generation(), 3);
+        let after = schedulers(&f);
+        assert_eq!(
+            after[0], before[0],
+            ":80 did not change: its scheduler is kept"
+        );
+        assert_ne!(after[1], before[1], ":81 has a new server: a new scheduler");
     }
 }

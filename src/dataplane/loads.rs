@@ -23,6 +23,7 @@
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::model::RealServer;
 use crate::sched::ServerLoad;
+use crate::service::LoadPositions;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,9 +40,9 @@ pub struct LoadView {
     /// Per service (snapshot index): when the others' sums were taken, and the sums
     /// (indexed like the service's real servers).
     others: Vec<(Option<u64>, Vec<ServerLoad>)>,
-    /// Real servers of services whose scheduler tracks loads: id -> (service index,
-    /// position in its list).
-    tracked: hashbrown::HashMap<u32, (u32, u32)>,
+    /// Real servers of services whose loads are tracked: id -> (service index,
+    /// position in its list), the snapshot's.
+    tracked: Arc<LoadPositions>,
 }
 
 impl LoadView {
@@ -52,18 +53,31 @@ impl LoadView {
             me,
             refresh_tsc: (tsc_hz as u128 * REFRESH.as_nanos() / 1_000_000_000) as u64,
             others: Vec::new(),
-            tracked: hashbrown::HashMap::new(),
+            tracked: Arc::default(),
         }
     }
 
     /// Sizes the caches for a new snapshot's services (off the packet path: called when
-    /// the worker adopts a snapshot) and forgets the old sums.
-    pub fn reset<'a>(&mut self, services: impl Iterator<Item = &'a [RealServer]>) {
-        self.others.clear();
-        self.tracked.clear();
-        for servers in services {
+    /// the worker adopts a snapshot). Each service comes with the index it had in the
+    /// snapshot the view was last reset for when its servers did not change since:
+    /// it keeps its sums and when they were taken (its scheduler, kept too, already
+    /// holds them), so its next pick does not re-read every server. Every other
+    /// service's sums are forgotten. `tracked` says which servers' count changes are
+    /// to be told ([`Snapshot::load_positions`](crate::service::Snapshot::load_positions)).
+    pub fn reset<'a>(
+        &mut self,
+        services: impl Iterator<Item = (&'a [RealServer], Option<usize>)>,
+        tracked: Arc<LoadPositions>,
+    ) {
+        let mut old = std::mem::take(&mut self.others);
+        self.tracked = tracked;
+        for (servers, kept_from) in services {
+            let kept = kept_from
+                .and_then(|j| old.get_mut(j))
+                .filter(|(_, sums)| sums.len() == servers.len())
+                .map(std::mem::take);
             self.others
-                .push((None, vec![ServerLoad::default(); servers.len()]));
+                .push(kept.unwrap_or_else(|| (None, vec![ServerLoad::default(); servers.len()])));
         }
     }
 
@@ -109,15 +123,6 @@ impl LoadView {
 }
 
 impl LoadView {
-    /// Service `index` (of the snapshot the view was reset for) has a scheduler that
-    /// tracks loads, or connection thresholds: its servers' count changes are to be
-    /// told (off the packet path, after [`LoadView::reset`]).
-    pub fn track(&mut self, index: usize, servers: &[RealServer]) {
-        for (position, rs) in servers.iter().enumerate() {
-            self.tracked.insert(rs.id, (index as u32, position as u32));
-        }
-    }
-
     /// Where real server `id` sits, when its service's loads are tracked:
     /// (service index, position in the service's list).
     #[inline]
@@ -231,6 +236,44 @@ mod tests {
         RealServerCounters::gauge_add(if active { &c.active } else { &c.inactive }, 1);
     }
 
+    /// A service reset with the index it had keeps its sums and when they were
+    /// taken (no re-read, nothing told, within the interval); one reset without it
+    /// starts over (every server told at the next refresh).
+    #[test]
+    fn a_kept_service_keeps_its_sums_across_a_reset() {
+        let tables: Vec<_> = (0..2)
+            .map(|_| Arc::new(realserver_stats::new_table()))
+            .collect();
+        let mut view = LoadView::new(tables.clone(), 0, 1_000_000_000);
+        let (a, b) = (servers(2), servers(3));
+        view.reset(
+            [(a.as_slice(), None), (b.as_slice(), None)].into_iter(),
+            Arc::default(),
+        );
+        let mut told = Vec::new();
+        view.refresh_tracked(1, &b, 0, |p, _| told.push(p));
+        assert_eq!(told, [0, 1, 2], "the first refresh tells every server");
+        open(&tables[1], 3, true);
+        // The same servers, now at index 0, kept from index 1; a new service after.
+        view.reset(
+            [(b.as_slice(), Some(1)), (a.as_slice(), None)].into_iter(),
+            Arc::default(),
+        );
+        told.clear();
+        view.refresh_tracked(0, &b, 100_000, |p, _| told.push(p));
+        assert!(told.is_empty(), "kept sums, taken 100 us ago: {told:?}");
+        let mut moved = Vec::new();
+        view.refresh_tracked(0, &b, 600_000, |p, l| moved.push((p, l.active)));
+        assert_eq!(
+            moved,
+            [(2, 1)],
+            "past the interval only the moved server is told"
+        );
+        let mut fresh = Vec::new();
+        view.refresh_tracked(1, &a, 600_000, |p, _| fresh.push(p));
+        assert_eq!(fresh, [0, 1], "not kept: told afresh");
+    }
+
     #[test]
     fn own_counts_are_fresh_others_refresh_after_the_interval() {
         let tables: Vec<_> = (0..2)
@@ -239,7 +282,7 @@ mod tests {
         let hz = 1_000_000_000; // 1 cycle = 1 ns
         let mut view = LoadView::new(tables.clone(), 0, hz);
         let rs = servers(2);
-        view.reset(std::iter::once(rs.as_slice()));
+        view.reset(std::iter::once((rs.as_slice(), None)), Arc::default());
         let mut out = Vec::new();
         view.loads(0, &rs, 0, &mut out);
         assert_eq!(out, vec![ServerLoad::default(); 2]);
@@ -282,9 +325,11 @@ mod tests {
         }
         let mut tracked_view = LoadView::new(tables.clone(), 0, 1_000_000_000);
         let mut slice_view = LoadView::new(tables.clone(), 0, 1_000_000_000);
-        tracked_view.reset(std::iter::once(rs.as_slice()));
-        slice_view.reset(std::iter::once(rs.as_slice()));
-        tracked_view.track(0, &rs);
+        let positions = (rs.iter().enumerate())
+            .map(|(position, r)| (r.id, (0, position as u32)))
+            .collect();
+        tracked_view.reset(std::iter::once((rs.as_slice(), None)), Arc::new(positions));
+        slice_view.reset(std::iter::once((rs.as_slice(), None)), Arc::default());
         // Connections from before the scheduler was built.
         open(&tables[0], 4, true);
         open(&tables[1], 5, false);
@@ -386,7 +431,7 @@ mod skew_tests {
             .collect();
         let step = REFRESH.as_nanos() as u64;
         let mut view = LoadView::new(tables.clone(), 0, 1_000_000_000);
-        view.reset(std::iter::once(servers.as_slice()));
+        view.reset(std::iter::once((servers.as_slice(), None)), Arc::default());
         let mut lc = sched::build(SchedulerKind::Lc, &servers);
         let mut fresh_lc = sched::build(SchedulerKind::Lc, &servers);
         let (mut seen, mut truth) = (Vec::new(), Vec::new());

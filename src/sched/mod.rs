@@ -205,8 +205,9 @@ impl<'a> PickContext<'a> {
 ///   [`Scheduler::set_weight`];
 ///   lc, wlc, sed, nq, lblc and lblcr read them from `servers` at each pick unless the context
 ///   says loads are tracked, and then also only when built and through `set_weight`.
-///   The data plane rebuilds schedulers on every change of the list, weights included,
-///   and has each carry on from the one it replaces ([`Scheduler::inherit`]).
+///   The data plane rebuilds a service's scheduler on every change of its list,
+///   weights included, and has it carry on from the one it replaces
+///   ([`Scheduler::inherit`]); a service whose list did not change keeps its own.
 pub trait Scheduler: Send + std::any::Any {
     fn kind(&self) -> SchedulerKind;
     /// Index into `servers` of the real server for a new connection; None when no server
@@ -265,6 +266,21 @@ pub fn build(kind: SchedulerKind, servers: &[RealServer]) -> Box<dyn Scheduler> 
 /// Never fails: a Maglev table size that [`SchedulerParams::validate`] rejects is
 /// replaced by the default (65537) with a warning. Building mh costs a table
 /// population (about a millisecond for 1000 servers): do it off the packet path.
+/// Whether the scheduler [`build_with`] makes for `kind` keeps its own index over
+/// loads ([`Scheduler::tracks_loads`]), known without building one: the snapshot
+/// maps the tracked servers once for every worker.
+pub const fn tracks_loads(kind: SchedulerKind) -> bool {
+    matches!(
+        kind,
+        SchedulerKind::Lc
+            | SchedulerKind::Wlc
+            | SchedulerKind::Sed
+            | SchedulerKind::Nq
+            | SchedulerKind::Lblc
+            | SchedulerKind::Lblcr
+    )
+}
+
 pub fn build_with(
     kind: SchedulerKind,
     servers: &[RealServer],
@@ -525,6 +541,7 @@ mod tests {
         for &kind in SchedulerKind::ALL {
             let mut scheduler = build(kind, &servers);
             assert_eq!(scheduler.kind(), kind);
+            assert_eq!(scheduler.tracks_loads(), tracks_loads(kind), "{kind:?}");
             assert!(scheduler.pick(&servers, &ctx()).is_some());
         }
     }

@@ -8,6 +8,7 @@ pub mod table;
 pub use acl::{Acl, AclAction, Prefix};
 pub use admission::{Admission, AdmissionEvent, AdmissionRules, AdmissionTotals, RateLimit};
 pub use snapshot::{
-    HealthOverlay, NatRoute, Snapshot, SnapshotPublisher, SnapshotReader, StaleGeneration,
+    HealthOverlay, LoadPositions, NatRoute, Snapshot, SnapshotPublisher, SnapshotReader,
+    StaleGeneration,
 };
 pub use table::{validate_server, validate_service, ServiceError, ServiceTable};

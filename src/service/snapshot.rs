@@ -44,6 +44,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Real server id -> (service index, position in the service's list).
+pub type LoadPositions = HashMap<u32, (u32, u32)>;
+
 /// One immutable view of every virtual service, as the workers read it.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -81,6 +84,20 @@ pub struct Snapshot {
     /// Session timeouts (`ipvsadm --set`), when the publisher sets them; workers keep
     /// their start-up timeouts otherwise.
     timeouts: Option<Timeouts>,
+    /// Per service (same index): a number that names its scheduler's inputs (the
+    /// scheduler, its real servers as scheduled, the Maglev table size, the flags and
+    /// the servers it leaves out). A service whose inputs equal those in the snapshot
+    /// this one was built from keeps that snapshot's number; any other gets one never
+    /// handed out before ([`Snapshot::scheduling_version`]). Equal inputs are equal
+    /// transitively, so a worker that skipped snapshots in between can still keep
+    /// the scheduler it built for the same number.
+    scheduling: Vec<u64>,
+    /// Where each real server of a service whose loads are tracked (its scheduler
+    /// [tracks loads](crate::sched::tracks_loads), or a server has an upper
+    /// connection threshold) sits: id -> (service index, position). Mapped here once
+    /// and shared by every worker's load view, rather than by each worker at each
+    /// adoption (a hash insert per real server).
+    load_positions: Arc<LoadPositions>,
     /// Per service (same index): the Maglev table of an mh service, built here, on
     /// the management core, so workers adopt it without a millisecond-long build.
     maglev: Vec<Option<Arc<Maglev>>>,
@@ -139,11 +156,8 @@ impl Snapshot {
         previous: Option<&Snapshot>,
     ) -> Self {
         let services = table.services().map(|s| pool(s, health)).collect();
-        let mut snap = Snapshot::from_services_reusing(generation, services, previous);
-        if !health.evicted.is_empty() {
-            snap.kept_real_ids.retain(|id| !health.evicted.contains(id));
-            snap.withdrawn = snap.withdrawn_servers();
-        }
+        let mut snap =
+            Snapshot::from_services_reusing(generation, services, &health.evicted, previous);
         for route in departed {
             let served = snap
                 .nat_reply_services
@@ -172,14 +186,16 @@ impl Snapshot {
     /// A snapshot of `services` as given. Keys are expected to be unique (as a
     /// [`ServiceTable`] guarantees); if one repeats, lookups find its first occurrence.
     pub fn from_services(generation: u64, services: Vec<Service>) -> Self {
-        Snapshot::from_services_reusing(generation, services, None)
+        Snapshot::from_services_reusing(generation, services, &Default::default(), None)
     }
 
-    /// As [`Snapshot::from_services`], reusing `previous`'s unchanged Maglev tables
-    /// ([`Snapshot::build_reusing`]).
+    /// As [`Snapshot::from_services`], with the `evicted` real servers no longer kept,
+    /// reusing `previous`'s unchanged Maglev tables ([`Snapshot::build_reusing`]) and
+    /// scheduling versions.
     fn from_services_reusing(
         generation: u64,
         services: Vec<Service>,
+        evicted: &std::collections::HashSet<u32>,
         previous: Option<&Snapshot>,
     ) -> Self {
         let mut by_key = HashMap::with_capacity(services.len());
@@ -203,6 +219,9 @@ impl Snapshot {
             .collect();
         kept_real_ids.sort_unstable();
         kept_real_ids.dedup();
+        if !evicted.is_empty() {
+            kept_real_ids.retain(|id| !evicted.contains(id));
+        }
         let mut by_id: Vec<(u32, u32)> = services
             .iter()
             .enumerate()
@@ -217,6 +236,15 @@ impl Snapshot {
                     .or_default();
                 if !served.contains(&(s.key.vip, s.key.port)) {
                     served.push((s.key.vip, s.key.port));
+                }
+            }
+        }
+        let mut load_positions = LoadPositions::new();
+        for (index, s) in services.iter().enumerate() {
+            let thresholds = s.real_servers.iter().any(|r| r.upper > 0);
+            if crate::sched::tracks_loads(s.scheduler) || thresholds {
+                for (position, r) in s.real_servers.iter().enumerate() {
+                    load_positions.insert(r.id, (index as u32, position as u32));
                 }
             }
         }
@@ -257,6 +285,8 @@ impl Snapshot {
             real_servers6,
             kept_real_ids,
             withdrawn: Vec::new(),
+            scheduling: Vec::new(),
+            load_positions: Arc::new(load_positions),
             by_id,
             nat_reply_services,
             timeouts: None,
@@ -266,6 +296,7 @@ impl Snapshot {
             extra_addresses: Vec::new(),
         };
         snap.withdrawn = snap.withdrawn_servers();
+        snap.scheduling = snap.scheduling_versions(previous);
         snap
     }
 
@@ -374,6 +405,47 @@ impl Snapshot {
         let mut params = crate::sched::SchedulerParams::for_service(service, seed);
         params.withdrawn = self.withdrawn.get(index).cloned().unwrap_or_default();
         params
+    }
+
+    /// Where the real servers whose loads are tracked sit (see the field's docs).
+    pub fn load_positions(&self) -> &Arc<LoadPositions> {
+        &self.load_positions
+    }
+
+    /// The number that names service `index`'s scheduler inputs: equal in two
+    /// snapshots only when the service (same id) would get the same scheduler from
+    /// both, so a worker keeps the one it has (and its state: a round-robin's place,
+    /// a least-connection index's loads) instead of building it again. 0 for an
+    /// index out of range.
+    #[inline]
+    pub fn scheduling_version(&self, index: usize) -> u64 {
+        self.scheduling.get(index).copied().unwrap_or(0)
+    }
+
+    /// Every service's [`Snapshot::scheduling_version`]: `previous`'s for a service
+    /// whose inputs did not change since it, a fresh one otherwise. Comparing costs
+    /// O(servers) per service, on the management core; it spares every worker
+    /// rebuilding the scheduler of every service at every change to one of them.
+    fn scheduling_versions(&self, previous: Option<&Snapshot>) -> Vec<u64> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        (self.services.iter().enumerate())
+            .map(|(index, s)| {
+                let unchanged = |p: &Snapshot| {
+                    let before_index = *p.by_key.get(&s.key)?;
+                    let before = &p.services[before_index];
+                    let same = before.id == s.id
+                        && before.scheduler == s.scheduler
+                        && before.mh_table_size == s.mh_table_size
+                        && before.sched_flags == s.sched_flags
+                        && before.real_servers == s.real_servers
+                        && p.withdrawn.get(before_index) == self.withdrawn.get(index);
+                    same.then(|| p.scheduling_version(before_index))
+                };
+                previous
+                    .and_then(unchanged)
+                    .unwrap_or_else(|| NEXT.fetch_add(1, Ordering::Relaxed))
+            })
+            .collect()
     }
 
     /// Every service's [`Snapshot::withdrawn`], from `kept_real_ids`.
@@ -1461,5 +1533,127 @@ mod tests {
             .unwrap();
         let sixth = Snapshot::build_reusing(6, &table, &health, &[], Some(&fifth));
         assert!(!reused(&fifth, &sixth, 80) && reused(&fifth, &sixth, 81));
+    }
+
+    /// The load positions map every server of a service whose scheduler tracks loads
+    /// or that has an upper threshold, by id, to its service's index and its place,
+    /// and no other server.
+    #[test]
+    fn load_positions_cover_the_tracked_services() {
+        let mut table = ServiceTable::new();
+        for (port, scheduler) in [(80, SchedulerKind::Rr), (81, SchedulerKind::Wlc)] {
+            table.add_service(key(1, port), scheduler, None).unwrap();
+            for last in [11, 12] {
+                let spec =
+                    RealServerSpec::new(Ipv4Addr::new(10, 0, 0, last), port, 1, ForwardMode::Nat);
+                table.add_server(key(1, port), spec).unwrap();
+            }
+        }
+        let positions = |table: &ServiceTable| {
+            let snap = Snapshot::build(1, table);
+            let mut got: Vec<_> = (snap.load_positions().iter())
+                .map(|(&id, &(index, position))| {
+                    let service = &snap.services()[index as usize];
+                    assert_eq!(service.real_servers[position as usize].id, id);
+                    (service.key.port, position)
+                })
+                .collect();
+            got.sort_unstable();
+            got
+        };
+        assert_eq!(positions(&table), [(81, 0), (81, 1)]);
+        let mut spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 80, 1, ForwardMode::Nat);
+        spec.upper = 10;
+        table.edit_server(key(1, 80), spec).unwrap();
+        assert_eq!(positions(&table), [(80, 0), (80, 1), (81, 0), (81, 1)]);
+    }
+
+    /// A service keeps its scheduling version while its scheduler's inputs stay the
+    /// same (also over a snapshot it did not change in), and gets a number never seen
+    /// before when its servers, a weight, an eviction, its scheduler, its flags, or
+    /// the service itself (deleted and added again) change, or when a snapshot is
+    /// built without a previous one.
+    #[test]
+    fn scheduling_versions_follow_the_schedulers_inputs() {
+        let mut table = ServiceTable::new();
+        for port in [80, 81] {
+            table
+                .add_service(key(1, port), SchedulerKind::Wlc, None)
+                .unwrap();
+            for last in [11, 12] {
+                let spec =
+                    RealServerSpec::new(Ipv4Addr::new(10, 0, 0, last), port, 1, ForwardMode::Nat);
+                table.add_server(key(1, port), spec).unwrap();
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let version = |snap: &Snapshot, port| snap.scheduling_version(snap.by_key[&key(1, port)]);
+        let mut last = Snapshot::build(1, &table);
+        seen.extend([version(&last, 80), version(&last, 81)]);
+        assert_eq!(seen.len(), 2, "two services, two numbers");
+        let mut generation = 1;
+        // Builds the next snapshot from `last` with `health`: whether each of :80
+        // and :81 kept its number, and that every new number is new.
+        let mut next = |table: &ServiceTable, health: &HealthOverlay, previous: bool| {
+            generation += 1;
+            let snap =
+                Snapshot::build_reusing(generation, table, health, &[], previous.then_some(&last));
+            let kept = [80, 81].map(|port| {
+                let kept = version(&snap, port) == version(&last, port);
+                assert!(
+                    kept || seen.insert(version(&snap, port)),
+                    "a number came back"
+                );
+                kept
+            });
+            last = snap;
+            kept
+        };
+        let healthy = HealthOverlay::default();
+        assert_eq!(next(&table, &healthy, true), [true, true]);
+        // A weight on :81.
+        let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 81, 5, ForwardMode::Nat);
+        table.edit_server(key(1, 81), spec).unwrap();
+        assert_eq!(next(&table, &healthy, true), [true, false]);
+        assert_eq!(next(&table, &healthy, true), [true, true]);
+        // An eviction of one of :80's servers, then its end.
+        let evicted = HealthOverlay {
+            evicted: [table.get(key(1, 80)).unwrap().real_servers[0].id].into(),
+            ..HealthOverlay::default()
+        };
+        assert_eq!(next(&table, &evicted, true), [false, true]);
+        assert_eq!(next(&table, &evicted, true), [true, true]);
+        assert_eq!(next(&table, &healthy, true), [false, true]);
+        // A server added to :80, one removed from :81.
+        let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 13), 80, 1, ForwardMode::Nat);
+        table.add_server(key(1, 80), spec).unwrap();
+        assert_eq!(next(&table, &healthy, true), [false, true]);
+        let rs = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
+        table.delete_server(key(1, 81), rs, 81).unwrap();
+        assert_eq!(next(&table, &healthy, true), [true, false]);
+        // The scheduler, then the flags of :80.
+        table
+            .edit_service(key(1, 80), SchedulerKind::Sh, None)
+            .unwrap();
+        assert_eq!(next(&table, &healthy, true), [false, true]);
+        let flags = crate::model::SchedFlags {
+            sh_port: true,
+            ..Default::default()
+        };
+        table.set_sched_params(key(1, 80), flags, None).unwrap();
+        assert_eq!(next(&table, &healthy, true), [false, true]);
+        // :81 deleted and added again with the same servers: a new service.
+        let servers = table.delete_service(key(1, 81)).unwrap().real_servers;
+        table
+            .add_service(key(1, 81), SchedulerKind::Wlc, None)
+            .unwrap();
+        for r in &servers {
+            let spec = RealServerSpec::new(r.ip, r.port, r.weight, r.mode);
+            table.add_server(key(1, 81), spec).unwrap();
+        }
+        assert_eq!(next(&table, &healthy, true), [true, false]);
+        // No previous snapshot: nothing is known to be the same.
+        assert_eq!(next(&table, &healthy, false), [false, false]);
+        assert_eq!(next(&table, &healthy, true), [true, true]);
     }
 }
