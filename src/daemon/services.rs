@@ -1009,6 +1009,20 @@ impl Services {
                 }
             }
         }
+        // And the Maglev table size (the config file's `mh_table_size`): without it a
+        // replace would quietly take every staying service back to the default size,
+        // moving its clients and parting it from nodes that run the file's.
+        for service in self.table.services() {
+            let Some(wanted) = desired.get(service.key) else {
+                continue;
+            };
+            if wanted.mh_table_size != service.mh_table_size {
+                let flags = wanted.sched_flags;
+                desired
+                    .set_sched_params(service.key, flags, Some(service.mh_table_size))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         let changes = diff(&self.table, &desired)?;
         let (count, lines) = (changes.len(), describe_all(&changes));
         self.apply_all(changes, counters)
@@ -2522,6 +2536,56 @@ port = 53
                 },
             ]
         );
+    }
+
+    /// `-R --replace` of saved lines keeps a staying service's Maglev table size
+    /// (ipvsadm lines cannot say it): no change, no move to the default size; and a
+    /// replace that gives it more real servers than that table holds is refused,
+    /// changing nothing.
+    #[test]
+    fn a_replace_keeps_a_staying_services_maglev_table_size() {
+        let (mut services, publisher) = setup();
+        services
+            .table
+            .edit_service(http(), SchedulerKind::Mh, None)
+            .unwrap();
+        services
+            .table
+            .set_sched_params(http(), Default::default(), Some(5))
+            .unwrap();
+        let saved = crate::control::render::render_save(&services.save_report(&[]));
+        let parse_lines = |text: &str| -> Vec<Request> {
+            text.lines()
+                .map(|l| {
+                    let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+                    crate::control::ipvsadm::parse(&args).unwrap().request
+                })
+                .collect()
+        };
+        let replace = |requests| Request::Batch {
+            requests,
+            replace: true,
+        };
+        let answer = call(&mut services, &publisher, replace(parse_lines(&saved))).unwrap();
+        assert_eq!(answer["changes"], 0, "{answer}");
+        assert_eq!(services.table.get(http()).unwrap().mh_table_size, 5);
+        let before = crate::control::render::render_save(&services.save_report(&[]));
+        let crowded: String = (12..17)
+            .map(|last| format!("-a -t 198.18.1.1:80 -r 10.0.0.{last}:8080 -b\n"))
+            .collect();
+        let err = call(
+            &mut services,
+            &publisher,
+            replace(parse_lines(&(saved + &crowded))),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("an mh table of 5 slots cannot hold 6 real servers"),
+            "{err}"
+        );
+        let after = crate::control::render::render_save(&services.save_report(&[]));
+        assert_eq!(after, before);
+        assert_eq!(services.table.get(http()).unwrap().mh_table_size, 5);
     }
 
     /// The sorry server and a real server trade places in one reload: the old sorry
