@@ -170,7 +170,8 @@ pub struct Forwarder {
     /// session at most): a packet's check against them is one compare each.
     parked_hashes: Vec<crate::session::KeyHash>,
     snapshot: SnapshotReader,
-    /// One scheduler per service, by snapshot index; rebuilt when the snapshot changes.
+    /// One scheduler per service, by snapshot index; rebuilt when a new snapshot
+    /// changes the service's scheduling inputs.
     schedulers: Vec<Box<dyn Scheduler>>,
     /// The id and [`Snapshot::scheduling_version`] of each service of `schedulers`,
     /// to match them with the next snapshot's.
@@ -1092,6 +1093,7 @@ impl Forwarder {
             .map(|(index, ((id, version), scheduler))| (id, (version, index, scheduler)))
             .collect();
         let mut kept_from = Vec::with_capacity(snap.services().len());
+        let mut rebuilt = Vec::with_capacity(snap.services().len());
         self.schedulers = snap
             .services()
             .iter()
@@ -1101,8 +1103,10 @@ impl Forwarder {
                 let old = previous.remove(&s.id);
                 let unchanged = old.as_ref().is_some_and(|(v, ..)| *v == version);
                 kept_from.push(old.as_ref().filter(|_| unchanged).map(|(_, j, _)| *j));
+                let keep = unchanged && snap.maglev(i).is_none();
+                rebuilt.push(!keep);
                 match (snap.maglev(i), old) {
-                    (None, Some((_, _, kept))) if unchanged => kept,
+                    (None, Some((_, _, kept))) if keep => kept,
                     (maglev, old) => {
                         let mut scheduler = match maglev {
                             // The snapshot's own table: shared, never copied.
@@ -1142,8 +1146,13 @@ impl Forwarder {
             snap.services().iter().map(|s| s.real_servers.as_slice()),
             &self.real_servers,
         );
+        // A kept scheduler already has its overloaded servers (the same ones, the
+        // service being unchanged) at weight 0; telling it again would cost wrr its
+        // replayed cycle.
         for (i, scheduler) in self.schedulers.iter_mut().enumerate() {
-            self.overload.tell(i, &mut **scheduler);
+            if rebuilt[i] {
+                self.overload.tell(i, &mut **scheduler);
+            }
         }
         self.owned.clear();
         if snap.serving_vips() {
@@ -2995,5 +3004,72 @@ mod tests {
             ":80 did not change: its scheduler is kept"
         );
         assert_ne!(after[1], before[1], ":81 has a new server: a new scheduler");
+        // :80 deleted: :81 moves to index 0 and keeps its scheduler.
+        table.delete_service(key(80)).unwrap();
+        let next = crate::service::Snapshot::build_reusing(
+            4,
+            &table,
+            &health,
+            &[],
+            Some(&publisher.current()),
+        );
+        publisher.publish(next).unwrap();
+        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        assert_eq!(f.snapshot.current().find_index(&key(81)), Some(0));
+        let moved = &*f.schedulers[0] as *const dyn Scheduler as *const ();
+        assert_eq!(moved, after[1], ":81 keeps its scheduler at its new index");
+    }
+
+    /// A kept scheduler whose service has an overloaded server (over its upper
+    /// threshold) still leaves it out after an adoption that changed another service:
+    /// the worker does not tell it again, and it needs no telling.
+    #[test]
+    fn a_kept_scheduler_still_leaves_an_overloaded_server_out() {
+        let mut table = crate::service::ServiceTable::new();
+        let key =
+            |port| crate::model::ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 1), port);
+        let kind = |port| match port {
+            80 => crate::model::SchedulerKind::Fo,
+            _ => crate::model::SchedulerKind::Rr,
+        };
+        for port in [80, 81] {
+            table.add_service(key(port), kind(port), None).unwrap();
+        }
+        for (last, weight, upper) in [(11, 2, 1), (12, 1, 0)] {
+            let rs = Ipv4Addr::new(198, 18, 0, last);
+            let mut spec = crate::model::RealServerSpec::new(rs, 80, weight, ForwardMode::Nat);
+            spec.upper = upper;
+            table.add_server(key(80), spec).unwrap();
+        }
+        let (publisher, mut f) = forwarder_for(&table);
+        let pick = |f: &mut Forwarder| {
+            let i = f.snapshot.current().find_index(&key(80)).unwrap();
+            let servers = f.overload.servers(i).expect("thresholds").to_vec();
+            let ctx = crate::sched::PickContext::new(Ipv4Addr::new(198, 18, 2, 9), 1024, &[]);
+            f.schedulers[i].pick(&servers, &ctx)
+        };
+        assert_eq!(pick(&mut f), Some(0), "fo: the heavier server");
+        let i = f.snapshot.current().find_index(&key(80)).unwrap();
+        let own = Arc::clone(&f.real_servers);
+        let load = crate::sched::ServerLoad::new(1, 0);
+        f.overload.apply(i, 0, load, &mut *f.schedulers[i], &own);
+        assert_eq!(pick(&mut f), Some(1), "the heavier server is overloaded");
+        let kept = &*f.schedulers[i] as *const dyn Scheduler as *const ();
+        let rs = Ipv4Addr::new(198, 18, 0, 13);
+        let spec = crate::model::RealServerSpec::new(rs, 81, 1, ForwardMode::Nat);
+        table.add_server(key(81), spec).unwrap();
+        let health = crate::service::HealthOverlay::default();
+        let next = crate::service::Snapshot::build_reusing(
+            3,
+            &table,
+            &health,
+            &[],
+            Some(&publisher.current()),
+        );
+        publisher.publish(next).unwrap();
+        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        let i = f.snapshot.current().find_index(&key(80)).unwrap();
+        assert_eq!(&*f.schedulers[i] as *const dyn Scheduler as *const (), kept);
+        assert_eq!(pick(&mut f), Some(1), "still overloaded, still left out");
     }
 }

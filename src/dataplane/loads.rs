@@ -59,10 +59,10 @@ impl LoadView {
 
     /// Sizes the caches for a new snapshot's services (off the packet path: called when
     /// the worker adopts a snapshot). Each service comes with the index it had in the
-    /// snapshot the view was last reset for when its servers did not change since:
-    /// it keeps its sums and when they were taken (its scheduler, kept too, already
-    /// holds them), so its next pick does not re-read every server. Every other
-    /// service's sums are forgotten. `tracked` says which servers' count changes are
+    /// snapshot the view was last reset for when its scheduling version did not change
+    /// since (the same servers in the same places): it keeps its sums and when they
+    /// were taken (a kept load-tracking scheduler already holds them), so its next
+    /// pick does not re-read every server. Every other service's sums are forgotten. `tracked` says which servers' count changes are
     /// to be told ([`Snapshot::load_positions`](crate::service::Snapshot::load_positions)).
     pub fn reset<'a>(
         &mut self,

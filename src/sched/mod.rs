@@ -4,8 +4,9 @@
 //! established sessions are forwarded from the session table without asking it.
 //!
 //! **State is per worker.** Each worker builds its own scheduler instances from the
-//! snapshot it reads and rebuilds them when it picks up a new snapshot (each carrying on
-//! from the one it replaces: [`Scheduler::inherit`]), so `pick` takes
+//! snapshot it reads and, when it picks up a new snapshot, rebuilds those of the
+//! services whose scheduling inputs changed (each carrying on from the one it replaces:
+//! [`Scheduler::inherit`]) and keeps the others, so `pick` takes
 //! `&mut self` and needs no locks or atomics. The consequence: with N workers, each
 //! runs its own sequence. Round robin over 3 servers with 2 workers gives each worker
 //! `a b c a b c ...` over the connections *it* sees, so the global spread is exact only
@@ -198,7 +199,7 @@ impl<'a> PickContext<'a> {
 /// Contract for implementations:
 /// - `pick` is called on the packet path: it must not allocate, lock or block.
 /// - `servers` is the real-server list the scheduler was built from (the worker
-///   rebuilds the scheduler when it adopts a new snapshot). A scheduler that keeps
+///   rebuilds the scheduler when a new snapshot changes it). A scheduler that keeps
 ///   per-server state must still not panic if the slice length differs; it restarts.
 /// - A server with weight 0 is draining and is never picked.
 /// - Weights: wrr, fo, wrandom and p2c read them when built and through
@@ -207,7 +208,8 @@ impl<'a> PickContext<'a> {
 ///   says loads are tracked, and then also only when built and through `set_weight`.
 ///   The data plane rebuilds a service's scheduler on every change of its list,
 ///   weights included, and has it carry on from the one it replaces
-///   ([`Scheduler::inherit`]); a service whose list did not change keeps its own.
+///   ([`Scheduler::inherit`]); a service whose scheduling inputs did not change
+///   (list, weights, flags, table size, servers left out) keeps its own.
 pub trait Scheduler: Send + std::any::Any {
     fn kind(&self) -> SchedulerKind;
     /// Index into `servers` of the real server for a new connection; None when no server
@@ -236,7 +238,7 @@ pub trait Scheduler: Send + std::any::Any {
     /// service when a worker adopts a new snapshot, where that makes sense: rr keeps
     /// its position (modulo the new list), wrr its running weights while the list
     /// and weights are unchanged, wrandom and p2c their generator's state. Without it
-    /// every snapshot (a health flap, an edit of another service) would restart them,
+    /// every change to the service (a health flap, a weight) would restart them,
     /// and with few new connections between snapshots each worker's first pick, the
     /// same server every time, would take most of them. A no-op for the others and
     /// for a `previous` of another kind.
@@ -261,11 +263,6 @@ pub fn build(kind: SchedulerKind, servers: &[RealServer]) -> Box<dyn Scheduler> 
     build_with(kind, servers, &SchedulerParams::default())
 }
 
-/// A fresh scheduler of `kind` for `servers`; state starts from the beginning.
-///
-/// Never fails: a Maglev table size that [`SchedulerParams::validate`] rejects is
-/// replaced by the default (65537) with a warning. Building mh costs a table
-/// population (about a millisecond for 1000 servers): do it off the packet path.
 /// Whether the scheduler [`build_with`] makes for `kind` keeps its own index over
 /// loads ([`Scheduler::tracks_loads`]), known without building one: the snapshot
 /// maps the tracked servers once for every worker.
@@ -281,6 +278,11 @@ pub const fn tracks_loads(kind: SchedulerKind) -> bool {
     )
 }
 
+/// A fresh scheduler of `kind` for `servers`; state starts from the beginning.
+///
+/// Never fails: a Maglev table size that [`SchedulerParams::validate`] rejects is
+/// replaced by the default (65537) with a warning. Building mh costs a table
+/// population (about a millisecond for 1000 servers): do it off the packet path.
 pub fn build_with(
     kind: SchedulerKind,
     servers: &[RealServer],
@@ -704,8 +706,9 @@ mod tests {
         );
     }
 
-    /// A worker rebuilds its schedulers on every snapshot; with one new connection
-    /// between snapshots the sequence must go on, not restart at the same server.
+    /// A worker rebuilds a service's scheduler on every change to it; with one new
+    /// connection between changes the sequence must go on, not restart at the same
+    /// server.
     #[test]
     fn a_rebuild_between_every_pick_keeps_the_spread() {
         let servers = servers(&[1, 1, 1]);

@@ -1631,6 +1631,33 @@ mod tests {
         let rs = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
         table.delete_server(key(1, 81), rs, 81).unwrap();
         assert_eq!(next(&table, &healthy, true), [true, false]);
+        // :81's table size (even for wlc, which does not use it).
+        table
+            .set_sched_params(key(1, 81), Default::default(), Some(251))
+            .unwrap();
+        assert_eq!(next(&table, &healthy, true), [true, false]);
+        // Only the servers left out change: :81's server, at weight 0, then evicted
+        // (scheduled at weight 0 either way).
+        let spec = RealServerSpec::new(Ipv4Addr::new(10, 0, 0, 12), 81, 0, ForwardMode::Nat);
+        table.edit_server(key(1, 81), spec).unwrap();
+        assert_eq!(next(&table, &healthy, true), [true, false]);
+        let idle = HealthOverlay {
+            evicted: [table.get(key(1, 81)).unwrap().real_servers[0].id].into(),
+            ..HealthOverlay::default()
+        };
+        let scheduled = |health: &HealthOverlay| {
+            let snap = Snapshot::build_with(99, &table, health, &[]);
+            snap.services()[snap.by_key[&key(1, 81)]]
+                .real_servers
+                .clone()
+        };
+        assert_eq!(
+            scheduled(&healthy),
+            scheduled(&idle),
+            "the same servers as scheduled"
+        );
+        assert_eq!(next(&table, &idle, true), [true, false]);
+        assert_eq!(next(&table, &healthy, true), [true, false]);
         // The scheduler, then the flags of :80.
         table
             .edit_service(key(1, 80), SchedulerKind::Sh, None)
