@@ -54,8 +54,8 @@ pub struct Services {
     /// NAT real servers as of the last publish, and those removed since (with when),
     /// kept in snapshots for the longest session timeout so the replies of sessions
     /// they still carry reach their owner worker.
-    pub nat_routes: std::collections::HashSet<NatRoute>,
-    pub departed_nat: std::collections::HashMap<NatRoute, std::time::Instant>,
+    pub nat_routes: hashbrown::HashSet<NatRoute>,
+    pub departed_nat: hashbrown::HashMap<NatRoute, std::time::Instant>,
     /// By service id: each service's real servers and sorry server as of the last
     /// publish, and those removed from it since: the service's counters go on
     /// counting them ([`ServiceCounts`]) until the id is released ([`Retiring`]),

@@ -19,9 +19,10 @@ use crate::dataplane::realserver_stats::{PassiveTotals, PASSIVE_FIELD_MASK};
 use crate::forward::synproxy::SipKey;
 use crate::model::ServiceKey;
 use crate::service::{HealthOverlay, ServiceTable};
+use hashbrown::HashMap;
 use probe::{Check, Endpoints, Probe, Segment};
 use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use verdict::{Change, Pace, PassiveDelta, Verdict};
 
@@ -302,15 +303,17 @@ impl HealthMonitor {
     /// any, is meant for the TCP services) would send SYNs to a UDP port, fail, and
     /// evict every UDP real server.
     pub fn spec_for(&self, service: ServiceKey, ip: IpAddr, port: u16) -> CheckSpec {
-        let mut spec = self.cfg.defaults.clone();
         let service_override = self.service_checks.get(&service).map(|(o, _)| o);
         let server_override = self.server_checks.get(&(service, ip, port));
-        if let Some(o) = service_override {
-            spec = o.apply(&spec);
-        }
-        if let Some(o) = server_override {
-            spec = o.apply(&spec);
-        }
+        // One copy of the defaults, however many overrides apply (this runs for
+        // every real server at every change of the table).
+        let with_service = service_override.map(|o| o.apply(&self.cfg.defaults));
+        let mut spec = match (with_service, server_override) {
+            (Some(spec), Some(o)) => o.apply(&spec),
+            (Some(spec), None) => spec,
+            (None, Some(o)) => o.apply(&self.cfg.defaults),
+            (None, None) => self.cfg.defaults.clone(),
+        };
         let port_given = service_override.is_some_and(|o| o.port.is_some())
             || server_override.is_some_and(|o| o.port.is_some());
         if service.proto == crate::model::Protocol::Udp && !port_given {
@@ -387,8 +390,8 @@ impl HealthMonitor {
         }
         self.table_version = Some(table.version());
         self.services = table.services().map(|s| s.key).collect();
-        let mut present = std::collections::HashSet::new();
-        let mut unwatched = std::collections::HashSet::new();
+        let mut present = hashbrown::HashSet::new();
+        let mut unwatched = hashbrown::HashSet::new();
         let mut changed = false;
         for s in table.services() {
             for rs in &s.real_servers {

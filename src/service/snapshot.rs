@@ -536,7 +536,7 @@ pub struct NatRoute {
 impl NatRoute {
     /// Every NAT real server of every service in `table`, sorry servers included (the
     /// table keeps them out of `real_servers`; their sessions' replies need routing too).
-    pub fn all(table: &ServiceTable) -> std::collections::HashSet<NatRoute> {
+    pub fn all(table: &ServiceTable) -> hashbrown::HashSet<NatRoute> {
         table
             .services()
             .flat_map(|s| {
