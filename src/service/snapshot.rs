@@ -80,7 +80,7 @@ pub struct Snapshot {
     /// NAT real servers (protocol, address, port) -> the services (VIP, port) they
     /// serve in NAT mode: a reply from one names its client but not the VIP, and the
     /// VIP is what the owner worker's RSS hash used.
-    nat_reply_services: HashMap<(Protocol, IpAddr, u16), Vec<(IpAddr, u16)>>,
+    nat_reply_services: HashMap<(Protocol, IpAddr, u16), ServedBy>,
     /// Session timeouts (`ipvsadm --set`), when the publisher sets them; workers keep
     /// their start-up timeouts otherwise.
     timeouts: Option<Timeouts>,
@@ -159,13 +159,8 @@ impl Snapshot {
         let mut snap =
             Snapshot::from_services_reusing(generation, services, &health.evicted, previous);
         for route in departed {
-            let served = snap
-                .nat_reply_services
-                .entry((route.proto, route.real_ip, route.real_port))
-                .or_default();
-            if !served.contains(&(route.vip, route.vport)) {
-                served.push((route.vip, route.vport));
-            }
+            let key = (route.proto, route.real_ip, route.real_port);
+            ServedBy::add(&mut snap.nat_reply_services, key, (route.vip, route.vport));
         }
         snap.reset_when_down = snap
             .services
@@ -228,15 +223,11 @@ impl Snapshot {
             .map(|(index, s)| (s.id, index as u32))
             .collect();
         by_id.sort_unstable();
-        let mut nat_reply_services: HashMap<_, Vec<_>> = HashMap::new();
+        let mut nat_reply_services = HashMap::new();
         for s in &services {
             for rs in s.real_servers.iter().filter(|r| r.mode == ForwardMode::Nat) {
-                let served = nat_reply_services
-                    .entry((s.key.proto, rs.ip, rs.port))
-                    .or_default();
-                if !served.contains(&(s.key.vip, s.key.port)) {
-                    served.push((s.key.vip, s.key.port));
-                }
+                let key = (s.key.proto, rs.ip, rs.port);
+                ServedBy::add(&mut nat_reply_services, key, (s.key.vip, s.key.port));
             }
         }
         let mut load_positions = LoadPositions::new();
@@ -630,7 +621,50 @@ impl Snapshot {
     ) -> &[(IpAddr, u16)] {
         self.nat_reply_services
             .get(&(proto, addr.into(), port))
-            .map_or(&[], Vec::as_slice)
+            .map_or(&[], ServedBy::as_slice)
+    }
+}
+
+/// The services (VIP, port) a NAT real server serves. Nearly every real server serves
+/// one, held in place: a snapshot of 50,000 NAT real servers then makes no vector for
+/// each (and the management core frees none when the snapshot is replaced).
+#[derive(Clone, Debug)]
+enum ServedBy {
+    One((IpAddr, u16)),
+    Many(Vec<(IpAddr, u16)>),
+}
+
+impl ServedBy {
+    fn as_slice(&self) -> &[(IpAddr, u16)] {
+        match self {
+            ServedBy::One(service) => std::slice::from_ref(service),
+            ServedBy::Many(services) => services,
+        }
+    }
+
+    /// Adds `service` to `key`'s, once, in order.
+    fn add(
+        map: &mut HashMap<(Protocol, IpAddr, u16), ServedBy>,
+        key: (Protocol, IpAddr, u16),
+        service: (IpAddr, u16),
+    ) {
+        match map.entry(key) {
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                e.insert(ServedBy::One(service));
+            }
+            hashbrown::hash_map::Entry::Occupied(mut e) => {
+                let served = e.get_mut();
+                match served {
+                    ServedBy::One(first) if *first != service => {
+                        *served = ServedBy::Many(vec![*first, service]);
+                    }
+                    ServedBy::Many(services) if !services.contains(&service) => {
+                        services.push(service)
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 }
 
@@ -1533,6 +1567,47 @@ mod tests {
             .unwrap();
         let sixth = Snapshot::build_reusing(6, &table, &health, &[], Some(&fifth));
         assert!(!reused(&fifth, &sixth, 80) && reused(&fifth, &sixth, 81));
+    }
+
+    /// A NAT real server's reply services: each service it serves once, in snapshot
+    /// order, then the departed routes not already there; none for a DR real server
+    /// or an unknown address.
+    #[test]
+    fn nat_reply_services_name_each_service_once_in_order() {
+        let mut table = ServiceTable::new();
+        let rip = Ipv4Addr::new(10, 0, 0, 11);
+        for port in [80, 81] {
+            table
+                .add_service(key(1, port), SchedulerKind::Rr, None)
+                .unwrap();
+            let spec = RealServerSpec::new(rip, 8080, 1, ForwardMode::Nat);
+            table.add_server(key(1, port), spec).unwrap();
+        }
+        let dr = Ipv4Addr::new(10, 0, 0, 12);
+        let spec = RealServerSpec::new(dr, 80, 1, ForwardMode::Dr);
+        table.add_server(key(1, 80), spec).unwrap();
+        let vip = key(1, 80).vip;
+        let route = |vport| NatRoute {
+            proto: Protocol::Tcp,
+            real_ip: rip.into(),
+            real_port: 8080,
+            vip,
+            vport,
+        };
+        let departed = [route(81), route(82), route(82)];
+        let snap = Snapshot::build_with(1, &table, &HealthOverlay::default(), &departed);
+        let served = |ip: Ipv4Addr, port| snap.nat_reply_services(Protocol::Tcp, ip, port).to_vec();
+        assert_eq!(served(rip, 8080), [(vip, 80), (vip, 81), (vip, 82)]);
+        assert!(served(dr, 80).is_empty());
+        assert!(served(Ipv4Addr::new(10, 0, 0, 13), 8080).is_empty());
+        let one = Snapshot::build(2, &table);
+        table.delete_service(key(1, 81)).unwrap();
+        let alone = Snapshot::build(3, &table);
+        assert_eq!(one.nat_reply_services(Protocol::Tcp, rip, 8080).len(), 2);
+        assert_eq!(
+            alone.nat_reply_services(Protocol::Tcp, rip, 8080),
+            [(vip, 80)]
+        );
     }
 
     /// The load positions map every server of a service whose scheduler tracks loads
