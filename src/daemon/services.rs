@@ -978,6 +978,18 @@ impl Services {
         requests: Vec<Request>,
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> Result<(usize, Vec<String>), String> {
+        // What the requests set themselves, which the carries below leave alone.
+        let mut set_sloppy = hashbrown::HashSet::new();
+        let mut set_sorry = hashbrown::HashSet::new();
+        let mut set_size = hashbrown::HashSet::new();
+        for request in &requests {
+            match request {
+                Request::SetSloppyTcp { service, .. } => set_sloppy.insert(*service),
+                Request::SetSorryServer { service, .. } => set_sorry.insert(*service),
+                Request::SetMhTableSize { service, .. } => set_size.insert(*service),
+                _ => false,
+            };
+        }
         let scratch = self.table.empty_like();
         let live = std::mem::replace(&mut self.table, scratch);
         let built = self.apply_all(requests, counters);
@@ -992,9 +1004,9 @@ impl Services {
                     .map_err(|e| e.to_string())?;
             }
         }
-        // So are sloppy_tcp and the sorry server.
+        // So are sloppy_tcp and the sorry server, unless the requests set them.
         for service in self.table.services().filter(|s| s.sloppy_tcp) {
-            if desired.get(service.key).is_some() {
+            if desired.get(service.key).is_some() && !set_sloppy.contains(&service.key) {
                 desired
                     .set_sloppy_tcp(service.key, true)
                     .map_err(|e| e.to_string())?;
@@ -1002,25 +1014,32 @@ impl Services {
         }
         for service in self.table.services() {
             if let Some(sorry) = service.sorry_server {
-                if desired.get(service.key).is_some() {
+                if desired.get(service.key).is_some() && !set_sorry.contains(&service.key) {
                     desired
                         .set_sorry_server(service.key, Some(sorry.spec()))
                         .map_err(|e| e.to_string())?;
                 }
             }
         }
-        // And the Maglev table size (the config file's `mh_table_size`): without it a
-        // replace would quietly take every staying service back to the default size,
-        // moving its clients and parting it from nodes that run the file's.
+        // And the Maglev table size (the config file's `mh_table_size`), whatever the
+        // scheduler the lines give: without it a replace would quietly take every
+        // staying service back to the default size, moving its clients and parting
+        // it from nodes that run the file's.
         for service in self.table.services() {
             let Some(wanted) = desired.get(service.key) else {
                 continue;
             };
-            if wanted.mh_table_size != service.mh_table_size {
+            if wanted.mh_table_size != service.mh_table_size && !set_size.contains(&service.key) {
                 let flags = wanted.sched_flags;
                 desired
                     .set_sched_params(service.key, flags, Some(service.mh_table_size))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| {
+                        format!(
+                            "{e} (the table size is the running service's, which a restore \
+                             keeps: `mh_table_size` in the config file and `sluicectl reload` \
+                             change it)"
+                        )
+                    })?;
             }
         }
         let changes = diff(&self.table, &desired)?;
@@ -2576,16 +2595,25 @@ port = 53
         let err = call(
             &mut services,
             &publisher,
-            replace(parse_lines(&(saved + &crowded))),
+            replace(parse_lines(&(saved.clone() + &crowded))),
         )
         .unwrap_err();
         assert!(
-            err.contains("an mh table of 5 slots cannot hold 6 real servers"),
+            err.contains("an mh table of 5 slots cannot hold 6 real servers")
+                && err.contains("mh_table_size` in the config file"),
             "{err}"
         );
         let after = crate::control::render::render_save(&services.save_report(&[]));
         assert_eq!(after, before);
         assert_eq!(services.table.get(http()).unwrap().mh_table_size, 5);
+        // A size the requests set themselves is theirs.
+        let mut requests = parse_lines(&saved);
+        requests.push(Request::SetMhTableSize {
+            service: http(),
+            size: 251,
+        });
+        call(&mut services, &publisher, replace(requests)).unwrap();
+        assert_eq!(services.table.get(http()).unwrap().mh_table_size, 251);
     }
 
     /// The sorry server and a real server trade places in one reload: the old sorry
