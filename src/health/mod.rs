@@ -182,6 +182,11 @@ pub struct HealthMonitor {
     /// Probes given an ISN so far: no two probes hash the same input.
     isns_drawn: u64,
     table_version: Option<u64>,
+    /// Whether the settings can watch any real server at all (`[health]` or some
+    /// service's or server's `health` table turns a check or passive detection on):
+    /// when not, and nothing is watched, a change of the table needs no look at each
+    /// of its real servers.
+    can_watch: bool,
     /// The table's services as of the last reconcile.
     services: Vec<ServiceKey>,
     pub stats: MonitorStats,
@@ -196,6 +201,17 @@ where
 {
     new.iter()
         .any(|(k, v)| old.get(k).is_some_and(|before| before != v))
+}
+
+/// Whether `cfg` and `overrides` can turn a check or passive detection on for some
+/// real server (an over-estimate: a UDP service's check without a port watches
+/// nothing, see [`HealthMonitor::spec_for`]).
+fn can_watch(cfg: &HealthConfig, overrides: &Overrides) -> bool {
+    let turns_on =
+        |o: &CheckOverride| o.kind.is_some_and(|k| k != CheckKind::None) || o.passive == Some(true);
+    cfg.defaults.watches()
+        || overrides.services.values().any(|(o, _)| turns_on(o))
+        || overrides.servers.values().any(turns_on)
 }
 
 /// What a service and its real servers override, from the config.
@@ -220,6 +236,7 @@ pub struct HealthReport {
 impl HealthMonitor {
     pub fn new(cfg: HealthConfig, source: Ipv4Addr, overrides: Overrides, seed: u64) -> Self {
         HealthMonitor {
+            can_watch: can_watch(&cfg, &overrides),
             next_port: *cfg.source_ports.start(),
             cfg,
             source,
@@ -255,6 +272,7 @@ impl HealthMonitor {
         let changed = cfg != self.cfg
             || settings_changed(&self.service_checks, &overrides.services)
             || settings_changed(&self.server_checks, &overrides.servers);
+        self.can_watch = can_watch(&cfg, &overrides);
         self.cfg = cfg;
         self.service_checks = overrides.services;
         self.server_checks = overrides.servers;
@@ -390,6 +408,12 @@ impl HealthMonitor {
         }
         self.table_version = Some(table.version());
         self.services = table.services().map(|s| s.key).collect();
+        if !self.can_watch && self.targets.is_empty() {
+            // What the walk below would find: every server unwatched, nothing to
+            // restore, no probe to keep.
+            self.in_flight.clear();
+            return (events, false);
+        }
         let mut present = hashbrown::HashSet::new();
         let mut unwatched = hashbrown::HashSet::new();
         let mut changed = false;

@@ -575,6 +575,53 @@ fn passively_evicted(t: &ServiceTable, kind: CheckKind, retry_ms: u32) -> Health
     m
 }
 
+/// With no check and no passive detection anywhere a change of the table watches
+/// nothing; one real server's own `health` table turning a check on (or passive
+/// detection, for another) is enough to watch that server and no other.
+#[test]
+fn a_check_in_one_servers_table_alone_is_watched() {
+    let mut t = table(3);
+    let cfg = HealthConfig::default();
+    let mut m = HealthMonitor::new(cfg.clone(), SOURCE, Overrides::default(), 1);
+    let mut net = Net { sent: Vec::new() };
+    net.tick(&mut m, &t, 0);
+    assert!(m.report(0).is_empty());
+    let spec = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 20), 8080, 1, ForwardMode::Nat);
+    t.add_server(key(), spec).unwrap();
+    net.tick(&mut m, &t, 1);
+    assert!(
+        m.report(1).is_empty(),
+        "a new server, still nothing to watch"
+    );
+    let servers = t.get(key()).unwrap().real_servers.clone();
+    let mut o = Overrides::default();
+    let check = CheckOverride {
+        kind: Some(CheckKind::Tcp),
+        ..Default::default()
+    };
+    o.servers
+        .insert((key(), servers[1].ip, servers[1].port), check);
+    let passive = CheckOverride {
+        passive: Some(true),
+        ..Default::default()
+    };
+    o.servers
+        .insert((key(), servers[3].ip, servers[3].port), passive);
+    m.reconfigure(cfg, o);
+    net.tick(&mut m, &t, 2);
+    let mut watched: Vec<_> = (m.report(2).iter())
+        .map(|r| (r.ip.clone(), r.check, r.passive))
+        .collect();
+    watched.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        watched,
+        [
+            ("198.18.0.12".to_string(), CheckKind::Tcp, false),
+            ("198.18.0.20".to_string(), CheckKind::None, true),
+        ]
+    );
+}
+
 /// Turning a server's active check off ends the eviction that check decided: no probe
 /// would ever restore it, and passive detection neither watches an evicted server nor
 /// restores one it did not evict. A passive eviction keeps its back-off.
