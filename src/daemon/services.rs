@@ -1844,6 +1844,24 @@ port = 53
         (services, publisher)
     }
 
+    /// `-R` lines as the requests sluicectl sends for them.
+    fn parse_lines(text: &str) -> Vec<Request> {
+        text.lines()
+            .map(|l| {
+                let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+                crate::control::ipvsadm::parse(&args).unwrap().request
+            })
+            .collect()
+    }
+
+    /// `-R --replace` of `requests`.
+    fn replace(requests: Vec<Request>) -> Request {
+        Request::Batch {
+            requests,
+            replace: true,
+        }
+    }
+
     fn call(
         services: &mut Services,
         publisher: &SnapshotPublisher,
@@ -2502,18 +2520,6 @@ port = 53
             saved.contains("--acl-add -t 198.18.1.1:80 --deny 198.18.5.0/24\n"),
             "{saved}"
         );
-        let parse_lines = |text: &str| -> Vec<Request> {
-            text.lines()
-                .map(|l| {
-                    let args: Vec<String> = l.split_whitespace().map(String::from).collect();
-                    crate::control::ipvsadm::parse(&args).unwrap().request
-                })
-                .collect()
-        };
-        let replace = |requests| Request::Batch {
-            requests,
-            replace: true,
-        };
         let answer = call(&mut services, &publisher, replace(parse_lines(&saved))).unwrap();
         assert_eq!(answer["changes"], 0, "{answer}");
         assert_eq!(services.table.admission(http()).unwrap().acl().len(), 1);
@@ -2573,18 +2579,6 @@ port = 53
             .set_sched_params(http(), Default::default(), Some(5))
             .unwrap();
         let saved = crate::control::render::render_save(&services.save_report(&[]));
-        let parse_lines = |text: &str| -> Vec<Request> {
-            text.lines()
-                .map(|l| {
-                    let args: Vec<String> = l.split_whitespace().map(String::from).collect();
-                    crate::control::ipvsadm::parse(&args).unwrap().request
-                })
-                .collect()
-        };
-        let replace = |requests| Request::Batch {
-            requests,
-            replace: true,
-        };
         let answer = call(&mut services, &publisher, replace(parse_lines(&saved))).unwrap();
         assert_eq!(answer["changes"], 0, "{answer}");
         assert_eq!(services.table.get(http()).unwrap().mh_table_size, 5);

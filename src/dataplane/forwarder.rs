@@ -1972,6 +1972,28 @@ mod tests {
         (publisher, Forwarder::new(config))
     }
 
+    /// Publishes `table` as snapshot `generation`, built from the current one (as the
+    /// daemon does), and has `f` adopt it.
+    fn adopt(
+        publisher: &crate::service::SnapshotPublisher,
+        f: &mut Forwarder,
+        table: &crate::service::ServiceTable,
+        generation: u64,
+    ) {
+        let health = crate::service::HealthOverlay::default();
+        let previous = publisher.current();
+        let next = crate::service::Snapshot::build_reusing(
+            generation,
+            table,
+            &health,
+            &[],
+            Some(&previous),
+        );
+        publisher.publish(next).unwrap();
+        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        assert_eq!(f.snapshot.current().generation(), generation);
+    }
+
     /// The first port, 198.18.0.1/24, answering with `responder`.
     fn lan0(responder: &LocalResponder) -> PortContext<'_> {
         PortContext {
@@ -2943,11 +2965,7 @@ mod tests {
         };
         assert!(shares(&f, &publisher));
         let first = publisher.current();
-        let health = crate::service::HealthOverlay::default();
-        let next = crate::service::Snapshot::build_reusing(3, &table, &health, &[], Some(&first));
-        publisher.publish(next).unwrap();
-        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
-        assert_eq!(f.snapshot.current().generation(), 3);
+        adopt(&publisher, &mut f, &table, 3);
         assert!(shares(&f, &publisher));
         assert!(Arc::ptr_eq(
             first.maglev(0).unwrap(),
@@ -2987,17 +3005,7 @@ mod tests {
         let rs = Ipv4Addr::new(198, 18, 0, 13);
         let spec = crate::model::RealServerSpec::new(rs, 81, 1, ForwardMode::Nat);
         table.add_server(key(81), spec).unwrap();
-        let health = crate::service::HealthOverlay::default();
-        let next = crate::service::Snapshot::build_reusing(
-            3,
-            &table,
-            &health,
-            &[],
-            Some(&publisher.current()),
-        );
-        publisher.publish(next).unwrap();
-        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
-        assert_eq!(f.snapshot.current().generation(), 3);
+        adopt(&publisher, &mut f, &table, 3);
         let after = schedulers(&f);
         assert_eq!(
             after[0], before[0],
@@ -3006,15 +3014,7 @@ mod tests {
         assert_ne!(after[1], before[1], ":81 has a new server: a new scheduler");
         // :80 deleted: :81 moves to index 0 and keeps its scheduler.
         table.delete_service(key(80)).unwrap();
-        let next = crate::service::Snapshot::build_reusing(
-            4,
-            &table,
-            &health,
-            &[],
-            Some(&publisher.current()),
-        );
-        publisher.publish(next).unwrap();
-        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        adopt(&publisher, &mut f, &table, 4);
         assert_eq!(f.snapshot.current().find_index(&key(81)), Some(0));
         let moved = &*f.schedulers[0] as *const dyn Scheduler as *const ();
         assert_eq!(moved, after[1], ":81 keeps its scheduler at its new index");
@@ -3058,16 +3058,7 @@ mod tests {
         let rs = Ipv4Addr::new(198, 18, 0, 13);
         let spec = crate::model::RealServerSpec::new(rs, 81, 1, ForwardMode::Nat);
         table.add_server(key(81), spec).unwrap();
-        let health = crate::service::HealthOverlay::default();
-        let next = crate::service::Snapshot::build_reusing(
-            3,
-            &table,
-            &health,
-            &[],
-            Some(&publisher.current()),
-        );
-        publisher.publish(next).unwrap();
-        f.poll(0, &crate::dataplane::counters::WorkerCounters::default());
+        adopt(&publisher, &mut f, &table, 3);
         let i = f.snapshot.current().find_index(&key(80)).unwrap();
         assert_eq!(&*f.schedulers[i] as *const dyn Scheduler as *const (), kept);
         assert_eq!(pick(&mut f), Some(1), "still overloaded, still left out");
