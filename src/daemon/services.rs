@@ -51,18 +51,17 @@ pub struct Services {
     pub health: HealthOverlay,
     /// Evictions so far, by real-server id.
     pub evictions: std::collections::HashMap<u32, u64>,
-    /// NAT real servers as of the last publish, and those removed since (with when),
-    /// kept in snapshots for the longest session timeout so the replies of sessions
-    /// they still carry reach their owner worker.
-    pub nat_routes: hashbrown::HashSet<NatRoute>,
+    /// NAT real servers removed from the table (with when), kept in snapshots for the
+    /// longest session timeout so the replies of sessions they still carry reach their
+    /// owner worker.
     pub departed_nat: hashbrown::HashMap<NatRoute, std::time::Instant>,
     /// By service id: each service's real servers and sorry server as of the last
     /// publish, and those removed from it since: the service's counters go on
     /// counting them ([`ServiceCounts`]) until the id is released ([`Retiring`]),
     /// when its counts move to [`Services::released_traffic`]. Service ids are never
     /// reused, so a service deleted and added again (a new id) starts from zero.
-    pub member_ids: std::collections::HashMap<u32, Vec<u32>>,
-    pub departed_ids: std::collections::HashMap<u32, Vec<u32>>,
+    pub member_ids: hashbrown::HashMap<u32, Vec<u32>>,
+    pub departed_ids: hashbrown::HashMap<u32, Vec<u32>>,
     /// By real-server id: its traffic counts summed over the workers when `-Z` (or
     /// `sluicectl zero`) last zeroed it. Listings and metrics show the counts since;
     /// the workers' own counters are never written by this core, as each worker
@@ -663,7 +662,6 @@ impl Services {
             events: Default::default(),
             health: HealthOverlay::default(),
             evictions: Default::default(),
-            nat_routes: Default::default(),
             departed_nat: Default::default(),
             member_ids: Default::default(),
             departed_ids: Default::default(),
@@ -1200,16 +1198,6 @@ impl Services {
 
     /// Publishes the table as the workers' next snapshot.
     pub fn publish(&mut self, publisher: &SnapshotPublisher) -> Result<(), String> {
-        let now = std::time::Instant::now();
-        let routes = NatRoute::all(&self.table);
-        for gone in self.nat_routes.difference(&routes) {
-            self.departed_nat.insert(*gone, now);
-        }
-        let keep = Duration::from_millis(u64::from(self.timeouts.longest_ms()));
-        self.departed_nat
-            .retain(|r, at| !routes.contains(r) && now.duration_since(*at) <= keep);
-        self.nat_routes = routes;
-        let departed: Vec<NatRoute> = self.departed_nat.keys().copied().collect();
         self.note_departed_ids();
         let generation = publisher.next_generation();
         let removed = self.table.take_removed_server_ids().into_iter();
@@ -1221,16 +1209,26 @@ impl Services {
         }));
         self.had_persistence |= self.table.services().any(|s| s.persistence.is_some());
         let previous = publisher.current();
-        let snapshot = Snapshot::build_reusing(
-            generation,
-            &self.table,
-            &self.health,
-            &departed,
-            Some(&previous),
-        )
-        .with_timeouts(self.timeouts)
-        .with_serving_vips(self.serving_vips)
-        .with_extra_addresses(&self.vrrp_addresses);
+        let snapshot =
+            Snapshot::build_reusing(generation, &self.table, &self.health, &[], Some(&previous));
+        // A route the previous snapshot held (live, or departed before) that the table
+        // no longer has departs now, or keeps when it departed; taken from the
+        // snapshot, not from the last publish, so that the first change after the
+        // start (whose snapshot `publish` did not build) is no exception.
+        let now = std::time::Instant::now();
+        for route in previous.nat_routes() {
+            if !snapshot.routes_nat(&route) {
+                self.departed_nat.entry(route).or_insert(now);
+            }
+        }
+        let keep = Duration::from_millis(u64::from(self.timeouts.longest_ms()));
+        self.departed_nat
+            .retain(|r, at| !snapshot.routes_nat(r) && now.duration_since(*at) <= keep);
+        let snapshot = snapshot
+            .with_departed_nat(self.departed_nat.keys().copied())
+            .with_timeouts(self.timeouts)
+            .with_serving_vips(self.serving_vips)
+            .with_extra_addresses(&self.vrrp_addresses);
         // Stamped just before the swap: a worker may adopt before publish returns.
         let at = (std::time::Instant::now(), crate::dpdk::tsc());
         publisher.publish(snapshot).map_err(|e| e.to_string())?;
@@ -1245,17 +1243,28 @@ impl Services {
     /// a service that is gone takes its departed ids with it (added again, it has a
     /// new id and counts from zero, as in IPVS).
     fn note_departed_ids(&mut self) {
-        let mut members = std::collections::HashMap::new();
+        let mut before = std::mem::take(&mut self.member_ids);
+        let mut members = hashbrown::HashMap::with_capacity(self.table.len());
+        let mut ids = Vec::new();
         for s in self.table.services() {
             let sorry = s.sorry_server.map(|r| r.id);
-            let mut ids: Vec<u32> = s.real_servers.iter().map(|r| r.id).chain(sorry).collect();
+            ids.clear();
+            ids.extend(s.real_servers.iter().map(|r| r.id).chain(sorry));
             // Sorted, so a service of thousands of real servers costs n log n here.
             ids.sort_unstable();
-            if let Some(before) = self.member_ids.get(&s.id) {
-                let gone = before.iter().filter(|id| ids.binary_search(id).is_err());
-                self.departed_ids.entry(s.id).or_default().extend(gone);
-            }
-            members.insert(s.id, ids);
+            // A service whose members did not change (nearly all, at a change) keeps
+            // its vector: no allocation per service per publish.
+            let kept = match before.remove(&s.id) {
+                Some(old) if old == ids => old,
+                Some(mut old) => {
+                    let gone = old.iter().filter(|id| ids.binary_search(id).is_err());
+                    self.departed_ids.entry(s.id).or_default().extend(gone);
+                    old.clone_from(&ids);
+                    old
+                }
+                None => ids.clone(),
+            };
+            members.insert(s.id, kept);
         }
         self.departed_ids.retain(|k, _| members.contains_key(k));
         self.released_traffic.retain(|k, _| members.contains_key(k));
@@ -1911,6 +1920,64 @@ port = 53
         });
         call(&mut services, &publisher, Request::Clear).unwrap();
         assert!(routed(&publisher).is_empty());
+    }
+
+    /// The start's snapshot is built from the config, not published by `publish`: a
+    /// NAT real server of the config removed by the first change after the start
+    /// still has its replies routed, as one removed by any later change.
+    #[test]
+    fn a_nat_server_removed_by_the_first_change_keeps_routing_its_replies() {
+        let text = CONFIG.replace(r#"mode = "fullnat""#, r#"mode = "nat""#);
+        let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+        let mut services = Services::from_config(&cfg).unwrap();
+        let publisher = SnapshotPublisher::new(Snapshot::build(1, &services.table));
+        services.generation = 1;
+        let rip = Ipv4Addr::new(10, 0, 0, 11);
+        let routed = |p: &SnapshotPublisher| {
+            p.current()
+                .nat_reply_services(Protocol::Tcp, rip, 8080)
+                .to_vec()
+        };
+        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        let delete = Request::DeleteServer {
+            service: http(),
+            ip: rip.into(),
+            port: 8080,
+        };
+        call(&mut services, &publisher, delete).unwrap();
+        assert!(publisher
+            .current()
+            .find(&http())
+            .unwrap()
+            .real_servers
+            .is_empty());
+        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        let departed_at = services.departed_nat.values().copied().collect::<Vec<_>>();
+        assert_eq!(departed_at.len(), 1);
+        // A NAT sorry server departs the same way when it goes; a change meanwhile
+        // keeps the route departed earlier, with when it departed.
+        let sorry = Ipv4Addr::new(10, 0, 0, 99);
+        let set_sorry = |sorry_server| Request::SetSorryServer {
+            service: http(),
+            sorry_server,
+        };
+        let spec = crate::model::SorryServerSpec {
+            ip: sorry.into(),
+            port: 8080,
+            mode: crate::model::ForwardMode::Nat,
+            inhibit: false,
+        };
+        call(&mut services, &publisher, set_sorry(Some(spec))).unwrap();
+        call(&mut services, &publisher, set_sorry(None)).unwrap();
+        let current = publisher.current();
+        assert_eq!(
+            current.nat_reply_services(Protocol::Tcp, sorry, 8080),
+            [(http().vip, 80)]
+        );
+        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        assert_eq!(services.departed_nat.len(), 2);
+        let first = services.departed_nat.iter().find(|(r, _)| r.real_ip == rip);
+        assert_eq!(first.map(|(_, at)| *at), Some(departed_at[0]));
     }
 
     /// A service's counters never go backwards while it exists: a removed real

@@ -157,11 +157,8 @@ impl Snapshot {
     ) -> Self {
         let services = table.services().map(|s| pool(s, health)).collect();
         let mut snap =
-            Snapshot::from_services_reusing(generation, services, &health.evicted, previous);
-        for route in departed {
-            let key = (route.proto, route.real_ip, route.real_port);
-            ServedBy::add(&mut snap.nat_reply_services, key, (route.vip, route.vport));
-        }
+            Snapshot::from_services_reusing(generation, services, &health.evicted, previous)
+                .with_departed_nat(departed.iter().copied());
         snap.reset_when_down = snap
             .services
             .iter()
@@ -223,17 +220,25 @@ impl Snapshot {
             .map(|(index, s)| (s.id, index as u32))
             .collect();
         by_id.sort_unstable();
-        let mut nat_reply_services = HashMap::new();
+        // Sized first: grown insert by insert, a table of 50,000 NAT real servers was
+        // rehashed a dozen times at every publish.
+        let nat_servers = services.iter().flat_map(|s| &s.real_servers);
+        let nat_servers = nat_servers.filter(|r| r.mode == ForwardMode::Nat).count();
+        let mut nat_reply_services = HashMap::with_capacity(nat_servers);
         for s in &services {
             for rs in s.real_servers.iter().filter(|r| r.mode == ForwardMode::Nat) {
                 let key = (s.key.proto, rs.ip, rs.port);
                 ServedBy::add(&mut nat_reply_services, key, (s.key.vip, s.key.port));
             }
         }
-        let mut load_positions = LoadPositions::new();
+        let tracked = |s: &Service| {
+            crate::sched::tracks_loads(s.scheduler) || s.real_servers.iter().any(|r| r.upper > 0)
+        };
+        let tracked_servers = services.iter().filter(|s| tracked(s));
+        let tracked_servers = tracked_servers.map(|s| s.real_servers.len()).sum();
+        let mut load_positions = LoadPositions::with_capacity(tracked_servers);
         for (index, s) in services.iter().enumerate() {
-            let thresholds = s.real_servers.iter().any(|r| r.upper > 0);
-            if crate::sched::tracks_loads(s.scheduler) || thresholds {
+            if tracked(s) {
                 for (position, r) in s.real_servers.iter().enumerate() {
                     load_positions.insert(r.id, (index as u32, position as u32));
                 }
@@ -524,33 +529,6 @@ pub struct NatRoute {
     pub vport: u16,
 }
 
-impl NatRoute {
-    /// Every NAT real server of every service in `table`, sorry servers included (the
-    /// table keeps them out of `real_servers`; their sessions' replies need routing too).
-    pub fn all(table: &ServiceTable) -> hashbrown::HashSet<NatRoute> {
-        table
-            .services()
-            .flat_map(|s| {
-                let sorry = s
-                    .sorry_server
-                    .map(|sorry| (sorry.ip, sorry.port, sorry.mode));
-                s.real_servers
-                    .iter()
-                    .map(|r| (r.ip, r.port, r.mode))
-                    .chain(sorry)
-                    .filter(|&(_, _, mode)| mode == ForwardMode::Nat)
-                    .map(move |(real_ip, real_port, _)| NatRoute {
-                        proto: s.key.proto,
-                        real_ip,
-                        real_port,
-                        vip: s.key.vip,
-                        vport: s.key.port,
-                    })
-            })
-            .collect()
-    }
-}
-
 /// Health checking's part of a snapshot (see [`Snapshot::build_with_health`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HealthOverlay {
@@ -609,6 +587,39 @@ impl Snapshot {
     /// The prebuilt Maglev table of service `index`, when it uses mh.
     pub fn maglev(&self, index: usize) -> Option<&Arc<Maglev>> {
         self.maglev.get(index)?.as_ref()
+    }
+
+    /// The same snapshot also routing the replies of `departed`, NAT real servers no
+    /// longer in the table whose sessions may still be live.
+    pub fn with_departed_nat(mut self, departed: impl IntoIterator<Item = NatRoute>) -> Self {
+        for route in departed {
+            let key = (route.proto, route.real_ip, route.real_port);
+            ServedBy::add(&mut self.nat_reply_services, key, (route.vip, route.vport));
+        }
+        self
+    }
+
+    /// Every NAT real server (sorry servers included) with each service it serves, and
+    /// the departed routes laid over them ([`Snapshot::with_departed_nat`]), in no
+    /// particular order.
+    pub fn nat_routes(&self) -> impl Iterator<Item = NatRoute> + '_ {
+        self.nat_reply_services
+            .iter()
+            .flat_map(|(&(proto, real_ip, real_port), served)| {
+                served.as_slice().iter().map(move |&(vip, vport)| NatRoute {
+                    proto,
+                    real_ip,
+                    real_port,
+                    vip,
+                    vport,
+                })
+            })
+    }
+
+    /// Whether the replies of `route`'s real server are routed for its service.
+    pub fn routes_nat(&self, route: &NatRoute) -> bool {
+        self.nat_reply_services(route.proto, route.real_ip, route.real_port)
+            .contains(&(route.vip, route.vport))
     }
 
     /// The services (VIP, port) for which `proto` `addr:port` is a NAT real server, in
@@ -1339,8 +1350,9 @@ mod tests {
         }
     }
 
-    /// A NAT sorry server's replies are routed like a real server's, so its route
-    /// departs (and keeps redirecting replies) when the sorry server is removed.
+    /// A NAT sorry server's replies are routed like a real server's (so its route
+    /// departs when it is removed: `daemon::services`), a DR one's not at all; a
+    /// departed route laid over a snapshot is routed and listed with the others.
     #[test]
     fn nat_routes_include_a_nat_sorry_server() {
         let mut table = ServiceTable::new();
@@ -1372,19 +1384,22 @@ mod tests {
                 )
                 .unwrap()
         };
+        let routes = |table: &ServiceTable| {
+            let mut routes: Vec<NatRoute> = Snapshot::build(1, table).nat_routes().collect();
+            routes.sort_by_key(|r| (r.real_ip, r.real_port));
+            routes
+        };
         set_sorry(&mut table, ForwardMode::Nat);
-        let with_sorry = NatRoute::all(&table);
-        assert_eq!(
-            with_sorry,
-            [route(rs, 80), route(sorry, 80)].into_iter().collect()
-        );
+        assert_eq!(routes(&table), [route(rs, 80), route(sorry, 80)]);
         // A DR sorry server needs no reply route.
         set_sorry(&mut table, ForwardMode::Dr);
-        assert_eq!(NatRoute::all(&table), [route(rs, 80)].into_iter().collect());
-        table.set_sorry_server(key(1, 80), None).unwrap();
-        let without = NatRoute::all(&table);
-        let gone: Vec<_> = with_sorry.difference(&without).collect();
-        assert_eq!(gone, [&route(sorry, 80)]);
+        assert_eq!(routes(&table), [route(rs, 80)]);
+        let dr = Snapshot::build(1, &table);
+        assert!(dr.routes_nat(&route(rs, 80)) && !dr.routes_nat(&route(sorry, 80)));
+        // Laid over the table, a departed route is routed and listed with the others.
+        let departed = dr.with_departed_nat([route(sorry, 80)]);
+        assert!(departed.routes_nat(&route(sorry, 80)));
+        assert_eq!(departed.nat_routes().count(), 2);
     }
 
     /// sh and dh with an idle sorry server, or with a server health checking evicted,
