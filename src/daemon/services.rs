@@ -1211,15 +1211,13 @@ impl Services {
         let previous = publisher.current();
         let snapshot =
             Snapshot::build_reusing(generation, &self.table, &self.health, &[], Some(&previous));
-        // A route the previous snapshot held (live, or departed before) that the table
-        // no longer has departs now, or keeps when it departed; taken from the
-        // snapshot, not from the last publish, so that the first change after the
-        // start (whose snapshot `publish` did not build) is no exception.
+        // A route of the previous snapshot's services that the table no longer has
+        // departs now: taken from the snapshot, not from the last publish, so that
+        // the first change after the start (whose snapshot `publish` did not build)
+        // is no exception.
         let now = std::time::Instant::now();
-        for route in previous.nat_routes() {
-            if !snapshot.routes_nat(&route) {
-                self.departed_nat.entry(route).or_insert(now);
-            }
+        for route in snapshot.nat_routes_gone_since(&previous) {
+            self.departed_nat.insert(route, now);
         }
         let keep = Duration::from_millis(u64::from(self.timeouts.longest_ms()));
         self.departed_nat

@@ -599,21 +599,36 @@ impl Snapshot {
         self
     }
 
-    /// Every NAT real server (sorry servers included) with each service it serves, and
-    /// the departed routes laid over them ([`Snapshot::with_departed_nat`]), in no
-    /// particular order.
-    pub fn nat_routes(&self) -> impl Iterator<Item = NatRoute> + '_ {
-        self.nat_reply_services
-            .iter()
-            .flat_map(|(&(proto, real_ip, real_port), served)| {
-                served.as_slice().iter().map(move |&(vip, vport)| NatRoute {
-                    proto,
-                    real_ip,
-                    real_port,
-                    vip,
-                    vport,
-                })
+    /// The NAT routes of `previous`'s services that this snapshot's services no longer
+    /// have: every one of a service gone, and those of a changed service (another
+    /// [`Snapshot::scheduling_version`]) that are no longer among its NAT real servers.
+    /// A service with the same scheduling version has the same real servers, so its
+    /// routes are not looked at: a change to one service among 50,000 NAT real servers
+    /// checks that service's. Routes `previous` held only as departed ones are not
+    /// listed. Call before laying departed routes over this snapshot
+    /// ([`Snapshot::with_departed_nat`]): one laid over counts as still routed.
+    pub fn nat_routes_gone_since<'a>(
+        &'a self,
+        previous: &'a Snapshot,
+    ) -> impl Iterator<Item = NatRoute> + 'a {
+        let changed = move |(before, s): &(usize, &Service)| {
+            let now = self.by_key.get(&s.key);
+            now.is_none_or(|&i| self.scheduling_version(i) != previous.scheduling_version(*before))
+        };
+        (previous.services.iter().enumerate())
+            .filter(changed)
+            .flat_map(|(_, s)| {
+                (s.real_servers.iter())
+                    .filter(|r| r.mode == ForwardMode::Nat)
+                    .map(move |r| NatRoute {
+                        proto: s.key.proto,
+                        real_ip: r.ip,
+                        real_port: r.port,
+                        vip: s.key.vip,
+                        vport: s.key.port,
+                    })
             })
+            .filter(move |route| !self.routes_nat(route))
     }
 
     /// Whether the replies of `route`'s real server are routed for its service.
@@ -1384,22 +1399,78 @@ mod tests {
                 )
                 .unwrap()
         };
-        let routes = |table: &ServiceTable| {
-            let mut routes: Vec<NatRoute> = Snapshot::build(1, table).nat_routes().collect();
-            routes.sort_by_key(|r| (r.real_ip, r.real_port));
-            routes
-        };
+        let routed = |snap: &Snapshot| [rs, sorry].map(|ip| snap.routes_nat(&route(ip, 80)));
         set_sorry(&mut table, ForwardMode::Nat);
-        assert_eq!(routes(&table), [route(rs, 80), route(sorry, 80)]);
+        let nat = Snapshot::build(1, &table);
+        assert_eq!(routed(&nat), [true, true]);
         // A DR sorry server needs no reply route.
         set_sorry(&mut table, ForwardMode::Dr);
-        assert_eq!(routes(&table), [route(rs, 80)]);
-        let dr = Snapshot::build(1, &table);
-        assert!(dr.routes_nat(&route(rs, 80)) && !dr.routes_nat(&route(sorry, 80)));
-        // Laid over the table, a departed route is routed and listed with the others.
-        let departed = dr.with_departed_nat([route(sorry, 80)]);
-        assert!(departed.routes_nat(&route(sorry, 80)));
-        assert_eq!(departed.nat_routes().count(), 2);
+        let dr = Snapshot::build_reusing(2, &table, &HealthOverlay::default(), &[], Some(&nat));
+        assert_eq!(routed(&dr), [true, false]);
+        let gone: Vec<NatRoute> = dr.nat_routes_gone_since(&nat).collect();
+        assert_eq!(gone, [route(sorry, 80)]);
+        // Laid over the snapshot, a departed route is routed again.
+        assert_eq!(routed(&dr.with_departed_nat(gone)), [true, true]);
+    }
+
+    /// The routes a change takes away: a NAT real server removed or turned FullNAT, every
+    /// one of a service deleted, none for a weight change or a service left alone,
+    /// and a server two services share only for the service that lost it.
+    #[test]
+    fn nat_routes_gone_since_are_the_routes_the_change_took_away() {
+        let mut table = ServiceTable::new();
+        let nat = |last: u8, port: u16, weight: u32, mode: ForwardMode| {
+            RealServerSpec::new(Ipv4Addr::new(10, 0, 0, last), port, weight, mode)
+        };
+        for port in [80, 81, 82] {
+            table
+                .add_service(key(1, port), SchedulerKind::Wlc, None)
+                .unwrap();
+            for last in [11, 12] {
+                (table.add_server(key(1, port), nat(last, 8080, 1, ForwardMode::Nat))).unwrap();
+            }
+        }
+        let route = |last: u8, vport: u16| NatRoute {
+            proto: Protocol::Tcp,
+            real_ip: Ipv4Addr::new(10, 0, 0, last).into(),
+            real_port: 8080,
+            vip: key(1, vport).vip,
+            vport,
+        };
+        let mut generation = 1;
+        let mut last = Snapshot::build(generation, &table);
+        let mut next = |table: &ServiceTable| {
+            generation += 1;
+            let health = HealthOverlay::default();
+            let snap = Snapshot::build_reusing(generation, table, &health, &[], Some(&last));
+            let mut gone: Vec<NatRoute> = snap.nat_routes_gone_since(&last).collect();
+            gone.sort_by_key(|r| (r.vport, r.real_ip));
+            last = snap;
+            gone
+        };
+        assert_eq!(next(&table), []);
+        table
+            .edit_server(key(1, 80), nat(11, 8080, 5, ForwardMode::Nat))
+            .unwrap();
+        assert_eq!(next(&table), [], "a weight");
+        let ip = Ipv4Addr::new(10, 0, 0, 12).into();
+        table.delete_server(key(1, 80), ip, 8080).unwrap();
+        assert_eq!(
+            next(&table),
+            [route(12, 80)],
+            "one of two services sharing it"
+        );
+        table
+            .edit_server(key(1, 81), nat(11, 8080, 1, ForwardMode::FullNat))
+            .unwrap();
+        assert_eq!(next(&table), [route(11, 81)], "turned FullNAT");
+        table.delete_service(key(1, 82)).unwrap();
+        assert_eq!(
+            next(&table),
+            [route(11, 82), route(12, 82)],
+            "a service deleted"
+        );
+        assert_eq!(next(&table), []);
     }
 
     /// sh and dh with an idle sorry server, or with a server health checking evicted,
