@@ -111,6 +111,11 @@ pub struct EmulatorStats {
     pub real_servers: Vec<ServedBy>,
 }
 
+/// Services whose spread [`EmulatorStats::summary`] lists: a loopback daemon with
+/// thousands of services would otherwise print megabytes a second, on the management
+/// core.
+pub const SUMMARY_SERVICES: usize = 32;
+
 /// Completed exchanges of one real server of one service.
 #[derive(Debug)]
 pub struct ServedBy {
@@ -123,7 +128,8 @@ pub struct ServedBy {
 
 impl EmulatorStats {
     /// One line for the peers, and when there are services one for the clients and one
-    /// per service with its real servers' counts. Continuation lines are indented to sit
+    /// per service with its real servers' counts (the first [`SUMMARY_SERVICES`], then
+    /// how many more). Continuation lines are indented to sit
     /// under the daemon's `  peers:  ` label.
     pub fn summary(&self) -> String {
         let replies = self.echo_replies.load(Relaxed);
@@ -177,14 +183,25 @@ impl EmulatorStats {
             self.replies_off_owner.load(Relaxed),
         );
         let mut last_service = "";
+        let mut services = 0;
         for rs in &self.real_servers {
             if rs.service != last_service {
-                out += &format!("\n          {} ->", rs.service);
+                services += 1;
                 last_service = &rs.service;
+                if services > SUMMARY_SERVICES {
+                    continue;
+                }
+                out += &format!("\n          {} ->", rs.service);
+            } else if services > SUMMARY_SERVICES {
+                continue;
             } else {
                 out.push(',');
             }
             out += &format!(" {} {}", rs.server, rs.count.load(Relaxed));
+        }
+        if services > SUMMARY_SERVICES {
+            let more = services - SUMMARY_SERVICES;
+            out += &format!("\n          and {more} more service(s): sluicectl -Ln --stats");
         }
         out
     }
@@ -1584,5 +1601,35 @@ mod tests {
             "{s}"
         );
         assert_eq!(EmulatorStats::default().summary().lines().count(), 1);
+    }
+
+    #[test]
+    fn summary_lists_the_first_services_then_how_many_more() {
+        let served = |service: usize, server: usize| ServedBy {
+            service: format!("TCP 198.18.1.{service}:80"),
+            server: format!("198.18.0.{server}:8080"),
+            count: AtomicU64::new(1),
+        };
+        let mut stats = EmulatorStats::default();
+        for service in 0..SUMMARY_SERVICES + 8 {
+            stats
+                .real_servers
+                .extend([served(service, 2), served(service, 3)]);
+        }
+        let s = stats.summary();
+        let spread: Vec<&str> = s.lines().filter(|l| l.contains(" -> ")).collect();
+        assert_eq!(spread.len(), SUMMARY_SERVICES, "{s}");
+        let last = format!("TCP 198.18.1.{}:80 ->", SUMMARY_SERVICES - 1);
+        assert!(spread[SUMMARY_SERVICES - 1].contains(&last), "{s}");
+        assert!(
+            spread.iter().all(|l| l.ends_with("198.18.0.3:8080 1")),
+            "{s}"
+        );
+        assert!(
+            s.ends_with("and 8 more service(s): sluicectl -Ln --stats"),
+            "{s}"
+        );
+        stats.real_servers.truncate(2 * SUMMARY_SERVICES);
+        assert!(!stats.summary().contains("more service"));
     }
 }
