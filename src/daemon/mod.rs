@@ -1398,8 +1398,8 @@ impl Registry {
             }
             self.services.record(e.line());
         }
-        let overlay = self.health.overlay();
-        if overlay != self.services.health {
+        let changed = self.health.overlay_if_changed();
+        if let Some(overlay) = changed.filter(|o| *o != self.services.health) {
             self.services.health = overlay;
             if let Err(e) = self.services.publish(&self.publisher) {
                 log::warn!("health: publishing the evictions failed: {e}");

@@ -60,13 +60,18 @@ pub struct MonitorStats {
     pub probes_ok: u64,
     pub probes_failed: u64,
     pub probes_timed_out: u64,
-    /// Probes not started: no free source port, no frame could be queued, or no
-    /// source address of the real server's family (IPv6 without an IPv6 source).
+    /// Probes not started: no frame could be queued, or no source address of the
+    /// real server's family (IPv6 without an IPv6 source); and one per tick (5 ms)
+    /// in which due probes waited because every source port had a probe in flight.
     pub probes_skipped: u64,
     pub replies: u64,
     /// Frames to the probe ports that belong to no probe in flight (late answers).
     pub stray_replies: u64,
 }
+
+/// The warning that every probe source port has a probe in flight comes at most this
+/// often.
+const PORTS_WARNING_MS: u64 = 60_000;
 
 struct Target {
     service: ServiceKey,
@@ -79,6 +84,8 @@ struct Target {
     plan: Plan,
     last_outcome: Option<String>,
     passive_seen: Option<PassiveTotals>,
+    /// A probe of it is in flight (an entry of `in_flight` names it).
+    probing: bool,
 }
 
 /// When a target's next probe was planned, and which setting spaced it: a reload
@@ -173,6 +180,9 @@ pub struct HealthMonitor {
     /// By local (source) port.
     in_flight: HashMap<u16, InFlight>,
     next_port: u16,
+    /// When the last warning that every source port had a probe in flight was
+    /// logged (at most one a minute).
+    ports_warned_ms: Option<u64>,
     /// Spreads the first probes; seeded by the caller, so not secret.
     rng: crate::model::rng::Rng,
     /// The secret of the probes' initial sequence numbers, from the kernel's
@@ -189,6 +199,11 @@ pub struct HealthMonitor {
     can_watch: bool,
     /// The table's services as of the last reconcile.
     services: Vec<ServiceKey>,
+    /// Whether [`HealthMonitor::overlay`] may have changed since
+    /// [`HealthMonitor::overlay_if_changed`] last gave it: set by every verdict
+    /// change (each comes with an event), every look at a changed table and every
+    /// reconfiguration.
+    overlay_stale: bool,
     pub stats: MonitorStats,
 }
 
@@ -238,6 +253,8 @@ impl HealthMonitor {
         HealthMonitor {
             can_watch: can_watch(&cfg, &overrides),
             next_port: *cfg.source_ports.start(),
+            ports_warned_ms: None,
+            overlay_stale: true,
             cfg,
             source,
             sources6: Vec::new(),
@@ -340,6 +357,13 @@ impl HealthMonitor {
         spec
     }
 
+    /// [`HealthMonitor::overlay`] when it may have changed since this last gave it,
+    /// else `None`: the walk of every watched real server is not made at every tick
+    /// (200 a second) when nothing changed.
+    pub fn overlay_if_changed(&mut self) -> Option<HealthOverlay> {
+        std::mem::take(&mut self.overlay_stale).then(|| self.overlay())
+    }
+
     /// Evictions and reset-when-down services for the next snapshot.
     pub fn overlay(&self) -> HealthOverlay {
         HealthOverlay {
@@ -407,6 +431,7 @@ impl HealthMonitor {
             return (events, false);
         }
         self.table_version = Some(table.version());
+        self.overlay_stale = true;
         self.services = table.services().map(|s| s.key).collect();
         if !self.can_watch && self.targets.is_empty() {
             // What the walk below would find: every server unwatched, nothing to
@@ -474,6 +499,7 @@ impl HealthMonitor {
                                 plan: Plan::new(now_ms, Pace::Interval, jitter),
                                 last_outcome: None,
                                 passive_seen: None,
+                                probing: false,
                             },
                         );
                     }
@@ -524,7 +550,9 @@ impl HealthMonitor {
             self.stats.stray_replies += 1;
             return Vec::new();
         };
-        self.on_segment(&seg, now_ms, send)
+        let events = self.on_segment(&seg, now_ms, send);
+        self.overlay_stale |= !events.is_empty();
+        events
     }
 
     fn on_segment(
@@ -566,6 +594,7 @@ impl HealthMonitor {
         let Some(t) = self.targets.get_mut(&id) else {
             return Vec::new();
         };
+        t.probing = false;
         if t.spec.kind == CheckKind::None {
             return Vec::new();
         }
@@ -620,9 +649,10 @@ impl HealthMonitor {
             self.stats.probes_timed_out += 1;
             events.extend(self.conclude(f.target, f.started_ms, Err("timeout".into()), now_ms));
         }
-        let ids: Vec<u32> = self.targets.keys().copied().collect();
-        for id in ids {
-            let t = self.targets.get_mut(&id).expect("listed above");
+        // One pass over the targets without a lookup each (50,000 of them are walked
+        // every tick), then the probes due, in id order.
+        let mut due = Vec::new();
+        for (&id, t) in self.targets.iter_mut() {
             let totals = passive(id);
             let delta = match t.passive_seen {
                 Some(seen) => PassiveDelta {
@@ -657,20 +687,41 @@ impl HealthMonitor {
                 port,
                 change,
             }));
-            let due = t.spec.kind != CheckKind::None
-                && now_ms >= t.next_probe_ms
-                && !self.in_flight.values().any(|f| f.target == id);
-            if due {
-                self.start_probe(id, now_ms, send);
+            if t.spec.kind != CheckKind::None && now_ms >= t.next_probe_ms && !t.probing {
+                due.push(id);
             }
         }
+        for id in due {
+            if !self.start_probe(id, now_ms, send) {
+                // Every source port has a probe in flight: the rest stay due and
+                // take the ports the next ticks free, in id order.
+                break;
+            }
+        }
+        self.overlay_stale |= !events.is_empty() || reconciled;
         (events, reconciled)
     }
 
-    fn start_probe(&mut self, id: u32, now_ms: u64, send: &mut impl FnMut(&[u8]) -> bool) {
+    /// Starts a probe of target `id`, or says why not; `false` only when no source
+    /// port is free (the target stays due).
+    fn start_probe(&mut self, id: u32, now_ms: u64, send: &mut impl FnMut(&[u8]) -> bool) -> bool {
         let Some(port) = self.free_port() else {
             self.stats.probes_skipped += 1;
-            return;
+            if self
+                .ports_warned_ms
+                .is_none_or(|at| now_ms >= at + PORTS_WARNING_MS)
+            {
+                self.ports_warned_ms = Some(now_ms);
+                let ports = &self.cfg.source_ports;
+                log::warn!(
+                    "health: every probe source port ({}-{}) has a probe in flight: due \
+                     probes wait for one (unanswered probes hold theirs for timeout_ms; \
+                     widen source_port_first..source_port_last)",
+                    ports.start(),
+                    ports.end()
+                );
+            }
+            return false;
         };
         let ip = self.targets.get(&id).expect("caller checked").ip;
         let source = self.source_for(ip);
@@ -681,7 +732,7 @@ impl HealthMonitor {
             t.last_outcome = Some(NO_SOURCE6.into());
             t.plan(now_ms, Pace::Interval);
             self.stats.probes_skipped += 1;
-            return;
+            return true;
         };
         let remote = SocketAddr::new(t.ip, t.spec.port.unwrap_or(t.port));
         let check = match t.spec.kind {
@@ -702,7 +753,7 @@ impl HealthMonitor {
         let probe = Probe::start(ends, check, isn, &mut |b| queued &= send(b));
         if !queued {
             self.stats.probes_skipped += 1;
-            return;
+            return true;
         }
         self.stats.probes_sent += 1;
         self.in_flight.insert(
@@ -714,11 +765,19 @@ impl HealthMonitor {
                 deadline_ms,
             },
         );
+        if let Some(t) = self.targets.get_mut(&id) {
+            t.probing = true;
+        }
+        true
     }
 
     fn free_port(&mut self) -> Option<u16> {
         let range = self.cfg.source_ports.clone();
         let span = u32::from(*range.end() - *range.start()) + 1;
+        if self.in_flight.len() >= span as usize {
+            // All taken: known without a look at each.
+            return None;
+        }
         for _ in 0..span {
             let p = self.next_port;
             self.next_port = if p >= *range.end() {

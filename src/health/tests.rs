@@ -876,3 +876,84 @@ fn twin_monitors_send_the_same_probes_with_other_isns() {
     }
     assert!(probes >= 12, "{probes} probes");
 }
+
+/// With more probes due than source ports, the ports all in flight, the due probes
+/// wait for the ports the timeouts free (none is sent twice at once, none lost), and
+/// a tick spent waiting counts one skipped probe, not one per waiting server.
+#[test]
+fn when_every_source_port_is_in_flight_due_probes_wait_for_one() {
+    let t = table(10);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut cfg = m.cfg.clone();
+    cfg.source_ports = 61000..=61003;
+    m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 42);
+    let mut net = Net { sent: Vec::new() };
+    // (tick, source port, server) of every probe; none is answered: each holds its
+    // port for the 50 ms timeout, and 10 servers every 100 ms want 5 ports.
+    let mut probes = Vec::new();
+    for now in 0..1000 {
+        let skipped = m.stats.probes_skipped;
+        net.tick(&mut m, &t, now);
+        assert!(
+            m.stats.probes_skipped <= skipped + 1,
+            "at {now}: {:?}",
+            m.stats
+        );
+        for syn in net.syns() {
+            let seg = parse_segment(&syn).unwrap();
+            probes.push((now, seg.from.port(), seg.to.ip()));
+        }
+    }
+    for &(at, port, _) in &probes {
+        assert!((61000..=61003).contains(&port));
+        let holding = probes
+            .iter()
+            .filter(|&&(start, p, _)| p == port && start <= at && at < start + 50);
+        assert_eq!(holding.count(), 1, "port {port} taken twice at {at}");
+    }
+    let servers: std::collections::HashSet<_> = probes.iter().map(|p| p.2).collect();
+    assert_eq!(servers.len(), 10, "every server probed: {probes:?}");
+    assert!(
+        m.stats.probes_skipped > 0,
+        "the ports ran out: {:?}",
+        m.stats
+    );
+}
+
+/// The overlay is given again only when it may have changed: at the start, after a
+/// tick with an eviction, after a change of the table and after a reconfiguration;
+/// not after quiet ticks. Each time it is given, it is the overlay of that moment.
+#[test]
+fn the_overlay_is_given_again_only_when_it_may_have_changed() {
+    let mut t = table(2);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    assert_eq!(m.overlay_if_changed(), Some(HealthOverlay::default()));
+    assert_eq!(m.overlay_if_changed(), None);
+    net.tick(&mut m, &t, 0);
+    assert!(
+        m.overlay_if_changed().is_some(),
+        "the table, seen for the first time"
+    );
+    let mut evicted_at = None;
+    for now in 1..1000 {
+        let events = net.tick(&mut m, &t, now);
+        let given = m.overlay_if_changed();
+        if events.is_empty() {
+            assert_eq!(given, None, "a quiet tick at {now}");
+        } else {
+            assert_eq!(given, Some(m.overlay()), "at {now}: {events:?}");
+            evicted_at.get_or_insert(now);
+        }
+    }
+    assert!(evicted_at.is_some(), "unanswered probes evict");
+    assert_eq!(m.overlay().evicted.len(), 2);
+    let spec = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 40), 8080, 1, ForwardMode::Nat);
+    t.add_server(key(), spec).unwrap();
+    net.tick(&mut m, &t, 1000);
+    assert!(m.overlay_if_changed().is_some(), "a change of the table");
+    let cfg = m.cfg.clone();
+    m.reconfigure(cfg, Overrides::default());
+    net.tick(&mut m, &t, 1001);
+    assert!(m.overlay_if_changed().is_some(), "a reconfiguration");
+}
