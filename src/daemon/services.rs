@@ -51,8 +51,9 @@ pub struct Services {
     pub health: HealthOverlay,
     /// Evictions so far, by real-server id.
     pub evictions: std::collections::HashMap<u32, u64>,
-    /// NAT real servers removed from the table (with when), kept in snapshots for the
-    /// longest session timeout so the replies of sessions they still carry reach their
+    /// NAT routes the table no longer has (a real server removed or given another
+    /// mode, a service deleted), with when, kept in snapshots for the longest session
+    /// timeout so the replies of sessions they still carry reach their
     /// owner worker.
     pub departed_nat: hashbrown::HashMap<NatRoute, std::time::Instant>,
     /// By service id: each service's real servers and sorry server as of the last

@@ -144,7 +144,8 @@ impl Snapshot {
 
     /// As [`Snapshot::build_with`], taking from `previous` the Maglev table of each mh
     /// service whose servers (as scheduled: weights, evictions, order), table size and
-    /// flags did not change (the same [`Snapshot::scheduling_version`]), instead of
+    /// flags did not change (the same [`Snapshot::scheduling_version`], which also
+    /// asks for the same service id and servers left out), instead of
     /// building it again: a Maglev table of M slots costs O(M) to build (M is 65537 by
     /// default), so with hundreds of mh services a change to one of them rebuilt them
     /// all, for hundreds of milliseconds on the management core. Comparing costs
@@ -1370,7 +1371,7 @@ mod tests {
 
     /// A NAT sorry server's replies are routed like a real server's (so its route
     /// departs when it is removed: `daemon::services`), a DR one's not at all; a
-    /// departed route laid over a snapshot is routed and listed with the others.
+    /// departed route laid over a snapshot is routed again.
     #[test]
     fn nat_routes_include_a_nat_sorry_server() {
         let mut table = ServiceTable::new();
