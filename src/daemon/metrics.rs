@@ -759,7 +759,7 @@ pub fn render_ha(
         &mut o,
         "sluice_health_probes_total",
         "counter",
-        "Active health probes by outcome (ok, failed, timed_out: part of failed, skipped).",
+        "Active health probes by outcome (ok, failed, timed_out: part of failed, skipped: not sent, plus one per 5 ms tick in which due probes waited for a free source port).",
     );
     let h = &health.stats;
     for (outcome, count) in [

@@ -183,6 +183,9 @@ pub struct HealthMonitor {
     /// When the last warning that every source port had a probe in flight was
     /// logged (at most one a minute).
     ports_warned_ms: Option<u64>,
+    /// The last server a probe was started for: the next tick's due servers are
+    /// served from the one after it.
+    last_probed: u32,
     /// Spreads the first probes; seeded by the caller, so not secret.
     rng: crate::model::rng::Rng,
     /// The secret of the probes' initial sequence numbers, from the kernel's
@@ -254,6 +257,7 @@ impl HealthMonitor {
             can_watch: can_watch(&cfg, &overrides),
             next_port: *cfg.source_ports.start(),
             ports_warned_ms: None,
+            last_probed: 0,
             overlay_stale: true,
             cfg,
             source,
@@ -650,7 +654,7 @@ impl HealthMonitor {
             events.extend(self.conclude(f.target, f.started_ms, Err("timeout".into()), now_ms));
         }
         // One pass over the targets without a lookup each (50,000 of them are walked
-        // every tick), then the probes due, in id order.
+        // every tick), then the probes due.
         let mut due = Vec::new();
         for (&id, t) in self.targets.iter_mut() {
             let totals = passive(id);
@@ -691,12 +695,17 @@ impl HealthMonitor {
                 due.push(id);
             }
         }
-        for id in due {
+        // In id order from the one after the last server that got a port, round
+        // and round: when the ports run out, the servers left waiting go first next
+        // time, and no server waits behind others due again and again.
+        let after = due.partition_point(|&id| id <= self.last_probed);
+        for id in due[after..].iter().chain(&due[..after]).copied() {
             if !self.start_probe(id, now_ms, send) {
                 // Every source port has a probe in flight: the rest stay due and
-                // take the ports the next ticks free, in id order.
+                // take the ports the next ticks free.
                 break;
             }
+            self.last_probed = id;
         }
         self.overlay_stale |= !events.is_empty() || reconciled;
         (events, reconciled)
