@@ -1845,11 +1845,34 @@ port = 53
     }
 
     fn setup() -> (Services, SnapshotPublisher) {
-        let cfg = Config::parse(CONFIG, Path::new("test.toml")).unwrap();
+        setup_from(CONFIG)
+    }
+
+    /// The services of config `text` and the start's snapshot, built from the config
+    /// as the daemon's start builds it (not by `publish`).
+    fn setup_from(text: &str) -> (Services, SnapshotPublisher) {
+        let cfg = Config::parse(text, Path::new("test.toml")).unwrap();
         let mut services = Services::from_config(&cfg).unwrap();
         let publisher = SnapshotPublisher::new(Snapshot::build(1, &services.table));
         services.generation = 1;
         (services, publisher)
+    }
+
+    /// The services whose NAT real server `rip:8080` the published snapshot routes
+    /// replies for.
+    fn routed(publisher: &SnapshotPublisher, rip: Ipv4Addr) -> Vec<(std::net::IpAddr, u16)> {
+        (publisher.current())
+            .nat_reply_services(Protocol::Tcp, rip, 8080)
+            .to_vec()
+    }
+
+    /// `-d` of `rip:8080` from the http service.
+    fn delete_server(rip: Ipv4Addr) -> Request {
+        Request::DeleteServer {
+            service: http(),
+            ip: rip.into(),
+            port: 8080,
+        }
     }
 
     /// `-R` lines as the requests sluicectl sends for them.
@@ -1892,18 +1915,8 @@ port = 53
             },
         )
         .unwrap();
-        let routed = |p: &SnapshotPublisher| {
-            p.current()
-                .nat_reply_services(Protocol::Tcp, rip, 8080)
-                .to_vec()
-        };
-        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
-        let delete = Request::DeleteServer {
-            service: http(),
-            ip: rip.into(),
-            port: 8080,
-        };
-        call(&mut services, &publisher, delete).unwrap();
+        assert_eq!(routed(&publisher, rip), vec![(http().vip, 80)]);
+        call(&mut services, &publisher, delete_server(rip)).unwrap();
         // Gone from the service, still known for its sessions' replies.
         assert!(publisher
             .current()
@@ -1911,14 +1924,14 @@ port = 53
             .unwrap()
             .server(rip, 8080)
             .is_none());
-        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        assert_eq!(routed(&publisher, rip), vec![(http().vip, 80)]);
         // Sessions outlive their last packet by the longest timeout at most: then the
         // route goes.
         services.departed_nat.values_mut().for_each(|at| {
             *at -= Duration::from_millis(u64::from(services.timeouts.longest_ms()) + 1000)
         });
         call(&mut services, &publisher, Request::Clear).unwrap();
-        assert!(routed(&publisher).is_empty());
+        assert!(routed(&publisher, rip).is_empty());
     }
 
     /// The start's snapshot is built from the config, not published by `publish`: a
@@ -1926,31 +1939,18 @@ port = 53
     /// still has its replies routed, as one removed by any later change.
     #[test]
     fn a_nat_server_removed_by_the_first_change_keeps_routing_its_replies() {
-        let text = CONFIG.replace(r#"mode = "fullnat""#, r#"mode = "nat""#);
-        let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
-        let mut services = Services::from_config(&cfg).unwrap();
-        let publisher = SnapshotPublisher::new(Snapshot::build(1, &services.table));
-        services.generation = 1;
+        let (mut services, publisher) =
+            setup_from(&CONFIG.replace(r#"mode = "fullnat""#, r#"mode = "nat""#));
         let rip = Ipv4Addr::new(10, 0, 0, 11);
-        let routed = |p: &SnapshotPublisher| {
-            p.current()
-                .nat_reply_services(Protocol::Tcp, rip, 8080)
-                .to_vec()
-        };
-        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
-        let delete = Request::DeleteServer {
-            service: http(),
-            ip: rip.into(),
-            port: 8080,
-        };
-        call(&mut services, &publisher, delete).unwrap();
+        assert_eq!(routed(&publisher, rip), vec![(http().vip, 80)]);
+        call(&mut services, &publisher, delete_server(rip)).unwrap();
         assert!(publisher
             .current()
             .find(&http())
             .unwrap()
             .real_servers
             .is_empty());
-        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        assert_eq!(routed(&publisher, rip), vec![(http().vip, 80)]);
         let departed_at = services.departed_nat.values().copied().collect::<Vec<_>>();
         assert_eq!(departed_at.len(), 1);
         // A NAT sorry server departs the same way when it goes; a change meanwhile
@@ -1973,7 +1973,7 @@ port = 53
             current.nat_reply_services(Protocol::Tcp, sorry, 8080),
             [(http().vip, 80)]
         );
-        assert_eq!(routed(&publisher), vec![(http().vip, 80)]);
+        assert_eq!(routed(&publisher, rip), vec![(http().vip, 80)]);
         assert_eq!(services.departed_nat.len(), 2);
         let first = services.departed_nat.iter().find(|(r, _)| r.real_ip == rip);
         assert_eq!(first.map(|(_, at)| *at), Some(departed_at[0]));
