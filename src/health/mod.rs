@@ -22,7 +22,8 @@ use crate::service::{HealthOverlay, ServiceTable};
 use hashbrown::HashMap;
 use probe::{Check, Endpoints, Probe, Segment};
 use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use verdict::{Change, Pace, PassiveDelta, Verdict};
 
@@ -86,6 +87,62 @@ struct Target {
     passive_seen: Option<PassiveTotals>,
     /// A probe of it is in flight (an entry of `in_flight` names it).
     probing: bool,
+}
+
+/// The probes due, earliest first: (when, real-server id). An entry is pushed each
+/// time a target's `next_probe_ms` is set while it has no probe in flight, and when
+/// its probe ends (which plans the next), and checked when it comes up: it stands only
+/// if the target still exists, has an active check, has no probe in flight and is
+/// still planned for that moment; any other entry (left by a re-plan) is stale and
+/// dropped. So the tick looks at the probes due, not at every watched server, and a
+/// probe that waits for a source port keeps its place: the longest due go first.
+#[derive(Default)]
+struct DueQueue {
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+}
+
+impl DueQueue {
+    /// Files `t`'s next probe (none without an active check).
+    fn file(&mut self, id: u32, t: &Target) {
+        if t.spec.kind != CheckKind::None {
+            self.heap.push(Reverse((t.next_probe_ms, id)));
+        }
+    }
+
+    /// Takes the next entry due by `now_ms` that still stands for a target of
+    /// `targets`, dropping the stale ones before it.
+    fn pop_due(&mut self, now_ms: u64, targets: &BTreeMap<u32, Target>) -> Option<(u64, u32)> {
+        while let Some(&Reverse((at, id))) = self.heap.peek() {
+            if at > now_ms {
+                return None;
+            }
+            self.heap.pop();
+            let stands = targets.get(&id).is_some_and(|t| {
+                t.next_probe_ms == at && !t.probing && t.spec.kind != CheckKind::None
+            });
+            if stands {
+                return Some((at, id));
+            }
+        }
+        None
+    }
+
+    /// Puts back an entry [`DueQueue::pop_due`] gave (its probe could not start).
+    fn put_back(&mut self, at: u64, id: u32) {
+        self.heap.push(Reverse((at, id)));
+    }
+
+    /// Files every target without a probe in flight afresh when the entries
+    /// outnumber twice the targets (each re-plan leaves a stale one behind), so the
+    /// heap stays within a small multiple of the targets.
+    fn compact(&mut self, targets: &BTreeMap<u32, Target>) {
+        if self.heap.len() > 2 * targets.len() + 64 {
+            self.heap.clear();
+            for (&id, t) in targets.iter().filter(|(_, t)| !t.probing) {
+                self.file(id, t);
+            }
+        }
+    }
 }
 
 /// When a target's next probe was planned, and which setting spaced it: a reload
@@ -183,9 +240,10 @@ pub struct HealthMonitor {
     /// When the last warning that every source port had a probe in flight was
     /// logged (at most one a minute).
     ports_warned_ms: Option<u64>,
-    /// The last server a probe was started for: the next tick's due servers are
-    /// served from the one after it.
-    last_probed: u32,
+    /// The probes due, by when.
+    due: DueQueue,
+    /// The targets with passive detection on: the ones the tick reads counts for.
+    passive_ids: Vec<u32>,
     /// Spreads the first probes; seeded by the caller, so not secret.
     rng: crate::model::rng::Rng,
     /// The secret of the probes' initial sequence numbers, from the kernel's
@@ -257,7 +315,8 @@ impl HealthMonitor {
             can_watch: can_watch(&cfg, &overrides),
             next_port: *cfg.source_ports.start(),
             ports_warned_ms: None,
-            last_probed: 0,
+            due: DueQueue::default(),
+            passive_ids: Vec::new(),
             overlay_stale: true,
             cfg,
             source,
@@ -441,6 +500,8 @@ impl HealthMonitor {
             // What the walk below would find: every server unwatched, nothing to
             // restore, no probe to keep.
             self.in_flight.clear();
+            self.due = DueQueue::default();
+            self.passive_ids.clear();
             return (events, false);
         }
         let mut present = hashbrown::HashSet::new();
@@ -458,6 +519,7 @@ impl HealthMonitor {
                 let jitter = self.random() % u64::from(spec.interval_ms.max(1));
                 match self.targets.get_mut(&rs.id) {
                     Some(t) => {
+                        let next_before = t.next_probe_ms;
                         if t.spec.kind != spec.kind && spec.kind != CheckKind::None {
                             t.next_probe_ms = now_ms + jitter;
                             t.plan = Plan::new(now_ms, Pace::Interval, jitter);
@@ -466,6 +528,11 @@ impl HealthMonitor {
                                 t.next_probe_ms = due;
                                 t.plan.delay_ms = due - t.plan.from_ms;
                             }
+                        }
+                        if spec.passive && !t.spec.passive {
+                            // Counts from before passive detection was on are no
+                            // failures of it: it starts from the next tick's.
+                            t.passive_seen = None;
                         }
                         if let Some(change) = t.verdict.on_check_off(&spec, now_ms) {
                             changed = true;
@@ -477,7 +544,13 @@ impl HealthMonitor {
                                 change,
                             });
                         }
+                        let refile = t.spec.kind == CheckKind::None && spec.kind != CheckKind::None
+                            || next_before != t.next_probe_ms;
                         t.spec = spec;
+                        if refile {
+                            // Otherwise the entry filed with the plan still stands.
+                            self.due.file(rs.id, t);
+                        }
                     }
                     None => {
                         if ip.is_ipv6() && spec.kind != CheckKind::None && self.sources6.is_empty()
@@ -491,21 +564,19 @@ impl HealthMonitor {
                                 spec.kind.name()
                             );
                         }
-                        self.targets.insert(
-                            rs.id,
-                            Target {
-                                service: s.key,
-                                ip,
-                                port: rs.port,
-                                spec,
-                                verdict: Verdict::default(),
-                                next_probe_ms: now_ms + jitter,
-                                plan: Plan::new(now_ms, Pace::Interval, jitter),
-                                last_outcome: None,
-                                passive_seen: None,
-                                probing: false,
-                            },
-                        );
+                        let t = self.targets.entry(rs.id).or_insert(Target {
+                            service: s.key,
+                            ip,
+                            port: rs.port,
+                            spec,
+                            verdict: Verdict::default(),
+                            next_probe_ms: now_ms + jitter,
+                            plan: Plan::new(now_ms, Pace::Interval, jitter),
+                            last_outcome: None,
+                            passive_seen: None,
+                            probing: false,
+                        });
+                        self.due.file(rs.id, t);
                     }
                 }
             }
@@ -539,6 +610,11 @@ impl HealthMonitor {
         let targets = &self.targets;
         self.in_flight
             .retain(|_, f| targets.contains_key(&f.target));
+        self.passive_ids = targets
+            .iter()
+            .filter(|(_, t)| t.spec.passive)
+            .map(|(&id, _)| id)
+            .collect();
         (events, changed)
     }
 
@@ -616,6 +692,7 @@ impl HealthMonitor {
         if let Some(pace) = t.verdict.next_pace(&t.spec, ok) {
             t.plan(started_ms, pace);
         }
+        self.due.file(id, t);
         change
             .map(|change| HealthEvent {
                 id,
@@ -653,10 +730,12 @@ impl HealthMonitor {
             self.stats.probes_timed_out += 1;
             events.extend(self.conclude(f.target, f.started_ms, Err("timeout".into()), now_ms));
         }
-        // One pass over the targets without a lookup each (50,000 of them are walked
-        // every tick), then the probes due.
-        let mut due = Vec::new();
-        for (&id, t) in self.targets.iter_mut() {
+        // Passive counts for the servers that have passive detection on; the others
+        // are not looked at (50,000 watched servers, 200 ticks a second).
+        for &id in &self.passive_ids {
+            let Some(t) = self.targets.get_mut(&id) else {
+                continue;
+            };
             let totals = passive(id);
             let delta = match t.passive_seen {
                 Some(seen) => PassiveDelta {
@@ -681,6 +760,7 @@ impl HealthMonitor {
                         Pace::Retry,
                         t.verdict.retry_at_ms.saturating_sub(now_ms),
                     );
+                    self.due.file(id, t);
                 }
             }
             let (service, ip, port) = (t.service, t.ip, t.port);
@@ -691,22 +771,17 @@ impl HealthMonitor {
                 port,
                 change,
             }));
-            if t.spec.kind != CheckKind::None && now_ms >= t.next_probe_ms && !t.probing {
-                due.push(id);
-            }
         }
-        // In id order from the one after the last server that got a port, round
-        // and round: when the ports run out, the servers left waiting go first next
-        // time, and no server waits behind others due again and again.
-        let after = due.partition_point(|&id| id <= self.last_probed);
-        for id in due[after..].iter().chain(&due[..after]).copied() {
+        // The probes due, the longest due first: when the ports run out, the ones
+        // left keep their place and take the ports the next ticks free.
+        while let Some((at, id)) = self.due.pop_due(now_ms, &self.targets) {
             if !self.start_probe(id, now_ms, send) {
-                // Every source port has a probe in flight: the rest stay due and
-                // take the ports the next ticks free.
+                // Every source port has a probe in flight.
+                self.due.put_back(at, id);
                 break;
             }
-            self.last_probed = id;
         }
+        self.due.compact(&self.targets);
         self.overlay_stale |= !events.is_empty() || reconciled;
         (events, reconciled)
     }
@@ -740,6 +815,7 @@ impl HealthMonitor {
             // report shows why it is never probed, and it is never evicted by it.
             t.last_outcome = Some(NO_SOURCE6.into());
             t.plan(now_ms, Pace::Interval);
+            self.due.file(id, t);
             self.stats.probes_skipped += 1;
             return true;
         };
@@ -762,6 +838,10 @@ impl HealthMonitor {
         let probe = Probe::start(ends, check, isn, &mut |b| queued &= send(b));
         if !queued {
             self.stats.probes_skipped += 1;
+            // No probe in flight: this is its next try.
+            if let Some(t) = self.targets.get(&id) {
+                self.due.file(id, t);
+            }
             return true;
         }
         self.stats.probes_sent += 1;

@@ -725,6 +725,79 @@ fn turning_passive_off_restores_what_it_evicted_as_passive_off() {
     assert!(m.overlay().evicted.is_empty());
 }
 
+/// Counts from before a reload turned passive detection on (again) are not its
+/// failures: the server is judged on what happens after, and evicted by that.
+#[test]
+fn passive_detection_turned_on_counts_from_then_on() {
+    let t = table(1);
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind: CheckKind::Tcp,
+            interval_ms: 100_000,
+            timeout_ms: 50,
+            passive: true,
+            passive_fall: 3,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
+    let mut send = |_: &[u8]| true;
+    let passive = |m: &mut HealthMonitor, on: bool| {
+        let mut cfg = m.cfg.clone();
+        cfg.defaults.passive = on;
+        m.reconfigure(cfg, Overrides::default());
+    };
+    assert!(m.tick(&t, 0, refused(0), &mut send).0.is_empty());
+    passive(&mut m, false);
+    // 100 refusals while passive detection is off.
+    for now in 1..11 {
+        assert!(m
+            .tick(&t, now, refused(10 * now as u32), &mut send)
+            .0
+            .is_empty());
+    }
+    passive(&mut m, true);
+    for now in 11..20 {
+        let (events, _) = m.tick(&t, now, refused(100), &mut send);
+        assert!(events.is_empty(), "at {now}: {events:?}");
+    }
+    // Three more: passive_fall.
+    let (events, _) = m.tick(&t, 20, refused(103), &mut send);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].line().ends_with("reason=passive-3fail"),
+        "{events:?}"
+    );
+}
+
+/// Reloads that re-plan every probe again and again leave the queue of due probes
+/// no bigger than a small multiple of the servers, and the probes keep their pace.
+#[test]
+fn the_due_probes_queue_stays_small_through_replanning_reloads() {
+    let t = table(20);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let mut probes = 0;
+    for now in 0..4000 {
+        if now % 10 == 0 {
+            // Each reload shortens the interval: every server's planned probe moves.
+            let mut cfg = m.cfg.clone();
+            cfg.defaults.interval_ms = 1000 - (now / 10) as u32 * 2;
+            m.reconfigure(cfg, Overrides::default());
+        }
+        net.tick(&mut m, &t, now);
+        probes += net.syns().len();
+        assert!(
+            m.due.heap.len() <= 2 * 20 + 64,
+            "at {now}: {}",
+            m.due.heap.len()
+        );
+    }
+    // The interval falls from 1000 to 202 ms; about 20 servers x 4 s / 0.6 s.
+    assert!(probes >= 100, "{probes} probes");
+}
+
 /// A probe in flight when a reload turns its check off decides nothing: an eviction
 /// by it could never be undone.
 #[test]
@@ -878,10 +951,10 @@ fn twin_monitors_send_the_same_probes_with_other_isns() {
 }
 
 /// With more probes due than source ports, the ports all in flight, the due probes
-/// wait for the ports the timeouts free, in turn: every server gets its share (none
-/// waits behind others due again and again), no port and no server has two probes at
-/// once, and a tick spent waiting counts one skipped probe, not one per waiting
-/// server.
+/// wait for the ports the timeouts free, the longest due first: every server gets its
+/// share (none waits behind others due again and again), no port and no server has
+/// two probes at once, and a tick spent waiting counts one skipped probe, not one per
+/// waiting server.
 #[test]
 fn when_every_source_port_is_in_flight_due_probes_wait_for_one() {
     let t = table(10);
