@@ -1398,7 +1398,7 @@ impl Registry {
             }
             self.services.record(e.line());
         }
-        let changed = self.health.overlay_if_changed();
+        let changed = self.health.overlay_if_changed(now_ms);
         if let Some(overlay) = changed.filter(|o| *o != self.services.health) {
             self.services.health = overlay;
             if let Err(e) = self.services.publish(&self.publisher) {

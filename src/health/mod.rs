@@ -74,6 +74,14 @@ pub struct MonitorStats {
 /// often.
 const PORTS_WARNING_MS: u64 = 60_000;
 
+/// The least time between two overlays [`HealthMonitor::overlay_if_changed`] gives.
+/// Each becomes a snapshot the management core builds and publishes (about 15 ms at
+/// 50,000 real servers), and an outage of many servers evicts them over many ticks:
+/// a snapshot a tick would take the whole core, which also sends VRRP advertisements
+/// and answers `sluicectl`. The first change after a quiet spell is given at once;
+/// the ones after it wait at most this long, and go together.
+pub const OVERLAY_SPACING_MS: u64 = 100;
+
 struct Target {
     service: ServiceKey,
     ip: IpAddr,
@@ -89,12 +97,13 @@ struct Target {
     probing: bool,
 }
 
-/// The probes due, earliest first: (when, real-server id). An entry is pushed each
-/// time a target's `next_probe_ms` is set while it has no probe in flight, and when
-/// its probe ends (which plans the next), and checked when it comes up: it stands only
-/// if the target still exists, has an active check, has no probe in flight and is
-/// still planned for that moment; any other entry (left by a re-plan) is stale and
-/// dropped. So the tick looks at the probes due, not at every watched server, and a
+/// The probes due, earliest first: (when, real-server id). An entry is pushed when a
+/// target comes, when a reload moves its next probe or turns its check on, when a
+/// probe ends (which plans the next) and when one could not start (no source address,
+/// a frame not queued); a probe that starts pushes none, its end will. An entry is
+/// checked when it comes up: it stands only if the target still exists, has an
+/// active check, has no probe in flight and is still planned for that moment; any
+/// other entry (left by a re-plan) is stale and dropped. So the tick looks at the probes due, not at every watched server, and a
 /// probe that waits for a source port keeps its place: the longest due go first.
 #[derive(Default)]
 struct DueQueue {
@@ -132,15 +141,18 @@ impl DueQueue {
         self.heap.push(Reverse((at, id)));
     }
 
-    /// Files every target without a probe in flight afresh when the entries
-    /// outnumber twice the targets (each re-plan leaves a stale one behind), so the
-    /// heap stays within a small multiple of the targets.
+    /// Files every target afresh (those with an active check and no probe in
+    /// flight) when the entries outnumber twice the targets and 64 more (each
+    /// re-plan leaves a stale one behind), so the heap stays within a small multiple
+    /// of the targets.
     fn compact(&mut self, targets: &BTreeMap<u32, Target>) {
         if self.heap.len() > 2 * targets.len() + 64 {
-            self.heap.clear();
-            for (&id, t) in targets.iter().filter(|(_, t)| !t.probing) {
-                self.file(id, t);
-            }
+            let entries: Vec<_> = targets
+                .iter()
+                .filter(|(_, t)| !t.probing && t.spec.kind != CheckKind::None)
+                .map(|(&id, t)| Reverse((t.next_probe_ms, id)))
+                .collect();
+            self.heap = BinaryHeap::from(entries);
         }
     }
 }
@@ -184,7 +196,9 @@ impl Plan {
 
 impl Target {
     fn plan(&mut self, from_ms: u64, pace: Pace) {
-        let delay_ms = pace.ms(&self.spec);
+        // Never the same moment: the tick's loop over the probes due ends because a
+        // probe started (or not) is planned later than now.
+        let delay_ms = pace.ms(&self.spec).max(1);
         self.plan = Plan::new(from_ms, pace, delay_ms);
         self.next_probe_ms = from_ms + delay_ms;
     }
@@ -242,8 +256,9 @@ pub struct HealthMonitor {
     ports_warned_ms: Option<u64>,
     /// The probes due, by when.
     due: DueQueue,
-    /// The targets with passive detection on: the ones the tick reads counts for.
-    passive_ids: Vec<u32>,
+    /// How many targets have passive detection on: without any, the tick reads no
+    /// counts.
+    passive_targets: usize,
     /// Spreads the first probes; seeded by the caller, so not secret.
     rng: crate::model::rng::Rng,
     /// The secret of the probes' initial sequence numbers, from the kernel's
@@ -265,6 +280,8 @@ pub struct HealthMonitor {
     /// change (each comes with an event), every look at a changed table and every
     /// reconfiguration.
     overlay_stale: bool,
+    /// When [`HealthMonitor::overlay_if_changed`] last gave the overlay.
+    overlay_given_ms: Option<u64>,
     pub stats: MonitorStats,
 }
 
@@ -316,8 +333,9 @@ impl HealthMonitor {
             next_port: *cfg.source_ports.start(),
             ports_warned_ms: None,
             due: DueQueue::default(),
-            passive_ids: Vec::new(),
+            passive_targets: 0,
             overlay_stale: true,
+            overlay_given_ms: None,
             cfg,
             source,
             sources6: Vec::new(),
@@ -420,11 +438,21 @@ impl HealthMonitor {
         spec
     }
 
-    /// [`HealthMonitor::overlay`] when it may have changed since this last gave it,
-    /// else `None`: the walk of every watched real server is not made at every tick
-    /// (200 a second) when nothing changed.
-    pub fn overlay_if_changed(&mut self) -> Option<HealthOverlay> {
-        std::mem::take(&mut self.overlay_stale).then(|| self.overlay())
+    /// [`HealthMonitor::overlay`] when it may have changed since this last gave it
+    /// and that was at least [`OVERLAY_SPACING_MS`] before `now_ms`, else `None`: the
+    /// walk of every watched real server is not made at every tick (200 a second)
+    /// when nothing changed, and many changes in a row make one snapshot every
+    /// [`OVERLAY_SPACING_MS`], not one a tick.
+    pub fn overlay_if_changed(&mut self, now_ms: u64) -> Option<HealthOverlay> {
+        let spaced = self
+            .overlay_given_ms
+            .is_none_or(|at| now_ms >= at.saturating_add(OVERLAY_SPACING_MS));
+        if !(self.overlay_stale && spaced) {
+            return None;
+        }
+        self.overlay_stale = false;
+        self.overlay_given_ms = Some(now_ms);
+        Some(self.overlay())
     }
 
     /// Evictions and reset-when-down services for the next snapshot.
@@ -501,7 +529,7 @@ impl HealthMonitor {
             // restore, no probe to keep.
             self.in_flight.clear();
             self.due = DueQueue::default();
-            self.passive_ids.clear();
+            self.passive_targets = 0;
             return (events, false);
         }
         let mut present = hashbrown::HashSet::new();
@@ -610,11 +638,7 @@ impl HealthMonitor {
         let targets = &self.targets;
         self.in_flight
             .retain(|_, f| targets.contains_key(&f.target));
-        self.passive_ids = targets
-            .iter()
-            .filter(|(_, t)| t.spec.passive)
-            .map(|(&id, _)| id)
-            .collect();
+        self.passive_targets = targets.values().filter(|t| t.spec.passive).count();
         (events, changed)
     }
 
@@ -730,12 +754,11 @@ impl HealthMonitor {
             self.stats.probes_timed_out += 1;
             events.extend(self.conclude(f.target, f.started_ms, Err("timeout".into()), now_ms));
         }
-        // Passive counts for the servers that have passive detection on; the others
-        // are not looked at (50,000 watched servers, 200 ticks a second).
-        for &id in &self.passive_ids {
-            let Some(t) = self.targets.get_mut(&id) else {
-                continue;
-            };
+        // Passive counts for the servers that have passive detection on, in one pass
+        // without a lookup each; with none, the targets are not walked (50,000
+        // watched servers, 200 ticks a second).
+        let passive_targets = self.targets.iter_mut().filter(|(_, t)| t.spec.passive);
+        for (&id, t) in passive_targets.take(self.passive_targets) {
             let totals = passive(id);
             let delta = match t.passive_seen {
                 Some(seen) => PassiveDelta {

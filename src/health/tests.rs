@@ -772,30 +772,39 @@ fn passive_detection_turned_on_counts_from_then_on() {
 }
 
 /// Reloads that re-plan every probe again and again leave the queue of due probes
-/// no bigger than a small multiple of the servers, and the probes keep their pace.
+/// no bigger than a small multiple of the servers, and every server keeps being
+/// probed at the pace the reloads set.
 #[test]
 fn the_due_probes_queue_stays_small_through_replanning_reloads() {
     let t = table(20);
     let mut m = monitor(CheckKind::Tcp);
+    // Nobody is evicted (which would space their probes by `retry_ms`, which the
+    // reloads leave alone): every reload moves every planned probe.
+    m.cfg.defaults.fall = 1000;
     let mut net = Net { sent: Vec::new() };
-    let mut probes = 0;
+    let mut per_server = std::collections::BTreeMap::new();
     for now in 0..4000 {
         if now % 10 == 0 {
-            // Each reload shortens the interval: every server's planned probe moves.
+            // Each reload shortens the interval, from 1000 to 202 ms.
             let mut cfg = m.cfg.clone();
             cfg.defaults.interval_ms = 1000 - (now / 10) as u32 * 2;
             m.reconfigure(cfg, Overrides::default());
         }
         net.tick(&mut m, &t, now);
-        probes += net.syns().len();
+        for syn in net.syns() {
+            *per_server
+                .entry(parse_segment(&syn).unwrap().to.ip())
+                .or_insert(0) += 1;
+        }
         assert!(
             m.due.heap.len() <= 2 * 20 + 64,
             "at {now}: {}",
             m.due.heap.len()
         );
     }
-    // The interval falls from 1000 to 202 ms; about 20 servers x 4 s / 0.6 s.
-    assert!(probes >= 100, "{probes} probes");
+    // A probe every 1000 ms at first, every 202 ms at the end: about 9 each in 4 s.
+    assert_eq!(per_server.len(), 20, "{per_server:?}");
+    assert!(per_server.values().all(|&n| n >= 7), "{per_server:?}");
 }
 
 /// A probe in flight when a reload turns its check off decides nothing: an eviction
@@ -1015,38 +1024,95 @@ fn when_every_source_port_is_in_flight_due_probes_wait_for_one() {
 
 /// The overlay is given again only when it may have changed: at the start, after a
 /// tick with an eviction, after a change of the table and after a reconfiguration;
-/// not after quiet ticks. Each time it is given, it is the overlay of that moment.
+/// not after quiet ticks, and not within `OVERLAY_SPACING_MS` of the last time (a
+/// change then waits for the spacing, not for another change). Each time it is given,
+/// it is the overlay of that moment.
 #[test]
 fn the_overlay_is_given_again_only_when_it_may_have_changed() {
     let mut t = table(2);
     let mut m = monitor(CheckKind::Tcp);
     let mut net = Net { sent: Vec::new() };
-    assert_eq!(m.overlay_if_changed(), Some(HealthOverlay::default()));
-    assert_eq!(m.overlay_if_changed(), None);
-    net.tick(&mut m, &t, 0);
+    assert_eq!(m.overlay_if_changed(0), Some(HealthOverlay::default()));
+    assert_eq!(m.overlay_if_changed(0), None);
+    net.tick(&mut m, &t, 100);
+    assert_eq!(m.overlay_if_changed(99), None, "within the spacing");
     assert!(
-        m.overlay_if_changed().is_some(),
+        m.overlay_if_changed(100).is_some(),
         "the table, seen for the first time"
     );
-    let mut evicted_at = None;
-    for now in 1..1000 {
+    // (tick, evicted then) of each eviction and of each overlay given.
+    let (mut evictions, mut given_at) = (Vec::new(), Vec::new());
+    for now in 101..1100 {
         let events = net.tick(&mut m, &t, now);
-        let given = m.overlay_if_changed();
-        if events.is_empty() {
-            assert_eq!(given, None, "a quiet tick at {now}");
-        } else {
-            assert_eq!(given, Some(m.overlay()), "at {now}: {events:?}");
-            evicted_at.get_or_insert(now);
+        if !events.is_empty() {
+            evictions.push((now, m.overlay().evicted.len()));
+        }
+        if let Some(given) = m.overlay_if_changed(now) {
+            assert_eq!(given, m.overlay(), "at {now}");
+            given_at.push((now, given.evicted.len()));
         }
     }
-    assert!(evicted_at.is_some(), "unanswered probes evict");
-    assert_eq!(m.overlay().evicted.len(), 2);
+    assert_eq!(m.overlay().evicted.len(), 2, "unanswered probes evict");
+    assert!(!evictions.is_empty());
+    // Every eviction is given: at once when the last overlay was given at least the
+    // spacing before, else at the first tick the spacing allows; nothing else is.
+    let mut last = 100;
+    let mut expected = Vec::new();
+    for &(at, evicted) in &evictions {
+        let due = at.max(last + OVERLAY_SPACING_MS);
+        match expected.last_mut() {
+            Some((when, n)) if *when >= at => *n = evicted,
+            _ => {
+                expected.push((due, evicted));
+                last = due;
+            }
+        }
+    }
+    assert_eq!(given_at, expected, "evictions {evictions:?}");
     let spec = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 40), 8080, 1, ForwardMode::Nat);
     t.add_server(key(), spec).unwrap();
-    net.tick(&mut m, &t, 1000);
-    assert!(m.overlay_if_changed().is_some(), "a change of the table");
+    net.tick(&mut m, &t, 1200);
+    assert!(
+        m.overlay_if_changed(1200).is_some(),
+        "a change of the table"
+    );
     let cfg = m.cfg.clone();
     m.reconfigure(cfg, Overrides::default());
-    net.tick(&mut m, &t, 1001);
-    assert!(m.overlay_if_changed().is_some(), "a reconfiguration");
+    net.tick(&mut m, &t, 1250);
+    assert_eq!(m.overlay_if_changed(1250), None, "within the spacing");
+    assert!(
+        m.overlay_if_changed(1300).is_some(),
+        "a reconfiguration, once the spacing allows"
+    );
+}
+
+/// Many servers evicted over many ticks (an outage) give one overlay every
+/// `OVERLAY_SPACING_MS`, not one a tick, and the last one given holds them all.
+#[test]
+fn an_outage_of_many_servers_gives_an_overlay_at_most_every_spacing() {
+    let t = table(100);
+    let mut m = monitor(CheckKind::Tcp);
+    let mut net = Net { sent: Vec::new() };
+    let (mut ticks_with_evictions, mut given_at) = (0, Vec::new());
+    let mut last_given = None;
+    for now in 0..2000 {
+        if !net.tick(&mut m, &t, now).is_empty() {
+            ticks_with_evictions += 1;
+        }
+        if let Some(given) = m.overlay_if_changed(now) {
+            given_at.push(now);
+            last_given = Some(given);
+        }
+    }
+    assert_eq!(m.overlay().evicted.len(), 100);
+    assert_eq!(last_given.unwrap().evicted.len(), 100);
+    // The first probes spread over 100 ms, evictions over about as long again.
+    assert!(ticks_with_evictions >= 20, "{ticks_with_evictions}");
+    assert!(
+        given_at
+            .windows(2)
+            .all(|w| w[1] - w[0] >= OVERLAY_SPACING_MS),
+        "{given_at:?}"
+    );
+    assert!(given_at.len() <= 5, "{given_at:?}");
 }
