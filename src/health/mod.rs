@@ -256,9 +256,8 @@ pub struct HealthMonitor {
     ports_warned_ms: Option<u64>,
     /// The probes due, by when.
     due: DueQueue,
-    /// How many targets have passive detection on: without any, the tick reads no
-    /// counts.
-    passive_targets: usize,
+    /// The targets with passive detection on, by id.
+    passive_ids: Vec<u32>,
     /// Spreads the first probes; seeded by the caller, so not secret.
     rng: crate::model::rng::Rng,
     /// The secret of the probes' initial sequence numbers, from the kernel's
@@ -280,8 +279,8 @@ pub struct HealthMonitor {
     /// change (each comes with an event), every look at a changed table and every
     /// reconfiguration.
     overlay_stale: bool,
-    /// When [`HealthMonitor::overlay_if_changed`] last gave the overlay.
-    overlay_given_ms: Option<u64>,
+    /// The overlay [`HealthMonitor::overlay_if_changed`] last gave, and when.
+    overlay_given: Option<(HealthOverlay, u64)>,
     pub stats: MonitorStats,
 }
 
@@ -326,6 +325,55 @@ pub struct HealthReport {
     pub stats: MonitorStats,
 }
 
+/// Below one target in this many with passive detection on, the tick looks those up
+/// by id rather than walk all the targets.
+const PASSIVE_LOOKUP_SHARE: usize = 4;
+
+/// Target `id`'s passive verdict on the counts `totals` (the workers' sums), and the
+/// time-outs of a passive eviction's back-off; an eviction under an active check
+/// plans the probe that may restore it, after the back-off.
+fn read_passive(
+    id: u32,
+    t: &mut Target,
+    totals: PassiveTotals,
+    now_ms: u64,
+    due: &mut DueQueue,
+) -> impl Iterator<Item = HealthEvent> {
+    let delta = match t.passive_seen {
+        Some(seen) => PassiveDelta {
+            answered: totals.answered.wrapping_sub(seen.answered) & PASSIVE_FIELD_MASK,
+            unanswered: totals.unanswered.wrapping_sub(seen.unanswered) & PASSIVE_FIELD_MASK,
+            refused: totals.refused.wrapping_sub(seen.refused) & PASSIVE_FIELD_MASK,
+        },
+        None => PassiveDelta::default(),
+    };
+    t.passive_seen = Some(totals);
+    let passive = t.verdict.on_passive(&t.spec, delta, now_ms);
+    let timed = t.verdict.on_time(&t.spec, now_ms);
+    if let Some(Change::Evicted { .. }) = passive {
+        if t.spec.kind != CheckKind::None {
+            t.next_probe_ms = t.verdict.retry_at_ms;
+            t.plan = Plan::new(
+                now_ms,
+                Pace::Retry,
+                t.verdict.retry_at_ms.saturating_sub(now_ms),
+            );
+            due.file(id, t);
+        }
+    }
+    let (service, ip, port) = (t.service, t.ip, t.port);
+    passive
+        .into_iter()
+        .chain(timed)
+        .map(move |change| HealthEvent {
+            id,
+            service,
+            ip,
+            port,
+            change,
+        })
+}
+
 impl HealthMonitor {
     pub fn new(cfg: HealthConfig, source: Ipv4Addr, overrides: Overrides, seed: u64) -> Self {
         HealthMonitor {
@@ -333,9 +381,9 @@ impl HealthMonitor {
             next_port: *cfg.source_ports.start(),
             ports_warned_ms: None,
             due: DueQueue::default(),
-            passive_targets: 0,
+            passive_ids: Vec::new(),
             overlay_stale: true,
-            overlay_given_ms: None,
+            overlay_given: None,
             cfg,
             source,
             sources6: Vec::new(),
@@ -438,21 +486,31 @@ impl HealthMonitor {
         spec
     }
 
-    /// [`HealthMonitor::overlay`] when it may have changed since this last gave it
-    /// and that was at least [`OVERLAY_SPACING_MS`] before `now_ms`, else `None`: the
+    /// [`HealthMonitor::overlay`] when it differs from the one this last gave and
+    /// that was at least [`OVERLAY_SPACING_MS`] before `now_ms`, else `None`: the
     /// walk of every watched real server is not made at every tick (200 a second)
     /// when nothing changed, and many changes in a row make one snapshot every
-    /// [`OVERLAY_SPACING_MS`], not one a tick.
+    /// [`OVERLAY_SPACING_MS`], not one a tick. A change of the table or the settings
+    /// that evicts or restores nobody gives nothing and holds nothing back.
     pub fn overlay_if_changed(&mut self, now_ms: u64) -> Option<HealthOverlay> {
         let spaced = self
-            .overlay_given_ms
-            .is_none_or(|at| now_ms >= at.saturating_add(OVERLAY_SPACING_MS));
+            .overlay_given
+            .as_ref()
+            .is_none_or(|(_, at)| now_ms >= at.saturating_add(OVERLAY_SPACING_MS));
         if !(self.overlay_stale && spaced) {
             return None;
         }
         self.overlay_stale = false;
-        self.overlay_given_ms = Some(now_ms);
-        Some(self.overlay())
+        let overlay = self.overlay();
+        if self
+            .overlay_given
+            .as_ref()
+            .is_some_and(|(given, _)| *given == overlay)
+        {
+            return None;
+        }
+        self.overlay_given = Some((overlay.clone(), now_ms));
+        Some(overlay)
     }
 
     /// Evictions and reset-when-down services for the next snapshot.
@@ -529,7 +587,7 @@ impl HealthMonitor {
             // restore, no probe to keep.
             self.in_flight.clear();
             self.due = DueQueue::default();
-            self.passive_targets = 0;
+            self.passive_ids.clear();
             return (events, false);
         }
         let mut present = hashbrown::HashSet::new();
@@ -638,7 +696,11 @@ impl HealthMonitor {
         let targets = &self.targets;
         self.in_flight
             .retain(|_, f| targets.contains_key(&f.target));
-        self.passive_targets = targets.values().filter(|t| t.spec.passive).count();
+        self.passive_ids = targets
+            .iter()
+            .filter(|(_, t)| t.spec.passive)
+            .map(|(&id, _)| id)
+            .collect();
         (events, changed)
     }
 
@@ -754,46 +816,23 @@ impl HealthMonitor {
             self.stats.probes_timed_out += 1;
             events.extend(self.conclude(f.target, f.started_ms, Err("timeout".into()), now_ms));
         }
-        // Passive counts for the servers that have passive detection on, in one pass
-        // without a lookup each; with none, the targets are not walked (50,000
-        // watched servers, 200 ticks a second).
-        let passive_targets = self.targets.iter_mut().filter(|(_, t)| t.spec.passive);
-        for (&id, t) in passive_targets.take(self.passive_targets) {
-            let totals = passive(id);
-            let delta = match t.passive_seen {
-                Some(seen) => PassiveDelta {
-                    answered: totals.answered.wrapping_sub(seen.answered) & PASSIVE_FIELD_MASK,
-                    unanswered: totals.unanswered.wrapping_sub(seen.unanswered)
-                        & PASSIVE_FIELD_MASK,
-                    refused: totals.refused.wrapping_sub(seen.refused) & PASSIVE_FIELD_MASK,
-                },
-                None => PassiveDelta::default(),
-            };
-            t.passive_seen = Some(totals);
-            let mut changes = Vec::new();
-            changes.extend(t.verdict.on_passive(&t.spec, delta, now_ms));
-            changes.extend(t.verdict.on_time(&t.spec, now_ms));
-            if let Some(Change::Evicted { .. }) = changes.first() {
-                if t.spec.kind != CheckKind::None {
-                    // Passive eviction with an active check: the check restores it,
-                    // after the back-off.
-                    t.next_probe_ms = t.verdict.retry_at_ms;
-                    t.plan = Plan::new(
-                        now_ms,
-                        Pace::Retry,
-                        t.verdict.retry_at_ms.saturating_sub(now_ms),
-                    );
-                    self.due.file(id, t);
+        // Passive counts for the servers that have passive detection on: looked up
+        // by id when they are few, else in one pass over the targets without a
+        // lookup each; with none, the targets are not walked (50,000 watched
+        // servers, 200 ticks a second).
+        let mut read = |id: u32, t: &mut Target, due: &mut DueQueue| {
+            events.extend(read_passive(id, t, passive(id), now_ms, due));
+        };
+        if self.passive_ids.len() * PASSIVE_LOOKUP_SHARE < self.targets.len() {
+            for &id in &self.passive_ids {
+                if let Some(t) = self.targets.get_mut(&id) {
+                    read(id, t, &mut self.due);
                 }
             }
-            let (service, ip, port) = (t.service, t.ip, t.port);
-            events.extend(changes.into_iter().map(|change| HealthEvent {
-                id,
-                service,
-                ip,
-                port,
-                change,
-            }));
+        } else {
+            for (&id, t) in self.targets.iter_mut().filter(|(_, t)| t.spec.passive) {
+                read(id, t, &mut self.due);
+            }
         }
         // The probes due, the longest due first: when the ports run out, the ones
         // left keep their place and take the ports the next ticks free.

@@ -1022,11 +1022,12 @@ fn when_every_source_port_is_in_flight_due_probes_wait_for_one() {
     );
 }
 
-/// The overlay is given again only when it may have changed: at the start, after a
-/// tick with an eviction, after a change of the table and after a reconfiguration;
-/// not after quiet ticks, and not within `OVERLAY_SPACING_MS` of the last time (a
-/// change then waits for the spacing, not for another change). Each time it is given,
-/// it is the overlay of that moment.
+/// The overlay is given again only when it changed: at the start and after a tick
+/// with an eviction or restoration (here also one a reconfiguration makes); not after
+/// quiet ticks nor after a change of the table that evicts nobody, and not within
+/// `OVERLAY_SPACING_MS` of the last time it was given (a change then waits for the
+/// spacing, not for another change). Each time it is given, it is the overlay of that
+/// moment.
 #[test]
 fn the_overlay_is_given_again_only_when_it_may_have_changed() {
     let mut t = table(2);
@@ -1035,10 +1036,10 @@ fn the_overlay_is_given_again_only_when_it_may_have_changed() {
     assert_eq!(m.overlay_if_changed(0), Some(HealthOverlay::default()));
     assert_eq!(m.overlay_if_changed(0), None);
     net.tick(&mut m, &t, 100);
-    assert_eq!(m.overlay_if_changed(99), None, "within the spacing");
-    assert!(
-        m.overlay_if_changed(100).is_some(),
-        "the table, seen for the first time"
+    assert_eq!(
+        m.overlay_if_changed(100),
+        None,
+        "the table, seen for the first time, evicts nobody"
     );
     // (tick, evicted then) of each eviction and of each overlay given.
     let (mut evictions, mut given_at) = (Vec::new(), Vec::new());
@@ -1056,7 +1057,7 @@ fn the_overlay_is_given_again_only_when_it_may_have_changed() {
     assert!(!evictions.is_empty());
     // Every eviction is given: at once when the last overlay was given at least the
     // spacing before, else at the first tick the spacing allows; nothing else is.
-    let mut last = 100;
+    let mut last = 0;
     let mut expected = Vec::new();
     for &(at, evicted) in &evictions {
         let due = at.max(last + OVERLAY_SPACING_MS);
@@ -1072,17 +1073,94 @@ fn the_overlay_is_given_again_only_when_it_may_have_changed() {
     let spec = RealServerSpec::new(Ipv4Addr::new(198, 18, 0, 40), 8080, 1, ForwardMode::Nat);
     t.add_server(key(), spec).unwrap();
     net.tick(&mut m, &t, 1200);
-    assert!(
-        m.overlay_if_changed(1200).is_some(),
-        "a change of the table"
-    );
-    let cfg = m.cfg.clone();
+    assert_eq!(m.overlay_if_changed(1200), None, "a change of the table");
+    // A reload turns the check off: both evicted servers are restored, given at once
+    // (the table's change just before held nothing back).
+    let mut cfg = m.cfg.clone();
+    cfg.defaults.kind = CheckKind::None;
     m.reconfigure(cfg, Overrides::default());
-    net.tick(&mut m, &t, 1250);
-    assert_eq!(m.overlay_if_changed(1250), None, "within the spacing");
+    assert_eq!(
+        net.tick(&mut m, &t, 1250).len(),
+        2,
+        "check-off restorations"
+    );
+    assert_eq!(
+        m.overlay_if_changed(1250),
+        Some(HealthOverlay::default()),
+        "the restorations"
+    );
+    assert_eq!(m.overlay_if_changed(1400), None, "nothing since");
+}
+
+/// Passive detection on for one server of many watched ones: the tick reads that
+/// one's counts (looked up by id: the others are not walked for counts), evicts it on
+/// them, and the back-off restores it.
+#[test]
+fn passive_detection_on_one_server_of_many_judges_that_one() {
+    let t = table(20);
+    let watched = Ipv4Addr::new(198, 18, 0, 25);
+    let watched_id = t
+        .get(key())
+        .unwrap()
+        .real_servers
+        .iter()
+        .find(|r| r.ip == IpAddr::V4(watched))
+        .unwrap()
+        .id;
+    let mut o = Overrides::default();
+    o.servers.insert(
+        (key(), IpAddr::V4(watched), 8080),
+        CheckOverride {
+            kind: Some(CheckKind::None),
+            passive: Some(true),
+            ..Default::default()
+        },
+    );
+    // The others have an active check that evicts nobody.
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind: CheckKind::Tcp,
+            interval_ms: 100_000,
+            timeout_ms: 50,
+            fall: 1000,
+            passive_fall: 3,
+            retry_ms: 1000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, o, 7);
+    let mut send = |_: &[u8]| true;
+    let read = std::cell::RefCell::new(Vec::new());
+    let refused = |n: u32| {
+        let read = &read;
+        move |id: u32| {
+            read.borrow_mut().push(id);
+            PassiveTotals {
+                refused: n,
+                ..Default::default()
+            }
+        }
+    };
+    assert!(m.tick(&t, 0, refused(0), &mut send).0.is_empty());
+    assert_eq!(m.report(0).len(), 20, "all are watched");
+    assert!(m.tick(&t, 1, refused(2), &mut send).0.is_empty());
+    let (events, _) = m.tick(&t, 2, refused(3), &mut send);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        events[0].line(),
+        "lb=evict svc=198.18.1.1:80/tcp rs=198.18.0.25:8080 reason=passive-3fail"
+    );
+    let (events, _) = m.tick(&t, 1002, refused(3), &mut send);
+    assert_eq!(events.len(), 1, "{events:?}");
     assert!(
-        m.overlay_if_changed(1300).is_some(),
-        "a reconfiguration, once the spacing allows"
+        events[0].line().ends_with("reason=backoff-1000ms"),
+        "{events:?}"
+    );
+    assert_eq!(
+        *read.borrow(),
+        [watched_id; 4],
+        "its counts only, once a tick"
     );
 }
 
