@@ -185,15 +185,16 @@ impl EmulatorStats {
         let mut last_service = "";
         let mut services = 0;
         for rs in &self.real_servers {
-            if rs.service != last_service {
+            let first_of_service = rs.service != last_service;
+            if first_of_service {
                 services += 1;
                 last_service = &rs.service;
-                if services > SUMMARY_SERVICES {
-                    continue;
-                }
-                out += &format!("\n          {} ->", rs.service);
-            } else if services > SUMMARY_SERVICES {
+            }
+            if services > SUMMARY_SERVICES {
                 continue;
+            }
+            if first_of_service {
+                out += &format!("\n          {} ->", rs.service);
             } else {
                 out.push(',');
             }

@@ -97,14 +97,15 @@ struct Target {
     probing: bool,
 }
 
-/// The probes due, earliest first: (when, real-server id). An entry is pushed when a
-/// target comes, when a reload moves its next probe or turns its check on, when a
-/// probe ends (which plans the next) and when one could not start (no source address,
-/// a frame not queued); a probe that starts pushes none, its end will. An entry is
-/// checked when it comes up: it stands only if the target still exists, has an
-/// active check, has no probe in flight and is still planned for that moment; any
-/// other entry (left by a re-plan) is stale and dropped. So the tick looks at the probes due, not at every watched server, and a
-/// probe that waits for a source port keeps its place: the longest due go first.
+/// The probes due, earliest first: (when, real-server id). An entry is pushed when
+/// a target comes, when a reload moves its next probe or turns its check on, when a
+/// probe ends (which plans the next) and when one could not start (no source
+/// address, a frame not queued); a probe that starts pushes none, its end will. An
+/// entry is checked when it comes up: it stands only if the target still exists,
+/// has an active check, has no probe in flight and is still planned for that
+/// moment; any other entry (left by a re-plan) is stale and dropped. So the tick
+/// looks at the probes due, not at every watched server, and a probe that waits for
+/// a source port keeps its place: the longest due go first.
 #[derive(Default)]
 struct DueQueue {
     heap: BinaryHeap<Reverse<(u64, u32)>>,
@@ -126,9 +127,9 @@ impl DueQueue {
                 return None;
             }
             self.heap.pop();
-            let stands = targets.get(&id).is_some_and(|t| {
-                t.next_probe_ms == at && !t.probing && t.spec.kind != CheckKind::None
-            });
+            let stands = targets
+                .get(&id)
+                .is_some_and(|t| t.awaits_probe() && t.next_probe_ms == at);
             if stands {
                 return Some((at, id));
             }
@@ -149,7 +150,7 @@ impl DueQueue {
         if self.heap.len() > 2 * targets.len() + 64 {
             let entries: Vec<_> = targets
                 .iter()
-                .filter(|(_, t)| !t.probing && t.spec.kind != CheckKind::None)
+                .filter(|(_, t)| t.awaits_probe())
                 .map(|(&id, t)| Reverse((t.next_probe_ms, id)))
                 .collect();
             self.heap = BinaryHeap::from(entries);
@@ -195,6 +196,11 @@ impl Plan {
 }
 
 impl Target {
+    /// It has an active check and no probe in flight: its next probe is to be filed.
+    fn awaits_probe(&self) -> bool {
+        self.spec.kind != CheckKind::None && !self.probing
+    }
+
     fn plan(&mut self, from_ms: u64, pace: Pace) {
         // Never the same moment: the tick's loop over the probes due ends because a
         // probe started (or not) is planned later than now.

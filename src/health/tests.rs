@@ -542,6 +542,19 @@ fn run_until_event(
 }
 
 /// Passive counts in which every connection to the server was refused `n` times.
+/// `m` reloaded with its settings as `change` leaves them (no overrides).
+fn reload(m: &mut HealthMonitor, change: impl FnOnce(&mut HealthConfig)) {
+    let mut cfg = m.cfg.clone();
+    change(&mut cfg);
+    m.reconfigure(cfg, Overrides::default());
+}
+
+/// The line of the one event in `events`.
+fn one_event(events: &[HealthEvent]) -> String {
+    assert_eq!(events.len(), 1, "{events:?}");
+    events[0].line()
+}
+
 fn refused(n: u32) -> impl Fn(u32) -> PassiveTotals {
     move |_: u32| PassiveTotals {
         refused: n,
@@ -633,10 +646,10 @@ fn a_reload_that_turns_the_check_off_restores_what_the_check_evicted() {
     let (events, at) = run_until_event(&mut m, &t, &mut net, 0);
     assert!(events[0].line().starts_with("lb=evict"), "{events:?}");
     // Off, with passive detection still watching the server.
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.kind = CheckKind::None;
-    cfg.defaults.passive = true;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| {
+        c.defaults.kind = CheckKind::None;
+        c.defaults.passive = true;
+    });
     let events = net.tick(&mut m, &t, at + 1);
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
@@ -692,9 +705,7 @@ fn a_reload_that_turns_the_check_off_restores_what_the_check_evicted() {
     // leaves it to the passive back-off (retry_ms, 300 ms here).
     let mut m = passively_evicted(&t, CheckKind::Tcp, 300);
     let mut send = |_: &[u8]| true;
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.kind = CheckKind::None;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| c.defaults.kind = CheckKind::None);
     for now in 2..301 {
         assert!(m.tick(&t, now, refused(1), &mut send).0.is_empty(), "{now}");
     }
@@ -713,13 +724,10 @@ fn turning_passive_off_restores_what_it_evicted_as_passive_off() {
     let t = table(1);
     let mut m = passively_evicted(&t, CheckKind::None, 100_000);
     let mut send = |_: &[u8]| true;
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.passive = false;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| c.defaults.passive = false);
     let (events, _) = m.tick(&t, 2, refused(1), &mut send);
-    assert_eq!(events.len(), 1, "{events:?}");
     assert!(
-        events[0].line().ends_with("reason=passive-off"),
+        one_event(&events).ends_with("reason=passive-off"),
         "{events:?}"
     );
     assert!(m.overlay().evicted.is_empty());
@@ -743,13 +751,8 @@ fn passive_detection_turned_on_counts_from_then_on() {
     };
     let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 5);
     let mut send = |_: &[u8]| true;
-    let passive = |m: &mut HealthMonitor, on: bool| {
-        let mut cfg = m.cfg.clone();
-        cfg.defaults.passive = on;
-        m.reconfigure(cfg, Overrides::default());
-    };
     assert!(m.tick(&t, 0, refused(0), &mut send).0.is_empty());
-    passive(&mut m, false);
+    reload(&mut m, |c| c.defaults.passive = false);
     // 100 refusals while passive detection is off.
     for now in 1..11 {
         assert!(m
@@ -757,16 +760,15 @@ fn passive_detection_turned_on_counts_from_then_on() {
             .0
             .is_empty());
     }
-    passive(&mut m, true);
+    reload(&mut m, |c| c.defaults.passive = true);
     for now in 11..20 {
         let (events, _) = m.tick(&t, now, refused(100), &mut send);
         assert!(events.is_empty(), "at {now}: {events:?}");
     }
     // Three more: passive_fall.
     let (events, _) = m.tick(&t, 20, refused(103), &mut send);
-    assert_eq!(events.len(), 1, "{events:?}");
     assert!(
-        events[0].line().ends_with("reason=passive-3fail"),
+        one_event(&events).ends_with("reason=passive-3fail"),
         "{events:?}"
     );
 }
@@ -786,9 +788,9 @@ fn the_due_probes_queue_stays_small_through_replanning_reloads() {
     for now in 0..4000 {
         if now % 10 == 0 {
             // Each reload shortens the interval, from 1000 to 202 ms.
-            let mut cfg = m.cfg.clone();
-            cfg.defaults.interval_ms = 1000 - (now / 10) as u32 * 2;
-            m.reconfigure(cfg, Overrides::default());
+            reload(&mut m, |c| {
+                c.defaults.interval_ms = 1000 - (now / 10) as u32 * 2
+            });
         }
         net.tick(&mut m, &t, now);
         for syn in net.syns() {
@@ -820,10 +822,10 @@ fn a_probe_whose_check_was_turned_off_meanwhile_evicts_nobody() {
         net.tick(&mut m, &t, now);
         now += 1;
     }
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.kind = CheckKind::None;
-    cfg.defaults.passive = true;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| {
+        c.defaults.kind = CheckKind::None;
+        c.defaults.passive = true;
+    });
     for n in now..now + 1000 {
         assert!(net.tick(&mut m, &t, n).is_empty(), "at {n}");
     }
@@ -866,9 +868,7 @@ fn a_reloaded_interval_or_retry_applies_to_the_probe_already_planned() {
     }
     let evicted_at = evicted_at.expect("evicted");
     let last_start = *syns.last().unwrap();
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.retry_ms = 300;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| c.defaults.retry_ms = 300);
     let next = syn_times(&mut m, &t, &mut net, evicted_at + 1, evicted_at + 2000);
     assert_eq!(
         next.first(),
@@ -887,9 +887,7 @@ fn a_reloaded_interval_or_retry_applies_to_the_probe_already_planned() {
         now += 1;
     }
     let first = first.unwrap();
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.interval_ms = 200;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| c.defaults.interval_ms = 200);
     let next = syn_times(&mut m, &t, &mut net, first + 100, first + 1000);
     assert_eq!(
         next,
@@ -897,9 +895,7 @@ fn a_reloaded_interval_or_retry_applies_to_the_probe_already_planned() {
         "then every 200 ms"
     );
     // A longer setting leaves the planned probe where it was.
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.interval_ms = 5000;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| c.defaults.interval_ms = 5000);
     let next = syn_times(&mut m, &t, &mut net, first + 1000, first + 10_000);
     assert_eq!(next, [first + 1000, first + 6000]);
 }
@@ -918,9 +914,7 @@ fn a_shortened_interval_keeps_the_probes_spread() {
     let first = syn_times(&mut m, &t, &mut net, 0, 10_000);
     assert_eq!(first.len(), 50);
     syn_times(&mut m, &t, &mut net, 10_000, 15_000);
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.interval_ms = 500;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| c.defaults.interval_ms = 500);
     let next = syn_times(&mut m, &t, &mut net, 15_000, 15_500);
     assert_eq!(next.len(), 50, "each server once in the new interval");
     let mut per_ms = std::collections::BTreeMap::new();
@@ -1076,9 +1070,7 @@ fn the_overlay_is_given_again_only_when_it_may_have_changed() {
     assert_eq!(m.overlay_if_changed(1200), None, "a change of the table");
     // A reload turns the check off: both evicted servers are restored, given at once
     // (the table's change just before held nothing back).
-    let mut cfg = m.cfg.clone();
-    cfg.defaults.kind = CheckKind::None;
-    m.reconfigure(cfg, Overrides::default());
+    reload(&mut m, |c| c.defaults.kind = CheckKind::None);
     assert_eq!(
         net.tick(&mut m, &t, 1250).len(),
         2,
@@ -1152,9 +1144,8 @@ fn passive_detection_on_one_server_of_many_judges_that_one() {
         "lb=evict svc=198.18.1.1:80/tcp rs=198.18.0.25:8080 reason=passive-3fail"
     );
     let (events, _) = m.tick(&t, 1002, refused(3), &mut send);
-    assert_eq!(events.len(), 1, "{events:?}");
     assert!(
-        events[0].line().ends_with("reason=backoff-1000ms"),
+        one_event(&events).ends_with("reason=backoff-1000ms"),
         "{events:?}"
     );
     assert_eq!(
