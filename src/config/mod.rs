@@ -527,7 +527,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let source = Source::new(text, path);
         let root = tree::parse(text).map_err(|e| source.syntax_error(&e))?;
-        schema::read_config(root, &source).map_err(|e| source.error(e))
+        schema::read_config(&root, &source).map_err(|e| source.error(e))
     }
 
     /// The EAL argv (argv[0] = "sluice"):

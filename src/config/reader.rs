@@ -35,14 +35,16 @@ impl Location {
     }
 }
 
-/// One value together with its field path.
+/// One value together with its field path. It borrows the value from the parsed tree:
+/// reading a table or array hands out views, never copies, as a copy at every level
+/// would copy a 50,000-server `services` array several times over.
 #[derive(Debug, Clone)]
-pub(super) struct Field {
+pub(super) struct Field<'a> {
     pub path: String,
-    pub node: Node,
+    pub node: &'a Node,
 }
 
-impl Field {
+impl<'a> Field<'a> {
     pub fn location(&self) -> Location {
         Location {
             field: self.path.clone(),
@@ -62,7 +64,7 @@ impl Field {
         ))
     }
 
-    pub fn str(&self) -> Check<&str> {
+    pub fn str(&self) -> Check<&'a str> {
         match &self.node.value {
             Value::Str(s) => Ok(s),
             _ => Err(self.wrong_type("a string")),
@@ -96,7 +98,7 @@ impl Field {
     }
 
     /// The elements of an array, each with its own path (`path[i]`).
-    pub fn array(&self) -> Check<Vec<Field>> {
+    pub fn array(&self) -> Check<Vec<Field<'a>>> {
         let Value::Array(items) = &self.node.value else {
             return Err(self.wrong_type("an array"));
         };
@@ -105,7 +107,7 @@ impl Field {
             .enumerate()
             .map(|(i, node)| Field {
                 path: format!("{}[{i}]", self.path),
-                node: node.clone(),
+                node,
             })
             .collect())
     }
@@ -120,14 +122,14 @@ impl Field {
 
     /// A table whose keys must all be in `allowed`; the first other key is reported,
     /// by name, as unknown (typos must not be silently ignored).
-    pub fn table(&self, allowed: &[&str]) -> Check<Table> {
+    pub fn table(&self, allowed: &[&str]) -> Check<Table<'a>> {
         let Value::Table(entries) = &self.node.value else {
             return Err(self.wrong_type("a table"));
         };
         let table = Table {
             path: self.path.clone(),
             at: self.node.start(),
-            entries: entries.clone(),
+            entries,
         };
         table.reject_unknown(allowed)?;
         Ok(table)
@@ -136,16 +138,16 @@ impl Field {
 
 /// A table being read: keys are taken out by name.
 #[derive(Debug)]
-pub(super) struct Table {
+pub(super) struct Table<'a> {
     path: String,
     /// Where the table starts (its header), for "missing key" errors.
     at: usize,
-    entries: Vec<Entry>,
+    entries: &'a [Entry],
 }
 
-impl Table {
+impl<'a> Table<'a> {
     /// The document root (which has no header: errors about it point at 1:1).
-    pub fn root(node: Node, allowed: &[&str]) -> Check<Table> {
+    pub fn root(node: &'a Node, allowed: &[&str]) -> Check<Table<'a>> {
         Field {
             path: String::new(),
             node,
@@ -188,15 +190,15 @@ impl Table {
     }
 
     /// The value of `key`, if present.
-    pub fn get(&self, key: &str) -> Option<Field> {
+    pub fn get(&self, key: &str) -> Option<Field<'a>> {
         self.entries.iter().find(|e| e.key == key).map(|e| Field {
             path: self.child_path(key),
-            node: e.value.clone(),
+            node: &e.value,
         })
     }
 
     /// The value of `key`; its absence is reported at the table's header.
-    pub fn require(&self, key: &str) -> Check<Field> {
+    pub fn require(&self, key: &str) -> Check<Field<'a>> {
         self.get(key).ok_or_else(|| Invalid {
             at: self.at,
             field: self.child_path(key),
@@ -214,12 +216,17 @@ impl Table {
     }
 
     /// A sub-table: present and well-formed, or absent (`None`).
-    pub fn table(&self, key: &str, allowed: &[&str]) -> Check<Option<Table>> {
+    pub fn table(&self, key: &str, allowed: &[&str]) -> Check<Option<Table<'a>>> {
         self.get(key).map(|f| f.table(allowed)).transpose()
     }
 
     /// Reads `key` with `read`, or returns `default` when it is absent.
-    pub fn or<T>(&self, key: &str, default: T, read: impl FnOnce(&Field) -> Check<T>) -> Check<T> {
+    pub fn or<T>(
+        &self,
+        key: &str,
+        default: T,
+        read: impl FnOnce(&Field<'a>) -> Check<T>,
+    ) -> Check<T> {
         match self.get(key) {
             Some(f) => read(&f),
             None => Ok(default),
@@ -230,7 +237,7 @@ impl Table {
     pub fn optional<T>(
         &self,
         key: &str,
-        read: impl FnOnce(&Field) -> Check<T>,
+        read: impl FnOnce(&Field<'a>) -> Check<T>,
     ) -> Check<Option<T>> {
         self.get(key).map(|f| read(&f)).transpose()
     }

@@ -179,7 +179,7 @@ const DEFAULT_WEIGHT: u32 = 1;
 const DEFAULT_PERSISTENCE_NETMASK: Ipv4Addr = Ipv4Addr::BROADCAST;
 
 /// Reads and validates a parsed document.
-pub(super) fn read_config(root: Node, source: &Source) -> Check<Config> {
+pub(super) fn read_config(root: &Node, source: &Source) -> Check<Config> {
     let root = Table::root(root, ROOT_KEYS)?;
     let eal = read_eal(&root)?;
     let lcores = read_lcores(&root)?;
@@ -399,10 +399,10 @@ const KEY_FILE_MAX: u64 = 4096;
 
 /// The `[sync]` fields that sync over a DPDK port constrains, for their locations.
 struct SyncPortFields<'a> {
-    port: &'a Field,
-    listen: &'a Field,
-    peers: &'a [Field],
-    mtu: Option<Field>,
+    port: &'a Field<'a>,
+    listen: &'a Field<'a>,
+    peers: &'a [Field<'a>],
+    mtu: Option<Field<'a>>,
 }
 
 /// `[sync] port = "NAME"`: sync through the data plane of that port. It must be the
@@ -808,12 +808,12 @@ fn check_spec(t: &Table, spec: &CheckSpec) -> Check<()> {
 
 /// A service's or real server's `health` table: its overrides, checked against the
 /// checks they produce from `base`.
-fn read_check_override(
-    t: &Table,
+fn read_check_override<'a>(
+    t: &Table<'a>,
     key: &str,
     base: &CheckSpec,
     extra: &[&str],
-) -> Check<(CheckOverride, Option<Table>)> {
+) -> Check<(CheckOverride, Option<Table<'a>>)> {
     let keys: Vec<&str> = CHECK_KEYS.iter().chain(extra).copied().collect();
     let Some(h) = t.table(key, &keys)? else {
         return Ok((CheckOverride::default(), None));
@@ -979,7 +979,7 @@ fn read_ports(root: &Table, source: &Source) -> Check<Vec<PortRead>> {
 
 /// The elements of an array of tables (`[[header]]`); a single `[header]` table is
 /// the usual mistake, so the message says how to write it.
-fn table_array(f: &Field, what: &str, header: &str) -> Check<Vec<Field>> {
+fn table_array<'a>(f: &Field<'a>, what: &str, header: &str) -> Check<Vec<Field<'a>>> {
     f.array().map_err(|_| {
         f.invalid(format!(
             "expected an array of tables: write each {what} as a {header} table"
