@@ -2,7 +2,7 @@
 """Times changes to a loopback daemon holding a large table: a line-by-line `-R` with
 a refused line, and single `-a` changes, each with what the daemon measured of it.
 
-    sudo perf/change_scale.py BIN_DIR SERVICES PER SCHEDULER RESTORE_LINES CHANGES
+    sudo perf/change_scale.py BIN_DIR SERVICES PER SCHEDULER RESTORE_LINES CHANGES [RELOADS]
 
 BIN_DIR holds `sluice` and `sluicectl` (e.g. ./target/release). The table is
 `perf/config_scale.py`'s: SERVICES TCP services on 10.0.0.1:80, 10.0.0.2:80, ... with
@@ -21,6 +21,12 @@ PER NAT real servers each. Then:
   spent from `sluicectl` start to exit (`/proc/PID/task/PID/schedstat`); it includes
   whatever else the thread did meanwhile (its 5 ms tick, a once-a-second statistics
   print), so read medians.
+- RELOADS (default 0) `sluicectl reload`s of the config file, each with the first real
+  server's weight edited (so each publishes a snapshot), timed the same way: seconds,
+  and the management thread's CPU time, which is the file's parse and check, the diff
+  against the running table, and the snapshot (the `-a` changes above are undone by
+  the first). Also timed: a `sluicectl status` sent 100 ms into each reload, from
+  its start to its answer (the management loop answers it between its other work).
 """
 import json
 import os
@@ -32,6 +38,7 @@ import time
 
 bin_dir, services, per, scheduler, lines, changes = sys.argv[1:7]
 services, per, lines, changes = int(services), int(per), int(lines), int(changes)
+reloads = int(sys.argv[7]) if len(sys.argv) > 7 else 0
 here = os.path.dirname(os.path.abspath(__file__))
 work = tempfile.mkdtemp(prefix="change-scale-")
 config = os.path.join(work, "sluice.toml")
@@ -99,6 +106,28 @@ try:
         last = status()["last_ns"]
         adopted = f"{last / 1e6:.2f} ms" if last is not None else "late"
         print(f"-a {i + 1}: {took:.3f} s, adoption {adopted}, management thread {cpu:.1f} ms")
+    for i in range(reloads):
+        with open(config, "w") as f:
+            f.write(text.replace('  mode = "nat"\n', f'  mode = "nat"\n  weight = {2 + i}\n', 1))
+        before = status()["publishes"]
+        cpu = management_cpu_ns()
+        started = time.monotonic()
+        reload = subprocess.Popen(ctl + ["reload"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Another command 100 ms into the reload: how long the management loop keeps
+        # it waiting.
+        time.sleep(0.1)
+        asked = time.monotonic()
+        subprocess.run(ctl + ["status"], check=True, capture_output=True)
+        waited = time.monotonic() - asked
+        if reload.wait() != 0:
+            sys.exit("the reload failed")
+        took = time.monotonic() - started
+        cpu = (management_cpu_ns() - cpu) / 1e6
+        published = status()["publishes"] - before
+        print(
+            f"reload {i + 1}: {took:.3f} s, {published} snapshot(s), management thread {cpu:.1f} ms;"
+            f" a status 100 ms in answered in {waited:.3f} s"
+        )
 finally:
     daemon.send_signal(signal.SIGTERM)
     try:

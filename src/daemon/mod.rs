@@ -8,6 +8,7 @@ mod metrics;
 mod preflight;
 mod prepare;
 mod rates;
+mod reloads;
 mod services;
 mod signals;
 mod stats;
@@ -203,6 +204,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         persist,
         config_path: cfg.path.clone(),
         started_config: cfg.clone(),
+        reloads: Reloads::new(),
         capture: capture::Capturing::new(capture),
         port_names: cfg.ports.iter().map(|p| p.name.clone()).collect(),
     };
@@ -1041,10 +1043,11 @@ fn same_hash(a: &QueueView, b: &QueueView) -> bool {
 /// answer, so every piece of appliance state has exactly one owner.
 fn control_handler(calls: Sender<ControlCall>) -> Handler {
     Arc::new(move |req: Request| {
-        // A batch may carry a whole table (a restore of 100k services takes about a
-        // second), and a listing or save answers with one: give them longer than a
-        // single change, which a loaded machine can stretch past 2 s.
-        let answer_within = if req.is_batch() {
+        // A batch or a reload may carry a whole table (a restore of 100k services
+        // takes about a second, a reload of 50,000 real servers about as long), and a
+        // listing or save answers with one: give them longer than a single change,
+        // which a loaded machine can stretch past 2 s.
+        let answer_within = if req.is_batch() || req == Request::Reload {
             Duration::from_secs(60)
         } else if matches!(req, Request::ListServices | Request::SaveServices) {
             Duration::from_secs(30)
@@ -1079,6 +1082,8 @@ struct Registry {
     /// The config the daemon started with: a reload names what it changes of the
     /// settings only a restart applies.
     started_config: Config,
+    /// Reloads asked for, their file read off the loop ([`reloads`]).
+    reloads: Reloads,
     health: HealthMonitor,
     /// The health monitor's clock starts here.
     started: Instant,
@@ -1576,10 +1581,15 @@ impl Registry {
     /// the standby's priority). Other sections (ports, lcores, EAL, sessions, VRID,
     /// sync) need a restart: a change to them is not applied but named in the answer
     /// (`needs_restart`) and the log, so that nobody takes it for live.
-    fn reload(&mut self, plane: sync::Plane) -> Result<serde_json::Value, String> {
-        let cfg = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+    ///
+    /// This is the applying half, on the loop; the file was read, checked and turned
+    /// into `desired` by [`read_reload`] on a thread of its own.
+    fn apply_reload(
+        &mut self,
+        (cfg, desired): (Config, Services),
+        plane: sync::Plane,
+    ) -> Result<serde_json::Value, String> {
         let needs_restart = self.started_config.restart_only_changes(&cfg);
-        let desired = Services::from_config(&cfg)?;
         let mut requests = services::diff(&self.services.table, &desired.table)?;
         let (tcp, tcpfin, udp) = desired.timeouts.get();
         if desired.timeouts != self.services.timeouts {
@@ -1899,14 +1909,49 @@ struct Timing {
     started: Instant,
 }
 
-/// A reload, told to systemd: `RELOADING=1`, then `READY=1` with the outcome.
-fn reload_notified(
+/// The reloads asked for and who waits for each: the answer channel of a `sluicectl
+/// reload` (a SIGHUP has none).
+type Reloads = reloads::Reloads<Result<(Config, Services), String>, ReplyTo>;
+type ReplyTo = Sender<Result<serde_json::Value, String>>;
+
+/// The reading half of a reload, off the management loop: the file's text, its
+/// checks, and the table it describes.
+fn read_reload(path: PathBuf) -> impl FnOnce() -> Result<(Config, Services), String> + Send {
+    move || {
+        let cfg = Config::load(&path).map_err(|e| e.to_string())?;
+        let desired = Services::from_config(&cfg)?;
+        Ok((cfg, desired))
+    }
+}
+
+/// A reload asked for (`reply` waits for its outcome): its read starts now, told to
+/// systemd with `RELOADING=1`, or after the one under way.
+fn ask_reload(registry: &mut Registry, reply: Option<ReplyTo>, notifier: &systemd::Notifier) {
+    let read = read_reload(registry.config_path.clone());
+    if registry.reloads.ask(reply, read) {
+        notifier.reloading();
+    }
+}
+
+/// A reload whose read is done, applied; `READY=1` with its outcome, the answer to
+/// everyone who asked for it once the workers have the change; then the reload asked
+/// for meanwhile, if any, is read.
+fn finish_reload(
     registry: &mut Registry,
     plane: sync::Plane,
     notifier: &systemd::Notifier,
-) -> Result<serde_json::Value, String> {
-    notifier.reloading();
-    let answer = registry.reload(plane);
+    settle: impl FnOnce(&mut Registry, u64),
+) {
+    let Some((read, waiting)) = registry.reloads.done() else {
+        return;
+    };
+    let generation = registry.services.generation;
+    let answer = match read {
+        Ok(read) => read.and_then(|read| registry.apply_reload(read, plane)),
+        Err(reloads::ReadLost) => {
+            Err("the config was not read: its reading thread stopped (see the log)".into())
+        }
+    };
     match &answer {
         Ok(a) => notifier.ready(&format!(
             "serving: reloaded, {} change(s) applied",
@@ -1917,7 +1962,40 @@ fn reload_notified(
             notifier.ready(&format!("serving: reload refused: {e}"));
         }
     }
-    answer
+    settle(registry, generation);
+    for reply in waiting {
+        let _ = reply.send(answer.clone());
+    }
+    let read = read_reload(registry.config_path.clone());
+    if registry.reloads.start_next(read) {
+        notifier.reloading();
+    }
+}
+
+/// After a request that may have published a change (the generation moved from
+/// `generation`): waits (bounded) until every worker has the new snapshot, so that an
+/// answer sent after this means new sessions see the change, and frees the snapshot
+/// they let go of.
+fn settle_publish(
+    registry: &mut Registry,
+    view: &mut stats::StatsView,
+    counters: &[Arc<WorkerCounters>],
+    generation: u64,
+) {
+    if let Some((at, tsc)) = registry.services.published_at {
+        if registry.services.generation != generation {
+            let published = adoption::Published {
+                generation: registry.services.generation,
+                at,
+                tsc,
+                tsc_hz: crate::dpdk::tsc_hz(),
+            };
+            view.adoption
+                .measure(&published, counters, adoption::ADOPTION_TIMEOUT);
+            // Every worker let go of the replaced snapshot: free it here.
+            registry.publisher.reap();
+        }
+    }
 }
 
 fn management_loop(
@@ -1968,9 +2046,13 @@ fn management_loop(
                 "SIGHUP received: reloading {}",
                 registry.config_path.display()
             );
-            let _ = reload_notified(registry, app.plane(), notifier);
+            ask_reload(registry, None, notifier);
         }
         while let Ok((req, reply)) = calls.try_recv() {
+            if req == Request::Reload {
+                ask_reload(registry, Some(reply), notifier);
+                continue;
+            }
             let generation = registry.services.generation;
             let answer = if req == Request::Metrics {
                 let status = view.status(
@@ -1987,8 +2069,6 @@ fn management_loop(
                 );
                 status.real_server_ids = registry.services.id_report();
                 serde_json::to_value(status).map_err(|e| e.to_string())
-            } else if req == Request::Reload {
-                reload_notified(registry, app.plane(), notifier)
             } else if matches!(
                 req,
                 Request::CaptureStart { .. } | Request::CaptureStatus | Request::CaptureStop
@@ -2041,22 +2121,12 @@ fn management_loop(
             };
             // A change was published: reply once every worker has it (or the bound
             // passed), so `sluicectl` returning means new sessions see the change.
-            if let Some((at, tsc)) = registry.services.published_at {
-                if registry.services.generation != generation {
-                    let published = adoption::Published {
-                        generation: registry.services.generation,
-                        at,
-                        tsc,
-                        tsc_hz: crate::dpdk::tsc_hz(),
-                    };
-                    view.adoption
-                        .measure(&published, counters, adoption::ADOPTION_TIMEOUT);
-                    // Every worker let go of the replaced snapshot: free it here.
-                    registry.publisher.reap();
-                }
-            }
+            settle_publish(registry, view, counters, generation);
             let _ = reply.send(answer);
         }
+        finish_reload(registry, app.plane(), notifier, |registry, generation| {
+            settle_publish(registry, view, counters, generation)
+        });
         registry.capture.drain();
         for port in &mut app.ports {
             if let Some(kernel) = &mut port.exception {
