@@ -947,66 +947,6 @@ fn reload_applies_the_config_files_difference() {
     daemon.stop_clean();
 }
 
-/// Reloads asked for together, each just after a save of the file (saved as editors
-/// do, by renaming a new file over it): every one is answered, and the table ends as
-/// the last save has it. A reload asked for while another's read is under way is read
-/// again after it, so none can answer with a file from before the save that preceded
-/// it.
-#[test]
-fn reloads_asked_for_together_are_all_answered_and_the_last_save_wins() {
-    let daemon = daemon();
-    let path = daemon.config.path("sluice.toml");
-    let original = std::fs::read_to_string(&path).unwrap();
-    let servers = |weight: u32| {
-        service_section(
-            "tcp",
-            "198.18.1.1",
-            80,
-            "rr",
-            &[
-                "persistence_timeout = 600".into(),
-                "persistence_netmask = \"255.255.255.0\"".into(),
-            ],
-            &[
-                ("198.18.0.2", 8080, weight, "nat"),
-                ("198.18.0.3", 80, 3, "dr"),
-            ],
-        )
-    };
-    assert!(original.contains(&servers(1)), "the fixture changed");
-    // Padding that makes each read take a few milliseconds, so that the reloads
-    // below overlap (comments only: the table is the same).
-    let padding = "# padding\n".repeat(200_000);
-    let saved = daemon.config.path("sluice.toml.new");
-    let weights = 2..=6;
-    std::thread::scope(|s| {
-        let asked: Vec<_> = weights
-            .clone()
-            .map(|weight| {
-                let text = original.replace(&servers(1), &servers(weight)) + &padding;
-                std::fs::write(&saved, text).unwrap();
-                std::fs::rename(&saved, &path).unwrap();
-                let daemon = &daemon;
-                s.spawn(move || daemon.ctl(&["reload"]))
-            })
-            .collect();
-        for reload in asked {
-            let out = reload.join().expect("the reload thread");
-            assert!(
-                out.success() && out.stdout.starts_with("reloaded: "),
-                "{}",
-                out.describe()
-            );
-        }
-    });
-    let table = ok(&daemon, &["-S", "-n"]);
-    assert!(
-        table.contains("-a -t 198.18.1.1:80 -r 198.18.0.2:8080 -m -w 6\n"),
-        "{table}"
-    );
-    daemon.stop_clean();
-}
-
 /// `sluicectl --json ARGS`'s result.
 fn ok_json(daemon: &Daemon, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json"];

@@ -4,7 +4,8 @@
 //! `READY=1` comes once the control socket answers (a `sluicectl status` sent the
 //! moment it arrives succeeds at the first try, with the port and worker up);
 //! `WATCHDOG=1` pings at half the interval; `sluicectl reload` and SIGHUP are each
-//! framed by `RELOADING=1` (with `MONOTONIC_USEC`) and `READY=1`; SIGTERM sends
+//! framed by `RELOADING=1` (with `MONOTONIC_USEC`) and `READY=1`, and reloads asked
+//! for together still alternate the two; SIGTERM sends
 //! `STOPPING=1` before the exit. And with `JOURNAL_STREAM` naming its stderr, log
 //! lines carry sd-daemon priorities (`<6>` info, `<4>` warning, `<3>` error), plain
 //! without.
@@ -132,6 +133,86 @@ fn ready_watchdog_reload_and_stopping_are_notified_when_they_happen() {
     let stopping = next_state(&rx, Duration::from_secs(5))
         .unwrap_or_else(|| panic!("no STOPPING=1 after SIGTERM\n{}", daemon.dump()));
     assert!(stopping.starts_with("STOPPING=1"), "{stopping:?}");
+    daemon.stop_clean();
+}
+
+/// Reloads asked for together, each just after a save of the file (saved as editors
+/// do, by renaming a new file over it): every `sluicectl reload` is answered,
+/// `RELOADING=1` and `READY=1` alternate however the reloads overlap (one asked for
+/// during a read waits for the next, and never starts a read beside it), and the table
+/// ends as the last save has it. Whether a reload asked for during a read is read
+/// again after it depends on timing here (a read of this file takes milliseconds); the
+/// unit tests of `daemon::reloads` hold a read open to check that rule.
+#[test]
+fn reloads_asked_for_together_alternate_their_notifications_and_the_last_save_wins() {
+    require_root();
+    let mut cfg = loopback_config();
+    let service = |weight: u32| {
+        service_section(
+            "tcp",
+            "198.18.0.100",
+            80,
+            "wrr",
+            &[],
+            &[("198.18.0.2", 8080, weight, "nat")],
+        )
+    };
+    cfg.extra_toml = vec![service(1)];
+    let notify_path = cfg.path("notify.sock");
+    let rx = listen(UnixDatagram::bind(&notify_path).unwrap());
+    let notify = notify_path.display().to_string();
+    let daemon = Daemon::spawn_with_env(cfg, &[("NOTIFY_SOCKET", &notify)]);
+    let first = next_state(&rx, READY_TIMEOUT)
+        .unwrap_or_else(|| panic!("no READY=1 within {READY_TIMEOUT:?}\n{}", daemon.dump()));
+    assert!(first.starts_with("READY=1\n"), "{first:?}");
+
+    let path = daemon.config.path("sluice.toml");
+    let original = std::fs::read_to_string(&path).unwrap();
+    assert!(original.contains(&service(1)), "the fixture changed");
+    let saved = daemon.config.path("sluice.toml.new");
+    let asked = 5;
+    std::thread::scope(|s| {
+        let reloads: Vec<_> = (2..2 + asked)
+            .map(|weight| {
+                std::fs::write(&saved, original.replace(&service(1), &service(weight))).unwrap();
+                std::fs::rename(&saved, &path).unwrap();
+                let daemon = &daemon;
+                s.spawn(move || daemon.ctl(&["--timeout", "30", "reload"]))
+            })
+            .collect();
+        for reload in reloads {
+            let out = reload.join().expect("the reload thread");
+            assert!(
+                out.success() && out.stdout.starts_with("reloaded: "),
+                "{}\n{}",
+                out.describe(),
+                daemon.dump()
+            );
+        }
+    });
+    // Every answer came after its READY=1: what was sent is all here.
+    let mut states = Vec::new();
+    while let Some(m) = next_state(&rx, Duration::from_millis(300)) {
+        states.push(m);
+    }
+    let reads = states.len() / 2;
+    assert!(
+        states.len() % 2 == 0 && (1..=asked as usize).contains(&reads),
+        "{states:#?}"
+    );
+    for pair in states.chunks(2) {
+        assert!(
+            pair[0].starts_with("RELOADING=1\n") && pair[1].starts_with("READY=1\n"),
+            "not alternating: {states:#?}"
+        );
+        assert!(pair[1].contains("STATUS=serving: reloaded"), "{states:#?}");
+    }
+    let table = daemon.ctl(&["-S", "-n"]);
+    let last = format!(
+        "-a -t 198.18.0.100:80 -r 198.18.0.2:8080 -m -w {}\n",
+        1 + asked
+    );
+    assert!(table.stdout.contains(&last), "{}", table.describe());
     daemon.stop_clean();
 }
 

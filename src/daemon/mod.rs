@@ -204,7 +204,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         persist,
         config_path: cfg.path.clone(),
         started_config: cfg.clone(),
-        reloads: Reloads::new(),
+        reloads: PendingReloads::new(),
         capture: capture::Capturing::new(capture),
         port_names: cfg.ports.iter().map(|p| p.name.clone()).collect(),
     };
@@ -233,6 +233,13 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
     );
     notifier.stopping();
     log::info!("shutting down");
+    // A reload still being read is not applied; its askers hold control threads
+    // that the control socket's shutdown waits for.
+    for reply in registry.reloads.abandon() {
+        let _ = reply.send(Err(
+            "the daemon is stopping: the reload was not applied".into()
+        ));
+    }
     registry.capture.stop();
     registry.stop_vrrp(app.plane());
     control.shut_down();
@@ -1083,7 +1090,7 @@ struct Registry {
     /// settings only a restart applies.
     started_config: Config,
     /// Reloads asked for, their file read off the loop ([`reloads`]).
-    reloads: Reloads,
+    reloads: PendingReloads,
     health: HealthMonitor,
     /// The health monitor's clock starts here.
     started: Instant,
@@ -1911,7 +1918,7 @@ struct Timing {
 
 /// The reloads asked for and who waits for each: the answer channel of a `sluicectl
 /// reload` (a SIGHUP has none).
-type Reloads = reloads::Reloads<Result<(Config, Services), String>, ReplyTo>;
+type PendingReloads = reloads::Reloads<Result<(Config, Services), String>, ReplyTo>;
 type ReplyTo = Sender<Result<serde_json::Value, String>>;
 
 /// The reading half of a reload, off the management loop: the file's text, its
@@ -1934,23 +1941,29 @@ fn ask_reload(registry: &mut Registry, reply: Option<ReplyTo>, notifier: &system
 }
 
 /// A reload whose read is done, applied; `READY=1` with its outcome, the answer to
-/// everyone who asked for it once the workers have the change; then the reload asked
-/// for meanwhile, if any, is read.
+/// everyone who asked for it once the workers have the change (`settle`, which holds
+/// the statistics view and counters this function cannot borrow beside the
+/// registry); then the reload asked for meanwhile, if any, is read.
 fn finish_reload(
     registry: &mut Registry,
     plane: sync::Plane,
     notifier: &systemd::Notifier,
     settle: impl FnOnce(&mut Registry, u64),
 ) {
-    let Some((read, waiting)) = registry.reloads.done() else {
+    let Some((read, waiting)) = registry.reloads.done(Instant::now()) else {
         return;
     };
     let generation = registry.services.generation;
     let answer = match read {
         Ok(read) => read.and_then(|read| registry.apply_reload(read, plane)),
-        Err(reloads::ReadLost) => {
+        Err(reloads::ReadLost::Stopped) => {
             Err("the config was not read: its reading thread stopped (see the log)".into())
         }
+        Err(reloads::ReadLost::TooSlow) => Err(format!(
+            "reading {} took longer than {} s: given up (a hung file system?)",
+            registry.config_path.display(),
+            reloads::READ_LIMIT.as_secs()
+        )),
     };
     match &answer {
         Ok(a) => notifier.ready(&format!(
@@ -2043,7 +2056,7 @@ fn management_loop(
         }
         if signals::take_hangup() {
             log::info!(
-                "SIGHUP received: reloading {}",
+                "SIGHUP received: reload of {} asked for",
                 registry.config_path.display()
             );
             ask_reload(registry, None, notifier);

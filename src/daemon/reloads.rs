@@ -19,23 +19,36 @@
 //! that second answer.
 
 use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+/// How long a read may take before the reload is given up: a file on a hung network
+/// mount, say. The reloads waiting are refused and the next can start; the thread, if
+/// it ever finishes, finds nobody to tell.
+pub(super) const READ_LIMIT: Duration = Duration::from_secs(30);
 
 /// The reloads asked for: at most one being read, and those asked for since.
 pub(super) struct Reloads<T, W> {
     reading: Option<Reading<T, W>>,
-    /// Asked for while a read was under way, to be answered by the next read.
+    /// Asked for while a read was under way, to be answered by the next read. Only
+    /// ever set while `reading` is.
     next: Option<Vec<W>>,
 }
 
 struct Reading<T, W> {
     result: Receiver<T>,
+    started: Instant,
     /// Who waits for this read's outcome (a SIGHUP waits for nothing).
     waiting: Vec<W>,
 }
 
-/// The read ended without a result: its thread panicked or could not be started.
+/// Why a read gave no result.
 #[derive(Debug, PartialEq)]
-pub(super) struct ReadLost;
+pub(super) enum ReadLost {
+    /// Its thread panicked or could not be started.
+    Stopped,
+    /// It took longer than [`READ_LIMIT`].
+    TooSlow,
+}
 
 impl<T: Send + 'static, W> Reloads<T, W> {
     pub fn new() -> Reloads<T, W> {
@@ -53,23 +66,31 @@ impl<T: Send + 'static, W> Reloads<T, W> {
             self.next.get_or_insert_with(Vec::new).extend(waiter);
             return false;
         }
+        debug_assert!(self.next.is_none(), "a reload queued behind no read");
         self.reading = Some(Reading {
             result: spawn(read),
+            started: Instant::now(),
             waiting: waiter.into_iter().collect(),
         });
         true
     }
 
-    /// The read under way, if it is done: its result and who waits for it.
-    pub fn done(&mut self) -> Option<(Result<T, ReadLost>, Vec<W>)> {
-        let reading = self.reading.as_ref()?;
+    /// The read under way, if it is done (or lost, or past [`READ_LIMIT`] at `now`):
+    /// its result and who waits for it.
+    pub fn done(&mut self, now: Instant) -> Option<(Result<T, ReadLost>, Vec<W>)> {
+        let reading = self.reading.take()?;
         let result = match reading.result.try_recv() {
             Ok(read) => Ok(read),
-            Err(TryRecvError::Empty) => return None,
-            Err(TryRecvError::Disconnected) => Err(ReadLost),
+            Err(TryRecvError::Disconnected) => Err(ReadLost::Stopped),
+            Err(TryRecvError::Empty) if now >= reading.started + READ_LIMIT => {
+                Err(ReadLost::TooSlow)
+            }
+            Err(TryRecvError::Empty) => {
+                self.reading = Some(reading);
+                return None;
+            }
         };
-        let waiting = self.reading.take().map(|r| r.waiting).unwrap_or_default();
-        Some((result, waiting))
+        Some((result, reading.waiting))
     }
 
     /// Starts the read asked for while the last one was under way, if any. Returns
@@ -83,13 +104,24 @@ impl<T: Send + 'static, W> Reloads<T, W> {
         };
         self.reading = Some(Reading {
             result: spawn(read),
+            started: Instant::now(),
             waiting,
         });
         true
     }
+
+    /// Gives up every reload asked for (the daemon stops): who waits for them, to be
+    /// told. A read under way finds nobody to tell.
+    pub fn abandon(&mut self) -> Vec<W> {
+        let mut waiting = self.reading.take().map(|r| r.waiting).unwrap_or_default();
+        waiting.extend(self.next.take().into_iter().flatten());
+        waiting
+    }
 }
 
-/// Runs `read` on a thread of its own. When no thread can be started the sender is
+/// Runs `read` on a thread of its own, at a lower priority than the management loop
+/// (nice 10): the thread inherits the loop's CPU, which the kernel then shares
+/// between them, mostly the loop's way. When no thread can be started the sender is
 /// dropped with the closure, and the read is reported lost (the reload refused, the
 /// reason in the log) rather than run on the loop.
 fn spawn<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> Receiver<T> {
@@ -97,6 +129,12 @@ fn spawn<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> Receiv
     let started = std::thread::Builder::new()
         .name("sluice-reload".into())
         .spawn(move || {
+            // SAFETY: gettid and setpriority take plain integers; on Linux the nice
+            // value of PRIO_PROCESS with a thread id is that thread's own.
+            unsafe {
+                let tid = libc::gettid();
+                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+            }
             // The loop may have stopped meanwhile: nobody to tell.
             let _ = tx.send(read());
         });
@@ -109,14 +147,12 @@ fn spawn<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> Receiv
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Barrier};
-    use std::time::{Duration, Instant};
 
     /// Waits (bounded) for the read under way to be done.
     fn wait_done<T: Send + 'static, W>(r: &mut Reloads<T, W>) -> (Result<T, ReadLost>, Vec<W>) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(done) = r.done() {
+            if let Some(done) = r.done(Instant::now()) {
                 return done;
             }
             assert!(Instant::now() < deadline, "the read never finished");
@@ -124,43 +160,62 @@ mod tests {
         }
     }
 
+    /// A read that finishes once `release` is sent to (or after 5 s, so that a read
+    /// run on the asking thread fails the test instead of hanging it).
+    fn held_read(
+        value: u32,
+    ) -> (
+        mpsc::Sender<()>,
+        impl FnOnce() -> Result<u32, String> + Send,
+    ) {
+        let (release, held) = mpsc::channel::<()>();
+        let read = move || {
+            held.recv_timeout(Duration::from_secs(5))
+                .map(|()| value)
+                .map_err(|_| "never released".to_string())
+        };
+        (release, read)
+    }
+
     #[test]
     fn a_read_runs_beside_the_caller_and_answers_who_asked() {
-        let mut r: Reloads<u32, &str> = Reloads::new();
-        assert!(r.done().is_none(), "nothing asked, nothing done");
-        let gate = Arc::new(Barrier::new(2));
-        let held = Arc::clone(&gate);
-        assert!(r.ask(Some("first"), move || {
-            held.wait();
-            7
-        }));
-        // The read waits on the gate: if it ran on this thread, `ask` would not return.
-        assert!(r.done().is_none(), "done before the read could finish");
-        gate.wait();
-        assert_eq!(wait_done(&mut r), (Ok(7), vec!["first"]));
-        assert!(r.done().is_none(), "a read is answered once");
-        assert!(!r.start_next(|| 8), "nothing was asked for meanwhile");
+        let mut r: Reloads<Result<u32, String>, &str> = Reloads::new();
+        assert!(
+            r.done(Instant::now()).is_none(),
+            "nothing asked, nothing done"
+        );
+        let (release, read) = held_read(7);
+        let asked = Instant::now();
+        assert!(r.ask(Some("first"), read));
+        assert!(
+            asked.elapsed() < Duration::from_secs(4),
+            "ask waited for the read"
+        );
+        assert!(
+            r.done(Instant::now()).is_none(),
+            "done before the read could finish"
+        );
+        release.send(()).unwrap();
+        assert_eq!(wait_done(&mut r), (Ok(Ok(7)), vec!["first"]));
+        assert!(r.done(Instant::now()).is_none(), "a read is answered once");
+        assert!(!r.start_next(|| Ok(8)), "nothing was asked for meanwhile");
     }
 
     #[test]
     fn reloads_asked_for_during_a_read_share_the_next_read_not_this_one() {
-        let mut r: Reloads<u32, &str> = Reloads::new();
-        let gate = Arc::new(Barrier::new(2));
-        let held = Arc::clone(&gate);
-        assert!(r.ask(Some("a"), move || {
-            held.wait();
-            1
-        }));
+        let mut r: Reloads<Result<u32, String>, &str> = Reloads::new();
+        let (release, read) = held_read(1);
+        assert!(r.ask(Some("a"), read));
         assert!(!r.ask(Some("b"), || panic!("a second read while one is under way")));
         assert!(!r.ask(None, || panic!("a second read while one is under way")));
         assert!(!r.ask(Some("c"), || panic!("a second read while one is under way")));
         assert!(!r.start_next(|| panic!("the next read before this one is done")));
-        gate.wait();
-        assert_eq!(wait_done(&mut r), (Ok(1), vec!["a"]));
-        assert!(r.start_next(|| 2));
-        assert_eq!(wait_done(&mut r), (Ok(2), vec!["b", "c"]));
+        release.send(()).unwrap();
+        assert_eq!(wait_done(&mut r), (Ok(Ok(1)), vec!["a"]));
+        assert!(r.start_next(|| Ok(2)));
+        assert_eq!(wait_done(&mut r), (Ok(Ok(2)), vec!["b", "c"]));
         assert!(
-            !r.start_next(|| 3),
+            !r.start_next(|| Ok(3)),
             "the queue was emptied by the second read"
         );
     }
@@ -170,8 +225,37 @@ mod tests {
         let mut r: Reloads<u32, &str> = Reloads::new();
         assert!(r.ask(Some("a"), || panic!("the reader fails")));
         assert!(!r.ask(Some("b"), || 0));
-        assert_eq!(wait_done(&mut r), (Err(ReadLost), vec!["a"]));
+        assert_eq!(wait_done(&mut r), (Err(ReadLost::Stopped), vec!["a"]));
         assert!(r.start_next(|| 5));
         assert_eq!(wait_done(&mut r), (Ok(5), vec!["b"]));
+    }
+
+    #[test]
+    fn a_read_past_its_limit_is_given_up_and_the_next_one_can_start() {
+        let mut r: Reloads<Result<u32, String>, &str> = Reloads::new();
+        let (_release, read) = held_read(1);
+        assert!(r.ask(Some("a"), read));
+        assert!(!r.ask(Some("b"), || Ok(2)));
+        let now = Instant::now();
+        assert!(r.done(now + READ_LIMIT / 2).is_none(), "given up early");
+        assert_eq!(
+            r.done(now + READ_LIMIT + Duration::from_millis(1)),
+            Some((Err(ReadLost::TooSlow), vec!["a"]))
+        );
+        assert!(r.start_next(|| Ok(2)));
+        assert_eq!(wait_done(&mut r), (Ok(Ok(2)), vec!["b"]));
+    }
+
+    #[test]
+    fn abandoning_gives_back_every_waiter_once() {
+        let mut r: Reloads<Result<u32, String>, &str> = Reloads::new();
+        let (_release, read) = held_read(1);
+        assert!(r.ask(Some("a"), read));
+        assert!(!r.ask(Some("b"), || Ok(2)));
+        assert!(!r.ask(None, || Ok(2)));
+        assert_eq!(r.abandon(), vec!["a", "b"]);
+        assert!(r.abandon().is_empty());
+        assert!(r.done(Instant::now()).is_none(), "nothing is read any more");
+        assert!(!r.start_next(|| Ok(3)), "nothing is queued any more");
     }
 }
