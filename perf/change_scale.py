@@ -2,7 +2,7 @@
 """Times changes to a loopback daemon holding a large table: a line-by-line `-R` with
 a refused line, and single `-a` changes, each with what the daemon measured of it.
 
-    sudo perf/change_scale.py BIN_DIR SERVICES PER SCHEDULER RESTORE_LINES CHANGES [RELOADS]
+    sudo perf/change_scale.py BIN_DIR SERVICES PER SCHEDULER RESTORE_LINES CHANGES [RELOADS [SCRAPES]]
 
 BIN_DIR holds `sluice` and `sluicectl` (e.g. ./target/release). The table is
 `perf/config_scale.py`'s: SERVICES TCP services on 10.0.0.1:80, 10.0.0.2:80, ... with
@@ -27,6 +27,9 @@ PER NAT real servers each. Then:
   against the running table, and the snapshot (the `-a` changes above are undone by
   the first). Also timed: a `sluicectl status` sent 100 ms into each reload, from
   its start to its answer (the management loop answers it between its other work).
+- SCRAPES (default 0) Prometheus scrapes of the daemon's metrics endpoint (on
+  127.0.0.1, a free port), each timed the same way: seconds, bytes, and the management
+  thread's CPU time (which gathers the reports and writes the exposition text).
 """
 import json
 import os
@@ -39,6 +42,7 @@ import time
 bin_dir, services, per, scheduler, lines, changes = sys.argv[1:7]
 services, per, lines, changes = int(services), int(per), int(lines), int(changes)
 reloads = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+scrapes = int(sys.argv[8]) if len(sys.argv) > 8 else 0
 here = os.path.dirname(os.path.abspath(__file__))
 work = tempfile.mkdtemp(prefix="change-scale-")
 config = os.path.join(work, "sluice.toml")
@@ -52,6 +56,13 @@ with open(config) as f:
     text = f.read()
 text = text.replace("/run/sluice/config-scale.sock", socket)
 text = text.replace('file_prefix = "config-scale"', f'file_prefix = "cs-{os.getpid()}"')
+if scrapes:
+    import socket as sockets
+
+    with sockets.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
+    text = text.replace("[control]\n", f'[control]\nmetrics = "127.0.0.1:{metrics_port}"\n', 1)
 with open(config, "w") as f:
     f.write(text)
 ctl = [os.path.join(bin_dir, "sluicectl"), "--socket", socket, "--timeout", "120"]
@@ -128,6 +139,16 @@ try:
             f"reload {i + 1}: {took:.3f} s, {published} snapshot(s), management thread {cpu:.1f} ms;"
             f" a status 100 ms in answered in {waited:.3f} s"
         )
+    for i in range(scrapes):
+        import urllib.request
+
+        cpu = management_cpu_ns()
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=60) as answer:
+            size = len(answer.read())
+        took = time.monotonic() - started
+        cpu = (management_cpu_ns() - cpu) / 1e6
+        print(f"scrape {i + 1}: {took:.3f} s, {size} bytes, management thread {cpu:.1f} ms")
 finally:
     daemon.send_signal(signal.SIGTERM)
     try:
