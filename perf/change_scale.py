@@ -28,8 +28,9 @@ PER NAT real servers each. Then:
   the first). Also timed: a `sluicectl status` sent 100 ms into each reload, from
   its start to its answer (the management loop answers it between its other work).
 - SCRAPES (default 0) Prometheus scrapes of the daemon's metrics endpoint (on
-  127.0.0.1, a free port), each timed the same way: seconds, bytes, and the management
-  thread's CPU time (which gathers the reports and writes the exposition text).
+  127.0.0.1, a free port), then as many `sluicectl -L -n` listings, each timed the
+  same way: seconds, bytes, and the management thread's CPU time (what the loop spent
+  gathering the reports, and writing them out where it does).
 """
 import json
 import os
@@ -149,6 +150,13 @@ try:
         took = time.monotonic() - started
         cpu = (management_cpu_ns() - cpu) / 1e6
         print(f"scrape {i + 1}: {took:.3f} s, {size} bytes, management thread {cpu:.1f} ms")
+    for i in range(scrapes):
+        cpu = management_cpu_ns()
+        started = time.monotonic()
+        out = subprocess.run(ctl + ["-L", "-n"], check=True, capture_output=True)
+        took = time.monotonic() - started
+        cpu = (management_cpu_ns() - cpu) / 1e6
+        print(f"-L -n {i + 1}: {took:.3f} s, {len(out.stdout)} bytes, management thread {cpu:.1f} ms")
 finally:
     daemon.send_signal(signal.SIGTERM)
     try:

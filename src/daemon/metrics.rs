@@ -1,7 +1,9 @@
 //! Prometheus metrics: the text exposition format (version 0.0.4) built from the very
 //! reports `sluicectl status --json` and `-L -n --json` print, so the two always agree,
 //! and a minimal HTTP endpoint (`[control] metrics = "addr:port"`) on its own threads
-//! that asks the management loop for them, like the control socket does.
+//! that asks the management loop for them, like the control socket does. The loop
+//! gathers the reports ([`MetricsInputs`]); the text is written on the endpoint's
+//! thread.
 use crate::control::protocol::Request;
 use crate::control::render::skew_pct;
 use crate::control::report::{
@@ -90,6 +92,36 @@ fn service_label(s: &crate::control::report::ServiceStatus) -> String {
         s.proto.to_uppercase(),
         crate::control::render::endpoint(&s.vip, s.port)
     )
+}
+
+/// Everything one scrape shows, gathered by the management loop; the text is written
+/// from it wherever the scrape is answered.
+pub struct MetricsInputs {
+    pub status: StatusReport,
+    pub services: ServicesReport,
+    pub pools: Vec<LaddrPoolStatus>,
+    pub admission: Vec<AdmissionReport>,
+    pub health: HealthReport,
+    pub vrrp: Option<VrrpReport>,
+    pub sync: Option<SyncReport>,
+    pub bgp: Option<crate::ha::bgp::ClusterReport>,
+}
+
+impl MetricsInputs {
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut text = render(&self.status, &self.services, &self.pools);
+        text.push_str(&render_admission(&self.admission));
+        text.push_str(&render_ha(
+            &self.health,
+            self.vrrp.as_ref(),
+            self.sync.as_ref(),
+        ));
+        if let Some(bgp) = &self.bgp {
+            text.push_str(&render_bgp(bgp));
+        }
+        text
+    }
 }
 
 /// The exposition text for one scrape.

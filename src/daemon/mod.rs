@@ -105,7 +105,26 @@ struct Appliance {
 }
 
 /// Requests from the control thread, answered on the management loop.
-type ControlCall = (Request, Sender<Result<serde_json::Value, String>>);
+type ControlCall = (Request, Sender<Answer>);
+
+/// A control answer as the management loop hands it over: ready, or the last of its
+/// work, which needs nothing the loop owns and is done by the control thread that
+/// waits for it. Writing out a listing or a Prometheus scrape of 50,000 real servers
+/// (JSON values, 53 MB of text) takes hundreds of milliseconds that the loop, which
+/// also sends VRRP advertisements and judges health probes, would otherwise spend.
+enum Answer {
+    Ready(Result<serde_json::Value, String>),
+    Deferred(Box<dyn FnOnce() -> Result<serde_json::Value, String> + Send>),
+}
+
+impl Answer {
+    fn into_result(self) -> Result<serde_json::Value, String> {
+        match self {
+            Answer::Ready(result) => result,
+            Answer::Deferred(work) => work(),
+        }
+    }
+}
 
 /// Runs the appliance until a signal or the duration ends it.
 /// Why the appliance did not start. Each step of [`run`] fails with its own variant;
@@ -236,9 +255,9 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
     // A reload still being read is not applied; its askers hold control threads
     // that the control socket's shutdown waits for.
     for reply in registry.reloads.abandon() {
-        let _ = reply.send(Err(
-            "the daemon is stopping: the reload was not applied".into()
-        ));
+        let _ = reply.send(Answer::Ready(Err(
+            "the daemon is stopping: the reload was not applied".into(),
+        )));
     }
     registry.capture.stop();
     registry.stop_vrrp(app.plane());
@@ -445,7 +464,7 @@ impl ControlEnds {
         self.server.begin_stop();
         while !self.server.is_stopped() {
             while let Ok((_, reply)) = self.calls.try_recv() {
-                let _ = reply.send(Err("the daemon is shutting down".into()));
+                let _ = reply.send(Answer::Ready(Err("the daemon is shutting down".into())));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -1068,6 +1087,7 @@ fn control_handler(calls: Sender<ControlCall>) -> Handler {
         reply_rx
             .recv_timeout(answer_within)
             .map_err(|_| "the management loop did not answer in time".to_string())?
+            .into_result()
     })
 }
 
@@ -1676,7 +1696,9 @@ impl Registry {
 
     /// The Prometheus exposition text, from the same reports as `sluicectl status`,
     /// `-L -n` and `--get-laddr`.
-    fn metrics(&mut self, status: &StatusReport) -> Result<serde_json::Value, String> {
+    /// What a Prometheus scrape shows, gathered from the loop's state; written out by
+    /// [`metrics::MetricsInputs::render`], off the loop.
+    fn metrics_inputs(&mut self, status: StatusReport) -> Result<metrics::MetricsInputs, String> {
         let services = self
             .services
             .report(&self.real_servers, rates::DEFAULT_WINDOW);
@@ -1690,7 +1712,6 @@ impl Registry {
             true => self.pool_rows()?,
             false => Vec::new(),
         };
-        let mut text = metrics::render(status, &services, &pools);
         let health = self.health_report();
         let vrrp = self
             .vrrp
@@ -1702,14 +1723,16 @@ impl Registry {
             .is_some()
             .then(|| self.sync_report())
             .transpose()?;
-        text.push_str(&metrics::render_admission(
-            &self.services.admission_reports(),
-        ));
-        text.push_str(&metrics::render_ha(&health, vrrp.as_ref(), sync.as_ref()));
-        if let Some(node) = &self.bgp {
-            text.push_str(&metrics::render_bgp(&node.report()));
-        }
-        Ok(serde_json::Value::String(text))
+        Ok(metrics::MetricsInputs {
+            status,
+            services,
+            pools,
+            admission: self.services.admission_reports(),
+            health,
+            vrrp,
+            sync,
+            bgp: self.bgp.as_ref().map(|node| node.report()),
+        })
     }
 
     /// `sluicectl capture`: start, status and stop.
@@ -1919,7 +1942,7 @@ struct Timing {
 /// The reloads asked for and who waits for each: the answer channel of a `sluicectl
 /// reload` (a SIGHUP has none).
 type PendingReloads = reloads::Reloads<Result<(Config, Services), String>, ReplyTo>;
-type ReplyTo = Sender<Result<serde_json::Value, String>>;
+type ReplyTo = Sender<Answer>;
 
 /// The reading half of a reload, off the management loop: the file's text, its
 /// checks, and the table it describes.
@@ -1977,7 +2000,7 @@ fn finish_reload(
     }
     settle(registry, generation);
     for reply in waiting {
-        let _ = reply.send(answer.clone());
+        let _ = reply.send(Answer::Ready(answer.clone()));
     }
     let read = read_reload(registry.config_path.clone());
     if registry.reloads.start_next(read) {
@@ -2066,15 +2089,34 @@ fn management_loop(
                 ask_reload(registry, Some(reply), notifier);
                 continue;
             }
-            let generation = registry.services.generation;
-            let answer = if req == Request::Metrics {
+            // A scrape or a listing: its report gathered here, written out by the
+            // control thread.
+            if req == Request::Metrics {
                 let status = view.status(
                     &app.ports,
                     counters,
                     app.emulator.as_ref().map(Emulator::stats),
                 );
-                registry.metrics(&status)
-            } else if req == Request::Status {
+                let answer = match registry.metrics_inputs(status) {
+                    Ok(inputs) => Answer::Deferred(Box::new(move || {
+                        Ok(serde_json::Value::String(inputs.render()))
+                    })),
+                    Err(e) => Answer::Ready(Err(e)),
+                };
+                let _ = reply.send(answer);
+                continue;
+            }
+            if let Some(report) = registry
+                .services
+                .listing_report(&req, &registry.real_servers)
+            {
+                let _ = reply.send(Answer::Deferred(Box::new(move || {
+                    serde_json::to_value(report).map_err(|e| e.to_string())
+                })));
+                continue;
+            }
+            let generation = registry.services.generation;
+            let answer = if req == Request::Status {
                 let mut status = view.status(
                     &app.ports,
                     counters,
@@ -2135,7 +2177,7 @@ fn management_loop(
             // A change was published: reply once every worker has it (or the bound
             // passed), so `sluicectl` returning means new sessions see the change.
             settle_publish(registry, view, counters, generation);
-            let _ = reply.send(answer);
+            let _ = reply.send(Answer::Ready(answer));
         }
         finish_reload(registry, app.plane(), notifier, |registry, generation| {
             settle_publish(registry, view, counters, generation)

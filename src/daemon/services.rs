@@ -1057,19 +1057,9 @@ impl Services {
         self.check_ipv6_neighbour_source(&req)?;
         let t = &mut self.table;
         let changed = match req {
-            Request::ListServices | Request::ServiceRates { .. } => {
-                let window = match req {
-                    Request::ServiceRates { window_s: Some(s) } => {
-                        Duration::from_secs(u64::from(s.clamp(1, super::rates::MAX_WINDOW_S)))
-                    }
-                    _ => super::rates::DEFAULT_WINDOW,
-                };
-                return serde_json::to_value(self.report(counters, window))
-                    .map(Applied::Answer)
-                    .map_err(|e| e.to_string());
-            }
-            Request::SaveServices => {
-                return serde_json::to_value(self.save_report(counters))
+            Request::ListServices | Request::ServiceRates { .. } | Request::SaveServices => {
+                let report = self.listing_report(&req, counters);
+                return serde_json::to_value(report.expect("a listing request"))
                     .map(Applied::Answer)
                     .map_err(|e| e.to_string());
             }
@@ -1675,6 +1665,30 @@ impl Services {
     }
 
     /// `-S`: the listing with every service's access-list rules.
+    /// The report a listing request answers with (`-L`, `--rate` with its window,
+    /// `-S`); `None` for any other request. Turning it into JSON is the caller's: the
+    /// daemon has the control thread do it, off the management loop.
+    pub fn listing_report(
+        &self,
+        req: &Request,
+        counters: &[Arc<Box<[RealServerCounters]>>],
+    ) -> Option<ServicesReport> {
+        match *req {
+            Request::ListServices => Some(self.report(counters, super::rates::DEFAULT_WINDOW)),
+            Request::ServiceRates { window_s } => {
+                let window = match window_s {
+                    Some(s) => {
+                        Duration::from_secs(u64::from(s.clamp(1, super::rates::MAX_WINDOW_S)))
+                    }
+                    None => super::rates::DEFAULT_WINDOW,
+                };
+                Some(self.report(counters, window))
+            }
+            Request::SaveServices => Some(self.save_report(counters)),
+            _ => None,
+        }
+    }
+
     pub fn save_report(&self, counters: &[Arc<Box<[RealServerCounters]>>]) -> ServicesReport {
         self.listing(counters, super::rates::DEFAULT_WINDOW, true)
     }
