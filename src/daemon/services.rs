@@ -1054,14 +1054,16 @@ impl Services {
         req: Request,
         counters: &[Arc<Box<[RealServerCounters]>>],
     ) -> Result<Applied, String> {
+        if let Some(report) = self.listing_report(&req, counters) {
+            return serde_json::to_value(report)
+                .map(Applied::Answer)
+                .map_err(|e| e.to_string());
+        }
         self.check_ipv6_neighbour_source(&req)?;
         let t = &mut self.table;
         let changed = match req {
             Request::ListServices | Request::ServiceRates { .. } | Request::SaveServices => {
-                let report = self.listing_report(&req, counters);
-                return serde_json::to_value(report.expect("a listing request"))
-                    .map(Applied::Answer)
-                    .map_err(|e| e.to_string());
+                unreachable!("answered by listing_report above")
             }
             Request::AddService {
                 service,
@@ -1664,10 +1666,10 @@ impl Services {
         })
     }
 
-    /// `-S`: the listing with every service's access-list rules.
-    /// The report a listing request answers with (`-L`, `--rate` with its window,
-    /// `-S`); `None` for any other request. Turning it into JSON is the caller's: the
-    /// daemon has the control thread do it, off the management loop.
+    /// The report a listing request answers with (`-L` in all its forms, `skew` with
+    /// its window, `-S`); `None` for any other request. Turning it into JSON is the
+    /// caller's: the daemon has the control socket's executor thread do it, off the
+    /// management loop.
     pub fn listing_report(
         &self,
         req: &Request,
@@ -1689,6 +1691,7 @@ impl Services {
         }
     }
 
+    /// `-S`: the listing with every service's access-list rules.
     pub fn save_report(&self, counters: &[Arc<Box<[RealServerCounters]>>]) -> ServicesReport {
         self.listing(counters, super::rates::DEFAULT_WINDOW, true)
     }
