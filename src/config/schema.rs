@@ -345,11 +345,7 @@ fn read_sync(root: &Table, ports: &[PortRead], source: &Source) -> Check<Option<
 fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::path::PathBuf)> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let name = f.str()?;
-    let path = match source.path.parent() {
-        Some(dir) if std::path::Path::new(name).is_relative() => dir.join(name),
-        _ => std::path::PathBuf::from(name),
-    };
+    let path = beside_config(source, f.str()?);
     let shown = path.display();
     let cannot = |e: std::io::Error| f.invalid(format!("cannot read {shown}: {e}"));
     let file = std::fs::OpenOptions::new()
@@ -396,6 +392,49 @@ fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::pa
 /// The most of a `key_file` read: a key of a few hundred hex digits at most, and
 /// anything longer is no key.
 const KEY_FILE_MAX: u64 = 4096;
+
+/// A file the config names: `name` as written if absolute, else from the config
+/// file's directory.
+fn beside_config(source: &Source, name: &str) -> std::path::PathBuf {
+    match source.path.parent() {
+        Some(dir) if std::path::Path::new(name).is_relative() => dir.join(name),
+        _ => std::path::PathBuf::from(name),
+    }
+}
+
+/// The text of an `acl_file`: a regular file (a FIFO would hang the load, which a
+/// reload runs on a thread of its own that would never end; `/dev/zero` would never
+/// end either), opened without waiting for a writer, refused past [`ACL_FILE_MAX`].
+fn read_acl_file(f: &Field, source: &Source) -> Check<(std::path::PathBuf, String)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = beside_config(source, f.str()?);
+    let shown = path.display();
+    let cannot = |e: std::io::Error| f.invalid(format!("cannot read {shown}: {e}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(cannot)?;
+    if !file.metadata().map_err(cannot)?.file_type().is_file() {
+        return Err(f.invalid(format!("{shown} is not a regular file")));
+    }
+    let mut text = String::new();
+    file.take(ACL_FILE_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > ACL_FILE_MAX {
+        return Err(f.invalid(format!(
+            "{shown} is longer than {ACL_FILE_MAX} bytes (a service holds at most {} rules)",
+            crate::service::acl::MAX_ACL_RULES
+        )));
+    }
+    Ok((path, text))
+}
+
+/// The most of an `acl_file` read: room for a service's most rules
+/// ([`crate::service::acl::MAX_ACL_RULES`], about 30 bytes a line) with comments.
+const ACL_FILE_MAX: u64 = 128 << 20;
 
 /// The `[sync]` fields that sync over a DPDK port constrains, for their locations.
 struct SyncPortFields<'a> {
@@ -1539,13 +1578,7 @@ fn read_acl(t: &Table, source: &Source) -> Check<Vec<(AclAction, Prefix)>> {
         }
     }
     if let Some(f) = t.get("acl_file") {
-        let name = f.str()?;
-        let path = match source.path.parent() {
-            Some(dir) if std::path::Path::new(name).is_relative() => dir.join(name),
-            _ => std::path::PathBuf::from(name),
-        };
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| f.invalid(format!("cannot read {}: {e}", path.display())))?;
+        let (path, text) = read_acl_file(&f, source)?;
         let from_file = crate::service::acl::parse_rules(&text)
             .map_err(|(line, e)| f.invalid(format!("{}:{line}: {e}", path.display())))?;
         for (action, prefix) in from_file {

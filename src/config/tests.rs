@@ -2800,6 +2800,19 @@ fn bad_access_lists_and_rate_limits_name_their_field_and_line() {
         "bad.acl:2: \"block\": expected allow or deny",
     );
     assert!(err.to_string().contains("test.toml:26"), "{err}");
+    // Not a file that could hang the load or never end: a FIFO (no writer), a device.
+    let fifo = dir.path().join("fifo.acl");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo has no other precondition.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    for list in [fifo.as_path(), std::path::Path::new("/dev/zero")] {
+        assert_rejected(
+            &with(&format!("acl_file = \"{}\"", list.display())),
+            26,
+            "services[0].acl_file",
+            "is not a regular file",
+        );
+    }
 }
 
 /// SERVICE with both real servers in NAT mode and `kv` after the scheduler (line 26).
