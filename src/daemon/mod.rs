@@ -1694,9 +1694,8 @@ impl Registry {
         Ok(answer)
     }
 
-    /// The Prometheus exposition text, from the same reports as `sluicectl status`,
-    /// `-L -n` and `--get-laddr`.
-    /// What a Prometheus scrape shows, gathered from the loop's state; written out by
+    /// What a Prometheus scrape shows: the same reports as `sluicectl status`, `-L -n`
+    /// and `--get-laddr`, gathered from the loop's state; the text is written by
     /// [`metrics::MetricsInputs::render`], off the loop.
     fn metrics_inputs(&mut self, status: StatusReport) -> Result<metrics::MetricsInputs, String> {
         let services = self
