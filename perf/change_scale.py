@@ -2,7 +2,7 @@
 """Times changes to a loopback daemon holding a large table: a line-by-line `-R` with
 a refused line, and single `-a` changes, each with what the daemon measured of it.
 
-    sudo perf/change_scale.py BIN_DIR SERVICES PER SCHEDULER RESTORE_LINES CHANGES [RELOADS [SCRAPES]]
+    sudo perf/change_scale.py BIN_DIR SERVICES PER SCHEDULER RESTORE_LINES CHANGES [RELOADS [SCRAPES [STALLED]]]
 
 BIN_DIR holds `sluice` and `sluicectl` (e.g. ./target/release). The table is
 `perf/config_scale.py`'s: SERVICES TCP services on 10.0.0.1:80, 10.0.0.2:80, ... with
@@ -28,9 +28,17 @@ PER NAT real servers each. Then:
   the first). Also timed: a `sluicectl status` sent 100 ms into each reload, from
   its start to its answer (the management loop answers it between its other work).
 - SCRAPES (default 0) Prometheus scrapes of the daemon's metrics endpoint (on
-  127.0.0.1, a free port), then as many `sluicectl -L -n` listings, each timed the
+  127.0.0.1, a free port; 1.1 s apart, so each is built anew rather than shared with
+  the last), then as many `sluicectl -L -n` listings, each timed the
   same way: seconds, bytes, and the management thread's CPU time (what the loop spent
   gathering the reports, and writing them out where it does).
+- STALLED (default 0, needs SCRAPES) clients of the metrics endpoint that send their
+  request and read nothing, one every 0.7 s, two from each of 127.0.0.2, .3, ... (the
+  endpoint serves two at once from one address, eight in all). Printed: the daemon's
+  resident memory (`VmRSS`, sampled every 50 ms) before the first and at its peak until
+  10 s after the last (the endpoint cuts a client off 8 s after it connects at most),
+  the difference, and the management thread's CPU time meanwhile (the reports it
+  gathered).
 """
 import json
 import os
@@ -38,12 +46,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 bin_dir, services, per, scheduler, lines, changes = sys.argv[1:7]
 services, per, lines, changes = int(services), int(per), int(lines), int(changes)
 reloads = int(sys.argv[7]) if len(sys.argv) > 7 else 0
 scrapes = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+stalled = int(sys.argv[9]) if len(sys.argv) > 9 else 0
+if stalled and not scrapes:
+    sys.exit("STALLED needs SCRAPES (the metrics endpoint is configured for scrapes)")
 here = os.path.dirname(os.path.abspath(__file__))
 work = tempfile.mkdtemp(prefix="change-scale-")
 config = os.path.join(work, "sluice.toml")
@@ -140,16 +152,46 @@ try:
             f"reload {i + 1}: {took:.3f} s, {published} snapshot(s), management thread {cpu:.1f} ms;"
             f" a status 100 ms in answered in {waited:.3f} s"
         )
+    if scrapes:
+        # The same status with nothing else going on, to compare with.
+        alone = []
+        for _ in range(scrapes):
+            time.sleep(0.2)
+            asked = time.monotonic()
+            subprocess.run(ctl + ["status"], check=True, capture_output=True)
+            alone.append(time.monotonic() - asked)
+        print("a status alone answered in " + ", ".join(f"{t:.3f}" for t in alone) + " s")
     for i in range(scrapes):
         import urllib.request
 
+        # Past the second in which the endpoint hands the last text to a new scrape.
+        time.sleep(1.1)
         cpu = management_cpu_ns()
         started = time.monotonic()
+        # A status 100 ms in, while the text is being written on the endpoint's thread
+        # (which shares the management core): how long the loop keeps it waiting.
+        status_took = []
+
+        def status_100ms_in():
+            time.sleep(0.1)
+            asked = time.monotonic()
+            subprocess.run(ctl + ["status"], check=True, capture_output=True)
+            status_took.append(time.monotonic() - asked)
+
+        status_during = threading.Thread(target=status_100ms_in)
+        status_during.start()
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=60) as answer:
             size = len(answer.read())
         took = time.monotonic() - started
         cpu = (management_cpu_ns() - cpu) / 1e6
-        print(f"scrape {i + 1}: {took:.3f} s, {size} bytes, management thread {cpu:.1f} ms")
+        status_during.join()
+        if not status_took:
+            sys.exit("the status during a scrape failed")
+        waited = status_took[0]
+        print(
+            f"scrape {i + 1}: {took:.3f} s, {size} bytes, management thread {cpu:.1f} ms;"
+            f" a status 100 ms in answered in {waited:.3f} s"
+        )
     for i in range(scrapes):
         cpu = management_cpu_ns()
         started = time.monotonic()
@@ -157,6 +199,37 @@ try:
         took = time.monotonic() - started
         cpu = (management_cpu_ns() - cpu) / 1e6
         print(f"-L -n {i + 1}: {took:.3f} s, {len(out.stdout)} bytes, management thread {cpu:.1f} ms")
+    if stalled:
+        import socket as sockets
+
+        def resident_kb():
+            with open(f"/proc/{daemon.pid}/status") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+        time.sleep(10)  # the scrapes above are cut off or done
+        base = peak = resident_kb()
+        cpu = management_cpu_ns()
+        clients = []
+        next_at = time.monotonic()
+        until = next_at + 0.7 * (stalled - 1) + 10
+        while time.monotonic() < until:
+            if len(clients) < stalled and time.monotonic() >= next_at:
+                client = sockets.socket()
+                client.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVBUF, 4096)
+                client.bind((f"127.0.0.{2 + len(clients) // 2}", 0))
+                client.connect(("127.0.0.1", metrics_port))
+                client.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                clients.append(client)
+                next_at += 0.7
+            peak = max(peak, resident_kb())
+            time.sleep(0.05)
+        cpu = (management_cpu_ns() - cpu) / 1e6
+        for client in clients:
+            client.close()
+        print(
+            f"{stalled} stalled clients: VmRSS {base / 1024:.1f} MiB before, peak {peak / 1024:.1f} MiB,"
+            f" +{(peak - base) / 1024:.1f} MiB; management thread {cpu:.1f} ms"
+        )
 finally:
     daemon.send_signal(signal.SIGTERM)
     try:
