@@ -28,10 +28,10 @@ PER NAT real servers each. Then:
   the first). Also timed: a `sluicectl status` sent 100 ms into each reload, from
   its start to its answer (the management loop answers it between its other work).
 - SCRAPES (default 0) Prometheus scrapes of the daemon's metrics endpoint (on
-  127.0.0.1, a free port; 1.1 s apart, so each is built anew rather than shared with
-  the last), then as many `sluicectl -L -n` listings, each timed the
+  127.0.0.1, a free port), then as many `sluicectl -L -n` listings, each timed the
   same way: seconds, bytes, and the management thread's CPU time (what the loop spent
-  gathering the reports, and writing them out where it does).
+  gathering the reports, and writing them out where it does). Also timed: a
+  `sluicectl status` sent 100 ms into each scrape, and the same status alone.
 - STALLED (default 0, needs SCRAPES) clients of the metrics endpoint that send their
   request and read nothing, one every 0.7 s, two from each of 127.0.0.2, .3, ... (the
   endpoint serves two at once from one address, eight in all). Printed: the daemon's
@@ -164,8 +164,6 @@ try:
     for i in range(scrapes):
         import urllib.request
 
-        # Past the second in which the endpoint hands the last text to a new scrape.
-        time.sleep(1.1)
         cpu = management_cpu_ns()
         started = time.monotonic()
         # A status 100 ms in, while the text is being written on the endpoint's thread

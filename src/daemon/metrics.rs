@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -574,9 +574,9 @@ pub fn render(
 /// reconnects as soon as it is cut off, holds a slot for those 8 s plus the time its
 /// scrape waits for its turn and is built (one at a time, the loop's part bounded by
 /// the control handler's 2 s; writing the text about 0.3 s at 50,000 real servers),
-/// and never keeps another address's scrape waiting. Scrapes that come together share
-/// one text ([`share_text`]), so the clients served at once hold two texts at most,
-/// not one each (53 MB apiece at 50,000 real servers).
+/// and never keeps another address's scrape waiting. Scrapes share texts
+/// ([`share_text`]), so the clients served at once hold two texts at most, not one
+/// each (53 MB apiece at 50,000 real servers).
 pub struct MetricsServer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -598,14 +598,13 @@ impl MetricsServer {
                 // pass of the loop (VRRP and health ticks wait behind them), nor build
                 // a text each at once (53 MB apiece at 50,000 real servers).
                 let scrape: Scrape = {
-                    let last = Mutex::new(None);
+                    let texts = Mutex::new(Texts::default());
                     Arc::new(move || {
-                        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-                        share_text(&mut last, Instant::now(), || {
-                            match handler(Request::Metrics)? {
-                                serde_json::Value::String(text) => Ok(text),
-                                _ => Ok(String::new()),
-                            }
+                        let arrived = Instant::now();
+                        let mut texts = texts.lock().unwrap_or_else(|e| e.into_inner());
+                        share_text(&mut texts, arrived, || match handler(Request::Metrics)? {
+                            serde_json::Value::String(text) => Ok(text),
+                            _ => Ok(String::new()),
                         })
                     })
                 };
@@ -658,46 +657,45 @@ impl Drop for MetricsServer {
 /// The exposition text for a scrape, shared with other scrapes ([`share_text`]).
 type Scrape = Arc<dyn Fn() -> Result<Arc<String>, String> + Send + Sync>;
 
-/// A scrape that comes within this time of the last text's build gets that text: two
-/// Prometheus servers scraping one target (an HA pair) cost the loop one report.
-const SHARED_FRESH: Duration = Duration::from_secs(1);
-/// While another client is still being sent the last text, a scrape gets it up to
-/// this age: the longest a client may hold a slot. So a new text is built while an
-/// older one is still held only once that one is this old, and a client holds its text
-/// [`ANSWER_TIMEOUT`] at most: two texts are alive at once at most, whatever the
-/// clients do. The price: a scrape that comes while a slow client is still being
-/// answered may get values up to 8 s old (counters still never go back).
-const SHARED_HELD: Duration = REQUEST_TIMEOUT.saturating_add(ANSWER_TIMEOUT);
-
-/// The last text built, and when its report was asked for.
-struct LastText {
-    asked: Instant,
-    text: Arc<String>,
+/// The texts built for scrapes, alive while a client is still being sent them: none is
+/// kept here (53 MB at 50,000 real servers, between scrapes a minute apart).
+#[derive(Default)]
+struct Texts {
+    /// The newest, and when it was done.
+    last: Option<(Instant, Weak<String>)>,
+    /// The one before it.
+    older: Weak<String>,
 }
 
-/// The text for a scrape at `now`: the last one while it is fresh ([`SHARED_FRESH`])
-/// or still being sent to another client and not too old ([`SHARED_HELD`]), else a
-/// new one from `build`. A failed build is not kept: the next scrape asks again.
+/// The text for a scrape that arrived at `arrived`:
+/// - a new one from `build` if no client holds the last one any more;
+/// - the last one if the scrape arrived before it was done (it waited for that build,
+///   so it gets values no older than its own wait: two Prometheus servers scraping one
+///   node at once cost one report);
+/// - a new one if the one before the last is gone;
+/// - else the last one: two texts are already being sent to clients, and a third is
+///   not built (53 MB apiece at 50,000 real servers).
+///
+/// So no more than two texts are alive at once, whatever the clients do. A scrape gets
+/// values older than its arrival only while two texts are being sent (slow clients),
+/// and then no older than the time a client may hold one: the older of the two is gone
+/// [`ANSWER_TIMEOUT`] after the newer was built, and the next scrape builds again. A
+/// failed build is not kept: the next scrape asks again.
 fn share_text(
-    last: &mut Option<LastText>,
-    now: Instant,
+    texts: &mut Texts,
+    arrived: Instant,
     build: impl FnOnce() -> Result<String, String>,
 ) -> Result<Arc<String>, String> {
-    if let Some(l) = last {
-        let age = now.saturating_duration_since(l.asked);
-        let being_sent = Arc::strong_count(&l.text) > 1;
-        if age < SHARED_FRESH || (being_sent && age < SHARED_HELD) {
-            return Ok(Arc::clone(&l.text));
+    if let Some((done, last)) = &texts.last {
+        if let Some(text) = last.upgrade() {
+            if arrived <= *done || texts.older.strong_count() > 0 {
+                return Ok(text);
+            }
         }
     }
-    // Let go of the old text before the new one is built: unless a client still
-    // holds it, it is freed now.
-    *last = None;
+    texts.older = texts.last.take().map(|(_, last)| last).unwrap_or_default();
     let text = Arc::new(build()?);
-    *last = Some(LastText {
-        asked: now,
-        text: Arc::clone(&text),
-    });
+    texts.last = Some((Instant::now(), Arc::downgrade(&text)));
     Ok(text)
 }
 
@@ -1629,51 +1627,63 @@ mod server_tests {
         drop((stalled, more));
     }
 
-    /// The text a scrape gets: shared while fresh (1 s), or while another client is
-    /// still being sent it up to 8 s old; built again otherwise; a failed build not
-    /// kept.
+    /// The text a scrape gets: a new one if nobody holds the last; the last one if it
+    /// waited for that build; a new one if the one before the last is gone; else the
+    /// last, so two are alive at most. None is kept once its clients are done. A
+    /// failed build is not kept.
     #[test]
-    fn scrapes_share_a_fresh_text_or_one_still_being_sent() {
-        let t0 = Instant::now();
+    fn scrapes_share_texts_so_that_two_are_alive_at_most() {
         let builds = std::cell::Cell::new(0);
         let build = || {
             builds.set(builds.get() + 1);
             Ok(format!("build {}\n", builds.get()))
         };
-        let mut last = None;
-        let first = share_text(&mut last, t0, build).unwrap();
-        let at = |ms| t0 + Duration::from_millis(ms);
-        // Fresh: shared, whether or not anyone still holds it.
-        let again = share_text(&mut last, at(999), build).unwrap();
-        assert!(Arc::ptr_eq(&first, &again));
-        drop(again);
-        // Held by a client (`first`) and under 8 s old: shared.
-        let held = share_text(&mut last, at(7_999), build).unwrap();
-        assert!(Arc::ptr_eq(&first, &held));
-        drop(held);
-        assert_eq!(builds.get(), 1);
-        // Held but 8 s old: built again, and the old one is no longer kept.
-        let second = share_text(&mut last, at(8_000), build).unwrap();
+        let mut texts = Texts::default();
+        let waited = Instant::now();
+        let first = share_text(&mut texts, waited, build).unwrap();
+        assert_eq!(*first, "build 1\n");
+        // Arrived while the first was being built: shares it.
+        let shared = share_text(&mut texts, waited, build).unwrap();
+        assert!(Arc::ptr_eq(&first, &shared));
+        drop((first, shared));
+        // Nobody holds it: built again, even for a scrape that waited for it.
+        let second = share_text(&mut texts, waited, build).unwrap();
         assert_eq!(*second, "build 2\n");
-        assert_eq!(Arc::strong_count(&first), 1, "the old text is still kept");
-        drop(first);
-        // Not held by anyone and 1 s old: built again.
-        drop(second);
-        let third = share_text(&mut last, at(9_000), build).unwrap();
+        // The second held by its client: the third is built, the second kept as older.
+        let third = share_text(&mut texts, Instant::now(), build).unwrap();
         assert_eq!(*third, "build 3\n");
-        drop(third);
-        // A failed build is not kept: the next scrape, even at once, asks again.
-        let failed = share_text(&mut last, at(10_000), || Err("loop busy".into()));
-        assert_eq!(failed, Err("loop busy".into()));
-        let fourth = share_text(&mut last, at(10_001), build).unwrap();
+        // Both held: the next scrapes get the third; no fourth text.
+        for _ in 0..3 {
+            let again = share_text(&mut texts, Instant::now(), build).unwrap();
+            assert!(Arc::ptr_eq(&third, &again));
+        }
+        assert_eq!(builds.get(), 3);
+        // The second's client is done: the next scrape builds, and the third becomes
+        // the older one (the second is freed).
+        let gone = Arc::downgrade(&second);
+        drop(second);
+        assert_eq!(gone.strong_count(), 0);
+        let fourth = share_text(&mut texts, Instant::now(), build).unwrap();
         assert_eq!(*fourth, "build 4\n");
+        assert!(Arc::ptr_eq(&texts.older.upgrade().unwrap(), &third));
+        drop((third, fourth));
+        assert_eq!(
+            texts.older.strong_count() + texts.last.as_ref().unwrap().1.strong_count(),
+            0
+        );
+        // A failed build is not kept: the next scrape asks again.
+        let failed = share_text(&mut texts, Instant::now(), || Err("loop busy".into()));
+        assert_eq!(failed, Err("loop busy".into()));
+        let fifth = share_text(&mut texts, Instant::now(), build).unwrap();
+        assert_eq!(*fifth, "build 5\n");
     }
 
-    /// Two clients, one taking its answer slowly, then a third scrape while the slow
-    /// one is still being sent: one report asked of the loop for all three, and each
-    /// gets the whole text. Built once per client, three texts would be alive at once.
+    /// Two slow clients (each sends its request, reads nothing yet), then a scrape
+    /// while both are still being sent: two reports asked of the loop for the three,
+    /// and each gets the whole text. Built once per client, three texts would be alive
+    /// at once.
     #[test]
-    fn clients_served_together_share_one_text() {
+    fn a_third_client_shares_a_text_while_two_are_being_sent() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1687,30 +1697,26 @@ mod server_tests {
         };
         let _server = MetricsServer::spawn(listener, handler).unwrap();
         let local = |last: u8| std::net::Ipv4Addr::new(127, 0, 0, last);
-        // A slow client: sends its request, reads nothing yet.
-        let mut slow = connect_from(local(2), addr);
-        slow.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        let mut slow: Vec<TcpStream> = (2..4).map(|last| connect_from(local(last), addr)).collect();
+        for client in &mut slow {
+            client.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert_eq!(asked.load(Ordering::Relaxed), 2, "reports for the slow two");
         let answer = scrape(addr);
         assert!(answer.ends_with(&"x".repeat(16 << 20)));
-        // Past the 1 s of a fresh text, while the slow client still holds its own.
-        std::thread::sleep(Duration::from_millis(1200));
-        let answer = scrape(addr);
-        assert!(answer.ends_with(&"x".repeat(16 << 20)));
-        let mut taken = String::new();
-        slow.read_to_string(&mut taken).unwrap();
-        assert!(
-            taken.ends_with(&"x".repeat(16 << 20)),
-            "the slow client's answer"
-        );
-        assert_eq!(
-            asked.load(Ordering::Relaxed),
-            1,
-            "reports asked of the loop"
-        );
-        // Nobody holds it now and it is over 1 s old: the next scrape asks again.
+        assert_eq!(asked.load(Ordering::Relaxed), 2, "a report for the third");
+        for mut client in slow {
+            let mut taken = String::new();
+            client.read_to_string(&mut taken).unwrap();
+            assert!(
+                taken.ends_with(&"x".repeat(16 << 20)),
+                "a slow client's answer"
+            );
+        }
+        // Nobody holds a text now: the next scrape asks again.
         assert!(scrape(addr).ends_with('x'));
-        assert_eq!(asked.load(Ordering::Relaxed), 2);
+        assert_eq!(asked.load(Ordering::Relaxed), 3);
     }
 
     /// A client that sends its request a byte every 300 ms (each read well inside a
