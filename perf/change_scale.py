@@ -31,7 +31,8 @@ PER NAT real servers each. Then:
   127.0.0.1, a free port), then as many `sluicectl -L -n` listings, each timed the
   same way: seconds, bytes, and the management thread's CPU time (what the loop spent
   gathering the reports, and writing them out where it does). Also timed: a
-  `sluicectl status` sent 100 ms into each scrape, and the same status alone.
+  `sluicectl status` sent 100 ms into each scrape, and the same status alone. After
+  each listing, the daemon's resident memory (`VmRSS`): what the allocator kept.
 - STALLED (default 0, needs SCRAPES) clients of the metrics endpoint that send their
   request and read nothing, one every 0.7 s, two from each of 127.0.0.2, .3, ... (the
   endpoint serves two at once from one address, eight in all). Printed: the daemon's
@@ -87,6 +88,12 @@ def management_cpu_ns():
     """CPU time of the daemon's management thread (its main thread) so far, in ns."""
     with open(f"/proc/{daemon.pid}/task/{daemon.pid}/schedstat") as f:
         return int(f.read().split()[0])
+
+
+def resident_kb():
+    """The daemon's resident memory (`VmRSS`), in KiB."""
+    with open(f"/proc/{daemon.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
 def status():
@@ -196,13 +203,12 @@ try:
         out = subprocess.run(ctl + ["-L", "-n"], check=True, capture_output=True)
         took = time.monotonic() - started
         cpu = (management_cpu_ns() - cpu) / 1e6
-        print(f"-L -n {i + 1}: {took:.3f} s, {len(out.stdout)} bytes, management thread {cpu:.1f} ms")
+        print(
+            f"-L -n {i + 1}: {took:.3f} s, {len(out.stdout)} bytes, management thread {cpu:.1f} ms;"
+            f" daemon VmRSS after {resident_kb() / 1024:.1f} MiB"
+        )
     if stalled:
         import socket as sockets
-
-        def resident_kb():
-            with open(f"/proc/{daemon.pid}/status") as f:
-                return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
         time.sleep(10)  # the scrapes above are cut off or done
         base = peak = resident_kb()

@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 use sluice::control::client::{self, ClientError};
 use sluice::control::protocol::Request;
 use sluice::control::report::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
-use sluice::control::server::{ControlServer, Handler, ServerLimits};
+use sluice::control::server::{value_handler, ControlServer, Handler, ServerLimits};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -114,7 +114,7 @@ impl FakeDaemon {
         let zeroed = Arc::new(AtomicUsize::new(0));
         let handler: Handler = {
             let zeroed = Arc::clone(&zeroed);
-            Arc::new(move |request| match request {
+            value_handler(move |request| match request {
                 Request::Status => Ok(serde_json::to_value(sample_report()).unwrap()),
                 Request::Xstats { port: 0 } => Ok(serde_json::to_value(XstatsReport {
                     port: 0,

@@ -302,7 +302,7 @@ fn format_duration(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::server::{ControlServer, Handler};
+    use crate::control::server::{value_handler, ControlServer, Handler};
     use serde_json::json;
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
@@ -312,7 +312,7 @@ mod tests {
     const TIMEOUT: Duration = Duration::from_secs(5);
 
     fn handler() -> Handler {
-        Arc::new(|request: Request| match request {
+        value_handler(|request: Request| match request {
             Request::Status => Ok(json!({"up": true})),
             Request::Xstats { port } => Err(format!("no port {port}")),
             Request::ZeroCounters => Ok(Value::Null),

@@ -387,6 +387,17 @@ impl Response {
         line
     }
 
+    /// The line of a successful reply whose result is already JSON text: what
+    /// `Response::success(result).to_line()` writes, without a [`Value`] of it.
+    pub fn success_line(result: &serde_json::value::RawValue) -> String {
+        const HEAD: &str = "{\"ok\":true,\"result\":";
+        let mut line = String::with_capacity(HEAD.len() + result.get().len() + 2);
+        line.push_str(HEAD);
+        line.push_str(result.get());
+        line.push_str("}\n");
+        line
+    }
+
     /// The result of a successful reply or the daemon's error text. A success whose
     /// result was `null` arrives without a `result` field after the JSON round trip
     /// (serde reads `null` as `None`), so it maps back to `Value::Null`.
@@ -809,6 +820,18 @@ mod tests {
             failure.to_line(),
             "{\"ok\":false,\"error\":\"no port 9\"}\n"
         );
+    }
+
+    /// A reply written from JSON text is the line a value's reply is, and reads back
+    /// as the same response.
+    #[test]
+    fn a_reply_from_json_text_is_the_line_of_the_same_value() {
+        let result = json!({"services": [{"vip": "10.0.0.1:80", "weight": 1.5}], "n": null});
+        let raw = serde_json::value::to_raw_value(&result).unwrap();
+        let line = Response::success_line(&raw);
+        assert_eq!(line, Response::success(result.clone()).to_line());
+        let read: Response = serde_json::from_str(&line).unwrap();
+        assert_eq!(read.into_result(), Ok(result));
     }
 
     #[test]

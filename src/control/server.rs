@@ -28,6 +28,7 @@
 use crate::control::protocol::{
     parse_request, ProtocolError, Request, Requester, Response, MAX_REQUEST_BYTES,
 };
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fs;
 use std::io::{self, Read, Write};
@@ -44,7 +45,31 @@ use std::time::{Duration, Instant};
 /// Executes one request on behalf of a client. Runs on an executor thread, so it must
 /// be thread-safe; an `Err` becomes `{"ok":false,"error":...}`, a panic becomes
 /// `"internal error"`.
-pub type Handler = Arc<dyn Fn(Request) -> Result<Value, String> + Send + Sync>;
+pub type Handler = Arc<dyn Fn(Request) -> Result<Reply, String> + Send + Sync>;
+
+/// A handler's result: a JSON value, or a report already written out as JSON text.
+/// The text is for large answers (a listing of 50,000 real servers): building a
+/// [`Value`] of one first costs a tree of millions of small allocations, which the
+/// executor's allocator arena keeps after it is freed (about 60 MB a listing, up to
+/// one arena per executor).
+#[derive(Debug)]
+pub enum Reply {
+    Value(Value),
+    Json(Box<RawValue>),
+}
+
+impl From<Value> for Reply {
+    fn from(value: Value) -> Reply {
+        Reply::Value(value)
+    }
+}
+
+/// A [`Handler`] from a function that answers with values.
+pub fn value_handler(
+    answer: impl Fn(Request) -> Result<Value, String> + Send + Sync + 'static,
+) -> Handler {
+    Arc::new(move |request| answer(request).map(Reply::Value))
+}
 
 /// Threads that run handler calls. The daemon's handler serialises on the management
 /// loop anyway; more than one keeps a slow call from holding up the queue's hand-off.
@@ -436,7 +461,8 @@ struct Connection {
 
 /// Work for an executor thread, and its answer.
 type Job = (u64, Request);
-type Done = (u64, Response);
+/// A request's token and its response line.
+type Done = (u64, String);
 
 /// What the serving thread owns.
 struct ServeLoop {
@@ -620,7 +646,7 @@ impl ServeLoop {
             let Some(index) = self.connections.iter().position(|c| c.token == token) else {
                 continue;
             };
-            self.connections[index].respond(&response, false, timeout);
+            self.connections[index].respond(response, false, timeout);
             if self.connections[index].phase == Phase::Reading {
                 // Requests pipelined behind the one just answered.
                 self.take_requests(index);
@@ -725,7 +751,7 @@ impl ServeLoop {
                 LineRead::FinalLine(line) => (line, true),
                 LineRead::Oversize => {
                     let error = Response::failure(ProtocolError::Oversize.to_string());
-                    connection.respond(&error, true, timeout);
+                    connection.respond(error.to_line(), true, timeout);
                     return;
                 }
                 LineRead::Closed => {
@@ -747,7 +773,7 @@ impl ServeLoop {
             Err(error) => {
                 let close = last || error.closes_connection();
                 self.connections[index].respond(
-                    &Response::failure(error.to_string()),
+                    Response::failure(error.to_string()).to_line(),
                     close,
                     timeout,
                 );
@@ -796,7 +822,7 @@ impl ServeLoop {
                 Ok(value) => Response::success(value),
                 Err(message) => Response::failure(message),
             };
-            self.connections[index].respond(&response, last, timeout);
+            self.connections[index].respond(response.to_line(), last, timeout);
         }
     }
 
@@ -860,7 +886,7 @@ impl ServeLoop {
             connection.phase = Phase::Executing;
         } else {
             let failure = Response::failure("internal error: no control executor");
-            connection.respond(&failure, true, self.limits.request_timeout);
+            connection.respond(failure.to_line(), true, self.limits.request_timeout);
         }
     }
 
@@ -973,9 +999,9 @@ impl Connection {
         LineRead::Incomplete
     }
 
-    /// Queues `response` and starts sending it.
-    fn respond(&mut self, response: &Response, close: bool, timeout: Duration) {
-        self.out = response.to_line().into_bytes();
+    /// Queues the response `line` and starts sending it.
+    fn respond(&mut self, line: String, close: bool, timeout: Duration) {
+        self.out = line.into_bytes();
         self.written = 0;
         self.close_after = close || self.close_after;
         self.phase = Phase::Writing;
@@ -1045,16 +1071,18 @@ enum LineRead {
     Incomplete,
 }
 
-/// Runs one request through the handler. An `Err` becomes an error response, a panic
-/// `"internal error"`.
-fn execute(request: Request, handler: &Handler) -> Response {
+/// Runs one request through the handler, to the response line (written out here, on
+/// the executor, not on the serving thread). An `Err` becomes an error response, a
+/// panic `"internal error"`.
+fn execute(request: Request, handler: &Handler) -> String {
     let command = request.command_name();
     match catch_unwind(AssertUnwindSafe(|| handler(request))) {
-        Ok(Ok(result)) => Response::success(result),
-        Ok(Err(message)) => Response::failure(message),
+        Ok(Ok(Reply::Value(result))) => Response::success(result).to_line(),
+        Ok(Ok(Reply::Json(result))) => Response::success_line(&result),
+        Ok(Err(message)) => Response::failure(message).to_line(),
         Err(_) => {
             log::error!("control handler panicked while serving \"{command}\"");
-            Response::failure("internal error")
+            Response::failure("internal error").to_line()
         }
     }
 }
@@ -1111,7 +1139,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     fn echo_handler() -> Handler {
-        Arc::new(|request: Request| match request {
+        value_handler(|request: Request| match request {
             Request::Status => Ok(json!({"status": "fine"})),
             Request::Xstats { port: 13 } => panic!("deliberate handler panic"),
             Request::Xstats { port } => Err(format!("no port {port}")),
@@ -1357,7 +1385,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let handler: Handler = {
             let calls = Arc::clone(&calls);
-            Arc::new(move |_| {
+            value_handler(move |_| {
                 thread::sleep(Duration::from_millis(200));
                 calls.fetch_add(1, Ordering::SeqCst);
                 Ok(Value::Null)

@@ -10,7 +10,7 @@ use crate::control::report::{
     AdmissionReport, HealthReport, LaddrPoolStatus, PeerReport, ServicesReport, StatusReport,
     SyncReport, VrrpReport,
 };
-use crate::control::server::Handler;
+use crate::control::server::{Handler, Reply};
 use crate::ha::sync::peers::ResyncState;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -603,7 +603,7 @@ impl MetricsServer {
                         let arrived = Instant::now();
                         let mut texts = texts.lock().unwrap_or_else(|e| e.into_inner());
                         share_text(&mut texts, arrived, || match handler(Request::Metrics)? {
-                            serde_json::Value::String(text) => Ok(text),
+                            Reply::Value(serde_json::Value::String(text)) => Ok(text),
                             _ => Ok(String::new()),
                         })
                     })
@@ -1543,12 +1543,13 @@ mod ha_tests {
 #[cfg(test)]
 mod server_tests {
     use super::*;
+    use crate::control::server::value_handler;
     use std::net::Shutdown;
 
     fn endpoint() -> (MetricsServer, std::net::SocketAddr) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let handler: Handler = Arc::new(|_| Ok(serde_json::json!("sluice_up 1\n")));
+        let handler = value_handler(|_| Ok(serde_json::json!("sluice_up 1\n")));
         (MetricsServer::spawn(listener, handler).unwrap(), addr)
     }
 
@@ -1690,7 +1691,7 @@ mod server_tests {
         let body = "x".repeat(16 << 20);
         let handler: Handler = {
             let asked = Arc::clone(&asked);
-            Arc::new(move |_| {
+            value_handler(move |_| {
                 asked.fetch_add(1, Ordering::Relaxed);
                 Ok(serde_json::json!(body))
             })
@@ -1764,7 +1765,7 @@ mod server_tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let body = "x".repeat(64 << 20);
-        let handler: Handler = Arc::new(move |_| Ok(serde_json::json!(body)));
+        let handler = value_handler(move |_| Ok(serde_json::json!(body)));
         let _server = MetricsServer::spawn(listener, handler).unwrap();
         let mut slow = TcpStream::connect(addr).unwrap();
         slow.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();

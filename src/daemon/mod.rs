@@ -24,7 +24,7 @@ use crate::control::report::{
     ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing,
     NeighboursReport, StatusReport,
 };
-use crate::control::server::{ControlServer, Handler, ServerLimits};
+use crate::control::server::{ControlServer, Handler, Reply, ServerLimits};
 use crate::dataplane::capture::{Capture, CaptureTap};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::exception::ExceptionLink;
@@ -114,13 +114,13 @@ type ControlCall = (Request, Sender<Answer>);
 /// also sends VRRP advertisements and judges health probes, would otherwise spend.
 enum Answer {
     Ready(Result<serde_json::Value, String>),
-    Deferred(Box<dyn FnOnce() -> Result<serde_json::Value, String> + Send>),
+    Deferred(Box<dyn FnOnce() -> Result<Reply, String> + Send>),
 }
 
 impl Answer {
-    fn into_result(self) -> Result<serde_json::Value, String> {
+    fn into_result(self) -> Result<Reply, String> {
         match self {
-            Answer::Ready(result) => result,
+            Answer::Ready(result) => result.map(Reply::Value),
             Answer::Deferred(work) => work(),
         }
     }
@@ -2098,7 +2098,7 @@ fn management_loop(
                 );
                 let answer = match registry.metrics_inputs(status) {
                     Ok(inputs) => Answer::Deferred(Box::new(move || {
-                        Ok(serde_json::Value::String(inputs.render()))
+                        Ok(Reply::Value(serde_json::Value::String(inputs.render())))
                     })),
                     Err(e) => Answer::Ready(Err(e)),
                 };
@@ -2109,8 +2109,11 @@ fn management_loop(
                 .services
                 .listing_report(&req, &registry.real_servers)
             {
+                // Written out as JSON text, not as a `Value` (see `Reply`).
                 let _ = reply.send(Answer::Deferred(Box::new(move || {
-                    serde_json::to_value(report).map_err(|e| e.to_string())
+                    serde_json::value::to_raw_value(&report)
+                        .map(Reply::Json)
+                        .map_err(|e| e.to_string())
                 })));
                 continue;
             }
