@@ -307,7 +307,6 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::net::UnixListener;
-    use std::sync::Arc;
 
     const TIMEOUT: Duration = Duration::from_secs(5);
 
