@@ -9,8 +9,9 @@
 # `interval_ms = 10000`, `timeout_ms = 1000`, starts the daemon, waits 12 s after its
 # control socket answers, then prints the milliseconds of CPU a second its management
 # thread (the process's main thread) used over 10 s (/proc/PID/task/PID/schedstat)
-# and `sluicectl health --json`'s probe counters. PASSIVE `passive` adds `passive = true`
-# (passive detection on every real server too).
+# and `sluicectl health --json`'s probe counters; then times three `sluicectl health
+# --json`. PASSIVE `passive` adds `passive = true` (passive detection on every real
+# server too).
 set -euo pipefail
 bin=$1
 services=${2:-5000}
@@ -52,3 +53,13 @@ after=$(awk '{print $1}' "/proc/$pid/task/$pid/schedstat")
 stats=$("$bin/sluicectl" --socket "$work/s.sock" health --json |
     python3 -c "import json, sys; print(json.load(sys.stdin)['stats'])")
 echo "management thread: $(( (after - before) / 10000000 )) ms of CPU a second; probes: $stats"
+# Three `sluicectl health --json`: seconds from start to exit, bytes, and the
+# management thread's CPU time meanwhile (its idle share above included).
+for i in 1 2 3; do
+    cpu=$(awk '{print $1}' "/proc/$pid/task/$pid/schedstat")
+    started=$(date +%s.%N)
+    bytes=$("$bin/sluicectl" --socket "$work/s.sock" health --json | wc -c)
+    ended=$(date +%s.%N)
+    cpu=$(( ($(awk '{print $1}' "/proc/$pid/task/$pid/schedstat") - cpu) / 1000000 ))
+    echo "health --json $i: $(awk "BEGIN { printf \"%.3f\", $ended - $started }") s, $bytes bytes, management thread $cpu ms"
+done
