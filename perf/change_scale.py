@@ -57,6 +57,8 @@ scrapes = int(sys.argv[8]) if len(sys.argv) > 8 else 0
 stalled = int(sys.argv[9]) if len(sys.argv) > 9 else 0
 if stalled and not scrapes:
     sys.exit("STALLED needs SCRAPES (the metrics endpoint is configured for scrapes)")
+if stalled > 8:
+    sys.exit("STALLED is at most 8 (the endpoint closes more unanswered)")
 here = os.path.dirname(os.path.abspath(__file__))
 work = tempfile.mkdtemp(prefix="change-scale-")
 config = os.path.join(work, "sluice.toml")

@@ -693,8 +693,15 @@ fn share_text(
             }
         }
     }
-    texts.older = texts.last.take().map(|(_, last)| last).unwrap_or_default();
     let text = Arc::new(build()?);
+    // The last text becomes the older one only if a client still holds it: one nobody
+    // holds must not push out an older one that is still being sent, which would then
+    // be alive but not counted.
+    if let Some((_, last)) = texts.last.take() {
+        if last.strong_count() > 0 {
+            texts.older = last;
+        }
+    }
     texts.last = Some((Instant::now(), Arc::downgrade(&text)));
     Ok(text)
 }
@@ -1630,8 +1637,8 @@ mod server_tests {
 
     /// The text a scrape gets: a new one if nobody holds the last; the last one if it
     /// waited for that build; a new one if the one before the last is gone; else the
-    /// last, so two are alive at most. None is kept once its clients are done. A
-    /// failed build is not kept.
+    /// last, so two are alive at most, also when the newer's client is done first or a
+    /// build fails. None is kept once its clients are done.
     #[test]
     fn scrapes_share_texts_so_that_two_are_alive_at_most() {
         let builds = std::cell::Cell::new(0);
@@ -1667,16 +1674,33 @@ mod server_tests {
         let fourth = share_text(&mut texts, Instant::now(), build).unwrap();
         assert_eq!(*fourth, "build 4\n");
         assert!(Arc::ptr_eq(&texts.older.upgrade().unwrap(), &third));
-        drop((third, fourth));
+        // The fourth's client is done while the third's is not: the next scrape
+        // builds (two alive: the third and the fifth), and the third stays the
+        // older one, so the scrape after shares the fifth instead of building a
+        // sixth.
+        drop(fourth);
+        let fifth = share_text(&mut texts, Instant::now(), build).unwrap();
+        assert_eq!(*fifth, "build 5\n");
+        let shared = share_text(&mut texts, Instant::now(), build).unwrap();
+        assert!(Arc::ptr_eq(&fifth, &shared), "a third text was built");
+        drop(shared);
+        // The third's client is done: the next scrape builds, but that build fails.
+        // A failed build changes nothing: the fifth, still held, is still counted,
+        // so after the sixth is built the scrape after shares it.
+        drop(third);
+        let failed = share_text(&mut texts, Instant::now(), || Err("loop busy".into()));
+        assert_eq!(failed, Err("loop busy".into()));
+        let sixth = share_text(&mut texts, Instant::now(), build).unwrap();
+        assert_eq!(*sixth, "build 6\n");
+        let shared = share_text(&mut texts, Instant::now(), build).unwrap();
+        assert!(Arc::ptr_eq(&sixth, &shared), "a third text after a failure");
+        // None is kept once its clients are done.
+        drop((fifth, sixth, shared));
         assert_eq!(
             texts.older.strong_count() + texts.last.as_ref().unwrap().1.strong_count(),
             0
         );
-        // A failed build is not kept: the next scrape asks again.
-        let failed = share_text(&mut texts, Instant::now(), || Err("loop busy".into()));
-        assert_eq!(failed, Err("loop busy".into()));
-        let fifth = share_text(&mut texts, Instant::now(), build).unwrap();
-        assert_eq!(*fifth, "build 5\n");
+        assert_eq!(builds.get(), 6);
     }
 
     /// Two slow clients (each sends its request, reads nothing yet), then a scrape
@@ -1701,7 +1725,11 @@ mod server_tests {
         let mut slow: Vec<TcpStream> = (2..4).map(|last| connect_from(local(last), addr)).collect();
         for client in &mut slow {
             client.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
-            std::thread::sleep(Duration::from_millis(300));
+            // Its answer has begun (so its text was built) before the next asks.
+            client
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            assert_eq!(client.peek(&mut [0u8; 1]).unwrap(), 1);
         }
         assert_eq!(asked.load(Ordering::Relaxed), 2, "reports for the slow two");
         let answer = scrape(addr);
