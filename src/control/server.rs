@@ -49,9 +49,9 @@ pub type Handler = Arc<dyn Fn(Request) -> Result<Reply, String> + Send + Sync>;
 
 /// A handler's result: a JSON value, or a report already written out as JSON text.
 /// The text is for large answers (a listing of 50,000 real servers): building a
-/// [`Value`] of one first costs a tree of millions of small allocations, which the
-/// executor's allocator arena keeps after it is freed (about 60 MB a listing, up to
-/// one arena per executor).
+/// [`Value`] of one first costs a tree of millions of small allocations, which each
+/// executor's allocator arena keeps after they are freed (the daemon's memory rose to
+/// about 0.9 GB after a dozen such listings; perf/results/config_scale.md).
 #[derive(Debug)]
 pub enum Reply {
     Value(Value),
@@ -1005,8 +1005,9 @@ impl Connection {
         self.written = 0;
         self.close_after = close || self.close_after;
         self.phase = Phase::Writing;
-        // From now, not from when the answer arrived: serialising a large one (`-S`
-        // of 100k services) can take longer than the timeout on a loaded machine.
+        // From now, not from when the request arrived: writing out a large answer
+        // (`-S` of 100k services) can take longer than the timeout on a loaded
+        // machine.
         self.deadline = Instant::now() + timeout;
         self.flush();
     }
