@@ -343,7 +343,6 @@ fn read_sync(root: &Table, ports: &[PortRead], source: &Source) -> Check<Option<
 /// only (a FIFO would hang the load, and a reload on the management loop with it),
 /// refused past [`KEY_FILE_MAX`] bytes.
 fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::path::PathBuf)> {
-    use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let path = beside_config(source, f.str()?);
     let shown = path.display();
@@ -374,15 +373,11 @@ fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::pa
             mode & 0o7777
         )));
     }
-    let mut text = String::new();
-    file.take(KEY_FILE_MAX + 1)
-        .read_to_string(&mut text)
-        .map_err(cannot)?;
-    if text.len() as u64 > KEY_FILE_MAX {
+    let Some(text) = read_at_most(file, KEY_FILE_MAX).map_err(cannot)? else {
         return Err(f.invalid(format!(
             "{shown} is longer than {KEY_FILE_MAX} bytes: no key"
         )));
-    }
+    };
     let hex = text.trim();
     crate::ha::sync::auth::SyncKey::from_hex(hex)
         .map_err(|e| f.invalid(format!("{shown}: {e}")))?;
@@ -406,7 +401,6 @@ fn beside_config(source: &Source, name: &str) -> std::path::PathBuf {
 /// reload runs on a thread of its own that would never end; `/dev/zero` would never
 /// end either), opened without waiting for a writer, refused past [`ACL_FILE_MAX`].
 fn read_acl_file(f: &Field, source: &Source) -> Check<(std::path::PathBuf, String)> {
-    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let path = beside_config(source, f.str()?);
     let shown = path.display();
@@ -419,17 +413,22 @@ fn read_acl_file(f: &Field, source: &Source) -> Check<(std::path::PathBuf, Strin
     if !file.metadata().map_err(cannot)?.file_type().is_file() {
         return Err(f.invalid(format!("{shown} is not a regular file")));
     }
-    let mut text = String::new();
-    file.take(ACL_FILE_MAX + 1)
-        .read_to_string(&mut text)
-        .map_err(cannot)?;
-    if text.len() as u64 > ACL_FILE_MAX {
+    let Some(text) = read_at_most(file, ACL_FILE_MAX).map_err(cannot)? else {
         return Err(f.invalid(format!(
             "{shown} is longer than {ACL_FILE_MAX} bytes (a service holds at most {} rules)",
             crate::service::acl::MAX_ACL_RULES
         )));
-    }
+    };
     Ok((path, text))
+}
+
+/// The whole text of `file`, or `None` if it is longer than `max` bytes (read no
+/// further than one byte past them, so an endless file ends the read too).
+fn read_at_most(file: std::fs::File, max: u64) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    let mut text = String::new();
+    file.take(max + 1).read_to_string(&mut text)?;
+    Ok((text.len() as u64 <= max).then_some(text))
 }
 
 /// The most of an `acl_file` read: room for a service's most rules

@@ -21,7 +21,7 @@ pub mod server;
 
 pub use protocol::{Request, Response, MAX_REQUEST_BYTES};
 pub use report::{LcoreStatus, PortStatus, StatusReport, XstatsReport};
-pub use server::{value_handler, ControlServer, Handler, Reply, ServerLimits};
+pub use server::{ControlServer, Handler, ServerLimits};
 
 /// Where the daemon listens and `sluicectl` connects when nothing else is configured.
 pub const DEFAULT_SOCKET_PATH: &str = "/run/sluice/sluice.sock";

@@ -58,12 +58,6 @@ pub enum Reply {
     Json(Box<RawValue>),
 }
 
-impl From<Value> for Reply {
-    fn from(value: Value) -> Reply {
-        Reply::Value(value)
-    }
-}
-
 /// A [`Handler`] from a function that answers with values.
 pub fn value_handler(
     answer: impl Fn(Request) -> Result<Value, String> + Send + Sync + 'static,

@@ -597,7 +597,7 @@ impl MetricsServer {
                 // written: clients served at once must not queue a report each for one
                 // pass of the loop (VRRP and health ticks wait behind them), nor build
                 // a text each at once (53 MB apiece at 50,000 real servers).
-                let scrape: Scrape = {
+                let scrape: Arc<ScrapeFn> = {
                     let texts = Mutex::new(Texts::default());
                     Arc::new(move || {
                         let arrived = Instant::now();
@@ -655,7 +655,7 @@ impl Drop for MetricsServer {
 }
 
 /// The exposition text for a scrape, shared with other scrapes ([`share_text`]).
-type Scrape = Arc<dyn Fn() -> Result<Arc<String>, String> + Send + Sync>;
+type ScrapeFn = dyn Fn() -> Result<Arc<String>, String> + Send + Sync;
 
 /// The texts built for scrapes, alive while a client is still being sent them: none is
 /// kept here (53 MB at 50,000 real servers, between scrapes a minute apart).
@@ -774,7 +774,7 @@ fn time_left(deadline: Instant) -> Option<Duration> {
     (!left.is_zero()).then_some(left)
 }
 
-fn serve(mut stream: TcpStream, scrape: &(dyn Fn() -> Result<Arc<String>, String> + Sync)) {
+fn serve(mut stream: TcpStream, scrape: &ScrapeFn) {
     let _ = stream.set_nonblocking(false);
     // The request head, at most 8 KiB.
     let deadline = Instant::now() + REQUEST_TIMEOUT;
