@@ -67,3 +67,4 @@ SLUICE_U64(ETH_LINK_SPEED_FIXED, RTE_ETH_LINK_SPEED_FIXED)
 
 /* Macros that are not functions: one-line accessors in shim.c. */
 int sluice_errno(void);
+int sluice_lcore_on_cpu(unsigned int lcore_id, unsigned int cpu);

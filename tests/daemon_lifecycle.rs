@@ -418,3 +418,77 @@ fn bad_usage_exits_two() {
         );
     }
 }
+
+/// Each thread of process `pid`: (name, `Cpus_allowed_list` from its status file).
+fn thread_cpus(pid: i32) -> Vec<(String, String)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let (Ok(name), Ok(status)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("status")),
+        ) else {
+            continue; // a thread that ended meanwhile
+        };
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or_else(|| panic!("no Cpus_allowed_list in {}", dir.display()));
+        threads.push((name.trim().to_string(), cpus.trim().to_string()));
+    }
+    threads
+}
+
+/// Sluice's helper threads (control socket acceptor and executors, metrics endpoint,
+/// peer emulator) go where DPDK puts its own control thread `eal-intr-thread`: on the
+/// CPUs no lcore uses, or on the management lcore's when there is none. The judge is
+/// DPDK's own placement, not a list written here.
+#[test]
+fn helper_threads_run_where_dpdk_runs_its_control_threads() {
+    require_root();
+    let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(allowed >= 2, "this test needs two CPUs; {allowed} online");
+    // (worker CPUs, whether a CPU is left over for helpers)
+    for (cpus, spare) in [(Some(vec![0]), true), (None, false)] {
+        let mut cfg = loopback_config();
+        cfg.cpus = cpus.clone();
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        cfg.metrics = Some(free.local_addr().unwrap().to_string());
+        drop(free);
+        let daemon = Daemon::start(cfg);
+        let threads = thread_cpus(daemon.pid());
+        let of = |name: &str| -> Vec<&str> {
+            threads
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, c)| c.as_str())
+                .collect()
+        };
+        let context = format!("worker cpus {cpus:?}; threads {threads:?}");
+        let [dpdk] = of("eal-intr-thread")[..] else {
+            panic!("one eal-intr-thread expected; {context}")
+        };
+        let [main] = of("sluice")[..] else {
+            panic!("one main thread expected; {context}")
+        };
+        assert_eq!(main, "0", "the management lcore is 0; {context}");
+        assert_eq!(dpdk != main, spare, "DPDK's own placement; {context}");
+        // comm holds 15 bytes: "sluice-control-exec" reads "sluice-control-".
+        for name in [
+            "sluice-control",
+            "sluice-control-",
+            "sluice-metrics",
+            "sluice-peers",
+        ] {
+            let found = of(name);
+            assert!(!found.is_empty(), "no thread {name}; {context}");
+            for cpus in found {
+                assert_eq!(
+                    cpus, dpdk,
+                    "{name} is not where DPDK's control thread is; {context}"
+                );
+            }
+        }
+        daemon.stop_clean();
+    }
+}

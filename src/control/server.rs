@@ -28,6 +28,7 @@
 use crate::control::protocol::{
     parse_request, ProtocolError, Request, Requester, Response, MAX_REQUEST_BYTES,
 };
+use crate::dpdk::spawn_helper;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fs;
@@ -179,9 +180,10 @@ impl ControlServer {
         let wake = Arc::new(wake_tx);
         let acceptor = {
             let (stop, wake) = (Arc::clone(&stop), Arc::clone(&wake));
-            thread::Builder::new()
-                .name("sluice-control".into())
-                .spawn(move || serve(listener, handler, limits, stop, wake_rx, wake))
+            spawn_helper(
+                thread::Builder::new().name("sluice-control".into()),
+                move || serve(listener, handler, limits, stop, wake_rx, wake),
+            )
         };
         let acceptor = match acceptor {
             Ok(acceptor) => acceptor,
@@ -497,9 +499,9 @@ fn serve(
             Arc::clone(&handler),
             Arc::clone(&wake_tx),
         );
-        let spawned = thread::Builder::new()
-            .name("sluice-control-exec".into())
-            .spawn(move || {
+        let spawned = spawn_helper(
+            thread::Builder::new().name("sluice-control-exec".into()),
+            move || {
                 for (token, request) in jobs {
                     let response = execute(request, &handler);
                     if done.send((token, response)).is_err() {
@@ -508,7 +510,8 @@ fn serve(
                     // A full pipe already holds a wake-up: nothing is lost.
                     let _ = (&*wake).write(&[1]);
                 }
-            });
+            },
+        );
         match spawned {
             Ok(executor) => executors.push(executor),
             Err(error) => log::error!("cannot start a control executor thread: {error}"),

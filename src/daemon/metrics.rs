@@ -11,6 +11,7 @@ use crate::control::report::{
     SyncReport, VrrpReport,
 };
 use crate::control::server::{Handler, Reply};
+use crate::dpdk::spawn_helper;
 use crate::ha::sync::peers::ResyncState;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -589,9 +590,9 @@ impl MetricsServer {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_thread = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("sluice-metrics".into())
-            .spawn(move || {
+        let thread = spawn_helper(
+            std::thread::Builder::new().name("sluice-metrics".into()),
+            move || {
                 let clients = Arc::new(Clients::default());
                 // One scrape at a time, from asking the management loop to the text
                 // written: clients served at once must not queue a report each for one
@@ -617,12 +618,13 @@ impl MetricsServer {
                                 continue;
                             };
                             let scrape = Arc::clone(&scrape);
-                            let spawned = std::thread::Builder::new()
-                                .name("sluice-metrics-client".into())
-                                .spawn(move || {
+                            let spawned = spawn_helper(
+                                std::thread::Builder::new().name("sluice-metrics-client".into()),
+                                move || {
                                     serve(stream, &*scrape);
                                     drop(slot);
-                                });
+                                },
+                            );
                             if let Err(e) = spawned {
                                 log::warn!("metrics endpoint: no thread for {peer}: {e}");
                             }
@@ -636,7 +638,8 @@ impl MetricsServer {
                         }
                     }
                 }
-            })?;
+            },
+        )?;
         log::info!("metrics on http://{addr}/metrics");
         Ok(MetricsServer {
             stop,

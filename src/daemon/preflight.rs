@@ -13,7 +13,7 @@ use crate::config::{Config, PortDevice};
 use crate::dataplane::forwarder::Forwarder;
 use crate::dataplane::mesh::{HEALTH_RING_SIZE, REDIRECT_RING_SIZE, SYNC_PORT_RING_SIZE};
 use crate::dataplane::realserver_stats::{RealServerCounters, MAX_REAL_SERVER_IDS};
-use crate::dpdk::{DeviceLimits, PoolFootprint, MBUF_DATA_ROOM};
+use crate::dpdk::{cpu_list, thread_cpus, DeviceLimits, PoolFootprint, MBUF_DATA_ROOM};
 use crate::forward::laddr::PortPool;
 use crate::session::persist::PersistTable;
 use crate::session::DEFAULT_WHEEL_SLOTS;
@@ -174,23 +174,9 @@ fn check_pci_devices(cfg: &Config, sysfs: &Path) -> Result<(), String> {
 // ---------------------------------------------------------------------------------
 // lcores
 
-/// The CPUs this process may run on.
+/// The CPUs this process may run on (read before the EAL pins the main thread).
 fn allowed_cpus() -> Result<Vec<u32>, String> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this thread; the size is the set's own.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(format!(
-            "sched_getaffinity: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok((0..libc::CPU_SETSIZE as u32)
-        // SAFETY: the index is below CPU_SETSIZE, the set's size.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu as usize, &set) })
-        .collect())
+    thread_cpus().map_err(|e| format!("sched_getaffinity: {e}"))
 }
 
 /// Every lcore runs on an allowed CPU: the management lcore on the CPU of its id, each
@@ -230,29 +216,6 @@ fn check_lcores(cfg: &Config, allowed: &[u32]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// `0-3,6` style.
-fn cpu_list(cpus: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i {
-            format!("{}-{}", cpus[i], cpus[j])
-        } else {
-            cpus[i].to_string()
-        });
-        i = j + 1;
-    }
-    if out.is_empty() {
-        "none".into()
-    } else {
-        out.join(",")
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -1276,12 +1239,6 @@ mod tests {
         assert!(check_exception_devices(&virtio, dev.path()).is_err());
         std::fs::write(dev.path().join("vhost-net"), "").unwrap();
         assert!(check_exception_devices(&virtio, dev.path()).is_ok());
-    }
-
-    #[test]
-    fn cpu_lists_are_compact() {
-        assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
-        assert_eq!(cpu_list(&[]), "none");
     }
 
     #[test]

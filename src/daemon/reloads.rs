@@ -18,6 +18,7 @@
 //! is read again once the first is applied, and every reload asked for meanwhile gets
 //! that second answer.
 
+use crate::dpdk::spawn_helper;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -129,12 +130,13 @@ impl<T: Send + 'static, W> Reloads<T, W> {
 /// loop.
 fn spawn<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> Receiver<T> {
     let (tx, rx) = mpsc::channel();
-    let started = std::thread::Builder::new()
-        .name("sluice-reload".into())
-        .spawn(move || {
+    let started = spawn_helper(
+        std::thread::Builder::new().name("sluice-reload".into()),
+        move || {
             // The loop may have stopped meanwhile: nobody to tell.
             let _ = tx.send(read());
-        });
+        },
+    );
     if let Err(e) = started {
         log::error!("cannot start a thread to read the config: {e}");
     }

@@ -101,6 +101,9 @@ impl Eal {
         // later free: they live until the end of this function, and the EAL copies what
         // it keeps, e.g. vdev specs, into its own devargs).
         let mut argv: Vec<*mut c_char> = owned.iter().map(|s| s.as_ptr() as *mut c_char).collect();
+        // The CPUs this thread may use before the EAL pins it to the main lcore: what
+        // helper threads may run on ([`super::spawn_helper`]).
+        let allowed = super::threads::thread_cpus().unwrap_or_default();
         // SAFETY: argv holds argc valid NUL-terminated strings; the EAL is not yet
         // initialised in this process (guarded by INITIALISED).
         let rc = unsafe { dpdk_sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
@@ -109,6 +112,7 @@ impl Eal {
         }
         state().up = true;
         log::info!("EAL up: {}", args.join(" "));
+        super::threads::settle_helper_cpus(&allowed);
         // SAFETY: returns a pointer to a static string inside the EAL, valid after init.
         let dir = unsafe { std::ffi::CStr::from_ptr(dpdk_sys::rte_eal_get_runtime_dir()) };
         let runtime_dir = Some(std::path::PathBuf::from(dir.to_string_lossy().into_owned()))

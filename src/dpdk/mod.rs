@@ -12,6 +12,7 @@ mod lcore;
 mod mempool;
 mod port;
 mod ring;
+mod threads;
 
 pub use burst::{Burst, Packet, BURST_SIZE};
 pub use eal::Eal;
@@ -25,3 +26,4 @@ pub use port::{
     DeviceLimits, LinkStatus, Port, PortSettings, PortStats, RssSettings, RxQueue, TxQueue,
 };
 pub use ring::{PacketRing, RingConsumer, RingPortPair, RingProducer, SharedProducer};
+pub use threads::{cpu_list, spawn_helper, thread_cpus};

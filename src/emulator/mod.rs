@@ -32,7 +32,7 @@ pub mod conn;
 pub mod frames;
 
 use crate::config::{Ipv4Cidr, LoopbackConfig, ServiceConfig};
-use crate::dpdk::{register_thread, tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
+use crate::dpdk::{register_thread, spawn_helper, tsc, tsc_hz, Burst, Mempool, RxQueue, TxQueue};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::model::rng::Rng;
 use crate::model::ForwardMode;
@@ -386,16 +386,17 @@ impl Emulator {
             rounds: 0,
             logged: Vec::new(),
         };
-        let thread = std::thread::Builder::new()
-            .name("sluice-peers".into())
-            .spawn(move || {
+        let thread = spawn_helper(
+            std::thread::Builder::new().name("sluice-peers".into()),
+            move || {
                 if let Err(e) = register_thread() {
                     log::error!("peer emulator: {e}");
                     return;
                 }
                 run.run();
-            })
-            .map_err(|e| e.to_string())?;
+            },
+        )
+        .map_err(|e| e.to_string())?;
         log::info!(
             "peer emulator: {} peer(s) at {} +1.. pinging every {} ms; {client_count} client(s) opening {} exchange(s)/s to each of {service_count} service(s)",
             cfg.peers,

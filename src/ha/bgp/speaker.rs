@@ -2,6 +2,7 @@
 //! writes the include file (a temp file renamed over it), runs `birdc -s SOCKET
 //! configure` within a time limit, retries a failed one, and reads `birdc show
 //! protocols` every poll interval.
+use crate::dpdk::spawn_helper;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -65,9 +66,10 @@ impl Speaker {
         let (orders, rx) = channel::unbounded();
         let status = Arc::new(Mutex::new(SpeakerStatus::default()));
         let shared = status.clone();
-        let thread = std::thread::Builder::new()
-            .name("bgp-birdc".into())
-            .spawn(move || run(&link, &rx, &shared))?;
+        let thread = spawn_helper(
+            std::thread::Builder::new().name("bgp-birdc".into()),
+            move || run(&link, &rx, &shared),
+        )?;
         Ok(Speaker {
             orders,
             status,
