@@ -1062,9 +1062,6 @@ impl Services {
         self.check_ipv6_neighbour_source(&req)?;
         let t = &mut self.table;
         let changed = match req {
-            Request::ListServices | Request::ServiceRates { .. } | Request::SaveServices => {
-                unreachable!("answered by listing_report above")
-            }
             Request::AddService {
                 service,
                 scheduler,
