@@ -14,6 +14,7 @@ use crate::model::{Persistence, RealServerSpec, ServiceKey};
 use crate::model::{SchedFlags, SchedulerKind};
 use crate::service::{AclAction, Prefix, RateLimit};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fmt;
 use std::net::IpAddr;
@@ -408,6 +409,33 @@ impl Response {
             Err(self
                 .error
                 .unwrap_or_else(|| "daemon reported an error without a message".to_string()))
+        }
+    }
+}
+
+/// A reply read with its result left as JSON text, for a client that reads the result
+/// straight into the report type it wants: a listing of 50,000 real servers is 18 MB
+/// of JSON, and a [`Value`] tree of it (millions of small maps and strings) cost more
+/// than the typed read itself.
+#[derive(Deserialize)]
+pub struct RawResponse<'a> {
+    pub ok: bool,
+    #[serde(default, borrow)]
+    pub result: Option<&'a RawValue>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl RawResponse<'_> {
+    /// As [`Response::into_result`]: the result's JSON text (`null` when the reply
+    /// has none), or the daemon's error text.
+    pub fn into_result(self) -> Result<Box<RawValue>, String> {
+        match (self.ok, self.result) {
+            (true, Some(result)) => Ok(result.to_owned()),
+            (true, None) => Ok(RawValue::from_string("null".into()).expect("null is a JSON value")),
+            (false, _) => Err(self
+                .error
+                .unwrap_or_else(|| "daemon reported an error without a message".to_string())),
         }
     }
 }
