@@ -120,11 +120,12 @@ impl<T: Send + 'static, W> Reloads<T, W> {
     }
 }
 
-/// Runs `read` on a thread of its own. The thread inherits the management loop's CPU
-/// (the EAL pins the loop's thread); the loop sleeps between its 5 ms turns, and the
-/// scheduler runs it as soon as it wakes, ahead of a thread that has been running
-/// (measured: a `status` sent 100 ms into a 50,000-server reload answered in 7-20
-/// ms; with the reader at nice 10, in 9-37 ms, so its priority is left alone).
+/// Runs `read` on a helper thread of its own ([`spawn_helper`]: a CPU no lcore uses,
+/// else the management loop's). Sharing the loop's CPU, it costs the loop little: the
+/// loop sleeps between its 5 ms turns, and the scheduler runs it as soon as it wakes,
+/// ahead of a thread that has been running (measured: a `status` sent 100 ms into a
+/// 50,000-server reload answered in 7-20 ms; with the reader at nice 10, in 9-37 ms,
+/// so its priority is left alone).
 /// When no thread can be started the sender is dropped with the closure, and the read
 /// is reported lost (the reload refused, the reason in the log) rather than run on the
 /// loop.
