@@ -1967,8 +1967,33 @@ fn read_reload(path: PathBuf) -> impl FnOnce() -> Result<(Config, Services), Str
 /// systemd with `RELOADING=1`, or after the one under way.
 fn ask_reload(registry: &mut Registry, reply: Option<ReplyTo>, notifier: &systemd::Notifier) {
     let read = read_reload(registry.config_path.clone());
-    if registry.reloads.ask(reply, read) {
-        notifier.reloading();
+    let asked = registry.reloads.ask(reply, read);
+    started_reload(registry, asked, notifier);
+}
+
+/// Tells systemd of a reload's read that starts now (`RELOADING=1`), or refuses the
+/// reloads that cannot start because an earlier read given up is still stuck.
+fn started_reload(
+    registry: &Registry,
+    asked: reloads::Asked<ReplyTo>,
+    notifier: &systemd::Notifier,
+) {
+    match asked {
+        reloads::Asked::Started => notifier.reloading(),
+        reloads::Asked::Queued => {}
+        reloads::Asked::Stuck(stuck_for, waiting) => {
+            let error = format!(
+                "not read: the read of {} that started {} s ago, given up after {} s, is \
+                 still stuck (a hung file system?); no second reader starts until it ends",
+                registry.config_path.display(),
+                stuck_for.as_secs(),
+                reloads::READ_LIMIT.as_secs()
+            );
+            log::error!("reload refused, nothing changed: {error}");
+            for reply in waiting {
+                let _ = reply.send(Answer::Ready(Err(error.clone())));
+            }
+        }
     }
 }
 
@@ -2012,8 +2037,8 @@ fn finish_reload(
         let _ = reply.send(Answer::Ready(answer.clone()));
     }
     let read = read_reload(registry.config_path.clone());
-    if registry.reloads.start_next(read) {
-        notifier.reloading();
+    if let Some(asked) = registry.reloads.start_next(read) {
+        started_reload(registry, asked, notifier);
     }
 }
 

@@ -23,8 +23,10 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 /// How long a read may take before the reload is given up: a file on a hung network
-/// mount, say. The reloads waiting are refused and the next can start; the thread, if
-/// it ever finishes, finds nobody to tell.
+/// mount, say. The reloads waiting are refused. A thread blocked in a read cannot be
+/// cancelled: while it is still stuck, every reload asked for is refused at once
+/// (a new reader would most likely hang on the same file system, and each would hold
+/// a thread for good); once it ends, finding nobody to tell, reloads read again.
 pub(super) const READ_LIMIT: Duration = Duration::from_secs(30);
 
 /// The reloads asked for: at most one being read, and those asked for since.
@@ -33,6 +35,21 @@ pub(super) struct Reloads<T, W> {
     /// Asked for while a read was under way, to be answered by the next read. Only
     /// ever set while `reading` is.
     next: Option<Vec<W>>,
+    /// The last read given up, until its thread ends: its result channel and when
+    /// it started.
+    given_up: Option<(Receiver<T>, Instant)>,
+}
+
+/// What became of a reload asked for.
+#[derive(Debug, PartialEq)]
+pub(super) enum Asked<W> {
+    /// Its read starts now.
+    Started,
+    /// It waits for the read under way, and is answered by the next.
+    Queued,
+    /// Refused: the thread of a read given up earlier is still stuck, and has been
+    /// for this long since it started. Who asked, to be told.
+    Stuck(Duration, Vec<W>),
 }
 
 struct Reading<T, W> {
@@ -56,24 +73,41 @@ impl<T: Send + 'static, W> Reloads<T, W> {
         Reloads {
             reading: None,
             next: None,
+            given_up: None,
         }
     }
 
-    /// Asks for a reload, answered to `waiter` if there is one. Returns true when a read
-    /// starts now (running `read` on a thread of its own), false when it waits for the
-    /// one under way.
-    pub fn ask(&mut self, waiter: Option<W>, read: impl FnOnce() -> T + Send + 'static) -> bool {
+    /// Asks for a reload, answered to `waiter` if there is one: its read starts now
+    /// (running `read` on a thread of its own), waits for the one under way, or is
+    /// refused while a read given up is still stuck.
+    pub fn ask(
+        &mut self,
+        waiter: Option<W>,
+        read: impl FnOnce() -> T + Send + 'static,
+    ) -> Asked<W> {
         if self.reading.is_some() {
             self.next.get_or_insert_with(Vec::new).extend(waiter);
-            return false;
+            return Asked::Queued;
         }
         debug_assert!(self.next.is_none(), "a reload queued behind no read");
+        self.start(waiter.into_iter().collect(), read)
+    }
+
+    /// A read for `waiting`, unless the thread of a read given up is still stuck.
+    fn start(&mut self, waiting: Vec<W>, read: impl FnOnce() -> T + Send + 'static) -> Asked<W> {
+        if let Some((result, started)) = &self.given_up {
+            match result.try_recv() {
+                Err(TryRecvError::Empty) => return Asked::Stuck(started.elapsed(), waiting),
+                // Done at last (its result is stale), or gone.
+                Ok(_) | Err(TryRecvError::Disconnected) => self.given_up = None,
+            }
+        }
         self.reading = Some(Reading {
             result: spawn(read),
             started: Instant::now(),
-            waiting: waiter.into_iter().collect(),
+            waiting,
         });
-        true
+        Asked::Started
     }
 
     /// The read under way, if it is done (or lost, or past [`READ_LIMIT`] at `now`):
@@ -84,6 +118,7 @@ impl<T: Send + 'static, W> Reloads<T, W> {
             Ok(read) => Ok(read),
             Err(TryRecvError::Disconnected) => Err(ReadLost::Stopped),
             Err(TryRecvError::Empty) if now >= reading.started + READ_LIMIT => {
+                self.given_up = Some((reading.result, reading.started));
                 Err(ReadLost::TooSlow)
             }
             Err(TryRecvError::Empty) => {
@@ -94,21 +129,14 @@ impl<T: Send + 'static, W> Reloads<T, W> {
         Some((result, reading.waiting))
     }
 
-    /// Starts the read asked for while the last one was under way, if any. Returns
-    /// true when one starts.
-    pub fn start_next(&mut self, read: impl FnOnce() -> T + Send + 'static) -> bool {
+    /// Starts the read asked for while the last one was under way, if any (`None`
+    /// when there is none, or a read is still under way).
+    pub fn start_next(&mut self, read: impl FnOnce() -> T + Send + 'static) -> Option<Asked<W>> {
         if self.reading.is_some() {
-            return false;
+            return None;
         }
-        let Some(waiting) = self.next.take() else {
-            return false;
-        };
-        self.reading = Some(Reading {
-            result: spawn(read),
-            started: Instant::now(),
-            waiting,
-        });
-        true
+        let waiting = self.next.take()?;
+        Some(self.start(waiting, read))
     }
 
     /// Gives up every reload asked for (the daemon stops): who waits for them, to be
@@ -186,7 +214,7 @@ mod tests {
         );
         let (release, read) = held_read(7);
         let asked = Instant::now();
-        assert!(r.ask(Some("first"), read));
+        assert_eq!(r.ask(Some("first"), read), Asked::Started);
         assert!(
             asked.elapsed() < Duration::from_secs(4),
             "ask waited for the read"
@@ -198,24 +226,30 @@ mod tests {
         release.send(()).unwrap();
         assert_eq!(wait_done(&mut r), (Ok(Ok(7)), vec!["first"]));
         assert!(r.done(Instant::now()).is_none(), "a read is answered once");
-        assert!(!r.start_next(|| Ok(8)), "nothing was asked for meanwhile");
+        assert!(
+            r.start_next(|| Ok(8)).is_none(),
+            "nothing was asked for meanwhile"
+        );
     }
 
     #[test]
     fn reloads_asked_for_during_a_read_share_the_next_read_not_this_one() {
         let mut r: Reloads<Result<u32, String>, &str> = Reloads::new();
         let (release, read) = held_read(1);
-        assert!(r.ask(Some("a"), read));
-        assert!(!r.ask(Some("b"), || panic!("a second read while one is under way")));
-        assert!(!r.ask(None, || panic!("a second read while one is under way")));
-        assert!(!r.ask(Some("c"), || panic!("a second read while one is under way")));
-        assert!(!r.start_next(|| panic!("the next read before this one is done")));
+        assert_eq!(r.ask(Some("a"), read), Asked::Started);
+        let second = || panic!("a second read while one is under way");
+        assert_eq!(r.ask(Some("b"), second), Asked::Queued);
+        assert_eq!(r.ask(None, second), Asked::Queued);
+        assert_eq!(r.ask(Some("c"), second), Asked::Queued);
+        assert!(r
+            .start_next(|| panic!("the next read before this one is done"))
+            .is_none());
         release.send(()).unwrap();
         assert_eq!(wait_done(&mut r), (Ok(Ok(1)), vec!["a"]));
-        assert!(r.start_next(|| Ok(2)));
+        assert_eq!(r.start_next(|| Ok(2)), Some(Asked::Started));
         assert_eq!(wait_done(&mut r), (Ok(Ok(2)), vec!["b", "c"]));
         assert!(
-            !r.start_next(|| Ok(3)),
+            r.start_next(|| Ok(3)).is_none(),
             "the queue was emptied by the second read"
         );
     }
@@ -223,39 +257,63 @@ mod tests {
     #[test]
     fn a_read_that_panics_is_reported_lost_and_the_next_one_still_runs() {
         let mut r: Reloads<u32, &str> = Reloads::new();
-        assert!(r.ask(Some("a"), || panic!("the reader fails")));
-        assert!(!r.ask(Some("b"), || 0));
+        assert_eq!(
+            r.ask(Some("a"), || panic!("the reader fails")),
+            Asked::Started
+        );
+        assert_eq!(r.ask(Some("b"), || 0), Asked::Queued);
         assert_eq!(wait_done(&mut r), (Err(ReadLost::Stopped), vec!["a"]));
-        assert!(r.start_next(|| 5));
+        assert_eq!(r.start_next(|| 5), Some(Asked::Started));
         assert_eq!(wait_done(&mut r), (Ok(5), vec!["b"]));
     }
 
     #[test]
-    fn a_read_past_its_limit_is_given_up_and_the_next_one_can_start() {
+    fn a_read_past_its_limit_is_given_up_and_none_starts_while_its_thread_is_stuck() {
         let mut r: Reloads<Result<u32, String>, &str> = Reloads::new();
-        let (_release, read) = held_read(1);
-        assert!(r.ask(Some("a"), read));
-        assert!(!r.ask(Some("b"), || Ok(2)));
+        let (release, read) = held_read(1);
+        assert_eq!(r.ask(Some("a"), read), Asked::Started);
+        assert_eq!(r.ask(Some("b"), || Ok(2)), Asked::Queued);
         let now = Instant::now();
         assert!(r.done(now + READ_LIMIT / 2).is_none(), "given up early");
         assert_eq!(
             r.done(now + READ_LIMIT + Duration::from_millis(1)),
             Some((Err(ReadLost::TooSlow), vec!["a"]))
         );
-        assert!(r.start_next(|| Ok(2)));
-        assert_eq!(wait_done(&mut r), (Ok(Ok(2)), vec!["b"]));
+        // The given-up thread still hangs: those queued behind it and those asking
+        // now are refused, and no second reader starts.
+        let stuck = || panic!("a second reader while the first is stuck");
+        assert!(matches!(r.start_next(stuck), Some(Asked::Stuck(_, w)) if w == vec!["b"]));
+        assert!(matches!(r.ask(Some("c"), stuck), Asked::Stuck(_, w) if w == vec!["c"]));
+        assert!(matches!(r.ask(None, stuck), Asked::Stuck(_, w) if w.is_empty()));
+        assert!(r.done(Instant::now()).is_none(), "nothing is being read");
+        // Once it ends (its result is dropped: nobody waits for it), reloads read again.
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match r.ask(Some("d"), || Ok(4)) {
+                Asked::Started => break,
+                Asked::Stuck(..) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(wait_done(&mut r), (Ok(Ok(4)), vec!["d"]));
     }
 
     #[test]
     fn abandoning_gives_back_every_waiter_once() {
         let mut r: Reloads<Result<u32, String>, &str> = Reloads::new();
         let (_release, read) = held_read(1);
-        assert!(r.ask(Some("a"), read));
-        assert!(!r.ask(Some("b"), || Ok(2)));
-        assert!(!r.ask(None, || Ok(2)));
+        assert_eq!(r.ask(Some("a"), read), Asked::Started);
+        assert_eq!(r.ask(Some("b"), || Ok(2)), Asked::Queued);
+        assert_eq!(r.ask(None, || Ok(2)), Asked::Queued);
         assert_eq!(r.abandon(), vec!["a", "b"]);
         assert!(r.abandon().is_empty());
         assert!(r.done(Instant::now()).is_none(), "nothing is read any more");
-        assert!(!r.start_next(|| Ok(3)), "nothing is queued any more");
+        assert!(
+            r.start_next(|| Ok(3)).is_none(),
+            "nothing is queued any more"
+        );
     }
 }
