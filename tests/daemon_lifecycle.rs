@@ -439,17 +439,42 @@ fn thread_cpus(pid: i32) -> Vec<(String, String)> {
     threads
 }
 
+/// The CPUs of a `Cpus_allowed_list` (`0-3,6`).
+fn cpu_set(list: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(first.parse::<u32>().unwrap()..=last.parse::<u32>().unwrap());
+    }
+    cpus
+}
+
 /// Sluice's helper threads (control socket acceptor and executors, metrics endpoint,
 /// peer emulator) go where DPDK puts its own control thread `eal-intr-thread`: on the
 /// CPUs no lcore uses, or on the management lcore's when there is none. The judge is
-/// DPDK's own placement, not a list written here.
+/// DPDK's own placement, and the rule worked out here from this process's CPUs (the
+/// daemon inherits them).
 #[test]
 fn helper_threads_run_where_dpdk_runs_its_control_threads() {
     require_root();
-    let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert!(allowed >= 2, "this test needs two CPUs; {allowed} online");
-    // (worker CPUs, whether a CPU is left over for helpers)
-    for (cpus, spare) in [(Some(vec![0]), true), (None, false)] {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let ours = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|l| cpu_set(l.trim()))
+        .unwrap();
+    assert!(
+        ours.contains(&0) && ours.contains(&1),
+        "this test needs CPUs 0 and 1; it may use {ours:?}"
+    );
+    // Worker CPUs: lcore 1 mapped onto CPU 0 (CPU 1 left over), then on CPU 1.
+    for (cpus, lcore_cpus) in [(Some(vec![0]), vec![0]), (None, vec![0, 1])] {
+        let spare: Vec<u32> = ours
+            .iter()
+            .copied()
+            .filter(|c| !lcore_cpus.contains(c))
+            .collect();
+        let want = if spare.is_empty() { vec![0] } else { spare };
         let mut cfg = loopback_config();
         cfg.cpus = cpus.clone();
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -472,7 +497,7 @@ fn helper_threads_run_where_dpdk_runs_its_control_threads() {
             panic!("one main thread expected; {context}")
         };
         assert_eq!(main, "0", "the management lcore is 0; {context}");
-        assert_eq!(dpdk != main, spare, "DPDK's own placement; {context}");
+        assert_eq!(cpu_set(dpdk), want, "DPDK's own placement; {context}");
         // comm holds 15 bytes: "sluice-control-exec" reads "sluice-control-".
         for name in [
             "sluice-control",

@@ -110,6 +110,9 @@ pub struct Connection {
     timeout: Duration,
     /// Bytes received after the last response line (normally none).
     pending: Vec<u8>,
+    /// Where reads land: 64 KiB, since a listing of 50,000 real servers is 18 MB.
+    /// Allocated by the first call that reads.
+    chunk: Vec<u8>,
 }
 
 impl Connection {
@@ -129,6 +132,7 @@ impl Connection {
             stream,
             timeout,
             pending: Vec::new(),
+            chunk: Vec::new(),
         })
     }
 
@@ -206,8 +210,9 @@ impl Connection {
 
     fn receive_line(&mut self, deadline: Instant) -> Result<Vec<u8>, ClientError> {
         let mut scanned = 0;
-        // Large reads: a listing of 50,000 real servers is 18 MB.
-        let mut chunk = vec![0u8; 1 << 16];
+        if self.chunk.is_empty() {
+            self.chunk = vec![0; 1 << 16];
+        }
         loop {
             if let Some(offset) = self.pending[scanned..].iter().position(|&b| b == b'\n') {
                 // The line is usually all there is: keep its buffer, copy the rest.
@@ -226,13 +231,13 @@ impl Connection {
             self.stream
                 .set_read_timeout(Some(self.remaining(deadline)?))
                 .map_err(|error| self.io_error(error))?;
-            match self.stream.read(&mut chunk) {
+            match self.stream.read(&mut self.chunk) {
                 Ok(0) => {
                     return Err(ClientError::Closed {
                         path: self.path.clone(),
                     })
                 }
-                Ok(read) => self.pending.extend_from_slice(&chunk[..read]),
+                Ok(read) => self.pending.extend_from_slice(&self.chunk[..read]),
                 Err(error) if is_retryable(&error) => {}
                 Err(error) if is_disconnect(&error) => {
                     return Err(ClientError::Closed {
@@ -511,6 +516,53 @@ mod tests {
             "{error:?}"
         );
         liar.join().unwrap();
+    }
+
+    /// A fake daemon on `path` that, for its one connection, reads one request and
+    /// writes `reply`, then waits for `done` before closing.
+    fn fake_daemon(path: &Path, reply: Vec<u8>) -> (mpsc::Sender<()>, thread::JoinHandle<()>) {
+        let listener = UnixListener::bind(path).unwrap();
+        let (done, wait) = mpsc::channel::<()>();
+        let daemon = thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0u8; 64];
+            let _ = stream.read(&mut request).unwrap();
+            let _ = stream.write_all(&reply);
+            let _ = wait.recv_timeout(Duration::from_secs(10));
+        });
+        (done, daemon)
+    }
+
+    #[test]
+    fn two_replies_in_one_read_answer_two_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("two.sock");
+        // Both replies in one write: the second waits in the connection's buffer.
+        let (done, daemon) = fake_daemon(
+            &path,
+            b"{\"ok\":true,\"result\":1}\n{\"ok\":true,\"result\":[2]}\n".to_vec(),
+        );
+        let mut connection = Connection::open(&path, TIMEOUT).unwrap();
+        assert_eq!(connection.call_raw(&Request::Status).unwrap().get(), "1");
+        assert_eq!(connection.call(&Request::Status).unwrap(), json!([2]));
+        done.send(()).unwrap();
+        daemon.join().unwrap();
+    }
+
+    #[test]
+    fn a_reply_past_the_size_limit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.sock");
+        // Never ends its line.
+        let (done, daemon) = fake_daemon(&path, vec![b' '; MAX_RESPONSE_BYTES + (1 << 17)]);
+        let error = request_raw(&path, &Request::Status, TIMEOUT).unwrap_err();
+        assert!(
+            matches!(&error, ClientError::BadResponse { detail, .. }
+                if detail == &format!("reply exceeds {MAX_RESPONSE_BYTES} bytes")),
+            "{error:?}"
+        );
+        done.send(()).unwrap();
+        daemon.join().unwrap();
     }
 
     #[test]

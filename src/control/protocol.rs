@@ -388,15 +388,15 @@ impl Response {
         line
     }
 
-    /// The line of a successful reply whose result is already JSON text: what
-    /// `Response::success(result).to_line()` writes, without a [`Value`] of it.
-    pub fn success_line(result: &serde_json::value::RawValue) -> String {
-        const HEAD: &str = "{\"ok\":true,\"result\":";
-        let mut line = String::with_capacity(HEAD.len() + result.get().len() + 2);
-        line.push_str(HEAD);
-        line.push_str(result.get());
-        line.push_str("}\n");
-        line
+    /// The line of a successful reply carrying `result`: what
+    /// `Response::success(result).to_line()` writes, written straight from `result`,
+    /// without a [`Value`] of it or a second copy of its text.
+    pub fn success_line_of(result: &impl Serialize) -> Result<String, serde_json::Error> {
+        let mut line = b"{\"ok\":true,\"result\":".to_vec();
+        serde_json::to_writer(&mut line, result)?;
+        line.extend_from_slice(b"}\n");
+        // serde_json writes UTF-8 only; the check cannot fail.
+        String::from_utf8(line).map_err(serde::ser::Error::custom)
     }
 
     /// The result of a successful reply or the daemon's error text. A success whose
@@ -850,13 +850,12 @@ mod tests {
         );
     }
 
-    /// A reply written from JSON text is the line a value's reply is, and reads back
-    /// as the same response.
+    /// A reply written straight from its result is the line a value's reply is, and
+    /// reads back as the same response.
     #[test]
     fn a_reply_from_json_text_is_the_line_of_the_same_value() {
         let result = json!({"services": [{"vip": "10.0.0.1:80", "weight": 1.5}], "n": null});
-        let raw = serde_json::value::to_raw_value(&result).unwrap();
-        let line = Response::success_line(&raw);
+        let line = Response::success_line_of(&result).unwrap();
         assert_eq!(line, Response::success(result.clone()).to_line());
         let read: Response = serde_json::from_str(&line).unwrap();
         assert_eq!(read.into_result(), Ok(result));

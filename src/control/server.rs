@@ -29,7 +29,6 @@ use crate::control::protocol::{
     parse_request, ProtocolError, Request, Requester, Response, MAX_REQUEST_BYTES,
 };
 use crate::dpdk::spawn_helper;
-use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fs;
 use std::io::{self, Read, Write};
@@ -48,15 +47,16 @@ use std::time::{Duration, Instant};
 /// `"internal error"`.
 pub type Handler = Arc<dyn Fn(Request) -> Result<Reply, String> + Send + Sync>;
 
-/// A handler's result: a JSON value, or a report already written out as JSON text.
-/// The text is for large answers (a listing of 50,000 real servers): building a
-/// [`Value`] of one first costs a tree of millions of small allocations, which each
-/// executor's allocator arena keeps after they are freed (the daemon's memory rose to
-/// about 0.9 GB after a dozen such listings; perf/results/config_scale.md).
+/// A handler's result: a JSON value, or a report already written out as its whole
+/// success line ([`Response::success_line_of`]). The line is for large answers (a
+/// listing of 50,000 real servers): building a [`Value`] of one first costs a tree of
+/// millions of small allocations, which each executor's allocator arena keeps after
+/// they are freed (the daemon's memory rose to about 0.9 GB after a dozen such
+/// listings; perf/results/config_scale.md).
 #[derive(Debug)]
 pub enum Reply {
     Value(Value),
-    Json(Box<RawValue>),
+    Line(String),
 }
 
 /// A [`Handler`] from a function that answers with values.
@@ -1076,7 +1076,7 @@ fn execute(request: Request, handler: &Handler) -> String {
     let command = request.command_name();
     match catch_unwind(AssertUnwindSafe(|| handler(request))) {
         Ok(Ok(Reply::Value(result))) => Response::success(result).to_line(),
-        Ok(Ok(Reply::Json(result))) => Response::success_line(&result),
+        Ok(Ok(Reply::Line(line))) => line,
         Ok(Err(message)) => Response::failure(message).to_line(),
         Err(_) => {
             log::error!("control handler panicked while serving \"{command}\"");

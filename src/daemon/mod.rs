@@ -19,7 +19,7 @@ pub use services::Services;
 pub use systemd::{journal_prefix, stderr_is_journal};
 
 use crate::config::{Config, PortDevice};
-use crate::control::protocol::{connections_bound, ConnectionsCursor, Request};
+use crate::control::protocol::{connections_bound, ConnectionsCursor, Request, Response};
 use crate::control::report::{
     ConnectionStatus, ConnectionsReport, LaddrPoolStatus, LaddrReport, LaddrSizing,
     NeighboursReport, StatusReport,
@@ -118,12 +118,12 @@ enum Answer {
 }
 
 impl Answer {
-    /// `report`, written out as JSON text by the control thread: not as a `Value`
-    /// (see [`Reply`]).
+    /// `report`, written out as its response line by the control thread: not as a
+    /// `Value` (see [`Reply`]).
     fn json_later(report: impl serde::Serialize + Send + 'static) -> Answer {
         Answer::Deferred(Box::new(move || {
-            serde_json::value::to_raw_value(&report)
-                .map(Reply::Json)
+            Response::success_line_of(&report)
+                .map(Reply::Line)
                 .map_err(|e| e.to_string())
         }))
     }
@@ -1964,7 +1964,8 @@ fn read_reload(path: PathBuf) -> impl FnOnce() -> Result<(Config, Services), Str
 }
 
 /// A reload asked for (`reply` waits for its outcome): its read starts now, told to
-/// systemd with `RELOADING=1`, or after the one under way.
+/// systemd with `RELOADING=1`, or after the one under way; refused at once while a
+/// read given up is still stuck.
 fn ask_reload(registry: &mut Registry, reply: Option<ReplyTo>, notifier: &systemd::Notifier) {
     let read = read_reload(registry.config_path.clone());
     let asked = registry.reloads.ask(reply, read);

@@ -20,6 +20,7 @@
 
 use crate::dpdk::spawn_helper;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long a read may take before the reload is given up: a file on a hung network
@@ -35,9 +36,10 @@ pub(super) struct Reloads<T, W> {
     /// Asked for while a read was under way, to be answered by the next read. Only
     /// ever set while `reading` is.
     next: Option<Vec<W>>,
-    /// The last read given up, until its thread ends: its result channel and when
-    /// it started.
-    given_up: Option<(Receiver<T>, Instant)>,
+    /// The thread of the last read given up, until it ends, and when it started. Its
+    /// result channel is dropped with the give-up, so a late result is freed on that
+    /// thread, not kept for the loop.
+    given_up: Option<(JoinHandle<()>, Instant)>,
 }
 
 /// What became of a reload asked for.
@@ -54,6 +56,8 @@ pub(super) enum Asked<W> {
 
 struct Reading<T, W> {
     result: Receiver<T>,
+    /// Its thread (none when it could not be started).
+    thread: Option<JoinHandle<()>>,
     started: Instant,
     /// Who waits for this read's outcome (a SIGHUP waits for nothing).
     waiting: Vec<W>,
@@ -95,15 +99,16 @@ impl<T: Send + 'static, W> Reloads<T, W> {
 
     /// A read for `waiting`, unless the thread of a read given up is still stuck.
     fn start(&mut self, waiting: Vec<W>, read: impl FnOnce() -> T + Send + 'static) -> Asked<W> {
-        if let Some((result, started)) = &self.given_up {
-            match result.try_recv() {
-                Err(TryRecvError::Empty) => return Asked::Stuck(started.elapsed(), waiting),
-                // Done at last (its result is stale), or gone.
-                Ok(_) | Err(TryRecvError::Disconnected) => self.given_up = None,
+        if let Some((thread, started)) = &self.given_up {
+            if !thread.is_finished() {
+                return Asked::Stuck(started.elapsed(), waiting);
             }
+            self.given_up = None;
         }
+        let (result, thread) = spawn(read);
         self.reading = Some(Reading {
-            result: spawn(read),
+            result,
+            thread,
             started: Instant::now(),
             waiting,
         });
@@ -118,7 +123,7 @@ impl<T: Send + 'static, W> Reloads<T, W> {
             Ok(read) => Ok(read),
             Err(TryRecvError::Disconnected) => Err(ReadLost::Stopped),
             Err(TryRecvError::Empty) if now >= reading.started + READ_LIMIT => {
-                self.given_up = Some((reading.result, reading.started));
+                self.given_up = reading.thread.map(|thread| (thread, reading.started));
                 Err(ReadLost::TooSlow)
             }
             Err(TryRecvError::Empty) => {
@@ -157,19 +162,25 @@ impl<T: Send + 'static, W> Reloads<T, W> {
 /// When no thread can be started the sender is dropped with the closure, and the read
 /// is reported lost (the reload refused, the reason in the log) rather than run on the
 /// loop.
-fn spawn<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> Receiver<T> {
+fn spawn<T: Send + 'static>(
+    read: impl FnOnce() -> T + Send + 'static,
+) -> (Receiver<T>, Option<JoinHandle<()>>) {
     let (tx, rx) = mpsc::channel();
     let started = spawn_helper(
         std::thread::Builder::new().name("sluice-reload".into()),
         move || {
-            // The loop may have stopped meanwhile: nobody to tell.
+            // The loop may have stopped meanwhile, or given the read up: nobody to
+            // tell, and the result is freed here.
             let _ = tx.send(read());
         },
     );
-    if let Err(e) = started {
-        log::error!("cannot start a thread to read the config: {e}");
+    match started {
+        Ok(thread) => (rx, Some(thread)),
+        Err(e) => {
+            log::error!("cannot start a thread to read the config: {e}");
+            (rx, None)
+        }
     }
-    rx
 }
 
 #[cfg(test)]

@@ -79,16 +79,22 @@ fn lcore_cpus() -> (Vec<u32>, Vec<u32>) {
 pub(super) fn settle_helper_cpus(allowed: &[u32]) {
     let (lcores, main) = lcore_cpus();
     let cpus = helper_cpus(allowed, &lcores, &main);
-    if cpus == main {
+    const WHO: &str = "helper threads (control socket, metrics, reloads, BGP, emulator)";
+    if allowed.is_empty() {
+        log::warn!(
+            "{WHO} share the management lcore's CPU {}: this process's CPUs could not \
+             be read",
+            cpu_list(&cpus)
+        );
+    } else if cpus == main {
         log::info!(
-            "helper threads (control socket, metrics, reloads) share the management \
-             lcore's CPU {}: every other CPU of this process runs an lcore",
+            "{WHO} share the management lcore's CPU {}: every other CPU of this process \
+             runs an lcore",
             cpu_list(&cpus)
         );
     } else {
         log::info!(
-            "helper threads (control socket, metrics, reloads) run on CPU(s) {}, which \
-             no lcore uses",
+            "{WHO} run on CPU(s) {}, which no lcore uses",
             cpu_list(&cpus)
         );
     }
