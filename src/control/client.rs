@@ -143,9 +143,7 @@ impl Connection {
 
     /// Sends `req` and waits up to the connection's timeout for its reply.
     pub fn call(&mut self, req: &Request) -> Result<Value, ClientError> {
-        let deadline = Instant::now() + self.timeout;
-        self.send(req.to_line().as_bytes(), deadline)?;
-        let line = self.receive_line(deadline)?;
+        let line = self.exchange(req)?;
         let response: Response =
             serde_json::from_slice(&line).map_err(|error| self.bad_response(error))?;
         response.into_result().map_err(ClientError::Daemon)
@@ -155,12 +153,17 @@ impl Connection {
     /// reads it into its report type without a [`Value`] tree in between (a listing
     /// of 50,000 real servers is 18 MB of JSON).
     pub fn call_raw(&mut self, req: &Request) -> Result<Box<RawValue>, ClientError> {
-        let deadline = Instant::now() + self.timeout;
-        self.send(req.to_line().as_bytes(), deadline)?;
-        let line = self.receive_line(deadline)?;
+        let line = self.exchange(req)?;
         let response: RawResponse =
             serde_json::from_slice(&line).map_err(|error| self.bad_response(error))?;
         response.into_result().map_err(ClientError::Daemon)
+    }
+
+    /// Sends `req` and returns its reply line, within the connection's timeout.
+    fn exchange(&mut self, req: &Request) -> Result<Vec<u8>, ClientError> {
+        let deadline = Instant::now() + self.timeout;
+        self.send(req.to_line().as_bytes(), deadline)?;
+        self.receive_line(deadline)
     }
 
     fn bad_response(&self, error: serde_json::Error) -> ClientError {
