@@ -271,7 +271,8 @@ fn each_resource_check_refuses_naming_its_field_and_the_loopback_config_passes()
 
 /// `[sync] key_file`: the key in a file of its own, which only its owner may read
 /// (refused naming the field and the fix otherwise); a key written in a config every
-/// user may read is accepted with a warning naming `key_file`.
+/// user may read (`[sync]`'s or `[vrrp]`'s) is accepted with a warning naming
+/// `key_file`.
 #[test]
 fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warned_of() {
     use std::os::unix::fs::PermissionsExt;
@@ -364,6 +365,23 @@ fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warne
                 path.display()
             ))
             && lines[1].contains("`key_file`"),
+        "{}",
+        out.describe()
+    );
+    // A VRRP key written in the config too: both named in the one warning.
+    let mut cfg = sync(&format!("key = \"{HEX}\""));
+    cfg.extra_toml.push(format!(
+        "[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\"]\nkey = \"{HEX}\"\n"
+    ));
+    let path = cfg.write();
+    mode(&path, 0o644);
+    let out = check(&["--file-only"], &path);
+    assert!(
+        out.success()
+            && out.stdout.contains(&format!(
+                "sluice: warning: {}: [sync] key and [vrrp] key are readable by every user (mode 0644)",
+                path.display()
+            )),
         "{}",
         out.describe()
     );

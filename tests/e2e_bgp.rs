@@ -427,7 +427,7 @@ fn a_vrrp_backup_announces_nothing_until_it_is_master() {
     // before it becomes master: long enough for the BGP session to come up first.
     let toml = format!(
         "{}\n[vrrp]\nvrid = 61\npriority = 100\nadvert_interval_ms = 2500\n\
-         peers = [\"{PEER}\"]\n\n{}",
+         peers = [\"{PEER}\"]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n\n{}",
         bgp_section(include, node_ctl),
         service_section("tcp", VIP, 80, "rr", &[], &[(&rs, HTTP_PORT, 1, "nat")])
     );

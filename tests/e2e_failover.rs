@@ -123,7 +123,7 @@ fn node(
     let vrrp_peer = if addr == NODE_A { NODE_B } else { NODE_A };
     toml.push_str(&format!(
         "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {ADVERT_MS}\n\
-         peers = [\"{vrrp_peer}\"]\n{gateway}"
+         peers = [\"{vrrp_peer}\"]\nkey = \"{KEY}\"\n{gateway}"
     ));
     if scenario != Scenario::Sloppy {
         toml.push_str(&format!(

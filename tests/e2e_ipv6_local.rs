@@ -963,7 +963,8 @@ fn vrrp_takeover_moves_a_clients_ipv6_neighbour_entry_to_sluice() {
     cfg.extra_toml.push(format!(
         "[[services]]\nproto = \"tcp\"\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
          [[services.real_servers]]\nip = \"{}\"\nport = 80\nmode = \"dr\"\n\n\
-         [vrrp]\nvrid = 51\npriority = 255\nadvert_interval_ms = 100\nany_peer = true\n",
+         [vrrp]\nvrid = 51\npriority = 255\nadvert_interval_ms = 100\nany_peer = true\n\
+         key = \"000102030405060708090a0b0c0d0e0f\"\n",
         rs_ip6(1)
     ));
     let daemon = Daemon::start(cfg);

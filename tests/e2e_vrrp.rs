@@ -25,6 +25,13 @@
 //!    so keepalived heard Sluice's adverts to its address (tried by hand with Sluice
 //!    multicasting instead: keepalived kept the VIP, both master).
 //!
+//! 5. Sluice with `[vrrp] key`, against adverts sealed by a Python script from the
+//!    trailer's description in docs/CONFIG.md (its own HMAC-SHA256, not Sluice's): the
+//!    script verifies Sluice's adverts captured on the wire; its sealed advert at
+//!    priority 254 makes Sluice backup; the same bytes sent again, an unsealed advert
+//!    (what keepalived sends), one sealed under another key and one whose counter is
+//!    2 minutes old change nothing and are counted by reason.
+//!
 //! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
 //! integration e2e_vrrp:: -- --nocapture --test-threads 1` (as root).
 
@@ -102,7 +109,7 @@ fn sluice_with(lab: &AppLab, priority: u8, advert_interval_ms: u32, extra: &str)
     );
     toml.push_str(&format!(
         "\n[vrrp]\nvrid = {VRID}\npriority = {priority}\nadvert_interval_ms = {advert_interval_ms}\n\
-         peers = [\"{}\"]\n{extra}",
+         peers = [\"{}\"]\nunauthenticated = true\n{extra}",
         lab.bed.rs_ip(2)
     ));
     lab.daemon(
@@ -574,7 +581,8 @@ fn malformed_and_foreign_adverts_are_rejected() {
         &[],
         &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
     ) + &format!(
-        "\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\npeers = [\"{client_ip}\"]\n"
+        "\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\npeers = [\"{client_ip}\"]\n\
+         unauthenticated = true\n"
     );
     let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
     let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
@@ -679,5 +687,159 @@ fn malformed_and_foreign_adverts_are_rejected() {
         stat(&after, "adverts_received") + 1
     );
     assert_eq!(stat(&v, "adverts_rejected"), rejected_before + 4);
+    daemon.stop_clean();
+}
+
+/// Adverts sealed as docs/CONFIG.md (`[vrrp] key`) describes Sluice's trailer, written
+/// from that description with Python's own HMAC: `IFACE SRC VIP KEYHEX KIND`. Kinds:
+/// `verify` (checks one advert of SRC captured on IFACE and prints `verified`), `twice`
+/// (one sealed advert, then the same bytes again), `unsealed`, `forged` (another key),
+/// `stale` (a counter 120 s old).
+const SEALED: &str = r#"
+import sys, time, hmac, hashlib, struct, socket
+from scapy.all import Ether, IP, Raw, raw, sendp, sniff, conf, get_if_hwaddr
+from scapy.layers.vrrp import VRRPv3
+from scapy.utils import checksum
+conf.verb = 0
+iface, src, vip, key_hex, kind = sys.argv[1:6]
+key = bytes.fromhex(key_hex)
+GROUP = "224.0.0.18"
+def pseudo(s, d, n):
+    return socket.inet_aton(s) + socket.inet_aton(d) + struct.pack("!BBH", 0, 112, n)
+def signed(s, d, payload):
+    head = bytearray(payload[:-32])
+    head[6:8] = b"\0\0"
+    return socket.inet_aton(s) + socket.inet_aton(d) + bytes(head)
+def advert():
+    return raw(IP(src=src, dst=GROUP, ttl=255, proto=112)
+               / VRRPv3(vrid=51, priority=254, adv=100, addrlist=[vip]))[20:]
+def sealed(key, counter):
+    msg = advert()
+    payload = bytearray(msg + b"SLVA" + struct.pack("!Q", counter) + bytes(32))
+    payload[-32:] = hmac.new(key, signed(src, GROUP, payload), hashlib.sha256).digest()
+    payload[6:8] = b"\0\0"
+    payload[6:8] = struct.pack("!H", checksum(pseudo(src, GROUP, len(payload)) + bytes(payload)))
+    return bytes(payload)
+def send(payload):
+    sendp(Ether(src=get_if_hwaddr(iface), dst="01:00:5e:00:00:12", type=0x0800)
+          / IP(src=src, dst=GROUP, ttl=255, proto=112) / Raw(payload), iface=iface)
+now = int(time.time() * 1e6)
+if kind == "verify":
+    got = sniff(iface=iface, filter="ip proto 112 and src host " + src, count=1, timeout=5)
+    ip = got[0][IP]
+    payload = bytes(ip.payload)
+    assert payload[-44:-40] == b"SLVA", payload.hex()
+    assert checksum(pseudo(ip.src, ip.dst, len(payload)) + payload) == 0, "checksum"
+    tag = hmac.new(key, signed(ip.src, ip.dst, payload), hashlib.sha256).digest()
+    assert hmac.compare_digest(tag, payload[-32:]), "tag"
+    counter = struct.unpack("!Q", payload[-40:-32])[0]
+    assert abs(counter - now) < 10_000_000, (counter, now)
+    print("verified")
+elif kind == "twice":
+    p = sealed(key, now)
+    send(p)
+    time.sleep(0.3)
+    send(p)
+elif kind == "unsealed":
+    send(advert())
+elif kind == "forged":
+    send(sealed(bytes(range(32)), now))
+elif kind == "stale":
+    send(sealed(key, now - 120_000_000))
+"#;
+
+#[test]
+fn sealed_adverts_count_once_and_unsealed_forged_replayed_or_stale_ones_never() {
+    require_root();
+    const KEY: &str = "6b6579206f66207468652067726f7570206f6620736c75696365206e6f646573";
+    let lab = AppLab::new(1);
+    let (client_ns, client_if, client_ip) = (
+        lab.bed.client_ns(),
+        lab.bed.client_if(),
+        lab.bed.client_ip(),
+    );
+    let toml = service_section(
+        "tcp",
+        VIP,
+        80,
+        "rr",
+        &[],
+        &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
+    ) + &format!(
+        "\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\npeers = [\"{client_ip}\"]\n\
+         key = \"{KEY}\"\n"
+    );
+    let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    assert_eq!(daemon.vrrp()["authenticated"], true);
+    let run = |src: &str, kind: &str| {
+        lab.bed
+            .exec(
+                client_ns,
+                &[PYTHON, "-c", SEALED, client_if, src, VIP, KEY, kind],
+                Duration::from_secs(30),
+            )
+            .expect_success("sealed adverts")
+    };
+    // Sluice's own adverts, checked by the script's HMAC.
+    let verified = run(APPLIANCE, "verify");
+    assert_eq!(verified.stdout.trim(), "verified", "{verified:?}");
+
+    // Each refused kind, counted under its reason; none moves Sluice off MASTER.
+    let refused = |kind: &str, field: &str| {
+        let before = daemon.vrrp();
+        run(client_ip, kind);
+        let counted = wait_for(Duration::from_secs(3), POLL, || {
+            let v = daemon.vrrp();
+            (stat(&v, field) > stat(&before, field)).then_some(v)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let after = daemon.vrrp();
+        assert!(
+            counted.is_some(),
+            "{kind}: not counted as {field}: {after:#}"
+        );
+        assert_eq!(
+            stat(&after, field),
+            stat(&before, field) + 1,
+            "{kind}: {after:#}"
+        );
+        assert_eq!(after["state"], "MASTER", "{kind}: {after:#}");
+        assert_eq!(
+            stat(&after, "adverts_received"),
+            stat(&before, "adverts_received"),
+            "{kind}: {after:#}"
+        );
+        assert_eq!(stat(&after, "transitions"), stat(&before, "transitions"));
+    };
+    refused("unsealed", "adverts_bad_auth");
+    refused("forged", "adverts_bad_auth");
+    refused("stale", "adverts_clock_skew");
+    let events = daemon.event_lines();
+    let skew = format!("op=refused from={client_ip} reason=clock_skew: its clock is 1");
+    assert!(events.iter().any(|l| l.contains(&skew)), "{events:#?}");
+
+    // Sealed with the key: believed once (254 beats 150), refused the second time.
+    let before = daemon.vrrp();
+    run(client_ip, "twice");
+    let replayed = wait_for(Duration::from_secs(3), POLL, || {
+        let v = daemon.vrrp();
+        (stat(&v, "adverts_replayed") > stat(&before, "adverts_replayed")).then_some(v)
+    });
+    let v =
+        replayed.unwrap_or_else(|| panic!("the second copy was not refused: {:#}", daemon.vrrp()));
+    eprintln!("after a sealed advert and its copy: {v}");
+    assert_eq!(v["state"], "BACKUP", "{v:#}");
+    assert_eq!(v["master"], client_ip, "{v:#}");
+    assert_eq!(v["master_priority"], 254, "{v:#}");
+    assert_eq!(
+        stat(&v, "adverts_received"),
+        stat(&before, "adverts_received") + 1
+    );
+    assert_eq!(
+        stat(&v, "adverts_replayed"),
+        stat(&before, "adverts_replayed") + 1
+    );
     daemon.stop_clean();
 }

@@ -58,6 +58,7 @@ const SAMPLE: &str = "
 [vrrp]
 vrid = 50
 any_peer = true
+unauthenticated = true
 priority = 100
 advert_interval_ms = 1000
 preempt = false
@@ -141,6 +142,7 @@ const SSL_GET: &str = "
 [vrrp]
 vrid = 51
 any_peer = true
+unauthenticated = true
 priority = 100
 advert_interval_ms = 1000
 addresses = [\"192.168.200.16\", \"192.168.200.17\", \"192.168.200.18\"]
@@ -263,20 +265,21 @@ fn keepalived_samples_translate_as_they_read() {
     let quorum = quorum();
     // (fixture, TOML, the lines stderr must name: what Sluice has no equivalent for)
     let cases: [(&str, &str, &[usize]); 8] = [
-        // 3 global_defs, 13 vrrp_instance without unicast_peer (any_peer), 14
-        // interface eth0, 40 digest, 44 delay_before_retry.
-        ("keepalived.conf.sample", SAMPLE, &[3, 13, 14, 40, 44]),
+        // 3 global_defs, 13 vrrp_instance without unicast_peer (any_peer) and
+        // unauthenticated (two notes), 14 interface eth0, 40 digest, 44
+        // delay_before_retry.
+        ("keepalived.conf.sample", SAMPLE, &[3, 13, 13, 14, 40, 44]),
         // 3 global_defs, 26 digest, 30 delay_before_retry.
         ("keepalived.conf.inhibit", INHIBIT, &[3, 26, 30]),
         // 4 global_defs, 23 SSL_GET, 35 delay_before_retry.
         ("keepalived.conf.status_code", STATUS_CODE, &[4, 23, 35]),
-        // 3 global_defs, 13 vrrp_instance without unicast_peer (any_peer), 14
-        // state, 15 interface, 19 authentication, 39 SSL_GET, 50 delay_before_retry;
+        // 3 global_defs, 13 vrrp_instance without unicast_peer (any_peer) and
+        // unauthenticated (two notes), 14 state, 15 interface, 19 authentication, 39 SSL_GET, 50 delay_before_retry;
         // 67 digest, 69 the second url, 75 delay_before_retry of the HTTP_GET.
         (
             "keepalived.conf.SSL_GET",
             SSL_GET,
-            &[3, 13, 14, 15, 19, 39, 50, 67, 69, 75],
+            &[3, 13, 13, 14, 15, 19, 39, 50, 67, 69, 75],
         ),
         // 4 global_defs, 23 UDP_CHECK.
         ("keepalived.conf.UDP_CHECK", UDP_CHECK, &[4, 23]),

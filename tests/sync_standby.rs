@@ -49,7 +49,7 @@
 use crate::common::*;
 use sluice::dataplane::sync_events::{EventKind, EventRing, SessionEvent};
 use sluice::flow::FlowKey4;
-use sluice::ha::sync::auth::SyncKey;
+use sluice::ha::auth::SharedKey;
 use sluice::ha::sync::sender::SyncSender;
 use sluice::model::ForwardMode;
 use sluice::model::Protocol;
@@ -332,7 +332,7 @@ fn message_for(
     let mut sender = SyncSender::new(
         u32::from(sender),
         1500,
-        key.map(|k| SyncKey::from_hex(k).unwrap()),
+        key.map(|k| SharedKey::from_hex(k).unwrap()),
     );
     let mut buf = vec![0u8; 1500];
     let mut out = Vec::new();
@@ -1409,8 +1409,8 @@ fn connection(
     RecordRepr::connection(&session, RecordOp::Update, timeout_ms)
 }
 
-fn key() -> Option<SyncKey> {
-    Some(SyncKey::from_hex(KEY).unwrap())
+fn key() -> Option<SharedKey> {
+    Some(SharedKey::from_hex(KEY).unwrap())
 }
 
 #[test]
@@ -1484,7 +1484,7 @@ fn replayed_and_forged_messages_are_refused_and_counted_and_install_nothing() {
         .with_epoch(epoch - 1, 1_000_000);
     replay.extend(sealed(&mut earlier, &[newcomer]));
     // 3. Forged: another key, and no key.
-    let other_key = SyncKey::from_hex("ffeeddccbbaa99887766554433221100").unwrap();
+    let other_key = SharedKey::from_hex("ffeeddccbbaa99887766554433221100").unwrap();
     let mut forger = SyncSender::new(u32::from(Ipv4Addr::LOCALHOST), 1500, Some(other_key));
     let mut forged = sealed(&mut forger, &[newcomer]);
     let mut keyless = SyncSender::new(u32::from(Ipv4Addr::LOCALHOST), 1500, None);

@@ -18,7 +18,8 @@ use hmac::{Hmac, Mac};
 use libfuzzer_sys::fuzz_target;
 use sha2::Sha256;
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::ha::sync::auth::{seal, SyncKey};
+use sluice::ha::auth::SharedKey;
+use sluice::ha::sync::auth::seal;
 use sluice::ha::sync::receiver::{Receiver, ReceiverConfig};
 use sluice::model::Protocol;
 use sluice::model::ServiceKey;
@@ -256,7 +257,7 @@ fn record4_bytes(r: &RecordSpec, out: &mut Vec<u8>) {
 }
 
 /// The datagram and whether it was sealed with the key and left intact.
-fn build(m: &Message, sealed: bool, damaged: bool, key: &SyncKey) -> (Vec<u8>, bool) {
+fn build(m: &Message, sealed: bool, damaged: bool, key: &SharedKey) -> (Vec<u8>, bool) {
     let count = m.records.len().min(40);
     let mut records = vec![0u8; HEADER_LEN];
     for r in m.records.iter().take(count) {
@@ -298,12 +299,12 @@ fn build(m: &Message, sealed: bool, damaged: bool, key: &SyncKey) -> (Vec<u8>, b
 }
 
 fuzz_target!(|data: &[u8]| {
-    let key = SyncKey::new(KEY).unwrap();
+    let key = SharedKey::new(KEY).unwrap();
     let keyed = data.first().is_some_and(|t| t & 1 != 0);
     bed::with_bed(|bed| run(bed, data, keyed, &key));
 });
 
-fn run(bed: &mut bed::Bed, data: &[u8], keyed: bool, key: &SyncKey) {
+fn run(bed: &mut bed::Bed, data: &[u8], keyed: bool, key: &SharedKey) {
     let mut receiver = Receiver::new(ReceiverConfig {
         local: LOCAL,
         peers: vec![PEER],

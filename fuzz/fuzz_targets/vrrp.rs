@@ -1,13 +1,17 @@
 //! VRRPv3 from the network: the advertisement parser (`wire::vrrp`) and the node that
 //! feeds it to the state machine (`daemon::vrrp::VrrpNode`, over `sync::vrrp::Router`).
-//! The first 8 bytes configure our router (VRID, priority, interval, preempt); then
+//! The first 8 bytes configure our router (VRID, priority, interval, preempt, whether
+//! it holds `[vrrp] key`); then
 //! records (tag, length, bytes), tag % 3: 0 an advertisement built from the bytes
 //! (mostly valid: TTL 255, to 224.0.0.18, checksums right unless damaged), 1 a raw
 //! frame, 2 time passes (two bytes, in ms) and timers fire.
 //!
-//! Properties: every frame is counted once, received or rejected; one whose VRRP or
-//! IPv4 checksum we broke, whose TTL is not 255, or whose address count disagrees
-//! with its payload, is rejected; a parsed
+//! Properties: every frame is counted once, received, rejected or refused by
+//! authentication; one whose VRRP or IPv4 checksum we broke, whose TTL is not 255, or
+//! whose address count disagrees with its payload, is rejected (or, by a keyed node,
+//! refused as bad auth when the extra bytes could be a trailer); a keyed node takes no
+//! unsealed advert, and an advert sealed with its key (tag 0, `seal`) that it took is
+//! refused as replayed when sent again; a parsed
 //! advertisement survives emit -> parse; everything the node sends is a well-formed
 //! advertisement of our VRID (checksums verified here), a gratuitous ARP for one of
 //! our IPv4 addresses or an unsolicited Neighbor Advertisement (hop limit 255, to all
@@ -17,6 +21,8 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use sluice::ha::auth::SharedKey;
+use sluice::ha::vrrp::auth::AdvertAuth;
 use sluice::ha::vrrp::node::{VirtualAddresses, VrrpNode};
 use sluice::ha::vrrp::router::VrrpConfig;
 use sluice::wire::ethernet::MacAddr;
@@ -27,6 +33,13 @@ use sluice_fuzz::net::{pseudo, sum, verifies};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 const MAC: [u8; 6] = [0x02, 0x53, 0x4c, 0, 0, 1];
+const KEY: &[u8] = b"the fuzzed group's key, 32 bytes";
+/// The keyed node's wall clock, in microseconds: it stands still.
+const NOW_US: u64 = 1_800_000_000_000_000;
+
+fn clock() -> u64 {
+    NOW_US
+}
 const PRIMARY: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const VIRTUAL: &[Ipv4Addr] = &[
     Ipv4Addr::new(198, 18, 0, 210),
@@ -47,6 +60,9 @@ struct Advert {
     break_vrrp_checksum: bool,
     break_ip_checksum: bool,
     count_skew: i8,
+    /// Sealed with the key (before any damage), its counter this many ms from the
+    /// node's clock.
+    seal: Option<i32>,
 }
 
 fn advert_frame(a: &Advert, our_vrid: u8) -> (Vec<u8>, bool) {
@@ -77,19 +93,38 @@ fn advert_frame(a: &Advert, our_vrid: u8) -> (Vec<u8>, bool) {
     }
     let c = sluice_fuzz::net::finish(pseudo(sender, vrrp::MULTICAST_GROUP, 112, vrrp_len) + sum(v));
     v[6..8].copy_from_slice(&c.to_be_bytes());
+    if let Some(ms) = a.seal {
+        f.extend_from_slice(&[0; vrrp::auth::TRAILER_LEN]);
+        let total = (20 + vrrp_len + vrrp::auth::TRAILER_LEN) as u16;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        fix_ip_checksum(&mut f[14..]);
+        let counter = NOW_US.wrapping_add_signed(i64::from(ms) * 1000);
+        AdvertAuth::new(SharedKey::new(KEY).unwrap(), 60_000).seal(
+            &mut f[34..],
+            sender,
+            vrrp::MULTICAST_GROUP,
+            counter,
+        );
+    }
     if a.break_vrrp_checksum {
-        v[7] ^= 0x01;
+        f[34 + 7] ^= 0x01;
     }
     if a.break_ip_checksum {
         f[24] ^= 0x01;
     }
-    let must_reject =
-        a.break_vrrp_checksum || a.break_ip_checksum || ttl != 255 || a.count_skew != 0;
+    // A count 11 over on a sealed advert counts the 44-byte trailer as 11 addresses:
+    // a consistent advert to a node without the key.
+    let trailer_as_addresses =
+        a.seal.is_some() && i64::from(a.count_skew) * 4 == vrrp::auth::TRAILER_LEN as i64;
+    let must_reject = a.break_vrrp_checksum
+        || a.break_ip_checksum
+        || ttl != 255
+        || (a.count_skew != 0 && !trailer_as_addresses);
     (f, must_reject)
 }
 
-/// Checks a frame the node sent.
-fn check_sent(frame: &[u8], vrid: u8) {
+/// Checks a frame the node sent (`keyed`: with `[vrrp] key`).
+fn check_sent(frame: &[u8], vrid: u8, keyed: bool) {
     if frame.get(12..14) == Some(&[0x86, 0xdd]) {
         assert_eq!(
             frame.len(),
@@ -128,7 +163,14 @@ fn check_sent(frame: &[u8], vrid: u8) {
             );
             assert_eq!(body[0], 0x31, "version 3, type advertisement");
             assert_eq!(body[1], vrid);
-            assert_eq!(body.len(), 8 + 4 * usize::from(body[3]));
+            let message = 8 + 4 * usize::from(body[3]);
+            match keyed {
+                true => {
+                    assert_eq!(body.len(), message + vrrp::auth::TRAILER_LEN);
+                    assert_eq!(body[message..message + 4], *b"SLVA");
+                }
+                false => assert_eq!(body.len(), message),
+            }
         }
         Ok(Frame::Arp { op }) => {
             assert_eq!(op, 1, "gratuitous ARP is a request");
@@ -153,7 +195,11 @@ fuzz_target!(|data: &[u8]| {
         preempt: head[4] & 1 != 0,
         primary_addr: PRIMARY,
     };
+    let keyed = head[5] & 1 != 0;
     let mut node = VrrpNode::new(config, MacAddr(MAC));
+    if keyed {
+        node = node.with_auth(AdvertAuth::new(SharedKey::new(KEY).unwrap(), 60_000), clock);
+    }
     let virtual_addresses = VirtualAddresses {
         v4: VIRTUAL.to_vec(),
         v6: VIRTUAL6.to_vec(),
@@ -161,8 +207,16 @@ fuzz_target!(|data: &[u8]| {
     let vrid = config.vrid;
     let mut now: u64 = 1000;
     let mut send = |f: &[u8]| {
-        check_sent(f, vrid);
+        check_sent(f, vrid, keyed);
         true
+    };
+    let counted = |n: &VrrpNode| {
+        let s = n.stats;
+        s.adverts_received
+            + s.adverts_rejected
+            + s.adverts_bad_auth
+            + s.adverts_replayed
+            + s.adverts_clock_skew
     };
     node.start(now, &virtual_addresses, &mut send);
     let owner = config.priority == 255;
@@ -205,8 +259,28 @@ fuzz_target!(|data: &[u8]| {
                 }
                 node.on_frame(&frame, now, &virtual_addresses, &mut send);
                 fed += 1;
+                let s = node.stats;
                 if must_reject {
-                    assert_eq!(node.stats.adverts_rejected, before.adverts_rejected + 1);
+                    let refused = s.adverts_rejected + s.adverts_bad_auth;
+                    assert_eq!(
+                        refused,
+                        before.adverts_rejected + before.adverts_bad_auth + 1
+                    );
+                    if !keyed && a.seal.is_none() {
+                        assert_eq!(s.adverts_rejected, before.adverts_rejected + 1);
+                    }
+                }
+                if keyed && a.seal.is_none() {
+                    assert_eq!(
+                        s.adverts_received, before.adverts_received,
+                        "unsealed taken"
+                    );
+                }
+                if keyed && a.seal.is_some() && s.adverts_received > before.adverts_received {
+                    // Taken once: the same bytes again are a replay.
+                    node.on_frame(&frame, now, &virtual_addresses, &mut send);
+                    fed += 1;
+                    assert_eq!(node.stats.adverts_replayed, s.adverts_replayed + 1);
                 }
             }
             1 => {
@@ -222,9 +296,6 @@ fuzz_target!(|data: &[u8]| {
                 node.tick(now, &virtual_addresses, &mut send);
             }
         }
-        assert_eq!(
-            node.stats.adverts_received + node.stats.adverts_rejected,
-            fed
-        );
+        assert_eq!(counted(&node), fed);
     }
 });

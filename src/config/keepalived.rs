@@ -380,6 +380,15 @@ impl Translation {
             let list: Vec<String> = peers.iter().map(|a| quote(&a.to_string())).collect();
             let _ = writeln!(t, "peers = [{}]\nunicast = true", list.join(", "));
         }
+        // keepalived cannot seal VRRPv3 adverts with Sluice's trailer, so a group it is
+        // in runs unauthenticated, said out loud; a group of Sluice nodes sets `key`.
+        self.note(
+            node,
+            "written with `unauthenticated = true`: keepalived's VRRPv3 adverts carry no \
+             authentication; once every router of the group is Sluice, set the same `key` \
+             on each instead",
+        );
+        t += "unauthenticated = true\n";
         if let Some(ip) = source {
             let _ = writeln!(t, "source = {}", quote(&ip.to_string()));
         }
@@ -960,14 +969,15 @@ vrrp_instance VI_1 {
         assert!(
             import.toml.contains(
                 "[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\", \"198.18.0.3\"]\nunicast = true\n\
-                 source = \"198.18.0.1\"\n"
+                 unauthenticated = true\nsource = \"198.18.0.1\"\n"
             ),
             "{}",
             import.toml
         );
-        // Only the IPv6 peer has no equivalent.
+        // The IPv6 peer has no equivalent, and the instance runs unauthenticated.
         let lines: Vec<usize> = import.untranslated.iter().map(|(l, _)| *l).collect();
-        assert_eq!(lines, [7], "{:?}", import.untranslated);
+        assert_eq!(lines, [1, 7], "{:?}", import.untranslated);
+        assert!(import.untranslated[0].1.contains("unauthenticated = true"));
         loads(&import.toml);
         // Without unicast_peer keepalived hears anyone on the link: the translation
         // does too, in so many words, and says so.
@@ -977,12 +987,13 @@ vrrp_instance VI_1 {
         )
         .unwrap();
         assert!(
-            open.toml.contains("[vrrp]\nvrid = 51\nany_peer = true\n"),
+            open.toml
+                .contains("[vrrp]\nvrid = 51\nany_peer = true\nunauthenticated = true\n"),
             "{}",
             open.toml
         );
-        assert_eq!(open.untranslated.len(), 1, "{:?}", open.untranslated);
-        assert_eq!(open.untranslated[0].0, 1);
+        assert_eq!(open.untranslated.len(), 2, "{:?}", open.untranslated);
+        assert_eq!((open.untranslated[0].0, open.untranslated[1].0), (1, 1));
         assert!(open.untranslated[0].1.contains("any_peer = true"));
         loads(&open.toml);
     }

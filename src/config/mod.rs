@@ -400,6 +400,15 @@ pub struct VrrpSettings {
     pub any_peer: bool,
     /// `unicast = true`: adverts go to each of `peers` instead of 224.0.0.18.
     pub unicast: bool,
+    /// Shared by the Sluice nodes of the group: adverts are sealed with it and only
+    /// sealed ones count. `None` only with the explicit `unauthenticated = true`.
+    pub key: Option<SecretHex>,
+    /// The file the key was read from (`key_file`), or `None` when it is written in
+    /// the config (or absent).
+    pub key_file: Option<std::path::PathBuf>,
+    /// How far a sender's clock may be from this node's for its first advert after
+    /// this node's start to count (the replay bound then); default 60 s.
+    pub max_clock_skew_ms: u32,
 }
 
 /// Key material as written in the config (hex): compared and cloned as a string, never
@@ -687,6 +696,8 @@ impl Config {
                     v.peers.clone(),
                     v.any_peer,
                     v.unicast,
+                    v.key.clone(),
+                    v.max_clock_skew_ms,
                 )
             })
         };
@@ -707,7 +718,7 @@ impl Config {
             ("sync", self.sync != reloaded.sync),
             ("bgp", self.bgp != reloaded.bgp),
             (
-                "vrrp (on or off, vrid, source, addresses, peers)",
+                "vrrp (on or off, vrid, source, addresses, peers, key)",
                 vrrp_fixed(self) != vrrp_fixed(reloaded),
             ),
             (

@@ -144,6 +144,10 @@ const VRRP_KEYS: &[&str] = &[
     "peers",
     "any_peer",
     "unicast",
+    "key",
+    "key_file",
+    "unauthenticated",
+    "max_clock_skew_ms",
 ];
 const BGP_KEYS: &[&str] = &[
     "include",
@@ -189,7 +193,7 @@ pub(super) fn read_config(root: &Node, source: &Source) -> Check<Config> {
     let timeouts = read_timeouts(&root)?;
     let sessions = read_sessions(&root)?;
     let health = read_health(&root, &ports)?;
-    let vrrp = read_vrrp(&root, &ports)?;
+    let vrrp = read_vrrp(&root, &ports, source)?;
     let sync = read_sync(&root, &ports, source)?;
     let bgp = read_bgp(&root)?;
     let services = read_services(&root, &ports, source, &health)?;
@@ -273,40 +277,16 @@ fn read_sync(root: &Table, ports: &[PortRead], source: &Source) -> Check<Option<
         }
         Ok(group)
     })?;
-    let key = t.optional("key", |f| {
-        let hex = f.str()?;
-        crate::ha::sync::auth::SyncKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
-        Ok(super::SecretHex::new(hex))
-    })?;
-    let (key, key_file) = match (key, t.get("key_file")) {
-        (Some(_), Some(f)) => {
-            return Err(f.invalid("`key_file` with a `key`: remove one of them"));
-        }
-        (None, Some(f)) => {
-            let (key, path) = read_key_file(&f, source)?;
-            (Some(key), Some(path))
-        }
-        (key, None) => (key, None),
-    };
     // Without a key anyone who can send from a peer's address rewrites the session
     // table: only an explicit opt-out runs so (docs/SYNC.md, Authentication).
-    let unauthenticated = t.or("unauthenticated", false, |f| f.bool())?;
-    match (&key, unauthenticated) {
-        (None, false) => return Err(t.missing(
-            "key",
-            "sync needs a shared key (hex, at least 16 bytes, e.g. from `openssl rand -hex 32`): \
-                 without one, anyone who can send from a peer's address installs, changes and \
-                 removes sessions; to run without authentication anyway, say \
-                 `unauthenticated = true`",
-        )),
-        (Some(_), true) => {
-            return Err(t
-                .get("unauthenticated")
-                .expect("read above")
-                .invalid("`unauthenticated = true` with a `key`: remove one of them"))
-        }
-        _ => {}
-    }
+    let (key, key_file) = read_shared_key(
+        &t,
+        source,
+        "sync needs a shared key (hex, at least 16 bytes, e.g. from `openssl rand -hex 32`): \
+         without one, anyone who can send from a peer's address installs, changes and \
+         removes sessions; to run without authentication anyway, say \
+         `unauthenticated = true`",
+    )?;
     let mtu: u16 = t.or("mtu", 1500, |f| f.int(576..=9000))?;
     let port = match t.get("port") {
         Some(f) => {
@@ -331,6 +311,43 @@ fn read_sync(root: &Table, ports: &[PortRead], source: &Source) -> Check<Option<
         period_ms: t.or("period_ms", 10_000, |f| f.int(100..=3_600_000))?,
         mtu,
     }))
+}
+
+/// A section's `key` or `key_file` (hex, at least 16 bytes), or its explicit
+/// `unauthenticated = true`: exactly one of the three. `missing` says why a key is
+/// needed, when none of them is there.
+fn read_shared_key(
+    t: &Table,
+    source: &Source,
+    missing: &str,
+) -> Check<(Option<super::SecretHex>, Option<std::path::PathBuf>)> {
+    let key = t.optional("key", |f| {
+        let hex = f.str()?;
+        crate::ha::auth::SharedKey::from_hex(hex).map_err(|e| f.invalid(e.to_string()))?;
+        Ok(super::SecretHex::new(hex))
+    })?;
+    let (key, key_file) = match (key, t.get("key_file")) {
+        (Some(_), Some(f)) => {
+            return Err(f.invalid("`key_file` with a `key`: remove one of them"));
+        }
+        (None, Some(f)) => {
+            let (key, path) = read_key_file(&f, source)?;
+            (Some(key), Some(path))
+        }
+        (key, None) => (key, None),
+    };
+    let unauthenticated = t.or("unauthenticated", false, |f| f.bool())?;
+    match (&key, unauthenticated) {
+        (None, false) => return Err(t.missing("key", missing)),
+        (Some(_), true) => {
+            return Err(t
+                .get("unauthenticated")
+                .expect("read above")
+                .invalid("`unauthenticated = true` with a `key`: remove one of them"))
+        }
+        _ => {}
+    }
+    Ok((key, key_file))
 }
 
 /// `[sync] key_file`: the key's hex in a file of its own (relative to the config
@@ -379,8 +396,7 @@ fn read_key_file(f: &Field, source: &Source) -> Check<(super::SecretHex, std::pa
         )));
     };
     let hex = text.trim();
-    crate::ha::sync::auth::SyncKey::from_hex(hex)
-        .map_err(|e| f.invalid(format!("{shown}: {e}")))?;
+    crate::ha::auth::SharedKey::from_hex(hex).map_err(|e| f.invalid(format!("{shown}: {e}")))?;
     Ok((super::SecretHex::new(hex), path))
 }
 
@@ -599,7 +615,7 @@ fn read_bgp(root: &Table) -> Check<Option<crate::ha::bgp::BgpSettings>> {
 /// `[vrrp]`: optional; its presence turns VRRP on. VRRP advertises on the first
 /// port, so `source` is one of its addresses and every peer is on one of its subnets
 /// (adverts go out with TTL 255 and are taken only with it: a peer is on the link).
-fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
+fn read_vrrp(root: &Table, ports: &[PortRead], config: &Source) -> Check<Option<VrrpSettings>> {
     let Some(t) = root.table("vrrp", VRRP_KEYS)? else {
         return Ok(None);
     };
@@ -713,6 +729,22 @@ fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
             .expect("read above")
             .invalid("`unicast = true` sends to `peers`, and `any_peer = true` lists none"));
     }
+    // VRRPv3 has no authentication of its own: without Sluice's, a host that forges a
+    // peer's address or replays its adverts decides who is master (docs/CONFIG.md).
+    let (key, key_file) = read_shared_key(
+        &t,
+        config,
+        "VRRP between Sluice nodes needs a shared key (hex, at least 16 bytes, e.g. from \
+         `openssl rand -hex 32`): without one, a host on the link that forges a peer's \
+         address or sends its adverts again makes this node master or backup; keepalived \
+         cannot authenticate VRRPv3, so with keepalived peers say `unauthenticated = true`",
+    )?;
+    let max_clock_skew_ms = t.or("max_clock_skew_ms", 60_000, |f| f.int(1000..=86_400_000))?;
+    if key.is_none() {
+        if let Some(f) = t.get("max_clock_skew_ms") {
+            return Err(f.invalid("only adverts sealed with a `key` carry a clock to judge"));
+        }
+    }
     Ok(Some(VrrpSettings {
         vrid,
         priority,
@@ -725,6 +757,9 @@ fn read_vrrp(root: &Table, ports: &[PortRead]) -> Check<Option<VrrpSettings>> {
         peers,
         any_peer,
         unicast,
+        key,
+        key_file,
+        max_clock_skew_ms,
     }))
 }
 

@@ -2272,7 +2272,7 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
     let text = format!(
         "{BASE}[health]\ncheck = \"tcp\"\ninterval_ms = 3000\nall_down = \"rst\"\n\n\
          [vrrp]\nvrid = 51\nadvert_interval_ms = 100\naddresses = [\"198.18.0.254\"]\n\
-         peers = [\"198.18.0.3\", \"198.18.0.2\"]\n\n\
+         peers = [\"198.18.0.3\", \"198.18.0.2\"]\n{VRRP_KEY_LINE}\n\
          [sync]\nlisten = \"198.19.0.1:8848\"\npeers = [\"198.19.0.2:8848\"]\n\
          multicast = \"224.0.0.81:8848\"\nkey = \"000102030405060708090a0b0c0d0e0f\"\n\n{service}"
     );
@@ -2303,16 +2303,21 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
         vec![Ipv4Addr::new(198, 18, 0, 3), Ipv4Addr::new(198, 18, 0, 2)]
     );
     // Taking adverts from anyone on the link is an explicit choice.
-    let any = parse(&format!("{BASE}[vrrp]\nvrid = 51\nany_peer = true\n"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let any = parse(&format!(
+        "{BASE}[vrrp]\nvrid = 51\nany_peer = true\nunauthenticated = true\n"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
     let any = any.vrrp.unwrap();
     assert_eq!((any.peers, any.any_peer), (Vec::<Ipv4Addr>::new(), true));
     assert!(!vrrp.unicast && !any.unicast);
     let unicast = parse(&format!(
-        "{BASE}[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\"]\nunicast = true\n"
+        "{BASE}[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\"]\nunicast = true\nunauthenticated = true\n"
     ))
     .unwrap_or_else(|e| panic!("{e}"));
-    assert!(unicast.vrrp.unwrap().unicast);
+    let unicast = unicast.vrrp.unwrap();
+    assert!(unicast.unicast);
+    assert!(vrrp.key.is_some() && unicast.key.is_none() && any.key.is_none());
+    assert_eq!(vrrp.max_clock_skew_ms, 60_000);
     let sync = cfg.sync.as_ref().unwrap();
     assert_eq!(sync.peers.len(), 1);
     assert_eq!(
@@ -2322,6 +2327,80 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
     assert_eq!(sync.multicast, Some("224.0.0.81:8848".parse().unwrap()));
     assert!(parse(BASE).unwrap().vrrp.is_none());
     assert!(parse(BASE).unwrap().sync.is_none());
+}
+
+/// A valid `key` line of `[vrrp]`.
+const VRRP_KEY_LINE: &str = "key = \"f0e1d2c3b4a5968778695a4b3c2d1e0f\"\n";
+
+/// `[vrrp]` needs a key, a key file or an explicit `unauthenticated = true`, exactly
+/// one; `max_clock_skew_ms` only with a key.
+#[test]
+fn vrrp_is_authenticated_unless_the_config_opts_out() {
+    // `[vrrp]` on line 21, vrid 22, peers 23, then `rest` from line 24.
+    let vrrp = |rest: &str| format!("{BASE}[vrrp]\nvrid = 51\npeers = [\"198.18.0.2\"]\n{rest}");
+    let err = assert_rejected(&vrrp(""), 21, "vrrp.key", "missing key");
+    assert!(err.to_string().contains("unauthenticated = true"), "{err}");
+    assert!(err.to_string().contains("keepalived"), "{err}");
+    let keyed = parse(&vrrp(&format!("{VRRP_KEY_LINE}max_clock_skew_ms = 5000\n")))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .vrrp
+        .unwrap();
+    assert_eq!(
+        keyed.key.as_ref().map(|k| k.as_str()),
+        Some("f0e1d2c3b4a5968778695a4b3c2d1e0f")
+    );
+    assert_eq!(
+        (keyed.key_file.as_ref(), keyed.max_clock_skew_ms),
+        (None, 5000)
+    );
+    assert_rejected(
+        &vrrp(&format!("{VRRP_KEY_LINE}unauthenticated = true\n")),
+        25,
+        "vrrp.unauthenticated",
+        "with a `key`",
+    );
+    assert_rejected(
+        &vrrp("key = \"abcd\"\n"),
+        24,
+        "vrrp.key",
+        "key of 2 bytes (at least 16)",
+    );
+    assert_rejected(&vrrp("key = \"xyz\"\n"), 24, "vrrp.key", "not hexadecimal");
+    assert_rejected(
+        &vrrp("unauthenticated = true\nmax_clock_skew_ms = 5000\n"),
+        25,
+        "vrrp.max_clock_skew_ms",
+        "only adverts sealed with a `key`",
+    );
+    assert_rejected(
+        &vrrp(&format!("{VRRP_KEY_LINE}max_clock_skew_ms = 999\n")),
+        25,
+        "vrrp.max_clock_skew_ms",
+        "out of range",
+    );
+    // A key file, as `[sync]`'s: refused with a key, read without one.
+    let dir = std::env::temp_dir().join(format!("sluice-vrrp-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("vrrp.key");
+    std::fs::write(&file, "f0e1d2c3b4a5968778695a4b3c2d1e0f\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let line = format!("key_file = {:?}\n", file.display().to_string());
+    let from_file = parse(&vrrp(&line))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .vrrp
+        .unwrap();
+    assert_eq!(from_file.key, keyed.key);
+    assert_eq!(from_file.key_file.as_deref(), Some(file.as_path()));
+    assert_rejected(
+        &vrrp(&format!("{VRRP_KEY_LINE}{line}")),
+        25,
+        "vrrp.key_file",
+        "with a `key`",
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_rejected(&vrrp(&line), 24, "vrrp.key_file", "has mode 0644");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `[sync]` with `multicast = {value}` on line 24 (and a key on line 25).

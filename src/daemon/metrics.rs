@@ -946,6 +946,25 @@ pub fn render_ha(
         for (name, value, help) in counters {
             Family::new(&mut o, name, "counter", help).sample(name, &[], value);
         }
+        let mut f = Family::new(
+            &mut o,
+            "sluice_vrrp_adverts_refused_total",
+            "counter",
+            "Valid advertisements authentication refused: bad_auth (no trailer or a wrong \
+             tag with a key, a trailer without one), replayed (not above the sender's last \
+             counter), clock_skew (a sender's first, its clock too far from ours).",
+        );
+        for (reason, value) in [
+            ("bad_auth", v.stats.adverts_bad_auth),
+            ("replayed", v.stats.adverts_replayed),
+            ("clock_skew", v.stats.adverts_clock_skew),
+        ] {
+            f.sample(
+                "sluice_vrrp_adverts_refused_total",
+                &[("reason", reason)],
+                value,
+            );
+        }
     }
     if let Some(s) = sync {
         if let Some(group) = s.multicast.as_deref() {
@@ -1458,10 +1477,12 @@ mod ha_tests {
                 transitions: 2,
                 adverts_sent: 40,
                 adverts_rejected: 3,
+                adverts_replayed: 4,
                 ..VrrpStats::default()
             },
             peers: vec!["198.18.0.2".into()],
             unicast: false,
+            authenticated: true,
         };
         let sync = SyncReport {
             listen: "198.19.0.1:8848".into(),
@@ -1520,6 +1541,8 @@ mod ha_tests {
             "sluice_health_probes_total{outcome=\"failed\"} 2",
             "sluice_vrrp_master 1",
             "sluice_vrrp_adverts_rejected_total 3",
+            "sluice_vrrp_adverts_refused_total{reason=\"replayed\"} 4",
+            "sluice_vrrp_adverts_refused_total{reason=\"bad_auth\"} 0",
             "sluice_sync_events_sent_total 9",
             "sluice_sync_bytes_sent_total 400",
             "sluice_sync_rejected_total{reason=\"bad_hmac\"} 1",

@@ -311,7 +311,7 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
     );
     drop(services);
     // A warning goes on a line of its own after the summary.
-    let warned = |line: String| match preflight::readable_sync_key(&cfg) {
+    let warned = |line: String| match preflight::readable_shared_keys(&cfg) {
         Some(warning) => format!("{line}\nsluice: warning: {warning}"),
         None => line,
     };
@@ -525,19 +525,38 @@ fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::Vrr
         .source
         .or_else(|| cfg.ports.first()?.addresses.first().map(|a| a.addr))
         .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
-    Some(
-        crate::ha::vrrp::node::VrrpNode::new(
-            crate::ha::vrrp::router::VrrpConfig {
-                vrid: v.vrid,
-                priority: v.priority,
-                advert_interval_cs: (v.advert_interval_ms / 10) as u16,
-                preempt: v.preempt,
-                primary_addr: primary,
-            },
-            crate::wire::MacAddr(app.ports[0].mac),
-        )
-        .with_peers(&v.peers, v.unicast),
+    let node = crate::ha::vrrp::node::VrrpNode::new(
+        crate::ha::vrrp::router::VrrpConfig {
+            vrid: v.vrid,
+            priority: v.priority,
+            advert_interval_cs: (v.advert_interval_ms / 10) as u16,
+            preempt: v.preempt,
+            primary_addr: primary,
+        },
+        crate::wire::MacAddr(app.ports[0].mac),
     )
+    .with_peers(&v.peers, v.unicast);
+    let Some(hex) = &v.key else {
+        log::warn!(
+            "vrrp: adverts are UNAUTHENTICATED (`unauthenticated = true` in [vrrp]): a host \
+             on the link that forges a peer's address or sends its adverts again can make \
+             this node master or backup"
+        );
+        return Some(node);
+    };
+    let key =
+        crate::ha::auth::SharedKey::from_hex(hex.as_str()).expect("the config checked the key");
+    Some(node.with_auth(
+        crate::ha::vrrp::auth::AdvertAuth::new(key, v.max_clock_skew_ms),
+        wall_clock_us,
+    ))
+}
+
+/// The wall clock in microseconds since the Unix epoch (0 before it).
+fn wall_clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The session sync node of `[sync]`, on its sockets bound before the EAL (or on its

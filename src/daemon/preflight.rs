@@ -32,28 +32,46 @@ const RETA_SIZE_BOUND: usize = 2048;
 /// Runs every check; the locks returned must be kept until the process ends.
 pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
     check_resources(cfg)?;
-    if let Some(warning) = readable_sync_key(cfg) {
+    if let Some(warning) = readable_shared_keys(cfg) {
         log::warn!("{warning}");
     }
     InstanceLocks::take(cfg, Path::new(LOCK_DIR))
 }
 
-/// A warning when the config file itself holds `[sync] key` and every user may read
-/// it (the package installs the file 0640; an edited or copied one may be 0644):
-/// whoever reads the key can forge sync messages, which install, change and remove
-/// sessions. A warning, not a refusal: `key_file` is the way out, named in it.
-pub fn readable_sync_key(cfg: &Config) -> Option<String> {
+/// A warning when the config file itself holds `[sync] key` or `[vrrp] key` and every
+/// user may read it (the package installs the file 0640; an edited or copied one may be
+/// 0644): whoever reads a sync key can forge sync messages, which install, change and
+/// remove sessions, and whoever reads a VRRP key decides who is master. A warning, not a
+/// refusal: `key_file` is the way out, named in it.
+pub fn readable_shared_keys(cfg: &Config) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let sync = cfg.sync.as_ref()?;
-    if sync.key.is_none() || sync.key_file.is_some() {
+    let inline = |key: bool, file: bool| key && !file;
+    let mut sections = Vec::new();
+    if cfg
+        .sync
+        .as_ref()
+        .is_some_and(|s| inline(s.key.is_some(), s.key_file.is_some()))
+    {
+        sections.push("[sync] key");
+    }
+    if cfg
+        .vrrp
+        .as_ref()
+        .is_some_and(|v| inline(v.key.is_some(), v.key_file.is_some()))
+    {
+        sections.push("[vrrp] key");
+    }
+    if sections.is_empty() {
         return None;
     }
     let mode = std::fs::metadata(&cfg.path).ok()?.mode();
     (mode & 0o004 != 0).then(|| {
         format!(
-            "{}: [sync] key is readable by every user (mode {:04o}); move it to a file only \
+            "{}: {} {} readable by every user (mode {:04o}); move it to a file only \
              its owner may read (`key_file`, docs/SYNC.md) or run `chmod 640 {}`",
             cfg.path.display(),
+            sections.join(" and "),
+            if sections.len() == 1 { "is" } else { "are" },
             mode & 0o7777,
             cfg.path.display()
         )

@@ -17,7 +17,7 @@ use crate::dataplane::mesh::{Injected, Mesh};
 use crate::dataplane::sync_events::EventRing;
 use crate::dpdk::{Mempool, RingConsumer, RingProducer};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
-use crate::ha::sync::auth::SyncKey;
+use crate::ha::auth::SharedKey;
 use crate::ha::sync::frame;
 use crate::ha::sync::peers::{Heard, Peer, Peers, Stale};
 use crate::ha::sync::receiver::{
@@ -247,7 +247,7 @@ impl SyncNode {
         let key = settings
             .key
             .as_ref()
-            .map(|k| SyncKey::from_hex(k.as_str()))
+            .map(|k| SharedKey::from_hex(k.as_str()))
             .transpose()
             .map_err(|e| format!("sync.key: {e}"))?;
         if key.is_none() {

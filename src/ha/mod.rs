@@ -9,6 +9,7 @@
 //!   `crate::dataplane::sync_events`.
 //! - [`vrrp`]: VRRPv3 (RFC 5798), interoperable with keepalived: the state machine and
 //!   the node that feeds it frames and sends its advertisements.
+pub mod auth;
 pub mod bgp;
 pub mod sync;
 pub mod vrrp;

@@ -154,9 +154,93 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     fn sum_with_pseudo_header(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u32 {
-        let len = self.message_len();
-        let pseudo = checksum::pseudo_header_sum(src, dst, PROTOCOL.0, len as u16);
-        pseudo + checksum::sum(&self.buffer.as_ref()[..len])
+        sum_with_pseudo_header(&self.buffer.as_ref()[..self.message_len()], src, dst)
+    }
+}
+
+fn sum_with_pseudo_header(payload: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> u32 {
+    let pseudo = checksum::pseudo_header_sum(src, dst, PROTOCOL.0, payload.len() as u16);
+    pseudo + checksum::sum(payload)
+}
+
+/// Whether the checksum of a whole IP payload (an advertisement and whatever follows
+/// its addresses, as an authenticated one's trailer) is right for `src -> dst`: what
+/// a receiver that does not know the trailer (tshark, scapy) checks.
+pub fn verify_payload_checksum(payload: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    payload.len() >= HEADER_LEN
+        && checksum::fold(sum_with_pseudo_header(payload, src, dst)) == 0xffff
+}
+
+/// Writes the checksum of a whole IP payload that starts with an advertisement (see
+/// [`verify_payload_checksum`]); `payload` must hold at least the header.
+pub fn fill_payload_checksum(payload: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) {
+    write_u16(payload, field::CHECKSUM, 0);
+    let value = checksum::finish(sum_with_pseudo_header(payload, src, dst));
+    write_u16(payload, field::CHECKSUM, value);
+}
+
+/// Sluice's authentication trailer, which follows the addresses of an advertisement
+/// between Sluice nodes that share a key (`[vrrp] key`, docs/CONFIG.md). RFC 5798 has
+/// no authentication, so this is Sluice's own; keepalived does not send it and would
+/// not take an advertisement that carries it. The advertisement's checksum covers the
+/// trailer too, as it covers the whole IP payload.
+///
+/// ```text
+/// | magic "SLVA" (4) | counter (8, big-endian) | tag (32) |
+/// ```
+///
+/// The counter is the sender's wall clock in microseconds when it sent the advert,
+/// raised past the last one it sent if needed, so it grows across the sender's restarts
+/// (what the receiver's replay check needs). The tag is the HMAC-SHA256 under the
+/// shared key of [`auth::signed_bytes`].
+pub mod auth {
+    use super::{field, Ipv4Addr};
+
+    pub const MAGIC: [u8; 4] = *b"SLVA";
+    pub const COUNTER_LEN: usize = 8;
+    pub const TAG_LEN: usize = 32;
+    pub const TRAILER_LEN: usize = MAGIC.len() + COUNTER_LEN + TAG_LEN;
+
+    /// The counter and tag of `trailer`, all the bytes after an advertisement's
+    /// addresses; `None` when they are not one trailer (length or magic).
+    pub fn parse(trailer: &[u8]) -> Option<(u64, &[u8])> {
+        if trailer.len() != TRAILER_LEN || trailer[..MAGIC.len()] != MAGIC {
+            return None;
+        }
+        let counter = trailer[MAGIC.len()..MAGIC.len() + COUNTER_LEN]
+            .try_into()
+            .map(u64::from_be_bytes)
+            .ok()?;
+        Some((counter, &trailer[MAGIC.len() + COUNTER_LEN..]))
+    }
+
+    /// Writes the magic and `counter` at the start of `trailer` ([`TRAILER_LEN`]
+    /// bytes), the tag left for [`set_tag`].
+    pub fn write_head(trailer: &mut [u8], counter: u64) {
+        trailer[..MAGIC.len()].copy_from_slice(&MAGIC);
+        trailer[MAGIC.len()..MAGIC.len() + COUNTER_LEN].copy_from_slice(&counter.to_be_bytes());
+    }
+
+    /// Writes the tag at the end of `payload` (an advertisement and its trailer).
+    pub fn set_tag(payload: &mut [u8], tag: &[u8; TAG_LEN]) {
+        let at = payload.len() - TAG_LEN;
+        payload[at..].copy_from_slice(tag);
+    }
+
+    /// What the tag covers: the IP source and destination (so an advert cannot be
+    /// sent again from another peer's address or to another peer), then the payload
+    /// up to the tag with its checksum as zero (the checksum is written last, over
+    /// the tag). `payload` is the advertisement and its trailer.
+    pub fn signed_bytes(payload: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+        let signed = &payload[..payload.len().saturating_sub(TAG_LEN)];
+        let mut bytes = Vec::with_capacity(8 + signed.len());
+        bytes.extend_from_slice(&src.octets());
+        bytes.extend_from_slice(&dst.octets());
+        bytes.extend_from_slice(signed);
+        if let Some(sum) = bytes.get_mut(8 + field::CHECKSUM..8 + field::CHECKSUM + 2) {
+            sum.fill(0);
+        }
+        bytes
     }
 }
 
@@ -407,5 +491,66 @@ print(v.version, v.type, v.vrid, v.priority, v.ipcount, v.adv, ",".join(v.addrli
             output.trim(),
             format!("3 1 7 254 5 35 {} True", addresses.join(","))
         );
+    }
+
+    /// An advertisement with Sluice's trailer: scapy reads the message as VRRPv3 and
+    /// the trailer as what follows it; tshark agrees with the checksum over both.
+    #[test]
+    fn tshark_agrees_with_the_checksum_over_a_trailer() {
+        let repr = scapy_repr();
+        let mut payload = vec![0u8; repr.buffer_len() + auth::TRAILER_LEN];
+        repr.emit(
+            &mut Packet::new_unchecked(&mut payload[..repr.buffer_len()]),
+            SENDER,
+            MULTICAST_GROUP,
+        );
+        auth::write_head(&mut payload[repr.buffer_len()..], 0x0102_0304_0506_0708);
+        auth::set_tag(&mut payload, &[0xa5; auth::TAG_LEN]);
+        fill_payload_checksum(&mut payload, SENDER, MULTICAST_GROUP);
+        assert!(verify_payload_checksum(&payload, SENDER, MULTICAST_GROUP));
+        // The message's own checksum no longer holds: it was summed over the trailer.
+        let packet = Packet::new_checked(&payload[..]).unwrap();
+        assert!(!packet.verify_checksum(SENDER, MULTICAST_GROUP));
+        let (counter, tag) = auth::parse(&payload[repr.buffer_len()..]).unwrap();
+        assert_eq!(
+            (counter, tag),
+            (0x0102_0304_0506_0708, &[0xa5; auth::TAG_LEN][..])
+        );
+        assert_eq!(auth::parse(&payload[repr.buffer_len() + 1..]), None);
+        let mut wrong_magic = payload[repr.buffer_len()..].to_vec();
+        wrong_magic[0] = b'X';
+        assert_eq!(auth::parse(&wrong_magic), None);
+        // The tag covers the addresses and all but the checksum and the tag.
+        let signed = auth::signed_bytes(&payload, SENDER, MULTICAST_GROUP);
+        assert_eq!(signed.len(), 8 + payload.len() - auth::TAG_LEN);
+        assert_eq!(signed[..4], SENDER.octets());
+        assert_eq!(signed[4..8], MULTICAST_GROUP.octets());
+        assert_eq!(signed[8 + 6..8 + 8], [0, 0]);
+        // tshark (Wireshark's dissector, as keepalived) sums the whole IP payload and
+        // finds it good; scapy sums the counted message only, which the trailer's
+        // presence in the sum makes differ (RFC 5798 receivers follow the former).
+        let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+        let pcap =
+            std::env::temp_dir().join(format!("sluice-vrrp-trailer-{}.pcap", std::process::id()));
+        let script = format!(
+            r#"
+import subprocess
+from scapy.all import Ether, IP, Raw, raw, wrpcap
+from scapy.layers.vrrp import VRRPv3
+frame = Ether(dst="01:00:5e:00:00:12")/IP(src="{SENDER}", dst="224.0.0.18", ttl=255, proto=112)/Raw(bytes.fromhex("{hex}"))
+wrpcap("{pcap}", [frame])
+out = subprocess.run(["tshark", "-r", "{pcap}", "-T", "fields", "-e", "vrrp.virt_rtr_id", "-e", "vrrp.addr_count", "-e", "vrrp.checksum.status"], capture_output=True, text=True).stdout.split()
+v = IP(raw(frame[IP]))[VRRPv3]
+theirs = v.chksum
+v.chksum = None
+recomputed = IP(raw(v.underlayer))[VRRPv3].chksum
+print(" ".join(out), v.vrid, v.ipcount, len(bytes(v.payload)), bytes(v.payload)[:4], theirs == recomputed)
+"#,
+            pcap = pcap.display()
+        );
+        let output = crate::wire::test_util::run_scapy(&script);
+        let _ = std::fs::remove_file(&pcap);
+        // tshark: VRID 51, 2 addresses, checksum status 1 (good).
+        assert_eq!(output.trim(), "51 2 1 51 2 44 b'SLVA' False");
     }
 }

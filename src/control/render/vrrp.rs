@@ -13,9 +13,20 @@ pub fn render_vrrp(r: &VrrpReport) -> String {
         (false, false) => r.peers.join(", "),
         (false, true) => format!("{} (adverts sent to each)", r.peers.join(", ")),
     };
+    let auth = match r.authenticated {
+        true => format!(
+            "authenticated (key): refused {} bad auth, {} replayed, {} clock skew",
+            s.adverts_bad_auth, s.adverts_replayed, s.adverts_clock_skew
+        ),
+        false => format!(
+            "UNAUTHENTICATED (unauthenticated = true); sealed adverts refused {}",
+            s.adverts_bad_auth
+        ),
+    };
     format!(
         "VRRP vrid {} {} (priority {}, advert {} ms, preempt {}) from {} for {:.1}s\n\
          peers: {peers}\n\
+         {auth}\n\
          master heard: {} (priority {})\n\
          adverts sent {} received {} rejected {}; gratuitous ARP {}; unsolicited NA {}; \
          transitions {}\n",
@@ -60,9 +71,13 @@ mod tests {
                 gratuitous_arps_sent: 3,
                 unsolicited_nas_sent: 5,
                 transitions: 4,
+                adverts_bad_auth: 6,
+                adverts_replayed: 7,
+                adverts_clock_skew: 8,
             },
             peers: vec!["198.18.0.1".into(), "198.18.0.3".into()],
             unicast: false,
+            authenticated: true,
         }
     }
 
@@ -73,6 +88,7 @@ mod tests {
             render_vrrp(&r),
             "VRRP vrid 51 BACKUP (priority 100, advert 1000 ms, preempt true) from 198.18.0.2 for 12.3s\n\
              peers: 198.18.0.1, 198.18.0.3\n\
+             authenticated (key): refused 6 bad auth, 7 replayed, 8 clock skew\n\
              master heard: 198.18.0.1 (priority 200)\n\
              adverts sent 1 received 40 rejected 2; gratuitous ARP 3; unsolicited NA 5; \
              transitions 4\n"
@@ -93,6 +109,13 @@ mod tests {
         r.peers.clear();
         assert!(
             render_vrrp(&r).contains("\npeers: any sender (any_peer = true)\n"),
+            "{}",
+            render_vrrp(&r)
+        );
+        r.authenticated = false;
+        assert!(
+            render_vrrp(&r)
+                .contains("\nUNAUTHENTICATED (unauthenticated = true); sealed adverts refused 6\n"),
             "{}",
             render_vrrp(&r)
         );

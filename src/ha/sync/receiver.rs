@@ -22,8 +22,9 @@
 use core::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use super::auth::{self, SyncKey};
+use super::auth;
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
+use crate::ha::auth::SharedKey;
 use crate::model::ForwardMode;
 use crate::model::Service;
 use crate::session::replication::{
@@ -142,7 +143,7 @@ pub struct ReceiverConfig {
     /// Source addresses sync messages are accepted from.
     pub peers: Vec<Ipv4Addr>,
     /// The shared key; when set, every message must carry a valid HMAC.
-    pub key: Option<SyncKey>,
+    pub key: Option<SharedKey>,
 }
 
 /// A message that passed every check; its records are all valid.
@@ -394,7 +395,7 @@ mod tests {
         RecordRepr::connection(&session, RecordOp::Update, 900_000)
     }
 
-    fn message(records: &[RecordRepr], key: Option<&SyncKey>) -> Vec<u8> {
+    fn message(records: &[RecordRepr], key: Option<&SharedKey>) -> Vec<u8> {
         let header = MessageRepr {
             message_type: MessageType::SessionBatch,
             flags: MessageFlags::empty(),
@@ -418,7 +419,7 @@ mod tests {
         out.to_vec()
     }
 
-    fn receiver(key: Option<SyncKey>) -> Receiver {
+    fn receiver(key: Option<SharedKey>) -> Receiver {
         Receiver::new(ReceiverConfig {
             local: US,
             peers: vec![PEER, Ipv4Addr::new(192, 0, 2, 2)],
@@ -428,7 +429,7 @@ mod tests {
 
     #[test]
     fn accepts_and_returns_records() {
-        let key = SyncKey::new(b"a shared key, 32 bytes long.....").unwrap();
+        let key = SharedKey::new(b"a shared key, 32 bytes long.....").unwrap();
         let records = [record(VIP, 1000), record(VIP, 1001)];
         for key in [None, Some(key)] {
             let mut rx = receiver(key.clone());
@@ -452,7 +453,7 @@ mod tests {
     /// and nothing comes out to install.
     #[test]
     fn every_reject_reason() {
-        let key = SyncKey::new(b"a shared key, 32 bytes long.....").unwrap();
+        let key = SharedKey::new(b"a shared key, 32 bytes long.....").unwrap();
         let good = message(&[record(VIP, 1000), record(VIP, 1001)], Some(&key));
         let mut rx = receiver(Some(key.clone()));
         assert!(rx.receive(&good, PEER).is_ok());
@@ -537,7 +538,7 @@ mod tests {
     #[test]
     fn random_garbage_from_a_peer_is_counted_never_accepted() {
         let mut rng = XorShift(0x0bad_5eed_0bad_5eed);
-        let mut rx = receiver(Some(SyncKey::new(&[9; 32]).unwrap()));
+        let mut rx = receiver(Some(SharedKey::new(&[9; 32]).unwrap()));
         let mut buf = [0u8; 300];
         for _ in 0..5000 {
             let len = rng.below(buf.len());

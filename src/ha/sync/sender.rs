@@ -1,8 +1,9 @@
 //! The active node's side: turning drained events into sync messages, answering a
 //! resync request with a chunked dump, and asking for one. Pure: the caller provides
 //! the buffer (one MTU) and a `send` for each finished datagram.
-use super::auth::{self, SyncKey};
+use super::auth;
 use crate::dataplane::sync_events::EventRing;
+use crate::ha::auth::SharedKey;
 use crate::session::replication::{
     MessageBuilder, MessageFlags, MessageRepr, MessageType, RecordRepr, RecordSubject,
 };
@@ -76,7 +77,7 @@ pub struct SyncSender {
     epoch: u64,
     sequence: u64,
     mtu: u16,
-    key: Option<SyncKey>,
+    key: Option<SharedKey>,
 }
 
 /// This life's epoch: the wall clock in microseconds since the Unix epoch, so a later
@@ -91,7 +92,7 @@ pub fn epoch_now() -> u64 {
 
 impl SyncSender {
     /// A sender starting a new life ([`epoch_now`]), sequence 0.
-    pub fn new(node_id: u32, mtu: u16, key: Option<SyncKey>) -> SyncSender {
+    pub fn new(node_id: u32, mtu: u16, key: Option<SharedKey>) -> SyncSender {
         SyncSender {
             node_id,
             epoch: epoch_now(),
@@ -333,7 +334,7 @@ mod tests {
         Session::new(&key, ForwardMode::Nat, 0, 0, Ipv4Addr::new(10, 0, 0, 2), 80)
     }
 
-    fn receiver(key: Option<SyncKey>) -> Receiver {
+    fn receiver(key: Option<SharedKey>) -> Receiver {
         Receiver::new(ReceiverConfig {
             local: US,
             peers: vec![PEER],
@@ -343,7 +344,7 @@ mod tests {
 
     #[test]
     fn events_become_full_batches_that_a_receiver_accepts() {
-        let key = SyncKey::new(&[5; 32]).unwrap();
+        let key = SharedKey::new(&[5; 32]).unwrap();
         let rings: Vec<EventRing> = (0..3).map(|_| EventRing::with_capacity(256)).collect();
         for (w, ring) in rings.iter().enumerate() {
             for n in 0..50 {
@@ -549,7 +550,7 @@ mod tests {
 
     #[test]
     fn resync_request_is_accepted_and_carries_the_dump_id() {
-        let key = SyncKey::new(&[1; 16]).unwrap();
+        let key = SharedKey::new(&[1; 16]).unwrap();
         let mut sender = SyncSender::new(u32::from(PEER), 1500, Some(key.clone()));
         let mut buf = [0u8; 128];
         let request = sender.resync_request(0xabcd, US, &mut buf).to_vec();

@@ -4,6 +4,7 @@
 //! unicast`, to each peer), a gratuitous ARP for every IPv4 virtual address and an
 //! unsolicited Neighbor Advertisement for every IPv6 one. While backup, the snapshots say the VIPs are not ours:
 //! the workers stop answering ARP and ping for them, so traffic goes to the master.
+use crate::ha::vrrp::auth::{AdvertAuth, Refusal};
 use crate::ha::vrrp::router::{Actions, Advert, Event, Router, State, VrrpConfig, RESIGN_PRIORITY};
 use crate::wire::ethernet::{self, EtherType, MacAddr};
 use crate::wire::{icmpv6, ipv4, vrrp};
@@ -14,8 +15,20 @@ pub struct VrrpStats {
     /// Frames: with `[vrrp] unicast`, one per peer per advertisement.
     pub adverts_sent: u64,
     pub adverts_received: u64,
-    /// Not for our VRID, wrong TTL, bad checksum or version, truncated.
+    /// Not for our VRID, wrong TTL, bad checksum or version, truncated, or from this
+    /// node's own address.
     pub adverts_rejected: u64,
+    /// With `[vrrp] key`: no trailer or a wrong tag. Without: a trailer (the peers'
+    /// configs disagree).
+    #[serde(default)]
+    pub adverts_bad_auth: u64,
+    /// Authenticated, but not above the sender's last counter: sent before.
+    #[serde(default)]
+    pub adverts_replayed: u64,
+    /// Authenticated, the sender's first since this node started, and its clock further
+    /// from this node's than `[vrrp] max_clock_skew_ms`.
+    #[serde(default)]
+    pub adverts_clock_skew: u64,
     pub gratuitous_arps_sent: u64,
     /// Unsolicited Neighbor Advertisements, one per IPv6 address taken over and one
     /// more each 5 s later (a report from a Sluice that predates them reads 0).
@@ -64,6 +77,10 @@ pub struct VrrpReport {
     /// `[vrrp] unicast`: adverts go to each peer's address instead of 224.0.0.18.
     #[serde(default)]
     pub unicast: bool,
+    /// `[vrrp] key`: adverts are sealed and only sealed ones count (false from a
+    /// Sluice that predates it, which had none).
+    #[serde(default)]
+    pub authenticated: bool,
 }
 
 /// A gratuitous ARP for each of `addrs` (a broadcast who-has for the address, from
@@ -119,6 +136,11 @@ pub struct VrrpNode {
     peers: Vec<Ipv4Addr>,
     /// Adverts to each of `peers` rather than to the group.
     unicast: bool,
+    /// `[vrrp] key`, and the wall clock (microseconds since the Unix epoch) its
+    /// counters come from.
+    auth: Option<(AdvertAuth, fn() -> u64)>,
+    /// A sender refused for its clock is logged once until one of its adverts counts.
+    skew_logged: Vec<Ipv4Addr>,
     last_heard: Option<(Ipv4Addr, u8)>,
     changed_at_ms: u64,
     /// When to announce the virtual addresses once more after becoming master.
@@ -147,6 +169,8 @@ impl VrrpNode {
             mac,
             peers: Vec::new(),
             unicast: false,
+            auth: None,
+            skew_logged: Vec::new(),
             last_heard: None,
             changed_at_ms: 0,
             announce_again_at_ms: None,
@@ -162,6 +186,13 @@ impl VrrpNode {
     pub fn with_peers(mut self, peers: &[Ipv4Addr], unicast: bool) -> Self {
         self.peers = peers.to_vec();
         self.unicast = unicast && !peers.is_empty();
+        self
+    }
+
+    /// The same node, sealing its adverts with `auth` and believing only sealed ones,
+    /// their counters read off `wall_clock_us`.
+    pub fn with_auth(mut self, auth: AdvertAuth, wall_clock_us: fn() -> u64) -> Self {
+        self.auth = Some((auth, wall_clock_us));
         self
     }
 
@@ -262,10 +293,15 @@ impl VrrpNode {
         addrs: &VirtualAddresses,
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
-        let Some(advert) = self.check(frame) else {
-            self.stats.adverts_rejected += 1;
-            return Vec::new();
+        let advert = match self.check(frame) {
+            Ok(advert) => advert,
+            Err(Rejected::Invalid) => {
+                self.stats.adverts_rejected += 1;
+                return Vec::new();
+            }
+            Err(Rejected::Refused(sender, refusal)) => return self.refused(sender, refusal),
         };
+        self.skew_logged.retain(|&s| s != advert.sender);
         self.stats.adverts_received += 1;
         if advert.priority != RESIGN_PRIORITY {
             self.last_heard = Some((advert.sender, advert.priority));
@@ -273,30 +309,79 @@ impl VrrpNode {
         self.step(Event::Advert(advert), now_ms, addrs, send)
     }
 
-    /// RFC 5798 section 7.1: TTL 255, version 3, our VRID, a valid checksum. The
-    /// message is the whole IP payload (the sender's checksum covers all of it), so an
-    /// address count that disagrees with the payload length is refused: checking only
-    /// the counted bytes would accept a frame whose checksum the sender computed over
-    /// more, by coincidence one time in 65,536.
-    fn check(&self, frame: &[u8]) -> Option<Advert> {
-        let ip = ipv4::Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
+    /// Counts an authentication refusal; the first refusal of a sender for its clock
+    /// is logged with the skew, since it is a misconfiguration (NTP) more often than an
+    /// attack, and it makes this node take the master role beside a live one.
+    fn refused(&mut self, sender: Ipv4Addr, refusal: Refusal) -> Vec<String> {
+        match refusal {
+            Refusal::BadAuth => self.stats.adverts_bad_auth += 1,
+            Refusal::Replayed => self.stats.adverts_replayed += 1,
+            Refusal::ClockSkew(us) => {
+                self.stats.adverts_clock_skew += 1;
+                if !self.skew_logged.contains(&sender) && self.skew_logged.len() < 64 {
+                    self.skew_logged.push(sender);
+                    let (how, secs) = match us > 0 {
+                        true => ("ahead of", us as f64 / 1e6),
+                        false => ("behind", -(us as f64) / 1e6),
+                    };
+                    return vec![format!(
+                        "lb=vrrp vrid={} op=refused from={sender} reason=clock_skew: its clock is \
+                         {secs:.1} s {how} this node's, more than max_clock_skew_ms; its adverts \
+                         count once the clocks agree (NTP)",
+                        self.router.config.vrid
+                    )];
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    /// RFC 5798 section 7.1: TTL 255, version 3, our VRID, a valid checksum; not from
+    /// this node's own address. The message is the whole IP payload (the sender's
+    /// checksum covers all of it), so an address count that disagrees with the payload
+    /// length is refused: checking only the counted bytes would accept a frame whose
+    /// checksum the sender computed over more, by coincidence one time in 65,536. With
+    /// a key, the payload is the message and its trailer, which must seal it.
+    fn check(&mut self, frame: &[u8]) -> Result<Advert, Rejected> {
+        let invalid = |_| Rejected::Invalid;
+        let ip =
+            ipv4::Packet::new_checked(frame.get(ethernet::HEADER_LEN..).ok_or(Rejected::Invalid)?)
+                .map_err(invalid)?;
         if ip.ttl() != vrrp::TTL || ip.protocol() != vrrp::PROTOCOL || !ip.verify_checksum() {
-            return None;
+            return Err(Rejected::Invalid);
         }
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let end = ip.total_len() as usize;
-        let body = frame.get(ethernet::HEADER_LEN + ip.header_len()..ethernet::HEADER_LEN + end)?;
-        let packet = vrrp::Packet::new_checked(body).ok()?;
-        if packet.message_len() != body.len() {
-            return None;
+        let body = frame
+            .get(ethernet::HEADER_LEN + ip.header_len()..ethernet::HEADER_LEN + end)
+            .ok_or(Rejected::Invalid)?;
+        let packet = vrrp::Packet::new_checked(body).map_err(invalid)?;
+        let message_len = packet.message_len();
+        if !vrrp::verify_payload_checksum(body, src, dst)
+            || packet.vrid() != self.router.config.vrid
+            || src == self.router.config.primary_addr
+        {
+            return Err(Rejected::Invalid);
         }
-        let repr = vrrp::Repr::parse(&packet, ip.src_addr(), ip.dst_addr()).ok()?;
-        if packet.version() != vrrp::VERSION || repr.vrid != self.router.config.vrid {
-            return None;
+        match &mut self.auth {
+            None if message_len != body.len() => {
+                // A trailer, or bytes no VRRP sender adds: a sealed advert is refused
+                // as such, anything else as malformed.
+                let sealed = vrrp::auth::parse(&body[message_len..]).is_some();
+                return Err(match sealed {
+                    true => Rejected::Refused(src, Refusal::BadAuth),
+                    false => Rejected::Invalid,
+                });
+            }
+            None => {}
+            Some((auth, clock)) => auth
+                .admit(body, message_len, src, dst, clock())
+                .map_err(|r| Rejected::Refused(src, r))?,
         }
-        Some(Advert {
-            priority: repr.priority,
-            max_advert_interval_cs: repr.max_advert_interval,
-            sender: ip.src_addr(),
+        Ok(Advert {
+            priority: packet.priority(),
+            max_advert_interval_cs: packet.max_advert_interval(),
+            sender: src,
         })
     }
 
@@ -363,8 +448,14 @@ impl VrrpNode {
         };
         let l3 = ethernet::HEADER_LEN;
         let l4 = l3 + ipv4::MIN_HEADER_LEN;
-        let len = l4 + repr.buffer_len();
+        let message_end = l4 + repr.buffer_len();
+        let sealed = self
+            .auth
+            .as_mut()
+            .map(|(auth, clock)| (auth.next_counter(clock()), &*auth));
+        let len = message_end + sealed.map_or(0, |_| vrrp::auth::TRAILER_LEN);
         let mut frame = vec![0u8; len.max(60)];
+        let mut sent = 0;
         for (mac, to) in peers {
             ethernet::Repr {
                 src_addr: self.mac,
@@ -376,19 +467,21 @@ impl VrrpNode {
                 src_addr: c.primary_addr,
                 dst_addr: to,
                 protocol: vrrp::PROTOCOL,
-                payload_len: repr.buffer_len(),
+                payload_len: len - l4,
                 ttl: vrrp::TTL,
             }
             .emit(&mut ipv4::Packet::new_unchecked(&mut frame[l3..len]));
             repr.emit(
-                &mut vrrp::Packet::new_unchecked(&mut frame[l4..len]),
+                &mut vrrp::Packet::new_unchecked(&mut frame[l4..message_end]),
                 c.primary_addr,
                 to,
             );
-            if send(&frame) {
-                self.stats.adverts_sent += 1;
+            if let Some((counter, auth)) = sealed {
+                auth.seal(&mut frame[l4..len], c.primary_addr, to, counter);
             }
+            sent += u64::from(send(&frame));
         }
+        self.stats.adverts_sent += sent;
     }
 
     pub fn report(&self, now_ms: u64) -> VrrpReport {
@@ -406,8 +499,17 @@ impl VrrpNode {
             stats: self.stats,
             peers: self.peers.iter().map(Ipv4Addr::to_string).collect(),
             unicast: self.unicast,
+            authenticated: self.auth.is_some(),
         }
     }
+}
+
+/// Why [`VrrpNode::check`] did not take an advert.
+enum Rejected {
+    /// Not a valid advert for this router (`adverts_rejected`).
+    Invalid,
+    /// A valid one that authentication refused, from this sender.
+    Refused(Ipv4Addr, Refusal),
 }
 
 #[cfg(test)]
@@ -707,5 +809,141 @@ for h in {nas:?}:
             sent.iter().any(|f| f[..6] == vrrp::MULTICAST_MAC.0),
             "{sent:?}"
         );
+    }
+
+    thread_local! {
+        /// The wall clock the keyed nodes of a test read, in microseconds.
+        static CLOCK_US: std::cell::Cell<u64> = const { std::cell::Cell::new(1_800_000_000_000_000) };
+    }
+
+    fn test_clock() -> u64 {
+        CLOCK_US.with(|c| c.get())
+    }
+
+    fn keyed(priority: u8, last: u8, key: &[u8]) -> VrrpNode {
+        let key = crate::ha::auth::SharedKey::new(key).unwrap();
+        node(priority, last).with_auth(AdvertAuth::new(key, 60_000), test_clock)
+    }
+
+    const KEY: &[u8] = b"the group's key, 32 bytes long!!";
+
+    /// The adverts `n` sends over `ms` milliseconds from `start`, alone (master).
+    fn adverts_of(n: &mut VrrpNode, start: u64, ms: u64, vips: &VirtualAddresses) -> Vec<Vec<u8>> {
+        let mut frames = Vec::new();
+        let mut keep = |f: &[u8]| {
+            if f[12..14] == [0x08, 0x00] {
+                frames.push(f.to_vec());
+            }
+            true
+        };
+        n.start(start, vips, &mut keep);
+        for now in start..start + ms {
+            CLOCK_US.with(|c| c.set(c.get() + 1000));
+            n.tick(now, vips, &mut keep);
+        }
+        frames
+    }
+
+    #[test]
+    fn keyed_nodes_believe_each_others_sealed_adverts_once_and_nothing_else() {
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
+        let mut master = keyed(150, 1, KEY);
+        let sealed = adverts_of(&mut master, 0, 1000, &vips);
+        assert!(master.serving() && sealed.len() >= 5, "{}", sealed.len());
+        assert!(master.report(1000).authenticated);
+        // Sealed: the message, then the trailer, all under one checksum.
+        let ip_len = u16::from_be_bytes([sealed[0][16], sealed[0][17]]) as usize;
+        assert_eq!(ip_len, 20 + 8 + 4 + vrrp::auth::TRAILER_LEN);
+        let mut backup = keyed(100, 2, KEY);
+        let none = &mut |_: &[u8]| true;
+        backup.start(0, &vips, none);
+        for f in &sealed {
+            backup.on_frame(f, 10, &vips, none);
+        }
+        assert_eq!(backup.stats.adverts_received, sealed.len() as u64);
+        assert_eq!(backup.report(10).master.as_deref(), Some("198.18.0.1"));
+        // Sent again, in any order: refused, counted, and the node is where it was.
+        for f in sealed.iter().rev() {
+            backup.on_frame(f, 20, &vips, none);
+        }
+        assert_eq!(backup.stats.adverts_replayed, sealed.len() as u64);
+        assert_eq!(backup.stats.adverts_received, sealed.len() as u64);
+        // The same advert unsealed (as keepalived sends it), or sealed under another
+        // key: refused as bad auth.
+        let mut plain = node(150, 1);
+        let unsealed = adverts_of(&mut plain, 0, 1000, &vips);
+        let mut stranger = keyed(150, 1, b"not the group's key, 32 bytes!!!");
+        let forged = adverts_of(&mut stranger, 0, 1000, &vips);
+        backup.on_frame(&unsealed[0], 30, &vips, none);
+        backup.on_frame(&forged[forged.len() - 1], 30, &vips, none);
+        assert_eq!(backup.stats.adverts_bad_auth, 2, "{:?}", backup.stats);
+        // A node without a key refuses a sealed advert as bad auth, not as malformed.
+        let mut open = node(100, 3);
+        open.start(0, &vips, none);
+        open.on_frame(&sealed[0], 10, &vips, none);
+        assert_eq!(
+            (
+                open.stats.adverts_bad_auth,
+                open.stats.adverts_received,
+                open.stats.adverts_rejected
+            ),
+            (1, 0, 0)
+        );
+        // Alone for the master-down interval, the keyed backup takes over: nothing
+        // refused kept it back.
+        let mut lines = Vec::new();
+        for now in 30..2000 {
+            lines.extend(backup.tick(now, &vips, none));
+        }
+        assert!(backup.serving(), "{lines:?}");
+    }
+
+    #[test]
+    fn a_peer_off_this_nodes_clock_is_refused_and_logged_once() {
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
+        let mut master = keyed(150, 1, KEY);
+        let sealed = adverts_of(&mut master, 0, 500, &vips);
+        // A backup started 90 s after those adverts were sent (a recording replayed
+        // to a node that just restarted, or a peer whose clock is 90 s behind).
+        CLOCK_US.with(|c| c.set(c.get() + 90_000_000));
+        let mut backup = keyed(100, 2, KEY);
+        let none = &mut |_: &[u8]| true;
+        backup.start(0, &vips, none);
+        let mut lines = Vec::new();
+        for f in &sealed {
+            lines.extend(backup.on_frame(f, 10, &vips, none));
+        }
+        assert_eq!(
+            (
+                backup.stats.adverts_clock_skew,
+                backup.stats.adverts_received
+            ),
+            (sealed.len() as u64, 0)
+        );
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with(
+                "lb=vrrp vrid=51 op=refused from=198.18.0.1 reason=clock_skew: its clock is 90."
+            ),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("s behind this node's"), "{lines:?}");
+        // Once the clocks agree (the master sends now, on the clock the backup reads),
+        // its adverts count, and a later skew would be logged again.
+        let fresh = adverts_of(&mut master, 500, 300, &vips);
+        backup.on_frame(&fresh[fresh.len() - 1], 20, &vips, none);
+        assert_eq!(backup.stats.adverts_received, 1, "{:?}", backup.stats);
+        assert!(backup.skew_logged.is_empty());
+    }
+
+    #[test]
+    fn an_advert_from_this_nodes_own_address_is_rejected() {
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
+        let mut a = node(150, 1);
+        let own = adverts_of(&mut a, 0, 500, &vips);
+        let mut b = node(100, 1);
+        b.start(0, &vips, &mut |_: &[u8]| true);
+        b.on_frame(&own[0], 10, &vips, &mut |_: &[u8]| true);
+        assert_eq!((b.stats.adverts_rejected, b.stats.adverts_received), (1, 0));
     }
 }
