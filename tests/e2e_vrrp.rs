@@ -564,6 +564,27 @@ else:
     print(1)
 "#;
 
+/// Sluice alone on the lab's link, NAT service VIP:80 -> rs1, `[vrrp]` at priority 150
+/// every 100 ms with the client as its one peer and `auth` (`key = ...` or
+/// `unauthenticated = true`); returned once it is master.
+fn master_alone(lab: &AppLab, auth: &str) -> Daemon {
+    let toml = service_section(
+        "tcp",
+        VIP,
+        80,
+        "rr",
+        &[],
+        &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
+    ) + &format!(
+        "\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\npeers = [\"{}\"]\n{auth}\n",
+        lab.bed.client_ip()
+    );
+    let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    daemon
+}
+
 #[test]
 fn malformed_and_foreign_adverts_are_rejected() {
     require_root();
@@ -573,20 +594,7 @@ fn malformed_and_foreign_adverts_are_rejected() {
         lab.bed.client_if(),
         lab.bed.client_ip(),
     );
-    let toml = service_section(
-        "tcp",
-        VIP,
-        80,
-        "rr",
-        &[],
-        &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
-    ) + &format!(
-        "\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\npeers = [\"{client_ip}\"]\n\
-         unauthenticated = true\n"
-    );
-    let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
-    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
-    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let daemon = master_alone(&lab, "unauthenticated = true");
     let send_from = |src: &str, kind: &str| {
         lab.bed
             .exec(
@@ -758,20 +766,7 @@ fn sealed_adverts_count_once_and_unsealed_forged_replayed_or_stale_ones_never() 
         lab.bed.client_if(),
         lab.bed.client_ip(),
     );
-    let toml = service_section(
-        "tcp",
-        VIP,
-        80,
-        "rr",
-        &[],
-        &[(lab.bed.rs_ip(1), HTTP_PORT, 1, "nat")],
-    ) + &format!(
-        "\n[vrrp]\nvrid = {VRID}\npriority = 150\nadvert_interval_ms = 100\npeers = [\"{client_ip}\"]\n\
-         key = \"{KEY}\"\n"
-    );
-    let daemon = lab.daemon(&[&format!("{APPLIANCE}/24")], toml);
-    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
-    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let daemon = master_alone(&lab, &format!("key = \"{KEY}\""));
     assert_eq!(daemon.vrrp()["authenticated"], true);
     let run = |src: &str, kind: &str| {
         lab.bed
