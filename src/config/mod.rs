@@ -407,8 +407,12 @@ pub struct VrrpSettings {
     /// the config (or absent).
     pub key_file: Option<std::path::PathBuf>,
     /// How far a sender's clock may be from this node's for its first advert after
-    /// this node's start to count (the replay bound then); default 60 s.
+    /// this node's start to count (the replay bound then), and how far ahead any
+    /// advert's may be; default 60 s.
     pub max_clock_skew_ms: u32,
+    /// With `key`: adverts without a trailer count too (switching a running group to
+    /// a key); default false.
+    pub accept_unsealed: bool,
 }
 
 /// Key material as written in the config (hex): compared and cloned as a string, never
@@ -698,6 +702,7 @@ impl Config {
                     v.unicast,
                     v.key.clone(),
                     v.max_clock_skew_ms,
+                    v.accept_unsealed,
                 )
             })
         };
@@ -718,7 +723,7 @@ impl Config {
             ("sync", self.sync != reloaded.sync),
             ("bgp", self.bgp != reloaded.bgp),
             (
-                "vrrp (on or off, vrid, source, addresses, peers, key)",
+                "vrrp (on or off, vrid, source, addresses, peers, key, max_clock_skew_ms, accept_unsealed)",
                 vrrp_fixed(self) != vrrp_fixed(reloaded),
             ),
             (

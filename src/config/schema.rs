@@ -148,6 +148,7 @@ const VRRP_KEYS: &[&str] = &[
     "key_file",
     "unauthenticated",
     "max_clock_skew_ms",
+    "accept_unsealed",
 ];
 const BGP_KEYS: &[&str] = &[
     "include",
@@ -340,22 +341,28 @@ fn read_shared_key(
     match (&key, unauthenticated) {
         (None, false) => return Err(t.missing("key", missing)),
         (Some(_), true) => {
+            let with = match t.get("key_file") {
+                Some(_) => "`key_file`",
+                None => "a `key`",
+            };
             return Err(t
                 .get("unauthenticated")
                 .expect("read above")
-                .invalid("`unauthenticated = true` with a `key`: remove one of them"))
+                .invalid(format!(
+                    "`unauthenticated = true` with {with}: remove one of them"
+                )));
         }
         _ => {}
     }
     Ok((key, key_file))
 }
 
-/// `[sync] key_file`: the key's hex in a file of its own (relative to the config
-/// file's directory), surrounding whitespace ignored, so the config itself can be
-/// readable by others and kept in version control. The file must not be: a group or
-/// other user that can read it can forge sync messages, which install, change and
-/// remove sessions, and one that owns it can change the key (as ssh refuses a private
-/// key others can read or own). Opened once, not through a symbolic link, and judged
+/// A `key_file` (`[sync]`, `[vrrp]`): the key's hex in a file of its own (relative to
+/// the config file's directory), surrounding whitespace ignored, so the config itself
+/// can be readable by others and kept in version control. The file must not be: a
+/// group or other user that can read it can forge sync messages, which install, change
+/// and remove sessions, or VRRP adverts, which decide who is master, and one that owns
+/// it can change the key (as ssh refuses a private key others can read or own). Opened once, not through a symbolic link, and judged
 /// by what was opened (no window between the check and the read); a regular file
 /// only (a FIFO would hang the load, and a reload on the management loop with it),
 /// refused past [`KEY_FILE_MAX`] bytes.
@@ -740,9 +747,17 @@ fn read_vrrp(root: &Table, ports: &[PortRead], config: &Source) -> Check<Option<
          cannot authenticate VRRPv3, so with keepalived peers say `unauthenticated = true`",
     )?;
     let max_clock_skew_ms = t.or("max_clock_skew_ms", 60_000, |f| f.int(1000..=86_400_000))?;
+    // While a running group switches to a key: sealed adverts out, unsealed ones taken
+    // too (docs/CONFIG.md, `[vrrp]`, switching a group to a key).
+    let accept_unsealed = t.or("accept_unsealed", false, Field::bool)?;
     if key.is_none() {
         if let Some(f) = t.get("max_clock_skew_ms") {
             return Err(f.invalid("only adverts sealed with a `key` carry a clock to judge"));
+        }
+        if let Some(f) = t.get("accept_unsealed") {
+            return Err(
+                f.invalid("only with a `key`: without one, unsealed adverts are all there is")
+            );
         }
     }
     Ok(Some(VrrpSettings {
@@ -760,6 +775,7 @@ fn read_vrrp(root: &Table, ports: &[PortRead], config: &Source) -> Check<Option<
         key,
         key_file,
         max_clock_skew_ms,
+        accept_unsealed,
     }))
 }
 

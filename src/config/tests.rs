@@ -2373,6 +2373,17 @@ fn vrrp_is_authenticated_unless_the_config_opts_out() {
         "only adverts sealed with a `key`",
     );
     assert_rejected(
+        &vrrp("unauthenticated = true\naccept_unsealed = true\n"),
+        25,
+        "vrrp.accept_unsealed",
+        "only with a `key`",
+    );
+    let switching = parse(&vrrp(&format!("{VRRP_KEY_LINE}accept_unsealed = true\n")))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .vrrp
+        .unwrap();
+    assert!(switching.accept_unsealed && !keyed.accept_unsealed);
+    assert_rejected(
         &vrrp(&format!("{VRRP_KEY_LINE}max_clock_skew_ms = 999\n")),
         25,
         "vrrp.max_clock_skew_ms",
@@ -2397,6 +2408,12 @@ fn vrrp_is_authenticated_unless_the_config_opts_out() {
         25,
         "vrrp.key_file",
         "with a `key`",
+    );
+    assert_rejected(
+        &vrrp(&format!("{line}unauthenticated = true\n")),
+        25,
+        "vrrp.unauthenticated",
+        "`unauthenticated = true` with `key_file`",
     );
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert_rejected(&vrrp(&line), 24, "vrrp.key_file", "has mode 0644");

@@ -942,6 +942,11 @@ pub fn render_ha(
                 v.stats.adverts_rejected,
                 "Advertisements rejected (VRID, TTL, checksum, version, length).",
             ),
+            (
+                "sluice_vrrp_adverts_unsealed_total",
+                v.stats.adverts_unsealed,
+                "Advertisements taken without a seal while accept_unsealed = true.",
+            ),
         ];
         for (name, value, help) in counters {
             Family::new(&mut o, name, "counter", help).sample(name, &[], value);
@@ -1483,6 +1488,7 @@ mod ha_tests {
             peers: vec!["198.18.0.2".into()],
             unicast: false,
             authenticated: true,
+            accept_unsealed: false,
         };
         let sync = SyncReport {
             listen: "198.19.0.1:8848".into(),

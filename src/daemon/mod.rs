@@ -546,10 +546,15 @@ fn vrrp_node(cfg: &Config, app: &Appliance) -> Option<crate::ha::vrrp::node::Vrr
     };
     let key =
         crate::ha::auth::SharedKey::from_hex(hex.as_str()).expect("the config checked the key");
-    Some(node.with_auth(
-        crate::ha::vrrp::auth::AdvertAuth::new(key, v.max_clock_skew_ms),
-        wall_clock_us,
-    ))
+    if v.accept_unsealed {
+        log::warn!(
+            "vrrp: UNSEALED adverts are taken too (`accept_unsealed = true` in [vrrp]), for \
+             switching the group to a key; remove it once every router has the key"
+        );
+    }
+    let auth = crate::ha::vrrp::auth::AdvertAuth::new(key, v.max_clock_skew_ms)
+        .accepting_unsealed(v.accept_unsealed);
+    Some(node.with_auth(auth, wall_clock_us))
 }
 
 /// The wall clock in microseconds since the Unix epoch (0 before it).

@@ -68,7 +68,7 @@ pub fn readable_shared_keys(cfg: &Config) -> Option<String> {
     (mode & 0o004 != 0).then(|| {
         format!(
             "{}: {} {} readable by every user (mode {:04o}); move it to a file only \
-             its owner may read (`key_file`, docs/SYNC.md) or run `chmod 640 {}`",
+             its owner may read (`key_file`, docs/CONFIG.md) or run `chmod 640 {}`",
             cfg.path.display(),
             sections.join(" and "),
             if sections.len() == 1 { "is" } else { "are" },

@@ -13,9 +13,16 @@ pub fn render_vrrp(r: &VrrpReport) -> String {
         (false, false) => r.peers.join(", "),
         (false, true) => format!("{} (adverts sent to each)", r.peers.join(", ")),
     };
+    let unsealed = match r.accept_unsealed {
+        true => format!(
+            ", UNSEALED taken too (accept_unsealed = true): {}",
+            s.adverts_unsealed
+        ),
+        false => String::new(),
+    };
     let auth = match r.authenticated {
         true => format!(
-            "authenticated (key): refused {} bad auth, {} replayed, {} clock skew",
+            "authenticated (key): refused {} bad auth, {} replayed, {} clock skew{unsealed}",
             s.adverts_bad_auth, s.adverts_replayed, s.adverts_clock_skew
         ),
         false => format!(
@@ -74,10 +81,12 @@ mod tests {
                 adverts_bad_auth: 6,
                 adverts_replayed: 7,
                 adverts_clock_skew: 8,
+                adverts_unsealed: 0,
             },
             peers: vec!["198.18.0.1".into(), "198.18.0.3".into()],
             unicast: false,
             authenticated: true,
+            accept_unsealed: false,
         }
     }
 
@@ -109,6 +118,16 @@ mod tests {
         r.peers.clear();
         assert!(
             render_vrrp(&r).contains("\npeers: any sender (any_peer = true)\n"),
+            "{}",
+            render_vrrp(&r)
+        );
+        r.accept_unsealed = true;
+        r.stats.adverts_unsealed = 9;
+        assert!(
+            render_vrrp(&r).contains(
+                "\nauthenticated (key): refused 6 bad auth, 7 replayed, 8 clock skew, \
+                 UNSEALED taken too (accept_unsealed = true): 9\n"
+            ),
             "{}",
             render_vrrp(&r)
         );

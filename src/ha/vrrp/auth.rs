@@ -19,14 +19,20 @@
 //! be higher than nothing. So the first advert of a sender is taken only if its counter
 //! is within `max_clock_skew` of this node's own clock: a recording is good for that
 //! long at most. With the peer dead, a replayer could otherwise hold a restarted node
-//! in backup for as long as the recording lasts. The price is that the nodes' clocks
+//! in backup for as long as the recording lasts. No counter further ahead than that is
+//! ever taken either, so a sender whose clock ran ahead for a while cannot leave a
+//! counter behind that its corrected clock takes long to pass. The price is that the
+//! nodes' clocks
 //! must agree within that bound (NTP); a peer refused for it is logged with the skew
 //! measured, and counted.
 
 use std::net::Ipv4Addr;
 
-use crate::ha::auth::SharedKey;
+use crate::ha::auth::{SharedKey, TAG_LEN};
 use crate::wire::vrrp::{self, auth as trailer};
+
+// The trailer holds one whole tag.
+const _: () = assert!(trailer::TAG_LEN == TAG_LEN);
 
 /// Why an advert with a valid checksum was not believed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,11 +40,13 @@ pub enum Refusal {
     /// With a key: no trailer, or a tag that is not the advert's under the key.
     /// Without one: a trailer (the peers' configs disagree).
     BadAuth,
-    /// Authenticated, but its counter is not above the highest accepted from the same
-    /// sender: sent before, or older than one heard.
-    Replayed,
-    /// Authenticated, the first from its sender, and its counter this many
-    /// microseconds from this node's clock (positive: ahead), more than the bound.
+    /// Authenticated, but its counter is this many microseconds behind the highest
+    /// accepted from the same sender (0: the same): sent before, or its sender's clock
+    /// went back across a restart.
+    Replayed(u64),
+    /// Authenticated, and its counter this many microseconds from this node's clock
+    /// (positive: ahead), more than the bound: ahead, always; behind, for the first
+    /// advert of a sender.
     ClockSkew(i64),
 }
 
@@ -49,6 +57,9 @@ const MAX_SENDERS: usize = 256;
 /// The key, this node's own counter and the highest counter heard from each sender.
 pub struct AdvertAuth {
     key: SharedKey,
+    /// `accept_unsealed = true`: while a group switches to a key, an advert without a
+    /// trailer is taken too (one with a trailer must still be right).
+    accept_unsealed: bool,
     max_skew_us: u64,
     last_sent: u64,
     heard: Vec<(Ipv4Addr, u64)>,
@@ -58,10 +69,24 @@ impl AdvertAuth {
     pub fn new(key: SharedKey, max_clock_skew_ms: u32) -> AdvertAuth {
         AdvertAuth {
             key,
+            accept_unsealed: false,
             max_skew_us: u64::from(max_clock_skew_ms) * 1000,
             last_sent: 0,
             heard: Vec::new(),
         }
+    }
+
+    /// The same, also taking adverts without a trailer when `accept` (`[vrrp]
+    /// accept_unsealed`, for switching a running group to a key without a moment with
+    /// two masters).
+    pub fn accepting_unsealed(mut self, accept: bool) -> AdvertAuth {
+        self.accept_unsealed = accept;
+        self
+    }
+
+    /// Whether adverts without a trailer are taken.
+    pub fn accepts_unsealed(&self) -> bool {
+        self.accept_unsealed
     }
 
     /// The counter of an advert sent at wall-clock `now_us`: that, or one more than
@@ -94,22 +119,27 @@ impl AdvertAuth {
         dst: Ipv4Addr,
         now_us: u64,
     ) -> Result<(), Refusal> {
-        let (counter, tag) = trailer::parse(&payload[message_len..]).ok_or(Refusal::BadAuth)?;
+        let (counter, tag) = payload
+            .get(message_len..)
+            .and_then(trailer::parse)
+            .ok_or(Refusal::BadAuth)?;
         if !self
             .key
             .verify(&trailer::signed_bytes(payload, src, dst), tag)
         {
             return Err(Refusal::BadAuth);
         }
+        let skew = counter as i128 - now_us as i128;
+        let skewed = || Refusal::ClockSkew(skew.clamp(i64::MIN.into(), i64::MAX.into()) as i64);
+        if skew > i128::from(self.max_skew_us) {
+            return Err(skewed());
+        }
         match self.heard.iter_mut().find(|(sender, _)| *sender == src) {
             Some((_, highest)) if counter > *highest => *highest = counter,
-            Some(_) => return Err(Refusal::Replayed),
+            Some((_, highest)) => return Err(Refusal::Replayed(*highest - counter)),
             None => {
-                let skew = counter as i128 - now_us as i128;
                 if skew.unsigned_abs() > u128::from(self.max_skew_us) {
-                    return Err(Refusal::ClockSkew(
-                        skew.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
-                    ));
+                    return Err(skewed());
                 }
                 if self.heard.len() == MAX_SENDERS {
                     // The sender heard least recently by its own clock gives way.
@@ -173,7 +203,7 @@ mod tests {
         );
         assert_eq!(
             admit(&mut receiver, &payload, A, vrrp::MULTICAST_GROUP),
-            Err(Refusal::Replayed)
+            Err(Refusal::Replayed(0))
         );
         // Every byte but the checksum's (which the caller verifies) is under the tag.
         for at in (0..payload.len()).filter(|&i| !(6..8).contains(&i)) {
@@ -238,15 +268,22 @@ mod tests {
         }
         // Each sender has its own counter.
         assert_eq!(r.admit(&from_b, MESSAGE, B, g, NOW), Ok(()));
-        for p in &adverts[..3] {
-            assert_eq!(r.admit(p, MESSAGE, A, g, NOW), Err(Refusal::Replayed));
+        // Refused, with how far behind the last one believed each is.
+        for (p, behind) in adverts[..3].iter().zip([2, 1, 0]) {
+            assert_eq!(
+                r.admit(p, MESSAGE, A, g, NOW),
+                Err(Refusal::Replayed(behind))
+            );
         }
         assert_eq!(r.admit(&adverts[3], MESSAGE, A, g, NOW), Ok(()));
         assert_eq!(
             r.admit(&adverts[1], MESSAGE, A, g, NOW),
-            Err(Refusal::Replayed)
+            Err(Refusal::Replayed(999_999))
         );
-        assert_eq!(r.admit(&from_b, MESSAGE, B, g, NOW), Err(Refusal::Replayed));
+        assert_eq!(
+            r.admit(&from_b, MESSAGE, B, g, NOW),
+            Err(Refusal::Replayed(0))
+        );
         // A restarted sender starts from its clock, later than before: admitted.
         let mut restarted = AdvertAuth::new(key(), 60_000);
         let after = sealed(&mut restarted, A, g, NOW + 2_000_000);
@@ -289,5 +326,30 @@ mod tests {
         // The newest are kept: the last sender's advert is still a replay.
         let last = Ipv4Addr::from(0xc612_0000 + MAX_SENDERS as u32 + 9);
         assert!(r.heard.iter().any(|(src, _)| *src == last));
+    }
+
+    #[test]
+    fn no_counter_further_ahead_than_the_skew_is_taken() {
+        let g = vrrp::MULTICAST_GROUP;
+        let mut a = AdvertAuth::new(key(), 60_000);
+        let mut r = AdvertAuth::new(key(), 60_000);
+        assert_eq!(
+            r.admit(&sealed(&mut a, A, g, NOW), MESSAGE, A, g, NOW),
+            Ok(())
+        );
+        // A's clock jumps 2 h ahead: refused, although above its last counter, so the
+        // receiver never holds a counter A's corrected clock takes 2 h to pass.
+        let ahead = sealed(&mut a, A, g, NOW + 7_200_000_000);
+        assert_eq!(
+            r.admit(&ahead, MESSAGE, A, g, NOW + 1_000_000),
+            Err(Refusal::ClockSkew(7_199_000_000))
+        );
+        // Restarted with its clock corrected, A is believed at once.
+        let mut corrected = AdvertAuth::new(key(), 60_000);
+        let back = sealed(&mut corrected, A, g, NOW + 2_000_000);
+        assert_eq!(r.admit(&back, MESSAGE, A, g, NOW + 2_000_000), Ok(()));
+        // Within the bound ahead: taken.
+        let near = sealed(&mut corrected, A, g, NOW + 50_000_000);
+        assert_eq!(r.admit(&near, MESSAGE, A, g, NOW + 2_000_000), Ok(()));
     }
 }

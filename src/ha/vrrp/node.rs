@@ -29,6 +29,10 @@ pub struct VrrpStats {
     /// from this node's than `[vrrp] max_clock_skew_ms`.
     #[serde(default)]
     pub adverts_clock_skew: u64,
+    /// With `[vrrp] key` and `accept_unsealed = true`: taken without a trailer (also
+    /// in `adverts_received`).
+    #[serde(default)]
+    pub adverts_unsealed: u64,
     pub gratuitous_arps_sent: u64,
     /// Unsolicited Neighbor Advertisements, one per IPv6 address taken over and one
     /// more each 5 s later (a report from a Sluice that predates them reads 0).
@@ -81,6 +85,9 @@ pub struct VrrpReport {
     /// Sluice that predates it, which had none).
     #[serde(default)]
     pub authenticated: bool,
+    /// `[vrrp] accept_unsealed`: with the key, adverts without a trailer count too.
+    #[serde(default)]
+    pub accept_unsealed: bool,
 }
 
 /// A gratuitous ARP for each of `addrs` (a broadcast who-has for the address, from
@@ -139,8 +146,8 @@ pub struct VrrpNode {
     /// `[vrrp] key`, and the wall clock (microseconds since the Unix epoch) its
     /// counters come from.
     auth: Option<(AdvertAuth, fn() -> u64)>,
-    /// A sender refused for its clock is logged once until one of its adverts counts.
-    skew_logged: Vec<Ipv4Addr>,
+    /// A refused sender is logged once until one of its adverts counts.
+    refusal_logged: Vec<Ipv4Addr>,
     last_heard: Option<(Ipv4Addr, u8)>,
     changed_at_ms: u64,
     /// When to announce the virtual addresses once more after becoming master.
@@ -170,7 +177,7 @@ impl VrrpNode {
             peers: Vec::new(),
             unicast: false,
             auth: None,
-            skew_logged: Vec::new(),
+            refusal_logged: Vec::new(),
             last_heard: None,
             changed_at_ms: 0,
             announce_again_at_ms: None,
@@ -294,14 +301,17 @@ impl VrrpNode {
         send: &mut impl FnMut(&[u8]) -> bool,
     ) -> Vec<String> {
         let advert = match self.check(frame) {
-            Ok(advert) => advert,
+            Ok((advert, unsealed)) => {
+                self.stats.adverts_unsealed += u64::from(unsealed);
+                advert
+            }
             Err(Rejected::Invalid) => {
                 self.stats.adverts_rejected += 1;
                 return Vec::new();
             }
             Err(Rejected::Refused(sender, refusal)) => return self.refused(sender, refusal),
         };
-        self.skew_logged.retain(|&s| s != advert.sender);
+        self.refusal_logged.retain(|&s| s != advert.sender);
         self.stats.adverts_received += 1;
         if advert.priority != RESIGN_PRIORITY {
             self.last_heard = Some((advert.sender, advert.priority));
@@ -309,31 +319,53 @@ impl VrrpNode {
         self.step(Event::Advert(advert), now_ms, addrs, send)
     }
 
-    /// Counts an authentication refusal; the first refusal of a sender for its clock
-    /// is logged with the skew, since it is a misconfiguration (NTP) more often than an
-    /// attack, and it makes this node take the master role beside a live one.
+    /// Counts an authentication refusal. The first refusal of a sender is also logged
+    /// (then none until one of its adverts counts): each kind is a misconfiguration
+    /// (another key, one side unauthenticated, clocks apart) more often than an attack,
+    /// and each makes this node take the master role beside a live one.
     fn refused(&mut self, sender: Ipv4Addr, refusal: Refusal) -> Vec<String> {
-        match refusal {
-            Refusal::BadAuth => self.stats.adverts_bad_auth += 1,
-            Refusal::Replayed => self.stats.adverts_replayed += 1,
-            Refusal::ClockSkew(us) => {
-                self.stats.adverts_clock_skew += 1;
-                if !self.skew_logged.contains(&sender) && self.skew_logged.len() < 64 {
-                    self.skew_logged.push(sender);
-                    let (how, secs) = match us > 0 {
-                        true => ("ahead of", us as f64 / 1e6),
-                        false => ("behind", -(us as f64) / 1e6),
-                    };
-                    return vec![format!(
-                        "lb=vrrp vrid={} op=refused from={sender} reason=clock_skew: its clock is \
-                         {secs:.1} s {how} this node's, more than max_clock_skew_ms; its adverts \
-                         count once the clocks agree (NTP)",
-                        self.router.config.vrid
-                    )];
+        let why = match refusal {
+            Refusal::BadAuth => {
+                self.stats.adverts_bad_auth += 1;
+                match self.auth.is_some() {
+                    true => "bad_auth: no trailer, or a tag not made with this node's key (a \
+                             peer with another key, or with unauthenticated = true?)"
+                        .to_string(),
+                    false => "bad_auth: sealed with a key, and this node has none \
+                              (unauthenticated = true); set the peers' key here too"
+                        .to_string(),
                 }
             }
+            Refusal::Replayed(us) => {
+                self.stats.adverts_replayed += 1;
+                format!(
+                    "replayed: its counter is {:.1} s behind the last one believed from it \
+                     (sent before, or its clock went back across a restart)",
+                    us as f64 / 1e6
+                )
+            }
+            Refusal::ClockSkew(us) => {
+                self.stats.adverts_clock_skew += 1;
+                let (how, secs) = match us > 0 {
+                    true => ("ahead of", us as f64 / 1e6),
+                    false => ("behind", -(us as f64) / 1e6),
+                };
+                format!(
+                    "clock_skew: its clock is {secs:.1} s {how} this node's, more than \
+                     max_clock_skew_ms; its adverts count once the clocks agree (NTP)"
+                )
+            }
+        };
+        /// Senders whose refusal is remembered as logged; past that, none is logged.
+        const LOGGED_SENDERS: usize = 64;
+        if self.refusal_logged.contains(&sender) || self.refusal_logged.len() == LOGGED_SENDERS {
+            return Vec::new();
         }
-        Vec::new()
+        self.refusal_logged.push(sender);
+        vec![format!(
+            "lb=vrrp vrid={} op=refused from={sender} reason={why}; refused adverts do not count",
+            self.router.config.vrid
+        )]
     }
 
     /// RFC 5798 section 7.1: TTL 255, version 3, our VRID, a valid checksum; not from
@@ -341,8 +373,9 @@ impl VrrpNode {
     /// checksum covers all of it), so an address count that disagrees with the payload
     /// length is refused: checking only the counted bytes would accept a frame whose
     /// checksum the sender computed over more, by coincidence one time in 65,536. With
-    /// a key, the payload is the message and its trailer, which must seal it.
-    fn check(&mut self, frame: &[u8]) -> Result<Advert, Rejected> {
+    /// a key, the payload is the message and its trailer, which must seal it (or with
+    /// `accept_unsealed`, the message alone: then the advert comes with `true`).
+    fn check(&mut self, frame: &[u8]) -> Result<(Advert, bool), Rejected> {
         let invalid = |_| Rejected::Invalid;
         let ip =
             ipv4::Packet::new_checked(frame.get(ethernet::HEADER_LEN..).ok_or(Rejected::Invalid)?)
@@ -363,6 +396,7 @@ impl VrrpNode {
         {
             return Err(Rejected::Invalid);
         }
+        let mut unsealed = false;
         match &mut self.auth {
             None if message_len != body.len() => {
                 // A trailer, or bytes no VRRP sender adds: a sealed advert is refused
@@ -374,15 +408,19 @@ impl VrrpNode {
                 });
             }
             None => {}
+            Some((auth, _)) if message_len == body.len() && auth.accepts_unsealed() => {
+                unsealed = true;
+            }
             Some((auth, clock)) => auth
                 .admit(body, message_len, src, dst, clock())
                 .map_err(|r| Rejected::Refused(src, r))?,
         }
-        Ok(Advert {
+        let advert = Advert {
             priority: packet.priority(),
             max_advert_interval_cs: packet.max_advert_interval(),
             sender: src,
-        })
+        };
+        Ok((advert, unsealed))
     }
 
     fn step(
@@ -500,6 +538,10 @@ impl VrrpNode {
             peers: self.peers.iter().map(Ipv4Addr::to_string).collect(),
             unicast: self.unicast,
             authenticated: self.auth.is_some(),
+            accept_unsealed: self
+                .auth
+                .as_ref()
+                .is_some_and(|(auth, _)| auth.accepts_unsealed()),
         }
     }
 }
@@ -933,7 +975,7 @@ for h in {nas:?}:
         let fresh = adverts_of(&mut master, 500, 300, &vips);
         backup.on_frame(&fresh[fresh.len() - 1], 20, &vips, none);
         assert_eq!(backup.stats.adverts_received, 1, "{:?}", backup.stats);
-        assert!(backup.skew_logged.is_empty());
+        assert!(backup.refusal_logged.is_empty());
     }
 
     #[test]
@@ -945,5 +987,53 @@ for h in {nas:?}:
         b.start(0, &vips, &mut |_: &[u8]| true);
         b.on_frame(&own[0], 10, &vips, &mut |_: &[u8]| true);
         assert_eq!((b.stats.adverts_rejected, b.stats.adverts_received), (1, 0));
+    }
+
+    /// Switching a running group to a key: a keyed node with `accept_unsealed` takes
+    /// the unsealed adverts of a peer that has no key yet (counted), and still refuses
+    /// a sealed one that is wrong.
+    #[test]
+    fn accept_unsealed_takes_a_keyless_peers_adverts_and_still_checks_sealed_ones() {
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
+        let mut old = node(150, 1);
+        let unsealed = adverts_of(&mut old, 0, 500, &vips);
+        let mut stranger = keyed(150, 1, b"not the group's key, 32 bytes!!!");
+        let forged = adverts_of(&mut stranger, 0, 500, &vips);
+        let key = crate::ha::auth::SharedKey::new(KEY).unwrap();
+        let auth = AdvertAuth::new(key, 60_000).accepting_unsealed(true);
+        let mut switching = node(100, 2).with_auth(auth, test_clock);
+        let none = &mut |_: &[u8]| true;
+        switching.start(0, &vips, none);
+        for f in &unsealed {
+            switching.on_frame(f, 10, &vips, none);
+        }
+        let n = unsealed.len() as u64;
+        assert_eq!(
+            (
+                switching.stats.adverts_received,
+                switching.stats.adverts_unsealed
+            ),
+            (n, n)
+        );
+        assert_eq!(switching.report(10).master.as_deref(), Some("198.18.0.1"));
+        assert!(switching.report(10).accept_unsealed);
+        let lines = switching.on_frame(&forged[0], 20, &vips, none);
+        assert_eq!(switching.stats.adverts_bad_auth, 1);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0]
+                .contains("reason=bad_auth: no trailer, or a tag not made with this node's key"),
+            "{lines:?}"
+        );
+        // Logged once until the sender's adverts count again.
+        assert!(switching.on_frame(&forged[1], 20, &vips, none).is_empty());
+        // Without accept_unsealed the same unsealed advert is refused.
+        let mut strict = keyed(100, 3, KEY);
+        strict.start(0, &vips, none);
+        strict.on_frame(&unsealed[0], 10, &vips, none);
+        assert_eq!(
+            (strict.stats.adverts_bad_auth, strict.stats.adverts_received),
+            (1, 0)
+        );
     }
 }
