@@ -385,6 +385,8 @@ impl Worker {
                 .ok()
                 .map(|ip| ip.dst_addr());
             let Some(target) = target else {
+                // No address to resolve: never on the wire unaddressed.
+                out.move_to(i, &mut untagged);
                 continue;
             };
             match self.neighbours.lookup(target) {
@@ -395,14 +397,25 @@ impl Worker {
                     }
                 }
                 None => {
-                    if let Some(len) = crate::wire::arp::write_request(
-                        frame,
-                        ethernet::HEADER_LEN,
-                        mac,
-                        addr,
-                        target,
-                    ) {
-                        out.set_packet_len(i, len as u16);
+                    // An ARP request in its place, in a frame grown to the request's
+                    // 60 bytes first (an IPv4 SYN probe is 58); one that cannot be
+                    // made is freed, never sent unaddressed.
+                    let request = out.set_packet_len(i, ARP_FRAME_LEN as u16).then(|| {
+                        crate::wire::arp::write_request(
+                            out.packet_mut(i),
+                            ethernet::HEADER_LEN,
+                            mac,
+                            addr,
+                            target,
+                        )
+                    });
+                    match request.flatten() {
+                        Some(len) => {
+                            out.set_packet_len(i, len as u16);
+                        }
+                        None => {
+                            out.move_to(i, &mut untagged);
+                        }
                     }
                     WorkerCounters::drop(&self.counters, DropReason::NeighbourUnresolved);
                 }
@@ -641,6 +654,10 @@ impl Worker {
 /// Bytes of an Ethernet+IPv6 Neighbor Solicitation with its source link-layer option.
 const SOLICIT_LEN: usize = 86;
 
+/// Bytes of an Ethernet frame carrying an ARP request: the 42 of the request padded to
+/// Ethernet's minimum (what `wire::arp::write_request` needs).
+const ARP_FRAME_LEN: usize = 60;
+
 /// Appends a Neighbor Solicitation for `target` from (`mac`, `src`) to `out`; false
 /// when there was no room (`out` full or the pool empty).
 fn push_solicit(
@@ -685,7 +702,7 @@ fn push_arp_request(
         return false;
     }
     let i = out.len() - 1;
-    out.set_packet_len(i, 60);
+    out.set_packet_len(i, ARP_FRAME_LEN as u16);
     match crate::wire::arp::write_request(
         out.packet_mut(i),
         ethernet::HEADER_LEN,

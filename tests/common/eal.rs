@@ -9,7 +9,9 @@ use sluice::dataplane::mesh::Mesh;
 use sluice::dataplane::query::Mailbox;
 use sluice::dataplane::realserver_stats;
 use sluice::dataplane::worker::{Links, Worker, WorkerPort};
-use sluice::dpdk::{Burst, Mempool, Port, PortSettings, RingConsumer, RingPortPair, TxQueue};
+use sluice::dpdk::{
+    Burst, Mempool, Port, PortSettings, RingConsumer, RingPortPair, RingProducer, TxQueue,
+};
 use sluice::service::SnapshotPublisher;
 use sluice::session::Timeouts;
 use std::net::Ipv4Addr;
@@ -130,6 +132,8 @@ pub struct Punted {
     pub punted: RingConsumer,
     pub vrrp: RingConsumer,
     pub sync: RingConsumer,
+    /// The management core's end of the inject ring (frames for worker 0 to send).
+    pub inject: RingProducer,
 }
 
 /// As [`worker_with`], the worker's forwarder made from `config`, with the ends of
@@ -174,6 +178,7 @@ pub fn worker_from(
         punted: ends.punted,
         vrrp: ends.vrrp_punted,
         sync: ends.sync_punted,
+        inject: ends.inject_in,
     };
     (worker, counters, stop, punted)
 }
