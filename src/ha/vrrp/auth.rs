@@ -90,9 +90,18 @@ impl AdvertAuth {
     }
 
     /// The counter of an advert sent at wall-clock `now_us`: that, or one more than
-    /// the last, so it never repeats or goes back while this node runs.
+    /// the last, so it never repeats or goes back while this node runs. Except when
+    /// the last is more than twice the skew bound ahead of the clock (the clock ran
+    /// ahead and was set back): no receiver believed a counter that far ahead of its
+    /// own clock (nor one more than the bound from it, give or take the clocks'
+    /// difference), so the counter falls back to the clock, which they take, instead
+    /// of staying ahead where they refuse it until the clock catches up.
     pub fn next_counter(&mut self, now_us: u64) -> u64 {
-        self.last_sent = now_us.max(self.last_sent.saturating_add(1));
+        let far_ahead = now_us.saturating_add(self.max_skew_us.saturating_mul(2));
+        self.last_sent = match self.last_sent > far_ahead {
+            true => now_us,
+            false => now_us.max(self.last_sent.saturating_add(1)),
+        };
         self.last_sent
     }
 
@@ -351,5 +360,36 @@ mod tests {
         // Within the bound ahead: taken.
         let near = sealed(&mut corrected, A, g, NOW + 50_000_000);
         assert_eq!(r.admit(&near, MESSAGE, A, g, NOW + 2_000_000), Ok(()));
+    }
+
+    #[test]
+    fn a_running_sender_whose_clock_was_set_back_is_believed_again_soon() {
+        let g = vrrp::MULTICAST_GROUP;
+        let mut a = AdvertAuth::new(key(), 60_000);
+        let mut r = AdvertAuth::new(key(), 60_000);
+        assert_eq!(
+            r.admit(&sealed(&mut a, A, g, NOW), MESSAGE, A, g, NOW),
+            Ok(())
+        );
+        // A's clock runs 2 h ahead (refused), then NTP sets it back while A runs.
+        let ahead = sealed(&mut a, A, g, NOW + 7_200_000_000);
+        assert!(matches!(
+            r.admit(&ahead, MESSAGE, A, g, NOW + 1_000_000),
+            Err(Refusal::ClockSkew(_))
+        ));
+        // Its next counter is its clock again, not 2 h ahead: believed.
+        let back = sealed(&mut a, A, g, NOW + 2_000_000);
+        assert_eq!(r.admit(&back, MESSAGE, A, g, NOW + 2_000_000), Ok(()));
+        // A step back within twice the bound keeps the counter growing.
+        let near = sealed(&mut a, A, g, NOW + 100_000_000);
+        let after = sealed(&mut a, A, g, NOW + 3_000_000);
+        assert!(
+            u64::from_be_bytes(after[MESSAGE + 4..MESSAGE + 12].try_into().unwrap())
+                > NOW + 100_000_000
+        );
+        assert!(matches!(
+            r.admit(&near, MESSAGE, A, g, NOW + 3_000_000),
+            Err(Refusal::ClockSkew(_))
+        ));
     }
 }

@@ -146,8 +146,8 @@ pub struct VrrpNode {
     /// `[vrrp] key`, and the wall clock (microseconds since the Unix epoch) its
     /// counters come from.
     auth: Option<(AdvertAuth, fn() -> u64)>,
-    /// A refused sender is logged once until one of its adverts counts.
-    refusal_logged: Vec<Ipv4Addr>,
+    /// Senders whose refusal was logged, and when (ms): once a minute each.
+    refusal_logged: Vec<(Ipv4Addr, u64)>,
     last_heard: Option<(Ipv4Addr, u8)>,
     changed_at_ms: u64,
     /// When to announce the virtual addresses once more after becoming master.
@@ -309,9 +309,10 @@ impl VrrpNode {
                 self.stats.adverts_rejected += 1;
                 return Vec::new();
             }
-            Err(Rejected::Refused(sender, refusal)) => return self.refused(sender, refusal),
+            Err(Rejected::Refused(sender, refusal)) => {
+                return self.refused(sender, refusal, now_ms)
+            }
         };
-        self.refusal_logged.retain(|&s| s != advert.sender);
         self.stats.adverts_received += 1;
         if advert.priority != RESIGN_PRIORITY {
             self.last_heard = Some((advert.sender, advert.priority));
@@ -319,11 +320,11 @@ impl VrrpNode {
         self.step(Event::Advert(advert), now_ms, addrs, send)
     }
 
-    /// Counts an authentication refusal. The first refusal of a sender is also logged
-    /// (then none until one of its adverts counts): each kind is a misconfiguration
+    /// Counts an authentication refusal, and logs it unless that sender's was logged in
+    /// the last minute (or eight senders' were): each kind is a misconfiguration
     /// (another key, one side unauthenticated, clocks apart) more often than an attack,
     /// and each makes this node take the master role beside a live one.
-    fn refused(&mut self, sender: Ipv4Addr, refusal: Refusal) -> Vec<String> {
+    fn refused(&mut self, sender: Ipv4Addr, refusal: Refusal, now_ms: u64) -> Vec<String> {
         let why = match refusal {
             Refusal::BadAuth => {
                 self.stats.adverts_bad_auth += 1;
@@ -356,12 +357,18 @@ impl VrrpNode {
                 )
             }
         };
-        /// Senders whose refusal is remembered as logged; past that, none is logged.
-        const LOGGED_SENDERS: usize = 64;
-        if self.refusal_logged.contains(&sender) || self.refusal_logged.len() == LOGGED_SENDERS {
+        // Anyone on the link can make refusals: at most one line per sender, and
+        // LOGGED_SENDERS lines in all, per REFUSAL_LOG_MS.
+        const REFUSAL_LOG_MS: u64 = 60_000;
+        const LOGGED_SENDERS: usize = 8;
+        self.refusal_logged
+            .retain(|&(_, at)| now_ms.saturating_sub(at) < REFUSAL_LOG_MS);
+        if self.refusal_logged.len() == LOGGED_SENDERS
+            || self.refusal_logged.iter().any(|&(s, _)| s == sender)
+        {
             return Vec::new();
         }
-        self.refusal_logged.push(sender);
+        self.refusal_logged.push((sender, now_ms));
         vec![format!(
             "lb=vrrp vrid={} op=refused from={sender} reason={why}; refused adverts do not count",
             self.router.config.vrid
@@ -971,11 +978,23 @@ for h in {nas:?}:
         );
         assert!(lines[0].contains("s behind this node's"), "{lines:?}");
         // Once the clocks agree (the master sends now, on the clock the backup reads),
-        // its adverts count, and a later skew would be logged again.
+        // its adverts count.
         let fresh = adverts_of(&mut master, 500, 300, &vips);
-        backup.on_frame(&fresh[fresh.len() - 1], 20, &vips, none);
+        let last = fresh.len() - 1;
+        backup.on_frame(&fresh[last], 20, &vips, none);
         assert_eq!(backup.stats.adverts_received, 1, "{:?}", backup.stats);
-        assert!(backup.refusal_logged.is_empty());
+        // Its refusals are logged once a minute at most: the replay of that advert
+        // 59 s after the first line is counted only, one 60 s after is logged.
+        assert!(backup
+            .on_frame(&fresh[last], 59_009, &vips, none)
+            .is_empty());
+        let again = backup.on_frame(&fresh[last], 60_010, &vips, none);
+        assert_eq!(backup.stats.adverts_replayed, 2);
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert!(
+            again[0].contains("reason=replayed: its counter is 0.0 s behind"),
+            "{again:?}"
+        );
     }
 
     #[test]
