@@ -957,7 +957,8 @@ pub fn render_ha(
             "counter",
             "Valid advertisements authentication refused: bad_auth (no trailer or a wrong \
              tag with a key, a trailer without one), replayed (not above the sender's last \
-             counter), clock_skew (a sender's first, its clock too far from ours).",
+             counter), clock_skew (a counter too far ahead of our clock, or a sender's first \
+             too far behind it).",
         );
         for (reason, value) in [
             ("bad_auth", v.stats.adverts_bad_auth),

@@ -25,8 +25,8 @@ pub struct VrrpStats {
     /// Authenticated, but not above the sender's last counter: sent before.
     #[serde(default)]
     pub adverts_replayed: u64,
-    /// Authenticated, the sender's first since this node started, and its clock further
-    /// from this node's than `[vrrp] max_clock_skew_ms`.
+    /// Authenticated, and its counter more than `[vrrp] max_clock_skew_ms` ahead of this
+    /// node's clock, or behind it for the sender's first advert since this node started.
     #[serde(default)]
     pub adverts_clock_skew: u64,
     /// With `[vrrp] key` and `accept_unsealed = true`: taken without a trailer (also
