@@ -40,6 +40,10 @@ pub enum Refusal {
     /// With a key: no trailer, or a tag that is not the advert's under the key.
     /// Without one: a trailer (the peers' configs disagree).
     BadAuth,
+    /// With `accept_unsealed`: no trailer, from a sender whose sealed advert was
+    /// believed this many microseconds ago, less than the hold: a sender that seals
+    /// does not stop within one master-down interval, someone forging its address does.
+    UnsealedFromSealer(u64),
     /// Authenticated, but its counter is this many microseconds behind the highest
     /// accepted from the same sender (0: the same): sent before, or its sender's clock
     /// went back across a restart.
@@ -62,7 +66,15 @@ pub struct AdvertAuth {
     accept_unsealed: bool,
     max_skew_us: u64,
     last_sent: u64,
-    heard: Vec<(Ipv4Addr, u64)>,
+    /// Per sender: the highest counter believed, and this node's wall clock then.
+    heard: Vec<Heard>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Heard {
+    sender: Ipv4Addr,
+    counter: u64,
+    at_us: u64,
 }
 
 impl AdvertAuth {
@@ -143,22 +155,48 @@ impl AdvertAuth {
         if skew > i128::from(self.max_skew_us) {
             return Err(skewed());
         }
-        match self.heard.iter_mut().find(|(sender, _)| *sender == src) {
-            Some((_, highest)) if counter > *highest => *highest = counter,
-            Some((_, highest)) => return Err(Refusal::Replayed(*highest - counter)),
+        match self.heard.iter_mut().find(|h| h.sender == src) {
+            Some(h) if counter > h.counter => {
+                h.counter = counter;
+                h.at_us = now_us;
+            }
+            Some(h) => return Err(Refusal::Replayed(h.counter - counter)),
             None => {
                 if skew.unsigned_abs() > u128::from(self.max_skew_us) {
                     return Err(skewed());
                 }
                 if self.heard.len() == MAX_SENDERS {
                     // The sender heard least recently by its own clock gives way.
-                    let oldest = (0..self.heard.len()).min_by_key(|&i| self.heard[i].1);
+                    let oldest = (0..self.heard.len()).min_by_key(|&i| self.heard[i].counter);
                     self.heard.swap_remove(oldest.expect("full, so not empty"));
                 }
-                self.heard.push((src, counter));
+                self.heard.push(Heard {
+                    sender: src,
+                    counter,
+                    at_us: now_us,
+                });
             }
         }
         Ok(())
+    }
+
+    /// With `accept_unsealed`, whether an advert without a trailer from `src` may count
+    /// at wall-clock `now_us`: not if a sealed advert of `src` was believed less than
+    /// `hold_us` ago (the caller's master-down interval). The switch to a key never
+    /// takes a node from sealing back to not sealing, so within that time such an
+    /// advert is someone else's, forging the address of a peer that has the key; a
+    /// peer put back to `unauthenticated = true` counts again once its sealed adverts
+    /// have stopped for that long. A wall clock set back holds the refusal longer.
+    pub fn admit_unsealed(&self, src: Ipv4Addr, now_us: u64, hold_us: u64) -> Result<(), Refusal> {
+        if !self.accept_unsealed {
+            return Err(Refusal::BadAuth);
+        }
+        match self.heard.iter().find(|h| h.sender == src) {
+            Some(h) if now_us.saturating_sub(h.at_us) < hold_us => {
+                Err(Refusal::UnsealedFromSealer(now_us.saturating_sub(h.at_us)))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -334,7 +372,7 @@ mod tests {
         }
         // The newest are kept: the last sender's advert is still a replay.
         let last = Ipv4Addr::from(0xc612_0000 + MAX_SENDERS as u32 + 9);
-        assert!(r.heard.iter().any(|(src, _)| *src == last));
+        assert!(r.heard.iter().any(|h| h.sender == last));
     }
 
     #[test]

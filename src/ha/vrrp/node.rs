@@ -18,7 +18,8 @@ pub struct VrrpStats {
     /// Not for our VRID, wrong TTL, bad checksum or version, truncated, or from this
     /// node's own address.
     pub adverts_rejected: u64,
-    /// With `[vrrp] key`: no trailer or a wrong tag. Without: a trailer (the peers'
+    /// With `[vrrp] key`: no trailer (with `accept_unsealed`, from a peer heard sealed
+    /// within a master-down interval) or a wrong tag. Without: a trailer (the peers'
     /// configs disagree).
     #[serde(default)]
     pub adverts_bad_auth: u64,
@@ -337,6 +338,15 @@ impl VrrpNode {
                         .to_string(),
                 }
             }
+            Refusal::UnsealedFromSealer(us) => {
+                self.stats.adverts_bad_auth += 1;
+                format!(
+                    "bad_auth: no trailer, from a peer whose sealed advert was believed {:.1} s \
+                     ago (accept_unsealed takes a sealing peer's unsealed adverts only once its \
+                     sealed ones have stopped for a master-down interval)",
+                    us as f64 / 1e6
+                )
+            }
             Refusal::Replayed(us) => {
                 self.stats.adverts_replayed += 1;
                 format!(
@@ -415,7 +425,10 @@ impl VrrpNode {
                 });
             }
             None => {}
-            Some((auth, _)) if message_len == body.len() && auth.accepts_unsealed() => {
+            Some((auth, clock)) if message_len == body.len() && auth.accepts_unsealed() => {
+                let hold_us = u64::from(self.router.master_down_interval_cs()) * 10_000;
+                auth.admit_unsealed(src, clock(), hold_us)
+                    .map_err(|r| Rejected::Refused(src, r))?;
                 unsealed = true;
             }
             Some((auth, clock)) => auth
@@ -1053,6 +1066,57 @@ for h in {nas:?}:
         assert_eq!(
             (strict.stats.adverts_bad_auth, strict.stats.adverts_received),
             (1, 0)
+        );
+    }
+
+    /// With `accept_unsealed`, an unsealed advert from the address of a peer whose
+    /// sealed adverts are being believed is someone forging it: refused, until that
+    /// peer's sealed adverts have stopped for a master-down interval (the peer put
+    /// back to `unauthenticated = true`).
+    #[test]
+    fn accept_unsealed_refuses_unsealed_adverts_from_a_peer_heard_sealed() {
+        let vips = v4_only(&[Ipv4Addr::new(198, 18, 1, 1)]);
+        let mut forger = node(150, 1);
+        let unsealed = adverts_of(&mut forger, 0, 1000, &vips);
+        let mut sealing = keyed(150, 1, KEY);
+        let sealed = adverts_of(&mut sealing, 0, 500, &vips);
+        let key = crate::ha::auth::SharedKey::new(KEY).unwrap();
+        let auth = AdvertAuth::new(key, 60_000).accepting_unsealed(true);
+        let mut switching = node(100, 2).with_auth(auth, test_clock);
+        let none = &mut |_: &[u8]| true;
+        switching.start(0, &vips, none);
+        switching.on_frame(&sealed[0], 10, &vips, none);
+        assert_eq!(switching.stats.adverts_received, 1);
+        let lines = switching.on_frame(&unsealed[0], 20, &vips, none);
+        assert_eq!(
+            (
+                switching.stats.adverts_bad_auth,
+                switching.stats.adverts_received,
+                switching.stats.adverts_unsealed
+            ),
+            (1, 1, 0)
+        );
+        assert!(
+            lines
+                .first()
+                .is_some_and(|l| l.contains("reason=bad_auth: no trailer, from a peer whose sealed advert was believed 0.0 s ago")),
+            "{lines:?}"
+        );
+        // Within the master-down interval (360 ms at priority 100 and 100 ms
+        // adverts): still refused.
+        CLOCK_US.with(|c| c.set(c.get() + 350_000));
+        switching.on_frame(&unsealed[1], 30, &vips, none);
+        assert_eq!(switching.stats.adverts_bad_auth, 2);
+        // Its sealed adverts stopped for longer: the peer went back to none; counted.
+        CLOCK_US.with(|c| c.set(c.get() + 20_000));
+        switching.on_frame(&unsealed[2], 40, &vips, none);
+        assert_eq!(
+            (
+                switching.stats.adverts_bad_auth,
+                switching.stats.adverts_received,
+                switching.stats.adverts_unsealed
+            ),
+            (2, 2, 1)
         );
     }
 }
