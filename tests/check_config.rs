@@ -387,6 +387,40 @@ fn a_sync_key_file_others_can_read_is_refused_and_a_readable_inline_key_is_warne
     );
 }
 
+/// A control socket in a directory other users may write is warned of (they could
+/// replace the socket, or with the sticky bit take the lock's name); an owner-only
+/// directory is not.
+#[test]
+fn a_control_socket_directory_others_may_write_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let cfg = loopback_config();
+    let path = cfg.write();
+    let dir = cfg.socket.parent().unwrap().to_path_buf();
+    let chmod =
+        |mode: u32| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    chmod(0o700);
+    let out = check(&["--file-only"], &path);
+    assert!(
+        out.success() && !out.stdout.contains("warning"),
+        "{}",
+        out.describe()
+    );
+    chmod(0o1777);
+    let out = check(&["--file-only"], &path);
+    chmod(0o700);
+    assert!(
+        out.success()
+            && out.stdout.contains(&format!(
+                "sluice: warning: {}: control.socket: its directory {} is writable by other \
+                 users (mode 1777): they can take the names beside the socket",
+                path.display(),
+                dir.display()
+            )),
+        "{}",
+        out.describe()
+    );
+}
+
 /// TCP 198.18.1.1:80, rr, with `servers` (address, port, weight, mode).
 fn one_rr_service(servers: &[(&str, u16, u32, &str)]) -> String {
     service_section("tcp", "198.18.1.1", 80, "rr", &[], servers)

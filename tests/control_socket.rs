@@ -550,6 +550,7 @@ fn hostile_clients_do_not_disturb_the_server() {
         ServerLimits {
             max_connections: 16,
             request_timeout: Duration::from_secs(2),
+            ..ServerLimits::default()
         },
         None,
     );
@@ -666,6 +667,7 @@ fn requests_are_answered_within_100_ms_beside_1000_idle_and_20_slowloris_clients
         ServerLimits {
             max_connections: 2048,
             request_timeout: Duration::from_secs(30),
+            ..ServerLimits::default()
         },
         None,
     );
@@ -750,6 +752,7 @@ fn connections_over_the_limit_are_refused_at_once() {
         ServerLimits {
             max_connections: 8,
             request_timeout: Duration::from_secs(30),
+            ..ServerLimits::default()
         },
         None,
     );

@@ -23,8 +23,17 @@
 //! A connection may stage a large batch over several request lines (`batch_begin`,
 //! `batch_part`..., `batch_commit`): the parts are held here, per connection, and the
 //! handler receives one [`Request::Batch`] at the commit, so a transaction is never
-//! bounded by the request line limit. At most [`MAX_STAGED_COMMANDS`] commands are
-//! staged over all connections.
+//! bounded by the request line limit. At most [`MAX_STAGED_COMMANDS`] commands, in
+//! request lines of at most [`ServerLimits::user_staged_bytes`] in all, are staged over
+//! one user's connections.
+//!
+//! Users other than root (`[control] group` members: an operator, a monitoring agent)
+//! are bounded each on their own, so that one of them cannot take what root needs:
+//! [`ServerLimits::user_connections`] connections, and
+//! [`ServerLimits::user_unsent_bytes`] of answers not yet read over their connections
+//! (an answer that would go over is replaced by an error saying so). Without that, a
+//! member could open every connection, or ask for the 53 MB exposition on 2,048
+//! connections and read each slowly, until the daemon ran out of memory.
 use crate::control::protocol::{
     parse_request, ProtocolError, Request, Requester, Response, MAX_REQUEST_BYTES,
 };
@@ -70,9 +79,14 @@ pub fn value_handler(
 /// loop anyway; more than one keeps a slow call from holding up the queue's hand-off.
 pub const EXECUTORS: usize = 4;
 
-/// Commands held in open `batch_begin` ... `batch_commit` transactions, over all
-/// connections (about 100 bytes each): room for a restore of a million real servers.
+/// Commands held in open `batch_begin` ... `batch_commit` transactions, over one
+/// user's connections (about 100 bytes each): room for a restore of a million real
+/// servers.
 pub const MAX_STAGED_COMMANDS: usize = 2_000_000;
+
+/// The default of [`ServerLimits::user_staged_bytes`]. A restore of a million real
+/// servers is about 150 MB of lines.
+pub const MAX_STAGED_BYTES: usize = 256 << 20;
 
 /// How long the listener is left alone after accept(2) ran out of descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
@@ -102,6 +116,19 @@ pub struct ServerLimits {
     /// response may take longer as a whole, while it moves). A connection that misses
     /// it is closed.
     pub request_timeout: Duration,
+    /// Connections one user other than [`ServerLimits::unlimited_uid`] may hold at
+    /// once; more are refused as over `max_connections` are.
+    pub user_connections: usize,
+    /// Bytes of answers written but not yet read that one such user's connections may
+    /// hold. An answer that would take them over is replaced by an error line.
+    pub user_unsent_bytes: usize,
+    /// Bytes of `batch_part` request lines held in open transactions over one user's
+    /// connections, root's too. The commands alone do not bound the memory: one line
+    /// of 64 KiB can be one command holding thousands of ACL prefixes.
+    pub user_staged_bytes: usize,
+    /// The user the two limits above do not bound: root, who runs the daemon and can
+    /// stop it anyway. `None` bounds everyone.
+    pub unlimited_uid: Option<u32>,
 }
 
 impl Default for ServerLimits {
@@ -109,8 +136,19 @@ impl Default for ServerLimits {
         ServerLimits {
             max_connections: 2048,
             request_timeout: Duration::from_secs(2),
+            user_connections: 64,
+            // Four full expositions at 50,000 real servers (53 MB each).
+            user_unsent_bytes: 256 << 20,
+            user_staged_bytes: MAX_STAGED_BYTES,
+            unlimited_uid: Some(0),
         }
     }
+}
+
+/// The user a connection's limits are counted under: its peer's uid, or, when the
+/// kernel did not say, a uid no user has.
+fn user_of(requester: Option<Requester>) -> u32 {
+    requester.map_or(u32::MAX, |r| r.uid)
 }
 
 /// A running control socket. Dropping it stops accepting, waits for in-flight requests
@@ -326,9 +364,16 @@ fn bind_owner_only(path: &Path, group: Option<u32>) -> io::Result<UnixListener> 
     ));
     let staged_socket = staging_dir.join("s");
     if staged_socket.as_os_str().len() > MAX_SOCKET_PATH_BYTES {
-        // No room for the staging name: fall back to bind-then-chmod, which leaves a
-        // window of microseconds with umask permissions.
-        let listener = bind(path)?;
+        // No room for the staging name: bind, then chmod. The socket is bound under a
+        // umask that leaves it owner-only until then: a connect(2) made in between
+        // would otherwise wait in the backlog and be served after the chmod. The umask
+        // is the process's; nothing else here creates files while the daemon starts.
+        // SAFETY: umask only swaps the process's file mode mask.
+        let umask = unsafe { libc::umask(0o177) };
+        let bound = bind(path);
+        // SAFETY: as above, putting the caller's mask back.
+        unsafe { libc::umask(umask) };
+        let listener = bound?;
         restrict(path, group)?;
         return Ok(listener);
     }
@@ -432,6 +477,8 @@ enum Phase {
 struct Staged {
     replace: bool,
     requests: Vec<Request>,
+    /// Length of the `batch_part` lines staged.
+    bytes: usize,
 }
 
 struct Connection {
@@ -439,6 +486,8 @@ struct Connection {
     /// The peer's user and group (`SO_PEERCRED`), stamped on the requests that act
     /// with the requester's permissions.
     requester: Option<Requester>,
+    /// The user its limits count under ([`user_of`]).
+    user: u32,
     /// Matches an executor's answer to its connection; never reused.
     token: u64,
     phase: Phase,
@@ -472,8 +521,6 @@ struct ServeLoop {
     executors: Vec<JoinHandle<()>>,
     connections: Vec<Connection>,
     next_token: u64,
-    /// Commands held in open batches over all connections.
-    staged_total: usize,
     /// After accept(2) failed for want of descriptors, the listener is left out of the
     /// poll set until then, instead of sleeping or spinning on it.
     accept_paused_until: Option<Instant>,
@@ -527,7 +574,6 @@ fn serve(
         executors,
         connections: Vec::new(),
         next_token: 0,
-        staged_total: 0,
         accept_paused_until: None,
     };
     state.run();
@@ -643,6 +689,7 @@ impl ServeLoop {
             let Some(index) = self.connections.iter().position(|c| c.token == token) else {
                 continue;
             };
+            let response = self.within_unsent_budget(index, response);
             self.connections[index].respond(response, false, timeout);
             if self.connections[index].phase == Phase::Reading {
                 // Requests pipelined behind the one just answered.
@@ -651,15 +698,43 @@ impl ServeLoop {
         }
     }
 
+    /// `response` for connection `index`, or, when its user is bounded and its
+    /// connections already hold too many bytes of answers nobody read, an error line in
+    /// its place (the answer is dropped at once).
+    fn within_unsent_budget(&self, index: usize, response: String) -> String {
+        let user = self.connections[index].user;
+        if self.limits.unlimited_uid == Some(user) {
+            return response;
+        }
+        let unsent: usize = self
+            .connections
+            .iter()
+            .filter(|c| c.user == user)
+            .map(|c| c.out.len() - c.written)
+            .sum();
+        if unsent + response.len() <= self.limits.user_unsent_bytes {
+            return response;
+        }
+        Response::failure(format!(
+            "answer of {} bytes withheld: this user's control connections already hold {unsent} \
+             bytes of answers not yet read (limit {} per user other than root); read those first",
+            response.len(),
+            self.limits.user_unsent_bytes
+        ))
+        .to_line()
+    }
+
+    /// Commands and bytes staged in open batches over `user`'s connections.
+    fn staged_by(&self, user: u32) -> (usize, usize) {
+        self.connections
+            .iter()
+            .filter(|c| c.user == user)
+            .filter_map(|c| c.staged.as_ref())
+            .fold((0, 0), |(n, b), s| (n + s.requests.len(), b + s.bytes))
+    }
+
     /// Removes closed connections, and the batches they left open.
     fn reap(&mut self) {
-        let dropped: usize = self
-            .connections
-            .iter_mut()
-            .filter(|c| c.closed())
-            .map(Connection::discard_stage)
-            .sum();
-        self.staged_total -= dropped;
         self.connections.retain(|c| !c.closed());
     }
 
@@ -689,14 +764,30 @@ impl ServeLoop {
                 );
                 continue;
             }
+            let requester = peer_credentials(&stream);
+            let user = user_of(requester);
+            if self.limits.unlimited_uid != Some(user)
+                && self.connections.iter().filter(|c| c.user == user).count()
+                    >= self.limits.user_connections
+            {
+                reject(
+                    stream,
+                    &format!(
+                        "too many control connections from uid {user} (limit {} per user \
+                         other than root); close some and try again",
+                        self.limits.user_connections
+                    ),
+                );
+                continue;
+            }
             if stream.set_nonblocking(true).is_err() {
                 continue;
             }
             self.next_token += 1;
-            let requester = peer_credentials(&stream);
             self.connections.push(Connection {
                 stream,
                 requester,
+                user,
                 token: self.next_token,
                 phase: Phase::Reading,
                 deadline: Instant::now() + self.limits.request_timeout,
@@ -779,7 +870,7 @@ impl ServeLoop {
         };
         let staged = match request {
             Request::BatchBegin { replace } => Some(self.batch_begin(index, replace)),
-            Request::BatchPart { requests } => Some(self.batch_part(index, requests)),
+            Request::BatchPart { requests } => Some(self.batch_part(index, requests, line.len())),
             Request::BatchCommit => match self.batch_commit(index) {
                 Ok(batch) => {
                     self.execute_later(index, batch, last);
@@ -833,29 +924,42 @@ impl ServeLoop {
         connection.staged = Some(Staged {
             replace,
             requests: Vec::new(),
+            bytes: 0,
         });
         Ok(serde_json::json!({ "staged": 0 }))
     }
 
-    fn batch_part(&mut self, index: usize, requests: Vec<Request>) -> Result<Value, String> {
-        let connection = &mut self.connections[index];
-        let Some(staged) = connection.staged.as_mut() else {
+    /// Stages `requests`, from a `batch_part` line of `line_len` bytes.
+    fn batch_part(
+        &mut self,
+        index: usize,
+        requests: Vec<Request>,
+        line_len: usize,
+    ) -> Result<Value, String> {
+        if self.connections[index].staged.is_none() {
             return Err("batch_part without batch_begin on this connection".into());
-        };
+        }
         if let Some(nested) = requests.iter().find(|r| r.is_batch()) {
             return Err(format!(
                 "a batch cannot contain {} (nothing was changed)",
                 nested.command_name()
             ));
         }
-        if self.staged_total + requests.len() > MAX_STAGED_COMMANDS {
-            let dropped = connection.discard_stage();
-            self.staged_total -= dropped;
+        let (commands, bytes) = self.staged_by(self.connections[index].user);
+        let connection = &mut self.connections[index];
+        if commands + requests.len() > MAX_STAGED_COMMANDS
+            || bytes + line_len > self.limits.user_staged_bytes
+        {
+            connection.staged = None;
             return Err(format!(
-                "batch too large: more than {MAX_STAGED_COMMANDS} commands staged; the batch was dropped (nothing was changed)"
+                "batch too large: more than {MAX_STAGED_COMMANDS} commands or {} bytes of \
+                 batch_part lines staged by this user; the batch was dropped (nothing was \
+                 changed)",
+                self.limits.user_staged_bytes
             ));
         }
-        self.staged_total += requests.len();
+        let staged = connection.staged.as_mut().expect("checked above");
+        staged.bytes += line_len;
         staged.requests.extend(requests);
         Ok(serde_json::json!({ "staged": staged.requests.len() }))
     }
@@ -865,7 +969,6 @@ impl ServeLoop {
         let Some(staged) = connection.staged.take() else {
             return Err("batch_commit without batch_begin on this connection".into());
         };
-        self.staged_total -= staged.requests.len();
         Ok(Request::Batch {
             requests: staged.requests,
             replace: staged.replace,
@@ -936,11 +1039,6 @@ impl Connection {
         self.out.clear();
         self.written = 0;
         self.close_after = true;
-    }
-
-    /// Drops an open batch; returns how many commands it held.
-    fn discard_stage(&mut self) -> usize {
-        self.staged.take().map_or(0, |s| s.requests.len())
     }
 
     /// Reads what the socket has, up to just past the request size cap.
@@ -1156,6 +1254,7 @@ mod tests {
         ServerLimits {
             max_connections: 4,
             request_timeout: Duration::from_millis(300),
+            ..ServerLimits::default()
         }
     }
 
@@ -1304,6 +1403,7 @@ mod tests {
         let limits = ServerLimits {
             max_connections: 2,
             request_timeout: Duration::from_secs(5),
+            ..ServerLimits::default()
         };
         let _server = ControlServer::spawn_with_limits(&path, echo_handler(), limits).unwrap();
         let mut held: Vec<Peer> = (0..2).map(|_| Peer::connect(&path)).collect();
@@ -1470,6 +1570,149 @@ mod tests {
         assert!(
             error_of(peer.call(Request::BatchCommit.to_line().as_bytes()))
                 .contains("without batch_begin")
+        );
+    }
+
+    /// Limits that bound root too, so a test (run as root) meets them.
+    fn user_limits() -> ServerLimits {
+        ServerLimits {
+            max_connections: 16,
+            request_timeout: Duration::from_secs(5),
+            unlimited_uid: None,
+            ..ServerLimits::default()
+        }
+    }
+
+    #[test]
+    fn one_user_holds_at_most_its_share_of_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let limits = ServerLimits {
+            user_connections: 2,
+            ..user_limits()
+        };
+        let _server = ControlServer::spawn_with_limits(&path, echo_handler(), limits).unwrap();
+        let mut held: Vec<Peer> = (0..2).map(|_| Peer::connect(&path)).collect();
+        for peer in &mut held {
+            assert!(peer.call(b"{\"cmd\":\"status\"}\n").ok);
+        }
+        let mut extra = Peer::connect(&path);
+        let error = error_of(extra.receive().expect("a refusal"));
+        assert_eq!(
+            error,
+            "too many control connections from uid 0 (limit 2 per user other than root); \
+             close some and try again"
+        );
+        // Root is not bounded by default.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let limits = ServerLimits {
+            user_connections: 2,
+            unlimited_uid: Some(0),
+            ..user_limits()
+        };
+        let _server = ControlServer::spawn_with_limits(&path, echo_handler(), limits).unwrap();
+        let mut held: Vec<Peer> = (0..4).map(|_| Peer::connect(&path)).collect();
+        for peer in &mut held {
+            assert!(peer.call(b"{\"cmd\":\"status\"}\n").ok);
+        }
+    }
+
+    /// A user whose connections hold answers nobody reads gets no more answers than
+    /// its budget; once it reads them it does again. Root is not bounded by default.
+    #[test]
+    fn answers_nobody_reads_are_bounded_per_user() {
+        const ANSWER: usize = 4 << 20;
+        let big = || {
+            value_handler(|request: Request| match request {
+                Request::Status => Ok(json!("x".repeat(ANSWER))),
+                other => Err(format!("{} not served here", other.command_name())),
+            })
+        };
+        let status = b"{\"cmd\":\"status\"}\n";
+        for bounded in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("ctl.sock");
+            let limits = ServerLimits {
+                user_unsent_bytes: 6 << 20,
+                unlimited_uid: (!bounded).then_some(0),
+                ..user_limits()
+            };
+            let _server = ControlServer::spawn_with_limits(&path, big(), limits).unwrap();
+            let (mut unread, mut asker) = (Peer::connect(&path), Peer::connect(&path));
+            unread.send(status);
+            // Until the unread answer is held (it is answered on an executor thread).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut withheld = None;
+            while Instant::now() < deadline && withheld.is_none() {
+                let response = asker.call(status);
+                if !response.ok {
+                    withheld = response.error;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            if !bounded {
+                assert_eq!(withheld, None);
+                continue;
+            }
+            let error = withheld.expect("an answer withheld");
+            let line = Response::success(json!("x".repeat(ANSWER))).to_line().len();
+            let head = format!(
+                "answer of {line} bytes withheld: this user's control connections already hold "
+            );
+            let tail = "bytes of answers not yet read (limit 6291456 per user other than root); \
+                        read those first";
+            assert!(error.starts_with(&head) && error.ends_with(tail), "{error}");
+            let answer = unread.receive().expect("the held answer");
+            assert_eq!(
+                answer.into_result().unwrap().as_str().map(str::len),
+                Some(ANSWER)
+            );
+            assert!(asker.call(status).ok, "answered once the other was read");
+        }
+    }
+
+    #[test]
+    fn staged_batch_lines_are_bounded_in_bytes_per_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let part = Request::BatchPart {
+            requests: vec![Request::Clear, Request::Clear],
+        }
+        .to_line();
+        let line = part.len() - 1;
+        let limits = ServerLimits {
+            user_staged_bytes: 3 * line,
+            ..user_limits()
+        };
+        let _server = ControlServer::spawn_with_limits(&path, echo_handler(), limits).unwrap();
+        let (mut a, mut b) = (Peer::connect(&path), Peer::connect(&path));
+        let begin = Request::BatchBegin { replace: false }.to_line();
+        assert!(a.call(begin.as_bytes()).ok);
+        assert!(b.call(begin.as_bytes()).ok);
+        assert!(a.call(part.as_bytes()).ok);
+        assert!(b.call(part.as_bytes()).ok);
+        assert!(a.call(part.as_bytes()).ok);
+        // A fourth line of this user's, on either connection, is too much.
+        let error = error_of(b.call(part.as_bytes()));
+        assert_eq!(
+            error,
+            format!(
+                "batch too large: more than {MAX_STAGED_COMMANDS} commands or {} bytes of \
+                 batch_part lines staged by this user; the batch was dropped (nothing was \
+                 changed)",
+                3 * line
+            )
+        );
+        assert!(error_of(b.call(Request::BatchCommit.to_line().as_bytes()))
+            .contains("without batch_begin"));
+        // The dropped batch's bytes are free again.
+        assert!(b.call(begin.as_bytes()).ok);
+        assert!(b.call(part.as_bytes()).ok);
+        assert_eq!(
+            a.call(Request::BatchCommit.to_line().as_bytes())
+                .into_result(),
+            Ok(json!({"applied": 4, "replace": false}))
         );
     }
 }

@@ -291,9 +291,10 @@ pub enum CheckDepth {
 /// [`CheckDepth::Machine`]) the lcores, memory, hugepages, `eal.memory_mb`, PCI and
 /// kernel devices, the open-file limit and the listen addresses (bound and let go).
 /// While another Sluice runs this config, its resources are in use by it and are not
-/// checked; the answer says so. Returns a one-line summary (then a warning line when
-/// the file holds a sync key every user may read), or the first error (the same text
-/// the daemon would stop with).
+/// checked; the answer says so. Returns a one-line summary (then a warning line each
+/// when the file holds a key every user may read, and when others may write the
+/// control socket's directory), or the first error (the same text the daemon would
+/// stop with).
 pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String, StartError> {
     let cfg = Config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
     let services = Services::from_config(&cfg).map_err(StartError::Services)?;
@@ -310,10 +311,17 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
             .sum::<usize>(),
     );
     drop(services);
-    // A warning goes on a line of its own after the summary.
-    let warned = |line: String| match preflight::readable_shared_keys(&cfg) {
-        Some(warning) => format!("{line}\nsluice: warning: {warning}"),
-        None => line,
+    // Each warning goes on a line of its own after the summary.
+    let warned = |line: String| {
+        [
+            preflight::readable_shared_keys(&cfg),
+            preflight::shared_socket_directory(&cfg),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(line, |line, warning| {
+            format!("{line}\nsluice: warning: {warning}")
+        })
     };
     if depth == CheckDepth::File {
         return Ok(warned(format!("{summary}; machine resources not checked")));

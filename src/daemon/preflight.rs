@@ -35,6 +35,9 @@ pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
     if let Some(warning) = readable_shared_keys(cfg) {
         log::warn!("{warning}");
     }
+    if let Some(warning) = shared_socket_directory(cfg) {
+        log::warn!("{warning}");
+    }
     InstanceLocks::take(cfg, Path::new(LOCK_DIR))
 }
 
@@ -76,6 +79,34 @@ pub fn readable_shared_keys(cfg: &Config) -> Option<String> {
             cfg.path.display()
         )
     })
+}
+
+/// A warning when the control socket's directory may be written by users other than
+/// its owner: without the sticky bit they can rename the socket away and put their own
+/// in its place, so root's `sluicectl` would send its commands to them; with it (as
+/// `/tmp`) they can still take the names beside it (the lock, the staging directory)
+/// and keep the daemon from starting. A warning, not a refusal: a test bed may want it.
+pub fn shared_socket_directory(cfg: &Config) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let socket = &cfg.control.socket;
+    let dir = socket.parent().filter(|p| !p.as_os_str().is_empty())?;
+    let mode = std::fs::metadata(dir).ok()?.mode();
+    if mode & 0o022 == 0 {
+        return None;
+    }
+    let risk = match mode & 0o1000 != 0 {
+        true => "they can take the names beside the socket and keep the daemon from starting",
+        false => {
+            "they can replace the socket with their own, which then gets root's sluicectl commands"
+        }
+    };
+    Some(format!(
+        "{}: control.socket: its directory {} is writable by other users (mode {:04o}): \
+         {risk}; put the socket in a directory only root may write, such as /run/sluice",
+        cfg.path.display(),
+        dir.display(),
+        mode & 0o7777
+    ))
 }
 
 /// The checks of this machine's resources: lcores against the CPUs this process may
@@ -953,6 +984,8 @@ impl LockFile {
                 .create(true)
                 .truncate(false)
                 .mode(0o644)
+                // A symlink put there would make root truncate and write its target.
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
                 .map_err(|e| Err(format!("{}: {e}", path.display())))?;
             // SAFETY: flock on a descriptor we own.
@@ -1498,6 +1531,55 @@ mod tests {
         assert_eq!(mode, crate::control::server::SOCKET_DIR_MODE);
         drop(locks);
         assert!(!parent.join("ctl.sock.lock").exists());
+    }
+
+    /// A symlink at the lock's path (someone who may write the socket's directory
+    /// put it there) is refused: root would otherwise truncate and write its target.
+    #[test]
+    fn a_symlink_in_place_of_the_lock_is_not_followed() {
+        let mut cfg = config(PORT);
+        let dir = tempfile::tempdir().unwrap();
+        cfg.control.socket = dir.path().join("ctl.sock");
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("ctl.sock.lock")).unwrap();
+        let e = InstanceLocks::take(&cfg, dir.path()).err().unwrap();
+        assert!(e.contains("ctl.sock.lock"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
+    }
+
+    #[test]
+    fn a_socket_directory_others_may_write_is_warned_of() {
+        use std::os::unix::fs::PermissionsExt;
+        let mut cfg = config(PORT);
+        let dir = tempfile::tempdir().unwrap();
+        cfg.control.socket = dir.path().join("ctl.sock");
+        let chmod = |mode| {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        for quiet in [0o700, 0o755, 0o750] {
+            chmod(quiet);
+            assert_eq!(shared_socket_directory(&cfg), None, "{quiet:o}");
+        }
+        chmod(0o777);
+        let w = shared_socket_directory(&cfg).unwrap();
+        assert!(
+            w.contains(&format!(
+                "control.socket: its directory {} is writable by other users (mode 0777): \
+                 they can replace the socket with their own",
+                dir.path().display()
+            )),
+            "{w}"
+        );
+        chmod(0o1777);
+        let w = shared_socket_directory(&cfg).unwrap();
+        assert!(
+            w.contains("(mode 1777): they can take the names beside the socket"),
+            "{w}"
+        );
+        chmod(0o770);
+        assert!(shared_socket_directory(&cfg).is_some());
+        chmod(0o700);
     }
 
     /// A config whose pool outgrows its memory: two workers, 4096 RX and TX descriptors, 256 MB.
