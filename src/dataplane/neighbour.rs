@@ -12,6 +12,12 @@
 //! not hold their slots for good. Open addressing with linear probing over at least
 //! twice as many slots as entries keeps probe sequences short; removal shifts entries
 //! back instead of leaving tombstones, so lookups never slow down over time.
+//!
+//! The hash is keyed, with multipliers drawn from the kernel's random source for each
+//! table: anyone on the link can have addresses learned (an ARP request or Neighbor
+//! Solicitation from a made-up sender), and with a fixed hash they could choose two
+//! thousand whose home slots meet, so that a real server added later sat at the end of
+//! one long probe chain that every packet to it would walk.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -21,25 +27,47 @@ use crate::wire::MacAddr;
 pub trait NeighbourAddr: Copy + Eq + core::fmt::Debug {
     /// The value unused slots hold (never looked up: slots carry `occupied`).
     const UNSPECIFIED: Self;
-    /// 64 bits that differ for different addresses, spread by the table's hash.
-    fn hash_bits(self) -> u64;
+    /// The address hashed with `key`, whose top bits pick the home slot
+    /// (multiply-shift: for a random odd multiplier, two given addresses share their
+    /// top bits about as often as random values would).
+    fn hash_with(self, key: &HashKey) -> u64;
+}
+
+/// A table's hash multipliers, odd.
+#[derive(Clone, Copy, Debug)]
+pub struct HashKey {
+    low: u64,
+    high: u64,
+}
+
+impl HashKey {
+    /// From the kernel's random source (the TSC if that fails).
+    pub fn random() -> HashKey {
+        let random = crate::dataplane::forwarder::admission::random_seed;
+        HashKey {
+            low: random() | 1,
+            high: random() | 1,
+        }
+    }
 }
 
 impl NeighbourAddr for Ipv4Addr {
     const UNSPECIFIED: Self = Ipv4Addr::UNSPECIFIED;
     #[inline]
-    fn hash_bits(self) -> u64 {
-        u32::from(self) as u64
+    fn hash_with(self, key: &HashKey) -> u64 {
+        u64::from(u32::from(self)).wrapping_mul(key.low)
     }
 }
 
 impl NeighbourAddr for Ipv6Addr {
     const UNSPECIFIED: Self = Ipv6Addr::UNSPECIFIED;
-    /// Both halves folded: hosts of one /64 differ in the low half, /64s in the high.
+    /// Each half under its own multiplier: hosts of one /64 differ in the low half,
+    /// /64s in the high, and neither half can be chosen to cancel the other without
+    /// the key.
     #[inline]
-    fn hash_bits(self) -> u64 {
+    fn hash_with(self, key: &HashKey) -> u64 {
         let bits = u128::from(self);
-        (bits as u64) ^ ((bits >> 64) as u64).rotate_left(29)
+        (bits as u64).wrapping_mul(key.low) ^ ((bits >> 64) as u64).wrapping_mul(key.high)
     }
 }
 
@@ -100,6 +128,7 @@ pub struct NeighbourTable<A = Ipv4Addr> {
     slots: Box<[Slot<A>]>,
     /// log2 of `slots.len()`, for the hash.
     slot_bits: u32,
+    key: HashKey,
     capacity: usize,
     len: usize,
     /// Entries added or changed by `learn`/`update_existing` since the last
@@ -136,6 +165,7 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         NeighbourTable {
             slots: vec![Slot::EMPTY; slot_count].into_boxed_slice(),
             slot_bits: slot_count.trailing_zeros(),
+            key: HashKey::random(),
             capacity,
             len: 0,
             changes: [(A::UNSPECIFIED, MacAddr::ZERO); CHANGES],
@@ -162,12 +192,11 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         self.len >= self.capacity
     }
 
-    /// Fibonacci hashing: the multiply spreads every address bit into the top bits, so
-    /// hosts that differ only in their network part do not collide.
+    /// The top bits of the keyed hash: the multiply spreads every address bit into
+    /// them, so hosts that differ only in their network part do not collide either.
     #[inline]
     fn home_slot(&self, ip: A) -> usize {
-        let h = ip.hash_bits().wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (h >> (64 - self.slot_bits)) as usize
+        (ip.hash_with(&self.key) >> (64 - self.slot_bits)) as usize
     }
 
     #[inline]
@@ -885,5 +914,47 @@ mod tests {
         // 40 and 48 bytes a slot, two slots an entry (rounded up to a power of two).
         assert_eq!(NeighbourTable::<Ipv4Addr>::bytes_for(4096), 8192 * 40);
         assert_eq!(Neighbour6Table::bytes_for(4096), 8192 * 48);
+    }
+
+    /// The longest distance of an entry from its home slot.
+    fn longest_probe<A: NeighbourAddr>(t: &NeighbourTable<A>) -> usize {
+        (0..t.slots.len())
+            .filter(|&i| t.slots[i].occupied)
+            .map(|i| i.wrapping_sub(t.home_slot(t.slots[i].neighbour.ip)) & t.mask())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Addresses chosen to share one home slot under a fixed multiplier (Fibonacci
+    /// hashing's, as an attacker would choose them for any fixed hash) spread out under
+    /// the table's random key: no long probe chain for a real server to land behind.
+    #[test]
+    fn addresses_chosen_to_collide_under_a_fixed_hash_spread_out() {
+        let mut t = NeighbourTable::<Ipv4Addr>::with_capacity(1024);
+        let bits = t.slot_bits;
+        let fixed = |ip: u32| u64::from(ip).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits);
+        let chosen: Vec<Ipv4Addr> = (0xc612_0000u32..)
+            .filter(|&ip| fixed(ip) == fixed(0xc612_0000))
+            .take(512)
+            .map(Ipv4Addr::from)
+            .collect();
+        for &ip in &chosen {
+            assert_eq!(t.learn(ip, MacAddr([2, 0, 0, 0, 0, 1]), 1), Learn::Inserted);
+        }
+        let longest = longest_probe(&t);
+        assert!(longest < 64, "a probe chain of {longest} slots");
+        // IPv6: senders whose halves were chosen to cancel under a fixed fold.
+        let mut t6 = Neighbour6Table::with_capacity(1024);
+        for i in 0..512u64 {
+            let high = 0x2001_0db8_0000_0000 | i;
+            let low = high.rotate_left(29) ^ 0x5a5a;
+            let ip = Ipv6Addr::from((u128::from(high) << 64) | u128::from(low));
+            assert_eq!(
+                t6.learn(ip, MacAddr([2, 0, 0, 0, 0, 1]), 1),
+                Learn::Inserted
+            );
+        }
+        let longest = longest_probe(&t6);
+        assert!(longest < 64, "a probe chain of {longest} slots");
     }
 }
