@@ -99,7 +99,11 @@ impl Forwarder {
     /// Passive health detection, for a TCP session its real server has not answered
     /// yet: the first segment from the server (an RST to the SYN is a refusal,
     /// anything else an answer), or in DR/TUN the client's handshake-completing ACK,
-    /// counts as answered; a client SYN resent after the passive window, unanswered.
+    /// counts as answered; in NAT and FullNAT, a client SYN resent after the passive
+    /// window, unanswered. Not in DR and TUN: there the server's answer bypasses
+    /// Sluice, so a resent SYN is only the client's word, and any client (or a SYN
+    /// flood with a fixed source port) could resend SYNs at will and evict every
+    /// server.
     pub(super) fn observe_new_connection(
         &mut self,
         id: SessionId,
@@ -124,6 +128,7 @@ impl Forwarder {
                 SessionFlags::ANSWERED
             }
             _ if flags == TcpFlags::SYN
+                && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat)
                 && !s.flags().contains(SessionFlags::PASSIVE_COUNTED)
                 && self.now_tick.wrapping_sub(s.created) >= self.passive_syn_ticks =>
             {
@@ -170,8 +175,8 @@ impl Forwarder {
 }
 
 /// A TCP session that ends without its real server ever answering (NAT and FullNAT:
-/// Sluice sees the answers; DR and TUN rely on resent SYNs instead, since an expired
-/// half-open session there may be a spoofed SYN).
+/// Sluice sees the answers; not DR and TUN, where it does not, and an expired
+/// half-open session may be a spoofed SYN).
 #[inline]
 pub(super) fn expired_unanswered(s: &Session) -> bool {
     s.proto == Protocol::Tcp
@@ -197,5 +202,66 @@ pub(super) fn account(c: &RealServerCounters, t: Transition) -> bool {
             true
         }
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::realserver_stats::RealServerTotals;
+    use crate::flow::FlowKey4;
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    /// A client SYN resent after the passive window counts against the real server
+    /// only where Sluice would have seen its answer (NAT, FullNAT); in DR and TUN it is
+    /// the client's word alone, and anyone can resend SYNs. The handshake-completing
+    /// ACK counts as answered in every mode.
+    #[test]
+    fn a_resent_syn_counts_as_unanswered_only_where_the_answer_passes_through() {
+        for (mode, counted) in [
+            (ForwardMode::Nat, 1),
+            (ForwardMode::FullNat, 1),
+            (ForwardMode::Dr, 0),
+            (ForwardMode::Tun, 0),
+        ] {
+            let (_publisher, mut config) =
+                super::super::test_config(&crate::service::ServiceTable::new(), 16);
+            config.health = Some(super::super::HealthTap {
+                source: Ipv4Addr::new(198, 18, 0, 1),
+                sources6: Vec::new(),
+                ports: 61000..=61999,
+                passive_syn_ms: 800,
+            });
+            let mut f = Forwarder::new(config);
+            let real = 7;
+            let key = FlowKey4::new(
+                Protocol::Tcp,
+                Ipv4Addr::new(198, 18, 1, 7),
+                40000,
+                Ipv4Addr::new(198, 18, 0, 100),
+                80,
+            );
+            let rs = Ipv4Addr::new(198, 18, 0, 11);
+            let session = Session::new(&key, mode, 0, real, rs, 8080);
+            let id = f.sessions.insert(session, 0, 100).unwrap();
+            f.now_tick = f.passive_syn_ticks;
+            let s = *f.sessions.get(id).unwrap();
+            f.observe_new_connection(id, &s, Direction::Inbound, TcpFlags::SYN, TcpState::SynRecv);
+            let totals = RealServerTotals::sum(&[Arc::clone(&f.real_servers)], real).passive;
+            assert_eq!(
+                (totals.unanswered, totals.answered),
+                (counted, 0),
+                "{mode:?}"
+            );
+            let s = *f.sessions.get(id).unwrap();
+            f.observe_new_connection(id, &s, Direction::Inbound, TcpFlags::ACK, TcpState::SynRecv);
+            let totals = RealServerTotals::sum(&[Arc::clone(&f.real_servers)], real).passive;
+            assert_eq!(
+                (totals.unanswered, totals.answered),
+                (counted, 1),
+                "{mode:?}"
+            );
+        }
     }
 }
