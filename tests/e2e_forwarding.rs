@@ -583,6 +583,79 @@ fn a_real_server_that_changes_its_mac_is_reached_again_after_the_recheck() {
     stop(daemon);
 }
 
+/// A static neighbour (`ports[].static_neighbours`) holds against a forged ARP: a
+/// second host on the link (the other real server's namespace, with scapy) sends
+/// gratuitous ARP replies claiming the real server's address at its own MAC. Without
+/// the static entry Sluice would take them (as Linux does) and send the real server's
+/// connections to the forger; with it, every connection still reaches the real
+/// server, and `sluicectl neigh` lists the entry as `static` at the configured MAC.
+#[test]
+fn a_static_neighbour_holds_against_a_forged_arp() {
+    require_root();
+    let mut lab = AppLab::new(2);
+    lab.bed.configure("client-addr", &[NAT_CLIENT, NAT_GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers(&[format!("0.0.0.0:{NAT_HTTP_PORT}")], &[]);
+    let t = Duration::from_secs(10);
+    let mac_of = |i: u32| {
+        let out = lab.bed.exec(
+            lab.bed.rs_ns(i),
+            &["ip", "-j", "link", "show", "dev", lab.bed.rs_if(i)],
+            t,
+        );
+        let link: serde_json::Value = serde_json::from_str(&out.stdout).expect("ip -j link");
+        link[0]["address"].as_str().expect("a MAC").to_string()
+    };
+    let (rs, real_mac, forger_mac) = (lab.bed.rs_ip(1).to_string(), mac_of(1), mac_of(2));
+    let toml = service_toml(
+        "tcp",
+        NAT_VIP_RR,
+        80,
+        "rr",
+        &[(rs.as_str(), NAT_HTTP_PORT, 1, "nat")],
+    );
+    let addrs = nat_addresses();
+    let mut cfg = lab.daemon_config(&[&addrs[0], &addrs[1]], toml);
+    cfg.ports[0].settings.push(format!(
+        "static_neighbours = [{{ address = \"{rs}\", mac = \"{real_mac}\" }}]"
+    ));
+    let daemon = Daemon::start(cfg);
+    let url = format!("http://{NAT_VIP_RR}/");
+    let batch = lab.curl(&url, 3, 1, &[]);
+    assert_eq!(batch["ok"], 3, "{batch}\n{}", diagnostics(&lab));
+    // Gratuitous ARP replies from the forger, to everyone on the link.
+    let forge = format!(
+        "from scapy.all import Ether, ARP, sendp\n\
+         sendp(Ether(dst='ff:ff:ff:ff:ff:ff', src='{forger_mac}') / ARP(op=2, hwsrc='{forger_mac}', \
+         psrc='{rs}', hwdst='ff:ff:ff:ff:ff:ff', pdst='{rs}'), iface='{}', count=5, inter=0.05, verbose=False)\n",
+        lab.bed.rs_if(2)
+    );
+    lab.bed
+        .exec(lab.bed.rs_ns(2), &["/usr/bin/python3", "-c", &forge], t)
+        .expect_success("scapy forging ARP");
+    std::thread::sleep(Duration::from_millis(300));
+    let batch = lab.curl(&url, 5, 1, &["--max-time", "2"]);
+    assert_eq!(
+        batch["ok"],
+        5,
+        "connections lost after a forged ARP: {batch}\n{}\n{}",
+        diagnostics(&lab),
+        daemon.dump()
+    );
+    let table = daemon.neighbours();
+    let rows: Vec<&serde_json::Value> = table["neighbours"]
+        .as_array()
+        .expect("neighbours")
+        .iter()
+        .filter(|n| n["address"] == rs.as_str())
+        .collect();
+    assert!(
+        rows.len() == 1 && rows[0]["role"] == "static" && rows[0]["mac"] == real_mac.as_str(),
+        "{table}"
+    );
+    stop(daemon);
+}
+
 #[test]
 fn udp_sessions_expire_after_the_configured_timeout() {
     require_root();

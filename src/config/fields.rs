@@ -272,6 +272,23 @@ pub(super) fn mac_address(f: &Field) -> Check<[u8; 6]> {
     Ok(mac)
 }
 
+/// A static neighbour's MAC: six colon-separated hex octets, unicast and not
+/// all-zero (frames to it must reach one host).
+pub(super) fn neighbour_mac(f: &Field) -> Check<[u8; 6]> {
+    let s = f.str()?;
+    let mac = parse_mac(s).ok_or_else(|| {
+        f.invalid(format!(
+            "{s:?} is not a MAC address (expected six hex octets, e.g. \"02:00:00:00:00:14\")"
+        ))
+    })?;
+    if mac[0] & 1 != 0 || mac == [0; 6] {
+        return Err(f.invalid(format!(
+            "{s:?} is not a unicast MAC address: frames to a neighbour must reach one host"
+        )));
+    }
+    Ok(mac)
+}
+
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');

@@ -145,6 +145,16 @@ pub struct PortConfig {
     pub mtu: Option<u16>,
     /// `[ports.exception]`: the kernel interface paired with this port.
     pub exception: Option<ExceptionConfig>,
+    /// Neighbours whose MAC the operator fixes: ARP and Neighbor Discovery never
+    /// change them (a host on the link that forges their address gets nothing).
+    pub static_neighbours: Vec<StaticNeighbour>,
+}
+
+/// One of `ports[].static_neighbours`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticNeighbour {
+    pub address: std::net::IpAddr,
+    pub mac: [u8; 6],
 }
 
 /// `[ports.exception]`: a kernel interface paired with the port. Frames for the

@@ -14,7 +14,7 @@ use super::tree::Node;
 use super::{
     Config, ConfigText, ControlConfig, EalConfig, ExceptionConfig, ExceptionKind, Ipv4Cidr,
     Ipv6Cidr, LcoreConfig, LoopbackConfig, PortConfig, PortDevice, RealServerConfig, ServiceConfig,
-    SessionsConfig, SorryServerConfig, SyncSettings, TimeoutsConfig, VrrpSettings,
+    SessionsConfig, SorryServerConfig, StaticNeighbour, SyncSettings, TimeoutsConfig, VrrpSettings,
 };
 use crate::dataplane::exception;
 use crate::health::spec::{
@@ -48,7 +48,14 @@ const PORT_KEYS: &[&str] = &[
     "rss_key",
     "mtu",
     "exception",
+    "static_neighbours",
 ];
+
+const STATIC_NEIGHBOUR_KEYS: &[&str] = &["address", "mac"];
+
+/// Static neighbours one port may have: they take slots of every worker's neighbour
+/// tables for good, and the config check keeps them within an eighth of those.
+const MAX_STATIC_NEIGHBOURS: usize = 1024;
 /// `[ports.exception]`: the kernel interface paired with a port.
 const EXCEPTION_KEYS: &[&str] = &["kind", "interface", "rate", "ring_size"];
 const LOOPBACK_KEYS: &[&str] = &[
@@ -193,6 +200,7 @@ pub(super) fn read_config(root: &Node, source: &Source) -> Check<Config> {
     let loopback = read_loopback(&root, &ports)?;
     let timeouts = read_timeouts(&root)?;
     let sessions = read_sessions(&root)?;
+    check_static_neighbours(&ports, &sessions)?;
     let health = read_health(&root, &ports)?;
     let vrrp = read_vrrp(&root, &ports, source)?;
     let sync = read_sync(&root, &ports, source)?;
@@ -1040,6 +1048,8 @@ struct PortRead {
     address6_at: Vec<Location>,
     /// `[ports.exception]`'s table.
     exception_at: Option<Location>,
+    /// Each of `static_neighbours`' `address`.
+    static_neighbours_at: Vec<Location>,
 }
 
 impl PortRead {
@@ -1085,6 +1095,10 @@ fn read_port(f: &Field, source: &Source) -> Check<PortRead> {
     let address_field = t.require("addresses")?;
     let read = read_addresses(&address_field)?;
     let exception = read_exception(&t, &name, source)?;
+    let (static_neighbours, static_neighbours_at) = match t.get("static_neighbours") {
+        Some(f) => read_static_neighbours(&f, &read)?,
+        None => (Vec::new(), Vec::new()),
+    };
     let mtu = t.optional("mtu", fields::mtu)?;
     if let (Some(small), Some(at)) = (mtu.filter(|m| *m < 1280), t.get("mtu")) {
         if !read.v6.is_empty() {
@@ -1107,13 +1121,118 @@ fn read_port(f: &Field, source: &Source) -> Check<PortRead> {
             rss_key: t.optional("rss_key", fields::rss_key)?,
             mtu,
             exception,
+            static_neighbours,
         },
         name_at: name_field.location(),
+        static_neighbours_at,
         device_at,
         address_at: read.v4_at,
         address6_at: read.v6_at,
         exception_at: t.get("exception").map(|f| f.location()),
     })
+}
+
+/// Across ports: no static neighbour twice (the workers' tables are keyed by address
+/// alone), and each family's within an eighth of `sessions.neighbours`, so that real
+/// servers (three quarters) and learned neighbours keep their room.
+fn check_static_neighbours(ports: &[PortRead], sessions: &SessionsConfig) -> Check<()> {
+    let mut seen: HashMap<IpAddr, String> = HashMap::new();
+    let (mut v4, mut v6) = (0usize, 0usize);
+    let room = (sessions.neighbours / 8) as usize;
+    for (p, port) in ports.iter().enumerate() {
+        for (i, (n, at)) in port
+            .config
+            .static_neighbours
+            .iter()
+            .zip(&port.static_neighbours_at)
+            .enumerate()
+        {
+            let here = format!("ports[{p}].static_neighbours[{i}].address");
+            if let Some(first) = seen.insert(n.address, here) {
+                return Err(at.invalid(format!(
+                    "{} is a static neighbour of another port too ({first})",
+                    n.address
+                )));
+            }
+            let count = if n.address.is_ipv4() {
+                &mut v4
+            } else {
+                &mut v6
+            };
+            *count += 1;
+            if *count > room {
+                return Err(at.invalid(format!(
+                    "more than {room} static neighbours of one address family: they would \
+                     take more than an eighth of the workers' neighbour tables \
+                     (sessions.neighbours = {}); raise sessions.neighbours",
+                    sessions.neighbours
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `static_neighbours = [{ address = "...", mac = "..." }, ...]`: each address on one
+/// of the port's own subnets (an IPv6 one, or link-local) and not its own, each MAC
+/// unicast and not zero, no address twice.
+fn read_static_neighbours(
+    f: &Field,
+    port: &PortAddresses,
+) -> Check<(Vec<StaticNeighbour>, Vec<Location>)> {
+    let items = f.array()?;
+    if items.len() > MAX_STATIC_NEIGHBOURS {
+        return Err(f.invalid(format!(
+            "{} static neighbours; a port may have at most {MAX_STATIC_NEIGHBOURS}",
+            items.len()
+        )));
+    }
+    let (mut read, mut at) = (Vec::new(), Vec::new());
+    for item in &items {
+        let t = item.table(STATIC_NEIGHBOUR_KEYS)?;
+        let address_field = t.require("address")?;
+        let text = address_field.str()?;
+        let address: IpAddr = text.parse().map_err(|_| {
+            address_field.invalid(format!("{text:?} is not an IPv4 or IPv6 address"))
+        })?;
+        let on_link = match address {
+            IpAddr::V4(ip) => port
+                .v4
+                .iter()
+                .any(|c| c.contains(ip) && ip != c.network() && ip != c.broadcast()),
+            IpAddr::V6(ip) => {
+                port.v6.iter().any(|c| c.contains(ip))
+                    || (ip.segments()[0] & 0xffc0 == 0xfe80 && !ip.is_multicast())
+            }
+        };
+        if !on_link {
+            return Err(address_field.invalid(format!(
+                "{address} is on none of this port's subnets (a neighbour is a host on the \
+                 port's link: a real server, a gateway, a peer)"
+            )));
+        }
+        let ours = match address {
+            IpAddr::V4(ip) => port.v4.iter().any(|c| c.addr == ip),
+            IpAddr::V6(ip) => port.v6.iter().any(|c| c.addr == ip),
+        };
+        if ours {
+            return Err(
+                address_field.invalid(format!("{address} is one of this port's own addresses"))
+            );
+        }
+        if let Some(first) = read
+            .iter()
+            .position(|n: &StaticNeighbour| n.address == address)
+        {
+            return Err(address_field.invalid(format!(
+                "{address} is given twice (first at static_neighbours[{first}])"
+            )));
+        }
+        let mac = t.require("mac").and_then(|m| fields::neighbour_mac(&m))?;
+        read.push(StaticNeighbour { address, mac });
+        at.push(address_field.location());
+    }
+    Ok((read, at))
 }
 
 /// `[ports.exception]`: `kind` ("tap" or "virtio-user") is required; the interface

@@ -3650,3 +3650,132 @@ fn a_field_is_located_at_its_value() {
     let cfg = parse(&inline).unwrap();
     assert_eq!(cfg.locate("control.socket"), Some((1, 22)));
 }
+
+/// `ports[].static_neighbours = [{ address, mac }]`.
+fn with_static(list: &str) -> String {
+    base_with(
+        "addresses",
+        &format!("static_neighbours = [{list}]\naddresses"),
+    )
+}
+
+#[test]
+fn static_neighbours_are_read() {
+    let cfg = parse(&with_static(
+        r#"{ address = "198.18.0.20", mac = "02:00:00:00:00:14" }, { address = "fe80::14", mac = "02:00:00:00:00:15" }"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.ports[0].static_neighbours,
+        [
+            super::StaticNeighbour {
+                address: "198.18.0.20".parse().unwrap(),
+                mac: [2, 0, 0, 0, 0, 0x14]
+            },
+            super::StaticNeighbour {
+                address: "fe80::14".parse().unwrap(),
+                mac: [2, 0, 0, 0, 0, 0x15]
+            },
+        ]
+    );
+    assert!(parse(BASE).unwrap().ports[0].static_neighbours.is_empty());
+}
+
+#[test]
+fn static_neighbours_are_checked() {
+    let one = |address: &str, mac: &str| {
+        with_static(&format!(r#"{{ address = "{address}", mac = "{mac}" }}"#))
+    };
+    let mac = "02:00:00:00:00:14";
+    let at = "ports[0].static_neighbours[0].address";
+    assert_rejected(
+        &one("10.0.0.1", mac),
+        17,
+        at,
+        "is on none of this port's subnets",
+    );
+    assert_rejected(
+        &one("198.18.0.255", mac),
+        17,
+        at,
+        "is on none of this port's subnets",
+    );
+    assert_rejected(
+        &one("2001:db8::1", mac),
+        17,
+        at,
+        "is on none of this port's subnets",
+    );
+    assert_rejected(
+        &one("198.18.0.1", mac),
+        17,
+        at,
+        "is one of this port's own addresses",
+    );
+    assert_rejected(
+        &one("gateway", mac),
+        17,
+        at,
+        "is not an IPv4 or IPv6 address",
+    );
+    let mac_at = "ports[0].static_neighbours[0].mac";
+    assert_rejected(
+        &one("198.18.0.20", "01:00:5e:00:00:01"),
+        17,
+        mac_at,
+        "is not a unicast MAC",
+    );
+    assert_rejected(
+        &one("198.18.0.20", "00:00:00:00:00:00"),
+        17,
+        mac_at,
+        "is not a unicast MAC",
+    );
+    assert_rejected(
+        &one("198.18.0.20", "02:00:00:00:14"),
+        17,
+        mac_at,
+        "is not a MAC address",
+    );
+    let twice = with_static(&format!(
+        r#"{{ address = "198.18.0.20", mac = "{mac}" }}, {{ address = "198.18.0.20", mac = "02:00:00:00:00:15" }}"#
+    ));
+    assert_rejected(
+        &twice,
+        17,
+        "ports[0].static_neighbours[1].address",
+        "198.18.0.20 is given twice (first at static_neighbours[0])",
+    );
+    // The workers' tables are keyed by address alone: not on two ports either.
+    let both = two_ports(
+        "addresses",
+        &format!("static_neighbours = [{{ address = \"fe80::14\", mac = \"{mac}\" }}]\naddresses"),
+    )
+    .replacen(
+        "addresses = [\"198.18.0.1/24\"]",
+        &format!("static_neighbours = [{{ address = \"fe80::14\", mac = \"{mac}\" }}]\naddresses = [\"198.18.0.1/24\"]"),
+        1,
+    );
+    assert_rejected(
+        &both,
+        25,
+        "ports[1].static_neighbours[0].address",
+        "fe80::14 is a static neighbour of another port too (ports[0].static_neighbours[0].address)",
+    );
+    // Within an eighth of sessions.neighbours per family.
+    let many = format!(
+        "{}\n[sessions]\nneighbours = 256\n",
+        with_static(
+            &(20..53)
+                .map(|i| format!(r#"{{ address = "198.18.0.{i}", mac = "{mac}" }}"#))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    );
+    assert_rejected(
+        &many,
+        17,
+        "ports[0].static_neighbours[32].address",
+        "more than 32 static neighbours of one address family",
+    );
+}

@@ -940,6 +940,12 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                 .as_ref()
                 .map_or_else(Vec::new, |s| s.peers.iter().map(|p| *p.ip()).collect()),
             neighbour_capacity: cfg.sessions.neighbours as usize,
+            static_neighbours: cfg
+                .ports
+                .iter()
+                .flat_map(|p| &p.static_neighbours)
+                .map(|n| (n.address, crate::wire::MacAddr(n.mac)))
+                .collect(),
             ..ForwarderConfig::new(
                 cfg.sessions.capacity as usize,
                 publisher.reader(),

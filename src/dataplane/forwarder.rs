@@ -56,7 +56,7 @@ use crate::session::{
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
 use crate::wire::vrrp;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -210,6 +210,8 @@ pub struct Forwarder {
     laddr6_cursor: u64,
     /// The IPv6 neighbour table, fed by Neighbor Discovery to the port's addresses.
     neighbours6: Neighbour6Table,
+    /// `static_neighbours` of IPv4, which the worker pins in its own table.
+    static_neighbours4: Vec<(Ipv4Addr, MacAddr)>,
     /// FullNAT local ports, one pool per local address shared by every service that
     /// uses it, kept across snapshots while a service lists the address or a session
     /// holds one of its ports (`forward::laddr`). Made with the first FullNAT service.
@@ -583,6 +585,9 @@ pub struct ForwarderConfig {
     /// Entries of each of the worker's neighbour tables (IPv4 and IPv6; `[sessions]
     /// neighbours`).
     pub neighbour_capacity: usize,
+    /// `ports[].static_neighbours`: entries pinned in both tables, which ARP and
+    /// Neighbor Discovery never change.
+    pub static_neighbours: Vec<(IpAddr, MacAddr)>,
 }
 
 /// The index size from which new sessions are parked by default. Parking costs a new
@@ -629,6 +634,7 @@ impl ForwarderConfig {
             park_new_sessions: None,
             synproxy_syn_timeout_ms: synproxy::SYN_TIMEOUT_MS,
             neighbour_capacity: crate::dataplane::worker::NEIGHBOUR_CAPACITY,
+            static_neighbours: Vec::new(),
         }
     }
 }
@@ -648,6 +654,11 @@ impl Forwarder {
     /// forwarder's, the IPv4 one the worker's).
     pub fn neighbour_capacity(&self) -> usize {
         self.neighbours6.capacity()
+    }
+
+    /// The IPv4 `static_neighbours`, for the worker to pin in its table.
+    pub fn static_neighbours4(&self) -> &[(Ipv4Addr, MacAddr)] {
+        &self.static_neighbours4
     }
 
     /// A worker's forwarder; panics when the session table's memory cannot be had
@@ -684,7 +695,21 @@ impl Forwarder {
             park_new_sessions,
             synproxy_syn_timeout_ms,
             neighbour_capacity,
+            static_neighbours,
         } = config;
+        let mut neighbours6 = Neighbour6Table::with_capacity(neighbour_capacity);
+        let mut static_neighbours4 = Vec::new();
+        for &(ip, mac) in &static_neighbours {
+            // The config check keeps them within an eighth of the table.
+            let pinned = match ip {
+                IpAddr::V4(v4) => {
+                    static_neighbours4.push((v4, mac));
+                    true
+                }
+                IpAddr::V6(v6) => neighbours6.pin(v6, mac),
+            };
+            debug_assert!(pinned, "static neighbour {ip} does not fit");
+        }
         let tsc_per_tick = tsc_per_tick.max(1);
         let tick_ms =
             (tsc_per_tick as u128 * 1000 / tsc_hz.max(1) as u128).clamp(1, u32::MAX as u128) as u32;
@@ -724,7 +749,8 @@ impl Forwarder {
             owned: Vec::new(),
             owned6: Vec::new(),
             laddr6_cursor: 0,
-            neighbours6: Neighbour6Table::with_capacity(neighbour_capacity),
+            neighbours6,
+            static_neighbours4,
             pool: None,
             laddr_sets: Vec::new(),
             persist: persistence,
@@ -948,7 +974,9 @@ impl Forwarder {
                     |updated: u64| now_tsc.saturating_sub(updated) / (self.tsc_hz / 1000).max(1);
                 let policy = self.neighbour_policy();
                 for (_, n) in neighbours.slots(*from..end) {
-                    let role = if policy.real_servers.binary_search(&n.ip).is_ok() {
+                    let role = if neighbours.is_pinned(n.ip) {
+                        NeighbourRole::Static
+                    } else if policy.real_servers.binary_search(&n.ip).is_ok() {
                         NeighbourRole::RealServer
                     } else if policy.peers.binary_search(&n.ip).is_ok() {
                         NeighbourRole::Peer
@@ -959,14 +987,20 @@ impl Forwarder {
                         worker,
                         ip: n.ip.into(),
                         mac: n.mac,
-                        age_ms: age_ms(n.updated_tsc),
+                        // A static entry is never learned: it has no age.
+                        age_ms: match role {
+                            NeighbourRole::Static => 0,
+                            _ => age_ms(n.updated_tsc),
+                        },
                         role,
                     });
                 }
                 let real_servers6 = self.snapshot.current().real_servers_v6();
                 let slots6 = from.saturating_sub(v4_slots)..end.saturating_sub(v4_slots);
                 for (_, n) in self.neighbours6.slots(slots6) {
-                    let role = if real_servers6.binary_search(&n.ip).is_ok() {
+                    let role = if self.neighbours6.is_pinned(n.ip) {
+                        NeighbourRole::Static
+                    } else if real_servers6.binary_search(&n.ip).is_ok() {
                         NeighbourRole::RealServer
                     } else {
                         NeighbourRole::Other
@@ -975,7 +1009,11 @@ impl Forwarder {
                         worker,
                         ip: n.ip.into(),
                         mac: n.mac,
-                        age_ms: age_ms(n.updated_tsc),
+                        // A static entry is never learned: it has no age.
+                        age_ms: match role {
+                            NeighbourRole::Static => 0,
+                            _ => age_ms(n.updated_tsc),
+                        },
                         role,
                     });
                 }

@@ -1000,6 +1000,35 @@ mod tests {
         assert_eq!(h.event(Event::NeighbourLearned), 1);
     }
 
+    /// A static neighbour (`static_neighbours`) keeps its MAC whatever the link says:
+    /// a reply to us, a request for us, a gratuitous ARP for another host.
+    #[test]
+    fn arp_never_moves_a_static_neighbour() {
+        let mut h = Harness::new();
+        let pinned = MacAddr([2, 0, 0, 0, 0, 0x42]);
+        assert!(h.neighbours.pin(CLIENT_IP, pinned));
+        let mut reply = ARP_REPLY;
+        {
+            let mut eth = ethernet::Frame::new_unchecked(&mut reply[..]);
+            eth.set_dst_addr(MacAddr(OUR_MAC));
+            eth.set_src_addr(CLIENT_MAC);
+        }
+        let mut packet = arp::Packet::new_unchecked(&mut reply[14..]);
+        packet.set_sender_hardware_addr(CLIENT_MAC);
+        packet.set_sender_protocol_addr(CLIENT_IP);
+        packet.set_target_hardware_addr(MacAddr(OUR_MAC));
+        packet.set_target_protocol_addr(OUR_IP);
+        h.expect_drop(&reply, DropReason::ArpReply);
+        assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(pinned));
+        let _ = h.process(&mut arp_request_from(CLIENT_IP));
+        assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(pinned));
+        let mut not_for_us = ARP_REQUEST;
+        not_for_us[38..42].copy_from_slice(&[10, 0, 0, 99]);
+        h.expect_drop(&not_for_us, DropReason::ArpNotForUs);
+        assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(pinned));
+        assert_eq!(h.event(Event::NeighbourLearned), 0);
+    }
+
     /// An ARP request for us with its sender's address set to `sender`.
     fn arp_request_from(sender: Ipv4Addr) -> [u8; 60] {
         let mut frame = ARP_REQUEST;
@@ -1757,6 +1786,19 @@ mod tests {
                 h.neighbours.lookup(CLIENT_IP6),
                 Some(MacAddr([0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc]))
             );
+        }
+
+        /// A static IPv6 neighbour keeps its MAC against an advertisement with
+        /// Override, and against a solicitation from its address.
+        #[test]
+        fn neighbor_discovery_never_moves_a_static_neighbour() {
+            let mut h = Harness6::new();
+            let pinned = MacAddr([2, 0, 0, 0, 0, 0x42]);
+            assert!(h.neighbours.pin(CLIENT_IP6, pinned));
+            h.expect_drop(&UNSOL_NA, DropReason::NdiscAdvert);
+            assert_eq!(h.neighbours.lookup(CLIENT_IP6), Some(pinned));
+            let _ = h.process(&ns_from(CLIENT_IP6));
+            assert_eq!(h.neighbours.lookup(CLIENT_IP6), Some(pinned));
         }
 
         /// `NS` (a solicitation for our address with a source link-layer option)

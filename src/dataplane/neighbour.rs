@@ -107,6 +107,9 @@ pub struct Neighbour<A = Ipv4Addr> {
 #[derive(Clone, Copy)]
 struct Slot<A> {
     occupied: bool,
+    /// A static entry (`static_neighbours`): nothing the link sends changes or removes
+    /// it, and it is never asked about again.
+    pinned: bool,
     neighbour: Neighbour<A>,
     /// TSC when it was last asked about ([`NeighbourTable::mark_rechecked`]; 0: never).
     rechecked_tsc: u64,
@@ -115,6 +118,7 @@ struct Slot<A> {
 impl<A: NeighbourAddr> Slot<A> {
     const EMPTY: Slot<A> = Slot {
         occupied: false,
+        pinned: false,
         neighbour: Neighbour {
             ip: A::UNSPECIFIED,
             mac: MacAddr::ZERO,
@@ -315,6 +319,7 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
             self.reclaim_cursor = (index + 1) & mask;
             let slot = &self.slots[index];
             if slot.occupied
+                && !slot.pinned
                 && now_tsc.saturating_sub(slot.neighbour.updated_tsc) >= min_age_tsc
                 && !keep(slot.neighbour.ip)
             {
@@ -369,6 +374,9 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
 
     fn learn_within(&mut self, ip: A, mac: MacAddr, now_tsc: u64, limit: usize) -> Learn {
         let (index, found) = self.probe(ip);
+        if found && self.slots[index].pinned {
+            return Learn::Unchanged;
+        }
         if found {
             let learned = Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
             self.learned_total += u64::from(learned == Learn::Updated);
@@ -379,6 +387,7 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         }
         self.slots[index] = Slot {
             occupied: true,
+            pinned: false,
             neighbour: Neighbour {
                 ip,
                 mac,
@@ -406,7 +415,7 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         };
         let slot = &self.slots[index];
         let last = slot.neighbour.updated_tsc.max(slot.rechecked_tsc);
-        now_tsc.saturating_sub(last) > age_tsc
+        !slot.pinned && now_tsc.saturating_sub(last) > age_tsc
     }
 
     /// `ip` was asked about at `now_tsc`: not due again for an age.
@@ -427,10 +436,45 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         let (index, true) = self.probe(ip) else {
             return None;
         };
+        if self.slots[index].pinned {
+            return Some(Learn::Unchanged);
+        }
         let learned = Self::refresh(&mut self.slots[index].neighbour, mac, now_tsc);
         self.learned_total += u64::from(learned == Learn::Updated);
         self.remember(learned, ip, mac);
         Some(learned)
+    }
+
+    /// Makes `ip -> mac` a static entry (the operator's `static_neighbours`): learning,
+    /// ARP and Neighbor Discovery, reclaiming, removal and expiry leave it as it is, and
+    /// it is never due for asking again, so a host on the link that forges the
+    /// neighbour's address cannot take its traffic. Whether it fits (a table full of
+    /// other entries refuses it).
+    pub fn pin(&mut self, ip: A, mac: MacAddr) -> bool {
+        let (index, found) = self.probe(ip);
+        if !found && self.len >= self.capacity {
+            return false;
+        }
+        if !found {
+            self.len += 1;
+        }
+        self.slots[index] = Slot {
+            occupied: true,
+            pinned: true,
+            neighbour: Neighbour {
+                ip,
+                mac,
+                updated_tsc: 0,
+            },
+            rechecked_tsc: 0,
+        };
+        self.learned_total += 1;
+        true
+    }
+
+    /// Whether `ip` is a static entry ([`NeighbourTable::pin`]).
+    pub fn is_pinned(&self, ip: A) -> bool {
+        matches!(self.probe(ip), (index, true) if self.slots[index].pinned)
     }
 
     fn remember(&mut self, learned: Learn, ip: A, mac: MacAddr) {
@@ -467,10 +511,10 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         }
     }
 
-    /// Removes `ip`, returning its entry.
+    /// Removes `ip`, returning its entry; a static one stays.
     pub fn remove(&mut self, ip: A) -> Option<Neighbour<A>> {
         match self.probe(ip) {
-            (index, true) => {
+            (index, true) if !self.slots[index].pinned => {
                 let removed = self.slots[index].neighbour;
                 self.remove_at(index);
                 Some(removed)
@@ -508,7 +552,10 @@ impl<A: NeighbourAddr> NeighbourTable<A> {
         let mut index = 0;
         while index < self.slots.len() {
             let slot = &self.slots[index];
-            if slot.occupied && now_tsc.saturating_sub(slot.neighbour.updated_tsc) > max_age_tsc {
+            if slot.occupied
+                && !slot.pinned
+                && now_tsc.saturating_sub(slot.neighbour.updated_tsc) > max_age_tsc
+            {
                 // Shifting may pull an unvisited entry into `index`: look at it again.
                 self.remove_at(index);
             } else {
@@ -956,5 +1003,51 @@ mod tests {
         }
         let longest = longest_probe(&t6);
         assert!(longest < 64, "a probe chain of {longest} slots");
+    }
+
+    /// A pinned entry: learning, updates, removal, expiry and reclaiming leave it, it
+    /// is never due for asking again, and it is never shared as a change.
+    #[test]
+    fn a_pinned_entry_is_left_as_it_is() {
+        let ip = Ipv4Addr::new(198, 18, 0, 20);
+        let mut t = NeighbourTable::<Ipv4Addr>::with_capacity(4);
+        assert!(t.pin(ip, mac(1)));
+        assert!(t.is_pinned(ip));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.learn(ip, mac(2), 10), Learn::Unchanged);
+        assert_eq!(t.update_existing(ip, mac(3), 10), Some(Learn::Unchanged));
+        assert_eq!(t.learn_shared(ip, mac(4), 10), Learn::Unchanged);
+        assert_eq!(t.remove(ip), None);
+        assert_eq!(t.expire(u64::MAX, 0), 0);
+        assert!(!t.recheck_due(ip, u64::MAX, 0));
+        assert_eq!(t.lookup(ip), Some(mac(1)));
+        assert_eq!(
+            t.take_changes(|_, _| panic!("a pinned entry is no change")),
+            0
+        );
+        // A full table makes room for a real server from any entry but the pinned one.
+        for last in 21..24 {
+            t.learn(Ipv4Addr::new(198, 18, 0, last), mac(last), 0);
+        }
+        assert!(t.is_full());
+        let mut reclaimed = 0;
+        for last in 30..40 {
+            let learned = t.learn_making_room(
+                Ipv4Addr::new(198, 18, 0, last),
+                mac(last),
+                100,
+                4,
+                0,
+                |_| false,
+            );
+            reclaimed += usize::from(learned == Learn::Reclaimed);
+        }
+        assert!(reclaimed > 0);
+        assert_eq!(t.lookup(ip), Some(mac(1)), "the pinned entry stays");
+        // Pinning an address already learned makes it static.
+        let other = Ipv4Addr::new(198, 18, 0, 39);
+        assert!(t.pin(other, mac(9)));
+        assert_eq!((t.lookup(other), t.len()), (Some(mac(9)), 4));
+        assert_eq!(t.learn(other, mac(2), 200), Learn::Unchanged);
     }
 }

@@ -69,6 +69,8 @@ pub enum NeighbourRole {
     RealServer,
     /// A configured peer's (`[vrrp] peers`, `[sync] peers`): never given up.
     Peer,
+    /// A `static_neighbours` entry: fixed by the operator, never changed or given up.
+    Static,
     /// Anything else (a client, a router, a removed real server): gives its slot up
     /// once stale and its share of the table is full.
     Other,

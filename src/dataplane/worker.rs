@@ -107,7 +107,15 @@ impl Worker {
             ports,
             // The same size as the forwarder's IPv6 table: both are `[sessions]
             // neighbours`.
-            neighbours: NeighbourTable::with_capacity(forwarder.neighbour_capacity()),
+            neighbours: {
+                let mut table = NeighbourTable::with_capacity(forwarder.neighbour_capacity());
+                for &(ip, mac) in forwarder.static_neighbours4() {
+                    // The config check keeps them within an eighth of the table.
+                    let pinned = table.pin(ip, mac);
+                    debug_assert!(pinned, "static neighbour {ip} does not fit");
+                }
+                table
+            },
             forwarder,
             counters,
             links,

@@ -64,6 +64,7 @@ pub fn role_name(role: NeighbourRole) -> &'static str {
     match role {
         NeighbourRole::RealServer => "real_server",
         NeighbourRole::Peer => "peer",
+        NeighbourRole::Static => "static",
         NeighbourRole::Other => "other",
     }
 }
