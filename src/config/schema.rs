@@ -1199,7 +1199,11 @@ fn read_static_neighbours(
             IpAddr::V4(ip) => port
                 .v4
                 .iter()
-                .any(|c| c.contains(ip) && ip != c.network() && ip != c.broadcast()),
+                // A /31 or /32 (RFC 3021) has no network or broadcast address to skip.
+                .any(|c| {
+                    c.contains(ip)
+                        && (c.prefix_len > 30 || (ip != c.network() && ip != c.broadcast()))
+                }),
             IpAddr::V6(ip) => {
                 port.v6.iter().any(|c| c.contains(ip))
                     || (ip.segments()[0] & 0xffc0 == 0xfe80 && !ip.is_multicast())

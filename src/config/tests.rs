@@ -3779,3 +3779,17 @@ fn static_neighbours_are_checked() {
         "more than 32 static neighbours of one address family",
     );
 }
+
+/// On a /31 (RFC 3021) both addresses are hosts: the other end is a neighbour.
+#[test]
+fn a_static_neighbour_may_be_the_other_end_of_a_31() {
+    let text = base_with(
+        "addresses = [\"198.18.0.1/24\"]",
+        "static_neighbours = [{ address = \"10.0.0.1\", mac = \"02:00:00:00:00:14\" }]\naddresses = [\"198.18.0.1/24\", \"10.0.0.0/31\"]",
+    );
+    let cfg = parse(&text).unwrap();
+    assert_eq!(
+        cfg.ports[0].static_neighbours[0].address,
+        "10.0.0.1".parse::<std::net::IpAddr>().unwrap()
+    );
+}

@@ -712,7 +712,9 @@ impl ServeLoop {
             .filter(|c| c.user == user)
             .map(|c| c.out.len() - c.written)
             .sum();
-        if unsent + response.len() <= self.limits.user_unsent_bytes {
+        // With nothing else unread, any answer goes (one larger than the budget would
+        // otherwise never reach this user).
+        if unsent == 0 || unsent + response.len() <= self.limits.user_unsent_bytes {
             return response;
         }
         Response::failure(format!(
@@ -1713,6 +1715,26 @@ mod tests {
             a.call(Request::BatchCommit.to_line().as_bytes())
                 .into_result(),
             Ok(json!({"applied": 4, "replace": false}))
+        );
+    }
+
+    /// An answer larger than the whole budget still reaches a bounded user that has
+    /// nothing else unread.
+    #[test]
+    fn a_lone_answer_larger_than_the_budget_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let handler = value_handler(|_| Ok(json!("x".repeat(2 << 20))));
+        let limits = ServerLimits {
+            user_unsent_bytes: 1 << 20,
+            ..user_limits()
+        };
+        let _server = ControlServer::spawn_with_limits(&path, handler, limits).unwrap();
+        let mut peer = Peer::connect(&path);
+        let answer = peer.call(b"{\"cmd\":\"status\"}\n");
+        assert_eq!(
+            answer.into_result().unwrap().as_str().map(str::len),
+            Some(2 << 20)
         );
     }
 }

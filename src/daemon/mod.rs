@@ -452,6 +452,11 @@ fn start_control(
         control_handler(calls_tx),
         ServerLimits {
             max_connections,
+            // A quarter at most, so that members cannot fill a small limit (a tight
+            // open-file limit leaves as few as 32) and lock root out.
+            user_connections: ServerLimits::default()
+                .user_connections
+                .min((max_connections / 4).max(1)),
             ..Default::default()
         },
         cfg.control.group.as_ref().map(|g| g.gid),

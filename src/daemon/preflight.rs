@@ -90,7 +90,21 @@ pub fn shared_socket_directory(cfg: &Config) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let socket = &cfg.control.socket;
     let dir = socket.parent().filter(|p| !p.as_os_str().is_empty())?;
-    let mode = std::fs::metadata(dir).ok()?.mode();
+    let meta = std::fs::metadata(dir).ok()?;
+    let mode = meta.mode();
+    // SAFETY: geteuid only reads the process's credentials.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid && meta.uid() != 0 {
+        return Some(format!(
+            "{}: control.socket: its directory {} belongs to uid {}, not to this daemon's \
+             user: its owner can replace the socket with their own, which then gets root's \
+             sluicectl commands; put the socket in a directory only root may write, such as \
+             /run/sluice",
+            cfg.path.display(),
+            dir.display(),
+            meta.uid()
+        ));
+    }
     if mode & 0o022 == 0 {
         return None;
     }
@@ -1580,6 +1594,15 @@ mod tests {
         chmod(0o770);
         assert!(shared_socket_directory(&cfg).is_some());
         chmod(0o700);
+        // Owner-only, but another user's: its owner can replace the socket.
+        std::os::unix::fs::chown(dir.path(), Some(65534), None).unwrap();
+        let w = shared_socket_directory(&cfg).unwrap();
+        assert!(
+            w.contains("belongs to uid 65534, not to this daemon's user"),
+            "{w}"
+        );
+        std::os::unix::fs::chown(dir.path(), Some(0), None).unwrap();
+        assert_eq!(shared_socket_directory(&cfg), None);
     }
 
     /// A config whose pool outgrows its memory: two workers, 4096 RX and TX descriptors, 256 MB.

@@ -1027,6 +1027,12 @@ mod tests {
         h.expect_drop(&not_for_us, DropReason::ArpNotForUs);
         assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(pinned));
         assert_eq!(h.event(Event::NeighbourLearned), 0);
+        // Nor is the forged MAC shared with the other workers.
+        assert_eq!(
+            h.neighbours
+                .take_changes(|ip, mac| panic!("shared {ip} at {mac:?}")),
+            0
+        );
     }
 
     /// An ARP request for us with its sender's address set to `sender`.

@@ -186,14 +186,15 @@ impl AdvertAuth {
     /// takes a node from sealing back to not sealing, so within that time such an
     /// advert is someone else's, forging the address of a peer that has the key; a
     /// peer put back to `unauthenticated = true` counts again once its sealed adverts
-    /// have stopped for that long. A wall clock set back holds the refusal longer.
+    /// have stopped for that long. A wall clock set back since ends the hold at once:
+    /// refusing a reverted peer for as long as the step would leave two masters.
     pub fn admit_unsealed(&self, src: Ipv4Addr, now_us: u64, hold_us: u64) -> Result<(), Refusal> {
         if !self.accept_unsealed {
             return Err(Refusal::BadAuth);
         }
         match self.heard.iter().find(|h| h.sender == src) {
-            Some(h) if now_us.saturating_sub(h.at_us) < hold_us => {
-                Err(Refusal::UnsealedFromSealer(now_us.saturating_sub(h.at_us)))
+            Some(h) if now_us >= h.at_us && now_us - h.at_us < hold_us => {
+                Err(Refusal::UnsealedFromSealer(now_us - h.at_us))
             }
             _ => Ok(()),
         }
@@ -429,5 +430,27 @@ mod tests {
             r.admit(&near, MESSAGE, A, g, NOW + 3_000_000),
             Err(Refusal::ClockSkew(_))
         ));
+    }
+
+    /// The hold on a sealing peer's unsealed adverts ends when the wall clock went back
+    /// since its last sealed one: held for the step, a reverted peer would be refused
+    /// and the group left with two masters.
+    #[test]
+    fn a_clock_set_back_ends_the_hold_on_unsealed_adverts() {
+        let g = vrrp::MULTICAST_GROUP;
+        let mut a = AdvertAuth::new(key(), 60_000);
+        let mut r = AdvertAuth::new(key(), 60_000).accepting_unsealed(true);
+        assert_eq!(
+            r.admit(&sealed(&mut a, A, g, NOW), MESSAGE, A, g, NOW),
+            Ok(())
+        );
+        let hold = 3_600_000;
+        assert_eq!(
+            r.admit_unsealed(A, NOW + 1_000_000, hold),
+            Err(Refusal::UnsealedFromSealer(1_000_000))
+        );
+        assert_eq!(r.admit_unsealed(A, NOW + hold, hold), Ok(()));
+        assert_eq!(r.admit_unsealed(A, NOW - 600_000_000, hold), Ok(()));
+        assert_eq!(r.admit_unsealed(B, NOW, hold), Ok(()), "never heard sealed");
     }
 }
