@@ -517,3 +517,36 @@ fn helper_threads_run_where_dpdk_runs_its_control_threads() {
         daemon.stop_clean();
     }
 }
+
+/// Passive detection alone on a DR real server is warned of at start: it cannot see
+/// the server's answers and never evicts it (a NAT server beside it is not named).
+#[test]
+fn passive_detection_alone_on_a_dr_real_server_is_warned_of() {
+    require_root();
+    let mut cfg = loopback_config();
+    cfg.extra_toml = vec![
+        "[health]\npassive = true\n".into(),
+        service_section(
+            "tcp",
+            "198.18.1.1",
+            80,
+            "rr",
+            &[],
+            &[("198.18.0.2", 80, 1, "dr"), ("198.18.0.3", 8080, 1, "nat")],
+        ),
+    ];
+    let daemon = Daemon::start(cfg);
+    let warning = "is watched by passive detection alone, which cannot see a DR or TUN real \
+                   server's answers";
+    let seen = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        daemon.stderr_text().contains(warning).then_some(())
+    });
+    let stderr = daemon.stderr_text();
+    assert!(seen.is_some(), "{}", daemon.dump());
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(warning)).collect();
+    assert!(
+        lines.len() == 1 && lines[0].contains("198.18.0.2:80 of "),
+        "{lines:?}"
+    );
+    daemon.stop_clean();
+}

@@ -17,7 +17,7 @@ pub mod verdict;
 
 use crate::dataplane::realserver_stats::{PassiveTotals, PASSIVE_FIELD_MASK};
 use crate::forward::synproxy::SipKey;
-use crate::model::ServiceKey;
+use crate::model::{ForwardMode, ServiceKey};
 use crate::service::{HealthOverlay, ServiceTable};
 use hashbrown::HashMap;
 use probe::{Check, Endpoints, Probe, Segment};
@@ -645,6 +645,18 @@ impl HealthMonitor {
                         }
                     }
                     None => {
+                        if spec.passive
+                            && spec.kind == CheckKind::None
+                            && matches!(rs.mode, ForwardMode::Dr | ForwardMode::Tun)
+                        {
+                            log::warn!(
+                                "health: {} of {} is watched by passive detection alone, which \
+                                 cannot see a DR or TUN real server's answers and never evicts \
+                                 it: give it an active check (docs/HEALTH.md, Passive detection)",
+                                SocketAddr::new(ip, rs.port),
+                                s.key.event_name()
+                            );
+                        }
                         if ip.is_ipv6() && spec.kind != CheckKind::None && self.sources6.is_empty()
                         {
                             log::warn!(
