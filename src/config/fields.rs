@@ -255,12 +255,7 @@ pub(super) fn vdev_name(spec: &str) -> &str {
 /// A MAC override: six colon-separated hex octets, unicast and not all-zero (the
 /// port's own address must be a valid source address).
 pub(super) fn mac_address(f: &Field) -> Check<[u8; 6]> {
-    let s = f.str()?;
-    let mac = parse_mac(s).ok_or_else(|| {
-        f.invalid(format!(
-            "{s:?} is not a MAC address (expected six hex octets, e.g. \"02:00:00:00:00:01\")"
-        ))
-    })?;
+    let (s, mac) = mac_text(f)?;
     if mac[0] & 1 != 0 {
         return Err(f.invalid(format!(
             "{s:?} is a multicast address; a port needs a unicast MAC (first octet even)"
@@ -275,18 +270,24 @@ pub(super) fn mac_address(f: &Field) -> Check<[u8; 6]> {
 /// A static neighbour's MAC: six colon-separated hex octets, unicast and not
 /// all-zero (frames to it must reach one host).
 pub(super) fn neighbour_mac(f: &Field) -> Check<[u8; 6]> {
-    let s = f.str()?;
-    let mac = parse_mac(s).ok_or_else(|| {
-        f.invalid(format!(
-            "{s:?} is not a MAC address (expected six hex octets, e.g. \"02:00:00:00:00:14\")"
-        ))
-    })?;
+    let (s, mac) = mac_text(f)?;
     if mac[0] & 1 != 0 || mac == [0; 6] {
         return Err(f.invalid(format!(
             "{s:?} is not a unicast MAC address: frames to a neighbour must reach one host"
         )));
     }
     Ok(mac)
+}
+
+/// A field holding six colon-separated hex octets: its text and the address.
+fn mac_text<'a>(f: &Field<'a>) -> Check<(&'a str, [u8; 6])> {
+    let s = f.str()?;
+    let mac = parse_mac(s).ok_or_else(|| {
+        f.invalid(format!(
+            "{s:?} is not a MAC address (expected six hex octets, e.g. \"02:00:00:00:00:01\")"
+        ))
+    })?;
+    Ok((s, mac))
 }
 
 fn parse_mac(s: &str) -> Option<[u8; 6]> {

@@ -980,10 +980,8 @@ mod tests {
         assert_eq!(h.event(Event::NeighbourLearned), 0);
     }
 
-    #[test]
-    fn arp_reply_to_us_is_learned_then_dropped() {
-        let mut h = Harness::new();
-        // The client answering an ARP request of ours: unicast to our MAC.
+    /// The client answering an ARP request of ours: unicast to our MAC.
+    fn client_reply_to_us() -> [u8; 60] {
         let mut reply = ARP_REPLY;
         {
             let mut eth = ethernet::Frame::new_unchecked(&mut reply[..]);
@@ -995,6 +993,13 @@ mod tests {
         packet.set_sender_protocol_addr(CLIENT_IP);
         packet.set_target_hardware_addr(MacAddr(OUR_MAC));
         packet.set_target_protocol_addr(OUR_IP);
+        reply
+    }
+
+    #[test]
+    fn arp_reply_to_us_is_learned_then_dropped() {
+        let mut h = Harness::new();
+        let reply = client_reply_to_us();
         h.expect_drop(&reply, DropReason::ArpReply);
         assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(CLIENT_MAC));
         assert_eq!(h.event(Event::NeighbourLearned), 1);
@@ -1007,18 +1012,7 @@ mod tests {
         let mut h = Harness::new();
         let pinned = MacAddr([2, 0, 0, 0, 0, 0x42]);
         assert!(h.neighbours.pin(CLIENT_IP, pinned));
-        let mut reply = ARP_REPLY;
-        {
-            let mut eth = ethernet::Frame::new_unchecked(&mut reply[..]);
-            eth.set_dst_addr(MacAddr(OUR_MAC));
-            eth.set_src_addr(CLIENT_MAC);
-        }
-        let mut packet = arp::Packet::new_unchecked(&mut reply[14..]);
-        packet.set_sender_hardware_addr(CLIENT_MAC);
-        packet.set_sender_protocol_addr(CLIENT_IP);
-        packet.set_target_hardware_addr(MacAddr(OUR_MAC));
-        packet.set_target_protocol_addr(OUR_IP);
-        h.expect_drop(&reply, DropReason::ArpReply);
+        h.expect_drop(&client_reply_to_us(), DropReason::ArpReply);
         assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(pinned));
         let _ = h.process(&mut arp_request_from(CLIENT_IP));
         assert_eq!(h.neighbours.lookup(CLIENT_IP), Some(pinned));

@@ -207,6 +207,8 @@ pub struct BackgroundProcess {
     child: Child,
     stdout: Arc<Mutex<Vec<u8>>>,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// The threads reading stdout and stderr into the buffers above.
+    drains: [JoinHandle<()>; 2],
 }
 
 impl BackgroundProcess {
@@ -234,13 +236,16 @@ impl BackgroundProcess {
             .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Vec::new()));
-        drain(child.stdout.take().unwrap(), stdout.clone());
-        drain(child.stderr.take().unwrap(), stderr.clone());
+        let drains = [
+            drain(child.stdout.take().unwrap(), stdout.clone()),
+            drain(child.stderr.take().unwrap(), stderr.clone()),
+        ];
         BackgroundProcess {
             what,
             child,
             stdout,
             stderr,
+            drains,
         }
     }
 
@@ -262,8 +267,16 @@ impl BackgroundProcess {
     }
 
     /// Waits at most `timeout` for the process to exit on its own; its exit status.
+    /// Its output is all in [`BackgroundProcess::stdout_text`] then: the threads reading
+    /// its pipes are given up to 2 s more to reach their end (a process that exited
+    /// may have written its last line a moment before, still in the pipe).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        wait_with_deadline(&mut self.child, timeout)
+        let status = wait_with_deadline(&mut self.child, timeout)?;
+        let until = Instant::now() + Duration::from_secs(2);
+        while self.drains.iter().any(|d| !d.is_finished()) && Instant::now() < until {
+            thread::sleep(Duration::from_millis(10));
+        }
+        Some(status)
     }
 
     /// Still running?
