@@ -2,11 +2,13 @@
 //! core on, one per kind. A flood of datagrams from a sync peer's address fills the
 //! sync ring (nobody drains it here, as when the management core falls behind); a
 //! probe's answer after it still goes up, so the flood cannot make live real servers
-//! look dead. A flood of probe answers forged from a real server's address then fills
-//! the probe ring; a peer's VRRP advertisement after it still reaches the management
-//! core, on the VRRP ring, so the flood cannot make a live master look dead. With one
-//! shared ring, the sync flood would leave the answer no room, and the probe flood
-//! the advert.
+//! look dead. A flood of segments forged from a real server's address to a probe port,
+//! acknowledging anything but the probe's sequence numbers, never reaches the probe
+//! ring. A flood that does acknowledge them (as only someone who saw the probe's SYN
+//! could send) then fills the probe ring; a peer's VRRP advertisement after it still
+//! reaches the management core, on the VRRP ring, so the flood cannot make a live
+//! master look dead. With one shared ring, the sync flood would leave the answer no
+//! room, and the probe flood the advert.
 //! One test function only: the EAL initialises once per process.
 mod common;
 
@@ -14,6 +16,7 @@ use common::eal::{eal_args, forwarder_config, ring_ports, worker_from, LB_MAC};
 use sluice::dataplane::counters::{Event, WorkerCounters};
 use sluice::dataplane::forwarder::{HealthTap, VrrpSenders};
 use sluice::dataplane::mesh::HEALTH_RING_SIZE;
+use sluice::dataplane::probe_acks::ProbeAcks;
 use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, RingPortPair};
 use sluice::emulator::frames::{self, Endpoints};
 use sluice::ha::vrrp::node::{VirtualAddresses, VrrpNode};
@@ -61,11 +64,14 @@ fn each_kind_reaches_the_management_core_past_a_flood_of_another() {
         .add_server(service, RealServerSpec::new(real, 80, 1, ForwardMode::Nat))
         .unwrap();
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
+    // A probe went out from the first port with ISN 0: its answers acknowledge 1.
+    let acks = Arc::new(ProbeAcks::new(probe_ports.clone()));
+    acks.sent(*probe_ports.start(), 0);
     let mut config = forwarder_config(&publisher);
     config.health = Some(HealthTap {
         source: lb_ip,
         sources6: Vec::new(),
-        ports: probe_ports.clone(),
+        acks: Arc::clone(&acks),
         passive_syn_ms: 1000,
     });
     config.vrrp = VrrpSenders::Peers(vec![peer_ip]);
@@ -112,6 +118,9 @@ fn each_kind_reaches_the_management_core_past_a_flood_of_another() {
     };
     let sync_datagram = |b: &mut [u8]| frames::udp_datagram(b, &from_peer, b"a sync datagram");
     let probe_answer = |b: &mut [u8]| frames::tcp_segment(b, &forged, 1, 1, 0x12, &[]);
+    // A SYN-ACK that acknowledges a number past the probe's span.
+    let not_an_answer =
+        |b: &mut [u8]| frames::tcp_segment(b, &forged, 1, 1 + ProbeAcks::SPAN, 0x12, &[]);
     let (up, full) = (
         Event::HealthReplyUp as usize,
         DropReason::HealthRingFull as usize,
@@ -140,8 +149,20 @@ fn each_kind_reaches_the_management_core_past_a_flood_of_another() {
     flood(1, &probe_answer);
     counted("a probe answer after the sync flood", &|e, _| e[up] == 1);
 
-    // A flood of probe answers forged from the real server's address fills the probe
-    // ring, and only that one.
+    // Forged from the real server's address, but acknowledging what no probe sent:
+    // dropped by the worker, the probe ring untouched.
+    let not_answer = DropReason::NotAProbeAnswer as usize;
+    flood(FLOOD, &not_an_answer);
+    counted("the forged flood", &|_, d| d[not_answer] == FLOOD);
+    assert_eq!(counters.events_snapshot()[up], 1, "nothing forged went up");
+    assert_eq!(
+        counters.drops_snapshot()[full],
+        0,
+        "the probe ring never filled"
+    );
+
+    // A flood of answers that acknowledge the probe (a forger who saw its SYN) fills
+    // the probe ring, and only that one.
     flood(FLOOD, &probe_answer);
     counted("the probe flood", &|e, d| e[up] + d[full] == FLOOD + 1);
     assert_eq!(

@@ -11,6 +11,7 @@ use sluice::dataplane::forwarder::{
     Forwarder, ForwarderConfig, HealthTap, RssView, SyncLink, VrrpSenders,
 };
 use sluice::dataplane::neighbour::NeighbourTable;
+use sluice::dataplane::probe_acks::ProbeAcks;
 use sluice::dataplane::query::Query;
 use sluice::dataplane::realserver_stats::{self, RealServerCounters};
 use sluice::model::ForwardMode;
@@ -580,6 +581,16 @@ fn sync_rings() -> Arc<Vec<sluice::dataplane::sync_events::EventRing>> {
     ])
 }
 
+/// The probe ports, each with a probe sent with ISN 0 (its answers acknowledge 1 to
+/// 512), so that the fuzzer can reach both the answers handed up and those dropped.
+fn probe_acks() -> Arc<ProbeAcks> {
+    let acks = Arc::new(ProbeAcks::new(50000..=50003));
+    for port in 50000..=50003 {
+        acks.sent(port, 0);
+    }
+    acks
+}
+
 fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> Forwarder {
     let s = shared();
     let mut f = Forwarder::new(ForwarderConfig {
@@ -589,7 +600,7 @@ fn new_forwarder(rings: Arc<Vec<sluice::dataplane::sync_events::EventRing>>) -> 
             source: LB_IP,
             // The port's IPv6 address (the config above): probe answers to it are punted.
             sources6: vec!["2001:db8:18::1".parse().unwrap()],
-            ports: 50000..=50003,
+            acks: probe_acks(),
             passive_syn_ms: 2000,
         }),
         // One of ADDRS, as for sync: its adverts are punted, the others' dropped.

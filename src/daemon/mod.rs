@@ -32,6 +32,7 @@ use crate::dataplane::forwarder::{Forwarder, ForwarderConfig, HealthTap, RssView
 use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::LocalResponder;
 use crate::dataplane::mesh::{Injected, Mesh, HEALTH_RING_SIZE, SYNC_PORT_RING_SIZE};
+use crate::dataplane::probe_acks::ProbeAcks;
 use crate::dataplane::query::{Mailbox, NeighbourTables, Query, CONNECTIONS_PER_CHUNK};
 use crate::dataplane::realserver_stats::{self, RealServerCounters, RealServerTotals};
 use crate::dataplane::worker::{Links, Worker, WorkerPort};
@@ -211,10 +212,11 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         persist,
         sync_rings,
         capture,
+        probe_acks,
     } = state;
     view.capture = Some(capture.clone());
     let mut registry = Registry {
-        health: health_monitor(&cfg, started),
+        health: health_monitor(&cfg, started, probe_acks),
         vrrp: vrrp_node(&cfg, &app),
         vrrp_started: false,
         bgp: bgp_node(&cfg).map_err(StartError::Control)?,
@@ -373,6 +375,8 @@ struct SharedState {
     sync_rings: Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
     /// Packet capture: the filter and the workers' copy rings.
     capture: Arc<Capture>,
+    /// The health probes' ISNs, written by the checker, read by the workers.
+    probe_acks: Arc<ProbeAcks>,
 }
 
 impl SharedState {
@@ -410,6 +414,7 @@ impl SharedState {
                 )
             }),
             capture: Arc::new(Capture::new(workers)),
+            probe_acks: Arc::new(ProbeAcks::new(cfg.health.source_ports.clone())),
         })
     }
 
@@ -423,6 +428,7 @@ impl SharedState {
             persist: &self.persist,
             sync_rings: &self.sync_rings,
             capture: &self.capture,
+            probe_acks: &self.probe_acks,
         }
     }
 }
@@ -495,7 +501,7 @@ impl ControlEnds {
 }
 
 /// The health monitor, probing from the config's source address.
-fn health_monitor(cfg: &Config, started: Instant) -> HealthMonitor {
+fn health_monitor(cfg: &Config, started: Instant, acks: Arc<ProbeAcks>) -> HealthMonitor {
     let source = cfg
         .health_source()
         .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
@@ -507,6 +513,7 @@ fn health_monitor(cfg: &Config, started: Instant) -> HealthMonitor {
         u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64,
     )
     .with_sources6(cfg.health_sources6())
+    .with_probe_acks(acks)
 }
 
 /// The BGP node of `[bgp]`: its thread that talks to BIRD.
@@ -844,6 +851,7 @@ struct Shared<'a> {
     persist: &'a Arc<PersistTable>,
     sync_rings: &'a Option<Arc<Vec<crate::dataplane::sync_events::EventRing>>>,
     capture: &'a Arc<Capture>,
+    probe_acks: &'a Arc<ProbeAcks>,
 }
 
 fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<(), String> {
@@ -855,6 +863,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
         persist,
         sync_rings,
         capture,
+        probe_acks,
     } = shared;
     let timeouts = timeouts_from_config(cfg).in_ticks(cfg.sessions.tick_ms);
     let hz = crate::dpdk::tsc_hz();
@@ -914,7 +923,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
             health: cfg.health_source().map(|source| HealthTap {
                 source,
                 sources6: cfg.health_sources6(),
-                ports: cfg.health.source_ports.clone(),
+                acks: Arc::clone(probe_acks),
                 passive_syn_ms: cfg.health.passive_syn_ms,
             }),
             vrrp: match &cfg.vrrp {

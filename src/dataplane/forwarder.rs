@@ -33,6 +33,7 @@ use crate::dataplane::loads::LoadView;
 use crate::dataplane::local::{LocalResponder, NeighbourPolicy, Verdict};
 use crate::dataplane::neighbour::{Neighbour6Table, NeighbourTable};
 use crate::dataplane::overload::Overload;
+use crate::dataplane::probe_acks::ProbeAcks;
 use crate::dataplane::query::{
     ConnectionEntry, ListedSession, NeighbourEntry, NeighbourRole, NeighbourTables, PoolEntry,
     Query, NEIGHBOUR_SLOTS_PER_ANSWER, SLOTS_PER_ANSWER,
@@ -232,9 +233,10 @@ pub struct Forwarder {
     /// FullNAT TCP timestamps are moved onto `ts_clock` (see `forward::timestamps`).
     rewrite_timestamps: bool,
     ts_clock: timestamps::Clock,
-    /// Health probes' source address and ports: TCP to them goes to the management
-    /// core (`Action::Punt`).
-    health_source: Option<(Ipv4Addr, std::ops::RangeInclusive<u16>)>,
+    /// Health probes' source address and ports: TCP to them from a real server that
+    /// answers the probe in flight on its port goes to the management core
+    /// (`Action::Punt`).
+    health_source: Option<(Ipv4Addr, Arc<ProbeAcks>)>,
     /// The IPv6 probes' source addresses (same ports): TCP to them is punted too.
     health_sources6: Vec<Ipv6Addr>,
     /// Passive detection: a client SYN resent this many ticks after the session began,
@@ -518,7 +520,9 @@ pub struct HealthTap {
     /// ...and TCP to these IPv6 addresses on the same ports (probes to IPv6 real
     /// servers).
     pub sources6: Vec<Ipv6Addr>,
-    pub ports: std::ops::RangeInclusive<u16>,
+    /// The probe source ports, and what an answer to the probe in flight on each
+    /// acknowledges: only such answers are handed up.
+    pub acks: Arc<ProbeAcks>,
     /// Passive detection: a client SYN resent this long or more after the first, with
     /// nothing from the real server, counts against its real server.
     pub passive_syn_ms: u32,
@@ -767,7 +771,7 @@ impl Forwarder {
             health_sources6: health
                 .as_ref()
                 .map_or_else(Vec::new, |h| h.sources6.clone()),
-            health_source: health.map(|h| (h.source, h.ports)),
+            health_source: health.map(|h| (h.source, h.acks)),
             // The peers this port sends to by their MACs: sync's when it runs over the
             // port (over a kernel socket the kernel resolves them), VRRP's in unicast
             // (multicast adverts go to the group's MAC).
@@ -1618,7 +1622,7 @@ impl Forwarder {
                         return action;
                     }
                 }
-                let service = match self.admit(&key, flags, parsed, cx.port) {
+                let service = match self.admit(&key, flags, pkt.bytes(), parsed, cx.port) {
                     Ok(service) => service,
                     Err(action) => return action,
                 };

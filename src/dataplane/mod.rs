@@ -11,6 +11,7 @@ pub mod local;
 pub mod mesh;
 pub mod neighbour;
 pub mod overload;
+pub mod probe_acks;
 pub mod query;
 pub mod realserver_stats;
 pub mod sync_events;

@@ -15,6 +15,7 @@ pub mod probe;
 pub mod spec;
 pub mod verdict;
 
+use crate::dataplane::probe_acks::ProbeAcks;
 use crate::dataplane::realserver_stats::{PassiveTotals, PASSIVE_FIELD_MASK};
 use crate::forward::synproxy::SipKey;
 use crate::model::{ForwardMode, ServiceKey};
@@ -25,6 +26,7 @@ use spec::{AllDown, CheckKind, CheckOverride, CheckSpec, HealthConfig};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use verdict::{Change, Pace, PassiveDelta, Verdict};
 
 /// A change the management core logs and publishes.
@@ -272,6 +274,8 @@ pub struct HealthMonitor {
     isn_key: SipKey,
     /// Probes given an ISN so far: no two probes hash the same input.
     isns_drawn: u64,
+    /// The workers' copy of each port's last ISN (none in tests without workers).
+    probe_acks: Option<Arc<ProbeAcks>>,
     table_version: Option<u64>,
     /// Whether the settings can watch any real server at all (`[health]` or some
     /// service's or server's `health` table turns a check or passive detection on):
@@ -400,6 +404,7 @@ impl HealthMonitor {
             rng: crate::model::rng::Rng::new(seed),
             isn_key: SipKey::random(),
             isns_drawn: 0,
+            probe_acks: None,
             table_version: None,
             services: Vec::new(),
             stats: MonitorStats::default(),
@@ -437,6 +442,13 @@ impl HealthMonitor {
     /// none: they are not probed).
     pub fn with_sources6(mut self, sources6: Vec<Ipv6Addr>) -> Self {
         self.sources6 = sources6;
+        self
+    }
+
+    /// Where each probe's ISN is written before its SYN goes out, for the workers,
+    /// which hand up only the answers that acknowledge it.
+    pub fn with_probe_acks(mut self, acks: Arc<ProbeAcks>) -> Self {
+        self.probe_acks = Some(acks);
         self
     }
 
@@ -915,6 +927,10 @@ impl HealthMonitor {
             remote,
         };
         let isn = self.isn(&ends);
+        if let Some(acks) = &self.probe_acks {
+            // Before the SYN: its answer can come back through any worker at once.
+            acks.sent(port, isn);
+        }
         let probe = Probe::start(ends, check, isn, &mut |b| queued &= send(b));
         if !queued {
             self.stats.probes_skipped += 1;

@@ -18,6 +18,9 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Bytes of a probe frame at most: headers plus the HTTP request.
 pub const MAX_FRAME_LEN: usize = 512;
+// An answer acknowledges at most the SYN and the request, which fits a frame: the
+// workers' filter (`ProbeAcks::SPAN`) must let every such number through.
+const _: () = assert!(MAX_FRAME_LEN as u32 <= crate::dataplane::probe_acks::ProbeAcks::SPAN);
 /// MSS advertised in the SYN (the status line is all a probe reads).
 const PROBE_MSS: u16 = 1460;
 const PROBE_WINDOW: u16 = 8192;

@@ -1185,3 +1185,91 @@ fn an_outage_of_many_servers_gives_an_overlay_at_most_every_spacing() {
     );
     assert!(given_at.len() <= 5, "{given_at:?}");
 }
+
+/// Each probe's ISN reaches the workers' filter before its SYN is handed to them, and
+/// every answer the probe reads (the SYN-ACK, the server's data after a long request)
+/// passes that filter; the next probe from the port takes the place of the last.
+#[test]
+fn the_workers_let_through_every_answer_a_probe_reads_and_learn_it_before_the_syn() {
+    let t = table(1);
+    // One source port: every probe goes out from it.
+    let port = 61000;
+    let acks = Arc::new(ProbeAcks::new(port..=port));
+    let path = format!("/{}", "p".repeat(300));
+    let cfg = HealthConfig {
+        defaults: CheckSpec {
+            kind: CheckKind::Http,
+            interval_ms: 100,
+            timeout_ms: 50,
+            path: path.clone(),
+            ..Default::default()
+        },
+        source_ports: port..=port,
+        ..Default::default()
+    };
+    let mut m = HealthMonitor::new(cfg, SOURCE, Overrides::default(), 42)
+        .with_probe_acks(Arc::clone(&acks));
+    let passes = |f: &[u8]| {
+        let seg = parse_segment(f).unwrap();
+        acks.answers(seg.to.port(), seg.flags, seg.ack)
+    };
+    let mut syns = Vec::new();
+    for now in 0..300 {
+        let mut sent = Vec::new();
+        let mut send = |f: &[u8]| {
+            // The filter already knows the probe: its SYN-ACK would pass.
+            let synack = answer(f, TcpFlags::SYN | TcpFlags::ACK, &[]);
+            assert!(passes(&synack), "an ISN published after its SYN");
+            sent.push(f.to_vec());
+            true
+        };
+        m.tick(&t, now, |_| PassiveTotals::default(), &mut send);
+        for syn in sent {
+            let synack = answer(&syn, TcpFlags::SYN | TcpFlags::ACK, &[]);
+            let mut request = Vec::new();
+            let mut capture = |f: &[u8]| {
+                request.push(f.to_vec());
+                true
+            };
+            m.on_frame(&synack, now, &mut capture);
+            let req = parse_segment(&request[0]).unwrap();
+            assert!(
+                req.payload.len() > path.len(),
+                "the request carries the path"
+            );
+            let ends = Endpoints {
+                local: req.to,
+                remote: req.from,
+            };
+            let mut buf = [0u8; MAX_FRAME_LEN];
+            let n = write_segment(
+                &mut buf,
+                &ends,
+                5001,
+                req.seq.wrapping_add(req.payload.len() as u32),
+                TcpFlags::ACK | TcpFlags::PSH,
+                None,
+                b"HTTP/1.0 200 OK\r\n\r\n",
+            );
+            assert!(
+                passes(&buf[..n]),
+                "the server's data, acknowledging the request"
+            );
+            let mut ignore = |_: &[u8]| true;
+            m.on_frame(&buf[..n], now, &mut ignore);
+            let ack = req.seq.wrapping_add(req.payload.len() as u32);
+            for wrong in [ack.wrapping_add(ProbeAcks::SPAN), ack ^ 0x8000_0000] {
+                assert!(!acks.answers(port, TcpFlags::ACK, wrong), "ack {wrong}");
+            }
+            syns.push(syn);
+        }
+    }
+    assert!(syns.len() >= 2, "{} probes", syns.len());
+    assert_eq!(m.stats.probes_timed_out, 0, "every probe was answered");
+    // The first probe's answer no longer passes: the port sent others since.
+    assert!(!passes(&answer(
+        &syns[0],
+        TcpFlags::SYN | TcpFlags::ACK,
+        &[]
+    )));
+}

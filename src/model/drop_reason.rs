@@ -159,6 +159,13 @@ pub enum DropReason {
     /// a TTL other than 255: routed, not from the link): kept off the rings that carry
     /// the probes' answers and the VRRP adverts up.
     NotAPeer,
+    /// TCP to the health checker's probe ports from a real server's address that
+    /// answers no probe in flight: its acknowledgement number is not in the span of
+    /// the last probe sent from that port (`dataplane::probe_acks`), or it has no
+    /// ACK. A forger's (the probe's sequence numbers cannot be worked out), or a late
+    /// answer to an earlier probe from the same port; kept off the ring the probes'
+    /// answers share.
+    NotAProbeAnswer,
     /// A source address no single host sends from (`wire::ipv4::is_martian_source`,
     /// `wire::ipv6::is_martian_source`: "this network", loopback, multicast, the
     /// limited broadcast, IPv6's unspecified address), on an echo request, an ICMP
@@ -172,7 +179,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 59;
+    pub const COUNT: usize = 60;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -231,6 +238,7 @@ impl DropReason {
         DropReason::ExceptionRateLimited,
         DropReason::ExceptionRingFull,
         DropReason::NotAPeer,
+        DropReason::NotAProbeAnswer,
         DropReason::MartianSource,
         DropReason::SyncRingFull,
     ];
@@ -295,6 +303,7 @@ impl DropReason {
             DropReason::ExceptionRateLimited => "exception_rate_limited",
             DropReason::ExceptionRingFull => "exception_ring_full",
             DropReason::NotAPeer => "not_a_peer",
+            DropReason::NotAProbeAnswer => "not_a_probe_answer",
             DropReason::MartianSource => "martian_source",
             DropReason::SyncRingFull => "sync_ring_full",
         }

@@ -28,6 +28,7 @@ use super::observe::account;
 use super::{Action, Context, Forwarder};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
 use crate::dataplane::neighbour::Learn;
+use crate::dataplane::probe_acks::ProbeAcks;
 use crate::dataplane::realserver_stats::RealServerCounters;
 use crate::dpdk::Packet;
 use crate::flow::parse::{Ipv6Payload, PacketKind, Parsed};
@@ -95,12 +96,16 @@ impl Forwarder {
             Some(hit) => hit,
             None => {
                 if !self.snapshot.current().is_vip6(key.dst) {
-                    if self.is_to_probe_port_v6(&key) {
-                        // Only a real server's: see `admit`.
-                        return Some(if self.snapshot.current().is_real_server(key.src.into()) {
-                            Action::Punt
-                        } else {
+                    if let Some(acks) = self.probe_port_v6(&key) {
+                        // Only a real server's answer to the probe in flight: see `admit`.
+                        let answers = super::miss::tcp_ack(pkt.bytes(), parsed)
+                            .is_some_and(|ack| acks.answers(key.dport, flags, ack));
+                        return Some(if !self.snapshot.current().is_real_server(key.src.into()) {
                             Action::Drop(DropReason::NotAPeer)
+                        } else if !answers {
+                            Action::Drop(DropReason::NotAProbeAnswer)
+                        } else {
+                            Action::Punt
                         });
                     }
                     return self.reply_owner_v6(&key, cx.port.redirected);
@@ -566,14 +571,14 @@ impl Forwarder {
     }
 
     /// TCP to a health probe's IPv6 source address and ports: an answer to a probe, if
-    /// it comes from a real server.
-    fn is_to_probe_port_v6(&self, key: &FlowKey6) -> bool {
-        key.proto == Protocol::Tcp
-            && self
-                .health_source
-                .as_ref()
-                .is_some_and(|(_, ports)| ports.contains(&key.dport))
-            && self.health_sources6.contains(&key.dst)
+    /// it comes from a real server and acknowledges the probe in flight on its port
+    /// (the ports' record of that is returned).
+    fn probe_port_v6(&self, key: &FlowKey6) -> Option<&ProbeAcks> {
+        let (_, acks) = self.health_source.as_ref()?;
+        (key.proto == Protocol::Tcp
+            && acks.contains(key.dport)
+            && self.health_sources6.contains(&key.dst))
+        .then_some(&**acks)
     }
 
     /// The MAC of IPv6 neighbour `ip`, if this worker has learned it (worker 0 uses

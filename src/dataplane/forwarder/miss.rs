@@ -13,7 +13,7 @@ use crate::flow::FlowKey4;
 use crate::forward;
 use crate::model::{DropReason, Protocol, ServiceKey};
 use crate::session::{Direction, Session, SessionId};
-use crate::wire::tcp::TcpFlags;
+use crate::wire::tcp::{self, TcpFlags};
 use crate::wire::{ethernet, ipv4};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -56,20 +56,26 @@ impl Forwarder {
         &self,
         key: &FlowKey4,
         flags: TcpFlags,
+        frame: &[u8],
         parsed: &Parsed,
         port: &PortContext,
     ) -> Result<usize, Action> {
         let vip = key.dst_addr();
         let snap = self.snapshot.current();
         let Some(index) = snap.find_index(&ServiceKey::new(key.proto, vip, key.dport)) else {
-            if let Some((source, ports)) = &self.health_source {
-                // Only a real server's: anyone else's would take the punt ring's room
-                // from the probes' answers.
-                if key.proto == Protocol::Tcp && vip == *source && ports.contains(&key.dport) {
-                    return Err(if snap.is_real_server(key.src_addr().into()) {
-                        Action::Punt
-                    } else {
+            if let Some((source, acks)) = &self.health_source {
+                // Only a real server's, and only one that answers the probe in flight
+                // on its port: anyone else's would take the punt ring's room from the
+                // probes' answers.
+                if key.proto == Protocol::Tcp && vip == *source && acks.contains(key.dport) {
+                    return Err(if !snap.is_real_server(key.src_addr().into()) {
                         Action::Drop(DropReason::NotAPeer)
+                    } else if !tcp_ack(frame, parsed)
+                        .is_some_and(|a| acks.answers(key.dport, flags, a))
+                    {
+                        Action::Drop(DropReason::NotAProbeAnswer)
+                    } else {
+                        Action::Punt
                     });
                 }
             }
@@ -189,6 +195,12 @@ pub(crate) fn nat_reply_owner(
 
 /// The queue the request tuple of a NAT real server's reply hashes to, when `key` is
 /// such a reply (see [`nat_reply_owner`]).
+/// The acknowledgement number of the TCP segment at `parsed.l4` (IPv4 or IPv6).
+pub(super) fn tcp_ack(frame: &[u8], parsed: &Parsed) -> Option<u32> {
+    let segment = tcp::Packet::new_checked(frame.get(parsed.l4..)?).ok()?;
+    Some(segment.ack_number())
+}
+
 pub(super) fn nat_reply_queue(
     snap: &crate::service::Snapshot,
     rss: &RssView,

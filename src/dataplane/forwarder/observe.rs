@@ -208,6 +208,7 @@ pub(super) fn account(c: &RealServerCounters, t: Transition) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataplane::probe_acks::ProbeAcks;
     use crate::dataplane::realserver_stats::RealServerTotals;
     use crate::flow::FlowKey4;
     use std::net::Ipv4Addr;
@@ -230,7 +231,7 @@ mod tests {
             config.health = Some(super::super::HealthTap {
                 source: Ipv4Addr::new(198, 18, 0, 1),
                 sources6: Vec::new(),
-                ports: 61000..=61999,
+                acks: Arc::new(ProbeAcks::new(61000..=61999)),
                 passive_syn_ms: 800,
             });
             let mut f = Forwarder::new(config);
