@@ -146,10 +146,15 @@ pub enum Event {
     NeighbourReclaimed,
     /// The same for the IPv6 neighbour table (real servers only).
     Neighbour6Reclaimed,
+    /// A client's RST or FIN on a session lay further than
+    /// `session::CLIENT_SEQ_WINDOW` from the client's sequence as last seen: forwarded,
+    /// but the session's state did not move (a blind sender's, or a client with more
+    /// than that in flight).
+    TcpCloseOutOfWindow,
 }
 
 impl Event {
-    pub const COUNT: usize = 52;
+    pub const COUNT: usize = 53;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -203,6 +208,7 @@ impl Event {
         Event::ExceptionPuntedControl,
         Event::NeighbourReclaimed,
         Event::Neighbour6Reclaimed,
+        Event::TcpCloseOutOfWindow,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -258,6 +264,7 @@ impl Event {
             Event::ExceptionPuntedControl => "exception_punted_control",
             Event::NeighbourReclaimed => "neighbour_reclaimed",
             Event::Neighbour6Reclaimed => "neighbour6_reclaimed",
+            Event::TcpCloseOutOfWindow => "tcp_close_out_of_window",
         }
     }
 }

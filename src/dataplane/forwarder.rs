@@ -52,7 +52,8 @@ use crate::service::SnapshotReader;
 use crate::session::persist::PersistTable;
 use crate::session::table6::SessionTable6;
 use crate::session::{
-    Direction, HashedKey, Session, SessionFlags, SessionId, SessionTable, TickTimeouts, Transition,
+    ClientSegment, Direction, HashedKey, Session, SessionFlags, SessionId, SessionTable,
+    TickTimeouts, Transition,
 };
 use crate::wire::ethernet::{self, MacAddr};
 use crate::wire::tcp::TcpFlags;
@@ -1613,7 +1614,8 @@ impl Forwarder {
                         }
                     }
                 }
-                self.hit(id, dir, key.proto, flags, pkt)
+                let seg = client_segment(pkt.bytes(), parsed, dir);
+                self.hit(id, dir, flags, seg, pkt, cx.counters)
             }
             None => {
                 // NAT64 replies: IPv4 to a local address, in the IPv6 table.
@@ -1957,6 +1959,29 @@ fn local(v: Verdict) -> Action {
         Verdict::Reply => Action::Transmit,
         Verdict::Drop(r) => Action::Drop(r),
     }
+}
+
+/// A client's TCP segment's sequence numbers, for its session's check
+/// (`SessionTable::on_client_segment`): `None` for a reply, a UDP datagram, or a
+/// header `classify` did not check (never, for a TCP `parsed`).
+#[inline]
+fn client_segment(frame: &[u8], parsed: &Parsed, dir: Direction) -> Option<ClientSegment> {
+    let PacketKind::Tcp {
+        flags, payload_len, ..
+    } = parsed.kind
+    else {
+        return None;
+    };
+    if dir != Direction::Inbound {
+        return None;
+    }
+    let at = parsed.l4 + 4;
+    let seq = u32::from_be_bytes(frame.get(at..at + 4)?.try_into().ok()?);
+    let ends = u32::from(flags.contains(TcpFlags::SYN)) + u32::from(flags.contains(TcpFlags::FIN));
+    Some(ClientSegment {
+        seq,
+        next: seq.wrapping_add(u32::from(payload_len)).wrapping_add(ends),
+    })
 }
 
 #[inline]

@@ -74,8 +74,8 @@ pub mod timer;
 pub use index::KeyHash;
 pub use state::{is_active, ActivityChange, Direction, TcpEvent, TcpState, Transition};
 pub use table::{
-    HashedKey, InsertError, Session, SessionFlags, SessionId, SessionTable, TableAllocError,
-    DEFAULT_WHEEL_SLOTS, MAX_CAPACITY,
+    ClientSegment, HashedKey, InsertError, OutOfWindow, Session, SessionFlags, SessionId,
+    SessionTable, TableAllocError, CLIENT_SEQ_WINDOW, DEFAULT_WHEEL_SLOTS, MAX_CAPACITY,
 };
 pub use timeouts::{TickTimeouts, Timeouts, MAX_TIMEOUT_SECS};
 pub use timer::{Advance, TimerWheel};

@@ -93,6 +93,40 @@ impl SessionFlags {
     }
 }
 
+/// How far (either way, in sequence space) a client's RST or FIN may lie from the
+/// client's next sequence number as the session last saw it, and still end the
+/// connection's state; and how far any segment may lie from it and move it on.
+///
+/// IPVS moves a session on flags alone, so anyone who knows or guesses a connection's
+/// four addresses and ports (the client's port is one of some 28,000 on Linux) can
+/// send one RST or FIN in the client's name: the session drops to CLOSE (10 s) or
+/// CLOSE_WAIT (60 s), and a connection idle for longer than that (a keep-alive, a
+/// websocket, an SSH session) finds no session when it speaks again. The endpoints
+/// themselves refuse such a RST unless it is at the exact next byte (RFC 5961). With
+/// this window a blind sender must also hit one of 2 x 2^20 of the 2^32 sequence
+/// numbers: some 2,000 times the packets for each connection.
+///
+/// What it costs a real connection: a client with more than 1 MiB sent but not yet
+/// past Sluice when it resets or closes (a fast long path) has its RST or FIN
+/// forwarded without moving the state, so its session stays until its ESTABLISHED
+/// timeout instead of ending in seconds; no connection is broken. A forged segment
+/// outside the window is forwarded as well (the endpoint judges it); counted as the
+/// worker event `tcp_close_out_of_window` when it is a RST or FIN.
+pub const CLIENT_SEQ_WINDOW: u32 = 1 << 20;
+
+/// A client's TCP segment, as far as its session's sequence check cares: its first
+/// sequence number, and the one after it (`seq` + data length + 1 for a SYN, 1 for a
+/// FIN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientSegment {
+    pub seq: u32,
+    pub next: u32,
+}
+
+/// A client's RST or FIN outside [`CLIENT_SEQ_WINDOW`]: it moved nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfWindow;
+
 /// One connection through the load balancer: exactly one 64-byte cache line, so the
 /// per-packet path touches one line of the slab.
 ///
@@ -134,9 +168,10 @@ pub struct Session {
     synced_tick: u16,
     /// Tick at which the table took the session in.
     pub created: u32,
-    /// Per protocol, so that neither makes the entry bigger: a UDP session's packets,
-    /// both directions (wraps; [`Session::udp_packets`]); a TCP session's timestamp
-    /// offset ([`Session::timestamp_offset`]).
+    /// Per protocol and mode, so that none makes the entry bigger: a UDP session's
+    /// packets, both directions (wraps; [`Session::udp_packets`]); a FullNAT TCP
+    /// session's timestamp offset ([`Session::timestamp_offset`]); any other TCP
+    /// session's client next sequence number ([`Session::client_next_seq`], 0 unknown).
     per_proto: u32,
     timer: TimerLink,
 }
@@ -212,18 +247,56 @@ impl Session {
 
     /// TCP: what client-to-server segments add to their TSval, and server-to-client
     /// segments take from their TSecr (see [`crate::forward::timestamps`]); 0 when
-    /// nothing is rewritten, and always 0 for UDP.
+    /// nothing is rewritten, and always 0 for UDP and for the modes other than
+    /// FullNAT (which rewrite no timestamps).
     #[inline]
     pub fn timestamp_offset(&self) -> u32 {
-        match self.proto {
-            Protocol::Tcp => self.per_proto,
-            Protocol::Udp => 0,
+        match (self.proto, self.mode) {
+            (Protocol::Tcp, ForwardMode::FullNat) => self.per_proto,
+            _ => 0,
         }
     }
 
-    /// Sets the TCP timestamp offset; ignored for UDP.
+    /// Whether `per_proto` keeps the client's next sequence number: TCP but FullNAT,
+    /// whose `per_proto` is the timestamp offset.
+    #[inline]
+    fn tracks_client_seq(&self) -> bool {
+        self.proto == Protocol::Tcp && self.mode != ForwardMode::FullNat
+    }
+
+    /// The client's next sequence number as last seen ([`ClientSegment`]); `None` when
+    /// not known yet (no segment since the session was made or synced), and for UDP
+    /// and FullNAT sessions, which do not keep it.
+    pub fn client_next_seq(&self) -> Option<u32> {
+        (self.tracks_client_seq() && self.per_proto != 0).then_some(self.per_proto)
+    }
+
+    /// Whether the client's segment `seg` lies within [`CLIENT_SEQ_WINDOW`] of the
+    /// client's sequence as last seen (or that is not known).
+    #[inline]
+    fn in_client_window(&self, seg: &ClientSegment) -> bool {
+        match self.client_next_seq() {
+            None => true,
+            Some(next) => {
+                seg.seq.wrapping_sub(next).wrapping_add(CLIENT_SEQ_WINDOW) <= 2 * CLIENT_SEQ_WINDOW
+            }
+        }
+    }
+
+    /// A client segment within the window moves the client's sequence as last seen
+    /// forward to its end (never back: a retransmission leaves it).
+    #[inline]
+    fn note_client_segment(&mut self, seg: &ClientSegment) {
+        if self.tracks_client_seq()
+            && (self.per_proto == 0 || (seg.next.wrapping_sub(self.per_proto) as i32) > 0)
+        {
+            self.per_proto = seg.next;
+        }
+    }
+
+    /// Sets the TCP timestamp offset; ignored for UDP and the modes but FullNAT.
     pub fn with_timestamp_offset(mut self, offset: u32) -> Session {
-        if self.proto == Protocol::Tcp {
+        if self.proto == Protocol::Tcp && self.mode == ForwardMode::FullNat {
             self.per_proto = offset;
         }
         self
@@ -762,6 +835,42 @@ impl SessionTable {
         let timeout = timeouts.session(session.proto, session.state);
         self.touch(id, now_tick, timeout);
         Some(transition)
+    }
+
+    /// As [`SessionTable::on_packet`], for a client's TCP segment whose sequence
+    /// numbers are known: a RST or FIN further than [`CLIENT_SEQ_WINDOW`] from the
+    /// client's sequence as last seen moves nothing (its state and deadline stay), and
+    /// `Err` says so; any other segment within the window moves that sequence to its
+    /// end. Sessions that do not keep the client's sequence (FullNAT) take every
+    /// segment as `on_packet` does.
+    #[inline]
+    pub fn on_client_segment(
+        &mut self,
+        id: SessionId,
+        flags: TcpFlags,
+        seg: ClientSegment,
+        now_tick: u32,
+        timeouts: &TickTimeouts,
+    ) -> Option<Result<Transition, OutOfWindow>> {
+        let session = self.get_mut(id)?;
+        if session.proto != Protocol::Tcp {
+            return self
+                .on_packet(id, Direction::Inbound, flags, now_tick, timeouts)
+                .map(Ok);
+        }
+        if !session.in_client_window(&seg) {
+            if flags.intersects(TcpFlags::RST | TcpFlags::FIN) {
+                return Some(Err(OutOfWindow));
+            }
+        } else if !flags.contains(TcpFlags::RST) {
+            session.note_client_segment(&seg);
+        }
+        let transition = session.on_tcp_segment(Direction::Inbound, flags);
+        let timeout = timeouts.session(Protocol::Tcp, session.state);
+        let deadline = now_tick.wrapping_add(timeout.min(MAX_DELAY_TICKS));
+        self.wheel
+            .schedule(&mut self.slab[..], id.0, now_tick, deadline);
+        Some(Ok(transition))
     }
 
     /// Removes the session: its keys, its timer and its slot. Returns it.
@@ -1861,5 +1970,120 @@ mod tests {
         let head = table.free_head;
         table.slab[head as usize].timer.next = head;
         assert!(table.check_consistency().unwrap_err().contains("free list"));
+    }
+
+    /// A client's RST or FIN far from the client's sequence as last seen moves
+    /// nothing; near it, it ends the connection as before. Out-of-window segments
+    /// of any other kind do not move that sequence, so a blind sender cannot first
+    /// move the window to where its RST will be; retransmissions do not move it back.
+    #[test]
+    fn a_client_rst_or_fin_far_from_the_clients_sequence_moves_nothing() {
+        let ticks = Timeouts::default().in_ticks(1000);
+        let seg = |seq: u32, len: u32| ClientSegment {
+            seq,
+            next: seq.wrapping_add(len),
+        };
+        let (syn, ack, rst, fin) = (
+            TcpFlags::SYN,
+            TcpFlags::ACK,
+            TcpFlags::RST | TcpFlags::ACK,
+            TcpFlags::FIN | TcpFlags::ACK,
+        );
+        for (mode, (client, cport)) in [
+            (ForwardMode::Nat, (1, 40000)),
+            (ForwardMode::Dr, (2, 40001)),
+        ] {
+            let mut table = SessionTable::with_capacity(8);
+            let (_, _, s) = if mode == ForwardMode::Nat {
+                nat(client, cport, 3)
+            } else {
+                dr(client, cport, 3)
+            };
+            let id = table.insert(s, 0, ticks.tcp(TcpState::None)).unwrap();
+            let on = |t: &mut SessionTable, flags, sg, now| {
+                t.on_client_segment(id, flags, sg, now, &ticks).unwrap()
+            };
+            // The ISN near the top of the sequence space: the window wraps.
+            let isn = u32::MAX - 100;
+            on(&mut table, syn, seg(isn, 1), 0).unwrap();
+            if mode == ForwardMode::Nat {
+                table.on_packet(id, Direction::Outbound, syn | ack, 0, &ticks);
+            }
+            on(&mut table, ack, seg(isn.wrapping_add(1), 0), 1).unwrap();
+            on(&mut table, ack, seg(isn.wrapping_add(1), 1000), 2).unwrap();
+            let next = isn.wrapping_add(1001);
+            assert_eq!(
+                table.get(id).unwrap().client_next_seq(),
+                Some(next),
+                "{mode:?}"
+            );
+            // A retransmission leaves it.
+            on(&mut table, ack, seg(isn.wrapping_add(1), 1000), 3).unwrap();
+            assert_eq!(table.get(id).unwrap().client_next_seq(), Some(next));
+            let deadline = table.get(id).unwrap().deadline();
+            let far = next.wrapping_add(CLIENT_SEQ_WINDOW + 1);
+            for (flags, at) in [
+                (rst, far),
+                (fin, far),
+                (TcpFlags::RST, next.wrapping_sub(CLIENT_SEQ_WINDOW + 1)),
+            ] {
+                assert_eq!(
+                    on(&mut table, flags, seg(at, 0), 4),
+                    Err(OutOfWindow),
+                    "{mode:?} {flags:?}"
+                );
+                let s = table.get(id).unwrap();
+                assert_eq!((s.state(), s.deadline()), (TcpState::Established, deadline));
+            }
+            // A forged ACK far away does not take the window with it.
+            on(&mut table, ack, seg(far, 500), 5).unwrap();
+            assert_eq!(table.get(id).unwrap().client_next_seq(), Some(next));
+            assert_eq!(
+                on(&mut table, rst, seg(far.wrapping_add(500), 0), 6),
+                Err(OutOfWindow)
+            );
+            // The client's own RST, at or near its next byte, ends it.
+            let t = on(
+                &mut table,
+                rst,
+                seg(next.wrapping_add(CLIENT_SEQ_WINDOW), 0),
+                7,
+            )
+            .unwrap();
+            assert_eq!(t.to, TcpState::Close, "{mode:?}");
+        }
+    }
+
+    /// FullNAT keeps its timestamp offset where the others keep the client's sequence:
+    /// its client segments move the state as they always did.
+    #[test]
+    fn fullnat_keeps_its_timestamp_offset_and_checks_no_sequence() {
+        let ticks = Timeouts::default().in_ticks(1000);
+        let mut table = SessionTable::with_capacity(8);
+        let key = client_key(1, 40000);
+        let s = Session::new(&key, ForwardMode::FullNat, 1, 3, ip(0xc0a8_0003), 80)
+            .with_local(Ipv4Addr::new(10, 0, 0, 100), 2000)
+            .with_timestamp_offset(77);
+        let id = table.insert(s, 0, 10).unwrap();
+        let seg = |seq: u32| ClientSegment { seq, next: seq };
+        let on = |t: &mut SessionTable, flags, seq| {
+            t.on_client_segment(id, flags, seg(seq), 0, &ticks).unwrap()
+        };
+        on(&mut table, TcpFlags::SYN, 1000).unwrap();
+        table.on_packet(
+            id,
+            Direction::Outbound,
+            TcpFlags::SYN | TcpFlags::ACK,
+            0,
+            &ticks,
+        );
+        on(&mut table, TcpFlags::ACK, 1001).unwrap();
+        let s = table.get(id).unwrap();
+        assert_eq!((s.timestamp_offset(), s.client_next_seq()), (77, None));
+        let t = on(&mut table, TcpFlags::RST, 1001 + 2 * CLIENT_SEQ_WINDOW).unwrap();
+        assert_eq!(t.to, TcpState::Close);
+        // And the others rewrite no timestamps: an offset given to one is not kept.
+        let (_, _, nat) = nat(2, 40001, 3);
+        assert_eq!(nat.with_timestamp_offset(77).timestamp_offset(), 0);
     }
 }

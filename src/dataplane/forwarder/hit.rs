@@ -2,31 +2,51 @@
 //! on the packet, the observers hear of the move, and a NAT or FullNAT session follows
 //! its client side's next hop (learns it, when installed by sync).
 use super::{Forwarder, Matched};
+use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::dpdk::Packet;
 use crate::model::{ForwardMode, Protocol};
-use crate::session::{Direction, SessionFlags, SessionId};
+use crate::session::{ClientSegment, Direction, OutOfWindow, SessionFlags, SessionId};
 use crate::wire::tcp::TcpFlags;
 
 impl Forwarder {
     /// The established path: the packet moves session `id` (its packet count, its TCP
     /// state on `flags`, its deadline), and when that changed the state, passive health
-    /// (TCP not yet answered) and session sync see the move. Returns the session as of
-    /// this packet, for accounting and egress.
+    /// (TCP not yet answered) and session sync see the move. A client's TCP segment
+    /// with its sequence numbers (`seg`) is checked against the client's sequence as
+    /// last seen: a RST or FIN too far from it moves nothing, and is counted
+    /// (`SessionTable::on_client_segment`). Returns the session as of this packet, for
+    /// accounting and egress.
     #[inline]
     pub(super) fn hit(
         &mut self,
         id: SessionId,
         dir: Direction,
-        proto: Protocol,
         flags: TcpFlags,
+        seg: Option<ClientSegment>,
         pkt: &Packet,
+        counters: &WorkerCounters,
     ) -> Matched {
-        let transition = self
-            .sessions
-            .on_packet(id, dir, flags, self.now_tick, &self.timeouts);
+        let transition = match (dir, seg) {
+            (Direction::Inbound, Some(seg)) => {
+                let moved =
+                    self.sessions
+                        .on_client_segment(id, flags, seg, self.now_tick, &self.timeouts);
+                match moved {
+                    Some(Err(OutOfWindow)) => {
+                        counters.event(Event::TcpCloseOutOfWindow);
+                        None
+                    }
+                    Some(Ok(t)) => Some(t),
+                    None => None,
+                }
+            }
+            _ => self
+                .sessions
+                .on_packet(id, dir, flags, self.now_tick, &self.timeouts),
+        };
         let s = *self.sessions.get(id).expect("looked up just now");
         if let Some(t) = transition {
-            if proto == Protocol::Tcp && !s.flags().contains(SessionFlags::ANSWERED) {
+            if s.proto == Protocol::Tcp && !s.flags().contains(SessionFlags::ANSWERED) {
                 self.observe_new_connection(id, &s, dir, flags, t.from);
             }
             if self.sync.is_some() {

@@ -598,9 +598,17 @@ impl Forwarder {
         }
         // The session moves as if the SYN-ACK and the ACK had both passed.
         let bytes = u64::from(pkt.len());
-        let answered = self.hit(id, Direction::Outbound, Protocol::Tcp, server_synack(), pkt);
+        let counters = cx.counters;
+        let answered = self.hit(
+            id,
+            Direction::Outbound,
+            server_synack(),
+            None,
+            pkt,
+            counters,
+        );
         self.account_packet(&answered, bytes);
-        let m = self.hit(id, Direction::Inbound, Protocol::Tcp, TcpFlags::ACK, pkt);
+        let m = self.hit(id, Direction::Inbound, TcpFlags::ACK, None, pkt, counters);
         // The ACK establishes the session: the real server's gauges move with it.
         self.account_transition(&m);
         // FullNAT TOA: this ACK completes the server's handshake, and it is the
