@@ -4,7 +4,9 @@
 //! spoofed SYN, so every one leaves a half-open session that would hold its slot for
 //! the SYN_RECV timeout (60 s). With the table nearly full, each new session reclaims
 //! the oldest half-open ones: the long-lived connections keep going, and 30 new
-//! connections right after the flood all succeed.
+//! connections right after the flood all succeed. The same with each spoofed SYN
+//! followed by a FIN, which moves its session to TIME_WAIT: finished sessions are
+//! reclaimed as half-open ones are.
 //!
 //! Run: `cargo test --release --test integration e2e_table_pressure::` (as root).
 
@@ -21,15 +23,21 @@ const CAPACITY: u64 = 1024;
 const SPOOFED: u32 = 5000;
 
 /// Sends `count` TCP SYNs to VIP:80 from sources 198.18.64.0/18 (one per SYN), each
-/// in an Ethernet frame to the appliance's MAC, from `iface`.
+/// in an Ethernet frame to the appliance's MAC, from `iface`; with a fifth argument
+/// `fin`, each SYN is followed by a FIN from the same source (no answer needed).
 const FLOOD: &str = r#"
 import sys
 from scapy.all import Ether, IP, TCP, sendp, conf, get_if_hwaddr
 conf.verb = 0
 iface, lb_mac, vip, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+fin = sys.argv[5:] == ["fin"]
 mac = get_if_hwaddr(iface)
-frames = [Ether(src=mac, dst=lb_mac) / IP(src="198.18.%d.%d" % (64 + (i >> 8) % 64, i & 0xff), dst=vip)
-          / TCP(sport=1024 + i % 60000, dport=80, flags="S", seq=i) for i in range(count)]
+frames = []
+for i in range(count):
+    head = Ether(src=mac, dst=lb_mac) / IP(src="198.18.%d.%d" % (64 + (i >> 8) % 64, i & 0xff), dst=vip)
+    frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="S", seq=i))
+    if fin:
+        frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="FA", seq=i + 1, ack=1))
 sendp(frames, iface=iface)
 print(count)
 "#;
@@ -129,6 +137,76 @@ fn a_spoofed_syn_flood_does_not_lock_out_new_or_established_connections() {
     assert!(
         reclaimed >= u64::from(SPOOFED) / 2,
         "the spoofed SYNs past the table's room made room for themselves: {reclaimed}"
+    );
+    daemon.stop_clean();
+}
+
+/// Spoofed SYNs each followed by a FIN: the FIN moves each session from SYN_RECV to
+/// TIME_WAIT (IPVS's table) without any answer from a client, where it would hold its
+/// slot for `time_wait` (120 s) and, being past the handshake, never be reclaimed as a
+/// half-open one: the table would refuse every new connection for two minutes.
+/// Finished sessions are reclaimed too: 30 new connections right after all succeed.
+#[test]
+fn a_spoofed_syn_and_fin_flood_does_not_lock_out_new_connections() {
+    require_root();
+    let mut lab = AppLab::new(1);
+    lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+    lab.bed.configure("rs-gateway", &[APPLIANCE]);
+    lab.start_servers(&[format!("0.0.0.0:{HTTP_PORT}")], &[]);
+    let rip = lab.bed.rs_ip(1).to_string();
+    let toml = service_section("tcp", VIP, 80, "rr", &[], &[(&rip, HTTP_PORT, 1, "nat")])
+        + &format!("\n[sessions]\ncapacity = {CAPACITY}\n");
+    let daemon = lab.daemon(
+        &[&format!("{APPLIANCE}/24"), &format!("{GATEWAY}/24")],
+        toml,
+    );
+    lab.prewarm(&daemon, GATEWAY);
+    let spoofed = 3000;
+    let flood = lab.bed.exec(
+        lab.bed.client_ns(),
+        &[
+            PYTHON,
+            "-c",
+            FLOOD,
+            lab.bed.client_if(),
+            lab.bed.lb_mac(),
+            VIP,
+            &spoofed.to_string(),
+            "fin",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(flood.success(), "{}", flood.describe());
+    let settled = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let s = daemon.status();
+        (event_count(&s, "finished_reclaimed") > 0).then_some(s)
+    });
+    let during = settled.unwrap_or_else(|| {
+        panic!(
+            "no finished session was reclaimed after {spoofed} spoofed SYNs and FINs: {:#}\n{}",
+            daemon.status(),
+            daemon.dump()
+        )
+    });
+    let sessions = during["sessions"].as_u64().unwrap();
+    assert!(
+        (CAPACITY * 9 / 10..=CAPACITY).contains(&sessions),
+        "the flood fills the table up to its pressure mark: {sessions} of {CAPACITY}"
+    );
+    let batch = lab.curl(&format!("http://{VIP}/"), 30, 4, &[]);
+    let after = daemon.status();
+    let finished = event_count(&after, "finished_reclaimed");
+    let full = drop_count(&after, "session_table_full");
+    eprintln!(
+        "{spoofed} spoofed SYNs and FINs into {CAPACITY} slots: {finished} finished sessions \
+         reclaimed, {} half-open, {full} refused; new connections after: {} of 30",
+        event_count(&after, "half_open_reclaimed"),
+        batch["ok"]
+    );
+    assert_eq!(batch["ok"].as_u64(), Some(30), "{batch}\n{}", daemon.dump());
+    assert_eq!(
+        full, 0,
+        "no new session was refused for want of room: {after:#}"
     );
     daemon.stop_clean();
 }

@@ -75,6 +75,10 @@ pub enum Event {
     /// The session table was nearly full: a half-open TCP session (the oldest) was
     /// removed to make room for a new one.
     HalfOpenReclaimed,
+    /// A finished TCP session (TIME_WAIT, CLOSE) was removed to make room for a new
+    /// one while the table was nearly full (as `HalfOpenReclaimed`, whose scan finds
+    /// both).
+    FinishedReclaimed,
     /// SYN proxy: a SYN without a session was answered with a cookie SYN-ACK.
     SynproxyCookieSent,
     /// SYN proxy: an ACK without a session carried a valid cookie; the session opened.
@@ -154,7 +158,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 53;
+    pub const COUNT: usize = 54;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -183,6 +187,7 @@ impl Event {
         Event::NeighbourHeldSent,
         Event::SyncFrameSent,
         Event::HalfOpenReclaimed,
+        Event::FinishedReclaimed,
         Event::SynproxyCookieSent,
         Event::SynproxyCookieValid,
         Event::SynproxyCookieInvalid,
@@ -239,6 +244,7 @@ impl Event {
             Event::NeighbourHeldSent => "neighbour_held_sent",
             Event::SyncFrameSent => "sync_frame_sent",
             Event::HalfOpenReclaimed => "half_open_reclaimed",
+            Event::FinishedReclaimed => "finished_reclaimed",
             Event::SynproxyCookieSent => "synproxy_cookies_sent",
             Event::SynproxyCookieValid => "synproxy_cookies_valid",
             Event::SynproxyCookieInvalid => "synproxy_cookies_invalid",

@@ -1,5 +1,6 @@
 //! The order in which a table's TCP sessions were made, so that a table under pressure
-//! can give up its oldest half-open sessions first ([`SessionTable::oldest_half_open`]).
+//! can give up its oldest half-open or finished sessions first
+//! ([`SessionTable::oldest_reclaimable`]).
 //!
 //! **Why.** A flood of spoofed SYNs opens sessions that never complete. Left alone they
 //! fill the table and every new connection is refused until they time out (IPVS's

@@ -351,10 +351,17 @@ impl Session {
 
     /// A TCP connection not yet established: no state yet, SYN_RECV (the client's SYN
     /// seen, its ACK not) or SYN_SENT. Under table pressure these go first
-    /// ([`SessionTable::oldest_half_open`]).
+    /// ([`SessionTable::oldest_reclaimable`]).
     #[inline]
     pub fn is_half_open(&self) -> bool {
         self.proto == Protocol::Tcp && state::is_half_open(self.state)
+    }
+
+    /// A TCP connection that is over (TIME_WAIT, CLOSE): under table pressure these go
+    /// too, after the half-open ones of their age ([`SessionTable::oldest_reclaimable`]).
+    #[inline]
+    pub fn is_finished(&self) -> bool {
+        self.proto == Protocol::Tcp && state::is_finished(self.state)
     }
 
     /// Counts in the real server's ActiveConn (else InActConn).
@@ -1021,7 +1028,7 @@ impl SessionTable {
     /// has, looking at most `max_scan` entries of its creation order (each one looked
     /// at is used up: sessions made since are found later). For making room when the
     /// table is nearly full; the caller removes it. See [`super::reclaim`].
-    pub fn oldest_half_open(&mut self, max_scan: usize) -> Option<SessionId> {
+    pub fn oldest_reclaimable(&mut self, max_scan: usize) -> Option<SessionId> {
         for _ in 0..max_scan {
             let (slot, tick) = self.created.pop()?;
             let Some(s) = self.slab.get(slot as usize) else {
@@ -1030,7 +1037,7 @@ impl SessionTable {
             if s.in_use()
                 && s.proto == Protocol::Tcp
                 && self.created.tick_bits(s.created) == tick
-                && s.is_half_open()
+                && (s.is_half_open() || s.is_finished())
             {
                 return Some(SessionId(slot));
             }
@@ -1699,10 +1706,10 @@ mod tests {
         table.insert(udp, 9, 1000).unwrap();
 
         // Oldest first: ids[2] (the established one and the ended one are skipped), ...
-        let order: Vec<SessionId> = std::iter::from_fn(|| table.oldest_half_open(64)).collect();
+        let order: Vec<SessionId> = std::iter::from_fn(|| table.oldest_reclaimable(64)).collect();
         assert_eq!(order, [ids[2], ids[3], ids[4], ids[5], reused]);
         // ... each found once: the caller removes it.
-        assert_eq!(table.oldest_half_open(64), None);
+        assert_eq!(table.oldest_reclaimable(64), None);
         // The scan is bounded: with more stale entries than it may look at, none found.
         let mut table = SessionTable::with_capacity(8);
         for port in 0..4 {
@@ -1712,8 +1719,43 @@ mod tests {
         }
         let (_, _, s) = nat(1, 50, 2);
         let last = table.insert(s, 2, 1000).unwrap();
-        assert_eq!(table.oldest_half_open(4), None, "4 stale entries");
-        assert_eq!(table.oldest_half_open(4), Some(last));
+        assert_eq!(table.oldest_reclaimable(4), None, "4 stale entries");
+        assert_eq!(table.oldest_reclaimable(4), Some(last));
+    }
+
+    /// A session moved to TIME_WAIT or CLOSE by its client's segments alone (a SYN,
+    /// then a FIN or a RST: what spoofed senders can do without the server's answer)
+    /// can be reclaimed as a half-open one can; ESTABLISHED, FIN_WAIT and CLOSE_WAIT
+    /// ones cannot.
+    #[test]
+    fn finished_sessions_are_reclaimable_as_half_open_ones_are() {
+        let mut table = SessionTable::with_capacity(16);
+        let t = Timeouts::default().in_ticks(10);
+        let (syn, ack, fin, rst) = (TcpFlags::SYN, TcpFlags::ACK, TcpFlags::FIN, TcpFlags::RST);
+        let mut ids = Vec::new();
+        // (client segments after the SYN, server's answer first?)
+        let cases: [(&[TcpFlags], bool, TcpState); 5] = [
+            (&[fin], false, TcpState::TimeWait),
+            (&[ack, rst], true, TcpState::Close),
+            (&[ack], true, TcpState::Established),
+            (&[ack, fin], true, TcpState::CloseWait),
+            (&[], false, TcpState::SynRecv),
+        ];
+        for (port, (after, answered, state)) in (0u16..).zip(cases) {
+            let (_, _, s) = nat(1, port, 2);
+            let id = table.insert(s, 1, 1000).unwrap();
+            table.on_packet(id, Direction::Inbound, syn, 1, &t);
+            if answered {
+                table.on_packet(id, Direction::Outbound, syn | ack, 1, &t);
+            }
+            for &flags in after {
+                table.on_packet(id, Direction::Inbound, flags, 1, &t);
+            }
+            assert_eq!(table.get(id).unwrap().state(), state);
+            ids.push(id);
+        }
+        let order: Vec<SessionId> = std::iter::from_fn(|| table.oldest_reclaimable(64)).collect();
+        assert_eq!(order, [ids[0], ids[1], ids[4]]);
     }
 
     #[test]

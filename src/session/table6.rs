@@ -14,7 +14,7 @@
 //! tables are an order of magnitude smaller by default). TCP sessions are also
 //! kept in the order they were made (4 bytes per slot, [`super::reclaim`]), so a
 //! table under a SYN flood gives up its oldest half-open sessions first
-//! ([`SessionTable6::oldest_half_open`]), as an IPv4 table does.
+//! ([`SessionTable6::oldest_reclaimable`]), as an IPv4 table does.
 //!
 //! [`SessionTable`]: super::SessionTable
 use super::hugemem::HugePageAlloc;
@@ -185,6 +185,11 @@ impl Session6 {
         self.proto == Protocol::Tcp && state::is_half_open(self.state)
     }
 
+    /// Over (TIME_WAIT, CLOSE), as the IPv4 [`super::Session::is_finished`].
+    pub fn is_finished(&self) -> bool {
+        self.proto == Protocol::Tcp && state::is_finished(self.state)
+    }
+
     /// The tick the session expires at, unless a packet comes first.
     pub fn deadline(&self) -> u32 {
         self.deadline
@@ -302,15 +307,15 @@ impl SessionTable6 {
 
     /// The oldest half-open TCP session the table still has, looking at most
     /// `max_scan` entries of its creation order (each one looked at is used up), as
-    /// the IPv4 table's [`super::SessionTable::oldest_half_open`]. The caller
+    /// the IPv4 table's [`super::SessionTable::oldest_reclaimable`]. The caller
     /// removes it.
-    pub fn oldest_half_open(&mut self, max_scan: usize) -> Option<u32> {
+    pub fn oldest_reclaimable(&mut self, max_scan: usize) -> Option<u32> {
         for _ in 0..max_scan {
             let (slot, tick) = self.created.pop()?;
             let Some(s) = self.get(slot) else {
                 continue;
             };
-            if self.created.tick_bits(s.created) == tick && s.is_half_open() {
+            if self.created.tick_bits(s.created) == tick && (s.is_half_open() || s.is_finished()) {
                 return Some(slot);
             }
         }
@@ -610,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn the_oldest_half_open_session_goes_first_established_ones_never() {
+    fn the_oldest_reclaimable_session_goes_first_established_ones_never() {
         let mut t = SessionTable6::with_capacity(8);
         let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
         let tt = timeouts();
@@ -647,9 +652,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.free(), 3);
-        let order: Vec<u32> = std::iter::from_fn(|| t.oldest_half_open(64)).collect();
+        let order: Vec<u32> = std::iter::from_fn(|| t.oldest_reclaimable(64)).collect();
         assert_eq!(order, [ids[2], ids[3], reused]);
-        assert_eq!(t.oldest_half_open(64), None, "each found once");
+        assert_eq!(t.oldest_reclaimable(64), None, "each found once");
     }
 
     fn t_session(mut s: Session6, created: u32, deadline: u32) -> Session6 {

@@ -764,8 +764,9 @@ impl Forwarder {
     /// IPv6 table's slots are free, up to two half-open TCP sessions go, oldest
     /// first, so a flood of SYNs that never complete cannot lock new IPv6
     /// connections out until they time out (and, for NAT64, give back the local
-    /// ports they hold). Established sessions are never reclaimed. Counted as
-    /// `half_open_reclaimed`.
+    /// ports they hold), and finished ones (TIME_WAIT, CLOSE) with them. Established
+    /// sessions are never reclaimed. Counted as `half_open_reclaimed` or
+    /// `finished_reclaimed`.
     fn relieve_pressure_v6(&mut self, counters: &WorkerCounters) {
         use super::placement::{PRESSURE_FREE_SHARE, RECLAIM_PER_NEW, RECLAIM_SCAN};
         let reserve = (self.sessions6.capacity() / PRESSURE_FREE_SHARE).max(1);
@@ -773,11 +774,16 @@ impl Forwarder {
             return;
         }
         for _ in 0..RECLAIM_PER_NEW {
-            let Some(id) = self.sessions6.oldest_half_open(RECLAIM_SCAN) else {
+            let Some(id) = self.sessions6.oldest_reclaimable(RECLAIM_SCAN) else {
                 return;
             };
+            let finished = self.sessions6.get(id).is_some_and(|s| s.is_finished());
             self.retire_v6(id, counters);
-            counters.event(Event::HalfOpenReclaimed);
+            counters.event(if finished {
+                Event::FinishedReclaimed
+            } else {
+                Event::HalfOpenReclaimed
+            });
         }
     }
 

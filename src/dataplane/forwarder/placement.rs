@@ -310,11 +310,12 @@ impl Forwarder {
     }
 
     /// Table pressure: when the session table is nearly full (at most 1/64 of its
-    /// slots free), removes up to two half-open TCP sessions, oldest first, so that
-    /// a flood of SYNs that never complete cannot lock new connections out until
+    /// slots free), removes up to two half-open or finished (TIME_WAIT, CLOSE) TCP
+    /// sessions, oldest first, so that a flood of SYNs that never complete, or of
+    /// SYNs each followed by a FIN or RST, cannot lock new connections out until
     /// those time out. Established sessions are never reclaimed. Counted as
-    /// `half_open_reclaimed`; the sessions end as if expired (a synced standby hears
-    /// of it).
+    /// `half_open_reclaimed` or `finished_reclaimed`; the sessions end as if expired
+    /// (a synced standby hears of it).
     ///
     /// `pending` sessions are made but not filed yet (parked in this burst): the
     /// table is as full as it will be once they are.
@@ -324,11 +325,16 @@ impl Forwarder {
             return;
         }
         for _ in 0..RECLAIM_PER_NEW {
-            let Some(id) = self.sessions.oldest_half_open(RECLAIM_SCAN) else {
+            let Some(id) = self.sessions.oldest_reclaimable(RECLAIM_SCAN) else {
                 return;
             };
+            let finished = self.sessions.get(id).is_some_and(|s| s.is_finished());
             self.retire(id, counters);
-            counters.event(Event::HalfOpenReclaimed);
+            counters.event(if finished {
+                Event::FinishedReclaimed
+            } else {
+                Event::HalfOpenReclaimed
+            });
         }
     }
 
