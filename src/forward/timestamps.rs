@@ -41,7 +41,7 @@
 //! | segment | what changes |
 //! |---|---|
 //! | no timestamps option, or a malformed options area | nothing ([`ShiftOutcome::NoTimestamps`]) |
-//! | client -> real server | `TSval + offset`, at most [`TSVAL_LEAD_MS`] past Sluice's clock |
+//! | client -> real server | `TSval + offset` |
 //! | real server -> client | `TSecr - offset` |
 //! | offset 0 (no timestamps on the SYN, or rewriting off) | nothing: the caller skips the call |
 //!
@@ -125,36 +125,15 @@ pub fn tsval(frame: &[u8], parsed: &Parsed) -> Option<u32> {
     tsval_offset(options).map(|at| read_u32(options, at))
 }
 
-/// How far past Sluice's clock a client's TSval, once moved onto it, may go: further
-/// is taken down to this. A client that follows RFC 7323 never gets near it (its
-/// clock runs at most as fast as Sluice's); one that jumps its TSval ahead would
-/// otherwise leave the server's TIME-WAIT for `LIP:lport -> RIP:rport` holding a
-/// timestamp days ahead, and the server would drop, by PAWS, every later client's SYN
-/// that `laddr` gives that port, each retransmission starting the TIME-WAIT again: one
-/// client could close a local address's ports to a real server for everyone. A
-/// second is the most a later SYN on the port can now meet (and Sluice's clocks, on
-/// the workers and, with NTP, on a standby, agree far better than that).
-pub const TSVAL_LEAD_MS: u32 = 1000;
-
-/// The largest TSval a client-to-server segment may carry at Sluice's clock `now_ms`.
-#[inline]
-pub fn tsval_limit(now_ms: u32) -> u32 {
-    now_ms.wrapping_add(TSVAL_LEAD_MS)
-}
-
 /// Adds `tsval_add` to the segment's TSval and subtracts `tsecr_sub` from its TSecr
-/// (both modulo 2^32), in place, with the TCP checksum updated; a TSval that comes
-/// out after `tsval_limit` (in sequence-space order), when given, is that limit
-/// instead (the values a connection sends still never go back: the limit only moves
-/// forward with the clock). Errors, with the frame unchanged, as
-/// [`crate::forward::toa::insert`]'s.
+/// (both modulo 2^32), in place, with the TCP checksum updated. Errors, with the frame
+/// unchanged, as [`crate::forward::toa::insert`]'s.
 #[inline]
 pub fn shift(
     frame: &mut [u8],
     parsed: &Parsed,
     tsval_add: u32,
     tsecr_sub: u32,
-    tsval_limit: Option<u32>,
 ) -> Result<ShiftOutcome, DropReason> {
     let super::TcpSegment {
         l4,
@@ -167,12 +146,7 @@ pub fn shift(
     };
     let at = tcp::MIN_HEADER_LEN + at;
     let (tsval, tsecr) = (read_u32(segment, at), read_u32(segment, at + 4));
-    let (mut new_tsval, new_tsecr) = (tsval.wrapping_add(tsval_add), tsecr.wrapping_sub(tsecr_sub));
-    if let Some(limit) = tsval_limit {
-        if (new_tsval.wrapping_sub(limit) as i32) > 0 {
-            new_tsval = limit;
-        }
-    }
+    let (new_tsval, new_tsecr) = (tsval.wrapping_add(tsval_add), tsecr.wrapping_sub(tsecr_sub));
     if at.is_multiple_of(2) {
         // The common layouts: both values are whole 16-bit words of the checksum.
         write_u32(segment, at, new_tsval);
@@ -278,7 +252,7 @@ mod tests {
         let parsed = classify(&buf).unwrap();
         assert_eq!(tsval(&buf, &parsed), Some(0x8c1a_2b3c));
         let offset = 0x1000_0000u32.wrapping_sub(0x8c1a_2b3c);
-        let outcome = shift(&mut buf, &parsed, offset, 0, None).unwrap();
+        let outcome = shift(&mut buf, &parsed, offset, 0).unwrap();
         assert_eq!(
             outcome,
             ShiftOutcome::Shifted {
@@ -304,7 +278,7 @@ mod tests {
             true,
         );
         let parsed = classify(&buf).unwrap();
-        shift(&mut buf, &parsed, 0, 0x00c0_0000, None).unwrap();
+        shift(&mut buf, &parsed, 0, 0x00c0_0000).unwrap();
         assert_eq!(
             buf[34 + 24..34 + 28],
             0x8c1a_2b40u32.to_be_bytes(),
@@ -327,7 +301,7 @@ mod tests {
         let before = buf.clone();
         let parsed = classify(&buf).unwrap();
         assert_eq!(
-            shift(&mut buf, &parsed, 7, 7, None),
+            shift(&mut buf, &parsed, 7, 7),
             Ok(ShiftOutcome::NoTimestamps)
         );
         assert_eq!(tsval(&buf, &parsed), None);
@@ -337,7 +311,7 @@ mod tests {
         let before = udp.clone();
         let parsed = classify(&udp).unwrap();
         assert_eq!(
-            shift(&mut udp, &parsed, 7, 7, None),
+            shift(&mut udp, &parsed, 7, 7),
             Err(DropReason::UnsupportedProtocol)
         );
         assert_eq!(udp, before);
@@ -378,7 +352,7 @@ mod tests {
             let (add, sub) = (rng.next_u64() as u32, rng.next_u64() as u32);
             let mut buf = original.clone();
             let ShiftOutcome::Shifted { tsval, tsecr } =
-                shift(&mut buf, &parsed, add, sub, None).unwrap()
+                shift(&mut buf, &parsed, add, sub).unwrap()
             else {
                 panic!("no timestamps found in {options:02x?}");
             };
@@ -386,14 +360,7 @@ mod tests {
             let at = 34 + 20 + tsval_offset(&options).unwrap();
             assert_eq!(read_u32(&buf, at), tsval.wrapping_add(add));
             assert_eq!(read_u32(&buf, at + 4), tsecr.wrapping_sub(sub));
-            shift(
-                &mut buf,
-                &parsed,
-                add.wrapping_neg(),
-                sub.wrapping_neg(),
-                None,
-            )
-            .unwrap();
+            shift(&mut buf, &parsed, add.wrapping_neg(), sub.wrapping_neg()).unwrap();
             assert_eq!(recomputed(&buf), recomputed(&original));
             assert_eq!(buf[..at + 8], original[..at + 8]);
         }
@@ -434,45 +401,11 @@ mod tests {
             };
             let before = buf;
             let _ = tsval(&buf[..len], &parsed);
-            match shift(&mut buf[..len], &parsed, rng.next_u64() as u32, 7, None) {
+            match shift(&mut buf[..len], &parsed, rng.next_u64() as u32, 7) {
                 Ok(ShiftOutcome::Shifted { .. }) => shifted += 1,
                 _ => assert_eq!(buf, before, "round {round}"),
             }
         }
         assert!(shifted > 1000, "only {shifted} frames reached the rewrite");
-    }
-
-    /// A client's TSval moved onto Sluice's clock is taken down to the limit when it
-    /// would pass it (a client that jumps its clock ahead), never when it does not,
-    /// and the limit holds across the wrap of 2^32.
-    #[test]
-    fn a_tsval_past_the_limit_is_taken_down_to_it() {
-        let now = u32::MAX - 200;
-        let limit = tsval_limit(now);
-        assert_eq!(limit, now.wrapping_add(TSVAL_LEAD_MS));
-        for (client, offset, expected) in [
-            // Within the limit: moved by the offset only.
-            (5_000u32, now.wrapping_sub(5_000), now),
-            (5_000, now.wrapping_sub(4_500), now.wrapping_add(500)),
-            // Past it (2^30 ms ahead, and just past): the limit.
-            (5_000, now.wrapping_sub(5_000).wrapping_add(1 << 30), limit),
-            (5_000, limit.wrapping_sub(5_000).wrapping_add(1), limit),
-        ] {
-            let mut options = ACK_OPTIONS;
-            options[4..8].copy_from_slice(&client.to_be_bytes());
-            let mut buf = frame(
-                IpProtocol::TCP,
-                CLIENT,
-                SERVER,
-                &segment(&options, 0x10, &[]),
-                true,
-            );
-            let parsed = classify(&buf).unwrap();
-            assert_eq!(tsval(&buf, &parsed), Some(client));
-            shift(&mut buf, &parsed, offset, 0, Some(limit)).unwrap();
-            assert_eq!(tsval(&buf, &parsed), Some(expected), "offset {offset}");
-            let tcp = tcp::Packet::new_checked(&buf[34..]).unwrap();
-            assert!(tcp.verify_checksum(CLIENT, SERVER));
-        }
     }
 }

@@ -95,7 +95,7 @@ impl Forwarder {
                 // The real server echoes Sluice's clock: the client gets its own back.
                 let offset = s.timestamp_offset();
                 if offset != 0 {
-                    if let Err(r) = forward::timestamps::shift(frame, parsed, 0, offset, None) {
+                    if let Err(r) = forward::timestamps::shift(frame, parsed, 0, offset) {
                         return Action::Drop(r);
                     }
                 }
@@ -127,10 +127,7 @@ impl Forwarder {
                         }
                         let offset = s.timestamp_offset();
                         if offset != 0 {
-                            let limit = forward::timestamps::tsval_limit(self.ts_clock.now_ms());
-                            let shifted =
-                                forward::timestamps::shift(frame, parsed, offset, 0, Some(limit));
-                            if let Err(r) = shifted {
+                            if let Err(r) = forward::timestamps::shift(frame, parsed, offset, 0) {
                                 return Action::Drop(r);
                             }
                         }

@@ -691,13 +691,13 @@ impl Forwarder {
             Direction::Outbound => {
                 synproxy::to_client(frame, parsed, &t)?;
                 if t.ts_delta != 0 {
-                    timestamps::shift(frame, parsed, t.ts_delta, 0, None)?;
+                    timestamps::shift(frame, parsed, t.ts_delta, 0)?;
                 }
             }
             _ => {
                 synproxy::to_server(frame, parsed, &t)?;
                 if t.ts_delta != 0 {
-                    timestamps::shift(frame, parsed, 0, t.ts_delta, None)?;
+                    timestamps::shift(frame, parsed, 0, t.ts_delta)?;
                 }
             }
         }
