@@ -1961,16 +1961,19 @@ fn local(v: Verdict) -> Action {
     }
 }
 
-/// A client's TCP segment's sequence numbers, for its session's check
+/// A client's TCP segment's sequence numbers, IPv4 or IPv6, for its session's check
 /// (`SessionTable::on_client_segment`): `None` for a reply, a UDP datagram, or a
 /// header `classify` did not check (never, for a TCP `parsed`).
 #[inline]
 fn client_segment(frame: &[u8], parsed: &Parsed, dir: Direction) -> Option<ClientSegment> {
-    let PacketKind::Tcp {
-        flags, payload_len, ..
-    } = parsed.kind
-    else {
-        return None;
+    let (flags, payload_len) = match parsed.kind {
+        PacketKind::Tcp {
+            flags, payload_len, ..
+        }
+        | PacketKind::Ipv6(Ipv6Payload::Tcp {
+            flags, payload_len, ..
+        }) => (flags, payload_len),
+        _ => return None,
     };
     if dir != Direction::Inbound {
         return None;

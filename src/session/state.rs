@@ -147,7 +147,7 @@ pub const fn is_half_open(state: TcpState) -> bool {
 }
 
 /// A TCP connection that is over: TIME_WAIT or CLOSE. Kept only to absorb late
-/// segments, so table pressure may reclaim it after the half-open ones: a client that
+/// segments, so table pressure may reclaim it as it does half-open ones: a client that
 /// sends a SYN and then a FIN (or a RST) from spoofed addresses would otherwise fill
 /// the table with sessions that no one will use for `time_wait` (120 s).
 pub const fn is_finished(state: TcpState) -> bool {

@@ -123,6 +123,35 @@ pub struct ClientSegment {
     pub next: u32,
 }
 
+impl ClientSegment {
+    /// Whether the segment starts within [`CLIENT_SEQ_WINDOW`] of `next`, the
+    /// client's next sequence number as last seen (or that is not known).
+    #[inline]
+    pub fn within_window_of(&self, next: Option<u32>) -> bool {
+        match next {
+            None => true,
+            Some(next) => {
+                self.seq.wrapping_sub(next).wrapping_add(CLIENT_SEQ_WINDOW) <= 2 * CLIENT_SEQ_WINDOW
+            }
+        }
+    }
+
+    /// The client's next sequence number as last seen, `recorded`, after this segment
+    /// within the window: its end when that is later, else as it was (a retransmission
+    /// does not move it back). Not known (0) stays not known: only the segment that
+    /// opened the session starts it ([`Session::with_client_next_seq`]), so that a
+    /// blind sender's segment cannot set it for a session that has none (one installed
+    /// by sync) and then hold the window where its RST will be.
+    #[inline]
+    pub fn moved_on(&self, recorded: u32) -> u32 {
+        if recorded != 0 && (self.next.wrapping_sub(recorded) as i32) > 0 {
+            self.next
+        } else {
+            recorded
+        }
+    }
+}
+
 /// A client's RST or FIN outside [`CLIENT_SEQ_WINDOW`]: it moved nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutOfWindow;
@@ -265,8 +294,8 @@ impl Session {
     }
 
     /// The client's next sequence number as last seen ([`ClientSegment`]); `None` when
-    /// not known yet (no segment since the session was made or synced), and for UDP
-    /// and FullNAT sessions, which do not keep it.
+    /// not known (a session installed by sync: its client's RST and FIN are taken as
+    /// IPVS takes them), and for UDP and FullNAT sessions, which do not keep it.
     pub fn client_next_seq(&self) -> Option<u32> {
         (self.tracks_client_seq() && self.per_proto != 0).then_some(self.per_proto)
     }
@@ -275,23 +304,26 @@ impl Session {
     /// client's sequence as last seen (or that is not known).
     #[inline]
     fn in_client_window(&self, seg: &ClientSegment) -> bool {
-        match self.client_next_seq() {
-            None => true,
-            Some(next) => {
-                seg.seq.wrapping_sub(next).wrapping_add(CLIENT_SEQ_WINDOW) <= 2 * CLIENT_SEQ_WINDOW
-            }
-        }
+        seg.within_window_of(self.client_next_seq())
     }
 
     /// A client segment within the window moves the client's sequence as last seen
     /// forward to its end (never back: a retransmission leaves it).
     #[inline]
     fn note_client_segment(&mut self, seg: &ClientSegment) {
-        if self.tracks_client_seq()
-            && (self.per_proto == 0 || (seg.next.wrapping_sub(self.per_proto) as i32) > 0)
-        {
-            self.per_proto = seg.next;
+        if self.tracks_client_seq() {
+            self.per_proto = seg.moved_on(self.per_proto);
         }
+    }
+
+    /// Starts the client's sequence as last seen at `next`, the end of the segment
+    /// that opened the session (its SYN, or the ACK a sloppy or proxied session opens
+    /// on); ignored where it is not kept (UDP, FullNAT).
+    pub fn with_client_next_seq(mut self, next: u32) -> Session {
+        if self.tracks_client_seq() {
+            self.per_proto = next;
+        }
+        self
     }
 
     /// Sets the TCP timestamp offset; ignored for UDP and the modes but FullNAT.
@@ -358,7 +390,9 @@ impl Session {
     }
 
     /// A TCP connection that is over (TIME_WAIT, CLOSE): under table pressure these go
-    /// too, after the half-open ones of their age ([`SessionTable::oldest_reclaimable`]).
+    /// too, with the half-open ones, oldest made first ([`SessionTable::oldest_reclaimable`]:
+    /// one scan in creation order, which passes over, for good, what it finds in
+    /// another state; so only sessions that finished before the scan reached them).
     #[inline]
     pub fn is_finished(&self) -> bool {
         self.proto == Protocol::Tcp && state::is_finished(self.state)
@@ -2041,12 +2075,14 @@ mod tests {
             } else {
                 dr(client, cport, 3)
             };
+            // The ISN near the top of the sequence space: the window wraps. The SYN
+            // that opens the session starts the client's sequence (as `prepare_open`).
+            let isn = u32::MAX - 100;
+            let s = s.with_client_next_seq(isn.wrapping_add(1));
             let id = table.insert(s, 0, ticks.tcp(TcpState::None)).unwrap();
             let on = |t: &mut SessionTable, flags, sg, now| {
                 t.on_client_segment(id, flags, sg, now, &ticks).unwrap()
             };
-            // The ISN near the top of the sequence space: the window wraps.
-            let isn = u32::MAX - 100;
             on(&mut table, syn, seg(isn, 1), 0).unwrap();
             if mode == ForwardMode::Nat {
                 table.on_packet(id, Direction::Outbound, syn | ack, 0, &ticks);
@@ -2094,6 +2130,33 @@ mod tests {
             .unwrap();
             assert_eq!(t.to, TcpState::Close, "{mode:?}");
         }
+    }
+
+    /// A session whose client's sequence is not known (installed by sync) takes its
+    /// client's RST as IPVS does, and no segment starts the sequence for it: a blind
+    /// sender's ACK cannot set it where its later RST will be and leave the client's
+    /// own segments outside.
+    #[test]
+    fn an_unknown_client_sequence_is_not_started_by_any_segment() {
+        let ticks = Timeouts::default().in_ticks(1000);
+        let mut table = SessionTable::with_capacity(8);
+        let (_, _, s) = nat(1, 40000, 3);
+        let id = table
+            .insert(s.with_state(TcpState::Established), 0, 900)
+            .unwrap();
+        let seg = |seq: u32| ClientSegment {
+            seq,
+            next: seq + 10,
+        };
+        let on = |t: &mut SessionTable, flags, seq| {
+            t.on_client_segment(id, flags, seg(seq), 0, &ticks).unwrap()
+        };
+        on(&mut table, TcpFlags::ACK, 7_000_000).unwrap();
+        assert_eq!(table.get(id).unwrap().client_next_seq(), None);
+        on(&mut table, TcpFlags::ACK, 1_000).unwrap();
+        assert_eq!(table.get(id).unwrap().client_next_seq(), None);
+        let t = on(&mut table, TcpFlags::RST, 7_000_010).unwrap();
+        assert_eq!(t.to, TcpState::Close);
     }
 
     /// FullNAT keeps its timestamp offset where the others keep the client's sequence:

@@ -2,10 +2,10 @@
 //! IPv4 entry stays one 64-byte line, and an IPv6 entry, whose three addresses alone
 //! take 48 bytes, does not share its layout.
 //!
-//! Shape and cost. A slab of [`Session6`] entries (112 bytes each, the FullNAT
-//! local address and port and the sync bookkeeping included) and a hashbrown map
-//! from [`FlowKey6`] (client key and, for NAT and FullNAT, reply key) to the slab
-//! index: about 112 + 2 x 48 bytes per session at full load, allocated once at
+//! Shape and cost. A slab of [`Session6`] entries (116 bytes each, the FullNAT
+//! local address and port, the client's sequence and the sync bookkeeping included)
+//! and a hashbrown map from [`FlowKey6`] (client key and, for NAT and FullNAT, reply
+//! key) to the slab index: about 116 + 2 x 48 bytes per session at full load, allocated once at
 //! construction for the table's capacity; nothing allocates afterwards (the map
 //! never holds more than `2 x capacity` keys, the capacity it was built for).
 //! Expiry is lazy: a lookup treats a session past its deadline as gone, and
@@ -20,7 +20,9 @@
 use super::hugemem::HugePageAlloc;
 use super::reclaim::CreationOrder;
 use super::state::{self, Direction, TcpState, Transition};
-use super::table::{index_value as value, split_value as split, TableAllocError};
+use super::table::{
+    index_value as value, split_value as split, ClientSegment, OutOfWindow, TableAllocError,
+};
 use super::timeouts::TickTimeouts;
 use super::InsertError;
 use crate::flow::FlowKey6;
@@ -68,8 +70,11 @@ pub struct Session6 {
     /// Packets seen (a UDP flow is synced from the sync threshold on).
     packets: u32,
     /// Tick of the session's last sync to the standby, if `synced` (a tick and a flag
-    /// rather than an `Option<u32>`: three bytes less, which keep the entry at 112).
+    /// rather than an `Option<u32>`: three bytes less, which keep the entry at 116).
     synced_at: u32,
+    /// TCP: the client's next sequence number as last seen, 0 not known
+    /// ([`SessionTable6::on_client_segment`]).
+    client_next: u32,
     synced: bool,
 }
 
@@ -106,6 +111,7 @@ impl Session6 {
             deadline: 0,
             packets: 0,
             synced_at: 0,
+            client_next: 0,
             synced: false,
         }
     }
@@ -447,6 +453,45 @@ impl SessionTable6 {
         Some(transition)
     }
 
+    /// As [`SessionTable6::on_packet`], for a client's TCP segment whose sequence
+    /// numbers are known, with the IPv4 table's check
+    /// ([`super::SessionTable::on_client_segment`]): a RST or FIN further than
+    /// [`super::CLIENT_SEQ_WINDOW`] from the client's sequence as last seen moves
+    /// nothing, and `Err` says so.
+    #[inline]
+    pub fn on_client_segment(
+        &mut self,
+        id: u32,
+        flags: TcpFlags,
+        seg: ClientSegment,
+        now_tick: u32,
+        timeouts: &TickTimeouts,
+    ) -> Option<Result<Transition, OutOfWindow>> {
+        let s = self.get_mut(id)?;
+        if s.proto == Protocol::Tcp {
+            let known = (s.client_next != 0).then_some(s.client_next);
+            if !seg.within_window_of(known) {
+                if flags.intersects(TcpFlags::RST | TcpFlags::FIN) {
+                    return Some(Err(OutOfWindow));
+                }
+            } else if !flags.contains(TcpFlags::RST) {
+                s.client_next = seg.moved_on(s.client_next);
+            }
+        }
+        self.on_packet(id, Direction::Inbound, flags, now_tick, timeouts)
+            .map(Ok)
+    }
+
+    /// Starts the client's sequence as last seen for session `id` at the end of the
+    /// segment that opened it (as the IPv4 [`super::Session::with_client_next_seq`]).
+    pub fn start_client_seq(&mut self, id: u32, seg: &ClientSegment) {
+        if let Some(s) = self.get_mut(id) {
+            if s.proto == Protocol::Tcp {
+                s.client_next = seg.next;
+            }
+        }
+    }
+
     /// Session `id` expires `timeout` ticks after `now_tick` (a sync record's refresh).
     pub fn touch(&mut self, id: u32, now_tick: u32, timeout: u32) {
         if let Some(s) = self.get_mut(id) {
@@ -609,7 +654,7 @@ mod tests {
         assert!(t.lookup(&other.reply_key().unwrap(), 12).is_some());
         assert_eq!(
             std::mem::size_of::<Session6>(),
-            112,
+            116,
             "as the module doc says"
         );
     }
@@ -753,5 +798,76 @@ mod tests {
             t.get(id).unwrap().deadline(),
             tt.session(Protocol::Tcp, TcpState::Established)
         );
+    }
+
+    /// The IPv4 table's sequence check, on IPv6 sessions of every mode: a client RST
+    /// far from the client's sequence as last seen moves nothing; near it, it closes;
+    /// a session whose sequence was never started takes any.
+    #[test]
+    fn a_client_rst_far_from_the_clients_sequence_moves_nothing() {
+        let tt = crate::session::Timeouts::default().in_ticks(1000);
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let window = super::super::CLIENT_SEQ_WINDOW;
+        for (cport, mode) in [(40000, ForwardMode::Nat), (40001, ForwardMode::FullNat)] {
+            let mut t = SessionTable6::with_capacity(4);
+            let mut s = Session6::new(&key("2001:db8:2::9", cport), mode, 1, 7, rs, 8080);
+            (s.local_addr, s.local_port) = ("2001:db8:1::50".parse().unwrap(), 1025);
+            let id = t.insert(s, 0, 5, |_| panic!()).unwrap();
+            let seg = |seq: u32| ClientSegment { seq, next: seq };
+            let isn = 5_000u32;
+            t.start_client_seq(
+                id,
+                &ClientSegment {
+                    seq: isn,
+                    next: isn + 1,
+                },
+            );
+            let on = |t: &mut SessionTable6, flags, seq| {
+                t.on_client_segment(id, flags, seg(seq), 0, &tt).unwrap()
+            };
+            on(&mut t, TcpFlags::SYN, isn).unwrap();
+            t.on_packet(
+                id,
+                Direction::Outbound,
+                TcpFlags::SYN | TcpFlags::ACK,
+                0,
+                &tt,
+            );
+            on(&mut t, TcpFlags::ACK, isn + 1).unwrap();
+            assert_eq!(t.get(id).unwrap().state(), TcpState::Established);
+            let far = isn + 1 + window + 1;
+            assert_eq!(on(&mut t, TcpFlags::RST, far), Err(OutOfWindow), "{mode:?}");
+            assert_eq!(
+                on(&mut t, TcpFlags::FIN | TcpFlags::ACK, far),
+                Err(OutOfWindow)
+            );
+            assert_eq!(t.get(id).unwrap().state(), TcpState::Established);
+            let closed = on(&mut t, TcpFlags::RST, isn + 1).unwrap();
+            assert_eq!(closed.to, TcpState::Close, "{mode:?}");
+        }
+        // Never started (a synced session): as IPVS.
+        let mut t = SessionTable6::with_capacity(4);
+        let s = Session6::new(
+            &key("2001:db8:2::9", 40002),
+            ForwardMode::Nat,
+            1,
+            7,
+            rs,
+            8080,
+        );
+        let id = t.insert(s, 0, 5, |_| panic!()).unwrap();
+        let forged = ClientSegment {
+            seq: 1 << 31,
+            next: 1 << 31,
+        };
+        t.on_client_segment(id, TcpFlags::ACK, forged, 0, &tt)
+            .unwrap()
+            .unwrap();
+        let rst = ClientSegment { seq: 7, next: 7 };
+        let t2 = t
+            .on_client_segment(id, TcpFlags::RST, rst, 0, &tt)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t2.to, TcpState::Close);
     }
 }

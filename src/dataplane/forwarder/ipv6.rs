@@ -38,7 +38,7 @@ use crate::model::{DropReason, ForwardMode, Protocol, ServiceKey};
 use crate::sched::fold_ipv6;
 use crate::session::is_active;
 use crate::session::table6::Session6;
-use crate::session::{Direction, InsertError, TcpState};
+use crate::session::{Direction, InsertError, OutOfWindow, TcpState, Transition};
 use crate::wire::ethernet::MacAddr;
 use crate::wire::ipv6;
 use crate::wire::tcp::TcpFlags;
@@ -92,8 +92,9 @@ impl Forwarder {
         }
         let found = self.sessions6.lookup(&key, self.now_tick);
         let found = self.unless_reopened_v6(found, flags, cx.counters);
+        let seg = super::client_segment(pkt.bytes(), parsed, Direction::Inbound);
         let (id, dir) = match found {
-            Some(hit) => hit,
+            Some((id, dir)) => (id, dir),
             None => {
                 if !self.snapshot.current().is_vip6(key.dst) {
                     if let Some(acks) = self.probe_port_v6(&key) {
@@ -115,14 +116,40 @@ impl Forwarder {
                     return Some(Action::Redirect(owner));
                 }
                 match self.open_v6(&key, flags, pkt, cx) {
-                    Ok(id) => (id, Direction::Inbound),
+                    Ok(id) => {
+                        if let Some(seg) = &seg {
+                            self.sessions6.start_client_seq(id, seg);
+                        }
+                        (id, Direction::Inbound)
+                    }
                     Err(reason) => return Some(Action::Drop(reason)),
                 }
             }
         };
-        let transition = self
-            .sessions6
-            .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?;
+        let transition = match (dir, seg) {
+            (Direction::Inbound, Some(seg)) => {
+                let moved = self.sessions6.on_client_segment(
+                    id,
+                    flags,
+                    seg,
+                    self.now_tick,
+                    &self.timeouts,
+                )?;
+                match moved {
+                    Ok(t) => t,
+                    Err(OutOfWindow) => {
+                        cx.counters.event(Event::TcpCloseOutOfWindow);
+                        Transition {
+                            from: self.sessions6.get(id)?.state(),
+                            to: self.sessions6.get(id)?.state(),
+                        }
+                    }
+                }
+            }
+            _ => self
+                .sessions6
+                .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?,
+        };
         if dir == Direction::Inbound {
             self.learn_client_hop_v6(id, pkt);
         }

@@ -193,14 +193,14 @@ pub(crate) fn nat_reply_owner(
     (owner != rss.queue).then_some(owner)
 }
 
-/// The queue the request tuple of a NAT real server's reply hashes to, when `key` is
-/// such a reply (see [`nat_reply_owner`]).
 /// The acknowledgement number of the TCP segment at `parsed.l4` (IPv4 or IPv6).
 pub(super) fn tcp_ack(frame: &[u8], parsed: &Parsed) -> Option<u32> {
     let segment = tcp::Packet::new_checked(frame.get(parsed.l4..)?).ok()?;
     Some(segment.ack_number())
 }
 
+/// The queue the request tuple of a NAT real server's reply hashes to, when `key` is
+/// such a reply (see [`nat_reply_owner`]).
 pub(super) fn nat_reply_queue(
     snap: &crate::service::Snapshot,
     rss: &RssView,

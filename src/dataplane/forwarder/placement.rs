@@ -386,6 +386,9 @@ impl Forwarder {
             self.sessions.prefetch_bucket(reply);
         }
         session.created = self.now_tick;
+        if let Some(seg) = super::client_segment(pkt.bytes(), parsed, Direction::Inbound) {
+            session = session.with_client_next_seq(seg.next);
+        }
         session.peer_mac = match rs.mode {
             ForwardMode::Nat | ForwardMode::FullNat => pkt.bytes()[6..12]
                 .try_into()
