@@ -42,6 +42,45 @@ sendp(frames, iface=iface)
 print(count)
 "#;
 
+/// Sends `count` spoofed SYNs (each followed by a FIN with `fin`) from the client's
+/// namespace, then waits until the worker counts the event `reclaimed` and the table
+/// holds as many sessions as its pressure mark lets it.
+fn flood_until_reclaimed(lab: &AppLab, daemon: &Daemon, count: u32, fin: bool, reclaimed: &str) {
+    let count_arg = count.to_string();
+    let mut args = vec![
+        PYTHON,
+        "-c",
+        FLOOD,
+        lab.bed.client_if(),
+        lab.bed.lb_mac(),
+        VIP,
+        &count_arg,
+    ];
+    if fin {
+        args.push("fin");
+    }
+    let flood = lab
+        .bed
+        .exec(lab.bed.client_ns(), &args, Duration::from_secs(60));
+    assert!(flood.success(), "{}", flood.describe());
+    let settled = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let s = daemon.status();
+        (event_count(&s, reclaimed) > 0).then_some(s)
+    });
+    let during = settled.unwrap_or_else(|| {
+        panic!(
+            "no {reclaimed} after {count} spoofed SYNs (FINs: {fin}): {:#}\n{}",
+            daemon.status(),
+            daemon.dump()
+        )
+    });
+    let sessions = during["sessions"].as_u64().unwrap();
+    assert!(
+        (CAPACITY * 9 / 10..=CAPACITY).contains(&sessions),
+        "the flood fills the table up to its pressure mark: {sessions} of {CAPACITY}"
+    );
+}
+
 #[test]
 fn a_spoofed_syn_flood_does_not_lock_out_new_or_established_connections() {
     require_root();
@@ -85,37 +124,8 @@ fn a_spoofed_syn_flood_does_not_lock_out_new_or_established_connections() {
     ];
     let client = lab.stream("long", VIP, ECHO_PORT, &options);
 
-    let flood = lab.bed.exec(
-        lab.bed.client_ns(),
-        &[
-            PYTHON,
-            "-c",
-            FLOOD,
-            lab.bed.client_if(),
-            lab.bed.lb_mac(),
-            VIP,
-            &SPOOFED.to_string(),
-        ],
-        Duration::from_secs(60),
-    );
-    assert!(flood.success(), "{}", flood.describe());
     // The last spoofed SYNs' sessions are in: the table is at its pressure mark.
-    let settled = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
-        let s = daemon.status();
-        (event_count(&s, "half_open_reclaimed") > 0).then_some(s)
-    });
-    let during = settled.unwrap_or_else(|| {
-        panic!(
-            "no half-open session was reclaimed after {SPOOFED} spoofed SYNs: {:#}\n{}",
-            daemon.status(),
-            daemon.dump()
-        )
-    });
-    let sessions = during["sessions"].as_u64().unwrap();
-    assert!(
-        (CAPACITY * 9 / 10..=CAPACITY).contains(&sessions),
-        "the flood fills the table up to its pressure mark: {sessions} of {CAPACITY}"
-    );
+    flood_until_reclaimed(&lab, &daemon, SPOOFED, false, "half_open_reclaimed");
 
     let batch = lab.curl(&format!("http://{VIP}/"), 30, 4, &[]);
     let after = daemon.status();
@@ -162,37 +172,7 @@ fn a_spoofed_syn_and_fin_flood_does_not_lock_out_new_connections() {
     );
     lab.prewarm(&daemon, GATEWAY);
     let spoofed = 3000;
-    let flood = lab.bed.exec(
-        lab.bed.client_ns(),
-        &[
-            PYTHON,
-            "-c",
-            FLOOD,
-            lab.bed.client_if(),
-            lab.bed.lb_mac(),
-            VIP,
-            &spoofed.to_string(),
-            "fin",
-        ],
-        Duration::from_secs(60),
-    );
-    assert!(flood.success(), "{}", flood.describe());
-    let settled = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
-        let s = daemon.status();
-        (event_count(&s, "finished_reclaimed") > 0).then_some(s)
-    });
-    let during = settled.unwrap_or_else(|| {
-        panic!(
-            "no finished session was reclaimed after {spoofed} spoofed SYNs and FINs: {:#}\n{}",
-            daemon.status(),
-            daemon.dump()
-        )
-    });
-    let sessions = during["sessions"].as_u64().unwrap();
-    assert!(
-        (CAPACITY * 9 / 10..=CAPACITY).contains(&sessions),
-        "the flood fills the table up to its pressure mark: {sessions} of {CAPACITY}"
-    );
+    flood_until_reclaimed(&lab, &daemon, spoofed, true, "finished_reclaimed");
     let batch = lab.curl(&format!("http://{VIP}/"), 30, 4, &[]);
     let after = daemon.status();
     let finished = event_count(&after, "finished_reclaimed");

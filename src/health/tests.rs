@@ -60,6 +60,26 @@ fn answer(probe: &[u8], flags: TcpFlags, payload: &[u8]) -> Vec<u8> {
     buf[..n].to_vec()
 }
 
+/// The real server's data after the probe's request `req` (its SYN-ACK's ISN being
+/// 5000): at its next sequence number, acknowledging the whole request.
+fn server_data(req: &probe::Segment, payload: &[u8]) -> Vec<u8> {
+    let ends = Endpoints {
+        local: req.to,
+        remote: req.from,
+    };
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let n = write_segment(
+        &mut buf,
+        &ends,
+        5001,
+        req.seq.wrapping_add(req.payload.len() as u32),
+        TcpFlags::ACK | TcpFlags::PSH,
+        None,
+        payload,
+    );
+    buf[..n].to_vec()
+}
+
 struct Net {
     sent: Vec<Vec<u8>>,
 }
@@ -214,21 +234,8 @@ fn http_check_evicts_a_server_answering_500() {
             let req = parse_segment(&request[0]).unwrap();
             assert!(req.payload.starts_with(b"GET / HTTP/1.0"));
             // The server's status line, at its next sequence number.
-            let ends = Endpoints {
-                local: req.to,
-                remote: req.from,
-            };
-            let mut buf = [0u8; MAX_FRAME_LEN];
-            let n = write_segment(
-                &mut buf,
-                &ends,
-                5001,
-                req.seq.wrapping_add(req.payload.len() as u32),
-                TcpFlags::ACK | TcpFlags::PSH,
-                None,
-                b"HTTP/1.0 500 Internal Server Error\r\n\r\n",
-            );
-            events.extend(m.on_frame(&buf[..n], now, &mut send));
+            let status = server_data(&req, b"HTTP/1.0 500 Internal Server Error\r\n\r\n");
+            events.extend(m.on_frame(&status, now, &mut send));
         }
         if !events.is_empty() {
             break;
@@ -1237,26 +1244,13 @@ fn the_workers_let_through_every_answer_a_probe_reads_and_learn_it_before_the_sy
                 req.payload.len() > path.len(),
                 "the request carries the path"
             );
-            let ends = Endpoints {
-                local: req.to,
-                remote: req.from,
-            };
-            let mut buf = [0u8; MAX_FRAME_LEN];
-            let n = write_segment(
-                &mut buf,
-                &ends,
-                5001,
-                req.seq.wrapping_add(req.payload.len() as u32),
-                TcpFlags::ACK | TcpFlags::PSH,
-                None,
-                b"HTTP/1.0 200 OK\r\n\r\n",
-            );
+            let data = server_data(&req, b"HTTP/1.0 200 OK\r\n\r\n");
             assert!(
-                passes(&buf[..n]),
+                passes(&data),
                 "the server's data, acknowledging the request"
             );
             let mut ignore = |_: &[u8]| true;
-            m.on_frame(&buf[..n], now, &mut ignore);
+            m.on_frame(&data, now, &mut ignore);
             let ack = req.seq.wrapping_add(req.payload.len() as u32);
             for wrong in [ack.wrapping_add(ProbeAcks::SPAN), ack ^ 0x8000_0000] {
                 assert!(!acks.answers(port, TcpFlags::ACK, wrong), "ack {wrong}");
