@@ -3687,56 +3687,37 @@ fn static_neighbours_are_checked() {
         with_static(&format!(r#"{{ address = "{address}", mac = "{mac}" }}"#))
     };
     let mac = "02:00:00:00:00:14";
-    let at = "ports[0].static_neighbours[0].address";
-    assert_rejected(
-        &one("10.0.0.1", mac),
-        17,
-        at,
-        "is on none of this port's subnets",
+    let (at, mac_at) = (
+        "ports[0].static_neighbours[0].address",
+        "ports[0].static_neighbours[0].mac",
     );
-    assert_rejected(
-        &one("198.18.0.255", mac),
-        17,
-        at,
-        "is on none of this port's subnets",
-    );
-    assert_rejected(
-        &one("2001:db8::1", mac),
-        17,
-        at,
-        "is on none of this port's subnets",
-    );
-    assert_rejected(
-        &one("198.18.0.1", mac),
-        17,
-        at,
-        "is one of this port's own addresses",
-    );
-    assert_rejected(
-        &one("gateway", mac),
-        17,
-        at,
-        "is not an IPv4 or IPv6 address",
-    );
-    let mac_at = "ports[0].static_neighbours[0].mac";
-    assert_rejected(
-        &one("198.18.0.20", "01:00:5e:00:00:01"),
-        17,
-        mac_at,
-        "is not a unicast MAC",
-    );
-    assert_rejected(
-        &one("198.18.0.20", "00:00:00:00:00:00"),
-        17,
-        mac_at,
-        "is not a unicast MAC",
-    );
-    assert_rejected(
-        &one("198.18.0.20", "02:00:00:00:14"),
-        17,
-        mac_at,
-        "is not a MAC address",
-    );
+    for (address, given, field, error) in [
+        ("10.0.0.1", mac, at, "is on none of this port's subnets"),
+        ("198.18.0.255", mac, at, "is on none of this port's subnets"),
+        ("2001:db8::1", mac, at, "is on none of this port's subnets"),
+        ("198.18.0.1", mac, at, "is one of this port's own addresses"),
+        ("gateway", mac, at, "is not an IPv4 or IPv6 address"),
+        (
+            "198.18.0.20",
+            "01:00:5e:00:00:01",
+            mac_at,
+            "is not a unicast MAC",
+        ),
+        (
+            "198.18.0.20",
+            "00:00:00:00:00:00",
+            mac_at,
+            "is not a unicast MAC",
+        ),
+        (
+            "198.18.0.20",
+            "02:00:00:00:14",
+            mac_at,
+            "is not a MAC address",
+        ),
+    ] {
+        assert_rejected(&one(address, given), 17, field, error);
+    }
     let twice = with_static(&format!(
         r#"{{ address = "198.18.0.20", mac = "{mac}" }}, {{ address = "198.18.0.20", mac = "02:00:00:00:00:15" }}"#
     ));

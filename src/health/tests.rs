@@ -40,44 +40,29 @@ fn monitor(kind: CheckKind) -> HealthMonitor {
     HealthMonitor::new(cfg, SOURCE, Overrides::default(), 42)
 }
 
-/// A real server's answer to the probe frame `probe` (flags given).
-fn answer(probe: &[u8], flags: TcpFlags, payload: &[u8]) -> Vec<u8> {
-    let p = parse_segment(probe).unwrap();
+/// A real server's segment back to the probe segment `to`, at `seq`, acknowledging
+/// `ack`.
+fn reply_to(to: &probe::Segment, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8]) -> Vec<u8> {
     let ends = Endpoints {
-        local: p.to,
-        remote: p.from,
+        local: to.to,
+        remote: to.from,
     };
     let mut buf = [0u8; MAX_FRAME_LEN];
-    let n = write_segment(
-        &mut buf,
-        &ends,
-        5000,
-        p.seq.wrapping_add(1),
-        flags,
-        None,
-        payload,
-    );
+    let n = write_segment(&mut buf, &ends, seq, ack, flags, None, payload);
     buf[..n].to_vec()
+}
+
+/// A real server's answer to the probe frame `probe` (flags given), from ISN 5000.
+fn answer(probe: &[u8], flags: TcpFlags, payload: &[u8]) -> Vec<u8> {
+    let p = parse_segment(probe).unwrap();
+    reply_to(&p, 5000, p.seq.wrapping_add(1), flags, payload)
 }
 
 /// The real server's data after the probe's request `req` (its SYN-ACK's ISN being
 /// 5000): at its next sequence number, acknowledging the whole request.
 fn server_data(req: &probe::Segment, payload: &[u8]) -> Vec<u8> {
-    let ends = Endpoints {
-        local: req.to,
-        remote: req.from,
-    };
-    let mut buf = [0u8; MAX_FRAME_LEN];
-    let n = write_segment(
-        &mut buf,
-        &ends,
-        5001,
-        req.seq.wrapping_add(req.payload.len() as u32),
-        TcpFlags::ACK | TcpFlags::PSH,
-        None,
-        payload,
-    );
-    buf[..n].to_vec()
+    let ack = req.seq.wrapping_add(req.payload.len() as u32);
+    reply_to(req, 5001, ack, TcpFlags::ACK | TcpFlags::PSH, payload)
 }
 
 struct Net {

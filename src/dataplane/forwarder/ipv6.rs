@@ -139,9 +139,10 @@ impl Forwarder {
                     Ok(t) => t,
                     Err(OutOfWindow) => {
                         cx.counters.event(Event::TcpCloseOutOfWindow);
+                        let state = self.sessions6.get(id)?.state();
                         Transition {
-                            from: self.sessions6.get(id)?.state(),
-                            to: self.sessions6.get(id)?.state(),
+                            from: state,
+                            to: state,
                         }
                     }
                 }
