@@ -6,7 +6,10 @@
 //! the oldest half-open ones: the long-lived connections keep going, and 30 new
 //! connections right after the flood all succeed. The same with each spoofed SYN
 //! followed by a FIN, which moves its session to TIME_WAIT: finished sessions are
-//! reclaimed as half-open ones are.
+//! reclaimed as half-open ones are. And FullNAT, whose local ports towards a real
+//! server run out long before the table fills: a flood holding every port leaves
+//! new connections a port of its oldest half-open sessions once they are a second
+//! old.
 //!
 //! Run: `cargo test --release --test integration e2e_table_pressure::` (as root).
 
@@ -187,6 +190,75 @@ fn a_spoofed_syn_and_fin_flood_does_not_lock_out_new_connections() {
     assert_eq!(
         full, 0,
         "no new session was refused for want of room: {after:#}"
+    );
+    daemon.stop_clean();
+}
+
+/// FullNAT with 64 local ports: 200 spoofed SYNs take every port towards the real
+/// server (a real kernel, which answers each and keeps it in its SYN queue), the rest
+/// are refused as `laddr_exhausted`. Those sessions would hold their ports for the
+/// SYN_RECV timeout (60 s) while the table (1,024) is far from full, so table pressure
+/// never reclaims them. A second later, 30 new connections all succeed, each taking
+/// the port of one of them (`local_port_reclaimed`).
+#[test]
+fn a_spoofed_syn_flood_holding_every_fullnat_port_does_not_lock_out_new_connections() {
+    require_root();
+    const FULLNAT_VIP: &str = "198.18.0.240";
+    const LIP: &str = "198.18.0.50";
+    let mut lab = AppLab::new(1);
+    lab.start_servers(&[format!("0.0.0.0:{HTTP_PORT}")], &[]);
+    let rip = lab.bed.rs_ip(1).to_string();
+    let extra = [format!("local_addresses = [\"{LIP}\"]")];
+    let toml = format!(
+        "[sessions]\ncapacity = {CAPACITY}\nlocal_port_first = 2000\nlocal_port_last = 2063\n\n{}",
+        service_section(
+            "tcp",
+            FULLNAT_VIP,
+            80,
+            "rr",
+            &extra,
+            &[(&rip, HTTP_PORT, 1, "fullnat")]
+        )
+    );
+    let daemon = lab.daemon(&[&format!("{}/24", AppLab::APPLIANCE)], toml);
+    lab.prewarm(&daemon, FULLNAT_VIP);
+    let spoofed = "200";
+    let args = [
+        PYTHON,
+        "-c",
+        FLOOD,
+        lab.bed.client_if(),
+        lab.bed.lb_mac(),
+        FULLNAT_VIP,
+        spoofed,
+    ];
+    let flood = lab
+        .bed
+        .exec(lab.bed.client_ns(), &args, Duration::from_secs(60));
+    assert!(flood.success(), "{}", flood.describe());
+    let held = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let s = daemon.status();
+        (drop_count(&s, "laddr_exhausted") >= 100).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("the flood did not use up the ports: {:#}", daemon.status()));
+    assert_eq!(held["sessions"].as_u64(), Some(64), "{held:#}");
+    // Half-open sessions under a second old may still be handshakes in progress.
+    std::thread::sleep(Duration::from_millis(1500));
+    let batch = lab.curl(&format!("http://{FULLNAT_VIP}/"), 30, 4, &[]);
+    let after = daemon.status();
+    let reclaimed = event_count(&after, "local_port_reclaimed");
+    eprintln!(
+        "{spoofed} spoofed SYNs into 64 local ports: {} refused as laddr_exhausted \
+         during the flood; new connections after: {} of 30, {reclaimed} ports reclaimed, \
+         {} refused after",
+        drop_count(&held, "laddr_exhausted"),
+        batch["ok"],
+        drop_count(&after, "laddr_exhausted") - drop_count(&held, "laddr_exhausted")
+    );
+    assert_eq!(batch["ok"].as_u64(), Some(30), "{batch}\n{}", daemon.dump());
+    assert!(
+        (30..=64).contains(&reclaimed),
+        "each new connection took a held port: {reclaimed}"
     );
     daemon.stop_clean();
 }

@@ -79,6 +79,10 @@ pub enum Event {
     /// one while the table was nearly full (as `HalfOpenReclaimed`, whose scan finds
     /// both).
     FinishedReclaimed,
+    /// FullNAT: a new session found no free local port towards its real server, so
+    /// the oldest of a few sessions holding such a port, half-open for at least a
+    /// second or finished, was removed and its port taken.
+    LocalPortReclaimed,
     /// SYN proxy: a SYN without a session was answered with a cookie SYN-ACK.
     SynproxyCookieSent,
     /// SYN proxy: an ACK without a session carried a valid cookie; the session opened.
@@ -158,7 +162,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 54;
+    pub const COUNT: usize = 55;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -188,6 +192,7 @@ impl Event {
         Event::SyncFrameSent,
         Event::HalfOpenReclaimed,
         Event::FinishedReclaimed,
+        Event::LocalPortReclaimed,
         Event::SynproxyCookieSent,
         Event::SynproxyCookieValid,
         Event::SynproxyCookieInvalid,
@@ -245,6 +250,7 @@ impl Event {
             Event::SyncFrameSent => "sync_frame_sent",
             Event::HalfOpenReclaimed => "half_open_reclaimed",
             Event::FinishedReclaimed => "finished_reclaimed",
+            Event::LocalPortReclaimed => "local_port_reclaimed",
             Event::SynproxyCookieSent => "synproxy_cookies_sent",
             Event::SynproxyCookieValid => "synproxy_cookies_valid",
             Event::SynproxyCookieInvalid => "synproxy_cookies_invalid",

@@ -257,6 +257,9 @@ struct LaddrPool {
     nonempty: Box<[u64]>,
     /// RETA index to start the next search at, so allocations rotate over classes.
     rotor: usize,
+    /// Port offset [`PortPool::find_held`] looks at next, so that successive
+    /// searches go round every port in use.
+    held_rotor: u32,
     used: u32,
     misses: u64,
     early_reuses: u64,
@@ -402,6 +405,8 @@ pub struct LaddrSet {
     next: usize,
     /// Allocations refused because no LIP had a suitable port.
     exhausted: u64,
+    /// The LIP [`PortPool::find_held`] searches first next time.
+    held_next: usize,
 }
 
 impl LaddrSet {
@@ -529,6 +534,7 @@ impl PortPool {
             last_release: None,
             nonempty: vec![0u64; self.owned.len()].into_boxed_slice(),
             rotor: 0,
+            held_rotor: 0,
             used: 0,
             misses: 0,
             early_reuses: 0,
@@ -633,6 +639,7 @@ impl PortPool {
             slots,
             next: 0,
             exhausted: 0,
+            held_next: 0,
         })
     }
 
@@ -723,6 +730,75 @@ impl PortPool {
             laddr.misses += 1;
         }
         set.exhausted += 1;
+        None
+    }
+
+    /// Goes through ports of `set`'s LIPs this worker holds whose replies from `rs` the
+    /// NIC gives back to it (those [`PortPool::allocate`] could hand out towards `rs`
+    /// if their sessions ended), offering each to `take` until it takes one, which is
+    /// returned. Offers at most `max_offers` ports, and looks at no more than
+    /// `max_scan` ports in use in all. Each search starts at the set's next LIP, and
+    /// each LIP's search goes on right after the last port it offered, so successive
+    /// searches go round every port in use of every LIP. For when an allocation
+    /// towards `rs` has just failed (`take` then ends the port's session if it may
+    /// go); never on an established packet's path.
+    pub fn find_held(
+        &mut self,
+        set: &mut LaddrSet,
+        rs: SocketAddrV4,
+        max_offers: usize,
+        max_scan: usize,
+        mut take: impl FnMut(Ipv4Addr, u16) -> bool,
+    ) -> Option<(Ipv4Addr, u16)> {
+        let server_part = self.server_part(rs);
+        let (mut offers, mut scanned) = (0, 0);
+        let count = set.slots.len();
+        let first = set.held_next % count.max(1);
+        set.held_next = first + 1;
+        for i in 0..count {
+            let slot = set.slots[(first + i) % count] as usize;
+            let Some(laddr) = self.laddrs.get(slot).and_then(Option::as_ref) else {
+                continue;
+            };
+            let context = server_part ^ laddr.lip_part;
+            let mut at = laddr.held_rotor % self.port_count;
+            let mut remaining = self.port_count;
+            let mut taken = None;
+            while remaining > 0 && scanned < max_scan && offers < max_offers {
+                // The rest of `at`'s bitmap word, not past the end of the range.
+                let word = laddr.in_use[at as usize / 64] >> (at % 64);
+                let span = (64 - at % 64).min(self.port_count - at).min(remaining);
+                let bits = if span == 64 {
+                    word
+                } else {
+                    word & ((1 << span) - 1)
+                };
+                if bits == 0 {
+                    remaining -= span;
+                    at = (at + span) % self.port_count;
+                    continue;
+                }
+                let offset = at + bits.trailing_zeros();
+                remaining -= bits.trailing_zeros() + 1;
+                at = (offset + 1) % self.port_count;
+                scanned += 1;
+                let port = self.first_port + offset as u16;
+                let index = (self.port_class(port) ^ context) as usize;
+                if self.owned[index / 64] & (1 << (index % 64)) != 0 {
+                    offers += 1;
+                    if take(laddr.lip, port) {
+                        taken = Some((laddr.lip, port));
+                        break;
+                    }
+                }
+            }
+            if let Some(laddr) = self.laddrs.get_mut(slot).and_then(Option::as_mut) {
+                laddr.held_rotor = at;
+            }
+            if taken.is_some() || scanned >= max_scan || offers >= max_offers {
+                return taken;
+            }
+        }
         None
     }
 
@@ -1314,6 +1390,80 @@ mod tests {
     }
 
     /// The exhaustion case: 8 ports, 20 concurrent sessions.
+    /// Once a worker has every port it may use towards a real server, the search for
+    /// held ports offers exactly those (checked through the full hash and RETA), over
+    /// two LIPs, in bounded steps that go on right after the last port offered and
+    /// wrap around; a port taken towards another server whose reply would not come
+    /// back here is not offered; the port taken is returned, and releasing it makes
+    /// the next allocation succeed.
+    #[test]
+    fn held_ports_offered_are_the_ones_an_allocation_towards_the_server_could_use() {
+        let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();
+        let reta = Reta::new_round_robin(128, 2).unwrap();
+        let lips = [LIPS[0], LIPS[1]];
+        let mut pool = build(&lips, 30000..=30299, &toeplitz, &reta, HashFields::L3L4, 1).unwrap();
+        let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 11), 8080);
+        let other = SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 12), 9090);
+        // Towards another server first: some of its ports are of classes this worker
+        // does not own for `rs`.
+        let elsewhere: HashSet<_> = (0..100).filter_map(|_| take(&mut pool, other)).collect();
+        let mut mine = HashSet::new();
+        while let Some(taken) = take(&mut pool, rs) {
+            mine.insert(taken);
+        }
+        assert!(mine.len() > 50, "{}", mine.len());
+        let usable = |&(lip, port): &(Ipv4Addr, u16)| {
+            reply_queue(&toeplitz, &reta, HashFields::L3L4, rs, lip, port) == 1
+        };
+        let expected: HashSet<_> = mine
+            .iter()
+            .chain(elsewhere.iter())
+            .copied()
+            .filter(usable)
+            .collect();
+        assert!(
+            elsewhere.iter().any(|p| !usable(p)),
+            "the case is exercised"
+        );
+        let mut offered = Vec::new();
+        for _ in 0..100 {
+            let mut n = 0;
+            let found = pool.pool.find_held(&mut pool.set, rs, 7, 16, |lip, port| {
+                offered.push((lip, port));
+                n += 1;
+                false
+            });
+            assert_eq!(found, None);
+            assert!((1..=7).contains(&n), "{n}");
+        }
+        assert!(offered.iter().all(|p| expected.contains(p)));
+        assert_eq!(offered.iter().copied().collect::<HashSet<_>>(), expected);
+        // Each LIP's search goes on right after the port it offered last: one pass
+        // over a LIP's held ports offers each once.
+        let first_lip = offered[0].0;
+        let on_first: Vec<_> = offered.iter().filter(|p| p.0 == first_lip).collect();
+        let once = expected.iter().filter(|p| p.0 == first_lip).count();
+        let pass: HashSet<_> = on_first[..once].iter().collect();
+        assert_eq!(pass.len(), once, "a pass offers each port once");
+        // The port taken is returned; freed, it is the one the pool hands out.
+        let (lip, port) = *mine.iter().next().unwrap();
+        let found = pool
+            .pool
+            .find_held(&mut pool.set, rs, usize::MAX, usize::MAX, |l, p| {
+                (l, p) == (lip, port)
+            });
+        assert_eq!(found, Some((lip, port)));
+        assert_eq!(take(&mut pool, rs), None);
+        pool.release(lip, port, *rs.ip(), 0).unwrap();
+        assert_eq!(take(&mut pool, rs), Some((lip, port)));
+        // Nothing held: nothing offered, whatever the budget.
+        let mut empty = build(&lips, 30000..=30299, &toeplitz, &reta, HashFields::L3L4, 1).unwrap();
+        let none = empty
+            .pool
+            .find_held(&mut empty.set, rs, usize::MAX, usize::MAX, |_, _| true);
+        assert_eq!(none, None);
+    }
+
     #[test]
     fn exhaustion_counts_misses_and_recovers() {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();

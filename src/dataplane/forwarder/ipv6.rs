@@ -219,7 +219,7 @@ impl Forwarder {
             (session.local_addr, session.local_port) = (local.lip.to_ipv6_mapped(), local.port);
         } else if rs.mode == ForwardMode::FullNat {
             (session.local_addr, session.local_port) =
-                self.local_port_v6(service, real_addr, rs.port, key.proto)?;
+                self.local_port_v6(service, real_addr, rs.port, key.proto, cx.counters)?;
         }
         session.peer_mac = match rs.mode {
             ForwardMode::Nat | ForwardMode::FullNat => pkt.bytes()[6..12]
@@ -316,14 +316,18 @@ impl Forwarder {
     /// port's share of it is two table loads on top of the address part, computed
     /// once per address (as `forward::laddr` splits it for IPv4). At most
     /// `LOCAL_PORT_TRIES` pairs of this worker are tried, among at most
-    /// `LOCAL_PORT_CANDIDATES` (`LaddrExhausted` then, as when the service has no
-    /// IPv6 local address).
+    /// `LOCAL_PORT_CANDIDATES`. When all those tried are taken, the oldest of their
+    /// TCP sessions that table pressure would reclaim (half-open for at least a
+    /// second, or finished) ends and gives its pair, as the IPv4 pools do (counted as
+    /// `local_port_reclaimed`); else `LaddrExhausted` (as when the service has no IPv6
+    /// local address).
     fn local_port_v6(
         &mut self,
         service: &crate::model::Service,
         real: Ipv6Addr,
         rport: u16,
         proto: Protocol,
+        counters: &WorkerCounters,
     ) -> Result<(Ipv6Addr, u16), DropReason> {
         let lips = service.local_addresses6();
         let count = lips.clone().count() as u64;
@@ -341,6 +345,8 @@ impl Forwarder {
             *slot = base(lip);
         }
         let mut tries = 0;
+        // The oldest reclaimable session of the pairs tried: (age, id, pair).
+        let mut oldest: Option<(u32, u32, Ipv6Addr, u16)> = None;
         for _ in 0..LOCAL_PORT_CANDIDATES {
             let at = self.laddr6_cursor;
             self.laddr6_cursor = at.wrapping_add(1);
@@ -365,15 +371,29 @@ impl Forwarder {
                 dport: port,
                 proto,
             };
-            if self.sessions6.lookup(&reply, self.now_tick).is_none() {
+            let Some((id, dir)) = self.sessions6.lookup(&reply, self.now_tick) else {
                 return Ok((lip, port));
+            };
+            if let Some(s) = self
+                .sessions6
+                .get(id)
+                .filter(|_| dir == Direction::Outbound)
+            {
+                let age = self.now_tick.wrapping_sub(s.created);
+                let may_go = s.is_finished() || (s.is_half_open() && age >= self.ticks_per_second);
+                if may_go && oldest.is_none_or(|(a, ..)| age > a) {
+                    oldest = Some((age, id, lip, port));
+                }
             }
             tries += 1;
             if tries == LOCAL_PORT_TRIES {
                 break;
             }
         }
-        Err(DropReason::LaddrExhausted)
+        let (_, id, lip, port) = oldest.ok_or(DropReason::LaddrExhausted)?;
+        self.retire_v6(id, counters);
+        counters.event(Event::LocalPortReclaimed);
+        Ok((lip, port))
     }
 
     /// Rewrites and addresses the packet of session `s` going `dir`: DR to the real
@@ -817,7 +837,7 @@ impl Forwarder {
 
     /// Removes IPv6 session `id` before its time, with an expired one's bookkeeping,
     /// and tells the standby (`retire` for IPv4).
-    fn retire_v6(&mut self, id: u32, counters: &WorkerCounters) {
+    pub(super) fn retire_v6(&mut self, id: u32, counters: &WorkerCounters) {
         let Some(s) = self.sessions6.remove(id) else {
             return;
         };
@@ -1085,7 +1105,13 @@ mod tests {
             let service = f.snapshot.current_arc().services()[0].clone();
             for _ in 0..2000 {
                 let (lip, port) = f
-                    .local_port_v6(&service, real, 8080, Protocol::Tcp)
+                    .local_port_v6(
+                        &service,
+                        real,
+                        8080,
+                        Protocol::Tcp,
+                        &WorkerCounters::default(),
+                    )
                     .unwrap();
                 // The whole tuple hashed afresh (not the split the choice uses).
                 let hash = f.rss.toeplitz.hash_ipv6_ports(real, lip, 8080, port);
@@ -1206,7 +1232,13 @@ mod tests {
             let service = f.snapshot.current_arc().services()[0].clone();
             for _ in 0..100 {
                 let (lip, lport) = f
-                    .local_port_v6(&service, real, 8080, Protocol::Tcp)
+                    .local_port_v6(
+                        &service,
+                        real,
+                        8080,
+                        Protocol::Tcp,
+                        &WorkerCounters::default(),
+                    )
                     .unwrap();
                 let reply = FlowKey6 {
                     src: real,
@@ -1226,6 +1258,68 @@ mod tests {
         }
     }
 
+    /// Every pair of this worker towards the real server held: within a second of
+    /// the half-open sessions holding them, a new connection is refused; after, each
+    /// takes the pair of one of them (gone from the table, counted), never one
+    /// established.
+    #[test]
+    fn with_every_pair_held_a_new_connection_takes_an_old_half_open_sessions_pair() {
+        let (real, vip): (Ipv6Addr, Ipv6Addr) = (REAL.parse().unwrap(), VIP.parse().unwrap());
+        let (_publisher, mut f) = worker(0);
+        f.local_ports = 40000..=40063;
+        let counters = WorkerCounters::default();
+        let snap = f.snapshot.current_arc();
+        let index = snap
+            .find_index(&ServiceKey::new(Protocol::Tcp, vip, 80))
+            .unwrap();
+        let service = snap.services()[index].clone();
+        let rs_id = service.real_servers[0].id;
+        let take =
+            |f: &mut Forwarder| f.local_port_v6(&service, real, 8080, Protocol::Tcp, &counters);
+        let mut client_port = 10_000u16;
+        let mut hold = |f: &mut Forwarder, (lip, port): (Ipv6Addr, u16), state: TcpState| {
+            client_port += 1;
+            let key = FlowKey6 {
+                src: "2001:db8:2::7".parse().unwrap(),
+                dst: vip,
+                sport: client_port,
+                dport: 80,
+                proto: Protocol::Tcp,
+            };
+            let mut s = Session6::new(&key, ForwardMode::FullNat, index as u32, rs_id, real, 8080)
+                .synced(state, false);
+            (s.local_addr, s.local_port) = (lip, port);
+            let now = f.now_tick;
+            f.sessions6.insert(s, now, 1_000_000, |_| {}).unwrap();
+            key
+        };
+        let mut established = Vec::new();
+        let mut half_open = std::collections::HashMap::new();
+        while let Ok(pair) = take(&mut f) {
+            if established.len() < 8 {
+                established.push(hold(&mut f, pair, TcpState::Established));
+            } else {
+                half_open.insert(pair, hold(&mut f, pair, TcpState::SynRecv));
+            }
+        }
+        assert!(half_open.len() > 20, "{} pairs", half_open.len());
+        let reclaimed = || counters.events_snapshot()[Event::LocalPortReclaimed as usize];
+        assert_eq!(reclaimed(), 0, "none a second old yet");
+        f.now_tick += f.ticks_per_second;
+        for n in 1..=20 {
+            let pair = take(&mut f).unwrap_or_else(|e| panic!("connection {n}: {e:?}"));
+            let old = half_open
+                .remove(&pair)
+                .expect("the pair of a half-open session");
+            assert_eq!(f.sessions6.lookup(&old, f.now_tick), None);
+            assert_eq!(reclaimed(), n);
+            hold(&mut f, pair, TcpState::SynRecv);
+        }
+        for key in &established {
+            assert!(f.sessions6.lookup(key, f.now_tick).is_some());
+        }
+    }
+
     #[test]
     fn a_worker_that_no_reply_can_reach_refuses_rather_than_searching_on() {
         let real: Ipv6Addr = REAL.parse().unwrap();
@@ -1234,7 +1328,13 @@ mod tests {
         f.rss.reta = crate::flow::rss::Reta::from_entries(vec![0; 128]).unwrap();
         let service = f.snapshot.current_arc().services()[0].clone();
         assert_eq!(
-            f.local_port_v6(&service, real, 8080, Protocol::Tcp),
+            f.local_port_v6(
+                &service,
+                real,
+                8080,
+                Protocol::Tcp,
+                &WorkerCounters::default()
+            ),
             Err(DropReason::LaddrExhausted)
         );
         assert_eq!(f.laddr6_cursor, LOCAL_PORT_CANDIDATES as u64);

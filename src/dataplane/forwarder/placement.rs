@@ -14,7 +14,9 @@ use crate::forward::timestamps;
 use crate::model::{DropReason, ForwardMode, Protocol};
 use crate::sched::PickContext;
 use crate::session::persist::{Bind, PersistTable, Template, TemplateKey, TemplateKey6};
-use crate::session::{Direction, HashedKey, InsertError, Session, SessionFlags, Transition};
+use crate::session::{
+    Direction, HashedKey, InsertError, Session, SessionFlags, SessionId, Transition,
+};
 use crate::wire::tcp::TcpFlags;
 
 /// The table is under pressure when at most this share of its slots is free (1/64,
@@ -26,6 +28,22 @@ pub(super) const RECLAIM_PER_NEW: usize = 2;
 /// Entries of the creation order one reclaim may look at (stale ones included): a
 /// bound on the work one new session does.
 pub(super) const RECLAIM_SCAN: usize = 64;
+/// FullNAT, no local port free towards a real server: sessions holding one that a new
+/// session may look at, to end the first that may go
+/// ([`Forwarder::reclaimable_port_holder`]): at most this many lookups per refused SYN,
+/// past as many held ports that may not go (established connections, handshakes under
+/// a second old) ...
+const HELD_OFFERS: usize = 32;
+/// ... and ports in use looked at to find them (a worker's ports towards one real
+/// server are about 1/N of a local address's with N workers: 256 find about 32 with 8
+/// workers).
+const HELD_SCAN: usize = 256;
+
+/// A session holding a FullNAT local port: IPv4, or NAT64 (in the IPv6 table).
+enum PortHolder {
+    V4(SessionId),
+    V6(u32),
+}
 
 /// Where a new connection goes, as placement decided it.
 pub(super) struct Placement {
@@ -283,23 +301,16 @@ impl Forwarder {
         if template.is_some() {
             flags.insert(SessionFlags::PERSISTENT);
         }
-        let mut local = None;
+        let toa = service.toa && key.proto == Protocol::Tcp;
         // IPv6 real servers take their local port in `open_v6`.
-        if rs.mode == ForwardMode::FullNat && rs.ip.is_ipv4() {
-            let target = std::net::SocketAddrV4::new(rs.ipv4(), rs.port);
-            let now_ms = self.ts_clock.now_ms();
-            let Some(taken) = self
-                .pool
-                .as_mut()
-                .zip(self.laddr_sets.get_mut(index))
-                .and_then(|(pool, (_, set))| pool.allocate(set, target, now_ms))
-            else {
-                return Err(DropReason::LaddrExhausted);
-            };
-            local = Some(taken);
-            if service.toa && key.proto == Protocol::Tcp {
-                flags.insert(SessionFlags::TOA_PENDING);
-            }
+        let fullnat = (rs.mode == ForwardMode::FullNat && rs.ip.is_ipv4())
+            .then(|| std::net::SocketAddrV4::new(rs.ipv4(), rs.port));
+        let local = match fullnat {
+            Some(target) => Some(self.take_local_port(index, target, counters)?),
+            None => None,
+        };
+        if local.is_some() && toa {
+            flags.insert(SessionFlags::TOA_PENDING);
         }
         Ok(Placement {
             service: index,
@@ -307,6 +318,98 @@ impl Forwarder {
             local,
             flags,
         })
+    }
+
+    /// A FullNAT local port of service `index`'s addresses whose replies from
+    /// `target` come back to this worker. When there is none free, ends the session
+    /// [`Forwarder::reclaimable_port_holder`] names, as table pressure ends one (as if
+    /// expired, a synced standby hears of it; counted as `local_port_reclaimed`), and
+    /// takes the port it gave back: a flood of spoofed SYNs to a FullNAT service
+    /// would otherwise hold every port towards a real server for the SYN_RECV timeout
+    /// (60 s) while the session table is far from full, since ports per real server
+    /// are few (64,512 per local address, shared among the workers) and the table's
+    /// own reclaim waits for the table to fill. `LaddrExhausted` when nothing can go.
+    fn take_local_port(
+        &mut self,
+        index: usize,
+        target: std::net::SocketAddrV4,
+        counters: &WorkerCounters,
+    ) -> Result<LocalPort, DropReason> {
+        let now_ms = self.ts_clock.now_ms();
+        let allocate = |fwd: &mut Forwarder| {
+            fwd.pool
+                .as_mut()
+                .zip(fwd.laddr_sets.get_mut(index))
+                .and_then(|(pool, (_, set))| pool.allocate(set, target, now_ms))
+        };
+        if let Some(taken) = allocate(self) {
+            return Ok(taken);
+        }
+        match self
+            .reclaimable_port_holder(index, target)
+            .ok_or(DropReason::LaddrExhausted)?
+        {
+            PortHolder::V4(id) => self.retire(id, counters),
+            PortHolder::V6(id) => self.retire_v6(id, counters),
+        }
+        counters.event(Event::LocalPortReclaimed);
+        allocate(self).ok_or(DropReason::LaddrExhausted)
+    }
+
+    /// The first TCP session holding a port of service `index`'s local addresses that
+    /// an allocation towards `target` could take ([`PortPool::find_held`], which goes
+    /// round all of them call after call) and that table pressure would reclaim too:
+    /// half-open for at least a second (a real client's handshake takes one round
+    /// trip; older ones are the likeliest spoofed) or finished (TIME_WAIT, CLOSE).
+    /// Established sessions are never taken. A port is held by an IPv4 FullNAT
+    /// session or by a NAT64 one (filed in the IPv6 table under the IPv4-mapped
+    /// addresses). Looks at up to `HELD_OFFERS` sessions (two table lookups each at
+    /// most), only when no port was free.
+    ///
+    /// [`PortPool::find_held`]: crate::forward::laddr::PortPool::find_held
+    fn reclaimable_port_holder(
+        &mut self,
+        index: usize,
+        target: std::net::SocketAddrV4,
+    ) -> Option<PortHolder> {
+        let (now, min_age) = (self.now_tick, self.ticks_per_second);
+        let may_go = |half_open: bool, finished: bool, created: u32| {
+            finished || (half_open && now.wrapping_sub(created) >= min_age)
+        };
+        let (sessions, sessions6) = (&self.sessions, &self.sessions6);
+        let mut holder = None;
+        let (pool, (_, set)) = self.pool.as_mut().zip(self.laddr_sets.get_mut(index))?;
+        pool.find_held(set, target, HELD_OFFERS, HELD_SCAN, |lip, lport| {
+            let reply = FlowKey4 {
+                src: u32::from(*target.ip()),
+                dst: u32::from(lip),
+                sport: target.port(),
+                dport: lport,
+                proto: Protocol::Tcp,
+            };
+            if let Some((id, Direction::Outbound)) = sessions.lookup(&reply) {
+                holder = sessions
+                    .get(id)
+                    .filter(|s| may_go(s.is_half_open(), s.is_finished(), s.created))
+                    .map(|_| PortHolder::V4(id));
+                return holder.is_some();
+            }
+            let reply6 = crate::flow::FlowKey6 {
+                src: target.ip().to_ipv6_mapped(),
+                dst: lip.to_ipv6_mapped(),
+                sport: target.port(),
+                dport: lport,
+                proto: Protocol::Tcp,
+            };
+            if let Some((id, Direction::Outbound)) = sessions6.lookup(&reply6, now) {
+                holder = sessions6
+                    .get(id)
+                    .filter(|s| may_go(s.is_half_open(), s.is_finished(), s.created))
+                    .map(|_| PortHolder::V6(id));
+            }
+            holder.is_some()
+        })?;
+        holder
     }
 
     /// Table pressure: when the session table is nearly full (at most 1/64 of its
@@ -648,6 +751,73 @@ mod tests {
             let s = open(&mut f, vip2, 20_000 + n, &counters).unwrap().session;
             assert_ne!(s.local_port, free, "a reserved port handed out");
         }
+    }
+
+    /// Every port towards the real server held (a spoofed SYN flood's half-open
+    /// sessions, some established connections): a new connection takes the port of a
+    /// session half-open for at least a second, never one younger (its handshake may
+    /// still complete) nor an established one; with none left, it is refused.
+    #[test]
+    fn with_no_port_free_a_new_connection_takes_an_old_half_open_sessions_port() {
+        let vip = Ipv4Addr::new(198, 18, 1, 1);
+        let mut table = ServiceTable::new();
+        fullnat_service(&mut table, vip, &[LIP]);
+        let (_publisher, mut f) = forwarder(&table);
+        let counters = WorkerCounters::default();
+        let reclaimed = || counters.events_snapshot()[Event::LocalPortReclaimed as usize];
+        let established: Vec<Matched> = (0..400u16)
+            .map(|n| {
+                let m = open(&mut f, vip, 10_000 + n, &counters).unwrap();
+                f.sessions
+                    .get_mut(m.id)
+                    .unwrap()
+                    .set_state(crate::session::TcpState::Established);
+                m
+            })
+            .collect();
+        let old: Vec<Matched> = (0..300u16)
+            .map(|n| open(&mut f, vip, 20_000 + n, &counters).unwrap())
+            .collect();
+        f.now_tick += f.ticks_per_second;
+        let young: Vec<Matched> = (0..300u16)
+            .map(|n| open(&mut f, vip, 30_000 + n, &counters).unwrap())
+            .collect();
+        assert_eq!(used(&f, LIP), 1000);
+        assert!(old.iter().chain(&young).all(|m| m.session.is_half_open()));
+        // The old ones are a second old now, the young ones not yet. A refusal means
+        // the search passed over HELD_OFFERS held ports that may not go; going round
+        // all 1,000 ports passes the 700 such ports once.
+        let mut new = Vec::new();
+        let mut refused = 0;
+        for n in 0..400u16 {
+            match open(&mut f, vip, 40_000 + n, &counters) {
+                Ok(m) => new.push(m),
+                Err(e) => {
+                    assert_eq!(e, DropReason::LaddrExhausted);
+                    refused += 1;
+                }
+            }
+            if new.len() == 300 {
+                break;
+            }
+        }
+        let bound = 700 / HELD_OFFERS + 1;
+        eprintln!("300 connections, {refused} refused on the way (bound {bound})");
+        assert_eq!(new.len(), 300, "{refused} refused");
+        assert!(refused <= bound, "{refused} refused");
+        assert_eq!(reclaimed(), 300);
+        assert_eq!(
+            open(&mut f, vip, 50_000, &counters).err(),
+            Some(DropReason::LaddrExhausted)
+        );
+        let live = |m: &Matched| f.sessions.lookup(&m.session.in_key()).is_some();
+        assert!(
+            old.iter().all(|m| !live(m)),
+            "every old half-open session went"
+        );
+        assert!(young.iter().chain(&established).chain(&new).all(live));
+        assert_eq!(used(&f, LIP), 1000);
+        f.sessions.check_consistency().unwrap();
     }
 
     /// A local address added to a service with live sessions (a new snapshot): the
