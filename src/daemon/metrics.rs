@@ -567,7 +567,8 @@ pub fn render(
     out
 }
 
-/// The HTTP endpoint: `GET /metrics` answers the exposition text, anything else 404.
+/// The HTTP endpoint: `GET /metrics` answers the exposition text (`HEAD` its head,
+/// another method 405, another path 404).
 /// Each client is served on a thread of its own, [`CLIENTS_MAX`] at once and
 /// [`CLIENTS_PER_SOURCE`] from one address (beyond either the connection is closed
 /// unanswered), and has [`REQUEST_TIMEOUT`] to send its request and
@@ -850,13 +851,42 @@ fn time_left(deadline: Instant) -> Option<Duration> {
     (!left.is_zero()).then_some(left)
 }
 
+/// Whether `head` holds a whole request head: up to an empty line, its lines ended by
+/// CRLF or, as RFC 9112 (section 2.2) lets a server accept, a bare LF.
+fn head_complete(head: &[u8]) -> bool {
+    head.windows(2).any(|w| w == b"\n\n") || head.windows(3).any(|w| w == b"\n\r\n")
+}
+
+/// What the endpoint answers a request line's method and target: `GET` of
+/// `/metrics` (with any query) the text; `HEAD` of it the same head without the
+/// text (which is not built: RFC 9110 lets a HEAD answer leave out a length known only
+/// by generating the content); another method on `/metrics` 405 with `Allow`; any
+/// other target 404.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Text,
+    HeadOnly,
+    MethodNotAllowed,
+    NotFound,
+}
+
+fn route(method: &str, target: &str) -> Route {
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => Route::Text,
+        ("HEAD", "/metrics") => Route::HeadOnly,
+        (_, "/metrics") => Route::MethodNotAllowed,
+        _ => Route::NotFound,
+    }
+}
+
 fn serve(mut stream: TcpStream, scrape: &ScrapeFn) {
     let _ = stream.set_nonblocking(false);
     // The request head, at most 8 KiB.
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+    while !head_complete(&head) && head.len() < 8192 {
         let Some(left) = time_left(deadline) else {
             return;
         };
@@ -870,25 +900,38 @@ fn serve(mut stream: TcpStream, scrape: &ScrapeFn) {
     }
     let line = String::from_utf8_lossy(&head);
     let mut words = line.split_whitespace();
-    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let (status, body) = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?"))
-    {
-        match scrape() {
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    const TEXT_TYPE: &str = "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n";
+    let (status, extra, body) = match route(method, target) {
+        Route::Text => match scrape() {
             // The text itself, not a copy: it is 53 MB at 50,000 real servers.
-            Ok(text) => ("200 OK", text),
-            Err(e) => ("503 Service Unavailable", Arc::new(format!("{e}\n"))),
-        }
-    } else {
-        (
+            Ok(text) => ("200 OK", TEXT_TYPE, Some(text)),
+            Err(e) => (
+                "503 Service Unavailable",
+                TEXT_TYPE,
+                Some(Arc::new(format!("{e}\n"))),
+            ),
+        },
+        Route::HeadOnly => ("200 OK", TEXT_TYPE, None),
+        Route::MethodNotAllowed => (
+            "405 Method Not Allowed",
+            "Allow: GET, HEAD\r\nContent-Type: text/plain; charset=utf-8\r\n",
+            Some(Arc::new(
+                "only GET and HEAD /metrics are served\n".to_string(),
+            )),
+        ),
+        Route::NotFound => (
             "404 Not Found",
-            Arc::new("only GET /metrics is served\n".to_string()),
-        )
+            "Content-Type: text/plain; charset=utf-8\r\n",
+            Some(Arc::new("only GET /metrics is served\n".to_string())),
+        ),
     };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
+    let length = body.as_ref().map_or(String::new(), |b| {
+        format!("Content-Length: {}\r\n", b.len())
+    });
+    let head = format!("HTTP/1.1 {status}\r\n{extra}{length}Connection: close\r\n\r\n");
     let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let body = body.as_ref().map_or("", |b| b.as_str());
     for part in [head.as_bytes(), body.as_bytes()] {
         if !send_all(&mut stream, part, deadline) {
             return;
@@ -1698,6 +1741,53 @@ mod server_tests {
             Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
             Ok(_) => false,
         }
+    }
+
+    /// One request as bytes, the whole answer as text.
+    fn ask(addr: std::net::SocketAddr, request: &[u8]) -> String {
+        let mut client = TcpStream::connect(addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        client.write_all(request).unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    /// A request whose lines end in a bare LF is answered at once (RFC 9112 lets a
+    /// server take LF alone), not after its 2 s; `HEAD` gets the text's head without
+    /// it, another method on `/metrics` 405 naming the allowed ones, another path 404.
+    #[test]
+    fn bare_lf_head_and_other_methods_are_answered_as_http_says() {
+        let (_server, addr) = endpoint();
+        let started = Instant::now();
+        let answer = ask(addr, b"GET /metrics HTTP/1.1\nHost: x\n\n");
+        assert!(
+            started.elapsed() < REQUEST_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nsluice_up 1\n"), "{answer}");
+        let head = ask(addr, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(
+            head.contains("Content-Type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+        assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
+        assert!(!head.contains("Content-Length"), "{head}");
+        let post = ask(addr, b"POST /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+            "{post}"
+        );
+        assert!(post.contains("\r\nAllow: GET, HEAD\r\n"), "{post}");
+        let other = ask(addr, b"GET /other HTTP/1.1\r\n\r\n");
+        assert!(other.starts_with("HTTP/1.1 404 Not Found\r\n"), "{other}");
+        let query = ask(addr, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n");
+        assert!(query.ends_with("sluice_up 1\n"), "{query}");
     }
 
     /// Stalled clients hold their own slots only: from one address two at most (a
