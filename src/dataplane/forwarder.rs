@@ -221,6 +221,9 @@ pub struct Forwarder {
     /// Each service's local addresses in `pool` (empty when it has no IPv4 FullNAT
     /// local address), with its id, by snapshot index.
     laddr_sets: Vec<(u32, LaddrSet)>,
+    /// What is left of this tick's budget of held local ports looked at to end a
+    /// session for a new one (`placement::PortReclaimBudget`).
+    port_reclaim: placement::PortReclaimBudget,
     /// Persistence templates, shared by all workers.
     persist: Option<Arc<PersistTable>>,
     /// Session-clock ticks per second, for template timeouts.
@@ -758,6 +761,7 @@ impl Forwarder {
             static_neighbours4,
             pool: None,
             laddr_sets: Vec::new(),
+            port_reclaim: placement::PortReclaimBudget::default(),
             persist: persistence,
             ticks_per_second: (tsc_hz / tsc_per_tick).clamp(1, u32::MAX as u64) as u32,
             tick_ms,

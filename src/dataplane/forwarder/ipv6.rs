@@ -317,10 +317,10 @@ impl Forwarder {
     /// once per address (as `forward::laddr` splits it for IPv4). At most
     /// `LOCAL_PORT_TRIES` pairs of this worker are tried, among at most
     /// `LOCAL_PORT_CANDIDATES`. When all those tried are taken, the oldest of their
-    /// TCP sessions that table pressure would reclaim (half-open for at least a
-    /// second, or finished) ends and gives its pair, as the IPv4 pools do (counted as
-    /// `local_port_reclaimed`); else `LaddrExhausted` (as when the service has no IPv6
-    /// local address).
+    /// TCP sessions that may give up its pair (`placement::gives_up_port`: half-open
+    /// for over 3 s, or in TIME_WAIT) ends and gives it, as with the IPv4 pools
+    /// (counted as `local_port_reclaimed`); else `LaddrExhausted` (as when the service
+    /// has no IPv6 local address).
     fn local_port_v6(
         &mut self,
         service: &crate::model::Service,
@@ -379,8 +379,16 @@ impl Forwarder {
                 .get(id)
                 .filter(|_| dir == Direction::Outbound)
             {
-                let age = self.now_tick.wrapping_sub(s.created);
-                let may_go = s.is_finished() || (s.is_half_open() && age >= self.ticks_per_second);
+                let (now, per_second) = (self.now_tick, self.ticks_per_second);
+                let age = now.wrapping_sub(s.created);
+                let may_go = s.proto == Protocol::Tcp
+                    && super::placement::gives_up_port(
+                        s.state(),
+                        false,
+                        s.created,
+                        now,
+                        per_second,
+                    );
                 if may_go && oldest.is_none_or(|(a, ..)| age > a) {
                     oldest = Some((age, id, lip, port));
                 }
@@ -1258,9 +1266,9 @@ mod tests {
         }
     }
 
-    /// Every pair of this worker towards the real server held: within a second of
-    /// the half-open sessions holding them, a new connection is refused; after, each
-    /// takes the pair of one of them (gone from the table, counted), never one
+    /// Every pair of this worker towards the real server held: until the half-open
+    /// sessions holding them are over 3 s old, a new connection is refused; after,
+    /// each takes the pair of one of them (gone from the table, counted), never one
     /// established.
     #[test]
     fn with_every_pair_held_a_new_connection_takes_an_old_half_open_sessions_pair() {
@@ -1304,8 +1312,10 @@ mod tests {
         }
         assert!(half_open.len() > 20, "{} pairs", half_open.len());
         let reclaimed = || counters.events_snapshot()[Event::LocalPortReclaimed as usize];
-        assert_eq!(reclaimed(), 0, "none a second old yet");
-        f.now_tick += f.ticks_per_second;
+        assert_eq!(reclaimed(), 0, "none 3 s old yet");
+        f.now_tick += 3 * f.ticks_per_second;
+        assert!(take(&mut f).is_err(), "3 s old is not over 3 s");
+        f.now_tick += 1;
         for n in 1..=20 {
             let pair = take(&mut f).unwrap_or_else(|e| panic!("connection {n}: {e:?}"));
             let old = half_open
