@@ -44,10 +44,9 @@ sendp(frames, iface=iface)
 print(count)
 "#;
 
-/// Sends `count` spoofed SYNs (each followed by a FIN with `fin`) from the client's
-/// namespace, then waits until the worker counts the event `reclaimed` and the table
-/// holds as many sessions as its pressure mark lets it.
-fn flood_until_reclaimed(lab: &AppLab, daemon: &Daemon, count: u32, fin: bool, reclaimed: &str) {
+/// Sends `count` spoofed SYNs to `vip`:80 (each followed by a FIN with `fin`) from
+/// the client's namespace.
+fn flood(lab: &AppLab, vip: &str, count: u32, fin: bool) {
     let count_arg = count.to_string();
     let mut args = vec![
         PYTHON,
@@ -55,7 +54,7 @@ fn flood_until_reclaimed(lab: &AppLab, daemon: &Daemon, count: u32, fin: bool, r
         FLOOD,
         lab.bed.client_if(),
         lab.bed.lb_mac(),
-        VIP,
+        vip,
         &count_arg,
     ];
     if fin {
@@ -65,6 +64,13 @@ fn flood_until_reclaimed(lab: &AppLab, daemon: &Daemon, count: u32, fin: bool, r
         .bed
         .exec(lab.bed.client_ns(), &args, Duration::from_secs(60));
     assert!(flood.success(), "{}", flood.describe());
+}
+
+/// Sends `count` spoofed SYNs (each followed by a FIN with `fin`) from the client's
+/// namespace, then waits until the worker counts the event `reclaimed` and the table
+/// holds as many sessions as its pressure mark lets it.
+fn flood_until_reclaimed(lab: &AppLab, daemon: &Daemon, count: u32, fin: bool, reclaimed: &str) {
+    flood(lab, VIP, count, fin);
     let settled = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
         let s = daemon.status();
         (event_count(&s, reclaimed) > 0).then_some(s)
@@ -221,20 +227,8 @@ fn a_spoofed_syn_flood_holding_every_fullnat_port_does_not_lock_out_new_connecti
     );
     let daemon = lab.daemon(&[&format!("{}/24", AppLab::APPLIANCE)], toml);
     lab.prewarm(&daemon, FULLNAT_VIP);
-    let spoofed = "200";
-    let args = [
-        PYTHON,
-        "-c",
-        FLOOD,
-        lab.bed.client_if(),
-        lab.bed.lb_mac(),
-        FULLNAT_VIP,
-        spoofed,
-    ];
-    let flood = lab
-        .bed
-        .exec(lab.bed.client_ns(), &args, Duration::from_secs(60));
-    assert!(flood.success(), "{}", flood.describe());
+    let spoofed = 200;
+    flood(&lab, FULLNAT_VIP, spoofed, false);
     let held = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
         let s = daemon.status();
         (drop_count(&s, "laddr_exhausted") >= 100).then_some(s)

@@ -1821,7 +1821,7 @@ impl Forwarder {
                     && self
                         .pool
                         .as_mut()
-                        .is_some_and(|pool| pool.reserve(*local.ip(), local.port()));
+                        .is_some_and(|pool| pool.reserve(*local.ip(), local.port(), real));
                 if !reserved {
                     return None;
                 }

@@ -253,8 +253,7 @@ struct LaddrPool {
     /// serves now (0: never taken).
     released_at: Box<[u32]>,
     released_to: Box<[u32]>,
-    /// Per port offset, while it is in use: the real server port it serves (0 when
-    /// not known: a port reserved for a synced session).
+    /// Per port offset, while it is in use: the real server port it serves.
     serving_port: Box<[u16]>,
     /// When a port was last released (the pool's millisecond clock), if ever: an
     /// address no service lists is kept while a real server may still hold one of its
@@ -740,7 +739,8 @@ impl PortPool {
     }
 
     /// Goes through the ports of `set`'s LIPs this worker holds towards `rs` (its
-    /// sessions to that real server address and port), offering each to `take` until
+    /// sessions to that real server address and port, synced ones included) whose
+    /// replies from `rs` the NIC gives back to it, offering each to `take` until
     /// it takes one, which is returned. Offers at most `max_offers` ports, and looks
     /// at no more than `max_scan` ports in use in all (ports held towards other real
     /// servers included). Each search starts at the set's next LIP, and each LIP's
@@ -758,6 +758,7 @@ impl PortPool {
         mut take: impl FnMut(Ipv4Addr, u16) -> bool,
     ) -> Option<(Ipv4Addr, u16)> {
         let (rip, rport) = (u32::from(*rs.ip()), rs.port());
+        let server_part = self.server_part(rs);
         let (mut offers, mut scanned) = (0, 0);
         let count = set.slots.len();
         let first = set.held_next % count.max(1);
@@ -767,6 +768,7 @@ impl PortPool {
             let Some(laddr) = self.laddrs.get(slot).and_then(Option::as_ref) else {
                 continue;
             };
+            let context = server_part ^ laddr.lip_part;
             let mut at = laddr.held_rotor % self.port_count;
             let mut remaining = self.port_count;
             let mut taken = None;
@@ -789,9 +791,13 @@ impl PortPool {
                 at = (offset + 1) % self.port_count;
                 scanned += 1;
                 let i = offset as usize;
-                if laddr.released_to[i] == rip && laddr.serving_port[i] == rport {
+                let port = self.first_port + offset as u16;
+                // Reserved for a synced session, a port serving `rs` may reply to
+                // another worker (an RSS view other than the active's).
+                let class = (self.port_class(port) ^ context) as usize;
+                let ours = self.owned[class / 64] & (1 << (class % 64)) != 0;
+                if laddr.released_to[i] == rip && laddr.serving_port[i] == rport && ours {
                     offers += 1;
-                    let port = self.first_port + offset as u16;
                     if take(laddr.lip, port) {
                         taken = Some((laddr.lip, port));
                         break;
@@ -878,12 +884,12 @@ impl PortPool {
             .filter(|&offset| (offset as u32) < self.port_count)
     }
 
-    /// Marks `lport` on `lip` as in use without allocating it: a session synced from
-    /// the active node brings its own local port, which this worker must not hand out
-    /// again (to any service sharing the LIP). False when the port is not the pool's or
-    /// already in use. Walks the port's free list (management-paced, never on the
-    /// per-packet path).
-    pub fn reserve(&mut self, lip: Ipv4Addr, lport: u16) -> bool {
+    /// Marks `lport` on `lip` as in use towards the real server `rs` without
+    /// allocating it: a session synced from the active node brings its own local
+    /// port, which this worker must not hand out again (to any service sharing the
+    /// LIP). False when the port is not the pool's or already in use. Walks the
+    /// port's free list (management-paced, never on the per-packet path).
+    pub fn reserve(&mut self, lip: Ipv4Addr, lport: u16, rs: SocketAddrV4) -> bool {
         let Some(offset) = self.offset(lport) else {
             return false;
         };
@@ -918,6 +924,8 @@ impl PortPool {
         }
         laddr.next[offset as usize] = NIL;
         laddr.in_use[offset as usize / 64] |= 1 << (offset % 64);
+        laddr.released_to[offset as usize] = u32::from(*rs.ip());
+        laddr.serving_port[offset as usize] = rs.port();
         laddr.used += 1;
         true
     }
@@ -1256,9 +1264,9 @@ mod tests {
         let rs = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 8080);
         let (lip, port) = take(&mut pool, rs).unwrap();
         pool.release(lip, port, Ipv4Addr::UNSPECIFIED, 0).unwrap();
-        assert!(pool.reserve(lip, port));
-        assert!(!pool.reserve(lip, port), "reserved twice");
-        assert!(!pool.reserve(lip, 4000), "not the pool's port");
+        assert!(pool.reserve(lip, port, rs));
+        assert!(!pool.reserve(lip, port, rs), "reserved twice");
+        assert!(!pool.reserve(lip, 4000, rs), "not the pool's port");
         assert!(pool.is_in_use(lip, port));
         let mut handed = 0;
         while let Some(got) = take(&mut pool, rs) {
@@ -1266,6 +1274,15 @@ mod tests {
             handed += 1;
         }
         assert!(handed > 0);
+        // Held for a synced session towards `rs`, it is offered as the ports taken.
+        let mut offered = HashSet::new();
+        pool.pool
+            .find_held(&mut pool.set, rs, usize::MAX, usize::MAX, |l, p| {
+                offered.insert((l, p));
+                false
+            });
+        assert_eq!(offered.len(), handed + 1);
+        assert!(offered.contains(&(lip, port)));
         pool.release(lip, port, Ipv4Addr::UNSPECIFIED, 0).unwrap();
         assert_eq!(take(&mut pool, rs), Some((lip, port)), "free again");
     }

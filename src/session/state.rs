@@ -216,6 +216,32 @@ pub fn transition(state: TcpState, dir: Direction, flags: TcpFlags) -> Transitio
     }
 }
 
+/// [`transition`] for a session whose client's sequence is not known (IPv4 FullNAT,
+/// which keeps its timestamp offset instead, and sessions installed by sync), so
+/// that any RST, FIN or SYN with its addresses and ports moves it: a SYN there never
+/// takes a session past its handshake (ESTABLISHED, FIN_WAIT, CLOSE_WAIT, LAST_ACK)
+/// back to a half-open state, where it stays. Otherwise a blind FIN then SYN would
+/// dress a live connection as a handshake that never completed, which a new
+/// session may end to take its FullNAT local port. The cost: a client that opens a
+/// new connection from the same port while its last one is closing keeps the
+/// closing state's timeout for it.
+#[inline]
+pub fn transition_unsequenced(state: TcpState, dir: Direction, flags: TcpFlags) -> Transition {
+    let t = transition(state, dir, flags);
+    let past_handshake = matches!(
+        state,
+        TcpState::Established | TcpState::FinWait | TcpState::CloseWait | TcpState::LastAck
+    );
+    if past_handshake && is_half_open(t.to) {
+        Transition {
+            from: state,
+            to: state,
+        }
+    } else {
+        t
+    }
+}
+
 /// The table lookup proper: the state after `event` in direction `dir`.
 #[inline]
 pub fn next_on_event(state: TcpState, dir: Direction, event: TcpEvent) -> TcpState {

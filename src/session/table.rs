@@ -428,6 +428,8 @@ impl Session {
     /// Moves the TCP state on a segment with `flags` seen in `dir` (as returned by
     /// [`SessionTable::lookup`]). While [`SessionFlags::NO_OUTPUT`] is set, client
     /// segments use the INPUT-ONLY table; a segment from the real server clears it.
+    /// Where the client's sequence is not known, a SYN never takes the session back
+    /// from past its handshake ([`state::transition_unsequenced`]).
     pub fn on_tcp_segment(&mut self, dir: Direction, flags: TcpFlags) -> Transition {
         debug_assert_eq!(self.proto, Protocol::Tcp);
         let table = match dir {
@@ -440,7 +442,11 @@ impl Session {
             }
             other => other,
         };
-        let transition = state::transition(self.state, table, flags);
+        let transition = if self.client_next_seq().is_some() {
+            state::transition(self.state, table, flags)
+        } else {
+            state::transition_unsequenced(self.state, table, flags)
+        };
         self.state = transition.to;
         transition
     }
@@ -2190,5 +2196,55 @@ mod tests {
         // And the others rewrite no timestamps: an offset given to one is not kept.
         let (_, _, nat) = nat(2, 40001, 3);
         assert_eq!(nat.with_timestamp_offset(77).timestamp_offset(), 0);
+    }
+
+    /// Where the client's sequence is not known (FullNAT here), a blind FIN moves an
+    /// established session as IPVS does, but a SYN after it does not take it back to
+    /// SYN_RECV, nor a server SYN to SYN_SENT: a live connection never looks like a
+    /// handshake that never completed. A fresh session still goes to SYN_RECV on its
+    /// SYN; and a session whose client sequence is known keeps IPVS's table.
+    #[test]
+    fn a_syn_takes_no_unsequenced_session_back_to_the_handshake() {
+        let key = client_key(1, 40000);
+        let fullnat = Session::new(&key, ForwardMode::FullNat, 1, 3, ip(0xc0a8_0003), 80)
+            .with_local(Ipv4Addr::new(10, 0, 0, 100), 2000);
+        let mut s = fullnat;
+        assert_eq!(
+            s.on_tcp_segment(Direction::Inbound, TcpFlags::SYN).to,
+            TcpState::SynRecv
+        );
+        for from in [
+            TcpState::Established,
+            TcpState::FinWait,
+            TcpState::CloseWait,
+            TcpState::LastAck,
+        ] {
+            let mut s = fullnat.with_state(from);
+            assert_eq!(s.on_tcp_segment(Direction::Inbound, TcpFlags::SYN).to, from);
+            let mut s = fullnat.with_state(from);
+            assert_eq!(
+                s.on_tcp_segment(Direction::Outbound, TcpFlags::SYN).to,
+                from
+            );
+        }
+        let mut s = fullnat.with_state(TcpState::Established);
+        let fin = TcpFlags::FIN | TcpFlags::ACK;
+        assert_eq!(
+            s.on_tcp_segment(Direction::Inbound, fin).to,
+            TcpState::CloseWait
+        );
+        assert_eq!(
+            s.on_tcp_segment(Direction::Inbound, TcpFlags::SYN).to,
+            TcpState::CloseWait
+        );
+        assert!(!s.is_half_open());
+        let (_, _, nat) = nat(2, 40001, 3);
+        let mut known = nat
+            .with_client_next_seq(1000)
+            .with_state(TcpState::CloseWait);
+        assert_eq!(
+            known.on_tcp_segment(Direction::Inbound, TcpFlags::SYN).to,
+            TcpState::SynRecv
+        );
     }
 }

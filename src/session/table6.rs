@@ -440,7 +440,13 @@ impl SessionTable6 {
                     Direction::Inbound if s.input_only => Direction::InputOnly,
                     other => other,
                 };
-                let t = state::transition(s.state, table, flags);
+                // Where the client's sequence is not known (installed by sync), as
+                // for IPv4: `state::transition_unsequenced`.
+                let t = if s.client_next != 0 {
+                    state::transition(s.state, table, flags)
+                } else {
+                    state::transition_unsequenced(s.state, table, flags)
+                };
                 s.state = t.to;
                 t
             }

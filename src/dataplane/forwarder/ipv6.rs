@@ -379,16 +379,11 @@ impl Forwarder {
                 .get(id)
                 .filter(|_| dir == Direction::Outbound)
             {
-                let (now, per_second) = (self.now_tick, self.ticks_per_second);
+                let now = self.now_tick;
+                let min_age = super::placement::half_open_min_age(self.tick_ms);
                 let age = now.wrapping_sub(s.created);
                 let may_go = s.proto == Protocol::Tcp
-                    && super::placement::gives_up_port(
-                        s.state(),
-                        false,
-                        s.created,
-                        now,
-                        per_second,
-                    );
+                    && super::placement::gives_up_port(s.state(), false, s.created, now, min_age);
                 if may_go && oldest.is_none_or(|(a, ..)| age > a) {
                     oldest = Some((age, id, lip, port));
                 }
@@ -1104,6 +1099,21 @@ mod tests {
         assert_eq!(expired(&counters), before + 1);
     }
 
+    /// [`Forwarder::local_port_v6`] towards `real`:8080, TCP, counted nowhere.
+    fn local_port(
+        f: &mut Forwarder,
+        service: &crate::model::Service,
+        real: Ipv6Addr,
+    ) -> Result<(Ipv6Addr, u16), DropReason> {
+        f.local_port_v6(
+            service,
+            real,
+            8080,
+            Protocol::Tcp,
+            &WorkerCounters::default(),
+        )
+    }
+
     #[test]
     fn fullnat_local_ports_are_those_whose_reply_hashes_to_the_choosing_worker() {
         let real: Ipv6Addr = REAL.parse().unwrap();
@@ -1112,15 +1122,7 @@ mod tests {
             let (_publisher, mut f) = worker(queue);
             let service = f.snapshot.current_arc().services()[0].clone();
             for _ in 0..2000 {
-                let (lip, port) = f
-                    .local_port_v6(
-                        &service,
-                        real,
-                        8080,
-                        Protocol::Tcp,
-                        &WorkerCounters::default(),
-                    )
-                    .unwrap();
+                let (lip, port) = local_port(&mut f, &service, real).unwrap();
                 // The whole tuple hashed afresh (not the split the choice uses).
                 let hash = f.rss.toeplitz.hash_ipv6_ports(real, lip, 8080, port);
                 assert_eq!(f.rss.reta.queue(hash), queue, "[{lip}]:{port}");
@@ -1239,15 +1241,7 @@ mod tests {
         for (chooser, (_, f)) in [worker(0), worker(1)].iter_mut().enumerate() {
             let service = f.snapshot.current_arc().services()[0].clone();
             for _ in 0..100 {
-                let (lip, lport) = f
-                    .local_port_v6(
-                        &service,
-                        real,
-                        8080,
-                        Protocol::Tcp,
-                        &WorkerCounters::default(),
-                    )
-                    .unwrap();
+                let (lip, lport) = local_port(f, &service, real).unwrap();
                 let reply = FlowKey6 {
                     src: real,
                     dst: lip,
@@ -1313,7 +1307,7 @@ mod tests {
         assert!(half_open.len() > 20, "{} pairs", half_open.len());
         let reclaimed = || counters.events_snapshot()[Event::LocalPortReclaimed as usize];
         assert_eq!(reclaimed(), 0, "none 3 s old yet");
-        f.now_tick += 3 * f.ticks_per_second;
+        f.now_tick += super::super::placement::half_open_min_age(f.tick_ms);
         assert!(take(&mut f).is_err(), "3 s old is not over 3 s");
         f.now_tick += 1;
         for n in 1..=20 {
@@ -1338,13 +1332,7 @@ mod tests {
         f.rss.reta = crate::flow::rss::Reta::from_entries(vec![0; 128]).unwrap();
         let service = f.snapshot.current_arc().services()[0].clone();
         assert_eq!(
-            f.local_port_v6(
-                &service,
-                real,
-                8080,
-                Protocol::Tcp,
-                &WorkerCounters::default()
-            ),
+            local_port(&mut f, &service, real),
             Err(DropReason::LaddrExhausted)
         );
         assert_eq!(f.laddr6_cursor, LOCAL_PORT_CANDIDATES as u64);

@@ -39,10 +39,10 @@ const HELD_SCAN: usize = 256;
 /// finds nothing that may go costs at most this many lookups a second (about 2 ms of
 /// a core), not `HELD_OFFERS` per SYN.
 const HELD_OFFERS_PER_SECOND: u32 = 8192;
-/// A half-open session gives up its local port only once this old: a real client's
-/// handshake completes in one round trip, or in a few seconds after one loss (TCP's
-/// first retransmission is after 1 s).
-const HALF_OPEN_MIN_AGE_S: u32 = 3;
+/// A half-open session gives up its local port only once older than this: a real
+/// client's handshake completes in one round trip, or about a second after one loss
+/// (the first retransmission of Linux and most stacks).
+const HALF_OPEN_MIN_AGE_MS: u32 = 3000;
 
 /// What a worker may still spend this tick looking for local ports to take back
 /// ([`HELD_OFFERS_PER_SECOND`], spread over the ticks of a second).
@@ -53,11 +53,13 @@ pub(super) struct PortReclaimBudget {
 }
 
 impl PortReclaimBudget {
-    /// Up to `want` offers out of this tick's budget, refilled when the tick has moved.
-    fn take(&mut self, now: u32, ticks_per_second: u32, want: usize) -> usize {
+    /// Up to `want` offers out of this tick's budget (ticks of `tick_ms`), refilled
+    /// when the tick has moved.
+    fn take(&mut self, now: u32, tick_ms: u32, want: usize) -> usize {
         if self.tick != now {
             self.tick = now;
-            self.left = (HELD_OFFERS_PER_SECOND / ticks_per_second.max(1)).max(HELD_OFFERS as u32);
+            let share = u64::from(HELD_OFFERS_PER_SECOND) * u64::from(tick_ms) / 1000;
+            self.left = (share as u32).max(HELD_OFFERS as u32);
         }
         let granted = self.left.min(want as u32);
         self.left -= granted;
@@ -72,22 +74,30 @@ impl PortReclaimBudget {
 
 /// Whether a TCP session holding a FullNAT local port may end, so that a new session
 /// that found no port free takes it: half-open (the handshake never completed) for
-/// over [`HALF_OPEN_MIN_AGE_S`] since it was made (the likeliest spoofed), or in
-/// TIME_WAIT (over; late segments only). Never one the SYN proxy opened (its client
-/// proved itself with a cookie; it may just be waiting for a slow server), nor one in
-/// CLOSE: a blind RST puts an established FullNAT connection there while it goes on
-/// (its sequence is not tracked), and its port must not go to someone else.
+/// over `min_age` ticks ([`half_open_min_age`]) since it was made (the likeliest
+/// spoofed), or in TIME_WAIT (over; late segments only). Never one the SYN proxy
+/// opened (its client proved itself with a cookie; it may just be waiting for a slow
+/// server), nor one in CLOSE: a blind RST puts an established FullNAT connection
+/// there while it goes on (its sequence is not tracked), and its port must not go to
+/// someone else. Nor can a blind FIN and SYN take a live one back to SYN_RECV: where
+/// the client's sequence is not known, a SYN never takes a session past its
+/// handshake back to a half-open state ([`crate::session::Session::on_tcp_segment`]).
 pub(super) fn gives_up_port(
     state: TcpState,
     synproxy: bool,
     created: u32,
     now: u32,
-    ticks_per_second: u32,
+    min_age: u32,
 ) -> bool {
-    let min_age = HALF_OPEN_MIN_AGE_S.saturating_mul(ticks_per_second);
     !synproxy
         && (state == TcpState::TimeWait
             || (crate::session::state::is_half_open(state) && now.wrapping_sub(created) > min_age))
+}
+
+/// [`HALF_OPEN_MIN_AGE_MS`] in ticks of `tick_ms`, rounded up: "older than" it holds
+/// whatever the tick.
+pub(super) fn half_open_min_age(tick_ms: u32) -> u32 {
+    HALF_OPEN_MIN_AGE_MS.div_ceil(tick_ms.max(1))
 }
 
 /// A session holding a FullNAT local port: IPv4, or NAT64 (in the IPv6 table).
@@ -421,8 +431,8 @@ impl Forwarder {
         index: usize,
         target: std::net::SocketAddrV4,
     ) -> Option<PortHolder> {
-        let (now, per_second) = (self.now_tick, self.ticks_per_second);
-        let granted = self.port_reclaim.take(now, per_second, HELD_OFFERS);
+        let (now, min_age) = (self.now_tick, half_open_min_age(self.tick_ms));
+        let granted = self.port_reclaim.take(now, self.tick_ms, HELD_OFFERS);
         if granted == 0 {
             return None;
         }
@@ -447,7 +457,7 @@ impl Forwarder {
                             .get(id)
                             .filter(|s| {
                                 let synproxy = s.flags().contains(SessionFlags::SYNPROXY);
-                                gives_up_port(s.state(), synproxy, s.created, now, per_second)
+                                gives_up_port(s.state(), synproxy, s.created, now, min_age)
                             })
                             .map(|_| PortHolder::V4(id));
                         return holder.is_some();
@@ -462,7 +472,7 @@ impl Forwarder {
                     if let Some((id, Direction::Outbound)) = sessions6.lookup(&reply6, now) {
                         holder = sessions6
                             .get(id)
-                            .filter(|s| gives_up_port(s.state(), false, s.created, now, per_second))
+                            .filter(|s| gives_up_port(s.state(), false, s.created, now, min_age))
                             .map(|_| PortHolder::V6(id));
                     }
                     holder.is_some()
@@ -806,19 +816,20 @@ mod tests {
         let free = (40000..=40999u16)
             .find(|&p| !f.pool.as_ref().unwrap().is_in_use(LIP, p))
             .unwrap();
-        assert!(f.pool.as_mut().unwrap().reserve(LIP, free));
+        let real = std::net::SocketAddrV4::new(REAL, 8080);
+        assert!(f.pool.as_mut().unwrap().reserve(LIP, free, real));
         for n in 0..150u16 {
             let s = open(&mut f, vip2, 20_000 + n, &counters).unwrap().session;
             assert_ne!(s.local_port, free, "a reserved port handed out");
         }
     }
 
-    /// Every port towards the real server held: established connections, a spoofed
-    /// SYN flood's half-open sessions, some over. A new connection takes the port of
-    /// a session half-open for over 3 s or in TIME_WAIT; never one younger (its
-    /// handshake may still complete), established, in CLOSE (where a blind RST puts a
-    /// live FullNAT connection) or opened by the SYN proxy. With none left, it is
-    /// refused. Refusals on the way are bounded by the search's steps; within one
+    /// Every port towards the real server held: established connections (some sent a
+    /// blind FIN and SYN), a spoofed SYN flood's half-open sessions, some over. A new
+    /// connection takes the port of a session half-open for over 3 s or in TIME_WAIT;
+    /// never one younger (its handshake may still complete), established or closing,
+    /// in CLOSE (where a blind RST puts a live FullNAT connection) or opened by the
+    /// SYN proxy. With none left, it is refused. Refusals on the way are bounded by the search's steps; within one
     /// tick the search's budget runs out and refills at the next.
     #[test]
     fn with_no_port_free_a_new_connection_takes_an_old_half_open_sessions_port() {
@@ -844,6 +855,13 @@ mod tests {
         let established: Vec<Matched> = (0..400)
             .map(|_| open_in(&mut f, Some(TcpState::Established), false))
             .collect();
+        // A blind FIN and SYN at some of them: no way back to the handshake.
+        for m in &established[..50] {
+            let s = f.sessions.get_mut(m.id).unwrap();
+            s.on_tcp_segment(Direction::Inbound, TcpFlags::FIN | TcpFlags::ACK);
+            s.on_tcp_segment(Direction::Inbound, TcpFlags::SYN);
+            assert_eq!(s.state(), TcpState::CloseWait);
+        }
         let old: Vec<Matched> = (0..260).map(|_| open_in(&mut f, None, false)).collect();
         let proxied: Vec<Matched> = (0..10).map(|_| open_in(&mut f, None, true)).collect();
         let closed: Vec<Matched> = (0..10)
@@ -852,7 +870,7 @@ mod tests {
         let time_wait: Vec<Matched> = (0..20)
             .map(|_| open_in(&mut f, Some(TcpState::TimeWait), false))
             .collect();
-        f.now_tick += HALF_OPEN_MIN_AGE_S * f.ticks_per_second + 1;
+        f.now_tick += half_open_min_age(f.tick_ms) + 1;
         let young: Vec<Matched> = (0..300).map(|_| open_in(&mut f, None, false)).collect();
         assert_eq!(used(&f, LIP), 1000);
         assert!(old.iter().chain(&young).all(|m| m.session.is_half_open()));

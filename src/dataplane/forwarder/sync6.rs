@@ -13,7 +13,7 @@ use crate::session::is_active;
 use crate::session::replication::{RecordKind, RecordOp, RecordRepr};
 use crate::session::table6::Session6;
 use crate::session::Transition;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddrV4};
 
 impl Forwarder {
     /// Session sync, after a packet moved IPv6 session `id` (`s`, as it is now) by
@@ -126,10 +126,10 @@ impl Forwarder {
                 // pool must not hand it out again.
                 IpAddr::V4(lip) => {
                     service.local_addresses4().any(|a| a == lip)
-                        && self
-                            .pool
-                            .as_mut()
-                            .is_some_and(|pool| pool.reserve(lip, local.port()))
+                        && self.pool.as_mut().is_some_and(|pool| {
+                            let real = SocketAddrV4::new(rs.ipv4(), rs.port);
+                            pool.reserve(lip, local.port(), real)
+                        })
                 }
                 IpAddr::V6(lip) => service.local_addresses6().any(|a| a == lip),
             };
