@@ -123,7 +123,7 @@ fn metrics_parse_with_the_reference_parser_and_match_sluicectl() {
         .filter(|(n, _)| n == "sluice_worker_sessions_created_total")
         .count();
     assert_eq!(workers, 1);
-    // Anything but GET /metrics is a 404.
+    // Another path is a 404.
     assert_eq!(scrape(&ns, "http://127.0.0.1:9101/other")["status"], 404);
     daemon.stop_clean();
 }

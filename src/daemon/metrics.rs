@@ -860,8 +860,9 @@ fn head_complete(head: &[u8]) -> bool {
 /// What the endpoint answers a request line's method and target: `GET` of
 /// `/metrics` (with any query) the text; `HEAD` of it the same head without the
 /// text (which is not built: RFC 9110 lets a HEAD answer leave out a length known only
-/// by generating the content); another method on `/metrics` 405 with `Allow`; any
-/// other target 404.
+/// by generating the content, and it is 200 even when a scrape would fail); another
+/// method on `/metrics` 405 with `Allow`; any other target 404 (to `HEAD` without its
+/// content).
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Text,
@@ -923,7 +924,7 @@ fn serve(mut stream: TcpStream, scrape: &ScrapeFn) {
         Route::NotFound => (
             "404 Not Found",
             "Content-Type: text/plain; charset=utf-8\r\n",
-            Some(Arc::new("only GET /metrics is served\n".to_string())),
+            Some(Arc::new("only /metrics is served\n".to_string())),
         ),
     };
     let length = body.as_ref().map_or(String::new(), |b| {
@@ -931,7 +932,11 @@ fn serve(mut stream: TcpStream, scrape: &ScrapeFn) {
     });
     let head = format!("HTTP/1.1 {status}\r\n{extra}{length}Connection: close\r\n\r\n");
     let deadline = Instant::now() + ANSWER_TIMEOUT;
-    let body = body.as_ref().map_or("", |b| b.as_str());
+    // A HEAD answer has the head a GET's would have, and never content.
+    let body = match (method, body.as_ref()) {
+        ("HEAD", _) | (_, None) => "",
+        (_, Some(b)) => b.as_str(),
+    };
     for part in [head.as_bytes(), body.as_bytes()] {
         if !send_all(&mut stream, part, deadline) {
             return;
@@ -1786,6 +1791,12 @@ mod server_tests {
         assert!(post.contains("\r\nAllow: GET, HEAD\r\n"), "{post}");
         let other = ask(addr, b"GET /other HTTP/1.1\r\n\r\n");
         assert!(other.starts_with("HTTP/1.1 404 Not Found\r\n"), "{other}");
+        let head_other = ask(addr, b"HEAD /other HTTP/1.1\r\n\r\n");
+        assert!(
+            head_other.starts_with("HTTP/1.1 404 Not Found\r\n"),
+            "{head_other}"
+        );
+        assert!(head_other.ends_with("\r\n\r\n"), "no content: {head_other}");
         let query = ask(addr, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n");
         assert!(query.ends_with("sluice_up 1\n"), "{query}");
     }

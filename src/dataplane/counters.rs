@@ -80,8 +80,8 @@ pub enum Event {
     /// both).
     FinishedReclaimed,
     /// FullNAT: a new session found no free local port towards its real server, so
-    /// a TCP session holding one towards it, half-open for over 3 s or in TIME_WAIT,
-    /// was removed and its port taken.
+    /// a TCP session holding one towards it, half-open for over 3 s or idle in
+    /// TIME_WAIT, was removed and its port taken.
     LocalPortReclaimed,
     /// SYN proxy: a SYN without a session was answered with a cookie SYN-ACK.
     SynproxyCookieSent,

@@ -1414,7 +1414,6 @@ mod tests {
         assert!(classes.len() >= 60, "{}", classes.len());
     }
 
-    /// The exhaustion case: 8 ports, 20 concurrent sessions.
     /// Once a worker has every port it may use towards a real server, the search for
     /// held ports offers exactly those (checked through the full hash and RETA), over
     /// two LIPs, in bounded steps that go on right after the last port looked at and
@@ -1503,6 +1502,8 @@ mod tests {
         assert_eq!(none, None);
     }
 
+    /// Exhaustion: 8 ports, 20 concurrent sessions; the sessions past the eighth are
+    /// refused and counted, and ports released are handed out again.
     #[test]
     fn exhaustion_counts_misses_and_recovers() {
         let toeplitz = Toeplitz::new(&DEFAULT_RSS_KEY).unwrap();

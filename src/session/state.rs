@@ -216,17 +216,21 @@ pub fn transition(state: TcpState, dir: Direction, flags: TcpFlags) -> Transitio
     }
 }
 
-/// [`transition`] for a session whose client's sequence is not known (IPv4 FullNAT,
-/// which keeps its timestamp offset instead, and sessions installed by sync), so
-/// that any RST, FIN or SYN with its addresses and ports moves it: a SYN there never
-/// takes a session past its handshake (ESTABLISHED, FIN_WAIT, CLOSE_WAIT, LAST_ACK)
-/// back to a half-open state, where it stays. Otherwise a blind FIN then SYN would
-/// dress a live connection as a handshake that never completed, which a new
-/// session may end to take its FullNAT local port. The cost: a client that opens a
-/// new connection from the same port while its last one is closing keeps the
-/// closing state's timeout for it.
+/// [`transition`] for a FullNAT session, or one whose client's sequence is not
+/// known (IPv4 FullNAT keeps its timestamp offset instead; sessions installed by
+/// sync), so that a blind FIN moves it: a SYN never takes a session past its
+/// handshake (FIN_WAIT, CLOSE_WAIT, LAST_ACK; ESTABLISHED stays anyway) back to a
+/// half-open state, where it stays. Otherwise a FIN (out of window or not: a SYN is
+/// never checked) then a SYN would dress a live connection as a handshake that never
+/// completed, which a new session may end to take its FullNAT local port. The cost:
+/// a client that opens a new connection from the same port while its last one is
+/// closing keeps the closing state's timeout for it.
 #[inline]
-pub fn transition_unsequenced(state: TcpState, dir: Direction, flags: TcpFlags) -> Transition {
+pub fn transition_never_back_to_handshake(
+    state: TcpState,
+    dir: Direction,
+    flags: TcpFlags,
+) -> Transition {
     let t = transition(state, dir, flags);
     let past_handshake = matches!(
         state,

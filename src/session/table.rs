@@ -428,8 +428,9 @@ impl Session {
     /// Moves the TCP state on a segment with `flags` seen in `dir` (as returned by
     /// [`SessionTable::lookup`]). While [`SessionFlags::NO_OUTPUT`] is set, client
     /// segments use the INPUT-ONLY table; a segment from the real server clears it.
-    /// Where the client's sequence is not known, a SYN never takes the session back
-    /// from past its handshake ([`state::transition_unsequenced`]).
+    /// For FullNAT, and where the client's sequence is not known, a SYN never takes
+    /// the session back from past its handshake
+    /// ([`state::transition_never_back_to_handshake`]).
     pub fn on_tcp_segment(&mut self, dir: Direction, flags: TcpFlags) -> Transition {
         debug_assert_eq!(self.proto, Protocol::Tcp);
         let table = match dir {
@@ -442,10 +443,11 @@ impl Session {
             }
             other => other,
         };
+        // FullNAT keeps no client sequence: `client_next_seq` is `None` for it.
         let transition = if self.client_next_seq().is_some() {
             state::transition(self.state, table, flags)
         } else {
-            state::transition_unsequenced(self.state, table, flags)
+            state::transition_never_back_to_handshake(self.state, table, flags)
         };
         self.state = transition.to;
         transition

@@ -440,12 +440,12 @@ impl SessionTable6 {
                     Direction::Inbound if s.input_only => Direction::InputOnly,
                     other => other,
                 };
-                // Where the client's sequence is not known (installed by sync), as
-                // for IPv4: `state::transition_unsequenced`.
-                let t = if s.client_next != 0 {
+                // FullNAT (NAT64 included) or the client's sequence not known
+                // (installed by sync): `state::transition_never_back_to_handshake`.
+                let t = if s.client_next != 0 && s.mode != ForwardMode::FullNat {
                     state::transition(s.state, table, flags)
                 } else {
-                    state::transition_unsequenced(s.state, table, flags)
+                    state::transition_never_back_to_handshake(s.state, table, flags)
                 };
                 s.state = t.to;
                 t
@@ -809,6 +809,39 @@ mod tests {
     /// The IPv4 table's sequence check, on IPv6 sessions of every mode: a client RST
     /// far from the client's sequence as last seen moves nothing; near it, it closes;
     /// a session whose sequence was never started takes any.
+    /// A FullNAT session (its sequence known or not) and one whose client sequence is
+    /// not known: a SYN on a closing session leaves it closing, where IPVS's table
+    /// takes it back to SYN_RECV (a blind FIN and SYN would otherwise make a live
+    /// FullNAT connection look like a stale handshake, whose pair may be taken). A
+    /// NAT session whose sequence is known keeps IPVS's table.
+    #[test]
+    fn a_syn_takes_a_fullnat_or_unsequenced_session_nowhere_back() {
+        let tt = timeouts();
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let cases = [
+            (40000, ForwardMode::FullNat, true, TcpState::CloseWait),
+            (40001, ForwardMode::Nat, false, TcpState::CloseWait),
+            (40002, ForwardMode::Nat, true, TcpState::SynRecv),
+        ];
+        for (cport, mode, sequenced, after) in cases {
+            let mut t = SessionTable6::with_capacity(4);
+            let mut s = Session6::new(&key("2001:db8:2::9", cport), mode, 1, 7, rs, 8080)
+                .synced(TcpState::CloseWait, false);
+            (s.local_addr, s.local_port) = ("2001:db8:1::50".parse().unwrap(), 1025);
+            let id = t.insert(s, 0, 5, |_| panic!()).unwrap();
+            if sequenced {
+                t.start_client_seq(id, &ClientSegment { seq: 99, next: 100 });
+            }
+            let seg = ClientSegment { seq: 7, next: 8 };
+            let moved = t.on_client_segment(id, TcpFlags::SYN, seg, 0, &tt).unwrap();
+            assert_eq!(
+                moved.unwrap().to,
+                after,
+                "{mode:?}, sequence known: {sequenced}"
+            );
+        }
+    }
+
     #[test]
     fn a_client_rst_far_from_the_clients_sequence_moves_nothing() {
         let tt = crate::session::Timeouts::default().in_ticks(1000);

@@ -318,7 +318,7 @@ impl Forwarder {
     /// `LOCAL_PORT_TRIES` pairs of this worker are tried, among at most
     /// `LOCAL_PORT_CANDIDATES`. When all those tried are taken, the oldest of their
     /// TCP sessions that may give up its pair (`placement::gives_up_port`: half-open
-    /// for over 3 s, or in TIME_WAIT) ends and gives it, as with the IPv4 pools
+    /// for over 3 s, or idle in TIME_WAIT) ends and gives it, as with the IPv4 pools
     /// (counted as `local_port_reclaimed`); else `LaddrExhausted` (as when the service
     /// has no IPv6 local address).
     fn local_port_v6(
@@ -381,9 +381,16 @@ impl Forwarder {
             {
                 let now = self.now_tick;
                 let min_age = super::placement::half_open_min_age(self.tick_ms);
+                let time_wait = self.timeouts.session(Protocol::Tcp, TcpState::TimeWait);
+                let holding = super::placement::PortHolding {
+                    state: s.state(),
+                    synproxy: false,
+                    created: s.created,
+                    deadline: s.deadline(),
+                };
                 let age = now.wrapping_sub(s.created);
                 let may_go = s.proto == Protocol::Tcp
-                    && super::placement::gives_up_port(s.state(), false, s.created, now, min_age);
+                    && super::placement::gives_up_port(&holding, now, min_age, time_wait);
                 if may_go && oldest.is_none_or(|(a, ..)| age > a) {
                     oldest = Some((age, id, lip, port));
                 }
