@@ -1714,15 +1714,20 @@ mod server_tests {
         (MetricsServer::spawn(listener, handler).unwrap(), addr)
     }
 
-    fn scrape(addr: std::net::SocketAddr) -> String {
+    /// One request as bytes, the whole answer as text.
+    fn ask(addr: std::net::SocketAddr, request: &[u8]) -> String {
         let mut client = TcpStream::connect(addr).unwrap();
         client
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
-        client.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        client.write_all(request).unwrap();
         let mut answer = String::new();
         client.read_to_string(&mut answer).unwrap();
         answer
+    }
+
+    fn scrape(addr: std::net::SocketAddr) -> String {
+        ask(addr, b"GET /metrics HTTP/1.1\r\n\r\n")
     }
 
     /// A connection to `addr` from `source` (any of 127/8 reaches the loopback).
@@ -1746,18 +1751,6 @@ mod server_tests {
             Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
             Ok(_) => false,
         }
-    }
-
-    /// One request as bytes, the whole answer as text.
-    fn ask(addr: std::net::SocketAddr, request: &[u8]) -> String {
-        let mut client = TcpStream::connect(addr).unwrap();
-        client
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        client.write_all(request).unwrap();
-        let mut answer = String::new();
-        client.read_to_string(&mut answer).unwrap();
-        answer
     }
 
     /// A request whose lines end in a bare LF is answered at once (RFC 9112 lets a

@@ -317,7 +317,7 @@ impl Forwarder {
     /// once per address (as `forward::laddr` splits it for IPv4). At most
     /// `LOCAL_PORT_TRIES` pairs of this worker are tried, among at most
     /// `LOCAL_PORT_CANDIDATES`. When all those tried are taken, the oldest of their
-    /// TCP sessions that may give up its pair (`placement::gives_up_port`: half-open
+    /// TCP sessions that may give up its pair (`placement::PortGiveUp`: half-open
     /// for over 3 s, or idle in TIME_WAIT) ends and gives it, as with the IPv4 pools
     /// (counted as `local_port_reclaimed`); else `LaddrExhausted` (as when the service
     /// has no IPv6 local address).
@@ -347,6 +347,7 @@ impl Forwarder {
         let mut tries = 0;
         // The oldest reclaimable session of the pairs tried: (age, id, pair).
         let mut oldest: Option<(u32, u32, Ipv6Addr, u16)> = None;
+        let give_up = self.port_give_up();
         for _ in 0..LOCAL_PORT_CANDIDATES {
             let at = self.laddr6_cursor;
             self.laddr6_cursor = at.wrapping_add(1);
@@ -379,19 +380,8 @@ impl Forwarder {
                 .get(id)
                 .filter(|_| dir == Direction::Outbound)
             {
-                let now = self.now_tick;
-                let min_age = super::placement::half_open_min_age(self.tick_ms);
-                let time_wait = self.timeouts.session(Protocol::Tcp, TcpState::TimeWait);
-                let holding = super::placement::PortHolding {
-                    state: s.state(),
-                    synproxy: false,
-                    created: s.created,
-                    deadline: s.deadline(),
-                };
-                let age = now.wrapping_sub(s.created);
-                let may_go = s.proto == Protocol::Tcp
-                    && super::placement::gives_up_port(&holding, now, min_age, time_wait);
-                if may_go && oldest.is_none_or(|(a, ..)| age > a) {
+                let age = self.now_tick.wrapping_sub(s.created);
+                if give_up.session6(s) && oldest.is_none_or(|(a, ..)| age > a) {
                     oldest = Some((age, id, lip, port));
                 }
             }

@@ -72,17 +72,6 @@ impl PortReclaimBudget {
     }
 }
 
-/// A TCP session holding a FullNAT local port, as [`gives_up_port`] judges it.
-pub(super) struct PortHolding {
-    pub state: TcpState,
-    /// The SYN proxy opened it.
-    pub synproxy: bool,
-    /// The tick it was made at.
-    pub created: u32,
-    /// The tick it expires at unless a packet comes first.
-    pub deadline: u32,
-}
-
 /// Whether a TCP session holding a FullNAT local port may end, so that a new session
 /// that found no port free takes it, at tick `now`; `min_age` is
 /// [`half_open_min_age`] and `time_wait` the TIME_WAIT timeout, in ticks:
@@ -99,20 +88,51 @@ pub(super) struct PortHolding {
 /// Never in CLOSE: a blind RST puts an established IPv4 FullNAT connection there
 /// while it goes on (its sequence is not checked), and its port must not go to
 /// someone else.
-pub(super) fn gives_up_port(s: &PortHolding, now: u32, min_age: u32, time_wait: u32) -> bool {
-    if s.state == TcpState::TimeWait {
-        let left = s.deadline.wrapping_sub(now) as i32;
-        return left <= 0 || time_wait.saturating_sub(left as u32) > min_age;
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PortGiveUp {
+    now: u32,
+    min_age: u32,
+    time_wait: u32,
+}
+
+impl PortGiveUp {
+    fn allows(&self, state: TcpState, synproxy: bool, created: u32, deadline: u32) -> bool {
+        if state == TcpState::TimeWait {
+            let left = deadline.wrapping_sub(self.now) as i32;
+            return left <= 0 || self.time_wait.saturating_sub(left as u32) > self.min_age;
+        }
+        !synproxy
+            && crate::session::state::is_half_open(state)
+            && self.now.wrapping_sub(created) > self.min_age
     }
-    !s.synproxy
-        && crate::session::state::is_half_open(s.state)
-        && now.wrapping_sub(s.created) > min_age
+
+    /// An IPv4 session.
+    pub(super) fn session(&self, s: &Session) -> bool {
+        let synproxy = s.flags().contains(SessionFlags::SYNPROXY);
+        s.proto == Protocol::Tcp && self.allows(s.state(), synproxy, s.created, s.deadline())
+    }
+
+    /// An IPv6 session (NAT64's too).
+    pub(super) fn session6(&self, s: &crate::session::table6::Session6) -> bool {
+        s.proto == Protocol::Tcp && self.allows(s.state(), false, s.created, s.deadline())
+    }
 }
 
 /// [`HALF_OPEN_MIN_AGE_MS`] in ticks of `tick_ms`, rounded up: "older than" it holds
 /// whatever the tick.
 pub(super) fn half_open_min_age(tick_ms: u32) -> u32 {
     HALF_OPEN_MIN_AGE_MS.div_ceil(tick_ms.max(1))
+}
+
+impl Forwarder {
+    /// [`PortGiveUp`] at this tick, with this worker's timeouts.
+    pub(super) fn port_give_up(&self) -> PortGiveUp {
+        PortGiveUp {
+            now: self.now_tick,
+            min_age: half_open_min_age(self.tick_ms),
+            time_wait: self.timeouts.session(Protocol::Tcp, TcpState::TimeWait),
+        }
+    }
 }
 
 /// A session holding a FullNAT local port: IPv4, or NAT64 (in the IPv6 table).
@@ -435,7 +455,7 @@ impl Forwarder {
 
     /// The first TCP session holding a port of service `index`'s local addresses
     /// towards `target` ([`PortPool::find_held`], which goes round all of them call
-    /// after call) that may give it up ([`gives_up_port`]). A port is held by an IPv4
+    /// after call) that may give it up ([`PortGiveUp`]). A port is held by an IPv4
     /// FullNAT session or by a NAT64 one (filed in the IPv6 table under the
     /// IPv4-mapped addresses). Looks at up to `HELD_OFFERS` sessions (two table
     /// lookups each at most) out of the worker's budget, only when no port was free.
@@ -446,8 +466,7 @@ impl Forwarder {
         index: usize,
         target: std::net::SocketAddrV4,
     ) -> Option<PortHolder> {
-        let (now, min_age) = (self.now_tick, half_open_min_age(self.tick_ms));
-        let time_wait = self.timeouts.session(Protocol::Tcp, TcpState::TimeWait);
+        let (now, give_up) = (self.now_tick, self.port_give_up());
         let granted = self.port_reclaim.take(now, self.tick_ms, HELD_OFFERS);
         if granted == 0 {
             return None;
@@ -471,15 +490,7 @@ impl Forwarder {
                     if let Some((id, Direction::Outbound)) = sessions.lookup(&reply) {
                         holder = sessions
                             .get(id)
-                            .filter(|s| {
-                                let holding = PortHolding {
-                                    state: s.state(),
-                                    synproxy: s.flags().contains(SessionFlags::SYNPROXY),
-                                    created: s.created,
-                                    deadline: s.deadline(),
-                                };
-                                gives_up_port(&holding, now, min_age, time_wait)
-                            })
+                            .filter(|s| give_up.session(s))
                             .map(|_| PortHolder::V4(id));
                         return holder.is_some();
                     }
@@ -493,15 +504,7 @@ impl Forwarder {
                     if let Some((id, Direction::Outbound)) = sessions6.lookup(&reply6, now) {
                         holder = sessions6
                             .get(id)
-                            .filter(|s| {
-                                let holding = PortHolding {
-                                    state: s.state(),
-                                    synproxy: false,
-                                    created: s.created,
-                                    deadline: s.deadline(),
-                                };
-                                gives_up_port(&holding, now, min_age, time_wait)
-                            })
+                            .filter(|s| give_up.session6(s))
                             .map(|_| PortHolder::V6(id));
                     }
                     holder.is_some()
