@@ -273,6 +273,36 @@ fn fullnat_rr_spreads_60_connections_and_real_servers_see_only_local_addresses()
 /// `tests/tools/toa_reader.py` sniffing the real server's interface), the real
 /// server's kernel accepts the segments (no checksum errors) and the HTTP exchange
 /// completes; `status` counts one insertion per connection and no "no room".
+/// A blind sender who knows a FullNAT connection's client address and port sends a
+/// RST, a FIN and a SYN in the client's name, about half the sequence space from the
+/// client's own segments: the session stays ESTABLISHED (its local port with it), the
+/// RST and FIN count as `tcp_close_out_of_window`, the connection still echoes, and
+/// the client's own RST closes it (`AppLab::assert_blind_segments_move_nothing`).
+/// Without the sequence check the forged RST takes the session to CLOSE and the SYN
+/// then retires it and opens another, from another local port: the connection's next
+/// segment reaches the real server from a port it never saw.
+#[test]
+fn a_blind_rst_fin_and_syn_leave_a_fullnat_connection_established() {
+    require_root();
+    let mut lab = AppLab::new(1);
+    let echo_port = 7777;
+    lab.start_servers_listening(&[("--echo", &format!("0.0.0.0:{echo_port}"))]);
+    let rip = lab.bed.rs_ip(1).to_string();
+    let toml = service_section(
+        "tcp",
+        VIP,
+        7,
+        "rr",
+        &[format!("local_addresses = [\"{}\"]", LIPS[0])],
+        &[(rip.as_str(), echo_port, 1, "fullnat")],
+    );
+    let daemon = lab.daemon(&[&format!("{}/24", AppLab::APPLIANCE)], toml);
+    lab.prewarm(&daemon, VIP);
+    let client = lab.bed.client_ip().to_string();
+    lab.assert_blind_segments_move_nothing(&daemon, VIP, 7, &client, true);
+    daemon.stop_clean();
+}
+
 #[test]
 fn fullnat_toa_carries_the_client_address_to_the_real_server() {
     toa_reaches_the_real_server(false);

@@ -682,7 +682,7 @@ pub fn check_books(f: &Forwarder) -> Result<(), String> {
                 return Err(format!("two sessions hold {lip}:{}", session.local_port));
             }
         }
-        let e = per_real.entry(session.real).or_default();
+        let e = per_real.entry(session.real()).or_default();
         if session.is_active() {
             e.0 += 1;
         } else {

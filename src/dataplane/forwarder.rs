@@ -868,10 +868,10 @@ impl Forwarder {
                 synproxy.ended(id, s);
                 extend_template(persist, snap, s, *now_tick, *ticks_per_second);
                 if observe::expired_unanswered(s) {
-                    real_servers[s.real as usize].count_passive(Passive::Unanswered);
+                    real_servers[s.real() as usize].count_passive(Passive::Unanswered);
                 }
                 forget(pool, real_servers, s, now_ms);
-                tell_load(load_view, schedulers, overload, real_servers, s.real);
+                tell_load(load_view, schedulers, overload, real_servers, s.real());
             },
             // A live connection keeps its persistence template.
             |_, s| {
@@ -1761,7 +1761,7 @@ impl Forwarder {
                     &s,
                     self.ts_clock.now_ms(),
                 );
-                self.load_changed(s.real);
+                self.load_changed(s.real());
             }
             return Some(Event::SyncRemoved);
         }
@@ -1773,7 +1773,7 @@ impl Forwarder {
                 .with_state(r.state)
                 .with_timestamp_offset(r.timestamp_offset);
             let now_active = live.is_active();
-            let real = live.real;
+            let real = live.real();
             let c = &self.real_servers[real as usize];
             if was_active != now_active {
                 RealServerCounters::gauge_add(&c.active, if now_active { 1 } else { -1 });
@@ -1878,7 +1878,7 @@ fn forget(
     now_ms: u32,
 ) {
     release_local_port(pool, s, now_ms);
-    let c = &real_servers[s.real as usize];
+    let c = &real_servers[s.real() as usize];
     RealServerCounters::gauge_add(
         if s.is_active() {
             &c.active

@@ -25,7 +25,7 @@ const OVERLOADED_BIT: u64 = 1 << 63;
 /// Slots per worker, one per real-server id (id 0 is never handed out): a removed
 /// server's id is handed out again only once no session is counted on it
 /// (`daemon::services::Retiring`). 64 bytes each per worker: 4 MiB per worker.
-pub const MAX_REAL_SERVER_IDS: usize = 65536;
+pub use crate::model::MAX_REAL_SERVER_IDS;
 
 #[repr(C, align(64))]
 #[derive(Default, Debug)]

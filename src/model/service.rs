@@ -182,6 +182,11 @@ pub const MAX_PERSISTENCE_TIMEOUT_S: u32 = 31 * 86_400;
 /// what any service needs, and it keeps per-worker pool memory bounded.
 pub const MAX_LOCAL_ADDRESSES: usize = 64;
 
+/// Real-server ids are below this (id 0 is never handed out): the workers count each
+/// real server in a slot of a fixed array indexed by its id, and a session entry keeps
+/// the id in two bytes.
+pub const MAX_REAL_SERVER_IDS: usize = 65536;
+
 /// One real server (an ipvsadm "destination") of a virtual service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RealServer {

@@ -18,7 +18,7 @@ use crate::model::{
     SorryServerSpec, SynProxy, SynProxyMode, MAX_CONN_THRESHOLD, MAX_LOCAL_ADDRESSES,
     MAX_PERSISTENCE_TIMEOUT_S, MAX_WEIGHT,
 };
-use crate::model::{SchedFlags, SchedulerKind};
+use crate::model::{SchedFlags, SchedulerKind, MAX_REAL_SERVER_IDS};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -485,7 +485,7 @@ impl ServiceTable {
             services: BTreeMap::new(),
             next_service_id: 1,
             next_server_id: 1,
-            server_id_limit: u32::MAX,
+            server_id_limit: MAX_REAL_SERVER_IDS as u32,
             server_address_limit: usize::MAX,
             server_addresses: [0, 0],
             removed_server_ids: Vec::new(),
@@ -1104,9 +1104,10 @@ impl ServiceTable {
     }
 
     /// Real-server ids stay below `limit` (the workers count each real server in a
-    /// slot of a fixed array indexed by its id); set before any server is added.
+    /// slot of a fixed array indexed by its id), and never reach
+    /// [`MAX_REAL_SERVER_IDS`], the default; set before any server is added.
     pub fn set_server_id_limit(&mut self, limit: u32) {
-        self.server_id_limit = limit;
+        self.server_id_limit = limit.min(MAX_REAL_SERVER_IDS as u32);
     }
 
     /// A real-server id: a fresh one while any is left below the limit, so a removed

@@ -14,8 +14,8 @@ use super::state::{self, Direction, TcpState, Transition, UDP_STATE_NAME};
 use super::timeouts::TickTimeouts;
 use super::timer::{Advance, Timed, TimerLink, TimerWheel, MAX_DELAY_TICKS, MAX_INDEX, NIL};
 use crate::flow::FlowKey4;
-use crate::model::ForwardMode;
 use crate::model::Protocol;
+use crate::model::{ForwardMode, MAX_REAL_SERVER_IDS};
 use crate::wire::tcp::TcpFlags;
 
 /// Timer wheel size when none is given: 4096 slots, 41 s per revolution at 10 ms ticks.
@@ -104,7 +104,9 @@ impl SessionFlags {
 /// websocket, an SSH session) finds no session when it speaks again. The endpoints
 /// themselves refuse such a RST unless it is at the exact next byte (RFC 5961). With
 /// this window a blind sender must also hit one of 2 x 2^20 of the 2^32 sequence
-/// numbers: some 2,000 times the packets for each connection.
+/// numbers: some 2,000 times the packets for each connection (an IPv4 session keeps
+/// the sequence to [`SEQ_MARK_GRAIN`], which widens its window to 2 x 2^20 + 2^17:
+/// some 1,900 times).
 ///
 /// What it costs a real connection: a client with more than 1 MiB sent but not yet
 /// past Sluice when it resets or closes (a fast long path) has its RST or FIN
@@ -128,12 +130,15 @@ impl ClientSegment {
     /// client's next sequence number as last seen (or that is not known).
     #[inline]
     pub fn within_window_of(&self, next: Option<u32>) -> bool {
-        match next {
-            None => true,
-            Some(next) => {
-                self.seq.wrapping_sub(next).wrapping_add(CLIENT_SEQ_WINDOW) <= 2 * CLIENT_SEQ_WINDOW
-            }
-        }
+        next.is_none_or(|next| self.within_window_of_range(next, 1))
+    }
+
+    /// Whether the segment starts within [`CLIENT_SEQ_WINDOW`] of some sequence number
+    /// in `floor..floor + grain` (where the client's next one is known to lie).
+    #[inline]
+    fn within_window_of_range(&self, floor: u32, grain: u32) -> bool {
+        self.seq.wrapping_sub(floor).wrapping_add(CLIENT_SEQ_WINDOW)
+            <= 2 * CLIENT_SEQ_WINDOW + (grain - 1)
     }
 
     /// The client's next sequence number as last seen, `recorded`, after this segment
@@ -150,6 +155,60 @@ impl ClientSegment {
             recorded
         }
     }
+
+    /// [`ClientSegment::moved_on`] for a [`SeqMark`].
+    #[inline]
+    fn mark_moved_on(&self, recorded: SeqMark) -> SeqMark {
+        let Some(floor) = recorded.floor() else {
+            return recorded;
+        };
+        let mark = SeqMark::at(self.next);
+        match mark.floor() {
+            Some(at) if (at.wrapping_sub(floor) as i32) > 0 => mark,
+            _ => recorded,
+        }
+    }
+}
+
+/// The client's next sequence number as last seen, in two bytes: to
+/// [`SEQ_MARK_GRAIN`] (128 KiB), which is all the [`CLIENT_SEQ_WINDOW`] check needs,
+/// so that every TCP session keeps it in its 64-byte entry (a FullNAT session's other
+/// per-protocol word holds its timestamp offset). Bit 0 says whether it is known;
+/// bits 1-15 are the sequence number's top 15 bits.
+///
+/// What the grain costs: the window a RST or FIN must hit is 2 x 2^20 + 2^17 of the
+/// 2^32 sequence numbers instead of 2 x 2^20, 6% wider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqMark(u16);
+
+/// Sequence numbers per step of a [`SeqMark`].
+pub const SEQ_MARK_GRAIN: u32 = 1 << SEQ_MARK_SHIFT;
+const SEQ_MARK_SHIFT: u32 = 17;
+
+impl SeqMark {
+    /// Not known: every segment is taken as within the window.
+    pub const UNKNOWN: SeqMark = SeqMark(0);
+
+    /// The mark of sequence number `next`.
+    #[inline]
+    pub fn at(next: u32) -> SeqMark {
+        SeqMark(((next >> SEQ_MARK_SHIFT) as u16) << 1 | 1)
+    }
+
+    /// The first sequence number the mark stands for (the next one lies in the
+    /// [`SEQ_MARK_GRAIN`] from there), or `None` when not known.
+    #[inline]
+    pub fn floor(self) -> Option<u32> {
+        (self.0 & 1 == 1).then(|| u32::from(self.0 >> 1) << SEQ_MARK_SHIFT)
+    }
+
+    /// Whether `seg` starts within [`CLIENT_SEQ_WINDOW`] of the sequence number marked
+    /// (anywhere in its grain), or the mark is not known.
+    #[inline]
+    pub fn admits(self, seg: &ClientSegment) -> bool {
+        self.floor()
+            .is_none_or(|floor| seg.within_window_of_range(floor, SEQ_MARK_GRAIN))
+    }
 }
 
 /// A client's RST or FIN outside [`CLIENT_SEQ_WINDOW`]: it moved nothing.
@@ -165,8 +224,8 @@ pub struct OutOfWindow;
 /// into a per-worker side table of IPv6 address sets.
 ///
 /// Layout (bytes): addresses 0..16, ports 16..24, MAC 24..30, protocol, mode, service
-/// and real server ids 32..40, state, flags, last sync tick, creation tick, packet count,
-/// timer link 52..64.
+/// id 32..36, real server id 36..38, client sequence mark 38..40, state, flags, last
+/// sync tick, creation tick, per-protocol word 48..52, timer link 52..64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Session {
@@ -189,8 +248,11 @@ pub struct Session {
     pub mode: ForwardMode,
     /// The virtual service, as numbered by the service snapshot.
     pub service: u32,
-    /// The real server, as numbered by the service snapshot.
-    pub real: u32,
+    /// The real server, as numbered by the service snapshot ([`Session::real`]): real
+    /// server ids are below [`MAX_REAL_SERVER_IDS`].
+    real: u16,
+    /// TCP: the client's next sequence number as last seen ([`SeqMark`]).
+    client_seq: SeqMark,
     state: TcpState,
     flags: SessionFlags,
     /// Session sync: the low 16 bits of the tick of the last sync (with `SYNCED`).
@@ -199,8 +261,7 @@ pub struct Session {
     pub created: u32,
     /// Per protocol and mode, so that none makes the entry bigger: a UDP session's
     /// packets, both directions (wraps; [`Session::udp_packets`]); a FullNAT TCP
-    /// session's timestamp offset ([`Session::timestamp_offset`]); any other TCP
-    /// session's client next sequence number ([`Session::client_next_seq`], 0 unknown).
+    /// session's timestamp offset ([`Session::timestamp_offset`]); 0 otherwise.
     per_proto: u32,
     timer: TimerLink,
 }
@@ -209,7 +270,9 @@ impl Session {
     /// A new session for the client-side key `in_key` (client -> VIP:port), to be
     /// forwarded to `real_addr:real_port` in `mode`. TCP starts in NONE, waiting for
     /// its first segment to be classified; DR and TUN start with
-    /// [`SessionFlags::NO_OUTPUT`].
+    /// [`SessionFlags::NO_OUTPUT`]. `real` is a real-server id, below
+    /// [`MAX_REAL_SERVER_IDS`] as the service table hands them out; one that is not
+    /// becomes 0, the id no real server has.
     pub fn new(
         in_key: &FlowKey4,
         mode: ForwardMode,
@@ -235,7 +298,8 @@ impl Session {
             proto: in_key.proto,
             mode,
             service,
-            real,
+            real: real_server_id(real),
+            client_seq: SeqMark::UNKNOWN,
             state: TcpState::None,
             flags,
             synced_tick: 0,
@@ -286,42 +350,40 @@ impl Session {
         }
     }
 
-    /// Whether `per_proto` keeps the client's next sequence number: TCP but FullNAT,
-    /// whose `per_proto` is the timestamp offset.
+    /// The real server, as numbered by the service snapshot.
     #[inline]
-    fn tracks_client_seq(&self) -> bool {
-        self.proto == Protocol::Tcp && self.mode != ForwardMode::FullNat
+    pub fn real(&self) -> u32 {
+        u32::from(self.real)
     }
 
-    /// The client's next sequence number as last seen ([`ClientSegment`]); `None` when
-    /// not known (a session installed by sync: its client's RST and FIN are taken as
-    /// IPVS takes them), and for UDP and FullNAT sessions, which do not keep it.
+    /// The client's next sequence number as last seen ([`ClientSegment`]), to
+    /// [`SEQ_MARK_GRAIN`]: the first sequence number of the grain it lies in. `None`
+    /// when not known (a session installed by sync: its client's RST and FIN are taken
+    /// as IPVS takes them), and for UDP sessions.
     pub fn client_next_seq(&self) -> Option<u32> {
-        (self.tracks_client_seq() && self.per_proto != 0).then_some(self.per_proto)
+        self.client_seq.floor()
     }
 
     /// Whether the client's segment `seg` lies within [`CLIENT_SEQ_WINDOW`] of the
     /// client's sequence as last seen (or that is not known).
     #[inline]
     fn in_client_window(&self, seg: &ClientSegment) -> bool {
-        seg.within_window_of(self.client_next_seq())
+        self.client_seq.admits(seg)
     }
 
     /// A client segment within the window moves the client's sequence as last seen
     /// forward to its end (never back: a retransmission leaves it).
     #[inline]
     fn note_client_segment(&mut self, seg: &ClientSegment) {
-        if self.tracks_client_seq() {
-            self.per_proto = seg.moved_on(self.per_proto);
-        }
+        self.client_seq = seg.mark_moved_on(self.client_seq);
     }
 
     /// Starts the client's sequence as last seen at `next`, the end of the segment
     /// that opened the session (its SYN, or the ACK a sloppy or proxied session opens
-    /// on); ignored where it is not kept (UDP, FullNAT).
+    /// on); ignored for UDP.
     pub fn with_client_next_seq(mut self, next: u32) -> Session {
-        if self.tracks_client_seq() {
-            self.per_proto = next;
+        if self.proto == Protocol::Tcp {
+            self.client_seq = SeqMark::at(next);
         }
         self
     }
@@ -443,8 +505,7 @@ impl Session {
             }
             other => other,
         };
-        // FullNAT keeps no client sequence: `client_next_seq` is `None` for it.
-        let transition = if self.client_next_seq().is_some() {
+        let transition = if self.client_next_seq().is_some() && self.mode != ForwardMode::FullNat {
             state::transition(self.state, table, flags)
         } else {
             state::transition_never_back_to_handshake(self.state, table, flags)
@@ -486,6 +547,16 @@ impl Session {
         session.flags = SessionFlags::empty();
         session
     }
+}
+
+/// `real` as a session entry keeps it ([`Session::new`]).
+#[inline]
+fn real_server_id(real: u32) -> u16 {
+    debug_assert!(
+        (real as usize) < MAX_REAL_SERVER_IDS,
+        "real-server id {real}"
+    );
+    u16::try_from(real).unwrap_or(0)
 }
 
 impl Timed for Session {
@@ -2057,7 +2128,10 @@ mod tests {
     }
 
     /// A client's RST or FIN far from the client's sequence as last seen moves
-    /// nothing; near it, it ends the connection as before. Out-of-window segments
+    /// nothing; near it, it ends the connection as before, in every mode (FullNAT
+    /// keeping its timestamp offset beside it). The window's edges are exact: the
+    /// sequence is kept to its 128 KiB grain, and the window reaches
+    /// [`CLIENT_SEQ_WINDOW`] beyond either end of the grain. Out-of-window segments
     /// of any other kind do not move that sequence, so a blind sender cannot first
     /// move the window to where its RST will be; retransmissions do not move it back.
     #[test]
@@ -2073,45 +2147,48 @@ mod tests {
             TcpFlags::RST | TcpFlags::ACK,
             TcpFlags::FIN | TcpFlags::ACK,
         );
-        for (mode, (client, cport)) in [
-            (ForwardMode::Nat, (1, 40000)),
-            (ForwardMode::Dr, (2, 40001)),
+        // The ISN near the top of the sequence space (the window wraps), and one in
+        // the middle of a grain.
+        for (mode, isn) in [
+            (ForwardMode::Nat, u32::MAX - 100),
+            (ForwardMode::Dr, u32::MAX - 100),
+            (ForwardMode::FullNat, u32::MAX - 100),
+            (ForwardMode::Nat, 0x1234_5678),
+            (ForwardMode::FullNat, 0x8765_4321),
         ] {
             let mut table = SessionTable::with_capacity(8);
-            let (_, _, s) = if mode == ForwardMode::Nat {
-                nat(client, cport, 3)
-            } else {
-                dr(client, cport, 3)
-            };
-            // The ISN near the top of the sequence space: the window wraps. The SYN
-            // that opens the session starts the client's sequence (as `prepare_open`).
-            let isn = u32::MAX - 100;
+            let s = Session::new(&client_key(1, 40000), mode, 1, 3, ip(0xc0a8_0003), 80)
+                .with_local(Ipv4Addr::new(10, 0, 0, 100), 2000)
+                .with_timestamp_offset(77);
+            // The SYN that opens the session starts the client's sequence (as
+            // `prepare_open`).
             let s = s.with_client_next_seq(isn.wrapping_add(1));
             let id = table.insert(s, 0, ticks.tcp(TcpState::None)).unwrap();
             let on = |t: &mut SessionTable, flags, sg, now| {
                 t.on_client_segment(id, flags, sg, now, &ticks).unwrap()
             };
             on(&mut table, syn, seg(isn, 1), 0).unwrap();
-            if mode == ForwardMode::Nat {
+            if mode != ForwardMode::Dr {
                 table.on_packet(id, Direction::Outbound, syn | ack, 0, &ticks);
             }
             on(&mut table, ack, seg(isn.wrapping_add(1), 0), 1).unwrap();
             on(&mut table, ack, seg(isn.wrapping_add(1), 1000), 2).unwrap();
             let next = isn.wrapping_add(1001);
+            let floor = next & !(SEQ_MARK_GRAIN - 1);
             assert_eq!(
                 table.get(id).unwrap().client_next_seq(),
-                Some(next),
+                Some(floor),
                 "{mode:?}"
             );
             // A retransmission leaves it.
             on(&mut table, ack, seg(isn.wrapping_add(1), 1000), 3).unwrap();
-            assert_eq!(table.get(id).unwrap().client_next_seq(), Some(next));
+            assert_eq!(table.get(id).unwrap().client_next_seq(), Some(floor));
             let deadline = table.get(id).unwrap().deadline();
-            let far = next.wrapping_add(CLIENT_SEQ_WINDOW + 1);
+            let far = floor.wrapping_add(SEQ_MARK_GRAIN + CLIENT_SEQ_WINDOW);
             for (flags, at) in [
                 (rst, far),
                 (fin, far),
-                (TcpFlags::RST, next.wrapping_sub(CLIENT_SEQ_WINDOW + 1)),
+                (TcpFlags::RST, floor.wrapping_sub(CLIENT_SEQ_WINDOW + 1)),
             ] {
                 assert_eq!(
                     on(&mut table, flags, seg(at, 0), 4),
@@ -2123,19 +2200,26 @@ mod tests {
             }
             // A forged ACK far away does not take the window with it.
             on(&mut table, ack, seg(far, 500), 5).unwrap();
-            assert_eq!(table.get(id).unwrap().client_next_seq(), Some(next));
+            assert_eq!(table.get(id).unwrap().client_next_seq(), Some(floor));
             assert_eq!(
                 on(&mut table, rst, seg(far.wrapping_add(500), 0), 6),
                 Err(OutOfWindow)
             );
-            // The client's own RST, at or near its next byte, ends it.
-            let t = on(
-                &mut table,
-                rst,
-                seg(next.wrapping_add(CLIENT_SEQ_WINDOW), 0),
-                7,
-            )
-            .unwrap();
+            // The window's edges: in at either, out one beyond.
+            let s = *table.get(id).unwrap();
+            let low = floor.wrapping_sub(CLIENT_SEQ_WINDOW);
+            for (at, within) in [
+                (low, true),
+                (low.wrapping_sub(1), false),
+                (far.wrapping_sub(1), true),
+                (far, false),
+            ] {
+                assert_eq!(s.in_client_window(&seg(at, 0)), within, "{mode:?} {at:#x}");
+            }
+            let offset = if mode == ForwardMode::FullNat { 77 } else { 0 };
+            assert_eq!(s.timestamp_offset(), offset, "{mode:?}");
+            // The client's own RST, at the far edge, ends it.
+            let t = on(&mut table, rst, seg(far.wrapping_sub(1), 0), 7).unwrap();
             assert_eq!(t.to, TcpState::Close, "{mode:?}");
         }
     }
@@ -2167,44 +2251,20 @@ mod tests {
         assert_eq!(t.to, TcpState::Close);
     }
 
-    /// FullNAT keeps its timestamp offset where the others keep the client's sequence:
-    /// its client segments move the state as they always did.
+    /// Only FullNAT rewrites timestamps: an offset given to another mode's session is
+    /// not kept.
     #[test]
-    fn fullnat_keeps_its_timestamp_offset_and_checks_no_sequence() {
-        let ticks = Timeouts::default().in_ticks(1000);
-        let mut table = SessionTable::with_capacity(8);
-        let key = client_key(1, 40000);
-        let s = Session::new(&key, ForwardMode::FullNat, 1, 3, ip(0xc0a8_0003), 80)
-            .with_local(Ipv4Addr::new(10, 0, 0, 100), 2000)
-            .with_timestamp_offset(77);
-        let id = table.insert(s, 0, 10).unwrap();
-        let seg = |seq: u32| ClientSegment { seq, next: seq };
-        let on = |t: &mut SessionTable, flags, seq| {
-            t.on_client_segment(id, flags, seg(seq), 0, &ticks).unwrap()
-        };
-        on(&mut table, TcpFlags::SYN, 1000).unwrap();
-        table.on_packet(
-            id,
-            Direction::Outbound,
-            TcpFlags::SYN | TcpFlags::ACK,
-            0,
-            &ticks,
-        );
-        on(&mut table, TcpFlags::ACK, 1001).unwrap();
-        let s = table.get(id).unwrap();
-        assert_eq!((s.timestamp_offset(), s.client_next_seq()), (77, None));
-        let t = on(&mut table, TcpFlags::RST, 1001 + 2 * CLIENT_SEQ_WINDOW).unwrap();
-        assert_eq!(t.to, TcpState::Close);
-        // And the others rewrite no timestamps: an offset given to one is not kept.
+    fn only_fullnat_keeps_a_timestamp_offset() {
         let (_, _, nat) = nat(2, 40001, 3);
         assert_eq!(nat.with_timestamp_offset(77).timestamp_offset(), 0);
     }
 
-    /// Where the client's sequence is not known (FullNAT here), a blind FIN moves an
-    /// established session as IPVS does, but a SYN after it does not take it back to
-    /// SYN_RECV, nor a server SYN to SYN_SENT: a live connection never looks like a
-    /// handshake that never completed. A fresh session still goes to SYN_RECV on its
-    /// SYN; and a session whose client sequence is known keeps IPVS's table.
+    /// On a FullNAT session (its client sequence known or not), and where the client's
+    /// sequence is not known, a FIN moves an established session as IPVS does, but a
+    /// SYN after it does not take it back to SYN_RECV, nor a server SYN to SYN_SENT: a
+    /// live connection never looks like a handshake that never completed. A fresh
+    /// session still goes to SYN_RECV on its SYN; and a session of another mode whose
+    /// client sequence is known keeps IPVS's table.
     #[test]
     fn a_syn_takes_no_unsequenced_session_back_to_the_handshake() {
         let key = client_key(1, 40000);
@@ -2215,19 +2275,22 @@ mod tests {
             s.on_tcp_segment(Direction::Inbound, TcpFlags::SYN).to,
             TcpState::SynRecv
         );
-        for from in [
-            TcpState::Established,
-            TcpState::FinWait,
-            TcpState::CloseWait,
-            TcpState::LastAck,
-        ] {
-            let mut s = fullnat.with_state(from);
-            assert_eq!(s.on_tcp_segment(Direction::Inbound, TcpFlags::SYN).to, from);
-            let mut s = fullnat.with_state(from);
-            assert_eq!(
-                s.on_tcp_segment(Direction::Outbound, TcpFlags::SYN).to,
-                from
-            );
+        let (_, _, unknown) = nat(3, 40002, 3);
+        let sequenced = fullnat.with_client_next_seq(1000);
+        assert!(sequenced.client_next_seq().is_some());
+        for session in [fullnat, sequenced, unknown] {
+            for from in [
+                TcpState::Established,
+                TcpState::FinWait,
+                TcpState::CloseWait,
+                TcpState::LastAck,
+            ] {
+                for dir in [Direction::Inbound, Direction::Outbound] {
+                    let mut s = session.with_state(from);
+                    let to = s.on_tcp_segment(dir, TcpFlags::SYN).to;
+                    assert_eq!(to, from, "{:?} {dir:?}", session.mode);
+                }
+            }
         }
         let mut s = fullnat.with_state(TcpState::Established);
         let fin = TcpFlags::FIN | TcpFlags::ACK;

@@ -3,7 +3,7 @@
 //! client address each saw) and a client that runs curl and UDP exchanges.
 
 use super::config::{DaemonConfig, PortSpec};
-use super::daemon::Daemon;
+use super::daemon::{event_count, Daemon, SLUICECTL};
 use super::process::{
     netns_exec, read_lines, tool, wait_for, BackgroundProcess, CmdOutput, PYTHON,
 };
@@ -387,6 +387,67 @@ impl AppLab {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// `tests/tools/blind_segments.py` in the client's namespace, against the echo
+    /// service at `vip:port` through `daemon`: a RST and a FIN (with `syn`, then a
+    /// SYN) in the client's name, about half the sequence space from its own, then the
+    /// client's own RST. Asserts what a sequence-checking session must show: it stays
+    /// ESTABLISHED and echoes through the forgeries, the client's RST closes it, and
+    /// the worker counts the forged RST and FIN as `tcp_close_out_of_window`.
+    pub fn assert_blind_segments_move_nothing(
+        &self,
+        daemon: &Daemon,
+        vip: &str,
+        port: u16,
+        client: &str,
+        syn: bool,
+    ) {
+        let socket = daemon.socket().to_string_lossy().into_owned();
+        let script = tool("blind_segments.py").to_string_lossy().into_owned();
+        let port_arg = port.to_string();
+        let mut args = vec![
+            PYTHON,
+            &script,
+            "--ctl",
+            SLUICECTL,
+            "--socket",
+            &socket,
+            "--iface",
+            self.bed.client_if(),
+            "--vip",
+            vip,
+            "--port",
+            &port_arg,
+            "--client",
+            client,
+        ];
+        if syn {
+            args.push("--syn");
+        }
+        let before = daemon.status();
+        let out = self
+            .bed
+            .exec(self.bed.client_ns(), &args, Duration::from_secs(30));
+        let after = daemon.status();
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        let expected = [
+            "echo before True",
+            "state before ESTABLISHED",
+            "state forged ESTABLISHED",
+            "echo after True",
+            "state reset CLOSE",
+        ];
+        assert_eq!(
+            lines,
+            expected,
+            "{}\n{after:#}\n{}",
+            out.describe(),
+            self.diagnostics()
+        );
+        let counted = event_count(&after, "tcp_close_out_of_window")
+            - event_count(&before, "tcp_close_out_of_window");
+        assert_eq!(counted, 2, "the forged RST and FIN: {after:#}");
     }
 
     /// The kernels' view, for failure messages: link counters of the switch and the

@@ -35,7 +35,7 @@ impl Forwarder {
             if opens_connection(flags)
                 && self.sessions.get(id).is_some_and(|s| {
                     reusable_for_new_connection(s)
-                        || !self.snapshot.current().keeps_real_server(s.real)
+                        || !self.snapshot.current().keeps_real_server(s.real())
                 })
             {
                 self.retire(id, counters);

@@ -17,7 +17,7 @@ impl Forwarder {
     #[inline]
     pub(super) fn account_packet(&mut self, m: &Matched, bytes: u64) {
         self.account_transition(m);
-        let c = &self.real_servers[m.session.real as usize];
+        let c = &self.real_servers[m.session.real() as usize];
         match m.dir {
             Direction::Outbound => c.count_out(bytes),
             _ => c.count_in(bytes),
@@ -28,10 +28,10 @@ impl Forwarder {
     /// that line, without counting a packet (the SYN proxy's own ACK to the server).
     #[inline]
     pub(super) fn account_transition(&mut self, m: &Matched) {
-        let c = &self.real_servers[m.session.real as usize];
+        let c = &self.real_servers[m.session.real() as usize];
         if let Some(t) = m.transition {
             if account(c, t) {
-                self.load_changed(m.session.real);
+                self.load_changed(m.session.real());
             }
         }
     }
@@ -112,7 +112,7 @@ impl Forwarder {
         flags: TcpFlags,
         from: TcpState,
     ) {
-        let c = &self.real_servers[s.real as usize];
+        let c = &self.real_servers[s.real() as usize];
         let counted = match dir {
             Direction::Outbound => {
                 let refused = flags.contains(TcpFlags::RST) && from == TcpState::SynRecv;
@@ -168,7 +168,7 @@ impl Forwarder {
                 &s,
                 self.ts_clock.now_ms(),
             );
-            self.load_changed(s.real);
+            self.load_changed(s.real());
             bump(&counters.sessions_expired, 1);
         }
     }

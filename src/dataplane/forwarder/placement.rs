@@ -668,7 +668,7 @@ impl Forwarder {
             Err(refused) => {
                 release_local_port(&mut self.pool, &session, self.ts_clock.now_ms());
                 if *load_counted {
-                    self.count_load(session.real, -1);
+                    self.count_load(session.real(), -1);
                 }
                 return Err(match refused {
                     InsertError::TableFull => DropReason::SessionTableFull,
@@ -677,9 +677,9 @@ impl Forwarder {
             }
         };
         bump(&counters.sessions_created, 1);
-        bump(&self.real_servers[session.real as usize].connections, 1);
+        bump(&self.real_servers[session.real() as usize].connections, 1);
         if !*load_counted {
-            self.count_load(session.real, 1);
+            self.count_load(session.real(), 1);
         }
         let transition =
             self.sessions
@@ -734,7 +734,7 @@ impl Forwarder {
     /// would have seen it filed). [`Forwarder::file_open`] takes it back if the
     /// session is refused.
     pub(super) fn count_load_early(&mut self, opening: &mut Opening) {
-        self.count_load(opening.session.real, 1);
+        self.count_load(opening.session.real(), 1);
         opening.load_counted = true;
     }
 
