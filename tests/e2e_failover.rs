@@ -197,6 +197,94 @@ fn established(s: &BTreeMap<(String, String), String>) -> BTreeMap<(String, Stri
         .collect()
 }
 
+/// `BlindAfterCrash`'s connection: `tests/tools/blind_segments.py --hold` in the
+/// client's namespace, opened through A, waiting for the takeover.
+struct HeldConnection {
+    script: BackgroundProcess,
+    go: std::path::PathBuf,
+}
+
+impl HeldConnection {
+    /// Opens the connection through A and waits until B holds it ESTABLISHED too.
+    fn open(lab: &AppLab, a: &Daemon, b: &Daemon) -> HeldConnection {
+        let (ready, go) = (
+            lab.dir.path().join("blind.ready"),
+            lab.dir.path().join("blind.go"),
+        );
+        let paths = [&ready, &go].map(|p| p.to_string_lossy().into_owned());
+        let tool = tool("blind_segments.py").to_string_lossy().into_owned();
+        let (port, sock_a, sock_b) = (
+            PORT.to_string(),
+            a.socket().to_string_lossy().into_owned(),
+            b.socket().to_string_lossy().into_owned(),
+        );
+        let mut script = BackgroundProcess::spawn(
+            Some(lab.bed.client_ns()),
+            &[
+                PYTHON,
+                &tool,
+                "--ctl",
+                SLUICECTL,
+                "--socket",
+                &sock_a,
+                "--iface",
+                lab.bed.client_if(),
+                "--vip",
+                VIP,
+                "--port",
+                &port,
+                "--client",
+                lab.bed.client_ip(),
+                "--syn",
+                "--hold",
+                &paths[0],
+                &paths[1],
+                "--socket-after",
+                &sock_b,
+            ],
+        );
+        script.wait_until(Duration::from_secs(20), "the held connection open", || {
+            ready.exists()
+        });
+        let on_b = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+            (established(&sessions(b)).len() == LONG as usize + 1).then_some(())
+        });
+        assert!(
+            on_b.is_some(),
+            "B does not hold the held connection: {:?}\n{}",
+            sessions(b),
+            script.stdout_text()
+        );
+        HeldConnection { script, go }
+    }
+
+    /// After the takeover: the connection echoes through B, then the forgeries, which
+    /// must move nothing.
+    fn forge_through(mut self, b: &Daemon) {
+        let before = event_count(&b.status(), "tcp_close_out_of_window");
+        std::fs::write(&self.go, "").unwrap();
+        let exit = self.script.wait_exit(Duration::from_secs(30));
+        let out = self.script.stdout_text();
+        let lines: Vec<&str> = out.lines().collect();
+        let expected = [
+            "echo before True",
+            "state before ESTABLISHED",
+            "echo held True",
+            "state forged ESTABLISHED",
+            "echo after True",
+            "state reset CLOSE",
+        ];
+        assert_eq!(
+            lines,
+            expected,
+            "blind_segments.py exited {exit:?}\n{}",
+            self.script.stderr_text()
+        );
+        let counted = event_count(&b.status(), "tcp_close_out_of_window") - before;
+        assert_eq!(counted, 2, "the forged RST and FIN on B");
+    }
+}
+
 /// What happens to the pair while the client's 100 connections run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scenario {
@@ -221,6 +309,12 @@ enum Scenario {
     /// is killed, and the new connections of those addresses through B must go where
     /// their templates say.
     Persistence,
+    /// As `Crash`, and once B holds A's connections one more is opened through A and
+    /// held by B (sync); after the takeover it echoes once through B, then a blind
+    /// sender forges a RST, a FIN and a SYN in its client's name
+    /// (`tests/tools/blind_segments.py --hold`): B, which knows the connection only
+    /// from sync, must leave it ESTABLISHED and echoing.
+    BlindAfterCrash,
     /// No session sync: the service schedules by mh with `sloppy_tcp` on. B has never
     /// heard of the connections; after the takeover each one's next segment (no SYN)
     /// opens a session on B, to the real server B's own Maglev table picks for it,
@@ -265,6 +359,14 @@ fn crash_failover_keeps_every_nat_connection() {
 #[test]
 fn crash_failover_keeps_every_fullnat_connection() {
     failover("fullnat", Scenario::Crash);
+}
+
+/// A synced session does not know its client's sequence (the sync record does not
+/// carry it) until a real server's acknowledgment passes: without that, the blind RST
+/// takes B's copy of the connection to CLOSE and the SYN retires it.
+#[test]
+fn a_blind_rst_fin_and_syn_leave_a_synced_fullnat_connection_established() {
+    failover("fullnat", Scenario::BlindAfterCrash);
 }
 
 #[test]
@@ -762,6 +864,7 @@ fn failover(mode: &str, scenario: Scenario) {
         on_b.len(),
         opened.elapsed()
     );
+    let held = (scenario == Scenario::BlindAfterCrash).then(|| HeldConnection::open(&lab, &a, &b));
     let b_before = b.status();
     // What is measured below is a takeover from a live master: until now B stayed
     // backup (INIT -> BACKUP only, never advertised) and the client still sends to A.
@@ -823,6 +926,10 @@ fn failover(mode: &str, scenario: Scenario) {
             == Some(lb2_mac.as_str()))
         .then(|| killed.elapsed())
     });
+
+    if let Some(held) = held {
+        held.forge_through(&b);
+    }
 
     let exit = client.wait_exit(Duration::from_secs(u64::from(scenario.client_s()) + 20));
     assert!(

@@ -268,11 +268,6 @@ fn fullnat_rr_spreads_60_connections_and_real_servers_see_only_local_addresses()
     daemon.stop_clean();
 }
 
-/// TOA: with `toa = true`, the client's first ACK reaches the real server carrying
-/// TCP option 254 with the real client address and port (read by
-/// `tests/tools/toa_reader.py` sniffing the real server's interface), the real
-/// server's kernel accepts the segments (no checksum errors) and the HTTP exchange
-/// completes; `status` counts one insertion per connection and no "no room".
 /// A blind sender who knows a FullNAT connection's client address and port sends a
 /// RST, a FIN and a SYN in the client's name, about half the sequence space from the
 /// client's own segments: the session stays ESTABLISHED (its local port with it), the
@@ -303,6 +298,11 @@ fn a_blind_rst_fin_and_syn_leave_a_fullnat_connection_established() {
     daemon.stop_clean();
 }
 
+/// TOA: with `toa = true`, the client's first ACK reaches the real server carrying
+/// TCP option 254 with the real client address and port (read by
+/// `tests/tools/toa_reader.py` sniffing the real server's interface), the real
+/// server's kernel accepts the segments (no checksum errors) and the HTTP exchange
+/// completes; `status` counts one insertion per connection and no "no room".
 #[test]
 fn fullnat_toa_carries_the_client_address_to_the_real_server() {
     toa_reaches_the_real_server(false);

@@ -1618,8 +1618,8 @@ impl Forwarder {
                         }
                     }
                 }
-                let seg = client_segment(pkt.bytes(), parsed, dir);
-                self.hit(id, dir, flags, seg, pkt, cx.counters)
+                let seq = segment_seq(pkt.bytes(), parsed, dir, flags);
+                self.hit(id, dir, flags, seq, pkt, cx.counters)
             }
             None => {
                 // NAT64 replies: IPv4 to a local address, in the IPv6 table.
@@ -1989,6 +1989,36 @@ fn client_segment(frame: &[u8], parsed: &Parsed, dir: Direction) -> Option<Clien
         seq,
         next: seq.wrapping_add(u32::from(payload_len)).wrapping_add(ends),
     })
+}
+
+/// What a TCP segment tells its session's sequence check (`Forwarder::hit`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum SegmentSeq {
+    /// Nothing: a UDP datagram, or a segment the SYN proxy made up.
+    None,
+    /// A client's segment: its sequence numbers (`SessionTable::on_client_segment`).
+    Client(ClientSegment),
+    /// A real server's segment with ACK and without RST: its acknowledgment number
+    /// (`SessionTable::on_server_segment`).
+    ServerAck(u32),
+}
+
+/// [`SegmentSeq`] of a segment seen going `dir`, with `flags`.
+#[inline]
+fn segment_seq(frame: &[u8], parsed: &Parsed, dir: Direction, flags: TcpFlags) -> SegmentSeq {
+    let tcp = matches!(
+        parsed.kind,
+        PacketKind::Tcp { .. } | PacketKind::Ipv6(Ipv6Payload::Tcp { .. })
+    );
+    match dir {
+        Direction::Outbound
+            if tcp && flags.contains(TcpFlags::ACK) && !flags.contains(TcpFlags::RST) =>
+        {
+            miss::tcp_ack(frame, parsed).map_or(SegmentSeq::None, SegmentSeq::ServerAck)
+        }
+        Direction::Outbound => SegmentSeq::None,
+        _ => client_segment(frame, parsed, dir).map_or(SegmentSeq::None, SegmentSeq::Client),
+    }
 }
 
 #[inline]

@@ -74,8 +74,9 @@ pub mod timer;
 pub use index::KeyHash;
 pub use state::{is_active, ActivityChange, Direction, TcpEvent, TcpState, Transition};
 pub use table::{
-    ClientSegment, HashedKey, InsertError, OutOfWindow, Session, SessionFlags, SessionId,
+    ClientSegment, HashedKey, InsertError, OutOfWindow, SeqMark, Session, SessionFlags, SessionId,
     SessionTable, TableAllocError, CLIENT_SEQ_WINDOW, DEFAULT_WHEEL_SLOTS, MAX_CAPACITY,
+    SEQ_MARK_GRAIN,
 };
 pub use timeouts::{TickTimeouts, Timeouts, MAX_TIMEOUT_SECS};
 pub use timer::{Advance, TimerWheel};

@@ -961,8 +961,9 @@ impl SessionTable {
     /// numbers are known: a RST or FIN further than [`CLIENT_SEQ_WINDOW`] from the
     /// client's sequence as last seen moves nothing (its state and deadline stay), and
     /// `Err` says so; any other segment within the window moves that sequence to its
-    /// end. Sessions that do not keep the client's sequence (FullNAT) take every
-    /// segment as `on_packet` does.
+    /// end. Sessions that do not know the client's sequence (installed by sync, until
+    /// [`SessionTable::on_server_segment`] starts it) take every segment as
+    /// `on_packet` does.
     #[inline]
     pub fn on_client_segment(
         &mut self,
@@ -991,6 +992,33 @@ impl SessionTable {
         self.wheel
             .schedule(&mut self.slab[..], id.0, now_tick, deadline);
         Some(Ok(transition))
+    }
+
+    /// As [`SessionTable::on_packet`], for a real server's TCP segment with ACK and
+    /// without RST, whose acknowledgment number `ack` is the client's next sequence
+    /// number as the server has it. That starts the client's sequence as last seen
+    /// where it is not known (a session installed by sync: from then on its client's
+    /// RST and FIN are checked), and restarts it on a SYN-ACK (the server took a new
+    /// SYN of the client's, from a new ISN, on a session not over yet, whose later
+    /// segments would otherwise all lie outside the window). A blind sender on the
+    /// client's side cannot send this: it needs the real server's address and port as
+    /// its source, and one who can already ends the session with a RST from there.
+    #[inline]
+    pub fn on_server_segment(
+        &mut self,
+        id: SessionId,
+        flags: TcpFlags,
+        ack: u32,
+        now_tick: u32,
+        timeouts: &TickTimeouts,
+    ) -> Option<Transition> {
+        let session = self.get_mut(id)?;
+        if session.proto == Protocol::Tcp
+            && (flags.contains(TcpFlags::SYN) || session.client_seq.floor().is_none())
+        {
+            session.client_seq = SeqMark::at(ack);
+        }
+        self.on_packet(id, Direction::Outbound, flags, now_tick, timeouts)
     }
 
     /// Removes the session: its keys, its timer and its slot. Returns it.
@@ -2249,6 +2277,59 @@ mod tests {
         assert_eq!(table.get(id).unwrap().client_next_seq(), None);
         let t = on(&mut table, TcpFlags::RST, 7_000_010).unwrap();
         assert_eq!(t.to, TcpState::Close);
+    }
+
+    /// A real server's acknowledgment starts the client's sequence of a session that
+    /// does not know it (installed by sync, FullNAT here): from then on a blind RST
+    /// far from it moves nothing, and one at the acknowledged byte still ends it. A
+    /// SYN-ACK restarts a known sequence (the server took a client's new SYN, from a
+    /// new ISN); other server segments never move a known one, nor does a server RST
+    /// (not given here: `SegmentSeq` carries no acknowledgment for it).
+    #[test]
+    fn a_server_acknowledgment_starts_an_unknown_client_sequence() {
+        let ticks = Timeouts::default().in_ticks(1000);
+        let mut table = SessionTable::with_capacity(8);
+        let s = Session::new(&client_key(1, 40000), ForwardMode::FullNat, 1, 3, ip(3), 80)
+            .with_local(Ipv4Addr::new(10, 0, 0, 100), 2000)
+            .with_state(TcpState::Established);
+        let id = table.insert(s, 0, 900).unwrap();
+        let seg = |seq: u32| ClientSegment { seq, next: seq };
+        let (ack, rst) = (TcpFlags::ACK, TcpFlags::RST | TcpFlags::ACK);
+        let acked = 0x4000_0000;
+        table.on_server_segment(id, ack, acked, 1, &ticks).unwrap();
+        let floor = acked & !(SEQ_MARK_GRAIN - 1);
+        assert_eq!(table.get(id).unwrap().client_next_seq(), Some(floor));
+        // A later acknowledgment, an ACK far away, moves nothing once known.
+        table
+            .on_server_segment(id, ack, acked + (1 << 30), 2, &ticks)
+            .unwrap();
+        assert_eq!(table.get(id).unwrap().client_next_seq(), Some(floor));
+        let far = acked.wrapping_add(1 << 31);
+        let on = |t: &mut SessionTable, flags, seq| {
+            t.on_client_segment(id, flags, seg(seq), 3, &ticks).unwrap()
+        };
+        assert_eq!(on(&mut table, rst, far), Err(OutOfWindow));
+        assert_eq!(table.get(id).unwrap().state(), TcpState::Established);
+        // A SYN-ACK for a new ISN restarts it: the old connection's byte is now far.
+        let new_isn = acked.wrapping_add(1 << 31);
+        table
+            .on_server_segment(id, TcpFlags::SYN | ack, new_isn + 1, 4, &ticks)
+            .unwrap();
+        assert_eq!(
+            table.get(id).unwrap().client_next_seq(),
+            Some((new_isn + 1) & !(SEQ_MARK_GRAIN - 1))
+        );
+        assert_eq!(on(&mut table, rst, acked), Err(OutOfWindow));
+        assert_eq!(
+            on(&mut table, rst, new_isn + 1).unwrap().to,
+            TcpState::Close
+        );
+        // UDP keeps no sequence.
+        let udp_key = FlowKey4::new(Protocol::Udp, ip(1), 5000, ip(0x0a00_0001), 53);
+        let udp = Session::new(&udp_key, ForwardMode::Nat, 1, 3, ip(3), 53);
+        let id = table.insert(udp, 0, 900).unwrap();
+        table.on_server_segment(id, ack, acked, 5, &ticks).unwrap();
+        assert_eq!(table.get(id).unwrap().client_next_seq(), None);
     }
 
     /// Only FullNAT rewrites timestamps: an offset given to another mode's session is

@@ -488,6 +488,26 @@ impl SessionTable6 {
             .map(Ok)
     }
 
+    /// As [`SessionTable6::on_packet`], for a real server's TCP segment with ACK and
+    /// without RST: its acknowledgment number starts the client's sequence as last seen
+    /// where it is not known, and restarts it on a SYN-ACK, as the IPv4 table's
+    /// [`super::SessionTable::on_server_segment`].
+    #[inline]
+    pub fn on_server_segment(
+        &mut self,
+        id: u32,
+        flags: TcpFlags,
+        ack: u32,
+        now_tick: u32,
+        timeouts: &TickTimeouts,
+    ) -> Option<Transition> {
+        let s = self.get_mut(id)?;
+        if s.proto == Protocol::Tcp && (flags.contains(TcpFlags::SYN) || s.client_next == 0) {
+            s.client_next = ack;
+        }
+        self.on_packet(id, Direction::Outbound, flags, now_tick, timeouts)
+    }
+
     /// Starts the client's sequence as last seen for session `id` at the end of the
     /// segment that opened it (as the IPv4 [`super::Session::with_client_next_seq`]).
     pub fn start_client_seq(&mut self, id: u32, seg: &ClientSegment) {
@@ -806,9 +826,43 @@ mod tests {
         );
     }
 
-    /// The IPv4 table's sequence check, on IPv6 sessions of every mode: a client RST
-    /// far from the client's sequence as last seen moves nothing; near it, it closes;
-    /// a session whose sequence was never started takes any.
+    /// A real server's acknowledgment starts the client's sequence of a session
+    /// installed by sync, as in the IPv4 table: then a blind RST far from it moves
+    /// nothing, and one at the acknowledged byte closes it. A SYN-ACK restarts it.
+    #[test]
+    fn a_server_acknowledgment_starts_an_unknown_client_sequence() {
+        let tt = timeouts();
+        let rs: Ipv6Addr = "2001:db8:1::2".parse().unwrap();
+        let mut t = SessionTable6::with_capacity(4);
+        let mut s = Session6::new(
+            &key("2001:db8:2::9", 40000),
+            ForwardMode::FullNat,
+            1,
+            7,
+            rs,
+            80,
+        )
+        .synced(TcpState::Established, false);
+        (s.local_addr, s.local_port) = ("2001:db8:1::50".parse().unwrap(), 1025);
+        let id = t.insert(s, 0, 5, |_| panic!()).unwrap();
+        let seg = |seq: u32| ClientSegment { seq, next: seq };
+        let rst = TcpFlags::RST | TcpFlags::ACK;
+        let acked = 0x4000_0000u32;
+        t.on_server_segment(id, TcpFlags::ACK, acked, 0, &tt)
+            .unwrap();
+        t.on_server_segment(id, TcpFlags::ACK, acked + (1 << 30), 0, &tt)
+            .unwrap();
+        let far = acked.wrapping_add(1 << 31);
+        let moved = t.on_client_segment(id, rst, seg(far), 0, &tt).unwrap();
+        assert_eq!(moved, Err(OutOfWindow));
+        t.on_server_segment(id, TcpFlags::SYN | TcpFlags::ACK, far, 0, &tt)
+            .unwrap();
+        let moved = t.on_client_segment(id, rst, seg(acked), 0, &tt).unwrap();
+        assert_eq!(moved, Err(OutOfWindow), "restarted by the SYN-ACK");
+        let moved = t.on_client_segment(id, rst, seg(far), 0, &tt).unwrap();
+        assert_eq!(moved.unwrap().to, TcpState::Close);
+    }
+
     /// A FullNAT session (its sequence known or not) and one whose client sequence is
     /// not known: a SYN on a closing session leaves it closing, where IPVS's table
     /// takes it back to SYN_RECV (a blind FIN and SYN would otherwise make a live
@@ -842,6 +896,9 @@ mod tests {
         }
     }
 
+    /// The IPv4 table's sequence check, on IPv6 sessions of every mode: a client RST
+    /// far from the client's sequence as last seen moves nothing; near it, it closes;
+    /// a session whose sequence was never started takes any.
     #[test]
     fn a_client_rst_far_from_the_clients_sequence_moves_nothing() {
         let tt = crate::session::Timeouts::default().in_ticks(1000);

@@ -10,12 +10,17 @@ from the same port, as far as Sluice can tell). Last, the client's own kernel re
 the connection (SO_LINGER 0), at its exact next byte.
 
     blind_segments.py --ctl SLUICECTL --socket SOCK --iface IF --vip VIP --port PORT
-                      --client CLIENT_IP [--syn]
+                      --client CLIENT_IP [--syn] [--hold READY GO --socket-after SOCK]
+
+With --hold, after the first echo it creates the file READY and waits (up to 60 s)
+for the file GO (a test fails a load balancer over meanwhile), echoes once more, then
+forges; the states after that are read from --socket-after's daemon.
 
 Prints, one per line:
 
     echo before True|False     the connection echoes before the forgeries
     state before STATE         the session's state in `sluicectl -L -n -c --json`
+    echo held True|False       with --hold: the connection echoes after GO
     state forged STATE         ... after the forgeries
     echo after True|False      the connection still echoes
     state reset STATE          ... after the client's own RST ("none": no session)
@@ -25,18 +30,20 @@ Needs root (raw sockets) and Debian's scapy: run with /usr/bin/python3.
 
 import argparse
 import json
+import os
 import random
 import socket
 import struct
 import subprocess
+import sys
 import time
 
 from scapy.all import IP, TCP, AsyncSniffer, send
 
 
-def state(args, step, port):
+def state(args, step, port, sock):
     out = subprocess.run(
-        [args.ctl, "--socket", args.socket, "-L", "-n", "-c", "--json"],
+        [args.ctl, "--socket", sock, "-L", "-n", "-c", "--json"],
         capture_output=True,
         text=True,
         timeout=10,
@@ -70,7 +77,10 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--client", required=True)
     parser.add_argument("--syn", action="store_true")
+    parser.add_argument("--hold", nargs=2, metavar=("READY", "GO"))
+    parser.add_argument("--socket-after")
     args = parser.parse_args()
+    after = args.socket_after or args.socket
 
     sniffer = AsyncSniffer(
         iface=args.iface,
@@ -81,11 +91,20 @@ def main():
     s = socket.create_connection((args.vip, args.port), timeout=3)
     port = s.getsockname()[1]
     print("echo before", echo(s, b"one"), flush=True)
-    state(args, "before", port)
+    state(args, "before", port, args.socket)
+    if args.hold:
+        ready, go = args.hold
+        open(ready, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("echo held", echo(s, b"held"), flush=True)
     time.sleep(0.2)
     seen = [
         p[TCP].seq + len(p[TCP].payload) for p in sniffer.stop() if p[TCP].sport == port
     ]
+    if not seen:
+        sys.exit("the sniffer saw none of the connection's segments")
     far = (seen[-1] + (1 << 31) + random.randrange(-(1 << 29), 1 << 29)) % (1 << 32)
     forged = ["RA", "FA"] + (["S"] if args.syn else [])
     for flags in forged:
@@ -96,12 +115,12 @@ def main():
             verbose=False,
         )
     time.sleep(0.3)
-    state(args, "forged", port)
+    state(args, "forged", port, after)
     print("echo after", echo(s, b"two"), flush=True)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.close()
     time.sleep(0.3)
-    state(args, "reset", port)
+    state(args, "reset", port, after)
 
 
 if __name__ == "__main__":

@@ -1,33 +1,38 @@
 //! Hit: the packet belongs to a session of this worker. The session's state moves
 //! on the packet, the observers hear of the move, and a NAT or FullNAT session follows
 //! its client side's next hop (learns it, when installed by sync).
-use super::{Forwarder, Matched};
+use super::{Forwarder, Matched, SegmentSeq};
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::dpdk::Packet;
 use crate::model::{ForwardMode, Protocol};
-use crate::session::{ClientSegment, Direction, OutOfWindow, SessionFlags, SessionId};
+use crate::session::{Direction, OutOfWindow, SessionFlags, SessionId};
 use crate::wire::tcp::TcpFlags;
 
 impl Forwarder {
     /// The established path: the packet moves session `id` (its packet count, its TCP
     /// state on `flags`, its deadline), and when that changed the state, passive health
     /// (TCP not yet answered) and session sync see the move. A client's TCP segment
-    /// with its sequence numbers (`seg`) is checked against the client's sequence as
+    /// with its sequence numbers (`seq`) is checked against the client's sequence as
     /// last seen: a RST or FIN too far from it moves nothing, and is counted
-    /// (`SessionTable::on_client_segment`). Returns the session as of this packet, for
-    /// accounting and egress.
+    /// (`SessionTable::on_client_segment`); a real server's acknowledgment starts that
+    /// sequence where it is not known (`SessionTable::on_server_segment`). Returns the
+    /// session as of this packet, for accounting and egress.
     #[inline]
     pub(super) fn hit(
         &mut self,
         id: SessionId,
         dir: Direction,
         flags: TcpFlags,
-        seg: Option<ClientSegment>,
+        seq: SegmentSeq,
         pkt: &Packet,
         counters: &WorkerCounters,
     ) -> Matched {
-        let transition = match (dir, seg) {
-            (Direction::Inbound, Some(seg)) => {
+        let transition = match (dir, seq) {
+            (Direction::Outbound, SegmentSeq::ServerAck(ack)) => {
+                self.sessions
+                    .on_server_segment(id, flags, ack, self.now_tick, &self.timeouts)
+            }
+            (Direction::Inbound, SegmentSeq::Client(seg)) => {
                 let moved =
                     self.sessions
                         .on_client_segment(id, flags, seg, self.now_tick, &self.timeouts);

@@ -147,6 +147,7 @@ impl Forwarder {
                     }
                 }
             }
+            (Direction::Outbound, _) => self.server_segment_v6(id, pkt, parsed, flags)?,
             _ => self
                 .sessions6
                 .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?,
@@ -576,9 +577,7 @@ impl Forwarder {
         if dir != Direction::Outbound {
             return None;
         }
-        let transition = self
-            .sessions6
-            .on_packet(id, dir, flags, self.now_tick, &self.timeouts)?;
+        let transition = self.server_segment_v6(id, pkt, parsed, flags)?;
         let s = *self.sessions6.get(id)?;
         let c = &self.real_servers[s.real as usize];
         c.count_out(u64::from(pkt.len()));
@@ -781,6 +780,28 @@ impl Forwarder {
             },
         );
         expired
+    }
+
+    /// A real server's segment moves IPv6 session `id` (IPv6, or IPv4 for NAT64): its
+    /// acknowledgment, when it has one, may start the client's sequence
+    /// ([`SessionTable6::on_server_segment`]).
+    fn server_segment_v6(
+        &mut self,
+        id: u32,
+        pkt: &Packet,
+        parsed: &Parsed,
+        flags: TcpFlags,
+    ) -> Option<Transition> {
+        let dir = Direction::Outbound;
+        match super::segment_seq(pkt.bytes(), parsed, dir, flags) {
+            super::SegmentSeq::ServerAck(ack) => {
+                self.sessions6
+                    .on_server_segment(id, flags, ack, self.now_tick, &self.timeouts)
+            }
+            _ => self
+                .sessions6
+                .on_packet(id, dir, flags, self.now_tick, &self.timeouts),
+        }
     }
 
     /// What the lookup `found`, unless the packet is a SYN on the client key of a

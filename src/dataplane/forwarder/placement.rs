@@ -85,9 +85,10 @@ impl PortReclaimBudget {
 ///   a connection whose server has closed there while its client may still send:
 ///   only once that has stopped).
 ///
-/// Never in CLOSE: a blind RST puts an established IPv4 FullNAT connection there
-/// while it goes on (its sequence is not checked), and its port must not go to
-/// someone else.
+/// Never in CLOSE: a blind RST puts an established connection there while it goes
+/// on when its client's sequence is not known (installed by sync, before a server
+/// segment has passed), or in the 1 in about 1,900 a blind sender hits, and its port
+/// must not go to someone else.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct PortGiveUp {
     now: u32,
@@ -860,7 +861,7 @@ mod tests {
     /// blind FIN and SYN), a spoofed SYN flood's half-open sessions, some over. A new
     /// connection takes the port of a session half-open for over 3 s or in TIME_WAIT;
     /// never one younger (its handshake may still complete), established or closing,
-    /// in CLOSE (where a blind RST puts a live FullNAT connection) or opened by the
+    /// in CLOSE (where a blind RST may put a live connection) or opened by the
     /// SYN proxy. With none left, it is refused. Refusals on the way are bounded by the search's steps; within one
     /// tick the search's budget runs out and refills at the next.
     #[test]

@@ -27,7 +27,7 @@
 //! side array, so that whatever ends the wait (the server's SYN-ACK or reset, the
 //! client's reset, the session's end, its slot reused) frees the timer's entry at
 //! once, and a stale reset to the server finds it to kick.
-use super::{Action, Context, Forwarder, Matched};
+use super::{Action, Context, Forwarder, Matched, SegmentSeq};
 use crate::dataplane::awaiting::{AwaitServer, Awaiting, Released, Wait};
 use crate::dataplane::counters::Event;
 use crate::dataplane::synproxy_retry::{Due, Status, SynTimer, Ticket, Timed, CAPACITY};
@@ -603,12 +603,19 @@ impl Forwarder {
             id,
             Direction::Outbound,
             server_synack(),
-            None,
+            SegmentSeq::None,
             pkt,
             counters,
         );
         self.account_packet(&answered, bytes);
-        let m = self.hit(id, Direction::Inbound, TcpFlags::ACK, None, pkt, counters);
+        let m = self.hit(
+            id,
+            Direction::Inbound,
+            TcpFlags::ACK,
+            SegmentSeq::None,
+            pkt,
+            counters,
+        );
         // The ACK establishes the session: the real server's gauges move with it.
         self.account_transition(&m);
         // FullNAT TOA: this ACK completes the server's handshake, and it is the
