@@ -341,6 +341,8 @@ impl Scenario {
             Scenario::StandbyRestart => CLIENT_S + 8,
             // The templates' round trip (up to a scan pass) before the kill.
             Scenario::Persistence => CLIENT_S + 3,
+            // The held connection's script (scapy's start, its sync to B) before the kill.
+            Scenario::BlindAfterCrash => CLIENT_S + 10,
             _ => CLIENT_S,
         }
     }

@@ -2014,7 +2014,11 @@ fn segment_seq(frame: &[u8], parsed: &Parsed, dir: Direction, flags: TcpFlags) -
         Direction::Outbound
             if tcp && flags.contains(TcpFlags::ACK) && !flags.contains(TcpFlags::RST) =>
         {
-            miss::tcp_ack(frame, parsed).map_or(SegmentSeq::None, SegmentSeq::ServerAck)
+            // `classify` checked the TCP header: its acknowledgment field is there.
+            let at = parsed.l4 + 8;
+            frame.get(at..at + 4).map_or(SegmentSeq::None, |ack| {
+                SegmentSeq::ServerAck(u32::from_be_bytes([ack[0], ack[1], ack[2], ack[3]]))
+            })
         }
         Direction::Outbound => SegmentSeq::None,
         _ => client_segment(frame, parsed, dir).map_or(SegmentSeq::None, SegmentSeq::Client),

@@ -217,7 +217,8 @@ pub fn transition(state: TcpState, dir: Direction, flags: TcpFlags) -> Transitio
 }
 
 /// [`transition`] for a FullNAT session, or one whose client's sequence is not
-/// known (sessions installed by sync, which a blind FIN moves): a SYN never takes a
+/// known (sessions installed by sync, until a real server's acknowledgment passes,
+/// which a blind FIN moves): a SYN never takes a
 /// session past its handshake (FIN_WAIT, CLOSE_WAIT, LAST_ACK; ESTABLISHED stays
 /// anyway) back to a half-open state, where it stays. Otherwise a FIN (a real one, or
 /// a blind one where the sequence is not known: a SYN is never checked) then a SYN

@@ -144,9 +144,11 @@ impl ClientSegment {
     /// The client's next sequence number as last seen, `recorded`, after this segment
     /// within the window: its end when that is later, else as it was (a retransmission
     /// does not move it back). Not known (0) stays not known: only the segment that
-    /// opened the session starts it ([`Session::with_client_next_seq`]), so that a
-    /// blind sender's segment cannot set it for a session that has none (one installed
-    /// by sync) and then hold the window where its RST will be.
+    /// opened the session starts it ([`Session::with_client_next_seq`]), of the
+    /// client's segments, so that a blind sender's segment cannot set it for a session
+    /// that has none (one installed by sync) and then hold the window where its RST
+    /// will be (a real server's acknowledgment does start it:
+    /// [`SessionTable::on_server_segment`]).
     #[inline]
     pub fn moved_on(&self, recorded: u32) -> u32 {
         if recorded != 0 && (self.next.wrapping_sub(recorded) as i32) > 0 {
@@ -200,6 +202,17 @@ impl SeqMark {
     #[inline]
     pub fn floor(self) -> Option<u32> {
         (self.0 & 1 == 1).then(|| u32::from(self.0 >> 1) << SEQ_MARK_SHIFT)
+    }
+
+    /// The mark of `ack` (the client's next sequence number as the real server has
+    /// it) where this one is not known or behind it; else this one.
+    #[inline]
+    pub fn caught_up_with(self, ack: u32) -> SeqMark {
+        let mark = SeqMark::at(ack);
+        match (self.floor(), mark.floor()) {
+            (Some(floor), Some(at)) if (at.wrapping_sub(floor) as i32) <= 0 => self,
+            _ => mark,
+        }
     }
 
     /// Whether `seg` starts within [`CLIENT_SEQ_WINDOW`] of the sequence number marked
@@ -358,8 +371,9 @@ impl Session {
 
     /// The client's next sequence number as last seen ([`ClientSegment`]), to
     /// [`SEQ_MARK_GRAIN`]: the first sequence number of the grain it lies in. `None`
-    /// when not known (a session installed by sync: its client's RST and FIN are taken
-    /// as IPVS takes them), and for UDP sessions.
+    /// when not known (a session installed by sync, until a real server's
+    /// acknowledgment passes: its client's RST and FIN are taken as IPVS takes them),
+    /// and for UDP sessions.
     pub fn client_next_seq(&self) -> Option<u32> {
         self.client_seq.floor()
     }
@@ -998,8 +1012,11 @@ impl SessionTable {
     /// without RST, whose acknowledgment number `ack` is the client's next sequence
     /// number as the server has it. That starts the client's sequence as last seen
     /// where it is not known (a session installed by sync: from then on its client's
-    /// RST and FIN are checked), and restarts it on a SYN-ACK (the server took a new
-    /// SYN of the client's, from a new ISN, on a session not over yet, whose later
+    /// RST and FIN are checked), moves it forward where it is behind (the server never
+    /// acknowledges more than the client sent: a sequence started from an
+    /// acknowledgment while over 1 MiB was in flight, which the client's own segments
+    /// no longer reach, catches up), and restarts it on a SYN-ACK (the server took a
+    /// new SYN of the client's, from a new ISN, on a session not over yet, whose later
     /// segments would otherwise all lie outside the window). A blind sender on the
     /// client's side cannot send this: it needs the real server's address and port as
     /// its source, and one who can already ends the session with a RST from there.
@@ -1013,10 +1030,12 @@ impl SessionTable {
         timeouts: &TickTimeouts,
     ) -> Option<Transition> {
         let session = self.get_mut(id)?;
-        if session.proto == Protocol::Tcp
-            && (flags.contains(TcpFlags::SYN) || session.client_seq.floor().is_none())
-        {
-            session.client_seq = SeqMark::at(ack);
+        if session.proto == Protocol::Tcp {
+            session.client_seq = if flags.contains(TcpFlags::SYN) {
+                SeqMark::at(ack)
+            } else {
+                session.client_seq.caught_up_with(ack)
+            };
         }
         self.on_packet(id, Direction::Outbound, flags, now_tick, timeouts)
     }
@@ -2253,7 +2272,7 @@ mod tests {
     }
 
     /// A session whose client's sequence is not known (installed by sync) takes its
-    /// client's RST as IPVS does, and no segment starts the sequence for it: a blind
+    /// client's RST as IPVS does, and no client segment starts the sequence for it: a blind
     /// sender's ACK cannot set it where its later RST will be and leave the client's
     /// own segments outside.
     #[test]
@@ -2282,9 +2301,10 @@ mod tests {
     /// A real server's acknowledgment starts the client's sequence of a session that
     /// does not know it (installed by sync, FullNAT here): from then on a blind RST
     /// far from it moves nothing, and one at the acknowledged byte still ends it. A
-    /// SYN-ACK restarts a known sequence (the server took a client's new SYN, from a
-    /// new ISN); other server segments never move a known one, nor does a server RST
-    /// (not given here: `SegmentSeq` carries no acknowledgment for it).
+    /// later acknowledgment moves it forward (the client had over 1 MiB in flight when
+    /// the first one passed), an earlier one never back. A SYN-ACK restarts it (the
+    /// server took a client's new SYN, from a new ISN). A server RST gives none
+    /// (`SegmentSeq` carries no acknowledgment for it).
     #[test]
     fn a_server_acknowledgment_starts_an_unknown_client_sequence() {
         let ticks = Timeouts::default().in_ticks(1000);
@@ -2299,15 +2319,21 @@ mod tests {
         table.on_server_segment(id, ack, acked, 1, &ticks).unwrap();
         let floor = acked & !(SEQ_MARK_GRAIN - 1);
         assert_eq!(table.get(id).unwrap().client_next_seq(), Some(floor));
-        // A later acknowledgment, an ACK far away, moves nothing once known.
-        table
-            .on_server_segment(id, ack, acked + (1 << 30), 2, &ticks)
-            .unwrap();
-        assert_eq!(table.get(id).unwrap().client_next_seq(), Some(floor));
-        let far = acked.wrapping_add(1 << 31);
+        // Behind the client by 4 MiB: its FIN there is out of the window, until the
+        // server acknowledges up to it; an earlier acknowledgment then moves nothing.
+        let acked = acked + (4 << 20);
         let on = |t: &mut SessionTable, flags, seq| {
             t.on_client_segment(id, flags, seg(seq), 3, &ticks).unwrap()
         };
+        let fin = TcpFlags::FIN | TcpFlags::ACK;
+        assert_eq!(on(&mut table, fin, acked), Err(OutOfWindow));
+        table.on_server_segment(id, ack, acked, 2, &ticks).unwrap();
+        table
+            .on_server_segment(id, ack, acked - (2 << 20), 2, &ticks)
+            .unwrap();
+        let floor = acked & !(SEQ_MARK_GRAIN - 1);
+        assert_eq!(table.get(id).unwrap().client_next_seq(), Some(floor));
+        let far = acked.wrapping_add(1 << 31);
         assert_eq!(on(&mut table, rst, far), Err(OutOfWindow));
         assert_eq!(table.get(id).unwrap().state(), TcpState::Established);
         // A SYN-ACK for a new ISN restarts it: the old connection's byte is now far.

@@ -490,7 +490,8 @@ impl SessionTable6 {
 
     /// As [`SessionTable6::on_packet`], for a real server's TCP segment with ACK and
     /// without RST: its acknowledgment number starts the client's sequence as last seen
-    /// where it is not known, and restarts it on a SYN-ACK, as the IPv4 table's
+    /// where it is not known, moves it forward where it is behind, and restarts it on
+    /// a SYN-ACK, as the IPv4 table's
     /// [`super::SessionTable::on_server_segment`].
     #[inline]
     pub fn on_server_segment(
@@ -502,7 +503,9 @@ impl SessionTable6 {
         timeouts: &TickTimeouts,
     ) -> Option<Transition> {
         let s = self.get_mut(id)?;
-        if s.proto == Protocol::Tcp && (flags.contains(TcpFlags::SYN) || s.client_next == 0) {
+        // 0 stands for "not known": an acknowledgment of 0 starts nothing.
+        let later = s.client_next == 0 || (ack.wrapping_sub(s.client_next) as i32) > 0;
+        if s.proto == Protocol::Tcp && ack != 0 && (flags.contains(TcpFlags::SYN) || later) {
             s.client_next = ack;
         }
         self.on_packet(id, Direction::Outbound, flags, now_tick, timeouts)
@@ -828,7 +831,8 @@ mod tests {
 
     /// A real server's acknowledgment starts the client's sequence of a session
     /// installed by sync, as in the IPv4 table: then a blind RST far from it moves
-    /// nothing, and one at the acknowledged byte closes it. A SYN-ACK restarts it.
+    /// nothing, and one at the acknowledged byte closes it. A later acknowledgment
+    /// moves it forward, an earlier one never back; a SYN-ACK restarts it.
     #[test]
     fn a_server_acknowledgment_starts_an_unknown_client_sequence() {
         let tt = timeouts();
@@ -848,10 +852,10 @@ mod tests {
         let seg = |seq: u32| ClientSegment { seq, next: seq };
         let rst = TcpFlags::RST | TcpFlags::ACK;
         let acked = 0x4000_0000u32;
-        t.on_server_segment(id, TcpFlags::ACK, acked, 0, &tt)
-            .unwrap();
-        t.on_server_segment(id, TcpFlags::ACK, acked + (1 << 30), 0, &tt)
-            .unwrap();
+        for ack in [acked - (4 << 20), acked, acked - (2 << 20)] {
+            t.on_server_segment(id, TcpFlags::ACK, ack, 0, &tt).unwrap();
+        }
+        assert_eq!(t.get(id).unwrap().client_next, acked);
         let far = acked.wrapping_add(1 << 31);
         let moved = t.on_client_segment(id, rst, seg(far), 0, &tt).unwrap();
         assert_eq!(moved, Err(OutOfWindow));
