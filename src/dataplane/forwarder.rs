@@ -1982,8 +1982,7 @@ fn client_segment(frame: &[u8], parsed: &Parsed, dir: Direction) -> Option<Clien
     if dir != Direction::Inbound {
         return None;
     }
-    let at = parsed.l4 + 4;
-    let seq = u32::from_be_bytes(frame.get(at..at + 4)?.try_into().ok()?);
+    let seq = tcp_word(frame, parsed, 4)?;
     let ends = u32::from(flags.contains(TcpFlags::SYN)) + u32::from(flags.contains(TcpFlags::FIN));
     Some(ClientSegment {
         seq,
@@ -1991,10 +1990,20 @@ fn client_segment(frame: &[u8], parsed: &Parsed, dir: Direction) -> Option<Clien
     })
 }
 
+/// The 32-bit field at `offset` of the TCP header at `parsed.l4` (4: the sequence
+/// number, 8: the acknowledgment number). `classify` checked the header, so it is
+/// there; `None` only for a `parsed` that does not describe `frame`.
+#[inline]
+fn tcp_word(frame: &[u8], parsed: &Parsed, offset: usize) -> Option<u32> {
+    let at = parsed.l4 + offset;
+    Some(u32::from_be_bytes(frame.get(at..at + 4)?.try_into().ok()?))
+}
+
 /// What a TCP segment tells its session's sequence check (`Forwarder::hit`).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum SegmentSeq {
-    /// Nothing: a UDP datagram, or a segment the SYN proxy made up.
+    /// Nothing: a UDP datagram, a real server's segment without ACK or with RST, or a
+    /// segment the SYN proxy made up.
     None,
     /// A client's segment: its sequence numbers (`SessionTable::on_client_segment`).
     Client(ClientSegment),
@@ -2014,11 +2023,7 @@ fn segment_seq(frame: &[u8], parsed: &Parsed, dir: Direction, flags: TcpFlags) -
         Direction::Outbound
             if tcp && flags.contains(TcpFlags::ACK) && !flags.contains(TcpFlags::RST) =>
         {
-            // `classify` checked the TCP header: its acknowledgment field is there.
-            let at = parsed.l4 + 8;
-            frame.get(at..at + 4).map_or(SegmentSeq::None, |ack| {
-                SegmentSeq::ServerAck(u32::from_be_bytes([ack[0], ack[1], ack[2], ack[3]]))
-            })
+            tcp_word(frame, parsed, 8).map_or(SegmentSeq::None, SegmentSeq::ServerAck)
         }
         Direction::Outbound => SegmentSeq::None,
         _ => client_segment(frame, parsed, dir).map_or(SegmentSeq::None, SegmentSeq::Client),
@@ -3170,5 +3175,56 @@ mod tests {
         let i = f.snapshot.current().find_index(&key(80)).unwrap();
         assert_eq!(&*f.schedulers[i] as *const dyn Scheduler as *const (), kept);
         assert_eq!(pick(&mut f), Some(1), "still overloaded, still left out");
+    }
+
+    /// What the sequence check reads of a segment: a client's sequence numbers
+    /// inbound; outbound, a real server's acknowledgment only on a TCP segment with ACK
+    /// and without RST (a SYN-ACK included), nothing for a RST, a bare SYN or UDP.
+    #[test]
+    fn segment_seq_reads_a_clients_sequence_and_a_servers_acknowledgment() {
+        let frame = |proto: u8, flags: u8| {
+            let mut f = vec![0u8; 14 + 20 + 20];
+            f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2]);
+            f[12..14].copy_from_slice(&[0x08, 0x00]);
+            f[14..34].copy_from_slice(&[
+                0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, proto, 0, 0, 198, 18, 0, 21, 198, 18, 0, 9,
+            ]);
+            crate::wire::ipv4::Packet::new_unchecked(&mut f[14..34]).fill_checksum();
+            // Ports, sequence 0x01020304, acknowledgment 0x0a0b0c0d, 20-byte header.
+            f[34..54].copy_from_slice(&[
+                0, 80, 0x9c, 0x40, 1, 2, 3, 4, 10, 11, 12, 13, 0x50, flags, 0x20, 0, 0, 0, 0, 0,
+            ]);
+            if proto == 17 {
+                // UDP: the same ports, length 20, no checksum.
+                f[38..42].copy_from_slice(&[0, 20, 0, 0]);
+            }
+            f
+        };
+        let (syn, rst, ack) = (0x02, 0x04, 0x10);
+        let seq = |proto, flags, dir| {
+            let f = frame(proto, flags);
+            let parsed = classify(&f).expect("a valid frame");
+            let flags = if proto == 6 {
+                TcpFlags(flags)
+            } else {
+                TcpFlags::empty()
+            };
+            format!("{:?}", segment_seq(&f, &parsed, dir, flags))
+        };
+        let server_ack = format!("{:?}", SegmentSeq::ServerAck(0x0a0b_0c0d));
+        let none = format!("{:?}", SegmentSeq::None);
+        assert_eq!(seq(6, ack, Direction::Outbound), server_ack);
+        assert_eq!(seq(6, syn | ack, Direction::Outbound), server_ack);
+        assert_eq!(seq(6, rst | ack, Direction::Outbound), none);
+        assert_eq!(seq(6, syn, Direction::Outbound), none);
+        assert_eq!(seq(17, ack, Direction::Outbound), none);
+        let client = ClientSegment {
+            seq: 0x0102_0304,
+            next: 0x0102_0304,
+        };
+        assert_eq!(
+            seq(6, ack, Direction::Inbound),
+            format!("{:?}", SegmentSeq::Client(client))
+        );
     }
 }

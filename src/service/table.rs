@@ -2365,6 +2365,33 @@ mod tests {
         );
     }
 
+    /// However high the limit asked, no real-server id reaches
+    /// [`MAX_REAL_SERVER_IDS`] (a session entry keeps the id in two bytes): the last
+    /// fresh id is 65,535, and the next server is refused.
+    #[test]
+    fn real_server_ids_stay_below_the_session_entrys_two_bytes() {
+        for limit in [None, Some(u32::MAX)] {
+            let mut table = table_with_http();
+            if let Some(limit) = limit {
+                table.set_server_id_limit(limit);
+            }
+            // As if 65,533 servers had come and gone, none waiting for release.
+            table.next_server_id = MAX_REAL_SERVER_IDS as u32 - 2;
+            let ids: Vec<u32> = (1..=2)
+                .map(|i| {
+                    table
+                        .add_server(http(), rs(i, 80, 1, ForwardMode::Dr))
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(ids, [65_534, 65_535], "limit {limit:?}");
+            assert_rejected(&mut table, "too many real servers", |t| {
+                t.add_server(http(), rs(3, 80, 1, ForwardMode::Dr))
+                    .map(drop)
+            });
+        }
+    }
+
     /// Real-server ids stay below the limit; a removed server's id comes back only
     /// when its owner releases it, once, after every fresh id is used; each way a
     /// server leaves (`-d`, `-D`, `-C`, a sorry server replaced or removed) gives its

@@ -216,16 +216,15 @@ pub fn transition(state: TcpState, dir: Direction, flags: TcpFlags) -> Transitio
     }
 }
 
-/// [`transition`] for a FullNAT session, or one whose client's sequence is not
-/// known (sessions installed by sync, until a real server's acknowledgment passes,
-/// which a blind FIN moves): a SYN never takes a
-/// session past its handshake (FIN_WAIT, CLOSE_WAIT, LAST_ACK; ESTABLISHED stays
-/// anyway) back to a half-open state, where it stays. Otherwise a FIN (a real one, or
-/// a blind one where the sequence is not known: a SYN is never checked) then a SYN
-/// would dress a live connection as a handshake that never completed, which a new
-/// session may end to take its FullNAT local port. The cost:
-/// a client that opens a new connection from the same port while its last one is
-/// closing keeps the closing state's timeout for it.
+/// [`transition`] for a FullNAT session, or one whose client's sequence is not known
+/// (a session installed by sync, until a real server's acknowledgment passes), which
+/// a blind FIN can move: a SYN never takes a session past its handshake (FIN_WAIT,
+/// CLOSE_WAIT, LAST_ACK; ESTABLISHED stays anyway) back to a half-open state, where it
+/// stays. Otherwise a FIN (a real one, or a blind one where the sequence is not known:
+/// a SYN is never checked) then a SYN would dress a live connection as a handshake
+/// that never completed, which a new session may end to take its FullNAT local port.
+/// The cost: a client that opens a new connection from the same port while its last
+/// one is closing keeps the closing state's timeout for it.
 #[inline]
 pub fn transition_never_back_to_handshake(
     state: TcpState,

@@ -204,17 +204,6 @@ impl SeqMark {
         (self.0 & 1 == 1).then(|| u32::from(self.0 >> 1) << SEQ_MARK_SHIFT)
     }
 
-    /// The mark of `ack` (the client's next sequence number as the real server has
-    /// it) where this one is not known or behind it; else this one.
-    #[inline]
-    pub fn caught_up_with(self, ack: u32) -> SeqMark {
-        let mark = SeqMark::at(ack);
-        match (self.floor(), mark.floor()) {
-            (Some(floor), Some(at)) if (at.wrapping_sub(floor) as i32) <= 0 => self,
-            _ => mark,
-        }
-    }
-
     /// Whether `seg` starts within [`CLIENT_SEQ_WINDOW`] of the sequence number marked
     /// (anywhere in its grain), or the mark is not known.
     #[inline]
@@ -222,6 +211,17 @@ impl SeqMark {
         self.floor()
             .is_none_or(|floor| seg.within_window_of_range(floor, SEQ_MARK_GRAIN))
     }
+}
+
+/// Whether a real server's acknowledgment `ack` (on a segment with `flags`, ACK and
+/// no RST) moves the client's sequence as last seen, `known` (`None`: not known): it
+/// starts one not known, moves one forward that is behind it (the server never
+/// acknowledges more than the client sent), and a SYN-ACK restarts it (the server took
+/// a new SYN of the client's, from a new ISN). For both session tables
+/// ([`SessionTable::on_server_segment`]).
+#[inline]
+pub(super) fn server_ack_moves(known: Option<u32>, ack: u32, flags: TcpFlags) -> bool {
+    flags.contains(TcpFlags::SYN) || known.is_none_or(|k| (ack.wrapping_sub(k) as i32) > 0)
 }
 
 /// A client's RST or FIN outside [`CLIENT_SEQ_WINDOW`]: it moved nothing.
@@ -1030,12 +1030,10 @@ impl SessionTable {
         timeouts: &TickTimeouts,
     ) -> Option<Transition> {
         let session = self.get_mut(id)?;
-        if session.proto == Protocol::Tcp {
-            session.client_seq = if flags.contains(TcpFlags::SYN) {
-                SeqMark::at(ack)
-            } else {
-                session.client_seq.caught_up_with(ack)
-            };
+        if session.proto == Protocol::Tcp
+            && server_ack_moves(session.client_seq.floor(), ack, flags)
+        {
+            session.client_seq = SeqMark::at(ack);
         }
         self.on_packet(id, Direction::Outbound, flags, now_tick, timeouts)
     }
@@ -2175,7 +2173,7 @@ mod tests {
     }
 
     /// A client's RST or FIN far from the client's sequence as last seen moves
-    /// nothing; near it, it ends the connection as before, in every mode (FullNAT
+    /// nothing; near it, it ends the connection as IPVS does, in every mode (FullNAT
     /// keeping its timestamp offset beside it). The window's edges are exact: the
     /// sequence is kept to its 128 KiB grain, and the window reaches
     /// [`CLIENT_SEQ_WINDOW`] beyond either end of the grain. Out-of-window segments
@@ -2276,7 +2274,7 @@ mod tests {
     /// sender's ACK cannot set it where its later RST will be and leave the client's
     /// own segments outside.
     #[test]
-    fn an_unknown_client_sequence_is_not_started_by_any_segment() {
+    fn an_unknown_client_sequence_is_not_started_by_any_client_segment() {
         let ticks = Timeouts::default().in_ticks(1000);
         let mut table = SessionTable::with_capacity(8);
         let (_, _, s) = nat(1, 40000, 3);

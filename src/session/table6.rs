@@ -504,8 +504,9 @@ impl SessionTable6 {
     ) -> Option<Transition> {
         let s = self.get_mut(id)?;
         // 0 stands for "not known": an acknowledgment of 0 starts nothing.
-        let later = s.client_next == 0 || (ack.wrapping_sub(s.client_next) as i32) > 0;
-        if s.proto == Protocol::Tcp && ack != 0 && (flags.contains(TcpFlags::SYN) || later) {
+        let known = (s.client_next != 0).then_some(s.client_next);
+        if s.proto == Protocol::Tcp && ack != 0 && super::table::server_ack_moves(known, ack, flags)
+        {
             s.client_next = ack;
         }
         self.on_packet(id, Direction::Outbound, flags, now_tick, timeouts)

@@ -390,57 +390,29 @@ impl AppLab {
     }
 
     /// `tests/tools/blind_segments.py` in the client's namespace, against the echo
-    /// service at `vip:port` through `daemon`: a RST and a FIN (with `syn`, then a
-    /// SYN) in the client's name, about half the sequence space from its own, then the
-    /// client's own RST. Asserts what a sequence-checking session must show: it stays
-    /// ESTABLISHED and echoes through the forgeries, the client's RST closes it, and
-    /// the worker counts the forged RST and FIN as `tcp_close_out_of_window`.
+    /// service at `vip:port` through `daemon`: a RST, a FIN and a SYN in the client's
+    /// name, about half the sequence space from its own, then the client's own RST.
+    /// Asserts what a sequence-checking session must show: it stays ESTABLISHED and
+    /// echoes through the forgeries, the client's RST closes it, and the worker counts
+    /// the forged RST and FIN as `tcp_close_out_of_window`.
     pub fn assert_blind_segments_move_nothing(
         &self,
         daemon: &Daemon,
         vip: &str,
         port: u16,
         client: &str,
-        syn: bool,
     ) {
-        let socket = daemon.socket().to_string_lossy().into_owned();
-        let script = tool("blind_segments.py").to_string_lossy().into_owned();
-        let port_arg = port.to_string();
-        let mut args = vec![
-            PYTHON,
-            &script,
-            "--ctl",
-            SLUICECTL,
-            "--socket",
-            &socket,
-            "--iface",
-            self.bed.client_if(),
-            "--vip",
-            vip,
-            "--port",
-            &port_arg,
-            "--client",
-            client,
-        ];
-        if syn {
-            args.push("--syn");
-        }
+        let argv = blind_segments_argv(daemon.socket(), self.bed.client_if(), vip, port, client);
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
         let before = daemon.status();
         let out = self
             .bed
             .exec(self.bed.client_ns(), &args, Duration::from_secs(30));
         let after = daemon.status();
         let lines: Vec<&str> = out.stdout.lines().collect();
-        let expected = [
-            "echo before True",
-            "state before ESTABLISHED",
-            "state forged ESTABLISHED",
-            "echo after True",
-            "state reset CLOSE",
-        ];
         assert_eq!(
             lines,
-            expected,
+            blind_segments_moved_nothing(false),
             "{}\n{after:#}\n{}",
             out.describe(),
             self.diagnostics()
@@ -499,6 +471,52 @@ impl AppLab {
             }
         }
     }
+}
+
+/// `tests/tools/blind_segments.py`'s command line (run it in the client's
+/// namespace, on its interface `iface`): against the echo service at `vip:port`, the
+/// daemon at `socket` listing the session, a RST, a FIN and a SYN forged in `client`'s
+/// name.
+pub fn blind_segments_argv(
+    socket: &std::path::Path,
+    iface: &str,
+    vip: &str,
+    port: u16,
+    client: &str,
+) -> Vec<String> {
+    let tool = tool("blind_segments.py").to_string_lossy().into_owned();
+    let socket = socket.to_string_lossy().into_owned();
+    [
+        PYTHON, &tool, "--ctl", SLUICECTL, "--socket", &socket, "--iface", iface,
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([
+        "--vip".to_string(),
+        vip.to_string(),
+        "--port".to_string(),
+        port.to_string(),
+        "--client".to_string(),
+        client.to_string(),
+        "--syn".to_string(),
+    ])
+    .collect()
+}
+
+/// What `blind_segments.py` prints when its forgeries moved nothing and the
+/// client's own RST closed the session (with `held`, a `--hold` run: one more echo
+/// after GO).
+pub fn blind_segments_moved_nothing(held: bool) -> Vec<&'static str> {
+    let mut lines = vec!["echo before True", "state before ESTABLISHED"];
+    if held {
+        lines.push("echo held True");
+    }
+    lines.extend([
+        "state forged ESTABLISHED",
+        "echo after True",
+        "state reset CLOSE",
+    ]);
+    lines
 }
 
 /// `e2e_apps.py stream` running in the client's namespace (see [`AppLab::stream`]).

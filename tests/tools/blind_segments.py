@@ -82,14 +82,19 @@ def main():
     args = parser.parse_args()
     after = args.socket_after or args.socket
 
+    # The port first, so that the capture holds this connection's segments only.
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("0.0.0.0", 0))
+    port = s.getsockname()[1]
     sniffer = AsyncSniffer(
         iface=args.iface,
-        filter="tcp and dst host %s and dst port %d" % (args.vip, args.port),
+        filter="tcp and dst host %s and dst port %d and src port %d"
+        % (args.vip, args.port, port),
     )
     sniffer.start()
     time.sleep(0.5)
-    s = socket.create_connection((args.vip, args.port), timeout=3)
-    port = s.getsockname()[1]
+    s.settimeout(3)
+    s.connect((args.vip, args.port))
     print("echo before", echo(s, b"one"), flush=True)
     state(args, "before", port, args.socket)
     if args.hold:
@@ -100,9 +105,7 @@ def main():
             time.sleep(0.05)
         print("echo held", echo(s, b"held"), flush=True)
     time.sleep(0.2)
-    seen = [
-        p[TCP].seq + len(p[TCP].payload) for p in sniffer.stop() if p[TCP].sport == port
-    ]
+    seen = [p[TCP].seq + len(p[TCP].payload) for p in sniffer.stop()]
     if not seen:
         sys.exit("the sniffer saw none of the connection's segments")
     far = (seen[-1] + (1 << 31) + random.randrange(-(1 << 29), 1 << 29)) % (1 << 32)

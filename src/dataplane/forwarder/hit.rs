@@ -15,7 +15,8 @@ impl Forwarder {
     /// with its sequence numbers (`seq`) is checked against the client's sequence as
     /// last seen: a RST or FIN too far from it moves nothing, and is counted
     /// (`SessionTable::on_client_segment`); a real server's acknowledgment starts that
-    /// sequence where it is not known (`SessionTable::on_server_segment`). Returns the
+    /// sequence where it is not known, moves it forward where it is behind, and a
+    /// SYN-ACK restarts it (`SessionTable::on_server_segment`). Returns the
     /// session as of this packet, for accounting and egress.
     #[inline]
     pub(super) fn hit(
