@@ -151,25 +151,29 @@ impl ClientSegment {
     /// [`SessionTable::on_server_segment`]).
     #[inline]
     pub fn moved_on(&self, recorded: u32) -> u32 {
-        if recorded != 0 && (self.next.wrapping_sub(recorded) as i32) > 0 {
+        if recorded != 0 && seq_after(self.next, recorded) {
             self.next
         } else {
             recorded
         }
     }
 
-    /// [`ClientSegment::moved_on`] for a [`SeqMark`].
+    /// [`ClientSegment::moved_on`] for a [`SeqMark`] (a segment ending in the marked
+    /// grain leaves the mark as it was).
     #[inline]
     fn mark_moved_on(&self, recorded: SeqMark) -> SeqMark {
-        let Some(floor) = recorded.floor() else {
-            return recorded;
-        };
-        let mark = SeqMark::at(self.next);
-        match mark.floor() {
-            Some(at) if (at.wrapping_sub(floor) as i32) > 0 => mark,
+        match recorded.floor() {
+            Some(floor) if seq_after(self.next, floor) => SeqMark::at(self.next),
             _ => recorded,
         }
     }
+}
+
+/// Whether sequence number `a` comes after `b` (serial number arithmetic, RFC 1982:
+/// less than 2^31 ahead).
+#[inline]
+fn seq_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
 }
 
 /// The client's next sequence number as last seen, in two bytes: to
@@ -221,7 +225,7 @@ impl SeqMark {
 /// ([`SessionTable::on_server_segment`]).
 #[inline]
 pub(super) fn server_ack_moves(known: Option<u32>, ack: u32, flags: TcpFlags) -> bool {
-    flags.contains(TcpFlags::SYN) || known.is_none_or(|k| (ack.wrapping_sub(k) as i32) > 0)
+    flags.contains(TcpFlags::SYN) || known.is_none_or(|k| seq_after(ack, k))
 }
 
 /// A client's RST or FIN outside [`CLIENT_SEQ_WINDOW`]: it moved nothing.
