@@ -26,27 +26,39 @@ const SPOOFED: u32 = 5000;
 
 /// Sends `count` TCP SYNs to VIP:80 from sources 198.18.64.0/18 (one per SYN), each
 /// in an Ethernet frame to the appliance's MAC, from `iface`; with a fifth argument
-/// `fin`, each SYN is followed by a FIN from the same source (no answer needed).
+/// `fin` (or `ack`), each SYN is followed by a FIN (or a bare ACK acknowledging 1,
+/// which no SYN-ACK sent) from the same source (no answer needed).
 const FLOOD: &str = r#"
 import sys
 from scapy.all import Ether, IP, TCP, sendp, conf, get_if_hwaddr
 conf.verb = 0
 iface, lb_mac, vip, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-fin = sys.argv[5:] == ["fin"]
+then = sys.argv[5] if len(sys.argv) > 5 else None
 mac = get_if_hwaddr(iface)
 frames = []
 for i in range(count):
     head = Ether(src=mac, dst=lb_mac) / IP(src="198.18.%d.%d" % (64 + (i >> 8) % 64, i & 0xff), dst=vip)
     frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="S", seq=i))
-    if fin:
+    if then == "fin":
         frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="FA", seq=i + 1, ack=1))
+    elif then == "ack":
+        frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="A", seq=i + 1, ack=1))
 sendp(frames, iface=iface)
 print(count)
 "#;
 
-/// Sends `count` spoofed SYNs to `vip`:80 (each followed by a FIN with `fin`) from
-/// the client's namespace.
-fn flood(lab: &AppLab, vip: &str, count: u32, fin: bool) {
+/// What follows each spoofed SYN from its source.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Nothing,
+    Fin,
+    /// An ACK acknowledging 1: a blind sender's guess at the SYN-ACK it never saw.
+    Ack,
+}
+
+/// Sends `count` spoofed SYNs to `vip`:80 (each followed by `then`) from the client's
+/// namespace.
+fn flood(lab: &AppLab, vip: &str, count: u32, then: Then) {
     let count_arg = count.to_string();
     let mut args = vec![
         PYTHON,
@@ -57,8 +69,10 @@ fn flood(lab: &AppLab, vip: &str, count: u32, fin: bool) {
         vip,
         &count_arg,
     ];
-    if fin {
-        args.push("fin");
+    match then {
+        Then::Nothing => {}
+        Then::Fin => args.push("fin"),
+        Then::Ack => args.push("ack"),
     }
     let flood = lab
         .bed
@@ -70,7 +84,7 @@ fn flood(lab: &AppLab, vip: &str, count: u32, fin: bool) {
 /// namespace, then waits until the worker counts the event `reclaimed` and the table
 /// holds as many sessions as its pressure mark lets it.
 fn flood_until_reclaimed(lab: &AppLab, daemon: &Daemon, count: u32, fin: bool, reclaimed: &str) {
-    flood(lab, VIP, count, fin);
+    flood(lab, VIP, count, if fin { Then::Fin } else { Then::Nothing });
     let settled = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
         let s = daemon.status();
         (event_count(&s, reclaimed) > 0).then_some(s)
@@ -228,7 +242,7 @@ fn a_spoofed_syn_flood_holding_every_fullnat_port_does_not_lock_out_new_connecti
     let daemon = lab.daemon(&[&format!("{}/24", AppLab::APPLIANCE)], toml);
     lab.prewarm(&daemon, FULLNAT_VIP);
     let spoofed = 200;
-    flood(&lab, FULLNAT_VIP, spoofed, false);
+    flood(&lab, FULLNAT_VIP, spoofed, Then::Nothing);
     let held = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
         let s = daemon.status();
         (drop_count(&s, "laddr_exhausted") >= 100).then_some(s)
@@ -252,6 +266,139 @@ fn a_spoofed_syn_flood_holding_every_fullnat_port_does_not_lock_out_new_connecti
     assert!(
         (30..=64).contains(&reclaimed),
         "each new connection took a held port: {reclaimed}"
+    );
+    daemon.stop_clean();
+}
+
+/// Persistence templates against spoofed SYNs, in NAT: a client's connections
+/// confirm their template when they acknowledge the real server's SYN-ACK, which each
+/// spoofed SYN's following ACK fails to
+/// ([`check_spoofed_syns_leave_a_real_clients_template`]).
+#[test]
+fn spoofed_syns_do_not_evict_a_real_clients_persistence_template() {
+    check_spoofed_syns_leave_a_real_clients_template("nat");
+}
+
+/// The same in DR, where the real server's SYN-ACK bypasses Sluice: the client's
+/// handshake-completing ACK confirms.
+#[test]
+fn spoofed_syns_do_not_evict_a_real_clients_dr_persistence_template() {
+    check_spoofed_syns_leave_a_real_clients_template("dr");
+}
+
+/// An `rr` service in `mode` over two real servers, persistent (300 s), with a
+/// template table of one bucket of four (`persistence_templates = 4`). A real client's
+/// connections (kernel TCP, through curl) make its template and confirm it. Then 200
+/// SYNs from 200 spoofed sources (in NAT, each followed by a guessed ACK): each binds
+/// an unconfirmed template, and none confirms it; the first three
+/// take the free slots, the other 197 evict each other, never the client's confirmed
+/// one (which, bound first, expires first: a table that did not tell confirmed
+/// templates apart would evict it first). The client's template is still listed, and
+/// its next connections all reach its server.
+fn check_spoofed_syns_leave_a_real_clients_template(mode: &str) {
+    const DR_VIP: &str = "198.18.0.200";
+    require_root();
+    let mut lab = AppLab::new(2);
+    let (vip, addresses, client_ip) = if mode == "dr" {
+        lab.bed.configure("dr-vip", &[DR_VIP]);
+        let client = lab.bed.client_ip().to_string();
+        (DR_VIP, vec![format!("{APPLIANCE}/24")], client)
+    } else {
+        lab.bed.configure("client-addr", &[CLIENT, GATEWAY]);
+        lab.bed.configure("rs-gateway", &[APPLIANCE]);
+        let addresses = vec![format!("{APPLIANCE}/24"), format!("{GATEWAY}/24")];
+        (
+            VIP,
+            addresses,
+            CLIENT.split('/').next().unwrap().to_string(),
+        )
+    };
+    // DR does not translate ports: the servers listen on the service's.
+    lab.start_servers(&["0.0.0.0:80".to_string()], &[]);
+    let rips: Vec<String> = (1..=2).map(|i| lab.bed.rs_ip(i).to_string()).collect();
+    let servers: Vec<(&str, u16, u32, &str)> =
+        rips.iter().map(|r| (r.as_str(), 80, 1, mode)).collect();
+    let toml = service_section(
+        "tcp",
+        vip,
+        80,
+        "rr",
+        &["persistence_timeout = 300".to_string()],
+        &servers,
+    ) + "\n[sessions]\npersistence_templates = 4\n";
+    let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    let daemon = lab.daemon(&addresses, toml);
+    lab.prewarm(&daemon, if mode == "dr" { DR_VIP } else { GATEWAY });
+    let url = format!("http://{vip}/");
+    // The one server a batch of requests reached.
+    let only_server = |batch: &serde_json::Value| -> String {
+        let bodies = batch["bodies"].as_object().unwrap();
+        assert_eq!(batch["ok"].as_u64(), Some(5), "{batch}\n{}", daemon.dump());
+        assert_eq!(bodies.len(), 1, "one server for the client: {batch}");
+        bodies.keys().next().unwrap().clone()
+    };
+    let pinned = only_server(&lab.curl(&url, 5, 1, &[]));
+    let before = daemon.status();
+    assert_eq!(
+        event_count(&before, "persist_confirmed"),
+        1,
+        "the client's handshake confirmed its template once: {before:#}"
+    );
+    let spoofed = 200;
+    // In NAT each spoofed SYN comes with the ACK a blind sender would guess; in DR that
+    // ACK would confirm (the module `dataplane::forwarder::confirm` says why).
+    let then = if mode == "dr" {
+        Then::Nothing
+    } else {
+        Then::Ack
+    };
+    flood(&lab, vip, spoofed, then);
+    let flooded = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let s = daemon.status();
+        (event_count(&s, "persist_evicted") >= u64::from(spoofed) - 3).then_some(s)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the spoofed SYNs' templates did not fill the bucket: {:#}",
+            daemon.status()
+        )
+    });
+    let listed = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+    assert!(listed.success(), "{}", listed.describe());
+    let after = lab.curl(&url, 5, 1, &[]);
+    let v: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let templates: Vec<&serde_json::Value> = v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["state"] == "NONE")
+        .collect();
+    eprintln!(
+        "{mode}: {spoofed} spoofed SYNs into a 4-template table: {} templates evicted, \
+         {} listed after; the client's server before {pinned}, after {}",
+        event_count(&flooded, "persist_evicted"),
+        templates.len(),
+        after["bodies"]
+    );
+    assert_eq!(templates.len(), 4, "{templates:?}");
+    assert!(
+        templates
+            .iter()
+            .any(|t| t["client"] == format!("{client_ip}:0").as_str()),
+        "the client's template survived the spoofed SYNs: {templates:?}"
+    );
+    assert_eq!(
+        event_count(&flooded, "persist_evicted"),
+        u64::from(spoofed) - 3,
+        "each spoofed SYN past the three free slots evicted another one's: {flooded:#}"
+    );
+    assert_eq!(event_count(&flooded, "persist_no_room"), 0, "{flooded:#}");
+    assert_eq!(only_server(&after), pinned, "{}", daemon.dump());
+    let end = daemon.status();
+    assert_eq!(
+        event_count(&end, "persist_confirmed"),
+        1,
+        "a connection that follows a confirmed template has nothing to confirm: {end:#}"
     );
     daemon.stop_clean();
 }

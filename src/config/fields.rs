@@ -431,6 +431,12 @@ pub(super) fn neighbour_capacity(f: &Field) -> Check<u32> {
     f.int(256..=1 << 20)
 }
 
+/// Persistence templates the appliance keeps (IPv4; an eighth as many IPv6 ones):
+/// one bucket of four at least, 16 Mi (512 MiB) at most.
+pub(super) fn persistence_templates(f: &Field) -> Check<u32> {
+    f.int(4..=1 << 24)
+}
+
 /// A FullNAT local port bound (port 0 is never handed out).
 pub(super) fn local_port(f: &Field) -> Check<u16> {
     f.int(1..=65535)

@@ -315,6 +315,10 @@ pub struct SessionsConfig {
     /// servers' distinct addresses may fill three quarters of it
     /// ([`SessionsConfig::server_addresses`]).
     pub neighbours: u32,
+    /// Persistence templates (client network, service -> real server) the appliance
+    /// keeps, shared by every worker, for IPv4 services; IPv6 ones have an eighth as
+    /// many (`session::persist`).
+    pub persistence_templates: u32,
 }
 
 impl SessionsConfig {
@@ -337,6 +341,7 @@ impl Default for SessionsConfig {
             rewrite_timestamps: true,
             icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT,
             neighbours: crate::dataplane::worker::NEIGHBOUR_CAPACITY as u32,
+            persistence_templates: 1 << 18,
         }
     }
 }

@@ -86,6 +86,7 @@ const SESSION_KEYS: &[&str] = &[
     "icmp_error_rate",
     "icmp_error_burst",
     "neighbours",
+    "persistence_templates",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "proto",
@@ -1566,6 +1567,11 @@ fn read_sessions(root: &Table) -> Check<SessionsConfig> {
         rewrite_timestamps: t.or("rewrite_timestamps", d.rewrite_timestamps, Field::bool)?,
         icmp_error_limit: read_icmp_error_limit(&t, d.icmp_error_limit)?,
         neighbours: t.or("neighbours", d.neighbours, fields::neighbour_capacity)?,
+        persistence_templates: t.or(
+            "persistence_templates",
+            d.persistence_templates,
+            fields::persistence_templates,
+        )?,
     })
 }
 

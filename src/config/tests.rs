@@ -1222,6 +1222,7 @@ port = 80
             rewrite_timestamps: true,
             icmp_error_limit: crate::service::admission::DEFAULT_ICMP_ERROR_LIMIT,
             neighbours: 4096,
+            persistence_templates: 1 << 18,
         }
     );
     assert_eq!(cfg.services.len(), 3);
@@ -2089,6 +2090,22 @@ fn neighbour_tables_are_sized_by_sessions_neighbours() {
             22,
             "sessions.neighbours",
             "out of range (256..=1048576)",
+        );
+    }
+}
+
+#[test]
+fn the_template_table_is_sized_by_sessions_persistence_templates() {
+    let s = |kv: &str| format!("{BASE}[sessions]\n{kv}\n");
+    let cfg = parse(&s("persistence_templates = 4")).unwrap();
+    assert_eq!(cfg.sessions.persistence_templates, 4);
+    assert_eq!(parse(BASE).unwrap().sessions.persistence_templates, 262_144);
+    for bad in ["3", "16777217"] {
+        assert_rejected(
+            &s(&format!("persistence_templates = {bad}")),
+            22,
+            "sessions.persistence_templates",
+            "out of range (4..=16777216)",
         );
     }
 }

@@ -401,7 +401,9 @@ impl SharedState {
                 .map(|_| Arc::new(realserver_stats::new_table()))
                 .collect(),
             mailboxes: (0..workers).map(|_| Arc::new(Mailbox::default())).collect(),
-            persist: Arc::new(PersistTable::with_capacity(PERSIST_TEMPLATES)),
+            persist: Arc::new(PersistTable::with_capacity(
+                cfg.sessions.persistence_templates as usize,
+            )),
             sync_rings: cfg.sync.as_ref().map(|_| {
                 Arc::new(
                     (0..workers)
@@ -838,9 +840,6 @@ pub(crate) fn timeouts_from_config(cfg: &Config) -> Timeouts {
     out.set_udp_ms(t.udp_s.saturating_mul(1000));
     out
 }
-
-/// Persistence templates kept (all services, all workers): 8 MiB.
-const PERSIST_TEMPLATES: usize = 262_144;
 
 /// What every worker shares with the management core.
 struct Shared<'a> {

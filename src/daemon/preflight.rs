@@ -359,7 +359,7 @@ impl MemoryNeed {
             workers,
             sessions_per_worker,
             other: workers * (counters + neighbours + pools + sync_ring)
-                + PersistTable::bytes_for(super::PERSIST_TEMPLATES)
+                + PersistTable::bytes_for(cfg.sessions.persistence_templates as usize)
                 + maglev
                 + eal_ordinary,
             hugepages,

@@ -44,6 +44,14 @@ pub enum Event {
     /// Persistence: another worker was writing the template's slot; the connection
     /// was scheduled but no template recorded (the next one records it).
     PersistBusy,
+    /// Persistence: a new connection's template, unconfirmed, found its bucket full of
+    /// confirmed ones, which it never evicts: none recorded until the connection
+    /// confirms it (a flood of spoofed SYNs to a full table shows here).
+    PersistNoRoom,
+    /// Persistence: a connection proved its client is there and confirmed its
+    /// template (the client acknowledged the real server's SYN-ACK; in DR and TUN, the
+    /// client completed its handshake).
+    PersistConfirmed,
     /// A new TCP connection to a service with no available real server was answered
     /// with an RST (`all_down = "rst"`).
     AllDownReset,
@@ -162,7 +170,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 55;
+    pub const COUNT: usize = 57;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -179,6 +187,8 @@ impl Event {
         Event::PersistFollowed,
         Event::PersistEvicted,
         Event::PersistBusy,
+        Event::PersistNoRoom,
+        Event::PersistConfirmed,
         Event::AllDownReset,
         Event::HealthProbeSent,
         Event::HealthReplyUp,
@@ -237,6 +247,8 @@ impl Event {
             Event::PersistFollowed => "persist_followed",
             Event::PersistEvicted => "persist_evicted",
             Event::PersistBusy => "persist_busy",
+            Event::PersistNoRoom => "persist_no_room",
+            Event::PersistConfirmed => "persist_confirmed",
             Event::AllDownReset => "all_down_reset",
             Event::HealthProbeSent => "health_probe_sent",
             Event::HealthReplyUp => "health_reply_up",

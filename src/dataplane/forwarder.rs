@@ -11,6 +11,7 @@
 //! about a session take `icmp_error`, ICMPv6 errors and NAT64's `icmp6_error`.
 pub mod admission;
 mod burst;
+mod confirm;
 mod egress;
 mod hit;
 mod icmp6_error;
@@ -226,6 +227,9 @@ pub struct Forwarder {
     port_reclaim: placement::PortReclaimBudget,
     /// Persistence templates, shared by all workers.
     persist: Option<Arc<PersistTable>>,
+    /// What a NAT or FullNAT client's ACK must acknowledge to confirm its connection's
+    /// template (`confirm`); with `persist` only.
+    proofs: Option<confirm::HandshakeProofs>,
     /// Session-clock ticks per second, for template timeouts.
     ticks_per_second: u32,
     /// Milliseconds per session-clock tick.
@@ -762,6 +766,9 @@ impl Forwarder {
             pool: None,
             laddr_sets: Vec::new(),
             port_reclaim: placement::PortReclaimBudget::default(),
+            proofs: persistence
+                .as_ref()
+                .map(|_| confirm::HandshakeProofs::new()),
             persist: persistence,
             ticks_per_second: (tsc_hz / tsc_per_tick).clamp(1, u32::MAX as u64) as u32,
             tick_ms,
@@ -1619,7 +1626,7 @@ impl Forwarder {
                     }
                 }
                 let seq = segment_seq(pkt.bytes(), parsed, dir, flags);
-                self.hit(id, dir, flags, seq, pkt, cx.counters)
+                self.hit(id, dir, flags, seq, pkt, Some(parsed), cx.counters)
             }
             None => {
                 // NAT64 replies: IPv4 to a local address, in the IPv6 table.
@@ -1671,7 +1678,9 @@ impl Forwarder {
                         }
                     }
                 }
-                let placement = match self.place(service, &key, cx.now_tsc, cx.counters) {
+                // The SYN proxy's cookie proved the client; UDP has nothing to prove.
+                let proven = proxied.is_some() || key.proto != Protocol::Tcp;
+                let placement = match self.place(service, &key, proven, cx.now_tsc, cx.counters) {
                     Ok(placement) => placement,
                     Err(reason) => {
                         return match &proxied {

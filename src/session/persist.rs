@@ -6,9 +6,21 @@
 //! servers: the table is shared.
 //!
 //! **Layout.** A set-associative cache: a key hashes to one bucket of [`WAYS`] slots;
-//! a new template takes a free or expired slot of its bucket, else evicts the slot
-//! that expires first (counted: that client's next connection may be scheduled
-//! afresh, as if its template had timed out). Fixed size, allocated once.
+//! a new template takes a free or expired slot of its bucket, else evicts a live one
+//! (counted: that client's next connection may be scheduled afresh, as if its
+//! template had timed out). Fixed size, allocated once.
+//!
+//! **Confirmed or not.** Every SYN binds a template, a spoofed one too, and a sender
+//! of spoofed SYNs from many networks would otherwise evict real clients' templates
+//! at will (about 900 SYNs a second churn 262,144 slots at a 300 s timeout). So a
+//! template bound by a connection that has not proved its client is there
+//! ([`Template::confirmed`] false: a client's SYN, not yet answered by its
+//! handshake's last ACK) never evicts a confirmed one: it takes a free or expired
+//! slot, or the unconfirmed one expiring first, or nothing ([`Bind::NoRoom`]). A
+//! confirmed template evicts unconfirmed ones first, then the confirmed one expiring
+//! first. The forwarder confirms a template when its connection proves itself
+//! (`dataplane::forwarder::confirm`); binding a confirmed template over an
+//! unconfirmed one of the same real server confirms it.
 //!
 //! **Concurrency.** Each slot is a seqlock: a sequence number, odd while a writer
 //! updates the slot, and the key/value words. Readers never wait or write: they retry
@@ -108,27 +120,63 @@ pub fn prefix_mask6(prefix_len: u8) -> u128 {
 /// Where a template sends connections, and until when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Template {
-    /// The real server's id.
+    /// The real server's id (below [`crate::model::MAX_REAL_SERVER_IDS`], as the
+    /// service table hands them out; the slot keeps 31 bits).
     pub real: u32,
     /// Session-clock tick after which the template is void.
     pub expires: u32,
+    /// A connection under it proved its client is there (or could not be asked to:
+    /// UDP, a peer's template). An unconfirmed template never evicts a confirmed one.
+    pub confirmed: bool,
 }
 
+/// The value word's bit for [`Template::confirmed`]; the real server's id is in bits
+/// 32..63, the expiry tick in bits 0..32.
+const CONFIRMED: u64 = 1 << 63;
+
 impl Template {
+    /// A confirmed template (see [`Template::confirmed`]).
+    pub fn new_confirmed(real: u32, expires: u32) -> Template {
+        Template {
+            real,
+            expires,
+            confirmed: true,
+        }
+    }
+
+    /// A template whose connection has not proved its client yet.
+    pub fn new_unconfirmed(real: u32, expires: u32) -> Template {
+        Template {
+            confirmed: false,
+            ..Template::new_confirmed(real, expires)
+        }
+    }
+
     fn word(self) -> u64 {
-        u64::from(self.real) << 32 | u64::from(self.expires)
+        let confirmed = if self.confirmed { CONFIRMED } else { 0 };
+        confirmed | (u64::from(self.real) << 32 & !CONFIRMED) | u64::from(self.expires)
     }
 
     fn from_word(word: u64) -> Template {
         Template {
-            real: (word >> 32) as u32,
+            real: ((word & !CONFIRMED) >> 32) as u32,
             expires: word as u32,
+            confirmed: word & CONFIRMED != 0,
         }
     }
 
     /// Whether the template still holds at `now` (tick arithmetic wraps).
     pub fn is_live(self, now: u32) -> bool {
         (self.expires.wrapping_sub(now) as i32) > 0
+    }
+}
+
+/// The later of two session-clock ticks (tick arithmetic wraps).
+pub fn later_tick(a: u32, b: u32) -> u32 {
+    if (a.wrapping_sub(b) as i32) > 0 {
+        a
+    } else {
+        b
     }
 }
 
@@ -161,6 +209,9 @@ pub enum Bind {
     CreatedEvicting,
     /// Another writer held the slot: nothing was recorded.
     Busy,
+    /// An unconfirmed template found every slot of its bucket held by a live confirmed
+    /// one, which it never evicts: nothing was recorded.
+    NoRoom,
 }
 
 /// The IPv4 templates (one-word keys) and the IPv6 ones (three words), each in a
@@ -207,7 +258,9 @@ impl PersistTable {
 
     /// Records that `key` goes to `template.real` until `template.expires`, unless a
     /// live template for `key` exists already (then that one's real server is
-    /// returned, unchanged: the first writer wins).
+    /// returned: the first writer wins; a confirmed `template` of the same real server
+    /// confirms it, and extends it to the later expiry). Which slot a new template
+    /// takes: the module's *Confirmed or not*.
     pub fn bind(&self, key: TemplateKey, template: Template, now: u32) -> Bind {
         self.v4.bind(key.words(), template, now)
     }
@@ -408,11 +461,13 @@ impl<const N: usize> Slots<N> {
 
     fn bind(&self, word: [u64; N], template: Template, now: u32) -> Bind {
         let bucket = self.bucket(word);
-        // The slot to write: this key's own, else a free or expired one, else the one
-        // expiring first.
+        // The slot to write: this key's own, else a free or expired one, else the
+        // unconfirmed one expiring first, else (for a confirmed template only) the
+        // confirmed one expiring first.
         // (slot, the key it held, whether that is a live template of another key)
         let mut target: Option<(usize, [u64; N], bool)> = None;
-        let mut soonest: Option<(usize, [u64; N], u32)> = None;
+        // The soonest to expire, unconfirmed ([0]) and confirmed ([1]).
+        let mut soonest: [Option<(usize, [u64; N], u32)>; 2] = [None, None];
         for (i, slot) in bucket.iter().enumerate() {
             // A slot being written may be this key's: do not risk a second copy.
             let Some((k, v)) = Self::read(slot) else {
@@ -421,6 +476,19 @@ impl<const N: usize> Slots<N> {
             let t = Template::from_word(v);
             if k == word {
                 if t.is_live(now) {
+                    if template.confirmed && !t.confirmed && t.real == template.real {
+                        let expires = later_tick(t.expires, template.expires);
+                        let _ = Self::write(
+                            slot,
+                            word,
+                            word,
+                            Template {
+                                expires,
+                                ..template
+                            }
+                            .word(),
+                        );
+                    }
                     return Bind::Existing(t.real);
                 }
                 target = Some((i, k, false));
@@ -431,14 +499,17 @@ impl<const N: usize> Slots<N> {
                 continue;
             }
             let left = t.expires.wrapping_sub(now);
+            let soonest = &mut soonest[usize::from(t.confirmed)];
             if soonest.is_none_or(|(_, _, l)| left < l) {
-                soonest = Some((i, k, left));
+                *soonest = Some((i, k, left));
             }
         }
         let (index, expected, evicting) = match (target, soonest) {
             (Some(t), _) => t,
-            (None, Some((i, k, _))) => (i, k, true),
-            (None, None) => return Bind::Busy,
+            (None, [Some((i, k, _)), _]) => (i, k, true),
+            (None, [None, Some((i, k, _))]) if template.confirmed => (i, k, true),
+            (None, [None, Some(_)]) => return Bind::NoRoom,
+            (None, [None, None]) => return Bind::Busy,
         };
         match Self::write(&bucket[index], expected, word, template.word()) {
             Ok(()) if evicting => Bind::CreatedEvicting,
@@ -456,7 +527,7 @@ impl<const N: usize> Slots<N> {
             if let Some((k, v)) = Self::read(slot) {
                 let t = Template::from_word(v);
                 if k == word && t.is_live(now) {
-                    if (expires.wrapping_sub(t.expires) as i32) > 0 {
+                    if later_tick(expires, t.expires) != t.expires {
                         let _ = Self::write(slot, word, word, Template { expires, ..t }.word());
                     }
                     return;
@@ -526,7 +597,7 @@ mod tests {
     }
 
     fn template(real: u32, expires: u32) -> Template {
-        Template { real, expires }
+        Template::new_confirmed(real, expires)
     }
 
     #[test]
@@ -602,6 +673,101 @@ mod tests {
         assert_eq!(live, [1, 2, 3, 99]);
     }
 
+    /// Spoofed SYNs bind unconfirmed templates: they take free, expired and each
+    /// other's slots, never a confirmed one's; a confirmed template takes an
+    /// unconfirmed one's slot before a confirmed one's.
+    #[test]
+    fn an_unconfirmed_template_never_evicts_a_confirmed_one() {
+        let table = PersistTable::with_capacity(WAYS); // one bucket
+        let unconfirmed = Template::new_unconfirmed;
+        for n in 0..WAYS as u32 - 1 {
+            assert_eq!(table.bind(key(n), template(n, 100 + n), 0), Bind::Created);
+        }
+        // The last slot: free, then an unconfirmed template's, again and again.
+        assert_eq!(table.bind(key(50), unconfirmed(1, 900), 0), Bind::Created);
+        for n in 51..60 {
+            assert_eq!(
+                table.bind(key(n), unconfirmed(1, 900), 0),
+                Bind::CreatedEvicting
+            );
+        }
+        for n in 0..WAYS as u32 - 1 {
+            assert_eq!(table.lookup(key(n), 1), Some(template(n, 100 + n)));
+        }
+        assert_eq!(table.lookup(key(59), 1), Some(unconfirmed(1, 900)));
+        // A confirmed template takes the unconfirmed one's slot, though it expires
+        // last of all.
+        assert_eq!(
+            table.bind(key(70), template(4, 800), 0),
+            Bind::CreatedEvicting
+        );
+        assert_eq!(table.lookup(key(59), 1), None);
+        // All confirmed now: an unconfirmed template finds no room and records nothing.
+        assert_eq!(table.bind(key(80), unconfirmed(2, 900), 0), Bind::NoRoom);
+        assert_eq!(table.lookup(key(80), 1), None);
+        assert_eq!(table.live(1).count(), WAYS);
+        // An expired confirmed template's slot is free again, for either kind.
+        assert_eq!(table.bind(key(80), unconfirmed(2, 900), 100), Bind::Created);
+        assert_eq!(table.lookup(key(0), 100), None);
+        // A confirmed one evicts the confirmed one expiring first when nothing else is
+        // left.
+        assert_eq!(
+            table.bind(key(81), template(3, 900), 100),
+            Bind::CreatedEvicting
+        );
+        assert_eq!(
+            table.lookup(key(80), 100),
+            None,
+            "the unconfirmed one went first"
+        );
+        assert_eq!(
+            table.bind(key(82), template(3, 900), 100),
+            Bind::CreatedEvicting
+        );
+        assert_eq!(
+            table.lookup(key(1), 100),
+            None,
+            "then the soonest confirmed"
+        );
+    }
+
+    /// A connection that proves itself binds its template confirmed: over its own
+    /// unconfirmed template (same real server) it confirms it and keeps the later
+    /// expiry; over another real server's it changes nothing (the first writer wins);
+    /// an unconfirmed bind never unconfirms.
+    #[test]
+    fn binding_confirmed_over_an_unconfirmed_template_confirms_it() {
+        let table = PersistTable::with_capacity(64);
+        let unconfirmed = Template::new_unconfirmed;
+        assert_eq!(table.bind(key(1), unconfirmed(7, 500), 0), Bind::Created);
+        assert_eq!(table.bind(key(1), template(7, 300), 10), Bind::Existing(7));
+        assert_eq!(table.lookup(key(1), 10), Some(template(7, 500)));
+        assert_eq!(
+            table.bind(key(1), unconfirmed(7, 900), 20),
+            Bind::Existing(7)
+        );
+        assert_eq!(table.lookup(key(1), 20), Some(template(7, 500)));
+        assert_eq!(table.bind(key(2), unconfirmed(7, 500), 0), Bind::Created);
+        assert_eq!(table.bind(key(2), template(8, 900), 10), Bind::Existing(7));
+        assert_eq!(table.lookup(key(2), 10), Some(unconfirmed(7, 500)));
+        // Refresh keeps what it found.
+        table.refresh(key(2), 700, 10);
+        assert_eq!(table.lookup(key(2), 10), Some(unconfirmed(7, 700)));
+    }
+
+    /// The slot's word keeps a real-server id, the expiry and the mark apart.
+    #[test]
+    fn the_value_word_keeps_its_three_fields_apart() {
+        for t in [
+            template(0, 0),
+            template(65_535, u32::MAX),
+            Template::new_unconfirmed(65_535, u32::MAX),
+            Template::new_unconfirmed(1, 1),
+        ] {
+            assert_eq!(Template::from_word(t.word()), t);
+        }
+    }
+
     #[test]
     fn slices_cover_the_table_once() {
         let table = PersistTable::with_capacity(256);
@@ -664,7 +830,7 @@ mod tests {
                         .map(|n| match table.bind(key(n), template(t, 1000), 0) {
                             Bind::Created | Bind::CreatedEvicting => (n, Some(t)),
                             Bind::Existing(r) => (n, Some(r)),
-                            Bind::Busy => (n, None),
+                            Bind::Busy | Bind::NoRoom => (n, None),
                         })
                         .collect::<Vec<_>>()
                 })

@@ -4,6 +4,7 @@
 use super::{Forwarder, Matched, SegmentSeq};
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::dpdk::Packet;
+use crate::flow::parse::Parsed;
 use crate::model::{ForwardMode, Protocol};
 use crate::session::{Direction, OutOfWindow, SessionFlags, SessionId};
 use crate::wire::tcp::TcpFlags;
@@ -16,9 +17,12 @@ impl Forwarder {
     /// last seen: a RST or FIN too far from it moves nothing, and is counted
     /// (`SessionTable::on_client_segment`); a real server's acknowledgment starts that
     /// sequence where it is not known, moves it forward where it is behind, and a
-    /// SYN-ACK restarts it (`SessionTable::on_server_segment`). Returns the
-    /// session as of this packet, for accounting and egress.
+    /// SYN-ACK restarts it (`SessionTable::on_server_segment`). A persistent
+    /// connection's handshake may confirm its template (`confirm`; `parsed`: the
+    /// segment's headers, None for one the SYN proxy made up). Returns the session as
+    /// of this packet, for accounting and egress.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn hit(
         &mut self,
         id: SessionId,
@@ -26,6 +30,7 @@ impl Forwarder {
         flags: TcpFlags,
         seq: SegmentSeq,
         pkt: &Packet,
+        parsed: Option<&Parsed>,
         counters: &WorkerCounters,
     ) -> Matched {
         let transition = match (dir, seq) {
@@ -58,9 +63,18 @@ impl Forwarder {
             if self.sync.is_some() {
                 self.sync_after_packet(id, &s, t);
             }
-            if t.changed() && s.flags().contains(SessionFlags::PERSISTENT) {
-                // A FIN may have moved its deadline, and with it its next visit.
-                self.schedule_template_renewal(id, s.service);
+            // A persistent connection's handshake moves its state, but for the real
+            // server's SYN-ACK, which a NAT or FullNAT client's ACK must answer.
+            if s.flags().contains(SessionFlags::PERSISTENT)
+                && (t.changed() || flags.contains(TcpFlags::SYN))
+            {
+                if let Some(parsed) = parsed {
+                    self.confirm_on(id, &s, dir, flags, t, pkt.bytes(), parsed, counters);
+                }
+                if t.changed() {
+                    // A FIN may have moved its deadline, and with it its next visit.
+                    self.schedule_template_renewal(id, s.service);
+                }
             }
         }
         if dir == Direction::Inbound && matches!(s.mode, ForwardMode::Nat | ForwardMode::FullNat) {

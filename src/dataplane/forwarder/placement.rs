@@ -222,14 +222,14 @@ impl AnyTemplateKey {
         }
     }
 
-    fn lookup(self, table: &PersistTable, now: u32) -> Option<Template> {
+    pub(super) fn lookup(self, table: &PersistTable, now: u32) -> Option<Template> {
         match self {
             AnyTemplateKey::V4(k) => table.lookup(k, now),
             AnyTemplateKey::V6(k) => table.lookup6(k, now),
         }
     }
 
-    fn bind(self, table: &PersistTable, template: Template, now: u32) -> Bind {
+    pub(super) fn bind(self, table: &PersistTable, template: Template, now: u32) -> Bind {
         match self {
             AnyTemplateKey::V4(k) => table.bind(k, template, now),
             AnyTemplateKey::V6(k) => table.bind6(k, template, now),
@@ -259,15 +259,22 @@ impl Forwarder {
     /// becomes the template. FullNAT then takes a local port whose replies the RSS
     /// view gives back to this worker. Fails with `NoRealServer` when the scheduler
     /// has nobody, `LaddrExhausted` when the pool is out of ports.
+    ///
+    /// A template the scheduler's choice becomes is confirmed when `proven` (the
+    /// client proved it is there: the SYN proxy's cookie; or there is nothing to
+    /// prove: UDP), else unconfirmed until the connection confirms it
+    /// ([`Forwarder::confirm_on`]): a spoofed SYN's template then never evicts a real
+    /// client's (`session::persist`).
     pub(super) fn place(
         &mut self,
         service: usize,
         key: &FlowKey4,
+        proven: bool,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
         let client = std::net::IpAddr::V4(key.src_addr());
-        self.place_client(service, key, client, now_tsc, counters)
+        self.place_client(service, key, client, proven, now_tsc, counters)
     }
 
     /// [`Forwarder::place`] for an IPv6 client: `key` holds its addresses folded to
@@ -280,7 +287,9 @@ impl Forwarder {
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
-        self.place_client(service, key, client.into(), now_tsc, counters)
+        // IPv6 connections do not confirm their templates later: they start
+        // confirmed, as every template did before templates were confirmed.
+        self.place_client(service, key, client.into(), true, now_tsc, counters)
     }
 
     fn place_client(
@@ -288,6 +297,7 @@ impl Forwarder {
         service: usize,
         key: &FlowKey4,
         client: std::net::IpAddr,
+        proven: bool,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
@@ -370,10 +380,16 @@ impl Forwarder {
                 };
                 if let Some((table, k, expires)) = template {
                     let real = service.real_servers[pick].id;
-                    match k.bind(table, Template { real, expires }, now) {
+                    let t = Template {
+                        real,
+                        expires,
+                        confirmed: proven,
+                    };
+                    match k.bind(table, t, now) {
                         Bind::Created => {}
                         Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
                         Bind::Busy => counters.event(Event::PersistBusy),
+                        Bind::NoRoom => counters.event(Event::PersistNoRoom),
                         // Another worker pinned this network an instant ago (not
                         // followed across the sorry server's switch, as above: that
                         // worker may still run the snapshot before it).
@@ -687,6 +703,9 @@ impl Forwarder {
                 .on_packet(id, Direction::Inbound, flags, self.now_tick, &self.timeouts);
         if session.flags().contains(SessionFlags::PERSISTENT) {
             self.schedule_template_renewal(id, session.service);
+            if let Some(proofs) = self.proofs.as_mut() {
+                proofs.forget(id.index());
+            }
         }
         if self.sync.is_some() {
             let t = Transition {
@@ -791,7 +810,7 @@ mod tests {
         let index = snap
             .find_index(&ServiceKey::new(Protocol::Tcp, vip, 80))
             .unwrap();
-        let placement = f.place(index, &key, 0, counters)?;
+        let placement = f.place(index, &key, false, 0, counters)?;
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
         let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ipv4(), rs.port);

@@ -605,6 +605,7 @@ impl Forwarder {
             server_synack(),
             SegmentSeq::None,
             pkt,
+            None,
             counters,
         );
         self.account_packet(&answered, bytes);
@@ -614,6 +615,7 @@ impl Forwarder {
             TcpFlags::ACK,
             SegmentSeq::None,
             pkt,
+            None,
             counters,
         );
         // The ACK establishes the session: the real server's gauges move with it.

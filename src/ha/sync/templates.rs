@@ -212,10 +212,8 @@ pub fn identify(
     }
     Ok((
         key,
-        Some(Template {
-            real: rs.id,
-            expires: now.wrapping_add(ticks),
-        }),
+        // The peer sends confirmed templates only.
+        Some(Template::new_confirmed(rs.id, now.wrapping_add(ticks))),
     ))
 }
 
@@ -251,7 +249,8 @@ pub fn apply(
     };
     match key.bind(table, template, now) {
         Bind::Created | Bind::CreatedEvicting => Applied::Created,
-        Bind::Busy => Applied::Busy,
+        // A confirmed template always finds room: `NoRoom` only answers unconfirmed ones.
+        Bind::Busy | Bind::NoRoom => Applied::Busy,
         Bind::Existing(real) if real == template.real => {
             key.refresh(table, template.expires, now);
             Applied::Refreshed
@@ -286,7 +285,7 @@ struct Known {
 }
 
 /// Which templates to send: the table (its IPv4 slots, then its IPv6 ones) is scanned
-/// a slice per call, a whole pass every `ticks_per_pass` calls; a live template is due when it is new, its real server or
+/// a slice per call, a whole pass every `ticks_per_pass` calls; a live confirmed template is due when it is new, its real server or
 /// expiry changed since it was last sent, or `resend_ticks` passed since then. What
 /// it remembers (one entry per live template it sent or received) is dropped for
 /// templates a whole pass did not see (expired, removed, evicted). Management core
@@ -342,7 +341,9 @@ impl TemplateTracker {
             .live6_in(start.max(v4) - v4..end.max(v4) - v4, now)
             .map(|(k, t)| (TemplateId::V6(k), t));
         let mut sent = 0;
-        for (key, t) in live4.chain(live6) {
+        // An unconfirmed template is a handshake in flight, perhaps a spoofed SYN's:
+        // the peer hears of it once its connection confirms it.
+        for (key, t) in live4.chain(live6).filter(|(_, t)| t.confirmed) {
             let due = match self.known.get_mut(&key) {
                 None => true,
                 Some(k) => {
@@ -465,10 +466,7 @@ mod tests {
             network: u32::from(NET),
         };
         // 600 ticks of 100 ms left.
-        let template = Template {
-            real,
-            expires: 1000 + 600,
-        };
+        let template = Template::new_confirmed(real, 1000 + 600);
         let record = ServicesById::new(&active)
             .record(key, template, 1000, 100)
             .unwrap();
@@ -492,13 +490,7 @@ mod tests {
                 network: u32::from(NET)
             })
         );
-        assert_eq!(
-            t,
-            Some(Template {
-                real: real2,
-                expires: 50 + 6000
-            })
-        );
+        assert_eq!(t, Some(Template::new_confirmed(real2, 50 + 6000)));
         // A removal needs no real server.
         let removal = RecordRepr {
             op: RecordOp::Remove,
@@ -519,10 +511,7 @@ mod tests {
             599
         );
         // Huge timeouts stay within the wire's limit.
-        let far = Template {
-            real,
-            expires: 1000 + (1 << 30),
-        };
+        let far = Template::new_confirmed(real, 1000 + (1 << 30));
         let r = ServicesById::new(&active)
             .record(key, far, 1000, 100)
             .unwrap();
@@ -537,10 +526,7 @@ mod tests {
             service,
             network: u32::from(NET),
         };
-        let template = Template {
-            real,
-            expires: 1600,
-        };
+        let template = Template::new_confirmed(real, 1600);
         let by_id = ServicesById::new(&active);
         assert!(by_id.record(key, template, 1600, 100).is_none(), "expired");
         assert!(by_id
@@ -610,7 +596,7 @@ mod tests {
     }
 
     fn t(real: u32, expires: u32) -> Template {
-        Template { real, expires }
+        Template::new_confirmed(real, expires)
     }
 
     #[test]
@@ -868,10 +854,7 @@ mod tests {
             service,
             network: u32::from(NET),
         };
-        let template = Template {
-            real,
-            expires: 1600,
-        };
+        let template = Template::new_confirmed(real, 1600);
         let record = ServicesById::new(&active)
             .record(key, template, 1000, 100)
             .expect("a template to the sorry server is described");
@@ -887,10 +870,7 @@ mod tests {
                     service: service2,
                     network: u32::from(NET)
                 }),
-                Some(Template {
-                    real: real2,
-                    expires: 600
-                })
+                Some(Template::new_confirmed(real2, 600))
             ))
         );
         // A standby without that sorry server cannot place it.

@@ -1,0 +1,221 @@
+//! Confirm: a persistence template bound by a client's SYN starts unconfirmed
+//! (`session::persist`: it never evicts a confirmed one) until its connection shows
+//! that its client is there, which a sender of spoofed SYNs cannot make happen:
+//!
+//! - **NAT and FullNAT:** the client's ACK acknowledges the real server's SYN-ACK
+//!   exactly (its sequence number + 1). A spoofed SYN's SYN-ACK goes to the address it
+//!   spoofed, so its sender never learns that number. The worker remembers the
+//!   SYN-ACK's sequence number in a small table by session slot ([`HandshakeProofs`]):
+//!   a SYN-ACK writes it, a client ACK that matches takes it and confirms.
+//! - **DR and TUN:** the real server's SYN-ACK bypasses Sluice. The client's ACK that
+//!   completes its handshake confirms: a blind sender can send that ACK too, so there
+//!   confirming only costs it one more packet per template.
+//! - The SYN proxy's connections (its cookie proved the client) and UDP ones (nothing
+//!   to prove) start confirmed (`Forwarder::place`), and so do IPv6 ones.
+//!
+//! **Cost.** Only a packet that moves a persistent session's state, or a SYN-ACK to
+//! one, comes here: a handful per connection, none in its established run. A SYN-ACK
+//! writes one 8-byte entry of the table; the client's ACK that establishes the
+//! session reads it, then reads the shared template, and writes it when it confirms
+//! it (once per template, not per connection).
+//!
+//! **What it takes from an attacker.** The client's ACK is checked when it moves the
+//! session to ESTABLISHED. A blind sender who knows a client's address and port and
+//! gets the session there first (a forged ACK the server drops for its checksum)
+//! leaves that one connection unconfirmed: its template stays evictable, as every
+//! template was before confirmation. That is aimed at one client, not a flood.
+use super::{client_template, tcp_word, Forwarder, TemplateRenewal};
+use crate::dataplane::counters::{Event, WorkerCounters};
+use crate::flow::parse::Parsed;
+use crate::model::{ForwardMode, Protocol};
+use crate::session::persist::{Bind, Template};
+use crate::session::{Direction, Session, SessionFlags, SessionId, TcpState, Transition};
+use crate::wire::tcp::TcpFlags;
+use std::net::Ipv4Addr;
+
+/// What the client's ACK must acknowledge, per session slot, in a table of
+/// [`HandshakeProofs::SLOTS`] entries indexed by the slot's low bits: handshakes in
+/// flight on one worker at once are few, and two that share an entry cost the
+/// earlier one its confirmation only (its template stays unconfirmed, as without
+/// this). A flood of spoofed SYNs whose SYN-ACKs overwrite entries faster than a
+/// client answers (about 40 ms at 100,000 a second) is what the SYN proxy is for.
+pub(super) struct HandshakeProofs {
+    entries: Box<[Expected]>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Expected {
+    /// The session slot + 1; 0: none.
+    slot: u32,
+    /// The acknowledgment number that confirms (the SYN-ACK's sequence + 1).
+    ack: u32,
+}
+
+impl HandshakeProofs {
+    /// Entries: 32 KiB per worker.
+    pub(super) const SLOTS: usize = 4096;
+
+    pub(super) fn new() -> HandshakeProofs {
+        HandshakeProofs {
+            entries: vec![Expected::default(); Self::SLOTS].into_boxed_slice(),
+        }
+    }
+
+    fn entry(&mut self, slot: u32) -> &mut Expected {
+        &mut self.entries[slot as usize % Self::SLOTS]
+    }
+
+    /// The session in `slot` ([`SessionId::index`]): its real server sent its SYN-ACK
+    /// with sequence number `seq`.
+    pub(super) fn expect(&mut self, slot: u32, seq: u32) {
+        *self.entry(slot) = Expected {
+            slot: slot.wrapping_add(1),
+            ack: seq.wrapping_add(1),
+        };
+    }
+
+    /// Whether a client's acknowledgment `ack` on the session in `slot` answers its
+    /// SYN-ACK; the entry is used up when it does. Another acknowledgment leaves it (a
+    /// blind sender's wrong guess must not cost the real client its confirmation).
+    pub(super) fn take(&mut self, slot: u32, ack: u32) -> bool {
+        let e = self.entry(slot);
+        let hit = e.slot == slot.wrapping_add(1) && e.ack == ack;
+        if hit {
+            *e = Expected::default();
+        }
+        hit
+    }
+
+    /// A new session took `slot`: an entry the slot's last session left means nothing.
+    pub(super) fn forget(&mut self, slot: u32) {
+        let e = self.entry(slot);
+        if e.slot == slot.wrapping_add(1) {
+            *e = Expected::default();
+        }
+    }
+}
+
+impl Forwarder {
+    /// A segment moved persistent TCP session `id` (`s` as of now) by `t`, a state
+    /// change or the real server's SYN-ACK (`frame`, its headers `parsed`): a NAT or
+    /// FullNAT SYN-ACK is remembered; the client's ACK that answers it (establishing
+    /// the session), or in DR and TUN the client's ACK that completes the handshake,
+    /// confirms the session's template.
+    /// Cold and not inlined: a few packets per persistent connection come here, and
+    /// the established path keeps only the test that sends them.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    pub(super) fn confirm_on(
+        &mut self,
+        id: SessionId,
+        s: &Session,
+        dir: Direction,
+        flags: TcpFlags,
+        t: Transition,
+        frame: &[u8],
+        parsed: &Parsed,
+        counters: &WorkerCounters,
+    ) {
+        if s.proto != Protocol::Tcp || s.flags().contains(SessionFlags::SYNPROXY) {
+            return; // UDP and the SYN proxy's connections were confirmed when placed.
+        }
+        let Some(proofs) = self.proofs.as_mut() else {
+            return;
+        };
+        let established = t.changed() && t.to == TcpState::Established;
+        let confirmed = match (s.mode, dir) {
+            (ForwardMode::Nat | ForwardMode::FullNat, Direction::Outbound)
+                if flags.contains(TcpFlags::SYN | TcpFlags::ACK) =>
+            {
+                if let Some(seq) = tcp_word(frame, parsed, 4) {
+                    proofs.expect(id.index(), seq);
+                }
+                false
+            }
+            (ForwardMode::Nat | ForwardMode::FullNat, Direction::Inbound)
+                if established && !flags.intersects(TcpFlags::SYN | TcpFlags::RST) =>
+            {
+                tcp_word(frame, parsed, 8).is_some_and(|ack| proofs.take(id.index(), ack))
+            }
+            (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound) => {
+                established && t.from == TcpState::SynRecv
+            }
+            _ => false,
+        };
+        if confirmed {
+            self.confirm_template(s, counters);
+        }
+    }
+
+    /// Session `s`'s connection proved its client: its template, bound unconfirmed,
+    /// is confirmed (or bound again, confirmed, if it went meanwhile).
+    fn confirm_template(&self, s: &Session, counters: &WorkerCounters) {
+        let client = Ipv4Addr::from(s.client_addr).into();
+        let snap = self.snapshot.current();
+        let Some((table, key, p)) = client_template(&self.persist, snap, s.service, client, true)
+        else {
+            return;
+        };
+        let now = self.now_tick;
+        let real = s.real();
+        // A connection that followed a confirmed template has nothing to add: a read.
+        if key
+            .lookup(table, now)
+            .is_some_and(|t| t.confirmed && t.real == real)
+        {
+            return;
+        }
+        let holds = TemplateRenewal::of(p.timeout_s, self.ticks_per_second).holds;
+        match key.bind(
+            table,
+            Template::new_confirmed(real, now.wrapping_add(holds)),
+            now,
+        ) {
+            Bind::Created => {}
+            Bind::Existing(r) if r == real => {}
+            // Another connection of the network bound it to another server since:
+            // that one's own connection confirms it, or not.
+            Bind::Existing(_) => return,
+            Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
+            Bind::Busy | Bind::NoRoom => {
+                counters.event(Event::PersistBusy);
+                return;
+            }
+        }
+        counters.event(Event::PersistConfirmed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client's ACK confirms only with the SYN-ACK's sequence + 1, once; a wrong
+    /// guess leaves the entry; another slot sharing the entry takes it over; a new
+    /// session in the slot forgets what the last one left.
+    #[test]
+    fn only_an_ack_of_the_syn_acks_sequence_takes_the_entry() {
+        let mut proofs = HandshakeProofs::new();
+        assert!(!proofs.take(5, 0), "nothing expected");
+        proofs.expect(5, u32::MAX);
+        assert!(!proofs.take(5, u32::MAX), "the SYN-ACK's own number");
+        assert!(!proofs.take(6, 0), "another slot");
+        assert!(proofs.take(5, 0), "sequence + 1, wrapped");
+        assert!(!proofs.take(5, 0), "used up");
+        let shares = HandshakeProofs::SLOTS as u32 + 5;
+        proofs.expect(5, 100);
+        proofs.expect(shares, 200);
+        assert!(
+            !proofs.take(5, 101),
+            "overwritten by a slot sharing its entry"
+        );
+        assert!(proofs.take(shares, 201));
+        proofs.expect(7, 300);
+        proofs.forget(7 + HandshakeProofs::SLOTS as u32);
+        assert!(proofs.take(7, 301), "another slot's forget leaves it");
+        proofs.expect(7, 300);
+        proofs.forget(7);
+        assert!(!proofs.take(7, 301), "forgotten");
+    }
+}
