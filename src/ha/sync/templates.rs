@@ -80,7 +80,9 @@ impl<'a> ServicesById<'a> {
 
     /// The update record of `key`'s template at `now` (session-clock ticks of
     /// `tick_ms`): the time left in milliseconds, the service and real server by
-    /// address. None when the template expired, or its service, the service's
+    /// address. None when the template expired or is unconfirmed (a handshake in
+    /// flight, perhaps a spoofed SYN's: the peer hears of it once its connection
+    /// confirms it, and installs what it hears confirmed), or its service, the service's
     /// persistence or its real server are gone, or the network no longer fits the
     /// service's netmask (edited since): the peer would reject the whole message.
     pub fn record(
@@ -90,7 +92,7 @@ impl<'a> ServicesById<'a> {
         now: u32,
         tick_ms: u32,
     ) -> Option<RecordRepr> {
-        if !template.is_live(now) {
+        if !template.is_live(now) || !template.confirmed {
             return None;
         }
         let key = key.into();
@@ -478,6 +480,12 @@ mod tests {
         assert_eq!(record.real_server, SocketAddrV4::new(RS2, 8080).into());
         assert_eq!(record.mode, ForwardMode::Nat);
         assert_eq!(record.timeout_ms, 60_000);
+        // An unconfirmed template (a handshake in flight) is not told, live or dumped.
+        let unconfirmed = Template::new_unconfirmed(real, 1000 + 600);
+        assert_eq!(
+            ServicesById::new(&active).record(key, unconfirmed, 1000, 100),
+            None
+        );
 
         // On the standby (other ids, another tick clock and tick length).
         let (service2, real2) = ids(&standby, RS2);
@@ -678,6 +686,22 @@ mod tests {
         // Expired ones too.
         assert!(passes(&mut tracker, &table, 1000, 2).len() == 2);
         assert_eq!(tracker.len(), 2, "only the two that expire later");
+    }
+
+    /// An unconfirmed template (a handshake in flight, perhaps a spoofed SYN's) is not
+    /// sent; once its connection confirms it, it is, at the next pass.
+    #[test]
+    fn the_tracker_sends_a_template_once_it_is_confirmed() {
+        let table = PersistTable::with_capacity(64);
+        let mut tracker = TemplateTracker::new(&table, 8, 100);
+        table.bind(k(1), Template::new_unconfirmed(5, 1000), 0);
+        assert!(passes(&mut tracker, &table, 0, 2).is_empty());
+        assert_eq!(tracker.len(), 0);
+        assert!(matches!(table.bind(k(1), t(5, 900), 10), Bind::Existing(5)));
+        assert_eq!(
+            passes(&mut tracker, &table, 10, 1),
+            [(k(1).into(), t(5, 1000))]
+        );
     }
 
     #[test]
