@@ -1684,3 +1684,106 @@ fn a_spoofed_ipv6_syn_flood_does_not_lock_out_new_connections() {
     );
     daemon.stop_clean();
 }
+
+/// Persistence templates against spoofed SYNs over IPv6, as
+/// `e2e_table_pressure::spoofed_syns_do_not_evict_a_real_clients_persistence_template`
+/// over IPv4: a NAT `rr` service over two real servers, persistent (300 s), with the
+/// smallest IPv6 template table (256 slots: 64 buckets of four). The client's
+/// connections (kernel TCP, curl) confirm its template by acknowledging the real
+/// server's SYN-ACK. Then 1,000 spoofed IPv6 SYNs (one per source), each followed by
+/// an ACK guessing the SYN-ACK: about 16 per bucket, so without confirmation the
+/// client's template (expiring first in its bucket) would go. Every spoofed template
+/// took a free slot or evicted another spoofed one; the client's template is still
+/// listed, and its next connections reach its server.
+#[test]
+fn spoofed_ipv6_syns_do_not_evict_a_real_clients_persistence_template() {
+    require_root();
+    const SPOOFED: u64 = 1000;
+    let mut lab = AppLab::new(2);
+    ipv6_lab(&lab);
+    lab.start_servers(&["[::]:8080".to_string()], &[]);
+    let addresses = appliance6(&lab);
+    let daemon = lab.daemon(
+        &addresses.each_ref().map(String::as_str),
+        service6(&lab, "tcp", 80, 8080, "nat", "persistence_timeout = 300\n")
+            + "\n[sessions]\npersistence_templates = 4\n",
+    );
+    let url = format!("http://[{VIP6}]:80/");
+    let only_server = |batch: &serde_json::Value| -> String {
+        let bodies = batch["bodies"].as_object().unwrap();
+        assert_eq!(batch["ok"].as_u64(), Some(5), "{batch}\n{}", daemon.dump());
+        assert_eq!(bodies.len(), 1, "one server for the client: {batch}");
+        bodies.keys().next().unwrap().clone()
+    };
+    let pinned = only_server(&lab.curl(&url, 5, 1, &[]));
+    let before = daemon.status();
+    assert_eq!(
+        event_count(&before, "persist_confirmed"),
+        1,
+        "the client's handshake confirmed its template once: {before:#}"
+    );
+    let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
+    let mac = port(&before, "lan0")["mac"].as_str().unwrap().to_string();
+    // Sources on the client's /64 (none of them the client's), one per SYN.
+    let script = format!(
+        "from scapy.all import Ether, IPv6, TCP, sendp, conf\n\
+         conf.verb = 0\n\
+         frames = []\n\
+         for i in range({SPOOFED}):\n\
+         \x20   head = Ether(dst='{mac}')/IPv6(src='2001:db8:18::2:%x' % i, dst='{VIP6}')\n\
+         \x20   frames.append(head/TCP(sport=1024 + i, dport=80, flags='S', seq=i))\n\
+         \x20   frames.append(head/TCP(sport=1024 + i, dport=80, flags='A', seq=i + 1, ack=1))\n\
+         sendp(frames, iface='{client_if}')\n"
+    );
+    lab.bed
+        .exec(
+            client,
+            &["/usr/bin/python3", "-c", &script],
+            Duration::from_secs(60),
+        )
+        .expect_success("scapy flood");
+    let listed = wait_for(Duration::from_secs(10), Duration::from_millis(200), || {
+        let listed = daemon.ctl(&["-L", "-n", "-c", "--json"]);
+        assert!(listed.success(), "{}", listed.describe());
+        let v: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+        let templates: Vec<serde_json::Value> = v["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["state"] == "NONE")
+            .cloned()
+            .collect();
+        let status = daemon.status();
+        let evicted = event_count(&status, "persist_evicted");
+        // Each spoofed SYN's template took a free slot (listed) or evicted one.
+        (evicted + templates.len() as u64 - 1 == SPOOFED).then_some((templates, status))
+    });
+    let (templates, flooded) = listed.unwrap_or_else(|| {
+        panic!(
+            "not every spoofed SYN made its template: {:#}",
+            daemon.status()
+        )
+    });
+    let after = lab.curl(&url, 5, 1, &[]);
+    println!(
+        "{SPOOFED} spoofed IPv6 SYNs (and ACKs) into 256 template slots: {} evicted, {} \
+         listed after; the client's server before {pinned}, after {}",
+        event_count(&flooded, "persist_evicted"),
+        templates.len(),
+        after["bodies"]
+    );
+    assert!(
+        templates
+            .iter()
+            .any(|t| t["client"] == format!("[{CLIENT_IP6}]:0").as_str()),
+        "the client's template survived the spoofed SYNs"
+    );
+    assert_eq!(event_count(&flooded, "persist_no_room"), 0, "{flooded:#}");
+    assert_eq!(only_server(&after), pinned, "{}", daemon.dump());
+    assert_eq!(
+        event_count(&daemon.status(), "persist_confirmed"),
+        1,
+        "no spoofed ACK confirmed a template"
+    );
+    daemon.stop_clean();
+}

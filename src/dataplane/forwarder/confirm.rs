@@ -11,7 +11,10 @@
 //!   completes its handshake confirms: a blind sender can send that ACK too, so there
 //!   confirming only costs it one more packet per template.
 //! - The SYN proxy's connections (its cookie proved the client) and UDP ones (nothing
-//!   to prove) start confirmed (`Forwarder::place`), and so do IPv6 ones.
+//!   to prove) start confirmed (`Forwarder::place`).
+//!
+//! IPv6 sessions (and NAT64 ones) confirm the same way, their slots keyed apart
+//! ([`PersistentSession`]).
 //!
 //! **Cost.** Only a packet that moves a persistent session's state, or a SYN-ACK to
 //! one, comes here: a handful per connection, none in its established run. A SYN-ACK
@@ -29,9 +32,10 @@ use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::flow::parse::Parsed;
 use crate::model::{ForwardMode, Protocol};
 use crate::session::persist::{Bind, Template};
+use crate::session::table6::Session6;
 use crate::session::{Direction, Session, SessionFlags, SessionId, TcpState, Transition};
 use crate::wire::tcp::TcpFlags;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// What the client's ACK must acknowledge, per session slot, in a table of
 /// [`HandshakeProofs::SLOTS`] entries indexed by the slot's low bits: handshakes in
@@ -65,8 +69,8 @@ impl HandshakeProofs {
         &mut self.entries[slot as usize % Self::SLOTS]
     }
 
-    /// The session in `slot` ([`SessionId::index`]): its real server sent its SYN-ACK
-    /// with sequence number `seq`.
+    /// The session of `slot` (a [`PersistentSession::proof_key`]): its real server
+    /// sent its SYN-ACK with sequence number `seq`.
     pub(super) fn expect(&mut self, slot: u32, seq: u32) {
         *self.entry(slot) = Expected {
             slot: slot.wrapping_add(1),
@@ -95,29 +99,76 @@ impl HandshakeProofs {
     }
 }
 
+/// What [`Forwarder::confirm_on`] needs of a persistent session of either table.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PersistentSession {
+    /// Its key in [`HandshakeProofs`]: its slot in the IPv4 table, or in the IPv6
+    /// table with [`PersistentSession::V6`] set (slots are below 2^26).
+    pub proof_key: u32,
+    pub mode: ForwardMode,
+    pub proto: Protocol,
+    /// Opened by the SYN proxy: confirmed when it was placed.
+    pub proxied: bool,
+    pub service: u32,
+    pub real: u32,
+    pub client: IpAddr,
+}
+
+impl PersistentSession {
+    /// Marks an IPv6 table slot's proof key.
+    const V6: u32 = 1 << 31;
+
+    /// IPv4 session `id`, `s`.
+    pub(super) fn of(id: SessionId, s: &Session) -> PersistentSession {
+        PersistentSession {
+            proof_key: id.index(),
+            mode: s.mode,
+            proto: s.proto,
+            proxied: s.flags().contains(SessionFlags::SYNPROXY),
+            service: s.service,
+            real: s.real(),
+            client: Ipv4Addr::from(s.client_addr).into(),
+        }
+    }
+
+    /// IPv6 (or NAT64) session `id`, `s`.
+    pub(super) fn of_v6(id: u32, s: &Session6) -> PersistentSession {
+        PersistentSession {
+            proof_key: Self::proof_key_v6(id),
+            mode: s.mode,
+            proto: s.proto,
+            proxied: false,
+            service: s.service,
+            real: s.real,
+            client: s.client.into(),
+        }
+    }
+
+    /// The proof key of IPv6 table slot `id`.
+    pub(super) fn proof_key_v6(id: u32) -> u32 {
+        id | Self::V6
+    }
+}
+
 impl Forwarder {
-    /// A segment moved persistent TCP session `id` (`s` as of now) by `t`, a state
-    /// change or the real server's SYN-ACK (`frame`, its headers `parsed`): a NAT or
-    /// FullNAT SYN-ACK is remembered; the client's ACK that answers it (establishing
-    /// the session), or in DR and TUN the client's ACK that completes the handshake,
-    /// confirms the session's template.
+    /// A segment moved persistent session `s` by `t`, a state change or the real
+    /// server's SYN-ACK (`frame`, its headers `parsed`): a NAT or FullNAT SYN-ACK is
+    /// remembered; the client's ACK that answers it (establishing the session), or in
+    /// DR and TUN the client's ACK that completes the handshake, confirms the
+    /// session's template.
     /// Cold and not inlined: a few packets per persistent connection come here, and
     /// the established path keeps only the test that sends them.
-    #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
     pub(super) fn confirm_on(
         &mut self,
-        id: SessionId,
-        s: &Session,
-        dir: Direction,
-        flags: TcpFlags,
-        t: Transition,
+        s: PersistentSession,
+        (dir, flags, t): (Direction, TcpFlags, Transition),
         frame: &[u8],
         parsed: &Parsed,
         counters: &WorkerCounters,
     ) {
-        if s.proto != Protocol::Tcp || s.flags().contains(SessionFlags::SYNPROXY) {
+        if s.proto != Protocol::Tcp || s.proxied {
             return; // UDP and the SYN proxy's connections were confirmed when placed.
         }
         let Some(proofs) = self.proofs.as_mut() else {
@@ -129,14 +180,14 @@ impl Forwarder {
                 if flags.contains(TcpFlags::SYN | TcpFlags::ACK) =>
             {
                 if let Some(seq) = tcp_word(frame, parsed, 4) {
-                    proofs.expect(id.index(), seq);
+                    proofs.expect(s.proof_key, seq);
                 }
                 false
             }
             (ForwardMode::Nat | ForwardMode::FullNat, Direction::Inbound)
                 if established && !flags.intersects(TcpFlags::SYN | TcpFlags::RST) =>
             {
-                tcp_word(frame, parsed, 8).is_some_and(|ack| proofs.take(id.index(), ack))
+                tcp_word(frame, parsed, 8).is_some_and(|ack| proofs.take(s.proof_key, ack))
             }
             (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound) => {
                 established && t.from == TcpState::SynRecv
@@ -144,21 +195,19 @@ impl Forwarder {
             _ => false,
         };
         if confirmed {
-            self.confirm_template(s, counters);
+            self.confirm_template(&s, counters);
         }
     }
 
     /// Session `s`'s connection proved its client: its template, bound unconfirmed,
     /// is confirmed (or bound again, confirmed, if it went meanwhile).
-    fn confirm_template(&self, s: &Session, counters: &WorkerCounters) {
-        let client = Ipv4Addr::from(s.client_addr).into();
+    fn confirm_template(&self, s: &PersistentSession, counters: &WorkerCounters) {
         let snap = self.snapshot.current();
-        let Some((table, key, p)) = client_template(&self.persist, snap, s.service, client, true)
+        let Some((table, key, p)) = client_template(&self.persist, snap, s.service, s.client, true)
         else {
             return;
         };
-        let now = self.now_tick;
-        let real = s.real();
+        let (now, real) = (self.now_tick, s.real);
         // A connection that followed a confirmed template has nothing to add: a read.
         if key
             .lookup(table, now)

@@ -69,7 +69,8 @@ impl Forwarder {
                 && (t.changed() || flags.contains(TcpFlags::SYN))
             {
                 if let Some(parsed) = parsed {
-                    self.confirm_on(id, &s, dir, flags, t, pkt.bytes(), parsed, counters);
+                    let session = super::confirm::PersistentSession::of(id, &s);
+                    self.confirm_on(session, (dir, flags, t), pkt.bytes(), parsed, counters);
                 }
                 if t.changed() {
                     // A FIN may have moved its deadline, and with it its next visit.

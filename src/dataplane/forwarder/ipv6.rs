@@ -24,6 +24,7 @@
 //!
 //! Not yet on this path (the service table refuses them for IPv6 services): the SYN
 //! proxy, TOA.
+use super::confirm::PersistentSession;
 use super::observe::account;
 use super::{Action, Context, Forwarder};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
@@ -156,6 +157,11 @@ impl Forwarder {
             self.learn_client_hop_v6(id, pkt);
         }
         let s = *self.sessions6.get(id)?;
+        if s.persistent && (transition.changed() || flags.contains(TcpFlags::SYN)) {
+            let session = PersistentSession::of_v6(id, &s);
+            let moved = (dir, flags, transition);
+            self.confirm_on(session, moved, pkt.bytes(), parsed, cx.counters);
+        }
         self.sync_after_packet_v6(id, &s, transition);
         let c = &self.real_servers[s.real as usize];
         let bytes = u64::from(pkt.len());
@@ -202,7 +208,9 @@ impl Forwarder {
             fold_ipv6(key.dst),
             key.dport,
         );
-        let placement = self.place_v6(index, &folded, key.src, cx.now_tsc, cx.counters)?;
+        // UDP has nothing to prove (no SYN proxy for IPv6).
+        let proven = key.proto != Protocol::Tcp;
+        let placement = self.place_v6(index, &folded, key.src, proven, cx.now_tsc, cx.counters)?;
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
         // NAT64: an IPv4 real server, and the IPv4 local address and port placement
@@ -264,6 +272,9 @@ impl Forwarder {
         bump(&c.connections, 1);
         RealServerCounters::gauge_add(&c.inactive, 1);
         self.load_changed(rs.id);
+        if let (Some(proofs), true) = (self.proofs.as_mut(), session.persistent) {
+            proofs.forget(PersistentSession::proof_key_v6(id));
+        }
         Ok(id)
     }
 
@@ -579,6 +590,11 @@ impl Forwarder {
         }
         let transition = self.server_segment_v6(id, pkt, parsed, flags)?;
         let s = *self.sessions6.get(id)?;
+        if s.persistent && flags.contains(TcpFlags::SYN) {
+            let session = PersistentSession::of_v6(id, &s);
+            let moved = (dir, flags, transition);
+            self.confirm_on(session, moved, pkt.bytes(), parsed, cx.counters);
+        }
         let c = &self.real_servers[s.real as usize];
         c.count_out(u64::from(pkt.len()));
         if account(c, transition) {

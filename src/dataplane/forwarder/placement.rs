@@ -284,12 +284,11 @@ impl Forwarder {
         service: usize,
         key: &FlowKey4,
         client: std::net::Ipv6Addr,
+        proven: bool,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
-        // IPv6 connections do not confirm their templates later: they start
-        // confirmed, as every template did before templates were confirmed.
-        self.place_client(service, key, client.into(), true, now_tsc, counters)
+        self.place_client(service, key, client.into(), proven, now_tsc, counters)
     }
 
     fn place_client(
