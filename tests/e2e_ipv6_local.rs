@@ -1724,16 +1724,20 @@ fn spoofed_ipv6_syns_do_not_evict_a_real_clients_persistence_template() {
     );
     let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
     let mac = port(&before, "lan0")["mac"].as_str().unwrap().to_string();
-    // Sources on the client's /64 (none of them the client's), one per SYN.
+    // Sources on the client's /64 (none of them the client's), one per SYN; the ACKs
+    // 300 ms after, once the SYN-ACKs have passed.
     let script = format!(
-        "from scapy.all import Ether, IPv6, TCP, sendp, conf\n\
+        "import time\n\
+         from scapy.all import Ether, IPv6, TCP, sendp, conf\n\
          conf.verb = 0\n\
-         frames = []\n\
+         syns, acks = [], []\n\
          for i in range({SPOOFED}):\n\
          \x20   head = Ether(dst='{mac}')/IPv6(src='2001:db8:18::2:%x' % i, dst='{VIP6}')\n\
-         \x20   frames.append(head/TCP(sport=1024 + i, dport=80, flags='S', seq=i))\n\
-         \x20   frames.append(head/TCP(sport=1024 + i, dport=80, flags='A', seq=i + 1, ack=1))\n\
-         sendp(frames, iface='{client_if}')\n"
+         \x20   syns.append(head/TCP(sport=1024 + i, dport=80, flags='S', seq=i))\n\
+         \x20   acks.append(head/TCP(sport=1024 + i, dport=80, flags='A', seq=i + 1, ack=1))\n\
+         sendp(syns, iface='{client_if}')\n\
+         time.sleep(0.3)\n\
+         sendp(acks, iface='{client_if}')\n"
     );
     lab.bed
         .exec(

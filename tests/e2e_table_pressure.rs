@@ -26,24 +26,28 @@ const SPOOFED: u32 = 5000;
 
 /// Sends `count` TCP SYNs to VIP:80 from sources 198.18.64.0/18 (one per SYN), each
 /// in an Ethernet frame to the appliance's MAC, from `iface`; with a fifth argument
-/// `fin` (or `ack`), each SYN is followed by a FIN (or a bare ACK acknowledging 1,
-/// which no SYN-ACK sent) from the same source (no answer needed).
+/// `fin`, each SYN is followed by a FIN from the same source (no answer needed); with
+/// `ack`, 300 ms after the SYNs (once their SYN-ACKs have passed), each source sends
+/// a bare ACK acknowledging 1, a blind sender's guess at the SYN-ACK it never saw.
 const FLOOD: &str = r#"
-import sys
+import sys, time
 from scapy.all import Ether, IP, TCP, sendp, conf, get_if_hwaddr
 conf.verb = 0
 iface, lb_mac, vip, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 then = sys.argv[5] if len(sys.argv) > 5 else None
 mac = get_if_hwaddr(iface)
-frames = []
+frames, acks = [], []
 for i in range(count):
     head = Ether(src=mac, dst=lb_mac) / IP(src="198.18.%d.%d" % (64 + (i >> 8) % 64, i & 0xff), dst=vip)
     frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="S", seq=i))
     if then == "fin":
         frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="FA", seq=i + 1, ack=1))
     elif then == "ack":
-        frames.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="A", seq=i + 1, ack=1))
+        acks.append(head / TCP(sport=1024 + i % 60000, dport=80, flags="A", seq=i + 1, ack=1))
 sendp(frames, iface=iface)
+if acks:
+    time.sleep(0.3)
+    sendp(acks, iface=iface)
 print(count)
 "#;
 

@@ -50,7 +50,7 @@ use crate::model::DropReason;
 use crate::model::{ForwardMode, Protocol, ServiceKey};
 use crate::sched::{self, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
-use crate::session::persist::PersistTable;
+use crate::session::persist::{PersistTable, Trust};
 use crate::session::table6::SessionTable6;
 use crate::session::{
     ClientSegment, Direction, HashedKey, Session, SessionFlags, SessionId, SessionTable,
@@ -1678,9 +1678,13 @@ impl Forwarder {
                         }
                     }
                 }
-                // The SYN proxy's cookie proved the client; UDP has nothing to prove.
-                let proven = proxied.is_some() || key.proto != Protocol::Tcp;
-                let placement = match self.place(service, &key, proven, cx.now_tsc, cx.counters) {
+                // The SYN proxy's cookie proved the client; UDP cannot prove it.
+                let trust = match (&proxied, key.proto) {
+                    (Some(_), _) => Trust::Confirmed,
+                    (None, Protocol::Tcp) => Trust::Unconfirmed,
+                    (None, _) => Trust::Unverified,
+                };
+                let placement = match self.place(service, &key, trust, cx.now_tsc, cx.counters) {
                     Ok(placement) => placement,
                     Err(reason) => {
                         return match &proxied {

@@ -10,17 +10,16 @@
 //! (counted: that client's next connection may be scheduled afresh, as if its
 //! template had timed out). Fixed size, allocated once.
 //!
-//! **Confirmed or not.** Every SYN binds a template, a spoofed one too, and a sender
-//! of spoofed SYNs from many networks would otherwise evict real clients' templates
-//! at will (about 900 SYNs a second churn 262,144 slots at a 300 s timeout). So a
-//! template bound by a connection that has not proved its client is there
-//! ([`Template::confirmed`] false: a client's SYN, not yet answered by its
-//! handshake's last ACK) never evicts a confirmed one: it takes a free or expired
-//! slot, or the unconfirmed one expiring first, or nothing ([`Bind::NoRoom`]). A
-//! confirmed template evicts unconfirmed ones first, then the confirmed one expiring
-//! first. The forwarder confirms a template when its connection proves itself
-//! (`dataplane::forwarder::confirm`); binding a confirmed template over an
-//! unconfirmed one of the same real server confirms it.
+//! **Trust.** Every SYN binds a template, a spoofed one too, and a sender of spoofed
+//! SYNs from many networks would otherwise evict real clients' templates at will
+//! (about 900 SYNs a second churn 262,144 slots at a 300 s timeout). So each template
+//! has a [`Trust`]: how far its connections showed that its client is there. A
+//! template never evicts one that stands higher: a new one takes a free or expired
+//! slot, else the lowest-standing slot of its bucket at or below its own (the one
+//! expiring first among those), else nothing ([`Bind::NoRoom`]). Binding a template
+//! over a live one of the same real server that stands lower raises it
+//! ([`Bind::Raised`]). The forwarder raises a template when its connection shows
+//! its client (`dataplane::forwarder::confirm`).
 //!
 //! **Concurrency.** Each slot is a seqlock: a sequence number, odd while a writer
 //! updates the slot, and the key/value words. Readers never wait or write: they retry
@@ -117,51 +116,66 @@ pub fn prefix_mask6(prefix_len: u8) -> u128 {
     }
 }
 
+/// How far a template's connections showed that its client is there. A template
+/// never evicts one that stands higher (the module's *Trust*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Trust {
+    /// Bound by a TCP client's SYN that nothing answered yet: a spoofed SYN's looks
+    /// the same.
+    Unconfirmed = 0,
+    /// Nothing can confirm it, or only what a blind sender can forge: UDP (no
+    /// handshake), a DR or TUN connection's handshake ACK (its real server's SYN-ACK
+    /// bypasses Sluice), a sync peer's template (its trust does not travel).
+    Unverified = 1,
+    /// A connection under it answered its real server's SYN-ACK (NAT, FullNAT), or
+    /// the SYN proxy's cookie.
+    Confirmed = 2,
+}
+
+impl Trust {
+    const ALL: [Trust; 3] = [Trust::Unconfirmed, Trust::Unverified, Trust::Confirmed];
+}
+
 /// Where a template sends connections, and until when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Template {
     /// The real server's id (below [`crate::model::MAX_REAL_SERVER_IDS`], as the
-    /// service table hands them out; the slot keeps 31 bits).
+    /// service table hands them out; the slot keeps 30 bits).
     pub real: u32,
     /// Session-clock tick after which the template is void.
     pub expires: u32,
-    /// A connection under it proved its client is there (or could not be asked to:
-    /// UDP, a peer's template). An unconfirmed template never evicts a confirmed one.
-    pub confirmed: bool,
+    pub trust: Trust,
 }
 
-/// The value word's bit for [`Template::confirmed`]; the real server's id is in bits
-/// 32..63, the expiry tick in bits 0..32.
-const CONFIRMED: u64 = 1 << 63;
+/// The value word: [`Template::trust`] in bits 62..64, the real server's id in bits
+/// 32..62, the expiry tick in bits 0..32.
+const TRUST_SHIFT: u32 = 62;
+const REAL_MASK: u64 = (1 << 30) - 1;
 
 impl Template {
-    /// A confirmed template (see [`Template::confirmed`]).
-    pub fn new_confirmed(real: u32, expires: u32) -> Template {
+    pub fn new(real: u32, expires: u32, trust: Trust) -> Template {
         Template {
             real,
             expires,
-            confirmed: true,
-        }
-    }
-
-    /// A template whose connection has not proved its client yet.
-    pub fn new_unconfirmed(real: u32, expires: u32) -> Template {
-        Template {
-            confirmed: false,
-            ..Template::new_confirmed(real, expires)
+            trust,
         }
     }
 
     fn word(self) -> u64 {
-        let confirmed = if self.confirmed { CONFIRMED } else { 0 };
-        confirmed | (u64::from(self.real) << 32 & !CONFIRMED) | u64::from(self.expires)
+        debug_assert!(
+            u64::from(self.real) <= REAL_MASK,
+            "a real-server id past 30 bits"
+        );
+        (self.trust as u64) << TRUST_SHIFT
+            | (u64::from(self.real) & REAL_MASK) << 32
+            | u64::from(self.expires)
     }
 
     fn from_word(word: u64) -> Template {
         Template {
-            real: ((word & !CONFIRMED) >> 32) as u32,
+            real: (word >> 32 & REAL_MASK) as u32,
             expires: word as u32,
-            confirmed: word & CONFIRMED != 0,
+            trust: Trust::ALL[(word >> TRUST_SHIFT) as usize % Trust::ALL.len()],
         }
     }
 
@@ -207,11 +221,14 @@ pub enum Bind {
     Existing(u32),
     /// A live template of another client network was evicted to make room.
     CreatedEvicting,
-    /// Another writer held the slot: nothing was recorded.
+    /// Another writer held the slot, or wrote it meanwhile: nothing was recorded.
     Busy,
-    /// An unconfirmed template found every slot of its bucket held by a live confirmed
-    /// one, which it never evicts: nothing was recorded.
+    /// Every slot of the bucket held a live template that stands higher, which it
+    /// never evicts: nothing was recorded.
     NoRoom,
+    /// A live template for the key, of the same real server, stood lower: it now has
+    /// the template's trust, and the later of the two expiries.
+    Raised,
 }
 
 /// The IPv4 templates (one-word keys) and the IPv6 ones (three words), each in a
@@ -258,9 +275,9 @@ impl PersistTable {
 
     /// Records that `key` goes to `template.real` until `template.expires`, unless a
     /// live template for `key` exists already (then that one's real server is
-    /// returned: the first writer wins; a confirmed `template` of the same real server
-    /// confirms it, and extends it to the later expiry). Which slot a new template
-    /// takes: the module's *Confirmed or not*.
+    /// returned: the first writer wins; one of the same real server that stands lower
+    /// is raised to `template`'s trust, [`Bind::Raised`]). Which slot a new template
+    /// takes: the module's *Trust*.
     pub fn bind(&self, key: TemplateKey, template: Template, now: u32) -> Bind {
         self.v4.bind(key.words(), template, now)
     }
@@ -354,6 +371,9 @@ impl PersistTable {
     }
 }
 
+/// A slot's key and value as read: what a write expects it still holds.
+type Held<const N: usize> = ([u64; N], u64);
+
 /// One set-associative table of templates whose keys are `N` words.
 struct Slots<const N: usize> {
     slots: Box<[Slot<N>]>,
@@ -396,7 +416,7 @@ impl<const N: usize> Slots<N> {
     }
 
     /// A consistent (key, value) of `slot`, or None after a few torn reads.
-    fn read(slot: &Slot<N>) -> Option<([u64; N], u64)> {
+    fn read(slot: &Slot<N>) -> Option<Held<N>> {
         for _ in 0..READ_RETRIES {
             let before = slot.seq.load(Ordering::Acquire);
             if before & 1 == 1 {
@@ -413,15 +433,16 @@ impl<const N: usize> Slots<N> {
         None
     }
 
-    /// Writes `slot` if no other writer holds it and it still holds `expected_key`
-    /// (what the caller read when it chose the slot). Err(None) when a writer held it,
+    /// Writes `slot` if no other writer holds it and it still holds `expected`, the
+    /// key and value the caller read (so a read-modify-write never undoes another
+    /// writer's change in between). Err(None) when a writer held it,
     /// Err(Some((key, value))) when its content changed meanwhile.
     fn write(
         slot: &Slot<N>,
-        expected_key: [u64; N],
+        expected: Held<N>,
         key: [u64; N],
         value: u64,
-    ) -> Result<(), Option<([u64; N], u64)>> {
+    ) -> Result<(), Option<Held<N>>> {
         let seq = slot.seq.load(Ordering::Relaxed);
         if seq & 1 == 1
             || slot
@@ -436,11 +457,10 @@ impl<const N: usize> Slots<N> {
         {
             return Err(None);
         }
-        let (current_key, current_value) =
-            (Self::load_key(slot), slot.value.load(Ordering::Relaxed));
-        if current_key != expected_key {
+        let current = (Self::load_key(slot), slot.value.load(Ordering::Relaxed));
+        if current != expected {
             slot.seq.store(seq, Ordering::Release);
-            return Err(Some((current_key, current_value)));
+            return Err(Some(current));
         }
         Self::store_key(slot, key);
         slot.value.store(value, Ordering::Relaxed);
@@ -462,12 +482,11 @@ impl<const N: usize> Slots<N> {
     fn bind(&self, word: [u64; N], template: Template, now: u32) -> Bind {
         let bucket = self.bucket(word);
         // The slot to write: this key's own, else a free or expired one, else the
-        // unconfirmed one expiring first, else (for a confirmed template only) the
-        // confirmed one expiring first.
-        // (slot, the key it held, whether that is a live template of another key)
-        let mut target: Option<(usize, [u64; N], bool)> = None;
-        // The soonest to expire, unconfirmed ([0]) and confirmed ([1]).
-        let mut soonest: [Option<(usize, [u64; N], u32)>; 2] = [None, None];
+        // lowest-standing one at or below the template's trust, expiring first.
+        // (slot, what it held, whether that is a live template of another key)
+        let mut target: Option<(usize, Held<N>, bool)> = None;
+        // The soonest to expire of each trust: (slot, what it held, ticks left).
+        let mut soonest: [Option<(usize, Held<N>, u32)>; 3] = [None; 3];
         for (i, slot) in bucket.iter().enumerate() {
             // A slot being written may be this key's: do not risk a second copy.
             let Some((k, v)) = Self::read(slot) else {
@@ -476,40 +495,39 @@ impl<const N: usize> Slots<N> {
             let t = Template::from_word(v);
             if k == word {
                 if t.is_live(now) {
-                    if template.confirmed && !t.confirmed && t.real == template.real {
-                        let expires = later_tick(t.expires, template.expires);
-                        let _ = Self::write(
-                            slot,
-                            word,
-                            word,
-                            Template {
-                                expires,
-                                ..template
-                            }
-                            .word(),
-                        );
+                    if t.real != template.real || t.trust >= template.trust {
+                        return Bind::Existing(t.real);
                     }
-                    return Bind::Existing(t.real);
+                    let raised = Template {
+                        expires: later_tick(t.expires, template.expires),
+                        ..template
+                    };
+                    return match Self::write(slot, (k, v), word, raised.word()) {
+                        Ok(()) => Bind::Raised,
+                        Err(_) => Bind::Busy,
+                    };
                 }
-                target = Some((i, k, false));
+                target = Some((i, (k, v), false));
                 break;
             }
             if k[0] == 0 || !t.is_live(now) {
-                target.get_or_insert((i, k, false));
+                target.get_or_insert((i, (k, v), false));
                 continue;
             }
             let left = t.expires.wrapping_sub(now);
-            let soonest = &mut soonest[usize::from(t.confirmed)];
+            let soonest = &mut soonest[t.trust as usize];
             if soonest.is_none_or(|(_, _, l)| left < l) {
-                *soonest = Some((i, k, left));
+                *soonest = Some((i, (k, v), left));
             }
         }
-        let (index, expected, evicting) = match (target, soonest) {
+        let lowest = soonest.iter().flatten().next();
+        let (index, expected, evicting) = match (target, lowest) {
             (Some(t), _) => t,
-            (None, [Some((i, k, _)), _]) => (i, k, true),
-            (None, [None, Some((i, k, _))]) if template.confirmed => (i, k, true),
-            (None, [None, Some(_)]) => return Bind::NoRoom,
-            (None, [None, None]) => return Bind::Busy,
+            (None, None) => return Bind::Busy,
+            (None, Some(_)) => match soonest[..=template.trust as usize].iter().flatten().next() {
+                Some(&(i, held, _)) => (i, held, true),
+                None => return Bind::NoRoom,
+            },
         };
         match Self::write(&bucket[index], expected, word, template.word()) {
             Ok(()) if evicting => Bind::CreatedEvicting,
@@ -528,7 +546,7 @@ impl<const N: usize> Slots<N> {
                 let t = Template::from_word(v);
                 if k == word && t.is_live(now) {
                     if later_tick(expires, t.expires) != t.expires {
-                        let _ = Self::write(slot, word, word, Template { expires, ..t }.word());
+                        let _ = Self::write(slot, (k, v), word, Template { expires, ..t }.word());
                     }
                     return;
                 }
@@ -538,9 +556,12 @@ impl<const N: usize> Slots<N> {
 
     fn remove(&self, word: [u64; N]) {
         for slot in self.bucket(word) {
-            if matches!(Self::read(slot), Some((k, _)) if k == word) {
-                let _ = Self::write(slot, word, [0; N], 0);
-                return;
+            match Self::read(slot) {
+                Some((k, v)) if k == word => {
+                    let _ = Self::write(slot, (k, v), [0; N], 0);
+                    return;
+                }
+                _ => {}
             }
         }
     }
@@ -597,7 +618,7 @@ mod tests {
     }
 
     fn template(real: u32, expires: u32) -> Template {
-        Template::new_confirmed(real, expires)
+        Template::new(real, expires, Trust::Confirmed)
     }
 
     #[test]
@@ -679,7 +700,7 @@ mod tests {
     #[test]
     fn an_unconfirmed_template_never_evicts_a_confirmed_one() {
         let table = PersistTable::with_capacity(WAYS); // one bucket
-        let unconfirmed = Template::new_unconfirmed;
+        let unconfirmed = |real, expires| Template::new(real, expires, Trust::Unconfirmed);
         for n in 0..WAYS as u32 - 1 {
             assert_eq!(table.bind(key(n), template(n, 100 + n), 0), Bind::Created);
         }
@@ -706,9 +727,12 @@ mod tests {
         assert_eq!(table.bind(key(80), unconfirmed(2, 900), 0), Bind::NoRoom);
         assert_eq!(table.lookup(key(80), 1), None);
         assert_eq!(table.live(1).count(), WAYS);
-        // An expired confirmed template's slot is free again, for either kind.
+        // An expired confirmed template's slot is free again, for either kind: key 0
+        // (expiring at 100) is the one that expired, and its slot is taken.
         assert_eq!(table.bind(key(80), unconfirmed(2, 900), 100), Bind::Created);
-        assert_eq!(table.lookup(key(0), 100), None);
+        let live: Vec<u32> = table.live(100).map(|(k, _)| k.network).collect();
+        assert_eq!(live.len(), WAYS);
+        assert!(live.contains(&80) && !live.contains(&0), "{live:?}");
         // A confirmed one evicts the confirmed one expiring first when nothing else is
         // left.
         assert_eq!(
@@ -731,22 +755,85 @@ mod tests {
         );
     }
 
-    /// A connection that proves itself binds its template confirmed: over its own
-    /// unconfirmed template (same real server) it confirms it and keeps the later
-    /// expiry; over another real server's it changes nothing (the first writer wins);
-    /// an unconfirmed bind never unconfirms.
+    /// Three standings: an unverified template (UDP, DR, a peer's) evicts unconfirmed
+    /// ones, then unverified ones, never a confirmed one; a confirmed one evicts the
+    /// lowest standing first, though it expires last.
     #[test]
-    fn binding_confirmed_over_an_unconfirmed_template_confirms_it() {
+    fn a_template_evicts_the_lowest_standing_at_or_below_its_own() {
+        let table = PersistTable::with_capacity(WAYS); // one bucket
+        let t = |real, expires, trust| Template::new(real, expires, trust);
+        table.bind(key(0), t(1, 100, Trust::Confirmed), 0);
+        table.bind(key(1), t(1, 500, Trust::Unverified), 0);
+        table.bind(key(2), t(1, 400, Trust::Unverified), 0);
+        table.bind(key(3), t(1, 900, Trust::Unconfirmed), 0);
+        let kept = |table: &PersistTable| {
+            let mut live: Vec<u32> = table.live(1).map(|(k, _)| k.network).collect();
+            live.sort();
+            live
+        };
+        assert_eq!(
+            table.bind(key(10), t(2, 300, Trust::Unconfirmed), 0),
+            Bind::CreatedEvicting
+        );
+        assert_eq!(kept(&table), [0, 1, 2, 10], "the unconfirmed one");
+        assert_eq!(
+            table.bind(key(11), t(2, 300, Trust::Unverified), 0),
+            Bind::CreatedEvicting
+        );
+        assert_eq!(kept(&table), [0, 1, 2, 11], "the unconfirmed one first");
+        assert_eq!(
+            table.bind(key(12), t(2, 300, Trust::Unverified), 0),
+            Bind::CreatedEvicting
+        );
+        assert_eq!(
+            kept(&table),
+            [0, 1, 2, 12],
+            "then the unverified expiring first (11's, at 300)"
+        );
+        assert_eq!(
+            table.bind(key(13), t(2, 300, Trust::Unconfirmed), 0),
+            Bind::NoRoom
+        );
+        table.bind(key(14), t(2, 300, Trust::Unverified), 0);
+        table.bind(key(15), t(2, 300, Trust::Unverified), 0);
+        assert!(
+            kept(&table).contains(&0),
+            "an unverified one never takes a confirmed one"
+        );
+        assert_eq!(
+            table.bind(key(16), t(2, 900, Trust::Confirmed), 0),
+            Bind::CreatedEvicting
+        );
+        assert!(
+            kept(&table).contains(&0),
+            "nor does a confirmed one while others stand lower"
+        );
+    }
+
+    /// A connection that shows its client binds its template higher: over its own
+    /// lower-standing template (same real server) that raises it and keeps the later
+    /// expiry; over another real server's it changes nothing (the first writer wins);
+    /// a lower bind never lowers.
+    #[test]
+    fn binding_higher_over_a_lower_template_raises_it() {
         let table = PersistTable::with_capacity(64);
-        let unconfirmed = Template::new_unconfirmed;
+        let unconfirmed = |real, expires| Template::new(real, expires, Trust::Unconfirmed);
         assert_eq!(table.bind(key(1), unconfirmed(7, 500), 0), Bind::Created);
-        assert_eq!(table.bind(key(1), template(7, 300), 10), Bind::Existing(7));
+        assert_eq!(table.bind(key(1), template(7, 300), 10), Bind::Raised);
         assert_eq!(table.lookup(key(1), 10), Some(template(7, 500)));
+        assert_eq!(table.bind(key(3), unconfirmed(7, 500), 0), Bind::Created);
+        assert_eq!(table.bind(key(3), template(7, 900), 10), Bind::Raised);
+        assert_eq!(
+            table.lookup(key(3), 10),
+            Some(template(7, 900)),
+            "the later"
+        );
         assert_eq!(
             table.bind(key(1), unconfirmed(7, 900), 20),
             Bind::Existing(7)
         );
         assert_eq!(table.lookup(key(1), 20), Some(template(7, 500)));
+        assert_eq!(table.bind(key(1), template(7, 900), 20), Bind::Existing(7));
         assert_eq!(table.bind(key(2), unconfirmed(7, 500), 0), Bind::Created);
         assert_eq!(table.bind(key(2), template(8, 900), 10), Bind::Existing(7));
         assert_eq!(table.lookup(key(2), 10), Some(unconfirmed(7, 500)));
@@ -755,16 +842,37 @@ mod tests {
         assert_eq!(table.lookup(key(2), 10), Some(unconfirmed(7, 700)));
     }
 
-    /// The slot's word keeps a real-server id, the expiry and the mark apart.
+    /// A write is refused when the slot changed since it was read: a refresh that
+    /// read a template before another writer raised it cannot lower it back.
+    #[test]
+    fn a_write_never_undoes_a_change_made_since_its_read() {
+        let table = PersistTable::with_capacity(WAYS);
+        let k = key(1).words();
+        table.bind(key(1), Template::new(7, 500, Trust::Unconfirmed), 0);
+        let slot = table
+            .v4
+            .bucket(k)
+            .iter()
+            .find(|s| Slots::<1>::read(s).unwrap().0 == k);
+        let slot = slot.unwrap();
+        let read = Slots::<1>::read(slot).unwrap();
+        assert_eq!(table.bind(key(1), template(7, 500), 0), Bind::Raised);
+        let stale = Template {
+            expires: 600,
+            ..Template::from_word(read.1)
+        };
+        assert!(Slots::<1>::write(slot, read, k, stale.word()).is_err());
+        assert_eq!(table.lookup(key(1), 0), Some(template(7, 500)));
+    }
+
+    /// The slot's word keeps a real-server id, the expiry and the trust apart.
     #[test]
     fn the_value_word_keeps_its_three_fields_apart() {
-        for t in [
-            template(0, 0),
-            template(65_535, u32::MAX),
-            Template::new_unconfirmed(65_535, u32::MAX),
-            Template::new_unconfirmed(1, 1),
-        ] {
-            assert_eq!(Template::from_word(t.word()), t);
+        for trust in Trust::ALL {
+            for (real, expires) in [(0, 0), (65_535, u32::MAX), (1, 1), (1 << 29, 7)] {
+                let t = Template::new(real, expires, trust);
+                assert_eq!(Template::from_word(t.word()), t);
+            }
         }
     }
 
@@ -830,7 +938,7 @@ mod tests {
                         .map(|n| match table.bind(key(n), template(t, 1000), 0) {
                             Bind::Created | Bind::CreatedEvicting => (n, Some(t)),
                             Bind::Existing(r) => (n, Some(r)),
-                            Bind::Busy | Bind::NoRoom => (n, None),
+                            Bind::Busy | Bind::NoRoom | Bind::Raised => (n, None),
                         })
                         .collect::<Vec<_>>()
                 })

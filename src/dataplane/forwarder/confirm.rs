@@ -31,7 +31,7 @@ use super::{client_template, tcp_word, Forwarder, TemplateRenewal};
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::flow::parse::Parsed;
 use crate::model::{ForwardMode, Protocol};
-use crate::session::persist::{Bind, Template};
+use crate::session::persist::{Bind, Template, Trust};
 use crate::session::table6::Session6;
 use crate::session::{Direction, Session, SessionFlags, SessionId, TcpState, Transition};
 use crate::wire::tcp::TcpFlags;
@@ -175,56 +175,65 @@ impl Forwarder {
             return;
         };
         let established = t.changed() && t.to == TcpState::Established;
-        let confirmed = match (s.mode, dir) {
+        let raised = match (s.mode, dir) {
             (ForwardMode::Nat | ForwardMode::FullNat, Direction::Outbound)
                 if flags.contains(TcpFlags::SYN | TcpFlags::ACK) =>
             {
                 if let Some(seq) = tcp_word(frame, parsed, 4) {
                     proofs.expect(s.proof_key, seq);
                 }
-                false
+                None
             }
             (ForwardMode::Nat | ForwardMode::FullNat, Direction::Inbound)
                 if established && !flags.intersects(TcpFlags::SYN | TcpFlags::RST) =>
             {
-                tcp_word(frame, parsed, 8).is_some_and(|ack| proofs.take(s.proof_key, ack))
+                tcp_word(frame, parsed, 8)
+                    .is_some_and(|ack| proofs.take(s.proof_key, ack))
+                    .then_some(Trust::Confirmed)
             }
-            (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound) => {
-                established && t.from == TcpState::SynRecv
-            }
-            _ => false,
+            // Only what a blind sender can forge: no higher than UDP's.
+            (ForwardMode::Dr | ForwardMode::Tun, Direction::Inbound) => (established
+                && matches!(t.from, TcpState::SynRecv | TcpState::SynAck))
+            .then_some(Trust::Unverified),
+            _ => None,
         };
-        if confirmed {
-            self.confirm_template(&s, counters);
+        if let Some(trust) = raised {
+            self.raise_template(&s, trust, counters);
         }
     }
 
-    /// Session `s`'s connection proved its client: its template, bound unconfirmed,
-    /// is confirmed (or bound again, confirmed, if it went meanwhile).
-    fn confirm_template(&self, s: &PersistentSession, counters: &WorkerCounters) {
+    /// Session `s`'s connection showed its client as far as `trust`: its template,
+    /// bound lower, is raised (or bound again, if it went meanwhile).
+    fn raise_template(&self, s: &PersistentSession, trust: Trust, counters: &WorkerCounters) {
         let snap = self.snapshot.current();
         let Some((table, key, p)) = client_template(&self.persist, snap, s.service, s.client, true)
         else {
             return;
         };
         let (now, real) = (self.now_tick, s.real);
-        // A connection that followed a confirmed template has nothing to add: a read.
+        // A connection that followed a template as high has nothing to add: a read.
         if key
             .lookup(table, now)
-            .is_some_and(|t| t.confirmed && t.real == real)
+            .is_some_and(|t| t.trust >= trust && t.real == real)
         {
+            return;
+        }
+        // Not for a real server that left, or across the sorry server's switch: the
+        // next connection of the network is placed afresh, as placement would.
+        let service = snap.by_id(s.service);
+        if !service.is_some_and(|v| !v.sorry_switched(real) && snap.keeps_real_server(real)) {
             return;
         }
         let holds = TemplateRenewal::of(p.timeout_s, self.ticks_per_second).holds;
         match key.bind(
             table,
-            Template::new_confirmed(real, now.wrapping_add(holds)),
+            Template::new(real, now.wrapping_add(holds), trust),
             now,
         ) {
-            Bind::Created => {}
-            Bind::Existing(r) if r == real => {}
-            // Another connection of the network bound it to another server since:
-            // that one's own connection confirms it, or not.
+            Bind::Created | Bind::Raised => {}
+            // As high already (a connection of another worker raised it an instant
+            // ago), or bound to another server since: that one's own connection
+            // raises it, or not.
             Bind::Existing(_) => return,
             Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
             Bind::Busy | Bind::NoRoom => {

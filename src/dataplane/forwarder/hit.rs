@@ -63,10 +63,10 @@ impl Forwarder {
             if self.sync.is_some() {
                 self.sync_after_packet(id, &s, t);
             }
-            // A persistent connection's handshake moves its state, but for the real
-            // server's SYN-ACK, which a NAT or FullNAT client's ACK must answer.
+            // A persistent connection may raise its template's trust on a state
+            // change, or on the real server's SYN-ACK (which changes no state).
             if s.flags().contains(SessionFlags::PERSISTENT)
-                && (t.changed() || flags.contains(TcpFlags::SYN))
+                && (t.changed() || (dir == Direction::Outbound && flags.contains(TcpFlags::SYN)))
             {
                 if let Some(parsed) = parsed {
                     let session = super::confirm::PersistentSession::of(id, &s);

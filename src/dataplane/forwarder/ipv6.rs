@@ -38,6 +38,7 @@ use crate::forward;
 use crate::model::{DropReason, ForwardMode, Protocol, ServiceKey};
 use crate::sched::fold_ipv6;
 use crate::session::is_active;
+use crate::session::persist::Trust;
 use crate::session::table6::Session6;
 use crate::session::{Direction, InsertError, OutOfWindow, TcpState, Transition};
 use crate::wire::ethernet::MacAddr;
@@ -157,7 +158,8 @@ impl Forwarder {
             self.learn_client_hop_v6(id, pkt);
         }
         let s = *self.sessions6.get(id)?;
-        if s.persistent && (transition.changed() || flags.contains(TcpFlags::SYN)) {
+        let synack = dir == Direction::Outbound && flags.contains(TcpFlags::SYN);
+        if s.persistent && (transition.changed() || synack) {
             let session = PersistentSession::of_v6(id, &s);
             let moved = (dir, flags, transition);
             self.confirm_on(session, moved, pkt.bytes(), parsed, cx.counters);
@@ -208,9 +210,12 @@ impl Forwarder {
             fold_ipv6(key.dst),
             key.dport,
         );
-        // UDP has nothing to prove (no SYN proxy for IPv6).
-        let proven = key.proto != Protocol::Tcp;
-        let placement = self.place_v6(index, &folded, key.src, proven, cx.now_tsc, cx.counters)?;
+        // UDP cannot prove its client is there (and IPv6 has no SYN proxy).
+        let trust = match key.proto {
+            Protocol::Tcp => Trust::Unconfirmed,
+            _ => Trust::Unverified,
+        };
+        let placement = self.place_v6(index, &folded, key.src, trust, cx.now_tsc, cx.counters)?;
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
         // NAT64: an IPv4 real server, and the IPv4 local address and port placement

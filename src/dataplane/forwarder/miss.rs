@@ -274,6 +274,7 @@ pub(super) fn connection_over(
 mod tests {
     use super::*;
     use crate::model::ForwardMode;
+    use crate::session::persist::Trust;
 
     /// Fuzzing found a SYN from the VIP to itself (src = dst = 198.18.0.220:80)
     /// scheduled like a client's: the NAT session sent the real server a packet from
@@ -431,13 +432,17 @@ mod tests {
         let counters = WorkerCounters::default();
         let client = Ipv4Addr::new(198, 18, 1, 7);
         let key = |port: u16| FlowKey4::new(Protocol::Tcp, client, port, VIP, 80);
-        let first = f.place(0, &key(40000), true, 0, &counters).unwrap();
+        let first = f
+            .place(0, &key(40000), Trust::Confirmed, 0, &counters)
+            .unwrap();
         let pinned = first.real;
         assert!(first.persistent());
         // The template holds while its server is up.
         for port in 40001..40005 {
             assert_eq!(
-                f.place(0, &key(port), true, 0, &counters).unwrap().real,
+                f.place(0, &key(port), Trust::Confirmed, 0, &counters)
+                    .unwrap()
+                    .real,
                 pinned
             );
         }
@@ -445,14 +450,18 @@ mod tests {
         publish(&publisher, &mut f, &table, &[ids[pinned]]);
         for port in 40005..40009 {
             assert_eq!(
-                f.place(0, &key(port), true, 0, &counters).unwrap().real,
+                f.place(0, &key(port), Trust::Confirmed, 0, &counters)
+                    .unwrap()
+                    .real,
                 1 - pinned
             );
         }
         // Restored: the new template holds.
         publish(&publisher, &mut f, &table, &[]);
         assert_eq!(
-            f.place(0, &key(40010), true, 0, &counters).unwrap().real,
+            f.place(0, &key(40010), Trust::Confirmed, 0, &counters)
+                .unwrap()
+                .real,
             1 - pinned
         );
     }
@@ -465,7 +474,10 @@ mod tests {
         let counters = WorkerCounters::default();
         let client = Ipv4Addr::new(198, 18, 1, 7);
         let key = FlowKey4::new(Protocol::Tcp, client, 40000, VIP, 80);
-        assert!(f.place(0, &key, true, 0, &counters).unwrap().persistent());
+        assert!(f
+            .place(0, &key, Trust::Confirmed, 0, &counters)
+            .unwrap()
+            .persistent());
         let renewal = super::super::TemplateRenewal::of(1, f.ticks_per_second);
         let template = TemplateKey {
             service: f.snapshot.current().services()[0].id,

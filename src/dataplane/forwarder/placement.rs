@@ -13,7 +13,7 @@ use crate::forward::laddr::LocalPort;
 use crate::forward::timestamps;
 use crate::model::{DropReason, ForwardMode, Protocol};
 use crate::sched::PickContext;
-use crate::session::persist::{Bind, PersistTable, Template, TemplateKey, TemplateKey6};
+use crate::session::persist::{Bind, PersistTable, Template, TemplateKey, TemplateKey6, Trust};
 use crate::session::{
     Direction, HashedKey, InsertError, Session, SessionFlags, SessionId, TcpState, Transition,
 };
@@ -260,21 +260,21 @@ impl Forwarder {
     /// view gives back to this worker. Fails with `NoRealServer` when the scheduler
     /// has nobody, `LaddrExhausted` when the pool is out of ports.
     ///
-    /// A template the scheduler's choice becomes is confirmed when `proven` (the
-    /// client proved it is there: the SYN proxy's cookie; or there is nothing to
-    /// prove: UDP), else unconfirmed until the connection confirms it
-    /// ([`Forwarder::confirm_on`]): a spoofed SYN's template then never evicts a real
-    /// client's (`session::persist`).
+    /// A template the scheduler's choice becomes, or one it follows that stands lower,
+    /// takes `trust`: how far the client showed it is there so far (confirmed by the
+    /// SYN proxy's cookie; unverified for UDP; unconfirmed for a TCP SYN, until the
+    /// connection raises it, [`Forwarder::confirm_on`]): a spoofed SYN's template
+    /// then never evicts a real client's (`session::persist`).
     pub(super) fn place(
         &mut self,
         service: usize,
         key: &FlowKey4,
-        proven: bool,
+        trust: Trust,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
         let client = std::net::IpAddr::V4(key.src_addr());
-        self.place_client(service, key, client, proven, now_tsc, counters)
+        self.place_client(service, key, client, trust, now_tsc, counters)
     }
 
     /// [`Forwarder::place`] for an IPv6 client: `key` holds its addresses folded to
@@ -284,11 +284,11 @@ impl Forwarder {
         service: usize,
         key: &FlowKey4,
         client: std::net::Ipv6Addr,
-        proven: bool,
+        trust: Trust,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
-        self.place_client(service, key, client.into(), proven, now_tsc, counters)
+        self.place_client(service, key, client.into(), trust, now_tsc, counters)
     }
 
     fn place_client(
@@ -296,7 +296,7 @@ impl Forwarder {
         service: usize,
         key: &FlowKey4,
         client: std::net::IpAddr,
-        proven: bool,
+        trust: Trust,
         now_tsc: u64,
         counters: &WorkerCounters,
     ) -> Result<Placement, DropReason> {
@@ -348,7 +348,8 @@ impl Forwarder {
         let followed = template.and_then(|(table, k, _)| {
             let t = k.lookup(table, now)?;
             let found = position(t.real)
-                .filter(|_| !service.sorry_switched(t.real) && snap.keeps_real_server(t.real));
+                .filter(|_| !service.sorry_switched(t.real) && snap.keeps_real_server(t.real))
+                .map(|i| (i, t));
             if found.is_none() {
                 // Its real server left the service or was evicted by health checking:
                 // the template goes, as in IPVS when keepalived removes a failed
@@ -359,7 +360,7 @@ impl Forwarder {
             found
         });
         let pick = match followed {
-            Some(i) => {
+            Some((i, _)) => {
                 counters.event(Event::PersistFollowed);
                 i
             }
@@ -379,13 +380,9 @@ impl Forwarder {
                 };
                 if let Some((table, k, expires)) = template {
                     let real = service.real_servers[pick].id;
-                    let t = Template {
-                        real,
-                        expires,
-                        confirmed: proven,
-                    };
-                    match k.bind(table, t, now) {
-                        Bind::Created => {}
+                    match k.bind(table, Template::new(real, expires, trust), now) {
+                        // Nobody else's template stood lower than its own.
+                        Bind::Created | Bind::Raised => {}
                         Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
                         Bind::Busy => counters.event(Event::PersistBusy),
                         Bind::NoRoom => counters.event(Event::PersistNoRoom),
@@ -405,8 +402,14 @@ impl Forwarder {
                 pick
             }
         };
-        if let (Some(_), Some((table, k, expires))) = (followed, template) {
-            k.refresh(table, expires, now);
+        match (followed, template) {
+            // A connection that shows more of its client than the template's own did
+            // (the SYN proxy's, following a template a SYN bound) raises it.
+            (Some((_, t)), Some((table, k, expires))) if t.trust < trust => {
+                k.bind(table, Template::new(t.real, expires, trust), now);
+            }
+            (Some(_), Some((table, k, expires))) => k.refresh(table, expires, now),
+            _ => {}
         }
         let rs = &service.real_servers[pick];
         let mut flags = SessionFlags::empty();
@@ -809,7 +812,7 @@ mod tests {
         let index = snap
             .find_index(&ServiceKey::new(Protocol::Tcp, vip, 80))
             .unwrap();
-        let placement = f.place(index, &key, false, 0, counters)?;
+        let placement = f.place(index, &key, Trust::Unconfirmed, 0, counters)?;
         let service = &snap.services()[placement.service];
         let rs = &service.real_servers[placement.real];
         let mut session = Session::new(&key, rs.mode, service.id, rs.id, rs.ipv4(), rs.port);

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use crate::model::{Service, ServiceKey};
 use crate::service::ServiceTable;
 use crate::session::persist::{
-    prefix_mask6, Bind, PersistTable, Template, TemplateKey, TemplateKey6,
+    later_tick, prefix_mask6, Bind, PersistTable, Template, TemplateKey, TemplateKey6, Trust,
 };
 use crate::session::replication::{RecordOp, RecordRepr};
 
@@ -82,7 +82,8 @@ impl<'a> ServicesById<'a> {
     /// `tick_ms`): the time left in milliseconds, the service and real server by
     /// address. None when the template expired or is unconfirmed (a handshake in
     /// flight, perhaps a spoofed SYN's: the peer hears of it once its connection
-    /// confirms it, and installs what it hears confirmed), or its service, the service's
+    /// raises it, and installs what it hears as [`Trust::Unverified`]: its trust does
+    /// not travel), or its service, the service's
     /// persistence or its real server are gone, or the network no longer fits the
     /// service's netmask (edited since): the peer would reject the whole message.
     pub fn record(
@@ -92,7 +93,7 @@ impl<'a> ServicesById<'a> {
         now: u32,
         tick_ms: u32,
     ) -> Option<RecordRepr> {
-        if !template.is_live(now) || !template.confirmed {
+        if !template.is_live(now) || template.trust < Trust::Unverified {
             return None;
         }
         let key = key.into();
@@ -214,8 +215,12 @@ pub fn identify(
     }
     Ok((
         key,
-        // The peer sends confirmed templates only.
-        Some(Template::new_confirmed(rs.id, now.wrapping_add(ticks))),
+        // The peer's trust in it does not travel: as high as can be taken on its word.
+        Some(Template::new(
+            rs.id,
+            now.wrapping_add(ticks),
+            Trust::Unverified,
+        )),
     ))
 }
 
@@ -251,16 +256,23 @@ pub fn apply(
     };
     match key.bind(table, template, now) {
         Bind::Created | Bind::CreatedEvicting => Applied::Created,
-        // A confirmed template always finds room: `NoRoom` only answers unconfirmed ones.
+        // A full bucket of confirmed templates keeps them: the peer resends.
         Bind::Busy | Bind::NoRoom => Applied::Busy,
+        Bind::Raised => Applied::Refreshed,
         Bind::Existing(real) if real == template.real => {
             key.refresh(table, template.expires, now);
             Applied::Refreshed
         }
         Bind::Existing(_) => {
-            let later = |a: u32, b: u32| (a.wrapping_sub(b) as i32) > 0;
+            // Kept when it expires later and this node tells its peers of it (an
+            // unconfirmed one it does not: the two would never settle).
             match key.lookup(table, now) {
-                Some(local) if !later(template.expires, local.expires) => Applied::Kept,
+                Some(local)
+                    if local.trust >= Trust::Unverified
+                        && later_tick(template.expires, local.expires) == local.expires =>
+                {
+                    Applied::Kept
+                }
                 _ => {
                     key.remove(table);
                     match key.bind(table, template, now) {
@@ -344,8 +356,9 @@ impl TemplateTracker {
             .map(|(k, t)| (TemplateId::V6(k), t));
         let mut sent = 0;
         // An unconfirmed template is a handshake in flight, perhaps a spoofed SYN's:
-        // the peer hears of it once its connection confirms it.
-        for (key, t) in live4.chain(live6).filter(|(_, t)| t.confirmed) {
+        // the peer hears of it once its connection raises it.
+        let told = |(_, t): &(TemplateId, Template)| t.trust >= Trust::Unverified;
+        for (key, t) in live4.chain(live6).filter(told) {
             let due = match self.known.get_mut(&key) {
                 None => true,
                 Some(k) => {
@@ -468,7 +481,7 @@ mod tests {
             network: u32::from(NET),
         };
         // 600 ticks of 100 ms left.
-        let template = Template::new_confirmed(real, 1000 + 600);
+        let template = Template::new(real, 1000 + 600, Trust::Unverified);
         let record = ServicesById::new(&active)
             .record(key, template, 1000, 100)
             .unwrap();
@@ -481,7 +494,7 @@ mod tests {
         assert_eq!(record.mode, ForwardMode::Nat);
         assert_eq!(record.timeout_ms, 60_000);
         // An unconfirmed template (a handshake in flight) is not told, live or dumped.
-        let unconfirmed = Template::new_unconfirmed(real, 1000 + 600);
+        let unconfirmed = Template::new(real, 1000 + 600, Trust::Unconfirmed);
         assert_eq!(
             ServicesById::new(&active).record(key, unconfirmed, 1000, 100),
             None
@@ -498,7 +511,7 @@ mod tests {
                 network: u32::from(NET)
             })
         );
-        assert_eq!(t, Some(Template::new_confirmed(real2, 50 + 6000)));
+        assert_eq!(t, Some(Template::new(real2, 50 + 6000, Trust::Unverified)));
         // A removal needs no real server.
         let removal = RecordRepr {
             op: RecordOp::Remove,
@@ -519,7 +532,7 @@ mod tests {
             599
         );
         // Huge timeouts stay within the wire's limit.
-        let far = Template::new_confirmed(real, 1000 + (1 << 30));
+        let far = Template::new(real, 1000 + (1 << 30), Trust::Unverified);
         let r = ServicesById::new(&active)
             .record(key, far, 1000, 100)
             .unwrap();
@@ -534,7 +547,7 @@ mod tests {
             service,
             network: u32::from(NET),
         };
-        let template = Template::new_confirmed(real, 1600);
+        let template = Template::new(real, 1600, Trust::Unverified);
         let by_id = ServicesById::new(&active);
         assert!(by_id.record(key, template, 1600, 100).is_none(), "expired");
         assert!(by_id
@@ -604,7 +617,7 @@ mod tests {
     }
 
     fn t(real: u32, expires: u32) -> Template {
-        Template::new_confirmed(real, expires)
+        Template::new(real, expires, Trust::Unverified)
     }
 
     #[test]
@@ -688,16 +701,29 @@ mod tests {
         assert_eq!(tracker.len(), 2, "only the two that expire later");
     }
 
-    /// An unconfirmed template (a handshake in flight, perhaps a spoofed SYN's) is not
-    /// sent; once its connection confirms it, it is, at the next pass.
+    /// A peer's template to another real server replaces a local unconfirmed one even
+    /// when that one expires later: the local one is never sent, so the two nodes
+    /// would otherwise never settle on one.
     #[test]
-    fn the_tracker_sends_a_template_once_it_is_confirmed() {
+    fn a_peers_template_replaces_a_local_unconfirmed_one() {
+        let table = PersistTable::with_capacity(64);
+        table.bind(k(2), Template::new(7, 900, Trust::Unconfirmed), 0);
+        assert_eq!(apply(&table, k(2), Some(t(8, 500)), 10), Applied::Replaced);
+        assert_eq!(table.lookup(k(2), 10), Some(t(8, 500)));
+        // A local one the peer hears of, expiring later, is kept.
+        assert_eq!(apply(&table, k(2), Some(t(9, 400)), 10), Applied::Kept);
+    }
+
+    /// An unconfirmed template (a handshake in flight, perhaps a spoofed SYN's) is not
+    /// sent; once its connection raises it, it is, at the next pass.
+    #[test]
+    fn the_tracker_sends_a_template_once_it_is_raised() {
         let table = PersistTable::with_capacity(64);
         let mut tracker = TemplateTracker::new(&table, 8, 100);
-        table.bind(k(1), Template::new_unconfirmed(5, 1000), 0);
+        table.bind(k(1), Template::new(5, 1000, Trust::Unconfirmed), 0);
         assert!(passes(&mut tracker, &table, 0, 2).is_empty());
         assert_eq!(tracker.len(), 0);
-        assert!(matches!(table.bind(k(1), t(5, 900), 10), Bind::Existing(5)));
+        assert_eq!(table.bind(k(1), t(5, 900), 10), Bind::Raised);
         assert_eq!(
             passes(&mut tracker, &table, 10, 1),
             [(k(1).into(), t(5, 1000))]
@@ -878,7 +904,7 @@ mod tests {
             service,
             network: u32::from(NET),
         };
-        let template = Template::new_confirmed(real, 1600);
+        let template = Template::new(real, 1600, Trust::Unverified);
         let record = ServicesById::new(&active)
             .record(key, template, 1000, 100)
             .expect("a template to the sorry server is described");
@@ -894,7 +920,7 @@ mod tests {
                     service: service2,
                     network: u32::from(NET)
                 }),
-                Some(Template::new_confirmed(real2, 600))
+                Some(Template::new(real2, 600, Trust::Unverified))
             ))
         );
         // A standby without that sorry server cannot place it.
