@@ -432,7 +432,7 @@ pub(super) fn neighbour_capacity(f: &Field) -> Check<u32> {
 }
 
 /// Persistence templates the appliance keeps (IPv4; an eighth as many IPv6 ones):
-/// one bucket of four at least, 16 Mi (512 MiB) at most.
+/// one bucket of four at least, 16 Mi at most (512 MiB, and 128 MiB of IPv6 ones).
 pub(super) fn persistence_templates(f: &Field) -> Check<u32> {
     f.int(4..=1 << 24)
 }

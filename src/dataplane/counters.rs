@@ -44,13 +44,15 @@ pub enum Event {
     /// Persistence: another worker was writing the template's slot; the connection
     /// was scheduled but no template recorded (the next one records it).
     PersistBusy,
-    /// Persistence: a new connection's template, unconfirmed, found its bucket full of
-    /// confirmed ones, which it never evicts: none recorded until the connection
-    /// confirms it (a flood of spoofed SYNs to a full table shows here).
+    /// Persistence: a new connection's template found its bucket full of templates
+    /// that stand higher, which it never evicts (`session::persist::Trust`): none
+    /// recorded until the connection raises it. A flood of spoofed SYNs into a full
+    /// bucket shows here, and so does a table too small for its real clients
+    /// (`sessions.persistence_templates`).
     PersistNoRoom,
-    /// Persistence: a connection proved its client is there and confirmed its
-    /// template (the client acknowledged the real server's SYN-ACK; in DR and TUN, the
-    /// client completed its handshake).
+    /// Persistence: a connection showed its client and raised its template (the
+    /// client acknowledged the real server's SYN-ACK: confirmed; in DR and TUN it
+    /// completed its handshake: unverified).
     PersistConfirmed,
     /// A new TCP connection to a service with no available real server was answered
     /// with an RST (`all_down = "rst"`).

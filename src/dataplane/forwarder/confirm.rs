@@ -1,32 +1,38 @@
 //! Confirm: a persistence template bound by a client's SYN starts unconfirmed
-//! (`session::persist`: it never evicts a confirmed one) until its connection shows
-//! that its client is there, which a sender of spoofed SYNs cannot make happen:
+//! (`session::persist::Trust`: it never evicts one that stands higher) until its
+//! connection shows that its client is there:
 //!
-//! - **NAT and FullNAT:** the client's ACK acknowledges the real server's SYN-ACK
-//!   exactly (its sequence number + 1). A spoofed SYN's SYN-ACK goes to the address it
-//!   spoofed, so its sender never learns that number. The worker remembers the
-//!   SYN-ACK's sequence number in a small table by session slot ([`HandshakeProofs`]):
-//!   a SYN-ACK writes it, a client ACK that matches takes it and confirms.
+//! - **NAT and FullNAT:** the client's ACK that establishes the session
+//!   acknowledges the real server's SYN-ACK exactly (its sequence number + 1): the
+//!   template is confirmed. A spoofed SYN's SYN-ACK goes to the address it spoofed,
+//!   so its sender never learns that number. The worker remembers the SYN-ACK's
+//!   sequence number in a small table by session slot ([`HandshakeProofs`]): a
+//!   SYN-ACK writes it, the establishing ACK reads it.
 //! - **DR and TUN:** the real server's SYN-ACK bypasses Sluice. The client's ACK that
-//!   completes its handshake confirms: a blind sender can send that ACK too, so there
-//!   confirming only costs it one more packet per template.
-//! - The SYN proxy's connections (its cookie proved the client) and UDP ones (nothing
-//!   to prove) start confirmed (`Forwarder::place`).
+//!   completes its handshake raises the template to unverified, UDP's standing: a
+//!   blind sender can send that ACK too, so such templates can evict each other, and
+//!   UDP ones, but never a confirmed one.
+//! - The SYN proxy's connections (its cookie proved the client) start confirmed, UDP
+//!   ones unverified (`Forwarder::place`).
 //!
-//! IPv6 sessions (and NAT64 ones) confirm the same way, their slots keyed apart
+//! IPv6 sessions (and NAT64 ones) are raised the same way, their slots keyed apart
 //! ([`PersistentSession`]).
 //!
-//! **Cost.** Only a packet that moves a persistent session's state, or a SYN-ACK to
-//! one, comes here: a handful per connection, none in its established run. A SYN-ACK
-//! writes one 8-byte entry of the table; the client's ACK that establishes the
-//! session reads it, then reads the shared template, and writes it when it confirms
-//! it (once per template, not per connection).
+//! **Cost.** Only a packet that moves a persistent session's state, or a real
+//! server's SYN-ACK to one, comes here: a handful per connection, none in its
+//! established run. A SYN-ACK writes one 8-byte entry of the table; the client's ACK
+//! that establishes the session reads it, then reads the shared template, and writes
+//! it when it raises it (once per template while it lives, not per connection).
 //!
 //! **What it takes from an attacker.** The client's ACK is checked when it moves the
-//! session to ESTABLISHED. A blind sender who knows a client's address and port and
-//! gets the session there first (a forged ACK the server drops for its checksum)
-//! leaves that one connection unconfirmed: its template stays evictable, as every
-//! template was before confirmation. That is aimed at one client, not a flood.
+//! session to ESTABLISHED, once. Whatever gets the session there first leaves that
+//! connection's template where it stood: a blind sender who knows a client's address
+//! and port and sends a forged ACK the server drops (a bad checksum), or a real
+//! server that sends data before the handshake completes (TCP Fast Open), which
+//! moves the session itself. The template then stays unconfirmed, evictable by
+//! anything, until another connection of the client confirms it. A sloppy TCP
+//! session (opened by a segment other than a SYN) has no SYN-ACK to answer: its
+//! template stays unconfirmed too.
 use super::{client_template, tcp_word, Forwarder, TemplateRenewal};
 use crate::dataplane::counters::{Event, WorkerCounters};
 use crate::flow::parse::Parsed;
@@ -40,9 +46,10 @@ use std::net::{IpAddr, Ipv4Addr};
 /// What the client's ACK must acknowledge, per session slot, in a table of
 /// [`HandshakeProofs::SLOTS`] entries indexed by the slot's low bits: handshakes in
 /// flight on one worker at once are few, and two that share an entry cost the
-/// earlier one its confirmation only (its template stays unconfirmed, as without
-/// this). A flood of spoofed SYNs whose SYN-ACKs overwrite entries faster than a
-/// client answers (about 40 ms at 100,000 a second) is what the SYN proxy is for.
+/// earlier one its confirmation only (its template stays unconfirmed). Under a flood
+/// of spoofed SYNs each SYN-ACK, and each of its retransmissions, overwrites an entry
+/// at random: at 100,000 SYN-ACKs a second a client has about 40 ms to answer. Such
+/// floods are what the SYN proxy is for.
 pub(super) struct HandshakeProofs {
     entries: Box<[Expected]>,
 }
@@ -79,8 +86,7 @@ impl HandshakeProofs {
     }
 
     /// Whether a client's acknowledgment `ack` on the session in `slot` answers its
-    /// SYN-ACK; the entry is used up when it does. Another acknowledgment leaves it (a
-    /// blind sender's wrong guess must not cost the real client its confirmation).
+    /// SYN-ACK; the entry is used up when it does, and left when it does not.
     pub(super) fn take(&mut self, slot: u32, ack: u32) -> bool {
         let e = self.entry(slot);
         let hit = e.slot == slot.wrapping_add(1) && e.ack == ack;
@@ -107,7 +113,7 @@ pub(super) struct PersistentSession {
     pub proof_key: u32,
     pub mode: ForwardMode,
     pub proto: Protocol,
-    /// Opened by the SYN proxy: confirmed when it was placed.
+    /// Opened by the SYN proxy: its template was confirmed when it was placed.
     pub proxied: bool,
     pub service: u32,
     pub real: u32,
@@ -153,9 +159,10 @@ impl PersistentSession {
 impl Forwarder {
     /// A segment moved persistent session `s` by `t`, a state change or the real
     /// server's SYN-ACK (`frame`, its headers `parsed`): a NAT or FullNAT SYN-ACK is
-    /// remembered; the client's ACK that answers it (establishing the session), or in
-    /// DR and TUN the client's ACK that completes the handshake, confirms the
-    /// session's template.
+    /// remembered; the client's ACK that answers it (establishing the session)
+    /// confirms the session's template; in DR and TUN, the client's ACK that
+    /// completes the handshake raises it to unverified.
+    ///
     /// Cold and not inlined: a few packets per persistent connection come here, and
     /// the established path keeps only the test that sends them.
     #[cold]
@@ -169,7 +176,7 @@ impl Forwarder {
         counters: &WorkerCounters,
     ) {
         if s.proto != Protocol::Tcp || s.proxied {
-            return; // UDP and the SYN proxy's connections were confirmed when placed.
+            return; // UDP and the SYN proxy's connections were placed as high as they go.
         }
         let Some(proofs) = self.proofs.as_mut() else {
             return;
