@@ -284,7 +284,9 @@ fn spoofed_syns_do_not_evict_a_real_clients_persistence_template() {
 }
 
 /// The same in DR, where the real server's SYN-ACK bypasses Sluice: the client's
-/// handshake-completing ACK confirms.
+/// handshake-completing ACK raises its template to unverified, above the spoofed
+/// SYNs' unconfirmed ones (spoofed SYNs each followed by an ACK would stand as high,
+/// and could evict it: CONFIG.md, `persistence_timeout`).
 #[test]
 fn spoofed_syns_do_not_evict_a_real_clients_dr_persistence_template() {
     check_spoofed_syns_leave_a_real_clients_template("dr");
@@ -294,10 +296,10 @@ fn spoofed_syns_do_not_evict_a_real_clients_dr_persistence_template() {
 /// template table of one bucket of four (`persistence_templates = 4`). A real client's
 /// connections (kernel TCP, through curl) make its template and confirm it. Then 200
 /// SYNs from 200 spoofed sources (in NAT, each followed by a guessed ACK): each binds
-/// an unconfirmed template, and none confirms it; the first three
-/// take the free slots, the other 197 evict each other, never the client's confirmed
-/// one (which, bound first, expires first: a table that did not tell confirmed
-/// templates apart would evict it first). The client's template is still listed, and
+/// an unconfirmed template, and none raises it; the first three take the free slots,
+/// the other 197 evict each other, never the client's raised one (confirmed in NAT,
+/// unverified in DR; bound first, it expires first: a table that did not tell
+/// standings apart would evict it first). The client's template is still listed, and
 /// its next connections all reach its server.
 fn check_spoofed_syns_leave_a_real_clients_template(mode: &str) {
     const DR_VIP: &str = "198.18.0.200";
@@ -349,8 +351,9 @@ fn check_spoofed_syns_leave_a_real_clients_template(mode: &str) {
         "the client's handshake confirmed its template once: {before:#}"
     );
     let spoofed = 200;
-    // In NAT each spoofed SYN comes with the ACK a blind sender would guess; in DR that
-    // ACK would confirm (the module `dataplane::forwarder::confirm` says why).
+    // In NAT each spoofed SYN comes with the ACK a blind sender would guess. In DR that
+    // ACK would raise each spoofed template to unverified, as high as the client's,
+    // which they could then evict: the limit CONFIG.md states, not tested here.
     let then = if mode == "dr" {
         Then::Nothing
     } else {

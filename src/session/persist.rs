@@ -288,7 +288,8 @@ impl PersistTable {
     }
 
     /// Extends `key`'s template to at least `expires` (a new connection used it, or
-    /// one it controlled ended). No-op when the template is gone or a writer holds it.
+    /// one it controlled ended). No-op when the template is gone, or a writer holds
+    /// its slot or wrote it since it was read.
     pub fn refresh(&self, key: TemplateKey, expires: u32, now: u32) {
         self.v4.refresh(key.words(), expires, now)
     }
@@ -457,6 +458,9 @@ impl<const N: usize> Slots<N> {
         {
             return Err(None);
         }
+        // The odd sequence is visible before any of the stores below: a reader that
+        // sees one of them then sees the sequence moved, and retries.
+        fence(Ordering::Release);
         let current = (Self::load_key(slot), slot.value.load(Ordering::Relaxed));
         if current != expected {
             slot.seq.store(seq, Ordering::Release);
@@ -495,17 +499,7 @@ impl<const N: usize> Slots<N> {
             let t = Template::from_word(v);
             if k == word {
                 if t.is_live(now) {
-                    if t.real != template.real || t.trust >= template.trust {
-                        return Bind::Existing(t.real);
-                    }
-                    let raised = Template {
-                        expires: later_tick(t.expires, template.expires),
-                        ..template
-                    };
-                    return match Self::write(slot, (k, v), word, raised.word()) {
-                        Ok(()) => Bind::Raised,
-                        Err(_) => Bind::Busy,
-                    };
+                    return Self::raise(slot, (k, v), template, now);
                 }
                 target = Some((i, (k, v), false));
                 break;
@@ -540,6 +534,32 @@ impl<const N: usize> Slots<N> {
         }
     }
 
+    /// `slot` holds `held`, a live template of `template`'s key: it stays (the first
+    /// writer wins), or is raised to `template`'s trust if it names the same real
+    /// server and stands lower. A write that finds the slot changed meanwhile (another
+    /// worker's refresh) tries again on what it found, a few times.
+    fn raise(slot: &Slot<N>, mut held: Held<N>, template: Template, now: u32) -> Bind {
+        for _ in 0..READ_RETRIES {
+            let t = Template::from_word(held.1);
+            if !t.is_live(now) {
+                return Bind::Busy;
+            }
+            if t.real != template.real || t.trust >= template.trust {
+                return Bind::Existing(t.real);
+            }
+            let raised = Template {
+                expires: later_tick(t.expires, template.expires),
+                ..template
+            };
+            match Self::write(slot, held, held.0, raised.word()) {
+                Ok(()) => return Bind::Raised,
+                Err(Some(now_held)) if now_held.0 == held.0 => held = now_held,
+                Err(_) => return Bind::Busy,
+            }
+        }
+        Bind::Busy
+    }
+
     fn refresh(&self, word: [u64; N], expires: u32, now: u32) {
         for slot in self.bucket(word) {
             if let Some((k, v)) = Self::read(slot) {
@@ -554,15 +574,23 @@ impl<const N: usize> Slots<N> {
         }
     }
 
+    /// Empties `word`'s slot, whatever its value: a refresh landing between the read
+    /// and the write is tried again on, a few times.
     fn remove(&self, word: [u64; N]) {
         for slot in self.bucket(word) {
-            match Self::read(slot) {
-                Some((k, v)) if k == word => {
-                    let _ = Self::write(slot, (k, v), [0; N], 0);
-                    return;
-                }
-                _ => {}
+            let Some(mut held) = Self::read(slot) else {
+                continue;
+            };
+            if held.0 != word {
+                continue;
             }
+            for _ in 0..READ_RETRIES {
+                match Self::write(slot, held, [0; N], 0) {
+                    Err(Some(now_held)) if now_held.0 == word => held = now_held,
+                    _ => return,
+                }
+            }
+            return;
         }
     }
 

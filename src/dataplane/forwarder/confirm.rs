@@ -113,7 +113,8 @@ pub(super) struct PersistentSession {
     pub proof_key: u32,
     pub mode: ForwardMode,
     pub proto: Protocol,
-    /// Opened by the SYN proxy: its template was confirmed when it was placed.
+    /// Opened by the SYN proxy: placement bound or raised its template to confirmed
+    /// (unless that write was lost to another writer's).
     pub proxied: bool,
     pub service: u32,
     pub real: u32,
@@ -227,8 +228,12 @@ impl Forwarder {
         }
         // Not for a real server that left, or across the sorry server's switch: the
         // next connection of the network is placed afresh, as placement would.
-        let service = snap.by_id(s.service);
-        if !service.is_some_and(|v| !v.sorry_switched(real) && snap.keeps_real_server(real)) {
+        let placeable = snap.by_id(s.service).is_some_and(|v| {
+            v.real_servers.iter().any(|r| r.id == real)
+                && !v.sorry_switched(real)
+                && snap.keeps_real_server(real)
+        });
+        if !placeable {
             return;
         }
         let holds = TemplateRenewal::of(p.timeout_s, self.ticks_per_second).holds;
@@ -243,8 +248,13 @@ impl Forwarder {
             // raises it, or not.
             Bind::Existing(_) => return,
             Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
-            Bind::Busy | Bind::NoRoom => {
+            Bind::Busy => {
                 counters.event(Event::PersistBusy);
+                return;
+            }
+            // An unverified template (DR, TUN) in a bucket of confirmed ones.
+            Bind::NoRoom => {
+                counters.event(Event::PersistNoRoom);
                 return;
             }
         }
@@ -282,5 +292,169 @@ mod tests {
         proofs.expect(7, 300);
         proofs.forget(7);
         assert!(!proofs.take(7, 301), "forgotten");
+    }
+
+    /// A TCP segment from `src` to `dst` with `flags`, sequence `seq` and
+    /// acknowledgment `ack`, in an Ethernet frame, and its headers.
+    fn segment(
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        flags: u8,
+        seq: u32,
+        ack: u32,
+    ) -> (Vec<u8>, Parsed) {
+        let mut f = vec![0u8; 14 + 20 + 20];
+        f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14..26].copy_from_slice(&[0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f[26..30].copy_from_slice(&src.0.octets());
+        f[30..34].copy_from_slice(&dst.0.octets());
+        crate::wire::ipv4::Packet::new_unchecked(&mut f[14..34]).fill_checksum();
+        f[34..36].copy_from_slice(&src.1.to_be_bytes());
+        f[36..38].copy_from_slice(&dst.1.to_be_bytes());
+        f[38..42].copy_from_slice(&seq.to_be_bytes());
+        f[42..46].copy_from_slice(&ack.to_be_bytes());
+        f[46..48].copy_from_slice(&[0x50, flags]);
+        f[48..50].copy_from_slice(&[0x20, 0]);
+        let parsed = crate::flow::parse::classify(&f).expect("a valid frame");
+        (f, parsed)
+    }
+
+    /// The NAT and DR rules end to end on the forwarder, with frames: the client's
+    /// establishing ACK confirms a NAT template only when it acknowledges the
+    /// remembered SYN-ACK exactly (one off does not, nor an ACK with no SYN-ACK
+    /// seen, nor another slot's, nor the IPv6 table's slot of the same number); a DR
+    /// handshake ACK raises to unverified, and only from SYN_RECV; a SYN-proxy session
+    /// is left alone.
+    #[test]
+    fn only_an_exact_answer_to_the_syn_ack_confirms_a_nat_template() {
+        use crate::model::{Persistence, RealServerSpec, SchedulerKind, ServiceKey};
+        use crate::session::persist::{PersistTable, TemplateKey};
+        const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+        const CLIENT: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 7);
+        const RS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
+        let mut table = crate::service::ServiceTable::new();
+        let key = ServiceKey::new(Protocol::Tcp, VIP, 80);
+        let persistence = Persistence {
+            timeout_s: 300,
+            netmask: Ipv4Addr::BROADCAST,
+            prefix6: Persistence::FULL_PREFIX6,
+        };
+        table
+            .add_service(key, SchedulerKind::Rr, Some(persistence))
+            .unwrap();
+        let real = table
+            .add_server(key, RealServerSpec::new(RS, 8080, 1, ForwardMode::Nat))
+            .unwrap();
+        let service = table.get(key).unwrap().id;
+        let (_publisher, config) = super::super::test_config(&table, 1024);
+        let persist = std::sync::Arc::new(PersistTable::with_capacity(64));
+        let mut f = Forwarder::new(super::super::ForwarderConfig {
+            persistence: Some(persist.clone()),
+            ..config
+        });
+        let counters = WorkerCounters::default();
+        let template = TemplateKey {
+            service,
+            network: u32::from(CLIENT),
+        };
+        let standing = |t: &PersistTable| t.lookup(template, 0).map(|t| t.trust);
+        persist.bind(template, Template::new(real, 1000, Trust::Unconfirmed), 0);
+        let nat = PersistentSession {
+            proof_key: 5,
+            mode: ForwardMode::Nat,
+            proto: Protocol::Tcp,
+            proxied: false,
+            service,
+            real,
+            client: CLIENT.into(),
+        };
+        let (syn, ack, rst) = (0x02, 0x10, 0x04);
+        let synack = TcpFlags(syn | ack);
+        let server = (RS, 8080);
+        let client = (CLIENT, 40000);
+        let vip = (VIP, 80);
+        let handshake = Transition {
+            from: TcpState::SynRecv,
+            to: TcpState::Established,
+        };
+        let still = Transition {
+            from: TcpState::SynRecv,
+            to: TcpState::SynRecv,
+        };
+        let client_ack = |f: &mut Forwarder, s: PersistentSession, flags: u8, n: u32| {
+            let (frame, parsed) = segment(client, vip, flags, 1, n);
+            let moved = (Direction::Inbound, TcpFlags(flags), handshake);
+            f.confirm_on(s, moved, &frame, &parsed, &counters);
+        };
+        // No SYN-ACK seen: nothing to answer.
+        client_ack(&mut f, nat, ack, 0x1000_0001);
+        assert_eq!(standing(&persist), Some(Trust::Unconfirmed));
+        let (frame, parsed) = segment(server, client, syn | ack, 0x1000_0000, 2);
+        f.confirm_on(
+            nat,
+            (Direction::Outbound, synack, still),
+            &frame,
+            &parsed,
+            &counters,
+        );
+        for wrong in [0x1000_0000, 0x1000_0002] {
+            client_ack(&mut f, nat, ack, wrong);
+        }
+        client_ack(&mut f, nat, ack | rst, 0x1000_0001);
+        let six = PersistentSession {
+            proof_key: PersistentSession::proof_key_v6(5),
+            ..nat
+        };
+        client_ack(&mut f, six, ack, 0x1000_0001);
+        let other = PersistentSession {
+            proof_key: 6,
+            ..nat
+        };
+        client_ack(&mut f, other, ack, 0x1000_0001);
+        assert_eq!(standing(&persist), Some(Trust::Unconfirmed));
+        client_ack(&mut f, nat, ack, 0x1000_0001);
+        assert_eq!(standing(&persist), Some(Trust::Confirmed));
+
+        // DR: the handshake ACK raises to unverified, from SYN_RECV only.
+        persist.remove(template);
+        persist.bind(template, Template::new(real, 1000, Trust::Unconfirmed), 0);
+        let dr = PersistentSession {
+            mode: ForwardMode::Dr,
+            ..nat
+        };
+        let (frame, parsed) = segment(client, vip, ack, 1, 77);
+        let from_none = Transition {
+            from: TcpState::None,
+            to: TcpState::Established,
+        };
+        let moved = (Direction::Inbound, TcpFlags(ack), from_none);
+        f.confirm_on(dr, moved, &frame, &parsed, &counters);
+        assert_eq!(standing(&persist), Some(Trust::Unconfirmed));
+        client_ack(&mut f, dr, ack, 77);
+        assert_eq!(standing(&persist), Some(Trust::Unverified));
+
+        // A SYN-proxy session is placed as high as it goes: nothing to do here.
+        persist.remove(template);
+        persist.bind(template, Template::new(real, 1000, Trust::Unconfirmed), 0);
+        let proxied = PersistentSession {
+            proxied: true,
+            proof_key: 9,
+            ..nat
+        };
+        let (frame, parsed) = segment(server, client, syn | ack, 500, 2);
+        f.confirm_on(
+            proxied,
+            (Direction::Outbound, synack, still),
+            &frame,
+            &parsed,
+            &counters,
+        );
+        client_ack(&mut f, proxied, ack, 501);
+        assert_eq!(standing(&persist), Some(Trust::Unconfirmed));
+        assert_eq!(
+            counters.events_snapshot()[Event::PersistConfirmed as usize],
+            2
+        );
     }
 }

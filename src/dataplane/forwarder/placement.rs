@@ -381,7 +381,7 @@ impl Forwarder {
                 if let Some((table, k, expires)) = template {
                     let real = service.real_servers[pick].id;
                     match k.bind(table, Template::new(real, expires, trust), now) {
-                        // Nobody else's template stood lower than its own.
+                        // Recorded (or its own raised), nothing evicted.
                         Bind::Created | Bind::Raised => {}
                         Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
                         Bind::Busy => counters.event(Event::PersistBusy),
@@ -406,7 +406,13 @@ impl Forwarder {
             // A connection that shows more of its client than the template's own did
             // (the SYN proxy's, following a template a SYN bound) raises it.
             (Some((_, t)), Some((table, k, expires))) if t.trust < trust => {
-                k.bind(table, Template::new(t.real, expires, trust), now);
+                match k.bind(table, Template::new(t.real, expires, trust), now) {
+                    Bind::Raised | Bind::Created => {}
+                    Bind::CreatedEvicting => counters.event(Event::PersistEvicted),
+                    Bind::NoRoom => counters.event(Event::PersistNoRoom),
+                    // Not raised: it is still held past this connection's renewal.
+                    Bind::Busy | Bind::Existing(_) => k.refresh(table, expires, now),
+                }
             }
             (Some(_), Some((table, k, expires))) => k.refresh(table, expires, now),
             _ => {}

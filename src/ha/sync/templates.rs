@@ -299,7 +299,7 @@ struct Known {
 }
 
 /// Which templates to send: the table (its IPv4 slots, then its IPv6 ones) is scanned
-/// a slice per call, a whole pass every `ticks_per_pass` calls; a live confirmed template is due when it is new, its real server or
+/// a slice per call, a whole pass every `ticks_per_pass` calls; a live template standing at least unverified is due when it is new, its real server or
 /// expiry changed since it was last sent, or `resend_ticks` passed since then. What
 /// it remembers (one entry per live template it sent or received) is dropped for
 /// templates a whole pass did not see (expired, removed, evicted). Management core
