@@ -1709,13 +1709,7 @@ fn spoofed_ipv6_syns_do_not_evict_a_real_clients_persistence_template() {
             + "\n[sessions]\npersistence_templates = 4\n",
     );
     let url = format!("http://[{VIP6}]:80/");
-    let only_server = |batch: &serde_json::Value| -> String {
-        let bodies = batch["bodies"].as_object().unwrap();
-        assert_eq!(batch["ok"].as_u64(), Some(5), "{batch}\n{}", daemon.dump());
-        assert_eq!(bodies.len(), 1, "one server for the client: {batch}");
-        bodies.keys().next().unwrap().clone()
-    };
-    let pinned = only_server(&lab.curl(&url, 5, 1, &[]));
+    let pinned = lab.curl_one_server(&url, 5, &daemon);
     let before = daemon.status();
     assert_eq!(
         event_count(&before, "persist_confirmed"),
@@ -1768,13 +1762,13 @@ fn spoofed_ipv6_syns_do_not_evict_a_real_clients_persistence_template() {
             daemon.status()
         )
     });
-    let after = lab.curl(&url, 5, 1, &[]);
+    let after = lab.curl_one_server(&url, 5, &daemon);
     println!(
         "{SPOOFED} spoofed IPv6 SYNs (and ACKs) into 256 template slots: {} evicted, {} \
          listed after; the client's server before {pinned}, after {}",
         event_count(&flooded, "persist_evicted"),
         templates.len(),
-        after["bodies"]
+        after
     );
     assert!(
         templates
@@ -1783,7 +1777,7 @@ fn spoofed_ipv6_syns_do_not_evict_a_real_clients_persistence_template() {
         "the client's template survived the spoofed SYNs"
     );
     assert_eq!(event_count(&flooded, "persist_no_room"), 0, "{flooded:#}");
-    assert_eq!(only_server(&after), pinned, "{}", daemon.dump());
+    assert_eq!(after, pinned, "{}", daemon.dump());
     assert_eq!(
         event_count(&daemon.status(), "persist_confirmed"),
         1,

@@ -38,22 +38,27 @@ pub enum Event {
     NeighbourShareLost,
     /// Persistence: a new connection went where its client network's template said.
     PersistFollowed,
-    /// Persistence: a template was evicted early to make room (the template table is
-    /// full in that bucket); that client may be scheduled afresh.
+    /// Persistence: a live template was evicted to make room (its bucket was full);
+    /// that network's next connection may be scheduled afresh. Under a flood of
+    /// spoofed SYNs these are mostly the spoofed templates evicting each other
+    /// (`persist_no_room` and the confirmations tell the cases apart: CONFIG.md).
     PersistEvicted,
-    /// Persistence: another worker was writing the template's slot; the connection
-    /// was scheduled but no template recorded (the next one records it).
+    /// Persistence: another worker was writing the template's slot: the connection
+    /// was scheduled but its template not recorded, or not raised (the next one
+    /// does it).
     PersistBusy,
     /// Persistence: a new connection's template found its bucket full of templates
     /// that stand higher, which it never evicts (`session::persist::Trust`): none
-    /// recorded until the connection raises it. A flood of spoofed SYNs into a full
-    /// bucket shows here, and so does a table too small for its real clients
-    /// (`sessions.persistence_templates`).
+    /// recorded (a NAT or FullNAT connection records it when it confirms it). A flood
+    /// of spoofed SYNs into a full bucket shows here, and so does a table too small
+    /// for its real clients (`sessions.persistence_templates`). Once per connection.
     PersistNoRoom,
-    /// Persistence: a connection showed its client and raised its template (the
-    /// client acknowledged the real server's SYN-ACK: confirmed; in DR and TUN it
-    /// completed its handshake: unverified).
+    /// Persistence: a NAT or FullNAT client acknowledged its real server's SYN-ACK
+    /// and so confirmed its template (once per template while it lives).
     PersistConfirmed,
+    /// Persistence: a DR or TUN client completed its handshake and raised its
+    /// template to unverified (which a spoofed SYN followed by an ACK also does).
+    PersistUnverified,
     /// A new TCP connection to a service with no available real server was answered
     /// with an RST (`all_down = "rst"`).
     AllDownReset,
@@ -172,7 +177,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const COUNT: usize = 57;
+    pub const COUNT: usize = 58;
     pub const ALL: [Event; Self::COUNT] = [
         Event::ArpReplied,
         Event::IcmpEchoReplied,
@@ -191,6 +196,7 @@ impl Event {
         Event::PersistBusy,
         Event::PersistNoRoom,
         Event::PersistConfirmed,
+        Event::PersistUnverified,
         Event::AllDownReset,
         Event::HealthProbeSent,
         Event::HealthReplyUp,
@@ -251,6 +257,7 @@ impl Event {
             Event::PersistBusy => "persist_busy",
             Event::PersistNoRoom => "persist_no_room",
             Event::PersistConfirmed => "persist_confirmed",
+            Event::PersistUnverified => "persist_unverified",
             Event::AllDownReset => "all_down_reset",
             Event::HealthProbeSent => "health_probe_sent",
             Event::HealthReplyUp => "health_reply_up",

@@ -1862,6 +1862,9 @@ impl Forwarder {
         self.load_changed(rs.id);
         if persistent {
             self.schedule_template_renewal(id, session.service);
+            if let Some(proofs) = self.proofs.as_mut() {
+                proofs.forget(id.index());
+            }
         }
         if let (Some(delta), Some((id, _))) = (r.synproxy, self.sessions.lookup(&key)) {
             self.synproxy_install(id, &delta);

@@ -144,6 +144,7 @@ pub struct Template {
     pub real: u32,
     /// Session-clock tick after which the template is void.
     pub expires: u32,
+    /// How far its connections showed that its client is there.
     pub trust: Trust,
 }
 
@@ -514,11 +515,10 @@ impl<const N: usize> Slots<N> {
                 *soonest = Some((i, (k, v), left));
             }
         }
-        let lowest = soonest.iter().flatten().next();
-        let (index, expected, evicting) = match (target, lowest) {
-            (Some(t), _) => t,
-            (None, None) => return Bind::Busy,
-            (None, Some(_)) => match soonest[..=template.trust as usize].iter().flatten().next() {
+        // Every slot was this key's, free, expired, or is in `soonest`.
+        let (index, expected, evicting) = match target {
+            Some(t) => t,
+            None => match soonest[..=template.trust as usize].iter().flatten().next() {
                 Some(&(i, held, _)) => (i, held, true),
                 None => return Bind::NoRoom,
             },
@@ -574,8 +574,10 @@ impl<const N: usize> Slots<N> {
         }
     }
 
-    /// Empties `word`'s slot, whatever its value: a refresh landing between the read
-    /// and the write is tried again on, a few times.
+    /// Empties `word`'s slot: a refresh landing between the read and the write is
+    /// tried again on, a few times. A slot another writer holds, or that could not be
+    /// read whole, is left as it is: a template whose real server left is removed
+    /// again by the next connection that finds it.
     fn remove(&self, word: [u64; N]) {
         for slot in self.bucket(word) {
             let Some(mut held) = Self::read(slot) else {

@@ -330,6 +330,21 @@ impl AppLab {
         v
     }
 
+    /// `count` requests to `url` from the client, one at a time (`curl`): all must
+    /// succeed, on one real server, whose body (`rs1`, ...) is returned.
+    pub fn curl_one_server(&self, url: &str, count: u64, daemon: &Daemon) -> String {
+        let batch = self.curl(url, count, 1, &[]);
+        assert_eq!(
+            batch["ok"].as_u64(),
+            Some(count),
+            "{batch}\n{}",
+            daemon.dump()
+        );
+        let bodies = batch["bodies"].as_object().unwrap();
+        assert_eq!(bodies.len(), 1, "one server for the client: {batch}");
+        bodies.keys().next().unwrap().clone()
+    }
+
     /// `count` UDP exchanges with `addr:port` from the client (`e2e_apps.py udp`):
     /// the command's output and its JSON.
     pub fn udp(

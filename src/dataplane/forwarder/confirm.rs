@@ -252,13 +252,14 @@ impl Forwarder {
                 counters.event(Event::PersistBusy);
                 return;
             }
-            // An unverified template (DR, TUN) in a bucket of confirmed ones.
-            Bind::NoRoom => {
-                counters.event(Event::PersistNoRoom);
-                return;
-            }
+            // An unverified template (DR, TUN) in a bucket of confirmed ones: placement
+            // counted its connection in `persist_no_room` already.
+            Bind::NoRoom => return,
         }
-        counters.event(Event::PersistConfirmed);
+        counters.event(match trust {
+            Trust::Confirmed => Event::PersistConfirmed,
+            _ => Event::PersistUnverified,
+        });
     }
 }
 
@@ -452,9 +453,8 @@ mod tests {
         );
         client_ack(&mut f, proxied, ack, 501);
         assert_eq!(standing(&persist), Some(Trust::Unconfirmed));
-        assert_eq!(
-            counters.events_snapshot()[Event::PersistConfirmed as usize],
-            2
-        );
+        let events = counters.events_snapshot();
+        assert_eq!(events[Event::PersistConfirmed as usize], 1);
+        assert_eq!(events[Event::PersistUnverified as usize], 1);
     }
 }

@@ -152,10 +152,17 @@ impl Forwarder {
                 release_nat64_port(pool, old, now_ms);
                 super::tell_load(load_view, schedulers, overload, real_servers, old.real);
             });
-        if inserted.is_err() {
-            // No room, or a key taken: the port reserved above goes back.
-            release_nat64_port(&mut self.pool, &session, now_ms);
-            return None;
+        let id = match inserted {
+            Ok(id) => id,
+            Err(_) => {
+                // No room, or a key taken: the port reserved above goes back.
+                release_nat64_port(&mut self.pool, &session, now_ms);
+                return None;
+            }
+        };
+        if let (Some(proofs), true) = (self.proofs.as_mut(), session.persistent) {
+            // An entry the slot's last session left means nothing to this one.
+            proofs.forget(super::confirm::PersistentSession::proof_key_v6(id));
         }
         let c = &self.real_servers[rs.id as usize];
         let gauge = if is_active(r.state) {
