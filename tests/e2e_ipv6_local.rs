@@ -1771,10 +1771,18 @@ fn spoofed_ipv6_syns_do_not_evict_a_real_clients_persistence_template() {
         after
     );
     assert!(
+        templates.iter().any(|t| {
+            t["client"] == format!("[{CLIENT_IP6}]:0").as_str() && t["standing"] == "confirmed"
+        }),
+        "the client's confirmed template survived the spoofed SYNs"
+    );
+    assert_eq!(
         templates
             .iter()
-            .any(|t| t["client"] == format!("[{CLIENT_IP6}]:0").as_str()),
-        "the client's template survived the spoofed SYNs"
+            .filter(|t| t["standing"] == "confirmed")
+            .count(),
+        1,
+        "no spoofed template confirmed"
     );
     assert_eq!(event_count(&flooded, "persist_no_room"), 0, "{flooded:#}");
     assert_eq!(after, pinned, "{}", daemon.dump());

@@ -387,11 +387,23 @@ fn check_spoofed_syns_leave_a_real_clients_template(mode: &str) {
         after
     );
     assert_eq!(templates.len(), 4, "{templates:?}");
+    let standing = if mode == "dr" {
+        "unverified"
+    } else {
+        "confirmed"
+    };
+    assert!(
+        templates.iter().any(|t| {
+            t["client"] == format!("{client_ip}:0").as_str() && t["standing"] == standing
+        }),
+        "the client's template, {standing}, survived the spoofed SYNs: {templates:?}"
+    );
     assert!(
         templates
             .iter()
-            .any(|t| t["client"] == format!("{client_ip}:0").as_str()),
-        "the client's template survived the spoofed SYNs: {templates:?}"
+            .filter(|t| t["client"] != format!("{client_ip}:0").as_str())
+            .all(|t| t["standing"] == "unconfirmed"),
+        "every spoofed template unconfirmed: {templates:?}"
     );
     assert_eq!(
         event_count(&flooded, "persist_evicted"),

@@ -1325,6 +1325,7 @@ impl Registry {
                     virtual_service: c.virtual_service.to_string(),
                     local: c.local.map(|l| l.to_string()),
                     destination: c.real_server.to_string(),
+                    standing: None,
                 })
             })?;
         }
@@ -1401,6 +1402,7 @@ impl Registry {
                 ),
                 local: None,
                 destination,
+                standing: Some(template.trust.name().into()),
             });
         }
         None

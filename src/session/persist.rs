@@ -134,6 +134,15 @@ pub enum Trust {
 
 impl Trust {
     const ALL: [Trust; 3] = [Trust::Unconfirmed, Trust::Unverified, Trust::Confirmed];
+
+    /// As listings write it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Trust::Unconfirmed => "unconfirmed",
+            Trust::Unverified => "unverified",
+            Trust::Confirmed => "confirmed",
+        }
+    }
 }
 
 /// Where a template sends connections, and until when.

@@ -63,6 +63,7 @@ mod tests {
             virtual_service: "198.18.1.1:80".into(),
             local: local.map(str::to_string),
             destination: "198.18.0.11:8080".into(),
+            standing: None,
         };
         let report = ConnectionsReport {
             connections: vec![

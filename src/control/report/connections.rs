@@ -31,4 +31,9 @@ pub struct ConnectionStatus {
     #[serde(default)]
     pub local: Option<String>,
     pub destination: String,
+    /// A persistence template's standing (`unconfirmed`, `unverified`, `confirmed`:
+    /// how far its connections showed their client; CONFIG.md,
+    /// `persistence_timeout`); none for a session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standing: Option<String>,
 }
