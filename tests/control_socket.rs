@@ -88,6 +88,7 @@ fn sample_report() -> StatusReport {
         sessions_expired: 4,
         snapshot_adoption: Default::default(),
         real_server_ids: Default::default(),
+        persistence_templates: None,
     }
 }
 

@@ -419,5 +419,33 @@ fn check_spoofed_syns_leave_a_real_clients_template(mode: &str) {
         "no spoofed segment raised a template, and a connection that follows a raised \
          one has nothing to raise: {end:#}"
     );
+    // The status's count by standing (a whole count every few seconds) comes to what
+    // the listing showed: the client's template and three spoofed ones.
+    let (unverified, confirmed) = if mode == "dr" { (1, 0) } else { (0, 1) };
+    let want = serde_json::json!({
+        "slots": 4, "unconfirmed": 3, "unverified": unverified, "confirmed": confirmed
+    });
+    let counted = wait_for(Duration::from_secs(15), Duration::from_millis(250), || {
+        let s = daemon.status();
+        (s["persistence_templates"]["ipv4"] == want).then_some(s)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the status never counted the listed templates ({want}): {:#}",
+            daemon.status()["persistence_templates"]
+        )
+    });
+    let ipv6 = &counted["persistence_templates"]["ipv6"];
+    assert_eq!(ipv6["unconfirmed"], 0, "{counted:#}");
+    assert_eq!(ipv6["confirmed"], 0, "{counted:#}");
+    let text = daemon.ctl(&["status"]);
+    assert!(
+        text.stdout.contains(&format!(
+            "persistence templates IPv4 4 of 4 slots (confirmed {confirmed}, unverified \
+             {unverified}, unconfirmed 3)"
+        )),
+        "{}",
+        text.stdout
+    );
     daemon.stop_clean();
 }

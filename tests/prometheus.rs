@@ -252,9 +252,16 @@ fn promtool_and_a_real_prometheus_scrape_with_promql_and_the_dashboards_queries(
     ];
     let daemon = Daemon::start(cfg);
 
-    // promtool lints the exposition as served, while traffic flows.
-    std::thread::sleep(Duration::from_secs(1));
-    let text = curl(&ns, &[&format!("http://{METRICS}/metrics")]).expect_success("scrape");
+    // promtool lints the exposition as served, while traffic flows, once it has
+    // every family: the persistence templates' come with their first whole count, a
+    // few seconds after start.
+    let text = wait_for(Duration::from_secs(15), Duration::from_millis(500), || {
+        let text = curl(&ns, &[&format!("http://{METRICS}/metrics")]).expect_success("scrape");
+        (text.stdout)
+            .contains("# TYPE sluice_persistence_templates gauge")
+            .then_some(text)
+    })
+    .unwrap_or_else(|| panic!("no template count in the metrics\n{}", daemon.dump()));
     let exposition = daemon.config.path("metrics.txt");
     std::fs::write(&exposition, &text.stdout).unwrap();
     let lint = run_bounded(
@@ -280,6 +287,15 @@ fn promtool_and_a_real_prometheus_scrape_with_promql_and_the_dashboards_queries(
             text.stdout.contains(&format!("# TYPE {family} counter")),
             "{family}"
         );
+    }
+    // No service has persistence: every standing of both tables counts 0.
+    for family in ["ipv4", "ipv6"] {
+        for standing in ["unconfirmed", "unverified", "confirmed"] {
+            let sample = format!(
+                "sluice_persistence_templates{{family=\"{family}\",standing=\"{standing}\"}} 0\n"
+            );
+            assert!(text.stdout.contains(&sample), "{sample}{}", text.stdout);
+        }
     }
 
     let prometheus = Prometheus::start(&ns, &test_config());

@@ -326,6 +326,52 @@ pub fn render(
         "Live sessions over all workers.",
     )
     .sample("sluice_sessions", &[], status.sessions);
+    if let Some(t) = &status.persistence_templates {
+        let tables = [("ipv4", &t.ipv4), ("ipv6", &t.ipv6)];
+        let mut f = Family::new(
+            o,
+            "sluice_persistence_templates",
+            "gauge",
+            "Live persistence templates by table and standing, as the last whole count found them.",
+        );
+        for (family, r) in tables {
+            for (standing, n) in [
+                ("unconfirmed", r.unconfirmed),
+                ("unverified", r.unverified),
+                ("confirmed", r.confirmed),
+            ] {
+                f.sample(
+                    "sluice_persistence_templates",
+                    &[("family", family), ("standing", standing)],
+                    n,
+                );
+            }
+        }
+        let mut f = Family::new(
+            o,
+            "sluice_persistence_template_slots",
+            "gauge",
+            "Slots of each persistence template table.",
+        );
+        for (family, r) in tables {
+            f.sample(
+                "sluice_persistence_template_slots",
+                &[("family", family)],
+                r.slots,
+            );
+        }
+        Family::new(
+            o,
+            "sluice_persistence_templates_counted_seconds_ago",
+            "gauge",
+            "How long ago the template count shown was finished.",
+        )
+        .sample(
+            "sluice_persistence_templates_counted_seconds_ago",
+            &[],
+            t.counted_ms_ago as f64 / 1000.0,
+        );
+    }
     let a = &status.snapshot_adoption;
     let mut f = Family::new(
         o,
@@ -1451,6 +1497,67 @@ mod label_tests {
             }
         }
         assert!(types.len() > 40, "{} families", types.len());
+    }
+
+    /// The template count: one gauge per table and standing, the slots per table,
+    /// and the count's age; none before the first count.
+    #[test]
+    fn template_counts_are_gauges_by_family_and_standing() {
+        use crate::control::report::{TemplateTableReport, TemplatesReport};
+        let inputs = |templates| MetricsInputs {
+            status: StatusReport {
+                persistence_templates: templates,
+                ..Default::default()
+            },
+            services: ServicesReport::default(),
+            pools: Vec::new(),
+            admission: Vec::new(),
+            health: HealthReport {
+                source: "198.18.0.1".into(),
+                sources6: Vec::new(),
+                targets: Vec::new(),
+                stats: Default::default(),
+            },
+            vrrp: None,
+            sync: None,
+            bgp: None,
+        };
+        let text = inputs(Some(TemplatesReport {
+            ipv4: TemplateTableReport {
+                slots: 1024,
+                unconfirmed: 7,
+                unverified: 2,
+                confirmed: 5,
+            },
+            ipv6: TemplateTableReport {
+                slots: 256,
+                confirmed: 1,
+                ..Default::default()
+            },
+            counted_ms_ago: 1_500,
+            pass_ms: 5_000,
+        }))
+        .render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_persistence_template"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                r#"sluice_persistence_templates{family="ipv4",standing="unconfirmed"} 7"#,
+                r#"sluice_persistence_templates{family="ipv4",standing="unverified"} 2"#,
+                r#"sluice_persistence_templates{family="ipv4",standing="confirmed"} 5"#,
+                r#"sluice_persistence_templates{family="ipv6",standing="unconfirmed"} 0"#,
+                r#"sluice_persistence_templates{family="ipv6",standing="unverified"} 0"#,
+                r#"sluice_persistence_templates{family="ipv6",standing="confirmed"} 1"#,
+                r#"sluice_persistence_template_slots{family="ipv4"} 1024"#,
+                r#"sluice_persistence_template_slots{family="ipv6"} 256"#,
+                r#"sluice_persistence_templates_counted_seconds_ago 1.5"#,
+            ]
+        );
+        let text = inputs(None).render();
+        assert!(!text.contains("sluice_persistence_template"), "{text}");
     }
 
     /// The text format's rule: in a label value, `\` is `\\`, `"` is `\"` and a

@@ -47,7 +47,7 @@ use crate::ha::vrrp::node::VrrpReport;
 use crate::health::{HealthMonitor, HealthReport};
 use crate::model::ForwardMode;
 use crate::service::{Snapshot, SnapshotPublisher};
-use crate::session::persist::PersistTable;
+use crate::session::persist::{ByStanding, PersistTable, TemplateCensus, TemplateCounts, Trust};
 use crate::session::{TcpState, Timeouts};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::net::IpAddr;
@@ -232,6 +232,9 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         ports_per_address: u32::from(cfg.sessions.local_port_last)
             - u32::from(cfg.sessions.local_port_first)
             + 1,
+        census: TemplateCensus::new(&persist, CENSUS_STEPS_PER_PASS),
+        census_started: Instant::now(),
+        templates_counted: None,
         persist,
         config_path: cfg.path.clone(),
         started_config: cfg.clone(),
@@ -1165,6 +1168,11 @@ struct Registry {
     server_time_wait_s: u32,
     ports_per_address: u32,
     persist: Arc<PersistTable>,
+    /// Counts the live templates by standing, a slice per loop turn, and the last
+    /// whole count with when it was finished.
+    census: TemplateCensus,
+    census_started: Instant,
+    templates_counted: Option<(TemplateCounts, Instant, Duration)>,
     /// The config file, for `sluicectl reload`.
     config_path: PathBuf,
     /// The config the daemon started with: a reload names what it changes of the
@@ -1259,6 +1267,11 @@ fn writes_a_capture_file(device: &PortDevice) -> bool {
 const SYNC_RING_EVENTS: usize = 65_536;
 
 /// How long a worker may take to answer one question (it answers between two polls).
+/// Loop turns (each at least [`crate::dataplane::MANAGEMENT_TICK_MS`]) per whole
+/// count of the persistence templates: a pass of about 5 s, each turn reading at
+/// most 1/1000 of the tables (19,000 slots, 0.6 MiB, at the largest size).
+const CENSUS_STEPS_PER_PASS: usize = 1000;
+
 const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Registry {
@@ -1518,6 +1531,35 @@ impl Registry {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    /// Counts the next slice of the template tables (a whole count every
+    /// [`CENSUS_STEPS_PER_PASS`] turns of the loop).
+    fn tick_census(&mut self) {
+        let now = self.now_tick();
+        if let Some(counts) = self.census.step(&self.persist, now) {
+            let done = Instant::now();
+            let took = done - std::mem::replace(&mut self.census_started, done);
+            self.templates_counted = Some((counts, done, took));
+        }
+    }
+
+    /// The last whole count of the templates, for `status` and the metrics.
+    fn templates_report(&self) -> Option<crate::control::report::TemplatesReport> {
+        use crate::control::report::{TemplateTableReport, TemplatesReport};
+        let (counts, at, took) = self.templates_counted?;
+        let table = |slots: usize, by: ByStanding| TemplateTableReport {
+            slots: slots as u64,
+            unconfirmed: by[Trust::Unconfirmed as usize],
+            unverified: by[Trust::Unverified as usize],
+            confirmed: by[Trust::Confirmed as usize],
+        };
+        Some(TemplatesReport {
+            ipv4: table(self.persist.capacity(), counts.ipv4),
+            ipv6: table(self.persist.capacity6(), counts.ipv6),
+            counted_ms_ago: at.elapsed().as_millis() as u64,
+            pass_ms: took.as_millis() as u64,
+        })
+    }
+
     fn tick_sync(&mut self, plane: sync::Plane) {
         let now = self.now_tick();
         let Some((node, _)) = &mut self.sync else {
@@ -1760,7 +1802,11 @@ impl Registry {
     /// What a Prometheus scrape shows: the same reports as `sluicectl status`, `-L -n`
     /// and `--get-laddr`, gathered from the loop's state; the text is written by
     /// [`metrics::MetricsInputs::render`], off the loop.
-    fn metrics_inputs(&mut self, status: StatusReport) -> Result<metrics::MetricsInputs, String> {
+    fn metrics_inputs(
+        &mut self,
+        mut status: StatusReport,
+    ) -> Result<metrics::MetricsInputs, String> {
+        status.persistence_templates = self.templates_report();
         let services = self
             .services
             .report(&self.real_servers, rates::DEFAULT_WINDOW);
@@ -2214,6 +2260,7 @@ fn management_loop(
                     app.emulator.as_ref().map(Emulator::stats),
                 );
                 status.real_server_ids = registry.services.id_report();
+                status.persistence_templates = registry.templates_report();
                 serde_json::to_value(status).map_err(|e| e.to_string())
             } else if matches!(
                 req,
@@ -2280,6 +2327,7 @@ fn management_loop(
         registry.tick_health(app.plane());
         registry.tick_bgp();
         registry.tick_sync(app.plane());
+        registry.tick_census();
         let now = Instant::now();
         if now >= next_rates {
             next_rates = now + Duration::from_secs(1);

@@ -168,8 +168,10 @@ impl StatsView {
                 .map(|c| c.sessions_expired.load(Relaxed))
                 .sum(),
             snapshot_adoption: self.adoption.report(),
-            // The service table's business: the management loop fills it in.
+            // The service table's and the template census's business: the
+            // management loop fills them in.
             real_server_ids: Default::default(),
+            persistence_templates: None,
         }
     }
 

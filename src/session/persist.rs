@@ -133,7 +133,8 @@ pub enum Trust {
 }
 
 impl Trust {
-    const ALL: [Trust; 3] = [Trust::Unconfirmed, Trust::Unverified, Trust::Confirmed];
+    /// Every standing, lowest first (a standing's index is `trust as usize`).
+    pub const ALL: [Trust; 3] = [Trust::Unconfirmed, Trust::Unverified, Trust::Confirmed];
 
     /// As listings write it.
     pub const fn name(self) -> &'static str {
@@ -379,6 +380,67 @@ impl PersistTable {
     /// [`memory_bytes`](Self::memory_bytes) of `with_capacity(capacity)`.
     pub fn bytes_for(capacity: usize) -> usize {
         Slots::<1>::bytes_for(capacity) + Slots::<3>::bytes_for(Self::capacity6_for(capacity))
+    }
+}
+
+/// Live templates of one table, by standing (indexed by `trust as usize`).
+pub type ByStanding = [u64; Trust::ALL.len()];
+
+/// The live templates of each table, by standing, as a pass of [`TemplateCensus`]
+/// found them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TemplateCounts {
+    pub ipv4: ByStanding,
+    pub ipv6: ByStanding,
+}
+
+/// Counts the live templates by table and standing, a slice of slots per
+/// [`step`](TemplateCensus::step), a whole pass (both tables) every `steps_per_pass`
+/// steps. Why slices: the table is read by scanning it (expiry is lazy, so no
+/// counter can follow it), and at the largest `persistence_templates` that is 640
+/// MiB of slots: read at once it would stall the management core (VRRP, sync,
+/// health) for a good part of a second; a slice per tick costs a bounded read each.
+/// A template that lives through a pass, in one slot, is counted once; one bound,
+/// moved or gone during the pass may be counted or not, as in any listing of a
+/// table that workers write meanwhile. A slot a worker kept writing at every try of
+/// the read is not counted.
+#[derive(Debug)]
+pub struct TemplateCensus {
+    cursor: usize,
+    slots_per_step: usize,
+    counting: TemplateCounts,
+}
+
+impl TemplateCensus {
+    /// For `table` (its [`PersistTable::capacity`] and [`PersistTable::capacity6`]
+    /// slots), a pass every `steps_per_pass` steps.
+    pub fn new(table: &PersistTable, steps_per_pass: usize) -> TemplateCensus {
+        let slots = table.capacity() + table.capacity6();
+        TemplateCensus {
+            cursor: 0,
+            slots_per_step: slots.div_ceil(steps_per_pass.max(1)).max(1),
+            counting: TemplateCounts::default(),
+        }
+    }
+
+    /// Counts the next slice of `table` at `now`. At the end of a pass, returns the
+    /// pass's counts and starts the next one.
+    pub fn step(&mut self, table: &PersistTable, now: u32) -> Option<TemplateCounts> {
+        let (v4, total) = (table.capacity(), table.capacity() + table.capacity6());
+        let start = self.cursor.min(total);
+        let end = (start + self.slots_per_step).min(total);
+        for (_, t) in table.live_in(start.min(v4)..end.min(v4), now) {
+            self.counting.ipv4[t.trust as usize] += 1;
+        }
+        for (_, t) in table.live6_in(start.max(v4) - v4..end.max(v4) - v4, now) {
+            self.counting.ipv6[t.trust as usize] += 1;
+        }
+        self.cursor = end;
+        if self.cursor < total {
+            return None;
+        }
+        self.cursor = 0;
+        Some(std::mem::take(&mut self.counting))
     }
 }
 
@@ -676,6 +738,49 @@ mod tests {
         // An expired template is replaced.
         assert_eq!(table.bind(key(10), template(8, 300), 150), Bind::Created);
         assert_eq!(table.lookup(key(10), 200), Some(template(8, 300)));
+    }
+
+    /// A census pass counts every live template once, by table and standing, over
+    /// several steps; expired ones are not counted, and the next pass starts afresh.
+    #[test]
+    fn a_census_counts_live_templates_by_table_and_standing() {
+        let table = PersistTable::with_capacity(64);
+        let with = |trust| Template::new(1, 100, trust);
+        for n in 1..=5 {
+            table.bind(key(n), with(Trust::Confirmed), 0);
+        }
+        for n in 6..=8 {
+            table.bind(key(n), with(Trust::Unconfirmed), 0);
+        }
+        table.bind(key(9), with(Trust::Unverified), 0);
+        table.bind(key(10), Template::new(1, 20, Trust::Confirmed), 0); // expires at 20
+        for (n, trust) in [
+            (1, Trust::Unverified),
+            (2, Trust::Unverified),
+            (3, Trust::Confirmed),
+        ] {
+            let six = TemplateKey6::new(3, format!("2001:db8::{n}").parse().unwrap(), 128);
+            table.bind6(six, with(trust), 0);
+        }
+        let mut census = TemplateCensus::new(&table, 7);
+        let pass = |census: &mut TemplateCensus| {
+            let mut steps = 1;
+            loop {
+                if let Some(counts) = census.step(&table, 30) {
+                    return (steps, counts);
+                }
+                steps += 1;
+            }
+        };
+        let want = TemplateCounts {
+            ipv4: [3, 1, 5],
+            ipv6: [0, 2, 1],
+        };
+        assert_eq!(pass(&mut census), (7, want));
+        assert_eq!(pass(&mut census), (7, want), "a second pass counts afresh");
+        table.remove(key(1));
+        let (_, counts) = pass(&mut census);
+        assert_eq!(counts.ipv4, [3, 1, 4]);
     }
 
     /// The real servers live templates name, IPv4 and IPv6, among those asked about;

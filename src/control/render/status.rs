@@ -1,5 +1,7 @@
 //! `sluicectl status` and `xstats` as text.
-use crate::control::report::{AdoptionReport, StatusReport, XstatsReport};
+use crate::control::report::{
+    AdoptionReport, StatusReport, TemplateTableReport, TemplatesReport, XstatsReport,
+};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -29,6 +31,9 @@ pub fn render_status(report: &StatusReport) -> String {
             "real-server ids {} in use, {} waiting for their sessions to end, {} at most",
             ids.in_use, ids.waiting, ids.limit
         );
+    }
+    if let Some(t) = &report.persistence_templates {
+        out.push_str(&render_templates(t));
     }
 
     out.push_str("\nports\n");
@@ -228,6 +233,28 @@ fn render_counters(out: &mut String, title: &str, counters: &BTreeMap<String, u6
     table.render_rows_into(out);
 }
 
+/// The persistence templates' line: live ones per table by standing, and when they
+/// were counted.
+fn render_templates(t: &TemplatesReport) -> String {
+    let table = |name: &str, r: &TemplateTableReport| {
+        format!(
+            "{name} {} of {} slots (confirmed {}, unverified {}, unconfirmed {})",
+            r.live(),
+            r.slots,
+            r.confirmed,
+            r.unverified,
+            r.unconfirmed
+        )
+    };
+    format!(
+        "persistence templates {}; {} (counted {:.1} s ago, every {:.1} s)\n",
+        table("IPv4", &t.ipv4),
+        table("IPv6", &t.ipv6),
+        t.counted_ms_ago as f64 / 1000.0,
+        t.pass_ms as f64 / 1000.0,
+    )
+}
+
 /// `1d 02:03:04` or `02:03:04`.
 fn format_uptime(uptime_ms: u64) -> String {
     let seconds = uptime_ms / 1000;
@@ -410,6 +437,21 @@ mod tests {
                 waiting: 3,
                 limit: 65535,
             },
+            persistence_templates: Some(TemplatesReport {
+                ipv4: TemplateTableReport {
+                    slots: 262_144,
+                    unconfirmed: 200,
+                    unverified: 3,
+                    confirmed: 41,
+                },
+                ipv6: TemplateTableReport {
+                    slots: 32_768,
+                    confirmed: 2,
+                    ..Default::default()
+                },
+                counted_ms_ago: 2_100,
+                pass_ms: 5_000,
+            }),
         }
     }
 
@@ -430,6 +472,21 @@ mod tests {
             text.lines().next(),
             Some("sluice 0.1.0  pid 4242  up 1d 01:01:01  neighbours 3")
         );
+    }
+
+    #[test]
+    fn status_counts_the_persistence_templates_by_standing() {
+        let text = render_status(&sample());
+        assert_eq!(
+            line_with(&text, "persistence templates"),
+            "persistence templates IPv4 244 of 262144 slots (confirmed 41, unverified 3, \
+             unconfirmed 200); IPv6 2 of 32768 slots (confirmed 2, unverified 0, unconfirmed 0) \
+             (counted 2.1 s ago, every 5.0 s)"
+        );
+        let mut before_a_count = sample();
+        before_a_count.persistence_templates = None;
+        let text = render_status(&before_a_count);
+        assert!(!text.contains("persistence templates"), "{text}");
     }
 
     #[test]

@@ -28,5 +28,6 @@ pub use services::{
     ServiceStatus, ServicesReport, TimeoutsReport,
 };
 pub use status::{
-    AdoptionReport, LcoreStatus, PortStatus, RealServerIdsReport, StatusReport, XstatsReport,
+    AdoptionReport, LcoreStatus, PortStatus, RealServerIdsReport, StatusReport,
+    TemplateTableReport, TemplatesReport, XstatsReport,
 };

@@ -33,6 +33,39 @@ pub struct StatusReport {
     /// stays held until nothing refers to it.
     #[serde(default)]
     pub real_server_ids: RealServerIdsReport,
+    /// Live persistence templates by table and standing, as the last whole count
+    /// found them (`None` until the first count is done, a few seconds after start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence_templates: Option<TemplatesReport>,
+}
+
+/// The persistence templates (shared by all workers): the management core counts the
+/// live ones by standing, a slice of the table per tick, a whole count every
+/// `pass_ms` (docs/CONFIG.md, *Spoofed SYNs*: what the standings mean).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplatesReport {
+    pub ipv4: TemplateTableReport,
+    pub ipv6: TemplateTableReport,
+    /// How long ago the count shown was finished.
+    pub counted_ms_ago: u64,
+    /// How long a whole count takes.
+    pub pass_ms: u64,
+}
+
+/// One template table: its slots, and its live templates by standing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateTableReport {
+    pub slots: u64,
+    pub unconfirmed: u64,
+    pub unverified: u64,
+    pub confirmed: u64,
+}
+
+impl TemplateTableReport {
+    /// Live templates of every standing.
+    pub fn live(&self) -> u64 {
+        self.unconfirmed + self.unverified + self.confirmed
+    }
 }
 
 /// Real-server ids: the workers count each real server in a slot indexed by its id,
