@@ -116,6 +116,16 @@ pub struct IcmpErrorQuote {
 }
 
 impl IcmpErrorQuote {
+    /// A frag-needed about a UDP datagram: its sender's kernel lowers its path MTU to
+    /// the quoted datagram's destination on it, whoever wrote it (UDP has no sequence
+    /// number for the kernel to check, as it checks a TCP error's), and then sends
+    /// larger datagrams to that destination in fragments.
+    pub fn too_big_about_udp(&self) -> bool {
+        self.key.proto == Protocol::Udp
+            && self.icmp_type == icmp::Message::DEST_UNREACHABLE
+            && self.code == icmp::CODE_FRAG_NEEDED
+    }
+
     /// Bytes of the quoted L4 header and data present in the frame (8 or more).
     pub fn quoted_l4_len(&self) -> usize {
         self.end.saturating_sub(self.l4)

@@ -55,6 +55,14 @@ pub struct Icmp6ErrorQuote {
     pub end: usize,
 }
 
+impl Icmp6ErrorQuote {
+    /// A Packet Too Big about a UDP datagram: as [`crate::forward::IcmpErrorQuote::too_big_about_udp`]
+    /// (an IPv6 sender fragments what its path MTU no longer carries).
+    pub fn too_big_about_udp(&self) -> bool {
+        self.key.proto == Protocol::Udp && self.icmp_type == icmpv6::Message::PACKET_TOO_BIG
+    }
+}
+
 /// Reads an ICMPv6 error (destination unreachable, packet too big, time exceeded,
 /// parameter problem) quoting a TCP or UDP packet with at least 8 bytes of its L4
 /// header, past at most [`ipv6::MAX_EXTENSION_HEADERS`] extension headers. The

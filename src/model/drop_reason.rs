@@ -67,6 +67,12 @@ pub enum DropReason {
     /// every sender of an error addresses it: forged, it would have been forwarded to
     /// an address of the sender's choosing.
     IcmpErrorMisaddressed,
+    /// A frag-needed (ICMP) or Packet Too Big (ICMPv6) from the client's side about a
+    /// UDP datagram of a NAT, FullNAT or NAT64 real server. Passed on, it would lower
+    /// the server's path MTU (no sequence number to check, so anyone with a session,
+    /// or a spoofed datagram that made one, could), and the server would then send
+    /// its larger UDP replies in fragments, which Sluice does not forward.
+    IcmpTooBigAboutUdp,
     /// NAT: the real-server side tuple (RIP:rport <-> client:cport) is taken by another
     /// session (the same client port through another VIP to the same real server); the
     /// real server could not tell the two connections apart, so the new one is refused.
@@ -179,7 +185,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 60;
+    pub const COUNT: usize = 61;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -208,6 +214,7 @@ impl DropReason {
         DropReason::TooBig,
         DropReason::IcmpErrorNoSession,
         DropReason::IcmpErrorMisaddressed,
+        DropReason::IcmpTooBigAboutUdp,
         DropReason::NatTupleInUse,
         DropReason::LaddrExhausted,
         DropReason::RedirectRingFull,
@@ -273,6 +280,7 @@ impl DropReason {
             DropReason::TooBig => "too_big",
             DropReason::IcmpErrorNoSession => "icmp_error_no_session",
             DropReason::IcmpErrorMisaddressed => "icmp_error_misaddressed",
+            DropReason::IcmpTooBigAboutUdp => "icmp_too_big_about_udp",
             DropReason::NatTupleInUse => "nat_tuple_in_use",
             DropReason::LaddrExhausted => "laddr_exhausted",
             DropReason::RedirectRingFull => "redirect_ring_full",

@@ -64,7 +64,9 @@ The contract encoded here (docs/TESTING.md, "Golden FullNAT"):
   * ICMP errors: from the real-server side, quoting LIP:lport -> RIP:rport, they reach
     the client from the VIP, quoting client:cport -> VIP:vport; from the client,
     quoting VIP:vport -> client:cport, they reach the real server from the LIP,
-    quoting RIP:rport -> LIP:lport (the L4 checksum inside the quote updated or left).
+    quoting RIP:rport -> LIP:lport (the L4 checksum inside the quote updated or left);
+    a frag-needed from the client reaches it with an MTU of at least 1280 when it
+    quotes TCP, and is dropped (`icmp_too_big_about_udp`) when it quotes UDP.
   * Sluice answers ARP and echo for its LIPs (and not for a neighbouring address).
 """
 
@@ -345,7 +347,8 @@ def script():
     to_rs("T1")("T1 request", client_tcp("T1", "PA", 1001, 5001, data=rq, ip_id=103))
     to_rs("T2", True)("T2 SYN", client_tcp("T2", "S", 2000, options=mss, ip_id=111))
     to_client("T1")("T1 response from rs1", rs_tcp("T1", "PA", 5001, 1001 + len(rq), data=rs, ip_id=202))
-    to_client("T2")("T2 SYN-ACK from rs2", rs_tcp("T2", "SA", 6000, 2001, options=mss, ip_id=301))
+    t2_syn_ack = rs_tcp("T2", "SA", 6000, 2001, options=mss, ip_id=301)
+    to_client("T2")("T2 SYN-ACK from rs2", t2_syn_ack)
     t2_ack = client_tcp("T2", "A", 2001, 6001, ip_id=112)
     to_rs("T2")("T2 ACK", t2_ack)
     to_rs("T3", True)("T3 SYN (rs1 again, T1 still established)",
@@ -395,16 +398,24 @@ def script():
                   expect=lambda b, raw: [expect_icmp("port-unreachable to rs1 about its U1 reply", raw, "U1", b,
                                                      "rs", ip_packet(u1_reply(b)))]))
 
-    # A frag-needed from the client's side: the real server knows every client as the
-    # local address, so the MTU it hears is at least 1280 (a forged 576 would lower it
-    # for all of them).
+    # A frag-needed from the client's side about a UDP reply is dropped: the real
+    # server would fragment its larger replies to the local address, for every client
+    # behind it, and Sluice forwards no fragment.
     def u1_frag_needed(b):
         seen = ip_packet(expect_to_client("", u1_reply(b), "U1", b)["alts"][0])
         return gf.icmp_error(c, VIP, 3, 4, seen, ip_id=505, mtu=576)
-    S.append(Step("ICMP frag-needed (MTU 576) from the client about U1's reply", u1_frag_needed,
-                  session="U1",
-                  expect=lambda b, raw: [expect_icmp("frag-needed (MTU 1280) to rs1 about its U1 reply", raw,
-                                                     "U1", b, "rs", ip_packet(u1_reply(b)),
+    drop("ICMP frag-needed (MTU 576) from the client about U1's reply", u1_frag_needed,
+         "icmp_too_big_about_udp")
+    # About a TCP segment it goes on (the server checks the quoted sequence number); the
+    # real server knows every client as the local address, so the MTU it hears is at
+    # least 1280 (a forged 576 would lower it for all of them).
+    def t2_frag_needed(b):
+        seen = ip_packet(expect_to_client("", t2_syn_ack(b), "T2", b)["alts"][0])
+        return gf.icmp_error(c, VIP, 3, 4, seen, ip_id=507, mtu=576)
+    S.append(Step("ICMP frag-needed (MTU 576) from the client about T2's SYN-ACK", t2_frag_needed,
+                  session="T2",
+                  expect=lambda b, raw: [expect_icmp("frag-needed (MTU 1280) to rs2 about its T2 SYN-ACK", raw,
+                                                     "T2", b, "rs", ip_packet(t2_syn_ack(b)),
                                                      next_hop_mtu=1280)]))
     unknown = bytes(IP(src=LIPS[1], dst=rip1, flags="DF") / UDP(sport=1000, dport=ur) / b"?")
     drop("ICMP port-unreachable from rs1 quoting a LIP port without a session",
@@ -647,7 +658,7 @@ def build_expectations(bindings):
     expectation dict for them."""
     b = usable(bindings)
     steps = script()
-    frames, outputs, drops = [], [], {r: 0 for r in gf.DROP_REASONS + ["laddr_exhausted"]}
+    frames, outputs, drops = [], [], {r: 0 for r in gf.DROP_REASONS + ["laddr_exhausted", "icmp_too_big_about_udp"]}
     ledger = {(proto, rip): {"connections": 0, "active": 0, "in_min": 0, "in_max": 0, "out_min": 0, "out_max": 0}
               for proto in PORTS for rip in RIPS}
     for index, step in enumerate(steps):

@@ -47,6 +47,13 @@ impl Forwarder {
         };
         let fullnat = s.mode == ForwardMode::FullNat;
         match (s.mode, dir) {
+            // From the client's side about a UDP reply: as `icmp_error`, the real
+            // server (IPv6, or NAT64's IPv4 one) would fragment its larger replies,
+            // and Sluice forwards no fragment.
+            (
+                ForwardMode::Nat | ForwardMode::FullNat,
+                Direction::Inbound | Direction::InputOnly,
+            ) if quote.too_big_about_udp() => Action::Drop(DropReason::IcmpTooBigAboutUdp),
             (ForwardMode::FullNat, Direction::Inbound) if nat64_real(&s).is_some() => {
                 self.nat64_error_to_server(pkt, parsed, &quote, &s, cx)
             }

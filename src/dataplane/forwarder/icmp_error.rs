@@ -65,6 +65,13 @@ impl Forwarder {
                 let next_hop = super::egress::client_next_hop(&s, cx.neighbours);
                 super::egress::address(frame, next_hop, client, port)
             }
+            // A frag-needed from the client's side about a UDP reply would make the
+            // real server fragment its larger replies (to this client in NAT, to
+            // every client behind the local address in FullNAT), and Sluice
+            // forwards no fragment.
+            (ForwardMode::Nat | ForwardMode::FullNat, _) if quote.too_big_about_udp() => {
+                Action::Drop(DropReason::IcmpTooBigAboutUdp)
+            }
             (ForwardMode::Nat | ForwardMode::FullNat, _) => {
                 let rs_ip = Ipv4Addr::from(s.real_addr);
                 let Some(rs_mac) = cx.neighbours.lookup(rs_ip) else {
