@@ -11,7 +11,7 @@
 //!
 //! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]
 //! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception] [--park]
-//! [--persist=SECONDS]`
+//! [--persist=SECONDS] [--replies]`
 //!
 //! `nat6`, `fullnat6` and `nat64` are the same phases over IPv6 clients and an IPv6
 //! VIP, through the same `handle`: IPv6 real servers in NAT, IPv6 local addresses and
@@ -51,6 +51,12 @@
 //! session per second, and how many templates are live at the end (all of them, if
 //! renewal kept up). Compare with a run without `--persist` (the wheel's own walk,
 //! the polls' own cost) for what renewal costs.
+//!
+//! `--replies` (IPv4, nat or fullnat) adds a phase after the established one: the
+//! real servers' ACKs to their clients, as many packets and in a scrambled order too,
+//! each addressed to where its session's SYN went (RIP:rport to the client's address
+//! and port in NAT, to the local address and port in FullNAT): the reply direction's
+//! cycles per packet, mean and median burst.
 //!
 //! `--exception` runs as on a port with an exception path (`[ports.exception]`):
 //! compare with a run without it, and with a binary of the code before the exception
@@ -237,6 +243,7 @@ fn main() {
     let synproxy = std::env::args().any(|a| a == "--synproxy");
     let exception = std::env::args().any(|a| a == "--exception");
     let park = std::env::args().any(|a| a == "--park");
+    let replies = std::env::args().any(|a| a == "--replies");
     let persist: Option<u32> = std::env::args().find_map(|a| {
         a.strip_prefix("--persist=")
             .map(|s| s.parse().expect("--persist=SECONDS"))
@@ -268,8 +275,8 @@ fn main() {
         );
         ONE_CLIENT_PER_SESSION.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    if family != Family::V4 && synproxy {
-        panic!("--synproxy is measured over IPv4 only");
+    if family != Family::V4 && (synproxy || replies) {
+        panic!("--synproxy and --replies are measured over IPv4 only");
     }
     let prefix = format!("sl-bench-{}", std::process::id());
     let eal_args: Vec<String> = [
@@ -427,10 +434,27 @@ fn main() {
         Family::V4 => f.sessions().len(),
         Family::V6 | Family::Nat64 => f.sessions6().len(),
     };
+    // With `--replies` (IPv4): where each session's SYN went, the real server's side
+    // of its connection (RIP:rport, and the client or local address and port it sees).
+    let mut server_side: Vec<(Ipv4Addr, u16, Ipv4Addr, u16)> = Vec::new();
+    if replies {
+        server_side.resize(
+            sessions as usize,
+            (Ipv4Addr::UNSPECIFIED, 0, Ipv4Addr::UNSPECIFIED, 0),
+        );
+    }
     let (syn_cycles, created) = bench.run(
         sessions as u64,
         &mut |i, buf| client_frame(family, buf, i as u32, 0x02, timestamps),
-        &mut |_, _| {},
+        &mut |i, frame| {
+            if let Some(side) = server_side.get_mut(i as usize) {
+                let ip = |at: usize| {
+                    Ipv4Addr::new(frame[at], frame[at + 1], frame[at + 2], frame[at + 3])
+                };
+                let port = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+                *side = (ip(30), port(36), ip(26), port(34));
+            }
+        },
     );
     assert_eq!(
         created, sessions as u64,
@@ -471,6 +495,32 @@ fn main() {
         "every established packet must be forwarded"
     );
     let ack_median_burst = bench.median_burst_per_packet();
+
+    // Phase 2r (`--replies`, IPv4): the real servers' established ACKs to their
+    // clients, in a scrambled order too: the reply direction (lookup by the reply key,
+    // the server's acknowledgment read, SNAT or FullNAT's rewrite back, the client's
+    // next hop).
+    let reply_phase = replies.then(|| {
+        let mut x: u64 = 0x2545f4914f6cdd1d;
+        let (cycles, forwarded) = bench.run(
+            packets,
+            &mut |_, buf| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let (rip, rport, to, to_port) = server_side[(x % sessions as u64) as usize];
+                let len = tcp_frame(buf, rip, rport, to, to_port, 0x10, timestamps);
+                set_seq_ack(buf, 5000, 1000);
+                len
+            },
+            &mut |_, _| {},
+        );
+        assert_eq!(forwarded, packets, "every reply must be forwarded");
+        (
+            cycles as f64 / packets as f64,
+            bench.median_burst_per_packet(),
+        )
+    });
 
     // Phase 2a (IPv4): the worker's housekeeping while every session lives, as its
     // loop calls `poll` (every 10 us), over four seconds of a clock moved by hand: the
@@ -571,6 +621,10 @@ fn main() {
         "| cycles/packet, established, median burst | {:.1} |",
         ack_median_burst
     );
+    if let Some((mean, median)) = reply_phase {
+        println!("| cycles/packet, real servers' established ACKs (reply direction) | {mean:.1} |");
+        println!("| cycles/packet, real servers' established ACKs, median burst | {median:.1} |");
+    }
     println!(
         "| cycles/new session (SYN: schedule+insert+rewrite, FullNAT: +port) | {:.1} |",
         syn_cycles as f64 / sessions as f64
