@@ -427,7 +427,7 @@ fn toa_reaches_the_real_server(synproxy: bool) {
 /// forged frag-needed (MTU 576) quoting the echo it got, then exchanges another: the
 /// second echo must arrive too, the error must be counted as
 /// `icmp_too_big_about_udp`, and the server's route to the local address must carry
-/// no path MTU.
+/// no path MTU (`AppLab::assert_too_big_about_udp_is_dropped`).
 #[test]
 fn a_frag_needed_about_a_udp_reply_does_not_shrink_the_servers_path() {
     require_root();
@@ -446,69 +446,7 @@ fn a_frag_needed_about_a_udp_reply_does_not_shrink_the_servers_path() {
     let daemon = lab.daemon(&[&format!("{}/24", AppLab::APPLIANCE)], toml);
     lab.prewarm(&daemon, VIP);
     let client = lab.bed.client_ip().to_string();
-    let script = format!(
-        r#"
-import json, socket, time
-from scapy.all import ICMP, IP, UDP, send
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", 40123))
-s.settimeout(2)
-def exchange(tag):
-    msg = tag + b" " + b"x" * (1400 - len(tag) - 1)
-    s.sendto(msg, ("{VIP}", {UDP_VPORT}))
-    try:
-        data, _ = s.recvfrom(4096)
-        return len(data) if data.endswith(msg) else -1
-    except socket.timeout:
-        return 0
-first = exchange(b"first")
-# What the client got, VIP:vport -> client:40123, quoted as a router on its path would.
-quote = IP(src="{VIP}", dst="{client}", flags="DF", len=1432) / UDP(sport={UDP_VPORT}, dport=40123, len=1412)
-send(IP(src="{client}", dst="{VIP}") / ICMP(type=3, code=4, nexthopmtu=576) / bytes(quote)[:28], verbose=0)
-time.sleep(0.5)
-second = exchange(b"second")
-print(json.dumps({{"first": first, "second": second}}))
-"#
-    );
-    let out = lab
-        .bed
-        .exec(
-            lab.bed.client_ns(),
-            &["/usr/bin/python3", "-c", &script],
-            Duration::from_secs(20),
-        )
-        .expect_success("UDP exchanges around a frag-needed");
-    let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", out.describe()));
-    assert!(
-        v["first"].as_i64().unwrap() > 1400,
-        "{v}\n{}",
-        daemon.dump()
-    );
-    let route = lab
-        .bed
-        .exec(
-            lab.bed.rs_ns(1),
-            &["ip", "-4", "route", "get", LIPS[0]],
-            Duration::from_secs(5),
-        )
-        .expect_success("ip route get");
-    assert!(
-        !route.stdout.contains("mtu"),
-        "the real server lowered its path MTU to the local address: {}",
-        route.stdout
-    );
-    assert!(
-        v["second"].as_i64().unwrap() > 1400,
-        "the echo after the frag-needed was lost: {v}\n{}",
-        daemon.dump()
-    );
-    let status = daemon.status();
-    assert_eq!(
-        drop_count(&status, "icmp_too_big_about_udp"),
-        1,
-        "{status:#}"
-    );
+    lab.assert_too_big_about_udp_is_dropped(&daemon, (VIP, UDP_VPORT), &client, 576, LIPS[0]);
 }
 
 /// Port-pool exhaustion: one local address with 8 local ports and 20 UDP

@@ -529,7 +529,7 @@ fn a_packet_too_big_about_a_nat64_udp_reply_does_not_shrink_the_servers_path() {
 fn check_a_packet_too_big_about_a_udp_reply(nat64: bool) {
     require_root();
     let mut lab = AppLab::new(1);
-    let (daemon, vport, family, lip) = if nat64 {
+    let (daemon, vport, lip) = if nat64 {
         // IPv6 on the client only: the real server keeps the test bed's IPv4 alone.
         let (client, client_if) = (lab.bed.client_ns(), lab.bed.client_if());
         lab.bed
@@ -546,7 +546,7 @@ fn check_a_packet_too_big_about_a_udp_reply(nat64: bool) {
             format!("{APPLIANCE_IP6}/64"),
         ];
         let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), service);
-        (daemon, 5353, "-4", LIP4)
+        (daemon, 5353, LIP4)
     } else {
         ipv6_lab(&lab);
         lab.start_servers(&[], &["[::]:5353".to_string()]);
@@ -554,74 +554,9 @@ fn check_a_packet_too_big_about_a_udp_reply(nat64: bool) {
         let laddr = format!("local_addresses = [\"{LIP6}\"]\n");
         let service = service6(&lab, "udp", 5300, 5353, "fullnat", &laddr);
         let daemon = lab.daemon(&addresses.each_ref().map(String::as_str), service);
-        (daemon, 5300, "-6", LIP6)
+        (daemon, 5300, LIP6)
     };
-    let script = format!(
-        r#"
-import json, socket, time
-from scapy.all import ICMPv6PacketTooBig, IPv6, UDP
-s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-s.bind(("{CLIENT_IP6}", 40123))
-s.settimeout(2)
-def exchange(tag):
-    msg = tag + b" " + b"x" * (1400 - len(tag) - 1)
-    s.sendto(msg, ("{VIP6}", {vport}))
-    try:
-        data, _ = s.recvfrom(4096)
-        return len(data) if data.endswith(msg) else -1
-    except socket.timeout:
-        return 0
-first = exchange(b"first")
-# What the client got, VIP:vport -> client:40123, quoted as a router on its path would.
-quote = IPv6(src="{VIP6}", dst="{CLIENT_IP6}", plen=1412) / UDP(sport={vport}, dport=40123, len=1412)
-# Through the kernel's own routing and neighbour cache (it fills in the checksum).
-raw = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
-raw.sendto(bytes(ICMPv6PacketTooBig(mtu=1280, cksum=0) / bytes(quote)[:48]), ("{VIP6}", 0))
-time.sleep(0.5)
-second = exchange(b"second")
-print(json.dumps({{"first": first, "second": second}}))
-"#
-    );
-    let out = lab
-        .bed
-        .exec(
-            lab.bed.client_ns(),
-            &["/usr/bin/python3", "-c", &script],
-            Duration::from_secs(20),
-        )
-        .expect_success("UDP exchanges around a packet too big");
-    let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", out.describe()));
-    assert!(
-        v["first"].as_i64().unwrap() > 1400,
-        "{v}\n{}\n{}",
-        lab.diagnostics(),
-        daemon.dump()
-    );
-    let route = lab
-        .bed
-        .exec(
-            lab.bed.rs_ns(1),
-            &["ip", family, "route", "get", lip],
-            Duration::from_secs(5),
-        )
-        .expect_success("ip route get");
-    assert!(
-        !route.stdout.contains("mtu"),
-        "the real server lowered its path MTU to the local address: {}",
-        route.stdout
-    );
-    assert!(
-        v["second"].as_i64().unwrap() > 1400,
-        "the echo after the packet too big was lost: {v}\n{}",
-        daemon.dump()
-    );
-    let status = daemon.status();
-    assert_eq!(
-        drop_count(&status, "icmp_too_big_about_udp"),
-        1,
-        "{status:#}"
-    );
+    lab.assert_too_big_about_udp_is_dropped(&daemon, (VIP6, vport), CLIENT_IP6, 1280, lip);
 }
 
 /// NAT64's IPv4 local address, on the real servers' (IPv4) link.

@@ -3,7 +3,7 @@
 //! client address each saw) and a client that runs curl and UDP exchanges.
 
 use super::config::{DaemonConfig, PortSpec};
-use super::daemon::{event_count, Daemon, SLUICECTL};
+use super::daemon::{drop_count, event_count, Daemon, SLUICECTL};
 use super::process::{
     netns_exec, read_lines, tool, wait_for, BackgroundProcess, CmdOutput, PYTHON,
 };
@@ -374,6 +374,77 @@ impl AppLab {
         let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
             .unwrap_or_else(|e| panic!("udp client printed no JSON ({e}): {}", out.describe()));
         (out, v)
+    }
+
+    /// A frag-needed (IPv4 `vip`) or Packet Too Big (IPv6) announcing `mtu`, from the
+    /// client (`source`) about a UDP echo of `vip:vport`, must be dropped as
+    /// `icmp_too_big_about_udp`, judged by the kernels: `e2e_apps.py too-big`
+    /// exchanges a 1400-byte datagram before and after sending it, and real server
+    /// 1's route to `server_sees` (the address the server sends its echoes to) must
+    /// carry no path MTU, and the second echo must come back.
+    pub fn assert_too_big_about_udp_is_dropped(
+        &self,
+        daemon: &Daemon,
+        (vip, vport): (&str, u16),
+        source: &str,
+        mtu: u16,
+        server_sees: &str,
+    ) {
+        let out = self
+            .bed
+            .exec(
+                self.bed.client_ns(),
+                &[
+                    PYTHON,
+                    &Self::apps(),
+                    "too-big",
+                    vip,
+                    &vport.to_string(),
+                    "--source",
+                    source,
+                    "--mtu",
+                    &mtu.to_string(),
+                ],
+                Duration::from_secs(20),
+            )
+            .expect_success("UDP exchanges around a frag-needed");
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("no JSON ({e}): {}", out.describe()));
+        assert!(
+            v["first"].as_i64().unwrap() > 1400,
+            "{v}\n{}\n{}",
+            self.diagnostics(),
+            daemon.dump()
+        );
+        let family = if server_sees.contains(':') {
+            "-6"
+        } else {
+            "-4"
+        };
+        let route = self
+            .bed
+            .exec(
+                self.bed.rs_ns(1),
+                &["ip", family, "route", "get", server_sees],
+                Duration::from_secs(5),
+            )
+            .expect_success("ip route get");
+        assert!(
+            !route.stdout.contains("mtu"),
+            "the real server lowered its path MTU to {server_sees}: {}",
+            route.stdout
+        );
+        assert!(
+            v["second"].as_i64().unwrap() > 1400,
+            "the echo after the error was lost: {v}\n{}",
+            daemon.dump()
+        );
+        let status = daemon.status();
+        assert_eq!(
+            drop_count(&status, "icmp_too_big_about_udp"),
+            1,
+            "{status:#}"
+        );
     }
 
     /// Real server `i`'s log lines of `kind` ("http" or "udp"): `KIND CLIENT_IP

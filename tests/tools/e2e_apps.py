@@ -47,6 +47,14 @@ bed's namespaces (`ip netns exec NS /usr/bin/python3 e2e_apps.py ...`).
         Prints one JSON object: {"ok": N_OK, "replies": ["...", ...], "failures": [...],
         "last_reply_at": UNIX_TIME}. Exit 0 when every exchange got its reply.
 
+    e2e_apps.py too-big ADDR PORT --source SRC --mtu M [--sport P] [--timeout S]
+        Two UDP exchanges of 1400-byte datagrams with ADDR:PORT from SRC:P (default
+        40123) around an ICMP error about the first echo, as a router on the client's
+        path would send it: a frag-needed (IPv4) or Packet Too Big (IPv6) announcing
+        M, quoting ADDR:PORT -> SRC:P, sent to ADDR through the kernel's routing (raw
+        socket). Prints {"first": LEN, "second": LEN}: each echo's length, 0 when it
+        never came, -1 when it was not the echo.
+
     e2e_apps.py stream ADDR PORT [--long N] [--interval-ms MS] [--new-per-s R]
                       [--duration S] [--timeout S] --out FILE [--ready FILE] [--stop FILE]
                       [--source IP] [--pool N]
@@ -402,6 +410,41 @@ def udp_burst(args):
     return 0 if not failures else 1
 
 
+def cmd_too_big(args):
+    from scapy.all import ICMP, IP, UDP, ICMPv6PacketTooBig, IPv6
+    v6 = ":" in args.addr
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((args.source, args.sport))
+    s.settimeout(args.timeout)
+
+    def exchange(tag):
+        msg = tag + b" " + b"x" * (1400 - len(tag) - 1)
+        s.sendto(msg, (args.addr, args.port))
+        try:
+            data, _ = s.recvfrom(4096)
+            return len(data) if data.endswith(msg) else -1
+        except socket.timeout:
+            return 0
+
+    first = exchange(b"first")
+    # The echo as the client got it, ADDR:PORT -> SRC:P (its lengths about right).
+    udp = UDP(sport=args.port, dport=args.sport, len=1412)
+    if v6:
+        quote = bytes(IPv6(src=args.addr, dst=args.source, plen=1412) / udp)[:48]
+        error = bytes(ICMPv6PacketTooBig(mtu=args.mtu, cksum=0) / quote)
+        raw = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+    else:
+        quote = bytes(IP(src=args.addr, dst=args.source, flags="DF", len=1432) / udp)[:28]
+        error = bytes(ICMP(type=3, code=4, nexthopmtu=args.mtu) / quote)
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    # The kernel fills in the ICMPv6 checksum; scapy computed ICMP's.
+    raw.sendto(error, (args.addr, 0))
+    time.sleep(0.5)
+    second = exchange(b"second")
+    print(json.dumps({"first": first, "second": second}))
+    return 0
+
+
 class LineConn:
     """A TCP connection exchanging lines, every operation bounded by `timeout`."""
 
@@ -709,6 +752,13 @@ def main():
     u.add_argument("--timeout", type=float, default=2.0)
     u.add_argument("--ttl", type=int)
     u.add_argument("--burst", action="store_true")
+    tb = sub.add_parser("too-big")
+    tb.add_argument("addr")
+    tb.add_argument("port", type=int)
+    tb.add_argument("--source", required=True)
+    tb.add_argument("--mtu", type=int, required=True)
+    tb.add_argument("--sport", type=int, default=40123)
+    tb.add_argument("--timeout", type=float, default=2.0)
     st = sub.add_parser("stream")
     st.add_argument("addr")
     st.add_argument("port", type=int)
@@ -746,7 +796,7 @@ def main():
     args = p.parse_args()
     return {"serve": cmd_serve, "curl": cmd_curl, "udp": cmd_udp, "decap": cmd_decap,
             "stream": cmd_stream, "ask": cmd_ask, "abort": cmd_abort,
-            "synflood": cmd_synflood}[args.cmd](args)
+            "synflood": cmd_synflood, "too-big": cmd_too_big}[args.cmd](args)
 
 
 if __name__ == "__main__":
