@@ -20,7 +20,7 @@ mod common;
 
 use common::eal::{eal_args, ring_ports, worker_with, LB_MAC};
 use sluice::dataplane::counters::Event;
-use sluice::dataplane::exception::ExceptionLink;
+use sluice::dataplane::exception::{ExceptionLink, PuntRings};
 use sluice::dpdk::{launch_on_lcore, wait_lcore, Burst, Eal, Mempool, PacketRing, RingPortPair};
 use sluice::emulator::frames::{self, Endpoints};
 use sluice::model::{DropReason, ForwardMode, Protocol, RealServerSpec, SchedulerKind, ServiceKey};
@@ -99,6 +99,67 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// A link's two rings: four bursts of 24 general and 8 control frames each into a
+/// general ring of 63 slots that nobody empties meanwhile (a flood the management
+/// core has not written out yet) and a control ring. The general ring takes what fits
+/// and refuses the rest (`exception_ring_full`); every control frame reaches its own
+/// ring, whose frames the management core writes first.
+fn rings_apart(pool: &Mempool) {
+    use sluice::dataplane::counters::WorkerCounters;
+    use sluice::dataplane::exception::Punt;
+    let (general, general_out) = PacketRing::multi_producer("exc_flood", 64).unwrap();
+    let (control, control_out) = PacketRing::multi_producer("exc_flood_c", 256).unwrap();
+    // A rate whose bucket (a twentieth of it) holds every general frame.
+    let mut link = ExceptionLink::new(
+        PuntRings { general, control },
+        100_000,
+        1,
+        sluice::dpdk::tsc_hz(),
+    );
+    let counters = WorkerCounters::default();
+    for _ in 0..4 {
+        let mut rx = Burst::new();
+        assert!(rx.alloc_from(pool, 32));
+        for i in 0..32 {
+            rx.set_packet_len(i, 64);
+            let punt = if i % 4 == 0 {
+                Punt::Control
+            } else {
+                Punt::General
+            };
+            link.take(&mut rx, i, punt, sluice::dpdk::tsc()).unwrap();
+        }
+        rx.free_all();
+        link.flush(&counters);
+    }
+    let count = |ring: &sluice::dpdk::RingConsumer| {
+        let mut n = 0;
+        loop {
+            let mut got = Burst::new();
+            let k = ring.dequeue(&mut got);
+            got.free_all();
+            if k == 0 {
+                return n;
+            }
+            n += k;
+        }
+    };
+    assert_eq!(count(&general_out), 63, "the general ring's room");
+    assert_eq!(
+        count(&control_out),
+        32,
+        "every control frame, on its own ring"
+    );
+    assert_eq!(
+        counters.drops_snapshot()[DropReason::ExceptionRingFull as usize],
+        96 - 63
+    );
+    assert_eq!(
+        counters.events_snapshot()[Event::ExceptionPuntedControl as usize],
+        32
+    );
+}
+
 #[test]
 fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     let eal = Eal::init(&eal_args("eal_exception"))
@@ -121,8 +182,10 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
         )
         .unwrap();
     let publisher = SnapshotPublisher::new(Snapshot::build(1, &table));
-    let (producer, kernel) = PacketRing::multi_producer("exc_ring", 256).unwrap();
-    let link = ExceptionLink::new(producer, RATE, 1, sluice::dpdk::tsc_hz());
+    let (general, kernel) = PacketRing::multi_producer("exc_ring", 256).unwrap();
+    let (control, kernel_control) = PacketRing::multi_producer("exc_ring_c", 256).unwrap();
+    let rings = PuntRings { general, control };
+    let link = ExceptionLink::new(rings, RATE, 1, sluice::dpdk::tsc_hz());
     let (worker, counters, stop) = worker_with(
         "eal_exception",
         &mut lb,
@@ -168,7 +231,7 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
             .count();
         back.free_all();
         let mut up = Burst::new();
-        let n = kernel.dequeue(&mut up);
+        let n = kernel.dequeue(&mut up) + kernel_control.dequeue(&mut up);
         up.free_all();
         (replies, n)
     };
@@ -251,39 +314,45 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     // handled them all, and returns (frames handed to the kernel, when the worker was
     // done).
     let mut in_flight = handled;
-    let mut burst = |n: usize, build: &dyn Fn(usize, &mut [u8]) -> usize| -> (usize, Instant) {
-        let mut out = Burst::new();
-        let (mut sent, mut up) = (0, 0);
-        while sent < n {
-            let room = (n - sent).min(16);
-            assert!(out.alloc_from(&pool, room));
-            for i in 0..room {
-                out.set_packet_len(i, frames::MAX_FRAME as u16);
-                let len = build(sent + i, out.packet_mut(i));
-                out.set_packet_len(i, len as u16);
+    // Returns the frames that went up (the general and the control ring's), those of
+    // them on the control ring, and when the worker was done.
+    let mut burst =
+        |n: usize, build: &dyn Fn(usize, &mut [u8]) -> usize| -> (usize, usize, Instant) {
+            let mut out = Burst::new();
+            let (mut sent, mut up, mut up_control) = (0, 0, 0);
+            let take = |up: &mut usize, up_control: &mut usize| {
+                let mut got = Burst::new();
+                *up += kernel.dequeue(&mut got);
+                got.free_all();
+                *up_control += kernel_control.dequeue(&mut got);
+                got.free_all();
+            };
+            while sent < n {
+                let room = (n - sent).min(16);
+                assert!(out.alloc_from(&pool, room));
+                for i in 0..room {
+                    out.set_packet_len(i, frames::MAX_FRAME as u16);
+                    let len = build(sent + i, out.packet_mut(i));
+                    out.set_packet_len(i, len as u16);
+                }
+                sent += ptx.tx(&mut out);
+                out.free_all();
+                take(&mut up, &mut up_control);
             }
-            sent += ptx.tx(&mut out);
-            out.free_all();
-            let mut got = Burst::new();
-            up += kernel.dequeue(&mut got);
-            got.free_all();
-        }
-        in_flight += n as u64;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while counters.rx_packets.load(Ordering::Relaxed) < in_flight {
-            assert!(
-                Instant::now() < deadline,
-                "the worker did not take the burst"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let done = Instant::now();
-        std::thread::sleep(Duration::from_millis(20));
-        let mut got = Burst::new();
-        up += kernel.dequeue(&mut got);
-        got.free_all();
-        (up, done)
-    };
+            in_flight += n as u64;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while counters.rx_packets.load(Ordering::Relaxed) < in_flight {
+                assert!(
+                    Instant::now() < deadline,
+                    "the worker did not take the burst"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let done = Instant::now();
+            std::thread::sleep(Duration::from_millis(20));
+            take(&mut up, &mut up_control);
+            (up + up_control, up_control, done)
+        };
 
     // The rate: 100 datagrams at once at 50/s pass the bucket's worth, and what the
     // rate refills while they go through (measured, so a slow machine cannot fail it).
@@ -291,7 +360,7 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
         |since: Instant| (since.elapsed().as_millis() as u64 * u64::from(RATE)).div_ceil(1000) + 1;
     let burst_start = Instant::now();
     // From when the worker is done, the general bucket is spent (refilling at RATE).
-    let (up, general_spent) = burst(100, &|k, b| {
+    let (up, _, general_spent) = burst(100, &|k, b| {
         frames::udp_datagram(b, &e(50000 + k as u16, lb_ip, 3784, LB_MAC), b"x")
     });
     let limited = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize];
@@ -313,7 +382,7 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     // the SYNs get no priority, the rate's refill at most.
     let control0 = counters.events_snapshot()[Event::ExceptionPuntedControl as usize];
     let limited0 = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize];
-    let (up, _) = burst(60, &|k, b| {
+    let (up, up_control, _) = burst(60, &|k, b| {
         let len = if k % 2 == 0 {
             frames::udp_datagram(b, &e(50000 + k as u16, lb_ip, 3784, LB_MAC), b"bfd")
         } else {
@@ -325,17 +394,24 @@ fn the_worker_hands_the_kernel_its_own_traffic_and_nothing_else() {
     let control = counters.events_snapshot()[Event::ExceptionPuntedControl as usize] - control0;
     let limited = counters.drops_snapshot()[DropReason::ExceptionRateLimited as usize] - limited0;
     assert_eq!(control, 30, "the BFD datagrams, on the control budget");
+    assert_eq!(
+        up_control, 30,
+        "the BFD datagrams on the control ring, the SYNs on the general one"
+    );
     let refill = refilled(general_spent);
     assert!(
         (30..=30 + refill as usize).contains(&up) && up as u64 + limited == 60,
         "{up} up ({control} control, refill {refill}), {limited} rate-limited"
     );
 
+    rings_apart(&pool);
+
     stop.store(true, Ordering::SeqCst);
     assert_eq!(wait_lcore(1).unwrap(), 0);
     let _ = (prx, ptx);
     drop(_stop_first);
     drop(kernel);
+    drop(kernel_control);
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
     drop(lb);
     drop(peer);

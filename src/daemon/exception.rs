@@ -7,7 +7,7 @@
 //! never on a worker.
 use crate::config::{ExceptionConfig, ExceptionKind, PortConfig};
 use crate::control::report::status::{ExceptionCounts as Counts, ExceptionStatus};
-use crate::dataplane::exception::BURSTS_PER_TICK;
+use crate::dataplane::exception::{PuntRings, BURSTS_PER_TICK, CONTROL_RING_SIZE};
 use crate::dataplane::mesh::Injected;
 use crate::dpdk::{
     Burst, Eal, Mempool, PacketRing, Port, PortSettings, RingConsumer, RingProducer, RxQueue,
@@ -25,9 +25,12 @@ pub struct KernelInterface {
     port_index: u16,
     port_name: String,
     config: ExceptionConfig,
-    /// Workers' frames for the kernel.
+    /// Workers' frames for the kernel: those taken on the control budget, emptied
+    /// first at every tick, and the others.
+    punted_control: RingConsumer,
     punted: RingConsumer,
-    /// The producer end the workers clone.
+    /// The producer ends the workers clone.
+    producer_control: SharedProducer,
     producer: SharedProducer,
     rx: RxQueue,
     tx: TxQueue,
@@ -83,6 +86,9 @@ impl KernelInterface {
         let (producer, punted) =
             PacketRing::multi_producer(&format!("sluice_exc{index}"), config.ring_size)
                 .map_err(|e| format!("{what}: {e}"))?;
+        let (producer_control, punted_control) =
+            PacketRing::multi_producer(&format!("sluice_exc{index}c"), CONTROL_RING_SIZE)
+                .map_err(|e| format!("{what}: {e}"))?;
         log::info!(
             "{what}: MAC {}, {} frames/s to the kernel at most, rings of {}",
             crate::wire::MacAddr(mac),
@@ -93,7 +99,9 @@ impl KernelInterface {
             port_index: index as u16,
             port_name: pc.name.clone(),
             config: config.clone(),
+            punted_control,
             punted,
+            producer_control,
             producer,
             rx,
             tx,
@@ -107,9 +115,12 @@ impl KernelInterface {
         usize::from(self.port_index)
     }
 
-    /// The ring end a worker hands this port's frames for the kernel to.
-    pub fn producer(&self) -> SharedProducer {
-        self.producer.clone()
+    /// The ring ends a worker hands this port's frames for the kernel to.
+    pub fn rings(&self) -> PuntRings {
+        PuntRings {
+            general: self.producer.clone(),
+            control: self.producer_control.clone(),
+        }
     }
 
     pub fn config(&self) -> &ExceptionConfig {
@@ -117,21 +128,22 @@ impl KernelInterface {
     }
 
     /// One management tick: the workers' frames into the interface, the kernel's onto
-    /// the inject ring. At most `exception::FRAMES_PER_TICK` each way (a syscall per
-    /// frame), so a flood cannot stretch the tick that also runs health checks, VRRP,
-    /// BGP and control requests; the rest waits in the ring (or the interface's queue)
-    /// for the next tick.
+    /// the inject ring. Up to a burst of the control ring's frames first (the control
+    /// budget lets in about five a tick), then at most `exception::FRAMES_PER_TICK`
+    /// others, and as many from the kernel (a syscall per frame), so a flood cannot
+    /// stretch the tick that also runs health checks, VRRP, BGP and control
+    /// requests; the rest waits in its ring (or the interface's queue) for the next
+    /// tick.
     pub fn pump(&mut self, inject: &RingProducer) {
         let mut burst = Burst::new();
+        if self.punted_control.dequeue(&mut burst) > 0 {
+            self.write(&mut burst);
+        }
         for _ in 0..BURSTS_PER_TICK {
             if self.punted.dequeue(&mut burst) == 0 {
                 break;
             }
-            let queued = burst.len();
-            let sent = self.tx.tx(&mut burst);
-            self.counts.to_kernel += sent as u64;
-            self.counts.to_kernel_lost += (queued - sent) as u64;
-            burst.free_all();
+            self.write(&mut burst);
         }
         for _ in 0..BURSTS_PER_TICK {
             let got = self.rx.rx(&mut burst);
@@ -147,6 +159,15 @@ impl KernelInterface {
             self.counts.from_kernel_lost += (got - taken) as u64;
             burst.free_all();
         }
+    }
+
+    /// Writes `burst` to the interface, counting what it took and what it refused.
+    fn write(&mut self, burst: &mut Burst) {
+        let queued = burst.len();
+        let sent = self.tx.tx(burst);
+        self.counts.to_kernel += sent as u64;
+        self.counts.to_kernel_lost += (queued - sent) as u64;
+        burst.free_all();
     }
 
     pub fn report(&self) -> ExceptionStatus {

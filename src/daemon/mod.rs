@@ -902,12 +902,7 @@ fn launch_workers(cfg: &Config, app: &mut Appliance, shared: &Shared) -> Result<
                     addr: addrs[0],
                     mtu: pc.mtu.unwrap_or(1500),
                     exception: entry.exception.as_ref().map(|k| {
-                        ExceptionLink::new(
-                            k.producer(),
-                            k.config().rate,
-                            cfg.lcores.workers.len(),
-                            hz,
-                        )
+                        ExceptionLink::new(k.rings(), k.config().rate, cfg.lcores.workers.len(), hz)
                     }),
                 }
             })
@@ -2184,6 +2179,8 @@ fn management_loop(
     } = timing;
     let mut next_stats = stats_interval.map(|i| Instant::now() + i);
     let mut next_rates = Instant::now();
+    let tick = Duration::from_millis(crate::dataplane::MANAGEMENT_TICK_MS.into());
+    let mut next_tick = Instant::now() + tick;
     loop {
         notifier.watchdog_tick(Instant::now());
         let stop = if let Some(sig) = signals::received() {
@@ -2365,8 +2362,24 @@ fn management_loop(
                 next_stats = Some(at + every);
             }
         }
-        std::thread::sleep(Duration::from_millis(
-            crate::dataplane::MANAGEMENT_TICK_MS.into(),
-        ));
+        // Ticks start a tick apart, whatever their work took (a flood's exception
+        // frames up to 3 ms of writes and reads): the exception path's bound of 64
+        // frames each way per tick is then 12,800 a second, as `[ports.exception]
+        // rate` is checked against. A tick that ran past the next one's start
+        // still sleeps a little (the core may be shared), and the schedule restarts
+        // from now rather than catching up.
+        let now = Instant::now();
+        let pause = match next_tick.checked_duration_since(now) {
+            Some(left) => left,
+            None => {
+                next_tick = now;
+                MIN_MANAGEMENT_SLEEP
+            }
+        };
+        next_tick += tick;
+        std::thread::sleep(pause);
     }
 }
+
+/// The least a management tick sleeps when its work ran past the next tick's start.
+const MIN_MANAGEMENT_SLEEP: Duration = Duration::from_micros(500);

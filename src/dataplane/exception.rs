@@ -22,16 +22,17 @@ use std::net::Ipv6Addr;
 pub const BURSTS_PER_TICK: usize = 2;
 /// Frames the management core moves each way per tick and port.
 pub const FRAMES_PER_TICK: u32 = (BURSTS_PER_TICK * BURST_SIZE) as u32;
-/// Management ticks per second at most (a tick sleeps
-/// [`MANAGEMENT_TICK_MS`](super::MANAGEMENT_TICK_MS) after its work).
+/// Management ticks per second: they start [`MANAGEMENT_TICK_MS`](super::MANAGEMENT_TICK_MS)
+/// apart, whatever their work took (`daemon::management_loop`).
 pub const TICKS_PER_SECOND: u32 = 1000 / super::MANAGEMENT_TICK_MS;
 /// The control budget of a port, frames per second over all workers (each takes its
 /// share): BFD at 10 ms intervals on a few sessions, BGP keepalives and updates,
 /// ARP and neighbour discovery fit many times over.
 pub const CONTROL_RATE: u32 = 1000;
 /// The highest `[ports.exception] rate`: what the management core moves per second
-/// (`FRAMES_PER_TICK` x `TICKS_PER_SECOND`) less the control budget, so a flood at
-/// the full rate still leaves the control frames room in the ring.
+/// each way (`FRAMES_PER_TICK` x `TICKS_PER_SECOND`) less the control budget, so that
+/// the kernel's answers to a flood at the full rate and to the control frames (which
+/// have a ring of their own, [`PuntRings`]) are read from the interface as fast.
 pub const MAX_RATE: u32 = FRAMES_PER_TICK * TICKS_PER_SECOND - CONTROL_RATE;
 
 /// TCP port of BGP.
@@ -193,10 +194,24 @@ impl PuntBudgets {
     }
 }
 
-/// A worker's end of one port's exception path: the ring to the management core and
+/// Slots of a port's control ring ([`PuntRings::control`]): the control budget lets
+/// at most [`CONTROL_RATE`] frames a second (bursts of a tenth of a second: 100) into
+/// it, and the management core empties it first at every tick.
+pub const CONTROL_RING_SIZE: u32 = 256;
+
+/// A port's two rings to the management core, each a multi-producer ring of its own:
+/// frames taken on the control budget go to `control`, which the management core
+/// empties first at every tick, so a flood that fills `general` (the workers' punts
+/// arriving faster than a tick writes them to the interface) never crowds them out.
+pub struct PuntRings {
+    pub general: SharedProducer,
+    pub control: SharedProducer,
+}
+
+/// A worker's end of one port's exception path: the rings to the management core and
 /// this worker's shares of the port's budgets.
 pub struct ExceptionLink {
-    ring: SharedProducer,
+    rings: PuntRings,
     budgets: PuntBudgets,
     /// This burst's frames for the kernel, handed to the ring once per burst.
     pending: Burst,
@@ -206,9 +221,9 @@ pub struct ExceptionLink {
 
 impl ExceptionLink {
     /// The budgets of [`PuntBudgets::new`] for `rate` over `workers`.
-    pub fn new(ring: SharedProducer, rate: u32, workers: usize, tsc_hz: u64) -> ExceptionLink {
+    pub fn new(rings: PuntRings, rate: u32, workers: usize, tsc_hz: u64) -> ExceptionLink {
         ExceptionLink {
-            ring,
+            rings,
             budgets: PuntBudgets::new(rate, workers, tsc_hz),
             pending: Burst::new(),
             pending_control: Burst::new(),
@@ -238,16 +253,16 @@ impl ExceptionLink {
         Ok(())
     }
 
-    /// Hands this burst's frames to the ring, the control budget's first; what it
-    /// refuses is counted and freed.
+    /// Hands this burst's frames to the rings, those taken on the control budget to
+    /// the control ring; what a ring refuses is counted and freed.
     #[inline]
     pub fn flush(&mut self, counters: &WorkerCounters) {
         if !self.pending_control.is_empty() {
-            let taken = Self::hand(&self.ring, &mut self.pending_control, counters);
+            let taken = Self::hand(&self.rings.control, &mut self.pending_control, counters);
             counters.event_n(Event::ExceptionPuntedControl, taken as u64);
         }
         if !self.pending.is_empty() {
-            Self::hand(&self.ring, &mut self.pending, counters);
+            Self::hand(&self.rings.general, &mut self.pending, counters);
         }
     }
 
