@@ -278,6 +278,11 @@ fn main() {
     if family != Family::V4 && (synproxy || replies) {
         panic!("--synproxy and --replies are measured over IPv4 only");
     }
+    // The SYN proxy answers the SYN itself: its output is no real server's side.
+    assert!(
+        !(synproxy && replies),
+        "--replies is measured without --synproxy"
+    );
     let prefix = format!("sl-bench-{}", std::process::id());
     let eal_args: Vec<String> = [
         "nat_rewrite",

@@ -90,10 +90,11 @@ impl KernelInterface {
             PacketRing::multi_producer(&format!("sluice_exc{index}c"), CONTROL_RING_SIZE)
                 .map_err(|e| format!("{what}: {e}"))?;
         log::info!(
-            "{what}: MAC {}, {} frames/s to the kernel at most, rings of {}",
+            "{what}: MAC {}, {} frames/s to the kernel at most, a ring of {} (control: {})",
             crate::wire::MacAddr(mac),
             config.rate,
-            config.ring_size
+            config.ring_size,
+            CONTROL_RING_SIZE
         );
         Ok(KernelInterface {
             port_index: index as u16,

@@ -321,6 +321,7 @@ pub fn check_config(path: &std::path::Path, depth: CheckDepth) -> Result<String,
         [
             preflight::readable_shared_keys(&cfg),
             preflight::shared_socket_directory(&cfg),
+            preflight::exposed_metrics(&cfg),
         ]
         .into_iter()
         .flatten()
@@ -1261,12 +1262,12 @@ fn writes_a_capture_file(device: &PortDevice) -> bool {
 /// Session events a worker's sync ring holds.
 const SYNC_RING_EVENTS: usize = 65_536;
 
-/// How long a worker may take to answer one question (it answers between two polls).
-/// Loop turns (each at least [`crate::dataplane::MANAGEMENT_TICK_MS`]) per whole
+/// Loop turns (they start [`crate::dataplane::MANAGEMENT_TICK_MS`] apart) per whole
 /// count of the persistence templates: a pass of about 5 s, each turn reading at
 /// most 1/1000 of the tables (19,000 slots, 0.6 MiB, at the largest size).
 const CENSUS_STEPS_PER_PASS: usize = 1000;
 
+/// How long a worker may take to answer one question (it answers between two polls).
 const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Registry {
@@ -2363,14 +2364,15 @@ fn management_loop(
             }
         }
         // Ticks start a tick apart, whatever their work took (a flood's exception
-        // frames up to 3 ms of writes and reads): the exception path's bound of 64
-        // frames each way per tick is then 12,800 a second, as `[ports.exception]
-        // rate` is checked against. A tick that ran past the next one's start
-        // still sleeps a little (the core may be shared), and the schedule restarts
-        // from now rather than catching up.
+        // frames, about 4 ms of writes and reads at most): the exception path's
+        // bound of 64 frames from the kernel per tick is then 12,800 a second, as
+        // `[ports.exception] rate` is checked against. Every tick sleeps a little
+        // at least (the core may be shared, with a reload's reader for one); one
+        // that ran past the next one's start restarts the schedule from now rather
+        // than catching up.
         let now = Instant::now();
         let pause = match next_tick.checked_duration_since(now) {
-            Some(left) => left,
+            Some(left) => left.max(MIN_MANAGEMENT_SLEEP),
             None => {
                 next_tick = now;
                 MIN_MANAGEMENT_SLEEP

@@ -38,6 +38,9 @@ pub fn check(cfg: &Config) -> Result<InstanceLocks, String> {
     if let Some(warning) = shared_socket_directory(cfg) {
         log::warn!("{warning}");
     }
+    if let Some(warning) = exposed_metrics(cfg) {
+        log::warn!("{warning}");
+    }
     InstanceLocks::take(cfg, Path::new(LOCK_DIR))
 }
 
@@ -120,6 +123,32 @@ pub fn shared_socket_directory(cfg: &Config) -> Option<String> {
         cfg.path.display(),
         dir.display(),
         mode & 0o7777
+    ))
+}
+
+/// A warning when the metrics endpoint listens where a port's exception path makes it
+/// reachable from the port's networks: on every address (`0.0.0.0`, `::`) or on a
+/// port's own address, with that port's `[ports.exception]`. The kernel then gets TCP
+/// to the port's addresses from anyone who can reach them (the exception path's
+/// rate, not an access list, is all that stands between), and the exposition names
+/// every service, real server and counter. A warning, not a refusal: an operator may
+/// mean it and filter the exception interface.
+pub fn exposed_metrics(cfg: &Config) -> Option<String> {
+    let listen = cfg.control.metrics?;
+    let port = cfg.ports.iter().find(|p| {
+        p.exception.is_some()
+            && (listen.ip().is_unspecified()
+                || p.addresses
+                    .iter()
+                    .any(|a| std::net::IpAddr::V4(a.addr) == listen.ip())
+                || p.addresses6
+                    .iter()
+                    .any(|a| std::net::IpAddr::V6(a.addr) == listen.ip()))
+    })?;
+    Some(format!(
+        "{}: control.metrics: {listen} is reachable through port {}'s exception path by          anyone who can reach the port's addresses, and the metrics name every service          and real server: listen on a management address, or filter the exception          interface (docs/EXCEPTION_PATH.md)",
+        cfg.path.display(),
+        port.name
     ))
 }
 
@@ -1603,6 +1632,38 @@ mod tests {
         );
         std::os::unix::fs::chown(dir.path(), Some(0), None).unwrap();
         assert_eq!(shared_socket_directory(&cfg), None);
+    }
+
+    /// Metrics on every address, or on a port's own, with that port's exception path:
+    /// warned of; on a management address, or with no exception path, not.
+    #[test]
+    fn metrics_the_exception_path_exposes_are_warned_of() {
+        let mut cfg = config(PORT);
+        let listen = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+        cfg.control.metrics = listen("0.0.0.0:9101");
+        assert_eq!(exposed_metrics(&cfg), None, "no exception path");
+        cfg.ports[0].exception = Some(crate::config::ExceptionConfig {
+            kind: crate::config::ExceptionKind::Tap,
+            interface: "sx-lan0".into(),
+            rate: 1000,
+            ring_size: 1024,
+            kind_line: 1,
+        });
+        let port_address = format!("{}:9101", cfg.ports[0].addresses[0].addr);
+        for exposed in ["0.0.0.0:9101", "[::]:9101", port_address.as_str()] {
+            cfg.control.metrics = listen(exposed);
+            let w = exposed_metrics(&cfg).unwrap_or_else(|| panic!("{exposed}"));
+            assert!(
+                w.contains(&format!(
+                    "control.metrics: {exposed} is reachable through port"
+                )),
+                "{w}"
+            );
+        }
+        for quiet in ["127.0.0.1:9101", "192.0.2.77:9101"] {
+            cfg.control.metrics = listen(quiet);
+            assert_eq!(exposed_metrics(&cfg), None, "{quiet}");
+        }
     }
 
     /// A config whose pool outgrows its memory: two workers, 4096 RX and TX descriptors, 256 MB.

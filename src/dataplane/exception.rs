@@ -13,12 +13,15 @@ use crate::dpdk::{Burst, SharedProducer, BURST_SIZE};
 use crate::flow::parse::{Ipv6Payload, PacketKind};
 use crate::model::DropReason;
 use crate::service::admission::RateLimit;
+use crate::wire::{icmp, icmpv6};
 use std::net::Ipv6Addr;
 
-/// Bursts the management core moves each way per tick and port: its writes to the
+/// Bursts of the general ring, and of the kernel's frames, the management core moves
+/// per tick and port (besides a burst of the control ring's): its writes to the
 /// interface are a syscall per frame (~23 us each measured on a 2-CPU VM,
-/// perf/results/exception.md), so 64 frames each way keep a tick's exception work
-/// near 1.5 ms per direction, well inside the 5 ms tick. The rest waits in the ring.
+/// perf/results/exception.md), so 64 frames each way and at most 32 control ones
+/// keep a tick's exception work near 4 ms at the very most, inside the 5 ms tick.
+/// The rest waits in its ring.
 pub const BURSTS_PER_TICK: usize = 2;
 /// Frames the management core moves each way per tick and port.
 pub const FRAMES_PER_TICK: u32 = (BURSTS_PER_TICK * BURST_SIZE) as u32;
@@ -121,8 +124,10 @@ pub fn for_kernel(
         PacketKind::Tcp { key, .. } | PacketKind::Udp { key } => {
             reason == R::UnsupportedProtocol && port.is_local(key.dst_addr())
         }
-        PacketKind::Icmp { dst, .. } => {
-            matches!(reason, R::IcmpNotEcho | R::IcmpErrorNoSession) && port.is_local(dst)
+        PacketKind::Icmp { dst, icmp_type, .. } => {
+            matches!(reason, R::IcmpNotEcho | R::IcmpErrorNoSession)
+                && port.is_local(dst)
+                && KERNEL_ICMP.contains(&icmp_type)
         }
         PacketKind::OtherIpv4 { dst, .. } => reason == R::UnsupportedProtocol && port.is_local(dst),
         PacketKind::Ipv6(payload) => {
@@ -138,18 +143,39 @@ pub fn for_kernel(
                 Ipv6Payload::Tcp { .. } | Ipv6Payload::Udp { .. } | Ipv6Payload::Other { .. } => {
                     matches!(reason, R::UnsupportedProtocol | R::Ipv6NoService)
                 }
-                Ipv6Payload::Icmp { .. } => matches!(
-                    reason,
-                    R::IcmpNotEcho
-                        | R::IcmpErrorNoSession
-                        | R::NdiscAdvert
-                        | R::NdiscNotForUs
-                        | R::NotLocal
-                ),
+                Ipv6Payload::Icmp { icmp_type, .. } => {
+                    matches!(
+                        reason,
+                        R::IcmpNotEcho
+                            | R::IcmpErrorNoSession
+                            | R::NdiscAdvert
+                            | R::NdiscNotForUs
+                            | R::NotLocal
+                    ) && !NOT_KERNEL_ICMPV6.contains(&icmp_type)
+                }
             }
         }
     }
 }
+
+/// The ICMP messages to a port address the kernel gets: answers to its own pings and
+/// errors about its own connections. Not redirects, router advertisements, timestamps
+/// or address masks: anyone can send those with a forged source (a redirect from the
+/// gateway's address would move the kernel's routes), and an appliance's kernel needs
+/// none of them.
+const KERNEL_ICMP: [icmp::Message; 4] = [
+    icmp::Message::ECHO_REPLY,
+    icmp::Message::DEST_UNREACHABLE,
+    icmp::Message::TIME_EXCEEDED,
+    icmp::Message::PARAMETER_PROBLEM,
+];
+
+/// ICMPv6 messages the kernel never gets: router advertisements and redirects, which
+/// would change its routes (Sluice drops the ones to all nodes too); only a sender on
+/// the link can make the kernel take them (hop limit 255), but that is anyone on a
+/// shared segment.
+const NOT_KERNEL_ICMPV6: [icmpv6::Message; 2] =
+    [icmpv6::Message::ROUTER_ADVERT, icmpv6::Message::REDIRECT];
 
 /// One worker's shares of a port's two punt budgets (GCRA on the worker's TSC): the
 /// general `rate`, and [`CONTROL_RATE`] for [`Punt::Control`] frames.
@@ -377,6 +403,20 @@ mod tests {
             &p
         ));
         assert!(!for_kernel(R::IcmpNotEcho, &icmp(VIP, reply), None, &p));
+        // Time exceeded and parameter problem are errors about the kernel's own
+        // traffic; redirects, router advertisements, timestamps and address masks,
+        // which anyone can forge, are not its.
+        for kind in [11, 12] {
+            let error = icmp(PORT, icmp::Message(kind));
+            assert!(
+                for_kernel(R::IcmpErrorNoSession, &error, None, &p),
+                "{kind}"
+            );
+        }
+        for kind in [5, 9, 13, 17, 42] {
+            let other = icmp(PORT, icmp::Message(kind));
+            assert!(!for_kernel(R::IcmpNotEcho, &other, None, &p), "{kind}");
+        }
         let ospf = |dst| PacketKind::OtherIpv4 {
             src: CLIENT,
             dst,
@@ -421,6 +461,15 @@ mod tests {
         assert!(for_kernel(R::NdiscAdvert, &na, Some(link_local), &p));
         assert!(!for_kernel(R::NdiscAdvert, &na, Some(other), &p));
         assert!(!for_kernel(R::BadIcmpv6Checksum, &na, Some(ours), &p));
+        // Router advertisements and redirects would change the kernel's routes.
+        for kind in [icmpv6::Message::ROUTER_ADVERT, icmpv6::Message::REDIRECT] {
+            let message = PacketKind::Ipv6(Ipv6Payload::Icmp {
+                icmp_type: kind,
+                code: 0,
+            });
+            assert!(!for_kernel(R::IcmpNotEcho, &message, Some(link_local), &p));
+            assert!(!for_kernel(R::NotLocal, &message, Some(ours), &p));
+        }
     }
 
     const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];

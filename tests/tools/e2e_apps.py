@@ -428,13 +428,13 @@ def cmd_too_big(args):
 
     first = exchange(b"first")
     # The echo as the client got it, ADDR:PORT -> SRC:P (its lengths about right).
-    udp = UDP(sport=args.port, dport=args.sport, len=1412)
+    udp = UDP(sport=args.port, dport=args.sport, len=1408)
     if v6:
-        quote = bytes(IPv6(src=args.addr, dst=args.source, plen=1412) / udp)[:48]
+        quote = bytes(IPv6(src=args.addr, dst=args.source, plen=1408) / udp)[:48]
         error = bytes(ICMPv6PacketTooBig(mtu=args.mtu, cksum=0) / quote)
         raw = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
     else:
-        quote = bytes(IP(src=args.addr, dst=args.source, flags="DF", len=1432) / udp)[:28]
+        quote = bytes(IP(src=args.addr, dst=args.source, flags="DF", len=1428) / udp)[:28]
         error = bytes(ICMP(type=3, code=4, nexthopmtu=args.mtu) / quote)
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     # The kernel fills in the ICMPv6 checksum; scapy computed ICMP's.

@@ -114,6 +114,7 @@ DROP_REASONS = base.DROP_REASONS + [
     "ipv4_options", "bad_tcp_header", "bad_udp_header", "tcp_no_session",
     "no_real_server", "session_table_full", "neighbour_unresolved", "no_service", "too_big",
     "icmp_error_no_session", "icmp_error_misaddressed", "nat_tuple_in_use",
+    "icmp_too_big_about_udp",
 ]
 
 
@@ -515,6 +516,10 @@ def build():
     dr_reply = bytes(IP(src=vdr, dst=c, id=9, flags="DF") / UDP(sport=VIP_UDP_PORT, dport=40002) / Raw(b"reply"))
     fwd("DR ICMP time-exceeded about the session's reply",
         icmp_error(c, vdr, 11, 0, dr_reply), lambda n, r: expect_dr(n, r, "dr"))
+    # In DR the real server's replies bypass Sluice (fragments too): a frag-needed
+    # about one goes on to it.
+    fwd("DR ICMP frag-needed about the session's reply",
+        icmp_error(c, vdr, 3, 4, dr_reply, ip_id=8, mtu=1400), lambda n, r: expect_dr(n, r, "dr"))
 
     # --- malformed input between valid flows -------------------------------------------
     drop("IPv4 IHL 4", bytes(Ether(src=CLIENT_MAC, dst=OUR_MAC) / IP(src=c, dst=vdr, ihl=4)
@@ -629,6 +634,16 @@ def build():
         lambda n, r: expect_icmp_nat(n, r, "rs", [q_rs, with_quoted_l4_checksum(q_rs, q_snat)],
                                      {"IPerror.src": rip_nat, "IPerror.dst": c,
                                       "UDPerror.sport": MODES["nat"][4], "UDPerror.dport": cp}))
+    # A frag-needed from the client about the reply would lower the real server's path
+    # MTU to the client with nothing to check: its larger replies would then leave in
+    # fragments, which Sluice drops. From the real server's side it goes on.
+    drop("NAT ICMP frag-needed from the client about the UDP reply",
+         icmp_error(c, vnat, 3, 4, snat_reply, ip_id=505, mtu=576), "icmp_too_big_about_udp")
+    fwd("NAT ICMP frag-needed from the real server's side about the UDP request",
+        icmp_error(rip_nat, c, 3, 4, dnat_udp, src_mac=nat_rs_mac, ip_id=603, mtu=1400),
+        lambda n, r: expect_icmp_nat(n, r, "client", [q_orig, with_quoted_l4_checksum(q_orig, q_dnat)],
+                                     {"IPerror.src": c, "IPerror.dst": vnat, "UDPerror.sport": cp,
+                                      "UDPerror.dport": VIP_UDP_PORT}))
     fwd("NAT UDP without checksum (0 stays 0), padded",
         udp(c, 40005, vnat, VIP_UDP_PORT, b"no sum", ip_id=503, chksum=0, pad_to=60), lambda n, r: expect_nat_in(n, r),
         opens=True)
