@@ -193,6 +193,45 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
         "and the kernel's answers out: {status:#}"
     );
 
+    // The kernel's frames leave only from the port's addresses: given one more
+    // address of its own on the interface, its pings to the client from it are
+    // refused, so the client's kernel never hears from that address (answering, it
+    // would have had to resolve it: a neighbour entry, even a failed one).
+    let foreign = "198.18.0.77";
+    let ip = |args: &[&str]| lab.bed.exec(&lb, args, t).expect_success("ip");
+    ip(&["ip", "addr", "add", &format!("{foreign}/32"), "dev", &iface]);
+    let ping = lab.bed.exec(
+        &lb,
+        &[
+            "ping",
+            "-c",
+            "2",
+            "-W",
+            "1",
+            "-I",
+            foreign,
+            lab.bed.client_ip(),
+        ],
+        t,
+    );
+    ip(&["ip", "addr", "del", &format!("{foreign}/32"), "dev", &iface]);
+    let neigh = lab
+        .bed
+        .exec(
+            lab.bed.client_ns(),
+            &["ip", "-4", "neigh", "show", foreign],
+            t,
+        )
+        .expect_success("ip neigh");
+    assert!(
+        neigh.stdout.trim().is_empty(),
+        "the client learned {foreign} from the kernel: {}\n{}",
+        neigh.stdout,
+        ping.describe()
+    );
+    let refused = drop_count(&daemon.status(), "exception_foreign_source");
+    assert!(refused >= 1, "{}\n{}", ping.describe(), daemon.dump());
+
     // A SYN flood to the listener from spoofed sources (no route back: the kernel's
     // answers go nowhere), with requests through the VIP at the same time.
     let before = daemon.status();

@@ -13,8 +13,9 @@ use crate::dpdk::{Burst, SharedProducer, BURST_SIZE};
 use crate::flow::parse::{Ipv6Payload, PacketKind};
 use crate::model::DropReason;
 use crate::service::admission::RateLimit;
+use crate::wire::ethernet::{self, EtherType};
 use crate::wire::{icmp, icmpv6};
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bursts of the general ring, and of the kernel's frames, the management core moves
 /// per tick and port (besides a burst of the control ring's): its writes to the
@@ -176,6 +177,41 @@ const KERNEL_ICMP: [icmp::Message; 4] = [
 /// shared segment.
 const NOT_KERNEL_ICMPV6: [icmpv6::Message; 2] =
     [icmpv6::Message::ROUTER_ADVERT, icmpv6::Message::REDIRECT];
+
+/// Whether a frame the kernel wrote to a port's interface may leave as that port's
+/// (`port`) own: its source MAC is the port's, and its source address one of the
+/// port's: an IPv4 packet's, an ARP packet's sender, an IPv6 packet's (or a
+/// link-local one, the kernel's own, or `::`, as duplicate address detection sends).
+/// Other EtherTypes carry no address to check. So a kernel that forwards between its
+/// interfaces, or a program on the host writing frames of its own, cannot send out of
+/// the port from an address Sluice does not own (a VIP, another host's) around
+/// everything Sluice checks.
+pub fn kernel_frame_is_ours(frame: &[u8], port: &LocalResponder) -> bool {
+    let Ok(l2) = ethernet::parse_l2(frame) else {
+        return false;
+    };
+    if ethernet::Frame::new_unchecked(frame).src_addr() != port.mac() {
+        return false;
+    }
+    let l3 = &frame[l2.l3_offset.min(frame.len())..];
+    let v4 = |at: usize| {
+        l3.get(at..at + 4)
+            .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+    };
+    match l2.ethertype {
+        EtherType::IPV4 => v4(12).is_some_and(|src| port.is_local(src)),
+        // The sender protocol address, after the 8-byte header and the sender's MAC.
+        EtherType::ARP => v4(14).is_some_and(|sender| port.is_local(sender)),
+        EtherType::IPV6 => l3
+            .get(8..24)
+            .and_then(|b| <[u8; 16]>::try_from(b).ok())
+            .map(Ipv6Addr::from)
+            .is_some_and(|src| {
+                src.is_unspecified() || src.segments()[0] & 0xffc0 == 0xfe80 || port.is_local6(src)
+            }),
+        _ => true,
+    }
+}
 
 /// One worker's shares of a port's two punt budgets (GCRA on the worker's TSC): the
 /// general `rate`, and [`CONTROL_RATE`] for [`Punt::Control`] frames.
@@ -474,6 +510,69 @@ mod tests {
 
     const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    /// What the kernel writes leaves only from the port's MAC and addresses.
+    #[test]
+    fn the_kernels_frames_leave_only_as_the_ports_own() {
+        let p = port();
+        let tcp_from = |mac, src| {
+            let e = Endpoints {
+                src_mac: mac,
+                dst_mac: PEER_MAC,
+                src,
+                dst: CLIENT,
+                sport: 179,
+                dport: 40000,
+            };
+            let mut b = vec![0; frames::MAX_FRAME];
+            let n = frames::tcp_segment(&mut b, &e, 1, 0, 0x12, &[]);
+            b.truncate(n);
+            b
+        };
+        let arp_from = |mac, sender| {
+            let mut b = vec![0; frames::MAX_FRAME];
+            let n = frames::arp_request(&mut b, mac, sender, CLIENT);
+            b.truncate(n);
+            b
+        };
+        let ipv6_from = |mac: [u8; 6], src: &str| {
+            let mut b = vec![0u8; 54];
+            b[6..12].copy_from_slice(&mac);
+            b[12..14].copy_from_slice(&[0x86, 0xdd]);
+            b[14] = 0x60;
+            b[20] = 59; // no next header
+            b[21] = 255;
+            b[22..38].copy_from_slice(&src.parse::<Ipv6Addr>().unwrap().octets());
+            b[38..54].copy_from_slice(&"ff02::1".parse::<Ipv6Addr>().unwrap().octets());
+            b
+        };
+        assert!(kernel_frame_is_ours(&tcp_from(LB_MAC, PORT), &p));
+        assert!(
+            !kernel_frame_is_ours(&tcp_from(PEER_MAC, PORT), &p),
+            "another MAC"
+        );
+        assert!(!kernel_frame_is_ours(&tcp_from(LB_MAC, VIP), &p), "a VIP");
+        assert!(kernel_frame_is_ours(&arp_from(LB_MAC, PORT), &p));
+        assert!(
+            !kernel_frame_is_ours(&arp_from(LB_MAC, VIP), &p),
+            "ARP for a VIP"
+        );
+        for ours in ["2001:db8::1", "fe80::1", "::"] {
+            assert!(kernel_frame_is_ours(&ipv6_from(LB_MAC, ours), &p), "{ours}");
+        }
+        assert!(!kernel_frame_is_ours(
+            &ipv6_from(LB_MAC, "2001:db8::99"),
+            &p
+        ));
+        assert!(!kernel_frame_is_ours(&ipv6_from(PEER_MAC, "fe80::1"), &p));
+        // No address to check (LLDP): the MAC alone; cut short: never.
+        let mut lldp = vec![0u8; 60];
+        lldp[6..12].copy_from_slice(&LB_MAC);
+        lldp[12..14].copy_from_slice(&[0x88, 0xcc]);
+        assert!(kernel_frame_is_ours(&lldp, &p));
+        assert!(!kernel_frame_is_ours(&tcp_from(LB_MAC, PORT)[..20], &p));
+        assert!(!kernel_frame_is_ours(&lldp[..10], &p));
+    }
 
     /// The TTL of an IPv4 frame from `emulator::frames` (which writes 64) set to
     /// `ttl`, the header checksum redone.

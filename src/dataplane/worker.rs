@@ -3,7 +3,7 @@
 //! session table and its counters' only writer; it takes no lock and makes no syscall.
 use crate::dataplane::capture::{CaptureTap, Direction};
 use crate::dataplane::counters::{bump, Event, WorkerCounters};
-use crate::dataplane::exception::ExceptionLink;
+use crate::dataplane::exception::{self, ExceptionLink};
 use crate::dataplane::forwarder::{Action, Forwarder, PortContext};
 use crate::dataplane::held::Held;
 use crate::dataplane::local::LocalResponder;
@@ -308,6 +308,24 @@ impl Worker {
         let n = inject.dequeue(out);
         if n == 0 {
             return;
+        }
+        // The kernel's frames leave only as their port's own.
+        let mut foreign = Burst::new();
+        for i in 0..out.len() {
+            if Injected::from_tag(out.user_tag(i)) == Some(Injected::Kernel) {
+                let port = self.ports.get(usize::from(out.port(i)));
+                if !port
+                    .is_some_and(|p| exception::kernel_frame_is_ours(out.packet(i), &p.responder))
+                {
+                    out.move_to(i, &mut foreign);
+                }
+            }
+        }
+        if !foreign.is_empty() {
+            self.counters
+                .drop_n(DropReason::ExceptionForeignSource, foreign.len() as u64);
+            foreign.free_all();
+            out.compact_moved();
         }
         let Some(port) = self.ports.first_mut() else {
             out.free_all();

@@ -182,10 +182,14 @@ pub enum DropReason {
     /// A peer's sync datagram the management core's sync ring had no room for (it
     /// falls behind, or a flood forged from a peer's address fills it).
     SyncRingFull,
+    /// A frame the kernel wrote to a port's exception interface whose source MAC or
+    /// address is not the port's own (the kernel forwarding between its interfaces, a
+    /// program on the host forging): never sent out of the port.
+    ExceptionForeignSource,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 61;
+    pub const COUNT: usize = 62;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -248,6 +252,7 @@ impl DropReason {
         DropReason::NotAProbeAnswer,
         DropReason::MartianSource,
         DropReason::SyncRingFull,
+        DropReason::ExceptionForeignSource,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -314,6 +319,7 @@ impl DropReason {
             DropReason::NotAProbeAnswer => "not_a_probe_answer",
             DropReason::MartianSource => "martian_source",
             DropReason::SyncRingFull => "sync_ring_full",
+            DropReason::ExceptionForeignSource => "exception_foreign_source",
         }
     }
 }
