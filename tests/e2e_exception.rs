@@ -198,6 +198,7 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
     // refused, so the client's kernel never hears from that address (answering, it
     // would have had to resolve it: a neighbour entry, even a failed one).
     let foreign = "198.18.0.77";
+    let refused_before = drop_count(&daemon.status(), "exception_foreign_source");
     let ip = |args: &[&str]| lab.bed.exec(&lb, args, t).expect_success("ip");
     ip(&["ip", "addr", "add", &format!("{foreign}/32"), "dev", &iface]);
     let ping = lab.bed.exec(
@@ -229,7 +230,12 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
         neigh.stdout,
         ping.describe()
     );
-    let refused = drop_count(&daemon.status(), "exception_foreign_source");
+    assert!(
+        ping.stdout.contains("2 packets transmitted"),
+        "{}",
+        ping.describe()
+    );
+    let refused = drop_count(&daemon.status(), "exception_foreign_source") - refused_before;
     assert!(refused >= 1, "{}\n{}", ping.describe(), daemon.dump());
 
     // A SYN flood to the listener from spoofed sources (no route back: the kernel's

@@ -146,7 +146,10 @@ pub fn exposed_metrics(cfg: &Config) -> Option<String> {
                     .any(|a| std::net::IpAddr::V6(a.addr) == listen.ip()))
     })?;
     Some(format!(
-        "{}: control.metrics: {listen} is reachable through port {}'s exception path by          anyone who can reach the port's addresses, and the metrics name every service          and real server: listen on a management address, or filter the exception          interface (docs/EXCEPTION_PATH.md)",
+        "{}: control.metrics: {listen} is reachable through port {}'s exception path by \
+         anyone who can reach the port's addresses, and the metrics name every service \
+         and real server: listen on a management address, or filter the exception \
+         interface (docs/EXCEPTION_PATH.md)",
         cfg.path.display(),
         port.name
     ))
@@ -1655,7 +1658,9 @@ mod tests {
             let w = exposed_metrics(&cfg).unwrap_or_else(|| panic!("{exposed}"));
             assert!(
                 w.contains(&format!(
-                    "control.metrics: {exposed} is reachable through port"
+                    "control.metrics: {exposed} is reachable through port p0's exception path \
+                     by anyone who can reach the port's addresses, and the metrics name every \
+                     service and real server: listen on a management address"
                 )),
                 "{w}"
             );

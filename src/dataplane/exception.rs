@@ -178,14 +178,25 @@ const KERNEL_ICMP: [icmp::Message; 4] = [
 const NOT_KERNEL_ICMPV6: [icmpv6::Message; 2] =
     [icmpv6::Message::ROUTER_ADVERT, icmpv6::Message::REDIRECT];
 
+/// LLDP's EtherType: the one besides IPv4, ARP and IPv6 the kernel's frames may carry
+/// (lldpd on the interface); it has no address to check.
+const ETHERTYPE_LLDP: EtherType = EtherType(0x88cc);
+
 /// Whether a frame the kernel wrote to a port's interface may leave as that port's
-/// (`port`) own: its source MAC is the port's, and its source address one of the
-/// port's: an IPv4 packet's, an ARP packet's sender, an IPv6 packet's (or a
-/// link-local one, the kernel's own, or `::`, as duplicate address detection sends).
-/// Other EtherTypes carry no address to check. So a kernel that forwards between its
-/// interfaces, or a program on the host writing frames of its own, cannot send out of
-/// the port from an address Sluice does not own (a VIP, another host's) around
-/// everything Sluice checks.
+/// (`port`) own: its source MAC is the port's, and
+/// - IPv4: its source is one of the port's addresses;
+/// - ARP: its sender is the port's MAC and one of the port's addresses, or it is a
+///   probe for one of them (sender 0.0.0.0, RFC 5227), which changes no one's cache;
+/// - IPv6: its source is one of the port's addresses, a link-local address (the
+///   kernel's own, which Sluice does not know) or `::` (duplicate address detection);
+///   not a Router Advertisement or Redirect; a Neighbor Advertisement only for one of
+///   the port's addresses or its own source;
+/// - LLDP: the MAC alone; any other EtherType (more VLAN tags than Sluice walks,
+///   MPLS, PPPoE, which carry addresses it would not see): never.
+///
+/// So a kernel that forwards between its interfaces, or a program on the host writing
+/// frames of its own, cannot send out of the port from an address Sluice does not own
+/// (a VIP, another host's) around everything Sluice checks.
 pub fn kernel_frame_is_ours(frame: &[u8], port: &LocalResponder) -> bool {
     let Ok(l2) = ethernet::parse_l2(frame) else {
         return false;
@@ -198,18 +209,45 @@ pub fn kernel_frame_is_ours(frame: &[u8], port: &LocalResponder) -> bool {
         l3.get(at..at + 4)
             .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]))
     };
-    match l2.ethertype {
-        EtherType::IPV4 => v4(12).is_some_and(|src| port.is_local(src)),
-        // The sender protocol address, after the 8-byte header and the sender's MAC.
-        EtherType::ARP => v4(14).is_some_and(|sender| port.is_local(sender)),
-        EtherType::IPV6 => l3
-            .get(8..24)
+    let v6 = |at: usize| {
+        l3.get(at..at + 16)
             .and_then(|b| <[u8; 16]>::try_from(b).ok())
             .map(Ipv6Addr::from)
-            .is_some_and(|src| {
-                src.is_unspecified() || src.segments()[0] & 0xffc0 == 0xfe80 || port.is_local6(src)
-            }),
-        _ => true,
+    };
+    match l2.ethertype {
+        EtherType::IPV4 => v4(12).is_some_and(|src| port.is_local(src)),
+        EtherType::ARP => {
+            // The sender's MAC and address after the 8-byte header; the target's
+            // address at 24.
+            let sender_mac = l3.get(8..14).is_some_and(|m| m == port.mac().0);
+            match (v4(14), v4(24)) {
+                (Some(sender), _) if port.is_local(sender) => sender_mac,
+                (Some(Ipv4Addr::UNSPECIFIED), Some(target)) => port.is_local(target),
+                _ => false,
+            }
+        }
+        EtherType::IPV6 => {
+            let Some(src) = v6(8) else {
+                return false;
+            };
+            let from_ours =
+                src.is_unspecified() || src.segments()[0] & 0xffc0 == 0xfe80 || port.is_local6(src);
+            // ICMPv6 (next header 58 right after the fixed header): its type at 40.
+            let icmp_type = (l3.get(6) == Some(&58))
+                .then(|| l3.get(40).copied())
+                .flatten();
+            from_ours
+                && match icmp_type.map(icmpv6::Message) {
+                    Some(icmpv6::Message::ROUTER_ADVERT | icmpv6::Message::REDIRECT) => false,
+                    // The target address after the 8-byte ICMPv6 header.
+                    Some(icmpv6::Message::NEIGHBOR_ADVERT) => {
+                        v6(48).is_some_and(|target| target == src || port.is_local6(target))
+                    }
+                    _ => true,
+                }
+        }
+        ETHERTYPE_LLDP => true,
+        _ => false,
     }
 }
 
@@ -565,11 +603,72 @@ mod tests {
             &p
         ));
         assert!(!kernel_frame_is_ours(&ipv6_from(PEER_MAC, "fe80::1"), &p));
-        // No address to check (LLDP): the MAC alone; cut short: never.
+        // ICMPv6: no Router Advertisements or Redirects; a Neighbor Advertisement for
+        // the port's address or its own source only.
+        let icmpv6_from = |src: &str, kind: u8, target: &str| {
+            let mut b = ipv6_from(LB_MAC, src);
+            b[20] = 58;
+            b.extend_from_slice(&[kind, 0, 0, 0, 0, 0, 0, 0]);
+            b.extend_from_slice(&target.parse::<Ipv6Addr>().unwrap().octets());
+            b
+        };
+        assert!(!kernel_frame_is_ours(
+            &icmpv6_from("fe80::1", 134, "::"),
+            &p
+        ));
+        assert!(!kernel_frame_is_ours(
+            &icmpv6_from("fe80::1", 137, "::"),
+            &p
+        ));
+        assert!(kernel_frame_is_ours(
+            &icmpv6_from("fe80::1", 136, "2001:db8::1"),
+            &p
+        ));
+        assert!(kernel_frame_is_ours(
+            &icmpv6_from("fe80::1", 136, "fe80::1"),
+            &p
+        ));
+        assert!(!kernel_frame_is_ours(
+            &icmpv6_from("fe80::1", 136, "fe80::9"),
+            &p
+        ));
+        assert!(!kernel_frame_is_ours(
+            &icmpv6_from("fe80::1", 136, "2001:db8::99"),
+            &p
+        ));
+        assert!(kernel_frame_is_ours(
+            &icmpv6_from("fe80::1", 135, "2001:db8::99"),
+            &p
+        ));
+        // ARP: the sender's MAC inside too; a probe (sender 0.0.0.0) for the port's
+        // address passes, for another address not.
+        let mut other_mac = arp_from(LB_MAC, PORT);
+        other_mac[22..28].copy_from_slice(&PEER_MAC);
+        assert!(!kernel_frame_is_ours(&other_mac, &p));
+        let probe = |target| {
+            let mut b = vec![0; frames::MAX_FRAME];
+            let n = frames::arp_request(&mut b, LB_MAC, Ipv4Addr::UNSPECIFIED, target);
+            b.truncate(n);
+            b
+        };
+        assert!(kernel_frame_is_ours(&probe(PORT), &p));
+        assert!(!kernel_frame_is_ours(&probe(VIP), &p));
+        // LLDP: the MAC alone; other EtherTypes (MPLS, a third VLAN tag) and frames
+        // cut short: never.
         let mut lldp = vec![0u8; 60];
         lldp[6..12].copy_from_slice(&LB_MAC);
         lldp[12..14].copy_from_slice(&[0x88, 0xcc]);
         assert!(kernel_frame_is_ours(&lldp, &p));
+        let mut mpls = lldp.clone();
+        mpls[12..14].copy_from_slice(&[0x88, 0x47]);
+        assert!(!kernel_frame_is_ours(&mpls, &p));
+        let mut tagged = vec![0u8; 12];
+        tagged[6..12].copy_from_slice(&LB_MAC);
+        for _ in 0..3 {
+            tagged.extend_from_slice(&[0x81, 0x00, 0, 1]);
+        }
+        tagged.extend_from_slice(&tcp_from(LB_MAC, PORT)[12..]);
+        assert!(!kernel_frame_is_ours(&tagged, &p), "three VLAN tags");
         assert!(!kernel_frame_is_ours(&tcp_from(LB_MAC, PORT)[..20], &p));
         assert!(!kernel_frame_is_ours(&lldp[..10], &p));
     }
