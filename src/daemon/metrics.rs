@@ -1414,6 +1414,25 @@ mod label_tests {
     use crate::health::HealthReport;
     use std::collections::HashSet;
 
+    /// The inputs of a scrape with `status` and `services`, nothing else.
+    fn inputs(status: StatusReport, services: ServicesReport) -> MetricsInputs {
+        MetricsInputs {
+            status,
+            services,
+            pools: Vec::new(),
+            admission: Vec::new(),
+            health: HealthReport {
+                source: "198.18.0.1".into(),
+                sources6: Vec::new(),
+                targets: Vec::new(),
+                stats: Default::default(),
+            },
+            vrrp: None,
+            sync: None,
+            bgp: None,
+        }
+    }
+
     /// Each real server's series once in every real-server family, in the listing's
     /// order, its labels written once and reused: a listed sorry server once, one
     /// not listed after the others; and every family's samples together under its one
@@ -1447,24 +1466,10 @@ mod label_tests {
             sorry_server: Some(rs("2001:db8::9", 53, 0, false)),
             ..Default::default()
         };
-        let inputs = MetricsInputs {
-            status: StatusReport::default(),
-            services: ServicesReport {
-                services: vec![listed_sorry, unlisted_sorry],
-            },
-            pools: Vec::new(),
-            admission: Vec::new(),
-            health: HealthReport {
-                source: "198.18.0.1".into(),
-                sources6: Vec::new(),
-                targets: Vec::new(),
-                stats: Default::default(),
-            },
-            vrrp: None,
-            sync: None,
-            bgp: None,
+        let services = ServicesReport {
+            services: vec![listed_sorry, unlisted_sorry],
         };
-        let text = inputs.render();
+        let text = inputs(StatusReport::default(), services).render();
         let weights: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("sluice_rs_weight{"))
@@ -1504,23 +1509,12 @@ mod label_tests {
     #[test]
     fn template_counts_are_gauges_by_family_and_standing() {
         use crate::control::report::{TemplateTableReport, TemplatesReport};
-        let inputs = |templates| MetricsInputs {
-            status: StatusReport {
+        let inputs = |templates| {
+            let status = StatusReport {
                 persistence_templates: templates,
                 ..Default::default()
-            },
-            services: ServicesReport::default(),
-            pools: Vec::new(),
-            admission: Vec::new(),
-            health: HealthReport {
-                source: "198.18.0.1".into(),
-                sources6: Vec::new(),
-                targets: Vec::new(),
-                stats: Default::default(),
-            },
-            vrrp: None,
-            sync: None,
-            bgp: None,
+            };
+            inputs(status, ServicesReport::default())
         };
         let text = inputs(Some(TemplatesReport {
             ipv4: TemplateTableReport {

@@ -360,7 +360,12 @@ mod tests {
             network: u32::from(CLIENT),
         };
         let standing = |t: &PersistTable| t.lookup(template, 0).map(|t| t.trust);
-        persist.bind(template, Template::new(real, 1000, Trust::Unconfirmed), 0);
+        // The client's template, unconfirmed again.
+        let unconfirmed = |t: &PersistTable| {
+            t.remove(template);
+            t.bind(template, Template::new(real, 1000, Trust::Unconfirmed), 0);
+        };
+        unconfirmed(&persist);
         let nat = PersistentSession {
             proof_key: 5,
             mode: ForwardMode::Nat,
@@ -418,8 +423,7 @@ mod tests {
         assert_eq!(standing(&persist), Some(Trust::Confirmed));
 
         // DR: the handshake ACK raises to unverified, from SYN_RECV only.
-        persist.remove(template);
-        persist.bind(template, Template::new(real, 1000, Trust::Unconfirmed), 0);
+        unconfirmed(&persist);
         let dr = PersistentSession {
             mode: ForwardMode::Dr,
             ..nat
@@ -436,8 +440,7 @@ mod tests {
         assert_eq!(standing(&persist), Some(Trust::Unverified));
 
         // A SYN-proxy session is placed as high as it goes: nothing to do here.
-        persist.remove(template);
-        persist.bind(template, Template::new(real, 1000, Trust::Unconfirmed), 0);
+        unconfirmed(&persist);
         let proxied = PersistentSession {
             proxied: true,
             proof_key: 9,
