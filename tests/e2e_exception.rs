@@ -350,6 +350,11 @@ fn a_kernel_listener_on_the_appliance_address_answers_and_a_flood_to_it_is_held_
         "rate-limited {limited} of {FLOOD_SYNS} SYNs: {after:#}"
     );
     assert_eq!(drop_count(&after, "exception_ring_full"), 0, "{after:#}");
+    assert_eq!(
+        drop_count(&after, "exception_control_ring_full"),
+        0,
+        "{after:#}"
+    );
 
     // The management core wrote every punted frame to the kernel interface.
     let total = event_count(&after, "exception_punted");

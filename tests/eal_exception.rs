@@ -103,7 +103,9 @@ impl Drop for StopOnDrop {
 /// general ring of 63 slots that nobody empties meanwhile (a flood the management
 /// core has not written out yet) and a control ring. The general ring takes what fits
 /// and refuses the rest (`exception_ring_full`); every control frame reaches its own
-/// ring, whose frames the management core writes first.
+/// ring, whose frames the management core writes first. Then a control ring of 15
+/// slots that nobody empties (a stalled management core) refuses control frames as
+/// `exception_control_ring_full`, and only as that.
 fn rings_apart(pool: &Mempool) {
     use sluice::dataplane::counters::WorkerCounters;
     use sluice::dataplane::exception::Punt;
@@ -158,6 +160,35 @@ fn rings_apart(pool: &Mempool) {
         counters.events_snapshot()[Event::ExceptionPuntedControl as usize],
         32
     );
+    assert_eq!(
+        counters.drops_snapshot()[DropReason::ExceptionControlRingFull as usize],
+        0
+    );
+
+    let (general, _general_out) = PacketRing::multi_producer("exc_stall", 64).unwrap();
+    let (control, control_out) = PacketRing::multi_producer("exc_stall_c", 16).unwrap();
+    let mut link = ExceptionLink::new(
+        PuntRings { general, control },
+        100_000,
+        1,
+        sluice::dpdk::tsc_hz(),
+    );
+    let counters = WorkerCounters::default();
+    let mut rx = Burst::new();
+    assert!(rx.alloc_from(pool, 32));
+    for i in 0..32 {
+        rx.set_packet_len(i, 64);
+        link.take(&mut rx, i, Punt::Control, sluice::dpdk::tsc())
+            .unwrap();
+    }
+    link.flush(&counters);
+    assert_eq!(count(&control_out), 15, "the stalled control ring's room");
+    let drops = counters.drops_snapshot();
+    assert_eq!(
+        drops[DropReason::ExceptionControlRingFull as usize],
+        32 - 15
+    );
+    assert_eq!(drops[DropReason::ExceptionRingFull as usize], 0);
 }
 
 #[test]

@@ -358,20 +358,37 @@ impl ExceptionLink {
     #[inline]
     pub fn flush(&mut self, counters: &WorkerCounters) {
         if !self.pending_control.is_empty() {
-            let taken = Self::hand(&self.rings.control, &mut self.pending_control, counters);
+            let taken = Self::hand(
+                &self.rings.control,
+                &mut self.pending_control,
+                DropReason::ExceptionControlRingFull,
+                counters,
+            );
             counters.event_n(Event::ExceptionPuntedControl, taken as u64);
         }
         if !self.pending.is_empty() {
-            Self::hand(&self.rings.general, &mut self.pending, counters);
+            let ring = &self.rings.general;
+            Self::hand(
+                ring,
+                &mut self.pending,
+                DropReason::ExceptionRingFull,
+                counters,
+            );
         }
     }
 
-    /// Enqueues `pending` on `ring`, counts and frees what it refused; how many it took.
+    /// Enqueues `pending` on `ring`, counts what it refused as `full` and frees it;
+    /// how many it took.
     #[inline]
-    fn hand(ring: &SharedProducer, pending: &mut Burst, counters: &WorkerCounters) -> usize {
+    fn hand(
+        ring: &SharedProducer,
+        pending: &mut Burst,
+        full: DropReason,
+        counters: &WorkerCounters,
+    ) -> usize {
         let taken = ring.enqueue(pending);
         counters.event_n(Event::ExceptionPunted, taken as u64);
-        counters.drop_n(DropReason::ExceptionRingFull, pending.len() as u64);
+        counters.drop_n(full, pending.len() as u64);
         pending.free_all();
         taken
     }

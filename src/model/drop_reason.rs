@@ -156,8 +156,10 @@ pub enum DropReason {
     /// A frame for the kernel interface of the exception path over the port's punt
     /// rate limit (`[ports.exception] rate`, this worker's share).
     ExceptionRateLimited,
-    /// A frame for the kernel interface of the exception path found its ring full
-    /// (the management core is behind).
+    /// A frame for the kernel interface of the exception path found the port's
+    /// general ring full (the management core is behind, a flood outruns its writes
+    /// to the interface). Control frames have a ring of their own:
+    /// [`DropReason::ExceptionControlRingFull`].
     ExceptionRingFull,
     /// To the health checker's probe ports from an address that is no real server's,
     /// to the sync listen address (`[sync] port`) from one that is no peer's, or a
@@ -186,10 +188,16 @@ pub enum DropReason {
     /// address is not the port's own (the kernel forwarding between its interfaces, a
     /// program on the host forging): never sent out of the port.
     ExceptionForeignSource,
+    /// A control frame for the kernel (BGP or BFD with TTL 255, an ARP reply, IPv6
+    /// neighbour discovery: `dataplane::exception::Punt::Control`) found the port's
+    /// control ring full. Its budget lets at most 1,000 a second in and the management
+    /// core empties it first every tick, so it fills only when the management core
+    /// has not run for a quarter of a second: stalled, not flooded.
+    ExceptionControlRingFull,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 62;
+    pub const COUNT: usize = 63;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
         DropReason::UnknownEthertype,
@@ -253,6 +261,7 @@ impl DropReason {
         DropReason::MartianSource,
         DropReason::SyncRingFull,
         DropReason::ExceptionForeignSource,
+        DropReason::ExceptionControlRingFull,
     ];
 
     /// Stable snake_case name, used in `sluicectl status`, JSON and logs.
@@ -320,6 +329,7 @@ impl DropReason {
             DropReason::MartianSource => "martian_source",
             DropReason::SyncRingFull => "sync_ring_full",
             DropReason::ExceptionForeignSource => "exception_foreign_source",
+            DropReason::ExceptionControlRingFull => "exception_control_ring_full",
         }
     }
 }

@@ -632,7 +632,9 @@ pub(super) fn split_value(value: u32) -> (u32, Direction) {
 /// The hasher every session table of this process uses, seeded once from the
 /// operating system's randomness: keys hash the same in every table, so a
 /// [`HashedKey`] made on one worker's burst is valid for any table, and a remote
-/// sender cannot predict which bucket its 5-tuples land in.
+/// sender cannot predict which bucket its 5-tuples land in. Inline: every packet
+/// asks, and the seeded case is one load and one compare.
+#[inline]
 fn process_hasher() -> &'static Hasher {
     static HASHER: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
     HASHER.get_or_init(Hasher::random)

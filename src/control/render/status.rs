@@ -106,9 +106,10 @@ pub fn render_status(report: &StatusReport) -> String {
         );
         let injected = format!("injected {}", event("exception_injected"));
         let dropped = format!(
-            "dropped: rate limit {}, ring full {}, foreign source {}",
+            "dropped: rate limit {}, ring full {} (control {}), foreign source {}",
             drop("exception_rate_limited"),
-            drop("exception_ring_full"),
+            drop("exception_ring_full") + drop("exception_control_ring_full"),
+            drop("exception_control_ring_full"),
             drop("exception_foreign_source"),
         );
         for (port, e) in &exception_ports {
@@ -712,7 +713,7 @@ mod tests {
             line_with(&text, "exception:"),
             "  port lan0 exception: tap interface sx-lan0, 200 frames/s at most; punted 9 \
              (control 4), to kernel 9 (lost 0), from kernel 0 (lost 0), injected 11; \
-             dropped: rate limit 0, ring full 0, foreign source 0"
+             dropped: rate limit 0, ring full 0 (control 0), foreign source 0"
         );
         report.ports.push(with_exception("lan1", "sx-lan1", 0));
         let text = render_status(&report);
@@ -725,7 +726,7 @@ mod tests {
         assert_eq!(
             line_with(&text, "exception, all ports:"),
             "  exception, all ports: punted 9 (control 4), injected 11; dropped: rate \
-             limit 0, ring full 0, foreign source 0"
+             limit 0, ring full 0 (control 0), foreign source 0"
         );
     }
 }
