@@ -89,6 +89,7 @@ fn sample_report() -> StatusReport {
         snapshot_adoption: Default::default(),
         real_server_ids: Default::default(),
         persistence_templates: None,
+        management: None,
     }
 }
 

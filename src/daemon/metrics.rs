@@ -326,6 +326,37 @@ pub fn render(
         "Live sessions over all workers.",
     )
     .sample("sluice_sessions", &[], status.sessions);
+    if let Some(m) = &status.management {
+        let families: [(&str, &str, &str, f64); 4] = [
+            (
+                "sluice_management_turns_total",
+                "counter",
+                "Turns of the management loop (health checks, VRRP, sync, control), 5 ms apart when on time.",
+                m.turns as f64,
+            ),
+            (
+                "sluice_management_turn_longest_seconds",
+                "gauge",
+                "The longest management turn's work over the last 30 to 60 seconds.",
+                m.longest_turn_us as f64 / 1e6,
+            ),
+            (
+                "sluice_control_requests_total",
+                "counter",
+                "Control requests the management loop answered.",
+                m.control_requests as f64,
+            ),
+            (
+                "sluice_control_turns_cut_total",
+                "counter",
+                "Management turns that spent their control budget and left requests for the next turn.",
+                m.control_turns_cut as f64,
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            Family::new(o, name, kind, help).sample(name, &[], value);
+        }
+    }
     if let Some(t) = &status.persistence_templates {
         let tables = [("ipv4", &t.ipv4), ("ipv6", &t.ipv6)];
         let mut f = Family::new(
@@ -1502,6 +1533,41 @@ mod label_tests {
             }
         }
         assert!(types.len() > 40, "{} families", types.len());
+    }
+
+    /// The management loop's four families, none outside a daemon.
+    #[test]
+    fn management_turns_are_counted_and_the_longest_is_a_gauge() {
+        use crate::control::report::ManagementReport;
+        let inputs = |management| {
+            let status = StatusReport {
+                management,
+                ..Default::default()
+            };
+            inputs(status, ServicesReport::default())
+        };
+        let text = inputs(Some(ManagementReport {
+            turns: 1200,
+            longest_turn_us: 17_500,
+            control_requests: 9,
+            control_turns_cut: 2,
+        }))
+        .render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_management") || l.starts_with("sluice_control"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "sluice_management_turns_total 1200",
+                "sluice_management_turn_longest_seconds 0.0175",
+                "sluice_control_requests_total 9",
+                "sluice_control_turns_cut_total 2",
+            ]
+        );
+        let text = inputs(None).render();
+        assert!(!text.contains("sluice_management"), "{text}");
     }
 
     /// The template count: one gauge per table and standing, the slots per table,

@@ -14,6 +14,7 @@ mod signals;
 mod stats;
 mod sync;
 mod systemd;
+mod turns;
 
 pub use services::Services;
 pub use systemd::{journal_prefix, stderr_is_journal};
@@ -235,6 +236,7 @@ pub fn run(opts: &Options) -> Result<(), StartError> {
         census: TemplateCensus::new(&persist, CENSUS_STEPS_PER_PASS),
         census_started: Instant::now(),
         templates_counted: None,
+        turns: turns::Turns::new(Instant::now()),
         persist,
         config_path: cfg.path.clone(),
         started_config: cfg.clone(),
@@ -1169,6 +1171,8 @@ struct Registry {
     census: TemplateCensus,
     census_started: Instant,
     templates_counted: Option<(TemplateCounts, Instant, Duration)>,
+    /// The management loop's turns and control requests, for `status`.
+    turns: turns::Turns,
     /// The config file, for `sluicectl reload`.
     config_path: PathBuf,
     /// The config the daemon started with: a reload names what it changes of the
@@ -1803,6 +1807,7 @@ impl Registry {
         mut status: StatusReport,
     ) -> Result<metrics::MetricsInputs, String> {
         status.persistence_templates = self.templates_report();
+        status.management = Some(self.turns.report());
         let services = self
             .services
             .report(&self.real_servers, rates::DEFAULT_WINDOW);
@@ -2183,7 +2188,8 @@ fn management_loop(
     let tick = Duration::from_millis(crate::dataplane::MANAGEMENT_TICK_MS.into());
     let mut next_tick = Instant::now() + tick;
     loop {
-        notifier.watchdog_tick(Instant::now());
+        let turn_started = Instant::now();
+        notifier.watchdog_tick(turn_started);
         let stop = if let Some(sig) = signals::received() {
             Some(format!("signal {sig} received"))
         } else {
@@ -2216,10 +2222,13 @@ fn management_loop(
             );
             ask_reload(registry, None, notifier);
         }
-        while let Ok((req, reply)) = calls.try_recv() {
+        // Control requests for a budget of time, then this turn's ticks: clients
+        // that pipeline costly requests must not hold VRRP, health checks and sync
+        // off (`turns`).
+        let answered = turns::answer_calls(calls, turns::CONTROL_BUDGET, |(req, reply)| {
             if req == Request::Reload {
                 ask_reload(registry, Some(reply), notifier);
-                continue;
+                return;
             }
             // A scrape or a listing: its report gathered here, written out by the
             // control thread.
@@ -2236,19 +2245,19 @@ fn management_loop(
                     Err(e) => Answer::Ready(Err(e)),
                 };
                 let _ = reply.send(answer);
-                continue;
+                return;
             }
             if let Some(report) = registry
                 .services
                 .listing_report(&req, &registry.real_servers)
             {
                 let _ = reply.send(Answer::json_later(report));
-                continue;
+                return;
             }
             // About 22 MB of JSON with a check on each of 50,000 real servers.
             if req == Request::Health {
                 let _ = reply.send(Answer::json_later(registry.health_report()));
-                continue;
+                return;
             }
             let generation = registry.services.generation;
             let answer = if req == Request::Status {
@@ -2259,6 +2268,7 @@ fn management_loop(
                 );
                 status.real_server_ids = registry.services.id_report();
                 status.persistence_templates = registry.templates_report();
+                status.management = Some(registry.turns.report());
                 serde_json::to_value(status).map_err(|e| e.to_string())
             } else if matches!(
                 req,
@@ -2312,7 +2322,8 @@ fn management_loop(
             // passed), so `sluicectl` returning means new sessions see the change.
             settle_publish(registry, view, counters, generation);
             let _ = reply.send(Answer::Ready(answer));
-        }
+        });
+        registry.turns.answered(answered.0, answered.1);
         finish_reload(registry, app.plane(), notifier, |registry, generation| {
             settle_publish(registry, view, counters, generation)
         });
@@ -2371,6 +2382,7 @@ fn management_loop(
         // that ran past the next one's start restarts the schedule from now rather
         // than catching up.
         let now = Instant::now();
+        registry.turns.done(now - turn_started, now);
         let pause = match next_tick.checked_duration_since(now) {
             Some(left) => left.max(MIN_MANAGEMENT_SLEEP),
             None => {

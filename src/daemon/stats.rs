@@ -172,6 +172,7 @@ impl StatsView {
             // management loop fills them in.
             real_server_ids: Default::default(),
             persistence_templates: None,
+            management: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! `sluicectl status` and `xstats` as text.
 use crate::control::report::{
-    AdoptionReport, StatusReport, TemplateTableReport, TemplatesReport, XstatsReport,
+    AdoptionReport, ManagementReport, StatusReport, TemplateTableReport, TemplatesReport,
+    XstatsReport,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,6 +35,9 @@ pub fn render_status(report: &StatusReport) -> String {
     }
     if let Some(t) = &report.persistence_templates {
         out.push_str(&render_templates(t));
+    }
+    if let Some(m) = &report.management {
+        out.push_str(&render_management(m));
     }
 
     out.push_str("\nports\n");
@@ -257,6 +261,19 @@ fn render_templates(t: &TemplatesReport) -> String {
     )
 }
 
+/// The management loop's line: its turns, the longest lately, and the control
+/// requests (with the turns that left some for the next, their budget spent).
+fn render_management(m: &ManagementReport) -> String {
+    format!(
+        "management {} turns, longest {:.1} ms in the last minute; control requests {} \
+         ({} turns left some for the next)\n",
+        m.turns,
+        m.longest_turn_us as f64 / 1000.0,
+        m.control_requests,
+        m.control_turns_cut
+    )
+}
+
 /// `1d 02:03:04` or `02:03:04`.
 fn format_uptime(uptime_ms: u64) -> String {
     let seconds = uptime_ms / 1000;
@@ -454,6 +471,12 @@ mod tests {
                 counted_ms_ago: 2_100,
                 pass_ms: 5_000,
             }),
+            management: Some(ManagementReport {
+                turns: 120_000,
+                longest_turn_us: 17_300,
+                control_requests: 42,
+                control_turns_cut: 3,
+            }),
         }
     }
 
@@ -473,6 +496,23 @@ mod tests {
         assert_eq!(
             text.lines().next(),
             Some("sluice 0.1.0  pid 4242  up 1d 01:01:01  neighbours 3")
+        );
+    }
+
+    #[test]
+    fn status_shows_the_management_loop_turns() {
+        let text = render_status(&sample());
+        assert_eq!(
+            line_with(&text, "management 1"),
+            "management 120000 turns, longest 17.3 ms in the last minute; control requests \
+             42 (3 turns left some for the next)"
+        );
+        let mut outside = sample();
+        outside.management = None;
+        let text = render_status(&outside);
+        assert!(
+            !text.lines().any(|l| l.starts_with("management ")),
+            "{text}"
         );
     }
 
@@ -561,7 +601,7 @@ mod tests {
     fn lcore_rows_show_role_worker_and_busy_percent() {
         let text = render_status(&sample());
         assert_eq!(
-            words(line_with(&text, "management")),
+            words(line_with(&text, " management ")),
             [
                 "0",
                 "management",

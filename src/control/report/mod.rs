@@ -28,6 +28,6 @@ pub use services::{
     ServiceStatus, ServicesReport, TimeoutsReport,
 };
 pub use status::{
-    AdoptionReport, LcoreStatus, PortStatus, RealServerIdsReport, StatusReport,
+    AdoptionReport, LcoreStatus, ManagementReport, PortStatus, RealServerIdsReport, StatusReport,
     TemplateTableReport, TemplatesReport, XstatsReport,
 };

@@ -37,6 +37,25 @@ pub struct StatusReport {
     /// found them (`None` until the first count is done, a few seconds after start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence_templates: Option<TemplatesReport>,
+    /// The management loop's turns and the control requests they answered (`None`
+    /// where no loop runs: a report built outside the daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management: Option<ManagementReport>,
+}
+
+/// The management loop: one thread whose turns, 5 ms apart, run the health checks,
+/// VRRP, sync, the exception path and the control requests. A long turn delays all
+/// of them: VRRP adverts late by three intervals make the backup take over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagementReport {
+    /// Turns since start.
+    pub turns: u64,
+    /// The longest turn's work (its sleep excluded), over the last 30 to 60 seconds.
+    pub longest_turn_us: u64,
+    /// Control requests answered since start.
+    pub control_requests: u64,
+    /// Turns that spent their control budget and left requests for the next turn.
+    pub control_turns_cut: u64,
 }
 
 /// The persistence templates (shared by all workers): the management core counts the
