@@ -942,3 +942,110 @@ fn restore_of_a_real_ipvsadm_save_in_both_modes() {
     );
     daemon.stop_clean();
 }
+
+/// `line` must be refused with ipvsadm 1.31's `message` (its `fail(2, ...)`, exit 2)
+/// wherever it is given, and change nothing: on the command line as ipvsadm, as a
+/// line of `-R` under both names (line by line, and all or nothing with
+/// `--atomic`).
+fn refused_everywhere(link: &Path, daemon: &Daemon, line: &str, message: &str) {
+    let save = || {
+        let out = ipvsadm(link, daemon, &["-S", "-n"]);
+        assert!(out.success(), "{}", out.describe());
+        out.stdout
+    };
+    let before = save();
+    let args: Vec<&str> = line.split_whitespace().collect();
+    let out = ipvsadm(link, daemon, &args);
+    assert_eq!(
+        (out.stderr.as_str(), out.status.code()),
+        (format!("{message}\n").as_str(), Some(2)),
+        "ipvsadm {line}: {}",
+        out.describe()
+    );
+    assert_eq!(save(), before, "ipvsadm {line} changed the table");
+    let input = daemon.config.path(&format!("refused-{}.txt", unique_tag()));
+    std::fs::write(&input, format!("{line}\n")).unwrap();
+    let sluicectl = Path::new(SLUICECTL);
+    for (program, extra, stderr, status) in [
+        (link, "", format!("{message}\n"), 2),
+        (sluicectl, "", format!("sluicectl: line 1: {message}\n"), 2),
+        (
+            link,
+            "--atomic",
+            format!("line 1: {message}; nothing was changed\n"),
+            1,
+        ),
+        (
+            sluicectl,
+            "--atomic",
+            format!("sluicectl: line 1: {message}; nothing was changed\n"),
+            1,
+        ),
+    ] {
+        let out = restore(program, daemon, &input, extra);
+        assert_eq!(
+            (out.stderr.as_str(), out.status.code()),
+            (stderr.as_str(), Some(status)),
+            "{} -R {extra} of {line}: {}",
+            program.display(),
+            out.describe()
+        );
+        assert_eq!(save(), before, "-R {extra} of {line} changed the table");
+    }
+}
+
+/// ipvsadm's `-b` is the scheduler flags, which only `-A` and `-E` take
+/// (`commands_v_options`); Sluice's FullNAT `-b` on a real-server command is the
+/// word alone. Neither switches off ipvsadm's checks of the rest of the line.
+#[test]
+fn sched_flags_on_a_real_server_command_never_act() {
+    let daemon = daemon(two_services());
+    let link = ipvsadm_link(&daemon);
+    for (line, message) in [
+        (
+            "-d -t 198.18.1.1:80 -r 198.18.0.20 -b flag-1",
+            "Illegal 'sched-flags' option with the 'delete-server' command",
+        ),
+        (
+            "-a -t 198.18.1.1:80 -r 198.18.0.22 -b flag-2",
+            "Illegal 'sched-flags' option with the 'add-server' command",
+        ),
+        (
+            "-e -t 198.18.1.1:80 -r 198.18.0.20 -w 5 -b flag-1",
+            "Illegal 'sched-flags' option with the 'edit-server' command",
+        ),
+        // `parse_sched_flags` runs before `generic_opt_check`.
+        (
+            "-e -t 198.18.1.1:80 -r 198.18.0.20 -w 5 -b sh-port",
+            "incompatible scheduler flag `sh-port'",
+        ),
+        (
+            "-a -t 198.18.1.1:80 -r 198.18.0.22 -b -w 70000",
+            "illegal weight specified",
+        ),
+        (
+            "-a -t 198.18.1.1:80 -r 198.18.0.22 -b --tun-type ipip",
+            "Tunnel options conflict with forward method",
+        ),
+        (
+            "-A -t 198.18.1.9:80 --synproxy on -r 198.18.0.22",
+            "Illegal 'real-server' option with the 'add-service' command",
+        ),
+    ] {
+        refused_everywhere(&link, &daemon, line, message);
+    }
+    // FullNAT's own -b still adds a FullNAT real server.
+    let add: Vec<&str> = "-a -t 198.18.1.1:80 -r 198.18.0.22:8080 -b -w 2"
+        .split_whitespace()
+        .collect();
+    let out = ipvsadm(&link, &daemon, &add);
+    assert!(out.success(), "{}", out.describe());
+    let out = ipvsadm(&link, &daemon, &["-S", "-n"]);
+    assert!(
+        out.stdout
+            .contains("-a -t 198.18.1.1:80 -r 198.18.0.22:8080 -b -w 2\n"),
+        "{}",
+        out.describe()
+    );
+    daemon.stop_clean();
+}

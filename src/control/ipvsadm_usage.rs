@@ -6,10 +6,12 @@
 //! `process_options`. The messages are ipvsadm.c's format strings, filled in as it
 //! fills them.
 //!
-//! A line that carries one of Sluice's own options (FullNAT local addresses, access
-//! lists, the SYN proxy, `-R --atomic`, DPVS's `-b` on a real server) is not ipvsadm's
-//! and is left to [`super::ipvsadm::parse`], which names what is wrong in Sluice's
-//! words.
+//! A line whose command is one of Sluice's own (FullNAT local addresses, access lists,
+//! rate limits) is not ipvsadm's and is left to [`super::ipvsadm::parse`], which names
+//! what is wrong in Sluice's words. Sluice's own options on ipvsadm's commands (the
+//! SYN proxy, `-R --atomic`, DPVS's FullNAT `-b` on a real server) are stepped over:
+//! every other word of the line is still judged as ipvsadm judges it, so an extension
+//! never lets through what ipvsadm refuses.
 use super::ipvsadm::{expand, resolve_host, resolve_port};
 use crate::model::{Protocol, SchedulerKind};
 use std::net::Ipv6Addr;
@@ -132,6 +134,7 @@ const TIMEOUT_CMD: usize = 8;
 
 // Indexes into `OPTNAMES`.
 const O_CONNECTION: usize = 1;
+const O_FORWARD: usize = 7;
 const O_TIMEOUT: usize = 12;
 const O_DAEMON: usize = 13;
 const O_STATS: usize = 14;
@@ -324,8 +327,8 @@ fn option(word: &str) -> Option<(Option<usize>, Arg)> {
     Some((Some(index), arg))
 }
 
-/// Sluice's own commands and options: a line with one is not ipvsadm's to judge.
-fn is_sluice_only(word: &str, command: Option<usize>) -> bool {
+/// Sluice's own commands: a line that starts with one is Sluice's alone to judge.
+fn is_sluice_command(word: &str) -> bool {
     const OWN: &[&str] = &[
         "-P",
         "--add-laddr",
@@ -333,29 +336,32 @@ fn is_sluice_only(word: &str, command: Option<usize>) -> bool {
         "--del-laddr",
         "-G",
         "--get-laddr",
-        "-z",
-        "--laddr",
-        "-F",
-        "--ifname",
         "--acl-add",
         "--acl-del",
         "--acl-list",
         "--acl-load",
         "--rate-limit",
-        "--allow",
-        "--deny",
-        "--burst",
-        "--per-prefix",
-        "--synproxy",
-        "--synproxy-rate",
-        "--synproxy-retries",
-        "--atomic",
-        "--replace",
-        "--fullnat",
     ];
-    // DPVS's `-b` (FullNAT) on the real-server commands; ipvsadm's `-b` is the
-    // scheduler flags, on -A and -E only.
-    OWN.contains(&word) || (word == "-b" && command.is_some_and(|c| (5..=7).contains(&c)))
+    OWN.contains(&word)
+}
+
+/// Sluice's own options, and whether each takes a value: stepped over by the check
+/// (with their value), so the rest of the line is judged; which commands take them
+/// is Sluice's parser's to say.
+fn sluice_option(word: &str) -> Option<Arg> {
+    Some(match word {
+        "-z" | "--laddr" | "-F" | "--ifname" | "--allow" | "--deny" | "--burst"
+        | "--per-prefix" | "--synproxy" | "--synproxy-rate" | "--synproxy-retries" => Arg::Required,
+        "--atomic" | "--replace" => Arg::None,
+        _ => return None,
+    })
+}
+
+/// Whether `-b` is DPVS's FullNAT forwarding method, which Sluice takes: on a
+/// real-server command and with no value after it. With a value it is ipvsadm's
+/// `--sched-flags`, which only `-A` and `-E` take (ipvsadm's `commands_v_options`).
+fn is_fullnat_b(command: usize, next: Option<&String>) -> bool {
+    (ADDDEST..=EDITDEST).contains(&command) && next.is_none_or(|w| w.starts_with('-'))
 }
 
 /// ipvsadm's `string_to_number`: `strtol` of the whole text, within `min..=max`.
@@ -415,7 +421,8 @@ fn check_sched_flags(sched: Option<&str>, flags: &str) -> Result<(), Refusal> {
 
 /// Judges an ipvsadm command line (the words after the program name) as ipvsadm 1.31
 /// does before it calls the kernel. `Ok` when ipvsadm would go ahead, or when the
-/// line carries Sluice's own options; `program` is the name it was called by
+/// line's command is Sluice's own; Sluice's own options on ipvsadm's commands are
+/// stepped over and the rest of the line judged. `program` is the name it was called by
 /// (ipvsadm's `argv[0]`, which `tryhelp_exit` prints). `-R` judges each line with
 /// this alone: ipvsadm stops a restore at a line its parser refuses, and carries on
 /// past one the kernel refuses.
@@ -458,11 +465,10 @@ fn check_words(program: &str, args: &[String]) -> Result<Option<String>, Refusal
     if matches!(first.as_str(), "-h" | "--help" | "-v" | "--version") {
         return Ok(None);
     }
-    let command = command_index(first);
-    if words.iter().any(|w| is_sluice_only(w, command)) {
+    if is_sluice_command(first) {
         return Ok(None);
     }
-    let Some(command) = command else {
+    let Some(command) = command_index(first) else {
         return Err(tryhelp(program));
     };
     let mut it = words[1..].iter().peekable();
@@ -486,12 +492,29 @@ fn check_words(program: &str, args: &[String]) -> Result<Option<String>, Refusal
     let mut persistent = false;
     let mut dest_af = 4u8;
     let mut tunnel = false;
+    let mut fullnat = false;
     let mut tun_type = 0usize;
     let mut sched: Option<String> = None;
     let mut sched_flags: Option<String> = None;
     while let Some(word) = it.next() {
         if !word.starts_with('-') || word == "-" {
             positional.push(word);
+            continue;
+        }
+        if word == "--fullnat" || (word == "-b" && is_fullnat_b(command, it.peek().copied())) {
+            // A forwarding method, as -g, -m and -i are.
+            if given[O_FORWARD] {
+                return Err(fail("multiple 'forwarding-method' options specified"));
+            }
+            given[O_FORWARD] = true;
+            tunnel = false;
+            fullnat = true;
+            continue;
+        }
+        if let Some(arg) = sluice_option(word) {
+            if arg == Arg::Required {
+                it.next().ok_or_else(|| missing(word))?;
+            }
             continue;
         }
         let Some((index, arg)) = option(word) else {
@@ -556,8 +579,8 @@ fn check_words(program: &str, args: &[String]) -> Result<Option<String>, Refusal
                     .ok_or_else(|| fail("illegal real server address[:port] specified"))?;
                 dest_af = af;
             }
-            "-i" | "--ipip" => tunnel = true,
-            "-g" | "--gatewaying" | "-m" | "--masquerading" => tunnel = false,
+            "-i" | "--ipip" => (tunnel, fullnat) = (true, false),
+            "-g" | "--gatewaying" | "-m" | "--masquerading" => (tunnel, fullnat) = (false, false),
             "-w" | "--weight" => number(v, 0, 65535, "illegal weight specified")?,
             "-x" | "--u-threshold" => number(v, 0, INT_MAX, "illegal u_threshold specified")?,
             "-y" | "--l-threshold" => number(v, 0, INT_MAX, "illegal l_threshold specified")?,
@@ -625,7 +648,9 @@ fn check_words(program: &str, args: &[String]) -> Result<Option<String>, Refusal
         }
     }
     if command == ADDDEST || command == EDITDEST {
-        if dest_af != svc_af && !tunnel {
+        // Sluice's FullNAT may cross families too (NAT64: IPv4 real servers behind
+        // an IPv6 service).
+        if dest_af != svc_af && !tunnel && !fullnat {
             return Err(fail(
                 "Different address family is allowed only for tunneling servers",
             ));
@@ -934,6 +959,88 @@ mod tests {
             // popt's errors: `fprintf(stderr, "%s: %s\n", poptBadOption(...), poptStrerror(c))`
             ("-L --bogus", "--bogus: unknown option\n", 255),
             ("-A -t", "-t: missing argument\n", 255),
+            // `-b` with a value is ipvsadm's sched-flags, whatever the command: only
+            // -A and -E take it (`parse_sched_flags` first, then `generic_opt_check`).
+            (
+                "-d -t 1.2.3.4:80 -r 10.0.0.1 -b flag-1",
+                "Illegal 'sched-flags' option with the 'delete-server' command\n",
+                2,
+            ),
+            (
+                "-a -t 1.2.3.4:80 -r 10.0.0.1 -m -b flag-2",
+                "Illegal 'sched-flags' option with the 'add-server' command\n",
+                2,
+            ),
+            (
+                "-e -t 1.2.3.4:80 -r 10.0.0.1 -b sh-port",
+                "incompatible scheduler flag `sh-port'\n",
+                2,
+            ),
+            (
+                "-C -b flag-1",
+                "Illegal 'sched-flags' option with the 'flush' command\n",
+                2,
+            ),
+            (
+                "-A -t 1.2.3.4:80 -s rr -b flag-9",
+                "invalid scheduler flag `flag-9'\n",
+                2,
+            ),
+            // Words ipvsadm takes on other commands.
+            (
+                "-C --tun-type ipip",
+                "Illegal 'tun-type' option with the 'flush' command\n",
+                2,
+            ),
+            (
+                "-D -t 1.2.3.4:80 --tun-type ipip",
+                "Illegal 'tun-type' option with the 'delete-service' command\n",
+                2,
+            ),
+            // Tunnel options need -i; ipvsadm does not imply it.
+            (
+                "-a -t 1.2.3.4:80 -r 10.0.0.1 --tun-type ipip",
+                "Tunnel options conflict with forward method\n",
+                2,
+            ),
+            (
+                "-a -t 1.2.3.4:80 -r 10.0.0.1 -m --tun-type ipip",
+                "Tunnel options conflict with forward method\n",
+                2,
+            ),
+            // Sluice's own words on the line leave the others judged.
+            (
+                "-a -t 1.2.3.4:80 -r 10.0.0.1 -b -w 70000",
+                "illegal weight specified\n",
+                2,
+            ),
+            (
+                "-a -t 1.2.3.4:80 -r 10.0.0.1 -b -m",
+                "multiple 'forwarding-method' options specified\n",
+                2,
+            ),
+            (
+                "-a -t 1.2.3.4:80 -r 10.0.0.1 --fullnat --tun-type ipip",
+                "Tunnel options conflict with forward method\n",
+                2,
+            ),
+            (
+                "-A -t 1.2.3.4:80 --synproxy on -w 1",
+                "Illegal 'weight' option with the 'add-service' command\n",
+                2,
+            ),
+            (
+                "-R --atomic -n",
+                "Illegal 'numeric' option with the 'restore' command\n",
+                2,
+            ),
+            // Sluice's commands come first, as ipvsadm's do.
+            (
+                "-t 1.2.3.4:80 -P -z 10.0.0.9",
+                "Try `ipvsadm -h' or 'ipvsadm --help' for more information.\n",
+                255,
+            ),
+            ("-A -t 1.2.3.4:80 -P", "-P: unknown option\n", 255),
         ];
         for (line, message, status) in cases {
             let r = refused(line);
@@ -966,8 +1073,35 @@ mod tests {
         passes("-A -t 1.2.3.4:80 -s sh -b sh-port,flag-3");
         // Sluice's own options are for Sluice's parser.
         passes("-a -t 1.2.3.4:80 -r 10.0.0.1:80 -b");
+        passes("-a -t 1.2.3.4:80 -r 10.0.0.1:8080 -b -w 2 -x 10");
+        passes("-e -t 1.2.3.4:80 -r 10.0.0.1:8080 --fullnat");
+        passes("-a -t [2001:db8::1]:80 -r 10.0.0.1:80 -b");
+        passes("-A -t 1.2.3.4:80 -s rr --synproxy on --synproxy-rate 100");
         passes("-P -t 1.2.3.4:80 -z 10.0.0.9");
+        passes("--acl-add -t 1.2.3.4:80 --allow 10.0.0.0/8");
         passes("-R --atomic");
+        passes("-R --replace");
+    }
+
+    /// `parse_sched_flags` splits with `strtok(optarg, ",")`: a space stays in the
+    /// flag's name, which no flag has.
+    #[test]
+    fn a_space_in_the_scheduler_flags_is_refused_as_strtok_leaves_it() {
+        let args: Vec<String> = [
+            "-A",
+            "-t",
+            "1.2.3.4:80",
+            "-s",
+            "sh",
+            "-b",
+            "sh-port, sh-fallback",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            check("ipvsadm", &args),
+            Err(fail("invalid scheduler flag ` sh-fallback'"))
+        );
     }
 
     #[test]
