@@ -5,7 +5,9 @@
 //! and ends it after a packet count, a duration, or a stop.
 use crate::control::protocol::Requester;
 use crate::control::report::CaptureReport;
-use crate::dataplane::capture::{Capture, CaptureFilter, Copied, Direction, MAX_SNAPLEN};
+use crate::dataplane::capture::{
+    Capture, CaptureFilter, Copied, Direction, MAX_SNAPLEN, RING_SLOTS,
+};
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
@@ -201,16 +203,20 @@ impl Capturing {
         }
     }
 
-    /// Writes what the workers copied; ends the capture when its count or duration
-    /// is reached. Called every management-loop pass (nothing to do, one branch,
-    /// while no capture runs).
+    /// Writes what the workers copied, a ring's worth ([`RING_SLOTS`]) of each
+    /// worker's at most; ends the capture when its count or duration is reached.
+    /// Called every management-loop pass (nothing to do, one branch, while no
+    /// capture runs). The bound keeps the pass short when the workers refill their
+    /// rings as fast as it writes (a busy port captured whole, a file written at disk
+    /// speed): the loop's other work comes next, and copies beyond what a pass takes
+    /// wait, or are dropped by the workers (`capture_dropped`) when the ring is full.
     pub fn drain(&mut self) {
         let Some(run) = self.running.as_mut() else {
             return;
         };
         let mut failed = None;
         'rings: for ring in self.shared.rings.iter() {
-            while let Some(slot) = ring.full.pop() {
+            for slot in std::iter::from_fn(|| ring.full.pop()).take(RING_SLOTS) {
                 let keep = slot.generation == run.generation
                     && run.count.is_none_or(|c| run.written < c)
                     && failed.is_none();
@@ -318,4 +324,62 @@ fn write(run: &mut Running, slot: &Copied) -> Result<(), String> {
         .write_pcapng_block(block)
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// A worker that refills its ring as fast as the management core empties it
+    /// cannot hold a drain pass: one pass writes a ring's worth at most, and returns.
+    /// (Ran red with a pass that drained until the ring was empty: it never returned.)
+    #[test]
+    fn a_drain_pass_writes_a_rings_worth_at_most() {
+        let shared = Arc::new(Capture::new(1));
+        let mut capturing = Capturing::new(shared.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let spec = CaptureSpec {
+            filter: CaptureFilter::default(),
+            path: dir.path().join("all.pcapng"),
+            requester: crate::control::protocol::Requester { uid: 0, gid: 0 },
+            count: None,
+            duration: None,
+            snaplen: 64,
+        };
+        capturing.start(spec, &["lan0".to_string()]).unwrap();
+        let generation = capturing.running.as_ref().unwrap().generation;
+        let stop = Arc::new(AtomicBool::new(false));
+        // The worker's side: every slot the management core frees comes back full.
+        let worker = {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let ring = &shared.rings[0];
+                while !stop.load(Relaxed) {
+                    if let Some(mut slot) = ring.free.pop() {
+                        (slot.generation, slot.len, slot.original_len) = (generation, 60, 60);
+                        let _ = ring.full.push(slot);
+                    }
+                }
+            })
+        };
+        while shared.rings[0].full.len() < RING_SLOTS {
+            std::thread::yield_now();
+        }
+        let (done, passed) = std::sync::mpsc::channel();
+        let drainer = std::thread::spawn(move || {
+            capturing.drain();
+            let _ = done.send(capturing.running.as_ref().map(|r| r.written));
+        });
+        let written = passed.recv_timeout(Duration::from_secs(10));
+        stop.store(true, Relaxed);
+        worker.join().unwrap();
+        let written = written.expect("the drain pass did not return within 10 s");
+        drainer.join().unwrap();
+        let written = written.expect("the capture went on");
+        assert!(
+            (1..=RING_SLOTS as u64).contains(&written),
+            "{written} written in one pass"
+        );
+    }
 }
