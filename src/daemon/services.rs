@@ -837,13 +837,17 @@ impl Services {
                 Request::Batch {
                     requests,
                     replace: false,
-                } if !requests.iter().any(Request::is_batch) => {
+                } if is_service_pair(&requests) => {
                     let n = requests.len();
                     let mut described = describe_all(&requests);
                     described.push(format!("lb=config op=batch commands={n}"));
                     self.apply_pair(requests, counters)
                         .map(|()| (described, true))
                 }
+                Request::Batch {
+                    replace: false,
+                    requests,
+                } if !requests.iter().any(Request::is_batch) => Err(NOT_A_PAIR.to_string()),
                 request if request.is_batch() => Err("batches do not nest".to_string()),
                 request => {
                     let described = describe(&request);
@@ -887,11 +891,12 @@ impl Services {
         }))
     }
 
-    /// A batch within [`Services::apply_each`], all or nothing. The one such an
-    /// ipvsadm line makes, a service's `-A` or `-E` then its SYN proxy, is undone by
-    /// deleting the service just added or editing it back: O(1). Any other is applied
-    /// to the table with a copy kept to restore, which costs a copy of the whole table
-    /// (tens of milliseconds at 100,000 services) for that command.
+    /// A batch within [`Services::apply_each`] ([`is_service_pair`]: a service's
+    /// `-A` or `-E` then its SYN proxy, as an ipvsadm line makes it), all or nothing:
+    /// a refused proxy is undone by deleting the service just added or editing it
+    /// back, O(1). (Other batches are refused there: undoing any batch would take a
+    /// copy of the whole table, tens of milliseconds at 100,000 services, and one
+    /// request line could hold thousands.)
     fn apply_pair(
         &mut self,
         requests: Vec<Request>,
@@ -913,22 +918,21 @@ impl Services {
             }
             _ => None,
         };
-        let Some(undo) = undo else {
-            let (saved_table, saved_timeouts) = (self.table.clone(), self.timeouts);
-            return self.apply_all(requests, counters).map_err(|error| {
-                self.table = saved_table;
-                self.timeouts = saved_timeouts;
-                format!("{error} (nothing was changed)")
-            });
-        };
         let mut pair = requests.into_iter();
         let (Some(first), Some(second)) = (pair.next(), pair.next()) else {
-            unreachable!("matched as a pair above");
+            return Err(NOT_A_PAIR.to_string());
         };
+        // Without an undo the first command is refused: an `-A` of a service that
+        // exists, an `-E` of one that does not.
         self.apply_change(first, counters)
             .map_err(|e| format!("command 1 of 2: {e} (nothing was changed)"))?;
         let Err(error) = self.apply_change(second, counters) else {
             return Ok(());
+        };
+        let Some(undo) = undo else {
+            return Err(format!(
+                "command 2 of 2: {error}; command 1 was applied and has no undo"
+            ));
         };
         match self.apply(undo, counters) {
             Ok(_) => Err(format!("command 2 of 2: {error} (nothing was changed)")),
@@ -1808,6 +1812,21 @@ impl Services {
                 })
                 .collect(),
         }
+    }
+}
+
+/// Why [`Services::apply_each`] refuses a batch other than [`is_service_pair`].
+const NOT_A_PAIR: &str = "a batch within apply_each can only be a service's add_service or \
+     edit_service then its set_synproxy; send other batches as batches of their own";
+
+/// Whether `requests` is the one batch an ipvsadm line makes: a service's `-A` or
+/// `-E`, then the same service's `--synproxy`.
+fn is_service_pair(requests: &[Request]) -> bool {
+    match requests {
+        [Request::AddService { service, .. } | Request::EditService { service, .. }, Request::SetSynproxy {
+            service: proxied, ..
+        }] => service == proxied,
+        _ => false,
     }
 }
 
@@ -3310,9 +3329,10 @@ port = 53
                 requests: vec![
                     add(12),
                     add(11),
-                    // Two changes, the second refused: the first is undone (by a
-                    // copy of the table, then by deleting the service just added,
-                    // then by editing the service back).
+                    // Not a service's -A with its proxy: refused whole (undoing
+                    // any batch would copy the table). Then pairs whose second
+                    // command is refused: the first is undone, by deleting the
+                    // service just added, then by editing the service back.
                     pair(add_service(other), add(11)),
                     pair(add_service(udp), synproxy(udp)),
                     pair(
@@ -3327,22 +3347,20 @@ port = 53
                     Request::ZeroService { service: http() },
                     add(13),
                     Request::BatchCommit,
+                    Request::Batch {
+                        requests: Vec::new(),
+                        replace: false,
+                    },
                 ],
             },
         )
         .unwrap();
         assert_eq!(answer["applied"], json!(3), "{answer}");
         let refused = answer["refused"].as_array().unwrap();
-        assert_eq!(refused.len(), 5, "{answer}");
+        assert_eq!(refused.len(), 6, "{answer}");
         assert_eq!(refused[0], json!({"command": 2, "error": alone}));
-        assert_eq!(refused[1]["command"], json!(3));
-        assert!(
-            refused[1]["error"]
-                .as_str()
-                .unwrap()
-                .starts_with("command 2 of 2: "),
-            "{answer}"
-        );
+        assert_eq!(refused[1], json!({"command": 3, "error": NOT_A_PAIR}));
+        assert_eq!(refused[5], json!({"command": 9, "error": NOT_A_PAIR}));
         assert_eq!(refused[2], json!({"command": 4, "error": alone_pair}));
         assert_eq!(refused[3]["command"], json!(5));
         assert!(
