@@ -1317,30 +1317,18 @@ impl Registry {
     }
 
     /// `max` sessions from `page` on (the first page without one), then templates.
-    fn connections(
-        &self,
-        max: u32,
-        page: Option<ConnectionsCursor>,
-    ) -> Result<serde_json::Value, String> {
+    /// The sessions are gathered here and turned into text by the control thread
+    /// (`Answer::Deferred`): a page of 200,000 is over a million strings, hundreds of
+    /// milliseconds the management loop's VRRP, health checks and sync would wait.
+    fn connections(&self, max: u32, page: Option<ConnectionsCursor>) -> Result<Answer, String> {
         let mut report = ConnectionsReport::default();
         let tick_ms = self.tick_ms as u64;
         let start = page.unwrap_or_default();
         let workers = self.mailboxes.len();
         let mut next = None;
+        let mut sessions = Vec::new();
         if start.worker < workers {
-            next = self.for_each_connection(start, max, |c| {
-                report.connections.push(ConnectionStatus {
-                    worker: Some(c.worker),
-                    proto: c.proto.name().to_ascii_lowercase(),
-                    expires_s: (c.expires_ticks as u64 * tick_ms / 1000) as u32,
-                    state: c.state.to_string(),
-                    client: c.client.to_string(),
-                    virtual_service: c.virtual_service.to_string(),
-                    local: c.local.map(|l| l.to_string()),
-                    destination: c.real_server.to_string(),
-                    standing: None,
-                })
-            })?;
+            next = self.for_each_connection(start, max, |c| sessions.push(*c))?;
         }
         if next.is_none() {
             let skip = if start.worker >= workers {
@@ -1359,7 +1347,26 @@ impl Registry {
         if page.is_some() {
             report.next = next;
         }
-        serde_json::to_value(report).map_err(|e| e.to_string())
+        Ok(Answer::Deferred(Box::new(move || {
+            let templates = std::mem::take(&mut report.connections);
+            report.connections = (sessions.iter())
+                .map(|c| ConnectionStatus {
+                    worker: Some(c.worker),
+                    proto: c.proto.name().to_ascii_lowercase(),
+                    expires_s: (c.expires_ticks as u64 * tick_ms / 1000) as u32,
+                    state: c.state.to_string(),
+                    client: c.client.to_string(),
+                    virtual_service: c.virtual_service.to_string(),
+                    local: c.local.map(|l| l.to_string()),
+                    destination: c.real_server.to_string(),
+                    standing: None,
+                })
+                .chain(templates)
+                .collect();
+            Response::success_line_of(&report)
+                .map(Reply::Line)
+                .map_err(|e| e.to_string())
+        })))
     }
 
     /// The workers' session clock (`[sessions] tick_ms` ticks of the TSC), the time
@@ -2254,6 +2261,11 @@ fn management_loop(
                 let _ = reply.send(Answer::json_later(report));
                 return;
             }
+            if let Request::ListConnections { max, page } = req {
+                let answer = registry.connections(connections_bound(max), page);
+                let _ = reply.send(answer.unwrap_or_else(|e| Answer::Ready(Err(e))));
+                return;
+            }
             // About 22 MB of JSON with a check on each of 50,000 real servers.
             if req == Request::Health {
                 let _ = reply.send(Answer::json_later(registry.health_report()));
@@ -2295,8 +2307,6 @@ fn management_loop(
                 registry
                     .sync_report()
                     .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
-            } else if let Request::ListConnections { max, page } = req {
-                registry.connections(connections_bound(max), page)
             } else if matches!(req, Request::GetLaddr { .. }) {
                 registry.laddrs(req)
             } else if Services::handles(&req) {
