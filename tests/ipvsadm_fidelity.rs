@@ -944,10 +944,11 @@ fn restore_of_a_real_ipvsadm_save_in_both_modes() {
 }
 
 /// `line` must be refused with ipvsadm 1.31's `message` (its `fail(2, ...)`, exit 2)
-/// wherever it is given, and change nothing: on the command line as ipvsadm, as a
-/// line of `-R` under both names (line by line, and all or nothing with
-/// `--atomic`).
-fn refused_everywhere(link: &Path, daemon: &Daemon, line: &str, message: &str) {
+/// wherever it is given, and change nothing: on the command line under both names,
+/// as a line of `-R` under both names (line by line, and all or nothing with
+/// `--atomic`). As sluicectl, the command line says `own` where Sluice's parser
+/// names the fault in its own words.
+fn refused_everywhere(link: &Path, daemon: &Daemon, line: &str, message: &str, own: Option<&str>) {
     let save = || {
         let out = ipvsadm(link, daemon, &["-S", "-n"]);
         assert!(out.success(), "{}", out.describe());
@@ -963,6 +964,26 @@ fn refused_everywhere(link: &Path, daemon: &Daemon, line: &str, message: &str) {
         out.describe()
     );
     assert_eq!(save(), before, "ipvsadm {line} changed the table");
+    let out = run_bounded(
+        Command::new(SLUICECTL)
+            .env("SLUICE_SOCKET", &daemon.config.socket)
+            .args(&args),
+        Duration::from_secs(15),
+    );
+    assert_eq!(
+        (out.stderr.as_str(), out.status.code()),
+        (
+            format!(
+                "sluicectl: {} (see sluicectl --help)\n",
+                own.unwrap_or(message)
+            )
+            .as_str(),
+            Some(2)
+        ),
+        "sluicectl {line}: {}",
+        out.describe()
+    );
+    assert_eq!(save(), before, "sluicectl {line} changed the table");
     let input = daemon.config.path(&format!("refused-{}.txt", unique_tag()));
     std::fs::write(&input, format!("{line}\n")).unwrap();
     let sluicectl = Path::new(SLUICECTL);
@@ -1001,38 +1022,45 @@ fn refused_everywhere(link: &Path, daemon: &Daemon, line: &str, message: &str) {
 fn sched_flags_on_a_real_server_command_never_act() {
     let daemon = daemon(two_services());
     let link = ipvsadm_link(&daemon);
-    for (line, message) in [
+    for (line, message, own) in [
         (
             "-d -t 198.18.1.1:80 -r 198.18.0.20 -b flag-1",
             "Illegal 'sched-flags' option with the 'delete-server' command",
+            None,
         ),
         (
             "-a -t 198.18.1.1:80 -r 198.18.0.22 -b flag-2",
             "Illegal 'sched-flags' option with the 'add-server' command",
+            None,
         ),
         (
             "-e -t 198.18.1.1:80 -r 198.18.0.20 -w 5 -b flag-1",
             "Illegal 'sched-flags' option with the 'edit-server' command",
+            None,
         ),
         // `parse_sched_flags` runs before `generic_opt_check`.
         (
             "-e -t 198.18.1.1:80 -r 198.18.0.20 -w 5 -b sh-port",
             "incompatible scheduler flag `sh-port'",
+            Some("Illegal 'sched-flags' option with the 'edit-server' command"),
         ),
         (
             "-a -t 198.18.1.1:80 -r 198.18.0.22 -b -w 70000",
             "illegal weight specified",
+            Some("illegal weight \"70000\" (expected 0..=65535)"),
         ),
         (
             "-a -t 198.18.1.1:80 -r 198.18.0.22 -b --tun-type ipip",
             "Tunnel options conflict with forward method",
+            None,
         ),
         (
             "-A -t 198.18.1.9:80 --synproxy on -r 198.18.0.22",
             "Illegal 'real-server' option with the 'add-service' command",
+            None,
         ),
     ] {
-        refused_everywhere(&link, &daemon, line, message);
+        refused_everywhere(&link, &daemon, line, message, own);
     }
     // FullNAT's own -b still adds a FullNAT real server.
     let add: Vec<&str> = "-a -t 198.18.1.1:80 -r 198.18.0.22:8080 -b -w 2"
@@ -1046,6 +1074,107 @@ fn sched_flags_on_a_real_server_command_never_act() {
             .contains("-a -t 198.18.1.1:80 -r 198.18.0.22:8080 -b -w 2\n"),
         "{}",
         out.describe()
+    );
+    daemon.stop_clean();
+}
+
+/// ipvsadm 1.31's save words (`--tun-type ipip`, `-b flag-N`) act only where ipvsadm
+/// takes them, under either name: sluicectl's command line runs ipvsadm's checks
+/// too, as `-R` does.
+#[test]
+fn save_words_never_act_where_ipvsadm_refuses_them() {
+    let daemon = daemon(two_services());
+    let link = ipvsadm_link(&daemon);
+    for (line, message) in [
+        (
+            "-C --tun-type ipip",
+            "Illegal 'tun-type' option with the 'flush' command",
+        ),
+        (
+            "-C -b flag-1",
+            "Illegal 'sched-flags' option with the 'flush' command",
+        ),
+        (
+            "-D -t 198.18.1.1:80 --tun-type ipip",
+            "Illegal 'tun-type' option with the 'delete-service' command",
+        ),
+        // `fwd_method != IP_VS_CONN_F_TUNNEL`: -g is the default, not -i.
+        (
+            "-a -t 198.18.1.1:80 -r 198.18.0.22 --tun-type ipip",
+            "Tunnel options conflict with forward method",
+        ),
+        (
+            "-a -t 198.18.1.1:80 -r 198.18.0.22 -m --tun-type ipip",
+            "Tunnel options conflict with forward method",
+        ),
+        (
+            "-A -t 198.18.1.9:80 -s rr -b flag-9",
+            "invalid scheduler flag `flag-9'",
+        ),
+        (
+            "-E -t 198.18.1.1:80 -s rr -b sh-port",
+            "incompatible scheduler flag `sh-port'",
+        ),
+    ] {
+        refused_everywhere(&link, &daemon, line, message, None);
+    }
+    // `strtok(optarg, ",")` leaves the space in the second name.
+    let save = || ipvsadm(&link, &daemon, &["-S", "-n"]).stdout;
+    let before = save();
+    let args = [
+        "-E",
+        "-t",
+        "198.18.1.1:80",
+        "-s",
+        "sh",
+        "-b",
+        "sh-port, sh-fallback",
+    ];
+    let out = ipvsadm(&link, &daemon, &args);
+    assert_eq!(
+        (out.stderr.as_str(), out.status.code()),
+        ("invalid scheduler flag ` sh-fallback'\n", Some(2)),
+        "{}",
+        out.describe()
+    );
+    let out = run_bounded(
+        Command::new(SLUICECTL)
+            .env("SLUICE_SOCKET", &daemon.config.socket)
+            .args(args),
+        Duration::from_secs(15),
+    );
+    assert_eq!(
+        (out.stderr.as_str(), out.status.code()),
+        (
+            "sluicectl: invalid scheduler flag ` sh-fallback' (see sluicectl --help)\n",
+            Some(2)
+        ),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(save(), before);
+    // Where ipvsadm takes them they still act.
+    for args in [
+        &[
+            "-a",
+            "-t",
+            "198.18.1.1:80",
+            "-r",
+            "198.18.0.22",
+            "-i",
+            "--tun-type",
+            "ipip",
+        ][..],
+        &["-E", "-t", "198.18.1.1:80", "-s", "sh", "-b", "flag-2"],
+    ] {
+        let out = ipvsadm(&link, &daemon, args);
+        assert!(out.success(), "{}", out.describe());
+    }
+    let saved = save();
+    assert!(
+        saved.contains("-A -t 198.18.1.1:80 -s sh -b sh-port\n")
+            && saved.contains("-a -t 198.18.1.1:80 -r 198.18.0.22:80 -i -w 1"),
+        "{saved}"
     );
     daemon.stop_clean();
 }

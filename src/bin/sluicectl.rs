@@ -628,7 +628,9 @@ fn parse_args(args: &[String], env_socket: Option<String>) -> Result<Invocation,
 
 /// [`parse_args`]; called as ipvsadm (`ipvsadm` is the program name it was called
 /// by), an ipvsadm command line is first judged as ipvsadm 1.31 judges it
-/// ([`ipvsadm_usage::check_command`]), so that its refusals keep ipvsadm's words and statuses.
+/// ([`ipvsadm_usage::check_command`]), so that its refusals keep ipvsadm's words and
+/// statuses. Called as sluicectl, the line is judged by ipvsadm's checks too, after
+/// Sluice's own parser, and refused as bad usage (2).
 fn parse_args_as(
     ipvsadm: Option<&str>,
     args: &[String],
@@ -730,7 +732,15 @@ fn parse_args_as(
         if let Some(program) = ipvsadm {
             ipvsadm_usage::check_command(program, &ipvsadm_args).map_err(UsageError::ipvsadm)?;
         }
-        match ipvsadm::read_words(ipvsadm_args).map_err(UsageError::new)? {
+        let line = ipvsadm::read_words(ipvsadm_args.clone()).map_err(UsageError::new)?;
+        // What ipvsadm refuses never acts, whatever the name: Sluice's parser is not
+        // ipvsadm's, and one rule missed there must not let a line act. After it,
+        // so its words, which name the limits, come first where both refuse.
+        if ipvsadm.is_none() {
+            ipvsadm_usage::check("sluicectl", &ipvsadm_args)
+                .map_err(|refusal| UsageError::new(refusal.message.trim_end()))?;
+        }
+        match line {
             ipvsadm::RestoreLine::Apply(command) => Command::Ipvsadm(command),
             ipvsadm::RestoreLine::Unsupported(what) => {
                 return Err(UsageError::new(format!("Sluice cannot honour {what}")))
@@ -1700,7 +1710,7 @@ mod tests {
 
     /// What an operator's script hands ipvsadm on its command line is read as `-R`
     /// reads it: `--tun-type ipip` (written by ipvsadm 1.31's `-S` on every `-i`
-    /// line) and `-b flag-N` are taken, and what Sluice cannot do is named, also when
+    /// line) and `-b flag-N` on `-A`/`-E` are taken, and what Sluice cannot do is named, also when
     /// called as ipvsadm (not ipvsadm's "Try `ipvsadm -h'", which says the syntax is
     /// wrong).
     #[test]
@@ -1994,6 +2004,16 @@ mod tests {
                 "{bad}"
             );
         }
+        // ipvsadm's checks judge sluicectl's ipvsadm lines too: what Sluice's parser
+        // takes and ipvsadm refuses is refused, in ipvsadm's words.
+        assert_eq!(
+            parse(&["-A", "-t", "198.18.1.1:80", "-b", "sh-port"]),
+            Err(UsageError::new("incompatible scheduler flag `sh-port'"))
+        );
+        assert_eq!(
+            usage_error(&["-C", "-b", "flag-1"]),
+            "Illegal 'sched-flags' option with the 'flush' command"
+        );
     }
 
     #[test]

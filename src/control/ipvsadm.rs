@@ -282,7 +282,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut lower: Option<u32> = None;
     let mut stats = false;
     let mut connections = false;
-    let mut sched_flags: Option<SchedFlags> = None;
+    // `-b`'s text, read once the scheduler is known.
+    let mut sched_flags_text: Option<String> = None;
+    let mut tun_type = false;
     let mut show_timeouts = false;
     let mut rate = false;
     let mut thresholds = false;
@@ -308,7 +310,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
 
     let mut it = args.iter().peekable();
     while let Some(arg) = it.next() {
-        if let Some(name) = option_name(arg, verb) {
+        // `-b` is ipvsadm's sched-flags on -A and -E, and wherever a value follows
+        // it (ipvsadm refuses those elsewhere); DPVS's FullNAT alone.
+        let b_is_sched_flags = arg == "-b"
+            && (matches!(verb, Some(Verb::AddService | Verb::EditService))
+                || it.peek().is_some_and(|next| !next.starts_with('-')));
+        if let Some(name) = option_name(arg, b_is_sched_flags) {
             if given.contains(&name) {
                 return Err(format!("multiple '{name}' options specified"));
             }
@@ -443,13 +450,20 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "-g" | "--gatewaying" => mode = Some(ForwardMode::Dr),
             "-m" | "--masquerading" => mode = Some(ForwardMode::Nat),
             "-i" | "--ipip" => mode = Some(ForwardMode::Tun),
-            // ipvsadm's `-b FLAGS` on a service command; DPVS's `-b` (FullNAT) on a
-            // real-server command.
-            "--sched-flags" => sched_flags = Some(value(arg)?.parse::<SchedFlags>()?),
-            "-b" if matches!(verb, Some(Verb::AddService | Verb::EditService)) => {
-                sched_flags = Some(value(arg)?.parse::<SchedFlags>()?)
-            }
+            "--sched-flags" => sched_flags_text = Some(value(arg)?),
+            "-b" if b_is_sched_flags => sched_flags_text = Some(value(arg)?),
             "-b" | "--fullnat" => mode = Some(ForwardMode::FullNat),
+            // ipvsadm 1.31's `-S` writes `--tun-type ipip` on every `-i` line; Sluice's
+            // tunnels are IP-in-IP.
+            "--tun-type" => match value(arg)?.as_str() {
+                "ipip" => tun_type = true,
+                other @ ("gue" | "gre") => {
+                    return Err(format!(
+                        "--tun-type {other}: Sluice tunnels with IP-in-IP only"
+                    ))
+                }
+                _ => return Err("illegal tunnel type specified".into()),
+            },
             "-w" | "--weight" => {
                 weight = Some(parse_number("weight", &value(arg)?, 0, MAX_WEIGHT)?)
             }
@@ -508,6 +522,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
 
     let verb = verb.ok_or_else(|| format!("no command given (one of {COMMANDS})"))?;
+    // Other commands do not take them: refused below with the other options.
+    let sched_flags = match sched_flags_text {
+        Some(text) if matches!(verb, Verb::AddService | Verb::EditService) => {
+            Some(ipvsadm_sched_flags(&text, scheduler)?).filter(|f| !f.is_empty())
+        }
+        _ => None,
+    };
     if !acl_rules.is_empty() && !matches!(verb, Verb::AclAdd | Verb::AclDel) {
         return Err("options --allow and --deny only apply to --acl-add and --acl-del".into());
     }
@@ -618,6 +639,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "Illegal '{name}' option with the '{}' command",
             verb.name()
         ));
+    }
+    // ipvsadm: only tunnelling takes tunnel options; they do not make it one.
+    if tun_type && mode != Some(ForwardMode::Tun) {
+        return Err("Tunnel options conflict with forward method".into());
     }
     let needs_laddr = || {
         laddr
@@ -871,17 +896,18 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
 }
 
 /// ipvsadm's name for an option (its `optnames`), for the "given twice" error; `None`
-/// for commands, which have their own check. `-b` is the scheduler flags on `-A`/`-E`
-/// and the FullNAT forwarding method elsewhere.
-fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
+/// for commands, which have their own check. `-b` is the scheduler flags when
+/// `b_is_sched_flags`, else the FullNAT forwarding method.
+fn option_name(arg: &str, b_is_sched_flags: bool) -> Option<&'static str> {
     let name = match arg {
         "-t" | "--tcp-service" | "-u" | "--udp-service" => "service-address",
         "-s" | "--scheduler" => "scheduler",
         "-p" | "--persistent" => "persistent",
         "-M" | "--netmask" => "netmask",
         "-r" | "--real-server" => "real-server",
-        "-b" if matches!(verb, Some(Verb::AddService | Verb::EditService)) => "sched-flags",
+        "-b" if b_is_sched_flags => "sched-flags",
         "--sched-flags" => "sched-flags",
+        "--tun-type" => "tun-type",
         "-g" | "--gatewaying" | "-m" | "--masquerading" | "-i" | "--ipip" | "-b" | "--fullnat" => {
             "forwarding-method"
         }
@@ -909,6 +935,31 @@ fn option_name(arg: &str, verb: Option<Verb>) -> Option<&'static str> {
         _ => return None,
     };
     Some(name)
+}
+
+/// ipvsadm's `-b` text as IPVS takes it for `scheduler` (ipvsadm's default, wlc,
+/// when not given): names separated by commas, empty ones skipped as `strtok` skips
+/// them. `flag-1` and `flag-2` are sh's and mh's fallback and port flags, and mean
+/// nothing to other schedulers, nor `flag-3` to any: Sluice drops those. A name is
+/// taken whole, as ipvsadm's `strcmp` takes it, so `sh-port, sh-fallback` is
+/// refused, in `parse_sched_flags`'s words.
+fn ipvsadm_sched_flags(text: &str, scheduler: Option<SchedulerKind>) -> Result<SchedFlags, String> {
+    let family = match scheduler {
+        Some(SchedulerKind::Sh) => Some("sh"),
+        Some(SchedulerKind::Mh) => Some("mh"),
+        _ => None,
+    };
+    let mut names = Vec::new();
+    for flag in text.split(',').filter(|f| !f.is_empty()) {
+        match (flag, family) {
+            ("flag-1", Some(family)) => names.push(format!("{family}-fallback")),
+            ("flag-2", Some(family)) => names.push(format!("{family}-port")),
+            ("flag-1" | "flag-2" | "flag-3", _) => {}
+            (name, _) if SchedFlags::NAMES.contains(&name) => names.push(name.to_string()),
+            (name, _) => return Err(format!("invalid scheduler flag `{name}'")),
+        }
+    }
+    names.join(",").parse()
 }
 
 /// `host[:port]` as ipvsadm reads it: an IPv6 address in brackets when a port follows
@@ -1039,11 +1090,14 @@ pub fn restore_words(line: &str) -> Vec<String> {
 /// One line of `ipvsadm -S` output as `-R` reads it, as ipvsadm's `config_stream_read`
 /// does: the word `ipvsadm` is dropped wherever it stands; `#` starts a comment (a
 /// line ipvsadm's restore script drops). What ipvsadm 1.31 writes and Sluice does
-/// too is accepted: `--tun-type ipip` (Sluice's `-i` is IP-in-IP), `-b flag-N`
-/// (IPVS gives them a meaning only for sh and mh, where they are
-/// `sh-fallback`/`sh-port` and `mh-fallback`/`mh-port`), host and port names. What
-/// Sluice cannot do is named: fwmark and SCTP services, IPv6, one-packet scheduling,
-/// persistence engines, schedulers it lacks, GUE and GRE tunnels.
+/// too is accepted where ipvsadm takes it ([`parse`]): `--tun-type ipip` with `-i`
+/// (Sluice's `-i` is IP-in-IP), `-b flag-N` on `-A`/`-E` (IPVS gives them a meaning
+/// only for sh and mh, where they are `sh-fallback`/`sh-port` and
+/// `mh-fallback`/`mh-port`), host and port names. What Sluice cannot do is named:
+/// fwmark and SCTP services, IPv6, one-packet scheduling, persistence engines,
+/// schedulers it lacks, GUE and GRE tunnels. That names what Sluice cannot do, not
+/// that ipvsadm would take the line: the callers judge it with ipvsadm's checks
+/// ([`super::ipvsadm_usage::check`]) too.
 pub fn restore_line(line: &str) -> Result<RestoreLine, String> {
     read_words(restore_words(line))
 }
@@ -1054,13 +1108,8 @@ pub fn read_words(words: Vec<String>) -> Result<RestoreLine, String> {
     if words.is_empty() {
         return Ok(RestoreLine::Nothing);
     }
-    // Attached values apart first (`--tun-type=ipip`, `-f100`), as `parse` does.
-    let mut words = expand(&words);
-    let scheduler = words
-        .iter()
-        .position(|w| w == "-s" || w == "--scheduler")
-        .and_then(|i| words.get(i + 1))
-        .cloned();
+    // Attached values apart first (`--tun-type=gue`, `-f100`), as `parse` does.
+    let words = expand(&words);
     let mut i = 0;
     while i < words.len() {
         let next = words.get(i + 1).cloned().unwrap_or_default();
@@ -1101,32 +1150,11 @@ pub fn read_words(words: Vec<String>) -> Result<RestoreLine, String> {
                     )
                 });
             }
-            "--tun-type" if next == "ipip" => {
-                words.drain(i..i + 2);
-                continue;
-            }
-            "--tun-type" => {
+            "--tun-type" if next == "gue" || next == "gre" => {
                 return unsupported(format!("--tun-type {next}: Sluice tunnels with IP-in-IP only"))
             }
             opt @ ("--tun-port" | "--tun-nocsum" | "--tun-csum" | "--tun-remcsum") => {
                 return unsupported(format!("{opt}: GUE and GRE tunnel options"))
-            }
-            "-b" | "--sched-flags" if next.split(',').any(|f| f.starts_with("flag-")) => {
-                let family = scheduler.as_deref().filter(|s| *s == "sh" || *s == "mh");
-                let flags: Vec<String> = next
-                    .split(',')
-                    .filter_map(|f| match (f, family) {
-                        ("flag-1", Some(s)) => Some(format!("{s}-fallback")),
-                        ("flag-2", Some(s)) => Some(format!("{s}-port")),
-                        (f, _) if f.starts_with("flag-") => None,
-                        (f, _) => Some(f.to_string()),
-                    })
-                    .collect();
-                if flags.is_empty() {
-                    words.drain(i..i + 2);
-                    continue;
-                }
-                words[i + 1] = flags.join(",");
             }
             _ => {}
         }
@@ -1258,9 +1286,10 @@ mod tests {
                 sched_flags: Some("sh-fallback,sh-port".parse().unwrap())
             }
         );
-        assert!(p("-A -t 198.18.1.1:80 -s sh -b sh-quick")
-            .unwrap_err()
-            .contains("unknown scheduler flag"));
+        assert_eq!(
+            p("-A -t 198.18.1.1:80 -s sh -b sh-quick").map(|_| ()),
+            Err("invalid scheduler flag `sh-quick'".to_string())
+        );
         // -b on a real server is DPVS's FullNAT.
         let fullnat = p("-a -t 198.18.1.1:80 -r 198.18.0.2:80 -b")
             .unwrap()
@@ -1589,6 +1618,29 @@ mod tests {
             ("-R -n".to_string(), "numeric", "restore"),
             (format!("--rate-limit 5 {S} -w 1"), "weight", "rate-limit"),
             (format!("-P {S} -z 198.18.0.50 -w 1"), "weight", "add-laddr"),
+            // ipvsadm 1.31's save words, where ipvsadm refuses them.
+            ("-C --tun-type ipip".to_string(), "tun-type", "flush"),
+            (
+                format!("-D {S} --tun-type ipip"),
+                "tun-type",
+                "delete-service",
+            ),
+            ("-C -b flag-1".to_string(), "sched-flags", "flush"),
+            (
+                format!("-d {S} {R} -b flag-1"),
+                "sched-flags",
+                "delete-server",
+            ),
+            (
+                format!("-a {S} {R} -m -b flag-2"),
+                "sched-flags",
+                "add-server",
+            ),
+            (
+                format!("-e {S} {R} --sched-flags sh-port"),
+                "sched-flags",
+                "edit-server",
+            ),
         ] {
             let want = format!("Illegal '{option}' option with the '{command}' command");
             assert_eq!(p(&line).map(|_| ()), Err(want.clone()), "{line}");
@@ -1604,9 +1656,52 @@ mod tests {
             "-Ln --stats --nosort --exact".to_string(),
             "-S -n".to_string(),
             "-R --atomic".to_string(),
+            format!("-a {S} {R} -i --tun-type ipip"),
+            format!("-a {S} {R} -b -w 2"),
         ] {
             assert!(p(&line).is_ok(), "{line}: {:?}", p(&line).err());
         }
+    }
+
+    /// ipvsadm 1.31 writes `--tun-type ipip` and `-b flag-N`; they are taken only
+    /// where ipvsadm takes them, never dropped to leave a line ipvsadm refuses.
+    #[test]
+    fn save_words_are_taken_only_where_ipvsadm_takes_them() {
+        const A: &str = "-a -t 198.18.1.1:80 -r 198.18.0.11:80";
+        for line in [
+            format!("{A} --tun-type ipip"),
+            format!("{A} -m --tun-type ipip"),
+        ] {
+            assert_eq!(
+                restore_line(&line).map(|_| ()),
+                Err("Tunnel options conflict with forward method".to_string()),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            p(&format!("{A} -i --tun-type ipip --tun-type ipip")).map(|_| ()),
+            Err("multiple 'tun-type' options specified".to_string())
+        );
+        assert_eq!(
+            p(&format!("{A} -i --tun-type vxlan")).map(|_| ()),
+            Err("illegal tunnel type specified".to_string())
+        );
+        // `strcmp` of each name `strtok` leaves: no flag-9, no space.
+        for flags in ["flag-9", "sh-port, sh-fallback", "sh-port,nope"] {
+            let args: Vec<String> = ["-A", "-t", "198.18.1.1:80", "-s", "sh", "-b", flags]
+                .map(String::from)
+                .to_vec();
+            let err = parse(&args).unwrap_err();
+            assert!(
+                err.starts_with("invalid scheduler flag `"),
+                "{flags}: {err}"
+            );
+        }
+        // Empty names are skipped, as `strtok` skips them.
+        assert_eq!(
+            p("-A -t 198.18.1.1:80 -s sh -b sh-port,,flag-1,").map(|c| c.request),
+            p("-A -t 198.18.1.1:80 -s sh -b sh-port,sh-fallback").map(|c| c.request)
+        );
     }
 
     /// Connection thresholds stop at ipvsadm's `INT_MAX`: a saved table with a larger
