@@ -1178,3 +1178,53 @@ fn save_words_never_act_where_ipvsadm_refuses_them() {
     );
     daemon.stop_clean();
 }
+
+/// An IPv6 address in brackets is ipvsadm's only before a port: 1.31's
+/// `parse_service` returns `SERVICE_NONE` when `]` is not followed by `:`, so
+/// `-r [ADDR]` fails with "illegal real server address[:port] specified" (and `-t
+/// [ADDR]` with "illegal virtual server address[:port] specified"), exit 2.
+#[test]
+fn an_ipv6_address_in_brackets_needs_a_port() {
+    require_root();
+    let mut cfg = DaemonConfig::new(vec![PortSpec::loopback(
+        "lan0",
+        "02:53:4c:00:00:01",
+        &["198.18.0.1/24", "2001:db8:ff::1/64"],
+    )]);
+    cfg.loopback = vec!["peers = 1".into(), "garbage_every = 0".into()];
+    let daemon = Daemon::start(cfg);
+    let link = ipvsadm_link(&daemon);
+    let add = ["-A", "-t", "[2001:db8:ff::100]:80", "-s", "rr"];
+    let out = ipvsadm(&link, &daemon, &add);
+    assert!(out.success(), "{}", out.describe());
+    for (line, message, own) in [
+        (
+            "-a -t [2001:db8:ff::100]:80 -r [2001:db8:ff::2] -m",
+            "illegal real server address[:port] specified",
+            "illegal real server address \"[2001:db8:ff::2]\"",
+        ),
+        (
+            "-A -t [2001:db8:ff::101] -p",
+            "illegal virtual server address[:port] specified",
+            "illegal virtual server address \"[2001:db8:ff::101]\"",
+        ),
+    ] {
+        refused_everywhere(&link, &daemon, line, message, Some(own));
+    }
+    // With a port, or bare without one, the address is taken.
+    for server in ["[2001:db8:ff::2]:8080", "2001:db8:ff::3"] {
+        let args = ["-a", "-t", "[2001:db8:ff::100]:80", "-r", server, "-m"];
+        let out = ipvsadm(&link, &daemon, &args);
+        assert!(out.success(), "{}", out.describe());
+    }
+    let out = ipvsadm(&link, &daemon, &["-S", "-n"]);
+    assert_eq!(
+        out.stdout,
+        "-A -t [2001:db8:ff::100]:80 -s rr\n\
+         -a -t [2001:db8:ff::100]:80 -r [2001:db8:ff::2]:8080 -m -w 1\n\
+         -a -t [2001:db8:ff::100]:80 -r [2001:db8:ff::3]:80 -m -w 1\n",
+        "{}",
+        out.describe()
+    );
+    daemon.stop_clean();
+}

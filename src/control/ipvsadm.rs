@@ -962,15 +962,17 @@ fn ipvsadm_sched_flags(text: &str, scheduler: Option<SchedulerKind>) -> Result<S
     names.join(",").parse()
 }
 
-/// `host[:port]` as ipvsadm reads it: an IPv6 address in brackets when a port follows
-/// (`[2001:db8::1]:80`), bare without one (`2001:db8::1`, `[2001:db8::1]`).
+/// `host[:port]` as ipvsadm reads it: an IPv6 address in brackets with a port
+/// (`[2001:db8::1]:80`), bare without one (`2001:db8::1`). ipvsadm 1.31's
+/// `parse_service` takes brackets only before `:` (`[2001:db8::1]` alone is no
+/// address to it: "illegal real server address[:port] specified"); Sluice also
+/// wants an IPv6 address in them, where ipvsadm would read `[1.2.3.4]:80` as 1.2.3.4
+/// and drop the port.
 fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
     if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
-        return match after {
-            "" => Some((host, None)),
-            _ => Some((host, Some(after.strip_prefix(':')?))),
-        };
+        host.parse::<Ipv6Addr>().ok()?;
+        return Some((host, Some(after.strip_prefix(':')?)));
     }
     if text.parse::<Ipv6Addr>().is_ok() {
         return Some((text, None));
@@ -2132,7 +2134,6 @@ mod tests {
         for (line, port) in [
             ("-a -t [2001:db8::1]:80 -r [2001:db8:1::2]:8080 -m", 8080),
             ("-a -t [2001:db8::1]:80 -r 2001:db8:1::2 -m", 80),
-            ("-a -t [2001:db8::1]:80 -r [2001:db8:1::2] -m", 80),
         ] {
             let Request::AddServer { service, server } = p(line).unwrap().request else {
                 panic!("{line}");
@@ -2154,6 +2155,13 @@ mod tests {
             ("-A -t [2001:db8::1:80", "illegal virtual server address"),
             ("-A -t [2001:db8::1]80", "illegal virtual server address"),
             ("-A -t [2001:db8::zz]:80", "illegal virtual server address"),
+            // Brackets only before a port, as ipvsadm's `parse_service`.
+            ("-A -t [2001:db8::1] -p", "illegal virtual server address"),
+            (
+                "-a -t [2001:db8::1]:80 -r [2001:db8:1::2] -m",
+                "illegal real server address",
+            ),
+            ("-A -t [198.18.1.1]:80", "illegal virtual server address"),
         ] {
             let err = p(line).unwrap_err();
             assert!(err.contains(needle), "{line}: {err}");
