@@ -1228,3 +1228,92 @@ fn an_ipv6_address_in_brackets_needs_a_port() {
     );
     daemon.stop_clean();
 }
+
+/// Lines of `-R` that are no change, as ipvsadm 1.31's `restore_table` runs them
+/// through `process_options`: `-S` and `-L` print where they stand and count as
+/// done; a `-L -t` of a missing service ends the restore (`list_service`:
+/// `exit(1)`); a `-R` line ends it too (`restore_table(argc, argv, 1)`:
+/// `tryhelp_exit(argv[0], -1)`, 255). Under both names.
+#[test]
+fn listings_and_restore_inside_a_restore_run_as_ipvsadm_runs_them() {
+    let daemon = daemon(Vec::new());
+    let link = ipvsadm_link(&daemon);
+    let sluicectl = Path::new(SLUICECTL);
+    let input = daemon.config.path("inner.txt");
+    let save = || ipvsadm(&link, &daemon, &["-S", "-n"]).stdout;
+    let clear = || assert!(ipvsadm(&link, &daemon, &["-C"]).success());
+    let listed = format!("{TITLE}{}", service("TCP", "198.18.1.20:80", "rr"));
+    for (program, stderr) in [
+        (
+            link.as_path(),
+            format!(
+                "Try `{0} -h' or '{0} --help' for more information.\n",
+                link.display()
+            ),
+        ),
+        (
+            sluicectl,
+            "sluicectl: line 5: Try `sluicectl -h' or 'sluicectl --help' for more information.\n"
+                .to_string(),
+        ),
+    ] {
+        clear();
+        std::fs::write(
+            &input,
+            "-A -t 198.18.1.20:80 -s rr\n\
+             -S -n\n\
+             -L -n -t 198.18.1.20:80\n\
+             -A -t 198.18.1.21:80 -s rr\n\
+             -R\n\
+             -A -t 198.18.1.22:80 -s rr\n",
+        )
+        .unwrap();
+        let out = restore(program, &daemon, &input, "");
+        assert_eq!(
+            (out.stdout.clone(), out.stderr.clone(), out.status.code()),
+            (
+                format!("-A -t 198.18.1.20:80 -s rr\n{listed}"),
+                stderr,
+                Some(255)
+            ),
+            "{}",
+            out.describe()
+        );
+        assert_eq!(
+            save(),
+            "-A -t 198.18.1.20:80 -s rr\n-A -t 198.18.1.21:80 -s rr\n"
+        );
+
+        // A listing last: the restore's status is its own, 0.
+        clear();
+        std::fs::write(&input, "-A -t 198.18.1.20:80 -s rr\n-L -n\n").unwrap();
+        let out = restore(program, &daemon, &input, "");
+        assert_eq!(
+            (out.stdout.clone(), out.stderr.as_str(), out.status.code()),
+            (format!("{VERSION_LINE}{listed}"), "", Some(0)),
+            "{}",
+            out.describe()
+        );
+
+        // A listing of a missing service ends the restore with its status, 1.
+        clear();
+        std::fs::write(
+            &input,
+            "-A -t 198.18.1.20:80 -s rr\n-L -n -t 198.18.9.9:80\n-A -t 198.18.1.21:80 -s rr\n",
+        )
+        .unwrap();
+        let out = restore(program, &daemon, &input, "");
+        let missing = match program == sluicectl {
+            true => "sluicectl: line 2: No such service",
+            false => "No such service",
+        };
+        assert_eq!(
+            (out.stderr.lines().next(), out.status.code()),
+            (Some(missing), Some(1)),
+            "{}",
+            out.describe()
+        );
+        assert_eq!(save(), "-A -t 198.18.1.20:80 -s rr\n");
+    }
+    daemon.stop_clean();
+}

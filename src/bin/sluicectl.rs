@@ -1126,7 +1126,8 @@ fn each_answer(answer: &serde_json::Value, count: usize) -> Result<Vec<Option<St
 /// `-R` as ipvsadm does it: line by line, in order, carrying on past a line the
 /// daemon refuses or that names what Sluice cannot do. A line ipvsadm cannot parse
 /// either ends the restore there, as ipvsadm's `fail(2, ...)` does, after the lines
-/// before it were applied.
+/// before it were applied; so does a `-R` line. A listing (`-L`, `-S`) is printed in
+/// its place.
 ///
 /// `ipvsadm_program` is the name ipvsadm mode was called by (its `argv[0]`): then
 /// a line the daemon refuses is reported in ipvsadm's words alone, as ipvsadm's
@@ -1138,6 +1139,11 @@ fn restore_lines(
     report: &mut dyn FnMut(&str),
 ) -> Result<Restored, Failure> {
     let ipvsadm_mode = ipvsadm_program.is_some();
+    // ipvsadm's words come without Sluice's line number.
+    let numbered = |n: usize, message: String| match ipvsadm_program {
+        Some(_) => message,
+        None => format!("line {n}: {message}"),
+    };
     let mut connection = client::Connection::open(&options.socket, options.timeout)?;
     // A chunk of a large table can take the daemon seconds (it has 60 s for it).
     connection.set_timeout(options.timeout.max(COMMIT_TIMEOUT));
@@ -1237,16 +1243,39 @@ fn restore_lines(
                 });
             }
         };
-        let is_change = command.output == ipvsadm::Output::Quiet;
-        if !is_change {
-            let line = format!(
-                "line {n}: not applied: only changes are restored: {}",
-                line.trim()
-            );
-            report(&line);
-            done.refused.push(line);
-            done.last_refused = true;
-            continue;
+        // A line that is no change is carried out where it stands, as ipvsadm's
+        // `process_options` carries out each line: `-L` and `-S` print (on stdout,
+        // after the lines before are applied) and count as done; `-R` ends the
+        // restore as `restore_table` ends it (`tryhelp_exit(argv[0], -1)`: 255),
+        // and a listing that fails ends it as `list_service`'s `exit(1)` does.
+        match command.output {
+            ipvsadm::Output::Quiet => {}
+            ipvsadm::Output::Restore { .. } => {
+                flush(&mut pending, &mut done, report)?;
+                let refusal = ipvsadm_usage::tryhelp(ipvsadm_program.unwrap_or("sluicectl"));
+                return Err(Failure {
+                    message: numbered(n, refusal.message),
+                    kind: FailureKind::Usage(refusal.status),
+                });
+            }
+            _ => {
+                flush(&mut pending, &mut done, report)?;
+                let here = Options {
+                    command: Command::Ipvsadm(command),
+                    ..options.clone()
+                };
+                let text = run(&here, ipvsadm_mode).map_err(|failure| Failure {
+                    message: numbered(n, failure.message),
+                    ..failure
+                })?;
+                let mut out = io::stdout().lock();
+                out.write_all(text.as_bytes())
+                    .and_then(|()| out.flush())
+                    .map_err(|e| format!("cannot write output: {e}"))?;
+                done.applied += 1;
+                done.last_refused = false;
+                continue;
+            }
         }
         pending_bytes += serde_json::to_string(&command.request).map_or(0, |l| l.len() + 1);
         pending.push((n, command.request));
