@@ -836,25 +836,9 @@ fn lnc_lists_ipv4_and_ipv6_sessions_of_a_dual_stack_service() {
     assert_eq!(v6["worker"], 0, "{v:#}");
 
     // Pages of one session: the cursor goes on from the IPv4 table into the IPv6 one.
-    let mut socket = std::os::unix::net::UnixStream::connect(&daemon.config.socket).unwrap();
-    socket.set_read_timeout(Some(ten)).unwrap();
-    let mut reader = std::io::BufReader::new(socket.try_clone().unwrap());
-    let (mut page, mut clients) = (serde_json::json!({"worker": 0, "from": 0}), Vec::new());
-    for _ in 0..10 {
-        use std::io::{BufRead, Write};
-        let request = serde_json::json!({"cmd": "list_connections", "max": 1, "page": page});
-        writeln!(socket, "{request}").unwrap();
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
-        for c in reply["result"]["connections"].as_array().unwrap() {
-            clients.push(c["client"].as_str().unwrap().to_string());
-        }
-        match reply["result"].get("next") {
-            Some(next) => page = next.clone(),
-            None => break,
-        }
-    }
+    let clients: Vec<String> = (daemon.connection_pages(1).iter().flatten())
+        .map(|c| c["client"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(
         clients,
         [

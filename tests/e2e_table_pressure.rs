@@ -387,6 +387,22 @@ fn check_spoofed_syns_leave_a_real_clients_template(mode: &str) {
         after
     );
     assert_eq!(templates.len(), 4, "{templates:?}");
+    // In pages of 3, 4 and 5 (the page where the sessions end holds templates too,
+    // unless their number divides by the page's size), sessions then templates: no
+    // page holds more, and the pages list the same templates.
+    let named = |c: &serde_json::Value| {
+        ["client", "virtual_service", "destination", "standing"].map(|f| c[f].to_string())
+    };
+    let listed_templates: Vec<_> = templates.iter().map(|c| named(c)).collect();
+    for max in [3, 4, 5] {
+        let pages = daemon.connection_pages(max);
+        assert!(pages.iter().all(|p| p.len() <= max as usize), "{pages:?}");
+        let paged: Vec<_> = (pages.iter().flatten())
+            .filter(|c| c["state"] == "NONE")
+            .map(named)
+            .collect();
+        assert_eq!(paged, listed_templates, "{pages:?}");
+    }
     let standing = if mode == "dr" {
         "unverified"
     } else {

@@ -211,8 +211,9 @@ pub enum Request {
     /// table refuses changes nothing, and the next is still applied), then published
     /// as one snapshot (`-R` without `--atomic`): `{"generation":N,"applied":count,
     /// "refused":[{"command":i,"error":"..."}]}`, `command` counting from 1. A command
-    /// that is itself a [`Request::Batch`] without `replace` (an ipvsadm line that
-    /// makes two changes) stands or falls whole.
+    /// that is itself a [`Request::Batch`] can only be the one an ipvsadm line with
+    /// `--synproxy` makes (`add_service` or `edit_service`, then that service's
+    /// `set_synproxy`), which stands or falls whole; any other batch is refused.
     ApplyEach { requests: Vec<Request> },
     /// Opens a batch staged over several lines on this connection (a batch larger than
     /// one request line): `{"staged":0}`. Served by the control server itself.

@@ -1336,8 +1336,11 @@ impl Registry {
             } else {
                 0
             };
+            // The page's room left after its sessions (gathered apart, made text
+            // later).
+            let room = max.saturating_sub(sessions.len() as u32);
             next = self
-                .templates(&mut report, skip, max)
+                .templates(&mut report, skip, room)
                 .map(|from| ConnectionsCursor {
                     worker: workers,
                     from,

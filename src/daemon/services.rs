@@ -819,9 +819,9 @@ impl Services {
     /// whole table, and every worker pauses to adopt it. Nothing is published when
     /// nothing changed (only `-Z` lines, or every line refused).
     ///
-    /// A command that is itself a batch (`-A ... --synproxy`: the service and its
-    /// proxy) stands or falls whole, as [`Services::batch`] applies it; see
-    /// [`Services::apply_pair`] for what undoing its first half costs.
+    /// A command that is itself a batch can only be a service's `-A` or `-E` with its
+    /// `--synproxy`, which stands or falls whole ([`Services::apply_pair`]); any other
+    /// batch is refused.
     pub(crate) fn apply_each(
         &mut self,
         requests: Vec<Request>,
@@ -922,17 +922,18 @@ impl Services {
         let (Some(first), Some(second)) = (pair.next(), pair.next()) else {
             return Err(NOT_A_PAIR.to_string());
         };
-        // Without an undo the first command is refused: an `-A` of a service that
-        // exists, an `-E` of one that does not.
-        self.apply_change(first, counters)
-            .map_err(|e| format!("command 1 of 2: {e} (nothing was changed)"))?;
+        let refused_first = |e| format!("command 1 of 2: {e} (nothing was changed)");
+        let Some(undo) = undo else {
+            // An `-A` of a service that exists, an `-E` of one that does not: the
+            // table refuses the first command, with the words it has alone.
+            return match self.apply_change(first, counters) {
+                Err(e) => Err(refused_first(e)),
+                Ok(()) => unreachable!("the table holds, or lacks, the service named"),
+            };
+        };
+        self.apply_change(first, counters).map_err(refused_first)?;
         let Err(error) = self.apply_change(second, counters) else {
             return Ok(());
-        };
-        let Some(undo) = undo else {
-            return Err(format!(
-                "command 2 of 2: {error}; command 1 was applied and has no undo"
-            ));
         };
         match self.apply(undo, counters) {
             Ok(_) => Err(format!("command 2 of 2: {error} (nothing was changed)")),
@@ -3284,6 +3285,67 @@ port = 53
     /// `-R` line by line: each command is applied as if alone (a refused one changes
     /// nothing and answers with its own words, the next still goes on), a two-change
     /// line stands or falls whole, and all of it is published as one snapshot.
+    #[test]
+    fn apply_each_refuses_a_proxy_pair_whose_first_command_the_table_refuses() {
+        let (mut services, publisher) = setup();
+        let missing = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 9), 80);
+        let synproxy = |service| Request::SetSynproxy {
+            service,
+            synproxy: crate::model::SynProxy {
+                mode: crate::model::SynProxyMode::On,
+                auto_syn_rate: 1000,
+                syn_retries: 3,
+            },
+        };
+        let add_existing = Request::AddService {
+            service: http(),
+            scheduler: Some(SchedulerKind::Wrr),
+            persistence: None,
+            sched_flags: None,
+        };
+        let edit_missing = Request::EditService {
+            service: missing,
+            scheduler: Some(SchedulerKind::Wrr),
+            persistence: None,
+            sched_flags: None,
+        };
+        // The words each first command has alone.
+        let alone = [add_existing.clone(), edit_missing.clone()]
+            .map(|r| call(&mut services, &publisher, r).unwrap_err());
+        let http_before = services.table.get(http()).unwrap().clone();
+        let before = publisher.current().generation();
+        let pair = |first, second| Request::Batch {
+            requests: vec![first, second],
+            replace: false,
+        };
+        let answer = call(
+            &mut services,
+            &publisher,
+            Request::ApplyEach {
+                requests: vec![
+                    pair(add_existing, synproxy(http())),
+                    pair(edit_missing, synproxy(missing)),
+                ],
+            },
+        )
+        .unwrap();
+        assert_eq!(answer["applied"], json!(0), "{answer}");
+        for (i, words) in alone.iter().enumerate() {
+            let error = format!("command 1 of 2: {words} (nothing was changed)");
+            assert_eq!(
+                answer["refused"][i],
+                json!({"command": i + 1, "error": error})
+            );
+        }
+        assert_eq!(services.table.get(http()).unwrap(), &http_before);
+        assert!(services.table.get(missing).is_none());
+        assert_eq!(
+            publisher.current().generation(),
+            before,
+            "nothing published"
+        );
+    }
+
     #[test]
     fn apply_each_applies_what_it_can_and_publishes_once() {
         let (mut services, publisher) = setup();

@@ -5,12 +5,12 @@
 //! for its next turn: VRRP adverts (a backup takes over after about three missed),
 //! health checks, sync, the exception path, the systemd watchdog. Control requests
 //! come from up to [`EXECUTORS`](crate::control::server::EXECUTORS) threads at once,
-//! each sending its next as soon as the last is answered; answered until none was
-//! left, clients that pipeline costly requests (a change at 50,000 real servers takes
-//! about 17 ms, perf/results/config_scale.md) kept the queue from ever emptying, and
-//! the turn from ever ending. So a turn answers requests for [`CONTROL_BUDGET`] at
-//! most (one at least, whatever it costs), and the rest wait for the next turn, after
-//! the ticks of this one.
+//! each sending its next as soon as the last is answered, so clients that pipeline
+//! costly requests (a change at 50,000 real servers takes about 17 ms,
+//! perf/results/config_scale.md) can keep the queue from ever emptying: a turn that
+//! answered until none was left would never end. So a turn answers requests for
+//! [`CONTROL_BUDGET`] at most (one at least, whatever it costs), and the rest wait for
+//! the next turn, after the ticks of this one.
 use crate::control::report::ManagementReport;
 use crossbeam::channel::Receiver;
 use std::time::{Duration, Instant};

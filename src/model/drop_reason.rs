@@ -190,9 +190,10 @@ pub enum DropReason {
     ExceptionForeignSource,
     /// A control frame for the kernel (BGP or BFD with TTL 255, an ARP reply, IPv6
     /// neighbour discovery: `dataplane::exception::Punt::Control`) found the port's
-    /// control ring full. Its budget lets at most 1,000 a second in and the management
-    /// core empties it first every tick, so it fills only when the management core
-    /// has not run for a quarter of a second: stalled, not flooded.
+    /// control ring full. Its budget lets at most 1,000 a second in (bursts of 100)
+    /// and the management core empties it first every tick, so its 255 frames fill
+    /// only when the management core has not run for about 0.15 s: stalled, not
+    /// flooded.
     ExceptionControlRingFull,
 }
 

@@ -254,6 +254,33 @@ impl Daemon {
         })
     }
 
+    /// The connections listing in pages of `max` (`{"cmd":"list_connections"}` with
+    /// a cursor, over one connection), each page's entries; at most 10,000 pages.
+    pub fn connection_pages(&self, max: u32) -> Vec<Vec<serde_json::Value>> {
+        use std::io::{BufRead, Write};
+        let mut socket =
+            std::os::unix::net::UnixStream::connect(&self.config.socket).expect("control socket");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut reader = std::io::BufReader::new(socket.try_clone().unwrap());
+        let (mut page, mut pages) = (serde_json::json!({"worker": 0, "from": 0}), Vec::new());
+        for _ in 0..10_000 {
+            let request = serde_json::json!({"cmd": "list_connections", "max": max, "page": page});
+            writeln!(socket, "{request}").unwrap();
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let reply: serde_json::Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("list_connections answered {line:?}: {e}"));
+            pages.push(reply["result"]["connections"].as_array().unwrap().clone());
+            match reply["result"].get("next") {
+                Some(next) => page = next.clone(),
+                None => return pages,
+            }
+        }
+        panic!("list_connections: no last page after 10,000 pages of {max}")
+    }
+
     /// `sluicectl -L -n --stats --json` (ipvsadm -Ln --stats), parsed: `{"services":
     /// [{"proto", "vip", "port", "scheduler", "real_servers": [{"ip", "port", "weight",
     /// "mode", "active", "inactive", "connections", "in_packets", ...}]}]}`.

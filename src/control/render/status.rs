@@ -110,9 +110,9 @@ pub fn render_status(report: &StatusReport) -> String {
         );
         let injected = format!("injected {}", event("exception_injected"));
         let dropped = format!(
-            "dropped: rate limit {}, ring full {} (control {}), foreign source {}",
+            "dropped: rate limit {}, ring full {}, control ring full {}, foreign source {}",
             drop("exception_rate_limited"),
-            drop("exception_ring_full") + drop("exception_control_ring_full"),
+            drop("exception_ring_full"),
             drop("exception_control_ring_full"),
             drop("exception_foreign_source"),
         );
@@ -747,13 +747,21 @@ mod tests {
         report.events.insert("exception_punted".into(), 9);
         report.events.insert("exception_punted_control".into(), 4);
         report.events.insert("exception_injected".into(), 11);
+        for (reason, n) in [
+            ("exception_rate_limited", 5),
+            ("exception_ring_full", 3),
+            ("exception_control_ring_full", 2),
+            ("exception_foreign_source", 1),
+        ] {
+            report.drops.insert(reason.into(), n);
+        }
         report.ports = vec![with_exception("lan0", "sx-lan0", 9)];
         let text = render_status(&report);
         assert_eq!(
             line_with(&text, "exception:"),
             "  port lan0 exception: tap interface sx-lan0, 200 frames/s at most; punted 9 \
              (control 4), to kernel 9 (lost 0), from kernel 0 (lost 0), injected 11; \
-             dropped: rate limit 0, ring full 0 (control 0), foreign source 0"
+             dropped: rate limit 5, ring full 3, control ring full 2, foreign source 1"
         );
         report.ports.push(with_exception("lan1", "sx-lan1", 0));
         let text = render_status(&report);
@@ -766,7 +774,7 @@ mod tests {
         assert_eq!(
             line_with(&text, "exception, all ports:"),
             "  exception, all ports: punted 9 (control 4), injected 11; dropped: rate \
-             limit 0, ring full 0 (control 0), foreign source 0"
+             limit 5, ring full 3, control ring full 2, foreign source 1"
         );
     }
 }
