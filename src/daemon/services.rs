@@ -3282,21 +3282,25 @@ port = 53
         assert_eq!(added[2], "lb=config op=batch commands=1");
     }
 
-    /// `-R` line by line: each command is applied as if alone (a refused one changes
-    /// nothing and answers with its own words, the next still goes on), a two-change
-    /// line stands or falls whole, and all of it is published as one snapshot.
-    #[test]
-    fn apply_each_refuses_a_proxy_pair_whose_first_command_the_table_refuses() {
-        let (mut services, publisher) = setup();
-        let missing = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 9), 80);
-        let synproxy = |service| Request::SetSynproxy {
+    /// `--synproxy on` for `service`, as an ipvsadm line sends it.
+    fn synproxy(service: ServiceKey) -> Request {
+        Request::SetSynproxy {
             service,
             synproxy: crate::model::SynProxy {
                 mode: crate::model::SynProxyMode::On,
                 auto_syn_rate: 1000,
                 syn_retries: 3,
             },
-        };
+        }
+    }
+
+    /// A `-A` of a service that exists, or an `-E` of one that does not, with its
+    /// `--synproxy`: the pair is refused with the first command's own words, and
+    /// nothing changes or is published.
+    #[test]
+    fn apply_each_refuses_a_proxy_pair_whose_first_command_the_table_refuses() {
+        let (mut services, publisher) = setup();
+        let missing = ServiceKey::new(Protocol::Tcp, Ipv4Addr::new(198, 18, 1, 9), 80);
         let add_existing = Request::AddService {
             service: http(),
             scheduler: Some(SchedulerKind::Wrr),
@@ -3346,6 +3350,9 @@ port = 53
         );
     }
 
+    /// `-R` line by line: each command is applied as if alone (a refused one changes
+    /// nothing and answers with its own words, the next still goes on), a two-change
+    /// line stands or falls whole, and all of it is published as one snapshot.
     #[test]
     fn apply_each_applies_what_it_can_and_publishes_once() {
         let (mut services, publisher) = setup();
@@ -3361,14 +3368,6 @@ port = 53
             scheduler: None,
             persistence: None,
             sched_flags: None,
-        };
-        let synproxy = |service| Request::SetSynproxy {
-            service,
-            synproxy: crate::model::SynProxy {
-                mode: crate::model::SynProxyMode::On,
-                auto_syn_rate: 1000,
-                syn_retries: 3,
-            },
         };
         let pair = |first, second| Request::Batch {
             requests: vec![first, second],
