@@ -782,15 +782,16 @@ fn restore(link: &Path, daemon: &Daemon, input: &Path, extra: &str) -> CmdOutput
 }
 
 /// What `-S -n` gives after the fixture's honourable lines are applied: names
-/// resolved, `--tun-type ipip` and `-b flag-2` (meaningless to wrr in IPVS) taken,
-/// the DR real server's port 2525 replaced by the service's.
+/// resolved, `-b flag-2` (meaningless to wrr in IPVS) taken, the DR real server's
+/// port 2525 replaced by the service's; the tunnels written as 1.31's
+/// `print_tunnel_rule` writes them (`"-a %s -r %s %s -w %d --tun-type %s\n"`).
 const RESTORED: &str = "\
 -A -t 198.18.1.10:80 -s wlc
 -a -t 198.18.1.10:80 -r 198.18.0.20:80 -g -w 1
 -a -t 198.18.1.10:80 -r 198.18.0.21:80 -g -w 1
 -A -t 198.18.1.10:443 -s wrr -p 360 -M 255.255.255.0
--a -t 198.18.1.10:443 -r 198.18.0.20:443 -i -w 2
--a -t 198.18.1.10:443 -r 198.18.0.21:443 -i -w 1
+-a -t 198.18.1.10:443 -r 198.18.0.20:443 -i -w 2 --tun-type ipip
+-a -t 198.18.1.10:443 -r 198.18.0.21:443 -i -w 1 --tun-type ipip
 -A -t 198.18.1.10:8443 -s mh -b mh-fallback,mh-port
 -a -t 198.18.1.10:8443 -r 198.18.0.20:8443 -m -w 1
 -A -t 198.18.1.15:25 -s lc
@@ -880,6 +881,23 @@ fn restore_of_a_real_ipvsadm_save_in_both_modes() {
     let out = restore(&link, &daemon, &subset, "--atomic");
     assert!(out.success(), "{}", out.describe());
     assert_eq!(save(&daemon), RESTORED);
+
+    // What -S writes, -R reads back the same, tunnels with their --tun-type, under
+    // both names, line by line and all or nothing.
+    let saved = daemon.config.path("saved.txt");
+    std::fs::write(&saved, RESTORED).unwrap();
+    for (program, extra) in [
+        (link.as_path(), ""),
+        (Path::new(SLUICECTL), ""),
+        (link.as_path(), "--atomic"),
+        (Path::new(SLUICECTL), "--atomic"),
+    ] {
+        let out = ipvsadm(&link, &daemon, &["-C"]);
+        assert!(out.success(), "{}", out.describe());
+        let out = restore(program, &daemon, &saved, extra);
+        assert!(out.success(), "{}", out.describe());
+        assert_eq!(save(&daemon), RESTORED, "{} -R {extra}", program.display());
+    }
 
     // A line ipvsadm's own option parser refuses ends the restore there, with its
     // words and status and no line number (`fail(2, "illegal weight specified")`

@@ -391,8 +391,9 @@ pub fn render_timeouts(t: &TimeoutsReport) -> String {
 }
 
 /// `-S`: the services as `ipvsadm-save -n` lines, which `-R` reads back: one `-A` per
-/// service (scheduler, persistence), one `-a` per real server (mode, weight,
-/// thresholds when set), and DPVS's `-P` for FullNAT local addresses. TOA is a
+/// service (scheduler, persistence), one `-a` per real server (mode, weight, a
+/// tunnel's `--tun-type ipip`, thresholds when set), and DPVS's `-P` for FullNAT local
+/// addresses. TOA is a
 /// config-file setting and is not saved.
 pub fn render_save(report: &ServicesReport) -> String {
     let mut out = String::new();
@@ -427,6 +428,11 @@ pub fn render_save(report: &ServicesReport) -> String {
                 crate::control::render::endpoint(&r.ip, r.port),
                 r.weight
             );
+            // 1.31's print_tunnel_rule: `"-a %s -r %s %s -w %d --tun-type %s\n"`,
+            // Sluice's tunnels being IP-in-IP.
+            if mode == "-i" {
+                line.push_str(" --tun-type ipip");
+            }
             if r.upper > 0 {
                 let _ = write!(line, " -x {}", r.upper);
             }
@@ -917,6 +923,30 @@ mod tests {
         assert_eq!(
             render_services(&r, false, false).lines().nth(3),
             Some("TCP  198.18.1.1:80 rr persistent 300 mask 255.255.0.0")
+        );
+    }
+
+    /// ipvsadm 1.31's `print_tunnel_rule` writes a tunnel's type after its weight:
+    /// `"-a %s -r %s %s -w %d --tun-type %s\n"` for ipip.
+    #[test]
+    fn save_writes_a_tunnels_type_as_ipvsadm_1_31() {
+        let mut r = report();
+        r.services[0].real_servers[0].mode = "tun".into();
+        r.services[0].real_servers[0].weight = 3;
+        assert!(
+            render_save(&r)
+                .lines()
+                .any(|l| l == "-a -t 198.18.1.1:80 -r 198.18.0.11:80 -i -w 3 --tun-type ipip"),
+            "{}",
+            render_save(&r)
+        );
+        r.services[0].real_servers[0].upper = 10;
+        assert!(
+            render_save(&r).lines().any(
+                |l| l == "-a -t 198.18.1.1:80 -r 198.18.0.11:80 -i -w 3 --tun-type ipip -x 10"
+            ),
+            "{}",
+            render_save(&r)
         );
     }
 
