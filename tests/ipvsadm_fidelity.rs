@@ -1332,6 +1332,32 @@ fn listings_and_restore_inside_a_restore_run_as_ipvsadm_runs_them() {
             out.describe()
         );
         assert_eq!(save(), "-A -t 198.18.1.20:80 -s rr\n");
+
+        // Sluice's --acl-load reads a file (relative to wherever the restore runs):
+        // no line ipvsadm has, and not carried out from a restore.
+        clear();
+        let acl = daemon.config.path("acl.txt");
+        std::fs::write(&acl, "allow 198.18.0.0/16\n").unwrap();
+        std::fs::write(
+            &input,
+            format!(
+                "-A -t 198.18.1.20:80 -s rr\n--acl-load -t 198.18.1.20:80 {}\n\
+                 -A -t 198.18.1.21:80 -s rr\n",
+                acl.display()
+            ),
+        )
+        .unwrap();
+        let out = restore(program, &daemon, &input, "");
+        assert!(
+            out.stderr
+                .contains("not applied: --acl-load reads a file; run it on its own"),
+            "{}",
+            out.describe()
+        );
+        assert_eq!(
+            save(),
+            "-A -t 198.18.1.20:80 -s rr\n-A -t 198.18.1.21:80 -s rr\n"
+        );
     }
     daemon.stop_clean();
 }

@@ -1250,6 +1250,18 @@ fn restore_lines(
         // and a listing that fails ends it as `list_service`'s `exit(1)` does.
         match command.output {
             ipvsadm::Output::Quiet => {}
+            // Sluice's own change from a file (relative to wherever the restore
+            // runs) is no line ipvsadm has: not carried out from a restore.
+            ipvsadm::Output::AclLoad { .. } => {
+                let line = format!(
+                    "line {n}: not applied: --acl-load reads a file; run it on its own: {}",
+                    line.trim()
+                );
+                report(&line);
+                done.refused.push(line);
+                done.last_refused = true;
+                continue;
+            }
             ipvsadm::Output::Restore { .. } => {
                 flush(&mut pending, &mut done, report)?;
                 let refusal = ipvsadm_usage::tryhelp(ipvsadm_program.unwrap_or("sluicectl"));
