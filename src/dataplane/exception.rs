@@ -629,34 +629,22 @@ mod tests {
             b.extend_from_slice(&target.parse::<Ipv6Addr>().unwrap().octets());
             b
         };
-        assert!(!kernel_frame_is_ours(
-            &icmpv6_from("fe80::1", 134, "::"),
-            &p
-        ));
-        assert!(!kernel_frame_is_ours(
-            &icmpv6_from("fe80::1", 137, "::"),
-            &p
-        ));
-        assert!(kernel_frame_is_ours(
-            &icmpv6_from("fe80::1", 136, "2001:db8::1"),
-            &p
-        ));
-        assert!(kernel_frame_is_ours(
-            &icmpv6_from("fe80::1", 136, "fe80::1"),
-            &p
-        ));
-        assert!(!kernel_frame_is_ours(
-            &icmpv6_from("fe80::1", 136, "fe80::9"),
-            &p
-        ));
-        assert!(!kernel_frame_is_ours(
-            &icmpv6_from("fe80::1", 136, "2001:db8::99"),
-            &p
-        ));
-        assert!(kernel_frame_is_ours(
-            &icmpv6_from("fe80::1", 135, "2001:db8::99"),
-            &p
-        ));
+        for (kind, target, ours) in [
+            (134, "::", false),
+            (137, "::", false),
+            (136, "2001:db8::1", true),
+            (136, "fe80::1", true),
+            (136, "fe80::9", false),
+            (136, "2001:db8::99", false),
+            (135, "2001:db8::99", true),
+        ] {
+            let frame = icmpv6_from("fe80::1", kind, target);
+            assert_eq!(
+                kernel_frame_is_ours(&frame, &p),
+                ours,
+                "type {kind}, {target}"
+            );
+        }
         // ARP: the sender's MAC inside too; a probe (sender 0.0.0.0) for the port's
         // address passes, for another address not.
         let mut other_mac = arp_from(LB_MAC, PORT);
