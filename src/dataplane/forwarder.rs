@@ -1431,8 +1431,7 @@ impl Forwarder {
             PacketKind::OtherIpv4 { src, dst, protocol } => {
                 self.other_ipv4(frame, (src, dst, protocol), owns(dst), port)
             }
-            PacketKind::Tcp { key, flags, .. } => self.l4(&mut pkt, &parsed, key, flags, &cx),
-            PacketKind::Udp { key } => self.l4(&mut pkt, &parsed, key, TcpFlags::empty(), &cx),
+            PacketKind::Tcp { .. } | PacketKind::Udp { .. } => self.l4(&mut pkt, &parsed, &cx),
         };
         self.unless_for_kernel(action, to, pkt.bytes(), &parsed, port)
     }
@@ -1594,14 +1593,13 @@ impl Forwarder {
     /// 3. account: the packet counts on its real server (`observe.rs`);
     /// 4. egress: rewritten for the session's mode and addressed to its next hop
     ///    (`egress.rs`).
-    fn l4(
-        &mut self,
-        pkt: &mut Packet,
-        parsed: &Parsed,
-        key: FlowKey4,
-        flags: TcpFlags,
-        cx: &Context,
-    ) -> Action {
+    fn l4(&mut self, pkt: &mut Packet, parsed: &Parsed, cx: &Context) -> Action {
+        let (key, flags) = match parsed.kind {
+            PacketKind::Tcp { key, flags, .. } => (key, flags),
+            PacketKind::Udp { key } => (key, TcpFlags::empty()),
+            // `handle` passes TCP and UDP only.
+            _ => return Action::Drop(DropReason::UnsupportedProtocol),
+        };
         let hashed = self.hashed(pkt.index(), key);
         let found = self.sessions.lookup_hashed(&hashed);
         let found = self.unless_reopened(found, flags, cx.counters);
