@@ -559,12 +559,6 @@ fn passive_detection_alone_on_a_dr_real_server_is_warned_of() {
 /// health checks, VRRP and sync), and answer them.
 #[test]
 fn pipelined_control_requests_leave_the_management_loop_turning() {
-    use sluice::control::protocol::Request;
-    use sluice::model::{Protocol, SchedulerKind, ServiceKey};
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::net::UnixStream;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     require_root();
     let daemon = Daemon::start(loopback_config());
     let table: String = (0..20_000u32)
@@ -572,48 +566,12 @@ fn pipelined_control_requests_leave_the_management_loop_turning() {
         .collect();
     let restored = daemon.restore(&table);
     assert!(restored.success(), "{restored:?}");
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..6u8)
-        .map(|k| {
-            let (path, stop) = (daemon.socket().to_path_buf(), stop.clone());
-            std::thread::spawn(move || {
-                let service = ServiceKey::new(
-                    Protocol::Tcp,
-                    std::net::Ipv4Addr::new(198, 18, 1, 10 + k),
-                    80,
-                );
-                let add = Request::AddService {
-                    service,
-                    scheduler: Some(SchedulerKind::Rr),
-                    persistence: None,
-                    sched_flags: None,
-                };
-                let lines = format!(
-                    "{}\n{}\n",
-                    serde_json::to_string(&add).unwrap(),
-                    serde_json::to_string(&Request::DeleteService { service }).unwrap()
-                )
-                .repeat(25);
-                let stream = UnixStream::connect(&path).expect("control socket");
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut writer = stream;
-                let (mut answered, mut line) = (0u64, String::new());
-                while !stop.load(Ordering::Relaxed) {
-                    writer
-                        .write_all(lines.as_bytes())
-                        .expect("pipelined requests");
-                    for _ in 0..50 {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return answered;
-                        }
-                        answered += 1;
-                    }
-                }
-                answered
-            })
-        })
-        .collect();
+    let flood = ControlFlood::start(
+        daemon.socket(),
+        6,
+        std::net::Ipv4Addr::new(198, 18, 1, 10),
+        80,
+    );
     let management = |s: &serde_json::Value, field: &str| {
         s["management"][field]
             .as_u64()
@@ -623,8 +581,7 @@ fn pipelined_control_requests_leave_the_management_loop_turning() {
     let (first, t0) = (daemon.status(), Instant::now());
     std::thread::sleep(Duration::from_secs(2));
     let (last, t1) = (daemon.status(), Instant::now());
-    stop.store(true, Ordering::Relaxed);
-    let answered: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    let answered = flood.stop();
     let turns = management(&last, "turns") - management(&first, "turns");
     let requests = management(&last, "control_requests") - management(&first, "control_requests");
     let due = (t1 - t0).as_millis() as u64 / 5;

@@ -392,6 +392,70 @@ fn election_both_ways_with_keepalived() {
     drop(keepalived);
 }
 
+/// A flood of costly control requests must not silence the master's adverts. Six
+/// clients pipeline service changes over more connections than the control server
+/// has executors, on a table of 20,000 services (each change copies and publishes
+/// it), so the management loop never finds the queue empty; it answers them for a
+/// bounded time per turn and runs VRRP between. Judged by keepalived, backup at a
+/// 100 ms interval (it takes over 360 ms after the last advert it heard): it must stay
+/// backup, and the VIP must stay off its interface, all through the flood.
+#[test]
+fn a_control_flood_leaves_keepalived_backup() {
+    require_root();
+    let lab = lab();
+    let daemon = sluice(&lab, 150, 100);
+    // The table first, before keepalived listens: the restore is one staged change.
+    let table: String = (0..20_000u32)
+        .map(|i| format!("-A -t {VIP}:{} -s rr\n", 10_000 + i))
+        .collect();
+    let restored = daemon.restore(&table);
+    assert!(restored.success(), "{restored:?}");
+    let became = time_until_state(&daemon, "MASTER", Instant::now(), Duration::from_secs(5));
+    assert!(became.is_some(), "{:#}\n{}", daemon.vrrp(), daemon.dump());
+    let keepalived = Keepalived::start(&lab, "0.1");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        !keepalived.log().contains("Entering MASTER STATE"),
+        "keepalived took over before the flood\n{}",
+        keepalived.log()
+    );
+    let before = daemon.status();
+    let vip: std::net::Ipv4Addr = VIP.parse().unwrap();
+    let flood = ControlFlood::start(daemon.socket(), 6, vip, 40_000);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        assert!(
+            !vip_on_rs2(&lab),
+            "keepalived took the VIP during the control flood\n{}\n{:#}",
+            keepalived.log(),
+            daemon.status()
+        );
+        std::thread::sleep(POLL);
+    }
+    let during = daemon.status();
+    let answered = flood.stop();
+    let management = |s: &serde_json::Value, field: &str| {
+        s["management"][field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no management.{field} in {s:#}"))
+    };
+    let cut = management(&during, "control_turns_cut") - management(&before, "control_turns_cut");
+    eprintln!(
+        "{answered} requests answered in the flood, {cut} turns cut at the budget, longest \
+         turn {} us",
+        management(&during, "longest_turn_us")
+    );
+    assert!(
+        !keepalived.log().contains("Entering MASTER STATE"),
+        "{}",
+        keepalived.log()
+    );
+    // The flood ran, and held the queue: turns were cut at the budget.
+    assert!(answered >= 50, "{answered} requests answered");
+    assert!(cut > 0, "{during:#}");
+    assert_eq!(daemon.vrrp()["state"], "MASTER", "{:#}", daemon.vrrp());
+}
+
 #[test]
 fn sigterm_resigns_and_keepalived_takes_over_after_its_skew() {
     require_root();

@@ -571,3 +571,68 @@ pub fn health_target<'a>(
         .and_then(|t| t.iter().find(|t| t["service"] == service && t["ip"] == ip))
         .unwrap_or_else(|| panic!("no health target {ip} in {service}: {health:#}"))
 }
+
+/// Clients that flood a daemon's control socket: each pipelines, over its own
+/// connection, 25 pairs of adding and deleting a service (its own, `vip` at port
+/// `first_port + k`), then reads the 50 answers, and again, until stopped. More
+/// clients than the control server has executors keep its queue from ever emptying.
+pub struct ControlFlood {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    clients: Vec<JoinHandle<u64>>,
+}
+
+impl ControlFlood {
+    pub fn start(socket: &Path, clients: u8, vip: std::net::Ipv4Addr, first_port: u16) -> Self {
+        use sluice::control::protocol::Request;
+        use sluice::model::{Protocol, SchedulerKind, ServiceKey};
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::unix::net::UnixStream;
+        use std::sync::atomic::Ordering;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let clients = (0..clients)
+            .map(|k| {
+                let (path, stop) = (socket.to_path_buf(), stop.clone());
+                thread::spawn(move || {
+                    let service = ServiceKey::new(Protocol::Tcp, vip, first_port + u16::from(k));
+                    let add = Request::AddService {
+                        service,
+                        scheduler: Some(SchedulerKind::Rr),
+                        persistence: None,
+                        sched_flags: None,
+                    };
+                    let lines = format!(
+                        "{}\n{}\n",
+                        serde_json::to_string(&add).unwrap(),
+                        serde_json::to_string(&Request::DeleteService { service }).unwrap()
+                    )
+                    .repeat(25);
+                    let stream = UnixStream::connect(&path).expect("control socket");
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut writer = stream;
+                    let (mut answered, mut line) = (0u64, String::new());
+                    while !stop.load(Ordering::Relaxed) {
+                        writer
+                            .write_all(lines.as_bytes())
+                            .expect("pipelined requests");
+                        for _ in 0..50 {
+                            line.clear();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return answered;
+                            }
+                            answered += 1;
+                        }
+                    }
+                    answered
+                })
+            })
+            .collect();
+        ControlFlood { stop, clients }
+    }
+
+    /// Stops the clients (each after its round of 50 answers); the answers they read
+    /// in all.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.clients.into_iter().map(|c| c.join().unwrap()).sum()
+    }
+}
