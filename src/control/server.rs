@@ -13,7 +13,9 @@
 //!   from connect or from its previous response, and delays nobody meanwhile; one that
 //!   stops reading its response is dropped once that long passes without a byte taken;
 //! - a slow handler delays the requests queued behind it on the executors, not the
-//!   reading, writing and refusing of other connections.
+//!   reading, writing and refusing of other connections;
+//! - requests wait for an executor one user after another ([`FairQueue`]), so one
+//!   user's many connections cannot hold another user's request behind all of theirs.
 //!
 //! Costs: one descriptor per open connection (the soft open-file limit is raised to fit
 //! [`ServerLimits::max_connections`]), at most [`MAX_REQUEST_BYTES`] + 16 KiB of buffer
@@ -509,6 +511,38 @@ type Job = (u64, Request);
 /// A request's token and its response line.
 type Done = (u64, String);
 
+/// Requests waiting for a free executor, served one user after another: each user's
+/// oldest first, then the next user's. A user with many connections (a member's
+/// monitoring agent, or one flooding the socket) then delays another user's request
+/// by at most one of its own, not by all it has queued. A connection has at most one
+/// request here or executing, so a user has at most as many as its connections.
+#[derive(Default)]
+struct FairQueue {
+    /// Users with requests waiting, in the order they are served; none is empty.
+    users: std::collections::VecDeque<(u32, std::collections::VecDeque<Job>)>,
+}
+
+impl FairQueue {
+    fn push(&mut self, user: u32, job: Job) {
+        match self.users.iter_mut().find(|(u, _)| *u == user) {
+            Some((_, jobs)) => jobs.push_back(job),
+            None => self
+                .users
+                .push_back((user, std::collections::VecDeque::from([job]))),
+        }
+    }
+
+    /// The next user's oldest request; that user then goes last.
+    fn pop(&mut self) -> Option<Job> {
+        let (user, mut jobs) = self.users.pop_front()?;
+        let job = jobs.pop_front();
+        if !jobs.is_empty() {
+            self.users.push_back((user, jobs));
+        }
+        job
+    }
+}
+
 /// What the serving thread owns.
 struct ServeLoop {
     listener: UnixListener,
@@ -519,6 +553,11 @@ struct ServeLoop {
     jobs: Option<crossbeam::channel::Sender<Job>>,
     done: crossbeam::channel::Receiver<Done>,
     executors: Vec<JoinHandle<()>>,
+    /// Requests not yet handed to an executor: one goes out as one comes back, so
+    /// the order users are served in is decided here, not by a first-come queue.
+    waiting: FairQueue,
+    /// Requests handed to the executors and not answered yet (at most one each).
+    executing: usize,
     connections: Vec<Connection>,
     next_token: u64,
     /// After accept(2) failed for want of descriptors, the listener is left out of the
@@ -572,6 +611,8 @@ fn serve(
         jobs: Some(jobs_tx),
         done: done_rx,
         executors,
+        waiting: FairQueue::default(),
+        executing: 0,
         connections: Vec::new(),
         next_token: 0,
         accept_paused_until: None,
@@ -685,6 +726,8 @@ impl ServeLoop {
 
     fn collect_answers(&mut self) {
         while let Ok((token, response)) = self.done.try_recv() {
+            self.executing = self.executing.saturating_sub(1);
+            self.hand_out();
             let timeout = self.limits.request_timeout;
             let Some(index) = self.connections.iter().position(|c| c.token == token) else {
                 continue;
@@ -980,15 +1023,35 @@ impl ServeLoop {
     fn execute_later(&mut self, index: usize, request: Request, last: bool) {
         let connection = &mut self.connections[index];
         connection.close_after = last;
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|jobs| jobs.send((connection.token, request)).is_ok());
-        if sent && !self.executors.is_empty() {
-            connection.phase = Phase::Executing;
-        } else {
+        if self.jobs.is_none() || self.executors.is_empty() {
             let failure = Response::failure("internal error: no control executor");
             connection.respond(failure.to_line(), true, self.limits.request_timeout);
+            return;
+        }
+        connection.phase = Phase::Executing;
+        let (user, token) = (connection.user, connection.token);
+        self.waiting.push(user, (token, request));
+        self.hand_out();
+    }
+
+    /// Hands waiting requests to the executors, one per idle executor, in the
+    /// [`FairQueue`]'s order.
+    fn hand_out(&mut self) {
+        while self.executing < self.executors.len() {
+            let Some((token, request)) = self.waiting.pop() else {
+                return;
+            };
+            let sent = self
+                .jobs
+                .as_ref()
+                .is_some_and(|jobs| jobs.send((token, request)).is_ok());
+            if sent {
+                self.executing += 1;
+            } else if let Some(connection) = self.connections.iter_mut().find(|c| c.token == token)
+            {
+                let failure = Response::failure("internal error: no control executor");
+                connection.respond(failure.to_line(), true, self.limits.request_timeout);
+            }
         }
     }
 
@@ -1729,6 +1792,90 @@ mod tests {
         assert_eq!(
             answer.into_result().unwrap().as_str().map(str::len),
             Some(2 << 20)
+        );
+    }
+
+    #[test]
+    fn the_fair_queue_serves_users_in_turn_each_in_order() {
+        let job = |token: u64| (token, Request::Status);
+        let mut queue = FairQueue::default();
+        assert!(queue.pop().is_none());
+        for token in 1..=4 {
+            queue.push(1000, job(token));
+        }
+        queue.push(0, job(10));
+        queue.push(1000, job(5));
+        queue.push(7, job(20));
+        queue.push(0, job(11));
+        let order: Vec<u64> = std::iter::from_fn(|| queue.pop().map(|(t, _)| t)).collect();
+        // 1000 first (it came first), then 0, then 7, then round again.
+        assert_eq!(order, [1, 10, 20, 2, 11, 3, 4, 5]);
+        assert!(queue.users.is_empty());
+    }
+
+    /// A user flooding the socket from many connections delays another user's request
+    /// by the executors' worth and one of its own, not by everything it queued. The
+    /// flood comes from another uid (`nobody`, through setpriv and Python, the socket
+    /// given its group), root asks once it is queued.
+    #[test]
+    fn a_flooding_user_delays_another_by_one_request_not_by_its_queue() {
+        use std::os::unix::fs::PermissionsExt;
+        const FLOOD: usize = 12;
+        const NOBODY: u32 = 65534;
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&order);
+        let handler = value_handler(move |request: Request| match request {
+            Request::Xstats { port } => {
+                // The order the requests start in.
+                seen.lock().unwrap().push(port);
+                thread::sleep(Duration::from_millis(40));
+                Ok(Value::Null)
+            }
+            other => Err(format!("{} not served here", other.command_name())),
+        });
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("ctl.sock");
+        let limits = ServerLimits {
+            request_timeout: Duration::from_secs(10),
+            ..ServerLimits::default()
+        };
+        let _server =
+            ControlServer::spawn_with_group(&path, handler, limits, Some(NOBODY)).unwrap();
+        let script = "import socket, sys\n\
+                      conns = [socket.socket(socket.AF_UNIX) for _ in range(int(sys.argv[2]))]\n\
+                      for c in conns: c.connect(sys.argv[1])\n\
+                      for i, c in enumerate(conns): c.sendall(b'{\"cmd\":\"xstats\",\"port\":%d}\\n' % (100 + i))\n\
+                      print('sent', flush=True)\n\
+                      for c in conns: c.makefile().readline()\n";
+        let mut flood = std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .args(["/usr/bin/python3", "-c", script])
+            .arg(&path)
+            .arg(FLOOD.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("setpriv and python3");
+        let mut sent = String::new();
+        BufReader::new(flood.stdout.take().unwrap())
+            .read_line(&mut sent)
+            .unwrap();
+        assert_eq!(sent, "sent\n", "the flood did not start");
+        // Root asks while the first of them execute (each takes 40 ms).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while order.lock().unwrap().len() < EXECUTORS && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let mut root = Peer::connect(&path);
+        assert!(root.call(b"{\"cmd\":\"xstats\",\"port\":1}\n").ok);
+        assert!(flood.wait().unwrap().success());
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order.len(), FLOOD + 1, "{order:?}");
+        let root_at = order.iter().position(|&port| port == 1).unwrap();
+        // The executors' four, at most one more of the flood's, then root's.
+        assert!(
+            root_at <= EXECUTORS + 1,
+            "root's request started {root_at}th: {order:?}"
         );
     }
 }
