@@ -777,3 +777,109 @@ fn connections_over_the_limit_are_refused_at_once() {
     assert!(worst < Duration::from_millis(100), "{worst:?}");
     drop(held);
 }
+
+/// A user flooding the socket from many connections delays another user's request
+/// by what the executors hold and one request of its own, not by everything it
+/// queued. The flood comes from another uid (`nobody`, through setpriv and Python;
+/// the socket is given its group): twelve requests, of which the four executors take
+/// the first and then wait at a gate, so nothing else can start however slow this
+/// machine is, until root's request is known to be queued behind the other eight.
+#[test]
+fn a_flooding_user_delays_another_by_one_request_not_by_its_queue() {
+    use sluice::control::server::EXECUTORS;
+    use std::sync::{Condvar, Mutex};
+    const FLOOD: usize = 12;
+    const NOBODY: u32 = 65534;
+    let is_root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    let setpriv = Path::new("/usr/bin/setpriv");
+    assert!(
+        is_root && setpriv.exists() && Path::new("/usr/bin/python3").exists(),
+        "needs root, /usr/bin/setpriv (util-linux) and /usr/bin/python3 to act as another user"
+    );
+    // The order requests start in; they then wait until the gate opens.
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let (seen, held) = (Arc::clone(&started), Arc::clone(&gate));
+    let handler = value_handler(move |request| match request {
+        Request::Xstats { port } => {
+            seen.lock().unwrap().push(port);
+            let (open, opened) = &*held;
+            let guard = open.lock().unwrap();
+            let _open = opened
+                .wait_timeout_while(guard, Duration::from_secs(10), |open| !*open)
+                .unwrap();
+            Ok(Value::Null)
+        }
+        other => Err(format!("{} not served here", other.command_name())),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("ctl.sock");
+    let limits = ServerLimits {
+        request_timeout: Duration::from_secs(20),
+        ..ServerLimits::default()
+    };
+    let _server = ControlServer::spawn_with_group(&path, handler, limits, Some(NOBODY)).unwrap();
+    let script = "import socket, sys\n\
+                  conns = [socket.socket(socket.AF_UNIX) for _ in range(int(sys.argv[2]))]\n\
+                  for c in conns: c.connect(sys.argv[1])\n\
+                  for i, c in enumerate(conns): c.sendall(b'{\"cmd\":\"xstats\",\"port\":%d}\\n' % (100 + i))\n\
+                  print('sent', flush=True)\n\
+                  for c in conns: c.makefile().readline()\n";
+    let mut flood = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["/usr/bin/python3", "-c", script])
+        .arg(&path)
+        .arg(FLOOD.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sent = String::new();
+    BufReader::new(flood.stdout.take().unwrap())
+        .read_line(&mut sent)
+        .unwrap();
+    assert_eq!(sent, "sent\n", "the flood did not start");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while started.lock().unwrap().len() < EXECUTORS {
+        assert!(
+            Instant::now() < deadline,
+            "the flood's requests never started"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    // Root's request, then, from a second connection made after it, a line the
+    // serving thread answers itself: once that answer is back, root's request has
+    // been read (in the same pass or an earlier one) and waits for an executor.
+    let mut root = UnixStream::connect(&path).unwrap();
+    let mut probe = UnixStream::connect(&path).unwrap();
+    root.write_all(b"{\"cmd\":\"xstats\",\"port\":1}\n")
+        .unwrap();
+    probe.write_all(b"not json\n").unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut refusal = String::new();
+    BufReader::new(probe).read_line(&mut refusal).unwrap();
+    assert!(refusal.contains("\"ok\":false"), "{refusal}");
+    // Only now may the waiting requests start.
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    root.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    BufReader::new(root).read_line(&mut answer).unwrap();
+    assert!(answer.contains("\"ok\":true"), "{answer}");
+    assert!(flood.wait().unwrap().success());
+    let order = started.lock().unwrap().clone();
+    assert_eq!(order.len(), FLOOD + 1, "{order:?}");
+    let root_at = order.iter().position(|&port| port == 1).unwrap();
+    // The executors' four, one more of the flood's, then root's, those two handed out
+    // one after the other and so perhaps started the other way round (first come,
+    // first served, root's would start last).
+    assert!(
+        root_at <= EXECUTORS + 1,
+        "root's request started at {root_at}: {order:?}"
+    );
+}

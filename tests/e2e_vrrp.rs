@@ -32,6 +32,10 @@
 //!    (what keepalived sends), one sealed under another key and one whose counter is
 //!    2 minutes old change nothing and are counted by reason; the event log names the
 //!    peer's first refusal only (once a minute per peer).
+//! 6. A flood of costly control requests (six clients pipelining service changes at
+//!    20,000 services) against a Sluice master at a 100 ms interval: keepalived, its
+//!    backup, never takes the VIP (without the management loop's control budget it
+//!    did).
 //!
 //! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
 //! integration e2e_vrrp:: -- --nocapture --test-threads 1` (as root).
