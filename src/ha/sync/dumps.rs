@@ -392,6 +392,63 @@ mod tests {
         assert!(ends[1] - ends[0] <= 5, "{finished:?}");
     }
 
+    /// Each dump lists its share of the turn's chunks; under a record bound, the one
+    /// listing first changes from turn to turn, so neither is always left without.
+    #[test]
+    fn the_listing_is_shared_between_dumps_in_turn() {
+        let mut t = table(20_000);
+        let mut sender = SyncSender::new(u32::from(US), 1500, None);
+        let per_chunk = sender.records_per_chunk();
+        let mut dumps = Dumps::default();
+        dumps.start(A, 1, 0);
+        dumps.start(B, 2, 0);
+        let listed = dumps.list(&mut t, 32, per_chunk, usize::MAX, || true);
+        assert_eq!(listed.records as usize, 32 * per_chunk);
+        let queued: Vec<usize> = dumps.iter().map(|d| d.dump.queued()).collect();
+        assert_eq!(queued, [16 * per_chunk, 16 * per_chunk]);
+        // Under a bound of 100 records a turn: A's turn first, then B's.
+        let mut dumps = Dumps::default();
+        dumps.start(A, 3, 0);
+        dumps.start(B, 4, 0);
+        let mut firsts = Vec::new();
+        for now in [5, 10, 15, 20] {
+            let before: Vec<usize> = dumps.iter().map(|d| d.dump.queued()).collect();
+            dumps.list(&mut t, 32, per_chunk, 100, || true);
+            let grew: Vec<usize> = (dumps.iter().zip(&before))
+                .map(|(d, b)| d.dump.queued() - b)
+                .collect();
+            firsts.push(grew);
+            dumps.send(&mut sender, 32, now, &mut [0u8; 1500], |_, _| {});
+        }
+        assert_eq!(firsts, [[100, 0], [0, 100], [100, 0], [0, 100]]);
+    }
+
+    /// The turn's chunks are taken one per dump in turn: a dump with more queued
+    /// than its share does not take the others' part.
+    #[test]
+    fn the_chunks_are_taken_one_per_dump_in_turn() {
+        let mut sender = SyncSender::new(u32::from(US), 1500, None);
+        let mut t = table(2_000);
+        let mut dumps = Dumps::default();
+        dumps.start(A, 1, 0);
+        dumps.start(B, 2, 0);
+        // More than the whole turn's chunks queued for each.
+        for d in &mut dumps.under_way {
+            let mut from = Some(0);
+            while let Some(at) = from {
+                from = t
+                    .sessions(0, at, usize::MAX, &mut |r| d.dump.push(r))
+                    .unwrap();
+            }
+            assert_eq!(d.dump.queued(), 2_000);
+        }
+        let mut sent = BTreeMap::new();
+        dumps.send(&mut sender, 32, 0, &mut [0u8; 1500], |peer, _| {
+            *sent.entry(peer).or_insert(0) += 1
+        });
+        assert_eq!(sent, BTreeMap::from([(A, 16), (B, 16)]));
+    }
+
     #[test]
     fn a_dump_whose_listing_fails_is_dropped() {
         struct Silent;
