@@ -8,7 +8,9 @@
 //!   state, expiring no later than on the active (plus a tick of slack).
 //! - A standby started after the active catches up by bulk resync: it asks for the
 //!   active's table, and the active dumps its sessions, TIME_WAIT ones included (they
-//!   never change again, so no other message would bring them).
+//!   never change again, so no other message would bring them). The same when the
+//!   active lists its dump 5 records a turn (`[sync] dump_records_per_turn`): the
+//!   dump streams over 40 and more turns and completes at the first attempt.
 //! - Persistence templates reach the standby: with a persistent service, the standby
 //!   lists the active's templates (client network, service, real server), expiring no
 //!   later than on the active (plus slack); a standby started later gets them in the
