@@ -4,7 +4,7 @@ starting up would, and checks the dump that comes back.
 
 It plays the peer that `sluice-gen bench --sync` configures (127.0.0.1, the DUT's
 listen port + 1, no key: `unauthenticated = true`): binds that address, sends one
-resync request (sync format v2, type 2, addressed to the DUT, a fresh epoch) and reads dump chunks (type 3) until the one flagged LAST_CHUNK, or 5 s of
+resync request (sync format v6, type 2, addressed to the DUT, a fresh epoch) and reads dump chunks (type 3) until the one flagged LAST_CHUNK, or 5 s of
 silence. Prints chunks, records, missing chunk numbers and the time from request to
 last chunk. Other datagrams (the DUT's ordinary batches) are counted and ignored.
 
@@ -21,6 +21,9 @@ import time
 HEADER = ">4sBBHHHIIIIQQ"
 HEADER_LEN = struct.calcsize(HEADER)  # 44
 LAST_CHUNK = 2
+# The sync format's version (src/session/replication.rs, VERSION): a node rejects
+# every version but its own. The header's layout has not changed since version 2.
+VERSION = 6
 
 
 def main() -> None:
@@ -29,9 +32,11 @@ def main() -> None:
     s.bind(("127.0.0.1", port + 1))
     dump_id = 4242
     recipient = struct.unpack(">I", socket.inet_aton("127.0.0.1"))[0]
+    # The sender field must be the address the request comes from (the peer's).
+    sender = recipient
     epoch = int(time.time() * 1e6)
     request = struct.pack(
-        HEADER, b"SLSY", 2, 2, 0, HEADER_LEN, 0, 99, recipient, dump_id, 0, epoch, 0
+        HEADER, b"SLSY", VERSION, 2, 0, HEADER_LEN, 0, sender, recipient, dump_id, 0, epoch, 0
     )
     started = time.time()
     s.sendto(request, ("127.0.0.1", port))

@@ -8,7 +8,9 @@
 //!   state, expiring no later than on the active (plus a tick of slack).
 //! - A standby started after the active catches up by bulk resync: it asks for the
 //!   active's table, and the active dumps its sessions, TIME_WAIT ones included (they
-//!   never change again, so no other message would bring them).
+//!   never change again, so no other message would bring them). The same when the
+//!   active lists its dump 5 records a turn (`[sync] dump_records_per_turn`): the
+//!   dump streams over 40 and more turns and completes at the first attempt.
 //! - Persistence templates reach the standby: with a persistent service, the standby
 //!   lists the active's templates (client network, service, real server), expiring no
 //!   later than on the active (plus slack); a standby started later gets them in the
@@ -487,11 +489,41 @@ fn standby_installs_the_active_sessions_and_rejects_forged_messages() {
 
 #[test]
 fn a_standby_started_late_catches_up_by_bulk_resync() {
+    late_standby_catches_up("", (8848, 8849));
+}
+
+/// The same with the active listing at most 5 records a management turn
+/// (`[sync] dump_records_per_turn`): its dump of 200 and more sessions is listed over
+/// 40 and more turns, its chunks going out as they fill, and the standby gets every
+/// session in the one dump it asked for, complete at the first attempt.
+#[test]
+fn a_dump_listed_five_records_a_turn_brings_every_session() {
+    let resync = late_standby_catches_up("dump_records_per_turn = 5\n", (8878, 8879));
+    assert_eq!(resync["state"], "complete", "{resync:#}");
+    assert_eq!(resync["attempts"], 1, "{resync:#}");
+    let records = resync["records"].as_u64().unwrap();
+    let took_ms = resync["took_ms"].as_u64().unwrap();
+    eprintln!("dump listed 5 records a turn: {records} records in {took_ms} ms");
+    // At 5 records a turn and a turn every 5 ms: about a millisecond a record.
+    assert!(
+        records >= 200 && took_ms >= records / 2,
+        "{records} records in {took_ms} ms: not listed a few a turn"
+    );
+}
+
+/// An active node with 200 sessions in TIME_WAIT, then a standby: the standby holds
+/// every one of them within 10 s. `active_extra` is added to the active's `[sync]`.
+/// Returns the standby's resync of the active (`sluicectl sync`).
+fn late_standby_catches_up(active_extra: &str, ports: (u16, u16)) -> serde_json::Value {
     require_root();
     let tag = unique_tag();
     let ns = Netns::new(&tag);
-    let (active_port, standby_port) = (8848, 8849);
-    let active = active_node(&ns, active_port, standby_port, "");
+    let (active_port, standby_port) = ports;
+    let active = active_node_with(
+        &ns,
+        &format!("{}{active_extra}", sync_section(active_port, standby_port)),
+        "",
+    );
     let enough = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
         let n = sessions(&active)
             .values()
@@ -537,8 +569,15 @@ fn a_standby_started_late_catches_up_by_bulk_resync() {
         old.len()
     );
     assert!(report["stats"]["dumps_sent"].as_u64().unwrap() >= 1);
+    // The dump's last chunks (sessions made since, templates) may still be on the way.
+    let resync = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let resync = sync_report(&standby)["peer_status"][0]["resync"].clone();
+        (resync["state"] == "complete").then_some(resync)
+    })
+    .unwrap_or_else(|| sync_report(&standby)["peer_status"][0]["resync"].clone());
     standby.stop_clean();
     active.stop_clean();
+    resync
 }
 
 #[test]

@@ -480,6 +480,10 @@ pub struct SyncSettings {
     pub period_ms: u32,
     /// Largest datagram.
     pub mtu: u16,
+    /// Records a bulk resync dump lists per management turn at most, over all dumps
+    /// under way (besides the turn's chunk budget and a 2 ms listing time): a lower
+    /// value spreads a dump over more turns.
+    pub dump_records_per_turn: u32,
 }
 
 /// One `[[services.real_servers]]` table (`ipvsadm -a`).

@@ -141,6 +141,7 @@ const SYNC_KEYS: &[&str] = &[
     "threshold",
     "period_ms",
     "mtu",
+    "dump_records_per_turn",
 ];
 const VRRP_KEYS: &[&str] = &[
     "vrid",
@@ -181,6 +182,9 @@ const HEALTH_ONLY_KEYS: &[&str] = &[
 
 const DEFAULT_SOCKET: &str = "/run/sluice/sluice.sock";
 const DEFAULT_DESC: u16 = 1024;
+/// `[sync] dump_records_per_turn` unless set: above what the 32 dump chunks of a
+/// turn carry at any MTU, so the chunk budget and the listing time bound a turn.
+const DEFAULT_DUMP_RECORDS_PER_TURN: u32 = 65_536;
 /// Without hugepages DPDK still needs room for its own heap and one mempool.
 const MIN_NO_HUGE_MB: u32 = 64;
 const MAX_WORKERS: usize = 64;
@@ -320,6 +324,11 @@ fn read_sync(root: &Table, ports: &[PortRead], source: &Source) -> Check<Option<
         threshold: t.or("threshold", 3, |f| f.int(0..=1_000_000))?,
         period_ms: t.or("period_ms", 10_000, |f| f.int(100..=3_600_000))?,
         mtu,
+        dump_records_per_turn: t.or(
+            "dump_records_per_turn",
+            DEFAULT_DUMP_RECORDS_PER_TURN,
+            |f| f.int(1..=1_000_000),
+        )?,
     }))
 }
 

@@ -2341,6 +2341,7 @@ fn health_vrrp_and_sync_sections_parse_with_their_overrides() {
         (sync.threshold, sync.period_ms, sync.mtu),
         (3, 10_000, 1500)
     );
+    assert_eq!(sync.dump_records_per_turn, 65_536);
     assert_eq!(sync.multicast, Some("224.0.0.81:8848".parse().unwrap()));
     assert!(parse(BASE).unwrap().vrrp.is_none());
     assert!(parse(BASE).unwrap().sync.is_none());
@@ -2554,6 +2555,31 @@ fn sync_multicast_is_optional_and_any_group_of_224_0_0_0_4() {
         assert_eq!(
             sync(&sync_with_multicast(&format!("\"{group}\""))).multicast,
             Some(group.parse().unwrap())
+        );
+    }
+}
+
+/// `dump_records_per_turn` bounds a dump's listing per turn: from 1 (a record a
+/// turn) to 1,000,000; 0 would never list, and anything else is named with its line.
+#[test]
+fn sync_dump_records_per_turn_is_bounded_and_named_when_wrong() {
+    let ok = |n: u32| {
+        let text = sync_with(&format!("dump_records_per_turn = {n}\n{SYNC_KEY_LINE}"));
+        parse(&text).unwrap_or_else(|e| panic!("{e}")).sync.unwrap()
+    };
+    assert_eq!(ok(1).dump_records_per_turn, 1);
+    assert_eq!(ok(1_000_000).dump_records_per_turn, 1_000_000);
+    for (value, needle) in [
+        ("0", "1..=1000000"),
+        ("1000001", "1..=1000000"),
+        ("-5", "1..=1000000"),
+        ("\"many\"", "invalid type"),
+    ] {
+        assert_rejected(
+            &sync_with(&format!("dump_records_per_turn = {value}\n{SYNC_KEY_LINE}")),
+            24,
+            "sync.dump_records_per_turn",
+            needle,
         );
     }
 }

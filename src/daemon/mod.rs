@@ -1274,6 +1274,98 @@ const CENSUS_STEPS_PER_PASS: usize = 1000;
 /// How long a worker may take to answer one question (it answers between two polls).
 const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// One question to worker `w`: its sessions from table position `from` on, at most
+/// `room`, and where to go on (None: the end of its table).
+fn ask_connections(
+    mailbox: &Mailbox,
+    w: usize,
+    from: usize,
+    room: usize,
+) -> Result<(Vec<crate::dataplane::query::ConnectionEntry>, Option<usize>), String> {
+    let query = Query::Connections {
+        from,
+        out: Vec::with_capacity(room),
+        next: None,
+    };
+    let Query::Connections { out, next, .. } = mailbox
+        .ask(query, QUERY_TIMEOUT)
+        .map_err(|e| format!("worker {w}: {e}"))?
+    else {
+        return Err(format!("worker {w}: answered another question"));
+    };
+    Ok((out, next))
+}
+
+/// The tables a bulk resync dump lists, a slice per turn: the workers' sessions
+/// through their mailboxes, and the shared template table read directly.
+struct DumpTables<'a> {
+    mailboxes: &'a [Arc<Mailbox>],
+    persist: &'a PersistTable,
+    services: &'a crate::service::ServiceTable,
+    /// The services by id, built at the first template listed in the turn.
+    by_id: Option<crate::ha::sync::templates::ServicesById<'a>>,
+    now: u32,
+    tick_ms: u32,
+}
+
+impl crate::ha::sync::cursor::DumpSource for DumpTables<'_> {
+    fn workers(&self) -> usize {
+        self.mailboxes.len()
+    }
+
+    fn sessions(
+        &mut self,
+        worker: usize,
+        from: usize,
+        max: usize,
+        each: &mut dyn FnMut(crate::session::replication::RecordRepr),
+    ) -> Result<Option<usize>, String> {
+        use crate::dataplane::query::ListedSession;
+        use crate::session::replication::{RecordOp, RecordRepr};
+        let room = max.min(CONNECTIONS_PER_CHUNK);
+        let (out, next) = ask_connections(&self.mailboxes[worker], worker, from, room)?;
+        for c in &out {
+            let left_ms = c.expires_ticks.saturating_mul(self.tick_ms);
+            let mut record = match &c.session {
+                ListedSession::V4(s) => RecordRepr::connection(s, RecordOp::Update, left_ms),
+                ListedSession::V6(s) => RecordRepr::connection6(s, RecordOp::Update, left_ms),
+            };
+            record.synproxy = c.synproxy;
+            each(record);
+        }
+        Ok(next)
+    }
+
+    fn template_slots(&self, v6: bool) -> usize {
+        if v6 {
+            self.persist.capacity6()
+        } else {
+            self.persist.capacity()
+        }
+    }
+
+    fn templates(
+        &mut self,
+        v6: bool,
+        slots: std::ops::Range<usize>,
+        each: &mut dyn FnMut(crate::session::replication::RecordRepr),
+    ) {
+        let (now, tick_ms, services) = (self.now, self.tick_ms, self.services);
+        let by_id = self
+            .by_id
+            .get_or_insert_with(|| crate::ha::sync::templates::ServicesById::new(services));
+        if v6 {
+            (self.persist.live6_in(slots, now))
+                .filter_map(|(key, template)| by_id.record(key, template, now, tick_ms))
+                .for_each(each);
+        } else {
+            (self.persist.live_in(slots, now))
+                .filter_map(|(key, template)| by_id.record(key, template, now, tick_ms))
+                .for_each(each);
+        }
+    }
+}
+
 impl Registry {
     /// `-Lnc`: the workers' sessions from `start` on, chunk by chunk (each worker
     /// answers between two polls), at most `max`; returns where the listing stopped
@@ -1297,17 +1389,7 @@ impl Registry {
                         from: at,
                     }));
                 }
-                let query = Query::Connections {
-                    from: at,
-                    out: Vec::with_capacity(room),
-                    next: None,
-                };
-                let Query::Connections { out, next, .. } = mailbox
-                    .ask(query, QUERY_TIMEOUT)
-                    .map_err(|e| format!("worker {w}: {e}"))?
-                else {
-                    return Err(format!("worker {w}: answered another question"));
-                };
+                let (out, next) = ask_connections(mailbox, w, at, room)?;
                 from = next;
                 seen += out.len();
                 out.iter().for_each(&mut each);
@@ -1583,50 +1665,20 @@ impl Registry {
             timeouts: self.services.timeouts,
         };
         node.tick(&self.services.table, plane, when);
-        // A peer asked for our whole table (it started or reconnected): dump it from
-        // the workers' tables, chunk by chunk, between their polls.
-        let Some((peer, dump_id)) = node.take_resync_request() else {
-            return;
-        };
-        let tick_ms = self.tick_ms;
-        let mut records = Vec::new();
-        let listed = self.for_each_connection(ConnectionsCursor::default(), u32::MAX, |c| {
-            use crate::session::replication::{RecordOp, RecordRepr};
-            let left_ms = c.expires_ticks.saturating_mul(tick_ms);
-            let mut record = match &c.session {
-                crate::dataplane::query::ListedSession::V4(s) => {
-                    RecordRepr::connection(s, RecordOp::Update, left_ms)
-                }
-                crate::dataplane::query::ListedSession::V6(s) => {
-                    RecordRepr::connection6(s, RecordOp::Update, left_ms)
-                }
-            };
-            record.synproxy = c.synproxy;
-            records.push(record)
-        });
-        // Every live template too (the shared table, read directly).
-        let now = self.now_tick();
-        let by_id = crate::ha::sync::templates::ServicesById::new(&self.services.table);
-        records.extend(
-            self.persist
-                .live(now)
-                .filter_map(|(key, template)| by_id.record(key, template, now, tick_ms)),
-        );
-        records.extend(
-            self.persist
-                .live6(now)
-                .filter_map(|(key, template)| by_id.record(key, template, now, tick_ms)),
-        );
-        let Some((node, _)) = &mut self.sync else {
-            return;
-        };
-        match listed {
-            Ok(_) => {
-                log::info!("sync: dump {dump_id} to {peer}: {} records", records.len());
-                node.send_dump(peer, dump_id, records, plane);
-            }
-            Err(e) => log::warn!("sync: dump {dump_id} to {peer} failed: {e}"),
+        // A peer asked for our whole table (it started or reconnected): a dump from
+        // the first slot, listed from the workers' tables and sent a slice per turn.
+        if let Some((peer, dump_id)) = node.take_resync_request() {
+            node.start_dump(peer, dump_id, when.now_ms);
         }
+        let mut tables = DumpTables {
+            mailboxes: &self.mailboxes,
+            persist: &self.persist,
+            services: &self.services.table,
+            by_id: None,
+            now,
+            tick_ms: self.tick_ms,
+        };
+        node.step_dumps(&mut tables, plane, when.now_ms);
     }
 
     fn sync_report(&self) -> Result<SyncReport, String> {

@@ -18,13 +18,15 @@ use crate::dataplane::sync_events::EventRing;
 use crate::dpdk::{Mempool, RingConsumer, RingProducer};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::ha::auth::SharedKey;
+use crate::ha::sync::cursor::DumpSource;
+use crate::ha::sync::dumps::Dumps;
 use crate::ha::sync::frame;
 use crate::ha::sync::peers::{Heard, Peer, Peers, Stale};
 use crate::ha::sync::receiver::{
     check_record, session_owner, Conflict, Receiver, ReceiverConfig, RejectReason,
 };
 use crate::ha::sync::report::{PeerReport, ResyncReport, SyncReport, SyncStats};
-use crate::ha::sync::sender::{Dump, SyncSender};
+use crate::ha::sync::sender::SyncSender;
 use crate::ha::sync::templates::{self, Applied, ServicesById, TemplateTracker};
 use crate::model::ServiceKey;
 use crate::service::ServiceTable;
@@ -42,8 +44,13 @@ const EVENTS_PER_TICK: usize = 65_536;
 const DATAGRAMS_PER_TICK: usize = 1024;
 /// The time a scan of the whole template table takes, over management ticks.
 const TEMPLATE_PASS_MS: u32 = 1000;
-/// Dump chunks sent per tick at most, over all dumps under way (`continue_dumps`).
+/// Dump chunks sent per tick at most, over all dumps under way (`Dumps::send`).
 const DUMP_CHUNKS_PER_TICK: u32 = 32;
+/// The time a turn spends listing the tables for the dumps under way, at most (one
+/// question to a worker or one slice of template slots may overrun it: a few hundred
+/// microseconds). The rest of the turn (VRRP adverts, health checks, the watchdog)
+/// never waits for a whole table.
+const DUMP_LISTING_BUDGET: Duration = Duration::from_millis(2);
 /// Over a DPDK port, the resync request waits this long after ARP requests for the
 /// peers: worker 0 turns a frame to a peer it has not resolved into an ARP request
 /// for it, so a request sent first would be lost (through a kernel socket, the kernel
@@ -203,8 +210,10 @@ pub struct SyncNode {
     seen: Peers,
     /// Dumps to ask for at the next tick: (peer, another attempt?).
     asks: Vec<(SocketAddrV4, bool)>,
-    /// Our tables being dumped to peers that asked, a few chunks per tick.
-    dumps: Vec<(SocketAddrV4, Dump<std::vec::IntoIter<RecordRepr>>)>,
+    /// Our tables being dumped to peers that asked, listed and sent a slice per tick.
+    dumps: Dumps,
+    /// `[sync] dump_records_per_turn`: records listed per tick for all dumps at most.
+    dump_records_per_turn: usize,
     /// A peer's request for our table, to answer with a dump.
     resync_request: Option<(SocketAddrV4, u32)>,
     /// The workers' persistence templates, and the session clock's tick.
@@ -282,7 +291,8 @@ impl SyncNode {
             dump_id: random_u32(),
             seen: Peers::new(settings.peers.iter().map(|p| *p.ip())),
             asks: Vec::new(),
-            dumps: Vec::new(),
+            dumps: Dumps::default(),
+            dump_records_per_turn: settings.dump_records_per_turn as usize,
             resync_request: None,
             tracker: TemplateTracker::new(
                 &persist,
@@ -301,42 +311,48 @@ impl SyncNode {
         self.resync_request.take()
     }
 
-    /// Starts dumping `records` to `peer` as dump `dump_id`: `DUMP_CHUNKS_PER_TICK`
-    /// chunks now and as many at each following tick (a dump already under way to
-    /// that peer is dropped: it asked again).
-    pub fn send_dump(
-        &mut self,
-        peer: SocketAddrV4,
-        dump_id: u32,
-        records: Vec<RecordRepr>,
-        plane: Plane,
-    ) {
-        let n = records.len() as u64;
-        let templates = records
-            .iter()
-            .filter(|r| r.kind == RecordKind::Template)
-            .count() as u64;
-        let stats = &mut self.stats;
-        self.dumps.retain(|(to, d)| {
-            let replaced = *to == peer;
-            if replaced {
-                stats.dump_records_superseded += d.skipped();
-            }
-            !replaced
-        });
-        self.dumps
-            .push((peer, Dump::new(dump_id, *peer.ip(), records)));
+    /// Starts dumping our table to `peer` as dump `dump_id`, from the first slot
+    /// (`step_dumps` lists and sends it, a slice per tick). A dump already under way
+    /// to that peer is dropped: it asked again (`Dumps::start`).
+    pub fn start_dump(&mut self, peer: SocketAddrV4, dump_id: u32, now_ms: u64) {
+        if let Some(old) = self.dumps.start(peer, dump_id, now_ms) {
+            self.stats.dump_records_superseded += old.dump.skipped();
+            log::info!(
+                "sync: dump {} to {peer} dropped after {} chunks: it asked again",
+                old.dump.dump_id,
+                old.dump.chunks_sent()
+            );
+        }
+        log::info!("sync: dump {dump_id} to {peer} started");
         self.stats.dumps_sent += 1;
-        self.stats.dump_records_sent += n;
-        self.stats.dump_templates_sent += templates;
-        self.continue_dumps(plane);
     }
 
-    /// The dumps' turn: at most `DUMP_CHUNKS_PER_TICK` chunks in all per tick, so a
-    /// large table reaches the peer at a pace its receive buffer (or ring, over a
-    /// port) and its management tick keep up with (32 chunks of 1500 bytes every
-    /// 5 ms: about 250,000 records a second).
-    fn continue_dumps(&mut self, plane: Plane) {
+    /// The dumps' turn: lists the next slice of the tables from `tables` for each dump
+    /// under way, as much as its share of the tick's `DUMP_CHUNKS_PER_TICK` chunks
+    /// carries (within `dump_records_per_turn` and `DUMP_LISTING_BUDGET` for all of
+    /// them), then sends the chunks, at a pace the peer's receive buffer (or ring,
+    /// over a port) and its management tick keep up with (32 chunks of 1500 bytes
+    /// every 5 ms: about 250,000 records a second). A dump whose listing fails (a
+    /// worker did not answer) is dropped: the peer's stall timer asks again.
+    pub fn step_dumps(&mut self, tables: &mut impl DumpSource, plane: Plane, now_ms: u64) {
+        if self.dumps.is_empty() {
+            return;
+        }
+        let per_chunk = self.sender.records_per_chunk();
+        let deadline = Instant::now() + DUMP_LISTING_BUDGET;
+        let listed = self.dumps.list(
+            tables,
+            DUMP_CHUNKS_PER_TICK,
+            per_chunk,
+            self.dump_records_per_turn,
+            || Instant::now() < deadline,
+        );
+        self.stats.dump_records_sent += listed.records;
+        self.stats.dump_templates_sent += listed.templates;
+        for (d, e) in listed.failed {
+            self.stats.dump_records_superseded += d.dump.skipped();
+            log::warn!("sync: dump {} to {} failed: {e}", d.dump.dump_id, d.peer);
+        }
         let SyncNode {
             transport,
             listen,
@@ -346,26 +362,24 @@ impl SyncNode {
             dumps,
             ..
         } = self;
-        let mut budget = DUMP_CHUNKS_PER_TICK;
-        for (peer, dump) in dumps.iter_mut() {
-            if budget == 0 {
-                break;
+        let finished = dumps.send(sender, DUMP_CHUNKS_PER_TICK, now_ms, buf, |peer, d| {
+            if transport.send(plane, *listen, peer, d, stats) {
+                stats.messages_sent += 1;
+                stats.bytes_sent += d.len() as u64;
+            } else {
+                stats.send_errors += 1;
             }
-            budget -= sender.continue_dump(dump, budget, buf, |d| {
-                if transport.send(plane, *listen, *peer, d, stats) {
-                    stats.messages_sent += 1;
-                    stats.bytes_sent += d.len() as u64;
-                } else {
-                    stats.send_errors += 1;
-                }
-            });
-        }
-        dumps.retain(|(_, d)| {
-            if d.is_done() {
-                stats.dump_records_superseded += d.skipped();
-            }
-            !d.is_done()
         });
+        for d in finished {
+            self.stats.dump_records_superseded += d.dump.skipped();
+            log::info!(
+                "sync: dump {} to {}: {} chunks in {} ms",
+                d.dump.dump_id,
+                d.peer,
+                d.dump.chunks_sent(),
+                now_ms.saturating_sub(d.started_ms)
+            );
+        }
     }
 
     /// One turn at session-clock tick `now`: send what the workers queued and the
@@ -383,7 +397,6 @@ impl SyncNode {
                 }
             }
         }
-        self.continue_dumps(plane);
         let mut asks = std::mem::take(&mut self.asks);
         for (peer, retry) in asks.drain(..) {
             self.ask_for_dump(plane, peer, retry, when.now_ms);
@@ -425,9 +438,10 @@ impl SyncNode {
                 }
             }
         };
-        // A record batched now is newer than a dump's copy of it still to go out.
+        // A record batched now is newer than a dump's copy of it listed before and
+        // still to go out.
         let sent = sender.send_events(rings, EVENTS_PER_TICK, buf, &mut to_peers, |r| {
-            dumps.iter_mut().for_each(|(_, d)| d.supersede(r))
+            dumps.supersede(r)
         });
         // This tick's slice of the template table: what the peers were not told yet.
         // (The services by id are built only when a template is due.)
@@ -441,7 +455,7 @@ impl SyncNode {
                 .is_some()
         });
         for r in template_records.iter() {
-            dumps.iter_mut().for_each(|(_, d)| d.supersede(r));
+            dumps.supersede(r);
         }
         let templates_sent = sender.send_records(template_records.drain(..), buf, &mut to_peers);
         self.stats.events_sent += sent as u64;

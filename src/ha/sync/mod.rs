@@ -7,6 +7,8 @@
 //!   policy are `crate::dataplane::sync_events`.
 //! - [`auth`]: the optional HMAC-SHA256 trailer.
 //! - [`sender`]: batching drained events into messages, dumps, resync requests.
+//! - [`cursor`]: where a dump stands in the tables, listed a slice per turn.
+//! - [`dumps`]: the dumps under way, one per peer, listed and sent in turn.
 //! - [`receiver`]: validation of a received datagram, reject counters, and which
 //!   worker owns a synced session.
 //! - [`peers`]: per-peer sequence tracking (lost, reordered, restarts), the time since
@@ -16,6 +18,8 @@
 //! - [`frame`]: sync datagrams as Ethernet/IPv4/UDP frames, for sync over a DPDK port.
 //! - [`report`]: what `sluicectl sync` shows (counters, per-peer state), as plain values.
 pub mod auth;
+pub mod cursor;
+pub mod dumps;
 pub mod frame;
 pub mod peers;
 pub mod receiver;

@@ -93,12 +93,13 @@ pub struct SyncStats {
     pub records_queued: u64,
     /// Records lost because the owner's install inbox was full.
     pub install_inbox_full: u64,
-    /// Bulk resync: requests sent (at start) and received, dumps sent, dump chunks
-    /// received.
+    /// Bulk resync: requests sent (at start) and received, dumps started, dump
+    /// chunks received.
     pub resync_requests_sent: u64,
     pub resync_requests_received: u64,
     pub dumps_sent: u64,
-    /// Records in the tables dumped, as they were when the peers asked.
+    /// Records listed for the dumps, as the tables were when the listing reached
+    /// them (a dump dropped before its end counts what it listed).
     pub dump_records_sent: u64,
     /// Records of those left out because a batch had carried a newer record of the
     /// same entry while the dump went out (`Dump::supersede`).
