@@ -1667,7 +1667,7 @@ impl Registry {
         node.tick(&self.services.table, plane, when);
         // A peer asked for our whole table (it started or reconnected): a dump from
         // the first slot, listed from the workers' tables and sent a slice per turn.
-        if let Some((peer, dump_id)) = node.take_resync_request() {
+        for (peer, dump_id) in node.take_resync_requests() {
             node.start_dump(peer, dump_id, when.now_ms);
         }
         let mut tables = DumpTables {

@@ -48,8 +48,9 @@ const TEMPLATE_PASS_MS: u32 = 1000;
 const DUMP_CHUNKS_PER_TICK: u32 = 32;
 /// The time a turn spends listing the tables for the dumps under way, at most (one
 /// question to a worker or one slice of template slots may overrun it: a few hundred
-/// microseconds). The rest of the turn (VRRP adverts, health checks, the watchdog)
-/// never waits for a whole table.
+/// microseconds when the worker answers between two polls, up to the query timeout,
+/// 1 s, when it does not, and the dump then ends). The rest of the turn (VRRP adverts,
+/// health checks, the watchdog) never waits for a whole table.
 const DUMP_LISTING_BUDGET: Duration = Duration::from_millis(2);
 /// Over a DPDK port, the resync request waits this long after ARP requests for the
 /// peers: worker 0 turns a frame to a peer it has not resolved into an ARP request
@@ -214,8 +215,9 @@ pub struct SyncNode {
     dumps: Dumps,
     /// `[sync] dump_records_per_turn`: records listed per tick for all dumps at most.
     dump_records_per_turn: usize,
-    /// A peer's request for our table, to answer with a dump.
-    resync_request: Option<(SocketAddrV4, u32)>,
+    /// Peers' requests for our table, to answer each with a dump (several peers may
+    /// ask in one tick, after a shared restart).
+    resync_requests: Vec<(SocketAddrV4, u32)>,
     /// The workers' persistence templates, and the session clock's tick.
     persist: Arc<PersistTable>,
     tick_ms: u32,
@@ -293,7 +295,7 @@ impl SyncNode {
             asks: Vec::new(),
             dumps: Dumps::default(),
             dump_records_per_turn: settings.dump_records_per_turn as usize,
-            resync_request: None,
+            resync_requests: Vec::new(),
             tracker: TemplateTracker::new(
                 &persist,
                 (TEMPLATE_PASS_MS / crate::dataplane::MANAGEMENT_TICK_MS) as usize,
@@ -306,9 +308,9 @@ impl SyncNode {
         })
     }
 
-    /// A peer's pending request for our whole table: (where to send, dump id).
-    pub fn take_resync_request(&mut self) -> Option<(SocketAddrV4, u32)> {
-        self.resync_request.take()
+    /// The peers' pending requests for our whole table: (where to send, dump id).
+    pub fn take_resync_requests(&mut self) -> Vec<(SocketAddrV4, u32)> {
+        std::mem::take(&mut self.resync_requests)
     }
 
     /// Starts dumping our table to `peer` as dump `dump_id`, from the first slot
@@ -332,7 +334,7 @@ impl SyncNode {
     /// carries (within `dump_records_per_turn` and `DUMP_LISTING_BUDGET` for all of
     /// them), then sends the chunks, at a pace the peer's receive buffer (or ring,
     /// over a port) and its management tick keep up with (32 chunks of 1500 bytes
-    /// every 5 ms: about 250,000 records a second). A dump whose listing fails (a
+    /// every 5 ms: about 170,000 records a second). A dump whose listing fails (a
     /// worker did not answer) is dropped: the peer's stall timer asks again.
     pub fn step_dumps(&mut self, tables: &mut impl DumpSource, plane: Plane, now_ms: u64) {
         if self.dumps.is_empty() {
@@ -627,7 +629,7 @@ impl SyncNode {
                 // Answer to the peer's configured sync address, one dump per interval.
                 if let Some(peer) = peer {
                     if self.seen.may_dump(*peer.ip(), when.now_ms) {
-                        self.resync_request = Some((peer, accepted.header.dump_id));
+                        self.resync_requests.push((peer, accepted.header.dump_id));
                     } else {
                         self.stats.resync_requests_ignored += 1;
                     }

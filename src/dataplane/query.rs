@@ -127,18 +127,27 @@ pub enum Query {
     },
 }
 
-/// One worker's mailbox: one question at a time.
+/// One worker's mailbox: one question at a time. Each question carries a number,
+/// and its answer the same: a worker that took a question and answered it after the
+/// asker gave up must not have that answer taken for the next question's (a listing
+/// would then go on from the wrong position and end with a hole).
 #[derive(Debug)]
 pub struct Mailbox {
-    asked: ArrayQueue<Query>,
-    answered: ArrayQueue<Query>,
+    asked: ArrayQueue<(u64, Query)>,
+    answered: ArrayQueue<(u64, Query)>,
+    /// The last question's number (management core only).
+    numbered: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Mailbox {
     fn default() -> Self {
         Mailbox {
             asked: ArrayQueue::new(1),
-            answered: ArrayQueue::new(1),
+            // Room for a late answer beside the current one: a question still in the
+            // worker's hands when its asker gave up is the only one that can be (a
+            // question not taken by then is withdrawn), so one late answer at most.
+            answered: ArrayQueue::new(2),
+            numbered: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -148,16 +157,21 @@ impl Mailbox {
     /// Err when the worker did not answer in time (it may be stopped); a late answer
     /// is discarded by the next call.
     pub fn ask(&self, query: Query, timeout: Duration) -> Result<Query, String> {
+        use std::sync::atomic::Ordering::Relaxed;
         while self.answered.pop().is_some() {}
-        if self.asked.push(query).is_err() {
+        let number = self.numbered.fetch_add(1, Relaxed) + 1;
+        if self.asked.push((number, query)).is_err() {
             // A question left by a call that timed out: replace it.
             let _ = self.asked.pop();
             return Err("the worker has not taken the previous question yet".into());
         }
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(answer) = self.answered.pop() {
-                return Ok(answer);
+            match self.answered.pop() {
+                Some((answered, answer)) if answered == number => return Ok(answer),
+                // A late answer to a question given up on: dropped.
+                Some(_) => continue,
+                None => {}
             }
             if Instant::now() >= deadline {
                 let _ = self.asked.pop();
@@ -171,9 +185,9 @@ impl Mailbox {
     /// load when there is none.
     #[inline]
     pub fn serve(&self, answer: impl FnOnce(&mut Query)) {
-        if let Some(mut query) = self.asked.pop() {
+        if let Some((number, mut query)) = self.asked.pop() {
             answer(&mut query);
-            let _ = self.answered.push(query);
+            let _ = self.answered.push((number, query));
         }
     }
 }
@@ -213,6 +227,60 @@ mod tests {
             .unwrap();
         worker.join().unwrap();
         assert!(matches!(answer, Query::Connections { next: Some(7), .. }));
+    }
+
+    /// A worker takes the first question and answers it only after the asker gave up;
+    /// the second question must get its own answer, not that late one.
+    #[test]
+    fn a_late_answer_is_not_taken_for_the_next_questions() {
+        let mailbox = Arc::new(Mailbox::default());
+        let q = |from| Query::Connections {
+            from,
+            out: Vec::new(),
+            next: None,
+        };
+        let took = Arc::new(std::sync::Barrier::new(2));
+        let worker = {
+            let (mailbox, took) = (mailbox.clone(), took.clone());
+            std::thread::spawn(move || {
+                // The first question, taken, then answered late.
+                let mut held = None;
+                while held.is_none() {
+                    held = mailbox.asked.pop();
+                }
+                took.wait();
+                let (number, late) = held.unwrap();
+                // After the asker's timeout (20 ms) and its second question.
+                std::thread::sleep(Duration::from_millis(60));
+                let _ = mailbox.answered.push((number, late));
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut served = false;
+                while !served && Instant::now() < deadline {
+                    mailbox.serve(|q| {
+                        if let Query::Connections { from, next, .. } = q {
+                            *next = Some(*from + 1);
+                        }
+                        served = true;
+                    });
+                }
+            })
+        };
+        let first = mailbox.ask(q(10), Duration::from_millis(20));
+        took.wait();
+        assert!(first.is_err());
+        let second = mailbox.ask(q(20), Duration::from_secs(5)).unwrap();
+        worker.join().unwrap();
+        assert!(
+            matches!(
+                second,
+                Query::Connections {
+                    from: 20,
+                    next: Some(21),
+                    ..
+                }
+            ),
+            "{second:?}"
+        );
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub fn render_sync(r: &SyncReport) -> String {
     );
     let _ = writeln!(
         out,
-        "resync: {} requests sent, {} received ({} ignored: rate limit), {} dumps sent ({} records, \
+        "resync: {} requests sent, {} received ({} ignored: rate limit), {} dumps started ({} records listed, \
          {} left out: a batch sent them newer), {} chunks received",
         s.resync_requests_sent,
         s.resync_requests_received,

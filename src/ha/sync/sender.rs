@@ -47,8 +47,9 @@ pub struct Dump {
     done: bool,
     /// Entries a batch described while records were queued, each with `listed` at
     /// that moment: a queued record of the entry numbered below it was listed before
-    /// the batch. Cleared whenever the queue empties, so it holds at most the entries
-    /// batched while one turn's listing waited.
+    /// the batch. An entry is dropped once the queue's front has passed its number
+    /// (no record listed before its batch is left), so it holds only the entries
+    /// batched while records listed before them still wait, a turn or two's worth.
     superseded: HashMap<RecordSubject, u64>,
     /// The dump's records left out for a newer batch record.
     skipped: u64,
@@ -382,6 +383,11 @@ impl SyncSender {
             if dump.queue.is_empty() {
                 // Nothing queued is older than any batch to come.
                 dump.superseded.clear();
+            } else if !dump.superseded.is_empty() {
+                // Records numbered below the new front are gone: marks at or below it
+                // can leave nothing out any more.
+                let front = front + taken as u64;
+                dump.superseded.retain(|_, at| *at > front);
             }
             dump.next_chunk += 1;
             dump.last_sent_ms = now_ms;
@@ -731,6 +737,44 @@ mod tests {
         let mut expected: Vec<u16> = (0..60).filter(|&n| n != 30).collect();
         expected.push(30);
         assert_eq!(ports, expected);
+        assert_eq!(dump.skipped(), 1);
+    }
+
+    /// A listing that keeps ahead of the sending never lets the queue empty; a
+    /// batch's mark must still go once every record listed before the batch is sent,
+    /// or the marks would pile up for the whole dump.
+    #[test]
+    fn a_batch_mark_goes_once_the_records_listed_before_it_are_sent() {
+        let mut sender = SyncSender::new(u32::from(PEER), 1500, None);
+        let mut rx = receiver(None);
+        let mut dump = Dump::new(9, US, 0);
+        (0..40).for_each(|n| dump.push(update(n)));
+        chunks_now(&mut sender, &mut rx, &mut dump, 1, 0);
+        let ring = EventRing::with_capacity(16);
+        assert!(ring.push(SessionEvent::new(
+            EventKind::StateChanged,
+            &session(1, 30),
+            1
+        )));
+        sender.send_events(
+            std::slice::from_ref(&ring),
+            16,
+            &mut [0u8; 1500],
+            |_| {},
+            |r| dump.supersede(r),
+        );
+        assert_eq!(dump.superseded.len(), 1);
+        let mut next = 40;
+        for _ in 0..3 {
+            (next..next + 30).for_each(|n| dump.push(update(n)));
+            next += 30;
+            chunks_now(&mut sender, &mut rx, &mut dump, 1, 0);
+            assert!(
+                dump.queued() > 0,
+                "the queue emptied: the test proves nothing"
+            );
+        }
+        assert!(dump.superseded.is_empty(), "{:?}", dump.superseded);
         assert_eq!(dump.skipped(), 1);
     }
 
