@@ -34,8 +34,7 @@
 //!    peer's first refusal only (once a minute per peer).
 //! 6. A flood of costly control requests (six clients pipelining service changes at
 //!    20,000 services) against a Sluice master at a 100 ms interval: keepalived, its
-//!    backup, never takes the VIP (without the management loop's control budget it
-//!    did).
+//!    backup, never takes the VIP.
 //!
 //! Measured times are printed (`--nocapture`). Run: `cargo test --release --test
 //! integration e2e_vrrp:: -- --nocapture --test-threads 1` (as root).

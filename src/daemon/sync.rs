@@ -335,7 +335,9 @@ impl SyncNode {
     /// them), then sends the chunks, at a pace the peer's receive buffer (or ring,
     /// over a port) and its management tick keep up with (32 chunks of 1500 bytes
     /// every 5 ms: about 170,000 records a second). A dump whose listing fails (a
-    /// worker did not answer) is dropped: the peer's stall timer asks again.
+    /// worker did not answer) is dropped rather than tried again each turn, which
+    /// would stall every turn for the query's timeout: a peer that is a VRRP backup
+    /// asks again when its stall timer fires; one without `[vrrp]` asks only at start.
     pub fn step_dumps(&mut self, tables: &mut impl DumpSource, plane: Plane, now_ms: u64) {
         if self.dumps.is_empty() {
             return;

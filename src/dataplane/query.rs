@@ -229,8 +229,10 @@ mod tests {
         assert!(matches!(answer, Query::Connections { next: Some(7), .. }));
     }
 
-    /// A worker takes the first question and answers it only after the asker gave up;
-    /// the second question must get its own answer, not that late one.
+    /// A worker takes the first question and answers it only after the asker gave up
+    /// and posted the next; the next question must get its own answer, not that late
+    /// one. Every wait is bounded: a thread scheduled too late fails the test, never
+    /// hangs it.
     #[test]
     fn a_late_answer_is_not_taken_for_the_next_questions() {
         let mailbox = Arc::new(Mailbox::default());
@@ -239,35 +241,47 @@ mod tests {
             out: Vec::new(),
             next: None,
         };
-        let took = Arc::new(std::sync::Barrier::new(2));
+        let (took_tx, took_rx) = std::sync::mpsc::channel();
         let worker = {
-            let (mailbox, took) = (mailbox.clone(), took.clone());
+            let mailbox = mailbox.clone();
             std::thread::spawn(move || {
-                // The first question, taken, then answered late.
-                let mut held = None;
-                while held.is_none() {
-                    held = mailbox.asked.pop();
-                }
-                took.wait();
-                let (number, late) = held.unwrap();
-                // After the asker's timeout (20 ms) and its second question.
-                std::thread::sleep(Duration::from_millis(60));
-                let _ = mailbox.answered.push((number, late));
                 let deadline = Instant::now() + Duration::from_secs(5);
-                let mut served = false;
-                while !served && Instant::now() < deadline {
+                let until = |done: &dyn Fn() -> bool| {
+                    while !done() {
+                        assert!(Instant::now() < deadline, "waited 5 s");
+                        std::thread::yield_now();
+                    }
+                };
+                // The first question, taken and held.
+                let held = std::cell::Cell::new(None);
+                until(&|| {
+                    let taken = mailbox.asked.pop();
+                    let got = taken.is_some();
+                    if got {
+                        held.set(taken);
+                    }
+                    got
+                });
+                took_tx.send(()).unwrap();
+                // Answered once the asker gave up and posted the next question.
+                until(&|| !mailbox.asked.is_empty());
+                let (number, late) = held.take().unwrap();
+                assert!(mailbox.answered.push((number, late)).is_ok());
+                until(&|| {
                     mailbox.serve(|q| {
                         if let Query::Connections { from, next, .. } = q {
                             *next = Some(*from + 1);
                         }
-                        served = true;
                     });
-                }
+                    mailbox.asked.is_empty()
+                });
             })
         };
-        let first = mailbox.ask(q(10), Duration::from_millis(20));
-        took.wait();
-        assert!(first.is_err());
+        let first = mailbox.ask(q(10), Duration::from_millis(500));
+        assert!(first.is_err(), "{first:?}");
+        took_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the worker took the first question");
         let second = mailbox.ask(q(20), Duration::from_secs(5)).unwrap();
         worker.join().unwrap();
         assert!(

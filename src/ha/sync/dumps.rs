@@ -23,7 +23,8 @@ pub struct Listed {
     pub records: u64,
     pub templates: u64,
     /// Dumps whose listing failed (a worker did not answer), dropped, with why: the
-    /// peer's stall timer asks again.
+    /// peer asks again if it is a VRRP backup (its stall timer); without `[vrrp]` it
+    /// asks only at start.
     pub failed: Vec<(UnderWay, String)>,
 }
 

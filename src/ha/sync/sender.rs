@@ -74,7 +74,7 @@ impl Dump {
         }
     }
 
-    /// A dump of `records`, the whole table (tests, and tools that have it at hand).
+    /// A dump of `records`, the whole table (tests).
     pub fn of(
         dump_id: u32,
         to: Ipv4Addr,
@@ -698,8 +698,8 @@ mod tests {
         assert_eq!(dump.queued(), 0);
     }
 
-    /// With streaming, only a record listed before a batch and still queued is older
-    /// than the batch's: a record of the same entry listed after the batch read the
+    /// Only a record listed before a batch and still queued is older than the
+    /// batch's: a record of the same entry listed after the batch read the
     /// table later and goes out, and so does one sent before the batch.
     #[test]
     fn a_streamed_dump_leaves_out_only_what_was_listed_before_the_batch() {
