@@ -127,8 +127,31 @@ impl DumpCursor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// `moves` random slots of `table` change: an entry numbered a multiple of
+    /// `every` ends (the others stay for the whole test), a free slot takes a new
+    /// entry, numbered from `fresh` on in steps of `every`.
+    pub(in crate::ha::sync) fn churn(
+        table: &mut [Option<u16>],
+        rng: &mut crate::wire::test_util::XorShift,
+        moves: usize,
+        every: u16,
+        fresh: &mut u16,
+    ) {
+        for _ in 0..moves {
+            let i = rng.below(table.len());
+            match table[i] {
+                Some(n) if n % every == 0 => table[i] = None,
+                None => {
+                    table[i] = Some(*fresh);
+                    *fresh += every;
+                }
+                Some(_) => {}
+            }
+        }
+    }
     use crate::flow::FlowKey4;
     use crate::model::{ForwardMode, Protocol};
     use crate::session::replication::{RecordKind, RecordOp};
@@ -335,17 +358,7 @@ mod tests {
                 .unwrap();
             // Entries numbered a multiple of 5 may go; new ones land in free slots.
             for table in t.workers.iter_mut().chain(t.templates.iter_mut()) {
-                for _ in 0..3 {
-                    let i = rng.below(table.len());
-                    match table[i] {
-                        Some(n) if n % 5 == 0 => table[i] = None,
-                        None => {
-                            table[i] = Some(next_new);
-                            next_new += 5;
-                        }
-                        Some(_) => {}
-                    }
-                }
+                churn(table, &mut rng, 3, 5, &mut next_new);
             }
         }
         let mut sorted = got.clone();

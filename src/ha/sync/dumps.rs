@@ -302,17 +302,7 @@ mod tests {
             assert!(done.iter().all(|d| d.peer == A && d.dump.is_done()));
             // Sessions numbered a multiple of 7 may end; new ones take free slots.
             for w in t.0.iter_mut() {
-                for _ in 0..5 {
-                    let i = rng.below(w.len());
-                    match w[i] {
-                        Some(n) if n % 7 == 0 => w[i] = None,
-                        None => {
-                            w[i] = Some(fresh);
-                            fresh += 7;
-                        }
-                        Some(_) => {}
-                    }
-                }
+                super::super::cursor::tests::churn(w, &mut rng, 5, 7, &mut fresh);
             }
             assert!(turns < 1000, "never done");
         }

@@ -698,20 +698,11 @@ mod tests {
         assert_eq!(dump.queued(), 0);
     }
 
-    /// Only a record listed before a batch and still queued is older than the
-    /// batch's: a record of the same entry listed after the batch read the
-    /// table later and goes out, and so does one sent before the batch.
-    #[test]
-    fn a_streamed_dump_leaves_out_only_what_was_listed_before_the_batch() {
-        let mut sender = SyncSender::new(u32::from(PEER), 1500, None);
-        let mut rx = receiver(None);
-        let mut dump = Dump::new(9, US, 0);
-        (0..40).for_each(|n| dump.push(update(n)));
-        let mut got = chunks_now(&mut sender, &mut rx, &mut dump, 1, 0);
-        assert_eq!(got[0].1, (0..27).collect::<Vec<_>>());
-        // A batch for 5 (sent), 30 (listed, queued), 45 (not listed yet).
+    /// A batch of state changes for the sessions of client ports `ports`, sent to
+    /// every peer while `dump` goes out (which hears of each, as the node does).
+    fn send_batch(sender: &mut SyncSender, dump: &mut Dump, ports: &[u16]) {
         let ring = EventRing::with_capacity(16);
-        for n in [5, 30, 45] {
+        for &n in ports {
             assert!(ring.push(SessionEvent::new(
                 EventKind::StateChanged,
                 &session(1, n),
@@ -725,6 +716,21 @@ mod tests {
             |_| {},
             |r| dump.supersede(r),
         );
+    }
+
+    /// Only a record listed before a batch and still queued is older than the
+    /// batch's: a record of the same entry listed after the batch read the
+    /// table later and goes out, and so does one sent before the batch.
+    #[test]
+    fn a_streamed_dump_leaves_out_only_what_was_listed_before_the_batch() {
+        let mut sender = SyncSender::new(u32::from(PEER), 1500, None);
+        let mut rx = receiver(None);
+        let mut dump = Dump::new(9, US, 0);
+        (0..40).for_each(|n| dump.push(update(n)));
+        let mut got = chunks_now(&mut sender, &mut rx, &mut dump, 1, 0);
+        assert_eq!(got[0].1, (0..27).collect::<Vec<_>>());
+        // A batch for 5 (sent), 30 (listed, queued), 45 (not listed yet).
+        send_batch(&mut sender, &mut dump, &[5, 30, 45]);
         // Listed after the batch: 40..60 (45 among them), and 30 again (a session
         // ended and made again in a later slot).
         (40..60).for_each(|n| dump.push(update(n)));
@@ -750,19 +756,7 @@ mod tests {
         let mut dump = Dump::new(9, US, 0);
         (0..40).for_each(|n| dump.push(update(n)));
         chunks_now(&mut sender, &mut rx, &mut dump, 1, 0);
-        let ring = EventRing::with_capacity(16);
-        assert!(ring.push(SessionEvent::new(
-            EventKind::StateChanged,
-            &session(1, 30),
-            1
-        )));
-        sender.send_events(
-            std::slice::from_ref(&ring),
-            16,
-            &mut [0u8; 1500],
-            |_| {},
-            |r| dump.supersede(r),
-        );
+        send_batch(&mut sender, &mut dump, &[30]);
         assert_eq!(dump.superseded.len(), 1);
         let mut next = 40;
         for _ in 0..3 {
