@@ -144,8 +144,14 @@ struct Context<'a> {
 }
 
 /// The session a TCP/UDP packet belongs to, as the hit stage found it or placement
-/// opened it: which of its keys the packet matched, the entry as of this packet, and
-/// what the packet did to its state.
+/// opened it: which of its keys the packet matched, the entry, and what the packet
+/// did to its state.
+///
+/// `session` is a copy of the entry as the packet found it (the hit stage) or as it
+/// was filed (placement): its addresses, ports, mode, service, real server and flags,
+/// which egress and accounting read. What the packet itself moves (the TCP state,
+/// whose move `transition` gives, the client's sequence, the timer, a UDP session's
+/// count) is read from the live entry, `sessions.get(id)`.
 struct Matched {
     id: SessionId,
     dir: Direction,

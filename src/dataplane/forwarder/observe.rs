@@ -77,18 +77,25 @@ impl Forwarder {
     /// Session sync, after a packet moved session `id` by `t`: an event for the
     /// management core when the policy says the standby should hear of it.
     #[inline]
-    pub(super) fn sync_after_packet(&mut self, id: SessionId, s: &Session, t: Transition) {
-        let since = s.ticks_since_sync(self.now_tick);
-        let Some((kind, timeout_ms)) =
-            self.sync_verdict(s.proto, s.state(), t, s.udp_packets(), since)
-        else {
+    /// The verdict reads the live entry field by field; only an event copies it whole
+    /// (see `Forwarder::hit` on copies of an entry a packet has just moved).
+    pub(super) fn sync_after_packet(&mut self, id: SessionId, t: Transition) {
+        let Some(live) = self.sessions.get(id) else {
+            return;
+        };
+        let since = live.ticks_since_sync(self.now_tick);
+        let (proto, state, packets) = (live.proto, live.state(), live.udp_packets());
+        let Some((kind, timeout_ms)) = self.sync_verdict(proto, state, t, packets, since) else {
+            return;
+        };
+        let Some(s) = self.sessions.get(id).copied() else {
             return;
         };
         let Some(link) = &self.sync else {
             return;
         };
-        let mut event = SessionEvent::new(kind, s, timeout_ms);
-        event.record.synproxy = self.synproxy_delta(id.index(), s);
+        let mut event = SessionEvent::new(kind, &s, timeout_ms);
+        event.record.synproxy = self.synproxy_delta(id.index(), &s);
         link.rings[link.index].push(event);
         let now = self.now_tick;
         if let Some(live) = self.sessions.get_mut(id) {

@@ -723,9 +723,7 @@ impl Forwarder {
                     .get(id)
                     .map_or(crate::session::TcpState::None, |s| s.state()),
             };
-            if let Some(s) = self.sessions.get(id).copied() {
-                self.sync_after_packet(id, &s, t);
-            }
+            self.sync_after_packet(id, t);
         }
         Ok(Matched {
             id,
