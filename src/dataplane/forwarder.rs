@@ -1340,7 +1340,22 @@ impl Forwarder {
     /// Handles one packet of a burst. Never panics; allocates nothing.
     pub fn handle(
         &mut self,
+        pkt: Packet<'_>,
+        port: &PortContext,
+        neighbours: &mut NeighbourTable,
+        now_tsc: u64,
+        counters: &WorkerCounters,
+    ) -> Action {
+        self.handle_classified(pkt, None, port, neighbours, now_tsc, counters)
+    }
+
+    /// [`Forwarder::handle`], with the frame's [`classify`] result when the burst's
+    /// classify pass has it (`None`: classified here).
+    #[inline]
+    pub(super) fn handle_classified(
+        &mut self,
         mut pkt: Packet<'_>,
+        classified: Option<&Result<Parsed, DropReason>>,
         port: &PortContext,
         neighbours: &mut NeighbourTable,
         now_tsc: u64,
@@ -1360,9 +1375,17 @@ impl Forwarder {
         if !to_us && !to.is_ipv6_multicast() {
             return self.to_group(frame, to, port);
         }
-        let parsed = match classify(frame) {
-            Ok(p) => p,
-            Err(reason) => return Action::Drop(reason),
+        let here;
+        let parsed: &Parsed = match classified {
+            Some(Ok(p)) => p,
+            Some(Err(reason)) => return Action::Drop(*reason),
+            None => match classify(frame) {
+                Ok(p) => {
+                    here = p;
+                    &here
+                }
+                Err(reason) => return Action::Drop(reason),
+            },
         };
         let vips = &self.owned[..];
         let owns = |ip: Ipv4Addr| port.responder.is_local(ip) || vips.binary_search(&ip).is_ok();
@@ -1376,17 +1399,17 @@ impl Forwarder {
             PacketKind::Ipv6(Ipv6Payload::Icmp { icmp_type, .. })
                 if to == port.mac && icmp_type.is_error() =>
             {
-                self.icmp6_error(&mut pkt, &parsed, &cx)
+                self.icmp6_error(&mut pkt, parsed, &cx)
             }
             PacketKind::Ipv6(_) => {
                 if to == port.mac {
-                    if let Some(action) = self.l4_v6(&mut pkt, &parsed, &cx) {
+                    if let Some(action) = self.l4_v6(&mut pkt, parsed, &cx) {
                         return action;
                     }
                 }
                 let reply = port.responder.process_ipv6(
                     pkt.with_tailroom_mut(),
-                    &parsed,
+                    parsed,
                     &mut self.neighbours6,
                     now_tsc,
                     counters,
@@ -1420,7 +1443,7 @@ impl Forwarder {
             }
             PacketKind::Icmp { dst, icmp_type, .. } => {
                 if icmp_type.is_error() {
-                    self.icmp_error(&mut pkt, &parsed, &cx)
+                    self.icmp_error(&mut pkt, parsed, &cx)
                 } else if owns(dst) {
                     local(port.responder.process_with_vips(
                         frame,
@@ -1437,9 +1460,9 @@ impl Forwarder {
             PacketKind::OtherIpv4 { src, dst, protocol } => {
                 self.other_ipv4(frame, (src, dst, protocol), owns(dst), port)
             }
-            PacketKind::Tcp { .. } | PacketKind::Udp { .. } => self.l4(&mut pkt, &parsed, &cx),
+            PacketKind::Tcp { .. } | PacketKind::Udp { .. } => self.l4(&mut pkt, parsed, &cx),
         };
-        self.unless_for_kernel(action, to, pkt.bytes(), &parsed, port)
+        self.unless_for_kernel(action, to, pkt.bytes(), parsed, port)
     }
 
     /// Which IPv4 neighbours keep their entries (the current real servers and the

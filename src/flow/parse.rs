@@ -236,47 +236,49 @@ pub fn classify(frame: &[u8]) -> Result<Parsed, DropReason> {
     let (src, dst) = (packet.src_addr(), packet.dst_addr());
     let l4 = l3 + packet.header_len();
     let segment = packet.payload();
-
-    let kind = match packet.protocol() {
+    // Each arm returns its whole `Parsed`: with one `kind` for all arms, the compiler
+    // builds it in a scratch slot, field by field, then copies it into the result
+    // with wider moves, which wait for those stores (store forwarding fails).
+    let parsed = |kind| Parsed {
+        l2,
+        l3,
+        l4,
+        ip_total_len: packet.total_len(),
+        kind,
+    };
+    match packet.protocol() {
         IpProtocol::TCP => {
             if packet.has_options() {
                 return Err(DropReason::Ipv4Options);
             }
             let tcp = tcp::Packet::new_checked(segment).map_err(|_| DropReason::BadTcpHeader)?;
-            PacketKind::Tcp {
+            Ok(parsed(PacketKind::Tcp {
                 key: FlowKey4::new(Protocol::Tcp, src, tcp.src_port(), dst, tcp.dst_port()),
                 flags: tcp.flags(),
                 // A segment inside an IPv4 packet is under 64 KiB.
                 payload_len: tcp.payload().len() as u16,
-            }
+            }))
         }
         IpProtocol::UDP => {
             if packet.has_options() {
                 return Err(DropReason::Ipv4Options);
             }
             let udp = udp::Packet::new_checked(segment).map_err(|_| DropReason::BadUdpHeader)?;
-            PacketKind::Udp {
+            Ok(parsed(PacketKind::Udp {
                 key: FlowKey4::new(Protocol::Udp, src, udp.src_port(), dst, udp.dst_port()),
-            }
+            }))
         }
         IpProtocol::ICMP => {
             let message = icmp::Packet::new_checked(segment).map_err(|_| DropReason::Truncated)?;
-            PacketKind::Icmp {
+            Ok(parsed(PacketKind::Icmp {
                 src,
                 dst,
                 icmp_type: message.msg_type(),
                 code: message.msg_code(),
-            }
+            }))
         }
-        protocol => PacketKind::OtherIpv4 { src, dst, protocol },
-    };
-    Ok(Parsed {
-        l2,
-        l3,
-        l4,
-        ip_total_len: packet.total_len(),
-        kind,
-    })
+        protocol => Ok(parsed(PacketKind::OtherIpv4 { src, dst, protocol })),
+    }
 }
 
 /// The IPv6 part of [`classify`], from the IPv6 header on; see the module doc.

@@ -37,8 +37,10 @@ use super::placement::Opening;
 use super::{Action, Context, Forwarder, PortContext};
 use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::neighbour::NeighbourTable;
+use crate::dpdk::BURST_SIZE;
 use crate::dpdk::{Burst, Packet};
-use crate::flow::parse::Parsed;
+use crate::flow::parse::{classify, Parsed};
+use crate::model::DropReason;
 use crate::session::{Direction, HashedKey, SessionId};
 use crate::wire::ethernet::MacAddr;
 
@@ -81,6 +83,17 @@ impl Forwarder {
         mut dispatch: impl FnMut(&mut Forwarder, &mut Burst, usize, Action),
     ) {
         self.prefetch_sessions(burst);
+        // Every frame classified before any is handled: the fields a frame's
+        // `Parsed` is built of are stored one by one, and handling reads some at
+        // once (the tuple, a 16-byte move), a wider load than any of those stores,
+        // which waits for them to reach the cache. A burst later they are there.
+        // The pass also gives the prefetches more time. (1M sessions, established
+        // NAT, median burst: 268 -> 259 cycles, perf/results/nat_rewrite.md.)
+        let n = burst.len().min(BURST_SIZE);
+        let mut classified = [Err(DropReason::Truncated); BURST_SIZE];
+        for (i, c) in classified[..n].iter_mut().enumerate() {
+            *c = classify_into_place(burst.packet(i));
+        }
         self.parked.clear();
         self.parked_hashes.clear();
         let mut cx = Context {
@@ -92,7 +105,14 @@ impl Forwarder {
         for i in 0..burst.len() {
             burst.prefetch(i + 1);
             self.parking = self.park_new_sessions;
-            let action = self.handle(burst.packet_at(i), port, cx.neighbours, now_tsc, counters);
+            let action = self.handle_classified(
+                burst.packet_at(i),
+                classified.get(i),
+                port,
+                cx.neighbours,
+                now_tsc,
+                counters,
+            );
             self.parking = false;
             if action != Action::Parked {
                 dispatch(self, burst, i, action);
@@ -203,4 +223,11 @@ impl Forwarder {
         let frame = pkt.bytes();
         self.unless_for_kernel(action, to, frame, &parsed, cx.port)
     }
+}
+
+/// [`classify`] out of line, so that its result is written where the caller puts it
+/// (the call's return slot is the burst's array) instead of into a scratch copy.
+#[inline(never)]
+fn classify_into_place(frame: &[u8]) -> Result<Parsed, DropReason> {
+    classify(frame)
 }
