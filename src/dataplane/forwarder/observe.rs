@@ -75,10 +75,10 @@ impl Forwarder {
     }
 
     /// Session sync, after a packet moved session `id` by `t`: an event for the
-    /// management core when the policy says the standby should hear of it.
-    #[inline]
-    /// The verdict reads the live entry field by field; only an event copies it whole
+    /// management core when the policy says the standby should hear of it. The
+    /// verdict reads the live entry field by field; only an event copies it whole
     /// (see `Forwarder::hit` on copies of an entry a packet has just moved).
+    #[inline]
     pub(super) fn sync_after_packet(&mut self, id: SessionId, t: Transition) {
         let Some(live) = self.sessions.get(id) else {
             return;
