@@ -5,16 +5,20 @@
 //! through each. Every packet must leave with the same action and the same bytes,
 //! and the tables and counters must end the same; only the order in which the
 //! actions are handed on may differ (parked new sessions last). Then two bursts
-//! whose order is known show that parking happens at all.
+//! whose order is known show that parking happens at all, and session sync is
+//! checked to hear of each session as its packet left it.
 //! One test function only: the EAL initialises once per process.
 mod common;
 
 use common::eal::eal_args;
 use sluice::dataplane::counters::WorkerCounters;
-use sluice::dataplane::forwarder::{Action, Forwarder, ForwarderConfig, PortContext, RssView};
+use sluice::dataplane::forwarder::{
+    Action, Forwarder, ForwarderConfig, PortContext, RssView, SyncLink,
+};
 use sluice::dataplane::local::LocalResponder;
 use sluice::dataplane::neighbour::NeighbourTable;
 use sluice::dataplane::realserver_stats::{self, RealServerCounters};
+use sluice::dataplane::sync_events::{EventKind, EventRing, SyncPolicy};
 use sluice::dpdk::{Burst, Eal, Mempool, BURST_SIZE};
 use sluice::emulator::frames::{self, Endpoints};
 use sluice::model::{DropReason, ForwardMode, Protocol, RealServerSpec, SchedulerKind, ServiceKey};
@@ -107,10 +111,16 @@ struct Side {
 }
 
 fn side(publisher: &SnapshotPublisher) -> Side {
+    side_with_sync(publisher, None)
+}
+
+/// [`side`], its forwarder telling session sync through `sync`.
+fn side_with_sync(publisher: &SnapshotPublisher, sync: Option<SyncLink>) -> Side {
     let real_servers = Arc::new(realserver_stats::new_table());
     // A small table, which would not park by default: parking forced.
     let fwd = Forwarder::new(ForwarderConfig {
         park_new_sessions: Some(true),
+        sync,
         ..ForwarderConfig::new(
             4096,
             publisher.reader(),
@@ -352,7 +362,104 @@ fn forwarding_over_real_mbufs() {
     a_burst_decides_every_packet_as_one_by_one_handling_does(&pool, &publisher, &port);
     nat_replies_follow_the_client_sides_latest_next_hop(&pool, &publisher, &port);
     a_dr_session_follows_its_real_servers_mac_and_keeps_the_last_one(&pool, &publisher, &port);
+    sync_events_carry_what_the_packet_moved_the_session_to(&pool, &publisher, &port);
     assert_eq!(pool.in_use(), 0, "mbufs leaked");
+}
+
+/// Session sync hears of a session as its packet left it: the standby installs what
+/// the event carries. A NAT connection's handshake-completing ACK is its first sync,
+/// in ESTABLISHED (its SYN, in SYN_RECV, is not synced), and its FIN a state change;
+/// each event carries the state the session is in after the packet. A UDP flow is
+/// synced first on its third datagram (the policy's threshold), not before. Run one
+/// packet at a time and as bursts of one.
+fn sync_events_carry_what_the_packet_moved_the_session_to(
+    pool: &Mempool,
+    publisher: &SnapshotPublisher,
+    port: &PortContext,
+) {
+    for batched in [false, true] {
+        let rings = Arc::new(vec![EventRing::with_capacity(64)]);
+        let link = SyncLink {
+            rings: rings.clone(),
+            index: 0,
+            policy: SyncPolicy::default(),
+        };
+        let mut s = side_with_sync(publisher, Some(link));
+        s.fwd.poll(0, &s.counters);
+        let run = |s: &mut Side, f: Vec<u8>| {
+            let out = if batched {
+                as_burst(s, port, pool, &[f])
+            } else {
+                one_by_one(s, port, pool, &[f])
+            };
+            assert_eq!(out.actions, [Action::Transmit], "batched {batched}");
+        };
+        // The events since the last call, each with the state it carries and the
+        // state its session is in now.
+        let events = |s: &Side| {
+            let mut got = Vec::new();
+            rings[0].drain(64, |e| {
+                let live = s
+                    .fwd
+                    .sessions()
+                    .iter()
+                    .find(|(_, l)| l.client_port == e.record.client.port())
+                    .map(|(_, l)| l.state());
+                got.push((e.kind, e.record.state, live));
+            });
+            got
+        };
+        let client = Endpoints {
+            src_mac: CLIENT_MAC,
+            dst_mac: LB_MAC,
+            src: ip("203.0.113.9"),
+            dst: ip("198.18.1.2"),
+            sport: 3002,
+            dport: 80,
+        };
+        let server = Endpoints {
+            src_mac: rs_mac(ip("198.18.0.14")),
+            dst_mac: LB_MAC,
+            src: ip("198.18.0.14"),
+            dst: client.src,
+            sport: 80,
+            dport: client.sport,
+        };
+        let tcp = |e: &Endpoints, seq: u32, ack: u32, flags: u8| {
+            frame(|b| frames::tcp_segment(b, e, seq, ack, flags, &[]))
+        };
+        run(&mut s, tcp(&client, 1, 0, SYN));
+        assert_eq!(events(&s), [], "SYN_RECV is not synced");
+        run(&mut s, tcp(&server, 100, 2, SYN_ACK));
+        assert_eq!(events(&s), []);
+        run(&mut s, tcp(&client, 2, 101, ACK));
+        let established = sluice::session::TcpState::Established;
+        assert_eq!(
+            events(&s),
+            [(EventKind::Created, established, Some(established))],
+            "batched {batched}"
+        );
+        run(&mut s, tcp(&client, 2, 101, FIN_ACK));
+        let got = events(&s);
+        assert!(
+            matches!(got[..], [(EventKind::StateChanged, carried, Some(live))]
+                if carried == live && carried != established),
+            "the FIN's event carries the state it moved to (batched {batched}): {got:?}"
+        );
+        // UDP, FullNAT: the third datagram is the first synced.
+        let dns = Endpoints {
+            dport: 53,
+            dst: ip("198.18.1.1"),
+            ..client
+        };
+        for n in 1..=3 {
+            run(&mut s, frame(|b| frames::udp_datagram(b, &dns, b"q")));
+            let got = events(&s);
+            let kinds: Vec<EventKind> = got.iter().map(|e| e.0).collect();
+            let want: &[EventKind] = if n < 3 { &[] } else { &[EventKind::Created] };
+            assert_eq!(kinds, want, "datagram {n} (batched {batched})");
+        }
+    }
 }
 
 /// A DR connection whose real server moves to another MAC (a NIC swapped, a VM

@@ -147,11 +147,13 @@ struct Context<'a> {
 /// opened it: which of its keys the packet matched, the entry, and what the packet
 /// did to its state.
 ///
-/// `session` is a copy of the entry as the packet found it (the hit stage) or as it
-/// was filed (placement): its addresses, ports, mode, service, real server and flags,
-/// which egress and accounting read. What the packet itself moves (the TCP state,
-/// whose move `transition` gives, the client's sequence, the timer, a UDP session's
-/// count) is read from the live entry, `sessions.get(id)`.
+/// `session` is a copy of the entry: as the packet found it (the hit stage), or as
+/// its first packet left it (placement, which files it and moves it by that packet).
+/// Egress and accounting read what no packet moves from it: the addresses, ports,
+/// mode, service, real server, and the flags they check. What a packet moves (the
+/// TCP state, whose move `transition` gives, `NO_OUTPUT`, the client's sequence, the
+/// timer, a UDP session's count, the peer's MAC) is read from the live entry,
+/// `sessions.get(id)`.
 struct Matched {
     id: SessionId,
     dir: Direction,

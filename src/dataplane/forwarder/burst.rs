@@ -92,7 +92,7 @@ impl Forwarder {
         let n = burst.len().min(BURST_SIZE);
         let mut classified = [Err(DropReason::Truncated); BURST_SIZE];
         for (i, c) in classified[..n].iter_mut().enumerate() {
-            *c = classify_into_place(burst.packet(i));
+            *c = classify(burst.packet(i));
         }
         self.parked.clear();
         self.parked_hashes.clear();
@@ -223,11 +223,4 @@ impl Forwarder {
         let frame = pkt.bytes();
         self.unless_for_kernel(action, to, frame, &parsed, cx.port)
     }
-}
-
-/// [`classify`] out of line, so that its result is written where the caller puts it
-/// (the call's return slot is the burst's array) instead of into a scratch copy.
-#[inline(never)]
-fn classify_into_place(frame: &[u8]) -> Result<Parsed, DropReason> {
-    classify(frame)
 }
