@@ -1133,6 +1133,8 @@ fn save_words_never_act_where_ipvsadm_refuses_them() {
             "-E -t 198.18.1.1:80 -s rr -b sh-port",
             "incompatible scheduler flag `sh-port'",
         ),
+        // 1.31 crashes on a list without a name; refused, it clears no flags.
+        ("-E -t 198.18.1.1:80 -s sh -b ,", "no scheduler flag in `,'"),
     ] {
         refused_everywhere(&link, &daemon, line, message, None);
     }

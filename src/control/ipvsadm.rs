@@ -949,6 +949,11 @@ fn ipvsadm_sched_flags(text: &str, scheduler: Option<SchedulerKind>) -> Result<S
         Some(SchedulerKind::Mh) => Some("mh"),
         _ => None,
     };
+    // ipvsadm 1.31 reads the list with `strtok` and crashes on one without a name
+    // (`-b ,`, `-b ''`): refused here, where it would otherwise clear the flags.
+    if text.split(',').all(str::is_empty) {
+        return Err(format!("no scheduler flag in `{text}'"));
+    }
     let mut names = Vec::new();
     for flag in text.split(',').filter(|f| !f.is_empty()) {
         match (flag, family) {
@@ -1292,6 +1297,12 @@ mod tests {
             p("-A -t 198.18.1.1:80 -s sh -b sh-quick").map(|_| ()),
             Err("invalid scheduler flag `sh-quick'".to_string())
         );
+        for list in [",", ",,"] {
+            assert_eq!(
+                p(&format!("-E -t 198.18.1.1:80 -s sh -b {list}")).map(|_| ()),
+                Err(format!("no scheduler flag in `{list}'"))
+            );
+        }
         // -b on a real server is DPVS's FullNAT.
         let fullnat = p("-a -t 198.18.1.1:80 -r 198.18.0.2:80 -b")
             .unwrap()

@@ -405,6 +405,10 @@ fn parse_service(text: &str, proto: Protocol) -> Option<(bool, u16, u8)> {
 /// ipvsadm's `parse_sched_flags` for scheduler `sched` (default wlc).
 fn check_sched_flags(sched: Option<&str>, flags: &str) -> Result<(), Refusal> {
     let sched = sched.filter(|s| !s.is_empty()).unwrap_or("wlc");
+    // `strtok` finds no name in `,` or `` and 1.31 crashes on the NULL it returns.
+    if flags.split(',').all(str::is_empty) {
+        return Err(fail(format!("no scheduler flag in `{flags}'")));
+    }
     for flag in flags.split(',').filter(|f| !f.is_empty()) {
         let family = match flag {
             "flag-1" | "flag-2" | "flag-3" => continue,
@@ -928,6 +932,8 @@ mod tests {
             ("-L -A", "invalid option `-A'\n", 2),
             // `fail(2, "invalid scheduler flag `%s'", flag)`
             ("-A -t 1.2.3.4:80 -s sh -b nope", "invalid scheduler flag `nope'\n", 2),
+            // 1.31 crashes on a list without a name.
+            ("-A -t 1.2.3.4:80 -s sh -b ,", "no scheduler flag in `,'\n", 2),
             // `fail(2, "incompatible scheduler flag `%s'", flag)`
             ("-A -t 1.2.3.4:80 -b sh-port", "incompatible scheduler flag `sh-port'\n", 2),
             // `fail(2, "One-Packet Scheduling is only for UDP virtual services")`
