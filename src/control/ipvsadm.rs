@@ -1303,6 +1303,19 @@ mod tests {
                 Err(format!("no scheduler flag in `{list}'"))
             );
         }
+        // An empty word (`-b ''` in a shell), and the same as `--sched-flags=`.
+        for args in [&["-b", ""][..], &["--sched-flags="]] {
+            let line: Vec<String> = ["-E", "-t", "198.18.1.1:80", "-s", "sh"]
+                .iter()
+                .chain(args)
+                .map(|a| a.to_string())
+                .collect();
+            assert_eq!(
+                parse(&line).map(|_| ()),
+                Err("no scheduler flag in `'".to_string()),
+                "{args:?}"
+            );
+        }
         // -b on a real server is DPVS's FullNAT.
         let fullnat = p("-a -t 198.18.1.1:80 -r 198.18.0.2:80 -b")
             .unwrap()

@@ -152,8 +152,10 @@ struct Context<'a> {
 /// Egress and accounting read what no packet moves from it: the addresses, ports,
 /// mode, service, real server, and the flags they check. What a packet moves (the
 /// TCP state, whose move `transition` gives, `NO_OUTPUT`, the client's sequence, the
-/// timer, a UDP session's count, the peer's MAC) is read from the live entry,
-/// `sessions.get(id)`.
+/// timer, a UDP session's count) is read from the live entry, `sessions.get(id)`.
+/// The peer's MAC is read from the copy: a NAT or FullNAT client's packet moves it
+/// after the copy, and that packet goes to the real server, which does not use it;
+/// a DR or TUN packet moves it once sent.
 struct Matched {
     id: SessionId,
     dir: Direction,

@@ -185,20 +185,6 @@ impl Burst {
         unsafe { (*m).__bindgen_anon_2.hash.usr = tag }
     }
 
-    /// Prefetches packet `i`'s first data cache line (no-op past the end).
-    #[inline(always)]
-    pub fn prefetch(&self, i: usize) {
-        if i < self.len && !self.mbufs[i].is_null() {
-            // SAFETY: reading buf_addr/data_off of an owned mbuf; the prefetch itself
-            // cannot fault.
-            unsafe {
-                let mb = &*self.mbufs[i];
-                let p = (mb.buf_addr as *const i8).add(mb.data_off as usize);
-                core::arch::x86_64::_mm_prefetch(p, core::arch::x86_64::_MM_HINT_T0);
-            }
-        }
-    }
-
     /// Packet `i` as a handle of its own, borrowing the burst: below `len` and not
     /// moved out, else a panic now (a bug in the caller).
     #[inline(always)]
