@@ -163,7 +163,8 @@ impl Rng {
 
 /// Writes a random frame into `buf`: mostly client segments to the services from a
 /// few client ports (so connections repeat, collide and reuse ports within a burst),
-/// some replies from the NAT real servers to those ports.
+/// some replies from the NAT real servers to those ports, and a few frames no session
+/// takes (ARP, malformed frames, a segment to another MAC).
 fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
     let client = rng.pick(&[ip("198.18.0.100"), ip("198.18.0.101")]);
     let cport = 1000 + (rng.next() % 6) as u16;
@@ -176,7 +177,24 @@ fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
         sport: cport,
         dport,
     };
-    match rng.next() % 9 {
+    match rng.next() % 10 {
+        // What is not a session's: an ARP request for the port's address, a
+        // malformed or unwanted frame (classify refuses most), a segment to
+        // another host's MAC.
+        9 => match rng.next() % 3 {
+            0 => frames::arp_request(buf, CLIENT_MAC, client, ip("198.18.0.1")),
+            1 => {
+                let kind = rng.pick(&frames::Garbage::ALL);
+                frames::garbage(buf, kind, CLIENT_MAC, LB_MAC, client, ip("198.18.1.1"))
+            }
+            _ => {
+                let other = Endpoints {
+                    dst_mac: [0x02, 0x4f, 0x54, 0, 0, 1],
+                    ..to(ip("198.18.1.1"), 80)
+                };
+                frames::tcp_segment(buf, &other, 1, 0, flags, &[])
+            }
+        },
         0 | 1 => frames::tcp_segment(buf, &to(ip("198.18.1.1"), 80), 1, 0, flags, &[]),
         2 => frames::tcp_segment(buf, &to(ip("198.18.1.2"), 80), 1, 0, flags, &[]),
         3 => frames::tcp_segment(buf, &to(ip("198.18.1.3"), 80), 1, 0, flags, &[]),
