@@ -5,7 +5,8 @@ Usage: perf/compare.py RUNS BIN[,BIN...] SESSIONS PACKETS MODE[,MODE...]
 
 Each BIN is a nat_rewrite binary (`cargo bench --bench nat_rewrite --no-run` prints
 its path; copy it aside to keep one per code state); each MODE one of its modes (nat,
-fullnat, nat6, fullnat6, nat64). Every binary runs in every mode, one after the other,
+fullnat, nat6, fullnat6, nat64), with any of its flags after it in the same argument
+("nat --foreign"). Every binary runs in every mode, one after the other,
 RUNS rounds, so a noisy machine disturbs them alike; each figure is reported as the
 median of its runs with the range. Needs root (DPDK).
 """
@@ -19,6 +20,8 @@ FIGURES = {
     "established": r"cycles/packet, established \([^|]*\|\s*([\d.]+)",
     "established, median burst": r"cycles/packet, established, median burst[^|]*\|\s*([\d.]+)",
     "new session": r"cycles/new session[^|]*\|\s*([\d.]+)",
+    "multicast source MAC": r"cycles/frame, multicast source MAC[^|]*\|\s*([\d.]+)",
+    "another host's MAC": r"cycles/frame, another host's MAC[^|]*\|\s*([\d.]+)",
     "establishing ACK": r"cycles/establishing ACK[^|]*\|\s*([\d.]+)",
     "expired session": r"cycles/expired session[^|]*\|\s*([\d.]+)",
     "bytes/session": r"bytes per session[^|]*\|\s*([\d.]+)",
@@ -40,7 +43,7 @@ def main():
 
     for r in range(runs):
         for c in cases:
-            cmd = [c[0], sessions, packets, c[1]]
+            cmd = [c[0], sessions, packets] + c[1].split()
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             for fig, pattern in FIGURES.items():
                 m = re.search(pattern, out)

@@ -11,7 +11,7 @@
 //!
 //! Run: `cargo bench --bench nat_rewrite -- [SESSIONS] [PACKETS]
 //! [nat|fullnat|nat6|fullnat6|nat64] [--sync] [--timestamps] [--exception] [--park]
-//! [--persist=SECONDS] [--replies]`
+//! [--persist=SECONDS] [--replies] [--foreign]`
 //!
 //! `nat6`, `fullnat6` and `nat64` are the same phases over IPv6 clients and an IPv6
 //! VIP, through the same `handle`: IPv6 real servers in NAT, IPv6 local addresses and
@@ -57,6 +57,11 @@
 //! each addressed to where its session's SYN went (RIP:rport to the client's address
 //! and port in NAT, to the local address and port in FullNAT): the reply direction's
 //! cycles per packet, mean and median burst.
+//!
+//! `--foreign` adds two phases after the established one, as many frames each, all
+//! of them dropped on their Ethernet header: the same segments from a multicast
+//! source MAC, then sent to another host's MAC (as a promiscuous port sees a
+//! flooding switch's frames): cycles per frame, median burst.
 //!
 //! `--exception` runs as on a port with an exception path (`[ports.exception]`):
 //! compare with a run without it, and with a binary of the code before the exception
@@ -244,6 +249,7 @@ fn main() {
     let exception = std::env::args().any(|a| a == "--exception");
     let park = std::env::args().any(|a| a == "--park");
     let replies = std::env::args().any(|a| a == "--replies");
+    let foreign = std::env::args().any(|a| a == "--foreign");
     let persist: Option<u32> = std::env::args().find_map(|a| {
         a.strip_prefix("--persist=")
             .map(|s| s.parse().expect("--persist=SECONDS"))
@@ -501,6 +507,34 @@ fn main() {
     );
     let ack_median_burst = bench.median_burst_per_packet();
 
+    // Phase 2f (`--foreign`): frames every node drops on their Ethernet header alone,
+    // as an attacker on the link can send them: the same established segments from a
+    // multicast source MAC, then to another host's MAC (which a promiscuous port
+    // sees). What each costs, read against an established packet's cost.
+    let foreign_phase = foreign.then(|| {
+        let mut median = |edit: fn(&mut [u8])| {
+            let mut x: u64 = 0x9e3779b97f4a7c15;
+            let (_, forwarded) = bench.run(
+                packets,
+                &mut |_, buf| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let len =
+                        client_frame(family, buf, (x % sessions as u64) as u32, 0x10, timestamps);
+                    edit(buf);
+                    len
+                },
+                &mut |_, _| {},
+            );
+            assert_eq!(forwarded, 0, "no such frame may be forwarded");
+            bench.median_burst_per_packet()
+        };
+        let multicast_source = median(|buf| buf[6] |= 1);
+        let other_host = median(|buf| buf[0..6].copy_from_slice(&[0x02, 0x99, 0, 0, 0, 9]));
+        (multicast_source, other_host)
+    });
+
     // Phase 2r (`--replies`, IPv4): the real servers' established ACKs to their
     // clients, in a scrambled order too: the reply direction (lookup by the reply key,
     // the server's acknowledgment read, SNAT or FullNAT's rewrite back, the client's
@@ -626,6 +660,10 @@ fn main() {
         "| cycles/packet, established, median burst | {:.1} |",
         ack_median_burst
     );
+    if let Some((multicast_source, other_host)) = foreign_phase {
+        println!("| cycles/frame, multicast source MAC (dropped), median burst | {multicast_source:.1} |");
+        println!("| cycles/frame, another host's MAC (dropped), median burst | {other_host:.1} |");
+    }
     if let Some((mean, median)) = reply_phase {
         println!("| cycles/packet, real servers' established ACKs (reply direction) | {mean:.1} |");
         println!("| cycles/packet, real servers' established ACKs, median burst | {median:.1} |");

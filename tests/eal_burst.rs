@@ -164,7 +164,7 @@ impl Rng {
 /// Writes a random frame into `buf`: mostly client segments to the services from a
 /// few client ports (so connections repeat, collide and reuse ports within a burst),
 /// some replies from the NAT real servers to those ports, and a few frames no session
-/// takes (ARP, malformed frames, a segment to another MAC).
+/// takes (ARP, malformed frames, segments to another MAC or a group, or from one).
 fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
     let client = rng.pick(&[ip("198.18.0.100"), ip("198.18.0.101")]);
     let cport = 1000 + (rng.next() % 6) as u16;
@@ -180,12 +180,27 @@ fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
     match rng.next() % 10 {
         // What is not a session's: an ARP request for the port's address, a
         // malformed or unwanted frame (classify refuses most), a segment to
-        // another host's MAC.
-        9 => match rng.next() % 3 {
+        // another host's MAC, to the broadcast or an IPv6 group MAC (parsed, then
+        // refused), or from a group MAC.
+        9 => match rng.next() % 6 {
             0 => frames::arp_request(buf, CLIENT_MAC, client, ip("198.18.0.1")),
             1 => {
                 let kind = rng.pick(&frames::Garbage::ALL);
                 frames::garbage(buf, kind, CLIENT_MAC, LB_MAC, client, ip("198.18.1.1"))
+            }
+            2 => {
+                let other = Endpoints {
+                    src_mac: [0x03, 0xc1, 0, 0, 0, 1],
+                    ..to(ip("198.18.1.1"), 80)
+                };
+                frames::tcp_segment(buf, &other, 1, 0, flags, &[])
+            }
+            3 => {
+                let other = Endpoints {
+                    dst_mac: rng.pick(&[[0xff; 6], [0x33, 0x33, 0, 0, 0, 1]]),
+                    ..to(ip("198.18.1.1"), 80)
+                };
+                frames::tcp_segment(buf, &other, 1, 0, flags, &[])
             }
             _ => {
                 let other = Endpoints {

@@ -143,6 +143,49 @@ struct Context<'a> {
     counters: &'a WorkerCounters,
 }
 
+/// What `handle` makes of a frame's Ethernet header, before it parses anything else.
+/// A frame decided here is never classified: the burst's passes skip it too
+/// ([`EthernetVerdict::needs_parsing`]), so a flood of such frames costs their drop
+/// alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum EthernetVerdict {
+    /// Shorter than an Ethernet header.
+    Truncated,
+    /// From a group address: no host sends from one.
+    MulticastSource,
+    /// For another host or a group other than the broadcast and IPv6's: dropped
+    /// unless it is the VRRP or sync group ([`Forwarder::to_group`]).
+    Group(MacAddr),
+    /// For the port's MAC, the broadcast address or an IPv6 group (Neighbor
+    /// Discovery, which the responder checks): parsed, sent to this MAC.
+    Parse(MacAddr),
+}
+
+impl EthernetVerdict {
+    #[inline(always)]
+    fn of(frame: &[u8], port_mac: MacAddr) -> EthernetVerdict {
+        let Ok(eth) = ethernet::Frame::new_checked(frame) else {
+            return EthernetVerdict::Truncated;
+        };
+        if eth.src_addr().is_multicast() {
+            return EthernetVerdict::MulticastSource;
+        }
+        let to = eth.dst_addr();
+        if to == port_mac || to.is_broadcast() || to.is_ipv6_multicast() {
+            EthernetVerdict::Parse(to)
+        } else {
+            EthernetVerdict::Group(to)
+        }
+    }
+
+    /// Whether `handle` goes on to parse `frame`, which came in on a port with MAC
+    /// `port_mac`.
+    #[inline(always)]
+    fn needs_parsing(frame: &[u8], port_mac: MacAddr) -> bool {
+        matches!(Self::of(frame, port_mac), EthernetVerdict::Parse(_))
+    }
+}
+
 /// The session a TCP/UDP packet belongs to, as the hit stage found it or placement
 /// opened it: which of its keys the packet matched, the entry, and what the packet
 /// did to its state.
@@ -1306,9 +1349,25 @@ impl Forwarder {
     /// nothing: `handle` validates every frame properly.
     #[inline]
     pub fn prefetch_sessions(&mut self, burst: &Burst) {
+        self.prefetch_parsed(burst, None);
+    }
+
+    /// [`Forwarder::prefetch_sessions`] for a burst that came in on a port with MAC
+    /// `port_mac`: frames `handle` decides on their Ethernet header alone
+    /// ([`EthernetVerdict`]) are skipped. Returns which frames `handle` parses (every
+    /// frame, without `port_mac`).
+    #[inline]
+    fn prefetch_parsed(&mut self, burst: &Burst, port_mac: Option<MacAddr>) -> [bool; BURST_SIZE] {
         let n = burst.len().min(BURST_SIZE);
+        let mut parses = [false; BURST_SIZE];
         for (i, peeked) in self.peeked[..n].iter_mut().enumerate() {
-            *peeked = peek_key(burst.packet(i)).map(HashedKey::new);
+            let frame = burst.packet(i);
+            parses[i] = port_mac.is_none_or(|mac| EthernetVerdict::needs_parsing(frame, mac));
+            *peeked = if parses[i] {
+                peek_key(frame).map(HashedKey::new)
+            } else {
+                None
+            };
             if let Some(key) = peeked {
                 self.sessions.prefetch_bucket(key);
             }
@@ -1316,6 +1375,7 @@ impl Forwarder {
         for key in self.peeked[..n].iter().flatten() {
             self.sessions.prefetch_entry(key);
         }
+        parses
     }
 
     /// `key` with its hash: the one the prefetch pass computed for frame `i` when it
@@ -1366,19 +1426,14 @@ impl Forwarder {
         counters: &WorkerCounters,
     ) -> Action {
         let frame = pkt.bytes_mut();
-        let Ok(eth) = ethernet::Frame::new_checked(&*frame) else {
-            return Action::Drop(DropReason::Truncated);
+        let to = match EthernetVerdict::of(frame, port.mac) {
+            EthernetVerdict::Truncated => return Action::Drop(DropReason::Truncated),
+            EthernetVerdict::MulticastSource => return Action::Drop(DropReason::BadSourceMac),
+            EthernetVerdict::Group(to) => return self.to_group(frame, to, port),
+            EthernetVerdict::Parse(to) => to,
         };
-        if eth.src_addr().is_multicast() {
-            return Action::Drop(DropReason::BadSourceMac);
-        }
-        let to = eth.dst_addr();
         let to_port = to == port.mac;
         let to_us = to_port || to.is_broadcast();
-        // IPv6 groups (Neighbor Discovery) are for the responder, which checks them.
-        if !to_us && !to.is_ipv6_multicast() {
-            return self.to_group(frame, to, port);
-        }
         let here;
         let parsed: &Parsed = match classified {
             Some(Ok(p)) => p,
@@ -3273,5 +3328,58 @@ mod tests {
             seq(6, ack, Direction::Inbound),
             format!("{:?}", SegmentSeq::Client(client))
         );
+    }
+
+    #[test]
+    fn the_ethernet_verdict_is_handles_first_decision() {
+        let port = MacAddr([0x02, 0x53, 0x4c, 0, 0, 1]);
+        let host = [0x02, 0xc1, 0, 0, 0, 1];
+        let frame = |dst: [u8; 6], src: [u8; 6]| {
+            let mut f = vec![0u8; 60];
+            f[..6].copy_from_slice(&dst);
+            f[6..12].copy_from_slice(&src);
+            f[12..14].copy_from_slice(&[0x08, 0x00]);
+            f
+        };
+        let other = [0x02, 0x4f, 0x54, 0, 0, 1];
+        let vrrp = [0x01, 0x00, 0x5e, 0, 0, 0x12];
+        let cases: [(Vec<u8>, EthernetVerdict); 8] = [
+            (
+                frame(port.0, host)[..13].to_vec(),
+                EthernetVerdict::Truncated,
+            ),
+            (frame(port.0, host), EthernetVerdict::Parse(port)),
+            (
+                frame([0xff; 6], host),
+                EthernetVerdict::Parse(MacAddr([0xff; 6])),
+            ),
+            (
+                frame([0x33, 0x33, 0, 0, 0, 1], host),
+                EthernetVerdict::Parse(MacAddr([0x33, 0x33, 0, 0, 0, 1])),
+            ),
+            (frame(other, host), EthernetVerdict::Group(MacAddr(other))),
+            (frame(vrrp, host), EthernetVerdict::Group(MacAddr(vrrp))),
+            // A group source is refused whatever the frame is sent to.
+            (
+                frame(port.0, [0x03, 0, 0, 0, 0, 1]),
+                EthernetVerdict::MulticastSource,
+            ),
+            (
+                frame([0xff; 6], [0xff; 6]),
+                EthernetVerdict::MulticastSource,
+            ),
+        ];
+        for (f, want) in cases {
+            assert_eq!(
+                EthernetVerdict::of(&f, port),
+                want,
+                "{:02x?}",
+                &f[..12.min(f.len())]
+            );
+            assert_eq!(
+                EthernetVerdict::needs_parsing(&f, port),
+                matches!(want, EthernetVerdict::Parse(_))
+            );
+        }
     }
 }
