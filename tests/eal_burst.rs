@@ -181,7 +181,7 @@ fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
         // What is not a session's: an ARP request for the port's address, a
         // malformed or unwanted frame (classify refuses most), a segment to
         // another host's MAC, to the broadcast or an IPv6 group MAC (parsed, then
-        // refused), or from a group MAC.
+        // refused) or the VRRP group's, or from a group MAC.
         9 => match rng.next() % 6 {
             0 => frames::arp_request(buf, CLIENT_MAC, client, ip("198.18.0.1")),
             1 => {
@@ -197,7 +197,11 @@ fn random_frame(rng: &mut Rng, buf: &mut [u8]) -> usize {
             }
             3 => {
                 let other = Endpoints {
-                    dst_mac: rng.pick(&[[0xff; 6], [0x33, 0x33, 0, 0, 0, 1]]),
+                    dst_mac: rng.pick(&[
+                        [0xff; 6],
+                        [0x33, 0x33, 0, 0, 0, 1],
+                        [0x01, 0x00, 0x5e, 0, 0, 0x12],
+                    ]),
                     ..to(ip("198.18.1.1"), 80)
                 };
                 frames::tcp_segment(buf, &other, 1, 0, flags, &[])
@@ -668,6 +672,12 @@ fn a_burst_decides_every_packet_as_one_by_one_handling_does(
     assert!(reordered > 100, "only {reordered} bursts parked anything");
     let in_use = format!("{:?}", DropReason::NatTupleInUse);
     assert!(dropped.get(&in_use).is_some_and(|&n| n > 0), "{dropped:?}");
+    // Frames the burst's passes skip (decided on their Ethernet header) and ones
+    // they classify for nothing (to the broadcast or an IPv6 group).
+    for reason in [DropReason::BadSourceMac, DropReason::NotOurMac] {
+        let name = format!("{reason:?}");
+        assert!(dropped.get(&name).is_some_and(|&n| n > 0), "{dropped:?}");
+    }
     assert!(icmp_sent > 0, "no ICMP error was translated");
 
     // Known order: a DR SYN is handed on at once; the NAT SYN before it is parked,

@@ -144,18 +144,19 @@ struct Context<'a> {
 }
 
 /// What `handle` makes of a frame's Ethernet header, before it parses anything else.
-/// A frame decided here is never classified: the burst's passes skip it too
-/// ([`EthernetVerdict::needs_parsing`]), so a flood of such frames costs their drop
-/// alone.
+/// The burst's passes neither peek at nor classify a frame decided here
+/// ([`EthernetVerdict::needs_parsing`]): a flood of such frames costs their drop,
+/// not a parse each. (Only a frame to the VRRP or sync group is parsed, by
+/// [`Forwarder::to_group`] itself.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum EthernetVerdict {
+enum EthernetVerdict {
     /// Shorter than an Ethernet header.
     Truncated,
     /// From a group address: no host sends from one.
     MulticastSource,
-    /// For another host or a group other than the broadcast and IPv6's: dropped
+    /// For another host, or a group other than the broadcast and IPv6's: dropped
     /// unless it is the VRRP or sync group ([`Forwarder::to_group`]).
-    Group(MacAddr),
+    NotOurs(MacAddr),
     /// For the port's MAC, the broadcast address or an IPv6 group (Neighbor
     /// Discovery, which the responder checks): parsed, sent to this MAC.
     Parse(MacAddr),
@@ -174,7 +175,7 @@ impl EthernetVerdict {
         if to == port_mac || to.is_broadcast() || to.is_ipv6_multicast() {
             EthernetVerdict::Parse(to)
         } else {
-            EthernetVerdict::Group(to)
+            EthernetVerdict::NotOurs(to)
         }
     }
 
@@ -1429,7 +1430,7 @@ impl Forwarder {
         let to = match EthernetVerdict::of(frame, port.mac) {
             EthernetVerdict::Truncated => return Action::Drop(DropReason::Truncated),
             EthernetVerdict::MulticastSource => return Action::Drop(DropReason::BadSourceMac),
-            EthernetVerdict::Group(to) => return self.to_group(frame, to, port),
+            EthernetVerdict::NotOurs(to) => return self.to_group(frame, to, port),
             EthernetVerdict::Parse(to) => to,
         };
         let to_port = to == port.mac;
@@ -3343,10 +3344,17 @@ mod tests {
         };
         let other = [0x02, 0x4f, 0x54, 0, 0, 1];
         let vrrp = [0x01, 0x00, 0x5e, 0, 0, 0x12];
-        let cases: [(Vec<u8>, EthernetVerdict); 8] = [
+        let sync_group = [0x01, 0x00, 0x5e, 0, 0, 0x51];
+        let ipv6_group = [0x33, 0x33, 0, 0, 0, 1];
+        let cases: [(Vec<u8>, EthernetVerdict); 10] = [
             (
                 frame(port.0, host)[..13].to_vec(),
                 EthernetVerdict::Truncated,
+            ),
+            // A bare header is the verdict's to make; what follows is classify's.
+            (
+                frame(port.0, host)[..14].to_vec(),
+                EthernetVerdict::Parse(port),
             ),
             (frame(port.0, host), EthernetVerdict::Parse(port)),
             (
@@ -3354,11 +3362,15 @@ mod tests {
                 EthernetVerdict::Parse(MacAddr([0xff; 6])),
             ),
             (
-                frame([0x33, 0x33, 0, 0, 0, 1], host),
-                EthernetVerdict::Parse(MacAddr([0x33, 0x33, 0, 0, 0, 1])),
+                frame(ipv6_group, host),
+                EthernetVerdict::Parse(MacAddr(ipv6_group)),
             ),
-            (frame(other, host), EthernetVerdict::Group(MacAddr(other))),
-            (frame(vrrp, host), EthernetVerdict::Group(MacAddr(vrrp))),
+            (frame(other, host), EthernetVerdict::NotOurs(MacAddr(other))),
+            (frame(vrrp, host), EthernetVerdict::NotOurs(MacAddr(vrrp))),
+            (
+                frame(sync_group, host),
+                EthernetVerdict::NotOurs(MacAddr(sync_group)),
+            ),
             // A group source is refused whatever the frame is sent to.
             (
                 frame(port.0, [0x03, 0, 0, 0, 0, 1]),
@@ -3370,16 +3382,8 @@ mod tests {
             ),
         ];
         for (f, want) in cases {
-            assert_eq!(
-                EthernetVerdict::of(&f, port),
-                want,
-                "{:02x?}",
-                &f[..12.min(f.len())]
-            );
-            assert_eq!(
-                EthernetVerdict::needs_parsing(&f, port),
-                matches!(want, EthernetVerdict::Parse(_))
-            );
+            let got = EthernetVerdict::of(&f, port);
+            assert_eq!(got, want, "{:02x?}", &f[..12.min(f.len())]);
         }
     }
 }

@@ -83,18 +83,19 @@ impl Forwarder {
         mut dispatch: impl FnMut(&mut Forwarder, &mut Burst, usize, Action),
     ) {
         // A frame `handle` decides on its Ethernet header alone (`EthernetVerdict`)
-        // is neither peeked at nor classified: a flood of them costs their drop
-        // alone (to another host's MAC, 1M sessions: 95 -> 26 cycles a frame,
-        // perf/results/nat_rewrite.md).
+        // is neither peeked at nor classified: a flood of them costs their drop,
+        // not a parse and two cache lines each (to another host's MAC, 1M sessions:
+        // 102 -> 26 cycles a frame, perf/results/nat_rewrite.md).
         let parses = self.prefetch_parsed(burst, Some(port.mac));
-        // Every frame classified before any is handled: the fields a frame's
-        // `Parsed` is built of are stored one by one, and handling reads some at
-        // once (the tuple, a 16-byte move), a wider load than any of those stores,
-        // which waits for them to reach the cache. Handled after the rest of the
-        // pass, they are there (a burst of one frame gains nothing). The pass also
-        // gives the prefetches more time, and has read every frame (no frame is
-        // prefetched ahead of its handling any more). (1M sessions, established
-        // NAT, median burst: 268 -> 259 cycles, perf/results/nat_rewrite.md.)
+        // Every frame `handle` parses is classified before any is handled: the
+        // fields a frame's `Parsed` is built of are stored one by one, and handling
+        // reads some at once (the tuple, a 16-byte move), a wider load than any of
+        // those stores, which waits for them to reach the cache. Handled after the
+        // rest of the pass, they are there (a burst of one frame gains nothing). The
+        // pass also gives the prefetches more time, and has read every such frame (no
+        // frame is prefetched ahead of its handling any more). (1M sessions,
+        // established NAT, median burst: 268 -> 259 cycles,
+        // perf/results/nat_rewrite.md.)
         let n = burst.len().min(BURST_SIZE);
         let mut classified: [Option<Result<Parsed, DropReason>>; BURST_SIZE] = [None; BURST_SIZE];
         for (i, c) in classified[..n].iter_mut().enumerate() {
