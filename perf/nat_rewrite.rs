@@ -383,14 +383,15 @@ fn main() {
         sluice::dataplane::sync_events::EventRing::with_capacity(ring_slots),
     ]);
     // Headroom above the 1/64 of free slots under which each new session reclaims
-    // half-open ones (a SYN flood's defence): all SESSIONS must stay.
-    let v4_capacity = sessions as usize + sessions as usize / 32 + 64;
+    // half-open ones (a SYN flood's defence, in either family's table): all SESSIONS
+    // must stay.
+    let with_headroom = sessions as usize + sessions as usize / 32 + 64;
     let (capacity, capacity6) = match family {
         Family::V4 => (
-            v4_capacity,
-            sluice::dataplane::forwarder::ipv6_capacity(v4_capacity),
+            with_headroom,
+            sluice::dataplane::forwarder::ipv6_capacity(with_headroom),
         ),
-        Family::V6 | Family::Nat64 => (4096, sessions as usize),
+        Family::V6 | Family::Nat64 => (4096, with_headroom),
     };
     let config = ForwarderConfig {
         capacity6,

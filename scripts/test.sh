@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then formatting, lints, unit tests,
-# DPDK integration tests, golden-packet tests and end-to-end tests in namespaces, and
-# a bounded fuzzing run of every fuzz target (scripts/fuzz.sh, 10 s each here).
+# DPDK integration tests, golden-packet tests and end-to-end tests in namespaces, every
+# benchmark run once small (scripts/bench_smoke.sh), and a bounded fuzzing run of
+# every fuzz target (scripts/fuzz.sh, 10 s each here).
 # Needs root (DPDK, network namespaces). Usage: sudo scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,11 @@ echo "== cargo test (unit, DPDK integration, golden pcap, namespaces)"
 # behaviour, not speed; the benchmarks (perf/) build with the release profile as is.
 CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
   cargo test --release --workspace --no-fail-fast -- --test-threads=2
+
+# Every benchmark once, small, in each of its modes: that it runs and its own checks
+# hold (seconds; times nothing).
+echo "== benchmarks run once, small (scripts/bench_smoke.sh)"
+bash scripts/bench_smoke.sh
 
 # 10 s per target (two at a time) keeps the whole run under CI's 30 minutes; the
 # script's own default, for a run by hand, is 30 s, and --long runs for hours.
