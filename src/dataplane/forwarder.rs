@@ -41,7 +41,7 @@ use crate::dataplane::query::{
 };
 use crate::dataplane::realserver_stats::{Passive, RealServerCounters};
 use crate::dpdk::{Burst, Packet, BURST_SIZE};
-use crate::flow::parse::{classify, peek_key, Ipv6Payload, PacketKind, Parsed};
+use crate::flow::parse::{classify, peek_key, peek_key6, Ipv6Payload, PacketKind, Parsed};
 use crate::flow::rss::{HashFields, Reta, Toeplitz};
 use crate::flow::{FlowKey4, FlowKey6};
 use crate::forward::laddr::{LaddrSet, PortPool};
@@ -51,7 +51,7 @@ use crate::model::{ForwardMode, Protocol, ServiceKey};
 use crate::sched::{self, Scheduler, ServerLoad};
 use crate::service::SnapshotReader;
 use crate::session::persist::{PersistTable, Trust};
-use crate::session::table6::SessionTable6;
+use crate::session::table6::{HashedKey6, SessionTable6};
 use crate::session::{
     ClientSegment, Direction, HashedKey, Session, SessionFlags, SessionId, SessionTable,
     TickTimeouts, Transition,
@@ -215,6 +215,9 @@ pub struct Forwarder {
     synproxy: synproxy::ProxyState,
     /// Each frame's tuple and hash as the burst's prefetch pass peeked them.
     peeked: [Option<HashedKey>; BURST_SIZE],
+    /// The same for IPv6 frames: written only for the burst's IPv6 frames (the
+    /// others keep an earlier burst's, which [`Forwarder::hashed6`] sees through).
+    peeked6: [Option<HashedKey6>; BURST_SIZE],
     /// [`ForwarderConfig::park_new_sessions`], decided.
     park_new_sessions: bool,
     /// Within [`Forwarder::handle_burst`]: new sessions are made but filed at the
@@ -788,6 +791,7 @@ impl Forwarder {
             sessions6: SessionTable6::try_with_capacity(capacity6)?,
             synproxy: synproxy::ProxyState::new(capacity, tsc_hz, synproxy_syn_timeout_ms),
             peeked: [None; BURST_SIZE],
+            peeked6: [None; BURST_SIZE],
             park_new_sessions: false,
             parking: false,
             parked: Vec::with_capacity(BURST_SIZE),
@@ -1344,10 +1348,10 @@ impl Forwarder {
 
     /// First pass over a burst, before any frame is handled, so that the cache misses
     /// of the whole burst overlap instead of stalling `handle` one packet at a time:
-    /// peek at each frame's 5-tuple and hash it (once: `handle` reuses the hash for
-    /// the lookup and the insert), start loading every index bucket, then, the buckets
-    /// arriving meanwhile, start loading the session entries they name. Decides
-    /// nothing: `handle` validates every frame properly.
+    /// peek at each frame's 5-tuple, IPv4 or IPv6, and hash it (once: `handle` reuses
+    /// the hash for the lookup, and for IPv4 the insert), start loading every index
+    /// bucket, then, the buckets arriving meanwhile, start loading the session
+    /// entries they name. Decides nothing: `handle` validates every frame properly.
     #[inline]
     pub fn prefetch_sessions(&mut self, burst: &Burst) {
         self.prefetch_parsed(burst, None);
@@ -1359,8 +1363,11 @@ impl Forwarder {
     /// frame, without `port_mac`).
     #[inline]
     fn prefetch_parsed(&mut self, burst: &Burst, port_mac: Option<MacAddr>) -> [bool; BURST_SIZE] {
+        const { assert!(BURST_SIZE <= 32, "a burst's IPv6 frames are a u32 mask") };
         let n = burst.len().min(BURST_SIZE);
         let mut parses = [false; BURST_SIZE];
+        // The frames whose IPv6 tuple was peeked: an IPv4 burst pays one test for it.
+        let mut v6 = 0u32;
         for (i, peeked) in self.peeked[..n].iter_mut().enumerate() {
             let frame = burst.packet(i);
             parses[i] = port_mac.is_none_or(|mac| EthernetVerdict::needs_parsing(frame, mac));
@@ -1371,10 +1378,22 @@ impl Forwarder {
             };
             if let Some(key) = peeked {
                 self.sessions.prefetch_bucket(key);
+            } else if let Some(key) = parses[i].then(|| peek_key6(frame)).flatten() {
+                let key = HashedKey6::new(key);
+                self.sessions6.prefetch_bucket(&key);
+                self.peeked6[i] = Some(key);
+                v6 |= 1 << i;
             }
         }
         for key in self.peeked[..n].iter().flatten() {
             self.sessions.prefetch_entry(key);
+        }
+        while v6 != 0 {
+            let i = v6.trailing_zeros() as usize;
+            v6 &= v6 - 1;
+            if let Some(key) = &self.peeked6[i] {
+                self.sessions6.prefetch_entry(key);
+            }
         }
         parses
     }
@@ -1386,6 +1405,15 @@ impl Forwarder {
         match self.peeked.get(i) {
             Some(Some(peeked)) if *peeked.key() == key => *peeked,
             _ => HashedKey::new(key),
+        }
+    }
+
+    /// [`Forwarder::hashed`] for an IPv6 tuple.
+    #[inline]
+    fn hashed6(&self, i: usize, key: FlowKey6) -> HashedKey6 {
+        match self.peeked6.get(i) {
+            Some(Some(peeked)) if *peeked.key() == key => *peeked,
+            _ => HashedKey6::new(key),
         }
     }
 

@@ -57,7 +57,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::flow::FlowKey4;
+use crate::flow::{FlowKey4, FlowKey6};
 use crate::model::DropReason;
 use crate::model::Protocol;
 use crate::wire::ethernet::{self, EtherType, L2Header};
@@ -186,6 +186,27 @@ pub fn peek_key(frame: &[u8]) -> Option<FlowKey4> {
     Some(FlowKey4 {
         src: u32::from(ip.src_addr()),
         dst: u32::from(ip.dst_addr()),
+        sport: u16::from_be_bytes([ports[0], ports[1]]),
+        dport: u16::from_be_bytes([ports[2], ports[3]]),
+        proto,
+    })
+}
+
+/// [`peek_key`] for IPv6: untagged Ethernet, an IPv6 header whose next header is TCP
+/// or UDP (no extension header), its ports. As speculative: nothing may be decided
+/// on it.
+#[inline]
+pub fn peek_key6(frame: &[u8]) -> Option<FlowKey6> {
+    let eth = ethernet::Frame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::IPV6 {
+        return None;
+    }
+    let ip = ipv6::Packet::new_checked(eth.payload()).ok()?;
+    let proto = Protocol::from_ip_protocol(ip.next_header().0)?;
+    let ports = eth.payload().get(ipv6::HEADER_LEN..ipv6::HEADER_LEN + 4)?;
+    Some(FlowKey6 {
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
         sport: u16::from_be_bytes([ports[0], ports[1]]),
         dport: u16::from_be_bytes([ports[2], ports[3]]),
         proto,
@@ -879,6 +900,7 @@ mod tests {
             &GRE_PACKET,
         ];
         let mut buf = [0u8; 256];
+        let mut ipv6_peeks = 0;
         for round in 0..200_000 {
             let len = if round % 2 == 0 {
                 // Pure noise, with an IPv4 or IPv6 EtherType half of the time.
@@ -902,10 +924,36 @@ mod tests {
                 fixture.len() - rng.below(8).min(fixture.len())
             };
             let peeked = peek_key(&buf[..len]);
+            let peeked6 = peek_key6(&buf[..len]);
             if let Ok(parsed) = classify(&buf[..len]) {
                 // The speculative peek agrees wherever classify finds an untagged tuple.
                 if parsed.l2.vlan_tags == 0 && parsed.flow_key().is_some() {
                     assert_eq!(peeked, parsed.flow_key(), "{:02x?}", &buf[..len]);
+                }
+                // And the IPv6 one, where no extension header comes first (the key
+                // the IPv6 path looks up: the header's addresses, the ports).
+                let ports = match parsed.kind {
+                    PacketKind::Ipv6(Ipv6Payload::Tcp { sport, dport, .. }) => {
+                        Some((Protocol::Tcp, sport, dport))
+                    }
+                    PacketKind::Ipv6(Ipv6Payload::Udp { sport, dport }) => {
+                        Some((Protocol::Udp, sport, dport))
+                    }
+                    _ => None,
+                };
+                if let Some((proto, sport, dport)) = ports {
+                    if parsed.l2.vlan_tags == 0 && parsed.l4 == parsed.l3 + ipv6::HEADER_LEN {
+                        let ip = ipv6::Packet::new_checked(&buf[parsed.l3..len]).unwrap();
+                        let key = FlowKey6 {
+                            src: ip.src_addr(),
+                            dst: ip.dst_addr(),
+                            sport,
+                            dport,
+                            proto,
+                        };
+                        assert_eq!(peeked6, Some(key), "{:02x?}", &buf[..len]);
+                        ipv6_peeks += 1;
+                    }
                 }
                 assert!(parsed.l3 <= parsed.l4 && parsed.ip_end() <= len);
                 assert!(parsed.l4 <= parsed.ip_end());
@@ -922,5 +970,6 @@ mod tests {
                 }
             }
         }
+        assert!(ipv6_peeks > 500, "only {ipv6_peeks} IPv6 peeks compared");
     }
 }

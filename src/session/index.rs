@@ -88,9 +88,16 @@ impl Hasher {
         KeyHash(folded_multiply(h, self.seeds[2]))
     }
 
+    /// Hashes a key wider than two words (an IPv6 tuple), two words at a time.
+    #[inline]
+    pub fn hash_key(&self, words: &[u64]) -> KeyHash {
+        KeyHash(self.hash_words(words))
+    }
+
     /// Hashes any number of words, two at a time, into 64 bits for a table of another
     /// kind (persistence templates) that needs the same protection; its bucket is
     /// [`KeyHash::home`]'s multiply-shift of the high half.
+    #[inline]
     pub fn hash_words(&self, words: &[u64]) -> u64 {
         words.chunks(2).fold(0, |h, pair| {
             self.hash(h ^ pair[0], pair.get(1).copied().unwrap_or(0)).0

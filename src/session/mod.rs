@@ -81,6 +81,23 @@ pub use table::{
 pub use timeouts::{TickTimeouts, Timeouts, MAX_TIMEOUT_SECS};
 pub use timer::{Advance, TimerWheel};
 
+/// Starts loading every cache line `value` spans (an entry wider than a line, or one
+/// that straddles two).
+#[inline(always)]
+pub fn prefetch_lines<T>(value: &T) {
+    let start = value as *const T as usize;
+    let end = start + std::mem::size_of::<T>();
+    let mut line = start & !63;
+    while line < end {
+        // SAFETY: a prefetch reads nothing architecturally visible and cannot fault,
+        // whatever the address; these lines hold `value`.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch(line as *const i8, core::arch::x86_64::_MM_HINT_T0)
+        };
+        line += 64;
+    }
+}
+
 /// Starts loading the cache line of `value` (a hint: it cannot fault or change state).
 #[inline(always)]
 pub fn prefetch_line<T>(value: &T) {

@@ -635,7 +635,7 @@ pub(super) fn split_value(value: u32) -> (u32, Direction) {
 /// sender cannot predict which bucket its 5-tuples land in. Inline: every packet
 /// asks, and the seeded case is one load and one compare.
 #[inline]
-fn process_hasher() -> &'static Hasher {
+pub(super) fn process_hasher() -> &'static Hasher {
     static HASHER: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
     HASHER.get_or_init(Hasher::random)
 }

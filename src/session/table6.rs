@@ -4,10 +4,14 @@
 //!
 //! Shape and cost. A slab of [`Session6`] entries (116 bytes each, the FullNAT
 //! local address and port, the client's sequence and the sync bookkeeping included)
-//! and a hashbrown map from [`FlowKey6`] (client key and, for NAT and FullNAT, reply
-//! key) to the slab index: about 116 + 2 x 48 bytes per session at full load, allocated once at
-//! construction for the table's capacity; nothing allocates afterwards (the map
-//! never holds more than `2 x capacity` keys, the capacity it was built for).
+//! and the IPv4 table's [`SessionIndex`] over the slab: each key (client key and, for
+//! NAT and FullNAT, reply key) a 16-bit tag and the slot's index in a 64-byte bucket,
+//! the key itself checked against the entry, which holds both tuples. About 120 + 2
+//! x 10 bytes per session, allocated once at construction for the table's capacity;
+//! nothing allocates afterwards (the index never holds more than `2 x capacity`
+//! keys, the most it was built for). A key is hashed once per packet
+//! ([`HashedKey6`]): the burst's prefetch pass starts loading its bucket and the
+//! entry the bucket names, and the lookup uses the same hash.
 //! Expiry is lazy: a lookup treats a session past its deadline as gone, and
 //! [`SessionTable6::sweep`] removes expired entries a bounded number of slots at a
 //! time (the management of an IPv4 table's timer wheel is not repeated here: IPv6
@@ -18,10 +22,12 @@
 //!
 //! [`SessionTable`]: super::SessionTable
 use super::hugemem::HugePageAlloc;
+use super::index::{KeyHash, SessionIndex};
 use super::reclaim::CreationOrder;
 use super::state::{self, Direction, TcpState, Transition};
 use super::table::{
-    index_value as value, split_value as split, ClientSegment, OutOfWindow, TableAllocError,
+    index_value as value, process_hasher, split_value as split, ClientSegment, OutOfWindow,
+    TableAllocError,
 };
 use super::timeouts::TickTimeouts;
 use super::InsertError;
@@ -208,6 +214,55 @@ impl Session6 {
     }
 }
 
+/// An IPv6 key with its hash, computed once per packet and used for the index
+/// prefetch and the lookup, as [`super::HashedKey`] is for IPv4. Only
+/// [`HashedKey6::new`] makes one, so the hash always belongs to the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashedKey6 {
+    key: FlowKey6,
+    hash: KeyHash,
+}
+
+impl HashedKey6 {
+    /// `key` hashed with the process's seeded hasher (five words: three folded
+    /// multiplies of two).
+    #[inline]
+    pub fn new(key: FlowKey6) -> HashedKey6 {
+        let (src, dst) = (u128::from(key.src), u128::from(key.dst));
+        let ports = u64::from(key.sport) << 32 | u64::from(key.dport) << 16 | key.proto as u64;
+        let words = [
+            (src >> 64) as u64,
+            src as u64,
+            (dst >> 64) as u64,
+            dst as u64,
+            ports,
+        ];
+        HashedKey6 {
+            key,
+            hash: process_hasher().hash_key(&words),
+        }
+    }
+
+    #[inline]
+    pub fn key(&self) -> &FlowKey6 {
+        &self.key
+    }
+
+    #[inline]
+    pub fn hash(&self) -> KeyHash {
+        self.hash
+    }
+}
+
+/// Whether `session` is filed under `key` in direction `dir`.
+#[inline]
+fn files_under(session: &Session6, dir: Direction, key: &FlowKey6) -> bool {
+    match dir {
+        Direction::Outbound => session.reply_key().as_ref() == Some(key),
+        _ => session.in_key() == *key,
+    }
+}
+
 /// A slab slot: a session, or the next vacant slot.
 #[derive(Clone, Copy, Debug)]
 enum Slot {
@@ -222,7 +277,7 @@ pub struct SessionTable6 {
     /// Both in transparent huge pages, as the IPv4 table's ([`HugePageAlloc`]): at a
     /// million sessions in 4 KiB pages nearly every lookup also misses the TLB.
     slab: HugeVec<Slot, HugePageAlloc>,
-    index: hashbrown::HashMap<FlowKey6, u32, hashbrown::DefaultHashBuilder, HugePageAlloc>,
+    index: SessionIndex,
     free_head: u32,
     len: usize,
     /// Where the next [`SessionTable6::sweep`] starts.
@@ -255,10 +310,7 @@ impl SessionTable6 {
         slab.extend((0..capacity).map(|i| Slot::Vacant {
             next: if i + 1 < capacity { i as u32 + 1 } else { NIL },
         }));
-        let mut index = hashbrown::HashMap::with_capacity_in(0, HugePageAlloc);
-        index
-            .try_reserve(capacity.saturating_mul(2))
-            .map_err(|_| refused())?;
+        let index = SessionIndex::try_new(capacity.saturating_mul(2)).map_err(|_| refused())?;
         let created = CreationOrder::try_new(capacity).ok_or_else(refused)?;
         Ok(SessionTable6 {
             slab,
@@ -270,39 +322,20 @@ impl SessionTable6 {
         })
     }
 
-    /// Bytes a table for `capacity` sessions allocates, slab, map and creation
-    /// order, known before making it. The map is hashbrown's layout: buckets a power of two at 7/8 load
-    /// (4 or 8 for small maps), the entries rounded up to 16 bytes, then one control
-    /// byte per bucket and a 16-byte group.
+    /// Bytes a table for `capacity` sessions allocates, slab, index and creation
+    /// order, known before making it.
     pub fn bytes_for(capacity: usize) -> usize {
-        let keys = capacity.saturating_mul(2);
-        let buckets = match keys {
-            0 => 0,
-            1..=3 => 4,
-            4..=7 => 8,
-            _ => (keys.saturating_mul(8) / 7).next_power_of_two(),
-        };
-        let map = match buckets {
-            0 => 0,
-            _ => {
-                let entries = buckets.saturating_mul(std::mem::size_of::<(FlowKey6, u32)>());
-                entries
-                    .div_ceil(16)
-                    .saturating_mul(16)
-                    .saturating_add(buckets + 16)
-            }
-        };
         capacity
             .saturating_mul(std::mem::size_of::<Slot>())
-            .saturating_add(map)
+            .saturating_add(SessionIndex::bytes_for(capacity.saturating_mul(2)))
             .saturating_add(CreationOrder::bytes_for(capacity))
     }
 
     /// Bytes this table allocated, as the allocator was asked for them: the slab,
-    /// the map's one allocation (buckets and control bytes) and the creation order.
+    /// the index's buckets and the creation order.
     pub fn memory_bytes(&self) -> usize {
         self.slab.capacity() * std::mem::size_of::<Slot>()
-            + self.index.allocation_size()
+            + self.index.memory().1
             + self.created.memory().1
     }
 
@@ -343,10 +376,44 @@ impl SessionTable6 {
     /// The live session filed under `key`, and which of its keys that is. A session
     /// past its deadline is not found (the sweep removes it).
     pub fn lookup(&self, key: &FlowKey6, now_tick: u32) -> Option<(u32, Direction)> {
-        let (at, dir) = split(*self.index.get(key)?);
+        self.lookup_hashed(&HashedKey6::new(*key), now_tick)
+    }
+
+    /// [`SessionTable6::lookup`] with the hash the burst's prefetch pass computed.
+    #[inline]
+    pub fn lookup_hashed(&self, key: &HashedKey6, now_tick: u32) -> Option<(u32, Direction)> {
+        let (at, dir) = self.filed(key)?;
         match &self.slab[at as usize] {
             Slot::Used(s) if !s.expired(now_tick) => Some((at, dir)),
             _ => None,
+        }
+    }
+
+    /// The slot filed under `key`, expired or not, and which of its keys it is.
+    #[inline]
+    fn filed(&self, key: &HashedKey6) -> Option<(u32, Direction)> {
+        let found = self.index.find(key.hash, |v| {
+            let (at, dir) = split(v);
+            matches!(self.slab.get(at as usize), Some(Slot::Used(s)) if files_under(s, dir, &key.key))
+        })?;
+        Some(split(found))
+    }
+
+    /// First step of a burst's prefetch: starts loading `key`'s index bucket.
+    #[inline]
+    pub fn prefetch_bucket(&self, key: &HashedKey6) {
+        self.index.prefetch(key.hash);
+    }
+
+    /// Second step, once the bucket has had time to arrive: starts loading the
+    /// entry the bucket's first matching tag names (a guess the lookup checks), every
+    /// line of it (an entry spans two or three).
+    #[inline]
+    pub fn prefetch_entry(&self, key: &HashedKey6) {
+        if let Some(value) = self.index.speculative_value(key.hash) {
+            if let Some(slot) = self.slab.get(split(value).0 as usize) {
+                super::prefetch_lines(slot);
+            }
         }
     }
 
@@ -380,9 +447,10 @@ impl SessionTable6 {
             (Some(session.in_key()), Direction::Inbound),
             (session.reply_key(), Direction::Outbound),
         ];
+        let keys = keys.map(|(key, dir)| (key.map(HashedKey6::new), dir));
         for (key, dir) in keys {
             let Some(key) = key else { continue };
-            if let Some((at, _)) = self.index.get(&key).map(|v| split(*v)) {
+            if let Some((at, _)) = self.filed(&key) {
                 match self.get(at) {
                     Some(old) if old.expired(now_tick) => {
                         let old = *old;
@@ -400,15 +468,23 @@ impl SessionTable6 {
         let Slot::Vacant { next } = self.slab[at as usize] else {
             return Err(InsertError::TableFull);
         };
+        let filing = keys
+            .iter()
+            .filter_map(|&(key, dir)| Some((key?.hash, value(at, dir))));
+        for (filed, (hash, v)) in filing.clone().enumerate() {
+            if !self.index.insert(hash, v) {
+                // Not expected: the index holds two keys for every slot. Undone, so
+                // that no key names a slot that stays vacant.
+                for (hash, v) in filing.take(filed) {
+                    self.index.remove(hash, v);
+                }
+                return Err(InsertError::TableFull);
+            }
+        }
         self.free_head = next;
         session.created = now_tick;
         session.template_due = now_tick;
         session.deadline = now_tick.wrapping_add(timeout);
-        for (key, dir) in keys {
-            if let Some(key) = key {
-                self.index.insert(key, value(at, dir));
-            }
-        }
         self.slab[at as usize] = Slot::Used(session);
         self.len += 1;
         if session.proto == Protocol::Tcp {
@@ -532,12 +608,13 @@ impl SessionTable6 {
     /// Removes session `id` and its keys. Returns it.
     pub fn remove(&mut self, id: u32) -> Option<Session6> {
         let session = *self.get(id)?;
-        for key in [Some(session.in_key()), session.reply_key()]
-            .into_iter()
-            .flatten()
-        {
-            if self.index.get(&key).is_some_and(|v| split(*v).0 == id) {
-                self.index.remove(&key);
+        let keys = [
+            (Some(session.in_key()), Direction::Inbound),
+            (session.reply_key(), Direction::Outbound),
+        ];
+        for (key, dir) in keys {
+            if let Some(key) = key {
+                self.index.remove(HashedKey6::new(key).hash, value(id, dir));
             }
         }
         self.slab[id as usize] = Slot::Vacant {
@@ -970,5 +1047,111 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(t2.to, TcpState::Close);
+    }
+
+    /// Random inserts (NAT, FullNAT and DR sessions over a few clients, ports and
+    /// real servers, so keys repeat and are refused), removals, expiries taken over
+    /// and lookups of keys filed and not, in a table small enough to fill and to
+    /// overflow its index's buckets, against a reference map: no key lost, none
+    /// found that was not filed, the index consistent with the slab throughout.
+    #[test]
+    fn the_index_agrees_with_a_reference_map() {
+        use std::collections::HashMap;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |below: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % below
+        };
+        let mut t = SessionTable6::with_capacity(48);
+        let mut filed: HashMap<FlowKey6, (u32, Direction)> = HashMap::new();
+        let (mut refused, mut removed, mut full) = (0, 0, 0);
+        let client = |n: u64| Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, n as u16);
+        for round in 0..20_000u32 {
+            let now = round / 8;
+            match next(10) {
+                0..=5 => {
+                    let k = FlowKey6 {
+                        src: client(next(6)),
+                        dst: "2001:db8::1".parse().unwrap(),
+                        sport: 40000 + next(12) as u16,
+                        dport: 80,
+                        proto: Protocol::Tcp,
+                    };
+                    let mode =
+                        [ForwardMode::Nat, ForwardMode::FullNat, ForwardMode::Dr][next(3) as usize];
+                    let rs = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2 + next(2) as u16);
+                    let mut s = Session6::new(&k, mode, 1, 7, rs, 8080);
+                    if mode == ForwardMode::FullNat {
+                        s.local_addr = "2001:db8:1::100".parse().unwrap();
+                        s.local_port = 1024 + next(16) as u16;
+                    }
+                    let mut gone = Vec::new();
+                    let result = t.insert(s, now, 1 + next(40) as u32, |old| gone.push(*old));
+                    // An expired session that held one of the keys is removed first,
+                    // whether or not the insert then succeeds.
+                    for old in &gone {
+                        filed.retain(|k, _| *k != old.in_key() && Some(*k) != old.reply_key());
+                    }
+                    match result {
+                        Ok(at) => {
+                            filed.insert(s.in_key(), (at, Direction::Inbound));
+                            if let Some(reply) = s.reply_key() {
+                                filed.insert(reply, (at, Direction::Outbound));
+                            }
+                        }
+                        Err(InsertError::TableFull) => full += 1,
+                        Err(InsertError::KeyExists(_)) => refused += 1,
+                    }
+                }
+                6 | 7 => {
+                    let Some((&k, &(at, _))) =
+                        filed.iter().nth(next(filed.len() as u64 + 1) as usize)
+                    else {
+                        continue;
+                    };
+                    let s = t.remove(at).expect("a filed session is in its slot");
+                    assert!(k == s.in_key() || Some(k) == s.reply_key());
+                    filed.retain(|_, (slot, _)| *slot != at);
+                    removed += 1;
+                }
+                _ => {}
+            }
+            // Every filed key is found where the map says (expired ones too, by the
+            // index; the lookup hides those), and a key nobody filed is not.
+            for (k, &want) in &filed {
+                assert_eq!(
+                    t.filed(&HashedKey6::new(*k)),
+                    Some(want),
+                    "round {round}: {k:?}"
+                );
+            }
+            let stranger = FlowKey6 {
+                src: client(7),
+                dst: "2001:db8::1".parse().unwrap(),
+                sport: 40000,
+                dport: 80,
+                proto: Protocol::Tcp,
+            };
+            assert_eq!(t.filed(&HashedKey6::new(stranger)), None);
+            assert_eq!(t.index.len(), filed.len(), "round {round}");
+            if round % 64 == 0 {
+                let home = |v: u32| {
+                    let (at, dir) = split(v);
+                    let s = t.get(at)?;
+                    let key = match dir {
+                        Direction::Outbound => s.reply_key()?,
+                        _ => s.in_key(),
+                    };
+                    Some(HashedKey6::new(key).hash())
+                };
+                t.index.check_consistency(home).unwrap();
+            }
+        }
+        assert!(
+            refused > 100 && removed > 100 && full > 100,
+            "{refused} {removed} {full}"
+        );
     }
 }

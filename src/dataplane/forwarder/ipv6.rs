@@ -92,7 +92,8 @@ impl Forwarder {
         if key.src.to_ipv4_mapped().is_some() || key.dst.to_ipv4_mapped().is_some() {
             return Some(Action::Drop(DropReason::BadIpv6Header));
         }
-        let found = self.sessions6.lookup(&key, self.now_tick);
+        let hashed = self.hashed6(pkt.index(), key);
+        let found = self.sessions6.lookup_hashed(&hashed, self.now_tick);
         let found = self.unless_reopened_v6(found, flags, cx.counters);
         let seg = super::client_segment(pkt.bytes(), parsed, Direction::Inbound);
         let (id, dir) = match found {
