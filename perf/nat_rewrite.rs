@@ -604,8 +604,9 @@ fn main() {
     }
 
     // IPv4, measured: the pages of the slab and the index the kernel has resident now.
-    // IPv6: the allocator's figure for the table (slab and map); the measured one is
-    // the process's resident memory, `perf/rss_peak.sh` at two sizes.
+    // IPv6: the allocator's figure for the table (slab, index and creation order);
+    // the measured one is the process's resident memory, `perf/rss_peak.sh` at two
+    // sizes.
     let (bytes, bytes_how) = match family {
         Family::V4 => {
             let resident = fwd
@@ -620,7 +621,7 @@ fn main() {
             let bytes = t.memory_bytes() as f64 / t.capacity() as f64;
             (
                 bytes,
-                "allocated (IPv6 slab + map; measure with rss_peak.sh)",
+                "allocated (IPv6 slab + index; measure with rss_peak.sh)",
             )
         }
     };
