@@ -134,6 +134,15 @@ fn tcp_frame(
     34 + tcp_len
 }
 
+/// The next of a xorshift sequence kept in `x`: the scrambled order the established
+/// phases visit the sessions in, so that lookups miss the cache as real traffic's do.
+fn scramble(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 /// Client address and port of flow `i` (distinct 5-tuples).
 fn flow(i: u32) -> (Ipv4Addr, u16) {
     if ONE_CLIENT_PER_SESSION.load(std::sync::atomic::Ordering::Relaxed) {
@@ -495,10 +504,8 @@ fn main() {
     let (ack_cycles, forwarded) = bench.run(
         packets,
         &mut |_, buf| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            client_frame(family, buf, (x % sessions as u64) as u32, 0x10, timestamps)
+            let i = scramble(&mut x) % sessions as u64;
+            client_frame(family, buf, i as u32, 0x10, timestamps)
         },
         &mut |_, _| {},
     );
@@ -518,11 +525,8 @@ fn main() {
             let (_, forwarded) = bench.run(
                 packets,
                 &mut |_, buf| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let len =
-                        client_frame(family, buf, (x % sessions as u64) as u32, 0x10, timestamps);
+                    let i = scramble(&mut x) % sessions as u64;
+                    let len = client_frame(family, buf, i as u32, 0x10, timestamps);
                     edit(buf);
                     len
                 },
@@ -545,10 +549,8 @@ fn main() {
         let (cycles, forwarded) = bench.run(
             packets,
             &mut |_, buf| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let (rip, rport, to, to_port) = server_side[(x % sessions as u64) as usize];
+                let i = scramble(&mut x) % sessions as u64;
+                let (rip, rport, to, to_port) = server_side[i as usize];
                 let len = tcp_frame(buf, rip, rport, to, to_port, 0x10, timestamps);
                 set_seq_ack(buf, 5000, 1000);
                 len
@@ -856,10 +858,7 @@ fn synproxy_phases(b: &mut Bench, sessions: u32, packets: u64, vip: Ipv4Addr, ti
     let (est_cycles, forwarded) = b.run(
         packets,
         &mut |_, buf| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let i = (x % sessions as u64) as usize;
+            let i = (scramble(&mut x) % sessions as u64) as usize;
             let (c, p) = flow(i as u32);
             let len = tcp_frame(buf, c, p, vip, 80, 0x10, timestamps);
             set_seq_ack(buf, ISN + 1, cookies[i].wrapping_add(1));
