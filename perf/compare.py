@@ -23,6 +23,7 @@ FIGURES = {
     "multicast source MAC": r"cycles/frame, multicast source MAC[^|]*\|\s*([\d.]+)",
     "another host's MAC": r"cycles/frame, another host's MAC[^|]*\|\s*([\d.]+)",
     "establishing ACK": r"cycles/establishing ACK[^|]*\|\s*([\d.]+)",
+    "reply direction, median burst": r"cycles/packet, real servers' established ACKs, median burst[^|]*\|\s*([\d.]+)",
     "expired session": r"cycles/expired session[^|]*\|\s*([\d.]+)",
     "bytes/session": r"bytes per session[^|]*\|\s*([\d.]+)",
 }

@@ -514,6 +514,12 @@ fn main() {
         "every established packet must be forwarded"
     );
     let ack_median_burst = bench.median_burst_per_packet();
+    // How far the established packets' keys lie from their home buckets: a key past
+    // its home costs its lookup a bucket more (the prefetch's third step loads it).
+    let buckets_per_lookup = match family {
+        Family::V4 => bench.fwd.sessions().index_buckets_per_lookup(),
+        Family::V6 | Family::Nat64 => bench.fwd.sessions6().index_buckets_per_lookup(),
+    };
 
     // Phase 2f (`--foreign`): frames every node drops on their Ethernet header alone,
     // as an attacker on the link can send them: the same established segments from a
@@ -698,6 +704,7 @@ fn main() {
     }
     println!("| sync events pushed | {} |", rings[0].stats().pushed);
     println!("| table bytes per session, {bytes_how} | {bytes:.1} |");
+    println!("| index buckets per lookup of a filed key, mean | {buckets_per_lookup:.3} |");
     println!("| TSC | {ghz:.2} GHz |");
     drop(fwd);
     drop(pool);

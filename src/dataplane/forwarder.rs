@@ -187,6 +187,21 @@ impl EthernetVerdict {
     }
 }
 
+/// What the burst's prefetch passes leave to do ([`Forwarder::prefetch_parsed`]).
+struct Prefetched {
+    /// Which frames `handle` parses.
+    parses: [bool; BURST_SIZE],
+    past_home: PastHome,
+}
+
+/// The frames (one bit each) whose key the prefetch found past its home bucket, in
+/// the IPv4 and the IPv6 table.
+#[derive(Clone, Copy, Debug, Default)]
+struct PastHome {
+    v4: u32,
+    v6: u32,
+}
+
 /// The session a TCP/UDP packet belongs to, as the hit stage found it or placement
 /// opened it: which of its keys the packet matched, the entry, and what the packet
 /// did to its state.
@@ -1354,15 +1369,18 @@ impl Forwarder {
     /// entries they name. Decides nothing: `handle` validates every frame properly.
     #[inline]
     pub fn prefetch_sessions(&mut self, burst: &Burst) {
-        self.prefetch_parsed(burst, None);
+        let past_home = self.prefetch_parsed(burst, None).past_home;
+        self.prefetch_past_home(past_home);
     }
 
     /// [`Forwarder::prefetch_sessions`] for a burst that came in on a port with MAC
     /// `port_mac`: frames `handle` decides on their Ethernet header alone
     /// ([`EthernetVerdict`]) are skipped. Returns which frames `handle` parses (every
-    /// frame, without `port_mac`).
+    /// frame, without `port_mac`), and the keys found past their home bucket, whose
+    /// next bucket is loading: [`Forwarder::prefetch_past_home`] starts loading their
+    /// entries once it is there.
     #[inline]
-    fn prefetch_parsed(&mut self, burst: &Burst, port_mac: Option<MacAddr>) -> [bool; BURST_SIZE] {
+    fn prefetch_parsed(&mut self, burst: &Burst, port_mac: Option<MacAddr>) -> Prefetched {
         const { assert!(BURST_SIZE <= 32, "a burst's IPv6 frames are a u32 mask") };
         let n = burst.len().min(BURST_SIZE);
         let mut parses = [false; BURST_SIZE];
@@ -1385,17 +1403,43 @@ impl Forwarder {
                 v6 |= 1 << i;
             }
         }
-        for key in self.peeked[..n].iter().flatten() {
-            self.sessions.prefetch_entry(key);
+        let mut past_home = PastHome::default();
+        for (i, key) in self.peeked[..n].iter().enumerate() {
+            if let Some(key) = key {
+                past_home.v4 |= u32::from(self.sessions.prefetch_entry(key)) << i;
+            }
         }
         while v6 != 0 {
             let i = v6.trailing_zeros() as usize;
             v6 &= v6 - 1;
             if let Some(key) = &self.peeked6[i] {
-                self.sessions6.prefetch_entry(key);
+                past_home.v6 |= u32::from(self.sessions6.prefetch_entry(key)) << i;
             }
         }
-        parses
+        Prefetched { parses, past_home }
+    }
+
+    /// The prefetch's third step, for the keys the second found past their home
+    /// bucket (at 1M sessions in a table sized to them, about one key in eight): once
+    /// the next bucket has had time to arrive, starts loading the entry it names.
+    /// Without it, such a packet's lookup waited for that bucket, then for the entry.
+    #[inline]
+    fn prefetch_past_home(&self, past_home: PastHome) {
+        let PastHome { mut v4, mut v6 } = past_home;
+        while v4 != 0 {
+            let i = v4.trailing_zeros() as usize;
+            v4 &= v4 - 1;
+            if let Some(Some(key)) = self.peeked.get(i) {
+                self.sessions.prefetch_entry_past_home(key);
+            }
+        }
+        while v6 != 0 {
+            let i = v6.trailing_zeros() as usize;
+            v6 &= v6 - 1;
+            if let Some(Some(key)) = self.peeked6.get(i) {
+                self.sessions6.prefetch_entry_past_home(key);
+            }
+        }
     }
 
     /// `key` with its hash: the one the prefetch pass computed for frame `i` when it

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use allocator_api2::vec::Vec as HugeVec;
 
 use super::hugemem::HugePageAlloc;
-use super::index::{Hasher, KeyHash, SessionIndex};
+use super::index::{Hasher, KeyHash, SessionIndex, Speculation};
 use super::reclaim::CreationOrder;
 
 use super::state::{self, Direction, TcpState, Transition, UDP_STATE_NAME};
@@ -809,10 +809,35 @@ impl SessionTable {
     }
 
     /// Second step, once the bucket has had time to arrive: starts loading the session
-    /// entry the bucket's first matching tag names (a guess the lookup checks).
+    /// entry the bucket's first matching tag names (a guess the lookup checks). Where
+    /// no tag matches but keys passed the bucket, the key may lie in the next one: it
+    /// starts loading that bucket instead and returns true, and
+    /// [`SessionTable::prefetch_entry_past_home`] takes the third step once it is there.
     #[inline]
-    pub fn prefetch_entry(&self, key: &HashedKey) {
-        if let Some(value) = self.index.speculative_value(key.hash) {
+    #[must_use = "a key past its home bucket needs the third step"]
+    pub fn prefetch_entry(&self, key: &HashedKey) -> bool {
+        match self.index.speculative_value(key.hash) {
+            Speculation::Value(value) => {
+                if let Some(session) = self.slab.get(split_value(value).0 as usize) {
+                    super::prefetch_line(session);
+                }
+                false
+            }
+            Speculation::Further => {
+                self.index.prefetch_past_home(key.hash);
+                true
+            }
+            Speculation::Absent => false,
+        }
+    }
+
+    /// Third step, for a key [`SessionTable::prefetch_entry`] found past its home
+    /// bucket, once the next bucket has had time to arrive: starts loading the entry
+    /// that bucket's first matching tag names. (A key further on still is looked up
+    /// unprefetched.)
+    #[inline]
+    pub fn prefetch_entry_past_home(&self, key: &HashedKey) {
+        if let Speculation::Value(value) = self.index.speculative_value_past_home(key.hash) {
             if let Some(session) = self.slab.get(split_value(value).0 as usize) {
                 super::prefetch_line(session);
             }
@@ -1175,6 +1200,12 @@ impl SessionTable {
             + self.index.memory().1
             + self.created.memory().1
             + self.wheel.memory_bytes()
+    }
+
+    /// The index buckets a lookup of a filed key reads, on average
+    /// ([`SessionIndex::buckets_per_lookup`]). Reads the whole index.
+    pub fn index_buckets_per_lookup(&self) -> f64 {
+        self.index.buckets_per_lookup()
     }
 
     /// Bytes of the hash index alone (its buckets), constant after construction.

@@ -23,7 +23,7 @@
 //!
 //! [`SessionTable`]: super::SessionTable
 use super::hugemem::HugePageAlloc;
-use super::index::{KeyHash, SessionIndex};
+use super::index::{KeyHash, SessionIndex, Speculation};
 use super::reclaim::CreationOrder;
 use super::state::{self, Direction, TcpState, Transition};
 use super::table::{
@@ -332,6 +332,12 @@ impl SessionTable6 {
             .saturating_add(CreationOrder::bytes_for(capacity))
     }
 
+    /// The index buckets a lookup of a filed key reads, on average
+    /// ([`SessionIndex::buckets_per_lookup`]). Reads the whole index.
+    pub fn index_buckets_per_lookup(&self) -> f64 {
+        self.index.buckets_per_lookup()
+    }
+
     /// Bytes this table allocated, as the allocator was asked for them: the slab,
     /// the index's buckets and the creation order.
     pub fn memory_bytes(&self) -> usize {
@@ -408,10 +414,34 @@ impl SessionTable6 {
 
     /// Second step, once the bucket has had time to arrive: starts loading the
     /// entry the bucket's first matching tag names (a guess the lookup checks), every
-    /// line of it (an entry spans two or three).
+    /// line of it (an entry spans two or three). As the IPv4 table's
+    /// ([`SessionTable::prefetch_entry`](super::SessionTable::prefetch_entry)), returns
+    /// true, having started loading the next bucket, where the key may lie past its
+    /// home bucket.
     #[inline]
-    pub fn prefetch_entry(&self, key: &HashedKey6) {
-        if let Some(value) = self.index.speculative_value(key.hash) {
+    #[must_use = "a key past its home bucket needs the third step"]
+    pub fn prefetch_entry(&self, key: &HashedKey6) -> bool {
+        match self.index.speculative_value(key.hash) {
+            Speculation::Value(value) => {
+                if let Some(slot) = self.slab.get(split(value).0 as usize) {
+                    super::prefetch_lines(slot);
+                }
+                false
+            }
+            Speculation::Further => {
+                self.index.prefetch_past_home(key.hash);
+                true
+            }
+            Speculation::Absent => false,
+        }
+    }
+
+    /// Third step, for a key [`SessionTable6::prefetch_entry`] found past its home
+    /// bucket, once the next bucket has had time to arrive: starts loading the entry
+    /// that bucket's first matching tag names.
+    #[inline]
+    pub fn prefetch_entry_past_home(&self, key: &HashedKey6) {
+        if let Speculation::Value(value) = self.index.speculative_value_past_home(key.hash) {
             if let Some(slot) = self.slab.get(split(value).0 as usize) {
                 super::prefetch_lines(slot);
             }

@@ -86,7 +86,8 @@ impl Forwarder {
         // is neither peeked at nor classified: a flood of them costs their drop,
         // not a parse and two cache lines each (to another host's MAC, 1M sessions:
         // 102 -> 26 cycles a frame, perf/results/nat_rewrite.md).
-        let parses = self.prefetch_parsed(burst, Some(port.mac));
+        let prefetched = self.prefetch_parsed(burst, Some(port.mac));
+        let parses = prefetched.parses;
         // Every frame `handle` parses is classified before any is handled: the
         // fields a frame's `Parsed` is built of are stored one by one, and handling
         // reads some at once (the tuple, a 16-byte move), a wider load than any of
@@ -103,6 +104,9 @@ impl Forwarder {
                 *c = Some(classify(burst.packet(i)));
             }
         }
+        // The keys found past their home bucket: that bucket has loaded during the
+        // classify pass, so their entries can start loading now.
+        self.prefetch_past_home(prefetched.past_home);
         self.parked.clear();
         self.parked_hashes.clear();
         let mut cx = Context {
