@@ -514,8 +514,9 @@ fn main() {
         "every established packet must be forwarded"
     );
     let ack_median_burst = bench.median_burst_per_packet();
-    // How far the established packets' keys lie from their home buckets: a key past
-    // its home costs its lookup a bucket more (the prefetch's third step loads it).
+    // How far the filed keys (client and reply keys alike) lie from their home
+    // buckets: a key past its home costs its lookup a bucket more for each bucket it
+    // passed (the prefetch's third step loads the first of them).
     let buckets_per_lookup = match family {
         Family::V4 => bench.fwd.sessions().index_buckets_per_lookup(),
         Family::V6 | Family::Nat64 => bench.fwd.sessions6().index_buckets_per_lookup(),

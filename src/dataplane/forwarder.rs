@@ -194,8 +194,9 @@ struct Prefetched {
     past_home: PastHome,
 }
 
-/// The frames (one bit each) whose key the prefetch found past its home bucket, in
-/// the IPv4 and the IPv6 table.
+/// The frames (one bit each) whose key may lie past its home bucket (no tag of it
+/// there, and keys passed it), in the IPv4 and the IPv6 table: their next bucket is
+/// loading.
 #[derive(Clone, Copy, Debug, Default)]
 struct PastHome {
     v4: u32,
@@ -1366,7 +1367,10 @@ impl Forwarder {
     /// peek at each frame's 5-tuple, IPv4 or IPv6, and hash it (once: `handle` reuses
     /// the hash for the lookup, and for IPv4 the insert), start loading every index
     /// bucket, then, the buckets arriving meanwhile, start loading the session
-    /// entries they name. Decides nothing: `handle` validates every frame properly.
+    /// entries they name, or the next bucket of a key that may lie past its home, and
+    /// then the entries those name. (Here that third step comes right after the
+    /// second and waits for those next buckets; `handle_burst` puts its classify pass
+    /// between them.) Decides nothing: `handle` validates every frame properly.
     #[inline]
     pub fn prefetch_sessions(&mut self, burst: &Burst) {
         let past_home = self.prefetch_parsed(burst, None).past_home;
@@ -1419,10 +1423,11 @@ impl Forwarder {
         Prefetched { parses, past_home }
     }
 
-    /// The prefetch's third step, for the keys the second found past their home
-    /// bucket (at 1M sessions in a table sized to them, about one key in eight): once
-    /// the next bucket has had time to arrive, starts loading the entry it names.
-    /// Without it, such a packet's lookup waited for that bucket, then for the entry.
+    /// The prefetch's third step, for the keys the second found may lie past their
+    /// home bucket (at 1M sessions in a table sized to them, up to one key in eight:
+    /// 1.12 buckets a lookup): once the next bucket has had time to arrive, starts
+    /// loading the entry it names. Unprefetched, such a packet's lookup waits for that
+    /// bucket, then for the entry.
     #[inline]
     fn prefetch_past_home(&self, past_home: PastHome) {
         let PastHome { mut v4, mut v6 } = past_home;

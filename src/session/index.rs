@@ -22,7 +22,7 @@
 //! than the keys in it make it, and nothing ever needs a rehash.
 //!
 //! Sizing: the table asks for room for its most keys at a load of at most
-//! [`MAX_LOAD_PERCENT`] of the slots. Near that load about one key in eight lies past
+//! [`MAX_LOAD_PERCENT`] of the slots. Near that load up to one key in eight lies past
 //! its home bucket (`nat_rewrite` with 1M sessions in a table sized to them: 1.12
 //! buckets a lookup, [`SessionIndex::buckets_per_lookup`]), so most lookups read one
 //! index line and one entry line, and the burst's prefetch loads the next bucket of a
@@ -157,7 +157,7 @@ impl Bucket {
     }
 }
 
-/// What a bucket read ahead of a lookup says of a key ([`SessionIndex::speculative_value`]).
+/// What a bucket read ahead of a lookup says of a key ([`SessionIndex::speculate`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Speculation {
     /// The value of the bucket's first slot whose tag matches: most likely the key's.
@@ -263,23 +263,23 @@ impl SessionIndex {
     /// past the bucket. A value may name another key's entry (a tag collision); the
     /// lookup sorts that out.
     #[inline]
-    pub fn speculative_value(&self, hash: KeyHash) -> Speculation {
+    pub fn speculate(&self, hash: KeyHash) -> Speculation {
         self.speculate_in(hash.home(self.buckets.len()), hash.tag())
     }
 
     /// Starts loading the bucket after `hash`'s home: where a key whose home was full
     /// when it was filed most often lies ([`Speculation::Further`]).
     #[inline]
-    pub fn prefetch_past_home(&self, hash: KeyHash) {
+    pub fn prefetch_next_bucket(&self, hash: KeyHash) {
         let next = self.next(hash.home(self.buckets.len()));
         if let Some(bucket) = self.buckets.get(next) {
             crate::session::prefetch_line(bucket);
         }
     }
 
-    /// [`SessionIndex::speculative_value`] for the bucket after `hash`'s home.
+    /// [`SessionIndex::speculate`] for the bucket after `hash`'s home.
     #[inline]
-    pub fn speculative_value_past_home(&self, hash: KeyHash) -> Speculation {
+    pub fn speculate_next_bucket(&self, hash: KeyHash) -> Speculation {
         self.speculate_in(self.next(hash.home(self.buckets.len())), hash.tag())
     }
 
@@ -488,50 +488,43 @@ mod tests {
         // 8 keys at home, 8 one bucket on, 4 two on: 20 + 8 + 8 buckets over 20 keys.
         assert_eq!(index.buckets_per_lookup(), 36.0 / 20.0);
         for k in 1..=8 {
-            assert_eq!(index.speculative_value(hash(k)), Speculation::Value(k));
+            assert_eq!(index.speculate(hash(k)), Speculation::Value(k));
         }
         for k in 9..=16 {
-            assert_eq!(index.speculative_value(hash(k)), Speculation::Further);
-            assert_eq!(
-                index.speculative_value_past_home(hash(k)),
-                Speculation::Value(k)
-            );
+            assert_eq!(index.speculate(hash(k)), Speculation::Further);
+            assert_eq!(index.speculate_next_bucket(hash(k)), Speculation::Value(k));
         }
         for k in 17..=20 {
-            assert_eq!(index.speculative_value(hash(k)), Speculation::Further);
-            assert_eq!(
-                index.speculative_value_past_home(hash(k)),
-                Speculation::Further
-            );
+            assert_eq!(index.speculate(hash(k)), Speculation::Further);
+            assert_eq!(index.speculate_next_bucket(hash(k)), Speculation::Further);
         }
         // A key not filed: where keys passed its home, it may be further on.
-        assert_eq!(index.speculative_value(hash(21)), Speculation::Further);
+        assert_eq!(index.speculate(hash(21)), Speculation::Further);
         // Its home emptied, the keys that passed it still say so.
         for k in 1..=8 {
             assert!(index.remove(hash(k), k));
         }
-        assert_eq!(index.speculative_value(hash(9)), Speculation::Further);
-        assert_eq!(
-            index.speculative_value_past_home(hash(9)),
-            Speculation::Value(9)
-        );
+        assert_eq!(index.speculate(hash(9)), Speculation::Further);
+        // Twelve keys left: 9-16 one bucket past home, 17-20 two.
+        assert_eq!(index.buckets_per_lookup(), 28.0 / 12.0);
+        assert_eq!(index.speculate_next_bucket(hash(9)), Speculation::Value(9));
         // Once none has passed it, the home says the key is absent.
         for k in 9..=20 {
             assert!(index.remove(hash(k), k));
         }
-        assert_eq!(index.speculative_value(hash(9)), Speculation::Absent);
+        assert_eq!(index.speculate(hash(9)), Speculation::Absent);
         // The last bucket's next is the first: a key filed past home 6 lies in bucket 0.
         let last = |k: u32| KeyHash(0xffff_ffff << 32 | u64::from(k) << 1);
         assert_eq!(last(1).home(7), 6);
         for k in 1..=9 {
             assert!(index.insert(last(k), k));
         }
-        assert_eq!(index.speculative_value(last(9)), Speculation::Further);
-        assert_eq!(
-            index.speculative_value_past_home(last(9)),
-            Speculation::Value(9)
-        );
-        assert_eq!(index.speculative_value(hash(3)), Speculation::Absent);
+        assert_eq!(index.speculate(last(9)), Speculation::Further);
+        assert_eq!(index.speculate_next_bucket(last(9)), Speculation::Value(9));
+        // Nine keys, one of them one bucket past home.
+        assert_eq!(index.buckets_per_lookup(), 10.0 / 9.0);
+        // The wrap passed bucket 6 only: bucket 0 says nothing passed it.
+        assert_eq!(index.speculate(hash(3)), Speculation::Absent);
     }
 
     #[test]

@@ -813,10 +813,12 @@ impl SessionTable {
     /// no tag matches but keys passed the bucket, the key may lie in the next one: it
     /// starts loading that bucket instead and returns true, and
     /// [`SessionTable::prefetch_entry_past_home`] takes the third step once it is there.
+    /// (A key not filed, such as a new connection's, whose home bucket keys passed
+    /// costs that bucket's load for nothing.)
     #[inline]
     #[must_use = "a key past its home bucket needs the third step"]
     pub fn prefetch_entry(&self, key: &HashedKey) -> bool {
-        match self.index.speculative_value(key.hash) {
+        match self.index.speculate(key.hash) {
             Speculation::Value(value) => {
                 if let Some(session) = self.slab.get(split_value(value).0 as usize) {
                     super::prefetch_line(session);
@@ -824,7 +826,7 @@ impl SessionTable {
                 false
             }
             Speculation::Further => {
-                self.index.prefetch_past_home(key.hash);
+                self.index.prefetch_next_bucket(key.hash);
                 true
             }
             Speculation::Absent => false,
@@ -833,11 +835,11 @@ impl SessionTable {
 
     /// Third step, for a key [`SessionTable::prefetch_entry`] found past its home
     /// bucket, once the next bucket has had time to arrive: starts loading the entry
-    /// that bucket's first matching tag names. (A key further on still is looked up
-    /// unprefetched.)
+    /// that bucket's first matching tag names. (A key two or more buckets past its
+    /// home is looked up unprefetched.)
     #[inline]
     pub fn prefetch_entry_past_home(&self, key: &HashedKey) {
-        if let Speculation::Value(value) = self.index.speculative_value_past_home(key.hash) {
+        if let Speculation::Value(value) = self.index.speculate_next_bucket(key.hash) {
             if let Some(session) = self.slab.get(split_value(value).0 as usize) {
                 super::prefetch_line(session);
             }

@@ -421,7 +421,7 @@ impl SessionTable6 {
     #[inline]
     #[must_use = "a key past its home bucket needs the third step"]
     pub fn prefetch_entry(&self, key: &HashedKey6) -> bool {
-        match self.index.speculative_value(key.hash) {
+        match self.index.speculate(key.hash) {
             Speculation::Value(value) => {
                 if let Some(slot) = self.slab.get(split(value).0 as usize) {
                     super::prefetch_lines(slot);
@@ -429,7 +429,7 @@ impl SessionTable6 {
                 false
             }
             Speculation::Further => {
-                self.index.prefetch_past_home(key.hash);
+                self.index.prefetch_next_bucket(key.hash);
                 true
             }
             Speculation::Absent => false,
@@ -441,7 +441,7 @@ impl SessionTable6 {
     /// that bucket's first matching tag names.
     #[inline]
     pub fn prefetch_entry_past_home(&self, key: &HashedKey6) {
-        if let Speculation::Value(value) = self.index.speculative_value_past_home(key.hash) {
+        if let Speculation::Value(value) = self.index.speculate_next_bucket(key.hash) {
             if let Some(slot) = self.slab.get(split(value).0 as usize) {
                 super::prefetch_lines(slot);
             }

@@ -104,8 +104,8 @@ impl Forwarder {
                 *c = Some(classify(burst.packet(i)));
             }
         }
-        // The keys found past their home bucket: that bucket has loaded during the
-        // classify pass, so their entries can start loading now.
+        // The keys that may lie past their home bucket: their next bucket has loaded
+        // during the classify pass, so their entries can start loading now.
         self.prefetch_past_home(prefetched.past_home);
         self.parked.clear();
         self.parked_hashes.clear();
