@@ -4,7 +4,7 @@
 //! with unique EAL file prefixes and socket names, steps them through the phases,
 //! reads the DUT's counters and the generator's figures, and stops everything, also
 //! on failure: every wait is bounded and a guard kills what is left.
-use crate::engine::{self, Mode, Workload, MAX_LIPS};
+use crate::engine::{self, FlowOrder, Mode, Workload, MAX_LIPS};
 
 /// Sluice accepts at most this many local addresses per service.
 const LIPS_PER_SERVICE: u16 = 64;
@@ -46,6 +46,8 @@ pub struct Opts {
     json: Option<PathBuf>,
     validate: bool,
     window: usize,
+    /// The order the generator's requests visit the established flows in.
+    order: FlowOrder,
     frame_size: usize,
     gen_mode: Option<Mode>,
     sluice: PathBuf,
@@ -77,6 +79,7 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
         json: None,
         validate: false,
         window: 1024,
+        order: FlowOrder::Scrambled,
         frame_size: 64,
         gen_mode: None,
         sluice: exe.with_file_name("sluice"),
@@ -136,6 +139,11 @@ pub fn parse(args: &[String]) -> Result<Opts, String> {
                     .ok()
                     .filter(|w| (1..=engine::MAX_WINDOW).contains(w))
                     .ok_or_else(|| format!("--window {v:?}"))?;
+            }
+            "--order" => {
+                let v = value()?;
+                o.order = FlowOrder::parse(&v)
+                    .ok_or_else(|| format!("--order {v:?}: scrambled or creation"))?;
             }
             "--frame-size" => {
                 let v = value()?;
@@ -1128,6 +1136,7 @@ fn gen_command(
         .args(["--workload", sc.workload.name()])
         .args(["--sessions", &sc.sessions.to_string()])
         .args(["--window", &o.window.to_string()])
+        .args(["--order", o.order.name()])
         .args(["--frame-size", &o.frame_size.to_string()])
         .args(["--validate", if o.validate { "full" } else { "sample" }])
         .args(["--real-servers", &REAL_SERVERS.to_string()])
@@ -1916,10 +1925,12 @@ fn markdown(o: &Opts, rows: &[Row], duration: f64, load_before: &str, took: Dura
         t,
         "Wiring: generator (`sluice-gen run`, memif server, polling on CPU 0) <-> net_memif \
          <-> DUT (memif client; its worker or forwarding lcore on CPU 1). Frame {} bytes, \
-         {} packets in flight, {duration} s measured per scenario, {} validation. \
+         {} packets in flight, established flows visited in {} order, {duration} s measured \
+         per scenario, {} validation. \
          Load average before: {load_before}, after: {}; the whole run took {:.0} s.\n",
         o.frame_size,
         o.window,
+        o.order.name(),
         if o.validate {
             "full (every packet's checksums)"
         } else {

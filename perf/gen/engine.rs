@@ -151,6 +151,49 @@ impl Mode {
     }
 }
 
+/// The order in which requests visit the established flows: each flow once per round
+/// either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowOrder {
+    /// Flow 0, 1, 2, ...: the order the flows were opened in, so the DUT reads its
+    /// session entries one after the other, in the order it filed them.
+    Creation,
+    /// A fixed permutation that puts flows opened far apart next to each other, as
+    /// many clients' requests interleave: the DUT reads its session entries at random.
+    Scrambled,
+}
+
+impl FlowOrder {
+    /// A prime above `u32::MAX`: coprime with every flow count, so multiplying by it
+    /// modulo the count permutes the flows.
+    const STRIDE: u128 = 4_294_967_311;
+
+    pub fn parse(s: &str) -> Option<FlowOrder> {
+        Some(match s {
+            "creation" => FlowOrder::Creation,
+            "scrambled" => FlowOrder::Scrambled,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FlowOrder::Creation => "creation",
+            FlowOrder::Scrambled => "scrambled",
+        }
+    }
+
+    /// The flow the `n`-th request of a round of `flows` requests goes to.
+    pub fn flow(self, n: u32, flows: u32) -> u32 {
+        match self {
+            FlowOrder::Creation => n,
+            FlowOrder::Scrambled => {
+                (u128::from(n) * Self::STRIDE % u128::from(flows.max(1))) as u32
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     /// Requests on the established flows only, in rotation so all N are touched.
@@ -418,6 +461,8 @@ pub struct EngineConfig {
     pub real_servers: u8,
     pub lips: u16,
     pub new_percent: u32,
+    /// The order requests visit the established flows in.
+    pub order: FlowOrder,
     /// The first VIP the clients connect to (and expect answers from); flow `f` uses
     /// `vip + f % vips` (several services when one cannot hold enough FullNAT local
     /// addresses).
@@ -752,7 +797,7 @@ impl Engine {
                     self.conn_next += 1;
                     (Task::Conn, self.conn_next - 1)
                 } else {
-                    let f = self.data_cursor;
+                    let f = self.cfg.order.flow(self.data_cursor, self.cfg.sessions);
                     self.data_cursor += 1;
                     if self.data_cursor == self.cfg.sessions {
                         self.data_cursor = 0;
@@ -1508,6 +1553,7 @@ mod tests {
             real_servers: 4,
             lips: 3,
             new_percent: 10,
+            order: FlowOrder::Creation,
             vip: VIP,
             vips: 1,
             loss_timeout: 1_000_000,
@@ -1587,6 +1633,40 @@ mod tests {
             assert_eq!(e.failures.total(), 0, "{mode:?}");
             assert!(e.stats.requests > 10_000);
         }
+    }
+
+    #[test]
+    fn a_scrambled_round_visits_every_flow_once_and_neighbours_apart() {
+        for flows in [1u32, 2, 3, 200, 1000, 1024, 999_983, 1_000_000] {
+            let mut seen = vec![false; flows as usize];
+            let mut adjacent = 0;
+            let mut last = None;
+            for n in 0..flows {
+                let f = FlowOrder::Scrambled.flow(n, flows);
+                assert!(
+                    !std::mem::replace(&mut seen[f as usize], true),
+                    "{flows}: {f} twice"
+                );
+                if last.is_some_and(|l: u32| l.abs_diff(f) == 1) {
+                    adjacent += 1;
+                }
+                last = Some(f);
+            }
+            if flows > 3 {
+                assert_eq!(adjacent, 0, "{flows} flows");
+            }
+            assert_eq!(FlowOrder::Creation.flow(flows - 1, flows), flows - 1);
+        }
+        // Established traffic in that order validates as in creation order.
+        let mut e = engine(Mode::Nat, Workload::Established, 200, 16);
+        e.cfg.order = FlowOrder::Scrambled;
+        let mut lb = FakeLb::new(Mode::Nat, 4, Bug::None);
+        let mut now = 1;
+        establish(&mut e, &mut lb, &mut now);
+        e.set_phase(Phase::Measure);
+        pump(&mut e, &mut lb, 20_000, &mut now);
+        assert_eq!(e.failures.total(), 0);
+        assert!(e.stats.requests > 1000, "{:?}", e.stats);
     }
 
     #[test]

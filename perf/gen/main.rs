@@ -15,7 +15,7 @@ mod engine;
 mod hist;
 mod run;
 
-use engine::{Mode, Validate, Workload};
+use engine::{FlowOrder, Mode, Validate, Workload};
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
@@ -42,6 +42,9 @@ bench (the orchestrator; needs root, the release binaries and dpdk-testpmd):
   --json FILE          write the per-scenario figures as JSON there
   --validate           full validation: every packet's checksums, not every 64th
   --window K           packets in flight (default 1024)
+  --order O            the generator's --order for established flows (default
+                       scrambled; creation for figures comparable with runs that
+                       visited the flows in the order they were opened)
   --frame-size BYTES   frame length without FCS (default 64; at least 62)
   --attempts N         run a scenario up to N times (default 2) while its polling
                        threads lose more than --max-stolen percent (default 5) of
@@ -76,6 +79,11 @@ run (the generator; usually started by bench):
   --lips L             FullNAT local addresses 198.18.3.1.. in use, over all VIPs
                        (default 1)
   --new-percent P      mixed: share of requests on new connections (default 10)
+  --order O            scrambled | creation: the order requests visit the established
+                       flows in, each once a round (default scrambled: flows opened
+                       far apart interleave, as many clients' requests do, so the
+                       DUT reads its sessions at random; creation: in the order
+                       they were opened, so it reads them one after the other)
   --vip ADDR           the (first) VIP the clients use (default 198.18.1.1)
   --vips V             VIPs in use: flow f goes to VIP + f % V (default 1)
   --queues Q           queue pairs, one per DUT worker (default 1)
@@ -151,6 +159,7 @@ fn parse_run(args: &[String]) -> Result<run::RunArgs, String> {
         real_servers: 4,
         lips: 1,
         new_percent: 10,
+        order: FlowOrder::Scrambled,
         vip: engine::VIP,
         vips: 1,
         wait_measure: true,
@@ -195,6 +204,10 @@ fn parse_run(args: &[String]) -> Result<run::RunArgs, String> {
             "--real-servers" => a.real_servers = num(flag, v)?,
             "--lips" => a.lips = num(flag, v)?,
             "--new-percent" => a.new_percent = num(flag, v)?,
+            "--order" => {
+                a.order = FlowOrder::parse(v)
+                    .ok_or_else(|| format!("--order {v:?}: scrambled or creation"))?
+            }
             "--vip" => a.vip = u32::from(num::<std::net::Ipv4Addr>(flag, v)?),
             "--vips" => a.vips = num(flag, v)?,
             "--link-timeout" => a.link_timeout_s = num(flag, v)?,

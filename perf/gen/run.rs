@@ -17,7 +17,7 @@
 //! Exit status: 0 when everything validated, 3 on validation failures, 4 on any other
 //! failure (link never up, establish phase stalled, no command, bad arguments).
 use crate::engine::{
-    Engine, EngineConfig, Mode, Out, Phase, Stats, Validate, Workload, FAIL_NAMES,
+    Engine, EngineConfig, FlowOrder, Mode, Out, Phase, Stats, Validate, Workload, FAIL_NAMES,
 };
 use sluice::dpdk::{tsc, tsc_hz, Burst, Eal, Mempool, Port, PortSettings, BURST_SIZE};
 use sluice::flow::rss::{Reta, Toeplitz, DEFAULT_RSS_KEY};
@@ -42,6 +42,7 @@ pub struct RunArgs {
     pub real_servers: u8,
     pub lips: u16,
     pub new_percent: u32,
+    pub order: FlowOrder,
     pub vip: u32,
     pub vips: u32,
     pub wait_measure: bool,
@@ -151,6 +152,7 @@ pub fn run(a: RunArgs) -> i32 {
         real_servers: a.real_servers,
         lips: a.lips,
         new_percent: a.new_percent,
+        order: a.order,
         vip: a.vip,
         vips: a.vips,
         loss_timeout: hz / 1000 * a.loss_timeout_ms,
