@@ -283,6 +283,35 @@ impl SessionIndex {
         self.speculate_in(self.next(hash.home(self.buckets.len())), hash.tag())
     }
 
+    /// The prefetch's second step for `hash`, the bucket having had time to arrive:
+    /// hands the value of its home bucket's first matching tag to `prefetch` (which
+    /// starts loading the entry it names). With no tag there but keys passed the
+    /// bucket, starts loading the next bucket instead and returns true: the third
+    /// step, [`SessionIndex::prefetch_candidate_past_home`], is then due.
+    #[inline]
+    pub fn prefetch_candidate(&self, hash: KeyHash, prefetch: impl FnOnce(u32)) -> bool {
+        match self.speculate(hash) {
+            Speculation::Value(value) => {
+                prefetch(value);
+                false
+            }
+            Speculation::Further => {
+                self.prefetch_next_bucket(hash);
+                true
+            }
+            Speculation::Absent => false,
+        }
+    }
+
+    /// The third step, once the next bucket has had time to arrive: hands the value
+    /// of its first matching tag to `prefetch`.
+    #[inline]
+    pub fn prefetch_candidate_past_home(&self, hash: KeyHash, prefetch: impl FnOnce(u32)) {
+        if let Speculation::Value(value) = self.speculate_next_bucket(hash) {
+            prefetch(value);
+        }
+    }
+
     #[inline]
     fn speculate_in(&self, at: usize, tag: u16) -> Speculation {
         let Some(bucket) = self.buckets.get(at) else {

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use allocator_api2::vec::Vec as HugeVec;
 
 use super::hugemem::HugePageAlloc;
-use super::index::{Hasher, KeyHash, SessionIndex, Speculation};
+use super::index::{Hasher, KeyHash, SessionIndex};
 use super::reclaim::CreationOrder;
 
 use super::state::{self, Direction, TcpState, Transition, UDP_STATE_NAME};
@@ -818,19 +818,8 @@ impl SessionTable {
     #[inline]
     #[must_use = "a key past its home bucket needs the third step"]
     pub fn prefetch_entry(&self, key: &HashedKey) -> bool {
-        match self.index.speculate(key.hash) {
-            Speculation::Value(value) => {
-                if let Some(session) = self.slab.get(split_value(value).0 as usize) {
-                    super::prefetch_line(session);
-                }
-                false
-            }
-            Speculation::Further => {
-                self.index.prefetch_next_bucket(key.hash);
-                true
-            }
-            Speculation::Absent => false,
-        }
+        self.index
+            .prefetch_candidate(key.hash, |value| self.prefetch_slot(value))
     }
 
     /// Third step, for a key [`SessionTable::prefetch_entry`] found past its home
@@ -839,10 +828,15 @@ impl SessionTable {
     /// home is looked up unprefetched.)
     #[inline]
     pub fn prefetch_entry_past_home(&self, key: &HashedKey) {
-        if let Speculation::Value(value) = self.index.speculate_next_bucket(key.hash) {
-            if let Some(session) = self.slab.get(split_value(value).0 as usize) {
-                super::prefetch_line(session);
-            }
+        self.index
+            .prefetch_candidate_past_home(key.hash, |value| self.prefetch_slot(value));
+    }
+
+    /// Starts loading the entry index value `value` names.
+    #[inline]
+    fn prefetch_slot(&self, value: u32) {
+        if let Some(session) = self.slab.get(split_value(value).0 as usize) {
+            super::prefetch_line(session);
         }
     }
 

@@ -23,7 +23,7 @@
 //!
 //! [`SessionTable`]: super::SessionTable
 use super::hugemem::HugePageAlloc;
-use super::index::{KeyHash, SessionIndex, Speculation};
+use super::index::{KeyHash, SessionIndex};
 use super::reclaim::CreationOrder;
 use super::state::{self, Direction, TcpState, Transition};
 use super::table::{
@@ -421,19 +421,8 @@ impl SessionTable6 {
     #[inline]
     #[must_use = "a key past its home bucket needs the third step"]
     pub fn prefetch_entry(&self, key: &HashedKey6) -> bool {
-        match self.index.speculate(key.hash) {
-            Speculation::Value(value) => {
-                if let Some(slot) = self.slab.get(split(value).0 as usize) {
-                    super::prefetch_lines(slot);
-                }
-                false
-            }
-            Speculation::Further => {
-                self.index.prefetch_next_bucket(key.hash);
-                true
-            }
-            Speculation::Absent => false,
-        }
+        self.index
+            .prefetch_candidate(key.hash, |value| self.prefetch_slot(value))
     }
 
     /// Third step, for a key [`SessionTable6::prefetch_entry`] found past its home
@@ -441,10 +430,15 @@ impl SessionTable6 {
     /// that bucket's first matching tag names.
     #[inline]
     pub fn prefetch_entry_past_home(&self, key: &HashedKey6) {
-        if let Speculation::Value(value) = self.index.speculate_next_bucket(key.hash) {
-            if let Some(slot) = self.slab.get(split(value).0 as usize) {
-                super::prefetch_lines(slot);
-            }
+        self.index
+            .prefetch_candidate_past_home(key.hash, |value| self.prefetch_slot(value));
+    }
+
+    /// Starts loading every line of the entry index value `value` names.
+    #[inline]
+    fn prefetch_slot(&self, value: u32) {
+        if let Some(slot) = self.slab.get(split(value).0 as usize) {
+            super::prefetch_lines(slot);
         }
     }
 
