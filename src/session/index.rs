@@ -263,14 +263,14 @@ impl SessionIndex {
     /// past the bucket. A value may name another key's entry (a tag collision); the
     /// lookup sorts that out.
     #[inline]
-    pub fn speculate(&self, hash: KeyHash) -> Speculation {
+    fn speculate(&self, hash: KeyHash) -> Speculation {
         self.speculate_in(hash.home(self.buckets.len()), hash.tag())
     }
 
     /// Starts loading the bucket after `hash`'s home: where a key whose home was full
     /// when it was filed most often lies ([`Speculation::Further`]).
     #[inline]
-    pub fn prefetch_next_bucket(&self, hash: KeyHash) {
+    fn prefetch_next_bucket(&self, hash: KeyHash) {
         let next = self.next(hash.home(self.buckets.len()));
         if let Some(bucket) = self.buckets.get(next) {
             crate::session::prefetch_line(bucket);
@@ -279,7 +279,7 @@ impl SessionIndex {
 
     /// [`SessionIndex::speculate`] for the bucket after `hash`'s home.
     #[inline]
-    pub fn speculate_next_bucket(&self, hash: KeyHash) -> Speculation {
+    fn speculate_next_bucket(&self, hash: KeyHash) -> Speculation {
         self.speculate_in(self.next(hash.home(self.buckets.len())), hash.tag())
     }
 
