@@ -1497,7 +1497,7 @@ impl Forwarder {
     pub(super) fn handle_classified(
         &mut self,
         mut pkt: Packet<'_>,
-        classified: Option<&Result<Parsed, DropReason>>,
+        classified: Option<Result<&Parsed, DropReason>>,
         port: &PortContext,
         neighbours: &mut NeighbourTable,
         now_tsc: u64,
@@ -1515,7 +1515,7 @@ impl Forwarder {
         let here;
         let parsed: &Parsed = match classified {
             Some(Ok(p)) => p,
-            Some(Err(reason)) => return Action::Drop(*reason),
+            Some(Err(reason)) => return Action::Drop(reason),
             None => match classify(frame) {
                 Ok(p) => {
                     here = p;

@@ -39,7 +39,7 @@ use crate::dataplane::counters::WorkerCounters;
 use crate::dataplane::neighbour::NeighbourTable;
 use crate::dpdk::BURST_SIZE;
 use crate::dpdk::{Burst, Packet};
-use crate::flow::parse::{classify, Parsed};
+use crate::flow::parse::{classify_into, Parsed};
 use crate::model::DropReason;
 use crate::session::{Direction, HashedKey, SessionId};
 use crate::wire::ethernet::MacAddr;
@@ -96,12 +96,14 @@ impl Forwarder {
         // pass also gives the prefetches more time, and has read every such frame (no
         // frame is prefetched ahead of its handling any more). (1M sessions,
         // established NAT, median burst: 268 -> 259 cycles,
-        // perf/results/nat_rewrite.md.)
+        // perf/results/nat_rewrite.md.) For the same reason each `Parsed` is written
+        // in its slot (`classify_into`), not returned and copied there.
         let n = burst.len().min(BURST_SIZE);
-        let mut classified: [Option<Result<Parsed, DropReason>>; BURST_SIZE] = [None; BURST_SIZE];
-        for (i, c) in classified[..n].iter_mut().enumerate() {
+        let mut parsed = [Parsed::PLACEHOLDER; BURST_SIZE];
+        let mut classified: [Option<Result<(), DropReason>>; BURST_SIZE] = [None; BURST_SIZE];
+        for (i, (c, p)) in classified[..n].iter_mut().zip(&mut parsed).enumerate() {
             if parses[i] {
-                *c = Some(classify(burst.packet(i)));
+                *c = Some(classify_into(burst.packet(i), p));
             }
         }
         // The keys that may lie past their home bucket: their next bucket has loaded
@@ -115,11 +117,16 @@ impl Forwarder {
             now_tsc,
             counters,
         };
+        // Frame `i`'s outcome of the pass (`None`: not classified there).
+        let classified_at = |i: usize| {
+            let outcome = classified.get(i).copied().flatten()?;
+            Some(outcome.map(|()| &parsed[i]))
+        };
         for i in 0..burst.len() {
             self.parking = self.park_new_sessions;
             let action = self.handle_classified(
                 burst.packet_at(i),
-                classified.get(i).and_then(Option::as_ref),
+                classified_at(i),
                 port,
                 cx.neighbours,
                 now_tsc,
