@@ -1491,8 +1491,9 @@ impl Forwarder {
         self.handle_classified(pkt, None, port, neighbours, now_tsc, counters)
     }
 
-    /// [`Forwarder::handle`], with the frame's [`classify`] result when the burst's
-    /// classify pass has it (`None`: classified here).
+    /// [`Forwarder::handle`], with the frame's classification when the burst's
+    /// classify pass has it (`flow::parse::classify_into`'s outcome and the `Parsed`
+    /// it wrote; `None`: classified here).
     #[inline]
     pub(super) fn handle_classified(
         &mut self,

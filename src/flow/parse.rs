@@ -993,9 +993,10 @@ mod tests {
 
     #[test]
     fn classify_into_overwrites_every_field_of_the_slot() {
-        // The burst reuses nothing, but a slot that held another frame's result must
-        // come out as a fresh one would: a field some path forgets to write keeps
-        // the other frame's value, and one of the pairs below tells them apart.
+        // What a slot holds must not show through: a slot that held another frame's
+        // result must come out as a fresh one would. A field some path forgets to
+        // write keeps the other frame's value, and one of the pairs below tells them
+        // apart.
         let frames: [&[u8]; 11] = [
             &TCP_SYN,
             &TCP_DATA_VLAN,
