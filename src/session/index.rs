@@ -26,7 +26,7 @@
 //! its home bucket (`nat_rewrite` with 1M sessions in a table sized to them: 1.12
 //! buckets a lookup, [`SessionIndex::buckets_per_lookup`]), so most lookups read one
 //! index line and one entry line, and the burst's prefetch loads the next bucket of a
-//! key it finds past home ([`Speculation::Further`]). Inserting more keys
+//! key it finds past home (`Speculation::Further`). Inserting more keys
 //! than the index was made for is refused ([`SessionIndex::insert`] returns false), so
 //! a full table can neither corrupt the index nor push its load, and with it the
 //! lookup cost, past the sizing.
@@ -159,7 +159,7 @@ impl Bucket {
 
 /// What a bucket read ahead of a lookup says of a key ([`SessionIndex::speculate`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Speculation {
+enum Speculation {
     /// The value of the bucket's first slot whose tag matches: most likely the key's.
     Value(u32),
     /// No tag matches, and keys passed the bucket because it was full: the key, if
